@@ -1,0 +1,38 @@
+# The README's commands. Every target creates .venv and installs what it needs on first use.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+MODEL   ?= models/minilm
+PIP     := $(BIN)/pip install -q -c constraints.txt
+
+.PHONY: demo test test-slow bench lint model clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(PIP) torch==2.13.0
+	$(PIP) -e ".[test,plot]"
+	touch $(STAMP)
+
+$(MODEL)/config.json: | $(STAMP)
+	$(BIN)/bertkit download-example-model $(MODEL)
+
+model: $(MODEL)/config.json
+
+demo: $(STAMP) $(MODEL)/config.json
+	$(BIN)/bertkit demo --model $(MODEL) --out runs/demo
+
+test: $(STAMP) $(MODEL)/config.json
+	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m "not slow"
+
+test-slow: $(STAMP) $(MODEL)/config.json
+	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m slow
+
+bench: $(STAMP) $(MODEL)/config.json
+	for f in bench/bench_*.py; do $(BIN)/python $$f --model $(MODEL) || exit 1; done
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info src/*.egg-info
