@@ -1,28 +1,35 @@
-"""bertkit: BERT (Devlin et al., 2018) from scratch on PyTorch."""
+"""bertkit: BERT (Devlin et al., 2018) from scratch on PyTorch.
 
-from bertkit.config import BertConfig
-from bertkit.heads import (
-    BertForMaskedLM,
-    BertForMultipleChoice,
-    BertForNextSentencePrediction,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-)
-from bertkit.modeling import BertModel
-from bertkit.tokenization import BertTokenizer
+Public names are imported lazily (PEP 562) so ``import bertkit`` stays cheap for the command line.
+"""
 
-__all__ = [
-    "BertConfig",
-    "BertTokenizer",
-    "BertModel",
-    "BertForPreTraining",
-    "BertForMaskedLM",
-    "BertForNextSentencePrediction",
-    "BertForSequenceClassification",
-    "BertForTokenClassification",
-    "BertForQuestionAnswering",
-    "BertForMultipleChoice",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "BertConfig": "bertkit.config",
+    "BertModel": "bertkit.modeling",
+    "BertForPreTraining": "bertkit.heads",
+    "BertForMaskedLM": "bertkit.heads",
+    "BertForNextSentencePrediction": "bertkit.heads",
+    "BertForSequenceClassification": "bertkit.heads",
+    "BertForTokenClassification": "bertkit.heads",
+    "BertForQuestionAnswering": "bertkit.heads",
+    "BertForMultipleChoice": "bertkit.heads",
+    "BertTokenizer": "bertkit.tokenization",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'bertkit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

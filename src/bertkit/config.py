@@ -1,0 +1,176 @@
+"""BertConfig: the typed, self-validating description of a BERT network.
+
+Field names are exactly the keys of the published checkpoints' ``config.json`` (Google's
+``bert_config.json`` and Hugging Face's ``config.json``), so a config round-trips as a plain dict:
+``BertConfig.from_dict(json.load(f)).to_dict()`` keeps every key it was given, including ones bertkit
+does not use (``_name_or_path``, ``transformers_version``, ...), which live in ``extra``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
+
+@dataclass
+class BertConfig:
+    """Hyper-parameters of a BERT encoder (and, through ``id2label``/``problem_type``, of its task head).
+
+    Defaults are BERT-BASE (Devlin et al. 2018, section 3: L=12, H=768, A=12, 110M parameters).
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    # "gelu" is the exact erf GELU of the paper's code; "gelu_new"/"gelu_pytorch_tanh" the tanh approximation.
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    # Std of the (truncated) normal initialiser; 0.02 as in google-research/bert `modeling.py`.
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    position_embedding_type: str = "absolute"
+    # Task-head fields, named as transformers names them so fine-tuned checkpoints round-trip.
+    classifier_dropout: float | None = None
+    id2label: dict[int, str] | None = None
+    problem_type: str | None = None
+    # Unknown config.json keys, kept verbatim so saving writes them back.
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"BertConfig.{name} must be a positive int, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"BertConfig.hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                f"{self.num_attention_heads}; choose a head count that divides it (e.g. hidden_size // 64)"
+            )
+        if self.hidden_act not in SUPPORTED_ACTIVATIONS:
+            raise ValueError(f"BertConfig.hidden_act {self.hidden_act!r} is not one of {SUPPORTED_ACTIVATIONS}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+        if self.position_embedding_type != "absolute":
+            raise ValueError(
+                f"BertConfig.position_embedding_type {self.position_embedding_type!r} is not supported; "
+                "bertkit implements the paper's learned absolute positions ('absolute')"
+            )
+        if self.initializer_range <= 0 or self.layer_norm_eps <= 0:
+            raise ValueError(
+                f"BertConfig.initializer_range ({self.initializer_range}) and layer_norm_eps "
+                f"({self.layer_norm_eps}) must be positive"
+            )
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if self.id2label is not None:
+            # config.json stores keys as strings ("0": "NEGATIVE"); keep ints inside Python.
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            if sorted(self.id2label) != list(range(len(self.id2label))):
+                raise ValueError(f"BertConfig.id2label keys must be 0..n-1, got {sorted(self.id2label)}")
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"BertConfig.problem_type {self.problem_type!r} is not one of {PROBLEM_TYPES}")
+
+    # ---- derived -------------------------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_labels(self) -> int:
+        """Number of outputs of a classification head; 2 when no labels are named (transformers' default)."""
+        return len(self.id2label) if self.id2label else 2
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {v: k for k, v in (self.id2label or {}).items()}
+
+    def with_labels(self, labels: list[str] | int) -> BertConfig:
+        """A copy whose classification head has these label names (or this many ``LABEL_i`` labels)."""
+        if isinstance(labels, int):
+            if labels < 1:
+                raise ValueError(f"num_labels must be >= 1, got {labels}")
+            labels = [f"LABEL_{i}" for i in range(labels)]
+        return dataclasses.replace(self, id2label=dict(enumerate(labels)), extra=dict(self.extra))
+
+    # ---- dict / JSON ---------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:
+        data = {**data, **overrides}
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        extra = {k: v for k, v in data.items() if k not in known and k not in ("label2id", "num_labels")}
+        if "num_labels" in data and "id2label" not in data:
+            kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(int(data["num_labels"]))}
+        return cls(**kwargs, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.extra)
+        for f in dataclasses.fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if f.name in ("classifier_dropout", "id2label", "problem_type") and value is None:
+                continue
+            out[f.name] = value
+        if self.id2label is not None:
+            out["id2label"] = {str(k): v for k, v in self.id2label.items()}
+            out["label2id"] = self.label2id
+        out.setdefault("model_type", "bert")
+        return out
+
+    @classmethod
+    def from_json_file(cls, path: str | Path, **overrides: Any) -> BertConfig:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"config file {path} does not exist; a checkpoint directory needs config.json "
+                "(save one with BertConfig.save_json or pick a preset with BertConfig.preset)"
+            )
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data, **overrides)
+
+    def save_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    # ---- presets -------------------------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> BertConfig:
+        """Published shapes: the paper's BASE and LARGE, and Google's BERT miniatures (Turc et al. 2019)."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls.from_dict(PRESETS[name], **overrides)
+
+
+def _shape(layers: int, hidden: int, heads: int) -> dict[str, int]:
+    return {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+            "intermediate_size": 4 * hidden}
+
+
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": _shape(2, 128, 2),
+    "mini": _shape(4, 256, 4),
+    "small": _shape(4, 512, 8),
+    "medium": _shape(8, 512, 8),
+    "base": _shape(12, 768, 12),
+    "large": _shape(24, 1024, 16),
+}

@@ -1,0 +1,307 @@
+"""Task heads on the BERT encoder: thin, alike, one output dataclass each.
+
+Every head model holds the encoder as ``self.bert``, takes the encoder's inputs plus optional labels,
+computes its loss only when labels are given, and returns one small dataclass. Heads follow the paper's
+section 3 / Figure 4: [CLS]'s pooled state for sentence and pair tasks, the token states for tagging and
+span extraction. Weight names are mapped to the published ones in ``checkpoint_io.KEY_TABLE``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.checkpoint_io import PretrainedMixin
+from bertkit.config import BertConfig
+from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
+
+IGNORE_INDEX = -100  # label value for positions that carry no loss (unmasked MLM tokens, sub-word pieces)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Outputs
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PreTrainingOutput:
+    loss: Tensor | None  # mlm_loss + nsp_loss, for the labels given
+    mlm_loss: Tensor | None
+    nsp_loss: Tensor | None
+    # Without labels: (B, T, V). With labels: (N, V), only the N positions whose label is not -100, in
+    # row-major order; the paper's code also scores only the masked positions, which saves the V-wide
+    # GEMM on the ~85% of tokens that carry no loss.
+    prediction_logits: Tensor
+    seq_relationship_logits: Tensor | None  # (B, 2): 0 = B follows A, 1 = B is random
+    hidden_states: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class ClassifierOutput:
+    """Sequence, pair, token, next-sentence and multiple-choice heads: logits and an optional loss."""
+
+    loss: Tensor | None
+    logits: Tensor  # (B, C) sequence/NSP/choice; (B, T, C) tokens
+    hidden_states: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class QuestionAnsweringOutput:
+    loss: Tensor | None
+    start_logits: Tensor  # (B, T)
+    end_logits: Tensor  # (B, T)
+    hidden_states: tuple[Tensor, ...] | None = None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shared pieces
+# ---------------------------------------------------------------------------------------------------
+
+
+class MaskedLMHead(nn.Module):
+    """Transform (dense + activation + LayerNorm), then a decoder tied to the word embeddings plus its own bias.
+
+    Tying the output projection to the input embeddings follows google-research/bert's
+    ``get_masked_lm_output``; the decoder weight is therefore not a parameter of this module.
+    """
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.transform = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(config.hidden_act)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden: Tensor, word_embeddings: Tensor) -> Tensor:
+        h = self.layer_norm(self.act(self.transform(hidden)))
+        return F.linear(h, word_embeddings, self.bias)  # (..., V)
+
+
+def masked_lm_loss(head: MaskedLMHead, hidden: Tensor, word_embeddings: Tensor, labels: Tensor | None):
+    """(logits, loss): full (B, T, V) logits without labels; only the labelled positions' (N, V) with them."""
+    if labels is None:
+        return head(hidden, word_embeddings), None
+    selected = labels.reshape(-1) != IGNORE_INDEX  # (B*T,)
+    logits = head(hidden.reshape(-1, hidden.size(-1))[selected], word_embeddings)  # (N, V)
+    target = labels.reshape(-1)[selected]
+    # Mean over predicted tokens, as CrossEntropyLoss(ignore_index=-100) does; 0 (not NaN) if none are.
+    loss = F.cross_entropy(logits, target, reduction="sum") / target.numel() if target.numel() else logits.sum() * 0
+    return logits, loss
+
+
+class _HeadModel(PretrainedMixin, nn.Module):
+    """Common construction: the encoder (with or without pooler), head initialisation, config."""
+
+    uses_pooler = True
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=self.uses_pooler)
+
+    def _init_head(self) -> None:
+        for name, module in self.named_children():
+            if name != "bert":
+                module.apply(lambda m: init_bert_weights(m, self.config.initializer_range))
+
+    def _encode(self, input_ids, token_type_ids, attention_mask, output_hidden_states) -> BertModelOutput:
+        return self.bert(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
+                         output_hidden_states=output_hidden_states)
+
+    @property
+    def _classifier_dropout(self) -> float:
+        c = self.config
+        return c.classifier_dropout if c.classifier_dropout is not None else c.hidden_dropout_prob
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pre-training heads
+# ---------------------------------------------------------------------------------------------------
+
+
+class BertForPreTraining(_HeadModel):
+    """Masked LM + next-sentence prediction (paper section 3.1, tasks #1 and #2)."""
+
+    checkpoint_head = "pretraining"
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.mlm = MaskedLMHead(config)
+        self.nsp = nn.Linear(config.hidden_size, 2)
+        self._init_head()
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                next_sentence_label: Tensor | None = None, output_hidden_states: bool = False) -> PreTrainingOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+        logits, mlm_loss = masked_lm_loss(self.mlm, out.last_hidden_state,
+                                          self.bert.embeddings.word_embeddings.weight, labels)
+        nsp_logits = self.nsp(out.pooler_output)  # (B, 2)
+        nsp_loss = F.cross_entropy(nsp_logits, next_sentence_label.view(-1)) if next_sentence_label is not None else None
+        parts = [x for x in (mlm_loss, nsp_loss) if x is not None]
+        loss = sum(parts[1:], parts[0]) if parts else None
+        return PreTrainingOutput(loss, mlm_loss, nsp_loss, logits, nsp_logits, out.hidden_states)
+
+
+class BertForMaskedLM(_HeadModel):
+    """Masked LM alone (no pooler, no NSP), e.g. for fill-mask or MLM-only pre-training."""
+
+    checkpoint_head = "masked_lm"
+    uses_pooler = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.mlm = MaskedLMHead(config)
+        self._init_head()
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                output_hidden_states: bool = False) -> PreTrainingOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+        logits, loss = masked_lm_loss(self.mlm, out.last_hidden_state,
+                                      self.bert.embeddings.word_embeddings.weight, labels)
+        return PreTrainingOutput(loss, loss, None, logits, None, out.hidden_states)
+
+
+class BertForNextSentencePrediction(_HeadModel):
+    """Next-sentence prediction alone: is segment B the true continuation of A (label 0) or random (1)?"""
+
+    checkpoint_head = "next_sentence"
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.nsp = nn.Linear(config.hidden_size, 2)
+        self._init_head()
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+        logits = self.nsp(out.pooler_output)
+        loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
+        return ClassifierOutput(loss, logits, out.hidden_states)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fine-tuning heads (paper section 4, Figure 4)
+# ---------------------------------------------------------------------------------------------------
+
+
+class BertForSequenceClassification(_HeadModel):
+    """Single sentence or pair -> label (or score): a linear layer on the pooled [CLS] state.
+
+    The loss follows ``config.problem_type``; when unset, one output means regression (STS-B, MSE) and
+    several mean single-label classification (cross-entropy), as transformers decides.
+    """
+
+    checkpoint_head = "sequence_classification"
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.dropout = nn.Dropout(self._classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self._init_head()
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+        logits = self.classifier(self.dropout(out.pooler_output))  # (B, C)
+        loss = None
+        if labels is not None:
+            kind = self.config.problem_type or (
+                "regression" if self.config.num_labels == 1 else "single_label_classification")
+            if kind == "regression":
+                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1))
+            elif kind == "single_label_classification":
+                loss = F.cross_entropy(logits, labels.view(-1))
+            else:
+                loss = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        return ClassifierOutput(loss, logits, out.hidden_states)
+
+
+class BertForTokenClassification(_HeadModel):
+    """A label per token (NER): a linear layer on every token state; -100 labels carry no loss."""
+
+    checkpoint_head = "token_classification"
+    uses_pooler = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.dropout = nn.Dropout(self._classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self._init_head()
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+        logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, C)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+        return ClassifierOutput(loss, logits, out.hidden_states)
+
+
+class BertForQuestionAnswering(_HeadModel):
+    """Span extraction (SQuAD): start and end logits per token from one H -> 2 layer (paper section 4.2)."""
+
+    checkpoint_head = "question_answering"
+    uses_pooler = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self._init_head()
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                attention_mask: Tensor | None = None, start_positions: Tensor | None = None,
+                end_positions: Tensor | None = None, output_hidden_states: bool = False) -> QuestionAnsweringOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(-1)  # 2 x (B, T)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # Positions outside the window (clamped to T) are ignored, as transformers does.
+            T = start_logits.size(1)
+            s, e = start_positions.view(-1).clamp(0, T), end_positions.view(-1).clamp(0, T)
+            loss = (F.cross_entropy(start_logits, s, ignore_index=T) + F.cross_entropy(end_logits, e, ignore_index=T)) / 2
+        return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states)
+
+
+class BertForMultipleChoice(_HeadModel):
+    """Pick one of C continuations (SWAG, paper section 4.4): score each [CLS] A [SEP] choice [SEP] with
+    one H -> 1 layer on its pooled state and softmax over the C scores."""
+
+    checkpoint_head = "multiple_choice"
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.dropout = nn.Dropout(self._classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self._init_head()
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+                attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        if input_ids.dim() != 3:
+            raise ValueError(f"input_ids must be (batch, num_choices, seq_len), got shape {tuple(input_ids.shape)}")
+        B, C, T = input_ids.shape
+        flat = [x.reshape(B * C, T) if x is not None else None for x in (input_ids, token_type_ids, attention_mask)]
+        out = self._encode(*flat, output_hidden_states)
+        logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
+        loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
+        return ClassifierOutput(loss, logits, out.hidden_states)
+
+
+HEAD_MODELS: dict[str, type[_HeadModel]] = {
+    "pretraining": BertForPreTraining,
+    "masked_lm": BertForMaskedLM,
+    "next_sentence": BertForNextSentencePrediction,
+    "sequence_classification": BertForSequenceClassification,
+    "token_classification": BertForTokenClassification,
+    "question_answering": BertForQuestionAnswering,
+    "multiple_choice": BertForMultipleChoice,
+}

@@ -1,0 +1,130 @@
+"""Parity with transformers on the same weights: every head, both directions, outputs and losses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import bertkit.heads as H
+from bertkit import BertConfig, BertModel
+
+transformers = pytest.importorskip("transformers")
+
+TOL = dict(atol=1e-5, rtol=0)
+HF_CLASSES = {
+    BertModel: "BertModel",
+    H.BertForPreTraining: "BertForPreTraining",
+    H.BertForMaskedLM: "BertForMaskedLM",
+    H.BertForNextSentencePrediction: "BertForNextSentencePrediction",
+    H.BertForSequenceClassification: "BertForSequenceClassification",
+    H.BertForTokenClassification: "BertForTokenClassification",
+    H.BertForQuestionAnswering: "BertForQuestionAnswering",
+    H.BertForMultipleChoice: "BertForMultipleChoice",
+}
+TINY = dict(vocab_size=211, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=40, type_vocab_size=2, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0)
+
+
+def _inputs(cls, gen: torch.Generator, num_labels: int):
+    B, T, C = 3, 11, 4
+    shape = (B, C, T) if cls is H.BertForMultipleChoice else (B, T)
+    ids = torch.randint(1, TINY["vocab_size"], shape, generator=gen)
+    tt = torch.randint(0, 2, shape, generator=gen)
+    mask = torch.ones(shape, dtype=torch.long)
+    mask[..., 0, 7:] = 0 if cls is H.BertForMultipleChoice else 1
+    mask[1, ..., 5:] = 0  # a padded row
+    mask[2, ..., 9:] = 0
+    inputs = dict(input_ids=ids, token_type_ids=tt, attention_mask=mask)
+    labels: dict[str, torch.Tensor] = {}
+    if cls is H.BertForPreTraining or cls is H.BertForMaskedLM:
+        mlm = torch.full((B, T), -100)
+        mlm[:, 2] = 5
+        mlm[0, 4] = 17
+        mlm[2, 6] = 100
+        labels["labels"] = mlm
+        if cls is H.BertForPreTraining:
+            labels["next_sentence_label"] = torch.tensor([0, 1, 1])
+    elif cls is H.BertForNextSentencePrediction:
+        labels["labels"] = torch.tensor([0, 1, 0])
+    elif cls is H.BertForSequenceClassification:
+        labels["labels"] = torch.tensor([0.5, 2.0, -1.0]) if num_labels == 1 else torch.tensor([0, 2, 1])
+    elif cls is H.BertForTokenClassification:
+        tl = torch.randint(0, num_labels, (B, T), generator=gen)
+        tl[:, 0] = -100
+        labels["labels"] = tl
+    elif cls is H.BertForQuestionAnswering:
+        labels = {"start_positions": torch.tensor([1, 3, 40]), "end_positions": torch.tensor([2, 4, 9])}
+    elif cls is H.BertForMultipleChoice:
+        labels["labels"] = torch.tensor([3, 0, 1])
+    return inputs, labels
+
+
+def _compare(ours, theirs, cls, inputs, labels):
+    ours.eval()
+    theirs.eval()
+    with torch.no_grad():
+        a = ours(**inputs)
+        b = theirs(**inputs)
+        if cls is BertModel:
+            torch.testing.assert_close(a.last_hidden_state, b.last_hidden_state, **TOL)
+            torch.testing.assert_close(a.pooler_output, b.pooler_output, **TOL)
+            return
+        if cls in (H.BertForPreTraining, H.BertForMaskedLM):
+            torch.testing.assert_close(a.prediction_logits, b.prediction_logits if cls is H.BertForPreTraining
+                                       else b.logits, **TOL)
+        if cls is H.BertForPreTraining:
+            torch.testing.assert_close(a.seq_relationship_logits, b.seq_relationship_logits, **TOL)
+        elif cls is H.BertForQuestionAnswering:
+            torch.testing.assert_close(a.start_logits, b.start_logits, **TOL)
+            torch.testing.assert_close(a.end_logits, b.end_logits, **TOL)
+        elif cls is not H.BertForMaskedLM:
+            torch.testing.assert_close(a.logits, b.logits, **TOL)
+        la, lb = ours(**inputs, **labels).loss, theirs(**inputs, **labels).loss
+        assert torch.isfinite(la)
+        torch.testing.assert_close(la, lb, **TOL)
+
+
+# QA keeps transformers' default of two outputs (start, end); every other head gets three labels.
+CASES = [(cls, 2 if cls is H.BertForQuestionAnswering else 3) for cls in HF_CLASSES] + [
+    (H.BertForSequenceClassification, 1)]
+
+
+@pytest.mark.parametrize("cls,num_labels", CASES, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_transformers_to_bertkit(cls, num_labels, tmp_path):
+    torch.manual_seed(0)
+    hf_cls = getattr(transformers, HF_CLASSES[cls])
+    hf = hf_cls(transformers.BertConfig(**TINY, num_labels=num_labels))
+    hf.save_pretrained(tmp_path)
+    ours = cls.from_pretrained(tmp_path)
+    assert ours.config.num_labels == num_labels
+    _compare(ours, hf, cls, *_inputs(cls, torch.Generator().manual_seed(1), num_labels))
+
+
+@pytest.mark.parametrize("cls,num_labels", CASES, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_bertkit_to_transformers(cls, num_labels, tmp_path):
+    torch.manual_seed(0)
+    ours = cls(BertConfig(**TINY).with_labels(num_labels))
+    # Non-trivial LayerNorm and bias values, so a swapped or dropped tensor cannot pass unnoticed.
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    ours.save_pretrained(tmp_path)
+    hf = getattr(transformers, HF_CLASSES[cls]).from_pretrained(tmp_path)
+    _compare(ours, hf, cls, *_inputs(cls, torch.Generator().manual_seed(2), num_labels))
+
+
+def test_pretraining_checkpoint_loads_into_every_head(tmp_path, caplog):
+    """The everyday case: pre-trained weights with cls.* heads, loaded into a fresh task head."""
+    torch.manual_seed(0)
+    transformers.BertForPreTraining(transformers.BertConfig(**TINY)).save_pretrained(tmp_path)
+    base = BertModel.from_pretrained(tmp_path)
+    for cls in (H.BertForSequenceClassification, H.BertForTokenClassification, H.BertForQuestionAnswering,
+                H.BertForMultipleChoice):
+        with caplog.at_level("WARNING", logger="bertkit"):
+            caplog.clear()
+            m = cls.from_pretrained(tmp_path, num_labels=5)
+        fresh = [r.getMessage() for r in caplog.records if "initialised fresh" in r.getMessage()]
+        assert len(fresh) == 1, caplog.records
+        torch.testing.assert_close(m.bert.embeddings.word_embeddings.weight, base.embeddings.word_embeddings.weight)
+        torch.testing.assert_close(m.bert.layers[1].qkv.weight, base.layers[1].qkv.weight)
