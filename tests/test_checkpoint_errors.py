@@ -1,0 +1,109 @@
+"""Bad checkpoints and bad inputs get errors that name the file, the keys and the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from bertkit import BertConfig, BertForSequenceClassification, BertModel
+from bertkit.modeling import _expected_param_count
+
+TINY = dict(vocab_size=97, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
+            max_position_embeddings=20)
+
+
+@pytest.fixture()
+def saved(tmp_path):
+    torch.manual_seed(0)
+    BertModel(BertConfig(**TINY)).save_pretrained(tmp_path)
+    return tmp_path
+
+
+def test_missing_config(saved):
+    (saved / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        BertModel.from_pretrained(saved)
+
+
+def test_missing_weights(saved):
+    (saved / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        BertModel.from_pretrained(saved)
+
+
+def test_truncated_safetensors(saved):
+    path = saved / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        BertModel.from_pretrained(saved)
+
+
+def test_shape_mismatch_lists_keys(saved):
+    cfg = json.loads((saved / "config.json").read_text())
+    cfg["intermediate_size"] = 32
+    (saved / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError) as e:
+        BertModel.from_pretrained(saved)
+    msg = str(e.value)
+    assert "encoder.layer.0.intermediate.dense.weight: file (24, 16), model (32, 16)" in msg
+    assert "encoder.layer.1.output.dense.weight" in msg
+
+
+def test_missing_and_unexpected_keys_listed(saved):
+    state = load_file(saved / "model.safetensors")
+    del state["encoder.layer.1.attention.self.key.weight"]
+    state["encoder.layer.1.attention.self.rotary.weight"] = torch.zeros(2)
+    save_file(state, saved / "model.safetensors")
+    with pytest.raises(ValueError) as e:
+        BertModel.from_pretrained(saved)
+    assert "missing keys: ['encoder.layer.1.attention.self.key.weight']" in str(e.value)
+    assert "unexpected keys: ['encoder.layer.1.attention.self.rotary.weight']" in str(e.value)
+
+
+def test_wrong_num_labels_is_named(tmp_path):
+    BertForSequenceClassification(BertConfig(**TINY).with_labels(3)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"classifier.weight: file \(3, 16\), model \(5, 16\).*num_labels=5"):
+        BertForSequenceClassification.from_pretrained(tmp_path, num_labels=5)
+    m = BertForSequenceClassification.from_pretrained(tmp_path)
+    assert m.config.id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
+
+
+def test_input_longer_than_positions():
+    model = BertModel(BertConfig(**TINY))
+    with pytest.raises(ValueError, match="sequence length 21 exceeds max_position_embeddings 20"):
+        model(torch.ones(1, 21, dtype=torch.long))
+
+
+def test_config_validation_names_field_and_value():
+    with pytest.raises(ValueError, match="hidden_size 100 is not divisible by num_attention_heads 12"):
+        BertConfig(hidden_size=100)
+    with pytest.raises(ValueError, match="hidden_act 'swish'"):
+        BertConfig(hidden_act="swish")
+    with pytest.raises(ValueError, match="hidden_dropout_prob must be in \\[0, 1\\), got 1.5"):
+        BertConfig(hidden_dropout_prob=1.5)
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        BertConfig.preset("huge")
+
+
+def test_config_json_round_trip_keeps_unknown_keys(tmp_path):
+    data = {**TINY, "hidden_act": "gelu", "transformers_version": "4.8.2", "_name_or_path": "x",
+            "id2label": {"0": "neg", "1": "pos"}}
+    cfg = BertConfig.from_dict(data)
+    assert cfg.id2label == {0: "neg", 1: "pos"} and cfg.num_labels == 2
+    out = cfg.to_dict()
+    assert out["transformers_version"] == "4.8.2" and out["label2id"] == {"neg": 0, "pos": 1}
+    assert BertConfig.from_dict(out) == cfg
+
+
+@pytest.mark.parametrize("name,params", [("base", 110), ("large", 340)])
+def test_paper_parameter_counts(name, params):
+    """The paper's BERT-BASE has 110M parameters and BERT-LARGE 340M (section 3)."""
+    cfg = BertConfig.preset(name)
+    count = _expected_param_count(cfg)
+    assert abs(count / 1e6 - params) / params < 0.02, count
+    if name == "base":  # build the real model once to check the closed form
+        assert BertModel(cfg).num_parameters() == count
