@@ -52,6 +52,7 @@ def _inputs(cls, gen: torch.Generator, num_labels: int):
     elif cls is H.BertForTokenClassification:
         tl = torch.randint(0, num_labels, (B, T), generator=gen)
         tl[:, 0] = -100
+        tl[mask == 0] = -100  # padding never carries a label
         labels["labels"] = tl
     elif cls is H.BertForQuestionAnswering:
         labels = {"start_positions": torch.tensor([1, 3, 40]), "end_positions": torch.tensor([2, 4, 9])}
@@ -61,23 +62,27 @@ def _inputs(cls, gen: torch.Generator, num_labels: int):
 
 
 def _compare(ours, theirs, cls, inputs, labels):
+    """Outputs at real positions (padding positions hold nothing meaningful in either) and losses."""
     ours.eval()
     theirs.eval()
+    real = inputs["attention_mask"].bool()
     with torch.no_grad():
         a = ours(**inputs)
         b = theirs(**inputs)
         if cls is BertModel:
-            torch.testing.assert_close(a.last_hidden_state, b.last_hidden_state, **TOL)
+            torch.testing.assert_close(a.last_hidden_state[real], b.last_hidden_state[real], **TOL)
             torch.testing.assert_close(a.pooler_output, b.pooler_output, **TOL)
             return
         if cls in (H.BertForPreTraining, H.BertForMaskedLM):
-            torch.testing.assert_close(a.prediction_logits, b.prediction_logits if cls is H.BertForPreTraining
-                                       else b.logits, **TOL)
+            torch.testing.assert_close(a.prediction_logits[real], (b.prediction_logits if cls is H.BertForPreTraining
+                                       else b.logits)[real], **TOL)
         if cls is H.BertForPreTraining:
             torch.testing.assert_close(a.seq_relationship_logits, b.seq_relationship_logits, **TOL)
         elif cls is H.BertForQuestionAnswering:
             torch.testing.assert_close(a.start_logits, b.start_logits, **TOL)
             torch.testing.assert_close(a.end_logits, b.end_logits, **TOL)
+        elif cls is H.BertForTokenClassification:
+            torch.testing.assert_close(a.logits[real], b.logits[real], **TOL)
         elif cls is not H.BertForMaskedLM:
             torch.testing.assert_close(a.logits, b.logits, **TOL)
         la, lb = ours(**inputs, **labels).loss, theirs(**inputs, **labels).loss
@@ -90,13 +95,15 @@ CASES = [(cls, 2 if cls is H.BertForQuestionAnswering else 3) for cls in HF_CLAS
     (H.BertForSequenceClassification, 1)]
 
 
+@pytest.mark.parametrize("layout", ["auto", "padded"])
 @pytest.mark.parametrize("cls,num_labels", CASES, ids=lambda x: getattr(x, "__name__", str(x)))
-def test_transformers_to_bertkit(cls, num_labels, tmp_path):
+def test_transformers_to_bertkit(cls, num_labels, layout, tmp_path):
     torch.manual_seed(0)
     hf_cls = getattr(transformers, HF_CLASSES[cls])
     hf = hf_cls(transformers.BertConfig(**TINY, num_labels=num_labels))
     hf.save_pretrained(tmp_path)
     ours = cls.from_pretrained(tmp_path)
+    getattr(ours, "bert", ours).layout = layout
     assert ours.config.num_labels == num_labels
     _compare(ours, hf, cls, *_inputs(cls, torch.Generator().manual_seed(1), num_labels))
 

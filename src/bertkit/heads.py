@@ -80,13 +80,13 @@ class MaskedLMHead(nn.Module):
         return F.linear(h, word_embeddings, self.bias)  # (..., V)
 
 
-def masked_lm_loss(head: MaskedLMHead, hidden: Tensor, word_embeddings: Tensor, labels: Tensor | None):
+def masked_lm_loss(head: MaskedLMHead, out: BertModelOutput, word_embeddings: Tensor, labels: Tensor | None):
     """(logits, loss): full (B, T, V) logits without labels; only the labelled positions' (N, V) with them."""
     if labels is None:
-        return head(hidden, word_embeddings), None
-    selected = labels.reshape(-1) != IGNORE_INDEX  # (B*T,)
-    logits = head(hidden.reshape(-1, hidden.size(-1))[selected], word_embeddings)  # (N, V)
-    target = labels.reshape(-1)[selected]
+        return head(out.last_hidden_state, word_embeddings), None
+    selected = labels != IGNORE_INDEX  # (B, T)
+    logits = head(out.layout.select(out.tokens, selected), word_embeddings)  # (N, V)
+    target = labels[selected]
     # Mean over predicted tokens, as CrossEntropyLoss(ignore_index=-100) does; 0 (not NaN) if none are.
     loss = F.cross_entropy(logits, target, reduction="sum") / target.numel() if target.numel() else logits.sum() * 0
     return logits, loss
@@ -107,9 +107,10 @@ class _HeadModel(PretrainedMixin, nn.Module):
             if name != "bert":
                 module.apply(lambda m: init_bert_weights(m, self.config.initializer_range))
 
-    def _encode(self, input_ids, token_type_ids, attention_mask, output_hidden_states) -> BertModelOutput:
+    def _encode(self, input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids=None,
+                layout: str | None = None) -> BertModelOutput:
         return self.bert(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
-                         output_hidden_states=output_hidden_states)
+                         output_hidden_states=output_hidden_states, sequence_ids=sequence_ids, layout=layout)
 
     @property
     def _classifier_dropout(self) -> float:
@@ -135,9 +136,10 @@ class BertForPreTraining(_HeadModel):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                next_sentence_label: Tensor | None = None, output_hidden_states: bool = False) -> PreTrainingOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
-        logits, mlm_loss = masked_lm_loss(self.mlm, out.last_hidden_state,
+                next_sentence_label: Tensor | None = None, output_hidden_states: bool = False,
+                sequence_ids: Tensor | None = None) -> PreTrainingOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids)
+        logits, mlm_loss = masked_lm_loss(self.mlm, out,
                                           self.bert.embeddings.word_embeddings.weight, labels)
         nsp_logits = self.nsp(out.pooler_output)  # (B, 2)
         nsp_loss = F.cross_entropy(nsp_logits, next_sentence_label.view(-1)) if next_sentence_label is not None else None
@@ -159,9 +161,9 @@ class BertForMaskedLM(_HeadModel):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False) -> PreTrainingOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
-        logits, loss = masked_lm_loss(self.mlm, out.last_hidden_state,
+                output_hidden_states: bool = False, sequence_ids: Tensor | None = None) -> PreTrainingOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids)
+        logits, loss = masked_lm_loss(self.mlm, out,
                                       self.bert.embeddings.word_embeddings.weight, labels)
         return PreTrainingOutput(loss, loss, None, logits, None, out.hidden_states)
 
@@ -207,9 +209,9 @@ class BertForSequenceClassification(_HeadModel):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False) -> ClassifierOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
-        logits = self.classifier(self.dropout(out.pooler_output))  # (B, C)
+                output_hidden_states: bool = False, sequence_ids: Tensor | None = None) -> ClassifierOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids)
+        logits = self.classifier(self.dropout(out.pooler_output))  # (S, C): one row per sequence
         loss = None
         if labels is not None:
             kind = self.config.problem_type or (
@@ -239,11 +241,19 @@ class BertForTokenClassification(_HeadModel):
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 output_hidden_states: bool = False) -> ClassifierOutput:
         out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
-        logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, C)
+        stored = self.classifier(self.dropout(out.tokens))  # per stored token: (B, T, C) or (N, C)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE_INDEX)
-        return ClassifierOutput(loss, logits, out.hidden_states)
+            # Padding carries label -100, so the loss over stored tokens equals the loss over the rectangle.
+            if out.layout.is_padded:
+                target = labels.reshape(-1)
+            else:
+                target = labels.reshape(-1)[out.layout.flat_index]
+                if int((target != IGNORE_INDEX).sum()) != int((labels != IGNORE_INDEX).sum()):
+                    raise ValueError("token labels at padding positions must be -100 (pad labels with -100, as "
+                                     "bertkit's collate does); otherwise padding would count in the loss")
+            loss = F.cross_entropy(stored.reshape(-1, stored.size(-1)), target, ignore_index=IGNORE_INDEX)
+        return ClassifierOutput(loss, out.layout.to_batch(stored), out.hidden_states)
 
 
 class BertForQuestionAnswering(_HeadModel):
@@ -260,7 +270,9 @@ class BertForQuestionAnswering(_HeadModel):
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, start_positions: Tensor | None = None,
                 end_positions: Tensor | None = None, output_hidden_states: bool = False) -> QuestionAnsweringOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+        # The padded layout on purpose: like google-research/bert and transformers, the span softmax runs over
+        # all T positions, padding included, and SQuAD windows are mostly full (little padding to save).
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, layout="padded")
         start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(-1)  # 2 x (B, T)
         loss = None
         if start_positions is not None and end_positions is not None:

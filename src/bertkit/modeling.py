@@ -9,10 +9,12 @@ Where this differs from the paper's text (not from its released code, which it f
 - The query, key and value projections are one fused ``Linear(H, 3H)``: one GEMM instead of three. The
   checkpoint key table (``checkpoint_io.py``) splits and joins the published separate q/k/v weights, so
   checkpoints are unchanged.
-- Attention goes through one function, ``self_attention``, which receives the fused projections and a
-  *layout* describing where each sequence's tokens are. The padded layout below uses PyTorch's
-  ``scaled_dot_product_attention`` with a key-padding mask; an unpadded (variable-length, packed) layout
-  can be added there without touching the layers.
+- Padding is not computed on. By default the encoder drops padding tokens after the embeddings and runs
+  every per-token layer on the real tokens only (``TokenLayout``); attention, the one operation that
+  mixes tokens, goes through one function, ``self_attention``, which scatters q/k/v into a per-sequence
+  rectangle for PyTorch's ``scaled_dot_product_attention``. The same mechanism packs several sequences
+  into one row (Krell et al. 2021). ``layout="padded"`` computes on the padded rectangle as transformers
+  does; at real positions both agree within float rounding.
 - Initialisation is a truncated normal with std ``initializer_range`` (0.02), cut at two standard
   deviations, as google-research/bert's ``create_initializer`` does; the paper does not state it.
 
@@ -37,25 +39,113 @@ from bertkit.config import BertConfig
 
 
 @dataclass
-class PaddedLayout:
-    """Sequences stored as a (B, T) rectangle; ``key_mask`` (B, 1, 1, T) is True where a key is real."""
+class TokenLayout:
+    """Where the tokens of each sequence are, for the three ways bertkit stores a batch.
 
+    - padded: hidden states are the caller's (B, T) rectangle; attention masks padded keys.
+    - unpadded: only the N real tokens are kept, as (N, H); every per-token layer (projections, FFN,
+      LayerNorm: ~97% of the FLOPs at T=128) skips padding entirely. Attention alone scatters q/k/v back
+      into a (S, T_max) rectangle, which costs O(N H) memory traffic, not FLOPs.
+    - packed: several sequences share one row (Krell et al. 2021); ``sequence_ids`` (B, T) numbers them
+      1, 2, ... per row (0 = padding). Each becomes its own attention sequence, so attention never
+      crosses sequences, and positions restart at 0 for each.
+
+    ``flat_index`` (N,) are the real tokens' positions in the flattened (B*T) input (None: padded);
+    ``seq_index`` (N,) their positions in the (S*T_max) attention rectangle; ``key_mask`` (S, 1, 1, T_max)
+    is True for real keys (None: no padding anywhere); ``first_token`` (S,) indexes each sequence's first
+    token ([CLS]) among the stored tokens.
+    """
+
+    batch_shape: tuple[int, int]
+    seq_shape: tuple[int, int]
     key_mask: Tensor | None
+    flat_index: Tensor | None = None
+    seq_index: Tensor | None = None
+    first_token: Tensor | None = None
+    position_ids: Tensor | None = None  # (N,) for packed batches: positions restart per sequence
 
     @classmethod
-    def from_attention_mask(cls, attention_mask: Tensor | None) -> PaddedLayout:
+    def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int]) -> TokenLayout:
         if attention_mask is None or bool(attention_mask.all()):
-            return cls(None)  # no padding: let SDPA take its fastest, mask-free kernel
-        return cls(attention_mask.bool()[:, None, None, :])  # (B, 1, 1, T)
+            return cls(shape, shape, None)  # no padding: SDPA takes its fastest, mask-free kernel
+        return cls(shape, shape, attention_mask.bool()[:, None, None, :])  # (B, 1, 1, T)
+
+    @classmethod
+    def unpadded(cls, attention_mask: Tensor) -> TokenLayout:
+        """Right-padded rows (each row's real tokens first), as every BERT tokenizer produces."""
+        B, T = attention_mask.shape
+        mask = attention_mask.bool()
+        flat_index = mask.reshape(-1).nonzero().squeeze(1)  # (N,)
+        lengths = mask.sum(1)  # (B,)
+        first = torch.cumsum(lengths, 0) - lengths  # (B,) offsets of each row's first real token
+        return cls((B, T), (B, T), mask[:, None, None, :], flat_index, flat_index, first)
+
+    @classmethod
+    def packed(cls, sequence_ids: Tensor) -> TokenLayout:
+        """Rows holding several sequences, numbered 1.. within each row (0 = padding, at the row's end)."""
+        B, T = sequence_ids.shape
+        flat_ids = sequence_ids.reshape(-1)
+        flat_index = (flat_ids > 0).nonzero().squeeze(1)  # (N,)
+        row = flat_index // T
+        # Sequence number over the whole batch: rows are taken in order, sequences in order within a row.
+        per_row = sequence_ids.max(1).values  # (B,)
+        row_offset = torch.cumsum(per_row, 0) - per_row
+        seq = row_offset[row] + flat_ids[flat_index] - 1  # (N,) global sequence number
+        S = int(per_row.sum())
+        lengths = torch.bincount(seq, minlength=S)  # (S,)
+        starts = torch.cumsum(lengths, 0) - lengths  # (S,) first stored token of each sequence
+        pos = torch.arange(flat_index.numel(), device=flat_index.device) - starts[seq]  # restarts at 0
+        T_max = int(lengths.max())
+        key_mask = (torch.arange(T_max, device=lengths.device)[None, :] < lengths[:, None])[:, None, None, :]
+        return cls((B, T), (S, T_max), key_mask, flat_index, seq * T_max + pos, starts, pos)
+
+    @property
+    def is_padded(self) -> bool:
+        return self.flat_index is None
+
+    def to_attention(self, x: Tensor) -> Tensor:
+        """Stored tokens (N, D) -> the attention rectangle (S, T_max, D), zeros at padding."""
+        S, T = self.seq_shape
+        out = x.new_zeros(S * T, x.size(-1))
+        return out.index_copy_(0, self.seq_index, x).view(S, T, -1)
+
+    def from_attention(self, y: Tensor) -> Tensor:
+        """The attention rectangle (S, T_max, D) -> stored tokens (N, D)."""
+        return y.reshape(-1, y.size(-1)).index_select(0, self.seq_index)
+
+    def to_batch(self, x: Tensor) -> Tensor:
+        """Stored tokens -> the caller's padded (B, T, D) shape (zeros at padding); identity when padded."""
+        if self.is_padded:
+            return x
+        B, T = self.batch_shape
+        return x.new_zeros(B * T, x.size(-1)).index_copy_(0, self.flat_index, x).view(B, T, -1)
+
+    def select(self, x: Tensor, mask: Tensor) -> Tensor:
+        """Rows of stored tokens ``x`` where the caller's (B, T) boolean ``mask`` is True, row-major order.
+
+        ``mask`` must be False at padding (labels there are -100). No re-padding is needed.
+        """
+        if self.is_padded:
+            return x.reshape(-1, x.size(-1))[mask.reshape(-1)]
+        return x[mask.reshape(-1)[self.flat_index]]
+
+    def first_tokens(self, x: Tensor) -> Tensor:
+        """Each sequence's first token state (the [CLS] the pooler reads): (S, D)."""
+        return x[:, 0] if self.is_padded else x.index_select(0, self.first_token)
 
 
-def self_attention(qkv: Tensor, layout: PaddedLayout, num_heads: int, dropout_p: float) -> Tensor:
-    """Multi-head scaled dot-product attention over the fused projections ``qkv`` (B, T, 3H) -> (B, T, H)."""
-    B, T, three_h = qkv.shape
+def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
+    """Multi-head scaled dot-product attention over the fused projections: qkv (..., 3H) -> (..., H).
+
+    ``qkv`` is (B, T, 3H) for a padded layout and (N, 3H) otherwise; the result has the same leading shape.
+    """
+    rect = qkv if layout.is_padded else layout.to_attention(qkv)  # (S, T, 3H)
+    S, T, three_h = rect.shape
     hs = three_h // (3 * num_heads)
-    q, k, v = qkv.view(B, T, 3, num_heads, hs).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask, dropout_p=dropout_p)  # (B, nh, T, hs)
-    return y.transpose(1, 2).reshape(B, T, num_heads * hs)  # (B, T, H)
+    q, k, v = rect.view(S, T, 3, num_heads, hs).permute(2, 0, 3, 1, 4)  # 3 x (S, nh, T, hs)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.key_mask, dropout_p=dropout_p)  # (S, nh, T, hs)
+    y = y.transpose(1, 2).reshape(S, T, num_heads * hs)  # (S, T, H)
+    return y if layout.is_padded else layout.from_attention(y)  # (N, H)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -108,11 +198,12 @@ class BertLayer(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.act = activation(config.hidden_act)
 
-    def forward(self, x: Tensor, layout: PaddedLayout) -> Tensor:
+    def forward(self, x: Tensor, layout: TokenLayout) -> Tensor:
+        # x is (B, T, H) in the padded layout and (N, H) otherwise; every op but attention is per token.
         p = self.attn_dropout_p if self.training else 0.0
-        a = self_attention(self.qkv(x), layout, self.num_heads, p)  # (B, T, H)
+        a = self_attention(self.qkv(x), layout, self.num_heads, p)  # like x
         x = self.attn_norm(x + self.dropout(self.attn_out(a)))
-        h = self.act(self.ffn_in(x))  # (B, T, I)
+        h = self.act(self.ffn_in(x))  # (..., I)
         return self.ffn_norm(x + self.dropout(self.ffn_out(h)))
 
 
@@ -123,8 +214,8 @@ class BertPooler(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
-    def forward(self, hidden: Tensor) -> Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))  # (B, H)
+    def forward(self, first_token: Tensor) -> Tensor:
+        return torch.tanh(self.dense(first_token))  # (S, H)
 
 
 def init_bert_weights(module: nn.Module, std: float) -> None:
@@ -145,10 +236,26 @@ def init_bert_weights(module: nn.Module, std: float) -> None:
 
 @dataclass
 class BertModelOutput:
-    last_hidden_state: Tensor  # (B, T, H)
-    pooler_output: Tensor | None  # (B, H); None when built with add_pooling_layer=False
-    # With output_hidden_states: L + 1 tensors (B, T, H), the embeddings' output first.
-    hidden_states: tuple[Tensor, ...] | None = None
+    """Encoder outputs. ``tokens`` are the stored token states: (B, T, H) in the padded layout, (N, H)
+    for the N real tokens otherwise; ``last_hidden_state`` always gives the caller's padded (B, T, H)."""
+
+    tokens: Tensor
+    pooler_output: Tensor | None  # (S, H): one per sequence (S = B unless packed); None without pooler
+    layout: TokenLayout
+    layer_tokens: tuple[Tensor, ...] | None = None  # with output_hidden_states: L + 1, embeddings first
+
+    @property
+    def last_hidden_state(self) -> Tensor:
+        """(B, T, H). In the unpadded and packed layouts padding positions hold zeros."""
+        return self.layout.to_batch(self.tokens)
+
+    @property
+    def hidden_states(self) -> tuple[Tensor, ...] | None:
+        """L + 1 tensors (B, T, H), the embeddings' output first (the feature-based approach reads these)."""
+        return None if self.layer_tokens is None else tuple(self.layout.to_batch(t) for t in self.layer_tokens)
+
+
+LAYOUTS = ("auto", "padded", "unpadded")
 
 
 class BertModel(PretrainedMixin, nn.Module):
@@ -163,6 +270,8 @@ class BertModel(PretrainedMixin, nn.Module):
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.register_buffer("position_ids", torch.arange(config.max_position_embeddings), persistent=False)
+        # The layout forward uses when the caller names none; set "padded" to compute as transformers does.
+        self.layout = "auto"
         self.apply(lambda m: init_bert_weights(m, config.initializer_range))
 
     def forward(
@@ -172,9 +281,23 @@ class BertModel(PretrainedMixin, nn.Module):
         attention_mask: Tensor | None = None,
         position_ids: Tensor | None = None,
         output_hidden_states: bool = False,
+        sequence_ids: Tensor | None = None,
+        layout: str | None = None,
     ) -> BertModelOutput:
+        """Encode a batch.
+
+        ``layout="auto"`` drops padding before the first layer whenever the batch has any (right-padded
+        rows), computing every per-token layer on real tokens only; outputs at real positions equal the
+        padded computation's within float rounding. ``"padded"`` computes on the rectangle as
+        transformers does. ``sequence_ids`` (B, T) instead of ``attention_mask`` marks packed rows:
+        sequences numbered 1, 2, ... within each row, 0 for padding; positions restart per sequence and
+        ``pooler_output`` has one row per sequence.
+        """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
+        layout = layout or self.layout
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
         B, T = input_ids.shape
         if T > self.config.max_position_embeddings:
             raise ValueError(
@@ -184,18 +307,36 @@ class BertModel(PretrainedMixin, nn.Module):
             )
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        if position_ids is None:
-            position_ids = self.position_ids[:T].unsqueeze(0)  # (1, T), broadcast over the batch
-        layout = PaddedLayout.from_attention_mask(attention_mask)
+        if sequence_ids is not None:
+            if attention_mask is not None:
+                raise ValueError("pass either attention_mask (one sequence per row) or sequence_ids (packed), not both")
+            lay = TokenLayout.packed(sequence_ids)
+        elif (layout == "padded" or attention_mask is None or bool(attention_mask.all())
+              or not bool(attention_mask[:, 0].all())):
+            # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
+            lay = TokenLayout.padded(attention_mask, (B, T))
+        else:
+            lay = TokenLayout.unpadded(attention_mask)
 
-        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
+        if lay.is_padded:
+            pos = self.position_ids[:T].unsqueeze(0) if position_ids is None else position_ids  # (1 or B, T)
+            x = self.embeddings(input_ids, token_type_ids, pos)  # (B, T, H)
+        else:
+            if lay.position_ids is not None:
+                if position_ids is not None:
+                    raise ValueError("packed batches compute their own position_ids (restarting per sequence)")
+                pos = lay.position_ids
+            else:
+                pos = (lay.flat_index % T) if position_ids is None else position_ids.reshape(-1)[lay.flat_index]
+            x = self.embeddings(input_ids.reshape(-1)[lay.flat_index], token_type_ids.reshape(-1)[lay.flat_index],
+                                pos)  # (N, H)
         states = [x] if output_hidden_states else None
         for layer in self.layers:
-            x = layer(x, layout)
+            x = layer(x, lay)
             if states is not None:
                 states.append(x)
-        pooled = self.pooler(x) if self.pooler is not None else None
-        return BertModelOutput(x, pooled, tuple(states) if states is not None else None)
+        pooled = self.pooler(lay.first_tokens(x)) if self.pooler is not None else None
+        return BertModelOutput(x, pooled, lay, tuple(states) if states is not None else None)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -209,5 +350,5 @@ def _expected_param_count(config: BertConfig) -> int:
     return emb + L * layer + H * H + H
 
 
-__all__ = ["BertModel", "BertModelOutput", "BertLayer", "BertEmbeddings", "BertPooler", "PaddedLayout",
+__all__ = ["BertModel", "BertModelOutput", "BertLayer", "BertEmbeddings", "BertPooler", "TokenLayout",
            "self_attention", "init_bert_weights", "activation"]

@@ -1,0 +1,40 @@
+"""Draw a run's metrics.jsonl as a PNG of learning curves (train and held-out)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+logger = logging.getLogger("bertkit")
+
+
+def plot_metrics(metrics_path: Path, png_path: Path) -> Path | None:
+    """One panel per metric family, train and eval lines; returns the PNG path (None without matplotlib)."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        logger.warning("matplotlib is not installed (pip install 'bertkit[plot]'): no plot written for %s",
+                       metrics_path)
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    keys = sorted({k for r in records for k, v in r.items() if isinstance(v, (int, float))} - {"step", "epoch"})
+    panels = [k for k in ("loss", "mlm_loss", "mlm_acc", "nsp_loss", "nsp_acc", "lr") if k in keys] or keys[:4]
+    panels += [k for k in keys if k not in panels and k not in ("seqs_per_s", "tokens_per_s", "instances")][:6 - len(panels)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2), squeeze=False)
+    for ax, key in zip(axes[0], panels):
+        for split, style in (("train", "-"), ("eval", "o-")):
+            pts = [(r["step"], r[key]) for r in records if r.get("split") == split and key in r]
+            if pts:
+                ax.plot(*zip(*pts), style, label=split, markersize=3)
+        ax.set_title(key)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return png_path
