@@ -72,6 +72,165 @@ def _download(args: argparse.Namespace) -> dict:
     return {"model_dir": str(out), "files": sorted(p.name for p in out.iterdir())}
 
 
+def _configure_train_tokenizer(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", type=Path, help="raw text files")
+    p.add_argument("--out", type=Path, required=True, help="directory for vocab.txt + tokenizer_config.json")
+    p.add_argument("--vocab-size", type=int, default=30522)
+    p.add_argument("--min-frequency", type=int, default=2)
+    p.add_argument("--cased", action="store_true", help="keep case and accents (default: uncased)")
+    p.add_argument("--errors", choices=("strict", "replace"), default="strict",
+                   help="non-UTF-8 bytes: stop naming file and line (strict) or replace them with U+FFFD")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--no-progress", action="store_true")
+
+
+@command("train-tokenizer", "learn a WordPiece vocabulary from raw text", _configure_train_tokenizer)
+def _train_tokenizer(args: argparse.Namespace) -> dict:
+    import time
+
+    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
+
+    t0 = time.perf_counter()
+    vocab = train_wordpiece_vocab([str(f) for f in args.files], vocab_size=args.vocab_size,
+                                  min_frequency=args.min_frequency, lowercase=not args.cased, errors=args.errors,
+                                  num_workers=args.workers, progress=not args.no_progress)
+    out = save_vocab(vocab, args.out, lowercase=not args.cased)
+    return {"vocab_dir": str(out), "vocab_size": len(vocab), "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _configure_create_data(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", type=Path, help="text files: one sentence per line with blank lines "
+                   "between documents (google), or raw prose (books, articles); see --input-format")
+    p.add_argument("--vocab", type=Path, required=True, help="tokenizer directory (vocab.txt + tokenizer_config.json)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--max-predictions-per-seq", type=int, default=20)
+    p.add_argument("--masked-lm-prob", type=float, default=0.15)
+    p.add_argument("--short-seq-prob", type=float, default=0.1)
+    p.add_argument("--dupe-factor", type=int, default=5)
+    p.add_argument("--whole-word-mask", action="store_true")
+    p.add_argument("--nsp-negatives", choices=("random", "nearby"), default="random")
+    p.add_argument("--masking", choices=("static", "dynamic"), default="static",
+                   help="dynamic: store unmasked instances and draw masks afresh each epoch at load time")
+    p.add_argument("--input-format", default="auto")
+    p.add_argument("--errors", choices=("strict", "replace"), default="strict")
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+
+
+@command("create-pretraining-data", "documents -> masked-LM + NSP instances, sharded and memory-mapped",
+         _configure_create_data)
+def _create_data(args: argparse.Namespace) -> dict:
+    from bertkit.data.pretraining import create_pretraining_data
+    from bertkit.tokenization import BertTokenizer
+
+    tokenizer = BertTokenizer.from_pretrained(args.vocab)
+    return create_pretraining_data(
+        [str(f) for f in args.files], tokenizer, args.out, max_seq_length=args.max_seq_length,
+        max_predictions_per_seq=args.max_predictions_per_seq, masked_lm_prob=args.masked_lm_prob,
+        short_seq_prob=args.short_seq_prob, dupe_factor=args.dupe_factor, whole_word_mask=args.whole_word_mask,
+        nsp_negatives=args.nsp_negatives, masking=args.masking, input_format=args.input_format,
+        errors=args.errors, seed=args.seed, num_workers=args.workers, progress=not args.no_progress,
+        overwrite=args.overwrite)
+
+
+def _configure_pretrain(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, required=True, help="instances from create-pretraining-data (phase 1)")
+    p.add_argument("--phase2-data", type=Path, help="longer instances for the last steps (e.g. 512 tokens)")
+    p.add_argument("--phase1-fraction", type=float, default=0.9)
+    p.add_argument("--eval-data", type=Path, help="held-out instances for MLM/NSP accuracy")
+    p.add_argument("--eval-every", type=int, default=None)
+    p.add_argument("--eval-instances", type=int, default=2000)
+    p.add_argument("--vocab", type=Path, required=True, help="the tokenizer directory the data was made with")
+    p.add_argument("--config", default="mini", help="a preset (tiny, mini, small, medium, base, large) or a config.json")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--max-steps", type=int, required=True)
+    p.add_argument("--save-every", type=int, default=None)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    _train_flags(p, lr="1e-4", batch_size=32, epochs=None)
+    p.set_defaults(warmup=0.01, log_every=10)
+
+
+def load_config(spec: str, **overrides: Any):
+    from bertkit.config import PRESETS, BertConfig
+
+    if spec in PRESETS:
+        return BertConfig.preset(spec, **overrides)
+    return BertConfig.from_json_file(spec, **overrides)
+
+
+@command("pretrain", "pre-train BERT (masked LM + next sentence) from scratch", _configure_pretrain)
+def _pretrain(args: argparse.Namespace) -> dict:
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.training.loop import TrainArgs
+    from bertkit.training.pretrain import PretrainSettings, pretrain
+
+    vocab_size = len(BertTokenizer.from_pretrained(args.vocab).vocab)
+    settings = PretrainSettings(
+        data_dir=args.data, tokenizer_dir=args.vocab, config=load_config(args.config, vocab_size=vocab_size),
+        max_steps=args.max_steps, batch_size=args.batch_size, phase2_data_dir=args.phase2_data,
+        phase1_fraction=args.phase1_fraction, eval_data_dir=args.eval_data, eval_every=args.eval_every,
+        eval_instances=args.eval_instances)
+    train_args = TrainArgs(
+        out_dir=args.out, lr=float(args.lr), warmup=args.warmup, weight_decay=args.weight_decay,
+        optimizer=args.optimizer, grad_accum=args.grad_accum, max_grad_norm=args.max_grad_norm, bf16=args.bf16,
+        seed=args.seed, log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every,
+        progress=not args.no_progress, device=args.device)
+    result = pretrain(settings, train_args, resume=args.resume)
+    return {"steps": result.step, "last_eval": result.last_eval, "out": str(args.out)}
+
+
+def _configure_finetune(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="task_family", required=True, metavar="family")
+    g = sub.add_parser("glue", help="GLUE sentence / pair classification and regression")
+    g.add_argument("--task", required=True, help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli")
+    g.add_argument("--data-dir", type=Path, required=True, help="the GLUE root (holding SST-2/, MRPC/, ...)")
+    g.add_argument("--model", type=Path, required=True, help="pre-trained checkpoint directory")
+    g.add_argument("--out", type=Path, required=True)
+    g.add_argument("--seeds", type=_ints, default=[1])
+    g.add_argument("--max-seq-length", type=int, default=128)
+    g.add_argument("--max-train-examples", type=int, default=None, help="use only the first N training rows")
+    _train_flags(g, lr=None, batch_size=32, epochs=3.0)
+
+
+@command("finetune", "fine-tune a pre-trained BERT on a task (paper section 4)", _configure_finetune)
+def _finetune(args: argparse.Namespace) -> dict:
+    if args.task_family == "glue":
+        from bertkit.training.finetune import GlueSettings, finetune_glue
+
+        return finetune_glue(GlueSettings(
+            task=args.task, data_dir=args.data_dir, model_dir=args.model, out_dir=args.out,
+            lrs=tuple(_floats(args.lr)) if args.lr else None, seeds=tuple(args.seeds), epochs=args.epochs,
+            batch_size=args.batch_size, max_seq_length=args.max_seq_length, warmup=args.warmup,
+            weight_decay=args.weight_decay, bf16=args.bf16, device=args.device, progress=not args.no_progress,
+            max_train_examples=args.max_train_examples))
+    raise ValueError(f"unknown task family {args.task_family!r}")
+
+
+def _configure_predict(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="task_family", required=True, metavar="family")
+    g = sub.add_parser("glue", help="write GLUE-submission TSV predictions for a test (or dev) split")
+    g.add_argument("--task", required=True)
+    g.add_argument("--data-dir", type=Path, required=True)
+    g.add_argument("--model", type=Path, required=True, help="a fine-tuned checkpoint (e.g. OUT/best)")
+    g.add_argument("--out", type=Path, required=True, help="directory for the submission file")
+    g.add_argument("--split", choices=("test", "dev"), default="test")
+    g.add_argument("--max-seq-length", type=int, default=128)
+    g.add_argument("--batch-size", type=int, default=128)
+    g.add_argument("--bf16", action="store_true")
+
+
+@command("predict", "predict with a fine-tuned model and write submission files", _configure_predict)
+def _predict(args: argparse.Namespace) -> dict:
+    from bertkit.training.finetune import predict_glue
+
+    return predict_glue(args.task, args.data_dir, args.model, args.out, split=args.split,
+                        max_seq_length=args.max_seq_length, batch_size=args.batch_size, bf16=args.bf16)
+
+
 # -------------------------------------------------------------------------------------------------
 
 

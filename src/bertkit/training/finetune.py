@@ -170,3 +170,27 @@ def summarize_grid(task: glue.GlueTask, runs: list[dict]) -> dict[str, Any]:
     first_metric = next(iter(runs[0]["dev"]))
     best = max(configs, key=lambda c: c[first_metric]["mean"])
     return {"metric": first_metric, "best": best, "configs": configs, "runs": runs}
+
+
+def predict_glue(task_name: str, data_dir: Path, model_dir: Path, out_dir: Path, *, split: str = "test",
+                 max_seq_length: int = 128, batch_size: int = 128, bf16: bool = False, device: str = "cpu"
+                 ) -> dict[str, Any]:
+    """Predict ``split`` with a fine-tuned checkpoint; write the GLUE-submission TSV (and dev scores if labelled)."""
+    task = glue.get_task(task_name)
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    model = BertForSequenceClassification.from_pretrained(model_dir).to(device)
+    expected = task.num_labels
+    if model.config.num_labels != expected:
+        raise ValueError(f"{model_dir} has {model.config.num_labels} outputs but {task.name} needs {expected}; "
+                         "is it a checkpoint fine-tuned on this task?")
+    examples = glue.read_glue(task, data_dir, split)
+    features = glue.featurize(examples, tokenizer, max_seq_length, task)
+    logits = np.stack(predict(model, features, lambda b: glue.collate(b, tokenizer.pad_token_id),
+                              batch_size=batch_size, bf16=bf16, device=device))
+    preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = glue.write_submission(task, preds.tolist(), [e.id for e in examples], out_dir)
+    result: dict[str, Any] = {"task": task.name, "split": split, "examples": len(examples), "file": str(path)}
+    if split != "test":
+        result["scores"] = task.metric(preds, np.asarray([f["labels"] for f in features]))
+    return result

@@ -1,0 +1,140 @@
+"""GLUE fine-tuning, bertkit vs transformers, side by side in one process: dev scores and wall time.
+
+Both start from the same weights (bertkit initialises the task head with the seed and saves the whole
+model; transformers loads that directory), see the same batches in the same order (bertkit's BatchPlan,
+padded per batch: transformers with dynamic padding), and use the same optimiser (AdamW, eps 1e-6, weight
+decay 0.01 off for biases and LayerNorm), schedule (10% warm-up, linear decay), clipping (1.0) and
+dropout. Dropout masks differ (each implementation draws its own), which is seed-to-seed noise.
+
+    python bench/bench_glue.py --task rte --model models/minilm --lr 1e-4 --seeds 1,2,3
+
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+
+from bertkit import BertForSequenceClassification, BertTokenizer
+from bertkit.tasks import glue
+from bertkit.training.finetune import predict
+from bertkit.training.loop import BatchPlan, Phase, TrainArgs, steps_for_epochs, train
+from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def scores(task, model, features, collate, refs):
+    logits = np.stack(predict(model, features, collate, batch_size=128))
+    preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
+    return task.metric(preds, refs)
+
+
+def train_reference(hf_model, plan, steps, lr, seed, evaluate):
+    """A plain PyTorch loop over transformers' model: what a careful transformers user writes."""
+    torch.manual_seed(seed)
+    opt = build_optimizer(hf_model, "adamw", lr, 0.01)
+    sched = linear_warmup_decay(opt, warmup_steps_for(steps, 0.1), steps)
+    hf_model.train()
+    step, epoch, per_epoch = 0, 0, []
+    while step < steps:
+        for idx in plan.batches(epoch):
+            batch = plan.load(epoch, idx)
+            loss = hf_model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(hf_model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            if step == steps:
+                break
+        per_epoch.append(evaluate(hf_model))
+        hf_model.train()
+        epoch += 1
+    return per_epoch
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--task", required=True)
+    p.add_argument("--model", type=Path, default=REPO / "models" / "minilm")
+    p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "glue")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--seeds", default="1,2,3")
+    p.add_argument("--epochs", type=float, default=3.0)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--max-train-examples", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    task = glue.get_task(args.task)
+    tok = BertTokenizer.from_pretrained(args.model)
+    train_ex = glue.read_glue(task, args.data_dir, "train")[: args.max_train_examples]
+    dev_ex = glue.read_glue(task, args.data_dir, "dev")
+    train_f = glue.featurize(train_ex, tok, args.max_seq_length, task)
+    dev_f = glue.featurize(dev_ex, tok, args.max_seq_length, task)
+    refs = np.asarray([f["labels"] for f in dev_f])
+    labels = list(task.labels) if task.labels else ["score"]
+    problem = "regression" if task.is_regression else "single_label_classification"
+
+    def collate(b):
+        return glue.collate(b, tok.pad_token_id)
+
+    rows = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        torch.manual_seed(seed)
+        ours = BertForSequenceClassification.from_pretrained(args.model, id2label=dict(enumerate(labels)),
+                                                             problem_type=problem)
+        with tempfile.TemporaryDirectory() as init_dir:
+            ours.save_pretrained(init_dir)
+            theirs = transformers.BertForSequenceClassification.from_pretrained(init_dir)
+        plan = BatchPlan(train_f, args.batch_size, collate, shuffle=True, seed=seed)
+        steps = steps_for_epochs(plan, args.epochs, 1)
+        with tempfile.TemporaryDirectory() as run_dir:
+            t0 = time.perf_counter()
+            result = train(ours, [Phase(plan, steps)], TrainArgs(out_dir=Path(run_dir), lr=args.lr, seed=seed,
+                                                                  progress=False, log_every=10**9),
+                           evaluate=lambda m: scores(task, m, dev_f, collate, refs))
+            t_ours = time.perf_counter() - t0
+        ours_per_epoch = [{k: v for k, v in r.items() if k not in ("split", "step", "epoch")}
+                          for r in result.history if r["split"] == "eval"]
+        t0 = time.perf_counter()
+        ref_per_epoch = train_reference(theirs, plan, steps, args.lr, seed,
+                                        lambda m: scores(task, m, dev_f, collate, refs))
+        t_ref = time.perf_counter() - t0
+        rows.append({"seed": seed, "bertkit": ours_per_epoch[-1], "transformers": ref_per_epoch[-1],
+                     "bertkit_s": t_ours, "transformers_s": t_ref,
+                     "bertkit_per_epoch": ours_per_epoch, "transformers_per_epoch": ref_per_epoch})
+
+    metric = next(iter(rows[0]["bertkit"]))
+
+    def agg(key):
+        vals = [r[key][metric] for r in rows]
+        return {"mean": statistics.fmean(vals), "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+                "values": vals}
+
+    ours_s, ref_s = sum(r["bertkit_s"] for r in rows), sum(r["transformers_s"] for r in rows)
+    print(json.dumps({
+        "bench": "glue_finetune", "task": task.name, "model": str(args.model), "lr": args.lr,
+        "epochs": args.epochs, "batch_size": args.batch_size, "train_examples": len(train_f), "metric": metric,
+        "bertkit": agg("bertkit"), "transformers": agg("transformers"),
+        "bertkit_wall_s": round(ours_s, 1), "transformers_wall_s": round(ref_s, 1),
+        "speedup": round(ref_s / ours_s, 3), "threads": torch.get_num_threads(), "runs": rows,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Pre-training instances on disk: plain ``.npy`` arrays per shard, memory-mapped on read, plus a manifest.
+
+One directory holds::
+
+    manifest.json                          config used, counts, tokenizer hash, shards (with sha256 of each file)
+    vocab.txt                              the vocabulary the ids refer to (one token a line, line number = id)
+    shard-00000.input_ids.npy              all instances' token ids back to back: [CLS] A [SEP] B [SEP]
+    shard-00000.offsets.npy                int64 (n + 1,): instance i is input_ids[offsets[i]:offsets[i + 1]]
+    shard-00000.type_start.npy             int32 (n,): first position of segment B (token_type_ids 1 from here)
+    shard-00000.next_sentence_labels.npy   uint8 (n,): 0 = B follows A, 1 = B is not the next segment
+    shard-00000.masked_positions.npy       static masking only: positions of the masked-LM targets, back to back
+    shard-00000.masked_offsets.npy         static masking only: int64 (n + 1,), as ``offsets``
+    shard-00000.masked_labels.npy          static masking only: original ids at those positions
+
+Token ids are ``uint16`` when the vocabulary has at most 65,536 entries, else ``int32``; positions are
+``int32``. No pickle anywhere (``np.save(..., allow_pickle=False)``), so the files are safe to share and
+identical bytes for identical inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = "bertkit-pretraining-v1"
+MANIFEST = "manifest.json"
+VOCAB = "vocab.txt"
+BASE_FIELDS = ("input_ids", "offsets", "type_start", "next_sentence_labels")
+MASK_FIELDS = ("masked_positions", "masked_offsets", "masked_labels")
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}"
+
+
+def save_shard(output_dir: str | os.PathLike, name: str, arrays: dict[str, np.ndarray]) -> dict[str, dict]:
+    """Write one shard's arrays as ``{name}.{field}.npy``; return ``{field: {file, dtype, shape, sha256}}``."""
+    out = Path(output_dir)
+    info = {}
+    for field, array in arrays.items():
+        path = out / f"{name}.{field}.npy"
+        np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+        info[field] = {
+            "file": path.name,
+            "dtype": str(array.dtype),
+            "shape": list(array.shape),
+            "sha256": sha256_file(path),
+        }
+    return info
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(output_dir: str | os.PathLike, manifest: dict) -> Path:
+    path = Path(output_dir) / MANIFEST
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def read_manifest(data_dir: str | os.PathLike) -> dict:
+    path = Path(data_dir) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: {data_dir} is not a pre-training data directory "
+            "(make one with bertkit.data.create_pretraining_data / `bertkit create-pretraining-data`)"
+        )
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {manifest.get('format')!r} is not {FORMAT!r}")
+    return manifest
+
+
+def remove_shards(output_dir: str | os.PathLike) -> None:
+    """Delete the manifest and every ``shard-*.npy`` in ``output_dir`` (nothing else)."""
+    out = Path(output_dir)
+    for path in sorted(out.glob("shard-*.npy")):
+        path.unlink()
+    (out / MANIFEST).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class RawInstance:
+    """One stored instance, as on disk (``masked_*`` are ``None`` for dynamic masking)."""
+
+    input_ids: np.ndarray
+    type_start: int
+    next_sentence_label: int
+    masked_positions: np.ndarray | None
+    masked_labels: np.ndarray | None
+
+
+class ShardedInstances:
+    """Read-only, memory-mapped view of every shard listed in a data directory's manifest.
+
+    ``verify=True`` re-hashes every file against the manifest first (reads all bytes once).
+    """
+
+    def __init__(self, data_dir: str | os.PathLike, verify: bool = False):
+        self.data_dir = Path(data_dir)
+        self.manifest = read_manifest(self.data_dir)
+        self.static_masks = self.manifest["config"]["masking"] == "static"
+        fields = BASE_FIELDS + (MASK_FIELDS if self.static_masks else ())
+        self._shards: list[dict[str, np.ndarray]] = []
+        for shard in self.manifest["shards"]:
+            arrays = {}
+            for field in fields:
+                entry = shard["files"][field]
+                path = self.data_dir / entry["file"]
+                if not path.is_file():
+                    raise FileNotFoundError(f"{path} is listed in the manifest but missing")
+                if verify and sha256_file(path) != entry["sha256"]:
+                    raise ValueError(f"{path}: sha256 differs from the manifest; the file was changed")
+                arrays[field] = np.load(path, mmap_mode="r", allow_pickle=False)
+            self._shards.append(arrays)
+        sizes = [len(s["next_sentence_labels"]) for s in self._shards]
+        self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __getitem__(self, index: int) -> RawInstance:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"instance {index} out of range for {len(self)} instances")
+        index %= len(self)
+        shard_index = int(np.searchsorted(self._starts, index, side="right")) - 1
+        shard = self._shards[shard_index]
+        i = index - int(self._starts[shard_index])
+        lo, hi = int(shard["offsets"][i]), int(shard["offsets"][i + 1])
+        positions = labels = None
+        if self.static_masks:
+            mlo, mhi = int(shard["masked_offsets"][i]), int(shard["masked_offsets"][i + 1])
+            positions = np.asarray(shard["masked_positions"][mlo:mhi])
+            labels = np.asarray(shard["masked_labels"][mlo:mhi])
+        return RawInstance(
+            input_ids=np.asarray(shard["input_ids"][lo:hi]),
+            type_start=int(shard["type_start"][i]),
+            next_sentence_label=int(shard["next_sentence_labels"][i]),
+            masked_positions=positions,
+            masked_labels=labels,
+        )
+
+    def read_vocab(self) -> list[str]:
+        return (self.data_dir / VOCAB).read_text(encoding="utf-8").split("\n")[:-1]

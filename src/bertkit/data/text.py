@@ -1,0 +1,402 @@
+"""Corpus reading: files -> documents -> sentences, streaming, with the clean-up BERT's data needs.
+
+A *document* is a list of sentence strings; next-sentence pairs never cross documents. Three input
+formats (``input_format``):
+
+``"sentences"``
+    google-research/bert's format: one sentence per line, a blank line between documents. Lines are
+    taken as they are (stripped); nothing is filtered.
+``"prose"``
+    raw books and articles: blank lines separate paragraphs, hard-wrapped lines inside a paragraph are
+    joined, and :func:`split_sentences` cuts each paragraph into sentences. **One file is one
+    document** (a whole book, like BookCorpus in the BERT paper, or one Wikipedia article), except
+    that a file larger than the work-unit size is cut at paragraph breaks (see :func:`plan_work_units`).
+``"wikitext"``
+    WikiText raw: a top-level heading line `` = Title = `` starts a new document, sub-headings
+    `` = = Section = = `` are dropped, every other non-blank line is a paragraph.
+``"auto"`` (default)
+    ``"wikitext"`` when the first 64 KiB of the file hold at least two top-level heading lines,
+    otherwise ``"prose"``. Google's one-sentence-per-line format is never guessed: name it.
+
+Clean-up in ``"prose"`` and ``"wikitext"`` (the BERT paper, section 3.1: "we extract only the text
+passages and ignore lists, tables, and headers"):
+
+* Project Gutenberg licence text: if a ``*** START OF THE/THIS PROJECT GUTENBERG ...`` line occurs in
+  the first 1,000 lines, everything up to it is dropped; reading stops at ``*** END OF THE/THIS
+  PROJECT GUTENBERG`` (or an ``End of (the) Project Gutenberg ...`` line).
+* Wikipedia citation markers ``[12]``, ``[3,4]``, ``[a]``, ``[citation needed]`` are removed;
+  reference-list lines (starting with ``[12]``) are dropped.
+* A paragraph is kept only if it ends like prose: its last character, after any closing quotes,
+  brackets, ``_`` or ``*``, is one of ``. ! ? : ; …``. This drops headings ("Early life",
+  "CHAPTER IV"), table rows, list fragments and the title line of reference sections. Paragraphs
+  that look like table markup (``|-`` or two runs of dashes) are dropped as well.
+
+Bytes that are not UTF-8 raise a ``ValueError`` naming the file, line and byte offset, unless the
+caller passes ``errors="replace"`` (U+FFFD for bad bytes) or ``errors="ignore"``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+INPUT_FORMATS = ("auto", "prose", "sentences", "wikitext")
+DECODE_ERRORS = ("strict", "replace", "ignore")
+
+_WIKITEXT_TITLE = re.compile(r"^ ?= (?!=)(.*?) = ?$")
+_WIKITEXT_SUBHEADING = re.compile(r"^ ?(= ){2,}.*( =){2,} ?$")
+_GUTENBERG_START = re.compile(r"^\s*\*{3}\s*START OF (THE|THIS) PROJECT GUTENBERG", re.IGNORECASE)
+_GUTENBERG_END = re.compile(
+    r"^\s*(\*{3}\s*END OF (THE|THIS) PROJECT GUTENBERG|End of (the )?Project Gutenberg)", re.IGNORECASE
+)
+_GUTENBERG_HEADER_LINES = 1000
+_CITATION = re.compile(r"\[(?:\d+(?:\s*[,–-]\s*\d+)*|[a-z]|citation needed|note \d+|nb \d+)\]")
+_REFERENCE_LINE = re.compile(r"^\[\d+\]")
+_TABLE_MARKUP = re.compile(r"\|-|-{3,} +-{3,}")
+_CLOSERS = "\"'”’»)]_*"
+_PROSE_END = ".!?:;…"
+_DETECT_BYTES = 64 * 1024
+
+
+# --------------------------------------------------------------------------------------------------
+# Sentence splitting
+# --------------------------------------------------------------------------------------------------
+
+# Words that end in "." but (almost) never end a sentence: titles before a name, Latin and reference
+# abbreviations, months before a day. Compared lower-cased, without the final period.
+ABBREVIATIONS = frozenset(
+    """
+    mr mrs ms messrs mme mlle dr prof rev hon sr jr st mt ft gen col lt capt cmdr maj sgt cpl adm gov
+    sen rep pres supt insp fr sec
+    e.g i.e viz cf vs etc al approx ca c circa fig figs no nos vol vols p pp ch chap sect art ed eds
+    op ibid est dept univ assn bros corp inc ltd co
+    jan feb mar apr jun jul aug sep sept oct nov dec
+    """.split()
+)
+# Of those, the ones that often do end a sentence ("... and so on, etc. The next ..."): split after
+# them when a capitalised word follows.
+_SENTENCE_FINAL_ABBREVIATIONS = frozenset({"etc", "inc", "ltd", "co", "bros", "corp", "al"})
+
+_CANDIDATE = re.compile(r"([.!?…]+)([\"'”’»)\]]*)(\s+)")
+_OPENERS = "\"'“‘«([¿¡"
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Split one paragraph of prose into sentences with a few documented rules.
+
+    A sentence ends at ``.``, ``!``, ``?`` or ``…`` (runs such as ``?!`` or ``...`` count as one),
+    optionally followed by closing quotes or brackets, then whitespace, when the next word (after any
+    opening quotes or brackets) starts with an upper-case letter or a digit. It does not end there when
+
+    * the word before a ``.`` is a known abbreviation (:data:`ABBREVIATIONS`: ``Mr.``, ``Dr.``,
+      ``e.g.``, ``No.``, ``Jan.``), except ``etc.``, ``Inc.``, ``Ltd.``, ``Co.`` and ``al.``, which
+      often end sentences;
+    * the word before a ``.`` is a single letter (an initial: ``J. R. R. Tolkien``, ``H. americanus``)
+      or a dotted acronym (``U.S.``, ``Ph.D.``);
+    * a digit follows a ``.`` that closes a title-like abbreviation (``No. 4``, ``pp. 12``).
+
+    Decimals (``3.14``) and dotted names (``example.com``) never split, as no whitespace follows the
+    period. ``"Stop!" he said.`` stays one sentence because ``he`` is lower-case.
+    """
+    text = paragraph.strip()
+    if not text:
+        return []
+    sentences: list[str] = []
+    start = 0
+    for match in _CANDIDATE.finditer(text):
+        after = match.end()
+        if after >= len(text):
+            break
+        nxt = after
+        while nxt < len(text) and text[nxt] in _OPENERS:
+            nxt += 1
+        if nxt >= len(text) or not (text[nxt].isupper() or text[nxt].isdigit()):
+            continue
+        if match.group(1) == "." and not _period_ends_sentence(text, match.start(), text[nxt].isdigit()):
+            continue
+        sentence = text[start : match.end(2)].strip()
+        if sentence:
+            sentences.append(sentence)
+        start = after
+    tail = text[start:].strip()
+    if tail:
+        sentences.append(tail)
+    return sentences
+
+
+def _period_ends_sentence(text: str, period: int, digit_follows: bool) -> bool:
+    word_start = period
+    while word_start > 0 and not text[word_start - 1].isspace() and text[word_start - 1] not in _OPENERS:
+        word_start -= 1
+    word = text[word_start:period]
+    if not word:
+        return True
+    bare = word.lower()
+    if bare in ABBREVIATIONS:
+        return bare in _SENTENCE_FINAL_ABBREVIATIONS and not digit_follows
+    if len(word) == 1 and word.isalpha():
+        return False
+    # Dotted acronyms: "U.S", "Ph.D", "e.g" (the last period is the one we are looking at).
+    return not ("." in word and all(len(part) <= 2 for part in word.split(".")))
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading lines, with honest errors for bad bytes
+# --------------------------------------------------------------------------------------------------
+
+
+def iter_lines(
+    path: str | os.PathLike, errors: str = "strict", start: int = 0, end: int | None = None
+) -> Iterator[str]:
+    """Yield the lines of ``path[start:end]`` (byte offsets at line starts) without line endings.
+
+    Reads in binary and decodes line by line, so a bad byte is reported with its file, line (counted
+    from ``start``) and absolute byte offset. A UTF-8 byte-order mark at offset 0 is dropped.
+    """
+    if errors not in DECODE_ERRORS:
+        raise ValueError(f"errors={errors!r} is not one of {DECODE_ERRORS}")
+    offset = start
+    with open(path, "rb") as f:
+        f.seek(start)
+        for lineno, raw in enumerate(f, start=1):
+            if end is not None and offset >= end:
+                return
+            try:
+                line = raw.decode("utf-8", errors=errors)
+            except UnicodeDecodeError as exc:
+                where = f"line {lineno}" if start == 0 else f"line {lineno} after byte {start}"
+                raise ValueError(
+                    f"{path}: {where} (byte offset {offset + exc.start}) is not valid UTF-8 "
+                    f"({raw[exc.start : exc.start + 4]!r}); fix the file or pass errors='replace' "
+                    "to read bad bytes as U+FFFD"
+                ) from None
+            if offset == 0 and line.startswith("\ufeff"):
+                line = line[1:]
+            offset += len(raw)
+            yield line.rstrip("\r\n")
+
+
+# --------------------------------------------------------------------------------------------------
+# Documents
+# --------------------------------------------------------------------------------------------------
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """``"wikitext"`` if the first 64 KiB hold two or more `` = Title = `` lines, else ``"prose"``."""
+    with open(path, "rb") as f:
+        head = f.read(_DETECT_BYTES).decode("utf-8", errors="replace")
+    titles = sum(1 for line in head.splitlines() if _WIKITEXT_TITLE.match(line.rstrip("\r")))
+    return "wikitext" if titles >= 2 else "prose"
+
+
+def clean_paragraph(paragraph: str) -> str | None:
+    """Prose clean-up of one paragraph: drop citation markers; ``None`` if it is not a text passage."""
+    text = _CITATION.sub("", paragraph).strip()
+    if not text or _REFERENCE_LINE.match(text) or _TABLE_MARKUP.search(text):
+        return None
+    last = text.rstrip(_CLOSERS)
+    if not last or last[-1] not in _PROSE_END:
+        return None
+    return text
+
+
+def iter_documents(
+    path: str | os.PathLike,
+    input_format: str = "auto",
+    errors: str = "strict",
+    start: int = 0,
+    end: int | None = None,
+) -> Iterator[list[str]]:
+    """Yield the documents of one file (or of its byte range ``[start, end)``) as lists of sentences.
+
+    Documents with no sentence left after clean-up are skipped. See the module docstring for what each
+    ``input_format`` means.
+    """
+    if input_format not in INPUT_FORMATS:
+        raise ValueError(f"input_format={input_format!r} is not one of {INPUT_FORMATS}")
+    if input_format == "auto":
+        input_format = detect_format(path)
+    lines = iter_lines(path, errors=errors, start=start, end=end)
+    if input_format == "sentences":
+        yield from _sentence_documents(lines)
+    elif input_format == "wikitext":
+        yield from _wikitext_documents(lines)
+    else:
+        yield from _prose_documents(_strip_gutenberg(lines, look_for_start=start == 0))
+
+
+def _sentence_documents(lines: Iterator[str]) -> Iterator[list[str]]:
+    document: list[str] = []
+    for line in lines:
+        line = line.strip()
+        if line:
+            document.append(line)
+        elif document:
+            yield document
+            document = []
+    if document:
+        yield document
+
+
+def _strip_gutenberg(lines: Iterator[str], look_for_start: bool) -> Iterator[str]:
+    if look_for_start:
+        head: list[str] = []
+        for line in lines:
+            if _GUTENBERG_START.match(line):
+                head = []  # the licence header is dropped
+                break
+            head.append(line)
+            if len(head) >= _GUTENBERG_HEADER_LINES:
+                break
+        for line in head:
+            if _GUTENBERG_END.match(line):
+                return
+            yield line
+    for line in lines:
+        if _GUTENBERG_END.match(line):
+            return
+        yield line
+
+
+def _paragraphs(lines: Iterator[str]) -> Iterator[str]:
+    block: list[str] = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped:
+            block.append(stripped)
+        elif block:
+            yield " ".join(block)
+            block = []
+    if block:
+        yield " ".join(block)
+
+
+def _prose_documents(lines: Iterator[str]) -> Iterator[list[str]]:
+    document: list[str] = []
+    for paragraph in _paragraphs(lines):
+        cleaned = clean_paragraph(paragraph)
+        if cleaned is not None:
+            document.extend(split_sentences(cleaned))
+    if document:
+        yield document
+
+
+def _wikitext_documents(lines: Iterator[str]) -> Iterator[list[str]]:
+    document: list[str] = []
+    for line in lines:
+        if _WIKITEXT_TITLE.match(line):
+            if document:
+                yield document
+            document = []
+            continue
+        if _WIKITEXT_SUBHEADING.match(line):
+            continue
+        cleaned = clean_paragraph(line)
+        if cleaned is not None:
+            document.extend(split_sentences(cleaned))
+    if document:
+        yield document
+
+
+# --------------------------------------------------------------------------------------------------
+# Work units: the corpus cut into pieces of about `unit_bytes`, on document boundaries
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FilePart:
+    """Bytes ``[start, end)`` of one file, read as ``input_format`` (already resolved, never auto)."""
+
+    path: str
+    input_format: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """Consecutive file parts processed together: one shard, one seed, one pool of documents."""
+
+    index: int
+    parts: tuple[FilePart, ...]
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(p.end - p.start for p in self.parts)
+
+
+def plan_work_units(
+    files: Sequence[str | os.PathLike], input_format: str = "auto", unit_bytes: int = 4 << 20
+) -> list[WorkUnit]:
+    """Cut the corpus into work units of about ``unit_bytes``, in file order, deterministically.
+
+    Consecutive files are grouped until a unit holds at least ``unit_bytes`` and two files (so that
+    "random next" segments can come from another document). A file larger than ``unit_bytes`` is cut
+    into parts at the first boundary after each multiple of ``unit_bytes``: a blank line for
+    ``"sentences"`` (a document break) and ``"prose"`` (a paragraph break, so a very large book
+    becomes several documents), a `` = Title = `` line for ``"wikitext"``. The plan depends only on
+    the files and these two arguments, never on the number of workers.
+    """
+    if unit_bytes < 1:
+        raise ValueError(f"unit_bytes must be positive, got {unit_bytes}")
+    if input_format not in INPUT_FORMATS:
+        raise ValueError(f"input_format={input_format!r} is not one of {INPUT_FORMATS}")
+    parts: list[FilePart] = []
+    for file in files:
+        path = str(file)
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"input file {path} does not exist (or is not a file)")
+        fmt = detect_format(path) if input_format == "auto" else input_format
+        size = os.path.getsize(path)
+        if size == 0:
+            continue
+        cuts = [0] + _cut_points(path, fmt, size, unit_bytes) + [size]
+        parts.extend(FilePart(path, fmt, a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a)
+
+    units: list[WorkUnit] = []
+    current: list[FilePart] = []
+    for part in parts:
+        current.append(part)
+        if sum(p.end - p.start for p in current) >= unit_bytes and len(current) >= 2:
+            units.append(WorkUnit(len(units), tuple(current)))
+            current = []
+    if current:
+        if units and len(current) < 2:
+            units[-1] = WorkUnit(units[-1].index, units[-1].parts + tuple(current))
+        else:
+            units.append(WorkUnit(len(units), tuple(current)))
+    return units
+
+
+def _cut_points(path: str, fmt: str, size: int, unit_bytes: int) -> list[int]:
+    cuts: list[int] = []
+    target = unit_bytes
+    with open(path, "rb") as f:
+        while target < size:
+            f.seek(target)
+            f.readline()  # finish the line the target falls in
+            cut = None
+            previous_blank = False
+            while True:
+                pos = f.tell()
+                raw = f.readline()
+                if not raw:
+                    break
+                if fmt == "wikitext":
+                    if _WIKITEXT_TITLE.match(raw.decode("utf-8", errors="replace").rstrip("\r\n")):
+                        cut = pos
+                        break
+                elif raw.strip():
+                    if previous_blank:
+                        cut = pos
+                        break
+                else:
+                    previous_blank = True
+            if cut is None or cut >= size:
+                break
+            cuts.append(cut)
+            target = cut + unit_bytes
+    return cuts

@@ -1,0 +1,404 @@
+"""GLUE (Wang et al., 2018): read the nine tasks' TSV files, featurize, score, write submission files.
+
+The column layouts are those of the files `download_glue_data.py` produces, as read by
+google-research/bert `run_classifier.py` and Hugging Face's `glue_processors`:
+
+    task    labeled files (train/dev)                         test files (no labels)
+    CoLA    no header; source, label, marker, sentence         header; index, sentence
+    SST-2   header; sentence, label                            header; index, sentence
+    MRPC    header; label, #1 ID, #2 ID, #1 String, #2 String  header; index, #1 ID, #2 ID, #1 String, #2 String
+    STS-B   header; index, genre, ..., sentence1, sentence2, score (10 columns)     same less score (9)
+    QQP     header; id, qid1, qid2, question1, question2, is_duplicate            header; id, question1, question2
+    MNLI    header; index, ..., sentence1 (8), sentence2 (9), ..., gold_label (last; 12 cols train, 16 dev)
+            test: header; 10 columns (no labels). dev/test come as *_matched and *_mismatched.
+    QNLI    header; index, question, sentence, label           header; index, question, sentence
+    RTE     header; index, sentence1, sentence2, label         header; index, sentence1, sentence2
+    WNLI    header; index, sentence1, sentence2, label         header; index, sentence1, sentence2
+    AX      (diagnostic, test only) header; index, sentence1, sentence2; scored with an MNLI model
+
+Files are UTF-8 with no quoting (a literal ``"`` is text), so rows are split on tab only, never with
+csv quoting rules; MRPC files start with a byte-order mark, hence ``utf-8-sig``.
+
+Matched and mismatched MNLI are two registry entries ("mnli", "mnli-mm") sharing the training file, as
+in Hugging Face's processors, so every entry has exactly one dev and one test file and one submission
+file name.
+
+Features are NOT padded: `featurize` returns each example at its own length and `collate` pads a batch
+to that batch's longest sequence, which on GLUE (median SST-2 length ~ 13 tokens) saves most of the
+compute that padding to max_seq_length would waste.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.tasks import metrics
+
+
+@dataclass(frozen=True)
+class GlueExample:
+    """One row. ``id`` is the file's own index/id column (what a GLUE submission must echo), or the
+    0-based data-row number for files that have none (CoLA and SST-2 train/dev, MRPC train/dev).
+    ``line`` is the 1-based line in the source file, for tracing a prediction back to its row."""
+
+    id: str
+    text_a: str
+    text_b: str | None
+    label: str | None  # the label as written in the file ("entailment", "1", "3.800"); None on test sets
+    line: int
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where things are in one kind of file. ``n_columns`` lists every accepted column count."""
+
+    n_columns: tuple[int, ...]
+    header: bool
+    text_a: int
+    text_b: int | None
+    label: int | None
+    id: int | None
+
+
+def _metric(kind: str) -> Callable[[np.ndarray, np.ndarray], dict[str, float]]:
+    def metric(predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
+        if kind == "mcc":
+            return {"mcc": metrics.matthews_corrcoef(references, predictions)}
+        if kind == "acc":
+            return {"accuracy": metrics.accuracy(references, predictions)}
+        if kind == "f1_acc":
+            return {
+                "f1": metrics.f1_binary(references, predictions, positive=1),
+                "accuracy": metrics.accuracy(references, predictions),
+            }
+        assert kind == "corr", kind
+        return {
+            "pearson": metrics.pearson(predictions, references),
+            "spearman": metrics.spearman(predictions, references),
+        }
+
+    metric.__name__ = f"glue_{kind}"
+    return metric
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    """One registry entry: how to read the task's files, its labels, its metric, its submission name.
+
+    ``labels`` is None for regression (STS-B). ``metric(predictions, references)`` takes label indices
+    (floats for regression) and returns the GLUE leaderboard's numbers as fractions in [0, 1] (-1..1 for
+    correlations). ``text_columns`` names the header columns fed to the model (one or two segments).
+    """
+
+    name: str
+    data_dir: str
+    files: Mapping[str, str]  # split ("train", "dev", "test") -> file name inside data_dir
+    labels: tuple[str, ...] | None
+    metric_kind: str
+    submission_file: str
+    text_columns: tuple[str, ...]
+    labeled_layout: _Layout | None
+    test_layout: _Layout
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+    @property
+    def num_labels(self) -> int:
+        """Output width of the classifier head: 1 for regression."""
+        return 1 if self.labels is None else len(self.labels)
+
+    @property
+    def metric(self) -> Callable[[np.ndarray, np.ndarray], dict[str, float]]:
+        return _metric(self.metric_kind)
+
+    def read(self, path: str | os.PathLike, *, labeled: bool) -> list[GlueExample]:
+        """Read one file of this task; ``labeled=False`` for the test files (which have no label column)."""
+        layout = self.labeled_layout if labeled else self.test_layout
+        if layout is None:
+            raise ValueError(f"GLUE task {self.name!r} has no labeled files (test only); pass labeled=False")
+        return _read_tsv(self, Path(path), layout)
+
+
+_BIN = ("0", "1")
+_NLI2 = ("entailment", "not_entailment")
+_MNLI = ("contradiction", "entailment", "neutral")
+_TRIPLE = (3,)  # index, s1, s2
+
+
+def _pair_task(
+    name: str, data_dir: str, labels: tuple[str, ...], sub: str, cols: tuple[str, str]
+) -> GlueTask:
+    """QNLI, RTE, WNLI share one layout: index, text_a, text_b, label."""
+    return GlueTask(
+        name, data_dir, {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}, labels, "acc", sub, cols,
+        _Layout((4,), True, 1, 2, 3, 0), _Layout(_TRIPLE, True, 1, 2, None, 0),
+    )  # fmt: skip
+
+
+def _mnli(name: str, which: str, sub: str) -> GlueTask:
+    return GlueTask(
+        name, "MNLI", {"train": "train.tsv", "dev": f"dev_{which}.tsv", "test": f"test_{which}.tsv"}, _MNLI,
+        "acc", sub, ("sentence1", "sentence2"),
+        _Layout((12, 16), True, 8, 9, -1, 0), _Layout((10,), True, 8, 9, None, 0),
+    )  # fmt: skip
+
+
+_STD = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
+
+GLUE_TASKS: dict[str, GlueTask] = {
+    t.name: t
+    for t in (
+        GlueTask("cola", "CoLA", _STD, _BIN, "mcc", "CoLA.tsv", ("sentence",),
+                 _Layout((4,), False, 3, None, 1, None), _Layout((2,), True, 1, None, None, 0)),
+        GlueTask("sst-2", "SST-2", _STD, _BIN, "acc", "SST-2.tsv", ("sentence",),
+                 _Layout((2,), True, 0, None, 1, None), _Layout((2,), True, 1, None, None, 0)),
+        GlueTask("mrpc", "MRPC", _STD, _BIN, "f1_acc", "MRPC.tsv", ("#1 String", "#2 String"),
+                 _Layout((5,), True, 3, 4, 0, None), _Layout((5,), True, 3, 4, None, 0)),
+        GlueTask("sts-b", "STS-B", _STD, None, "corr", "STS-B.tsv", ("sentence1", "sentence2"),
+                 _Layout((10,), True, 7, 8, 9, 0), _Layout((9,), True, 7, 8, None, 0)),
+        GlueTask("qqp", "QQP", _STD, _BIN, "f1_acc", "QQP.tsv", ("question1", "question2"),
+                 _Layout((6,), True, 3, 4, 5, 0), _Layout((3,), True, 1, 2, None, 0)),
+        _mnli("mnli", "matched", "MNLI-m.tsv"),
+        _mnli("mnli-mm", "mismatched", "MNLI-mm.tsv"),
+        _pair_task("qnli", "QNLI", _NLI2, "QNLI.tsv", ("question", "sentence")),
+        _pair_task("rte", "RTE", _NLI2, "RTE.tsv", ("sentence1", "sentence2")),
+        _pair_task("wnli", "WNLI", _BIN, "WNLI.tsv", ("sentence1", "sentence2")),
+        GlueTask("ax", "diagnostic", {"test": "diagnostic.tsv"}, _MNLI, "mcc", "AX.tsv", ("sentence1", "sentence2"),
+                 None, _Layout(_TRIPLE, True, 1, 2, None, 0)),
+    )
+}  # fmt: skip
+
+
+def _aliases(t: GlueTask) -> set[str]:
+    names = {t.name, t.name.replace("-", ""), t.submission_file.removesuffix(".tsv").lower()}
+    if t.name != "mnli-mm":  # "MNLI" the directory means matched, as in the GLUE paper's tables
+        names.add(t.data_dir.lower())
+    return names
+
+
+_BY_ALIAS = {alias: t for t in GLUE_TASKS.values() for alias in _aliases(t)}
+
+
+def get_task(task: str | GlueTask) -> GlueTask:
+    """Look a task up by name, forgiving case and the hyphen ("SST-2", "sst2", "STS-B", "MNLI-mm")."""
+    if isinstance(task, GlueTask):
+        return task
+    found = _BY_ALIAS.get(task.strip().lower())
+    if found is None:
+        raise ValueError(f"unknown GLUE task {task!r}; known tasks: {', '.join(GLUE_TASKS)}")
+    return found
+
+
+def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
+    if not path.is_file():
+        raise FileNotFoundError(f"GLUE {task.name} file not found: {path}")
+    examples: list[GlueExample] = []
+    # utf-8-sig strips the byte-order mark MRPC files start with. newline="\n" splits rows on \n only:
+    # universal newlines would also split on a stray \r inside a sentence and misreport the columns.
+    with open(path, encoding="utf-8-sig", newline="\n") as f:
+        for lineno, raw in enumerate(f, start=1):
+            line = raw.rstrip("\n").rstrip("\r")
+            if lineno == 1 and layout.header:
+                continue
+            if not line.strip():
+                raise ValueError(
+                    f"malformed row in {path} line {lineno}: empty line; GLUE files have none, remove it"
+                )
+            cols = line.split("\t")
+            if len(cols) not in layout.n_columns:
+                want = " or ".join(str(n) for n in layout.n_columns)
+                hint = (
+                    ""
+                    if layout.label is not None
+                    else " (a test file: is this a train/dev file read with labeled=False?)"
+                )
+                raise ValueError(
+                    f"malformed row in {path} line {lineno}: expected {want} tab-separated columns for "
+                    f"{task.name}, got {len(cols)}{hint}"
+                )
+            label = None
+            if layout.label is not None:
+                label = cols[layout.label]
+                _check_label(task, label, path, lineno)
+            examples.append(
+                GlueExample(
+                    id=cols[layout.id] if layout.id is not None else str(len(examples)),
+                    text_a=cols[layout.text_a],
+                    text_b=cols[layout.text_b] if layout.text_b is not None else None,
+                    label=label,
+                    line=lineno,
+                )
+            )
+    return examples
+
+
+def _check_label(task: GlueTask, label: str, path: Path, lineno: int) -> None:
+    if task.labels is None:
+        try:
+            float(label)
+        except ValueError:
+            raise ValueError(
+                f"malformed row in {path} line {lineno}: {task.name} score {label!r} is not a number"
+            ) from None
+    elif label not in task.labels:
+        raise ValueError(
+            f"malformed row in {path} line {lineno}: label {label!r} is not one of {list(task.labels)} "
+            f"for {task.name}; is this the right task's file?"
+        )
+
+
+def read_glue(task: str | GlueTask, data_dir: str | os.PathLike, split: str) -> list[GlueExample]:
+    """Read ``split`` ("train", "dev" or "test") of ``task`` from ``data_dir``.
+
+    ``data_dir`` is the root the GLUE download script writes (holding ``SST-2/``, ``MNLI/``, ...).
+    """
+    t = get_task(task)
+    if split not in t.files:
+        raise ValueError(f"GLUE {t.name} has no split {split!r}; it has {sorted(t.files)}")
+    return t.read(Path(data_dir) / t.data_dir / t.files[split], labeled=split != "test")
+
+
+def label_to_target(task: str | GlueTask, label: str) -> int | float:
+    """A file label to what the head trains on: the class index, or the float score for STS-B."""
+    t = get_task(task)
+    if t.labels is None:
+        return float(label)
+    return t.labels.index(label)
+
+
+def featurize(
+    examples: Sequence[GlueExample], tokenizer: Any, max_seq_length: int, task: str | GlueTask
+) -> list[dict[str, Any]]:
+    """Tokenize into ``[CLS] a [SEP] (b [SEP])`` without padding.
+
+    Pairs longer than ``max_seq_length`` are cut one token at a time from the longer segment
+    ("longest_first"), the rule of google-research/bert's ``_truncate_seq_pair``: it keeps the most of
+    both segments, which matters on RTE/QNLI where the premise is long and the hypothesis short.
+
+    Returns one dict per example with ``input_ids``, ``token_type_ids``, ``attention_mask`` (lists of
+    ints) and ``labels`` (class index, or float for regression) when the example has a label. The key is
+    ``labels`` because that is the keyword the heads take, so ``model(**collate(batch))`` works.
+    """
+    t = get_task(task)
+    n_special = len(t.text_columns) + 1  # [CLS] and one [SEP] per segment
+    if max_seq_length < n_special + 1:
+        raise ValueError(
+            f"max_seq_length {max_seq_length} leaves no room for text; use at least {n_special + 1}"
+        )
+    features: list[dict[str, Any]] = []
+    chunk = 512  # tokenize in batches: fast tokenizers parallelise a list, slow ones just loop
+    for start in range(0, len(examples), chunk):
+        batch = examples[start : start + chunk]
+        a = [e.text_a for e in batch]
+        b = [e.text_b for e in batch] if batch[0].text_b is not None else None
+        enc = tokenizer(a, text_pair=b, max_length=max_seq_length, truncation="longest_first")
+        for i, ex in enumerate(batch):
+            feat: dict[str, Any] = {
+                "input_ids": list(enc["input_ids"][i]),
+                "token_type_ids": list(enc["token_type_ids"][i]),
+                "attention_mask": list(enc["attention_mask"][i]),
+            }
+            if ex.label is not None:
+                feat["labels"] = label_to_target(t, ex.label)
+            features.append(feat)
+    return features
+
+
+# Keys `collate` turns into tensors; anything else in a feature dict (offsets, word ids, example
+# indices used by post-processing) is metadata and stays out of the batch.
+MODEL_INPUT_KEYS = (
+    "input_ids",
+    "token_type_ids",
+    "attention_mask",
+    "labels",
+    "start_positions",
+    "end_positions",
+)
+
+
+def collate(features: Sequence[Mapping[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Pad a list of features to the longest in the batch and stack them into tensors.
+
+    Shared by every task here (glue, ner, squad, swag), so it is generic: sequence-valued keys are padded
+    along their LAST axis (so SWAG's (4, T) choices pad to (B, 4, T_max)) with ``pad_token_id`` for
+    ``input_ids``, -100 for token-level ``labels`` (the index cross-entropy ignores) and 0 otherwise, which
+    zeroes ``attention_mask`` on padding. Scalar keys (sequence labels, span positions) are stacked;
+    float labels give a float tensor (regression), ints a long tensor.
+    """
+    if not features:
+        raise ValueError("collate got an empty batch")
+    keys = [k for k in MODEL_INPUT_KEYS if k in features[0]]
+    for i, f in enumerate(features):
+        have = [k for k in MODEL_INPUT_KEYS if k in f]
+        if have != keys:
+            raise ValueError(
+                f"feature {i} has keys {have} but feature 0 has {keys}; do not mix labeled and unlabeled examples in a batch"
+            )
+    batch: dict[str, torch.Tensor] = {}
+    for key in keys:
+        values = [f[key] for f in features]
+        if np.isscalar(values[0]):
+            arr = np.asarray(values)
+            dtype = torch.float32 if arr.dtype.kind == "f" else torch.long
+            batch[key] = torch.as_tensor(arr, dtype=dtype)
+            continue
+        arrays = [np.asarray(v, dtype=np.int64) for v in values]
+        width = max(a.shape[-1] for a in arrays)
+        pad = pad_token_id if key == "input_ids" else (-100 if key == "labels" else 0)
+        padded = [
+            np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, width - a.shape[-1])], constant_values=pad)
+            for a in arrays
+        ]
+        batch[key] = torch.from_numpy(np.stack(padded))
+    return batch
+
+
+def compute_metrics(
+    task: str | GlueTask, predictions: Sequence[Any], references: Sequence[Any]
+) -> dict[str, float]:
+    """The task's GLUE metric. ``predictions``/``references`` are class indices (floats for STS-B)."""
+    t = get_task(task)
+    return t.metric(np.asarray(predictions), np.asarray(references))
+
+
+def write_submission(
+    task: str | GlueTask, predictions: Sequence[Any], ids: Sequence[str], path: str | os.PathLike
+) -> Path:
+    """Write a GLUE-server submission file: header ``index\\tprediction``, one row per test example.
+
+    Classification predictions are class indices and are written as the label names the server expects
+    ("entailment", "1"); STS-B scores are written with three decimals, like the gold files. ``ids`` are
+    the test examples' ``id`` values, in any order. If ``path`` is a directory, the task's standard
+    file name (``SST-2.tsv``, ``MNLI-m.tsv``, ...) is used inside it. Returns the path written.
+    """
+    t = get_task(task)
+    if len(predictions) != len(ids):
+        raise ValueError(f"{len(predictions)} predictions but {len(ids)} ids; pass one id per prediction")
+    out = Path(path)
+    if out.is_dir():
+        out = out / t.submission_file
+    rows = []
+    for i, (pid, pred) in enumerate(zip(ids, predictions, strict=True)):
+        if t.labels is None:
+            value = f"{float(pred):.3f}"
+        else:
+            k = int(pred)
+            if k != pred or not 0 <= k < len(t.labels):
+                raise ValueError(
+                    f"prediction {i} is {pred!r}; {t.name} expects a class index in 0..{len(t.labels) - 1}"
+                )
+            value = t.labels[k]
+        rows.append(f"{pid}\t{value}\n")
+    with open(out, "w", encoding="utf-8") as f:
+        f.write("index\tprediction\n")
+        f.writelines(rows)
+    return out

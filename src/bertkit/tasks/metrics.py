@@ -1,0 +1,107 @@
+"""Classification and regression metrics for the GLUE tasks, in plain numpy.
+
+Why not sklearn/scipy: they are test-only dependencies of bertkit (see pyproject), and the handful of
+formulas GLUE needs fit on one screen. `tests/test_glue_data.py` checks every function here against
+`sklearn.metrics` / `scipy.stats` on random and degenerate inputs, so the numbers are the ones a
+GLUE leaderboard (whose scorer uses those libraries) would compute.
+
+Degenerate inputs follow the reference libraries rather than raising, because an early checkpoint that
+predicts one class (or a constant score) is normal and its evaluation must not crash a training run:
+Matthews correlation is 0.0 when either side is constant (sklearn); F1 is 0.0 when there is no positive
+prediction and no positive label (sklearn's ``zero_division`` default); Pearson/Spearman are NaN when
+either side is constant (scipy, undefined correlation).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+
+def _pair(y_true: ArrayLike, y_pred: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    t, p = np.asarray(y_true).ravel(), np.asarray(y_pred).ravel()
+    if t.shape != p.shape:
+        raise ValueError(
+            f"y_true has {t.size} values but y_pred has {p.size}; pass one prediction per example"
+        )
+    if t.size == 0:
+        raise ValueError("cannot compute a metric on 0 examples; the evaluation set is empty")
+    return t, p
+
+
+def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Fraction of exact matches (sklearn ``accuracy_score``)."""
+    t, p = _pair(y_true, y_pred)
+    return float(np.mean(t == p))
+
+
+def f1_binary(y_true: ArrayLike, y_pred: ArrayLike, positive: int = 1) -> float:
+    """F1 of the ``positive`` class (sklearn ``f1_score`` with ``average="binary"``).
+
+    Written as 2·TP / (2·TP + FP + FN), which equals 2PR/(P+R) and stays defined when P or R is 0/0.
+    """
+    t, p = _pair(y_true, y_pred)
+    tp = np.sum((p == positive) & (t == positive))
+    fp = np.sum((p == positive) & (t != positive))
+    fn = np.sum((p != positive) & (t == positive))
+    denom = 2 * tp + fp + fn
+    return float(2 * tp / denom) if denom > 0 else 0.0
+
+
+def matthews_corrcoef(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Matthews correlation, multi-class form (Gorodkin 2004), as sklearn computes it.
+
+    CoLA's official metric. For two classes this is (TP·TN − FP·FN) / sqrt(...); the confusion-matrix
+    form below is the same number and also covers the k-class case.
+    """
+    t, p = _pair(y_true, y_pred)
+    classes, idx = np.unique(np.concatenate([t, p]), return_inverse=True)
+    k = classes.size
+    ti, pi = idx[: t.size], idx[t.size :]
+    cm = np.zeros((k, k), dtype=np.float64)
+    np.add.at(cm, (ti, pi), 1.0)
+    t_sum, p_sum = cm.sum(axis=1), cm.sum(axis=0)
+    n_correct, n = np.trace(cm), cm.sum()
+    cov_tp = n_correct * n - t_sum @ p_sum
+    cov_pp = n * n - p_sum @ p_sum
+    cov_tt = n * n - t_sum @ t_sum
+    if cov_pp * cov_tt == 0:
+        return 0.0
+    return float(cov_tp / np.sqrt(cov_tt * cov_pp))
+
+
+def pearson(x: ArrayLike, y: ArrayLike) -> float:
+    """Pearson's r (scipy ``pearsonr(x, y).statistic``); NaN if either input is constant."""
+    a, b = _pair(x, y)
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    if a.size < 2:
+        raise ValueError(f"Pearson correlation needs at least 2 values, got {a.size}")
+    am, bm = a - a.mean(), b - b.mean()
+    na, nb = np.linalg.norm(am), np.linalg.norm(bm)
+    if na == 0 or nb == 0:
+        return float("nan")
+    # Normalise before the dot product (as scipy does) so huge values do not overflow.
+    r = float(np.dot(am / na, bm / nb))
+    return max(-1.0, min(1.0, r))
+
+
+def rankdata(x: ArrayLike) -> np.ndarray:
+    """1-based ranks with ties given their average rank (scipy ``rankdata(method="average")``)."""
+    a = np.asarray(x).ravel()
+    order = np.argsort(a, kind="mergesort")
+    sorted_a = a[order]
+    # Start index of each run of equal values in the sorted array.
+    new_run = np.concatenate([[True], sorted_a[1:] != sorted_a[:-1]])
+    run_id = np.cumsum(new_run) - 1
+    starts = np.flatnonzero(new_run)
+    ends = np.concatenate([starts[1:], [a.size]])
+    avg = (starts + ends + 1) / 2.0  # mean of the 1-based ranks starts+1 .. ends
+    ranks = np.empty(a.size, dtype=np.float64)
+    ranks[order] = avg[run_id]
+    return ranks
+
+
+def spearman(x: ArrayLike, y: ArrayLike) -> float:
+    """Spearman's rho: Pearson on average ranks (scipy ``spearmanr``); NaN if either input is constant."""
+    a, b = _pair(x, y)
+    return pearson(rankdata(a), rankdata(b))

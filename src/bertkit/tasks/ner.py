@@ -1,0 +1,332 @@
+"""CoNLL-2003 named-entity recognition: read, convert tag schemes, featurize, score like conlleval.
+
+Labels go on the FIRST WordPiece of each word; the other pieces and the special tokens get -100, the
+index cross-entropy ignores (Devlin et al. 2018, section 5.3: "we use the representation of the first
+sub-token as the input to the token-level classifier"). Predictions are read back at the same
+positions, so a word gets exactly one tag.
+
+Long sentences are SPLIT, not truncated: a sentence whose pieces do not fit ``max_seq_length`` is cut
+at word boundaries into consecutive windows, each a feature of its own. Truncation would drop the tail
+words, and every entity there would count as missed in the evaluation. A single word longer than a
+whole window keeps only its first pieces (its label sits on the first one, so nothing is lost).
+
+Scoring ports the conlleval Perl script (CoNLL-2000/2003, version 2004-01-26) chunk by chunk: its
+`startOfChunk`/`endOfChunk` rules are what make ``I-PER`` after ``O`` or after ``I-LOC`` start a new
+entity, and its overall and per-type precision/recall/F1 (in percent) are the numbers papers report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+# The shared padder, re-exported for callers of this module: token labels pad with -100.
+from bertkit.tasks.glue import collate as collate
+
+
+@dataclass(frozen=True)
+class NerSentence:
+    words: tuple[str, ...]
+    tags: tuple[str, ...]  # IOB2 after reading, whatever the file's scheme
+    line: int  # 1-based line of the first word in the source file
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """conlleval's split: "B-PER" -> ("B", "PER"); "O" -> ("O", ""); hyphens may occur in the type."""
+    prefix, sep, kind = tag.partition("-")
+    return (prefix, kind) if sep else (tag, "")
+
+
+def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
+    """IOB1 (B- only between two adjacent same-type entities) -> IOB2 (every entity starts with B-).
+
+    An ``I-X`` starts an entity when the previous tag is ``O`` or of another type, and becomes ``B-X``.
+    """
+    out, prev = [], "O"
+    for tag in tags:
+        prefix, kind = _split_tag(tag)
+        if prefix == "I" and (prev == "O" or _split_tag(prev)[1] != kind):
+            tag = f"B-{kind}"
+        out.append(tag)
+        prev = tag
+    return out
+
+
+def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "iob2") -> list[NerSentence]:
+    """Read a CoNLL file: one ``word ... tag`` line per token (CoNLL-2003: ``word POS chunk NER``),
+    blank lines between sentences, ``-DOCSTART-`` lines skipped. The first column is the word, the
+    last the tag; every token line must have as many columns as the first one.
+
+    ``tag_scheme`` says what the file holds. IOB1 is converted to IOB2. An IOB2 file is checked: an
+    ``I-X`` that does not continue an ``X`` entity is an error naming the line, since it usually means
+    the file is really IOB1 (the original 2003 release is).
+    """
+    path = Path(path)
+    if tag_scheme not in ("iob1", "iob2"):
+        raise ValueError(f"tag_scheme {tag_scheme!r} must be 'iob1' or 'iob2'")
+    if not path.is_file():
+        raise FileNotFoundError(f"CoNLL file not found: {path}")
+    sentences: list[NerSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    lines: list[int] = []
+    n_columns = None
+
+    def flush() -> None:
+        if not words:
+            return
+        fixed = iob1_to_iob2(tags) if tag_scheme == "iob1" else tags
+        if tag_scheme == "iob2" and (bad := _first_invalid_iob2(tags)) is not None:
+            raise ValueError(
+                f"{path} line {lines[bad]}: tag {tags[bad]!r} follows {tags[bad - 1] if bad else 'O'!r}, "
+                "which is not valid IOB2 (every entity starts with B-); if the file is IOB1, "
+                "pass tag_scheme='iob1'"
+            )
+        sentences.append(NerSentence(tuple(words), tuple(fixed), lines[0]))
+        words.clear()
+        tags.clear()
+        lines.clear()
+
+    with open(path, encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, start=1):
+            cols = raw.split()
+            if not cols:
+                flush()
+                continue
+            if cols[0] == "-DOCSTART-":
+                flush()
+                continue
+            if n_columns is None:
+                if len(cols) < 2:
+                    raise ValueError(
+                        f"malformed line in {path} line {lineno}: expected 'word ... tag', got {raw!r}"
+                    )
+                n_columns = len(cols)
+            elif len(cols) != n_columns:
+                raise ValueError(
+                    f"malformed line in {path} line {lineno}: expected {n_columns} space-separated "
+                    f"columns like the first token line, got {len(cols)}"
+                )
+            tag = cols[-1]
+            prefix, kind = _split_tag(tag)
+            if not (tag == "O" or (prefix in ("B", "I") and kind)):
+                raise ValueError(
+                    f"malformed line in {path} line {lineno}: tag {tag!r} is not O, B-TYPE or I-TYPE"
+                )
+            words.append(cols[0])
+            tags.append(tag)
+            lines.append(lineno)
+    flush()
+    return sentences
+
+
+def _first_invalid_iob2(tags: Sequence[str]) -> int | None:
+    prev = "O"
+    for i, tag in enumerate(tags):
+        prefix, kind = _split_tag(tag)
+        if prefix == "I" and (prev == "O" or _split_tag(prev)[1] != kind):
+            return i
+        prev = tag
+    return None
+
+
+def label_list(sentences: Sequence[NerSentence]) -> list[str]:
+    """Every tag seen, in a fixed order: "O" first, then by entity type, B- before I-.
+
+    Fixed so that a checkpoint's label indices mean the same thing on every run and machine.
+    """
+    seen = {t for s in sentences for t in s.tags}
+    rest = sorted(seen - {"O"}, key=lambda t: (_split_tag(t)[1], _split_tag(t)[0]))
+    return ["O", *rest]
+
+
+def featurize_ner(
+    sentences: Sequence[NerSentence], tokenizer: Any, labels: Sequence[str], max_seq_length: int = 128
+) -> list[dict[str, Any]]:
+    """One feature per window of a sentence (usually one window): ``[CLS] pieces [SEP]``, unpadded.
+
+    Each feature has ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (tag index on
+    first pieces, -100 elsewhere) and, for `align_predictions`, ``sentence_index``, ``num_words`` and
+    ``word_ids`` (the sentence-level word index on each first piece, None elsewhere). A word that WordPiece turns
+    into nothing (e.g. a lone control character) is given one ``[UNK]`` so it still gets a tag.
+    """
+    if max_seq_length < 3:
+        raise ValueError(f"max_seq_length {max_seq_length} leaves no room for a word; use at least 3")
+    label_to_id = {label: i for i, label in enumerate(labels)}
+    room = max_seq_length - 2
+    unk = tokenizer.unk_token_id
+    pieces_of: dict[str, list[int]] = {}  # CoNLL-2003 train: 204k words, 24k distinct
+    features: list[dict[str, Any]] = []
+
+    def emit(sent_index: int, ids: list[int], lab: list[int], wids: list[int | None]) -> None:
+        input_ids = [tokenizer.cls_token_id, *ids, tokenizer.sep_token_id]
+        features.append(
+            {
+                "input_ids": input_ids,
+                "token_type_ids": [0] * len(input_ids),
+                "attention_mask": [1] * len(input_ids),
+                "labels": [-100, *lab, -100],
+                "sentence_index": sent_index,
+                "num_words": len(sentences[sent_index].words),
+                "word_ids": [None, *wids, None],
+            }
+        )
+
+    for si, sent in enumerate(sentences):
+        ids: list[int] = []
+        lab: list[int] = []
+        wids: list[int | None] = []
+        for wi, (word, tag) in enumerate(zip(sent.words, sent.tags, strict=True)):
+            if tag not in label_to_id:
+                raise ValueError(
+                    f"tag {tag!r} (sentence at line {sent.line}) is not in the label list {list(labels)}; "
+                    "build the list from the training data with label_list()"
+                )
+            if word not in pieces_of:
+                pieces_of[word] = (tokenizer.convert_tokens_to_ids(tokenizer.tokenize(word)) or [unk])[:room]
+            pieces = pieces_of[word]
+            if len(ids) + len(pieces) > room:
+                emit(si, ids, lab, wids)
+                ids, lab, wids = [], [], []
+            ids += pieces
+            lab += [label_to_id[tag]] + [-100] * (len(pieces) - 1)
+            wids += [wi] + [None] * (len(pieces) - 1)
+        emit(si, ids, lab, wids)
+    return features
+
+
+def align_predictions(
+    features: Sequence[Mapping[str, Any]],
+    predictions: Sequence[Sequence[int]],
+    labels: Sequence[str],
+    num_sentences: int | None = None,
+) -> list[list[str]]:
+    """Per-token predicted label indices (one row per feature, padding allowed) -> tags per word.
+
+    Reads each word's tag at its first piece and stitches windows of one sentence back together.
+    Returns one tag list per sentence, in sentence order.
+    """
+    if len(features) != len(predictions):
+        raise ValueError(
+            f"{len(features)} features but {len(predictions)} prediction rows; pass one per feature"
+        )
+    by_sentence: dict[int, dict[int, str]] = {}
+    num_words: dict[int, int] = {}
+    for f, row in zip(features, predictions, strict=True):
+        words = by_sentence.setdefault(f["sentence_index"], {})
+        num_words[f["sentence_index"]] = f["num_words"]
+        for pos, wi in enumerate(f["word_ids"]):
+            if wi is not None:
+                words[wi] = labels[int(row[pos])]
+    n = num_sentences if num_sentences is not None else max(by_sentence, default=-1) + 1
+    out = []
+    for si in range(n):
+        words = by_sentence.get(si)
+        if not words or len(words) != num_words[si]:
+            raise ValueError(f"features do not cover every word of sentence {si}; pass all of its features")
+        out.append([words[i] for i in range(len(words))])
+    return out
+
+
+# ---------------------------------------------------------------- conlleval
+
+
+def _end_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    """conlleval ``endOfChunk``: did a chunk end between the previous word and this one?"""
+    return (
+        (prev_tag, tag)
+        in {("B", "B"), ("B", "O"), ("I", "B"), ("I", "O"), ("E", "E"), ("E", "I"), ("E", "O")}
+        or (prev_tag not in ("O", ".") and prev_type != type_)
+        or prev_tag in ("]", "[")
+    )
+
+
+def _start_of_chunk(prev_tag: str, tag: str, prev_type: str, type_: str) -> bool:
+    """conlleval ``startOfChunk``: did a chunk start at this word? (I- after O, or after another
+    type, starts one: how conlleval reads IOB1 and ill-formed IOB2 alike.)"""
+    return (
+        (prev_tag, tag)
+        in {("B", "B"), ("I", "B"), ("O", "B"), ("O", "I"), ("E", "E"), ("E", "I"), ("O", "E")}
+        or (tag not in ("O", ".") and prev_type != type_)
+        or tag in ("[", "]")
+    )
+
+
+def _prf(correct: int, guessed: int, gold: int) -> dict[str, float]:
+    precision = 100.0 * correct / guessed if guessed > 0 else 0.0
+    recall = 100.0 * correct / gold if gold > 0 else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def conlleval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """Entity-level scores exactly as conlleval computes them, sentence by sentence.
+
+    Returns ``{"precision", "recall", "f1", "accuracy"`` (token tag accuracy), ``"found_gold"``,
+    ``"found_guessed"``, ``"correct"``, ``"per_type": {TYPE: {"precision", "recall", "f1",
+    "found_gold", "found_guessed", "correct"}}}``; scores in percent, like the script's report.
+    """
+    if len(gold) != len(predicted):
+        raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted; pass one per sentence")
+    correct_chunk = found_correct = found_guessed = correct_tags = token_count = 0
+    per_correct: dict[str, int] = {}
+    per_found_correct: dict[str, int] = {}
+    per_found_guessed: dict[str, int] = {}
+    in_correct = False
+    last_c, last_ct, last_g, last_gt = "O", "", "O", ""
+
+    def step(c: str, ct: str, g: str, gt: str) -> None:
+        nonlocal in_correct, correct_chunk, found_correct, found_guessed, last_c, last_ct, last_g, last_gt
+        end_c, end_g = _end_of_chunk(last_c, c, last_ct, ct), _end_of_chunk(last_g, g, last_gt, gt)
+        start_c, start_g = _start_of_chunk(last_c, c, last_ct, ct), _start_of_chunk(last_g, g, last_gt, gt)
+        if in_correct:
+            if end_c and end_g and last_gt == last_ct:
+                in_correct = False
+                correct_chunk += 1
+                per_correct[last_ct] = per_correct.get(last_ct, 0) + 1
+            elif end_c != end_g or gt != ct:
+                in_correct = False
+        if start_c and start_g and gt == ct:
+            in_correct = True
+        if start_c:
+            found_correct += 1
+            per_found_correct[ct] = per_found_correct.get(ct, 0) + 1
+        if start_g:
+            found_guessed += 1
+            per_found_guessed[gt] = per_found_guessed.get(gt, 0) + 1
+        last_c, last_ct, last_g, last_gt = c, ct, g, gt
+
+    for i, (gold_tags, pred_tags) in enumerate(zip(gold, predicted, strict=True)):
+        if len(gold_tags) != len(pred_tags):
+            raise ValueError(f"sentence {i}: {len(gold_tags)} gold tags but {len(pred_tags)} predicted")
+        for gold_tag, pred_tag in zip(gold_tags, pred_tags, strict=True):
+            c, ct = _split_tag(gold_tag)
+            g, gt = _split_tag(pred_tag)
+            step(c, ct, g, gt)
+            correct_tags += c == g and ct == gt
+            token_count += 1
+        step("O", "", "O", "")  # the blank line after each sentence: "sentence breaks ... out of chunk"
+    if in_correct:
+        correct_chunk += 1
+        per_correct[last_ct] = per_correct.get(last_ct, 0) + 1
+
+    result: dict[str, Any] = _prf(correct_chunk, found_guessed, found_correct)
+    result.update(
+        accuracy=100.0 * correct_tags / token_count if token_count else 0.0,
+        found_gold=found_correct,
+        found_guessed=found_guessed,
+        correct=correct_chunk,
+    )
+    result["per_type"] = {
+        t: {
+            **_prf(per_correct.get(t, 0), per_found_guessed.get(t, 0), per_found_correct.get(t, 0)),
+            "found_gold": per_found_correct.get(t, 0),
+            "found_guessed": per_found_guessed.get(t, 0),
+            "correct": per_correct.get(t, 0),
+        }
+        for t in sorted(set(per_found_correct) | set(per_found_guessed))
+    }
+    return result

@@ -1,0 +1,560 @@
+"""SQuAD v1.1 / v2.0: read, featurize into sliding windows, post-process logits, evaluate.
+
+Featurization and post-processing follow google-research/bert `run_squad.py` (Devlin et al. 2018,
+section 4.2-4.3), with one deliberate change: answers are aligned through the tokenizer's character
+offsets instead of run_squad's whitespace tokens + `_improve_answer_span` + `get_final_text`. Offsets
+map every WordPiece straight to a character span of the original context, so the text we return is a
+slice of the context (no re-tokenization heuristics, no lost accents or casing).
+
+    window   = [CLS] question (<= max_query_length tokens) [SEP] context tokens [SEP]   (<= max_seq_length)
+    windows  slide over the context by doc_stride tokens; a token that sits in several windows is
+             "max context" only in the window where it has the most context on both sides
+             (min(left, right) + 0.01 * window length, first window wins ties): start positions are
+             only predicted where that flag is set.
+    labels   start/end token of the first gold answer; (0, 0), i.e. [CLS], when the answer is not
+             wholly inside the window or the question is unanswerable (v2.0).
+
+Evaluation re-implements the official `evaluate-v1.1.py` and `evaluate-v2.0.py` line for line
+(normalisation, max over gold answers, v2.0 no-answer handling and `find_best_thresh`), so scores
+here are the leaderboard's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import hashlib
+import json
+import math
+import os
+import re
+import string
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class SquadAnswer:
+    text: str
+    start: int  # character offset into the context
+
+
+@dataclass(frozen=True)
+class SquadExample:
+    qas_id: str
+    title: str
+    question: str
+    context: str
+    answers: tuple[SquadAnswer, ...]  # empty for v2.0 unanswerable questions; several on dev sets
+    is_impossible: bool = False
+    plausible_answers: tuple[SquadAnswer, ...] = ()  # v2.0: what an unanswerable question seems to ask for
+
+
+def load_squad(path: str | os.PathLike) -> dict[str, Any]:
+    """Load a SQuAD JSON file (``{"version", "data": [articles]}``) as a dict, with readable errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"SQuAD file not found: {path}")
+    with open(path, encoding="utf-8") as f:
+        try:
+            dataset = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} line {e.lineno} column {e.colno}: not valid JSON ({e.msg})") from None
+    if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
+        raise ValueError(f"{path}: expected a SQuAD JSON object with a 'data' list of articles")
+    return dataset
+
+
+def _articles(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
+    """Accept either the whole JSON object or its ``data`` list, as the official scripts use the latter."""
+    return dataset["data"] if isinstance(dataset, Mapping) else dataset
+
+
+def _answers(qa: Mapping[str, Any], key: str, context: str, title: str) -> tuple[SquadAnswer, ...]:
+    out = []
+    for a in qa.get(key, []):
+        ans = SquadAnswer(a["text"], int(a["answer_start"]))
+        if context[ans.start : ans.start + len(ans.text)] != ans.text:
+            raise ValueError(
+                f"question {qa['id']} (article {title!r}): {key} text {ans.text!r} is not at "
+                f"answer_start {ans.start} of its context; fix the offset in the JSON"
+            )
+        out.append(ans)
+    return tuple(out)
+
+
+def squad_examples(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[SquadExample]:
+    """Flatten articles -> paragraphs -> questions into examples, checking every answer offset.
+
+    A wrong ``answer_start`` would silently train on the wrong span, so it is an error here.
+    """
+    examples = []
+    for article in _articles(dataset):
+        title = article.get("title", "")
+        for paragraph in article["paragraphs"]:
+            context = paragraph["context"]
+            for qa in paragraph["qas"]:
+                examples.append(
+                    SquadExample(
+                        qas_id=qa["id"],
+                        title=title,
+                        question=qa["question"],
+                        context=context,
+                        answers=_answers(qa, "answers", context, title),
+                        is_impossible=bool(qa.get("is_impossible", False)),
+                        plausible_answers=_answers(qa, "plausible_answers", context, title),
+                    )
+                )
+    return examples
+
+
+def read_squad(path: str | os.PathLike) -> list[SquadExample]:
+    return squad_examples(load_squad(path))
+
+
+def split_squad_articles(
+    dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]], heldout_fraction: float = 1 / 6, seed: int = 0
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """Split articles into (train, held-out) by title, for fine-tuning when only a dev file exists.
+
+    Splitting by article, not by question, keeps every paragraph's questions on one side, so held-out
+    scores are not inflated by having trained on the same passage. The rule is deterministic and
+    independent of file order: rank articles by sha256(f"{seed}:{title}") and hold out the first
+    round(n * heldout_fraction). Both lists keep the file's article order.
+
+    On the shared ``dev-v1.1.json`` (48 articles, 10,570 questions) the defaults give 40 training
+    articles (9,083 questions) and these 8 held-out ones (1,487 questions): 1973_oil_crisis,
+    Amazon_rainforest, Fresno,_California, Genghis_Khan, Pharmacy, Chloroplast, Imperialism, Force.
+    """
+    articles = list(_articles(dataset))
+    if not 0 < heldout_fraction < 1:
+        raise ValueError(f"heldout_fraction {heldout_fraction} must be strictly between 0 and 1")
+    titles = [a["title"] for a in articles]
+    dupes = sorted({t for t in titles if titles.count(t) > 1})
+    if dupes:
+        raise ValueError(f"article titles must be unique to split by title; repeated: {dupes[:5]}")
+    n_heldout = round(len(articles) * heldout_fraction)
+    if not 0 < n_heldout < len(articles):
+        raise ValueError(
+            f"heldout_fraction {heldout_fraction} of {len(articles)} articles leaves an empty side; "
+            "use more articles or another fraction"
+        )
+    rank = sorted(titles, key=lambda t: hashlib.sha256(f"{seed}:{t}".encode()).hexdigest())
+    heldout = set(rank[:n_heldout])
+    return [a for a in articles if a["title"] not in heldout], [a for a in articles if a["title"] in heldout]
+
+
+# ---------------------------------------------------------------- featurization
+
+
+def _encode_no_specials(tokenizer: Any, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    enc = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    keep = [i for i, s in enumerate(enc["special_tokens_mask"]) if not s]
+    return [enc["input_ids"][i] for i in keep], [tuple(enc["offset_mapping"][i]) for i in keep]
+
+
+def char_span_to_token_span(
+    offsets: Sequence[tuple[int, int]], start: int, end: int
+) -> tuple[int, int] | None:
+    """Token indices (inclusive) of the tokens covering characters [start, end), or None if none do.
+
+    The first token ending after ``start`` and the last token starting before ``end``: an answer that
+    begins or ends inside a WordPiece gets the whole piece, which is the closest a token span can get.
+    """
+    ends = [e for _, e in offsets]
+    starts = [s for s, _ in offsets]
+    first = bisect.bisect_right(ends, start)
+    last = bisect.bisect_left(starts, end) - 1
+    if first >= len(offsets) or last < first:
+        return None
+    return first, last
+
+
+def _doc_spans(n_tokens: int, max_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
+    """(start, length) windows exactly as run_squad.py: the last window ends at the last token."""
+    spans, start = [], 0
+    while start < n_tokens:
+        length = min(n_tokens - start, max_tokens)
+        spans.append((start, length))
+        if start + length == n_tokens:
+            break
+        start += min(length, doc_stride)
+    return spans or [(0, 0)]
+
+
+def _max_context_flags(spans: Sequence[tuple[int, int]]) -> list[list[bool]]:
+    """flags[w][j]: is window w the best one for its j-th context token (run_squad's _check_is_max_context)."""
+    best: dict[int, int] = {}
+    best_score: dict[int, float] = {}
+    for w, (start, length) in enumerate(spans):
+        for pos in range(start, start + length):
+            score = min(pos - start, start + length - 1 - pos) + 0.01 * length
+            if pos not in best or score > best_score[pos]:  # strict: the first window wins ties
+                best[pos], best_score[pos] = w, score
+    return [[best[start + j] == w for j in range(length)] for w, (start, length) in enumerate(spans)]
+
+
+def featurize_squad(
+    examples: Sequence[SquadExample],
+    tokenizer: Any,
+    max_seq_length: int = 384,
+    doc_stride: int = 128,
+    max_query_length: int = 64,
+) -> list[dict[str, Any]]:
+    """Turn examples into windows (one or more features per example), unpadded.
+
+    Each feature has the model inputs ``input_ids``, ``token_type_ids``, ``attention_mask``,
+    ``start_positions``, ``end_positions`` and, for post-processing, ``example_index``,
+    ``offset_mapping`` (character span in the context per token, None for question/special tokens)
+    and ``token_is_max_context`` (per token).
+    """
+    if max_seq_length <= max_query_length + 3:
+        raise ValueError(
+            f"max_seq_length {max_seq_length} must exceed max_query_length {max_query_length} + 3 "
+            "([CLS] and two [SEP]) to leave room for context"
+        )
+    if doc_stride < 1:
+        raise ValueError(f"doc_stride {doc_stride} must be at least 1")
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    context_cache: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
+    features: list[dict[str, Any]] = []
+    for ex_index, ex in enumerate(examples):
+        q_ids = _encode_no_specials(tokenizer, ex.question)[0][:max_query_length]
+        if ex.context not in context_cache:
+            # A paragraph's questions are consecutive (~5 on dev): tokenize each context once, keep one.
+            context_cache = {ex.context: _encode_no_specials(tokenizer, ex.context)}
+        c_ids, c_offsets = context_cache[ex.context]
+
+        answer_span = None
+        if not ex.is_impossible and ex.answers:
+            a = ex.answers[0]
+            answer_span = char_span_to_token_span(c_offsets, a.start, a.start + len(a.text))
+
+        max_tokens = max_seq_length - len(q_ids) - 3
+        spans = _doc_spans(len(c_ids), max_tokens, doc_stride)
+        for (start, length), flags in zip(spans, _max_context_flags(spans), strict=True):
+            n_prefix = len(q_ids) + 2  # [CLS] question [SEP]
+            input_ids = [cls_id, *q_ids, sep_id, *c_ids[start : start + length], sep_id]
+            start_pos = end_pos = 0
+            if answer_span is not None and start <= answer_span[0] and answer_span[1] < start + length:
+                start_pos, end_pos = answer_span[0] - start + n_prefix, answer_span[1] - start + n_prefix
+            features.append(
+                {
+                    "input_ids": input_ids,
+                    "token_type_ids": [0] * n_prefix + [1] * (length + 1),
+                    "attention_mask": [1] * len(input_ids),
+                    "start_positions": start_pos,
+                    "end_positions": end_pos,
+                    "example_index": ex_index,
+                    "offset_mapping": [None] * n_prefix + list(c_offsets[start : start + length]) + [None],
+                    "token_is_max_context": [False] * n_prefix + flags + [False],
+                }
+            )
+    return features
+
+
+# ---------------------------------------------------------------- post-processing
+
+
+@dataclass
+class SquadPredictions:
+    """What run_squad.py writes: predictions.json, nbest_predictions.json, null_odds.json (v2.0)."""
+
+    predictions: dict[str, str]
+    nbest: dict[str, list[dict[str, Any]]]
+    null_odds: dict[str, float] | None  # v2.0: null score minus best span score, per question
+
+    def write(self, output_dir: str | os.PathLike) -> dict[str, Path]:
+        """Write the JSON files in the official formats; returns their paths by name."""
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        files = {"predictions": self.predictions, "nbest_predictions": self.nbest}
+        if self.null_odds is not None:
+            files["null_odds"] = self.null_odds
+        paths = {}
+        for name, obj in files.items():
+            paths[name] = out / f"{name}.json"
+            with open(paths[name], "w", encoding="utf-8") as f:
+                json.dump(obj, f, indent=4)
+                f.write("\n")
+        return paths
+
+
+def _softmax(scores: Sequence[float]) -> list[float]:
+    m = max(scores)
+    exp = [math.exp(s - m) for s in scores]
+    total = sum(exp)
+    return [e / total for e in exp]
+
+
+def postprocess_predictions(
+    examples: Sequence[SquadExample],
+    features: Sequence[Mapping[str, Any]],
+    start_logits: Sequence[Sequence[float]],
+    end_logits: Sequence[Sequence[float]],
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    version_2_with_negative: bool = False,
+    null_score_diff_threshold: float = 0.0,
+) -> SquadPredictions:
+    """Logits per feature -> answer text per question, as run_squad.py's ``write_predictions``.
+
+    Candidate spans: the n_best_size highest start and end logits of every window, kept if both ends
+    are context tokens, the start is a max-context token, end >= start and the span has at most
+    max_answer_length tokens; ranked by start + end logit, de-duplicated by text. For v2.0 the null
+    score is the lowest [CLS] start + end logit over the question's windows, and the question is
+    predicted unanswerable when null score - best span score > null_score_diff_threshold.
+
+    ``start_logits[i]`` / ``end_logits[i]`` belong to ``features[i]`` and may be padded past the
+    feature's length (padding is ignored; run_squad.py let it take n-best slots).
+    """
+    if not len(features) == len(start_logits) == len(end_logits):
+        raise ValueError(
+            f"{len(features)} features but {len(start_logits)} start and {len(end_logits)} end logit rows; "
+            "pass one row per feature, in feature order"
+        )
+    by_example: dict[int, list[int]] = collections.defaultdict(list)
+    for i, f in enumerate(features):
+        by_example[f["example_index"]].append(i)
+
+    predictions: dict[str, str] = {}
+    nbest_json: dict[str, list[dict[str, Any]]] = {}
+    null_odds: dict[str, float] | None = {} if version_2_with_negative else None
+    for ex_index, ex in enumerate(examples):
+        if ex_index not in by_example:
+            raise ValueError(
+                f"example {ex_index} ({ex.qas_id}) has no features; pass all the features made from these examples"
+            )
+        prelim = []  # (score, start logit, end logit, char start, char end) ; char start -1 = null
+        score_null, null_logits = math.inf, (0.0, 0.0)
+        for fi in by_example[ex_index]:
+            f = features[fi]
+            n = len(f["input_ids"])
+            s_logits = np.asarray(start_logits[fi], dtype=np.float64)[:n]
+            e_logits = np.asarray(end_logits[fi], dtype=np.float64)[:n]
+            if s_logits.size < n or e_logits.size < n:
+                raise ValueError(
+                    f"logits for feature {fi} have {min(s_logits.size, e_logits.size)} values, need {n}"
+                )
+            if version_2_with_negative and s_logits[0] + e_logits[0] < score_null:
+                score_null, null_logits = s_logits[0] + e_logits[0], (float(s_logits[0]), float(e_logits[0]))
+            # Stable sort, like Python's sorted(..., reverse=True) in run_squad.py: ties keep position order.
+            starts = np.argsort(-s_logits, kind="stable")[:n_best_size]
+            ends = np.argsort(-e_logits, kind="stable")[:n_best_size]
+            offsets, max_ctx = f["offset_mapping"], f["token_is_max_context"]
+            for s in starts:
+                if offsets[s] is None or not max_ctx[s]:
+                    continue
+                for e in ends:
+                    if offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                        continue
+                    sl, el = float(s_logits[s]), float(e_logits[e])
+                    prelim.append((sl + el, sl, el, offsets[s][0], offsets[e][1]))
+        if version_2_with_negative and math.isfinite(score_null):
+            prelim.append((null_logits[0] + null_logits[1], null_logits[0], null_logits[1], -1, -1))
+        prelim.sort(key=lambda p: p[0], reverse=True)
+
+        nbest, seen = [], set()
+        for _, sl, el, cs, ce in prelim:
+            if len(nbest) >= n_best_size:
+                break
+            text = "" if cs < 0 else ex.context[cs:ce]
+            if text in seen:
+                continue
+            seen.add(text)
+            nbest.append((text, sl, el))
+        if version_2_with_negative and "" not in seen:
+            nbest.append(("", *null_logits))
+        # run_squad.py's nonce entries: keep a non-null candidate so v2.0 always has a span to compare
+        # the null score with, and never return an empty n-best list.
+        if version_2_with_negative and len(nbest) == 1:
+            nbest.insert(0, ("empty", 0.0, 0.0))
+        if not nbest:
+            nbest.append(("empty", 0.0, 0.0))
+
+        probs = _softmax([sl + el for _, sl, el in nbest])
+        nbest_json[ex.qas_id] = [
+            {"text": t, "probability": p, "start_logit": sl, "end_logit": el}
+            for (t, sl, el), p in zip(nbest, probs, strict=True)
+        ]
+        if not version_2_with_negative:
+            predictions[ex.qas_id] = nbest[0][0]
+            continue
+        best_non_null = next(entry for entry in nbest if entry[0])
+        score_diff = float(score_null - best_non_null[1] - best_non_null[2])
+        null_odds[ex.qas_id] = score_diff
+        predictions[ex.qas_id] = "" if score_diff > null_score_diff_threshold else best_non_null[0]
+    return SquadPredictions(predictions, nbest_json, null_odds)
+
+
+# ---------------------------------------------------------------- official evaluation
+
+
+def normalize_answer(s: str) -> str:
+    """Lower text and remove punctuation, articles and extra whitespace (the official scripts' rule)."""
+    s = s.lower()
+    exclude = set(string.punctuation)
+    s = "".join(ch for ch in s if ch not in exclude)
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def f1_score_v1(prediction: str, ground_truth: str) -> float:
+    """evaluate-v1.1.py ``f1_score``: token-bag F1; two empty answers score 0 (v2.0 scores them 1)."""
+    pred_tokens = normalize_answer(prediction).split()
+    gold_tokens = normalize_answer(ground_truth).split()
+    num_same = sum((collections.Counter(pred_tokens) & collections.Counter(gold_tokens)).values())
+    if num_same == 0:
+        return 0
+    precision, recall = num_same / len(pred_tokens), num_same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match_v1(prediction: str, ground_truth: str) -> bool:
+    return normalize_answer(prediction) == normalize_answer(ground_truth)
+
+
+def evaluate_v1(
+    dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]], predictions: Mapping[str, str]
+) -> dict[str, float]:
+    """evaluate-v1.1.py: {"exact_match", "f1"} in percent over ALL questions of ``dataset``.
+
+    As in the official script, a question missing from ``predictions`` scores 0 (with a warning).
+    """
+    f1 = exact_match = total = 0.0
+    missing = []
+    for article in _articles(dataset):
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                total += 1
+                if qa["id"] not in predictions:
+                    missing.append(qa["id"])
+                    continue
+                golds = [a["text"] for a in qa["answers"]]
+                pred = predictions[qa["id"]]
+                exact_match += max(exact_match_v1(pred, g) for g in golds)
+                f1 += max(f1_score_v1(pred, g) for g in golds)
+    if missing:
+        warnings.warn(
+            f"{len(missing)} unanswered questions receive score 0, e.g. {missing[:3]}", stacklevel=2
+        )
+    if total == 0:
+        raise ValueError("the dataset has no questions")
+    return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
+
+
+def _get_tokens(s: str) -> list[str]:
+    return normalize_answer(s).split() if s else []
+
+
+def compute_exact(a_gold: str, a_pred: str) -> int:
+    """evaluate-v2.0.py ``compute_exact``."""
+    return int(normalize_answer(a_gold) == normalize_answer(a_pred))
+
+
+def compute_f1(a_gold: str, a_pred: str) -> float:
+    """evaluate-v2.0.py ``compute_f1``: if either side is no-answer, 1 when both are, else 0."""
+    gold_toks, pred_toks = _get_tokens(a_gold), _get_tokens(a_pred)
+    if len(gold_toks) == 0 or len(pred_toks) == 0:
+        return int(gold_toks == pred_toks)
+    num_same = sum((collections.Counter(gold_toks) & collections.Counter(pred_toks)).values())
+    if num_same == 0:
+        return 0
+    precision, recall = num_same / len(pred_toks), num_same / len(gold_toks)
+    return 2 * precision * recall / (precision + recall)
+
+
+def find_best_thresh(
+    preds: Mapping[str, str],
+    scores: Mapping[str, float],
+    na_probs: Mapping[str, float],
+    qid_to_has_ans: Mapping[str, bool],
+) -> tuple[float, float]:
+    """evaluate-v2.0.py: the no-answer threshold maximising the score, and that score (percent).
+
+    Start from "answer nothing" (every unanswerable question right), then, in order of increasing
+    na_prob, switch questions to their predicted answer and keep the best running total.
+    """
+    cur_score = best_score = sum(1 for k in qid_to_has_ans if not qid_to_has_ans[k])
+    best_thresh = 0.0
+    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+        if qid not in scores:
+            continue
+        if qid_to_has_ans[qid]:
+            diff = scores[qid]
+        else:
+            diff = -1 if preds[qid] else 0
+        cur_score += diff
+        if cur_score > best_score:
+            best_score, best_thresh = cur_score, na_probs[qid]
+    return 100.0 * best_score / len(scores), best_thresh
+
+
+def evaluate_v2(
+    dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    predictions: Mapping[str, str],
+    na_probs: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+) -> dict[str, float]:
+    """evaluate-v2.0.py: exact/f1/total, HasAns_* and NoAns_* breakdowns (percent), and, when
+    ``na_probs`` (e.g. null_odds.json) is given, best_exact/best_f1 with their thresholds.
+
+    A question whose na_prob exceeds ``na_prob_thresh`` counts as answered "no answer". Every question
+    needs a prediction: the official script crashes (KeyError) on a missing one; this raises ValueError.
+    """
+    articles = _articles(dataset)
+    qid_to_has_ans = {
+        qa["id"]: bool(qa["answers"]) for a in articles for p in a["paragraphs"] for qa in p["qas"]
+    }
+    missing = [q for q in qid_to_has_ans if q not in predictions]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} questions have no prediction, e.g. {missing[:3]}; predict every question"
+        )
+    exact_raw, f1_raw = {}, {}
+    for article in articles:
+        for p in article["paragraphs"]:
+            for qa in p["qas"]:
+                golds = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])] or [""]
+                pred = predictions[qa["id"]]
+                exact_raw[qa["id"]] = max(compute_exact(g, pred) for g in golds)
+                f1_raw[qa["id"]] = max(compute_f1(g, pred) for g in golds)
+    probs = dict(na_probs) if na_probs is not None else {k: 0.0 for k in predictions}
+    missing = [q for q in qid_to_has_ans if q not in probs]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} questions have no na_prob, e.g. {missing[:3]}; give one per question"
+        )
+
+    def thresholded(scores: dict[str, float]) -> dict[str, float]:
+        return {
+            q: float(not qid_to_has_ans[q]) if probs[q] > na_prob_thresh else s for q, s in scores.items()
+        }
+
+    exact, f1 = thresholded(exact_raw), thresholded(f1_raw)
+
+    def block(qids: Sequence[str]) -> dict[str, float]:
+        return {
+            "exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
+            "f1": 100.0 * sum(f1[q] for q in qids) / len(qids),
+            "total": len(qids),
+        }
+
+    out = block(list(exact))
+    for prefix, want in (("HasAns", True), ("NoAns", False)):
+        qids = [q for q, has in qid_to_has_ans.items() if has == want]
+        if qids:
+            out.update({f"{prefix}_{k}": v for k, v in block(qids).items()})
+    if na_probs is not None:
+        out["best_exact"], out["best_exact_thresh"] = find_best_thresh(
+            predictions, exact_raw, probs, qid_to_has_ans
+        )
+        out["best_f1"], out["best_f1_thresh"] = find_best_thresh(predictions, f1_raw, probs, qid_to_has_ans)
+    return out

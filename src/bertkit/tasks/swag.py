@@ -1,0 +1,119 @@
+"""SWAG (Zellers et al., 2018): read the swagaf CSV files and featurize the four endings.
+
+The files (`train.csv`, `val.csv`, `test.csv` in rowanz/swagaf `data/`) are comma-separated with
+quoting, a header, and a leading unnamed index column:
+
+    ,video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label
+
+`test.csv` has no ``label`` column. Columns are found by header name, so the unnamed column (or its
+absence) does not matter.
+
+Each example becomes four sequences ``[CLS] sent1 [SEP] sent2 + " " + ending_i [SEP]`` (Devlin et al.
+2018, section 4.4; Hugging Face's run_swag.py): the context is the first sentence, and each candidate
+is the second sentence's beginning completed by one ending. The head scores each sequence and a softmax
+over the four picks the ending.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# The shared padder, re-exported for callers of this module: it pads the last axis of (4, T) arrays.
+from bertkit.tasks.glue import collate as collate
+
+NUM_CHOICES = 4
+_REQUIRED = ("video-id", "fold-ind", "sent1", "sent2", "ending0", "ending1", "ending2", "ending3")
+
+
+@dataclass(frozen=True)
+class SwagExample:
+    video_id: str
+    fold_ind: str
+    sent1: str
+    sent2: str
+    endings: tuple[str, str, str, str]
+    label: int | None  # index of the true ending; None in test.csv
+    line: int  # line of the record in the CSV (its last line, if a quoted field spans several)
+
+
+def read_swag(path: str | os.PathLike) -> list[SwagExample]:
+    """Read a swagaf CSV; labels are read when the header has a ``label`` column (not in test.csv)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"SWAG file not found: {path}")
+    examples: list[SwagExample] = []
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise ValueError(f"{path} is empty; expected a header line naming {', '.join(_REQUIRED)}")
+        missing = [c for c in _REQUIRED if c not in header]
+        if missing:
+            raise ValueError(f"{path} line 1: header lacks the SWAG columns {missing}; is this a swagaf CSV?")
+        col = {name: header.index(name) for name in header if name}
+        has_label = "label" in col
+        for row in reader:
+            lineno = reader.line_num
+            if len(row) != len(header):
+                raise ValueError(
+                    f"malformed row in {path} line {lineno}: expected {len(header)} comma-separated "
+                    f"columns like the header, got {len(row)} (unbalanced quotes?)"
+                )
+            label = None
+            if has_label:
+                raw = row[col["label"]]
+                if raw not in ("0", "1", "2", "3"):
+                    raise ValueError(
+                        f"malformed row in {path} line {lineno}: label {raw!r} is not 0, 1, 2 or 3"
+                    )
+                label = int(raw)
+            examples.append(
+                SwagExample(
+                    video_id=row[col["video-id"]],
+                    fold_ind=row[col["fold-ind"]],
+                    sent1=row[col["sent1"]],
+                    sent2=row[col["sent2"]],
+                    endings=tuple(row[col[f"ending{i}"]] for i in range(NUM_CHOICES)),  # type: ignore[arg-type]
+                    label=label,
+                    line=lineno,
+                )
+            )
+    return examples
+
+
+def featurize_swag(
+    examples: Sequence[SwagExample], tokenizer: Any, max_seq_length: int = 128
+) -> list[dict[str, Any]]:
+    """Four ``[CLS] sent1 [SEP] sent2 ending_i [SEP]`` sequences per example, as (4, T) int64 arrays.
+
+    T is the longest of the example's four sequences (the others are padded with the tokenizer's pad
+    id and attention 0), not max_seq_length: `collate` pads across the batch later. Pairs longer than
+    ``max_seq_length`` are cut from the longer segment first ("longest_first", as run_swag.py).
+    ``labels`` (the true ending's index) is present when the example has one.
+    """
+    if max_seq_length < 4:
+        raise ValueError(f"max_seq_length {max_seq_length} leaves no room for text; use at least 4")
+    features = []
+    for ex in examples:
+        second = [f"{ex.sent2} {ending}" for ending in ex.endings]
+        enc = tokenizer(
+            [ex.sent1] * NUM_CHOICES, text_pair=second, max_length=max_seq_length, truncation="longest_first"
+        )
+        width = max(len(ids) for ids in enc["input_ids"])
+        feat: dict[str, Any] = {}
+        for key, pad in (("input_ids", tokenizer.pad_token_id), ("token_type_ids", 0), ("attention_mask", 0)):
+            arr = np.full((NUM_CHOICES, width), pad, dtype=np.int64)
+            for i, row in enumerate(enc[key]):
+                arr[i, : len(row)] = row
+            feat[key] = arr
+        if ex.label is not None:
+            feat["labels"] = ex.label
+        features.append(feat)
+    return features

@@ -1,0 +1,317 @@
+"""BERT's basic tokenizer: clean up, normalise and split text into words, remembering where each came from.
+
+This is the text side of Hugging Face's BertTokenizerFast (its Rust ``BertNormalizer`` followed by
+``BertPreTokenizer``), reproduced character for character:
+
+1. clean up: drop NUL, U+FFFD and control/format/private-use characters; every whitespace character
+   becomes a space;
+2. surround CJK ideographs with spaces (``tokenize_chinese_chars``);
+3. strip accents (NFD, then drop non-spacing marks) when ``strip_accents`` is true, or when it is None and
+   ``do_lower_case`` is true;
+4. lower-case;
+5. split on spaces and isolate every punctuation character (ASCII punctuation counts, as in BERT).
+
+Where this differs from Google's original Python ``tokenization.py`` (and from HF's slow BertTokenizer),
+it follows the fast tokenizer, because that is what checkpoints are used with today: accents are stripped
+*before* lower-casing, lower-casing is per character (a final capital sigma becomes σ, never ς), the
+Unicode categories are frozen at Unicode 8.0 and unassigned code points are kept (see ``_unicode_tables``).
+
+Every step above maps one input character to zero or more output characters, independently of its
+neighbours. So normalisation is one ``str.translate`` table, built lazily per character, and every
+output character can point back to the input character it came from: that is how offsets into the
+original text are kept.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import unicodedata
+from collections.abc import Callable, Iterable
+
+from bertkit.tokenization._unicode_tables import (
+    CJK,
+    CONTROL,
+    LOWERCASE_EXTRA,
+    NFD_EXCLUDED,
+    NONSPACING_MARK,
+    PUNCTUATION,
+    WHITESPACE,
+)
+
+__all__ = ["BasicTokenizer", "CHUNK_RE", "NON_SEPARATOR_SPACE_RE"]
+
+
+class _RangeSet:
+    """Membership in a sorted tuple of inclusive (first, last) code-point ranges."""
+
+    def __init__(self, ranges: Iterable[tuple[int, int]]):
+        ranges = sorted(ranges)
+        self._starts = [a for a, _ in ranges]
+        self._ends = [b for _, b in ranges]
+
+    def __contains__(self, cp: int) -> bool:
+        i = bisect.bisect_right(self._starts, cp) - 1
+        return i >= 0 and cp <= self._ends[i]
+
+
+_CONTROL = _RangeSet(CONTROL)
+_WHITESPACE = _RangeSet(WHITESPACE)
+_PUNCTUATION = _RangeSet(PUNCTUATION)
+_NONSPACING_MARK = _RangeSet(NONSPACING_MARK)
+_CJK = _RangeSet(CJK)
+
+
+def _class_of(ranges: Iterable[tuple[int, int]]) -> str:
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+
+
+# A run of characters between the separators BertNormalizer leaves as spaces. A chunk never straddles
+# two words, so chunks can be tokenized (and cached) independently of each other.
+CHUNK_RE = re.compile(f"[^{_class_of(WHITESPACE)}]+")
+
+# Characters `str.split()` splits on but BERT deletes as control characters (so "a\x1cb" is one word).
+# Removing them first makes `str.split()` split exactly where BERT does.
+NON_SEPARATOR_SPACE_RE = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
+
+
+class _CharTable(dict):
+    """code point -> normalised text, filled on first use; usable as a `str.translate` table.
+
+    Lookups of known characters stay in C (`dict` subscript). A miss computes and stores the entry: the
+    table holds at most one entry per distinct character ever seen, so it needs no bound. Concurrent
+    misses from several threads compute the same value, so no lock is needed.
+    """
+
+    def __init__(self, compute: Callable[[int], str], prefill: Iterable[int]):
+        super().__init__()
+        self._compute = compute
+        for cp in prefill:
+            self[cp] = compute(cp)
+
+    def __missing__(self, cp: int) -> str:
+        value = self[cp] = self._compute(cp)
+        return value
+
+
+class BasicTokenizer:
+    """Clean, normalise and split text into words (no vocabulary involved).
+
+    ``tokenize(text)`` gives the words; ``split_chunk(chunk)`` gives the words of one whitespace-free chunk
+    together with the position in the chunk of every normalised character, which is what offsets need.
+
+    ``never_split``: a whitespace-delimited piece of text that equals one of these strings once control
+    characters are removed is kept whole: not lower-cased, not split at punctuation (this is what the
+    ``never_split`` of Hugging Face's slow BertTokenizer does; its fast tokenizer has no such option).
+    """
+
+    def __init__(
+        self,
+        do_lower_case: bool = True,
+        strip_accents: bool | None = None,
+        tokenize_chinese_chars: bool = True,
+        never_split: Iterable[str] | None = None,
+    ):
+        self.do_lower_case = bool(do_lower_case)
+        self.strip_accents = strip_accents
+        self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
+        self.never_split = frozenset(never_split or ())
+        # strip_accents=None follows do_lower_case, as in BERT and in Hugging Face.
+        self._strip = self.do_lower_case if strip_accents is None else bool(strip_accents)
+        self._build_tables()
+
+    def _build_tables(self) -> None:
+        # `_split` maps a character to its normalised form with every punctuation/CJK character padded by
+        # spaces, so that `text.translate(_split).split()` is the whole basic tokenizer. `_clean` only
+        # drops control characters (for the never_split comparison).
+        self._split = _CharTable(self._split_form, range(128))
+        self._clean = _CharTable(lambda cp: "" if cp in _CONTROL else chr(cp), range(128))
+        self._nfd = _CharTable(
+            lambda cp: chr(cp) if cp in NFD_EXCLUDED else unicodedata.normalize("NFD", chr(cp)), range(128)
+        )
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["_split"], state["_clean"], state["_nfd"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._build_tables()
+
+    def __repr__(self) -> str:
+        return (
+            f"BasicTokenizer(do_lower_case={self.do_lower_case}, strip_accents={self.strip_accents}, "
+            f"tokenize_chinese_chars={self.tokenize_chinese_chars}, never_split={sorted(self.never_split)})"
+        )
+
+    # ------------------------------------------------------------------------------------------------
+    # One character
+    # ------------------------------------------------------------------------------------------------
+
+    def normalize_char(self, ch: str) -> str:
+        """The normalised form of one character, before splitting: '' (dropped), ' ', or 1+ characters."""
+        cp = ord(ch)
+        if cp in _CONTROL:
+            return ""
+        if cp in _WHITESPACE:
+            return " "
+        out = ch
+        if self._strip:
+            decomposed = out if cp in NFD_EXCLUDED else unicodedata.normalize("NFD", out)
+            out = "".join(c for c in decomposed if ord(c) not in _NONSPACING_MARK)
+        if self.do_lower_case:
+            # Per character, like Rust's char::to_lowercase: str.lower() on a whole word would turn a
+            # final Σ into ς, which BertTokenizerFast never does.
+            out = "".join(LOWERCASE_EXTRA.get(ord(c)) or c.lower() for c in out)
+        return out
+
+    def _split_form(self, cp: int) -> str:
+        out = self.normalize_char(chr(cp))
+        if self.tokenize_chinese_chars and cp in _CJK:
+            return f" {out} "
+        if any(ord(c) in _PUNCTUATION for c in out):
+            return "".join(f" {c} " if ord(c) in _PUNCTUATION else c for c in out)
+        return out
+
+    # ------------------------------------------------------------------------------------------------
+    # Text
+    # ------------------------------------------------------------------------------------------------
+
+    def normalize(self, text: str) -> str:
+        """Cleaned, accent-stripped, lower-cased text (as configured); punctuation is not split off."""
+        return "".join(map(self.normalize_char, text))
+
+    def tokenize(self, text: str) -> list[str]:
+        """The words of ``text``: ``"Héllo, World!"`` -> ``["hello", ",", "world", "!"]`` (uncased)."""
+        if not self.never_split and (text.isascii() or not self._needs_reordering(text)):
+            return text.translate(self._split).split()
+        if NON_SEPARATOR_SPACE_RE.search(text):
+            text = NON_SEPARATOR_SPACE_RE.sub("", text)
+        words: list[str] = []
+        for chunk in text.split():
+            kept = self.never_split_match(chunk)
+            if kept is not None:
+                words.append(kept[0])
+            else:
+                words.extend(word for word, _ in self.split_chunk(chunk)[0])
+        return words
+
+    def never_split_match(self, chunk: str) -> tuple[str, int, int] | None:
+        """If ``chunk`` is a never_split token (after clean-up): (token, start, end) in ``chunk``, else None."""
+        if not self.never_split:
+            return None
+        cleaned = chunk.translate(self._clean)
+        if cleaned not in self.never_split:
+            return None
+        if len(cleaned) == len(chunk):
+            return cleaned, 0, len(chunk)
+        kept = [i for i, ch in enumerate(chunk) if self._clean[ord(ch)]]
+        return cleaned, kept[0], kept[-1] + 1
+
+    def split_chunk(self, chunk: str) -> tuple[list[tuple[str, int]], list[int] | None]:
+        """Words of one whitespace-free ``chunk`` and where their characters came from.
+
+        Returns ``(words, source)``: each word with the index of its first character in the normalised
+        chunk, and ``source[j]`` = the index in ``chunk`` of normalised character ``j`` (None when the
+        normalised chunk lines up with ``chunk`` one to one, the common case).
+        """
+        if chunk.isascii():
+            if chunk.isalnum():
+                return [(chunk.translate(self._split), 0)], None  # letters and digits map one to one
+        elif self._needs_reordering(chunk):
+            norm, source = self._normalize_reordering(chunk)
+            return _words(norm), source
+        table = self._split
+        pieces = [table[ord(ch)] for ch in chunk]
+        source = None
+        if any(len(p) != 1 for p in pieces):
+            source = []
+            for i, p in enumerate(pieces):
+                if len(p) == 1:
+                    source.append(i)
+                else:
+                    source.extend([i] * len(p))
+        return _words("".join(pieces)), source
+
+    # ------------------------------------------------------------------------------------------------
+    # Canonical reordering (rare): marks that NFD puts in a different order
+    # ------------------------------------------------------------------------------------------------
+
+    def _needs_reordering(self, text: str) -> bool:
+        """Whether NFD of ``text`` (after clean-up) differs from NFD character by character.
+
+        Hugging Face applies NFD to the whole text, which sorts runs of combining marks by combining
+        class (e.g. U+0308 U+1D165 -> U+1D165 U+0308); the per-character table cannot. Two C-speed
+        passes tell when that happens (a Hangul syllable or U+11938 also land here; harmless).
+        """
+        if not self._strip:
+            return False
+        cleaned = text.translate(self._clean)
+        return unicodedata.normalize("NFD", cleaned) != cleaned.translate(self._nfd)
+
+    def _normalize_reordering(self, text: str) -> tuple[str, list[int]]:
+        """The split form of ``text`` and its source indices, with Hugging Face's whole-text NFD.
+
+        Follows BertNormalizer step by step: clean-up and CJK padding, NFD with canonical ordering, strip
+        marks, lower-case, then punctuation padding. Alignment after reordering follows tokenizers: the
+        first character of each decomposition takes the next source character in text order, the other
+        characters of a decomposition repeat the last source taken (so "ê" + U+1D165 -> "e" U+1D165 spans
+        both source characters, and U+0308 U+1D165 -> U+1D165 spans only the first).
+        """
+        pre: list[str] = []  # after clean-up and CJK padding
+        pre_source: list[int] = []
+        for i, ch in enumerate(text):
+            cp = ord(ch)
+            if cp in _CONTROL:
+                continue
+            if cp in _WHITESPACE:
+                ch = " "
+            elif self.tokenize_chinese_chars and cp in _CJK:
+                pre += [" ", ch, " "]
+                pre_source += [i, i, i]
+                continue
+            pre.append(ch)
+            pre_source.append(i)
+        items: list[tuple[str, bool]] = []  # (character, whether it starts its decomposition)
+        for ch in pre:
+            decomposed = ch if ord(ch) in NFD_EXCLUDED else unicodedata.normalize("NFD", ch)
+            items.append((decomposed[0], True))
+            items.extend((c, False) for c in decomposed[1:])
+        j = 0
+        while j < len(items):  # canonical ordering: stable sort of each run of non-zero combining classes
+            if unicodedata.combining(items[j][0]):
+                k = j + 1
+                while k < len(items) and unicodedata.combining(items[k][0]):
+                    k += 1
+                items[j:k] = sorted(items[j:k], key=lambda item: unicodedata.combining(item[0]))
+                j = k
+            else:
+                j += 1
+        out: list[str] = []
+        source: list[int] = []
+        taken = 0
+        for ch, starts in items:
+            if starts:
+                taken += 1
+            i = pre_source[taken - 1]
+            if ord(ch) in _NONSPACING_MARK:
+                continue
+            if self.do_lower_case:
+                ch = LOWERCASE_EXTRA.get(ord(ch)) or ch.lower()
+            for c in ch:
+                piece = f" {c} " if ord(c) in _PUNCTUATION else c
+                out.append(piece)
+                source.extend([i] * len(piece))
+        return "".join(out), source
+
+
+def _words(norm: str) -> list[tuple[str, int]]:
+    """Space-separated words of a normalised chunk, each with its start index."""
+    words: list[tuple[str, int]] = []
+    pos = 0
+    for word in norm.split(" "):
+        if word:
+            words.append((word, pos))
+        pos += len(word) + 1
+    return words

@@ -1,0 +1,326 @@
+"""Learn a WordPiece vocabulary from raw text files.
+
+The algorithm is the one Hugging Face ``tokenizers`` uses for its ``WordPieceTrainer``: byte-pair
+encoding over characters where every piece after the first of a word carries the ``##`` prefix, merging
+the most frequent adjacent pair each step (Sennrich et al., 2016; the BERT paper, section 3, only says
+"WordPiece embeddings (Wu et al., 2016) with a 30,000 token vocabulary"). The learned vocabulary is
+then used by greedy longest-match-first WordPiece, exactly like Google's.
+
+Steps, each sized for a ~100 MB corpus in pure Python:
+
+1. Count whitespace chunks per file (``str.split`` + ``Counter``, in C), in ``num_workers`` processes.
+2. Run bertkit's :class:`~bertkit.tokenization.basic.BasicTokenizer` (clean-up, lower-casing, accent
+   stripping, punctuation and CJK splitting) once per *distinct* chunk, again in parallel, and add up
+   word counts. This equals basic-tokenizing every line, because the basic tokenizer splits on
+   whitespace before anything else (only characters Python calls whitespace but BERT calls control,
+   U+001C..U+001F, differ: BERT deletes them, we split on them).
+3. Keep the ``limit_alphabet`` most frequent characters; words with any other character are left
+   out (WordPiece would map them to ``[UNK]`` anyway).
+4. Merge pairs on the table of distinct words, with pair counts updated incrementally from the words
+   that contain the merged pair and a lazy max-heap (stale entries are re-pushed when popped). Ties go
+   to the pair with the smaller symbol ids, as in ``tokenizers``. Merging stops at ``vocab_size`` or when
+   the best pair occurs fewer than ``min_frequency`` times.
+
+Vocabulary order: the special tokens, the alphabet, ``##`` + every character seen inside a word, then
+the merged pieces in the order learned.
+"""
+
+from __future__ import annotations
+
+import heapq
+import multiprocessing
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from bertkit.data.text import iter_lines
+from bertkit.tokenization.basic import BasicTokenizer
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+CONTINUATION_PREFIX = "##"
+
+
+def train_wordpiece_vocab(
+    files: Sequence[str | os.PathLike],
+    vocab_size: int = 30522,
+    min_frequency: int = 2,
+    lowercase: bool = True,
+    *,
+    strip_accents: bool | None = None,
+    tokenize_chinese_chars: bool = True,
+    limit_alphabet: int = 1000,
+    special_tokens: Sequence[str] = SPECIAL_TOKENS,
+    errors: str = "strict",
+    num_workers: int = 2,
+    progress: bool = True,
+) -> list[str]:
+    """Learn a WordPiece vocabulary of at most ``vocab_size`` entries from raw text ``files``.
+
+    ``lowercase`` / ``strip_accents`` / ``tokenize_chinese_chars`` mean what they mean for
+    :class:`~bertkit.tokenization.BertTokenizer` (``strip_accents=None`` strips accents when
+    lower-casing); save the result with the same settings: :func:`save_vocab`. ``errors`` is how bytes
+    that are not UTF-8 are handled (``"strict"`` raises, naming file and line; or ``"replace"``).
+    Returns the vocabulary, index = token id.
+    """
+    if not files:
+        raise ValueError("no input files: pass at least one text file to learn a vocabulary from")
+    for file in files:
+        if not Path(file).is_file():
+            raise FileNotFoundError(f"input file {file} does not exist (or is not a file)")
+    counts = count_words(
+        files,
+        lowercase=lowercase,
+        strip_accents=strip_accents,
+        tokenize_chinese_chars=tokenize_chinese_chars,
+        errors=errors,
+        num_workers=num_workers,
+        progress=progress,
+    )
+    if not counts:
+        raise ValueError(f"no words found in the {len(files)} input file(s): are they empty?")
+    return learn_wordpiece(
+        counts,
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        limit_alphabet=limit_alphabet,
+        special_tokens=special_tokens,
+        progress=progress,
+    )
+
+
+def save_vocab(
+    vocab: Sequence[str],
+    output_dir: str | os.PathLike,
+    *,
+    lowercase: bool = True,
+    strip_accents: bool | None = None,
+    tokenize_chinese_chars: bool = True,
+) -> Path:
+    """Write ``vocab.txt`` + ``tokenizer_config.json`` (via ``BertTokenizer.save_pretrained``) to ``output_dir``.
+
+    The directory then loads with ``BertTokenizer.from_pretrained(output_dir)``. Returns the directory.
+    """
+    # Imported here, not at the top, so that bertkit.tokenization/__init__ may re-export this module.
+    from bertkit.tokenization import BertTokenizer
+
+    if len(set(vocab)) != len(vocab):
+        dupes = sorted(t for t, n in Counter(vocab).items() if n > 1)[:10]
+        raise ValueError(f"vocabulary has duplicate entries, e.g. {dupes}")
+    tokenizer = BertTokenizer(
+        {token: i for i, token in enumerate(vocab)},
+        do_lower_case=lowercase,
+        strip_accents=strip_accents,
+        tokenize_chinese_chars=tokenize_chinese_chars,
+    )
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# 1-2. Word counts
+# --------------------------------------------------------------------------------------------------
+
+
+def count_words(
+    files: Sequence[str | os.PathLike],
+    *,
+    lowercase: bool = True,
+    strip_accents: bool | None = None,
+    tokenize_chinese_chars: bool = True,
+    errors: str = "strict",
+    num_workers: int = 2,
+    progress: bool = False,
+) -> Counter[str]:
+    """Count basic-tokenizer words over ``files`` (see the module docstring, steps 1-2)."""
+    basic_args = (lowercase, strip_accents, tokenize_chinese_chars)
+    chunks: Counter[str] = Counter()
+    with _maybe_pool(num_workers, len(files)) as pool:
+        jobs = [(str(f), errors) for f in files]
+        results = pool.imap(_count_chunks, jobs) if pool else map(_count_chunks, jobs)
+        for counter in tqdm(results, total=len(jobs), desc="count", unit="file", disable=not progress):
+            chunks.update(counter)
+        distinct = list(chunks.items())
+        del chunks
+        n_slices = max(1, 4 * max(num_workers, 1))
+        slices = [(distinct[i::n_slices], basic_args) for i in range(n_slices)]
+        del distinct
+        results = pool.imap(_tokenize_chunks, slices) if pool else map(_tokenize_chunks, slices)
+        words: Counter[str] = Counter()
+        for counter in tqdm(results, total=n_slices, desc="pre-tokenize", disable=not progress):
+            words.update(counter)
+    return words
+
+
+def _count_chunks(job: tuple[str, str]) -> Counter[str]:
+    path, errors = job
+    counter: Counter[str] = Counter()
+    for line in iter_lines(path, errors=errors):
+        counter.update(line.split())
+    return counter
+
+
+def _tokenize_chunks(job: tuple[list[tuple[str, int]], tuple]) -> Counter[str]:
+    chunks, (lowercase, strip_accents, tokenize_chinese_chars) = job
+    basic = BasicTokenizer(
+        do_lower_case=lowercase, strip_accents=strip_accents, tokenize_chinese_chars=tokenize_chinese_chars
+    )
+    words: Counter[str] = Counter()
+    for chunk, n in chunks:
+        for word in basic.tokenize(chunk):
+            words[word] += n
+    return words
+
+
+class _maybe_pool:
+    """A ``spawn`` process pool when ``num_workers > 1`` and there is more than one job, else ``None``."""
+
+    def __init__(self, num_workers: int, num_jobs: int):
+        self.pool = None
+        if num_workers > 1 and num_jobs > 1:
+            self.pool = multiprocessing.get_context("spawn").Pool(num_workers)
+
+    def __enter__(self):
+        return self.pool
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
+
+
+# --------------------------------------------------------------------------------------------------
+# 3-4. Alphabet and merges
+# --------------------------------------------------------------------------------------------------
+
+
+def learn_wordpiece(
+    word_counts: Mapping[str, int],
+    vocab_size: int,
+    min_frequency: int = 2,
+    *,
+    limit_alphabet: int = 1000,
+    special_tokens: Sequence[str] = SPECIAL_TOKENS,
+    progress: bool = False,
+) -> list[str]:
+    """Learn the vocabulary from a table of word counts (module docstring, steps 3-4)."""
+    if min_frequency < 1:
+        raise ValueError(f"min_frequency must be at least 1, got {min_frequency}")
+    if limit_alphabet < 1:
+        raise ValueError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
+    if len(set(special_tokens)) != len(special_tokens):
+        raise ValueError(f"special_tokens has duplicates: {list(special_tokens)}")
+
+    char_counts: Counter[str] = Counter()
+    for word, n in word_counts.items():
+        for ch in word:
+            char_counts[ch] += n
+    ranked = sorted(char_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit_alphabet]
+    alphabet = sorted(ch for ch, _ in ranked)
+    alphabet_set = set(alphabet)
+
+    words = sorted(w for w in word_counts if set(w) <= alphabet_set)
+    inner_chars = sorted({ch for w in words for ch in w[1:]})
+    vocab = list(special_tokens)
+    vocab += [ch for ch in alphabet if ch not in vocab]
+    vocab += [CONTINUATION_PREFIX + ch for ch in inner_chars if CONTINUATION_PREFIX + ch not in vocab]
+    if len(vocab) > vocab_size:
+        raise ValueError(
+            f"vocab_size {vocab_size} is smaller than the {len(special_tokens)} special tokens plus the "
+            f"{len(vocab) - len(special_tokens)}-entry character alphabet; raise vocab_size or lower "
+            f"limit_alphabet (now {limit_alphabet})"
+        )
+
+    # Symbols are the vocabulary entries; words are lists of symbol ids.
+    symbol_id = {s: i for i, s in enumerate(vocab)}
+    prefix = CONTINUATION_PREFIX
+    seqs = [[symbol_id[w[0]]] + [symbol_id[prefix + ch] for ch in w[1:]] for w in words]
+    counts = [word_counts[w] for w in words]
+    del words
+
+    pair_counts: dict[tuple[int, int], int] = {}
+    where: dict[tuple[int, int], set[int]] = {}
+    for w, seq in enumerate(seqs):
+        n = counts[w]
+        for pair in zip(seq, seq[1:], strict=False):
+            pair_counts[pair] = pair_counts.get(pair, 0) + n
+            bucket = where.get(pair)
+            if bucket is None:
+                where[pair] = {w}
+            else:
+                bucket.add(w)
+    heap = [(-n, a, b) for (a, b), n in pair_counts.items()]
+    heapq.heapify(heap)
+
+    bar = tqdm(total=vocab_size, initial=len(vocab), desc="merges", disable=not progress)
+    while len(vocab) < vocab_size and heap:
+        neg, a, b = heapq.heappop(heap)
+        current = pair_counts.get((a, b), 0)
+        if current != -neg:
+            if current > 0:
+                heapq.heappush(heap, (-current, a, b))
+            continue
+        if current < min_frequency:
+            break
+        piece = vocab[a] + vocab[b][len(prefix) :]
+        new = symbol_id.get(piece)
+        if new is None:  # two different pairs can spell the same piece; keep one id, as tokenizers does
+            new = len(vocab)
+            vocab.append(piece)
+            symbol_id[piece] = new
+            bar.update(1)
+        touched = _merge_pair(seqs, counts, pair_counts, where, a, b, new)
+        for pair in touched:
+            n = pair_counts.get(pair, 0)
+            if n > 0:
+                heapq.heappush(heap, (-n, pair[0], pair[1]))
+    bar.close()
+    return vocab
+
+
+def _merge_pair(
+    seqs: list[list[int]],
+    counts: list[int],
+    pair_counts: dict[tuple[int, int], int],
+    where: dict[tuple[int, int], set[int]],
+    a: int,
+    b: int,
+    new: int,
+) -> set[tuple[int, int]]:
+    """Replace ``a b`` by ``new`` in every word holding it; update pair counts; return the new pairs."""
+    touched: set[tuple[int, int]] = set()
+    for w in where.pop((a, b)):
+        seq = seqs[w]
+        if len(seq) < 2:
+            continue
+        merged: list[int] = []
+        i, end = 0, len(seq)
+        while i < end:
+            if i + 1 < end and seq[i] == a and seq[i + 1] == b:
+                merged.append(new)
+                i += 2
+            else:
+                merged.append(seq[i])
+                i += 1
+        if len(merged) == end:  # a stale entry in `where`: the word no longer holds the pair
+            continue
+        n = counts[w]
+        for pair in zip(seq, seq[1:], strict=False):
+            pair_counts[pair] -= n
+        for pair in zip(merged, merged[1:], strict=False):
+            pair_counts[pair] = pair_counts.get(pair, 0) + n
+            if pair[0] == new or pair[1] == new:
+                touched.add(pair)
+                bucket = where.get(pair)
+                if bucket is None:
+                    where[pair] = {w}
+                else:
+                    bucket.add(w)
+        seqs[w] = merged
+    pair_counts.pop((a, b), None)
+    return touched
+

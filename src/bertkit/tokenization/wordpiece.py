@@ -1,0 +1,133 @@
+"""WordPiece: the vocabulary file and greedy longest-match-first segmentation of one word.
+
+BERT (Devlin et al., 2018, section 3) uses WordPiece embeddings (Wu et al., 2016): a word is cut into the
+longest vocabulary entry that starts it, then the longest ``##``-prefixed entry that continues it, and so
+on. A word that cannot be covered this way, or that is longer than ``max_input_chars_per_word`` (100)
+characters, becomes a single ``[UNK]``: there is no backtracking and no character fallback. This is
+Google's ``WordpieceTokenizer`` and Hugging Face's ``models.WordPiece``, whose rules (length counted in
+characters of the normalised word, the whole word's span for ``[UNK]``) are followed here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Hashable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Memo", "WordPiece", "load_vocab", "save_vocab"]
+
+VOCAB_FILE = "vocab.txt"
+
+
+def load_vocab(path: str | os.PathLike) -> list[str]:
+    """The tokens of a ``vocab.txt`` in id order (line ``i`` holds token ``i``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"vocabulary file {path} does not exist: a BERT tokenizer needs the checkpoint's {VOCAB_FILE} "
+            f"(one token per line, line i = id i); point to the directory or file that holds it"
+        )
+    # Text mode + rstrip("\n") reads the file exactly as Hugging Face's `load_vocab` does ("\r\n" too).
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def save_vocab(tokens: list[str], path: str | os.PathLike) -> Path:
+    path = Path(path)
+    bad = [t for t in tokens if "\n" in t or "\r" in t]
+    if bad:
+        raise ValueError(f"tokens with a line break cannot be written to {path}: {bad[:5]}")
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write("".join(t + "\n" for t in tokens))
+    return path
+
+
+class Memo(dict):
+    """A dict that fills itself with ``compute(key)`` on a miss and empties itself when full.
+
+    Hits are a C-level dict lookup (``memo[key]``), which is what makes cached tokenization fast. Bounded
+    by ``maxsize`` entries (0 disables storing); clearing everything when full is crude but keeps every
+    operation O(1) and the results never depend on what is cached. Safe to share between threads: a
+    race at worst computes the same value twice.
+    """
+
+    def __init__(self, compute: Callable[[Any], Any], maxsize: int):
+        super().__init__()
+        if maxsize < 0:
+            raise ValueError(f"cache size must be >= 0, got {maxsize}")
+        self._compute = compute
+        self.maxsize = maxsize
+
+    def __missing__(self, key: Hashable) -> Any:
+        value = self._compute(key)
+        if self.maxsize:
+            if len(self) >= self.maxsize:
+                self.clear()
+            self[key] = value
+        return value
+
+
+class WordPiece:
+    """Greedy longest-match-first segmentation of normalised words into vocabulary ids.
+
+    ``segment(word)`` returns ``((id, start, end), ...)`` with character offsets into ``word``; results are
+    memoised per word (``cache_size`` words at most).
+    """
+
+    def __init__(
+        self,
+        vocab: Mapping[str, int],
+        unk_token: str = "[UNK]",
+        max_input_chars_per_word: int = 100,
+        continuing_subword_prefix: str = "##",
+        cache_size: int = 65536,
+    ):
+        if unk_token not in vocab:
+            raise ValueError(f"unk_token {unk_token!r} is not in the vocabulary")
+        if max_input_chars_per_word < 1:
+            raise ValueError(f"max_input_chars_per_word must be >= 1, got {max_input_chars_per_word}")
+        self.vocab = vocab
+        self.unk_token = unk_token
+        self.unk_id = vocab[unk_token]
+        self.max_input_chars_per_word = max_input_chars_per_word
+        self.prefix = continuing_subword_prefix
+        # Longest entry that can match at the start of a word / after the prefix: bounds the inner loop.
+        self._max_first = max((len(t) for t in vocab), default=0)
+        n = len(self.prefix)
+        self._max_next = max((len(t) - n for t in vocab if t.startswith(self.prefix)), default=0)
+        self._memo = Memo(self._segment, cache_size)
+
+    def segment(self, word: str) -> tuple[tuple[int, int, int], ...]:
+        """``word`` -> ((id, start, end), ...); ``((unk_id, 0, len(word)),)`` when it cannot be covered."""
+        return self._memo[word]
+
+    def tokenize(self, word: str) -> list[str]:
+        """Token strings of one word, e.g. ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``."""
+        return [self.prefix + word[a:b] if a else word[a:b] for _, a, b in self.segment(word)]
+
+    def _segment(self, word: str) -> tuple[tuple[int, int, int], ...]:
+        n = len(word)
+        unk = ((self.unk_id, 0, n),)
+        if n > self.max_input_chars_per_word:
+            return unk
+        vocab, prefix = self.vocab, self.prefix
+        pieces = []
+        start = 0
+        while start < n:
+            if start == 0:
+                end = min(n, self._max_first)
+                while end > 0 and word[:end] not in vocab:
+                    end -= 1
+                if end == 0:
+                    return unk
+                pieces.append((vocab[word[:end]], 0, end))
+            else:
+                end = min(n, start + self._max_next)
+                while end > start and prefix + word[start:end] not in vocab:
+                    end -= 1
+                if end == start:
+                    return unk
+                pieces.append((vocab[prefix + word[start:end]], start, end))
+            start = end
+        return tuple(pieces)

@@ -1,0 +1,298 @@
+"""Parity of bertkit's BertTokenizer with Hugging Face's BertTokenizerFast (the Rust `tokenizers` pipeline).
+
+Fast checks: every Unicode code point through the basic tokenizer, hand-picked edge cases, random
+strings, truncation arithmetic, padding/tensors, decode, and a deterministic 1% sample of every file in
+the shared data (bench/tokenizer_parity_sweep.py --sample 100), in uncased and cased mode.
+Slow (`-m slow`): the same sweep over every line of every file.
+
+The reference must be built with the vocabulary passed as `vocab=` under transformers 5 (it silently
+ignores `vocab_file=` there and keeps a 5-token vocabulary); `hf_reference` below checks it loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bertkit.tokenization import BasicTokenizer, BertTokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+SWEEP = REPO / "bench" / "tokenizer_parity_sweep.py"
+MODES = {"uncased": True, "cased": False}
+
+EDGE_CASES = [
+    "",
+    " ",
+    "\t\n\r  \u3000\u00a0",
+    "Hello, world!",
+    "HELLO World hello",
+    "Héllo wörld, CAFÉ naïve façade Ångström",
+    "İstanbul ΟΔΟΣ Σίσυφος ß ǅ ﬁ Ⅻ",
+    "e\u0301 a\u0308\u0304 x\u0327\u0301y \u0301alone",
+    "中文字符 and 日本語のテキスト、한국어 텍스트",
+    "𠀀𪚥 U+2B820:\U0002b820\U0002b91f\U0002b920",
+    "emoji 🥰👍🏽 👨‍👩‍👧 ❤️ 🇫🇷",
+    "ctrl\x00NUL\x01\x07bell\x1b[0m \x7f\x85nel \x0bvt\x0cff \x1cfs\x1f",
+    "zero\u200bwidth\u200c\u200d join\ufeffbom \u00adsoft\u00adhyphen",
+    "bad\ufffdchar \ufffd\ufffd",
+    "line\u2028sep\u2029para",
+    "private\ue000use \U000f0000",
+    "a" * 100,
+    "a" * 101,
+    "x" + "é" * 100,
+    "supercalifragilisticexpialidocious antidisestablishmentarianism",
+    "[CLS] [SEP] [PAD] [MASK] [UNK]",
+    "The [MASK] sat on the mat.",
+    "x[MASK]y[MASK][MASK] [mask] [Mask] [MASK",
+    "[[MASK]] ([SEP]) [CLS]word",
+    "don't won't it's I'm we've they're",
+    "$100 + 5% = <html> ^_^ `code` a|b ~tilde @user #tag",
+    "“quotes” ‘single’ — en–dash … «guillemets» ¿¡ ·",
+    "U.S.A. e.g. 3.14159 1,000,000 12:30pm 2019-08-14",
+    "   leading and trailing spaces   ",
+    "tab\tseparated\tvalues",
+    "ǅungla Ǉ ǈ ǉ Ǌ",
+    "Ⓐⓑ ① ㈱ ㎞ ＡＢＣ ｆｕｌｌｗｉｄｔｈ",
+    "ﬀ ﬃ ẞ ϴ ẛ̣",
+    "\u037e greek question \u0387 ano teleia \u1fee\u1fef",
+    "\u166d \u111c9 \u1734 \u2e43 dash",
+    "Ὀδυσσεύς ᾈ ᾯ",
+    "\ud800 lone surrogate",
+]
+
+
+def hf_reference(vocab_file: Path, do_lower_case: bool):
+    """BertTokenizerFast really holding ``vocab_file`` (see the module docstring)."""
+    import inspect
+
+    transformers = pytest.importorskip("transformers", reason="transformers is the parity reference")
+    with open(vocab_file, encoding="utf-8") as f:
+        tokens = [line.rstrip("\n") for line in f]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    cls = transformers.BertTokenizerFast
+    if "vocab" in inspect.signature(cls.__init__).parameters:
+        ref = cls(vocab=vocab, do_lower_case=do_lower_case)
+    else:
+        ref = cls(vocab_file=str(vocab_file), do_lower_case=do_lower_case)
+    assert len(ref) == len(tokens) and ref.convert_tokens_to_ids("hello") == vocab["hello"]
+    return ref
+
+
+@pytest.fixture(scope="module")
+def vocab_file(minilm_dir: Path) -> Path:
+    path = minilm_dir / "vocab.txt"
+    if not path.is_file():
+        pytest.skip(f"{path} absent: run `make model`")
+    return path
+
+
+@pytest.fixture(scope="module", params=list(MODES))
+def pair(request, vocab_file: Path) -> tuple[BertTokenizer, object]:
+    lower = MODES[request.param]
+    return BertTokenizer(vocab_file, do_lower_case=lower), hf_reference(vocab_file, lower)
+
+
+def _sendable(text: str) -> bool:
+    return not any(0xD800 <= ord(c) <= 0xDFFF for c in text)  # Rust strings cannot hold lone surrogates
+
+
+def _assert_same(ours: BertTokenizer, ref, a, b=None, **kw) -> None:
+    mine = ours(a, b, return_offsets_mapping=True, return_special_tokens_mask=True, **kw)
+    theirs = ref(a, b, return_offsets_mapping=True, return_special_tokens_mask=True, **kw)
+    for key in ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask"):
+        assert mine[key] == theirs[key], (key, a, b)
+    want = theirs["offset_mapping"]
+    want = [[tuple(o) for o in row] for row in want] if isinstance(a, list) else [tuple(o) for o in want]
+    assert mine["offset_mapping"] == want, ("offsets", a, b)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Character level
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lower", [True, False], ids=["uncased", "cased"])
+def test_every_code_point_basic_tokenizer(lower: bool) -> None:
+    """Each code point between two letters: same words as BertNormalizer + BertPreTokenizer."""
+    tokenizers = pytest.importorskip("tokenizers", reason="tokenizers is the parity reference")
+    normalizer = tokenizers.normalizers.BertNormalizer(lowercase=lower, strip_accents=None)
+    pre = tokenizers.pre_tokenizers.BertPreTokenizer()
+    ours = BasicTokenizer(do_lower_case=lower)
+    bad = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        text = f"a{chr(cp)}b"
+        want = [w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(text))]
+        if ours.tokenize(text) != want:
+            bad.append((hex(cp), ours.tokenize(text), want))
+    assert not bad, f"{len(bad)} code points differ, e.g. {bad[:10]}"
+
+
+def test_surrogates_are_dropped() -> None:
+    # Hugging Face cannot take them at all (Rust str); dropping them like other Cs characters is our choice.
+    assert BasicTokenizer().tokenize("a\ud800b \udfff") == ["ab"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Text level
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [t for t in EDGE_CASES if _sendable(t)], ids=range(sum(map(_sendable, EDGE_CASES))))
+def test_edge_case(pair, text: str) -> None:
+    ours, ref = pair
+    _assert_same(ours, ref, text)
+    assert ours.tokenize(text) == ref.tokenize(text)
+    for skip in (True, False):
+        ids = ref(text)["input_ids"]
+        assert ours.decode(ids, skip_special_tokens=skip) == ref.decode(ids, skip_special_tokens=skip)
+
+
+def test_edge_cases_as_pairs_and_batch(pair) -> None:
+    ours, ref = pair
+    texts = [t for t in EDGE_CASES if _sendable(t)]
+    _assert_same(ours, ref, texts, texts[::-1])
+    _assert_same(ours, ref, texts, padding=True)
+    _assert_same(ours, ref, texts, texts[1:] + texts[:1], padding="max_length", max_length=200, truncation=True)
+
+
+def _random_text(rng: random.Random) -> str:
+    alphabet = (
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+        " \t\n\r.,;:!?'\"()[]{}-_/\\@#$%^&*+=<>|~`"
+        "éèêëÉÀÂÄÖÜßñÑçÇåÅøØæÆœŒıİ" "\u0301\u0308\u0327\u0300\u0345\u20dd"
+        "ΑΒΓΔΣσςάέίόύώ" "АБВгдеёЖ" "中文字日本語한국어テスト" "“”‘’—–…«»¿¡·" "🥰👍🏽❤️"
+        "\x00\x01\x0b\x0c\x1c\x7f\x85\u200b\u200d\ufeff\ufffd\u2028\u3000\u00a0\u00ad"
+        "ǅǈǋǲ" "ﬁﬀ" "①Ⓐ" "\u037e\u1fee" "\u2e43\u166d\u0f39\U0001d165"
+    )  # fmt: skip
+    pieces = ["[MASK]", "[SEP]", "[mask]", "unaffable", "hello", "##ing", "a" * 101]
+    out = []
+    for _ in range(rng.randint(0, 40)):
+        if rng.random() < 0.05:
+            out.append(rng.choice(pieces))
+        else:
+            out.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))))
+        out.append(rng.choice([" ", "", "  ", "\n"]))
+    return "".join(out)
+
+
+def test_random_strings(pair) -> None:
+    ours, ref = pair
+    rng = random.Random(1234)
+    texts = [_random_text(rng) for _ in range(1500)]
+    _assert_same(ours, ref, texts)
+    assert ours(texts)["input_ids"] == ref(texts)["input_ids"]  # the path without offsets
+    _assert_same(ours, ref, texts[:750], texts[750:])
+    for skip in (True, False):
+        ids = ref(texts[:300])["input_ids"]
+        assert ours.batch_decode(ids, skip_special_tokens=skip) == ref.batch_decode(ids, skip_special_tokens=skip)
+
+
+def test_options_other_than_the_checkpoints(vocab_file: Path) -> None:
+    """strip_accents / tokenize_chinese_chars combinations the minilm config does not use."""
+    normalizers = pytest.importorskip("tokenizers.normalizers")
+    rng = random.Random(7)
+    texts = [_random_text(rng) for _ in range(300)] + [t for t in EDGE_CASES if _sendable(t)]
+    for lower in (True, False):
+        for strip in (True, False, None):
+            for chinese in (True, False):
+                ref = hf_reference(vocab_file, lower)
+                ref.backend_tokenizer.normalizer = normalizers.BertNormalizer(
+                    lowercase=lower, strip_accents=strip, handle_chinese_chars=chinese
+                )
+                ours = BertTokenizer(vocab_file, do_lower_case=lower, strip_accents=strip, tokenize_chinese_chars=chinese)
+                _assert_same(ours, ref, texts)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Truncation and padding
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_truncation_arithmetic(pair) -> None:
+    """Random lengths, budgets and strategies: same kept tokens, and an error exactly where HF errors."""
+    ours, ref = pair
+    rng = random.Random(99)
+    for _ in range(1500):
+        len_a, len_b = rng.randint(0, 12), rng.choice([None, rng.randint(0, 12)])
+        a = " ".join(f"a{i}" if i % 3 else "b" for i in range(len_a))
+        b = None if len_b is None else " ".join("c" for _ in range(len_b))
+        strategy = rng.choice(["longest_first", "only_first", "only_second", True])
+        max_length = rng.randint(2 if b is None else 3, 30)
+        try:
+            want = ref(a, b, max_length=max_length, truncation=strategy, return_offsets_mapping=True)
+        except Exception as e:  # tokenizers raises a bare Exception("Truncation error: ...")
+            assert "Truncation error" in str(e)
+            with pytest.raises(ValueError):
+                ours(a, b, max_length=max_length, truncation=strategy)
+            continue
+        got = ours(a, b, max_length=max_length, truncation=strategy, return_offsets_mapping=True)
+        assert got["input_ids"] == want["input_ids"], (len_a, len_b, max_length, strategy)
+        assert got["token_type_ids"] == want["token_type_ids"]
+        assert got["offset_mapping"] == [tuple(o) for o in want["offset_mapping"]]
+
+
+def test_max_length_without_truncation_flag_truncates_like_hf(pair) -> None:
+    ours, ref = pair
+    text = "one two three four five six seven"
+    assert ours(text, max_length=5)["input_ids"] == ref(text, max_length=5)["input_ids"]
+    kw = {"max_length": 5, "padding": "max_length"}  # padding on: HF does not truncate
+    assert ours(text, **kw)["input_ids"] == ref(text, **kw)["input_ids"]
+
+
+@pytest.mark.parametrize("tensors", ["pt", "np"])
+def test_padded_tensors(pair, tensors: str) -> None:
+    ours, ref = pair
+    texts = ["a short one", "a rather longer sentence, with a comma", ""]
+    pairs_ = ["x", "", "why not?"]
+    kw = {"padding": "max_length", "max_length": 24, "truncation": True, "return_tensors": tensors,
+          "return_offsets_mapping": True, "return_special_tokens_mask": True}  # fmt: skip
+    mine, theirs = ours(texts, pairs_, **kw), ref(texts, pairs_, **kw)
+    assert list(mine) == list(theirs)
+    for key in mine:
+        assert mine[key].shape == theirs[key].shape, key
+        assert mine[key].tolist() == theirs[key].tolist(), key
+        assert str(mine[key].dtype).endswith("int64"), key
+
+
+# ----------------------------------------------------------------------------------------------------
+# Real data
+# ----------------------------------------------------------------------------------------------------
+
+
+def _run_sweep(model: Path, data: Path, every: int, timeout: int) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(SWEEP), "--model", str(model), "--data", str(data), "--sample", str(every)],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    problems = {
+        mode: {g: s["examples"] for g, s in m["groups"].items() if s["examples"]} | {"truncation": m["truncation"]["examples"]}
+        for mode, m in result["modes"].items()
+    }  # fmt: skip
+    assert result["mismatches"] == 0, json.dumps(problems, ensure_ascii=False)[:3000]
+    assert proc.returncode == 0
+    return result
+
+
+def test_data_sample(vocab_file: Path, data_dir: Path) -> None:
+    """Every 100th line of every data file (about 19,000 texts and pairs per mode)."""
+    result = _run_sweep(vocab_file.parent, data_dir, 100, timeout=300)
+    for mode in MODES:
+        assert result["modes"][mode]["lines"] > 15000
+        assert result["modes"][mode]["truncation_checks"] > 1500
+
+
+@pytest.mark.slow
+def test_data_full_sweep(vocab_file: Path, data_dir: Path) -> None:
+    """Every line of every data file, both modes (about 10 minutes on 2 cores)."""
+    result = _run_sweep(vocab_file.parent, data_dir, 1, timeout=3600)
+    for mode in MODES:
+        assert result["modes"][mode]["lines"] > 1_500_000
