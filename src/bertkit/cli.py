@@ -194,6 +194,55 @@ def _configure_finetune(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-seq-length", type=int, default=128)
     g.add_argument("--max-train-examples", type=int, default=None, help="use only the first N training rows")
     _train_flags(g, lr=None, batch_size=32, epochs=3.0)
+    _configure_token_tasks(sub)
+
+
+def _configure_token_tasks(sub) -> None:
+    """``finetune ner|squad|swag`` (recipes in ``training/token_tasks.py``); None defaults are the paper's."""
+    n = sub.add_parser("ner", help="CoNLL-2003 named-entity recognition (token classification)")
+    n.add_argument("--data-dir", type=Path, required=True, help="holds train.txt, valid.txt, test.txt (CoNLL columns)")
+    n.add_argument("--tag-scheme", choices=("iob1", "iob2"), default="iob2", help="the files' tagging scheme")
+    q = sub.add_parser("squad", help="SQuAD v1.1 / v2.0 span extraction")
+    q.add_argument("--version", choices=("1.1", "2.0"), default="1.1")
+    q.add_argument("--train-file", type=Path, default=None,
+                   help="training JSON; omitted: split --predict-file by article and score the held-out articles")
+    q.add_argument("--predict-file", type=Path, required=True)
+    q.add_argument("--doc-stride", type=int, default=128)
+    q.add_argument("--max-query-length", type=int, default=64)
+    q.add_argument("--n-best-size", type=int, default=20)
+    q.add_argument("--max-answer-length", type=int, default=30)
+    w = sub.add_parser("swag", help="SWAG multiple choice (swagaf CSV files)")
+    w.add_argument("--train-file", type=Path, required=True)
+    w.add_argument("--predict-file", type=Path, required=True, help="val.csv (scored) or test.csv (predicted only)")
+    for p, seq_len in ((n, 128), (q, 384), (w, 128)):
+        p.add_argument("--model", type=Path, required=True, help="pre-trained checkpoint directory")
+        p.add_argument("--out", type=Path, required=True)
+        p.add_argument("--seed", type=int, default=1)
+        p.add_argument("--max-seq-length", type=int, default=seq_len)
+        p.add_argument("--max-train-examples", type=int, default=None,
+                       help="train on a fixed random subset of this many examples (reduced runs)")
+        p.add_argument("--eval-batch-size", type=int, default=64)
+        p.add_argument("--epochs", type=float, default=None)
+        _train_flags(p, lr=None, batch_size=None, epochs=None)
+
+
+def _token_task(args: argparse.Namespace) -> dict:
+    from bertkit.training import token_tasks as tt
+
+    common = dict(model_dir=args.model, out_dir=args.out, lr=float(args.lr) if args.lr else None,
+                  epochs=args.epochs, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                  seed=args.seed, warmup=args.warmup, weight_decay=args.weight_decay, bf16=args.bf16,
+                  device=args.device, progress=not args.no_progress, eval_batch_size=args.eval_batch_size,
+                  max_train_examples=args.max_train_examples, optimizer=args.optimizer, grad_accum=args.grad_accum,
+                  max_grad_norm=args.max_grad_norm, log_every=args.log_every)
+    if args.task_family == "ner":
+        return tt.finetune_ner(tt.NerSettings(data_dir=args.data_dir, tag_scheme=args.tag_scheme, **common))
+    if args.task_family == "squad":
+        return tt.finetune_squad(tt.SquadSettings(
+            predict_file=args.predict_file, train_file=args.train_file, version=args.version,
+            doc_stride=args.doc_stride, max_query_length=args.max_query_length, n_best_size=args.n_best_size,
+            max_answer_length=args.max_answer_length, **common))
+    return tt.finetune_swag(tt.SwagSettings(train_file=args.train_file, predict_file=args.predict_file, **common))
 
 
 @command("finetune", "fine-tune a pre-trained BERT on a task (paper section 4)", _configure_finetune)
@@ -207,6 +256,8 @@ def _finetune(args: argparse.Namespace) -> dict:
             batch_size=args.batch_size, max_seq_length=args.max_seq_length, warmup=args.warmup,
             weight_decay=args.weight_decay, bf16=args.bf16, device=args.device, progress=not args.no_progress,
             max_train_examples=args.max_train_examples))
+    if args.task_family in ("ner", "squad", "swag"):
+        return _token_task(args)
     raise ValueError(f"unknown task family {args.task_family!r}")
 
 
@@ -231,7 +282,85 @@ def _predict(args: argparse.Namespace) -> dict:
                         max_seq_length=args.max_seq_length, batch_size=args.batch_size, bf16=args.bf16)
 
 
+def _configure_demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, default=None,
+                   help="the example checkpoint (bertkit download-example-model DIR) for the similarity stage")
+    p.add_argument("--out", type=Path, default=Path("runs/demo"))
+    p.add_argument("--steps", type=int, default=600, help="pre-training steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+
+
+@command("demo", "the BERT recipe end to end on Python's own documentation (a few minutes on 2 cores)",
+         _configure_demo)
+def _demo(args: argparse.Namespace) -> None:
+    from bertkit.demo import run_demo
+
+    run_demo(args.model, args.out, pretrain_steps=args.steps, seed=args.seed, progress=not args.no_progress)
+
+
 # -------------------------------------------------------------------------------------------------
+
+
+def _configure_extract(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, required=True, help="checkpoint directory (any head: the encoder is used)")
+    p.add_argument("--input", type=Path, required=True, help="one text per line, or 'text_a ||| text_b' pairs")
+    p.add_argument("--out", type=Path, required=True, help="FILE.jsonl (google's format) or FILE.safetensors")
+    p.add_argument("--layers", type=_ints, default=[-1, -2, -3, -4],
+                   help="hidden states to write: 0 = embeddings .. L = last; negative from the end "
+                   "(write --layers=-1,-2 with \"=\": a leading minus reads as a flag otherwise)")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="safetensors values")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-progress", action="store_true")
+
+
+@command("extract-features", "write per-token hidden states of chosen layers (google's extract_features.py)",
+         _configure_extract)
+def _extract(args: argparse.Namespace) -> dict:
+    from bertkit.features import extract_features, read_texts
+    from bertkit.modeling import BertModel
+    from bertkit.tokenization import BertTokenizer
+
+    return extract_features(BertModel.from_pretrained(args.model), BertTokenizer.from_pretrained(args.model),
+                            read_texts(args.input), args.out, layers=args.layers, max_seq_length=args.max_seq_length,
+                            batch_size=args.batch_size, dtype=args.dtype, device=args.device,
+                            progress=not args.no_progress)
+
+
+def _configure_study(p: argparse.ArgumentParser) -> None:
+    from bertkit.features import COMBINATIONS
+
+    p.add_argument("--data-dir", type=Path, required=True, help="CoNLL-2003 directory (train.txt, valid.txt)")
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="report.json and cached activations/")
+    p.add_argument("--combinations", type=lambda t: tuple(x for x in t.split(",") if x), default=tuple(COMBINATIONS),
+                   help=f"comma list of {', '.join(COMBINATIONS)}")
+    p.add_argument("--lstm-hidden", type=int, default=None, help="per direction; default hidden_size // 2")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--dropout", type=float, default=0.25)
+    p.add_argument("--max-train-sentences", type=int, default=None, help="a fixed random subset (reduced runs)")
+    p.add_argument("--tag-scheme", choices=("iob1", "iob2"), default="iob2")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-progress", action="store_true")
+
+
+@command("feature-study", "the paper's feature-based NER study (Table 7): BiLSTM on frozen layers",
+         _configure_study)
+def _feature_study(args: argparse.Namespace) -> dict:
+    from bertkit.features import StudySettings, feature_study, format_table
+
+    report = feature_study(StudySettings(
+        data_dir=args.data_dir, model_dir=args.model, out_dir=args.out, combinations=args.combinations,
+        lstm_hidden=args.lstm_hidden, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+        dropout=args.dropout, max_train_sentences=args.max_train_sentences, tag_scheme=args.tag_scheme,
+        seed=args.seed, device=args.device, progress=not args.no_progress))
+    print(format_table(report), file=sys.stderr)
+    return report
 
 
 def build_parser() -> argparse.ArgumentParser:

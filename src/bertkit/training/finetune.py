@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.config import BertConfig
 from bertkit.heads import BertForSequenceClassification
 from bertkit.tasks import glue
 from bertkit.tokenization import BertTokenizer
@@ -119,9 +120,8 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
         preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
         return task.metric(preds, dev_refs)
 
-    probe = BertForSequenceClassification.from_pretrained(s.model_dir, id2label=dict(enumerate(labels)))
-    lrs = tuple(s.lrs) if s.lrs else default_lr_grid(probe.config.hidden_size)
-    del probe
+    hidden_size = BertConfig.from_json_file(Path(s.model_dir) / "config.json").hidden_size
+    lrs = tuple(s.lrs) if s.lrs else default_lr_grid(hidden_size)
     s.out_dir.mkdir(parents=True, exist_ok=True)
     runs, best_run_score = [], -float("inf")
     for lr in lrs:
@@ -130,14 +130,11 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
             model = BertForSequenceClassification.from_pretrained(
                 s.model_dir, id2label=dict(enumerate(labels)),
                 problem_type="regression" if task.is_regression else "single_label_classification")
-            plan = BatchPlan(train_features, s.batch_size, collate, shuffle=True, seed=seed)
-            run_dir = s.out_dir / "runs" / f"lr{lr:g}-seed{seed}"
-            shutil.rmtree(run_dir, ignore_errors=True)
-            args = TrainArgs(out_dir=run_dir, lr=lr, warmup=s.warmup, weight_decay=s.weight_decay, bf16=s.bf16,
-                             seed=seed, device=s.device, progress=s.progress, log_every=50, keep_checkpoints=1)
-            result = train(model, [Phase(plan, steps_for_epochs(plan, s.epochs, 1))], args, evaluate=scores_of,
-                           fingerprint={"model": str(s.model_dir), "task": task.name})
-            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # fine-tuning runs are short; keep models only
+            result = fit_classifier(
+                model, train_features, collate, scores_of, out_dir=s.out_dir / "runs" / f"lr{lr:g}-seed{seed}",
+                lr=lr, seed=seed, epochs=s.epochs, batch_size=s.batch_size, warmup=s.warmup,
+                weight_decay=s.weight_decay, bf16=s.bf16, device=s.device, progress=s.progress,
+                fingerprint={"model": str(s.model_dir), "task": task.name})
             per_epoch = [{k: v for k, v in r.items() if k not in ("split",)} for r in result.history
                          if r["split"] == "eval"]
             score = result.last_eval or {}
@@ -154,6 +151,25 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(replace(s, lrs=lrs)).items()})
     (s.out_dir / "report.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+def fit_classifier(model: nn.Module, train_features: Sequence[dict], collate: Callable[[list], dict],
+                   evaluate: Callable[[nn.Module], dict[str, float]] | None, *, out_dir: Path, lr: float, seed: int,
+                   epochs: float, batch_size: int = 32, warmup: float = 0.1, weight_decay: float = 0.01,
+                   bf16: bool = False, device: str = "cpu", progress: bool = True,
+                   fingerprint: dict | None = None):
+    """One fine-tuning run with the paper's recipe on already featurised examples; returns the TrainResult.
+
+    Checkpoints are dropped at the end (fine-tuning runs are short); metrics.jsonl stays in ``out_dir``.
+    """
+    plan = BatchPlan(train_features, batch_size, collate, shuffle=True, seed=seed)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    args = TrainArgs(out_dir=out_dir, lr=lr, warmup=warmup, weight_decay=weight_decay, bf16=bf16, seed=seed,
+                     device=device, progress=progress, log_every=50, keep_checkpoints=1)
+    result = train(model, [Phase(plan, steps_for_epochs(plan, epochs, 1))], args, evaluate=evaluate,
+                   fingerprint=fingerprint)
+    shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
+    return result
 
 
 def summarize_grid(task: glue.GlueTask, runs: list[dict]) -> dict[str, Any]:
