@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bertkit.config import BertConfig
 from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
 from bertkit.heads import IGNORE_INDEX, BertForPreTraining
@@ -113,6 +115,7 @@ def pretrain(s: PretrainSettings, args: TrainArgs, *, resume: bool = False) -> T
             return evaluate_pretraining(model, eval_set, batch_size=s.eval_batch_size, pad_id=pad,
                                         limit=s.eval_instances, device=args.device)
 
+    torch.manual_seed(args.seed)  # the initial weights are part of the run: same seed, same model
     model = BertForPreTraining(s.config)
     fingerprint = {"model_config": s.config.to_dict(), "max_steps": s.max_steps, "batch_size": s.batch_size,
                    "data": [str(Path(p.plan.dataset.path).resolve()) for p in phases]}
