@@ -29,7 +29,8 @@ test-slow: $(STAMP) $(MODEL)/config.json
 	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m slow
 
 bench: $(STAMP) $(MODEL)/config.json
-	for f in bench/bench_*.py; do $(BIN)/python $$f --model $(MODEL) || exit 1; done
+	$(BIN)/python bench/bench_inference.py --model $(MODEL)
+	$(BIN)/python bench/bench_tokenizer.py --model $(MODEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
