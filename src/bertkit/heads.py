@@ -85,8 +85,11 @@ def masked_lm_loss(head: MaskedLMHead, out: BertModelOutput, word_embeddings: Te
     if labels is None:
         return head(out.last_hidden_state, word_embeddings), None
     selected = labels != IGNORE_INDEX  # (B, T)
-    logits = head(out.layout.select(out.tokens, selected), word_embeddings)  # (N, V)
+    hidden = out.layout.select(out.tokens, selected)  # (N, H)
     target = labels[selected]
+    if hidden.shape[0] != target.numel():
+        raise ValueError("masked-LM labels at padding positions must be -100 (nothing is predicted there)")
+    logits = head(hidden, word_embeddings)  # (N, V)
     # Mean over predicted tokens, as CrossEntropyLoss(ignore_index=-100) does; 0 (not NaN) if none are.
     loss = F.cross_entropy(logits, target, reduction="sum") / target.numel() if target.numel() else logits.sum() * 0
     return logits, loss

@@ -1,0 +1,127 @@
+"""Pre-training steps, bertkit vs transformers' BertForPreTraining, same process, same real batches.
+
+Real masked instances (masked LM + NSP) are made from a slice of the shared corpus with the uncased
+30,522-token vocabulary (``--data`` reuses instances made by ``bertkit create-pretraining-data``). Both
+models start from the same weights (bertkit's, saved and loaded by transformers), run the same batches
+with AdamW (weight decay off for biases/LayerNorm) and report the median step time over ``--steps`` steps
+after warm-up. Useful FLOPs count the encoder on real tokens plus the MLM output only where a token is
+predicted (what the paper's implementation computes); the fp32 GEMM peak of this CPU is measured in the
+same run, and the achieved useful FLOP/s is given as a share of it.
+
+    python bench/bench_pretrain.py --shape base --batch-size 32 --steps 5
+    python bench/bench_pretrain.py --shape mini --batch-size 64 --steps 20
+
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+from bertkit import BertConfig, BertForPreTraining, BertTokenizer
+from bertkit.data.pretraining import PretrainingDataset, collate_pretraining, create_pretraining_data
+from bertkit.heads import IGNORE_INDEX
+from bertkit.training.optim import build_optimizer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def gemm_peak(dtype=torch.float32, n: int = 2048, repeats: int = 10) -> float:
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    torch.mm(a, b)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / min(times)
+
+
+def useful_flops(cfg: BertConfig, batch: dict) -> float:
+    """Training FLOPs (3x forward) on real tokens, with the MLM decoder only at predicted positions."""
+    H, I, L, V = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.vocab_size
+    lengths = batch["attention_mask"].sum(1).double()
+    tokens = float(lengths.sum())
+    linear = 2 * (4 * H * H + 2 * H * I) * L * tokens
+    attention = 4 * H * L * float((lengths**2).sum())  # QK^T and AV over each sequence's own tokens
+    predicted = float((batch["labels"] != IGNORE_INDEX).sum())
+    heads = 2 * (H * H + H * V) * predicted + 2 * H * H * lengths.numel()
+    return 3 * (linear + attention + heads)
+
+
+def time_steps(model, batches, steps, warmup, bf16):
+    opt = build_optimizer(model, "adamw", 1e-4, 0.01)
+    model.train()
+    times = []
+    for i in range(warmup + steps):
+        batch = batches[i % len(batches)]
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="base", help="a BertConfig preset")
+    p.add_argument("--model", type=Path, default=REPO / "models" / "minilm", help="for its vocabulary")
+    p.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "data" / "corpus" / "wikipedia")
+    p.add_argument("--data", type=Path, default=None, help="existing instances (create-pretraining-data output)")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--bf16", action="store_true")
+    args = p.parse_args()
+
+    tok = BertTokenizer.from_pretrained(args.model)
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = args.data
+        if data_dir is None:
+            files = sorted(args.corpus.glob("*.md"))[:20]
+            data_dir = Path(tmp) / "data"
+            create_pretraining_data(files, tok, data_dir, max_seq_length=args.max_seq_length, dupe_factor=1,
+                                    seed=7, num_workers=1, progress=False)
+        ds = PretrainingDataset(data_dir)
+        n = args.batch_size * (args.steps + args.warmup)
+        batches = [collate_pretraining([ds[j] for j in range(i, min(len(ds), i + args.batch_size))], tok.pad_token_id)
+                   for i in range(0, min(n, len(ds)), args.batch_size)]
+        cfg = BertConfig.preset(args.shape, vocab_size=len(tok.vocab), hidden_dropout_prob=0.1)
+        torch.manual_seed(0)
+        ours = BertForPreTraining(cfg)
+        ours.save_pretrained(Path(tmp) / "init")
+        theirs = transformers.BertForPreTraining.from_pretrained(Path(tmp) / "init")
+
+    flops = statistics.fmean(useful_flops(cfg, b) for b in batches)
+    real = sum(int(b["attention_mask"].sum()) for b in batches) / sum(b["attention_mask"].numel() for b in batches)
+    t_hf = time_steps(theirs, batches, args.steps, args.warmup, args.bf16)
+    t_bk = time_steps(ours, batches, args.steps, args.warmup, args.bf16)
+    peak = gemm_peak()
+    print(json.dumps({
+        "bench": "pretrain_step", "shape": args.shape, "batch_size": args.batch_size,
+        "max_seq_length": args.max_seq_length, "bf16": args.bf16, "threads": torch.get_num_threads(),
+        "padding_fraction": round(1 - real, 4),
+        "bertkit_seq_per_s": round(args.batch_size / t_bk, 2), "transformers_seq_per_s": round(args.batch_size / t_hf, 2),
+        "speedup": round(t_hf / t_bk, 3),
+        "useful_gflop_per_step": round(flops / 1e9, 1),
+        "bertkit_useful_gflops": round(flops / t_bk / 1e9, 1), "transformers_useful_gflops": round(flops / t_hf / 1e9, 1),
+        "fp32_gemm_peak_gflops": round(peak / 1e9, 1),
+        "bertkit_share_of_peak": round(flops / t_bk / peak, 3), "transformers_share_of_peak": round(flops / t_hf / peak, 3),
+    }))
+
+
+if __name__ == "__main__":
+    main()
