@@ -1,0 +1,130 @@
+"""The training loop, optimisers and schedule: numbers on known inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from bertkit import BertConfig, BertForSequenceClassification
+from bertkit.tasks import glue
+from bertkit.training.loop import BatchPlan, Phase, TrainArgs, train
+from bertkit.training.optim import Lamb, build_optimizer, linear_warmup_decay, parameter_groups, warmup_steps_for
+
+CFG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
+                 max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def _features(n=24, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        length = int(torch.randint(3, 12, (1,), generator=g))
+        ids = torch.randint(5, 50, (length,), generator=g).tolist()
+        out.append({"input_ids": ids, "token_type_ids": [0] * length, "attention_mask": [1] * length,
+                    "labels": int(ids[1] > 27)})
+    return out
+
+
+def _collate(batch):
+    return glue.collate(batch, 0)
+
+
+def test_schedule_warmup_then_linear_decay():
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=1.0)
+    sched = linear_warmup_decay(opt, warmup_steps=4, total_steps=10)
+    lrs = []
+    for _ in range(10):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert lrs == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
+    assert warmup_steps_for(1000, 0.1) == 100 and warmup_steps_for(1000, 10000) == 1000
+    with pytest.raises(ValueError, match="warmup_steps"):
+        linear_warmup_decay(opt, 11, 10)
+
+
+def test_weight_decay_groups_exclude_biases_and_layernorm():
+    model = BertForSequenceClassification(CFG)
+    decay, no_decay = parameter_groups(model, 0.01)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(names[id(p)].endswith(("bias",)) or "norm" in names[id(p)] for p in no_decay["params"])
+    assert any("word_embeddings" in names[id(p)] for p in decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_lamb_step_matches_the_formula():
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(4, 3))
+    g = torch.randn(4, 3)
+    w0 = w.detach().clone()
+    opt = Lamb([w], lr=0.1, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+    w.grad = g.clone()
+    opt.step()
+    m, v = 0.1 * g / (1 - 0.9), 0.001 * g * g / (1 - 0.999)
+    update = m / (v.sqrt() + 1e-6) + 0.01 * w0
+    expected = w0 - 0.1 * (w0.norm() / update.norm()) * update
+    torch.testing.assert_close(w.detach(), expected, atol=1e-6, rtol=0)
+
+
+def test_gradient_accumulation_equals_the_large_batch(tmp_path):
+    """Two micro-batches of 4 accumulated give the step one batch of 8 gives (no dropout, mean losses)."""
+    # Equal lengths: with padding, a mean over a padded batch of 8 and two of 4 weigh tokens alike anyway.
+    feats = [dict(f, input_ids=f["input_ids"][:3], token_type_ids=[0] * 3, attention_mask=[1] * 3) for f in _features(16)]
+    results = []
+    for bs, accum in ((8, 1), (4, 2)):
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(CFG)
+        plan = BatchPlan(feats, bs, _collate, shuffle=False)
+        train(model, [Phase(plan, 2)], TrainArgs(out_dir=tmp_path / f"{bs}", lr=1e-2, grad_accum=accum,
+                                                  progress=False, max_grad_norm=None, warmup=0))
+        results.append(model.classifier.weight.detach().clone())
+    torch.testing.assert_close(results[0], results[1], atol=1e-6, rtol=1e-5)
+
+
+def test_loop_logs_evaluates_and_learns(tmp_path):
+    torch.manual_seed(0)
+    feats = _features(64)
+    model = BertForSequenceClassification(CFG)
+    plan = BatchPlan(feats, 8, _collate, seed=3)
+    calls = []
+
+    def evaluate(m):
+        calls.append(m.training)
+        logits = torch.cat([m(**{k: v for k, v in _collate(feats[i:i + 16]).items() if k != "labels"}).logits
+                            for i in range(0, 64, 16)])
+        return {"accuracy": float((logits.argmax(-1) == torch.tensor([f["labels"] for f in feats])).float().mean())}
+
+    result = train(model, [Phase(plan, 40)], TrainArgs(out_dir=tmp_path, lr=3e-3, log_every=5, warmup=0.1,
+                                                       progress=False), evaluate=evaluate)
+    assert calls and not any(calls)  # evaluation runs in eval mode
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train_rec = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train_rec] == list(range(5, 41, 5))
+    assert train_rec[-1]["loss"] < train_rec[0]["loss"]
+    evals = [r for r in records if r["split"] == "eval"]
+    assert [r["epoch"] for r in evals] == [0, 1, 2, 3, 4]  # one per epoch of 8 batches, 40 steps = 5 epochs
+    assert result.last_eval["accuracy"] > 0.8
+    assert (tmp_path / "checkpoints").is_dir()
+
+
+def test_batch_plan_is_a_function_of_seed_and_epoch():
+    plan = BatchPlan(list(range(10)), 3, list, seed=5)
+    assert plan.batches(0) == BatchPlan(list(range(10)), 3, list, seed=5).batches(0)
+    assert plan.batches(0) != plan.batches(1)
+    assert sorted(i for b in plan.batches(2) for i in b) == list(range(10))
+    assert len(plan) == 4 and len(BatchPlan(list(range(10)), 3, list, drop_last=True)) == 3
+    with pytest.raises(ValueError, match="empty"):
+        BatchPlan([], 3, list)
+
+
+def test_train_args_validation():
+    with pytest.raises(ValueError, match="optimizer 'sgd'"):
+        TrainArgs(out_dir="x", optimizer="sgd")
+    with pytest.raises(ValueError, match="lr must be positive"):
+        TrainArgs(out_dir="x", lr=0)
+    assert build_optimizer(BertForSequenceClassification(CFG), "lamb", 1e-3).__class__ is Lamb
+    assert math.isclose(TrainArgs(out_dir="x").lr, 2e-5)
