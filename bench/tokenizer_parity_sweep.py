@@ -104,7 +104,9 @@ def _batches(items: list, size: int = BATCH) -> Iterator[list]:
         yield items[i : i + size]
 
 
-def compare_group(ours: BertTokenizer, ref, singles: list[str], pairs: list[tuple[str, str]], decode: bool) -> dict:
+def compare_group(
+    ours: BertTokenizer, ref, singles: list[str], pairs: list[tuple[str, str]], decode: bool
+) -> dict:
     stats = {"texts": len(singles), "pairs": len(pairs), "id_mismatches": 0, "offset_mismatches": 0,
              "fast_path_mismatches": 0, "decode_mismatches": 0, "examples": []}  # fmt: skip
 
@@ -173,7 +175,9 @@ def compare_truncation(ours: BertTokenizer, ref, pairs: list[tuple[str, str]]) -
                     if gi != wi or go != wo:
                         stats["mismatches"] += 1
                         if len(stats["examples"]) < 5:
-                            stats["examples"].append({"max_length": max_length, "strategy": strategy, "pair": batch[k]})
+                            stats["examples"].append(
+                                {"max_length": max_length, "strategy": strategy, "pair": batch[k]}
+                            )
     return stats
 
 

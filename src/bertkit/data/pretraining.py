@@ -1,51 +1,25 @@
 """Pre-training data: documents -> next-sentence pairs -> masked-LM instances (BERT paper, section 3.1).
 
-This follows google-research/bert ``create_pretraining_data.py`` (the reference), streamed and parallel:
+google-research/bert ``create_pretraining_data.py`` (the reference), streamed and parallel; the full
+description, with the exact meaning of every option, is docs/pretraining-data.md.
 
-* **Work units.** :func:`~bertkit.data.text.plan_work_units` cuts the corpus, in file order, into
-  units of about ``unit_bytes`` (default 4 MiB, at least two files). Each unit is read, tokenised and
-  turned into instances by one worker process with its own seeds, derived from ``(seed, unit index)``,
-  and written as one shard. Output bytes therefore depend on the inputs and the seed, never on
-  ``num_workers``; memory per worker is bounded by the unit size, never by the corpus.
-* **Documents and pairs** (:func:`create_instances_from_document`): as the reference, sentences are
-  packed into a chunk of ``target_seq_length`` tokens (``max_seq_length - 3``, or with probability
-  ``short_seq_prob`` a random length in [2, max_seq_length - 3]); a random number of the chunk's
-  leading sentences make segment A, the rest segment B. With probability 1/2 B is replaced by a
-  negative, and the chunk's unused sentences are put back for the next instance.
-  ``truncate_seq_pair`` trims the longer segment, one token at a time from the front or the back.
-* **Negatives.** ``nsp_negatives="random"``: B starts at a random sentence of another document, drawn
-  from the documents of the same work unit (the reference draws from the whole corpus, held in
-  memory; a unit holds ~4 MiB of text, hundreds of articles or at least two books). If the unit has a
-  single document, B comes from that document, as in the reference after ten failed draws.
-  ``nsp_negatives="nearby"``: B is a run of whole sentences of the *same* document, separated from A
-  by a gap of ``g`` sentences, ``g`` uniform in [1, ``nearby_window``], on a random side: after A
-  (B starts ``g`` sentences after the true next sentence would have, i.e. at A's end + g) or before A
-  (B ends ``g`` sentences before A starts). B is therefore never the true continuation, nor the
-  sentence just before A; truncation only widens the gap. When the document has no room for any
-  such gap, a random-document negative is used and counted (``nearby_fallbacks`` in the manifest).
-* **Masking** (:func:`mask_tokens`): ``min(max_predictions_per_seq, max(1, round(len(tokens) *
-  masked_lm_prob)))`` positions (``len`` counts [CLS] and [SEP]), never [CLS]/[SEP]; of those 80%
-  become [MASK], 10% a random token, 10% stay unchanged (section 3.1: the model must keep a
-  representation of every input token, and [MASK] never appears at fine-tuning time). Whole-word
-  masking picks words (a token and its following ``##`` pieces, never across [SEP]) until the budget
-  is met, skipping words that would overshoot, as the reference does; the 80/10/10 draw is per token.
-  ``masking="static"`` stores ``dupe_factor`` differently masked copies (the reference);
-  ``masking="dynamic"`` stores unmasked instances and :class:`PretrainingDataset` draws the masks
-  afresh from ``(seed, epoch, index)`` (RoBERTa, Liu et al., 2019, section 4.1).
+* **Work units** (:func:`~bertkit.data.text.plan_work_units`): the corpus, in file order, in pieces of
+  about ``unit_bytes`` (>= 2 files). One worker reads, tokenises, pairs and masks a unit with seeds
+  derived from ``(seed, unit index)`` and writes it as one shard: output bytes never depend on
+  ``num_workers``, and memory per worker is bounded by a unit, never by the corpus.
+* **Pairs** (:func:`create_instances_from_document`): the reference's chunking, A/B split, put-back of
+  unused sentences and ``truncate_seq_pair``. ``"random"`` negatives come from another document of the
+  same unit (the reference holds the whole corpus in memory); ``"nearby"`` negatives are whole sentences
+  of the same document, 1..``nearby_window`` sentences away from A on either side, never adjacent.
+* **Masking** (:func:`mask_tokens`): the reference's budget and 80/10/10, optionally whole-word;
+  ``masking="dynamic"`` stores unmasked instances and :class:`PretrainingDataset` masks them from
+  ``(seed, epoch, index)`` (RoBERTa, section 4.1).
 
-Where this differs from the reference, on purpose:
-
-1. The short target length is drawn per instance, not once per document: with whole books as
-   documents, the reference would make every instance of a book short one time in ten.
-2. The next/random decision comes first. When "next" is drawn and the chunk holds one sentence, the
-   following sentence is added as B (the reference turns such a chunk into a random negative, which
-   pushes positives below 50%); at a document's last sentence that chunk is dropped. Positives come
-   out at 50% (49.9% on the shared corpus), not ~45%.
-3. Random replacement tokens are drawn from the vocabulary minus the five special tokens (the
-   reference may put [CLS] or [MASK] there); a ``##`` piece right after [CLS]/[SEP] (left by
-   truncation) starts a new word for whole-word masking (the reference glues it to the word before
-   the [SEP]).
-4. Instances are shuffled within a shard, not across the corpus: shuffle at training time.
+Deliberate differences from the reference: (1) the short target length is drawn per instance, not per
+document (documents here can be whole books); (2) the next/random coin comes first and a one-sentence
+chunk drawn "next" takes the following sentence as B, so positives are 50%, not ~45% (a lone last
+sentence is then dropped); (3) random replacement tokens exclude the five special tokens, and a ``##``
+piece right after [CLS]/[SEP] starts a new word; (4) instances are shuffled within a shard only.
 """
 
 from __future__ import annotations
@@ -68,8 +42,8 @@ from bertkit.data.shards import (
     ShardedInstances,
     remove_shards,
     save_shard,
-    shard_name,
     sha256_file,
+    shard_name,
     write_manifest,
 )
 from bertkit.data.text import DECODE_ERRORS, INPUT_FORMATS, WorkUnit, iter_documents, plan_work_units
@@ -463,8 +437,10 @@ class _Job:
         self.tables = MaskingTables.from_vocab(_vocab_list(tokenizer))
         self.token_dtype = _token_dtype(len(tokenizer.vocab))
 
-    def tokenize(self, sentence: str) -> list[int]:
-        return self.tokenizer.convert_tokens_to_ids(self.tokenizer.tokenize(sentence))
+    def tokenize(self, sentences: list[str]) -> list[list[int]]:
+        """Ids of each sentence; sentences with no token (e.g. only control characters) are dropped."""
+        ids = self.tokenizer(sentences, add_special_tokens=False)["input_ids"]
+        return [s for s in ids if s]
 
     def run(self, unit: WorkUnit) -> dict:
         cfg = self.config
@@ -472,7 +448,7 @@ class _Job:
         sentences = 0
         for part in unit.parts:
             for text in iter_documents(part.path, part.input_format, cfg.errors, part.start, part.end):
-                doc = [ids for ids in map(self.tokenize, text) if ids]
+                doc = self.tokenize(text)
                 if doc:
                     documents.append(doc)
                     sentences += len(doc)

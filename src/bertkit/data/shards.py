@@ -126,6 +126,13 @@ class ShardedInstances:
         sizes = [len(s["next_sentence_labels"]) for s in self._shards]
         self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
 
+    def __getstate__(self) -> dict:
+        # Pickling a memmap would copy its data; a spawned DataLoader worker re-opens the files instead.
+        return {"data_dir": self.data_dir}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["data_dir"])
+
     def __len__(self) -> int:
         return int(self._starts[-1])
 

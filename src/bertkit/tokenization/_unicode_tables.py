@@ -16,6 +16,7 @@ end cover what Rust knows and Python 3.11's Unicode 14.0 does not (case pairs ad
 and the one decomposition (Unicode 13.0) that Hugging Face's NFD crate predates.
 """
 
+# fmt: off
 # Characters BertNormalizer(clean_text=True) removes: NUL, U+FFFD and Unicode 8.0 Cc/Cf/Co/Cs, except \t \n \r.
 # (Rust strings cannot hold surrogates; a Python str can, so lone surrogates are dropped like the rest.)
 CONTROL: tuple[tuple[int, int], ...] = (
@@ -152,3 +153,4 @@ LOWERCASE_EXTRA: dict[int, str] = {
 # Canonical decompositions Python applies and Hugging Face's NFD does not (U+11938 DIVES AKURU VOWEL SIGN O,
 # Unicode 13.0): these characters are kept whole when stripping accents.
 NFD_EXCLUDED: frozenset[int] = frozenset({0x11938})
+# fmt: on

@@ -63,12 +63,17 @@ _CJK = _RangeSet(CJK)
 
 
 def _class_of(ranges: Iterable[tuple[int, int]]) -> str:
-    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+    return "".join(
+        re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges
+    )
 
 
 # A run of characters between the separators BertNormalizer leaves as spaces. A chunk never straddles
 # two words, so chunks can be tokenized (and cached) independently of each other.
 CHUNK_RE = re.compile(f"[^{_class_of(WHITESPACE)}]+")
+
+# Printable ASCII is letters, digits and punctuation (BERT counts every other printable as punctuation).
+_ASCII_WORD_RE = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
 
 # Characters `str.split()` splits on but BERT deletes as control characters (so "a\x1cb" is one word).
 # Removing them first makes `str.split()` split exactly where BERT does.
@@ -212,13 +217,18 @@ class BasicTokenizer:
     def split_chunk(self, chunk: str) -> tuple[list[tuple[str, int]], list[int] | None]:
         """Words of one whitespace-free ``chunk`` and where their characters came from.
 
-        Returns ``(words, source)``: each word with the index of its first character in the normalised
-        chunk, and ``source[j]`` = the index in ``chunk`` of normalised character ``j`` (None when the
-        normalised chunk lines up with ``chunk`` one to one, the common case).
+        Returns ``(words, source)``: each word with the position of its first character, and ``source[j]``
+        = the index in ``chunk`` of character ``j`` of the normalised chunk. ``source`` is None in the
+        common case where every word maps one to one onto ``chunk``: positions are then indices into
+        ``chunk`` itself.
         """
         if chunk.isascii():
-            if chunk.isalnum():
-                return [(chunk.translate(self._split), 0)], None  # letters and digits map one to one
+            if chunk.isalnum():  # letters and digits map one to one
+                return [(chunk.lower() if self.do_lower_case else chunk, 0)], None
+            if chunk.isprintable():  # no control characters: one to one, punctuation splits
+                if self.do_lower_case:
+                    chunk = chunk.lower()
+                return [(m.group(), m.start()) for m in _ASCII_WORD_RE.finditer(chunk)], None
         elif self._needs_reordering(chunk):
             norm, source = self._normalize_reordering(chunk)
             return _words(norm), source

@@ -32,7 +32,9 @@ class BatchEncoding(dict):
             raise AttributeError(name) from None
 
 
-def resolve_truncation(truncation: bool | str | None, max_length: int | None, padding: bool | str) -> str | None:
+def resolve_truncation(
+    truncation: bool | str | None, max_length: int | None, padding: bool | str
+) -> str | None:
     """The truncation strategy to apply, or None.
 
     ``None`` (the default) is Hugging Face's default: truncate with ``longest_first`` when ``max_length``
@@ -140,7 +142,9 @@ def pad_rows(rows: list[dict[str, list]], length: int, pad_id: int) -> None:
                 values.extend([pad_values[key]] * missing)
 
 
-def to_batch_encoding(rows: list[dict[str, list]], batched: bool, return_tensors: str | None) -> BatchEncoding:
+def to_batch_encoding(
+    rows: list[dict[str, list]], batched: bool, return_tensors: str | None
+) -> BatchEncoding:
     """Rows -> BatchEncoding of lists (one row unwrapped unless ``batched``) or of (B, T) tensors/arrays."""
     keys = list(rows[0]) if rows else ["input_ids", "token_type_ids", "attention_mask"]
     if return_tensors is None:
@@ -163,7 +167,9 @@ def to_batch_encoding(rows: list[dict[str, list]], batched: bool, return_tensors
 
             tensor = torch.tensor(data, dtype=torch.long)
             if not rows or not lengths[0]:
-                tensor = tensor.reshape(len(rows), 0, 2) if k == "offset_mapping" else tensor.reshape(len(rows), 0)
+                tensor = (
+                    tensor.reshape(len(rows), 0, 2) if k == "offset_mapping" else tensor.reshape(len(rows), 0)
+                )
             out[k] = tensor
         else:
             import numpy as np

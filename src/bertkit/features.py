@@ -1,0 +1,593 @@
+"""The feature-based approach (paper section 5.3): frozen per-layer activations, out to disk or into a tagger.
+
+Two entry points:
+
+- ``extract_features``: google-research/bert's ``extract_features.py`` on bertkit. One text per input line,
+  or a pair written ``text_a ||| text_b``; for every token ([CLS] and [SEP] included) the hidden states of
+  the requested layers. ``.jsonl`` output is google's format (one JSON object per line:
+  ``{"linex_index", "features": [{"token", "layers": [{"index", "values"}]}]}``); ``.safetensors`` output
+  packs the same numbers into tensors for inputs too large for JSON.
+- ``feature_study``: Table 7 of the paper. Activations of the first WordPiece of every CoNLL-2003 word are
+  extracted once, for all L + 1 layers (embeddings first), kept in fp16 on disk; then a two-layer BiLSTM
+  and a linear tagger are trained on six combinations of layers and scored with conlleval on dev.
+
+Layer indices index the L + 1 hidden states (0 = embedding output, L = last layer), and negative ones
+count from the end, so ``-1,-2,-3,-4`` name the same layers as in google's script. Google's script
+cannot output the embeddings: its index 0 is the first Transformer layer, bertkit's 1.
+
+Differences from google's script: values are written with 9 significant digits (float32 round-trips
+exactly; google rounds to 6 decimals), and no computation is spent on padding (sequences are batched by
+length and the encoder drops padding tokens; see ``modeling.TokenLayout``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.modeling import BertModel
+from bertkit.tasks import ner
+
+logger = logging.getLogger("bertkit")
+
+_PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
+
+
+# -------------------------------------------------------------------------------------------------
+# Extraction
+# -------------------------------------------------------------------------------------------------
+
+
+def read_texts(path: str | os.PathLike) -> list[tuple[str, str | None]]:
+    """One example per line (blank lines included, as google's reader): ``text`` or ``text_a ||| text_b``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input file not found: {path}")
+    out: list[tuple[str, str | None]] = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            m = _PAIR.match(line)
+            out.append((m.group(1), m.group(2)) if m else (line, None))
+    return out
+
+
+def resolve_layers(layers: Sequence[int], num_states: int) -> list[int]:
+    """Layer indices (negative ones from the end) -> positions in the L + 1 hidden states."""
+    resolved = []
+    for i in layers:
+        if not -num_states <= i < num_states:
+            raise ValueError(f"layer {i} does not exist: this model has {num_states} hidden states "
+                             f"(0 = embeddings .. {num_states - 1} = last layer; -1 .. -{num_states} from the end)")
+        resolved.append(i % num_states)
+    return resolved
+
+
+def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_seq_length: int) -> list[dict]:
+    """``[CLS] a [SEP] (b [SEP])``, the longer segment cut first when too long (google's _truncate_seq_pair)."""
+    encoded = []
+    for a, b in texts:
+        enc = tokenizer(a, text_pair=b, max_length=max_seq_length, truncation="longest_first")
+        encoded.append({"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]})
+    return encoded
+
+
+@torch.no_grad()
+def hidden_states_for(model: BertModel, encoded: Sequence[dict], indices: Sequence[int], layers: Sequence[int],
+                      batch_size: int, device: str = "cpu", bar: Any = None) -> list[np.ndarray]:
+    """float32 (len(layers), T_i, H) per example of ``indices``, in that order.
+
+    Examples are batched by length so batches carry little padding, and the encoder computes on real
+    tokens only (``layout="auto"``); ``layers`` are positions in the L + 1 hidden states.
+    """
+    order = sorted(indices, key=lambda i: len(encoded[i]["input_ids"]))
+    out: dict[int, np.ndarray] = {}
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        lengths = [len(encoded[i]["input_ids"]) for i in idx]
+        T = max(lengths)
+        ids = torch.zeros(len(idx), T, dtype=torch.long)
+        types = torch.zeros_like(ids)
+        mask = torch.zeros_like(ids)
+        for row, (i, n) in enumerate(zip(idx, lengths)):
+            ids[row, :n] = torch.tensor(encoded[i]["input_ids"])
+            types[row, :n] = torch.tensor(encoded[i]["token_type_ids"])
+            mask[row, :n] = 1
+        states = model(ids.to(device), token_type_ids=types.to(device), attention_mask=mask.to(device),
+                       output_hidden_states=True).hidden_states
+        chosen = torch.stack([states[j] for j in layers], 1).float().cpu().numpy()  # (B, len(layers), T, H)
+        for row, (i, n) in enumerate(zip(idx, lengths)):
+            out[i] = chosen[row, :, :n]
+        if bar is not None:
+            bar.update(len(idx))
+    return [out[i] for i in indices]
+
+
+def _values(vec: np.ndarray) -> str:
+    # 9 significant digits: the shortest width at which every float32 reads back exactly.
+    return ",".join(map("{:.9g}".format, vec.tolist()))
+
+
+def _jsonl_line(line_index: int, tokens: list[str], states: np.ndarray, layer_names: Sequence[int]) -> str:
+    feats = []
+    for t, token in enumerate(tokens):
+        layers = ",".join(f'{{"index":{name},"values":[{_values(states[k, t])}]}}'
+                          for k, name in enumerate(layer_names))
+        feats.append(f'{{"token":{json.dumps(token)},"layers":[{layers}]}}')
+    return f'{{"linex_index":{line_index},"features":[{",".join(feats)}]}}\n'
+
+
+def _shard_plan(lengths: Sequence[int], per_token_bytes: int, max_shard_bytes: int) -> list[range]:
+    """Consecutive line ranges of at most ``max_shard_bytes`` each (a single larger line gets its own)."""
+    shards, start, size = [], 0, 0
+    for i, n in enumerate(lengths):
+        if size and size + n * per_token_bytes > max_shard_bytes:
+            shards.append(range(start, i))
+            start, size = i, 0
+        size += n * per_token_bytes
+    shards.append(range(start, len(lengths)))
+    return shards
+
+
+def shard_paths(out: Path, n: int) -> list[Path]:
+    """``out`` itself for one shard; ``stem-00001-of-0000n.safetensors`` (the Hugging Face naming) for several."""
+    if n == 1:
+        return [out]
+    return [out.with_name(f"{out.stem}-{k + 1:05d}-of-{n:05d}{out.suffix}") for k in range(n)]
+
+
+def extract_features(
+    model: BertModel,
+    tokenizer: Any,
+    texts: Sequence[tuple[str, str | None]],
+    out: str | os.PathLike,
+    *,
+    layers: Sequence[int] = (-1, -2, -3, -4),
+    max_seq_length: int = 128,
+    batch_size: int = 32,
+    dtype: Literal["float32", "float16"] = "float32",
+    chunk_size: int = 2048,
+    max_shard_bytes: int = 1 << 30,
+    device: str = "cpu",
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Write the ``layers`` hidden states of every token of ``texts`` to ``out`` (.jsonl or .safetensors).
+
+    safetensors shards hold, per shard: ``layer.<index>`` (N, H) for each requested index as given,
+    ``input_ids`` and ``token_type_ids`` (N,), ``offsets`` (lines + 1,) so that line j's tokens are rows
+    ``offsets[j]:offsets[j + 1]``, and ``line_index`` (lines,); ``read_features`` reads either format.
+    Work proceeds ``chunk_size`` lines at a time, so memory stays bounded on large inputs.
+    """
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    if out.suffix not in (".jsonl", ".safetensors"):
+        raise ValueError(f"output {out} must end in .jsonl (google's JSON lines) or .safetensors (tensors)")
+    if dtype not in ("float32", "float16"):
+        raise ValueError(f"dtype {dtype!r} must be 'float32' or 'float16'")
+    limit = model.config.max_position_embeddings
+    if max_seq_length > limit:
+        raise ValueError(f"max_seq_length {max_seq_length} exceeds max_position_embeddings {limit} of this "
+                         f"checkpoint; use --max-seq-length {limit} or less")
+    num_states = model.config.num_hidden_layers + 1
+    positions = resolve_layers(layers, num_states)
+    model.eval().to(device)
+    encoded = encode_texts(tokenizer, texts, max_seq_length)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(encoded), disable=not progress, unit="line", dynamic_ncols=True)
+    files: list[Path]
+    n_tokens = sum(len(e["input_ids"]) for e in encoded)
+    if out.suffix == ".jsonl":
+        files = [out]
+        tmp = out.with_name(out.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            for start in range(0, len(encoded), chunk_size):
+                idx = list(range(start, min(start + chunk_size, len(encoded))))
+                for i, states in zip(idx, hidden_states_for(model, encoded, idx, positions, batch_size, device, bar)):
+                    tokens = tokenizer.convert_ids_to_tokens(encoded[i]["input_ids"])
+                    f.write(_jsonl_line(i, tokens, states, layers))
+        tmp.replace(out)
+    else:
+        from safetensors.numpy import save_file
+
+        np_dtype = np.dtype(dtype)
+        per_token = len(positions) * model.config.hidden_size * np_dtype.itemsize
+        plan = _shard_plan([len(e["input_ids"]) for e in encoded], per_token, max_shard_bytes)
+        files = shard_paths(out, len(plan))
+        meta = {"format": "bertkit-features", "layers": json.dumps(list(layers)), "dtype": dtype,
+                "hidden_size": str(model.config.hidden_size), "max_seq_length": str(max_seq_length)}
+        for shard, path in zip(plan, files):
+            chunks = []
+            for start in range(shard.start, shard.stop, chunk_size):
+                idx = list(range(start, min(start + chunk_size, shard.stop)))
+                chunks += [s.astype(np_dtype) for s in hidden_states_for(model, encoded, idx, positions, batch_size,
+                                                                         device, bar)]
+            lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
+            tensors = {f"layer.{name}": np.ascontiguousarray(np.concatenate([c[k] for c in chunks], 0))
+                       for k, name in enumerate(layers)}
+            tensors["input_ids"] = np.concatenate([encoded[i]["input_ids"] for i in shard]).astype(np.int64)
+            tensors["token_type_ids"] = np.concatenate([encoded[i]["token_type_ids"] for i in shard]).astype(np.int64)
+            tensors["offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
+            tmp = path.with_name(path.name + ".tmp")
+            save_file(tensors, str(tmp), metadata=meta)
+            tmp.replace(path)
+    bar.close()
+    seconds = time.perf_counter() - t0
+    return {"files": [str(p) for p in files], "lines": len(encoded), "tokens": n_tokens, "layers": list(layers),
+            "seconds": round(seconds, 1), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1)}
+
+
+def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+    """Yield ``{"line_index", "tokens" (jsonl) or "input_ids" (safetensors), "layers": {index: (T, H) array}}``.
+
+    ``path`` is what ``extract_features`` was given; safetensors shards next to it are found by name.
+    """
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        if not path.is_file():
+            raise FileNotFoundError(f"features file not found: {path}")
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                obj = json.loads(line)
+                feats = obj["features"]
+                names = [layer["index"] for layer in feats[0]["layers"]] if feats else []
+                yield {"line_index": obj["linex_index"], "tokens": [t["token"] for t in feats],
+                       "layers": {n: np.asarray([t["layers"][k]["values"] for t in feats], dtype=np.float32)
+                                  for k, n in enumerate(names)}}
+        return
+    from safetensors.numpy import load_file
+
+    shards = [path] if path.is_file() else sorted(path.parent.glob(f"{path.stem}-*-of-*{path.suffix}"))
+    if not shards:
+        raise FileNotFoundError(f"no features at {path} (nor shards {path.stem}-*-of-*{path.suffix})")
+    for shard in shards:
+        t = load_file(str(shard))
+        names = [int(k.split(".", 1)[1]) for k in t if k.startswith("layer.")]
+        offsets = t["offsets"]
+        for j, line in enumerate(t["line_index"].tolist()):
+            a, b = int(offsets[j]), int(offsets[j + 1])
+            yield {"line_index": line, "input_ids": t["input_ids"][a:b],
+                   "layers": {n: t[f"layer.{n}"][a:b] for n in names}}
+
+
+# -------------------------------------------------------------------------------------------------
+# The feature-based NER study (Table 7)
+# -------------------------------------------------------------------------------------------------
+
+# name -> (how to combine, which hidden states as offsets from the end, or "encoder" for layers 1..L)
+COMBINATIONS: dict[str, tuple[str, Any]] = {
+    "embeddings": ("select", "embeddings"),
+    "second_to_last_hidden": ("select", (-2,)),
+    "last_hidden": ("select", (-1,)),
+    "weighted_sum_last_four": ("scalar_mix", (-4, -3, -2, -1)),
+    "concat_last_four": ("concat", (-4, -3, -2, -1)),
+    "weighted_sum_all_layers": ("scalar_mix", "encoder"),
+}
+
+# BERT-BASE dev F1 from the paper's Table 7, for the report.
+PAPER_TABLE7 = {"finetuning": 96.4, "embeddings": 91.0, "second_to_last_hidden": 95.6, "last_hidden": 94.9,
+                "weighted_sum_last_four": 95.9, "concat_last_four": 96.1, "weighted_sum_all_layers": 95.5}
+
+
+def combination_layers(name: str, num_states: int) -> list[int]:
+    """Positions in the L + 1 hidden states that combination ``name`` reads, in ascending order."""
+    if name not in COMBINATIONS:
+        raise ValueError(f"unknown layer combination {name!r}; choose from {list(COMBINATIONS)}")
+    which = COMBINATIONS[name][1]
+    if which == "embeddings":
+        return [0]
+    if which == "encoder":
+        return list(range(1, num_states))  # "all 12 layers" in the paper: the Transformer layers
+    if num_states < len(which) + 1:
+        raise ValueError(f"{name} needs {len(which)} Transformer layers; this model has {num_states - 1}")
+    return [num_states + i for i in which]
+
+
+class LayerCombination(nn.Module):
+    """(B, T, k, H) activations of k chosen layers -> (B, T, D) tagger input.
+
+    ``select`` (k = 1) takes the layer; ``concat`` joins the k layers in order (D = kH); ``scalar_mix`` is
+    ELMo's (Peters et al. 2018, eq. 1): gamma * sum_j softmax(w)_j h_j, with w (k,) and gamma learned
+    and initialised to 0 (equal weights) and 1.
+    """
+
+    def __init__(self, mode: str, num_layers: int, hidden_size: int):
+        super().__init__()
+        if mode not in ("select", "concat", "scalar_mix"):
+            raise ValueError(f"mode {mode!r} must be 'select', 'concat' or 'scalar_mix'")
+        if mode == "select" and num_layers != 1:
+            raise ValueError(f"'select' takes one layer, got {num_layers}")
+        self.mode, self.num_layers = mode, num_layers
+        self.output_size = hidden_size * num_layers if mode == "concat" else hidden_size
+        if mode == "scalar_mix":
+            self.weights = nn.Parameter(torch.zeros(num_layers))
+            self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.size(-2) != self.num_layers:
+            raise ValueError(f"expected {self.num_layers} layers on dim -2, got shape {tuple(x.shape)}")
+        if self.mode == "select":
+            return x[..., 0, :]
+        if self.mode == "concat":
+            return x.flatten(-2)  # (B, T, k * H), layers in the order given
+        return self.gamma * torch.einsum("k,...kh->...h", self.weights.softmax(0), x)
+
+
+class BiLSTMTagger(nn.Module):
+    """Layer combination -> dropout -> multi-layer BiLSTM -> dropout -> linear, one tag per word (no CRF,
+    as in the paper's section 5.3)."""
+
+    def __init__(self, combination: LayerCombination, lstm_hidden: int, num_labels: int, *, num_layers: int = 2,
+                 dropout: float = 0.25):
+        super().__init__()
+        self.combination = combination
+        self.dropout = nn.Dropout(dropout)
+        self.lstm = nn.LSTM(combination.output_size, lstm_hidden, num_layers=num_layers, batch_first=True,
+                            bidirectional=True, dropout=dropout if num_layers > 1 else 0.0)
+        self.classifier = nn.Linear(2 * lstm_hidden, num_labels)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """x (B, T, k, H) word activations, lengths (B,) -> logits (B, T, C); padding rows are garbage."""
+        h = self.dropout(self.combination(x))  # (B, T, D)
+        packed = nn.utils.rnn.pack_padded_sequence(h, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        y, _ = self.lstm(packed)
+        y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.size(1))  # (B, T, 2h)
+        return self.classifier(self.dropout(y))
+
+
+@dataclass
+class WordActivations:
+    """First-WordPiece activations of every word of a split: ``values`` (words, L + 1, H) fp16 and
+    ``offsets`` (sentences + 1,): sentence i's words are rows ``offsets[i]:offsets[i + 1]``."""
+
+    values: np.ndarray
+    offsets: np.ndarray
+
+    def sentence(self, i: int, layers: Sequence[int]) -> np.ndarray:
+        return self.values[self.offsets[i]:self.offsets[i + 1]][:, layers]
+
+
+@torch.no_grad()
+def extract_word_activations(model: BertModel, tokenizer: Any, sentences: Sequence[ner.NerSentence],
+                             path: Path, *, max_seq_length: int = 128, batch_size: int = 64,
+                             device: str = "cpu", progress: bool = True) -> WordActivations:
+    """All L + 1 hidden states at each word's first WordPiece, written to ``path`` (.npy, fp16) and memory-mapped.
+
+    Each sentence is encoded alone (``ner.featurize_ner`` windows: long ones split at word boundaries).
+    """
+    from tqdm.auto import tqdm
+
+    labels = ["O", *sorted({t for s in sentences for t in s.tags} - {"O"})]
+    features = ner.featurize_ner(sentences, tokenizer, labels, max_seq_length)
+    num_states, H = model.config.num_hidden_layers + 1, model.config.hidden_size
+    offsets = np.concatenate([[0], np.cumsum([len(s.words) for s in sentences])]).astype(np.int64)
+    tmp = path.with_name(path.stem + ".tmp.npy")
+    values = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(int(offsets[-1]), num_states, H))
+    model.eval().to(device)
+    bar = tqdm(total=len(features), disable=not progress, unit="window", dynamic_ncols=True)
+    encoded = [{"input_ids": f["input_ids"], "token_type_ids": f["token_type_ids"]} for f in features]
+    for start in range(0, len(features), 4096):
+        idx = list(range(start, min(start + 4096, len(features))))
+        for i, states in zip(idx, hidden_states_for(model, encoded, idx, list(range(num_states)), batch_size, device,
+                                                    bar)):
+            f = features[i]
+            pos = [p for p, w in enumerate(f["word_ids"]) if w is not None]
+            rows = offsets[f["sentence_index"]] + np.asarray([f["word_ids"][p] for p in pos])
+            values[rows] = states[:, pos].transpose(1, 0, 2).astype(np.float16)  # (words, L + 1, H)
+    bar.close()
+    values.flush()
+    del values
+    tmp.replace(path)
+    np.save(path.with_name(path.stem + ".offsets.npy"), offsets)
+    return WordActivations(np.load(path, mmap_mode="r"), offsets)
+
+
+@dataclass
+class StudySettings:
+    """The feature-based study. The paper's BiLSTM is "768-dimensional" on a 768-wide model; the default
+    here scales it with the model: ``lstm_hidden`` None = hidden_size // 2 per direction, so the BiLSTM's
+    output is as wide as the model (384 for MiniLM-L6-H384)."""
+
+    data_dir: Path
+    model_dir: Path
+    out_dir: Path
+    combinations: tuple[str, ...] = tuple(COMBINATIONS)
+    lstm_hidden: int | None = None
+    lstm_layers: int = 2
+    dropout: float = 0.25
+    epochs: int = 3
+    batch_size: int = 32  # sentences
+    lr: float = 1e-3
+    max_seq_length: int = 128
+    extract_batch_size: int = 64
+    max_train_sentences: int | None = None  # a fixed random subset, for reduced runs
+    tag_scheme: Literal["iob1", "iob2"] = "iob2"
+    seed: int = 1
+    device: str = "cpu"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.data_dir, self.model_dir, self.out_dir = Path(self.data_dir), Path(self.model_dir), Path(self.out_dir)
+        for name in self.combinations:
+            if name not in COMBINATIONS:
+                raise ValueError(f"unknown layer combination {name!r}; choose from {list(COMBINATIONS)}")
+        for name in ("lstm_layers", "epochs", "batch_size", "lr", "max_seq_length", "extract_batch_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"StudySettings.{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"StudySettings.dropout must be in [0, 1), got {self.dropout}")
+
+
+def _activations(s: StudySettings, model: BertModel, tokenizer: Any, split: str,
+                 sentences: Sequence[ner.NerSentence]) -> WordActivations:
+    """Extract once: reuse ``out_dir/activations/<split>.npy`` when it was made from the same model and data."""
+    folder = s.out_dir / "activations"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{split}.npy"
+    digest = hashlib.sha256(json.dumps([[list(x.words) for x in sentences], str(s.model_dir.resolve()),
+                                        s.max_seq_length]).encode()).hexdigest()
+    stamp = folder / f"{split}.json"
+    if path.is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("digest") == digest:
+        logger.info("reusing activations %s", path)
+        return WordActivations(np.load(path, mmap_mode="r"), np.load(folder / f"{split}.offsets.npy"))
+    t0 = time.perf_counter()
+    acts = extract_word_activations(model, tokenizer, sentences, path, max_seq_length=s.max_seq_length,
+                                    batch_size=s.extract_batch_size, device=s.device, progress=s.progress)
+    stamp.write_text(json.dumps({"digest": digest, "model": str(s.model_dir), "sentences": len(sentences),
+                                 "words": int(acts.offsets[-1]), "seconds": round(time.perf_counter() - t0, 1)}))
+    return acts
+
+
+def _batch(acts: np.ndarray, offsets: np.ndarray, sentence_ids: Sequence[int], tag_ids: Sequence[np.ndarray] | None
+           ) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(B, T, k, H) float32 activations, (B,) lengths, (B, T) tags padded with -100."""
+    lengths = [int(offsets[i + 1] - offsets[i]) for i in sentence_ids]
+    B, T = len(sentence_ids), max(lengths)
+    x = np.zeros((B, T, *acts.shape[1:]), dtype=np.float32)
+    y = np.full((B, T), -100, dtype=np.int64) if tag_ids is not None else None
+    for row, (i, n) in enumerate(zip(sentence_ids, lengths)):
+        x[row, :n] = acts[offsets[i]:offsets[i + 1]]
+        if y is not None:
+            y[row, :n] = tag_ids[i]
+    return torch.from_numpy(x), torch.tensor(lengths), (torch.from_numpy(y) if y is not None else None)
+
+
+@torch.no_grad()
+def _tag(tagger: BiLSTMTagger, acts: np.ndarray, offsets: np.ndarray, labels: Sequence[str], batch_size: int,
+         device: str) -> list[list[str]]:
+    tagger.eval()
+    n = len(offsets) - 1
+    order = sorted(range(n), key=lambda i: offsets[i + 1] - offsets[i])
+    out: list[list[str] | None] = [None] * n
+    for start in range(0, n, batch_size * 4):
+        idx = order[start:start + batch_size * 4]
+        x, lengths, _ = _batch(acts, offsets, idx, None)
+        pred = tagger(x.to(device), lengths).argmax(-1).cpu().numpy()
+        for row, (i, m) in enumerate(zip(idx, lengths.tolist())):
+            out[i] = [labels[j] for j in pred[row, :m]]
+    tagger.train()
+    return out  # type: ignore[return-value]
+
+
+def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_acts: WordActivations,
+                 train_tags: Sequence[np.ndarray], dev_sentences: Sequence[ner.NerSentence], labels: Sequence[str],
+                 hidden_size: int) -> dict[str, Any]:
+    """Train one BiLSTM tagger on combination ``name``; dev conlleval after every epoch."""
+    num_states = train_acts.values.shape[1]
+    layers = combination_layers(name, num_states)
+    mode = COMBINATIONS[name][0]
+    # Only this combination's layers, in memory as fp16: 0.4 GB per layer for CoNLL-2003 train at H=384 ... x k.
+    train_x = np.ascontiguousarray(train_acts.values[:, layers])
+    dev_x = np.ascontiguousarray(dev_acts.values[:, layers])
+    torch.manual_seed(s.seed)
+    lstm_hidden = s.lstm_hidden or hidden_size // 2
+    tagger = BiLSTMTagger(LayerCombination(mode, len(layers), hidden_size), lstm_hidden, len(labels),
+                          num_layers=s.lstm_layers, dropout=s.dropout).to(s.device)
+    optimizer = torch.optim.Adam(tagger.parameters(), lr=s.lr)
+    n = len(train_acts.offsets) - 1
+    gen = torch.Generator().manual_seed(s.seed)
+    per_epoch, t0 = [], time.perf_counter()
+    for epoch in range(s.epochs):
+        order = torch.randperm(n, generator=gen).tolist()
+        total, count = 0.0, 0
+        for start in range(0, n, s.batch_size):
+            x, lengths, y = _batch(train_x, train_acts.offsets, order[start:start + s.batch_size], train_tags)
+            logits = tagger(x.to(s.device), lengths)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.to(s.device).reshape(-1), ignore_index=-100)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(tagger.parameters(), 5.0)
+            optimizer.step()
+            total, count = total + loss.item(), count + 1
+        scores = ner.conlleval([x.tags for x in dev_sentences],
+                               _tag(tagger, dev_x, dev_acts.offsets, labels, s.batch_size, s.device))
+        record = {"epoch": epoch + 1, "train_loss": total / count, "dev_f1": scores["f1"],
+                  "dev_precision": scores["precision"], "dev_recall": scores["recall"],
+                  "seconds": round(time.perf_counter() - t0, 1)}
+        if mode == "scalar_mix":
+            record["layer_weights"] = [round(w, 4) for w in tagger.combination.weights.detach().softmax(0).tolist()]
+            record["gamma"] = round(tagger.combination.gamma.detach().item(), 4)
+        per_epoch.append(record)
+        logger.info("feature-study %s epoch %d: dev F1 %.2f (%.0fs)", name, epoch + 1, scores["f1"],
+                    record["seconds"])
+    return {"combination": name, "layers": layers, "dev_f1": per_epoch[-1]["dev_f1"],
+            "best_epoch_dev_f1": max(r["dev_f1"] for r in per_epoch), "per_epoch": per_epoch,
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def feature_study(s: StudySettings) -> dict[str, Any]:
+    """Table 7 on CoNLL-2003 dev: extract activations once, train a BiLSTM tagger per combination.
+
+    Writes ``activations/`` (fp16 .npy, reused by later runs on the same model and data) and ``report.json``
+    with the dev F1 table (last epoch; the best epoch alongside), settings and timings.
+    """
+    from bertkit.tokenization import BertTokenizer
+
+    tokenizer = BertTokenizer.from_pretrained(s.model_dir)
+    model = BertModel.from_pretrained(s.model_dir)
+    num_states = model.config.num_hidden_layers + 1
+    for name in s.combinations:
+        combination_layers(name, num_states)  # fail before the long extraction
+    train_all = ner.read_conll(s.data_dir / "train.txt", s.tag_scheme)
+    dev = ner.read_conll(s.data_dir / "valid.txt", s.tag_scheme)
+    train = train_all
+    if s.max_train_sentences is not None and s.max_train_sentences < len(train_all):
+        import random
+
+        keep = sorted(random.Random(0).sample(range(len(train_all)), s.max_train_sentences))
+        train = [train_all[i] for i in keep]
+    types = sorted({t[2:] for x in train_all for t in x.tags if t != "O"})
+    labels = ["O", *(f"{p}-{t}" for t in types for p in ("B", "I"))]
+    label_id = {t: i for i, t in enumerate(labels)}
+    s.out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    train_acts = _activations(s, model, tokenizer, "train", train)
+    dev_acts = _activations(s, model, tokenizer, "dev", dev)
+    extract_seconds = time.perf_counter() - t0
+    train_tags = [np.asarray([label_id[t] for t in x.tags]) for x in train]
+    rows = []
+    for name in s.combinations:
+        rows.append(train_tagger(name, s, train_acts, dev_acts, train_tags, dev, labels, model.config.hidden_size))
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(s).items()}
+    settings["lstm_hidden"] = s.lstm_hidden or model.config.hidden_size // 2
+    report = {
+        "task": "feature_based_ner", "model": str(s.model_dir), "split": "CoNLL-2003 dev (valid.txt)",
+        "table": {r["combination"]: r["dev_f1"] for r in rows}, "runs": rows,
+        "paper_table7_bert_base": PAPER_TABLE7, "train_sentences": len(train), "dev_sentences": len(dev),
+        "extract_seconds": round(extract_seconds, 1), "total_seconds": round(time.perf_counter() - t0, 1),
+        "subset": None if len(train) == len(train_all) else
+        f"a fixed random subset of {len(train)} of the {len(train_all)} training sentences",
+        "settings": settings,
+    }
+    (s.out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The report's dev F1 table as Markdown, with the paper's BERT-BASE numbers beside it."""
+    lines = ["| layers | dev F1 | paper (BERT-BASE) |", "|---|---:|---:|"]
+    for name, f1 in report["table"].items():
+        paper = PAPER_TABLE7.get(name)
+        lines.append(f"| {name} | {f1:.1f} | {paper if paper is not None else '-'} |")
+    return "\n".join(lines)
+
+
+__all__ = ["read_texts", "extract_features", "read_features", "resolve_layers", "COMBINATIONS", "LayerCombination",
+           "BiLSTMTagger", "combination_layers", "extract_word_activations", "StudySettings", "feature_study",
+           "format_table"]

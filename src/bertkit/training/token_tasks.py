@@ -1,0 +1,474 @@
+"""Fine-tuning recipes for the token-level and span tasks: NER, SQuAD v1.1/v2.0, SWAG.
+
+Each recipe has the shape of ``finetune.finetune_glue``: read and featurize with ``bertkit.tasks``,
+build the head, run ONE phase of the one training loop (``training.loop.train``), evaluate with the
+task's official-equivalent scorer, save the model in the Hugging Face layout (label names in
+``id2label``) with its tokenizer under ``out_dir/model``, write predictions, and return a report that
+is also written to ``out_dir/report.json``.
+
+The paper's settings (Devlin et al. 2018) are the defaults where it states them:
+- CoNLL-2003 NER (section 5.3): tag of each word read at its first WordPiece, no CRF; the paper gives
+  no NER hyper-parameters beyond its fine-tuning grid, so batch 32, 3 epochs, max_seq_length 128.
+- SQuAD v1.1 (section 4.2): 3 epochs, lr 5e-5, batch 32; windows 384 tokens, stride 128, questions of
+  at most 64 tokens (run_squad.py); n-best 20, answers of at most 30 tokens.
+- SQuAD v2.0 (section 4.3): 2 epochs, lr 5e-5, batch 48; the null-answer threshold is the one that
+  maximises F1 on the predicted file (``best_f1_thresh``): the paper "selected on the dev set", which
+  makes the reported dev score optimistic, and the report says so.
+- SWAG (section 4.4): 3 epochs, lr 2e-5, batch 16.
+
+The paper's learning rates suit BERT-BASE/LARGE; models narrower than 768 default to 1e-4 (the rate
+Google's BERT miniatures most often selected, Turc et al. 2019). Any rate can be given.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
+from bertkit.tasks import ner, squad, swag
+from bertkit.tasks.glue import collate
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.finetune import predict
+from bertkit.training.loop import BatchPlan, Phase, TrainArgs, TrainResult, steps_for_epochs, train
+
+logger = logging.getLogger("bertkit")
+
+SMALL_MODEL_LR = 1e-4
+
+
+def default_lr(hidden_size: int, paper_lr: float) -> float:
+    """The paper's rate for BERT-BASE-sized models and up; 1e-4 for narrower ones (see module docstring)."""
+    return paper_lr if hidden_size >= 768 else SMALL_MODEL_LR
+
+
+@dataclass(kw_only=True)
+class FinetuneSettings:
+    """Settings every recipe here shares. ``lr``/``epochs``/``batch_size`` None: the task's defaults."""
+
+    model_dir: Path
+    out_dir: Path
+    lr: float | None = None
+    epochs: float | None = None
+    batch_size: int | None = None
+    max_seq_length: int = 128
+    seed: int = 1
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    optimizer: str = "adamw"
+    grad_accum: int = 1
+    max_grad_norm: float | None = 1.0
+    log_every: int = 50
+    bf16: bool = False
+    device: str = "cpu"
+    progress: bool = True
+    eval_batch_size: int = 64
+    max_train_examples: int | None = None  # a fixed random subset of the training examples, for reduced runs
+
+    def __post_init__(self) -> None:
+        self.model_dir, self.out_dir = Path(self.model_dir), Path(self.out_dir)
+        for name in ("lr", "epochs", "batch_size", "max_train_examples"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{type(self).__name__}.{name} must be positive, got {value}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+
+
+def fixed_subset(items: Sequence, n: int | None, seed: int) -> list:
+    """``n`` items drawn at random with ``seed``, kept in file order (all of them when n is None)."""
+    if n is None or n >= len(items):
+        return list(items)
+    keep = sorted(random.Random(seed).sample(range(len(items)), n))
+    return [items[i] for i in keep]
+
+
+def _run(model: nn.Module, features: Sequence[dict], collate_fn: Callable[[list], dict], s: FinetuneSettings,
+         lr: float, epochs: float, batch_size: int, evaluate: Callable[[nn.Module], dict] | None,
+         fingerprint: dict) -> tuple[TrainResult, float]:
+    """One fine-tuning phase through the one loop; returns its result and wall seconds.
+
+    ``batch_size`` is the micro-batch; with ``grad_accum`` k an optimiser step sees k of them.
+    """
+    plan = BatchPlan(features, batch_size, collate_fn, shuffle=True, seed=s.seed)
+    args = TrainArgs(out_dir=s.out_dir, lr=lr, warmup=s.warmup, weight_decay=s.weight_decay, optimizer=s.optimizer,
+                     grad_accum=s.grad_accum, max_grad_norm=s.max_grad_norm, bf16=s.bf16, seed=s.seed,
+                     device=s.device, progress=s.progress, log_every=s.log_every, keep_checkpoints=1)
+    shutil.rmtree(s.out_dir / "checkpoints", ignore_errors=True)  # a fresh run; fine-tuning does not resume
+    t0 = time.perf_counter()
+    result = train(model, [Phase(plan, steps_for_epochs(plan, epochs, s.grad_accum))], args, evaluate=evaluate,
+                   fingerprint=fingerprint)
+    seconds = time.perf_counter() - t0
+    shutil.rmtree(s.out_dir / "checkpoints", ignore_errors=True)  # short runs: keep the model, not the optimiser
+    return result, seconds
+
+
+def _per_epoch(result: TrainResult) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "split"} for r in result.history if r["split"] == "eval"]
+
+
+def _save(model: nn.Module, tokenizer: BertTokenizer, out_dir: Path) -> Path:
+    model_dir = model.save_pretrained(out_dir / "model")
+    tokenizer.save_pretrained(model_dir)
+    return model_dir
+
+
+def _write_report(out_dir: Path, report: dict) -> dict:
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+# -------------------------------------------------------------------------------------------------
+# NER (CoNLL-2003)
+# -------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class NerSettings(FinetuneSettings):
+    """``data_dir`` holds ``train.txt``, ``valid.txt`` and ``test.txt`` in CoNLL column format."""
+
+    data_dir: Path
+    tag_scheme: Literal["iob1", "iob2"] = "iob2"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.data_dir = Path(self.data_dir)
+
+
+NER_SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
+
+
+def iob2_labels(sentences: Sequence[ner.NerSentence]) -> list[str]:
+    """``ner.label_list`` completed so that every entity type seen has both its B- and I- tag.
+
+    A type whose entities are all one word in the training data (no I- tag seen) still gets I-, so a
+    dev sentence with a longer entity of that type can be scored instead of rejected.
+    """
+    types = sorted({tag[2:] for s in sentences for tag in s.tags if tag != "O"})
+    return ["O", *(f"{p}-{t}" for t in types for p in ("B", "I"))]
+
+
+def predict_ner(model: nn.Module, sentences: Sequence[ner.NerSentence], features: Sequence[dict],
+                labels: Sequence[str], *, pad_id: int, batch_size: int = 64, bf16: bool = False,
+                device: str = "cpu") -> list[list[str]]:
+    """One predicted tag per word of every sentence (read at each word's first WordPiece)."""
+    rows = predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16,
+                   device=device, output=lambda o: o.logits)
+    return ner.align_predictions(features, [r.argmax(-1) for r in rows], labels, num_sentences=len(sentences))
+
+
+def ner_scores(sentences: Sequence[ner.NerSentence], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """conlleval's overall precision/recall/F1/accuracy (percent) plus its per-type block."""
+    return ner.conlleval([s.tags for s in sentences], predicted)
+
+
+def write_conll(path: Path, sentences: Sequence[ner.NerSentence], predicted: Sequence[Sequence[str]]) -> Path:
+    """``word gold pred`` per line, a blank line after each sentence: the input conlleval reads."""
+    with open(path, "w", encoding="utf-8") as f:
+        for sent, tags in zip(sentences, predicted, strict=True):
+            for word, gold, pred in zip(sent.words, sent.tags, tags, strict=True):
+                f.write(f"{word} {gold} {pred}\n")
+            f.write("\n")
+    return path
+
+
+def conlleval_file(path: str | Path) -> dict[str, Any]:
+    """Score a ``word ... gold pred`` file as ``conlleval < file`` does (the last two columns are compared)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"predictions file not found: {path}")
+    gold: list[list[str]] = [[]]
+    pred: list[list[str]] = [[]]
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            cols = line.split()
+            if not cols or cols[0] == "-DOCSTART-":
+                if gold[-1]:
+                    gold.append([])
+                    pred.append([])
+                continue
+            if len(cols) < 3:
+                raise ValueError(f"{path} line {lineno}: expected 'word ... gold predicted', got {line!r}")
+            gold[-1].append(cols[-2])
+            pred[-1].append(cols[-1])
+    if not gold[-1]:
+        gold.pop()
+        pred.pop()
+    return ner.conlleval(gold, pred)
+
+
+def _flat(scores: dict[str, Any]) -> dict[str, float]:
+    return {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
+
+
+def finetune_ner(s: NerSettings) -> dict[str, Any]:
+    """Fine-tune on CoNLL-2003 NER: dev F1 after every epoch, dev and test at the end; returns the report.
+
+    Writes ``model/`` (HF layout, tag names in id2label, tokenizer), ``predictions_dev.txt`` and
+    ``predictions_test.txt`` (``word gold pred``, conlleval's input), ``metrics.jsonl``, ``report.json``.
+    """
+    tokenizer = BertTokenizer.from_pretrained(s.model_dir)
+    data = {split: ner.read_conll(s.data_dir / name, s.tag_scheme) for split, name in NER_SPLITS.items()}
+    train_sentences = fixed_subset(data["train"], s.max_train_examples, seed=0)
+    labels = iob2_labels(data["train"])  # from all of train, so a subset run keeps the same head
+    feats = {split: ner.featurize_ner(sents, tokenizer, labels, s.max_seq_length)
+             for split, sents in (("train", train_sentences), ("dev", data["dev"]), ("test", data["test"]))}
+    pad = tokenizer.pad_token_id
+
+    def tags_of(model: nn.Module, split: str) -> list[list[str]]:
+        return predict_ner(model, data[split], feats[split], labels, pad_id=pad, batch_size=s.eval_batch_size,
+                           bf16=s.bf16, device=s.device)
+
+    last_dev: dict[str, Any] = {}
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        last_dev["tags"] = tags_of(model, "dev")
+        last_dev["scores"] = ner_scores(data["dev"], last_dev["tags"])
+        return _flat(last_dev["scores"])
+
+    torch.manual_seed(s.seed)  # the fresh classifier's initialisation depends on the seed
+    model = BertForTokenClassification.from_pretrained(s.model_dir, id2label=dict(enumerate(labels)))
+    lr = s.lr or default_lr(model.config.hidden_size, 5e-5)
+    epochs, batch_size = s.epochs or 3.0, s.batch_size or 32
+    s.out_dir.mkdir(parents=True, exist_ok=True)
+    result, seconds = _run(model, feats["train"], lambda b: collate(b, pad), s, lr, epochs, batch_size, evaluate,
+                           {"model": str(s.model_dir), "task": "ner"})
+    test_tags = tags_of(model, "test")
+    test_scores = ner_scores(data["test"], test_tags)
+    files = {"dev": str(write_conll(s.out_dir / "predictions_dev.txt", data["dev"], last_dev["tags"])),
+             "test": str(write_conll(s.out_dir / "predictions_test.txt", data["test"], test_tags)),
+             "model": str(_save(model, tokenizer, s.out_dir))}
+    report = {
+        "task": "ner", "model": str(s.model_dir), "labels": labels, "lr": lr, "epochs": epochs,
+        "batch_size": batch_size, "steps": result.step, "train_seconds": round(seconds, 1),
+        "train_sentences": len(train_sentences), "train_features": len(feats["train"]),
+        "subset": None if s.max_train_examples is None else
+        f"a fixed random subset of {len(train_sentences)} of the {len(data['train'])} training sentences",
+        "dev": last_dev["scores"], "test": test_scores, "dev_per_epoch": _per_epoch(result),
+        "files": files, "settings": s.as_dict(),
+    }
+    logger.info("ner dev F1 %.2f test F1 %.2f", report["dev"]["f1"], report["test"]["f1"])
+    return _write_report(s.out_dir, report)
+
+
+# -------------------------------------------------------------------------------------------------
+# SQuAD v1.1 / v2.0
+# -------------------------------------------------------------------------------------------------
+
+SQUAD_PAPER = {"1.1": {"epochs": 3.0, "batch_size": 32}, "2.0": {"epochs": 2.0, "batch_size": 48}}
+
+
+@dataclass(kw_only=True)
+class SquadSettings(FinetuneSettings):
+    """Without ``train_file`` the predict file is split by article (``squad.split_squad_articles``): the model
+    trains on one side and is scored on the held-out articles, and every report says so."""
+
+    predict_file: Path
+    train_file: Path | None = None
+    version: Literal["1.1", "2.0"] = "1.1"
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    heldout_fraction: float = 1 / 6
+    split_seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.predict_file = Path(self.predict_file)
+        self.train_file = Path(self.train_file) if self.train_file is not None else None
+        if self.version not in SQUAD_PAPER:
+            raise ValueError(f"SquadSettings.version {self.version!r} must be '1.1' or '2.0'")
+
+
+def _squad_split(s: SquadSettings, dataset: dict) -> tuple[list, list, dict | None]:
+    """(training articles, evaluation articles, a description of the split or None)."""
+    if s.train_file is not None:
+        return squad.load_squad(s.train_file)["data"], dataset["data"], None
+    train_articles, heldout = squad.split_squad_articles(dataset, s.heldout_fraction, seed=s.split_seed)
+    n_q = sum(len(p["qas"]) for a in heldout for p in a["paragraphs"])
+    note = (f"NOT the official evaluation: no --train-file, so {s.predict_file.name} was split by article; "
+            f"trained on {len(train_articles)} articles, scored on the {len(heldout)} held-out articles "
+            f"({n_q} questions). Not comparable to published SQuAD dev scores.")
+    split = {"note": note, "train_articles": len(train_articles), "heldout_articles": len(heldout),
+             "heldout_questions": n_q, "heldout_titles": [a["title"] for a in heldout],
+             "heldout_fraction": s.heldout_fraction, "split_seed": s.split_seed}
+    logger.warning("%s", note)
+    return train_articles, heldout, split
+
+
+def predict_squad(model: nn.Module, examples: Sequence[squad.SquadExample], features: Sequence[dict], *,
+                  pad_id: int, version: str = "1.1", n_best_size: int = 20, max_answer_length: int = 30,
+                  null_threshold: float = 0.0, batch_size: int = 64, bf16: bool = False, device: str = "cpu"
+                  ) -> tuple[squad.SquadPredictions, list[np.ndarray]]:
+    """Start/end logits per window, post-processed into answers; also returns the logits for re-thresholding."""
+    rows = predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16, device=device,
+                   output=lambda o: torch.stack([o.start_logits, o.end_logits], -1))
+    return postprocess_squad(examples, features, rows, version, n_best_size, max_answer_length, null_threshold), rows
+
+
+def postprocess_squad(examples, features, rows: Sequence[np.ndarray], version: str, n_best_size: int,
+                      max_answer_length: int, null_threshold: float) -> squad.SquadPredictions:
+    return squad.postprocess_predictions(
+        examples, features, [r[:, 0] for r in rows], [r[:, 1] for r in rows], n_best_size=n_best_size,
+        max_answer_length=max_answer_length, version_2_with_negative=version == "2.0",
+        null_score_diff_threshold=null_threshold)
+
+
+def finetune_squad(s: SquadSettings) -> dict[str, Any]:
+    """Fine-tune on SQuAD and score the predict file (or its held-out articles); returns the report.
+
+    Writes ``model/``, ``predictions.json``, ``nbest_predictions.json`` (and ``null_odds.json`` for v2.0)
+    in run_squad.py's formats, ``metrics.jsonl`` and ``report.json``.
+    """
+    tokenizer = BertTokenizer.from_pretrained(s.model_dir)
+    dataset = squad.load_squad(s.predict_file)
+    train_articles, eval_articles, split = _squad_split(s, dataset)
+    all_train_examples = squad.squad_examples(train_articles)
+    eval_examples = squad.squad_examples(eval_articles)
+    if s.version == "1.1":
+        for name, examples in (("training", all_train_examples), ("evaluation", eval_examples)):
+            bad = [e.qas_id for e in examples if e.is_impossible or not e.answers]
+            if bad:
+                raise ValueError(f"the {name} data holds {len(bad)} unanswerable questions (e.g. {bad[:3]}), "
+                                 "which SQuAD v1.1 does not have; pass version '2.0' (--version 2.0)")
+    train_examples = fixed_subset(all_train_examples, s.max_train_examples, seed=0)
+    shape = {"max_seq_length": s.max_seq_length, "doc_stride": s.doc_stride, "max_query_length": s.max_query_length}
+    train_features = squad.featurize_squad(train_examples, tokenizer, **shape)
+    eval_features = squad.featurize_squad(eval_examples, tokenizer, **shape)
+    pad = tokenizer.pad_token_id
+
+    torch.manual_seed(s.seed)
+    model = BertForQuestionAnswering.from_pretrained(s.model_dir)
+    lr = s.lr or default_lr(model.config.hidden_size, 5e-5)
+    epochs = s.epochs or SQUAD_PAPER[s.version]["epochs"]
+    batch_size = s.batch_size or SQUAD_PAPER[s.version]["batch_size"]
+    s.out_dir.mkdir(parents=True, exist_ok=True)
+    # No per-epoch evaluation: scoring ~10k questions costs a sizeable share of an epoch on a CPU.
+    result, seconds = _run(model, train_features, lambda b: collate(b, pad), s, lr, epochs, batch_size, None,
+                           {"model": str(s.model_dir), "task": f"squad{s.version}"})
+    post = {"version": s.version, "n_best_size": s.n_best_size, "max_answer_length": s.max_answer_length}
+    t0 = time.perf_counter()
+    preds, rows = predict_squad(model, eval_examples, eval_features, pad_id=pad, batch_size=s.eval_batch_size,
+                                bf16=s.bf16, device=s.device, **post)
+    scores: dict[str, Any]
+    if s.version == "1.1":
+        scores = squad.evaluate_v1(eval_articles, preds.predictions)
+    else:
+        at_zero = squad.evaluate_v2(eval_articles, preds.predictions, na_probs=preds.null_odds)
+        threshold = at_zero["best_f1_thresh"]
+        preds = postprocess_squad(eval_examples, eval_features, rows, s.version, s.n_best_size,
+                                  s.max_answer_length, threshold)
+        scores = squad.evaluate_v2(eval_articles, preds.predictions, na_probs=preds.null_odds)
+        scores.update(null_threshold=threshold, at_threshold_0={k: at_zero[k] for k in ("exact", "f1")},
+                      threshold_note="null threshold = best_f1_thresh chosen on these same predictions "
+                                     "(as the paper selects it on dev): optimistic for this set")
+    predict_seconds = time.perf_counter() - t0
+    files = {k: str(v) for k, v in preds.write(s.out_dir).items()}
+    files["model"] = str(_save(model, tokenizer, s.out_dir))
+    report = {
+        "task": f"squad{s.version}", "model": str(s.model_dir), "evaluated_on": split["note"] if split else
+        f"{s.predict_file} (all {len(eval_examples)} questions)", "scores": scores, "split": split,
+        "lr": lr, "epochs": epochs, "batch_size": batch_size, "steps": result.step,
+        "train_seconds": round(seconds, 1), "predict_seconds": round(predict_seconds, 1),
+        "train_questions": len(train_examples), "train_features": len(train_features),
+        "eval_questions": len(eval_examples), "eval_features": len(eval_features),
+        "subset": None if s.max_train_examples is None else
+        f"a fixed random subset of {len(train_examples)} of the {len(all_train_examples)} training questions",
+        "files": files, "settings": s.as_dict(),
+    }
+    headline = ("exact_match", "f1") if s.version == "1.1" else ("exact", "f1")
+    logger.info("squad%s EM %.2f F1 %.2f on %s", s.version, scores[headline[0]], scores[headline[1]],
+                report["evaluated_on"])
+    return _write_report(s.out_dir, report)
+
+
+# -------------------------------------------------------------------------------------------------
+# SWAG
+# -------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class SwagSettings(FinetuneSettings):
+    """swagaf CSV files; the predict file may lack labels (test.csv): then predictions only, no accuracy."""
+
+    train_file: Path
+    predict_file: Path
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.train_file, self.predict_file = Path(self.train_file), Path(self.predict_file)
+
+
+def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int, batch_size: int = 64,
+                 bf16: bool = False, device: str = "cpu") -> np.ndarray:
+    """(N, 4) ending scores."""
+    return np.stack(predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16,
+                            device=device, output=lambda o: o.logits))
+
+
+def finetune_swag(s: SwagSettings) -> dict[str, Any]:
+    """Fine-tune on SWAG: accuracy on the predict file after every epoch (when labelled); returns the report.
+
+    Writes ``model/``, ``predictions.jsonl`` (per example: CSV line, video id, scores, predicted and gold
+    ending), ``metrics.jsonl`` and ``report.json``.
+    """
+    tokenizer = BertTokenizer.from_pretrained(s.model_dir)
+    all_train = swag.read_swag(s.train_file)
+    if any(e.label is None for e in all_train):
+        raise ValueError(f"{s.train_file} has no label column; train on a labelled file (train.csv)")
+    train_examples = fixed_subset(all_train, s.max_train_examples, seed=0)
+    eval_examples = swag.read_swag(s.predict_file)
+    labelled = all(e.label is not None for e in eval_examples)
+    train_features = swag.featurize_swag(train_examples, tokenizer, s.max_seq_length)
+    eval_features = swag.featurize_swag(eval_examples, tokenizer, s.max_seq_length)
+    gold = np.asarray([e.label for e in eval_examples]) if labelled else None
+    pad = tokenizer.pad_token_id
+    last: dict[str, np.ndarray] = {}
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
+                                      device=s.device)
+        return {"accuracy": 100.0 * float((last["scores"].argmax(-1) == gold).mean())}
+
+    torch.manual_seed(s.seed)
+    model = BertForMultipleChoice.from_pretrained(s.model_dir)
+    lr = s.lr or default_lr(model.config.hidden_size, 2e-5)
+    epochs, batch_size = s.epochs or 3.0, s.batch_size or 16
+    s.out_dir.mkdir(parents=True, exist_ok=True)
+    result, seconds = _run(model, train_features, lambda b: collate(b, pad), s, lr, epochs, batch_size,
+                           evaluate if labelled else None, {"model": str(s.model_dir), "task": "swag"})
+    if "scores" not in last:
+        last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
+                                      device=s.device)
+    scores = last["scores"]
+    pred_path = s.out_dir / "predictions.jsonl"
+    with open(pred_path, "w", encoding="utf-8") as f:
+        for ex, row in zip(eval_examples, scores, strict=True):
+            f.write(json.dumps({"line": ex.line, "video_id": ex.video_id, "scores": [round(float(x), 6) for x in row],
+                                "prediction": int(row.argmax()), "label": ex.label}) + "\n")
+    report = {
+        "task": "swag", "model": str(s.model_dir), "lr": lr, "epochs": epochs, "batch_size": batch_size,
+        "steps": result.step, "train_seconds": round(seconds, 1), "train_examples": len(train_examples),
+        "eval_examples": len(eval_examples),
+        "accuracy": 100.0 * float((scores.argmax(-1) == gold).mean()) if labelled else None,
+        "per_epoch": _per_epoch(result),
+        "subset": None if s.max_train_examples is None else
+        f"a fixed random subset of {len(train_examples)} of the {len(all_train)} training examples",
+        "files": {"predictions": str(pred_path), "model": str(_save(model, tokenizer, s.out_dir))},
+        "settings": s.as_dict(),
+    }
+    return _write_report(s.out_dir, report)

@@ -1,0 +1,250 @@
+"""Feature extraction (google's extract_features.py on bertkit) and the feature-based NER study's pieces.
+
+Extracted values are compared with ``model(..., output_hidden_states=True)`` at the same tokens and
+layers: bit for bit when each text is encoded alone (batch 1: the very same computation), within float
+rounding when texts of different lengths share a batch (the encoder then drops padding).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertConfig, BertModel, BertTokenizer
+from bertkit import features as fx
+from bertkit.tasks import ner
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = ("the quick brown fox jumps over lazy dog hello world eu rejects german call to boycott british lamb . , "
+         "peter blackburn brussels said on thursday it ##s un ##aff ##able").split()
+TEXTS = [("Hello world.", None), ("The quick brown fox", "jumps over the lazy dog."), ("", None),
+         ("unaffable dogs, the fox said on Thursday", None), ("EU rejects German call", "to boycott British lamb.")]
+CONLL = """EU NNP B-NP B-ORG
+rejects VBZ B-VP O
+German JJ B-NP B-MISC
+call NN I-NP O
+to TO B-VP O
+boycott VB I-VP O
+British JJ B-NP B-MISC
+lamb NN I-NP O
+. . O O
+
+Peter NNP B-NP B-PER
+Blackburn NNP I-NP I-PER
+
+BRUSSELS NNP B-NP B-LOC
+said VBD B-VP O
+on IN B-PP O
+Thursday NNP B-NP O
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[Path, BertModel, BertTokenizer]:
+    d = tmp_path_factory.mktemp("tiny_encoder")
+    tok = BertTokenizer({t: i for i, t in enumerate(SPECIALS + WORDS)})
+    tok.save_pretrained(d)
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=len(tok.vocab), hidden_size=32, num_hidden_layers=3,
+                                 num_attention_heads=4, intermediate_size=64, max_position_embeddings=128))
+    model.save_pretrained(d)
+    return d, model.eval(), tok
+
+
+def _reference(model, tok, text, pair, max_len=128):
+    enc = tok(text, text_pair=pair, max_length=max_len, truncation="longest_first")
+    ids, types = torch.tensor([enc["input_ids"]]), torch.tensor([enc["token_type_ids"]])
+    with torch.no_grad():
+        states = model(ids, token_type_ids=types, output_hidden_states=True).hidden_states
+    return tok.convert_ids_to_tokens(enc["input_ids"]), [s[0].numpy() for s in states]
+
+
+# ---------------------------------------------------------------- extraction
+
+
+def test_read_texts_splits_pairs_and_keeps_blank_lines(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("Hello world.\nWho was Jim Henson ? ||| Jim Henson was a puppeteer\n\na ||| b ||| c\n")
+    assert fx.read_texts(path) == [("Hello world.", None), ("Who was Jim Henson ?", "Jim Henson was a puppeteer"),
+                                   ("", None), ("a ||| b", "c")]
+
+
+def test_jsonl_values_equal_the_model_exactly(tiny, tmp_path):
+    _, model, tok = tiny
+    out = tmp_path / "f.jsonl"
+    result = fx.extract_features(model, tok, TEXTS, out, layers=[-1, 0, -3, 2], batch_size=1, progress=False)
+    assert result["files"] == [str(out)] and result["lines"] == len(TEXTS)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [obj["linex_index"] for obj in lines] == list(range(len(TEXTS)))
+    for (text, pair), obj in zip(TEXTS, lines):
+        tokens, states = _reference(model, tok, text, pair)
+        assert [f["token"] for f in obj["features"]] == tokens
+        for t, feat in enumerate(obj["features"]):
+            assert [layer["index"] for layer in feat["layers"]] == [-1, 0, -3, 2]
+            for layer in feat["layers"]:
+                got = np.asarray(layer["values"], dtype=np.float32)
+                np.testing.assert_array_equal(got, states[layer["index"]][t])  # bit for bit
+    # Layer 0 is the embedding output; 3 = -1 is the last of the 3 Transformer layers.
+    assert lines[1]["features"][0]["token"] == "[CLS]" and lines[2]["features"][1]["token"] == "[SEP]"
+
+
+def test_batched_extraction_matches_within_rounding(tiny, tmp_path):
+    _, model, tok = tiny
+    out = tmp_path / "f.jsonl"
+    fx.extract_features(model, tok, TEXTS, out, layers=[-1, -2], batch_size=8, progress=False)
+    for (text, pair), rec in zip(TEXTS, fx.read_features(out)):
+        tokens, states = _reference(model, tok, text, pair)
+        assert rec["tokens"] == tokens
+        for name in (-1, -2):
+            torch.testing.assert_close(torch.from_numpy(rec["layers"][name]), torch.from_numpy(states[name]),
+                                       rtol=1e-5, atol=1e-5)
+
+
+def test_safetensors_shards_hold_the_jsonl_numbers(tiny, tmp_path):
+    _, model, tok = tiny
+    fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[-1, 1], batch_size=1, progress=False)
+    # ~2 lines per shard: 5 lines -> several shards, named like Hugging Face's sharded checkpoints.
+    result = fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", layers=[-1, 1], batch_size=1,
+                                 max_shard_bytes=2 * 12 * 2 * 32 * 4, progress=False)
+    n = len(result["files"])
+    assert n > 1 and result["files"][0].endswith(f"f-00001-of-{n:05d}.safetensors")
+    from_json = list(fx.read_features(tmp_path / "f.jsonl"))
+    from_st = list(fx.read_features(tmp_path / "f.safetensors"))
+    assert [r["line_index"] for r in from_st] == list(range(len(TEXTS)))
+    for a, b in zip(from_json, from_st):
+        assert tok.convert_ids_to_tokens(b["input_ids"].tolist()) == a["tokens"]
+        for name in (-1, 1):
+            np.testing.assert_array_equal(a["layers"][name], b["layers"][name])
+
+
+def test_one_shard_is_the_named_file_and_fp16_is_allowed(tiny, tmp_path):
+    _, model, tok = tiny
+    result = fx.extract_features(model, tok, TEXTS[:2], tmp_path / "x.safetensors", layers=[-1], dtype="float16",
+                                 progress=False)
+    assert result["files"] == [str(tmp_path / "x.safetensors")]
+    rec = next(fx.read_features(tmp_path / "x.safetensors"))
+    assert rec["layers"][-1].dtype == np.float16
+
+
+def test_extraction_errors_name_the_fix(tiny, tmp_path):
+    _, model, tok = tiny
+    with pytest.raises(ValueError, match="layer -5 does not exist: this model has 4 hidden states"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[-5], progress=False)
+    with pytest.raises(ValueError, match=r"must end in \.jsonl .* or \.safetensors"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.txt", progress=False)
+    with pytest.raises(ValueError, match="max_seq_length 200 exceeds max_position_embeddings 128"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", max_seq_length=200, progress=False)
+
+
+def test_cli_extract_features(tiny, tmp_path, capsys):
+    from bertkit.cli import main
+
+    d, _, _ = tiny
+    inp = tmp_path / "in.txt"
+    inp.write_text("hello world\nthe fox ||| the dog\n")
+    assert main(["extract-features", "--model", str(d), "--input", str(inp), "--out", str(tmp_path / "o.jsonl"),
+                 "--layers=-1,-2", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["lines"] == 2
+    first = json.loads((tmp_path / "o.jsonl").read_text().splitlines()[0])
+    assert [f["token"] for f in first["features"]] == ["[CLS]", "hello", "world", "[SEP]"]
+
+
+# ---------------------------------------------------------------- the study's pieces
+
+
+def _layered(k: int, h: int = 3) -> torch.Tensor:
+    """(1, 2, k, h): layer j holds the value j + 1 everywhere."""
+    return (torch.arange(k, dtype=torch.float32) + 1)[None, None, :, None].expand(1, 2, k, h).clone()
+
+
+def test_combination_layers_for_a_six_layer_model():
+    positions = {name: fx.combination_layers(name, 7) for name in fx.COMBINATIONS}
+    assert positions == {"embeddings": [0], "second_to_last_hidden": [5], "last_hidden": [6],
+                         "weighted_sum_last_four": [3, 4, 5, 6], "concat_last_four": [3, 4, 5, 6],
+                         "weighted_sum_all_layers": [1, 2, 3, 4, 5, 6]}
+    with pytest.raises(ValueError, match="unknown layer combination 'sum'"):
+        fx.combination_layers("sum", 7)
+    with pytest.raises(ValueError, match="needs 4 Transformer layers; this model has 3"):
+        fx.combination_layers("concat_last_four", 4)
+
+
+def test_select_and_concat_on_known_tensors():
+    x = _layered(4)
+    assert torch.equal(fx.LayerCombination("select", 1, 3)(x[..., 2:3, :]), torch.full((1, 2, 3), 3.0))
+    cat = fx.LayerCombination("concat", 4, 3)
+    assert cat.output_size == 12
+    assert cat(x)[0, 0].tolist() == [1.0] * 3 + [2.0] * 3 + [3.0] * 3 + [4.0] * 3  # layers in the order given
+
+
+def test_scalar_mix_is_elmo_weighted_sum():
+    mix = fx.LayerCombination("scalar_mix", 4, 3)
+    x = _layered(4)
+    assert torch.allclose(mix(x), torch.full((1, 2, 3), 2.5))  # zero logits: the mean of 1..4, gamma 1
+    with torch.no_grad():
+        mix.weights.copy_(torch.log(torch.tensor([1.0, 0.0001, 0.0001, 3.0])))
+        mix.gamma.fill_(2.0)
+    w = torch.tensor([1.0, 0.0001, 0.0001, 3.0])
+    w = w / w.sum()
+    expected = 2.0 * float((w * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum())
+    assert torch.allclose(mix(x), torch.full((1, 2, 3), expected))
+    mix(x).sum().backward()
+    assert mix.weights.grad is not None and mix.gamma.grad is not None  # both are learned
+
+
+def test_word_activations_are_first_piece_states(tiny, tmp_path):
+    _, model, tok = tiny
+    path = tmp_path / "c.txt"
+    path.write_text(CONLL)
+    sentences = ner.read_conll(path)
+    # max_seq_length 6: the 9-word sentence is split into windows, each encoded on its own.
+    acts = fx.extract_word_activations(model, tok, sentences, tmp_path / "a.npy", max_seq_length=6, batch_size=2,
+                                       progress=False)
+    assert acts.values.shape == (15, 4, 32) and acts.values.dtype == np.float16
+    assert acts.offsets.tolist() == [0, 9, 11, 15]
+    labels = ["O", *sorted({t for s in sentences for t in s.tags} - {"O"})]
+    for f in ner.featurize_ner(sentences, tok, labels, 6):
+        with torch.no_grad():
+            states = model(torch.tensor([f["input_ids"]]), output_hidden_states=True).hidden_states
+        for pos, word in enumerate(f["word_ids"]):
+            if word is not None:
+                row = acts.offsets[f["sentence_index"]] + word
+                expected = torch.stack([s[0, pos] for s in states]).half().numpy()  # (L + 1, H)
+                np.testing.assert_allclose(acts.values[row].astype(np.float32), expected.astype(np.float32),
+                                           rtol=2e-3, atol=2e-3)
+
+
+def test_bilstm_tagger_shapes_and_padding():
+    tagger = fx.BiLSTMTagger(fx.LayerCombination("scalar_mix", 2, 8), lstm_hidden=5, num_labels=3, dropout=0.0)
+    x = torch.randn(2, 4, 2, 8)
+    logits = tagger(x, torch.tensor([4, 2]))
+    assert logits.shape == (2, 4, 3)
+    # The second sentence's outputs do not depend on what sits in its padding.
+    x2 = x.clone()
+    x2[1, 2:] = 100.0
+    torch.testing.assert_close(tagger(x2, torch.tensor([4, 2]))[1, :2], logits[1, :2])
+
+
+def test_feature_study_end_to_end_reuses_activations(tiny, tmp_path):
+    d, _, _ = tiny
+    data = tmp_path / "conll"
+    data.mkdir()
+    for split in ("train", "valid"):
+        (data / f"{split}.txt").write_text(CONLL)
+    settings = fx.StudySettings(data_dir=data, model_dir=d, out_dir=tmp_path / "study", epochs=2, batch_size=2,
+                                combinations=("last_hidden", "weighted_sum_all_layers"), progress=False)
+    report = fx.feature_study(settings)
+    assert list(report["table"]) == ["last_hidden", "weighted_sum_all_layers"]
+    assert all(0.0 <= f1 <= 100.0 for f1 in report["table"].values())
+    run = report["runs"][1]
+    assert run["layers"] == [1, 2, 3] and len(run["per_epoch"]) == 2
+    assert sum(run["per_epoch"][-1]["layer_weights"]) == pytest.approx(1.0, abs=1e-3)
+    assert report["settings"]["lstm_hidden"] == 16  # hidden_size // 2
+    stamp = (tmp_path / "study" / "activations" / "train.npy").stat().st_mtime_ns
+    again = fx.feature_study(settings)
+    assert (tmp_path / "study" / "activations" / "train.npy").stat().st_mtime_ns == stamp  # extracted once
+    assert again["table"] == report["table"]  # seeded: the same taggers again
+    assert "| last_hidden |" in fx.format_table(report)

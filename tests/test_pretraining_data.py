@@ -1,0 +1,355 @@
+"""create_pretraining_data on real text: masking and NSP statistics, whole-word masking, nearby negatives,
+determinism across seeds and worker counts, dynamic masking, the reader and collate, error cases.
+
+Real text: a few files of the shared corpus (skipped when absent); tokenizer: the vocabulary in
+$BERTKIT_TEST_MODEL or models/minilm (skipped when absent).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertkit.data import PretrainingDataset, collate_pretraining, create_pretraining_data
+from bertkit.data.pretraining import PretrainingConfig, create_instances_from_document
+from bertkit.data.shards import ShardedInstances, read_manifest
+from bertkit.data.text import iter_documents, plan_work_units, split_sentences
+from bertkit.tokenization import BertTokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = Path("/work/shared/data/corpus")
+MODEL = Path(os.environ.get("BERTKIT_TEST_MODEL", ROOT / "models" / "minilm"))
+
+needs_corpus = pytest.mark.skipif(not (CORPUS / "wikipedia").is_dir(), reason="shared corpus not present")
+needs_model = pytest.mark.skipif(not (MODEL / "vocab.txt").is_file(), reason=f"no vocab.txt in {MODEL}")
+
+
+def wiki_files(n: int, skip: int = 0) -> list[Path]:
+    return sorted((CORPUS / "wikipedia").glob("*.md"))[skip : skip + n]
+
+
+@pytest.fixture(scope="module")
+def tok() -> BertTokenizer:
+    if not (MODEL / "vocab.txt").is_file():
+        pytest.skip(f"no vocab.txt in {MODEL}")
+    return BertTokenizer.from_pretrained(MODEL)
+
+
+@pytest.fixture(scope="module")
+def static_dir(tok, tmp_path_factory) -> Path:
+    """~3 MB of Wikipedia + Alice in Wonderland, static masking, dupe_factor 2: ~10k instances."""
+    if not (CORPUS / "wikipedia").is_dir():
+        pytest.skip("shared corpus not present")
+    out = tmp_path_factory.mktemp("static")
+    files = wiki_files(90) + [CORPUS / "gutenberg" / "11-0.txt"]
+    create_pretraining_data(files, tok, out, dupe_factor=2, seed=1, num_workers=0, progress=False,
+                            unit_bytes=1_000_000)
+    return out
+
+
+def originals(item: dict) -> np.ndarray:
+    """The unmasked ids of a dataset item (labels hold the originals at masked positions)."""
+    ids = item["input_ids"].copy()
+    masked = item["labels"] != -100
+    ids[masked] = item["labels"][masked]
+    return ids
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics of the stored instances
+# --------------------------------------------------------------------------------------------------
+
+
+@needs_corpus
+@needs_model
+def test_masking_and_nsp_statistics(static_dir, tok):
+    ds = PretrainingDataset(static_dir)
+    assert len(ds) > 8000
+    cls, sep, mask = tok.cls_token_id, tok.sep_token_id, tok.mask_token_id
+    maskable = predicted = as_mask = kept = 0
+    positives = 0
+    for i in range(len(ds)):
+        item = ds[i]
+        ids, labels, types = item["input_ids"], item["labels"], item["token_type_ids"]
+        n = len(ids)
+        assert 5 <= n <= 128
+        b = int(np.argmax(types))  # first segment-B position
+        assert ids[0] == cls and ids[b - 1] == sep and ids[-1] == sep
+        assert (types[:b] == 0).all() and (types[b:] == 1).all()
+        # Special tokens are never predicted (and appear nowhere else).
+        assert labels[0] == labels[b - 1] == labels[-1] == -100
+        assert np.flatnonzero(np.isin(originals(item), [cls, sep])).tolist() == [0, b - 1, n - 1]
+        where = labels != -100
+        assert 1 <= where.sum() <= 20
+        maskable += n - 3
+        predicted += int(where.sum())
+        as_mask += int((ids[where] == mask).sum())
+        kept += int((ids[where] == labels[where]).sum())
+        positives += int(item["next_sentence_label"] == 0)
+    rate = predicted / maskable
+    assert 0.145 <= rate <= 0.155, rate
+    assert abs(as_mask / predicted - 0.8) <= 0.015
+    assert abs(kept / predicted - 0.1) <= 0.015  # (a random replacement can hit the same id: ~1/30,000)
+    assert abs((predicted - as_mask - kept) / predicted - 0.1) <= 0.015
+    assert abs(positives / len(ds) - 0.5) <= 0.02
+    manifest = read_manifest(static_dir)
+    assert manifest["counts"]["instances"] == len(ds)
+    assert manifest["counts"]["random_next"] == len(ds) - positives
+
+
+@needs_corpus
+@needs_model
+def test_whole_word_masking_never_splits_a_word(tok, tmp_path):
+    out = tmp_path / "wwm"
+    create_pretraining_data(wiki_files(12), tok, out, dupe_factor=1, whole_word_mask=True, seed=3,
+                            num_workers=0, progress=False)
+    ds = PretrainingDataset(out)
+    is_cont = np.array([t.startswith("##") for t in tok.convert_ids_to_tokens(list(range(len(tok))))])
+    words_with_pieces = predicted = maskable = 0
+    for i in range(len(ds)):
+        item = ds[i]
+        ids, where = originals(item), item["labels"] != -100
+        b = int(np.argmax(item["token_type_ids"]))
+        special = np.zeros(len(ids), dtype=bool)
+        special[[0, b - 1, len(ids) - 1]] = True
+        starts = ~is_cont[ids] | np.roll(special, 1)
+        word = np.cumsum(starts)
+        for w in np.unique(word[where]):
+            members = (word == w) & ~special
+            assert where[members].all(), (i, w)  # a masked word is masked whole
+            words_with_pieces += members.sum() > 1
+        predicted += where.sum()
+        maskable += len(ids) - 3
+    assert words_with_pieces > 100
+    assert 0.14 <= predicted / maskable <= 0.155  # skipping words that overshoot lowers it a little
+
+
+# --------------------------------------------------------------------------------------------------
+# Next-sentence negatives
+# --------------------------------------------------------------------------------------------------
+
+
+@needs_corpus
+@needs_model
+def test_nearby_negatives_are_same_document_and_never_adjacent(tok):
+    documents = [[ids for ids in tok([*d], add_special_tokens=False)["input_ids"] if ids]
+                 for f in wiki_files(24) for d in iter_documents(f)]
+    config = PretrainingConfig(nsp_negatives="nearby", nearby_window=4)
+    rng = random.Random(0)
+    negatives = fallbacks = positives = 0
+    for _ in range(3):
+        for d in range(len(documents)):
+            for inst in create_instances_from_document(documents, d, config, rng):
+                doc, a0, a1 = inst.a_span
+                assert doc == d and a0 < a1
+                b_doc, b0, b1 = inst.b_span
+                assert b0 < b1
+                if not inst.is_random_next:
+                    positives += 1
+                    assert (b_doc, b0) == (d, a1)  # the true continuation
+                elif inst.nearby_fallback:
+                    fallbacks += 1
+                else:
+                    negatives += 1
+                    assert b_doc == d
+                    gap = b0 - a1 if b0 >= a1 else a0 - b1
+                    assert 1 <= gap <= 4, (inst.a_span, inst.b_span)  # never adjacent, always nearby
+                assert 1 <= len(inst.tokens_a) and 1 <= len(inst.tokens_b)
+                assert len(inst.tokens_a) + len(inst.tokens_b) <= 125
+    assert negatives > 500 and fallbacks <= negatives * 0.02
+    assert abs(positives / (positives + negatives + fallbacks) - 0.5) <= 0.03
+
+
+@needs_corpus
+@needs_model
+def test_random_negatives_come_from_other_documents(tok):
+    documents = [[ids for ids in tok([*d], add_special_tokens=False)["input_ids"] if ids]
+                 for f in wiki_files(6) for d in iter_documents(f)]
+    rng = random.Random(1)
+    config = PretrainingConfig()
+    negatives = [inst for d in range(len(documents))
+                 for inst in create_instances_from_document(documents, d, config, rng) if inst.is_random_next]
+    assert len(negatives) > 100
+    assert all(inst.b_span[0] != inst.a_span[0] for inst in negatives)
+
+
+# --------------------------------------------------------------------------------------------------
+# Determinism, dynamic masking, reader
+# --------------------------------------------------------------------------------------------------
+
+
+def file_bytes(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+@needs_corpus
+@needs_model
+def test_same_seed_same_bytes_any_worker_count(tok, tmp_path):
+    files = wiki_files(16, skip=100)
+    kwargs = dict(dupe_factor=1, progress=False, unit_bytes=120_000)
+    assert len(plan_work_units(files, unit_bytes=120_000)) >= 3
+    a = create_pretraining_data(files, tok, tmp_path / "a", seed=7, num_workers=0, **kwargs)
+    create_pretraining_data(files, tok, tmp_path / "b", seed=7, num_workers=2, **kwargs)
+    create_pretraining_data(files, tok, tmp_path / "c", seed=8, num_workers=0, **kwargs)
+    same, other = file_bytes(tmp_path / "a"), file_bytes(tmp_path / "b")
+    assert len(same) == 2 + 7 * len(a["shards"]) and same == other
+    different = file_bytes(tmp_path / "c")
+    assert different.keys() == same.keys()
+    assert different["vocab.txt"] == same["vocab.txt"]
+    assert all(different[k] != same[k] for k in same if k.endswith("input_ids.npy"))
+    ShardedInstances(tmp_path / "a", verify=True)  # every file matches its sha256 in the manifest
+
+
+@needs_corpus
+@needs_model
+def test_dynamic_masking(tok, tmp_path):
+    out = tmp_path / "dyn"
+    create_pretraining_data(wiki_files(12), tok, out, dupe_factor=1, masking="dynamic", seed=5,
+                            num_workers=0, progress=False)
+    assert not list(out.glob("*masked*"))
+    e0, e0_again = PretrainingDataset(out, epoch=0), PretrainingDataset(out, epoch=0)
+    e1 = PretrainingDataset(out, epoch=1)
+    assert len(e0) > 300
+    differ = predicted = maskable = 0
+    for i in range(len(e0)):
+        x, y, z = e0[i], e0_again[i], e1[i]
+        assert all(np.array_equal(x[k], y[k]) for k in x)  # same (seed, epoch, index): same masks
+        assert np.array_equal(originals(x), originals(z))  # same instance underneath
+        differ += not np.array_equal(x["labels"], z["labels"])
+        predicted += (x["labels"] != -100).sum()
+        maskable += len(x["input_ids"]) - 3
+    assert differ >= 0.95 * len(e0)
+    assert 0.145 <= predicted / maskable <= 0.16
+    e0.set_epoch(1)
+    assert np.array_equal(e0[3]["labels"], e1[3]["labels"])
+    other_seed = PretrainingDataset(out, epoch=0, seed=6)
+    assert not np.array_equal(other_seed[3]["labels"], e0_again[3]["labels"])
+
+
+@needs_corpus
+@needs_model
+def test_collate_pads(static_dir, tok):
+    ds = PretrainingDataset(static_dir)
+    items = [ds[i] for i in range(16)]
+    batch = collate_pretraining(items, pad_id=tok.pad_token_id)
+    width = max(len(x["input_ids"]) for x in items)
+    assert batch["input_ids"].shape == (16, width) and batch["next_sentence_label"].shape == (16,)
+    for row, item in enumerate(items):
+        n = len(item["input_ids"])
+        assert batch["input_ids"][row, :n].tolist() == item["input_ids"].tolist()
+        assert (batch["input_ids"][row, n:] == tok.pad_token_id).all()
+        assert batch["attention_mask"][row].sum() == n
+        assert (batch["labels"][row, n:] == -100).all() and (batch["token_type_ids"][row, n:] == 0).all()
+    assert ds.max_seq_length == 128 and ds.path == static_dir
+    # A spawned DataLoader worker gets a pickled dataset: it re-opens the memory maps, copying nothing.
+    blob = pickle.dumps(ds)
+    assert len(blob) < 2_000_000 and all(np.array_equal(pickle.loads(blob)[7][k], ds[7][k]) for k in ds[7])
+
+
+# --------------------------------------------------------------------------------------------------
+# Text reading
+# --------------------------------------------------------------------------------------------------
+
+
+def test_sentence_splitter_rules():
+    text = ('Mr. Smith paid $3.50 for it, i.e. too much. "Stop!" he said. J. R. R. Tolkien was born '
+            'in the U.S. Army? It was No. 4 in the list... Then it ended, etc. The end.')
+    assert split_sentences(text) == [
+        "Mr. Smith paid $3.50 for it, i.e. too much.",
+        '"Stop!" he said.',
+        "J. R. R. Tolkien was born in the U.S. Army?",
+        "It was No. 4 in the list...",
+        "Then it ended, etc.",
+        "The end.",
+    ]
+    assert split_sentences("“Why?” asked Dr. Watson. (He knew.) 12 men came.") == [
+        "“Why?” asked Dr. Watson.", "(He knew.)", "12 men came."
+    ]
+
+
+@needs_corpus
+def test_corpus_clean_up():
+    book = list(iter_documents(CORPUS / "gutenberg" / "11-0.txt"))
+    assert len(book) == 1  # one book, one document
+    text = " ".join(book[0])
+    assert "Project Gutenberg" not in text and "Alice" in text
+    assert book[0][-1].endswith("happy summer days.")
+    article = " ".join(s for f in wiki_files(20) for d in iter_documents(f) for s in d)
+    assert "[1]" not in article and "References" not in article and "|-" not in article
+    wikitext = list(iter_documents(CORPUS / "wikitext-2" / "wiki.valid.raw"))
+    assert len(wikitext) == 60  # one document per " = Title = " heading
+    assert wikitext[0][0].startswith("Homarus gammarus , known as the European lobster")
+    assert not any(s.startswith("= =") for d in wikitext for s in d)
+
+
+def test_work_units_cut_large_files_at_document_boundaries(tmp_path):
+    docs = [[f"Document {d} sentence {s} of {'many words ' * (d % 7)}here." for s in range(1 + d % 5)]
+            for d in range(300)]
+    big = tmp_path / "big.txt"
+    big.write_text("\n\n".join("\n".join(doc) for doc in docs) + "\n", encoding="utf-8")
+    small = tmp_path / "small.txt"
+    small.write_text("Tiny one.\nTiny two.\n", encoding="utf-8")
+    units = plan_work_units([big, small], input_format="sentences", unit_bytes=4000)
+    parts = [part for unit in units for part in unit.parts]
+    assert len(units) >= 5 and all(len(u.parts) >= 2 for u in units)
+    assert [(p.start, p.end) for p in parts if p.path == str(big)][0][0] == 0
+    assert all(a.end == b.start for a, b in zip(parts, parts[1:]) if a.path == b.path)
+    read = [doc for p in parts for doc in iter_documents(p.path, p.input_format, start=p.start, end=p.end)]
+    assert read == docs + [["Tiny one.", "Tiny two."]]  # every document once, none cut
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors a user can cause
+# --------------------------------------------------------------------------------------------------
+
+
+@needs_model
+def test_errors(tok, tmp_path):
+    good = tmp_path / "good.txt"
+    good.write_text("One sentence here.\nAnother one here.\n\nA second document.\nWith two lines.\n")
+    kwargs = dict(num_workers=0, progress=False, input_format="sentences")
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"Fine sentence.\nBad \xe9 byte.\n\nMore text.\nAnd more.\n")
+    with pytest.raises(ValueError, match=r"bad\.txt: line 2 \(byte offset 19\) is not valid UTF-8.*errors='replace'"):
+        create_pretraining_data([bad], tok, tmp_path / "o1", **kwargs)
+    assert not list((tmp_path / "o1").glob("shard-*"))  # nothing half-written is left
+    summary = create_pretraining_data([bad], tok, tmp_path / "o2", errors="replace", **kwargs)
+    assert summary["counts"]["documents"] == 2
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="corpus is empty"):
+        create_pretraining_data([empty], tok, tmp_path / "o3", **kwargs)
+    with pytest.raises(ValueError, match="no input files"):
+        create_pretraining_data([], tok, tmp_path / "o3", **kwargs)
+    headings = tmp_path / "headings.txt"
+    headings.write_text("Early life\n\nCareer\n")
+    with pytest.raises(ValueError, match="no text found"):
+        create_pretraining_data([headings], tok, tmp_path / "o4", num_workers=0, progress=False)
+
+    singles = tmp_path / "singles.txt"
+    singles.write_text("Only one sentence.\n\nAnother lonely one.\n\nAnd a third.\n")
+    with pytest.raises(ValueError, match="two or more sentences"):
+        create_pretraining_data([singles], tok, tmp_path / "o5", **kwargs)
+
+    no_mask = BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "<mask>", "a"])},
+                            mask_token="<mask>")
+    with pytest.raises(ValueError, match=r"lacks the special tokens \['\[MASK\]'\]"):
+        create_pretraining_data([good], no_mask, tmp_path / "o6", **kwargs)
+
+    with pytest.raises(ValueError, match="max_seq_length=4"):
+        create_pretraining_data([good], tok, tmp_path / "o7", max_seq_length=4, **kwargs)
+    with pytest.raises(FileNotFoundError, match="nope.txt"):
+        create_pretraining_data([tmp_path / "nope.txt"], tok, tmp_path / "o8", **kwargs)
+
+    create_pretraining_data([good], tok, tmp_path / "o9", **kwargs)
+    with pytest.raises(ValueError, match="already holds pre-training shards"):
+        create_pretraining_data([good], tok, tmp_path / "o9", **kwargs)
+    create_pretraining_data([good], tok, tmp_path / "o9", overwrite=True, **kwargs)
+    assert len(PretrainingDataset(tmp_path / "o9")) > 0

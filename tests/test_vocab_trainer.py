@@ -1,0 +1,129 @@
+"""WordPiece vocabulary learning (bertkit.tokenization.trainer): exact vocabularies on tiny texts,
+round trip through BertTokenizer, error cases, and a check on real text when the corpus is present."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bertkit.tokenization import BasicTokenizer, BertTokenizer
+from bertkit.tokenization.trainer import (
+    SPECIAL_TOKENS,
+    count_words,
+    learn_wordpiece,
+    save_vocab,
+    train_wordpiece_vocab,
+)
+
+CORPUS = Path("/work/shared/data/corpus")
+
+
+def write(tmp_path: Path, name: str, text: str | bytes) -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_exact_vocab_on_a_tiny_text(tmp_path):
+    # "ab" x5 and "abc" x3 (lower-cased): pairs (a, ##b) = 8 and (##b, ##c) = 3. The first merge makes
+    # "ab"; "abc" is then [ab, ##c] and the second merge makes "abc"; then no pair is left.
+    f = write(tmp_path, "t.txt", "ab AB ab\nab ab abc\n\nabc ABC\n")
+    vocab = train_wordpiece_vocab([f], vocab_size=100, min_frequency=1, num_workers=1, progress=False)
+    assert vocab == [*SPECIAL_TOKENS, "a", "b", "c", "##b", "##c", "ab", "abc"]
+
+
+def test_alphabet_limit_drops_rare_characters_and_their_words():
+    counts = {"ab": 5, "abc": 3, "zq": 1, "q": 1}
+    vocab = learn_wordpiece(counts, vocab_size=100, min_frequency=1, limit_alphabet=3)
+    assert vocab == [*SPECIAL_TOKENS, "a", "b", "c", "##b", "##c", "ab", "abc"]
+    vocab = learn_wordpiece(counts, vocab_size=100, min_frequency=1, limit_alphabet=5)
+    assert vocab == [*SPECIAL_TOKENS, "a", "b", "c", "q", "z", "##b", "##c", "##q", "ab", "abc", "zq"]
+
+
+def test_size_and_min_frequency_are_respected(tmp_path):
+    f = write(tmp_path, "t.txt", "ab AB ab\nab ab abc\n\nabc ABC\n")
+    assert train_wordpiece_vocab([f], 11, 1, num_workers=1, progress=False)[-1] == "ab"
+    assert len(train_wordpiece_vocab([f], 11, 1, num_workers=1, progress=False)) == 11
+    # (##b, ##c) occurs 3 times: min_frequency 4 stops before it, 3 allows it.
+    assert "abc" not in train_wordpiece_vocab([f], 100, 4, num_workers=1, progress=False)
+    assert "abc" in train_wordpiece_vocab([f], 100, 3, num_workers=1, progress=False)
+    with pytest.raises(ValueError, match="vocab_size 8 is smaller"):
+        train_wordpiece_vocab([f], 8, 1, num_workers=1, progress=False)
+
+
+def test_frequent_words_become_whole_tokens_and_rare_ones_do_not(tmp_path):
+    text = "The cat sat on the mat, and the dog sat too.\n" * 40 + "A zyx appeared.\nzyx!\n"
+    f = write(tmp_path, "t.txt", text)
+    vocab = train_wordpiece_vocab([f], vocab_size=60, min_frequency=3, num_workers=1, progress=False)
+    assert vocab[:5] == list(SPECIAL_TOKENS)
+    assert len(vocab) == len(set(vocab)) <= 60
+    for word in ["the", "cat", "sat", "on", "mat", "and", "dog", "too"]:
+        assert word in vocab
+    # "zyx" occurs twice: its pairs are below min_frequency 3, so it stays in characters.
+    assert "zyx" not in vocab and "zy" not in vocab and "##yx" not in vocab
+    assert {"z", "##y", "##x"} <= set(vocab)
+    # Punctuation is always a word of its own (basic tokenizer): no "##," continuation.
+    assert "," in vocab and "##," not in vocab
+
+
+def test_cased_keeps_case(tmp_path):
+    f = write(tmp_path, "t.txt", "Paris Paris paris\n" * 5)
+    uncased = train_wordpiece_vocab([f], 100, 2, lowercase=True, num_workers=1, progress=False)
+    cased = train_wordpiece_vocab([f], 100, 2, lowercase=False, num_workers=1, progress=False)
+    assert "paris" in uncased and "Paris" not in uncased and "P" not in uncased
+    assert {"Paris", "paris"} <= set(cased)
+
+
+def test_round_trip_through_bert_tokenizer(tmp_path):
+    text = "unbelievable believable believe\nbelieve believer unbelievable\n" * 10
+    f = write(tmp_path, "t.txt", text)
+    vocab = train_wordpiece_vocab([f], vocab_size=40, min_frequency=2, num_workers=1, progress=False)
+    out = save_vocab(vocab, tmp_path / "vocab", lowercase=True)
+    tok = BertTokenizer.from_pretrained(out)
+    assert [tok.convert_ids_to_tokens(i) for i in range(len(vocab))] == vocab
+    assert tok.do_lower_case
+    assert tok.tokenize("Believe UNBELIEVABLE believable") == ["believe", "unbelievable", "believable"]
+    # Neither "x" nor "s" occurs in the text: a word holding one is unknown.
+    assert tok.tokenize("believex believers") == ["[UNK]", "[UNK]"]
+
+
+def test_parallel_counting_equals_serial(tmp_path):
+    files = [write(tmp_path, f"{i}.txt", f"word{i} shared text, file {i}.\n" * (i + 2)) for i in range(4)]
+    serial = count_words(files, num_workers=1)
+    assert serial == count_words(files, num_workers=2)
+    assert serial["shared"] == 2 + 3 + 4 + 5 and serial["word3"] == 5 and serial[","] == 14
+
+
+def test_errors(tmp_path):
+    with pytest.raises(ValueError, match="no input files"):
+        train_wordpiece_vocab([], 100)
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        train_wordpiece_vocab([tmp_path / "missing.txt"], 100)
+    empty = write(tmp_path, "empty.txt", "\n  \n")
+    with pytest.raises(ValueError, match="no words found"):
+        train_wordpiece_vocab([empty], 100, num_workers=1, progress=False)
+    bad = write(tmp_path, "bad.txt", b"fine line\nbad \xff byte\n")
+    with pytest.raises(ValueError, match=r"bad\.txt: line 2 \(byte offset 14\) is not valid UTF-8"):
+        train_wordpiece_vocab([bad], 100, num_workers=1, progress=False)
+    vocab = train_wordpiece_vocab([bad], 100, 1, errors="replace", num_workers=1, progress=False)
+    assert "byte" in vocab
+
+
+@pytest.mark.skipif(not (CORPUS / "wikipedia").is_dir(), reason="shared corpus not present")
+def test_real_text_vocab(tmp_path):
+    files = sorted((CORPUS / "wikipedia").glob("*.md"))[:20]
+    vocab = train_wordpiece_vocab(files, vocab_size=3000, min_frequency=2, num_workers=1, progress=False)
+    assert len(vocab) == 3000 and vocab[:5] == list(SPECIAL_TOKENS)
+    for word in ["the", "of", "and", "was", "football", "season", "##s", "##ing", "##ed"]:
+        assert word in vocab, word
+    tok = BertTokenizer.from_pretrained(save_vocab(vocab, tmp_path / "v"))
+    text = (CORPUS / "wikipedia" / files[0].name).read_text(encoding="utf-8")[:5000]
+    pieces = tok.tokenize(text)
+    words = len(BasicTokenizer().tokenize(text))
+    # A 3,000-entry vocabulary on its own training text: few pieces per word, no unknowns.
+    assert 1.0 <= len(pieces) / words < 1.35
+    assert "[UNK]" not in pieces
