@@ -9,8 +9,9 @@ is an ordinary letter there, and a character that changed category since (U+166D
 its Unicode 8.0 category. Unassigned code points (Cn) are *not* treated as control characters by it.
 
 So these tables are data, not `unicodedata` calls: the sets below are those Unicode 8.0 categories exactly
-as BertTokenizerFast applies them, ranges inclusive, checked code point by code point against
-`tokenizers` in tests/test_tokenizer_parity.py (`test_every_code_point_*`). Lower-casing and NFD come
+as BertTokenizerFast applies them, ranges inclusive. They were read off `tokenizers` 0.23.3 by passing
+every code point through its BertNormalizer (cased and uncased) and BertPreTokenizer, and are checked
+the same way, code point by code point, in tests/test_tokenizer_parity.py (`test_every_code_point_*`). Lower-casing and NFD come
 from Python (`str.lower` per character, `unicodedata.normalize`); the two short exception tables at the
 end cover what Rust knows and Python 3.11's Unicode 14.0 does not (case pairs added in Unicode 16-17),
 and the one decomposition (Unicode 13.0) that Hugging Face's NFD crate predates.
