@@ -135,3 +135,35 @@ def test_pretraining_checkpoint_loads_into_every_head(tmp_path, caplog):
         assert len(fresh) == 1, caplog.records
         torch.testing.assert_close(m.bert.embeddings.word_embeddings.weight, base.embeddings.word_embeddings.weight)
         torch.testing.assert_close(m.bert.layers[1].qkv.weight, base.layers[1].qkv.weight)
+
+
+@pytest.mark.parametrize("act", ["gelu_new", "relu"])
+def test_other_activations_match_transformers(act, tmp_path):
+    torch.manual_seed(0)
+    hf = transformers.BertModel(transformers.BertConfig(**TINY, hidden_act=act))
+    hf.save_pretrained(tmp_path)
+    ours = BertModel.from_pretrained(tmp_path)
+    assert ours.config.hidden_act == act
+    _compare(ours, hf, BertModel, *_inputs(BertModel, torch.Generator().manual_seed(3), 2))
+
+
+def test_legacy_pytorch_model_bin_loads_with_weights_only(tmp_path):
+    torch.manual_seed(0)
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(**TINY))
+    hf.config.save_pretrained(tmp_path)
+    torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin")
+    ours = H.BertForMaskedLM.from_pretrained(tmp_path)
+    _compare(ours, hf, H.BertForMaskedLM, *_inputs(H.BertForMaskedLM, torch.Generator().manual_seed(4), 2))
+
+
+def test_initialisation_is_normal_with_std_0_02():
+    """Paper's code (google-research/bert create_initializer): truncated normal, std 0.02; LayerNorm 1/0."""
+    torch.manual_seed(0)
+    model = H.BertForPreTraining(BertConfig.preset("mini", vocab_size=5000))
+    w = model.bert.layers[0].ffn_in.weight
+    assert abs(w.mean().item()) < 1e-3
+    # A normal truncated at 2 std has std 0.02 * 0.8796.
+    assert w.std().item() == pytest.approx(0.02 * 0.8796, rel=0.02)
+    assert w.abs().max().item() <= 0.04
+    assert torch.equal(model.bert.layers[0].attn_norm.weight, torch.ones(256))
+    assert torch.equal(model.bert.layers[0].qkv.bias, torch.zeros(768))
