@@ -110,3 +110,35 @@ def test_classifier_on_packed_rows_returns_one_row_per_sequence():
     assert out.logits.shape == (3, 3)
     single = model(x[:, 3:7]).logits
     torch.testing.assert_close(out.logits[1:2], single, atol=1e-5, rtol=0)
+
+
+def test_collate_packed_fine_tuning_equals_padded_batch():
+    """Packed fine-tuning batches: same per-sequence logits, same loss, same gradients as the padded batch."""
+    from bertkit.data.collate import collate_packed, pack_rows
+    from bertkit.tasks.glue import collate
+
+    assert pack_rows([5, 9, 3, 7, 2], 10) == [[1], [3, 2], [0, 4]]
+    gen = torch.Generator().manual_seed(5)
+    feats = []
+    for n in (7, 3, 11, 5, 2, 9):
+        ids = torch.randint(5, 120, (n,), generator=gen).tolist()
+        feats.append({"input_ids": ids, "token_type_ids": [0] * (n // 2) + [1] * (n - n // 2),
+                      "attention_mask": [1] * n, "labels": int(ids[0] % 3)})
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(CFG.with_labels(3))
+    padded = collate(feats, 0)
+    packed = collate_packed(feats, 0, row_tokens=16)
+    assert packed["input_ids"].shape[0] < len(feats)
+    order = packed.pop("order")
+    model.zero_grad()
+    a = model(**padded)
+    a.loss.backward()
+    ga = _grads(model)
+    model.zero_grad()
+    b = model(**packed)
+    b.loss.backward()
+    gb = _grads(model)
+    torch.testing.assert_close(b.logits, a.logits[order], atol=1e-5, rtol=0)
+    torch.testing.assert_close(b.loss, a.loss, atol=1e-6, rtol=0)
+    for name in ga:
+        torch.testing.assert_close(gb[name], ga[name], atol=1e-5, rtol=1e-4, msg=name)
