@@ -28,7 +28,7 @@ from bertkit import BertForSequenceClassification, BertTokenizer
 from bertkit.tasks import glue
 from bertkit.training.finetune import predict
 from bertkit.training.loop import BatchPlan, Phase, TrainArgs, steps_for_epochs, train
-from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
+from reference_loop import train_reference
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,31 +37,6 @@ def scores(task, model, features, collate, refs):
     logits = np.stack(predict(model, features, collate, batch_size=128))
     preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
     return task.metric(preds, refs)
-
-
-def train_reference(hf_model, plan, steps, lr, seed, evaluate):
-    """A plain PyTorch loop over transformers' model: what a careful transformers user writes."""
-    torch.manual_seed(seed)
-    opt = build_optimizer(hf_model, "adamw", lr, 0.01)
-    sched = linear_warmup_decay(opt, warmup_steps_for(steps, 0.1), steps)
-    hf_model.train()
-    step, epoch, per_epoch = 0, 0, []
-    while step < steps:
-        for idx in plan.batches(epoch):
-            batch = plan.load(epoch, idx)
-            loss = hf_model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(hf_model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            if step == steps:
-                break
-        per_epoch.append(evaluate(hf_model))
-        hf_model.train()
-        epoch += 1
-    return per_epoch
 
 
 def main() -> None:
@@ -113,7 +88,7 @@ def main() -> None:
                           for r in result.history if r["split"] == "eval"]
         t0 = time.perf_counter()
         ref_per_epoch = train_reference(theirs, plan, steps, args.lr, seed,
-                                        lambda m: scores(task, m, dev_f, collate, refs))
+                                        on_epoch_end=lambda m: scores(task, m, dev_f, collate, refs))
         t_ref = time.perf_counter() - t0
         rows.append({"seed": seed, "bertkit": ours_per_epoch[-1], "transformers": ref_per_epoch[-1],
                      "bertkit_s": t_ours, "transformers_s": t_ref,

@@ -28,8 +28,8 @@ from bertkit import BertConfig, BertForPreTraining, BertTokenizer
 from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
 from bertkit.heads import IGNORE_INDEX
 from bertkit.training.loop import BatchPlan
-from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
 from bertkit.training.pretrain import PretrainSettings, default_pretrain_args, pretrain
+from reference_loop import train_reference
 
 
 @torch.no_grad()
@@ -88,24 +88,8 @@ def main() -> None:
         model = transformers.BertForPreTraining.from_pretrained(args.out / "init")
         dataset = PretrainingDataset(args.data)
         plan = BatchPlan(dataset, args.batch_size, lambda b: collate_pretraining(b, tok.pad_token_id), seed=args.seed)
-        opt = build_optimizer(model, "adamw", args.lr, 0.01)
-        sched = linear_warmup_decay(opt, warmup_steps_for(args.steps, args.warmup), args.steps)
-        torch.manual_seed(args.seed)
-        model.train()
         t0 = time.perf_counter()
-        step, epoch = 0, 0
-        while step < args.steps:
-            for idx in plan.batches(epoch):
-                loss = model(**plan.load(epoch, idx)).loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                sched.step()
-                opt.zero_grad(set_to_none=True)
-                step += 1
-                if step == args.steps:
-                    break
-            epoch += 1
+        train_reference(model, plan, args.steps, args.lr, args.seed, warmup=args.warmup)
         ev = evaluate_hf(model, PretrainingDataset(args.eval_data), tok.pad_token_id, args.eval_instances)
         t_ref = time.perf_counter() - t0  # like bertkit's wall time, includes the held-out evaluation
         record["transformers"] = {**ev, "wall_s": round(t_ref, 1), "steps_per_s": round(args.steps / t_ref, 4)}
