@@ -3,9 +3,9 @@
 Both start from the same weights (bertkit initialises the token classifier with the seed and saves the
 whole model; transformers' BertForTokenClassification loads that directory), see the same batches in
 the same order (bertkit's BatchPlan over the same features, first-WordPiece labels, -100 elsewhere),
-and use the same optimiser (AdamW, eps 1e-6, weight decay 0.01 off for biases and LayerNorm), schedule
-(10% warm-up, linear decay), clipping (1.0) and dropout rate. Both are scored by the same code
-(first-piece predictions -> conlleval). Dropout masks differ (each implementation draws its own), which
+and use the same optimiser, schedule (10% warm-up, linear decay), clipping and dropout rate
+(``reference_loop.py``: the plain loop every side-by-side bench runs transformers with). Both are
+scored by the same code (first-piece predictions -> conlleval). Dropout masks differ (each implementation draws its own), which
 is seed-to-seed noise; acceptance is bertkit's dev and test F1 within 0.5 of the reference's.
 
     python bench/bench_ner.py --model models/minilm --lr 1e-4 --epochs 3
@@ -30,7 +30,7 @@ from bertkit.tasks import ner
 from bertkit.tasks.glue import collate
 from bertkit.training import token_tasks as tt
 from bertkit.training.loop import BatchPlan, Phase, TrainArgs, steps_for_epochs, train
-from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
+from reference_loop import train_reference
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,28 +39,6 @@ def scores(model, data, feats, labels, pad_id, split):
     tags = tt.predict_ner(model, data[split], feats[split], labels, pad_id=pad_id, batch_size=64)
     s = tt.ner_scores(data[split], tags)
     return {k: round(s[k], 2) for k in ("f1", "precision", "recall")}
-
-
-def train_reference(hf_model, plan, steps, lr, seed):
-    """A plain PyTorch loop over transformers' model: what a careful transformers user writes."""
-    torch.manual_seed(seed)
-    opt = build_optimizer(hf_model, "adamw", lr, 0.01)
-    sched = linear_warmup_decay(opt, warmup_steps_for(steps, 0.1), steps)
-    hf_model.train()
-    step, epoch = 0, 0
-    while step < steps:
-        for idx in plan.batches(epoch):
-            loss = hf_model(**plan.load(epoch, idx)).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(hf_model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            if step == steps:
-                break
-        epoch += 1
-    hf_model.eval()
 
 
 def main() -> None:
@@ -112,6 +90,7 @@ def main() -> None:
 
     t0 = time.perf_counter()
     train_reference(theirs, plan, steps, args.lr, args.seed)
+    theirs.eval()
     train_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     result["transformers"] = {"dev": scores(theirs, data, feats, labels, pad, "dev"),
