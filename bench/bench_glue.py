@@ -6,9 +6,11 @@ padded per batch: transformers with dynamic padding), and use the same optimiser
 decay 0.01 off for biases and LayerNorm), schedule (10% warm-up, linear decay), clipping (1.0) and
 dropout. Dropout masks differ (each implementation draws its own), which is seed-to-seed noise.
 
-    python bench/bench_glue.py --task rte --model models/minilm --lr 1e-4 --seeds 1,2,3
+    python bench/bench_glue.py --task rte --model models/minilm --lr 1e-4 --seeds 1,2,3 --runs runs/glue/rte.jsonl
 
-Prints one JSON line.
+Prints one JSON line. With ``--runs FILE`` every finished seed is appended to FILE as it completes (a seed
+takes up to half an hour on two CPU cores), seeds already in FILE with the same settings are not run again,
+and the summary covers every matching seed in FILE: a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,6 +54,7 @@ def main() -> None:
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--max-train-examples", type=int, default=None)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--runs", type=Path, default=None, help="JSON-lines file of finished seeds (appended, resumed)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -68,8 +72,23 @@ def main() -> None:
     def collate(b):
         return glue.collate(b, tok.pad_token_id)
 
+    settings = {"task": task.name, "model": str(args.model), "lr": args.lr, "epochs": args.epochs,
+                "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
+                "train_examples": len(train_f)}
     rows = []
+    if args.runs is not None and args.runs.exists():
+        for line_no, line in enumerate(args.runs.read_text().splitlines(), 1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"{args.runs}:{line_no}: not a JSON line ({e}); remove or fix that line") from e
+            if row.get("settings") == settings:
+                rows.append(row)
+    done = {r["seed"] for r in rows}
     for seed in [int(s) for s in args.seeds.split(",")]:
+        if seed in done:
+            print(f"{task.name} seed {seed}: already in {args.runs}, skipped", file=sys.stderr, flush=True)
+            continue
         torch.manual_seed(seed)
         ours = BertForSequenceClassification.from_pretrained(args.model, id2label=dict(enumerate(labels)),
                                                              problem_type=problem)
@@ -90,9 +109,16 @@ def main() -> None:
         ref_per_epoch = train_reference(theirs, plan, steps, args.lr, seed,
                                         on_epoch_end=lambda m: scores(task, m, dev_f, collate, refs))
         t_ref = time.perf_counter() - t0
-        rows.append({"seed": seed, "bertkit": ours_per_epoch[-1], "transformers": ref_per_epoch[-1],
-                     "bertkit_s": t_ours, "transformers_s": t_ref,
-                     "bertkit_per_epoch": ours_per_epoch, "transformers_per_epoch": ref_per_epoch})
+        row = {"seed": seed, "settings": settings, "bertkit": ours_per_epoch[-1], "transformers": ref_per_epoch[-1],
+               "bertkit_s": t_ours, "transformers_s": t_ref,
+               "bertkit_per_epoch": ours_per_epoch, "transformers_per_epoch": ref_per_epoch}
+        rows.append(row)
+        print(f"{task.name} seed {seed}: bertkit {row['bertkit']} in {t_ours:.0f} s, transformers "
+              f"{row['transformers']} in {t_ref:.0f} s", file=sys.stderr, flush=True)
+        if args.runs is not None:
+            args.runs.parent.mkdir(parents=True, exist_ok=True)
+            with args.runs.open("a") as f:
+                f.write(json.dumps(row) + "\n")
 
     metric = next(iter(rows[0]["bertkit"]))
 
@@ -103,11 +129,13 @@ def main() -> None:
 
     ours_s, ref_s = sum(r["bertkit_s"] for r in rows), sum(r["transformers_s"] for r in rows)
     print(json.dumps({
-        "bench": "glue_finetune", "task": task.name, "model": str(args.model), "lr": args.lr,
-        "epochs": args.epochs, "batch_size": args.batch_size, "train_examples": len(train_f), "metric": metric,
+        "bench": "glue_finetune", **settings, "metric": metric,
         "bertkit": agg("bertkit"), "transformers": agg("transformers"),
         "bertkit_wall_s": round(ours_s, 1), "transformers_wall_s": round(ref_s, 1),
-        "speedup": round(ref_s / ours_s, 3), "threads": torch.get_num_threads(), "runs": rows,
+        "speedup": round(ref_s / ours_s, 3),
+        # The acceptance: bertkit's mean within one seed standard deviation of the reference's.
+        "mean_diff": agg("bertkit")["mean"] - agg("transformers")["mean"],
+        "within_one_ref_std": abs(agg("bertkit")["mean"] - agg("transformers")["mean"]) <= agg("transformers")["std"], "threads": torch.get_num_threads(), "runs": rows,
     }))
 
 

@@ -273,10 +273,18 @@ class BertForQuestionAnswering(_HeadModel):
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, start_positions: Tensor | None = None,
                 end_positions: Tensor | None = None, output_hidden_states: bool = False) -> QuestionAnsweringOutput:
-        # The padded layout on purpose: like google-research/bert and transformers, the span softmax runs over
-        # all T positions, padding included, and SQuAD windows are mostly full (little padding to save).
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, layout="padded")
-        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(-1)  # 2 x (B, T)
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+        logits = self.qa_outputs(out.tokens)  # (B, T, 2) padded, (N, 2) unpadded
+        if not out.layout.is_padded:
+            # SQuAD windows are ~half padding (181 real tokens of 384 on average in dev-v1.1), so padding is not
+            # computed. google-research/bert and transformers run the span softmax over padding positions
+            # too, which makes their loss depend on how much padding a batch has; here padding positions get
+            # -inf logits, so the softmax covers the real tokens only. Answers never lie in padding, so
+            # decoding is unchanged; layout="padded" reproduces transformers' loss exactly.
+            logits = out.layout.to_batch(logits)
+            pad = (attention_mask == 0).unsqueeze(-1)
+            logits = logits.masked_fill(pad, torch.finfo(logits.dtype).min)
+        start_logits, end_logits = logits.unbind(-1)  # 2 x (B, T)
         loss = None
         if start_positions is not None and end_positions is not None:
             # Positions outside the window (clamped to T) are ignored, as transformers does.
