@@ -1,0 +1,93 @@
+"""Does ``torch.compile`` help bertkit on this machine? Eager against compiled, same process, same batches.
+
+Variants, MiniLM encoder on SST-2 dev sentences (batch 32, max 128, file order), fp32 and bf16 autocast:
+- ``eager``: bertkit's default (padding dropped, eager PyTorch);
+- ``compiled_layers``: each encoder layer wrapped in ``torch.compile(dynamic=True)``, padding still dropped
+  (the token count N changes every batch, so shapes must be symbolic);
+- ``compiled_padded``: the whole model compiled (``dynamic=True``) on the padded layout, the only layout
+  without data-dependent shapes;
+- ``transformers``: the reference, eager fp32, for scale.
+Compile time (the first pass) is reported apart from the steady-state median of ``--repeats`` passes.
+Outputs of every compiled variant are checked against eager (max abs difference at real tokens).
+
+    python bench/bench_compile.py --model models/minilm
+
+Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+from bertkit import BertModel, BertTokenizer
+from bench_inference import batches_for, sst2_texts
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def passes(fn, batches, repeats, bf16=False):
+    """(first pass seconds, median steady pass seconds, outputs of the last pass)."""
+    times, outs = [], []
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        for _ in range(repeats + 1):
+            outs = []
+            t0 = time.perf_counter()
+            for b in batches:
+                outs.append(fn(b))
+            times.append(time.perf_counter() - t0)
+    return times[0], statistics.median(times[1:]), outs
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, default=REPO / "models" / "minilm")
+    p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    tok = BertTokenizer.from_pretrained(args.model)
+    batches = batches_for(tok, sst2_texts(args.data, None), 32, 128, pairs=False)
+    seqs = sum(b["input_ids"].shape[0] for b in batches)
+    eager = BertModel.from_pretrained(args.model).eval()
+    layers = copy.deepcopy(eager)
+    for i, layer in enumerate(layers.layers):
+        layers.layers[i] = torch.compile(layer, dynamic=True)
+    padded = copy.deepcopy(eager)
+    padded.layout = "padded"
+    padded = torch.compile(padded, dynamic=True)
+    theirs = transformers.BertModel.from_pretrained(args.model).eval()
+
+    def hidden(model):
+        return lambda b: model(**b).last_hidden_state
+
+    result = {"bench": "torch_compile", "model": str(args.model), "threads": torch.get_num_threads(),
+              "torch": torch.__version__, "sequences": seqs}
+    for bf16 in (False, True):
+        _, t_ref, ref_outs = passes(hidden(eager), batches, args.repeats, bf16)
+        row = {"eager": {"seq_per_s": round(seqs / t_ref, 1)}}
+        for name, model in (("compiled_layers", layers), ("compiled_padded", padded)):
+            first, steady, outs = passes(hidden(model), batches, args.repeats, bf16)
+            diff = max(float((o - r).float()[b["attention_mask"].bool()].abs().max())
+                       for o, r, b in zip(outs, ref_outs, batches))
+            row[name] = {"seq_per_s": round(seqs / steady, 1), "first_pass_s": round(first, 1),
+                         "speedup_vs_eager": round(t_ref / steady, 3), "max_abs_diff_vs_eager": diff}
+        if not bf16:
+            _, t_hf, _ = passes(lambda b: theirs(**b).last_hidden_state, batches, args.repeats)
+            row["transformers"] = {"seq_per_s": round(seqs / t_hf, 1)}
+        result["bf16" if bf16 else "fp32"] = row
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
