@@ -74,6 +74,24 @@ def time_steps(model, batches, steps, warmup, bf16):
     return statistics.median(times)
 
 
+def profile_step(model, batch, bf16, top: int = 12) -> dict[str, float]:
+    """Self CPU milliseconds of the top operators in one training step (forward, backward, optimiser)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    opt = build_optimizer(model, "adamw", 1e-4, 0.01)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    out = {e.key: round(e.self_cpu_time_total / 1e3, 1) for e in events[:top]}
+    out["(total)"] = round(total / 1e3, 1)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="base", help="a BertConfig preset")
@@ -85,6 +103,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--bf16", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile one step of each (torch.profiler) and print the top operators to stderr")
     args = p.parse_args()
 
     tok = BertTokenizer.from_pretrained(args.model)
@@ -110,6 +130,10 @@ def main() -> None:
     t_hf = time_steps(theirs, batches, args.steps, args.warmup, args.bf16)
     t_bk = time_steps(ours, batches, args.steps, args.warmup, args.bf16)
     peak = gemm_peak()
+    profiles = {}
+    if args.profile:
+        for name, model in (("bertkit", ours), ("transformers", theirs)):
+            profiles[name] = profile_step(model, batches[0], args.bf16)
     print(json.dumps({
         "bench": "pretrain_step", "shape": args.shape, "batch_size": args.batch_size,
         "max_seq_length": args.max_seq_length, "bf16": args.bf16, "threads": torch.get_num_threads(),
@@ -120,6 +144,7 @@ def main() -> None:
         "bertkit_useful_gflops": round(flops / t_bk / 1e9, 1), "transformers_useful_gflops": round(flops / t_hf / 1e9, 1),
         "fp32_gemm_peak_gflops": round(peak / 1e9, 1),
         "bertkit_share_of_peak": round(flops / t_bk / peak, 3), "transformers_share_of_peak": round(flops / t_hf / peak, 3),
+        **({"profile_top_ops_ms": profiles} if profiles else {}),
     }))
 
 
