@@ -2,13 +2,15 @@
 
 Variants, MiniLM encoder on SST-2 dev sentences (batch 32, max 128, file order), fp32 and bf16 autocast:
 - ``eager``: bertkit's default (padding dropped, eager PyTorch);
-- ``compiled_layers``: each encoder layer wrapped in ``torch.compile(dynamic=True)``, padding still dropped
-  (the token count N changes every batch, so shapes must be symbolic);
+- ``compiled_layers``: ``BertModel.compile_layers()``, each encoder layer compiled with ``dynamic=True``,
+  padding still dropped (the token count N changes every batch, so shapes must be symbolic);
 - ``compiled_padded``: the whole model compiled (``dynamic=True``) on the padded layout, the only layout
   without data-dependent shapes;
 - ``transformers``: the reference, eager fp32, for scale.
 Compile time (the first pass) is reported apart from the steady-state median of ``--repeats`` passes.
 Outputs of every compiled variant are checked against eager (max abs difference at real tokens).
+``finetune_step``: fine-tuning steps (forward, backward, AdamW) of the MiniLM classifier on SST-2 train
+batches, eager against compiled layers (fp32).
 
     python bench/bench_compile.py --model models/minilm
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import csv
 import json
 import statistics
 import time
@@ -27,7 +30,8 @@ from pathlib import Path
 import torch
 import transformers
 
-from bertkit import BertModel, BertTokenizer
+from bertkit import BertForSequenceClassification, BertModel, BertTokenizer
+from bertkit.training.optim import build_optimizer
 from bench_inference import batches_for, sst2_texts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +56,9 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--parts", default="inference,finetune", help="which measurements to run")
     args = p.parse_args()
+    parts = set(args.parts.split(","))
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -60,9 +66,7 @@ def main() -> None:
     batches = batches_for(tok, sst2_texts(args.data, None), 32, 128, pairs=False)
     seqs = sum(b["input_ids"].shape[0] for b in batches)
     eager = BertModel.from_pretrained(args.model).eval()
-    layers = copy.deepcopy(eager)
-    for i, layer in enumerate(layers.layers):
-        layers.layers[i] = torch.compile(layer, dynamic=True)
+    layers = copy.deepcopy(eager).compile_layers()
     padded = copy.deepcopy(eager)
     padded.layout = "padded"
     padded = torch.compile(padded, dynamic=True)
@@ -73,7 +77,7 @@ def main() -> None:
 
     result = {"bench": "torch_compile", "model": str(args.model), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "sequences": seqs}
-    for bf16 in (False, True):
+    for bf16 in (False, True) if "inference" in parts else ():
         _, t_ref, ref_outs = passes(hidden(eager), batches, args.repeats, bf16)
         row = {"eager": {"seq_per_s": round(seqs / t_ref, 1)}}
         for name, model in (("compiled_layers", layers), ("compiled_padded", padded)):
@@ -86,7 +90,36 @@ def main() -> None:
             _, t_hf, _ = passes(lambda b: theirs(**b).last_hidden_state, batches, args.repeats)
             row["transformers"] = {"seq_per_s": round(seqs / t_hf, 1)}
         result["bf16" if bf16 else "fp32"] = row
+    if "finetune" in parts:
+        result["finetune_step"] = finetune_steps(args, tok)
     print(json.dumps(result))
+
+
+def finetune_steps(args, tok, n_batches: int = 20) -> dict:
+    """Median seconds per fine-tuning step, eager against compiled layers, same batches and weights."""
+    with open(args.data / "glue/SST-2/train.tsv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[: 32 * n_batches]
+    batches = batches_for(tok, [r["sentence"] for r in rows], 32, 128, pairs=False)
+    for b, i in zip(batches, range(0, len(rows), 32)):
+        b["labels"] = torch.tensor([int(r["label"]) for r in rows[i:i + 32]])
+    out = {}
+    for name in ("eager", "compiled_layers"):
+        torch.manual_seed(0)
+        model = BertForSequenceClassification.from_pretrained(args.model, num_labels=2)
+        if name == "compiled_layers":
+            model.bert.compile_layers()
+        model.train()
+        opt = build_optimizer(model, "adamw", 1e-4, 0.01)
+        times = []
+        for b in batches:
+            t0 = time.perf_counter()
+            model(**b).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            times.append(time.perf_counter() - t0)
+        out[name] = {"first_step_s": round(times[0], 1), "median_step_s": round(statistics.median(times[2:]), 4)}
+    out["speedup"] = round(out["eager"]["median_step_s"] / out["compiled_layers"]["median_step_s"], 3)
+    return out
 
 
 if __name__ == "__main__":

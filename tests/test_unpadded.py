@@ -142,3 +142,34 @@ def test_collate_packed_fine_tuning_equals_padded_batch():
     torch.testing.assert_close(b.loss, a.loss, atol=1e-6, rtol=0)
     for name in ga:
         torch.testing.assert_close(gb[name], ga[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_compiled_layers_match_eager_across_changing_token_counts():
+    """compile_layers(): same outputs and gradients as eager, for batches whose real-token count differs
+    (the unpadded layout's shapes are dynamic), with the state_dict names unchanged."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("torch.compile on CPU needs a C++ compiler (g++/c++ not found)")
+    torch.manual_seed(0)
+    eager = BertForSequenceClassification(CFG.with_labels(3))
+    compiled = BertForSequenceClassification(CFG.with_labels(3))
+    compiled.load_state_dict(eager.state_dict())
+    compiled.bert.compile_layers()
+    assert list(compiled.state_dict()) == list(eager.state_dict())
+    gen = torch.Generator().manual_seed(5)
+    for drop in (0, 3):  # a second batch with fewer real tokens: another N, no recompilation needed
+        ids, tt, mask, _ = _padded_batch(gen)
+        mask[:, max(LENGTHS) - drop:] = 0
+        labels = torch.tensor([0, 2, 1, 1])
+        outs = []
+        for model in (eager, compiled):
+            model.zero_grad()
+            out = model(ids, token_type_ids=tt, attention_mask=mask, labels=labels)
+            out.loss.backward()
+            outs.append((out.logits.detach(), _grads(model)))
+        torch.testing.assert_close(outs[1][0], outs[0][0], atol=1e-5, rtol=1e-4)
+        for name, g in outs[0][1].items():
+            torch.testing.assert_close(outs[1][1][name], g, atol=1e-5, rtol=1e-4, msg=name)

