@@ -49,6 +49,8 @@ def _train_flags(p: argparse.ArgumentParser, *, lr: str | None, batch_size: int,
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (CPUs with AVX-512 BF16 / AMX, GPUs)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile each encoder layer (~20%% faster steps on CPU after ~30 s of compiling)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--no-progress", action="store_true")
@@ -177,7 +179,7 @@ def _pretrain(args: argparse.Namespace) -> dict:
     train_args = TrainArgs(
         out_dir=args.out, lr=float(args.lr), warmup=args.warmup, weight_decay=args.weight_decay,
         optimizer=args.optimizer, grad_accum=args.grad_accum, max_grad_norm=args.max_grad_norm, bf16=args.bf16,
-        seed=args.seed, log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every,
+        compile=args.compile, seed=args.seed, log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every,
         progress=not args.no_progress, device=args.device)
     result = pretrain(settings, train_args, resume=args.resume)
     return {"steps": result.step, "last_eval": result.last_eval, "out": str(args.out)}
@@ -232,6 +234,7 @@ def _token_task(args: argparse.Namespace) -> dict:
     common = dict(model_dir=args.model, out_dir=args.out, lr=float(args.lr) if args.lr else None,
                   epochs=args.epochs, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
                   seed=args.seed, warmup=args.warmup, weight_decay=args.weight_decay, bf16=args.bf16,
+                  compile=args.compile,
                   device=args.device, progress=not args.no_progress, eval_batch_size=args.eval_batch_size,
                   max_train_examples=args.max_train_examples, optimizer=args.optimizer, grad_accum=args.grad_accum,
                   max_grad_norm=args.max_grad_norm, log_every=args.log_every)
@@ -254,7 +257,8 @@ def _finetune(args: argparse.Namespace) -> dict:
             task=args.task, data_dir=args.data_dir, model_dir=args.model, out_dir=args.out,
             lrs=tuple(_floats(args.lr)) if args.lr else None, seeds=tuple(args.seeds), epochs=args.epochs,
             batch_size=args.batch_size, max_seq_length=args.max_seq_length, warmup=args.warmup,
-            weight_decay=args.weight_decay, bf16=args.bf16, device=args.device, progress=not args.no_progress,
+            weight_decay=args.weight_decay, bf16=args.bf16, compile=args.compile, device=args.device,
+            progress=not args.no_progress,
             max_train_examples=args.max_train_examples))
     if args.task_family in ("ner", "squad", "swag"):
         return _token_task(args)

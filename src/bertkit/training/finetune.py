@@ -82,6 +82,7 @@ class GlueSettings:
     warmup: float = 0.1
     weight_decay: float = 0.01
     bf16: bool = False
+    compile: bool = False  # torch.compile the encoder layers (TrainArgs.compile)
     device: str = "cpu"
     progress: bool = True
     max_train_examples: int | None = None  # a prefix of train, for quick runs; None = all
@@ -134,7 +135,7 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
                 model, train_features, collate, scores_of, out_dir=s.out_dir / "runs" / f"lr{lr:g}-seed{seed}",
                 lr=lr, seed=seed, epochs=s.epochs, batch_size=s.batch_size, warmup=s.warmup,
                 weight_decay=s.weight_decay, bf16=s.bf16, device=s.device, progress=s.progress,
-                fingerprint={"model": str(s.model_dir), "task": task.name})
+                fingerprint={"model": str(s.model_dir), "task": task.name}, compile=s.compile)
             per_epoch = [{k: v for k, v in r.items() if k not in ("split",)} for r in result.history
                          if r["split"] == "eval"]
             score = result.last_eval or {}
@@ -157,7 +158,7 @@ def fit_classifier(model: nn.Module, train_features: Sequence[dict], collate: Ca
                    evaluate: Callable[[nn.Module], dict[str, float]] | None, *, out_dir: Path, lr: float, seed: int,
                    epochs: float, batch_size: int = 32, warmup: float = 0.1, weight_decay: float = 0.01,
                    bf16: bool = False, device: str = "cpu", progress: bool = True,
-                   fingerprint: dict | None = None):
+                   fingerprint: dict | None = None, compile: bool = False):
     """One fine-tuning run with the paper's recipe on already featurised examples; returns the TrainResult.
 
     Checkpoints are dropped at the end (fine-tuning runs are short); metrics.jsonl stays in ``out_dir``.
@@ -165,7 +166,7 @@ def fit_classifier(model: nn.Module, train_features: Sequence[dict], collate: Ca
     plan = BatchPlan(train_features, batch_size, collate, shuffle=True, seed=seed)
     shutil.rmtree(out_dir, ignore_errors=True)
     args = TrainArgs(out_dir=out_dir, lr=lr, warmup=warmup, weight_decay=weight_decay, bf16=bf16, seed=seed,
-                     device=device, progress=progress, log_every=50, keep_checkpoints=1)
+                     compile=compile, device=device, progress=progress, log_every=50, keep_checkpoints=1)
     result = train(model, [Phase(plan, steps_for_epochs(plan, epochs, 1))], args, evaluate=evaluate,
                    fingerprint=fingerprint)
     shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)

@@ -50,6 +50,10 @@ class TrainArgs:
     grad_accum: int = 1
     max_grad_norm: float | None = 1.0
     bf16: bool = False
+    # torch.compile each encoder layer (BertModel.compile_layers): ~20% faster fine-tuning steps on CPU
+    # after ~30 s of compilation. Compiled dropout draws its own random numbers, so the bit-identical
+    # resume guarantee holds for eager runs only.
+    compile: bool = False
     seed: int = 42
     log_every: int = 50
     eval_every: int | None = None  # optimiser steps; None: at the end of every epoch and of the run
@@ -228,6 +232,12 @@ def train(
     optimizer = build_optimizer(model, args.optimizer, args.lr, args.weight_decay, args.betas, args.eps)
     scheduler = linear_warmup_decay(optimizer, warmup_steps_for(total, args.warmup), total)
     model.to(args.device)
+    if args.compile:
+        encoder = getattr(model, "bert", model)
+        if not hasattr(encoder, "compile_layers"):
+            raise ValueError(f"TrainArgs.compile needs a bertkit model; {type(model).__name__} has no encoder "
+                             "with compile_layers()")
+        encoder.compile_layers()
 
     metrics_path = out_dir / "metrics.jsonl"
     existing = checkpoint_dirs(out_dir)

@@ -71,6 +71,7 @@ class FinetuneSettings:
     max_grad_norm: float | None = 1.0
     log_every: int = 50
     bf16: bool = False
+    compile: bool = False  # torch.compile the encoder layers (TrainArgs.compile)
     device: str = "cpu"
     progress: bool = True
     eval_batch_size: int = 64
@@ -105,7 +106,7 @@ def _run(model: nn.Module, features: Sequence[dict], collate_fn: Callable[[list]
     plan = BatchPlan(features, batch_size, collate_fn, shuffle=True, seed=s.seed)
     args = TrainArgs(out_dir=s.out_dir, lr=lr, warmup=s.warmup, weight_decay=s.weight_decay, optimizer=s.optimizer,
                      grad_accum=s.grad_accum, max_grad_norm=s.max_grad_norm, bf16=s.bf16, seed=s.seed,
-                     device=s.device, progress=s.progress, log_every=s.log_every, keep_checkpoints=1)
+                     compile=s.compile, device=s.device, progress=s.progress, log_every=s.log_every, keep_checkpoints=1)
     shutil.rmtree(s.out_dir / "checkpoints", ignore_errors=True)  # a fresh run; fine-tuning does not resume
     t0 = time.perf_counter()
     result = train(model, [Phase(plan, steps_for_epochs(plan, epochs, s.grad_accum))], args, evaluate=evaluate,
