@@ -8,7 +8,9 @@ in fp32 (padding dropped: its default) and in bf16 autocast; transformers in its
 ``padding_fraction`` is the share of padded positions in the batches; 1 / (1 - padding_fraction) bounds
 what skipping padding alone can give.
 
-    python bench/bench_inference.py --model models/minilm
+    python bench/bench_inference.py --model models/minilm [--compile]
+
+``--compile`` adds bertkit with ``compile_layers()`` in fp32 (compiled once per workload before timing).
 
 Prints one JSON line.
 """
@@ -68,7 +70,7 @@ def time_pass(fn, batches, repeats):
     return statistics.median(times)
 
 
-def run(name, ours, theirs, batches, repeats):
+def run(name, ours, theirs, batches, repeats, compiled=None):
     seqs = sum(b["input_ids"].shape[0] for b in batches)
     real = sum(int(b["attention_mask"].sum()) for b in batches)
     total = sum(b["attention_mask"].numel() for b in batches)
@@ -87,12 +89,17 @@ def run(name, ours, theirs, batches, repeats):
     t_hf = time_pass(hf, batches, repeats)
     t_bk = time_pass(bk, batches, repeats)
     t_bf16 = time_pass(bk_bf16, batches, repeats)
+    extra = {}
+    if compiled is not None:
+        time_pass(lambda b: compiled(**b).tokens, batches, 1)  # compile for this workload's shapes first
+        t_c = time_pass(lambda b: compiled(**b).tokens, batches, repeats)
+        extra = {"bertkit_compiled_fp32_seq_per_s": round(seqs / t_c, 1), "speedup_compiled_fp32": round(t_hf / t_c, 3)}
     return {
         "workload": name, "sequences": seqs, "padding_fraction": round(pad, 4),
         "padding_bound": round(1 / (1 - pad), 3),
         "transformers_fp32_seq_per_s": round(seqs / t_hf, 1), "bertkit_fp32_seq_per_s": round(seqs / t_bk, 1),
         "bertkit_bf16_seq_per_s": round(seqs / t_bf16, 1),
-        "speedup_fp32": round(t_hf / t_bk, 3), "speedup_bf16_vs_hf_fp32": round(t_hf / t_bf16, 3),
+        "speedup_fp32": round(t_hf / t_bk, 3), "speedup_bf16_vs_hf_fp32": round(t_hf / t_bf16, 3), **extra,
     }
 
 
@@ -103,16 +110,18 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sst2", type=int, default=None, help="number of SST-2 dev sentences (default all 872)")
     p.add_argument("--squad", type=int, default=256, help="number of SQuAD question/context pairs")
+    p.add_argument("--compile", action="store_true", help="also time bertkit with compile_layers() (fp32)")
     args = p.parse_args()
 
     tok = BertTokenizer.from_pretrained(args.model)
     ours = BertModel.from_pretrained(args.model).eval()
     theirs = transformers.BertModel.from_pretrained(args.model).eval()
+    compiled = BertModel.from_pretrained(args.model).eval().compile_layers() if args.compile else None
     results = [
         run("sst2_dev_b32_l128", ours, theirs, batches_for(tok, sst2_texts(args.data, args.sst2), 32, 128, False),
-            args.repeats),
+            args.repeats, compiled),
         run("squad_dev_b16_l384", ours, theirs, batches_for(tok, squad_pairs(args.data, args.squad), 16, 384, True),
-            args.repeats),
+            args.repeats, compiled),
     ]
     print(json.dumps({"bench": "inference", "model": str(args.model), "threads": torch.get_num_threads(),
                       "torch": torch.__version__, "transformers": transformers.__version__,
