@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 import transformers
 
+from bench_inference import batches_for, sst2_texts
 from bertkit import BertForSequenceClassification, BertModel, BertTokenizer
 from bertkit.training.optim import build_optimizer
-from bench_inference import batches_for, sst2_texts
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ dropout. Dropout masks differ (each implementation draws its own), which is seed
 
 Prints one JSON line. With ``--runs FILE`` every finished seed is appended to FILE as it completes (a seed
 takes up to half an hour on two CPU cores), seeds already in FILE with the same settings are not run again,
-and the summary covers every matching seed in FILE: a killed run resumes where it stopped.
+and the summary covers the requested seeds (from FILE or just run): a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -72,20 +72,27 @@ def main() -> None:
     def collate(b):
         return glue.collate(b, tok.pad_token_id)
 
-    settings = {"task": task.name, "model": str(args.model), "lr": args.lr, "epochs": args.epochs,
+    settings = {"task": task.name, "model": str(args.model.resolve()), "lr": args.lr, "epochs": args.epochs,
                 "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
                 "train_examples": len(train_f)}
-    rows = []
+    requested = list(dict.fromkeys(int(s) for s in args.seeds.split(",")))
+    found: dict[int, dict] = {}
     if args.runs is not None and args.runs.exists():
-        for line_no, line in enumerate(args.runs.read_text().splitlines(), 1):
+        lines = args.runs.read_text().splitlines()
+        for line_no, line in enumerate(lines, 1):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
+                if line_no == len(lines):  # a kill while appending leaves a torn last line: that seed re-runs
+                    print(f"{args.runs}:{line_no}: incomplete last line dropped", file=sys.stderr)
+                    args.runs.write_text("".join(x + "\n" for x in lines[:-1]))
+                    continue
                 raise SystemExit(f"{args.runs}:{line_no}: not a JSON line ({e}); remove or fix that line") from e
-            if row.get("settings") == settings:
-                rows.append(row)
-    done = {r["seed"] for r in rows}
-    for seed in [int(s) for s in args.seeds.split(",")]:
+            if row.get("settings") == settings and row["seed"] in requested:
+                found.setdefault(row["seed"], row)  # one row per seed, the first written
+    rows = list(found.values())
+    done = set(found)
+    for seed in requested:
         if seed in done:
             print(f"{task.name} seed {seed}: already in {args.runs}, skipped", file=sys.stderr, flush=True)
             continue
@@ -109,7 +116,8 @@ def main() -> None:
         ref_per_epoch = train_reference(theirs, plan, steps, args.lr, seed,
                                         on_epoch_end=lambda m: scores(task, m, dev_f, collate, refs))
         t_ref = time.perf_counter() - t0
-        row = {"seed": seed, "settings": settings, "bertkit": ours_per_epoch[-1], "transformers": ref_per_epoch[-1],
+        done.add(seed)
+        row = {"seed": seed, "settings": settings, "threads": torch.get_num_threads(), "bertkit": ours_per_epoch[-1], "transformers": ref_per_epoch[-1],
                "bertkit_s": t_ours, "transformers_s": t_ref,
                "bertkit_per_epoch": ours_per_epoch, "transformers_per_epoch": ref_per_epoch}
         rows.append(row)

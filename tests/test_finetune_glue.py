@@ -9,8 +9,8 @@ import torch
 
 from bertkit import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
 from bertkit.cli import main
-from bertkit.training.finetune import default_lr_grid, summarize_grid
 from bertkit.tasks import glue
+from bertkit.training.finetune import default_lr_grid, summarize_grid
 
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "was", "plot"]
 

@@ -11,7 +11,13 @@ import torch
 from bertkit import BertConfig, BertForSequenceClassification
 from bertkit.tasks import glue
 from bertkit.training.loop import BatchPlan, Phase, TrainArgs, train
-from bertkit.training.optim import Lamb, build_optimizer, linear_warmup_decay, parameter_groups, warmup_steps_for
+from bertkit.training.optim import (
+    Lamb,
+    build_optimizer,
+    linear_warmup_decay,
+    parameter_groups,
+    warmup_steps_for,
+)
 
 CFG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
                  max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

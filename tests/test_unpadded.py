@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+
+import pytest
 import torch
 
 from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel
@@ -146,11 +149,8 @@ def test_collate_packed_fine_tuning_equals_padded_batch():
 
 def test_compiled_layers_match_eager_across_changing_token_counts():
     """compile_layers(): same outputs and gradients as eager, for batches whose real-token count differs
-    (the unpadded layout's shapes are dynamic), with the state_dict names unchanged."""
-    import shutil
-
-    import pytest
-
+    (the unpadded layout's shapes are dynamic), with the state_dict names unchanged. ~40 s: compiles
+    forward and backward."""
     if shutil.which("g++") is None and shutil.which("c++") is None:
         pytest.skip("torch.compile on CPU needs a C++ compiler (g++/c++ not found)")
     torch.manual_seed(0)
@@ -173,3 +173,31 @@ def test_compiled_layers_match_eager_across_changing_token_counts():
         torch.testing.assert_close(outs[1][0], outs[0][0], atol=1e-5, rtol=1e-4)
         for name, g in outs[0][1].items():
             torch.testing.assert_close(outs[1][1][name], g, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_question_answering_masks_padding_in_every_layout_and_in_bf16():
+    """Padding never takes span probability: right-padded (unpadded layout), left-padded (falls back to the
+    padded layout) and under bf16 autocast; layout="padded" keeps transformers' unmasked logits."""
+    from bertkit import BertForQuestionAnswering
+
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(CFG).eval()
+    ids, tt, mask, _ = _padded_batch(torch.Generator().manual_seed(7))
+    starts, ends = torch.tensor([1, 2, 3, 0]), torch.tensor([2, 3, 5, 1])
+    left = torch.stack([m.roll(int((m == 0).sum())) for m in mask])  # padding first
+    shift = (mask == 0).sum(1)
+    for attention_mask, dtype in ((mask, torch.float32), (left, torch.float32), (mask, torch.bfloat16)):
+        moved = shift if attention_mask is left else 0  # left padding moves the answers right
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is torch.bfloat16):
+            out = model(ids, token_type_ids=tt, attention_mask=attention_mask, start_positions=starts + moved,
+                        end_positions=ends + moved)
+        lowest = torch.finfo(out.start_logits.dtype).min
+        pad = attention_mask == 0
+        assert out.start_logits.dtype == dtype
+        assert (out.start_logits[pad] == lowest).all() and (out.end_logits[pad] == lowest).all()
+        assert (out.start_logits[~pad] > lowest).all() and torch.isfinite(out.loss)
+    with pytest.raises(ValueError, match="point at padding"):
+        model(ids, token_type_ids=tt, attention_mask=left, start_positions=starts, end_positions=ends)
+    model.bert.layout = "padded"
+    out = model(ids, token_type_ids=tt, attention_mask=mask)
+    assert (out.start_logits[mask == 0] > -1e3).all()

@@ -258,7 +258,8 @@ def _finetune(args: argparse.Namespace) -> dict:
             lrs=tuple(_floats(args.lr)) if args.lr else None, seeds=tuple(args.seeds), epochs=args.epochs,
             batch_size=args.batch_size, max_seq_length=args.max_seq_length, warmup=args.warmup,
             weight_decay=args.weight_decay, bf16=args.bf16, compile=args.compile, device=args.device,
-            progress=not args.no_progress,
+            progress=not args.no_progress, optimizer=args.optimizer, grad_accum=args.grad_accum,
+            max_grad_norm=args.max_grad_norm, log_every=args.log_every,
             max_train_examples=args.max_train_examples))
     if args.task_family in ("ner", "squad", "swag"):
         return _token_task(args)
@@ -367,6 +368,11 @@ def _feature_study(args: argparse.Namespace) -> dict:
     return report
 
 
+def torch_device_type(device: str) -> str:
+    """"cuda:1" -> "cuda" without importing torch at parse time."""
+    return device.split(":")[0]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertkit", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -382,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
+        if getattr(args, "compile", False):  # before any data is read or featurised
+            from bertkit.modeling import require_compiler
+
+            require_compiler(torch_device_type(args.device))
         result = COMMANDS[args.command][2](args)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         # User-caused errors already carry the values and the fix; a traceback would bury them.

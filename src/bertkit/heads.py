@@ -274,15 +274,15 @@ class BertForQuestionAnswering(_HeadModel):
                 attention_mask: Tensor | None = None, start_positions: Tensor | None = None,
                 end_positions: Tensor | None = None, output_hidden_states: bool = False) -> QuestionAnsweringOutput:
         out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
-        logits = self.qa_outputs(out.tokens)  # (B, T, 2) padded, (N, 2) unpadded
-        if not out.layout.is_padded:
-            # SQuAD windows are ~half padding (181 real tokens of 384 on average in dev-v1.1), so padding is not
-            # computed. google-research/bert and transformers run the span softmax over padding positions
+        logits = out.layout.to_batch(self.qa_outputs(out.tokens))  # (B, T, 2)
+        if attention_mask is not None and self.bert.layout != "padded":
+            # SQuAD windows are ~half padding (181 real tokens of 384 on average in dev-v1.1), and the encoder
+            # skips it. google-research/bert and transformers run the span softmax over padding positions
             # too, which makes their loss depend on how much padding a batch has; here padding positions get
-            # -inf logits, so the softmax covers the real tokens only. Answers never lie in padding, so
-            # decoding is unchanged; layout="padded" reproduces transformers' loss exactly.
-            logits = out.layout.to_batch(logits)
-            pad = (attention_mask == 0).unsqueeze(-1)
+            # the dtype's lowest finite logit (effectively -inf), so the softmax covers real tokens only,
+            # whichever layout ran. Answers never lie in padding, so decoding is unchanged;
+            # layout="padded" reproduces transformers' loss exactly.
+            pad = (attention_mask == 0).unsqueeze(-1)  # (B, T, 1)
             logits = logits.masked_fill(pad, torch.finfo(logits.dtype).min)
         start_logits, end_logits = logits.unbind(-1)  # 2 x (B, T)
         loss = None
@@ -290,6 +290,12 @@ class BertForQuestionAnswering(_HeadModel):
             # Positions outside the window (clamped to T) are ignored, as transformers does.
             T = start_logits.size(1)
             s, e = start_positions.view(-1).clamp(0, T), end_positions.view(-1).clamp(0, T)
+            if attention_mask is not None and self.bert.layout != "padded":
+                padded_mask = F.pad(attention_mask, (0, 1), value=1)  # (B, T + 1): index T means "ignored"
+                rows = torch.arange(len(s), device=s.device)
+                if not bool(padded_mask[rows, s].all() and padded_mask[rows, e].all()):
+                    raise ValueError("start/end positions point at padding (attention_mask 0), where the span "
+                                     "softmax gives no probability; answers must lie on real tokens")
             loss = (F.cross_entropy(start_logits, s, ignore_index=T) + F.cross_entropy(end_logits, e, ignore_index=T)) / 2
         return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states)
 

@@ -339,7 +339,7 @@ class BertModel(PretrainedMixin, nn.Module):
         pooled = self.pooler(lay.first_tokens(x)) if self.pooler is not None else None
         return BertModelOutput(x, pooled, lay, tuple(states) if states is not None else None)
 
-    def compile_layers(self, **compile_kwargs: Any) -> "BertModel":
+    def compile_layers(self, **compile_kwargs: Any) -> BertModel:
         """Compile each encoder layer in place with ``torch.compile`` (optional; needs a C++ compiler on CPU).
 
         Layers, not the whole model: dropping padding gives data-dependent shapes (the token count N changes
@@ -349,6 +349,7 @@ class BertModel(PretrainedMixin, nn.Module):
         of compilation. Compiling the padded model whole was slower than eager on ragged text (it computes
         the padding), so bertkit does not offer it.
         """
+        require_compiler(self.position_ids.device.type)
         kwargs = {"dynamic": True, **compile_kwargs}
         for layer in self.layers:
             layer.compile(**kwargs)
@@ -356,6 +357,15 @@ class BertModel(PretrainedMixin, nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def require_compiler(device_type: str = "cpu") -> None:
+    """Fail before any work when ``torch.compile`` cannot build CPU kernels (they are C++, compiled at run time)."""
+    import shutil
+
+    if device_type == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        raise RuntimeError("torch.compile on CPU needs a C++ compiler and none of g++, c++, clang++ is on PATH; "
+                           "install one (e.g. apt install g++) or run without --compile / compile_layers()")
 
 
 def _expected_param_count(config: BertConfig) -> int:

@@ -83,6 +83,10 @@ class GlueSettings:
     weight_decay: float = 0.01
     bf16: bool = False
     compile: bool = False  # torch.compile the encoder layers (TrainArgs.compile)
+    optimizer: str = "adamw"
+    grad_accum: int = 1  # batch_size is the micro-batch; an optimiser step sees grad_accum of them
+    max_grad_norm: float | None = 1.0
+    log_every: int = 50
     device: str = "cpu"
     progress: bool = True
     max_train_examples: int | None = None  # a prefix of train, for quick runs; None = all
@@ -135,7 +139,8 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
                 model, train_features, collate, scores_of, out_dir=s.out_dir / "runs" / f"lr{lr:g}-seed{seed}",
                 lr=lr, seed=seed, epochs=s.epochs, batch_size=s.batch_size, warmup=s.warmup,
                 weight_decay=s.weight_decay, bf16=s.bf16, device=s.device, progress=s.progress,
-                fingerprint={"model": str(s.model_dir), "task": task.name}, compile=s.compile)
+                fingerprint={"model": str(s.model_dir), "task": task.name}, compile=s.compile,
+                optimizer=s.optimizer, grad_accum=s.grad_accum, max_grad_norm=s.max_grad_norm, log_every=s.log_every)
             per_epoch = [{k: v for k, v in r.items() if k not in ("split",)} for r in result.history
                          if r["split"] == "eval"]
             score = result.last_eval or {}
@@ -158,7 +163,8 @@ def fit_classifier(model: nn.Module, train_features: Sequence[dict], collate: Ca
                    evaluate: Callable[[nn.Module], dict[str, float]] | None, *, out_dir: Path, lr: float, seed: int,
                    epochs: float, batch_size: int = 32, warmup: float = 0.1, weight_decay: float = 0.01,
                    bf16: bool = False, device: str = "cpu", progress: bool = True,
-                   fingerprint: dict | None = None, compile: bool = False):
+                   fingerprint: dict | None = None, compile: bool = False, optimizer: str = "adamw",
+                   grad_accum: int = 1, max_grad_norm: float | None = 1.0, log_every: int = 50):
     """One fine-tuning run with the paper's recipe on already featurised examples; returns the TrainResult.
 
     Checkpoints are dropped at the end (fine-tuning runs are short); metrics.jsonl stays in ``out_dir``.
@@ -166,8 +172,9 @@ def fit_classifier(model: nn.Module, train_features: Sequence[dict], collate: Ca
     plan = BatchPlan(train_features, batch_size, collate, shuffle=True, seed=seed)
     shutil.rmtree(out_dir, ignore_errors=True)
     args = TrainArgs(out_dir=out_dir, lr=lr, warmup=warmup, weight_decay=weight_decay, bf16=bf16, seed=seed,
-                     compile=compile, device=device, progress=progress, log_every=50, keep_checkpoints=1)
-    result = train(model, [Phase(plan, steps_for_epochs(plan, epochs, 1))], args, evaluate=evaluate,
+                     compile=compile, device=device, progress=progress, log_every=log_every, keep_checkpoints=1,
+                     optimizer=optimizer, grad_accum=grad_accum, max_grad_norm=max_grad_norm)
+    result = train(model, [Phase(plan, steps_for_epochs(plan, epochs, grad_accum))], args, evaluate=evaluate,
                    fingerprint=fingerprint)
     shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
     return result

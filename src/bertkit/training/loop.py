@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from bertkit.modeling import require_compiler
 from bertkit.training.optim import OPTIMIZERS, build_optimizer, linear_warmup_decay, warmup_steps_for
 
 logger = logging.getLogger("bertkit")
@@ -75,6 +76,8 @@ class TrainArgs:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        if self.compile:
+            require_compiler(torch.device(self.device).type)
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
             raise ValueError(f"max_grad_norm must be positive or None, got {self.max_grad_norm}")
 
