@@ -54,6 +54,7 @@ def main() -> None:
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--max-train-examples", type=int, default=None)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--compile", action="store_true", help="bertkit with TrainArgs.compile (compiled layers)")
     p.add_argument("--runs", type=Path, default=None, help="JSON-lines file of finished seeds (appended, resumed)")
     args = p.parse_args()
     if args.threads:
@@ -74,7 +75,7 @@ def main() -> None:
 
     settings = {"task": task.name, "model": str(args.model.resolve()), "lr": args.lr, "epochs": args.epochs,
                 "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
-                "train_examples": len(train_f)}
+                "train_examples": len(train_f), **({"compile": True} if args.compile else {})}
     requested = list(dict.fromkeys(int(s) for s in args.seeds.split(",")))
     found: dict[int, dict] = {}
     if args.runs is not None and args.runs.exists():
@@ -106,8 +107,9 @@ def main() -> None:
         steps = steps_for_epochs(plan, args.epochs, 1)
         with tempfile.TemporaryDirectory() as run_dir:
             t0 = time.perf_counter()
-            result = train(ours, [Phase(plan, steps)], TrainArgs(out_dir=Path(run_dir), lr=args.lr, seed=seed,
-                                                                  progress=False, log_every=10**9),
+            targs = TrainArgs(out_dir=Path(run_dir), lr=args.lr, seed=seed, compile=args.compile, progress=False,
+                              log_every=10**9)
+            result = train(ours, [Phase(plan, steps)], targs,
                            evaluate=lambda m: scores(task, m, dev_f, collate, refs))
             t_ours = time.perf_counter() - t0
         ours_per_epoch = [{k: v for k, v in r.items() if k not in ("split", "step", "epoch")}
