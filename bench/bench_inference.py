@@ -103,6 +103,21 @@ def run(name, ours, theirs, batches, repeats, compiled=None):
     }
 
 
+def profile_pass(fn, batches, bf16, top: int = 10) -> dict[str, float]:
+    """Self CPU milliseconds of the top operators over one pass (after a warm-up batch)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        fn(batches[0])
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for b in batches:
+                fn(b)
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    out = {e.key: round(e.self_cpu_time_total / 1e3, 1) for e in events[:top]}
+    out["(total)"] = round(sum(e.self_cpu_time_total for e in events) / 1e3, 1)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=REPO / "models" / "minilm")
@@ -111,6 +126,8 @@ def main() -> None:
     p.add_argument("--sst2", type=int, default=None, help="number of SST-2 dev sentences (default all 872)")
     p.add_argument("--squad", type=int, default=256, help="number of SQuAD question/context pairs")
     p.add_argument("--compile", action="store_true", help="also time bertkit with compile_layers() (fp32)")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile one pass over the first 8 batches of each workload (top operators, ms)")
     args = p.parse_args()
 
     tok = BertTokenizer.from_pretrained(args.model)
@@ -123,6 +140,14 @@ def main() -> None:
         run("squad_dev_b16_l384", ours, theirs, batches_for(tok, squad_pairs(args.data, args.squad), 16, 384, True),
             args.repeats, compiled),
     ]
+    if args.profile:
+        for r, batches in zip(results, (
+                batches_for(tok, sst2_texts(args.data, args.sst2), 32, 128, False)[:8],
+                batches_for(tok, squad_pairs(args.data, args.squad), 16, 384, True)[:8])):
+            r["profile_top_ops_ms"] = {
+                "transformers_fp32": profile_pass(lambda b: theirs(**b), batches, False),
+                "bertkit_fp32": profile_pass(lambda b: ours(**b), batches, False),
+                "bertkit_bf16": profile_pass(lambda b: ours(**b), batches, True)}
     print(json.dumps({"bench": "inference", "model": str(args.model), "threads": torch.get_num_threads(),
                       "torch": torch.__version__, "transformers": transformers.__version__,
                       "repeats": args.repeats, "results": results}))
