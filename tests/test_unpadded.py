@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel
+from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel, modeling
 
 CFG = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -28,15 +28,25 @@ def _padded_batch(gen):
     return ids, tt, mask, labels
 
 
+@pytest.fixture(params=["one-rectangle", "grouped"])
+def grouping(request, monkeypatch):
+    """Run a test with attention as one rectangle (these tiny batches' default) and with sequences split
+    into length groups (what long ragged batches get), by making extra groups free."""
+    if request.param == "grouped":
+        monkeypatch.setattr(modeling, "_GROUP_OVERHEAD", 0)
+    return request.param
+
+
 def _grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def test_unpadded_equals_padded_outputs_losses_and_gradients():
+def test_unpadded_equals_padded_outputs_losses_and_gradients(grouping):
     torch.manual_seed(0)
     model = BertForPreTraining(CFG)
     ids, tt, mask, labels = _padded_batch(torch.Generator().manual_seed(0))
     nsp = torch.tensor([0, 1, 1, 0])
+    assert len(modeling.TokenLayout.unpadded(mask).groups) == (1 if grouping == "one-rectangle" else 4)
     results = {}
     for layout in ("padded", "unpadded"):
         model.zero_grad()
@@ -56,7 +66,7 @@ def test_unpadded_equals_padded_outputs_losses_and_gradients():
         torch.testing.assert_close(ga[name], gb[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_packed_rows_equal_separate_sequences():
+def test_packed_rows_equal_separate_sequences(grouping):
     """Krell et al. 2021: sequences packed into shared rows give each sequence's own outputs and losses."""
     torch.manual_seed(0)
     model = BertForPreTraining(CFG)
@@ -92,7 +102,7 @@ def test_packed_rows_equal_separate_sequences():
         torch.testing.assert_close(g_packed[name], g_ref[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_packed_positions_restart_and_attention_stays_inside_sequences():
+def test_packed_positions_restart_and_attention_stays_inside_sequences(grouping):
     torch.manual_seed(0)
     model = BertModel(CFG).eval()
     a = torch.randint(5, 120, (1, 5))
@@ -105,7 +115,7 @@ def test_packed_positions_restart_and_attention_stays_inside_sequences():
     assert packed.pooler_output.shape == (2, 32)
 
 
-def test_classifier_on_packed_rows_returns_one_row_per_sequence():
+def test_classifier_on_packed_rows_returns_one_row_per_sequence(grouping):
     torch.manual_seed(0)
     model = BertForSequenceClassification(CFG.with_labels(3)).eval()
     x = torch.randint(5, 120, (1, 10))
@@ -115,7 +125,7 @@ def test_classifier_on_packed_rows_returns_one_row_per_sequence():
     torch.testing.assert_close(out.logits[1:2], single, atol=1e-5, rtol=0)
 
 
-def test_collate_packed_fine_tuning_equals_padded_batch():
+def test_collate_packed_fine_tuning_equals_padded_batch(grouping):
     """Packed fine-tuning batches: same per-sequence logits, same loss, same gradients as the padded batch."""
     from bertkit.data.collate import collate_packed, pack_rows
     from bertkit.tasks.glue import collate
@@ -175,7 +185,7 @@ def test_compiled_layers_match_eager_across_changing_token_counts():
             torch.testing.assert_close(outs[1][1][name], g, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_question_answering_masks_padding_in_every_layout_and_in_bf16():
+def test_question_answering_masks_padding_in_every_layout_and_in_bf16(grouping):
     """Padding never takes span probability: right-padded (unpadded layout), left-padded (falls back to the
     padded layout) and under bf16 autocast; layout="padded" keeps transformers' unmasked logits."""
     from bertkit import BertForQuestionAnswering
@@ -201,3 +211,17 @@ def test_question_answering_masks_padding_in_every_layout_and_in_bf16():
     model.bert.layout = "padded"
     out = model(ids, token_type_ids=tt, attention_mask=mask)
     assert (out.start_logits[mask == 0] > -1e3).all()
+
+
+def test_length_groups_split_ragged_batches_and_keep_uniform_ones_whole():
+    # SQuAD-like lengths: four groups, attention work (sum S_b * T_b^2) well under one 384-wide rectangle.
+    lengths = [384, 120, 250, 384, 97, 180, 300, 140, 384, 210, 160, 330, 110, 384, 260, 190]
+    groups = modeling._split_by_length(lengths)
+    assert len(groups) == 4 and sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    work = sum(len(g) * max(lengths[i] for i in g) ** 2 for g in groups)
+    assert work < 0.75 * len(lengths) * 384**2
+    assert modeling._split_by_length([30, 31, 29, 30]) == [[0, 1, 2, 3]]  # not worth a second call
+    # Groups hold sequences of similar length: every member of an earlier group is no longer than the next's.
+    ordered = sorted(groups, key=lambda g: max(lengths[i] for i in g))
+    for a, b in zip(ordered, ordered[1:]):
+        assert max(lengths[i] for i in a) <= min(lengths[i] for i in b)
