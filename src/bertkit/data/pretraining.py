@@ -25,7 +25,6 @@ piece right after [CLS]/[SEP] starts a new word; (4) instances are shuffled with
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
 import random
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from bertkit._parallel import spawn_pool
 from bertkit.data.shards import (
     FORMAT,
     VOCAB,
@@ -361,7 +361,7 @@ def create_pretraining_data(
     try:
         bar = tqdm(total=sum(u.num_bytes for u in units), unit="B", unit_scale=True, desc="instances",
                    disable=not progress)
-        with _pool(num_workers, len(units), job) as pool:
+        with spawn_pool(num_workers, len(units), _init_worker, (job,)) as pool:
             stream = pool.imap(_run_unit, units) if pool else (job.run(u) for u in units)
             for unit, result in zip(units, stream, strict=True):
                 results.append(result)
@@ -523,28 +523,6 @@ def _init_worker(job: _Job) -> None:
 def _run_unit(unit: WorkUnit) -> dict:
     assert _WORKER_JOB is not None, "worker not initialised"
     return _WORKER_JOB.run(unit)
-
-
-class _pool:
-    """A ``spawn`` pool of ``min(num_workers, num_units)`` workers, or ``None`` to run in this process.
-
-    ``spawn``, not ``fork``: the caller may hold torch threads or a tqdm monitor thread.
-    """
-
-    def __init__(self, num_workers: int, num_units: int, job: _Job):
-        self.pool = None
-        workers = min(num_workers, num_units)
-        if workers > 1:
-            ctx = multiprocessing.get_context("spawn")
-            self.pool = ctx.Pool(workers, initializer=_init_worker, initargs=(job,))
-
-    def __enter__(self):
-        return self.pool
-
-    def __exit__(self, *exc):
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ the merged pieces in the order learned.
 from __future__ import annotations
 
 import heapq
-import multiprocessing
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from bertkit._parallel import spawn_pool
 from bertkit.data.text import iter_lines
 from bertkit.tokenization.basic import BasicTokenizer
 
@@ -139,7 +139,7 @@ def count_words(
     """Count basic-tokenizer words over ``files`` (see the module docstring, steps 1-2)."""
     basic_args = (lowercase, strip_accents, tokenize_chinese_chars)
     chunks: Counter[str] = Counter()
-    with _maybe_pool(num_workers, len(files)) as pool:
+    with spawn_pool(num_workers, len(files)) as pool:
         jobs = [(str(f), errors) for f in files]
         results = pool.imap(_count_chunks, jobs) if pool else map(_count_chunks, jobs)
         for counter in tqdm(results, total=len(jobs), desc="count", unit="file", disable=not progress):
@@ -174,23 +174,6 @@ def _tokenize_chunks(job: tuple[list[tuple[str, int]], tuple]) -> Counter[str]:
         for word in basic.tokenize(chunk):
             words[word] += n
     return words
-
-
-class _maybe_pool:
-    """A ``spawn`` process pool when ``num_workers > 1`` and there is more than one job, else ``None``."""
-
-    def __init__(self, num_workers: int, num_jobs: int):
-        self.pool = None
-        if num_workers > 1 and num_jobs > 1:
-            self.pool = multiprocessing.get_context("spawn").Pool(num_workers)
-
-    def __enter__(self):
-        return self.pool
-
-    def __exit__(self, *exc):
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
 
 
 # --------------------------------------------------------------------------------------------------
