@@ -181,3 +181,33 @@ def test_initialisation_is_normal_with_std_0_02():
     assert w.abs().max().item() <= 0.04
     assert torch.equal(model.bert.layers[0].attn_norm.weight, torch.ones(256))
     assert torch.equal(model.bert.layers[0].qkv.bias, torch.zeros(768))
+
+
+def test_training_steps_follow_transformers_with_dropout_off(tmp_path):
+    """Five AdamW steps on ragged padded batches (bertkit drops the padding, transformers computes it):
+    same losses at every step and same weights after, so training differs only by dropout draws."""
+    from bertkit.training.optim import build_optimizer
+
+    torch.manual_seed(0)
+    cfg = BertConfig(**{**TINY, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}).with_labels(3)
+    ours = H.BertForSequenceClassification(cfg)
+    ours.save_pretrained(tmp_path)
+    theirs = transformers.BertForSequenceClassification.from_pretrained(tmp_path)
+    gen = torch.Generator().manual_seed(9)
+    batches = [_inputs(H.BertForSequenceClassification, gen, 3) for _ in range(5)]
+    losses = {}
+    for name, model in (("bertkit", ours), ("transformers", theirs)):
+        opt = build_optimizer(model, "adamw", 1e-3, 0.01)
+        model.train()
+        losses[name] = []
+        for inputs, labels in batches:
+            loss = model(**inputs, **labels).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            losses[name].append(loss.item())
+    assert losses["bertkit"][0] != losses["bertkit"][-1]  # the weights did move
+    torch.testing.assert_close(torch.tensor(losses["bertkit"]), torch.tensor(losses["transformers"]), atol=1e-5, rtol=0)
+    theirs_state = theirs.state_dict()
+    for key, value in ours.published_state_dict().items():
+        torch.testing.assert_close(value, theirs_state[key], atol=1e-5, rtol=1e-4, msg=key)
