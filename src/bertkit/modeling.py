@@ -412,9 +412,10 @@ class BertModel(PretrainedMixin, nn.Module):
 
         Layers, not the whole model: dropping padding gives data-dependent shapes (the token count N changes
         every batch), so each layer is compiled with ``dynamic=True`` and the layout bookkeeping stays eager.
-        Weights and state_dict names are unchanged. Measured by ``bench/bench_compile.py`` on this project's
-        2-core CPU: +14% fp32 inference throughput, nothing under bf16 autocast; the first batch pays ~15 s
-        of compilation. Compiling the padded model whole was slower than eager on ragged text (it computes
+        Weights and state_dict names are unchanged. Measured on this project's 2-core CPU
+        (``bench/bench_compile.py``, ``bench/bench_inference.py --compile``): +1-3% fp32 inference with two
+        idle threads, +14% inference and +24% fine-tuning steps with one thread on busy cores, nothing under
+        bf16 autocast; the first batch pays ~15-30 s of compilation. Compiling the padded model whole was slower than eager on ragged text (it computes
         the padding), so bertkit does not offer it.
         """
         require_compiler(self.position_ids.device.type)
