@@ -50,7 +50,7 @@ def _train_flags(p: argparse.ArgumentParser, *, lr: str | None, batch_size: int,
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (CPUs with AVX-512 BF16 / AMX, GPUs)")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile each encoder layer (~20%% faster steps on CPU after ~30 s of compiling)")
+                   help="torch.compile each encoder layer's per-token work (not a win on a 2-core CPU; see BENCHMARKS.md)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--no-progress", action="store_true")

@@ -187,10 +187,14 @@ class TokenLayout:
         return x[:, 0] if self.is_padded else x.index_select(0, self.first_token)
 
 
+@torch.compiler.disable
 def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
     """Multi-head scaled dot-product attention over the fused projections: qkv (..., 3H) -> (..., H).
 
     ``qkv`` is (B, T, 3H) for a padded layout and (N, 3H) otherwise; the result has the same leading shape.
+    Never compiled (``compile_layers`` compiles the per-token work around it): the number of length groups,
+    and whether each has a mask, change from batch to batch, and tracing them made torch.compile recompile
+    until it gave up, slower than eager; SDPA is one fused kernel already.
     """
     if layout.is_padded:
         return _attend(qkv, layout.key_mask, num_heads, dropout_p)
@@ -412,10 +416,11 @@ class BertModel(PretrainedMixin, nn.Module):
 
         Layers, not the whole model: dropping padding gives data-dependent shapes (the token count N changes
         every batch), so each layer is compiled with ``dynamic=True`` and the layout bookkeeping stays eager.
-        Weights and state_dict names are unchanged. Measured on this project's 2-core CPU
-        (``bench/bench_compile.py``, ``bench/bench_inference.py --compile``): +1-3% fp32 inference with two
-        idle threads, +14% inference and +24% fine-tuning steps with one thread on busy cores, nothing under
-        bf16 autocast; the first batch pays ~15-30 s of compilation. Compiling the padded model whole was slower than eager on ragged text (it computes
+        Weights and state_dict names are unchanged. Attention is left eager (see
+        ``self_attention``). Measured on this project's 2-core CPU (``bench/bench_compile.py``,
+        ``bench/bench_inference.py --compile``): +1-3% fp32 inference and 0.94x fine-tuning steps with two
+        idle threads; +14% inference and +24% steps with one thread on busy cores; nothing under bf16. Off by
+        default for that reason; the first batch pays ~5-30 s of compilation. Compiling the padded model whole was slower than eager on ragged text (it computes
         the padding), so bertkit does not offer it.
         """
         require_compiler(self.position_ids.device.type)

@@ -51,8 +51,8 @@ class TrainArgs:
     grad_accum: int = 1
     max_grad_norm: float | None = 1.0
     bf16: bool = False
-    # torch.compile each encoder layer (BertModel.compile_layers): ~20% faster fine-tuning steps on CPU
-    # after ~30 s of compilation. Compiled dropout draws its own random numbers, so the bit-identical
+    # torch.compile each encoder layer (BertModel.compile_layers): 0.94x-1.24x fine-tuning step speed on
+    # a 2-core CPU depending on load (BENCHMARKS.md), after seconds of compilation. Compiled dropout draws its own random numbers, so the bit-identical
     # resume guarantee holds for eager runs only.
     compile: bool = False
     seed: int = 42
