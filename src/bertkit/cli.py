@@ -291,7 +291,7 @@ def _configure_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=None,
                    help="the example checkpoint (bertkit download-example-model DIR) for the similarity stage")
     p.add_argument("--out", type=Path, default=Path("runs/demo"))
-    p.add_argument("--steps", type=int, default=600, help="pre-training steps")
+    p.add_argument("--steps", type=int, default=2000, help="pre-training steps (600 shows the mechanics; pre-training pays off in the fine-tuning stage from ~2000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
 

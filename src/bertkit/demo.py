@@ -186,7 +186,7 @@ def fill_mask(model, tokenizer, sentences: tuple[str, ...], k: int = 3) -> list[
     return out
 
 
-def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = 600, vocab_size: int = 4000,
+def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = 2000, vocab_size: int = 4000,
              seed: int = 0, progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every stage; returns (and writes to ``out_dir/demo.json``) what each stage measured."""
     from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertTokenizer
