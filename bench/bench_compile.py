@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import json
 import statistics
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from bench_inference import batches_for, sst2_texts
+from bench_inference import batches_for, sst2_texts, sst2_train_batches
 from bertkit import BertForSequenceClassification, BertModel, BertTokenizer
 from bertkit.training.optim import build_optimizer
 
@@ -97,11 +96,7 @@ def main() -> None:
 
 def finetune_steps(args, tok, n_batches: int = 20) -> dict:
     """Median seconds per fine-tuning step, eager against compiled layers, same batches and weights."""
-    with open(args.data / "glue/SST-2/train.tsv", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[: 32 * n_batches]
-    batches = batches_for(tok, [r["sentence"] for r in rows], 32, 128, pairs=False)
-    for b, i in zip(batches, range(0, len(rows), 32)):
-        b["labels"] = torch.tensor([int(r["label"]) for r in rows[i:i + 32]])
+    batches = sst2_train_batches(tok, args.data, n_batches)
     out = {}
     for name in ("eager", "compiled_layers"):
         torch.manual_seed(0)

@@ -28,6 +28,8 @@ import torch
 import transformers
 
 from bertkit import BertModel, BertTokenizer
+from bertkit.tasks import glue
+from profiling import top_ops
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,6 +38,14 @@ def sst2_texts(data: Path, n: int | None):
     with open(data / "glue/SST-2/dev.tsv", encoding="utf-8") as f:
         rows = [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
     return rows[:n]
+
+
+def sst2_train_batches(tok, data: Path, n_batches: int, batch_size: int = 32) -> list[dict]:
+    """The first ``n_batches`` SST-2 training batches with their labels, through bertkit's GLUE reader,
+    featurizer and collate (padded per batch), for the training-step benches."""
+    task = glue.get_task("sst2")
+    features = glue.featurize(glue.read_glue(task, data / "glue", "train")[: batch_size * n_batches], tok, 128, task)
+    return [glue.collate(features[i:i + batch_size], tok.pad_token_id) for i in range(0, len(features), batch_size)]
 
 
 def squad_pairs(data: Path, n: int):
@@ -112,10 +122,7 @@ def profile_pass(fn, batches, bf16, top: int = 10) -> dict[str, float]:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for b in batches:
                 fn(b)
-    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
-    out = {e.key: round(e.self_cpu_time_total / 1e3, 1) for e in events[:top]}
-    out["(total)"] = round(sum(e.self_cpu_time_total for e in events) / 1e3, 1)
-    return out
+    return top_ops(prof, top)
 
 
 def main() -> None:

@@ -22,7 +22,6 @@ Prints one JSON line. Linux only (reads /proc).
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import json
 import subprocess
@@ -34,6 +33,7 @@ import torch
 import transformers
 
 import bertkit
+from bench_inference import batches_for, sst2_texts, sst2_train_batches
 from bertkit import BertConfig, BertTokenizer
 from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
 from bertkit.training.optim import build_optimizer
@@ -49,33 +49,17 @@ def _status_kb(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field} line")
 
 
-def _sst2(data: Path, split: str, n: int) -> list[str]:
-    with open(data / f"glue/SST-2/{split}.tsv", encoding="utf-8") as f:
-        return [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:n]
-
-
-def _text_batches(tok, texts, batch_size, labels=False):
-    out = []
-    for i in range(0, len(texts), batch_size):
-        enc = tok(texts[i:i + batch_size], max_length=128, truncation=True, padding=True, return_tensors="pt")
-        b = {k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
-        if labels:
-            b["labels"] = torch.arange(len(b["input_ids"])) % 2
-        out.append(b)
-    return out
-
-
 def _build(workload: str, impl: str, args) -> tuple[torch.nn.Module, list[dict], bool]:
     """(model, batches, train?) for one child; the same weights and batches for both implementations."""
     tok = BertTokenizer.from_pretrained(args.model)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         if workload == "inference":
-            batches = _text_batches(tok, _sst2(args.data_root, "dev", 872), 32)
+            batches = batches_for(tok, sst2_texts(args.data_root, None), 32, 128, pairs=False)
             cls = (bertkit.BertModel, transformers.BertModel)
             src = args.model
         elif workload == "finetune":
-            batches = _text_batches(tok, _sst2(args.data_root, "train", 32 * args.steps), 32, labels=True)
+            batches = sst2_train_batches(tok, args.data_root, args.steps)
             model = bertkit.BertForSequenceClassification.from_pretrained(args.model, num_labels=2)
             model.save_pretrained(tmp)
             cls = (bertkit.BertForSequenceClassification, transformers.BertForSequenceClassification)

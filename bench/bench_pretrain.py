@@ -30,6 +30,7 @@ from bertkit import BertConfig, BertForPreTraining, BertTokenizer
 from bertkit.data.pretraining import PretrainingDataset, collate_pretraining, create_pretraining_data
 from bertkit.heads import IGNORE_INDEX
 from bertkit.training.optim import build_optimizer
+from profiling import top_ops
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,11 +86,7 @@ def profile_step(model, batch, bf16, top: int = 12) -> dict[str, float]:
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
-    total = sum(e.self_cpu_time_total for e in events)
-    out = {e.key: round(e.self_cpu_time_total / 1e3, 1) for e in events[:top]}
-    out["(total)"] = round(total / 1e3, 1)
-    return out
+    return top_ops(prof, top)
 
 
 def main() -> None:
