@@ -50,7 +50,7 @@ def _train_flags(p: argparse.ArgumentParser, *, lr: str | None, batch_size: int,
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (CPUs with AVX-512 BF16 / AMX, GPUs)")
     p.add_argument("--compile", action="store_true",
-                   help="torch.compile each encoder layer's per-token work (not a win on a 2-core CPU; see BENCHMARKS.md)")
+                   help="torch.compile each encoder layer's per-token work (not a win on a 2-core CPU: BENCHMARKS.md)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--no-progress", action="store_true")
@@ -179,8 +179,8 @@ def _pretrain(args: argparse.Namespace) -> dict:
     train_args = TrainArgs(
         out_dir=args.out, lr=float(args.lr), warmup=args.warmup, weight_decay=args.weight_decay,
         optimizer=args.optimizer, grad_accum=args.grad_accum, max_grad_norm=args.max_grad_norm, bf16=args.bf16,
-        compile=args.compile, seed=args.seed, log_every=args.log_every, eval_every=args.eval_every, save_every=args.save_every,
-        progress=not args.no_progress, device=args.device)
+        compile=args.compile, seed=args.seed, log_every=args.log_every, eval_every=args.eval_every,
+        save_every=args.save_every, progress=not args.no_progress, device=args.device)
     result = pretrain(settings, train_args, resume=args.resume)
     return {"steps": result.step, "last_eval": result.last_eval, "out": str(args.out)}
 
@@ -291,7 +291,8 @@ def _configure_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=None,
                    help="the example checkpoint (bertkit download-example-model DIR) for the similarity stage")
     p.add_argument("--out", type=Path, default=Path("runs/demo"))
-    p.add_argument("--steps", type=int, default=2000, help="pre-training steps (600 shows the mechanics; pre-training pays off in the fine-tuning stage from ~2000)")
+    p.add_argument("--steps", type=int, default=2000,
+                   help="pre-training steps (600 shows the mechanics; the fine-tuning stage gains from ~2000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
 
@@ -368,11 +369,6 @@ def _feature_study(args: argparse.Namespace) -> dict:
     return report
 
 
-def torch_device_type(device: str) -> str:
-    """"cuda:1" -> "cuda" without importing torch at parse time."""
-    return device.split(":")[0]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertkit", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -391,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "compile", False):  # before any data is read or featurised
             from bertkit.modeling import require_compiler
 
-            require_compiler(torch_device_type(args.device))
+            require_compiler(args.device.split(":")[0])  # "cuda:1" -> "cuda", torch not imported yet
         result = COMMANDS[args.command][2](args)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         # User-caused errors already carry the values and the fix; a traceback would bury them.

@@ -275,7 +275,8 @@ class BertForQuestionAnswering(_HeadModel):
                 end_positions: Tensor | None = None, output_hidden_states: bool = False) -> QuestionAnsweringOutput:
         out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
         logits = out.layout.to_batch(self.qa_outputs(out.tokens))  # (B, T, 2)
-        if attention_mask is not None and self.bert.layout != "padded":
+        mask_padding = attention_mask is not None and self.bert.layout != "padded"
+        if mask_padding:
             # SQuAD windows are ~half padding (181 real tokens of 384 on average in dev-v1.1), and the encoder
             # skips it. google-research/bert and transformers run the span softmax over padding positions
             # too, which makes their loss depend on how much padding a batch has; here padding positions get
@@ -290,7 +291,7 @@ class BertForQuestionAnswering(_HeadModel):
             # Positions outside the window (clamped to T) are ignored, as transformers does.
             T = start_logits.size(1)
             s, e = start_positions.view(-1).clamp(0, T), end_positions.view(-1).clamp(0, T)
-            if attention_mask is not None and self.bert.layout != "padded":
+            if mask_padding:
                 padded_mask = F.pad(attention_mask, (0, 1), value=1)  # (B, T + 1): index T means "ignored"
                 rows = torch.arange(len(s), device=s.device)
                 if not bool(padded_mask[rows, s].all() and padded_mask[rows, e].all()):

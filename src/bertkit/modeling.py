@@ -54,11 +54,11 @@ class AttentionGroup:
 # Grouping sequences by length for attention: an extra group is formed only when it saves more than this many
 # (query x key) positions, about what one more gather/scatter and SDPA call cost on a CPU core.
 _GROUP_OVERHEAD = 4096
-_MAX_GROUPS = 4
+_SPLIT_DEPTH = 2  # binary splits: at most 2**2 = 4 groups
 
 
 def _split_by_length(lengths: list[int]) -> list[list[int]]:
-    """Sequence indices, split into <= _MAX_GROUPS groups of similar length that minimise sum(S_b * T_b^2).
+    """Sequence indices, split into <= 2**_SPLIT_DEPTH groups of similar length that minimise sum(S_b * T_b^2).
 
     Binary splits of the length-sorted order, each kept only if it saves more than _GROUP_OVERHEAD: a
     batch of SQuAD windows (100 to 384 tokens) gets ~4 groups and roughly halves attention work; a batch of
@@ -78,8 +78,7 @@ def _split_by_length(lengths: list[int]) -> list[list[int]]:
             return [(a, b)]
         return split(a, best_k, depth - 1) + split(best_k + 1, b, depth - 1)
 
-    depth = max(0, (_MAX_GROUPS - 1).bit_length())
-    return [sorted(order[a:b + 1]) for a, b in split(0, len(order) - 1, depth)]
+    return [sorted(order[a:b + 1]) for a, b in split(0, len(order) - 1, _SPLIT_DEPTH)]
 
 
 def _attention_groups(lengths: Tensor, starts: Tensor) -> tuple[AttentionGroup, ...]:
@@ -416,12 +415,12 @@ class BertModel(PretrainedMixin, nn.Module):
 
         Layers, not the whole model: dropping padding gives data-dependent shapes (the token count N changes
         every batch), so each layer is compiled with ``dynamic=True`` and the layout bookkeeping stays eager.
-        Weights and state_dict names are unchanged. Attention is left eager (see
-        ``self_attention``). Measured on this project's 2-core CPU (``bench/bench_compile.py``,
-        ``bench/bench_inference.py --compile``): +1-3% fp32 inference and 0.94x fine-tuning steps with two
-        idle threads; +14% inference and +24% steps with one thread on busy cores; nothing under bf16. Off by
-        default for that reason; the first batch pays ~5-30 s of compilation. Compiling the padded model whole was slower than eager on ragged text (it computes
-        the padding), so bertkit does not offer it.
+        Weights and state_dict names are unchanged. Attention is left eager (see ``self_attention``).
+        Measured on this project's 2-core CPU (``bench/bench_compile.py``, ``bench/bench_inference.py
+        --compile``): +1-3% fp32 inference and 0.94x fine-tuning steps with two idle threads; +14% inference
+        and +24% steps with one thread on busy cores; nothing under bf16. Off by default for that reason; the
+        first batch pays ~5-30 s of compilation. Compiling the padded model whole was slower than eager on
+        ragged text (it computes the padding), so bertkit does not offer it.
         """
         require_compiler(self.position_ids.device.type)
         kwargs = {"dynamic": True, **compile_kwargs}
