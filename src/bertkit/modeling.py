@@ -82,22 +82,27 @@ def _split_by_length(lengths: list[int]) -> list[list[int]]:
 
 
 def _attention_groups(lengths: Tensor, starts: Tensor) -> tuple[AttentionGroup, ...]:
-    """Groups for sequences stored contiguously: sequence i is tokens starts[i] .. starts[i] + lengths[i] - 1."""
-    n_total = int(lengths.sum())
+    """Groups for sequences stored contiguously: sequence i is tokens starts[i] .. starts[i] + lengths[i] - 1.
+
+    The lengths come to the host once; every size below is taken from that list, so building the groups
+    costs no further device synchronisation.
+    """
+    host_lengths = lengths.tolist()
+    device = lengths.device
     groups = []
-    for members in _split_by_length(lengths.tolist()):
-        idx = torch.tensor(members, device=lengths.device)
+    for members in _split_by_length(host_lengths):
+        member_lengths = [host_lengths[i] for i in members]
+        S_b, T_b, n_b = len(members), max(member_lengths), sum(member_lengths)
+        idx = torch.tensor(members, device=device)
         lens, first = lengths[idx], starts[idx]  # (S_b,)
-        S_b, T_b, n_b = len(members), int(lens.max()), int(lens.sum())
         offsets = torch.cumsum(lens, 0) - lens
-        intra = torch.arange(n_b, device=lengths.device) - torch.repeat_interleave(offsets, lens, output_size=n_b)
-        slot = torch.repeat_interleave(idx.new_tensor(range(S_b)) * T_b, lens, output_size=n_b) + intra
-        tokens = None if S_b == len(lengths) else torch.repeat_interleave(first, lens, output_size=n_b) + intra
+        intra = torch.arange(n_b, device=device) - torch.repeat_interleave(offsets, lens, output_size=n_b)
+        slot = torch.repeat_interleave(torch.arange(S_b, device=device) * T_b, lens, output_size=n_b) + intra
+        tokens = None if S_b == len(host_lengths) else torch.repeat_interleave(first, lens, output_size=n_b) + intra
         key_mask = None
-        if bool((lens != T_b).any()):
-            key_mask = (torch.arange(T_b, device=lengths.device)[None, :] < lens[:, None])[:, None, None, :]
+        if min(member_lengths) != T_b:
+            key_mask = (torch.arange(T_b, device=device)[None, :] < lens[:, None])[:, None, None, :]
         groups.append(AttentionGroup((S_b, T_b), slot, tokens, key_mask))
-    assert sum(g.slot.numel() for g in groups) == n_total
     return tuple(groups)
 
 
