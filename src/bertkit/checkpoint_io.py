@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError, MissingFileError
 
 logger = logging.getLogger("bertkit")
 
@@ -130,14 +131,14 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
         try:
             return load_file(str(st_path))
         except SafetensorError as e:
-            raise ValueError(
+            raise BertkitError(
                 f"{st_path} could not be read as safetensors ({e}); the file is truncated or corrupt "
                 f"(size {st_path.stat().st_size} bytes): copy or download it again"
             ) from e
     if bin_path.is_file():
         # weights_only=True refuses arbitrary pickled objects: a checkpoint must not be able to run code.
         return torch.load(bin_path, map_location="cpu", weights_only=True)
-    raise FileNotFoundError(
+    raise MissingFileError(
         f"no weights in {directory}: expected {WEIGHTS_NAME} (or legacy {LEGACY_WEIGHTS_NAME}); "
         "point at a directory written by save_pretrained, or fetch the example with "
         "`bertkit download-example-model DIR`"
@@ -181,11 +182,11 @@ class PretrainedMixin:
         """
         directory = Path(path)
         if not directory.is_dir():
-            raise FileNotFoundError(f"checkpoint directory {directory} does not exist")
+            raise MissingFileError(f"checkpoint directory {directory} does not exist")
         if config is None:
             config = BertConfig.from_json_file(directory / CONFIG_NAME, **config_overrides)
         elif config_overrides:
-            raise ValueError("pass either config= or config field overrides, not both")
+            raise BertkitError("pass either config= or config field overrides, not both")
         model = cls(config)
         model.load_published_state_dict(read_weights(directory), source=str(directory))
         return model
@@ -236,7 +237,7 @@ class PretrainedMixin:
                 f"num_labels={self.config.num_labels}; fix config.json or pass matching overrides)"
             )
         if problems:
-            raise ValueError(f"{source} does not match {type(self).__name__}: " + "; ".join(problems))
+            raise BertkitError(f"{source} does not match {type(self).__name__}: " + "; ".join(problems))
         if fresh:
             logger.warning("%s: initialised fresh (not in %s): %s", type(self).__name__, source, ", ".join(fresh))
         if other_heads:

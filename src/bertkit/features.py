@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
 from bertkit.tasks import ner
 
@@ -56,7 +57,7 @@ def read_texts(path: str | os.PathLike) -> list[tuple[str, str | None]]:
     """One example per line (blank lines included, as google's reader): ``text`` or ``text_a ||| text_b``."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"input file not found: {path}")
+        raise MissingFileError(f"input file not found: {path}")
     out: list[tuple[str, str | None]] = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -71,7 +72,7 @@ def resolve_layers(layers: Sequence[int], num_states: int) -> list[int]:
     resolved = []
     for i in layers:
         if not -num_states <= i < num_states:
-            raise ValueError(f"layer {i} does not exist: this model has {num_states} hidden states "
+            raise BertkitError(f"layer {i} does not exist: this model has {num_states} hidden states "
                              f"(0 = embeddings .. {num_states - 1} = last layer; -1 .. -{num_states} from the end)")
         resolved.append(i % num_states)
     return resolved
@@ -176,12 +177,12 @@ def extract_features(
 
     out = Path(out)
     if out.suffix not in (".jsonl", ".safetensors"):
-        raise ValueError(f"output {out} must end in .jsonl (google's JSON lines) or .safetensors (tensors)")
+        raise BertkitError(f"output {out} must end in .jsonl (google's JSON lines) or .safetensors (tensors)")
     if dtype not in ("float32", "float16"):
-        raise ValueError(f"dtype {dtype!r} must be 'float32' or 'float16'")
+        raise BertkitError(f"dtype {dtype!r} must be 'float32' or 'float16'")
     limit = model.config.max_position_embeddings
     if max_seq_length > limit:
-        raise ValueError(f"max_seq_length {max_seq_length} exceeds max_position_embeddings {limit} of this "
+        raise BertkitError(f"max_seq_length {max_seq_length} exceeds max_position_embeddings {limit} of this "
                          f"checkpoint; use --max-seq-length {limit} or less")
     num_states = model.config.num_hidden_layers + 1
     positions = resolve_layers(layers, num_states)
@@ -241,7 +242,7 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     path = Path(path)
     if path.suffix == ".jsonl":
         if not path.is_file():
-            raise FileNotFoundError(f"features file not found: {path}")
+            raise MissingFileError(f"features file not found: {path}")
         with open(path, encoding="utf-8") as f:
             for line in f:
                 obj = json.loads(line)
@@ -255,7 +256,7 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
 
     shards = [path] if path.is_file() else sorted(path.parent.glob(f"{path.stem}-*-of-*{path.suffix}"))
     if not shards:
-        raise FileNotFoundError(f"no features at {path} (nor shards {path.stem}-*-of-*{path.suffix})")
+        raise MissingFileError(f"no features at {path} (nor shards {path.stem}-*-of-*{path.suffix})")
     for shard in shards:
         t = load_file(str(shard))
         names = [int(k.split(".", 1)[1]) for k in t if k.startswith("layer.")]
@@ -288,14 +289,14 @@ PAPER_TABLE7 = {"finetuning": 96.4, "embeddings": 91.0, "second_to_last_hidden":
 def combination_layers(name: str, num_states: int) -> list[int]:
     """Positions in the L + 1 hidden states that combination ``name`` reads, in ascending order."""
     if name not in COMBINATIONS:
-        raise ValueError(f"unknown layer combination {name!r}; choose from {list(COMBINATIONS)}")
+        raise BertkitError(f"unknown layer combination {name!r}; choose from {list(COMBINATIONS)}")
     which = COMBINATIONS[name][1]
     if which == "embeddings":
         return [0]
     if which == "encoder":
         return list(range(1, num_states))  # "all 12 layers" in the paper: the Transformer layers
     if num_states < len(which) + 1:
-        raise ValueError(f"{name} needs {len(which)} Transformer layers; this model has {num_states - 1}")
+        raise BertkitError(f"{name} needs {len(which)} Transformer layers; this model has {num_states - 1}")
     return [num_states + i for i in which]
 
 
@@ -310,9 +311,9 @@ class LayerCombination(nn.Module):
     def __init__(self, mode: str, num_layers: int, hidden_size: int):
         super().__init__()
         if mode not in ("select", "concat", "scalar_mix"):
-            raise ValueError(f"mode {mode!r} must be 'select', 'concat' or 'scalar_mix'")
+            raise BertkitError(f"mode {mode!r} must be 'select', 'concat' or 'scalar_mix'")
         if mode == "select" and num_layers != 1:
-            raise ValueError(f"'select' takes one layer, got {num_layers}")
+            raise BertkitError(f"'select' takes one layer, got {num_layers}")
         self.mode, self.num_layers = mode, num_layers
         self.output_size = hidden_size * num_layers if mode == "concat" else hidden_size
         if mode == "scalar_mix":
@@ -321,7 +322,7 @@ class LayerCombination(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if x.size(-2) != self.num_layers:
-            raise ValueError(f"expected {self.num_layers} layers on dim -2, got shape {tuple(x.shape)}")
+            raise BertkitError(f"expected {self.num_layers} layers on dim -2, got shape {tuple(x.shape)}")
         if self.mode == "select":
             return x[..., 0, :]
         if self.mode == "concat":
@@ -426,12 +427,12 @@ class StudySettings:
         self.data_dir, self.model_dir, self.out_dir = Path(self.data_dir), Path(self.model_dir), Path(self.out_dir)
         for name in self.combinations:
             if name not in COMBINATIONS:
-                raise ValueError(f"unknown layer combination {name!r}; choose from {list(COMBINATIONS)}")
+                raise BertkitError(f"unknown layer combination {name!r}; choose from {list(COMBINATIONS)}")
         for name in ("lstm_layers", "epochs", "batch_size", "lr", "max_seq_length", "extract_batch_size"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"StudySettings.{name} must be positive, got {getattr(self, name)}")
+                raise BertkitError(f"StudySettings.{name} must be positive, got {getattr(self, name)}")
         if not 0 <= self.dropout < 1:
-            raise ValueError(f"StudySettings.dropout must be in [0, 1), got {self.dropout}")
+            raise BertkitError(f"StudySettings.dropout must be in [0, 1), got {self.dropout}")
 
 
 def _activations(s: StudySettings, model: BertModel, tokenizer: Any, split: str,

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from bertkit.checkpoint_io import PretrainedMixin
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
 
 IGNORE_INDEX = -100  # label value for positions that carry no loss (unmasked MLM tokens, sub-word pieces)
@@ -88,7 +89,7 @@ def masked_lm_loss(head: MaskedLMHead, out: BertModelOutput, word_embeddings: Te
     hidden = out.layout.select(out.tokens, selected)  # (N, H)
     target = labels[selected]
     if hidden.shape[0] != target.numel():
-        raise ValueError("masked-LM labels at padding positions must be -100 (nothing is predicted there)")
+        raise BertkitError("masked-LM labels at padding positions must be -100 (nothing is predicted there)")
     logits = head(hidden, word_embeddings)  # (N, V)
     # Mean over predicted tokens, as CrossEntropyLoss(ignore_index=-100) does; 0 (not NaN) if none are.
     loss = F.cross_entropy(logits, target, reduction="sum") / target.numel() if target.numel() else logits.sum() * 0
@@ -253,7 +254,7 @@ class BertForTokenClassification(_HeadModel):
             else:
                 target = labels.reshape(-1)[out.layout.flat_index]
                 if int((target != IGNORE_INDEX).sum()) != int((labels != IGNORE_INDEX).sum()):
-                    raise ValueError("token labels at padding positions must be -100 (pad labels with -100, as "
+                    raise BertkitError("token labels at padding positions must be -100 (pad labels with -100, as "
                                      "bertkit's collate does); otherwise padding would count in the loss")
             loss = F.cross_entropy(stored.reshape(-1, stored.size(-1)), target, ignore_index=IGNORE_INDEX)
         return ClassifierOutput(loss, out.layout.to_batch(stored), out.hidden_states)
@@ -295,7 +296,7 @@ class BertForQuestionAnswering(_HeadModel):
                 padded_mask = F.pad(attention_mask, (0, 1), value=1)  # (B, T + 1): index T means "ignored"
                 rows = torch.arange(len(s), device=s.device)
                 if not bool(padded_mask[rows, s].all() and padded_mask[rows, e].all()):
-                    raise ValueError("start/end positions point at padding (attention_mask 0), where the span "
+                    raise BertkitError("start/end positions point at padding (attention_mask 0), where the span "
                                      "softmax gives no probability; answers must lie on real tokens")
             loss = (F.cross_entropy(start_logits, s, ignore_index=T) + F.cross_entropy(end_logits, e, ignore_index=T)) / 2
         return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states)
@@ -317,7 +318,7 @@ class BertForMultipleChoice(_HeadModel):
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 output_hidden_states: bool = False) -> ClassifierOutput:
         if input_ids.dim() != 3:
-            raise ValueError(f"input_ids must be (batch, num_choices, seq_len), got shape {tuple(input_ids.shape)}")
+            raise BertkitError(f"input_ids must be (batch, num_choices, seq_len), got shape {tuple(input_ids.shape)}")
         B, C, T = input_ids.shape
         flat = [x.reshape(B * C, T) if x is not None else None for x in (input_ids, token_type_ids, attention_mask)]
         out = self._encode(*flat, output_hidden_states)

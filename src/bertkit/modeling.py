@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from bertkit.checkpoint_io import PretrainedMixin
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
 
 # ---------------------------------------------------------------------------------------------------
 # Attention: the one place that knows how sequences are laid out in memory.
@@ -238,7 +239,7 @@ def activation(name: str):
         return lambda x: F.gelu(x, approximate="tanh")
     if name == "relu":
         return F.relu
-    raise ValueError(f"unsupported hidden_act {name!r}")
+    raise BertkitError(f"unsupported hidden_act {name!r}")
 
 
 class BertEmbeddings(nn.Module):
@@ -371,13 +372,13 @@ class BertModel(PretrainedMixin, nn.Module):
         ``pooler_output`` has one row per sequence.
         """
         if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
+            raise BertkitError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
         layout = layout or self.layout
         if layout not in LAYOUTS:
-            raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
+            raise BertkitError(f"layout {layout!r} is not one of {LAYOUTS}")
         B, T = input_ids.shape
         if T > self.config.max_position_embeddings:
-            raise ValueError(
+            raise BertkitError(
                 f"sequence length {T} exceeds max_position_embeddings {self.config.max_position_embeddings} "
                 f"of this model; truncate the input (e.g. tokenizer(..., truncation=True, "
                 f"max_length={self.config.max_position_embeddings}))"
@@ -386,7 +387,7 @@ class BertModel(PretrainedMixin, nn.Module):
             token_type_ids = torch.zeros_like(input_ids)
         if sequence_ids is not None:
             if attention_mask is not None:
-                raise ValueError("pass either attention_mask (one sequence per row) or sequence_ids (packed), not both")
+                raise BertkitError("pass either attention_mask (one sequence per row) or sequence_ids (packed), not both")
             lay = TokenLayout.packed(sequence_ids)
         elif (layout == "padded" or attention_mask is None or bool(attention_mask.all())
               or not bool(attention_mask[:, 0].all())):
@@ -401,7 +402,7 @@ class BertModel(PretrainedMixin, nn.Module):
         else:
             if lay.position_ids is not None:
                 if position_ids is not None:
-                    raise ValueError("packed batches compute their own position_ids (restarting per sequence)")
+                    raise BertkitError("packed batches compute their own position_ids (restarting per sequence)")
                 pos = lay.position_ids
             else:
                 pos = (lay.flat_index % T) if position_ids is None else position_ids.reshape(-1)[lay.flat_index]
@@ -442,7 +443,7 @@ def require_compiler(device_type: str = "cpu") -> None:
     import shutil
 
     if device_type == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
-        raise RuntimeError("torch.compile on CPU needs a C++ compiler and none of g++, c++, clang++ is on PATH; "
+        raise BertkitError("torch.compile on CPU needs a C++ compiler and none of g++, c++, clang++ is on PATH; "
                            "install one (e.g. apt install g++) or run without --compile / compile_layers()")
 
 

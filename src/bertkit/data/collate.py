@@ -16,11 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.errors import BertkitError
+
 
 def pack_rows(lengths: Sequence[int], row_tokens: int) -> list[list[int]]:
     """First-fit decreasing: indices of sequences per row, each row's total length <= ``row_tokens``."""
     if any(n > row_tokens for n in lengths):
-        raise ValueError(f"a sequence of {max(lengths)} tokens does not fit a packed row of {row_tokens}")
+        raise BertkitError(f"a sequence of {max(lengths)} tokens does not fit a packed row of {row_tokens}")
     rows: list[list[int]] = []
     room: list[int] = []
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):

@@ -47,6 +47,7 @@ from bertkit.data.shards import (
     write_manifest,
 )
 from bertkit.data.text import DECODE_ERRORS, INPUT_FORMATS, WorkUnit, iter_documents, plan_work_units
+from bertkit.errors import BertkitError
 
 SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 IGNORE_INDEX = -100  # label of positions without a masked-LM target (the loss skips them)
@@ -89,7 +90,7 @@ class PretrainingConfig:
         ]
         for name, ok, why in checks:
             if not ok:
-                raise ValueError(f"{name}={getattr(self, name)!r} {why}")
+                raise BertkitError(f"{name}={getattr(self, name)!r} {why}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -335,22 +336,22 @@ def create_pretraining_data(
     vocab = _vocab_list(tokenizer)
     missing = [t for t in SPECIAL_TOKENS.values() if t not in tokenizer.vocab]
     if missing:
-        raise ValueError(
+        raise BertkitError(
             f"the tokenizer's vocabulary ({len(vocab)} entries) lacks the special tokens {missing}; "
             "BERT instances need [PAD] [UNK] [CLS] [SEP] [MASK] (vocabularies from "
             "bertkit.tokenization.trainer have them)"
         )
     if not input_files:
-        raise ValueError("no input files: pass at least one text file")
+        raise BertkitError("no input files: pass at least one text file")
     units = plan_work_units(input_files, config.input_format, config.unit_bytes)
     if not units:
-        raise ValueError(f"the corpus is empty: all {len(input_files)} input file(s) have 0 bytes")
+        raise BertkitError(f"the corpus is empty: all {len(input_files)} input file(s) have 0 bytes")
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     if any(out.glob("shard-*.npy")) or (out / "manifest.json").exists():
         if not overwrite:
-            raise ValueError(f"{out} already holds pre-training shards; pass overwrite=True or choose a new directory")
+            raise BertkitError(f"{out} already holds pre-training shards; pass overwrite=True or choose a new directory")
         remove_shards(out)
     vocab_text = "".join(t + "\n" for t in vocab)
     (out / VOCAB).write_text(vocab_text, encoding="utf-8")
@@ -369,12 +370,12 @@ def create_pretraining_data(
         bar.close()
         counts = {k: sum(r["counts"][k] for r in results) for k in results[0]["counts"]}
         if counts["documents"] == 0:
-            raise ValueError(
+            raise BertkitError(
                 f"no text found in the {len(input_files)} input file(s) after clean-up "
                 f"(input_format={config.input_format!r}); see bertkit.data.text for what is kept"
             )
         if counts["multi_sentence_documents"] == 0:
-            raise ValueError(
+            raise BertkitError(
                 f"none of the {counts['documents']} documents has two or more sentences, so next-sentence "
                 "pairs are impossible; with input_format='sentences' put one sentence per line and a "
                 "blank line between documents"
@@ -413,7 +414,7 @@ def _vocab_list(tokenizer) -> list[str]:
     for token, i in tokenizer.vocab.items():
         vocab[i] = token
     if any(t is None for t in vocab):
-        raise ValueError("the tokenizer's vocabulary ids are not 0..n-1 without gaps")
+        raise BertkitError("the tokenizer's vocabulary ids are not 0..n-1 without gaps")
     return vocab
 
 
@@ -600,7 +601,7 @@ def collate_pretraining(batch: Sequence[dict], pad_id: int = 0) -> dict:
     import torch  # here, so that data-creation workers never pay for importing torch
 
     if not batch:
-        raise ValueError("collate_pretraining got an empty batch")
+        raise BertkitError("collate_pretraining got an empty batch")
     width = max(len(item["input_ids"]) for item in batch)
     pads = {"input_ids": pad_id, "token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX}
     out = {}

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bertkit.errors import BertkitError, MissingFileError
+
 FORMAT = "bertkit-pretraining-v1"
 MANIFEST = "manifest.json"
 VOCAB = "vocab.txt"
@@ -71,13 +73,13 @@ def write_manifest(output_dir: str | os.PathLike, manifest: dict) -> Path:
 def read_manifest(data_dir: str | os.PathLike) -> dict:
     path = Path(data_dir) / MANIFEST
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{path} not found: {data_dir} is not a pre-training data directory "
             "(make one with bertkit.data.create_pretraining_data / `bertkit create-pretraining-data`)"
         )
     manifest = json.loads(path.read_text(encoding="utf-8"))
     if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {manifest.get('format')!r} is not {FORMAT!r}")
+        raise BertkitError(f"{path}: format {manifest.get('format')!r} is not {FORMAT!r}")
     return manifest
 
 
@@ -118,9 +120,9 @@ class ShardedInstances:
                 entry = shard["files"][field]
                 path = self.data_dir / entry["file"]
                 if not path.is_file():
-                    raise FileNotFoundError(f"{path} is listed in the manifest but missing")
+                    raise MissingFileError(f"{path} is listed in the manifest but missing")
                 if verify and sha256_file(path) != entry["sha256"]:
-                    raise ValueError(f"{path}: sha256 differs from the manifest; the file was changed")
+                    raise BertkitError(f"{path}: sha256 differs from the manifest; the file was changed")
                 arrays[field] = np.load(path, mmap_mode="r", allow_pickle=False)
             self._shards.append(arrays)
         sizes = [len(s["next_sentence_labels"]) for s in self._shards]

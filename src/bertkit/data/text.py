@@ -43,6 +43,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.errors import BertkitError, MissingFileError
+
 INPUT_FORMATS = ("auto", "prose", "sentences", "wikitext")
 DECODE_ERRORS = ("strict", "replace", "ignore")
 
@@ -157,7 +159,7 @@ def iter_lines(
     from ``start``) and absolute byte offset. A UTF-8 byte-order mark at offset 0 is dropped.
     """
     if errors not in DECODE_ERRORS:
-        raise ValueError(f"errors={errors!r} is not one of {DECODE_ERRORS}")
+        raise BertkitError(f"errors={errors!r} is not one of {DECODE_ERRORS}")
     offset = start
     with open(path, "rb") as f:
         f.seek(start)
@@ -168,7 +170,7 @@ def iter_lines(
                 line = raw.decode("utf-8", errors=errors)
             except UnicodeDecodeError as exc:
                 where = f"line {lineno}" if start == 0 else f"line {lineno} after byte {start}"
-                raise ValueError(
+                raise BertkitError(
                     f"{path}: {where} (byte offset {offset + exc.start}) is not valid UTF-8 "
                     f"({raw[exc.start : exc.start + 4]!r}); fix the file or pass errors='replace' "
                     "to read bad bytes as U+FFFD"
@@ -216,7 +218,7 @@ def iter_documents(
     ``input_format`` means.
     """
     if input_format not in INPUT_FORMATS:
-        raise ValueError(f"input_format={input_format!r} is not one of {INPUT_FORMATS}")
+        raise BertkitError(f"input_format={input_format!r} is not one of {INPUT_FORMATS}")
     if input_format == "auto":
         input_format = detect_format(path)
     lines = iter_lines(path, errors=errors, start=start, end=end)
@@ -341,14 +343,14 @@ def plan_work_units(
     the files and these two arguments, never on the number of workers.
     """
     if unit_bytes < 1:
-        raise ValueError(f"unit_bytes must be positive, got {unit_bytes}")
+        raise BertkitError(f"unit_bytes must be positive, got {unit_bytes}")
     if input_format not in INPUT_FORMATS:
-        raise ValueError(f"input_format={input_format!r} is not one of {INPUT_FORMATS}")
+        raise BertkitError(f"input_format={input_format!r} is not one of {INPUT_FORMATS}")
     parts: list[FilePart] = []
     for file in files:
         path = str(file)
         if not Path(path).is_file():
-            raise FileNotFoundError(f"input file {path} does not exist (or is not a file)")
+            raise MissingFileError(f"input file {path} does not exist (or is not a file)")
         fmt = detect_format(path) if input_format == "auto" else input_format
         size = os.path.getsize(path)
         if size == 0:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.errors import BertkitError, MissingFileError
 from bertkit.tasks import metrics
 
 
@@ -124,7 +125,7 @@ class GlueTask:
         """Read one file of this task; ``labeled=False`` for the test files (which have no label column)."""
         layout = self.labeled_layout if labeled else self.test_layout
         if layout is None:
-            raise ValueError(f"GLUE task {self.name!r} has no labeled files (test only); pass labeled=False")
+            raise BertkitError(f"GLUE task {self.name!r} has no labeled files (test only); pass labeled=False")
         return _read_tsv(self, Path(path), layout)
 
 
@@ -194,13 +195,13 @@ def get_task(task: str | GlueTask) -> GlueTask:
         return task
     found = _BY_ALIAS.get(task.strip().lower())
     if found is None:
-        raise ValueError(f"unknown GLUE task {task!r}; known tasks: {', '.join(GLUE_TASKS)}")
+        raise BertkitError(f"unknown GLUE task {task!r}; known tasks: {', '.join(GLUE_TASKS)}")
     return found
 
 
 def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
     if not path.is_file():
-        raise FileNotFoundError(f"GLUE {task.name} file not found: {path}")
+        raise MissingFileError(f"GLUE {task.name} file not found: {path}")
     examples: list[GlueExample] = []
     # utf-8-sig strips the byte-order mark MRPC files start with. newline="\n" splits rows on \n only:
     # universal newlines would also split on a stray \r inside a sentence and misreport the columns.
@@ -210,7 +211,7 @@ def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
             if lineno == 1 and layout.header:
                 continue
             if not line.strip():
-                raise ValueError(
+                raise BertkitError(
                     f"malformed row in {path} line {lineno}: empty line; GLUE files have none, remove it"
                 )
             cols = line.split("\t")
@@ -221,7 +222,7 @@ def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
                     if layout.label is not None
                     else " (a test file: is this a train/dev file read with labeled=False?)"
                 )
-                raise ValueError(
+                raise BertkitError(
                     f"malformed row in {path} line {lineno}: expected {want} tab-separated columns for "
                     f"{task.name}, got {len(cols)}{hint}"
                 )
@@ -246,11 +247,11 @@ def _check_label(task: GlueTask, label: str, path: Path, lineno: int) -> None:
         try:
             float(label)
         except ValueError:
-            raise ValueError(
+            raise BertkitError(
                 f"malformed row in {path} line {lineno}: {task.name} score {label!r} is not a number"
             ) from None
     elif label not in task.labels:
-        raise ValueError(
+        raise BertkitError(
             f"malformed row in {path} line {lineno}: label {label!r} is not one of {list(task.labels)} "
             f"for {task.name}; is this the right task's file?"
         )
@@ -263,7 +264,7 @@ def read_glue(task: str | GlueTask, data_dir: str | os.PathLike, split: str) -> 
     """
     t = get_task(task)
     if split not in t.files:
-        raise ValueError(f"GLUE {t.name} has no split {split!r}; it has {sorted(t.files)}")
+        raise BertkitError(f"GLUE {t.name} has no split {split!r}; it has {sorted(t.files)}")
     return t.read(Path(data_dir) / t.data_dir / t.files[split], labeled=split != "test")
 
 
@@ -291,7 +292,7 @@ def featurize(
     t = get_task(task)
     n_special = len(t.text_columns) + 1  # [CLS] and one [SEP] per segment
     if max_seq_length < n_special + 1:
-        raise ValueError(
+        raise BertkitError(
             f"max_seq_length {max_seq_length} leaves no room for text; use at least {n_special + 1}"
         )
     features: list[dict[str, Any]] = []
@@ -335,12 +336,12 @@ def collate(features: Sequence[Mapping[str, Any]], pad_token_id: int) -> dict[st
     float labels give a float tensor (regression), ints a long tensor.
     """
     if not features:
-        raise ValueError("collate got an empty batch")
+        raise BertkitError("collate got an empty batch")
     keys = [k for k in MODEL_INPUT_KEYS if k in features[0]]
     for i, f in enumerate(features):
         have = [k for k in MODEL_INPUT_KEYS if k in f]
         if have != keys:
-            raise ValueError(
+            raise BertkitError(
                 f"feature {i} has keys {have} but feature 0 has {keys}; do not mix labeled and unlabeled examples in a batch"
             )
     batch: dict[str, torch.Tensor] = {}
@@ -382,7 +383,7 @@ def write_submission(
     """
     t = get_task(task)
     if len(predictions) != len(ids):
-        raise ValueError(f"{len(predictions)} predictions but {len(ids)} ids; pass one id per prediction")
+        raise BertkitError(f"{len(predictions)} predictions but {len(ids)} ids; pass one id per prediction")
     out = Path(path)
     if out.is_dir():
         out = out / t.submission_file
@@ -393,7 +394,7 @@ def write_submission(
         else:
             k = int(pred)
             if k != pred or not 0 <= k < len(t.labels):
-                raise ValueError(
+                raise BertkitError(
                     f"prediction {i} is {pred!r}; {t.name} expects a class index in 0..{len(t.labels) - 1}"
                 )
             value = t.labels[k]

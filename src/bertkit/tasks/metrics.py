@@ -17,15 +17,17 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from bertkit.errors import BertkitError
+
 
 def _pair(y_true: ArrayLike, y_pred: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     t, p = np.asarray(y_true).ravel(), np.asarray(y_pred).ravel()
     if t.shape != p.shape:
-        raise ValueError(
+        raise BertkitError(
             f"y_true has {t.size} values but y_pred has {p.size}; pass one prediction per example"
         )
     if t.size == 0:
-        raise ValueError("cannot compute a metric on 0 examples; the evaluation set is empty")
+        raise BertkitError("cannot compute a metric on 0 examples; the evaluation set is empty")
     return t, p
 
 
@@ -75,7 +77,7 @@ def pearson(x: ArrayLike, y: ArrayLike) -> float:
     a, b = _pair(x, y)
     a, b = a.astype(np.float64), b.astype(np.float64)
     if a.size < 2:
-        raise ValueError(f"Pearson correlation needs at least 2 values, got {a.size}")
+        raise BertkitError(f"Pearson correlation needs at least 2 values, got {a.size}")
     am, bm = a - a.mean(), b - b.mean()
     na, nb = np.linalg.norm(am), np.linalg.norm(bm)
     if na == 0 or nb == 0:

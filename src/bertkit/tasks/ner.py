@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from bertkit.errors import BertkitError, MissingFileError
+
 # The shared padder, re-exported for callers of this module: token labels pad with -100.
 from bertkit.tasks.glue import collate as collate
 
@@ -66,9 +68,9 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
     """
     path = Path(path)
     if tag_scheme not in ("iob1", "iob2"):
-        raise ValueError(f"tag_scheme {tag_scheme!r} must be 'iob1' or 'iob2'")
+        raise BertkitError(f"tag_scheme {tag_scheme!r} must be 'iob1' or 'iob2'")
     if not path.is_file():
-        raise FileNotFoundError(f"CoNLL file not found: {path}")
+        raise MissingFileError(f"CoNLL file not found: {path}")
     sentences: list[NerSentence] = []
     words: list[str] = []
     tags: list[str] = []
@@ -80,7 +82,7 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
             return
         fixed = iob1_to_iob2(tags) if tag_scheme == "iob1" else tags
         if tag_scheme == "iob2" and (bad := _first_invalid_iob2(tags)) is not None:
-            raise ValueError(
+            raise BertkitError(
                 f"{path} line {lines[bad]}: tag {tags[bad]!r} follows {tags[bad - 1] if bad else 'O'!r}, "
                 "which is not valid IOB2 (every entity starts with B-); if the file is IOB1, "
                 "pass tag_scheme='iob1'"
@@ -101,19 +103,19 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
                 continue
             if n_columns is None:
                 if len(cols) < 2:
-                    raise ValueError(
+                    raise BertkitError(
                         f"malformed line in {path} line {lineno}: expected 'word ... tag', got {raw!r}"
                     )
                 n_columns = len(cols)
             elif len(cols) != n_columns:
-                raise ValueError(
+                raise BertkitError(
                     f"malformed line in {path} line {lineno}: expected {n_columns} space-separated "
                     f"columns like the first token line, got {len(cols)}"
                 )
             tag = cols[-1]
             prefix, kind = _split_tag(tag)
             if not (tag == "O" or (prefix in ("B", "I") and kind)):
-                raise ValueError(
+                raise BertkitError(
                     f"malformed line in {path} line {lineno}: tag {tag!r} is not O, B-TYPE or I-TYPE"
                 )
             words.append(cols[0])
@@ -154,7 +156,7 @@ def featurize_ner(
     into nothing (e.g. a lone control character) is given one ``[UNK]`` so it still gets a tag.
     """
     if max_seq_length < 3:
-        raise ValueError(f"max_seq_length {max_seq_length} leaves no room for a word; use at least 3")
+        raise BertkitError(f"max_seq_length {max_seq_length} leaves no room for a word; use at least 3")
     label_to_id = {label: i for i, label in enumerate(labels)}
     room = max_seq_length - 2
     unk = tokenizer.unk_token_id
@@ -181,7 +183,7 @@ def featurize_ner(
         wids: list[int | None] = []
         for wi, (word, tag) in enumerate(zip(sent.words, sent.tags, strict=True)):
             if tag not in label_to_id:
-                raise ValueError(
+                raise BertkitError(
                     f"tag {tag!r} (sentence at line {sent.line}) is not in the label list {list(labels)}; "
                     "build the list from the training data with label_list()"
                 )
@@ -210,7 +212,7 @@ def align_predictions(
     Returns one tag list per sentence, in sentence order.
     """
     if len(features) != len(predictions):
-        raise ValueError(
+        raise BertkitError(
             f"{len(features)} features but {len(predictions)} prediction rows; pass one per feature"
         )
     by_sentence: dict[int, dict[int, str]] = {}
@@ -226,7 +228,7 @@ def align_predictions(
     for si in range(n):
         words = by_sentence.get(si)
         if not words or len(words) != num_words[si]:
-            raise ValueError(f"features do not cover every word of sentence {si}; pass all of its features")
+            raise BertkitError(f"features do not cover every word of sentence {si}; pass all of its features")
         out.append([words[i] for i in range(len(words))])
     return out
 
@@ -270,7 +272,7 @@ def conlleval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]])
     "found_gold", "found_guessed", "correct"}}}``; scores in percent, like the script's report.
     """
     if len(gold) != len(predicted):
-        raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted; pass one per sentence")
+        raise BertkitError(f"{len(gold)} gold sentences but {len(predicted)} predicted; pass one per sentence")
     correct_chunk = found_correct = found_guessed = correct_tags = token_count = 0
     per_correct: dict[str, int] = {}
     per_found_correct: dict[str, int] = {}
@@ -301,7 +303,7 @@ def conlleval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]])
 
     for i, (gold_tags, pred_tags) in enumerate(zip(gold, predicted, strict=True)):
         if len(gold_tags) != len(pred_tags):
-            raise ValueError(f"sentence {i}: {len(gold_tags)} gold tags but {len(pred_tags)} predicted")
+            raise BertkitError(f"sentence {i}: {len(gold_tags)} gold tags but {len(pred_tags)} predicted")
         for gold_tag, pred_tag in zip(gold_tags, pred_tags, strict=True):
             c, ct = _split_tag(gold_tag)
             g, gt = _split_tag(pred_tag)

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.errors import BertkitError, MissingFileError
+
 # ---------------------------------------------------------------- reading
 
 
@@ -61,14 +63,14 @@ def load_squad(path: str | os.PathLike) -> dict[str, Any]:
     """Load a SQuAD JSON file (``{"version", "data": [articles]}``) as a dict, with readable errors."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"SQuAD file not found: {path}")
+        raise MissingFileError(f"SQuAD file not found: {path}")
     with open(path, encoding="utf-8") as f:
         try:
             dataset = json.load(f)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path} line {e.lineno} column {e.colno}: not valid JSON ({e.msg})") from None
+            raise BertkitError(f"{path} line {e.lineno} column {e.colno}: not valid JSON ({e.msg})") from None
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
-        raise ValueError(f"{path}: expected a SQuAD JSON object with a 'data' list of articles")
+        raise BertkitError(f"{path}: expected a SQuAD JSON object with a 'data' list of articles")
     return dataset
 
 
@@ -82,7 +84,7 @@ def _answers(qa: Mapping[str, Any], key: str, context: str, title: str) -> tuple
     for a in qa.get(key, []):
         ans = SquadAnswer(a["text"], int(a["answer_start"]))
         if context[ans.start : ans.start + len(ans.text)] != ans.text:
-            raise ValueError(
+            raise BertkitError(
                 f"question {qa['id']} (article {title!r}): {key} text {ans.text!r} is not at "
                 f"answer_start {ans.start} of its context; fix the offset in the JSON"
             )
@@ -135,14 +137,14 @@ def split_squad_articles(
     """
     articles = list(_articles(dataset))
     if not 0 < heldout_fraction < 1:
-        raise ValueError(f"heldout_fraction {heldout_fraction} must be strictly between 0 and 1")
+        raise BertkitError(f"heldout_fraction {heldout_fraction} must be strictly between 0 and 1")
     titles = [a["title"] for a in articles]
     dupes = sorted({t for t in titles if titles.count(t) > 1})
     if dupes:
-        raise ValueError(f"article titles must be unique to split by title; repeated: {dupes[:5]}")
+        raise BertkitError(f"article titles must be unique to split by title; repeated: {dupes[:5]}")
     n_heldout = round(len(articles) * heldout_fraction)
     if not 0 < n_heldout < len(articles):
-        raise ValueError(
+        raise BertkitError(
             f"heldout_fraction {heldout_fraction} of {len(articles)} articles leaves an empty side; "
             "use more articles or another fraction"
         )
@@ -216,12 +218,12 @@ def featurize_squad(
     and ``token_is_max_context`` (per token).
     """
     if max_seq_length <= max_query_length + 3:
-        raise ValueError(
+        raise BertkitError(
             f"max_seq_length {max_seq_length} must exceed max_query_length {max_query_length} + 3 "
             "([CLS] and two [SEP]) to leave room for context"
         )
     if doc_stride < 1:
-        raise ValueError(f"doc_stride {doc_stride} must be at least 1")
+        raise BertkitError(f"doc_stride {doc_stride} must be at least 1")
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
     context_cache: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
     features: list[dict[str, Any]] = []
@@ -316,7 +318,7 @@ def postprocess_predictions(
     feature's length (padding is ignored; run_squad.py let it take n-best slots).
     """
     if not len(features) == len(start_logits) == len(end_logits):
-        raise ValueError(
+        raise BertkitError(
             f"{len(features)} features but {len(start_logits)} start and {len(end_logits)} end logit rows; "
             "pass one row per feature, in feature order"
         )
@@ -329,7 +331,7 @@ def postprocess_predictions(
     null_odds: dict[str, float] | None = {} if version_2_with_negative else None
     for ex_index, ex in enumerate(examples):
         if ex_index not in by_example:
-            raise ValueError(
+            raise BertkitError(
                 f"example {ex_index} ({ex.qas_id}) has no features; pass all the features made from these examples"
             )
         prelim = []  # (score, start logit, end logit, char start, char end) ; char start -1 = null
@@ -340,7 +342,7 @@ def postprocess_predictions(
             s_logits = np.asarray(start_logits[fi], dtype=np.float64)[:n]
             e_logits = np.asarray(end_logits[fi], dtype=np.float64)[:n]
             if s_logits.size < n or e_logits.size < n:
-                raise ValueError(
+                raise BertkitError(
                     f"logits for feature {fi} have {min(s_logits.size, e_logits.size)} values, need {n}"
                 )
             if version_2_with_negative and s_logits[0] + e_logits[0] < score_null:
@@ -446,7 +448,7 @@ def evaluate_v1(
             f"{len(missing)} unanswered questions receive score 0, e.g. {missing[:3]}", stacklevel=2
         )
     if total == 0:
-        raise ValueError("the dataset has no questions")
+        raise BertkitError("the dataset has no questions")
     return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
 
 
@@ -515,7 +517,7 @@ def evaluate_v2(
     }
     missing = [q for q in qid_to_has_ans if q not in predictions]
     if missing:
-        raise ValueError(
+        raise BertkitError(
             f"{len(missing)} questions have no prediction, e.g. {missing[:3]}; predict every question"
         )
     exact_raw, f1_raw = {}, {}
@@ -529,7 +531,7 @@ def evaluate_v2(
     probs = dict(na_probs) if na_probs is not None else {k: 0.0 for k in predictions}
     missing = [q for q in qid_to_has_ans if q not in probs]
     if missing:
-        raise ValueError(
+        raise BertkitError(
             f"{len(missing)} questions have no na_prob, e.g. {missing[:3]}; give one per question"
         )
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.errors import BertkitError, MissingFileError
+
 # The shared padder, re-exported for callers of this module: it pads the last axis of (4, T) arrays.
 from bertkit.tasks.glue import collate as collate
 
@@ -47,22 +49,22 @@ def read_swag(path: str | os.PathLike) -> list[SwagExample]:
     """Read a swagaf CSV; labels are read when the header has a ``label`` column (not in test.csv)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"SWAG file not found: {path}")
+        raise MissingFileError(f"SWAG file not found: {path}")
     examples: list[SwagExample] = []
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None:
-            raise ValueError(f"{path} is empty; expected a header line naming {', '.join(_REQUIRED)}")
+            raise BertkitError(f"{path} is empty; expected a header line naming {', '.join(_REQUIRED)}")
         missing = [c for c in _REQUIRED if c not in header]
         if missing:
-            raise ValueError(f"{path} line 1: header lacks the SWAG columns {missing}; is this a swagaf CSV?")
+            raise BertkitError(f"{path} line 1: header lacks the SWAG columns {missing}; is this a swagaf CSV?")
         col = {name: header.index(name) for name in header if name}
         has_label = "label" in col
         for row in reader:
             lineno = reader.line_num
             if len(row) != len(header):
-                raise ValueError(
+                raise BertkitError(
                     f"malformed row in {path} line {lineno}: expected {len(header)} comma-separated "
                     f"columns like the header, got {len(row)} (unbalanced quotes?)"
                 )
@@ -70,7 +72,7 @@ def read_swag(path: str | os.PathLike) -> list[SwagExample]:
             if has_label:
                 raw = row[col["label"]]
                 if raw not in ("0", "1", "2", "3"):
-                    raise ValueError(
+                    raise BertkitError(
                         f"malformed row in {path} line {lineno}: label {raw!r} is not 0, 1, 2 or 3"
                     )
                 label = int(raw)
@@ -99,7 +101,7 @@ def featurize_swag(
     ``labels`` (the true ending's index) is present when the example has one.
     """
     if max_seq_length < 4:
-        raise ValueError(f"max_seq_length {max_seq_length} leaves no room for text; use at least 4")
+        raise BertkitError(f"max_seq_length {max_seq_length} leaves no room for text; use at least 4")
     features = []
     for ex in examples:
         second = [f"{ex.sent2} {ending}" for ending in ex.endings]

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from bertkit.errors import BertkitError
+
 __all__ = ["BatchEncoding", "resolve_padding", "resolve_truncation", "truncation_lengths"]
 
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
@@ -48,7 +50,7 @@ def resolve_truncation(
         return None
     if truncation in TRUNCATION_STRATEGIES:
         return truncation
-    raise ValueError(
+    raise BertkitError(
         f"truncation={truncation!r} is not one of True, False, None, {', '.join(map(repr, TRUNCATION_STRATEGIES))}"
     )
 
@@ -61,7 +63,7 @@ def resolve_padding(padding: bool | str | None) -> str | None:
         return None
     if padding == "max_length":
         return "max_length"
-    raise ValueError(f"padding={padding!r} is not one of True, False, 'longest', 'max_length'")
+    raise BertkitError(f"padding={padding!r} is not one of True, False, 'longest', 'max_length'")
 
 
 def truncation_lengths(
@@ -77,7 +79,7 @@ def truncation_lengths(
     """
     if max_length < num_special:
         # Hugging Face silently skips truncation here; an input that cannot fit is a caller error.
-        raise ValueError(
+        raise BertkitError(
             f"max_length {max_length} is smaller than the {num_special} special tokens this input gets; "
             f"use max_length >= {num_special}"
         )
@@ -105,25 +107,25 @@ def truncation_lengths(
     if strategy == "only_first":
         if len_a > to_remove:
             return len_a - to_remove, len_b
-        raise ValueError(
+        raise BertkitError(
             f"truncation='only_first' cannot fit max_length {max_length}: the first text has {len_a} tokens, "
             f"the second {len_b or 0} and {num_special} special tokens are added, so {to_remove} would have to "
             f"go from the first; use a larger max_length or truncation='longest_first'"
         )
     if strategy == "only_second":
         if len_b is None:
-            raise ValueError(
+            raise BertkitError(
                 f"truncation='only_second' needs a text_pair, but this input ({len_a} tokens, more than "
                 f"max_length {max_length} allows) is a single text; use truncation='only_first' or 'longest_first'"
             )
         if len_b > to_remove:
             return len_a, len_b - to_remove
-        raise ValueError(
+        raise BertkitError(
             f"truncation='only_second' cannot fit max_length {max_length}: the second text has {len_b} tokens, "
             f"the first {len_a} and {num_special} special tokens are added, so {to_remove} would have to go "
             f"from the second; use a larger max_length or truncation='longest_first'"
         )
-    raise ValueError(f"unknown truncation strategy {strategy!r}; use one of {TRUNCATION_STRATEGIES}")
+    raise BertkitError(f"unknown truncation strategy {strategy!r}; use one of {TRUNCATION_STRATEGIES}")
 
 
 def pad_rows(rows: list[dict[str, list]], length: int, pad_id: int) -> None:
@@ -152,10 +154,10 @@ def to_batch_encoding(
             return BatchEncoding({k: [row[k] for row in rows] for k in keys})
         return BatchEncoding(rows[0])
     if return_tensors not in ("pt", "np"):
-        raise ValueError(f"return_tensors={return_tensors!r} is not supported; use 'pt', 'np' or None")
+        raise BertkitError(f"return_tensors={return_tensors!r} is not supported; use 'pt', 'np' or None")
     lengths = sorted({len(row["input_ids"]) for row in rows})
     if len(lengths) > 1:
-        raise ValueError(
+        raise BertkitError(
             f"cannot stack sequences of different lengths {lengths[0]}..{lengths[-1]} into one tensor: "
             f"pass padding=True (or 'max_length'), or return_tensors=None for lists"
         )

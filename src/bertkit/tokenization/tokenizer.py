@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import BertkitError, MissingFileError
 from bertkit.tokenization.basic import CHUNK_RE, NON_SEPARATOR_SPACE_RE, BasicTokenizer
 from bertkit.tokenization.encoding import (
     BatchEncoding,
@@ -102,7 +103,7 @@ class BertTokenizer:
         specials = [unk_token, sep_token, pad_token, cls_token, mask_token, *self.additional_special_tokens]
         missing = [t for t in specials if t not in self.vocab]
         if missing:
-            raise ValueError(
+            raise BertkitError(
                 f"the vocabulary ({len(tokens)} tokens) lacks the special tokens {missing}; add them to the "
                 f"vocabulary or pass the names it uses (unk_token=, sep_token=, pad_token=, cls_token=, "
                 f"mask_token=)"
@@ -156,20 +157,20 @@ class BertTokenizer:
         """
         path = Path(path)
         if not path.is_dir():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"tokenizer directory {path} does not exist; pass the checkpoint directory that holds "
                 f"{VOCAB_FILE} and {CONFIG_FILE}"
             )
         vocab_file = path / VOCAB_FILE
         if not vocab_file.is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{vocab_file} not found: a BERT tokenizer directory needs {VOCAB_FILE} (and {CONFIG_FILE}); "
                 f"copy them from the checkpoint, or build one with BertTokenizer(vocab).save_pretrained({str(path)!r})"
             )
         settings = _read_settings(path)
         settings.update(overrides)
         if "do_lower_case" not in settings:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{path / CONFIG_FILE} not found (or it has no do_lower_case), so whether this checkpoint is "
                 f"cased is unknown: pass do_lower_case=True for an uncased checkpoint or False for a cased one"
             )
@@ -233,7 +234,7 @@ class BertTokenizer:
 
     def _token_of(self, i: int) -> str:
         if not 0 <= i < len(self._tokens):
-            raise ValueError(f"token id {i} is outside the vocabulary (0..{len(self._tokens) - 1})")
+            raise BertkitError(f"token id {i} is outside the vocabulary (0..{len(self._tokens) - 1})")
         return self._tokens[i]
 
     # ------------------------------------------------------------------------------------------------
@@ -354,7 +355,7 @@ class BertTokenizer:
                 )
             pairs = list(text_pair)
             if len(pairs) != len(texts):
-                raise ValueError(f"text has {len(texts)} entries but text_pair has {len(pairs)}")
+                raise BertkitError(f"text has {len(texts)} entries but text_pair has {len(pairs)}")
         else:
             if not isinstance(text_pair, str):
                 raise TypeError(
@@ -368,7 +369,7 @@ class BertTokenizer:
         if max_length is None and (strategy is not None or pad == "max_length"):
             max_length = self.model_max_length
         if max_length is not None and max_length < 0:
-            raise ValueError(f"max_length must be >= 0, got {max_length}")
+            raise BertkitError(f"max_length must be >= 0, got {max_length}")
 
         rows = [
             self._encode_row(a, b, add_special_tokens, strategy, max_length, return_offsets_mapping,
@@ -451,7 +452,7 @@ class BertTokenizer:
         pieces: list[str] = []
         for i in _as_id_list(ids):
             if not 0 <= i < len(tokens):
-                raise ValueError(f"token id {i} is outside the vocabulary (0..{len(tokens) - 1})")
+                raise BertkitError(f"token id {i} is outside the vocabulary (0..{len(tokens) - 1})")
             if skip_special_tokens and i in self._special_id_set:
                 continue
             token = tokens[i]
@@ -486,7 +487,7 @@ def _tokens_from_mapping(vocab: Mapping[str, int]) -> list[str]:
     tokens: list[str | None] = [None] * len(vocab)
     for token, i in vocab.items():
         if not isinstance(i, int) or not 0 <= i < len(vocab) or tokens[i] is not None:
-            raise ValueError(
+            raise BertkitError(
                 f"vocabulary ids must be the integers 0..{len(vocab) - 1}, each used once; "
                 f"token {token!r} has id {i!r}"
             )
@@ -516,7 +517,7 @@ def _read_settings(path: Path) -> dict[str, Any]:
         with open(config_file, encoding="utf-8") as f:
             config = json.load(f)
         if config.get("do_basic_tokenize", True) is False:
-            raise ValueError(
+            raise BertkitError(
                 f"{config_file} sets do_basic_tokenize=false, which bertkit does not support "
                 f"(WordPiece straight on whitespace-split text); remove the key to use BERT's basic tokenizer"
             )
@@ -557,4 +558,4 @@ def _token_content(value: Any, key: str) -> str:
         return value
     if isinstance(value, dict) and isinstance(value.get("content"), str):
         return value["content"]
-    raise ValueError(f"{key} in the tokenizer config must be a string or {{'content': ...}}, got {value!r}")
+    raise BertkitError(f"{key} in the tokenizer config must be a string or {{'content': ...}}, got {value!r}")

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from bertkit._parallel import spawn_pool
 from bertkit.data.text import iter_lines
+from bertkit.errors import BertkitError, MissingFileError
 from bertkit.tokenization.basic import BasicTokenizer
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -66,10 +67,10 @@ def train_wordpiece_vocab(
     Returns the vocabulary, index = token id.
     """
     if not files:
-        raise ValueError("no input files: pass at least one text file to learn a vocabulary from")
+        raise BertkitError("no input files: pass at least one text file to learn a vocabulary from")
     for file in files:
         if not Path(file).is_file():
-            raise FileNotFoundError(f"input file {file} does not exist (or is not a file)")
+            raise MissingFileError(f"input file {file} does not exist (or is not a file)")
     counts = count_words(
         files,
         lowercase=lowercase,
@@ -80,7 +81,7 @@ def train_wordpiece_vocab(
         progress=progress,
     )
     if not counts:
-        raise ValueError(f"no words found in the {len(files)} input file(s): are they empty?")
+        raise BertkitError(f"no words found in the {len(files)} input file(s): are they empty?")
     return learn_wordpiece(
         counts,
         vocab_size=vocab_size,
@@ -108,7 +109,7 @@ def save_vocab(
 
     if len(set(vocab)) != len(vocab):
         dupes = sorted(t for t, n in Counter(vocab).items() if n > 1)[:10]
-        raise ValueError(f"vocabulary has duplicate entries, e.g. {dupes}")
+        raise BertkitError(f"vocabulary has duplicate entries, e.g. {dupes}")
     tokenizer = BertTokenizer(
         {token: i for i, token in enumerate(vocab)},
         do_lower_case=lowercase,
@@ -192,11 +193,11 @@ def learn_wordpiece(
 ) -> list[str]:
     """Learn the vocabulary from a table of word counts (module docstring, steps 3-4)."""
     if min_frequency < 1:
-        raise ValueError(f"min_frequency must be at least 1, got {min_frequency}")
+        raise BertkitError(f"min_frequency must be at least 1, got {min_frequency}")
     if limit_alphabet < 1:
-        raise ValueError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
+        raise BertkitError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
     if len(set(special_tokens)) != len(special_tokens):
-        raise ValueError(f"special_tokens has duplicates: {list(special_tokens)}")
+        raise BertkitError(f"special_tokens has duplicates: {list(special_tokens)}")
 
     char_counts: Counter[str] = Counter()
     for word, n in word_counts.items():
@@ -212,7 +213,7 @@ def learn_wordpiece(
     vocab += [ch for ch in alphabet if ch not in vocab]
     vocab += [CONTINUATION_PREFIX + ch for ch in inner_chars if CONTINUATION_PREFIX + ch not in vocab]
     if len(vocab) > vocab_size:
-        raise ValueError(
+        raise BertkitError(
             f"vocab_size {vocab_size} is smaller than the {len(special_tokens)} special tokens plus the "
             f"{len(vocab) - len(special_tokens)}-entry character alphabet; raise vocab_size or lower "
             f"limit_alphabet (now {limit_alphabet})"

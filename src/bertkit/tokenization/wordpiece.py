@@ -15,6 +15,8 @@ from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import BertkitError, MissingFileError
+
 __all__ = ["Memo", "WordPiece", "load_vocab", "save_vocab"]
 
 VOCAB_FILE = "vocab.txt"
@@ -24,7 +26,7 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
     """The tokens of a ``vocab.txt`` in id order (line ``i`` holds token ``i``)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"vocabulary file {path} does not exist: a BERT tokenizer needs the checkpoint's {VOCAB_FILE} "
             f"(one token per line, line i = id i); point to the directory or file that holds it"
         )
@@ -37,7 +39,7 @@ def save_vocab(tokens: list[str], path: str | os.PathLike) -> Path:
     path = Path(path)
     bad = [t for t in tokens if "\n" in t or "\r" in t]
     if bad:
-        raise ValueError(f"tokens with a line break cannot be written to {path}: {bad[:5]}")
+        raise BertkitError(f"tokens with a line break cannot be written to {path}: {bad[:5]}")
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write("".join(t + "\n" for t in tokens))
     return path
@@ -55,7 +57,7 @@ class Memo(dict):
     def __init__(self, compute: Callable[[Any], Any], maxsize: int):
         super().__init__()
         if maxsize < 0:
-            raise ValueError(f"cache size must be >= 0, got {maxsize}")
+            raise BertkitError(f"cache size must be >= 0, got {maxsize}")
         self._compute = compute
         self.maxsize = maxsize
 
@@ -84,9 +86,9 @@ class WordPiece:
         cache_size: int = 65536,
     ):
         if unk_token not in vocab:
-            raise ValueError(f"unk_token {unk_token!r} is not in the vocabulary")
+            raise BertkitError(f"unk_token {unk_token!r} is not in the vocabulary")
         if max_input_chars_per_word < 1:
-            raise ValueError(f"max_input_chars_per_word must be >= 1, got {max_input_chars_per_word}")
+            raise BertkitError(f"max_input_chars_per_word must be >= 1, got {max_input_chars_per_word}")
         self.vocab = vocab
         self.unk_token = unk_token
         self.unk_id = vocab[unk_token]

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.tasks import glue
 from bertkit.tokenization import BertTokenizer
@@ -205,7 +206,7 @@ def predict_glue(task_name: str, data_dir: Path, model_dir: Path, out_dir: Path,
     model = BertForSequenceClassification.from_pretrained(model_dir).to(device)
     expected = task.num_labels
     if model.config.num_labels != expected:
-        raise ValueError(f"{model_dir} has {model.config.num_labels} outputs but {task.name} needs {expected}; "
+        raise BertkitError(f"{model_dir} has {model.config.num_labels} outputs but {task.name} needs {expected}; "
                          "is it a checkpoint fine-tuned on this task?")
     examples = glue.read_glue(task, data_dir, split)
     features = glue.featurize(examples, tokenizer, max_seq_length, task)

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from bertkit.errors import BertkitError
 from bertkit.training.optim import OPTIMIZERS, build_optimizer, linear_warmup_decay, warmup_steps_for
 
 logger = logging.getLogger("bertkit")
@@ -65,18 +66,18 @@ class TrainArgs:
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
         if self.lr <= 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
+            raise BertkitError(f"lr must be positive, got {self.lr}")
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
+            raise BertkitError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
         for name in ("grad_accum", "log_every", "keep_checkpoints"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise BertkitError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("eval_every", "save_every"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+                raise BertkitError(f"{name} must be >= 1 or None, got {value}")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
-            raise ValueError(f"max_grad_norm must be positive or None, got {self.max_grad_norm}")
+            raise BertkitError(f"max_grad_norm must be positive or None, got {self.max_grad_norm}")
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings a resumed run must share with the run that wrote the checkpoint."""
@@ -95,9 +96,9 @@ class BatchPlan:
     def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False):
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise BertkitError(f"batch_size must be >= 1, got {batch_size}")
         if len(dataset) == 0:
-            raise ValueError("the training data is empty: there is nothing to train on")
+            raise BertkitError("the training data is empty: there is nothing to train on")
         self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
 
@@ -192,7 +193,7 @@ def _load_checkpoint(path: Path, model, optimizer, scheduler, fingerprint: dict)
         diff = {k: (state["fingerprint"].get(k), fingerprint.get(k))
                 for k in sorted(set(state["fingerprint"]) | set(fingerprint))
                 if state["fingerprint"].get(k) != fingerprint.get(k)}
-        raise ValueError(
+        raise BertkitError(
             f"cannot resume from {path}: it was written by a run with other settings "
             f"(field: (checkpoint, now)) {diff}; resume with the original settings or start a new --out directory"
         )
@@ -235,7 +236,7 @@ def train(
     if args.compile:
         encoder = getattr(model, "bert", model)
         if not hasattr(encoder, "compile_layers"):
-            raise ValueError(f"TrainArgs.compile needs a bertkit model; {type(model).__name__} has no encoder "
+            raise BertkitError(f"TrainArgs.compile needs a bertkit model; {type(model).__name__} has no encoder "
                              "with compile_layers()")
         encoder.compile_layers()
 
@@ -247,7 +248,7 @@ def train(
         history = [r for r in _read_jsonl(metrics_path) if r["step"] <= pos.step]  # drop records after the checkpoint
         _write_jsonl(metrics_path, history)
     elif existing:
-        raise ValueError(
+        raise BertkitError(
             f"{out_dir} already holds checkpoints ({existing[-1].name}); pass resume=True (--resume) to continue "
             "that run, or choose another output directory"
         )

@@ -16,6 +16,8 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
+from bertkit.errors import BertkitError
+
 OPTIMIZERS = ("adamw", "lamb")
 
 
@@ -42,7 +44,7 @@ class Lamb(Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.01):
         if lr <= 0 or not 0 <= betas[0] < 1 or not 0 <= betas[1] < 1 or eps <= 0:
-            raise ValueError(f"invalid LAMB hyper-parameters: lr={lr}, betas={betas}, eps={eps}")
+            raise BertkitError(f"invalid LAMB hyper-parameters: lr={lr}, betas={betas}, eps={eps}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
@@ -88,13 +90,13 @@ def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float 
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=_fused_ok(model))
     if name == "lamb":
         return Lamb(groups, lr=lr, betas=betas, eps=eps)
-    raise ValueError(f"unknown optimizer {name!r}; choose one of {OPTIMIZERS}")
+    raise BertkitError(f"unknown optimizer {name!r}; choose one of {OPTIMIZERS}")
 
 
 def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: int) -> LambdaLR:
     """lr rises linearly from 0 over ``warmup_steps``, then falls linearly to 0 at ``total_steps``."""
     if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
-        raise ValueError(f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}) and total > 0")
+        raise BertkitError(f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}) and total > 0")
 
     def factor(step: int) -> float:
         if step < warmup_steps:
@@ -107,5 +109,5 @@ def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: in
 def warmup_steps_for(total_steps: int, warmup: float) -> int:
     """``warmup`` < 1 is a fraction of the run (fine-tuning's 10%); >= 1 a step count (pre-training's 10,000)."""
     if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
+        raise BertkitError(f"warmup must be >= 0, got {warmup}")
     return min(total_steps, int(math.ceil(warmup * total_steps)) if warmup < 1 else int(warmup))

@@ -19,6 +19,7 @@ import torch
 
 from bertkit.config import BertConfig
 from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
+from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX, BertForPreTraining
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.loop import BatchPlan, Phase, TrainArgs, TrainResult, train
@@ -84,7 +85,7 @@ def pretrain(s: PretrainSettings, args: TrainArgs, *, resume: bool = False) -> T
     """
     tokenizer = BertTokenizer.from_pretrained(s.tokenizer_dir)
     if len(tokenizer.vocab) != s.config.vocab_size:
-        raise ValueError(
+        raise BertkitError(
             f"the vocabulary in {s.tokenizer_dir} has {len(tokenizer.vocab)} entries but the model config has "
             f"vocab_size {s.config.vocab_size}; set vocab_size={len(tokenizer.vocab)}"
         )
@@ -93,7 +94,7 @@ def pretrain(s: PretrainSettings, args: TrainArgs, *, resume: bool = False) -> T
     for i, data_dir in enumerate(d for d in (s.data_dir, s.phase2_data_dir) if d is not None):
         dataset = PretrainingDataset(data_dir, seed=s.dynamic_masking_seed)
         if dataset.max_seq_length > s.config.max_position_embeddings:
-            raise ValueError(
+            raise BertkitError(
                 f"{data_dir} holds instances of {dataset.max_seq_length} tokens but max_position_embeddings is "
                 f"{s.config.max_position_embeddings}; recreate the data or enlarge the config"
             )
@@ -105,7 +106,7 @@ def pretrain(s: PretrainSettings, args: TrainArgs, *, resume: bool = False) -> T
         phases[0].steps = max(1, round(s.max_steps * s.phase1_fraction))
         phases[1].steps = s.max_steps - phases[0].steps
         if phases[1].steps < 1:
-            raise ValueError(f"max_steps {s.max_steps} with phase1_fraction {s.phase1_fraction} leaves phase 2 empty")
+            raise BertkitError(f"max_steps {s.max_steps} with phase1_fraction {s.phase1_fraction} leaves phase 2 empty")
 
     evaluate = None
     if s.eval_data_dir is not None:

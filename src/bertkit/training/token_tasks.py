@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from bertkit.tasks import ner, squad, swag
 from bertkit.tasks.glue import collate
@@ -82,7 +83,7 @@ class FinetuneSettings:
         for name in ("lr", "epochs", "batch_size", "max_train_examples"):
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise ValueError(f"{type(self).__name__}.{name} must be positive, got {value}")
+                raise BertkitError(f"{type(self).__name__}.{name} must be positive, got {value}")
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
@@ -189,7 +190,7 @@ def conlleval_file(path: str | Path) -> dict[str, Any]:
     """Score a ``word ... gold pred`` file as ``conlleval < file`` does (the last two columns are compared)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"predictions file not found: {path}")
+        raise MissingFileError(f"predictions file not found: {path}")
     gold: list[list[str]] = [[]]
     pred: list[list[str]] = [[]]
     with open(path, encoding="utf-8") as f:
@@ -201,7 +202,7 @@ def conlleval_file(path: str | Path) -> dict[str, Any]:
                     pred.append([])
                 continue
             if len(cols) < 3:
-                raise ValueError(f"{path} line {lineno}: expected 'word ... gold predicted', got {line!r}")
+                raise BertkitError(f"{path} line {lineno}: expected 'word ... gold predicted', got {line!r}")
             gold[-1].append(cols[-2])
             pred[-1].append(cols[-1])
     if not gold[-1]:
@@ -292,7 +293,7 @@ class SquadSettings(FinetuneSettings):
         self.predict_file = Path(self.predict_file)
         self.train_file = Path(self.train_file) if self.train_file is not None else None
         if self.version not in SQUAD_PAPER:
-            raise ValueError(f"SquadSettings.version {self.version!r} must be '1.1' or '2.0'")
+            raise BertkitError(f"SquadSettings.version {self.version!r} must be '1.1' or '2.0'")
 
 
 def _squad_split(s: SquadSettings, dataset: dict) -> tuple[list, list, dict | None]:
@@ -344,7 +345,7 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
         for name, examples in (("training", all_train_examples), ("evaluation", eval_examples)):
             bad = [e.qas_id for e in examples if e.is_impossible or not e.answers]
             if bad:
-                raise ValueError(f"the {name} data holds {len(bad)} unanswerable questions (e.g. {bad[:3]}), "
+                raise BertkitError(f"the {name} data holds {len(bad)} unanswerable questions (e.g. {bad[:3]}), "
                                  "which SQuAD v1.1 does not have; pass version '2.0' (--version 2.0)")
     train_examples = fixed_subset(all_train_examples, s.max_train_examples, seed=0)
     shape = {"max_seq_length": s.max_seq_length, "doc_stride": s.doc_stride, "max_query_length": s.max_query_length}
@@ -430,7 +431,7 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
     tokenizer = BertTokenizer.from_pretrained(s.model_dir)
     all_train = swag.read_swag(s.train_file)
     if any(e.label is None for e in all_train):
-        raise ValueError(f"{s.train_file} has no label column; train on a labelled file (train.csv)")
+        raise BertkitError(f"{s.train_file} has no label column; train on a labelled file (train.csv)")
     train_examples = fixed_subset(all_train, s.max_train_examples, seed=0)
     eval_examples = swag.read_swag(s.predict_file)
     labelled = all(e.label is not None for e in eval_examples)
