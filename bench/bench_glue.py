@@ -30,7 +30,8 @@ import transformers
 from bertkit import BertForSequenceClassification, BertTokenizer
 from bertkit.tasks import glue
 from bertkit.training.finetune import predict
-from bertkit.training.loop import BatchPlan, Phase, TrainArgs, steps_for_epochs, train
+from bertkit.training.loop import BatchPlan, Phase, steps_for_epochs, train
+from bertkit.training.settings import TrainingSettings
 from reference_loop import train_reference
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +55,7 @@ def main() -> None:
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--max-train-examples", type=int, default=None)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--compile", action="store_true", help="bertkit with TrainArgs.compile (compiled layers)")
+    p.add_argument("--compile", action="store_true", help="bertkit with compiled layers (TrainingSettings.compile)")
     p.add_argument("--runs", type=Path, default=None, help="JSON-lines file of finished seeds (appended, resumed)")
     args = p.parse_args()
     if args.threads:
@@ -107,8 +108,8 @@ def main() -> None:
         steps = steps_for_epochs(plan, args.epochs, 1)
         with tempfile.TemporaryDirectory() as run_dir:
             t0 = time.perf_counter()
-            targs = TrainArgs(out_dir=Path(run_dir), lr=args.lr, seed=seed, compile=args.compile, progress=False,
-                              log_every=10**9)
+            targs = TrainingSettings(output_dir=Path(run_dir), learning_rate=args.lr, seed=seed, compile=args.compile,
+                                     progress=False, logging_steps=10**9)
             result = train(ours, [Phase(plan, steps)], targs,
                            evaluate=lambda m: scores(task, m, dev_f, collate, refs))
             t_ours = time.perf_counter() - t0

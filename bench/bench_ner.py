@@ -29,7 +29,8 @@ from bertkit import BertForTokenClassification, BertTokenizer
 from bertkit.tasks import ner
 from bertkit.tasks.glue import collate
 from bertkit.training import token_tasks as tt
-from bertkit.training.loop import BatchPlan, Phase, TrainArgs, steps_for_epochs, train
+from bertkit.training.loop import BatchPlan, Phase, steps_for_epochs, train
+from bertkit.training.settings import TrainingSettings, first
 from reference_loop import train_reference
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ def main() -> None:
     p.add_argument("--epochs", type=float, default=3.0)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--max-train-sentences", type=int, default=None, help="a fixed random subset (reduced runs)")
+    p.add_argument("--max-train-sentences", type=int, default=None, help="the first N sentences (reduced runs)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args()
@@ -59,7 +60,7 @@ def main() -> None:
     tok = BertTokenizer.from_pretrained(args.model)
     data = {split: ner.read_conll(args.data_dir / name) for split, name in tt.NER_SPLITS.items()}
     labels = tt.iob2_labels(data["train"])
-    train_sentences = tt.fixed_subset(data["train"], args.max_train_sentences, seed=0)  # the recipe's subset rule
+    train_sentences = first(data["train"], args.max_train_sentences)  # the recipe's subset rule
     feats = {"train": ner.featurize_ner(train_sentences, tok, labels, args.max_seq_length),
              **{split: ner.featurize_ner(data[split], tok, labels, args.max_seq_length) for split in ("dev", "test")}}
     pad = tok.pad_token_id
@@ -79,8 +80,8 @@ def main() -> None:
               "threads": torch.get_num_threads(), "transformers_version": transformers.__version__}
     with tempfile.TemporaryDirectory() as run_dir:
         t0 = time.perf_counter()
-        train(ours, [Phase(plan, steps)], TrainArgs(out_dir=Path(run_dir), lr=args.lr, seed=args.seed,
-                                                    progress=False, log_every=10**9))
+        train(ours, [Phase(plan, steps)], TrainingSettings(output_dir=Path(run_dir), learning_rate=args.lr,
+                                                           seed=args.seed, progress=False, logging_steps=10**9))
         train_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     result["bertkit"] = {"dev": scores(ours, data, feats, labels, pad, "dev"),

@@ -28,7 +28,8 @@ from bertkit import BertConfig, BertForPreTraining, BertTokenizer
 from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
 from bertkit.heads import IGNORE_INDEX
 from bertkit.training.loop import BatchPlan
-from bertkit.training.pretrain import PretrainSettings, default_pretrain_args, pretrain
+from bertkit.training.pretrain import pretrain
+from bertkit.training.settings import PretrainSettings
 from reference_loop import train_reference
 
 
@@ -67,17 +68,16 @@ def main() -> None:
     tok = BertTokenizer.from_pretrained(args.vocab)
     cfg = BertConfig.preset(args.config, vocab_size=len(tok.vocab))
     shutil.rmtree(args.out, ignore_errors=True)
-    settings = PretrainSettings(data_dir=args.data, tokenizer_dir=args.vocab, config=cfg, max_steps=args.steps,
-                                batch_size=args.batch_size, eval_data_dir=args.eval_data,
-                                eval_instances=args.eval_instances)
-    train_args = default_pretrain_args(args.out / "bertkit", lr=args.lr, warmup=args.warmup, seed=args.seed,
-                                       progress=False, log_every=max(1, args.steps // 10))
+    settings = PretrainSettings(data=args.data, vocab=args.vocab, config_name=cfg, max_steps=args.steps,
+                                batch_size=args.batch_size, eval_data=args.eval_data, eval_instances=args.eval_instances,
+                                output_dir=args.out / "bertkit", learning_rate=args.lr, warmup_ratio=args.warmup,
+                                seed=args.seed, progress=False, logging_steps=max(1, args.steps // 10))
     # The initial weights pretrain() will draw (same seed, same construction), for transformers.
     torch.manual_seed(args.seed)
     BertForPreTraining(cfg).save_pretrained(args.out / "init")
 
     t0 = time.perf_counter()
-    result = pretrain(settings, train_args)
+    result = pretrain(settings)
     t_ours = time.perf_counter() - t0
     record = {"bench": "pretrain_reference", "config": args.config, "steps": args.steps,
               "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed, "data": str(args.data),

@@ -234,11 +234,11 @@ def test_feature_study_end_to_end_reuses_activations(tiny, tmp_path):
     data.mkdir()
     for split in ("train", "valid"):
         (data / f"{split}.txt").write_text(CONLL)
-    settings = fx.StudySettings(data_dir=data, model_dir=d, out_dir=tmp_path / "study", epochs=2, batch_size=2,
+    settings = fx.StudySettings(data_dir=data, model_name_or_path=d, output_dir=tmp_path / "study", num_train_epochs=2, batch_size=2,
                                 combinations=("last_hidden", "weighted_sum_all_layers"), progress=False)
     report = fx.feature_study(settings)
     assert list(report["table"]) == ["last_hidden", "weighted_sum_all_layers"]
-    assert all(0.0 <= f1 <= 100.0 for f1 in report["table"].values())
+    assert all(0.0 <= f1 <= 1.0 for f1 in report["table"].values())
     run = report["runs"][1]
     assert run["layers"] == [1, 2, 3] and len(run["per_epoch"]) == 2
     assert sum(run["per_epoch"][-1]["layer_weights"]) == pytest.approx(1.0, abs=1e-3)

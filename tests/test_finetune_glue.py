@@ -10,7 +10,8 @@ import torch
 from bertkit import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
 from bertkit.cli import main
 from bertkit.tasks import glue
-from bertkit.training.finetune import default_lr_grid, summarize_grid
+from bertkit.training.finetune import summarize_grid
+from bertkit.training.settings import default_lr, parse_lr_grid
 
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "was", "plot"]
 
@@ -88,4 +89,6 @@ def test_grid_summary_and_defaults():
     assert report["best"]["lr"] == 3e-4
     assert report["best"]["mcc"]["mean"] == pytest.approx(0.40)
     assert report["configs"][0]["mcc"]["std"] == pytest.approx(0.0707107, abs=1e-6)
-    assert default_lr_grid(768) == (2e-5, 3e-5, 4e-5, 5e-5) and default_lr_grid(384)[-1] == 3e-4
+    assert parse_lr_grid("paper") == (2e-5, 3e-5, 4e-5, 5e-5) and parse_lr_grid("miniature")[-1] == 3e-4
+    assert parse_lr_grid("3e-5") == (3e-5,) and parse_lr_grid("1e-4,2e-4") == (1e-4, 2e-4)
+    assert default_lr(768, 2e-5) == 2e-5 and default_lr(384, 2e-5) == 1e-4

@@ -40,8 +40,8 @@ def tiny_setup(tmp_path_factory):
 
 
 def _pretrain_args(root: Path, out: Path, *extra: str) -> list[str]:
-    return _cli("pretrain", "--data", str(root / "data"), "--vocab", str(root / "vocab"), "--config", "tiny",
-                "--out", str(out), "--max-steps", "60", "--save-every", "10", "--log-every", "1",
+    return _cli("pretrain", "--data", str(root / "data"), "--vocab", str(root / "vocab"), "--config-name", "tiny",
+                "--out", str(out), "--max-steps", "60", "--save-steps", "10", "--logging-steps", "1",
                 "--batch-size", "8", "--lr", "1e-3", "--no-progress", *extra)
 
 

@@ -19,6 +19,7 @@ from torch import nn
 from bertkit import BertConfig, BertForTokenClassification, BertModel, BertTokenizer
 from bertkit.heads import ClassifierOutput, QuestionAnsweringOutput
 from bertkit.tasks import ner, squad
+from bertkit.tasks.metrics import to_fractions
 from bertkit.training import token_tasks as tt
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -173,7 +174,7 @@ def test_ner_gold_predictions_score_100(conll_dir, tiny_checkpoint):
     tags = tt.predict_ner(_OracleTagger(features, len(labels)), sentences, features, labels, pad_id=0, batch_size=3)
     assert tags == [list(s.tags) for s in sentences]
     scores = tt.ner_scores(sentences, tags)
-    assert (scores["precision"], scores["recall"], scores["f1"], scores["accuracy"]) == (100.0, 100.0, 100.0, 100.0)
+    assert (scores["precision"], scores["recall"], scores["f1"], scores["accuracy"]) == (1.0, 1.0, 1.0, 1.0)
     assert scores["found_gold"] == 7
 
 
@@ -218,13 +219,13 @@ def test_write_conll_round_trips_through_conlleval_file(tmp_path):
 
 def test_finetune_ner_end_to_end(conll_dir, tiny_checkpoint, tmp_path):
     out = tmp_path / "ner"
-    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_dir=tiny_checkpoint, out_dir=out, epochs=2,
-                                            batch_size=2, lr=1e-3, progress=False))
+    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=tiny_checkpoint, output_dir=out, num_train_epochs=2,
+                                            batch_size=2, learning_rate=1e-3, progress=False))
     assert report["steps"] == 4 and len(report["dev_per_epoch"]) == 2
     assert report["labels"] == ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
     # The written prediction files score exactly what the report says.
     for split in ("dev", "test"):
-        assert tt.conlleval_file(out / f"predictions_{split}.txt") == report[split]
+        assert to_fractions(tt.conlleval_file(out / f"predictions_{split}.txt")) == report[split]
     assert report["dev_per_epoch"][-1]["f1"] == report["dev"]["f1"]
     # The saved model carries its tag names and reproduces the test predictions.
     model = BertForTokenClassification.from_pretrained(out / "model")
@@ -239,9 +240,9 @@ def test_finetune_ner_end_to_end(conll_dir, tiny_checkpoint, tmp_path):
 
 
 def test_finetune_ner_subset_is_reported(conll_dir, tiny_checkpoint, tmp_path):
-    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_dir=tiny_checkpoint, out_dir=tmp_path,
-                                            epochs=1, batch_size=2, max_train_examples=2, progress=False))
-    assert report["train_sentences"] == 2 and "subset of 2 of the 4" in report["subset"]
+    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=tiny_checkpoint, output_dir=tmp_path,
+                                            num_train_epochs=1, batch_size=2, max_train_samples=2, progress=False))
+    assert report["train_sentences"] == 2 and "the first 2 of the 4" in report["subset"]
 
 
 # ---------------------------------------------------------------- SQuAD
@@ -282,8 +283,8 @@ def test_squad_gold_logits_score_100(tmp_path, tiny_checkpoint, version):
 def test_finetune_squad_on_a_split_says_so(tmp_path, tiny_checkpoint):
     path = _squad_file(tmp_path / "dev-v1.1.json")
     out = tmp_path / "squad"
-    report = tt.finetune_squad(tt.SquadSettings(predict_file=path, model_dir=tiny_checkpoint, out_dir=out,
-                                                epochs=1, batch_size=4, max_seq_length=48, doc_stride=16,
+    report = tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=tiny_checkpoint, output_dir=out,
+                                                num_train_epochs=1, batch_size=4, max_seq_length=48, doc_stride=16,
                                                 max_query_length=12, progress=False))
     split = report["split"]
     assert (split["train_articles"], split["heldout_articles"], split["heldout_questions"]) == (5, 1, 2)
@@ -292,7 +293,7 @@ def test_finetune_squad_on_a_split_says_so(tmp_path, tiny_checkpoint):
     heldout = [a for a in squad.load_squad(path)["data"] if a["title"] in split["heldout_titles"]]
     predictions = json.loads((out / "predictions.json").read_text())
     assert sorted(predictions) == sorted(qa["id"] for a in heldout for p in a["paragraphs"] for qa in p["qas"])
-    assert report["scores"] == squad.evaluate_v1(heldout, predictions)
+    assert report["scores"] == to_fractions(squad.evaluate_v1(heldout, predictions))
     nbest = json.loads((out / "nbest_predictions.json").read_text())
     assert all(1 <= len(v) <= 20 and v[0]["text"] == predictions[k] for k, v in nbest.items())
     assert (out / "model" / "config.json").is_file() and not (out / "null_odds.json").exists()
@@ -302,7 +303,7 @@ def test_finetune_squad_with_a_train_file_uses_it_unchanged(tmp_path, tiny_check
     train_file = _squad_file(tmp_path / "train.json", n_articles=2)
     dev_file = _squad_file(tmp_path / "dev.json", n_articles=3)
     report = tt.finetune_squad(tt.SquadSettings(train_file=train_file, predict_file=dev_file,
-                                                model_dir=tiny_checkpoint, out_dir=tmp_path / "o", epochs=1,
+                                                model_name_or_path=tiny_checkpoint, output_dir=tmp_path / "o", num_train_epochs=1,
                                                 batch_size=4, max_seq_length=48, max_query_length=12,
                                                 progress=False))
     assert report["split"] is None and report["train_questions"] == 4 and report["eval_questions"] == 6
@@ -312,8 +313,8 @@ def test_finetune_squad_with_a_train_file_uses_it_unchanged(tmp_path, tiny_check
 def test_finetune_squad_v2_picks_the_best_f1_threshold(tmp_path, tiny_checkpoint):
     path = _squad_file(tmp_path / "dev-v2.0.json", impossible=True)
     out = tmp_path / "v2"
-    report = tt.finetune_squad(tt.SquadSettings(predict_file=path, model_dir=tiny_checkpoint, out_dir=out,
-                                                version="2.0", epochs=1, batch_size=4, max_seq_length=48,
+    report = tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=tiny_checkpoint, output_dir=out,
+                                                version="2.0", num_train_epochs=1, batch_size=4, max_seq_length=48,
                                                 max_query_length=12, progress=False))
     scores = report["scores"]
     null_odds = json.loads((out / "null_odds.json").read_text())
@@ -322,13 +323,13 @@ def test_finetune_squad_v2_picks_the_best_f1_threshold(tmp_path, tiny_checkpoint
     # predictions.json applies that threshold: a question is unanswered exactly when its null odds exceed it.
     assert all((predictions[q] == "") == (null_odds[q] > scores["null_threshold"]) for q in null_odds)
     heldout = [a for a in squad.load_squad(path)["data"] if a["title"] in report["split"]["heldout_titles"]]
-    assert scores["f1"] == pytest.approx(squad.evaluate_v2(heldout, predictions)["f1"])
+    assert scores["f1"] == pytest.approx(squad.evaluate_v2(heldout, predictions)["f1"] / 100)
 
 
 def test_squad_v1_refuses_unanswerable_questions(tmp_path, tiny_checkpoint):
     path = _squad_file(tmp_path / "dev-v2.0.json", impossible=True)
     with pytest.raises(ValueError, match="unanswerable.*--version 2.0"):
-        tt.finetune_squad(tt.SquadSettings(predict_file=path, model_dir=tiny_checkpoint, out_dir=tmp_path / "o"))
+        tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=tiny_checkpoint, output_dir=tmp_path / "o"))
 
 
 # ---------------------------------------------------------------- SWAG
@@ -339,20 +340,20 @@ def test_finetune_swag_on_small_csvs(tmp_path, tiny_checkpoint):
     val_file = _swag_file(tmp_path / "val.csv", 6)
     out = tmp_path / "swag"
     report = tt.finetune_swag(tt.SwagSettings(train_file=train_file, predict_file=val_file,
-                                              model_dir=tiny_checkpoint, out_dir=out, epochs=2, batch_size=4,
+                                              model_name_or_path=tiny_checkpoint, output_dir=out, num_train_epochs=2, batch_size=4,
                                               progress=False))
     assert report["steps"] == 4 and len(report["per_epoch"]) == 2
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [r["label"] for r in rows] == [i % 4 for i in range(6)]
     assert all(r["prediction"] == int(np.argmax(r["scores"])) for r in rows)
-    assert report["accuracy"] == pytest.approx(100 * np.mean([r["prediction"] == r["label"] for r in rows]))
+    assert report["accuracy"] == pytest.approx(np.mean([r["prediction"] == r["label"] for r in rows]))
     assert report["per_epoch"][-1]["accuracy"] == pytest.approx(report["accuracy"])
 
 
 def test_finetune_swag_predicts_an_unlabelled_test_file(tmp_path, tiny_checkpoint):
     report = tt.finetune_swag(tt.SwagSettings(train_file=_swag_file(tmp_path / "train.csv", 4),
                                               predict_file=_swag_file(tmp_path / "test.csv", 3, labelled=False),
-                                              model_dir=tiny_checkpoint, out_dir=tmp_path / "o", epochs=1,
+                                              model_name_or_path=tiny_checkpoint, output_dir=tmp_path / "o", num_train_epochs=1,
                                               batch_size=4, progress=False))
     assert report["accuracy"] is None and report["per_epoch"] == []
     rows = [json.loads(line) for line in (tmp_path / "o" / "predictions.jsonl").read_text().splitlines()]
@@ -374,6 +375,6 @@ def test_cli_finetune_ner(conll_dir, tiny_checkpoint, tmp_path, capsys):
 @pytest.mark.slow
 def test_minilm_ner_learns_on_a_real_slice(minilm_dir, data_dir, tmp_path):
     """MiniLM on 1,000 real CoNLL-2003 training sentences, 2 epochs: dev F1 well above chance."""
-    report = tt.finetune_ner(tt.NerSettings(data_dir=data_dir / "conll2003", model_dir=minilm_dir, out_dir=tmp_path,
-                                            epochs=2, lr=2e-4, max_train_examples=1000, progress=False))
-    assert report["dev"]["f1"] > 40.0
+    report = tt.finetune_ner(tt.NerSettings(data_dir=data_dir / "conll2003", model_name_or_path=minilm_dir, output_dir=tmp_path,
+                                            num_train_epochs=2, learning_rate=2e-4, max_train_samples=1000, progress=False))
+    assert report["dev"]["f1"] > 0.40

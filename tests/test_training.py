@@ -10,7 +10,7 @@ import torch
 
 from bertkit import BertConfig, BertForSequenceClassification
 from bertkit.tasks import glue
-from bertkit.training.loop import BatchPlan, Phase, TrainArgs, train
+from bertkit.training.loop import BatchPlan, Phase, micro_batch_size, train
 from bertkit.training.optim import (
     Lamb,
     build_optimizer,
@@ -18,6 +18,7 @@ from bertkit.training.optim import (
     parameter_groups,
     warmup_steps_for,
 )
+from bertkit.training.settings import TrainingSettings
 
 CFG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
                  max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -85,8 +86,9 @@ def test_gradient_accumulation_equals_the_large_batch(tmp_path):
         torch.manual_seed(0)
         model = BertForSequenceClassification(CFG)
         plan = BatchPlan(feats, bs, _collate, shuffle=False)
-        train(model, [Phase(plan, 2)], TrainArgs(out_dir=tmp_path / f"{bs}", lr=1e-2, grad_accum=accum,
-                                                  progress=False, max_grad_norm=None, warmup=0))
+        train(model, [Phase(plan, 2)], TrainingSettings(
+            output_dir=tmp_path / f"{bs}", learning_rate=1e-2, gradient_accumulation_steps=accum, progress=False,
+            max_grad_norm=0, warmup_ratio=0))
         results.append(model.classifier.weight.detach().clone())
     torch.testing.assert_close(results[0], results[1], atol=1e-6, rtol=1e-5)
 
@@ -104,8 +106,8 @@ def test_loop_logs_evaluates_and_learns(tmp_path):
                             for i in range(0, 64, 16)])
         return {"accuracy": float((logits.argmax(-1) == torch.tensor([f["labels"] for f in feats])).float().mean())}
 
-    result = train(model, [Phase(plan, 40)], TrainArgs(out_dir=tmp_path, lr=3e-3, log_every=5, warmup=0.1,
-                                                       progress=False), evaluate=evaluate)
+    result = train(model, [Phase(plan, 40)], TrainingSettings(output_dir=tmp_path, learning_rate=3e-3, logging_steps=5,
+                                                              warmup_ratio=0.1, progress=False), evaluate=evaluate)
     assert calls and not any(calls)  # evaluation runs in eval mode
     records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train_rec = [r for r in records if r["split"] == "train"]
@@ -127,10 +129,19 @@ def test_batch_plan_is_a_function_of_seed_and_epoch():
         BatchPlan([], 3, list)
 
 
-def test_train_args_validation():
+def test_training_settings_validation():
     with pytest.raises(ValueError, match="optimizer 'sgd'"):
-        TrainArgs(out_dir="x", optimizer="sgd")
-    with pytest.raises(ValueError, match="lr must be positive"):
-        TrainArgs(out_dir="x", lr=0)
+        TrainingSettings(output_dir="x", optimizer="sgd")
+    for bad in (0, -1e-5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="learning_rate must be a finite positive number"):
+            TrainingSettings(output_dir="x", learning_rate=bad)
+    with pytest.raises(ValueError, match="warmup_ratio must be in"):
+        TrainingSettings(output_dir="x", warmup_ratio=1.5)
     assert build_optimizer(BertForSequenceClassification(CFG), "lamb", 1e-3).__class__ is Lamb
-    assert math.isclose(TrainArgs(out_dir="x").lr, 2e-5)
+    assert math.isclose(TrainingSettings(output_dir="x").weight_decay, 0.01)
+
+
+def test_global_batch_splits_over_processes_and_accumulation():
+    assert micro_batch_size(32, 1, 1) == 32 and micro_batch_size(32, 2, 1) == 16 and micro_batch_size(32, 2, 2) == 8
+    with pytest.raises(ValueError, match=r"--batch-size 30 \(global\) does not split evenly over 2 process\(es\) x 4"):
+        micro_batch_size(30, 2, 4)

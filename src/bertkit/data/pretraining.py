@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -58,19 +59,34 @@ class PretrainingConfig:
     """Everything that decides the instances' bytes (it is stored in the manifest)."""
 
     max_seq_length: int = 128
+    """Tokens per instance, [CLS] and the two [SEP] included (the paper: 128, then 512)."""
     max_predictions_per_seq: int = 20
+    """Most masked positions per instance (google's 20 at 128 tokens, 80 at 512)."""
     masked_lm_prob: float = 0.15
+    """Share of tokens to predict; of those 80% become [MASK], 10% a random token, 10% stay (section 3.1)."""
     short_seq_prob: float = 0.1
+    """Share of instances made shorter than max_seq_length, so fine-tuning lengths are seen too."""
     dupe_factor: int = 5
+    """Passes over the corpus, each with different masks and pairs."""
     random_next_prob: float = 0.5
+    """Share of pairs whose second segment is not the true next text."""
     whole_word_mask: bool = False
-    nsp_negatives: str = "random"
+    """Mask all WordPieces of a word together (google's later whole-word-masking models)."""
+    nsp_negatives: Literal["random", "nearby"] = "random"
+    """Where a negative pair's second segment comes from: another document, or a nearby non-adjacent
+    stretch of the same one (docs/pretraining-data.md)."""
     nearby_window: int = 8
-    masking: str = "static"
-    input_format: str = "auto"
-    errors: str = "strict"
+    """With nearby negatives: at most this many sentences away from segment A."""
+    masking: Literal["static", "dynamic"] = "static"
+    """dynamic: store unmasked instances and draw masks afresh each epoch at load time."""
+    input_format: Literal["auto", "prose", "sentences", "wikitext"] = "auto"
+    """How documents and sentences are marked in the files (docs/pretraining-data.md)."""
+    errors: Literal["strict", "replace", "ignore"] = "strict"
+    """Non-UTF-8 bytes: stop naming file, line and byte (strict), replace with U+FFFD, or drop them."""
     unit_bytes: int = 4 << 20
+    """Bytes of text per unit of work (each unit is processed independently with its own seed)."""
     seed: int = 12345
+    """Seed of pairs and masks: same seed, same bytes."""
 
     def __post_init__(self):
         checks = [

