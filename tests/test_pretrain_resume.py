@@ -83,3 +83,18 @@ def test_resume_with_other_settings_is_refused(tiny_setup, tmp_path):
     assert "cannot resume from" in again.stderr and "weight_decay" in again.stderr
     fresh = subprocess.run(_pretrain_args(tiny_setup, out), capture_output=True, text=True)
     assert fresh.returncode == 2 and "already holds checkpoints" in fresh.stderr
+
+
+def test_diverging_pretraining_stops_non_zero_and_saves_no_model(tiny_setup, tmp_path, capsys):
+    """`pretrain --learning-rate 1e3` used to reach NaN, exit 0 and save NaN weights."""
+    from bertkit.cli import main
+
+    out = tmp_path / "diverged"
+    code = main(["pretrain", "--data", str(tiny_setup / "data"), "--vocab", str(tiny_setup / "vocab"),
+                 "--config-name", "tiny", "--output-dir", str(out), "--max-steps", "40", "--batch-size", "8",
+                 "--learning-rate", "1e3", "--warmup-ratio", "0", "--save-steps", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "training stopped at step" in err and ("is nan" in err or "is inf" in err)
+    assert "Last good checkpoint:" in err and "--skip-nonfinite" in err
+    assert not (out / "final").exists()  # no NaN model written

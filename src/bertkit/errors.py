@@ -14,3 +14,7 @@ class BertkitError(ValueError):
 
 class MissingFileError(BertkitError, FileNotFoundError):
     """A file or directory the user named (or that a command needs) does not exist."""
+
+
+class NonFiniteError(BertkitError):
+    """A loss, gradient or model output that is NaN or infinite: never turned into a score or saved weights."""

@@ -9,7 +9,8 @@ Degenerate inputs follow the reference libraries rather than raising, because an
 predicts one class (or a constant score) is normal and its evaluation must not crash a training run:
 Matthews correlation is 0.0 when either side is constant (sklearn); F1 is 0.0 when there is no positive
 prediction and no positive label (sklearn's ``zero_division`` default); Pearson/Spearman are NaN when
-either side is constant (scipy, undefined correlation).
+either side is constant (scipy, undefined correlation) or holds a NaN or infinite value. NaN means "no
+score": nothing here turns it into a number, and callers treat a non-finite metric as a failed run.
 """
 
 from __future__ import annotations
@@ -80,13 +81,15 @@ def pearson(x: ArrayLike, y: ArrayLike) -> float:
     a, b = a.astype(np.float64), b.astype(np.float64)
     if a.size < 2:
         raise BertkitError(f"Pearson correlation needs at least 2 values, got {a.size}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return float("nan")
     am, bm = a - a.mean(), b - b.mean()
     na, nb = np.linalg.norm(am), np.linalg.norm(bm)
     if na == 0 or nb == 0:
         return float("nan")
-    # Normalise before the dot product (as scipy does) so huge values do not overflow.
-    r = float(np.dot(am / na, bm / nb))
-    return max(-1.0, min(1.0, r))
+    # Normalise before the dot product (as scipy does) so huge values do not overflow. np.clip keeps a NaN a
+    # NaN (max/min would have turned it into 1.0: a diverged model reported perfect).
+    return float(np.clip(np.dot(am / na, bm / nb), -1.0, 1.0))
 
 
 def rankdata(x: ArrayLike) -> np.ndarray:
@@ -106,8 +109,11 @@ def rankdata(x: ArrayLike) -> np.ndarray:
 
 
 def spearman(x: ArrayLike, y: ArrayLike) -> float:
-    """Spearman's rho: Pearson on average ranks (scipy ``spearmanr``); NaN if either input is constant."""
+    """Spearman's rho: Pearson on average ranks (scipy ``spearmanr``); NaN if either input is constant or
+    not finite (ranks would hide a NaN: it sorts last and gets an ordinary rank)."""
     a, b = _pair(x, y)
+    if not (np.isfinite(a.astype(np.float64)).all() and np.isfinite(b.astype(np.float64)).all()):
+        return float("nan")
     return pearson(rankdata(a), rankdata(b))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import statistics
 import time
@@ -27,7 +28,7 @@ import torch
 from torch import nn
 
 from bertkit.config import BertConfig
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.tasks import glue
 from bertkit.tokenization import BertTokenizer
@@ -42,7 +43,10 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
             ) -> list[np.ndarray]:
     """Run ``model`` over ``features`` in batches of similar length (little padding); outputs in input order.
 
-    Returns one array per feature (its row of ``output(model_output)``, padding removed for per-token outputs).
+    Returns one array per feature: its row of ``output(model_output)``. Per-token outputs keep the padded
+    length of the batch the feature ran in (callers read the positions they need). A NaN or +inf anywhere
+    raises ``NonFiniteError`` naming the first bad feature: a diverged model gets no score. (-inf is allowed:
+    the QA head gives padding positions -inf logits.)
     """
     was_training = model.training
     model.eval()
@@ -54,6 +58,12 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
                  if k in ("input_ids", "token_type_ids", "attention_mask")}
         with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
             out = output(model(**batch)).float().cpu().numpy()
+        bad = np.isnan(out) | np.isposinf(out)
+        if bad.any():
+            first_bad = min(i for row_bad, i in zip(bad.reshape(len(idx), -1).any(1), idx) if row_bad)
+            model.train(was_training)
+            raise NonFiniteError(f"the model's output for example {first_bad} (0-based, input order) is not finite "
+                                 "(NaN or inf): the model has diverged; no predictions or scores were written")
         for row, i in zip(out, idx):
             results[i] = row
     model.train(was_training)
@@ -102,15 +112,25 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
                 s.model_name_or_path, id2label=dict(enumerate(labels)),
                 problem_type="regression" if task.is_regression else "single_label_classification")
             run = s.training(output_dir=s.output_dir / "runs" / f"lr{lr:g}-seed{seed}", learning_rate=lr, seed=seed)
-            result, _ = run_finetuning(model, train_features, collate, run, scores_of,
-                                       {"model": str(s.model_name_or_path), "task": task.name})
+            try:
+                result, _ = run_finetuning(model, train_features, collate, run, scores_of,
+                                           {"model": str(s.model_name_or_path), "task": task.name})
+            except NonFiniteError as e:  # one diverged run does not end the grid; it is skipped and reported
+                runs.append({"lr": lr, "seed": seed, "dev": None, "failed": str(e)})
+                logger.warning("%s lr=%g seed=%d failed: %s", task.name, lr, seed, e)
+                continue
             per_epoch = [{k: v for k, v in r.items() if k not in ("split",)} for r in result.history
                          if r["split"] == "eval"]
             score = result.last_eval or {}
             runs.append({"lr": lr, "seed": seed, "dev": score, "per_epoch": per_epoch, "steps": result.step})
+            primary = _primary(task, score) if score else float("nan")
+            if not math.isfinite(primary):
+                runs[-1]["failed"] = f"dev {next(iter(score), 'score')} is {primary} (not finite): no score"
+                logger.warning("%s lr=%g seed=%d: %s", task.name, lr, seed, runs[-1]["failed"])
+                continue
             logger.info("%s lr=%g seed=%d dev=%s", task.name, lr, seed, score)
-            if _primary(task, score) > best_run_score:
-                best_run_score = _primary(task, score)
+            if primary > best_run_score:
+                best_run_score = primary
                 best_dir = s.output_dir / "best"
                 model.save_pretrained(best_dir)
                 tokenizer.save_pretrained(best_dir)
@@ -146,19 +166,30 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
 
 
 def summarize_grid(task: glue.GlueTask, runs: list[dict]) -> dict[str, Any]:
-    """Mean and standard deviation over seeds per learning rate, and the best learning rate on dev."""
+    """Mean and standard deviation over seeds per learning rate, and the best learning rate on dev.
+
+    Runs marked ``failed`` (diverged, or a non-finite dev metric) are left out of every mean and listed
+    under ``skipped``; if every run failed there is no best configuration, and that is an error.
+    """
+    ok = [r for r in runs if not r.get("failed")]
+    skipped = [{"lr": r["lr"], "seed": r["seed"], "reason": r["failed"]} for r in runs if r.get("failed")]
+    if not ok:
+        raise NonFiniteError(f"every {task.name} run failed, so there is no score to report: "
+                             + "; ".join(f"lr {r['lr']:g} seed {r['seed']}: {r['reason']}" for r in skipped))
     configs = []
-    for lr in sorted({r["lr"] for r in runs}):
-        group = [r for r in runs if r["lr"] == lr]
+    for lr in sorted({r["lr"] for r in ok}):
+        group = [r for r in ok if r["lr"] == lr]
         summary: dict[str, Any] = {"lr": lr, "seeds": [r["seed"] for r in group]}
         for metric in group[0]["dev"]:
             values = [r["dev"][metric] for r in group]
             summary[metric] = {"mean": statistics.fmean(values),
                                "std": statistics.stdev(values) if len(values) > 1 else 0.0, "values": values}
         configs.append(summary)
-    first_metric = next(iter(runs[0]["dev"]))
+    first_metric = next(iter(ok[0]["dev"]))
     best = max(configs, key=lambda c: c[first_metric]["mean"])
-    return {"metric": first_metric, "best": best, "configs": configs, "runs": runs}
+    if skipped:
+        logger.warning("%d of %d runs skipped (not finite): %s", len(skipped), len(runs), skipped)
+    return {"metric": first_metric, "best": best, "configs": configs, "runs": runs, "skipped": skipped}
 
 
 def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:

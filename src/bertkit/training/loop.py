@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
 from bertkit.training.settings import TrainingSettings
 
@@ -98,6 +98,7 @@ class Position:
     phase: int = 0
     epoch: int = 0
     batch: int = 0  # next micro-batch index within the epoch
+    skipped: int = 0  # optimiser steps dropped for a non-finite loss or gradient (--skip-nonfinite)
 
 
 @dataclass
@@ -105,6 +106,7 @@ class TrainResult:
     step: int
     history: list[dict] = field(default_factory=list)  # every metrics.jsonl record of this run
     last_eval: dict | None = None
+    skipped_nonfinite: int = 0
 
 
 def steps_for_epochs(plan: BatchPlan, epochs: float, grad_accum: int) -> int:
@@ -245,7 +247,7 @@ def train(
     bar = _progress(total, pos.step, args.progress)
     window_n = int(window.pop("_n", 0))
     seqs, tokens, t0 = 0, 0, time.perf_counter()
-    micro = 0
+    micro, spoiled = 0, None  # spoiled: why the current optimiser step's gradient cannot be used
     model.train()
     while pos.phase < len(phases):
         phase = phases[pos.phase]
@@ -255,20 +257,43 @@ def train(
             while pos.batch < len(batches) and pos.step < phase_end:
                 batch = _to(phase.plan.load(pos.epoch, batches[pos.batch]), args.device)
                 pos.batch += 1
-                with _autocast(args):
-                    out = model(**batch)
-                (out.loss / args.gradient_accumulation_steps).backward()
                 micro += 1
-                window["loss"] = window.get("loss", 0.0) + out.loss.item()
-                for k, v in (batch_metrics(batch, out) if batch_metrics else {}).items():
-                    window[k] = window.get(k, 0.0) + v
-                window_n += 1
+                if spoiled is None:
+                    with _autocast(args):
+                        out = model(**batch)
+                    loss = out.loss.item()
+                    if math.isfinite(loss):
+                        (out.loss / args.gradient_accumulation_steps).backward()
+                        window["loss"] = window.get("loss", 0.0) + loss
+                        for k, v in (batch_metrics(batch, out) if batch_metrics else {}).items():
+                            window[k] = window.get(k, 0.0) + v
+                        window_n += 1
+                    else:
+                        spoiled = f"the loss is {loss}"
                 seqs += batch["input_ids"].shape[0]
                 tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else batch["input_ids"].numel()
                 if micro % args.gradient_accumulation_steps:
                     continue
-                if args.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+                if spoiled is None:  # clip (or, with clipping off, only measure) the global gradient norm
+                    norm = float(torch.nn.utils.clip_grad_norm_(
+                        model.parameters(), args.max_grad_norm if args.max_grad_norm > 0 else math.inf))
+                    spoiled = None if math.isfinite(norm) else f"the gradient norm is {norm}"
+                if spoiled is not None:
+                    where = f"step {pos.step + 1} ({phase.name}, epoch {pos.epoch}, batch {pos.batch - 1})"
+                    optimizer.zero_grad(set_to_none=True)
+                    if pos.skipped >= args.skip_nonfinite:
+                        last = checkpoint_dirs(out_dir)
+                        raise NonFiniteError(
+                            f"training stopped at {where}: {spoiled}. Last good checkpoint: "
+                            f"{last[-1] if last else 'none (no checkpoint written yet)'}. Lower --learning-rate "
+                            "(or raise --warmup-ratio) and start again, resume from that checkpoint with --resume, "
+                            "or pass --skip-nonfinite N to skip up to N such steps; no final model was saved"
+                        )
+                    pos.skipped += 1
+                    logger.warning("skipped %s: %s (%d of at most %d)", where, spoiled, pos.skipped,
+                                   args.skip_nonfinite)
+                    spoiled = None
+                    continue
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
@@ -279,6 +304,8 @@ def train(
                     record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
                               "lr": scheduler.get_last_lr()[0], **{k: v / window_n for k, v in window.items()},
                               "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
+                    if pos.skipped:
+                        record["skipped_nonfinite"] = pos.skipped
                     log(record)
                     bar.set_postfix(loss=f"{record['loss']:.4f}")
                     window, window_n, seqs, tokens, t0 = {}, 0, 0, 0, time.perf_counter()
@@ -296,7 +323,7 @@ def train(
     if evaluate is not None and (not history or history[-1]["split"] != "eval" or history[-1]["step"] != pos.step):
         run_eval()
     _save_checkpoint(out_dir, model, optimizer, scheduler, pos, fingerprint, args.save_total_limit)
-    return TrainResult(pos.step, history, last_eval)
+    return TrainResult(pos.step, history, last_eval, pos.skipped)
 
 
 def _autocast(args: TrainingSettings):

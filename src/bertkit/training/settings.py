@@ -117,6 +117,9 @@ class TrainingSettings:
     """Save a resumable checkpoint every N optimiser steps. Default: at the end only."""
     save_total_limit: int = 2
     """Keep the newest N checkpoints."""
+    skip_nonfinite: int = 0
+    """Skip up to N optimiser steps whose loss or gradient is NaN or infinite (their batches are dropped and
+    counted in metrics.jsonl). Default 0: the first one stops the run, naming the step and last checkpoint."""
     max_train_samples: int | None = None
     """Train on the first N training examples (quick runs). Default: all."""
     device: str = "cpu"
@@ -135,6 +138,8 @@ class TrainingSettings:
                 raise BertkitError(f"{name} must be at least 1, got {value}")
         if not 0 <= self.warmup_ratio < 1:
             raise BertkitError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.skip_nonfinite < 0:
+            raise BertkitError(f"skip_nonfinite must be >= 0, got {self.skip_nonfinite}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise BertkitError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         for name in ("adam_beta1", "adam_beta2"):

@@ -1,0 +1,111 @@
+"""No wrong numbers: a NaN never becomes a score, a diverging run stops (or skips, when asked) and says where."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from bertkit.errors import NonFiniteError
+from bertkit.tasks import glue, metrics
+from bertkit.training.finetune import predict, summarize_grid
+from bertkit.training.loop import BatchPlan, Phase, train
+from bertkit.training.settings import TrainingSettings
+
+
+def test_pearson_never_turns_nan_into_a_score():
+    gold = np.array([0.0, 1.0, 2.5, 4.0, 5.0])
+    assert math.isnan(metrics.pearson(gold, np.array([1.0, np.nan, 2.0, 3.0, 4.0])))  # was clamped to 1.0
+    assert math.isnan(metrics.pearson(gold, np.array([1.0, np.inf, 2.0, 3.0, 4.0])))
+    assert math.isnan(metrics.spearman(gold, np.array([1.0, 2.0, np.nan, 3.0, 4.0])))  # ranks would hide it
+    assert math.isnan(metrics.pearson(gold, np.full(5, 2.0)))  # constant: undefined, as scipy
+    assert metrics.pearson(gold, gold * 2 + 1) == pytest.approx(1.0)
+    assert metrics.pearson(gold, -gold) == pytest.approx(-1.0)
+    stsb = glue.get_task("stsb").metric(np.array([np.nan] * 5), gold)
+    assert all(math.isnan(v) for v in stsb.values())
+
+
+def test_grid_selection_skips_non_finite_runs_and_says_so():
+    task = glue.get_task("stsb")
+    runs = [{"lr": 1e-4, "seed": 1, "dev": {"pearson": 0.80, "spearmanr": 0.79}},
+            {"lr": 1e-4, "seed": 2, "dev": {"pearson": float("nan"), "spearmanr": float("nan")}, "failed": "dev pearson is nan"},
+            {"lr": 3e-4, "seed": 1, "dev": None, "failed": "the loss is nan"}]
+    report = summarize_grid(task, runs)
+    assert report["best"]["lr"] == 1e-4 and report["best"]["pearson"]["values"] == [0.80]
+    assert [(s["lr"], s["seed"]) for s in report["skipped"]] == [(1e-4, 2), (3e-4, 1)]
+    with pytest.raises(NonFiniteError, match="every sts-b run failed"):
+        summarize_grid(task, runs[1:])
+
+
+class _Linear(nn.Module):
+    """y = w . x with a squared loss; the batch whose first id is 99 gives a NaN (a poisoned example)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(3))
+
+    def forward(self, input_ids, labels):
+        pred = (input_ids.float() * self.w).sum(-1)
+        loss = ((pred - labels) ** 2).mean()
+        if (input_ids[:, 0] == 99).any():
+            loss = loss * float("nan")
+        return SimpleNamespace(loss=loss)
+
+
+def _plan(poison_at: int | None) -> BatchPlan:
+    feats = [{"input_ids": [1, 2, 3], "labels": 1.0} for _ in range(8)]
+    if poison_at is not None:
+        feats[poison_at] = {"input_ids": [99, 2, 3], "labels": 1.0}
+
+    def collate(b):
+        return {"input_ids": torch.tensor([f["input_ids"] for f in b]),
+                "labels": torch.tensor([f["labels"] for f in b])}
+
+    return BatchPlan(feats, 1, collate, shuffle=False)
+
+
+def test_a_nan_loss_stops_training_naming_step_batch_and_checkpoint(tmp_path):
+    args = TrainingSettings(output_dir=tmp_path, learning_rate=0.01, warmup_ratio=0, save_steps=2, progress=False)
+    with pytest.raises(NonFiniteError) as info:
+        train(_Linear(), [Phase(_plan(poison_at=5), 8)], args)
+    message = str(info.value)
+    assert "step 6 (train, epoch 0, batch 5)" in message and "the loss is nan" in message
+    assert "step-00000004" in message  # the last good checkpoint
+    assert not any("step-00000006" in str(p) for p in (tmp_path / "checkpoints").iterdir())
+
+
+def test_skip_nonfinite_drops_the_batch_and_counts_it(tmp_path):
+    args = TrainingSettings(output_dir=tmp_path, learning_rate=0.01, warmup_ratio=0, logging_steps=1,
+                            skip_nonfinite=1, progress=False)
+    model = _Linear()
+    result = train(model, [Phase(_plan(poison_at=5), 6)], args)
+    assert result.skipped_nonfinite == 1 and result.step == 6
+    assert torch.isfinite(model.w).all()
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["skipped_nonfinite"] == 1 and all(math.isfinite(r["loss"]) for r in records)
+    # Same weights as training on the 6 clean batches (the poisoned one contributes nothing).
+    clean = _Linear()
+    train(clean, [Phase(_plan(poison_at=None), 6)], TrainingSettings(
+        output_dir=tmp_path / "clean", learning_rate=0.01, warmup_ratio=0, progress=False))
+    torch.testing.assert_close(model.w, clean.w)
+
+
+def test_predict_refuses_non_finite_outputs_naming_the_first_bad_row():
+    class Out(nn.Module):
+        def forward(self, input_ids, **_):
+            logits = input_ids.float()
+            logits[input_ids[:, 0] == 7] = float("nan")
+            return SimpleNamespace(logits=logits)
+
+    feats = [{"input_ids": [i, 1]} for i in (3, 5, 7, 9)]
+
+    def collate(b):
+        return {"input_ids": torch.tensor([f["input_ids"] for f in b])}
+
+    with pytest.raises(NonFiniteError, match="example 2 "):
+        predict(Out(), feats, collate, batch_size=2)
