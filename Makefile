@@ -20,7 +20,7 @@ $(MODEL)/config.json: | $(STAMP)
 model: $(MODEL)/config.json
 
 demo: $(STAMP) $(MODEL)/config.json
-	$(BIN)/bertkit demo --model $(MODEL) --out runs/demo
+	$(BIN)/bertkit demo --model $(MODEL) --out runs/demo --overwrite
 
 test: $(STAMP) $(MODEL)/config.json
 	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m "not slow"

@@ -82,7 +82,7 @@ def test_resume_with_other_settings_is_refused(tiny_setup, tmp_path):
     assert again.returncode == 2
     assert "cannot resume from" in again.stderr and "weight_decay" in again.stderr
     fresh = subprocess.run(_pretrain_args(tiny_setup, out), capture_output=True, text=True)
-    assert fresh.returncode == 2 and "already holds checkpoints" in fresh.stderr
+    assert fresh.returncode == 2 and "pass --resume to continue it" in fresh.stderr
 
 
 def test_diverging_pretraining_stops_non_zero_and_saves_no_model(tiny_setup, tmp_path, capsys):

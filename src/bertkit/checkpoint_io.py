@@ -26,6 +26,7 @@ from torch import Tensor
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
+from bertkit.outputs import atomic_target, atomic_write_text
 
 logger = logging.getLogger("bertkit")
 
@@ -264,15 +265,13 @@ class PretrainedMixin:
         Files are written to temporary names and renamed, so an interrupted save never leaves a
         half-written checkpoint under the final name.
         """
-        from safetensors.torch import save_file
-
         directory = Path(path)
         directory.mkdir(parents=True, exist_ok=True)
         config = self.config.to_dict()
         config["architectures"] = [type(self).__name__]
-        tmp_weights, tmp_config = directory / (WEIGHTS_NAME + ".tmp"), directory / (CONFIG_NAME + ".tmp")
-        save_file(self.published_state_dict(), str(tmp_weights), metadata={"format": "pt"})
-        tmp_config.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        tmp_weights.replace(directory / WEIGHTS_NAME)
-        tmp_config.replace(directory / CONFIG_NAME)
+        from safetensors.torch import save_file
+
+        with atomic_target(directory / WEIGHTS_NAME) as tmp:
+            save_file(self.published_state_dict(), str(tmp), metadata={"format": "pt"})
+        atomic_write_text(directory / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
         return directory

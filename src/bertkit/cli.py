@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -366,6 +367,22 @@ def _description(cls: type) -> str:
     return inspect.cleandoc(cls.__doc__ or "")
 
 
+def _claim(name: str, s: Any):
+    """Lock and mark the command's output directory (bertkit.outputs): refused if it holds anything but an
+    earlier run bertkit may replace (--overwrite) or continue (--resume)."""
+    from bertkit.outputs import output_dir, refuse_existing_file
+
+    if hasattr(s, "output_file"):  # one file, not a directory
+        refuse_existing_file(Path(s.output_file), s.overwrite)
+        return contextlib.nullcontext()
+    if getattr(s, "output_dir", None) is None:
+        return contextlib.nullcontext()
+    fingerprint = {f.name: str(v) if isinstance(v := getattr(s, f.name), Path) else v
+                   for f in dataclasses.fields(s) if f.name not in ("progress", "overwrite", "resume", "device")}
+    return output_dir(s.output_dir, name, json.loads(json.dumps(fingerprint, default=str)),
+                      overwrite=s.overwrite, resume=getattr(s, "resume", False))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
@@ -383,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             from bertkit.modeling import require_compiler
 
             require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
-        result = handler(s)
+        with _claim(name, s):
+            result = handler(s)
     except BertkitError as e:
         # User-caused errors already carry the values and the fix; a traceback would bury them.
         # Anything else is a bug in bertkit and keeps its traceback (exit 1).

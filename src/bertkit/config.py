@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
+from bertkit.outputs import atomic_write_text
 
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
@@ -160,7 +161,7 @@ class BertConfig:
         return cls.from_dict(data, **overrides)
 
     def save_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
     # ---- presets -------------------------------------------------------------------------------------
     @classmethod

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-import json
 import logging
 import re
 import time
@@ -191,6 +190,7 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = 200
     """Run every stage; returns (and writes to ``out_dir/demo.json``) what each stage measured."""
     from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertTokenizer
     from bertkit.data.pretraining import create_pretraining_data
+    from bertkit.outputs import atomic_write_json
     from bertkit.tasks import glue
     from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
     from bertkit.training.finetune import predict, run_finetuning
@@ -288,6 +288,6 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = 200
         f"{finetune['no pre-training']:.3f}")
     report["finetune"] = finetune
     report["seconds"] = round(time.perf_counter() - t_start, 1)
-    (out_dir / "demo.json").write_text(json.dumps(report, indent=2))
+    atomic_write_json(out_dir / "demo.json", report)
     say(f"\nDone in {report['seconds']} s. Everything is in {out_dir} (demo.json, pretrain/metrics.png).")
     return report

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
+from bertkit.outputs import atomic_write_json
 from bertkit.tasks import ner
 from bertkit.tasks.metrics import to_fractions
 from bertkit.training.settings import STUDY_COMBINATIONS, StudySettings
@@ -538,7 +539,7 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
         f"the first {len(train)} of the {len(train_all)} training sentences",
         "settings": settings,
     }
-    (s.output_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_json(s.output_dir / "report.json", report)
     return report
 
 

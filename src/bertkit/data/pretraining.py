@@ -367,7 +367,7 @@ def create_pretraining_data(
     out.mkdir(parents=True, exist_ok=True)
     if any(out.glob("shard-*.npy")) or (out / "manifest.json").exists():
         if not overwrite:
-            raise BertkitError(f"{out} already holds pre-training shards; pass overwrite=True or choose a new directory")
+            raise BertkitError(f"{out} already holds pre-training shards; pass --overwrite (overwrite=True) or choose a new directory")
         remove_shards(out)
     vocab_text = "".join(t + "\n" for t in vocab)
     (out / VOCAB).write_text(vocab_text, encoding="utf-8")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
+from bertkit.outputs import atomic_write_json
 from bertkit.tokenization.basic import CHUNK_RE, NON_SEPARATOR_SPACE_RE, BasicTokenizer
 from bertkit.tokenization.encoding import (
     BatchEncoding,
@@ -195,10 +196,7 @@ class BertTokenizer:
         }
         written = [save_vocab(self._tokens, path / VOCAB_FILE)]
         for name, data in ((CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map)):
-            with open(path / name, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=2, ensure_ascii=False)
-                f.write("\n")
-            written.append(path / name)
+            written.append(atomic_write_json(path / name, data))  # never through a symlink already there
         return written
 
     # ------------------------------------------------------------------------------------------------

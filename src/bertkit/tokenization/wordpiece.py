@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
+from bertkit.outputs import atomic_write
 
 __all__ = ["Memo", "WordPiece", "load_vocab", "save_vocab"]
 
@@ -40,7 +41,7 @@ def save_vocab(tokens: list[str], path: str | os.PathLike) -> Path:
     bad = [t for t in tokens if "\n" in t or "\r" in t]
     if bad:
         raise BertkitError(f"tokens with a line break cannot be written to {path}: {bad[:5]}")
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
+    with atomic_write(path, "w") as f:
         f.write("".join(t + "\n" for t in tokens))
     return path
 

@@ -13,7 +13,6 @@ over {3e-5, 5e-5, 1e-4, 3e-4}: the default rate is 1e-4 below 768 wide (``settin
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -30,6 +29,7 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.heads import BertForSequenceClassification
+from bertkit.outputs import atomic_write_json
 from bertkit.tasks import glue
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, steps_for_epochs, train
@@ -134,10 +134,10 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
                 best_dir = s.output_dir / "best"
                 model.save_pretrained(best_dir)
                 tokenizer.save_pretrained(best_dir)
-                (best_dir / "training_run.json").write_text(json.dumps(runs[-1], indent=2))
+                atomic_write_json(best_dir / "training_run.json", runs[-1])
     report = summarize_grid(task, runs)
     report.update(task=task.name, model=str(s.model_name_or_path), settings={**s.as_dict(), "learning_rate": lrs})
-    (s.output_dir / "report.json").write_text(json.dumps(report, indent=2))
+    atomic_write_json(s.output_dir / "report.json", report)
     return report
 
 

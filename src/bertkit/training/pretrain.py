@@ -9,7 +9,6 @@ of 512 to learn the positional embeddings").
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from bertkit.config import PRESETS, BertConfig
 from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
 from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX, BertForPreTraining
+from bertkit.outputs import atomic_write_json
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, train
 from bertkit.training.plot import plot_metrics
@@ -120,7 +120,7 @@ def pretrain(s: PretrainSettings) -> TrainResult:
     final = s.output_dir / "final"
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)
-    (s.output_dir / "summary.json").write_text(json.dumps(
-        {"steps": result.step, "last_eval": result.last_eval, "final_model": str(final)}, indent=2))
+    atomic_write_json(s.output_dir / "summary.json",
+                      {"steps": result.step, "last_eval": result.last_eval, "final_model": str(final)})
     plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
     return result

@@ -126,6 +126,8 @@ class TrainingSettings:
     """Where to train: cpu, cuda, cuda:1, ..."""
     progress: bool = True
     """Show progress bars."""
+    overwrite: bool = False
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)
@@ -397,6 +399,8 @@ class TokenizerSettings:
     """Processes counting words."""
     progress: bool = True
     """Show progress bars."""
+    overwrite: bool = False
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
 
 @dataclass(kw_only=True)
@@ -423,6 +427,8 @@ class PredictGlueSettings:
     """bfloat16 autocast."""
     device: str = "cpu"
     """cpu, cuda, ..."""
+    overwrite: bool = False
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
 
 @dataclass(kw_only=True)
@@ -447,6 +453,8 @@ class ExtractSettings:
     """cpu, cuda, ..."""
     progress: bool = True
     """Show a progress bar."""
+    overwrite: bool = False
+    """Replace --output-file if it exists."""
 
 
 @dataclass(kw_only=True)
@@ -463,6 +471,8 @@ class DemoSettings:
     """Seed of every stage."""
     progress: bool = True
     """Show progress bars."""
+    overwrite: bool = False
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
 
 STUDY_COMBINATIONS = ("embeddings", "second_to_last_hidden", "last_hidden", "weighted_sum_last_four",
@@ -509,6 +519,8 @@ class StudySettings:
     """cpu, cuda, ..."""
     progress: bool = True
     """Show progress bars."""
+    overwrite: bool = False
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
         self.data_dir, self.model_name_or_path, self.output_dir = (Path(self.data_dir), Path(self.model_name_or_path),
@@ -539,7 +551,7 @@ class CreateDataSettings(PretrainingConfig):
     num_workers: int = flag(2, aliases=("--workers",))
     """Processes creating instances."""
     overwrite: bool = False
-    """Replace instances this command wrote to --output-dir before."""
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -553,3 +565,5 @@ class DownloadSettings:
 
     output_dir: Path = flag(positional=True)
     """Directory to unpack the checkpoint into."""
+    overwrite: bool = False
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""

@@ -35,6 +35,7 @@ from torch import nn
 
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
+from bertkit.outputs import atomic_write_json
 from bertkit.tasks import ner, squad, swag
 from bertkit.tasks.glue import collate
 from bertkit.tasks.metrics import to_fractions
@@ -56,7 +57,7 @@ def _save(model: nn.Module, tokenizer: BertTokenizer, out_dir: Path) -> Path:
 
 
 def _write_report(out_dir: Path, report: dict) -> dict:
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_json(out_dir / "report.json", report)
     return report
 
 

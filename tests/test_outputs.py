@@ -1,0 +1,155 @@
+"""Never lose a user's files: atomic writes, run markers, --overwrite that removes only bertkit's files, a lock."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bertkit.cli import COMMANDS, FAMILIES, main
+from bertkit.errors import BertkitError
+from bertkit.outputs import MARKER, atomic_write_text, claim_output_dir, output_dir
+
+COMMAND_NAMES = [n for n in COMMANDS] + [f"{f} {t}" for f, tasks in FAMILIES.items() for t in tasks]
+
+
+def test_atomic_write_replaces_a_symlink_instead_of_writing_through_it(tmp_path):
+    precious = tmp_path / "precious.txt"
+    precious.write_text("the user's data")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").symlink_to(precious)
+    atomic_write_text(out / "report.json", "{}")
+    assert precious.read_text() == "the user's data"
+    assert not (out / "report.json").is_symlink() and (out / "report.json").read_text() == "{}"
+    assert sorted(p.name for p in out.iterdir()) == ["report.json"]  # no temporary file left behind
+
+
+def test_tokenizer_save_pretrained_never_writes_through_a_symlink(tmp_path, minilm_dir):
+    from bertkit.tokenization import BertTokenizer
+
+    precious = tmp_path / "precious.json"
+    precious.write_text('{"mine": true}')
+    out = tmp_path / "tok"
+    out.mkdir()
+    (out / "tokenizer_config.json").symlink_to(precious)
+    BertTokenizer.from_pretrained(minilm_dir).save_pretrained(out)
+    assert precious.read_text() == '{"mine": true}'
+    assert BertTokenizer.from_pretrained(out).do_lower_case is True
+
+
+def test_atomic_write_keeps_the_old_file_when_the_disk_is_full(tmp_path, monkeypatch):
+    target = tmp_path / "metrics.json"
+    target.write_text("old")
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(BertkitError, match=f"no space left on the device while writing {target}"):
+        atomic_write_text(target, "new")
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+
+
+@pytest.mark.parametrize("first,second", list(itertools.product(COMMAND_NAMES, repeat=2)))
+def test_every_pair_of_commands_into_one_directory(tmp_path, first, second):
+    """The second command into the first's output is refused; --overwrite removes exactly the first's files."""
+    with output_dir(tmp_path, first, {"a": 1}) as claim:
+        (claim.path / "sub").mkdir()
+        (claim.path / "sub" / "made.txt").write_text("bertkit's")
+    with pytest.raises(BertkitError, match=f"output of a `bertkit {first}` run") as info:
+        claim_output_dir(tmp_path, second, {"a": 2})
+    assert "--overwrite" in str(info.value)
+    assert (tmp_path / "sub" / "made.txt").read_text() == "bertkit's"  # refused: nothing touched
+    with output_dir(tmp_path, second, {"a": 2}, overwrite=True):
+        assert not (tmp_path / "sub").exists()
+    assert json.loads((tmp_path / MARKER).read_text())["command"] == second
+
+
+def test_overwrite_never_removes_a_file_bertkit_did_not_write(tmp_path):
+    with output_dir(tmp_path, "pretrain") as claim:
+        (claim.path / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "notes.txt").write_text("the user's notes, added later")
+    with pytest.raises(BertkitError, match="other file.s. remain .e.g. notes.txt"):
+        claim_output_dir(tmp_path, "finetune ner", overwrite=True)
+    assert (tmp_path / "notes.txt").read_text() == "the user's notes, added later"
+    assert not (tmp_path / "metrics.jsonl").exists()  # bertkit's own file was removed
+
+
+def test_a_directory_of_user_files_is_refused_even_with_overwrite(tmp_path):
+    (tmp_path / "vocab.txt").write_text("[PAD]\n")
+    for overwrite in (False, True):
+        with pytest.raises(BertkitError, match="1 file.s. bertkit did not write there .e.g. vocab.txt."):
+            claim_output_dir(tmp_path, "train-tokenizer", overwrite=overwrite)
+    assert (tmp_path / "vocab.txt").read_text() == "[PAD]\n"
+
+
+def test_resume_continues_the_same_command_only(tmp_path):
+    with output_dir(tmp_path, "pretrain") as claim:
+        (claim.path / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(BertkitError, match="pass --resume to continue it"):
+        claim_output_dir(tmp_path, "pretrain")
+    with output_dir(tmp_path, "pretrain", resume=True):
+        pass
+    with pytest.raises(BertkitError, match="`bertkit pretrain` run"):
+        claim_output_dir(tmp_path, "finetune glue", resume=True)
+
+
+def test_overwrite_after_a_killed_run_removes_what_it_made(tmp_path):
+    claim = claim_output_dir(tmp_path, "pretrain")  # never released: as if SIGKILLed
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "state.pt").write_text("x")
+    claim._lock.close()
+    with output_dir(tmp_path, "pretrain", overwrite=True):
+        assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_second_process_is_refused_and_a_dead_ones_lock_is_taken_over(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from bertkit.outputs import claim_output_dir;"
+         f"c = claim_output_dir({str(tmp_path)!r}, 'pretrain'); print('ready', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(BertkitError, match=rf"is in use by pid {holder.pid} \(bertkit pretrain\)"):
+            claim_output_dir(tmp_path, "pretrain", resume=True)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    time.sleep(0.1)
+    with output_dir(tmp_path, "pretrain", resume=True):  # the kernel dropped the dead process's lock
+        pass
+
+
+def test_cli_probes_from_the_issue(tmp_path, minilm_dir, capsys):
+    """train-tokenizer into a model directory; fine-tuning into a pre-training run; pretrain into a fine-tuning run."""
+    from bertkit import BertModel, BertTokenizer
+
+    model_dir = tmp_path / "model"
+    BertModel.from_pretrained(minilm_dir).save_pretrained(model_dir)
+    BertTokenizer.from_pretrained(minilm_dir).save_pretrained(model_dir)
+    before = (model_dir / "vocab.txt").read_bytes()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a small corpus of words\n" * 50)
+    assert main(["train-tokenizer", str(corpus), "--output-dir", str(model_dir), "--vocab-size", "100",
+                 "--no-progress"]) == 2
+    assert "bertkit did not write there" in capsys.readouterr().err
+    assert (model_dir / "vocab.txt").read_bytes() == before
+
+    run = tmp_path / "pretrain-run"
+    with output_dir(run, "pretrain") as claim:
+        (claim.path / "checkpoints" / "step-00000010").mkdir(parents=True)
+        (claim.path / "checkpoints" / "step-00000010" / "state.pt").write_text("state")
+        (claim.path / "metrics.jsonl").write_text('{"step": 10}\n')
+    for argv in (["finetune", "ner", "--data-dir", str(tmp_path), "--model", str(model_dir)],
+                 ["finetune", "glue", "--task", "cola", "--data-dir", str(tmp_path), "--model", str(model_dir)]):
+        assert main([*argv, "--output-dir", str(run), "--no-progress"]) == 2
+        assert "already holds the output of a `bertkit pretrain` run" in capsys.readouterr().err
+    assert (run / "metrics.jsonl").read_text() == '{"step": 10}\n'
+    assert (run / "checkpoints" / "step-00000010" / "state.pt").read_text() == "state"
