@@ -98,3 +98,87 @@ def test_diverging_pretraining_stops_non_zero_and_saves_no_model(tiny_setup, tmp
     assert "training stopped at step" in err and ("is nan" in err or "is inf" in err)
     assert "Last good checkpoint:" in err and "--skip-nonfinite" in err
     assert not (out / "final").exists()  # no NaN model written
+
+
+def _settings(root: Path, out: Path, **kw):
+    from bertkit.training.settings import PretrainSettings
+
+    base = dict(data=root / "data", vocab=root / "vocab", config_name="tiny", output_dir=out, max_steps=30,
+                save_steps=10, logging_steps=1, batch_size=8, learning_rate=1e-3, progress=False)
+    return PretrainSettings(**{**base, **kw})
+
+
+def _weights(out: Path):
+    from safetensors.torch import load_file
+
+    return load_file(out / "final" / "model.safetensors")
+
+
+def test_a_truncated_checkpoint_and_a_torn_metrics_line_fall_back_and_resume_exactly(tiny_setup, tmp_path, caplog):
+    import torch
+
+    from bertkit.training.pretrain import pretrain
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # bit-exact comparisons: one thread, as the resume test's OMP_NUM_THREADS=1
+    try:
+        pretrain(_settings(tiny_setup, tmp_path / "a"))
+        reference = _weights(tmp_path / "a")
+        out = tmp_path / "b"
+        pretrain(_settings(tiny_setup, out))
+        state = out / "checkpoints" / "step-00000030" / "state.pt"
+        state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # a torn write of the newest checkpoint
+        with open(out / "metrics.jsonl", "a") as f:
+            f.write('{"split": "train", "st')  # a kill mid-append
+        with caplog.at_level("WARNING", logger="bertkit"):
+            result = pretrain(_settings(tiny_setup, out, resume=True))
+        assert result.step == 30
+        assert "step-00000030 is damaged" in caplog.text and "falling back" in caplog.text
+        assert "is torn" in caplog.text
+        resumed = _weights(out)
+        assert all((resumed[k] == reference[k]).all() for k in reference)  # bit for bit
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_data_regenerated_at_the_same_path_does_not_resume_silently(tiny_setup, tmp_path):
+    import shutil
+
+    from bertkit.data.pretraining import create_pretraining_data
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.training.pretrain import pretrain
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_setup / "data", data)
+    root = tmp_path
+    shutil.copytree(tiny_setup / "vocab", root / "vocab")
+    pretrain(_settings(root, tmp_path / "run", max_steps=10))
+    tok = BertTokenizer.from_pretrained(root / "vocab")
+    create_pretraining_data([tiny_setup / "corpus" / "train.txt"], tok, data, max_seq_length=32,
+                            max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=4,
+                            num_workers=1, progress=False, overwrite=True)  # same path, other masks
+    with pytest.raises(ValueError, match="other settings or data.*'data'"):
+        pretrain(_settings(root, tmp_path / "run", max_steps=10, resume=True))
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tiny_setup, tmp_path, monkeypatch):
+    import torch
+
+    from bertkit.training import loop
+    from bertkit.training.pretrain import pretrain
+
+    real_save, calls = torch.save, []
+
+    def save(obj, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 2:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4096 vs 2048")
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(loop.torch, "save", save)
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=r"the disk is full: could not write .*\.tmp-step-00000020/state.pt") as info:
+        pretrain(_settings(tiny_setup, out))
+    assert "step-00000010 is intact" in str(info.value)
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-00000010"]  # temporary files removed
+    assert torch.load(out / "checkpoints" / "step-00000010" / "state.pt", weights_only=True)["position"]["step"] == 10

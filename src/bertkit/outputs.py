@@ -43,7 +43,7 @@ os.umask(_UMASK)  # read once: temporary files get the permissions a plain open(
 # -------------------------------------------------------------------------------------------------
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:  # some filesystems do not open directories; the rename is still atomic
@@ -81,7 +81,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
             raise BertkitError(f"no space left on the device while writing {path}; free some space and run again "
                                "(nothing was replaced: the previous file, if any, is intact)") from e
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 @contextlib.contextmanager
@@ -108,7 +108,7 @@ def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
             raise BertkitError(f"no space left on the device while writing {path}; free some space and run again "
                                "(nothing was replaced: the previous file, if any, is intact)") from e
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:

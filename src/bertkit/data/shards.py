@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError
+from bertkit.outputs import atomic_write_text
 
 FORMAT = "bertkit-pretraining-v1"
 MANIFEST = "manifest.json"
@@ -66,7 +67,7 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 def write_manifest(output_dir: str | os.PathLike, manifest: dict) -> Path:
     path = Path(output_dir) / MANIFEST
-    path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return path
 
 

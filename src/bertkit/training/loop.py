@@ -14,9 +14,11 @@ one phase; the paper's pre-training is two (90% of steps at 128 tokens, then 512
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import math
+import os
 import random
 import shutil
 import time
@@ -29,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, NonFiniteError
+from bertkit.outputs import atomic_write_text, fsync_dir
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
 from bertkit.training.settings import TrainingSettings
 
@@ -126,16 +129,24 @@ def checkpoint_dirs(out_dir: Path) -> list[Path]:
     return sorted((out_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
 
 
+def _disk_full(e: BaseException) -> bool:
+    # torch's zip writer reports a full disk as "[enforce fail at inline_container.cc] unexpected pos" or
+    # "PytorchStreamWriter failed writing file", not as ENOSPC.
+    return (isinstance(e, OSError) and e.errno == errno.ENOSPC) or (
+        isinstance(e, RuntimeError) and ("unexpected pos" in str(e) or "PytorchStreamWriter failed" in str(e)))
+
+
 def _save_checkpoint(out_dir: Path, model: nn.Module, optimizer, scheduler, pos: Position,
                      fingerprint: dict, keep: int, window: dict | None = None) -> Path:
-    """Write to a temporary directory and rename it: a kill mid-write never leaves a partial checkpoint."""
+    """Write to a temporary directory, fsync, and rename it: a kill mid-write never leaves a partial
+    checkpoint, and a failed write (a full disk) leaves the previous checkpoints as they were."""
     root = out_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{pos.step:08d}"
     tmp = root / f".tmp-step-{pos.step:08d}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)  # a temporary directory of this run's own, left by a kill
     tmp.mkdir()
-    torch.save({
+    state = {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
@@ -144,30 +155,75 @@ def _save_checkpoint(out_dir: Path, model: nn.Module, optimizer, scheduler, pos:
         "position": dataclasses.asdict(pos),
         "fingerprint": fingerprint,
         "window": dict(window or {}),  # partial logging-window sums, so resumed logs equal uninterrupted ones
-    }, tmp / STATE_FILE)
-    shutil.rmtree(final, ignore_errors=True)
+    }
+    try:
+        torch.save(state, tmp / STATE_FILE)
+        with open(tmp / STATE_FILE, "rb") as f:
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not _disk_full(e):
+            raise
+        previous = checkpoint_dirs(out_dir)
+        needed = sum(t.numel() * t.element_size() for t in model.state_dict().values()) * 3  # weights + 2 Adam moments
+        free = shutil.disk_usage(root).free
+        raise BertkitError(
+            f"the disk is full: could not write {tmp / STATE_FILE} (a checkpoint needs about {needed / 1e6:.0f} MB, "
+            f"{free / 1e6:.0f} MB are free); the temporary files were removed and the previous checkpoint "
+            f"{previous[-1] if previous else '(none)'} is intact: free some space and run again with --resume"
+        ) from e
+    shutil.rmtree(final, ignore_errors=True)  # only a checkpoint of this step, which this run is rewriting
     tmp.rename(final)
+    fsync_dir(root)
     for old in checkpoint_dirs(out_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def _load_checkpoint(path: Path, model, optimizer, scheduler, fingerprint: dict) -> tuple[Position, dict]:
-    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+def _read_state(path: Path) -> dict:
+    import pickle
+
+    try:
+        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise BertkitError(f"{path / STATE_FILE} holds Python code, not only tensors, so bertkit will not load it "
+                           f"(it did not write it): {str(e).splitlines()[0]}") from None
+    for key in ("model", "optimizer", "scheduler", "position", "fingerprint"):
+        if key not in state:
+            raise KeyError(key)
+    return state
+
+
+def _load_checkpoint(out_dir: Path, model, optimizer, scheduler, fingerprint: dict) -> tuple[Path, Position, dict]:
+    """Load the newest intact checkpoint; a damaged newest one (a torn write) falls back to the previous."""
+    damaged = []
+    for path in reversed(checkpoint_dirs(out_dir)):
+        try:
+            state = _read_state(path)
+        except (RuntimeError, EOFError, KeyError, OSError, ValueError) as e:
+            if isinstance(e, BertkitError):
+                raise
+            damaged.append(f"{path / STATE_FILE} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+            logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
+            continue
+        break
+    else:
+        raise BertkitError(f"no intact checkpoint to resume from in {out_dir / 'checkpoints'}: {'; '.join(damaged)}")
     if state["fingerprint"] != fingerprint:
         diff = {k: (state["fingerprint"].get(k), fingerprint.get(k))
                 for k in sorted(set(state["fingerprint"]) | set(fingerprint))
                 if state["fingerprint"].get(k) != fingerprint.get(k)}
         raise BertkitError(
-            f"cannot resume from {path}: it was written by a run with other settings "
-            f"(field: (checkpoint, now)) {diff}; resume with the original settings or start a new --out directory"
+            f"cannot resume from {path}: it was written by a run with other settings or data "
+            f"(field: (checkpoint, now)) {diff}; resume with the original settings and data, or start a new "
+            "--output-dir"
         )
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     torch.set_rng_state(state["torch_rng"])
     random.setstate(state["python_rng"])
-    return Position(**state["position"]), state.get("window", {})
+    return path, Position(**state["position"]), state.get("window", {})
 
 
 # -------------------------------------------------------------------------------------------------
@@ -212,8 +268,8 @@ def train(
     metrics_path = out_dir / "metrics.jsonl"
     existing = checkpoint_dirs(out_dir)
     if resume and existing:
-        pos, window = _load_checkpoint(existing[-1], model, optimizer, scheduler, fingerprint)
-        logger.info("resuming from %s (step %d of %d)", existing[-1], pos.step, total)
+        path, pos, window = _load_checkpoint(out_dir, model, optimizer, scheduler, fingerprint)
+        logger.info("resuming from %s (step %d of %d)", path, pos.step, total)
         history = [r for r in _read_jsonl(metrics_path) if r["step"] <= pos.step]  # drop records after the checkpoint
         _write_jsonl(metrics_path, history)
     elif existing:
@@ -338,12 +394,22 @@ def _progress(total: int, initial: int, enabled: bool):
 
 
 def _read_jsonl(path: Path) -> list[dict]:
+    """metrics.jsonl; a torn last line (a kill mid-append) is dropped with a warning, a bad line elsewhere is an error."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [(i, line) for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
+    records = []
+    for n, (lineno, line) in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if n == len(lines) - 1:
+                logger.warning("%s line %d is torn (a write interrupted by a kill); dropping it", path, lineno)
+                break
+            raise BertkitError(f"{path} line {lineno} is not JSON ({line[:60]!r}); the metrics of this run are "
+                               "damaged: move the file away to resume without its history") from None
+    return records
 
 
 def _write_jsonl(path: Path, records: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    tmp.replace(path)
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))

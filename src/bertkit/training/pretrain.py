@@ -17,6 +17,7 @@ import torch
 
 from bertkit.config import PRESETS, BertConfig
 from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
+from bertkit.data.shards import MANIFEST, sha256_file
 from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX, BertForPreTraining
 from bertkit.outputs import atomic_write_json
@@ -114,7 +115,9 @@ def pretrain(s: PretrainSettings) -> TrainResult:
     torch.manual_seed(s.seed)  # the initial weights are part of the run: same seed, same model
     model = BertForPreTraining(config)
     fingerprint = {"model_config": config.to_dict(), "max_steps": s.max_steps, "batch_size": s.batch_size,
-                   "data": [str(Path(p.plan.dataset.path).resolve()) for p in phases]}
+                   # the data's content (the manifest lists every shard's sha256), not its path: data
+                   # regenerated at the same path must not resume silently, data moved elsewhere may
+                   "data": [sha256_file(Path(p.plan.dataset.path) / MANIFEST) for p in phases]}
     result = train(model, phases, s.training(), evaluate=evaluate, batch_metrics=mlm_nsp_batch_metrics,
                    fingerprint=fingerprint, resume=s.resume)
     final = s.output_dir / "final"
