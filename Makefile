@@ -27,6 +27,7 @@ test: $(STAMP) $(MODEL)/config.json
 
 test-slow: $(STAMP) $(MODEL)/config.json
 	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m slow
+	BERTKIT_TEST_MODEL=$(MODEL) BERTKIT_FUZZ_TOKENIZER=100000 BERTKIT_FUZZ_READERS=10000 $(BIN)/pytest -q tests/test_fuzz.py
 
 bench: $(STAMP) $(MODEL)/config.json
 	$(BIN)/python bench/bench_inference.py --model $(MODEL)

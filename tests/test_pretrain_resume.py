@@ -182,3 +182,29 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tiny_setup, tmp_
     assert "step-00000010 is intact" in str(info.value)
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-00000010"]  # temporary files removed
     assert torch.load(out / "checkpoints" / "step-00000010" / "state.pt", weights_only=True)["position"]["step"] == 10
+
+
+@pytest.mark.slow
+def test_kill_campaign_twenty_sigkills_at_random_moments(tiny_setup, tmp_path):
+    """20 SIGKILLs at random moments (checkpoints every 5 steps, so many land in checkpoint writes), each
+    followed by --resume: the run ends with the uninterrupted run's losses and weights, bit for bit."""
+    import random
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = ("--max-steps", "300", "--save-steps", "5")
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    subprocess.run(_pretrain_args(tiny_setup, full, *args), check=True, env=env, capture_output=True)
+    rng, kills = random.Random(2026), 0
+    while kills < 20:
+        proc = subprocess.Popen(_pretrain_args(tiny_setup, killed, *args, "--resume"), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(1.0, 4.0))  # start-up takes about a second: most kills land in training
+        if proc.poll() is not None:
+            break  # finished before this kill: nothing left to interrupt
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+    subprocess.run(_pretrain_args(tiny_setup, killed, *args, "--resume"), check=True, env=env, capture_output=True)
+    assert kills == 20
+    assert _losses(killed) == _losses(full)
+    assert (full / "final" / "model.safetensors").read_bytes() == (killed / "final" / "model.safetensors").read_bytes()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,23 @@ class BertConfig:
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        # Types first: a config.json written by hand may hold "0.1" or null where a number belongs.
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
+                     "classifier_dropout"):
+            value = getattr(self, name)
+            if value is None and name == "classifier_dropout":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise BertkitError(f"BertConfig.{name} must be a finite number, got {value!r}"
+                                   + (" (a string: write it without quotes)" if isinstance(value, str) else ""))
+        for name in ("hidden_act", "position_embedding_type"):
+            if not isinstance(getattr(self, name), str):
+                raise BertkitError(f"BertConfig.{name} must be a string, got {getattr(self, name)!r}")
+        if isinstance(self.pad_token_id, bool) or not isinstance(self.pad_token_id, int):
+            raise BertkitError(f"BertConfig.pad_token_id must be an int, got {self.pad_token_id!r}")
+        if self.id2label is not None and not isinstance(self.id2label, dict):
+            raise BertkitError(f"BertConfig.id2label must be a mapping like {{\"0\": \"NEGATIVE\", \"1\": "
+                               f"\"POSITIVE\"}}, got a {type(self.id2label).__name__}: {self.id2label!r}")
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             value = getattr(self, name)
@@ -82,7 +100,10 @@ class BertConfig:
             raise BertkitError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
         if self.id2label is not None:
             # config.json stores keys as strings ("0": "NEGATIVE"); keep ints inside Python.
-            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            try:
+                self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            except (TypeError, ValueError):
+                raise BertkitError(f"BertConfig.id2label keys must be label ids 0..n-1, got {list(self.id2label)}") from None
             if sorted(self.id2label) != list(range(len(self.id2label))):
                 raise BertkitError(f"BertConfig.id2label keys must be 0..n-1, got {sorted(self.id2label)}")
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
@@ -123,6 +144,8 @@ class BertConfig:
         derived = ("label2id", "num_labels", "model_type", "architectures")
         extra = {k: v for k, v in merged.items() if k not in known and k not in derived}
         num_labels = merged.get("num_labels")
+        if num_labels is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1):
+            raise BertkitError(f"num_labels must be a positive int (the classifier's outputs), got {num_labels!r}")
         if num_labels is not None and "id2label" not in overrides:
             current = kwargs.get("id2label")
             if current is None or len(current) != int(num_labels):
@@ -158,7 +181,10 @@ class BertConfig:
             raise BertkitError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
         if not isinstance(data, dict):
             raise BertkitError(f"{path} must hold a JSON object, got {type(data).__name__}")
-        return cls.from_dict(data, **overrides)
+        try:
+            return cls.from_dict(data, **overrides)
+        except BertkitError as e:
+            raise BertkitError(f"{path}: {e}") from None
 
     def save_json(self, path: str | Path) -> None:
         atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")

@@ -7,6 +7,9 @@ catch ``ValueError`` or ``FileNotFoundError`` keep working.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 
 class BertkitError(ValueError):
     """A user-caused error whose message names the value, the limit and the fix."""
@@ -18,3 +21,15 @@ class MissingFileError(BertkitError, FileNotFoundError):
 
 class NonFiniteError(BertkitError):
     """A loss, gradient or model output that is NaN or infinite: never turned into a score or saved weights."""
+
+
+def not_utf8(path: str | os.PathLike) -> BertkitError:
+    """The error for a text file that is not UTF-8, naming the first bad byte's line and offset."""
+    data = Path(path).read_bytes()
+    try:
+        data.decode("utf-8")
+        where = "somewhere"
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        where = f"line {line}, byte {e.start} ({data[e.start:e.start + 1]!r})"
+    return BertkitError(f"{path} is not UTF-8 text: {where}; convert it to UTF-8 (e.g. iconv -t UTF-8)")

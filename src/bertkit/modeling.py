@@ -312,6 +312,36 @@ def init_bert_weights(module: nn.Module, std: float) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
+def check_inputs(config: BertConfig, input_ids: Tensor, token_type_ids: Tensor | None,
+                 attention_mask: Tensor | None, position_ids: Tensor | None) -> None:
+    """Shapes and id ranges checked where inputs enter, so a mistake is a clear error, not wrong outputs
+    (a (1, T) mask broadcast over a (B, T) batch) or torch's "index out of range in self". One min/max
+    pass per tensor; skipped while tracing or compiling (export), where values are symbolic."""
+    if input_ids.dim() != 2:
+        raise BertkitError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
+    shape = tuple(input_ids.shape)
+    for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+        if t is not None and tuple(t.shape) != shape:
+            raise BertkitError(f"{name} has shape {tuple(t.shape)} but input_ids has {shape}; pass one value per "
+                               "token (the tokenizer's output with padding=True gives matching shapes)")
+    if position_ids is not None and (position_ids.dim() != 2 or position_ids.shape[1] != shape[1]
+                                     or position_ids.shape[0] not in (1, shape[0])):
+        raise BertkitError(f"position_ids has shape {tuple(position_ids.shape)}; expected {shape} or (1, {shape[1]})")
+    if torch.jit.is_tracing() or torch.compiler.is_compiling() or input_ids.numel() == 0:
+        return
+    for name, t, limit, what in (("input_ids", input_ids, config.vocab_size, "vocab_size"),
+                                 ("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size"),
+                                 ("position_ids", position_ids, config.max_position_embeddings,
+                                  "max_position_embeddings")):
+        if t is None:
+            continue
+        lo, hi = (int(v) for v in torch.aminmax(t))
+        if lo < 0 or hi >= limit:
+            bad = lo if lo < 0 else hi
+            raise BertkitError(f"{name} holds {bad}, outside [0, {limit - 1}] ({what} {limit} of this model); "
+                               "was the input made with this model's tokenizer?")
+
+
 @dataclass
 class BertModelOutput:
     """Encoder outputs. ``tokens`` are the stored token states: (B, T, H) in the padded layout, (N, H)
@@ -371,8 +401,7 @@ class BertModel(PretrainedMixin, nn.Module):
         sequences numbered 1, 2, ... within each row, 0 for padding; positions restart per sequence and
         ``pooler_output`` has one row per sequence.
         """
-        if input_ids.dim() != 2:
-            raise BertkitError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
+        check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids)
         layout = layout or self.layout
         if layout not in LAYOUTS:
             raise BertkitError(f"layout {layout!r} is not one of {LAYOUTS}")

@@ -30,6 +30,7 @@ compute that padding to max_seq_length would waste.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, not_utf8
 from bertkit.tasks import metrics
 
 
@@ -200,6 +201,13 @@ def get_task(task: str | GlueTask) -> GlueTask:
 
 
 def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
+    try:
+        return _read_tsv_rows(task, path, layout)
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+
+
+def _read_tsv_rows(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
     if not path.is_file():
         raise MissingFileError(f"GLUE {task.name} file not found: {path}")
     examples: list[GlueExample] = []
@@ -209,6 +217,7 @@ def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
         for lineno, raw in enumerate(f, start=1):
             line = raw.rstrip("\n").rstrip("\r")
             if lineno == 1 and layout.header:
+                _check_header(task, line, layout, path)
                 continue
             if not line.strip():
                 raise BertkitError(
@@ -239,17 +248,38 @@ def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
                     line=lineno,
                 )
             )
+    if not examples:
+        raise BertkitError(f"{path} holds no examples (an empty {task.name} file); every split must have rows")
     return examples
+
+
+def _check_header(task: GlueTask, line: str, layout: _Layout, path: Path) -> None:
+    """The first line of a file with a header must be the header: a file that lost it would silently lose
+    its first example (read as the header)."""
+    cols = line.split("\t")
+    if layout.label is not None and len(cols) > layout.label:
+        try:
+            _check_label(task, cols[layout.label], path, 1)
+        except BertkitError:
+            return  # not a valid label: a header
+    elif layout.id is None or len(cols) <= layout.id or not cols[layout.id].strip().isdigit():
+        return
+    raise BertkitError(f"{path} line 1 is a data row, not the header {task.name} files start with; restore the "
+                       "header line (as the GLUE download has it) so that the first example is not lost")
 
 
 def _check_label(task: GlueTask, label: str, path: Path, lineno: int) -> None:
     if task.labels is None:
         try:
-            float(label)
+            score = float(label)
         except ValueError:
             raise BertkitError(
                 f"malformed row in {path} line {lineno}: {task.name} score {label!r} is not a number"
             ) from None
+        if not (math.isfinite(score) and 0.0 <= score <= 5.0):
+            raise BertkitError(
+                f"malformed row in {path} line {lineno}: {task.name} score {label!r} is outside [0, 5] "
+                "(similarity scores are finite numbers from 0 to 5)")
     elif label not in task.labels:
         raise BertkitError(
             f"malformed row in {path} line {lineno}: label {label!r} is not one of {list(task.labels)} "

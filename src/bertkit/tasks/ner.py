@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, not_utf8
 
 # The shared padder, re-exported for callers of this module: token labels pad with -100.
 from bertkit.tasks.glue import collate as collate
@@ -92,6 +92,10 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
         tags.clear()
         lines.clear()
 
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     with open(path, encoding="utf-8") as f:
         for lineno, raw in enumerate(f, start=1):
             cols = raw.split()
@@ -122,6 +126,8 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
             tags.append(tag)
             lines.append(lineno)
     flush()
+    if not sentences:
+        raise BertkitError(f"{path} holds no sentences (an empty CoNLL file); every split must have some")
     return sentences
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, not_utf8
 
 # ---------------------------------------------------------------- reading
 
@@ -69,6 +69,8 @@ def load_squad(path: str | os.PathLike) -> dict[str, Any]:
             dataset = json.load(f)
         except json.JSONDecodeError as e:
             raise BertkitError(f"{path} line {e.lineno} column {e.colno}: not valid JSON ({e.msg})") from None
+        except UnicodeDecodeError:
+            raise not_utf8(path) from None
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
         raise BertkitError(f"{path}: expected a SQuAD JSON object with a 'data' list of articles")
     return dataset
@@ -79,46 +81,70 @@ def _articles(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Seque
     return dataset["data"] if isinstance(dataset, Mapping) else dataset
 
 
-def _answers(qa: Mapping[str, Any], key: str, context: str, title: str) -> tuple[SquadAnswer, ...]:
+def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(obj, Mapping) or key not in obj:
+        raise BertkitError(f"{where}: missing {key!r} (every SQuAD question needs id, question, and a paragraph "
+                           "context; see the official format)")
+    value = obj[key]
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise BertkitError(f"{where}: {key!r} must be a {names}, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _answers(qa: Mapping[str, Any], key: str, context: str, where: str) -> tuple[SquadAnswer, ...]:
     out = []
-    for a in qa.get(key, []):
-        ans = SquadAnswer(a["text"], int(a["answer_start"]))
+    for i, a in enumerate(_get(qa, key, list, where) if key in qa else []):
+        text = _get(a, "text", str, f"{where} {key}[{i}]")
+        start = _get(a, "answer_start", int, f"{where} {key}[{i}]")
+        ans = SquadAnswer(text, start)
         if context[ans.start : ans.start + len(ans.text)] != ans.text:
             raise BertkitError(
-                f"question {qa['id']} (article {title!r}): {key} text {ans.text!r} is not at "
-                f"answer_start {ans.start} of its context; fix the offset in the JSON"
+                f"{where}: {key} text {ans.text!r} is not at answer_start {ans.start} of its context; fix the "
+                "offset in the JSON"
             )
         out.append(ans)
     return tuple(out)
 
 
-def squad_examples(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[SquadExample]:
-    """Flatten articles -> paragraphs -> questions into examples, checking every answer offset.
+def squad_examples(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]], source: str = "SQuAD data"
+                   ) -> list[SquadExample]:
+    """Flatten articles -> paragraphs -> questions into examples, checking structure and every answer offset.
 
-    A wrong ``answer_start`` would silently train on the wrong span, so it is an error here.
+    A wrong ``answer_start`` would silently train on the wrong span, and two questions with one id would
+    silently lose a prediction, so both are errors here, naming ``source`` and where in it.
     """
     examples = []
-    for article in _articles(dataset):
-        title = article.get("title", "")
-        for paragraph in article["paragraphs"]:
-            context = paragraph["context"]
-            for qa in paragraph["qas"]:
+    seen: dict[str, str] = {}
+    for a_i, article in enumerate(_articles(dataset)):
+        title = article.get("title", "") if isinstance(article, Mapping) else ""
+        where_a = f"{source} article {a_i} ({title!r})"
+        for p_i, paragraph in enumerate(_get(article, "paragraphs", list, where_a)):
+            where_p = f"{where_a} paragraph {p_i}"
+            context = _get(paragraph, "context", str, where_p)
+            for q_i, qa in enumerate(_get(paragraph, "qas", list, where_p)):
+                where_q = f"{where_p} question {q_i}"
+                qid = _get(qa, "id", str, where_q)
+                if qid in seen:
+                    raise BertkitError(f"{where_q}: question id {qid!r} is used twice (first at {seen[qid]}); "
+                                       "predictions are keyed by id, so one would be lost: make the ids unique")
+                seen[qid] = where_q
                 examples.append(
                     SquadExample(
-                        qas_id=qa["id"],
+                        qas_id=qid,
                         title=title,
-                        question=qa["question"],
+                        question=_get(qa, "question", str, where_q),
                         context=context,
-                        answers=_answers(qa, "answers", context, title),
+                        answers=_answers(qa, "answers", context, f"{where_p} question {qid}"),
                         is_impossible=bool(qa.get("is_impossible", False)),
-                        plausible_answers=_answers(qa, "plausible_answers", context, title),
+                        plausible_answers=_answers(qa, "plausible_answers", context, f"{where_p} question {qid}"),
                     )
                 )
     return examples
 
 
 def read_squad(path: str | os.PathLike) -> list[SquadExample]:
-    return squad_examples(load_squad(path))
+    return squad_examples(load_squad(path), source=str(path))
 
 
 def split_squad_articles(

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, not_utf8
 
 # The shared padder, re-exported for callers of this module: it pads the last axis of (4, T) arrays.
 from bertkit.tasks.glue import collate as collate
@@ -51,6 +51,10 @@ def read_swag(path: str | os.PathLike) -> list[SwagExample]:
     if not path.is_file():
         raise MissingFileError(f"SWAG file not found: {path}")
     examples: list[SwagExample] = []
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)

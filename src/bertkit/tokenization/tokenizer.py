@@ -175,7 +175,9 @@ class BertTokenizer:
                 f"{path / CONFIG_FILE} not found (or it has no do_lower_case), so whether this checkpoint is "
                 f"cased is unknown: pass do_lower_case=True for an uncased checkpoint or False for a cased one"
             )
-        return cls(vocab_file, **settings)
+        tokenizer = cls(vocab_file, **settings)
+        _check_fits_model(tokenizer, path)
+        return tokenizer
 
     def save_pretrained(self, path: str | os.PathLike) -> list[Path]:
         """Write ``vocab.txt``, ``tokenizer_config.json`` and ``special_tokens_map.json``; returns their paths."""
@@ -507,22 +509,50 @@ def _as_id_list(ids: Any) -> list[int]:
     return ids
 
 
+def _check_fits_model(tokenizer: BertTokenizer, path: Path) -> None:
+    """Where a tokenizer sits beside a model (a checkpoint directory), every id must have an embedding row:
+    a vocab.txt longer than config.json's vocab_size fails later as torch's "index out of range"."""
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        return
+    try:
+        vocab_size = json.loads(config_file.read_text(encoding="utf-8")).get("vocab_size")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return  # the model's own loader reports a damaged config.json with its details
+    if isinstance(vocab_size, int) and len(tokenizer.vocab) > vocab_size:
+        raise BertkitError(f"{path / VOCAB_FILE} has {len(tokenizer.vocab)} tokens but {config_file} has vocab_size "
+                           f"{vocab_size}: ids from {vocab_size} up would have no embedding; use the vocab.txt "
+                           "the model was trained with")
+
+
 def _read_settings(path: Path) -> dict[str, Any]:
     """Constructor arguments from tokenizer_config.json and special_tokens_map.json (either may be absent)."""
     settings: dict[str, Any] = {}
     config_file = path / CONFIG_FILE
     if config_file.is_file():
-        with open(config_file, encoding="utf-8") as f:
-            config = json.load(f)
+        try:
+            with open(config_file, encoding="utf-8") as f:
+                config = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BertkitError(f"{config_file} is not valid JSON: {e}") from None
+        if not isinstance(config, dict):
+            raise BertkitError(f"{config_file} must hold a JSON object, got {type(config).__name__}")
         if config.get("do_basic_tokenize", True) is False:
             raise BertkitError(
                 f"{config_file} sets do_basic_tokenize=false, which bertkit does not support "
                 f"(WordPiece straight on whitespace-split text); remove the key to use BERT's basic tokenizer"
             )
-        for key in ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "model_max_length",
-                    "max_input_chars_per_word"):  # fmt: skip
+        kinds = {"do_lower_case": (bool,), "tokenize_chinese_chars": (bool,), "strip_accents": (bool, type(None)),
+                 "model_max_length": (int, float), "max_input_chars_per_word": (int,)}
+        for key, types in kinds.items():
             if key in config:
-                settings[key] = config[key]
+                value = config[key]
+                if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+                    want = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+                    raise BertkitError(f"{config_file}: {key} must be {want}, got {value!r}"
+                                       + (" (a string: write true/false without quotes)" if isinstance(value, str)
+                                          else ""))
+                settings[key] = value
         if config.get("never_split"):
             settings["never_split"] = list(config["never_split"])
         for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):

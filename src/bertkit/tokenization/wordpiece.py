@@ -32,8 +32,27 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
             f"(one token per line, line i = id i); point to the directory or file that holds it"
         )
     # Text mode + rstrip("\n") reads the file exactly as Hugging Face's `load_vocab` does ("\r\n" too).
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    try:
+        with open(path, encoding="utf-8") as f:
+            tokens = [line.rstrip("\n") for line in f]
+    except UnicodeDecodeError as e:
+        raw = path.read_bytes()
+        line = raw[: e.start].count(b"\n") + 1
+        raise BertkitError(f"{path} is not UTF-8 text: line {line}, byte {e.start} ({raw[e.start:e.start + 1]!r}); "
+                           "a vocab.txt holds one UTF-8 token per line") from None
+    if tokens and tokens[0].startswith("\ufeff"):
+        raise BertkitError(f"{path} starts with a UTF-8 byte-order mark, which would become part of its first "
+                           f"token ({tokens[0][1:]!r}); save the file as UTF-8 without BOM")
+    seen: dict[str, int] = {}
+    duplicates = []
+    for i, token in enumerate(tokens):
+        if token in seen and token != "":
+            duplicates.append(f"{token!r} on lines {seen[token] + 1} and {i + 1}")
+        seen.setdefault(token, i)
+    if duplicates:
+        raise BertkitError(f"{path} lists {len(duplicates)} token(s) twice ({'; '.join(duplicates[:5])}): each "
+                           "token needs one id; remove the repeated lines")
+    return tokens
 
 
 def save_vocab(tokens: list[str], path: str | os.PathLike) -> Path:

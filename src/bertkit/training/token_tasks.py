@@ -230,8 +230,8 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     dataset = squad.load_squad(s.predict_file)
     train_articles, eval_articles, split = _squad_split(s, dataset)
-    all_train_examples = squad.squad_examples(train_articles)
-    eval_examples = squad.squad_examples(eval_articles)
+    all_train_examples = squad.squad_examples(train_articles, source=str(s.train_file or s.predict_file))
+    eval_examples = squad.squad_examples(eval_articles, source=str(s.predict_file))
     if s.version == "1.1":
         for name, examples in (("training", all_train_examples), ("evaluation", eval_examples)):
             bad = [e.qas_id for e in examples if e.is_impossible or not e.answers]

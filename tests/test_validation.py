@@ -1,0 +1,198 @@
+"""Inputs are validated where they enter: model tensors, checkpoint files and data files each give a clear
+error naming the tensor / file, the field or line, the value and the limit (issue 12 section 3)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from bertkit import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
+from bertkit.errors import BertkitError
+from bertkit.tasks import glue, ner, squad
+
+TINY = dict(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
+            max_position_embeddings=8)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return BertModel(BertConfig(**TINY)).eval()
+
+
+# ---------------------------------------------------------------- model inputs
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(attention_mask=torch.ones(1, 4, dtype=torch.long)), r"attention_mask has shape \(1, 4\) but input_ids has \(2, 4\)"),
+    (dict(attention_mask=torch.ones(2, 3, dtype=torch.long)), r"attention_mask has shape \(2, 3\) but input_ids has \(2, 4\)"),
+    (dict(token_type_ids=torch.zeros(2, 5, dtype=torch.long)), r"token_type_ids has shape \(2, 5\)"),
+    (dict(token_type_ids=torch.full((2, 4), 2)), r"token_type_ids holds 2, outside \[0, 1\] \(type_vocab_size 2"),
+    (dict(position_ids=torch.tensor([[0, 1, 2, 8]])), r"position_ids holds 8, outside \[0, 7\] \(max_position_embeddings 8"),
+    (dict(position_ids=torch.zeros(3, 4, dtype=torch.long)), r"position_ids has shape \(3, 4\); expected \(2, 4\)"),
+])
+def test_mismatched_or_out_of_range_inputs_are_named(model, kwargs, message):
+    ids = torch.tensor([[2, 5, 6, 3], [2, 7, 3, 0]])
+    with pytest.raises(BertkitError, match=message):
+        model(input_ids=ids, **kwargs)
+
+
+@pytest.mark.parametrize("bad,message", [(30, r"input_ids holds 30, outside \[0, 29\] \(vocab_size 30"),
+                                         (-1, r"input_ids holds -1, outside \[0, 29\]")])
+def test_ids_outside_the_vocabulary_are_named(model, bad, message):
+    with pytest.raises(BertkitError, match=message):
+        model(input_ids=torch.tensor([[2, bad, 3]]))
+
+
+def test_a_sequence_longer_than_the_positions_is_refused(model):
+    with pytest.raises(BertkitError, match="sequence length 9 exceeds max_position_embeddings 8"):
+        model(input_ids=torch.ones(1, 9, dtype=torch.long))
+
+
+def test_valid_inputs_still_give_the_same_outputs(model):
+    ids = torch.tensor([[2, 5, 6, 3], [2, 7, 3, 0]])
+    mask = (ids != 0).long()
+    out = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    ref = model(input_ids=ids, attention_mask=mask, layout="padded").last_hidden_state
+    torch.testing.assert_close(out[mask.bool()], ref[mask.bool()], atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- checkpoint files
+
+
+@pytest.fixture()
+def saved(tmp_path):
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(**TINY).with_labels(["neg", "pos"])).save_pretrained(tmp_path)
+    return tmp_path
+
+
+def _edit_config(path, **changes):
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(changes)
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(hidden_dropout_prob="0.1"), r"hidden_dropout_prob must be a finite number, got '0.1' \(a string"),
+    (dict(layer_norm_eps=None), "layer_norm_eps must be a finite number, got None"),
+    (dict(id2label=["neg", "pos"]), r"id2label must be a mapping .* got a list"),
+    (dict(num_labels=0, id2label=None), "num_labels must be a positive int .* got 0"),
+    (dict(num_labels=-1, id2label=None), "num_labels must be a positive int .* got -1"),
+    (dict(hidden_size="16"), "hidden_size must be a positive int, got '16'"),
+])
+def test_bad_config_values_name_file_field_and_value(saved, change, message):
+    _edit_config(saved, **change)
+    with pytest.raises(BertkitError, match=message) as info:
+        BertForSequenceClassification.from_pretrained(saved)
+    assert str(saved / "config.json") in str(info.value)
+
+
+def _tokenizer_dir(tmp_path, minilm_dir):
+    d = tmp_path / "tok"
+    d.mkdir()
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        shutil.copy(minilm_dir / name, d / name)
+    return d
+
+
+def test_tokenizer_config_string_booleans_are_refused(tmp_path, minilm_dir):
+    d = _tokenizer_dir(tmp_path, minilm_dir)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["do_lower_case"] = "false"  # was read as True
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BertkitError, match=r"tokenizer_config.json: do_lower_case must be bool, got 'false' \(a string"):
+        BertTokenizer.from_pretrained(d)
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda b: b"\xef\xbb\xbf" + b, "starts with a UTF-8 byte-order mark"),
+    (lambda b: b + b"the\n", r"lists 1 token\(s\) twice \('the' on lines"),
+    (lambda b: b.replace(b"[unused5]", b"\xff\xfe", 1), r"is not UTF-8 text: line 7, byte"),
+])
+def test_damaged_vocab_files_are_named(tmp_path, minilm_dir, mutate, message):
+    d = _tokenizer_dir(tmp_path, minilm_dir)
+    (d / "vocab.txt").write_bytes(mutate((d / "vocab.txt").read_bytes()))
+    with pytest.raises(BertkitError, match=message) as info:
+        BertTokenizer.from_pretrained(d)
+    assert str(d / "vocab.txt") in str(info.value)
+
+
+def test_a_vocab_longer_than_the_model_is_refused_where_they_meet(tmp_path, minilm_dir):
+    d = _tokenizer_dir(tmp_path, minilm_dir)
+    (d / "config.json").write_text(json.dumps({"vocab_size": 1000}))
+    with pytest.raises(BertkitError, match=r"has 30522 tokens but .*config.json has vocab_size 1000"):
+        BertTokenizer.from_pretrained(d)
+
+
+def test_a_checkpoint_holding_code_is_refused_without_suggesting_weights_only_false(tmp_path):
+    from bertkit.training.loop import _read_state
+
+    (tmp_path / "step-00000001").mkdir()
+    torch.save({"model": Payload()}, tmp_path / "step-00000001" / "state.pt")
+    with pytest.raises(BertkitError, match="holds Python code, not only tensors") as info:
+        _read_state(tmp_path / "step-00000001")
+    assert "weights_only=False" not in str(info.value) and "state.pt" in str(info.value)
+
+
+class Payload:
+    """Stands for any pickled object: loading it would run the code that rebuilds it."""
+
+
+# ---------------------------------------------------------------- data files
+
+
+def _glue_file(tmp_path, task_dir, split, text):
+    d = tmp_path / task_dir
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{split}.tsv").write_text(text)
+    return tmp_path
+
+
+STSB_HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+
+
+@pytest.mark.parametrize("score", ["nan", "1e309", "-40", "5.5"])
+def test_stsb_scores_must_be_finite_in_0_to_5(tmp_path, score):
+    root = _glue_file(tmp_path, "STS-B", "train", STSB_HEADER + f"0\tg\tf\t2012\t1\ts\ts\tA man.\tA dog.\t{score}\n")
+    with pytest.raises(BertkitError, match=rf"train.tsv line 2: sts-b score '{score}' is outside \[0, 5\]"):
+        glue.read_glue("stsb", root, "train")
+
+
+def test_a_glue_file_without_its_header_is_refused(tmp_path):
+    root = _glue_file(tmp_path, "SST-2", "dev", "a fine film\t1\na bad film\t0\n")
+    with pytest.raises(BertkitError, match="dev.tsv line 1 is a data row, not the header"):
+        glue.read_glue("sst2", root, "dev")
+    ok = _glue_file(tmp_path, "SST-2", "dev", "sentence\tlabel\na fine film\t1\n")
+    assert [e.text_a for e in glue.read_glue("sst2", ok, "dev")] == ["a fine film"]
+
+
+def test_an_empty_split_is_refused_before_training(tmp_path):
+    root = _glue_file(tmp_path, "SST-2", "dev", "sentence\tlabel\n")
+    with pytest.raises(BertkitError, match="dev.tsv holds no examples"):
+        glue.read_glue("sst2", root, "dev")
+    (tmp_path / "valid.txt").write_text("-DOCSTART- -X- -X- O\n\n")
+    with pytest.raises(BertkitError, match="valid.txt holds no sentences"):
+        ner.read_conll(tmp_path / "valid.txt")
+
+
+def _squad(tmp_path, qas, context="Normandy is a region in France."):
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [
+        {"title": "Normandy", "paragraphs": [{"context": context, "qas": qas}]}]}))
+    return path
+
+
+def test_squad_without_id_or_context_and_with_duplicate_ids(tmp_path):
+    q = {"question": "Where?", "answers": [{"text": "France", "answer_start": 24}]}
+    with pytest.raises(BertkitError, match=r"dev.json article 0 \('Normandy'\) paragraph 0 question 0: missing 'id'"):
+        squad.read_squad(_squad(tmp_path, [q]))
+    path = tmp_path / "noctx.json"
+    path.write_text(json.dumps({"data": [{"title": "T", "paragraphs": [{"qas": [dict(q, id="a")]}]}]}))
+    with pytest.raises(BertkitError, match="paragraph 0: missing 'context'"):
+        squad.read_squad(path)
+    with pytest.raises(BertkitError, match="question id 'a' is used twice"):
+        squad.read_squad(_squad(tmp_path, [dict(q, id="a"), dict(q, id="a")]))
