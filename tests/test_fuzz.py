@@ -19,7 +19,6 @@ from hypothesis import strategies as st  # noqa: E402
 
 from bertkit.errors import BertkitError  # noqa: E402
 from bertkit.tokenization import BertTokenizer  # noqa: E402
-
 from test_tokenizer_parity import _sendable, hf_reference  # noqa: E402 (tests/ is on sys.path)
 
 TOKENIZER_EXAMPLES = int(os.environ.get("BERTKIT_FUZZ_TOKENIZER", "300"))
