@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel, modeling
+from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel, padding
 
 CFG = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -33,7 +33,7 @@ def grouping(request, monkeypatch):
     """Run a test with attention as one rectangle (these tiny batches' default) and with sequences split
     into length groups (what long ragged batches get), by making extra groups free."""
     if request.param == "grouped":
-        monkeypatch.setattr(modeling, "_GROUP_OVERHEAD", 0)
+        monkeypatch.setattr(padding, "_GROUP_OVERHEAD", 0)
     return request.param
 
 
@@ -46,7 +46,7 @@ def test_unpadded_equals_padded_outputs_losses_and_gradients(grouping):
     model = BertForPreTraining(CFG)
     ids, tt, mask, labels = _padded_batch(torch.Generator().manual_seed(0))
     nsp = torch.tensor([0, 1, 1, 0])
-    assert len(modeling.TokenLayout.unpadded(mask).groups) == (1 if grouping == "one-rectangle" else 4)
+    assert len(padding.TokenLayout.unpadded(mask).groups) == (1 if grouping == "one-rectangle" else 4)
     results = {}
     for layout in ("padded", "unpadded"):
         model.zero_grad()
@@ -216,11 +216,11 @@ def test_question_answering_masks_padding_in_every_layout_and_in_bf16(grouping):
 def test_length_groups_split_ragged_batches_and_keep_uniform_ones_whole():
     # SQuAD-like lengths: four groups, attention work (sum S_b * T_b^2) well under one 384-wide rectangle.
     lengths = [384, 120, 250, 384, 97, 180, 300, 140, 384, 210, 160, 330, 110, 384, 260, 190]
-    groups = modeling._split_by_length(lengths)
+    groups = padding._split_by_length(lengths)
     assert len(groups) == 4 and sorted(i for g in groups for i in g) == list(range(len(lengths)))
     work = sum(len(g) * max(lengths[i] for i in g) ** 2 for g in groups)
     assert work < 0.75 * len(lengths) * 384**2
-    assert modeling._split_by_length([30, 31, 29, 30]) == [[0, 1, 2, 3]]  # not worth a second call
+    assert padding._split_by_length([30, 31, 29, 30]) == [[0, 1, 2, 3]]  # not worth a second call
     # Groups hold sequences of similar length: every member of an earlier group is no longer than the next's.
     ordered = sorted(groups, key=lambda g: max(lengths[i] for i in g))
     for a, b in zip(ordered, ordered[1:]):

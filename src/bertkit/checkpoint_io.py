@@ -138,7 +138,14 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
             ) from e
     if bin_path.is_file():
         # weights_only=True refuses arbitrary pickled objects: a checkpoint must not be able to run code.
-        return torch.load(bin_path, map_location="cpu", weights_only=True)
+        import pickle
+
+        try:
+            return torch.load(bin_path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise BertkitError(f"{bin_path} holds Python code, not only tensors, so bertkit will not load it; "
+                               f"convert it to {WEIGHTS_NAME} with a tool you trust ({str(e).splitlines()[0]})"
+                               ) from None
     raise MissingFileError(
         f"no weights in {directory}: expected {WEIGHTS_NAME} (or legacy {LEGACY_WEIGHTS_NAME}); "
         "point at a directory written by save_pretrained, or fetch the example with "

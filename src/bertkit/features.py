@@ -17,7 +17,7 @@ cannot output the embeddings: its index 0 is the first Transformer layer, bertki
 
 Differences from google's script: values are written with 9 significant digits (float32 round-trips
 exactly; google rounds to 6 decimals), and no computation is spent on padding (sequences are batched by
-length and the encoder drops padding tokens; see ``modeling.TokenLayout``).
+length and the encoder drops padding tokens; see ``padding.TokenLayout``).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError
+from bertkit.heads import IGNORE_INDEX
 
 
 def pack_rows(lengths: Sequence[int], row_tokens: int) -> list[list[int]]:
@@ -74,4 +75,57 @@ def collate_packed(features: Sequence[Mapping[str, Any]], pad_token_id: int, row
         else:
             values = np.asarray([features[i]["labels"] for i in order])
             batch["labels"] = torch.as_tensor(values, dtype=torch.float32 if values.dtype.kind == "f" else torch.long)
+    return batch
+
+
+# -------------------------------------------------------------------------------------------------
+# Padding collate: one sequence per row
+# -------------------------------------------------------------------------------------------------
+
+# Keys `collate` turns into tensors; anything else in a feature dict (offsets, word ids, example
+# indices used by post-processing) is metadata and stays out of the batch.
+MODEL_INPUT_KEYS = (
+    "input_ids",
+    "token_type_ids",
+    "attention_mask",
+    "labels",
+    "start_positions",
+    "end_positions",
+)
+
+
+def collate(features: Sequence[Mapping[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Pad a list of features to the longest in the batch and stack them into tensors.
+
+    Shared by every task (glue, ner, squad, swag), so it is generic: sequence-valued keys are padded
+    along their LAST axis (so SWAG's (4, T) choices pad to (B, 4, T_max)) with ``pad_token_id`` for
+    ``input_ids``, ``IGNORE_INDEX`` (-100) for token-level ``labels`` (the index cross-entropy ignores) and 0 otherwise, which
+    zeroes ``attention_mask`` on padding. Scalar keys (sequence labels, span positions) are stacked;
+    float labels give a float tensor (regression), ints a long tensor.
+    """
+    if not features:
+        raise BertkitError("collate got an empty batch")
+    keys = [k for k in MODEL_INPUT_KEYS if k in features[0]]
+    for i, f in enumerate(features):
+        have = [k for k in MODEL_INPUT_KEYS if k in f]
+        if have != keys:
+            raise BertkitError(
+                f"feature {i} has keys {have} but feature 0 has {keys}; do not mix labeled and unlabeled examples in a batch"
+            )
+    batch: dict[str, torch.Tensor] = {}
+    for key in keys:
+        values = [f[key] for f in features]
+        if np.isscalar(values[0]):
+            arr = np.asarray(values)
+            dtype = torch.float32 if arr.dtype.kind == "f" else torch.long
+            batch[key] = torch.as_tensor(arr, dtype=dtype)
+            continue
+        arrays = [np.asarray(v, dtype=np.int64) for v in values]
+        width = max(a.shape[-1] for a in arrays)
+        pad = pad_token_id if key == "input_ids" else (IGNORE_INDEX if key == "labels" else 0)
+        padded = [
+            np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, width - a.shape[-1])], constant_values=pad)
+            for a in arrays
+        ]
+        batch[key] = torch.from_numpy(np.stack(padded))
     return batch

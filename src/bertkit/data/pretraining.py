@@ -49,9 +49,9 @@ from bertkit.data.shards import (
 )
 from bertkit.data.text import DECODE_ERRORS, INPUT_FORMATS, WorkUnit, iter_documents, plan_work_units
 from bertkit.errors import BertkitError
+from bertkit.heads import IGNORE_INDEX  # positions without a masked-LM target (the loss skips them)
 
 SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
-IGNORE_INDEX = -100  # label of positions without a masked-LM target (the loss skips them)
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bertkit.errors import BertkitError, MissingFileError, not_utf8
-
 # The shared padder, re-exported for callers of this module: token labels pad with -100.
-from bertkit.tasks.glue import collate as collate
+from bertkit.data.collate import collate as collate
+from bertkit.errors import BertkitError, MissingFileError, not_utf8
+from bertkit.heads import IGNORE_INDEX
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ def featurize_ner(
                 "input_ids": input_ids,
                 "token_type_ids": [0] * len(input_ids),
                 "attention_mask": [1] * len(input_ids),
-                "labels": [-100, *lab, -100],
+                "labels": [IGNORE_INDEX, *lab, IGNORE_INDEX],
                 "sentence_index": sent_index,
                 "num_words": len(sentences[sent_index].words),
                 "word_ids": [None, *wids, None],
@@ -200,7 +200,7 @@ def featurize_ner(
                 emit(si, ids, lab, wids)
                 ids, lab, wids = [], [], []
             ids += pieces
-            lab += [label_to_id[tag]] + [-100] * (len(pieces) - 1)
+            lab += [label_to_id[tag]] + [IGNORE_INDEX] * (len(pieces) - 1)
             wids += [wi] + [None] * (len(pieces) - 1)
         emit(si, ids, lab, wids)
     return features

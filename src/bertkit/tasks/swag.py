@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError, MissingFileError, not_utf8
-
 # The shared padder, re-exported for callers of this module: it pads the last axis of (4, T) arrays.
-from bertkit.tasks.glue import collate as collate
+from bertkit.data.collate import collate as collate
+from bertkit.errors import BertkitError, MissingFileError, not_utf8
 
 NUM_CHOICES = 4
 _REQUIRED = ("video-id", "fold-ind", "sent1", "sent2", "ending0", "ending1", "ending2", "ending3")

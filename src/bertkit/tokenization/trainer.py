@@ -36,9 +36,9 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from bertkit._parallel import spawn_pool
-from bertkit.data.text import iter_lines
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.tokenization.basic import BasicTokenizer
+from bertkit.tokenization.textfiles import iter_lines
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 CONTINUATION_PREFIX = "##"

@@ -274,7 +274,7 @@ def train(
         _write_jsonl(metrics_path, history)
     elif existing:
         raise BertkitError(
-            f"{out_dir} already holds checkpoints ({existing[-1].name}); pass resume=True (--resume) to continue "
+            f"{out_dir} already holds checkpoints ({existing[-1].name}); pass --resume (resume=True) to continue "
             "that run, or choose another output directory"
         )
     else:

@@ -33,11 +33,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.data.collate import collate
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from bertkit.outputs import atomic_write_json
 from bertkit.tasks import ner, squad, swag
-from bertkit.tasks.glue import collate
 from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import predict, run_finetuning

@@ -1,0 +1,211 @@
+"""Variable-length layouts: how the sequences of a batch lie in memory, kept apart from the forward pass.
+
+``modeling.py`` computes every per-token layer on whatever ``TokenLayout`` says are the real tokens:
+the padded (B, T) rectangle (as transformers does), the N real tokens of a right-padded batch (padding
+dropped after the embeddings), or several sequences packed into one row. Attention, the one operation
+that mixes tokens, goes through ``self_attention``, which scatters q/k/v into per-sequence rectangles for
+PyTorch's ``scaled_dot_product_attention``; sequences of very different lengths are split into a few
+groups of similar length (``AttentionGroup``), so long ragged batches (SQuAD windows) spend little
+attention work on padding either. MosaicBERT keeps the same machinery in ``bert_padding.py`` beside its
+layers, for the same reason: the forward pass reads as the paper, the memory layout is one module.
+
+Shape legend: B batch, T sequence length, N real tokens, H hidden size, nh heads, hs head size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+# ---------------------------------------------------------------------------------------------------
+# Attention: the one place that knows how sequences are laid out in memory.
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AttentionGroup:
+    """Sequences whose attention runs as one (S_b, T_b) rectangle: ``slot`` (n_b,) places their tokens in it,
+    ``tokens`` (n_b,) picks them from the stored (N, ...) tokens (None: all N, in order), ``key_mask``
+    (S_b, 1, 1, T_b) is True at real keys (None: every sequence fills T_b)."""
+
+    shape: tuple[int, int]
+    slot: Tensor
+    tokens: Tensor | None
+    key_mask: Tensor | None
+
+
+# Grouping sequences by length for attention: an extra group is formed only when it saves more than this many
+# (query x key) positions, about what one more gather/scatter and SDPA call cost on a CPU core.
+_GROUP_OVERHEAD = 4096
+_SPLIT_DEPTH = 2  # binary splits: at most 2**2 = 4 groups
+
+
+def _split_by_length(lengths: list[int]) -> list[list[int]]:
+    """Sequence indices, split into <= 2**_SPLIT_DEPTH groups of similar length that minimise sum(S_b * T_b^2).
+
+    Binary splits of the length-sorted order, each kept only if it saves more than _GROUP_OVERHEAD: a
+    batch of SQuAD windows (100 to 384 tokens) gets ~4 groups and roughly halves attention work; a batch of
+    similar lengths stays one rectangle.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    sorted_len = [lengths[i] for i in order]
+
+    def split(a: int, b: int, depth: int) -> list[tuple[int, int]]:  # inclusive range of sorted positions
+        best_k, best = None, (b - a + 1) * sorted_len[b] ** 2 - _GROUP_OVERHEAD
+        if depth > 0:
+            for k in range(a, b):
+                cost = (k - a + 1) * sorted_len[k] ** 2 + (b - k) * sorted_len[b] ** 2
+                if cost < best:
+                    best_k, best = k, cost
+        if best_k is None:
+            return [(a, b)]
+        return split(a, best_k, depth - 1) + split(best_k + 1, b, depth - 1)
+
+    return [sorted(order[a:b + 1]) for a, b in split(0, len(order) - 1, _SPLIT_DEPTH)]
+
+
+def _attention_groups(lengths: Tensor, starts: Tensor) -> tuple[AttentionGroup, ...]:
+    """Groups for sequences stored contiguously: sequence i is tokens starts[i] .. starts[i] + lengths[i] - 1.
+
+    The lengths come to the host once; every size below is taken from that list, so building the groups
+    costs no further device synchronisation.
+    """
+    host_lengths = lengths.tolist()
+    device = lengths.device
+    groups = []
+    for members in _split_by_length(host_lengths):
+        member_lengths = [host_lengths[i] for i in members]
+        S_b, T_b, n_b = len(members), max(member_lengths), sum(member_lengths)
+        idx = torch.tensor(members, device=device)
+        lens, first = lengths[idx], starts[idx]  # (S_b,)
+        offsets = torch.cumsum(lens, 0) - lens
+        intra = torch.arange(n_b, device=device) - torch.repeat_interleave(offsets, lens, output_size=n_b)
+        slot = torch.repeat_interleave(torch.arange(S_b, device=device) * T_b, lens, output_size=n_b) + intra
+        tokens = None if S_b == len(host_lengths) else torch.repeat_interleave(first, lens, output_size=n_b) + intra
+        key_mask = None
+        if min(member_lengths) != T_b:
+            key_mask = (torch.arange(T_b, device=device)[None, :] < lens[:, None])[:, None, None, :]
+        groups.append(AttentionGroup((S_b, T_b), slot, tokens, key_mask))
+    return tuple(groups)
+
+
+@dataclass
+class TokenLayout:
+    """Where the tokens of each sequence are, for the three ways bertkit stores a batch.
+
+    - padded: hidden states are the caller's (B, T) rectangle; attention masks padded keys.
+    - unpadded: only the N real tokens are kept, as (N, H); every per-token layer (projections, FFN,
+      LayerNorm: ~97% of the FLOPs at T=128) skips padding entirely. Attention alone scatters q/k/v into
+      rectangles, one per group of sequences of similar length (``AttentionGroup``), so it too computes
+      little padding: at 384 tokens attention is a third of the work, and one batch-wide rectangle would
+      spend most of it on padding.
+    - packed: several sequences share one row (Krell et al. 2021); ``sequence_ids`` (B, T) numbers them
+      1, 2, ... per row (0 = padding). Each becomes its own attention sequence, so attention never
+      crosses sequences, and positions restart at 0 for each.
+
+    ``flat_index`` (N,) are the real tokens' positions in the flattened (B*T) input (None: padded);
+    ``key_mask`` (B, 1, 1, T) is the padded layout's mask (None: no padding); ``groups`` the attention
+    groups of the other layouts; ``first_token`` (S,) indexes each sequence's first token ([CLS]) among the
+    stored tokens.
+    """
+
+    batch_shape: tuple[int, int]
+    key_mask: Tensor | None
+    flat_index: Tensor | None = None
+    groups: tuple[AttentionGroup, ...] = ()
+    first_token: Tensor | None = None
+    position_ids: Tensor | None = None  # (N,) for packed batches: positions restart per sequence
+
+    @classmethod
+    def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int]) -> TokenLayout:
+        if attention_mask is None or bool(attention_mask.all()):
+            return cls(shape, None)  # no padding: SDPA takes its fastest, mask-free kernel
+        return cls(shape, attention_mask.bool()[:, None, None, :])  # (B, 1, 1, T)
+
+    @classmethod
+    def unpadded(cls, attention_mask: Tensor) -> TokenLayout:
+        """Right-padded rows (each row's real tokens first), as every BERT tokenizer produces."""
+        B, T = attention_mask.shape
+        mask = attention_mask.bool()
+        flat_index = mask.reshape(-1).nonzero().squeeze(1)  # (N,)
+        lengths = mask.sum(1)  # (B,)
+        first = torch.cumsum(lengths, 0) - lengths  # (B,) offsets of each row's first real token
+        return cls((B, T), None, flat_index, _attention_groups(lengths, first), first)
+
+    @classmethod
+    def packed(cls, sequence_ids: Tensor) -> TokenLayout:
+        """Rows holding several sequences, numbered 1.. within each row (0 = padding, at the row's end)."""
+        B, T = sequence_ids.shape
+        flat_ids = sequence_ids.reshape(-1)
+        flat_index = (flat_ids > 0).nonzero().squeeze(1)  # (N,)
+        row = flat_index // T
+        # Sequence number over the whole batch: rows are taken in order, sequences in order within a row.
+        per_row = sequence_ids.max(1).values  # (B,)
+        row_offset = torch.cumsum(per_row, 0) - per_row
+        seq = row_offset[row] + flat_ids[flat_index] - 1  # (N,) global sequence number
+        S = int(per_row.sum())
+        lengths = torch.bincount(seq, minlength=S)  # (S,)
+        starts = torch.cumsum(lengths, 0) - lengths  # (S,) first stored token of each sequence
+        pos = torch.arange(flat_index.numel(), device=flat_index.device) - starts[seq]  # restarts at 0
+        return cls((B, T), None, flat_index, _attention_groups(lengths, starts), starts, pos)
+
+    @property
+    def is_padded(self) -> bool:
+        return self.flat_index is None
+
+    def to_batch(self, x: Tensor) -> Tensor:
+        """Stored tokens -> the caller's padded (B, T, D) shape (zeros at padding); identity when padded."""
+        if self.is_padded:
+            return x
+        B, T = self.batch_shape
+        return x.new_zeros(B * T, x.size(-1)).index_copy_(0, self.flat_index, x).view(B, T, -1)
+
+    def select(self, x: Tensor, mask: Tensor) -> Tensor:
+        """Rows of stored tokens ``x`` where the caller's (B, T) boolean ``mask`` is True, row-major order.
+
+        ``mask`` must be False at padding (labels there are -100). No re-padding is needed.
+        """
+        if self.is_padded:
+            return x.reshape(-1, x.size(-1))[mask.reshape(-1)]
+        return x[mask.reshape(-1)[self.flat_index]]
+
+    def first_tokens(self, x: Tensor) -> Tensor:
+        """Each sequence's first token state (the [CLS] the pooler reads): (S, D)."""
+        return x[:, 0] if self.is_padded else x.index_select(0, self.first_token)
+
+
+@torch.compiler.disable
+def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
+    """Multi-head scaled dot-product attention over the fused projections: qkv (..., 3H) -> (..., H).
+
+    ``qkv`` is (B, T, 3H) for a padded layout and (N, 3H) otherwise; the result has the same leading shape.
+    Never compiled (``compile_layers`` compiles the per-token work around it): the number of length groups,
+    and whether each has a mask, change from batch to batch, and tracing them made torch.compile recompile
+    until it gave up, slower than eager; SDPA is one fused kernel already.
+    """
+    if layout.is_padded:
+        return _attend(qkv, layout.key_mask, num_heads, dropout_p)
+    out = None
+    for g in layout.groups:
+        part = qkv if g.tokens is None else qkv.index_select(0, g.tokens)  # (n_b, 3H)
+        S_b, T_b = g.shape
+        rect = part.new_zeros(S_b * T_b, part.size(-1)).index_copy_(0, g.slot, part).view(S_b, T_b, -1)
+        y = _attend(rect, g.key_mask, num_heads, dropout_p).reshape(S_b * T_b, -1).index_select(0, g.slot)
+        if g.tokens is None:
+            return y  # one group holding every sequence in order
+        if out is None:
+            out = y.new_empty(qkv.size(0), y.size(-1))
+        out.index_copy_(0, g.tokens, y)
+    return out
+
+
+def _attend(rect: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float) -> Tensor:
+    """SDPA on one rectangle: (S, T, 3H) -> (S, T, H); ``key_mask`` (S, 1, 1, T) True at real keys."""
+    S, T, three_h = rect.shape
+    hs = three_h // (3 * num_heads)
+    q, k, v = rect.view(S, T, 3, num_heads, hs).permute(2, 0, 3, 1, 4)  # 3 x (S, nh, T, hs)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)  # (S, nh, T, hs)
+    return y.transpose(1, 2).reshape(S, T, num_heads * hs)
