@@ -86,7 +86,7 @@ def masked_lm_loss(head: MaskedLMHead, out: BertModelOutput, word_embeddings: Te
     if labels is None:
         return head(out.last_hidden_state, word_embeddings), None
     selected = labels != IGNORE_INDEX  # (B, T)
-    hidden = out.layout.select(out.tokens, selected)  # (N, H)
+    hidden = out.token_layout.select(out.tokens, selected)  # (N, H)
     target = labels[selected]
     if hidden.shape[0] != target.numel():
         raise BertkitError("masked-LM labels at padding positions must be -100 (nothing is predicted there)")
@@ -249,15 +249,15 @@ class BertForTokenClassification(_HeadModel):
         loss = None
         if labels is not None:
             # Padding carries label -100, so the loss over stored tokens equals the loss over the rectangle.
-            if out.layout.is_padded:
+            if out.token_layout.is_padded:
                 target = labels.reshape(-1)
             else:
-                target = labels.reshape(-1)[out.layout.flat_index]
+                target = labels.reshape(-1)[out.token_layout.flat_index]
                 if int((target != IGNORE_INDEX).sum()) != int((labels != IGNORE_INDEX).sum()):
                     raise BertkitError("token labels at padding positions must be -100 (pad labels with -100, as "
                                      "bertkit's collate does); otherwise padding would count in the loss")
             loss = F.cross_entropy(stored.reshape(-1, stored.size(-1)), target, ignore_index=IGNORE_INDEX)
-        return ClassifierOutput(loss, out.layout.to_batch(stored), out.hidden_states)
+        return ClassifierOutput(loss, out.token_layout.to_batch(stored), out.hidden_states)
 
 
 class BertForQuestionAnswering(_HeadModel):
@@ -275,7 +275,7 @@ class BertForQuestionAnswering(_HeadModel):
                 attention_mask: Tensor | None = None, start_positions: Tensor | None = None,
                 end_positions: Tensor | None = None, output_hidden_states: bool = False) -> QuestionAnsweringOutput:
         out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
-        logits = out.layout.to_batch(self.qa_outputs(out.tokens))  # (B, T, 2)
+        logits = out.token_layout.to_batch(self.qa_outputs(out.tokens))  # (B, T, 2)
         mask_padding = attention_mask is not None and self.bert.layout != "padded"
         if mask_padding:
             # SQuAD windows are ~half padding (181 real tokens of 384 on average in dev-v1.1), and the encoder

@@ -160,18 +160,18 @@ class BertModelOutput:
 
     tokens: Tensor
     pooler_output: Tensor | None  # (S, H): one per sequence (S = B unless packed); None without pooler
-    layout: TokenLayout
+    token_layout: TokenLayout  # where the real tokens are (not model.layout, the setting that chose it)
     layer_tokens: tuple[Tensor, ...] | None = None  # with output_hidden_states: L + 1, embeddings first
 
     @property
     def last_hidden_state(self) -> Tensor:
         """(B, T, H). In the unpadded and packed layouts padding positions hold zeros."""
-        return self.layout.to_batch(self.tokens)
+        return self.token_layout.to_batch(self.tokens)
 
     @property
     def hidden_states(self) -> tuple[Tensor, ...] | None:
         """L + 1 tensors (B, T, H), the embeddings' output first (the feature-based approach reads these)."""
-        return None if self.layer_tokens is None else tuple(self.layout.to_batch(t) for t in self.layer_tokens)
+        return None if self.layer_tokens is None else tuple(self.token_layout.to_batch(t) for t in self.layer_tokens)
 
 
 LAYOUTS = ("auto", "padded", "unpadded")

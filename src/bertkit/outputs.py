@@ -278,7 +278,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
                         "leaves files it did not create alone: move them or choose another output directory")
             else:
                 what = f"`bertkit {marker.get('command')}` run"
-                fixes = "pass --resume to continue it, " if same and command == "pretrain" else ""
+                fixes = "pass --resume to continue it, " if same else ""
                 raise BertkitError(
                     f"{directory} already holds the output of a {what} ({len(present)} file(s)); {fixes}pass "
                     "--overwrite to replace it (only the files bertkit wrote there are removed), or choose "

@@ -114,7 +114,7 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
             run = s.training(output_dir=s.output_dir / "runs" / f"lr{lr:g}-seed{seed}", learning_rate=lr, seed=seed)
             try:
                 result, _ = run_finetuning(model, train_features, collate, run, scores_of,
-                                           {"model": str(s.model_name_or_path), "task": task.name})
+                                           {"model": str(s.model_name_or_path), "task": task.name}, s.resume)
             except NonFiniteError as e:  # one diverged run does not end the grid; it is skipped and reported
                 runs.append({"lr": lr, "seed": seed, "dev": None, "failed": str(e)})
                 logger.warning("%s lr=%g seed=%d failed: %s", task.name, lr, seed, e)
@@ -143,12 +143,12 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
 
 def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict],
                    s: TrainingSettings, evaluate: Callable[[nn.Module], dict[str, float]] | None,
-                   fingerprint: dict) -> tuple[TrainResult, float]:
+                   fingerprint: dict, resume: bool = False) -> tuple[TrainResult, float]:
     """One fine-tuning run (one phase of the one loop) on featurised examples; returns its result and wall seconds.
 
     ``s.batch_size`` is the global batch; each micro-step sees batch_size / gradient_accumulation_steps.
-    The run's checkpoints are removed at the end (fine-tuning runs are short: the caller keeps the model);
-    metrics.jsonl stays in ``s.output_dir``.
+    The run's checkpoints are removed at the end (the caller keeps the model); metrics.jsonl stays in
+    ``s.output_dir``. ``resume`` continues from the newest checkpoint a killed run of the same settings left.
     """
     if s.batch_size is None or s.num_train_epochs is None or s.learning_rate is None:
         raise BertkitError("run_finetuning needs batch_size, num_train_epochs and learning_rate resolved, got "
@@ -156,11 +156,11 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
     micro = micro_batch_size(s.batch_size, 1, s.gradient_accumulation_steps)
     plan = BatchPlan(features, micro, collate, shuffle=True, seed=s.seed)
     steps = steps_for_epochs(plan, s.num_train_epochs, s.gradient_accumulation_steps)
-    created = not (s.output_dir / "checkpoints").exists()
+    ours = resume or not (s.output_dir / "checkpoints").exists()  # train() refuses anyone else's
     t0 = time.perf_counter()
-    result = train(model, [Phase(plan, steps)], s, evaluate=evaluate, fingerprint=fingerprint)
+    result = train(model, [Phase(plan, steps)], s, evaluate=evaluate, fingerprint=fingerprint, resume=resume)
     seconds = time.perf_counter() - t0
-    if created:  # only checkpoints this run made
+    if ours:  # only checkpoints this run (or the killed run it continued) made
         shutil.rmtree(s.output_dir / "checkpoints", ignore_errors=True)
     return result, seconds
 

@@ -179,6 +179,9 @@ class FinetuneSettings(TrainingSettings):
     """Sequences per batch when predicting."""
     max_eval_samples: int | None = None
     """Evaluate on the first N evaluation examples. Default: all."""
+    resume: bool = False
+    """Continue the run in --output-dir from its last checkpoint (write them with --save-steps); the result
+    equals an uninterrupted run's. A GLUE grid re-runs the (rate, seed) runs that had finished."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -164,7 +164,9 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     epochs, batch_size = s.num_train_epochs, s.batch_size
     s.output_dir.mkdir(parents=True, exist_ok=True)
     result, seconds = run_finetuning(model, feats["train"], lambda b: collate(b, pad), s.training(learning_rate=lr),
-                                     evaluate, {"model": str(s.model_name_or_path), "task": "ner"})
+                                     evaluate, {"model": str(s.model_name_or_path), "task": "ner"}, s.resume)
+    if "tags" not in last_dev:  # resumed after the final evaluation had already run: score dev again
+        evaluate(model)
     test_tags = tags_of(model, "test")
     test_scores = ner_scores(data["test"], test_tags)
     files = {"dev": str(write_conll(s.output_dir / "predictions_dev.txt", data["dev"], last_dev["tags"])),
@@ -252,7 +254,7 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     s.output_dir.mkdir(parents=True, exist_ok=True)
     # No per-epoch evaluation: scoring ~10k questions costs a sizeable share of an epoch on a CPU.
     result, seconds = run_finetuning(model, train_features, lambda b: collate(b, pad), s.training(learning_rate=lr),
-                                     None, {"model": str(s.model_name_or_path), "task": f"squad{s.version}"})
+                                     None, {"model": str(s.model_name_or_path), "task": f"squad{s.version}"}, s.resume)
     post = {"version": s.version, "n_best_size": s.n_best_size, "max_answer_length": s.max_answer_length}
     t0 = time.perf_counter()
     preds, rows = predict_squad(model, eval_examples, eval_features, pad_id=pad, batch_size=s.eval_batch_size,
@@ -332,7 +334,7 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
     epochs, batch_size = s.num_train_epochs, s.batch_size
     s.output_dir.mkdir(parents=True, exist_ok=True)
     result, seconds = run_finetuning(model, train_features, lambda b: collate(b, pad), s.training(learning_rate=lr),
-                                     evaluate if labelled else None, {"model": str(s.model_name_or_path), "task": "swag"})
+                                     evaluate if labelled else None, {"model": str(s.model_name_or_path), "task": "swag"}, s.resume)
     if "scores" not in last:
         last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
                                       device=s.device)

@@ -1,0 +1,87 @@
+"""Fine-tuning killed with SIGKILL and resumed with --resume ends exactly where an uninterrupted run does."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit import BertConfig, BertModel, BertTokenizer
+
+WORDS = {"O": ["the", "a", "said", "on", "with", "and", "to", "in", "of", "was"],
+         "PER": ["peter", "maria", "john", "anna"], "LOC": ["paris", "london", "berlin", "rome"],
+         "ORG": ["acme", "globex", "initech", "umbrella"]}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Path:
+    """A tiny encoder and 240 generated CoNLL sentences: enough steps to kill a run at random moments."""
+    root = tmp_path_factory.mktemp("ft-resume")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted({w for ws in WORDS.values() for w in ws})]
+    BertTokenizer({t: i for i, t in enumerate(vocab)}).save_pretrained(root / "model")
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=64)).save_pretrained(root / "model")
+    rng = random.Random(0)
+    for split, n in (("train", 240), ("valid", 30), ("test", 30)):
+        lines = []
+        for _ in range(n):
+            for _ in range(rng.randint(4, 10)):
+                kind = rng.choice(["O", "O", "O", "PER", "LOC", "ORG"])
+                lines.append(f"{rng.choice(WORDS[kind])} X X {'O' if kind == 'O' else 'B-' + kind}")
+            lines.append("")
+        (root / "conll" / f"{split}.txt").parent.mkdir(exist_ok=True)
+        (root / "conll" / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def _args(root: Path, out: Path, *extra: str, epochs: int = 3) -> list[str]:
+    return [sys.executable, "-m", "bertkit", "finetune", "ner", "--data-dir", str(root / "conll"), "--model",
+            str(root / "model"), "--output-dir", str(out), "--num-train-epochs", str(epochs), "--batch-size", "4",
+            "--learning-rate", "1e-3", "--save-steps", "3", "--logging-steps", "1", "--no-progress", *extra]
+
+
+def _same_result(full: Path, killed: Path) -> None:
+    a = json.loads((full / "report.json").read_text())
+    b = json.loads((killed / "report.json").read_text())
+    assert (a["dev"], a["test"], a["steps"], a["dev_per_epoch"]) == (b["dev"], b["test"], b["steps"], b["dev_per_epoch"])
+    assert (full / "model" / "model.safetensors").read_bytes() == (killed / "model" / "model.safetensors").read_bytes()
+    losses = [[(r["step"], r["loss"]) for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())
+               if r["split"] == "train"] for d in (full, killed)]
+    assert losses[0] == losses[1]
+
+
+def _campaign(setup: Path, tmp_path: Path, kills: int, seed: int, epochs: int) -> int:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    subprocess.run(_args(setup, full, epochs=epochs), check=True, env=env, capture_output=True)
+    rng, done = random.Random(seed), 0
+    while done < kills:
+        proc = subprocess.Popen(_args(setup, killed, "--resume", epochs=epochs), env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(1.0, 3.5))
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGKILL)  # no handler runs: a real crash, sometimes mid-checkpoint
+        proc.wait()
+        done += 1
+    subprocess.run(_args(setup, killed, "--resume", epochs=epochs), check=True, env=env, capture_output=True)
+    _same_result(full, killed)
+    return done
+
+
+def test_a_killed_fine_tuning_run_resumes_bit_for_bit(setup, tmp_path):
+    assert _campaign(setup, tmp_path, kills=2, seed=1, epochs=3) >= 1
+
+
+@pytest.mark.slow
+def test_kill_campaign_twenty_sigkills_during_fine_tuning(setup, tmp_path):
+    assert _campaign(setup, tmp_path, kills=20, seed=2026, epochs=40) == 20  # 2,400 steps: room for 20 kills
