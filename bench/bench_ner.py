@@ -59,7 +59,7 @@ def main() -> None:
 
     tok = BertTokenizer.from_pretrained(args.model)
     data = {split: ner.read_conll(args.data_dir / name) for split, name in tt.NER_SPLITS.items()}
-    labels = tt.iob2_labels(data["train"])
+    labels = ner.label_list(data["train"])
     train_sentences = first(data["train"], args.max_train_sentences)  # the recipe's subset rule
     feats = {"train": ner.featurize_ner(train_sentences, tok, labels, args.max_seq_length),
              **{split: ner.featurize_ner(data[split], tok, labels, args.max_seq_length) for split in ("dev", "test")}}

@@ -168,7 +168,7 @@ class _OracleTagger(nn.Module):
 def test_ner_gold_predictions_score_100(conll_dir, tiny_checkpoint):
     tok = BertTokenizer.from_pretrained(tiny_checkpoint)
     sentences = ner.read_conll(conll_dir / "train.txt")
-    labels = tt.iob2_labels(sentences)
+    labels = ner.label_list(sentences)
     features = ner.featurize_ner(sentences, tok, labels, max_seq_length=8)  # windows: sentences are split
     assert len(features) > len(sentences)
     tags = tt.predict_ner(_OracleTagger(features, len(labels)), sentences, features, labels, pad_id=0, batch_size=3)
@@ -180,7 +180,7 @@ def test_ner_gold_predictions_score_100(conll_dir, tiny_checkpoint):
 
 def test_iob2_labels_complete_every_type():
     sents = [ner.NerSentence(("a", "b"), ("B-PER", "O"), 1), ner.NerSentence(("c",), ("B-LOC",), 3)]
-    assert tt.iob2_labels(sents) == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    assert ner.label_list(sents) == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 
 
 def test_conlleval_file_on_a_hand_made_file(tmp_path):

@@ -378,7 +378,7 @@ def extract_word_activations(model: BertModel, tokenizer: Any, sentences: Sequen
     """
     from tqdm.auto import tqdm
 
-    labels = ["O", *sorted({t for s in sentences for t in s.tags} - {"O"})]
+    labels = ner.label_list(sentences)
     features = ner.featurize_ner(sentences, tokenizer, labels, max_seq_length)
     num_states, H = model.config.num_hidden_layers + 1, model.config.hidden_size
     offsets = np.concatenate([[0], np.cumsum([len(s.words) for s in sentences])]).astype(np.int64)
@@ -516,8 +516,7 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
     train_all = ner.read_conll(s.data_dir / "train.txt", s.tag_scheme)
     dev = ner.read_conll(s.data_dir / "valid.txt", s.tag_scheme)
     train = train_all if s.max_train_samples is None else train_all[: s.max_train_samples]
-    types = sorted({t[2:] for x in train_all for t in x.tags if t != "O"})
-    labels = ["O", *(f"{p}-{t}" for t in types for p in ("B", "I"))]
+    labels = ner.label_list(train_all)
     label_id = {t: i for i, t in enumerate(labels)}
     s.output_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

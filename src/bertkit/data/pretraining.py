@@ -50,8 +50,9 @@ from bertkit.data.shards import (
 from bertkit.data.text import DECODE_ERRORS, INPUT_FORMATS, WorkUnit, iter_documents, plan_work_units
 from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX  # positions without a masked-LM target (the loss skips them)
+from bertkit.tokenization.wordpiece import SPECIAL_TOKENS as BERT_SPECIAL_TOKENS
 
-SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+SPECIAL_TOKENS = dict(zip(("pad", "unk", "cls", "sep", "mask"), BERT_SPECIAL_TOKENS))  # by role, for the manifest
 
 
 @dataclass(frozen=True)

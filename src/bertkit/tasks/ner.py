@@ -142,13 +142,15 @@ def _first_invalid_iob2(tags: Sequence[str]) -> int | None:
 
 
 def label_list(sentences: Sequence[NerSentence]) -> list[str]:
-    """Every tag seen, in a fixed order: "O" first, then by entity type, B- before I-.
+    """The IOB2 tag set of the entity types seen: "O" first, then by type, B- before I-.
 
-    Fixed so that a checkpoint's label indices mean the same thing on every run and machine.
+    Fixed so that a checkpoint's label indices mean the same thing on every run and machine. Every type
+    gets both tags even when the data shows only B- (all its entities one word long), so a dev sentence
+    with a longer entity of that type can be scored instead of rejected. The one label builder of bertkit
+    (fine-tuning, the feature-based study and feature extraction all use it).
     """
-    seen = {t for s in sentences for t in s.tags}
-    rest = sorted(seen - {"O"}, key=lambda t: (_split_tag(t)[1], _split_tag(t)[0]))
-    return ["O", *rest]
+    types = sorted({_split_tag(t)[1] for s in sentences for t in s.tags if t != "O"})
+    return ["O", *(f"{p}-{t}" for t in types for p in ("B", "I"))]
 
 
 def featurize_ner(

@@ -40,7 +40,7 @@ from bertkit.tokenization.encoding import (
     to_batch_encoding,
     truncation_lengths,
 )
-from bertkit.tokenization.wordpiece import VOCAB_FILE, Memo, WordPiece, load_vocab, save_vocab
+from bertkit.tokenization.wordpiece import VOCAB_FILE, Memo, WordPiece, load_vocab, write_vocab_file
 
 __all__ = ["BertTokenizer"]
 
@@ -196,7 +196,7 @@ class BertTokenizer:
             "max_input_chars_per_word": self.max_input_chars_per_word,
             **special_map,
         }
-        written = [save_vocab(self._tokens, path / VOCAB_FILE)]
+        written = [write_vocab_file(self._tokens, path / VOCAB_FILE)]
         for name, data in ((CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map)):
             written.append(atomic_write_json(path / name, data))  # never through a symlink already there
         return written

@@ -39,8 +39,8 @@ from bertkit._parallel import spawn_pool
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.textfiles import iter_lines
+from bertkit.tokenization.wordpiece import SPECIAL_TOKENS
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 CONTINUATION_PREFIX = "##"
 
 

@@ -18,9 +18,11 @@ from typing import Any
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.outputs import atomic_write
 
-__all__ = ["Memo", "WordPiece", "load_vocab", "save_vocab"]
+__all__ = ["Memo", "WordPiece", "SPECIAL_TOKENS", "load_vocab", "write_vocab_file"]
 
 VOCAB_FILE = "vocab.txt"
+# BERT's special tokens, in the order a learned vocabulary starts with them (ids 0-4): defined once here.
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 def load_vocab(path: str | os.PathLike) -> list[str]:
@@ -55,7 +57,9 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
     return tokens
 
 
-def save_vocab(tokens: list[str], path: str | os.PathLike) -> Path:
+def write_vocab_file(tokens: list[str], path: str | os.PathLike) -> Path:
+    """Write one ``vocab.txt`` (line i = token i). To save a whole tokenizer directory use
+    ``tokenization.trainer.save_vocab`` or ``BertTokenizer.save_pretrained``."""
     path = Path(path)
     bad = [t for t in tokens if "\n" in t or "\r" in t]
     if bad:

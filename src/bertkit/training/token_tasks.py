@@ -69,16 +69,6 @@ def _write_report(out_dir: Path, report: dict) -> dict:
 NER_SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
 
 
-def iob2_labels(sentences: Sequence[ner.NerSentence]) -> list[str]:
-    """``ner.label_list`` completed so that every entity type seen has both its B- and I- tag.
-
-    A type whose entities are all one word in the training data (no I- tag seen) still gets I-, so a
-    dev sentence with a longer entity of that type can be scored instead of rejected.
-    """
-    types = sorted({tag[2:] for s in sentences for tag in s.tags if tag != "O"})
-    return ["O", *(f"{p}-{t}" for t in types for p in ("B", "I"))]
-
-
 def predict_ner(model: nn.Module, sentences: Sequence[ner.NerSentence], features: Sequence[dict],
                 labels: Sequence[str], *, pad_id: int, batch_size: int = 64, bf16: bool = False,
                 device: str = "cpu") -> list[list[str]]:
@@ -142,7 +132,7 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     data = {split: ner.read_conll(s.data_dir / name, s.tag_scheme) for split, name in NER_SPLITS.items()}
     data["dev"] = first(data["dev"], s.max_eval_samples)
     train_sentences = first(data["train"], s.max_train_samples)
-    labels = iob2_labels(data["train"])  # from all of train, so a subset run keeps the same head
+    labels = ner.label_list(data["train"])  # from all of train, so a subset run keeps the same head
     feats = {split: ner.featurize_ner(sents, tokenizer, labels, s.max_seq_length)
              for split, sents in (("train", train_sentences), ("dev", data["dev"]), ("test", data["test"]))}
     pad = tokenizer.pad_token_id
