@@ -380,7 +380,7 @@ def _claim(name: str, s: Any):
     fingerprint = {f.name: str(v) if isinstance(v := getattr(s, f.name), Path) else v
                    for f in dataclasses.fields(s) if f.name not in ("progress", "overwrite", "resume", "device")}
     return output_dir(s.output_dir, name, json.loads(json.dumps(fingerprint, default=str)),
-                      overwrite=s.overwrite, resume=getattr(s, "resume", False))
+                      overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"))
 
 
 def main(argv: list[str] | None = None) -> int:

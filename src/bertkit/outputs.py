@@ -243,7 +243,7 @@ def _remove_recorded(directory: Path, marker: dict) -> list[str]:
 
 
 def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *,
-                     overwrite: bool = False, resume: bool = False) -> OutputDir:
+                     overwrite: bool = False, resume: bool = False, resumable: bool = True) -> OutputDir:
     """Take ``path`` for one run of ``command``: lock it, check whose files are there, write the marker.
 
     - empty or absent: claimed;
@@ -278,7 +278,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
                         "leaves files it did not create alone: move them or choose another output directory")
             else:
                 what = f"`bertkit {marker.get('command')}` run"
-                fixes = "pass --resume to continue it, " if same else ""
+                fixes = "pass --resume to continue it, " if same and resumable else ""
                 raise BertkitError(
                     f"{directory} already holds the output of a {what} ({len(present)} file(s)); {fixes}pass "
                     "--overwrite to replace it (only the files bertkit wrote there are removed), or choose "
@@ -295,9 +295,9 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
 
 @contextlib.contextmanager
 def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *, overwrite: bool = False,
-               resume: bool = False) -> Iterator[OutputDir]:
+               resume: bool = False, resumable: bool = True) -> Iterator[OutputDir]:
     """``claim_output_dir`` as a context: the marker records the run's files on the way out, even on errors."""
-    claim = claim_output_dir(path, command, fingerprint, overwrite=overwrite, resume=resume)
+    claim = claim_output_dir(path, command, fingerprint, overwrite=overwrite, resume=resume, resumable=resumable)
     finished = False
     try:
         yield claim
