@@ -57,22 +57,25 @@ def fsync_dir(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """Open a temporary file beside ``path``; on success fsync it, rename it over ``path``, fsync the directory.
+def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write (by ``atomic_write`` or a library such as safetensors'
+    ``save_file``); on success it is fsynced and renamed over ``path`` and the directory fsynced.
 
     On any error the temporary file is removed and ``path`` is untouched. A full disk becomes a
     ``BertkitError`` naming the file.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    binary = "b" in mode
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 would make every model file private
     try:
-        with os.fdopen(fd, mode, encoding=None if binary else encoding, newline=None if binary else "") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
+        yield Path(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)  # replaces a symlink at `path` itself, never writes through it
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
@@ -85,30 +88,12 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
 
 
 @contextlib.contextmanager
-def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
-    """A temporary path beside ``path`` for a library that writes files itself (safetensors' save_file);
-    on success it is fsynced and renamed over ``path``, on error removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    os.chmod(tmp, 0o666 & ~_UMASK)
-    try:
-        yield Path(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-            raise BertkitError(f"no space left on the device while writing {path}; free some space and run again "
-                               "(nothing was replaced: the previous file, if any, is intact)") from e
-        raise
-    fsync_dir(path.parent)
+def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """``open(path, mode)`` made atomic (see ``atomic_target``)."""
+    binary = "b" in mode
+    with atomic_target(path) as tmp, open(tmp, mode, encoding=None if binary else encoding,
+                                          newline=None if binary else "") as f:
+        yield f
 
 
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
