@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from bertkit.data.pretraining import PretrainingConfig
+from bertkit.data.config import PretrainingConfig
 from bertkit.errors import BertkitError
 
 OPTIMIZERS = ("adamw", "lamb")
