@@ -17,6 +17,7 @@ import torch
 from bertkit import BertConfig, BertModel, BertTokenizer
 from bertkit import features as fx
 from bertkit.tasks import ner
+from bertkit.training import feature_study as fs
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ("the quick brown fox jumps over lazy dog hello world eu rejects german call to boycott british lamb . , "
@@ -162,26 +163,26 @@ def _layered(k: int, h: int = 3) -> torch.Tensor:
 
 
 def test_combination_layers_for_a_six_layer_model():
-    positions = {name: fx.combination_layers(name, 7) for name in fx.COMBINATIONS}
+    positions = {name: fs.combination_layers(name, 7) for name in fs.COMBINATIONS}
     assert positions == {"embeddings": [0], "second_to_last_hidden": [5], "last_hidden": [6],
                          "weighted_sum_last_four": [3, 4, 5, 6], "concat_last_four": [3, 4, 5, 6],
                          "weighted_sum_all_layers": [1, 2, 3, 4, 5, 6]}
     with pytest.raises(ValueError, match="unknown layer combination 'sum'"):
-        fx.combination_layers("sum", 7)
+        fs.combination_layers("sum", 7)
     with pytest.raises(ValueError, match="needs 4 Transformer layers; this model has 3"):
-        fx.combination_layers("concat_last_four", 4)
+        fs.combination_layers("concat_last_four", 4)
 
 
 def test_select_and_concat_on_known_tensors():
     x = _layered(4)
-    assert torch.equal(fx.LayerCombination("select", 1, 3)(x[..., 2:3, :]), torch.full((1, 2, 3), 3.0))
-    cat = fx.LayerCombination("concat", 4, 3)
+    assert torch.equal(fs.LayerCombination("select", 1, 3)(x[..., 2:3, :]), torch.full((1, 2, 3), 3.0))
+    cat = fs.LayerCombination("concat", 4, 3)
     assert cat.output_size == 12
     assert cat(x)[0, 0].tolist() == [1.0] * 3 + [2.0] * 3 + [3.0] * 3 + [4.0] * 3  # layers in the order given
 
 
 def test_scalar_mix_is_elmo_weighted_sum():
-    mix = fx.LayerCombination("scalar_mix", 4, 3)
+    mix = fs.LayerCombination("scalar_mix", 4, 3)
     x = _layered(4)
     assert torch.allclose(mix(x), torch.full((1, 2, 3), 2.5))  # zero logits: the mean of 1..4, gamma 1
     with torch.no_grad():
@@ -201,7 +202,7 @@ def test_word_activations_are_first_piece_states(tiny, tmp_path):
     path.write_text(CONLL)
     sentences = ner.read_conll(path)
     # max_seq_length 6: the 9-word sentence is split into windows, each encoded on its own.
-    acts = fx.extract_word_activations(model, tok, sentences, tmp_path / "a.npy", max_seq_length=6, batch_size=2,
+    acts = fs.extract_word_activations(model, tok, sentences, tmp_path / "a.npy", max_seq_length=6, batch_size=2,
                                        progress=False)
     assert acts.values.shape == (15, 4, 32) and acts.values.dtype == np.float16
     assert acts.offsets.tolist() == [0, 9, 11, 15]
@@ -218,7 +219,7 @@ def test_word_activations_are_first_piece_states(tiny, tmp_path):
 
 
 def test_bilstm_tagger_shapes_and_padding():
-    tagger = fx.BiLSTMTagger(fx.LayerCombination("scalar_mix", 2, 8), lstm_hidden=5, num_labels=3, dropout=0.0)
+    tagger = fs.BiLSTMTagger(fs.LayerCombination("scalar_mix", 2, 8), lstm_hidden=5, num_labels=3, dropout=0.0)
     x = torch.randn(2, 4, 2, 8)
     logits = tagger(x, torch.tensor([4, 2]))
     assert logits.shape == (2, 4, 3)
@@ -234,9 +235,9 @@ def test_feature_study_end_to_end_reuses_activations(tiny, tmp_path):
     data.mkdir()
     for split in ("train", "valid"):
         (data / f"{split}.txt").write_text(CONLL)
-    settings = fx.StudySettings(data_dir=data, model_name_or_path=d, output_dir=tmp_path / "study", num_train_epochs=2, batch_size=2,
+    settings = fs.StudySettings(data_dir=data, model_name_or_path=d, output_dir=tmp_path / "study", num_train_epochs=2, batch_size=2,
                                 combinations=("last_hidden", "weighted_sum_all_layers"), progress=False)
-    report = fx.feature_study(settings)
+    report = fs.feature_study(settings)
     assert list(report["table"]) == ["last_hidden", "weighted_sum_all_layers"]
     assert all(0.0 <= f1 <= 1.0 for f1 in report["table"].values())
     run = report["runs"][1]
@@ -244,7 +245,7 @@ def test_feature_study_end_to_end_reuses_activations(tiny, tmp_path):
     assert sum(run["per_epoch"][-1]["layer_weights"]) == pytest.approx(1.0, abs=1e-3)
     assert report["settings"]["lstm_hidden"] == 16  # hidden_size // 2
     stamp = (tmp_path / "study" / "activations" / "train.npy").stat().st_mtime_ns
-    again = fx.feature_study(settings)
+    again = fs.feature_study(settings)
     assert (tmp_path / "study" / "activations" / "train.npy").stat().st_mtime_ns == stamp  # extracted once
     assert again["table"] == report["table"]  # seeded: the same taggers again
-    assert "| last_hidden |" in fx.format_table(report)
+    assert "| last_hidden |" in fs.format_table(report)

@@ -318,7 +318,7 @@ def _extract(s) -> dict:
 @command("feature-study", "the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",
          _s(S + "StudySettings"))
 def _feature_study(s) -> dict:
-    from bertkit.features import feature_study, format_table
+    from bertkit.training.feature_study import feature_study, format_table
 
     report = feature_study(s)
     print(format_table(report), file=sys.stderr)
