@@ -81,20 +81,19 @@ def _compare(ours, theirs, cls, inputs, labels):
         elif cls is H.BertForQuestionAnswering:
             torch.testing.assert_close(a.start_logits[real], b.start_logits[real], **TOL)
             torch.testing.assert_close(a.end_logits[real], b.end_logits[real], **TOL)
-            if ours.bert.layout != "padded":
-                # Unpadded: padding is not computed and its logits are the lowest finite value, so the span softmax covers real
-                # tokens only. The expected loss is transformers' logits with padding masked the same way.
-                lowest = torch.finfo(a.start_logits.dtype).min
-                assert (a.start_logits[~real] == lowest).all() and (a.end_logits[~real] == lowest).all()
-                T = real.size(1)
-                s, e = labels["start_positions"].clamp(0, T), labels["end_positions"].clamp(0, T)
-                masked = [x.masked_fill(~real, lowest) for x in (b.start_logits, b.end_logits)]
-                want = (torch.nn.functional.cross_entropy(masked[0], s, ignore_index=T)
-                        + torch.nn.functional.cross_entropy(masked[1], e, ignore_index=T)) / 2
-                got = ours(**inputs, **labels).loss
-                assert abs(want.item() - theirs(**inputs, **labels).loss.item()) > 1e-3  # the masking matters here
-                torch.testing.assert_close(got, want, **TOL)
-                return
+            # Every layout: padding logits are the lowest finite value, so the span softmax covers real tokens
+            # only (the loss does not depend on the layout). Expected: transformers' logits with padding masked.
+            lowest = torch.finfo(a.start_logits.dtype).min
+            assert (a.start_logits[~real] == lowest).all() and (a.end_logits[~real] == lowest).all()
+            T = real.size(1)
+            s, e = labels["start_positions"].clamp(0, T), labels["end_positions"].clamp(0, T)
+            masked = [x.masked_fill(~real, lowest) for x in (b.start_logits, b.end_logits)]
+            want = (torch.nn.functional.cross_entropy(masked[0], s, ignore_index=T)
+                    + torch.nn.functional.cross_entropy(masked[1], e, ignore_index=T)) / 2
+            got = ours(**inputs, **labels).loss
+            assert abs(want.item() - theirs(**inputs, **labels).loss.item()) > 1e-3  # the masking matters here
+            torch.testing.assert_close(got, want, **TOL)
+            return
         elif cls is H.BertForTokenClassification:
             torch.testing.assert_close(a.logits[real], b.logits[real], **TOL)
         elif cls is not H.BertForMaskedLM:

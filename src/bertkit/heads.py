@@ -276,14 +276,12 @@ class BertForQuestionAnswering(_HeadModel):
                 end_positions: Tensor | None = None, output_hidden_states: bool = False) -> QuestionAnsweringOutput:
         out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
         logits = out.token_layout.to_batch(self.qa_outputs(out.tokens))  # (B, T, 2)
-        mask_padding = attention_mask is not None and self.bert.layout != "padded"
-        if mask_padding:
-            # SQuAD windows are ~half padding (181 real tokens of 384 on average in dev-v1.1), and the encoder
-            # skips it. google-research/bert and transformers run the span softmax over padding positions
-            # too, which makes their loss depend on how much padding a batch has; here padding positions get
-            # the dtype's lowest finite logit (effectively -inf), so the softmax covers real tokens only,
-            # whichever layout ran. Answers never lie in padding, so decoding is unchanged;
-            # layout="padded" reproduces transformers' loss exactly.
+        if attention_mask is not None:
+            # SQuAD windows are ~half padding, and the encoder skips it. google-research/bert and transformers
+            # run the span softmax over padding positions too, which makes their loss depend on how much
+            # padding a batch has; here padding positions get the dtype's lowest finite logit (effectively
+            # -inf), so the softmax covers real tokens only, in every layout: the loss does not depend on a
+            # speed setting. Answers never lie in padding, so decoding is unchanged.
             pad = (attention_mask == 0).unsqueeze(-1)  # (B, T, 1)
             logits = logits.masked_fill(pad, torch.finfo(logits.dtype).min)
         start_logits, end_logits = logits.unbind(-1)  # 2 x (B, T)
@@ -292,7 +290,7 @@ class BertForQuestionAnswering(_HeadModel):
             # Positions outside the window (clamped to T) are ignored, as transformers does.
             T = start_logits.size(1)
             s, e = start_positions.view(-1).clamp(0, T), end_positions.view(-1).clamp(0, T)
-            if mask_padding:
+            if attention_mask is not None:
                 padded_mask = F.pad(attention_mask, (0, 1), value=1)  # (B, T + 1): index T means "ignored"
                 rows = torch.arange(len(s), device=s.device)
                 if not bool(padded_mask[rows, s].all() and padded_mask[rows, e].all()):
