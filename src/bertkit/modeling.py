@@ -262,11 +262,10 @@ class BertModel(PretrainedMixin, nn.Module):
         Layers, not the whole model: dropping padding gives data-dependent shapes (the token count N changes
         every batch), so each layer is compiled with ``dynamic=True`` and the layout bookkeeping stays eager.
         Weights and state_dict names are unchanged. Attention is left eager (see ``self_attention``).
-        Measured on this project's 2-core CPU (``bench/bench_compile.py``, ``bench/bench_inference.py
-        --compile``): +1-3% fp32 inference and 0.94x fine-tuning steps with two idle threads; +14% inference
-        and +24% steps with one thread on busy cores; nothing under bf16. Off by default for that reason; the
-        first batch pays ~5-30 s of compilation. Compiling the padded model whole was slower than eager on
-        ragged text (it computes the padding), so bertkit does not offer it.
+        Off by default: on the CPU this project measures on it was not a win once padding is gone (figures
+        and commands in BENCHMARKS.md, section torch.compile), and the first batch pays the compilation.
+        Compiling the padded model whole was slower than eager on ragged text (it computes the padding), so
+        bertkit does not offer it.
         """
         require_compiler(self.position_ids.device.type)
         kwargs = {"dynamic": True, **compile_kwargs}
