@@ -352,6 +352,10 @@ class PretrainSettings(TrainingSettings):
     """Seed for masks drawn at load time, for instances stored unmasked (--masking dynamic)."""
     resume: bool = False
     """Continue the run in --output-dir from its last checkpoint."""
+    num_train_epochs: float | None = flag(None, cli=False)
+    """Not used: pre-training runs --max-steps steps (epochs repeat as needed)."""
+    max_train_samples: int | None = flag(None, cli=False)
+    """Not used: make smaller data with create-pretraining-data instead."""
     learning_rate: float = flag(1e-4, aliases=("--lr",))
     """Peak learning rate."""
     warmup_ratio: float = 0.01
