@@ -229,6 +229,8 @@ class GlueSettings(FinetuneSettings):
 
     def __post_init__(self) -> None:
         lrs, seeds = self.learning_rate, self.seed
+        lrs = (lrs,) if isinstance(lrs, (int, float)) else lrs  # one value (Python, --config JSON) or a grid
+        seeds = (seeds,) if isinstance(seeds, int) else seeds
         self.learning_rate, self.seed = None, 1  # validate the shared fields one value at a time
         super().__post_init__()
         self.learning_rate, self.seed = (tuple(lrs) if lrs is not None else None), tuple(seeds)
