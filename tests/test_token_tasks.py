@@ -199,7 +199,7 @@ BRUSSELS B-LOC B-ORG
 """
     path = tmp_path / "pred.txt"
     path.write_text(text)
-    scores = tt.conlleval_file(path)
+    scores = ner.conlleval_file(path)
     # 1 correct of 4 guessed and 3 gold: P 25, R 33.33, F1 = 2PR/(P+R) = 28.57; 3 of 6 tags right.
     assert (scores["correct"], scores["found_guessed"], scores["found_gold"]) == (1, 4, 3)
     assert scores["precision"] == pytest.approx(25.0)
@@ -212,9 +212,9 @@ BRUSSELS B-LOC B-ORG
 def test_write_conll_round_trips_through_conlleval_file(tmp_path):
     sents = [ner.NerSentence(("EU", "rejects"), ("B-ORG", "O"), 1), ner.NerSentence(("Peter",), ("B-PER",), 4)]
     pred = [["B-ORG", "O"], ["B-LOC"]]
-    path = tt.write_conll(tmp_path / "p.txt", sents, pred)
+    path = ner.write_conll(tmp_path / "p.txt", sents, pred)
     assert path.read_text() == "EU B-ORG B-ORG\nrejects O O\n\nPeter B-PER B-LOC\n\n"
-    assert tt.conlleval_file(path) == ner.conlleval([s.tags for s in sents], pred)
+    assert ner.conlleval_file(path) == ner.conlleval([s.tags for s in sents], pred)
 
 
 def test_finetune_ner_end_to_end(conll_dir, tiny_checkpoint, tmp_path):
@@ -225,7 +225,7 @@ def test_finetune_ner_end_to_end(conll_dir, tiny_checkpoint, tmp_path):
     assert report["labels"] == ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
     # The written prediction files score exactly what the report says.
     for split in ("dev", "test"):
-        assert to_fractions(tt.conlleval_file(out / f"predictions_{split}.txt")) == report[split]
+        assert to_fractions(ner.conlleval_file(out / f"predictions_{split}.txt")) == report[split]
     assert report["dev_per_epoch"][-1]["f1"] == report["dev"]["f1"]
     # The saved model carries its tag names and reproduces the test predictions.
     model = BertForTokenClassification.from_pretrained(out / "model")

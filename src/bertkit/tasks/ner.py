@@ -340,3 +340,43 @@ def conlleval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]])
         for t in sorted(set(per_found_correct) | set(per_found_guessed))
     }
     return result
+
+
+# -------------------------------------------------------------------------------------------------
+# Files: conlleval's input format
+# -------------------------------------------------------------------------------------------------
+
+
+def write_conll(path: Path, sentences: Sequence[NerSentence], predicted: Sequence[Sequence[str]]) -> Path:
+    """``word gold pred`` per line, a blank line after each sentence: the input conlleval reads."""
+    with open(path, "w", encoding="utf-8") as f:
+        for sent, tags in zip(sentences, predicted, strict=True):
+            for word, gold, pred in zip(sent.words, sent.tags, tags, strict=True):
+                f.write(f"{word} {gold} {pred}\n")
+            f.write("\n")
+    return path
+
+
+def conlleval_file(path: str | Path) -> dict[str, Any]:
+    """Score a ``word ... gold pred`` file as ``conlleval < file`` does (the last two columns are compared)."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"predictions file not found: {path}")
+    gold: list[list[str]] = [[]]
+    pred: list[list[str]] = [[]]
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            cols = line.split()
+            if not cols or cols[0] == "-DOCSTART-":
+                if gold[-1]:
+                    gold.append([])
+                    pred.append([])
+                continue
+            if len(cols) < 3:
+                raise BertkitError(f"{path} line {lineno}: expected 'word ... gold predicted', got {line!r}")
+            gold[-1].append(cols[-2])
+            pred[-1].append(cols[-1])
+    if not gold[-1]:
+        gold.pop()
+        pred.pop()
+    return conlleval(gold, pred)

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from bertkit.data.collate import collate
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from bertkit.outputs import atomic_write_json
 from bertkit.tasks import ner, squad, swag
@@ -83,41 +83,6 @@ def ner_scores(sentences: Sequence[ner.NerSentence], predicted: Sequence[Sequenc
     return to_fractions(ner.conlleval([s.tags for s in sentences], predicted))
 
 
-def write_conll(path: Path, sentences: Sequence[ner.NerSentence], predicted: Sequence[Sequence[str]]) -> Path:
-    """``word gold pred`` per line, a blank line after each sentence: the input conlleval reads."""
-    with open(path, "w", encoding="utf-8") as f:
-        for sent, tags in zip(sentences, predicted, strict=True):
-            for word, gold, pred in zip(sent.words, sent.tags, tags, strict=True):
-                f.write(f"{word} {gold} {pred}\n")
-            f.write("\n")
-    return path
-
-
-def conlleval_file(path: str | Path) -> dict[str, Any]:
-    """Score a ``word ... gold pred`` file as ``conlleval < file`` does (the last two columns are compared)."""
-    path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"predictions file not found: {path}")
-    gold: list[list[str]] = [[]]
-    pred: list[list[str]] = [[]]
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            cols = line.split()
-            if not cols or cols[0] == "-DOCSTART-":
-                if gold[-1]:
-                    gold.append([])
-                    pred.append([])
-                continue
-            if len(cols) < 3:
-                raise BertkitError(f"{path} line {lineno}: expected 'word ... gold predicted', got {line!r}")
-            gold[-1].append(cols[-2])
-            pred[-1].append(cols[-1])
-    if not gold[-1]:
-        gold.pop()
-        pred.pop()
-    return ner.conlleval(gold, pred)
-
-
 def _flat(scores: dict[str, Any]) -> dict[str, float]:
     return {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
 
@@ -159,8 +124,8 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
         evaluate(model)
     test_tags = tags_of(model, "test")
     test_scores = ner_scores(data["test"], test_tags)
-    files = {"dev": str(write_conll(s.output_dir / "predictions_dev.txt", data["dev"], last_dev["tags"])),
-             "test": str(write_conll(s.output_dir / "predictions_test.txt", data["test"], test_tags)),
+    files = {"dev": str(ner.write_conll(s.output_dir / "predictions_dev.txt", data["dev"], last_dev["tags"])),
+             "test": str(ner.write_conll(s.output_dir / "predictions_test.txt", data["test"], test_tags)),
              "model": str(_save(model, tokenizer, s.output_dir))}
     report = {
         "task": "ner", "model": str(s.model_name_or_path), "labels": labels, "lr": lr, "epochs": epochs,
