@@ -162,3 +162,9 @@ def test_fine_tuning_scores_share_one_unit():
 
     assert to_fractions({"f1": 90.5, "precision": 80.0, "total": 7, "per_type": {"PER": {"f1": 50.0}}}) == \
         {"f1": 0.905, "precision": 0.8, "total": 7, "per_type": {"PER": {"f1": 0.5}}}
+
+
+@pytest.mark.parametrize("name,parser,cls", ALL, ids=[c[0] for c in ALL])
+def test_every_commands_help_renders(name, parser, cls):
+    text = parser.format_help()  # argparse %-formats help strings: a bare "%" in a docstring crashed this
+    assert "usage:" in text and "--config FILE" in text

@@ -98,7 +98,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
         required = default is dataclasses.MISSING
-        help_text = docs.get(f.name, "")
+        help_text = docs.get(f.name, "").replace("%", "%%")  # argparse %-formats help ("15%" in a docstring)
         if meta.get("positional"):
             parser.add_argument(f.name, nargs="+" if many else None, type=convert, help=help_text,
                                 default=argparse.SUPPRESS)
