@@ -112,6 +112,7 @@ def build_corpus(out_dir: Path, heldout_every: int = 10) -> dict[str, Any]:
     import pydoc_data.topics
 
     from bertkit.data.text import split_sentences
+    from bertkit.outputs import atomic_write
 
     documents: list[tuple[str, list[str]]] = []
     for topic, text in sorted(pydoc_data.topics.topics.items()):
@@ -120,7 +121,7 @@ def build_corpus(out_dir: Path, heldout_every: int = 10) -> dict[str, Any]:
         documents.append((f"module:{name}", [p for _, d in _module_docs(name) for p in _prose_paragraphs(d)]))
     out_dir.mkdir(parents=True, exist_ok=True)
     counts = {"train": [0, 0], "heldout": [0, 0]}
-    with open(out_dir / "train.txt", "w", encoding="utf-8") as tr, open(out_dir / "heldout.txt", "w", encoding="utf-8") as ho:
+    with atomic_write(out_dir / "train.txt") as tr, atomic_write(out_dir / "heldout.txt") as ho:
         kept = 0
         for _name, paragraphs in documents:
             sentences = [s for p in paragraphs for s in split_sentences(p)]
