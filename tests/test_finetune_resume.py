@@ -59,12 +59,22 @@ def _same_result(full: Path, killed: Path) -> None:
     assert losses[0] == losses[1]
 
 
-def _campaign(setup: Path, tmp_path: Path, kills: int, seed: int, epochs: int) -> int:
+def _campaign(setup: Path, tmp_path: Path, kills: int, seed: int, epochs: int, in_writes: bool = False) -> int:
+    """``kills`` SIGKILLs, each followed by --resume: at random moments, and with ``in_writes`` some inside a
+    checkpoint write; returns how many landed before the run finished."""
+    from killing import MOMENTS, launch_paused
+
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     full, killed = tmp_path / "full", tmp_path / "killed"
     subprocess.run(_args(setup, full, epochs=epochs), check=True, env=env, capture_output=True)
     rng, done = random.Random(seed), 0
     while done < kills:
+        if in_writes and rng.random() < 0.4:  # inside a checkpoint write, at a chosen moment (tests/killing.py)
+            if not launch_paused(_args(setup, killed, "--resume", epochs=epochs)[3:], rng.choice(MOMENTS),
+                                 rng.randint(1, 3), tmp_path / "stop", env):
+                break
+            done += 1
+            continue
         proc = subprocess.Popen(_args(setup, killed, "--resume", epochs=epochs), env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(1.0, 3.5))
@@ -82,6 +92,21 @@ def test_a_killed_fine_tuning_run_resumes_bit_for_bit(setup, tmp_path):
     assert _campaign(setup, tmp_path, kills=2, seed=1, epochs=3) >= 1
 
 
+def test_killed_inside_checkpoint_writes_fine_tuning_resumes_bit_for_bit(setup, tmp_path):
+    """SIGKILL with a half-written state.pt, then (resumed) right after a checkpoint's rename: --resume ends
+    with the uninterrupted run's report, losses and weights, bit for bit."""
+    from killing import child_env, launch_paused, torn_checkpoint_left
+
+    env = child_env()
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    subprocess.run(_args(setup, full, epochs=1), check=True, env=env, capture_output=True)
+    for where, nth in (("state", 2), ("renamed", 3)):
+        assert launch_paused(_args(setup, killed, "--resume", epochs=1)[3:], where, nth, tmp_path / "stop", env)
+        assert torn_checkpoint_left(killed) == (where == "state")
+    subprocess.run(_args(setup, killed, "--resume", epochs=1), check=True, env=env, capture_output=True)
+    _same_result(full, killed)
+
+
 @pytest.mark.slow
 def test_kill_campaign_twenty_sigkills_during_fine_tuning(setup, tmp_path):
-    assert _campaign(setup, tmp_path, kills=20, seed=2026, epochs=40) == 20  # 2,400 steps: room for 20 kills
+    assert _campaign(setup, tmp_path, kills=20, seed=2026, epochs=40, in_writes=True) == 20  # 2,400 steps: room for 20 kills

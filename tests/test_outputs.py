@@ -101,6 +101,18 @@ def test_resume_continues_the_same_command_only(tmp_path):
         claim_output_dir(tmp_path, "finetune glue", resume=True)
 
 
+def test_resume_with_other_settings_is_refused_before_anything_is_touched(tmp_path):
+    """`finetune glue --task cola --resume` into an SST-2 run (whose checkpoints are gone once it finished)
+    would start afresh there and replace its report and best/: refused, naming the changed flag."""
+    with output_dir(tmp_path, "finetune glue", {"task": "sst2", "seed": 1}) as claim:
+        (claim.path / "report.json").write_text('{"task": "sst2"}')
+    with pytest.raises(BertkitError, match=r"other settings \(--task 'sst2' then, 'cola' now\).*--overwrite"):
+        claim_output_dir(tmp_path, "finetune glue", {"task": "cola", "seed": 1}, resume=True)
+    assert (tmp_path / "report.json").read_text() == '{"task": "sst2"}'
+    with output_dir(tmp_path, "finetune glue", {"task": "sst2", "seed": 1}, resume=True):
+        pass  # the same settings continue
+
+
 def test_overwrite_after_a_killed_run_removes_what_it_made(tmp_path):
     claim = claim_output_dir(tmp_path, "pretrain")  # never released: as if SIGKILLed
     (tmp_path / "checkpoints").mkdir()

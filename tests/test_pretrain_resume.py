@@ -74,6 +74,28 @@ def test_killed_run_resumes_bit_for_bit(tiny_setup, tmp_path):
     assert a == b
 
 
+def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, tmp_path):
+    """Two SIGKILLs, each inside a checkpoint write (a half-written state.pt; after resuming, a checkpoint
+    renamed into place before the old ones are pruned), then --resume: the uninterrupted run's losses and
+    weights, bit for bit."""
+    from bertkit.training.loop import checkpoint_dirs
+    from killing import child_env, launch_paused, torn_checkpoint_left
+
+    env = child_env()
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    subprocess.run(_pretrain_args(tiny_setup, full), check=True, env=env, capture_output=True)
+    for i, (where, nth) in enumerate([("state", 2), ("renamed", 2)]):
+        extra = ("--resume",) if i else ()
+        assert launch_paused(_pretrain_args(tiny_setup, killed, *extra)[3:], where, nth, tmp_path / "stop", env)
+        assert torn_checkpoint_left(killed) == (where == "state")
+        if where == "renamed":  # killed before pruning: one checkpoint more than --save-total-limit 2
+            assert [p.name for p in checkpoint_dirs(killed)] == ["step-00000010", "step-00000020", "step-00000030"]
+    subprocess.run(_pretrain_args(tiny_setup, killed, "--resume"), check=True, env=env, capture_output=True)
+    assert _losses(killed) == _losses(full)
+    assert (full / "final" / "model.safetensors").read_bytes() == (killed / "final" / "model.safetensors").read_bytes()
+    assert not torn_checkpoint_left(killed)
+
+
 def test_resume_with_other_settings_is_refused(tiny_setup, tmp_path):
     out = tmp_path / "run"
     subprocess.run(_pretrain_args(tiny_setup, out), check=True, capture_output=True)
@@ -186,16 +208,26 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tiny_setup, tmp_
 
 @pytest.mark.slow
 def test_kill_campaign_twenty_sigkills_at_random_moments(tiny_setup, tmp_path):
-    """20 SIGKILLs at random moments (checkpoints every 5 steps, so many land in checkpoint writes), each
-    followed by --resume: the run ends with the uninterrupted run's losses and weights, bit for bit."""
+    """20 SIGKILLs, each followed by --resume: most at random moments (checkpoints every 5 steps), the others
+    inside a checkpoint write (a torn state.pt, or a rename before pruning): the run ends with the
+    uninterrupted run's losses and weights, bit for bit."""
     import random
+
+    from killing import MOMENTS, launch_paused
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = ("--max-steps", "300", "--save-steps", "5")
     full, killed = tmp_path / "full", tmp_path / "killed"
     subprocess.run(_pretrain_args(tiny_setup, full, *args), check=True, env=env, capture_output=True)
-    rng, kills = random.Random(2026), 0
+    rng, kills, in_writes = random.Random(2026), 0, 0
     while kills < 20:
+        if rng.random() < 0.4:  # inside a checkpoint write, at a chosen moment (tests/killing.py)
+            where, nth = rng.choice(MOMENTS), rng.randint(1, 3)
+            if not launch_paused(_pretrain_args(tiny_setup, killed, *args, "--resume")[3:], where, nth,
+                                 tmp_path / "stop", env):
+                break
+            kills, in_writes = kills + 1, in_writes + 1
+            continue
         proc = subprocess.Popen(_pretrain_args(tiny_setup, killed, *args, "--resume"), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(1.0, 4.0))  # start-up takes about a second: most kills land in training
@@ -205,6 +237,6 @@ def test_kill_campaign_twenty_sigkills_at_random_moments(tiny_setup, tmp_path):
         proc.wait()
         kills += 1
     subprocess.run(_pretrain_args(tiny_setup, killed, *args, "--resume"), check=True, env=env, capture_output=True)
-    assert kills == 20
+    assert kills == 20 and in_writes >= 5
     assert _losses(killed) == _losses(full)
     assert (full / "final" / "model.safetensors").read_bytes() == (killed / "final" / "model.safetensors").read_bytes()

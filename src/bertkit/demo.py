@@ -112,6 +112,7 @@ def build_corpus(out_dir: Path, heldout_every: int = 10) -> dict[str, Any]:
     import pydoc_data.topics
 
     from bertkit.data.text import split_sentences
+    from bertkit.outputs import atomic_write
 
     documents: list[tuple[str, list[str]]] = []
     for topic, text in sorted(pydoc_data.topics.topics.items()):
@@ -120,7 +121,7 @@ def build_corpus(out_dir: Path, heldout_every: int = 10) -> dict[str, Any]:
         documents.append((f"module:{name}", [p for _, d in _module_docs(name) for p in _prose_paragraphs(d)]))
     out_dir.mkdir(parents=True, exist_ok=True)
     counts = {"train": [0, 0], "heldout": [0, 0]}
-    with open(out_dir / "train.txt", "w", encoding="utf-8") as tr, open(out_dir / "heldout.txt", "w", encoding="utf-8") as ho:
+    with atomic_write(out_dir / "train.txt") as tr, atomic_write(out_dir / "heldout.txt") as ho:
         kept = 0
         for _name, paragraphs in documents:
             sentences = [s for p in paragraphs for s in split_sentences(p)]
@@ -190,7 +191,7 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = 200
     """Run every stage; returns (and writes to ``out_dir/demo.json``) what each stage measured."""
     from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertTokenizer
     from bertkit.data.pretraining import create_pretraining_data
-    from bertkit.outputs import atomic_write_json
+    from bertkit.outputs import atomic_write_json, output_dir
     from bertkit.tasks import glue
     from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
     from bertkit.training.finetune import predict, run_finetuning
@@ -233,14 +234,13 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = 200
     say(f"\n== 5. Pre-training a 2-layer, 128-wide BERT from scratch for {pretrain_steps} steps ==")
     config = BertConfig.preset("tiny", vocab_size=len(vocab), max_position_embeddings=64)
     run_dir = out_dir / "pretrain"
-    import shutil
-
-    shutil.rmtree(run_dir, ignore_errors=True)
-    result = pretrain(PretrainSettings(
-        data=out_dir / "instances-train", vocab=vocab_dir, config_name=config, max_steps=pretrain_steps,
-        batch_size=32, eval_data=out_dir / "instances-heldout", eval_steps=max(1, pretrain_steps // 6),
-        eval_instances=1000, output_dir=run_dir, learning_rate=1e-3, warmup_ratio=0.05, seed=seed,
-        logging_steps=50, progress=progress))
+    # An earlier demo's pre-training run is replaced (its recorded files only); anything else there is refused.
+    with output_dir(run_dir, "demo pretrain", {"steps": pretrain_steps, "seed": seed}, overwrite=True):
+        result = pretrain(PretrainSettings(
+            data=out_dir / "instances-train", vocab=vocab_dir, config_name=config, max_steps=pretrain_steps,
+            batch_size=32, eval_data=out_dir / "instances-heldout", eval_steps=max(1, pretrain_steps // 6),
+            eval_instances=1000, output_dir=run_dir, learning_rate=1e-3, warmup_ratio=0.05, seed=seed,
+            logging_steps=50, progress=progress))
     say("  step   held-out MLM acc   NSP acc")
     curve = [r for r in result.history if r["split"] == "eval"]
     for r in curve:

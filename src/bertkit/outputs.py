@@ -227,12 +227,26 @@ def _remove_recorded(directory: Path, marker: dict) -> list[str]:
     return removed
 
 
+def _refuse_other_settings(directory: Path, command: str, earlier: dict, now: dict) -> None:
+    """--resume continues the run the marker describes, not another one: `finetune glue --task cola --resume`
+    into an SST-2 run would otherwise start afresh there and replace its report and best model."""
+    changed = sorted(k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k))
+    if changed:
+        shown = "; ".join(f"--{k.replace('_', '-')} {earlier.get(k)!r} then, {now.get(k)!r} now" for k in changed[:4])
+        more = f" (and {len(changed) - 4} more)" if len(changed) > 4 else ""
+        raise BertkitError(
+            f"cannot --resume in {directory}: its `bertkit {command}` run had other settings ({shown}{more}); "
+            "resume with the original settings, pass --overwrite to replace that run (only the files bertkit "
+            "wrote there are removed), or choose another output directory")
+
+
 def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *,
                      overwrite: bool = False, resume: bool = False, resumable: bool = True) -> OutputDir:
     """Take ``path`` for one run of ``command``: lock it, check whose files are there, write the marker.
 
     - empty or absent: claimed;
-    - holding a marker of the same command and ``resume``: claimed, the run continues there;
+    - holding a marker of the same command and settings and ``resume``: claimed, the run continues there
+      (other settings are refused, naming them);
     - holding a bertkit marker otherwise: refused, unless ``overwrite`` (the recorded files are removed);
     - holding files without a marker (a user's, or another tool's): always refused.
     """
@@ -252,7 +266,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
         if marker is not None and (present or marker.get("files")):
             same = marker.get("command") == command
             if resume and same:
-                pass
+                _refuse_other_settings(directory, command, marker.get("fingerprint") or {}, fingerprint or {})
             elif overwrite:
                 removed = _remove_recorded(directory, marker)
                 left = _listing(directory)

@@ -50,6 +50,7 @@ from bertkit.data.shards import (
 )
 from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
 from bertkit.errors import BertkitError
+from bertkit.outputs import atomic_write_text
 from bertkit.tokenization.wordpiece import SPECIAL_TOKENS as BERT_SPECIAL_TOKENS
 
 SPECIAL_TOKENS = dict(zip(("pad", "unk", "cls", "sep", "mask"), BERT_SPECIAL_TOKENS))  # by role, for the manifest
@@ -125,7 +126,7 @@ def create_pretraining_data(
             raise BertkitError(f"{out} already holds pre-training shards; pass --overwrite (overwrite=True) or choose a new directory")
         remove_shards(out)
     vocab_text = "".join(t + "\n" for t in vocab)
-    (out / VOCAB).write_text(vocab_text, encoding="utf-8")
+    atomic_write_text(out / VOCAB, vocab_text)
 
     started = time.perf_counter()
     job = _Job(config, tokenizer, str(out))

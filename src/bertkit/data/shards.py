@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.outputs import atomic_write_text
+from bertkit.outputs import atomic_write, atomic_write_text
 
 FORMAT = "bertkit-pretraining-v1"
 MANIFEST = "manifest.json"
@@ -47,7 +47,8 @@ def save_shard(output_dir: str | os.PathLike, name: str, arrays: dict[str, np.nd
     info = {}
     for field, array in arrays.items():
         path = out / f"{name}.{field}.npy"
-        np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+        with atomic_write(path, "wb") as f:  # a kill mid-write never leaves half a shard under its name
+            np.save(f, np.ascontiguousarray(array), allow_pickle=False)
         info[field] = {
             "file": path.name,
             "dtype": str(array.dtype),

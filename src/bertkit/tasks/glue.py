@@ -41,6 +41,7 @@ import numpy as np
 
 from bertkit.data.collate import MODEL_INPUT_KEYS, collate  # noqa: F401 (re-exported: glue.collate)
 from bertkit.errors import BertkitError, MissingFileError, not_utf8
+from bertkit.outputs import atomic_write
 from bertkit.tasks import metrics
 
 
@@ -382,7 +383,7 @@ def write_submission(
                 )
             value = t.labels[k]
         rows.append(f"{pid}\t{value}\n")
-    with open(out, "w", encoding="utf-8") as f:
+    with atomic_write(out) as f:  # never through a symlink already there
         f.write("index\tprediction\n")
         f.writelines(rows)
     return out

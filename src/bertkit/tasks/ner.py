@@ -27,6 +27,7 @@ from typing import Any, Literal
 from bertkit.data.collate import collate as collate
 from bertkit.errors import BertkitError, MissingFileError, not_utf8
 from bertkit.heads import IGNORE_INDEX
+from bertkit.outputs import atomic_write
 
 
 @dataclass(frozen=True)
@@ -349,7 +350,7 @@ def conlleval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]])
 
 def write_conll(path: Path, sentences: Sequence[NerSentence], predicted: Sequence[Sequence[str]]) -> Path:
     """``word gold pred`` per line, a blank line after each sentence: the input conlleval reads."""
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         for sent, tags in zip(sentences, predicted, strict=True):
             for word, gold, pred in zip(sent.words, sent.tags, tags, strict=True):
                 f.write(f"{word} {gold} {pred}\n")

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError, not_utf8
+from bertkit.outputs import atomic_write
 
 # ---------------------------------------------------------------- reading
 
@@ -309,7 +310,7 @@ class SquadPredictions:
         paths = {}
         for name, obj in files.items():
             paths[name] = out / f"{name}.json"
-            with open(paths[name], "w", encoding="utf-8") as f:
+            with atomic_write(paths[name]) as f:  # never through a symlink already there
                 json.dump(obj, f, indent=4)
                 f.write("\n")
         return paths

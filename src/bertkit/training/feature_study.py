@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from bertkit.errors import BertkitError
 from bertkit.features import hidden_states_for
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_write_json
+from bertkit.outputs import atomic_target, atomic_write, atomic_write_json, atomic_write_text
 from bertkit.tasks import ner
 from bertkit.tasks.metrics import to_fractions
 from bertkit.training.settings import STUDY_COMBINATIONS, StudySettings
@@ -135,13 +135,21 @@ def extract_word_activations(model: BertModel, tokenizer: Any, sentences: Sequen
 
     Each sentence is encoded alone (``ner.featurize_ner`` windows: long ones split at word boundaries).
     """
-    from tqdm.auto import tqdm
-
     labels = ner.label_list(sentences)
     features = ner.featurize_ner(sentences, tokenizer, labels, max_seq_length)
     num_states, H = model.config.num_hidden_layers + 1, model.config.hidden_size
     offsets = np.concatenate([[0], np.cumsum([len(s.words) for s in sentences])]).astype(np.int64)
-    tmp = path.with_name(path.stem + ".tmp.npy")
+    with atomic_target(path) as tmp:  # never through a symlink; a kill leaves no half-written array under its name
+        _fill_word_activations(model, features, offsets, tmp, num_states, H, batch_size, device, progress)
+    with atomic_write(path.with_name(path.stem + ".offsets.npy"), "wb") as f:
+        np.save(f, offsets)
+    return WordActivations(np.load(path, mmap_mode="r"), offsets)
+
+
+def _fill_word_activations(model: BertModel, features: list[dict], offsets: np.ndarray, tmp: Path, num_states: int,
+                           H: int, batch_size: int, device: str, progress: bool) -> None:
+    from tqdm.auto import tqdm
+
     values = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(int(offsets[-1]), num_states, H))
     model.eval().to(device)
     bar = tqdm(total=len(features), disable=not progress, unit="window", dynamic_ncols=True)
@@ -157,9 +165,6 @@ def extract_word_activations(model: BertModel, tokenizer: Any, sentences: Sequen
     bar.close()
     values.flush()
     del values
-    tmp.replace(path)
-    np.save(path.with_name(path.stem + ".offsets.npy"), offsets)
-    return WordActivations(np.load(path, mmap_mode="r"), offsets)
 
 
 def _activations(s: StudySettings, model: BertModel, tokenizer: Any, split: str,
@@ -177,7 +182,7 @@ def _activations(s: StudySettings, model: BertModel, tokenizer: Any, split: str,
     t0 = time.perf_counter()
     acts = extract_word_activations(model, tokenizer, sentences, path, max_seq_length=s.max_seq_length,
                                     batch_size=s.extract_batch_size, device=s.device, progress=s.progress)
-    stamp.write_text(json.dumps({"digest": digest, "model": str(s.model_name_or_path), "sentences": len(sentences),
+    atomic_write_text(stamp, json.dumps({"digest": digest, "model": str(s.model_name_or_path), "sentences": len(sentences),
                                  "words": int(acts.offsets[-1]), "seconds": round(time.perf_counter() - t0, 1)}))
     return acts
 

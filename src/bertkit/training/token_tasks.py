@@ -36,7 +36,7 @@ from torch import nn
 from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
-from bertkit.outputs import atomic_write_json
+from bertkit.outputs import atomic_write, atomic_write_json
 from bertkit.tasks import ner, squad, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
@@ -295,7 +295,7 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
                                       device=s.device)
     scores = last["scores"]
     pred_path = s.output_dir / "predictions.jsonl"
-    with open(pred_path, "w", encoding="utf-8") as f:
+    with atomic_write(pred_path) as f:
         for ex, row in zip(eval_examples, scores, strict=True):
             f.write(json.dumps({"line": ex.line, "video_id": ex.video_id, "scores": [round(float(x), 6) for x in row],
                                 "prediction": int(row.argmax()), "label": ex.label}) + "\n")

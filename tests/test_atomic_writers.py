@@ -1,0 +1,122 @@
+"""Every file bertkit writes goes through bertkit.outputs' atomic write: a symlink a user left at the output
+name is replaced, never written through (its target keeps its bytes), and no temporary file stays behind.
+
+One test per writer that takes a path from its caller (library users do not go through the CLI's claimed
+output directory, so these functions must be safe on their own).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertConfig, BertModel, BertTokenizer
+
+PRECIOUS = "the user's own file\n"
+
+
+def _trap(directory: Path, name: str, tmp_path: Path) -> Path:
+    """A symlink ``directory/name`` pointing at a file of the user's; returns that file."""
+    precious = tmp_path / f"precious-{name}"
+    precious.write_text(PRECIOUS)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).symlink_to(precious)
+    return precious
+
+
+def _untouched(precious: Path, written: Path) -> None:
+    assert precious.read_text() == PRECIOUS
+    assert written.is_file() and not written.is_symlink()
+    assert not [p.name for p in written.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[BertModel, BertTokenizer]:
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "peter", "paris"]
+    tok = BertTokenizer({t: i for i, t in enumerate(vocab)})
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                 intermediate_size=32, max_position_embeddings=32))
+    return model.eval(), tok
+
+
+def test_glue_submission(tmp_path):
+    from bertkit.tasks.glue import write_submission
+
+    out = tmp_path / "out"
+    precious = _trap(out, "SST-2.tsv", tmp_path)
+    write_submission("sst2", [1, 0], ["0", "1"], out / "SST-2.tsv")
+    _untouched(precious, out / "SST-2.tsv")
+    assert (out / "SST-2.tsv").read_text() == "index\tprediction\n0\t1\n1\t0\n"
+
+
+def test_squad_predictions(tmp_path):
+    from bertkit.tasks.squad import SquadPredictions
+
+    out = tmp_path / "out"
+    precious = _trap(out, "predictions.json", tmp_path)
+    SquadPredictions({"q1": "Paris"}, {"q1": [{"text": "Paris", "probability": 1.0}]}, None).write(out)
+    _untouched(precious, out / "predictions.json")
+    assert json.loads((out / "predictions.json").read_text()) == {"q1": "Paris"}
+
+
+def test_conll_predictions(tmp_path):
+    from bertkit.tasks.ner import NerSentence
+    from bertkit.training.token_tasks import write_conll
+
+    out = tmp_path / "out"
+    precious = _trap(out, "test_predictions.txt", tmp_path)
+    write_conll(out / "test_predictions.txt", [NerSentence(("Peter", "sat"), ("B-PER", "O"), 1)], [("B-PER", "O")])
+    _untouched(precious, out / "test_predictions.txt")
+    assert (out / "test_predictions.txt").read_text() == "Peter B-PER B-PER\nsat O O\n\n"
+
+
+def test_pretraining_shard(tmp_path):
+    from bertkit.data.shards import save_shard, sha256_file
+
+    out = tmp_path / "out"
+    precious = _trap(out, "shard-00000.input_ids.npy", tmp_path)
+    ids = np.arange(12, dtype=np.int32).reshape(3, 4)
+    info = save_shard(out, "shard-00000", {"input_ids": ids})
+    _untouched(precious, out / "shard-00000.input_ids.npy")
+    np.testing.assert_array_equal(np.load(out / "shard-00000.input_ids.npy"), ids)
+    assert info["input_ids"]["sha256"] == sha256_file(out / "shard-00000.input_ids.npy")
+
+
+@pytest.mark.parametrize("name", ["features.jsonl", "features.safetensors"])
+def test_extracted_features(tmp_path, tiny, name):
+    from bertkit.features import extract_features, read_features
+
+    model, tok = tiny
+    out = tmp_path / "out"
+    precious = _trap(out, name, tmp_path)
+    extract_features(model, tok, [("the cat sat", None), ("peter on the mat", "paris")], out / name, layers=(-1,),
+                     max_seq_length=16, progress=False)
+    _untouched(precious, out / name)
+    first = next(read_features(out / name))
+    with torch.no_grad():
+        expected = model(torch.tensor([tok.convert_tokens_to_ids(["[CLS]", "the", "cat", "sat", "[SEP]"])]))
+    np.testing.assert_allclose(first["layers"][-1], expected.last_hidden_state[0].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_feature_study_activations(tmp_path, tiny):
+    from bertkit.tasks.ner import NerSentence
+    from bertkit.training.feature_study import extract_word_activations
+
+    model, tok = tiny
+    out = tmp_path / "acts"
+    precious = _trap(out, "train.npy", tmp_path)
+    precious_offsets = _trap(out, "train.offsets.npy", tmp_path)
+    sentences = [NerSentence(("peter", "sat"), ("B-PER", "O"), 1), NerSentence(("the", "cat", "sat"), ("O",) * 3, 4)]
+    acts = extract_word_activations(model, tok, sentences, out / "train.npy", max_seq_length=16, progress=False)
+    _untouched(precious, out / "train.npy")
+    _untouched(precious_offsets, out / "train.offsets.npy")
+    assert acts.values.shape == (5, 3, 16) and list(acts.offsets) == [0, 2, 5]
+    with torch.no_grad():
+        ids = torch.tensor([tok.convert_tokens_to_ids(["[CLS]", "peter", "sat", "[SEP]"])])
+        last = model(ids).last_hidden_state[0, 1:3].numpy()
+    np.testing.assert_allclose(np.asarray(acts.values[0:2, -1], dtype=np.float32), last, atol=2e-3)  # stored fp16
