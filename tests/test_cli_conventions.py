@@ -46,6 +46,13 @@ def test_every_flag_has_help_and_a_shown_default(name, parser, cls):
 
 
 @pytest.mark.parametrize("name,parser,cls", ALL, ids=[c[0] for c in ALL])
+def test_every_command_help_renders(name, parser, cls):
+    text = " ".join(parser.format_help().split())  # argparse %-formats help: a bare "80%" broke one command's
+    assert "80% become [MASK]" in text or name != "create-pretraining-data"
+    assert "--config FILE" in text
+
+
+@pytest.mark.parametrize("name,parser,cls", ALL, ids=[c[0] for c in ALL])
 def test_every_settings_field_is_reachable_from_the_command_line(name, parser, cls):
     dests = {a.dest for a in parser._actions}
     for f in dataclasses.fields(cls):
@@ -100,11 +107,75 @@ def test_defaults_are_the_task_defaults():
     assert (pre.learning_rate, pre.warmup_ratio, pre.batch_size, pre.seed, pre.config_name) == (1e-4, 0.01, 32, 42, "mini")
 
 
-def test_a_list_learning_rate_is_refused_where_no_grid_runs(capsys):
+@pytest.mark.parametrize("argv", [["finetune", "ner", "--data-dir", "d"], ["finetune", "swag", "--train-file", "t",
+                                  "--predict-file", "p"], ["finetune", "squad", "--predict-file", "p"]])
+@pytest.mark.parametrize("rates", ["1e-4,2e-4", "paper"])
+def test_a_list_learning_rate_is_refused_where_no_grid_runs(argv, rates, capsys):
     with pytest.raises(SystemExit) as exit_info:  # argparse's usage error
-        main(["finetune", "ner", "--data-dir", "d", "--model", "m", "--out", "o", "--learning-rate", "1e-4,2e-4"])
+        main([*argv, "--model", "m", "--out", "o", "--learning-rate", rates])
     assert exit_info.value.code == 2
-    assert "invalid float value: '1e-4,2e-4'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"--learning-rate/--lr: '{rates}': this command trains once" in err and "finetune glue" in err
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--data", "d", "--vocab", "v", "--out", "o", "--max-steps", "1", "--lr", rates])
+    assert "trains once" in capsys.readouterr().err
+    # the help of these commands does not promise grids; glue's does
+    lr_help = {name: next(a.help for a in parser._actions if a.dest == "learning_rate") for name, parser, _ in ALL
+               if any(a.dest == "learning_rate" for a in parser._actions)}
+    for name, text in lr_help.items():
+        assert ("comma list" in text and "'paper'" in text) == (name == "finetune glue"), (name, text)
+
+
+def test_settings_file_values_are_type_checked(tmp_path, capsys):
+    cfg = tmp_path / "run.json"
+    base = ["finetune", "ner", "--data-dir", "d", "--model", "m", "--out", "o", "--config", str(cfg)]
+    for values, message in (({"learning_rate": [1e-4, 2e-4]}, "learning_rate (0.0001, 0.0002): expected float | None "
+                                                              "(a list runs a grid only in `finetune glue`)"),
+                            ({"learning_rate": "1e-4,2e-4"}, "learning_rate: '1e-4,2e-4': this command trains once"),
+                            ({"batch_size": 16.5}, "batch_size 16.5: expected int"),
+                            ({"bf16": "yes"}, "bf16 'yes': expected bool"),
+                            ({"tag_scheme": "bio"}, "tag_scheme 'bio': expected one of 'iob1', 'iob2'"),
+                            ({"num_train_epochs": "two"}, "num_train_epochs: could not convert string to float")):
+        cfg.write_text(json.dumps(values))
+        assert main(base) == 2
+        assert f"--config {cfg}: {message}" in capsys.readouterr().err
+    # GLUE takes one value or a list for its grid fields, from a file as from the command line
+    cfg.write_text(json.dumps({"learning_rate": 3e-5, "seed": 4}))
+    glue = _settings(["finetune", "glue", "--task", "rte", "--data-dir", "d", "--model", "m", "--out", "o",
+                      "--config", str(cfg)])
+    assert (glue.learning_rate, glue.seed) == ((3e-5,), (4,))
+    cfg.write_text(json.dumps({"learning_rate": "paper", "seed": [1, 2]}))
+    glue = _settings(["finetune", "glue", "--task", "rte", "--data-dir", "d", "--model", "m", "--out", "o",
+                      "--config", str(cfg)])
+    assert (glue.learning_rate, glue.seed) == (st.PAPER_GRID, (1, 2))
+
+
+def test_yaml_settings_file(tmp_path):
+    pytest.importorskip("yaml")
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("data: d\nvocab: v\noutput-dir: o\nmax_steps: 7\nlearning_rate: 5.0e-4\n")
+    s = _settings(["pretrain", "--config", str(cfg), "--max-steps", "9"])
+    assert (s.max_steps, s.learning_rate, s.output_dir) == (9, 5e-4, Path("o"))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train-tokenizer", "a.txt", "--out", "o", "--vocab-size", "0"], "vocab_size must be at least 1, got 0"),
+    (["train-tokenizer", "a.txt", "--out", "o", "--workers", "0"], "num_workers must be at least 1, got 0"),
+    (["create-pretraining-data", "a.txt", "--vocab", "v", "--out", "o", "--num-workers", "0"],
+     "num_workers must be at least 1, got 0"),
+    (["predict", "glue", "--task", "rte", "--data-dir", "d", "--model", "m", "--out", "o", "--max-predict-samples",
+      "0"], "max_predict_samples must be at least 1, got 0"),
+    (["extract-features", "--model", "m", "--input", "i", "--out", "o.jsonl", "--batch-size", "0"],
+     "batch_size must be at least 1, got 0"),
+    (["demo", "--steps", "0"], "steps must be at least 1, got 0"),
+    (["finetune", "squad", "--predict-file", "p", "--model", "m", "--out", "o", "--doc-stride", "0"],
+     "doc_stride must be at least 1, got 0"),
+])
+def test_every_settings_class_validates_itself(argv, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # refused before any output directory was claimed
 
 
 def test_bad_hyperparameters_are_refused_before_any_work(tmp_path, capsys):

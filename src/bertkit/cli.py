@@ -57,11 +57,9 @@ def _flag_name(name: str) -> str:
 def _converter(tp: Any, parse: Callable | None) -> tuple[Callable[[str], Any] | None, list | None, bool]:
     """(text -> value, choices, is a list) for a field's type."""
     if parse is not None:
-        return parse, None, False
+        return _shown_errors(parse), None, False
+    tp = _not_none(tp)  # X | None: the flag takes an X
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):  # X | None: the flag takes an X
-        tp = next(a for a in args if a is not type(None))
-        origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is typing.Literal:
         return type(args[0]), list(args), False
     if origin is tuple:  # tuple[int, ...]: a comma list
@@ -72,6 +70,38 @@ def _converter(tp: Any, parse: Callable | None) -> tuple[Callable[[str], Any] | 
     if tp in (int, float, str, Path):
         return tp, None, False
     return str, None, False  # Any (a preset name or a path)
+
+
+def _shown_errors(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """argparse prints "invalid <function name> value" for a ValueError: show the parser's own message."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except BertkitError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return convert
+
+
+def _matches(value: Any, tp: Any) -> bool:
+    """Whether a value read from a --config file has the field's type (the dataclasses do not check types)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if origin is typing.Literal:
+        return value in args
+    if origin in (tuple, list):
+        return isinstance(value, origin) and all(_matches(v, args[0]) for v in value)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp in (int, float):  # an integer is a float too; a boolean is neither
+        return isinstance(value, (int, tp)) and not isinstance(value, bool)
+    if tp in (str, Path):
+        return isinstance(value, (str, Path))
+    return True  # Any: a preset name, a path or a config object
 
 
 def _shown(value: Any) -> str:
@@ -118,6 +148,19 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
                         help="a JSON (or YAML) file of these settings; flags on the command line win")
 
 
+def _not_none(tp: Any) -> Any:
+    """``X | None`` -> ``X``."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return next(a for a in typing.get_args(tp) if a is not type(None))
+    return tp
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    return getattr(tp, "__name__", None) if typing.get_origin(tp) is None else str(tp).replace("pathlib.", "")
+
+
 def read_settings_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise MissingFileError(f"--config {path}: no such settings file (pretrain's model shape is --config-name)")
@@ -151,11 +194,22 @@ def build_settings(cls: type, args: argparse.Namespace) -> Any:
         raise BertkitError(f"--config {args._config_file}: unknown settings {unknown}; known: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     for name, value in list(values.items()):  # file values are JSON types: convert strings and lists as flags are
-        convert, _, many = _converter(hints[name], fields[name].metadata.get("parse"))
-        if isinstance(value, str) and hints[name] is not str:
-            values[name] = convert(value) if convert else value
-        elif isinstance(value, list) and not many:
-            values[name] = tuple(value)
+        parse = fields[name].metadata.get("parse")
+        convert, _, many = _converter(hints[name], parse)
+        try:
+            if isinstance(value, str) and hints[name] is not str:
+                value = (parse or convert)(value)
+            elif isinstance(value, list) and not many:
+                value = tuple(value)
+        except ValueError as e:  # BertkitError, or float("abc")
+            raise BertkitError(f"--config {args._config_file}: {name}: {e}") from None
+        if typing.get_origin(_not_none(hints[name])) is tuple and isinstance(value, (int, float)):
+            value = (value,)  # one value where a list is allowed (GLUE's learning_rate and seed)
+        if not _matches(value, hints[name]):
+            grid = " (a list runs a grid only in `finetune glue`)" if isinstance(value, tuple) else ""
+            raise BertkitError(f"--config {args._config_file}: {name} {value!r}: expected "
+                               f"{_type_name(hints[name])}{grid}")
+        values[name] = value
     values.update(given)
     missing = [_flag_name(n) for n, f in fields.items() if n not in values and f.metadata.get("cli", True)
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]

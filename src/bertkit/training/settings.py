@@ -54,8 +54,26 @@ def parse_lr_grid(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise BertkitError(f"--learning-rate {text!r}: give a number, a comma list of numbers, 'paper' "
+        raise BertkitError(f"{text!r}: give a number, a comma list of numbers, 'paper' "
                            f"{PAPER_GRID} or 'miniature' {MINIATURE_GRID}") from None
+
+
+def parse_one_lr(text: str) -> float:
+    """One learning rate: commands other than ``finetune glue`` train once, so a list is refused here."""
+    if "," in text or text.strip().lower() in ("paper", "miniature"):
+        raise BertkitError(f"{text!r}: this command trains once, so give one learning rate (e.g. 1e-4); "
+                           "a grid of rates runs only in `bertkit finetune glue`")
+    try:
+        return float(text)
+    except ValueError:
+        raise BertkitError(f"{text!r} is not a number (e.g. 1e-4)") from None
+
+
+def _at_least_one(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and value < 1:
+            raise BertkitError(f"{name} must be at least 1, got {value}")
 
 
 def _positive(obj: Any, *names: str, allow_none: bool = True, strict: bool = True) -> None:
@@ -63,7 +81,8 @@ def _positive(obj: Any, *names: str, allow_none: bool = True, strict: bool = Tru
         value = getattr(obj, name)
         if value is None and allow_none:
             continue
-        if value is None or not math.isfinite(value) or (value <= 0 if strict else value < 0):
+        if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+                or (value <= 0 if strict else value < 0)):
             kind = "positive" if strict else "non-negative"
             raise BertkitError(f"{name} must be a finite {kind} number, got {value!r}")
 
@@ -79,7 +98,7 @@ class TrainingSettings:
 
     output_dir: Path = flag(aliases=("--out",))
     """Directory for this run's model, metrics.jsonl and report."""
-    learning_rate: float | None = flag(None, aliases=("--lr",))
+    learning_rate: float | None = flag(None, aliases=("--lr",), parse=parse_one_lr)
     """Peak learning rate. Default: the paper's rate for the task on models 768 wide and up, 1e-4 below."""
     num_train_epochs: float | None = flag(None, aliases=("--epochs",))
     """Passes over the training data (fractions allowed). Default: the task's (the paper's) number."""
@@ -133,11 +152,8 @@ class TrainingSettings:
         self.output_dir = Path(self.output_dir)
         _positive(self, "learning_rate", "num_train_epochs", "adam_epsilon")
         _positive(self, "weight_decay", "max_grad_norm", strict=False, allow_none=False)
-        for name in ("batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps",
-                     "save_total_limit", "max_train_samples"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise BertkitError(f"{name} must be at least 1, got {value}")
+        _at_least_one(self, "batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps",
+                      "save_total_limit", "max_train_samples")
         if not 0 <= self.warmup_ratio < 1:
             raise BertkitError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.skip_nonfinite < 0:
@@ -186,10 +202,7 @@ class FinetuneSettings(TrainingSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.model_name_or_path = Path(self.model_name_or_path)
-        for name in ("max_seq_length", "eval_batch_size", "max_eval_samples"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise BertkitError(f"{name} must be at least 1, got {value}")
+        _at_least_one(self, "max_seq_length", "eval_batch_size", "max_eval_samples")
 
     def learning_rate_for(self, hidden_size: int) -> float:
         return self.learning_rate if self.learning_rate is not None else default_lr(hidden_size,
@@ -307,6 +320,7 @@ class SquadSettings(FinetuneSettings):
                 setattr(self, name, value)
         if not 0 < self.heldout_fraction < 1:
             raise BertkitError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        _at_least_one(self, "doc_stride", "max_query_length", "n_best_size", "max_answer_length")
 
 
 @dataclass(kw_only=True)
@@ -358,7 +372,7 @@ class PretrainSettings(TrainingSettings):
     """Not used: pre-training runs --max-steps steps (epochs repeat as needed)."""
     max_train_samples: int | None = flag(None, cli=False)
     """Not used: make smaller data with create-pretraining-data instead."""
-    learning_rate: float = flag(1e-4, aliases=("--lr",))
+    learning_rate: float = flag(1e-4, aliases=("--lr",), parse=parse_one_lr)
     """Peak learning rate."""
     warmup_ratio: float = 0.01
     """Share of all steps spent warming up."""
@@ -411,6 +425,12 @@ class TokenizerSettings:
     overwrite: bool = False
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
+    def __post_init__(self) -> None:
+        self.files, self.output_dir = [Path(f) for f in self.files], Path(self.output_dir)
+        if not self.files:
+            raise BertkitError("files: give at least one text file to learn the vocabulary from")
+        _at_least_one(self, "vocab_size", "min_frequency", "num_workers")
+
 
 @dataclass(kw_only=True)
 class PredictGlueSettings:
@@ -439,6 +459,11 @@ class PredictGlueSettings:
     overwrite: bool = False
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
+    def __post_init__(self) -> None:
+        self.data_dir, self.model_name_or_path = Path(self.data_dir), Path(self.model_name_or_path)
+        self.output_dir = Path(self.output_dir)
+        _at_least_one(self, "max_seq_length", "batch_size", "max_predict_samples")
+
 
 @dataclass(kw_only=True)
 class ExtractSettings:
@@ -465,6 +490,13 @@ class ExtractSettings:
     overwrite: bool = False
     """Replace --output-file if it exists."""
 
+    def __post_init__(self) -> None:
+        self.model_name_or_path, self.input = Path(self.model_name_or_path), Path(self.input)
+        self.output_file = Path(self.output_file)
+        if not self.layers:
+            raise BertkitError("layers: give at least one layer index (e.g. --layers=-1)")
+        _at_least_one(self, "max_seq_length", "batch_size")
+
 
 @dataclass(kw_only=True)
 class DemoSettings:
@@ -482,6 +514,12 @@ class DemoSettings:
     """Show progress bars."""
     overwrite: bool = False
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
+
+    def __post_init__(self) -> None:
+        self.output_dir = Path(self.output_dir)
+        if self.model_name_or_path is not None:
+            self.model_name_or_path = Path(self.model_name_or_path)
+        _at_least_one(self, "steps")
 
 
 STUDY_COMBINATIONS = ("embeddings", "second_to_last_hidden", "last_hidden", "weighted_sum_last_four",
@@ -512,7 +550,7 @@ class StudySettings:
     """Passes over the training sentences."""
     batch_size: int = 32
     """Sentences per batch."""
-    learning_rate: float = flag(1e-3, aliases=("--lr",))
+    learning_rate: float = flag(1e-3, aliases=("--lr",), parse=parse_one_lr)
     """Adam's learning rate for the tagger."""
     max_seq_length: int = 128
     """Tokens per sentence when extracting activations."""
@@ -543,7 +581,7 @@ class StudySettings:
                 raise BertkitError(f"{name} must be positive, got {getattr(self, name)}")
         if not 0 <= self.dropout < 1:
             raise BertkitError(f"dropout must be in [0, 1), got {self.dropout}")
-
+        _at_least_one(self, "lstm_hidden", "max_train_samples")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -564,6 +602,12 @@ class CreateDataSettings(PretrainingConfig):
     progress: bool = True
     """Show a progress bar."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.files:
+            raise BertkitError("files: give at least one text file to make instances from")
+        _at_least_one(self, "num_workers")
+
     def pretraining_config(self) -> PretrainingConfig:
         return PretrainingConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PretrainingConfig)})
 
@@ -576,3 +620,6 @@ class DownloadSettings:
     """Directory to unpack the checkpoint into."""
     overwrite: bool = False
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
+
+    def __post_init__(self) -> None:
+        self.output_dir = Path(self.output_dir)
