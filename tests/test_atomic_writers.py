@@ -66,7 +66,7 @@ def test_squad_predictions(tmp_path):
 
 def test_conll_predictions(tmp_path):
     from bertkit.tasks.ner import NerSentence
-    from bertkit.training.token_tasks import write_conll
+    from bertkit.tasks.ner import write_conll
 
     out = tmp_path / "out"
     precious = _trap(out, "test_predictions.txt", tmp_path)
