@@ -102,7 +102,7 @@ def test_resume_with_other_settings_is_refused(tiny_setup, tmp_path):
     again = subprocess.run(_pretrain_args(tiny_setup, out, "--resume", "--weight-decay", "0.1"),
                            capture_output=True, text=True)
     assert again.returncode == 2
-    assert "cannot resume from" in again.stderr and "weight_decay" in again.stderr
+    assert "cannot --resume in" in again.stderr and "--weight-decay 0.01 then, 0.1 now" in again.stderr
     fresh = subprocess.run(_pretrain_args(tiny_setup, out), capture_output=True, text=True)
     assert fresh.returncode == 2 and "pass --resume to continue it" in fresh.stderr
 
