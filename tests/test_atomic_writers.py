@@ -65,8 +65,7 @@ def test_squad_predictions(tmp_path):
 
 
 def test_conll_predictions(tmp_path):
-    from bertkit.tasks.ner import NerSentence
-    from bertkit.tasks.ner import write_conll
+    from bertkit.tasks.ner import NerSentence, write_conll
 
     out = tmp_path / "out"
     precious = _trap(out, "test_predictions.txt", tmp_path)

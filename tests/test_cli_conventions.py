@@ -239,3 +239,15 @@ def test_fine_tuning_scores_share_one_unit():
 def test_every_commands_help_renders(name, parser, cls):
     text = parser.format_help()  # argparse %-formats help strings: a bare "%" in a docstring crashed this
     assert "usage:" in text and "--config FILE" in text
+
+
+def test_create_pretraining_data_runs_from_the_command_line(tmp_path, minilm_dir, capsys):
+    """Every PretrainingConfig field the CLI passes reaches the library (random_next_prob once crashed it)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one sentence here.\nanother one here.\n\nsecond doc first.\nsecond doc second.\n")
+    assert main(["create-pretraining-data", str(corpus), "--vocab", str(minilm_dir / "vocab.txt"), "--output-dir",
+                 str(tmp_path / "out"), "--input-format", "sentences", "--dupe-factor", "1", "--random-next-prob",
+                 "0.3", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["shards"] == 1
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["config"]["random_next_prob"] == 0.3
