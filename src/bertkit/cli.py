@@ -437,6 +437,29 @@ def _claim(name: str, s: Any):
                       overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"))
 
 
+@contextlib.contextmanager
+def _launch(name: str, s: Any):
+    """Run a command in one process, or in torchrun's process group for the training commands (their
+    settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
+    Yields whether this process is rank 0 (the one that reports)."""
+    if not hasattr(s, "ddp_timeout"):
+        with _claim(name, s):
+            yield True
+        return
+    from bertkit.training.distributed import agree, process_group
+
+    with process_group(s.device, s.ddp_timeout) as (info, _), contextlib.ExitStack() as stack:
+        error = None
+        if info.is_main:
+            try:
+                stack.enter_context(_claim(name, s))
+            except (BertkitError, OSError) as e:
+                error = e
+        if not agree(error is None, "claiming the output directory on rank 0") and error is not None:
+            raise error
+        yield info.is_main
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
@@ -454,8 +477,10 @@ def main(argv: list[str] | None = None) -> int:
             from bertkit.modeling import require_compiler
 
             require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
-        with _claim(name, s):
+        with _launch(name, s) as is_main:
             result = handler(s)
+        if not is_main:  # under torchrun, rank 0 reports
+            result = None
     except BertkitError as e:
         # User-caused errors already carry the values and the fix; a traceback would bury them.
         # Anything else is a bug in bertkit and keeps its traceback (exit 1).

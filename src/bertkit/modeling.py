@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from bertkit.checkpoint_io import PretrainedMixin
 from bertkit.config import BertConfig
@@ -191,6 +192,9 @@ class BertModel(PretrainedMixin, nn.Module):
         self.register_buffer("position_ids", torch.arange(config.max_position_embeddings), persistent=False)
         # The layout forward uses when the caller names none; set "padded" to compute as transformers does.
         self.layout = "auto"
+        # Recompute each layer's activations in the backward pass instead of keeping them (training memory
+        # for compute); the training loop sets it for --gradient-checkpointing. Results are unchanged.
+        self.gradient_checkpointing = False
         self.apply(lambda m: init_bert_weights(m, config.initializer_range))
 
     def forward(
@@ -249,8 +253,10 @@ class BertModel(PretrainedMixin, nn.Module):
             x = self.embeddings(input_ids.reshape(-1)[lay.flat_index], token_type_ids.reshape(-1)[lay.flat_index],
                                 pos)  # (N, H)
         states = [x] if output_hidden_states else None
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
-            x = layer(x, lay)
+            # Non-reentrant checkpointing replays the layer's dropout with the same random state
+            x = checkpoint(layer, x, lay, use_reentrant=False) if recompute else layer(x, lay)
             if states is not None:
                 states.append(x)
         pooled = self.pooler(lay.first_tokens(x)) if self.pooler is not None else None

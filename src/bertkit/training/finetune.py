@@ -32,6 +32,7 @@ from bertkit.heads import BertForSequenceClassification
 from bertkit.outputs import atomic_write_json
 from bertkit.tasks import glue
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.distributed import current
 from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, steps_for_epochs, train
 from bertkit.training.settings import GlueSettings, PredictGlueSettings, TrainingSettings, first
 
@@ -119,6 +120,8 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
                 runs.append({"lr": lr, "seed": seed, "dev": None, "failed": str(e)})
                 logger.warning("%s lr=%g seed=%d failed: %s", task.name, lr, seed, e)
                 continue
+            if not current().is_main:  # under torchrun, rank 0 scores, saves and reports
+                continue
             per_epoch = [{k: v for k, v in r.items() if k not in ("split",)} for r in result.history
                          if r["split"] == "eval"]
             score = result.last_eval or {}
@@ -135,6 +138,8 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
                 model.save_pretrained(best_dir)
                 tokenizer.save_pretrained(best_dir)
                 atomic_write_json(best_dir / "training_run.json", runs[-1])
+    if not current().is_main:
+        return {}
     report = summarize_grid(task, runs)
     report.update(task=task.name, model=str(s.model_name_or_path), settings={**s.as_dict(), "learning_rate": lrs})
     atomic_write_json(s.output_dir / "report.json", report)
@@ -153,14 +158,15 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
     if s.batch_size is None or s.num_train_epochs is None or s.learning_rate is None:
         raise BertkitError("run_finetuning needs batch_size, num_train_epochs and learning_rate resolved, got "
                            f"{s.batch_size}, {s.num_train_epochs}, {s.learning_rate}")
-    micro = micro_batch_size(s.batch_size, 1, s.gradient_accumulation_steps)
-    plan = BatchPlan(features, micro, collate, shuffle=True, seed=s.seed)
+    info = current()
+    micro = micro_batch_size(s.batch_size, info.world_size, s.gradient_accumulation_steps)
+    plan = BatchPlan(features, micro, collate, shuffle=True, seed=s.seed, rank=info.rank, world_size=info.world_size)
     steps = steps_for_epochs(plan, s.num_train_epochs, s.gradient_accumulation_steps)
     ours = resume or not (s.output_dir / "checkpoints").exists()  # train() refuses anyone else's
     t0 = time.perf_counter()
     result = train(model, [Phase(plan, steps)], s, evaluate=evaluate, fingerprint=fingerprint, resume=resume)
     seconds = time.perf_counter() - t0
-    if ours:  # only checkpoints this run (or the killed run it continued) made
+    if ours and info.is_main:  # only checkpoints this run (or the killed run it continued) made
         shutil.rmtree(s.output_dir / "checkpoints", ignore_errors=True)
     return result, seconds
 

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.outputs import atomic_write_text, fsync_dir
+from bertkit.training.distributed import DistInfo, Replicas, all_gather, any_rank, current, resolve_device
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
 from bertkit.training.settings import TrainingSettings
 
@@ -57,33 +58,91 @@ class BatchPlan:
 
     ``dataset`` is any sequence of examples; ``collate`` turns a list of them into a batch of tensors.
     Datasets that draw something per epoch (dynamic masking) get ``set_epoch(epoch)`` before use.
+
+    With several processes (``world_size`` > 1) the epoch's order is cut into *global* micro-batches of
+    ``batch_size x world_size`` examples, and process ``rank`` reads its contiguous slice of each: the
+    union over the ranks is exactly the epoch, and 2 processes x 16 see the examples 1 process x 32 sees,
+    micro-step for micro-step. A short last batch is split as evenly as it goes (sizes differ by at most
+    one; a rank may get none when it is shorter than ``world_size``). ``len(plan)`` counts global micro-batches.
     """
 
     def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = False):
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False, rank: int = 0, world_size: int = 1):
         if batch_size < 1:
             raise BertkitError(f"batch_size must be >= 1, got {batch_size}")
         if len(dataset) == 0:
             raise BertkitError("the training data is empty: there is nothing to train on")
+        if not 0 <= rank < world_size:
+            raise BertkitError(f"rank {rank} is not in [0, world_size {world_size})")
         self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.rank, self.world_size = rank, world_size
 
     def __len__(self) -> int:
-        n = len(self.dataset)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        n, per_step = len(self.dataset), self.batch_size * self.world_size
+        return n // per_step if self.drop_last else math.ceil(n / per_step)
 
-    def batches(self, epoch: int) -> list[list[int]]:
-        n = len(self.dataset)
+    def global_batches(self, epoch: int) -> list[list[int]]:
+        """Every rank's examples of each micro-step of ``epoch`` (one list per global micro-batch)."""
+        n, per_step = len(self.dataset), self.batch_size * self.world_size
         if self.shuffle:
             order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch)).tolist()
         else:
             order = list(range(n))
-        return [order[i:i + self.batch_size] for i in range(0, len(self) * self.batch_size, self.batch_size)]
+        return [order[i:i + per_step] for i in range(0, len(self) * per_step, per_step)]
+
+    def shard(self, chunk: list[int], rank: int | None = None) -> list[int]:
+        """``rank``'s contiguous slice of one global micro-batch (this plan's rank by default)."""
+        rank = self.rank if rank is None else rank
+        base, extra = divmod(len(chunk), self.world_size)
+        start = rank * base + min(rank, extra)
+        return chunk[start:start + base + (rank < extra)]
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """This rank's micro-batches of ``epoch`` (all of them in one process)."""
+        return [self.shard(chunk) for chunk in self.global_batches(epoch)]
 
     def load(self, epoch: int, indices: list[int]) -> Batch:
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(epoch)
         return self.collate([self.dataset[i] for i in indices])
+
+
+class EpochBatches(torch.utils.data.Dataset):
+    """Micro-batch ``i`` of one epoch for this rank, as ``(weight, batch)``: what the DataLoader's workers make.
+
+    ``weight`` = this rank's share of the global micro-batch x world_size: 1.0 whenever the batch splits
+    evenly, so DDP's average of the ranks' losses is the mean over the global batch. A rank whose share of a
+    short last batch is empty gets one example of it at weight 0 (its backward pass must still take part in
+    the gradient all-reduce; it adds nothing to the gradient).
+    """
+
+    def __init__(self, plan: BatchPlan, epoch: int):
+        self.plan, self.epoch, self.chunks = plan, epoch, plan.global_batches(epoch)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, i: int) -> tuple[float, Batch]:
+        chunk = self.chunks[i]
+        mine = self.plan.shard(chunk)
+        return len(mine) * self.plan.world_size / len(chunk), self.plan.load(self.epoch, mine or chunk[:1])
+
+
+def _unbatched(item: Any) -> Any:
+    return item  # EpochBatches items are whole batches already (a module-level function: workers pickle it)
+
+
+def epoch_loader(plan: BatchPlan, epoch: int, start: int, num_workers: int, pin_memory: bool
+                 ) -> torch.utils.data.DataLoader:
+    """Micro-batches ``start``.. of ``epoch`` through a DataLoader: with workers, batches are collated ahead
+    of the step (prefetch) while the order stays the plan's, so resume positions are unchanged."""
+    return torch.utils.data.DataLoader(
+        EpochBatches(plan, epoch), batch_size=None, sampler=range(start, len(plan)), collate_fn=_unbatched,
+        num_workers=num_workers, pin_memory=pin_memory, prefetch_factor=4 if num_workers else None,
+        # its own generator: a DataLoader iterator otherwise draws its worker seed from the global RNG, which
+        # would shift dropout's random stream wherever an epoch starts (and differently after a resume)
+        generator=torch.Generator().manual_seed(plan.seed * 100_003 + epoch))
 
 
 @dataclass
@@ -136,36 +195,29 @@ def _disk_full(e: BaseException) -> bool:
         isinstance(e, RuntimeError) and ("unexpected pos" in str(e) or "PytorchStreamWriter failed" in str(e)))
 
 
-def _save_checkpoint(out_dir: Path, model: nn.Module, optimizer, scheduler, pos: Position,
-                     fingerprint: dict, keep: int, window: dict | None = None) -> Path:
-    """Write to a temporary directory, fsync, and rename it: a kill mid-write never leaves a partial
-    checkpoint, and a failed write (a full disk) leaves the previous checkpoints as they were."""
+def _save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None) -> Path:
+    """Write ``state`` (and ``model`` in the Hugging Face layout, for ``from_pretrained``) to a temporary
+    directory, fsync, and rename it: a kill mid-write never leaves a partial checkpoint, and a failed write
+    (a full disk) leaves the previous checkpoints as they were."""
     root = out_dir / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{pos.step:08d}"
-    tmp = root / f".tmp-step-{pos.step:08d}"
+    final = root / f"step-{step:08d}"
+    tmp = root / f".tmp-step-{step:08d}"
     shutil.rmtree(tmp, ignore_errors=True)  # a temporary directory of this run's own, left by a kill
     tmp.mkdir()
-    state = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "python_rng": random.getstate(),
-        "position": dataclasses.asdict(pos),
-        "fingerprint": fingerprint,
-        "window": dict(window or {}),  # partial logging-window sums, so resumed logs equal uninterrupted ones
-    }
     try:
         torch.save(state, tmp / STATE_FILE)
         with open(tmp / STATE_FILE, "rb") as f:
             os.fsync(f.fileno())
-    except (OSError, RuntimeError) as e:
+        if model is not None and hasattr(model, "save_pretrained"):
+            model.save_pretrained(tmp)
+    except (OSError, RuntimeError, BertkitError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not _disk_full(e):
+        if not (_disk_full(e) or (isinstance(e, BertkitError) and isinstance(e.__cause__, OSError)
+                                  and _disk_full(e.__cause__))):
             raise
         previous = checkpoint_dirs(out_dir)
-        needed = sum(t.numel() * t.element_size() for t in model.state_dict().values()) * 3  # weights + 2 Adam moments
+        needed = sum(t.numel() * t.element_size() for t in state["model"].values()) * 3  # weights + 2 Adam moments
         free = shutil.disk_usage(root).free
         raise BertkitError(
             f"the disk is full: could not write {tmp / STATE_FILE} (a checkpoint needs about {needed / 1e6:.0f} MB, "
@@ -178,6 +230,20 @@ def _save_checkpoint(out_dir: Path, model: nn.Module, optimizer, scheduler, pos:
     for old in checkpoint_dirs(out_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _rng_state(device: str) -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.device(device).type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(torch.device(device))
+    return state
+
+
+def _set_rng_state(state: dict, device: str) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.device(device).type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], torch.device(device))
 
 
 def _read_state(path: Path) -> dict:
@@ -194,8 +260,8 @@ def _read_state(path: Path) -> dict:
     return state
 
 
-def _load_checkpoint(out_dir: Path, model, optimizer, scheduler, fingerprint: dict) -> tuple[Path, Position, dict]:
-    """Load the newest intact checkpoint; a damaged newest one (a torn write) falls back to the previous."""
+def _read_checkpoint(out_dir: Path, fingerprint: dict) -> tuple[Path, dict]:
+    """The newest intact checkpoint; a damaged newest one (a torn write) falls back to the previous."""
     damaged = []
     for path in reversed(checkpoint_dirs(out_dir)):
         try:
@@ -218,12 +284,28 @@ def _load_checkpoint(out_dir: Path, model, optimizer, scheduler, fingerprint: di
             f"(field: (checkpoint, now)) {diff}; resume with the original settings and data, or start a new "
             "--output-dir"
         )
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch_rng"])
-    random.setstate(state["python_rng"])
-    return path, Position(**state["position"]), state.get("window", {})
+    return path, state
+
+
+def _restore_rank_state(state: dict, info: DistInfo, seed: int, step: int, device: str) -> dict:
+    """This rank's RNG state and logging window from a checkpoint; returns the window.
+
+    Same world size: each rank continues with its own RNG state (bit-exact). Another world size: the
+    sample position is world-size independent (global micro-batches), but there is no RNG state for the new
+    ranks, so each is re-seeded from (seed, rank, step): dropout draws differ from an uninterrupted run.
+    """
+    ranks = state.get("rank_rng") or [{"torch": state["torch_rng"], "python": state["python_rng"]}]
+    windows = state.get("windows") or [state.get("window", {})]
+    if len(ranks) == info.world_size:
+        _set_rng_state(ranks[info.rank], device)
+        return dict(windows[info.rank])
+    torch.manual_seed(seed + info.rank + 7919 * step)
+    random.seed(seed + info.rank + 7919 * step)
+    combined: dict = {}  # every rank's partial logging window, summed on rank 0
+    for w in windows if info.is_main else []:
+        for k, v in w.items():
+            combined[k] = combined.get(k, 0.0) + v
+    return combined
 
 
 # -------------------------------------------------------------------------------------------------
@@ -246,47 +328,95 @@ def train(
     ``evaluate(model)`` returns held-out metrics; ``batch_metrics(batch, output)`` returns extra
     per-batch training scalars (accuracies) averaged over each logging window. ``fingerprint`` adds
     caller facts (model config, data) that ``resume`` must find unchanged. Returns the run's history.
+
+    Under torchrun (an initialised process group) every rank calls this with the same arguments and plans
+    built for its rank (``BatchPlan(rank=, world_size=)``); the model is replicated (DDP) or sharded
+    (``args.fsdp``), rank 0 alone writes metrics.jsonl and checkpoints, and ``evaluate`` runs on every rank.
     """
+    info = current()
     out_dir = args.output_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     fingerprint = {"train": args.fingerprint(), **(fingerprint or {})}
     total = sum(p.steps for p in phases)
     if args.learning_rate is None:
         raise BertkitError("the training loop needs a learning rate (learning_rate is None)")
-    optimizer = build_optimizer(model, args.optimizer, args.learning_rate, args.weight_decay,
-                                (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
-    warmup = args.warmup_steps if args.warmup_steps is not None else warmup_steps_for(total, args.warmup_ratio)
-    scheduler = linear_warmup_decay(optimizer, warmup, total)
-    model.to(args.device)
-    if args.compile:
+    for phase in phases:
+        if (phase.plan.rank, phase.plan.world_size) != (info.rank, info.world_size):
+            raise BertkitError(f"phase {phase.name!r}: its BatchPlan is for rank {phase.plan.rank} of "
+                               f"{phase.plan.world_size} but this process is rank {info.rank} of {info.world_size}; "
+                               "build plans with rank=/world_size= from bertkit.training.distributed.current()")
+    device = resolve_device(args.device, info.local_rank)
+    if args.gradient_checkpointing:
         encoder = getattr(model, "bert", model)
-        if not hasattr(encoder, "compile_layers"):
-            raise BertkitError(f"compile needs a bertkit model; {type(model).__name__} has no encoder "
-                             "with compile_layers()")
-        encoder.compile_layers()
+        if not hasattr(encoder, "gradient_checkpointing"):
+            raise BertkitError(f"gradient checkpointing needs a bertkit model; {type(model).__name__} has no encoder "
+                               "with a gradient_checkpointing switch")
+        encoder.gradient_checkpointing = True
 
     metrics_path = out_dir / "metrics.jsonl"
     existing = checkpoint_dirs(out_dir)
+    state = None
     if resume and existing:
-        path, pos, window = _load_checkpoint(out_dir, model, optimizer, scheduler, fingerprint)
-        logger.info("resuming from %s (step %d of %d)", path, pos.step, total)
-        history = [r for r in _read_jsonl(metrics_path) if r["step"] <= pos.step]  # drop records after the checkpoint
-        _write_jsonl(metrics_path, history)
+        path, state = _read_checkpoint(out_dir, fingerprint)
+        model.load_state_dict(state["model"])  # before FSDP copies the weights into its shards
     elif existing:
         raise BertkitError(
             f"{out_dir} already holds checkpoints ({existing[-1].name}); pass --resume (resume=True) to continue "
             "that run, or choose another output directory"
         )
+    replicas = Replicas(model, device, fsdp=args.fsdp)
+    work = replicas.module
+    optimizer = build_optimizer(work, args.optimizer, args.learning_rate, args.weight_decay,
+                                (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
+    warmup = args.warmup_steps if args.warmup_steps is not None else warmup_steps_for(total, args.warmup_ratio)
+    scheduler = linear_warmup_decay(optimizer, warmup, total)
+    scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.fp16)
+    if args.compile:
+        encoder = getattr(replicas.eval_module, "bert", replicas.eval_module)
+        if not hasattr(encoder, "compile_layers"):
+            raise BertkitError(f"compile needs a bertkit model; {type(model).__name__} has no encoder "
+                             "with compile_layers()")
+        encoder.compile_layers()
+
+    if state is not None:
+        replicas.load_optimizer(optimizer, state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
+        pos = Position(**state["position"])
+        window = _restore_rank_state(state, info, args.seed, pos.step, device)
+        written_by = state.get("world_size", 1)
+        if info.is_main:
+            logger.info("resuming from %s (step %d of %d)", path, pos.step, total)
+            if written_by != info.world_size:
+                logger.warning(
+                    "resuming with %d process(es) a run checkpointed with %d: training continues at the same sample "
+                    "position (step %d; phase %d, epoch %d, global micro-batch %d), but the ranks' random states "
+                    "were re-seeded, so dropout differs from an uninterrupted run", info.world_size, written_by,
+                    pos.step, pos.phase, pos.epoch, pos.batch)
+        history = [r for r in _read_jsonl(metrics_path) if r["step"] <= pos.step]  # drop records after the checkpoint
+        if info.is_main:
+            _write_jsonl(metrics_path, history)
     else:
-        torch.manual_seed(args.seed)
-        random.seed(args.seed)
+        # One seed per rank (seed + rank): the weights are equal on every rank anyway (the caller seeded them
+        # and DDP broadcasts rank 0's), but dropout must draw differently on each.
+        torch.manual_seed(args.seed + info.rank)
+        random.seed(args.seed + info.rank)
         pos, history, window = Position(), [], {}
-        metrics_path.write_text("")
+        if info.is_main:
+            metrics_path.write_text("")
+    board = _tensorboard(out_dir) if args.report_to == "tensorboard" and info.is_main else None
 
     def log(record: dict) -> None:
         history.append(record)
-        with metrics_path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        if info.is_main:
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            if board is not None:
+                for k, v in record.items():
+                    if isinstance(v, (int, float)) and k not in ("step", "epoch"):
+                        board.add_scalar(f"{record['split']}/{k}", v, record["step"])
+                board.flush()
 
     last_eval = None
 
@@ -294,46 +424,84 @@ def train(
         nonlocal last_eval
         if evaluate is None:
             return
-        model.eval()
-        with torch.no_grad(), _autocast(args):
-            last_eval = evaluate(model)
-        model.train()
+        module = replicas.eval_module
+        module.eval()
+        with torch.no_grad(), _autocast(args, device):
+            last_eval = evaluate(module)
+        module.train()
         log({"split": "eval", "step": pos.step, "epoch": pos.epoch, **last_eval})
+        if info.is_main:
+            logger.info("eval at step %d: %s", pos.step, ", ".join(
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in last_eval.items()))
 
-    bar = _progress(total, pos.step, args.progress)
+    def checkpoint(window: dict | None = None) -> None:
+        model_state, optim_state = replicas.state_dicts(optimizer)  # every rank: FSDP gathers the shards
+        rng = all_gather(_rng_state(device))
+        windows = all_gather(dict(window or {}))
+        if not info.is_main:
+            return
+        if replicas.fsdp:
+            model.load_state_dict(model_state)  # the plain copy on rank 0, for the from_pretrained files
+        _save_checkpoint(out_dir, {
+            "model": model_state, "optimizer": optim_state, "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict(), "torch_rng": rng[0]["torch"], "python_rng": rng[0]["python"],
+            "rank_rng": rng, "world_size": info.world_size, "position": dataclasses.asdict(pos),
+            "fingerprint": fingerprint,
+            "window": windows[0], "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted
+        }, pos.step, args.save_total_limit, model)
+
+    cuda = torch.device(device).type == "cuda"
+    workers = args.dataloader_num_workers if args.dataloader_num_workers is not None else (2 if cuda else 0)
+    accum = args.gradient_accumulation_steps
+    bar = _progress(total, pos.step, args.progress and info.is_main)
     window_n = int(window.pop("_n", 0))
     seqs, tokens, t0 = 0, 0, time.perf_counter()
     micro, spoiled = 0, None  # spoiled: why the current optimiser step's gradient cannot be used
-    model.train()
+    work.train()
     while pos.phase < len(phases):
         phase = phases[pos.phase]
         phase_end = sum(p.steps for p in phases[: pos.phase + 1])
         while pos.step < phase_end:
-            batches = phase.plan.batches(pos.epoch)
-            while pos.batch < len(batches) and pos.step < phase_end:
-                batch = _to(phase.plan.load(pos.epoch, batches[pos.batch]), args.device)
+            n_batches = len(phase.plan)
+            for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, workers, cuda):
+                if pos.step >= phase_end:
+                    break
+                batch = _to(batch, device)
                 pos.batch += 1
                 micro += 1
-                if spoiled is None:
-                    with _autocast(args):
-                        out = model(**batch)
-                    loss = out.loss.item()
-                    if math.isfinite(loss):
-                        (out.loss / args.gradient_accumulation_steps).backward()
-                        window["loss"] = window.get("loss", 0.0) + loss
-                        for k, v in (batch_metrics(batch, out) if batch_metrics else {}).items():
-                            window[k] = window.get(k, 0.0) + v
-                        window_n += 1
-                    else:
-                        spoiled = f"the loss is {loss}"
-                seqs += batch["input_ids"].shape[0]
-                tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else batch["input_ids"].numel()
-                if micro % args.gradient_accumulation_steps:
+                sync = micro % accum == 0
+                # Under DDP/FSDP every rank runs every backward pass, a spoiled one too: skipping one would
+                # leave the others waiting in the gradient all-reduce. The step is then dropped on all ranks.
+                if spoiled is None or info.enabled:
+                    with replicas.accumulating(sync):
+                        with _autocast(args, device):
+                            out = work(**batch)
+                        loss = out.loss.item()
+                        finite = math.isfinite(loss)
+                        if finite or info.enabled:
+                            part = out.loss / accum if weight == 1.0 else out.loss * weight / accum
+                            scaler.scale(part).backward()
+                        if finite and weight > 0:
+                            window["loss"] = window.get("loss", 0.0) + loss
+                            for k, v in (batch_metrics(batch, out) if batch_metrics else {}).items():
+                                window[k] = window.get(k, 0.0) + v
+                            window_n += 1
+                        elif not finite and spoiled is None:
+                            spoiled = f"the loss is {loss}"
+                if weight > 0:
+                    seqs += batch["input_ids"].shape[0]
+                    tokens += (int(batch["attention_mask"].sum()) if "attention_mask" in batch
+                               else batch["input_ids"].numel())
+                if not sync:
                     continue
                 if spoiled is None:  # clip (or, with clipping off, only measure) the global gradient norm
-                    norm = float(torch.nn.utils.clip_grad_norm_(
-                        model.parameters(), args.max_grad_norm if args.max_grad_norm > 0 else math.inf))
-                    spoiled = None if math.isfinite(norm) else f"the gradient norm is {norm}"
+                    scaler.unscale_(optimizer)
+                    norm = _clip_grad_norm(work, args.max_grad_norm)
+                    # fp16: an overflow is the gradient scaler's to handle (it skips the step, lowers the scale)
+                    if not (math.isfinite(norm) or args.fp16):
+                        spoiled = f"the gradient norm is {norm}"
+                if info.enabled and any_rank(spoiled is not None, device) and spoiled is None:
+                    spoiled = "the loss or gradient is not finite on another rank"
                 if spoiled is not None:
                     where = f"step {pos.step + 1} ({phase.name}, epoch {pos.epoch}, batch {pos.batch - 1})"
                     optimizer.zero_grad(set_to_none=True)
@@ -350,15 +518,17 @@ def train(
                                    args.skip_nonfinite)
                     spoiled = None
                     continue
-                optimizer.step()
+                scaler.step(optimizer)
+                scaler.update()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 pos.step += 1
                 bar.update(1)
                 if pos.step % args.logging_steps == 0 or pos.step == total:
                     dt = time.perf_counter() - t0
+                    sums, n, seqs, tokens = _over_ranks(window, window_n, seqs, tokens)
                     record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
-                              "lr": scheduler.get_last_lr()[0], **{k: v / window_n for k, v in window.items()},
+                              "lr": scheduler.get_last_lr()[0], **{k: v / n for k, v in sums.items()},
                               "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
                     if pos.skipped:
                         record["skipped_nonfinite"] = pos.skipped
@@ -368,9 +538,8 @@ def train(
                 if args.eval_steps and pos.step % args.eval_steps == 0:
                     run_eval()
                 if args.save_steps and pos.step % args.save_steps == 0 and pos.step < total:
-                    _save_checkpoint(out_dir, model, optimizer, scheduler, pos, fingerprint, args.save_total_limit,
-                                     {**window, "_n": window_n})
-            if pos.batch >= len(batches):
+                    checkpoint({**window, "_n": window_n})
+            if pos.batch >= n_batches:
                 if args.eval_steps is None:
                     run_eval()
                 pos.epoch, pos.batch = pos.epoch + 1, 0
@@ -378,13 +547,47 @@ def train(
     bar.close()
     if evaluate is not None and (not history or history[-1]["split"] != "eval" or history[-1]["step"] != pos.step):
         run_eval()
-    _save_checkpoint(out_dir, model, optimizer, scheduler, pos, fingerprint, args.save_total_limit)
+    checkpoint()
+    replicas.finish()
+    if board is not None:
+        board.close()
     return TrainResult(pos.step, history, last_eval, pos.skipped)
 
 
-def _autocast(args: TrainingSettings):
-    device_type = torch.device(args.device).type
-    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=args.bf16)
+def _clip_grad_norm(module: nn.Module, max_norm: float) -> float:
+    """Clip the global gradient norm (over every rank's shard under FSDP); returns the norm before clipping."""
+    norm = torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm if max_norm > 0 else math.inf)
+    if hasattr(norm, "full_tensor"):  # a DTensor (FSDP): the norm over all shards
+        norm = norm.full_tensor()
+    return float(norm)
+
+
+def _over_ranks(window: dict, n: int, seqs: int, tokens: int) -> tuple[dict, int, int, int]:
+    """The logging window summed over the ranks: losses and accuracies become means over every rank's
+    micro-batches, throughput the whole run's."""
+    parts = all_gather((window, n, seqs, tokens))
+    if len(parts) == 1:
+        return window, n, seqs, tokens
+    sums: dict = {}
+    for w, _, _, _ in parts:
+        for k, v in w.items():
+            sums[k] = sums.get(k, 0.0) + v
+    return sums, sum(p[1] for p in parts), sum(p[2] for p in parts), sum(p[3] for p in parts)
+
+
+def _tensorboard(out_dir: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ModuleNotFoundError:
+        raise BertkitError("--report-to tensorboard needs the tensorboard package: pip install 'bertkit[tensorboard]' "
+                           "(or pip install tensorboard), or leave --report-to at none") from None
+    return SummaryWriter(str(out_dir / "tensorboard"))
+
+
+def _autocast(args: TrainingSettings, device: str):
+    """bf16 or fp16 autocast (fp16 pairs with the GradScaler in ``train``); weights stay fp32."""
+    return torch.autocast(torch.device(device).type, dtype=torch.float16 if args.fp16 else torch.bfloat16,
+                          enabled=args.bf16 or args.fp16)
 
 
 def _progress(total: int, initial: int, enabled: bool):

@@ -22,6 +22,7 @@ from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX, BertForPreTraining
 from bertkit.outputs import atomic_write_json
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.distributed import current
 from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, train
 from bertkit.training.plot import plot_metrics
 from bertkit.training.settings import PretrainSettings
@@ -85,7 +86,8 @@ def pretrain(s: PretrainSettings) -> TrainResult:
             f"vocab_size {config.vocab_size}; set vocab_size={len(tokenizer.vocab)}"
         )
     pad = tokenizer.pad_token_id
-    micro = micro_batch_size(s.batch_size, 1, s.gradient_accumulation_steps)
+    info = current()
+    micro = micro_batch_size(s.batch_size, info.world_size, s.gradient_accumulation_steps)
     phases = []
     for i, data_dir in enumerate(d for d in (s.data, s.phase2_data) if d is not None):
         dataset = PretrainingDataset(data_dir, seed=s.dynamic_masking_seed)
@@ -94,7 +96,8 @@ def pretrain(s: PretrainSettings) -> TrainResult:
                 f"{data_dir} holds instances of {dataset.max_seq_length} tokens but max_position_embeddings is "
                 f"{config.max_position_embeddings}; recreate the data or enlarge the config"
             )
-        phases.append(Phase(BatchPlan(dataset, micro, lambda b: collate_pretraining(b, pad), seed=s.seed),
+        phases.append(Phase(BatchPlan(dataset, micro, lambda b: collate_pretraining(b, pad), seed=s.seed,
+                                      rank=info.rank, world_size=info.world_size),
                             0, name=f"phase{i + 1}-{dataset.max_seq_length}"))
     if len(phases) == 1:
         phases[0].steps = s.max_steps
@@ -120,6 +123,8 @@ def pretrain(s: PretrainSettings) -> TrainResult:
                    "data": [sha256_file(Path(p.plan.dataset.path) / MANIFEST) for p in phases]}
     result = train(model, phases, s.training(), evaluate=evaluate, batch_metrics=mlm_nsp_batch_metrics,
                    fingerprint=fingerprint, resume=s.resume)
+    if not info.is_main:  # under torchrun, rank 0 writes the results
+        return result
     final = s.output_dir / "final"
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)

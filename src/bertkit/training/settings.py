@@ -141,8 +141,23 @@ class TrainingSettings:
     counted in metrics.jsonl). Default 0: the first one stops the run, naming the step and last checkpoint."""
     max_train_samples: int | None = None
     """Train on the first N training examples (quick runs). Default: all."""
-    device: str = "cpu"
-    """Where to train: cpu, cuda, cuda:1, ..."""
+    device: str = "auto"
+    """Where to train: auto (CUDA when present, else cpu), cpu, cuda, cuda:1, ... Under torchrun, auto and
+    cuda mean each process's own GPU (cuda:LOCAL_RANK)."""
+    fp16: bool = False
+    """float16 autocast with a gradient scaler (GPUs without bf16); weights and optimiser stay fp32."""
+    fsdp: bool = False
+    """Under torchrun: shard parameters, gradients and optimiser state over the processes (FSDP2, per encoder
+    layer) instead of replicating the model (DDP). For models whose training state does not fit one device."""
+    gradient_checkpointing: bool = False
+    """Recompute each encoder layer's activations in the backward pass: less memory, about a third more compute."""
+    dataloader_num_workers: int | None = None
+    """Processes collating batches ahead of the step. Default: 2 on CUDA, 0 on the CPU (where workers would
+    take cores from the step itself)."""
+    ddp_timeout: float = 1800.0
+    """Under torchrun: seconds a process waits for a peer in a collective before it gives up (exit non-zero)."""
+    report_to: Literal["none", "tensorboard"] = "none"
+    """Also write TensorBoard event files to OUTPUT_DIR/tensorboard (pip install 'bertkit[tensorboard]')."""
     progress: bool = True
     """Show progress bars."""
     overwrite: bool = False
@@ -150,6 +165,16 @@ class TrainingSettings:
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)
+        if self.bf16 and self.fp16:
+            raise BertkitError("bf16 and fp16 are both set; choose one autocast type")
+        if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
+            raise BertkitError(f"dataloader_num_workers must be >= 0, got {self.dataloader_num_workers}")
+        if not (math.isfinite(self.ddp_timeout) and self.ddp_timeout > 0):
+            raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {self.ddp_timeout}")
+        # imported here: torch loads only when a command runs, never for --help
+        from bertkit.training.distributed import info_from_env, resolve_device
+
+        self.device = resolve_device(str(self.device), info_from_env().local_rank)
         _positive(self, "learning_rate", "num_train_epochs", "adam_epsilon")
         _positive(self, "weight_decay", "max_grad_norm", strict=False, allow_none=False)
         _at_least_one(self, "batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps",
@@ -175,7 +200,8 @@ class TrainingSettings:
         """The settings a resumed run must share with the run that wrote the checkpoint."""
         keep = ("learning_rate", "warmup_ratio", "warmup_steps", "weight_decay", "optimizer", "adam_beta1",
                 "adam_beta2", "adam_epsilon", "gradient_accumulation_steps", "max_grad_norm", "bf16", "seed")
-        return {k: getattr(self, k) for k in keep}
+        # fp16 joins the fingerprint only when set, so checkpoints written before it existed still resume
+        return {k: getattr(self, k) for k in keep} | ({"fp16": True} if self.fp16 else {})
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}

@@ -40,6 +40,7 @@ from bertkit.outputs import atomic_write, atomic_write_json
 from bertkit.tasks import ner, squad, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.distributed import current
 from bertkit.training.finetune import predict, run_finetuning
 from bertkit.training.loop import TrainResult
 from bertkit.training.settings import NerSettings, SquadSettings, SwagSettings, first
@@ -120,6 +121,8 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     s.output_dir.mkdir(parents=True, exist_ok=True)
     result, seconds = run_finetuning(model, feats["train"], lambda b: collate(b, pad), s.training(learning_rate=lr),
                                      evaluate, {"model": str(s.model_name_or_path), "task": "ner"}, s.resume)
+    if not current().is_main:  # under torchrun, rank 0 predicts, saves and reports
+        return {}
     if "tags" not in last_dev:  # resumed after the final evaluation had already run: score dev again
         evaluate(model)
     test_tags = tags_of(model, "test")
@@ -210,6 +213,8 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     # No per-epoch evaluation: scoring ~10k questions costs a sizeable share of an epoch on a CPU.
     result, seconds = run_finetuning(model, train_features, lambda b: collate(b, pad), s.training(learning_rate=lr),
                                      None, {"model": str(s.model_name_or_path), "task": f"squad{s.version}"}, s.resume)
+    if not current().is_main:  # under torchrun, rank 0 predicts, saves and reports
+        return {}
     post = {"version": s.version, "n_best_size": s.n_best_size, "max_answer_length": s.max_answer_length}
     t0 = time.perf_counter()
     preds, rows = predict_squad(model, eval_examples, eval_features, pad_id=pad, batch_size=s.eval_batch_size,
@@ -290,6 +295,8 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
     s.output_dir.mkdir(parents=True, exist_ok=True)
     result, seconds = run_finetuning(model, train_features, lambda b: collate(b, pad), s.training(learning_rate=lr),
                                      evaluate if labelled else None, {"model": str(s.model_name_or_path), "task": "swag"}, s.resume)
+    if not current().is_main:  # under torchrun, rank 0 predicts, saves and reports
+        return {}
     if "scores" not in last:
         last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
                                       device=s.device)
