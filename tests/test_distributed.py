@@ -1,0 +1,142 @@
+"""Several processes give the single-process result: data split, DDP and FSDP equivalence, checkpoints, kills.
+
+All on the CPU with gloo on 127.0.0.1 (a free port per run), tiny models, dropout off, fp32.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.training.loop import BatchPlan, EpochBatches, micro_batch_size
+
+from distributed_helpers import run_spawned, run_training  # noqa: I001  (tests/ is on sys.path under pytest)
+
+TOL = 1e-5  # fp32, max abs difference of any weight
+
+
+# -------------------------------------------------------------------------------------------------
+# The data split: disjoint, complete, deterministic
+# -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("n", [1, 3, 31, 32, 33, 50, 97])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_ranks_read_the_epoch_exactly_once(world, n, drop_last):
+    micro = 4
+    plans = [BatchPlan(list(range(n)), micro, list, seed=11, drop_last=drop_last, rank=r, world_size=world)
+             for r in range(world)]
+    for epoch in (0, 1):
+        chunks = plans[0].global_batches(epoch)
+        assert all(p.global_batches(epoch) == chunks for p in plans)  # every rank agrees on the epoch's order
+        per_rank = [p.batches(epoch) for p in plans]
+        assert all(len(b) == len(plans[0]) == len(chunks) for b in per_rank)  # same number of micro-steps
+        for step, chunk in enumerate(chunks):
+            # rank order concatenated is the global micro-batch: nothing duplicated, nothing dropped
+            assert [i for r in range(world) for i in per_rank[r][step]] == chunk
+            sizes = [len(per_rank[r][step]) for r in range(world)]
+            assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+        seen = sorted(i for b in per_rank for batch in b for i in batch)
+        if drop_last:
+            assert len(seen) == (n // (micro * world)) * micro * world and len(set(seen)) == len(seen)
+        else:
+            assert seen == list(range(n))
+        # the order is a pure function of (seed, epoch), and differs between epochs when there is a choice
+        assert BatchPlan(list(range(n)), micro, list, seed=11, rank=0, world_size=world,
+                         drop_last=drop_last).global_batches(epoch) == chunks
+    if n > 8 and not drop_last:
+        assert plans[0].global_batches(0) != plans[0].global_batches(1)
+
+
+def test_global_micro_batches_do_not_depend_on_the_world_size():
+    """1 x 32 and 2 x 16 and 4 x 8 cut the epoch into the same global micro-batches (resume across world sizes)."""
+    cuts = [BatchPlan(list(range(70)), 32 // w, list, seed=2, world_size=w).global_batches(3) for w in (1, 2, 4)]
+    assert cuts[0] == cuts[1] == cuts[2]
+
+
+def test_short_last_batch_weights_average_to_the_global_mean():
+    world, micro, n = 4, 4, 18  # last global batch: 2 examples over 4 ranks
+    plans = [BatchPlan(list(range(n)), micro, list, shuffle=False, rank=r, world_size=world) for r in range(world)]
+    items = [EpochBatches(p, 0)[1] for p in plans]  # (weight, batch) of each rank's last micro-step
+    assert [w for w, _ in items] == [2.0, 2.0, 0.0, 0.0]  # sum(w) / world == 1: DDP's mean is the global mean
+    assert [b for _, b in items] == [[16], [17], [16], [16]]  # an empty share runs one example at weight 0
+
+
+def test_batch_size_that_does_not_divide_names_the_three_numbers():
+    assert micro_batch_size(32, 2, 2) == 8
+    with pytest.raises(BertkitError, match=r"--batch-size 30 .* 4 process\(es\) x 2 gradient-accumulation"):
+        micro_batch_size(30, 4, 2)
+
+
+def test_a_plan_for_another_world_size_is_refused(tmp_path):
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.training.loop import Phase, train
+    from bertkit.training.settings import TrainingSettings
+    from distributed_helpers import classification_examples, pad_collate, tiny_config
+
+    plan = BatchPlan(classification_examples(8), 4, pad_collate, rank=1, world_size=2)
+    with pytest.raises(BertkitError, match="rank 1 of 2 but this process is rank 0 of 1"):
+        train(BertForSequenceClassification(tiny_config()), [Phase(plan, 1)],
+              TrainingSettings(output_dir=tmp_path, learning_rate=1e-3, device="cpu", progress=False))
+
+
+# -------------------------------------------------------------------------------------------------
+# Equivalence: 2 ranks x 16 == 1 x 32 == 1 x 16 x accumulation 2
+# -------------------------------------------------------------------------------------------------
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+@pytest.fixture(scope="module")
+def single_runs(tmp_path_factory):
+    """The single-process references, per task: (1 x 32, 1 x 16 x accumulation 2)."""
+    root = tmp_path_factory.mktemp("single")
+    torch.set_num_threads(1)
+    runs = {task: (run_training(task, str(root / f"{task}-32"), 32, 1, 4),
+                   run_training(task, str(root / f"{task}-16x2"), 32, 2, 4))
+            for task in ("pretrain", "glue")}
+    runs["init"] = {task: run_training(task, str(root / f"{task}-0"), 32, 1, 1, extra={"learning_rate": 1e-12})["weights"]
+                    for task in ("pretrain", "glue")}
+    return runs
+
+
+@pytest.mark.parametrize("task", ["pretrain", "glue"])
+def test_accumulation_equals_the_full_batch(single_runs, task):
+    full, accumulated = single_runs[task]
+    assert _max_diff(full["weights"], accumulated["weights"]) <= TOL
+    assert full["weights"].keys() == accumulated["weights"].keys()
+
+
+@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
+@pytest.mark.parametrize("task", ["pretrain", "glue"])
+def test_two_ranks_equal_one_process(single_runs, task, fsdp, tmp_path):
+    full, accumulated = single_runs[task]
+    ranks = run_spawned(2, str(tmp_path / "result.pt"), task=task, out_dir=str(tmp_path / "run"), global_batch=32,
+                        accum=1, steps=4, fsdp=fsdp)
+    written = torch.load(tmp_path / "run" / "checkpoints" / "step-00000004" / "state.pt", weights_only=True)
+    assert _max_diff(ranks["weights"], full["weights"]) <= TOL
+    assert _max_diff(ranks["weights"], accumulated["weights"]) <= TOL
+    assert _max_diff(written["model"], full["weights"]) <= TOL  # rank 0's checkpoint: the full, unsharded weights
+    assert written["world_size"] == 2 and len(written["rank_rng"]) == 2
+    # the logged loss is the mean over both ranks' halves: the full batch's loss
+    losses = [(r["step"], r["loss"]) for r in ranks["history"] if r["split"] == "train"]
+    ref = [(r["step"], r["loss"]) for r in full["history"] if r["split"] == "train"]
+    assert [s for s, _ in losses] == [s for s, _ in ref] == [1, 2, 3, 4]
+    assert max(abs(a - b) for (_, a), (_, b) in zip(losses, ref)) <= 1e-5
+    # the weights really moved: the comparison is not between two untouched initialisations
+    assert _max_diff(ranks["weights"], single_runs["init"][task]) > 1e-3
+
+
+def test_two_ranks_with_accumulation_and_a_short_last_batch(tmp_path):
+    """89 examples, global batch 44 = 2 ranks x 11 x accumulation 2: the epoch's last global micro-batch holds
+    one example, so rank 0 trains on it at weight 2 and rank 1 on nothing (weight 0); step 3 mixes it with the
+    next epoch's first micro-batch. The weights still equal one process's."""
+    one = run_training("glue", str(tmp_path / "one"), 44, 2, 3, n=89)
+    two = run_spawned(2, str(tmp_path / "r.pt"), task="glue", out_dir=str(tmp_path / "two"), global_batch=44, accum=2,
+                      steps=3, n=89)
+    assert _max_diff(one["weights"], two["weights"]) <= TOL
