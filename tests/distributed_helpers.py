@@ -89,7 +89,7 @@ def run_training(task: str, out_dir: str, global_batch: int, accum: int, steps: 
     return {"weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "history": result.history}
 
 
-def _worker(rank: int, world: int, port: int, kwargs: dict, result_file: str) -> None:
+def _worker(rank: int, world: int, port: int, jobs: list[dict], result_file: str) -> None:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
@@ -97,17 +97,18 @@ def _worker(rank: int, world: int, port: int, kwargs: dict, result_file: str) ->
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        out = run_training(**kwargs)
+        out = [run_training(**job) for job in jobs]
         if rank == 0:
             torch.save(out, result_file)
     finally:
         dist.destroy_process_group()
 
 
-def run_spawned(world: int, result_file: str, **kwargs) -> dict:
-    """``run_training`` in ``world`` processes on gloo (127.0.0.1, a free port); rank 0's result."""
+def run_spawned(world: int, result_file: str, jobs: list[dict]) -> list[dict]:
+    """``run_training(**job)`` for each job, in ``world`` processes on gloo (127.0.0.1, a free port): rank 0's
+    results. One group of processes runs every job (starting processes is the slow part on a busy machine)."""
     import torch.multiprocessing as mp
 
-    mp.start_processes(_worker, args=(world, free_port(), kwargs, result_file), nprocs=world, join=True,
+    mp.start_processes(_worker, args=(world, free_port(), jobs, result_file), nprocs=world, join=True,
                        start_method="spawn")
     return torch.load(result_file, weights_only=False)

@@ -112,13 +112,26 @@ def test_accumulation_equals_the_full_batch(single_runs, task):
     assert full["weights"].keys() == accumulated["weights"].keys()
 
 
-@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
-@pytest.mark.parametrize("task", ["pretrain", "glue"])
-def test_two_ranks_equal_one_process(single_runs, task, fsdp, tmp_path):
+STRATEGIES = [(task, fsdp) for task in ("pretrain", "glue") for fsdp in (False, True)]
+
+
+@pytest.fixture(scope="module")
+def two_rank_runs(tmp_path_factory):
+    """Every two-process run of this file, in one group of two processes."""
+    root = tmp_path_factory.mktemp("ranks")
+    jobs = [dict(task=task, out_dir=str(root / f"{task}-{fsdp}"), global_batch=32, accum=1, steps=4, fsdp=fsdp)
+            for task, fsdp in STRATEGIES]
+    jobs.append(dict(task="glue", out_dir=str(root / "tail"), global_batch=44, accum=2, steps=3, n=89))
+    results = run_spawned(2, str(root / "results.pt"), jobs)
+    return root, dict(zip([*STRATEGIES, "tail"], results))
+
+
+@pytest.mark.parametrize(("task", "fsdp"), STRATEGIES, ids=[f"{t}-{'fsdp' if f else 'ddp'}" for t, f in STRATEGIES])
+def test_two_ranks_equal_one_process(single_runs, two_rank_runs, task, fsdp):
     full, accumulated = single_runs[task]
-    ranks = run_spawned(2, str(tmp_path / "result.pt"), task=task, out_dir=str(tmp_path / "run"), global_batch=32,
-                        accum=1, steps=4, fsdp=fsdp)
-    written = torch.load(tmp_path / "run" / "checkpoints" / "step-00000004" / "state.pt", weights_only=True)
+    root, runs = two_rank_runs
+    ranks = runs[(task, fsdp)]
+    written = torch.load(root / f"{task}-{fsdp}" / "checkpoints" / "step-00000004" / "state.pt", weights_only=True)
     assert _max_diff(ranks["weights"], full["weights"]) <= TOL
     assert _max_diff(ranks["weights"], accumulated["weights"]) <= TOL
     assert _max_diff(written["model"], full["weights"]) <= TOL  # rank 0's checkpoint: the full, unsharded weights
@@ -132,11 +145,9 @@ def test_two_ranks_equal_one_process(single_runs, task, fsdp, tmp_path):
     assert _max_diff(ranks["weights"], single_runs["init"][task]) > 1e-3
 
 
-def test_two_ranks_with_accumulation_and_a_short_last_batch(tmp_path):
+def test_two_ranks_with_accumulation_and_a_short_last_batch(two_rank_runs, tmp_path):
     """89 examples, global batch 44 = 2 ranks x 11 x accumulation 2: the epoch's last global micro-batch holds
     one example, so rank 0 trains on it at weight 2 and rank 1 on nothing (weight 0); step 3 mixes it with the
     next epoch's first micro-batch. The weights still equal one process's."""
     one = run_training("glue", str(tmp_path / "one"), 44, 2, 3, n=89)
-    two = run_spawned(2, str(tmp_path / "r.pt"), task="glue", out_dir=str(tmp_path / "two"), global_batch=44, accum=2,
-                      steps=3, n=89)
-    assert _max_diff(one["weights"], two["weights"]) <= TOL
+    assert _max_diff(one["weights"], two_rank_runs[1]["tail"]["weights"]) <= TOL
