@@ -10,8 +10,7 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.training.loop import BatchPlan, EpochBatches, micro_batch_size
-
-from distributed_helpers import run_spawned, run_training  # noqa: I001  (tests/ is on sys.path under pytest)
+from distributed_helpers import run_spawned, run_training  # tests/ is on sys.path under pytest
 
 TOL = 1e-5  # fp32, max abs difference of any weight
 

@@ -1,0 +1,117 @@
+"""The commands under torchrun: a kill, a resume at the same world size (bit-exact) and at another one.
+
+torchrun (``python -m torch.distributed.run --standalone``) on the CPU with gloo; a tiny model pre-trained
+on Python's own documentation, as in tests/test_pretrain_resume.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HANG = 300  # seconds: only a hang takes this long (a run here takes tens of seconds on 2 busy cores)
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    from bertkit.data.pretraining import create_pretraining_data
+    from bertkit.demo import build_corpus
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
+
+    root = tmp_path_factory.mktemp("torchrun")
+    build_corpus(root / "corpus")
+    vocab = train_wordpiece_vocab([root / "corpus" / "train.txt"], vocab_size=1500, num_workers=1, progress=False)
+    tok = BertTokenizer.from_pretrained(save_vocab(vocab, root / "vocab"))
+    create_pretraining_data([root / "corpus" / "train.txt"], tok, root / "data", max_seq_length=32,
+                            max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3,
+                            num_workers=1, progress=False)
+    return root
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def _pretrain(root: Path, out: Path, *extra: str, procs: int = 2) -> list[str]:
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)]
+                if procs > 1 else [sys.executable])
+    return [*launcher, "-m", "bertkit", "pretrain", "--data", str(root / "data"), "--vocab", str(root / "vocab"),
+            "--config-name", "tiny", "--output-dir", str(out), "--max-steps", "40", "--save-steps", "4",
+            "--logging-steps", "1", "--batch-size", "8", "--learning-rate", "1e-3", "--no-progress",
+            "--device", "cpu", *extra]
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _losses(out: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in _records(out) if r["split"] == "train"]
+
+
+def _worker_pids(launcher_pid: int) -> dict[int, int]:
+    """rank -> pid of torchrun's worker processes (its children carrying RANK in their environment)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == launcher_pid:
+            for var in env:
+                if var.startswith(b"RANK="):
+                    found[int(var[5:])] = int(entry.name)
+    return found
+
+
+def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data, tmp_path):
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    done = subprocess.run(_pretrain(tiny_data, full), env=_env(), capture_output=True, text=True, timeout=HANG)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["steps"] == 40  # one JSON result, printed by rank 0 only
+    assert len(list((full / "checkpoints").glob("step-*"))) == 2  # written once (rank 0), keep-last 2
+    state = (full / "checkpoints" / "step-00000040")
+    assert (state / "config.json").is_file() and (state / "model.safetensors").is_file()  # from_pretrained layout
+
+    proc = subprocess.Popen(_pretrain(tiny_data, killed, "--ddp-timeout", "60"), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + HANG
+    while not (killed / "checkpoints" / "step-00000008").exists():
+        assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read()[-2000:]}"
+        assert time.time() < deadline
+        time.sleep(0.02)
+    os.kill(_worker_pids(proc.pid)[1], signal.SIGKILL)  # rank 1 dies; rank 0 must not wait for it forever
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode != 0
+    steps_done = max(s for s, _ in _losses(killed))
+    assert steps_done < 40 and not (killed / "final").exists()
+
+    other = tmp_path / "other"  # the same checkpoint, resumed by one process below
+    shutil.copytree(killed, other)
+
+    again = subprocess.run(_pretrain(tiny_data, killed, "--resume"), env=_env(), capture_output=True, text=True,
+                           timeout=HANG)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _losses(killed) == _losses(full)  # every step's logged loss (averaged over the ranks), exactly
+    assert (killed / "final" / "model.safetensors").read_bytes() == (full / "final" / "model.safetensors").read_bytes()
+
+    one = subprocess.run(_pretrain(tiny_data, other, "--resume", procs=1), env=_env(), capture_output=True, text=True,
+                         timeout=HANG)
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert "resuming with 1 process(es) a run checkpointed with 2" in one.stderr
+    assert "same sample position" in one.stderr
+    steps = [s for s, _ in _losses(other)]
+    assert steps == list(range(1, 41))  # continued where the checkpoint was, no step repeated or skipped
+    assert (other / "final" / "model.safetensors").is_file()
