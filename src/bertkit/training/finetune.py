@@ -34,6 +34,7 @@ from bertkit.tasks import glue
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current
 from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, steps_for_epochs, train
+from bertkit.training.plot import plot_metrics
 from bertkit.training.settings import GlueSettings, PredictGlueSettings, TrainingSettings, first
 
 logger = logging.getLogger("bertkit")
@@ -168,6 +169,8 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
     seconds = time.perf_counter() - t0
     if ours and info.is_main:  # only checkpoints this run (or the killed run it continued) made
         shutil.rmtree(s.output_dir / "checkpoints", ignore_errors=True)
+    if info.is_main:  # the learning curves, as pre-training draws them
+        plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
     return result, seconds
 
 

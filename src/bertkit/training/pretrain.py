@@ -9,17 +9,19 @@ of 512 to learn the positional embeddings").
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from bertkit.checkpoint_io import WEIGHTS_NAME
 from bertkit.config import PRESETS, BertConfig
 from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
 from bertkit.data.shards import MANIFEST, sha256_file
 from bertkit.errors import BertkitError
-from bertkit.heads import IGNORE_INDEX, BertForPreTraining
+from bertkit.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from bertkit.outputs import atomic_write_json
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current
@@ -43,6 +45,14 @@ def mlm_nsp_batch_metrics(batch: dict, out: Any) -> dict[str, float]:
     return metrics
 
 
+def collate_instances(items: list, pad_id: int, nsp: bool = True) -> dict:
+    """``collate_pretraining``, without the next-sentence labels for MLM-only training (no NSP head takes them)."""
+    batch = collate_pretraining(items, pad_id)
+    if not nsp:
+        del batch["next_sentence_label"]
+    return batch
+
+
 def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int, pad_id: int, limit: int,
                          device: str = "cpu") -> dict[str, float]:
     """Held-out MLM loss/accuracy (per predicted token) and NSP loss/accuracy (per instance)."""
@@ -51,17 +61,22 @@ def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int,
     mlm_loss_sum = nsp_loss_sum = 0.0
     for start in range(0, n, batch_size):
         batch = collate_pretraining([dataset[i] for i in range(start, min(n, start + batch_size))], pad_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
+        batch = {k: v.to(device) for k, v in batch.items()
+                 if k != "next_sentence_label" or getattr(model, "nsp", None) is not None}
         out = model(**batch)
         target = batch["labels"][batch["labels"] != IGNORE_INDEX]
         mlm_correct += int((out.prediction_logits.argmax(-1) == target).sum())
         mlm_total += target.numel()
         mlm_loss_sum += out.mlm_loss.item() * target.numel()
         rows = batch["input_ids"].shape[0]
-        nsp_correct += int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
-        nsp_loss_sum += out.nsp_loss.item() * rows
-    return {"mlm_loss": mlm_loss_sum / max(1, mlm_total), "mlm_acc": mlm_correct / max(1, mlm_total),
-            "nsp_loss": nsp_loss_sum / max(1, n), "nsp_acc": nsp_correct / max(1, n), "instances": n}
+        if out.nsp_loss is not None:
+            nsp_correct += int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
+            nsp_loss_sum += out.nsp_loss.item() * rows
+    scores = {"mlm_loss": mlm_loss_sum / max(1, mlm_total), "mlm_acc": mlm_correct / max(1, mlm_total),
+              "nsp_loss": nsp_loss_sum / max(1, n), "nsp_acc": nsp_correct / max(1, n), "instances": n}
+    if not getattr(model, "nsp", None):  # MLM-only (--no-nsp): there is no NSP score
+        del scores["nsp_loss"], scores["nsp_acc"]
+    return scores
 
 
 def model_config(spec: Any, vocab_size: int) -> BertConfig:
@@ -74,19 +89,28 @@ def model_config(spec: Any, vocab_size: int) -> BertConfig:
 
 
 def pretrain(s: PretrainSettings) -> TrainResult:
-    """Pre-train ``BertForPreTraining`` from scratch; the final model goes to ``output_dir/final``.
+    """Pre-train ``BertForPreTraining`` (``BertForMaskedLM`` with ``nsp=False``) from scratch, or from
+    ``init_from``; the final model goes to ``output_dir/final``.
 
     Metrics (train and held-out) stream to ``output_dir/metrics.jsonl`` and are drawn to ``metrics.png``.
     """
     tokenizer = BertTokenizer.from_pretrained(s.vocab.parent if s.vocab.is_file() else s.vocab)
-    config = model_config(s.config_name, len(tokenizer.vocab))
+    head = BertForPreTraining if s.nsp else BertForMaskedLM
+    if s.init_from is not None:
+        config = BertConfig.from_json_file(s.init_from / "config.json")
+    else:
+        config = model_config(s.config_name, len(tokenizer.vocab))
     if len(tokenizer.vocab) != config.vocab_size:
         raise BertkitError(
             f"the vocabulary in {s.vocab} has {len(tokenizer.vocab)} entries but the model config has "
-            f"vocab_size {config.vocab_size}; set vocab_size={len(tokenizer.vocab)}"
+            f"vocab_size {config.vocab_size}; " + (
+                f"pre-train from {s.init_from} with the tokenizer it was trained with (its vocab.txt)"
+                if s.init_from is not None else f"set vocab_size={len(tokenizer.vocab)}")
         )
     pad = tokenizer.pad_token_id
     info = current()
+    collate = functools.partial(collate_instances, pad_id=pad, nsp=s.nsp)  # picklable, for DataLoader workers
+
     micro = micro_batch_size(s.batch_size, info.world_size, s.gradient_accumulation_steps)
     phases = []
     for i, data_dir in enumerate(d for d in (s.data, s.phase2_data) if d is not None):
@@ -96,7 +120,7 @@ def pretrain(s: PretrainSettings) -> TrainResult:
                 f"{data_dir} holds instances of {dataset.max_seq_length} tokens but max_position_embeddings is "
                 f"{config.max_position_embeddings}; recreate the data or enlarge the config"
             )
-        phases.append(Phase(BatchPlan(dataset, micro, lambda b: collate_pretraining(b, pad), seed=s.seed,
+        phases.append(Phase(BatchPlan(dataset, micro, collate, seed=s.seed,
                                       rank=info.rank, world_size=info.world_size),
                             0, name=f"phase{i + 1}-{dataset.max_seq_length}"))
     if len(phases) == 1:
@@ -116,11 +140,18 @@ def pretrain(s: PretrainSettings) -> TrainResult:
                                         limit=s.eval_instances, device=s.device)
 
     torch.manual_seed(s.seed)  # the initial weights are part of the run: same seed, same model
-    model = BertForPreTraining(config)
+    if s.init_from is not None:  # heads the checkpoint lacks are initialised (seeded) and logged by name
+        model = head.from_pretrained(s.init_from, config=config)
+    else:
+        model = head(config)
     fingerprint = {"model_config": config.to_dict(), "max_steps": s.max_steps, "batch_size": s.batch_size,
                    # the data's content (the manifest lists every shard's sha256), not its path: data
                    # regenerated at the same path must not resume silently, data moved elsewhere may
                    "data": [sha256_file(Path(p.plan.dataset.path) / MANIFEST) for p in phases]}
+    if not s.nsp:  # only when set, so checkpoints written before these settings existed still resume
+        fingerprint["nsp"] = False
+    if s.init_from is not None:
+        fingerprint["init_from"] = sha256_file(s.init_from / WEIGHTS_NAME)
     result = train(model, phases, s.training(), evaluate=evaluate, batch_metrics=mlm_nsp_batch_metrics,
                    fingerprint=fingerprint, resume=s.resume)
     if not info.is_main:  # under torchrun, rank 0 writes the results

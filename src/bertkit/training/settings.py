@@ -384,6 +384,13 @@ class PretrainSettings(TrainingSettings):
     """Longer instances (e.g. 512 tokens) for the last (1 - phase1_fraction) of the steps."""
     phase1_fraction: float = 0.9
     """Share of the steps spent on --data when --phase2-data is given."""
+    init_from: Path | None = None
+    """Continue pre-training from this checkpoint (Hugging Face layout, e.g. a released BERT for domain
+    adaptation) instead of random weights; its config.json replaces --config-name, and heads it lacks start
+    fresh (they are listed in the log)."""
+    nsp: bool = True
+    """Train next-sentence prediction beside the masked LM; --no-nsp trains the masked LM alone (the model
+    is then a BertForMaskedLM, without pooler or NSP head)."""
     eval_data: Path | None = None
     """Held-out instances for MLM and NSP accuracy."""
     eval_instances: int = 2000
@@ -414,6 +421,7 @@ class PretrainSettings(TrainingSettings):
         self.data, self.vocab = Path(self.data), Path(self.vocab)
         self.phase2_data = Path(self.phase2_data) if self.phase2_data is not None else None
         self.eval_data = Path(self.eval_data) if self.eval_data is not None else None
+        self.init_from = Path(self.init_from) if self.init_from is not None else None
         if self.max_steps < 1:
             raise BertkitError(f"max_steps must be at least 1, got {self.max_steps}")
         if not 0 < self.phase1_fraction < 1:

@@ -1,0 +1,167 @@
+"""What long runs and GPUs need, checked where it runs on a CPU: continued pre-training (--init-from), MLM-only
+(--no-nsp), from_pretrained on intermediate checkpoints, fine-tuning curves, TensorBoard's message, fp16 with
+a gradient scaler, gradient checkpointing, --device auto."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertkit.errors import BertkitError
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from bertkit.data.pretraining import create_pretraining_data
+    from bertkit.demo import build_corpus
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
+
+    root = tmp_path_factory.mktemp("long")
+    build_corpus(root / "corpus")
+    vocab = train_wordpiece_vocab([root / "corpus" / "train.txt"], vocab_size=1200, num_workers=1, progress=False)
+    tok = BertTokenizer.from_pretrained(save_vocab(vocab, root / "vocab"))
+    create_pretraining_data([root / "corpus" / "heldout.txt"], tok, root / "data", max_seq_length=32,
+                            max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3,
+                            num_workers=1, progress=False)
+    return root
+
+
+def _settings(root: Path, out: Path, **kw):
+    from bertkit.training.settings import PretrainSettings
+
+    base = dict(data=root / "data", vocab=root / "vocab", config_name="tiny", output_dir=out, max_steps=4,
+                logging_steps=1, batch_size=8, learning_rate=1e-3, progress=False, device="cpu")
+    return PretrainSettings(**{**base, **kw})
+
+
+def test_init_from_a_checkpoint_keeps_its_encoder_and_reports_the_fresh_heads(tiny, tmp_path, caplog):
+    from bertkit.config import BertConfig
+    from bertkit.modeling import BertModel
+    from bertkit.training.pretrain import pretrain
+
+    torch.manual_seed(123)  # an encoder-only checkpoint (no MLM, no NSP head), as released models often are
+    BertModel(BertConfig.preset("tiny", vocab_size=1200)).save_pretrained(tmp_path / "released")
+    released = load_file(tmp_path / "released" / "model.safetensors")
+    caplog.set_level(logging.WARNING, logger="bertkit")
+    # one step: its learning rate is 0 (the warm-up's first), so the weights are the starting ones
+    pretrain(_settings(tiny, tmp_path / "run", init_from=tmp_path / "released", max_steps=1))
+    final = load_file(tmp_path / "run" / "final" / "model.safetensors")
+    encoder = [k for k in released if k.startswith(("embeddings.", "encoder."))]
+    assert encoder and all(torch.equal(final["bert." + k] if "bert." + k in final else final[k], released[k])
+                           for k in encoder)
+    assert "initialised fresh" in caplog.text and "cls.predictions" in caplog.text
+    # a checkpoint whose vocabulary is not the data's is refused with the fix
+    BertModel(BertConfig.preset("tiny", vocab_size=999)).save_pretrained(tmp_path / "other-vocab")
+    with pytest.raises(BertkitError, match="with the tokenizer it was trained with"):
+        pretrain(_settings(tiny, tmp_path / "run2", init_from=tmp_path / "other-vocab"))
+
+
+def test_mlm_only_pretraining_and_loadable_intermediate_checkpoints(tiny, tmp_path):
+    from bertkit.heads import BertForMaskedLM
+    from bertkit.training.pretrain import pretrain
+
+    out = tmp_path / "mlm"
+    pretrain(_settings(tiny, out, nsp=False, save_steps=2, eval_data=tiny / "data", eval_instances=16))
+    config = json.loads((out / "final" / "config.json").read_text())
+    assert config["architectures"] == ["BertForMaskedLM"]
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all("nsp_loss" not in r and "mlm_loss" in r for r in records)
+    assert any(r["split"] == "eval" and 0 <= r["mlm_acc"] <= 1 for r in records)
+    # the step-2 checkpoint loads with from_pretrained, and holds the weights of state.pt
+    step2 = out / "checkpoints" / "step-00000002"
+    model = BertForMaskedLM.from_pretrained(step2)
+    state = torch.load(step2 / "state.pt", weights_only=True)["model"]
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+def test_finetuning_draws_its_curves(tmp_path):
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.training.finetune import run_finetuning
+    from bertkit.training.settings import TrainingSettings
+    from distributed_helpers import classification_examples, pad_collate, tiny_config
+
+    s = TrainingSettings(output_dir=tmp_path, learning_rate=1e-3, batch_size=8, num_train_epochs=1.0,
+                         progress=False, device="cpu", logging_steps=2)
+    run_finetuning(BertForSequenceClassification(tiny_config()), classification_examples(32), pad_collate, s,
+                   lambda m: {"accuracy": 0.5}, {"task": "synthetic"})
+    png = tmp_path / "metrics.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_to_tensorboard_without_the_package_says_what_to_install(tiny, tmp_path):
+    from bertkit.training.pretrain import pretrain
+
+    try:
+        import tensorboard  # noqa: F401
+    except ModuleNotFoundError:
+        with pytest.raises(BertkitError, match=r"pip install 'bertkit\[tensorboard\]'"):
+            pretrain(_settings(tiny, tmp_path / "tb", report_to="tensorboard"))
+    else:
+        pretrain(_settings(tiny, tmp_path / "tb", report_to="tensorboard"))
+        assert list((tmp_path / "tb" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_fp16_trains_with_a_gradient_scaler_and_resumes_exactly(tiny, tmp_path):
+    from bertkit.training.pretrain import pretrain
+
+    full = pretrain(_settings(tiny, tmp_path / "full", fp16=True, max_steps=6, save_steps=3))
+    assert all(r["loss"] == r["loss"] for r in full.history if r["split"] == "train")  # finite, not NaN
+    state = torch.load(tmp_path / "full" / "checkpoints" / "step-00000006" / "state.pt", weights_only=True)
+    assert state["scaler"]["scale"] > 0 and state["fingerprint"]["train"]["fp16"] is True
+    # resume from step 3: the scaler's state comes back with the rest, so the run ends where the full one did
+    part = tmp_path / "part"
+    pretrain(_settings(tiny, part, fp16=True, max_steps=6, save_steps=3))
+    import shutil
+
+    shutil.rmtree(part / "checkpoints" / "step-00000006")
+    shutil.rmtree(part / "final")
+    pretrain(_settings(tiny, part, fp16=True, max_steps=6, save_steps=3, resume=True))
+    assert (part / "final" / "model.safetensors").read_bytes() == (tmp_path / "full" / "final" /
+                                                                  "model.safetensors").read_bytes()
+    with pytest.raises(BertkitError, match="bf16 and fp16 are both set"):
+        _settings(tiny, tmp_path / "x", fp16=True, bf16=True)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients_with_dropout_on():
+    from bertkit.config import BertConfig
+    from bertkit.heads import BertForSequenceClassification
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig.preset("tiny", vocab_size=100))  # dropout 0.1
+    ids = torch.randint(5, 100, (4, 12))
+    mask = torch.ones_like(ids)
+    mask[2:, 9:] = 0  # padded rows: the unpadded layout goes through the recomputation too
+    labels = torch.tensor([0, 1, 1, 0])
+    grads = []
+    for recompute in (False, True):
+        model.zero_grad()
+        model.bert.gradient_checkpointing = recompute
+        torch.manual_seed(1)
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    assert all(torch.equal(grads[0][n], grads[1][n]) for n in grads[0])
+    assert any(float(g.abs().sum()) > 0 for g in grads[0].values())
+
+
+def test_device_auto_and_torchrun_environment(monkeypatch):
+    from bertkit.training.distributed import info_from_env, resolve_device
+
+    assert resolve_device("auto") == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu", local_rank=3) == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(BertkitError, match="sees no CUDA GPU"):
+            resolve_device("cuda")
+    with pytest.raises(BertkitError, match="is not a device"):
+        resolve_device("tpu:9")
+    assert info_from_env({}).world_size == 1
+    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}
+    info = info_from_env(env)
+    assert (info.rank, info.world_size, info.local_rank, info.is_main) == (3, 4, 1, False)
+    with pytest.raises(BertkitError, match="RANK 4 is not in"):
+        info_from_env({**env, "RANK": "4"})
