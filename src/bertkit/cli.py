@@ -304,10 +304,23 @@ def _create_data(s) -> dict:
 
     tokenizer = BertTokenizer.from_pretrained(tokenizer_dir(s.vocab))
     config = {f.name: getattr(s, f.name) for f in dc.fields(PretrainingConfig)}
+    split = {"num_shards": s.num_shards, "shard_index": s.shard_index} if s.num_shards else {}
     result = create_pretraining_data([str(f) for f in s.files], tokenizer, s.output_dir, **config,
-                                     num_workers=s.num_workers, progress=s.progress, overwrite=s.overwrite)
+                                     num_workers=s.num_workers, progress=s.progress, overwrite=s.overwrite, **split)
     return {"output_dir": result["output_dir"], "counts": result["counts"], "shards": len(result["shards"]),
-            "seconds": round(result["seconds"], 1), "instances_per_second": round(result["instances_per_second"], 1)}
+            "seconds": round(result["seconds"], 1), "instances_per_second": round(result["instances_per_second"], 1),
+            **({"part": f"{s.shard_index} of {s.num_shards}: join the parts with bertkit merge-pretraining-data"}
+               if split else {})}
+
+
+@command("merge-pretraining-data", "join the parts of a split create-pretraining-data run (--num-shards)",
+         _s(S + "MergeDataSettings"))
+def _merge_data(s) -> dict:
+    from bertkit.data.pretraining import merge_pretraining_data
+
+    result = merge_pretraining_data(s.parts, s.output_dir)
+    return {"output_dir": result["output_dir"], "counts": result["counts"], "shards": len(result["shards"]),
+            "parts": result["parts"]}
 
 
 @command("pretrain", "pre-train BERT (masked LM + next sentence) -> OUTPUT_DIR/final, metrics.jsonl, metrics.png",
@@ -389,8 +402,8 @@ def _demo(s) -> None:
 
 FAMILY_HELP = {"finetune": "fine-tune a pre-trained BERT on a task (paper section 4) -> model, predictions, report",
                "predict": "predict with a fine-tuned model -> submission files"}
-ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data", "pretrain", "finetune", "predict",
-         "extract-features", "feature-study", "demo")
+ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data", "merge-pretraining-data", "pretrain",
+         "finetune", "predict", "extract-features", "feature-study", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

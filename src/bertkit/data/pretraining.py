@@ -25,8 +25,10 @@ piece right after [CLS]/[SEP] starts a new word; (4) instances are shuffled with
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import random
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +43,7 @@ from bertkit.data.masking import MaskingTables, mask_tokens  # noqa: F401 (re-ex
 from bertkit.data.pairs import PairInstance, create_instances_from_document, truncate_seq_pair  # noqa: F401
 from bertkit.data.shards import (
     FORMAT,
+    MANIFEST,
     VOCAB,
     remove_shards,
     save_shard,
@@ -49,7 +52,7 @@ from bertkit.data.shards import (
     write_manifest,
 )
 from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, MissingFileError
 from bertkit.outputs import atomic_write_text
 from bertkit.tokenization.wordpiece import SPECIAL_TOKENS as BERT_SPECIAL_TOKENS
 
@@ -83,6 +86,8 @@ def create_pretraining_data(
     num_workers: int = 2,
     progress: bool = True,
     overwrite: bool = False,
+    num_shards: int = 1,
+    shard_index: int = 0,
 ) -> dict:
     """Turn text files into pre-training instances in ``output_dir``; return the manifest plus timings.
 
@@ -90,6 +95,11 @@ def create_pretraining_data(
     :class:`PretrainingConfig` (they decide the output bytes) and how to run: ``num_workers``
     processes (0 or 1: in this process), a tqdm bar unless ``progress=False``, and ``overwrite`` to
     replace an earlier run's shards in ``output_dir``. Read the result with :class:`PretrainingDataset`.
+
+    Corpus scale: ``num_shards`` K > 1 makes only part ``shard_index`` of the work (every K-th work unit,
+    so the parts are about equal), for K processes or machines that share nothing but the input files.
+    ``output_dir`` then receives that part's shards and ``part.json`` instead of ``manifest.json``;
+    :func:`merge_pretraining_data` joins the K parts into one directory whose bytes equal a single run's.
     """
     config = PretrainingConfig(
         max_seq_length=max_seq_length,
@@ -117,13 +127,16 @@ def create_pretraining_data(
         )
     if not input_files:
         raise BertkitError("no input files: pass at least one text file")
-    units = plan_work_units(input_files, config.input_format, config.unit_bytes)
-    if not units:
+    if num_shards < 1 or not 0 <= shard_index < num_shards:
+        raise BertkitError(f"shard_index {shard_index} must be in [0, num_shards {num_shards}) and num_shards >= 1")
+    all_units = plan_work_units(input_files, config.input_format, config.unit_bytes)
+    if not all_units:
         raise BertkitError(f"the corpus is empty: all {len(input_files)} input file(s) have 0 bytes")
+    units = all_units[shard_index::num_shards]  # the plan is the same in every part: it depends on the files only
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if any(out.glob("shard-*.npy")) or (out / "manifest.json").exists():
+    if any(out.glob("shard-*.npy")) or (out / "manifest.json").exists() or (out / PART).exists():
         if not overwrite:
             raise BertkitError(f"{out} already holds pre-training shards; pass --overwrite (overwrite=True) or choose a new directory")
         remove_shards(out)
@@ -142,18 +155,9 @@ def create_pretraining_data(
                 results.append(result)
                 bar.update(unit.num_bytes)
         bar.close()
-        counts = {k: sum(r["counts"][k] for r in results) for k in results[0]["counts"]}
-        if counts["documents"] == 0:
-            raise BertkitError(
-                f"no text found in the {len(input_files)} input file(s) after clean-up "
-                f"(input_format={config.input_format!r}); see bertkit.data.text for what is kept"
-            )
-        if counts["multi_sentence_documents"] == 0:
-            raise BertkitError(
-                f"none of the {counts['documents']} documents has two or more sentences, so next-sentence "
-                "pairs are impossible; with input_format='sentences' put one sentence per line and a "
-                "blank line between documents"
-            )
+        counts = {k: sum(r["counts"][k] for r in results) for k in COUNTS}
+        if num_shards == 1:  # a part may hold none of the corpus's documents; merging checks the whole
+            _check_counts(counts, len(input_files), config.input_format)
     except BaseException:
         remove_shards(out)
         raise
@@ -173,7 +177,11 @@ def create_pretraining_data(
         "counts": counts,
         "shards": [r["shard"] for r in results],
     }
-    write_manifest(out, manifest)
+    if num_shards > 1:
+        manifest["part"] = {"index": shard_index, "count": num_shards, "units": len(all_units)}
+        atomic_write_text(out / PART, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    else:
+        write_manifest(out, manifest)
     return {
         **manifest,
         "output_dir": str(out),
@@ -181,6 +189,79 @@ def create_pretraining_data(
         "instances_per_second": counts["instances"] / seconds if seconds > 0 else float("inf"),
         "num_workers": num_workers,
     }
+
+
+COUNTS = ("instances", "tokens", "documents", "multi_sentence_documents", "sentences", "random_next",
+          "nearby_fallbacks", "masked_positions")
+PART = "part.json"  # one part's manifest (num_shards > 1), until merge_pretraining_data joins the parts
+
+
+def _check_counts(counts: dict, num_files: int, input_format: str) -> None:
+    if counts["documents"] == 0:
+        raise BertkitError(
+            f"no text found in the {num_files} input file(s) after clean-up "
+            f"(input_format={input_format!r}); see bertkit.data.text for what is kept"
+        )
+    if counts["multi_sentence_documents"] == 0:
+        raise BertkitError(
+            f"none of the {counts['documents']} documents has two or more sentences, so next-sentence "
+            "pairs are impossible; with input_format='sentences' put one sentence per line and a "
+            "blank line between documents"
+        )
+
+
+def merge_pretraining_data(part_dirs: Sequence[str | os.PathLike], output_dir: str | os.PathLike) -> dict:
+    """Join the K parts of a ``num_shards=K`` creation into ``output_dir``: its files are byte for byte those
+    of one run over the whole corpus (each work unit has its own seed, so who made it does not matter).
+
+    Shards are hard-linked into ``output_dir`` where the filesystem allows (no copy, no extra space), else
+    copied; the part directories are left as they are (bertkit never deletes what it did not make here).
+    """
+    parts = []
+    for d in part_dirs:
+        path = Path(d) / PART
+        if not path.is_file():
+            raise MissingFileError(f"{path} not found: {d} is not a part made with --num-shards/--shard-index "
+                                   "(or that run did not finish: run it again)")
+        parts.append((Path(d), json.loads(path.read_text(encoding="utf-8"))))
+    if not parts:
+        raise BertkitError("no parts to merge: pass the K part directories")
+    count = parts[0][1]["part"]["count"]
+    same = ("format", "config", "input_files", "tokenizer", "token_dtype")
+    for d, part in parts:
+        diff = [k for k in same if part.get(k) != parts[0][1].get(k)] + (
+            ["num_shards"] if part["part"]["count"] != count else [])
+        if diff:
+            raise BertkitError(f"{d} was made with other {', '.join(diff)} than {parts[0][0]}: parts of one "
+                               "corpus share the input files, tokenizer and every data setting")
+    indices = sorted(part["part"]["index"] for _, part in parts)
+    if indices != list(range(count)):
+        missing = sorted(set(range(count)) - set(indices))
+        extra = sorted({i for i in indices if indices.count(i) > 1})
+        raise BertkitError(f"the parts of a {count}-way split are 0..{count - 1}; missing {missing}, "
+                           f"given twice {extra}: pass each part directory once")
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / MANIFEST).exists() or any(out.glob("shard-*.npy")):
+        raise BertkitError(f"{out} already holds pre-training data; merge into a new directory")
+    shards = sorted(((d, shard) for d, part in parts for shard in part["shards"]), key=lambda x: x[1]["name"])
+    if len(shards) != parts[0][1]["part"]["units"]:
+        raise BertkitError(f"the parts hold {len(shards)} shards but the corpus has {parts[0][1]['part']['units']} "
+                           "work units: a part is incomplete; make it again")
+    for d, shard in shards:
+        for entry in shard["files"].values():
+            src, dst = d / entry["file"], out / entry["file"]
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copyfile(src, dst)
+    shutil.copyfile(parts[0][0] / VOCAB, out / VOCAB)
+    counts = {k: sum(part["counts"][k] for _, part in parts) for k in COUNTS}
+    _check_counts(counts, len(parts[0][1]["input_files"]), parts[0][1]["config"]["input_format"])
+    manifest = {k: parts[0][1][k] for k in same}
+    manifest.update(counts=counts, shards=[shard for _, shard in shards])
+    write_manifest(out, manifest)
+    return {**manifest, "output_dir": str(out), "parts": [str(d) for d, _ in parts]}
 
 
 def _vocab_list(tokenizer) -> list[str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -631,6 +632,12 @@ class CreateDataSettings(PretrainingConfig):
     """Directory for the shards and manifest.json."""
     num_workers: int = flag(2, aliases=("--workers",))
     """Processes creating instances."""
+    num_shards: int | None = None
+    """Split the work into K parts for K processes or machines (each gets every K-th unit of work); this run
+    makes part --shard-index into --output-dir, and merge-pretraining-data joins the parts. Under torchrun:
+    one part per process (K = WORLD_SIZE), written to OUTPUT_DIR.part-RANK-of-K."""
+    shard_index: int | None = None
+    """The part this run makes, 0 .. K-1 (with --num-shards)."""
     overwrite: bool = False
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
     progress: bool = True
@@ -641,9 +648,35 @@ class CreateDataSettings(PretrainingConfig):
         if not self.files:
             raise BertkitError("files: give at least one text file to make instances from")
         _at_least_one(self, "num_workers")
+        shards, index = self.num_shards, self.shard_index
+        env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+        if shards is None and index is None and all(env.values()) and int(env["WORLD_SIZE"] or 1) > 1:
+            shards, index = int(env["WORLD_SIZE"] or 1), int(env["RANK"] or 0)  # torchrun: one part per process
+            out = Path(self.output_dir)
+            object.__setattr__(self, "output_dir", out.with_name(f"{out.name}.part-{index:05d}-of-{shards:05d}"))
+        if (shards is None) != (index is None):
+            raise BertkitError("--num-shards and --shard-index go together (this run makes part INDEX of NUM_SHARDS)")
+        if shards is not None and (shards < 1 or not 0 <= index < shards):  # type: ignore[operator]
+            raise BertkitError(f"--shard-index {index} must be in [0, --num-shards {shards})")
+        object.__setattr__(self, "num_shards", shards)
+        object.__setattr__(self, "shard_index", index)
 
     def pretraining_config(self) -> PretrainingConfig:
         return PretrainingConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PretrainingConfig)})
+
+
+@dataclass(kw_only=True)
+class MergeDataSettings:
+    """Join the parts of a split create-pretraining-data run (--num-shards K) into one data directory, byte
+    for byte what one run over the whole corpus writes. The parts are left in place (shards are hard-linked
+    where the filesystem allows, else copied)."""
+
+    parts: list[Path] = flag(positional=True)
+    """The K part directories (any order)."""
+    output_dir: Path = flag(aliases=("--out",))
+    """Directory for the joined shards and manifest.json."""
+    overwrite: bool = False
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
 
 @dataclass(kw_only=True)
