@@ -456,6 +456,11 @@ def _launch(name: str, s: Any):
     settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
     Yields whether this process is rank 0 (the one that reports)."""
     if not hasattr(s, "ddp_timeout"):
+        from bertkit.training.distributed import info_from_env
+
+        if info_from_env().enabled and not hasattr(s, "num_shards"):  # create-pretraining-data splits by rank
+            raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
+                               "pretrain, finetune and create-pretraining-data over several processes)")
         with _claim(name, s):
             yield True
         return
