@@ -16,6 +16,7 @@ import dataclasses
 import inspect
 import json
 import logging
+import os
 import sys
 import textwrap
 import types
@@ -456,9 +457,8 @@ def _launch(name: str, s: Any):
     settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
     Yields whether this process is rank 0 (the one that reports)."""
     if not hasattr(s, "ddp_timeout"):
-        from bertkit.training.distributed import info_from_env
-
-        if info_from_env().enabled and not hasattr(s, "num_shards"):  # create-pretraining-data splits by rank
+        under_torchrun = "LOCAL_RANK" in os.environ and os.environ.get("WORLD_SIZE", "1") not in ("", "1")
+        if under_torchrun and not hasattr(s, "num_shards"):  # create-pretraining-data splits by rank
             raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
                                "pretrain, finetune and create-pretraining-data over several processes)")
         with _claim(name, s):
