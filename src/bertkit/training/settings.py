@@ -678,6 +678,11 @@ class MergeDataSettings:
     overwrite: bool = False
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
+    def __post_init__(self) -> None:
+        self.parts, self.output_dir = [Path(p) for p in self.parts], Path(self.output_dir)
+        if not self.parts:
+            raise BertkitError("parts: give the part directories to join (made with --num-shards/--shard-index)")
+
 
 @dataclass(kw_only=True)
 class DownloadSettings:
