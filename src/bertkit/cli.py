@@ -435,6 +435,12 @@ def _description(cls: type) -> str:
     return inspect.cleandoc(cls.__doc__ or "")
 
 
+# Settings that change how a run is carried out, not its results: a --resume may change them (e.g. more
+# processes, another --ddp-timeout, FSDP instead of DDP: the checkpoint format is the same).
+HOW_TO_RUN = ("progress", "overwrite", "resume", "device", "ddp_timeout", "dataloader_num_workers", "fsdp",
+              "gradient_checkpointing", "report_to")
+
+
 def _claim(name: str, s: Any):
     """Lock and mark the command's output directory (bertkit.outputs): refused if it holds anything but an
     earlier run bertkit may replace (--overwrite) or continue (--resume)."""
@@ -446,7 +452,7 @@ def _claim(name: str, s: Any):
     if getattr(s, "output_dir", None) is None:
         return contextlib.nullcontext()
     fingerprint = {f.name: str(v) if isinstance(v := getattr(s, f.name), Path) else v
-                   for f in dataclasses.fields(s) if f.name not in ("progress", "overwrite", "resume", "device")}
+                   for f in dataclasses.fields(s) if f.name not in HOW_TO_RUN}
     return output_dir(s.output_dir, name, json.loads(json.dumps(fingerprint, default=str)),
                       overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"))
 
