@@ -98,8 +98,8 @@ def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data
     steps_done = max(s for s, _ in _losses(killed))
     assert steps_done < 40 and not (killed / "final").exists()
 
-    other = tmp_path / "other"  # the same checkpoint, resumed by one process below
-    shutil.copytree(killed, other)
+    saved = tmp_path / "saved"  # the killed run as it stands, resumed again by one process below
+    shutil.copytree(killed, saved)
 
     again = subprocess.run(_pretrain(tiny_data, killed, "--resume"), env=_env(), capture_output=True, text=True,
                            timeout=HANG)
@@ -107,6 +107,9 @@ def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data
     assert _losses(killed) == _losses(full)  # every step's logged loss (averaged over the ranks), exactly
     assert (killed / "final" / "model.safetensors").read_bytes() == (full / "final" / "model.safetensors").read_bytes()
 
+    other = killed  # the same directory (the run marker holds its path), back as the kill left it
+    shutil.rmtree(killed)
+    shutil.copytree(saved, killed)
     one = subprocess.run(_pretrain(tiny_data, other, "--resume", procs=1), env=_env(), capture_output=True, text=True,
                          timeout=HANG)
     assert one.returncode == 0, one.stderr[-3000:]
