@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from bertkit import BertConfig
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining
-from bertkit.inference.tf_checkpoint import read_sstable, read_tf_checkpoint, tf_to_published
+from bertkit.inference.tf_checkpoint import (
+    convert_tf_checkpoint,
+    read_sstable,
+    read_tf_checkpoint,
+    tf_to_published,
+)
 
 V, H, L, NH, I, P, B, T = 40, 16, 2, 4, 24, 32, 2, 9
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(V - 5)]
@@ -152,3 +161,100 @@ def test_reader_sees_every_variable_and_refuses_mismatches(tf_checkpoint, tmp_pa
     with pytest.raises(BertkitError, match="not a TensorFlow checkpoint index"):
         (tmp_path / "x.ckpt.index").write_bytes(b"not a table" * 10)
         read_tf_checkpoint(tmp_path / "x.ckpt")
+
+
+# ---------------------------------------------------------------------------------------------------
+# A tensor bundle written here (no TensorFlow): the reader and the name table in the fast suite
+# ---------------------------------------------------------------------------------------------------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, value: int | bytes) -> bytes:
+    if isinstance(value, bytes):
+        return _varint(number << 3 | 2) + _varint(len(value)) + value
+    return _varint(number << 3) + _varint(value)
+
+
+def _block(entries: list[tuple[bytes, bytes]]) -> bytes:
+    body = b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in entries)
+    return body + struct.pack("<II", 0, 1)  # one restart point, at 0
+
+
+def write_bundle(prefix, tensors: dict[str, np.ndarray]) -> None:
+    """A minimal TF tensor bundle: one data shard, one SSTable data block (LevelDB format, uncompressed)."""
+    data, entries = bytearray(), [(b"", _field(1, 1))]  # header: num_shards 1, little-endian
+    for name in sorted(tensors):
+        arr = np.ascontiguousarray(tensors[name], dtype=np.float32)
+        shape = b"".join(_field(2, _field(1, d)) for d in arr.shape)
+        entries.append((name.encode(), _field(1, 1) + _field(2, shape) + _field(4, len(data)) + _field(5, arr.nbytes)))
+        data += arr.tobytes()
+    table = bytearray()
+    handles = []
+    for block in (_block(entries), _block([]), None):  # data, metaindex, index
+        if block is None:
+            block = _block([(entries[-1][0] + b"\xff", _varint(handles[0][0]) + _varint(handles[0][1]))])
+        handles.append((len(table), len(block)))
+        table += block + b"\x00" + b"\x00" * 4  # no compression, crc32c (not checked by readers of bundles)
+    footer = _varint(handles[1][0]) + _varint(handles[1][1]) + _varint(handles[2][0]) + _varint(handles[2][1])
+    table += footer.ljust(40, b"\x00") + struct.pack("<Q", 0xDB4775248B80FB57)
+    Path(f"{prefix}.index").write_bytes(bytes(table))
+    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
+
+
+def _google_names(published: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """The published names back to Google's, written out by hand (independent of TF_KEY_TABLE)."""
+    out = {}
+    for name, t in published.items():
+        g = name.replace("bert.encoder.layer.", "bert/encoder/layer_").replace(".", "/")
+        g = re.sub(r"LayerNorm/weight$", "LayerNorm/gamma", g)
+        g = re.sub(r"LayerNorm/bias$", "LayerNorm/beta", g)
+        a = t.numpy()
+        if g.endswith("_embeddings/weight"):
+            g = g[: -len("/weight")]
+        elif g == "cls/predictions/bias":
+            g = "cls/predictions/output_bias"
+        elif g.startswith("cls/seq_relationship/"):
+            g = g.replace("/weight", "/output_weights").replace("/bias", "/output_bias")
+        elif g.endswith("/weight"):
+            g, a = g[: -len("weight")] + "kernel", a.T
+        out[g] = a
+    return out
+
+
+def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=NH,
+                        intermediate_size=I, max_position_embeddings=P, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    model = BertForPreTraining(config).eval()
+    google = _google_names(model.published_state_dict())
+    assert "bert/encoder/layer_1/attention/self/query/kernel" in google and "cls/predictions/output_bias" in google
+    google["global_step"] = np.zeros((), np.float32)
+    google["bert/pooler/dense/kernel/adam_m"] = np.zeros((H, H), np.float32)
+    write_bundle(tmp_path / "bert_model.ckpt", google)
+    (tmp_path / "bert_config.json").write_text(json.dumps({k: v for k, v in config.to_dict().items()
+                                                           if k not in ("model_type", "architectures")}))
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    assert set(read_tf_checkpoint(tmp_path / "bert_model.ckpt")) == set(google)
+    out = tmp_path / "out"
+    result = convert_tf_checkpoint(tmp_path / "bert_model.ckpt.index", tmp_path / "bert_config.json",
+                                   tmp_path / "vocab.txt", out)
+    assert result["architecture"] == "BertForPreTraining" and result["tensors"] == len(google) - 2  # optimizer slot and step skipped
+    converted = BertForPreTraining.from_pretrained(out).eval()
+    ids = torch.randint(5, V, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = model(ids), converted(ids)
+    torch.testing.assert_close(b.prediction_logits, a.prediction_logits, atol=0, rtol=0)
+    torch.testing.assert_close(b.seq_relationship_logits, a.seq_relationship_logits, atol=0, rtol=0)
+    with pytest.raises(BertkitError, match="lacks encoder variables"):
+        write_bundle(tmp_path / "partial.ckpt", {k: v for k, v in google.items() if "layer_1/output/dense" not in k})
+        convert_tf_checkpoint(tmp_path / "partial.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
+                              tmp_path / "partial")
