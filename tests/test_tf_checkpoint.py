@@ -248,6 +248,8 @@ def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path):
     result = convert_tf_checkpoint(tmp_path / "bert_model.ckpt.index", tmp_path / "bert_config.json",
                                    tmp_path / "vocab.txt", out)
     assert result["architecture"] == "BertForPreTraining" and result["tensors"] == len(google) - 2  # optimizer slot and step skipped
+    with pytest.raises(BertkitError, match="already holds config.json"):
+        convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt", out)
     converted = BertForPreTraining.from_pretrained(out).eval()
     ids = torch.randint(5, V, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

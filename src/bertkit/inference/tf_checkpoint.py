@@ -305,6 +305,10 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     for path, what in ((bert_config, "bert_config.json"), (vocab, "vocab.txt")):
         if not path.is_file():
             raise MissingFileError(f"{path} not found: pass the checkpoint's {what} (it comes beside bert_model.ckpt)")
+    existing = [n for n in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json")
+                if (output_dir / n).exists()]
+    if existing:  # bertkit never replaces files it did not create (the CLI's --overwrite removes its own first)
+        raise BertkitError(f"{output_dir} already holds {', '.join(existing)}; choose a new output directory")
     raw_config = json.loads(bert_config.read_text(encoding="utf-8"))
     config = BertConfig.from_dict(raw_config)
     variables = read_tf_checkpoint(tf_checkpoint, skip=_SKIP)
