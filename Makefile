@@ -11,8 +11,13 @@ PIP     := $(BIN)/pip install -q -c constraints.txt
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP) torch==2.13.0
-	$(PIP) -e ".[test,plot]"
+	$(PIP) -e ".[test,plot,onnx,tensorboard]"
 	touch $(STAMP)
+
+# TensorFlow and sentence-transformers (large) only for the slow reference checks.
+$(VENV)/.references: $(STAMP)
+	$(PIP) -e ".[test-references]"
+	touch $@
 
 $(MODEL)/config.json: | $(STAMP)
 	$(BIN)/bertkit download-example-model $(MODEL)
@@ -25,7 +30,7 @@ demo: $(STAMP) $(MODEL)/config.json
 test: $(STAMP) $(MODEL)/config.json
 	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m "not slow"
 
-test-slow: $(STAMP) $(MODEL)/config.json
+test-slow: $(STAMP) $(VENV)/.references $(MODEL)/config.json
 	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m slow
 	BERTKIT_TEST_MODEL=$(MODEL) BERTKIT_FUZZ_TOKENIZER=100000 BERTKIT_FUZZ_READERS=10000 $(BIN)/pytest -q tests/test_fuzz.py
 

@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bertkit"
 # Lower numbers are higher in the house; a module may import its own layer or any layer below.
 LAYERS = [
     ("cli", "__main__", "demo"),
-    ("training", "features"),
+    ("training", "features", "inference"),
     ("tasks", "data"),
     ("heads",),
     ("modeling",),

@@ -21,6 +21,7 @@ _EXPORTS = {
     "BertForQuestionAnswering": "bertkit.heads",
     "BertForMultipleChoice": "bertkit.heads",
     "BertTokenizer": "bertkit.tokenization",
+    "pipeline": "bertkit.inference",
 }
 __all__ = list(_EXPORTS)
 

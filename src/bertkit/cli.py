@@ -145,6 +145,8 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         else:
             parser.add_argument(*names, dest=f.name, type=convert, choices=choices, help=help_text,
                                 default=argparse.SUPPRESS, metavar=f.name.upper() if choices is None else None)
+    if "--config" in {a for f in dataclasses.fields(cls) for a in f.metadata.get("aliases", ())}:
+        return  # the command has its own --config (convert-tf-checkpoint's bert_config.json)
     parser.add_argument("--config", dest="_config_file", type=Path, default=argparse.SUPPRESS, metavar="FILE",
                         help="a JSON (or YAML) file of these settings; flags on the command line win")
 
@@ -401,10 +403,31 @@ def _demo(s) -> None:
     run_demo(s.model_name_or_path, s.output_dir, pretrain_steps=s.steps, seed=s.seed, progress=s.progress)
 
 
+INFERENCE = "bertkit.inference.commands."
+
+
+@command("onnx", "encoder + head -> one ONNX file (dynamic batch and sequence axes)", _s(INFERENCE + "ExportOnnxSettings"),
+         family="export")
+def _export_onnx(s) -> dict:
+    from bertkit.inference.export import export_onnx
+
+    return export_onnx(s.model, s.output_file, opset=s.opset, overwrite=True, verify=s.verify)  # _claim checked
+
+
+@command("convert-tf-checkpoint", "a google-research/bert TensorFlow checkpoint -> Hugging Face layout (no TF needed)",
+         _s(INFERENCE + "ConvertTfSettings"))
+def _convert_tf(s) -> dict:
+    from bertkit.inference.tf_checkpoint import convert_tf_checkpoint
+
+    lower = {"auto": None, "true": True, "false": False}[s.do_lower_case]
+    return convert_tf_checkpoint(s.tf_checkpoint, s.bert_config, s.vocab, s.output_dir, do_lower_case=lower)
+
+
 FAMILY_HELP = {"finetune": "fine-tune a pre-trained BERT on a task (paper section 4) -> model, predictions, report",
-               "predict": "predict with a fine-tuned model -> submission files"}
+               "predict": "predict with a fine-tuned model -> submission files",
+               "export": "export a model for other runtimes (ONNX)"}
 ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data", "merge-pretraining-data", "pretrain",
-         "finetune", "predict", "extract-features", "feature-study", "demo")
+         "finetune", "predict", "extract-features", "feature-study", "export", "convert-tf-checkpoint", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -57,6 +57,12 @@ class QuestionAnsweringOutput:
     hidden_states: tuple[Tensor, ...] | None = None
 
 
+# torch.export returns these dataclasses as they are (pytree nodes: fields are children); torch.jit.trace
+# and ONNX take tuples instead (bertkit.inference.export.TupleOutputModel).
+for _output in (PreTrainingOutput, ClassifierOutput, QuestionAnsweringOutput):
+    torch.utils._pytree.register_dataclass(_output)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Shared pieces
 # ---------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from torch.utils.checkpoint import checkpoint
 from bertkit.checkpoint_io import PretrainedMixin
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.padding import TokenLayout, self_attention
+from bertkit.padding import TokenLayout, is_tracing, self_attention
 
 # ---------------------------------------------------------------------------------------------------
 # Layers
@@ -139,7 +139,7 @@ def check_inputs(config: BertConfig, input_ids: Tensor, token_type_ids: Tensor |
     if position_ids is not None and (position_ids.dim() != 2 or position_ids.shape[1] != shape[1]
                                      or position_ids.shape[0] not in (1, shape[0])):
         raise BertkitError(f"position_ids has shape {tuple(position_ids.shape)}; expected {shape} or (1, {shape[1]})")
-    if torch.jit.is_tracing() or torch.compiler.is_compiling() or input_ids.numel() == 0:
+    if is_tracing() or input_ids.numel() == 0:
         return
     for name, t, limit, what in (("input_ids", input_ids, config.vocab_size, "vocab_size"),
                                  ("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size"),
@@ -174,6 +174,8 @@ class BertModelOutput:
         """L + 1 tensors (B, T, H), the embeddings' output first (the feature-based approach reads these)."""
         return None if self.layer_tokens is None else tuple(self.token_layout.to_batch(t) for t in self.layer_tokens)
 
+
+torch.utils._pytree.register_dataclass(BertModelOutput)  # torch.export returns it (and its TokenLayout) as is
 
 LAYOUTS = ("auto", "padded", "unpadded")
 
@@ -217,7 +219,7 @@ class BertModel(PretrainedMixin, nn.Module):
         ``pooler_output`` has one row per sequence.
         """
         check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids)
-        layout = layout or self.layout
+        layout = "padded" if is_tracing() else layout or self.layout  # export: static shapes, no data checks
         if layout not in LAYOUTS:
             raise BertkitError(f"layout {layout!r} is not one of {LAYOUTS}")
         B, T = input_ids.shape

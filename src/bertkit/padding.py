@@ -92,6 +92,12 @@ def _attention_groups(lengths: Tensor, starts: Tensor) -> tuple[AttentionGroup, 
     return tuple(groups)
 
 
+def is_tracing() -> bool:
+    """Inside torch.jit.trace, torch.export or torch.compile, where a tensor's values are not known: the
+    model then takes the padded layout (static shapes) and skips checks that read values."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
 @dataclass
 class TokenLayout:
     """Where the tokens of each sequence are, for the three ways bertkit stores a batch.
@@ -121,7 +127,7 @@ class TokenLayout:
 
     @classmethod
     def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int]) -> TokenLayout:
-        if attention_mask is None or bool(attention_mask.all()):
+        if attention_mask is None or (not is_tracing() and bool(attention_mask.all())):
             return cls(shape, None)  # no padding: SDPA takes its fastest, mask-free kernel
         return cls(shape, attention_mask.bool()[:, None, None, :])  # (B, 1, 1, T)
 
@@ -175,6 +181,9 @@ class TokenLayout:
     def first_tokens(self, x: Tensor) -> Tensor:
         """Each sequence's first token state (the [CLS] the pooler reads): (S, D)."""
         return x[:, 0] if self.is_padded else x.index_select(0, self.first_token)
+
+
+torch.utils._pytree.register_dataclass(TokenLayout)  # part of BertModelOutput under torch.export
 
 
 @torch.compiler.disable

@@ -31,7 +31,7 @@ import re
 import string
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +299,9 @@ class SquadPredictions:
     predictions: dict[str, str]
     nbest: dict[str, list[dict[str, Any]]]
     null_odds: dict[str, float] | None  # v2.0: null score minus best span score, per question
+    # Character span (start, end) in the context of each n-best entry, in ``nbest`` order; None for the
+    # null answer and the "empty" placeholders. Not written to the official files (pipelines read it).
+    spans: dict[str, list[tuple[int, int] | None]] = field(default_factory=dict)
 
     def write(self, output_dir: str | os.PathLike) -> dict[str, Path]:
         """Write the JSON files in the official formats; returns their paths by name."""
@@ -356,6 +359,7 @@ def postprocess_predictions(
     predictions: dict[str, str] = {}
     nbest_json: dict[str, list[dict[str, Any]]] = {}
     null_odds: dict[str, float] | None = {} if version_2_with_negative else None
+    spans: dict[str, list[tuple[int, int] | None]] = {}
     for ex_index, ex in enumerate(examples):
         if ex_index not in by_example:
             raise BertkitError(
@@ -398,21 +402,22 @@ def postprocess_predictions(
             if text in seen:
                 continue
             seen.add(text)
-            nbest.append((text, sl, el))
+            nbest.append((text, sl, el, None if cs < 0 else (cs, ce)))
         if version_2_with_negative and "" not in seen:
-            nbest.append(("", *null_logits))
+            nbest.append(("", *null_logits, None))
         # run_squad.py's nonce entries: keep a non-null candidate so v2.0 always has a span to compare
         # the null score with, and never return an empty n-best list.
         if version_2_with_negative and len(nbest) == 1:
-            nbest.insert(0, ("empty", 0.0, 0.0))
+            nbest.insert(0, ("empty", 0.0, 0.0, None))
         if not nbest:
-            nbest.append(("empty", 0.0, 0.0))
+            nbest.append(("empty", 0.0, 0.0, None))
 
-        probs = _softmax([sl + el for _, sl, el in nbest])
+        probs = _softmax([sl + el for _, sl, el, _ in nbest])
         nbest_json[ex.qas_id] = [
             {"text": t, "probability": p, "start_logit": sl, "end_logit": el}
-            for (t, sl, el), p in zip(nbest, probs, strict=True)
+            for (t, sl, el, _), p in zip(nbest, probs, strict=True)
         ]
+        spans[ex.qas_id] = [span for *_, span in nbest]
         if not version_2_with_negative:
             predictions[ex.qas_id] = nbest[0][0]
             continue
@@ -420,7 +425,7 @@ def postprocess_predictions(
         score_diff = float(score_null - best_non_null[1] - best_non_null[2])
         null_odds[ex.qas_id] = score_diff
         predictions[ex.qas_id] = "" if score_diff > null_score_diff_threshold else best_non_null[0]
-    return SquadPredictions(predictions, nbest_json, null_odds)
+    return SquadPredictions(predictions, nbest_json, null_odds, spans)
 
 
 # ---------------------------------------------------------------- official evaluation

@@ -1,0 +1,165 @@
+"""Pipeline throughput on real text: bertkit's pipelines vs transformers', end to end (text in, results out).
+
+Workloads (the real MiniLM checkpoint with a fresh, seeded task head, the same weights for every
+implementation):
+- ``sst2``: SST-2 dev sentences -> text-classification (label and score per sentence);
+- ``squad``: SQuAD v1.1 dev questions with their contexts -> question-answering (max_length 384, stride 128).
+
+Implementations, each timed over the whole input list (tokenization, model, post-processing):
+- ``bertkit-fp32`` / ``bertkit-bf16``: ``bertkit.pipeline(...)`` with batch_size 32 (length-bucketed, padding
+  dropped), bf16 by autocast;
+- ``transformers-pipeline``: ``transformers.pipeline(...)`` with its default settings (batch_size 1). transformers
+  5 removed its question-answering pipeline, so for ``squad`` this row is transformers' model run one window
+  at a time in input order (what that pipeline did by default), ``transformers-batch1``;
+- ``transformers-sorted``: transformers' model on length-sorted batches of 32 padded per batch, what a
+  careful user writes by hand (QA: windows from the fast tokenizer's overflow, best span per question).
+
+    python bench/bench_pipeline.py --model models/minilm [--limit 32] [--workloads sst2,squad]
+
+Prints one JSON line per (workload, implementation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+
+import bertkit
+from bertkit import BertTokenizer
+from bertkit.heads import BertForQuestionAnswering, BertForSequenceClassification
+
+REPO = Path(__file__).resolve().parents[1]
+BATCH = 32
+
+
+def sst2_sentences(data: Path, n: int | None) -> list[str]:
+    with open(data / "glue/SST-2/dev.tsv", encoding="utf-8") as f:
+        return [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:n]
+
+
+def squad_items(data: Path, n: int | None) -> list[dict[str, str]]:
+    squad = json.loads((data / "squad/dev-v1.1.json").read_text(encoding="utf-8"))
+    items = [{"question": qa["question"], "context": para["context"]} for art in squad["data"]
+             for para in art["paragraphs"] for qa in para["qas"]]
+    return items[:n]
+
+
+def head_checkpoint(model_dir: Path, head: type, out: Path) -> Path:
+    """MiniLM plus a fresh head (seed 0), saved where both libraries load it."""
+    torch.manual_seed(0)
+    model = head.from_pretrained(model_dir, **({"num_labels": 2} if head is BertForSequenceClassification else {}))
+    model.save_pretrained(out)
+    tok = BertTokenizer.from_pretrained(model_dir)
+    tok.save_pretrained(out)
+    return out
+
+
+@torch.inference_mode()
+def hf_sorted_classify(model, tok, texts: list[str]) -> list[int]:
+    order = sorted(range(len(texts)), key=lambda i: len(tok(texts[i])["input_ids"]))
+    labels = [0] * len(texts)
+    for a in range(0, len(order), BATCH):
+        idx = order[a:a + BATCH]
+        enc = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=512, return_tensors="pt")
+        pred = model(**enc).logits.softmax(-1).argmax(-1).tolist()
+        for i, p in zip(idx, pred):
+            labels[i] = p
+    return labels
+
+
+@torch.inference_mode()
+def hf_qa(model, tok, items: list[dict[str, str]], batch: int = BATCH, by_length: bool = True,
+          max_answer_length: int = 30) -> list[str]:
+    enc = tok([x["question"] for x in items], [x["context"] for x in items], truncation="only_second",
+              max_length=384, stride=128, return_overflowing_tokens=True, return_offsets_mapping=True)
+    n = len(enc["input_ids"])
+    order = sorted(range(n), key=lambda i: len(enc["input_ids"][i])) if by_length else list(range(n))
+    best: dict[int, tuple[float, str]] = {}
+    for a in range(0, n, batch):
+        idx = order[a:a + batch]
+        padded = tok.pad({k: [enc[k][i] for i in idx] for k in ("input_ids", "token_type_ids", "attention_mask")},
+                         return_tensors="pt")
+        out = model(**padded)
+        for row, i in enumerate(idx):
+            ex = enc["overflow_to_sample_mapping"][i]
+            seq_ids = enc.sequence_ids(i)
+            offsets = enc["offset_mapping"][i]
+            s_log, e_log = out.start_logits[row].numpy(), out.end_logits[row].numpy()
+            ctx = [j for j, s in enumerate(seq_ids) if s == 1]
+            starts = sorted(ctx, key=lambda j: -s_log[j])[:20]
+            ends = sorted(ctx, key=lambda j: -e_log[j])[:20]
+            for s in starts:
+                for e in ends:
+                    if s <= e < s + max_answer_length:
+                        score = float(s_log[s] + e_log[e])
+                        if ex not in best or score > best[ex][0]:
+                            best[ex] = (score, items[ex]["context"][offsets[s][0]:offsets[e][1]])
+    return [best.get(i, (0.0, ""))[1] for i in range(len(items))]
+
+
+def timed(fn, *args):
+    t0 = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, default=REPO / "models" / "minilm")
+    p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    p.add_argument("--limit", type=int, default=None, help="inputs per workload (default: all SST-2 dev, 2048 SQuAD)")
+    p.add_argument("--workloads", default="sst2,squad")
+    args = p.parse_args()
+    threads = torch.get_num_threads()
+    with tempfile.TemporaryDirectory() as tmp:
+        for workload in args.workloads.split(","):
+            if workload == "sst2":
+                inputs = sst2_sentences(args.data, args.limit)
+                ckpt = head_checkpoint(args.model, BertForSequenceClassification, Path(tmp) / "clf")
+                task, hf_model_cls = "text-classification", transformers.BertForSequenceClassification
+            elif workload == "squad":
+                inputs = squad_items(args.data, args.limit or 2048)
+                ckpt = head_checkpoint(args.model, BertForQuestionAnswering, Path(tmp) / "qa")
+                task, hf_model_cls = "question-answering", transformers.BertForQuestionAnswering
+            else:
+                raise SystemExit(f"unknown workload {workload!r} (sst2, squad)")
+            hf_tok = transformers.BertTokenizerFast.from_pretrained(ckpt)
+            hf_model = hf_model_cls.from_pretrained(ckpt).eval()
+            results = {}
+            for name in ("bertkit-fp32", "bertkit-bf16"):
+                pipe = bertkit.pipeline(task, ckpt, bf16=name.endswith("bf16"), batch_size=BATCH, progress=False)
+                pipe(inputs[:4])  # warm-up
+                out, secs = timed(pipe, inputs)
+                results[name] = ([o["label"] for o in out] if workload == "sst2" else [o["answer"] for o in out], secs)
+            if workload == "sst2":
+                hf_pipe = transformers.pipeline(task, model=hf_model, tokenizer=hf_tok, device="cpu")
+                hf_pipe(inputs[:4])
+                out, secs = timed(hf_pipe, inputs)
+                results["transformers-pipeline"] = ([o["label"] for o in out], secs)
+                labels = [hf_model.config.id2label[i] for i in range(2)]
+                out, secs = timed(hf_sorted_classify, hf_model, hf_tok, inputs)
+                results["transformers-sorted"] = ([labels[i] for i in out], secs)
+            else:
+                results["transformers-batch1"] = timed(hf_qa, hf_model, hf_tok, inputs, 1, False)
+                out, secs = timed(hf_qa, hf_model, hf_tok, inputs)
+                results["transformers-sorted"] = (out, secs)
+            reference = results["bertkit-fp32"][0]
+            sorted_rate = len(inputs) / results["transformers-sorted"][1]
+            for name, (preds, secs) in results.items():
+                agree = float(np.mean([a == b for a, b in zip(preds, reference)]))
+                print(json.dumps({"workload": workload, "task": task, "impl": name, "inputs": len(inputs),
+                                  "seconds": round(secs, 2), "inputs_per_s": round(len(inputs) / secs, 1),
+                                  "vs_transformers_sorted": round(len(inputs) / secs / sorted_rate, 3),
+                                  "agreement_with_bertkit_fp32": round(agree, 4), "threads": threads}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

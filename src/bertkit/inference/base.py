@@ -1,0 +1,216 @@
+"""What every pipeline shares: loading, batching by length, running the model, input order restored.
+
+A pipeline turns each input (a text, a pair, a question with its context, ...) into one or more encoded
+rows, runs all rows through the model in batches of similar length, and turns each input's rows back
+into one JSON-able result. Rows are sorted by length before batching and results put back in input
+order, so a batch holds sequences of nearly one length: the padding the model sees is small, and the
+encoder drops what there is (its unpadded layout, ``padding.TokenLayout``). A server or a ``predict``
+command calls ``run(list_of_inputs)`` and gets ``list_of_results`` in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
+from bertkit.tokenization import BertTokenizer
+
+# Rows at or above which a progress bar is drawn when ``progress`` is None (auto): a few seconds of work.
+_PROGRESS_ROWS = 512
+
+
+def published_keys(model_dir: Path) -> set[str]:
+    """Names of the tensors in a checkpoint directory, read from the file header only (no weights loaded)."""
+    st = model_dir / "model.safetensors"
+    if st.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(st), framework="pt") as f:
+            return set(f.keys())
+    from bertkit.checkpoint_io import read_weights
+
+    return set(read_weights(model_dir))
+
+
+def pad_rows(rows: Sequence[dict[str, Any]], pad_id: int) -> dict[str, Tensor]:
+    """Right-pad encoded rows to the longest: (B, T) tensors, or (B, C, T) when each row holds C choices."""
+    multi = isinstance(rows[0]["input_ids"][0], list)
+    seqs = [r["input_ids"] for r in rows]
+    width = max(len(s) for row in seqs for s in (row if multi else [row]))
+    shape = (len(rows), len(seqs[0]), width) if multi else (len(rows), width)
+    ids = torch.full(shape, pad_id, dtype=torch.long)
+    types = torch.zeros(shape, dtype=torch.long)
+    mask = torch.zeros(shape, dtype=torch.long)
+    for b, row in enumerate(rows):
+        pairs = zip(row["input_ids"], row["token_type_ids"]) if multi else [(row["input_ids"], row["token_type_ids"])]
+        for c, (i, t) in enumerate(pairs):
+            at = (b, c) if multi else (b,)
+            ids[at][: len(i)] = torch.tensor(i)
+            types[at][: len(t)] = torch.tensor(t)
+            mask[at][: len(i)] = 1
+    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+
+
+def _row_length(row: dict[str, Any]) -> int:
+    ids = row["input_ids"]
+    return max(len(s) for s in ids) if ids and isinstance(ids[0], list) else len(ids)
+
+
+class Pipeline:
+    """Base class: subclasses say which head they need and how inputs become rows and rows results.
+
+    Subclasses implement ``encode(input, **options) -> list[row]`` (a row is a dict with ``input_ids`` and
+    ``token_type_ids`` lists, plus anything ``decode`` needs), ``forward(batch) -> list[np.ndarray]`` (one
+    float32 array per row of the batch, from the model's outputs) and ``decode(input, rows, outputs,
+    **options) -> result``.
+    """
+
+    task: ClassVar[str] = ""
+    model_class: ClassVar[type[nn.Module]]
+    # Published weight names the checkpoint must hold for this task (its head); none for the bare encoder.
+    required_keys: ClassVar[tuple[str, ...]] = ()
+    input_kind: ClassVar[type | tuple[type, ...]] = str
+    # Keyword options a call accepts (``pipe(texts, top_k=3)``); encode and decode take what they use.
+    call_options: ClassVar[tuple[str, ...]] = ()
+    missing_head_fix: ClassVar[str] = ("fine-tune it for this task first (bertkit finetune ...), or embed with the "
+                                       "feature-extraction pipeline, which needs only the encoder")
+
+    def __init__(self, model: nn.Module, tokenizer: BertTokenizer, *, device: str | torch.device = "cpu",
+                 bf16: bool = False, batch_size: int = 32, max_length: int | None = None,
+                 progress: bool | None = None):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
+        limit = min(tokenizer.model_max_length, model.config.max_position_embeddings)
+        if max_length is None:
+            max_length = limit
+        if not 8 <= max_length <= limit:
+            raise BertkitError(f"max_length {max_length} is outside [8, {limit}] (the model has "
+                               f"{model.config.max_position_embeddings} positions, the tokenizer's "
+                               f"model_max_length is {tokenizer.model_max_length})")
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.bf16 = bool(bf16)
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.progress = progress
+
+    # -- construction ---------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
+        """Load the tokenizer and the task's head model from a Hugging Face-layout checkpoint directory."""
+        directory = Path(model_dir)
+        if not (directory / "config.json").is_file():
+            raise MissingFileError(f"{directory / 'config.json'} not found: pass a checkpoint directory written by "
+                                   "save_pretrained (config.json, model.safetensors, vocab.txt)")
+        if cls.required_keys:
+            have = {k.removeprefix("bert.") for k in published_keys(directory)}
+            missing = [k for k in cls.required_keys if k not in have]
+            if missing:
+                raise BertkitError(f"{directory} has no {cls.task} head (its weights lack {', '.join(missing)}); "
+                                   f"{cls.missing_head_fix}")
+        tokenizer = BertTokenizer.from_pretrained(directory)
+        model = cls.model_class.from_pretrained(directory)
+        return cls(model, tokenizer, **kwargs)
+
+    # -- the three task-specific steps ----------------------------------------------------------------
+    def encode(self, item: Any, **options: Any) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def forward(self, batch: dict[str, Tensor], rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def decode(self, item: Any, rows: list[dict[str, Any]], outputs: list[np.ndarray], **options: Any) -> Any:
+        raise NotImplementedError
+
+    def check_input(self, item: Any, index: int) -> Any:
+        """The input as the pipeline reads it; a wrong type is an error naming the input's index."""
+        if not isinstance(item, self.input_kind):
+            kinds = self.input_kind if isinstance(self.input_kind, tuple) else (self.input_kind,)
+            raise BertkitError(f"{self.task} input {index} is a {type(item).__name__}; expected "
+                               f"{' or '.join(k.__name__ for k in kinds)}")
+        return item
+
+    # -- running --------------------------------------------------------------------------------------
+    def __call__(self, inputs: Any, **options: Any) -> Any:
+        """One input gives one result; a list of inputs gives the list of results, in input order."""
+        if self.is_single(inputs):
+            return self.run([inputs], **options)[0]
+        return self.run(list(inputs), **options)
+
+    def is_single(self, inputs: Any) -> bool:
+        return isinstance(inputs, (str, dict))
+
+    def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
+        """Results for ``inputs``, in their order. All rows of all inputs are batched together by length."""
+        unknown = sorted(set(options) - set(self.call_options))
+        if unknown:
+            raise BertkitError(f"{self.task} pipeline does not take {', '.join(unknown)}; its options are "
+                               f"{', '.join(self.call_options) or 'none'}")
+        items = [self.check_input(x, i) for i, x in enumerate(inputs)]
+        per_input = [self.encode(x, **options) for x in items]
+        flat = [(i, r) for i, rows in enumerate(per_input) for r in rows]
+        outputs = self.run_rows([r for _, r in flat])
+        grouped: list[list[np.ndarray]] = [[] for _ in items]
+        for (i, _), out in zip(flat, outputs):
+            grouped[i].append(out)
+        return [self.decode(x, rows, outs, **options) for x, rows, outs in zip(items, per_input, grouped)]
+
+    @torch.inference_mode()
+    def run_rows(self, rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
+        """The model's outputs for each row, in row order: rows are run longest first in batches of
+        ``batch_size`` (similar lengths together), then put back."""
+        if not rows:
+            return []
+        # Longest first: the first batch is the largest, so running out of memory shows at once. Rows with
+        # different numbers of choices (multiple-choice) never share a batch.
+        order = sorted(range(len(rows)), key=lambda i: (_choices(rows[i]), -_row_length(rows[i])))
+        results: list[np.ndarray | None] = [None] * len(rows)
+        starts = _batch_starts([rows[i] for i in order], self.batch_size)
+        show = self.progress if self.progress is not None else len(rows) >= _PROGRESS_ROWS
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(rows), desc=self.task, unit="seq", disable=not show, leave=False)
+        for a, b in zip(starts, starts[1:] + [len(order)]):
+            idx = order[a:b]
+            batch_rows = [rows[i] for i in idx]
+            batch = {k: v.to(self.device) for k, v in pad_rows(batch_rows, self.tokenizer.pad_token_id).items()}
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                outs = self.forward(batch, batch_rows)
+            for i, out in zip(idx, outs):
+                if not np.isfinite(out[~np.isneginf(out)]).all():
+                    raise NonFiniteError(f"the model's output for {self.task} row {i} is not finite (NaN or inf): "
+                                         "the checkpoint's weights are broken; no result was produced")
+                results[i] = out
+            bar.update(len(idx))
+        bar.close()
+        return results  # type: ignore[return-value]
+
+
+def _choices(row: dict[str, Any]) -> int:
+    ids = row["input_ids"]
+    return len(ids) if ids and isinstance(ids[0], list) else 0
+
+
+def _batch_starts(sorted_rows: Sequence[dict[str, Any]], batch_size: int) -> list[int]:
+    """Batch boundaries over length-sorted rows: every ``batch_size`` rows, and wherever the number of
+    choices changes (a multiple-choice batch must be one (B, C, T) tensor)."""
+    starts = [0] if sorted_rows else []
+    for i in range(1, len(sorted_rows)):
+        if i - starts[-1] >= batch_size or _choices(sorted_rows[i]) != _choices(sorted_rows[i - 1]):
+            starts.append(i)
+    return starts
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis in float64 (scores a user reads should not carry bf16 rounding)."""
+    z = x.astype(np.float64) - x.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)

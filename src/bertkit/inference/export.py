@@ -1,0 +1,176 @@
+"""Export: the encoder plus its head as a graph (torch.export, torch.jit.trace, ONNX).
+
+Under tracing the encoder takes its padded layout (``padding.is_tracing``): dropping padding gives
+data-dependent shapes, which a static graph cannot hold, so an exported model computes on the padded
+rectangle as transformers does. ``torch.export.export(model, ...)`` works on every bertkit model as it
+is (the output dataclasses are pytree nodes); ``torch.jit.trace`` and ONNX need plain tuples, which
+``TupleOutputModel`` gives.
+
+    bertkit export onnx --model runs/sst2/model --out sst2.onnx
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from bertkit.errors import BertkitError, MissingFileError
+from bertkit.heads import HEAD_MODELS, BertForMultipleChoice
+from bertkit.modeling import BertModel, BertModelOutput
+
+INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
+# Output tensors per model class, in tuple order (transformers' names).
+OUTPUT_NAMES: dict[str, tuple[str, ...]] = {
+    "BertModel": ("last_hidden_state", "pooler_output"),
+    "BertForPreTraining": ("prediction_logits", "seq_relationship_logits"),
+    "BertForMaskedLM": ("prediction_logits",),
+    "BertForNextSentencePrediction": ("logits",),
+    "BertForSequenceClassification": ("logits",),
+    "BertForTokenClassification": ("logits",),
+    "BertForQuestionAnswering": ("start_logits", "end_logits"),
+    "BertForMultipleChoice": ("logits",),
+}
+MODEL_CLASSES: dict[str, type[nn.Module]] = {"BertModel": BertModel, **{c.__name__: c for c in HEAD_MODELS.values()}}
+
+
+class TupleOutputModel(nn.Module):
+    """``model`` with a tuple of tensors as output (``output_names`` says which), for torch.jit.trace and ONNX.
+
+    Inputs are positional: ``input_ids, token_type_ids, attention_mask``, each (B, T) ((B, C, T) for
+    multiple choice). The weights are ``model``'s own (not copied).
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        name = type(model).__name__
+        if name not in OUTPUT_NAMES:
+            raise BertkitError(f"{name} is not a bertkit model class; export one of {', '.join(OUTPUT_NAMES)}")
+        self.model = model
+        self.output_names = OUTPUT_NAMES[name]
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
+        out = self.model(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
+        if isinstance(out, BertModelOutput):
+            return out.last_hidden_state, out.pooler_output
+        return tuple(getattr(out, n) for n in self.output_names)
+
+
+def load_for_export(model_dir: str | Path) -> nn.Module:
+    """The model class the checkpoint was saved as (config.json ``architectures``; the bare encoder if none)."""
+    directory = Path(model_dir)
+    config_file = directory / "config.json"
+    if not config_file.is_file():
+        raise MissingFileError(f"{config_file} not found: pass a checkpoint directory (config.json, model.safetensors)")
+    archs = json.loads(config_file.read_text(encoding="utf-8")).get("architectures") or ["BertModel"]
+    if archs[0] not in MODEL_CLASSES:
+        raise BertkitError(f"{config_file} names architecture {archs[0]!r}; bertkit exports "
+                           f"{', '.join(MODEL_CLASSES)} (edit 'architectures' if the weights are one of these)")
+    return MODEL_CLASSES[archs[0]].from_pretrained(directory).eval()
+
+
+TRACE_TEXTS = ("BERT reads text in both directions at once.", "Short one.")
+CHECK_TEXTS = ("Is the graph", "exported with dynamic axes, so that other batch sizes", "and lengths run?")
+
+
+def example_inputs(model: nn.Module, tokenizer: Any, texts: tuple[str, ...] = TRACE_TEXTS
+                   ) -> tuple[Tensor, Tensor, Tensor]:
+    """Real sentences of different lengths, padded: the shapes the exporter traces with (or checks on)."""
+    enc = tokenizer(list(texts), padding=True, return_tensors="pt")
+    ids, types, mask = (enc[k] for k in INPUT_NAMES)
+    if isinstance(model, BertForMultipleChoice):  # (B, C, T): the two sentences as two choices, batch of 1
+        ids, types, mask = ids[None], types[None], mask[None]
+    return ids, types, mask
+
+
+def _require_onnx() -> None:
+    missing = []
+    for module in ("onnx",):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise BertkitError(f"ONNX export needs the {', '.join(missing)} package: pip install 'bertkit[onnx]' "
+                           "(or pip install onnx onnxruntime)")
+
+
+def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, overwrite: bool = False,
+                verify: bool = True) -> dict[str, Any]:
+    """Write the checkpoint in ``model_dir`` (encoder and head) as one ONNX file with dynamic batch and
+    sequence axes; returns a summary. With ``verify`` and onnxruntime installed, the file is run on a batch
+    of another size and length than the traced one, and the largest difference from bertkit's outputs is
+    reported (and must be < 1e-4).
+    """
+    from bertkit.outputs import atomic_target, refuse_existing_file
+    from bertkit.tokenization import BertTokenizer
+
+    _require_onnx()
+    out = Path(out)
+    refuse_existing_file(out, overwrite)
+    model = load_for_export(model_dir)
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    wrapper = TupleOutputModel(model).eval()
+    inputs = example_inputs(model, tokenizer)
+    axes = {0: "batch", 1: "choices", 2: "sequence"} if inputs[0].dim() == 3 else {0: "batch", 1: "sequence"}
+    dynamic_axes = {name: axes for name in INPUT_NAMES}
+    for name in wrapper.output_names:
+        dynamic_axes[name] = {0: "batch"} if name in ("pooler_output", "seq_relationship_logits") or (
+            name == "logits" and type(model).__name__ in ("BertForSequenceClassification", "BertForMultipleChoice",
+                                                          "BertForNextSentencePrediction")) else {0: "batch", 1: "sequence"}
+    t0 = time.perf_counter()
+    with atomic_target(out) as tmp, torch.no_grad(), warnings.catch_warnings():
+        # Tracing turns shape arithmetic into Python ints and says so; the graph keeps the shapes symbolic
+        # (verified below on other shapes), so the warnings would only alarm the user.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        # The TorchScript-based exporter: it needs only torch (the torch.export-based one needs onnxscript)
+        # and writes one self-contained file.
+        torch.onnx.export(wrapper, inputs, str(tmp), input_names=list(INPUT_NAMES),
+                          output_names=list(wrapper.output_names), dynamic_axes=dynamic_axes, opset_version=opset,
+                          dynamo=False)
+    result: dict[str, Any] = {"onnx": str(out), "model_class": type(model).__name__, "inputs": list(INPUT_NAMES),
+                              "outputs": list(wrapper.output_names), "opset": opset, "bytes": out.stat().st_size,
+                              "seconds": round(time.perf_counter() - t0, 1)}
+    if verify:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            result["verified"] = "skipped: onnxruntime not installed (pip install onnxruntime)"
+            return result
+        diff = max_abs_difference(out, wrapper, example_inputs(model, tokenizer, CHECK_TEXTS))  # other shapes
+        if not diff < 1e-4:
+            raise BertkitError(f"{out}: onnxruntime's outputs differ from bertkit's by {diff:.2e} (limit 1e-4); "
+                               "the export is wrong: please report it with the model's config.json")
+        result["verified_max_abs_diff"] = diff
+    return result
+
+
+def onnx_session(path: str | Path):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def run_onnx(session, inputs: tuple[Tensor, ...]) -> list:
+    return session.run(None, {n: t.numpy() for n, t in zip(INPUT_NAMES, inputs)})
+
+
+@torch.no_grad()
+def max_abs_difference(path: str | Path, wrapper: TupleOutputModel, inputs: tuple[Tensor, ...]) -> float:
+    """Largest |onnxruntime - bertkit| over all outputs, at real (unpadded) positions."""
+    ours = wrapper(*inputs)
+    theirs = run_onnx(onnx_session(path), inputs)
+    mask = inputs[2].bool()
+    diff = 0.0
+    for a, b in zip(ours, theirs):
+        b = torch.from_numpy(b)
+        if a.dim() >= 2 and a.shape[:2] == mask.shape:
+            a, b = a[mask], b[mask]
+        diff = max(diff, float((a - b).abs().max()))
+    return diff

@@ -1,0 +1,423 @@
+"""Task pipelines: fill-mask, text classification, token classification, question answering, multiple
+choice, sentence embeddings. Each turns plain inputs into JSON-able results (str, int, float, lists, dicts).
+
+    import bertkit
+    clf = bertkit.pipeline("text-classification", "runs/sst2/model", bf16=True)
+    clf(["a gorgeous film", "dull and overlong"])
+    # [{'label': 'positive', 'score': 0.98, 'scores': {...}}, {'label': 'negative', ...}]
+
+Batching, length bucketing, order and the non-finite check live in ``base.Pipeline``; SQuAD windows and
+answer decoding are ``tasks.squad``'s (the same code that scores the benchmark).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from bertkit.errors import BertkitError
+from bertkit.heads import (
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+from bertkit.inference.base import Pipeline, softmax
+from bertkit.modeling import BertModel
+from bertkit.tasks import squad
+
+
+def _per_row(x: Tensor, rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
+    """(B, T, ...) batch output -> one float32 array per row, cut to the row's own length."""
+    x = x.float().cpu().numpy()
+    return [x[b, : len(r["input_ids"])] for b, r in enumerate(rows)]
+
+
+def _labels(config) -> list[str]:
+    n = config.num_labels
+    return [config.id2label[i] for i in range(n)] if config.id2label else [f"LABEL_{i}" for i in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# fill-mask
+# ---------------------------------------------------------------------------------------------------
+
+
+class FillMaskPipeline(Pipeline):
+    """Text with one or more ``[MASK]`` tokens -> the ``top_k`` most likely tokens for each.
+
+    One mask gives a list of candidates ``{"score", "token", "token_str", "sequence"}`` (as transformers'
+    fill-mask pipeline); several masks give one such list per mask. Only the masked positions go through
+    the vocabulary-wide output layer.
+    """
+
+    task = "fill-mask"
+    model_class = BertForMaskedLM
+    required_keys = ("cls.predictions.bias", "cls.predictions.transform.dense.weight")
+    call_options = ("top_k",)
+    missing_head_fix = ("fill-mask needs the masked-LM head of pre-training: use a checkpoint that keeps it "
+                        "(google's or Hugging Face's bert-base-*, one converted by convert-tf-checkpoint, or "
+                        "bertkit pretrain's output)")
+
+    def encode(self, item: str, **_: Any) -> list[dict[str, Any]]:
+        enc = self.tokenizer(item, truncation=True, max_length=self.max_length)
+        masks = [i for i, t in enumerate(enc["input_ids"]) if t == self.tokenizer.mask_token_id]
+        if not masks:
+            raise BertkitError(f"fill-mask input {item[:60]!r} has no {self.tokenizer.mask_token} token "
+                               f"(within its first {self.max_length} tokens); write {self.tokenizer.mask_token} "
+                               "where a word should be predicted")
+        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"], "masks": masks}]
+
+    def forward(self, batch: dict[str, Tensor], rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
+        model: BertForMaskedLM = self.model  # type: ignore[assignment]
+        out = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        selected = batch["input_ids"] == self.tokenizer.mask_token_id  # (B, T), False at padding
+        hidden = out.token_layout.select(out.tokens, selected)  # (M, H): the masked positions, row-major
+        probs = torch.softmax(model.mlm(hidden, model.bert.embeddings.word_embeddings.weight).float(), -1)  # (M, V)
+        counts = [len(r["masks"]) for r in rows]
+        return [p.cpu().numpy() for p in probs.split(counts)]
+
+    def decode(self, item: str, rows, outputs, top_k: int = 5, **_: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise BertkitError(f"top_k must be a positive int, got {top_k!r}")
+        ids, masks, probs = rows[0]["input_ids"], rows[0]["masks"], outputs[0]
+        tok = self.tokenizer
+        per_mask = []
+        for m, p in zip(masks, probs):
+            best = np.argsort(-p, kind="stable")[:top_k]
+            candidates = []
+            for t in best:
+                filled = list(ids)
+                filled[m] = int(t)
+                if len(masks) == 1:
+                    sequence = tok.decode(filled, skip_special_tokens=True)
+                else:  # keep the other masks visible, as transformers does
+                    drop = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
+                    sequence = tok.decode([i for i in filled if i not in drop], skip_special_tokens=False)
+                candidates.append({"score": float(p[t]), "token": int(t), "token_str": tok.decode([int(t)]),
+                                   "sequence": sequence})
+            per_mask.append(candidates)
+        return per_mask[0] if len(per_mask) == 1 else per_mask
+
+
+# ---------------------------------------------------------------------------------------------------
+# text-classification
+# ---------------------------------------------------------------------------------------------------
+
+
+def _text_and_pair(item: Any, index: int, task: str) -> tuple[str, str | None]:
+    if isinstance(item, str):
+        return item, None
+    if isinstance(item, dict) and isinstance(item.get("text"), str):
+        pair = item.get("text_pair")
+        if pair is not None and not isinstance(pair, str):
+            raise BertkitError(f"{task} input {index}: text_pair must be a str, got {type(pair).__name__}")
+        return item["text"], pair
+    if isinstance(item, tuple) and len(item) == 2 and all(isinstance(x, str) for x in item):
+        return item[0], item[1]
+    raise BertkitError(f"{task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected a str, a "
+                       "(text, text_pair) tuple or {'text': ..., 'text_pair': ...}")
+
+
+class TextClassificationPipeline(Pipeline):
+    """A text or a pair -> ``{"label", "score", "scores"}`` (softmax per label name, from the config's
+    ``id2label``); multi-label models give sigmoid ``scores`` and the ``labels`` above 0.5; regression
+    models (one output, e.g. STS-B) give ``{"value"}``."""
+
+    task = "text-classification"
+    model_class = BertForSequenceClassification
+    required_keys = ("classifier.weight",)
+    input_kind = (str, dict, tuple)
+
+    def is_single(self, inputs: Any) -> bool:
+        return isinstance(inputs, (str, dict, tuple))
+
+    def check_input(self, item: Any, index: int) -> tuple[str, str | None]:
+        return _text_and_pair(item, index, self.task)
+
+    def encode(self, item: tuple[str, str | None], **_: Any) -> list[dict[str, Any]]:
+        enc = self.tokenizer(item[0], item[1], truncation=True, max_length=self.max_length)
+        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
+
+    def forward(self, batch, rows) -> list[np.ndarray]:
+        return list(self.model(**batch).logits.float().cpu().numpy())
+
+    def decode(self, item, rows, outputs, **_: Any) -> dict[str, Any]:
+        logits = outputs[0]
+        kind = self.config.problem_type or ("regression" if self.config.num_labels == 1
+                                            else "single_label_classification")
+        if kind == "regression":
+            return {"value": float(logits[0])}
+        names = _labels(self.config)
+        if kind == "multi_label_classification":
+            p = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+            return {"labels": [n for n, s in zip(names, p) if s > 0.5], "scores": dict(zip(names, map(float, p)))}
+        p = softmax(logits)
+        best = int(np.argmax(p))
+        return {"label": names[best], "score": float(p[best]), "scores": dict(zip(names, map(float, p)))}
+
+
+# ---------------------------------------------------------------------------------------------------
+# token-classification
+# ---------------------------------------------------------------------------------------------------
+
+
+def _split_tag(tag: str) -> tuple[str, str | None]:
+    """("B", "PER") from "B-PER"; ("O", None) from "O"; a tag without a prefix is its own type ("I")."""
+    if tag == "O":
+        return "O", None
+    if len(tag) > 2 and tag[1] in "-_" and tag[0] in "BIES":
+        return tag[0], tag[2:]
+    return "I", tag
+
+
+def group_entities(words: Sequence[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """Word tags -> entity spans. IOB2, IOB1 and BIOES all read right: an entity starts at B/S, at a type
+    change, or after O, and ends before O, B or S, at E, or at a type change; its score is the mean of its
+    words' scores and ``word`` the exact input substring from its first word's start to its last's end."""
+    entities: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+
+    def close() -> None:
+        nonlocal current
+        if current is not None:
+            scores = current.pop("_scores")
+            current["score"] = float(np.mean(scores))
+            current["word"] = text[current["start"]:current["end"]]
+            entities.append(current)
+            current = None
+
+    for w in words:
+        prefix, kind = _split_tag(w["tag"])
+        if kind is None:
+            close()
+            continue
+        if current is None or prefix in "BS" or kind != current["entity_group"]:
+            close()
+            current = {"entity_group": kind, "start": w["start"], "end": w["end"], "_scores": [w["score"]]}
+        else:
+            current["end"] = w["end"]
+            current["_scores"].append(w["score"])
+        if prefix in "ES":
+            close()
+    close()
+    return [{k: e[k] for k in ("entity_group", "score", "word", "start", "end")} for e in entities]
+
+
+class TokenClassificationPipeline(Pipeline):
+    """A text -> ``{"words": [...], "entities": [...]}``.
+
+    Words are WordPiece words (a token and its ``##`` continuations: whitespace and punctuation split
+    them, as BERT's basic tokenizer does); each gets the tag of its first piece (how bertkit and the paper,
+    section 5.3, train NER) with that tag's softmax probability, and ``start``/``end`` character offsets
+    into the input, so ``text[start:end]`` is the word exactly as written. Entities group the word tags
+    (``group_entities``). Text past ``max_length`` tokens is cut off and tagged no further.
+    """
+
+    task = "token-classification"
+    model_class = BertForTokenClassification
+    required_keys = ("classifier.weight",)
+
+    def encode(self, item: str, **_: Any) -> list[dict[str, Any]]:
+        enc = self.tokenizer(item, truncation=True, max_length=self.max_length, return_offsets_mapping=True,
+                             return_special_tokens_mask=True)
+        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"],
+                 "offsets": enc["offset_mapping"], "special": enc["special_tokens_mask"]}]
+
+    def forward(self, batch, rows) -> list[np.ndarray]:
+        return _per_row(self.model(**batch).logits, rows)
+
+    def decode(self, item: str, rows, outputs, **_: Any) -> dict[str, Any]:
+        row, logits = rows[0], outputs[0]
+        names = _labels(self.config)
+        probs = softmax(logits)
+        pieces = self.tokenizer.convert_ids_to_tokens(row["input_ids"])
+        words: list[dict[str, Any]] = []
+        for i, (piece, (s, e), special) in enumerate(zip(pieces, row["offsets"], row["special"])):
+            if special:
+                continue
+            if piece.startswith("##") and words and words[-1]["end"] == s:
+                words[-1]["end"] = e
+                continue
+            best = int(np.argmax(probs[i]))
+            words.append({"start": s, "end": e, "tag": names[best], "score": float(probs[i, best])})
+        for w in words:
+            w["word"] = item[w["start"]:w["end"]]
+        words = [{k: w[k] for k in ("word", "start", "end", "tag", "score")} for w in words]
+        return {"words": words, "entities": group_entities(words, item)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# question-answering
+# ---------------------------------------------------------------------------------------------------
+
+
+class QuestionAnsweringPipeline(Pipeline):
+    """``{"question", "context"}`` -> ``{"answer", "start", "end", "score", "nbest"}``.
+
+    Contexts of any length: ``tasks.squad.featurize_squad`` cuts them into windows of ``max_length``
+    tokens with ``doc_stride``, and ``postprocess_predictions`` picks the best span over all windows (each
+    token scored in the window where it has most context), exactly as the SQuAD recipe is scored. ``score``
+    is the answer's probability among the n-best candidates; ``start``/``end`` are character offsets into
+    the context (``context[start:end] == answer``). With ``allow_no_answer=True`` (SQuAD 2.0 models) the
+    answer is ``""`` with ``start``/``end`` None when the null score beats the best span by more than
+    ``null_threshold``.
+    """
+
+    task = "question-answering"
+    model_class = BertForQuestionAnswering
+    required_keys = ("qa_outputs.weight",)
+    input_kind = dict
+    call_options = ("top_k", "doc_stride", "max_question_length", "max_answer_length", "allow_no_answer",
+                    "null_threshold")
+
+    def check_input(self, item: Any, index: int) -> dict:
+        if not (isinstance(item, dict) and isinstance(item.get("question"), str)
+                and isinstance(item.get("context"), str)):
+            raise BertkitError(f"question-answering input {index} must be {{'question': str, 'context': str}}, "
+                               f"got {str(item)[:80]!r}")
+        return item
+
+    def _example(self, item: dict) -> squad.SquadExample:
+        return squad.SquadExample(qas_id="q", title="", question=item["question"], context=item["context"],
+                                  answers=())
+
+    def encode(self, item: dict, doc_stride: int = 128, max_question_length: int = 64, **_: Any) -> list[dict]:
+        return squad.featurize_squad([self._example(item)], self.tokenizer, max_seq_length=self.max_length,
+                                     doc_stride=doc_stride, max_query_length=max_question_length)
+
+    def forward(self, batch, rows) -> list[np.ndarray]:
+        out = self.model(**batch)
+        return _per_row(torch.stack([out.start_logits, out.end_logits], -1), rows)  # (T, 2) each
+
+    def decode(self, item: dict, rows, outputs, top_k: int = 1, max_answer_length: int = 30,
+               allow_no_answer: bool = False, null_threshold: float = 0.0, **_: Any) -> dict[str, Any]:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise BertkitError(f"top_k must be a positive int, got {top_k!r}")
+        preds = squad.postprocess_predictions(
+            [self._example(item)], rows, [o[:, 0] for o in outputs], [o[:, 1] for o in outputs],
+            n_best_size=max(20, top_k), max_answer_length=max_answer_length,
+            version_2_with_negative=allow_no_answer, null_score_diff_threshold=null_threshold)
+        nbest = [{"answer": e["text"] if span else "", "start": span[0] if span else None,
+                  "end": span[1] if span else None, "score": float(e["probability"])}
+                 for e, span in zip(preds.nbest["q"], preds.spans["q"])
+                 if span is not None or e["text"] == ""]  # the "empty" placeholders are not answers
+        answer = preds.predictions["q"]
+        best = next((n for n in nbest if n["answer"] == answer and (answer or n["start"] is None)), None)
+        if best is None:  # no span fits at all (an empty context)
+            best = {"answer": "", "start": None, "end": None, "score": 0.0}
+        return {**best, "nbest": nbest[:top_k]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# multiple-choice
+# ---------------------------------------------------------------------------------------------------
+
+
+class MultipleChoicePipeline(Pipeline):
+    """``{"context", "choices": [...]}`` -> ``{"choice", "text", "score", "scores"}``: each choice scored as
+    ``[CLS] context [SEP] choice [SEP]`` (SWAG, paper section 4.4), softmax over the choices."""
+
+    task = "multiple-choice"
+    model_class = BertForMultipleChoice
+    required_keys = ("classifier.weight",)
+    input_kind = dict
+
+    def check_input(self, item: Any, index: int) -> dict:
+        choices = item.get("choices") if isinstance(item, dict) else None
+        if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, list)
+                and choices and all(isinstance(c, str) for c in choices)):
+            raise BertkitError(f"multiple-choice input {index} must be {{'context': str, 'choices': [str, ...]}} "
+                               f"with at least one choice, got {str(item)[:80]!r}")
+        return item
+
+    def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:
+        n = len(item["choices"])
+        enc = self.tokenizer([item["context"]] * n, item["choices"], truncation="longest_first",
+                             max_length=self.max_length)
+        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
+
+    def forward(self, batch, rows) -> list[np.ndarray]:
+        return list(self.model(**batch).logits.float().cpu().numpy())
+
+    def decode(self, item: dict, rows, outputs, **_: Any) -> dict[str, Any]:
+        p = softmax(outputs[0])
+        best = int(np.argmax(p))
+        return {"choice": best, "text": item["choices"][best], "score": float(p[best]), "scores": p.tolist()}
+
+
+# ---------------------------------------------------------------------------------------------------
+# feature-extraction / sentence-embedding
+# ---------------------------------------------------------------------------------------------------
+
+POOLINGS = ("mean", "cls", "none")
+
+
+class FeatureExtractionPipeline(Pipeline):
+    """A text (or ``(text, text_pair)``) -> its embedding, a list of floats.
+
+    ``pooling="mean"`` averages the last layer's token states over the real tokens ([CLS] and [SEP]
+    included, as sentence-transformers does), ``"cls"`` takes [CLS]'s state, ``"none"`` returns every
+    token's state (a list per token). ``normalize=True`` scales each vector to unit L2 norm (cosine
+    similarity becomes a dot product). Pooling runs on the encoder's unpadded tokens.
+    """
+
+    task = "feature-extraction"
+    model_class = BertModel
+    input_kind = (str, dict, tuple)
+    default_normalize = False
+
+    def __init__(self, model, tokenizer, *, pooling: str = "mean", normalize: bool | None = None, **kwargs: Any):
+        if pooling not in POOLINGS:
+            raise BertkitError(f"pooling {pooling!r} is not one of {POOLINGS}")
+        super().__init__(model, tokenizer, **kwargs)
+        self.pooling = pooling
+        self.normalize = self.default_normalize if normalize is None else bool(normalize)
+
+    def is_single(self, inputs: Any) -> bool:
+        return isinstance(inputs, (str, dict, tuple))
+
+    def check_input(self, item: Any, index: int) -> tuple[str, str | None]:
+        return _text_and_pair(item, index, self.task)
+
+    def encode(self, item: tuple[str, str | None], **_: Any) -> list[dict[str, Any]]:
+        enc = self.tokenizer(item[0], item[1], truncation=True, max_length=self.max_length)
+        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
+
+    def forward(self, batch, rows) -> list[np.ndarray]:
+        out = self.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        lay, x = out.token_layout, out.tokens.float()
+        if self.pooling == "none":
+            v = lay.to_batch(x)
+            if self.normalize:
+                v = F.normalize(v, dim=-1)
+            return _per_row(v, rows)
+        if self.pooling == "cls":
+            v = lay.first_tokens(x)  # (B, H)
+        else:
+            B, T = batch["input_ids"].shape
+            lengths = batch["attention_mask"].sum(1, keepdim=True).to(x.dtype)  # (B, 1)
+            if lay.is_padded:
+                summed = (x * batch["attention_mask"].unsqueeze(-1).to(x.dtype)).sum(1)
+            else:
+                summed = x.new_zeros(B, x.size(-1)).index_add_(0, lay.flat_index // T, x)  # (B, H)
+            v = summed / lengths
+        if self.normalize:
+            v = F.normalize(v, dim=-1)
+        return list(v.cpu().numpy())
+
+    def decode(self, item, rows, outputs, **_: Any) -> list[float] | list[list[float]]:
+        return outputs[0].tolist()
+
+
+class SentenceEmbeddingPipeline(FeatureExtractionPipeline):
+    """``feature-extraction`` with unit-normalised vectors by default (sentence-transformers' models)."""
+
+    task = "sentence-embedding"
+    default_normalize = True

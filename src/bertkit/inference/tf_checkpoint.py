@@ -1,0 +1,337 @@
+"""google-research/bert TensorFlow checkpoints -> the Hugging Face layout, without TensorFlow.
+
+A TF checkpoint (``bert_model.ckpt``) is a *tensor bundle*: ``bert_model.ckpt.index`` is a LevelDB-format
+SSTable mapping each variable name to a ``BundleEntryProto`` (dtype, shape, shard, offset, size, crc32c),
+and ``bert_model.ckpt.data-00000-of-00001`` holds the raw little-endian tensor bytes at those offsets.
+Both are read here directly (``read_tf_checkpoint``): a few dozen lines of SSTable and protobuf wire
+format instead of a 500 MB runtime dependency.
+
+Variable names are Google's (``bert/encoder/layer_3/attention/self/query/kernel``); ``TF_KEY_TABLE`` maps
+them to the published Hugging Face names the rest of bertkit reads through ``checkpoint_io.KEY_TABLE``.
+Dense kernels are stored (in, out) in TF and (out, in) in PyTorch, so they are transposed. Optimizer
+slots (``adam_m``/``adam_v``) and ``global_step`` are skipped; any other unknown variable is an error.
+
+    bertkit convert-tf-checkpoint --tf-checkpoint uncased_L-12_H-768_A-12/bert_model.ckpt \\
+        --config uncased_L-12_H-768_A-12/bert_config.json --vocab uncased_L-12_H-768_A-12/vocab.txt --out bert-base
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.errors import BertkitError, MissingFileError
+
+logger = logging.getLogger("bertkit")
+
+# ---------------------------------------------------------------------------------------------------
+# Protobuf wire format and the SSTable (LevelDB table) the .index file is
+# ---------------------------------------------------------------------------------------------------
+
+_TABLE_MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, the last 8 bytes of the file
+_FOOTER = 48
+# tensorflow/core/framework/types.proto DataType -> numpy dtype (bfloat16 is read as uint16 bits)
+_DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 6: np.int8, 9: np.int64,
+           10: np.bool_, 14: "bfloat16", 17: np.uint16, 19: np.float16, 22: np.uint32, 23: np.uint64}
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf: bytes) -> list[tuple[int, Any]]:
+    """(field number, value) pairs of one protobuf message: ints for varint/fixed, bytes for length-delimited."""
+    out, pos = [], 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 1:
+            value, pos = struct.unpack_from("<Q", buf, pos)[0], pos + 8
+        elif wire == 2:
+            n, pos = _varint(buf, pos)
+            value, pos = buf[pos:pos + n], pos + n
+        elif wire == 5:
+            value, pos = struct.unpack_from("<I", buf, pos)[0], pos + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        out.append((number, value))
+    return out
+
+
+def _block(data: bytes, offset: int, size: int, source: Path) -> list[tuple[bytes, bytes]]:
+    """The (key, value) entries of one SSTable block (keys are prefix-compressed against the previous one)."""
+    compression = data[offset + size] if offset + size < len(data) else None
+    if compression not in (0, None):
+        raise BertkitError(f"{source}: block compressed with type {compression} (snappy); bertkit reads the "
+                           "uncompressed bundles TensorFlow writes for checkpoints: re-save it with TensorFlow")
+    block = data[offset:offset + size]
+    num_restarts = struct.unpack_from("<I", block, len(block) - 4)[0]
+    end = len(block) - 4 - 4 * num_restarts
+    entries, pos, key = [], 0, b""
+    while pos < end:
+        shared, pos = _varint(block, pos)
+        unshared, pos = _varint(block, pos)
+        value_len, pos = _varint(block, pos)
+        key = key[:shared] + block[pos:pos + unshared]
+        pos += unshared
+        entries.append((key, block[pos:pos + value_len]))
+        pos += value_len
+    return entries
+
+
+def read_sstable(path: Path) -> dict[bytes, bytes]:
+    """Every (key, value) of a LevelDB-format table file, as TensorFlow's tensor bundle index writes it."""
+    data = path.read_bytes()
+    if len(data) < _FOOTER or struct.unpack_from("<Q", data, len(data) - 8)[0] != _TABLE_MAGIC:
+        raise BertkitError(f"{path} is not a TensorFlow checkpoint index (no SSTable magic number at its end); "
+                           "pass the checkpoint prefix, e.g. bert_model.ckpt (beside bert_model.ckpt.index)")
+    footer = data[len(data) - _FOOTER:]
+    _, pos = _varint(footer, 0)  # metaindex handle (unused: bundles have no filter blocks)
+    _, pos = _varint(footer, pos)
+    index_offset, pos = _varint(footer, pos)
+    index_size, _ = _varint(footer, pos)
+    table: dict[bytes, bytes] = {}
+    for _, handle in _block(data, index_offset, index_size, path):
+        offset, p = _varint(handle, 0)
+        size, _ = _varint(handle, p)
+        table.update(_block(data, offset, size, path))
+    return table
+
+
+@dataclass(frozen=True)
+class BundleEntry:
+    """One variable's ``BundleEntryProto`` (tensorflow/core/protobuf/tensor_bundle.proto)."""
+
+    dtype: int
+    shape: tuple[int, ...]
+    shard: int
+    offset: int
+    size: int
+    sliced: bool
+
+
+def _entry(value: bytes) -> BundleEntry:
+    dtype = shard = offset = size = 0
+    shape: list[int] = []
+    sliced = False
+    for number, v in _fields(value):
+        if number == 1:
+            dtype = v
+        elif number == 2:  # TensorShapeProto: repeated Dim dim = 2 { int64 size = 1 }
+            for n, dim in _fields(v):
+                if n == 2:
+                    shape.append(next((s for k, s in _fields(dim) if k == 1), 0))
+        elif number == 3:
+            shard = v
+        elif number == 4:
+            offset = v
+        elif number == 5:
+            size = v
+        elif number == 7:
+            sliced = True
+    return BundleEntry(dtype, tuple(shape), shard, offset, size, sliced)
+
+
+def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> dict[str, np.ndarray]:
+    """Variables of a TF checkpoint (``prefix`` as TensorFlow names it: ``.../bert_model.ckpt``) as arrays.
+
+    ``skip`` names variables not to read (their bytes are never touched), e.g. optimizer slots.
+    """
+    prefix = Path(prefix)
+    if prefix.name.endswith(".index") or ".data-" in prefix.name:  # a user passing one of the files
+        prefix = prefix.with_name(prefix.name.split(".index")[0].split(".data-")[0])
+    index = prefix.with_name(prefix.name + ".index")
+    if not index.is_file():
+        raise MissingFileError(f"{index} not found: pass the checkpoint prefix (bert_model.ckpt, the name before "
+                               ".index and .data-00000-of-00001)")
+    table = read_sstable(index)
+    header = dict(_fields(table.pop(b"", b"")))
+    num_shards = int(header.get(1, 1))
+    if header.get(2, 0) != 0:
+        raise BertkitError(f"{index}: the checkpoint was written big-endian; bertkit reads little-endian bundles")
+    shards: dict[int, Any] = {}
+    out: dict[str, np.ndarray] = {}
+    try:
+        for raw_name, value in sorted(table.items()):
+            name = raw_name.decode("utf-8")
+            if skip is not None and skip.search(name):
+                continue
+            e = _entry(value)
+            if e.sliced:
+                raise BertkitError(f"{index}: variable {name} is stored in slices (partitioned); not supported")
+            if e.dtype not in _DTYPES:
+                raise BertkitError(f"{index}: variable {name} has TensorFlow dtype {e.dtype} (e.g. a string); "
+                                   "bertkit reads numeric tensors only")
+            if e.shard not in shards:
+                data_file = prefix.with_name(f"{prefix.name}.data-{e.shard:05d}-of-{num_shards:05d}")
+                if not data_file.is_file():
+                    raise MissingFileError(f"{data_file} not found: a checkpoint needs its .index and every "
+                                           ".data-* shard in the same directory")
+                shards[e.shard] = np.memmap(data_file, dtype=np.uint8, mode="r")
+            buf = shards[e.shard][e.offset:e.offset + e.size]
+            if len(buf) != e.size:
+                raise BertkitError(f"{index}: variable {name} lies past the end of its data file (truncated copy?)")
+            dtype = _DTYPES[e.dtype]
+            if dtype == "bfloat16":
+                bits = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
+                arr = bits.view(np.float32)
+            else:
+                arr = np.frombuffer(buf, dtype=np.dtype(dtype).newbyteorder("<"))
+            out[name] = np.array(arr.reshape(e.shape))  # a copy: the memmap closes with this function
+    finally:
+        shards.clear()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Google's variable names -> the published (Hugging Face) names
+# ---------------------------------------------------------------------------------------------------
+
+# (Google name, Hugging Face name, transpose). "{i}" is the layer index. Dense kernels are (in, out) in TF.
+_DENSE = (("kernel", "weight", True), ("bias", "bias", False))
+_NORM = (("gamma", "weight", False), ("beta", "bias", False))
+TF_KEY_TABLE: list[tuple[str, str, bool]] = [
+    ("bert/embeddings/word_embeddings", "bert.embeddings.word_embeddings.weight", False),
+    ("bert/embeddings/token_type_embeddings", "bert.embeddings.token_type_embeddings.weight", False),
+    ("bert/embeddings/position_embeddings", "bert.embeddings.position_embeddings.weight", False),
+    *[(f"bert/embeddings/LayerNorm/{g}", f"bert.embeddings.LayerNorm.{h}", t) for g, h, t in _NORM],
+    *[(f"bert/encoder/layer_{{i}}/{g_scope}/{g}", f"bert.encoder.layer.{{i}}.{h_scope}.{h}", t)
+      for g_scope, h_scope, params in (
+          ("attention/self/query", "attention.self.query", _DENSE),
+          ("attention/self/key", "attention.self.key", _DENSE),
+          ("attention/self/value", "attention.self.value", _DENSE),
+          ("attention/output/dense", "attention.output.dense", _DENSE),
+          ("attention/output/LayerNorm", "attention.output.LayerNorm", _NORM),
+          ("intermediate/dense", "intermediate.dense", _DENSE),
+          ("output/dense", "output.dense", _DENSE),
+          ("output/LayerNorm", "output.LayerNorm", _NORM))
+      for g, h, t in params],
+    *[(f"bert/pooler/dense/{g}", f"bert.pooler.dense.{h}", t) for g, h, t in _DENSE],
+    # Pre-training heads (run_pretraining.py): the MLM decoder is the word embedding matrix itself.
+    *[(f"cls/predictions/transform/dense/{g}", f"cls.predictions.transform.dense.{h}", t) for g, h, t in _DENSE],
+    *[(f"cls/predictions/transform/LayerNorm/{g}", f"cls.predictions.transform.LayerNorm.{h}", t) for g, h, t in _NORM],
+    ("cls/predictions/output_bias", "cls.predictions.bias", False),
+    # output_weights are created (num_outputs, hidden) in Google's code: already PyTorch's layout.
+    ("cls/seq_relationship/output_weights", "cls.seq_relationship.weight", False),
+    ("cls/seq_relationship/output_bias", "cls.seq_relationship.bias", False),
+    # Fine-tuned heads: run_classifier.py and run_squad.py.
+    ("output_weights", "classifier.weight", False),
+    ("output_bias", "classifier.bias", False),
+    ("cls/squad/output_weights", "qa_outputs.weight", False),
+    ("cls/squad/output_bias", "qa_outputs.bias", False),
+]
+# Optimizer state and bookkeeping in training checkpoints: carries no model weights.
+_SKIP = re.compile(r"(^|/)(adam_m|adam_v|Adam|Adam_1|Momentum)$|^global_step$|^good_steps$|^loss_scale")
+_ARCHITECTURE = (("cls/squad/output_weights", "BertForQuestionAnswering"),
+                 ("output_weights", "BertForSequenceClassification"),
+                 ("cls/predictions/output_bias", "BertForPreTraining"))
+
+
+def tf_to_published(variables: dict[str, np.ndarray], num_layers: int) -> dict[str, torch.Tensor]:
+    """Google-named arrays -> a state dict under the published names (kernels transposed).
+
+    Every encoder variable must be present; any variable the table does not know is an error.
+    """
+    rows = []
+    for g, h, t in TF_KEY_TABLE:
+        if "{i}" in g:
+            rows += [(g.format(i=i), h.format(i=i), t) for i in range(num_layers)]
+        else:
+            rows.append((g, h, t))
+    known = {g for g, _, _ in rows}
+    unknown = sorted(k for k in variables if k not in known and not _SKIP.search(k))
+    if unknown:
+        extra_layers = [k for k in unknown if re.match(r"bert/encoder/layer_\d+/", k)]
+        hint = (f" ({len(extra_layers)} are encoder layers past num_hidden_layers {num_layers}: is the config the "
+                "checkpoint's?)" if extra_layers else "")
+        raise BertkitError(f"the checkpoint holds variables bertkit does not know: {unknown[:8]}"
+                           f"{' ...' if len(unknown) > 8 else ''}{hint}")
+    missing = [g for g, h, _ in rows if g not in variables and h.startswith("bert.") and not h.startswith("bert.pooler")]
+    if missing:
+        raise BertkitError(f"the checkpoint lacks encoder variables {missing[:8]}{' ...' if len(missing) > 8 else ''}"
+                           f"; is it a google-research/bert checkpoint with {num_layers} layers?")
+    out = {}
+    for g, h, transpose in rows:
+        if g in variables:
+            arr = variables[g]
+            out[h] = torch.from_numpy(np.ascontiguousarray(arr.T if transpose else arr))
+    return out
+
+
+def _guess_lower_case(vocab: Path) -> bool:
+    """Uncased vocabularies (Google's uncased_L-* models) hold no upper-case letter outside [SPECIAL] tokens."""
+    with open(vocab, encoding="utf-8") as f:
+        for line in f:
+            token = line.strip()
+            if not (token.startswith("[") and token.endswith("]")) and token != token.lower():
+                return False
+    return True
+
+
+def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vocab: str | Path,
+                          output_dir: str | Path, *, do_lower_case: bool | None = None) -> dict[str, Any]:
+    """Convert a google-research/bert checkpoint to a Hugging Face-layout directory: config.json,
+    model.safetensors (heads included when present), vocab.txt, tokenizer_config.json.
+
+    The weights are loaded into the matching bertkit model (strictly: every shape checked against the
+    config) before anything is written. ``do_lower_case`` None guesses from the vocabulary (an uncased one
+    has no upper-case tokens). Returns a summary.
+    """
+    from safetensors.torch import save_file
+
+    from bertkit.config import BertConfig
+    from bertkit.inference.export import MODEL_CLASSES
+    from bertkit.outputs import atomic_target, atomic_write_text
+    from bertkit.tokenization import BertTokenizer
+
+    bert_config, vocab, output_dir = Path(bert_config), Path(vocab), Path(output_dir)
+    for path, what in ((bert_config, "bert_config.json"), (vocab, "vocab.txt")):
+        if not path.is_file():
+            raise MissingFileError(f"{path} not found: pass the checkpoint's {what} (it comes beside bert_model.ckpt)")
+    existing = [n for n in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json")
+                if (output_dir / n).exists()]
+    if existing:  # bertkit never replaces files it did not create (the CLI's --overwrite removes its own first)
+        raise BertkitError(f"{output_dir} already holds {', '.join(existing)}; choose a new output directory")
+    raw_config = json.loads(bert_config.read_text(encoding="utf-8"))
+    config = BertConfig.from_dict(raw_config)
+    variables = read_tf_checkpoint(tf_checkpoint, skip=_SKIP)
+    published = tf_to_published(variables, config.num_hidden_layers)
+    arch = next((a for g, a in _ARCHITECTURE if g in variables), "BertModel")
+    num_labels = int(published["classifier.weight"].shape[0]) if "classifier.weight" in published else None
+    if num_labels is not None and config.num_labels != num_labels:  # run_classifier.py saves no label names
+        config = config.with_labels(num_labels)
+    model = MODEL_CLASSES[arch](config)
+    model.load_published_state_dict(published, source=str(tf_checkpoint))  # strict: names and shapes
+    tokenizer = BertTokenizer(vocab, do_lower_case=_guess_lower_case(vocab) if do_lower_case is None
+                              else do_lower_case)
+    if len(tokenizer) != config.vocab_size:
+        raise BertkitError(f"{vocab} has {len(tokenizer)} tokens but {bert_config} says vocab_size "
+                           f"{config.vocab_size}; pass the vocab.txt that came with this checkpoint")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_target(output_dir / "model.safetensors") as tmp:
+        save_file(model.published_state_dict(), str(tmp), metadata={"format": "pt"})
+    config_dict = config.to_dict()
+    config_dict["architectures"] = [arch]
+    atomic_write_text(output_dir / "config.json", json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
+    tokenizer.save_pretrained(output_dir)
+    logger.info("converted %d variables of %s to %s (%s, do_lower_case=%s)", len(published), tf_checkpoint,
+                output_dir, arch, tokenizer.do_lower_case)
+    return {"output_dir": str(output_dir), "architecture": arch, "tensors": len(published),
+            "parameters": sum(t.numel() for t in published.values()), "do_lower_case": tokenizer.do_lower_case}

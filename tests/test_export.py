@@ -1,0 +1,129 @@
+"""Export: torch.export and torch.jit.trace on every head (tiny configs), ONNX on real text with onnxruntime."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+
+import pytest
+import torch
+
+import bertkit.heads as H
+from bertkit import BertConfig, BertModel, BertTokenizer
+from bertkit.cli import main
+from bertkit.inference.export import INPUT_NAMES, TupleOutputModel, export_onnx, onnx_session, run_onnx
+
+TINY = BertConfig(vocab_size=211, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                  max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+CLASSES = [BertModel, H.BertForPreTraining, H.BertForMaskedLM, H.BertForNextSentencePrediction,
+           H.BertForSequenceClassification, H.BertForTokenClassification, H.BertForQuestionAnswering,
+           H.BertForMultipleChoice]
+
+
+def _inputs(cls, B: int, T: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    shape = (B, 3, T) if cls is H.BertForMultipleChoice else (B, T)
+    ids = torch.randint(1, TINY.vocab_size, shape, generator=g)
+    types = torch.randint(0, 2, shape, generator=g)
+    mask = torch.ones(shape, dtype=torch.long)
+    mask[-1, ..., T // 2:] = 0  # a padded row: eager drops it, the exported graph masks it
+    return ids, types, mask
+
+
+def _model(cls):
+    torch.manual_seed(0)
+    return cls(TINY).eval()
+
+
+def _assert_outputs_equal(eager: tuple, exported: tuple, mask: torch.Tensor) -> None:
+    """Equal within 1e-5 at real positions (padding positions of per-token outputs are not defined)."""
+    assert len(eager) == len(exported)
+    for a, b in zip(eager, exported):
+        if a.dim() >= 2 and a.shape[: mask.dim()] == mask.shape:
+            a, b = a[mask.bool()], b[mask.bool()]
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_torch_export_on_every_head_with_dynamic_batch_and_sequence(cls):
+    model = _model(cls)
+    batch, seq = torch.export.Dim("batch", max=256), torch.export.Dim("sequence", max=TINY.max_position_embeddings)
+    dims = {0: batch, 2: seq} if cls is H.BertForMultipleChoice else {0: batch, 1: seq}
+    program = torch.export.export(model, _inputs(cls, 3, 11, 0), dynamic_shapes=(dims, dims, dims))
+    exported = program.module()
+    for B, T, seed in ((3, 11, 1), (5, 17, 2), (1, 7, 3)):  # shapes other than the traced one
+        ids, types, mask = _inputs(cls, B, T, seed)
+        with torch.no_grad():
+            want = TupleOutputModel(model)(ids, types, mask)
+            out = exported(ids, types, mask)
+        assert type(out) is type(model(ids, types, mask))  # the dataclass itself comes back
+        names = TupleOutputModel(model).output_names
+        got = (out.last_hidden_state, out.pooler_output) if cls is BertModel else tuple(getattr(out, n) for n in names)
+        _assert_outputs_equal(want, got, mask)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_jit_trace_on_every_head_through_tuple_outputs(cls):
+    model = _model(cls)
+    wrapper = TupleOutputModel(model).eval()
+    with torch.no_grad(), pytest.warns(torch.jit.TracerWarning):  # Python ints from shapes: expected
+        traced = torch.jit.trace(wrapper, _inputs(cls, 3, 11, 0))
+    for B, T, seed in ((3, 11, 1), (4, 19, 2)):
+        ids, types, mask = _inputs(cls, B, T, seed)
+        with torch.no_grad():
+            _assert_outputs_equal(wrapper(ids, types, mask), traced(ids, types, mask), mask)
+
+
+def test_tuple_output_refuses_foreign_modules():
+    with pytest.raises(ValueError, match="not a bertkit model class"):
+        TupleOutputModel(torch.nn.Linear(2, 2))
+
+
+def test_onnx_export_equals_bertkit_on_real_text(tmp_path, minilm_dir, data_dir):
+    """MiniLM (encoder + pooler) through onnxruntime on SST-2 dev sentences, padded batches: within 1e-4 of
+    bertkit's own (unpadded) outputs at every real position."""
+    pytest.importorskip("onnx", reason="pip install 'bertkit[onnx]'")
+    pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
+    out = tmp_path / "minilm.onnx"
+    assert main(["export", "onnx", "--model", str(minilm_dir), "--out", str(out)]) == 0
+    assert out.stat().st_size > 80e6
+    with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8") as f:
+        texts = [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:96]
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    model = BertModel.from_pretrained(minilm_dir).eval()
+    session = onnx_session(out)
+    worst = 0.0
+    for i in range(0, len(texts), 32):
+        enc = tok(texts[i:i + 32], padding=True, return_tensors="pt")
+        inputs = tuple(enc[k] for k in INPUT_NAMES)
+        hidden, pooled = (torch.from_numpy(a) for a in run_onnx(session, inputs))
+        with torch.no_grad():
+            ref = model(*inputs)
+        m = inputs[2].bool()
+        worst = max(worst, float((hidden[m] - ref.last_hidden_state[m]).abs().max()),
+                    float((pooled - ref.pooler_output).abs().max()))
+    assert worst < 1e-4, worst
+    assert main(["export", "onnx", "--model", str(minilm_dir), "--out", str(out)]) == 2  # never overwritten
+
+
+@pytest.mark.parametrize("cls", [H.BertForSequenceClassification, H.BertForQuestionAnswering,
+                                 H.BertForMultipleChoice, H.BertForPreTraining], ids=lambda c: c.__name__)
+def test_onnx_export_of_heads(tmp_path, minilm_dir, cls):
+    pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    config = dataclasses.replace(TINY, vocab_size=len(tok))
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    result = export_onnx(tmp_path / "m", tmp_path / "m.onnx")
+    assert result["model_class"] == cls.__name__ and result["verified_max_abs_diff"] < 1e-4
+    session = onnx_session(tmp_path / "m.onnx")
+    enc = tok(["a longer sentence with several words in it", "short"], padding=True, return_tensors="pt")
+    inputs = tuple(enc[k] for k in INPUT_NAMES)
+    if cls is H.BertForMultipleChoice:
+        inputs = tuple(t[None].expand(2, -1, -1).contiguous() for t in inputs)  # batch 2 of 2 choices
+    with torch.no_grad():
+        want = TupleOutputModel(model)(*inputs)
+    got = tuple(torch.from_numpy(a) for a in run_onnx(session, inputs))
+    _assert_outputs_equal(want, got, inputs[2])

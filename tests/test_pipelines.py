@@ -1,0 +1,338 @@
+"""Pipelines on real text (SST-2, RTE, SQuAD dev, CoNLL-2003) against transformers on the same weights.
+
+The real MiniLM checkpoint has no task heads, so each head is checked on a tiny-config model built with
+transformers, saved with MiniLM's vocabulary and loaded by both libraries: the numbers must agree. The
+embedding check runs on MiniLM itself against sentence-transformers.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bertkit
+from bertkit.errors import BertkitError
+from bertkit.inference.pipelines import group_entities
+from bertkit.tasks import squad
+from bertkit.tasks.ner import read_conll
+
+transformers = pytest.importorskip("transformers")
+
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=512, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def _tiny_dir(tmp_path_factory, minilm_dir: Path, hf_class: str, seed: int = 0, **config) -> tuple[Path, object]:
+    """A tiny transformers model with random weights, saved with MiniLM's tokenizer files; (dir, model)."""
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(**TINY, **config)
+    model = getattr(transformers, hf_class)(cfg).eval()
+    d = tmp_path_factory.mktemp(hf_class)
+    model.save_pretrained(d)
+    for name in TOKENIZER_FILES:
+        if (minilm_dir / name).is_file():
+            shutil.copy(minilm_dir / name, d / name)
+    return d, model
+
+
+@pytest.fixture(scope="module")
+def hf_tok(minilm_dir):
+    return transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def sst2(data_dir) -> list[str]:
+    with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8") as f:
+        return [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+@pytest.fixture(scope="module")
+def rte(data_dir) -> list[tuple[str, str]]:
+    with open(data_dir / "glue/RTE/dev.tsv", encoding="utf-8") as f:
+        return [(r["sentence1"], r["sentence2"]) for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+@torch.no_grad()
+def _hf_logits(model, hf_tok, texts, pairs=None) -> np.ndarray:
+    rows = []
+    for i, t in enumerate(texts):  # one at a time: no padding anywhere in the reference
+        enc = hf_tok(t, pairs[i] if pairs else None, return_tensors="pt", truncation=True, max_length=512)
+        rows.append(model(**enc).logits[0].numpy())
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+# fill-mask
+# ---------------------------------------------------------------------------------------------------
+
+
+def _masked(sentences: list[str], n: int, rng: random.Random) -> list[str]:
+    out = []
+    for s in sentences[:n]:
+        words = s.split()
+        words[rng.randrange(len(words))] = "[MASK]"
+        out.append(" ".join(words))
+    return out
+
+
+def test_fill_mask_matches_transformers_pipeline(tmp_path_factory, minilm_dir, hf_tok, sst2):
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    texts = _masked(sst2, 24, random.Random(0))
+    ours = bertkit.pipeline("fill-mask", d, batch_size=5)(texts, top_k=5)
+    ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu", top_k=5)(texts)
+    for o, r in zip(ours, ref, strict=True):
+        assert [c["token"] for c in o] == [c["token"] for c in r]
+        np.testing.assert_allclose([c["score"] for c in o], [c["score"] for c in r], atol=1e-5, rtol=0)
+        assert [c["token_str"] for c in o] == [c["token_str"] for c in r]
+        assert [c["sequence"] for c in o] == [c["sequence"] for c in r]
+
+
+def test_fill_mask_several_masks_and_errors(tmp_path_factory, minilm_dir, hf_tok):
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    fill = bertkit.pipeline("fill-mask", d)
+    text = "the [MASK] sat on the [MASK] ."
+    out = fill(text, top_k=3)
+    assert len(out) == 2 and all(len(c) == 3 for c in out)
+    enc = hf_tok(text, return_tensors="pt")
+    with torch.no_grad():
+        probs = hf_model(**enc).logits[0].softmax(-1)
+    for k, pos in enumerate((enc["input_ids"][0] == hf_tok.mask_token_id).nonzero().flatten()):
+        top = probs[pos].topk(3)
+        assert [c["token"] for c in out[k]] == top.indices.tolist()
+        np.testing.assert_allclose([c["score"] for c in out[k]], top.values.numpy(), atol=1e-5, rtol=0)
+    with pytest.raises(BertkitError, match="has no \\[MASK\\]"):
+        fill("no mask here")
+    with pytest.raises(BertkitError, match="does not take temperature"):
+        fill(text, temperature=2.0)
+    with pytest.raises(BertkitError, match="has no fill-mask head"):
+        bertkit.pipeline("fill-mask", minilm_dir)
+
+
+# ---------------------------------------------------------------------------------------------------
+# text-classification
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_text_classification_single_and_pairs(tmp_path_factory, minilm_dir, hf_tok, sst2, rte):
+    labels = {0: "negative", 1: "neutral", 2: "positive"}
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", id2label=labels,
+                            label2id={v: k for k, v in labels.items()})
+    clf = bertkit.pipeline("text-classification", d, batch_size=7)
+    texts = sst2[:40]
+    got = clf(texts)
+    for o, logits in zip(got, _hf_logits(hf_model, hf_tok, texts), strict=True):
+        p = torch.tensor(logits).double().softmax(-1).numpy()
+        np.testing.assert_allclose([o["scores"][labels[i]] for i in range(3)], p, atol=1e-5, rtol=0)
+        assert o["label"] == labels[int(p.argmax())] and o["score"] == pytest.approx(p.max(), abs=1e-5)
+    a, b = [x for x, _ in rte[:20]], [y for _, y in rte[:20]]
+    got = clf(list(zip(a, b)))
+    single = clf({"text": a[3], "text_pair": b[3]})
+    assert single["label"] == got[3]["label"] and single["score"] == pytest.approx(got[3]["score"], abs=1e-6)
+    for o, logits in zip(got, _hf_logits(hf_model, hf_tok, a, b), strict=True):
+        p = torch.tensor(logits).double().softmax(-1).numpy()
+        np.testing.assert_allclose([o["scores"][labels[i]] for i in range(3)], p, atol=1e-5, rtol=0)
+    json.dumps(got)  # JSON-able
+    with pytest.raises(BertkitError, match="input 1 is int"):
+        clf(["fine", 3])
+
+
+def test_text_classification_regression_returns_the_value(tmp_path_factory, minilm_dir, hf_tok, sst2):
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=1)
+    got = bertkit.pipeline("text-classification", d)(sst2[:10])
+    ref = _hf_logits(hf_model, hf_tok, sst2[:10])
+    np.testing.assert_allclose([o["value"] for o in got], [r[0] for r in ref], atol=1e-5, rtol=0)
+
+
+def test_results_keep_input_order_whatever_the_batching(tmp_path_factory, minilm_dir, sst2):
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    texts = sst2[:50]
+    one_by_one = [bertkit.pipeline("text-classification", d, batch_size=1)(t) for t in texts[:10]]
+    batched = bertkit.pipeline("text-classification", d, batch_size=8)(texts)
+    for a, b in zip(one_by_one, batched[:10]):
+        np.testing.assert_allclose(list(a["scores"].values()), list(b["scores"].values()), atol=1e-5, rtol=0)
+    perm = list(range(len(texts)))
+    random.Random(1).shuffle(perm)
+    shuffled = bertkit.pipeline("text-classification", d, batch_size=8)([texts[i] for i in perm])
+    for k, i in enumerate(perm):
+        np.testing.assert_allclose(list(shuffled[k]["scores"].values()), list(batched[i]["scores"].values()),
+                                   atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# token-classification
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_token_classification_words_tags_and_offsets(tmp_path_factory, minilm_dir, hf_tok, data_dir):
+    sentences = read_conll(data_dir / "conll2003/valid.txt")[:30]
+    tags = sorted({t for s in sentences for t in s.tags})
+    id2label = dict(enumerate(tags))
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForTokenClassification", id2label=id2label,
+                            label2id={v: k for k, v in id2label.items()})
+    texts = [" ".join(s.words) for s in sentences]
+    got = bertkit.pipeline("token-classification", d, batch_size=4)(texts)
+    for text, o in zip(texts, got, strict=True):
+        enc = hf_tok(text, return_offsets_mapping=True, return_tensors="pt")
+        offsets = enc.pop("offset_mapping")[0].tolist()
+        with torch.no_grad():
+            logits = hf_model(**enc).logits[0]
+        word_ids = enc.word_ids()
+        expected = []
+        for w in sorted({w for w in word_ids if w is not None}):
+            toks = [i for i, x in enumerate(word_ids) if x == w]
+            p = logits[toks[0]].double().softmax(-1)
+            expected.append((offsets[toks[0]][0], offsets[toks[-1]][1], id2label[int(p.argmax())], float(p.max())))
+        assert [(w["start"], w["end"], w["tag"]) for w in o["words"]] == [e[:3] for e in expected]
+        np.testing.assert_allclose([w["score"] for w in o["words"]], [e[3] for e in expected], atol=1e-5, rtol=0)
+        for w in o["words"]:
+            assert text[w["start"]:w["end"]] == w["word"]
+        for e in o["entities"]:
+            assert text[e["start"]:e["end"]] == e["word"]
+    # Every CoNLL token is one or more whole words (punctuation splits "U.N." into four).
+    for s, o in zip(sentences, got):
+        assert "".join(w["word"] for w in o["words"]) == "".join(s.words)
+
+
+def test_group_entities_reads_iob2_iob1_and_bioes():
+    text = "Jim Smith went to New York City and Paris"
+    spans = [(0, 3), (4, 9), (10, 14), (15, 17), (18, 21), (22, 26), (27, 31), (32, 35), (36, 41)]
+
+    def words(tags):
+        return [{"start": s, "end": e, "tag": t, "score": 0.5 + i / 100} for i, ((s, e), t) in enumerate(zip(spans, tags))]
+
+    iob2 = ["B-PER", "I-PER", "O", "O", "B-LOC", "I-LOC", "I-LOC", "O", "B-LOC"]
+    iob1 = ["I-PER", "I-PER", "O", "O", "I-LOC", "I-LOC", "I-LOC", "O", "I-LOC"]
+    bioes = ["B-PER", "E-PER", "O", "O", "B-LOC", "I-LOC", "E-LOC", "O", "S-LOC"]
+    for tags in (iob2, iob1, bioes):
+        ents = group_entities(words(tags), text)
+        assert [(e["entity_group"], e["word"]) for e in ents] == [("PER", "Jim Smith"), ("LOC", "New York City"),
+                                                                  ("LOC", "Paris")]
+        assert ents[0]["score"] == pytest.approx(0.505)
+    adjacent = group_entities(words(["B-LOC", "B-LOC", "I-PER", "O", "O", "O", "O", "O", "O"]), text)
+    assert [e["word"] for e in adjacent] == ["Jim", "Smith", "went"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# question-answering
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def squad_all(data_dir) -> list[squad.SquadExample]:
+    return squad.read_squad(data_dir / "squad/dev-v1.1.json")
+
+
+@pytest.fixture(scope="module")
+def squad_examples(squad_all) -> list[squad.SquadExample]:
+    return squad_all[:40]
+
+
+def test_question_answering_equals_the_squad_recipe(tmp_path_factory, minilm_dir, squad_examples):
+    """Windows of 128 tokens force several per context; answers must be what featurize_squad + the
+    transformers model's logits + postprocess_predictions give, and map back to the context exactly."""
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    tok = bertkit.BertTokenizer.from_pretrained(d)
+    features = squad.featurize_squad(squad_examples, tok, max_seq_length=128, doc_stride=64)
+    assert len(features) > 1.5 * len(squad_examples)  # real sliding windows
+    starts, ends = [], []
+    with torch.no_grad():
+        for f in features:
+            out = hf_model(**{k: torch.tensor([f[k]]) for k in ("input_ids", "token_type_ids", "attention_mask")})
+            starts.append(out.start_logits[0].numpy())
+            ends.append(out.end_logits[0].numpy())
+    ref = squad.postprocess_predictions(squad_examples, features, starts, ends)
+    qa = bertkit.pipeline("question-answering", d, max_length=128, batch_size=6)
+    inputs = [{"question": ex.question, "context": ex.context} for ex in squad_examples]
+    got = qa(inputs, doc_stride=64, top_k=3)
+    for ex, o in zip(squad_examples, got, strict=True):
+        assert o["answer"] == ref.predictions[ex.qas_id]
+        assert ex.context[o["start"]:o["end"]] == o["answer"]
+        assert o["score"] == pytest.approx(ref.nbest[ex.qas_id][0]["probability"], abs=1e-5)
+        assert len(o["nbest"]) == 3 and all(ex.context[n["start"]:n["end"]] == n["answer"] for n in o["nbest"])
+    json.dumps(got)
+
+
+def test_question_answering_long_context_and_no_answer(tmp_path_factory, minilm_dir, squad_all):
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    qa = bertkit.pipeline("question-answering", d)
+    squad_examples = squad_all[:300]
+    long_context = " ".join(dict.fromkeys(ex.context for ex in squad_examples))  # several paragraphs
+    assert len(bertkit.BertTokenizer.from_pretrained(d).tokenize(long_context)) > 1500
+    item = {"question": squad_examples[0].question, "context": long_context}
+    o = qa(item)
+    assert o["answer"] and long_context[o["start"]:o["end"]] == o["answer"]
+    never = qa(item, allow_no_answer=True, null_threshold=1e9)
+    always = qa(item, allow_no_answer=True, null_threshold=-1e9)
+    assert never["answer"] == o["answer"]
+    assert always["answer"] == "" and always["start"] is None and 0 < always["score"] <= 1
+    with pytest.raises(BertkitError, match="must be"):
+        qa([{"question": "who?"}])
+
+
+# ---------------------------------------------------------------------------------------------------
+# multiple-choice
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_multiple_choice_matches_transformers(tmp_path_factory, minilm_dir, hf_tok, sst2):
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMultipleChoice")
+    items = [{"context": sst2[i], "choices": sst2[i + 1:i + 3 + i % 2]} for i in range(0, 60, 4)]  # 2 or 3 choices
+    got = bertkit.pipeline("multiple-choice", d, batch_size=4)(items)
+    for item, o in zip(items, got, strict=True):
+        n = len(item["choices"])
+        enc = hf_tok([item["context"]] * n, item["choices"], padding=True, return_tensors="pt")
+        with torch.no_grad():
+            p = hf_model(**{k: v[None] for k, v in enc.items()}).logits[0].double().softmax(-1).numpy()
+        np.testing.assert_allclose(o["scores"], p, atol=1e-5, rtol=0)
+        assert o["choice"] == int(p.argmax()) and o["text"] == item["choices"][o["choice"]]
+
+
+# ---------------------------------------------------------------------------------------------------
+# sentence embeddings
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_sentence_embeddings_equal_sentence_transformers(minilm_dir, sst2, monkeypatch):
+    """MiniLM is all-MiniLM-L6-v2: mean pooling + L2 normalisation must give sentence-transformers' vectors."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    st = pytest.importorskip("sentence_transformers", reason="pip install sentence-transformers (test extra)")
+    try:  # sentence-transformers >= 6 moved the modules
+        from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    except ImportError:
+        from sentence_transformers.models import Normalize, Pooling, Transformer
+    word = Transformer(str(minilm_dir), max_seq_length=256)
+    ref_model = st.SentenceTransformer(modules=[word, Pooling(word.get_word_embedding_dimension(), "mean"),
+                                                Normalize()], device="cpu")
+    texts = sst2[:64]
+    ref = ref_model.encode(texts, batch_size=16, convert_to_numpy=True)
+    got = np.array(bertkit.pipeline("sentence-embedding", minilm_dir, batch_size=16)(texts))
+    np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
+
+
+def test_feature_extraction_cls_and_tokens(minilm_dir, sst2):
+    texts = sst2[:12]
+    hf = transformers.BertModel.from_pretrained(minilm_dir).eval()
+    hf_tok = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    cls = bertkit.pipeline("feature-extraction", minilm_dir, pooling="cls", batch_size=5)(texts)
+    tokens = bertkit.pipeline("feature-extraction", minilm_dir, pooling="none", batch_size=5)(texts)
+    for t, c, tok_states in zip(texts, cls, tokens, strict=True):
+        with torch.no_grad():
+            ref = hf(**hf_tok(t, return_tensors="pt")).last_hidden_state[0].numpy()
+        np.testing.assert_allclose(c, ref[0], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(np.array(tok_states), ref, atol=1e-5, rtol=0)
+    bf16 = np.array(bertkit.pipeline("sentence-embedding", minilm_dir, bf16=True)(texts))
+    fp32 = np.array(bertkit.pipeline("sentence-embedding", minilm_dir)(texts))
+    assert (bf16 * fp32).sum(1).min() > 0.99  # cosine similarity: bf16 rounding, not a different vector
+    with pytest.raises(BertkitError, match="pooling 'max'"):
+        bertkit.pipeline("feature-extraction", minilm_dir, pooling="max")
+    with pytest.raises(BertkitError, match="unknown pipeline task"):
+        bertkit.pipeline("summarization", minilm_dir)

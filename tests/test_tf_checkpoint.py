@@ -1,0 +1,262 @@
+"""google-research/bert TensorFlow checkpoints: read without TensorFlow, converted to the HF layout.
+
+The slow test builds a tiny BERT in TensorFlow itself with Google's variable names and Google's
+conventions (x @ kernel, (in, out) kernels, output_weights (out, in)), computes its outputs in TensorFlow,
+saves it with tf.compat.v1.train.Saver (the way run_pretraining.py does, optimizer slots and
+global_step included), converts it with `bertkit convert-tf-checkpoint`, and compares bertkit's and
+transformers' outputs on the converted directory with TensorFlow's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertConfig
+from bertkit.cli import main
+from bertkit.errors import BertkitError
+from bertkit.heads import BertForPreTraining
+from bertkit.inference.tf_checkpoint import (
+    convert_tf_checkpoint,
+    read_sstable,
+    read_tf_checkpoint,
+    tf_to_published,
+)
+
+V, H, L, NH, I, P, B, T = 40, 16, 2, 4, 24, 32, 2, 9
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(V - 5)]
+
+
+def _build_tf_checkpoint(tf, directory, ids, types, mask) -> dict[str, np.ndarray]:
+    """Save a tiny Google-named BERT with TensorFlow; returns TensorFlow's outputs on the inputs."""
+    v1 = tf.compat.v1
+    rng = np.random.default_rng(0)
+    graph = tf.Graph()
+    with graph.as_default():
+        def var(name, shape, around=0.0):
+            return v1.get_variable(name, initializer=(around + rng.normal(0, 0.2, shape)).astype(np.float32))
+
+        def dense(x, scope, n_out):
+            with v1.variable_scope(scope):
+                return tf.matmul(x, var("kernel", [x.shape[-1], n_out])) + var("bias", [n_out])
+
+        def layer_norm(x, scope):
+            with v1.variable_scope(scope):
+                gamma, beta = var("gamma", [H], around=1.0), var("beta", [H])
+                mean, variance = tf.nn.moments(x, [-1], keepdims=True)
+                return (x - mean) * tf.math.rsqrt(variance + 1e-12) * gamma + beta
+
+        def gelu(x):
+            return 0.5 * x * (1.0 + tf.math.erf(x / np.sqrt(2.0)))
+
+        def split_heads(t):
+            return tf.transpose(tf.reshape(t, [B, T, NH, H // NH]), [0, 2, 1, 3])
+
+        with v1.variable_scope("bert"):
+            with v1.variable_scope("embeddings"):
+                word = var("word_embeddings", [V, H])
+                x = (tf.gather(word, ids) + tf.gather(var("token_type_embeddings", [2, H]), types)
+                     + var("position_embeddings", [P, H])[None, :T])
+                x = tf.reshape(layer_norm(x, "LayerNorm"), [B * T, H])
+            additive = (1.0 - tf.constant(mask, tf.float32)[:, None, None, :]) * -10000.0
+            with v1.variable_scope("encoder"):
+                for i in range(L):
+                    with v1.variable_scope(f"layer_{i}"):
+                        with v1.variable_scope("attention"):
+                            with v1.variable_scope("self"):
+                                q, k, v = (split_heads(dense(x, n, H)) for n in ("query", "key", "value"))
+                            scores = tf.matmul(q, k, transpose_b=True) / np.sqrt(H // NH) + additive
+                            ctx = tf.reshape(tf.transpose(tf.matmul(tf.nn.softmax(scores), v), [0, 2, 1, 3]), [B * T, H])
+                            with v1.variable_scope("output"):
+                                a = layer_norm(dense(ctx, "dense", H) + x, "LayerNorm")
+                        with v1.variable_scope("intermediate"):
+                            h = gelu(dense(a, "dense", I))
+                        with v1.variable_scope("output"):
+                            x = layer_norm(dense(h, "dense", H) + a, "LayerNorm")
+            sequence = tf.reshape(x, [B, T, H])
+            with v1.variable_scope("pooler"):
+                pooled = tf.tanh(dense(sequence[:, 0], "dense", H))
+        with v1.variable_scope("cls/predictions"):
+            with v1.variable_scope("transform"):
+                t = layer_norm(gelu(dense(x, "dense", H)), "LayerNorm")
+            mlm = tf.reshape(tf.matmul(t, word, transpose_b=True) + var("output_bias", [V]), [B, T, V])
+        with v1.variable_scope("cls/seq_relationship"):
+            nsp = tf.matmul(pooled, var("output_weights", [2, H]), transpose_b=True) + var("output_bias", [2])
+        # What run_pretraining.py checkpoints also carry: Adam slots and the step counter.
+        var("bert/embeddings/word_embeddings/adam_m", [V, H])
+        var("cls/seq_relationship/output_bias/adam_v", [2])
+        v1.train.get_or_create_global_step()
+        saver = v1.train.Saver()
+        with v1.Session(graph=graph) as sess:
+            sess.run(v1.global_variables_initializer())
+            outputs = sess.run({"sequence": sequence, "pooled": pooled, "mlm": mlm, "nsp": nsp})
+            saver.save(sess, str(directory / "bert_model.ckpt"))
+    (directory / "bert_config.json").write_text(json.dumps({
+        "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "hidden_size": H,
+        "initializer_range": 0.02, "intermediate_size": I, "max_position_embeddings": P, "num_attention_heads": NH,
+        "num_hidden_layers": L, "type_vocab_size": 2, "vocab_size": V}))
+    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def tf_checkpoint(tmp_path_factory):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # plain kernels: the reference should not vary
+    tf = pytest.importorskip("tensorflow", reason="needs TensorFlow to write the checkpoint: pip install tensorflow-cpu")
+    rng = np.random.default_rng(1)
+    ids = rng.integers(5, V, (B, T))
+    ids[:, 0] = 2
+    types = np.zeros((B, T), dtype=np.int64)
+    types[:, 5:] = 1
+    mask = np.ones((B, T), dtype=np.int64)
+    mask[1, 6:] = 0
+    ids[1, 6:] = 0
+    d = tmp_path_factory.mktemp("google_bert")
+    outputs = _build_tf_checkpoint(tf, d, ids, types, mask)
+    return d, outputs, (ids, types, mask)
+
+
+@pytest.mark.slow
+def test_tensorflow_checkpoint_converts_to_equal_outputs(tf_checkpoint, tmp_path):
+    d, ref, (ids, types, mask) = tf_checkpoint
+    out = tmp_path / "converted"
+    assert main(["convert-tf-checkpoint", "--tf-checkpoint", str(d / "bert_model.ckpt"), "--config",
+                 str(d / "bert_config.json"), "--vocab", str(d / "vocab.txt"), "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
+    assert json.loads((out / "tokenizer_config.json").read_text())["do_lower_case"] is True  # uncased vocab
+    inputs = [torch.from_numpy(a) for a in (ids, types, mask)]
+    real = inputs[2].bool()
+    model = BertForPreTraining.from_pretrained(out).eval()
+    with torch.no_grad():
+        o = model(*inputs, output_hidden_states=True)
+    tol = dict(atol=2e-5, rtol=0)
+    torch.testing.assert_close(o.hidden_states[-1][real], torch.from_numpy(ref["sequence"])[real], **tol)
+    torch.testing.assert_close(o.prediction_logits[real], torch.from_numpy(ref["mlm"])[real], **tol)
+    torch.testing.assert_close(o.seq_relationship_logits, torch.from_numpy(ref["nsp"]), **tol)
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.BertForPreTraining.from_pretrained(out).eval()
+    with torch.no_grad():
+        h = hf(input_ids=inputs[0], token_type_ids=inputs[1], attention_mask=inputs[2])
+    torch.testing.assert_close(h.prediction_logits[real], torch.from_numpy(ref["mlm"])[real], **tol)
+    torch.testing.assert_close(h.seq_relationship_logits, torch.from_numpy(ref["nsp"]), **tol)
+
+
+@pytest.mark.slow
+def test_reader_sees_every_variable_and_refuses_mismatches(tf_checkpoint, tmp_path):
+    d, _, _ = tf_checkpoint
+    variables = read_tf_checkpoint(d / "bert_model.ckpt")
+    assert "global_step" in variables and variables["global_step"].dtype == np.int64
+    assert variables["bert/encoder/layer_1/intermediate/dense/kernel"].shape == (H, I)  # (in, out) in TF
+    assert len(read_sstable(d / "bert_model.ckpt.index")) == len(variables) + 1  # + the bundle header
+    with pytest.raises(BertkitError, match="encoder layers past num_hidden_layers 1"):
+        tf_to_published({k: v for k, v in variables.items() if "adam" not in k and k != "global_step"}, 1)
+    with pytest.raises(BertkitError, match="not a TensorFlow checkpoint index"):
+        (tmp_path / "x.ckpt.index").write_bytes(b"not a table" * 10)
+        read_tf_checkpoint(tmp_path / "x.ckpt")
+
+
+# ---------------------------------------------------------------------------------------------------
+# A tensor bundle written here (no TensorFlow): the reader and the name table in the fast suite
+# ---------------------------------------------------------------------------------------------------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, value: int | bytes) -> bytes:
+    if isinstance(value, bytes):
+        return _varint(number << 3 | 2) + _varint(len(value)) + value
+    return _varint(number << 3) + _varint(value)
+
+
+def _block(entries: list[tuple[bytes, bytes]]) -> bytes:
+    body = b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in entries)
+    return body + struct.pack("<II", 0, 1)  # one restart point, at 0
+
+
+def write_bundle(prefix, tensors: dict[str, np.ndarray]) -> None:
+    """A minimal TF tensor bundle: one data shard, one SSTable data block (LevelDB format, uncompressed)."""
+    data, entries = bytearray(), [(b"", _field(1, 1))]  # header: num_shards 1, little-endian
+    for name in sorted(tensors):
+        arr = np.ascontiguousarray(tensors[name], dtype=np.float32)
+        shape = b"".join(_field(2, _field(1, d)) for d in arr.shape)
+        entries.append((name.encode(), _field(1, 1) + _field(2, shape) + _field(4, len(data)) + _field(5, arr.nbytes)))
+        data += arr.tobytes()
+    table = bytearray()
+    handles = []
+    for block in (_block(entries), _block([]), None):  # data, metaindex, index
+        if block is None:
+            block = _block([(entries[-1][0] + b"\xff", _varint(handles[0][0]) + _varint(handles[0][1]))])
+        handles.append((len(table), len(block)))
+        table += block + b"\x00" + b"\x00" * 4  # no compression, crc32c (not checked by readers of bundles)
+    footer = _varint(handles[1][0]) + _varint(handles[1][1]) + _varint(handles[2][0]) + _varint(handles[2][1])
+    table += footer.ljust(40, b"\x00") + struct.pack("<Q", 0xDB4775248B80FB57)
+    Path(f"{prefix}.index").write_bytes(bytes(table))
+    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
+
+
+def _google_names(published: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """The published names back to Google's, written out by hand (independent of TF_KEY_TABLE)."""
+    out = {}
+    for name, t in published.items():
+        g = name.replace("bert.encoder.layer.", "bert/encoder/layer_").replace(".", "/")
+        g = re.sub(r"LayerNorm/weight$", "LayerNorm/gamma", g)
+        g = re.sub(r"LayerNorm/bias$", "LayerNorm/beta", g)
+        a = t.numpy()
+        if g.endswith("_embeddings/weight"):
+            g = g[: -len("/weight")]
+        elif g == "cls/predictions/bias":
+            g = "cls/predictions/output_bias"
+        elif g.startswith("cls/seq_relationship/"):
+            g = g.replace("/weight", "/output_weights").replace("/bias", "/output_bias")
+        elif g.endswith("/weight"):
+            g, a = g[: -len("weight")] + "kernel", a.T
+        out[g] = a
+    return out
+
+
+def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=NH,
+                        intermediate_size=I, max_position_embeddings=P, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    model = BertForPreTraining(config).eval()
+    google = _google_names(model.published_state_dict())
+    assert "bert/encoder/layer_1/attention/self/query/kernel" in google and "cls/predictions/output_bias" in google
+    google["global_step"] = np.zeros((), np.float32)
+    google["bert/pooler/dense/kernel/adam_m"] = np.zeros((H, H), np.float32)
+    write_bundle(tmp_path / "bert_model.ckpt", google)
+    (tmp_path / "bert_config.json").write_text(json.dumps({k: v for k, v in config.to_dict().items()
+                                                           if k not in ("model_type", "architectures")}))
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    assert set(read_tf_checkpoint(tmp_path / "bert_model.ckpt")) == set(google)
+    out = tmp_path / "out"
+    result = convert_tf_checkpoint(tmp_path / "bert_model.ckpt.index", tmp_path / "bert_config.json",
+                                   tmp_path / "vocab.txt", out)
+    assert result["architecture"] == "BertForPreTraining" and result["tensors"] == len(google) - 2  # optimizer slot and step skipped
+    with pytest.raises(BertkitError, match="already holds config.json"):
+        convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt", out)
+    converted = BertForPreTraining.from_pretrained(out).eval()
+    ids = torch.randint(5, V, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a, b = model(ids), converted(ids)
+    torch.testing.assert_close(b.prediction_logits, a.prediction_logits, atol=0, rtol=0)
+    torch.testing.assert_close(b.seq_relationship_logits, a.seq_relationship_logits, atol=0, rtol=0)
+    with pytest.raises(BertkitError, match="lacks encoder variables"):
+        write_bundle(tmp_path / "partial.ckpt", {k: v for k, v in google.items() if "layer_1/output/dense" not in k})
+        convert_tf_checkpoint(tmp_path / "partial.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
+                              tmp_path / "partial")
