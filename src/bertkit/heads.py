@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from bertkit.checkpoint_io import PretrainedMixin
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
+from bertkit.modeling import BertModel, BertModelOutput, TupleAccess, activation, init_bert_weights
 
 IGNORE_INDEX = -100  # label value for positions that carry no loss (unmasked MLM tokens, sub-word pieces)
 
@@ -28,7 +28,10 @@ IGNORE_INDEX = -100  # label value for positions that carry no loss (unmasked ML
 
 
 @dataclass
-class PreTrainingOutput:
+class PreTrainingOutput(TupleAccess):
+    # transformers' BertForPreTraining order; BertForMaskedLM's (loss, logits, ...) as seq_relationship is None.
+    TUPLE_FIELDS = ("loss", "prediction_logits", "seq_relationship_logits", "hidden_states", "attentions")
+
     loss: Tensor | None  # mlm_loss + nsp_loss, for the labels given
     mlm_loss: Tensor | None
     nsp_loss: Tensor | None
@@ -38,23 +41,30 @@ class PreTrainingOutput:
     prediction_logits: Tensor
     seq_relationship_logits: Tensor | None  # (B, 2): 0 = B follows A, 1 = B is random
     hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None  # with output_attentions: L tensors (B, nh, T, T)
 
 
 @dataclass
-class ClassifierOutput:
+class ClassifierOutput(TupleAccess):
     """Sequence, pair, token, next-sentence and multiple-choice heads: logits and an optional loss."""
+
+    TUPLE_FIELDS = ("loss", "logits", "hidden_states", "attentions")
 
     loss: Tensor | None
     logits: Tensor  # (B, C) sequence/NSP/choice; (B, T, C) tokens
     hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None  # with output_attentions: L tensors (B, nh, T, T)
 
 
 @dataclass
-class QuestionAnsweringOutput:
+class QuestionAnsweringOutput(TupleAccess):
+    TUPLE_FIELDS = ("loss", "start_logits", "end_logits", "hidden_states", "attentions")
+
     loss: Tensor | None
     start_logits: Tensor  # (B, T)
     end_logits: Tensor  # (B, T)
     hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None  # with output_attentions: L tensors (B, nh, T, T)
 
 
 # torch.export returns these dataclasses as they are (pytree nodes: fields are children); torch.jit.trace
@@ -118,9 +128,11 @@ class _HeadModel(PretrainedMixin, nn.Module):
                 module.apply(lambda m: init_bert_weights(m, self.config.initializer_range))
 
     def _encode(self, input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids=None,
-                layout: str | None = None) -> BertModelOutput:
+                layout: str | None = None, inputs_embeds: Tensor | None = None,
+                output_attentions: bool = False) -> BertModelOutput:
         return self.bert(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
-                         output_hidden_states=output_hidden_states, sequence_ids=sequence_ids, layout=layout)
+                         output_hidden_states=output_hidden_states, sequence_ids=sequence_ids, layout=layout,
+                         inputs_embeds=inputs_embeds, output_attentions=output_attentions)
 
     @property
     def _classifier_dropout(self) -> float:
@@ -144,18 +156,21 @@ class BertForPreTraining(_HeadModel):
         self.nsp = nn.Linear(config.hidden_size, 2)
         self._init_head()
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 next_sentence_label: Tensor | None = None, output_hidden_states: bool = False,
-                sequence_ids: Tensor | None = None) -> PreTrainingOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids)
+                sequence_ids: Tensor | None = None, inputs_embeds: Tensor | None = None,
+                output_attentions: bool = False, return_dict: bool = True) -> PreTrainingOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids,
+                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         logits, mlm_loss = masked_lm_loss(self.mlm, out,
                                           self.bert.embeddings.word_embeddings.weight, labels)
         nsp_logits = self.nsp(out.pooler_output)  # (B, 2)
         nsp_loss = F.cross_entropy(nsp_logits, next_sentence_label.view(-1)) if next_sentence_label is not None else None
         parts = [x for x in (mlm_loss, nsp_loss) if x is not None]
         loss = sum(parts[1:], parts[0]) if parts else None
-        return PreTrainingOutput(loss, mlm_loss, nsp_loss, logits, nsp_logits, out.hidden_states)
+        result = PreTrainingOutput(loss, mlm_loss, nsp_loss, logits, nsp_logits, out.hidden_states, out.attentions)
+        return result if return_dict else result.to_tuple()
 
 
 class BertForMaskedLM(_HeadModel):
@@ -169,13 +184,17 @@ class BertForMaskedLM(_HeadModel):
         self.mlm = MaskedLMHead(config)
         self._init_head()
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False, sequence_ids: Tensor | None = None) -> PreTrainingOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids)
+                output_hidden_states: bool = False, sequence_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
+                return_dict: bool = True) -> PreTrainingOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids,
+                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         logits, loss = masked_lm_loss(self.mlm, out,
                                       self.bert.embeddings.word_embeddings.weight, labels)
-        return PreTrainingOutput(loss, loss, None, logits, None, out.hidden_states)
+        result = PreTrainingOutput(loss, loss, None, logits, None, out.hidden_states, out.attentions)
+        return result if return_dict else result.to_tuple()
 
 
 class BertForNextSentencePrediction(_HeadModel):
@@ -188,13 +207,17 @@ class BertForNextSentencePrediction(_HeadModel):
         self.nsp = nn.Linear(config.hidden_size, 2)
         self._init_head()
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False) -> ClassifierOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+                output_hidden_states: bool = False,
+                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
+                return_dict: bool = True) -> ClassifierOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
+                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         logits = self.nsp(out.pooler_output)
         loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
-        return ClassifierOutput(loss, logits, out.hidden_states)
+        result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+        return result if return_dict else result.to_tuple()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -217,10 +240,13 @@ class BertForSequenceClassification(_HeadModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self._init_head()
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False, sequence_ids: Tensor | None = None) -> ClassifierOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids)
+                output_hidden_states: bool = False, sequence_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
+                return_dict: bool = True) -> ClassifierOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids,
+                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         logits = self.classifier(self.dropout(out.pooler_output))  # (S, C): one row per sequence
         loss = None
         if labels is not None:
@@ -232,7 +258,8 @@ class BertForSequenceClassification(_HeadModel):
                 loss = F.cross_entropy(logits, labels.view(-1))
             else:
                 loss = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
-        return ClassifierOutput(loss, logits, out.hidden_states)
+        result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+        return result if return_dict else result.to_tuple()
 
 
 class BertForTokenClassification(_HeadModel):
@@ -247,10 +274,13 @@ class BertForTokenClassification(_HeadModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self._init_head()
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False) -> ClassifierOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+                output_hidden_states: bool = False,
+                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
+                return_dict: bool = True) -> ClassifierOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
+                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         stored = self.classifier(self.dropout(out.tokens))  # per stored token: (B, T, C) or (N, C)
         loss = None
         if labels is not None:
@@ -263,7 +293,8 @@ class BertForTokenClassification(_HeadModel):
                     raise BertkitError("token labels at padding positions must be -100 (pad labels with -100, as "
                                      "bertkit's collate does); otherwise padding would count in the loss")
             loss = F.cross_entropy(stored.reshape(-1, stored.size(-1)), target, ignore_index=IGNORE_INDEX)
-        return ClassifierOutput(loss, out.token_layout.to_batch(stored), out.hidden_states)
+        result = ClassifierOutput(loss, out.token_layout.to_batch(stored), out.hidden_states, out.attentions)
+        return result if return_dict else result.to_tuple()
 
 
 class BertForQuestionAnswering(_HeadModel):
@@ -277,10 +308,13 @@ class BertForQuestionAnswering(_HeadModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self._init_head()
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, start_positions: Tensor | None = None,
-                end_positions: Tensor | None = None, output_hidden_states: bool = False) -> QuestionAnsweringOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+                end_positions: Tensor | None = None, output_hidden_states: bool = False,
+                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
+                return_dict: bool = True) -> QuestionAnsweringOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
+                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         logits = out.token_layout.to_batch(self.qa_outputs(out.tokens))  # (B, T, 2)
         if attention_mask is not None:
             # SQuAD windows are ~half padding, and the encoder skips it. google-research/bert and transformers
@@ -303,7 +337,8 @@ class BertForQuestionAnswering(_HeadModel):
                     raise BertkitError("start/end positions point at padding (attention_mask 0), where the span "
                                      "softmax gives no probability; answers must lie on real tokens")
             loss = (F.cross_entropy(start_logits, s, ignore_index=T) + F.cross_entropy(end_logits, e, ignore_index=T)) / 2
-        return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states)
+        result = QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
+        return result if return_dict else result.to_tuple()
 
 
 class BertForMultipleChoice(_HeadModel):
@@ -318,17 +353,23 @@ class BertForMultipleChoice(_HeadModel):
         self.classifier = nn.Linear(config.hidden_size, 1)
         self._init_head()
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
+    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False) -> ClassifierOutput:
-        if input_ids.dim() != 3:
-            raise BertkitError(f"input_ids must be (batch, num_choices, seq_len), got shape {tuple(input_ids.shape)}")
-        B, C, T = input_ids.shape
+                output_hidden_states: bool = False,
+                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
+                return_dict: bool = True) -> ClassifierOutput:
+        given = input_ids if input_ids is not None else inputs_embeds
+        if given is None or given.dim() != (3 if input_ids is not None else 4):
+            raise BertkitError("input_ids must be (batch, num_choices, seq_len) (or inputs_embeds (batch, num_choices, "
+                               f"seq_len, hidden_size)), got {None if given is None else tuple(given.shape)}")
+        B, C, T = given.shape[:3]
         flat = [x.reshape(B * C, T) if x is not None else None for x in (input_ids, token_type_ids, attention_mask)]
-        out = self._encode(*flat, output_hidden_states)
+        embeds = inputs_embeds.reshape(B * C, T, -1) if inputs_embeds is not None else None
+        out = self._encode(*flat, output_hidden_states, inputs_embeds=embeds, output_attentions=output_attentions)
         logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
         loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
-        return ClassifierOutput(loss, logits, out.hidden_states)
+        result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+        return result if return_dict else result.to_tuple()
 
 
 HEAD_MODELS: dict[str, type[_HeadModel]] = {

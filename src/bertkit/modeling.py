@@ -16,6 +16,9 @@ Where this differs from the paper's text (not from its released code, which it f
   from this forward pass. The same mechanism packs several sequences
   into one row (Krell et al. 2021). ``layout="padded"`` computes on the padded rectangle as transformers
   does; at real positions both agree within float rounding.
+- ``output_attentions=True`` computes attention explicitly (``attention_probs``) on the padded rectangle so
+  the probabilities can be returned, as transformers' "eager" attention does; without it the fused SDPA
+  kernel runs and the probabilities are never materialised.
 - Initialisation is a truncated normal with std ``initializer_range`` (0.02), cut at two standard
   deviations, as google-research/bert's ``create_initializer`` does; the paper does not state it.
 
@@ -65,8 +68,11 @@ class BertEmbeddings(nn.Module):
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+    def forward(self, input_ids: Tensor | None, token_type_ids: Tensor, position_ids: Tensor,
+                inputs_embeds: Tensor | None = None) -> Tensor:
+        # inputs_embeds (given instead of input_ids) replaces only the word-embedding lookup, as in transformers.
+        words = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        x = words + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)  # (B, T, H)
         return self.dropout(self.layer_norm(x))
 
@@ -88,13 +94,34 @@ class BertLayer(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.act = activation(config.hidden_act)
 
-    def forward(self, x: Tensor, layout: TokenLayout) -> Tensor:
+    def forward(self, x: Tensor, layout: TokenLayout, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        """(new x, attention probabilities (B, nh, T, T) or None). ``output_attentions`` needs the padded layout."""
         # x is (B, T, H) in the padded layout and (N, H) otherwise; every op but attention is per token.
         p = self.attn_dropout_p if self.training else 0.0
-        a = self_attention(self.qkv(x), layout, self.num_heads, p)  # like x
+        probs = None
+        if output_attentions:
+            a, probs = attention_probs(self.qkv(x), layout.key_mask, self.num_heads, p)  # (B, T, H)
+        else:
+            a = self_attention(self.qkv(x), layout, self.num_heads, p)  # like x
         x = self.attn_norm(x + self.dropout(self.attn_out(a)))
         h = self.act(self.ffn_in(x))  # (..., I)
-        return self.ffn_norm(x + self.dropout(self.ffn_out(h)))
+        return self.ffn_norm(x + self.dropout(self.ffn_out(h))), probs
+
+
+def attention_probs(qkv: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float) -> tuple[Tensor, Tensor]:
+    """Attention written out (Vaswani et al. 2017, eq. 1): softmax(q k^T / sqrt(hs)) v, also returning the
+    probabilities. Only for ``output_attentions``: SDPA computes the same without materialising them.
+    ``key_mask`` (B, 1, 1, T) is True at real keys. As in transformers, the probabilities returned are
+    those after attention dropout (identical in eval mode)."""
+    B, T, three_h = qkv.shape
+    hs = three_h // (3 * num_heads)
+    q, k, v = qkv.view(B, T, 3, num_heads, hs).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
+    scores = (q @ k.transpose(-1, -2)) / hs**0.5  # (B, nh, T, T)
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
+    probs = F.dropout(scores.softmax(-1), dropout_p, training=dropout_p > 0)  # (B, nh, T, T)
+    y = probs @ v  # (B, nh, T, hs)
+    return y.transpose(1, 2).reshape(B, T, num_heads * hs), probs
 
 
 class BertPooler(nn.Module):
@@ -124,14 +151,23 @@ def init_bert_weights(module: nn.Module, std: float) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def check_inputs(config: BertConfig, input_ids: Tensor, token_type_ids: Tensor | None,
-                 attention_mask: Tensor | None, position_ids: Tensor | None) -> None:
+def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: Tensor | None,
+                 attention_mask: Tensor | None, position_ids: Tensor | None,
+                 inputs_embeds: Tensor | None = None) -> tuple[int, int]:
     """Shapes and id ranges checked where inputs enter, so a mistake is a clear error, not wrong outputs
     (a (1, T) mask broadcast over a (B, T) batch) or torch's "index out of range in self". One min/max
-    pass per tensor; skipped while tracing or compiling (export), where values are symbolic."""
-    if input_ids.dim() != 2:
+    pass per tensor; skipped while tracing or compiling (export), where values are symbolic. Returns (B, T)."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise BertkitError("pass exactly one of input_ids (B, T) and inputs_embeds (B, T, H)")
+    if inputs_embeds is not None:
+        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size:
+            raise BertkitError(f"inputs_embeds must be (batch, seq_len, hidden_size={config.hidden_size}), "
+                               f"got shape {tuple(inputs_embeds.shape)}")
+        shape = tuple(inputs_embeds.shape[:2])
+    elif input_ids.dim() != 2:
         raise BertkitError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
-    shape = tuple(input_ids.shape)
+    else:
+        shape = tuple(input_ids.shape)
     for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
         if t is not None and tuple(t.shape) != shape:
             raise BertkitError(f"{name} has shape {tuple(t.shape)} but input_ids has {shape}; pass one value per "
@@ -139,8 +175,8 @@ def check_inputs(config: BertConfig, input_ids: Tensor, token_type_ids: Tensor |
     if position_ids is not None and (position_ids.dim() != 2 or position_ids.shape[1] != shape[1]
                                      or position_ids.shape[0] not in (1, shape[0])):
         raise BertkitError(f"position_ids has shape {tuple(position_ids.shape)}; expected {shape} or (1, {shape[1]})")
-    if is_tracing() or input_ids.numel() == 0:
-        return
+    if is_tracing() or shape[0] * shape[1] == 0:
+        return shape
     for name, t, limit, what in (("input_ids", input_ids, config.vocab_size, "vocab_size"),
                                  ("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size"),
                                  ("position_ids", position_ids, config.max_position_embeddings,
@@ -152,17 +188,43 @@ def check_inputs(config: BertConfig, input_ids: Tensor, token_type_ids: Tensor |
             bad = lo if lo < 0 else hi
             raise BertkitError(f"{name} holds {bad}, outside [0, {limit - 1}] ({what} {limit} of this model); "
                                "was the input made with this model's tokenizer?")
+    return shape
+
+
+class TupleAccess:
+    """``out[0]``, ``out[1:]``, ``out["logits"]`` and ``to_tuple()`` on an output dataclass, in transformers'
+    order (``TUPLE_FIELDS``, fields that are None left out), so code written against transformers'
+    ``ModelOutput`` indexes the same tensors. The dataclass stays the one return type (``return_dict=False``
+    only converts it at the end)."""
+
+    TUPLE_FIELDS: tuple[str, ...] = ()
+
+    def to_tuple(self) -> tuple[Any, ...]:
+        return tuple(v for v in (getattr(self, n) for n in self.TUPLE_FIELDS) if v is not None)
+
+    def __getitem__(self, key: int | slice | str) -> Any:
+        if isinstance(key, str):
+            if key not in self.TUPLE_FIELDS:
+                raise KeyError(f"{key!r} is not one of {self.TUPLE_FIELDS}")
+            return getattr(self, key)
+        return self.to_tuple()[key]
+
+    def __len__(self) -> int:
+        return len(self.to_tuple())
 
 
 @dataclass
-class BertModelOutput:
+class BertModelOutput(TupleAccess):
     """Encoder outputs. ``tokens`` are the stored token states: (B, T, H) in the padded layout, (N, H)
     for the N real tokens otherwise; ``last_hidden_state`` always gives the caller's padded (B, T, H)."""
+
+    TUPLE_FIELDS = ("last_hidden_state", "pooler_output", "hidden_states", "attentions")
 
     tokens: Tensor
     pooler_output: Tensor | None  # (S, H): one per sequence (S = B unless packed); None without pooler
     token_layout: TokenLayout  # where the real tokens are (not model.layout, the setting that chose it)
     layer_tokens: tuple[Tensor, ...] | None = None  # with output_hidden_states: L + 1, embeddings first
+    attentions: tuple[Tensor, ...] | None = None  # with output_attentions: L tensors (B, nh, T, T)
 
     @property
     def last_hidden_state(self) -> Tensor:
@@ -201,14 +263,17 @@ class BertModel(PretrainedMixin, nn.Module):
 
     def forward(
         self,
-        input_ids: Tensor,
+        input_ids: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
         position_ids: Tensor | None = None,
         output_hidden_states: bool = False,
         sequence_ids: Tensor | None = None,
         layout: str | None = None,
-    ) -> BertModelOutput:
+        inputs_embeds: Tensor | None = None,
+        output_attentions: bool = False,
+        return_dict: bool = True,
+    ) -> BertModelOutput | tuple[Tensor, ...]:
         """Encode a batch.
 
         ``layout="auto"`` drops padding before the first layer whenever the batch has any (right-padded
@@ -217,12 +282,21 @@ class BertModel(PretrainedMixin, nn.Module):
         transformers does. ``sequence_ids`` (B, T) instead of ``attention_mask`` marks packed rows:
         sequences numbered 1, 2, ... within each row, 0 for padding; positions restart per sequence and
         ``pooler_output`` has one row per sequence.
+
+        As in transformers: ``inputs_embeds`` (B, T, H) instead of ``input_ids`` replaces the word-embedding
+        lookup; ``output_attentions`` returns each layer's attention probabilities (B, nh, T, T), computed
+        on the padded rectangle with attention written out (slower: only when asked); ``return_dict=False``
+        returns ``to_tuple()`` (last_hidden_state, pooler_output, then hidden states / attentions if asked).
         """
-        check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids)
+        B, T = check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids, inputs_embeds)
         layout = "padded" if is_tracing() else layout or self.layout  # export: static shapes, no data checks
         if layout not in LAYOUTS:
             raise BertkitError(f"layout {layout!r} is not one of {LAYOUTS}")
-        B, T = input_ids.shape
+        if output_attentions:
+            if sequence_ids is not None:
+                raise BertkitError("output_attentions returns (B, nh, T, T) per layer; it cannot be combined with "
+                                   "packed sequence_ids (several sequences per row): pass one sequence per row")
+            layout = "padded"  # probabilities per (query, key) position of the caller's rectangle
         if T > self.config.max_position_embeddings:
             raise BertkitError(
                 f"sequence length {T} exceeds max_position_embeddings {self.config.max_position_embeddings} "
@@ -230,7 +304,8 @@ class BertModel(PretrainedMixin, nn.Module):
                 f"max_length={self.config.max_position_embeddings}))"
             )
         if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
+            token_type_ids = (torch.zeros_like(input_ids) if input_ids is not None  # zeros_like: traces dynamically
+                              else torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device))
         if sequence_ids is not None:
             if attention_mask is not None:
                 raise BertkitError("pass either attention_mask (one sequence per row) or sequence_ids (packed), not both")
@@ -244,7 +319,7 @@ class BertModel(PretrainedMixin, nn.Module):
 
         if lay.is_padded:
             pos = self.position_ids[:T].unsqueeze(0) if position_ids is None else position_ids  # (1 or B, T)
-            x = self.embeddings(input_ids, token_type_ids, pos)  # (B, T, H)
+            x = self.embeddings(input_ids, token_type_ids, pos, inputs_embeds)  # (B, T, H)
         else:
             if lay.position_ids is not None:
                 if position_ids is not None:
@@ -252,17 +327,27 @@ class BertModel(PretrainedMixin, nn.Module):
                 pos = lay.position_ids
             else:
                 pos = (lay.flat_index % T) if position_ids is None else position_ids.reshape(-1)[lay.flat_index]
-            x = self.embeddings(input_ids.reshape(-1)[lay.flat_index], token_type_ids.reshape(-1)[lay.flat_index],
-                                pos)  # (N, H)
+            keep = lay.flat_index
+            x = self.embeddings(None if input_ids is None else input_ids.reshape(-1)[keep],
+                                token_type_ids.reshape(-1)[keep], pos,
+                                None if inputs_embeds is None else inputs_embeds.reshape(B * T, -1)[keep])  # (N, H)
         states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
             # Non-reentrant checkpointing replays the layer's dropout with the same random state
-            x = checkpoint(layer, x, lay, use_reentrant=False) if recompute else layer(x, lay)
+            if recompute:
+                x, probs = checkpoint(layer, x, lay, output_attentions, use_reentrant=False)
+            else:
+                x, probs = layer(x, lay, output_attentions)
             if states is not None:
                 states.append(x)
+            if attentions is not None:
+                attentions.append(probs)
         pooled = self.pooler(lay.first_tokens(x)) if self.pooler is not None else None
-        return BertModelOutput(x, pooled, lay, tuple(states) if states is not None else None)
+        out = BertModelOutput(x, pooled, lay, tuple(states) if states is not None else None,
+                              tuple(attentions) if attentions is not None else None)
+        return out if return_dict else out.to_tuple()
 
     def compile_layers(self, **compile_kwargs: Any) -> BertModel:
         """Compile each encoder layer in place with ``torch.compile`` (optional; needs a C++ compiler on CPU).
