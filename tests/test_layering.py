@@ -16,7 +16,7 @@ LAYERS = [
     ("heads",),
     ("modeling",),
     ("padding", "tokenization", "checkpoint_io"),
-    ("config", "outputs", "errors", "_parallel", "examples"),
+    ("config", "outputs", "errors", "_parallel", "examples", "hub"),
 ]
 
 

@@ -183,20 +183,51 @@ class PretrainedMixin:
 
     # -- loading --------------------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, config: BertConfig | None = None, **config_overrides: Any):
+    def from_pretrained(cls, path: str | Path | None, *, config: BertConfig | None = None,
+                        state_dict: dict[str, Tensor] | None = None, dtype: torch.dtype | str | None = None,
+                        device: torch.device | str | None = None, **config_overrides: Any):
         """Build the model from a Hugging Face-layout directory; keyword arguments override config fields.
 
-        ``num_labels=3`` or ``id2label={0: "neg", ...}`` set the size of a fresh classification head.
+        ``num_labels=3`` or ``id2label={0: "neg", ...}`` set the size of a fresh classification head; any
+        other keyword that is not a ``BertConfig`` field is an error. ``state_dict`` (e.g. a transformers
+        model's ``state_dict()``) replaces the directory's weights and goes through the same key table
+        (``path`` may then be None, with ``config=``). ``dtype`` (a torch dtype, its name, or ``"auto"``
+        for the stored weights' dtype) and ``device`` place the model. Unlike transformers, the model is
+        returned in training mode (``nn.Module``'s default): call ``.eval()`` for inference. A Hub id
+        (``"bert-base-uncased"``) is read from huggingface_hub's cache or downloaded when that package is
+        installed and the Hub reachable (``bertkit.hub``).
         """
-        directory = Path(path)
-        if not directory.is_dir():
-            raise MissingFileError(f"checkpoint directory {directory} does not exist")
+        if "torch_dtype" in config_overrides:  # transformers' name before 4.56; ported code still passes it
+            if dtype is not None:
+                raise BertkitError("pass dtype= or torch_dtype= (its older transformers name), not both")
+            dtype = config_overrides.pop("torch_dtype")
+        if path is None:
+            if config is None or state_dict is None:
+                raise BertkitError("from_pretrained(None, ...) needs both config= and state_dict=")
+            directory = None
+        else:
+            from bertkit.hub import resolve_directory
+
+            directory = resolve_directory(path)
+            if not directory.is_dir():
+                raise MissingFileError(f"checkpoint directory {directory} does not exist")
         if config is None:
             config = BertConfig.from_json_file(directory / CONFIG_NAME, **config_overrides)
         elif config_overrides:
-            raise BertkitError("pass either config= or config field overrides, not both")
+            raise BertkitError(f"pass either config= or config field overrides ({sorted(config_overrides)}), not both")
+        weights = state_dict if state_dict is not None else read_weights(directory)
         model = cls(config)
-        model.load_published_state_dict(read_weights(directory), source=str(directory))
+        model.load_published_state_dict(weights, source="state_dict" if state_dict is not None else str(directory))
+        if dtype == "auto":
+            dtype = next((t.dtype for t in weights.values() if t.is_floating_point()), torch.float32)
+        elif isinstance(dtype, str):
+            resolved = getattr(torch, dtype, None)
+            if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
+                raise BertkitError(f"dtype {dtype!r} is not a torch floating-point dtype; use e.g. 'float32', "
+                                   "'bfloat16', 'float16' or 'auto'")
+            dtype = resolved
+        if dtype is not None or device is not None:
+            model.to(device=device, dtype=dtype)  # type: ignore[attr-defined]
         return model
 
     def load_published_state_dict(self, published: dict[str, Tensor], source: str = "state dict") -> None:
@@ -253,6 +284,92 @@ class PretrainedMixin:
                         ", ".join(other_heads))
         result = self.load_state_dict(new_state, strict=False)  # type: ignore[attr-defined]
         assert not result.unexpected_keys, result.unexpected_keys
+
+    # -- the calls people port from transformers -------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are (the word embeddings' device)."""
+        return self.get_input_embeddings().weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.get_input_embeddings().weight.dtype
+
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        return self._encoder().embeddings.word_embeddings
+
+    def set_input_embeddings(self, embeddings: torch.nn.Embedding) -> None:
+        """Replace the word embeddings (the tied MLM decoder reads them); ``config.vocab_size`` follows their rows."""
+        if embeddings.embedding_dim != self.config.hidden_size:
+            raise BertkitError(f"embeddings have dim {embeddings.embedding_dim}, the model hidden_size "
+                               f"{self.config.hidden_size}")
+        mlm = getattr(self, "mlm", None)
+        if mlm is not None and mlm.bias.numel() != embeddings.num_embeddings:
+            raise BertkitError(f"embeddings have {embeddings.num_embeddings} rows but the MLM bias "
+                               f"{mlm.bias.numel()}: use resize_token_embeddings to change the vocabulary size")
+        self._encoder().embeddings.word_embeddings = embeddings
+        self._set_vocab_size(embeddings.num_embeddings)
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None,
+                                pad_to_multiple_of: int | None = None) -> torch.nn.Embedding:
+        """Grow (or shrink) the vocabulary to ``new_num_tokens`` rows, e.g. ``len(tokenizer)`` after
+        ``tokenizer.add_tokens(...)``; returns the word embeddings.
+
+        Existing rows are kept. New rows start at the mean of the old ones, as transformers does by default
+        (``mean_resizing``: a new token then does not dominate the MLM softmax before training; Hewitt 2021);
+        transformers adds noise of std ~1e-6 around that mean, bertkit does not. The MLM output bias (the
+        decoder is tied to the embeddings) gets zeros for new tokens. ``config.vocab_size`` follows.
+        """
+        old = self.get_input_embeddings()
+        n = old.num_embeddings if new_num_tokens is None else int(new_num_tokens)
+        if pad_to_multiple_of is not None:
+            if pad_to_multiple_of < 1:
+                raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of}")
+            n = -(-n // pad_to_multiple_of) * pad_to_multiple_of
+        if n == old.num_embeddings:
+            return old
+        self._check_vocab_size(n)
+        new = torch.nn.Embedding(n, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype)
+        keep = min(n, old.num_embeddings)
+        with torch.no_grad():
+            new.weight[:keep] = old.weight[:keep]
+            if n > keep:
+                new.weight[keep:] = old.weight.float().mean(0).to(old.weight.dtype)
+        new.weight.requires_grad_(old.weight.requires_grad)
+        self._encoder().embeddings.word_embeddings = new
+        mlm = getattr(self, "mlm", None)
+        if mlm is not None:
+            bias = torch.zeros(n, device=mlm.bias.device, dtype=mlm.bias.dtype)
+            bias[:keep] = mlm.bias.detach()[:keep]
+            mlm.bias = torch.nn.Parameter(bias, requires_grad=mlm.bias.requires_grad)
+        self._set_vocab_size(n)
+        return new
+
+    def _check_vocab_size(self, n: int) -> None:
+        if not self.config.pad_token_id < n:
+            raise BertkitError(f"a vocabulary of {n} tokens does not hold pad_token_id {self.config.pad_token_id}")
+
+    def _set_vocab_size(self, n: int) -> None:
+        self._check_vocab_size(n)
+        self.config.vocab_size = n
+        if self._encoder().config is not self.config:
+            self._encoder().config.vocab_size = n
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
+        """Recompute each layer in the backward pass: the encoder's ``gradient_checkpointing`` switch, the one
+        ``--gradient-checkpointing`` sets. Always non-reentrant, so ``use_reentrant=True`` is refused."""
+        kwargs = dict(gradient_checkpointing_kwargs or {})
+        if kwargs.pop("use_reentrant", False) or kwargs:
+            raise BertkitError(f"gradient_checkpointing_kwargs {gradient_checkpointing_kwargs} not supported: bertkit "
+                               "always checkpoints non-reentrantly (use_reentrant=False) and takes no other options")
+        self._encoder().gradient_checkpointing = True
+
+    def gradient_checkpointing_disable(self) -> None:
+        self._encoder().gradient_checkpointing = False
+
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        return self._encoder().gradient_checkpointing
 
     # -- saving ---------------------------------------------------------------------------------------
     def published_state_dict(self) -> dict[str, Tensor]:

@@ -137,8 +137,15 @@ class BertConfig:
         model_type = data.get("model_type", "bert")
         if model_type != "bert":
             raise BertkitError(f"config model_type is {model_type!r}; bertkit loads BERT checkpoints (model_type 'bert')")
-        merged = {**data, **overrides}
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        # Keys of a config.json that bertkit does not use are kept (in ``extra``); a keyword argument that is
+        # not a field is a mistake (a typo, or a transformers loading option such as device_map) and would
+        # otherwise end up in config.json on the next save.
+        unknown = sorted(set(overrides) - known - {"num_labels"})
+        if unknown:
+            raise BertkitError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
+                               f"not a BertConfig field (fields: {', '.join(sorted(known))}, or num_labels)")
+        merged = {**data, **overrides}
         kwargs = {k: v for k, v in merged.items() if k in known}
         # Derived or re-written on save: label2id (from id2label), model_type, architectures (the saving class).
         derived = ("label2id", "num_labels", "model_type", "architectures")
@@ -166,6 +173,15 @@ class BertConfig:
             out["label2id"] = self.label2id
         out.setdefault("model_type", "bert")
         return out
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides: Any) -> BertConfig:
+        """The config of a checkpoint directory (its config.json), a config.json file, or a Hub id
+        (``bertkit.hub``); keyword arguments override fields, as in ``from_json_file``."""
+        from bertkit.hub import resolve_directory
+
+        path = resolve_directory(path)
+        return cls.from_json_file(path / "config.json" if path.is_dir() else path, **overrides)
 
     @classmethod
     def from_json_file(cls, path: str | Path, **overrides: Any) -> BertConfig:

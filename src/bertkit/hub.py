@@ -1,0 +1,74 @@
+"""Hugging Face Hub ids where a checkpoint directory is expected (``bert-base-uncased``, ``org/name``).
+
+bertkit reads local directories. When the path given does not exist and looks like a Hub id, the files are
+taken from huggingface_hub's local cache, else downloaded with ``snapshot_download`` if that package is
+installed and the Hub answers; otherwise the error says how to get the files. Offline, this fails within
+seconds (a short connection probe first) instead of waiting on the Hub client's retries.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from pathlib import Path
+
+from bertkit.errors import MissingFileError
+
+# What a Hub repo id looks like: "name" or "owner/name", letters, digits, - _ . (no leading dot, no "..").
+_HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
+# The files bertkit reads from a BERT repo; the rest (TF/Flax/ONNX weights, ...) is not downloaded.
+_PATTERNS = ["config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+             "added_tokens.json"]
+PROBE_TIMEOUT_S = 3.0
+
+
+def looks_like_hub_id(path: str | os.PathLike) -> bool:
+    text = os.fspath(path)
+    return bool(_HUB_ID.match(text)) and ".." not in text and not Path(text).exists()
+
+
+def how_to_get(repo_id: str, what: str) -> str:
+    return (f"{what} {repo_id!r} does not exist here; if it is a Hugging Face Hub id, download it with "
+            f"`hf download {repo_id} --local-dir DIR` (huggingface_hub's CLI) (or `pip install huggingface_hub` and bertkit "
+            "does so itself when online), then pass DIR")
+
+
+def _hub_reachable(endpoint: str) -> bool:
+    host = re.sub(r"^https?://", "", endpoint).split("/")[0]
+    host, _, port = host.partition(":")
+    try:
+        with socket.create_connection((host, int(port or 443)), timeout=PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory") -> Path:
+    """``path`` itself when it exists; for a Hub id, the snapshot directory (cache, else download).
+
+    Raises MissingFileError naming the path, and for a Hub id, how to download it.
+    """
+    directory = Path(path)
+    if directory.is_dir() or not looks_like_hub_id(path):
+        return directory  # the caller reports a missing directory in its own words
+    repo_id = os.fspath(path)
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    except ImportError:
+        raise MissingFileError(how_to_get(repo_id, what)) from None
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=_PATTERNS, local_files_only=True))
+    except LocalEntryNotFoundError:
+        pass  # not cached: try the network below
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or not _hub_reachable(constants.ENDPOINT):
+        raise MissingFileError(how_to_get(repo_id, what) + f"; the Hub ({constants.ENDPOINT}) is not reachable "
+                               "from here and the files are not in the local cache") from None
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=_PATTERNS))
+    except (HfHubHTTPError, OSError) as e:
+        raise MissingFileError(how_to_get(repo_id, what) + f"; downloading it failed: {str(e).splitlines()[0]}"
+                               ) from None
