@@ -27,11 +27,65 @@ class BatchEncoding(dict):
     """The tokenizer's output: a plain ``dict`` (``input_ids``, ``token_type_ids``, ``attention_mask``, and
     ``special_tokens_mask`` / ``offset_mapping`` when asked for). Keys can also be read as attributes."""
 
+    # Set by the tokenizer (not keys, so they never reach the model): per row (len A, len B or None,
+    # special tokens added, word index per A token or None, per B token or None), and the "##" piece ids.
+    _row_info: list[tuple] | None = None
+    _continuation_ids: frozenset[int] = frozenset()
+    _batched: bool = True
+
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
         try:
             return self[name]
         except KeyError:
             raise AttributeError(name) from None
+
+    def to(self, device: Any) -> BatchEncoding:
+        """Move every tensor to ``device`` (in place, as Hugging Face); returns self for chaining."""
+        for key, value in self.items():
+            if hasattr(value, "to") and hasattr(value, "device"):
+                self[key] = value.to(device)
+        return self
+
+    def _segments(self, batch_index: int) -> tuple[list[Any], list[Any]]:
+        """(sequence id, word id) of every token of row ``batch_index``: None for special tokens and padding."""
+        if self._row_info is None:
+            raise BertkitError("word_ids/sequence_ids need the tokenizer's own output (this BatchEncoding was "
+                               "built elsewhere, e.g. by pad())")
+        ids = self["input_ids"]
+        row = ids[batch_index] if self._batched else ids
+        row = row.tolist() if hasattr(row, "tolist") else list(row)
+        len_a, len_b, special, words_a, words_b = self._row_info[batch_index]
+        seq: list[Any] = [None] if special else []
+        words: list[Any] = [None] if special else []
+        start = len(seq)
+        for s, n, given in ((0, len_a, words_a), (1, len_b, words_b)):
+            if n is None:
+                continue
+            seq += [s] * n
+            if given is None:
+                from bertkit.tokenization.tokenizer import _word_index
+
+                given = _word_index(row[start:start + n], self._continuation_ids)
+            words += given
+            start += n
+            if special:
+                seq.append(None)
+                words.append(None)
+                start += 1
+        pad = [None] * (len(row) - len(seq))
+        return seq + pad, words + pad
+
+    def word_ids(self, batch_index: int = 0) -> list[int | None]:
+        """The word each token of row ``batch_index`` belongs to (None for [CLS]/[SEP]/[PAD]), as Hugging Face's
+        ``BatchEncoding.word_ids``: words of each text numbered from 0; with ``is_split_into_words`` the
+        index of the input word."""
+        return self._segments(batch_index)[1]
+
+    def sequence_ids(self, batch_index: int = 0) -> list[int | None]:
+        """0 for tokens of the first text, 1 of the second, None for special tokens and padding."""
+        return self._segments(batch_index)[0]
 
 
 def resolve_truncation(

@@ -46,6 +46,7 @@ __all__ = ["BertTokenizer"]
 
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
+ADDED_TOKENS_FILE = "added_tokens.json"
 SPECIAL_TOKEN_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # WordPiece decoder clean-up (tokenizers' `decoders::wordpiece::cleanup`), applied to each token with
 # the space that joins it to the previous one.
@@ -79,6 +80,7 @@ class BertTokenizer:
         cls_token: str = "[CLS]",
         mask_token: str = "[MASK]",
         additional_special_tokens: Sequence[str] = (),
+        added_tokens: Sequence[str] = (),
         model_max_length: int = 512,
         max_input_chars_per_word: int = 100,
         cache_size: int = 65536,
@@ -97,29 +99,36 @@ class BertTokenizer:
         self.unk_token, self.sep_token, self.pad_token = unk_token, sep_token, pad_token
         self.cls_token, self.mask_token = cls_token, mask_token
         self.additional_special_tokens = list(additional_special_tokens)
+        # Tokens added with add_tokens: cut out of the text before WordPiece, like special tokens, but
+        # matched case-insensitively by an uncased tokenizer (Hugging Face matches them on normalised text).
+        self.added_tokens: list[str] = []
         self.model_max_length = int(model_max_length)
         self.max_input_chars_per_word = max_input_chars_per_word
         self.cache_size = cache_size
 
-        specials = [unk_token, sep_token, pad_token, cls_token, mask_token, *self.additional_special_tokens]
-        missing = [t for t in specials if t not in self.vocab]
+        missing = [t for t in (*self._special_list(), *added_tokens) if t not in self.vocab]
         if missing:
             raise BertkitError(
                 f"the vocabulary ({len(tokens)} tokens) lacks the special tokens {missing}; add them to the "
                 f"vocabulary or pass the names it uses (unk_token=, sep_token=, pad_token=, cls_token=, "
                 f"mask_token=)"
             )
-        self.all_special_tokens: list[str] = list(dict.fromkeys(specials))
-        self.all_special_ids: list[int] = [self.vocab[t] for t in self.all_special_tokens]
-        self.unk_token_id = self.vocab[unk_token]
-        self.sep_token_id = self.vocab[sep_token]
-        self.pad_token_id = self.vocab[pad_token]
-        self.cls_token_id = self.vocab[cls_token]
-        self.mask_token_id = self.vocab[mask_token]
+        self.added_tokens = list(dict.fromkeys(added_tokens))
         self._build()
+
+    def _special_list(self) -> list[str]:
+        return [self.unk_token, self.sep_token, self.pad_token, self.cls_token, self.mask_token,
+                *self.additional_special_tokens]
 
     def _build(self) -> None:
         """Derived tables and caches (rebuilt after unpickling rather than shipped to DataLoader workers)."""
+        self.all_special_tokens: list[str] = list(dict.fromkeys(self._special_list()))
+        self.all_special_ids: list[int] = [self.vocab[t] for t in self.all_special_tokens]
+        self.unk_token_id = self.vocab[self.unk_token]
+        self.sep_token_id = self.vocab[self.sep_token]
+        self.pad_token_id = self.vocab[self.pad_token]
+        self.cls_token_id = self.vocab[self.cls_token]
+        self.mask_token_id = self.vocab[self.mask_token]
         self._basic = BasicTokenizer(
             self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars, self.never_split
         )
@@ -128,15 +137,23 @@ class BertTokenizer:
         )
         self._chunks = Memo(self._encode_chunk, self.cache_size)
         self._special_id_set = frozenset(self.all_special_ids)
-        self._special_first_chars = "".join(sorted({t[0] for t in self.all_special_tokens}))
+        # word_ids: a token starts a word unless it is a WordPiece continuation ("##...").
+        self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens) if t.startswith("##"))
+        fold = self.do_lower_case
+        plain = [t for t in self.added_tokens if t not in self._special_id_set and t not in self.all_special_tokens]
+        self._match_ids = {t: self.vocab[t] for t in self.all_special_tokens}
+        self._match_ids.update({(t.lower() if fold else t): self.vocab[t] for t in plain})
+        firsts = {t[0] for t in self.all_special_tokens} | {c for t in plain for c in {t[0], t[0].lower(), t[0].upper()}}
+        self._special_first_chars = "".join(sorted(firsts))
         # Longest first, so that at one position the longest special token wins (leftmost-longest).
-        by_length = sorted(self.all_special_tokens, key=len, reverse=True)
-        self._special_re = re.compile("|".join(map(re.escape, by_length)))
+        patterns = [(t, re.escape(t)) for t in self.all_special_tokens]
+        patterns += [(t, f"(?i:{re.escape(t)})" if fold else re.escape(t)) for t in plain]
+        self._special_re = re.compile("|".join(p for _, p in sorted(patterns, key=lambda x: len(x[0]), reverse=True)))
 
     def __getstate__(self) -> dict:
         # What a DataLoader worker receives: the settings and the token list, not caches or derived maps.
         derived = ("vocab", "ids_to_tokens", "_basic", "_wordpiece", "_chunks", "_special_id_set",
-                   "_special_first_chars", "_special_re")  # fmt: skip
+                   "_special_first_chars", "_special_re", "_continuation_ids", "_match_ids")  # fmt: skip
         return {k: v for k, v in self.__dict__.items() if k not in derived}
 
     def __setstate__(self, state: dict) -> None:
@@ -156,7 +173,9 @@ class BertTokenizer:
         Settings (``do_lower_case``, ``strip_accents``, ``tokenize_chinese_chars``, ``never_split``,
         ``model_max_length``, special tokens) come from the files; keyword arguments override them.
         """
-        path = Path(path)
+        from bertkit.hub import resolve_directory
+
+        path = resolve_directory(path, "tokenizer directory")
         if not path.is_dir():
             raise MissingFileError(
                 f"tokenizer directory {path} does not exist; pass the checkpoint directory that holds "
@@ -169,6 +188,10 @@ class BertTokenizer:
                 f"copy them from the checkpoint, or build one with BertTokenizer(vocab).save_pretrained({str(path)!r})"
             )
         settings = _read_settings(path)
+        added_file = path / ADDED_TOKENS_FILE
+        if added_file.is_file():  # bertkit writes them into vocab.txt as well, at the same ids
+            added = json.loads(added_file.read_text(encoding="utf-8"))
+            settings["added_tokens"] = [t for t, _ in sorted(added.items(), key=lambda kv: kv[1])]
         settings.update(overrides)
         if "do_lower_case" not in settings:
             raise MissingFileError(
@@ -197,7 +220,10 @@ class BertTokenizer:
             **special_map,
         }
         written = [write_vocab_file(self._tokens, path / VOCAB_FILE)]
-        for name, data in ((CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map)):
+        files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map)]
+        if self.added_tokens:  # Hugging Face's file for them: {token: id}
+            files.append((ADDED_TOKENS_FILE, {t: self.vocab[t] for t in self.added_tokens}))
+        for name, data in files:
             written.append(atomic_write_json(path / name, data))  # never through a symlink already there
         return written
 
@@ -218,6 +244,54 @@ class BertTokenizer:
             f"strip_accents={self.strip_accents}, tokenize_chinese_chars={self.tokenize_chinese_chars}, "
             f"model_max_length={self.model_max_length})"
         )
+
+    def add_tokens(self, new_tokens: str | Sequence[str], special_tokens: bool = False) -> int:
+        """Add tokens at the end of the vocabulary; returns how many were new (resize the model with
+        ``model.resize_token_embeddings(len(tokenizer))``). As in Hugging Face, an added token is cut out of
+        the text before WordPiece wherever it occurs (case-insensitively for an uncased tokenizer); with
+        ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
+        """
+        tokens = [new_tokens] if isinstance(new_tokens, str) else list(new_tokens)
+        bad = [t for t in tokens if not isinstance(t, str) or not t or t != t.strip()]
+        if bad:
+            raise BertkitError(f"tokens to add must be non-empty strings without surrounding spaces, got {bad}")
+        added = 0
+        for token in dict.fromkeys(tokens):
+            if token not in self.vocab:
+                self.vocab[token] = len(self._tokens)
+                self.ids_to_tokens[len(self._tokens)] = token
+                self._tokens.append(token)
+                added += 1
+            elif not special_tokens:
+                continue  # already a WordPiece token: Hugging Face leaves it to WordPiece too
+            target = self.additional_special_tokens if special_tokens else self.added_tokens
+            if token not in target and token not in self.all_special_tokens:
+                target.append(token)
+        self._build()
+        return added
+
+    def add_special_tokens(self, special_tokens_dict: Mapping[str, str | Sequence[str]]) -> int:
+        """Set special tokens (``pad_token``, ``cls_token``, ... or ``additional_special_tokens``: a list),
+        adding the ones the vocabulary lacks; returns how many were new. Additional special tokens are
+        appended to those already there (transformers can replace the list; the old ones stay in the
+        vocabulary either way)."""
+        unknown = sorted(set(special_tokens_dict) - {*SPECIAL_TOKEN_KEYS, "additional_special_tokens"})
+        if unknown:
+            raise BertkitError(f"unknown special token keys {unknown}; use {SPECIAL_TOKEN_KEYS} or "
+                               "additional_special_tokens")
+        added = 0
+        for key, value in special_tokens_dict.items():
+            if key == "additional_special_tokens":
+                added += self.add_tokens([value] if isinstance(value, str) else list(value), special_tokens=True)
+            else:
+                if not isinstance(value, str):
+                    raise BertkitError(f"{key} must be a str, got {value!r}")
+                added += self.add_tokens(value, special_tokens=True)
+                if value in self.additional_special_tokens:  # now a named special token instead
+                    self.additional_special_tokens.remove(value)
+                setattr(self, key, value)
+        self._build()
+        return added
 
     def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
         """Token string(s) -> id(s); strings not in the vocabulary map to ``unk_token_id``."""
@@ -255,7 +329,9 @@ class BertTokenizer:
             pos = 0
             for m in self._special_re.finditer(text):
                 self._encode_plain(text[pos : m.start()], pos, ids, offsets)
-                ids.append(self.vocab[m.group()])
+                token = m.group()
+                i = self._match_ids.get(token)
+                ids.append(self._match_ids[token.lower()] if i is None else i)
                 if offsets is not None:
                     offsets.append(m.span())
                 pos = m.end()
@@ -319,16 +395,20 @@ class BertTokenizer:
 
     def __call__(
         self,
-        text: str | Sequence[str],
-        text_pair: str | Sequence[str] | None = None,
+        text: str | Sequence[str] | Sequence[Sequence[str]],
+        text_pair: str | Sequence[str] | Sequence[Sequence[str]] | None = None,
         *,
         add_special_tokens: bool = True,
         max_length: int | None = None,
         truncation: bool | str | None = None,
         padding: bool | str = False,
+        pad_to_multiple_of: int | None = None,
         return_tensors: str | None = None,
         return_offsets_mapping: bool = False,
         return_special_tokens_mask: bool = False,
+        is_split_into_words: bool = False,
+        return_overflowing_tokens: bool = False,
+        stride: int = 0,
     ) -> BatchEncoding:
         """Encode one text / pair, or a batch of them.
 
@@ -336,30 +416,40 @@ class BertTokenizer:
         asked, ``special_tokens_mask`` and ``offset_mapping`` ((start, end) into the original text; (0, 0)
         for [CLS]/[SEP]/[PAD]). A str gives lists of ints, a list of str gives lists of lists; with
         ``return_tensors="pt"`` / ``"np"`` every value is a (B, T) tensor / int64 array ((B, T, 2) for
-        offsets), B = 1 for a single text.
+        offsets), B = 1 for a single text. ``word_ids(i)`` / ``sequence_ids(i)`` say which word / text each
+        token of row i came from.
 
         truncation: None (default) = Hugging Face's default, i.e. ``longest_first`` only when ``max_length``
         is given and ``padding`` is False; True = ``longest_first``; or ``"only_first"``/``"only_second"``.
         ``max_length`` defaults to ``model_max_length`` when truncating or padding to ``"max_length"``.
-        padding: False, True/``"longest"`` (to the longest in the batch) or ``"max_length"``.
+        padding: False, True/``"longest"`` (to the longest in the batch) or ``"max_length"``; with
+        ``pad_to_multiple_of`` the padded length is rounded up to a multiple of it.
+        is_split_into_words: each text is a list of words (NER); word ids index them, offsets are
+        relative to each word, as in Hugging Face.
+        return_overflowing_tokens: the truncated text (the single text, or the one ``only_first`` /
+        ``only_second`` names) is cut into windows that overlap by ``stride`` tokens, each its own row;
+        ``overflow_to_sample_mapping`` gives each row's input index. The output is then always batched.
         A sequence longer than ``model_max_length`` is not an error here: the model checks its positions.
         """
-        batched = not isinstance(text, str)
+        if is_split_into_words:
+            batched = not (isinstance(text, (list, tuple)) and (not text or isinstance(text[0], str)))
+        else:
+            batched = not isinstance(text, str)
         texts = list(text) if batched else [text]
         if text_pair is None:
-            pairs: list[str | None] = [None] * len(texts)
+            pairs: list[Any] = [None] * len(texts)
         elif batched:
-            if isinstance(text_pair, str):
+            if isinstance(text_pair, str) or (is_split_into_words and text_pair and isinstance(text_pair[0], str)):
                 raise TypeError(
-                    "text is a batch (a list) but text_pair is a single str; pass a list of the same length"
+                    "text is a batch (a list) but text_pair is a single text; pass a list of the same length"
                 )
             pairs = list(text_pair)
             if len(pairs) != len(texts):
                 raise BertkitError(f"text has {len(texts)} entries but text_pair has {len(pairs)}")
         else:
-            if not isinstance(text_pair, str):
+            if not isinstance(text_pair, list if is_split_into_words else str):
                 raise TypeError(
-                    f"text is a single str, so text_pair must be a str too, got {type(text_pair).__name__}"
+                    f"text is a single text, so text_pair must be one too, got {type(text_pair).__name__}"
                 )
             # As Hugging Face (and Google's run_classifier): a single empty text_pair means "no pair". In a
             # batch, "" stays an empty second segment ([CLS] A [SEP] [SEP]), again as Hugging Face.
@@ -370,43 +460,87 @@ class BertTokenizer:
             max_length = self.model_max_length
         if max_length is not None and max_length < 0:
             raise BertkitError(f"max_length must be >= 0, got {max_length}")
+        if pad_to_multiple_of is not None and (isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1):
+            raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of!r}")
+        if stride < 0 or (stride and not return_overflowing_tokens):
+            raise BertkitError(f"stride={stride} needs return_overflowing_tokens=True and a value >= 0 (the number "
+                               "of tokens consecutive windows share)")
 
-        rows = [
-            self._encode_row(a, b, add_special_tokens, strategy, max_length, return_offsets_mapping,
-                             return_special_tokens_mask)
-            for a, b in zip(texts, pairs)
-        ]  # fmt: skip
+        rows: list[dict[str, list]] = []
+        metas: list[tuple] = []
+        sample_mapping: list[int] = []
+        for index, (a, b) in enumerate(zip(texts, pairs)):
+            seg_a = self._segment(a, return_offsets_mapping, is_split_into_words)
+            seg_b = None if b is None else self._segment(b, return_offsets_mapping, is_split_into_words)
+            for win_a, win_b in self._windows(seg_a, seg_b, add_special_tokens, strategy, max_length,
+                                              return_overflowing_tokens, stride):
+                rows.append(self._assemble(win_a, win_b, add_special_tokens, return_special_tokens_mask))
+                metas.append((len(win_a[0]), None if win_b is None else len(win_b[0]), add_special_tokens,
+                              win_a[2], None if win_b is None else win_b[2]))
+                sample_mapping.append(index)
         if pad is not None and rows:
             length = max_length if pad == "max_length" else max(len(r["input_ids"]) for r in rows)
+            if pad_to_multiple_of is not None:
+                length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
             pad_rows(rows, length, self.pad_token_id)
-        return to_batch_encoding(rows, batched, return_tensors)
+        batched = batched or return_overflowing_tokens
+        out = to_batch_encoding(rows, batched, return_tensors)
+        if return_overflowing_tokens:
+            out["overflow_to_sample_mapping"] = _as_tensor(sample_mapping, return_tensors)
+        out._row_info = metas
+        out._continuation_ids = self._continuation_ids
+        out._batched = batched
+        return out
 
-    def _encode_row(
-        self,
-        a: str,
-        b: str | None,
-        add_special_tokens: bool,
-        strategy: str | None,
-        max_length: int | None,
-        with_offsets: bool,
-        with_special_mask: bool,
-    ) -> dict[str, list]:
-        offs_a: list[tuple[int, int]] | None = [] if with_offsets else None
-        offs_b: list[tuple[int, int]] | None = [] if with_offsets else None
-        ids_a = self._encode_text(a, offs_a)
-        ids_b = None if b is None else self._encode_text(b, offs_b)
-        if strategy is not None:
-            num_special = (2 if b is None else 3) if add_special_tokens else 0
-            n_a, n_b = truncation_lengths(
-                len(ids_a), None if b is None else len(ids_b), max_length, strategy, num_special
-            )
-            del ids_a[n_a:]
-            if offs_a is not None:
-                del offs_a[n_a:]
-            if ids_b is not None:
-                del ids_b[n_b:]
-                if offs_b is not None:
-                    del offs_b[n_b:]
+    def _segment(self, text: Any, with_offsets: bool, split: bool) -> tuple[list, list | None, list | None]:
+        """(ids, offsets or None, word index per token or None: worked out later from the ids)."""
+        offsets: list[tuple[int, int]] | None = [] if with_offsets else None
+        if not split:
+            return self._encode_text(text, offsets), offsets, None
+        if isinstance(text, str) or not all(isinstance(w, str) for w in text):
+            raise TypeError("with is_split_into_words=True each text is a list of words (str), got "
+                            f"{type(text).__name__}: {str(text)[:60]!r}")
+        ids: list[int] = []
+        words: list[int] = []
+        for w, word in enumerate(text):
+            n = len(ids)
+            ids += self._encode_text(word, offsets)  # offsets relative to the word, as Hugging Face gives them
+            words += [w] * (len(ids) - n)
+        return ids, offsets, words
+
+    def _windows(self, seg_a, seg_b, add_special: bool, strategy: str | None, max_length: int | None,
+                 overflow: bool, stride: int):
+        """The (A, B) segment slices of each output row: one row, or overlapping windows with ``overflow``."""
+        len_a, len_b = len(seg_a[0]), None if seg_b is None else len(seg_b[0])
+        if strategy is None:
+            return [(seg_a, seg_b)]
+        num_special = (2 if seg_b is None else 3) if add_special else 0
+        n_a, n_b = truncation_lengths(len_a, len_b, max_length, strategy, num_special)
+        cut = lambda seg, lo, hi: (seg[0][lo:hi], None if seg[1] is None else seg[1][lo:hi],  # noqa: E731
+                                   None if seg[2] is None else seg[2][lo:hi])
+        if not overflow or (n_a == len_a and n_b == len_b):
+            return [(cut(seg_a, 0, n_a), None if seg_b is None else cut(seg_b, 0, n_b))]
+        if seg_b is not None and strategy == "longest_first":
+            raise BertkitError("return_overflowing_tokens on text pairs needs truncation='only_first' or "
+                               "'only_second' (which text to cut into windows), not 'longest_first'")
+        which, full, keep = (0, seg_a, n_a) if n_a != len_a else (1, seg_b, n_b)
+        if stride >= keep:
+            raise BertkitError(f"stride {stride} must be smaller than the {keep} tokens of the text that fit in "
+                               f"each window (max_length {max_length}); use a smaller stride or a larger max_length")
+        if full[2] is None:  # word ids count from the start of the text, also in later windows
+            full = (*full[:2], _word_index(full[0], self._continuation_ids))
+        rows, start = [], 0
+        while True:
+            stop = min(start + keep, len(full[0]))
+            window = cut(full, start, stop)
+            rows.append((window, seg_b) if which == 0 else (seg_a, window))
+            if stop == len(full[0]):
+                return rows
+            start += keep - stride
+
+    def _assemble(self, seg_a, seg_b, add_special_tokens: bool, with_special_mask: bool) -> dict[str, list]:
+        ids_a, offs_a = seg_a[0], seg_a[1]
+        ids_b, offs_b = (None, None) if seg_b is None else seg_b[:2]
         len_a, len_b = len(ids_a), (None if ids_b is None else len(ids_b))
         if add_special_tokens:
             cls_, sep = self.cls_token_id, self.sep_token_id
@@ -424,15 +558,56 @@ class BertTokenizer:
         row = {"input_ids": input_ids, "token_type_ids": type_ids, "attention_mask": [1] * len(input_ids)}
         if with_special_mask:
             row["special_tokens_mask"] = special
-        if with_offsets:
+        if offs_a is not None:
             if add_special_tokens:
                 offsets = [(0, 0), *offs_a, (0, 0)]
-                if offs_b is not None and b is not None:
+                if offs_b is not None:
                     offsets += [*offs_b, (0, 0)]
             else:
-                offsets = offs_a + (offs_b if b is not None else [])
+                offsets = offs_a + (offs_b or [])
             row["offset_mapping"] = offsets
         return row
+
+    def pad(
+        self,
+        encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        padding: bool | str = True,
+        max_length: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        return_tensors: str | None = None,
+    ) -> BatchEncoding:
+        """Pad already-encoded inputs, as Hugging Face's ``tokenizer.pad`` (what DataCollatorWithPadding calls):
+        a BatchEncoding / dict of lists, or a list of per-example dicts. ``input_ids``, ``token_type_ids``,
+        ``attention_mask`` (made when absent), ``special_tokens_mask`` and ``offset_mapping`` are padded on
+        the right; other keys (labels, ...) are passed through unchanged."""
+        if isinstance(encoded_inputs, Mapping):
+            ids = encoded_inputs["input_ids"]
+            batched = len(ids) > 0 and not isinstance(_as_py(ids)[0], int)
+            columns = {k: _as_py(v) if batched else [_as_py(v)] for k, v in encoded_inputs.items()}
+            n = len(columns["input_ids"])
+            examples = [{k: v[i] for k, v in columns.items()} for i in range(n)]
+        else:
+            batched, examples = True, [{k: _as_py(v) for k, v in e.items()} for e in encoded_inputs]
+        if any("input_ids" not in e for e in examples):
+            raise BertkitError("pad needs input_ids in every example (the tokenizer's output)")
+        padded_keys = ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask", "offset_mapping")
+        rows = [{k: list(e[k]) for k in padded_keys if k in e} for e in examples]
+        for row in rows:
+            row.setdefault("attention_mask", [1] * len(row["input_ids"]))
+        pad = resolve_padding(padding)
+        if pad == "max_length" and max_length is None:
+            max_length = self.model_max_length
+        if pad is not None and rows:
+            length = max_length if pad == "max_length" else max(len(r["input_ids"]) for r in rows)
+            if pad_to_multiple_of is not None:
+                length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
+            pad_rows(rows, length, self.pad_token_id)
+        out = to_batch_encoding(rows, batched, return_tensors)
+        for key in examples[0] if examples else ():
+            if key not in padded_keys:
+                values = [e[key] for e in examples]
+                out[key] = _as_tensor(values if batched else values[0], return_tensors)
+        return out
 
     # ------------------------------------------------------------------------------------------------
     # Ids -> text
@@ -481,6 +656,33 @@ def _spans(text: str) -> Iterator[tuple[int, str]]:
         start = find(chunk, pos)
         pos = start + len(chunk)
         yield start, chunk
+
+
+def _word_index(ids: list[int], continuation_ids: frozenset[int]) -> list[int]:
+    """Word number of each token: a new word starts at every token that is not a "##" continuation piece
+    (BERT's pre-tokenizer words, i.e. whitespace- and punctuation-separated, each an added token too)."""
+    words, w = [], -1
+    for i in ids:
+        if i not in continuation_ids:
+            w += 1
+        words.append(w)
+    return words
+
+
+def _as_py(values: Any) -> Any:
+    return values.tolist() if hasattr(values, "tolist") else values
+
+
+def _as_tensor(values: list, return_tensors: str | None) -> Any:
+    if return_tensors == "pt":
+        import torch
+
+        return torch.tensor(values)
+    if return_tensors == "np":
+        import numpy as np
+
+        return np.asarray(values)
+    return values
 
 
 def _tokens_from_mapping(vocab: Mapping[str, int]) -> list[str]:

@@ -1,0 +1,159 @@
+"""The tokenizer API people port from transformers, against BertTokenizerFast on real sentences."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bertkit import BertTokenizer
+from bertkit.errors import BertkitError
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def toks(minilm_dir):
+    return BertTokenizer.from_pretrained(minilm_dir), transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def sentences(data_dir):
+    lines = (data_dir / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:121]
+    return [line.split("\t")[0] for line in lines]
+
+
+@pytest.fixture(scope="module")
+def squad(data_dir):
+    data = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    para = [p for article in data[:3] for p in article["paragraphs"]][:12]
+    return [p["qas"][0]["question"] for p in para], [p["context"] for p in para]
+
+
+@pytest.fixture(scope="module")
+def conll_words(data_dir):
+    sents, cur = [], []
+    for line in (data_dir / "conll2003" / "valid.txt").read_text(encoding="utf-8").splitlines()[:800]:
+        if not line.strip() or line.startswith("-DOCSTART-"):
+            if cur:
+                sents.append(cur)
+            cur = []
+        else:
+            cur.append(line.split()[0])
+    return sents
+
+
+def test_word_ids_and_sequence_ids(toks, sentences, squad):
+    ours, hf = toks
+    a, b = ours(sentences, padding=True), hf(sentences, padding=True)
+    assert a["input_ids"] == b["input_ids"]
+    for i in range(len(sentences)):
+        assert a.word_ids(i) == b.word_ids(i), sentences[i]
+    questions, contexts = squad
+    a, b = ours(questions, contexts, return_tensors="pt", padding=True), hf(questions, contexts,
+                                                                            return_tensors="pt", padding=True)
+    for i in range(len(questions)):
+        assert a.word_ids(i) == b.word_ids(i) and a.sequence_ids(i) == b.sequence_ids(i)
+
+
+def test_is_split_into_words(toks, conll_words):
+    ours, hf = toks
+    batch = conll_words[:60]
+    a = ours(batch, is_split_into_words=True, return_offsets_mapping=True, truncation=True, max_length=32)
+    b = hf(batch, is_split_into_words=True, return_offsets_mapping=True, truncation=True, max_length=32)
+    assert a["input_ids"] == b["input_ids"] and a["offset_mapping"] == [[tuple(o) for o in r] for r in
+                                                                         b["offset_mapping"]]
+    for i in range(len(batch)):
+        assert a.word_ids(i) == b.word_ids(i)
+    one_a, one_b = ours(batch[3], is_split_into_words=True), hf(batch[3], is_split_into_words=True)
+    assert one_a["input_ids"] == one_b["input_ids"] and one_a.word_ids() == one_b.word_ids()
+
+
+@pytest.mark.parametrize("stride", [0, 7, 40])
+def test_overflowing_tokens_with_stride(toks, squad, stride):
+    ours, hf = toks
+    questions, contexts = squad
+    kw = dict(truncation="only_second", max_length=96, stride=stride, return_overflowing_tokens=True,
+              return_offsets_mapping=True, padding="max_length")
+    a, b = ours(questions, contexts, **kw), hf(questions, contexts, **kw)
+    assert len(a["input_ids"]) > len(questions)  # contexts really are cut into several windows
+    assert a["input_ids"] == b["input_ids"] and a["token_type_ids"] == b["token_type_ids"]
+    assert a["overflow_to_sample_mapping"] == b["overflow_to_sample_mapping"]
+    assert a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
+    for i in range(len(a["input_ids"])):
+        assert a.word_ids(i) == b.word_ids(i) and a.sequence_ids(i) == b.sequence_ids(i)
+    # A single long text, one at a time (output batched) and as tensors.
+    kw = dict(truncation=True, max_length=64, stride=stride % 30, return_overflowing_tokens=True)
+    a, b = ours(contexts[0], **kw), hf(contexts[0], **kw)
+    assert a["input_ids"] == b["input_ids"] and a["overflow_to_sample_mapping"] == b["overflow_to_sample_mapping"]
+    assert [a.word_ids(i) for i in range(len(a["input_ids"]))] == [b.word_ids(i) for i in range(len(b["input_ids"]))]
+    with pytest.raises(BertkitError, match="stride 62 must be smaller"):
+        ours(contexts[0], truncation=True, max_length=64, stride=62, return_overflowing_tokens=True)
+
+
+def test_pad_and_pad_to_multiple_of(toks, sentences):
+    ours, hf = toks
+    for kw in (dict(padding=True, pad_to_multiple_of=8), dict(padding="max_length", max_length=50,
+                                                              pad_to_multiple_of=16)):
+        a, b = ours(sentences[:16], **kw), hf(sentences[:16], **kw)
+        assert a["input_ids"] == b["input_ids"] and a["attention_mask"] == b["attention_mask"]
+        assert len(a["input_ids"][0]) % kw["pad_to_multiple_of"] == 0
+    # pad() on per-example dicts (what a data collator does), with a label passed through.
+    features = [{**ours(s, return_special_tokens_mask=True), "label": i} for i, s in enumerate(sentences[:9])]
+    hf_features = [{**hf(s, return_special_tokens_mask=True), "label": i} for i, s in enumerate(sentences[:9])]
+    a = ours.pad(features, pad_to_multiple_of=8, return_tensors="pt")
+    b = hf.pad(hf_features, pad_to_multiple_of=8, return_tensors="pt")
+    assert set(a) == set(b)
+    for key in b:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+    a = ours.pad(ours(sentences[:5]), padding="max_length", max_length=70)
+    b = hf.pad(hf(sentences[:5]), padding="max_length", max_length=70)
+    assert dict(a) == dict(b)
+
+
+def test_batch_encoding_to(toks, sentences):
+    ours, _ = toks
+    enc = ours(sentences[:3], padding=True, return_tensors="pt")
+    assert enc.to(torch.device("cpu")) is enc and all(v.device.type == "cpu" for v in enc.values())
+    assert enc.word_ids(1)[0] is None  # the row structure survives the move
+
+
+def test_add_tokens_and_special_tokens_with_model_resize(minilm_dir, sentences, tmp_path):
+    from bertkit import BertForMaskedLM
+
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    new = ["covid19", "mrna-1273", "Bertkit"]
+    assert ours.add_tokens(new) == hf.add_tokens(new) == 3
+    assert ours.add_special_tokens({"additional_special_tokens": ["[ENT]"]}) == 1
+    hf.add_special_tokens({"additional_special_tokens": ["[ENT]"]})
+    assert len(ours) == len(hf) == 30526
+    texts = [f"COVID19 and mrna-1273: [ENT] {s} bertkit[ENT]covid19x" for s in sentences[:20]]
+    a, b = ours(texts, return_offsets_mapping=True), hf(texts, return_offsets_mapping=True)
+    assert a["input_ids"] == b["input_ids"]
+    assert a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
+    for i in range(len(texts)):
+        assert a.word_ids(i) == b.word_ids(i)
+    # (transformers decodes an uncased tokenizer's added "Bertkit" lower-cased; bertkit as it was added)
+    assert ours.decode(a["input_ids"][0]).lower() == hf.decode(b["input_ids"][0], skip_special_tokens=True)
+    # The model grows with the tokenizer; the round trip through save_pretrained keeps both.
+    model = BertForMaskedLM.from_pretrained(minilm_dir)
+    model.resize_token_embeddings(len(ours))
+    assert model.config.vocab_size == len(ours)
+    ours.save_pretrained(tmp_path)
+    model.save_pretrained(tmp_path)
+    again = BertTokenizer.from_pretrained(tmp_path)
+    assert again.added_tokens == ["covid19", "mrna-1273", "Bertkit"] and "[ENT]" in again.all_special_tokens
+    assert again(texts)["input_ids"] == a["input_ids"]
+    with torch.no_grad():
+        logits = BertForMaskedLM.from_pretrained(tmp_path).eval()(torch.tensor([a["input_ids"][0]])).prediction_logits
+    assert logits.shape[-1] == len(ours)
+
+
+def test_hub_id_for_tokenizer_says_how_to_get_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(FileNotFoundError, match="hf download bert-base-uncased"):
+        BertTokenizer.from_pretrained("bert-base-uncased")
