@@ -441,7 +441,7 @@ class BertTokenizer:
         elif batched:
             if isinstance(text_pair, str) or (is_split_into_words and text_pair and isinstance(text_pair[0], str)):
                 raise TypeError(
-                    "text is a batch (a list) but text_pair is a single text; pass a list of the same length"
+                    "text is a batch (a list) but text_pair is a single str (or word list); pass a list of the same length"
                 )
             pairs = list(text_pair)
             if len(pairs) != len(texts):
