@@ -378,7 +378,9 @@ def _extract(s) -> dict:
     from bertkit.features import extract_features, read_texts
     from bertkit.modeling import BertModel
     from bertkit.tokenization import BertTokenizer
+    from bertkit.training.distributed import current, resolve_device
 
+    s.device = resolve_device(s.device, current().local_rank)  # under torchrun: this process's GPU
     return extract_features(BertModel.from_pretrained(s.model_name_or_path),
                             BertTokenizer.from_pretrained(s.model_name_or_path), read_texts(s.input), s.output_file,
                             layers=s.layers, max_seq_length=s.max_seq_length, batch_size=s.batch_size,
@@ -482,14 +484,15 @@ def _claim(name: str, s: Any):
 
 @contextlib.contextmanager
 def _launch(name: str, s: Any):
-    """Run a command in one process, or in torchrun's process group for the training commands (their
-    settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
+    """Run a command in one process, or in torchrun's process group for the commands that split over
+    processes (their settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
     Yields whether this process is rank 0 (the one that reports)."""
     if not hasattr(s, "ddp_timeout"):
         under_torchrun = "LOCAL_RANK" in os.environ and os.environ.get("WORLD_SIZE", "1") not in ("", "1")
         if under_torchrun and not hasattr(s, "num_shards"):  # create-pretraining-data splits by rank
             raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
-                               "pretrain, finetune and create-pretraining-data over several processes)")
+                               "pretrain, finetune, extract-features and create-pretraining-data over several "
+                               "processes)")
         with _claim(name, s):
             yield True
         return

@@ -68,9 +68,11 @@ def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 would make every model file private
     try:
         yield Path(tmp)
+        # mkstemp's 0600 would make every model file private; set after writing, since a library may have
+        # replaced the file (safetensors' save_file creates it anew, 0600 again).
+        os.chmod(tmp, 0o666 & ~_UMASK)
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)

@@ -519,13 +519,17 @@ class ExtractSettings:
     dtype: Literal["float32", "float16"] = "float32"
     """Value type in safetensors output."""
     device: str = "cpu"
-    """cpu, cuda, ..."""
+    """cpu, cuda, cuda:N or auto; under torchrun a bare cuda (or auto) is each process's own GPU."""
+    ddp_timeout: float = 1800.0
+    """Under torchrun: seconds a process waits for the others before the run stops with an error."""
     progress: bool = True
     """Show a progress bar."""
     overwrite: bool = False
     """Replace --output-file if it exists."""
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.ddp_timeout) and self.ddp_timeout > 0):
+            raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {self.ddp_timeout}")
         self.model_name_or_path, self.input = Path(self.model_name_or_path), Path(self.input)
         self.output_file = Path(self.output_file)
         if not self.layers:
