@@ -124,7 +124,7 @@ def test_a_list_learning_rate_is_refused_where_no_grid_runs(argv, rates, capsys)
     lr_help = {name: next(a.help for a in parser._actions if a.dest == "learning_rate") for name, parser, _ in ALL
                if any(a.dest == "learning_rate" for a in parser._actions)}
     for name, text in lr_help.items():
-        assert ("comma list" in text and "'paper'" in text) == (name == "finetune glue"), (name, text)
+        assert ("comma list" in text and "'paper'" in text) == (name in ("finetune glue", "finetune classify")), (name, text)
 
 
 def test_settings_file_values_are_type_checked(tmp_path, capsys):

@@ -350,6 +350,14 @@ def _finetune_ner(s) -> dict:
     return finetune_ner(s)
 
 
+@command("classify", "your CSV/TSV/JSONL texts and labels -> classifier (or regressor) with label names, report",
+         _s(S + "ClassifySettings"), family="finetune")
+def _finetune_classify(s) -> dict:
+    from bertkit.training.finetune import finetune_classify
+
+    return finetune_classify(s)
+
+
 @command("squad", "SQuAD v1.1 / v2.0 span extraction", _s(S + "SquadSettings"), family="finetune")
 def _finetune_squad(s) -> dict:
     from bertkit.training.token_tasks import finetune_squad
@@ -370,6 +378,30 @@ def _predict_glue(s) -> dict:
     from bertkit.training.finetune import predict_glue
 
     return predict_glue(s)
+
+
+def _predict_file_command(task: str) -> None:
+    def handler(s) -> dict:
+        from bertkit.inference.files import predict_file
+
+        s.task = task
+        return predict_file(s)
+
+    what = {"text-classification": "labels and scores per text or pair",
+            "token-classification": "word tags and entity spans with character offsets",
+            "question-answering": "answer spans in contexts of any length",
+            "fill-mask": "top-k tokens for each [MASK]",
+            "multiple-choice": "the best choice and its score",
+            "feature-extraction": "one vector per input (mean or CLS pooling)",
+            "sentence-embedding": "unit-length sentence vectors"}[task]
+    command(task, f"your file (JSONL, CSV/TSV, text) -> JSONL of {what}", _s(INFERENCE + "PredictFileSettings"),
+            family="predict")(handler)
+
+
+INFERENCE = "bertkit.inference.commands."
+for _task in ("text-classification", "token-classification", "question-answering", "fill-mask", "multiple-choice",
+              "feature-extraction", "sentence-embedding"):
+    _predict_file_command(_task)
 
 
 @command("extract-features", "per-token hidden states of chosen layers -> JSONL or safetensors",
@@ -405,9 +437,6 @@ def _demo(s) -> None:
     run_demo(s.model_name_or_path, s.output_dir, pretrain_steps=s.steps, seed=s.seed, progress=s.progress)
 
 
-INFERENCE = "bertkit.inference.commands."
-
-
 @command("onnx", "encoder + head -> one ONNX file (dynamic batch and sequence axes)", _s(INFERENCE + "ExportOnnxSettings"),
          family="export")
 def _export_onnx(s) -> dict:
@@ -426,7 +455,7 @@ def _convert_tf(s) -> dict:
 
 
 FAMILY_HELP = {"finetune": "fine-tune a pre-trained BERT on a task (paper section 4) -> model, predictions, report",
-               "predict": "predict with a fine-tuned model -> submission files",
+               "predict": "predict with a fine-tuned model: on your own files (JSONL, CSV/TSV, text) or GLUE submissions",
                "export": "export a model for other runtimes (ONNX)"}
 ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data", "merge-pretraining-data", "pretrain",
          "finetune", "predict", "extract-features", "feature-study", "export", "convert-tf-checkpoint", "demo")

@@ -247,14 +247,11 @@ def first(items: list, n: int | None) -> list:
 
 
 @dataclass(kw_only=True)
-class GlueSettings(FinetuneSettings):
-    """GLUE (section 4.1): batch 32, 3 epochs, max_seq_length 128. The paper picks the learning rate on dev
-    from 2e-5..5e-5 with several restarts; here one run by default, the grid with --learning-rate paper."""
+class SequenceClassificationSettings(FinetuneSettings):
+    """[CLS] classification or regression of texts and text pairs (section 4.1): batch 32, 3 epochs,
+    max_seq_length 128. The paper picks the learning rate on dev from 2e-5..5e-5 with several restarts;
+    here one run by default, the grid with --learning-rate paper."""
 
-    task: str
-    """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
-    data_dir: Path
-    """The GLUE root holding SST-2/, MRPC/, ... (each with train.tsv, dev.tsv, test.tsv)."""
     learning_rate: tuple[float, ...] | None = flag(None, aliases=("--lr",), parse=parse_lr_grid)
     """One rate, a comma list (a grid: one run per rate and seed), or 'paper' (2e-5,3e-5,4e-5,5e-5) or
     'miniature' (3e-5,5e-5,1e-4,3e-4). Default: one run at 2e-5 on models 768 wide and up, 1e-4 below."""
@@ -279,10 +276,50 @@ class GlueSettings(FinetuneSettings):
                 raise BertkitError(f"learning_rate must be finite and positive, got {lr}")
         if not self.seed:
             raise BertkitError("seed: give at least one seed")
-        self.data_dir = Path(self.data_dir)
 
     def grid(self, hidden_size: int) -> tuple[float, ...]:
         return self.learning_rate or (default_lr(hidden_size, self.paper_learning_rate),)
+
+
+@dataclass(kw_only=True)
+class GlueSettings(SequenceClassificationSettings):
+    """GLUE (section 4.1): batch 32, 3 epochs, max_seq_length 128. The paper picks the learning rate on dev
+    from 2e-5..5e-5 with several restarts; here one run by default, the grid with --learning-rate paper."""
+
+    task: str
+    """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
+    data_dir: Path
+    """The GLUE root holding SST-2/, MRPC/, ... (each with train.tsv, dev.tsv, test.tsv)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.data_dir = Path(self.data_dir)
+
+
+@dataclass(kw_only=True)
+class ClassifySettings(SequenceClassificationSettings):
+    """Your own texts (CSV/TSV with a header, or JSON lines) and labels: classification, or regression when
+    the labels are numbers. Same loop, grid and report as GLUE; the label names are saved in the model."""
+
+    train_file: Path
+    """Training data: .csv, .tsv or .jsonl."""
+    validation_file: Path
+    """Scored after each epoch (the report's numbers); same columns as --train-file."""
+    test_file: Path | None = None
+    """Inputs to predict with the best run (labels not needed): written to OUTPUT_DIR/test_predictions.jsonl."""
+    text_column: str = "text"
+    """Column (or JSONL field) holding the text."""
+    text_pair_column: str | None = None
+    """Column holding a second text (sentence-pair tasks)."""
+    label_column: str = "label"
+    """Column holding the label (a class name, or a number for regression)."""
+    problem_type: Literal["auto", "classification", "regression"] = "auto"
+    """auto: regression when every training label is a number and some are not integers, else classification."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.train_file, self.validation_file = Path(self.train_file), Path(self.validation_file)
+        self.test_file = Path(self.test_file) if self.test_file is not None else None
 
 
 @dataclass(kw_only=True)
