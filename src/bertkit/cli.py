@@ -445,6 +445,14 @@ def _export_onnx(s) -> dict:
     return export_onnx(s.model, s.output_file, opset=s.opset, overwrite=True, verify=s.verify)  # _claim checked
 
 
+@command("serve", "a model's pipeline behind HTTP with dynamic batching (POST /predict, /health, /metadata)",
+         _s(INFERENCE + "ServeSettings"))
+def _serve(s) -> None:
+    from bertkit.inference.serve import serve
+
+    return serve(s)
+
+
 @command("convert-tf-checkpoint", "a google-research/bert TensorFlow checkpoint -> Hugging Face layout (no TF needed)",
          _s(INFERENCE + "ConvertTfSettings"))
 def _convert_tf(s) -> dict:
@@ -458,7 +466,7 @@ FAMILY_HELP = {"finetune": "fine-tune a pre-trained BERT on a task (paper sectio
                "predict": "predict with a fine-tuned model: on your own files (JSONL, CSV/TSV, text) or GLUE submissions",
                "export": "export a model for other runtimes (ONNX)"}
 ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data", "merge-pretraining-data", "pretrain",
-         "finetune", "predict", "extract-features", "feature-study", "export", "convert-tf-checkpoint", "demo")
+         "finetune", "predict", "extract-features", "feature-study", "export", "serve", "convert-tf-checkpoint", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

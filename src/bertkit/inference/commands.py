@@ -105,3 +105,46 @@ class PredictFileSettings:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.output_file.resolve() == self.input.resolve():
             raise BertkitError(f"--output-file {self.output_file} is the input file; choose another name")
+
+
+@dataclass(kw_only=True)
+class ServeSettings:
+    """Serve a model's pipeline over HTTP (FastAPI + uvicorn; pip install "bertkit[serve]")."""
+
+    model_name_or_path: Path = _aliases("--model")
+    """Checkpoint directory with the task's head (config.json, model.safetensors, vocab.txt)."""
+    task: Literal["text-classification", "token-classification", "question-answering", "fill-mask",
+                  "multiple-choice", "feature-extraction", "sentence-embedding"]
+    """The pipeline to serve."""
+    host: str = "127.0.0.1"
+    """Address to listen on (0.0.0.0: every interface)."""
+    port: int = 8000
+    """TCP port."""
+    max_batch_size: int = 32
+    """Inputs gathered from concurrent requests into one model call."""
+    max_wait_ms: float = 5.0
+    """How long the first waiting request waits for others to join its batch."""
+    max_items: int = 64
+    """Inputs per request (more: 422)."""
+    max_text_chars: int = 20_000
+    """Characters per input, all its texts together (more: 422)."""
+    max_body_bytes: int = 1_000_000
+    """Request body size (more: 413)."""
+    max_length: int | None = None
+    """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
+    bf16: bool = False
+    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs)."""
+    device: str = "cpu"
+    """cpu, cuda or cuda:N."""
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    """uvicorn's log level."""
+
+    def __post_init__(self) -> None:
+        self.model_name_or_path = Path(self.model_name_or_path)
+        for name in ("max_batch_size", "max_items", "max_text_chars", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.port <= 65535:
+            raise BertkitError(f"port must be in [0, 65535], got {self.port}")
+        if not (0 <= self.max_wait_ms <= 10_000):
+            raise BertkitError(f"max_wait_ms must be in [0, 10000], got {self.max_wait_ms}")
