@@ -380,6 +380,30 @@ def _predict_glue(s) -> dict:
     return predict_glue(s)
 
 
+@command("ner", "CoNLL-file predictions (word gold pred) and conlleval scores", _s(S + "PredictNerSettings"),
+         family="predict")
+def _predict_ner(s) -> dict:
+    from bertkit.training.token_tasks import predict_ner_file
+
+    return predict_ner_file(s)
+
+
+@command("squad", "SQuAD-JSON predictions (run_squad.py's files) and the official scores",
+         _s(S + "PredictSquadSettings"), family="predict")
+def _predict_squad(s) -> dict:
+    from bertkit.training.token_tasks import predict_squad_file
+
+    return predict_squad_file(s)
+
+
+@command("swag", "swagaf-CSV ending scores (predictions.jsonl) and accuracy", _s(S + "PredictSwagSettings"),
+         family="predict")
+def _predict_swag(s) -> dict:
+    from bertkit.training.token_tasks import predict_swag_file
+
+    return predict_swag_file(s)
+
+
 def _predict_file_command(task: str) -> None:
     def handler(s) -> dict:
         from bertkit.inference.files import predict_file

@@ -538,6 +538,90 @@ class PredictGlueSettings:
 
 
 @dataclass(kw_only=True)
+class PredictBenchmarkSettings:
+    """Shared by `predict ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, written in the files
+    the finetune recipe writes (and scored when the file holds gold answers)."""
+
+    model_name_or_path: Path = flag(aliases=("--model",))
+    """A fine-tuned checkpoint (e.g. OUTPUT_DIR/model of `bertkit finetune ner|squad|swag`)."""
+    output_dir: Path = flag(aliases=("--out",))
+    """Directory for the prediction files and report.json."""
+    max_seq_length: int = 128
+    """Tokens per input; longer inputs are truncated (SQuAD: windowed)."""
+    batch_size: int = 64
+    """Sequences per batch."""
+    max_predict_samples: int | None = None
+    """Predict only the first N examples (sentences, questions)."""
+    bf16: bool = False
+    """bfloat16 autocast."""
+    device: str = "cpu"
+    """cpu, cuda, ..."""
+    overwrite: bool = False
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
+
+    def __post_init__(self) -> None:
+        self.model_name_or_path, self.output_dir = Path(self.model_name_or_path), Path(self.output_dir)
+        _at_least_one(self, "max_seq_length", "batch_size", "max_predict_samples")
+
+
+@dataclass(kw_only=True)
+class PredictNerSettings(PredictBenchmarkSettings):
+    """Tag a CoNLL file (word ... tag per line) with a fine-tuned NER checkpoint: predictions.txt in
+    conlleval's input format (word gold pred) and conlleval's scores against the file's tags."""
+
+    data_file: Path = flag(aliases=("--input",))
+    """The CoNLL file (e.g. test.txt); its last column is the gold tag (write O where unknown)."""
+    tag_scheme: Literal["iob1", "iob2"] = "iob2"
+    """The file's tagging scheme."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.data_file = Path(self.data_file)
+
+
+@dataclass(kw_only=True)
+class PredictSquadSettings(PredictBenchmarkSettings):
+    """Answer a SQuAD JSON file with a fine-tuned QA checkpoint: predictions.json and nbest_predictions.json
+    (null_odds.json for 2.0) in run_squad.py's formats, and the official scores where answers are given."""
+
+    predict_file: Path = flag(aliases=("--input",))
+    """The SQuAD JSON (dev-v1.1.json, dev-v2.0.json, or your own in that format)."""
+    version: Literal["1.1", "2.0"] = "1.1"
+    """2.0: questions may have no answer (null answers below --null-threshold)."""
+    max_seq_length: int = 384
+    """Tokens per window (question + context chunk)."""
+    doc_stride: int = 128
+    """Tokens between the starts of consecutive context windows."""
+    max_query_length: int = 64
+    """Questions are cut to this many tokens."""
+    n_best_size: int = 20
+    """Candidate starts and ends considered per window."""
+    max_answer_length: int = 30
+    """Longest answer, in tokens."""
+    null_threshold: float = 0.0
+    """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
+    report gives the threshold chosen on dev)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.predict_file = Path(self.predict_file)
+        _at_least_one(self, "doc_stride", "max_query_length", "n_best_size", "max_answer_length")
+
+
+@dataclass(kw_only=True)
+class PredictSwagSettings(PredictBenchmarkSettings):
+    """Score the four endings of every row of a swagaf CSV with a fine-tuned multiple-choice checkpoint:
+    predictions.jsonl (as finetune swag writes it) and accuracy when the file has labels."""
+
+    predict_file: Path = flag(aliases=("--input",))
+    """val.csv (scored) or test.csv (predicted only), in swagaf's columns."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.predict_file = Path(self.predict_file)
+
+
+@dataclass(kw_only=True)
 class ExtractSettings:
     """Per-token hidden states of chosen layers (google-research/bert's extract_features.py)."""
 
