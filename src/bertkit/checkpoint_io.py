@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,42 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
 # ---------------------------------------------------------------------------------------------------
 
 
+_DTYPES = {"float32": torch.float32, "float": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+           "half": torch.float16}
+
+
+def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if str(dtype).removeprefix("torch.") in _DTYPES:
+        return _DTYPES[str(dtype).removeprefix("torch.")]
+    raise BertkitError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)} (or a torch.dtype)")
+
+
+def resolve_checkpoint_dir(path: str | Path) -> Path:
+    """A checkpoint directory on disk. A Hugging Face hub id (``bert-base-uncased``, ``google/bert_uncased_L-2_H-128_A-2``)
+    is looked up in huggingface_hub's local cache when that package is installed; bertkit never downloads at
+    run time, so otherwise the error says how to get the files."""
+    directory = Path(path)
+    if directory.is_dir():
+        return directory
+    text = str(path)
+    looks_like_hub_id = (re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", text) is not None
+                         and not text.startswith(".") and not directory.suffix)
+    if looks_like_hub_id:
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(text, local_files_only=True))  # the cache only: no network, no hang
+        except Exception:  # noqa: BLE001 (not installed, not cached, or any hub error: same advice)
+            pass
+        raise MissingFileError(
+            f"{text!r} is not a directory here. If it is a Hugging Face hub model id, bertkit does not download "
+            f"at run time: fetch the files once (`huggingface-cli download {text} --local-dir models/{text}`, or "
+            f"`git clone https://huggingface.co/{text} models/{text}`) and pass that directory")
+    raise MissingFileError(f"checkpoint directory {directory} does not exist")
+
+
 class PretrainedMixin:
     """``from_pretrained`` / ``save_pretrained`` for ``BertModel`` and every head model.
 
@@ -183,21 +220,52 @@ class PretrainedMixin:
 
     # -- loading --------------------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path: str | Path, *, config: BertConfig | None = None, **config_overrides: Any):
+    def from_pretrained(cls, path: str | Path, *, config: BertConfig | None = None,
+                        dtype: torch.dtype | str | None = None, device: torch.device | str | None = None,
+                        **config_overrides: Any):
         """Build the model from a Hugging Face-layout directory; keyword arguments override config fields.
 
         ``num_labels=3`` or ``id2label={0: "neg", ...}`` set the size of a fresh classification head.
+        ``dtype`` (``torch.bfloat16`` or ``"bfloat16"``) and ``device`` place the loaded model. A keyword
+        that is no config field is an error (transformers would keep it as an attribute; here a typo such
+        as ``num_label=3`` must not pass silently).
         """
-        directory = Path(path)
-        if not directory.is_dir():
-            raise MissingFileError(f"checkpoint directory {directory} does not exist")
+        unknown = sorted(set(config_overrides) - BertConfig.field_names() - {"num_labels"})
+        if unknown:
+            raise BertkitError(f"{cls.__name__}.from_pretrained got unknown keyword argument(s) {', '.join(unknown)}; "
+                               f"it takes config=, dtype=, device= and BertConfig fields "
+                               f"({', '.join(sorted(BertConfig.field_names()))}, num_labels)")
+        directory = resolve_checkpoint_dir(path)
         if config is None:
             config = BertConfig.from_json_file(directory / CONFIG_NAME, **config_overrides)
         elif config_overrides:
             raise BertkitError("pass either config= or config field overrides, not both")
         model = cls(config)
         model.load_published_state_dict(read_weights(directory), source=str(directory))
+        if dtype is not None:
+            model.to(dtype=_as_dtype(dtype))
+        if device is not None:
+            model.to(device)
         return model
+
+    # -- what transformers users call -------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        return self._encoder().embeddings.word_embeddings
+
+    def set_input_embeddings(self, embeddings: torch.nn.Embedding) -> None:
+        if embeddings.embedding_dim != self.config.hidden_size:
+            raise BertkitError(f"input embeddings of width {embeddings.embedding_dim} do not fit hidden_size "
+                               f"{self.config.hidden_size}")
+        self._encoder().embeddings.word_embeddings = embeddings
+        self.config.vocab_size = embeddings.num_embeddings
 
     def load_published_state_dict(self, published: dict[str, Tensor], source: str = "state dict") -> None:
         """Load weights named as Hugging Face names them (with or without the ``bert.`` prefix)."""
