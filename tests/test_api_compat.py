@@ -64,3 +64,26 @@ def test_input_embeddings_and_a_transformers_state_dict_through_the_key_table(mi
         ours.set_input_embeddings(torch.nn.Embedding(10, 32))
     ours.set_input_embeddings(wider)
     assert ours.get_input_embeddings() is wider and ours.config.vocab_size == 10
+
+
+def test_outputs_index_like_transformers(minilm_dir):
+    """out[0], out["logits"], out.to_tuple(): transformers' fields and order, None fields left out."""
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
+    torch.manual_seed(0)
+    ours = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2).eval()
+    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2).eval()
+    hf.classifier.load_state_dict(ours.classifier.state_dict())
+    labels = torch.tensor([0, 1, 1])
+    with torch.no_grad():
+        a, b = ours(**batch, labels=labels), hf(**batch, labels=labels)
+        enc_a, enc_b = ours.bert(**batch), hf.bert(**batch)
+    assert len(a.to_tuple()) == len(b.to_tuple()) == 2
+    assert torch.allclose(a[0], b[0], atol=1e-5) and torch.allclose(a[1], b[1], atol=1e-5)
+    assert torch.equal(a["logits"], a.logits)
+    mask = batch["attention_mask"].bool()
+    assert (enc_a[0][mask] - enc_b[0][mask]).abs().max() < 1e-5 and torch.allclose(enc_a[1], enc_b[1], atol=1e-5)
+    first, *_ = enc_a  # iteration, as on a tuple
+    assert torch.equal(first, enc_a.last_hidden_state)
+    with pytest.raises(KeyError, match="this output has"):
+        a["start_logits"]

@@ -9,6 +9,7 @@ span extraction. Weight names are mapped to the published ones in ``checkpoint_i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +18,7 @@ from torch import Tensor, nn
 from bertkit.checkpoint_io import PretrainedMixin
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
+from bertkit.modeling import BertModel, BertModelOutput, TupleAccess, activation, init_bert_weights
 
 IGNORE_INDEX = -100  # label value for positions that carry no loss (unmasked MLM tokens, sub-word pieces)
 
@@ -28,7 +29,7 @@ IGNORE_INDEX = -100  # label value for positions that carry no loss (unmasked ML
 
 
 @dataclass
-class PreTrainingOutput:
+class PreTrainingOutput(TupleAccess):
     loss: Tensor | None  # mlm_loss + nsp_loss, for the labels given
     mlm_loss: Tensor | None
     nsp_loss: Tensor | None
@@ -38,23 +39,27 @@ class PreTrainingOutput:
     prediction_logits: Tensor
     seq_relationship_logits: Tensor | None  # (B, 2): 0 = B follows A, 1 = B is random
     hidden_states: tuple[Tensor, ...] | None = None
+    tuple_fields: ClassVar[tuple[str, ...]] = ("loss", "prediction_logits", "seq_relationship_logits",
+                                               "hidden_states")
 
 
 @dataclass
-class ClassifierOutput:
+class ClassifierOutput(TupleAccess):
     """Sequence, pair, token, next-sentence and multiple-choice heads: logits and an optional loss."""
 
     loss: Tensor | None
     logits: Tensor  # (B, C) sequence/NSP/choice; (B, T, C) tokens
     hidden_states: tuple[Tensor, ...] | None = None
+    tuple_fields: ClassVar[tuple[str, ...]] = ("loss", "logits", "hidden_states")
 
 
 @dataclass
-class QuestionAnsweringOutput:
+class QuestionAnsweringOutput(TupleAccess):
     loss: Tensor | None
     start_logits: Tensor  # (B, T)
     end_logits: Tensor  # (B, T)
     hidden_states: tuple[Tensor, ...] | None = None
+    tuple_fields: ClassVar[tuple[str, ...]] = ("loss", "start_logits", "end_logits", "hidden_states")
 
 
 # torch.export returns these dataclasses as they are (pytree nodes: fields are children); torch.jit.trace

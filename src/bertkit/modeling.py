@@ -26,7 +26,7 @@ size, L layers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -154,8 +154,25 @@ def check_inputs(config: BertConfig, input_ids: Tensor, token_type_ids: Tensor |
                                "was the input made with this model's tokenizer?")
 
 
+class TupleAccess:
+    """transformers' output habits: ``out[0]``, ``out["logits"]``, ``out.to_tuple()``. The tuple holds the
+    fields transformers' output class has, in its order, leaving out those that are None (as it does)."""
+
+    tuple_fields: ClassVar[tuple[str, ...]] = ()
+
+    def to_tuple(self) -> tuple[Any, ...]:
+        return tuple(v for v in (getattr(self, f) for f in self.tuple_fields) if v is not None)
+
+    def __getitem__(self, key: int | slice | str) -> Any:
+        if isinstance(key, str):
+            if key not in self.tuple_fields:
+                raise KeyError(f"{key!r}: this output has {', '.join(self.tuple_fields)}")
+            return getattr(self, key)
+        return self.to_tuple()[key]
+
+
 @dataclass
-class BertModelOutput:
+class BertModelOutput(TupleAccess):
     """Encoder outputs. ``tokens`` are the stored token states: (B, T, H) in the padded layout, (N, H)
     for the N real tokens otherwise; ``last_hidden_state`` always gives the caller's padded (B, T, H)."""
 
@@ -163,6 +180,7 @@ class BertModelOutput:
     pooler_output: Tensor | None  # (S, H): one per sequence (S = B unless packed); None without pooler
     token_layout: TokenLayout  # where the real tokens are (not model.layout, the setting that chose it)
     layer_tokens: tuple[Tensor, ...] | None = None  # with output_hidden_states: L + 1, embeddings first
+    tuple_fields: ClassVar[tuple[str, ...]] = ("last_hidden_state", "pooler_output", "hidden_states")
 
     @property
     def last_hidden_state(self) -> Tensor:
