@@ -87,3 +87,22 @@ def test_outputs_index_like_transformers(minilm_dir):
     assert torch.equal(first, enc_a.last_hidden_state)
     with pytest.raises(KeyError, match="this output has"):
         a["start_logits"]
+
+
+def test_gradient_checkpointing_enable_keeps_the_gradients(minilm_dir):
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
+    grads = []
+    for enable in (False, True):
+        model = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2, hidden_dropout_prob=0.0,
+                                                              attention_probs_dropout_prob=0.0)
+        torch.manual_seed(0)
+        model.classifier.reset_parameters()
+        if enable:
+            model.gradient_checkpointing_enable()
+        model.train()
+        model(**batch, labels=torch.tensor([0, 1, 1])).loss.backward()
+        grads.append(model.bert.layers[0].attention.qkv.weight.grad.clone()
+                     if hasattr(model.bert.layers[0], "attention") else next(model.bert.parameters()).grad.clone())
+    assert model.bert.gradient_checkpointing
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)

@@ -257,6 +257,13 @@ class PretrainedMixin:
     def dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
 
+    def gradient_checkpointing_enable(self) -> None:
+        """Recompute each encoder layer in the backward pass instead of storing its activations (training only)."""
+        self._encoder().gradient_checkpointing = True
+
+    def gradient_checkpointing_disable(self) -> None:
+        self._encoder().gradient_checkpointing = False
+
     def get_input_embeddings(self) -> torch.nn.Embedding:
         return self._encoder().embeddings.word_embeddings
 
