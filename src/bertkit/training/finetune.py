@@ -56,7 +56,7 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
     Returns one array per feature: its row of ``output(model_output)``. Per-token outputs keep the padded
     length of the batch the feature ran in (callers read the positions they need). A NaN or +inf anywhere
     raises ``NonFiniteError`` naming the first bad feature: a diverged model gets no score. (-inf is allowed:
-    the QA head gives padding positions -inf logits.)
+    a head may mask positions with it; the QA head uses the dtype's lowest finite value.)
     """
     was_training = model.training
     model.eval()
