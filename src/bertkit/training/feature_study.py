@@ -97,8 +97,8 @@ class BiLSTMTagger(nn.Module):
     """Layer combination -> dropout -> multi-layer BiLSTM -> dropout -> linear, one tag per word (no CRF,
     as in the paper's section 5.3)."""
 
-    def __init__(self, combination: LayerCombination, lstm_hidden: int, num_labels: int, *, num_layers: int = 2,
-                 dropout: float = 0.25):
+    def __init__(self, combination: LayerCombination, lstm_hidden: int, num_labels: int, *,
+                 num_layers: int = StudySettings.lstm_layers, dropout: float = StudySettings.dropout):
         super().__init__()
         self.combination = combination
         self.dropout = nn.Dropout(dropout)
@@ -129,7 +129,8 @@ class WordActivations:
 
 @torch.no_grad()
 def extract_word_activations(model: BertModel, tokenizer: Any, sentences: Sequence[ner.NerSentence],
-                             path: Path, *, max_seq_length: int = 128, batch_size: int = 64,
+                             path: Path, *, max_seq_length: int = StudySettings.max_seq_length,
+                             batch_size: int = StudySettings.extract_batch_size,
                              device: str = "cpu", progress: bool = True) -> WordActivations:
     """All L + 1 hidden states at each word's first WordPiece, written to ``path`` (.npy, fp16) and memory-mapped.
 

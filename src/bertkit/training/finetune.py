@@ -38,6 +38,7 @@ from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_siz
 from bertkit.training.plot import plot_metrics
 from bertkit.training.settings import (
     ClassifySettings,
+    FinetuneSettings,
     GlueSettings,
     PredictGlueSettings,
     SequenceClassificationSettings,
@@ -48,7 +49,8 @@ from bertkit.training.settings import (
 logger = logging.getLogger("bertkit")
 
 @torch.no_grad()
-def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *, batch_size: int = 64,
+def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *,
+            batch_size: int = FinetuneSettings.eval_batch_size,
             bf16: bool = False, device: str = "cpu", output: Callable[[Any], torch.Tensor] = lambda o: o.logits
             ) -> list[np.ndarray]:
     """Run ``model`` over ``features`` in batches of similar length (little padding); outputs in input order.

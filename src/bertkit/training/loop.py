@@ -67,7 +67,7 @@ class BatchPlan:
     """
 
     def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = False, rank: int = 0, world_size: int = 1):
+                 seed: int, shuffle: bool = True, drop_last: bool = False, rank: int = 0, world_size: int = 1):
         if batch_size < 1:
             raise BertkitError(f"batch_size must be >= 1, got {batch_size}")
         if len(dataset) == 0:
