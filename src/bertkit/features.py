@@ -37,6 +37,7 @@ import torch
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write
+from bertkit.training.settings import ExtractSettings
 
 logger = logging.getLogger("bertkit")
 
@@ -171,9 +172,9 @@ def extract_features(
     texts: Sequence[tuple[str, str | None]],
     out: str | os.PathLike,
     *,
-    layers: Sequence[int] = (-1, -2, -3, -4),
-    max_seq_length: int = 128,
-    batch_size: int = 32,
+    layers: Sequence[int] = ExtractSettings.layers,
+    max_seq_length: int = ExtractSettings.max_seq_length,
+    batch_size: int = ExtractSettings.batch_size,
     dtype: Literal["float32", "float16"] = "float32",
     chunk_size: int = 2048,
     max_shard_bytes: int = 1 << 30,

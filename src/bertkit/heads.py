@@ -122,10 +122,10 @@ class _HeadModel(PretrainedMixin, nn.Module):
             if name != "bert":
                 module.apply(lambda m: init_bert_weights(m, self.config.initializer_range))
 
-    def _encode(self, input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids=None,
+    def _encode(self, input_ids, token_type_ids, attention_mask, output_hidden_states,
                 layout: str | None = None) -> BertModelOutput:
         return self.bert(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
-                         output_hidden_states=output_hidden_states, sequence_ids=sequence_ids, layout=layout)
+                         output_hidden_states=output_hidden_states, layout=layout)
 
     @property
     def _classifier_dropout(self) -> float:
@@ -151,9 +151,8 @@ class BertForPreTraining(_HeadModel):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                next_sentence_label: Tensor | None = None, output_hidden_states: bool = False,
-                sequence_ids: Tensor | None = None) -> PreTrainingOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids)
+                next_sentence_label: Tensor | None = None, output_hidden_states: bool = False) -> PreTrainingOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
         logits, mlm_loss = masked_lm_loss(self.mlm, out,
                                           self.bert.embeddings.word_embeddings.weight, labels)
         nsp_logits = self.nsp(out.pooler_output)  # (B, 2)
@@ -176,8 +175,8 @@ class BertForMaskedLM(_HeadModel):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False, sequence_ids: Tensor | None = None) -> PreTrainingOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids)
+                output_hidden_states: bool = False) -> PreTrainingOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
         logits, loss = masked_lm_loss(self.mlm, out,
                                       self.bert.embeddings.word_embeddings.weight, labels)
         return PreTrainingOutput(loss, loss, None, logits, None, out.hidden_states)
@@ -224,9 +223,9 @@ class BertForSequenceClassification(_HeadModel):
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False, sequence_ids: Tensor | None = None) -> ClassifierOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids)
-        logits = self.classifier(self.dropout(out.pooler_output))  # (S, C): one row per sequence
+                output_hidden_states: bool = False) -> ClassifierOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states)
+        logits = self.classifier(self.dropout(out.pooler_output))  # (B, C)
         loss = None
         if labels is not None:
             kind = self.config.problem_type or (

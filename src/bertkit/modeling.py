@@ -13,8 +13,7 @@ Where this differs from the paper's text (not from its released code, which it f
   every per-token layer on the real tokens only; attention, the one operation that mixes tokens, goes
   through one function, ``self_attention``, which scatters q/k/v into per-sequence rectangles for
   PyTorch's ``scaled_dot_product_attention``. Both live in ``padding.py`` (``TokenLayout``), apart
-  from this forward pass. The same mechanism packs several sequences
-  into one row (Krell et al. 2021). ``layout="padded"`` computes on the padded rectangle as transformers
+  from this forward pass. ``layout="padded"`` computes on the padded rectangle as transformers
   does; at real positions both agree within float rounding.
 - Initialisation is a truncated normal with std ``initializer_range`` (0.02), cut at two standard
   deviations, as google-research/bert's ``create_initializer`` does; the paper does not state it.
@@ -105,7 +104,7 @@ class BertPooler(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, first_token: Tensor) -> Tensor:
-        return torch.tanh(self.dense(first_token))  # (S, H)
+        return torch.tanh(self.dense(first_token))  # (B, H)
 
 
 def init_bert_weights(module: nn.Module, std: float) -> None:
@@ -177,14 +176,14 @@ class BertModelOutput(TupleAccess):
     for the N real tokens otherwise; ``last_hidden_state`` always gives the caller's padded (B, T, H)."""
 
     tokens: Tensor
-    pooler_output: Tensor | None  # (S, H): one per sequence (S = B unless packed); None without pooler
+    pooler_output: Tensor | None  # (B, H); None without pooler
     token_layout: TokenLayout  # where the real tokens are (not model.layout, the setting that chose it)
     layer_tokens: tuple[Tensor, ...] | None = None  # with output_hidden_states: L + 1, embeddings first
     tuple_fields: ClassVar[tuple[str, ...]] = ("last_hidden_state", "pooler_output", "hidden_states")
 
     @property
     def last_hidden_state(self) -> Tensor:
-        """(B, T, H). In the unpadded and packed layouts padding positions hold zeros."""
+        """(B, T, H). In the unpadded layout padding positions hold zeros."""
         return self.token_layout.to_batch(self.tokens)
 
     @property
@@ -224,7 +223,6 @@ class BertModel(PretrainedMixin, nn.Module):
         attention_mask: Tensor | None = None,
         position_ids: Tensor | None = None,
         output_hidden_states: bool = False,
-        sequence_ids: Tensor | None = None,
         layout: str | None = None,
     ) -> BertModelOutput:
         """Encode a batch.
@@ -232,9 +230,7 @@ class BertModel(PretrainedMixin, nn.Module):
         ``layout="auto"`` drops padding before the first layer whenever the batch has any (right-padded
         rows), computing every per-token layer on real tokens only; outputs at real positions equal the
         padded computation's within float rounding. ``"padded"`` computes on the rectangle as
-        transformers does. ``sequence_ids`` (B, T) instead of ``attention_mask`` marks packed rows:
-        sequences numbered 1, 2, ... within each row, 0 for padding; positions restart per sequence and
-        ``pooler_output`` has one row per sequence.
+        transformers does.
         """
         check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids)
         layout = "padded" if is_tracing() else layout or self.layout  # export: static shapes, no data checks
@@ -249,12 +245,8 @@ class BertModel(PretrainedMixin, nn.Module):
             )
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        if sequence_ids is not None:
-            if attention_mask is not None:
-                raise BertkitError("pass either attention_mask (one sequence per row) or sequence_ids (packed), not both")
-            lay = TokenLayout.packed(sequence_ids)
-        elif (layout == "padded" or attention_mask is None or bool(attention_mask.all())
-              or not bool(attention_mask[:, 0].all())):
+        if (layout == "padded" or attention_mask is None or bool(attention_mask.all())
+                or not bool(attention_mask[:, 0].all())):
             # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
             lay = TokenLayout.padded(attention_mask, (B, T))
         else:
@@ -264,12 +256,7 @@ class BertModel(PretrainedMixin, nn.Module):
             pos = self.position_ids[:T].unsqueeze(0) if position_ids is None else position_ids  # (1 or B, T)
             x = self.embeddings(input_ids, token_type_ids, pos)  # (B, T, H)
         else:
-            if lay.position_ids is not None:
-                if position_ids is not None:
-                    raise BertkitError("packed batches compute their own position_ids (restarting per sequence)")
-                pos = lay.position_ids
-            else:
-                pos = (lay.flat_index % T) if position_ids is None else position_ids.reshape(-1)[lay.flat_index]
+            pos = (lay.flat_index % T) if position_ids is None else position_ids.reshape(-1)[lay.flat_index]
             x = self.embeddings(input_ids.reshape(-1)[lay.flat_index], token_type_ids.reshape(-1)[lay.flat_index],
                                 pos)  # (N, H)
         states = [x] if output_hidden_states else None

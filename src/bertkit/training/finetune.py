@@ -38,6 +38,7 @@ from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_siz
 from bertkit.training.plot import plot_metrics
 from bertkit.training.settings import (
     ClassifySettings,
+    FinetuneSettings,
     GlueSettings,
     PredictGlueSettings,
     SequenceClassificationSettings,
@@ -48,7 +49,8 @@ from bertkit.training.settings import (
 logger = logging.getLogger("bertkit")
 
 @torch.no_grad()
-def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *, batch_size: int = 64,
+def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *,
+            batch_size: int = FinetuneSettings.eval_batch_size,
             bf16: bool = False, device: str = "cpu", output: Callable[[Any], torch.Tensor] = lambda o: o.logits
             ) -> list[np.ndarray]:
     """Run ``model`` over ``features`` in batches of similar length (little padding); outputs in input order.
@@ -56,7 +58,7 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
     Returns one array per feature: its row of ``output(model_output)``. Per-token outputs keep the padded
     length of the batch the feature ran in (callers read the positions they need). A NaN or +inf anywhere
     raises ``NonFiniteError`` naming the first bad feature: a diverged model gets no score. (-inf is allowed:
-    the QA head gives padding positions -inf logits.)
+    a head may mask positions with it; the QA head uses the dtype's lowest finite value.)
     """
     was_training = model.training
     model.eval()

@@ -435,8 +435,9 @@ class PretrainSettings(TrainingSettings):
     """Held-out instances scored at each evaluation."""
     eval_batch_size: int = 64
     """Sequences per held-out batch."""
-    dynamic_masking_seed: int | None = flag(None, cli=False)
-    """Seed for masks drawn at load time, for instances stored unmasked (--masking dynamic)."""
+    dynamic_masking_seed: int | None = None
+    """Seed for masks drawn at load time, for data made with create-pretraining-data --masking dynamic.
+    Default: the seed in the data's manifest."""
     resume: bool = False
     """Continue the run in --output-dir from its last checkpoint."""
     num_train_epochs: float | None = flag(None, cli=False)

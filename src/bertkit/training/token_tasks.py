@@ -44,6 +44,7 @@ from bertkit.training.distributed import current
 from bertkit.training.finetune import predict, run_finetuning
 from bertkit.training.loop import TrainResult
 from bertkit.training.settings import (
+    FinetuneSettings,
     NerSettings,
     PredictNerSettings,
     PredictSquadSettings,
@@ -79,7 +80,8 @@ NER_SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
 
 
 def predict_ner(model: nn.Module, sentences: Sequence[ner.NerSentence], features: Sequence[dict],
-                labels: Sequence[str], *, pad_id: int, batch_size: int = 64, bf16: bool = False,
+                labels: Sequence[str], *, pad_id: int, batch_size: int = FinetuneSettings.eval_batch_size,
+                bf16: bool = False,
                 device: str = "cpu") -> list[list[str]]:
     """One predicted tag per word of every sentence (read at each word's first WordPiece)."""
     rows = predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16,
@@ -172,8 +174,10 @@ def _squad_split(s: SquadSettings, dataset: dict) -> tuple[list, list, dict | No
 
 
 def predict_squad(model: nn.Module, examples: Sequence[squad.SquadExample], features: Sequence[dict], *,
-                  pad_id: int, version: str = "1.1", n_best_size: int = 20, max_answer_length: int = 30,
-                  null_threshold: float = 0.0, batch_size: int = 64, bf16: bool = False, device: str = "cpu"
+                  pad_id: int, version: str = SquadSettings.version, n_best_size: int = SquadSettings.n_best_size,
+                  max_answer_length: int = SquadSettings.max_answer_length,
+                  null_threshold: float = PredictSquadSettings.null_threshold,
+                  batch_size: int = FinetuneSettings.eval_batch_size, bf16: bool = False, device: str = "cpu"
                   ) -> tuple[squad.SquadPredictions, list[np.ndarray]]:
     """Start/end logits per window, post-processed into answers; also returns the logits for re-thresholding."""
     rows = predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16, device=device,
@@ -265,7 +269,8 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
 # -------------------------------------------------------------------------------------------------
 
 
-def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int, batch_size: int = 64,
+def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int,
+                 batch_size: int = FinetuneSettings.eval_batch_size,
                  bf16: bool = False, device: str = "cpu") -> np.ndarray:
     """(N, 4) ending scores."""
     return np.stack(predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16,
