@@ -13,6 +13,7 @@ import argparse
 import ast
 import contextlib
 import dataclasses
+import functools
 import inspect
 import json
 import logging
@@ -33,7 +34,8 @@ from bertkit.errors import BertkitError, MissingFileError
 # -------------------------------------------------------------------------------------------------
 
 
-def field_docs(cls: type) -> dict[str, str]:
+@functools.cache  # parsing the classes' source is most of build_parser's time; the source does not change
+def field_docs(cls: type) -> types.MappingProxyType[str, str]:
     """Attribute docstrings (a string literal right after a field) of ``cls`` and its bases; subclasses win."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
@@ -48,7 +50,7 @@ def field_docs(cls: type) -> dict[str, str]:
             if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
                     and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
                 docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
+    return types.MappingProxyType(docs)  # shared by every caller: read-only
 
 
 def _flag_name(name: str) -> str:
