@@ -11,7 +11,7 @@ PIP     := $(BIN)/pip install -q -c constraints.txt
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP) torch==2.13.0
-	$(PIP) -e ".[test,plot,onnx,tensorboard]"
+	$(PIP) -e ".[test,plot,onnx,tensorboard,serve]"
 	touch $(STAMP)
 
 # TensorFlow and sentence-transformers (large) only for the slow reference checks.

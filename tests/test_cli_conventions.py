@@ -124,7 +124,7 @@ def test_a_list_learning_rate_is_refused_where_no_grid_runs(argv, rates, capsys)
     lr_help = {name: next(a.help for a in parser._actions if a.dest == "learning_rate") for name, parser, _ in ALL
                if any(a.dest == "learning_rate" for a in parser._actions)}
     for name, text in lr_help.items():
-        assert ("comma list" in text and "'paper'" in text) == (name == "finetune glue"), (name, text)
+        assert ("comma list" in text and "'paper'" in text) == (name in ("finetune glue", "finetune classify")), (name, text)
 
 
 def test_settings_file_values_are_type_checked(tmp_path, capsys):
@@ -252,3 +252,68 @@ def test_create_pretraining_data_runs_from_the_command_line(tmp_path, minilm_dir
     assert json.loads(capsys.readouterr().out)["shards"] == 1
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["config"]["random_next_prob"] == 0.3
+
+
+# Fields a command keeps off its command line, each for a stated reason (a new hidden field must be added here,
+# so "every settings field is reachable" cannot erode quietly).
+HIDDEN_FIELDS = {
+    "num_train_epochs": "pre-training runs --max-steps; the shared field does not apply",
+    "max_train_samples": "pre-training data is made smaller with create-pretraining-data",
+    "task": "predict TASK: the command's name sets it",
+}
+
+
+@pytest.mark.parametrize("name,parser,cls", ALL, ids=[c[0] for c in ALL])
+def test_only_known_fields_are_hidden_from_the_command_line(name, parser, cls):
+    hidden = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("cli", True)}
+    assert hidden <= set(HIDDEN_FIELDS), f"{name}: {sorted(hidden - set(HIDDEN_FIELDS))} have no flag"
+
+
+def _settings_defaults() -> dict[str, set]:
+    """Every value a settings field of any command defaults to, by field name."""
+    out: dict[str, set] = {}
+    for _, _, cls in ALL:
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                out.setdefault(f.name, set()).add(f.default)
+    return out
+
+
+def test_training_defaults_are_written_only_in_the_settings_tree():
+    """A recipe, the loop, the CLI or the demo that writes a settings default again as a literal
+    (``batch_size=64`` beside ``eval_batch_size: int = 64``) drifts from it; they name the settings class's
+    value instead (``batch_size: int = FinetuneSettings.eval_batch_size``). Numbers and tuples only: on/off
+    switches and None mean "not given" everywhere. Optimizer classes keep their own published defaults, as
+    torch.optim's do."""
+    import ast
+
+    import bertkit
+
+    defaults = _settings_defaults()
+    src = Path(bertkit.__file__).parent
+    paths = [src / "cli.py", src / "demo.py", src / "features.py"] + [
+        p for p in sorted((src / "training").glob("*.py")) if p.name != "settings.py"]
+    restated = []
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        optimizers = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+                      and any(getattr(b, "id", getattr(b, "attr", "")) == "Optimizer" for b in n.bases)}
+        skip = {id(f) for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name in optimizers
+                for f in n.body}
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or id(fn) in skip:
+                continue
+            args = fn.args
+            positional = args.posonlyargs + args.args
+            pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+            pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+            for arg, node in pairs:
+                try:
+                    value = ast.literal_eval(node)
+                except ValueError:
+                    continue  # a name or an expression: the settings class's value, or computed
+                if isinstance(value, bool) or not isinstance(value, (int, float, tuple)):
+                    continue
+                if value in defaults.get(arg.arg, ()):
+                    restated.append(f"{path.name}:{fn.lineno} {fn.name}({arg.arg}={value!r})")
+    assert not restated, "defaults restated outside training/settings.py: " + ", ".join(restated)

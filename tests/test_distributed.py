@@ -57,7 +57,7 @@ def test_global_micro_batches_do_not_depend_on_the_world_size():
 
 def test_short_last_batch_weights_average_to_the_global_mean():
     world, micro, n = 4, 4, 18  # last global batch: 2 examples over 4 ranks
-    plans = [BatchPlan(list(range(n)), micro, list, shuffle=False, rank=r, world_size=world) for r in range(world)]
+    plans = [BatchPlan(list(range(n)), micro, list, shuffle=False, seed=0, rank=r, world_size=world) for r in range(world)]
     items = [EpochBatches(p, 0)[1] for p in plans]  # (weight, batch) of each rank's last micro-step
     assert [w for w, _ in items] == [2.0, 2.0, 0.0, 0.0]  # sum(w) / world == 1: DDP's mean is the global mean
     assert [b for _, b in items] == [[16], [17], [16], [16]]  # an empty share runs one example at weight 0
@@ -75,7 +75,7 @@ def test_a_plan_for_another_world_size_is_refused(tmp_path):
     from bertkit.training.settings import TrainingSettings
     from distributed_helpers import classification_examples, pad_collate, tiny_config
 
-    plan = BatchPlan(classification_examples(8), 4, pad_collate, rank=1, world_size=2)
+    plan = BatchPlan(classification_examples(8), 4, pad_collate, seed=0, rank=1, world_size=2)
     with pytest.raises(BertkitError, match="rank 1 of 2 but this process is rank 0 of 1"):
         train(BertForSequenceClassification(tiny_config()), [Phase(plan, 1)],
               TrainingSettings(output_dir=tmp_path, learning_rate=1e-3, device="cpu", progress=False))

@@ -37,6 +37,12 @@ def tiny_data(tmp_path_factory):
     return root
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
 
@@ -118,3 +124,41 @@ def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data
     steps = [s for s, _ in _losses(other)]
     assert steps == list(range(1, 41))  # continued where the checkpoint was, no step repeated or skipped
     assert (other / "final" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".safetensors"])
+def test_extract_features_under_torchrun_writes_the_one_process_bytes(tmp_path, suffix):
+    """Two processes share the batches; rank 0 writes a file identical to one process's (real model, real text)."""
+    model = Path(os.environ.get("BERTKIT_TEST_MODEL", "models/minilm"))
+    if not (model / "config.json").is_file():
+        pytest.skip(f"no checkpoint at {model} (set BERTKIT_TEST_MODEL or run `make model`)")
+    sst = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2" / "dev.tsv"
+    lines = ([row.split("\t")[0] for row in sst.read_text(encoding="utf-8").splitlines()[1:70]] if sst.is_file()
+             else [f"sentence number {i} about {'cats ' * (i % 7)}and dogs" for i in range(69)])
+    lines[3] = f"{lines[3]} ||| {lines[4]}"  # a pair among the singles
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def run(procs: int, out: Path) -> None:
+        launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)]
+                    if procs > 1 else [sys.executable])
+        cmd = [*launcher, "-m", "bertkit", "extract-features", "--model", str(model), "--input",
+               str(tmp_path / "in.txt"), "--output-file", str(out), "--layers=-1,0", "--batch-size", "4",
+               "--max-seq-length", "48", "--no-progress"]
+        done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=HANG)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    run(1, tmp_path / f"one{suffix}")
+    run(2, tmp_path / f"two{suffix}")
+    one, two = tmp_path / f"one{suffix}", tmp_path / f"two{suffix}"
+    if suffix == ".jsonl":
+        assert two.read_bytes() == one.read_bytes()
+    else:  # safetensors orders its header's metadata at random per process: compare tensors and metadata
+        from safetensors import safe_open
+
+        with safe_open(str(one), "np") as a, safe_open(str(two), "np") as b:
+            assert a.metadata() == b.metadata() and sorted(a.keys()) == sorted(b.keys())
+            for key in a.keys():
+                x, y = a.get_tensor(key), b.get_tensor(key)
+                assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), key
+    assert oct(two.stat().st_mode & 0o777) == oct(one.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", f"one{suffix}", f"two{suffix}"])  # no parts

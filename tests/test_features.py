@@ -221,12 +221,17 @@ def test_word_activations_are_first_piece_states(tiny, tmp_path):
 def test_bilstm_tagger_shapes_and_padding():
     tagger = fs.BiLSTMTagger(fs.LayerCombination("scalar_mix", 2, 8), lstm_hidden=5, num_labels=3, dropout=0.0)
     x = torch.randn(2, 4, 2, 8)
-    logits = tagger(x, torch.tensor([4, 2]))
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    logits = tagger(x, mask).logits
     assert logits.shape == (2, 4, 3)
     # The second sentence's outputs do not depend on what sits in its padding.
     x2 = x.clone()
     x2[1, 2:] = 100.0
-    torch.testing.assert_close(tagger(x2, torch.tensor([4, 2]))[1, :2], logits[1, :2])
+    torch.testing.assert_close(tagger(x2, mask).logits[1, :2], logits[1, :2])
+    # The loss is the mean cross-entropy over real words only (padding labels are IGNORE_INDEX).
+    labels = torch.tensor([[0, 2, 1, 1], [2, 0, -100, -100]])
+    expected = torch.nn.functional.cross_entropy(logits[mask.bool()], labels[mask.bool()])
+    torch.testing.assert_close(tagger(x2, mask, labels).loss, expected)
 
 
 def test_feature_study_end_to_end_reuses_activations(tiny, tmp_path):
@@ -244,6 +249,11 @@ def test_feature_study_end_to_end_reuses_activations(tiny, tmp_path):
     assert run["layers"] == [1, 2, 3] and len(run["per_epoch"]) == 2
     assert sum(run["per_epoch"][-1]["layer_weights"]) == pytest.approx(1.0, abs=1e-3)
     assert report["settings"]["lstm_hidden"] == 16  # hidden_size // 2
+    # The taggers train in the one training loop: its metrics.jsonl holds each epoch's train loss and dev scores.
+    records = [json.loads(line) for line in (tmp_path / "study" / "runs" / "weighted_sum_all_layers" / "metrics.jsonl")
+               .read_text().splitlines()]
+    assert [r["f1"] for r in records if r["split"] == "eval"] == [e["dev_f1"] for e in run["per_epoch"]]
+    assert [r["loss"] for r in records if r["split"] == "train"] == [e["train_loss"] for e in run["per_epoch"]]
     stamp = (tmp_path / "study" / "activations" / "train.npy").stat().st_mtime_ns
     again = fs.feature_study(settings)
     assert (tmp_path / "study" / "activations" / "train.npy").stat().st_mtime_ns == stamp  # extracted once

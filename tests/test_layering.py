@@ -1,5 +1,11 @@
-"""The house reads top-down: cli -> recipes -> tasks/data -> heads -> modeling -> padding/tokenization ->
-config, with no import pointing up and no cycle (imports inside functions count too)."""
+"""The house reads top-down: cli -> recipes (training/, inference/, features) -> tasks/data -> heads ->
+modeling -> padding/tokenization -> config, with no import pointing up and no cycle.
+
+Every import counts: at module level or inside a function, under ``TYPE_CHECKING``, relative, and the
+names a package hands out lazily (``from bertkit import BertModel`` is an edge to bertkit.modeling, through
+``bertkit/__init__.py``'s ``_EXPORTS`` table). Every module must sit in a layer, so a new one is placed on
+purpose.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,12 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "bertkit"
 
-# Lower numbers are higher in the house; a module may import its own layer or any layer below.
+# Lower numbers are higher in the house; a module may import its own layer or any layer below. The first name of
+# each layer is the issue's; the others are what sits beside it. training/distributed.py (process groups, rank
+# and device of this process) is part of the recipes: the core never knows it runs under torchrun.
 LAYERS = [
     ("cli", "__main__", "demo"),
-    ("training", "features", "inference"),
+    ("training", "inference", "features"),
     ("tasks", "data"),
     ("heads",),
     ("modeling",),
@@ -28,30 +36,87 @@ def _layer(module: str) -> int:
     raise AssertionError(f"{module} is in no layer: add it to LAYERS in {__file__}")
 
 
-def _modules() -> dict[str, set[str]]:
-    edges = {}
+def _module_names() -> dict[str, Path]:
+    out = {}
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC.parent).with_suffix("")
-        name = ".".join(rel.parts).removesuffix(".__init__")
-        deps = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bertkit"):
-                deps.add(node.module)
+        out[".".join(rel.parts).removesuffix(".__init__")] = path
+    return out
+
+
+def _lazy_exports(tree: ast.Module) -> dict[str, str]:
+    """A package's ``_EXPORTS = {"Name": "bertkit.module"}`` table (PEP 562 lazy public names)."""
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_EXPORTS" for t in node.targets)
+                and isinstance(node.value, ast.Dict)):
+            return {ast.literal_eval(k): ast.literal_eval(v) for k, v in zip(node.value.keys, node.value.values)}
+    return {}
+
+
+def _modules() -> dict[str, set[str]]:
+    names = _module_names()
+    trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in names.items()}
+    exports = {name: _lazy_exports(tree) for name, tree in trees.items()}
+
+    def resolve(package: str, imported: str) -> str:
+        """``from package import imported``: the submodule, the module a lazy name comes from, or the package."""
+        if f"{package}.{imported}" in names:
+            return f"{package}.{imported}"
+        return exports.get(package, {}).get(imported, package)
+
+    edges = {}
+    for name, tree in trees.items():
+        is_package = names[name].name == "__init__.py"
+        deps = set(exports[name].values())  # a package's lazy names are imports it makes on first use
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: from .x import y, from .. import z
+                    base = name.split(".")[: len(name.split(".")) - node.level + is_package]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                if module.startswith("bertkit"):
+                    deps |= {resolve(module, a.name) for a in node.names}
             elif isinstance(node, ast.Import):
                 deps |= {a.name for a in node.names if a.name.startswith("bertkit")}
-        edges[name] = {d for d in deps if d != "bertkit"}
+        edges[name] = {d for d in deps if d not in ("bertkit", name)}
     return edges
+
+
+def test_every_module_sits_in_a_layer():
+    for module in _module_names():
+        if module != "bertkit":
+            _layer(module)
+    # the modules the issue names, where one might expect them elsewhere
+    recipes = LAYERS.index(("training", "inference", "features"))
+    for module in ("bertkit.training.distributed", "bertkit.features", "bertkit.inference.pipelines",
+                   "bertkit.inference.export", "bertkit.training.feature_study"):
+        assert _layer(module) == recipes, module
+
+
+def test_lazy_public_names_count_as_imports():
+    edges = _modules()
+    assert "bertkit.modeling" in edges["bertkit.demo"]  # `from bertkit import BertModel` inside a function
+    assert "bertkit.data.pretraining" in edges["bertkit.data"]  # data/__init__.py's lazy table
 
 
 def test_no_import_points_up():
     upward = []
     for module, deps in _modules().items():
         if module == "bertkit":
-            continue
+            continue  # the package's public names come from every layer, on first use
         for dep in deps:
             if _layer(dep) < _layer(module):
                 upward.append(f"{module} -> {dep}")
     assert not upward, "imports pointing up the house: " + ", ".join(sorted(upward))
+
+
+def test_the_core_does_not_import_recipes_or_the_command_line():
+    """STYLE.md: modeling, heads and tokenization never import training/, tasks/ or cli (nor inference/)."""
+    core = ("bertkit.modeling", "bertkit.heads", "bertkit.padding", "bertkit.tokenization", "bertkit.config")
+    banned = ("bertkit.training", "bertkit.tasks", "bertkit.cli", "bertkit.inference", "bertkit.data")
+    bad = [f"{m} -> {d}" for m, deps in _modules().items() if m.startswith(core) for d in deps if d.startswith(banned)]
+    assert not bad, bad
 
 
 def test_no_import_cycles():

@@ -66,7 +66,7 @@ def _plan(poison_at: int | None) -> BatchPlan:
         return {"input_ids": torch.tensor([f["input_ids"] for f in b]),
                 "labels": torch.tensor([f["labels"] for f in b])}
 
-    return BatchPlan(feats, 1, collate, shuffle=False)
+    return BatchPlan(feats, 1, collate, shuffle=False, seed=0)
 
 
 def test_a_nan_loss_stops_training_naming_step_batch_and_checkpoint(tmp_path):

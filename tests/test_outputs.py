@@ -165,3 +165,22 @@ def test_cli_probes_from_the_issue(tmp_path, minilm_dir, capsys):
         assert "already holds the output of a `bertkit pretrain` run" in capsys.readouterr().err
     assert (run / "metrics.jsonl").read_text() == '{"step": 10}\n'
     assert (run / "checkpoints" / "step-00000010" / "state.pt").read_text() == "state"
+
+
+def test_a_run_that_fails_before_writing_leaves_no_directory_behind(tmp_path):
+    """The claim made the directory and nothing was written: no empty directory with a marker and lock."""
+    with pytest.raises(BertkitError, match="late"), output_dir(tmp_path / "new", "pretrain"):
+        raise BertkitError("failed late")
+    assert not (tmp_path / "new").exists()
+    # a directory the user made stays, and so does a run that wrote something
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(BertkitError), output_dir(tmp_path / "mine", "pretrain"):
+        raise BertkitError("failed")
+    assert (tmp_path / "mine").is_dir()
+    with pytest.raises(BertkitError), output_dir(tmp_path / "wrote", "pretrain") as claim:
+        atomic_write_text(claim.path / "log.txt", "x")
+        raise BertkitError("failed")
+    assert json.loads((tmp_path / "wrote" / MARKER).read_text())["files"] == ["log.txt"]
+    assert main(["finetune", "glue", "--task", "mrpc", "--data-dir", str(tmp_path / "no-glue"), "--model",
+                 str(tmp_path / "no-model"), "--output-dir", str(tmp_path / "run")]) == 2
+    assert not (tmp_path / "run").exists()

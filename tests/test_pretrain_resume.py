@@ -240,3 +240,15 @@ def test_kill_campaign_twenty_sigkills_at_random_moments(tiny_setup, tmp_path):
     assert kills == 20 and in_writes >= 5
     assert _losses(killed) == _losses(full)
     assert (full / "final" / "model.safetensors").read_bytes() == (killed / "final" / "model.safetensors").read_bytes()
+
+
+def test_resuming_a_finished_run_keeps_its_last_evaluation(tiny_setup, tmp_path):
+    """--resume on a run that already finished changes nothing it reported (summary.json kept its eval)."""
+    out = tmp_path / "run"
+    args = _pretrain_args(tiny_setup, out, "--eval-data", str(tiny_setup / "data"), "--eval-steps", "20",
+                          "--eval-instances", "16")
+    subprocess.run(args, check=True, capture_output=True)
+    first = json.loads((out / "summary.json").read_text())
+    assert first["steps"] == 60 and first["last_eval"]["instances"] == 16
+    subprocess.run([*args, "--resume"], check=True, capture_output=True)
+    assert json.loads((out / "summary.json").read_text()) == first

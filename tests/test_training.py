@@ -85,7 +85,7 @@ def test_gradient_accumulation_equals_the_large_batch(tmp_path):
     for bs, accum in ((8, 1), (4, 2)):
         torch.manual_seed(0)
         model = BertForSequenceClassification(CFG)
-        plan = BatchPlan(feats, bs, _collate, shuffle=False)
+        plan = BatchPlan(feats, bs, _collate, seed=0, shuffle=False)
         train(model, [Phase(plan, 2)], TrainingSettings(
             output_dir=tmp_path / f"{bs}", learning_rate=1e-2, gradient_accumulation_steps=accum, progress=False,
             max_grad_norm=0, warmup_ratio=0))
@@ -124,9 +124,9 @@ def test_batch_plan_is_a_function_of_seed_and_epoch():
     assert plan.batches(0) == BatchPlan(list(range(10)), 3, list, seed=5).batches(0)
     assert plan.batches(0) != plan.batches(1)
     assert sorted(i for b in plan.batches(2) for i in b) == list(range(10))
-    assert len(plan) == 4 and len(BatchPlan(list(range(10)), 3, list, drop_last=True)) == 3
+    assert len(plan) == 4 and len(BatchPlan(list(range(10)), 3, list, seed=0, drop_last=True)) == 3
     with pytest.raises(ValueError, match="empty"):
-        BatchPlan([], 3, list)
+        BatchPlan([], 3, list, seed=0)
 
 
 def test_training_settings_validation():

@@ -1,4 +1,4 @@
-"""The unpadded and packed layouts compute what the padded rectangle computes: outputs, losses, gradients."""
+"""The unpadded layout computes what the padded rectangle computes: outputs, losses, gradients."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel, padding
+from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, padding
 
 CFG = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -64,97 +64,6 @@ def test_unpadded_equals_padded_outputs_losses_and_gradients(grouping):
     assert ga.keys() == gb.keys()
     for name in ga:
         torch.testing.assert_close(ga[name], gb[name], atol=1e-5, rtol=1e-4, msg=name)
-
-
-def test_packed_rows_equal_separate_sequences(grouping):
-    """Krell et al. 2021: sequences packed into shared rows give each sequence's own outputs and losses."""
-    torch.manual_seed(0)
-    model = BertForPreTraining(CFG)
-    ids, tt, mask, labels = _padded_batch(torch.Generator().manual_seed(1))
-    nsp = torch.tensor([1, 0, 0, 1])
-    # Pack: row 0 = sequences 0 and 1 (9 + 4 tokens), row 1 = sequences 2 and 3 (13 + 6), width 19.
-    rows = [(0, 1), (2, 3)]
-    W = 19
-    p_ids, p_tt, p_seq, p_lab = (torch.zeros(2, W, dtype=torch.long), torch.zeros(2, W, dtype=torch.long),
-                                 torch.zeros(2, W, dtype=torch.long), torch.full((2, W), -100))
-    for r, members in enumerate(rows):
-        at = 0
-        for k, i in enumerate(members):
-            n = LENGTHS[i]
-            p_ids[r, at:at + n], p_tt[r, at:at + n], p_lab[r, at:at + n] = ids[i, :n], tt[i, :n], labels[i, :n]
-            p_seq[r, at:at + n] = k + 1
-            at += n
-    order = [i for members in rows for i in members]  # sequences in packed order: 0, 1, 2, 3
-
-    model.zero_grad()
-    ref = model(ids, tt, mask, labels=labels, next_sentence_label=nsp)
-    ref.loss.backward()
-    g_ref = _grads(model)
-    model.zero_grad()
-    packed = model(p_ids, p_tt, labels=p_lab, next_sentence_label=nsp[order], sequence_ids=p_seq)
-    packed.loss.backward()
-    g_packed = _grads(model)
-
-    torch.testing.assert_close(packed.seq_relationship_logits, ref.seq_relationship_logits[order], atol=1e-5, rtol=0)
-    torch.testing.assert_close(packed.mlm_loss, ref.mlm_loss, atol=1e-6, rtol=0)
-    torch.testing.assert_close(packed.nsp_loss, ref.nsp_loss, atol=1e-6, rtol=0)
-    for name in g_ref:
-        torch.testing.assert_close(g_packed[name], g_ref[name], atol=1e-5, rtol=1e-4, msg=name)
-
-
-def test_packed_positions_restart_and_attention_stays_inside_sequences(grouping):
-    torch.manual_seed(0)
-    model = BertModel(CFG).eval()
-    a = torch.randint(5, 120, (1, 5))
-    b = torch.randint(5, 120, (1, 7))
-    alone_a = model(a).tokens[0]
-    alone_b = model(b).tokens[0]
-    packed = model(torch.cat([a, b], 1), sequence_ids=torch.tensor([[1] * 5 + [2] * 7]))
-    torch.testing.assert_close(packed.tokens[:5], alone_a, atol=1e-5, rtol=0)
-    torch.testing.assert_close(packed.tokens[5:], alone_b, atol=1e-5, rtol=0)
-    assert packed.pooler_output.shape == (2, 32)
-
-
-def test_classifier_on_packed_rows_returns_one_row_per_sequence(grouping):
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(CFG.with_labels(3)).eval()
-    x = torch.randint(5, 120, (1, 10))
-    out = model(x, sequence_ids=torch.tensor([[1, 1, 1, 2, 2, 2, 2, 3, 3, 0]]), labels=torch.tensor([0, 2, 1]))
-    assert out.logits.shape == (3, 3)
-    single = model(x[:, 3:7]).logits
-    torch.testing.assert_close(out.logits[1:2], single, atol=1e-5, rtol=0)
-
-
-def test_collate_packed_fine_tuning_equals_padded_batch(grouping):
-    """Packed fine-tuning batches: same per-sequence logits, same loss, same gradients as the padded batch."""
-    from bertkit.data.collate import collate_packed, pack_rows
-    from bertkit.tasks.glue import collate
-
-    assert pack_rows([5, 9, 3, 7, 2], 10) == [[1], [3, 2], [0, 4]]
-    gen = torch.Generator().manual_seed(5)
-    feats = []
-    for n in (7, 3, 11, 5, 2, 9):
-        ids = torch.randint(5, 120, (n,), generator=gen).tolist()
-        feats.append({"input_ids": ids, "token_type_ids": [0] * (n // 2) + [1] * (n - n // 2),
-                      "attention_mask": [1] * n, "labels": int(ids[0] % 3)})
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(CFG.with_labels(3))
-    padded = collate(feats, 0)
-    packed = collate_packed(feats, 0, row_tokens=16)
-    assert packed["input_ids"].shape[0] < len(feats)
-    order = packed.pop("order")
-    model.zero_grad()
-    a = model(**padded)
-    a.loss.backward()
-    ga = _grads(model)
-    model.zero_grad()
-    b = model(**packed)
-    b.loss.backward()
-    gb = _grads(model)
-    torch.testing.assert_close(b.logits, a.logits[order], atol=1e-5, rtol=0)
-    torch.testing.assert_close(b.loss, a.loss, atol=1e-6, rtol=0)
-    for name in ga:
-        torch.testing.assert_close(gb[name], ga[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_compiled_layers_match_eager_across_changing_token_counts():

@@ -13,6 +13,7 @@ import argparse
 import ast
 import contextlib
 import dataclasses
+import functools
 import inspect
 import json
 import logging
@@ -33,7 +34,8 @@ from bertkit.errors import BertkitError, MissingFileError
 # -------------------------------------------------------------------------------------------------
 
 
-def field_docs(cls: type) -> dict[str, str]:
+@functools.cache  # parsing the classes' source is most of build_parser's time; the source does not change
+def field_docs(cls: type) -> types.MappingProxyType[str, str]:
     """Attribute docstrings (a string literal right after a field) of ``cls`` and its bases; subclasses win."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
@@ -48,7 +50,7 @@ def field_docs(cls: type) -> dict[str, str]:
             if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
                     and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
                 docs[node.target.id] = " ".join(nxt.value.value.split())
-    return docs
+    return types.MappingProxyType(docs)  # shared by every caller: read-only
 
 
 def _flag_name(name: str) -> str:
@@ -350,6 +352,14 @@ def _finetune_ner(s) -> dict:
     return finetune_ner(s)
 
 
+@command("classify", "your CSV/TSV/JSONL texts and labels -> classifier (or regressor) with label names, report",
+         _s(S + "ClassifySettings"), family="finetune")
+def _finetune_classify(s) -> dict:
+    from bertkit.training.finetune import finetune_classify
+
+    return finetune_classify(s)
+
+
 @command("squad", "SQuAD v1.1 / v2.0 span extraction", _s(S + "SquadSettings"), family="finetune")
 def _finetune_squad(s) -> dict:
     from bertkit.training.token_tasks import finetune_squad
@@ -372,13 +382,63 @@ def _predict_glue(s) -> dict:
     return predict_glue(s)
 
 
+@command("ner", "CoNLL-file predictions (word gold pred) and conlleval scores", _s(S + "PredictNerSettings"),
+         family="predict")
+def _predict_ner(s) -> dict:
+    from bertkit.training.token_tasks import predict_ner_file
+
+    return predict_ner_file(s)
+
+
+@command("squad", "SQuAD-JSON predictions (run_squad.py's files) and the official scores",
+         _s(S + "PredictSquadSettings"), family="predict")
+def _predict_squad(s) -> dict:
+    from bertkit.training.token_tasks import predict_squad_file
+
+    return predict_squad_file(s)
+
+
+@command("swag", "swagaf-CSV ending scores (predictions.jsonl) and accuracy", _s(S + "PredictSwagSettings"),
+         family="predict")
+def _predict_swag(s) -> dict:
+    from bertkit.training.token_tasks import predict_swag_file
+
+    return predict_swag_file(s)
+
+
+def _predict_file_command(task: str) -> None:
+    def handler(s) -> dict:
+        from bertkit.inference.files import predict_file
+
+        s.task = task
+        return predict_file(s)
+
+    what = {"text-classification": "labels and scores per text or pair",
+            "token-classification": "word tags and entity spans with character offsets",
+            "question-answering": "answer spans in contexts of any length",
+            "fill-mask": "top-k tokens for each [MASK]",
+            "multiple-choice": "the best choice and its score",
+            "feature-extraction": "one vector per input (mean or CLS pooling)",
+            "sentence-embedding": "unit-length sentence vectors"}[task]
+    command(task, f"your file (JSONL, CSV/TSV, text) -> JSONL of {what}", _s(INFERENCE + "PredictFileSettings"),
+            family="predict")(handler)
+
+
+INFERENCE = "bertkit.inference.commands."
+for _task in ("text-classification", "token-classification", "question-answering", "fill-mask", "multiple-choice",
+              "feature-extraction", "sentence-embedding"):
+    _predict_file_command(_task)
+
+
 @command("extract-features", "per-token hidden states of chosen layers -> JSONL or safetensors",
          _s(S + "ExtractSettings"))
 def _extract(s) -> dict:
     from bertkit.features import extract_features, read_texts
     from bertkit.modeling import BertModel
     from bertkit.tokenization import BertTokenizer
+    from bertkit.training.distributed import current, resolve_device
 
+    s.device = resolve_device(s.device, current().local_rank)  # under torchrun: this process's GPU
     return extract_features(BertModel.from_pretrained(s.model_name_or_path),
                             BertTokenizer.from_pretrained(s.model_name_or_path), read_texts(s.input), s.output_file,
                             layers=s.layers, max_seq_length=s.max_seq_length, batch_size=s.batch_size,
@@ -403,15 +463,20 @@ def _demo(s) -> None:
     run_demo(s.model_name_or_path, s.output_dir, pretrain_steps=s.steps, seed=s.seed, progress=s.progress)
 
 
-INFERENCE = "bertkit.inference.commands."
-
-
 @command("onnx", "encoder + head -> one ONNX file (dynamic batch and sequence axes)", _s(INFERENCE + "ExportOnnxSettings"),
          family="export")
 def _export_onnx(s) -> dict:
     from bertkit.inference.export import export_onnx
 
     return export_onnx(s.model, s.output_file, opset=s.opset, overwrite=True, verify=s.verify)  # _claim checked
+
+
+@command("serve", "a model's pipeline behind HTTP with dynamic batching (POST /predict, /health, /metadata)",
+         _s(INFERENCE + "ServeSettings"))
+def _serve(s) -> None:
+    from bertkit.inference.serve import serve
+
+    return serve(s)
 
 
 @command("convert-tf-checkpoint", "a google-research/bert TensorFlow checkpoint -> Hugging Face layout (no TF needed)",
@@ -424,10 +489,10 @@ def _convert_tf(s) -> dict:
 
 
 FAMILY_HELP = {"finetune": "fine-tune a pre-trained BERT on a task (paper section 4) -> model, predictions, report",
-               "predict": "predict with a fine-tuned model -> submission files",
+               "predict": "predict with a fine-tuned model: on your own files (JSONL, CSV/TSV, text) or GLUE submissions",
                "export": "export a model for other runtimes (ONNX)"}
 ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data", "merge-pretraining-data", "pretrain",
-         "finetune", "predict", "extract-features", "feature-study", "export", "convert-tf-checkpoint", "demo")
+         "finetune", "predict", "extract-features", "feature-study", "export", "serve", "convert-tf-checkpoint", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -482,14 +547,15 @@ def _claim(name: str, s: Any):
 
 @contextlib.contextmanager
 def _launch(name: str, s: Any):
-    """Run a command in one process, or in torchrun's process group for the training commands (their
-    settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
+    """Run a command in one process, or in torchrun's process group for the commands that split over
+    processes (their settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
     Yields whether this process is rank 0 (the one that reports)."""
     if not hasattr(s, "ddp_timeout"):
         under_torchrun = "LOCAL_RANK" in os.environ and os.environ.get("WORLD_SIZE", "1") not in ("", "1")
         if under_torchrun and not hasattr(s, "num_shards"):  # create-pretraining-data splits by rank
             raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
-                               "pretrain, finetune and create-pretraining-data over several processes)")
+                               "pretrain, finetune, extract-features and create-pretraining-data over several "
+                               "processes)")
         with _claim(name, s):
             yield True
         return

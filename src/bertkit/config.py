@@ -133,6 +133,11 @@ class BertConfig:
 
     # ---- dict / JSON ---------------------------------------------------------------------------------
     @classmethod
+    def field_names(cls) -> set[str]:
+        """The settable fields (what a config.json key or a keyword override may name)."""
+        return {f.name for f in dataclasses.fields(cls)} - {"extra"}
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:
         model_type = data.get("model_type", "bert")
         if model_type != "bert":

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from bertkit.training.settings import DemoSettings
+
 logger = logging.getLogger("bertkit")
 
 # Three families of standard-library modules; a docstring's family is the fine-tuning label.
@@ -186,8 +188,8 @@ def fill_mask(model, tokenizer, sentences: tuple[str, ...], k: int = 3) -> list[
     return out
 
 
-def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = 2000, vocab_size: int = 4000,
-             seed: int = 0, progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = DemoSettings.steps, vocab_size: int = 4000,
+             seed: int = DemoSettings.seed, progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every stage; returns (and writes to ``out_dir/demo.json``) what each stage measured."""
     from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertTokenizer
     from bertkit.data.pretraining import create_pretraining_data

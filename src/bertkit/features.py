@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -36,6 +37,7 @@ import torch
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write
+from bertkit.training.settings import ExtractSettings
 
 logger = logging.getLogger("bertkit")
 
@@ -81,18 +83,23 @@ def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_se
     return encoded
 
 
-@torch.no_grad()
-def hidden_states_for(model: BertModel, encoded: Sequence[dict], indices: Sequence[int], layers: Sequence[int],
-                      batch_size: int, device: str = "cpu", bar: Any = None) -> list[np.ndarray]:
-    """float32 (len(layers), T_i, H) per example of ``indices``, in that order.
-
-    Examples are batched by length so batches carry little padding, and the encoder computes on real
-    tokens only (``layout="auto"``); ``layers`` are positions in the L + 1 hidden states.
-    """
+def length_batches(encoded: Sequence[dict], indices: Sequence[int], batch_size: int) -> list[list[int]]:
+    """``indices`` sorted by length (stable) and cut into batches: little padding per batch, and the same
+    batches whichever process runs them (so output is independent of how many processes share the work)."""
     order = sorted(indices, key=lambda i: len(encoded[i]["input_ids"]))
+    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+
+
+@torch.no_grad()
+def run_batches(model: BertModel, encoded: Sequence[dict], batches: Sequence[Sequence[int]], layers: Sequence[int],
+                device: str = "cpu", bar: Any = None) -> dict[int, np.ndarray]:
+    """float32 (len(layers), T_i, H) per example of ``batches``, keyed by example index.
+
+    The encoder computes on real tokens only (``layout="auto"``); ``layers`` are positions in the L + 1
+    hidden states.
+    """
     out: dict[int, np.ndarray] = {}
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+    for idx in batches:
         lengths = [len(encoded[i]["input_ids"]) for i in idx]
         T = max(lengths)
         ids = torch.zeros(len(idx), T, dtype=torch.long)
@@ -109,7 +116,21 @@ def hidden_states_for(model: BertModel, encoded: Sequence[dict], indices: Sequen
             out[i] = chosen[row, :, :n]
         if bar is not None:
             bar.update(len(idx))
+    return out
+
+
+def hidden_states_for(model: BertModel, encoded: Sequence[dict], indices: Sequence[int], layers: Sequence[int],
+                      batch_size: int, device: str = "cpu", bar: Any = None) -> list[np.ndarray]:
+    """``run_batches`` over length-sorted batches of ``indices``; the states in ``indices`` order."""
+    out = run_batches(model, encoded, length_batches(encoded, indices, batch_size), layers, device, bar)
     return [out[i] for i in indices]
+
+
+def _process_share() -> tuple[int, int]:
+    """(rank, world size) under torchrun's process group, (0, 1) otherwise."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
 
 
 def _values(vec: np.ndarray) -> str:
@@ -151,9 +172,9 @@ def extract_features(
     texts: Sequence[tuple[str, str | None]],
     out: str | os.PathLike,
     *,
-    layers: Sequence[int] = (-1, -2, -3, -4),
-    max_seq_length: int = 128,
-    batch_size: int = 32,
+    layers: Sequence[int] = ExtractSettings.layers,
+    max_seq_length: int = ExtractSettings.max_seq_length,
+    batch_size: int = ExtractSettings.batch_size,
     dtype: Literal["float32", "float16"] = "float32",
     chunk_size: int = 2048,
     max_shard_bytes: int = 1 << 30,
@@ -165,8 +186,11 @@ def extract_features(
     safetensors shards hold, per shard: ``layer.<index>`` (N, H) for each requested index as given,
     ``input_ids`` and ``token_type_ids`` (N,), ``offsets`` (lines + 1,) so that line j's tokens are rows
     ``offsets[j]:offsets[j + 1]``, and ``line_index`` (lines,); ``read_features`` reads either format.
-    Work proceeds ``chunk_size`` lines at a time, so memory stays bounded on large inputs.
+    Work proceeds ``chunk_size`` lines at a time, so memory stays bounded on large inputs. Under torchrun
+    (an initialised process group) the batches are shared among the processes and rank 0 writes the output,
+    byte for byte the one a single process writes; other ranks return ``{"rank", "lines"}``.
     """
+    from safetensors.numpy import save_file
     from tqdm.auto import tqdm
 
     out = Path(out)
@@ -182,47 +206,89 @@ def extract_features(
     positions = resolve_layers(layers, num_states)
     model.eval().to(device)
     encoded = encode_texts(tokenizer, texts, max_seq_length)
+    lengths = [len(e["input_ids"]) for e in encoded]
+    np_dtype = np.dtype(dtype)
+    if out.suffix == ".jsonl":
+        plan = [range(len(encoded))]
+    else:
+        per_token = len(positions) * model.config.hidden_size * np_dtype.itemsize
+        plan = _shard_plan(lengths, per_token, max_shard_bytes)
+    files = [out] if out.suffix == ".jsonl" else shard_paths(out, len(plan))
+    # Work units: chunk_size lines of one output file, so memory stays bounded on large inputs.
+    units = [[list(range(a, min(a + chunk_size, part.stop))) for a in range(part.start, part.stop, chunk_size)]
+             for part in plan]
+    batches = [[length_batches(encoded, unit, batch_size) for unit in part] for part in units]
+    rank, world = _process_share()
+    parts_dir = out.parent / f".{out.name}.bertkit-parts"
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    bar = tqdm(total=len(encoded), disable=not progress, unit="line", dynamic_ncols=True)
-    files: list[Path]
-    n_tokens = sum(len(e["input_ids"]) for e in encoded)
-    if out.suffix == ".jsonl":
-        files = [out]
-        with atomic_write(out) as f:
-            for start in range(0, len(encoded), chunk_size):
-                idx = list(range(start, min(start + chunk_size, len(encoded))))
-                for i, states in zip(idx, hidden_states_for(model, encoded, idx, positions, batch_size, device, bar)):
-                    tokens = tokenizer.convert_ids_to_tokens(encoded[i]["input_ids"])
-                    f.write(_jsonl_line(i, tokens, states, layers))
-    else:
-        from safetensors.numpy import save_file
+    if world > 1:
+        # Under torchrun each process runs every world-th batch of every unit and leaves its states in a
+        # part file; rank 0 then writes the output from the parts. Batches are the same as in one process,
+        # so the output bytes are too.
+        mine = sum(len(b) for part in batches for unit in part for b in unit[rank::world])
+        bar = tqdm(total=mine, disable=not (progress and rank == 0), unit="line", dynamic_ncols=True)
+        if rank == 0:
+            shutil.rmtree(parts_dir, ignore_errors=True)  # a crashed earlier run's parts (bertkit's own)
+            parts_dir.mkdir()
+        torch.distributed.barrier()
+        for p, part in enumerate(batches):
+            for u, unit in enumerate(part):
+                states = run_batches(model, encoded, unit[rank::world], positions, device, bar)
+                with atomic_target(parts_dir / f"{p:05d}-{u:06d}-rank{rank:04d}.safetensors") as tmp:
+                    save_file({str(i): np.ascontiguousarray(a) for i, a in states.items()}, str(tmp))
+        bar.close()
+        torch.distributed.barrier()
+        if rank != 0:
+            return {"rank": rank, "lines": mine}
+        bar = tqdm(total=len(encoded), disable=not progress, unit="line", desc="writing", dynamic_ncols=True)
 
-        np_dtype = np.dtype(dtype)
-        per_token = len(positions) * model.config.hidden_size * np_dtype.itemsize
-        plan = _shard_plan([len(e["input_ids"]) for e in encoded], per_token, max_shard_bytes)
-        files = shard_paths(out, len(plan))
+        def states_of(p: int, u: int) -> dict[int, np.ndarray]:
+            from safetensors.numpy import load_file
+
+            merged: dict[int, np.ndarray] = {}
+            for r in range(world):
+                merged.update((int(k), v) for k, v in load_file(str(parts_dir / f"{p:05d}-{u:06d}-rank{r:04d}"
+                                                                                 ".safetensors")).items())
+            bar.update(len(merged))
+            return merged
+    else:
+        bar = tqdm(total=len(encoded), disable=not progress, unit="line", dynamic_ncols=True)
+
+        def states_of(p: int, u: int) -> dict[int, np.ndarray]:
+            return run_batches(model, encoded, batches[p][u], positions, device, bar)
+
+    if out.suffix == ".jsonl":
+        with atomic_write(out) as f:
+            for u, unit in enumerate(units[0]):
+                states = states_of(0, u)
+                for i in unit:
+                    tokens = tokenizer.convert_ids_to_tokens(encoded[i]["input_ids"])
+                    f.write(_jsonl_line(i, tokens, states[i], layers))
+    else:
         meta = {"format": "bertkit-features", "layers": json.dumps(list(layers)), "dtype": dtype,
                 "hidden_size": str(model.config.hidden_size), "max_seq_length": str(max_seq_length)}
-        for shard, path in zip(plan, files):
+        for p, (shard, path) in enumerate(zip(plan, files)):
             chunks = []
-            for start in range(shard.start, shard.stop, chunk_size):
-                idx = list(range(start, min(start + chunk_size, shard.stop)))
-                chunks += [s.astype(np_dtype) for s in hidden_states_for(model, encoded, idx, positions, batch_size,
-                                                                         device, bar)]
-            lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
+            for u, unit in enumerate(units[p]):
+                states = states_of(p, u)
+                chunks += [states[i].astype(np_dtype) for i in unit]
+            shard_lengths = np.asarray([lengths[i] for i in shard], dtype=np.int64)
             tensors = {f"layer.{name}": np.ascontiguousarray(np.concatenate([c[k] for c in chunks], 0))
                        for k, name in enumerate(layers)}
             tensors["input_ids"] = np.concatenate([encoded[i]["input_ids"] for i in shard]).astype(np.int64)
             tensors["token_type_ids"] = np.concatenate([encoded[i]["token_type_ids"] for i in shard]).astype(np.int64)
-            tensors["offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            tensors["offsets"] = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
             tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
             with atomic_target(path) as tmp:
                 save_file(tensors, str(tmp), metadata=meta)
     bar.close()
+    if world > 1:
+        shutil.rmtree(parts_dir, ignore_errors=True)
     seconds = time.perf_counter() - t0
+    n_tokens = sum(lengths)
     return {"files": [str(p) for p in files], "lines": len(encoded), "tokens": n_tokens, "layers": list(layers),
-            "seconds": round(seconds, 1), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1)}
+            "processes": world, "seconds": round(seconds, 1), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1)}
 
 
 def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
@@ -258,5 +324,5 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
                    "layers": {n: t[f"layer.{n}"][a:b] for n in names}}
 
 
-__all__ = ["read_texts", "extract_features", "read_features", "resolve_layers", "hidden_states_for",
-           "encode_texts"]
+__all__ = ["read_texts", "extract_features", "read_features", "resolve_layers", "hidden_states_for", "length_batches",
+           "run_batches", "encode_texts"]

@@ -9,6 +9,7 @@ span extraction. Weight names are mapped to the published ones in ``checkpoint_i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +31,6 @@ IGNORE_INDEX = -100  # label value for positions that carry no loss (unmasked ML
 @dataclass
 class PreTrainingOutput(TupleAccess):
     # transformers' BertForPreTraining order; BertForMaskedLM's (loss, logits, ...) as seq_relationship is None.
-    TUPLE_FIELDS = ("loss", "prediction_logits", "seq_relationship_logits", "hidden_states", "attentions")
-
     loss: Tensor | None  # mlm_loss + nsp_loss, for the labels given
     mlm_loss: Tensor | None
     nsp_loss: Tensor | None
@@ -42,29 +41,29 @@ class PreTrainingOutput(TupleAccess):
     seq_relationship_logits: Tensor | None  # (B, 2): 0 = B follows A, 1 = B is random
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Tensor, ...] | None = None  # with output_attentions: L tensors (B, nh, T, T)
+    tuple_fields: ClassVar[tuple[str, ...]] = ("loss", "prediction_logits", "seq_relationship_logits",
+                                               "hidden_states", "attentions")
 
 
 @dataclass
 class ClassifierOutput(TupleAccess):
     """Sequence, pair, token, next-sentence and multiple-choice heads: logits and an optional loss."""
 
-    TUPLE_FIELDS = ("loss", "logits", "hidden_states", "attentions")
-
     loss: Tensor | None
     logits: Tensor  # (B, C) sequence/NSP/choice; (B, T, C) tokens
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Tensor, ...] | None = None  # with output_attentions: L tensors (B, nh, T, T)
+    tuple_fields: ClassVar[tuple[str, ...]] = ("loss", "logits", "hidden_states", "attentions")
 
 
 @dataclass
 class QuestionAnsweringOutput(TupleAccess):
-    TUPLE_FIELDS = ("loss", "start_logits", "end_logits", "hidden_states", "attentions")
-
     loss: Tensor | None
     start_logits: Tensor  # (B, T)
     end_logits: Tensor  # (B, T)
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Tensor, ...] | None = None  # with output_attentions: L tensors (B, nh, T, T)
+    tuple_fields: ClassVar[tuple[str, ...]] = ("loss", "start_logits", "end_logits", "hidden_states", "attentions")
 
 
 # torch.export returns these dataclasses as they are (pytree nodes: fields are children); torch.jit.trace
@@ -127,12 +126,11 @@ class _HeadModel(PretrainedMixin, nn.Module):
             if name != "bert":
                 module.apply(lambda m: init_bert_weights(m, self.config.initializer_range))
 
-    def _encode(self, input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids=None,
-                layout: str | None = None, inputs_embeds: Tensor | None = None,
-                output_attentions: bool = False) -> BertModelOutput:
+    def _encode(self, input_ids, token_type_ids, attention_mask, output_hidden_states,
+                inputs_embeds: Tensor | None = None, output_attentions: bool = False) -> BertModelOutput:
         return self.bert(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
-                         output_hidden_states=output_hidden_states, sequence_ids=sequence_ids, layout=layout,
-                         inputs_embeds=inputs_embeds, output_attentions=output_attentions)
+                         output_hidden_states=output_hidden_states, inputs_embeds=inputs_embeds,
+                         output_attentions=output_attentions)
 
     @property
     def _classifier_dropout(self) -> float:
@@ -159,9 +157,9 @@ class BertForPreTraining(_HeadModel):
     def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
                 next_sentence_label: Tensor | None = None, output_hidden_states: bool = False,
-                sequence_ids: Tensor | None = None, inputs_embeds: Tensor | None = None,
+                inputs_embeds: Tensor | None = None,
                 output_attentions: bool = False, return_dict: bool = True) -> PreTrainingOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids,
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
                            inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         logits, mlm_loss = masked_lm_loss(self.mlm, out,
                                           self.bert.embeddings.word_embeddings.weight, labels)
@@ -186,10 +184,9 @@ class BertForMaskedLM(_HeadModel):
 
     def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False, sequence_ids: Tensor | None = None,
-                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
-                return_dict: bool = True) -> PreTrainingOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids,
+                output_hidden_states: bool = False, inputs_embeds: Tensor | None = None,
+                output_attentions: bool = False, return_dict: bool = True) -> PreTrainingOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
                            inputs_embeds=inputs_embeds, output_attentions=output_attentions)
         logits, loss = masked_lm_loss(self.mlm, out,
                                       self.bert.embeddings.word_embeddings.weight, labels)
@@ -242,12 +239,11 @@ class BertForSequenceClassification(_HeadModel):
 
     def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
                 attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False, sequence_ids: Tensor | None = None,
-                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
-                return_dict: bool = True) -> ClassifierOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states, sequence_ids,
+                output_hidden_states: bool = False, inputs_embeds: Tensor | None = None,
+                output_attentions: bool = False, return_dict: bool = True) -> ClassifierOutput:
+        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
                            inputs_embeds=inputs_embeds, output_attentions=output_attentions)
-        logits = self.classifier(self.dropout(out.pooler_output))  # (S, C): one row per sequence
+        logits = self.classifier(self.dropout(out.pooler_output))  # (B, C)
         loss = None
         if labels is not None:
             kind = self.config.problem_type or (

@@ -13,8 +13,7 @@ Where this differs from the paper's text (not from its released code, which it f
   every per-token layer on the real tokens only; attention, the one operation that mixes tokens, goes
   through one function, ``self_attention``, which scatters q/k/v into per-sequence rectangles for
   PyTorch's ``scaled_dot_product_attention``. Both live in ``padding.py`` (``TokenLayout``), apart
-  from this forward pass. The same mechanism packs several sequences
-  into one row (Krell et al. 2021). ``layout="padded"`` computes on the padded rectangle as transformers
+  from this forward pass. ``layout="padded"`` computes on the padded rectangle as transformers
   does; at real positions both agree within float rounding.
 - ``output_attentions=True`` computes attention explicitly (``attention_probs``) on the padded rectangle so
   the probabilities can be returned, as transformers' "eager" attention does; without it the fused SDPA
@@ -29,7 +28,7 @@ size, L layers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -132,7 +131,7 @@ class BertPooler(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, first_token: Tensor) -> Tensor:
-        return torch.tanh(self.dense(first_token))  # (S, H)
+        return torch.tanh(self.dense(first_token))  # (B, H)
 
 
 def init_bert_weights(module: nn.Module, std: float) -> None:
@@ -192,20 +191,18 @@ def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: T
 
 
 class TupleAccess:
-    """``out[0]``, ``out[1:]``, ``out["logits"]`` and ``to_tuple()`` on an output dataclass, in transformers'
-    order (``TUPLE_FIELDS``, fields that are None left out), so code written against transformers'
-    ``ModelOutput`` indexes the same tensors. The dataclass stays the one return type (``return_dict=False``
-    only converts it at the end)."""
+    """transformers' output habits: ``out[0]``, ``out["logits"]``, ``out.to_tuple()``. The tuple holds the
+    fields transformers' output class has, in its order, leaving out those that are None (as it does)."""
 
-    TUPLE_FIELDS: tuple[str, ...] = ()
+    tuple_fields: ClassVar[tuple[str, ...]] = ()
 
     def to_tuple(self) -> tuple[Any, ...]:
-        return tuple(v for v in (getattr(self, n) for n in self.TUPLE_FIELDS) if v is not None)
+        return tuple(v for v in (getattr(self, f) for f in self.tuple_fields) if v is not None)
 
     def __getitem__(self, key: int | slice | str) -> Any:
         if isinstance(key, str):
-            if key not in self.TUPLE_FIELDS:
-                raise KeyError(f"{key!r} is not one of {self.TUPLE_FIELDS}")
+            if key not in self.tuple_fields:
+                raise KeyError(f"{key!r}: this output has {', '.join(self.tuple_fields)}")
             return getattr(self, key)
         return self.to_tuple()[key]
 
@@ -218,17 +215,17 @@ class BertModelOutput(TupleAccess):
     """Encoder outputs. ``tokens`` are the stored token states: (B, T, H) in the padded layout, (N, H)
     for the N real tokens otherwise; ``last_hidden_state`` always gives the caller's padded (B, T, H)."""
 
-    TUPLE_FIELDS = ("last_hidden_state", "pooler_output", "hidden_states", "attentions")
-
     tokens: Tensor
-    pooler_output: Tensor | None  # (S, H): one per sequence (S = B unless packed); None without pooler
+    pooler_output: Tensor | None  # (B, H); None without pooler
     token_layout: TokenLayout  # where the real tokens are (not model.layout, the setting that chose it)
     layer_tokens: tuple[Tensor, ...] | None = None  # with output_hidden_states: L + 1, embeddings first
     attentions: tuple[Tensor, ...] | None = None  # with output_attentions: L tensors (B, nh, T, T)
+    tuple_fields: ClassVar[tuple[str, ...]] = ("last_hidden_state", "pooler_output", "hidden_states",
+                                               "attentions")
 
     @property
     def last_hidden_state(self) -> Tensor:
-        """(B, T, H). In the unpadded and packed layouts padding positions hold zeros."""
+        """(B, T, H). In the unpadded layout padding positions hold zeros."""
         return self.token_layout.to_batch(self.tokens)
 
     @property
@@ -268,7 +265,6 @@ class BertModel(PretrainedMixin, nn.Module):
         attention_mask: Tensor | None = None,
         position_ids: Tensor | None = None,
         output_hidden_states: bool = False,
-        sequence_ids: Tensor | None = None,
         layout: str | None = None,
         inputs_embeds: Tensor | None = None,
         output_attentions: bool = False,
@@ -279,9 +275,7 @@ class BertModel(PretrainedMixin, nn.Module):
         ``layout="auto"`` drops padding before the first layer whenever the batch has any (right-padded
         rows), computing every per-token layer on real tokens only; outputs at real positions equal the
         padded computation's within float rounding. ``"padded"`` computes on the rectangle as
-        transformers does. ``sequence_ids`` (B, T) instead of ``attention_mask`` marks packed rows:
-        sequences numbered 1, 2, ... within each row, 0 for padding; positions restart per sequence and
-        ``pooler_output`` has one row per sequence.
+        transformers does.
 
         As in transformers: ``inputs_embeds`` (B, T, H) instead of ``input_ids`` replaces the word-embedding
         lookup; ``output_attentions`` returns each layer's attention probabilities (B, nh, T, T), computed
@@ -293,9 +287,6 @@ class BertModel(PretrainedMixin, nn.Module):
         if layout not in LAYOUTS:
             raise BertkitError(f"layout {layout!r} is not one of {LAYOUTS}")
         if output_attentions:
-            if sequence_ids is not None:
-                raise BertkitError("output_attentions returns (B, nh, T, T) per layer; it cannot be combined with "
-                                   "packed sequence_ids (several sequences per row): pass one sequence per row")
             layout = "padded"  # probabilities per (query, key) position of the caller's rectangle
         if T > self.config.max_position_embeddings:
             raise BertkitError(
@@ -306,12 +297,8 @@ class BertModel(PretrainedMixin, nn.Module):
         if token_type_ids is None:
             token_type_ids = (torch.zeros_like(input_ids) if input_ids is not None  # zeros_like: traces dynamically
                               else torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device))
-        if sequence_ids is not None:
-            if attention_mask is not None:
-                raise BertkitError("pass either attention_mask (one sequence per row) or sequence_ids (packed), not both")
-            lay = TokenLayout.packed(sequence_ids)
-        elif (layout == "padded" or attention_mask is None or bool(attention_mask.all())
-              or not bool(attention_mask[:, 0].all())):
+        if (layout == "padded" or attention_mask is None or bool(attention_mask.all())
+                or not bool(attention_mask[:, 0].all())):
             # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
             lay = TokenLayout.padded(attention_mask, (B, T))
         else:
@@ -321,12 +308,7 @@ class BertModel(PretrainedMixin, nn.Module):
             pos = self.position_ids[:T].unsqueeze(0) if position_ids is None else position_ids  # (1 or B, T)
             x = self.embeddings(input_ids, token_type_ids, pos, inputs_embeds)  # (B, T, H)
         else:
-            if lay.position_ids is not None:
-                if position_ids is not None:
-                    raise BertkitError("packed batches compute their own position_ids (restarting per sequence)")
-                pos = lay.position_ids
-            else:
-                pos = (lay.flat_index % T) if position_ids is None else position_ids.reshape(-1)[lay.flat_index]
+            pos = (lay.flat_index % T) if position_ids is None else position_ids.reshape(-1)[lay.flat_index]
             keep = lay.flat_index
             x = self.embeddings(None if input_ids is None else input_ids.reshape(-1)[keep],
                                 token_type_ids.reshape(-1)[keep], pos,

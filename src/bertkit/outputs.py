@@ -68,9 +68,11 @@ def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp's 0600 would make every model file private
     try:
         yield Path(tmp)
+        # mkstemp's 0600 would make every model file private; set after writing, since a library may have
+        # replaced the file (safetensors' save_file creates it anew, 0600 again).
+        os.chmod(tmp, 0o666 & ~_UMASK)
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -150,6 +152,7 @@ class OutputDir:
     fingerprint: dict
     _lock: Any = None
     _started: float = 0.0
+    _created: bool = False  # the claim made the directory (it did not exist before)
 
     def record(self, finished: bool) -> None:
         """Write the marker: the files this and earlier runs of the same claim made."""
@@ -158,8 +161,16 @@ class OutputDir:
         atomic_write_json(self.path / MARKER, marker)
 
     def release(self, finished: bool) -> None:
+        """Record the run's files and drop the lock. A run that failed before writing anything into a
+        directory it created leaves no trace (no empty directory holding only bertkit's marker and lock)."""
+        if not finished and self._created and self.path.is_dir() and not _listing(self.path):
+            for name in (MARKER, LOCK):
+                with contextlib.suppress(FileNotFoundError):
+                    (self.path / name).unlink()
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
         try:
-            if self.path.is_dir():
+            if self.path.is_dir() and (self.path / LOCK).exists():
                 self.record(finished)
         finally:
             if self._lock is not None:
@@ -253,6 +264,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
     directory = Path(path)
     if directory.exists() and not directory.is_dir():
         raise BertkitError(f"{directory} is a file; the output must be a directory")
+    created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     lock = _lock(directory, command)
     try:
@@ -282,7 +294,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
                     f"{directory} already holds the output of a {what} ({len(present)} file(s)); {fixes}pass "
                     "--overwrite to replace it (only the files bertkit wrote there are removed), or choose "
                     "another output directory")
-        claim = OutputDir(directory, command, fingerprint or {}, lock, time.time())
+        claim = OutputDir(directory, command, fingerprint or {}, lock, time.time(), created)
         if resume and marker is not None and marker.get("command") == command:
             claim._started = float(marker.get("started", claim._started))
         claim.record(finished=False)

@@ -1,8 +1,8 @@
 """Variable-length layouts: how the sequences of a batch lie in memory, kept apart from the forward pass.
 
 ``modeling.py`` computes every per-token layer on whatever ``TokenLayout`` says are the real tokens:
-the padded (B, T) rectangle (as transformers does), the N real tokens of a right-padded batch (padding
-dropped after the embeddings), or several sequences packed into one row. Attention, the one operation
+the padded (B, T) rectangle (as transformers does), or the N real tokens of a right-padded batch (padding
+dropped after the embeddings). Attention, the one operation
 that mixes tokens, goes through ``self_attention``, which scatters q/k/v into per-sequence rectangles for
 PyTorch's ``scaled_dot_product_attention``; sequences of very different lengths are split into a few
 groups of similar length (``AttentionGroup``), so long ragged batches (SQuAD windows) spend little
@@ -100,7 +100,7 @@ def is_tracing() -> bool:
 
 @dataclass
 class TokenLayout:
-    """Where the tokens of each sequence are, for the three ways bertkit stores a batch.
+    """Where the tokens of each sequence are, for the two ways bertkit stores a batch.
 
     - padded: hidden states are the caller's (B, T) rectangle; attention masks padded keys.
     - unpadded: only the N real tokens are kept, as (N, H); every per-token layer (projections, FFN,
@@ -108,14 +108,11 @@ class TokenLayout:
       rectangles, one per group of sequences of similar length (``AttentionGroup``), so it too computes
       little padding: at 384 tokens attention is a third of the work, and one batch-wide rectangle would
       spend most of it on padding.
-    - packed: several sequences share one row (Krell et al. 2021); ``sequence_ids`` (B, T) numbers them
-      1, 2, ... per row (0 = padding). Each becomes its own attention sequence, so attention never
-      crosses sequences, and positions restart at 0 for each.
 
     ``flat_index`` (N,) are the real tokens' positions in the flattened (B*T) input (None: padded);
     ``key_mask`` (B, 1, 1, T) is the padded layout's mask (None: no padding); ``groups`` the attention
-    groups of the other layouts; ``first_token`` (S,) indexes each sequence's first token ([CLS]) among the
-    stored tokens.
+    groups of the unpadded layout; ``first_token`` (B,) indexes each sequence's first token ([CLS]) among
+    the stored tokens.
     """
 
     batch_shape: tuple[int, int]
@@ -123,7 +120,6 @@ class TokenLayout:
     flat_index: Tensor | None = None
     groups: tuple[AttentionGroup, ...] = ()
     first_token: Tensor | None = None
-    position_ids: Tensor | None = None  # (N,) for packed batches: positions restart per sequence
 
     @classmethod
     def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int]) -> TokenLayout:
@@ -140,23 +136,6 @@ class TokenLayout:
         lengths = mask.sum(1)  # (B,)
         first = torch.cumsum(lengths, 0) - lengths  # (B,) offsets of each row's first real token
         return cls((B, T), None, flat_index, _attention_groups(lengths, first), first)
-
-    @classmethod
-    def packed(cls, sequence_ids: Tensor) -> TokenLayout:
-        """Rows holding several sequences, numbered 1.. within each row (0 = padding, at the row's end)."""
-        B, T = sequence_ids.shape
-        flat_ids = sequence_ids.reshape(-1)
-        flat_index = (flat_ids > 0).nonzero().squeeze(1)  # (N,)
-        row = flat_index // T
-        # Sequence number over the whole batch: rows are taken in order, sequences in order within a row.
-        per_row = sequence_ids.max(1).values  # (B,)
-        row_offset = torch.cumsum(per_row, 0) - per_row
-        seq = row_offset[row] + flat_ids[flat_index] - 1  # (N,) global sequence number
-        S = int(per_row.sum())
-        lengths = torch.bincount(seq, minlength=S)  # (S,)
-        starts = torch.cumsum(lengths, 0) - lengths  # (S,) first stored token of each sequence
-        pos = torch.arange(flat_index.numel(), device=flat_index.device) - starts[seq]  # restarts at 0
-        return cls((B, T), None, flat_index, _attention_groups(lengths, starts), starts, pos)
 
     @property
     def is_padded(self) -> bool:
@@ -179,7 +158,7 @@ class TokenLayout:
         return x[mask.reshape(-1)[self.flat_index]]
 
     def first_tokens(self, x: Tensor) -> Tensor:
-        """Each sequence's first token state (the [CLS] the pooler reads): (S, D)."""
+        """Each sequence's first token state (the [CLS] the pooler reads): (B, D)."""
         return x[:, 0] if self.is_padded else x.index_select(0, self.first_token)
 
 

@@ -1,4 +1,5 @@
-"""Settings of the inference-side commands (``bertkit export onnx``, ``bertkit convert-tf-checkpoint``).
+"""Settings of the inference-side commands (``bertkit predict TASK``, ``bertkit export onnx``,
+``bertkit convert-tf-checkpoint``).
 
 Plain dataclasses in the form ``cli.py`` derives flags from: one field, one flag, help from the string
 under the field.
@@ -9,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from bertkit.errors import BertkitError
 
 
 def _aliases(*names: str, default=None):
@@ -50,3 +53,98 @@ class ConvertTfSettings:
     """Lower-case input text (uncased models); auto: guessed from the vocabulary (uncased ones have no capitals)."""
     overwrite: bool = False
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
+
+
+@dataclass(kw_only=True)
+class PredictFileSettings:
+    """Apply a model to your own file (JSONL, CSV/TSV with a header, or one text per line) -> JSONL, one
+    record per input in input order."""
+
+    task: str = field(default="", metadata={"cli": False})
+    """The pipeline task: set by the command's name (``bertkit predict text-classification``)."""
+    model_name_or_path: Path = _aliases("--model")
+    """Checkpoint directory (config.json, model.safetensors, vocab.txt) with the task's head."""
+    input: Path
+    """Inputs: .jsonl (objects, or strings), .csv/.tsv (a header row naming the columns) or text (one per line)."""
+    output_file: Path = _aliases("--output", "--out")
+    """The JSONL file to write: {"id": ..., <the pipeline's result>} per input."""
+    text_column: str = "text"
+    """Column (CSV/TSV) or field (JSONL) holding the text."""
+    text_pair_column: str | None = None
+    """Column holding the second text of a pair (sentence-pair classification, e.g. MRPC)."""
+    question_column: str = "question"
+    """question-answering: the question's column."""
+    context_column: str = "context"
+    """question-answering / multiple-choice: the context's column."""
+    choices_column: str = "choices"
+    """multiple-choice: the choices (a JSON list of strings; in CSV/TSV a cell holding one)."""
+    id_column: str | None = None
+    """Column copied to each output record's id (default: the input's 0-based position)."""
+    batch_size: int = 32
+    """Sequences per batch (inputs are grouped by length, so batches carry little padding)."""
+    max_length: int | None = None
+    """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
+    top_k: int = 1
+    """fill-mask: tokens per [MASK]; question-answering: answers per question."""
+    pooling: Literal["mean", "cls"] = "mean"
+    """feature-extraction / sentence-embedding: how token states become one vector."""
+    bf16: bool = False
+    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs)."""
+    device: str = "cpu"
+    """cpu, cuda or cuda:N."""
+    progress: bool = True
+    """Show a progress bar."""
+    overwrite: bool = False
+    """Replace --output-file if it exists."""
+
+    def __post_init__(self) -> None:
+        self.model_name_or_path, self.input = Path(self.model_name_or_path), Path(self.input)
+        self.output_file = Path(self.output_file)
+        for name in ("batch_size", "top_k"):
+            if getattr(self, name) < 1:
+                raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.output_file.resolve() == self.input.resolve():
+            raise BertkitError(f"--output-file {self.output_file} is the input file; choose another name")
+
+
+@dataclass(kw_only=True)
+class ServeSettings:
+    """Serve a model's pipeline over HTTP (FastAPI + uvicorn; pip install "bertkit[serve]")."""
+
+    model_name_or_path: Path = _aliases("--model")
+    """Checkpoint directory with the task's head (config.json, model.safetensors, vocab.txt)."""
+    task: Literal["text-classification", "token-classification", "question-answering", "fill-mask",
+                  "multiple-choice", "feature-extraction", "sentence-embedding"]
+    """The pipeline to serve."""
+    host: str = "127.0.0.1"
+    """Address to listen on (0.0.0.0: every interface)."""
+    port: int = 8000
+    """TCP port."""
+    max_batch_size: int = 32
+    """Inputs gathered from concurrent requests into one model call."""
+    max_wait_ms: float = 5.0
+    """How long the first waiting request waits for others to join its batch."""
+    max_items: int = 64
+    """Inputs per request (more: 422)."""
+    max_text_chars: int = 20_000
+    """Characters per input, all its texts together (more: 422)."""
+    max_body_bytes: int = 1_000_000
+    """Request body size (more: 413)."""
+    max_length: int | None = None
+    """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
+    bf16: bool = False
+    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs)."""
+    device: str = "cpu"
+    """cpu, cuda or cuda:N."""
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    """uvicorn's log level."""
+
+    def __post_init__(self) -> None:
+        self.model_name_or_path = Path(self.model_name_or_path)
+        for name in ("max_batch_size", "max_items", "max_text_chars", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.port <= 65535:
+            raise BertkitError(f"port must be in [0, 65535], got {self.port}")
+        if not (0 <= self.max_wait_ms <= 10_000):
+            raise BertkitError(f"max_wait_ms must be in [0, 10000], got {self.max_wait_ms}")

@@ -65,9 +65,7 @@ class BatchEncoding(dict):
                 continue
             seq += [s] * n
             if given is None:
-                from bertkit.tokenization.tokenizer import _word_index
-
-                given = _word_index(row[start:start + n], self._continuation_ids)
+                given = word_index(row[start:start + n], self._continuation_ids)
             words += given
             start += n
             if special:
@@ -235,3 +233,14 @@ def to_batch_encoding(
                 array = array.reshape((len(rows), 0, 2) if k == "offset_mapping" else (len(rows), 0))
             out[k] = array
     return out
+
+
+def word_index(ids: list[int], continuation_ids: frozenset[int]) -> list[int]:
+    """Word number of each token: a new word starts at every token that is not a "##" continuation piece
+    (BERT's pre-tokenizer words, i.e. whitespace- and punctuation-separated, each an added token too)."""
+    words, w = [], -1
+    for i in ids:
+        if i not in continuation_ids:
+            w += 1
+        words.append(w)
+    return words

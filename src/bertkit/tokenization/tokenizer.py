@@ -39,6 +39,7 @@ from bertkit.tokenization.encoding import (
     resolve_truncation,
     to_batch_encoding,
     truncation_lengths,
+    word_index,
 )
 from bertkit.tokenization.wordpiece import VOCAB_FILE, Memo, WordPiece, load_vocab, write_vocab_file
 
@@ -528,7 +529,7 @@ class BertTokenizer:
             raise BertkitError(f"stride {stride} must be smaller than the {keep} tokens of the text that fit in "
                                f"each window (max_length {max_length}); use a smaller stride or a larger max_length")
         if full[2] is None:  # word ids count from the start of the text, also in later windows
-            full = (*full[:2], _word_index(full[0], self._continuation_ids))
+            full = (*full[:2], word_index(full[0], self._continuation_ids))
         rows, start = [], 0
         while True:
             stop = min(start + keep, len(full[0]))
@@ -656,17 +657,6 @@ def _spans(text: str) -> Iterator[tuple[int, str]]:
         start = find(chunk, pos)
         pos = start + len(chunk)
         yield start, chunk
-
-
-def _word_index(ids: list[int], continuation_ids: frozenset[int]) -> list[int]:
-    """Word number of each token: a new word starts at every token that is not a "##" continuation piece
-    (BERT's pre-tokenizer words, i.e. whitespace- and punctuation-separated, each an added token too)."""
-    words, w = [], -1
-    for i in ids:
-        if i not in continuation_ids:
-            w += 1
-        words.append(w)
-    return words
 
 
 def _as_py(values: Any) -> Any:

@@ -2,12 +2,16 @@
 
 Activations of the first WordPiece of every CoNLL-2003 word are extracted once (``features.py``), for
 all L + 1 layers (embeddings first), kept in fp16 on disk; then a two-layer BiLSTM and a linear tagger
-are trained on six combinations of layers and scored with conlleval on dev.
+are trained on six combinations of layers and scored with conlleval on dev. The taggers train in the one
+training loop (``training/loop.py``, through ``finetune.run_finetuning``), as every other recipe does: its
+batching, seeding, clipping, metrics.jsonl and non-finite checks; see ``TAGGER_TRAINING`` for what differs
+from BERT fine-tuning.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -24,11 +28,13 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
 from bertkit.features import hidden_states_for
+from bertkit.heads import IGNORE_INDEX
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write, atomic_write_json, atomic_write_text
 from bertkit.tasks import ner
 from bertkit.tasks.metrics import to_fractions
-from bertkit.training.settings import STUDY_COMBINATIONS, StudySettings
+from bertkit.training.finetune import run_finetuning
+from bertkit.training.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings
 
 logger = logging.getLogger("bertkit")
 
@@ -93,12 +99,26 @@ class LayerCombination(nn.Module):
         return self.gamma * torch.einsum("k,...kh->...h", self.weights.softmax(0), x)
 
 
+# How the taggers train, beside the settings a user sets (StudySettings): Adam without weight decay (AdamW with
+# 0 is Adam), no warm-up, the loop's linear decay to 0, and the global gradient norm clipped at 5, as is usual for
+# LSTM taggers (Lample et al. 2016); eps 1e-8 is torch.optim.Adam's, which the study used before it moved onto
+# the loop (issue 13).
+TAGGER_TRAINING = {"weight_decay": 0.0, "warmup_ratio": 0.0, "max_grad_norm": 5.0, "adam_epsilon": 1e-8,
+                   "optimizer": "adamw"}
+
+
+@dataclass
+class TaggerOutput:
+    loss: Tensor | None  # mean cross-entropy over real words; None without labels
+    logits: Tensor  # (B, T, C); rows past a sentence's length are padding
+
+
 class BiLSTMTagger(nn.Module):
     """Layer combination -> dropout -> multi-layer BiLSTM -> dropout -> linear, one tag per word (no CRF,
-    as in the paper's section 5.3)."""
+    as in the paper's section 5.3). Called as the heads are: ``tagger(features, attention_mask, labels)``."""
 
-    def __init__(self, combination: LayerCombination, lstm_hidden: int, num_labels: int, *, num_layers: int = 2,
-                 dropout: float = 0.25):
+    def __init__(self, combination: LayerCombination, lstm_hidden: int, num_labels: int, *,
+                 num_layers: int = StudySettings.lstm_layers, dropout: float = StudySettings.dropout):
         super().__init__()
         self.combination = combination
         self.dropout = nn.Dropout(dropout)
@@ -106,13 +126,19 @@ class BiLSTMTagger(nn.Module):
                             bidirectional=True, dropout=dropout if num_layers > 1 else 0.0)
         self.classifier = nn.Linear(2 * lstm_hidden, num_labels)
 
-    def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
-        """x (B, T, k, H) word activations, lengths (B,) -> logits (B, T, C); padding rows are garbage."""
-        h = self.dropout(self.combination(x))  # (B, T, D)
-        packed = nn.utils.rnn.pack_padded_sequence(h, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    def forward(self, features: Tensor, attention_mask: Tensor, labels: Tensor | None = None) -> TaggerOutput:
+        """features (B, T, k, H) word activations, attention_mask (B, T) 1 at words (each row's words first),
+        labels (B, T) tag ids with IGNORE_INDEX at padding."""
+        lengths = attention_mask.sum(1).cpu()  # (B,)
+        h = self.dropout(self.combination(features))  # (B, T, D)
+        packed = nn.utils.rnn.pack_padded_sequence(h, lengths, batch_first=True, enforce_sorted=False)
         y, _ = self.lstm(packed)
-        y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=x.size(1))  # (B, T, 2h)
-        return self.classifier(self.dropout(y))
+        y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=features.size(1))  # (B, T, 2h)
+        logits = self.classifier(self.dropout(y))  # (B, T, C)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+        return TaggerOutput(loss, logits)
 
 
 @dataclass
@@ -129,7 +155,8 @@ class WordActivations:
 
 @torch.no_grad()
 def extract_word_activations(model: BertModel, tokenizer: Any, sentences: Sequence[ner.NerSentence],
-                             path: Path, *, max_seq_length: int = 128, batch_size: int = 64,
+                             path: Path, *, max_seq_length: int = StudySettings.max_seq_length,
+                             batch_size: int = StudySettings.extract_batch_size,
                              device: str = "cpu", progress: bool = True) -> WordActivations:
     """All L + 1 hidden states at each word's first WordPiece, written to ``path`` (.npy, fp16) and memory-mapped.
 
@@ -188,33 +215,38 @@ def _activations(s: StudySettings, model: BertModel, tokenizer: Any, split: str,
 
 
 def _batch(acts: np.ndarray, offsets: np.ndarray, sentence_ids: Sequence[int], tag_ids: Sequence[np.ndarray] | None
-           ) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(B, T, k, H) float32 activations, (B,) lengths, (B, T) tags padded with -100."""
+           ) -> dict[str, Tensor]:
+    """The tagger's inputs: ``features`` (B, T, k, H) float32, ``attention_mask`` (B, T) and, with ``tag_ids``,
+    ``labels`` (B, T) padded with IGNORE_INDEX."""
     lengths = [int(offsets[i + 1] - offsets[i]) for i in sentence_ids]
     B, T = len(sentence_ids), max(lengths)
     x = np.zeros((B, T, *acts.shape[1:]), dtype=np.float32)
-    y = np.full((B, T), -100, dtype=np.int64) if tag_ids is not None else None
+    mask = np.zeros((B, T), dtype=np.int64)
+    y = np.full((B, T), IGNORE_INDEX, dtype=np.int64) if tag_ids is not None else None
     for row, (i, n) in enumerate(zip(sentence_ids, lengths)):
         x[row, :n] = acts[offsets[i]:offsets[i + 1]]
+        mask[row, :n] = 1
         if y is not None:
             y[row, :n] = tag_ids[i]
-    return torch.from_numpy(x), torch.tensor(lengths), (torch.from_numpy(y) if y is not None else None)
+    batch = {"features": torch.from_numpy(x), "attention_mask": torch.from_numpy(mask)}
+    if y is not None:
+        batch["labels"] = torch.from_numpy(y)
+    return batch
 
 
 @torch.no_grad()
 def _tag(tagger: BiLSTMTagger, acts: np.ndarray, offsets: np.ndarray, labels: Sequence[str], batch_size: int,
          device: str) -> list[list[str]]:
-    tagger.eval()
+    """Predicted tags of every sentence, in batches of similar length (the loop has put ``tagger`` in eval mode)."""
     n = len(offsets) - 1
     order = sorted(range(n), key=lambda i: offsets[i + 1] - offsets[i])
     out: list[list[str] | None] = [None] * n
     for start in range(0, n, batch_size * 4):
         idx = order[start:start + batch_size * 4]
-        x, lengths, _ = _batch(acts, offsets, idx, None)
-        pred = tagger(x.to(device), lengths).argmax(-1).cpu().numpy()
-        for row, (i, m) in enumerate(zip(idx, lengths.tolist())):
+        batch = _batch(acts, offsets, idx, None)
+        pred = tagger(**{k: v.to(device) for k, v in batch.items()}).logits.argmax(-1).cpu().numpy()
+        for row, (i, m) in enumerate(zip(idx, batch["attention_mask"].sum(1).tolist())):
             out[i] = [labels[j] for j in pred[row, :m]]
-    tagger.train()
     return out  # type: ignore[return-value]
 
 
@@ -231,37 +263,37 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
     torch.manual_seed(s.seed)
     lstm_hidden = s.lstm_hidden or hidden_size // 2
     tagger = BiLSTMTagger(LayerCombination(mode, len(layers), hidden_size), lstm_hidden, len(labels),
-                          num_layers=s.lstm_layers, dropout=s.dropout).to(s.device)
-    optimizer = torch.optim.Adam(tagger.parameters(), lr=s.learning_rate)
+                          num_layers=s.lstm_layers, dropout=s.dropout)
     n = len(train_acts.offsets) - 1
-    gen = torch.Generator().manual_seed(s.seed)
-    per_epoch, t0 = [], time.perf_counter()
-    for epoch in range(s.num_train_epochs):
-        order = torch.randperm(n, generator=gen).tolist()
-        total, count = 0.0, 0
-        for start in range(0, n, s.batch_size):
-            x, lengths, y = _batch(train_x, train_acts.offsets, order[start:start + s.batch_size], train_tags)
-            logits = tagger(x.to(s.device), lengths)
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.to(s.device).reshape(-1), ignore_index=-100)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(tagger.parameters(), 5.0)
-            optimizer.step()
-            total, count = total + loss.item(), count + 1
+    steps_per_epoch = -(-n // s.batch_size)
+    args = TrainingSettings(output_dir=s.output_dir / "runs" / name, learning_rate=s.learning_rate,
+                            num_train_epochs=s.num_train_epochs, batch_size=s.batch_size, seed=s.seed,
+                            logging_steps=steps_per_epoch, device=s.device, progress=s.progress, **TAGGER_TRAINING)
+
+    def evaluate(module: nn.Module) -> dict[str, Any]:
         scores = to_fractions(ner.conlleval([x.tags for x in dev_sentences],
-                                            _tag(tagger, dev_x, dev_acts.offsets, labels, s.batch_size, s.device)))
-        record = {"epoch": epoch + 1, "train_loss": total / count, "dev_f1": scores["f1"],
-                  "dev_precision": scores["precision"], "dev_recall": scores["recall"],
-                  "seconds": round(time.perf_counter() - t0, 1)}
+                                            _tag(module, dev_x, dev_acts.offsets, labels, s.batch_size, args.device)))
+        record: dict[str, Any] = {"f1": scores["f1"], "precision": scores["precision"], "recall": scores["recall"]}
         if mode == "scalar_mix":
-            record["layer_weights"] = [round(w, 4) for w in tagger.combination.weights.detach().softmax(0).tolist()]
-            record["gamma"] = round(tagger.combination.gamma.detach().item(), 4)
+            record["layer_weights"] = [round(w, 4) for w in module.combination.weights.detach().softmax(0).tolist()]
+            record["gamma"] = round(module.combination.gamma.detach().item(), 4)
+        return record
+
+    collate = functools.partial(_batch, train_x, train_acts.offsets, tag_ids=train_tags)
+    result, seconds = run_finetuning(tagger, list(range(n)), collate, args, evaluate,
+                                     fingerprint={"feature_study": name, "layers": layers})
+    train_loss = [r["loss"] for r in result.history if r["split"] == "train"]
+    evals = [r for r in result.history if r["split"] == "eval"]
+    per_epoch = []
+    for epoch, (loss, ev) in enumerate(zip(train_loss, evals)):
+        record = {"epoch": epoch + 1, "train_loss": loss, "dev_f1": ev["f1"], "dev_precision": ev["precision"],
+                  "dev_recall": ev["recall"]}
+        record.update({k: ev[k] for k in ("layer_weights", "gamma") if k in ev})
         per_epoch.append(record)
-        logger.info("feature-study %s epoch %d: dev F1 %.4f (%.0fs)", name, epoch + 1, scores["f1"],
-                    record["seconds"])
+    logger.info("feature-study %s: dev F1 %.4f (%.0fs)", name, per_epoch[-1]["dev_f1"], seconds)
     return {"combination": name, "layers": layers, "dev_f1": per_epoch[-1]["dev_f1"],
             "best_epoch_dev_f1": max(r["dev_f1"] for r in per_epoch), "per_epoch": per_epoch,
-            "seconds": round(time.perf_counter() - t0, 1)}
+            "seconds": round(seconds, 1)}
 
 
 def feature_study(s: StudySettings) -> dict[str, Any]:

@@ -13,6 +13,7 @@ over {3e-5, 5e-5, 1e-4, 3e-4}: the default rate is 1e-4 below 768 wide (``settin
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
@@ -27,7 +28,7 @@ import torch
 from torch import nn
 
 from bertkit.config import BertConfig
-from bertkit.errors import BertkitError, NonFiniteError
+from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, not_utf8
 from bertkit.heads import BertForSequenceClassification
 from bertkit.outputs import atomic_write_json
 from bertkit.tasks import glue
@@ -35,12 +36,21 @@ from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current
 from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, steps_for_epochs, train
 from bertkit.training.plot import plot_metrics
-from bertkit.training.settings import GlueSettings, PredictGlueSettings, TrainingSettings, first
+from bertkit.training.settings import (
+    ClassifySettings,
+    FinetuneSettings,
+    GlueSettings,
+    PredictGlueSettings,
+    SequenceClassificationSettings,
+    TrainingSettings,
+    first,
+)
 
 logger = logging.getLogger("bertkit")
 
 @torch.no_grad()
-def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *, batch_size: int = 64,
+def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *,
+            batch_size: int = FinetuneSettings.eval_batch_size,
             bf16: bool = False, device: str = "cpu", output: Callable[[Any], torch.Tensor] = lambda o: o.logits
             ) -> list[np.ndarray]:
     """Run ``model`` over ``features`` in batches of similar length (little padding); outputs in input order.
@@ -48,7 +58,7 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
     Returns one array per feature: its row of ``output(model_output)``. Per-token outputs keep the padded
     length of the batch the feature ran in (callers read the positions they need). A NaN or +inf anywhere
     raises ``NonFiniteError`` naming the first bad feature: a diverged model gets no score. (-inf is allowed:
-    the QA head gives padding positions -inf logits.)
+    a head may mask positions with it; the QA head uses the dtype's lowest finite value.)
     """
     was_training = model.training
     model.eval()
@@ -86,9 +96,17 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
     Face layout with its label names and tokenizer.
     """
     task = glue.get_task(s.task)
-    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     train_examples = first(glue.read_glue(task, s.data_dir, "train"), s.max_train_samples)
     dev_examples = first(glue.read_glue(task, s.data_dir, "dev"), s.max_eval_samples)
+    return fit_sequence_classifier(task, train_examples, dev_examples, s)
+
+
+def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.GlueExample],
+                            dev_examples: Sequence[glue.GlueExample], s: SequenceClassificationSettings,
+                            ) -> dict[str, Any]:
+    """The grid of (rate, seed) runs on labelled examples of ``task`` (a GLUE task or one read from users'
+    files), each scored on dev after every epoch; the best single run saved to ``output_dir/best``."""
+    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     train_features = glue.featurize(train_examples, tokenizer, s.max_seq_length, task)
     dev_features = glue.featurize(dev_examples, tokenizer, s.max_seq_length, task)
     dev_refs = np.asarray([f["labels"] for f in dev_features])
@@ -221,3 +239,116 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     if s.split != "test":
         result["scores"] = task.metric(preds, np.asarray([f["labels"] for f in features]))
     return result
+
+
+# -------------------------------------------------------------------------------------------------
+# Users' own labelled files: bertkit finetune classify
+# -------------------------------------------------------------------------------------------------
+
+
+def read_labelled(path: Path, s: ClassifySettings, *, labelled: bool = True) -> list[glue.GlueExample]:
+    """Rows of a CSV/TSV/JSONL file as examples (id = the row's position); a bad row names file and line."""
+    from bertkit.tasks.files import file_format, read_records
+
+    if not path.is_file():
+        raise MissingFileError(f"data file not found: {path}")
+    fmt = file_format(path)
+    if fmt == "text":
+        raise BertkitError(f"{path}: finetune classify reads .csv, .tsv or .jsonl files with named columns "
+                           f"(--text-column, --label-column); got a {path.suffix or 'suffix-less'} file")
+    wanted = [c for c in (s.text_column, s.text_pair_column, s.label_column if labelled else None) if c]
+    examples = []
+    try:
+        for line, record in read_records(path, fmt):
+            if not isinstance(record, dict):
+                raise BertkitError(f"{path}:{line}: expected an object with {', '.join(wanted)}, "
+                                   f"got {type(record).__name__}")
+            missing = [c for c in wanted if c not in record]
+            if missing:
+                raise BertkitError(f"{path}:{line}: no {', '.join(map(repr, missing))} column (it has "
+                                   f"{', '.join(map(str, record))}); name the columns with --text-column, "
+                                   "--text-pair-column and --label-column")
+            values = {c: record[c] for c in wanted}
+            if fmt == "jsonl" and isinstance(values.get(s.label_column), (int, float)) \
+                    and not isinstance(values[s.label_column], bool):
+                values[s.label_column] = repr(values[s.label_column])  # JSON numbers: read as written
+            bad = [c for c, v in values.items() if not isinstance(v, str)]
+            if bad:
+                raise BertkitError(f"{path}:{line}: {bad[0]!r} must be a string or number, got "
+                                   f"{str(values[bad[0]])[:60]!r}")
+            label = values.get(s.label_column) if labelled else None
+            if labelled and not label.strip():
+                raise BertkitError(f"{path}:{line}: empty {s.label_column!r}")
+            examples.append(glue.GlueExample(id=str(len(examples)), text_a=values[s.text_column],
+                                             text_b=values.get(s.text_pair_column) if s.text_pair_column else None,
+                                             label=label.strip() if label is not None else None, line=line))
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+    if not examples:
+        raise BertkitError(f"{path} holds no rows")
+    return examples
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool) -> glue.GlueTask:
+    """The task the labels describe: class names (sorted, numerically when they are all integers) or regression."""
+    labels = [e.label for e in train]
+    numeric = all(_is_number(x) for x in labels)
+    regression = problem_type == "regression" or (
+        problem_type == "auto" and numeric and any(float(x) != int(float(x)) for x in labels))
+    if problem_type == "regression" and not numeric:
+        bad = next(e for e in train if not _is_number(e.label))
+        raise BertkitError(f"--problem-type regression needs numeric labels; line {bad.line} has {bad.label!r}")
+    if regression:
+        names = None
+    else:
+        distinct = set(labels)
+        if len(distinct) < 2:
+            raise BertkitError(f"the training labels hold only {sorted(distinct)}: classification needs at least "
+                               "two classes (pass --problem-type regression for a numeric score)")
+        integral = all(_is_number(x) and float(x) == int(float(x)) for x in distinct)
+        names = tuple(sorted(distinct, key=(lambda x: float(x)) if integral else None))
+    return glue.GlueTask(name=name, data_dir="", files={}, labels=names,
+                         metric_kind="corr" if regression else "acc", submission_file="",
+                         text_columns=("text", "text_pair") if pairs else ("text",), labeled_layout=None,
+                         test_layout=None)  # type: ignore[arg-type]
+
+
+def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
+    """``bertkit finetune classify``: fit_sequence_classifier on the user's files; predictions for --test-file."""
+    train_examples = first(read_labelled(s.train_file, s), s.max_train_samples)
+    dev_examples = first(read_labelled(s.validation_file, s), s.max_eval_samples)
+    task = classify_task(train_examples, s.problem_type, s.train_file.stem, s.text_pair_column is not None)
+    if task.labels is not None:
+        unknown = [e for e in dev_examples if e.label not in task.labels]
+        if unknown:
+            raise BertkitError(f"{s.validation_file}:{unknown[0].line}: label {unknown[0].label!r} never occurs in "
+                               f"{s.train_file} (its labels: {', '.join(task.labels)})")
+    else:
+        bad = next((e for e in dev_examples if not _is_number(e.label)), None)
+        if bad is not None:
+            raise BertkitError(f"{s.validation_file}:{bad.line}: {bad.label!r} is not a number (regression)")
+    test_examples = read_labelled(s.test_file, s, labelled=False) if s.test_file is not None else None
+    report = fit_sequence_classifier(task, train_examples, dev_examples, s)
+    if not current().is_main:
+        return report
+    if test_examples is not None:
+        from bertkit.inference import pipeline
+        from bertkit.outputs import atomic_write
+
+        pipe = pipeline("text-classification", s.output_dir / "best", device=s.device, bf16=s.bf16,
+                        batch_size=s.eval_batch_size, max_length=s.max_seq_length, progress=s.progress)
+        results = pipe([(e.text_a, e.text_b) if e.text_b is not None else e.text_a for e in test_examples])
+        out = s.output_dir / "test_predictions.jsonl"
+        with atomic_write(out) as f:
+            for e, r in zip(test_examples, results):
+                f.write(json.dumps({"id": int(e.id), "line": e.line, **r}, ensure_ascii=False) + "\n")
+        report["test_predictions"] = str(out)
+        atomic_write_json(s.output_dir / "report.json", report)
+    return report

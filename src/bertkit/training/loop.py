@@ -67,7 +67,7 @@ class BatchPlan:
     """
 
     def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = False, rank: int = 0, world_size: int = 1):
+                 seed: int, shuffle: bool = True, drop_last: bool = False, rank: int = 0, world_size: int = 1):
         if batch_size < 1:
             raise BertkitError(f"batch_size must be >= 1, got {batch_size}")
         if len(dataset) == 0:
@@ -488,10 +488,11 @@ def train(
                             window_n += 1
                         elif not finite and spoiled is None:
                             spoiled = f"the loss is {loss}"
-                if weight > 0:
-                    seqs += batch["input_ids"].shape[0]
-                    tokens += (int(batch["attention_mask"].sum()) if "attention_mask" in batch
-                               else batch["input_ids"].numel())
+                if weight > 0:  # throughput: rows and real tokens (a model without input_ids, e.g. the
+                    # feature study's tagger on activations, marks its rows with attention_mask)
+                    rows = batch["input_ids"] if "input_ids" in batch else batch["attention_mask"]
+                    seqs += rows.shape[0]
+                    tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else rows.numel()
                 if not sync:
                     continue
                 if spoiled is None:  # clip (or, with clipping off, only measure) the global gradient norm

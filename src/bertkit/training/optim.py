@@ -17,6 +17,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertkit.errors import BertkitError
+from bertkit.training.settings import TrainingSettings
 
 OPTIMIZERS = ("adamw", "lamb")
 
@@ -80,8 +81,9 @@ def _fused_ok(model: nn.Module) -> bool:
     return devices <= {"cpu", "cuda"} and all(p.is_floating_point() for p in model.parameters())
 
 
-def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float = 0.01,
-                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6) -> Optimizer:
+def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float = TrainingSettings.weight_decay,
+                    betas: tuple[float, float] = (TrainingSettings.adam_beta1, TrainingSettings.adam_beta2),
+                    eps: float = TrainingSettings.adam_epsilon) -> Optimizer:
     """AdamW or LAMB over ``parameter_groups``. eps 1e-6 is google-research/bert's value."""
     groups = parameter_groups(model, weight_decay)
     if name == "adamw":

@@ -247,14 +247,11 @@ def first(items: list, n: int | None) -> list:
 
 
 @dataclass(kw_only=True)
-class GlueSettings(FinetuneSettings):
-    """GLUE (section 4.1): batch 32, 3 epochs, max_seq_length 128. The paper picks the learning rate on dev
-    from 2e-5..5e-5 with several restarts; here one run by default, the grid with --learning-rate paper."""
+class SequenceClassificationSettings(FinetuneSettings):
+    """[CLS] classification or regression of texts and text pairs (section 4.1): batch 32, 3 epochs,
+    max_seq_length 128. The paper picks the learning rate on dev from 2e-5..5e-5 with several restarts;
+    here one run by default, the grid with --learning-rate paper."""
 
-    task: str
-    """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
-    data_dir: Path
-    """The GLUE root holding SST-2/, MRPC/, ... (each with train.tsv, dev.tsv, test.tsv)."""
     learning_rate: tuple[float, ...] | None = flag(None, aliases=("--lr",), parse=parse_lr_grid)
     """One rate, a comma list (a grid: one run per rate and seed), or 'paper' (2e-5,3e-5,4e-5,5e-5) or
     'miniature' (3e-5,5e-5,1e-4,3e-4). Default: one run at 2e-5 on models 768 wide and up, 1e-4 below."""
@@ -279,10 +276,50 @@ class GlueSettings(FinetuneSettings):
                 raise BertkitError(f"learning_rate must be finite and positive, got {lr}")
         if not self.seed:
             raise BertkitError("seed: give at least one seed")
-        self.data_dir = Path(self.data_dir)
 
     def grid(self, hidden_size: int) -> tuple[float, ...]:
         return self.learning_rate or (default_lr(hidden_size, self.paper_learning_rate),)
+
+
+@dataclass(kw_only=True)
+class GlueSettings(SequenceClassificationSettings):
+    """GLUE (section 4.1): batch 32, 3 epochs, max_seq_length 128. The paper picks the learning rate on dev
+    from 2e-5..5e-5 with several restarts; here one run by default, the grid with --learning-rate paper."""
+
+    task: str
+    """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
+    data_dir: Path
+    """The GLUE root holding SST-2/, MRPC/, ... (each with train.tsv, dev.tsv, test.tsv)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.data_dir = Path(self.data_dir)
+
+
+@dataclass(kw_only=True)
+class ClassifySettings(SequenceClassificationSettings):
+    """Your own texts (CSV/TSV with a header, or JSON lines) and labels: classification, or regression when
+    the labels are numbers. Same loop, grid and report as GLUE; the label names are saved in the model."""
+
+    train_file: Path
+    """Training data: .csv, .tsv or .jsonl."""
+    validation_file: Path
+    """Scored after each epoch (the report's numbers); same columns as --train-file."""
+    test_file: Path | None = None
+    """Inputs to predict with the best run (labels not needed): written to OUTPUT_DIR/test_predictions.jsonl."""
+    text_column: str = "text"
+    """Column (or JSONL field) holding the text."""
+    text_pair_column: str | None = None
+    """Column holding a second text (sentence-pair tasks)."""
+    label_column: str = "label"
+    """Column holding the label (a class name, or a number for regression)."""
+    problem_type: Literal["auto", "classification", "regression"] = "auto"
+    """auto: regression when every training label is a number and some are not integers, else classification."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.train_file, self.validation_file = Path(self.train_file), Path(self.validation_file)
+        self.test_file = Path(self.test_file) if self.test_file is not None else None
 
 
 @dataclass(kw_only=True)
@@ -398,8 +435,9 @@ class PretrainSettings(TrainingSettings):
     """Held-out instances scored at each evaluation."""
     eval_batch_size: int = 64
     """Sequences per held-out batch."""
-    dynamic_masking_seed: int | None = flag(None, cli=False)
-    """Seed for masks drawn at load time, for instances stored unmasked (--masking dynamic)."""
+    dynamic_masking_seed: int | None = None
+    """Seed for masks drawn at load time, for data made with create-pretraining-data --masking dynamic.
+    Default: the seed in the data's manifest."""
     resume: bool = False
     """Continue the run in --output-dir from its last checkpoint."""
     num_train_epochs: float | None = flag(None, cli=False)
@@ -501,6 +539,90 @@ class PredictGlueSettings:
 
 
 @dataclass(kw_only=True)
+class PredictBenchmarkSettings:
+    """Shared by `predict ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, written in the files
+    the finetune recipe writes (and scored when the file holds gold answers)."""
+
+    model_name_or_path: Path = flag(aliases=("--model",))
+    """A fine-tuned checkpoint (e.g. OUTPUT_DIR/model of `bertkit finetune ner|squad|swag`)."""
+    output_dir: Path = flag(aliases=("--out",))
+    """Directory for the prediction files and report.json."""
+    max_seq_length: int = 128
+    """Tokens per input; longer inputs are truncated (SQuAD: windowed)."""
+    batch_size: int = 64
+    """Sequences per batch."""
+    max_predict_samples: int | None = None
+    """Predict only the first N examples (sentences, questions)."""
+    bf16: bool = False
+    """bfloat16 autocast."""
+    device: str = "cpu"
+    """cpu, cuda, ..."""
+    overwrite: bool = False
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
+
+    def __post_init__(self) -> None:
+        self.model_name_or_path, self.output_dir = Path(self.model_name_or_path), Path(self.output_dir)
+        _at_least_one(self, "max_seq_length", "batch_size", "max_predict_samples")
+
+
+@dataclass(kw_only=True)
+class PredictNerSettings(PredictBenchmarkSettings):
+    """Tag a CoNLL file (word ... tag per line) with a fine-tuned NER checkpoint: predictions.txt in
+    conlleval's input format (word gold pred) and conlleval's scores against the file's tags."""
+
+    data_file: Path = flag(aliases=("--input",))
+    """The CoNLL file (e.g. test.txt); its last column is the gold tag (write O where unknown)."""
+    tag_scheme: Literal["iob1", "iob2"] = "iob2"
+    """The file's tagging scheme."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.data_file = Path(self.data_file)
+
+
+@dataclass(kw_only=True)
+class PredictSquadSettings(PredictBenchmarkSettings):
+    """Answer a SQuAD JSON file with a fine-tuned QA checkpoint: predictions.json and nbest_predictions.json
+    (null_odds.json for 2.0) in run_squad.py's formats, and the official scores where answers are given."""
+
+    predict_file: Path = flag(aliases=("--input",))
+    """The SQuAD JSON (dev-v1.1.json, dev-v2.0.json, or your own in that format)."""
+    version: Literal["1.1", "2.0"] = "1.1"
+    """2.0: questions may have no answer (null answers below --null-threshold)."""
+    max_seq_length: int = 384
+    """Tokens per window (question + context chunk)."""
+    doc_stride: int = 128
+    """Tokens between the starts of consecutive context windows."""
+    max_query_length: int = 64
+    """Questions are cut to this many tokens."""
+    n_best_size: int = 20
+    """Candidate starts and ends considered per window."""
+    max_answer_length: int = 30
+    """Longest answer, in tokens."""
+    null_threshold: float = 0.0
+    """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
+    report gives the threshold chosen on dev)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.predict_file = Path(self.predict_file)
+        _at_least_one(self, "doc_stride", "max_query_length", "n_best_size", "max_answer_length")
+
+
+@dataclass(kw_only=True)
+class PredictSwagSettings(PredictBenchmarkSettings):
+    """Score the four endings of every row of a swagaf CSV with a fine-tuned multiple-choice checkpoint:
+    predictions.jsonl (as finetune swag writes it) and accuracy when the file has labels."""
+
+    predict_file: Path = flag(aliases=("--input",))
+    """val.csv (scored) or test.csv (predicted only), in swagaf's columns."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.predict_file = Path(self.predict_file)
+
+
+@dataclass(kw_only=True)
 class ExtractSettings:
     """Per-token hidden states of chosen layers (google-research/bert's extract_features.py)."""
 
@@ -519,13 +641,17 @@ class ExtractSettings:
     dtype: Literal["float32", "float16"] = "float32"
     """Value type in safetensors output."""
     device: str = "cpu"
-    """cpu, cuda, ..."""
+    """cpu, cuda, cuda:N or auto; under torchrun a bare cuda (or auto) is each process's own GPU."""
+    ddp_timeout: float = 1800.0
+    """Under torchrun: seconds a process waits for the others before the run stops with an error."""
     progress: bool = True
     """Show a progress bar."""
     overwrite: bool = False
     """Replace --output-file if it exists."""
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.ddp_timeout) and self.ddp_timeout > 0):
+            raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {self.ddp_timeout}")
         self.model_name_or_path, self.input = Path(self.model_name_or_path), Path(self.input)
         self.output_file = Path(self.output_file)
         if not self.layers:

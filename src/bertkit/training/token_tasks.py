@@ -43,7 +43,16 @@ from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current
 from bertkit.training.finetune import predict, run_finetuning
 from bertkit.training.loop import TrainResult
-from bertkit.training.settings import NerSettings, SquadSettings, SwagSettings, first
+from bertkit.training.settings import (
+    FinetuneSettings,
+    NerSettings,
+    PredictNerSettings,
+    PredictSquadSettings,
+    PredictSwagSettings,
+    SquadSettings,
+    SwagSettings,
+    first,
+)
 
 logger = logging.getLogger("bertkit")
 
@@ -71,7 +80,8 @@ NER_SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
 
 
 def predict_ner(model: nn.Module, sentences: Sequence[ner.NerSentence], features: Sequence[dict],
-                labels: Sequence[str], *, pad_id: int, batch_size: int = 64, bf16: bool = False,
+                labels: Sequence[str], *, pad_id: int, batch_size: int = FinetuneSettings.eval_batch_size,
+                bf16: bool = False,
                 device: str = "cpu") -> list[list[str]]:
     """One predicted tag per word of every sentence (read at each word's first WordPiece)."""
     rows = predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16,
@@ -164,8 +174,10 @@ def _squad_split(s: SquadSettings, dataset: dict) -> tuple[list, list, dict | No
 
 
 def predict_squad(model: nn.Module, examples: Sequence[squad.SquadExample], features: Sequence[dict], *,
-                  pad_id: int, version: str = "1.1", n_best_size: int = 20, max_answer_length: int = 30,
-                  null_threshold: float = 0.0, batch_size: int = 64, bf16: bool = False, device: str = "cpu"
+                  pad_id: int, version: str = SquadSettings.version, n_best_size: int = SquadSettings.n_best_size,
+                  max_answer_length: int = SquadSettings.max_answer_length,
+                  null_threshold: float = PredictSquadSettings.null_threshold,
+                  batch_size: int = FinetuneSettings.eval_batch_size, bf16: bool = False, device: str = "cpu"
                   ) -> tuple[squad.SquadPredictions, list[np.ndarray]]:
     """Start/end logits per window, post-processed into answers; also returns the logits for re-thresholding."""
     rows = predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16, device=device,
@@ -257,11 +269,21 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
 # -------------------------------------------------------------------------------------------------
 
 
-def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int, batch_size: int = 64,
+def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int,
+                 batch_size: int = FinetuneSettings.eval_batch_size,
                  bf16: bool = False, device: str = "cpu") -> np.ndarray:
     """(N, 4) ending scores."""
     return np.stack(predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16,
                             device=device, output=lambda o: o.logits))
+
+
+def write_swag_predictions(path: Path, examples: Sequence[swag.SwagExample], scores: np.ndarray) -> Path:
+    """predictions.jsonl: per example its CSV line, video id, the four ending scores, predicted and gold ending."""
+    with atomic_write(path) as f:
+        for ex, row in zip(examples, scores, strict=True):
+            f.write(json.dumps({"line": ex.line, "video_id": ex.video_id, "scores": [round(float(x), 6) for x in row],
+                                "prediction": int(row.argmax()), "label": ex.label}) + "\n")
+    return path
 
 
 def finetune_swag(s: SwagSettings) -> dict[str, Any]:
@@ -301,11 +323,7 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
         last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
                                       device=s.device)
     scores = last["scores"]
-    pred_path = s.output_dir / "predictions.jsonl"
-    with atomic_write(pred_path) as f:
-        for ex, row in zip(eval_examples, scores, strict=True):
-            f.write(json.dumps({"line": ex.line, "video_id": ex.video_id, "scores": [round(float(x), 6) for x in row],
-                                "prediction": int(row.argmax()), "label": ex.label}) + "\n")
+    pred_path = write_swag_predictions(s.output_dir / "predictions.jsonl", eval_examples, scores)
     report = {
         "task": "swag", "model": str(s.model_name_or_path), "lr": lr, "epochs": epochs, "batch_size": batch_size,
         "steps": result.step, "train_seconds": round(seconds, 1), "train_examples": len(train_examples),
@@ -317,4 +335,82 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
         "files": {"predictions": str(pred_path), "model": str(_save(model, tokenizer, s.output_dir))},
         "settings": s.as_dict(),
     }
+    return _write_report(s.output_dir, report)
+
+
+# -------------------------------------------------------------------------------------------------
+# predict ner|squad|swag: a fine-tuned checkpoint over a benchmark file, through the recipes' own code
+# -------------------------------------------------------------------------------------------------
+
+
+def _checkpoint(cls: type[nn.Module], path: Path, task: str) -> tuple[nn.Module, BertTokenizer]:
+    from bertkit.inference.base import published_keys
+
+    head = {BertForTokenClassification: "classifier.weight", BertForQuestionAnswering: "qa_outputs.weight",
+            BertForMultipleChoice: "classifier.weight"}[cls]
+    if not (path / "config.json").is_file():
+        raise BertkitError(f"{path / 'config.json'} not found: pass the model directory a finetune {task} run wrote")
+    if head not in {k.removeprefix("bert.") for k in published_keys(path)}:
+        raise BertkitError(f"{path} has no {task} head ({head} is missing); pass a checkpoint fine-tuned with "
+                           f"`bertkit finetune {task}`")
+    return cls.from_pretrained(path), BertTokenizer.from_pretrained(path)
+
+
+def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
+    """Tag ``s.data_file`` with a fine-tuned checkpoint: predictions.txt (word gold pred) and conlleval scores."""
+    model, tokenizer = _checkpoint(BertForTokenClassification, s.model_name_or_path, "ner")
+    names = model.config.id2label
+    if not names:
+        raise BertkitError(f"{s.model_name_or_path}/config.json has no id2label: the tag names are unknown; "
+                           "use a checkpoint written by `bertkit finetune ner`")
+    labels = [names[i] for i in range(len(names))]
+    sentences = first(ner.read_conll(s.data_file, s.tag_scheme), s.max_predict_samples)
+    # Gold tags the model does not know get ids past its outputs: featurize accepts them, none is predicted.
+    gold = sorted({t for sent in sentences for t in sent.tags} - set(labels))
+    features = ner.featurize_ner(sentences, tokenizer, labels + gold, s.max_seq_length)
+    tags = predict_ner(model, sentences, features, labels + gold, pad_id=tokenizer.pad_token_id,
+                       batch_size=s.batch_size, bf16=s.bf16, device=s.device)
+    scores = ner_scores(sentences, tags)
+    path = ner.write_conll(s.output_dir / "predictions.txt", sentences, tags)
+    report = {"task": "ner", "model": str(s.model_name_or_path), "data_file": str(s.data_file),
+              "sentences": len(sentences), "scores": scores, "files": {"predictions": str(path)}}
+    return _write_report(s.output_dir, report)
+
+
+def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
+    """Answer ``s.predict_file``: run_squad.py's prediction files, scored where the file has answers."""
+    model, tokenizer = _checkpoint(BertForQuestionAnswering, s.model_name_or_path, "squad")
+    dataset = squad.load_squad(s.predict_file)
+    examples = first(squad.squad_examples(dataset["data"], source=str(s.predict_file)), s.max_predict_samples)
+    features = squad.featurize_squad(examples, tokenizer, max_seq_length=s.max_seq_length, doc_stride=s.doc_stride,
+                                     max_query_length=s.max_query_length)
+    preds, _ = predict_squad(model, examples, features, pad_id=tokenizer.pad_token_id, version=s.version,
+                             n_best_size=s.n_best_size, max_answer_length=s.max_answer_length,
+                             null_threshold=s.null_threshold, batch_size=s.batch_size, bf16=s.bf16, device=s.device)
+    files = {k: str(v) for k, v in preds.write(s.output_dir).items()}
+    report: dict[str, Any] = {"task": f"squad{s.version}", "model": str(s.model_name_or_path),
+                              "predict_file": str(s.predict_file), "questions": len(examples), "files": files}
+    if any(e.answers or e.is_impossible for e in examples):  # gold answers given: the official scores
+        wanted = {e.qas_id for e in examples}
+        articles = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in wanted]}
+                                         for p in a["paragraphs"]]} for a in dataset["data"]]
+        if s.version == "1.1":
+            report["scores"] = to_fractions(squad.evaluate_v1(articles, preds.predictions))
+        else:
+            report["scores"] = to_fractions(squad.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds))
+    return _write_report(s.output_dir, report)
+
+
+def predict_swag_file(s: PredictSwagSettings) -> dict[str, Any]:
+    """Score the endings of ``s.predict_file``: predictions.jsonl, and accuracy when it has labels."""
+    model, tokenizer = _checkpoint(BertForMultipleChoice, s.model_name_or_path, "swag")
+    examples = first(swag.read_swag(s.predict_file), s.max_predict_samples)
+    features = swag.featurize_swag(examples, tokenizer, s.max_seq_length)
+    scores = predict_swag(model, features, pad_id=tokenizer.pad_token_id, batch_size=s.batch_size, bf16=s.bf16,
+                          device=s.device)
+    path = write_swag_predictions(s.output_dir / "predictions.jsonl", examples, scores)
+    labelled = all(e.label is not None for e in examples)
+    accuracy = float((scores.argmax(-1) == np.asarray([e.label for e in examples])).mean()) if labelled else None
+    report = {"task": "swag", "model": str(s.model_name_or_path), "predict_file": str(s.predict_file),
+              "examples": len(examples), "accuracy": accuracy, "files": {"predictions": str(path)}}
     return _write_report(s.output_dir, report)

@@ -1,0 +1,188 @@
+"""Serving load test: bertkit serve (dynamic batching) vs the same FastAPI + uvicorn stack serving a
+transformers pipeline request by request. Issue 11's goal: >= 3x throughput at concurrency 32, p99 no worse.
+
+Both servers load the same checkpoint (MiniLM with a seeded two-label head, written here), run as their
+own processes one after the other (never at the same time), and get the same requests: one real SST-2
+dev sentence each, sent by ``--concurrency`` clients at once; every response of the two servers is
+compared (same label, scores within 1e-4). The reference holds a lock around its pipeline call, as one
+model instance must (two concurrent forward passes on the same cores only slow each other down).
+
+    .venv/bin/python bench/bench_serve.py --requests 512 --concurrency 1,8,32
+
+Prints one JSON line per concurrency: throughput (requests/s) and p50/p99 latency (ms) of each server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SST2 = ROOT.parent / "shared" / "data" / "glue" / "SST-2" / "dev.tsv"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_classifier(model: Path, out: Path) -> Path:
+    import torch
+
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.tokenization import BertTokenizer
+
+    torch.manual_seed(0)
+    BertForSequenceClassification.from_pretrained(model, id2label={0: "negative", 1: "positive"}).save_pretrained(out)
+    BertTokenizer.from_pretrained(model).save_pretrained(out)
+    return out
+
+
+def reference_server(model_dir: str, port: int) -> None:
+    """FastAPI + uvicorn + transformers.pipeline, one request at a time (the --_reference child)."""
+    import threading
+
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from transformers import pipeline
+
+    pipe = pipeline("text-classification", model=model_dir, tokenizer=model_dir, top_k=None, device="cpu")
+    lock = threading.Lock()
+    app = FastAPI()
+
+    def predict(body: dict) -> dict:
+        with lock:
+            out = pipe(body["inputs"])
+        out = out[0] if out and isinstance(out[0], list) else out  # some versions nest one text's list
+        scores = {d["label"]: d["score"] for d in out}
+        label = max(scores, key=scores.get)
+        return {"label": label, "score": scores[label], "scores": scores}
+
+    async def endpoint(request: Request):
+        body = await request.json()
+        return await asyncio.get_running_loop().run_in_executor(None, predict, body)
+
+    endpoint.__annotations__["request"] = Request
+    app.post("/predict")(endpoint)
+    app.get("/health")(lambda: {"status": "ok"})
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def start(cmd: list[str], port: int) -> subprocess.Popen:
+    import httpx
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{' '.join(cmd)} exited: {proc.stderr.read()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"{' '.join(cmd)} did not answer /health within 180 s")
+
+
+async def load(url: str, texts: list[str], concurrency: int) -> tuple[float, list[float], list[dict]]:
+    import httpx
+
+    results: list[dict | None] = [None] * len(texts)
+    latencies: list[float] = []
+    queue: asyncio.Queue = asyncio.Queue()
+    for i in range(len(texts)):
+        queue.put_nowait(i)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+        async def worker() -> None:
+            while not queue.empty():
+                i = queue.get_nowait()
+                t0 = time.perf_counter()
+                r = await client.post(f"{url}/predict", json={"inputs": texts[i]})
+                latencies.append(time.perf_counter() - t0)
+                r.raise_for_status()
+                results[i] = r.json()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+    return wall, latencies, results  # type: ignore[return-value]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def measure(name: str, cmd: list[str], port: int, texts: list[str], levels: list[int]) -> dict:
+    proc = start(cmd, port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        asyncio.run(load(url, texts[:32], 8))  # warm-up: first calls allocate and JIT
+        out = {}
+        for c in levels:
+            wall, lat, results = asyncio.run(load(url, texts, c))
+            out[c] = {"requests_per_s": round(len(texts) / wall, 1), "p50_ms": round(1000 * percentile(lat, 0.5), 1),
+                      "p99_ms": round(1000 * percentile(lat, 0.99), 1), "mean_ms": round(1000 * statistics.fmean(lat), 1),
+                      "results": results}
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, default=ROOT / "models" / "minilm")
+    p.add_argument("--requests", type=int, default=512)
+    p.add_argument("--concurrency", default="1,8,32")
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--_reference", nargs=2, metavar=("MODEL_DIR", "PORT"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args._reference:
+        return reference_server(args._reference[0], int(args._reference[1]))
+    levels = [int(c) for c in args.concurrency.split(",")]
+    with open(SST2, encoding="utf-8", newline="") as f:
+        sentences = [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    texts = (sentences * (1 + args.requests // len(sentences)))[:args.requests]
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = make_classifier(args.model, Path(tmp) / "clf")
+        port = free_port()
+        ours = measure("bertkit", [sys.executable, "-m", "bertkit", "serve", "--model", str(model_dir), "--task",
+                                   "text-classification", "--port", str(port), "--max-batch-size",
+                                   str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
+                                   "--log-level", "warning"], port, texts, levels)
+        port = free_port()
+        ref = measure("transformers", [sys.executable, __file__, "--_reference", str(model_dir), str(port)], port,
+                      texts, levels)
+    import torch
+    import transformers
+
+    for c in levels:
+        a, b = ours[c].pop("results"), ref[c].pop("results")
+        same = all(x["label"] == y["label"] and abs(x["scores"][k] - y["scores"][k]) < 1e-4
+                   for x, y in zip(a, b) for k in y["scores"])
+        print(json.dumps({"bench": "serve", "concurrency": c, "requests": len(texts), "bertkit": ours[c],
+                          "transformers": ref[c],
+                          "throughput_ratio": round(ours[c]["requests_per_s"] / ref[c]["requests_per_s"], 2),
+                          "p99_ratio": round(ours[c]["p99_ms"] / ref[c]["p99_ms"], 2), "outputs_equal": same,
+                          "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms,
+                          "torch": torch.__version__, "transformers_version": transformers.__version__,
+                          "threads": torch.get_num_threads(), "cpus": os.cpu_count()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Users' files in, predictions out: ``bertkit predict TASK --input FILE --output-file FILE``.
+
+Inputs are read by the file's suffix:
+
+- ``.jsonl``: one JSON object per line, fields named by the column settings (``text``, ``text_pair``,
+  ``question``, ``context``, ``choices``); a line may also be a bare JSON string (a text);
+- ``.csv`` / ``.tsv``: a header row naming the columns, then one input per row (CSV quoted as RFC 4180,
+  so a quoted field may hold commas and newlines; TSV unquoted, as GLUE's files);
+- anything else (``.txt``): one text per line, nothing else on it.
+
+Every input gives one JSON line in the output, in input order: ``{"id": ..., **result}`` where the result
+is the pipeline's (``label``/``score``/``scores`` for text-classification, ``entities``/``words`` for
+token-classification, ``answer``/``start``/``end``/``score`` for question-answering, ...); list results
+are put under a name (``predictions`` for fill-mask, ``embedding`` for the embeddings). ``id`` is the
+``--id-column`` value when given, else the input's 0-based position.
+
+A malformed input stops the run with the file and line (``data.csv:17``) before anything is written; the
+output appears atomically once every prediction is made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError, MissingFileError, not_utf8
+from bertkit.tasks.files import file_format, read_records
+
+# What each task reads from a record, and under which key a list result is written.
+FIELDS = {
+    "text-classification": ("text", "text_pair"),
+    "token-classification": ("text",),
+    "fill-mask": ("text",),
+    "feature-extraction": ("text", "text_pair"),
+    "sentence-embedding": ("text", "text_pair"),
+    "question-answering": ("question", "context"),
+    "multiple-choice": ("context", "choices"),
+}
+OPTIONAL = {"text_pair"}
+LIST_RESULT = {"fill-mask": "predictions", "feature-extraction": "embedding", "sentence-embedding": "embedding"}
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Which column (CSV/TSV header) or field (JSONL) holds each part of an input."""
+
+    text: str = "text"
+    text_pair: str | None = None
+    question: str = "question"
+    context: str = "context"
+    choices: str = "choices"
+    id: str | None = None
+
+    def name(self, field: str) -> str | None:
+        return getattr(self, field)
+
+
+def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()) -> tuple[list[Any], list[Any]]:
+    """The pipeline inputs in ``path`` and their ids, in file order; a bad record names its file and line."""
+    path = Path(path)
+    if task not in FIELDS:
+        raise BertkitError(f"predict has no task {task!r}; choose one of {', '.join(FIELDS)}")
+    if not path.is_file():
+        raise MissingFileError(f"input file not found: {path}")
+    fmt = file_format(path)
+    if fmt == "text" and (task in ("question-answering", "multiple-choice") or columns.text_pair):
+        raise BertkitError(f"{path}: a plain-text file holds one text per line; {task}"
+                           f"{' with pairs' if columns.text_pair else ''} needs a .jsonl, .csv or .tsv file "
+                           "with named columns")
+    inputs: list[Any] = []
+    ids: list[Any] = []
+    try:
+        for line, record in read_records(path, fmt):
+            if isinstance(record, str) and FIELDS[task][0] == "text" and not columns.text_pair:
+                inputs.append(record)
+                ids.append(len(ids))
+                continue
+            if not isinstance(record, dict):
+                raise BertkitError(f"{path}:{line}: expected an object with fields "
+                                   f"{', '.join(str(columns.name(f)) for f in FIELDS[task] if columns.name(f))}, "
+                                   f"got {type(record).__name__}")
+            item: dict[str, Any] = {}
+            for field in FIELDS[task]:
+                name = columns.name(field)
+                if name is None:
+                    continue
+                if name not in record:
+                    if field in OPTIONAL and fmt == "jsonl":
+                        continue
+                    have = ", ".join(map(str, record)) or "none"
+                    raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
+                                       f"(it has {have}); name it with --{field.replace('_', '-')}-column")
+                value = record[name]
+                if field == "choices" and fmt != "jsonl" and isinstance(value, str):
+                    try:
+                        value = json.loads(value)  # a CSV cell holding a JSON list
+                    except json.JSONDecodeError:
+                        raise BertkitError(f"{path}:{line}: the {name!r} column must hold a JSON list of "
+                                           f"strings, got {value[:60]!r}") from None
+                ok = (isinstance(value, list) and value and all(isinstance(v, str) for v in value)
+                      if field == "choices" else isinstance(value, str))
+                if not ok:
+                    raise BertkitError(f"{path}:{line}: {name!r} must be "
+                                       f"{'a non-empty list of strings' if field == 'choices' else 'a string'}, "
+                                       f"got {json.dumps(value)[:60]}")
+                item[field] = value
+            if columns.id is not None:
+                if columns.id not in record:
+                    raise BertkitError(f"{path}:{line}: no {columns.id!r} id column")
+                ids.append(record[columns.id])
+            else:
+                ids.append(len(ids))
+            inputs.append(item)
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+    if not inputs:
+        raise BertkitError(f"{path} holds no inputs (every line is empty, or only a header)")
+    return inputs, ids
+
+
+def output_record(task: str, id_: Any, result: Any) -> dict[str, Any]:
+    if isinstance(result, dict):
+        return {"id": id_, **result}
+    return {"id": id_, LIST_RESULT.get(task, "result"): result}
+
+
+def predict_file(s: Any) -> dict[str, Any]:
+    """``bertkit predict TASK``: run the task's pipeline over ``s.input`` and write ``s.output_file`` (JSONL)."""
+    import time
+
+    from bertkit.inference import pipeline
+    from bertkit.outputs import atomic_write
+
+    columns = Columns(text=s.text_column, text_pair=s.text_pair_column, question=s.question_column,
+                      context=s.context_column, choices=s.choices_column, id=s.id_column)
+    inputs, ids = read_inputs(s.input, s.task, columns)  # every record checked before the model loads
+    if s.task in ("token-classification", "fill-mask"):
+        inputs = [x if isinstance(x, str) else x["text"] for x in inputs]
+    options = {"top_k": s.top_k} if s.task in ("fill-mask", "question-answering") else {}
+    extra = {"pooling": s.pooling} if s.task in ("feature-extraction", "sentence-embedding") else {}
+    pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.batch_size,
+                    max_length=s.max_length, progress=False, **extra)
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    chunk = max(s.batch_size * 64, 1024)  # bounded memory; each chunk is still batched by length
+    with atomic_write(s.output_file) as f, tqdm(total=len(inputs), unit="input", disable=not s.progress,
+                                                 desc=f"predict {s.task}", dynamic_ncols=True) as bar:
+        for a in range(0, len(inputs), chunk):
+            for id_, result in zip(ids[a:a + chunk], pipe(inputs[a:a + chunk], **options)):
+                f.write(json.dumps(output_record(s.task, id_, result), ensure_ascii=False) + "\n")
+            bar.update(min(chunk, len(inputs) - a))
+    seconds = time.perf_counter() - t0
+    return {"task": s.task, "input": str(s.input), "output_file": str(s.output_file), "inputs": len(inputs),
+            "seconds": round(seconds, 2), "inputs_per_s": round(len(inputs) / max(seconds, 1e-9), 1)}

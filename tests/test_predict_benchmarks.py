@@ -1,0 +1,116 @@
+"""`bertkit predict ner|squad|swag` on benchmark files (CoNLL-2003 test, SQuAD dev, swagaf CSV columns):
+the prediction files and scores equal what the finetune recipes' own prediction code gives on the same model.
+Task heads are small random ones on MiniLM's vocabulary (the real checkpoint has none)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import BertConfig, BertTokenizer
+from bertkit.cli import main
+from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
+from bertkit.tasks import ner, squad, swag
+from bertkit.tasks.metrics import to_fractions
+from bertkit.training.token_tasks import ner_scores, predict_ner, predict_squad, predict_swag
+
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+CONLL_TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
+
+
+def _tiny(tmp_path_factory, minilm_dir: Path, head: type, seed: int = 0, **config) -> Path:
+    """A small random model of ``head`` on MiniLM's vocabulary, saved with MiniLM's tokenizer files."""
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=512, **config)
+    d = tmp_path_factory.mktemp(head.__name__)
+    head(cfg).save_pretrained(d)
+    for name in TOKENIZER_FILES:
+        if (minilm_dir / name).is_file():
+            shutil.copy(minilm_dir / name, d / name)
+    return d
+
+
+@pytest.fixture(scope="module")
+def sst2_dev(data_dir) -> list[dict]:
+    with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8") as f:
+        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def _run(capsys, *argv) -> tuple[int, dict | None, str]:
+    benchmark = argv[1] in ("ner", "squad", "swag")  # the recipes' prediction code draws no bar
+    code = main([*map(str, argv), *([] if benchmark else ["--no-progress"])])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 and out.strip() else None), err
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_predict_ner_equals_the_recipes_predictions(tmp_path_factory, tmp_path, minilm_dir, data_dir, capsys):
+    d = _tiny(tmp_path_factory, minilm_dir, BertForTokenClassification, seed=3, id2label=dict(enumerate(CONLL_TAGS)))
+    code, report, err = _run(capsys, "predict", "ner", "--model", d, "--data-file", data_dir / "conll2003/test.txt",
+                             "--out", tmp_path / "run", "--max-predict-samples", 200)
+    assert code == 0, err
+    sentences = ner.read_conll(data_dir / "conll2003/test.txt")[:200]
+    tok = BertTokenizer.from_pretrained(d)
+    model = BertForTokenClassification.from_pretrained(d)
+    tags = predict_ner(model, sentences, ner.featurize_ner(sentences, tok, CONLL_TAGS, 128), CONLL_TAGS,
+                       pad_id=tok.pad_token_id)
+    lines = (tmp_path / "run/predictions.txt").read_text(encoding="utf-8").split("\n")
+    words = [line.split(" ") for line in lines if line]
+    assert [w[2] for w in words] == [t for sent in tags for t in sent]
+    assert [w[1] for w in words] == [t for s in sentences for t in s.tags]
+    assert report["sentences"] == 200 and report["scores"] == json.loads(json.dumps(ner_scores(sentences, tags)))
+    assert report["scores"] == json.loads((tmp_path / "run/report.json").read_text())["scores"]
+
+
+def test_predict_squad_equals_the_recipes_predictions(tmp_path_factory, tmp_path, minilm_dir, data_dir, capsys):
+    d = _tiny(tmp_path_factory, minilm_dir, BertForQuestionAnswering, seed=4)
+    dev = data_dir / "squad/dev-v1.1.json"
+    code, report, err = _run(capsys, "predict", "squad", "--model", d, "--predict-file", dev, "--out",
+                             tmp_path / "run", "--max-predict-samples", 40, "--max-seq-length", 192)
+    assert code == 0, err
+    examples = squad.read_squad(dev)[:40]
+    tok = BertTokenizer.from_pretrained(d)
+    features = squad.featurize_squad(examples, tok, max_seq_length=192, doc_stride=128, max_query_length=64)
+    preds, _ = predict_squad(BertForQuestionAnswering.from_pretrained(d), examples, features,
+                             pad_id=tok.pad_token_id)
+    written = json.loads((tmp_path / "run/predictions.json").read_text(encoding="utf-8"))
+    assert written == preds.predictions and len(written) == 40
+    first40 = {e.qas_id for e in examples}
+    data = squad.load_squad(dev)["data"]
+    subset = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in first40]} for p in a["paragraphs"]]}
+              for a in data]
+    assert report["scores"] == to_fractions(squad.evaluate_v1(subset, preds.predictions))
+
+
+def test_predict_swag_equals_the_recipes_predictions(tmp_path_factory, tmp_path, minilm_dir, sst2_dev, capsys):
+    d = _tiny(tmp_path_factory, minilm_dir, BertForMultipleChoice, seed=5)
+    texts = [r["sentence"] for r in sst2_dev[:150]]
+    header = ["", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source", "ending0", "ending1",
+              "ending2", "ending3", "label"]
+    path = tmp_path / "val.csv"
+    with open(path, "w", encoding="utf-8", newline="") as f:  # swagaf's columns, real sentences in them
+        w = csv.writer(f)
+        w.writerow(header)
+        for i in range(0, 150, 5):
+            a, b, *ends = texts[i:i + 6] if i + 6 <= 150 else texts[i - 1:i + 5]
+            w.writerow([i, f"v{i}", i, f"{a} {b}", a, b, "gold", *ends[:4], i % 4])
+    code, report, err = _run(capsys, "predict", "swag", "--model", d, "--predict-file", path, "--out", tmp_path / "run")
+    assert code == 0, err
+    examples = swag.read_swag(path)
+    tok = BertTokenizer.from_pretrained(d)
+    scores = predict_swag(BertForMultipleChoice.from_pretrained(d), swag.featurize_swag(examples, tok, 128),
+                          pad_id=tok.pad_token_id)
+    got = _records(tmp_path / "run/predictions.jsonl")
+    assert [g["prediction"] for g in got] == scores.argmax(-1).tolist()
+    assert [g["scores"] for g in got] == [[round(float(x), 6) for x in row] for row in scores]
+    assert report["accuracy"] == float((scores.argmax(-1) == np.array([e.label for e in examples])).mean())
