@@ -121,6 +121,17 @@ async def load(url: str, texts: list[str], concurrency: int) -> tuple[float, lis
     return wall, latencies, results  # type: ignore[return-value]
 
 
+def model_runs(url: str) -> tuple[int, int] | None:
+    """(inputs, model calls) so far, from bertkit serve's /metadata; None for a server without it."""
+    import httpx
+
+    r = httpx.get(f"{url}/metadata", timeout=10)
+    if r.status_code != 200:
+        return None
+    stats = r.json()["stats"]
+    return stats["items"], stats["batches"]
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -133,10 +144,16 @@ def measure(name: str, cmd: list[str], port: int, texts: list[str], levels: list
         asyncio.run(load(url, texts[:32], 8))  # warm-up: first calls allocate and JIT
         out = {}
         for c in levels:
+            before, cpu0 = model_runs(url), time.process_time()
             wall, lat, results = asyncio.run(load(url, texts, c))
+            after, client_cpu = model_runs(url), time.process_time() - cpu0
             out[c] = {"requests_per_s": round(len(texts) / wall, 1), "p50_ms": round(1000 * percentile(lat, 0.5), 1),
                       "p99_ms": round(1000 * percentile(lat, 0.99), 1), "mean_ms": round(1000 * statistics.fmean(lat), 1),
-                      "results": results}
+                      # inputs per model call (dynamic batching; None for the reference, 1 by construction)
+                      "mean_batch": (round((after[0] - before[0]) / (after[1] - before[1]), 1)
+                                     if before and after and after[1] > before[1] else None),
+                      # the load generator's own CPU share of the wall time: near 1.0 it, not the server, limits
+                      "client_cpu_share": round(client_cpu / wall, 2), "results": results}
         return out
     finally:
         proc.terminate()
