@@ -314,8 +314,10 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
                                "two classes (pass --problem-type regression for a numeric score)")
         integral = all(_is_number(x) and float(x) == int(float(x)) for x in distinct)
         names = tuple(sorted(distinct, key=(lambda x: float(x)) if integral else None))
-    return glue.GlueTask(name=name, data_dir="", files={}, labels=names,
-                         metric_kind="corr" if regression else "acc", submission_file="",
+    # Two classes: accuracy (which class is "positive" is not known, so no binary F1); more: macro F1 as well,
+    # which a majority-class model cannot inflate the way it does accuracy on skewed classes.
+    kind = "corr" if names is None else "acc" if len(names) == 2 else "acc_macro_f1"
+    return glue.GlueTask(name=name, data_dir="", files={}, labels=names, metric_kind=kind, submission_file="",
                          text_columns=("text", "text_pair") if pairs else ("text",), labeled_layout=None,
                          test_layout=None)  # type: ignore[arg-type]
 
