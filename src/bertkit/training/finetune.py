@@ -252,10 +252,10 @@ def read_labelled(path: Path, s: ClassifySettings, *, labelled: bool = True) -> 
 
     if not path.is_file():
         raise MissingFileError(f"data file not found: {path}")
-    fmt = file_format(path)
+    fmt = file_format(path, s.input_format)
     if fmt == "text":
-        raise BertkitError(f"{path}: finetune classify reads .csv, .tsv or .jsonl files with named columns "
-                           f"(--text-column, --label-column); got a {path.suffix or 'suffix-less'} file")
+        raise BertkitError(f"{path}: finetune classify reads CSV, TSV or JSONL files with named columns "
+                           "(--text-column, --label-column), not plain text; name the format with --input-format")
     wanted = [c for c in (s.text_column, s.text_pair_column, s.label_column if labelled else None) if c]
     examples = []
     try:
