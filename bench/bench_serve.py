@@ -79,10 +79,11 @@ def reference_server(model_dir: str, port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-def start(cmd: list[str], port: int) -> subprocess.Popen:
+def start(cmd: list[str], port: int, threads: int | None) -> subprocess.Popen:
     import httpx
 
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 180
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -137,8 +138,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measure(name: str, cmd: list[str], port: int, texts: list[str], levels: list[int]) -> dict:
-    proc = start(cmd, port)
+def measure(name: str, cmd: list[str], port: int, texts: list[str], levels: list[int], threads: int | None) -> dict:
+    proc = start(cmd, port, threads)
     try:
         url = f"http://127.0.0.1:{port}"
         asyncio.run(load(url, texts[:32], 8))  # warm-up: first calls allocate and JIT
@@ -167,6 +168,9 @@ def main() -> None:
     p.add_argument("--concurrency", default="1,8,32")
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--server-threads", type=int, default=None,
+                   help="OMP_NUM_THREADS for both servers (default: torch's, all cores). On a machine where the "
+                        "load generator shares the cores, fewer model threads than cores avoids stalls")
     p.add_argument("--_reference", nargs=2, metavar=("MODEL_DIR", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args._reference:
@@ -181,10 +185,10 @@ def main() -> None:
         ours = measure("bertkit", [sys.executable, "-m", "bertkit", "serve", "--model", str(model_dir), "--task",
                                    "text-classification", "--port", str(port), "--max-batch-size",
                                    str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
-                                   "--log-level", "warning"], port, texts, levels)
+                                   "--log-level", "warning"], port, texts, levels, args.server_threads)
         port = free_port()
         ref = measure("transformers", [sys.executable, __file__, "--_reference", str(model_dir), str(port)], port,
-                      texts, levels)
+                      texts, levels, args.server_threads)
     import torch
     import transformers
 
@@ -198,7 +202,7 @@ def main() -> None:
                           "p99_ratio": round(ours[c]["p99_ms"] / ref[c]["p99_ms"], 2), "outputs_equal": same,
                           "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms,
                           "torch": torch.__version__, "transformers_version": transformers.__version__,
-                          "threads": torch.get_num_threads(), "cpus": os.cpu_count()}), flush=True)
+                          "server_threads": args.server_threads or torch.get_num_threads(), "cpus": os.cpu_count()}), flush=True)
 
 
 if __name__ == "__main__":
