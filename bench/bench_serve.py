@@ -79,10 +79,11 @@ def reference_server(model_dir: str, port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-def start(cmd: list[str], port: int) -> subprocess.Popen:
+def start(cmd: list[str], port: int, threads: int | None) -> subprocess.Popen:
     import httpx
 
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.time() + 180
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -121,22 +122,39 @@ async def load(url: str, texts: list[str], concurrency: int) -> tuple[float, lis
     return wall, latencies, results  # type: ignore[return-value]
 
 
+def model_runs(url: str) -> tuple[int, int] | None:
+    """(inputs, model calls) so far, from bertkit serve's /metadata; None for a server without it."""
+    import httpx
+
+    r = httpx.get(f"{url}/metadata", timeout=10)
+    if r.status_code != 200:
+        return None
+    stats = r.json()["stats"]
+    return stats["items"], stats["batches"]
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measure(name: str, cmd: list[str], port: int, texts: list[str], levels: list[int]) -> dict:
-    proc = start(cmd, port)
+def measure(name: str, cmd: list[str], port: int, texts: list[str], levels: list[int], threads: int | None) -> dict:
+    proc = start(cmd, port, threads)
     try:
         url = f"http://127.0.0.1:{port}"
         asyncio.run(load(url, texts[:32], 8))  # warm-up: first calls allocate and JIT
         out = {}
         for c in levels:
+            before, cpu0 = model_runs(url), time.process_time()
             wall, lat, results = asyncio.run(load(url, texts, c))
+            after, client_cpu = model_runs(url), time.process_time() - cpu0
             out[c] = {"requests_per_s": round(len(texts) / wall, 1), "p50_ms": round(1000 * percentile(lat, 0.5), 1),
                       "p99_ms": round(1000 * percentile(lat, 0.99), 1), "mean_ms": round(1000 * statistics.fmean(lat), 1),
-                      "results": results}
+                      # inputs per model call (dynamic batching; None for the reference, 1 by construction)
+                      "mean_batch": (round((after[0] - before[0]) / (after[1] - before[1]), 1)
+                                     if before and after and after[1] > before[1] else None),
+                      # the load generator's own CPU share of the wall time: near 1.0 it, not the server, limits
+                      "client_cpu_share": round(client_cpu / wall, 2), "results": results}
         return out
     finally:
         proc.terminate()
@@ -150,6 +168,9 @@ def main() -> None:
     p.add_argument("--concurrency", default="1,8,32")
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-wait-ms", type=float, default=5.0)
+    p.add_argument("--server-threads", type=int, default=None,
+                   help="OMP_NUM_THREADS for both servers (default: torch's, all cores). On a machine where the "
+                        "load generator shares the cores, fewer model threads than cores avoids stalls")
     p.add_argument("--_reference", nargs=2, metavar=("MODEL_DIR", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args._reference:
@@ -164,10 +185,10 @@ def main() -> None:
         ours = measure("bertkit", [sys.executable, "-m", "bertkit", "serve", "--model", str(model_dir), "--task",
                                    "text-classification", "--port", str(port), "--max-batch-size",
                                    str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
-                                   "--log-level", "warning"], port, texts, levels)
+                                   "--log-level", "warning"], port, texts, levels, args.server_threads)
         port = free_port()
         ref = measure("transformers", [sys.executable, __file__, "--_reference", str(model_dir), str(port)], port,
-                      texts, levels)
+                      texts, levels, args.server_threads)
     import torch
     import transformers
 
@@ -181,7 +202,7 @@ def main() -> None:
                           "p99_ratio": round(ours[c]["p99_ms"] / ref[c]["p99_ms"], 2), "outputs_equal": same,
                           "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms,
                           "torch": torch.__version__, "transformers_version": transformers.__version__,
-                          "threads": torch.get_num_threads(), "cpus": os.cpu_count()}), flush=True)
+                          "server_threads": args.server_threads or torch.get_num_threads(), "cpus": os.cpu_count()}), flush=True)
 
 
 if __name__ == "__main__":

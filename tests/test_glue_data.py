@@ -69,6 +69,33 @@ def test_classification_metrics_edge_cases_match_sklearn(y, p):
     assert metrics.accuracy(y, p) == sk.accuracy_score(y, p)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_macro_f1_matches_sklearn_on_random_multiclass_predictions(seed):
+    sk = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(5, 400)), 3 + seed % 3
+    y, p = rng.integers(0, k, n), rng.integers(0, k, n)
+    assert metrics.f1_macro(y, p) == pytest.approx(sk.f1_score(y, p, average="macro"), abs=1e-15)
+    p_skewed = np.where(rng.random(n) < 0.8, 0, p)  # a model stuck near the majority class
+    assert metrics.f1_macro(y, p_skewed) == pytest.approx(sk.f1_score(y, p_skewed, average="macro"), abs=1e-15)
+
+
+@pytest.mark.parametrize(
+    "y, p, expected",
+    [
+        # per class: 0 -> 2*1/(2*1+1+1) = 1/2, 1 -> 2/(2+1) = 2/3, 2 -> 4/(4+1) = 4/5
+        ([0, 0, 1, 2, 2, 2], [0, 1, 1, 2, 2, 0], (1 / 2 + 2 / 3 + 4 / 5) / 3),
+        ([0, 0, 1, 1], [0, 0, 1, 1], 1.0),
+        ([0, 1, 2], [1, 2, 0], 0.0),
+        ([0, 0, 3, 3], [0, 2, 3, 3], (2 / 3 + 0 + 1) / 3),  # class 2 only predicted; 1 nowhere: left out
+    ],
+)
+def test_macro_f1_by_hand_and_like_sklearn(y, p, expected):
+    assert metrics.f1_macro(y, p) == pytest.approx(expected, abs=1e-15)
+    sk = pytest.importorskip("sklearn.metrics")
+    assert metrics.f1_macro(y, p) == pytest.approx(sk.f1_score(y, p, average="macro", zero_division=0.0), abs=1e-15)
+
+
 def test_constant_predictions_give_mcc_zero_and_perfect_gives_one():
     assert metrics.matthews_corrcoef([0, 1, 1, 0], [1, 1, 1, 1]) == 0.0
     assert metrics.matthews_corrcoef([0, 1, 1, 0], [0, 1, 1, 0]) == 1.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -184,3 +185,38 @@ def test_a_run_that_fails_before_writing_leaves_no_directory_behind(tmp_path):
     assert main(["finetune", "glue", "--task", "mrpc", "--data-dir", str(tmp_path / "no-glue"), "--model",
                  str(tmp_path / "no-model"), "--output-dir", str(tmp_path / "run")]) == 2
     assert not (tmp_path / "run").exists()
+
+
+def test_path_settings_compare_as_absolute_paths_and_old_markers_as_written(tmp_path, monkeypatch):
+    """The marker records the directory a run started in; --resume from elsewhere compares the settings named in
+    ``paths`` as the absolute paths they meant. A marker without that directory (written before bertkit recorded
+    it) compares them as written, as it always did."""
+    a, out = tmp_path / "runs" / "a", tmp_path / "runs" / "a" / "out"
+    a.mkdir(parents=True)
+    monkeypatch.chdir(a)
+    with output_dir("out", "pretrain", {"data": "data", "files": ["x.txt"], "seed": 1}, paths=("data", "files")) as c:
+        (c.path / "log.txt").write_text("x")
+    assert json.loads((out / MARKER).read_text())["cwd"] == str(a.resolve())
+
+    monkeypatch.chdir(tmp_path)
+    same = {"data": "runs/a/data", "files": [str(a / "x.txt")], "seed": 1}
+    with output_dir("runs/a/out", "pretrain", same, resume=True, paths=("data", "files")):
+        pass  # the same files, named from another directory
+    assert json.loads((out / MARKER).read_text())["cwd"] == str(tmp_path.resolve())
+    then, now = (tmp_path / "runs/a/data").resolve(), (tmp_path / "data").resolve()
+    with pytest.raises(BertkitError, match=re.escape(f"--data '{then}' then, '{now}' now")):
+        claim_output_dir("runs/a/out", "pretrain", {**same, "data": "data"}, resume=True, paths=("data", "files"))
+    with pytest.raises(BertkitError, match="--data 'runs/a/data' then, 'data' now"):  # not declared a path
+        claim_output_dir("runs/a/out", "pretrain", {**same, "data": "data"}, resume=True)
+
+    marker = json.loads((out / MARKER).read_text())
+    del marker["cwd"]  # as bertkit wrote it before
+    (out / MARKER).write_text(json.dumps(marker))
+    with output_dir("runs/a/out", "pretrain", same, resume=True, paths=("data", "files")):
+        pass
+    monkeypatch.chdir(a)
+    marker = json.loads((out / MARKER).read_text())
+    del marker["cwd"]
+    (out / MARKER).write_text(json.dumps(marker))
+    with pytest.raises(BertkitError, match="--data 'runs/a/data' then, 'data' now"):
+        claim_output_dir("out", "pretrain", {**same, "data": "data"}, resume=True, paths=("data", "files"))

@@ -112,6 +112,9 @@ def test_predict_pairs_and_question_answering_from_jsonl(classifier, tmp_path):
     ("bad.jsonl", '{"text": "fine"}\n{"body": "x"}\n', "bad.jsonl:2: no 'text' field (it has body)"),
     ("bad.jsonl", '{"text": "fine"}\n{"text": 3}\n', "bad.jsonl:2: 'text' must be a string, got 3"),
     ("empty.jsonl", "\n\n", "holds no inputs"),
+    ("dup.csv", "text,id,text\na,1,b\n", "dup.csv:1: the header names column 'text' more than once"),
+    ("gap.tsv", "text\tx\nfine\t1\n\nalso fine\t2\n", "gap.tsv:3: blank line"),
+    ("notes.dat", "fine\n", "notes.dat: cannot tell the format from the suffix '.dat'; pass --input-format"),
 ])
 def test_a_malformed_input_names_file_and_line_and_writes_nothing(classifier, tmp_path, capsys, name, content,
                                                                    message):
@@ -121,6 +124,37 @@ def test_a_malformed_input_names_file_and_line_and_writes_nothing(classifier, tm
                  "--output-file", str(out), "--no-progress"]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_input_format_reads_a_file_whose_suffix_does_not_say_it(classifier, tmp_path, capsys):
+    from bertkit import pipeline
+
+    texts = [r["sentence"] for r in _tsv("SST-2", "dev")[:40]]
+    with open(tmp_path / "reviews.export", "w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows([["review"], *([t] for t in texts)])
+    args = ["predict", "text-classification", "--model", str(classifier), "--input", str(tmp_path / "reviews.export"),
+            "--text-column", "review", "--output-file", str(tmp_path / "out.jsonl"), "--no-progress"]
+    assert main(args) == 2
+    assert "reviews.export: cannot tell the format" in capsys.readouterr().err
+    assert main([*args, "--input-format", "csv"]) == 0
+    expected = pipeline("text-classification", classifier)(texts)
+    assert [{k: v for k, v in r.items() if k != "id"} for r in _read(tmp_path / "out.jsonl")] == expected
+
+
+def test_fill_mask_rows_without_the_mask_token_name_file_and_line_before_the_model_loads(tmp_path, capsys):
+    # MiniLM has no fill-mask head: loading it for fill-mask is an error, so the row error proves the check came first
+    rows = [r["sentence"] for r in _tsv("SST-2", "dev")[:5]]
+    good = [" ".join(["[MASK]", *r.split()[1:]]) for r in rows]
+    (tmp_path / "masked.txt").write_text("\n".join([*good[:3], rows[3], good[4]]) + "\n", encoding="utf-8")
+    args = ["predict", "fill-mask", "--model", str(MODEL), "--output-file", str(tmp_path / "out.jsonl"),
+            "--no-progress"]
+    assert main([*args, "--input", str(tmp_path / "masked.txt")]) == 2
+    err = capsys.readouterr().err
+    assert f"masked.txt:4: no [MASK] in {rows[3][:60]!r}" in err and "fill-mask head" not in err
+    (tmp_path / "masked.txt").write_text("\n".join(good) + "\n", encoding="utf-8")
+    assert main([*args, "--input", str(tmp_path / "masked.txt")]) == 2
+    assert "has no fill-mask head" in capsys.readouterr().err  # every row passed; the model was the next thing
+    assert not (tmp_path / "out.jsonl").exists()
 
 
 def test_predict_never_replaces_a_file_without_overwrite(classifier, tmp_path, capsys):
@@ -177,3 +211,32 @@ def test_finetune_classify_regression_on_sts_b_and_unknown_labels(tmp_path, caps
                  "--validation-file", str(tmp_path / "dev.csv"), "--output-dir", str(tmp_path / "x"),
                  "--no-progress"]) == 2
     assert "dev.csv:3: label 'maybe' never occurs in" in capsys.readouterr().err
+
+
+def test_finetune_classify_on_three_classes_reports_macro_f1_and_reads_input_format(tmp_path, capsys):
+    sk = pytest.importorskip("sklearn.metrics")
+    if not (GLUE / "STS-B" / "train.tsv").is_file():
+        pytest.skip("STS-B not found")
+
+    def level(score: str) -> str:  # STS-B's 0..5 similarity in three classes
+        return "low" if float(score) < 2 else "mid" if float(score) < 3.5 else "high"
+
+    for split, n in (("train", 400), ("dev", 150)):  # TSV under a suffix that does not say so
+        with open(tmp_path / f"{split}.data", "w", encoding="utf-8") as f:
+            f.write("a\tb\tlevel\n" + "".join(f"{r['sentence1']}\t{r['sentence2']}\t{level(r['score'])}\n"
+                                             for r in _tsv("STS-B", split)[:n]))
+    out = tmp_path / "run"
+    args = ["finetune", "classify", "--model", str(MODEL), "--train-file", str(tmp_path / "train.data"),
+            "--validation-file", str(tmp_path / "dev.data"), "--test-file", str(tmp_path / "dev.data"),
+            "--text-column", "a", "--text-pair-column", "b", "--label-column", "level", "--output-dir", str(out),
+            "--num-train-epochs", "1", "--max-seq-length", "64", "--no-progress"]
+    assert main(args) == 2
+    assert "train.data: cannot tell the format from the suffix '.data'; pass --input-format" in capsys.readouterr().err
+    assert main([*args, "--input-format", "tsv"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    dev = report["runs"][0]["dev"]
+    assert report["metric"] == "accuracy" and list(dev) == ["accuracy", "macro_f1"]
+    gold = [level(r["score"]) for r in _tsv("STS-B", "dev")[:150]]
+    pred = [r["label"] for r in _read(out / "test_predictions.jsonl")]
+    assert dev["macro_f1"] == pytest.approx(sk.f1_score(gold, pred, average="macro"))
+    assert dev["accuracy"] == pytest.approx(sk.accuracy_score(gold, pred))

@@ -252,3 +252,67 @@ def test_resuming_a_finished_run_keeps_its_last_evaluation(tiny_setup, tmp_path)
     assert first["steps"] == 60 and first["last_eval"]["instances"] == 16
     subprocess.run([*args, "--resume"], check=True, capture_output=True)
     assert json.loads((out / "summary.json").read_text()) == first
+
+
+class _Stopped(Exception):
+    pass
+
+
+@pytest.fixture
+def one_thread():
+    """A tiny model trains fastest on one thread (and the same way every time)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_a_run_resumes_from_another_directory_with_paths_relative_to_it(tiny_setup, tmp_path, monkeypatch, capsys,
+                                                                        one_thread):
+    """Started in runs/i14 with `--data data-nearby`, resumed from the directory above with `--data
+    runs/i14/data-nearby`: the same files, so it resumes. A path to other files (a copy of the same data) is
+    still refused, naming the setting and both absolute paths."""
+    import shutil
+
+    from bertkit.cli import main
+    from bertkit.training import loop
+
+    root = tmp_path / "repo"
+    run_dir = root / "runs" / "i14"
+    shutil.copytree(tiny_setup / "data", run_dir / "data-nearby")
+    shutil.copytree(tiny_setup / "data", root / "elsewhere")
+    shutil.copytree(tiny_setup / "vocab", run_dir / "vocab")
+
+    def args(prefix: str, data: str = "data-nearby") -> list[str]:
+        return ["pretrain", "--data", prefix + data, "--vocab", prefix + "vocab", "--config-name", "tiny",
+                "--out", prefix + "out", "--max-steps", "6", "--save-steps", "2", "--logging-steps", "1",
+                "--batch-size", "8", "--lr", "1e-3", "--no-progress"]
+
+    real_save = loop._save_checkpoint
+
+    def save_then_stop(out_dir, state, step, *rest, **kwargs):
+        path = real_save(out_dir, state, step, *rest, **kwargs)
+        if step == 4:
+            raise _Stopped(path)  # as if killed right after this checkpoint
+        return path
+
+    monkeypatch.chdir(run_dir)
+    with monkeypatch.context() as mp:
+        mp.setattr(loop, "_save_checkpoint", save_then_stop)
+        with pytest.raises(_Stopped):
+            main(args(""))
+
+    monkeypatch.chdir(root)
+    capsys.readouterr()
+    assert main([*args("runs/i14/", "../../elsewhere"), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot --resume in runs/i14/out" in err
+    assert f"--data '{(run_dir / 'data-nearby').resolve()}' then, '{(root / 'elsewhere').resolve()}' now" in err
+    assert "--vocab" not in err and "--output-dir" not in err  # the same files: not named
+
+    assert main([*args("runs/i14/"), "--resume"]) == 0
+    assert [s for s, _, _ in _losses(run_dir / "out")] == [1, 2, 3, 4, 5, 6]
+    marker = json.loads((run_dir / "out" / ".bertkit-run.json").read_text())
+    assert marker["cwd"] == str(root.resolve()) and marker["fingerprint"]["data"] == "runs/i14/data-nearby"

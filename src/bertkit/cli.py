@@ -541,8 +541,16 @@ def _claim(name: str, s: Any):
         return contextlib.nullcontext()
     fingerprint = {f.name: str(v) if isinstance(v := getattr(s, f.name), Path) else v
                    for f in dataclasses.fields(s) if f.name not in HOW_TO_RUN}
+    # paths compare by where they lead, not as typed: --resume may run from another working directory
+    paths = [f.name for f in dataclasses.fields(s) if _is_path(getattr(s, f.name))]
     return output_dir(s.output_dir, name, json.loads(json.dumps(fingerprint, default=str)),
-                      overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"))
+                      overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"),
+                      paths=paths)
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, Path) or (isinstance(value, (list, tuple)) and bool(value)
+                                       and all(isinstance(v, Path) for v in value))
 
 
 @contextlib.contextmanager

@@ -7,10 +7,11 @@ The rule: bertkit never deletes or overwrites a file it did not create. Three me
   mid-write leaves the old file or the new one, never half of one; a symlink already at the final name
   is replaced, not followed (its target is left alone).
 - **Run markers** (``claim_output_dir``): each command writes ``.bertkit-run.json`` into its output
-  directory (the command, a fingerprint of its settings, and the files it made). A non-empty directory
-  without a marker, or with another run's marker, is refused with the fix. ``--overwrite`` removes only
-  the files a previous bertkit run recorded there (never anything else); ``--resume`` continues the run
-  the marker describes.
+  directory (the command, a fingerprint of its settings, the directory it started in, and the files it
+  made). A non-empty directory without a marker, or with another run's marker, is refused with the fix.
+  ``--overwrite`` removes only the files a previous bertkit run recorded there (never anything else);
+  ``--resume`` continues the run the marker describes; its path settings compare as the absolute paths
+  they meant, so it may be given relative to another working directory.
 - **A lock** (``fcntl.flock`` on ``.bertkit-lock``): two processes writing the same directory would
   interleave their metrics and crash; the second is refused, naming the first's pid and command. The
   kernel drops the lock when its process dies, so a crash leaves no stale lock to clear by hand.
@@ -24,7 +25,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -153,10 +154,11 @@ class OutputDir:
     _lock: Any = None
     _started: float = 0.0
     _created: bool = False  # the claim made the directory (it did not exist before)
+    _cwd: str = ""  # where the run started: its relative paths are relative to this
 
     def record(self, finished: bool) -> None:
         """Write the marker: the files this and earlier runs of the same claim made."""
-        marker = {"command": self.command, "fingerprint": self.fingerprint, "started": self._started,
+        marker = {"command": self.command, "fingerprint": self.fingerprint, "cwd": self._cwd, "started": self._started,
                   "finished": finished, "pid": os.getpid(), "files": _listing(self.path)}
         atomic_write_json(self.path / MARKER, marker)
 
@@ -238,9 +240,26 @@ def _remove_recorded(directory: Path, marker: dict) -> list[str]:
     return removed
 
 
-def _refuse_other_settings(directory: Path, command: str, earlier: dict, now: dict) -> None:
+def _absolute(value: Any, cwd: str) -> Any:
+    """A path-valued setting (a path or a list of them, as strings) made absolute from ``cwd``, symlinks resolved."""
+    if isinstance(value, str):
+        return str(Path(cwd, value).resolve())
+    if isinstance(value, list):
+        return [_absolute(v, cwd) for v in value]
+    return value  # None: not given
+
+
+def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dict, paths: Collection[str]) -> None:
     """--resume continues the run the marker describes, not another one: `finetune glue --task cola --resume`
-    into an SST-2 run would otherwise start afresh there and replace its report and best model."""
+    into an SST-2 run would otherwise start afresh there and replace its report and best model.
+
+    The settings named in ``paths`` compare as the absolute paths they meant where each run started: `--data
+    data` started in runs/a is `--data runs/a/data` from the directory above. A marker from before bertkit
+    recorded that directory (no "cwd") compares them as written."""
+    earlier = marker.get("fingerprint") or {}
+    if marker.get("cwd"):
+        earlier = {k: _absolute(v, marker["cwd"]) if k in paths else v for k, v in earlier.items()}
+        now = {k: _absolute(v, os.getcwd()) if k in paths else v for k, v in now.items()}
     changed = sorted(k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k))
     if changed:
         shown = "; ".join(f"--{k.replace('_', '-')} {earlier.get(k)!r} then, {now.get(k)!r} now" for k in changed[:4])
@@ -252,12 +271,14 @@ def _refuse_other_settings(directory: Path, command: str, earlier: dict, now: di
 
 
 def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *,
-                     overwrite: bool = False, resume: bool = False, resumable: bool = True) -> OutputDir:
+                     overwrite: bool = False, resume: bool = False, resumable: bool = True,
+                     paths: Collection[str] = ()) -> OutputDir:
     """Take ``path`` for one run of ``command``: lock it, check whose files are there, write the marker.
 
     - empty or absent: claimed;
     - holding a marker of the same command and settings and ``resume``: claimed, the run continues there
-      (other settings are refused, naming them);
+      (other settings are refused, naming them; the ``fingerprint`` entries named in ``paths`` are paths,
+      compared as absolute paths, so a run may be resumed from another working directory);
     - holding a bertkit marker otherwise: refused, unless ``overwrite`` (the recorded files are removed);
     - holding files without a marker (a user's, or another tool's): always refused.
     """
@@ -278,7 +299,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
         if marker is not None and (present or marker.get("files")):
             same = marker.get("command") == command
             if resume and same:
-                _refuse_other_settings(directory, command, marker.get("fingerprint") or {}, fingerprint or {})
+                _refuse_other_settings(directory, command, marker, fingerprint or {}, paths)
             elif overwrite:
                 removed = _remove_recorded(directory, marker)
                 left = _listing(directory)
@@ -294,7 +315,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
                     f"{directory} already holds the output of a {what} ({len(present)} file(s)); {fixes}pass "
                     "--overwrite to replace it (only the files bertkit wrote there are removed), or choose "
                     "another output directory")
-        claim = OutputDir(directory, command, fingerprint or {}, lock, time.time(), created)
+        claim = OutputDir(directory, command, fingerprint or {}, lock, time.time(), created, os.getcwd())
         if resume and marker is not None and marker.get("command") == command:
             claim._started = float(marker.get("started", claim._started))
         claim.record(finished=False)
@@ -306,9 +327,10 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
 
 @contextlib.contextmanager
 def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *, overwrite: bool = False,
-               resume: bool = False, resumable: bool = True) -> Iterator[OutputDir]:
+               resume: bool = False, resumable: bool = True, paths: Collection[str] = ()) -> Iterator[OutputDir]:
     """``claim_output_dir`` as a context: the marker records the run's files on the way out, even on errors."""
-    claim = claim_output_dir(path, command, fingerprint, overwrite=overwrite, resume=resume, resumable=resumable)
+    claim = claim_output_dir(path, command, fingerprint, overwrite=overwrite, resume=resume, resumable=resumable,
+                             paths=paths)
     finished = False
     try:
         yield claim

@@ -65,7 +65,9 @@ class PredictFileSettings:
     model_name_or_path: Path = _aliases("--model")
     """Checkpoint directory (config.json, model.safetensors, vocab.txt) with the task's head."""
     input: Path
-    """Inputs: .jsonl (objects, or strings), .csv/.tsv (a header row naming the columns) or text (one per line)."""
+    """Inputs: .jsonl (objects, or strings), .csv/.tsv (a header row naming the columns) or .txt (one per line)."""
+    input_format: Literal["auto", "jsonl", "csv", "tsv", "text"] = "auto"
+    """How to read --input; auto: by its suffix (.jsonl/.json/.ndjson, .csv, .tsv, .txt; another is an error)."""
     output_file: Path = _aliases("--output", "--out")
     """The JSONL file to write: {"id": ..., <the pipeline's result>} per input."""
     text_column: str = "text"

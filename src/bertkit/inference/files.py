@@ -1,12 +1,14 @@
 """Users' files in, predictions out: ``bertkit predict TASK --input FILE --output-file FILE``.
 
-Inputs are read by the file's suffix:
+Inputs are read as ``--input-format`` says, by default (``auto``) by the file's suffix:
 
-- ``.jsonl``: one JSON object per line, fields named by the column settings (``text``, ``text_pair``,
-  ``question``, ``context``, ``choices``); a line may also be a bare JSON string (a text);
+- ``.jsonl`` (or ``.json``, ``.ndjson``): one JSON object per line, fields named by the column settings
+  (``text``, ``text_pair``, ``question``, ``context``, ``choices``); a line may also be a bare JSON string;
 - ``.csv`` / ``.tsv``: a header row naming the columns, then one input per row (CSV quoted as RFC 4180,
   so a quoted field may hold commas and newlines; TSV unquoted, as GLUE's files);
-- anything else (``.txt``): one text per line, nothing else on it.
+- ``.txt``: one text per line, nothing else on it.
+
+Another suffix needs ``--input-format``. fill-mask inputs must hold the tokenizer's mask token (``[MASK]``).
 
 Every input gives one JSON line in the output, in input order: ``{"id": ..., **result}`` where the result
 is the pipeline's (``label``/``score``/``scores`` for text-classification, ``entities``/``words`` for
@@ -58,23 +60,30 @@ class Columns:
         return getattr(self, field)
 
 
-def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()) -> tuple[list[Any], list[Any]]:
-    """The pipeline inputs in ``path`` and their ids, in file order; a bad record names its file and line."""
+def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns(), input_format: str = "auto",
+                mask_token: str = "[MASK]") -> tuple[list[Any], list[Any]]:
+    """The pipeline inputs in ``path`` and their ids, in file order; a bad record names its file and line.
+
+    ``input_format``: jsonl, csv, tsv, text, or auto (by suffix). ``mask_token``: what every fill-mask text must
+    hold (the model's tokenizer's), checked here so that a text without one is refused before the model loads.
+    """
     path = Path(path)
     if task not in FIELDS:
         raise BertkitError(f"predict has no task {task!r}; choose one of {', '.join(FIELDS)}")
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
-    fmt = file_format(path)
+    fmt = file_format(path, input_format)
     if fmt == "text" and (task in ("question-answering", "multiple-choice") or columns.text_pair):
         raise BertkitError(f"{path}: a plain-text file holds one text per line; {task}"
-                           f"{' with pairs' if columns.text_pair else ''} needs a .jsonl, .csv or .tsv file "
+                           f"{' with pairs' if columns.text_pair else ''} needs a JSONL, CSV or TSV file "
                            "with named columns")
     inputs: list[Any] = []
     ids: list[Any] = []
     try:
         for line, record in read_records(path, fmt):
             if isinstance(record, str) and FIELDS[task][0] == "text" and not columns.text_pair:
+                if task == "fill-mask" and mask_token not in record:
+                    raise _no_mask(path, line, record, mask_token)
                 inputs.append(record)
                 ids.append(len(ids))
                 continue
@@ -106,6 +115,8 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
                     raise BertkitError(f"{path}:{line}: {name!r} must be "
                                        f"{'a non-empty list of strings' if field == 'choices' else 'a string'}, "
                                        f"got {json.dumps(value)[:60]}")
+                if task == "fill-mask" and mask_token not in value:
+                    raise _no_mask(path, line, value, mask_token)
                 item[field] = value
             if columns.id is not None:
                 if columns.id not in record:
@@ -121,6 +132,11 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     return inputs, ids
 
 
+def _no_mask(path: Path, line: int, text: str, mask_token: str) -> BertkitError:
+    return BertkitError(f"{path}:{line}: no {mask_token} in {text[:60]!r}; fill-mask predicts the token at each "
+                        f"{mask_token}: write one where a word is to be predicted")
+
+
 def output_record(task: str, id_: Any, result: Any) -> dict[str, Any]:
     if isinstance(result, dict):
         return {"id": id_, **result}
@@ -133,10 +149,14 @@ def predict_file(s: Any) -> dict[str, Any]:
 
     from bertkit.inference import pipeline
     from bertkit.outputs import atomic_write
+    from bertkit.tokenization import BertTokenizer
 
     columns = Columns(text=s.text_column, text_pair=s.text_pair_column, question=s.question_column,
                       context=s.context_column, choices=s.choices_column, id=s.id_column)
-    inputs, ids = read_inputs(s.input, s.task, columns)  # every record checked before the model loads
+    mask: dict[str, str] = {}
+    if s.task == "fill-mask":  # texts must hold the model's mask token: its tokenizer (no weights) names it
+        mask["mask_token"] = BertTokenizer.from_pretrained(s.model_name_or_path).mask_token
+    inputs, ids = read_inputs(s.input, s.task, columns, s.input_format, **mask)  # checked before the model loads
     if s.task in ("token-classification", "fill-mask"):
         inputs = [x if isinstance(x, str) else x["text"] for x in inputs]
     options = {"top_k": s.top_k} if s.task in ("fill-mask", "question-answering") else {}

@@ -1,7 +1,11 @@
 """Records from users' files: JSON lines, CSV/TSV with a header row, or plain text (one item per line).
 
 The readers of ``bertkit predict TASK`` and ``bertkit finetune classify``; every record comes with its
-1-based line number, so an error can name ``file:line``.
+1-based line number, so an error can name ``file:line``. The format is the one ``--input-format`` names,
+or (``auto``) the one the file's suffix names; a suffix that names none is an error, not a guess.
+
+A blank line is an error, except at the end of a file (its trailing newlines): an input silently skipped
+would shift every later output's position against the file. In CSV a row of empty fields (``,,``) is a row.
 """
 
 from __future__ import annotations
@@ -15,14 +19,30 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 
+FORMATS = ("jsonl", "csv", "tsv", "text")
+SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".txt": "text"}
 
-def file_format(path: Path) -> str:
-    suffix = path.suffix.lower()
-    return {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(suffix, "text")
+
+def file_format(path: Path, input_format: str = "auto") -> str:
+    """The format to read ``path`` as: ``input_format``, or with ``auto`` the one its suffix names."""
+    if input_format != "auto":
+        if input_format not in FORMATS:
+            raise BertkitError(f"input format {input_format!r} is not one of auto, {', '.join(FORMATS)}")
+        return input_format
+    if path.suffix.lower() not in SUFFIXES:
+        raise BertkitError(f"{path}: cannot tell the format from the suffix {path.suffix or '(none)'!r}; pass "
+                           f"--input-format ({', '.join(FORMATS)}) or name the file {', '.join(SUFFIXES)}")
+    return SUFFIXES[path.suffix.lower()]
+
+
+def _blank_line(path: Path, line: int) -> BertkitError:
+    return BertkitError(f"{path}:{line}: blank line; every line is one input (outputs are one per input, in "
+                        "order), so remove it (blank lines at the end of the file are fine)")
 
 
 def read_records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
     """(line number, raw record): a dict (CSV/TSV/JSONL object), a str (text line or JSON string) or other."""
+    blank: int | None = None  # the first blank line since the last record; an error if a record follows
     with open(path, encoding="utf-8", newline="" if fmt in ("csv", "tsv") else None) as f:
         if fmt in ("csv", "tsv"):
             csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # long contexts in one field
@@ -30,13 +50,20 @@ def read_records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
             # text); CSV with RFC 4180 quoting (a quoted field may hold commas and newlines).
             reader = (csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv"
                       else csv.reader(f))
-            header = next(reader, None)
-            if header is None:
-                return
-            header = [h.strip().lstrip("\ufeff") for h in header]
+            header: list[str] | None = None
             for row in reader:
                 line = reader.line_num
-                if not any(cell.strip() for cell in row):
+                if len(row) <= 1 and not "".join(row).strip():
+                    blank = blank or line
+                    continue
+                if blank is not None:
+                    raise _blank_line(path, blank)
+                if header is None:
+                    header = [h.strip().lstrip("\ufeff") for h in row]
+                    repeated = next((h for i, h in enumerate(header) if h in header[:i]), None)
+                    if repeated is not None:
+                        raise BertkitError(f"{path}:{line}: the header names column {repeated!r} more than once "
+                                           f"({', '.join(header)}); give every column its own name")
                     continue
                 if len(row) != len(header):
                     raise BertkitError(f"{path}:{line}: {len(row)} fields but the header names {len(header)} "
@@ -45,11 +72,13 @@ def read_records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
             return
         for line, text in enumerate(f, 1):
             text = text.rstrip("\r\n")
-            if fmt == "text":
-                if text.strip():
-                    yield line, text
-                continue
             if not text.strip():
+                blank = blank or line
+                continue
+            if blank is not None:
+                raise _blank_line(path, blank)
+            if fmt == "text":
+                yield line, text
                 continue
             try:
                 yield line, json.loads(text)

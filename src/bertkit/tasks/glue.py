@@ -76,6 +76,11 @@ def _metric(kind: str) -> Callable[[np.ndarray, np.ndarray], dict[str, float]]:
             return {"mcc": metrics.matthews_corrcoef(references, predictions)}
         if kind == "acc":
             return {"accuracy": metrics.accuracy(references, predictions)}
+        if kind == "acc_macro_f1":  # users' classes (finetune classify) when there are more than two
+            return {
+                "accuracy": metrics.accuracy(references, predictions),
+                "macro_f1": metrics.f1_macro(references, predictions),
+            }
         if kind == "f1_acc":
             return {
                 "f1": metrics.f1_binary(references, predictions, positive=1),

@@ -53,6 +53,16 @@ def f1_binary(y_true: ArrayLike, y_pred: ArrayLike, positive: int = 1) -> float:
     return float(2 * tp / denom) if denom > 0 else 0.0
 
 
+def f1_macro(y_true: ArrayLike, y_pred: ArrayLike) -> float:
+    """Unweighted mean of each class's F1 (sklearn ``f1_score`` with ``average="macro"``).
+
+    The classes are those in ``y_true`` or ``y_pred``, as sklearn takes them: a class that is neither gold
+    nor predicted anywhere (one the dev set lacks) does not pull the mean towards 0.
+    """
+    t, p = _pair(y_true, y_pred)
+    return float(np.mean([f1_binary(t, p, positive=k) for k in np.unique(np.concatenate([t, p]))]))
+
+
 def matthews_corrcoef(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     """Matthews correlation, multi-class form (Gorodkin 2004), as sklearn computes it.
 

@@ -252,10 +252,10 @@ def read_labelled(path: Path, s: ClassifySettings, *, labelled: bool = True) -> 
 
     if not path.is_file():
         raise MissingFileError(f"data file not found: {path}")
-    fmt = file_format(path)
+    fmt = file_format(path, s.input_format)
     if fmt == "text":
-        raise BertkitError(f"{path}: finetune classify reads .csv, .tsv or .jsonl files with named columns "
-                           f"(--text-column, --label-column); got a {path.suffix or 'suffix-less'} file")
+        raise BertkitError(f"{path}: finetune classify reads CSV, TSV or JSONL files with named columns "
+                           "(--text-column, --label-column), not plain text; name the format with --input-format")
     wanted = [c for c in (s.text_column, s.text_pair_column, s.label_column if labelled else None) if c]
     examples = []
     try:
@@ -314,8 +314,10 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
                                "two classes (pass --problem-type regression for a numeric score)")
         integral = all(_is_number(x) and float(x) == int(float(x)) for x in distinct)
         names = tuple(sorted(distinct, key=(lambda x: float(x)) if integral else None))
-    return glue.GlueTask(name=name, data_dir="", files={}, labels=names,
-                         metric_kind="corr" if regression else "acc", submission_file="",
+    # Two classes: accuracy (which class is "positive" is not known, so no binary F1); more: macro F1 as well,
+    # which a majority-class model cannot inflate the way it does accuracy on skewed classes.
+    kind = "corr" if names is None else "acc" if len(names) == 2 else "acc_macro_f1"
+    return glue.GlueTask(name=name, data_dir="", files={}, labels=names, metric_kind=kind, submission_file="",
                          text_columns=("text", "text_pair") if pairs else ("text",), labeled_layout=None,
                          test_layout=None)  # type: ignore[arg-type]
 

@@ -420,6 +420,10 @@ def train(
 
     last_eval = None
 
+    def evaluated_at(step: int) -> bool:
+        """Whether the newest record is an evaluation at ``step`` (after a resume: one the interrupted run made)."""
+        return bool(history) and history[-1]["split"] == "eval" and history[-1]["step"] == step
+
     def run_eval() -> None:
         nonlocal last_eval
         if evaluate is None:
@@ -461,8 +465,11 @@ def train(
     while pos.phase < len(phases):
         phase = phases[pos.phase]
         phase_end = sum(p.steps for p in phases[: pos.phase + 1])
-        while pos.step < phase_end:
-            n_batches = len(phase.plan)
+        n_batches = len(phase.plan)
+        # `or pos.batch >= n_batches`: a run resumed from a checkpoint written at an epoch's last batch still
+        # owes that epoch's end (its evaluation), also when that batch was the phase's last step: an
+        # uninterrupted run evaluates there before it switches phase
+        while pos.step < phase_end or pos.batch >= n_batches:
             for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, workers, cuda):
                 if pos.step >= phase_end:
                     break
@@ -541,12 +548,12 @@ def train(
                 if args.save_steps and pos.step % args.save_steps == 0 and pos.step < total:
                     checkpoint({**window, "_n": window_n})
             if pos.batch >= n_batches:
-                if args.eval_steps is None:
+                if args.eval_steps is None and not evaluated_at(pos.step):  # not done before a kill
                     run_eval()
                 pos.epoch, pos.batch = pos.epoch + 1, 0
         pos.phase, pos.epoch, pos.batch = pos.phase + 1, 0, 0
     bar.close()
-    if evaluate is not None and (not history or history[-1]["split"] != "eval" or history[-1]["step"] != pos.step):
+    if evaluate is not None and not evaluated_at(pos.step):
         run_eval()
     checkpoint()
     replicas.finish()

@@ -302,7 +302,7 @@ class ClassifySettings(SequenceClassificationSettings):
     the labels are numbers. Same loop, grid and report as GLUE; the label names are saved in the model."""
 
     train_file: Path
-    """Training data: .csv, .tsv or .jsonl."""
+    """Training data: .csv, .tsv or .jsonl (another suffix: --input-format)."""
     validation_file: Path
     """Scored after each epoch (the report's numbers); same columns as --train-file."""
     test_file: Path | None = None
@@ -315,6 +315,8 @@ class ClassifySettings(SequenceClassificationSettings):
     """Column holding the label (a class name, or a number for regression)."""
     problem_type: Literal["auto", "classification", "regression"] = "auto"
     """auto: regression when every training label is a number and some are not integers, else classification."""
+    input_format: Literal["auto", "jsonl", "csv", "tsv"] = "auto"
+    """How to read the train, validation and test files; auto: by each one's suffix (.csv, .tsv, .jsonl)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

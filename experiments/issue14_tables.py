@@ -1,0 +1,190 @@
+"""Issue 14's tables and curves from the outputs of experiments/issue14.sh and issue14_phase2.sh.
+
+    python experiments/issue14_tables.py --runs runs/i14 --phase runs/i14p2 --figures docs/img
+
+Prints the Markdown tables for RESULTS.md and writes two PNGs: held-out pre-training accuracy over steps
+for both NSP arms, and dev scores per fine-tuning epoch (pre-trained arms vs random initialisation).
+Everything is read from the runs' own files; a missing part is reported as missing, never filled in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+ARMS = {"pt-random": "random negatives", "pt-nearby": "nearby negatives", "init-random": "random init (no pre-training)"}
+TASKS = {"mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "stsb": ("pearson", "spearman"), "sst2": ("accuracy",)}
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def table_2x2(runs: Path) -> str:
+    path = runs / "table-2x2.jsonl"
+    if not path.is_file():
+        return f"(missing: {path})"
+    rows = {(Path(r["model"]).parent.name, Path(r["data"]).name): r for r in jsonl(path)}
+    out = ["| pre-trained with | MLM acc. (random-negative set) | NSP acc., random negatives | "
+           "NSP acc., nearby negatives | MLM acc. (nearby-negative set) |", "|---|---:|---:|---:|---:|"]
+    for arm in ("pt-random", "pt-nearby"):
+        a, b = rows.get((arm, "eval-random")), rows.get((arm, "eval-nearby"))
+        if a is None or b is None:
+            out.append(f"| {ARMS[arm]} | missing | | | |")
+            continue
+        out.append(f"| {ARMS[arm]} | {pct(a['mlm_acc'])}% | {pct(a['nsp_acc'])}% | {pct(b['nsp_acc'])}% | "
+                   f"{pct(b['mlm_acc'])}% |")
+    n = next(iter(rows.values()))["instances"] if rows else "?"
+    return "\n".join(out) + f"\n\n({n} held-out WikiText-2 instances per set.)"
+
+
+def pretraining_curve(runs: Path) -> dict[str, list[dict]]:
+    return {arm: [r for r in jsonl(runs / arm / "metrics.jsonl") if r["split"] == "eval"]
+            for arm in ("pt-random", "pt-nearby") if (runs / arm / "metrics.jsonl").is_file()}
+
+
+def table_steps(curves: dict[str, list[dict]]) -> str:
+    out = ["| step | " + " | ".join(f"{ARMS[a]}: MLM / NSP" for a in curves) + " |",
+           "|---:|" + "---:|" * len(curves)]
+    steps = sorted({r["step"] for rows in curves.values() for r in rows})
+    for step in steps:
+        cells = []
+        for rows in curves.values():
+            r = next((r for r in rows if r["step"] == step), None)
+            cells.append("" if r is None else f"{pct(r['mlm_acc'])}% / {pct(r['nsp_acc'])}%")
+        out.append(f"| {step} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def glue_reports(runs: Path) -> dict[tuple[str, str], dict]:
+    found = {}
+    for arm in ARMS:
+        for task in TASKS:
+            path = runs / "glue" / f"{arm}-{task}" / "report.json"
+            if path.is_file():
+                found[(arm, task)] = json.loads(path.read_text(encoding="utf-8"))
+    return found
+
+
+def table_glue(reports: dict[tuple[str, str], dict]) -> str:
+    head = "| initialisation | " + " | ".join(f"{t.upper()} {'/'.join(m)}" for t, m in TASKS.items()) + " |"
+    out = [head, "|---|" + "---:|" * len(TASKS)]
+    for arm in ARMS:
+        cells = []
+        for task, metrics in TASKS.items():
+            rep = reports.get((arm, task))
+            if rep is None:
+                cells.append("missing")
+                continue
+            best = rep["best"]
+            n = len(best["seeds"])
+            cells.append(" / ".join(f"{pct(best[m]['mean'])} ± {pct(best[m]['std'])}" for m in metrics)
+                         + ("" if n == 3 else f" ({n} seeds)"))
+        out.append(f"| {ARMS[arm]} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def table_gain(reports: dict[tuple[str, str], dict]) -> str:
+    """Pre-trained minus random initialisation on each task's first metric, with the seeds' spread."""
+    out = ["| task (metric) | random negatives - random init | nearby negatives - random init | "
+           "nearby - random negatives |", "|---|---:|---:|---:|"]
+    def mean(arm: str, task: str, m: str) -> float | None:
+        rep = reports.get((arm, task))
+        return None if rep is None else rep["best"][m]["mean"]
+
+    for task, metrics in TASKS.items():
+        m = metrics[0]
+
+        def diff(a: str, b: str, task: str = task, m: str = m) -> str:
+            x, y = mean(a, task, m), mean(b, task, m)
+            return "missing" if x is None or y is None else f"{100 * (x - y):+.1f}"
+
+        out.append(f"| {task.upper()} ({m}) | {diff('pt-random', 'init-random')} | {diff('pt-nearby', 'init-random')} | "
+                   f"{diff('pt-nearby', 'pt-random')} |")
+    return "\n".join(out)
+
+
+def table_phase(phase: Path) -> str:
+    path = phase / "table-phase.jsonl"
+    if not path.is_file():
+        return f"(missing: {path})"
+    rows = jsonl(path)
+    names = {"pt-random": "128 only (1,500 steps)", "pt-512": "128 then 512 (1,500 + 167 steps)"}
+    out = ["| model | MLM acc., 512-token instances | NSP acc., 512 | MLM acc., 128-token instances | NSP acc., 128 |",
+           "|---|---:|---:|---:|---:|"]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        by = {Path(r["data"]).name: r for r in rows if r["model"] == model}
+        long_, short = by.get("eval512"), by.get("eval-random")
+        name = names.get(Path(model).parent.name, model)
+        out.append(f"| {name} | " + " | ".join(
+            "missing" if r is None else f"{pct(r['mlm_acc'])}% | {pct(r['nsp_acc'])}%" for r in (long_, short)) + " |")
+    return "\n".join(out)
+
+
+def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for arm, rows in curves.items():
+        steps = [r["step"] for r in rows]
+        axes[0].plot(steps, [100 * r["mlm_acc"] for r in rows], marker="o", label=ARMS[arm])
+        axes[1].plot(steps, [100 * r["nsp_acc"] for r in rows], marker="o", label=ARMS[arm])
+    axes[0].set(title="held-out masked-LM accuracy", xlabel="step", ylabel="%")
+    axes[1].set(title="held-out NSP accuracy (random negatives)", xlabel="step", ylabel="%")
+    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    written.append(out / "issue14-pretraining.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(TASKS), figsize=(3.2 * len(TASKS), 3.2))
+    for ax, (task, metrics) in zip(axes, TASKS.items()):
+        for arm in ARMS:
+            rep = reports.get((arm, task))
+            if rep is None:
+                continue
+            per_run = [[e["dev"][metrics[0]] if "dev" in e else e[metrics[0]] for e in r["per_epoch"]]
+                       for r in rep["runs"] if r.get("per_epoch")]
+            epochs = range(1, min(len(p) for p in per_run) + 1)
+            means = [100 * statistics.fmean(p[i - 1] for p in per_run) for i in epochs]
+            ax.plot(list(epochs), means, marker="o", label=ARMS[arm])
+        ax.set(title=f"{task.upper()} dev {metrics[0]} (mean of seeds)", xlabel="epoch")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    written.append(out / "issue14-finetuning.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+    return written
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=Path, default=Path("runs/i14"))
+    p.add_argument("--phase", type=Path, default=Path("runs/i14p2"))
+    p.add_argument("--figures", type=Path, default=None, help="write the PNGs here")
+    args = p.parse_args()
+    curves = pretraining_curve(args.runs)
+    reports = glue_reports(args.runs)
+    print("## 2 x 2: held-out NSP and MLM\n\n" + table_2x2(args.runs))
+    print("\n## Held-out accuracy over steps\n\n" + table_steps(curves))
+    print("\n## Downstream (dev, mean ± std over seeds, x100)\n\n" + table_glue(reports))
+    print("\n## Gains (points)\n\n" + table_gain(reports))
+    print("\n## Phase 2\n\n" + table_phase(args.phase))
+    if args.figures is not None:
+        for path in figures(curves, reports, args.figures):
+            print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
