@@ -41,6 +41,7 @@ torch.manual_seed(42)
 tok = BertTokenizer.from_pretrained('$R/vocab')
 BertForPreTraining(BertConfig.preset('mini', vocab_size=len(tok.vocab))).save_pretrained('$R/init-random')
 tok.save_pretrained('$R/init-random')"
+mkdir -p "$R/glue"
 # Downstream: sentence pairs (MRPC, RTE, STS-B) and single sentences (SST-2), 3 seeds each, default rate.
 for task in ${TASKS:-mrpc rte stsb sst2}; do
   for init in pt-random/final pt-nearby/final init-random; do
