@@ -22,7 +22,8 @@ for neg in random nearby; do  # same corpus, vocabulary and seed; only the negat
 done
 for neg in random nearby; do
   if [ ! -f "$R/pt-$neg/final/config.json" ]; then
-    RES=""; [ -d "$R/pt-$neg/checkpoints" ] && RES="--resume"
+    RES=""; [ -d "$R/pt-$neg" ] && RES="--overwrite"  # killed before its first checkpoint: start again
+    [ -d "$R/pt-$neg/checkpoints" ] && RES="--resume"
     $BK pretrain --data "$R/data-$neg" --vocab "$R/vocab" --config-name mini --output-dir "$R/pt-$neg" \
       --max-steps $STEPS --batch-size 32 --learning-rate 5e-4 --warmup-ratio 0.05 --seed 42 --save-steps 250 \
       --eval-data "$R/eval-random" --eval-steps 500 --no-progress $RES > "$R/pt-$neg.json" 2>> "$R/pt-$neg.log"

@@ -18,7 +18,8 @@ mkdir -p "$P"
 [ -f "$P/eval512/manifest.json" ] || $BK create-pretraining-data $C/wikitext-2/wiki.valid.raw --vocab "$R/vocab" \
     --output-dir "$P/eval512" --max-seq-length 512 --dupe-factor 1 --seed 777 --no-progress > "$P/eval512.json"
 if [ ! -f "$P/pt-512/final/config.json" ]; then
-  RES=""; [ -d "$P/pt-512/checkpoints" ] && RES="--resume"
+  RES=""; [ -d "$P/pt-512" ] && RES="--overwrite"  # killed before its first checkpoint: start again
+  [ -d "$P/pt-512/checkpoints" ] && RES="--resume"
   $BK pretrain --data "$P/data512" --vocab "$R/vocab" --init-from "$R/pt-random/final" --output-dir "$P/pt-512" \
     --max-steps 167 --batch-size 32 --learning-rate 5e-5 --warmup-ratio 0 --seed 42 --save-steps 50 \
     --eval-data "$P/eval512" --eval-steps 50 --no-progress $RES > "$P/pt-512.json" 2>> "$P/pt-512.log"
