@@ -1,6 +1,6 @@
-"""Issue 14's tables and curves from the outputs of experiments/issue14.sh and issue14_phase2.sh.
+"""Issue 14's tables and curves from the outputs of experiments/issue14.sh.
 
-    python experiments/issue14_tables.py --runs runs/i14 --phase runs/i14p2 --figures docs/img
+    python experiments/issue14_tables.py --runs runs/i14 --figures docs/img
 
 Prints the Markdown tables for RESULTS.md and writes two PNGs: held-out pre-training accuracy over steps
 for both NSP arms, and dev scores per fine-tuning epoch (pre-trained arms vs random initialisation).
@@ -26,22 +26,35 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
-def table_2x2(runs: Path) -> str:
-    path = runs / "table-2x2.jsonl"
-    if not path.is_file():
-        return f"(missing: {path})"
-    rows = {(Path(r["model"]).parent.name, Path(r["data"]).name): r for r in jsonl(path)}
-    out = ["| pre-trained with | MLM acc. (random-negative set) | NSP acc., random negatives | "
-           "NSP acc., nearby negatives | MLM acc. (nearby-negative set) |", "|---|---:|---:|---:|---:|"]
-    for arm in ("pt-random", "pt-nearby"):
-        a, b = rows.get((arm, "eval-random")), rows.get((arm, "eval-nearby"))
+def heldout(runs: Path) -> list[dict]:
+    """experiments/pretrain_eval.py's lines: each arm at the phase switch and at the end, on every held-out set."""
+    path = runs / "heldout.jsonl"
+    return jsonl(path) if path.is_file() else []
+
+
+def stage_of(model: str) -> tuple[str, str]:
+    """(arm, stage) of a model path: runs/i14/pt-random/checkpoints/step-N or runs/i14/pt-random/final."""
+    parts = Path(model).parts
+    arm = next(p for p in parts if p in ARMS)
+    step = parts[-1].removeprefix("step-").lstrip("0") if "checkpoints" in parts else None
+    return arm, (f"128 tokens only (step {step})" if step else "after the 512-token phase (final)")
+
+
+def table_2x2(rows: list[dict]) -> str:
+    if not rows:
+        return "(missing: heldout.jsonl)"
+    by = {(*stage_of(r["model"]), Path(r["data"]).name): r for r in rows}
+    out = ["| pre-trained with | at | MLM acc. | NSP acc., random-negative set | NSP acc., nearby-negative set |",
+           "|---|---|---:|---:|---:|"]
+    for arm, stage in dict.fromkeys((a, s) for a, s, _ in by):
+        a, b = by.get((arm, stage, "eval-random")), by.get((arm, stage, "eval-nearby"))
         if a is None or b is None:
-            out.append(f"| {ARMS[arm]} | missing | | | |")
+            out.append(f"| {ARMS[arm]} | {stage} | missing | | |")
             continue
-        out.append(f"| {ARMS[arm]} | {pct(a['mlm_acc'])}% | {pct(a['nsp_acc'])}% | {pct(b['nsp_acc'])}% | "
-                   f"{pct(b['mlm_acc'])}% |")
-    n = next(iter(rows.values()))["instances"] if rows else "?"
-    return "\n".join(out) + f"\n\n({n} held-out WikiText-2 instances per set.)"
+        out.append(f"| {ARMS[arm]} | {stage} | {pct(a['mlm_acc'])}% | {pct(a['nsp_acc'])}% | {pct(b['nsp_acc'])}% |")
+    n = {r["instances"] for r in rows if Path(r["data"]).name in ("eval-random", "eval-nearby")}
+    return "\n".join(out) + f"\n\n(Held-out WikiText-2 valid instances per set: {', '.join(map(str, sorted(n)))}; " \
+        "MLM accuracy on the random-negative set.)"
 
 
 def pretraining_curve(runs: Path) -> dict[str, list[dict]]:
@@ -110,21 +123,20 @@ def table_gain(reports: dict[tuple[str, str], dict]) -> str:
     return "\n".join(out)
 
 
-def table_phase(phase: Path) -> str:
-    path = phase / "table-phase.jsonl"
-    if not path.is_file():
-        return f"(missing: {path})"
-    rows = jsonl(path)
-    names = {"pt-random": "128 only (1,500 steps)", "pt-512": "128 then 512 (1,500 + 167 steps)"}
-    out = ["| model | MLM acc., 512-token instances | NSP acc., 512 | MLM acc., 128-token instances | NSP acc., 128 |",
-           "|---|---:|---:|---:|---:|"]
-    for model in dict.fromkeys(r["model"] for r in rows):
-        by = {Path(r["data"]).name: r for r in rows if r["model"] == model}
-        long_, short = by.get("eval512"), by.get("eval-random")
-        name = names.get(Path(model).parent.name, model)
-        out.append(f"| {name} | " + " | ".join(
-            "missing" if r is None else f"{pct(r['mlm_acc'])}% | {pct(r['nsp_acc'])}%" for r in (long_, short)) + " |")
-    return "\n".join(out)
+def table_phase(rows: list[dict]) -> str:
+    if not rows:
+        return "(missing: heldout.jsonl)"
+    by = {(*stage_of(r["model"]), Path(r["data"]).name): r for r in rows}
+    out = ["| pre-trained with | at | MLM acc., 512-token instances | NSP acc., 512 | MLM acc., 128-token instances "
+           "| NSP acc., 128 |", "|---|---|---:|---:|---:|---:|"]
+    for arm, stage in dict.fromkeys((a, s) for a, s, _ in by):
+        cells = []
+        for name in ("eval512-random", "eval-random"):
+            r = by.get((arm, stage, name))
+            cells.append("missing | " if r is None else f"{pct(r['mlm_acc'])}% | {pct(r['nsp_acc'])}%")
+        out.append(f"| {ARMS[arm]} | {stage} | " + " | ".join(cells) + " |")
+    n = {r["instances"] for r in rows if Path(r["data"]).name == "eval512-random"}
+    return "\n".join(out) + f"\n\n({', '.join(map(str, sorted(n)))} held-out 512-token WikiText-2 instances.)"
 
 
 def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict], out: Path) -> list[Path]:
@@ -171,16 +183,16 @@ def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict],
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=Path, default=Path("runs/i14"))
-    p.add_argument("--phase", type=Path, default=Path("runs/i14p2"))
     p.add_argument("--figures", type=Path, default=None, help="write the PNGs here")
     args = p.parse_args()
     curves = pretraining_curve(args.runs)
     reports = glue_reports(args.runs)
-    print("## 2 x 2: held-out NSP and MLM\n\n" + table_2x2(args.runs))
+    rows = heldout(args.runs)
+    print("## 2 x 2: held-out NSP and MLM\n\n" + table_2x2(rows))
     print("\n## Held-out accuracy over steps\n\n" + table_steps(curves))
     print("\n## Downstream (dev, mean ± std over seeds, x100)\n\n" + table_glue(reports))
     print("\n## Gains (points)\n\n" + table_gain(reports))
-    print("\n## Phase 2\n\n" + table_phase(args.phase))
+    print("\n## Phase 2\n\n" + table_phase(rows))
     if args.figures is not None:
         for path in figures(curves, reports, args.figures):
             print(f"\nwrote {path}")

@@ -309,7 +309,8 @@ def test_sentence_embeddings_equal_sentence_transformers(minilm_dir, sst2, monke
     except ImportError:
         from sentence_transformers.models import Normalize, Pooling, Transformer
     word = Transformer(str(minilm_dir), max_seq_length=256)
-    ref_model = st.SentenceTransformer(modules=[word, Pooling(word.get_word_embedding_dimension(), "mean"),
+    width = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension  # renamed in 5.x
+    ref_model = st.SentenceTransformer(modules=[word, Pooling(width(), "mean"),
                                                 Normalize()], device="cpu")
     texts = sst2[:64]
     ref = ref_model.encode(texts, batch_size=16, convert_to_numpy=True)
