@@ -117,6 +117,42 @@ def test_concurrent_requests_are_batched_together_and_each_gets_its_own_result(s
     assert after["largest_batch"] > 1
 
 
+def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(served):
+    """An input the pipeline refuses only once it runs (a fill-mask text without [MASK], ...) must not take the
+    requests it was batched with down: they get their results, it gets a 422 naming its own input."""
+    from bertkit.errors import BertkitError
+    from bertkit.inference.serve import Limits, create_app
+
+    _, pipe = served
+
+    class Refusing(type(pipe)):
+        def encode(self, item, **options):  # item: (text, text_pair)
+            if "POISON" in item[0]:
+                raise BertkitError(f"input {item[0]!r} is refused by the pipeline")
+            return super().encode(item, **options)
+
+    refusing = Refusing(pipe.model, pipe.tokenizer, batch_size=16)
+    server = Server(create_app(refusing, "refusing", max_batch_size=16, max_wait_ms=200, limits=Limits()))
+    try:
+        texts = _sentences(11) + ["a POISON sentence"]
+        expected = pipe(texts[:11])
+        barrier = threading.Barrier(len(texts))
+
+        def ask(text: str) -> httpx.Response:
+            barrier.wait()  # all sent together, so they share the first batch
+            return httpx.post(f"{server.url}/predict", json={"inputs": text}, timeout=60)
+
+        with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
+            got = list(pool.map(ask, texts))
+        assert [r.status_code for r in got] == [200] * 11 + [422]
+        assert all(_close(r.json(), e) for r, e in zip(got, expected))
+        assert got[-1].json()["error"] == "input 'a POISON sentence' is refused by the pipeline"
+        stats = httpx.get(f"{server.url}/metadata").json()["stats"]
+        assert stats["largest_batch"] == 1 and stats["errors"] == 1  # the shared call failed; each ran alone
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("body, status, message", [
     (b'{"inputs": "unclosed', 400, "not valid JSON"),
     (b'["a list"]', 422, '{"inputs": ..., "parameters": {...}}'),

@@ -133,22 +133,34 @@ class Batcher:
             for req in pending:
                 groups.setdefault(json.dumps(req[1], sort_keys=True), []).append(req)
             for reqs in groups.values():
-                items = [x for r in reqs for x in r[0]]
-                try:
-                    results = await loop.run_in_executor(self.executor, lambda i=items, o=reqs[0][1]:
-                                                         self.pipe.run(i, **o))
-                except Exception as e:  # noqa: BLE001 (every waiting request gets the error)
-                    for r in reqs:
-                        if not r[2].done():
-                            r[2].set_exception(e)
-                    continue
-                self.stats.batches += 1
-                self.stats.largest_batch = max(self.stats.largest_batch, len(items))
-                at = 0
+                await self._run(reqs, reqs[0][1])
+
+    async def _run(self, reqs: list, options: dict[str, Any]) -> None:
+        """One pipeline call for ``reqs``; each request's future gets its own slice of the results.
+
+        If the shared call fails and several requests were in it, the input that made it fail may be any one
+        of them (a fill-mask text whose [MASK] falls past max_length, ...): each is then run alone, so only the
+        request that caused the error gets it and the others their results.
+        """
+        loop = asyncio.get_running_loop()
+        items = [x for r in reqs for x in r[0]]
+        try:
+            results = await loop.run_in_executor(self.executor, lambda: self.pipe.run(items, **options))
+        except Exception as e:  # noqa: BLE001 (handed to the waiting request, which answers it as an HTTP error)
+            if len(reqs) > 1:
                 for r in reqs:
-                    if not r[2].done():
-                        r[2].set_result(results[at:at + len(r[0])])
-                    at += len(r[0])
+                    await self._run([r], options)
+                return
+            if not reqs[0][2].done():
+                reqs[0][2].set_exception(e)
+            return
+        self.stats.batches += 1
+        self.stats.largest_batch = max(self.stats.largest_batch, len(items))
+        at = 0
+        for r in reqs:
+            if not r[2].done():
+                r[2].set_result(results[at:at + len(r[0])])
+            at += len(r[0])
 
 
 def parse_request(body: bytes, pipe: Any, limits: Limits) -> tuple[list[Any], dict[str, Any], bool]:
