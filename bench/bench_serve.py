@@ -9,7 +9,8 @@ model instance must (two concurrent forward passes on the same cores only slow e
 
     .venv/bin/python bench/bench_serve.py --requests 512 --concurrency 1,8,32
 
-Prints one JSON line per concurrency: throughput (requests/s) and p50/p99 latency (ms) of each server.
+Prints one JSON line per concurrency: throughput (requests/s) and p50/p99 latency (ms) of each server, and
+bertkit's pipeline alone on the same texts at the server's mean batch (no HTTP): the ceiling of the ratio.
 """
 
 from __future__ import annotations
@@ -161,6 +162,25 @@ def measure(name: str, cmd: list[str], port: int, texts: list[str], levels: list
         proc.wait(30)
 
 
+def model_only(model_dir: Path, texts: list[str], batch: int, threads: int | None) -> float:
+    """Inputs/s of bertkit's pipeline alone, in this process, on the requests' texts in arrival order, in calls
+    of ``batch`` inputs (the server's mean batch) with the servers' thread count: what the server could reach
+    with HTTP, JSON and the load generator costing nothing. Its ratio to the reference server's requests/s
+    bounds the throughput ratio any server around this model can show on this machine."""
+    import torch
+
+    from bertkit import pipeline
+
+    if threads:
+        torch.set_num_threads(threads)
+    pipe = pipeline("text-classification", model_dir, batch_size=max(1, batch), progress=False)
+    pipe(texts[:32])  # warm-up, as the servers get
+    t0 = time.perf_counter()
+    for i in range(0, len(texts), max(1, batch)):
+        pipe(texts[i:i + batch])
+    return len(texts) / (time.perf_counter() - t0)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, default=ROOT / "models" / "minilm")
@@ -189,6 +209,8 @@ def main() -> None:
         port = free_port()
         ref = measure("transformers", [sys.executable, __file__, "--_reference", str(model_dir), str(port)], port,
                       texts, levels, args.server_threads)
+        ceiling = {c: round(model_only(model_dir, texts, round(ours[c]["mean_batch"] or 1), args.server_threads), 1)
+                   for c in levels}
     import torch
     import transformers
 
@@ -200,6 +222,9 @@ def main() -> None:
                           "transformers": ref[c],
                           "throughput_ratio": round(ours[c]["requests_per_s"] / ref[c]["requests_per_s"], 2),
                           "p99_ratio": round(ours[c]["p99_ms"] / ref[c]["p99_ms"], 2), "outputs_equal": same,
+                          # the pipeline alone at the server's mean batch: the most a server could serve
+                          "bertkit_model_only_inputs_per_s": ceiling[c],
+                          "ceiling_ratio": round(ceiling[c] / ref[c]["requests_per_s"], 2),
                           "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms,
                           "torch": torch.__version__, "transformers_version": transformers.__version__,
                           "server_threads": args.server_threads or torch.get_num_threads(), "cpus": os.cpu_count()}), flush=True)
