@@ -32,6 +32,20 @@ def heldout(runs: Path) -> list[dict]:
     return jsonl(path) if path.is_file() else []
 
 
+def baseline(runs: Path) -> dict[str, float]:
+    """Masked-LM accuracy of the context-free baseline per held-out set (pretrain_eval.py --baseline), and the
+    NSP accuracy of always answering the majority class (``nsp:SET``, from create-pretraining-data's counts)."""
+    path = runs / "baseline.jsonl"
+    out = {Path(r["data"]).name: r["mlm_acc"] for r in jsonl(path)} if path.is_file() else {}
+    for name in ("eval-random", "eval-nearby", "eval512-random"):
+        made = runs / f"{name}.json"
+        if made.is_file():
+            counts = json.loads(made.read_text(encoding="utf-8"))["counts"]
+            negatives = counts["random_next"] / counts["instances"]
+            out[f"nsp:{name}"] = max(negatives, 1 - negatives)
+    return out
+
+
 def stage_of(model: str) -> tuple[str, str]:
     """(arm, stage) of a model path: runs/i14/pt-random/checkpoints/step-N or runs/i14/pt-random/final."""
     parts = Path(model).parts
@@ -40,7 +54,7 @@ def stage_of(model: str) -> tuple[str, str]:
     return arm, (f"128 tokens only (step {step})" if step else "after the 512-token phase (final)")
 
 
-def table_2x2(rows: list[dict]) -> str:
+def table_2x2(rows: list[dict], base: dict[str, float]) -> str:
     if not rows:
         return "(missing: heldout.jsonl)"
     by = {(*stage_of(r["model"]), Path(r["data"]).name): r for r in rows}
@@ -52,9 +66,20 @@ def table_2x2(rows: list[dict]) -> str:
             out.append(f"| {ARMS[arm]} | {stage} | missing | | |")
             continue
         out.append(f"| {ARMS[arm]} | {stage} | {pct(a['mlm_acc'])}% | {pct(a['nsp_acc'])}% | {pct(b['nsp_acc'])}% |")
+    if "eval-random" in base:
+        out.append(f"| context-free baseline / majority class (no model) | | {pct(base['eval-random'])}% | "
+                   f"{pct(base['nsp:eval-random'])}% | {pct(base['nsp:eval-nearby'])}% |")
     n = {r["instances"] for r in rows if Path(r["data"]).name in ("eval-random", "eval-nearby")}
     return "\n".join(out) + f"\n\n(Held-out WikiText-2 valid instances per set: {', '.join(map(str, sorted(n)))}; " \
         "MLM accuracy on the random-negative set.)"
+
+
+def phase_switch(runs: Path) -> int | None:
+    """The last step trained on 128-token instances (the training records name each step's phase)."""
+    path = runs / "pt-random" / "metrics.jsonl"
+    steps = [r["step"] for r in jsonl(path) if r["split"] == "train" and r.get("phase", "").endswith("-128")] \
+        if path.is_file() else []
+    return max(steps) if steps else None
 
 
 def pretraining_curve(runs: Path) -> dict[str, list[dict]]:
@@ -123,7 +148,7 @@ def table_gain(reports: dict[tuple[str, str], dict]) -> str:
     return "\n".join(out)
 
 
-def table_phase(rows: list[dict]) -> str:
+def table_phase(rows: list[dict], base: dict[str, float]) -> str:
     if not rows:
         return "(missing: heldout.jsonl)"
     by = {(*stage_of(r["model"]), Path(r["data"]).name): r for r in rows}
@@ -135,11 +160,15 @@ def table_phase(rows: list[dict]) -> str:
             r = by.get((arm, stage, name))
             cells.append("missing | " if r is None else f"{pct(r['mlm_acc'])}% | {pct(r['nsp_acc'])}%")
         out.append(f"| {ARMS[arm]} | {stage} | " + " | ".join(cells) + " |")
+    if "eval512-random" in base and "eval-random" in base:
+        out.append(f"| context-free baseline / majority class (no model) | | {pct(base['eval512-random'])}% | "
+                   f"{pct(base['nsp:eval512-random'])}% | {pct(base['eval-random'])}% | {pct(base['nsp:eval-random'])}% |")
     n = {r["instances"] for r in rows if Path(r["data"]).name == "eval512-random"}
     return "\n".join(out) + f"\n\n({', '.join(map(str, sorted(n)))} held-out 512-token WikiText-2 instances.)"
 
 
-def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict], out: Path) -> list[Path]:
+def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict], out: Path,
+            switch: int | None = None) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -154,6 +183,10 @@ def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict],
         axes[1].plot(steps, [100 * r["nsp_acc"] for r in rows], marker="o", label=ARMS[arm])
     axes[0].set(title="held-out masked-LM accuracy", xlabel="step", ylabel="%")
     axes[1].set(title="held-out NSP accuracy (random negatives)", xlabel="step", ylabel="%")
+    if switch is not None:
+        for ax in axes:
+            ax.axvline(switch, color="grey", linestyle=":", linewidth=1)
+            ax.text(switch, ax.get_ylim()[0], " 512 tokens", color="grey", fontsize=7, va="bottom")
     axes[1].legend(fontsize=8)
     fig.tight_layout()
     written.append(out / "issue14-pretraining.png")
@@ -188,13 +221,13 @@ def main() -> None:
     curves = pretraining_curve(args.runs)
     reports = glue_reports(args.runs)
     rows = heldout(args.runs)
-    print("## 2 x 2: held-out NSP and MLM\n\n" + table_2x2(rows))
+    print("## 2 x 2: held-out NSP and MLM\n\n" + table_2x2(rows, baseline(args.runs)))
     print("\n## Held-out accuracy over steps\n\n" + table_steps(curves))
     print("\n## Downstream (dev, mean ± std over seeds, x100)\n\n" + table_glue(reports))
     print("\n## Gains (points)\n\n" + table_gain(reports))
-    print("\n## Phase 2\n\n" + table_phase(rows))
+    print("\n## Phase 2\n\n" + table_phase(rows, baseline(args.runs)))
     if args.figures is not None:
-        for path in figures(curves, reports, args.figures):
+        for path in figures(curves, reports, args.figures, phase_switch(args.runs)):
             print(f"\nwrote {path}")
 
 
