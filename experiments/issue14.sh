@@ -3,6 +3,7 @@
 # budget), the paper's 90% at 128 / 10% at 512 schedule through pretrain's own phase switch, and the
 # pre-trained networks against the same network from random initialisation on GLUE.
 #   R=runs/i14 experiments/issue14.sh        (from the repository root; about 1.5 h of both cores here)
+#   python experiments/issue14_tables.py --runs runs/i14 --figures docs/img     (RESULTS.md's tables and curves)
 # Run it again to continue: every step skips what is done and resumes what was cut.
 #
 # Both arms share the corpus, vocabulary, model shape, steps, schedule, batch order (seed) and seed; only
@@ -50,10 +51,15 @@ wait $pa; wait $pb
 # Held-out scores of each arm at the phase switch (128 tokens only) and at the end (after the 512 phase), on
 # WikiText-2 valid instances with random negatives, with nearby negatives, and 512 tokens long.
 CK=$(printf "checkpoints/step-%08d" "$SWITCH")
-[ -s "$R/heldout.jsonl" ] || $PY experiments/pretrain_eval.py \
+if [ ! -s "$R/heldout.jsonl" ]; then
+  $PY experiments/pretrain_eval.py \
     --model "$R/pt-random/$CK" "$R/pt-nearby/$CK" "$R/pt-random/final" "$R/pt-nearby/final" \
-    --data "$R/eval-random" "$R/eval-nearby" "$R/eval512-random" --batch-size 16 > "$R/heldout.jsonl.part" \
-    && mv "$R/heldout.jsonl.part" "$R/heldout.jsonl"
+    --data "$R/eval-random" "$R/eval-nearby" "$R/eval512-random" --batch-size 16 > "$R/heldout.jsonl.part"
+  mv "$R/heldout.jsonl.part" "$R/heldout.jsonl"
+fi
+# What a predictor that reads no context scores on the same sets (the floor a model must clear).
+[ -s "$R/baseline.jsonl" ] || $PY experiments/pretrain_eval.py --data "$R/eval-random" "$R/eval-nearby" \
+    "$R/eval512-random" --baseline "$R/data-random" --vocab "$R/vocab" > "$R/baseline.jsonl"
 
 # The same network from random initialisation (same config, vocabulary and seed), for §3.
 [ -f "$R/init-random/config.json" ] || $PY -c "

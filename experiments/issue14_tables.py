@@ -168,7 +168,7 @@ def table_phase(rows: list[dict], base: dict[str, float]) -> str:
 
 
 def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict], out: Path,
-            switch: int | None = None) -> list[Path]:
+            switch: int | None = None, runs: Path | None = None) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -183,6 +183,10 @@ def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict],
         axes[1].plot(steps, [100 * r["nsp_acc"] for r in rows], marker="o", label=ARMS[arm])
     axes[0].set(title="held-out masked-LM accuracy", xlabel="step", ylabel="%")
     axes[1].set(title="held-out NSP accuracy (random negatives)", xlabel="step", ylabel="%")
+    floor = baseline(runs).get("eval-random") if runs is not None else None
+    if floor is not None:
+        axes[0].axhline(100 * floor, color="black", linestyle="--", linewidth=1, label="context-free baseline")
+        axes[0].legend(fontsize=8)
     if switch is not None:
         for ax in axes:
             ax.axvline(switch, color="grey", linestyle=":", linewidth=1)
@@ -227,7 +231,7 @@ def main() -> None:
     print("\n## Gains (points)\n\n" + table_gain(reports))
     print("\n## Phase 2\n\n" + table_phase(rows, baseline(args.runs)))
     if args.figures is not None:
-        for path in figures(curves, reports, args.figures, phase_switch(args.runs)):
+        for path in figures(curves, reports, args.figures, phase_switch(args.runs), args.runs):
             print(f"\nwrote {path}")
 
 

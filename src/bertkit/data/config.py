@@ -28,8 +28,8 @@ class PretrainingConfig:
     whole_word_mask: bool = False
     """Mask all WordPieces of a word together (google's later whole-word-masking models)."""
     nsp_negatives: Literal["random", "nearby"] = "random"
-    """Where a negative pair's second segment comes from: another document, or a nearby non-adjacent
-    stretch of the same one (docs/pretraining-data.md)."""
+    """Where a negative pair's second segment comes from: another document (google's), or a nearby
+    non-adjacent stretch of the same one. Why random is the default: docs/pretraining-data.md."""
     nearby_window: int = 8
     """With nearby negatives: at most this many sentences away from segment A."""
     masking: Literal["static", "dynamic"] = "static"
