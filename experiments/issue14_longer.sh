@@ -20,9 +20,11 @@ if [ ! -f "$out/final/config.json" ]; then
     --max-steps "$STEPS" --batch-size 32 --learning-rate "$LR" --warmup-ratio 0.05 --seed 43 --save-steps 500 \
     --eval-data "$R/eval-random" --eval-steps 500 --no-progress $res > "$out.json" 2>> "$out.log"
 fi
-[ -s "$R/heldout-longer.jsonl" ] || $PY experiments/pretrain_eval.py --model "$out/final" \
-    --data "$R/eval-random" "$R/eval-nearby" "$R/eval512-random" --batch-size 16 > "$R/heldout-longer.jsonl.part" \
-    && mv "$R/heldout-longer.jsonl.part" "$R/heldout-longer.jsonl"
+if [ ! -s "$R/heldout-longer.jsonl" ]; then
+  $PY experiments/pretrain_eval.py --model "$out/final" --data "$R/eval-random" "$R/eval-nearby" \
+    "$R/eval512-random" --batch-size 16 > "$R/heldout-longer.jsonl.part"
+  mv "$R/heldout-longer.jsonl.part" "$R/heldout-longer.jsonl"
+fi
 for task in sst2 stsb; do
   ft="$R/glue/pt-random-longer-$task" res="" extra=""
   [ -f "$ft/report.json" ] && continue

@@ -14,7 +14,9 @@ import json
 import statistics
 from pathlib import Path
 
-ARMS = {"pt-random": "random negatives", "pt-nearby": "nearby negatives", "init-random": "random init (no pre-training)"}
+ARMS = {"pt-random": "random negatives", "pt-nearby": "nearby negatives",
+        "pt-random-longer": "random negatives, continued (issue14_longer.sh)", "init-random": "random init (no pre-training)"}
+LONGER_TASKS = ("stsb", "sst2")  # what issue14_longer.sh fine-tunes
 TASKS = {"mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "stsb": ("pearson", "spearman"), "sst2": ("accuracy",)}
 
 
@@ -28,8 +30,8 @@ def pct(x: float) -> str:
 
 def heldout(runs: Path) -> list[dict]:
     """experiments/pretrain_eval.py's lines: each arm at the phase switch and at the end, on every held-out set."""
-    path = runs / "heldout.jsonl"
-    return jsonl(path) if path.is_file() else []
+    return [r for name in ("heldout.jsonl", "heldout-longer.jsonl") if (runs / name).is_file()
+            for r in jsonl(runs / name)]
 
 
 def baseline(runs: Path) -> dict[str, float]:
@@ -51,6 +53,8 @@ def stage_of(model: str) -> tuple[str, str]:
     parts = Path(model).parts
     arm = next(p for p in parts if p in ARMS)
     step = parts[-1].removeprefix("step-").lstrip("0") if "checkpoints" in parts else None
+    if arm == "pt-random-longer":
+        return arm, "then more steps at 128 tokens (final)"
     return arm, (f"128 tokens only (step {step})" if step else "after the 512-token phase (final)")
 
 
@@ -83,8 +87,13 @@ def phase_switch(runs: Path) -> int | None:
 
 
 def pretraining_curve(runs: Path) -> dict[str, list[dict]]:
-    return {arm: [r for r in jsonl(runs / arm / "metrics.jsonl") if r["split"] == "eval"]
-            for arm in ("pt-random", "pt-nearby") if (runs / arm / "metrics.jsonl").is_file()}
+    """Held-out evaluations over steps; the continued run's steps count on from where pt-random ended."""
+    curves = {arm: [r for r in jsonl(runs / arm / "metrics.jsonl") if r["split"] == "eval"]
+              for arm in ("pt-random", "pt-nearby", "pt-random-longer") if (runs / arm / "metrics.jsonl").is_file()}
+    if "pt-random-longer" in curves and (runs / "pt-random" / "summary.json").is_file():
+        start = json.loads((runs / "pt-random" / "summary.json").read_text(encoding="utf-8"))["steps"]
+        curves["pt-random-longer"] = [{**r, "step": start + r["step"]} for r in curves["pt-random-longer"]]
+    return curves
 
 
 def table_steps(curves: dict[str, list[dict]]) -> str:
@@ -118,7 +127,7 @@ def table_glue(reports: dict[tuple[str, str], dict]) -> str:
         for task, metrics in TASKS.items():
             rep = reports.get((arm, task))
             if rep is None:
-                cells.append("missing")
+                cells.append("not run" if arm == "pt-random-longer" and task not in LONGER_TASKS else "missing")
                 continue
             best = rep["best"]
             n = len(best["seeds"])
@@ -131,7 +140,7 @@ def table_glue(reports: dict[tuple[str, str], dict]) -> str:
 def table_gain(reports: dict[tuple[str, str], dict]) -> str:
     """Pre-trained minus random initialisation on each task's first metric, with the seeds' spread."""
     out = ["| task (metric) | random negatives - random init | nearby negatives - random init | "
-           "nearby - random negatives |", "|---|---:|---:|---:|"]
+           "nearby - random negatives | random negatives continued - random init |", "|---|---:|---:|---:|---:|"]
     def mean(arm: str, task: str, m: str) -> float | None:
         rep = reports.get((arm, task))
         return None if rep is None else rep["best"][m]["mean"]
@@ -144,7 +153,8 @@ def table_gain(reports: dict[tuple[str, str], dict]) -> str:
             return "missing" if x is None or y is None else f"{100 * (x - y):+.1f}"
 
         out.append(f"| {task.upper()} ({m}) | {diff('pt-random', 'init-random')} | {diff('pt-nearby', 'init-random')} | "
-                   f"{diff('pt-nearby', 'pt-random')} |")
+                   f"{diff('pt-nearby', 'pt-random')} | "
+                   f"{diff('pt-random-longer', 'init-random') if task in LONGER_TASKS else 'not run'} |")
     return "\n".join(out)
 
 
