@@ -24,7 +24,7 @@ LAYERS = [
     ("heads",),
     ("modeling",),
     ("padding", "tokenization", "checkpoint_io"),
-    ("config", "outputs", "errors", "_parallel", "examples", "hub"),
+    ("config", "outputs", "errors", "_parallel", "_hardware", "examples", "hub"),
 ]
 
 

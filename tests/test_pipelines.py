@@ -337,3 +337,22 @@ def test_feature_extraction_cls_and_tokens(minilm_dir, sst2):
         bertkit.pipeline("feature-extraction", minilm_dir, pooling="max")
     with pytest.raises(BertkitError, match="unknown pipeline task"):
         bertkit.pipeline("summarization", minilm_dir)
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_warns_once(minilm_dir, monkeypatch, caplog):
+    """On an AVX2-only CPU bf16 autocast runs emulated, several times slower than fp32: say so, once."""
+    from bertkit import _hardware
+
+    _hardware.warn_if_bf16_is_emulated.cache_clear()
+    monkeypatch.setattr(_hardware, "cpu_has_bf16", lambda: False)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        bertkit.pipeline("feature-extraction", minilm_dir, bf16=True)
+        bertkit.pipeline("feature-extraction", minilm_dir, bf16=True)
+        bertkit.pipeline("feature-extraction", minilm_dir)
+    warned = [r for r in caplog.records if "no bf16 instructions" in r.getMessage()]
+    assert len(warned) == 1 and "Leave bf16 off here" in warned[0].getMessage()
+    _hardware.warn_if_bf16_is_emulated.cache_clear()
+    monkeypatch.setattr(_hardware, "cpu_has_bf16", lambda: True)
+    assert _hardware.warn_if_bf16_is_emulated("cpu") is False
+    assert _hardware.warn_if_bf16_is_emulated("cuda") is False  # GPUs are not this check's business
+    _hardware.warn_if_bf16_is_emulated.cache_clear()

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from bertkit._hardware import warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
 from bertkit.tokenization import BertTokenizer
 
@@ -98,6 +99,8 @@ class Pipeline:
         self.tokenizer = tokenizer
         self.config = model.config
         self.bf16 = bool(bf16)
+        if self.bf16:
+            warn_if_bf16_is_emulated(self.device.type)
         self.batch_size = batch_size
         self.max_length = max_length
         self.progress = progress

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from bertkit._hardware import warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.outputs import atomic_write_text, fsync_dir
 from bertkit.training.distributed import DistInfo, Replicas, all_gather, any_rank, current, resolve_device
@@ -594,6 +595,8 @@ def _tensorboard(out_dir: Path):
 
 def _autocast(args: TrainingSettings, device: str):
     """bf16 or fp16 autocast (fp16 pairs with the GradScaler in ``train``); weights stay fp32."""
+    if args.bf16:
+        warn_if_bf16_is_emulated(torch.device(device).type)
     return torch.autocast(torch.device(device).type, dtype=torch.float16 if args.fp16 else torch.bfloat16,
                           enabled=args.bf16 or args.fp16)
 
