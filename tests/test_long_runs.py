@@ -128,6 +128,20 @@ def test_fp16_trains_with_a_gradient_scaler_and_resumes_exactly(tiny, tmp_path):
         _settings(tiny, tmp_path / "x", fp16=True, bf16=True)
 
 
+def test_bf16_training_on_a_cpu_without_bf16_says_so_once(tiny, tmp_path, monkeypatch, caplog):
+    """`--bf16` on an AVX2-only CPU trains emulated (several times slower): one warning, where the run starts."""
+    from bertkit import _hardware
+    from bertkit.training.pretrain import pretrain
+
+    _hardware.warn_if_bf16_is_emulated.cache_clear()
+    monkeypatch.setattr(_hardware, "cpu_has_bf16", lambda: False)
+    caplog.set_level(logging.WARNING, logger="bertkit")
+    result = pretrain(_settings(tiny, tmp_path / "run", bf16=True, max_steps=3))
+    assert all(r["loss"] == r["loss"] for r in result.history if r["split"] == "train")  # trains, finite
+    assert caplog.text.count("no bf16 instructions") == 1
+    _hardware.warn_if_bf16_is_emulated.cache_clear()
+
+
 def test_gradient_checkpointing_gives_the_same_gradients_with_dropout_on():
     from bertkit.config import BertConfig
     from bertkit.heads import BertForSequenceClassification

@@ -347,6 +347,8 @@ def train(
                                f"{phase.plan.world_size} but this process is rank {info.rank} of {info.world_size}; "
                                "build plans with rank=/world_size= from bertkit.training.distributed.current()")
     device = resolve_device(args.device, info.local_rank)
+    if args.bf16:
+        warn_if_bf16_is_emulated(torch.device(device).type)
     if args.gradient_checkpointing:
         encoder = getattr(model, "bert", model)
         if not hasattr(encoder, "gradient_checkpointing"):
@@ -595,8 +597,6 @@ def _tensorboard(out_dir: Path):
 
 def _autocast(args: TrainingSettings, device: str):
     """bf16 or fp16 autocast (fp16 pairs with the GradScaler in ``train``); weights stay fp32."""
-    if args.bf16:
-        warn_if_bf16_is_emulated(torch.device(device).type)
     return torch.autocast(torch.device(device).type, dtype=torch.float16 if args.fp16 else torch.bfloat16,
                           enabled=args.bf16 or args.fp16)
 
