@@ -15,8 +15,8 @@ import statistics
 from pathlib import Path
 
 ARMS = {"pt-random": "random negatives", "pt-nearby": "nearby negatives",
-        "pt-random-longer": "random negatives, continued (issue14_longer.sh)", "init-random": "random init (no pre-training)"}
-LONGER_TASKS = ("stsb", "sst2")  # what issue14_longer.sh fine-tunes
+        "pt-random-longer": "random negatives, continued", "init-random": "random init (no pre-training)"}
+LONGER_TASKS = ("stsb", "sst2")  # what the continuation in issue14.sh fine-tunes
 TASKS = {"mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "stsb": ("pearson", "spearman"), "sst2": ("accuracy",)}
 
 
@@ -178,7 +178,7 @@ def table_phase(rows: list[dict], base: dict[str, float]) -> str:
 
 
 def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict], out: Path,
-            switch: int | None = None, runs: Path | None = None) -> list[Path]:
+            switch: int | None = None, floor: float | None = None) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,7 +193,6 @@ def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict],
         axes[1].plot(steps, [100 * r["nsp_acc"] for r in rows], marker="o", label=ARMS[arm])
     axes[0].set(title="held-out masked-LM accuracy", xlabel="step", ylabel="%")
     axes[1].set(title="held-out NSP accuracy (random negatives)", xlabel="step", ylabel="%")
-    floor = baseline(runs).get("eval-random") if runs is not None else None
     if floor is not None:
         axes[0].axhline(100 * floor, color="black", linestyle="--", linewidth=1, label="context-free baseline")
         axes[0].legend(fontsize=8)
@@ -234,14 +233,14 @@ def main() -> None:
     args = p.parse_args()
     curves = pretraining_curve(args.runs)
     reports = glue_reports(args.runs)
-    rows = heldout(args.runs)
-    print("## 2 x 2: held-out NSP and MLM\n\n" + table_2x2(rows, baseline(args.runs)))
+    rows, base = heldout(args.runs), baseline(args.runs)
+    print("## 2 x 2: held-out NSP and MLM\n\n" + table_2x2(rows, base))
     print("\n## Held-out accuracy over steps\n\n" + table_steps(curves))
     print("\n## Downstream (dev, mean ± std over seeds, x100)\n\n" + table_glue(reports))
     print("\n## Gains (points)\n\n" + table_gain(reports))
-    print("\n## Phase 2\n\n" + table_phase(rows, baseline(args.runs)))
+    print("\n## Phase 2\n\n" + table_phase(rows, base))
     if args.figures is not None:
-        for path in figures(curves, reports, args.figures, phase_switch(args.runs), args.runs):
+        for path in figures(curves, reports, args.figures, phase_switch(args.runs), base.get("eval-random")):
             print(f"\nwrote {path}")
 
 

@@ -24,12 +24,8 @@ from bertkit.training.pretrain import evaluate_pretraining
 
 
 def context_free_baseline(train: PretrainingDataset, data: PretrainingDataset, mask_id: int) -> dict:
-    counts = np.zeros(1, dtype=np.int64)
-    for i in range(0, len(train), 50):
-        labels = train[i]["labels"]
-        targets = labels[labels >= 0]
-        counts = np.pad(counts, (0, max(0, int(targets.max(initial=0)) + 1 - len(counts))))
-        np.add.at(counts, targets, 1)
+    targets = np.concatenate([train[i]["labels"] for i in range(0, len(train), 50)])
+    counts = np.bincount(targets[targets >= 0])
     top = int(counts.argmax())
     hits = total = 0
     for i in range(len(data)):
