@@ -173,10 +173,11 @@ def model_only(model_dir: Path, texts: list[str], batch: int, threads: int | Non
 
     if threads:
         torch.set_num_threads(threads)
-    pipe = pipeline("text-classification", model_dir, batch_size=max(1, batch), progress=False)
+    batch = max(1, batch)
+    pipe = pipeline("text-classification", model_dir, batch_size=batch, progress=False)
     pipe(texts[:32])  # warm-up, as the servers get
     t0 = time.perf_counter()
-    for i in range(0, len(texts), max(1, batch)):
+    for i in range(0, len(texts), batch):
         pipe(texts[i:i + batch])
     return len(texts) / (time.perf_counter() - t0)
 
