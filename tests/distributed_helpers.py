@@ -100,6 +100,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], result_file: str
         out = [run_training(**job) for job in jobs]
         if rank == 0:
             torch.save(out, result_file)
+        dist.barrier()  # as bertkit's own launcher does: no rank tears the pairs down under another (SIGABRT)
     finally:
         dist.destroy_process_group()
 

@@ -144,6 +144,9 @@ def process_group(device: str = "auto", timeout_s: float = 1800.0,
                 dev, dist.get_backend())
     try:
         yield info, dev
+        # Every rank reaches the end before any tears its connections down: gloo aborts a process (SIGABRT)
+        # whose peer closed the pair under it. Not on an error: a dead rank would never arrive.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
