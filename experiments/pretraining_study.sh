@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# Issue 14 §1-3 in one resumable script: the NSP-negatives ablation (random vs nearby negatives at equal
-# budget), the paper's 90% at 128 / 10% at 512 schedule through pretrain's own phase switch, and the
-# pre-trained networks against the same network from random initialisation on GLUE.
-#   R=runs/i14 experiments/issue14.sh        (from the repository root; about 2 h of both cores here)
-#   python experiments/issue14_tables.py --runs runs/i14 --figures docs/img     (RESULTS.md's tables and curves)
+# The pre-training study of RESULTS.md (sections 1-3) in one resumable script: the NSP-negatives ablation
+# (random vs nearby negatives at equal budget), the paper's 90% at 128 / 10% at 512 schedule through
+# pretrain's own phase switch, and the pre-trained networks against the same network from random
+# initialisation on GLUE.
+#   R=runs/pretraining-study experiments/pretraining_study.sh   (from the repository root; about 2 h of both cores)
+#   python experiments/pretraining_study_tables.py --runs runs/pretraining-study --figures docs/img
+#       (RESULTS.md's tables and curves)
 # Run it again to continue: every step skips what is done and resumes what was cut.
 #
 # Both arms share the corpus, vocabulary, model shape, steps, schedule, batch order (seed) and seed; only
 # the negatives of their instances differ. They run side by side, one thread each, so a load that comes
 # and goes falls on both alike.
 set -euo pipefail
-R=${R:-runs/i14}
+R=${R:-runs/pretraining-study}
 BK="nice -n 19 .venv/bin/python -m bertkit"
 PY="nice -n 19 .venv/bin/python"
 C=${CORPUS:-../shared/data/corpus}
 G=${GLUE:-../shared/data/glue}
-SHAPE=${SHAPE:-tiny}     # BERT-tiny (L2 H128): what fits this 2-core machine in one session
+SHAPE=${SHAPE:-tiny}     # BERT-tiny (L2 H128): about an hour per arm on this 2-core machine
 STEPS=${STEPS:-2500}     # all steps; phase 1 (128 tokens) ends at 90% of them, as in appendix A.2
 LR=${LR:-1e-3}
 SWITCH=$(( STEPS * 9 / 10 ))

@@ -1,6 +1,6 @@
-"""Issue 14's tables and curves from the outputs of experiments/issue14.sh.
+"""The pre-training study's tables and curves from the outputs of experiments/pretraining_study.sh.
 
-    python experiments/issue14_tables.py --runs runs/i14 --figures docs/img
+    python experiments/pretraining_study_tables.py --runs runs/pretraining-study --figures docs/img
 
 Prints the Markdown tables for RESULTS.md and writes two PNGs: held-out pre-training accuracy over steps
 for both NSP arms, and dev scores per fine-tuning epoch (pre-trained arms vs random initialisation).
@@ -16,7 +16,7 @@ from pathlib import Path
 
 ARMS = {"pt-random": "random negatives", "pt-nearby": "nearby negatives",
         "pt-random-longer": "random negatives, continued", "init-random": "random init (no pre-training)"}
-LONGER_TASKS = ("stsb", "sst2")  # what the continuation in issue14.sh fine-tunes
+LONGER_TASKS = ("stsb", "sst2")  # what the continuation in pretraining_study.sh fine-tunes
 TASKS = {"mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "stsb": ("pearson", "spearman"), "sst2": ("accuracy",)}
 
 
@@ -49,7 +49,8 @@ def baseline(runs: Path) -> dict[str, float]:
 
 
 def stage_of(model: str) -> tuple[str, str]:
-    """(arm, stage) of a model path: runs/i14/pt-random/checkpoints/step-N or runs/i14/pt-random/final."""
+    """(arm, stage) of a model path: runs/pretraining-study/pt-random/checkpoints/step-N or
+    runs/pretraining-study/pt-random/final."""
     parts = Path(model).parts
     arm = next(p for p in parts if p in ARMS)
     step = parts[-1].removeprefix("step-").lstrip("0") if "checkpoints" in parts else None
@@ -202,7 +203,7 @@ def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict],
             ax.text(switch, ax.get_ylim()[0], " 512 tokens", color="grey", fontsize=7, va="bottom")
     axes[1].legend(fontsize=8)
     fig.tight_layout()
-    written.append(out / "issue14-pretraining.png")
+    written.append(out / "pretraining-study-pretraining.png")
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
 
@@ -220,7 +221,7 @@ def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict],
         ax.set(title=f"{task.upper()} dev {metrics[0]} (mean of seeds)", xlabel="epoch")
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    written.append(out / "issue14-finetuning.png")
+    written.append(out / "pretraining-study-finetuning.png")
     fig.savefig(written[-1], dpi=110)
     plt.close(fig)
     return written
@@ -228,7 +229,7 @@ def figures(curves: dict[str, list[dict]], reports: dict[tuple[str, str], dict],
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=Path, default=Path("runs/i14"))
+    p.add_argument("--runs", type=Path, default=Path("runs/pretraining-study"))
     p.add_argument("--figures", type=Path, default=None, help="write the PNGs here")
     args = p.parse_args()
     curves = pretraining_curve(args.runs)
