@@ -289,22 +289,48 @@ def read_labelled(path: Path, s: ClassifySettings, *, labelled: bool = True) -> 
     return examples
 
 
-def _is_number(text: str) -> bool:
+def _number(text: str) -> float | None:
+    """The number a label spells (``"3.8"``, ``"nan"``, ``"-inf"``), or None for a class name."""
     try:
-        return math.isfinite(float(text))
+        return float(text)
     except ValueError:
-        return False
+        return None
 
 
-def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool) -> glue.GlueTask:
-    """The task the labels describe: class names (sorted, numerically when they are all integers) or regression."""
+def _is_number(text: str) -> bool:
+    value = _number(text)
+    return value is not None and math.isfinite(value)
+
+
+# A classification whose training rows average fewer than this many per class is almost surely a mistake:
+# a numeric score read as class names, or the wrong column taken as the label.
+_ROWS_PER_CLASS_WARNING = 2.0
+
+
+def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool,
+                  source: str | Path | None = None) -> glue.GlueTask:
+    """The task the labels describe: class names (sorted, numerically when they are all integers) or regression.
+
+    ``source`` (the training file) names where a bad label is. A label column of numbers holding a NaN or an
+    infinity is refused (a missing value written as ``nan`` would otherwise become a class of its own), as are
+    two spellings of one class number (``1`` and ``1.0``); a classification with nearly one class per row
+    is logged as a warning with the likely fix.
+    """
+    where = f"{source}:" if source is not None else "line "
     labels = [e.label for e in train]
+    values = [_number(x) for x in labels]
+    if all(v is not None for v in values):  # a numeric column: every value must be a usable number
+        bad = next((e for e, v in zip(train, values) if not math.isfinite(v)), None)
+        if bad is not None:
+            raise BertkitError(f"{where}{bad.line}: label {bad.label!r} is not a finite number; the label column "
+                               "holds numbers, so a NaN or infinity is a missing or broken value, not a class: fix "
+                               "or remove that row")
     numeric = all(_is_number(x) for x in labels)
     regression = problem_type == "regression" or (
         problem_type == "auto" and numeric and any(float(x) != int(float(x)) for x in labels))
     if problem_type == "regression" and not numeric:
         bad = next(e for e in train if not _is_number(e.label))
-        raise BertkitError(f"--problem-type regression needs numeric labels; line {bad.line} has {bad.label!r}")
+        raise BertkitError(f"--problem-type regression needs numeric labels; {where}{bad.line} has {bad.label!r}")
     if regression:
         names = None
     else:
@@ -313,7 +339,20 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
             raise BertkitError(f"the training labels hold only {sorted(distinct)}: classification needs at least "
                                "two classes (pass --problem-type regression for a numeric score)")
         integral = all(_is_number(x) and float(x) == int(float(x)) for x in distinct)
+        if integral:
+            first_spelling: dict[float, glue.GlueExample] = {}
+            for e in train:
+                other = first_spelling.setdefault(float(e.label), e)
+                if other.label != e.label:
+                    raise BertkitError(f"{source or name}: labels {other.label!r} (line {other.line}) and {e.label!r} "
+                                       f"(line {e.line}) are the same number written two ways, so they would be two "
+                                       "classes; write each class one way")
         names = tuple(sorted(distinct, key=(lambda x: float(x)) if integral else None))
+        if len(names) > 2 and len(labels) / len(names) < _ROWS_PER_CLASS_WARNING:
+            fix = ("the labels are numbers: if they are a score, pass --problem-type regression" if numeric else
+                   "check that --label-column names the label column (not a text column)")
+            logger.warning("%s: %d classes in %d training rows: nearly every row is its own class, which a "
+                           "classifier cannot learn; %s", source or name, len(names), len(labels), fix)
     # Two classes: accuracy (which class is "positive" is not known, so no binary F1); more: macro F1 as well,
     # which a majority-class model cannot inflate the way it does accuracy on skewed classes.
     kind = "corr" if names is None else "acc" if len(names) == 2 else "acc_macro_f1"
@@ -326,7 +365,8 @@ def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
     """``bertkit finetune classify``: fit_sequence_classifier on the user's files; predictions for --test-file."""
     train_examples = first(read_labelled(s.train_file, s), s.max_train_samples)
     dev_examples = first(read_labelled(s.validation_file, s), s.max_eval_samples)
-    task = classify_task(train_examples, s.problem_type, s.train_file.stem, s.text_pair_column is not None)
+    task = classify_task(train_examples, s.problem_type, s.train_file.stem, s.text_pair_column is not None,
+                         source=s.train_file)
     if task.labels is not None:
         unknown = [e for e in dev_examples if e.label not in task.labels]
         if unknown:
@@ -335,7 +375,8 @@ def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
     else:
         bad = next((e for e in dev_examples if not _is_number(e.label)), None)
         if bad is not None:
-            raise BertkitError(f"{s.validation_file}:{bad.line}: {bad.label!r} is not a number (regression)")
+            raise BertkitError(f"{s.validation_file}:{bad.line}: label {bad.label!r} is not a finite number; "
+                               "regression needs a number in every row: fix or remove that row")
     test_examples = read_labelled(s.test_file, s, labelled=False) if s.test_file is not None else None
     report = fit_sequence_classifier(task, train_examples, dev_examples, s)
     if not current().is_main:
