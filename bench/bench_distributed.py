@@ -7,7 +7,7 @@ optimiser steps after ``--warmup`` steps, and reads the throughput each run logg
 - ``single_workers``: the same with one DataLoader worker (does collating ahead of the step help?);
 - ``ddp``: ``torchrun --nproc_per_node N`` with ``--threads / N`` threads each.
 
-Scaling efficiency = ddp throughput / (N x single throughput at threads / N); the issue's goal is >= 85%.
+Scaling efficiency = ddp throughput / (N x single throughput at threads / N); the goal is >= 85%.
 The all-reduce cost is measured apart: N gloo processes all-reducing a buffer of the model's gradient size.
 Instances come from ``--data`` (made by create-pretraining-data) or are made from Python's own docs.
 

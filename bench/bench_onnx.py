@@ -1,4 +1,4 @@
-"""The ONNX Runtime anchor (issue 11): bertkit's encoder vs its own ONNX export run in onnxruntime, and vs
+"""The ONNX Runtime anchor: bertkit's encoder vs its own ONNX export run in onnxruntime, and vs
 transformers, on the same real sentence pairs in one process.
 
 Workload: SQuAD v1.1 dev questions, each paired with the sentence of its context that holds the answer

@@ -7,7 +7,7 @@ The data set for pre-training was made with:
 
     .venv/bin/python bench/bench_pretraining_data.py --vocab runs/vocab-30522 --output runs/pretrain-data-full
     .venv/bin/python bench/bench_pretraining_data.py --max-files 100 --output /tmp/pd     # a quick look
-    # issue 10: the same corpus as 2 shards made by 2 concurrent processes (1 worker each), then merged;
+    # the same corpus as 2 shards made by 2 concurrent processes (1 worker each), then merged;
     # the merged manifest must equal the one-process run's (compared when --compare-with names its output)
     .venv/bin/python bench/bench_pretraining_data.py --workers 1 --num-shards 2 --output /tmp/pd2 --compare-with /tmp/pd1
 

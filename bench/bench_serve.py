@@ -1,5 +1,5 @@
 """Serving load test: bertkit serve (dynamic batching) vs the same FastAPI + uvicorn stack serving a
-transformers pipeline request by request. Issue 11's goal: >= 3x throughput at concurrency 32, p99 no worse.
+transformers pipeline request by request. The goal: >= 3x throughput at concurrency 32, p99 no worse.
 
 Both servers load the same checkpoint (MiniLM with a seeded two-label head, written here), run as their
 own processes one after the other (never at the same time), and get the same requests: one real SST-2

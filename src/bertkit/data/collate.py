@@ -2,7 +2,7 @@
 
 Why no sequence packing (Krell et al. 2021): the encoder already drops padding before its layers
 (``TokenLayout`` in padding.py), so a padded batch costs what a packed one does; packing was removed
-(issue 13) after it measured no faster than the unpadded layout on CPU.
+after it measured no faster than the unpadded layout on CPU.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ class LayerCombination(nn.Module):
 # How the taggers train, beside the settings a user sets (StudySettings): Adam without weight decay (AdamW with
 # 0 is Adam), no warm-up, the loop's linear decay to 0, and the global gradient norm clipped at 5, as is usual for
 # LSTM taggers (Lample et al. 2016); eps 1e-8 is torch.optim.Adam's, which the study used before it moved onto
-# the loop (issue 13).
+# the loop.
 TAGGER_TRAINING = {"weight_decay": 0.0, "warmup_ratio": 0.0, "max_grad_norm": 5.0, "adam_epsilon": 1e-8,
                    "optimizer": "adamw"}
 
