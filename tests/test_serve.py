@@ -1,5 +1,10 @@
 """`bertkit serve` over real HTTP on loopback: outputs equal the pipeline's, concurrent requests share
-batches, and every limit or malformed request gets its 4xx with a message naming it."""
+batches, every limit or malformed request gets its 4xx with a message naming it, and under overload the
+server refuses at once (429 + Retry-After), drops work whose client left or whose deadline passed, keeps
+answering /health, and drains admitted requests on SIGTERM.
+
+The overload tests hold the model thread inside a real model call (a ``Gate``) so that a busy model is
+deterministic; the wire formats are checked in tests/test_serve_wire.py."""
 
 from __future__ import annotations
 
@@ -7,7 +12,10 @@ import concurrent.futures
 import csv
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -76,8 +84,10 @@ def served(tmp_path_factory):
     server.stop()
 
 
-def _close(a: dict, b: dict) -> bool:
-    return a["label"] == b["label"] and all(abs(a["scores"][k] - b["scores"][k]) < 1e-5 for k in b["scores"])
+def _close(a: list[dict], b: dict) -> bool:
+    """The server's answer for one text (every label, best first) against the pipeline's result."""
+    return a[0]["label"] == b["label"] and {d["label"] for d in a} == set(b["scores"]) and all(
+        abs(d["score"] - b["scores"][d["label"]]) < 1e-5 for d in a)
 
 
 def test_health_metadata_and_outputs_equal_the_pipeline(served):
@@ -89,10 +99,10 @@ def test_health_metadata_and_outputs_equal_the_pipeline(served):
     expected = pipe(texts)
     got = httpx.post(f"{server.url}/predict", json={"inputs": texts}).json()
     assert len(got) == 8 and all(_close(g, e) for g, e in zip(got, expected))
-    one = httpx.post(f"{server.url}/predict", json={"inputs": texts[0]}).json()
-    assert _close(one, expected[0])
+    one = httpx.post(f"{server.url}/predict", json={"inputs": texts[0]}).json()  # [[...]]: the Inference API's
+    assert len(one) == 1 and _close(one[0], expected[0])
     pair = httpx.post(f"{server.url}/predict", json={"inputs": {"text": texts[0], "text_pair": texts[1]}}).json()
-    assert _close(pair, pipe((texts[0], texts[1])))
+    assert _close(pair[0], pipe((texts[0], texts[1])))
     two = httpx.post(f"{server.url}/predict", json={"inputs": [texts[0], texts[1]]}).json()  # two texts, not a pair
     assert len(two) == 2 and _close(two[1], expected[1])
     listed = httpx.post(f"{server.url}/predict", json={"inputs": [[texts[0], texts[1]]]}).json()
@@ -106,7 +116,7 @@ def test_concurrent_requests_are_batched_together_and_each_gets_its_own_result(s
     before = httpx.get(f"{server.url}/metadata").json()["stats"]
 
     def ask(text: str) -> dict:
-        return httpx.post(f"{server.url}/predict", json={"inputs": text}, timeout=60).json()
+        return httpx.post(f"{server.url}/predict", json={"inputs": text}, timeout=60).json()[0]
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         got = list(pool.map(ask, texts))
@@ -145,7 +155,7 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
         with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
             got = list(pool.map(ask, texts))
         assert [r.status_code for r in got] == [200] * 11 + [422]
-        assert all(_close(r.json(), e) for r, e in zip(got, expected))
+        assert all(_close(r.json()[0], e) for r, e in zip(got, expected))
         assert got[-1].json()["error"] == "input 'a POISON sentence' is refused by the pipeline"
         stats = httpx.get(f"{server.url}/metadata").json()["stats"]
         assert stats["largest_batch"] == 1 and stats["errors"] == 1  # the shared call failed; each ran alone
@@ -161,7 +171,8 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
     (b'{"inputs": []}', 422, "empty list"),
     (json.dumps({"inputs": ["t"] * 9}).encode(), 422, "9 inputs exceed max_items 8"),
     (json.dumps({"inputs": "y" * 2001}).encode(), 422, "2001 characters, over max_text_chars 2000"),
-    (json.dumps({"inputs": "x", "parameters": {"top_k": 2}}).encode(), 422, "takes no parameter(s) top_k"),
+    (json.dumps({"inputs": "x", "parameters": {"stride": 2}}).encode(), 422, "takes no parameter(s) stride"),
+    (json.dumps({"inputs": "x", "parameters": {"top_k": 0}}).encode(), 422, "top_k must be a positive int, got 0"),
     (json.dumps({"inputs": ["z" * 1500] * 14}).encode(), 413, "exceeds max_body_bytes 20000"),
 ])
 def test_bad_requests_get_a_4xx_naming_the_problem(served, body, status, message):
@@ -188,3 +199,224 @@ def test_serve_without_the_extra_says_how_to_install(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_fastapi)
     with pytest.raises(BertkitError, match=r'pip install "bertkit\[serve\]"'):
         require_serving()
+
+
+# ---------------------------------------------------------------------------------------------------
+# overload and faults, on a tiny random classifier whose model thread a Gate can hold
+# ---------------------------------------------------------------------------------------------------
+
+
+class Gate:
+    """Holds the model thread at the start of its next model call until released: a busy model on demand."""
+
+    def __init__(self):
+        self.opened = threading.Event()
+        self.entered = threading.Event()
+        self.opened.set()
+
+    def hold(self) -> None:
+        self.entered.clear()
+        self.opened.clear()
+
+    def release(self) -> None:
+        self.opened.set()
+
+    def __call__(self) -> None:
+        self.entered.set()
+        assert self.opened.wait(60), "the test never released the model thread"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny random two-label classifier with MiniLM's vocabulary, saved as a checkpoint directory."""
+    from bertkit.config import BertConfig
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.tokenization import BertTokenizer
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=37, id2label={0: "negative", 1: "positive"})
+    d = tmp_path_factory.mktemp("tiny_clf")
+    BertForSequenceClassification(config).save_pretrained(d)
+    BertTokenizer.from_pretrained(MODEL).save_pretrained(d)
+    return d
+
+
+@pytest.fixture
+def held(tiny_dir):
+    """(server, gate, metadata stats getter) for a tiny classifier: at most 8 inputs admitted, 4 per call."""
+    from bertkit.inference.pipelines import TextClassificationPipeline
+    from bertkit.inference.serve import Limits, create_app
+
+    gate = Gate()
+
+    class Held(TextClassificationPipeline):
+        def run_rows(self, rows):
+            gate()
+            return super().run_rows(rows)
+
+    pipe = Held.from_pretrained(tiny_dir, batch_size=4, progress=False)
+    server = Server(create_app(pipe, str(tiny_dir), max_batch_size=4, max_wait_ms=1,
+                               limits=Limits(max_items=8, max_concurrent_requests=8)))
+
+    def stats() -> dict:
+        return httpx.get(f"{server.url}/metadata", timeout=10).json()["stats"]
+
+    try:
+        yield server, gate, stats
+    finally:
+        gate.release()
+        server.stop()
+
+
+def _post(url: str, inputs, timeout: float = 60, headers: dict | None = None) -> httpx.Response:
+    return httpx.post(f"{url}/predict", json={"inputs": inputs}, timeout=timeout, headers=headers)
+
+
+def _until(condition, seconds: float = 20) -> None:
+    deadline = time.time() + seconds
+    while not condition():
+        assert time.time() < deadline, "the server did not get there"
+        time.sleep(0.02)
+
+
+def _blocker(server, gate, pool) -> concurrent.futures.Future:
+    """A request the model thread is held on (inside its model call) until gate.release()."""
+    gate.hold()
+    blocker = pool.submit(_post, server.url, "the blocker")
+    assert gate.entered.wait(30)
+    return blocker
+
+
+def test_a_flood_gets_results_or_fast_refusals_and_a_request_after_it_is_answered_at_once(held):
+    server, gate, stats = held
+    texts = _sentences(32)  # 4x the admission bound, one input each, all at once, while the model is busy
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        gate.hold()
+        futures = [pool.submit(_post, server.url, t) for t in texts]
+        _until(lambda: sum(f.done() for f in futures) >= 24)
+        refused = [f.result() for f in futures if f.done()]
+        assert all(r.status_code == 429 for r in refused)  # answered while the model thread is still held
+        assert all(int(r.headers["Retry-After"]) >= 1 for r in refused)
+        assert "at max_concurrent_requests 8 (8 inputs admitted and not answered" in refused[0].json()["error"]
+        assert refused[0].json()["error_type"] == "overloaded"
+        ready = httpx.get(f"{server.url}/ready", timeout=5)
+        assert ready.status_code == 503 and ready.json()["status"] == "full" and "Retry-After" in ready.headers
+        t0 = time.perf_counter()
+        assert httpx.get(f"{server.url}/health", timeout=5).json() == {"status": "ok"}
+        assert time.perf_counter() - t0 < 1.0  # liveness does not wait for the model thread
+        gate.release()
+        answers = [f.result() for f in futures]
+    statuses = sorted(r.status_code for r in answers)
+    assert statuses == [200] * 8 + [429] * 24, statuses  # only results and refusals: no client timed out
+    assert all(len(r.json()[0]) == 2 for r in answers if r.status_code == 200)
+    t0 = time.perf_counter()
+    after = _post(server.url, texts[0], timeout=10)
+    assert after.status_code == 200 and time.perf_counter() - t0 < 1.0
+    s = stats()
+    assert (s["refused"], s["items"]) == (24, 9)
+    assert httpx.get(f"{server.url}/ready").json() == {"status": "ready", "admitted_inputs": 0,
+                                                      "max_concurrent_requests": 8}
+
+
+def test_requests_whose_client_left_are_never_computed(held):
+    server, gate, stats = held
+    before = stats()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        blocker = _blocker(server, gate, pool)
+        gone = [pool.submit(_post, server.url, t, 0.3) for t in _sentences(5)]  # clients that give up at 0.3 s
+        for f in gone:
+            with pytest.raises(httpx.TimeoutException):
+                f.result()
+        _until(lambda: stats()["abandoned"] - before["abandoned"] == 5)  # noticed while the model is still held
+        gate.release()
+        assert blocker.result().status_code == 200
+    t0 = time.perf_counter()
+    assert _post(server.url, "one more", timeout=10).status_code == 200 and time.perf_counter() - t0 < 1.0
+    after = stats()
+    assert after["items"] - before["items"] == 2  # the blocker and the last request: none of the five
+    assert httpx.get(f"{server.url}/ready").json()["admitted_inputs"] == 0
+
+
+def test_a_deadline_that_passes_is_answered_504_and_not_computed(held):
+    server, gate, stats = held
+    before = stats()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        blocker = _blocker(server, gate, pool)
+        r = _post(server.url, "too late", headers={"X-Request-Timeout": "0.3"})
+        assert r.status_code == 504 and r.json()["error_type"] == "timeout"
+        assert "deadline (X-Request-Timeout 0.3 s) passed before its result was ready; it was not computed" in \
+            r.json()["error"]
+        assert stats()["expired"] - before["expired"] == 1
+        gate.release()
+        assert blocker.result().status_code == 200
+    assert _post(server.url, "in time", headers={"X-Request-Timeout": "30"}).status_code == 200
+    assert stats()["items"] - before["items"] == 2
+    bad = _post(server.url, "x", headers={"X-Request-Timeout": "soon"})
+    assert bad.status_code == 400 and "X-Request-Timeout must be a number of seconds" in bad.json()["error"]
+
+
+def test_a_call_carries_at_most_max_batch_size_inputs(held):
+    server, gate, stats = held
+    before = stats()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        blocker = _blocker(server, gate, pool)
+        threes = [pool.submit(_post, server.url, _sentences(3)) for _ in range(2)]  # 3 + 3 > max_batch_size 4
+        _until(lambda: httpx.get(f"{server.url}/ready").json()["admitted_inputs"] == 7)
+        gate.release()
+        assert blocker.result().status_code == 200 and [f.result().status_code for f in threes] == [200, 200]
+    after = stats()
+    assert (after["batches"] - before["batches"], after["items"] - before["items"]) == (3, 7)
+    assert after["largest_batch"] == 3  # not 6: a request that does not fit waits for the next call
+    assert len(_post(server.url, _sentences(6)).json()) == 6  # more than max_batch_size in one request: alone
+    assert stats()["largest_batch"] == 6
+
+
+def test_health_answers_while_the_model_computes_a_long_batch(served):
+    server, _ = served
+    long_text = " ".join(" ".join(_sentences(40)).split()[:300])[:2000]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(_post, server.url, [long_text] * 8)
+        _until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 8)
+        waits = []
+        while not busy.done():
+            t0 = time.perf_counter()
+            assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+            waits.append(time.perf_counter() - t0)
+        assert busy.result().status_code == 200
+    assert waits and max(waits) < 1.0, waits
+
+
+def test_sigterm_drains_the_admitted_requests_then_the_server_exits(tiny_dir):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    # max-wait-ms 2000: an admitted request waits 2 s for batch-mates, so it is still in flight at SIGTERM
+    proc = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", str(tiny_dir), "--task",
+                             "text-classification", "--port", str(port), "--max-wait-ms", "2000",
+                             "--graceful-shutdown-s", "20", "--log-level", "warning"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def up() -> bool:
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                return httpx.get(f"{url}/health", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        _until(up, 120)
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            inflight = [pool.submit(_post, url, t, 30) for t in _sentences(3)]
+            _until(lambda: httpx.get(f"{url}/metadata").json()["admission"]["admitted_inputs"] == 3)
+            proc.send_signal(signal.SIGTERM)
+            answers = [f.result() for f in inflight]
+        assert [r.status_code for r in answers] == [200, 200, 200] and all(len(r.json()[0]) == 2 for r in answers)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        final = json.loads(out)
+        assert (final["items"], final["refused"], final["abandoned"]) == (3, 0, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -132,6 +132,12 @@ class ServeSettings:
     """Characters per input, all its texts together (more: 422)."""
     max_body_bytes: int = 1_000_000
     """Request body size (more: 413)."""
+    max_concurrent_requests: int = 64
+    """Inputs admitted and not yet answered; a request that would go over gets 429 with Retry-After at once.
+    64 is ~10 s of MiniLM work on 2 cores at 300-word texts (docs/inference.md): size it as your model's
+    inputs/s times the longest wait you accept."""
+    graceful_shutdown_s: float = 30.0
+    """On SIGTERM, how long admitted requests may take to finish before the server stops anyway."""
     max_length: int | None = None
     """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
     bf16: bool = False
@@ -143,10 +149,15 @@ class ServeSettings:
 
     def __post_init__(self) -> None:
         self.model_name_or_path = Path(self.model_name_or_path)
-        for name in ("max_batch_size", "max_items", "max_text_chars", "max_body_bytes"):
+        for name in ("max_batch_size", "max_items", "max_text_chars", "max_body_bytes", "max_concurrent_requests"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
             raise BertkitError(f"port must be in [0, 65535], got {self.port}")
         if not (0 <= self.max_wait_ms <= 10_000):
             raise BertkitError(f"max_wait_ms must be in [0, 10000], got {self.max_wait_ms}")
+        from bertkit.inference.serve import Limits
+
+        Limits(self.max_body_bytes, self.max_items, self.max_text_chars, self.max_concurrent_requests)  # checks them
+        if self.graceful_shutdown_s < 0:
+            raise BertkitError(f"graceful_shutdown_s must be at least 0, got {self.graceful_shutdown_s}")

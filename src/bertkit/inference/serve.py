@@ -1,4 +1,4 @@
-"""``bertkit serve``: a pipeline behind HTTP, with dynamic batching.
+"""``bertkit serve``: a pipeline behind HTTP, with dynamic batching and admission control.
 
 Why FastAPI + uvicorn: both are widely used and well kept, asyncio-native (thousands of waiting requests
 cost no threads), and what most people who serve transformers models already run; the request handling
@@ -6,34 +6,84 @@ is ours and small (we parse and check the JSON ourselves, so every error message
 LitServe would bring its own batching loop and worker processes; one process owning one model, with the
 batching below, is simpler to reason about and is what makes bertkit's unpadded batches pay off.
 
-Endpoints (the request body follows Hugging Face's Inference API: ``{"inputs": ..., "parameters": {...}}``):
+Endpoints. The bodies and answers are those of Hugging Face's Inference API, so that
+``huggingface_hub.InferenceClient(model="http://HOST:PORT/predict")`` works unchanged, and of Hugging Face's
+text-embeddings-inference (TEI) server where it has the route:
 
-- ``POST /predict``: ``inputs`` is one input or a list of inputs of the task's pipeline (a text, a
-  ``[text, text_pair]`` pair or ``{"text", "text_pair"}``; ``{"question", "context"}``; ...). One input
-  gives one result, a list gives the list, in order (a pair inside a list may be ``[text, text_pair]``). ``parameters`` are the pipeline's call options
-  (``top_k``, ...).
-- ``GET /health``: ``{"status": "ok"}`` once the model is loaded.
-- ``GET /metadata``: model, task, labels, max length, the limits, and counters (requests, batches, items).
+- ``POST /predict``: ``{"inputs": ..., "parameters": {...}}``; ``inputs`` is one input or a list of inputs
+  (a text; a pair ``{"text", "text_pair"}``, or ``[text, text_pair]`` inside a list, where ``[text]`` is a
+  text, as in TEI's batches; ``{"question", "context"}``; ...). Answers, per task, as the Inference API's:
+  text-classification ``[[{label, score}, ...]]`` for one text (every label, best first; ``top_k``,
+  ``function_to_apply``), one such list per input for a list; token-classification the entity groups
+  ``[{entity_group, score, word, start, end}]``; fill-mask the candidates; question-answering
+  ``{score, start, end, answer}`` (a list of them when ``top_k`` > 1); feature-extraction and
+  sentence-embedding one vector per input, ``[vector]`` for one text (``normalize``, ``truncate``,
+  ``dimensions`` at the body's top level, as InferenceClient sends them). A text-classification body
+  with one of TEI's fields (``raw_scores``, ``truncate``, ``truncation_direction``) gets TEI's answer,
+  which for one text is the flat list ``[{score, label}, ...]``.
+- ``POST /embed`` (TEI; embedding tasks): ``{"inputs": str | [str], "normalize": true, "truncate": bool,
+  "dimensions": int}`` -> a list of vectors, one per input.
+- ``GET /health``: liveness, answered by the event loop without the model thread. ``GET /ready``: 200 while
+  there is room for more inputs, 503 with ``Retry-After`` while the admission bound is reached or the
+  server drains. ``GET /metadata``: model, task, labels, limits, admission state and counters.
 
-Dynamic batching: requests arriving within ``max_wait_ms`` of each other (up to ``max_batch_size`` inputs)
-are run as one pipeline call, whose inputs are grouped by length so padding stays near zero; one worker
-thread owns the model. Limits, each a 4xx naming it: ``max_body_bytes`` (413), ``max_items`` per request
-(422), ``max_text_chars`` per input (422); malformed JSON is a 400, a wrong shape or type a 422.
+Dynamic batching: requests arriving within ``max_wait_ms`` of the first waiting one are joined, whole,
+while their inputs fit in ``max_batch_size``, into one pipeline call whose inputs are grouped by length; a
+request with more inputs than that runs alone (the pipeline cuts it into batches of ``max_batch_size``).
+One worker thread owns the model.
+
+Admission and faults: at most ``max_concurrent_requests`` inputs (TEI's name; it too counts inputs) are
+admitted and not yet answered; a request that would go over is answered 429 with ``Retry-After`` at once.
+A request whose client disconnects, or whose ``X-Request-Timeout`` (seconds) passes, is dropped before it
+reaches the model (a 504 for the deadline). On SIGTERM the server stops accepting connections, answers the
+requests it admitted, and stops after at most ``graceful_shutdown_s``.
+
+Limits, each a 4xx naming it: ``max_body_bytes`` (413), ``max_items`` per request (422), ``max_text_chars``
+per input (422); malformed JSON is a 400, a wrong shape or type a 422. Errors are ``{"error", "error_type"}``
+(TEI's form; the Inference API's clients read ``error``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
+import math
 import time
+from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from bertkit.errors import BertkitError, NonFiniteError
 
 logger = logging.getLogger("bertkit")
+
+# Inputs admitted and not yet answered. MiniLM (6 layers, H=384) on 2 AVX2 cores with one model thread
+# runs ~7 inputs/s of 300-word texts (~320 tokens): 64 inputs is ~10 s of work there, the longest an
+# admitted request then waits; short texts (SST-2, ~25 tokens, ~110 inputs/s) drain 64 in under a second
+# (docs/inference.md has the measurement).
+DEFAULT_MAX_CONCURRENT_REQUESTS = 64
+
+EMBEDDING_TASKS = ("feature-extraction", "sentence-embedding")
+_EMBED_FIELDS = ("normalize", "truncate", "truncation_direction", "prompt_name", "dimensions", "encoding_format")
+# Fields a body may hold besides inputs and parameters: TEI's, which InferenceClient also sends at the top
+# level for feature-extraction. On a text-classification body they select TEI's answer.
+_TEI_FIELDS = {"text-classification": ("raw_scores", "truncate", "truncation_direction"),
+               **{t: _EMBED_FIELDS for t in EMBEDDING_TASKS}}
+# Inference API parameters that shape the answer, not the model call: requests differing in them share a batch.
+_ANSWER_PARAMS = {"text-classification": ("top_k", "function_to_apply"),
+                  "token-classification": ("aggregation_strategy", "ignore_labels"),
+                  "question-answering": ("align_to_words", "max_seq_len"),
+                  **{t: _EMBED_FIELDS for t in EMBEDDING_TASKS}}
+# Inference API parameter names that bertkit's pipelines spell differently.
+_RENAMED = {"question-answering": {"max_answer_len": "max_answer_length", "max_question_len": "max_question_length",
+                                   "handle_impossible_answer": "allow_no_answer"}}
+_ERROR_TYPES = {429: "overloaded", 503: "unhealthy", 504: "timeout", 500: "backend", 424: "backend"}
 
 
 def require_serving() -> None:
@@ -46,12 +96,13 @@ def require_serving() -> None:
 
 
 class RequestError(Exception):
-    """A request the server refuses: an HTTP status and a message for the client."""
+    """A request the server refuses: an HTTP status, a message for the client, and headers (Retry-After)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers or {}
 
 
 @dataclass
@@ -59,15 +110,25 @@ class Limits:
     max_body_bytes: int = 1_000_000
     max_items: int = 64
     max_text_chars: int = 20_000
+    max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS
+
+    def __post_init__(self) -> None:
+        if self.max_items > self.max_concurrent_requests:
+            raise BertkitError(f"max_items {self.max_items} exceeds max_concurrent_requests "
+                               f"{self.max_concurrent_requests}: a request that large could never be admitted; "
+                               "raise --max-concurrent-requests or lower --max-items")
 
 
 @dataclass
 class Stats:
-    requests: int = 0
-    items: int = 0
-    batches: int = 0
+    requests: int = 0  # requests to /predict and /embed
+    items: int = 0  # inputs the model computed
+    batches: int = 0  # pipeline calls
     largest_batch: int = 0
-    errors: int = 0
+    refused: int = 0  # requests answered 429/503: the admission bound reached, or draining
+    abandoned: int = 0  # inputs dropped before the model: their client disconnected
+    expired: int = 0  # inputs dropped before the model: their X-Request-Timeout passed
+    errors: int = 0  # other 4xx/5xx answers
     started: float = field(default_factory=time.time)
 
 
@@ -81,16 +142,39 @@ def _chars(item: Any) -> int:
     return 0
 
 
-class Batcher:
-    """Gathers the inputs of concurrent requests into pipeline calls of at most ``max_batch_size`` inputs,
-    waiting at most ``max_wait_ms`` after the first for others to join; one thread runs the model."""
+# ---------------------------------------------------------------------------------------------------
+# batching and admission
+# ---------------------------------------------------------------------------------------------------
 
-    def __init__(self, pipe: Any, max_batch_size: int, max_wait_ms: float, stats: Stats):
-        self.pipe = pipe
+
+@dataclass(eq=False)
+class Job:
+    """One admitted request: its inputs, the pipeline options it runs with, and where its results go."""
+
+    items: list[Any]
+    options: dict[str, Any]
+    future: asyncio.Future
+    deadline: float | None = None  # the event loop's clock
+    timeout: float | None = None
+    state: str = "queued"  # queued -> running -> done, or queued -> dropped
+    wanted: bool = True  # False once its client has gone or its deadline passed
+
+
+class Batcher:
+    """Admits requests up to ``max_inputs`` inputs, gathers them into calls of ``run`` (at most
+    ``max_batch_size`` inputs unless one request alone has more), and runs them on one model thread."""
+
+    def __init__(self, run: Callable[[list[Any], dict[str, Any]], list[Any]], max_batch_size: int,
+                 max_wait_ms: float, max_inputs: int, stats: Stats):
+        self.run = run
         self.max_batch_size = max_batch_size
         self.max_wait = max_wait_ms / 1000.0
+        self.max_inputs = max_inputs
         self.stats = stats
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.jobs: deque[Job] = deque()
+        self.inputs = 0  # admitted and not answered: queued or in the model
+        self.rate: float | None = None  # the model's inputs/s, a moving average over calls
+        self.wake = asyncio.Event()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-model")
         self.task: asyncio.Task | None = None
 
@@ -104,85 +188,198 @@ class Batcher:
                 await self.task
             except asyncio.CancelledError:
                 pass
-        self.executor.shutdown(wait=True)
+        for job in self.jobs:
+            if not job.future.done():
+                job.future.set_exception(RequestError(503, "the server stopped before this request ran"))
+        self.executor.shutdown(wait=True, cancel_futures=True)
 
-    async def submit(self, items: list[Any], options: dict[str, Any]) -> list[Any]:
-        future = asyncio.get_running_loop().create_future()
-        await self.queue.put((items, options, future))
-        return await future
+    def retry_after(self) -> int:
+        """Seconds until the admitted inputs are answered at the measured rate (1 before any call)."""
+        return 1 if not self.rate else max(1, min(60, math.ceil(self.inputs / self.rate)))
+
+    def admit(self, items: list[Any], options: dict[str, Any], timeout: float | None) -> Job:
+        n = len(items)
+        if self.inputs + n > self.max_inputs:
+            wait = self.retry_after()
+            raise RequestError(429, f"the server is at max_concurrent_requests {self.max_inputs} ({self.inputs} "
+                                    f"inputs admitted and not answered, this request has {n}); retry after "
+                                    f"{wait} s", {"Retry-After": str(wait)})
+        loop = asyncio.get_running_loop()
+        job = Job(items, options, loop.create_future(), None if timeout is None else loop.time() + timeout, timeout)
+        self.inputs += n
+        self.jobs.append(job)
+        self.wake.set()
+        return job
+
+    def drop(self, job: Job, reason: str) -> None:
+        """The job's client has gone or its deadline passed: never compute it (one already running finishes)."""
+        job.wanted = False
+        if job.state == "queued":
+            job.state = "dropped"
+            self.inputs -= len(job.items)
+            setattr(self.stats, reason, getattr(self.stats, reason) + len(job.items))
+
+    def _live(self, job: Job, now: float) -> bool:
+        if job.state == "queued" and job.deadline is not None and now >= job.deadline:
+            self.drop(job, "expired")
+            if not job.future.done():
+                job.future.set_exception(_expired(job.timeout, computed=False))
+        return job.state == "queued"
+
+    def _head(self) -> tuple[list[Job], bool]:
+        """The live jobs at the head of the queue that fit in one call, and whether that call is full."""
+        now = asyncio.get_running_loop().time()
+        batch: list[Job] = []
+        size = 0
+        for job in self.jobs:
+            if not self._live(job, now):
+                continue
+            if batch and size + len(job.items) > self.max_batch_size:
+                return batch, True
+            batch.append(job)
+            size += len(job.items)
+            if size >= self.max_batch_size:
+                return batch, True
+        return batch, False
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            first = await self.queue.get()
-            pending = [first]
-            size = len(first[0])
-            deadline = loop.time() + self.max_wait
-            while size < self.max_batch_size:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
+            while not self._head()[0]:
+                self.jobs.clear()  # only dropped jobs were left
+                self.wake.clear()
+                await self.wake.wait()
+            end = loop.time() + self.max_wait
+            while not self._head()[1] and end > loop.time():
+                self.wake.clear()
                 try:
-                    nxt = await asyncio.wait_for(self.queue.get(), remaining)
+                    await asyncio.wait_for(self.wake.wait(), end - loop.time())
                 except asyncio.TimeoutError:
                     break
-                pending.append(nxt)
-                size += len(nxt[0])
-            # Requests with other call options (top_k, ...) cannot share a call: one call per option set.
-            groups: dict[str, list] = {}
-            for req in pending:
-                groups.setdefault(json.dumps(req[1], sort_keys=True), []).append(req)
-            for reqs in groups.values():
-                await self._run(reqs, reqs[0][1])
+            batch, _ = self._head()
+            taken = set(batch)
+            self.jobs = deque(j for j in self.jobs if j.state == "queued" and j not in taken)
+            # Requests with other call options (top_k of fill-mask, ...) cannot share a call: one per option set.
+            groups: dict[str, list[Job]] = {}
+            for job in batch:
+                groups.setdefault(json.dumps(job.options, sort_keys=True), []).append(job)
+            for jobs in groups.values():
+                await self._run([j for j in jobs if self._live(j, loop.time())])  # re-checked: time has passed
 
-    async def _run(self, reqs: list, options: dict[str, Any]) -> None:
-        """One pipeline call for ``reqs``; each request's future gets its own slice of the results.
+    async def _run(self, jobs: list[Job]) -> None:
+        """One pipeline call for ``jobs``; each job's future gets its own slice of the results.
 
         If the shared call fails and several requests were in it, the input that made it fail may be any one
         of them (a fill-mask text whose [MASK] falls past max_length, ...): each is then run alone, so only the
         request that caused the error gets it and the others their results.
         """
-        loop = asyncio.get_running_loop()
-        items = [x for r in reqs for x in r[0]]
-        try:
-            results = await loop.run_in_executor(self.executor, lambda: self.pipe.run(items, **options))
-        except Exception as e:  # noqa: BLE001 (handed to the waiting request, which answers it as an HTTP error)
-            if len(reqs) > 1:
-                for r in reqs:
-                    await self._run([r], options)
-                return
-            if not reqs[0][2].done():
-                reqs[0][2].set_exception(e)
+        if not jobs:
             return
+        loop = asyncio.get_running_loop()
+        for job in jobs:
+            job.state = "running"
+        items = [x for j in jobs for x in j.items]
+        t0 = time.perf_counter()
+        try:
+            results = await loop.run_in_executor(self.executor, self.run, items, jobs[0].options)
+        except Exception as e:  # noqa: BLE001 (handed to the waiting request, which answers it as an HTTP error)
+            if len(jobs) > 1:
+                for job in jobs:
+                    job.state = "queued"
+                for job in jobs:
+                    if not job.wanted:  # its request ended while the shared call ran
+                        self.drop(job, "abandoned")
+                    elif self._live(job, loop.time()):
+                        await self._run([job])
+                return
+            self._finish(jobs[0], exception=e)
+            return
+        elapsed = time.perf_counter() - t0
+        rate = len(items) / max(elapsed, 1e-6)
+        self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
+        self.stats.items += len(items)
         self.stats.batches += 1
         self.stats.largest_batch = max(self.stats.largest_batch, len(items))
         at = 0
-        for r in reqs:
-            if not r[2].done():
-                r[2].set_result(results[at:at + len(r[0])])
-            at += len(r[0])
+        for job in jobs:
+            self._finish(job, results[at:at + len(job.items)])
+            at += len(job.items)
+
+    def _finish(self, job: Job, results: list[Any] | None = None, exception: BaseException | None = None) -> None:
+        job.state = "done"
+        self.inputs -= len(job.items)
+        if job.wanted and not job.future.done():
+            if exception is not None:
+                job.future.set_exception(exception)
+            else:
+                job.future.set_result(results)
 
 
-def parse_request(body: bytes, pipe: Any, limits: Limits) -> tuple[list[Any], dict[str, Any], bool]:
-    """The request's inputs (checked by the pipeline), call options and whether one input was sent."""
+def _expired(timeout: float | None, computed: bool) -> RequestError:
+    what = ("its computation was under way and its result is discarded" if computed
+            else "it was not computed")
+    return RequestError(504, f"the request's deadline (X-Request-Timeout {timeout:g} s) passed before its "
+                             f"result was ready; {what}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# requests
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """A parsed request: the inputs, the pipeline's call options (they split batches), the options that
+    shape the answer, whether one input was sent, and whether the answer takes TEI's shape."""
+
+    items: list[Any]
+    options: dict[str, Any]
+    answer: dict[str, Any]
+    single: bool
+    tei: bool = False
+
+
+def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict") -> Call:
+    """The request's inputs (checked by the pipeline) and options; ``route`` is ``predict`` or ``embed``."""
     if len(body) > limits.max_body_bytes:
         raise RequestError(413, f"request body of {len(body)} bytes exceeds max_body_bytes {limits.max_body_bytes}")
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RequestError(400, f"the body is not valid JSON: {e}") from None
+    task = pipe.task
+    top = set(_TEI_FIELDS.get(task, ()))
+    if route == "embed":
+        if task not in EMBEDDING_TASKS:
+            raise RequestError(424, f"/embed needs an embedding pipeline; this server runs {task}: start it with "
+                                    "--task feature-extraction or sentence-embedding, or use /predict")
+        top.discard("encoding_format")
+    else:
+        top.add("parameters")
     if not isinstance(data, dict) or "inputs" not in data:
         raise RequestError(422, 'the body must be a JSON object {"inputs": ..., "parameters": {...}}')
-    unknown = sorted(set(data) - {"inputs", "parameters"})
+    unknown = sorted(set(data) - top - {"inputs"})
     if unknown:
-        raise RequestError(422, f"unknown field(s) {', '.join(unknown)}; the body holds inputs and parameters")
-    options = data.get("parameters") or {}
-    if not isinstance(options, dict):
-        raise RequestError(422, f"parameters must be an object, got {type(options).__name__}")
-    bad = sorted(set(options) - set(pipe.call_options))
+        raise RequestError(422, f"unknown field(s) {', '.join(unknown)}; the body holds inputs"
+                                f"{''.join(', ' + f for f in sorted(top))}")
+    params = data.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise RequestError(422, f"parameters must be an object, got {type(params).__name__}")
+    renamed = _RENAMED.get(task, {})
+    allowed = set(pipe.call_options) | set(_ANSWER_PARAMS.get(task, ())) | set(renamed)
+    bad = sorted(set(params) - allowed)
     if bad:
-        raise RequestError(422, f"{pipe.task} takes no parameter(s) {', '.join(bad)}; it takes "
-                                f"{', '.join(pipe.call_options) or 'none'}")
+        raise RequestError(422, f"{task} takes no parameter(s) {', '.join(bad)}; it takes "
+                                f"{', '.join(sorted(allowed)) or 'none'}")
+    answer = {k: v for k, v in {**params, **data}.items() if k in top and k != "parameters" or
+              k in _ANSWER_PARAMS.get(task, ()) and k not in pipe.call_options}
+    options = {renamed.get(k, k): v for k, v in params.items() if renamed.get(k, k) in pipe.call_options}
+    if task == "question-answering" and "top_k" in options:
+        answer["top_k"] = options["top_k"]
+    if route == "embed":
+        answer.setdefault("normalize", True)  # TEI's default
+    _check_answer_options(answer, pipe)
+
     raw = data["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
     single = not isinstance(raw, list)
     items = [raw] if single else raw
@@ -192,17 +389,140 @@ def parse_request(body: bytes, pipe: Any, limits: Limits) -> tuple[list[Any], di
         raise RequestError(422, f"{len(items)} inputs exceed max_items {limits.max_items} per request")
     checked = []
     for i, item in enumerate(items):
-        if isinstance(item, list):
-            item = tuple(item)  # JSON has no tuples: [text, text_pair]
+        if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
+            item = item[0] if len(item) == 1 else tuple(item)
+        if route == "embed" and not isinstance(item, str):
+            raise RequestError(422, f"/embed input {i} is a {type(item).__name__}; /embed takes a text or a list "
+                                    "of texts")
         n = _chars(item)
         if n > limits.max_text_chars:
             raise RequestError(422, f"input {i} has {n} characters, over max_text_chars {limits.max_text_chars}")
         try:
-            pipe.check_input(item, i)  # refused here, as a 422, rather than inside a shared batch
-            checked.append(item)
+            read = pipe.check_input(item, i)  # refused here, as a 422, rather than inside a shared batch
         except BertkitError as e:
             raise RequestError(422, str(e)) from None
-    return checked, options, single
+        if answer.get("truncate") is False:  # (text, text_pair): the tasks that take truncate
+            tokens = len(pipe.tokenizer(*read)["input_ids"])
+            if tokens > pipe.max_length:
+                raise RequestError(422, f"input {i} has {tokens} tokens, over max_length {pipe.max_length}; "
+                                        "send truncate: true to cut it, or shorten it")
+        checked.append(item)
+    tei = route == "embed" or task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
+    return Call(checked, options, answer, single, tei)
+
+
+def _check_answer_options(answer: dict[str, Any], pipe: Any) -> None:
+    def fail(name: str, expected: str) -> None:
+        raise RequestError(422, f"{name} must be {expected}, got {answer[name]!r}")
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    checks = {
+        "top_k": (lambda v: v is None or is_int(v) and v >= 1, "a positive int"),
+        "function_to_apply": (lambda v: v in (None, "softmax", "sigmoid", "none"), '"softmax", "sigmoid" or "none"'),
+        "raw_scores": (lambda v: isinstance(v, bool), "true or false"),
+        "truncate": (lambda v: v is None or isinstance(v, bool), "true or false"),
+        "normalize": (lambda v: v is None or isinstance(v, bool), "true or false"),
+        "truncation_direction": (lambda v: v in (None, "right", "Right"),
+                                 '"right" (bertkit keeps a text\'s beginning)'),
+        "prompt_name": (lambda v: v is None, "null (bertkit's pipelines have no prompts)"),
+        "encoding_format": (lambda v: v in (None, "float"), '"float"'),
+        "dimensions": (lambda v: v is None or is_int(v) and 1 <= v <= pipe.config.hidden_size,
+                       f"an int in [1, {pipe.config.hidden_size}] (the model's hidden size)"),
+        "aggregation_strategy": (lambda v: v in (None, "first"),
+                                 '"first" (each word takes its first piece\'s tag, as bertkit\'s NER models are '
+                                 'trained)'),
+        "ignore_labels": (lambda v: v is None or isinstance(v, list) and all(isinstance(x, str) for x in v),
+                          "a list of label names"),
+        "align_to_words": (lambda v: v in (None, True), "true (answers are whole words of the context)"),
+        "max_seq_len": (lambda v: v in (None, pipe.max_length),
+                        f"{pipe.max_length}, this server's max_length (set with --max-length at start)"),
+    }
+    for name, value in answer.items():
+        ok, expected = checks.get(name, (lambda v: True, ""))
+        if not ok(value):
+            fail(name, expected)
+
+
+# ---------------------------------------------------------------------------------------------------
+# answers
+# ---------------------------------------------------------------------------------------------------
+
+
+def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei: bool) -> list[dict[str, Any]]:
+    """``[{label, score}]`` best first, scored as transformers' pipeline does (TEI: softmax, or sigmoid for
+    one label; ``raw_scores``: the logits)."""
+    x = logits.astype(np.float64)
+    n = len(x)
+    fn = answer.get("function_to_apply")
+    if answer.get("raw_scores"):
+        fn = "none"
+    elif fn is None and tei:
+        fn = "softmax" if n > 1 else "sigmoid"
+    elif fn is None:  # transformers' TextClassificationPipeline.postprocess
+        if config.problem_type == "regression":
+            fn = "none"
+        elif config.problem_type == "multi_label_classification" or n == 1:
+            fn = "sigmoid"
+        else:
+            fn = "softmax"
+    if fn == "softmax":
+        e = np.exp(x - x.max())
+        scores = e / e.sum()
+    elif fn == "sigmoid":
+        scores = 1.0 / (1.0 + np.exp(-x))
+    else:
+        scores = x
+    names = [config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(n)]
+    out = sorted(({"label": names[i], "score": float(scores[i])} for i in range(n)), key=lambda d: -d["score"])
+    key = ("score", "label") if tei else ("label", "score")
+    out = [{k: d[k] for k in key} for d in out]
+    return out[:answer["top_k"]] if answer.get("top_k") else out
+
+
+def _embedding(vector: list[Any], answer: dict[str, Any], default_normalize: bool) -> list[Any]:
+    v = np.asarray(vector, dtype=np.float32)
+    if answer.get("dimensions"):
+        v = v[..., :answer["dimensions"]]  # Matryoshka truncation, then normalisation (TEI's order)
+    normalize = answer.get("normalize")
+    if default_normalize if normalize is None else normalize:
+        v = v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+    return v.tolist()
+
+
+def _answer(result: dict[str, Any], top_k: int | None) -> dict[str, Any] | list[dict[str, Any]]:
+    def one(r: dict[str, Any]) -> dict[str, Any]:  # transformers' keys; no answer is "" at 0..0
+        return {"score": r["score"], "start": r["start"] or 0, "end": r["end"] or 0, "answer": r["answer"]}
+
+    return one(result) if (top_k or 1) == 1 else [one(r) for r in result["nbest"]]
+
+
+def render(pipe: Any, call: Call, results: list[Any], default_normalize: bool = False) -> Any:
+    """The JSON answer to ``call``: the Inference API's shape for the task (TEI's where ``call.tei``)."""
+    task, a = pipe.task, call.answer
+    if task == "text-classification":
+        out = [_classification(pipe.config, r, a, call.tei) for r in results]
+        return (out[0] if call.tei else out) if call.single else out
+    if task in EMBEDDING_TASKS:
+        return [_embedding(r, a, default_normalize) for r in results]  # one text too gives a list of one
+    if task == "token-classification":
+        ignore = set(a.get("ignore_labels") or ())
+        out = [[e for e in r["entities"] if e["entity_group"] not in ignore] for r in results]
+    elif task == "question-answering":
+        out = [_answer(r, a.get("top_k")) for r in results]
+    else:
+        out = results
+    return out[0] if call.single else out
+
+
+def model_call(pipe: Any) -> Callable[[list[Any], dict[str, Any]], list[Any]]:
+    """What the model thread runs for a batch. Classifiers give their logits, so that every scoring an
+    answer may ask for (softmax, sigmoid, raw scores) is computed from the same call."""
+    if pipe.task == "text-classification":
+        return lambda items, options: pipe.run_rows(
+            [row for i, x in enumerate(items) for row in pipe.encode(pipe.check_input(x, i))])
+    return lambda items, options: pipe.run(items, **options)
 
 
 def metadata(pipe: Any, model_dir: str, limits: Limits, batcher: Batcher, stats: Stats) -> dict[str, Any]:
@@ -213,31 +533,50 @@ def metadata(pipe: Any, model_dir: str, limits: Limits, batcher: Batcher, stats:
     return {"model": model_dir, "task": pipe.task, "labels": labels, "max_length": pipe.max_length,
             "device": str(pipe.device), "bf16": pipe.bf16,
             "batching": {"max_batch_size": batcher.max_batch_size, "max_wait_ms": batcher.max_wait * 1000},
-            "limits": vars(limits), "stats": {k: v for k, v in vars(stats).items() if k != "started"},
+            "limits": vars(limits),
+            "admission": {"admitted_inputs": batcher.inputs, "queued_requests": len(batcher.jobs),
+                          "model_inputs_per_s": None if batcher.rate is None else round(batcher.rate, 1)},
+            "stats": {k: v for k, v in vars(stats).items() if k != "started"},
             "uptime_s": round(time.time() - stats.started, 1)}
 
 
 def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_ms: float = 5.0,
                limits: Limits | None = None) -> Any:
-    """The FastAPI application serving ``pipe`` (see the module docstring for the endpoints)."""
+    """The FastAPI application serving ``pipe`` (see the module docstring for the endpoints).
+
+    ``app.state.draining = True`` makes it refuse new requests with 503 while admitted ones finish (set by
+    ``serve`` on SIGTERM); ``app.state.stats`` holds the counters."""
     require_serving()
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
+    from starlette.requests import ClientDisconnect
 
     limits = limits or Limits()
     stats = Stats()
     state: dict[str, Batcher] = {}
+    default_normalize = bool(getattr(pipe, "normalize", False))
+    if pipe.task in EMBEDDING_TASKS:  # normalised per request (TEI's normalize): the model returns raw vectors
+        pipe = copy.copy(pipe)
+        pipe.normalize = False
 
     @asynccontextmanager
     async def lifespan(app: Any):
-        state["batcher"] = Batcher(pipe, max_batch_size, max_wait_ms, stats)
+        state["batcher"] = Batcher(model_call(pipe), max_batch_size, max_wait_ms, limits.max_concurrent_requests,
+                                   stats)
         state["batcher"].start()
         yield
         await state["batcher"].stop()
+        logger.info("bertkit serve stopped: %s", json.dumps({k: v for k, v in vars(stats).items() if k != "started"}))
 
     app = FastAPI(title=f"bertkit {pipe.task}", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.draining = False
+    app.state.stats = stats
+
+    def error(e: RequestError) -> Any:
+        return JSONResponse({"error": e.message, "error_type": _ERROR_TYPES.get(e.status, "validation")},
+                            status_code=e.status, headers=e.headers)
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -252,28 +591,91 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def predict(request: Request) -> Any:
+    def request_timeout(request: Request) -> float | None:
+        raw = request.headers.get("x-request-timeout")
+        if raw is None:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not 0 < value <= 86_400:
+            raise RequestError(400, f"X-Request-Timeout must be a number of seconds in (0, 86400], got {raw!r}")
+        return value
+
+    async def client_gone(request: Request) -> None:
+        # The body is read, so the next ASGI message is http.disconnect: sent when the client closes.
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    async def result(job: Job, request: Request) -> list[Any] | None:
+        """The job's results; None if the client went away first. Dropped unless computed or running."""
+        batcher = state["batcher"]
+        gone = asyncio.ensure_future(client_gone(request))
+        try:
+            left = None if job.deadline is None else max(0.0, job.deadline - asyncio.get_running_loop().time())
+            done, _ = await asyncio.wait({job.future, gone}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not job.future.done():  # the client went, the deadline passed, or this task was cancelled
+                late = job.deadline is not None and asyncio.get_running_loop().time() >= job.deadline
+                batcher.drop(job, "expired" if late else "abandoned")
+        if job.future.done():
+            return job.future.result()
+        if gone in done:
+            return None
+        raise _expired(job.timeout, computed=job.state != "dropped")
+
+    async def answer(request: Request, route: str) -> Any:
         stats.requests += 1
         try:
-            items, options, single = parse_request(await read_body(request), pipe, limits)
-            stats.items += len(items)
-            results = await state["batcher"].submit(items, options)
+            if app.state.draining:
+                raise RequestError(503, "the server is shutting down; send the request to another replica",
+                                   {"Retry-After": "1"})
+            timeout = request_timeout(request)
+            call = parse_request(await read_body(request), pipe, limits, route)
+            job = state["batcher"].admit(call.items, call.options, timeout)
+            results = await result(job, request)
+            if results is None:
+                return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+            return JSONResponse(render(pipe, call, results, default_normalize))
+        except ClientDisconnect:
+            return Response(status_code=499)
         except RequestError as e:
-            stats.errors += 1
-            return JSONResponse({"error": e.message}, status_code=e.status)
+            if e.status in (429, 503):
+                stats.refused += 1
+            elif e.status != 504:
+                stats.errors += 1
+            return error(e)
         except BertkitError as e:  # an option's value the pipeline refuses (top_k=0, ...)
             stats.errors += 1
-            return JSONResponse({"error": str(e)}, status_code=500 if isinstance(e, NonFiniteError) else 422)
-        return JSONResponse(results[0] if single else results)
+            return error(RequestError(500 if isinstance(e, NonFiniteError) else 422, str(e)))
+
+    async def predict(request: Request) -> Any:
+        return await answer(request, "predict")
+
+    async def embed(request: Request) -> Any:
+        return await answer(request, "embed")
 
     # FastAPI reads the handler's annotations to inject the request; under ``from __future__ import
     # annotations`` they are strings naming an import local to this function, so give it the class.
-    predict.__annotations__["request"] = Request
-    app.post("/predict")(predict)
+    for handler, path in ((predict, "/predict"), (embed, "/embed")):
+        handler.__annotations__["request"] = Request
+        app.post(path)(handler)
 
     @app.get("/health")
     async def health() -> Any:
         return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready() -> Any:
+        batcher = state["batcher"]
+        room = limits.max_concurrent_requests - batcher.inputs
+        body = {"admitted_inputs": batcher.inputs, "max_concurrent_requests": limits.max_concurrent_requests}
+        if app.state.draining or room <= 0:
+            return JSONResponse({"status": "draining" if app.state.draining else "full", **body}, status_code=503,
+                                headers={"Retry-After": str(batcher.retry_after())})
+        return {"status": "ready", **body}
 
     @app.get("/metadata")
     async def meta() -> Any:
@@ -283,8 +685,14 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
 
 
 def serve(s: Any) -> dict[str, Any]:
-    """``bertkit serve``: load the pipeline, then run uvicorn until interrupted (Ctrl-C)."""
+    """``bertkit serve``: load the pipeline, then serve until SIGTERM or Ctrl-C; returns the counters.
+
+    On SIGTERM (or the first Ctrl-C) the server stops accepting connections, answers what it admitted
+    (waiting at most ``graceful_shutdown_s``), and returns."""
     require_serving()
+    import signal
+    import threading
+
     import uvicorn
 
     from bertkit.inference import pipeline
@@ -292,8 +700,24 @@ def serve(s: Any) -> dict[str, Any]:
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False)
     app = create_app(pipe, str(s.model_name_or_path), max_batch_size=s.max_batch_size, max_wait_ms=s.max_wait_ms,
-                     limits=Limits(s.max_body_bytes, s.max_items, s.max_text_chars))
-    logger.info("serving %s from %s on http://%s:%d (POST /predict, GET /health, GET /metadata)", s.task,
-                s.model_name_or_path, s.host, s.port)
-    uvicorn.run(app, host=s.host, port=s.port, log_level=s.log_level, access_log=False)
-    return None  # type: ignore[return-value]
+                     limits=Limits(s.max_body_bytes, s.max_items, s.max_text_chars, s.max_concurrent_requests))
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.draining = True  # /ready says so and new requests get 503 while admitted ones finish
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(app, host=s.host, port=s.port, log_level=s.log_level, access_log=False,
+                                   timeout_graceful_shutdown=s.graceful_shutdown_s))
+    logger.info("serving %s from %s on http://%s:%d (POST /predict, /embed; GET /health, /ready, /metadata)",
+                s.task, s.model_name_or_path, s.host, s.port)
+    # uvicorn re-raises the signal that stopped it once it has drained; ignore that one so a drained server
+    # returns its counters (exit 0) instead of being killed by the default action.
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)} if main else {}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return {k: v for k, v in vars(app.state.stats).items() if k != "started"}

@@ -1,0 +1,175 @@
+"""`bertkit serve` speaks the wire formats real clients parse: huggingface_hub's InferenceClient over loopback
+for every task, with answers equal to transformers' pipelines on the same weights, and the routes of Hugging
+Face's text-embeddings-inference (TEI): /embed and /predict with TEI's fields.
+
+Each task runs on a tiny random model built with transformers and saved with MiniLM's vocabulary, so both
+libraries load the same weights (as tests/test_pipelines.py does)."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install "bertkit[serve]"')
+httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
+hub = pytest.importorskip("huggingface_hub", reason="the Inference API's client: pip install huggingface_hub")
+transformers = pytest.importorskip("transformers")
+
+from test_serve import Server  # noqa: E402 (after the skips: it imports uvicorn)
+
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=512, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+TAGS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
+
+
+def _tiny(tmp_path_factory, minilm_dir: Path, hf_class: str, **config) -> Path:
+    torch.manual_seed(0)
+    model = getattr(transformers, hf_class)(transformers.BertConfig(**TINY, **config)).eval()
+    d = tmp_path_factory.mktemp(hf_class)
+    model.save_pretrained(d)
+    for name in TOKENIZER_FILES:
+        if (minilm_dir / name).is_file():
+            shutil.copy(minilm_dir / name, d / name)
+    return d
+
+
+@contextlib.contextmanager
+def serving(task: str, model_dir: Path, **pipeline_options):
+    """(url, bertkit's pipeline, InferenceClient) for a server running ``task`` on ``model_dir``."""
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+
+    pipe = pipeline(task, model_dir, progress=False, **pipeline_options)
+    server = Server(create_app(pipe, str(model_dir), max_wait_ms=1))
+    try:
+        yield server.url, pipe, hub.InferenceClient(model=f"{server.url}/predict")
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def sentences(data_dir) -> list[str]:
+    with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8") as f:
+        return [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:4]
+
+
+def _same(got: list, expected: list[dict], keys=("label",)) -> None:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        g = g if isinstance(g, dict) else {k: getattr(g, k) for k in (*keys, "score")}
+        assert all(g[k] == e[k] for k in keys), (g, e)
+        assert abs(g["score"] - e["score"]) < 1e-5, (g, e)
+
+
+def test_text_classification_answers_as_the_inference_api_and_tei(tmp_path_factory, minilm_dir, sentences):
+    d = _tiny(tmp_path_factory, minilm_dir, "BertForSequenceClassification",
+              id2label={0: "negative", 1: "neutral", 2: "positive"})
+    ref = transformers.pipeline("text-classification", model=str(d), tokenizer=str(d), device="cpu")
+    model = transformers.BertForSequenceClassification.from_pretrained(d).eval()
+    tok = transformers.BertTokenizerFast.from_pretrained(d)
+    with serving("text-classification", d) as (url, _, client):
+        for text in sentences:  # every label, best first, softmax: what InferenceClient returns
+            _same(client.text_classification(text), ref(text, top_k=None))
+        _same(client.text_classification(sentences[0], top_k=2), ref(sentences[0], top_k=2))
+        _same(client.text_classification(sentences[0], function_to_apply="sigmoid"),
+              ref(sentences[0], top_k=None, function_to_apply="sigmoid"))
+        batch = httpx.post(f"{url}/predict", json={"inputs": sentences[:3]}).json()  # one list per input
+        assert len(batch) == 3 and all(len(b) == 3 for b in batch)
+        _same(batch[2], ref(sentences[2], top_k=None))
+        pair = {"text": sentences[0], "text_pair": sentences[1]}
+        _same(httpx.post(f"{url}/predict", json={"inputs": pair}).json()[0], ref(pair, top_k=None))
+
+        # TEI: one text gives the flat list {score, label}; raw_scores gives the logits
+        with torch.no_grad():
+            logits = model(**tok(sentences[0], return_tensors="pt")).logits[0].tolist()
+        raw = httpx.post(f"{url}/predict", json={"inputs": sentences[0], "raw_scores": True}).json()
+        assert list(raw[0]) == ["score", "label"]
+        _same(raw, sorted(({"label": model.config.id2label[i], "score": s} for i, s in enumerate(logits)),
+                          key=lambda x: -x["score"]))
+        tei = httpx.post(f"{url}/predict", json={"inputs": [[sentences[0]], sentences[:2]], "truncate": True}).json()
+        assert len(tei) == 2
+        _same(tei[0], ref(sentences[0], top_k=None))
+        _same(tei[1], ref({"text": sentences[0], "text_pair": sentences[1]}, top_k=None))
+        r = httpx.post(f"{url}/predict", json={"inputs": "long " * 600, "truncate": False})
+        assert r.status_code == 422 and "602 tokens, over max_length 512" in r.json()["error"]
+        r = httpx.post(f"{url}/embed", json={"inputs": "x"})
+        assert r.status_code == 424 and "--task feature-extraction" in r.json()["error"]
+
+
+def test_token_classification_answers_entity_groups(tmp_path_factory, minilm_dir, data_dir):
+    from bertkit.tasks.ner import read_conll
+
+    d = _tiny(tmp_path_factory, minilm_dir, "BertForTokenClassification", id2label=TAGS)
+    ref = transformers.pipeline("token-classification", model=str(d), tokenizer=str(d), device="cpu",
+                                aggregation_strategy="first")
+    texts = [" ".join(s.words) for s in read_conll(data_dir / "conll2003" / "valid.txt")[:5]]
+    with serving("token-classification", d) as (url, _, client):
+        total = 0
+        for text in texts:
+            got = client.token_classification(text)
+            expected = ref(text)
+            _same(got, expected, keys=("entity_group", "start", "end"))
+            # the word as written (transformers gives the tokenizer's decoding, lowercased by this vocabulary)
+            assert all(g.word == text[g.start:g.end] for g in got)
+            total += len(got)
+        assert total > 5  # a random head tags plenty
+        kept = client.token_classification(texts[0], ignore_labels=["PER"])
+        assert kept and all(e.entity_group == "LOC" for e in kept)
+        r = httpx.post(f"{url}/predict", json={"inputs": texts[0], "parameters": {"aggregation_strategy": "simple"}})
+        assert r.status_code == 422 and 'aggregation_strategy must be "first"' in r.json()["error"]
+
+
+def test_fill_mask_answers_the_candidates(tmp_path_factory, minilm_dir, sentences):
+    d = _tiny(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    ref = transformers.pipeline("fill-mask", model=str(d), tokenizer=str(d), device="cpu")
+    text = sentences[0].replace(sentences[0].split()[1], "[MASK]", 1)
+    with serving("fill-mask", d) as (url, _, client):
+        for top_k in (None, 3):
+            got = client.fill_mask(text, top_k=top_k)
+            _same(got, ref(text, top_k=top_k or 5), keys=("token", "token_str", "sequence"))
+        two = httpx.post(f"{url}/predict", json={"inputs": [text, text + " [MASK] ."]}).json()
+        assert len(two) == 2 and len(two[0]) == 5 and len(two[1]) == 2 and len(two[1][0]) == 5  # per mask
+
+
+def test_question_answering_answers_one_span_or_top_k(tmp_path_factory, minilm_dir):
+    d = _tiny(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    context = ("The Norman dynasty had a major political, cultural and military impact on medieval Europe. "
+               "Normandy was settled in the 10th century by Vikings led by Rollo.")
+    question = "Who led the Vikings?"
+    with serving("question-answering", d) as (url, pipe, client):
+        expected = pipe({"question": question, "context": context})
+        got = client.question_answering(question=question, context=context)
+        assert (got.answer, got.start, got.end) == (expected["answer"], expected["start"], expected["end"])
+        assert got.answer == context[got.start:got.end] and abs(got.score - expected["score"]) < 1e-6
+        three = client.question_answering(question=question, context=context, top_k=3, max_answer_len=10)
+        assert len(three) == 3 and all(a.answer == context[a.start:a.end] for a in three)
+        assert three[0].answer == pipe({"question": question, "context": context}, max_answer_length=10)["answer"]
+
+
+def test_embeddings_on_predict_and_tei_embed(tmp_path_factory, minilm_dir, sentences):
+    d = _tiny(tmp_path_factory, minilm_dir, "BertModel")
+    with serving("feature-extraction", d) as (url, pipe, client):
+        expected = np.array(pipe(sentences[:2]))  # mean-pooled, not normalised: feature-extraction's default
+        got = client.feature_extraction(sentences[0])
+        assert got.shape == (1, 32) and np.allclose(got[0], expected[0], atol=1e-5)
+        unit = client.feature_extraction(sentences[0], normalize=True)
+        assert np.allclose(unit[0], expected[0] / np.linalg.norm(expected[0]), atol=1e-5)
+
+        embed = httpx.post(f"{url}/embed", json={"inputs": sentences[:2]}).json()  # TEI: normalised by default
+        assert np.allclose(embed, expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
+        one = httpx.post(f"{url}/embed", json={"inputs": sentences[0], "normalize": False}).json()
+        assert len(one) == 1 and np.allclose(one[0], expected[0], atol=1e-5)
+        short = np.array(httpx.post(f"{url}/embed", json={"inputs": sentences[0], "dimensions": 8}).json())
+        assert short.shape == (1, 8) and np.allclose(short[0], expected[0, :8] / np.linalg.norm(expected[0, :8]),
+                                                     atol=1e-5)
+        r = httpx.post(f"{url}/embed", json={"inputs": "long " * 600, "truncate": False})
+        assert r.status_code == 422 and "over max_length 512" in r.json()["error"]
+        r = httpx.post(f"{url}/embed", json={"inputs": sentences[0], "dimensions": 33})
+        assert r.status_code == 422 and "dimensions must be an int in [1, 32]" in r.json()["error"]
