@@ -49,14 +49,15 @@ def test_torch_export_on_every_head_with_dynamic_batch_and_sequence(cls):
     model = _model(cls)
     batch, seq = torch.export.Dim("batch", max=256), torch.export.Dim("sequence", max=TINY.max_position_embeddings)
     dims = {0: batch, 2: seq} if cls is H.BertForMultipleChoice else {0: batch, 1: seq}
-    program = torch.export.export(model, _inputs(cls, 3, 11, 0), dynamic_shapes=(dims, dims, dims))
+    ids, types, mask = _inputs(cls, 3, 11, 0)
+    program = torch.export.export(model, (ids, mask, types), dynamic_shapes=(dims, dims, dims))  # transformers' order
     exported = program.module()
     for B, T, seed in ((3, 11, 1), (5, 17, 2), (1, 7, 3)):  # shapes other than the traced one
         ids, types, mask = _inputs(cls, B, T, seed)
         with torch.no_grad():
             want = TupleOutputModel(model)(ids, types, mask)
-            out = exported(ids, types, mask)
-        assert type(out) is type(model(ids, types, mask))  # the dataclass itself comes back
+            out = exported(ids, mask, types)
+        assert type(out) is type(model(ids, mask, types))  # the dataclass itself comes back
         names = TupleOutputModel(model).output_names
         got = (out.last_hidden_state, out.pooler_output) if cls is BertModel else tuple(getattr(out, n) for n in names)
         _assert_outputs_equal(want, got, mask)
@@ -98,7 +99,7 @@ def test_onnx_export_equals_bertkit_on_real_text(tmp_path, minilm_dir, data_dir)
         inputs = tuple(enc[k] for k in INPUT_NAMES)
         hidden, pooled = (torch.from_numpy(a) for a in run_onnx(session, inputs))
         with torch.no_grad():
-            ref = model(*inputs)
+            ref = model(**dict(zip(INPUT_NAMES, inputs)))
         m = inputs[2].bool()
         worst = max(worst, float((hidden[m] - ref.last_hidden_state[m]).abs().max()),
                     float((pooled - ref.pooler_output).abs().max()))

@@ -136,7 +136,7 @@ def test_tensorflow_checkpoint_converts_to_equal_outputs(tf_checkpoint, tmp_path
     real = inputs[2].bool()
     model = BertForPreTraining.from_pretrained(out).eval()
     with torch.no_grad():
-        o = model(*inputs, output_hidden_states=True)
+        o = model(inputs[0], inputs[2], inputs[1], output_hidden_states=True)  # transformers order: ids, mask, types
     tol = dict(atol=2e-5, rtol=0)
     torch.testing.assert_close(o.hidden_states[-1][real], torch.from_numpy(ref["sequence"])[real], **tol)
     torch.testing.assert_close(o.prediction_logits[real], torch.from_numpy(ref["mlm"])[real], **tol)

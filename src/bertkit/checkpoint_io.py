@@ -81,6 +81,8 @@ KEY_TABLE: dict[str, list[Row]] = {
     "multiple_choice": _CLASSIFIER,
 }
 
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+
 # Published names that carry no information of their own: the MLM decoder is tied to the word
 # embeddings and its bias to cls.predictions.bias (paper's code: output_weights = embedding table), and
 # old checkpoints store the position-id buffer. Accepted on load, never written.
@@ -185,15 +187,22 @@ class PretrainedMixin:
     @classmethod
     def from_pretrained(cls, path: str | Path | None, *, config: BertConfig | None = None,
                         state_dict: dict[str, Tensor] | None = None, dtype: torch.dtype | str | None = None,
-                        device: torch.device | str | None = None, **config_overrides: Any):
-        """Build the model from a Hugging Face-layout directory; keyword arguments override config fields.
+                        device: torch.device | str | None = None, attn_implementation: str | None = None,
+                        add_pooling_layer: bool | None = None, ignore_mismatched_sizes: bool = False,
+                        **config_overrides: Any):
+        """Build the model from a Hugging Face-layout directory, in eval mode (as transformers returns it:
+        dropout off; call ``.train()`` to fine-tune, which bertkit's training loop does itself).
 
-        ``num_labels=3`` or ``id2label={0: "neg", ...}`` set the size of a fresh classification head; any
-        other keyword that is not a ``BertConfig`` field is an error. ``state_dict`` (e.g. a transformers
-        model's ``state_dict()``) replaces the directory's weights and goes through the same key table
-        (``path`` may then be None, with ``config=``). ``dtype`` (a torch dtype, its name, or ``"auto"``
-        for the stored weights' dtype) and ``device`` place the model. Unlike transformers, the model is
-        returned in training mode (``nn.Module``'s default): call ``.eval()`` for inference. A Hub id
+        Keyword arguments that are ``BertConfig`` fields override the stored config (``num_labels=3``,
+        ``id2label=``, ``label2id=``, ``problem_type=``, ``output_hidden_states=``, ``output_attentions=``);
+        with ``config=`` they are applied to a copy of it. Any other keyword is an error naming it.
+        ``state_dict`` (e.g. a transformers model's ``state_dict()``) replaces the directory's weights and
+        goes through the same key table (``path`` may then be None, with ``config=``). ``dtype`` (a torch
+        dtype, its name, or ``"auto"`` for the stored weights' dtype) and ``device`` place the model.
+        ``attn_implementation``: ``"sdpa"`` (default: fused attention on the real tokens only) or ``"eager"``
+        (attention written out on the padded rectangle, as transformers' eager). ``add_pooling_layer=False``
+        (``BertModel`` only) leaves the pooler out. ``ignore_mismatched_sizes=True`` re-initialises head
+        weights whose shape differs from the checkpoint's (another label count) and logs which. A Hub id
         (``"bert-base-uncased"``) is read from huggingface_hub's cache or downloaded when that package is
         installed and the Hub reachable (``bertkit.hub``).
         """
@@ -201,6 +210,10 @@ class PretrainedMixin:
             if dtype is not None:
                 raise BertkitError("pass dtype= or torch_dtype= (its older transformers name), not both")
             dtype = config_overrides.pop("torch_dtype")
+        if attn_implementation not in (None, *ATTN_IMPLEMENTATIONS):
+            raise BertkitError(f"attn_implementation {attn_implementation!r} is not available in bertkit; use "
+                               f"'sdpa' (the default: PyTorch's fused attention, padding skipped) or 'eager' "
+                               "(attention written out, as transformers' eager)")
         if path is None:
             if config is None or state_dict is None:
                 raise BertkitError("from_pretrained(None, ...) needs both config= and state_dict=")
@@ -214,10 +227,18 @@ class PretrainedMixin:
         if config is None:
             config = BertConfig.from_json_file(directory / CONFIG_NAME, **config_overrides)
         elif config_overrides:
-            raise BertkitError(f"pass either config= or config field overrides ({sorted(config_overrides)}), not both")
+            config = BertConfig.from_dict(config.to_dict(), **config_overrides)
         weights = state_dict if state_dict is not None else read_weights(directory)
-        model = cls(config)
-        model.load_published_state_dict(weights, source="state_dict" if state_dict is not None else str(directory))
+        if add_pooling_layer is not None:
+            if cls.checkpoint_head != "base":
+                raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")
+            model = cls(config, add_pooling_layer=add_pooling_layer)
+        else:
+            model = cls(config)
+        model.load_published_state_dict(weights, source="state_dict" if state_dict is not None else str(directory),
+                                        ignore_mismatched_sizes=ignore_mismatched_sizes)
+        if attn_implementation is not None:
+            model._encoder().attn_implementation = attn_implementation
         if dtype == "auto":
             dtype = next((t.dtype for t in weights.values() if t.is_floating_point()), torch.float32)
         elif isinstance(dtype, str):
@@ -228,18 +249,15 @@ class PretrainedMixin:
             dtype = resolved
         if dtype is not None or device is not None:
             model.to(device=device, dtype=dtype)  # type: ignore[attr-defined]
-        return model
+        return model.eval()  # type: ignore[attr-defined]
 
-    def load_published_state_dict(self, published: dict[str, Tensor], source: str = "state dict") -> None:
-        """Load weights named as Hugging Face names them (with or without the ``bert.`` prefix)."""
-        # Canonicalise the file's names: LayerNorm.gamma -> weight, and the encoder prefix to this model's.
-        prefix = "bert." if self._encoder() is not self else ""
-        tensors: dict[str, Tensor] = {}
-        for key, value in published.items():
-            key = _normalise_published_key(key)
-            bare = _strip_encoder_prefix(key)
-            is_encoder = bare.startswith(("embeddings.", "encoder.", "pooler."))
-            tensors[prefix + bare if is_encoder else key] = value
+    def load_published_state_dict(self, published: dict[str, Tensor], source: str = "state dict", *,
+                                  ignore_mismatched_sizes: bool = False) -> None:
+        """Load weights named as Hugging Face names them (with or without the ``bert.`` prefix).
+
+        ``ignore_mismatched_sizes``: a head weight whose shape differs (a classifier for another label count)
+        keeps its fresh initialisation and is listed in a warning, as transformers does; the encoder must match."""
+        tensors = self._canonical_published(published)
 
         encoder_rows, head_rows = self._rows()
         own = self.state_dict()
@@ -253,6 +271,9 @@ class PretrainedMixin:
                     (fresh if optional else missing_encoder).append(", ".join(t for t in theirs if t not in tensors))
                     continue
                 value = torch.cat([tensors[t] for t in theirs], 0) if len(theirs) > 1 else tensors[theirs[0]]
+                if value.shape != own[ours].shape and ignore_mismatched_sizes and not required:
+                    fresh.append(f"{'+'.join(theirs)} (file {tuple(value.shape)}, model {tuple(own[ours].shape)})")
+                    continue
                 if value.shape != own[ours].shape:
                     shape_errors.append(f"{'+'.join(theirs)}: file {tuple(value.shape)}, model {tuple(own[ours].shape)}")
                     continue
@@ -273,7 +294,8 @@ class PretrainedMixin:
             problems.append(
                 f"shape mismatches: {shape_errors} (the config says hidden_size={self.config.hidden_size}, "
                 f"num_hidden_layers={self.config.num_hidden_layers}, vocab_size={self.config.vocab_size}, "
-                f"num_labels={self.config.num_labels}; fix config.json or pass matching overrides)"
+                f"num_labels={self.config.num_labels}; fix config.json or pass matching overrides, or "
+                "ignore_mismatched_sizes=True to start mismatched head weights afresh)"
             )
         if problems:
             raise BertkitError(f"{source} does not match {type(self).__name__}: " + "; ".join(problems))
@@ -285,7 +307,64 @@ class PretrainedMixin:
         result = self.load_state_dict(new_state, strict=False)  # type: ignore[attr-defined]
         assert not result.unexpected_keys, result.unexpected_keys
 
+    def _canonical_published(self, published: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Published names made canonical: LayerNorm.gamma -> weight, and the encoder prefix to this model's."""
+        prefix = "bert." if self._encoder() is not self else ""
+        out: dict[str, Tensor] = {}
+        for key, value in published.items():
+            key = _normalise_published_key(key)
+            bare = _strip_encoder_prefix(key)
+            out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
+        return out
+
+    def convert_published_state_dict(self, published: dict[str, Tensor]) -> dict[str, Tensor]:
+        """transformers' names -> this model's (q/k/v fused): the inverse of ``published_state_dict()``.
+
+        Every key the table knows is renamed (and q/k/v concatenated); keys it does not know are passed
+        through unchanged, so a strict ``load_state_dict`` still lists them. Nothing is checked here."""
+        tensors = self._canonical_published(published)
+        encoder_rows, head_rows = self._rows()
+        out: dict[str, Tensor] = {}
+        used: set[str] = set()
+        for ours, theirs in encoder_rows + head_rows:
+            if all(t in tensors for t in theirs):
+                out[ours] = torch.cat([tensors[t] for t in theirs], 0) if len(theirs) > 1 else tensors[theirs[0]]
+                used.update(theirs)
+        for key, value in tensors.items():
+            if key not in used and _strip_encoder_prefix(key) not in IGNORED_KEYS:
+                out.setdefault(key, value)
+        return out
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False):
+        """``nn.Module.load_state_dict``, also accepting a transformers model's ``state_dict()`` (its names are
+        converted through the key table first, so ``strict=True`` works across the two libraries)."""
+        own = self.state_dict()  # type: ignore[attr-defined]
+        foreign = [k for k in state_dict if k not in own]
+        known = _all_known_published_keys(self.config.num_hidden_layers)
+        if foreign and any(_strip_encoder_prefix(_normalise_published_key(k)) in known
+                           or _normalise_published_key(k) in known for k in foreign):
+            state_dict = self.convert_published_state_dict(dict(state_dict))
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)  # type: ignore[misc]
+
     # -- the calls people port from transformers -------------------------------------------------------
+    @property
+    def base_model(self):
+        """The encoder (``BertModel``): ``self`` for a ``BertModel``, ``self.bert`` for a head model."""
+        return self._encoder()
+
+    def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
+        """Parameter count, as transformers counts it (a tied weight once)."""
+        params = self.parameters() if not exclude_embeddings else (  # type: ignore[attr-defined]
+            p for n, p in self.named_parameters() if "embeddings." not in n)  # type: ignore[attr-defined]
+        return sum(p.numel() for p in params if p.requires_grad or not only_trainable)
+
+    def get_output_embeddings(self) -> torch.nn.Linear | None:
+        """The MLM decoder, tied to the word embeddings (its weight *is* theirs); None without an MLM head."""
+        from bertkit.compat import tied_output_embeddings
+
+        mlm = getattr(self, "mlm", None)
+        return None if mlm is None else tied_output_embeddings(self.get_input_embeddings(), mlm.bias)
+
     @property
     def device(self) -> torch.device:
         """Where the weights are (the word embeddings' device)."""
@@ -329,7 +408,8 @@ class PretrainedMixin:
         if n == old.num_embeddings:
             return old
         self._check_vocab_size(n)
-        new = torch.nn.Embedding(n, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype)
+        new = torch.nn.Embedding(n, old.embedding_dim, padding_idx=old.padding_idx, device=old.weight.device,
+                                 dtype=old.weight.dtype)
         keep = min(n, old.num_embeddings)
         with torch.no_grad():
             new.weight[:keep] = old.weight[:keep]

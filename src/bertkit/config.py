@@ -20,6 +20,9 @@ from bertkit.outputs import atomic_write_text
 
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+DEFAULT_ID2LABEL = {0: "LABEL_0", 1: "LABEL_1"}
+# Written to config.json only when they differ from these defaults (runtime switches, not the network's shape).
+_RUNTIME_DEFAULTS = {"output_hidden_states": False, "output_attentions": False, "return_dict": True}
 
 
 @dataclass
@@ -49,6 +52,11 @@ class BertConfig:
     classifier_dropout: float | None = None
     id2label: dict[int, str] | None = None
     problem_type: str | None = None
+    # Output switches a forward call falls back to when it does not pass them (transformers reads them from
+    # the config too: `model.config.output_hidden_states = True` is honoured by every later call).
+    output_hidden_states: bool = False
+    output_attentions: bool = False
+    return_dict: bool = True
     # Unknown config.json keys, kept verbatim so saving writes them back.
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -98,6 +106,11 @@ class BertConfig:
             )
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise BertkitError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        for name in ("output_hidden_states", "output_attentions", "return_dict"):
+            if not isinstance(getattr(self, name), bool):
+                raise BertkitError(f"BertConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.id2label is None:
+            self.id2label = dict(DEFAULT_ID2LABEL)  # transformers' default: a two-label head, LABEL_0 and LABEL_1
         if self.id2label is not None:
             # config.json stores keys as strings ("0": "NEGATIVE"); keep ints inside Python.
             try:
@@ -114,10 +127,20 @@ class BertConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    model_type = "bert"  # a class attribute, as transformers' BertConfig.model_type (not a field: never varies)
+
     @property
     def num_labels(self) -> int:
         """Number of outputs of a classification head; 2 when no labels are named (transformers' default)."""
         return len(self.id2label) if self.id2label else 2
+
+    @num_labels.setter
+    def num_labels(self, n: int) -> None:
+        """As transformers: setting another count renames the labels LABEL_0..LABEL_{n-1}; the same count keeps them."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise BertkitError(f"num_labels must be a positive int (the classifier's outputs), got {n!r}")
+        if n != self.num_labels:
+            self.id2label = {i: f"LABEL_{i}" for i in range(n)}
 
     @property
     def label2id(self) -> dict[str, int]:
@@ -146,6 +169,12 @@ class BertConfig:
         # Keys of a config.json that bertkit does not use are kept (in ``extra``); a keyword argument that is
         # not a field is a mistake (a typo, or a transformers loading option such as device_map) and would
         # otherwise end up in config.json on the next save.
+        if overrides.get("label2id") is not None and overrides.get("id2label") is None:
+            label2id = overrides.pop("label2id")
+            if not isinstance(label2id, dict):
+                raise BertkitError(f"label2id must be a mapping like {{\"NEGATIVE\": 0}}, got {label2id!r}")
+            overrides["id2label"] = {v: k for k, v in label2id.items()}
+        overrides.pop("label2id", None)
         unknown = sorted(set(overrides) - known - {"num_labels"})
         if unknown:
             raise BertkitError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
@@ -170,10 +199,12 @@ class BertConfig:
             if f.name == "extra":
                 continue
             value = getattr(self, f.name)
-            if f.name in ("classifier_dropout", "id2label", "problem_type") and value is None:
+            if f.name == "id2label" or (f.name in ("classifier_dropout", "problem_type") and value is None):
+                continue
+            if f.name in _RUNTIME_DEFAULTS and value == _RUNTIME_DEFAULTS[f.name]:
                 continue
             out[f.name] = value
-        if self.id2label is not None:
+        if self.id2label is not None and self.id2label != DEFAULT_ID2LABEL:
             out["id2label"] = {str(k): v for k, v in self.id2label.items()}
             out["label2id"] = self.label2id
         out.setdefault("model_type", "bert")
@@ -207,8 +238,20 @@ class BertConfig:
         except BertkitError as e:
             raise BertkitError(f"{path}: {e}") from None
 
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
     def save_json(self, path: str | Path) -> None:
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        atomic_write_text(path, self.to_json_string())
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write ``config.json`` into ``directory`` (created if needed), as transformers' ``save_pretrained``."""
+        directory = Path(directory)
+        if directory.exists() and not directory.is_dir():
+            raise BertkitError(f"{directory} is a file; save_pretrained writes config.json into a directory")
+        directory.mkdir(parents=True, exist_ok=True)
+        self.save_json(directory / "config.json")
+        return directory
 
     # ---- presets -------------------------------------------------------------------------------------
     @classmethod
@@ -217,6 +260,26 @@ class BertConfig:
         if name not in PRESETS:
             raise BertkitError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         return cls.from_dict(PRESETS[name], **overrides)
+
+
+_dataclass_init = BertConfig.__init__
+
+
+def _init(self: BertConfig, *args: Any, num_labels: int | None = None, label2id: dict[str, int] | None = None,
+          **kwargs: Any) -> None:
+    """The dataclass constructor, plus transformers' ``BertConfig(num_labels=3)`` and ``label2id=``."""
+    if label2id is not None and kwargs.get("id2label") is None:
+        if not isinstance(label2id, dict):
+            raise BertkitError(f"BertConfig.label2id must be a mapping like {{\"NEGATIVE\": 0}}, got {label2id!r}")
+        kwargs["id2label"] = {v: k for k, v in label2id.items()}
+    _dataclass_init(self, *args, **kwargs)
+    if num_labels is not None:
+        self.num_labels = num_labels
+    if label2id is not None and {v: k for k, v in label2id.items()} != self.id2label:
+        raise BertkitError(f"label2id {label2id} does not invert id2label {self.id2label}")
+
+
+BertConfig.__init__ = _init  # type: ignore[method-assign]
 
 
 def _shape(layers: int, hidden: int, heads: int) -> dict[str, int]:

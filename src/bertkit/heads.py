@@ -16,9 +16,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.checkpoint_io import PretrainedMixin
+from bertkit.compat import TupleAccess
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.modeling import BertModel, BertModelOutput, TupleAccess, activation, init_bert_weights
+from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
 
 IGNORE_INDEX = -100  # label value for positions that carry no loss (unmasked MLM tokens, sub-word pieces)
 
@@ -30,8 +31,8 @@ IGNORE_INDEX = -100  # label value for positions that carry no loss (unmasked ML
 
 @dataclass
 class PreTrainingOutput(TupleAccess):
-    # transformers' BertForPreTraining order; BertForMaskedLM's (loss, logits, ...) as seq_relationship is None.
-    loss: Tensor | None  # mlm_loss + nsp_loss, for the labels given
+    # transformers' BertForPreTraining order.
+    loss: Tensor | None  # mlm_loss + nsp_loss, for the labels given (the MLM part over num_items_in_batch if given)
     mlm_loss: Tensor | None
     nsp_loss: Tensor | None
     # Without labels: (B, T, V). With labels: (N, V), only the N positions whose label is not -100, in
@@ -43,6 +44,24 @@ class PreTrainingOutput(TupleAccess):
     attentions: tuple[Tensor, ...] | None = None  # with output_attentions: L tensors (B, nh, T, T)
     tuple_fields: ClassVar[tuple[str, ...]] = ("loss", "prediction_logits", "seq_relationship_logits",
                                                "hidden_states", "attentions")
+
+
+@dataclass
+class MaskedLMOutput(TupleAccess):
+    """transformers' ``MaskedLMOutput`` (loss, logits, ...). ``logits`` as in ``PreTrainingOutput``: (B, T, V)
+    without labels, only the labelled positions' (N, V) with them (the training fast path)."""
+
+    loss: Tensor | None  # mean over labelled tokens, or their sum over num_items_in_batch if given
+    logits: Tensor
+    hidden_states: tuple[Tensor, ...] | None = None
+    attentions: tuple[Tensor, ...] | None = None
+    mlm_loss: Tensor | None = None  # always the mean over this batch's labelled tokens (for logging)
+    tuple_fields: ClassVar[tuple[str, ...]] = ("loss", "logits", "hidden_states", "attentions")
+
+    # The pre-training names, so MLM-only pre-training reads both heads' outputs alike.
+    prediction_logits = property(lambda self: self.logits)
+    nsp_loss = None
+    seq_relationship_logits = None
 
 
 @dataclass
@@ -68,7 +87,7 @@ class QuestionAnsweringOutput(TupleAccess):
 
 # torch.export returns these dataclasses as they are (pytree nodes: fields are children); torch.jit.trace
 # and ONNX take tuples instead (bertkit.inference.export.TupleOutputModel).
-for _output in (PreTrainingOutput, ClassifierOutput, QuestionAnsweringOutput):
+for _output in (PreTrainingOutput, MaskedLMOutput, ClassifierOutput, QuestionAnsweringOutput):
     torch.utils._pytree.register_dataclass(_output)
 
 
@@ -96,19 +115,33 @@ class MaskedLMHead(nn.Module):
         return F.linear(h, word_embeddings, self.bias)  # (..., V)
 
 
-def masked_lm_loss(head: MaskedLMHead, out: BertModelOutput, word_embeddings: Tensor, labels: Tensor | None):
-    """(logits, loss): full (B, T, V) logits without labels; only the labelled positions' (N, V) with them."""
+def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | float | None) -> tuple[Tensor, Tensor]:
+    """(mean cross-entropy over the targets not -100, the loss to optimise).
+
+    The second is the mean too, unless ``num_items_in_batch`` is given (transformers' name): then it is the
+    sum over this batch's targets divided by that count, the targets of the whole global batch. When
+    micro-batches (gradient accumulation, or processes) hold different numbers of targets, the mean of
+    per-micro-batch means weights each token by 1/its micro-batch's count; summing and dividing by the
+    global count gives every token the same weight, so the gradient equals the whole batch's."""
+    total = F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
+    count = int((target != IGNORE_INDEX).sum())
+    mean = total / count if count else total * 0  # 0 (not NaN) when no token carries a label
+    return mean, (mean if num_items_in_batch is None else total / num_items_in_batch)
+
+
+def masked_lm_loss(head: MaskedLMHead, out: BertModelOutput, word_embeddings: Tensor, labels: Tensor | None,
+                   num_items_in_batch: Tensor | float | None = None):
+    """(logits, mean loss, loss to optimise): full (B, T, V) logits without labels; only the labelled positions'
+    (N, V) with them."""
     if labels is None:
-        return head(out.last_hidden_state, word_embeddings), None
+        return head(out.last_hidden_state, word_embeddings), None, None
     selected = labels != IGNORE_INDEX  # (B, T)
     hidden = out.token_layout.select(out.tokens, selected)  # (N, H)
     target = labels[selected]
     if hidden.shape[0] != target.numel():
         raise BertkitError("masked-LM labels at padding positions must be -100 (nothing is predicted there)")
     logits = head(hidden, word_embeddings)  # (N, V)
-    # Mean over predicted tokens, as CrossEntropyLoss(ignore_index=-100) does; 0 (not NaN) if none are.
-    loss = F.cross_entropy(logits, target, reduction="sum") / target.numel() if target.numel() else logits.sum() * 0
-    return logits, loss
+    return (logits, *token_loss(logits, target, num_items_in_batch))
 
 
 class _HeadModel(PretrainedMixin, nn.Module):
@@ -126,11 +159,14 @@ class _HeadModel(PretrainedMixin, nn.Module):
             if name != "bert":
                 module.apply(lambda m: init_bert_weights(m, self.config.initializer_range))
 
-    def _encode(self, input_ids, token_type_ids, attention_mask, output_hidden_states,
-                inputs_embeds: Tensor | None = None, output_attentions: bool = False) -> BertModelOutput:
-        return self.bert(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
-                         output_hidden_states=output_hidden_states, inputs_embeds=inputs_embeds,
-                         output_attentions=output_attentions)
+    def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                output_hidden_states: bool | None, output_attentions: bool | None) -> BertModelOutput:
+        return self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                         output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+
+    def _result(self, result: TupleAccess, return_dict: bool | None):
+        """The output dataclass, or its tuple for ``return_dict=False`` (default: ``config.return_dict``)."""
+        return result if (self.config.return_dict if return_dict is None else return_dict) else result.to_tuple()
 
     @property
     def _classifier_dropout(self) -> float:
@@ -154,21 +190,23 @@ class BertForPreTraining(_HeadModel):
         self.nsp = nn.Linear(config.hidden_size, 2)
         self._init_head()
 
-    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
-                attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                next_sentence_label: Tensor | None = None, output_hidden_states: bool = False,
-                inputs_embeds: Tensor | None = None,
-                output_attentions: bool = False, return_dict: bool = True) -> PreTrainingOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
-                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
-        logits, mlm_loss = masked_lm_loss(self.mlm, out,
-                                          self.bert.embeddings.word_embeddings.weight, labels)
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
+                next_sentence_label: Tensor | None = None,
+                *, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, return_dict: bool | None = None,
+                num_items_in_batch: Tensor | float | None = None) -> PreTrainingOutput:
+        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                           output_hidden_states, output_attentions)
+        logits, mlm_loss, mlm_objective = masked_lm_loss(self.mlm, out, self.bert.embeddings.word_embeddings.weight,
+                                                         labels, num_items_in_batch)
         nsp_logits = self.nsp(out.pooler_output)  # (B, 2)
         nsp_loss = F.cross_entropy(nsp_logits, next_sentence_label.view(-1)) if next_sentence_label is not None else None
-        parts = [x for x in (mlm_loss, nsp_loss) if x is not None]
+        parts = [x for x in (mlm_objective, nsp_loss) if x is not None]
         loss = sum(parts[1:], parts[0]) if parts else None
         result = PreTrainingOutput(loss, mlm_loss, nsp_loss, logits, nsp_logits, out.hidden_states, out.attentions)
-        return result if return_dict else result.to_tuple()
+        return self._result(result, return_dict)
 
 
 class BertForMaskedLM(_HeadModel):
@@ -182,16 +220,18 @@ class BertForMaskedLM(_HeadModel):
         self.mlm = MaskedLMHead(config)
         self._init_head()
 
-    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
-                attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False, inputs_embeds: Tensor | None = None,
-                output_attentions: bool = False, return_dict: bool = True) -> PreTrainingOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
-                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
-        logits, loss = masked_lm_loss(self.mlm, out,
-                                      self.bert.embeddings.word_embeddings.weight, labels)
-        result = PreTrainingOutput(loss, loss, None, logits, None, out.hidden_states, out.attentions)
-        return result if return_dict else result.to_tuple()
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
+                *, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, return_dict: bool | None = None,
+                num_items_in_batch: Tensor | float | None = None) -> MaskedLMOutput:
+        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                           output_hidden_states, output_attentions)
+        logits, mean, loss = masked_lm_loss(self.mlm, out, self.bert.embeddings.word_embeddings.weight, labels,
+                                            num_items_in_batch)
+        result = MaskedLMOutput(loss, logits, out.hidden_states, out.attentions, mlm_loss=mean)
+        return self._result(result, return_dict)
 
 
 class BertForNextSentencePrediction(_HeadModel):
@@ -204,17 +244,17 @@ class BertForNextSentencePrediction(_HeadModel):
         self.nsp = nn.Linear(config.hidden_size, 2)
         self._init_head()
 
-    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
-                attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False,
-                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
-                return_dict: bool = True) -> ClassifierOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
-                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
+                *, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, return_dict: bool | None = None) -> ClassifierOutput:
+        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                           output_hidden_states, output_attentions)
         logits = self.nsp(out.pooler_output)
         loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
-        return result if return_dict else result.to_tuple()
+        return self._result(result, return_dict)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -237,12 +277,13 @@ class BertForSequenceClassification(_HeadModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self._init_head()
 
-    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
-                attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False, inputs_embeds: Tensor | None = None,
-                output_attentions: bool = False, return_dict: bool = True) -> ClassifierOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
-                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
+                *, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, return_dict: bool | None = None) -> ClassifierOutput:
+        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                           output_hidden_states, output_attentions)
         logits = self.classifier(self.dropout(out.pooler_output))  # (B, C)
         loss = None
         if labels is not None:
@@ -255,7 +296,7 @@ class BertForSequenceClassification(_HeadModel):
             else:
                 loss = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
-        return result if return_dict else result.to_tuple()
+        return self._result(result, return_dict)
 
 
 class BertForTokenClassification(_HeadModel):
@@ -270,13 +311,14 @@ class BertForTokenClassification(_HeadModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self._init_head()
 
-    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
-                attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False,
-                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
-                return_dict: bool = True) -> ClassifierOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
-                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
+                *, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, return_dict: bool | None = None,
+                num_items_in_batch: Tensor | float | None = None) -> ClassifierOutput:
+        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                           output_hidden_states, output_attentions)
         stored = self.classifier(self.dropout(out.tokens))  # per stored token: (B, T, C) or (N, C)
         loss = None
         if labels is not None:
@@ -288,9 +330,9 @@ class BertForTokenClassification(_HeadModel):
                 if int((target != IGNORE_INDEX).sum()) != int((labels != IGNORE_INDEX).sum()):
                     raise BertkitError("token labels at padding positions must be -100 (pad labels with -100, as "
                                      "bertkit's collate does); otherwise padding would count in the loss")
-            loss = F.cross_entropy(stored.reshape(-1, stored.size(-1)), target, ignore_index=IGNORE_INDEX)
+            _, loss = token_loss(stored.reshape(-1, stored.size(-1)), target, num_items_in_batch)
         result = ClassifierOutput(loss, out.token_layout.to_batch(stored), out.hidden_states, out.attentions)
-        return result if return_dict else result.to_tuple()
+        return self._result(result, return_dict)
 
 
 class BertForQuestionAnswering(_HeadModel):
@@ -304,13 +346,14 @@ class BertForQuestionAnswering(_HeadModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self._init_head()
 
-    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
-                attention_mask: Tensor | None = None, start_positions: Tensor | None = None,
-                end_positions: Tensor | None = None, output_hidden_states: bool = False,
-                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
-                return_dict: bool = True) -> QuestionAnsweringOutput:
-        out = self._encode(input_ids, token_type_ids, attention_mask, output_hidden_states,
-                           inputs_embeds=inputs_embeds, output_attentions=output_attentions)
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, start_positions: Tensor | None = None,
+                end_positions: Tensor | None = None,
+                *, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, return_dict: bool | None = None) -> QuestionAnsweringOutput:
+        out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                           output_hidden_states, output_attentions)
         logits = out.token_layout.to_batch(self.qa_outputs(out.tokens))  # (B, T, 2)
         if attention_mask is not None:
             # SQuAD windows are ~half padding, and the encoder skips it. google-research/bert and transformers
@@ -334,7 +377,7 @@ class BertForQuestionAnswering(_HeadModel):
                                      "softmax gives no probability; answers must lie on real tokens")
             loss = (F.cross_entropy(start_logits, s, ignore_index=T) + F.cross_entropy(end_logits, e, ignore_index=T)) / 2
         result = QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
-        return result if return_dict else result.to_tuple()
+        return self._result(result, return_dict)
 
 
 class BertForMultipleChoice(_HeadModel):
@@ -349,23 +392,24 @@ class BertForMultipleChoice(_HeadModel):
         self.classifier = nn.Linear(config.hidden_size, 1)
         self._init_head()
 
-    def forward(self, input_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
-                attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                output_hidden_states: bool = False,
-                inputs_embeds: Tensor | None = None, output_attentions: bool = False,
-                return_dict: bool = True) -> ClassifierOutput:
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
+                *, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, return_dict: bool | None = None) -> ClassifierOutput:
         given = input_ids if input_ids is not None else inputs_embeds
         if given is None or given.dim() != (3 if input_ids is not None else 4):
             raise BertkitError("input_ids must be (batch, num_choices, seq_len) (or inputs_embeds (batch, num_choices, "
                                f"seq_len, hidden_size)), got {None if given is None else tuple(given.shape)}")
         B, C, T = given.shape[:3]
-        flat = [x.reshape(B * C, T) if x is not None else None for x in (input_ids, token_type_ids, attention_mask)]
+        flat = [x.reshape(B * C, T) if x is not None else None
+                for x in (input_ids, attention_mask, token_type_ids, position_ids)]  # (B * C, T) each
         embeds = inputs_embeds.reshape(B * C, T, -1) if inputs_embeds is not None else None
-        out = self._encode(*flat, output_hidden_states, inputs_embeds=embeds, output_attentions=output_attentions)
+        out = self._encode(*flat, embeds, output_hidden_states, output_attentions)
         logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
         loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
-        return result if return_dict else result.to_tuple()
+        return self._result(result, return_dict)
 
 
 HEAD_MODELS: dict[str, type[_HeadModel]] = {

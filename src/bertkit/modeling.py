@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from bertkit.checkpoint_io import PretrainedMixin
+from bertkit.compat import EncoderView, TupleAccess
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.padding import TokenLayout, is_tracing, self_attention
@@ -61,7 +62,8 @@ class BertEmbeddings(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        # padding_idx as transformers: the [PAD] row gets no gradient through the lookup (and starts at zero)
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -140,6 +142,9 @@ def init_bert_weights(module: nn.Module, std: float) -> None:
         nn.init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
         nn.init.zeros_(module.bias)
@@ -190,26 +195,6 @@ def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: T
     return shape
 
 
-class TupleAccess:
-    """transformers' output habits: ``out[0]``, ``out["logits"]``, ``out.to_tuple()``. The tuple holds the
-    fields transformers' output class has, in its order, leaving out those that are None (as it does)."""
-
-    tuple_fields: ClassVar[tuple[str, ...]] = ()
-
-    def to_tuple(self) -> tuple[Any, ...]:
-        return tuple(v for v in (getattr(self, f) for f in self.tuple_fields) if v is not None)
-
-    def __getitem__(self, key: int | slice | str) -> Any:
-        if isinstance(key, str):
-            if key not in self.tuple_fields:
-                raise KeyError(f"{key!r}: this output has {', '.join(self.tuple_fields)}")
-            return getattr(self, key)
-        return self.to_tuple()[key]
-
-    def __len__(self) -> int:
-        return len(self.to_tuple())
-
-
 @dataclass
 class BertModelOutput(TupleAccess):
     """Encoder outputs. ``tokens`` are the stored token states: (B, T, H) in the padded layout, (N, H)
@@ -256,21 +241,32 @@ class BertModel(PretrainedMixin, nn.Module):
         # Recompute each layer's activations in the backward pass instead of keeping them (training memory
         # for compute); the training loop sets it for --gradient-checkpointing. Results are unchanged.
         self.gradient_checkpointing = False
+        # "sdpa" (default): PyTorch's fused attention on real tokens; "eager": attention written out on the padded
+        # rectangle, as transformers' eager implementation (what output_attentions=True uses anyway).
+        self.attn_implementation = "sdpa"
         self.apply(lambda m: init_bert_weights(m, config.initializer_range))
+
+    @property
+    def encoder(self) -> EncoderView:
+        """transformers' ``model.encoder.layer[i]`` (freezing recipes walk it): a view onto ``self.layers``."""
+        return EncoderView(self.layers)
 
     def forward(
         self,
         input_ids: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
         attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
         position_ids: Tensor | None = None,
-        output_hidden_states: bool = False,
-        layout: str | None = None,
         inputs_embeds: Tensor | None = None,
-        output_attentions: bool = False,
-        return_dict: bool = True,
+        *,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
+        layout: str | None = None,
     ) -> BertModelOutput | tuple[Tensor, ...]:
-        """Encode a batch.
+        """Encode a batch. Positional arguments are in transformers' order (input_ids, attention_mask,
+        token_type_ids, position_ids, inputs_embeds); the rest are keywords only, so a call written for
+        transformers can never bind a tensor to another meaning.
 
         ``layout="auto"`` drops padding before the first layer whenever the batch has any (right-padded
         rows), computing every per-token layer on real tokens only; outputs at real positions equal the
@@ -281,12 +277,17 @@ class BertModel(PretrainedMixin, nn.Module):
         lookup; ``output_attentions`` returns each layer's attention probabilities (B, nh, T, T), computed
         on the padded rectangle with attention written out (slower: only when asked); ``return_dict=False``
         returns ``to_tuple()`` (last_hidden_state, pooler_output, then hidden states / attentions if asked).
+        The three switches default to ``config.output_hidden_states`` / ``output_attentions`` / ``return_dict``.
         """
+        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        return_dict = self.config.return_dict if return_dict is None else return_dict
         B, T = check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids, inputs_embeds)
         layout = "padded" if is_tracing() else layout or self.layout  # export: static shapes, no data checks
         if layout not in LAYOUTS:
             raise BertkitError(f"layout {layout!r} is not one of {LAYOUTS}")
-        if output_attentions:
+        eager = output_attentions or self.attn_implementation == "eager"
+        if eager:
             layout = "padded"  # probabilities per (query, key) position of the caller's rectangle
         if T > self.config.max_position_embeddings:
             raise BertkitError(
@@ -319,9 +320,9 @@ class BertModel(PretrainedMixin, nn.Module):
         for layer in self.layers:
             # Non-reentrant checkpointing replays the layer's dropout with the same random state
             if recompute:
-                x, probs = checkpoint(layer, x, lay, output_attentions, use_reentrant=False)
+                x, probs = checkpoint(layer, x, lay, eager, use_reentrant=False)
             else:
-                x, probs = layer(x, lay, output_attentions)
+                x, probs = layer(x, lay, eager)
             if states is not None:
                 states.append(x)
             if attentions is not None:
@@ -347,9 +348,6 @@ class BertModel(PretrainedMixin, nn.Module):
         for layer in self.layers:
             layer.compile(**kwargs)
         return self
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
 
 
 def require_compiler(device_type: str = "cpu") -> None:
