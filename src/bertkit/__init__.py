@@ -22,6 +22,15 @@ _EXPORTS = {
     "BertForMultipleChoice": "bertkit.heads",
     "BertTokenizer": "bertkit.tokenization",
     "pipeline": "bertkit.inference",
+    "AutoConfig": "bertkit.auto",
+    "AutoModel": "bertkit.auto",
+    "AutoModelForPreTraining": "bertkit.auto",
+    "AutoModelForMaskedLM": "bertkit.auto",
+    "AutoModelForNextSentencePrediction": "bertkit.auto",
+    "AutoModelForSequenceClassification": "bertkit.auto",
+    "AutoModelForTokenClassification": "bertkit.auto",
+    "AutoModelForQuestionAnswering": "bertkit.auto",
+    "AutoModelForMultipleChoice": "bertkit.auto",
 }
 __all__ = list(_EXPORTS)
 

@@ -1,0 +1,114 @@
+"""``AutoConfig`` and ``AutoModel*``: the names transformers users type, resolving BERT checkpoints.
+
+A checkpoint's ``config.json`` names its ``model_type``; bertkit implements BERT only, so anything else
+(``roberta``, ``distilbert``, ...) is refused with the type it found rather than loaded into the wrong
+network. Each ``AutoModelFor<Task>`` builds the bertkit head class of that task; ``AutoTokenizer`` lives
+with the tokenizer (``bertkit.tokenization``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
+from bertkit.heads import (
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForNextSentencePrediction,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+from bertkit.modeling import BertModel
+
+
+def _check_model_type(path: str | Path) -> Path:
+    """The checkpoint directory, once its config.json says model_type "bert" (or says none, as Google's)."""
+    from bertkit.hub import resolve_directory
+
+    directory = resolve_directory(path)
+    config = directory / "config.json" if directory.is_dir() else directory
+    if config.is_file():
+        try:
+            model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type", "bert")
+        except (json.JSONDecodeError, AttributeError):
+            model_type = "bert"  # BertConfig.from_json_file reports the damage with line and column
+        if model_type != "bert":
+            raise BertkitError(f"{config} is a {model_type!r} checkpoint (model_type {model_type!r}); bertkit "
+                               "implements BERT (model_type 'bert') only: load it with transformers")
+    return directory
+
+
+class AutoConfig:
+    """``AutoConfig.from_pretrained(path_or_id, **overrides)`` -> ``BertConfig``."""
+
+    def __init__(self) -> None:
+        raise BertkitError("AutoConfig is not instantiated: use AutoConfig.from_pretrained(path)")
+
+    @staticmethod
+    def from_pretrained(path: str | Path, **overrides: Any) -> BertConfig:
+        return BertConfig.from_pretrained(_check_model_type(path), **overrides)
+
+    @staticmethod
+    def for_model(model_type: str, **fields: Any) -> BertConfig:
+        if model_type != "bert":
+            raise BertkitError(f"model_type {model_type!r}: bertkit implements BERT (model_type 'bert') only")
+        return BertConfig(**fields)
+
+
+class _AutoModel:
+    """``from_pretrained`` / ``from_config`` onto one bertkit model class."""
+
+    model_class: type = BertModel
+
+    def __init__(self) -> None:
+        raise BertkitError(f"{type(self).__name__} is not instantiated: use {type(self).__name__}.from_pretrained(path)"
+                           " or .from_config(config)")
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path | None, **kwargs: Any):
+        return cls.model_class.from_pretrained(None if path is None else _check_model_type(path), **kwargs)
+
+    @classmethod
+    def from_config(cls, config: BertConfig, **kwargs: Any):
+        """A freshly initialised model of this config (no weights loaded), as transformers' ``from_config``."""
+        if not isinstance(config, BertConfig):
+            raise BertkitError(f"from_config needs a bertkit BertConfig, got {type(config).__name__}; build one with "
+                               "AutoConfig.from_pretrained(path) or BertConfig(...)")
+        return cls.model_class(config, **kwargs)
+
+
+class AutoModel(_AutoModel):
+    model_class = BertModel
+
+
+class AutoModelForPreTraining(_AutoModel):
+    model_class = BertForPreTraining
+
+
+class AutoModelForMaskedLM(_AutoModel):
+    model_class = BertForMaskedLM
+
+
+class AutoModelForNextSentencePrediction(_AutoModel):
+    model_class = BertForNextSentencePrediction
+
+
+class AutoModelForSequenceClassification(_AutoModel):
+    model_class = BertForSequenceClassification
+
+
+class AutoModelForTokenClassification(_AutoModel):
+    model_class = BertForTokenClassification
+
+
+class AutoModelForQuestionAnswering(_AutoModel):
+    model_class = BertForQuestionAnswering
+
+
+class AutoModelForMultipleChoice(_AutoModel):
+    model_class = BertForMultipleChoice
