@@ -176,6 +176,15 @@ def all_gather(obj: Any) -> list[Any]:
     return out
 
 
+def sum_over_ranks(value: int, device: str) -> int:
+    """``value`` summed over every rank (itself in one process)."""
+    if not current().enabled:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return int(t.item())
+
+
 def any_rank(flag: bool, device: str) -> bool:
     """True when ``flag`` is true on some rank: one decision every rank takes the same way."""
     if not current().enabled:

@@ -33,7 +33,15 @@ from torch import Tensor, nn
 from bertkit._hardware import warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.outputs import atomic_write_text, fsync_dir
-from bertkit.training.distributed import DistInfo, Replicas, all_gather, any_rank, current, resolve_device
+from bertkit.training.distributed import (
+    DistInfo,
+    Replicas,
+    all_gather,
+    any_rank,
+    current,
+    resolve_device,
+    sum_over_ranks,
+)
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
 from bertkit.training.settings import TrainingSettings
 
@@ -310,6 +318,72 @@ def _restore_rank_state(state: dict, info: DistInfo, seed: int, step: int, devic
 
 
 # -------------------------------------------------------------------------------------------------
+# Token-level losses across micro-batches
+# -------------------------------------------------------------------------------------------------
+
+
+def target_count(batch: Batch) -> int | None:
+    """Labelled tokens in ``batch`` when its loss is per token (masked LM, tagging: labels (B, T) like
+    input_ids, -100 where no loss); None for a per-sequence loss (classification, regression, spans)."""
+    labels, ids = batch.get("labels"), batch.get("input_ids")
+    if labels is None or ids is None or labels.shape != ids.shape or labels.is_floating_point():
+        return None
+    return int((labels != -100).sum())
+
+
+def step_targets(plan: BatchPlan, epoch: int, batch: int, accum: int, first: Batch, device: str) -> int | None:
+    """The labelled tokens of a whole optimiser step: the ``accum`` micro-batches from (epoch, batch) on, every
+    rank's, of which ``first`` (this rank's micro-batch at (epoch, batch)) is in hand; None for per-sequence losses.
+
+    A token-averaged loss must be divided by this global count, not averaged per micro-batch: when the
+    micro-batches of a step (accumulation, or processes) hold different numbers of targets, a mean of means
+    gives the tokens of a sparse micro-batch more weight, and 2 x 16 would not train as 1 x 32. The later
+    micro-batches are collated once more here, for their labels (what transformers' Trainer reads ahead for
+    ``num_items_in_batch`` too); the count of the step's ranks is one all-reduce."""
+    count = target_count(first)
+    if count is None:
+        return None
+    n = len(plan)
+    for i in range(1, accum):
+        e, b = epoch + (batch + i) // n, (batch + i) % n
+        mine = plan.shard(plan.global_batches(e)[b])
+        count += target_count(plan.load(e, mine)) if mine else 0
+    if first["input_ids"].shape[0] and not plan.shard(plan.global_batches(epoch)[batch]):
+        count -= target_count(first)  # an empty share runs one example of the batch at weight 0: not a target
+    return sum_over_ranks(count, device)
+
+
+def _accepts_num_items(model: nn.Module) -> bool:
+    import inspect
+
+    module = getattr(model, "module", model)  # DDP wraps the model; FSDP2 shards it in place
+    return "num_items_in_batch" in inspect.signature(module.forward).parameters
+
+
+def _objective(out: Any, weight: float, accum: int, token_level: bool) -> Any:
+    """The loss this micro-batch back-propagates. Per-sequence losses: its mean, weighted by the micro-batch's
+    share of the global batch (``weight``), over the accumulation steps. Per-token losses were already divided
+    by the step's global target count (``num_items_in_batch``), so they are summed as they are; a next-sentence
+    part (pre-training) is per sequence and weighted as above."""
+    if not token_level:
+        return out.loss / accum if weight == 1.0 else out.loss * weight / accum
+    if weight == 0:
+        return out.loss * 0
+    nsp = getattr(out, "nsp_loss", None)
+    return out.loss if nsp is None else out.loss + nsp * (weight / accum - 1)
+
+
+def _logged_loss(out: Any, num_items: float | None, local: int | None) -> float:
+    """The micro-batch's mean loss for the logs, whatever normalisation the objective used."""
+    if num_items is None:
+        return out.loss.item()
+    if getattr(out, "mlm_loss", None) is not None:
+        nsp = getattr(out, "nsp_loss", None)
+        return out.mlm_loss.item() + (nsp.item() if nsp is not None else 0.0)
+    return out.loss.item() * num_items / local if local else 0.0
+
+
+# -------------------------------------------------------------------------------------------------
 # The loop
 # -------------------------------------------------------------------------------------------------
 
@@ -464,6 +538,9 @@ def train(
     window_n = int(window.pop("_n", 0))
     seqs, tokens, t0 = 0, 0, time.perf_counter()
     micro, spoiled = 0, None  # spoiled: why the current optimiser step's gradient cannot be used
+    # Token-level losses (masked LM, tagging) are divided by the labelled tokens of the whole optimiser step
+    # (all micro-batches, all ranks: ``step_targets``) when the model takes transformers' num_items_in_batch.
+    token_losses, num_items = _accepts_num_items(work), None
     work.train()
     while pos.phase < len(phases):
         phase = phases[pos.phase]
@@ -482,15 +559,17 @@ def train(
                 sync = micro % accum == 0
                 # Under DDP/FSDP every rank runs every backward pass, a spoiled one too: skipping one would
                 # leave the others waiting in the gradient all-reduce. The step is then dropped on all ranks.
+                if (micro - 1) % accum == 0 and token_losses:  # the first micro-batch of an optimiser step
+                    targets = step_targets(phase.plan, pos.epoch, pos.batch - 1, accum, batch, device)
+                    num_items = None if targets is None else max(targets, 1) / info.world_size
                 if spoiled is None or info.enabled:
                     with replicas.accumulating(sync):
                         with _autocast(args, device):
-                            out = work(**batch)
-                        loss = out.loss.item()
-                        finite = math.isfinite(loss)
+                            out = work(**batch) if num_items is None else work(**batch, num_items_in_batch=num_items)
+                        loss = _logged_loss(out, num_items, target_count(batch))
+                        finite = math.isfinite(out.loss.item())
                         if finite or info.enabled:
-                            part = out.loss / accum if weight == 1.0 else out.loss * weight / accum
-                            scaler.scale(part).backward()
+                            scaler.scale(_objective(out, weight, accum, num_items is not None)).backward()
                         if finite and weight > 0:
                             window["loss"] = window.get("loss", 0.0) + loss
                             for k, v in (batch_metrics(batch, out) if batch_metrics else {}).items():
