@@ -6,41 +6,24 @@ is ours and small (we parse and check the JSON ourselves, so every error message
 LitServe would bring its own batching loop and worker processes; one process owning one model, with the
 batching below, is simpler to reason about and is what makes bertkit's unpadded batches pay off.
 
-Endpoints. The bodies and answers are those of Hugging Face's Inference API, so that
-``huggingface_hub.InferenceClient(model="http://HOST:PORT/predict")`` works unchanged, and of Hugging Face's
-text-embeddings-inference (TEI) server where it has the route:
+Endpoints (docs/inference.md has each task's answer and parameters). Bodies and answers are those of Hugging
+Face's Inference API, so ``huggingface_hub.InferenceClient(model="http://HOST:PORT/predict")`` works
+unchanged, and of Hugging Face's text-embeddings-inference (TEI) server where it has the route:
 
-- ``POST /predict``: ``{"inputs": ..., "parameters": {...}}``; ``inputs`` is one input or a list of inputs
-  (a text; a pair ``{"text", "text_pair"}``, or ``[text, text_pair]`` inside a list, where ``[text]`` is a
-  text, as in TEI's batches; ``{"question", "context"}``; ...). Answers, per task, as the Inference API's:
-  text-classification ``[[{label, score}, ...]]`` for one text (every label, best first; ``top_k``,
-  ``function_to_apply``), one such list per input for a list; token-classification the entity groups
-  ``[{entity_group, score, word, start, end}]``; fill-mask the candidates; question-answering
-  ``{score, start, end, answer}`` (a list of them when ``top_k`` > 1); feature-extraction and
-  sentence-embedding one vector per input, ``[vector]`` for one text (``normalize``, ``truncate``,
-  ``dimensions`` at the body's top level, as InferenceClient sends them). A text-classification body
-  with one of TEI's fields (``raw_scores``, ``truncate``, ``truncation_direction``) gets TEI's answer,
-  which for one text is the flat list ``[{score, label}, ...]``.
-- ``POST /embed`` (TEI; embedding tasks): ``{"inputs": str | [str], "normalize": true, "truncate": bool,
-  "dimensions": int}`` -> a list of vectors, one per input.
-- ``GET /health``: liveness, answered by the event loop without the model thread. ``GET /ready``: 200 while
-  there is room for more inputs, 503 with ``Retry-After`` while the admission bound is reached or the
-  server drains. ``GET /metadata``: model, task, labels, limits, admission state and counters.
+- ``POST /predict``: ``{"inputs": ..., "parameters": {...}}``, one input or a list (a pair is
+  ``{"text", "text_pair"}``, or ``[text, text_pair]`` inside a list, where ``[text]`` is a text as in TEI's
+  batches). A text-classification body with one of TEI's fields (``raw_scores``, ``truncate``, ...) is
+  answered in TEI's shape. ``POST /embed``: TEI's, for the embedding tasks.
+- ``GET /health``: liveness, from the event loop alone. ``GET /ready``: 503 with ``Retry-After`` while the
+  admission bound is reached or the server drains. ``GET /metadata``: limits, admission state, counters.
 
-Dynamic batching: requests arriving within ``max_wait_ms`` of the first waiting one are joined, whole,
-while their inputs fit in ``max_batch_size``, into one pipeline call whose inputs are grouped by length; a
-request with more inputs than that runs alone (the pipeline cuts it into batches of ``max_batch_size``).
-One worker thread owns the model.
-
-Admission and faults: at most ``max_concurrent_requests`` inputs (TEI's name; it too counts inputs) are
-admitted and not yet answered; a request that would go over is answered 429 with ``Retry-After`` at once.
-A request whose client disconnects, or whose ``X-Request-Timeout`` (seconds) passes, is dropped before it
-reaches the model (a 504 for the deadline). On SIGTERM the server stops accepting connections, answers the
-requests it admitted, and stops after at most ``graceful_shutdown_s``.
-
-Limits, each a 4xx naming it: ``max_body_bytes`` (413), ``max_items`` per request (422), ``max_text_chars``
-per input (422); malformed JSON is a 400, a wrong shape or type a 422. Errors are ``{"error", "error_type"}``
-(TEI's form; the Inference API's clients read ``error``).
+Batching: requests arriving within ``max_wait_ms`` of the first waiting one are joined, whole, while their
+inputs fit in ``max_batch_size``, into one pipeline call on the one model thread (a request with more inputs
+runs alone). Admission: at most ``max_concurrent_requests`` inputs (TEI's name; it too counts inputs) are
+admitted and not yet answered; a request that would go over gets 429 with ``Retry-After`` at once. Work of
+a client that disconnected, or whose ``X-Request-Timeout`` passed (504), is dropped before the model. On
+SIGTERM admitted requests finish (at most ``graceful_shutdown_s``). Limits, each a 4xx naming it:
+``max_body_bytes`` (413), ``max_items``, ``max_text_chars`` (422). Errors are ``{"error", "error_type"}``.
 """
 
 from __future__ import annotations
@@ -63,10 +46,10 @@ from bertkit.errors import BertkitError, NonFiniteError
 
 logger = logging.getLogger("bertkit")
 
-# Inputs admitted and not yet answered. MiniLM (6 layers, H=384) on 2 AVX2 cores with one model thread
-# runs ~7 inputs/s of 300-word texts (~320 tokens): 64 inputs is ~10 s of work there, the longest an
-# admitted request then waits; short texts (SST-2, ~25 tokens, ~110 inputs/s) drain 64 in under a second
-# (docs/inference.md has the measurement).
+# Inputs admitted and not yet answered. MiniLM (6 layers, H=384) on this project's 2-core machine with one
+# model thread runs ~7 inputs/s of 300-word texts (~320 tokens): 64 inputs is ~10 s of work there, the
+# longest an admitted request then waits; short texts (SST-2, ~25 tokens, ~110 inputs/s) drain 64 in under a
+# second (docs/inference.md has the measurement).
 DEFAULT_MAX_CONCURRENT_REQUESTS = 64
 
 EMBEDDING_TASKS = ("feature-extraction", "sentence-embedding")
@@ -180,6 +163,15 @@ class Batcher:
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._loop())
+
+        def stopped(task: asyncio.Task) -> None:
+            if not task.cancelled():
+                logger.error("the batching loop stopped; /health now answers 503", exc_info=task.exception())
+
+        self.task.add_done_callback(stopped)
+
+    def alive(self) -> bool:
+        return self.task is not None and not self.task.done()
 
     async def stop(self) -> None:
         if self.task is not None:
@@ -665,6 +657,8 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
 
     @app.get("/health")
     async def health() -> Any:
+        if not state["batcher"].alive():  # a bug stopped the loop that feeds the model: restart this replica
+            return JSONResponse({"error": "the batching loop has stopped", "error_type": "unhealthy"}, 503)
         return {"status": "ok"}
 
     @app.get("/ready")

@@ -1,0 +1,200 @@
+"""Overload test of ``bertkit serve``: a burst of concurrent requests far above what the server admits, then
+clients that give up early, on 127.0.0.1 only; bounded in requests (``--flood`` + ``--unloaded`` + ``--quitters``
++ 2) and in time (``--max-seconds``).
+
+The server is ``bertkit serve`` on MiniLM with a seeded two-label head (text-classification), one model thread
+(``--server-threads``), run as its own process. Each request carries ``--texts-per-request`` texts of
+``--words`` words cut from SST-2 dev sentences. Phases, one after the other:
+
+1. unloaded: ``--unloaded`` requests one at a time (latency p50/p99 of a server with nothing else to do);
+2. flood: ``--flood`` requests at once, each client waiting up to ``--client-timeout`` s, while /health is
+   polled every 100 ms: how many are answered, refused (429/503, and how fast), or time out, the admitted
+   requests' latency, /health's latency, and how long one short request sent right after the last answer
+   takes to be answered (retrying a refusal every 100 ms);
+3. quitters: ``--quitters`` clients send a request and disconnect after ``--quit-after-ms``; then one short
+   request, timed the same way: its wait says whether the abandoned work was computed.
+
+    .venv/bin/python bench/bench_overload.py --model models/minilm
+
+Prints one JSON line: the figures above, the server's counters, its peak RSS, and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_serve import SST2, free_port, make_classifier, percentile, start
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(1000 * seconds, 1)
+
+
+def texts_for(sentences: list[str], words: int, count: int) -> list[str]:
+    """``count`` texts of ``words`` words each, cut in order from the sentences (wrapping around)."""
+    pool = " ".join(sentences).split()
+    return [" ".join(pool[(i * words + j) % len(pool)] for j in range(words)) for i in range(count)]
+
+
+async def post(client, url: str, inputs, timeout: float) -> tuple[str, float, dict]:
+    """(outcome, seconds, headers): outcome is the status code as text, or "timeout" / "error:<kind>"."""
+    import httpx
+
+    t0 = time.perf_counter()
+    try:
+        r = await client.post(f"{url}/predict", json={"inputs": inputs}, timeout=timeout)
+        return str(r.status_code), time.perf_counter() - t0, dict(r.headers)
+    except httpx.TimeoutException:
+        return "timeout", time.perf_counter() - t0, {}
+    except httpx.HTTPError as e:
+        return f"error:{type(e).__name__}", time.perf_counter() - t0, {}
+
+
+async def run(url: str, args: argparse.Namespace, long_texts: list[str], short: str) -> dict:
+    import httpx
+
+    per = args.texts_per_request
+    request = [long_texts[i * per:(i + 1) * per] for i in range(args.flood + args.unloaded + args.quitters)]
+    limits = httpx.Limits(max_connections=args.flood + 8, max_keepalive_connections=args.flood + 8)
+    out: dict = {}
+    async with httpx.AsyncClient(limits=limits) as client:
+        await post(client, url, request[0], 120)  # warm-up
+        lat = [(await post(client, url, request[i], args.client_timeout))[1] for i in range(args.unloaded)]
+        out["unloaded"] = {"requests": len(lat), "p50_ms": ms(percentile(lat, 0.5)), "p99_ms": ms(percentile(lat, 0.99))}
+
+        health: list[float] = []
+        done = asyncio.Event()
+
+        async def poll_health() -> None:
+            async with httpx.AsyncClient() as own:  # its own connection, as a load balancer's probe
+                while not done.is_set():
+                    t0 = time.perf_counter()
+                    try:
+                        await own.get(f"{url}/health", timeout=30)
+                        health.append(time.perf_counter() - t0)
+                    except httpx.HTTPError:
+                        health.append(float("inf"))
+                    await asyncio.sleep(0.1)
+
+        prober = asyncio.create_task(poll_health())
+        t0 = time.perf_counter()
+        flood = await asyncio.gather(*(post(client, url, request[args.unloaded + i], args.client_timeout)
+                                       for i in range(args.flood)))
+        wall = time.perf_counter() - t0
+        done.set()
+        await prober
+        after = await answered(client, url, short, args.client_timeout)
+        ok = [s for o, s, _ in flood if o == "200"]
+        refused = [(s, h) for o, s, h in flood if o in ("429", "503")]
+        out["flood"] = {
+            "requests": args.flood, "inputs_per_request": per, "answered": len(ok), "refused": len(refused),
+            "client_timeouts": sum(o == "timeout" for o, _, _ in flood),
+            "other": sorted({o for o, _, _ in flood} - {"200", "429", "503", "timeout"}),
+            "admitted_p50_ms": ms(percentile(ok, 0.5)) if ok else None,
+            "admitted_p99_ms": ms(percentile(ok, 0.99)) if ok else None,
+            "admitted_max_ms": ms(max(ok)) if ok else None,
+            "refused_p99_ms": ms(percentile([s for s, _ in refused], 0.99)) if refused else None,
+            "retry_after_s": sorted({int(h.get("retry-after", 0)) for _, h in refused}),
+            "wall_s": round(wall, 1),
+            "health_p99_ms": ms(percentile(health, 0.99)) if health else None,
+            "health_max_ms": ms(max(health)) if health else None, "health_probes": len(health),
+            "short_request_after_ms": ms(after[1]),
+            "short_request_after": {"status": after[0], "attempts": after[2]}}
+
+        # Clients that give up: each connection is closed after quit_after_ms, with its request queued or running.
+        base = args.unloaded + args.flood
+        quitters = await asyncio.gather(*(post(client, url, request[base + i], args.quit_after_ms / 1000)
+                                          for i in range(args.quitters)))
+        after = await answered(client, url, short, args.client_timeout)
+        out["quitters"] = {"clients": args.quitters, "quit_after_ms": args.quit_after_ms,
+                           "gave_up": sum(o == "timeout" for o, _, _ in quitters),
+                           "short_request_after_ms": ms(after[1]),
+                           "short_request_after": {"status": after[0], "attempts": after[2]}}
+        out["server_stats"] = (await client.get(f"{url}/metadata", timeout=30)).json()["stats"]
+    return out
+
+
+async def answered(client, url: str, inputs, timeout: float) -> tuple[str, float, int]:
+    """(final outcome, seconds until answered, attempts) for a client that retries a refusal every 100 ms
+    (sooner than Retry-After asks, to time when the server takes work again)."""
+    t0 = time.perf_counter()
+    attempt = 0
+    while True:
+        attempt += 1
+        outcome, _, _ = await post(client, url, inputs, timeout)
+        if outcome not in ("429", "503") or time.perf_counter() - t0 > timeout:
+            return outcome, time.perf_counter() - t0, attempt
+        await asyncio.sleep(0.1)
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, default=ROOT / "models" / "minilm")
+    p.add_argument("--flood", type=int, default=400, help="concurrent requests in the burst")
+    p.add_argument("--texts-per-request", type=int, default=4)
+    p.add_argument("--words", type=int, default=300, help="words per text")
+    p.add_argument("--unloaded", type=int, default=10, help="requests sent one at a time before the flood")
+    p.add_argument("--quitters", type=int, default=20, help="clients that give up after --quit-after-ms")
+    p.add_argument("--quit-after-ms", type=float, default=50.0)
+    p.add_argument("--client-timeout", type=float, default=120.0)
+    p.add_argument("--max-concurrent-requests", type=int, default=None, help="the server's (default: its own)")
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--server-threads", type=int, default=1, help="OMP_NUM_THREADS of the server")
+    p.add_argument("--max-seconds", type=float, default=900.0, help="the whole run stops after this long")
+    args = p.parse_args()
+    if args.flood < 1 or args.flood > 2000:
+        raise SystemExit(f"--flood {args.flood}: choose 1..2000 (one connection per request)")
+    with open(SST2, encoding="utf-8", newline="") as f:
+        sentences = [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    n = (args.flood + args.unloaded + args.quitters) * args.texts_per_request
+    long_texts = texts_for(sentences, args.words, n)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = make_classifier(args.model, Path(tmp) / "clf")
+        port = free_port()
+        cmd = [sys.executable, "-m", "bertkit", "serve", "--model", str(model_dir), "--task", "text-classification",
+               "--port", str(port), "--max-batch-size", str(args.max_batch_size), "--log-level", "warning"]
+        if args.max_concurrent_requests:
+            cmd += ["--max-concurrent-requests", str(args.max_concurrent_requests),
+                    "--max-items", str(min(64, args.max_concurrent_requests))]
+        load_before = os.getloadavg()
+        proc = start(cmd, port, args.server_threads)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            meta = __import__("httpx").get(f"{url}/metadata", timeout=30).json()
+            out = asyncio.run(asyncio.wait_for(run(url, args, long_texts, sentences[0]), args.max_seconds))
+            rss = peak_rss_mb(proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    import torch
+
+    print(json.dumps({"bench": "overload", "model": str(args.model), "task": "text-classification",
+                      "words_per_text": args.words, "max_concurrent_requests": meta["limits"]["max_concurrent_requests"],
+                      "max_batch_size": args.max_batch_size, "server_threads": args.server_threads, **out,
+                      "server_peak_rss_mb": rss, "load_average_before": [round(x, 2) for x in load_before],
+                      "load_average_after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
+                      "torch": torch.__version__}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
