@@ -5,6 +5,7 @@ corrupt checkpoints and conversion inputs. The full campaign (with its table) is
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from bertkit.errors import BertkitError
+from bertkit.inference.files import Columns, check_writable, read_inputs
+from bertkit.tasks.files import read_records
 from bertkit.tasks.glue import GlueExample
 from bertkit.training.finetune import classify_task
 
@@ -68,3 +71,195 @@ def test_finetune_classify_on_a_score_column_with_nan_exits_2_naming_the_row_and
     assert code == 2, err
     assert "train.csv:5: label 'inf' is not a finite number" in err and len(err.strip().splitlines()) == 1
     assert not (out / "report.json").exists() and not (out / "best").exists()
+
+
+# -- pipeline(): its arguments and its inputs ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Tiny checkpoints (2 layers, 32 wide) with a 30-word vocabulary: a classifier and a bare encoder."""
+    import torch
+
+    from bertkit import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
+
+    root = tmp_path_factory.mktemp("tiny")
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "film", "dull", "fine", "##s"]
+    (root / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    tok = BertTokenizer(root / "vocab.txt")
+    config = dict(vocab_size=len(words), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    dirs = {"clf": root / "clf", "enc": root / "enc"}
+    BertForSequenceClassification(BertConfig(**config, id2label={0: "neg", 1: "pos"})).save_pretrained(dirs["clf"])
+    BertModel(BertConfig(**config)).save_pretrained(dirs["enc"])
+    for d in dirs.values():
+        tok.save_pretrained(d)
+    return dirs
+
+
+TASK_LIST = "fill-mask, text-classification"
+
+
+@pytest.mark.parametrize("args, message", [
+    ((None,), rf"^pipeline\(\) needs a model: pipeline\(task, model=.*with task one of {TASK_LIST}"),
+    ((5,), rf"^unknown pipeline task 5; choose one of {TASK_LIST}"),
+    ((["text-classification"],), r"^unknown pipeline task \['text-classification'\]; choose one of"),
+    (("text-classification",), r"^pipeline\('text-classification'\) needs a model"),
+])
+def test_pipeline_without_a_usable_task_or_model_names_the_tasks(args, message):
+    from bertkit import pipeline
+
+    with pytest.raises(BertkitError, match=message):
+        pipeline(*args)
+
+
+def test_pipeline_takes_the_model_as_a_keyword_as_transformers_does(tiny_dirs):
+    from bertkit import BertForSequenceClassification, BertTokenizer, pipeline
+    from bertkit.inference import FeatureExtractionPipeline, TextClassificationPipeline
+
+    texts = ["a good film", "dull films", ""]
+    expected = pipeline("text-classification", tiny_dirs["clf"])(texts)
+    for pipe in (pipeline("text-classification", model=tiny_dirs["clf"]),
+                 pipeline(task="text-classification", model=str(tiny_dirs["clf"])),
+                 pipeline(model=tiny_dirs["clf"]),  # the task from config.json's architectures
+                 pipeline("sentiment-analysis", model_dir=tiny_dirs["clf"]),
+                 pipeline("text-classification", model=BertForSequenceClassification.from_pretrained(tiny_dirs["clf"]),
+                          tokenizer=BertTokenizer.from_pretrained(tiny_dirs["clf"]))):
+        assert isinstance(pipe, TextClassificationPipeline)
+        assert pipe(texts) == expected
+    assert [r["label"] for r in expected] == [max(r["scores"], key=r["scores"].get) for r in expected]
+    assert isinstance(pipeline(model=tiny_dirs["enc"]), FeatureExtractionPipeline)
+    with pytest.raises(BertkitError, match=r"the arguments are \(task, model\)"):
+        pipeline(str(tiny_dirs["clf"]), "text-classification")
+    with pytest.raises(BertkitError, match="pipeline model must be a checkpoint directory .* got int"):
+        pipeline("text-classification", model=5)
+    with pytest.raises(BertkitError, match="model= or model_dir="):
+        pipeline("text-classification", model=tiny_dirs["clf"], model_dir=tiny_dirs["clf"])
+
+
+@pytest.mark.parametrize("inputs, message", [
+    (None, r"takes a str or dict or tuple or a list of them, got NoneType"),
+    (5, r"takes a str or dict or tuple or a list of them, got int '5'"),
+    (b"good", r"got bytes"),
+    ({"good", "bad"}, r"inputs are a set, which has no order"),
+    ([["a", "b"]], r"^text-classification input 0 is list"),
+    ([None], r"^text-classification input 0 is NoneType"),
+])
+def test_a_pipeline_given_none_a_number_or_nested_lists_names_what_it_takes(tiny_dirs, inputs, message):
+    from bertkit import pipeline
+
+    with pytest.raises(BertkitError, match=message):
+        pipeline("text-classification", tiny_dirs["clf"])(inputs)
+
+
+def test_a_pipeline_over_10000_inputs_keeps_their_order_and_an_empty_batch_gives_nothing(tiny_dirs):
+    from bertkit import pipeline
+
+    pipe = pipeline("text-classification", tiny_dirs["clf"], batch_size=256, progress=False)
+    texts = [" ".join(["good", "bad", "film", "dull"][(i * 7 + j) % 4] for j in range(i % 9)) for i in range(10_000)]
+    results = pipe(texts)
+    assert len(results) == 10_000 and pipe([]) == []
+    for i in (0, 1, 8, 5_000, 9_999):
+        assert results[i]["scores"] == pytest.approx(pipe(texts[i])["scores"], abs=1e-6)
+
+
+def test_a_truncated_safetensors_file_names_it_before_any_weight_loads(tiny_dirs, tmp_path):
+    from bertkit import pipeline
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in tiny_dirs["clf"].iterdir():
+        data = f.read_bytes()
+        (broken / f.name).write_bytes(data[: len(data) // 2] if f.name == "model.safetensors" else data)
+    with pytest.raises(BertkitError, match=r"broken/model\.safetensors could not be read as safetensors .*truncated"):
+        pipeline("text-classification", broken)
+
+
+# -- predict: users' files -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, content", [
+    ("b.jsonl", '\ufeff{"text": "good"}\n"bad"\n'),
+    ("b.txt", "\ufeffgood\r\nbad\r\n"),
+    ("b.csv", "\ufefftext\r\ngood\r\nbad\r\n"),
+    ("b.tsv", "\ufeffid\ttext\r\n1\tgood\r\n2\tbad\r\n"),
+])
+def test_a_byte_order_mark_and_crlf_line_ends_are_not_part_of_any_text(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content.encode("utf-8"))
+    inputs, _ = read_inputs(path, "text-classification")
+    assert [x if isinstance(x, str) else x["text"] for x in inputs] == ["good", "bad"]
+
+
+def test_an_unclosed_csv_quote_is_refused_naming_its_line_not_read_as_one_field_to_the_end(tmp_path):
+    path = tmp_path / "u.csv"
+    path.write_text('text,n\ngood,1\n"never closed,2\nthird,3\nfourth,4\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"u\.csv:3: not valid CSV from this line on \(unexpected end of data\)"):
+        read_inputs(path, "text-classification")
+    path.write_text('text\n"a"b\n', encoding="utf-8")  # text after a closing quote
+    with pytest.raises(BertkitError, match=r"u\.csv:2: not valid CSV"):
+        list(read_records(path, "csv"))
+    path.write_text('text,n\n"two\nlines",1\n"say ""hi""",2\n', encoding="utf-8")  # what RFC 4180 allows still reads
+    assert read_inputs(path, "text-classification", Columns())[0] == [{"text": "two\nlines"}, {"text": 'say "hi"'}]
+
+
+def test_an_input_directory_and_an_unwritable_output_are_refused_naming_them(tmp_path):
+    (tmp_path / "inputs.csv").mkdir()
+    with pytest.raises(BertkitError, match=r"inputs\.csv is a directory; pass the file"):
+        read_inputs(tmp_path / "inputs.csv", "text-classification")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(BertkitError, match=r"out\.jsonl: .*afile is not a directory"):
+        check_writable(tmp_path / "afile" / "out.jsonl")
+    check_writable(tmp_path / "new" / "deeper" / "out.jsonl")  # directories still to be made are fine
+    assert not (tmp_path / "new").exists()
+    if os.geteuid() == 0:  # root writes anywhere but where the kernel forbids it
+        if not Path("/sys").is_dir():
+            return
+        target = Path("/sys/out.jsonl")
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o500)
+        target = ro / "out.jsonl"
+    with pytest.raises(BertkitError, match=r"out\.jsonl cannot be written: .*; choose a writable directory"):
+        check_writable(target)
+
+
+# -- finetune classify: the checkpoint and the validation file ------------------------------------------
+
+
+def _csv(path: Path, labels: list[str]) -> Path:
+    texts = ["a good film", "dull", "fine", "bad", "good films", "a dull film"]
+    path.write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in zip(texts, labels)), encoding="utf-8")
+    return path
+
+
+def test_finetune_classify_gives_a_fresh_head_to_a_checkpoint_fine_tuned_for_other_labels(tiny_dirs, tmp_path):
+    from bertkit.cli import main
+
+    train = _csv(tmp_path / "train.csv", ["0.5", "1.5", "2.2", "2.5", "0.1", "3.0"])  # regression from a 2-class head
+    assert main(["finetune", "classify", "--model", str(tiny_dirs["clf"]), "--train-file", str(train),
+                 "--validation-file", str(train), "--output-dir", str(tmp_path / "reg"), "--num-train-epochs", "1",
+                 "--batch-size", "3", "--no-progress"]) == 0
+    config = json.loads((tmp_path / "reg" / "best" / "config.json").read_text())
+    assert config["problem_type"] == "regression" and len(config["id2label"]) == 1
+
+    train = _csv(tmp_path / "three.csv", ["a", "b", "c", "a", "b", "c"])  # three classes from a 2-class head
+    assert main(["finetune", "classify", "--model", str(tiny_dirs["clf"]), "--train-file", str(train),
+                 "--validation-file", str(train), "--output-dir", str(tmp_path / "three"), "--num-train-epochs", "1",
+                 "--batch-size", "3", "--no-progress"]) == 0
+    config = json.loads((tmp_path / "three" / "best" / "config.json").read_text())
+    assert config["id2label"] == {"0": "a", "1": "b", "2": "c"}
+
+
+def test_a_constant_regression_validation_column_is_refused_before_training(tiny_dirs, tmp_path, capsys):
+    from bertkit.cli import main
+
+    train = _csv(tmp_path / "train.csv", ["0.5", "1.5", "2.2", "2.5", "0.1", "3.0"])
+    dev = _csv(tmp_path / "dev.csv", ["1.5", "1.5", "1.5"])
+    out = tmp_path / "run"
+    assert main(["finetune", "classify", "--model", str(tiny_dirs["enc"]), "--train-file", str(train),
+                 "--validation-file", str(dev), "--output-dir", str(out), "--no-progress"]) == 2
+    assert "dev.csv: every label is 1.5, so the correlations regression is scored by" in capsys.readouterr().err
+    assert not (out / "runs").exists()

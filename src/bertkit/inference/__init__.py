@@ -10,12 +10,15 @@ encoder then drops) and returns JSON-able results in input order.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, MissingFileError
 from bertkit.inference.base import Pipeline
 from bertkit.inference.pipelines import (
     FeatureExtractionPipeline,
@@ -26,6 +29,7 @@ from bertkit.inference.pipelines import (
     TextClassificationPipeline,
     TokenClassificationPipeline,
 )
+from bertkit.tokenization import BertTokenizer
 
 TASKS: dict[str, type[Pipeline]] = {
     "fill-mask": FillMaskPipeline,
@@ -40,23 +44,94 @@ TASKS: dict[str, type[Pipeline]] = {
 }
 
 
-def pipeline(task: str, model_dir: str | Path, *, device: str | torch.device = "cpu", bf16: bool = False,
-             batch_size: int = 32, max_length: int | None = None, progress: bool | None = None,
-             **options: Any) -> Pipeline:
-    """The ``task`` pipeline over the checkpoint in ``model_dir`` (config.json, model.safetensors, vocab.txt).
+# The task a checkpoint's head serves, from config.json's "architectures" (for pipeline(model=...) without a task).
+TASK_OF_ARCHITECTURE = {
+    "BertForSequenceClassification": "text-classification",
+    "BertForTokenClassification": "token-classification",
+    "BertForQuestionAnswering": "question-answering",
+    "BertForMultipleChoice": "multiple-choice",
+    "BertForMaskedLM": "fill-mask",
+    "BertForPreTraining": "fill-mask",
+    "BertModel": "feature-extraction",
+}
 
-    ``bf16`` runs the model under bfloat16 autocast (CPUs with AVX-512 BF16 / AMX, recent GPUs; scores are
-    still computed in float32/64). ``batch_size`` sequences run at once, grouped by length; ``max_length``
-    (default: the model's positions) caps each sequence: texts are truncated, QA contexts windowed.
-    ``progress`` draws a bar (None: only for long inputs). ``options`` go to the task's pipeline (e.g.
-    ``pooling="cls"``, ``normalize=True`` for embeddings).
+
+def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | None = None, *,
+             tokenizer: str | os.PathLike | BertTokenizer | None = None, device: str | torch.device = "cpu",
+             bf16: bool = False, batch_size: int = 32, max_length: int | None = None, progress: bool | None = None,
+             model_dir: str | os.PathLike | None = None, **options: Any) -> Pipeline:
+    """The ``task`` pipeline over ``model``, as transformers' ``pipeline(task, model)`` is called.
+
+    ``model`` is a checkpoint directory (config.json, model.safetensors, vocab.txt; ``model_dir=`` is the same),
+    or a bertkit model already built, with ``tokenizer=`` (a ``BertTokenizer`` or its directory). Without a task,
+    the checkpoint's head names it (config.json ``architectures``: a sequence classifier gives
+    text-classification, ...). ``bf16`` runs the model under bfloat16 autocast (CPUs with AVX-512 BF16 / AMX,
+    recent GPUs; scores are still computed in float32/64). ``batch_size`` sequences run at once, grouped by
+    length; ``max_length`` (default: the model's positions) caps each sequence: texts are truncated, QA
+    contexts windowed. ``progress`` draws a bar (None: only for long inputs). ``options`` go to the task's
+    pipeline (e.g. ``pooling="cls"``, ``normalize=True`` for embeddings).
     """
-    if task not in TASKS:
-        raise BertkitError(f"unknown pipeline task {task!r}; choose one of {', '.join(TASKS)}")
-    return TASKS[task].from_pretrained(model_dir, device=device, bf16=bf16, batch_size=batch_size,
-                                       max_length=max_length, progress=progress, **options)
+    if model_dir is not None:
+        if model is not None:
+            raise BertkitError("pass the checkpoint once: model= or model_dir= (the same argument), not both")
+        model = model_dir
+    tasks = ", ".join(TASKS)
+    if task is not None and not (isinstance(task, str) and task in TASKS):
+        hint = ""
+        if isinstance(task, (str, os.PathLike)) and isinstance(model, str) and model in TASKS:
+            hint = f" (the arguments are (task, model): pipeline({model!r}, {str(task)!r}))"
+        raise BertkitError(f"unknown pipeline task {task!r}{hint}; choose one of {tasks}")
+    if model is None:
+        called = f"pipeline({task!r})" if task is not None else "pipeline()"
+        raise BertkitError(f"{called} needs a model: pipeline(task, model=\"checkpoint_dir\"), the directory "
+                           f"written by save_pretrained (config.json, model.safetensors, vocab.txt), with task one "
+                           f"of {tasks}")
+    if not isinstance(model, (str, os.PathLike, nn.Module)):
+        raise BertkitError(f"pipeline model must be a checkpoint directory (a str or Path) or a bertkit model, got "
+                           f"{type(model).__name__} {str(model)[:60]!r}")
+    if task is None:
+        task = _task_of(model)
+    kwargs = dict(device=device, bf16=bf16, batch_size=batch_size, max_length=max_length, progress=progress,
+                  **options)
+    cls = TASKS[task]
+    if isinstance(model, nn.Module):
+        if not isinstance(model, cls.model_class):
+            raise BertkitError(f"the {task} pipeline runs a {cls.model_class.__name__}, got a {type(model).__name__}; "
+                               f"load the checkpoint as {cls.model_class.__name__}.from_pretrained(...)")
+        if tokenizer is None:
+            raise BertkitError("pipeline(task, model=<a model object>) needs tokenizer= (a BertTokenizer or the "
+                               "checkpoint directory holding vocab.txt)")
+        if not isinstance(tokenizer, BertTokenizer):
+            tokenizer = BertTokenizer.from_pretrained(tokenizer)
+        return cls(model, tokenizer, **kwargs)
+    if tokenizer is not None:
+        raise BertkitError("tokenizer= goes with a model object; a checkpoint directory brings its own vocab.txt")
+    return cls.from_pretrained(model, **kwargs)
+
+
+def _task_of(model: str | os.PathLike | nn.Module) -> str:
+    """The pipeline task a checkpoint's head serves (config.json ``architectures``, or the model's class)."""
+    if isinstance(model, nn.Module):
+        arch = type(model).__name__
+        where = f"a {arch}"
+    else:
+        config_file = Path(model) / "config.json"
+        if not config_file.is_file():
+            raise MissingFileError(f"{config_file} not found: pass a checkpoint directory written by save_pretrained "
+                                   "(config.json, model.safetensors, vocab.txt)")
+        try:
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        except ValueError as e:
+            raise BertkitError(f"{config_file} is not valid JSON ({e}); re-save the checkpoint") from None
+        archs = (config.get("architectures") or ["BertModel"]) if isinstance(config, dict) else None
+        arch = archs[0] if isinstance(archs, list) and archs else None
+        where = f"{config_file} (architectures {archs!r})"
+    if arch not in TASK_OF_ARCHITECTURE:
+        raise BertkitError(f"no task given and {where} does not say which; pass one: pipeline(task, model) with "
+                           f"task one of {', '.join(TASKS)}")
+    return TASK_OF_ARCHITECTURE[arch]
 
 
 __all__ = ["TASKS", "FeatureExtractionPipeline", "FillMaskPipeline", "MultipleChoicePipeline", "Pipeline",
            "QuestionAnsweringPipeline", "SentenceEmbeddingPipeline", "TextClassificationPipeline",
-           "TokenClassificationPipeline", "pipeline"]
+           "TokenClassificationPipeline", "TASK_OF_ARCHITECTURE", "pipeline"]

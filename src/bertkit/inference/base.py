@@ -10,7 +10,7 @@ command calls ``run(list_of_inputs)`` and gets ``list_of_results`` in the same o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,10 +30,14 @@ def published_keys(model_dir: Path) -> set[str]:
     """Names of the tensors in a checkpoint directory, read from the file header only (no weights loaded)."""
     st = model_dir / "model.safetensors"
     if st.is_file():
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
-        with safe_open(str(st), framework="pt") as f:
-            return set(f.keys())
+        try:
+            with safe_open(str(st), framework="pt") as f:
+                return set(f.keys())
+        except SafetensorError as e:  # the same words as loading the weights gives
+            raise BertkitError(f"{st} could not be read as safetensors ({e}); the file is truncated or corrupt "
+                               f"(size {st.stat().st_size} bytes): copy or download it again") from e
     from bertkit.checkpoint_io import read_weights
 
     return set(read_weights(model_dir))
@@ -137,8 +141,8 @@ class Pipeline:
         """The input as the pipeline reads it; a wrong type is an error naming the input's index."""
         if not isinstance(item, self.input_kind):
             kinds = self.input_kind if isinstance(self.input_kind, tuple) else (self.input_kind,)
-            raise BertkitError(f"{self.task} input {index} is a {type(item).__name__}; expected "
-                               f"{' or '.join(k.__name__ for k in kinds)}")
+            raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected "
+                               f"a {' or '.join(k.__name__ for k in kinds)}")
         return item
 
     # -- running --------------------------------------------------------------------------------------
@@ -146,6 +150,13 @@ class Pipeline:
         """One input gives one result; a list of inputs gives the list of results, in input order."""
         if self.is_single(inputs):
             return self.run([inputs], **options)[0]
+        if isinstance(inputs, (set, frozenset)):
+            raise BertkitError(f"{self.task} inputs are a {type(inputs).__name__}, which has no order, so the "
+                               "results could not be matched to them; pass a list")
+        if isinstance(inputs, (bytes, bytearray)) or not isinstance(inputs, Iterable):
+            kinds = self.input_kind if isinstance(self.input_kind, tuple) else (self.input_kind,)
+            raise BertkitError(f"{self.task} pipeline takes a {' or '.join(k.__name__ for k in kinds)} or a list "
+                               f"of them, got {type(inputs).__name__} {str(inputs)[:60]!r}")
         return self.run(list(inputs), **options)
 
     def is_single(self, inputs: Any) -> bool:

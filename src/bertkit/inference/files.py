@@ -70,6 +70,8 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     path = Path(path)
     if task not in FIELDS:
         raise BertkitError(f"predict has no task {task!r}; choose one of {', '.join(FIELDS)}")
+    if path.is_dir():
+        raise BertkitError(f"--input {path} is a directory; pass the file of inputs")
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
     fmt = file_format(path, input_format)
@@ -137,6 +139,24 @@ def _no_mask(path: Path, line: int, text: str, mask_token: str) -> BertkitError:
                         f"{mask_token}: write one where a word is to be predicted")
 
 
+def check_writable(path: Path) -> None:
+    """Refuse an output file whose directory cannot be written (read-only, no permission, not a directory),
+    naming the file, before any work is done: the predictions would be lost at the end otherwise."""
+    import tempfile
+
+    where = Path(path).absolute().parent
+    while not where.exists() and where != where.parent:  # the directories still to be made: test their ancestor
+        where = where.parent
+    if not where.is_dir():
+        raise BertkitError(f"--output-file {path}: {where} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as e:
+        raise BertkitError(f"--output-file {path} cannot be written: {e.strerror or e} in {where}; choose a "
+                           "writable directory") from None
+
+
 def output_record(task: str, id_: Any, result: Any) -> dict[str, Any]:
     if isinstance(result, dict):
         return {"id": id_, **result}
@@ -157,6 +177,7 @@ def predict_file(s: Any) -> dict[str, Any]:
     if s.task == "fill-mask":  # texts must hold the model's mask token: its tokenizer (no weights) names it
         mask["mask_token"] = BertTokenizer.from_pretrained(s.model_name_or_path).mask_token
     inputs, ids = read_inputs(s.input, s.task, columns, s.input_format, **mask)  # checked before the model loads
+    check_writable(s.output_file)  # and where the predictions go: before the model runs, not after
     if s.task in ("token-classification", "fill-mask"):
         inputs = [x if isinstance(x, str) else x["text"] for x in inputs]
     options = {"top_k": s.top_k} if s.task in ("fill-mask", "question-answering") else {}

@@ -40,19 +40,36 @@ def _blank_line(path: Path, line: int) -> BertkitError:
                         "order), so remove it (blank lines at the end of the file are fine)")
 
 
+def _csv_rows(reader: Any, path: Path, fmt: str) -> Iterator[tuple[int, list[str]]]:
+    """(line, fields) of each CSV/TSV record, the line being the record's last (a quoted field may span lines);
+    a malformed record is an error naming the line it starts on."""
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise BertkitError(f"{path}:{start}: not valid {fmt.upper()} from this line on ({e}); a field holding "
+                               "the delimiter, a quote or a newline must be quoted as a whole, with its quotes "
+                               'doubled ("she said ""hi""")') from None
+        yield reader.line_num, row
+
+
 def read_records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
     """(line number, raw record): a dict (CSV/TSV/JSONL object), a str (text line or JSON string) or other."""
     blank: int | None = None  # the first blank line since the last record; an error if a record follows
-    with open(path, encoding="utf-8", newline="" if fmt in ("csv", "tsv") else None) as f:
+    # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first record
+    with open(path, encoding="utf-8-sig", newline="" if fmt in ("csv", "tsv") else None) as f:
         if fmt in ("csv", "tsv"):
             csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # long contexts in one field
             # TSV as GLUE and most tools write it: no quoting (a field holds no tab or newline, and a quote is
-            # text); CSV with RFC 4180 quoting (a quoted field may hold commas and newlines).
-            reader = (csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv"
-                      else csv.reader(f))
+            # text); CSV with RFC 4180 quoting (a quoted field may hold commas and newlines). strict: a quote
+            # left open is an error, not a field that swallows every later row up to the end of the file.
+            reader = (csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE, strict=True) if fmt == "tsv"
+                      else csv.reader(f, strict=True))
             header: list[str] | None = None
-            for row in reader:
-                line = reader.line_num
+            for line, row in _csv_rows(reader, path, fmt):
                 if len(row) <= 1 and not "".join(row).strip():
                     blank = blank or line
                     continue

@@ -128,8 +128,10 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
     for lr in lrs:
         for seed in s.seed:
             torch.manual_seed(seed)  # the fresh head's initialisation depends on the seed, as in the paper's restarts
+            # A checkpoint fine-tuned for another label count (or for regression) gets a fresh head of this task's
+            # shape, as the pre-trained encoder's missing head does (both logged by from_pretrained).
             model = BertForSequenceClassification.from_pretrained(
-                s.model_name_or_path, id2label=dict(enumerate(labels)),
+                s.model_name_or_path, id2label=dict(enumerate(labels)), ignore_mismatched_sizes=True,
                 problem_type="regression" if task.is_regression else "single_label_classification")
             run = s.training(output_dir=s.output_dir / "runs" / f"lr{lr:g}-seed{seed}", learning_rate=lr, seed=seed)
             try:
@@ -377,6 +379,10 @@ def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
         if bad is not None:
             raise BertkitError(f"{s.validation_file}:{bad.line}: label {bad.label!r} is not a finite number; "
                                "regression needs a number in every row: fix or remove that row")
+        if len({float(e.label) for e in dev_examples}) < 2:  # checked before training, not found after it
+            raise BertkitError(f"{s.validation_file}: every label is {dev_examples[0].label}, so the correlations "
+                               "regression is scored by (Pearson, Spearman) are undefined; validate on rows with "
+                               "differing scores")
     test_examples = read_labelled(s.test_file, s, labelled=False) if s.test_file is not None else None
     report = fit_sequence_classifier(task, train_examples, dev_examples, s)
     if not current().is_main:

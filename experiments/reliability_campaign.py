@@ -1,0 +1,1256 @@
+"""Bad input, faults and concurrency over bertkit's user-facing surfaces; prints one table row per case.
+
+    .venv/bin/python experiments/reliability_campaign.py              # every case (about 5 minutes on 2 cores)
+    .venv/bin/python experiments/reliability_campaign.py --only predict --timeout 60
+
+Surfaces: ``bertkit predict`` on users' files, ``bertkit finetune classify`` on users' label columns,
+``torchrun``, ``export onnx`` / ``convert-tf-checkpoint`` / ``merge-pretraining-data`` on corrupt or
+mismatched inputs, and the Python API (``pipeline`` and its inputs, models, checkpoints). Every model is
+tiny (2 layers, 32 wide, MiniLM's vocabulary from ``models/minilm``) and every file a few rows.
+
+Each case ends in one class:
+
+- ``ok``: the command succeeded and its result is right (checked against the Python pipeline, a count, or
+  the file it must not have touched);
+- ``clear-error``: refused with one line naming what is wrong (exit 2 on the command line; a
+  ``BertkitError``/``ValueError`` from the Python API), nothing written, nothing lost;
+- ``traceback``: any other exception, or an exit 1 with a traceback, for a mistake the user made;
+- ``silent-wrong``: success with a wrong result; ``data-loss``: a user's file removed or changed;
+- ``hang``: still running after ``--timeout`` seconds.
+
+Command-line cases call ``bertkit.cli.main`` in this process (``--subprocess``: ``python -m bertkit`` in a
+process each, as the shell runs it; torchrun and concurrency cases always do); Python API cases run here.
+Each case runs under an alarm of ``--timeout`` seconds.
+The exit status is 1 when any case is in a class that is not ``ok`` or ``clear-error``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+MINILM = Path(os.environ.get("BERTKIT_TEST_MODEL", ROOT / "models" / "minilm"))
+GOOD = ("ok", "clear-error")
+
+
+@dataclass
+class Outcome:
+    klass: str
+    detail: str = ""
+
+
+@dataclass
+class Case:
+    surface: str
+    name: str
+    fn: Callable[[Path], Outcome]
+
+
+CASES: list[Case] = []
+
+
+def case(surface: str, name: str):
+    def register(fn: Callable[[Path], Outcome]) -> Callable[[Path], Outcome]:
+        CASES.append(Case(surface, name, fn))
+        return fn
+
+    return register
+
+
+class Timeout(BaseException):  # not an Exception: no handler in bertkit may swallow it
+    pass
+
+
+TIMEOUT = 120.0
+SUBPROCESS = False
+W: Path  # the campaign's working directory (fixtures live here; each case gets a fresh subdirectory)
+
+
+# -------------------------------------------------------------------------------------------------
+# Fixtures: tiny checkpoints of every head, built once
+# -------------------------------------------------------------------------------------------------
+
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=128)
+
+
+def build_models(root: Path) -> dict[str, Path]:
+    from bertkit import BertConfig
+    from bertkit.heads import (
+        BertForMaskedLM,
+        BertForMultipleChoice,
+        BertForQuestionAnswering,
+        BertForSequenceClassification,
+        BertForTokenClassification,
+    )
+    from bertkit.modeling import BertModel
+    from bertkit.tokenization import BertTokenizer
+
+    tok = BertTokenizer.from_pretrained(MINILM)
+    models = {
+        "clf": (BertForSequenceClassification, {"id2label": {0: "negative", 1: "positive"}}),
+        "reg": (BertForSequenceClassification, {"num_labels": 1, "problem_type": "regression"}),
+        "ner": (BertForTokenClassification, {"id2label": {0: "O", 1: "B-PER", 2: "I-PER"}}),
+        "qa": (BertForQuestionAnswering, {}),
+        "mlm": (BertForMaskedLM, {}),
+        "mc": (BertForMultipleChoice, {}),
+        "enc": (BertModel, {}),
+    }
+    out = {}
+    for name, (cls, extra) in models.items():
+        d = root / "models" / name
+        torch.manual_seed(0)
+        config = BertConfig(vocab_size=len(tok), **TINY, **extra)
+        cls(config).save_pretrained(d)
+        tok.save_pretrained(d)
+        out[name] = d
+    return out
+
+
+MODELS: dict[str, Path] = {}
+_PIPES: dict[str, object] = {}
+
+
+def pipe(task: str, model: str):
+    from bertkit import pipeline
+
+    key = f"{task}:{model}"
+    if key not in _PIPES:
+        _PIPES[key] = pipeline(task, MODELS[model], progress=False)
+    return _PIPES[key]
+
+
+# -------------------------------------------------------------------------------------------------
+# Running and classifying
+# -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    rc: int | None  # None: timed out
+    out: str
+    err: str
+
+
+def bertkit(*argv: object, timeout: float | None = None, runner: tuple[str, ...] = ("-m", "bertkit"),
+            env: dict | None = None) -> Run:
+    """``bertkit ARGV``: in this process through ``cli.main`` (as the shell would run it, minus interpreter start),
+    or as a subprocess for ``--subprocess`` and for any other ``runner`` (torchrun)."""
+    if runner == ("-m", "bertkit") and not SUBPROCESS and env is None:
+        return _in_process([str(a) for a in argv], timeout or TIMEOUT)
+    cmd = [sys.executable, *runner, *map(str, argv)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout or TIMEOUT, cwd=ROOT,
+                           env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired as e:
+        return Run(None, str(e.stdout or ""), str(e.stderr or ""))
+    return Run(p.returncode, p.stdout, p.stderr)
+
+
+def _in_process(argv: list[str], timeout: float) -> Run:
+    import io
+    import logging
+
+    from bertkit.cli import main as cli_main
+
+    out, err = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    for h in root.handlers[:]:  # cli.main's logging.basicConfig then writes to this run's stderr
+        root.removeHandler(h)
+
+    def alarm(*_):
+        raise Timeout()
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc: int | None = cli_main(argv)
+            except SystemExit as e:  # argparse: a bad flag
+                rc = e.code if isinstance(e.code, int) else 1
+            except Timeout:
+                rc = None
+            except Exception:  # noqa: BLE001 - what python -m bertkit would print before exiting 1
+                traceback.print_exc(file=err)
+                rc = 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        for h in root.handlers[:]:
+            root.removeHandler(h)
+    return Run(rc, out.getvalue(), err.getvalue())
+
+
+def _last(text: str) -> str:
+    lines = [x for x in text.strip().splitlines() if x.strip()]
+    return lines[-1] if lines else ""
+
+
+def cli_outcome(run: Run, expect: tuple[str, ...] = (), ok: Callable[[], Outcome] | None = None,
+                after: Callable[[], str | None] | None = None) -> Outcome:
+    """The class of a command's run: ``expect`` are substrings a clear error must hold; ``ok`` checks a success;
+    ``after`` checks, whatever happened, that nothing of the user's was lost (returns what was lost, or None)."""
+    lost = after() if after is not None else None
+    if lost:
+        return Outcome("data-loss", lost)
+    if run.rc is None:
+        return Outcome("hang", f"no exit after {TIMEOUT:.0f} s")
+    if "Traceback (most recent call last)" in run.err or run.rc not in (0, 2):
+        return Outcome("traceback", f"exit {run.rc}: {_last(run.err)[:160]}")
+    if run.rc == 2:
+        line = _last(run.err)
+        missing = [e for e in expect if e not in run.err]
+        if not line.startswith("bertkit") or missing:
+            return Outcome("traceback", f"exit 2 but unclear ({'lacks ' + repr(missing) if missing else ''}): "
+                                        f"{line[:160]}")
+        return Outcome("clear-error", line[:200])
+    if ok is None:
+        return Outcome("silent-wrong", "succeeded where an error was expected")
+    return ok()
+
+
+def api_outcome(fn: Callable[[], object], expect: tuple[str, ...] = (),
+                ok: Callable[[object], Outcome] | None = None) -> Outcome:
+    """The class of a Python call: a ``ValueError`` (``BertkitError`` included) holding ``expect`` is clear."""
+    def alarm(*_):
+        raise Timeout()
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, TIMEOUT)
+    try:
+        result = fn()
+    except Timeout:
+        return Outcome("hang", f"no return after {TIMEOUT:.0f} s")
+    except ValueError as e:  # BertkitError, MissingFileError and the validators' ValueErrors
+        text = str(e)
+        missing = [x for x in expect if x not in text]
+        if missing or "\n" in text.strip() or not text:
+            return Outcome("traceback", f"{type(e).__name__} without {missing}: {text[:160]}")
+        return Outcome("clear-error", f"{type(e).__name__}: {text[:200]}")
+    except Exception as e:  # noqa: BLE001 - classifying every failure is the point here
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        return Outcome("traceback", f"{type(e).__name__} at {Path(tb.filename).name}:{tb.lineno}: {str(e)[:140]}")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    if ok is None:
+        return Outcome("silent-wrong", f"returned {str(result)[:100]} where an error was expected")
+    return ok(result)
+
+
+def check(condition: bool, wrong: str, klass: str = "silent-wrong") -> Outcome:
+    return Outcome("ok") if condition else Outcome(klass, wrong)
+
+
+def write(d: Path, name: str, content: str | bytes) -> Path:
+    path = d / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(content)
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+
+
+# -------------------------------------------------------------------------------------------------
+# predict
+# -------------------------------------------------------------------------------------------------
+
+
+def predict(d: Path, input_path: Path, *extra: object, task: str = "text-classification", model: str = "clf",
+            out: Path | None = None) -> tuple[Run, Path]:
+    out = out or d / "pred.jsonl"
+    return bertkit("predict", task, "--model", MODELS[model], "--input", input_path, "--output-file", out,
+                   "--no-progress", *extra), out
+
+
+def same_as_pipeline(out: Path, texts: list, task: str = "text-classification", model: str = "clf"
+                     ) -> Callable[[], Outcome]:
+    """A success is right when the file holds one record per text, in order, equal to the pipeline's result."""
+    def ok() -> Outcome:
+        got = read_jsonl(out)
+        want = pipe(task, model)(texts)
+        if len(got) != len(texts):
+            return Outcome("silent-wrong", f"{len(got)} records for {len(texts)} inputs")
+        for i, (g, w) in enumerate(zip(got, want)):
+            if g.get("id") != i or g.get("label") != w["label"] or not math.isclose(g["score"], w["score"],
+                                                                                   abs_tol=1e-5):
+                return Outcome("silent-wrong", f"record {i} is {g}, the pipeline gives {w}")
+        return Outcome("ok", f"{len(got)} records equal the pipeline's")
+    return ok
+
+
+def unchanged(path: Path, content: bytes) -> Callable[[], str | None]:
+    return lambda: None if path.is_file() and path.read_bytes() == content else f"{path.name} changed or removed"
+
+
+def _predict_case(name: str, file_name: str, content: str | bytes, texts: list[str] | None,
+                  expect: tuple[str, ...] = (), extra: tuple = ()):
+    @case("predict", name)
+    def _(d: Path) -> Outcome:
+        path = write(d, file_name, content)
+        run, out = predict(d, path, *extra)
+        if texts is None:
+            return cli_outcome(run, expect, after=lambda: f"{out.name} written by a failed run" if out.exists()
+                               else None)
+        return cli_outcome(run, expect, ok=same_as_pipeline(out, texts))
+
+
+_predict_case("CSV: doubled quotes and commas in a quoted field", "q.csv",
+              'text\n"He said ""hi"", then left"\nplain\n', ['He said "hi", then left', "plain"])
+_predict_case("CSV: a newline inside a quoted field", "nl.csv", 'text,n\n"two\nlines",1\nnext,2\n',
+              ["two\nlines", "next"])
+_predict_case("CSV: UTF-8 byte-order mark", "bom.csv", "\ufefftext\ngood\nbad\n", ["good", "bad"])
+_predict_case("JSONL: UTF-8 byte-order mark", "bom.jsonl", '\ufeff{"text": "good"}\n{"text": "bad"}\n',
+              ["good", "bad"])
+_predict_case("TXT: UTF-8 byte-order mark", "bom.txt", "\ufeffgood\nbad\n", ["good", "bad"])
+_predict_case("CSV: CRLF line ends", "crlf.csv", "text\r\ngood\r\n\"a\r\nb\"\r\n", ["good", "a\r\nb"])
+_predict_case("TSV: CRLF line ends", "crlf.tsv", "id\ttext\r\n1\tgood\r\n2\tbad\r\n", ["good", "bad"])
+_predict_case("TXT: CRLF line ends", "crlf.txt", "good\r\nbad\r\n", ["good", "bad"])
+_predict_case("JSONL: CRLF line ends", "crlf.jsonl", '{"text": "good"}\r\n"bad"\r\n', ["good", "bad"])
+_predict_case("TSV: a double quote is text", "quote.tsv", 'text\n"quoted" word\nit"s\n', ['"quoted" word', 'it"s'])
+_predict_case("CSV: the text column missing", "nocol.csv", "review\ngood\n", None, ("no 'text' column",))
+_predict_case("CSV: a row with an extra field", "ragged.csv", "text\ngood\nbad,1\n", None, ("ragged.csv:3",))
+_predict_case("CSV: an unclosed quote swallowing the rest of the file", "unclosed.csv",
+              'text\n"never closed\nsecond\nthird\n', None, ("unclosed.csv:2",))
+_predict_case("CSV: a NUL byte in a row", "nul.csv", "text\ngood\nb\x00ad\n", ["good", "b\x00ad"])
+_predict_case("an empty file", "empty.csv", "", None, ("holds no inputs",))
+_predict_case("CSV: a header and no rows", "header.csv", "text\n", None, ("holds no inputs",))
+_predict_case("JSONL: a bad line mid-file", "bad.jsonl", '{"text": "a"}\n{"text": "b"\n{"text": "c"}\n', None,
+              ("bad.jsonl:2", "not valid JSON"))
+_predict_case("JSONL: a number where the text goes", "num.jsonl", '{"text": "a"}\n{"text": 5}\n', None,
+              ("num.jsonl:2",))
+_predict_case("JSONL: NaN where the text goes", "nan.jsonl", '{"text": NaN}\n', None, ("nan.jsonl:1",))
+_predict_case("JSONL: a list on a line", "list.jsonl", '["a", "b"]\n', None, ("list.jsonl:1",))
+_predict_case("TXT: only blank lines", "blank.txt", "\n  \n\n", None, ("holds no inputs",))
+_predict_case("TXT: a blank line mid-file", "gap.txt", "a\n\nb\n", None, ("gap.txt:2", "blank line"))
+_predict_case("not UTF-8 (Latin-1)", "latin.csv", "text\ncaf\xe9\n".encode("latin-1"), None,
+              ("not UTF-8", "line 2"))
+_predict_case("CSV: empty texts", "empty_text.csv", 'text,n\n"",1\n,2\n', ["", ""])
+_predict_case("JSONL: the id column missing in a row", "ids.jsonl", '{"text": "a", "k": 1}\n{"text": "b"}\n', None,
+              ("ids.jsonl:2",), ("--id-column", "k"))
+
+
+@case("predict", "the input file is a directory")
+def _(d: Path) -> Outcome:
+    (d / "dir.csv").mkdir()
+    run, out = predict(d, d / "dir.csv")
+    return cli_outcome(run, ("dir.csv is a directory",))
+
+
+@case("predict", "a missing input file")
+def _(d: Path) -> Outcome:
+    run, _ = predict(d, d / "nope.csv")
+    return cli_outcome(run, ("nope.csv",))
+
+
+@case("predict", "output = input")
+def _(d: Path) -> Outcome:
+    content = b"text\ngood\n"
+    path = write(d, "same.csv", content)
+    run, _ = predict(d, path, out=path)
+    return cli_outcome(run, ("is the input file",), after=unchanged(path, content))
+
+
+@case("predict", "output = input through another spelling (./dir/../file)")
+def _(d: Path) -> Outcome:
+    content = b"text\ngood\n"
+    path = write(d, "same.csv", content)
+    (d / "sub").mkdir()
+    run, _ = predict(d, path, out=d / "sub" / ".." / "same.csv")
+    return cli_outcome(run, ("is the input file",), after=unchanged(path, content))
+
+
+@case("predict", "output exists, no --overwrite")
+def _(d: Path) -> Outcome:
+    content = b"my notes\n"
+    out = write(d, "notes.jsonl", content)
+    run, _ = predict(d, write(d, "in.txt", "good\n"), out=out)
+    return cli_outcome(run, ("--overwrite",), after=unchanged(out, content))
+
+
+@case("predict", "output is a symlink to a user's file (--overwrite): the link replaced, the file kept")
+def _(d: Path) -> Outcome:
+    content = b"precious\n"
+    target = write(d, "precious.txt", content)
+    link = d / "link.jsonl"
+    link.symlink_to(target)
+    run, _ = predict(d, write(d, "in.txt", "good\nbad\n"), "--overwrite", out=link)
+
+    def ok() -> Outcome:
+        if link.is_symlink():
+            return Outcome("silent-wrong", "the link still stands: predictions went elsewhere")
+        return same_as_pipeline(link, ["good", "bad"])()
+    return cli_outcome(run, ok=ok, after=unchanged(target, content))
+
+
+@case("predict", "output is the symlink that is the input (output = input through a link)")
+def _(d: Path) -> Outcome:
+    content = b"good\nbad\n"
+    path = write(d, "in.txt", content)
+    link = d / "alias.txt"
+    link.symlink_to(path)
+    run, _ = predict(d, path, "--overwrite", out=link)
+    return cli_outcome(run, ("is the input file",), after=unchanged(path, content))
+
+
+@case("predict", "output in a read-only directory")
+def _(d: Path) -> Outcome:
+    ro = d / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    if os.geteuid() == 0:  # root writes anywhere but where the kernel forbids it
+        ro = Path("/sys")
+    run, _ = predict(d, write(d, "in.txt", "good\n"), out=ro / "out.jsonl")
+    return cli_outcome(run, ("out.jsonl", "cannot be written"))
+
+
+@case("predict", "output's directory is a file")
+def _(d: Path) -> Outcome:
+    write(d, "afile", "x")
+    run, _ = predict(d, write(d, "in.txt", "good\n"), out=d / "afile" / "out.jsonl")
+    return cli_outcome(run, ("out.jsonl", "not a directory"))
+
+
+@case("predict", "output's directory does not exist")
+def _(d: Path) -> Outcome:
+    out = d / "new" / "deeper" / "out.jsonl"
+    run, _ = predict(d, write(d, "in.txt", "good\n"), out=out)
+    return cli_outcome(run, ok=same_as_pipeline(out, ["good"]), expect=("new",))
+
+
+@case("predict", "a checkpoint without the task's head")
+def _(d: Path) -> Outcome:
+    run, _ = predict(d, write(d, "in.txt", "good\n"), model="enc")
+    return cli_outcome(run, ("no text-classification head",))
+
+
+@case("predict", "fill-mask: a row without [MASK]")
+def _(d: Path) -> Outcome:
+    run, _ = predict(d, write(d, "in.txt", "a [MASK] b\nno mask\n"), task="fill-mask", model="mlm")
+    return cli_outcome(run, ("in.txt:2", "[MASK]"))
+
+
+@case("predict", "question-answering: the context column missing")
+def _(d: Path) -> Outcome:
+    run, _ = predict(d, write(d, "qa.jsonl", '{"question": "who?"}\n'), task="question-answering", model="qa")
+    return cli_outcome(run, ("qa.jsonl:1", "context"))
+
+
+@case("predict", "multiple-choice: a choices cell that is not a JSON list")
+def _(d: Path) -> Outcome:
+    run, _ = predict(d, write(d, "mc.csv", "context,choices\nA man,eats\n"), task="multiple-choice", model="mc")
+    return cli_outcome(run, ("mc.csv:2", "JSON list"))
+
+
+@case("predict", "1,000 rows in batches of 7 keep their order")
+def _(d: Path) -> Outcome:
+    texts = [f"review number {i} " + "word " * (i % 37) for i in range(1000)]
+    run, out = predict(d, write(d, "many.txt", "\n".join(texts) + "\n"), "--batch-size", "7")
+    return cli_outcome(run, ok=same_as_pipeline(out, texts))
+
+
+# -------------------------------------------------------------------------------------------------
+# finetune classify
+# -------------------------------------------------------------------------------------------------
+
+
+def finetune(d: Path, train: str, dev: str | None = None, *extra: object, suffix: str = "csv",
+             out: Path | None = None, runner: tuple[str, ...] = ("-m", "bertkit"), timeout: float | None = None
+             ) -> tuple[Run, Path]:
+    out = out or d / "run"
+    t = write(d, f"train.{suffix}", train)
+    v = write(d, f"dev.{suffix}", dev) if dev is not None else t
+    return bertkit("finetune", "classify", "--model", MODELS["clf"], "--train-file", t, "--validation-file", v,
+                   "--output-dir", out, "--num-train-epochs", "1", "--batch-size", "4", "--max-seq-length", "32",
+                   "--no-progress", *extra, runner=runner, timeout=timeout), out
+
+
+def report_ok(out: Path, labels: list[str] | None, metric: str) -> Callable[[], Outcome]:
+    def ok() -> Outcome:
+        report = json.loads((out / "report.json").read_text())
+        config = json.loads((out / "best" / "config.json").read_text())
+        got = [config["id2label"][str(i)] for i in range(len(config["id2label"]))] if labels is not None else None
+        if report["metric"] != metric or (labels is not None and got != labels):
+            return Outcome("silent-wrong", f"metric {report['metric']}, labels {got}")
+        value = report["runs"][0]["dev"][metric]
+        return check(math.isfinite(value), f"{metric} {value}", "silent-wrong") if labels is None else \
+            Outcome("ok", f"{metric} {value:.3f}, labels {got}")
+    return ok
+
+
+ROWS = ["a gorgeous film", "dull and overlong", "a joy", "tedious", "warm and funny", "a mess"]
+
+
+def _rows(labels: list[str], header: str = "text,label") -> str:
+    return header + "\n" + "".join(f"{t},{y}\n" for t, y in zip(ROWS, labels))
+
+
+@case("finetune", "a score column with nan and inf (validation = training file)")
+def _(d: Path) -> Outcome:
+    run, out = finetune(d, "text,score\ngood,1.5\nfine,2.0\nok,3.1\nbad,inf\nawful,nan\n", None,
+                        "--label-column", "score")
+    return cli_outcome(run, ("train.csv:5", "'inf' is not a finite number"))
+
+
+@case("finetune", "--problem-type regression with NaN in the training column")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["0.5", "1.5", "NaN", "2.5", "0.1", "3.0"]), _rows(["0.5", "1.0"]),
+                      "--problem-type", "regression")
+    return cli_outcome(run, ("train.csv:4", "not a finite number"))
+
+
+@case("finetune", "regression with inf in the validation column")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["0.5", "1.5", "2.2", "2.5", "0.1", "3.0"]), _rows(["0.5", "inf"]))
+    return cli_outcome(run, ("dev.csv:3", "not a finite number"))
+
+
+@case("finetune", "JSONL: NaN and Infinity as JSON numbers")
+def _(d: Path) -> Outcome:
+    lines = [json.dumps({"text": t, "label": y}) for t, y in zip(ROWS, [0.5, 1.5, float("nan"), 2.0, 1.0, 3.5])]
+    run, _ = finetune(d, "\n".join(lines) + "\n", None, suffix="jsonl")
+    return cli_outcome(run, ("train.jsonl:3", "not a finite number"))
+
+
+@case("finetune", "mixed label types: numbers and names")
+def _(d: Path) -> Outcome:
+    run, out = finetune(d, _rows(["1", "pos", "1", "pos", "1", "pos"]))
+    return cli_outcome(run, ok=report_ok(out, ["1", "pos"], "accuracy"))
+
+
+@case("finetune", "JSONL: integer labels 0/1 as numbers")
+def _(d: Path) -> Outcome:
+    lines = [json.dumps({"text": t, "label": y}) for t, y in zip(ROWS, [0, 1, 0, 1, 1, 0])]
+    run, out = finetune(d, "\n".join(lines) + "\n", None, suffix="jsonl")
+    return cli_outcome(run, ok=report_ok(out, ["0", "1"], "accuracy"))
+
+
+@case("finetune", "JSONL: booleans as labels")
+def _(d: Path) -> Outcome:
+    lines = [json.dumps({"text": t, "label": y}) for t, y in zip(ROWS, [True, False] * 3)]
+    run, _ = finetune(d, "\n".join(lines) + "\n", None, suffix="jsonl")
+    return cli_outcome(run, ("train.jsonl:1", "'label'"))
+
+
+@case("finetune", "one class number written two ways (1 and 1.0)")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["1", "0", "1.0", "0", "1", "0"]))
+    return cli_outcome(run, ("'1' (line 2) and '1.0' (line 4)",))
+
+
+@case("finetune", "one class")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["pos"] * 6))
+    return cli_outcome(run, ("at least two classes",))
+
+
+@case("finetune", "empty texts")
+def _(d: Path) -> Outcome:
+    run, out = finetune(d, "text,label\n,pos\n,neg\ngood,pos\n\"\",neg\n")
+    return cli_outcome(run, ok=report_ok(out, ["neg", "pos"], "accuracy"))
+
+
+@case("finetune", "validation labels unseen in training")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["pos", "neg"] * 3), _rows(["pos", "meh"]))
+    return cli_outcome(run, ("dev.csv:3", "'meh' never occurs"))
+
+
+@case("finetune", "the label column missing")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["pos", "neg"] * 3), None, "--label-column", "sentiment")
+    return cli_outcome(run, ("train.csv:2", "'sentiment'"))
+
+
+@case("finetune", "an empty label")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["pos", "neg", "", "neg", "pos", "neg"]))
+    return cli_outcome(run, ("train.csv:4", "empty"))
+
+
+@case("finetune", "an empty validation file")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["pos", "neg"] * 3), "")
+    return cli_outcome(run, ("dev.csv holds no rows",))
+
+
+@case("finetune", "regression on a constant validation column (Pearson undefined)")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["0.5", "1.5", "2.2", "2.5", "0.1", "3.0"]), _rows(["1.5", "1.5", "1.5"]))
+    return cli_outcome(run, ("dev.csv",))
+
+
+@case("finetune", "regression on a well-formed score column")
+def _(d: Path) -> Outcome:
+    run, out = finetune(d, _rows(["0.5", "1.5", "2.2", "2.5", "0.1", "3.0"]), _rows(["0.5", "2.5", "1.0"]))
+    return cli_outcome(run, ok=report_ok(out, None, "pearson"))
+
+
+@case("finetune", "a test file without the text column")
+def _(d: Path) -> Outcome:
+    write(d, "test.csv", "review\ngood\n")
+    run, out = finetune(d, _rows(["pos", "neg"] * 3), None, "--test-file", d / "test.csv")
+    return cli_outcome(run, ("test.csv:2", "'text'"), after=lambda: "trained before the test file was checked"
+                       if (out / "best").exists() else None)
+
+
+@case("finetune", "a global batch larger than the training set")
+def _(d: Path) -> Outcome:
+    run, out = finetune(d, _rows(["pos", "neg"] * 3), None, "--batch-size", "64")
+    return cli_outcome(run, ok=report_ok(out, ["neg", "pos"], "accuracy"))
+
+
+@case("finetune", "nearly one class per row: trains, with a warning naming the fix")
+def _(d: Path) -> Outcome:
+    run, out = finetune(d, _rows(["1", "2", "3", "4", "5", "6"]))
+
+    def ok() -> Outcome:
+        if "--problem-type regression" not in run.err:
+            return Outcome("silent-wrong", "6 classes from 6 rows without a warning")
+        return report_ok(out, ["1", "2", "3", "4", "5", "6"], "accuracy")()
+    return cli_outcome(run, ok=ok)
+
+
+# -------------------------------------------------------------------------------------------------
+# torchrun and concurrency
+# -------------------------------------------------------------------------------------------------
+
+TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "bertkit")
+
+
+@case("torchrun", "finetune classify: a global batch 5 over 2 processes")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["pos", "neg"] * 3), None, "--batch-size", "5", runner=TORCHRUN)
+    worker_lines = [x for x in run.err.splitlines() if x.startswith("bertkit finetune classify: error:")]
+    if run.rc == 1 and worker_lines and "exitcode  : 2" in run.err and "Traceback" not in run.err.split(
+            worker_lines[-1])[0]:
+        # every worker exits 2 with the one line; torchrun then reports the failed workers (exit 1) with its own
+        # launcher traceback, which bertkit does not control
+        return Outcome("clear-error", f"(workers exit 2; torchrun's summary follows) {worker_lines[0][:160]}")
+    return cli_outcome(run, ("split evenly",))
+
+
+@case("torchrun", "finetune classify on 2 processes: the same report as 1 process")
+def _(d: Path) -> Outcome:
+    rows = _rows(["pos", "neg"] * 3)
+    one, out1 = finetune(d, rows, None, "--batch-size", "4", out=d / "one")
+    two, out2 = finetune(d, rows, None, "--batch-size", "4", out=d / "two", runner=TORCHRUN)
+    if one.rc != 0:
+        return cli_outcome(one)
+
+    def ok() -> Outcome:
+        a, b = (json.loads((o / "report.json").read_text())["runs"][0] for o in (out1, out2))
+        return check(a["steps"] == b["steps"] and a["dev"]["accuracy"] == b["dev"]["accuracy"],
+                     f"1 process {a['dev']} in {a['steps']} steps, 2 processes {b['dev']} in {b['steps']}")
+    return cli_outcome(two, ok=ok)
+
+
+@case("concurrency", "two finetune jobs into one directory at once")
+def _(d: Path) -> Outcome:
+    t = write(d, "train.csv", _rows(["pos", "neg"] * 3))
+    cmd = [sys.executable, "-m", "bertkit", "finetune", "classify", "--model", str(MODELS["clf"]), "--train-file",
+           str(t), "--validation-file", str(t), "--output-dir", str(d / "run"), "--num-train-epochs", "3",
+           "--batch-size", "2", "--no-progress"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+             for _ in range(2)]
+    try:
+        results = [p.communicate(timeout=TIMEOUT) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        return Outcome("hang", "a job did not finish")
+    codes = sorted(p.returncode for p in procs)
+    errs = " | ".join(_last(e) for _, e in results if _last(e).startswith("bertkit"))
+    if "Traceback" in "".join(e for _, e in results):
+        return Outcome("traceback", errs[:200])
+    if codes == [0, 2]:
+        report = json.loads((d / "run" / "report.json").read_text())
+        if report["runs"][0]["steps"] != 9:  # 6 rows / batch 2 x 3 epochs
+            return Outcome("silent-wrong", f"the finished job's report says {report['runs'][0]['steps']} steps")
+        return Outcome("ok", f"one finished (9 steps), the other refused: {errs[:160]}")
+    if codes == [0, 0]:
+        return Outcome("silent-wrong", "both jobs wrote the same directory")
+    return Outcome("traceback", f"exits {codes}: {errs[:200]}")
+
+
+# -------------------------------------------------------------------------------------------------
+# export onnx, convert-tf-checkpoint, merge-pretraining-data
+# -------------------------------------------------------------------------------------------------
+
+
+def copy_model(src: Path, dst: Path) -> Path:
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    return dst
+
+
+def _edit_config(m: Path, **changes) -> None:
+    config = json.loads((m / "config.json").read_text())
+    config.update(changes)
+    (m / "config.json").write_text(json.dumps(config))
+
+
+@case("export", "onnx: a tiny classifier (the good path)")
+def _(d: Path) -> Outcome:
+    run = bertkit("export", "onnx", "--model", MODELS["clf"], "--out", d / "m.onnx")
+    return cli_outcome(run, ok=lambda: check((d / "m.onnx").stat().st_size > 0 and
+                                             "verified_max_abs_diff" in run.out or "skipped" in run.out,
+                                             f"no verification: {run.out[-200:]}"))
+
+
+@case("export", "onnx: config.json is not JSON")
+def _(d: Path) -> Outcome:
+    m = copy_model(MODELS["clf"], d / "m")
+    (m / "config.json").write_text('{"hidden_size": 32,')
+    return cli_outcome(bertkit("export", "onnx", "--model", m, "--out", d / "m.onnx"), ("config.json",))
+
+
+@case("export", "onnx: architectures is a string, not a list")
+def _(d: Path) -> Outcome:
+    m = copy_model(MODELS["clf"], d / "m")
+    _edit_config(m, architectures="BertForSequenceClassification")
+    run = bertkit("export", "onnx", "--model", m, "--out", d / "m.onnx")
+    return cli_outcome(run, ("architectures",), ok=lambda: Outcome("ok", "read as a one-name list"))
+
+
+@case("export", "onnx: weights truncated")
+def _(d: Path) -> Outcome:
+    m = copy_model(MODELS["clf"], d / "m")
+    data = (m / "model.safetensors").read_bytes()
+    (m / "model.safetensors").write_bytes(data[: len(data) // 2])
+    return cli_outcome(bertkit("export", "onnx", "--model", m, "--out", d / "m.onnx"), ("model.safetensors",))
+
+
+@case("export", "onnx: config says 3 layers, weights hold 2")
+def _(d: Path) -> Outcome:
+    m = copy_model(MODELS["clf"], d / "m")
+    _edit_config(m, num_hidden_layers=3)
+    return cli_outcome(bertkit("export", "onnx", "--model", m, "--out", d / "m.onnx"), ("layer.2",))
+
+
+@case("export", "onnx: output exists (no --overwrite)")
+def _(d: Path) -> Outcome:
+    out = write(d, "m.onnx", b"keep me")
+    run = bertkit("export", "onnx", "--model", MODELS["clf"], "--out", out)
+    return cli_outcome(run, ("--overwrite",), after=unchanged(out, b"keep me"))
+
+
+@case("export", "onnx: --model is not a directory")
+def _(d: Path) -> Outcome:
+    return cli_outcome(bertkit("export", "onnx", "--model", d / "nope", "--out", d / "m.onnx"), ("nope",))
+
+
+# A TensorFlow tensor bundle written by hand (the format tf.train.Saver writes; no TensorFlow needed).
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, value: int | bytes) -> bytes:
+    if isinstance(value, bytes):
+        return _varint(number << 3 | 2) + _varint(len(value)) + value
+    return _varint(number << 3) + _varint(value)
+
+
+def _block(entries: list[tuple[bytes, bytes]]) -> bytes:
+    body = b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in entries)
+    return body + struct.pack("<II", 0, 1)
+
+
+def write_bundle(prefix: Path, tensors: dict[str, np.ndarray]) -> None:
+    data, entries = bytearray(), [(b"", _field(1, 1))]
+    for name in sorted(tensors):
+        arr = np.ascontiguousarray(tensors[name], dtype=np.float32)
+        shape = b"".join(_field(2, _field(1, d)) for d in arr.shape)
+        entries.append((name.encode(), _field(1, 1) + _field(2, shape) + _field(4, len(data)) + _field(5, arr.nbytes)))
+        data += arr.tobytes()
+    table, handles = bytearray(), []
+    for block in (_block(entries), _block([]), None):
+        if block is None:
+            block = _block([(entries[-1][0] + b"\xff", _varint(handles[0][0]) + _varint(handles[0][1]))])
+        handles.append((len(table), len(block)))
+        table += block + b"\x00" * 5
+    footer = _varint(handles[1][0]) + _varint(handles[1][1]) + _varint(handles[2][0]) + _varint(handles[2][1])
+    table += footer.ljust(40, b"\x00") + struct.pack("<Q", 0xDB4775248B80FB57)
+    Path(f"{prefix}.index").write_bytes(bytes(table))
+    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
+
+
+def tf_checkpoint(d: Path) -> Path:
+    """A google-research/bert-named bundle of the tiny MLM model, with its bert_config.json and vocab.txt."""
+    from bertkit.heads import BertForMaskedLM
+
+    model = BertForMaskedLM.from_pretrained(MODELS["mlm"])
+    google = {}
+    for name, t in model.published_state_dict().items():
+        g = name.replace("bert.encoder.layer.", "bert/encoder/layer_").replace(".", "/")
+        a = t.numpy()
+        if g.endswith("LayerNorm/weight"):
+            g = g[: -len("weight")] + "gamma"
+        elif g.endswith("LayerNorm/bias"):
+            g = g[: -len("bias")] + "beta"
+        elif g.endswith("_embeddings/weight"):
+            g = g[: -len("/weight")]
+        elif g == "cls/predictions/bias":
+            g = "cls/predictions/output_bias"
+        elif g.endswith("/weight"):
+            g, a = g[: -len("weight")] + "kernel", a.T
+        if g == "cls/predictions/decoder/kernel":  # tied to the word embeddings
+            continue
+        google[g] = a
+    write_bundle(d / "bert_model.ckpt", google)
+    config = {k: v for k, v in json.loads((MODELS["mlm"] / "config.json").read_text()).items()
+              if k not in ("architectures", "model_type")}
+    (d / "bert_config.json").write_text(json.dumps(config))
+    (d / "vocab.txt").write_bytes((MODELS["mlm"] / "vocab.txt").read_bytes())
+    return d / "bert_model.ckpt"
+
+
+def convert(d: Path, ckpt: Path, config: Path | None = None, vocab: Path | None = None) -> Run:
+    return bertkit("convert-tf-checkpoint", "--tf-checkpoint", ckpt, "--config", config or d / "bert_config.json",
+                   "--vocab", vocab or d / "vocab.txt", "--out", d / "out")
+
+
+@case("convert", "a hand-written bundle of the tiny MLM (the good path)")
+def _(d: Path) -> Outcome:
+    run = convert(d, tf_checkpoint(d))
+
+    def ok() -> Outcome:
+        from bertkit import pipeline
+
+        a = pipeline("fill-mask", d / "out")("a [MASK] film")[0]
+        b = pipe("fill-mask", "mlm")("a [MASK] film")[0]
+        return check(a["token"] == b["token"] and math.isclose(a["score"], b["score"], rel_tol=1e-5),
+                     f"converted gives {a}, original {b}")
+    return cli_outcome(run, ok=ok)
+
+
+@case("convert", "the .index file is garbage")
+def _(d: Path) -> Outcome:
+    ckpt = tf_checkpoint(d)
+    Path(f"{ckpt}.index").write_bytes(os.urandom(300))
+    return cli_outcome(convert(d, ckpt), ("bert_model.ckpt.index",))
+
+
+@case("convert", "the .index file corrupted inside (its magic number intact)")
+def _(d: Path) -> Outcome:
+    ckpt = tf_checkpoint(d)
+    index = Path(f"{ckpt}.index")
+    data = bytearray(index.read_bytes())
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(data) - 60, 40, replace=False):
+        data[i] = 0xFF
+    index.write_bytes(bytes(data))
+    return cli_outcome(convert(d, ckpt), ("bert_model.ckpt.index",))
+
+
+@case("convert", "the .data file truncated")
+def _(d: Path) -> Outcome:
+    ckpt = tf_checkpoint(d)
+    data = Path(f"{ckpt}.data-00000-of-00001")
+    data.write_bytes(data.read_bytes()[:1000])
+    return cli_outcome(convert(d, ckpt), ("truncated",))
+
+
+@case("convert", "bert_config.json is not JSON")
+def _(d: Path) -> Outcome:
+    ckpt = tf_checkpoint(d)
+    (d / "bert_config.json").write_text("hidden_size = 32\n")
+    return cli_outcome(convert(d, ckpt), ("bert_config.json",))
+
+
+@case("convert", "bert_config.json of another model (1 layer)")
+def _(d: Path) -> Outcome:
+    ckpt = tf_checkpoint(d)
+    config = json.loads((d / "bert_config.json").read_text())
+    (d / "bert_config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    return cli_outcome(convert(d, ckpt), ("num_hidden_layers",))
+
+
+@case("convert", "bert_config.json of another width (64)")
+def _(d: Path) -> Outcome:
+    ckpt = tf_checkpoint(d)
+    config = json.loads((d / "bert_config.json").read_text())
+    (d / "bert_config.json").write_text(json.dumps({**config, "hidden_size": 64, "intermediate_size": 128}))
+    return cli_outcome(convert(d, ckpt), ("shape",))
+
+
+@case("convert", "a vocab.txt of another size")
+def _(d: Path) -> Outcome:
+    ckpt = tf_checkpoint(d)
+    write(d, "small_vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
+    return cli_outcome(convert(d, ckpt, vocab=d / "small_vocab.txt"), ("vocab_size",))
+
+
+def pretraining_parts(d: Path, start: int = 0) -> list[Path]:
+    """The two parts of a 2-way split create-pretraining-data run over four documents of README.md text."""
+    corpus = d / "corpus"
+    corpus.mkdir(parents=True)
+    text = (ROOT / "README.md").read_text(encoding="utf-8")[start:]
+    for i in range(4):
+        (corpus / f"doc{i}.txt").write_text(text[i * 1500:(i + 1) * 1500] + "\n", encoding="utf-8")
+    parts = []
+    for i in range(2):
+        run = bertkit("create-pretraining-data", *sorted(corpus.iterdir()), "--vocab", MODELS["mlm"], "--out",
+                      d / f"part{i}", "--num-shards", "2", "--shard-index", str(i), "--max-seq-length", "32",
+                      "--unit-bytes", "1000", "--dupe-factor", "1", "--no-progress", "--num-workers", "1")
+        if run.rc != 0:
+            raise RuntimeError(f"create-pretraining-data failed: {run.err[-500:]}")
+        parts.append(d / f"part{i}")
+    return parts
+
+
+def merge(d: Path, *parts: Path) -> Run:
+    return bertkit("merge-pretraining-data", *parts, "--out", d / "merged")
+
+
+@case("merge", "two parts (the good path)")
+def _(d: Path) -> Outcome:
+    parts = pretraining_parts(d)
+    run = merge(d, *parts)
+
+    def ok() -> Outcome:
+        from bertkit.data.shards import PretrainingDataset
+
+        n = len(PretrainingDataset(d / "merged", verify=True))
+        return check(n > 0, "no instances")
+    return cli_outcome(run, ok=ok)
+
+
+@case("merge", "a part's part.json is not JSON")
+def _(d: Path) -> Outcome:
+    parts = pretraining_parts(d)
+    (parts[1] / "part.json").write_text('{"part": ')
+    return cli_outcome(merge(d, *parts), ("part1", "part.json"))
+
+
+@case("merge", "a part's part.json lacks its fields")
+def _(d: Path) -> Outcome:
+    parts = pretraining_parts(d)
+    (parts[1] / "part.json").write_text('{"format": 1}')
+    return cli_outcome(merge(d, *parts), ("part1",))
+
+
+@case("merge", "the same part twice")
+def _(d: Path) -> Outcome:
+    parts = pretraining_parts(d)
+    return cli_outcome(merge(d, parts[0], parts[0]), ("given twice",))
+
+
+@case("merge", "a part with a truncated shard file")
+def _(d: Path) -> Outcome:
+    parts = pretraining_parts(d)
+    shard = sorted(parts[1].glob("shard-*.npy"))[0]
+    shard.write_bytes(shard.read_bytes()[:-40])
+    return cli_outcome(merge(d, *parts), (shard.name,))
+
+
+@case("merge", "a part with a shard file missing")
+def _(d: Path) -> Outcome:
+    parts = pretraining_parts(d)
+    shard = sorted(parts[1].glob("shard-*.npy"))[0]
+    shard.unlink()
+    run = merge(d, *parts)
+    return cli_outcome(run, (shard.name,), after=lambda: "a partial merged directory was left" if
+                       any((d / "merged").glob("shard-*")) else None)
+
+
+@case("merge", "parts of two different corpora")
+def _(d: Path) -> Outcome:
+    parts = pretraining_parts(d / "a")
+    other = pretraining_parts(d / "b", start=500)
+    return cli_outcome(merge(d, parts[0], other[1]), ("made with other",))
+
+
+# -------------------------------------------------------------------------------------------------
+# Python API
+# -------------------------------------------------------------------------------------------------
+
+
+def _api(name: str, call: Callable[[Path], object], expect: tuple[str, ...] = (),
+         ok: Callable[[object], Outcome] | None = None):
+    @case("python", name)
+    def _(d: Path) -> Outcome:
+        return api_outcome(lambda: call(d), expect, ok)
+
+
+def _pipeline(*args, **kwargs):
+    from bertkit import pipeline
+
+    return pipeline(*args, **kwargs)
+
+
+def _is_pipeline(task: str) -> Callable[[object], Outcome]:
+    return lambda p: check(type(p).__name__.lower().startswith(task.replace("-", "")), f"got {type(p).__name__}")
+
+
+_api("pipeline(None)", lambda d: _pipeline(None), ("text-classification",))
+_api("pipeline(5)", lambda d: _pipeline(5), ("text-classification",))
+_api("pipeline(['text-classification'], dir)", lambda d: _pipeline(["text-classification"], MODELS["clf"]),
+     ("text-classification",))
+_api("pipeline('text-classification') without a model", lambda d: _pipeline("text-classification"), ("model",))
+_api("pipeline('no-such-task', dir)", lambda d: _pipeline("no-such-task", MODELS["clf"]), ("fill-mask",))
+_api("pipeline(dir, task) (arguments swapped)", lambda d: _pipeline(str(MODELS["clf"]), "text-classification"),
+     ("(task, model)",))
+_api("pipeline(task, model=dir)", lambda d: _pipeline("text-classification", model=MODELS["clf"]),
+     ok=_is_pipeline("textclassification"))
+_api("pipeline(task=..., model=str(dir))", lambda d: _pipeline(task="text-classification", model=str(MODELS["clf"])),
+     ok=_is_pipeline("textclassification"))
+_api("pipeline(model=dir): the task from the checkpoint's head", lambda d: _pipeline(model=MODELS["ner"]),
+     ok=_is_pipeline("tokenclassification"))
+_api("pipeline(task, model=a model object, tokenizer=dir)",
+     lambda d: _pipeline("question-answering", model=__import__("bertkit").BertForQuestionAnswering.from_pretrained(
+         MODELS["qa"]), tokenizer=MODELS["qa"]), ok=_is_pipeline("questionanswering"))
+_api("pipeline(task, model=5)", lambda d: _pipeline("text-classification", model=5), ("model",))
+_api("pipeline(batch_size=0)", lambda d: _pipeline("text-classification", MODELS["clf"], batch_size=0),
+     ("batch_size",))
+_api("pipeline(max_length=3)", lambda d: _pipeline("text-classification", MODELS["clf"], max_length=3),
+     ("max_length",))
+_api("a missing checkpoint directory", lambda d: _pipeline("text-classification", d / "nope"), ("nope",))
+
+_api("classifier(None)", lambda d: pipe("text-classification", "clf")(None), ("None",))
+_api("classifier(5)", lambda d: pipe("text-classification", "clf")(5), ("int",))
+_api("classifier(b'bytes')", lambda d: pipe("text-classification", "clf")(b"good"), ("bytes",))
+_api("classifier([None])", lambda d: pipe("text-classification", "clf")([None]), ("input 0",))
+_api("classifier([['a', 'b']]) (a nested list)", lambda d: pipe("text-classification", "clf")([["a", "b"]]),
+     ("input 0",))
+_api("classifier([('a', 5)])", lambda d: pipe("text-classification", "clf")([("a", 5)]), ("input 0",))
+_api("classifier({'a', 'b'}) (a set has no order)", lambda d: pipe("text-classification", "clf")({"a", "b"}),
+     ("set",))
+_api("classifier([]) (no inputs)", lambda d: pipe("text-classification", "clf")([]),
+     ok=lambda r: check(r == [], f"got {r}"))
+_api("classifier(['']) (an empty text)", lambda d: pipe("text-classification", "clf")([""]),
+     ok=lambda r: check(len(r) == 1 and r[0]["label"] in ("negative", "positive"), f"got {r}"))
+_api("classifier(a generator)", lambda d: pipe("text-classification", "clf")(t for t in ["a", "b"]),
+     ok=lambda r: check(len(r) == 2, f"got {r}"))
+
+
+def _ten_thousand(d: Path) -> Outcome:
+    texts = [f"text {i} " + "w " * (i % 50) for i in range(10_000)]
+    clf = pipe("text-classification", "clf")
+    got = clf(texts)
+    spot = [0, 1, 4_999, 9_999]
+    want = [clf(texts[i]) for i in spot]
+    same = all(got[i]["label"] == w["label"] and math.isclose(got[i]["score"], w["score"], abs_tol=1e-5)
+               for i, w in zip(spot, want))
+    return check(len(got) == 10_000 and same, "order or results differ from one-by-one calls")
+
+
+_api("classifier(10,000 texts) in input order", _ten_thousand, ok=lambda r: r)
+_api("classifier(texts, top_k=3) (an option it does not take)",
+     lambda d: pipe("text-classification", "clf")(["a"], top_k=3), ("top_k",))
+_api("question-answering(None)", lambda d: pipe("question-answering", "qa")(None), ("None",))
+_api("question-answering({'question': 5, ...})",
+     lambda d: pipe("question-answering", "qa")({"question": 5, "context": "c"}), ("input 0",))
+_api("question-answering with an empty context",
+     lambda d: pipe("question-answering", "qa")({"question": "who?", "context": ""}),
+     ok=lambda r: check(r["answer"] == "" and r["start"] is None, f"got {r}"))
+_api("fill-mask([[...]]) (a nested list)", lambda d: pipe("fill-mask", "mlm")([["a [MASK]"]]), ("input 0",))
+_api("fill-mask(3.5)", lambda d: pipe("fill-mask", "mlm")(3.5), ("float",))
+_api("multiple-choice with no choices", lambda d: pipe("multiple-choice", "mc")({"context": "c", "choices": []}),
+     ("at least one choice",))
+_api("sentence-embedding(None)", lambda d: _pipeline("sentence-embedding", MODELS["enc"])(None), ("None",))
+_api("token-classification([5])", lambda d: pipe("token-classification", "ner")([5]), ("input 0",))
+
+
+def _model(name: str = "enc"):
+    return _model_from(MODELS[name])
+
+
+def _model_from(directory: Path):
+    from bertkit.modeling import BertModel
+
+    return BertModel.from_pretrained(directory)
+
+
+_api("BertModel: input_ids past the vocabulary",
+     lambda d: _model()(torch.tensor([[101, 10**6, 102]])), ("input_ids",))
+_api("BertModel: negative input_ids", lambda d: _model()(torch.tensor([[101, -1, 102]])), ("input_ids",))
+_api("BertModel: float input_ids", lambda d: _model()(torch.tensor([[101.0, 2000.0, 102.0]])), ("input_ids",))
+_api("BertModel: an empty batch (0 sequences)",
+     lambda d: _model()(torch.zeros(0, 5, dtype=torch.long)),
+     ok=lambda out: check(tuple(out.last_hidden_state.shape) == (0, 5, 32), f"shape {out.last_hidden_state.shape}"))
+_api("BertModel: zero-length sequences (B, 0)",
+     lambda d: _model()(torch.zeros(2, 0, dtype=torch.long)), ("input_ids",),
+     ok=lambda out: check(tuple(out.last_hidden_state.shape) == (2, 0, 32), f"shape {out.last_hidden_state.shape}"))
+_api("BertModel: attention_mask all zero in a row",
+     lambda d: _model()(torch.tensor([[101, 2000, 102]]), attention_mask=torch.zeros(1, 3, dtype=torch.long)),
+     ("attention_mask",), ok=lambda out: check(bool(torch.isfinite(out.last_hidden_state).all()), "NaN outputs"))
+
+
+def _broken_checkpoint(d: Path, name: str, edit: Callable[[Path], None]) -> Path:
+    m = copy_model(MODELS[name], d / "m")
+    edit(m)
+    return m
+
+
+def _config_edit(**changes) -> Callable[[Path], None]:
+    def edit(m: Path) -> None:
+        text = (m / "config.json").read_text()
+        config = json.loads(text)
+        config.update(changes)
+        (m / "config.json").write_text(json.dumps(config))  # json writes float('nan') as NaN
+    return edit
+
+
+_api("checkpoint: NaN in config.json (layer_norm_eps)",
+     lambda d: _pipeline("text-classification", _broken_checkpoint(d, "clf", _config_edit(layer_norm_eps=float("nan")))),
+     ("layer_norm_eps",))
+_api("checkpoint: NaN in config.json (hidden_dropout_prob)",
+     lambda d: _pipeline("text-classification",
+                         _broken_checkpoint(d, "clf", _config_edit(hidden_dropout_prob=float("nan")))),
+     ("hidden_dropout_prob",))
+_api("checkpoint: Infinity in config.json (initializer_range)",
+     lambda d: _pipeline("text-classification",
+                         _broken_checkpoint(d, "clf", _config_edit(initializer_range=float("inf")))),
+     ("initializer_range",))
+_api("checkpoint: config.json is not JSON",
+     lambda d: _pipeline("text-classification", _broken_checkpoint(
+         d, "clf", lambda m: (m / "config.json").write_text("{oops"))), ("config.json",))
+_api("checkpoint: config.json is a list",
+     lambda d: _pipeline("text-classification", _broken_checkpoint(
+         d, "clf", lambda m: (m / "config.json").write_text("[1, 2]"))), ("config.json",))
+
+
+def _truncate(fraction: float) -> Callable[[Path], None]:
+    def edit(m: Path) -> None:
+        data = (m / "model.safetensors").read_bytes()
+        (m / "model.safetensors").write_bytes(data[: int(len(data) * fraction)])
+    return edit
+
+
+_api("checkpoint: model.safetensors truncated to half",
+     lambda d: _pipeline("text-classification", _broken_checkpoint(d, "clf", _truncate(0.5))), ("model.safetensors",))
+_api("checkpoint: model.safetensors truncated to 4 bytes (encoder pipeline)",
+     lambda d: _pipeline("feature-extraction", _broken_checkpoint(d, "enc", _truncate(4 / 5e6))),
+     ("model.safetensors",))
+_api("checkpoint: model.safetensors truncated by 8 bytes (BertModel.from_pretrained)",
+     lambda d: _model_from(_broken_checkpoint(d, "enc", lambda m: (m / "model.safetensors").write_bytes(
+         (m / "model.safetensors").read_bytes()[:-8]))), ("model.safetensors",))
+_api("checkpoint: vocab.txt missing",
+     lambda d: _pipeline("text-classification", _broken_checkpoint(
+         d, "clf", lambda m: (m / "vocab.txt").unlink())), ("vocab.txt",))
+
+
+class _Payload:
+    """Unpickling this runs os.system-like code: here it only creates a marker file."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def _pickle_checkpoint(d: Path) -> Path:
+    m = copy_model(MODELS["clf"], d / "m")
+    (m / "model.safetensors").unlink()
+    with open(m / "pytorch_model.bin", "wb") as f:
+        pickle.dump({"bert.embeddings.word_embeddings.weight": _Payload(d / "PWNED")}, f)
+    return m
+
+
+def _pickle_case(d: Path) -> object:
+    try:
+        return _pipeline("text-classification", _pickle_checkpoint(d))
+    finally:
+        if (d / "PWNED").exists():
+            raise RuntimeError("the pickle's code ran")
+
+
+@case("python", "checkpoint: a pickle payload in pytorch_model.bin must never run")
+def _(d: Path) -> Outcome:
+    out = api_outcome(lambda: _pickle_case(d), ("pytorch_model.bin",))
+    if (d / "PWNED").exists():
+        return Outcome("data-loss", "the pickle's code ran")
+    return out
+
+
+# -------------------------------------------------------------------------------------------------
+# Main
+# -------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    global TIMEOUT, W, SUBPROCESS
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default=None, help="run the cases whose surface or name holds this text")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per case before it counts as a hang")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep fixtures and outputs here (default: a "
+                        "temporary directory, removed at the end)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the table as JSON lines here")
+    parser.add_argument("--subprocess", action="store_true", help="run every command as its own process "
+                        "(python -m bertkit: real exit codes; slower), not through cli.main in this process")
+    args = parser.parse_args(argv)
+    TIMEOUT, SUBPROCESS = args.timeout, args.subprocess
+    if not (MINILM / "vocab.txt").is_file():
+        print(f"{MINILM}/vocab.txt not found: run `make model` first (the tiny models use MiniLM's vocabulary)")
+        return 2
+    torch.set_num_threads(1)
+    cases = [c for c in CASES if args.only is None or args.only in c.surface or args.only in c.name]
+    with contextlib.ExitStack() as stack:
+        W = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bertkit-campaign-")))
+        W.mkdir(parents=True, exist_ok=True)
+        MODELS.update(build_models(W))
+        rows = []
+        width = max(len(f"{c.surface}: {c.name}") for c in cases)
+        for i, c in enumerate(cases):
+            d = W / "cases" / f"{i:03d}"
+            d.mkdir(parents=True, exist_ok=True)
+            t0 = time.perf_counter()
+            try:
+                outcome = c.fn(d)
+            except Exception as e:  # noqa: BLE001 - a fixture failing is reported, not fatal to the campaign
+                outcome = Outcome("traceback", f"(in the campaign's own setup) {type(e).__name__}: {e}"[:200])
+            seconds = time.perf_counter() - t0
+            rows.append({"surface": c.surface, "case": c.name, "class": outcome.klass, "detail": outcome.detail,
+                         "seconds": round(seconds, 1)})
+            print(f"{c.surface + ': ' + c.name:<{width}}  {outcome.klass:<12} {seconds:5.1f}s  {outcome.detail}",
+                  flush=True)
+        counts = Counter(r["class"] for r in rows)
+        print()
+        print("| class | cases |")
+        print("|---|---|")
+        for k in ("ok", "clear-error", "traceback", "silent-wrong", "data-loss", "hang"):
+            print(f"| {k} | {counts.get(k, 0)} |")
+        print(f"| total | {len(rows)} |")
+        by_surface = Counter((r["surface"], r["class"]) for r in rows)
+        print("\nby surface: " + "; ".join(f"{s} {k} {n}" for (s, k), n in sorted(by_surface.items())))
+        if args.json:
+            args.json.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return 0 if all(r["class"] in GOOD for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
