@@ -471,9 +471,9 @@ def _export_onnx(s) -> dict:
     return export_onnx(s.model, s.output_file, opset=s.opset, overwrite=True, verify=s.verify)  # _claim checked
 
 
-@command("serve", "a model's pipeline behind HTTP with dynamic batching (POST /predict, /health, /metadata)",
-         _s(INFERENCE + "ServeSettings"))
-def _serve(s) -> None:
+@command("serve", "a model's pipeline behind HTTP with dynamic batching and admission control "
+         "(POST /predict, /embed; GET /health, /ready, /metadata)", _s(INFERENCE + "ServeSettings"))
+def _serve(s) -> dict:
     from bertkit.inference.serve import serve
 
     return serve(s)
