@@ -941,7 +941,7 @@ def _(d: Path) -> Outcome:
     run = merge(d, *parts)
 
     def ok() -> Outcome:
-        from bertkit.data.shards import PretrainingDataset
+        from bertkit.data.dataset import PretrainingDataset
 
         n = len(PretrainingDataset(d / "merged", verify=True))
         return check(n > 0, "no instances")

@@ -263,3 +263,97 @@ def test_a_constant_regression_validation_column_is_refused_before_training(tiny
                  "--validation-file", str(dev), "--output-dir", str(out), "--no-progress"]) == 2
     assert "dev.csv: every label is 1.5, so the correlations regression is scored by" in capsys.readouterr().err
     assert not (out / "runs").exists()
+
+
+# -- export onnx, convert-tf-checkpoint, merge-pretraining-data: corrupt or mismatched inputs -----------
+
+
+def test_export_reads_a_config_that_is_not_json_or_names_one_architecture_as_a_string(tiny_dirs, tmp_path):
+    from bertkit.inference.export import load_for_export
+
+    m = tmp_path / "m"
+    m.mkdir()
+    for f in tiny_dirs["clf"].iterdir():
+        (m / f.name).write_bytes(f.read_bytes())
+    config = json.loads((m / "config.json").read_text())
+    (m / "config.json").write_text(json.dumps({**config, "architectures": "BertForSequenceClassification"}))
+    assert type(load_for_export(m)).__name__ == "BertForSequenceClassification"
+    (m / "config.json").write_text('{"hidden_size": 32,')
+    with pytest.raises(BertkitError, match=r"m/config\.json is not valid JSON"):
+        load_for_export(m)
+
+
+def test_a_corrupt_tensorflow_index_or_config_is_named_not_a_parser_traceback(tiny_dirs, tmp_path):
+    import struct
+
+    import numpy as np
+
+    from bertkit.inference.tf_checkpoint import convert_tf_checkpoint, read_sstable, read_tf_checkpoint
+    from test_tf_checkpoint import write_bundle  # tests/ is on sys.path under pytest
+
+    index = tmp_path / "zeros.ckpt.index"  # the magic number, and offsets pointing at nothing
+    index.write_bytes(b"\x00" * 140 + struct.pack("<Q", 0xDB4775248B80FB57))
+    with pytest.raises(BertkitError, match=r"zeros\.ckpt\.index is corrupt \(.*\); copy the checkpoint"):
+        read_sstable(index)
+    write_bundle(tmp_path / "bert_model.ckpt", {"bert/pooler/dense/bias": np.zeros(4, np.float32)})
+    good = (tmp_path / "bert_model.ckpt.index").read_bytes()
+    at = good.index(b"bert/pooler/dense/bias") + len(b"bert/pooler/dense/bias")
+    (tmp_path / "bert_model.ckpt.index").write_bytes(good[:at] + b"\x0e" + good[at + 1:])  # wire type 6 in the entry
+    with pytest.raises(BertkitError, match=r"bert_model\.ckpt\.index is corrupt \(ValueError: unsupported protobuf"):
+        read_tf_checkpoint(tmp_path / "bert_model.ckpt")
+    (tmp_path / "bert_config.json").write_text("hidden_size = 32\n")
+    with pytest.raises(BertkitError, match=r"bert_config\.json is not valid JSON"):
+        convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json",
+                              tiny_dirs["clf"] / "vocab.txt", tmp_path / "out")
+
+
+@pytest.fixture(scope="module")
+def parts(tiny_dirs, tmp_path_factory) -> list[Path]:
+    """The two parts of a 2-way split create-pretraining-data run over four small documents."""
+    from bertkit.cli import main
+
+    root = tmp_path_factory.mktemp("parts")
+    words = ["a good film", "a dull film", "fine films", "bad"]
+    docs = []
+    for i in range(4):
+        docs.append(root / f"doc{i}.txt")
+        docs[-1].write_text(" ".join(f"This is {words[(i + j) % 4]} and {words[j % 4]}." for j in range(30)) + "\n")
+    for i in range(2):
+        assert main(["create-pretraining-data", *map(str, docs), "--vocab", str(tiny_dirs["clf"]), "--out",
+                     str(root / f"part{i}"), "--num-shards", "2", "--shard-index", str(i), "--max-seq-length", "16",
+                     "--unit-bytes", "500", "--dupe-factor", "1", "--no-progress", "--num-workers", "1"]) == 0
+    return [root / "part0", root / "part1"]
+
+
+def _copy_parts(parts: list[Path], to: Path) -> list[Path]:
+    out = []
+    for p in parts:
+        (to / p.name).mkdir(parents=True)
+        for f in p.iterdir():
+            (to / p.name / f.name).write_bytes(f.read_bytes())
+        out.append(to / p.name)
+    return out
+
+
+def test_merge_names_a_broken_part_json_and_checks_every_shard_before_linking_any(parts, tmp_path):
+    from bertkit.data.pretraining import merge_pretraining_data
+
+    broken = _copy_parts(parts, tmp_path / "a")
+    (broken[1] / "part.json").write_text('{"part": ')
+    with pytest.raises(BertkitError, match=r"part1/part\.json is not valid JSON"):
+        merge_pretraining_data(broken, tmp_path / "out_a")
+    (broken[1] / "part.json").write_text('{"format": 1}')
+    with pytest.raises(BertkitError, match=r"part1/part\.json lacks config, input_files, .*make that part again"):
+        merge_pretraining_data(broken, tmp_path / "out_a")
+
+    truncated = _copy_parts(parts, tmp_path / "b")
+    shard = sorted(truncated[1].glob("shard-*.npy"))[0]
+    shard.write_bytes(shard.read_bytes()[:-8])
+    with pytest.raises(BertkitError, match=rf"{shard.name}: its sha256 differs from .*part\.json"):
+        merge_pretraining_data(truncated, tmp_path / "out_b")
+    shard.unlink()
+    with pytest.raises(BertkitError, match=rf"{shard.name} is listed in .*part\.json but missing"):
+        merge_pretraining_data(truncated, tmp_path / "out_b")
+    assert not list((tmp_path / "out_b").glob("shard-*"))  # nothing linked: the merge can run again once fixed
+    result = merge_pretraining_data(_copy_parts(parts, tmp_path / "c"), tmp_path / "out_b")
+    assert result["counts"]["instances"] > 0

@@ -217,13 +217,7 @@ def merge_pretraining_data(part_dirs: Sequence[str | os.PathLike], output_dir: s
     Shards are hard-linked into ``output_dir`` where the filesystem allows (no copy, no extra space), else
     copied; the part directories are left as they are (bertkit never deletes what it did not make here).
     """
-    parts = []
-    for d in part_dirs:
-        path = Path(d) / PART
-        if not path.is_file():
-            raise MissingFileError(f"{path} not found: {d} is not a part made with --num-shards/--shard-index "
-                                   "(or that run did not finish: run it again)")
-        parts.append((Path(d), json.loads(path.read_text(encoding="utf-8"))))
+    parts = [(Path(d), _read_part(Path(d))) for d in part_dirs]
     if not parts:
         raise BertkitError("no parts to merge: pass the K part directories")
     count = parts[0][1]["part"]["count"]
@@ -248,6 +242,16 @@ def merge_pretraining_data(part_dirs: Sequence[str | os.PathLike], output_dir: s
     if len(shards) != parts[0][1]["part"]["units"]:
         raise BertkitError(f"the parts hold {len(shards)} shards but the corpus has {parts[0][1]['part']['units']} "
                            "work units: a part is incomplete; make it again")
+    # Every file checked against its part's record before anything is linked: parts are made on other machines
+    # and copied here, and a truncated or missing shard must stop the merge, not a pre-training run days later.
+    for d, shard in shards:
+        for entry in shard["files"].values():
+            src = d / entry["file"]
+            if not src.is_file():
+                raise MissingFileError(f"{src} is listed in {d / PART} but missing: copy the part again")
+            if sha256_file(src) != entry["sha256"]:
+                raise BertkitError(f"{src}: its sha256 differs from {d / PART} (truncated or changed in the copy): "
+                                   "copy the part again")
     for d, shard in shards:
         for entry in shard["files"].values():
             src, dst = d / entry["file"], out / entry["file"]
@@ -262,6 +266,41 @@ def merge_pretraining_data(part_dirs: Sequence[str | os.PathLike], output_dir: s
     manifest.update(counts=counts, shards=[shard for _, shard in shards])
     write_manifest(out, manifest)
     return {**manifest, "output_dir": str(out), "parts": [str(d) for d, _ in parts]}
+
+
+_PART_KEYS = ("format", "config", "input_files", "tokenizer", "token_dtype", "part", "shards", "counts")
+
+
+def _read_part(d: Path) -> dict:
+    """A part directory's part.json, checked to hold what merging reads; any flaw names the file."""
+    path = d / PART
+    if not path.is_file():
+        raise MissingFileError(f"{path} not found: {d} is not a part made with --num-shards/--shard-index "
+                               "(or that run did not finish: run it again)")
+    try:
+        part = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise BertkitError(f"{path} is not valid JSON ({e}): make that part again") from None
+    if not isinstance(part, dict):
+        raise BertkitError(f"{path} must hold a JSON object, got {type(part).__name__}: make that part again")
+    missing = [k for k in _PART_KEYS if k not in part]
+    inner = part.get("part")
+    if isinstance(inner, dict):
+        missing += [f"part.{k}" for k in ("index", "count", "units") if k not in inner]
+    elif "part" in part:
+        missing.append("part.index")
+    counts = part.get("counts")
+    missing += [f"counts.{k}" for k in COUNTS if not isinstance(counts, dict) or k not in counts] if "counts" in part else []
+    shards = part.get("shards")
+    if not missing and not (isinstance(shards, list) and all(
+            isinstance(x, dict) and "name" in x and isinstance(x.get("files"), dict)
+            and all(isinstance(e, dict) and {"file", "sha256"} <= set(e) for e in x["files"].values())
+            for x in shards)):
+        missing.append("shards[].name/files/file/sha256")
+    if missing:
+        raise BertkitError(f"{path} lacks {', '.join(missing)}: it was not written by create-pretraining-data "
+                           "--num-shards (or was edited); make that part again")
+    return part
 
 
 def _vocab_list(tokenizer) -> list[str]:

@@ -67,11 +67,18 @@ def load_for_export(model_dir: str | Path) -> nn.Module:
     config_file = directory / "config.json"
     if not config_file.is_file():
         raise MissingFileError(f"{config_file} not found: pass a checkpoint directory (config.json, model.safetensors)")
-    archs = json.loads(config_file.read_text(encoding="utf-8")).get("architectures") or ["BertModel"]
-    if archs[0] not in MODEL_CLASSES:
-        raise BertkitError(f"{config_file} names architecture {archs[0]!r}; bertkit exports "
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except ValueError as e:  # not JSON (or not UTF-8)
+        raise BertkitError(f"{config_file} is not valid JSON ({e}); re-save the checkpoint") from None
+    if not isinstance(config, dict):
+        raise BertkitError(f"{config_file} must hold a JSON object, got {type(config).__name__}")
+    archs = config.get("architectures") or ["BertModel"]
+    arch = archs if isinstance(archs, str) else archs[0] if isinstance(archs, list) else None
+    if arch not in MODEL_CLASSES:
+        raise BertkitError(f"{config_file} names architecture {archs!r}; bertkit exports "
                            f"{', '.join(MODEL_CLASSES)} (edit 'architectures' if the weights are one of these)")
-    return MODEL_CLASSES[archs[0]].from_pretrained(directory).eval()
+    return MODEL_CLASSES[arch].from_pretrained(directory).eval()
 
 
 TRACE_TEXTS = ("BERT reads text in both directions at once.", "Short one.")

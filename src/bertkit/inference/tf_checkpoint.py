@@ -102,17 +102,25 @@ def read_sstable(path: Path) -> dict[bytes, bytes]:
     if len(data) < _FOOTER or struct.unpack_from("<Q", data, len(data) - 8)[0] != _TABLE_MAGIC:
         raise BertkitError(f"{path} is not a TensorFlow checkpoint index (no SSTable magic number at its end); "
                            "pass the checkpoint prefix, e.g. bert_model.ckpt (beside bert_model.ckpt.index)")
-    footer = data[len(data) - _FOOTER:]
-    _, pos = _varint(footer, 0)  # metaindex handle (unused: bundles have no filter blocks)
-    _, pos = _varint(footer, pos)
-    index_offset, pos = _varint(footer, pos)
-    index_size, _ = _varint(footer, pos)
-    table: dict[bytes, bytes] = {}
-    for _, handle in _block(data, index_offset, index_size, path):
-        offset, p = _varint(handle, 0)
-        size, _ = _varint(handle, p)
-        table.update(_block(data, offset, size, path))
+    try:
+        footer = data[len(data) - _FOOTER:]
+        _, pos = _varint(footer, 0)  # metaindex handle (unused: bundles have no filter blocks)
+        _, pos = _varint(footer, pos)
+        index_offset, pos = _varint(footer, pos)
+        index_size, _ = _varint(footer, pos)
+        table: dict[bytes, bytes] = {}
+        for _, handle in _block(data, index_offset, index_size, path):
+            offset, p = _varint(handle, 0)
+            size, _ = _varint(handle, p)
+            table.update(_block(data, offset, size, path))
+    except (IndexError, struct.error) as e:  # an offset or length pointing outside the file
+        raise _corrupt(path, e) from None
     return table
+
+
+def _corrupt(path: Path, e: Exception) -> BertkitError:
+    return BertkitError(f"{path} is corrupt ({type(e).__name__}: {e}); copy the checkpoint's .index and .data-* "
+                        "files again (TensorFlow writes them together)")
 
 
 @dataclass(frozen=True)
@@ -162,18 +170,20 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
         raise MissingFileError(f"{index} not found: pass the checkpoint prefix (bert_model.ckpt, the name before "
                                ".index and .data-00000-of-00001)")
     table = read_sstable(index)
-    header = dict(_fields(table.pop(b"", b"")))
+    try:
+        header = dict(_fields(table.pop(b"", b"")))
+        entries = {raw_name.decode("utf-8"): _entry(value) for raw_name, value in sorted(table.items())}
+    except (IndexError, struct.error, ValueError) as e:  # a bad varint, wire type or name: the bytes are damaged
+        raise _corrupt(index, e) from None
     num_shards = int(header.get(1, 1))
     if header.get(2, 0) != 0:
         raise BertkitError(f"{index}: the checkpoint was written big-endian; bertkit reads little-endian bundles")
     shards: dict[int, Any] = {}
     out: dict[str, np.ndarray] = {}
     try:
-        for raw_name, value in sorted(table.items()):
-            name = raw_name.decode("utf-8")
+        for name, e in entries.items():
             if skip is not None and skip.search(name):
                 continue
-            e = _entry(value)
             if e.sliced:
                 raise BertkitError(f"{index}: variable {name} is stored in slices (partitioned); not supported")
             if e.dtype not in _DTYPES:
@@ -194,6 +204,9 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
                 arr = bits.view(np.float32)
             else:
                 arr = np.frombuffer(buf, dtype=np.dtype(dtype).newbyteorder("<"))
+            if arr.size != int(np.prod(e.shape)):
+                raise BertkitError(f"{index}: variable {name} has {arr.size} values but its shape {list(e.shape)} "
+                                   "needs a different number: the index is corrupt; copy the checkpoint again")
             out[name] = np.array(arr.reshape(e.shape))  # a copy: the memmap closes with this function
     finally:
         shards.clear()
@@ -309,7 +322,12 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
                 if (output_dir / n).exists()]
     if existing:  # bertkit never replaces files it did not create (the CLI's --overwrite removes its own first)
         raise BertkitError(f"{output_dir} already holds {', '.join(existing)}; choose a new output directory")
-    raw_config = json.loads(bert_config.read_text(encoding="utf-8"))
+    try:
+        raw_config = json.loads(bert_config.read_text(encoding="utf-8"))
+    except ValueError as e:  # not JSON (or not UTF-8)
+        raise BertkitError(f"{bert_config} is not valid JSON ({e}); pass the checkpoint's bert_config.json") from None
+    if not isinstance(raw_config, dict):
+        raise BertkitError(f"{bert_config} must hold a JSON object, got {type(raw_config).__name__}")
     config = BertConfig.from_dict(raw_config)
     variables = read_tf_checkpoint(tf_checkpoint, skip=_SKIP)
     published = tf_to_published(variables, config.num_hidden_layers)
