@@ -46,92 +46,105 @@ def texts_for(sentences: list[str], words: int, count: int) -> list[str]:
     return [" ".join(pool[(i * words + j) % len(pool)] for j in range(words)) for i in range(count)]
 
 
-async def post(client, url: str, inputs, timeout: float) -> tuple[str, float, dict]:
-    """(outcome, seconds, headers): outcome is the status code as text, or "timeout" / "error:<kind>"."""
-    import httpx
-
+async def request(port: int, method: str, path: str, body: bytes, timeout: float) -> tuple[str, float, dict]:
+    """One HTTP/1.1 request on its own connection to 127.0.0.1:``port``, closed afterwards (or at ``timeout``,
+    as a client that gives up does): (outcome, seconds, headers), the outcome being the status code as text,
+    "timeout" or "error:<kind>". Plain asyncio streams: the load generator must cost little CPU next to the
+    server on a 2-core machine (httpx spends ~1 ms per request)."""
     t0 = time.perf_counter()
+    writer = None
+
+    async def exchange() -> tuple[str, dict]:
+        nonlocal writer
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        await writer.drain()
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        headers = dict(line.split(": ", 1) for line in head[1:] if ": " in line)
+        headers = {k.lower(): v for k, v in headers.items()}
+        await reader.readexactly(int(headers.get("content-length", 0)))
+        return head[0].split()[1], headers
+
     try:
-        r = await client.post(f"{url}/predict", json={"inputs": inputs}, timeout=timeout)
-        return str(r.status_code), time.perf_counter() - t0, dict(r.headers)
-    except httpx.TimeoutException:
+        status, headers = await asyncio.wait_for(exchange(), timeout)
+        return status, time.perf_counter() - t0, headers
+    except asyncio.TimeoutError:
         return "timeout", time.perf_counter() - t0, {}
-    except httpx.HTTPError as e:
+    except (OSError, asyncio.IncompleteReadError) as e:
         return f"error:{type(e).__name__}", time.perf_counter() - t0, {}
+    finally:
+        if writer is not None:
+            writer.close()
 
 
-async def run(url: str, args: argparse.Namespace, long_texts: list[str], short: str) -> dict:
-    import httpx
+async def post(port: int, inputs, timeout: float) -> tuple[str, float, dict]:
+    return await request(port, "POST", "/predict", json.dumps({"inputs": inputs}).encode(), timeout)
 
+
+async def run(port: int, args: argparse.Namespace, long_texts: list[str], short: str) -> dict:
     per = args.texts_per_request
-    request = [long_texts[i * per:(i + 1) * per] for i in range(args.flood + args.unloaded + args.quitters)]
-    limits = httpx.Limits(max_connections=args.flood + 8, max_keepalive_connections=args.flood + 8)
+    texts = [long_texts[i * per:(i + 1) * per] for i in range(args.flood + args.unloaded + args.quitters)]
     out: dict = {}
-    async with httpx.AsyncClient(limits=limits) as client:
-        await post(client, url, request[0], 120)  # warm-up
-        lat = [(await post(client, url, request[i], args.client_timeout))[1] for i in range(args.unloaded)]
-        out["unloaded"] = {"requests": len(lat), "p50_ms": ms(percentile(lat, 0.5)), "p99_ms": ms(percentile(lat, 0.99))}
+    await post(port, texts[0], 120)  # warm-up
+    lat = [(await post(port, texts[i], args.client_timeout))[1] for i in range(args.unloaded)]
+    out["unloaded"] = {"requests": len(lat), "p50_ms": ms(percentile(lat, 0.5)), "p99_ms": ms(percentile(lat, 0.99))}
 
-        health: list[float] = []
-        done = asyncio.Event()
+    health: list[float] = []
+    done = asyncio.Event()
 
-        async def poll_health() -> None:
-            async with httpx.AsyncClient() as own:  # its own connection, as a load balancer's probe
-                while not done.is_set():
-                    t0 = time.perf_counter()
-                    try:
-                        await own.get(f"{url}/health", timeout=30)
-                        health.append(time.perf_counter() - t0)
-                    except httpx.HTTPError:
-                        health.append(float("inf"))
-                    await asyncio.sleep(0.1)
+    async def poll_health() -> None:  # a load balancer's liveness probe, on its own connections
+        while not done.is_set():
+            outcome, seconds, _ = await request(port, "GET", "/health", b"", 30)
+            health.append(seconds if outcome == "200" else float("inf"))
+            await asyncio.sleep(0.1)
 
-        prober = asyncio.create_task(poll_health())
-        t0 = time.perf_counter()
-        flood = await asyncio.gather(*(post(client, url, request[args.unloaded + i], args.client_timeout)
-                                       for i in range(args.flood)))
-        wall = time.perf_counter() - t0
-        done.set()
-        await prober
-        after = await answered(client, url, short, args.client_timeout)
-        ok = [s for o, s, _ in flood if o == "200"]
-        refused = [(s, h) for o, s, h in flood if o in ("429", "503")]
-        out["flood"] = {
-            "requests": args.flood, "inputs_per_request": per, "answered": len(ok), "refused": len(refused),
-            "client_timeouts": sum(o == "timeout" for o, _, _ in flood),
-            "other": sorted({o for o, _, _ in flood} - {"200", "429", "503", "timeout"}),
-            "admitted_p50_ms": ms(percentile(ok, 0.5)) if ok else None,
-            "admitted_p99_ms": ms(percentile(ok, 0.99)) if ok else None,
-            "admitted_max_ms": ms(max(ok)) if ok else None,
-            "refused_p99_ms": ms(percentile([s for s, _ in refused], 0.99)) if refused else None,
-            "retry_after_s": sorted({int(h.get("retry-after", 0)) for _, h in refused}),
-            "wall_s": round(wall, 1),
-            "health_p99_ms": ms(percentile(health, 0.99)) if health else None,
-            "health_max_ms": ms(max(health)) if health else None, "health_probes": len(health),
-            "short_request_after_ms": ms(after[1]),
-            "short_request_after": {"status": after[0], "attempts": after[2]}}
+    prober = asyncio.create_task(poll_health())
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    flood = await asyncio.gather(*(post(port, texts[args.unloaded + i], args.client_timeout)
+                                   for i in range(args.flood)))
+    wall, client_cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    done.set()
+    await prober
+    after = await answered(port, short, args.client_timeout)
+    ok = [s for o, s, _ in flood if o == "200"]
+    refused = [(s, h) for o, s, h in flood if o in ("429", "503")]
+    out["flood"] = {
+        "requests": args.flood, "inputs_per_request": per, "answered": len(ok), "refused": len(refused),
+        "client_timeouts": sum(o == "timeout" for o, _, _ in flood),
+        "other": sorted({o for o, _, _ in flood} - {"200", "429", "503", "timeout"}),
+        "admitted_p50_ms": ms(percentile(ok, 0.5)) if ok else None,
+        "admitted_p99_ms": ms(percentile(ok, 0.99)) if ok else None,
+        "admitted_max_ms": ms(max(ok)) if ok else None,
+        "refused_p50_ms": ms(percentile([s for s, _ in refused], 0.5)) if refused else None,
+        "refused_p99_ms": ms(percentile([s for s, _ in refused], 0.99)) if refused else None,
+        "retry_after_s": sorted({int(h.get("retry-after", 0)) for _, h in refused}),
+        "wall_s": round(wall, 1), "client_cpu_share": round(client_cpu / wall, 2),
+        "health_p50_ms": ms(percentile(health, 0.5)) if health else None,
+        "health_p99_ms": ms(percentile(health, 0.99)) if health else None,
+        "health_max_ms": ms(max(health)) if health else None, "health_probes": len(health),
+        "short_request_after_ms": ms(after[1]), "short_request_after": {"status": after[0], "attempts": after[2]}}
 
-        # Clients that give up: each connection is closed after quit_after_ms, with its request queued or running.
-        base = args.unloaded + args.flood
-        quitters = await asyncio.gather(*(post(client, url, request[base + i], args.quit_after_ms / 1000)
-                                          for i in range(args.quitters)))
-        after = await answered(client, url, short, args.client_timeout)
-        out["quitters"] = {"clients": args.quitters, "quit_after_ms": args.quit_after_ms,
-                           "gave_up": sum(o == "timeout" for o, _, _ in quitters),
-                           "short_request_after_ms": ms(after[1]),
-                           "short_request_after": {"status": after[0], "attempts": after[2]}}
-        out["server_stats"] = (await client.get(f"{url}/metadata", timeout=30)).json()["stats"]
+    # Clients that give up: each connection is closed after quit_after_ms, its request queued or running.
+    base = args.unloaded + args.flood
+    quitters = await asyncio.gather(*(post(port, texts[base + i], args.quit_after_ms / 1000)
+                                      for i in range(args.quitters)))
+    after = await answered(port, short, args.client_timeout)
+    out["quitters"] = {"clients": args.quitters, "quit_after_ms": args.quit_after_ms,
+                       "gave_up": sum(o == "timeout" for o, _, _ in quitters),
+                       "short_request_after_ms": ms(after[1]),
+                       "short_request_after": {"status": after[0], "attempts": after[2]}}
     return out
 
 
-async def answered(client, url: str, inputs, timeout: float) -> tuple[str, float, int]:
+async def answered(port: int, inputs, timeout: float) -> tuple[str, float, int]:
     """(final outcome, seconds until answered, attempts) for a client that retries a refusal every 100 ms
     (sooner than Retry-After asks, to time when the server takes work again)."""
     t0 = time.perf_counter()
     attempt = 0
     while True:
         attempt += 1
-        outcome, _, _ = await post(client, url, inputs, timeout)
+        outcome, _, _ = await post(port, inputs, timeout)
         if outcome not in ("429", "503") or time.perf_counter() - t0 > timeout:
             return outcome, time.perf_counter() - t0, attempt
         await asyncio.sleep(0.1)
@@ -179,9 +192,11 @@ def main() -> None:
         load_before = os.getloadavg()
         proc = start(cmd, port, args.server_threads)
         try:
-            url = f"http://127.0.0.1:{port}"
-            meta = __import__("httpx").get(f"{url}/metadata", timeout=30).json()
-            out = asyncio.run(asyncio.wait_for(run(url, args, long_texts, sentences[0]), args.max_seconds))
+            import httpx
+
+            meta = httpx.get(f"http://127.0.0.1:{port}/metadata", timeout=30).json()
+            out = asyncio.run(asyncio.wait_for(run(port, args, long_texts, sentences[0]), args.max_seconds))
+            out["server_stats"] = httpx.get(f"http://127.0.0.1:{port}/metadata", timeout=30).json()["stats"]
             rss = peak_rss_mb(proc.pid)
         finally:
             proc.terminate()

@@ -189,13 +189,18 @@ class Batcher:
         """Seconds until the admitted inputs are answered at the measured rate (1 before any call)."""
         return 1 if not self.rate else max(1, min(60, math.ceil(self.inputs / self.rate)))
 
+    def check_room(self, n: int | None = None) -> None:
+        """429 if ``n`` more inputs (None: a request not read yet, so at least one) would exceed the bound."""
+        if self.inputs + (n or 1) > self.max_inputs:
+            wait = self.retry_after()
+            has = "" if n is None else f", this request has {n}"
+            raise RequestError(429, f"the server is at max_concurrent_requests {self.max_inputs} ({self.inputs} "
+                                    f"inputs admitted and not answered{has}); retry after {wait} s",
+                               {"Retry-After": str(wait)})
+
     def admit(self, items: list[Any], options: dict[str, Any], timeout: float | None) -> Job:
         n = len(items)
-        if self.inputs + n > self.max_inputs:
-            wait = self.retry_after()
-            raise RequestError(429, f"the server is at max_concurrent_requests {self.max_inputs} ({self.inputs} "
-                                    f"inputs admitted and not answered, this request has {n}); retry after "
-                                    f"{wait} s", {"Retry-After": str(wait)})
+        self.check_room(n)
         loop = asyncio.get_running_loop()
         job = Job(items, options, loop.create_future(), None if timeout is None else loop.time() + timeout, timeout)
         self.inputs += n
@@ -624,6 +629,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
             if app.state.draining:
                 raise RequestError(503, "the server is shutting down; send the request to another replica",
                                    {"Retry-After": "1"})
+            state["batcher"].check_room()  # when full, refuse before reading and parsing the body
             timeout = request_timeout(request)
             call = parse_request(await read_body(request), pipe, limits, route)
             job = state["batcher"].admit(call.items, call.options, timeout)
