@@ -475,6 +475,93 @@ def _(d: Path) -> Outcome:
     return cli_outcome(run, ok=same_as_pipeline(out, texts))
 
 
+def _close(a: object, b: object) -> bool:
+    """Equal JSON values, floats within 1e-5 (batches of other lengths round differently)."""
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return math.isclose(a, b, abs_tol=1e-5)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    return a == b
+
+
+def same_records(out: Path, inputs: list, task: str, model: str, key: str | None = None,
+                 **options) -> Callable[[], Outcome]:
+    """A success of any task is right when each record (less its id) is the pipeline's result for its input."""
+    def ok() -> Outcome:
+        got = read_jsonl(out)
+        want = pipe(task, model)(inputs, **options)
+        if len(got) != len(inputs):
+            return Outcome("silent-wrong", f"{len(got)} records for {len(inputs)} inputs")
+        for i, (g, w) in enumerate(zip(got, want)):
+            g = {k: v for k, v in g.items() if k != "id"}
+            if not _close(g[key] if key else g, w) or key is None and not isinstance(w, dict):
+                return Outcome("silent-wrong", f"record {i} is {str(g)[:80]}, the pipeline gives {str(w)[:80]}")
+        return Outcome("ok", f"{len(got)} records equal the pipeline's")
+    return ok
+
+
+@case("predict", "question-answering from CSV (a context with commas, quotes and a newline)")
+def _(d: Path) -> Outcome:
+    items = [{"question": "Who wrote it?", "context": 'It was written, "they say", by Ada\nin 1843.'},
+             {"question": "When?", "context": "In 1843."}]
+    rows = "".join('"' + x["question"].replace('"', '""') + '","' + x["context"].replace('"', '""') + '"\n'
+                   for x in items)
+    run, out = predict(d, write(d, "qa.csv", "question,context\n" + rows), task="question-answering", model="qa")
+    return cli_outcome(run, ok=same_records(out, items, "question-answering", "qa", top_k=1))
+
+
+@case("predict", "token-classification from TSV")
+def _(d: Path) -> Outcome:
+    texts = ["Ada Lovelace wrote it .", "no names here"]
+    run, out = predict(d, write(d, "ner.tsv", "text\n" + "\n".join(texts) + "\n"), task="token-classification",
+                       model="ner")
+    return cli_outcome(run, ok=same_records(out, texts, "token-classification", "ner"))
+
+
+@case("predict", "multiple-choice from CSV (choices as a JSON list in a cell)")
+def _(d: Path) -> Outcome:
+    items = [{"context": "He opened the door", "choices": ["and walked in.", "and the sky, green."]}]
+    run, out = predict(d, write(d, "mc.csv", 'context,choices\n"He opened the door","[""and walked in."", '
+                                '""and the sky, green.""]"\n'), task="multiple-choice", model="mc")
+    return cli_outcome(run, ok=same_records(out, items, "multiple-choice", "mc"))
+
+
+@case("predict", "sentence-embedding from TXT")
+def _(d: Path) -> Outcome:
+    texts = ["one sentence", "another, longer sentence"]
+    run, out = predict(d, write(d, "e.txt", "\n".join(texts) + "\n"), task="sentence-embedding", model="enc")
+    return cli_outcome(run, ok=same_records(out, texts, "sentence-embedding", "enc", key="embedding"))
+
+
+@case("predict", "a 1 MB text in one CSV field")
+def _(d: Path) -> Outcome:
+    text = "word " * 200_000
+    run, out = predict(d, write(d, "big.csv", f'text\n"{text}"\nsmall\n'))
+    return cli_outcome(run, ok=same_as_pipeline(out, [text, "small"]))
+
+
+@case("predict", "--max-length 4 (below the minimum)")
+def _(d: Path) -> Outcome:
+    run, _ = predict(d, write(d, "in.txt", "good\n"), "--max-length", "4")
+    return cli_outcome(run, ("max_length 4",))
+
+
+@case("predict", "--device cuda on a machine without one" if not torch.cuda.is_available() else
+      "--device cuda:99 (no such GPU)")
+def _(d: Path) -> Outcome:
+    spec = "cuda" if not torch.cuda.is_available() else "cuda:99"
+    run, out = predict(d, write(d, "in.txt", "good\n"), "--device", spec)
+    return cli_outcome(run, (spec,))
+
+
+@case("predict", "--device gpu (not a device name)")
+def _(d: Path) -> Outcome:
+    run, out = predict(d, write(d, "in.txt", "good\n"), "--device", "gpu")
+    return cli_outcome(run, ("gpu",))
+
+
 # -------------------------------------------------------------------------------------------------
 # finetune classify
 # -------------------------------------------------------------------------------------------------
@@ -635,6 +722,35 @@ def _(d: Path) -> Outcome:
             return Outcome("silent-wrong", "6 classes from 6 rows without a warning")
         return report_ok(out, ["1", "2", "3", "4", "5", "6"], "accuracy")()
     return cli_outcome(run, ok=ok)
+
+
+@case("finetune", "sentence pairs: the pair column missing")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["pos", "neg"] * 3), None, "--text-pair-column", "hypothesis")
+    return cli_outcome(run, ("train.csv:2", "'hypothesis'"))
+
+
+@case("finetune", "labels padded with spaces (' pos' and 'pos' are one class)")
+def _(d: Path) -> Outcome:
+    run, out = finetune(d, _rows([" pos", "neg ", "pos", "neg", " pos ", "neg"]))
+    return cli_outcome(run, ok=report_ok(out, ["neg", "pos"], "accuracy"))
+
+
+@case("finetune", "--output-dir is a file")
+def _(d: Path) -> Outcome:
+    content = b"my notes"
+    out = write(d, "notes", content)
+    run, _ = finetune(d, _rows(["pos", "neg"] * 3), None, out=out)
+    return cli_outcome(run, ("notes",), after=unchanged(out, content))
+
+
+@case("finetune", "--model a directory without config.json")
+def _(d: Path) -> Outcome:
+    (d / "empty_model").mkdir()
+    t = write(d, "train.csv", _rows(["pos", "neg"] * 3))
+    run = bertkit("finetune", "classify", "--model", d / "empty_model", "--train-file", t, "--validation-file", t,
+                  "--output-dir", d / "run", "--no-progress")
+    return cli_outcome(run, ("config.json",))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -875,6 +991,31 @@ def _(d: Path) -> Outcome:
     return cli_outcome(convert(d, ckpt), ("bert_model.ckpt.index",))
 
 
+@case("convert", "20 random corruptions of the .index (bytes set to random values)")
+def _(d: Path) -> Outcome:
+    from bertkit.errors import BertkitError
+    from bertkit.inference.tf_checkpoint import read_tf_checkpoint
+
+    ckpt = tf_checkpoint(d)
+    index = Path(f"{ckpt}.index")
+    good = index.read_bytes()
+    rng = np.random.default_rng(1)
+    seen = Counter()
+    for _ in range(20):
+        data = bytearray(good)
+        for i in rng.choice(len(data), 8, replace=False):
+            data[i] = int(rng.integers(256))
+        index.write_bytes(bytes(data))
+        try:
+            read_tf_checkpoint(ckpt)
+            seen["read (corruption in padding or in values)"] += 1
+        except BertkitError:
+            seen["clear"] += 1
+        except Exception as e:  # noqa: BLE001 - the finding
+            return Outcome("traceback", f"{type(e).__name__}: {str(e)[:150]}")
+    return Outcome("ok" if not seen.get("clear") else "clear-error", str(dict(seen)))
+
+
 @case("convert", "the .data file truncated")
 def _(d: Path) -> Outcome:
     ckpt = tf_checkpoint(d)
@@ -1054,6 +1195,31 @@ _api("classifier(['']) (an empty text)", lambda d: pipe("text-classification", "
      ok=lambda r: check(len(r) == 1 and r[0]["label"] in ("negative", "positive"), f"got {r}"))
 _api("classifier(a generator)", lambda d: pipe("text-classification", "clf")(t for t in ["a", "b"]),
      ok=lambda r: check(len(r) == 2, f"got {r}"))
+
+
+_api("pipeline(device='gpu')", lambda d: _pipeline("text-classification", MODELS["clf"], device="gpu"), ("gpu",))
+_api("pipeline(device='cuda') without CUDA" if not torch.cuda.is_available() else "pipeline(device='cuda:99')",
+     lambda d: _pipeline("text-classification", MODELS["clf"],
+                         device="cuda" if not torch.cuda.is_available() else "cuda:99"), ("cuda",))
+_api("question-answering(top_k=0)",
+     lambda d: pipe("question-answering", "qa")({"question": "who?", "context": "Ada."}, top_k=0), ("top_k",))
+_api("fill-mask(top_k='3')", lambda d: pipe("fill-mask", "mlm")("a [MASK]", top_k="3"), ("top_k",))
+_api("classifier(a 100,000-character text) (truncated to the model's positions)",
+     lambda d: pipe("text-classification", "clf")("word " * 20_000),
+     ok=lambda r: check(r["label"] in ("negative", "positive"), f"got {r}"))
+
+
+def _tokenizer():
+    from bertkit.tokenization import BertTokenizer
+
+    return BertTokenizer.from_pretrained(MODELS["clf"])
+
+
+_api("tokenizer(None)", lambda d: _tokenizer()(None), ("None",))
+_api("tokenizer(5)", lambda d: _tokenizer()(5), ("int",))
+_api("tokenizer([['a', 'b']]) (pre-split words without is_split_into_words)",
+     lambda d: _tokenizer()([["a", "b"]]), ("list",), ok=lambda r: check(len(r["input_ids"]) == 1, f"got {r}"))
+_api("tokenizer.decode([10**9]) (an id past the vocabulary)", lambda d: _tokenizer().decode([10**9]), ("1000000000",))
 
 
 def _ten_thousand(d: Path) -> Outcome:

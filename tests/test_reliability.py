@@ -357,3 +357,18 @@ def test_merge_names_a_broken_part_json_and_checks_every_shard_before_linking_an
     assert not list((tmp_path / "out_b").glob("shard-*"))  # nothing linked: the merge can run again once fixed
     result = merge_pretraining_data(_copy_parts(parts, tmp_path / "c"), tmp_path / "out_b")
     assert result["counts"]["instances"] > 0
+
+
+def test_a_device_this_machine_lacks_or_a_misspelt_one_is_named(tiny_dirs):
+    import torch
+
+    from bertkit import pipeline
+    from bertkit.inference.base import pipeline_device
+
+    with pytest.raises(BertkitError, match=r"device 'gpu' is not a device: use auto, cpu, cuda or cuda:N"):
+        pipeline("text-classification", tiny_dirs["clf"], device="gpu")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(BertkitError, match=r"device 'cuda:99': (PyTorch sees no CUDA GPU|this machine has)"):
+        pipeline_device("cuda:99")
+    assert pipeline_device("auto").type == ("cuda" if count else "cpu")
+    assert pipeline_device(torch.device("cpu")) == torch.device("cpu")

@@ -62,6 +62,26 @@ def pad_rows(rows: Sequence[dict[str, Any]], pad_id: int) -> dict[str, Tensor]:
     return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
 
 
+def pipeline_device(device: str | torch.device) -> torch.device:
+    """The device to run on: ``auto`` (CUDA when present), ``cpu``, ``cuda``, ``cuda:N``, ``mps``; one this machine
+    does not have is an error naming it (PyTorch's own would be an AssertionError from deep inside ``.to``)."""
+    if isinstance(device, str) and device.strip() == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise BertkitError(f"device {device!r} is not a device: use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise BertkitError(f"device {str(device)!r}: PyTorch sees no CUDA GPU here; use cpu (or auto)")
+        if dev.index is not None and dev.index >= count:
+            raise BertkitError(f"device {str(device)!r}: this machine has {count} GPU(s), cuda:0..cuda:{count - 1}")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise BertkitError(f"device {str(device)!r}: PyTorch sees no MPS device here; use cpu (or auto)")
+    return dev
+
+
 def _row_length(row: dict[str, Any]) -> int:
     ids = row["input_ids"]
     return max(len(s) for s in ids) if ids and isinstance(ids[0], list) else len(ids)
@@ -98,7 +118,7 @@ class Pipeline:
             raise BertkitError(f"max_length {max_length} is outside [8, {limit}] (the model has "
                                f"{model.config.max_position_embeddings} positions, the tokenizer's "
                                f"model_max_length is {tokenizer.model_max_length})")
-        self.device = torch.device(device)
+        self.device = pipeline_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.config = model.config
