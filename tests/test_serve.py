@@ -377,14 +377,13 @@ def test_health_answers_while_the_model_computes_a_long_batch(served):
     long_text = " ".join(" ".join(_sentences(40)).split()[:300])[:2000]
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         busy = pool.submit(_post, server.url, [long_text] * 8)
-        _until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 8)
-        waits = []
-        while not busy.done():
+        waits: list[float] = []
+        while not waits or not busy.done():
             t0 = time.perf_counter()
             assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
             waits.append(time.perf_counter() - t0)
         assert busy.result().status_code == 200
-    assert waits and max(waits) < 1.0, waits
+    assert max(waits) < 1.0, waits
 
 
 def test_sigterm_drains_the_admitted_requests_then_the_server_exits(tiny_dir):
@@ -392,9 +391,9 @@ def test_sigterm_drains_the_admitted_requests_then_the_server_exits(tiny_dir):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    # max-wait-ms 2000: an admitted request waits 2 s for batch-mates, so it is still in flight at SIGTERM
+    # max-wait-ms 4000: an admitted request waits 4 s for batch-mates, so it is still in flight at SIGTERM
     proc = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", str(tiny_dir), "--task",
-                             "text-classification", "--port", str(port), "--max-wait-ms", "2000",
+                             "text-classification", "--port", str(port), "--max-wait-ms", "4000",
                              "--graceful-shutdown-s", "20", "--log-level", "warning"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -1,6 +1,6 @@
 """`bertkit serve` speaks the wire formats real clients parse: huggingface_hub's InferenceClient over loopback
 for every task, with answers equal to transformers' pipelines on the same weights, and the routes of Hugging
-Face's text-embeddings-inference (TEI): /embed and /predict with TEI's fields.
+Face's text-embeddings-inference (TEI): /embed, /similarity and /predict with TEI's fields.
 
 Each task runs on a tiny random model built with transformers and saved with MiniLM's vocabulary, so both
 libraries load the same weights (as tests/test_pipelines.py does)."""
@@ -173,3 +173,14 @@ def test_embeddings_on_predict_and_tei_embed(tmp_path_factory, minilm_dir, sente
         assert r.status_code == 422 and "over max_length 512" in r.json()["error"]
         r = httpx.post(f"{url}/embed", json={"inputs": sentences[0], "dimensions": 33})
         assert r.status_code == 422 and "dimensions must be an int in [1, 32]" in r.json()["error"]
+
+        # sentence similarity: InferenceClient's (on /predict) and TEI's /similarity, cosines of the embeddings
+        unit = expected / np.linalg.norm(expected, axis=1, keepdims=True)
+        other = np.array(pipe(sentences[2:4]))
+        cosines = (other / np.linalg.norm(other, axis=1, keepdims=True)) @ unit[0]
+        assert np.allclose(client.sentence_similarity(sentences[0], other_sentences=sentences[2:4]), cosines, atol=1e-5)
+        tei = httpx.post(f"{url}/similarity", json={"inputs": {"source_sentence": sentences[0],
+                                                               "sentences": sentences[2:4]}}).json()
+        assert np.allclose(tei, cosines, atol=1e-5)
+        r = httpx.post(f"{url}/similarity", json={"inputs": {"source_sentence": sentences[0], "sentences": []}})
+        assert r.status_code == 422 and "source_sentence" in r.json()["error"]

@@ -472,7 +472,7 @@ def _export_onnx(s) -> dict:
 
 
 @command("serve", "a model's pipeline behind HTTP with dynamic batching and admission control "
-         "(POST /predict, /embed; GET /health, /ready, /metadata)", _s(INFERENCE + "ServeSettings"))
+         "(POST /predict, /embed, /similarity; GET /health, /ready, /metadata)", _s(INFERENCE + "ServeSettings"))
 def _serve(s) -> dict:
     from bertkit.inference.serve import serve
 

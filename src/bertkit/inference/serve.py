@@ -13,7 +13,8 @@ unchanged, and of Hugging Face's text-embeddings-inference (TEI) server where it
 - ``POST /predict``: ``{"inputs": ..., "parameters": {...}}``, one input or a list (a pair is
   ``{"text", "text_pair"}``, or ``[text, text_pair]`` inside a list, where ``[text]`` is a text as in TEI's
   batches). A text-classification body with one of TEI's fields (``raw_scores``, ``truncate``, ...) is
-  answered in TEI's shape. ``POST /embed``: TEI's, for the embedding tasks.
+  answered in TEI's shape; for the embedding tasks, ``{"source_sentence", "sentences"}`` gives the cosine
+  similarities (the Inference API's sentence-similarity). ``POST /embed``, ``POST /similarity``: TEI's.
 - ``GET /health``: liveness, from the event loop alone. ``GET /ready``: 503 with ``Retry-After`` while the
   admission bound is reached or the server drains. ``GET /metadata``: limits, admission state, counters.
 
@@ -337,7 +338,7 @@ class Call:
 
 
 def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict") -> Call:
-    """The request's inputs (checked by the pipeline) and options; ``route`` is ``predict`` or ``embed``."""
+    """The request's inputs (checked by the pipeline) and options; ``route``: predict, embed or similarity."""
     if len(body) > limits.max_body_bytes:
         raise RequestError(413, f"request body of {len(body)} bytes exceeds max_body_bytes {limits.max_body_bytes}")
     try:
@@ -346,13 +347,13 @@ def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict"
         raise RequestError(400, f"the body is not valid JSON: {e}") from None
     task = pipe.task
     top = set(_TEI_FIELDS.get(task, ()))
+    if route != "predict" and task not in EMBEDDING_TASKS:
+        raise RequestError(424, f"/{route} needs an embedding pipeline; this server runs {task}: start it with "
+                                "--task feature-extraction or sentence-embedding, or use /predict")
     if route == "embed":
-        if task not in EMBEDDING_TASKS:
-            raise RequestError(424, f"/embed needs an embedding pipeline; this server runs {task}: start it with "
-                                    "--task feature-extraction or sentence-embedding, or use /predict")
         top.discard("encoding_format")
     else:
-        top.add("parameters")
+        top = {"parameters"} if route == "similarity" else top | {"parameters"}
     if not isinstance(data, dict) or "inputs" not in data:
         raise RequestError(422, 'the body must be a JSON object {"inputs": ..., "parameters": {...}}')
     unknown = sorted(set(data) - top - {"inputs"})
@@ -378,6 +379,16 @@ def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict"
     _check_answer_options(answer, pipe)
 
     raw = data["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
+    if route == "similarity" or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
+        others = raw.get("sentences") if isinstance(raw, dict) else None
+        if not (isinstance(raw, dict) and isinstance(raw.get("source_sentence"), str) and isinstance(others, list)
+                and others and all(isinstance(x, str) for x in others)):
+            raise RequestError(422, 'sentence similarity takes inputs {"source_sentence": str, "sentences": '
+                                    f'[str, ...]}}, got {str(raw)[:80]!r}')
+        if getattr(pipe, "pooling", None) == "none":
+            raise RequestError(422, "sentence similarity needs one vector per text; this server's pipeline has "
+                                    'pooling="none"')
+        raw, answer["similarity"] = [raw["source_sentence"], *others], True
     single = not isinstance(raw, list)
     items = [raw] if single else raw
     if not items:
@@ -501,6 +512,10 @@ def render(pipe: Any, call: Call, results: list[Any], default_normalize: bool = 
     if task == "text-classification":
         out = [_classification(pipe.config, r, a, call.tei) for r in results]
         return (out[0] if call.tei else out) if call.single else out
+    if task in EMBEDDING_TASKS and a.get("similarity"):  # cosine of the source sentence with each other one
+        v = np.asarray(results, dtype=np.float64)
+        v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+        return (v[1:] @ v[0]).tolist()
     if task in EMBEDDING_TASKS:
         return [_embedding(r, a, default_normalize) for r in results]  # one text too gives a list of one
     if task == "token-classification":
@@ -655,9 +670,12 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     async def embed(request: Request) -> Any:
         return await answer(request, "embed")
 
+    async def similarity(request: Request) -> Any:
+        return await answer(request, "similarity")
+
     # FastAPI reads the handler's annotations to inject the request; under ``from __future__ import
     # annotations`` they are strings naming an import local to this function, so give it the class.
-    for handler, path in ((predict, "/predict"), (embed, "/embed")):
+    for handler, path in ((predict, "/predict"), (embed, "/embed"), (similarity, "/similarity")):
         handler.__annotations__["request"] = Request
         app.post(path)(handler)
 
@@ -709,7 +727,7 @@ def serve(s: Any) -> dict[str, Any]:
 
     server = Server(uvicorn.Config(app, host=s.host, port=s.port, log_level=s.log_level, access_log=False,
                                    timeout_graceful_shutdown=s.graceful_shutdown_s))
-    logger.info("serving %s from %s on http://%s:%d (POST /predict, /embed; GET /health, /ready, /metadata)",
+    logger.info("serving %s from %s on http://%s:%d (POST /predict, /embed, /similarity; GET /health, /ready, /metadata)",
                 s.task, s.model_name_or_path, s.host, s.port)
     # uvicorn re-raises the signal that stopped it once it has drained; ignore that one so a drained server
     # returns its counters (exit 0) instead of being killed by the default action.
