@@ -475,6 +475,48 @@ def _(d: Path) -> Outcome:
     return cli_outcome(run, ok=same_as_pipeline(out, texts))
 
 
+@case("predict", "--overwrite with a checkpoint whose outputs are NaN: the earlier predictions kept")
+def _(d: Path) -> Outcome:
+    from safetensors.torch import load_file, save_file
+
+    m = copy_model(MODELS["clf"], d / "nan_model")
+    weights = load_file(str(m / "model.safetensors"))
+    weights["classifier.bias"] = torch.full_like(weights["classifier.bias"], float("nan"))
+    save_file(weights, str(m / "model.safetensors"), metadata={"format": "pt"})
+    content = b'{"id": 0, "label": "positive"}\n'
+    out = write(d, "pred.jsonl", content)
+    run = bertkit("predict", "text-classification", "--model", m, "--input", write(d, "in.txt", "good\n"),
+                  "--output-file", out, "--overwrite", "--no-progress")
+    return cli_outcome(run, ("not finite",), after=unchanged(out, content))
+
+
+@case("predict", "interrupted (SIGINT) mid-run: no partial output, no temporary file left")
+def _(d: Path) -> Outcome:
+    texts = [f"review {i} " + "word " * 60 for i in range(40_000)]
+    path = write(d, "many.txt", "\n".join(texts) + "\n")
+    out = d / "pred.jsonl"
+    p = subprocess.Popen([sys.executable, "-m", "bertkit", "predict", "text-classification", "--model",
+                          str(MODELS["clf"]), "--input", str(path), "--output-file", str(out), "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline and not any(d.glob(".pred.jsonl*")) and p.poll() is None:
+        time.sleep(0.05)  # until the output's temporary file exists: predictions are being written
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    try:
+        _, err = p.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return Outcome("hang", "no exit after SIGINT")
+    left = sorted(x.name for x in d.iterdir() if x.name not in ("many.txt",))
+    if p.returncode == 0:
+        return Outcome("ok", "finished before the signal") if out.is_file() else Outcome("data-loss", "no output")
+    if left:
+        return Outcome("data-loss" if out.exists() else "silent-wrong", f"left behind: {left} (exit {p.returncode})")
+    how = "Python's KeyboardInterrupt traceback" if "Traceback" in err else _last(err)[:80]
+    return Outcome("ok", f"stopped (exit {p.returncode}, {how}); no output and no temporary file left behind")
+
+
 def _close(a: object, b: object) -> bool:
     """Equal JSON values, floats within 1e-5 (batches of other lengths round differently)."""
     if isinstance(a, float) and isinstance(b, (int, float)):
@@ -813,6 +855,36 @@ def _(d: Path) -> Outcome:
     if codes == [0, 0]:
         return Outcome("silent-wrong", "both jobs wrote the same directory")
     return Outcome("traceback", f"exits {codes}: {errs[:200]}")
+
+
+@case("concurrency", "a torchrun job (2 processes) and a plain job into one directory at once")
+def _(d: Path) -> Outcome:
+    t = write(d, "train.csv", _rows(["pos", "neg"] * 3))
+    args = ["finetune", "classify", "--model", str(MODELS["clf"]), "--train-file", str(t), "--validation-file",
+            str(t), "--output-dir", str(d / "run"), "--num-train-epochs", "3", "--batch-size", "2", "--no-progress"]
+    procs = [subprocess.Popen([sys.executable, *runner, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=ROOT) for runner in (TORCHRUN, ("-m", "bertkit"))]
+    try:
+        results = [p.communicate(timeout=TIMEOUT) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        return Outcome("hang", "a job did not finish")
+    codes = [p.returncode for p in procs]
+    torchrun_err, plain_err = results[0][1], results[1][1]
+    # torchrun prints one traceback of its own when a worker fails; a second one would be a worker's
+    if torchrun_err.count("Traceback (most recent call last)") > (1 if codes[0] else 0) or "Traceback" in plain_err:
+        return Outcome("traceback", f"exits {codes}: {_last(torchrun_err)[:100]} | {_last(plain_err)[:100]}")
+    winners = [c == 0 for c in codes]
+    if sum(winners) != 1:
+        return Outcome("silent-wrong" if all(winners) else "traceback", f"exits {codes}")
+    loser = torchrun_err if codes[0] else plain_err
+    line = next((x for x in loser.splitlines() if x.startswith("bertkit finetune classify: error:")), "")
+    report = json.loads((d / "run" / "report.json").read_text())
+    if not line or report["runs"][0]["steps"] != 9:
+        return Outcome("silent-wrong", f"exits {codes}, steps {report['runs'][0]['steps']}, refusal {line[:80]!r}")
+    return Outcome("ok", f"{'plain' if codes[0] else 'torchrun'} job finished (9 steps); the other refused: "
+                         f"{line[34:150]}")
 
 
 # -------------------------------------------------------------------------------------------------
