@@ -162,7 +162,8 @@ class _HeadModel(PretrainedMixin, nn.Module):
     def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                 output_hidden_states: bool | None, output_attentions: bool | None) -> BertModelOutput:
         return self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                         output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+                         output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                         return_dict=True)  # the head reads fields; config.return_dict applies to its own output
 
     def _result(self, result: TupleAccess, return_dict: bool | None):
         """The output dataclass, or its tuple for ``return_dict=False`` (default: ``config.return_dict``)."""

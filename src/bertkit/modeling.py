@@ -309,7 +309,7 @@ class BertModel(PretrainedMixin, nn.Module):
             pos = self.position_ids[:T].unsqueeze(0) if position_ids is None else position_ids  # (1 or B, T)
             x = self.embeddings(input_ids, token_type_ids, pos, inputs_embeds)  # (B, T, H)
         else:
-            pos = (lay.flat_index % T) if position_ids is None else position_ids.reshape(-1)[lay.flat_index]
+            pos = (lay.flat_index % T) if position_ids is None else position_ids.expand(B, T).reshape(-1)[lay.flat_index]
             keep = lay.flat_index
             x = self.embeddings(None if input_ids is None else input_ids.reshape(-1)[keep],
                                 token_type_ids.reshape(-1)[keep], pos,
