@@ -379,7 +379,7 @@ def _logged_loss(out: Any, num_items: float | None, local: int | None) -> float:
         return out.loss.item()
     if getattr(out, "mlm_loss", None) is not None:
         nsp = getattr(out, "nsp_loss", None)
-        return out.mlm_loss.item() + (nsp.item() if nsp is not None else 0.0)
+        return (out.mlm_loss if nsp is None else out.mlm_loss + nsp).item()  # in the loss's dtype, as its own sum
     return out.loss.item() * num_items / local if local else 0.0
 
 
