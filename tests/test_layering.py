@@ -15,16 +15,16 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "bertkit"
 
 # Lower numbers are higher in the house; a module may import its own layer or any layer below. The first name of
-# each layer is the issue's; the others are what sits beside it. training/distributed.py (process groups, rank
+# each layer is the one CONTRIBUTING.md names; the others are what sits beside it. training/distributed.py (process groups, rank
 # and device of this process) is part of the recipes: the core never knows it runs under torchrun.
 LAYERS = [
     ("cli", "__main__", "demo"),
     ("training", "inference", "features"),
-    ("tasks", "data"),
+    ("tasks", "data", "auto"),
     ("heads",),
     ("modeling",),
-    ("padding", "tokenization", "checkpoint_io"),
-    ("config", "outputs", "errors", "_parallel", "_hardware", "examples", "hub"),
+    ("padding", "tokenization", "checkpoint_io", "model_checks"),
+    ("config", "outputs", "errors", "_parallel", "_hardware", "examples", "hub", "compat"),
 ]
 
 
@@ -87,7 +87,7 @@ def test_every_module_sits_in_a_layer():
     for module in _module_names():
         if module != "bertkit":
             _layer(module)
-    # the modules the issue names, where one might expect them elsewhere
+    # the recipes' modules that one might expect elsewhere
     recipes = LAYERS.index(("training", "inference", "features"))
     for module in ("bertkit.training.distributed", "bertkit.features", "bertkit.inference.pipelines",
                    "bertkit.inference.export", "bertkit.training.feature_study"):
@@ -112,7 +112,7 @@ def test_no_import_points_up():
 
 
 def test_the_core_does_not_import_recipes_or_the_command_line():
-    """STYLE.md: modeling, heads and tokenization never import training/, tasks/ or cli (nor inference/)."""
+    """CONTRIBUTING.md, "The import rule": the core never imports training/, tasks/, data/, inference/ or cli."""
     core = ("bertkit.modeling", "bertkit.heads", "bertkit.padding", "bertkit.tokenization", "bertkit.config")
     banned = ("bertkit.training", "bertkit.tasks", "bertkit.cli", "bertkit.inference", "bertkit.data")
     bad = [f"{m} -> {d}" for m, deps in _modules().items() if m.startswith(core) for d in deps if d.startswith(banned)]

@@ -1,0 +1,38 @@
+"""Inputs a user can get wrong reach the model as a clear error naming the value and the fix, never as
+PyTorch's embedding RuntimeError or an IndexError deep in the padding code."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertkit import BertConfig, BertForSequenceClassification, BertModel
+from bertkit.errors import BertkitError
+
+CONFIG = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+
+
+@pytest.mark.parametrize("cls", [BertModel, BertForSequenceClassification])
+def test_float_or_bool_ids_are_refused_naming_the_dtype(cls):
+    model = cls(CONFIG).eval()
+    with pytest.raises(BertkitError, match=r"input_ids must hold integer ids .* torch.float32.*\.long\(\)"):
+        model(torch.tensor([[1.0, 2.0]]))
+    with pytest.raises(BertkitError, match=r"token_type_ids must hold integer ids .* torch.bool"):
+        model(torch.tensor([[1, 2]]), token_type_ids=torch.tensor([[True, False]]))
+
+
+def test_zero_length_sequences_are_refused_and_an_empty_batch_gives_an_empty_result():
+    model = BertModel(CONFIG).eval()
+    with pytest.raises(BertkitError, match=r"sequences are empty \(shape \(2, 0\)\)"):
+        model(torch.zeros(2, 0, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long))
+    with torch.no_grad():
+        out = model(torch.zeros(0, 3, dtype=torch.long))
+    assert out.last_hidden_state.shape == (0, 3, 32) and out.pooler_output.shape == (0, 32)
+
+
+def test_long_ids_still_run_and_int32_ids_too():
+    model = BertModel(CONFIG).eval()
+    with torch.no_grad():
+        a = model(torch.tensor([[1, 2, 3]])).last_hidden_state
+        b = model(torch.tensor([[1, 2, 3]], dtype=torch.int32)).last_hidden_state
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
