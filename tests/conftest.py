@@ -28,3 +28,29 @@ def data_dir() -> Path:
     if not DATA.is_dir():
         pytest.skip(f"shared data absent at {DATA}: these checks need ../shared/data beside the repo")
     return DATA
+
+
+@pytest.fixture(scope="session")
+def tiny_pretraining_data(tmp_path_factory) -> Path:
+    """Pre-training inputs built once per run, read-only for the tests that share them:
+
+    - ``corpus/train.txt``, ``corpus/heldout.txt``: Python's own documentation (present on every machine) in
+      google's format, from ``bertkit.demo.build_corpus``;
+    - ``vocab/``: a 1,500-entry WordPiece vocabulary learned from ``train.txt``;
+    - ``data/``: ``train.txt`` made into 32-token instances (5 predictions each, dupe factor 1, seed 3).
+
+    A test that changes any of it copies it to its own ``tmp_path`` first.
+    """
+    from bertkit.data.pretraining import create_pretraining_data
+    from bertkit.demo import build_corpus
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
+
+    root = tmp_path_factory.mktemp("tiny-pretraining")
+    build_corpus(root / "corpus")
+    vocab = train_wordpiece_vocab([root / "corpus" / "train.txt"], vocab_size=1500, num_workers=1, progress=False)
+    tok = BertTokenizer.from_pretrained(save_vocab(vocab, root / "vocab"))
+    create_pretraining_data([root / "corpus" / "train.txt"], tok, root / "data", max_seq_length=32,
+                            max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3,
+                            num_workers=1, progress=False)
+    return root

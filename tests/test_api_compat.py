@@ -89,20 +89,31 @@ def test_outputs_index_like_transformers(minilm_dir):
         a["start_logits"]
 
 
-def test_gradient_checkpointing_enable_keeps_the_gradients(minilm_dir):
+def test_gradient_checkpointing_enable_keeps_the_attention_gradients(minilm_dir):
+    """Layer 0's attention projection gets the same gradient with and without gradient checkpointing, and it is
+    transformers' query, key and value gradients stacked as the key table stacks their weights (fused q/k/v)."""
     tok = BertTokenizer.from_pretrained(minilm_dir)
     batch = tok(SENTENCES, padding=True, return_tensors="pt")
+    labels = torch.tensor([0, 1, 1])
+    no_dropout = dict(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     grads = []
     for enable in (False, True):
-        model = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2, hidden_dropout_prob=0.0,
-                                                              attention_probs_dropout_prob=0.0)
+        model = BertForSequenceClassification.from_pretrained(minilm_dir, **no_dropout)
         torch.manual_seed(0)
         model.classifier.reset_parameters()
         if enable:
             model.gradient_checkpointing_enable()
         model.train()
-        model(**batch, labels=torch.tensor([0, 1, 1])).loss.backward()
-        grads.append(model.bert.layers[0].attention.qkv.weight.grad.clone()
-                     if hasattr(model.bert.layers[0], "attention") else next(model.bert.parameters()).grad.clone())
+        model(**batch, labels=labels).loss.backward()
+        grads.append(model.bert.layers[0].qkv.weight.grad.clone())  # (3H, H): query, key, value rows
     assert model.bert.gradient_checkpointing
-    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+    assert grads[0].abs().max() > 0
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-5)
+
+    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, **no_dropout)
+    hf.classifier.load_state_dict(model.classifier.state_dict())
+    hf.train()
+    hf(**batch, labels=labels).loss.backward()
+    attention = hf.bert.encoder.layer[0].attention.self
+    theirs = torch.cat([attention.query.weight.grad, attention.key.weight.grad, attention.value.weight.grad])
+    torch.testing.assert_close(grads[0], theirs, atol=1e-6, rtol=1e-4)

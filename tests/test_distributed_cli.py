@@ -16,25 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 HANG = 300  # seconds: only a hang takes this long (a run here takes tens of seconds on 2 busy cores)
 
 
 @pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    from bertkit.data.pretraining import create_pretraining_data
-    from bertkit.demo import build_corpus
-    from bertkit.tokenization import BertTokenizer
-    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
-
-    root = tmp_path_factory.mktemp("torchrun")
-    build_corpus(root / "corpus")
-    vocab = train_wordpiece_vocab([root / "corpus" / "train.txt"], vocab_size=1500, num_workers=1, progress=False)
-    tok = BertTokenizer.from_pretrained(save_vocab(vocab, root / "vocab"))
-    create_pretraining_data([root / "corpus" / "train.txt"], tok, root / "data", max_seq_length=32,
-                            max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3,
-                            num_workers=1, progress=False)
-    return root
+def tiny_data(tiny_pretraining_data):
+    """A 1,500-entry vocabulary and 32-token instances from Python's own docs (conftest.py; read-only)."""
+    return tiny_pretraining_data
 
 
 def _umask() -> int:
@@ -138,17 +128,22 @@ def test_extract_features_under_torchrun_writes_the_one_process_bytes(tmp_path, 
     lines[3] = f"{lines[3]} ||| {lines[4]}"  # a pair among the singles
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    def run(procs: int, out: Path) -> None:
-        launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)]
-                    if procs > 1 else [sys.executable])
-        cmd = [*launcher, "-m", "bertkit", "extract-features", "--model", str(model), "--input",
-               str(tmp_path / "in.txt"), "--output-file", str(out), "--layers=-1,0", "--batch-size", "4",
-               "--max-seq-length", "48", "--no-progress"]
-        done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=HANG)
-        assert done.returncode == 0, done.stderr[-3000:]
+    def args(out: Path) -> list[str]:
+        return ["extract-features", "--model", str(model), "--input", str(tmp_path / "in.txt"), "--output-file",
+                str(out), "--layers=-1,0", "--batch-size", "4", "--max-seq-length", "48", "--no-progress"]
 
-    run(1, tmp_path / f"one{suffix}")
-    run(2, tmp_path / f"two{suffix}")
+    from bertkit.cli import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each torchrun worker (OMP_NUM_THREADS=1): the same kernels, the same bits
+    try:
+        assert main(args(tmp_path / f"one{suffix}")) == 0  # one process: this one
+    finally:
+        torch.set_num_threads(threads)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run([*launcher, "-m", "bertkit", *args(tmp_path / f"two{suffix}")], env=_env(),
+                          capture_output=True, text=True, timeout=HANG)
+    assert done.returncode == 0, done.stderr[-3000:]
     one, two = tmp_path / f"one{suffix}", tmp_path / f"two{suffix}"
     if suffix == ".jsonl":
         assert two.read_bytes() == one.read_bytes()

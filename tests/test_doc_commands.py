@@ -1,4 +1,4 @@
-"""Every ``bertkit ...`` command line in the documentation parses with today's command line (issue 13).
+"""Every ``bertkit ...`` command line in the documentation parses with today's command line.
 
 Flags get renamed; documentation that still shows the old name fails a user on the first paste. This reads
 README.md, RESULTS.md, BENCHMARKS.md and docs/*.md (fenced code blocks and inline code, backslash

@@ -88,7 +88,9 @@ def _campaign(setup: Path, tmp_path: Path, kills: int, seed: int, epochs: int, i
     return done
 
 
+@pytest.mark.slow
 def test_a_killed_fine_tuning_run_resumes_bit_for_bit(setup, tmp_path):
+    """Two SIGKILLs at random moments; `make test` kills at chosen moments instead (the test below)."""
     assert _campaign(setup, tmp_path, kills=2, seed=1, epochs=3) >= 1
 
 

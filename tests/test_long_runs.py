@@ -16,20 +16,9 @@ from bertkit.errors import BertkitError
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from bertkit.data.pretraining import create_pretraining_data
-    from bertkit.demo import build_corpus
-    from bertkit.tokenization import BertTokenizer
-    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
-
-    root = tmp_path_factory.mktemp("long")
-    build_corpus(root / "corpus")
-    vocab = train_wordpiece_vocab([root / "corpus" / "train.txt"], vocab_size=1200, num_workers=1, progress=False)
-    tok = BertTokenizer.from_pretrained(save_vocab(vocab, root / "vocab"))
-    create_pretraining_data([root / "corpus" / "heldout.txt"], tok, root / "data", max_seq_length=32,
-                            max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3,
-                            num_workers=1, progress=False)
-    return root
+def tiny(tiny_pretraining_data):
+    """A 1,500-entry vocabulary and 32-token instances from Python's own docs (conftest.py; read-only)."""
+    return tiny_pretraining_data
 
 
 def _settings(root: Path, out: Path, **kw):
@@ -46,7 +35,8 @@ def test_init_from_a_checkpoint_keeps_its_encoder_and_reports_the_fresh_heads(ti
     from bertkit.training.pretrain import pretrain
 
     torch.manual_seed(123)  # an encoder-only checkpoint (no MLM, no NSP head), as released models often are
-    BertModel(BertConfig.preset("tiny", vocab_size=1200)).save_pretrained(tmp_path / "released")
+    vocab_size = len((tiny / "vocab" / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    BertModel(BertConfig.preset("tiny", vocab_size=vocab_size)).save_pretrained(tmp_path / "released")
     released = load_file(tmp_path / "released" / "model.safetensors")
     caplog.set_level(logging.WARNING, logger="bertkit")
     # one step: its learning rate is 0 (the warm-up's first), so the weights are the starting ones
@@ -110,18 +100,18 @@ def test_report_to_tensorboard_without_the_package_says_what_to_install(tiny, tm
 def test_fp16_trains_with_a_gradient_scaler_and_resumes_exactly(tiny, tmp_path):
     from bertkit.training.pretrain import pretrain
 
-    full = pretrain(_settings(tiny, tmp_path / "full", fp16=True, max_steps=6, save_steps=3))
+    full = pretrain(_settings(tiny, tmp_path / "full", fp16=True, max_steps=4, save_steps=2))
     assert all(r["loss"] == r["loss"] for r in full.history if r["split"] == "train")  # finite, not NaN
-    state = torch.load(tmp_path / "full" / "checkpoints" / "step-00000006" / "state.pt", weights_only=True)
+    state = torch.load(tmp_path / "full" / "checkpoints" / "step-00000004" / "state.pt", weights_only=True)
     assert state["scaler"]["scale"] > 0 and state["fingerprint"]["train"]["fp16"] is True
-    # resume from step 3: the scaler's state comes back with the rest, so the run ends where the full one did
+    # resume from step 2: the scaler's state comes back with the rest, so the run ends where the full one did
     part = tmp_path / "part"
-    pretrain(_settings(tiny, part, fp16=True, max_steps=6, save_steps=3))
+    pretrain(_settings(tiny, part, fp16=True, max_steps=4, save_steps=2))
     import shutil
 
-    shutil.rmtree(part / "checkpoints" / "step-00000006")
+    shutil.rmtree(part / "checkpoints" / "step-00000004")
     shutil.rmtree(part / "final")
-    pretrain(_settings(tiny, part, fp16=True, max_steps=6, save_steps=3, resume=True))
+    pretrain(_settings(tiny, part, fp16=True, max_steps=4, save_steps=2, resume=True))
     assert (part / "final" / "model.safetensors").read_bytes() == (tmp_path / "full" / "final" /
                                                                   "model.safetensors").read_bytes()
     with pytest.raises(BertkitError, match="bf16 and fp16 are both set"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -58,8 +57,13 @@ def test_atomic_write_keeps_the_old_file_when_the_disk_is_full(tmp_path, monkeyp
     assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
 
 
-@pytest.mark.parametrize("first,second", list(itertools.product(COMMAND_NAMES, repeat=2)))
-def test_every_pair_of_commands_into_one_directory(tmp_path, first, second):
+# To output_dir the command is only a name, so a few kinds of pair stand for every ordered pair of commands.
+PAIRS = {"same-command": ("pretrain", "pretrain"), "other-command": ("train-tokenizer", "create-pretraining-data"),
+         "same-family": ("finetune glue", "finetune ner"), "other-family": ("predict squad", "export onnx")}
+
+
+@pytest.mark.parametrize("first,second", PAIRS.values(), ids=PAIRS.keys())
+def test_a_second_command_into_one_directory(tmp_path, first, second):
     """The second command into the first's output is refused; --overwrite removes exactly the first's files."""
     with output_dir(tmp_path, first, {"a": 1}) as claim:
         (claim.path / "sub").mkdir()
@@ -71,6 +75,19 @@ def test_every_pair_of_commands_into_one_directory(tmp_path, first, second):
     with output_dir(tmp_path, second, {"a": 2}, overwrite=True):
         assert not (tmp_path / "sub").exists()
     assert json.loads((tmp_path / MARKER).read_text())["command"] == second
+
+
+def test_every_command_marks_its_directory_and_guards_it(tmp_path):
+    """Each command's run, followed by the next command of the list: refused, with --resume too, naming the run."""
+    for first, second in zip(COMMAND_NAMES, COMMAND_NAMES[1:] + COMMAND_NAMES[:1]):
+        out = tmp_path / first.replace(" ", "-")
+        with output_dir(out, first, {"a": 1}) as claim:
+            (claim.path / "made.txt").write_text("bertkit's")
+        assert json.loads((out / MARKER).read_text())["command"] == first
+        for resume in (False, True):
+            with pytest.raises(BertkitError, match=f"`bertkit {first}` run"):
+                claim_output_dir(out, second, {"a": 1}, resume=resume)
+        assert (out / "made.txt").read_text() == "bertkit's"
 
 
 def test_overwrite_never_removes_a_file_bertkit_did_not_write(tmp_path):
@@ -140,7 +157,7 @@ def test_a_second_process_is_refused_and_a_dead_ones_lock_is_taken_over(tmp_path
         pass
 
 
-def test_cli_probes_from_the_issue(tmp_path, minilm_dir, capsys):
+def test_commands_into_a_model_or_another_runs_directory_are_refused(tmp_path, minilm_dir, capsys):
     """train-tokenizer into a model directory; fine-tuning into a pre-training run; pretrain into a fine-tuning run."""
     from bertkit import BertModel, BertTokenizer
 

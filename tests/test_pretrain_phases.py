@@ -19,23 +19,22 @@ PHASES = ["phase1-32"] * SWITCH + ["phase2-64"] * (MAX_STEPS - SWITCH)
 
 
 @pytest.fixture(scope="module")
-def two_lengths(tmp_path_factory) -> Path:
-    """A 1,500-entry vocabulary and the same text made into 32-token and 64-token instances."""
-    from bertkit.data.pretraining import create_pretraining_data
-    from bertkit.demo import build_corpus
-    from bertkit.tokenization import BertTokenizer
-    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
+def two_lengths(tiny_pretraining_data, tmp_path_factory) -> Path:
+    """A 1,500-entry vocabulary and the same text made into 32-token (conftest.py's) and 64-token instances."""
+    import shutil
 
-    root = tmp_path_factory.mktemp("phases")
-    build_corpus(root / "corpus")
-    vocab = train_wordpiece_vocab([root / "corpus" / "train.txt"], vocab_size=1500, num_workers=1, progress=False)
-    tok = BertTokenizer.from_pretrained(save_vocab(vocab, root / "vocab"))
-    for length in (32, 64):
-        create_pretraining_data([root / "corpus" / "train.txt"], tok, root / f"data{length}", max_seq_length=length,
-                                max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3,
-                                num_workers=1, progress=False)
+    from bertkit.data.pretraining import create_pretraining_data
+    from bertkit.tokenization import BertTokenizer
+
+    shared, root = tiny_pretraining_data, tmp_path_factory.mktemp("phases")
+    shutil.copytree(shared / "vocab", root / "vocab")
+    shutil.copytree(shared / "data", root / "data32")
+    tok = BertTokenizer.from_pretrained(root / "vocab")
+    create_pretraining_data([shared / "corpus" / "train.txt"], tok, root / "data64", max_seq_length=64,
+                            max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3,
+                            num_workers=1, progress=False)
     # a phase-1 data set a few batches long, from the first three documents: for an epoch ending at the switch
-    documents = (root / "corpus" / "train.txt").read_text().split("\n\n")
+    documents = (shared / "corpus" / "train.txt").read_text().split("\n\n")
     (root / "short.txt").write_text("\n\n".join(documents[:3]) + "\n")
     create_pretraining_data([root / "short.txt"], tok, root / "short32", max_seq_length=32, max_predictions_per_seq=5,
                             dupe_factor=1, input_format="sentences", seed=3, num_workers=1, progress=False)

@@ -20,23 +20,9 @@ def _cli(*args: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def tiny_setup(tmp_path_factory):
-    """A 1,500-entry vocabulary and 32-token instances from Python's own docs (present on every machine)."""
-    from bertkit.data.pretraining import create_pretraining_data
-    from bertkit.demo import build_corpus
-    from bertkit.tokenization import BertTokenizer
-    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
-
-    root = tmp_path_factory.mktemp("resume")
-    build_corpus(root / "corpus")
-    vocab = train_wordpiece_vocab([root / "corpus" / "heldout.txt", root / "corpus" / "train.txt"], vocab_size=1500,
-                                  num_workers=1, progress=False)
-    vocab_dir = save_vocab(vocab, root / "vocab")
-    tok = BertTokenizer.from_pretrained(vocab_dir)
-    create_pretraining_data([root / "corpus" / "train.txt"], tok, root / "data", max_seq_length=32,
-                            max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3,
-                            num_workers=1, progress=False)
-    return root
+def tiny_setup(tiny_pretraining_data):
+    """A 1,500-entry vocabulary and 32-token instances from Python's own docs (conftest.py; read-only)."""
+    return tiny_pretraining_data
 
 
 def _pretrain_args(root: Path, out: Path, *extra: str) -> list[str]:
@@ -50,10 +36,19 @@ def _losses(out: Path) -> list[tuple[int, float, float]]:
     return [(r["step"], r["loss"], r["lr"]) for r in rows if r["split"] == "train"]
 
 
-def test_killed_run_resumes_bit_for_bit(tiny_setup, tmp_path):
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_setup, tmp_path_factory) -> Path:
+    """The reference for the killed runs: the same command, never interrupted, in a process of its own."""
+    from killing import child_env
+
+    full = tmp_path_factory.mktemp("uninterrupted") / "full"
+    subprocess.run(_pretrain_args(tiny_setup, full), check=True, env=child_env(), capture_output=True)
+    return full
+
+
+def test_killed_run_resumes_bit_for_bit(tiny_setup, uninterrupted, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    subprocess.run(_pretrain_args(tiny_setup, full), check=True, env=env, capture_output=True)
+    full, killed = uninterrupted, tmp_path / "killed"
 
     proc = subprocess.Popen(_pretrain_args(tiny_setup, killed), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -74,7 +69,7 @@ def test_killed_run_resumes_bit_for_bit(tiny_setup, tmp_path):
     assert a == b
 
 
-def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, tmp_path):
+def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, uninterrupted, tmp_path):
     """Two SIGKILLs, each inside a checkpoint write (a half-written state.pt; after resuming, a checkpoint
     renamed into place before the old ones are pruned), then --resume: the uninterrupted run's losses and
     weights, bit for bit."""
@@ -82,8 +77,7 @@ def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, tmp_pat
     from killing import child_env, launch_paused, torn_checkpoint_left
 
     env = child_env()
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    subprocess.run(_pretrain_args(tiny_setup, full), check=True, env=env, capture_output=True)
+    full, killed = uninterrupted, tmp_path / "killed"
     for i, (where, nth) in enumerate([("state", 2), ("renamed", 2)]):
         extra = ("--resume",) if i else ()
         assert launch_paused(_pretrain_args(tiny_setup, killed, *extra)[3:], where, nth, tmp_path / "stop", env)
@@ -96,15 +90,18 @@ def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, tmp_pat
     assert not torn_checkpoint_left(killed)
 
 
-def test_resume_with_other_settings_is_refused(tiny_setup, tmp_path):
+def test_resume_with_other_settings_is_refused(tiny_setup, tmp_path, capsys):
+    from bertkit.cli import main
+
     out = tmp_path / "run"
-    subprocess.run(_pretrain_args(tiny_setup, out), check=True, capture_output=True)
-    again = subprocess.run(_pretrain_args(tiny_setup, out, "--resume", "--weight-decay", "0.1"),
-                           capture_output=True, text=True)
-    assert again.returncode == 2
-    assert "cannot --resume in" in again.stderr and "--weight-decay 0.01 then, 0.1 now" in again.stderr
-    fresh = subprocess.run(_pretrain_args(tiny_setup, out), capture_output=True, text=True)
-    assert fresh.returncode == 2 and "pass --resume to continue it" in fresh.stderr
+    args = _pretrain_args(tiny_setup, out, "--max-steps", "4", "--save-steps", "2")[3:]  # the CLI's own arguments
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main([*args, "--resume", "--weight-decay", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot --resume in" in err and "--weight-decay 0.01 then, 0.1 now" in err
+    assert main(args) == 2
+    assert "pass --resume to continue it" in capsys.readouterr().err
 
 
 def test_diverging_pretraining_stops_non_zero_and_saves_no_model(tiny_setup, tmp_path, capsys):
@@ -242,15 +239,17 @@ def test_kill_campaign_twenty_sigkills_at_random_moments(tiny_setup, tmp_path):
     assert (full / "final" / "model.safetensors").read_bytes() == (killed / "final" / "model.safetensors").read_bytes()
 
 
-def test_resuming_a_finished_run_keeps_its_last_evaluation(tiny_setup, tmp_path):
+def test_resuming_a_finished_run_keeps_its_last_evaluation(tiny_setup, tmp_path, capsys):
     """--resume on a run that already finished changes nothing it reported (summary.json kept its eval)."""
+    from bertkit.cli import main
+
     out = tmp_path / "run"
-    args = _pretrain_args(tiny_setup, out, "--eval-data", str(tiny_setup / "data"), "--eval-steps", "20",
-                          "--eval-instances", "16")
-    subprocess.run(args, check=True, capture_output=True)
+    args = _pretrain_args(tiny_setup, out, "--max-steps", "20", "--eval-data", str(tiny_setup / "data"),
+                          "--eval-steps", "10", "--eval-instances", "16")[3:]
+    assert main(args) == 0
     first = json.loads((out / "summary.json").read_text())
-    assert first["steps"] == 60 and first["last_eval"]["instances"] == 16
-    subprocess.run([*args, "--resume"], check=True, capture_output=True)
+    assert first["steps"] == 20 and first["last_eval"]["instances"] == 16
+    assert main([*args, "--resume"]) == 0
     assert json.loads((out / "summary.json").read_text()) == first
 
 
@@ -271,8 +270,8 @@ def one_thread():
 
 def test_a_run_resumes_from_another_directory_with_paths_relative_to_it(tiny_setup, tmp_path, monkeypatch, capsys,
                                                                         one_thread):
-    """Started in runs/i14 with `--data data-nearby`, resumed from the directory above with `--data
-    runs/i14/data-nearby`: the same files, so it resumes. A path to other files (a copy of the same data) is
+    """Started in runs/study with `--data data-nearby`, resumed from the directory above with `--data
+    runs/study/data-nearby`: the same files, so it resumes. A path to other files (a copy of the same data) is
     still refused, naming the setting and both absolute paths."""
     import shutil
 
@@ -280,7 +279,7 @@ def test_a_run_resumes_from_another_directory_with_paths_relative_to_it(tiny_set
     from bertkit.training import loop
 
     root = tmp_path / "repo"
-    run_dir = root / "runs" / "i14"
+    run_dir = root / "runs" / "study"
     shutil.copytree(tiny_setup / "data", run_dir / "data-nearby")
     shutil.copytree(tiny_setup / "data", root / "elsewhere")
     shutil.copytree(tiny_setup / "vocab", run_dir / "vocab")
@@ -306,13 +305,13 @@ def test_a_run_resumes_from_another_directory_with_paths_relative_to_it(tiny_set
 
     monkeypatch.chdir(root)
     capsys.readouterr()
-    assert main([*args("runs/i14/", "../../elsewhere"), "--resume"]) == 2
+    assert main([*args("runs/study/", "../../elsewhere"), "--resume"]) == 2
     err = capsys.readouterr().err
-    assert "cannot --resume in runs/i14/out" in err
+    assert "cannot --resume in runs/study/out" in err
     assert f"--data '{(run_dir / 'data-nearby').resolve()}' then, '{(root / 'elsewhere').resolve()}' now" in err
     assert "--vocab" not in err and "--output-dir" not in err  # the same files: not named
 
-    assert main([*args("runs/i14/"), "--resume"]) == 0
+    assert main([*args("runs/study/"), "--resume"]) == 0
     assert [s for s, _, _ in _losses(run_dir / "out")] == [1, 2, 3, 4, 5, 6]
     marker = json.loads((run_dir / "out" / ".bertkit-run.json").read_text())
-    assert marker["cwd"] == str(root.resolve()) and marker["fingerprint"]["data"] == "runs/i14/data-nearby"
+    assert marker["cwd"] == str(root.resolve()) and marker["fingerprint"]["data"] == "runs/study/data-nearby"

@@ -14,15 +14,10 @@ UNIT = 40_000  # bytes per unit of work: the demo corpus makes several units, so
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    from bertkit.demo import build_corpus
-    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
-
-    root = tmp_path_factory.mktemp("shards")
-    build_corpus(root / "corpus")
-    files = sorted((root / "corpus").glob("*.txt"))
-    save_vocab(train_wordpiece_vocab(files, vocab_size=1000, num_workers=1, progress=False), root / "vocab")
-    return root, files
+def corpus(tiny_pretraining_data):
+    """Python's own documentation (train.txt, heldout.txt) and a 1,500-entry vocabulary (conftest.py; read-only)."""
+    root = tiny_pretraining_data
+    return root, sorted((root / "corpus").glob("*.txt"))
 
 
 def _bytes(d: Path) -> dict[str, bytes]:

@@ -7,6 +7,7 @@ beside the repo, or $BERTKIT_DATA), skipped with the reason when absent.
 from __future__ import annotations
 
 import json
+import unicodedata
 
 import numpy as np
 import pytest
@@ -258,14 +259,22 @@ def test_char_span_to_token_span_inside_pieces():
     assert squad.char_span_to_token_span(offsets, 10, 11) is None  # whitespace only
 
 
-def test_real_dev_gold_spans_round_trip_through_features(tok, dev_file):
+@pytest.mark.parametrize("articles", [pytest.param(3, id="first-3-articles"),
+                                      pytest.param(None, id="whole-file", marks=pytest.mark.slow)])
+def test_real_dev_gold_spans_round_trip_through_features(tok, dev_file, tmp_path, articles):
     """For every answerable question whose answer fits a window, the labelled token span read back
-    through the offsets reproduces the (normalised) answer. Measured with the minilm vocab:
-    10,538 / 10,570 = 99.70%; the 32 misses are answers that start or end inside a word
-    ("8" of "18", "gold" of "golden"), which no WordPiece span can reproduce."""
+    through the offsets reproduces the (normalised) answer. Measured with the minilm vocab on the whole
+    file: 10,538 / 10,570 = 99.70%; the 32 misses are answers that start or end inside a word
+    ("8" of "18", "gold" of "golden"), which no WordPiece span can reproduce. `make test` reads the first
+    three articles (1,169 questions); `make test-slow` the whole file."""
+    if articles is not None:
+        data = json.loads(dev_file.read_text(encoding="utf-8"))
+        data["data"] = data["data"][:articles]
+        dev_file = tmp_path / "dev-sample.json"
+        dev_file.write_text(json.dumps(data), encoding="utf-8")
     examples = squad.read_squad(dev_file)
     feats = squad.featurize_squad(examples, tok)
-    assert len(examples) == 10570 and len(feats) > len(examples)
+    assert len(examples) == (10570 if articles is None else 1169) and len(feats) > len(examples)
     recovered, fits = {}, set()
     for f in feats:
         i = f["example_index"]
@@ -278,8 +287,20 @@ def test_real_dev_gold_spans_round_trip_through_features(tok, dev_file):
         recovered[i] = recovered.get(i, True) and ok
     rate = sum(recovered.values()) / len(fits)
     print(f"SQuAD dev alignment: {sum(recovered.values())}/{len(fits)} = {rate:.4%}")
-    assert len(fits) == 10570  # at 384/128 every dev answer fits some window
-    assert rate >= 0.99
+    assert len(fits) == len(examples)  # at 384/128 every dev answer fits some window
+    assert rate >= (0.99 if articles is None else 0.98)  # the first three articles: 98.63% (16 misses)
+
+    def inside_a_word(context: str, start: int, end: int) -> bool:
+        """Whether a span starts or ends with no space or punctuation between it and its neighbour."""
+        def joined(a: str, b: str) -> bool:
+            return not (a.isspace() or b.isspace() or unicodedata.category(a).startswith("P")
+                        or unicodedata.category(b).startswith("P"))
+        return (start > 0 and joined(context[start - 1], context[start])) or \
+            (end < len(context) and joined(context[end - 1], context[end]))
+
+    for i in (i for i, ok in recovered.items() if not ok):  # every miss is one no WordPiece span can give
+        answer = examples[i].answers[0]
+        assert inside_a_word(examples[i].context, answer.start, answer.start + len(answer.text)), answer
 
     # Oracle logits (the gold start/end of each feature) through post-processing and the official
     # evaluation: windows, max-context flags and offsets must agree for this to score ~100.
@@ -292,7 +313,8 @@ def test_real_dev_gold_spans_round_trip_through_features(tok, dev_file):
     preds = squad.postprocess_predictions(examples, feats, starts, ends)
     scores = squad.evaluate_v1(squad.load_squad(dev_file), preds.predictions)
     print(f"oracle-logit scores: {scores}")
-    assert scores["exact_match"] > 99.5 and scores["f1"] > 99.7
+    assert scores["exact_match"] > 99.5 and scores["f1"] > 99.7 if articles is None else \
+        scores["exact_match"] >= 100 * rate - 1e-9 and scores["f1"] >= scores["exact_match"]  # no aligned span lost
 
 
 # ---------------------------------------------------------------- post-processing

@@ -118,7 +118,7 @@ def test_question_answering_masks_padding_in_every_layout_and_in_bf16(grouping):
     with pytest.raises(ValueError, match="point at padding"):
         model(ids, token_type_ids=tt, attention_mask=left, start_positions=starts, end_positions=ends)
     auto = model(ids, token_type_ids=tt, attention_mask=mask, start_positions=starts, end_positions=ends)
-    model.bert.layout = "padded"  # a speed setting: the same masked logits and the same loss (issue 13)
+    model.bert.layout = "padded"  # a speed setting: the same masked logits and the same loss
     out = model(ids, token_type_ids=tt, attention_mask=mask, start_positions=starts, end_positions=ends)
     assert (out.start_logits[mask == 0] == torch.finfo(out.start_logits.dtype).min).all()
     torch.testing.assert_close(out.loss, auto.loss, atol=1e-5, rtol=1e-5)

@@ -1,5 +1,5 @@
 """Inputs are validated where they enter: model tensors, checkpoint files and data files each give a clear
-error naming the tensor / file, the field or line, the value and the limit (issue 12 section 3)."""
+error naming the tensor / file, the field or line, the value and the limit."""
 
 from __future__ import annotations
 
