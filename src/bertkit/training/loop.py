@@ -408,140 +408,8 @@ def train(
     built for its rank (``BatchPlan(rank=, world_size=)``); the model is replicated (DDP) or sharded
     (``args.fsdp``), rank 0 alone writes metrics.jsonl and checkpoints, and ``evaluate`` runs on every rank.
     """
-    info = current()
-    out_dir = args.output_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fingerprint = {"train": args.fingerprint(), **(fingerprint or {})}
-    total = sum(p.steps for p in phases)
-    if args.learning_rate is None:
-        raise BertkitError("the training loop needs a learning rate (learning_rate is None)")
-    for phase in phases:
-        if (phase.plan.rank, phase.plan.world_size) != (info.rank, info.world_size):
-            raise BertkitError(f"phase {phase.name!r}: its BatchPlan is for rank {phase.plan.rank} of "
-                               f"{phase.plan.world_size} but this process is rank {info.rank} of {info.world_size}; "
-                               "build plans with rank=/world_size= from bertkit.training.distributed.current()")
-    device = resolve_device(args.device, info.local_rank)
-    if args.bf16:
-        warn_if_bf16_is_emulated(torch.device(device).type)
-    if args.gradient_checkpointing:
-        encoder = getattr(model, "bert", model)
-        if not hasattr(encoder, "gradient_checkpointing"):
-            raise BertkitError(f"gradient checkpointing needs a bertkit model; {type(model).__name__} has no encoder "
-                               "with a gradient_checkpointing switch")
-        encoder.gradient_checkpointing = True
-
-    metrics_path = out_dir / "metrics.jsonl"
-    existing = checkpoint_dirs(out_dir)
-    state = None
-    if resume and existing:
-        path, state = _read_checkpoint(out_dir, fingerprint)
-        model.load_state_dict(state["model"])  # before FSDP copies the weights into its shards
-    elif existing:
-        raise BertkitError(
-            f"{out_dir} already holds checkpoints ({existing[-1].name}); pass --resume (resume=True) to continue "
-            "that run, or choose another output directory"
-        )
-    replicas = Replicas(model, device, fsdp=args.fsdp)
-    work = replicas.module
-    optimizer = build_optimizer(work, args.optimizer, args.learning_rate, args.weight_decay,
-                                (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
-    warmup = args.warmup_steps if args.warmup_steps is not None else warmup_steps_for(total, args.warmup_ratio)
-    scheduler = linear_warmup_decay(optimizer, warmup, total)
-    scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.fp16)
-    if args.compile:
-        encoder = getattr(replicas.eval_module, "bert", replicas.eval_module)
-        if not hasattr(encoder, "compile_layers"):
-            raise BertkitError(f"compile needs a bertkit model; {type(model).__name__} has no encoder "
-                             "with compile_layers()")
-        encoder.compile_layers()
-
-    if state is not None:
-        replicas.load_optimizer(optimizer, state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if "scaler" in state:
-            scaler.load_state_dict(state["scaler"])
-        pos = Position(**state["position"])
-        window = _restore_rank_state(state, info, args.seed, pos.step, device)
-        written_by = state.get("world_size", 1)
-        if info.is_main:
-            logger.info("resuming from %s (step %d of %d)", path, pos.step, total)
-            if written_by != info.world_size:
-                logger.warning(
-                    "resuming with %d process(es) a run checkpointed with %d: training continues at the same sample "
-                    "position (step %d; phase %d, epoch %d, global micro-batch %d), but the ranks' random states "
-                    "were re-seeded, so dropout differs from an uninterrupted run", info.world_size, written_by,
-                    pos.step, pos.phase, pos.epoch, pos.batch)
-        history = [r for r in _read_jsonl(metrics_path) if r["step"] <= pos.step]  # drop records after the checkpoint
-        if info.is_main:
-            _write_jsonl(metrics_path, history)
-    else:
-        # One seed per rank (seed + rank): the weights are equal on every rank anyway (the caller seeded them
-        # and DDP broadcasts rank 0's), but dropout must draw differently on each.
-        torch.manual_seed(args.seed + info.rank)
-        random.seed(args.seed + info.rank)
-        pos, history, window = Position(), [], {}
-        if info.is_main:
-            metrics_path.write_text("")
-    board = _tensorboard(out_dir) if args.report_to == "tensorboard" and info.is_main else None
-
-    def log(record: dict) -> None:
-        history.append(record)
-        if info.is_main:
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
-            if board is not None:
-                for k, v in record.items():
-                    if isinstance(v, (int, float)) and k not in ("step", "epoch"):
-                        board.add_scalar(f"{record['split']}/{k}", v, record["step"])
-                board.flush()
-
-    last_eval = None
-
-    def evaluated_at(step: int) -> bool:
-        """Whether the newest record is an evaluation at ``step`` (after a resume: one the interrupted run made)."""
-        return bool(history) and history[-1]["split"] == "eval" and history[-1]["step"] == step
-
-    def run_eval() -> None:
-        nonlocal last_eval
-        if evaluate is None:
-            return
-        module = replicas.eval_module
-        module.eval()
-        with torch.no_grad(), _autocast(args, device):
-            last_eval = evaluate(module)
-        module.train()
-        log({"split": "eval", "step": pos.step, "epoch": pos.epoch, **last_eval})
-        if info.is_main:
-            logger.info("eval at step %d: %s", pos.step, ", ".join(
-                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in last_eval.items()))
-
-    def checkpoint(window: dict | None = None) -> None:
-        model_state, optim_state = replicas.state_dicts(optimizer)  # every rank: FSDP gathers the shards
-        rng = all_gather(_rng_state(device))
-        windows = all_gather(dict(window or {}))
-        if not info.is_main:
-            return
-        if replicas.fsdp:
-            model.load_state_dict(model_state)  # the plain copy on rank 0, for the from_pretrained files
-        _save_checkpoint(out_dir, {
-            "model": model_state, "optimizer": optim_state, "scheduler": scheduler.state_dict(),
-            "scaler": scaler.state_dict(), "torch_rng": rng[0]["torch"], "python_rng": rng[0]["python"],
-            "rank_rng": rng, "world_size": info.world_size, "position": dataclasses.asdict(pos),
-            "fingerprint": fingerprint,
-            "window": windows[0], "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted
-        }, pos.step, args.save_total_limit, model)
-
-    cuda = torch.device(device).type == "cuda"
-    workers = args.dataloader_num_workers if args.dataloader_num_workers is not None else (2 if cuda else 0)
-    accum = args.gradient_accumulation_steps
-    bar = _progress(total, pos.step, args.progress and info.is_main)
-    window_n = int(window.pop("_n", 0))
-    seqs, tokens, t0 = 0, 0, time.perf_counter()
-    micro, spoiled = 0, None  # spoiled: why the current optimiser step's gradient cannot be used
-    # Token-level losses (masked LM, tagging) are divided by the labelled tokens of the whole optimiser step
-    # (all micro-batches, all ranks: ``step_targets``) when the model takes transformers' num_items_in_batch.
-    token_losses, num_items = _accepts_num_items(work), None
-    work.train()
+    run = _Run.start(model, phases, args, evaluate, batch_metrics, fingerprint, resume)
+    pos = run.pos
     while pos.phase < len(phases):
         phase = phases[pos.phase]
         phase_end = sum(p.steps for p in phases[: pos.phase + 1])
@@ -550,98 +418,302 @@ def train(
         # owes that epoch's end (its evaluation), also when that batch was the phase's last step: an
         # uninterrupted run evaluates there before it switches phase
         while pos.step < phase_end or pos.batch >= n_batches:
-            for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, workers, cuda):
+            for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, run.workers, run.cuda):
                 if pos.step >= phase_end:
                     break
-                batch = _to(batch, device)
-                pos.batch += 1
-                micro += 1
-                sync = micro % accum == 0
-                # Under DDP/FSDP every rank runs every backward pass, a spoiled one too: skipping one would
-                # leave the others waiting in the gradient all-reduce. The step is then dropped on all ranks.
-                if (micro - 1) % accum == 0 and token_losses:  # the first micro-batch of an optimiser step
-                    targets = step_targets(phase.plan, pos.epoch, pos.batch - 1, accum, batch, device)
-                    num_items = None if targets is None else max(targets, 1) / info.world_size
-                if spoiled is None or info.enabled:
-                    with replicas.accumulating(sync):
-                        with _autocast(args, device):
-                            out = work(**batch) if num_items is None else work(**batch, num_items_in_batch=num_items)
-                        loss = _logged_loss(out, num_items, target_count(batch))
-                        finite = math.isfinite(out.loss.item())
-                        if finite or info.enabled:
-                            scaler.scale(_objective(out, weight, accum, num_items is not None)).backward()
-                        if finite and weight > 0:
-                            window["loss"] = window.get("loss", 0.0) + loss
-                            for k, v in (batch_metrics(batch, out) if batch_metrics else {}).items():
-                                window[k] = window.get(k, 0.0) + v
-                            window_n += 1
-                        elif not finite and spoiled is None:
-                            spoiled = f"the loss is {loss}"
-                if weight > 0:  # throughput: rows and real tokens (a model without input_ids, e.g. the
-                    # feature study's tagger on activations, marks its rows with attention_mask)
-                    rows = batch["input_ids"] if "input_ids" in batch else batch["attention_mask"]
-                    seqs += rows.shape[0]
-                    tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else rows.numel()
-                if not sync:
-                    continue
-                if spoiled is None:  # clip (or, with clipping off, only measure) the global gradient norm
-                    scaler.unscale_(optimizer)
-                    norm = _clip_grad_norm(work, args.max_grad_norm)
-                    # fp16: an overflow is the gradient scaler's to handle (it skips the step, lowers the scale)
-                    if not (math.isfinite(norm) or args.fp16):
-                        spoiled = f"the gradient norm is {norm}"
-                if info.enabled and any_rank(spoiled is not None, device) and spoiled is None:
-                    spoiled = "the loss or gradient is not finite on another rank"
-                if spoiled is not None:
-                    where = f"step {pos.step + 1} ({phase.name}, epoch {pos.epoch}, batch {pos.batch - 1})"
-                    optimizer.zero_grad(set_to_none=True)
-                    if pos.skipped >= args.skip_nonfinite:
-                        last = checkpoint_dirs(out_dir)
-                        raise NonFiniteError(
-                            f"training stopped at {where}: {spoiled}. Last good checkpoint: "
-                            f"{last[-1] if last else 'none (no checkpoint written yet)'}. Lower --learning-rate "
-                            "(or raise --warmup-ratio) and start again, resume from that checkpoint with --resume, "
-                            "or pass --skip-nonfinite N to skip up to N such steps; no final model was saved"
-                        )
-                    pos.skipped += 1
-                    logger.warning("skipped %s: %s (%d of at most %d)", where, spoiled, pos.skipped,
-                                   args.skip_nonfinite)
-                    spoiled = None
-                    continue
-                scaler.step(optimizer)
-                scaler.update()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                pos.step += 1
-                bar.update(1)
-                if pos.step % args.logging_steps == 0 or pos.step == total:
-                    dt = time.perf_counter() - t0
-                    sums, n, seqs, tokens = _over_ranks(window, window_n, seqs, tokens)
-                    record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
-                              "lr": scheduler.get_last_lr()[0], **{k: v / n for k, v in sums.items()},
-                              "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
-                    if pos.skipped:
-                        record["skipped_nonfinite"] = pos.skipped
-                    log(record)
-                    bar.set_postfix(loss=f"{record['loss']:.4f}")
-                    window, window_n, seqs, tokens, t0 = {}, 0, 0, 0, time.perf_counter()
-                if args.eval_steps and pos.step % args.eval_steps == 0:
-                    run_eval()
-                if args.save_steps and pos.step % args.save_steps == 0 and pos.step < total:
-                    checkpoint({**window, "_n": window_n})
+                if run.micro_step(phase, weight, _to(batch, run.device)):  # the last micro-batch of a step
+                    run.optimizer_step(phase)
             if pos.batch >= n_batches:
-                if args.eval_steps is None and not evaluated_at(pos.step):  # not done before a kill
-                    run_eval()
+                if args.eval_steps is None and not run.evaluated_at(pos.step):  # not done before a kill
+                    run.run_eval()
                 pos.epoch, pos.batch = pos.epoch + 1, 0
         pos.phase, pos.epoch, pos.batch = pos.phase + 1, 0, 0
-    bar.close()
-    if evaluate is not None and not evaluated_at(pos.step):
-        run_eval()
-    checkpoint()
-    replicas.finish()
-    if board is not None:
-        board.close()
-    return TrainResult(pos.step, history, last_eval, pos.skipped)
+    return run.finish()
+
+
+@dataclass
+class _Run:
+    """What one ``train`` call holds between micro-steps: the model and its optimiser, where the run is
+    (``pos``), the logging window, and the run's history. Its methods are the loop's pieces: restore or
+    start (``start``), a micro-step, an optimiser step (with logging, evaluation and saving), the end."""
+
+    args: TrainingSettings
+    info: DistInfo
+    device: str
+    phases: list[Phase]
+    total: int
+    fingerprint: dict
+    model: nn.Module
+    replicas: Replicas
+    optimizer: Any
+    scheduler: Any
+    scaler: Any
+    evaluate: Callable | None
+    batch_metrics: Callable | None
+    pos: Position
+    history: list[dict]
+    window: dict
+    board: Any = None
+    bar: Any = None
+    last_eval: dict | None = None
+    window_n: int = 0
+    seqs: int = 0
+    tokens: int = 0
+    t0: float = 0.0
+    micro: int = 0
+    spoiled: str | None = None  # why the current optimiser step's gradient cannot be used
+    # Token-level losses (masked LM, tagging) are divided by the labelled tokens of the whole optimiser step
+    # (all micro-batches, all ranks: ``step_targets``) when the model takes transformers' num_items_in_batch.
+    token_losses: bool = False
+    num_items: float | None = None
+
+    @property
+    def out_dir(self) -> Path:
+        return self.args.output_dir
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.args.output_dir / "metrics.jsonl"
+
+    @property
+    def cuda(self) -> bool:
+        return torch.device(self.device).type == "cuda"
+
+    @property
+    def workers(self) -> int:
+        n = self.args.dataloader_num_workers
+        return n if n is not None else (2 if self.cuda else 0)
+
+    # -- start: check, build the optimiser, restore a checkpoint or seed a fresh run --------------------------
+    @classmethod
+    def start(cls, model: nn.Module, phases: list[Phase], args: TrainingSettings, evaluate, batch_metrics,
+              fingerprint: dict | None, resume: bool) -> _Run:
+        info = current()
+        out_dir = args.output_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fingerprint = {"train": args.fingerprint(), **(fingerprint or {})}
+        total = sum(p.steps for p in phases)
+        if args.learning_rate is None:
+            raise BertkitError("the training loop needs a learning rate (learning_rate is None)")
+        for phase in phases:
+            if (phase.plan.rank, phase.plan.world_size) != (info.rank, info.world_size):
+                raise BertkitError(f"phase {phase.name!r}: its BatchPlan is for rank {phase.plan.rank} of "
+                                   f"{phase.plan.world_size} but this process is rank {info.rank} of "
+                                   f"{info.world_size}; build plans with rank=/world_size= from "
+                                   "bertkit.training.distributed.current()")
+        device = resolve_device(args.device, info.local_rank)
+        if args.bf16:
+            warn_if_bf16_is_emulated(torch.device(device).type)
+        if args.gradient_checkpointing:
+            encoder = getattr(model, "bert", model)
+            if not hasattr(encoder, "gradient_checkpointing"):
+                raise BertkitError(f"gradient checkpointing needs a bertkit model; {type(model).__name__} has no "
+                                   "encoder with a gradient_checkpointing switch")
+            encoder.gradient_checkpointing = True
+
+        existing = checkpoint_dirs(out_dir)
+        state = None
+        if resume and existing:
+            path, state = _read_checkpoint(out_dir, fingerprint)
+            model.load_state_dict(state["model"])  # before FSDP copies the weights into its shards
+        elif existing:
+            raise BertkitError(
+                f"{out_dir} already holds checkpoints ({existing[-1].name}); pass --resume (resume=True) to "
+                "continue that run, or choose another output directory")
+        replicas = Replicas(model, device, fsdp=args.fsdp)
+        optimizer = build_optimizer(replicas.module, args.optimizer, args.learning_rate, args.weight_decay,
+                                    (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
+        warmup = args.warmup_steps if args.warmup_steps is not None else warmup_steps_for(total, args.warmup_ratio)
+        scheduler = linear_warmup_decay(optimizer, warmup, total)
+        scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.fp16)
+        if args.compile:
+            encoder = getattr(replicas.eval_module, "bert", replicas.eval_module)
+            if not hasattr(encoder, "compile_layers"):
+                raise BertkitError(f"compile needs a bertkit model; {type(model).__name__} has no encoder "
+                                   "with compile_layers()")
+            encoder.compile_layers()
+
+        metrics_path = out_dir / "metrics.jsonl"
+        if state is not None:
+            replicas.load_optimizer(optimizer, state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            if "scaler" in state:
+                scaler.load_state_dict(state["scaler"])
+            pos = Position(**state["position"])
+            window = _restore_rank_state(state, info, args.seed, pos.step, device)
+            written_by = state.get("world_size", 1)
+            if info.is_main:
+                logger.info("resuming from %s (step %d of %d)", path, pos.step, total)
+                if written_by != info.world_size:
+                    logger.warning(
+                        "resuming with %d process(es) a run checkpointed with %d: training continues at the same "
+                        "sample position (step %d; phase %d, epoch %d, global micro-batch %d), but the ranks' random "
+                        "states were re-seeded, so dropout differs from an uninterrupted run", info.world_size,
+                        written_by, pos.step, pos.phase, pos.epoch, pos.batch)
+            history = [r for r in _read_jsonl(metrics_path) if r["step"] <= pos.step]  # drop records after it
+            if info.is_main:
+                _write_jsonl(metrics_path, history)
+        else:
+            # One seed per rank (seed + rank): the weights are equal on every rank anyway (the caller seeded them
+            # and DDP broadcasts rank 0's), but dropout must draw differently on each.
+            torch.manual_seed(args.seed + info.rank)
+            random.seed(args.seed + info.rank)
+            pos, history, window = Position(), [], {}
+            if info.is_main:
+                metrics_path.write_text("")
+        run = cls(args, info, device, phases, total, fingerprint, model, replicas, optimizer, scheduler, scaler,
+                  evaluate, batch_metrics, pos, history, window)
+        run.board = _tensorboard(out_dir) if args.report_to == "tensorboard" and info.is_main else None
+        run.bar = _progress(total, pos.step, args.progress and info.is_main)
+        run.window_n = int(window.pop("_n", 0))
+        run.t0 = time.perf_counter()
+        run.token_losses = _accepts_num_items(replicas.module)
+        replicas.module.train()
+        return run
+
+    # -- one micro-batch: forward and backward ------------------------------------------------------------
+    def micro_step(self, phase: Phase, weight: float, batch: Batch) -> bool:
+        """Forward and backward one micro-batch; True when it completes an optimiser step's gradient."""
+        args, pos, accum = self.args, self.pos, self.args.gradient_accumulation_steps
+        pos.batch += 1
+        self.micro += 1
+        sync = self.micro % accum == 0
+        if (self.micro - 1) % accum == 0 and self.token_losses:  # the first micro-batch of an optimiser step
+            targets = step_targets(phase.plan, pos.epoch, pos.batch - 1, accum, batch, self.device)
+            self.num_items = None if targets is None else max(targets, 1) / self.info.world_size
+        # Under DDP/FSDP every rank runs every backward pass, a spoiled one too: skipping one would leave the
+        # others waiting in the gradient all-reduce. The step is then dropped on all ranks.
+        if self.spoiled is None or self.info.enabled:
+            with self.replicas.accumulating(sync):
+                with _autocast(args, self.device):
+                    out = (self.replicas.module(**batch) if self.num_items is None
+                           else self.replicas.module(**batch, num_items_in_batch=self.num_items))
+                loss = _logged_loss(out, self.num_items, target_count(batch))
+                finite = math.isfinite(out.loss.item())
+                if finite or self.info.enabled:
+                    self.scaler.scale(_objective(out, weight, accum, self.num_items is not None)).backward()
+                if finite and weight > 0:
+                    self.window["loss"] = self.window.get("loss", 0.0) + loss
+                    for k, v in (self.batch_metrics(batch, out) if self.batch_metrics else {}).items():
+                        self.window[k] = self.window.get(k, 0.0) + v
+                    self.window_n += 1
+                elif not finite and self.spoiled is None:
+                    self.spoiled = f"the loss is {loss}"
+        if weight > 0:  # throughput: rows and real tokens (a model without input_ids, e.g. the feature
+            # study's tagger on activations, marks its rows with attention_mask)
+            rows = batch["input_ids"] if "input_ids" in batch else batch["attention_mask"]
+            self.seqs += rows.shape[0]
+            self.tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else rows.numel()
+        return sync
+
+    # -- one optimiser step, then what falls due: log, evaluate, save -------------------------------------------
+    def optimizer_step(self, phase: Phase) -> None:
+        args, pos = self.args, self.pos
+        if self.spoiled is None:  # clip (or, with clipping off, only measure) the global gradient norm
+            self.scaler.unscale_(self.optimizer)
+            norm = _clip_grad_norm(self.replicas.module, args.max_grad_norm)
+            # fp16: an overflow is the gradient scaler's to handle (it skips the step, lowers the scale)
+            if not (math.isfinite(norm) or args.fp16):
+                self.spoiled = f"the gradient norm is {norm}"
+        if self.info.enabled and any_rank(self.spoiled is not None, self.device) and self.spoiled is None:
+            self.spoiled = "the loss or gradient is not finite on another rank"
+        if self.spoiled is not None:
+            self._skip(phase)
+            return
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        pos.step += 1
+        self.bar.update(1)
+        if pos.step % args.logging_steps == 0 or pos.step == self.total:
+            self._log_window(phase)
+        if args.eval_steps and pos.step % args.eval_steps == 0:
+            self.run_eval()
+        if args.save_steps and pos.step % args.save_steps == 0 and pos.step < self.total:
+            self.checkpoint({**self.window, "_n": self.window_n})
+
+    def _skip(self, phase: Phase) -> None:
+        """Drop a step whose loss or gradient is not finite, or stop when --skip-nonfinite is used up."""
+        pos = self.pos
+        where = f"step {pos.step + 1} ({phase.name}, epoch {pos.epoch}, batch {pos.batch - 1})"
+        self.optimizer.zero_grad(set_to_none=True)
+        if pos.skipped >= self.args.skip_nonfinite:
+            last = checkpoint_dirs(self.out_dir)
+            raise NonFiniteError(
+                f"training stopped at {where}: {self.spoiled}. Last good checkpoint: "
+                f"{last[-1] if last else 'none (no checkpoint written yet)'}. Lower --learning-rate "
+                "(or raise --warmup-ratio) and start again, resume from that checkpoint with --resume, "
+                "or pass --skip-nonfinite N to skip up to N such steps; no final model was saved")
+        pos.skipped += 1
+        logger.warning("skipped %s: %s (%d of at most %d)", where, self.spoiled, pos.skipped, self.args.skip_nonfinite)
+        self.spoiled = None
+
+    def _log_window(self, phase: Phase) -> None:
+        pos = self.pos
+        dt = time.perf_counter() - self.t0
+        sums, n, seqs, tokens = _over_ranks(self.window, self.window_n, self.seqs, self.tokens)
+        record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
+                  "lr": self.scheduler.get_last_lr()[0], **{k: v / n for k, v in sums.items()},
+                  "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
+        if pos.skipped:
+            record["skipped_nonfinite"] = pos.skipped
+        self.log(record)
+        self.bar.set_postfix(loss=f"{record['loss']:.4f}")
+        self.window, self.window_n, self.seqs, self.tokens, self.t0 = {}, 0, 0, 0, time.perf_counter()
+
+    def log(self, record: dict) -> None:
+        self.history.append(record)
+        if self.info.is_main:
+            with self.metrics_path.open("a") as f:  # appended, by design: a torn last line is dropped on resume
+                f.write(json.dumps(record) + "\n")
+            if self.board is not None:
+                for k, v in record.items():
+                    if isinstance(v, (int, float)) and k not in ("step", "epoch"):
+                        self.board.add_scalar(f"{record['split']}/{k}", v, record["step"])
+                self.board.flush()
+
+    def evaluated_at(self, step: int) -> bool:
+        """Whether the newest record is an evaluation at ``step`` (after a resume: one the interrupted run made)."""
+        return bool(self.history) and self.history[-1]["split"] == "eval" and self.history[-1]["step"] == step
+
+    def run_eval(self) -> None:
+        if self.evaluate is None:
+            return
+        module = self.replicas.eval_module
+        module.eval()
+        with torch.no_grad(), _autocast(self.args, self.device):
+            self.last_eval = self.evaluate(module)
+        module.train()
+        self.log({"split": "eval", "step": self.pos.step, "epoch": self.pos.epoch, **self.last_eval})
+        if self.info.is_main:
+            logger.info("eval at step %d: %s", self.pos.step, ", ".join(
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_eval.items()))
+
+    def checkpoint(self, window: dict | None = None) -> None:
+        model_state, optim_state = self.replicas.state_dicts(self.optimizer)  # every rank: FSDP gathers shards
+        rng = all_gather(_rng_state(self.device))
+        windows = all_gather(dict(window or {}))
+        if not self.info.is_main:
+            return
+        if self.replicas.fsdp:
+            self.model.load_state_dict(model_state)  # the plain copy on rank 0, for the from_pretrained files
+        _save_checkpoint(self.out_dir, {
+            "model": model_state, "optimizer": optim_state, "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
+            "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
+            "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
+        }, self.pos.step, self.args.save_total_limit, self.model)
+
+    def finish(self) -> TrainResult:
+        self.bar.close()
+        if self.evaluate is not None and not self.evaluated_at(self.pos.step):
+            self.run_eval()
+        self.checkpoint()
+        self.replicas.finish()
+        if self.board is not None:
+            self.board.close()
+        return TrainResult(self.pos.step, self.history, self.last_eval, self.pos.skipped)
 
 
 def _clip_grad_norm(module: nn.Module, max_norm: float) -> float:
