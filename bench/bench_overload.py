@@ -204,7 +204,7 @@ def main() -> None:
     import torch
 
     print(json.dumps({"bench": "overload", "model": str(args.model), "task": "text-classification",
-                      "words_per_text": args.words, "max_concurrent_requests": meta["limits"]["max_concurrent_requests"],
+                      "words_per_text": args.words, "max_concurrent_requests": meta["limits"].get("max_concurrent_requests"),
                       "max_batch_size": args.max_batch_size, "server_threads": args.server_threads, **out,
                       "server_peak_rss_mb": rss, "load_average_before": [round(x, 2) for x in load_before],
                       "load_average_after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),

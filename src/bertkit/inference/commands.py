@@ -134,7 +134,7 @@ class ServeSettings:
     """Request body size (more: 413)."""
     max_concurrent_requests: int = 64
     """Inputs admitted and not yet answered; a request that would go over gets 429 with Retry-After at once.
-    64 is ~10 s of MiniLM work on 2 cores at 300-word texts (docs/inference.md): size it as your model's
+    64 is ~8 s of MiniLM work on 2 cores at 300-word texts (docs/inference.md): size it as your model's
     inputs/s times the longest wait you accept."""
     graceful_shutdown_s: float = 30.0
     """On SIGTERM, how long admitted requests may take to finish before the server stops anyway."""

@@ -48,7 +48,7 @@ from bertkit.errors import BertkitError, NonFiniteError
 logger = logging.getLogger("bertkit")
 
 # Inputs admitted and not yet answered. MiniLM (6 layers, H=384) on this project's 2-core machine with one
-# model thread runs ~7 inputs/s of 300-word texts (~320 tokens): 64 inputs is ~10 s of work there, the
+# model thread runs 7-9 inputs/s of 300-word texts (~320 tokens): 64 inputs is 7-9 s of work there, the
 # longest an admitted request then waits; short texts (SST-2, ~25 tokens, ~110 inputs/s) drain 64 in under a
 # second (docs/inference.md has the measurement).
 DEFAULT_MAX_CONCURRENT_REQUESTS = 64
