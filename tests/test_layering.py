@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bertkit"
 # each layer is the one CONTRIBUTING.md names; the others are what sits beside it. training/distributed.py (process groups, rank
 # and device of this process) is part of the recipes: the core never knows it runs under torchrun.
 LAYERS = [
-    ("cli", "__main__", "demo"),
+    ("cli", "__main__", "demo", "cli_flags"),
     ("training", "inference", "features"),
     ("tasks", "data", "auto"),
     ("heads",),

@@ -1,238 +1,27 @@
 """``bertkit <command>``: the only place that parses flags.
 
 Every command is a settings dataclass (``bertkit.training.settings``) and a library call. The flags are
-derived from the dataclass: one field, one flag (``learning_rate`` -> ``--learning-rate``; underscores
-are accepted too), help from the field's docstring, default shown, choices from ``Literal`` types.
-``--config FILE`` (JSON, or YAML when PyYAML is installed) holds the same fields; flags given on the
-command line win. Each command prints its result as one JSON object on stdout, so scripts can read it.
+derived from the dataclass by ``bertkit.cli_flags``: one field, one flag (``learning_rate`` ->
+``--learning-rate``), help from the field's docstring; ``--config FILE`` holds the same fields. Each command prints its result as one JSON object on stdout, so scripts can read it.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import dataclasses
-import functools
 import inspect
 import json
 import logging
 import os
 import sys
-import textwrap
-import types
-import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bertkit import __version__
-from bertkit.errors import BertkitError, MissingFileError
-
-# -------------------------------------------------------------------------------------------------
-# Flags from dataclasses
-# -------------------------------------------------------------------------------------------------
-
-
-@functools.cache  # parsing the classes' source is most of build_parser's time; the source does not change
-def field_docs(cls: type) -> types.MappingProxyType[str, str]:
-    """Attribute docstrings (a string literal right after a field) of ``cls`` and its bases; subclasses win."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        except (OSError, TypeError):  # no source (a frozen install): flags keep their names and defaults
-            continue
-        body = tree.body[0].body  # type: ignore[attr-defined]
-        for node, nxt in zip(body, body[1:]):
-            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
-                    and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
-                docs[node.target.id] = " ".join(nxt.value.value.split())
-    return types.MappingProxyType(docs)  # shared by every caller: read-only
-
-
-def _flag_name(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _converter(tp: Any, parse: Callable | None) -> tuple[Callable[[str], Any] | None, list | None, bool]:
-    """(text -> value, choices, is a list) for a field's type."""
-    if parse is not None:
-        return _shown_errors(parse), None, False
-    tp = _not_none(tp)  # X | None: the flag takes an X
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is typing.Literal:
-        return type(args[0]), list(args), False
-    if origin is tuple:  # tuple[int, ...]: a comma list
-        item = args[0]
-        return (lambda text: tuple(item(x) for x in text.split(",") if x.strip())), None, False
-    if origin is list:
-        return args[0], None, True
-    if tp in (int, float, str, Path):
-        return tp, None, False
-    return str, None, False  # Any (a preset name or a path)
-
-
-def _shown_errors(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """argparse prints "invalid <function name> value" for a ValueError: show the parser's own message."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except BertkitError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-
-    return convert
-
-
-def _matches(value: Any, tp: Any) -> bool:
-    """Whether a value read from a --config file has the field's type (the dataclasses do not check types)."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in args)
-    if origin is typing.Literal:
-        return value in args
-    if origin in (tuple, list):
-        return isinstance(value, origin) and all(_matches(v, args[0]) for v in value)
-    if tp is type(None):
-        return value is None
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp in (int, float):  # an integer is a float too; a boolean is neither
-        return isinstance(value, (int, tp)) and not isinstance(value, bool)
-    if tp in (str, Path):
-        return isinstance(value, (str, Path))
-    return True  # Any: a preset name, a path or a config object
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
-
-
-def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Declare one flag per field of the settings dataclass ``cls`` (defaults stay in the dataclass)."""
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    own = cls.__dict__.get("__annotations__", {})
-
-    def order(f: dataclasses.Field) -> tuple[int, int]:  # required first, then the command's own, then shared
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        return (0 if required else 1 if f.name in own else 2, 0)
-
-    for f in sorted(dataclasses.fields(cls), key=order):
-        meta = f.metadata
-        if not meta.get("cli", True):
-            continue
-        convert, choices, many = _converter(hints[f.name], meta.get("parse"))
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
-        required = default is dataclasses.MISSING
-        help_text = docs.get(f.name, "").replace("%", "%%")  # argparse %-formats help ("15%" in a docstring)
-        if meta.get("positional"):
-            parser.add_argument(f.name, nargs="+" if many else None, type=convert, help=help_text,
-                                default=argparse.SUPPRESS)
-            continue
-        if required:
-            help_text += " (required)"
-        elif default is not None or "Default:" not in help_text:
-            help_text += f" (default: {_shown(default)})"
-        names = [_flag_name(f.name), *meta.get("aliases", ())]
-        if hints[f.name] is bool:
-            parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, help=help_text,
-                                default=argparse.SUPPRESS)
-        else:
-            parser.add_argument(*names, dest=f.name, type=convert, choices=choices, help=help_text,
-                                default=argparse.SUPPRESS, metavar=f.name.upper() if choices is None else None)
-    if "--config" in {a for f in dataclasses.fields(cls) for a in f.metadata.get("aliases", ())}:
-        return  # the command has its own --config (convert-tf-checkpoint's bert_config.json)
-    parser.add_argument("--config", dest="_config_file", type=Path, default=argparse.SUPPRESS, metavar="FILE",
-                        help="a JSON (or YAML) file of these settings; flags on the command line win")
-
-
-def _not_none(tp: Any) -> Any:
-    """``X | None`` -> ``X``."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return next(a for a in typing.get_args(tp) if a is not type(None))
-    return tp
-
-
-def _type_name(tp: Any) -> str:
-    if typing.get_origin(tp) is typing.Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    return getattr(tp, "__name__", None) if typing.get_origin(tp) is None else str(tp).replace("pathlib.", "")
-
-
-def read_settings_file(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise MissingFileError(f"--config {path}: no such settings file (pretrain's model shape is --config-name)")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError:
-            raise BertkitError(f"--config {path}: reading YAML needs PyYAML: pip install pyyaml "
-                               "(or write the same settings as JSON)") from None
-        values = yaml.safe_load(text)
-    else:
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise BertkitError(f"--config {path}: not valid JSON ({e})") from None
-    if not isinstance(values, dict):
-        raise BertkitError(f"--config {path}: expected a mapping of setting names to values")
-    return {k.replace("-", "_"): v for k, v in values.items()}
-
-
-def build_settings(cls: type, args: argparse.Namespace) -> Any:
-    """The settings object from a settings file (if any) and the flags given; dataclass defaults fill the rest."""
-    given = {k: v for k, v in vars(args).items() if not k.startswith("_") and k not in ("command", "family", "verbose")}
-    values: dict[str, Any] = {}
-    if "_config_file" in vars(args):
-        values = read_settings_file(args._config_file)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise BertkitError(f"--config {args._config_file}: unknown settings {unknown}; known: {sorted(fields)}")
-    hints = typing.get_type_hints(cls)
-    for name, value in list(values.items()):  # file values are JSON types: convert strings and lists as flags are
-        parse = fields[name].metadata.get("parse")
-        convert, _, many = _converter(hints[name], parse)
-        try:
-            if isinstance(value, str) and hints[name] is not str:
-                value = (parse or convert)(value)
-            elif isinstance(value, list) and not many:
-                value = tuple(value)
-        except ValueError as e:  # BertkitError, or float("abc")
-            raise BertkitError(f"--config {args._config_file}: {name}: {e}") from None
-        if typing.get_origin(_not_none(hints[name])) is tuple and isinstance(value, (int, float)):
-            value = (value,)  # one value where a list is allowed (GLUE's learning_rate and seed)
-        if not _matches(value, hints[name]):
-            grid = " (a list runs a grid only in `finetune glue`)" if isinstance(value, tuple) else ""
-            raise BertkitError(f"--config {args._config_file}: {name} {value!r}: expected "
-                               f"{_type_name(hints[name])}{grid}")
-        values[name] = value
-    values.update(given)
-    missing = [_flag_name(n) for n, f in fields.items() if n not in values and f.metadata.get("cli", True)
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise BertkitError(f"missing required setting(s) {', '.join(missing)} (on the command line or in --config)")
-    return cls(**values)
-
-
-def normalize_argv(argv: list[str]) -> list[str]:
-    """``--learning_rate=3e-5`` -> ``--learning-rate=3e-5``: the underscore spellings of transformers' scripts."""
-    out = []
-    for arg in argv:
-        if arg.startswith("--") and arg != "--":
-            name, eq, value = arg.partition("=")
-            arg = name.replace("_", "-") + eq + value
-        out.append(arg)
-    return out
-
+from bertkit.cli_flags import add_settings_flags, build_settings, normalize_argv
+from bertkit.errors import BertkitError
 
 # -------------------------------------------------------------------------------------------------
 # Commands: (settings class, handler) under a name, each handler a thin call into the library

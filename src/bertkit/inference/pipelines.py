@@ -76,7 +76,7 @@ class FillMaskPipeline(Pipeline):
 
     def forward(self, batch: dict[str, Tensor], rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
         model: BertForMaskedLM = self.model  # type: ignore[assignment]
-        out = model.bert(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        out = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         selected = batch["input_ids"] == self.tokenizer.mask_token_id  # (B, T), False at padding
         hidden = out.token_layout.select(out.tokens, selected)  # (M, H): the masked positions, row-major
         probs = torch.softmax(model.mlm(hidden, model.bert.embeddings.word_embeddings.weight).float(), -1)  # (M, V)
@@ -100,7 +100,8 @@ class FillMaskPipeline(Pipeline):
                 else:  # keep the other masks visible, as transformers does
                     drop = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
                     sequence = tok.decode([i for i in filled if i not in drop], skip_special_tokens=False)
-                candidates.append({"score": float(p[t]), "token": int(t), "token_str": tok.decode([int(t)]),
+                candidates.append({"score": float(p[t]), "token": int(t),  # a special token shows, as transformers
+                                   "token_str": tok.decode([int(t)], skip_special_tokens=False),
                                    "sequence": sequence})
             per_mask.append(candidates)
         return per_mask[0] if len(per_mask) == 1 else per_mask
@@ -391,7 +392,7 @@ class FeatureExtractionPipeline(Pipeline):
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
 
     def forward(self, batch, rows) -> list[np.ndarray]:
-        out = self.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         lay, x = out.token_layout, out.tokens.float()
         if self.pooling == "none":
             v = lay.to_batch(x)

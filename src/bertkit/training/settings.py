@@ -8,8 +8,8 @@ The command line (``bertkit.cli``) turns each field into one flag, its attribute
 help, and its default into the shown default, so a default is written here and nowhere else.
 
 Why not jsonargparse, tyro or simple-parsing: they do this well, but the core depends on torch, numpy,
-safetensors and tqdm only, and the generator bertkit needs (dataclass field -> argparse flag) is about a
-hundred lines in ``cli.py``.
+safetensors and tqdm only, and the generator bertkit needs (dataclass field -> argparse flag) is in
+``cli_flags.py`` (about 200 lines).
 
 Batch sizes are global: ``batch_size`` sequences make one optimiser step, whatever the number of
 processes and gradient-accumulation steps they are split into (the paper states global batches).
