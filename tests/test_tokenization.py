@@ -364,13 +364,16 @@ def test_tensors(tok: BertTokenizer) -> None:
 
 def test_decode(tok: BertTokenizer) -> None:
     seq = ids("[CLS]", "hello", ",", "un", "##aff", "##able", "world", "!", "[SEP]", "[PAD]")
-    assert tok.decode(seq) == "hello, unaffable world!"
-    assert tok.decode(seq, skip_special_tokens=False) == "[CLS] hello, unaffable world! [SEP] [PAD]"
-    assert tok.decode(seq, clean_up_tokenization_spaces=False) == "hello , unaffable world !"
+    assert tok.decode(seq) == "[CLS] hello, unaffable world! [SEP] [PAD]"  # special tokens kept, as transformers
+    assert tok.decode(seq, skip_special_tokens=True) == "hello, unaffable world!"
+    # The WordPiece decoder's per-token clean-up always applies; clean_up_tokenization_spaces adds
+    # transformers' whole-string one ("don ' t" -> "don't").
+    assert tok.decode(seq, skip_special_tokens=True, clean_up_tokenization_spaces=False) == "hello, unaffable world!"
     assert (
-        tok.decode(ids("##a", "b", "[UNK]", "[MASK]")) == "##a b"
+        tok.decode(ids("##a", "b", "[UNK]", "[MASK]"), skip_special_tokens=True) == "##a b"
     )  # a leading ## stays; [UNK]/[MASK] skipped
     assert tok.decode(ids("don", "'", "t", "it", "'", "s", "?")) == "don ' t it ' s?"  # per token, as HF
+    assert tok.decode(ids("don", "'", "t", "it", "'", "s", "?"), clean_up_tokenization_spaces=True) == "don't it's?"
     torch = pytest.importorskip("torch")
     assert tok.decode(torch.tensor(ids("hello", "world"))) == "hello world"
     assert tok.batch_decode([ids("hello"), ids("world")]) == ["hello", "world"]
@@ -506,4 +509,4 @@ def test_real_vocabulary_ids(minilm_dir: Path) -> None:
     tok = BertTokenizer.from_pretrained(minilm_dir)
     assert tok("Hello, world!")["input_ids"] == [101, 7592, 1010, 2088, 999, 102]
     assert tok.tokenize("unaffable") == ["una", "##ffa", "##ble"]
-    assert tok.decode(tok.encode("The Quick brown fox, isn't it?")) == "the quick brown fox, isn ' t it?"
+    assert tok.decode(tok.encode("The Quick brown fox, isn't it?")) == "[CLS] the quick brown fox, isn ' t it? [SEP]"

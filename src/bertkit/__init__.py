@@ -21,6 +21,8 @@ _EXPORTS = {
     "BertForQuestionAnswering": "bertkit.heads",
     "BertForMultipleChoice": "bertkit.heads",
     "BertTokenizer": "bertkit.tokenization",
+    "BertTokenizerFast": "bertkit.tokenization",
+    "AutoTokenizer": "bertkit.tokenization",
     "pipeline": "bertkit.inference",
     "AutoConfig": "bertkit.auto",
     "AutoModel": "bertkit.auto",

@@ -6,13 +6,17 @@
               padding="max_length", return_tensors="pt", return_offsets_mapping=True)
 
 Modules: ``basic`` (clean-up, lower-casing, accents, punctuation/CJK split), ``wordpiece`` (vocab.txt,
-greedy longest-match-first), ``encoding`` (special tokens, truncation, padding), ``tokenizer`` (the
-``BertTokenizer`` that puts them together), ``trainer`` (learn a vocabulary from a corpus).
+greedy longest-match-first), ``encoding`` (special tokens, truncation, padding, BatchEncoding), ``loading``
+(tokenizer directories: vocab.txt or transformers' tokenizer.json), ``tokenizer`` (the ``BertTokenizer``
+that puts them together; ``BertTokenizerFast`` is the same class), ``auto`` (``AutoTokenizer``),
+``trainer`` (learn a vocabulary from a corpus).
 """
 
+from bertkit.tokenization.auto import AutoTokenizer
 from bertkit.tokenization.basic import BasicTokenizer
-from bertkit.tokenization.encoding import BatchEncoding
-from bertkit.tokenization.tokenizer import BertTokenizer
+from bertkit.tokenization.encoding import BatchEncoding, CharSpan, TokenSpan
+from bertkit.tokenization.tokenizer import BertTokenizer, BertTokenizerFast
 from bertkit.tokenization.wordpiece import WordPiece, load_vocab
 
-__all__ = ["BasicTokenizer", "BatchEncoding", "BertTokenizer", "WordPiece", "load_vocab"]
+__all__ = ["AutoTokenizer", "BasicTokenizer", "BatchEncoding", "BertTokenizer", "BertTokenizerFast", "CharSpan",
+           "TokenSpan", "WordPiece", "load_vocab"]

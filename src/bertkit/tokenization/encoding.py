@@ -13,25 +13,71 @@ The rules are those of Hugging Face's BertTokenizerFast (its Rust ``TemplateProc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from bertkit.errors import BertkitError
 
-__all__ = ["BatchEncoding", "resolve_padding", "resolve_truncation", "truncation_lengths"]
+__all__ = ["BatchEncoding", "CharSpan", "RowInfo", "TokenSpan", "resolve_padding", "resolve_truncation",
+           "truncation_lengths"]
 
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
 
 
+class CharSpan(NamedTuple):
+    """Characters ``start:end`` of the original text (transformers' ``CharSpan``)."""
+
+    start: int
+    end: int
+
+
+class TokenSpan(NamedTuple):
+    """Tokens ``start:end`` of an encoded row (transformers' ``TokenSpan``)."""
+
+    start: int
+    end: int
+
+
+class RowInfo(NamedTuple):
+    """Where the tokens of one output row came from (kept beside the BatchEncoding, never a key).
+
+    ``len_a``/``len_b``: tokens of each text in the row (``len_b`` None without a pair); ``special``:
+    [CLS]/[SEP] added; ``words_a``/``words_b``: word index per token when known (pre-split words, windows),
+    else None (worked out from the ids); ``text_a``/``text_b`` and ``start_a``/``start_b``: the input texts
+    and the index of the row's first token among all tokens of that text (> 0 in later overflow windows).
+    """
+
+    len_a: int
+    len_b: int | None
+    special: bool
+    words_a: list[int] | None
+    words_b: list[int] | None
+    text_a: Any = None
+    text_b: Any = None
+    start_a: int = 0
+    start_b: int = 0
+
+
 class BatchEncoding(dict):
     """The tokenizer's output: a plain ``dict`` (``input_ids``, ``token_type_ids``, ``attention_mask``, and
-    ``special_tokens_mask`` / ``offset_mapping`` when asked for). Keys can also be read as attributes."""
+    ``special_tokens_mask`` / ``offset_mapping`` / ``length`` when asked for). Keys can also be read as
+    attributes.
 
-    # Set by the tokenizer (not keys, so they never reach the model): per row (len A, len B or None,
-    # special tokens added, word index per A token or None, per B token or None), and the "##" piece ids.
-    _row_info: list[tuple] | None = None
+    As transformers' BatchEncoding from a fast tokenizer, the tokenizer's own output also answers, per row:
+    ``tokens``, ``word_ids``, ``sequence_ids``, ``char_to_token``, ``token_to_chars`` and
+    ``word_to_tokens``. Those taking ``batch_or_*_index`` read one argument as the index into row 0 and two
+    as (row, index). Character positions are those of ``offset_mapping``, which these compute when it was
+    not asked for.
+    """
+
+    # Set by the tokenizer (not keys, so they never reach the model): one RowInfo per row, the "##" piece
+    # ids, whether the input was batched, and how to get token strings and offsets back.
+    _row_info: list[RowInfo] | None = None
     _continuation_ids: frozenset[int] = frozenset()
     _batched: bool = True
+    _token_strings: Callable[[list[int]], list[str]] | None = None
+    _offsets_of: Callable[[Any], list[tuple[int, int]]] | None = None
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -48,19 +94,25 @@ class BatchEncoding(dict):
                 self[key] = value.to(device)
         return self
 
-    def _segments(self, batch_index: int) -> tuple[list[Any], list[Any]]:
-        """(sequence id, word id) of every token of row ``batch_index``: None for special tokens and padding."""
+    def _info(self, batch_index: int, method: str) -> RowInfo:
         if self._row_info is None:
-            raise BertkitError("word_ids/sequence_ids need the tokenizer's own output (this BatchEncoding was "
-                               "built elsewhere, e.g. by pad())")
+            raise BertkitError(f"{method} needs the tokenizer's own output (this BatchEncoding was built "
+                               "elsewhere, e.g. by pad())")
+        return self._row_info[batch_index]
+
+    def _ids(self, batch_index: int) -> list[int]:
         ids = self["input_ids"]
         row = ids[batch_index] if self._batched else ids
-        row = row.tolist() if hasattr(row, "tolist") else list(row)
-        len_a, len_b, special, words_a, words_b = self._row_info[batch_index]
-        seq: list[Any] = [None] if special else []
-        words: list[Any] = [None] if special else []
+        return row.tolist() if hasattr(row, "tolist") else list(row)
+
+    def _segments(self, batch_index: int) -> tuple[list[Any], list[Any]]:
+        """(sequence id, word id) of every token of row ``batch_index``: None for special tokens and padding."""
+        info = self._info(batch_index, "word_ids/sequence_ids")
+        row = self._ids(batch_index)
+        seq: list[Any] = [None] if info.special else []
+        words: list[Any] = [None] if info.special else []
         start = len(seq)
-        for s, n, given in ((0, len_a, words_a), (1, len_b, words_b)):
+        for s, n, given in ((0, info.len_a, info.words_a), (1, info.len_b, info.words_b)):
             if n is None:
                 continue
             seq += [s] * n
@@ -68,7 +120,7 @@ class BatchEncoding(dict):
                 given = word_index(row[start:start + n], self._continuation_ids)
             words += given
             start += n
-            if special:
+            if info.special:
                 seq.append(None)
                 words.append(None)
                 start += 1
@@ -84,6 +136,92 @@ class BatchEncoding(dict):
     def sequence_ids(self, batch_index: int = 0) -> list[int | None]:
         """0 for tokens of the first text, 1 of the second, None for special tokens and padding."""
         return self._segments(batch_index)[0]
+
+    def tokens(self, batch_index: int = 0) -> list[str]:
+        """The token strings of row ``batch_index``, special tokens and padding included."""
+        self._info(batch_index, "tokens()")
+        assert self._token_strings is not None
+        return self._token_strings(self._ids(batch_index))
+
+    def _sequence_range(self, batch_index: int, sequence_index: int) -> range:
+        """Token positions of text ``sequence_index`` in the row; the whole row when it has no such text
+        (as tokenizers' ``Encoding.sequence_range``)."""
+        info = self._info(batch_index, "char_to_token/word_to_tokens")
+        first = 1 if info.special else 0
+        if sequence_index == 0:
+            return range(first, first + info.len_a)
+        if sequence_index == 1 and info.len_b is not None:
+            start = first + info.len_a + first
+            return range(start, start + info.len_b)
+        return range(len(self._ids(batch_index)))
+
+    def _offsets(self, batch_index: int) -> list[tuple[int, int]]:
+        """The offset_mapping row, computed from the input texts when it was not asked for."""
+        if "offset_mapping" in self:
+            offsets = self["offset_mapping"]
+            row = offsets[batch_index] if self._batched else offsets
+            return [tuple(o) for o in (row.tolist() if hasattr(row, "tolist") else row)]
+        cache = self.__dict__.setdefault("_offset_rows", {})
+        if batch_index not in cache:
+            info = self._info(batch_index, "char_to_token/token_to_chars")
+            assert self._offsets_of is not None
+            edge = [(0, 0)] if info.special else []
+            out = list(edge)
+            for text, start, n in ((info.text_a, info.start_a, info.len_a),
+                                   (info.text_b, info.start_b, info.len_b)):
+                if n is not None:
+                    out += self._offsets_of(text)[start:start + n] + edge
+            cache[batch_index] = out + [(0, 0)] * (len(self._ids(batch_index)) - len(out))
+        return cache[batch_index]
+
+    def char_to_token(self, batch_or_char_index: int, char_index: int | None = None,
+                      sequence_index: int = 0) -> int | None:
+        """The token of text ``sequence_index`` (0 or 1) that covers character ``char_index`` of that text, or
+        None (a space, a dropped character, out of range). ``char_to_token(c)`` reads row 0."""
+        batch_index, char_index = (0, batch_or_char_index) if char_index is None else (batch_or_char_index,
+                                                                                       char_index)
+        char_index = _check_index(char_index, "char_index")
+        offsets = self._offsets(batch_index)
+        for t in self._sequence_range(batch_index, sequence_index):
+            start, end = offsets[t]
+            if start <= char_index < end:
+                return t
+        return None
+
+    def token_to_chars(self, batch_or_token_index: int, token_index: int | None = None) -> CharSpan | None:
+        """The characters of its text that token ``token_index`` covers, or None for [CLS]/[SEP]/[PAD] and an
+        index past the row. ``token_to_chars(t)`` reads row 0."""
+        batch_index, token_index = (0, batch_or_token_index) if token_index is None else (batch_or_token_index,
+                                                                                          token_index)
+        token_index = _check_index(token_index, "token_index")
+        sequence_ids = self.sequence_ids(batch_index)
+        if token_index >= len(sequence_ids) or sequence_ids[token_index] is None:
+            return None
+        return CharSpan(*self._offsets(batch_index)[token_index])
+
+    def word_to_tokens(self, batch_or_word_index: int, word_index: int | None = None,
+                       sequence_index: int = 0) -> TokenSpan | None:
+        """The tokens of word ``word_index`` of text ``sequence_index`` (0 or 1), or None when the text has no
+        such word. ``word_to_tokens(w)`` reads row 0."""
+        batch_index, word_index = (0, batch_or_word_index) if word_index is None else (batch_or_word_index,
+                                                                                       word_index)
+        word_index = _check_index(word_index, "word_index")
+        words = self.word_ids(batch_index)
+        found = []
+        for t in self._sequence_range(batch_index, sequence_index):
+            if words[t] is not None and words[t] > word_index:  # words only grow: stop, as tokenizers does
+                break
+            if words[t] == word_index:
+                found.append(t)
+        return TokenSpan(found[0], found[-1] + 1) if found else None
+
+
+def _check_index(index: Any, name: str) -> int:
+    """``index`` as an int (numpy and 0-d tensor ints too); a negative one is an error, as in tokenizers."""
+    value = None if isinstance(index, bool) or not hasattr(index, "__index__") else operator.index(index)
+    if value is None or value < 0:
+        raise BertkitError(f"{name} must be an int >= 0, got {index!r}")
+    return value
 
 
 def resolve_truncation(

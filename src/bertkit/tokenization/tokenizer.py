@@ -22,7 +22,7 @@ lower-cased and stripped to ``"e"`` spans the ``"é"``, a ``##`` piece spans onl
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -34,6 +34,7 @@ from bertkit.outputs import atomic_write_json
 from bertkit.tokenization.basic import CHUNK_RE, NON_SEPARATOR_SPACE_RE, BasicTokenizer
 from bertkit.tokenization.encoding import (
     BatchEncoding,
+    RowInfo,
     pad_rows,
     resolve_padding,
     resolve_truncation,
@@ -41,19 +42,32 @@ from bertkit.tokenization.encoding import (
     truncation_lengths,
     word_index,
 )
+from bertkit.tokenization.loading import (
+    ADDED_TOKENS_FILE,
+    CONFIG_FILE,
+    SPECIAL_TOKEN_KEYS,
+    SPECIAL_TOKENS_MAP_FILE,
+    TOKENIZER_FILE,
+    check_fits_model,
+    merge_tokenizer_json,
+    read_settings,
+    read_tokenizer_json,
+)
 from bertkit.tokenization.wordpiece import VOCAB_FILE, Memo, WordPiece, load_vocab, write_vocab_file
 
-__all__ = ["BertTokenizer"]
+__all__ = ["BertTokenizer", "BertTokenizerFast"]
 
-CONFIG_FILE = "tokenizer_config.json"
-SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
-ADDED_TOKENS_FILE = "added_tokens.json"
-SPECIAL_TOKEN_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 # WordPiece decoder clean-up (tokenizers' `decoders::wordpiece::cleanup`), applied to each token with
 # the space that joins it to the previous one.
 _CLEANUP = (
     (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
     (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
+)  # fmt: skip
+# transformers' `clean_up_tokenization`, applied to the whole decoded string when
+# clean_up_tokenization_spaces is on (no " do not" here, unlike the decoder's list).
+_CLEANUP_TEXT = (
+    (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+    (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
 )  # fmt: skip
 
 
@@ -84,6 +98,7 @@ class BertTokenizer:
         added_tokens: Sequence[str] = (),
         model_max_length: int = 512,
         max_input_chars_per_word: int = 100,
+        clean_up_tokenization_spaces: bool = False,
         cache_size: int = 65536,
     ):
         if isinstance(vocab, Mapping):
@@ -105,6 +120,7 @@ class BertTokenizer:
         self.added_tokens: list[str] = []
         self.model_max_length = int(model_max_length)
         self.max_input_chars_per_word = max_input_chars_per_word
+        self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
         self.cache_size = cache_size
 
         missing = [t for t in (*self._special_list(), *added_tokens) if t not in self.vocab]
@@ -169,10 +185,13 @@ class BertTokenizer:
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> BertTokenizer:
-        """Load ``vocab.txt`` + ``tokenizer_config.json`` (+ ``special_tokens_map.json``) from a directory.
+        """Load a tokenizer directory: ``vocab.txt`` + ``tokenizer_config.json`` (+ ``special_tokens_map.json``,
+        ``added_tokens.json``), or, without ``vocab.txt``, the ``tokenizer.json`` + ``tokenizer_config.json``
+        that transformers 5 saves (its WordPiece model and BertNormalizer settings; see ``loading``).
 
         Settings (``do_lower_case``, ``strip_accents``, ``tokenize_chinese_chars``, ``never_split``,
-        ``model_max_length``, special tokens) come from the files; keyword arguments override them.
+        ``model_max_length``, ``clean_up_tokenization_spaces``, special tokens) come from the files; keyword
+        arguments override them.
         """
         from bertkit.hub import resolve_directory
 
@@ -180,27 +199,30 @@ class BertTokenizer:
         if not path.is_dir():
             raise MissingFileError(
                 f"tokenizer directory {path} does not exist; pass the checkpoint directory that holds "
-                f"{VOCAB_FILE} and {CONFIG_FILE}"
+                f"{VOCAB_FILE} (or {TOKENIZER_FILE}) and {CONFIG_FILE}"
             )
-        vocab_file = path / VOCAB_FILE
-        if not vocab_file.is_file():
+        vocab: Path | dict[str, int] = path / VOCAB_FILE
+        source = json_file = path / TOKENIZER_FILE
+        settings = read_settings(path)
+        if vocab.is_file():
+            source = vocab
+        elif json_file.is_file():
+            vocab, from_json, special = read_tokenizer_json(json_file)
+            settings = merge_tokenizer_json(from_json, special, settings, overrides, json_file, path / CONFIG_FILE)
+        else:
             raise MissingFileError(
-                f"{vocab_file} not found: a BERT tokenizer directory needs {VOCAB_FILE} (and {CONFIG_FILE}); "
-                f"copy them from the checkpoint, or build one with BertTokenizer(vocab).save_pretrained({str(path)!r})"
+                f"{vocab} not found (nor {TOKENIZER_FILE}): a BERT tokenizer directory needs {VOCAB_FILE} (and "
+                f"{CONFIG_FILE}), or transformers' {TOKENIZER_FILE}; copy them from the checkpoint, or build one "
+                f"with BertTokenizer(vocab).save_pretrained({str(path)!r})"
             )
-        settings = _read_settings(path)
-        added_file = path / ADDED_TOKENS_FILE
-        if added_file.is_file():  # bertkit writes them into vocab.txt as well, at the same ids
-            added = json.loads(added_file.read_text(encoding="utf-8"))
-            settings["added_tokens"] = [t for t, _ in sorted(added.items(), key=lambda kv: kv[1])]
         settings.update(overrides)
         if "do_lower_case" not in settings:
             raise MissingFileError(
                 f"{path / CONFIG_FILE} not found (or it has no do_lower_case), so whether this checkpoint is "
                 f"cased is unknown: pass do_lower_case=True for an uncased checkpoint or False for a cased one"
             )
-        tokenizer = cls(vocab_file, **settings)
-        _check_fits_model(tokenizer, path)
+        tokenizer = cls(vocab, **settings)
+        check_fits_model(len(tokenizer.vocab), path, source)
         return tokenizer
 
     def save_pretrained(self, path: str | os.PathLike) -> list[Path]:
@@ -218,6 +240,7 @@ class BertTokenizer:
             "never_split": self.never_split or None,
             "model_max_length": self.model_max_length,
             "max_input_chars_per_word": self.max_input_chars_per_word,
+            "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces,
             **special_map,
         }
         written = [write_vocab_file(self._tokens, path / VOCAB_FILE)]
@@ -238,6 +261,10 @@ class BertTokenizer:
 
     def __len__(self) -> int:
         return len(self._tokens)
+
+    def get_vocab(self) -> dict[str, int]:
+        """A copy of ``{token: id}``, added tokens included (``len(tok.get_vocab()) == len(tok)``)."""
+        return dict(self.vocab)
 
     def __repr__(self) -> str:
         return (
@@ -405,8 +432,11 @@ class BertTokenizer:
         padding: bool | str = False,
         pad_to_multiple_of: int | None = None,
         return_tensors: str | None = None,
+        return_token_type_ids: bool | None = None,
+        return_attention_mask: bool | None = None,
         return_offsets_mapping: bool = False,
         return_special_tokens_mask: bool = False,
+        return_length: bool = False,
         is_split_into_words: bool = False,
         return_overflowing_tokens: bool = False,
         stride: int = 0,
@@ -414,11 +444,13 @@ class BertTokenizer:
         """Encode one text / pair, or a batch of them.
 
         Returns a BatchEncoding (a dict) with ``input_ids``, ``token_type_ids``, ``attention_mask`` and, when
-        asked, ``special_tokens_mask`` and ``offset_mapping`` ((start, end) into the original text; (0, 0)
-        for [CLS]/[SEP]/[PAD]). A str gives lists of ints, a list of str gives lists of lists; with
-        ``return_tensors="pt"`` / ``"np"`` every value is a (B, T) tensor / int64 array ((B, T, 2) for
-        offsets), B = 1 for a single text. ``word_ids(i)`` / ``sequence_ids(i)`` say which word / text each
-        token of row i came from.
+        asked, ``special_tokens_mask``, ``offset_mapping`` ((start, end) into the original text; (0, 0)
+        for [CLS]/[SEP]/[PAD]) and ``length`` (tokens per row, padding included). A str gives lists of ints,
+        a list of str gives lists of lists; with ``return_tensors="pt"`` / ``"np"`` every value is a (B, T)
+        tensor / int64 array ((B, T, 2) for offsets, (B,) for length), B = 1 for a single text.
+        ``return_token_type_ids=False`` / ``return_attention_mask=False`` leave those keys out (None or True:
+        included). The BatchEncoding also maps tokens to words and characters: ``word_ids(i)``,
+        ``sequence_ids(i)``, ``tokens(i)``, ``char_to_token``, ``token_to_chars``, ``word_to_tokens``.
 
         truncation: None (default) = Hugging Face's default, i.e. ``longest_first`` only when ``max_length``
         is given and ``padding`` is False; True = ``longest_first``; or ``"only_first"``/``"only_second"``.
@@ -432,66 +464,55 @@ class BertTokenizer:
         ``overflow_to_sample_mapping`` gives each row's input index. The output is then always batched.
         A sequence longer than ``model_max_length`` is not an error here: the model checks its positions.
         """
-        if is_split_into_words:
-            batched = not (isinstance(text, (list, tuple)) and (not text or isinstance(text[0], str)))
-        else:
-            batched = not isinstance(text, str)
-        texts = list(text) if batched else [text]
-        if text_pair is None:
-            pairs: list[Any] = [None] * len(texts)
-        elif batched:
-            if isinstance(text_pair, str) or (is_split_into_words and text_pair and isinstance(text_pair[0], str)):
-                raise TypeError(
-                    "text is a batch (a list) but text_pair is a single str (or word list); pass a list of the same length"
-                )
-            pairs = list(text_pair)
-            if len(pairs) != len(texts):
-                raise BertkitError(f"text has {len(texts)} entries but text_pair has {len(pairs)}")
-        else:
-            if not isinstance(text_pair, list if is_split_into_words else str):
-                raise TypeError(
-                    f"text is a single text, so text_pair must be one too, got {type(text_pair).__name__}"
-                )
-            # As Hugging Face (and Google's run_classifier): a single empty text_pair means "no pair". In a
-            # batch, "" stays an empty second segment ([CLS] A [SEP] [SEP]), again as Hugging Face.
-            pairs = [text_pair or None]
+        texts, pairs, batched = _inputs(text, text_pair, is_split_into_words)
         strategy = resolve_truncation(truncation, max_length, padding)
         pad = resolve_padding(padding)
         if max_length is None and (strategy is not None or pad == "max_length"):
             max_length = self.model_max_length
-        if max_length is not None and max_length < 0:
-            raise BertkitError(f"max_length must be >= 0, got {max_length}")
-        if pad_to_multiple_of is not None and (isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1):
-            raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of!r}")
-        if stride < 0 or (stride and not return_overflowing_tokens):
-            raise BertkitError(f"stride={stride} needs return_overflowing_tokens=True and a value >= 0 (the number "
-                               "of tokens consecutive windows share)")
+        _check_lengths(max_length, pad_to_multiple_of, stride, return_overflowing_tokens)
 
         rows: list[dict[str, list]] = []
-        metas: list[tuple] = []
+        infos: list[RowInfo] = []
         sample_mapping: list[int] = []
         for index, (a, b) in enumerate(zip(texts, pairs)):
             seg_a = self._segment(a, return_offsets_mapping, is_split_into_words)
             seg_b = None if b is None else self._segment(b, return_offsets_mapping, is_split_into_words)
-            for win_a, win_b in self._windows(seg_a, seg_b, add_special_tokens, strategy, max_length,
-                                              return_overflowing_tokens, stride):
+            for (win_a, start_a), (win_b, start_b) in self._windows(
+                seg_a, seg_b, add_special_tokens, strategy, max_length, return_overflowing_tokens, stride
+            ):
                 rows.append(self._assemble(win_a, win_b, add_special_tokens, return_special_tokens_mask))
-                metas.append((len(win_a[0]), None if win_b is None else len(win_b[0]), add_special_tokens,
-                              win_a[2], None if win_b is None else win_b[2]))
+                infos.append(RowInfo(len(win_a[0]), None if win_b is None else len(win_b[0]), add_special_tokens,
+                                     win_a[2], None if win_b is None else win_b[2], a, b, start_a, start_b))
                 sample_mapping.append(index)
         if pad is not None and rows:
             length = max_length if pad == "max_length" else max(len(r["input_ids"]) for r in rows)
-            if pad_to_multiple_of is not None:
-                length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
-            pad_rows(rows, length, self.pad_token_id)
+            pad_rows(rows, _round_up(length, pad_to_multiple_of), self.pad_token_id)
+        for key, wanted in (("token_type_ids", return_token_type_ids), ("attention_mask", return_attention_mask)):
+            if wanted is False:
+                for row in rows:
+                    del row[key]
+
         batched = batched or return_overflowing_tokens
         out = to_batch_encoding(rows, batched, return_tensors)
+        if return_length:
+            lengths = [len(r["input_ids"]) for r in rows]  # [n] for one text too, as transformers
+            out["length"] = _as_tensor(lengths, return_tensors)
         if return_overflowing_tokens:
             out["overflow_to_sample_mapping"] = _as_tensor(sample_mapping, return_tensors)
-        out._row_info = metas
-        out._continuation_ids = self._continuation_ids
-        out._batched = batched
+        self._attach_rows(out, infos, batched or return_tensors is not None, is_split_into_words)
         return out
+
+    def _attach_rows(self, out: BatchEncoding, infos: list[RowInfo], nested: bool, split: bool) -> None:
+        """What ``word_ids``, ``tokens``, ``char_to_token``... of the output need (attributes, not keys)."""
+        out._row_info = infos
+        out._continuation_ids = self._continuation_ids
+        out._batched = nested  # values are per-row (lists of lists, or (B, T) tensors)
+        out._token_strings = self.convert_ids_to_tokens
+        out._offsets_of = functools.partial(self._text_offsets, split=split)  # picklable, unlike a lambda
+
+    def _text_offsets(self, text: Any, split: bool) -> list[tuple[int, int]]:
+        """Offsets of every token of one input text (no special tokens), as ``return_offsets_mapping`` gives."""
+        return self._segment(text, True, split)[1]
 
     def _segment(self, text: Any, with_offsets: bool, split: bool) -> tuple[list, list | None, list | None]:
         """(ids, offsets or None, word index per token or None: worked out later from the ids)."""
@@ -511,16 +532,17 @@ class BertTokenizer:
 
     def _windows(self, seg_a, seg_b, add_special: bool, strategy: str | None, max_length: int | None,
                  overflow: bool, stride: int):
-        """The (A, B) segment slices of each output row: one row, or overlapping windows with ``overflow``."""
+        """The (A, B) segment slices of each output row, each with the index of its first token in its text:
+        one row, or overlapping windows with ``overflow``."""
         len_a, len_b = len(seg_a[0]), None if seg_b is None else len(seg_b[0])
         if strategy is None:
-            return [(seg_a, seg_b)]
+            return [((seg_a, 0), (seg_b, 0))]
         num_special = (2 if seg_b is None else 3) if add_special else 0
         n_a, n_b = truncation_lengths(len_a, len_b, max_length, strategy, num_special)
         cut = lambda seg, lo, hi: (seg[0][lo:hi], None if seg[1] is None else seg[1][lo:hi],  # noqa: E731
                                    None if seg[2] is None else seg[2][lo:hi])
         if not overflow or (n_a == len_a and n_b == len_b):
-            return [(cut(seg_a, 0, n_a), None if seg_b is None else cut(seg_b, 0, n_b))]
+            return [((cut(seg_a, 0, n_a), 0), (None if seg_b is None else cut(seg_b, 0, n_b), 0))]
         if seg_b is not None and strategy == "longest_first":
             raise BertkitError("return_overflowing_tokens on text pairs needs truncation='only_first' or "
                                "'only_second' (which text to cut into windows), not 'longest_first'")
@@ -533,8 +555,8 @@ class BertTokenizer:
         rows, start = [], 0
         while True:
             stop = min(start + keep, len(full[0]))
-            window = cut(full, start, stop)
-            rows.append((window, seg_b) if which == 0 else (seg_a, window))
+            window = (cut(full, start, stop), start)
+            rows.append((window, (seg_b, 0)) if which == 0 else ((seg_a, 0), window))
             if stop == len(full[0]):
                 return rows
             start += keep - stride
@@ -600,9 +622,7 @@ class BertTokenizer:
             max_length = self.model_max_length
         if pad is not None and rows:
             length = max_length if pad == "max_length" else max(len(r["input_ids"]) for r in rows)
-            if pad_to_multiple_of is not None:
-                length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
-            pad_rows(rows, length, self.pad_token_id)
+            pad_rows(rows, _round_up(length, pad_to_multiple_of), self.pad_token_id)
         out = to_batch_encoding(rows, batched, return_tensors)
         for key in examples[0] if examples else ():
             if key not in padded_keys:
@@ -615,34 +635,91 @@ class BertTokenizer:
     # ------------------------------------------------------------------------------------------------
 
     def decode(
-        self, ids: Iterable[int], skip_special_tokens: bool = True, clean_up_tokenization_spaces: bool = True
+        self,
+        ids: Iterable[int],
+        skip_special_tokens: bool = False,
+        clean_up_tokenization_spaces: bool | None = None,
     ) -> str:
-        """Ids -> text: ``##`` pieces joined to the previous token, other tokens separated by a space.
+        """Ids -> text, as BertTokenizerFast: special tokens are kept unless ``skip_special_tokens=True``.
 
-        As BertTokenizerFast's WordPiece decoder: with ``clean_up_tokenization_spaces`` the space before
-        ``. ? ! ,`` and a few English contractions is dropped (token by token); ``skip_special_tokens``
-        drops every special token ([CLS], [SEP], [PAD], [MASK], [UNK]). The text is the normalised one
+        ``##`` pieces are joined to the previous token, other tokens separated by a space, and the WordPiece
+        decoder's clean-up drops the space before ``. ? ! ,`` and a few English contractions, token by token
+        (so ``"don ' t"`` stays). ``clean_up_tokenization_spaces=True`` then applies transformers' clean-up to
+        the whole string (``"don ' t"`` -> ``"don't"``); None takes the tokenizer's setting (from
+        ``tokenizer_config.json``, default False as in transformers 5). ``skip_special_tokens`` drops every
+        special token ([CLS], [SEP], [PAD], [MASK], [UNK], additional ones). The text is the normalised one
         (lower-cased, accents stripped for uncased models): use offsets to recover original text.
         """
         tokens = self._tokens
-        pieces: list[str] = []
+        kept: list[str] = []
         for i in _as_id_list(ids):
             if not 0 <= i < len(tokens):
                 raise BertkitError(f"token id {i} is outside the vocabulary (0..{len(tokens) - 1})")
-            if skip_special_tokens and i in self._special_id_set:
-                continue
-            token = tokens[i]
-            if pieces:
-                token = token[2:] if token.startswith("##") else " " + token
-            if clean_up_tokenization_spaces:
-                for dirty, clean in _CLEANUP:
-                    token = token.replace(dirty, clean)
-            pieces.append(token)
-        return "".join(pieces)
+            if not (skip_special_tokens and i in self._special_id_set):
+                kept.append(tokens[i])
+        text = self.convert_tokens_to_string(kept)
+        if clean_up_tokenization_spaces is None:
+            clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
+        if clean_up_tokenization_spaces:
+            for dirty, clean in _CLEANUP_TEXT:
+                text = text.replace(dirty, clean)
+        return text
 
     def batch_decode(self, sequences: Iterable[Iterable[int]], **kwargs: Any) -> list[str]:
         """``decode`` for each sequence of a batch (a list of lists or a (B, T) tensor)."""
         return [self.decode(ids, **kwargs) for ids in sequences]
+
+    def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
+        """Token strings -> text with the WordPiece decoder (tokenizers' ``decoders.WordPiece``): a ``##``
+        piece joins the previous token (the first token keeps its ``##``), the others get a space, and the
+        space before ``. ? ! ,`` and a few contractions is dropped token by token."""
+        pieces: list[str] = []
+        for token in tokens:
+            if pieces:
+                token = token[2:] if token.startswith("##") else " " + token
+            for dirty, clean in _CLEANUP:
+                token = token.replace(dirty, clean)
+            pieces.append(token)
+        return "".join(pieces)
+
+
+def _inputs(text: Any, text_pair: Any, split: bool) -> tuple[list[Any], list[Any], bool]:
+    """(texts, their pairs or Nones, whether the call was batched) from ``__call__``'s first two arguments."""
+    if split:
+        batched = not (isinstance(text, (list, tuple)) and (not text or isinstance(text[0], str)))
+    else:
+        batched = not isinstance(text, str)
+    texts = list(text) if batched else [text]
+    if text_pair is None:
+        return texts, [None] * len(texts), batched
+    if batched:
+        if isinstance(text_pair, str) or (split and text_pair and isinstance(text_pair[0], str)):
+            raise TypeError(
+                "text is a batch (a list) but text_pair is a single str (or word list); pass a list of the same length"
+            )
+        pairs = list(text_pair)
+        if len(pairs) != len(texts):
+            raise BertkitError(f"text has {len(texts)} entries but text_pair has {len(pairs)}")
+        return texts, pairs, batched
+    if not isinstance(text_pair, list if split else str):
+        raise TypeError(f"text is a single text, so text_pair must be one too, got {type(text_pair).__name__}")
+    # As Hugging Face (and Google's run_classifier): a single empty text_pair means "no pair". In a batch,
+    # "" stays an empty second segment ([CLS] A [SEP] [SEP]), again as Hugging Face.
+    return texts, [text_pair or None], batched
+
+
+def _check_lengths(max_length: int | None, pad_to_multiple_of: int | None, stride: int, overflow: bool) -> None:
+    if max_length is not None and max_length < 0:
+        raise BertkitError(f"max_length must be >= 0, got {max_length}")
+    if pad_to_multiple_of is not None and (isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1):
+        raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of!r}")
+    if stride < 0 or (stride and not overflow):
+        raise BertkitError(f"stride={stride} needs return_overflowing_tokens=True and a value >= 0 (the number "
+                           "of tokens consecutive windows share)")
+
+
+def _round_up(length: int, multiple: int | None) -> int:
+    return length if multiple is None else -(-length // multiple) * multiple
 
 
 def _spans(text: str) -> Iterator[tuple[int, str]]:
@@ -701,81 +778,5 @@ def _as_id_list(ids: Any) -> list[int]:
     return ids
 
 
-def _check_fits_model(tokenizer: BertTokenizer, path: Path) -> None:
-    """Where a tokenizer sits beside a model (a checkpoint directory), every id must have an embedding row:
-    a vocab.txt longer than config.json's vocab_size fails later as torch's "index out of range"."""
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        return
-    try:
-        vocab_size = json.loads(config_file.read_text(encoding="utf-8")).get("vocab_size")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        return  # the model's own loader reports a damaged config.json with its details
-    if isinstance(vocab_size, int) and len(tokenizer.vocab) > vocab_size:
-        raise BertkitError(f"{path / VOCAB_FILE} has {len(tokenizer.vocab)} tokens but {config_file} has vocab_size "
-                           f"{vocab_size}: ids from {vocab_size} up would have no embedding; use the vocab.txt "
-                           "the model was trained with")
-
-
-def _read_settings(path: Path) -> dict[str, Any]:
-    """Constructor arguments from tokenizer_config.json and special_tokens_map.json (either may be absent)."""
-    settings: dict[str, Any] = {}
-    config_file = path / CONFIG_FILE
-    if config_file.is_file():
-        try:
-            with open(config_file, encoding="utf-8") as f:
-                config = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise BertkitError(f"{config_file} is not valid JSON: {e}") from None
-        if not isinstance(config, dict):
-            raise BertkitError(f"{config_file} must hold a JSON object, got {type(config).__name__}")
-        if config.get("do_basic_tokenize", True) is False:
-            raise BertkitError(
-                f"{config_file} sets do_basic_tokenize=false, which bertkit does not support "
-                f"(WordPiece straight on whitespace-split text); remove the key to use BERT's basic tokenizer"
-            )
-        kinds = {"do_lower_case": (bool,), "tokenize_chinese_chars": (bool,), "strip_accents": (bool, type(None)),
-                 "model_max_length": (int, float), "max_input_chars_per_word": (int,)}
-        for key, types in kinds.items():
-            if key in config:
-                value = config[key]
-                if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
-                    want = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-                    raise BertkitError(f"{config_file}: {key} must be {want}, got {value!r}"
-                                       + (" (a string: write true/false without quotes)" if isinstance(value, str)
-                                          else ""))
-                settings[key] = value
-        if config.get("never_split"):
-            settings["never_split"] = list(config["never_split"])
-        for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):
-            if config.get(key) is not None:
-                settings[key] = config[key]
-    map_file = path / SPECIAL_TOKENS_MAP_FILE
-    if map_file.is_file():  # Hugging Face lets this file override the config's special tokens
-        with open(map_file, encoding="utf-8") as f:
-            settings.update(
-                {
-                    k: v
-                    for k, v in json.load(f).items()
-                    if k in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens")
-                }
-            )
-    for key in SPECIAL_TOKEN_KEYS:
-        if key in settings:
-            settings[key] = _token_content(settings[key], key)
-    if "additional_special_tokens" in settings:
-        settings["additional_special_tokens"] = [
-            _token_content(t, "additional_special_tokens") for t in settings["additional_special_tokens"]
-        ]
-    if isinstance(settings.get("model_max_length"), float):  # HF writes 1e30 for "no limit"
-        settings["model_max_length"] = int(settings["model_max_length"])
-    return settings
-
-
-def _token_content(value: Any, key: str) -> str:
-    """A special token from a config: a plain str, or Hugging Face's serialised AddedToken dict."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
-    raise BertkitError(f"{key} in the tokenizer config must be a string or {{'content': ...}}, got {value!r}")
+# The name code written against transformers imports; one class, with BertTokenizerFast's behaviour.
+BertTokenizerFast = BertTokenizer

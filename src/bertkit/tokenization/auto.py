@@ -1,0 +1,87 @@
+"""``AutoTokenizer.from_pretrained(path)``, as code written against transformers calls it, for BERT directories.
+
+bertkit has one tokenizer, BERT's WordPiece (``BertTokenizer``). AutoTokenizer reads what the directory says
+it holds, in transformers' order: ``tokenizer_class`` in tokenizer_config.json, else ``tokenizer_class`` in
+config.json, else config.json's ``model_type``. A BERT tokenizer is loaded with ``BertTokenizer``; anything
+else (RobertaTokenizer, model_type "gpt2", ...) is an error that names it, never a BERT tokenizer on a
+vocabulary it does not fit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError, MissingFileError
+from bertkit.tokenization.loading import CONFIG_FILE
+from bertkit.tokenization.tokenizer import BertTokenizer
+
+__all__ = ["AutoTokenizer"]
+
+BERT_TOKENIZER_CLASSES = ("BertTokenizer", "BertTokenizerFast")
+MODEL_CONFIG_FILE = "config.json"
+
+
+class AutoTokenizer:
+    """``AutoTokenizer.from_pretrained(path)`` -> a ``BertTokenizer`` for a BERT tokenizer directory.
+
+    >>> tok = AutoTokenizer.from_pretrained("models/minilm")
+    >>> type(tok).__name__
+    'BertTokenizer'
+    """
+
+    def __init__(self) -> None:
+        raise TypeError("AutoTokenizer is not instantiated: use AutoTokenizer.from_pretrained(path)")
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, use_fast: bool = True, **kwargs: Any) -> BertTokenizer:
+        """Load the BERT tokenizer in ``path`` (a directory or Hub id); ``kwargs`` as
+        ``BertTokenizer.from_pretrained``. ``use_fast=False`` (transformers' Python tokenizer, which
+        normalises a few characters differently) is refused: bertkit's tokenizer is the fast one's twin."""
+        from bertkit.hub import resolve_directory
+
+        if use_fast is not True:
+            raise BertkitError(f"use_fast={use_fast!r}: bertkit's tokenizer reproduces BertTokenizerFast only; "
+                               "drop the argument (or pass use_fast=True)")
+        directory = resolve_directory(path, "tokenizer directory")
+        if not directory.is_dir():
+            raise MissingFileError(f"tokenizer directory {directory} does not exist; pass the checkpoint directory")
+        _check_is_bert(directory)
+        return BertTokenizer.from_pretrained(directory, **kwargs)
+
+
+def _check_is_bert(directory: Path) -> None:
+    """Raise unless the directory's files name a BERT tokenizer (tokenizer_class or model_type)."""
+    tokenizer_config = _json_object(directory / CONFIG_FILE)
+    model_config = _json_object(directory / MODEL_CONFIG_FILE)
+    for file, config in ((CONFIG_FILE, tokenizer_config), (MODEL_CONFIG_FILE, model_config)):
+        name = config.get("tokenizer_class")
+        if name is not None:
+            if name in BERT_TOKENIZER_CLASSES:
+                return
+            raise BertkitError(f"{directory / file} names tokenizer_class {name!r}; bertkit's AutoTokenizer "
+                               f"loads BERT tokenizers only ({' or '.join(BERT_TOKENIZER_CLASSES)}): use "
+                               f"transformers for {name}")
+    model_type = model_config.get("model_type")
+    if model_type == "bert":
+        return
+    if model_type is not None:
+        raise BertkitError(f"{directory / MODEL_CONFIG_FILE} has model_type {model_type!r}; bertkit's AutoTokenizer "
+                           "loads BERT tokenizers only (model_type 'bert'): use transformers for that model")
+    raise BertkitError(f"{directory} does not say which tokenizer it holds (no tokenizer_class in {CONFIG_FILE}, "
+                       f"no {MODEL_CONFIG_FILE} with model_type): load it with BertTokenizer.from_pretrained if it "
+                       "is BERT's, or add \"tokenizer_class\": \"BertTokenizer\" to its tokenizer_config.json")
+
+
+def _json_object(file: Path) -> dict[str, Any]:
+    if not file.is_file():
+        return {}
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BertkitError(f"{file} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise BertkitError(f"{file} must hold a JSON object, got {type(data).__name__}")
+    return data

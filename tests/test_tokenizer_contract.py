@@ -1,0 +1,350 @@
+"""Code written against transformers' BertTokenizerFast, run unchanged on bertkit's tokenizer.
+
+Each test runs the same user code with both tokenizers (loaded from the same checkpoint directory) on real
+SST-2 and SQuAD text and compares the results exactly: strings, ids, offsets, spans.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import bertkit
+from bertkit.tokenization import BertTokenizer
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def hf(minilm_dir):
+    return transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def ours(minilm_dir):
+    return BertTokenizer.from_pretrained(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def sentences(data_dir):
+    lines = (data_dir / "glue" / "SST-2" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:201]
+    return [line.split("\t")[0] for line in lines]
+
+
+@pytest.fixture(scope="module")
+def squad(data_dir):
+    data = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    paragraphs = [p for article in data[:4] for p in article["paragraphs"]][:16]
+    return [p["qas"][0]["question"] for p in paragraphs], [p["context"] for p in paragraphs]
+
+
+# ---------------------------------------------------------------------------------------------------
+# decode: the default keeps special tokens
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_decode_keeps_special_tokens_by_default(ours, hf, sentences, squad):
+    ids = hf(sentences[:50], padding=True)["input_ids"]  # [CLS] ... [SEP] [PAD] ...
+    for row in ids:
+        assert ours.decode(row) == hf.decode(row)
+        assert "[CLS]" in ours.decode(row)
+    assert ours.batch_decode(ids) == hf.batch_decode(ids)
+    questions, contexts = squad
+    pairs = hf(questions, contexts, truncation="only_second", max_length=96)["input_ids"]
+    assert ours.batch_decode(pairs) == hf.batch_decode(pairs)
+    masked = hf.encode(f"{sentences[0]} [MASK] and [UNK] .")
+    assert ours.decode(masked) == hf.decode(masked)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("clean_up", [None, False, True])
+def test_decode_clean_up_tokenization_spaces(ours, hf, sentences, squad, skip, clean_up):
+    texts = [*sentences[:80], *squad[0], "Don't it's we're I'm they've do not , . ! ?", "isn't 'quoted' it ' s"]
+    kw = dict(skip_special_tokens=skip, clean_up_tokenization_spaces=clean_up)
+    for row in hf(texts)["input_ids"]:
+        assert ours.decode(row, **kw) == hf.decode(row, **kw)
+    assert ours.batch_decode(hf(texts)["input_ids"], **kw) == hf.batch_decode(hf(texts)["input_ids"], **kw)
+
+
+def test_decode_clean_up_default_from_tokenizer_config(minilm_dir, tmp_path, hf):
+    """``clean_up_tokenization_spaces`` in tokenizer_config.json sets the default, as in transformers."""
+    for name in ("vocab.txt", "special_tokens_map.json"):
+        (tmp_path / name).write_bytes((minilm_dir / name).read_bytes())
+    config = json.loads((minilm_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "clean_up_tokenization_spaces": True}))
+    ref = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    tok = BertTokenizer.from_pretrained(tmp_path)
+    ids = hf.encode("They don't know it's here , isn't it ?")
+    assert tok.decode(ids) == ref.decode(ids) == "[CLS] they don't know it's here, isn't it? [SEP]"
+    again = tmp_path / "saved"
+    tok.save_pretrained(again)
+    assert BertTokenizer.from_pretrained(again).decode(ids) == ref.decode(ids)
+
+
+def test_fill_mask_token_str_is_the_token(minilm_dir, hf):
+    """The fill-mask pipeline's ``token_str`` is ``decode([id])``; its ``sequence`` drops [CLS]/[SEP]."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    assert ours.decode([ours.sep_token_id]) == hf.decode([ours.sep_token_id]) == "[SEP]"
+    assert ours.decode([ours.cls_token_id, 7592, ours.sep_token_id], skip_special_tokens=True) == "hello"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Names: BertTokenizerFast, AutoTokenizer
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_bert_tokenizer_fast_is_the_tokenizer(minilm_dir, hf, sentences):
+    from bertkit.tokenization import BertTokenizerFast
+
+    assert bertkit.BertTokenizerFast is BertTokenizerFast is BertTokenizer
+    tok = bertkit.BertTokenizerFast.from_pretrained(minilm_dir)
+    assert tok(sentences, padding=True)["input_ids"] == hf(sentences, padding=True)["input_ids"]
+
+
+def test_auto_tokenizer_loads_a_bert_directory(minilm_dir, sentences, squad):
+    from bertkit.tokenization import AutoTokenizer
+
+    assert bertkit.AutoTokenizer is AutoTokenizer
+    ours, ref = AutoTokenizer.from_pretrained(minilm_dir), transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    assert isinstance(ours, BertTokenizer)
+    questions, contexts = squad
+    kw = dict(truncation="only_second", max_length=128, padding=True, return_offsets_mapping=True)
+    a, b = ours(questions, contexts, **kw), ref(questions, contexts, **kw)
+    assert a["input_ids"] == b["input_ids"] and a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
+    assert ours(sentences)["input_ids"] == ref(sentences)["input_ids"]
+    assert AutoTokenizer.from_pretrained(minilm_dir, use_fast=True).vocab_size == 30522
+
+
+def _tokenizer_dir(root, minilm_dir, tokenizer_config=None, config=None):
+    root.mkdir()
+    (root / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
+    if tokenizer_config is not None:
+        (root / "tokenizer_config.json").write_text(json.dumps(tokenizer_config), encoding="utf-8")
+    if config is not None:
+        (root / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return root
+
+
+def test_auto_tokenizer_refuses_other_tokenizers_naming_them(minilm_dir, tmp_path):
+    from bertkit import AutoTokenizer
+
+    cases = [
+        ({"tokenizer_class": "RobertaTokenizer", "do_lower_case": False}, None, "tokenizer_class 'RobertaTokenizer'"),
+        ({"tokenizer_class": "RobertaTokenizerFast"}, {"model_type": "bert"}, "'RobertaTokenizerFast'"),
+        ({"do_lower_case": True}, {"model_type": "roberta"}, "model_type 'roberta'"),
+        ({"do_lower_case": True}, {"model_type": "bert", "tokenizer_class": "XLMRobertaTokenizer"},
+         "config.json names tokenizer_class 'XLMRobertaTokenizer'"),
+        ({"do_lower_case": True}, None, "does not say which tokenizer it holds"),
+    ]
+    for n, (tokenizer_config, config, message) in enumerate(cases):
+        d = _tokenizer_dir(tmp_path / str(n), minilm_dir, tokenizer_config, config)
+        with pytest.raises(ValueError, match=message):
+            AutoTokenizer.from_pretrained(d)
+    # tokenizer_config.json's tokenizer_class decides first, as in transformers.
+    d = _tokenizer_dir(tmp_path / "bert", minilm_dir, {"tokenizer_class": "BertTokenizerFast", "do_lower_case": True},
+                       {"model_type": "roberta"})
+    assert AutoTokenizer.from_pretrained(d)("Hello")["input_ids"] == [101, 7592, 102]
+    with pytest.raises(ValueError, match="use_fast=False"):
+        AutoTokenizer.from_pretrained(minilm_dir, use_fast=False)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        AutoTokenizer.from_pretrained(tmp_path / "absent")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The encoding: tokens, char_to_token, token_to_chars, word_to_tokens
+# ---------------------------------------------------------------------------------------------------
+
+
+def _assert_same_maps(a, b, texts_a, texts_b=None):
+    """Every row's tokens, and every char / token / word index of both texts through the three maps."""
+    rows = len(a["input_ids"])
+    mapping = b["overflow_to_sample_mapping"] if "overflow_to_sample_mapping" in b else range(rows)
+    for i in range(rows):
+        assert a.tokens(i) == b.tokens(i)
+        n = len(b.tokens(i))
+        for t in range(n + 2):
+            assert a.token_to_chars(i, t) == b.token_to_chars(i, t), (i, t)
+        for s, texts in ((0, texts_a), (1, texts_b)):
+            length = len(texts[mapping[i]]) if texts is not None else 40
+            for c in range(length + 2):
+                assert a.char_to_token(i, c, sequence_index=s) == b.char_to_token(i, c, sequence_index=s), (i, s, c)
+            words = max((w for w in b.word_ids(i) if w is not None), default=0)
+            for w in range(words + 2):
+                assert a.word_to_tokens(i, w, s) == b.word_to_tokens(i, w, s), (i, s, w)
+
+
+@pytest.mark.parametrize("offsets", [False, True])
+def test_encoding_maps_on_sst2(ours, hf, sentences, offsets):
+    batch = sentences[:40]
+    a = ours(batch, padding=True, return_offsets_mapping=offsets)
+    b = hf(batch, padding=True, return_offsets_mapping=offsets)
+    _assert_same_maps(a, b, batch)
+    # One text: the one-argument forms read row 0; tensors too.
+    for kw in ({}, {"return_tensors": "pt"}, {"add_special_tokens": False}):
+        a, b = ours(sentences[7], **kw), hf(sentences[7], **kw)
+        assert a.tokens() == b.tokens()
+        assert [a.char_to_token(c) for c in range(len(sentences[7]) + 1)] == [
+            b.char_to_token(c) for c in range(len(sentences[7]) + 1)]
+        assert [a.token_to_chars(t) for t in range(len(b.tokens()))] == [
+            b.token_to_chars(t) for t in range(len(b.tokens()))]
+        assert [a.word_to_tokens(w) for w in range(12)] == [b.word_to_tokens(w) for w in range(12)]
+
+
+@pytest.mark.parametrize("offsets", [False, True])
+def test_encoding_maps_on_squad_windows(ours, hf, squad, offsets):
+    """Question + context windows, as SQuAD featurization uses them: char_to_token(i, c, sequence_index=1)."""
+    questions, contexts = squad
+    questions, contexts = questions[:6], contexts[:6]
+    kw = dict(truncation="only_second", max_length=160, stride=32, return_overflowing_tokens=True,
+              padding="max_length", return_offsets_mapping=offsets)
+    a, b = ours(questions, contexts, **kw), hf(questions, contexts, **kw)
+    assert len(a["input_ids"]) > len(questions)
+    _assert_same_maps(a, b, questions, contexts)
+
+
+def test_encoding_maps_on_split_words(ours, hf, sentences):
+    words = [s.split() for s in sentences[:10]]
+    a = ours(words, is_split_into_words=True, padding=True)
+    b = hf(words, is_split_into_words=True, padding=True)
+    _assert_same_maps(a, b, None)
+
+
+def test_encoding_maps_survive_pickling(ours, hf, sentences):
+    """A BatchEncoding sent to a DataLoader worker (pickled) still maps tokens to characters."""
+    import pickle
+
+    a, b = pickle.loads(pickle.dumps(ours(sentences[:3]))), hf(sentences[:3])
+    assert [a.char_to_token(2, c) for c in range(30)] == [b.char_to_token(2, c) for c in range(30)]
+    assert a.tokens(1) == b.tokens(1) and a.word_ids(1) == b.word_ids(1)
+
+
+def test_encoding_map_index_errors(ours, sentences):
+    enc = ours(sentences[:2])
+    with pytest.raises(ValueError, match="char_index must be an int >= 0, got -1"):
+        enc.char_to_token(0, -1)
+    with pytest.raises(ValueError, match="word_index must be an int >= 0"):
+        enc.word_to_tokens(-2)
+    with pytest.raises(ValueError, match="needs the tokenizer's own output"):
+        ours.pad(enc).char_to_token(0, 1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Vocabulary and call arguments
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_get_vocab_and_convert_tokens_to_string(ours, hf, sentences, squad):
+    assert ours.get_vocab() == hf.get_vocab()
+    ours.get_vocab()["[new]"] = 1  # a copy
+    assert "[new]" not in ours.vocab
+    for text in [*sentences[:60], *squad[1][:4]]:
+        tokens = hf.tokenize(text)
+        assert ours.convert_tokens_to_string(tokens) == hf.convert_tokens_to_string(tokens)
+    for tokens in (["##ing", "the", "##s", "[CLS]", "do", "not", "'", "s", "?"], []):
+        assert ours.convert_tokens_to_string(tokens) == hf.convert_tokens_to_string(tokens)
+
+
+def _plain(enc):
+    return {k: v.tolist() if hasattr(v, "tolist") else v for k, v in enc.items()}
+
+
+@pytest.mark.parametrize("return_tensors", [None, "pt", "np"])
+def test_return_flags(ours, hf, sentences, squad, return_tensors):
+    questions, contexts = squad
+    calls = [((sentences[3],), {}), ((sentences[:9],), {"padding": True}),
+             ((questions[:4], contexts[:4]), {"truncation": "only_second", "max_length": 64, "padding": "max_length"}),
+             ((questions[:2], contexts[:2]), {"truncation": "only_second", "max_length": 64, "stride": 8,
+                                               "return_overflowing_tokens": True, "padding": True})]
+    for args, kw in calls:
+        for mask in (None, True, False):
+            for types in (None, True, False):
+                for length in (False, True):
+                    flags = dict(return_attention_mask=mask, return_token_type_ids=types, return_length=length,
+                                 return_tensors=return_tensors, **kw)
+                    a, b = ours(*args, **flags), hf(*args, **flags)
+                    assert _plain(a) == _plain(b), flags
+
+
+# ---------------------------------------------------------------------------------------------------
+# A directory saved by transformers 5: tokenizer.json + tokenizer_config.json, no vocab.txt
+# ---------------------------------------------------------------------------------------------------
+
+
+def _json_only_dir(root, minilm_dir, tokenizer_json=None, **config_changes):
+    root.mkdir()
+    data = json.loads((minilm_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    (root / "tokenizer.json").write_text(json.dumps(tokenizer_json(data) if tokenizer_json else data),
+                                         encoding="utf-8")
+    config = json.loads((minilm_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (root / "tokenizer_config.json").write_text(json.dumps({**config, **config_changes}), encoding="utf-8")
+    return root
+
+
+def test_loads_tokenizer_json_without_vocab_txt(minilm_dir, tmp_path, sentences, squad):
+    d = _json_only_dir(tmp_path / "tok", minilm_dir)
+    ours, ref = BertTokenizer.from_pretrained(d), transformers.BertTokenizerFast.from_pretrained(d)
+    assert len(ours) == len(ref) == 30522 and ours.get_vocab() == ref.get_vocab()
+    kw = dict(return_offsets_mapping=True, padding=True)
+    a, b = ours(sentences, **kw), ref(sentences, **kw)
+    assert a["input_ids"] == b["input_ids"]
+    assert a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
+    questions, contexts = squad
+    kw = dict(truncation="only_second", max_length=192, return_offsets_mapping=True)
+    a, b = ours(questions, contexts, **kw), ref(questions, contexts, **kw)
+    assert a["input_ids"] == b["input_ids"] and a["token_type_ids"] == b["token_type_ids"]
+    assert a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
+    assert ours.batch_decode(a["input_ids"]) == ref.batch_decode(b["input_ids"])
+    # What bertkit saves from it loads again (vocab.txt this time), and AutoTokenizer takes the directory.
+    ours.save_pretrained(tmp_path / "saved")
+    assert BertTokenizer.from_pretrained(tmp_path / "saved")(sentences)["input_ids"] == ref(sentences)["input_ids"]
+    assert bertkit.AutoTokenizer.from_pretrained(d)(sentences)["input_ids"] == ref(sentences)["input_ids"]
+
+
+def test_loads_what_transformers_5_saves_with_added_tokens(minilm_dir, tmp_path, sentences):
+    ref = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ref.add_tokens(["covid19", "mrna-1273"])
+    ref.add_special_tokens({"additional_special_tokens": ["[ENT]"]})
+    ref.save_pretrained(tmp_path)
+    assert not (tmp_path / "vocab.txt").exists()
+    ref = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    assert len(ours) == len(ref) == 30525 and ours.all_special_tokens == ref.all_special_tokens
+    texts = [f"COVID19 and mrna-1273: [ENT] {s}[ENT]covid19x" for s in sentences[:30]]
+    a, b = ours(texts, return_offsets_mapping=True), ref(texts, return_offsets_mapping=True)
+    assert a["input_ids"] == b["input_ids"]
+    assert a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
+    assert ours.batch_decode(a["input_ids"], skip_special_tokens=True) == ref.batch_decode(
+        b["input_ids"], skip_special_tokens=True)
+
+
+def test_tokenizer_json_refusals_name_the_value(minilm_dir, tmp_path):
+    def bpe(data):
+        return {**data, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}
+
+    def prefix(data):
+        return {**data, "model": {**data["model"], "continuing_subword_prefix": "@@"}}
+
+    def normalizer(data):
+        return {**data, "normalizer": {"type": "NFKC"}}
+
+    for n, (edit, message) in enumerate([(bpe, "holds a BPE model .*not WordPiece"),
+                                         (prefix, "continuing_subword_prefix is '@@'"),
+                                         (normalizer, "the normalizer is NFKC, not BertNormalizer")]):
+        with pytest.raises(ValueError, match=message):
+            BertTokenizer.from_pretrained(_json_only_dir(tmp_path / str(n), minilm_dir, edit))
+    # The config and tokenizer.json disagree on casing: named, and settled by an argument.
+    d = _json_only_dir(tmp_path / "cased", minilm_dir, do_lower_case=False)
+    with pytest.raises(ValueError, match=r"sets do_lower_case=False but .*tokenizer.json says True"):
+        BertTokenizer.from_pretrained(d)
+    ref = transformers.BertTokenizerFast.from_pretrained(d)  # follows tokenizer_config.json
+    ours = BertTokenizer.from_pretrained(d, do_lower_case=False)
+    assert ours("Hello World, hello world")["input_ids"] == ref("Hello World, hello world")["input_ids"]
+    with pytest.raises(FileNotFoundError, match="nor tokenizer.json"):
+        BertTokenizer.from_pretrained(_empty(tmp_path / "none"))
+
+
+def _empty(root):
+    root.mkdir()
+    (root / "tokenizer_config.json").write_text('{"do_lower_case": true}', encoding="utf-8")
+    return root
