@@ -36,3 +36,15 @@ def test_long_ids_still_run_and_int32_ids_too():
         a = model(torch.tensor([[1, 2, 3]])).last_hidden_state
         b = model(torch.tensor([[1, 2, 3]], dtype=torch.int32)).last_hidden_state
     torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(("text", "said"), [(None, "got NoneType"), (5, "got int 5"), (b"abc", "got bytes"),
+                                            ([1, 2], "a list holding int 1"),
+                                            ([["a", "b"]], "pass is_split_into_words=True")])
+def test_the_tokenizer_names_what_it_takes(minilm_dir, text, said):
+    from bertkit import BertTokenizer
+
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    with pytest.raises(BertkitError, match=r"takes a str, a list of str.*" + said):
+        tok(text)
+    assert tok([["a", "b"]], is_split_into_words=True)["input_ids"][0][1:3] == tok("a b")["input_ids"][1:3]

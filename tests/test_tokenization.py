@@ -468,7 +468,7 @@ def test_input_errors(tok: BertTokenizer) -> None:
         tok(["a", "b"], ["c"])
     with pytest.raises(TypeError, match="text_pair is a single str"):
         tok(["a", "b"], "c")
-    with pytest.raises(TypeError, match="takes str"):
+    with pytest.raises(ValueError, match="takes a str, a list of str"):  # a BertkitError: one line on the CLI
         tok([1, 2])
 
 

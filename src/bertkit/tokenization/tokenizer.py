@@ -685,6 +685,15 @@ class BertTokenizer:
 
 def _inputs(text: Any, text_pair: Any, split: bool) -> tuple[list[Any], list[Any], bool]:
     """(texts, their pairs or Nones, whether the call was batched) from ``__call__``'s first two arguments."""
+    accepted = ("the tokenizer takes a str, a list of str, or with is_split_into_words=True a list of words (or "
+                "a list of such lists)")
+    if not isinstance(text, (str, list, tuple)):
+        raise BertkitError(f"{accepted}; got {type(text).__name__} {text!r:.60}")
+    if not split and not isinstance(text, str):
+        bad = next((t for t in text if not isinstance(t, str)), None)
+        if bad is not None:
+            hint = ": for pre-split words pass is_split_into_words=True" if isinstance(bad, (list, tuple)) else ""
+            raise BertkitError(f"{accepted}; got a list holding {type(bad).__name__} {bad!r:.60}{hint}")
     if split:
         batched = not (isinstance(text, (list, tuple)) and (not text or isinstance(text[0], str)))
     else:
