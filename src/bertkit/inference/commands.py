@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from bertkit.errors import BertkitError
+from bertkit.training.settings import coerce_paths
 
 
 def _aliases(*names: str, default=None):
@@ -100,8 +101,7 @@ class PredictFileSettings:
     """Replace --output-file if it exists."""
 
     def __post_init__(self) -> None:
-        self.model_name_or_path, self.input = Path(self.model_name_or_path), Path(self.input)
-        self.output_file = Path(self.output_file)
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         for name in ("batch_size", "top_k"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -148,7 +148,7 @@ class ServeSettings:
     """uvicorn's log level."""
 
     def __post_init__(self) -> None:
-        self.model_name_or_path = Path(self.model_name_or_path)
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         for name in ("max_batch_size", "max_items", "max_text_chars", "max_body_bytes", "max_concurrent_requests"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -18,14 +18,42 @@ processes and gradient-accumulation steps they are split into (the paper states 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from bertkit.data.config import PretrainingConfig
 from bertkit.errors import BertkitError
+
+
+def coerce_paths(settings: Any) -> None:
+    """Every field typed ``Path``, ``Path | None`` or ``list[Path]`` made a Path, whatever the caller passed (a str
+    from Python or from --config JSON): one place, read from the type hints, instead of a line per field."""
+    for name, kind in _path_fields(type(settings)).items():
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        value = [Path(v) for v in value] if kind == "list" else Path(value)
+        object.__setattr__(settings, name, value)  # frozen settings too
+
+
+@functools.cache
+def _path_fields(cls: type) -> dict[str, str]:
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        hint = hints.get(f.name)
+        args = typing.get_args(hint)
+        if hint is Path or (args and Path in args and type(None) in args and len(args) == 2):
+            out[f.name] = "one"
+        elif typing.get_origin(hint) is list and args == (Path,):
+            out[f.name] = "list"
+    return out
+
 
 OPTIMIZERS = ("adamw", "lamb")
 PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)  # the paper's fine-tuning grid (appendix A.3), for BERT-BASE and up
@@ -165,7 +193,7 @@ class TrainingSettings:
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
-        self.output_dir = Path(self.output_dir)
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         if self.bf16 and self.fp16:
             raise BertkitError("bf16 and fp16 are both set; choose one autocast type")
         if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
@@ -228,7 +256,6 @@ class FinetuneSettings(TrainingSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.model_name_or_path = Path(self.model_name_or_path)
         _at_least_one(self, "max_seq_length", "eval_batch_size", "max_eval_samples")
 
     def learning_rate_for(self, hidden_size: int) -> float:
@@ -293,7 +320,6 @@ class GlueSettings(SequenceClassificationSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.data_dir = Path(self.data_dir)
 
 
 @dataclass(kw_only=True)
@@ -320,8 +346,6 @@ class ClassifySettings(SequenceClassificationSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.train_file, self.validation_file = Path(self.train_file), Path(self.validation_file)
-        self.test_file = Path(self.test_file) if self.test_file is not None else None
 
 
 @dataclass(kw_only=True)
@@ -341,7 +365,6 @@ class NerSettings(FinetuneSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.data_dir = Path(self.data_dir)
 
 
 SQUAD_PAPER = {"1.1": {"num_train_epochs": 3.0, "batch_size": 32}, "2.0": {"num_train_epochs": 2.0, "batch_size": 48}}
@@ -377,8 +400,6 @@ class SquadSettings(FinetuneSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.predict_file = Path(self.predict_file)
-        self.train_file = Path(self.train_file) if self.train_file is not None else None
         if self.version not in SQUAD_PAPER:
             raise BertkitError(f"version {self.version!r} must be '1.1' or '2.0'")
         for name, value in SQUAD_PAPER[self.version].items():  # the paper's per-version defaults
@@ -404,7 +425,6 @@ class SwagSettings(FinetuneSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.train_file, self.predict_file = Path(self.train_file), Path(self.predict_file)
 
 
 @dataclass(kw_only=True)
@@ -459,10 +479,6 @@ class PretrainSettings(TrainingSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.data, self.vocab = Path(self.data), Path(self.vocab)
-        self.phase2_data = Path(self.phase2_data) if self.phase2_data is not None else None
-        self.eval_data = Path(self.eval_data) if self.eval_data is not None else None
-        self.init_from = Path(self.init_from) if self.init_from is not None else None
         if self.max_steps < 1:
             raise BertkitError(f"max_steps must be at least 1, got {self.max_steps}")
         if not 0 < self.phase1_fraction < 1:
@@ -501,7 +517,7 @@ class TokenizerSettings:
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
-        self.files, self.output_dir = [Path(f) for f in self.files], Path(self.output_dir)
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         if not self.files:
             raise BertkitError("files: give at least one text file to learn the vocabulary from")
         _at_least_one(self, "vocab_size", "min_frequency", "num_workers")
@@ -535,8 +551,7 @@ class PredictGlueSettings:
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
-        self.data_dir, self.model_name_or_path = Path(self.data_dir), Path(self.model_name_or_path)
-        self.output_dir = Path(self.output_dir)
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         _at_least_one(self, "max_seq_length", "batch_size", "max_predict_samples")
 
 
@@ -563,7 +578,7 @@ class PredictBenchmarkSettings:
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
-        self.model_name_or_path, self.output_dir = Path(self.model_name_or_path), Path(self.output_dir)
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         _at_least_one(self, "max_seq_length", "batch_size", "max_predict_samples")
 
 
@@ -579,7 +594,6 @@ class PredictNerSettings(PredictBenchmarkSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.data_file = Path(self.data_file)
 
 
 @dataclass(kw_only=True)
@@ -607,7 +621,6 @@ class PredictSquadSettings(PredictBenchmarkSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.predict_file = Path(self.predict_file)
         _at_least_one(self, "doc_stride", "max_query_length", "n_best_size", "max_answer_length")
 
 
@@ -621,7 +634,6 @@ class PredictSwagSettings(PredictBenchmarkSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.predict_file = Path(self.predict_file)
 
 
 @dataclass(kw_only=True)
@@ -654,8 +666,7 @@ class ExtractSettings:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.ddp_timeout) and self.ddp_timeout > 0):
             raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {self.ddp_timeout}")
-        self.model_name_or_path, self.input = Path(self.model_name_or_path), Path(self.input)
-        self.output_file = Path(self.output_file)
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         if not self.layers:
             raise BertkitError("layers: give at least one layer index (e.g. --layers=-1)")
         _at_least_one(self, "max_seq_length", "batch_size")
@@ -679,9 +690,7 @@ class DemoSettings:
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
-        self.output_dir = Path(self.output_dir)
-        if self.model_name_or_path is not None:
-            self.model_name_or_path = Path(self.model_name_or_path)
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         _at_least_one(self, "steps")
 
 
@@ -733,8 +742,7 @@ class StudySettings:
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
-        self.data_dir, self.model_name_or_path, self.output_dir = (Path(self.data_dir), Path(self.model_name_or_path),
-                                                                   Path(self.output_dir))
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         for name in self.combinations:
             if name not in STUDY_COMBINATIONS:
                 raise BertkitError(f"unknown layer combination {name!r}; choose from {list(STUDY_COMBINATIONS)}")
@@ -807,7 +815,7 @@ class MergeDataSettings:
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
-        self.parts, self.output_dir = [Path(p) for p in self.parts], Path(self.output_dir)
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         if not self.parts:
             raise BertkitError("parts: give the part directories to join (made with --num-shards/--shard-index)")
 
@@ -822,4 +830,4 @@ class DownloadSettings:
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
-        self.output_dir = Path(self.output_dir)
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
