@@ -524,46 +524,14 @@ class TokenizerSettings:
 
 
 @dataclass(kw_only=True)
-class PredictGlueSettings:
-    """Predict a GLUE split with a fine-tuned checkpoint and write the GLUE-submission TSV."""
-
-    task: str
-    """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
-    data_dir: Path
-    """The GLUE root holding SST-2/, MRPC/, ..."""
-    model_name_or_path: Path = flag(aliases=("--model",))
-    """A fine-tuned checkpoint (e.g. OUTPUT_DIR/best)."""
-    output_dir: Path = flag(aliases=("--out",))
-    """Directory for the submission file."""
-    split: Literal["test", "dev"] = "test"
-    """The file to predict; dev also prints its scores."""
-    max_seq_length: int = 128
-    """Tokens per input; longer inputs are truncated."""
-    batch_size: int = 128
-    """Sequences per batch."""
-    max_predict_samples: int | None = None
-    """Predict only the first N examples."""
-    bf16: bool = False
-    """bfloat16 autocast."""
-    device: str = "cpu"
-    """cpu, cuda, ..."""
-    overwrite: bool = False
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        _at_least_one(self, "max_seq_length", "batch_size", "max_predict_samples")
-
-
-@dataclass(kw_only=True)
 class PredictBenchmarkSettings:
-    """Shared by `predict ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, written in the files
+    """Shared by `predict glue|ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, written in the files
     the finetune recipe writes (and scored when the file holds gold answers)."""
 
     model_name_or_path: Path = flag(aliases=("--model",))
-    """A fine-tuned checkpoint (e.g. OUTPUT_DIR/model of `bertkit finetune ner|squad|swag`)."""
+    """A fine-tuned checkpoint (e.g. OUTPUT_DIR/model or OUTPUT_DIR/best of a `bertkit finetune` run)."""
     output_dir: Path = flag(aliases=("--out",))
-    """Directory for the prediction files and report.json."""
+    """Directory for the prediction files (and report.json, or the GLUE submission file)."""
     max_seq_length: int = 128
     """Tokens per input; longer inputs are truncated (SQuAD: windowed)."""
     batch_size: int = 64
@@ -580,6 +548,20 @@ class PredictBenchmarkSettings:
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         _at_least_one(self, "max_seq_length", "batch_size", "max_predict_samples")
+
+
+@dataclass(kw_only=True)
+class PredictGlueSettings(PredictBenchmarkSettings):
+    """Predict a GLUE split with a fine-tuned checkpoint and write the GLUE-submission TSV."""
+
+    task: str
+    """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
+    data_dir: Path
+    """The GLUE root holding SST-2/, MRPC/, ..."""
+    split: Literal["test", "dev"] = "test"
+    """The file to predict; dev also prints its scores."""
+    batch_size: int = 128
+    """Sequences per batch."""
 
 
 @dataclass(kw_only=True)
