@@ -91,13 +91,11 @@ def tokenizer_dir(path: Path) -> Path:
 @command("create-pretraining-data", "text files -> masked-LM + next-sentence instances (memory-mapped shards)",
          _s(S + "CreateDataSettings"))
 def _create_data(s) -> dict:
-    import dataclasses as dc
-
-    from bertkit.data.pretraining import PretrainingConfig, create_pretraining_data
+    from bertkit.data.pretraining import create_pretraining_data
     from bertkit.tokenization import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(tokenizer_dir(s.vocab))
-    config = {f.name: getattr(s, f.name) for f in dc.fields(PretrainingConfig)}
+    config = dataclasses.asdict(s.pretraining_config())
     split = {"num_shards": s.num_shards, "shard_index": s.shard_index} if s.num_shards else {}
     result = create_pretraining_data([str(f) for f in s.files], tokenizer, s.output_dir, **config,
                                      num_workers=s.num_workers, progress=s.progress, overwrite=s.overwrite, **split)
