@@ -21,7 +21,7 @@ LAYERS = [
     ("cli", "__main__", "demo", "cli_flags"),
     ("training", "inference", "features"),
     ("tasks", "data", "auto"),
-    ("heads",),
+    ("heads", "quantization"),
     ("modeling",),
     ("padding", "tokenization", "checkpoint_io", "model_checks"),
     ("config", "outputs", "errors", "_parallel", "_hardware", "examples", "hub", "compat"),

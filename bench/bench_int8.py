@@ -1,0 +1,153 @@
+"""int8 encoder inference on the CPU: bertkit int8 against bertkit fp32, transformers fp32, transformers with
+torch's quantize_dynamic, and ONNX Runtime fp32 / int8, on the same batches, outputs compared.
+
+Workload: MiniLM (models/minilm) on SST-2 dev sentences (all 872; GLUE's QNLI is not in the shared data),
+in file order, batch 32, max_length 128, each batch padded to its longest. Every engine runs every batch
+in each of ``--rounds`` interleaved rounds (engine A, B, ... then again), so load from other jobs on the
+machine falls on all of them alike; the median round is reported, for each thread count.
+
+Engines:
+- ``bertkit-fp32``: ``BertModel`` (unpadded layout, the default);
+- ``bertkit-int8``: ``quantize_int8(model, calibration=256 SST-2 training sentences)``, its default
+  ``keep_fp32`` (ffn_out in fp32, the other projections int8 with SmoothQuant smoothing);
+- ``transformers-fp32``: ``transformers.BertModel`` (SDPA), the same weights;
+- ``transformers-qdynamic``: that model through ``torch.ao.quantization.quantize_dynamic`` with the
+  per-channel qconfig on every ``nn.Linear`` (what most tutorials do);
+- ``onnxruntime-fp32`` / ``onnxruntime-int8``: bertkit's ONNX export (``bertkit.inference.export``) and
+  ``onnxruntime.quantization.quantize_dynamic`` of it (per-channel int8 weights), needs ``bertkit[bench]``.
+
+``min_cos_pooled`` is the worst sentence's cosine between an engine's mean-pooled last layer (over real
+tokens) and bertkit fp32's.
+
+    python bench/bench_int8.py --model models/minilm --threads 1,2 [--rounds 3]
+
+Prints one JSON line per engine and thread count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import transformers
+
+from bertkit import BertModel, BertTokenizer
+from bertkit.quantization import calibration_batches, quantize_int8
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sst2(data: Path, split: str) -> list[str]:
+    with open(data / f"glue/SST-2/{split}.tsv", encoding="utf-8") as f:
+        return [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+def pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+    return (hidden * m).sum(1) / m.sum(1)
+
+
+def onnx_engines(model_dir: Path, tmp: Path) -> dict[str, Callable]:
+    """ONNX Runtime on bertkit's export, fp32 and dynamically quantized int8 (one intra-op thread set later)."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from bertkit.inference.export import export_onnx
+
+    fp32_path, int8_path = tmp / "minilm.onnx", tmp / "minilm-int8.onnx"
+    export_onnx(model_dir, fp32_path, verify=False)
+    quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True)
+    engines = {}
+    for name, path in (("onnxruntime-fp32", fp32_path), ("onnxruntime-int8", int8_path)):
+        def make(path=path):
+            sessions: dict[int, ort.InferenceSession] = {}
+
+            def run(b):
+                threads = torch.get_num_threads()
+                if threads not in sessions:
+                    opts = ort.SessionOptions()
+                    opts.intra_op_num_threads = threads
+                    opts.inter_op_num_threads = 1
+                    sessions[threads] = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+                feed = {k: b[k].numpy() for k in ("input_ids", "token_type_ids", "attention_mask")}
+                return torch.from_numpy(sessions[threads].run(None, feed)[0])
+            return run
+        engines[name] = make()
+    return engines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, default=REPO / "models" / "minilm")
+    p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--no-onnx", action="store_true", help="skip the ONNX Runtime rows")
+    args = p.parse_args()
+
+    tok = BertTokenizer.from_pretrained(args.model)
+    texts = sst2(args.data, "dev")
+    batches = []
+    for a in range(0, len(texts), 32):
+        enc = tok(texts[a:a + 32], truncation=True, max_length=128, padding=True, return_tensors="pt")
+        batches.append({k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")})
+
+    ours = BertModel.from_pretrained(args.model).eval()
+    t0 = time.perf_counter()
+    ours_int8 = quantize_int8(ours, calibration=calibration_batches(tok, sst2(args.data, "train")[:256]))
+    quantize_s = time.perf_counter() - t0
+    theirs = transformers.BertModel.from_pretrained(args.model).eval()
+    theirs_q = torch.ao.quantization.quantize_dynamic(
+        transformers.BertModel.from_pretrained(args.model).eval(),
+        {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}, dtype=torch.qint8)
+
+    engines: dict[str, Callable] = {
+        "bertkit-fp32": lambda b: ours(**b).last_hidden_state,
+        "bertkit-int8": lambda b: ours_int8(**b).last_hidden_state,
+        "transformers-fp32": lambda b: theirs(**b).last_hidden_state,
+        "transformers-qdynamic": lambda b: theirs_q(**b).last_hidden_state,
+    }
+    tmp = tempfile.TemporaryDirectory()
+    if not args.no_onnx:
+        engines.update(onnx_engines(args.model, Path(tmp.name)))
+
+    with torch.inference_mode():
+        outputs = {name: torch.cat([pooled(fn(b), b["attention_mask"]) for b in batches])
+                   for name, fn in engines.items()}
+        ref = outputs["bertkit-fp32"]
+        min_cos = {name: float(F.cosine_similarity(o.float(), ref).min()) for name, o in outputs.items()}
+        for threads in [int(t) for t in args.threads.split(",")]:
+            torch.set_num_threads(threads)
+            times: dict[str, list[float]] = {name: [] for name in engines}
+            for fn in engines.values():
+                fn(batches[0])  # warm-up at this thread count (ONNX Runtime builds its session here)
+            for _ in range(args.rounds):
+                for name, fn in engines.items():
+                    t0 = time.perf_counter()
+                    for b in batches:
+                        fn(b)
+                    times[name].append(time.perf_counter() - t0)
+            base = statistics.median(times["bertkit-fp32"])
+            for name in engines:
+                secs = statistics.median(times[name])
+                print(json.dumps({
+                    "bench": "int8", "engine": name, "threads": threads, "sequences": len(texts),
+                    "seq_per_s": round(len(texts) / secs, 1), "vs_bertkit_fp32": round(base / secs, 3),
+                    "min_cos_pooled": round(min_cos[name], 4), "rounds": args.rounds,
+                    "round_seconds": [round(t, 2) for t in times[name]],
+                    "quantize_s": round(quantize_s, 2) if name == "bertkit-int8" else None,
+                    "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+                }), flush=True)
+    tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()

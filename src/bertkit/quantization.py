@@ -1,0 +1,278 @@
+"""int8 inference on CPUs without bf16: the encoder's Linear layers with int8 weights and int8 activations.
+
+Why: most BERT inference runs on CPUs that have AVX2 (often AVX-512 VNNI) but no bf16 instructions, where
+bf16 is emulated and several times slower than fp32 (BENCHMARKS.md). An int8 GEMM there is 2-4x cheaper
+than fp32, and the projections and feed-forward blocks are ~97% of the encoder's FLOPs at 128 tokens.
+
+What ``quantize_int8`` does, per encoder projection (the framework's dynamic quantization,
+``torch.ao.nn.quantized.dynamic.Linear``, on fbgemm / x86 kernels):
+
+- weights: int8, symmetric, one scale per output channel, quantized once;
+- activations: uint8, one scale per call computed from the input tensor at run time ("dynamic"). PyTorch's
+  module quantizes activations to 7 bits (``reduce_range``), which keeps AVX2's ``vpmaddubsw`` from
+  saturating, so results are the same on every x86 CPU;
+- smoothing (SmoothQuant, Xiao et al. 2023, section 4): BERT's activations have a few channels 10-20x larger
+  than the rest (MiniLM: channel 99 entering ``ffn_in`` reaches 30, the median channel 1.7), and one
+  per-tensor 7-bit scale then leaves the ordinary channels a handful of levels. Each projection's input
+  channel j is divided by s_j and the weight's column j multiplied by it, s_j = max|X_j|^alpha /
+  max|W_j|^(1 - alpha), which is exact in real arithmetic and moves the outliers into the per-channel
+  weight scales. max|X_j| comes from ``calibration`` batches (a few hundred sentences are plenty; the
+  measured embeddings did not depend on their domain), after which nothing is data-dependent but the
+  per-call activation scale. The division is one (N, H_in) multiply per projection, next to a GEMM of
+  H_in x H_out per token.
+
+Only the encoder layers' four projections (``qkv``, ``attn_out``, ``ffn_in``, ``ffn_out``) are candidates.
+Embeddings, LayerNorms, attention itself (SDPA), the pooler and every task head stay fp32: they are a small
+share of the time, and heads are where a classifier's decision is made. Projections named in ``keep_fp32``
+stay fp32 too. The default, ``DEFAULT_KEEP_FP32``, is the cheapest set measured to keep every one of 1,000
+STS-B sentences' mean-pooled embedding within cosine 0.99 of fp32 on MiniLM (``bench/int8_sensitivity.py``;
+the table is in docs/inference.md, section int8): the input of ``ffn_out`` (after GELU) is the hardest.
+
+Things to know:
+
+- The activation scale is per call, over the whole input tensor, so an output depends slightly on the
+  other sequences in its batch, and on the layout (the padded layout includes padding positions in the
+  range); the unpadded layout, bertkit's default, computes the range on real tokens only.
+- ``torch.ao.quantization`` and quantized tensors are deprecated as of PyTorch 2.10+ (its warnings point
+  to torchao). torchao 0.18 installs beside torch 2.13 (``pip install -c constraints.txt
+  torchao``); its int8 dynamic Linear (per-token activation scales, no calibration) is as accurate but,
+  on CPU in eager mode, ran at about 0.6x the speed of these kernels here (docs/inference.md), so the
+  framework's fbgemm kernels are used while they exist; this module is the one place to change when they go.
+- CPU only, fp32 models only, inference only: the quantized Linear has no backward and no CUDA kernel.
+
+    model = BertForSequenceClassification.from_pretrained("sst2_run/best").eval()
+    calibration = calibration_batches(tokenizer, texts[:256])  # a few hundred of your texts
+    model = quantize_int8(model, calibration=calibration)  # a quantized copy; the fp32 model is unchanged
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from bertkit.errors import BertkitError
+from bertkit.modeling import BertModel
+from bertkit.tokenization import BertTokenizer
+
+# The encoder layer's projections that can be int8, in forward order.
+PROJECTIONS = ("qkv", "attn_out", "ffn_in", "ffn_out")
+# Kept fp32 by default: the cheapest set reaching min cosine >= 0.99 on 1,000 STS-B sentences (MiniLM).
+DEFAULT_KEEP_FP32: tuple[str, ...] = ("ffn_out",)
+# SmoothQuant's migration strength: 0.5, 0.7 and 0.85 measured; 0.7 gave the highest minimum cosine.
+DEFAULT_ALPHA = 0.7
+# Quantized engines with per-channel int8 dynamic Linear kernels for x86 (fbgemm, and "x86" which wraps it).
+X86_ENGINES = ("x86", "fbgemm")
+
+_INDEX = re.compile(r"^-?\d+$")
+
+
+def encoder_of(model: nn.Module) -> BertModel:
+    """The ``BertModel`` inside ``model``: the model itself, or a head model's ``.bert``."""
+    if isinstance(model, BertModel):
+        return model
+    enc = getattr(model, "bert", None)
+    if isinstance(enc, BertModel):
+        return enc
+    raise BertkitError(f"quantize_int8 takes a bertkit BertModel or head model (one with .bert), got "
+                       f"{type(model).__name__}")
+
+
+def resolve_keep_fp32(keep_fp32: Iterable[str], num_layers: int) -> set[tuple[int, str]]:
+    """``keep_fp32`` entries -> the (layer index, projection) pairs they name.
+
+    An entry is a projection in every layer (``"ffn_out"``), a whole layer (``"layers.0"``, ``"layers.-1"``
+    for the last), or one projection of one layer (``"layers.5.ffn_out"``).
+    """
+    if isinstance(keep_fp32, str):
+        raise BertkitError(f"keep_fp32 must be a list of names, got the string {keep_fp32!r}; "
+                           f"write keep_fp32=[{keep_fp32!r}]")
+    kept: set[tuple[int, str]] = set()
+    for entry in keep_fp32:
+        parts = entry.split(".") if isinstance(entry, str) else []
+        index, kinds = None, list(PROJECTIONS)
+        if len(parts) == 1 and parts[0] in PROJECTIONS:
+            kinds = parts
+        elif len(parts) in (2, 3) and parts[0] == "layers" and _INDEX.match(parts[1]) and (
+                len(parts) == 2 or parts[2] in PROJECTIONS):
+            index, kinds = int(parts[1]), parts[2:] or kinds
+        else:
+            raise BertkitError(f"keep_fp32 entry {entry!r} is not a projection ({', '.join(PROJECTIONS)}), "
+                               f"a layer ('layers.0', 'layers.-1') or one projection of one layer "
+                               f"('layers.5.ffn_out')")
+        if index is not None and not -num_layers <= index < num_layers:
+            raise BertkitError(f"keep_fp32 entry {entry!r}: this encoder has {num_layers} layers "
+                               f"(indices 0..{num_layers - 1}, or -1..-{num_layers} from the end)")
+        layers = range(num_layers) if index is None else [index % num_layers]
+        kept |= {(i, k) for i in layers for k in kinds}
+    return kept
+
+
+def check_int8_support(model: nn.Module) -> None:
+    """Refuse, naming what is wrong and the fix, a model or machine that cannot run int8 dynamic Linear."""
+    engines = list(torch.backends.quantized.supported_engines)
+    if not any(e in engines for e in X86_ENGINES):
+        raise BertkitError(f"int8 needs PyTorch's fbgemm or x86 quantized engine (x86 CPUs with AVX2), but this "
+                           f"PyTorch build supports only {engines}; run the fp32 model here")
+    params = list(model.parameters())
+    devices = sorted({p.device.type for p in params})
+    if devices != ["cpu"]:
+        raise BertkitError(f"int8 runs on the CPU only, the model is on {', '.join(devices)}; quantize the model "
+                           "on the CPU (model.to('cpu')) and run it there")
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.is_floating_point()})
+    if dtypes != ["float32"]:
+        raise BertkitError(f"int8 quantization starts from float32 weights, the model holds {', '.join(dtypes)}; "
+                           "load it in float32 (model.float())")
+
+
+@contextmanager
+def _engine(name: str) -> Iterator[None]:
+    """The quantized engine weights are packed for, set while packing (the kernels are chosen at packing)."""
+    before = torch.backends.quantized.engine
+    torch.backends.quantized.engine = name
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = before
+
+
+class SmoothedInt8Linear(nn.Module):
+    """``linear`` as int8: y = Q(x / s) @ Q(W * s)^T + b, with W * s quantized per output channel and x / s
+    quantized per call (``torch.ao``'s dynamic Linear, fbgemm). ``s`` (in_features,) > 0 moves activation
+    outliers into the weights (SmoothQuant); s = 1 is plain dynamic quantization."""
+
+    def __init__(self, linear: nn.Linear, scale: Tensor):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("inv_scale", (1.0 / scale).to(torch.float32))  # (in_features,)
+        scaled = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None)
+        with torch.no_grad():
+            scaled.weight.copy_(linear.weight * scale[None, :])  # (out, in): column j times s_j
+            if linear.bias is not None:
+                scaled.bias.copy_(linear.bias)
+        scaled.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+        self.int8 = torch.ao.nn.quantized.dynamic.Linear.from_float(scaled)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.int8(x * self.inv_scale)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights per output channel"
+
+
+def smoothing_scale(act_absmax: Tensor, weight: Tensor, alpha: float) -> Tensor:
+    """SmoothQuant's per-input-channel factor s_j = max|X_j|^alpha / max|W_j|^(1 - alpha) (section 4.1)."""
+    w = weight.detach().abs().amax(0).clamp(min=1e-5)  # (in,)
+    return (act_absmax.clamp(min=1e-5) ** alpha / w ** (1 - alpha)).clamp(min=1e-5)
+
+
+@torch.inference_mode()
+def activation_absmax(encoder: BertModel, calibration: Iterable[Mapping[str, Tensor]],
+                      targets: list[tuple[int, str]]) -> dict[tuple[int, str], Tensor]:
+    """Per-input-channel max |x| entering each target projection over the calibration batches (each a dict
+    with ``input_ids`` and ``attention_mask``, optionally ``token_type_ids``; the default unpadded layout
+    sees real tokens only)."""
+    stats: dict[tuple[int, str], Tensor] = {}
+    hooks = []
+    for i, kind in targets:
+        def record(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor, key=(i, kind)) -> None:
+            x = inputs[0].detach().reshape(-1, inputs[0].size(-1)).abs().amax(0).float()  # (in,)
+            stats[key] = x if key not in stats else torch.maximum(stats[key], x)
+        hooks.append(getattr(encoder.layers[i], kind).register_forward_hook(record))
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        batches = 0
+        for batch in calibration:
+            if not isinstance(batch, Mapping) or "input_ids" not in batch or "attention_mask" not in batch:
+                raise BertkitError("each calibration batch must be a dict with input_ids and attention_mask "
+                                   "(and optionally token_type_ids): use calibration_batches(tokenizer, texts)")
+            encoder(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+            batches += 1
+    finally:
+        for h in hooks:
+            h.remove()
+        encoder.train(was_training)
+    if batches == 0:
+        raise BertkitError("calibration holds no batches; pass calibration_batches(tokenizer, texts) with a few "
+                           "hundred texts like the ones the model will see (or calibration=None for no smoothing)")
+    return stats
+
+
+def calibration_batches(tokenizer: BertTokenizer, texts: Sequence[str | tuple[str, str]], *, batch_size: int = 32,
+                        max_length: int = 128) -> list[dict[str, Tensor]]:
+    """``texts`` (strings, or (text, text_pair) tuples) as encoder input batches for ``quantize_int8``."""
+    if not texts:
+        raise BertkitError("calibration_batches needs at least one text (a few hundred is right)")
+    out = []
+    for a in range(0, len(texts), batch_size):
+        chunk = texts[a:a + batch_size]
+        firsts = [t[0] if isinstance(t, tuple) else t for t in chunk]
+        pairs = [t[1] for t in chunk if isinstance(t, tuple)]
+        if pairs and len(pairs) != len(chunk):
+            raise BertkitError("calibration texts mix single texts and (text, text_pair) pairs; give one kind")
+        enc = tokenizer(firsts, pairs or None, truncation=True, max_length=max_length, padding=True,
+                        return_tensors="pt")
+        out.append({k: enc[k] for k in ("input_ids", "token_type_ids", "attention_mask")})
+    return out
+
+
+def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor]] | None,
+                  keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32, alpha: float = DEFAULT_ALPHA,
+                  inplace: bool = False) -> nn.Module:
+    """A copy of ``model`` (or ``model`` itself with ``inplace=True``) whose encoder projections are int8.
+
+    ``model`` is a bertkit ``BertModel`` or head model in float32 on the CPU. Every encoder layer's
+    ``qkv``, ``attn_out``, ``ffn_in`` and ``ffn_out`` becomes a ``SmoothedInt8Linear`` (int8 weights per
+    output channel, activations quantized per call), except those named in ``keep_fp32`` (see
+    ``resolve_keep_fp32``; ``()`` quantizes all four everywhere, which loses accuracy: docs/inference.md).
+
+    ``calibration``: encoder input batches (``calibration_batches(tokenizer, texts)``) from which the
+    smoothing factors are measured, ``alpha`` the SmoothQuant migration strength (0.7 measured best on
+    MiniLM); ``None`` quantizes without smoothing (s = 1), which on MiniLM left sentences at cosine 0.96.
+    Embeddings, LayerNorms, attention, the pooler and heads stay fp32. The result is in eval mode, for
+    inference only; both layouts work. Save the fp32 checkpoint and quantize at load time: it takes about
+    a second for MiniLM with 256 calibration sentences.
+    """
+    encoder = encoder_of(model)
+    check_int8_support(model)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+        raise BertkitError(f"alpha must be a number in [0, 1] (SmoothQuant's migration strength), got {alpha!r}")
+    kept = resolve_keep_fp32(keep_fp32, len(encoder.layers))
+    targets = [(i, kind) for i in range(len(encoder.layers)) for kind in PROJECTIONS if (i, kind) not in kept]
+    for i, kind in targets:
+        module = getattr(encoder.layers[i], kind)
+        if type(module) is not nn.Linear:
+            raise BertkitError(f"layer {i}'s {kind} is {type(module).__name__}, not an fp32 nn.Linear: the model "
+                               "is quantized already; quantize the fp32 model once")
+    absmax = activation_absmax(encoder, calibration, targets) if calibration is not None else {}
+    target_model = model if inplace else copy.deepcopy(model)
+    target_encoder = encoder_of(target_model)
+    engine = next(e for e in X86_ENGINES if e in torch.backends.quantized.supported_engines)
+    with _engine(engine), warnings.catch_warnings():
+        # The deprecation of torch.ao.quantization is known and stated in this module's docstring; users
+        # should not see it on every call.
+        warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated", category=UserWarning)
+        for i, kind in targets:
+            linear = getattr(target_encoder.layers[i], kind)
+            scale = (smoothing_scale(absmax[(i, kind)], linear.weight, alpha) if absmax
+                     else torch.ones(linear.in_features))
+            setattr(target_encoder.layers[i], kind, SmoothedInt8Linear(linear, scale))
+    return target_model.eval()
+
+
+def int8_projections(model: nn.Module) -> list[str]:
+    """Names of the encoder projections of ``model`` that are int8 (``layers.3.qkv``, ...), in order."""
+    encoder = encoder_of(model)
+    return [f"layers.{i}.{kind}" for i, layer in enumerate(encoder.layers) for kind in PROJECTIONS
+            if isinstance(getattr(layer, kind), SmoothedInt8Linear)]
+
+
+__all__ = ["quantize_int8", "calibration_batches", "check_int8_support", "resolve_keep_fp32", "int8_projections",
+           "encoder_of", "SmoothedInt8Linear", "PROJECTIONS", "DEFAULT_KEEP_FP32", "DEFAULT_ALPHA", "X86_ENGINES"]
