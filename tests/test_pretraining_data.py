@@ -353,3 +353,13 @@ def test_errors(tok, tmp_path):
         create_pretraining_data([good], tok, tmp_path / "o9", **kwargs)
     create_pretraining_data([good], tok, tmp_path / "o9", overwrite=True, **kwargs)
     assert len(PretrainingDataset(tmp_path / "o9")) > 0
+
+
+def test_a_lone_last_part_joins_the_last_work_unit(tmp_path):
+    """Work units hold at least two file parts: a last part left on its own goes into the unit before it."""
+    files = []
+    for i in range(3):
+        files.append(tmp_path / f"doc{i}.txt")
+        files[-1].write_text(f"Sentence {i} one.\nSentence {i} two.\n")  # 34 bytes each
+    units = plan_work_units(files, unit_bytes=60)
+    assert len(units) == 1 and [p.path for p in units[0].parts] == [str(f) for f in files]

@@ -399,3 +399,14 @@ def test_postprocess_uses_the_max_context_window_only(tok):
     assert out.nbest["q"][0]["start_logit"] == 1.0 + owner[0]  # not the most confident window's logit
     with pytest.raises(ValueError, match="has no features"):
         squad.postprocess_predictions([ex, ex], feats, starts, ends)
+
+
+def test_postprocess_v1_without_a_valid_span_answers_empty(tok):
+    """No start/end pair among the n best is a span (the best end lies before the best start): run_squad.py's
+    "empty" entry, never an empty n-best list."""
+    ctx = "The quick brown fox jumps over the lazy dog."
+    ex = squad.SquadExample("q1", "t", "What jumps?", ctx, (squad.SquadAnswer("fox", 16),))
+    (f,) = squad.featurize_squad([ex], tok)
+    s, e = _logits(f, _tokens_of(f, ctx, "dog")[0], _tokens_of(f, ctx, "fox")[0])
+    preds = squad.postprocess_predictions([ex], [f], [s], [e], n_best_size=1)
+    assert preds.predictions["q1"] == "empty"
