@@ -51,7 +51,7 @@ def test_unpadded_equals_padded_outputs_losses_and_gradients(grouping):
     for layout in ("padded", "unpadded"):
         model.zero_grad()
         model.bert.layout = layout
-        out = model(ids, tt, mask, labels=labels, next_sentence_label=nsp, output_hidden_states=True)
+        out = model(ids, mask, tt, labels=labels, next_sentence_label=nsp, output_hidden_states=True)
         out.loss.backward()
         assert (out.hidden_states[-1][mask.bool()].abs() > 0).all()
         results[layout] = (out, _grads(model))
