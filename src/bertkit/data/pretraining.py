@@ -102,22 +102,31 @@ def create_pretraining_data(
     :func:`merge_pretraining_data` joins the K parts into one directory whose bytes equal a single run's.
     """
     config = PretrainingConfig(
-        max_seq_length=max_seq_length,
-        max_predictions_per_seq=max_predictions_per_seq,
-        masked_lm_prob=masked_lm_prob,
-        short_seq_prob=short_seq_prob,
-        dupe_factor=dupe_factor,
-        random_next_prob=random_next_prob,
-        whole_word_mask=whole_word_mask,
-        nsp_negatives=nsp_negatives,
-        nearby_window=nearby_window,
-        masking=masking,
-        input_format=input_format,
-        errors=errors,
-        unit_bytes=unit_bytes,
-        seed=seed,
-    )
+        max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq, masked_lm_prob=masked_lm_prob,
+        short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, random_next_prob=random_next_prob,
+        whole_word_mask=whole_word_mask, nsp_negatives=nsp_negatives, nearby_window=nearby_window, masking=masking,
+        input_format=input_format, errors=errors, unit_bytes=unit_bytes, seed=seed)
     vocab = _vocab_list(tokenizer)
+    _check_arguments(tokenizer, vocab, input_files, num_shards, shard_index)
+    all_units = _plan_units(input_files, config)
+    units = all_units[shard_index::num_shards]  # the plan is the same in every part: it depends on the files only
+    out = _fresh_output_dir(Path(output_dir), vocab, overwrite)
+
+    started = time.perf_counter()
+    # a part may hold none of the corpus's documents: its counts are checked when the parts are merged
+    shards, counts = _make_shards(_Job(config, tokenizer, str(out)), units, num_workers, progress,
+                                  num_files=len(input_files) if num_shards == 1 else None)
+    seconds = time.perf_counter() - started
+    manifest = _manifest(config, input_files, tokenizer, vocab, out, counts, shards)
+    if num_shards > 1:
+        manifest["part"] = {"index": shard_index, "count": num_shards, "units": len(all_units)}
+    _write_manifest(out, manifest)
+    rate = counts["instances"] / seconds if seconds > 0 else float("inf")
+    return {**manifest, "output_dir": str(out), "seconds": seconds, "instances_per_second": rate,
+            "num_workers": num_workers}
+
+
+def _check_arguments(tokenizer, vocab: list[str], input_files: Sequence, num_shards: int, shard_index: int) -> None:
     missing = [t for t in SPECIAL_TOKENS.values() if t not in tokenizer.vocab]
     if missing:
         raise BertkitError(
@@ -129,23 +138,32 @@ def create_pretraining_data(
         raise BertkitError("no input files: pass at least one text file")
     if num_shards < 1 or not 0 <= shard_index < num_shards:
         raise BertkitError(f"shard_index {shard_index} must be in [0, num_shards {num_shards}) and num_shards >= 1")
-    all_units = plan_work_units(input_files, config.input_format, config.unit_bytes)
-    if not all_units:
-        raise BertkitError(f"the corpus is empty: all {len(input_files)} input file(s) have 0 bytes")
-    units = all_units[shard_index::num_shards]  # the plan is the same in every part: it depends on the files only
 
-    out = Path(output_dir)
+
+def _plan_units(input_files: Sequence[str | os.PathLike], config: PretrainingConfig) -> list[WorkUnit]:
+    units = plan_work_units(input_files, config.input_format, config.unit_bytes)
+    if not units:
+        raise BertkitError(f"the corpus is empty: all {len(input_files)} input file(s) have 0 bytes")
+    return units
+
+
+def _fresh_output_dir(out: Path, vocab: list[str], overwrite: bool) -> Path:
+    """``out`` without an earlier run's shards (refused unless ``overwrite``), holding this run's vocabulary."""
     out.mkdir(parents=True, exist_ok=True)
     if any(out.glob("shard-*.npy")) or (out / "manifest.json").exists() or (out / PART).exists():
         if not overwrite:
             raise BertkitError(f"{out} already holds pre-training shards; pass --overwrite (overwrite=True) or choose a new directory")
         remove_shards(out)
-    vocab_text = "".join(t + "\n" for t in vocab)
-    atomic_write_text(out / VOCAB, vocab_text)
+    atomic_write_text(out / VOCAB, "".join(t + "\n" for t in vocab))
+    return out
 
-    started = time.perf_counter()
-    job = _Job(config, tokenizer, str(out))
-    results = []
+
+def _make_shards(job: _Job, units: list[WorkUnit], num_workers: int, progress: bool, *,
+                 num_files: int | None) -> tuple[list[dict], dict]:
+    """Each unit's shard record, in unit order whichever worker made it, and the counts summed over the units,
+    checked for a corpus of ``num_files`` files (None: not checked). On any failure the shards made so far are
+    removed: a directory never keeps an incomplete set."""
+    out, results = Path(job.output_dir), []
     try:
         bar = tqdm(total=sum(u.num_bytes for u in units), unit="B", unit_scale=True, desc="instances",
                    disable=not progress)
@@ -156,14 +174,17 @@ def create_pretraining_data(
                 bar.update(unit.num_bytes)
         bar.close()
         counts = {k: sum(r["counts"][k] for r in results) for k in COUNTS}
-        if num_shards == 1:  # a part may hold none of the corpus's documents; merging checks the whole
-            _check_counts(counts, len(input_files), config.input_format)
+        if num_files is not None:
+            _check_counts(counts, num_files, job.config.input_format)
     except BaseException:
         remove_shards(out)
         raise
-    seconds = time.perf_counter() - started
+    return [r["shard"] for r in results], counts
 
-    manifest = {
+
+def _manifest(config: PretrainingConfig, input_files: Sequence, tokenizer, vocab: list[str], out: Path,
+              counts: dict, shards: list[dict]) -> dict:
+    return {
         "format": FORMAT,
         "config": dataclasses.asdict(config),
         "input_files": [str(f) for f in input_files],
@@ -175,20 +196,16 @@ def create_pretraining_data(
         },
         "token_dtype": _token_dtype(len(vocab)).__name__,
         "counts": counts,
-        "shards": [r["shard"] for r in results],
+        "shards": shards,
     }
-    if num_shards > 1:
-        manifest["part"] = {"index": shard_index, "count": num_shards, "units": len(all_units)}
+
+
+def _write_manifest(out: Path, manifest: dict) -> None:
+    """manifest.json, or part.json for one part of a split run (merge_pretraining_data writes the manifest)."""
+    if "part" in manifest:
         atomic_write_text(out / PART, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     else:
         write_manifest(out, manifest)
-    return {
-        **manifest,
-        "output_dir": str(out),
-        "seconds": seconds,
-        "instances_per_second": counts["instances"] / seconds if seconds > 0 else float("inf"),
-        "num_workers": num_workers,
-    }
 
 
 COUNTS = ("instances", "tokens", "documents", "multi_sentence_documents", "sentences", "random_next",
