@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -190,10 +190,46 @@ def extract_features(
     (an initialised process group) the batches are shared among the processes and rank 0 writes the output,
     byte for byte the one a single process writes; other ranks return ``{"rank", "lines"}``.
     """
-    from safetensors.numpy import save_file
     from tqdm.auto import tqdm
 
     out = Path(out)
+    _check_request(model, out, dtype, max_seq_length)
+    positions = resolve_layers(layers, model.config.num_hidden_layers + 1)
+    model.eval().to(device)
+    encoded = encode_texts(tokenizer, texts, max_seq_length)
+    per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
+    plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
+    rank, world = _process_share()
+    parts_dir = out.parent / f".{out.name}.bertkit-parts"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if world > 1:
+        mine = _run_share(model, encoded, batches, positions, device, parts_dir, rank, world, progress)
+        if rank != 0:
+            return {"rank": rank, "lines": mine}
+    bar = tqdm(total=len(encoded), disable=not progress, unit="line", desc="writing" if world > 1 else "",
+               dynamic_ncols=True)
+
+    def computed(p: int, u: int) -> dict[int, np.ndarray]:
+        return run_batches(model, encoded, batches[p][u], positions, device, bar)
+
+    states_of = _states_from_parts(parts_dir, world, bar) if world > 1 else computed
+    if out.suffix == ".jsonl":
+        _write_jsonl(out, units[0], states_of, encoded, tokenizer, layers)
+    else:
+        meta = {"format": "bertkit-features", "layers": json.dumps(list(layers)), "dtype": dtype,
+                "hidden_size": str(model.config.hidden_size), "max_seq_length": str(max_seq_length)}
+        _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype), meta)
+    bar.close()
+    if world > 1:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+    seconds = time.perf_counter() - t0
+    n_tokens = sum(len(e["input_ids"]) for e in encoded)
+    return {"files": [str(p) for p in files], "lines": len(encoded), "tokens": n_tokens, "layers": list(layers),
+            "processes": world, "seconds": round(seconds, 1), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1)}
+
+
+def _check_request(model: BertModel, out: Path, dtype: str, max_seq_length: int) -> None:
     if out.suffix not in (".jsonl", ".safetensors"):
         raise BertkitError(f"output {out} must end in .jsonl (google's JSON lines) or .safetensors (tensors)")
     if dtype not in ("float32", "float16"):
@@ -202,93 +238,96 @@ def extract_features(
     if max_seq_length > limit:
         raise BertkitError(f"max_seq_length {max_seq_length} exceeds max_position_embeddings {limit} of this "
                          f"checkpoint; use --max-seq-length {limit} or less")
-    num_states = model.config.num_hidden_layers + 1
-    positions = resolve_layers(layers, num_states)
-    model.eval().to(device)
-    encoded = encode_texts(tokenizer, texts, max_seq_length)
-    lengths = [len(e["input_ids"]) for e in encoded]
-    np_dtype = np.dtype(dtype)
+
+
+def _plan_output(out: Path, encoded: Sequence[dict], per_token_bytes: int, max_shard_bytes: int, chunk_size: int,
+                 batch_size: int) -> tuple[list[range], list[Path], list[list[list[int]]], list[list[list[list[int]]]]]:
+    """(the lines of each output file, the files, each file's work units, each unit's batches).
+
+    A work unit is ``chunk_size`` lines of one output file, so memory stays bounded on large inputs."""
     if out.suffix == ".jsonl":
         plan = [range(len(encoded))]
     else:
-        per_token = len(positions) * model.config.hidden_size * np_dtype.itemsize
-        plan = _shard_plan(lengths, per_token, max_shard_bytes)
+        plan = _shard_plan([len(e["input_ids"]) for e in encoded], per_token_bytes, max_shard_bytes)
     files = [out] if out.suffix == ".jsonl" else shard_paths(out, len(plan))
-    # Work units: chunk_size lines of one output file, so memory stays bounded on large inputs.
     units = [[list(range(a, min(a + chunk_size, part.stop))) for a in range(part.start, part.stop, chunk_size)]
              for part in plan]
     batches = [[length_batches(encoded, unit, batch_size) for unit in part] for part in units]
-    rank, world = _process_share()
-    parts_dir = out.parent / f".{out.name}.bertkit-parts"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    if world > 1:
-        # Under torchrun each process runs every world-th batch of every unit and leaves its states in a
-        # part file; rank 0 then writes the output from the parts. Batches are the same as in one process,
-        # so the output bytes are too.
-        mine = sum(len(b) for part in batches for unit in part for b in unit[rank::world])
-        bar = tqdm(total=mine, disable=not (progress and rank == 0), unit="line", dynamic_ncols=True)
-        if rank == 0:
-            shutil.rmtree(parts_dir, ignore_errors=True)  # a crashed earlier run's parts (bertkit's own)
-            parts_dir.mkdir()
-        torch.distributed.barrier()
-        for p, part in enumerate(batches):
-            for u, unit in enumerate(part):
-                states = run_batches(model, encoded, unit[rank::world], positions, device, bar)
-                with atomic_target(parts_dir / f"{p:05d}-{u:06d}-rank{rank:04d}.safetensors") as tmp:
-                    save_file({str(i): np.ascontiguousarray(a) for i, a in states.items()}, str(tmp))
-        bar.close()
-        torch.distributed.barrier()
-        if rank != 0:
-            return {"rank": rank, "lines": mine}
-        bar = tqdm(total=len(encoded), disable=not progress, unit="line", desc="writing", dynamic_ncols=True)
+    return plan, files, units, batches
 
-        def states_of(p: int, u: int) -> dict[int, np.ndarray]:
-            from safetensors.numpy import load_file
 
-            merged: dict[int, np.ndarray] = {}
-            for r in range(world):
-                merged.update((int(k), v) for k, v in load_file(str(parts_dir / f"{p:05d}-{u:06d}-rank{r:04d}"
-                                                                                 ".safetensors")).items())
-            bar.update(len(merged))
-            return merged
-    else:
-        bar = tqdm(total=len(encoded), disable=not progress, unit="line", dynamic_ncols=True)
+def _part_file(parts_dir: Path, p: int, u: int, rank: int) -> Path:
+    return parts_dir / f"{p:05d}-{u:06d}-rank{rank:04d}.safetensors"
 
-        def states_of(p: int, u: int) -> dict[int, np.ndarray]:
-            return run_batches(model, encoded, batches[p][u], positions, device, bar)
 
-    if out.suffix == ".jsonl":
-        with atomic_write(out) as f:
-            for u, unit in enumerate(units[0]):
-                states = states_of(0, u)
-                for i in unit:
-                    tokens = tokenizer.convert_ids_to_tokens(encoded[i]["input_ids"])
-                    f.write(_jsonl_line(i, tokens, states[i], layers))
-    else:
-        meta = {"format": "bertkit-features", "layers": json.dumps(list(layers)), "dtype": dtype,
-                "hidden_size": str(model.config.hidden_size), "max_seq_length": str(max_seq_length)}
-        for p, (shard, path) in enumerate(zip(plan, files)):
-            chunks = []
-            for u, unit in enumerate(units[p]):
-                states = states_of(p, u)
-                chunks += [states[i].astype(np_dtype) for i in unit]
-            shard_lengths = np.asarray([lengths[i] for i in shard], dtype=np.int64)
-            tensors = {f"layer.{name}": np.ascontiguousarray(np.concatenate([c[k] for c in chunks], 0))
-                       for k, name in enumerate(layers)}
-            tensors["input_ids"] = np.concatenate([encoded[i]["input_ids"] for i in shard]).astype(np.int64)
-            tensors["token_type_ids"] = np.concatenate([encoded[i]["token_type_ids"] for i in shard]).astype(np.int64)
-            tensors["offsets"] = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
-            tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
-            with atomic_target(path) as tmp:
-                save_file(tensors, str(tmp), metadata=meta)
+def _run_share(model: BertModel, encoded: Sequence[dict], batches: list[list[list[list[int]]]],
+               positions: Sequence[int], device: str, parts_dir: Path, rank: int, world: int, progress: bool) -> int:
+    """Under torchrun: this process's share (every world-th batch of every unit), left in part files for rank 0
+    to write the output from. Batches are the same as in one process, so the output bytes are too. Returns
+    the number of lines this process ran."""
+    from safetensors.numpy import save_file
+    from tqdm.auto import tqdm
+
+    mine = sum(len(b) for part in batches for unit in part for b in unit[rank::world])
+    bar = tqdm(total=mine, disable=not (progress and rank == 0), unit="line", dynamic_ncols=True)
+    if rank == 0:
+        shutil.rmtree(parts_dir, ignore_errors=True)  # a crashed earlier run's parts (bertkit's own)
+        parts_dir.mkdir()
+    torch.distributed.barrier()
+    for p, part in enumerate(batches):
+        for u, unit in enumerate(part):
+            states = run_batches(model, encoded, unit[rank::world], positions, device, bar)
+            with atomic_target(_part_file(parts_dir, p, u, rank)) as tmp:
+                save_file({str(i): np.ascontiguousarray(a) for i, a in states.items()}, str(tmp))
     bar.close()
-    if world > 1:
-        shutil.rmtree(parts_dir, ignore_errors=True)
-    seconds = time.perf_counter() - t0
-    n_tokens = sum(lengths)
-    return {"files": [str(p) for p in files], "lines": len(encoded), "tokens": n_tokens, "layers": list(layers),
-            "processes": world, "seconds": round(seconds, 1), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1)}
+    torch.distributed.barrier()
+    return mine
+
+
+def _states_from_parts(parts_dir: Path, world: int, bar: Any) -> Callable[[int, int], dict[int, np.ndarray]]:
+    """Rank 0's reader of unit (p, u)'s states, joined from the part files of every process."""
+
+    def states_of(p: int, u: int) -> dict[int, np.ndarray]:
+        from safetensors.numpy import load_file
+
+        merged: dict[int, np.ndarray] = {}
+        for r in range(world):
+            merged.update((int(k), v) for k, v in load_file(str(_part_file(parts_dir, p, u, r))).items())
+        bar.update(len(merged))
+        return merged
+
+    return states_of
+
+
+def _write_jsonl(out: Path, units: list[list[int]], states_of: Callable[[int, int], dict[int, np.ndarray]],
+                 encoded: Sequence[dict], tokenizer: Any, layers: Sequence[int]) -> None:
+    with atomic_write(out) as f:
+        for u, unit in enumerate(units):
+            states = states_of(0, u)
+            for i in unit:
+                tokens = tokenizer.convert_ids_to_tokens(encoded[i]["input_ids"])
+                f.write(_jsonl_line(i, tokens, states[i], layers))
+
+
+def _write_safetensors(files: list[Path], plan: list[range], units: list[list[list[int]]],
+                       states_of: Callable[[int, int], dict[int, np.ndarray]], encoded: Sequence[dict],
+                       layers: Sequence[int], np_dtype: np.dtype, meta: dict[str, str]) -> None:
+    from safetensors.numpy import save_file
+
+    for p, (shard, path) in enumerate(zip(plan, files)):
+        chunks = []
+        for u, unit in enumerate(units[p]):
+            states = states_of(p, u)
+            chunks += [states[i].astype(np_dtype) for i in unit]
+        shard_lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
+        tensors = {f"layer.{name}": np.ascontiguousarray(np.concatenate([c[k] for c in chunks], 0))
+                   for k, name in enumerate(layers)}
+        tensors["input_ids"] = np.concatenate([encoded[i]["input_ids"] for i in shard]).astype(np.int64)
+        tensors["token_type_ids"] = np.concatenate([encoded[i]["token_type_ids"] for i in shard]).astype(np.int64)
+        tensors["offsets"] = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
+        tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
+        with atomic_target(path) as tmp:
+            save_file(tensors, str(tmp), metadata=meta)
 
 
 def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
