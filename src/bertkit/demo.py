@@ -191,30 +191,45 @@ def fill_mask(model, tokenizer, sentences: tuple[str, ...], k: int = 3) -> list[
 def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = DemoSettings.steps, vocab_size: int = 4000,
              seed: int = DemoSettings.seed, progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every stage; returns (and writes to ``out_dir/demo.json``) what each stage measured."""
-    from bertkit import BertConfig, BertForPreTraining, BertForSequenceClassification, BertTokenizer
-    from bertkit.data.pretraining import create_pretraining_data
-    from bertkit.outputs import atomic_write_json, output_dir
-    from bertkit.tasks import glue
-    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
-    from bertkit.training.finetune import predict, run_finetuning
-    from bertkit.training.pretrain import pretrain
-    from bertkit.training.settings import PretrainSettings, TrainingSettings
+    from bertkit.outputs import atomic_write_json
 
     t_start = time.perf_counter()
     report: dict[str, Any] = {}
     out_dir.mkdir(parents=True, exist_ok=True)
-
     if model_dir is not None:
-        say("== 1. A real pre-trained BERT (MiniLM-L6-H384): sentence similarity ==")
-        sims = similarity_table(model_dir)
-        for i, row in enumerate(sims):
-            say(f"  [{i}] " + " ".join(f"{v:5.2f}" for v in row) + f"   {SIMILARITY_SENTENCES[i][:60]}")
-        report["similarity"] = sims
+        report["similarity"] = _similarity_stage(model_dir, say)
+    report["corpus"] = _corpus_stage(out_dir, say)
+    tok, vocab_dir, vocab_len = _vocabulary_stage(out_dir, vocab_size, progress, say)
+    _instances_stage(out_dir, tok, seed, progress, say)
+    config, run_dir, curve = _pretraining_stage(out_dir, vocab_dir, vocab_len, pretrain_steps, seed, progress, say)
+    report["pretraining_curve"] = curve
+    report["fill_mask"] = _fill_mask_stage(run_dir, tok, say)
+    report["finetune"] = _finetuning_stage(out_dir, run_dir, config, tok, seed, progress, say)
+    report["seconds"] = round(time.perf_counter() - t_start, 1)
+    atomic_write_json(out_dir / "demo.json", report)
+    say(f"\nDone in {report['seconds']} s. Everything is in {out_dir} (demo.json, pretrain/metrics.png).")
+    return report
 
+
+def _similarity_stage(model_dir: Path, say: Callable[[str], None]) -> list[list[float]]:
+    say("== 1. A real pre-trained BERT (MiniLM-L6-H384): sentence similarity ==")
+    sims = similarity_table(model_dir)
+    for i, row in enumerate(sims):
+        say(f"  [{i}] " + " ".join(f"{v:5.2f}" for v in row) + f"   {SIMILARITY_SENTENCES[i][:60]}")
+    return sims
+
+
+def _corpus_stage(out_dir: Path, say: Callable[[str], None]) -> dict[str, Any]:
     say("\n== 2. Corpus: Python's own documentation (pydoc topics + standard-library docstrings) ==")
     corpus = build_corpus(out_dir / "corpus")
     say(f"  {corpus}")
-    report["corpus"] = corpus
+    return corpus
+
+
+def _vocabulary_stage(out_dir: Path, vocab_size: int, progress: bool, say: Callable[[str], None]) -> tuple[Any, Path, int]:
+    """(the tokenizer, its directory, its vocabulary size) learnt from the corpus's training split."""
+    from bertkit import BertTokenizer
+    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
 
     say(f"\n== 3. Learning a {vocab_size}-entry WordPiece vocabulary ==")
     vocab = train_wordpiece_vocab([out_dir / "corpus" / "train.txt"], vocab_size=vocab_size, min_frequency=2,
@@ -223,18 +238,32 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = Dem
     tok = BertTokenizer.from_pretrained(vocab_dir)
     sample = "The for statement iterates over the elements of a sequence."
     say(f"  {len(vocab)} entries; '{sample}' -> {tok.tokenize(sample)}")
+    return tok, vocab_dir, len(vocab)
+
+
+def _instances_stage(out_dir: Path, tok: Any, seed: int, progress: bool, say: Callable[[str], None]) -> None:
+    """Instances of the train and held-out splits, in out_dir/instances-train and instances-heldout."""
+    from bertkit.data.pretraining import create_pretraining_data
 
     say("\n== 4. Pre-training instances: masked LM (15%: 80/10/10) + next sentence (50% random) ==")
-    data = {}
     for split, dupe in (("train", 5), ("heldout", 1)):
-        data[split] = create_pretraining_data(
+        data = create_pretraining_data(
             [out_dir / "corpus" / f"{split}.txt"], tok, out_dir / f"instances-{split}", max_seq_length=64,
             max_predictions_per_seq=10, dupe_factor=dupe, input_format="sentences", seed=seed + 1,
             num_workers=1, progress=progress, overwrite=True)
-        say(f"  {split}: {data[split]['counts']['instances']} instances from {data[split]['counts']['documents']} documents")
+        say(f"  {split}: {data['counts']['instances']} instances from {data['counts']['documents']} documents")
+
+
+def _pretraining_stage(out_dir: Path, vocab_dir: Path, vocab_len: int, pretrain_steps: int, seed: int,
+                       progress: bool, say: Callable[[str], None]) -> tuple[Any, Path, list[dict[str, Any]]]:
+    """(the model's config, the run's directory, the held-out curve) of a small BERT pre-trained from scratch."""
+    from bertkit import BertConfig
+    from bertkit.outputs import output_dir
+    from bertkit.training.pretrain import pretrain
+    from bertkit.training.settings import PretrainSettings
 
     say(f"\n== 5. Pre-training a 2-layer, 128-wide BERT from scratch for {pretrain_steps} steps ==")
-    config = BertConfig.preset("tiny", vocab_size=len(vocab), max_position_embeddings=64)
+    config = BertConfig.preset("tiny", vocab_size=vocab_len, max_position_embeddings=64)
     run_dir = out_dir / "pretrain"
     # An earlier demo's pre-training run is replaced (its recorded files only); anything else there is refused.
     with output_dir(run_dir, "demo pretrain", {"steps": pretrain_steps, "seed": seed}, overwrite=True):
@@ -247,24 +276,31 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = Dem
     curve = [r for r in result.history if r["split"] == "eval"]
     for r in curve:
         say(f"  {r['step']:5d}   {r['mlm_acc']:15.3f}   {r['nsp_acc']:7.3f}")
-    report["pretraining_curve"] = [{k: r[k] for k in ("step", "mlm_acc", "nsp_acc", "mlm_loss")} for r in curve]
     say(f"  curves: {run_dir / 'metrics.png'}; model: {run_dir / 'final'}")
+    return config, run_dir, [{k: r[k] for k in ("step", "mlm_acc", "nsp_acc", "mlm_loss")} for r in curve]
+
+
+def _fill_mask_stage(run_dir: Path, tok: Any, say: Callable[[str], None]) -> list[tuple[str, list[str]]]:
+    from bertkit import BertForPreTraining
 
     say("\n== 6. Fill-mask with the new model ==")
-    mlm_model = BertForPreTraining.from_pretrained(run_dir / "final")
-    report["fill_mask"] = fill_mask(mlm_model, tok, FILL_MASK)
-    for text, top in report["fill_mask"]:
+    predictions = fill_mask(BertForPreTraining.from_pretrained(run_dir / "final"), tok, FILL_MASK)
+    for text, top in predictions:
         say(f"  {text}\n      -> {top}")
+    return predictions
+
+
+def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed: int, progress: bool,
+                      say: Callable[[str], None]) -> dict[str, Any]:
+    """Dev accuracy of the docstring task, fine-tuned from the pre-trained model and from random weights."""
+    from bertkit import BertForSequenceClassification
+    from bertkit.tasks import glue
+    from bertkit.training.finetune import predict, run_finetuning
+    from bertkit.training.settings import TrainingSettings
 
     say("\n== 7. Fine-tuning: which module family (text / files / numbers) does a docstring describe? ==")
     labels, _, train_ex, dev_ex = docstring_task()
-
-    def featurize(examples):
-        enc = tok([t for t, _ in examples], max_length=64, truncation=True)
-        return [{"input_ids": i, "token_type_ids": s, "attention_mask": m, "labels": y}
-                for i, s, m, (_, y) in zip(enc["input_ids"], enc["token_type_ids"], enc["attention_mask"], examples)]
-
-    train_f, dev_f = featurize(train_ex), featurize(dev_ex)
+    train_f, dev_f = _featurize(tok, train_ex), _featurize(tok, dev_ex)
 
     def collate(batch):
         return glue.collate(batch, tok.pad_token_id)
@@ -288,8 +324,10 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = Dem
     say(f"  {len(train_f)} train / {len(dev_f)} dev docstrings; majority class {majority:.3f}")
     say(f"  dev accuracy, pre-trained: {finetune['pre-trained']:.3f}; same network without pre-training: "
         f"{finetune['no pre-training']:.3f}")
-    report["finetune"] = finetune
-    report["seconds"] = round(time.perf_counter() - t_start, 1)
-    atomic_write_json(out_dir / "demo.json", report)
-    say(f"\nDone in {report['seconds']} s. Everything is in {out_dir} (demo.json, pretrain/metrics.png).")
-    return report
+    return finetune
+
+
+def _featurize(tok: Any, examples: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    enc = tok([t for t, _ in examples], max_length=64, truncation=True)
+    return [{"input_ids": i, "token_type_ids": s, "attention_mask": m, "labels": y}
+            for i, s, m, (_, y) in zip(enc["input_ids"], enc["token_type_ids"], enc["attention_mask"], examples)]
