@@ -347,15 +347,7 @@ def postprocess_predictions(
     ``start_logits[i]`` / ``end_logits[i]`` belong to ``features[i]`` and may be padded past the
     feature's length (padding is ignored; run_squad.py let it take n-best slots).
     """
-    if not len(features) == len(start_logits) == len(end_logits):
-        raise BertkitError(
-            f"{len(features)} features but {len(start_logits)} start and {len(end_logits)} end logit rows; "
-            "pass one row per feature, in feature order"
-        )
-    by_example: dict[int, list[int]] = collections.defaultdict(list)
-    for i, f in enumerate(features):
-        by_example[f["example_index"]].append(i)
-
+    by_example = _features_by_example(features, start_logits, end_logits)
     predictions: dict[str, str] = {}
     nbest_json: dict[str, list[dict[str, Any]]] = {}
     null_odds: dict[str, float] | None = {} if version_2_with_negative else None
@@ -365,53 +357,10 @@ def postprocess_predictions(
             raise BertkitError(
                 f"example {ex_index} ({ex.qas_id}) has no features; pass all the features made from these examples"
             )
-        prelim = []  # (score, start logit, end logit, char start, char end) ; char start -1 = null
-        score_null, null_logits = math.inf, (0.0, 0.0)
-        for fi in by_example[ex_index]:
-            f = features[fi]
-            n = len(f["input_ids"])
-            s_logits = np.asarray(start_logits[fi], dtype=np.float64)[:n]
-            e_logits = np.asarray(end_logits[fi], dtype=np.float64)[:n]
-            if s_logits.size < n or e_logits.size < n:
-                raise BertkitError(
-                    f"logits for feature {fi} have {min(s_logits.size, e_logits.size)} values, need {n}"
-                )
-            if version_2_with_negative and s_logits[0] + e_logits[0] < score_null:
-                score_null, null_logits = s_logits[0] + e_logits[0], (float(s_logits[0]), float(e_logits[0]))
-            # Stable sort, like Python's sorted(..., reverse=True) in run_squad.py: ties keep position order.
-            starts = np.argsort(-s_logits, kind="stable")[:n_best_size]
-            ends = np.argsort(-e_logits, kind="stable")[:n_best_size]
-            offsets, max_ctx = f["offset_mapping"], f["token_is_max_context"]
-            for s in starts:
-                if offsets[s] is None or not max_ctx[s]:
-                    continue
-                for e in ends:
-                    if offsets[e] is None or e < s or e - s + 1 > max_answer_length:
-                        continue
-                    sl, el = float(s_logits[s]), float(e_logits[e])
-                    prelim.append((sl + el, sl, el, offsets[s][0], offsets[e][1]))
-        if version_2_with_negative and math.isfinite(score_null):
-            prelim.append((null_logits[0] + null_logits[1], null_logits[0], null_logits[1], -1, -1))
-        prelim.sort(key=lambda p: p[0], reverse=True)
-
-        nbest, seen = [], set()
-        for _, sl, el, cs, ce in prelim:
-            if len(nbest) >= n_best_size:
-                break
-            text = "" if cs < 0 else ex.context[cs:ce]
-            if text in seen:
-                continue
-            seen.add(text)
-            nbest.append((text, sl, el, None if cs < 0 else (cs, ce)))
-        if version_2_with_negative and "" not in seen:
-            nbest.append(("", *null_logits, None))
-        # run_squad.py's nonce entries: keep a non-null candidate so v2.0 always has a span to compare
-        # the null score with, and never return an empty n-best list.
-        if version_2_with_negative and len(nbest) == 1:
-            nbest.insert(0, ("empty", 0.0, 0.0, None))
-        if not nbest:
-            nbest.append(("empty", 0.0, 0.0, None))
-
+        prelim, score_null, null_logits = _candidates(
+            [(fi, features[fi], start_logits[fi], end_logits[fi]) for fi in by_example[ex_index]],
+            n_best_size, max_answer_length, version_2_with_negative)
+        nbest = _nbest(prelim, ex.context, n_best_size, version_2_with_negative, null_logits)
         probs = _softmax([sl + el for _, sl, el, _ in nbest])
         nbest_json[ex.qas_id] = [
             {"text": t, "probability": p, "start_logit": sl, "end_logit": el}
@@ -426,6 +375,88 @@ def postprocess_predictions(
         null_odds[ex.qas_id] = score_diff
         predictions[ex.qas_id] = "" if score_diff > null_score_diff_threshold else best_non_null[0]
     return SquadPredictions(predictions, nbest_json, null_odds, spans)
+
+
+def _features_by_example(features: Sequence[Mapping[str, Any]], start_logits: Sequence[Sequence[float]],
+                         end_logits: Sequence[Sequence[float]]) -> dict[int, list[int]]:
+    """The indices of each example's features, once the logits are checked to have one row per feature."""
+    if not len(features) == len(start_logits) == len(end_logits):
+        raise BertkitError(
+            f"{len(features)} features but {len(start_logits)} start and {len(end_logits)} end logit rows; "
+            "pass one row per feature, in feature order"
+        )
+    by_example: dict[int, list[int]] = collections.defaultdict(list)
+    for i, f in enumerate(features):
+        by_example[f["example_index"]].append(i)
+    return by_example
+
+
+def _candidates(windows: list[tuple[int, Mapping[str, Any], Sequence[float], Sequence[float]]], n_best_size: int,
+                max_answer_length: int, with_null: bool) -> tuple[list[tuple], float, tuple[float, float]]:
+    """(candidate spans best first, the null score, its start and end logits) over one question's windows.
+
+    A candidate is (score, start logit, end logit, char start, char end); char start -1 is the null answer,
+    whose score is the lowest [CLS] start + end logit over the windows (v2.0 only: ``with_null``)."""
+    prelim = []
+    score_null, null_logits = math.inf, (0.0, 0.0)
+    for fi, f, start_row, end_row in windows:
+        n = len(f["input_ids"])
+        s_logits = np.asarray(start_row, dtype=np.float64)[:n]
+        e_logits = np.asarray(end_row, dtype=np.float64)[:n]
+        if s_logits.size < n or e_logits.size < n:
+            raise BertkitError(
+                f"logits for feature {fi} have {min(s_logits.size, e_logits.size)} values, need {n}"
+            )
+        if with_null and s_logits[0] + e_logits[0] < score_null:
+            score_null, null_logits = s_logits[0] + e_logits[0], (float(s_logits[0]), float(e_logits[0]))
+        prelim += _window_spans(f, s_logits, e_logits, n_best_size, max_answer_length)
+    if with_null and math.isfinite(score_null):
+        prelim.append((null_logits[0] + null_logits[1], null_logits[0], null_logits[1], -1, -1))
+    prelim.sort(key=lambda p: p[0], reverse=True)
+    return prelim, score_null, null_logits
+
+
+def _window_spans(f: Mapping[str, Any], s_logits: np.ndarray, e_logits: np.ndarray, n_best_size: int,
+                  max_answer_length: int) -> list[tuple]:
+    """One window's spans among its n_best_size best starts and ends: both ends in the context, the start a
+    max-context token, end >= start, at most max_answer_length tokens."""
+    # Stable sort, like Python's sorted(..., reverse=True) in run_squad.py: ties keep position order.
+    starts = np.argsort(-s_logits, kind="stable")[:n_best_size]
+    ends = np.argsort(-e_logits, kind="stable")[:n_best_size]
+    offsets, max_ctx = f["offset_mapping"], f["token_is_max_context"]
+    spans = []
+    for s in starts:
+        if offsets[s] is None or not max_ctx[s]:
+            continue
+        for e in ends:
+            if offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                continue
+            sl, el = float(s_logits[s]), float(e_logits[e])
+            spans.append((sl + el, sl, el, offsets[s][0], offsets[e][1]))
+    return spans
+
+
+def _nbest(prelim: list[tuple], context: str, n_best_size: int, with_null: bool,
+           null_logits: tuple[float, float]) -> list[tuple[str, float, float, tuple[int, int] | None]]:
+    """(text, start logit, end logit, char span or None) of the n_best_size best distinct answer texts."""
+    nbest, seen = [], set()
+    for _, sl, el, cs, ce in prelim:
+        if len(nbest) >= n_best_size:
+            break
+        text = "" if cs < 0 else context[cs:ce]
+        if text in seen:
+            continue
+        seen.add(text)
+        nbest.append((text, sl, el, None if cs < 0 else (cs, ce)))
+    if with_null and "" not in seen:
+        nbest.append(("", *null_logits, None))
+    # run_squad.py's nonce entries: keep a non-null candidate so v2.0 always has a span to compare
+    # the null score with, and never return an empty n-best list.
+    if with_null and len(nbest) == 1:
+        nbest.insert(0, ("empty", 0.0, 0.0, None))
+    if not nbest:
+        nbest.append(("empty", 0.0, 0.0, None))
+    return nbest
 
 
 # ---------------------------------------------------------------- official evaluation
