@@ -552,6 +552,131 @@ def metadata(pipe: Any, model_dir: str, limits: Limits, batcher: Batcher, stats:
             "uptime_s": round(time.time() - stats.started, 1)}
 
 
+# ---------------------------------------------------------------------------------------------------
+# HTTP
+# ---------------------------------------------------------------------------------------------------
+
+
+def _error_response(e: RequestError) -> Any:
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse({"error": e.message, "error_type": _ERROR_TYPES.get(e.status, "validation")},
+                        status_code=e.status, headers=e.headers)
+
+
+async def _read_body(request: Any, limits: Limits) -> bytes:
+    """The body, refused (413) as soon as it is known to be too large: from its Content-Length, or while read."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise RequestError(413, f"request body of {declared} bytes exceeds max_body_bytes "
+                                f"{limits.max_body_bytes}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limits.max_body_bytes:
+            raise RequestError(413, f"request body exceeds max_body_bytes {limits.max_body_bytes}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _request_timeout(request: Any) -> float | None:
+    raw = request.headers.get("x-request-timeout")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 86_400:
+        raise RequestError(400, f"X-Request-Timeout must be a number of seconds in (0, 86400], got {raw!r}")
+    return value
+
+
+async def _client_gone(request: Any) -> None:
+    # The body is read, so the next ASGI message is http.disconnect: sent when the client closes.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _job_result(batcher: Batcher, job: Job, request: Any) -> list[Any] | None:
+    """The job's results; None if the client went away first. Dropped unless computed or running."""
+    gone = asyncio.ensure_future(_client_gone(request))
+    try:
+        left = None if job.deadline is None else max(0.0, job.deadline - asyncio.get_running_loop().time())
+        done, _ = await asyncio.wait({job.future, gone}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not job.future.done():  # the client went, the deadline passed, or this task was cancelled
+            late = job.deadline is not None and asyncio.get_running_loop().time() >= job.deadline
+            batcher.drop(job, "expired" if late else "abandoned")
+    if job.future.done():
+        return job.future.result()
+    if gone in done:
+        return None
+    raise _expired(job.timeout, computed=job.state != "dropped")
+
+
+class _Endpoints:
+    """The handlers of one app. They share its pipeline, limits and counters, and the batcher, which the app
+    makes when it starts (on the event loop it serves from)."""
+
+    def __init__(self, app: Any, pipe: Any, model_dir: str, limits: Limits, stats: Stats, default_normalize: bool):
+        self.app, self.pipe, self.model_dir, self.limits, self.stats = app, pipe, model_dir, limits, stats
+        self.default_normalize = default_normalize
+        self.batcher: Batcher | None = None
+
+    async def answer(self, request: Any, route: str) -> Any:
+        """The answer to a POST on ``route`` (predict, embed or similarity), errors included."""
+        from fastapi.responses import JSONResponse, Response
+        from starlette.requests import ClientDisconnect
+
+        self.stats.requests += 1
+        try:
+            if self.app.state.draining:
+                raise RequestError(503, "the server is shutting down; send the request to another replica",
+                                   {"Retry-After": "1"})
+            self.batcher.check_room()  # when full, refuse before reading and parsing the body
+            timeout = _request_timeout(request)
+            call = parse_request(await _read_body(request, self.limits), self.pipe, self.limits, route)
+            job = self.batcher.admit(call.items, call.options, timeout)
+            results = await _job_result(self.batcher, job, request)
+            if results is None:
+                return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+            return JSONResponse(render(self.pipe, call, results, self.default_normalize))
+        except ClientDisconnect:
+            return Response(status_code=499)
+        except RequestError as e:
+            if e.status in (429, 503):
+                self.stats.refused += 1
+            elif e.status != 504:
+                self.stats.errors += 1
+            return _error_response(e)
+        except BertkitError as e:  # an option's value the pipeline refuses (top_k=0, ...)
+            self.stats.errors += 1
+            return _error_response(RequestError(500 if isinstance(e, NonFiniteError) else 422, str(e)))
+
+    async def health(self) -> Any:
+        from fastapi.responses import JSONResponse
+
+        if not self.batcher.alive():  # a bug stopped the loop that feeds the model: restart this replica
+            return JSONResponse({"error": "the batching loop has stopped", "error_type": "unhealthy"}, 503)
+        return {"status": "ok"}
+
+    async def ready(self) -> Any:
+        from fastapi.responses import JSONResponse
+
+        batcher, limits, draining = self.batcher, self.limits, self.app.state.draining
+        room = limits.max_concurrent_requests - batcher.inputs
+        body = {"admitted_inputs": batcher.inputs, "max_concurrent_requests": limits.max_concurrent_requests}
+        if draining or room <= 0:
+            return JSONResponse({"status": "draining" if draining else "full", **body}, status_code=503,
+                                headers={"Retry-After": str(batcher.retry_after())})
+        return {"status": "ready", **body}
+
+    async def meta(self) -> Any:
+        return metadata(self.pipe, self.model_dir, self.limits, self.batcher, self.stats)
+
+
 def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_ms: float = 5.0,
                limits: Limits | None = None) -> Any:
     """The FastAPI application serving ``pipe`` (see the module docstring for the endpoints).
@@ -562,12 +687,9 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, Response
-    from starlette.requests import ClientDisconnect
 
     limits = limits or Limits()
     stats = Stats()
-    state: dict[str, Batcher] = {}
     default_normalize = bool(getattr(pipe, "normalize", False))
     if pipe.task in EMBEDDING_TASKS:  # normalised per request (TEI's normalize): the model returns raw vectors
         pipe = copy.copy(pipe)
@@ -575,130 +697,35 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
 
     @asynccontextmanager
     async def lifespan(app: Any):
-        state["batcher"] = Batcher(model_call(pipe), max_batch_size, max_wait_ms, limits.max_concurrent_requests,
-                                   stats)
-        state["batcher"].start()
+        endpoints.batcher = Batcher(model_call(pipe), max_batch_size, max_wait_ms, limits.max_concurrent_requests,
+                                    stats)
+        endpoints.batcher.start()
         yield
-        await state["batcher"].stop()
+        await endpoints.batcher.stop()
         logger.info("bertkit serve stopped: %s", json.dumps({k: v for k, v in vars(stats).items() if k != "started"}))
 
     app = FastAPI(title=f"bertkit {pipe.task}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.draining = False
     app.state.stats = stats
-
-    def error(e: RequestError) -> Any:
-        return JSONResponse({"error": e.message, "error_type": _ERROR_TYPES.get(e.status, "validation")},
-                            status_code=e.status, headers=e.headers)
-
-    async def read_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-            raise RequestError(413, f"request body of {declared} bytes exceeds max_body_bytes "
-                                    f"{limits.max_body_bytes}")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limits.max_body_bytes:
-                raise RequestError(413, f"request body exceeds max_body_bytes {limits.max_body_bytes}")
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    def request_timeout(request: Request) -> float | None:
-        raw = request.headers.get("x-request-timeout")
-        if raw is None:
-            return None
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
-        if not 0 < value <= 86_400:
-            raise RequestError(400, f"X-Request-Timeout must be a number of seconds in (0, 86400], got {raw!r}")
-        return value
-
-    async def client_gone(request: Request) -> None:
-        # The body is read, so the next ASGI message is http.disconnect: sent when the client closes.
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    async def result(job: Job, request: Request) -> list[Any] | None:
-        """The job's results; None if the client went away first. Dropped unless computed or running."""
-        batcher = state["batcher"]
-        gone = asyncio.ensure_future(client_gone(request))
-        try:
-            left = None if job.deadline is None else max(0.0, job.deadline - asyncio.get_running_loop().time())
-            done, _ = await asyncio.wait({job.future, gone}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-            if not job.future.done():  # the client went, the deadline passed, or this task was cancelled
-                late = job.deadline is not None and asyncio.get_running_loop().time() >= job.deadline
-                batcher.drop(job, "expired" if late else "abandoned")
-        if job.future.done():
-            return job.future.result()
-        if gone in done:
-            return None
-        raise _expired(job.timeout, computed=job.state != "dropped")
-
-    async def answer(request: Request, route: str) -> Any:
-        stats.requests += 1
-        try:
-            if app.state.draining:
-                raise RequestError(503, "the server is shutting down; send the request to another replica",
-                                   {"Retry-After": "1"})
-            state["batcher"].check_room()  # when full, refuse before reading and parsing the body
-            timeout = request_timeout(request)
-            call = parse_request(await read_body(request), pipe, limits, route)
-            job = state["batcher"].admit(call.items, call.options, timeout)
-            results = await result(job, request)
-            if results is None:
-                return Response(status_code=499)  # nginx's "client closed request": nobody reads it
-            return JSONResponse(render(pipe, call, results, default_normalize))
-        except ClientDisconnect:
-            return Response(status_code=499)
-        except RequestError as e:
-            if e.status in (429, 503):
-                stats.refused += 1
-            elif e.status != 504:
-                stats.errors += 1
-            return error(e)
-        except BertkitError as e:  # an option's value the pipeline refuses (top_k=0, ...)
-            stats.errors += 1
-            return error(RequestError(500 if isinstance(e, NonFiniteError) else 422, str(e)))
+    endpoints = _Endpoints(app, pipe, model_dir, limits, stats, default_normalize)
 
     async def predict(request: Request) -> Any:
-        return await answer(request, "predict")
+        return await endpoints.answer(request, "predict")
 
     async def embed(request: Request) -> Any:
-        return await answer(request, "embed")
+        return await endpoints.answer(request, "embed")
 
     async def similarity(request: Request) -> Any:
-        return await answer(request, "similarity")
+        return await endpoints.answer(request, "similarity")
 
     # FastAPI reads the handler's annotations to inject the request; under ``from __future__ import
     # annotations`` they are strings naming an import local to this function, so give it the class.
     for handler, path in ((predict, "/predict"), (embed, "/embed"), (similarity, "/similarity")):
         handler.__annotations__["request"] = Request
         app.post(path)(handler)
-
-    @app.get("/health")
-    async def health() -> Any:
-        if not state["batcher"].alive():  # a bug stopped the loop that feeds the model: restart this replica
-            return JSONResponse({"error": "the batching loop has stopped", "error_type": "unhealthy"}, 503)
-        return {"status": "ok"}
-
-    @app.get("/ready")
-    async def ready() -> Any:
-        batcher = state["batcher"]
-        room = limits.max_concurrent_requests - batcher.inputs
-        body = {"admitted_inputs": batcher.inputs, "max_concurrent_requests": limits.max_concurrent_requests}
-        if app.state.draining or room <= 0:
-            return JSONResponse({"status": "draining" if app.state.draining else "full", **body}, status_code=503,
-                                headers={"Retry-After": str(batcher.retry_after())})
-        return {"status": "ready", **body}
-
-    @app.get("/metadata")
-    async def meta() -> Any:
-        return metadata(pipe, model_dir, limits, state["batcher"], stats)
-
+    app.get("/health")(endpoints.health)
+    app.get("/ready")(endpoints.ready)
+    app.get("/metadata")(endpoints.meta)
     return app
 
 
