@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,17 +60,23 @@ TASK_OF_ARCHITECTURE = {
 def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | None = None, *,
              tokenizer: str | os.PathLike | BertTokenizer | None = None, device: str | torch.device = "cpu",
              bf16: bool = False, batch_size: int = 32, max_length: int | None = None, progress: bool | None = None,
-             model_dir: str | os.PathLike | None = None, **options: Any) -> Pipeline:
+             model_dir: str | os.PathLike | None = None, quantize: str | None = None,
+             calibration_texts: Sequence[str | tuple[str, str]] | None = None, **options: Any) -> Pipeline:
     """The ``task`` pipeline over ``model``, as transformers' ``pipeline(task, model)`` is called.
 
     ``model`` is a checkpoint directory (config.json, model.safetensors, vocab.txt; ``model_dir=`` is the same),
     or a bertkit model already built, with ``tokenizer=`` (a ``BertTokenizer`` or its directory). Without a task,
     the checkpoint's head names it (config.json ``architectures``: a sequence classifier gives
     text-classification, ...). ``bf16`` runs the model under bfloat16 autocast (CPUs with AVX-512 BF16 / AMX,
-    recent GPUs; scores are still computed in float32/64). ``batch_size`` sequences run at once, grouped by
-    length; ``max_length`` (default: the model's positions) caps each sequence: texts are truncated, QA
-    contexts windowed. ``progress`` draws a bar (None: only for long inputs). ``options`` go to the task's
-    pipeline (e.g. ``pooling="cls"``, ``normalize=True`` for embeddings).
+    recent GPUs; scores are still computed in float32/64). ``quantize="int8"`` runs the encoder's projections
+    in int8 on the CPU (x86 CPUs without bf16; ``bertkit.quantization``, docs/inference.md section int8): the
+    model is quantized once, after ``.eval()``, calibrated on ``calibration_texts`` (a few hundred texts like
+    the inputs; strings or ``(text, text_pair)`` tuples) or, by default, on 256 built-in English sentences; a
+    model object passed in stays fp32 (a quantized copy runs). int8 refuses a GPU, ``bf16=True`` and a PyTorch
+    without the x86/fbgemm engine. ``batch_size`` sequences run at once, grouped by length; ``max_length``
+    (default: the model's positions) caps each sequence: texts are truncated, QA contexts windowed.
+    ``progress`` draws a bar (None: only for long inputs). ``options`` go to the task's pipeline (e.g.
+    ``pooling="cls"``, ``normalize=True`` for embeddings).
     """
     if model_dir is not None:
         if model is not None:
@@ -92,7 +99,7 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Non
     if task is None:
         task = _task_of(model)
     kwargs = dict(device=device, bf16=bf16, batch_size=batch_size, max_length=max_length, progress=progress,
-                  **options)
+                  quantize=quantize, calibration_texts=calibration_texts, **options)
     cls = TASKS[task]
     if isinstance(model, nn.Module):
         if not isinstance(model, cls.model_class):

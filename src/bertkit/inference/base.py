@@ -20,6 +20,12 @@ from torch import Tensor, nn
 
 from bertkit._hardware import warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
+from bertkit.quantization import (
+    QUANTIZE_MODES,
+    check_int8_request,
+    quantize_int8_on_texts,
+    read_calibration_file,
+)
 from bertkit.tokenization import BertTokenizer
 
 # Rows at or above which a progress bar is drawn when ``progress`` is None (auto): a few seconds of work.
@@ -82,6 +88,28 @@ def pipeline_device(device: str | torch.device) -> torch.device:
     return dev
 
 
+def quantized_device(quantize: str | None, calibration_texts: Any, device: str | torch.device,
+                     bf16: bool) -> str | torch.device:
+    """``device``, or for ``quantize="int8"`` the CPU it runs on; an int8 request that cannot run (a GPU, bf16,
+    no x86 quantized engine) or a bad ``quantize`` is an error naming why and the fix."""
+    if quantize is None:
+        if calibration_texts is not None:
+            raise BertkitError("calibration_texts calibrate int8 inference: pass them with quantize='int8'")
+        return device
+    if quantize not in QUANTIZE_MODES:
+        raise BertkitError(f"quantize {quantize!r} is not one of {QUANTIZE_MODES}: quantize='int8' runs the encoder "
+                           "in int8 on the CPU, quantize=None (the default) as loaded")
+    return check_int8_request(device, bf16=bf16)
+
+
+def int8_options(settings: Any) -> dict[str, Any]:
+    """The pipeline keywords of a command's ``--int8`` and ``--calibration-file`` (``Int8Settings``)."""
+    if not settings.int8:
+        return {}
+    texts = read_calibration_file(settings.calibration_file) if settings.calibration_file is not None else None
+    return {"quantize": "int8", "calibration_texts": texts}
+
+
 def _row_length(row: dict[str, Any]) -> int:
     ids = row["input_ids"]
     return max(len(s) for s in ids) if ids and isinstance(ids[0], list) else len(ids)
@@ -108,7 +136,9 @@ class Pipeline:
 
     def __init__(self, model: nn.Module, tokenizer: BertTokenizer, *, device: str | torch.device = "cpu",
                  bf16: bool = False, batch_size: int = 32, max_length: int | None = None,
-                 progress: bool | None = None):
+                 progress: bool | None = None, quantize: str | None = None,
+                 calibration_texts: Sequence[str | tuple[str, str]] | None = None):
+        device = quantized_device(quantize, calibration_texts, device, bf16)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
         limit = min(tokenizer.model_max_length, model.config.max_position_embeddings)
@@ -120,6 +150,9 @@ class Pipeline:
                                f"model_max_length is {tokenizer.model_max_length})")
         self.device = pipeline_device(device)
         self.model = model.to(self.device).eval()
+        self.quantize = quantize
+        if quantize == "int8":  # a quantized copy, calibrated on the given texts or the built-in sentences
+            self.model = quantize_int8_on_texts(self.model, tokenizer, calibration_texts, max_length=max_length)
         self.tokenizer = tokenizer
         self.config = model.config
         self.bf16 = bool(bf16)
@@ -134,6 +167,9 @@ class Pipeline:
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
         """Load the tokenizer and the task's head model from a Hugging Face-layout checkpoint directory."""
         directory = Path(model_dir)
+        # An int8 request that cannot run is refused before the weights load.
+        quantized_device(kwargs.get("quantize"), kwargs.get("calibration_texts"), kwargs.get("device", "cpu"),
+                         kwargs.get("bf16", False))
         if not (directory / "config.json").is_file():
             raise MissingFileError(f"{directory / 'config.json'} not found: pass a checkpoint directory written by "
                                    "save_pretrained (config.json, model.safetensors, vocab.txt)")
