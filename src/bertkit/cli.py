@@ -226,10 +226,16 @@ def _extract(s) -> dict:
     from bertkit.training.distributed import current, resolve_device
 
     s.device = resolve_device(s.device, current().local_rank)  # under torchrun: this process's GPU
-    return extract_features(BertModel.from_pretrained(s.model_name_or_path),
-                            BertTokenizer.from_pretrained(s.model_name_or_path), read_texts(s.input), s.output_file,
-                            layers=s.layers, max_seq_length=s.max_seq_length, batch_size=s.batch_size,
-                            dtype=s.dtype, device=s.device, progress=s.progress)
+    texts = read_texts(s.input)
+    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
+    model = BertModel.from_pretrained(s.model_name_or_path)
+    if s.int8:  # settings checked that it can run here (the CPU, an x86 quantized engine)
+        from bertkit.quantization import quantize_int8_on_texts, read_calibration_file
+
+        calibration = read_calibration_file(s.calibration_file) if s.calibration_file is not None else None
+        model = quantize_int8_on_texts(model.eval(), tokenizer, calibration, max_length=s.max_seq_length)
+    return extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
+                            batch_size=s.batch_size, dtype=s.dtype, device=s.device, progress=s.progress)
 
 
 @command("feature-study", "the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from bertkit.errors import BertkitError
-from bertkit.training.settings import coerce_paths
+from bertkit.training.settings import Int8Settings, coerce_paths
 
 
 def _aliases(*names: str, default=None):
@@ -57,7 +57,7 @@ class ConvertTfSettings:
 
 
 @dataclass(kw_only=True)
-class PredictFileSettings:
+class PredictFileSettings(Int8Settings):
     """Apply a model to your own file (JSONL, CSV/TSV with a header, or one text per line) -> JSONL, one
     record per input in input order."""
 
@@ -107,10 +107,11 @@ class PredictFileSettings:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.output_file.resolve() == self.input.resolve():
             raise BertkitError(f"--output-file {self.output_file} is the input file; choose another name")
+        self.check_int8()
 
 
 @dataclass(kw_only=True)
-class ServeSettings:
+class ServeSettings(Int8Settings):
     """Serve a model's pipeline over HTTP (FastAPI + uvicorn; pip install "bertkit[serve]")."""
 
     model_name_or_path: Path = _aliases("--model")
@@ -161,3 +162,4 @@ class ServeSettings:
         Limits(self.max_body_bytes, self.max_items, self.max_text_chars, self.max_concurrent_requests)  # checks them
         if self.graceful_shutdown_s < 0:
             raise BertkitError(f"graceful_shutdown_s must be at least 0, got {self.graceful_shutdown_s}")
+        self.check_int8()

@@ -168,6 +168,7 @@ def predict_file(s: Any) -> dict[str, Any]:
     import time
 
     from bertkit.inference import pipeline
+    from bertkit.inference.base import int8_options
     from bertkit.outputs import atomic_write
     from bertkit.tokenization import BertTokenizer
 
@@ -183,7 +184,7 @@ def predict_file(s: Any) -> dict[str, Any]:
     options = {"top_k": s.top_k} if s.task in ("fill-mask", "question-answering") else {}
     extra = {"pooling": s.pooling} if s.task in ("feature-extraction", "sentence-embedding") else {}
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.batch_size,
-                    max_length=s.max_length, progress=False, **extra)
+                    max_length=s.max_length, progress=False, **extra, **int8_options(s))
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()

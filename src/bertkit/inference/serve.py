@@ -543,7 +543,7 @@ def metadata(pipe: Any, model_dir: str, limits: Limits, batcher: Batcher, stats:
     if getattr(config, "id2label", None) and pipe.task in ("text-classification", "token-classification"):
         labels = [config.id2label[i] for i in sorted(config.id2label, key=int)]
     return {"model": model_dir, "task": pipe.task, "labels": labels, "max_length": pipe.max_length,
-            "device": str(pipe.device), "bf16": pipe.bf16,
+            "device": str(pipe.device), "bf16": pipe.bf16, "quantize": pipe.quantize,
             "batching": {"max_batch_size": batcher.max_batch_size, "max_wait_ms": batcher.max_wait * 1000},
             "limits": vars(limits),
             "admission": {"admitted_inputs": batcher.inputs, "queued_requests": len(batcher.jobs),
@@ -741,9 +741,10 @@ def serve(s: Any) -> dict[str, Any]:
     import uvicorn
 
     from bertkit.inference import pipeline
+    from bertkit.inference.base import int8_options
 
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
-                    max_length=s.max_length, progress=False)
+                    max_length=s.max_length, progress=False, **int8_options(s))
     app = create_app(pipe, str(s.model_name_or_path), max_batch_size=s.max_batch_size, max_wait_ms=s.max_wait_ms,
                      limits=Limits(s.max_body_bytes, s.max_items, s.max_text_chars, s.max_concurrent_requests))
 

@@ -137,6 +137,30 @@ class ProgressSettings:
     """Show progress bars."""
 
 
+@dataclass(kw_only=True)
+class Int8Settings:
+    """For commands that apply a model: int8 inference on the CPU (``bertkit.quantization``)."""
+
+    int8: bool = False
+    """Run the encoder's projections in int8 on the CPU (SmoothQuant-smoothed dynamic int8, docs/inference.md
+    section int8): faster on x86 CPUs without bf16, outputs close to fp32's, not equal. Not with --bf16 or a GPU."""
+    calibration_file: Path | None = None
+    """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
+    Default: 256 built-in English sentences."""
+
+    def check_int8(self) -> None:
+        """Refuse --calibration-file without --int8, and --int8 where it cannot run (naming why); with --int8,
+        --device auto means the CPU."""
+        if self.calibration_file is not None and not self.int8:
+            raise BertkitError(f"--calibration-file {self.calibration_file} calibrates int8 inference: add --int8")
+        if self.int8:
+            from bertkit.quantization import (
+                check_int8_request,  # torch loads when a command runs, not for --help
+            )
+
+            self.device = str(check_int8_request(self.device, bf16=getattr(self, "bf16", False)))
+
+
 # -------------------------------------------------------------------------------------------------
 # Training: shared fields
 # -------------------------------------------------------------------------------------------------
@@ -630,7 +654,7 @@ class PredictSwagSettings(PredictBenchmarkSettings):
 
 
 @dataclass(kw_only=True)
-class ExtractSettings:
+class ExtractSettings(Int8Settings):
     """Per-token hidden states of chosen layers (google-research/bert's extract_features.py)."""
 
     model_name_or_path: Path = flag(aliases=("--model",))
@@ -663,6 +687,7 @@ class ExtractSettings:
         if not self.layers:
             raise BertkitError("layers: give at least one layer index (e.g. --layers=-1)")
         _at_least_one(self, "max_seq_length", "batch_size")
+        self.check_int8()
 
 
 @dataclass(kw_only=True)
