@@ -9,12 +9,15 @@ fp32's. Reported: the minimum and mean cosine, how many sentences fall below 0.9
 the 872 SST-2 dev sentences (another corpus, as a check that the choice carries over), the share of the
 projections' FLOPs left in fp32, and sentences per second on this machine (noisy on a shared machine).
 
+``--calibration builtin`` calibrates on the 256 built-in sentences instead (``bertkit.calibration_text``, what
+pipelines and ``--int8`` use when given no calibration texts).
+
 With ``--metrics`` the configurations named by ``--metric-configs`` also get task metrics against fp32:
 STS-B dev Spearman (x100) of the embeddings' cosine over all 1,500 pairs, and SST-2 dev accuracy (x100) of
 a logistic-regression classifier fitted on fp32 mean-pooled embeddings of 2,000 SST-2 training sentences
 (the same classifier reads the fp32 and the int8 embeddings).
 
-    python bench/int8_sensitivity.py --model models/minilm [--threads 1] [--metrics]
+    python bench/int8_sensitivity.py --model models/minilm [--threads 1] [--metrics] [--calibration builtin]
 
 Prints one JSON line per configuration.
 """
@@ -32,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from bertkit import BertModel, BertTokenizer
+from bertkit.calibration_text import CALIBRATION_SENTENCES
 from bertkit.quantization import (
     DEFAULT_ALPHA,
     PROJECTIONS,
@@ -137,6 +141,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--configs", default=None, help="configuration names to run, separated by ';' (default: all)")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="SmoothQuant migration strength")
+    p.add_argument("--calibration", choices=("sst2-train", "builtin"), default="sst2-train",
+                   help="calibration texts: the first 256 SST-2 training sentences, or the 256 built-in sentences")
     p.add_argument("--metrics", action="store_true", help="also STS-B Spearman and SST-2 accuracy (slower)")
     p.add_argument("--metric-configs", default="all-int8, no smoothing;all-int8;keep layers.0.ffn_out;keep ffn_out",
                    help="configurations that get --metrics (names separated by ';')")
@@ -145,7 +151,9 @@ def main() -> None:
     tok = BertTokenizer.from_pretrained(args.model)
     fp32 = BertModel.from_pretrained(args.model).eval()
     texts = stsb_sentences(args.data)
-    calibration = calibration_batches(tok, [r["sentence"] for r in read_tsv(args.data / "glue/SST-2/train.tsv")[:256]])
+    calibration_texts = (list(CALIBRATION_SENTENCES) if args.calibration == "builtin"
+                         else [r["sentence"] for r in read_tsv(args.data / "glue/SST-2/train.tsv")[:256]])
+    calibration = calibration_batches(tok, calibration_texts)
     embed(fp32, tok, texts[:64])  # warm-up
     t0 = time.perf_counter()
     ref = embed(fp32, tok, texts)
@@ -171,7 +179,8 @@ def main() -> None:
         cos = F.cosine_similarity(e, ref)
         sst2_cos = F.cosine_similarity(embed(q, tok, sst2), sst2_ref)
         worst = int(cos.argmin())
-        print(json.dumps({"config": name, "keep_fp32": keep, "alpha": args.alpha, "sentences": len(texts),
+        print(json.dumps({"config": name, "keep_fp32": keep, "alpha": args.alpha, "calibration": args.calibration,
+                          "sentences": len(texts),
                           "min_cos": round(float(cos.min()), 4), "mean_cos": round(float(cos.mean()), 5),
                           "below_0.99": int((cos < 0.99).sum()), "sst2_dev_min_cos": round(float(sst2_cos.min()), 4),
                           "fp32_flop_share": round(fp32_share(q), 3),

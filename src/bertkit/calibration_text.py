@@ -3,11 +3,12 @@
 ``quantize_int8`` measures, per input channel of each encoder projection, the largest activation a model
 produces (SmoothQuant's max|X_j|); that needs text, and a pipeline or command switched to int8 without
 texts of the user's own calibrates on these. They mix what BERT models are used on: reviews, news,
-captions, questions, instructions, dialogue, science, finance, sport and plain narration, from four words
-to forty, with numbers, names, quotes and punctuation. They are written for this purpose (no data set is
+captions, questions, instructions, dialogue, science, finance, sport and plain narration, of 3 to 20
+words, with numbers, names, quotes and punctuation. They are written for this purpose (no data set is
 copied), so they ship with the package under its licence. Fixed text makes a quantized model the same on
-every call and every machine; docs/inference.md (section int8) gives the measured closeness to fp32 with
-these against calibrating on the task's own text.
+every call and every machine. Measured on MiniLM (``python bench/int8_sensitivity.py --configs "keep
+ffn_out" --calibration builtin``, docs/inference.md section int8), they give the closeness to fp32 that
+256 SST-2 training sentences give: STS-B dev min cosine 0.9974 (0.9973), SST-2 dev 0.9936 (0.9931).
 """
 
 from __future__ import annotations
