@@ -40,6 +40,7 @@ from bertkit.training.settings import (
     ClassifySettings,
     FinetuneSettings,
     GlueSettings,
+    PredictBenchmarkSettings,
     PredictGlueSettings,
     SequenceClassificationSettings,
     TrainingSettings,
@@ -80,6 +81,27 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
             results[i] = row
     model.train(was_training)
     return results  # type: ignore[return-value]
+
+
+def for_prediction(model: nn.Module, tokenizer: BertTokenizer, s: PredictBenchmarkSettings) -> nn.Module:
+    """A loaded fine-tuned ``model`` on ``s.device`` in eval mode and, with --int8, quantized as pipelines quantize
+    it (``quantize_int8_on_texts``: the built-in sentences, or --calibration-file's, cut to --max-seq-length).
+    The settings refused --int8 where it cannot run (a GPU, --bf16, no x86 engine) before the model loaded."""
+    model = model.to(s.device).eval()
+    if not s.int8:
+        return model
+    from bertkit.quantization import quantize_int8_on_texts, read_calibration_file
+
+    texts = read_calibration_file(s.calibration_file) if s.calibration_file is not None else None
+    return quantize_int8_on_texts(model, tokenizer, texts, max_length=s.max_seq_length)
+
+
+def precision_record(s: PredictBenchmarkSettings) -> dict[str, Any]:
+    """What a prediction report says about precision: ``quantize`` ("int8" or None, as pipelines' ``.quantize``
+    and serve's /metadata), and with int8 the calibration text ("built-in" or the file)."""
+    if not s.int8:
+        return {"quantize": None}
+    return {"quantize": "int8", "calibration": "built-in" if s.calibration_file is None else str(s.calibration_file)}
 
 
 def _primary(task: glue.GlueTask, scores: dict[str, float]) -> float:
@@ -225,11 +247,12 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     """Predict ``s.split`` with a fine-tuned checkpoint; write the GLUE-submission TSV (and dev scores if labelled)."""
     task = glue.get_task(s.task)
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
-    model = BertForSequenceClassification.from_pretrained(s.model_name_or_path).to(s.device)
+    model = BertForSequenceClassification.from_pretrained(s.model_name_or_path)
     expected = task.num_labels
     if model.config.num_labels != expected:
         raise BertkitError(f"{s.model_name_or_path} has {model.config.num_labels} outputs but {task.name} needs "
                            f"{expected}; is it a checkpoint fine-tuned on this task?")
+    model = for_prediction(model, tokenizer, s)
     examples = first(glue.read_glue(task, s.data_dir, s.split), s.max_predict_samples)
     features = glue.featurize(examples, tokenizer, s.max_seq_length, task)
     logits = np.stack(predict(model, features, lambda b: glue.collate(b, tokenizer.pad_token_id),
@@ -237,9 +260,11 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
     s.output_dir.mkdir(parents=True, exist_ok=True)
     path = glue.write_submission(task, preds.tolist(), [e.id for e in examples], s.output_dir)
-    result: dict[str, Any] = {"task": task.name, "split": s.split, "examples": len(examples), "file": str(path)}
+    result: dict[str, Any] = {"task": task.name, "split": s.split, "examples": len(examples), "file": str(path),
+                              **precision_record(s)}
     if s.split != "test":
         result["scores"] = task.metric(preds, np.asarray([f["labels"] for f in features]))
+    atomic_write_json(s.output_dir / "report.json", result)
     return result
 
 

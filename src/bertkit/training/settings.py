@@ -561,14 +561,15 @@ class TokenizerSettings(OverwriteSettings, ProgressSettings):
 
 
 @dataclass(kw_only=True)
-class PredictBenchmarkSettings(OverwriteSettings):
+class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
     """Shared by `predict glue|ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, written in the files
-    the finetune recipe writes (and scored when the file holds gold answers)."""
+    the finetune recipe writes (and scored when the file holds gold answers). --int8 applies to prediction only:
+    the finetune commands train, which an int8 model cannot (fine-tune in fp32, then predict with --int8)."""
 
     model_name_or_path: Path = flag(aliases=("--model",))
     """A fine-tuned checkpoint (e.g. OUTPUT_DIR/model or OUTPUT_DIR/best of a `bertkit finetune` run)."""
     output_dir: Path = flag(aliases=("--out",))
-    """Directory for the prediction files (and report.json, or the GLUE submission file)."""
+    """Directory for the prediction files (or the GLUE submission file) and report.json."""
     max_seq_length: int = 128
     """Tokens per input; longer inputs are truncated (SQuAD: windowed)."""
     batch_size: int = 64
@@ -583,6 +584,7 @@ class PredictBenchmarkSettings(OverwriteSettings):
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         _at_least_one(self, "max_seq_length", "batch_size", "max_predict_samples")
+        self.check_int8()
 
 
 @dataclass(kw_only=True)

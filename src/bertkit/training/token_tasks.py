@@ -41,7 +41,7 @@ from bertkit.tasks import ner, squad, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current
-from bertkit.training.finetune import predict, run_finetuning
+from bertkit.training.finetune import for_prediction, precision_record, predict, run_finetuning
 from bertkit.training.loop import TrainResult
 from bertkit.training.settings import (
     FinetuneSettings,
@@ -359,6 +359,7 @@ def _checkpoint(cls: type[nn.Module], path: Path, task: str) -> tuple[nn.Module,
 def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
     """Tag ``s.data_file`` with a fine-tuned checkpoint: predictions.txt (word gold pred) and conlleval scores."""
     model, tokenizer = _checkpoint(BertForTokenClassification, s.model_name_or_path, "ner")
+    model = for_prediction(model, tokenizer, s)
     names = model.config.id2label
     if not names:
         raise BertkitError(f"{s.model_name_or_path}/config.json has no id2label: the tag names are unknown; "
@@ -373,13 +374,15 @@ def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
     scores = ner_scores(sentences, tags)
     path = ner.write_conll(s.output_dir / "predictions.txt", sentences, tags)
     report = {"task": "ner", "model": str(s.model_name_or_path), "data_file": str(s.data_file),
-              "sentences": len(sentences), "scores": scores, "files": {"predictions": str(path)}}
+              "sentences": len(sentences), "scores": scores, "files": {"predictions": str(path)},
+              **precision_record(s)}
     return _write_report(s.output_dir, report)
 
 
 def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
     """Answer ``s.predict_file``: run_squad.py's prediction files, scored where the file has answers."""
     model, tokenizer = _checkpoint(BertForQuestionAnswering, s.model_name_or_path, "squad")
+    model = for_prediction(model, tokenizer, s)
     dataset = squad.load_squad(s.predict_file)
     examples = first(squad.squad_examples(dataset["data"], source=str(s.predict_file)), s.max_predict_samples)
     features = squad.featurize_squad(examples, tokenizer, max_seq_length=s.max_seq_length, doc_stride=s.doc_stride,
@@ -389,7 +392,8 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
                              null_threshold=s.null_threshold, batch_size=s.batch_size, bf16=s.bf16, device=s.device)
     files = {k: str(v) for k, v in preds.write(s.output_dir).items()}
     report: dict[str, Any] = {"task": f"squad{s.version}", "model": str(s.model_name_or_path),
-                              "predict_file": str(s.predict_file), "questions": len(examples), "files": files}
+                              "predict_file": str(s.predict_file), "questions": len(examples), "files": files,
+                              **precision_record(s)}
     if any(e.answers or e.is_impossible for e in examples):  # gold answers given: the official scores
         wanted = {e.qas_id for e in examples}
         articles = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in wanted]}
@@ -404,6 +408,7 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
 def predict_swag_file(s: PredictSwagSettings) -> dict[str, Any]:
     """Score the endings of ``s.predict_file``: predictions.jsonl, and accuracy when it has labels."""
     model, tokenizer = _checkpoint(BertForMultipleChoice, s.model_name_or_path, "swag")
+    model = for_prediction(model, tokenizer, s)
     examples = first(swag.read_swag(s.predict_file), s.max_predict_samples)
     features = swag.featurize_swag(examples, tokenizer, s.max_seq_length)
     scores = predict_swag(model, features, pad_id=tokenizer.pad_token_id, batch_size=s.batch_size, bf16=s.bf16,
@@ -412,5 +417,6 @@ def predict_swag_file(s: PredictSwagSettings) -> dict[str, Any]:
     labelled = all(e.label is not None for e in examples)
     accuracy = float((scores.argmax(-1) == np.asarray([e.label for e in examples])).mean()) if labelled else None
     report = {"task": "swag", "model": str(s.model_name_or_path), "predict_file": str(s.predict_file),
-              "examples": len(examples), "accuracy": accuracy, "files": {"predictions": str(path)}}
+              "examples": len(examples), "accuracy": accuracy, "files": {"predictions": str(path)},
+              **precision_record(s)}
     return _write_report(s.output_dir, report)
