@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from bertkit.data import PretrainingDataset
-from bertkit.heads import BertForPreTraining
+from bertkit.heads import BertForMaskedLM, BertForPreTraining
 from bertkit.training.pretrain import evaluate_pretraining
 
 
@@ -59,7 +59,9 @@ def main() -> None:
             print(json.dumps({"model": "context-free baseline", "data": str(d),
                               **context_free_baseline(train, ds, mask_id)}), flush=True)
     for m in args.model:
-        model = BertForPreTraining.from_pretrained(m).eval()
+        # a model pre-trained with --no-nsp is a BertForMaskedLM (no pooler, no NSP head): it gets MLM scores only
+        arch = (json.loads((m / "config.json").read_text()).get("architectures") or ["BertForPreTraining"])[0]
+        model = (BertForMaskedLM if arch == "BertForMaskedLM" else BertForPreTraining).from_pretrained(m).eval()
         for d, ds in sets.items():
             with torch.no_grad():
                 scores = evaluate_pretraining(model, ds, batch_size=args.batch_size, pad_id=0, limit=len(ds))

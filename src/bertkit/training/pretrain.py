@@ -12,9 +12,11 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from bertkit.checkpoint_io import WEIGHTS_NAME
@@ -94,6 +96,27 @@ def last_logged_eval(metrics: Path, up_to_step: int) -> dict | None:
     return found
 
 
+def unigram_log_prior(dataset: PretrainingDataset, vocab_size: int, every: int = 50) -> torch.Tensor:
+    """log p(target) of the masked-LM targets of every ``every``-th instance, add-one smoothed: the output bias
+    at which a model with no use of context predicts the corpus' token frequencies."""
+    counts = np.ones(vocab_size, dtype=np.float64)
+    for i in range(0, len(dataset), every):
+        labels = dataset[i]["labels"]
+        counts += np.bincount(labels[labels != IGNORE_INDEX], minlength=vocab_size)[:vocab_size]
+    return torch.from_numpy(np.log(counts / counts.sum())).float()
+
+
+def sinusoidal_positions(positions: int, hidden: int, std: float) -> torch.Tensor:
+    """The sine/cosine position table of Vaswani et al. (2017, section 3.5), scaled to entries of standard
+    deviation ``std`` (the word embeddings' initializer_range), so that neither drowns the other in the sum."""
+    pos = torch.arange(positions, dtype=torch.float64)[:, None]
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, hidden, 2, dtype=torch.float64) / hidden)
+    table = torch.zeros(positions, hidden, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : hidden // 2]
+    return (table * (std / table.std())).float()
+
+
 def model_config(spec: Any, vocab_size: int) -> BertConfig:
     """A preset name, a config.json path or a BertConfig, with the tokenizer's vocabulary size."""
     if isinstance(spec, BertConfig):
@@ -159,10 +182,21 @@ def pretrain(s: PretrainSettings) -> TrainResult:
         model = head.from_pretrained(s.init_from, config=config)
     else:
         model = head(config)
+        if s.mlm_bias_init == "unigram":
+            with torch.no_grad():
+                model.mlm.bias.copy_(unigram_log_prior(phases[0].plan.dataset, config.vocab_size))
+        if s.position_init == "sinusoidal":
+            with torch.no_grad():
+                model.bert.embeddings.position_embeddings.weight.copy_(sinusoidal_positions(
+                    config.max_position_embeddings, config.hidden_size, config.initializer_range))
     fingerprint = {"model_config": config.to_dict(), "max_steps": s.max_steps, "batch_size": s.batch_size,
                    # the data's content (the manifest lists every shard's sha256), not its path: data
                    # regenerated at the same path must not resume silently, data moved elsewhere may
                    "data": [sha256_file(Path(p.plan.dataset.path) / MANIFEST) for p in phases]}
+    if s.mlm_bias_init != "zeros" and s.init_from is None:  # as nsp below: only when set
+        fingerprint["mlm_bias_init"] = s.mlm_bias_init
+    if s.position_init != "normal" and s.init_from is None:
+        fingerprint["position_init"] = s.position_init
     if not s.nsp:  # only when set, so checkpoints written before these settings existed still resume
         fingerprint["nsp"] = False
     if s.init_from is not None:

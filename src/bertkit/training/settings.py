@@ -492,6 +492,16 @@ class PretrainSettings(TrainingSettings):
     nsp: bool = True
     """Train next-sentence prediction beside the masked LM; --no-nsp trains the masked LM alone (the model
     is then a BertForMaskedLM, without pooler or NSP head)."""
+    mlm_bias_init: Literal["zeros", "unigram"] = "zeros"
+    """Initial masked-LM output bias: zeros (google-research/bert), or unigram: the log-frequency of the
+    training targets (counted on every 50th instance), so a new model starts at the prediction a reader of no
+    context makes instead of spending its first thousand steps learning token frequencies (with --init-from,
+    the checkpoint's bias is kept)."""
+    position_init: Literal["normal", "sinusoidal"] = "normal"
+    """Initial position embeddings: normal (google-research/bert's truncated normal), or sinusoidal: the
+    Transformer's sine/cosine table (Vaswani et al. 2017) scaled to the word embeddings' size, which gives a
+    new model relative positions from the first step; the table stays a learned parameter (with
+    --init-from, the checkpoint's table is kept)."""
     eval_data: Path | None = None
     """Held-out instances for MLM and NSP accuracy."""
     eval_instances: int = 2000

@@ -1,0 +1,87 @@
+"""The two initialisations pre-training from scratch can choose (--mlm-bias-init, --position-init): their
+values, that a model starting from them is where they claim, and that the saved model stays a BERT that
+transformers loads."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+
+def test_unigram_prior_is_the_smoothed_log_frequency_of_the_sampled_targets(tiny_pretraining_data):
+    from bertkit.data import PretrainingDataset
+    from bertkit.heads import IGNORE_INDEX
+    from bertkit.training.pretrain import unigram_log_prior
+
+    ds = PretrainingDataset(tiny_pretraining_data / "data")
+    prior = unigram_log_prior(ds, 1500, every=7)
+    counts = np.ones(1500)
+    for i in range(0, len(ds), 7):
+        for t in ds[i]["labels"]:
+            if t != IGNORE_INDEX:
+                counts[t] += 1
+    np.testing.assert_allclose(prior.numpy(), np.log(counts / counts.sum()), rtol=0, atol=1e-6)
+    assert math.isclose(float(prior.exp().sum()), 1.0, rel_tol=1e-5)
+
+
+def test_a_model_with_the_unigram_bias_starts_at_the_unigram_cross_entropy(tiny_pretraining_data):
+    """Before any step the word-embedding term is tiny (entries of std 0.02), so the masked-LM loss is the
+    prior's cross-entropy on the targets; with the zero bias it is about log(V)."""
+    from bertkit import BertConfig
+    from bertkit.data import PretrainingDataset, collate_pretraining
+    from bertkit.heads import IGNORE_INDEX, BertForMaskedLM
+    from bertkit.training.pretrain import unigram_log_prior
+
+    ds = PretrainingDataset(tiny_pretraining_data / "data")
+    prior = unigram_log_prior(ds, 1500, every=1)
+    batch = collate_pretraining([ds[i] for i in range(64)], pad_id=0)
+    batch.pop("next_sentence_label")
+    targets = batch["labels"][batch["labels"] != IGNORE_INDEX]
+    expected = float(-prior[targets].mean())
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig.preset("tiny", vocab_size=1500)).eval()
+    with torch.no_grad():
+        zero = float(model(**batch).mlm_loss)
+        model.mlm.bias.copy_(prior)
+        unigram = float(model(**batch).mlm_loss)
+    assert abs(zero - math.log(1500)) < 0.1
+    assert abs(unigram - expected) < 0.1
+    assert unigram < zero - 1.0
+
+
+def test_sinusoidal_positions_are_the_transformer_table_at_the_embeddings_scale():
+    from bertkit.training.pretrain import sinusoidal_positions
+
+    table = sinusoidal_positions(512, 128, 0.02)
+    assert table.shape == (512, 128)
+    assert abs(float(table.std()) - 0.02) < 1e-6
+    raw = table / table[0, 1]  # the scale undone: column 1 at position 0 is cos(0) = 1
+    for pos, i in [(0, 0), (5, 0), (7, 3), (100, 17), (511, 63)]:
+        angle = pos / 10000 ** (2 * i / 128)
+        assert raw[pos, 2 * i] == pytest.approx(math.sin(angle), abs=1e-5)
+        assert raw[pos, 2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-5)
+    # the property that makes it useful: nearby positions are more alike than distant ones
+    sim = torch.nn.functional.cosine_similarity(table[100:101], table, dim=-1)
+    assert sim[101] > sim[110] > sim[300]
+
+
+def test_pretrain_starts_from_both_initialisations_and_saves_a_bert_transformers_loads(tiny_pretraining_data,
+                                                                                       tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from bertkit.data import PretrainingDataset
+    from bertkit.training.pretrain import pretrain, sinusoidal_positions, unigram_log_prior
+    from bertkit.training.settings import PretrainSettings
+
+    root = tiny_pretraining_data
+    s = PretrainSettings(data=root / "data", vocab=root / "vocab", config_name="tiny", output_dir=tmp_path / "run",
+                         max_steps=1, batch_size=4, learning_rate=1e-9, warmup_ratio=0.0, nsp=False,
+                         mlm_bias_init="unigram", position_init="sinusoidal", progress=False)
+    pretrain(s)
+    loaded = transformers.BertForMaskedLM.from_pretrained(tmp_path / "run" / "final")
+    prior = unigram_log_prior(PretrainingDataset(root / "data"), 1500)
+    torch.testing.assert_close(loaded.cls.predictions.bias.detach(), prior, atol=1e-5, rtol=0)
+    table = sinusoidal_positions(512, 128, 0.02)
+    torch.testing.assert_close(loaded.bert.embeddings.position_embeddings.weight.detach(), table, atol=1e-5, rtol=0)
