@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 MODEL   ?= models/minilm
 PIP     := $(BIN)/pip install -q -c constraints.txt
 
-.PHONY: demo test test-slow bench lint model clean
+.PHONY: demo test test-slow bench lint model clean pretrain-1h
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,6 +26,11 @@ model: $(MODEL)/config.json
 
 demo: $(STAMP) $(MODEL)/config.json
 	$(BIN)/bertkit demo --model $(MODEL) --out runs/demo --overwrite
+
+# BERT pre-trained from scratch in about an hour of both cores (examples/pretrain-1h; resumable: run it again).
+CORPUS  ?= ../shared/data/corpus
+pretrain-1h: $(STAMP)
+	examples/pretrain-1h/run.sh $(CORPUS) runs/pretrain-1h
 
 test: $(STAMP) $(MODEL)/config.json
 	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m "not slow"

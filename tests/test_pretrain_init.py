@@ -5,6 +5,7 @@ transformers loads."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -85,3 +86,25 @@ def test_pretrain_starts_from_both_initialisations_and_saves_a_bert_transformers
     torch.testing.assert_close(loaded.cls.predictions.bias.detach(), prior, atol=1e-5, rtol=0)
     table = sinusoidal_positions(512, 128, 0.02)
     torch.testing.assert_close(loaded.bert.embeddings.position_embeddings.weight.detach(), table, atol=1e-5, rtol=0)
+
+
+def test_the_shipped_one_hour_recipe_is_valid_settings_and_a_bert(tmp_path):
+    """examples/pretrain-1h: its settings file builds PretrainSettings through the CLI's reader (a renamed or
+    mistyped setting fails here, not an hour into a user's run) and its config.json is a post-LN BERT-tiny
+    without dropout."""
+    import argparse
+
+    from bertkit.cli_flags import build_settings
+    from bertkit.training.pretrain import model_config
+    from bertkit.training.settings import PretrainSettings
+
+    recipe = Path(__file__).resolve().parents[1] / "examples" / "pretrain-1h"
+    args = argparse.Namespace(_config_file=recipe / "pretrain.json", data=tmp_path, vocab=tmp_path,
+                              output_dir=tmp_path / "run", config_name=str(recipe / "config.json"))
+    s = build_settings(PretrainSettings, args)
+    assert (s.nsp, s.mlm_bias_init, s.position_init, s.batch_size) == (False, "unigram", "sinusoidal", 32)
+    assert s.max_steps * s.batch_size > 500_000  # an hour of sequences at the measured ~200 per second
+    config = model_config(s.config_name, 8192)
+    assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (2, 128, 2)
+    assert config.hidden_dropout_prob == config.attention_probs_dropout_prob == 0.0
+    assert (config.vocab_size, config.max_position_embeddings) == (8192, 512)

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# BERT pre-trained from scratch in about an hour of a 2-core CPU: learn an 8,192-entry vocabulary, make
+# masked-LM instances (dynamic masking), pre-train the shape in config.json with the settings in
+# pretrain.json, and score the result on held-out text beside the floor a context-free predictor reaches.
+#
+#   examples/pretrain-1h/run.sh [CORPUS_DIR] [OUT_DIR]      (from the repository root; make pretrain-1h)
+#
+# CORPUS_DIR holds plain-text documents (*.txt, *.md; default ../shared/data/corpus: books and Wikipedia
+# articles, with WikiText-2 valid as held-out text when present). Run it again to continue after a stop:
+# every step skips what is done and the pre-training resumes from its last checkpoint.
+# Why these settings: RESULTS.md, "Pre-training from scratch on a CPU budget".
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+C=${1:-../shared/data/corpus}
+R=${2:-runs/pretrain-1h}
+BK=${BK:-.venv/bin/bertkit}
+PY=${PY:-.venv/bin/python}
+mapfile -t TEXT < <(find "$C" -type f \( -name '*.txt' -o -name '*.md' \) -not -path '*wikitext*' | sort)
+[ ${#TEXT[@]} -gt 0 ] || { echo "no *.txt or *.md documents under $C" >&2; exit 2; }
+HELDOUT=$C/wikitext-2/wiki.valid.raw
+mkdir -p "$R"
+[ -f "$R/vocab/vocab.txt" ] || $BK train-tokenizer "${TEXT[@]}" --vocab-size 8192 --output-dir "$R/vocab" --no-progress
+[ -f "$R/data/manifest.json" ] || $BK create-pretraining-data "${TEXT[@]}" --vocab "$R/vocab" --output-dir "$R/data" \
+    --max-seq-length 128 --dupe-factor 1 --masking dynamic --no-progress --overwrite
+EVAL=()
+if [ -f "$HELDOUT" ]; then
+  [ -f "$R/heldout/manifest.json" ] || $BK create-pretraining-data "$HELDOUT" --vocab "$R/vocab" \
+      --output-dir "$R/heldout" --max-seq-length 128 --dupe-factor 1 --no-progress --overwrite
+  EVAL=(--eval-data "$R/heldout")
+fi
+RESUME=()
+[ -d "$R/model/checkpoints" ] && RESUME=(--resume)
+[ -d "$R/model" ] && [ ! -d "$R/model/checkpoints" ] && RESUME=(--overwrite)  # stopped before its first checkpoint
+[ -f "$R/model/final/config.json" ] || $BK pretrain --config "$HERE/pretrain.json" --config-name "$HERE/config.json" \
+    --data "$R/data" --vocab "$R/vocab" --output-dir "$R/model" "${EVAL[@]}" "${RESUME[@]}"
+if [ -f "$HELDOUT" ]; then
+  $PY "$HERE/../../experiments/pretrain_eval.py" --model "$R/model/final" --data "$R/heldout" \
+      --baseline "$R/data" --vocab "$R/vocab"
+fi

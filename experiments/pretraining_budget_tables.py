@@ -1,0 +1,128 @@
+"""Tables and curves of the pre-training budget study (``experiments/pretraining_budget.sh``).
+
+    python experiments/pretraining_budget_tables.py --runs runs/pretraining-budget --figures docs/img
+
+Reads each arm's ``metrics.jsonl`` and ``settings`` (its report), the context-free floors
+(``floors.jsonl``, written by the study script) and, where present, the full held-out scores
+(``heldout.jsonl``) and the GLUE runs; prints the markdown tables of RESULTS.md and draws the curves.
+
+The escape step of an arm is the first evaluation at which its held-out masked-LM accuracy is at least one
+point above the context-free floor of its held-out set (the accuracy of a predictor that reads no context).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+ESCAPE_MARGIN = 0.01
+TASKS = {"mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "stsb": ("pearson", "spearman"), "sst2": ("accuracy",)}
+INITS = {"init-pretrained": "pre-trained (the recipe, 60 min)", "init-random": "random initialisation"}
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a torn last line of a run still going
+            continue
+    return out
+
+
+def arm_summary(run: Path, floor: float) -> dict:
+    """Steps, throughput, escape step and last held-out accuracy of one pre-training run."""
+    records = read_jsonl(run / "metrics.jsonl")
+    evals = [r for r in records if r["split"] == "eval"]
+    train = [r for r in records if r["split"] == "train"]
+    escape = next((r["step"] for r in evals if r["mlm_acc"] >= floor + ESCAPE_MARGIN), None)
+    speed = statistics.median(r["seqs_per_s"] for r in train[1:]) if len(train) > 1 else None
+    return {"steps": evals[-1]["step"] if evals else 0, "escape": escape, "seqs_per_s": speed,
+            "mlm_acc": evals[-1]["mlm_acc"] if evals else None, "nsp_acc": evals[-1].get("nsp_acc") if evals else None,
+            "curve": [(r["step"], r["mlm_acc"]) for r in evals]}
+
+
+def pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.1f}%"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=Path, default=Path("runs/pretraining-budget"))
+    p.add_argument("--figures", type=Path, default=None, help="write the curves here (PNG)")
+    args = p.parse_args()
+    arms = json.loads((args.runs / "arms.json").read_text())
+    floors = {r["data"]: r["mlm_acc"] for r in read_jsonl(args.runs / "floors.jsonl")}
+    steps = (300, 500, 700, 1000, 1500)
+    print("| arm | what changes | " + " | ".join(f"step {k}" for k in steps) + " | escape step | ran to |")
+    print("|---|---|" + "---:|" * len(steps) + "---:|---:|")
+    curves = {}
+    for arm in arms:
+        floor = floors.get(arm["eval"], float("nan"))
+        s = arm_summary(args.runs / "arms" / arm["name"], floor)
+        curves[arm["name"]] = (s["curve"], floor)
+        at = dict(s["curve"])
+        print(f"| {arm['name']} | {arm['lever']} | " + " | ".join(pct(at.get(k)) for k in steps) + " | "
+              f"{s['escape'] if s['escape'] is not None else 'not by ' + str(s['steps'])} | {s['steps']} |")
+    print(f"\n(held-out masked-LM accuracy, first {arms[0].get('eval_instances', 1000)} instances of "
+          f"{arms[0]['eval']}; context-free floor {pct(floors.get(arms[0]['eval']))})")
+    recipe = args.runs / "pretrain-1h" / "model"
+    final = [r for r in read_jsonl(recipe / "metrics.jsonl") if r["split"] == "eval"]
+    if final:
+        floor = floors.get("eval-8192-128", float("nan"))
+        escape = next((r["step"] for r in final if r["mlm_acc"] >= floor + ESCAPE_MARGIN), None)
+        train = [r for r in read_jsonl(recipe / "metrics.jsonl") if r["split"] == "train"]
+        print(f"\n## The recipe (examples/pretrain-1h): escape step {escape}, median "
+              f"{statistics.median(r['seqs_per_s'] for r in train):.0f} sequences/s on both cores\n")
+        print("| step | " + " | ".join(str(r["step"]) for r in final) + " |")
+        print("|---|" + "---:|" * len(final))
+        print("| held-out MLM acc. | " + " | ".join(pct(r["mlm_acc"]) for r in final) + " |")
+        curves["recipe (examples/pretrain-1h)"] = ([(r["step"], r["mlm_acc"]) for r in final], floor)
+    reports = {(init, task): json.loads((args.runs / "glue" / f"{init}-{task}" / "report.json").read_text())
+               for init in INITS for task in TASKS if (args.runs / "glue" / f"{init}-{task}" / "report.json").is_file()}
+    if reports:
+        print("\n## Downstream (dev, mean ± std over seeds, x100)\n")
+        print("| initialisation | " + " | ".join(f"{t.upper()} {'/'.join(m)}" for t, m in TASKS.items()) + " |")
+        print("|---|" + "---:|" * len(TASKS))
+        for init, label in INITS.items():
+            cells = []
+            for task, metrics in TASKS.items():
+                rep = reports.get((init, task))
+                cells.append("missing" if rep is None else " / ".join(
+                    f"{100 * rep['best'][m]['mean']:.1f} ± {100 * rep['best'][m]['std']:.1f}" for m in metrics))
+            print(f"| {label} | " + " | ".join(cells) + " |")
+        print("\n| task (metric) | pre-trained - random init | larger than both seeds' std? |\n|---|---:|---|")
+        for task, metrics in TASKS.items():
+            a, b = reports.get(("init-pretrained", task)), reports.get(("init-random", task))
+            if a is None or b is None:
+                print(f"| {task.upper()} ({metrics[0]}) | missing | |")
+                continue
+            m = metrics[0]
+            d = a["best"][m]["mean"] - b["best"][m]["mean"]
+            spread = max(a["best"][m]["std"], b["best"][m]["std"])
+            print(f"| {task.upper()} ({m}) | {100 * d:+.1f} | {'yes' if abs(d) > spread else 'no'} "
+                  f"(std {100 * spread:.1f}) |")
+    if args.figures is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for name, (curve, _floor) in curves.items():
+            if curve:
+                ax.plot([c[0] for c in curve], [100 * c[1] for c in curve], label=name)
+        ax.axhline(100 * statistics.median(floors.values()), color="grey", ls="--", label="context-free floor")
+        ax.set_xlabel("optimiser step")
+        ax.set_ylabel("held-out masked-LM accuracy (%)")
+        ax.legend(fontsize=7)
+        args.figures.mkdir(parents=True, exist_ok=True)
+        fig.savefig(args.figures / "pretraining-budget-ablation.png", dpi=110, bbox_inches="tight")
+
+
+if __name__ == "__main__":
+    main()
