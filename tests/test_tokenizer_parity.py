@@ -1,9 +1,10 @@
 """Parity of bertkit's BertTokenizer with Hugging Face's BertTokenizerFast (the Rust `tokenizers` pipeline).
 
-Fast checks: every Unicode code point through the basic tokenizer, hand-picked edge cases, random
-strings, truncation arithmetic, padding/tensors, decode, and a deterministic 1% sample of every file in
-the shared data (bench/tokenizer_parity_sweep.py --sample 100), in uncased and cased mode.
-Slow (`-m slow`): the same sweep over every line of every file.
+Fast checks: every assigned Unicode code point through the basic tokenizer, hand-picked edge cases, random
+strings, truncation arithmetic, padding/tensors, decode, and a deterministic 0.1% sample of every file in
+the shared data (bench/tokenizer_parity_sweep.py --sample 1000), in uncased and cased mode.
+Slow (`-m slow`): the same sweep over 1% and over every line of every file, and the code points of the
+unassigned and private-use planes beyond the first and last block of each.
 
 The reference must be built with the vocabulary passed as `vocab=` under transformers 5 (it silently
 ignores `vocab_file=` there and keeps a 5-token vocabulary); `hf_reference` below checks it loaded.
@@ -11,10 +12,9 @@ ignores `vocab_file=` there and keeps a 5-token vocabulary); `hf_reference` belo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -116,9 +116,22 @@ def _assert_same(ours: BertTokenizer, ref, a, b=None, **kw) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("lower", [True, False], ids=["uncased", "cased"])
-def test_every_code_point_basic_tokenizer(lower: bool) -> None:
-    """Each code point between two letters: same words as BertNormalizer + BertPreTokenizer.
+BLOCK = 4096
+ASSIGNED_PLANES = (0, 1, 2, 3, 14)  # every code point Unicode assigns (to 16.0) outside private use lies here
+
+
+def _blocks(every_plane_in_full: bool) -> list[int]:
+    """First code points of the 4096-wide blocks to check: planes 0-3 and 14 in full, and of the unassigned
+    planes 4-13 and the private-use planes 15-16 (one category each) the first and last block, unless
+    ``every_plane_in_full``."""
+    firsts = range(0, 0x110000, BLOCK)
+    if every_plane_in_full:
+        return list(firsts)
+    return [f for f in firsts if f >> 16 in ASSIGNED_PLANES or f % 0x10000 in (0, 0x10000 - BLOCK)]
+
+
+def _check_code_points(lower: bool, firsts: list[int]) -> None:
+    """Each code point of the blocks between two letters: same words as BertNormalizer + BertPreTokenizer.
 
     Checked 4096 code points at a time ("a\u0000b a\u0001b ..."; letters and spaces keep the characters
     from interacting), then one by one within a block that differs, to name the culprits.
@@ -132,13 +145,29 @@ def test_every_code_point_basic_tokenizer(lower: bool) -> None:
         return [w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(text))]
 
     bad = []
-    for first in range(0, 0x110000, 4096):
-        cps = [cp for cp in range(first, first + 4096) if not 0xD800 <= cp <= 0xDFFF]
+    for first in firsts:
+        cps = [cp for cp in range(first, first + BLOCK) if not 0xD800 <= cp <= 0xDFFF]
         if ours.tokenize(" ".join(f"a{chr(cp)}b" for cp in cps)) != theirs(
             " ".join(f"a{chr(cp)}b" for cp in cps)
         ):
             bad += [hex(cp) for cp in cps if ours.tokenize(f"a{chr(cp)}b") != theirs(f"a{chr(cp)}b")]
     assert not bad, f"{len(bad)} code points differ, e.g. {bad[:20]}"
+
+
+@pytest.mark.parametrize("lower", [True, False], ids=["uncased", "cased"])
+def test_every_assigned_code_point_basic_tokenizer(lower: bool) -> None:
+    """Every code point of planes 0-3 and 14 (all that Unicode assigns), and the first and last 4096 of each
+    unassigned or private-use plane."""
+    blocks = _blocks(every_plane_in_full=False)
+    assert len(blocks) == 5 * 16 + 12 * 2
+    _check_code_points(lower, blocks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lower", [True, False], ids=["uncased", "cased"])
+def test_every_code_point_basic_tokenizer(lower: bool) -> None:
+    """Every code point from U+0000 to U+10FFFF (surrogates aside)."""
+    _check_code_points(lower, _blocks(every_plane_in_full=True))
 
 
 def test_surrogates_are_dropped() -> None:
@@ -318,25 +347,33 @@ def test_padded_tensors(pair, tensors: str) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _run_sweep(model: Path, data: Path, every: int, timeout: int) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(SWEEP), "--model", str(model), "--data", str(data), "--sample", str(every)],
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
-    assert proc.stdout.strip(), proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+def _run_sweep(model: Path, data: Path, every: int) -> dict:
+    """bench/tokenizer_parity_sweep.py's main() in this process (its one JSON line is the returned dict)."""
+    spec = importlib.util.spec_from_file_location("tokenizer_parity_sweep", SWEEP)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    result = sweep.main(["--model", str(model), "--data", str(data), "--sample", str(every)])
     problems = {
         mode: {g: s["examples"] for g, s in m["groups"].items() if s["examples"]} | {"truncation": m["truncation"]["examples"]}
         for mode, m in result["modes"].items()
     }  # fmt: skip
-    assert result["mismatches"] == 0, json.dumps(problems, ensure_ascii=False)[:3000]
-    assert proc.returncode == 0
+    assert result["mismatches"] == 0, json.dumps(problems, ensure_ascii=False)[:3000]  # the script's exit status
     return result
 
 
 def test_data_sample(vocab_file: Path, data_dir: Path) -> None:
+    """Every 1000th line of every data file (about 1,900 texts and pairs per mode), every file group present."""
+    result = _run_sweep(vocab_file.parent, data_dir, 1000)
+    for mode in MODES:
+        assert result["modes"][mode]["lines"] > 1500
+        assert result["modes"][mode]["truncation_checks"] > 150
+        assert all(g["texts"] > 0 for g in result["modes"][mode]["groups"].values())
+
+
+@pytest.mark.slow
+def test_data_one_percent_sample(vocab_file: Path, data_dir: Path) -> None:
     """Every 100th line of every data file (about 19,000 texts and pairs per mode)."""
-    result = _run_sweep(vocab_file.parent, data_dir, 100, timeout=300)
+    result = _run_sweep(vocab_file.parent, data_dir, 100)
     for mode in MODES:
         assert result["modes"][mode]["lines"] > 15000
         assert result["modes"][mode]["truncation_checks"] > 1500
@@ -345,6 +382,6 @@ def test_data_sample(vocab_file: Path, data_dir: Path) -> None:
 @pytest.mark.slow
 def test_data_full_sweep(vocab_file: Path, data_dir: Path) -> None:
     """Every line of every data file, both modes (about 10 minutes on 2 cores)."""
-    result = _run_sweep(vocab_file.parent, data_dir, 1, timeout=3600)
+    result = _run_sweep(vocab_file.parent, data_dir, 1)
     for mode in MODES:
         assert result["modes"][mode]["lines"] > 1_500_000
