@@ -14,7 +14,9 @@ Where this differs from the paper's text (not from its released code, which it f
   through one function, ``self_attention``, which scatters q/k/v into per-sequence rectangles for
   PyTorch's ``scaled_dot_product_attention``. Both live in ``padding.py`` (``TokenLayout``), apart
   from this forward pass. ``layout="padded"`` computes on the padded rectangle as transformers
-  does; at real positions both agree within float rounding.
+  does; at real positions both agree within float rounding. Under bf16 autocast on the CPU the layers
+  compute on N rounded up with rows in no sequence (``TokenLayout.pack`` / ``unpack``), so oneDNN builds
+  few GEMM kernels; no output holds those rows.
 - ``output_attentions=True`` computes attention explicitly (``attention_probs``) on the padded rectangle so
   the probabilities can be returned, as transformers' "eager" attention does; without it the fused SDPA
   kernel runs and the probabilities are never materialised.
@@ -276,6 +278,7 @@ class BertModel(PretrainedMixin, nn.Module):
                                 token_type_ids.reshape(-1)[keep], pos,
                                 None if inputs_embeds is None else inputs_embeds.reshape(B * T, -1)[keep])  # (N, H)
         states = [x] if output_hidden_states else None
+        x = lay.pack(x)  # the rows the layers compute on: under bf16 on the CPU, N rounded up (see TokenLayout)
         attentions = [] if output_attentions else None
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
@@ -285,9 +288,10 @@ class BertModel(PretrainedMixin, nn.Module):
             else:
                 x, probs = layer(x, lay, eager)
             if states is not None:
-                states.append(x)
+                states.append(lay.unpack(x))
             if attentions is not None:
                 attentions.append(probs)
+        x = lay.unpack(x)  # (N, H) or (B, T, H): the real tokens only
         pooled = self.pooler(lay.first_tokens(x)) if self.pooler is not None else None
         out = BertModelOutput(x, pooled, lay, tuple(states) if states is not None else None,
                               tuple(attentions) if attentions is not None else None)

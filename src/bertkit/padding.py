@@ -9,6 +9,10 @@ groups of similar length (``AttentionGroup``), so long ragged batches (SQuAD win
 attention work on padding either. MosaicBERT keeps the same machinery in ``bert_padding.py`` beside its
 layers, for the same reason: the forward pass reads as the paper, the memory layout is one module.
 
+Under bf16 autocast on the CPU the unpadded layout also rounds N up to a multiple of
+``BF16_TOKEN_MULTIPLE`` with rows that belong to no sequence (``TokenLayout.pack`` appends them after the
+embeddings, ``unpack`` drops them from every state returned), so oneDNN meets few GEMM shapes.
+
 Shape legend: B batch, T sequence length, N real tokens, H hidden size, nh heads, hs head size.
 """
 
@@ -92,6 +96,32 @@ def _attention_groups(lengths: Tensor, starts: Tensor) -> tuple[AttentionGroup, 
     return tuple(groups)
 
 
+# Under bf16 autocast on CPUs with AVX512-BF16 or AMX, oneDNN builds (and caches) a GEMM kernel for every new
+# row count, so in the unpadded layout every new token count N costs a kernel build per Linear shape (a
+# pipeline's first pass over real text was 24% slower than a repeat, BENCHMARKS.md). Rounding N up to a multiple
+# of 64 bounds the kernels to ceil(N_max / 64) (64 for batches of 32 x 128 tokens) while adding at most 63 rows:
+# 4% more rows on average for the pipelines' batches of 32 SST-2 sentences (~800 tokens), against 8% for 128
+# (which halves the kernel count) and 15% / 30% for batches of 8. Not in fp32: a repeat pass is no faster
+# there (no per-shape build to save), so the extra rows would be pure cost.
+BF16_TOKEN_MULTIPLE = 64
+
+
+def round_up_tokens(n: int, multiple: int) -> int:
+    """``n`` real tokens rounded up to a multiple of ``multiple`` (1: unchanged): the rows the layers compute on."""
+    if n < 1 or multiple < 1:
+        raise ValueError(f"round_up_tokens needs n >= 1 and multiple >= 1, got n={n}, multiple={multiple} "
+                         "(an empty batch never reaches the unpadded layout: the model refuses empty sequences)")
+    return -(-n // multiple) * multiple
+
+
+def token_multiple(device: torch.device) -> int:
+    """What the unpadded layout rounds its token count up to a multiple of on ``device``, in this context:
+    ``BF16_TOKEN_MULTIPLE`` under bf16 autocast on the CPU, otherwise 1 (no rounding)."""
+    if device.type == "cpu" and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+        return BF16_TOKEN_MULTIPLE
+    return 1
+
+
 def is_tracing() -> bool:
     """Inside torch.jit.trace, torch.export or torch.compile, where a tensor's values are not known: the
     model then takes the padded layout (static shapes) and skips checks that read values."""
@@ -112,7 +142,8 @@ class TokenLayout:
     ``flat_index`` (N,) are the real tokens' positions in the flattened (B*T) input (None: padded);
     ``key_mask`` (B, 1, 1, T) is the padded layout's mask (None: no padding); ``groups`` the attention
     groups of the unpadded layout; ``first_token`` (B,) indexes each sequence's first token ([CLS]) among
-    the stored tokens.
+    the stored tokens; ``extra_rows`` the rows that round N up inside the layers (``pack``), in no sequence
+    and no attention group: they attend to nothing, nothing attends to them, and ``unpack`` drops them.
     """
 
     batch_shape: tuple[int, int]
@@ -120,6 +151,7 @@ class TokenLayout:
     flat_index: Tensor | None = None
     groups: tuple[AttentionGroup, ...] = ()
     first_token: Tensor | None = None
+    extra_rows: int = 0
 
     @classmethod
     def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int]) -> TokenLayout:
@@ -128,18 +160,34 @@ class TokenLayout:
         return cls(shape, attention_mask.bool()[:, None, None, :])  # (B, 1, 1, T)
 
     @classmethod
-    def unpadded(cls, attention_mask: Tensor) -> TokenLayout:
-        """Right-padded rows (each row's real tokens first), as every BERT tokenizer produces."""
+    def unpadded(cls, attention_mask: Tensor, multiple: int | None = None) -> TokenLayout:
+        """Right-padded rows (each row's real tokens first), as every BERT tokenizer produces. The layers
+        compute on N rounded up to a multiple of ``multiple`` (None: ``token_multiple``, i.e. only under bf16
+        autocast on the CPU)."""
         B, T = attention_mask.shape
         mask = attention_mask.bool()
         flat_index = mask.reshape(-1).nonzero().squeeze(1)  # (N,)
         lengths = mask.sum(1)  # (B,)
         first = torch.cumsum(lengths, 0) - lengths  # (B,) offsets of each row's first real token
-        return cls((B, T), None, flat_index, _attention_groups(lengths, first), first)
+        n = flat_index.numel()
+        multiple = token_multiple(attention_mask.device) if multiple is None else multiple
+        return cls((B, T), None, flat_index, _attention_groups(lengths, first), first,
+                   round_up_tokens(n, multiple) - n)
 
     @property
     def is_padded(self) -> bool:
         return self.flat_index is None
+
+    def pack(self, x: Tensor) -> Tensor:
+        """The N real tokens' states (N, D) -> the rows the layers compute on (N + extra_rows, D): zero rows
+        appended to round N up (``BF16_TOKEN_MULTIPLE``). Identity when there are none (fp32, padded layout)."""
+        if not self.extra_rows:
+            return x
+        return torch.cat([x, x.new_zeros(self.extra_rows, x.size(-1))])  # (N + extra_rows, D)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """Rows the layers computed on -> the N real tokens' states (a view): what ``pack`` added is dropped."""
+        return x[: x.size(0) - self.extra_rows] if self.extra_rows else x  # (N, D)
 
     def to_batch(self, x: Tensor) -> Tensor:
         """Stored tokens -> the caller's padded (B, T, D) shape (zeros at padding); identity when padded."""
@@ -169,25 +217,27 @@ torch.utils._pytree.register_dataclass(TokenLayout)  # part of BertModelOutput u
 def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
     """Multi-head scaled dot-product attention over the fused projections: qkv (..., 3H) -> (..., H).
 
-    ``qkv`` is (B, T, 3H) for a padded layout and (N, 3H) otherwise; the result has the same leading shape.
+    ``qkv`` is (B, T, 3H) for a padded layout and (N + extra_rows, 3H) otherwise; the result has the same
+    leading shape, zero at the rounding rows (they are in no group: they attend to nothing and nothing to them).
     Never compiled (``compile_layers`` compiles the per-token work around it): the number of length groups,
     and whether each has a mask, change from batch to batch, and tracing them made torch.compile recompile
     until it gave up, slower than eager; SDPA is one fused kernel already.
     """
     if layout.is_padded:
         return _attend(qkv, layout.key_mask, num_heads, dropout_p)
+    real = layout.unpack(qkv)  # (N, 3H)
     out = None
     for g in layout.groups:
-        part = qkv if g.tokens is None else qkv.index_select(0, g.tokens)  # (n_b, 3H)
+        part = real if g.tokens is None else real.index_select(0, g.tokens)  # (n_b, 3H)
         S_b, T_b = g.shape
         rect = part.new_zeros(S_b * T_b, part.size(-1)).index_copy_(0, g.slot, part).view(S_b, T_b, -1)
         y = _attend(rect, g.key_mask, num_heads, dropout_p).reshape(S_b * T_b, -1).index_select(0, g.slot)
         if g.tokens is None:
-            return y  # one group holding every sequence in order
+            return layout.pack(y)  # one group holding every sequence in order
         if out is None:
-            out = y.new_empty(qkv.size(0), y.size(-1))
+            out = y.new_empty(real.size(0), y.size(-1))
         out.index_copy_(0, g.tokens, y)
-    return out
+    return layout.pack(out)
 
 
 def _attend(rect: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float) -> Tensor:
