@@ -17,6 +17,14 @@ Implementations, each timed over the whole input list (tokenization, model, post
     python bench/bench_pipeline.py --model models/minilm [--limit 32] [--workloads sst2,squad]
 
 Prints one JSON line per (workload, implementation).
+
+``--first-pass MULTIPLE`` times something else: bertkit's feature-extraction pipeline in bf16 over the SST-2
+sentences, its first pass against repeats, with the unpadded layout's token count rounded up to a multiple of
+MULTIPLE (``padding.BF16_TOKEN_MULTIPLE``; 1: not rounded). Under bf16 oneDNN builds a GEMM kernel for every
+new token count and keeps it for the life of the process, so each multiple runs in its own process:
+
+    python bench/bench_pipeline.py --first-pass 64 --limit 1024
+    python bench/bench_pipeline.py --first-pass 1 --limit 1024
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import torch
 import transformers
 
 import bertkit
-from bertkit import BertTokenizer
+from bertkit import BertTokenizer, padding
 from bertkit.heads import BertForQuestionAnswering, BertForSequenceClassification
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,13 +119,40 @@ def timed(fn, *args):
     return result, time.perf_counter() - t0
 
 
+def first_pass(model_dir: Path, texts: list[str], multiple: int) -> dict:
+    """The bf16 feature-extraction pipeline's first pass over ``texts`` against two repeats, with the token
+    count rounded up to a multiple of ``multiple`` (1: not rounded), and the distinct counts the encoder met."""
+    padding.BF16_TOKEN_MULTIPLE = multiple  # read at each forward by padding.token_multiple
+    # Warm-up in fp32 (loading, tokenizer, thread pool) builds no bf16 kernel the timed passes could reuse.
+    bertkit.pipeline("feature-extraction", model_dir, batch_size=BATCH, progress=False)(texts[:4])
+    pipe = bertkit.pipeline("feature-extraction", model_dir, bf16=True, batch_size=BATCH, progress=False)
+    rows: list[int] = []
+    hook = pipe.model.layers[0].register_forward_pre_hook(lambda _, a: rows.append(a[0].shape[0]))
+    secs = [timed(pipe, texts)[1] for _ in range(3)]
+    hook.remove()
+    first, repeat = secs[0], min(secs[1:])
+    return {"workload": "sst2", "task": "feature-extraction", "impl": "bertkit-bf16", "token_multiple": multiple,
+            "inputs": len(texts), "batches": len(rows) // 3, "distinct_token_counts": len(set(rows)),
+            "first_pass_s": round(first, 3), "repeat_s": round(repeat, 3),
+            "first_over_repeat": round(first / repeat, 3), "threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=REPO / "models" / "minilm")
     p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     p.add_argument("--limit", type=int, default=None, help="inputs per workload (default: all SST-2 dev, 2048 SQuAD)")
     p.add_argument("--workloads", default="sst2,squad")
+    p.add_argument("--first-pass", type=int, default=None, metavar="MULTIPLE",
+                   help="instead: time the bf16 feature-extraction pipeline's first pass over the SST-2 sentences "
+                        "against repeats, the token count rounded up to a multiple of MULTIPLE (1: not rounded)")
     args = p.parse_args()
+    if args.first_pass is not None:
+        if args.first_pass < 1:
+            raise SystemExit(f"--first-pass {args.first_pass}: the multiple must be >= 1 (1: no rounding)")
+        print(json.dumps(first_pass(args.model, sst2_sentences(args.data, args.limit), args.first_pass)), flush=True)
+        return
     threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as tmp:
         for workload in args.workloads.split(","):
