@@ -46,7 +46,10 @@ def uninterrupted(tiny_setup, tmp_path_factory) -> Path:
     return full
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_bit_for_bit(tiny_setup, uninterrupted, tmp_path):
+    """One SIGKILL at whatever moment follows the step-20 checkpoint; `make test` kills at chosen moments instead
+    (the test below)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     full, killed = uninterrupted, tmp_path / "killed"
 
