@@ -21,17 +21,15 @@ WORDS = {"O": ["the", "a", "said", "on", "with", "and", "to", "in", "of", "was"]
          "ORG": ["acme", "globex", "initech", "umbrella"]}
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory) -> Path:
-    """A tiny encoder and 240 generated CoNLL sentences: enough steps to kill a run at random moments."""
-    root = tmp_path_factory.mktemp("ft-resume")
+def _make_setup(root: Path, train_sentences: int) -> Path:
+    """A tiny encoder and generated CoNLL sentences (``train_sentences`` for training, 30 each to score)."""
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted({w for ws in WORDS.values() for w in ws})]
     BertTokenizer({t: i for i, t in enumerate(vocab)}).save_pretrained(root / "model")
     torch.manual_seed(0)
     BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                          intermediate_size=64, max_position_embeddings=64)).save_pretrained(root / "model")
     rng = random.Random(0)
-    for split, n in (("train", 240), ("valid", 30), ("test", 30)):
+    for split, n in (("train", train_sentences), ("valid", 30), ("test", 30)):
         lines = []
         for _ in range(n):
             for _ in range(rng.randint(4, 10)):
@@ -41,6 +39,18 @@ def setup(tmp_path_factory) -> Path:
         (root / "conll" / f"{split}.txt").parent.mkdir(exist_ok=True)
         (root / "conll" / f"{split}.txt").write_text("\n".join(lines) + "\n")
     return root
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Path:
+    """240 training sentences: enough steps to kill a run at random moments."""
+    return _make_setup(tmp_path_factory.mktemp("ft-resume"), 240)
+
+
+@pytest.fixture(scope="module")
+def short_setup(tmp_path_factory) -> Path:
+    """80 training sentences: 20 steps of batch 4, checkpoints every 3, room for kills at the 2nd and 3rd."""
+    return _make_setup(tmp_path_factory.mktemp("ft-resume-short"), 80)
 
 
 def _args(root: Path, out: Path, *extra: str, epochs: int = 3) -> list[str]:
@@ -94,18 +104,18 @@ def test_a_killed_fine_tuning_run_resumes_bit_for_bit(setup, tmp_path):
     assert _campaign(setup, tmp_path, kills=2, seed=1, epochs=3) >= 1
 
 
-def test_killed_inside_checkpoint_writes_fine_tuning_resumes_bit_for_bit(setup, tmp_path):
+def test_killed_inside_checkpoint_writes_fine_tuning_resumes_bit_for_bit(short_setup, tmp_path):
     """SIGKILL with a half-written state.pt, then (resumed) right after a checkpoint's rename: --resume ends
     with the uninterrupted run's report, losses and weights, bit for bit."""
     from killing import child_env, launch_paused, torn_checkpoint_left
 
     env = child_env()
     full, killed = tmp_path / "full", tmp_path / "killed"
-    subprocess.run(_args(setup, full, epochs=1), check=True, env=env, capture_output=True)
+    subprocess.run(_args(short_setup, full, epochs=1), check=True, env=env, capture_output=True)
     for where, nth in (("state", 2), ("renamed", 3)):
-        assert launch_paused(_args(setup, killed, "--resume", epochs=1)[3:], where, nth, tmp_path / "stop", env)
+        assert launch_paused(_args(short_setup, killed, "--resume", epochs=1)[3:], where, nth, tmp_path / "stop", env)
         assert torn_checkpoint_left(killed) == (where == "state")
-    subprocess.run(_args(setup, killed, "--resume", epochs=1), check=True, env=env, capture_output=True)
+    subprocess.run(_args(short_setup, killed, "--resume", epochs=1), check=True, env=env, capture_output=True)
     _same_result(full, killed)
 
 
