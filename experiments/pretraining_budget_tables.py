@@ -73,6 +73,7 @@ def main() -> None:
     recipe = args.runs / "pretrain-1h" / "model"
     final = [r for r in read_jsonl(recipe / "metrics.jsonl") if r["split"] == "eval"]
     if final:
+        final = [r for r in final if r["step"] % 2000 == 0 or r["step"] in (1000, final[-1]["step"])]  # table width
         floor = floors.get("eval-8192-128", float("nan"))
         escape = next((r["step"] for r in final if r["mlm_acc"] >= floor + ESCAPE_MARGIN), None)
         train = [r for r in read_jsonl(recipe / "metrics.jsonl") if r["split"] == "train"]
@@ -81,6 +82,14 @@ def main() -> None:
         print("| step | " + " | ".join(str(r["step"]) for r in final) + " |")
         print("|---|" + "---:|" * len(final))
         print("| held-out MLM acc. | " + " | ".join(pct(r["mlm_acc"]) for r in final) + " |")
+        # training minutes up to each evaluation, from the logged windows' throughput (evaluation time excluded)
+        minutes, done, last = [], 0.0, 0
+        for r in train:
+            done += (r["step"] - last) * 32 / r["seqs_per_s"] / 60
+            last = r["step"]
+            if any(e["step"] == r["step"] for e in final):
+                minutes.append(done)
+        print("| minutes of training | " + " | ".join(f"{m:.0f}" for m in minutes) + " |")
         curves["recipe (examples/pretrain-1h)"] = ([(r["step"], r["mlm_acc"]) for r in final], floor)
     reports = {(init, task): json.loads((args.runs / "glue" / f"{init}-{task}" / "report.json").read_text())
                for init in INITS for task in TASKS if (args.runs / "glue" / f"{init}-{task}" / "report.json").is_file()}
@@ -116,7 +125,7 @@ def main() -> None:
         for name, (curve, _floor) in curves.items():
             if curve:
                 ax.plot([c[0] for c in curve], [100 * c[1] for c in curve], label=name)
-        ax.axhline(100 * statistics.median(floors.values()), color="grey", ls="--", label="context-free floor")
+        ax.axhline(100 * floors.get(arms[0]["eval"], float("nan")), color="grey", ls="--", label="context-free floor")
         ax.set_xlabel("optimiser step")
         ax.set_ylabel("held-out masked-LM accuracy (%)")
         ax.legend(fontsize=7)
