@@ -1,12 +1,14 @@
 """The commands under torchrun: a kill, a resume at the same world size (bit-exact) and at another one.
 
 torchrun (``python -m torch.distributed.run --standalone``) on the CPU with gloo; a tiny model pre-trained
-on Python's own documentation, as in tests/test_pretrain_resume.py.
+on Python's own documentation, as in tests/test_pretrain_resume.py. The resume in one process runs in this
+process: only the runs with two processes need a launcher.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -37,13 +39,20 @@ def _env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
 
 
-def _pretrain(root: Path, out: Path, *extra: str, procs: int = 2) -> list[str]:
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)]
-                if procs > 1 else [sys.executable])
-    return [*launcher, "-m", "bertkit", "pretrain", "--data", str(root / "data"), "--vocab", str(root / "vocab"),
-            "--config-name", "tiny", "--output-dir", str(out), "--max-steps", "40", "--save-steps", "4",
-            "--logging-steps", "1", "--batch-size", "8", "--learning-rate", "1e-3", "--no-progress",
-            "--device", "cpu", *extra]
+STEPS = 20  # checkpoints every 4 steps; the kill follows the step-8 one, 12 steps before the end
+
+
+def _args(root: Path, out: Path, *extra: str) -> list[str]:
+    """`bertkit pretrain`'s arguments for the runs compared here."""
+    return ["pretrain", "--data", str(root / "data"), "--vocab", str(root / "vocab"), "--config-name", "tiny",
+            "--output-dir", str(out), "--max-steps", str(STEPS), "--save-steps", "4", "--logging-steps", "1",
+            "--batch-size", "8", "--learning-rate", "1e-3", "--no-progress", "--device", "cpu", *extra]
+
+
+def _pretrain(root: Path, out: Path, *extra: str) -> list[str]:
+    """The command line of the run under torchrun with two processes."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    return [*launcher, "-m", "bertkit", *_args(root, out, *extra)]
 
 
 def _records(out: Path) -> list[dict]:
@@ -72,13 +81,17 @@ def _worker_pids(launcher_pid: int) -> dict[int, int]:
     return found
 
 
-def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data, tmp_path):
+def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data, tmp_path, caplog):
+    """Two processes under torchrun, one killed: --resume under torchrun ends bit for bit where the uninterrupted
+    run did; --resume in one process (this one: no launcher involved) continues at the same sample position."""
+    from bertkit.cli import main
+
     full, killed = tmp_path / "full", tmp_path / "killed"
     done = subprocess.run(_pretrain(tiny_data, full), env=_env(), capture_output=True, text=True, timeout=HANG)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout)["steps"] == 40  # one JSON result, printed by rank 0 only
+    assert json.loads(done.stdout)["steps"] == STEPS  # one JSON result, printed by rank 0 only
     assert len(list((full / "checkpoints").glob("step-*"))) == 2  # written once (rank 0), keep-last 2
-    state = (full / "checkpoints" / "step-00000040")
+    state = (full / "checkpoints" / f"step-{STEPS:08d}")
     assert (state / "config.json").is_file() and (state / "model.safetensors").is_file()  # from_pretrained layout
 
     proc = subprocess.Popen(_pretrain(tiny_data, killed, "--ddp-timeout", "60"), env=_env(), stdout=subprocess.PIPE,
@@ -92,7 +105,7 @@ def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data
     _, err = proc.communicate(timeout=HANG)
     assert proc.returncode != 0
     steps_done = max(s for s, _ in _losses(killed))
-    assert steps_done < 40 and not (killed / "final").exists()
+    assert steps_done < STEPS and not (killed / "final").exists()
 
     saved = tmp_path / "saved"  # the killed run as it stands, resumed again by one process below
     shutil.copytree(killed, saved)
@@ -106,19 +119,21 @@ def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data
     other = killed  # the same directory (the run marker holds its path), back as the kill left it
     shutil.rmtree(killed)
     shutil.copytree(saved, killed)
-    one = subprocess.run(_pretrain(tiny_data, other, "--resume", procs=1), env=_env(), capture_output=True, text=True,
-                         timeout=HANG)
-    assert one.returncode == 0, one.stderr[-3000:]
-    assert "resuming with 1 process(es) a run checkpointed with 2" in one.stderr
-    assert "same sample position" in one.stderr
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        assert main(_args(tiny_data, other, "--resume")) == 0
+    assert "resuming with 1 process(es) a run checkpointed with 2" in caplog.text
+    assert "same sample position" in caplog.text
     steps = [s for s, _ in _losses(other)]
-    assert steps == list(range(1, 41))  # continued where the checkpoint was, no step repeated or skipped
+    assert steps == list(range(1, STEPS + 1))  # continued where the checkpoint was, no step repeated or skipped
     assert (other / "final" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("suffix", [".jsonl", ".safetensors"])
+@pytest.mark.parametrize("suffix", [pytest.param(".jsonl", marks=pytest.mark.slow), ".safetensors"])
 def test_extract_features_under_torchrun_writes_the_one_process_bytes(tmp_path, suffix):
-    """Two processes share the batches; rank 0 writes a file identical to one process's (real model, real text)."""
+    """Two processes share the batches; rank 0 writes a file identical to one process's (real model, real text).
+
+    Both writers read the states the ranks left in part files through the same code; `make test` runs the
+    safetensors writer (shards, metadata), `make test-slow` the JSON lines one as well."""
     model = Path(os.environ.get("BERTKIT_TEST_MODEL", "models/minilm"))
     if not (model / "config.json").is_file():
         pytest.skip(f"no checkpoint at {model} (set BERTKIT_TEST_MODEL or run `make model`)")
