@@ -1,7 +1,7 @@
 """`bertkit predict TASK` on users' files and `bertkit finetune classify` on users' CSV: real text, real model.
 
 Predictions from a file equal the Python pipeline's on the same inputs, in order, whatever the format;
-bad rows name file and line; classify learns SST-2 sentiment from 1,000 rows of CSV.
+bad rows name file and line; classify learns SST-2 sentiment from 400 rows of CSV.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _read(path: Path) -> list[dict]:
 def test_predict_text_classification_from_csv_jsonl_and_text_equals_the_pipeline(classifier, tmp_path):
     from bertkit import pipeline
 
-    rows = _tsv("SST-2", "dev")[:150]
+    rows = _tsv("SST-2", "dev")[:64]  # four batches of 16, bucketed by length: the order must come back
     texts = [r["sentence"] for r in rows]
     texts[7] = 'a review with "quotes", commas, and a\nnewline'  # CSV quoting round trip
     with open(tmp_path / "in.csv", "w", encoding="utf-8", newline="") as f:
@@ -67,8 +67,8 @@ def test_predict_text_classification_from_csv_jsonl_and_text_equals_the_pipeline
     assert main([*base, "--input", str(tmp_path / "in.jsonl"), "--output-file", str(tmp_path / "jsonl.jsonl")]) == 0
     assert main([*base, "--input", str(tmp_path / "in.txt"), "--output-file", str(tmp_path / "txt.jsonl")]) == 0
     got_csv, got_jsonl, got_txt = (_read(tmp_path / f"{n}.jsonl") for n in ("csv", "jsonl", "txt"))
-    assert [r.pop("id") for r in got_csv] == [f"r{i}" for i in range(150)]
-    assert [r.pop("id") for r in got_jsonl] == list(range(150))
+    assert [r.pop("id") for r in got_csv] == [f"r{i}" for i in range(64)]
+    assert [r.pop("id") for r in got_jsonl] == list(range(64))
     assert got_csv == expected and got_jsonl == expected  # exact: same rows, same batches, same order
     del expected[7], got_txt[7]  # the text file cannot hold the newline
     assert [{k: v for k, v in r.items() if k != "id"} for r in got_txt] == expected
@@ -172,7 +172,7 @@ def test_finetune_classify_learns_sentiment_from_a_csv_and_serves_its_label_name
     from bertkit import pipeline
 
     names = {"0": "negative", "1": "positive"}
-    for split, n in (("train", 1000), ("dev", 200)):
+    for split, n in (("train", 400), ("dev", 200)):  # batches of 8: 50 steps
         with open(tmp_path / f"{split}.csv", "w", encoding="utf-8", newline="") as f:
             w = csv.writer(f)
             w.writerow(["review", "sentiment"])
@@ -181,10 +181,10 @@ def test_finetune_classify_learns_sentiment_from_a_csv_and_serves_its_label_name
     assert main(["finetune", "classify", "--model", str(MODEL), "--train-file", str(tmp_path / "train.csv"),
                  "--validation-file", str(tmp_path / "dev.csv"), "--test-file", str(tmp_path / "dev.csv"),
                  "--text-column", "review", "--label-column", "sentiment", "--output-dir", str(out),
-                 "--num-train-epochs", "1", "--max-seq-length", "64", "--no-progress"]) == 0
+                 "--num-train-epochs", "1", "--max-seq-length", "64", "--batch-size", "8", "--no-progress"]) == 0
     report = json.loads((out / "report.json").read_text())
     accuracy = report["runs"][0]["dev"]["accuracy"]
-    assert 0.6 < accuracy <= 1.0  # chance is ~0.5; 0.695 measured on this machine
+    assert 0.6 < accuracy <= 1.0  # chance is ~0.5; 0.75 measured on this machine (1 and 2 threads)
     pipe = pipeline("text-classification", out / "best")
     assert set(pipe.config.id2label.values()) == {"negative", "positive"}
     test = _read(out / "test_predictions.jsonl")
