@@ -100,3 +100,21 @@ def torn_checkpoint_left(run_dir: Path) -> bool:
 
 def child_env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def run_here(cli_args: list[str]) -> int:
+    """``bertkit <cli_args>`` in this process on one thread, as the children of ``child_env()`` run
+    (OMP_NUM_THREADS=1), so that its results compare bit for bit with theirs; returns the exit status.
+
+    For the runs around a kill (the uninterrupted reference, the last --resume): only the killed run needs a
+    process of its own."""
+    import torch
+
+    from bertkit.cli import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return main(cli_args)
+    finally:
+        torch.set_num_threads(threads)

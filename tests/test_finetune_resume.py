@@ -107,15 +107,15 @@ def test_a_killed_fine_tuning_run_resumes_bit_for_bit(setup, tmp_path):
 def test_killed_inside_checkpoint_writes_fine_tuning_resumes_bit_for_bit(short_setup, tmp_path):
     """SIGKILL with a half-written state.pt, then (resumed) right after a checkpoint's rename: --resume ends
     with the uninterrupted run's report, losses and weights, bit for bit."""
-    from killing import child_env, launch_paused, torn_checkpoint_left
+    from killing import child_env, launch_paused, run_here, torn_checkpoint_left
 
     env = child_env()
     full, killed = tmp_path / "full", tmp_path / "killed"
-    subprocess.run(_args(short_setup, full, epochs=1), check=True, env=env, capture_output=True)
+    assert run_here(_args(short_setup, full, epochs=1)[3:]) == 0  # the reference, in this process
     for where, nth in (("state", 2), ("renamed", 3)):
         assert launch_paused(_args(short_setup, killed, "--resume", epochs=1)[3:], where, nth, tmp_path / "stop", env)
         assert torn_checkpoint_left(killed) == (where == "state")
-    subprocess.run(_args(short_setup, killed, "--resume", epochs=1), check=True, env=env, capture_output=True)
+    assert run_here(_args(short_setup, killed, "--resume", epochs=1)[3:]) == 0
     _same_result(full, killed)
 
 

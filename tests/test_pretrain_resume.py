@@ -38,11 +38,11 @@ def _losses(out: Path) -> list[tuple[int, float, float]]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tiny_setup, tmp_path_factory) -> Path:
-    """The reference for the killed runs: the same command, never interrupted, in a process of its own."""
-    from killing import child_env
+    """The reference for the killed runs: the same command, never interrupted (in this process, one thread)."""
+    from killing import run_here
 
     full = tmp_path_factory.mktemp("uninterrupted") / "full"
-    subprocess.run(_pretrain_args(tiny_setup, full), check=True, env=child_env(), capture_output=True)
+    assert run_here(_pretrain_args(tiny_setup, full)[3:]) == 0
     return full
 
 
@@ -77,7 +77,7 @@ def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, uninter
     renamed into place before the old ones are pruned), then --resume: the uninterrupted run's losses and
     weights, bit for bit."""
     from bertkit.training.loop import checkpoint_dirs
-    from killing import child_env, launch_paused, torn_checkpoint_left
+    from killing import child_env, launch_paused, run_here, torn_checkpoint_left
 
     env = child_env()
     full, killed = uninterrupted, tmp_path / "killed"
@@ -87,7 +87,7 @@ def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, uninter
         assert torn_checkpoint_left(killed) == (where == "state")
         if where == "renamed":  # killed before pruning: one checkpoint more than --save-total-limit 2
             assert [p.name for p in checkpoint_dirs(killed)] == ["step-00000010", "step-00000020", "step-00000030"]
-    subprocess.run(_pretrain_args(tiny_setup, killed, "--resume"), check=True, env=env, capture_output=True)
+    assert run_here(_pretrain_args(tiny_setup, killed, "--resume")[3:]) == 0
     assert _losses(killed) == _losses(full)
     assert (full / "final" / "model.safetensors").read_bytes() == (killed / "final" / "model.safetensors").read_bytes()
     assert not torn_checkpoint_left(killed)
