@@ -96,13 +96,15 @@ def _attention_groups(lengths: Tensor, starts: Tensor) -> tuple[AttentionGroup, 
     return tuple(groups)
 
 
-# Under bf16 autocast on CPUs with AVX512-BF16 or AMX, oneDNN builds (and caches) a GEMM kernel for every new
-# row count, so in the unpadded layout every new token count N costs a kernel build per Linear shape (a
-# pipeline's first pass over real text was 24% slower than a repeat, BENCHMARKS.md). Rounding N up to a multiple
-# of 64 bounds the kernels to ceil(N_max / 64) (64 for batches of 32 x 128 tokens) while adding at most 63 rows:
-# 4% more rows on average for the pipelines' batches of 32 SST-2 sentences (~800 tokens), against 8% for 128
-# (which halves the kernel count) and 15% / 30% for batches of 8. Not in fp32: a repeat pass is no faster
-# there (no per-shape build to save), so the extra rows would be pure cost.
+# Under bf16 autocast on CPUs with AVX512-BF16 or AMX, oneDNN builds a GEMM kernel for every new row count and
+# keeps only the most recent ones (1,024 by default), so in the unpadded layout every new token count N costs a
+# build per Linear shape, and a long-running process that meets every N up to B*T keeps rebuilding them. Rounding N
+# up to a multiple of 64 bounds the counts to ceil(N_max / 64) (64 counts, 256 kernels for MiniLM's four shapes,
+# for batches of 32 x 128 tokens) while adding at most 63 rows: 4% more rows on average for the pipelines' batches
+# of 32 SST-2 sentences (~800 tokens), against 8% for 128 (half the counts) and 15% / 30% for batches of 8. A
+# single first pass over length-sorted batches still meets a new count in most batches (19 of 28 on SST-2 dev),
+# so there the saving was within noise (BENCHMARKS.md, "bf16 first pass"). Not in fp32: a repeat pass is no
+# faster there (no per-shape build to save), so the extra rows would be pure cost.
 BF16_TOKEN_MULTIPLE = 64
 
 
