@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -222,7 +221,7 @@ def extract_features(
         _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype), meta)
     bar.close()
     if world > 1:
-        shutil.rmtree(parts_dir, ignore_errors=True)
+        _remove_parts(parts_dir)
     seconds = time.perf_counter() - t0
     n_tokens = sum(len(e["input_ids"]) for e in encoded)
     return {"files": [str(p) for p in files], "lines": len(encoded), "tokens": n_tokens, "layers": list(layers),
@@ -256,6 +255,26 @@ def _plan_output(out: Path, encoded: Sequence[dict], per_token_bytes: int, max_s
     return plan, files, units, batches
 
 
+_PART_NAME = re.compile(r"\.?\d{5}-\d{6}-rank\d{4}\.safetensors(\..*\.tmp)?")  # _part_file's names and their temps
+
+
+def _remove_parts(parts_dir: Path) -> None:
+    """Remove the part files bertkit wrote to ``parts_dir``, then the directory. Anything else in it (a file a
+    user put there, a subdirectory) is refused by name and nothing is removed: bertkit deletes only its own."""
+    if not parts_dir.exists():
+        return
+    if parts_dir.is_symlink() or not parts_dir.is_dir():
+        raise BertkitError(f"{parts_dir} is not a directory of bertkit part files; move it away and run again")
+    entries = list(parts_dir.iterdir())
+    foreign = [e.name for e in entries if e.is_symlink() or not e.is_file() or not _PART_NAME.fullmatch(e.name)]
+    if foreign:
+        raise BertkitError(f"{parts_dir} holds files bertkit did not write ({', '.join(sorted(foreign)[:5])}); "
+                           "move them away and run again")
+    for e in entries:
+        e.unlink()
+    parts_dir.rmdir()
+
+
 def _part_file(parts_dir: Path, p: int, u: int, rank: int) -> Path:
     return parts_dir / f"{p:05d}-{u:06d}-rank{rank:04d}.safetensors"
 
@@ -271,7 +290,7 @@ def _run_share(model: BertModel, encoded: Sequence[dict], batches: list[list[lis
     mine = sum(len(b) for part in batches for unit in part for b in unit[rank::world])
     bar = tqdm(total=mine, disable=not (progress and rank == 0), unit="line", dynamic_ncols=True)
     if rank == 0:
-        shutil.rmtree(parts_dir, ignore_errors=True)  # a crashed earlier run's parts (bertkit's own)
+        _remove_parts(parts_dir)  # a crashed earlier run's parts
         parts_dir.mkdir()
     torch.distributed.barrier()
     for p, part in enumerate(batches):
