@@ -182,6 +182,29 @@ def test_initialisation_is_normal_with_std_0_02():
     assert torch.equal(model.bert.layers[0].qkv.bias, torch.zeros(768))
 
 
+def test_from_pretrained_initialises_only_what_the_checkpoint_lacks(tmp_path):
+    """from_pretrained skips the constructors' draws and initialises the missing parameters afterwards: a new
+    head and a pooler absent from an MLM-only checkpoint get google's initialisation (truncated at 2 std,
+    zero bias, unit LayerNorm), the same for the same seed; loaded weights are the file's."""
+    torch.manual_seed(0)
+    source = H.BertForMaskedLM(BertConfig(**TINY, initializer_range=0.5))  # far from 0.02: a skipped draw shows
+    source.save_pretrained(tmp_path)
+    states = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        m = H.BertForPreTraining.from_pretrained(tmp_path, initializer_range=0.02)
+        states.append(m.state_dict())
+        torch.testing.assert_close(m.bert.layers[1].qkv.weight, source.bert.layers[1].qkv.weight, rtol=0, atol=0)
+        torch.testing.assert_close(m.mlm.transform.weight, source.mlm.transform.weight, rtol=0, atol=0)
+        for fresh in (m.nsp, m.bert.pooler.dense):
+            assert 0.01 < fresh.weight.std().item() < 0.03 and fresh.weight.abs().max().item() <= 0.04
+            assert torch.equal(fresh.bias, torch.zeros_like(fresh.bias))
+    for key in states[0]:
+        assert torch.equal(states[0][key], states[1][key]), key
+    c = H.BertForTokenClassification.from_pretrained(tmp_path, num_labels=4, initializer_range=0.02)
+    assert c.classifier.weight.abs().max().item() <= 0.04 and c.classifier.weight.std().item() > 0.01
+
+
 def test_training_steps_follow_transformers_with_dropout_off(tmp_path):
     """Five AdamW steps on ragged padded batches (bertkit drops the padding, transformers computes it):
     same losses at every step and same weights after, so training differs only by dropout draws."""

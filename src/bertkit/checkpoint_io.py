@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,17 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
     )
 
 
+# While from_pretrained builds a model whose weights it is about to load, the constructors skip their
+# truncated-normal draws: they are most of a load (about 1 s for MiniLM on one core) and loading overwrites
+# them. What the checkpoint lacks (a new head, a missing pooler) is initialised after loading.
+_BUILDING_TO_LOAD: ContextVar[bool] = ContextVar("bertkit_building_to_load", default=False)
+
+
+def initialise_on_construction() -> bool:
+    """Whether a model's constructor draws its initial weights: always, except inside ``from_pretrained``."""
+    return not _BUILDING_TO_LOAD.get()
+
+
 # ---------------------------------------------------------------------------------------------------
 # The mixin every bertkit model inherits
 # ---------------------------------------------------------------------------------------------------
@@ -229,14 +241,17 @@ class PretrainedMixin:
         elif config_overrides:
             config = BertConfig.from_dict(config.to_dict(), **config_overrides)
         weights = state_dict if state_dict is not None else read_weights(directory)
-        if add_pooling_layer is not None:
-            if cls.checkpoint_head != "base":
-                raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")
-            model = cls(config, add_pooling_layer=add_pooling_layer)
-        else:
-            model = cls(config)
-        model.load_published_state_dict(weights, source="state_dict" if state_dict is not None else str(directory),
-                                        ignore_mismatched_sizes=ignore_mismatched_sizes)
+        if add_pooling_layer is not None and cls.checkpoint_head != "base":
+            raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")
+        building = _BUILDING_TO_LOAD.set(True)
+        try:
+            model = cls(config) if add_pooling_layer is None else cls(config, add_pooling_layer=add_pooling_layer)
+        finally:
+            _BUILDING_TO_LOAD.reset(building)
+        loaded = model.load_published_state_dict(
+            weights, source="state_dict" if state_dict is not None else str(directory),
+            ignore_mismatched_sizes=ignore_mismatched_sizes)
+        model._initialise_unloaded(loaded)
         if attn_implementation is not None:
             model._encoder().attn_implementation = attn_implementation
         if dtype == "auto":
@@ -252,8 +267,9 @@ class PretrainedMixin:
         return model.eval()  # type: ignore[attr-defined]
 
     def load_published_state_dict(self, published: dict[str, Tensor], source: str = "state dict", *,
-                                  ignore_mismatched_sizes: bool = False) -> None:
-        """Load weights named as Hugging Face names them (with or without the ``bert.`` prefix).
+                                  ignore_mismatched_sizes: bool = False) -> set[str]:
+        """Load weights named as Hugging Face names them (with or without the ``bert.`` prefix); returns the
+        names (this model's) of the parameters loaded.
 
         ``ignore_mismatched_sizes``: a head weight whose shape differs (a classifier for another label count)
         keeps its fresh initialisation and is listed in a warning, as transformers does; the encoder must match."""
@@ -306,6 +322,19 @@ class PretrainedMixin:
                         ", ".join(other_heads))
         result = self.load_state_dict(new_state, strict=False)  # type: ignore[attr-defined]
         assert not result.unexpected_keys, result.unexpected_keys
+        return set(new_state)
+
+    def _init_weights(self, module: torch.nn.Module) -> None:
+        """Draw one module's initial weights (its own parameters, not its children's)."""
+        raise NotImplementedError
+
+    def _initialise_unloaded(self, loaded: set[str]) -> None:
+        """Initialise every module holding a parameter the checkpoint did not provide, in module order (so
+        a seed always gives the same new head); the loaded parameters stay as loaded."""
+        for prefix, module in self.named_modules():  # type: ignore[attr-defined]
+            own = [f"{prefix}.{name}" if prefix else name for name, _ in module.named_parameters(recurse=False)]
+            if any(name not in loaded for name in own):
+                self._init_weights(module)
 
     def _canonical_published(self, published: dict[str, Tensor]) -> dict[str, Tensor]:
         """Published names made canonical: LayerNorm.gamma -> weight, and the encoder prefix to this model's."""

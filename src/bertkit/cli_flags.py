@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import inspect
 import json
-import textwrap
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -25,22 +25,31 @@ from typing import Any
 from bertkit.errors import BertkitError, MissingFileError
 
 
-@functools.cache  # parsing the classes' source is most of build_parser's time; the source does not change
+@functools.cache  # one parse per module: inspect.getsource(class) re-parses the whole module on every call
+def _top_level_classes(module: str) -> dict[str, ast.ClassDef]:
+    try:
+        tree = ast.parse(inspect.getsource(sys.modules[module]))
+    except (OSError, TypeError, KeyError):  # no source (a frozen install): flags keep their names and defaults
+        return {}
+    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+@functools.cache
 def field_docs(cls: type) -> types.MappingProxyType[str, str]:
     """Attribute docstrings (a string literal right after a field) of ``cls`` and its bases; subclasses win."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
             continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        except (OSError, TypeError):  # no source (a frozen install): flags keep their names and defaults
+        node = _top_level_classes(klass.__module__).get(klass.__qualname__)
+        if node is None:  # a nested or dynamically made class: no fields to document from source
             continue
-        body = tree.body[0].body  # type: ignore[attr-defined]
-        for node, nxt in zip(body, body[1:]):
-            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(nxt, ast.Expr)
-                    and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
-                docs[node.target.id] = " ".join(nxt.value.value.split())
+        body = node.body
+        for field_node, nxt in zip(body, body[1:]):
+            if (isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name)
+                    and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                    and isinstance(nxt.value.value, str)):
+                docs[field_node.target.id] = " ".join(nxt.value.value.split())
     return types.MappingProxyType(docs)  # shared by every caller: read-only
 
 

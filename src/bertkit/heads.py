@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import PretrainedMixin
+from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction
 from bertkit.compat import TupleAccess
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
@@ -155,9 +155,14 @@ class _HeadModel(PretrainedMixin, nn.Module):
         self.bert = BertModel(config, add_pooling_layer=self.uses_pooler)
 
     def _init_head(self) -> None:
+        if not initialise_on_construction():  # from_pretrained initialises what the checkpoint lacks
+            return
         for name, module in self.named_children():
             if name != "bert":
-                module.apply(lambda m: init_bert_weights(m, self.config.initializer_range))
+                module.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        init_bert_weights(module, self.config.initializer_range)
 
     def _encode(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                 output_hidden_states: bool | None, output_attentions: bool | None) -> BertModelOutput:

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from bertkit.checkpoint_io import PretrainedMixin
+from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction
 from bertkit.compat import EncoderView, TupleAccess
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
@@ -207,7 +207,11 @@ class BertModel(PretrainedMixin, nn.Module):
         # "sdpa" (default): PyTorch's fused attention on real tokens; "eager": attention written out on the padded
         # rectangle, as transformers' eager implementation (what output_attentions=True uses anyway).
         self.attn_implementation = "sdpa"
-        self.apply(lambda m: init_bert_weights(m, config.initializer_range))
+        if initialise_on_construction():  # not when from_pretrained is about to load the weights
+            self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        init_bert_weights(module, self.config.initializer_range)
 
     @property
     def encoder(self) -> EncoderView:
