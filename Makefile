@@ -32,8 +32,11 @@ CORPUS  ?= ../shared/data/corpus
 pretrain-1h: $(STAMP)
 	examples/pretrain-1h/run.sh $(CORPUS) runs/pretrain-1h
 
+# Two pytest workers (pytest-xdist), a test file each at a time, so a file's module fixtures are built once:
+# most tests wait on Python, process start-up and files, not on both cores. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(MODEL)/config.json
-	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m "not slow"
+	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 test-slow: $(STAMP) $(VENV)/.references $(MODEL)/config.json
 	BERTKIT_TEST_MODEL=$(MODEL) $(BIN)/pytest -q -m slow
