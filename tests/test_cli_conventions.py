@@ -14,7 +14,7 @@ import pytest
 
 from bertkit import __version__
 from bertkit.cli import COMMANDS, FAMILIES, build_parser, build_settings, main, normalize_argv, tokenizer_dir
-from bertkit.training import settings as st
+from bertkit import settings as st
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -24,10 +24,10 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def _all_commands() -> list[tuple[str, argparse.ArgumentParser, type]]:
     top = _subparsers(build_parser())
-    out = [(name, top[name], settings()) for name, (_, settings, _) in COMMANDS.items()]
+    out = [(name, top[name], cls) for name, (_, cls, _) in COMMANDS.items()]
     for family, tasks in FAMILIES.items():
         sub = _subparsers(top[family])
-        out += [(f"{family} {task}", sub[task], settings()) for task, (_, settings, _) in tasks.items()]
+        out += [(f"{family} {task}", sub[task], cls) for task, (_, cls, _) in tasks.items()]
     return out
 
 
@@ -67,8 +67,8 @@ def _settings(argv: list[str]):
     argv = normalize_argv(argv)
     args = build_parser().parse_args(argv)
     table = FAMILIES[args.command] if args.command in FAMILIES else COMMANDS
-    _, settings, _ = table[args.family] if args.command in FAMILIES else table[args.command]
-    return build_settings(settings(), args)
+    _, cls, _ = table[args.family] if args.command in FAMILIES else table[args.command]
+    return build_settings(cls, args)
 
 
 def test_trainer_names_parse_to_the_right_fields(tmp_path):
@@ -287,8 +287,7 @@ def test_training_defaults_are_written_only_in_the_settings_tree():
 
     defaults = _settings_defaults()
     src = Path(bertkit.__file__).parent
-    paths = [src / "cli.py", src / "demo.py", src / "features.py"] + [
-        p for p in sorted((src / "training").glob("*.py")) if p.name != "settings.py"]
+    paths = [src / "cli.py", src / "demo.py", src / "features.py", *sorted((src / "training").glob("*.py"))]
     restated = []
     for path in paths:
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -312,4 +311,4 @@ def test_training_defaults_are_written_only_in_the_settings_tree():
                     continue
                 if value in defaults.get(arg.arg, ()):
                     restated.append(f"{path.name}:{fn.lineno} {fn.name}({arg.arg}={value!r})")
-    assert not restated, "defaults restated outside training/settings.py: " + ", ".join(restated)
+    assert not restated, "defaults restated outside bertkit/settings/: " + ", ".join(restated)

@@ -71,8 +71,8 @@ def test_batch_size_that_does_not_divide_names_the_three_numbers():
 
 def test_a_plan_for_another_world_size_is_refused(tmp_path):
     from bertkit.heads import BertForSequenceClassification
+    from bertkit.settings import TrainingSettings
     from bertkit.training.loop import Phase, train
-    from bertkit.training.settings import TrainingSettings
     from distributed_helpers import classification_examples, pad_collate, tiny_config
 
     plan = BatchPlan(classification_examples(8), 4, pad_collate, seed=0, rank=1, world_size=2)

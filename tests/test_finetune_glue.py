@@ -9,9 +9,9 @@ import torch
 
 from bertkit import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
 from bertkit.cli import main
+from bertkit.settings import default_lr, parse_lr_grid
 from bertkit.tasks import glue
 from bertkit.training.finetune import summarize_grid
-from bertkit.training.settings import default_lr, parse_lr_grid
 
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "was", "plot"]
 

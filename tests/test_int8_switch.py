@@ -378,7 +378,7 @@ def test_predict_squad_int8_close_to_fp32(tok, data_dir, tmp_path, capsys):
 def test_the_benchmark_commands_refuse_what_int8_cannot_run(tmp_path, capsys):
     """Refused when the settings are built, before the model loads or the output directory is claimed; the
     training commands have no --int8 (an int8 model cannot train: fine-tune in fp32, then predict with --int8)."""
-    from bertkit.training import settings
+    from bertkit import settings
 
     model, data = str(tmp_path / "model"), str(tmp_path / "data")
     cases = [

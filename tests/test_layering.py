@@ -16,10 +16,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bertkit"
 
 # Lower numbers are higher in the house; a module may import its own layer or any layer below. The first name of
 # each layer is the one CONTRIBUTING.md names; the others are what sits beside it. training/distributed.py (process groups, rank
-# and device of this process) is part of the recipes: the core never knows it runs under torchrun.
+# and device of this process) is part of the recipes: the core never knows it runs under torchrun. settings/ (every
+# command's settings) sits beside the recipes: its checks resolve a device and a server's limits.
 LAYERS = [
     ("cli", "__main__", "demo", "cli_flags"),
-    ("training", "inference", "features"),
+    ("training", "inference", "features", "settings"),
     ("tasks", "data", "auto"),
     ("heads", "quantization"),
     ("modeling",),
@@ -88,7 +89,7 @@ def test_every_module_sits_in_a_layer():
         if module != "bertkit":
             _layer(module)
     # the recipes' modules that one might expect elsewhere
-    recipes = LAYERS.index(("training", "inference", "features"))
+    recipes = LAYERS.index(("training", "inference", "features", "settings"))
     for module in ("bertkit.training.distributed", "bertkit.features", "bertkit.inference.pipelines",
                    "bertkit.inference.export", "bertkit.training.feature_study"):
         assert _layer(module) == recipes, module

@@ -22,7 +22,7 @@ def tiny(tiny_pretraining_data):
 
 
 def _settings(root: Path, out: Path, **kw):
-    from bertkit.training.settings import PretrainSettings
+    from bertkit.settings import PretrainSettings
 
     base = dict(data=root / "data", vocab=root / "vocab", config_name="tiny", output_dir=out, max_steps=4,
                 logging_steps=1, batch_size=8, learning_rate=1e-3, progress=False, device="cpu")
@@ -72,8 +72,8 @@ def test_mlm_only_pretraining_and_loadable_intermediate_checkpoints(tiny, tmp_pa
 
 def test_finetuning_draws_its_curves(tmp_path):
     from bertkit.heads import BertForSequenceClassification
+    from bertkit.settings import TrainingSettings
     from bertkit.training.finetune import run_finetuning
-    from bertkit.training.settings import TrainingSettings
     from distributed_helpers import classification_examples, pad_collate, tiny_config
 
     s = TrainingSettings(output_dir=tmp_path, learning_rate=1e-3, batch_size=8, num_train_epochs=1.0,

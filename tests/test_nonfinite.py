@@ -12,10 +12,10 @@ import torch
 from torch import nn
 
 from bertkit.errors import NonFiniteError
+from bertkit.settings import TrainingSettings
 from bertkit.tasks import glue, metrics
 from bertkit.training.finetune import predict, summarize_grid
 from bertkit.training.loop import BatchPlan, Phase, train
-from bertkit.training.settings import TrainingSettings
 
 
 def test_pearson_never_turns_nan_into_a_score():

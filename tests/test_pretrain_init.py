@@ -73,8 +73,8 @@ def test_pretrain_starts_from_both_initialisations_and_saves_a_bert_transformers
                                                                                        tmp_path):
     transformers = pytest.importorskip("transformers")
     from bertkit.data import PretrainingDataset
+    from bertkit.settings import PretrainSettings
     from bertkit.training.pretrain import pretrain, sinusoidal_positions, unigram_log_prior
-    from bertkit.training.settings import PretrainSettings
 
     root = tiny_pretraining_data
     s = PretrainSettings(data=root / "data", vocab=root / "vocab", config_name="tiny", output_dir=tmp_path / "run",
@@ -95,8 +95,8 @@ def test_the_shipped_one_hour_recipe_is_valid_settings_and_a_bert(tmp_path):
     import argparse
 
     from bertkit.cli_flags import build_settings
+    from bertkit.settings import PretrainSettings
     from bertkit.training.pretrain import model_config
-    from bertkit.training.settings import PretrainSettings
 
     recipe = Path(__file__).resolve().parents[1] / "examples" / "pretrain-1h"
     args = argparse.Namespace(_config_file=recipe / "pretrain.json", data=tmp_path, vocab=tmp_path,

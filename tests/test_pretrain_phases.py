@@ -51,7 +51,7 @@ def one_thread():
 
 
 def _settings(root: Path, out: Path, **kw):
-    from bertkit.training.settings import PretrainSettings
+    from bertkit.settings import PretrainSettings
 
     base = dict(data=root / "data32", phase2_data=root / "data64", phase1_fraction=SWITCH / MAX_STEPS,
                 vocab=root / "vocab", config_name="tiny", output_dir=out, max_steps=MAX_STEPS, save_steps=SAVE_STEPS,

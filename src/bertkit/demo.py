@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from bertkit.training.settings import DemoSettings
+from bertkit.settings import DemoSettings
 
 logger = logging.getLogger("bertkit")
 
@@ -259,8 +259,8 @@ def _pretraining_stage(out_dir: Path, vocab_dir: Path, vocab_len: int, pretrain_
     """(the model's config, the run's directory, the held-out curve) of a small BERT pre-trained from scratch."""
     from bertkit import BertConfig
     from bertkit.outputs import output_dir
+    from bertkit.settings import PretrainSettings
     from bertkit.training.pretrain import pretrain
-    from bertkit.training.settings import PretrainSettings
 
     say(f"\n== 5. Pre-training a 2-layer, 128-wide BERT from scratch for {pretrain_steps} steps ==")
     config = BertConfig.preset("tiny", vocab_size=vocab_len, max_position_embeddings=64)
@@ -294,9 +294,9 @@ def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed:
                       say: Callable[[str], None]) -> dict[str, Any]:
     """Dev accuracy of the docstring task, fine-tuned from the pre-trained model and from random weights."""
     from bertkit import BertForSequenceClassification
+    from bertkit.settings import TrainingSettings
     from bertkit.tasks import glue
     from bertkit.training.finetune import predict, run_finetuning
-    from bertkit.training.settings import TrainingSettings
 
     say("\n== 7. Fine-tuning: which module family (text / files / numbers) does a docstring describe? ==")
     labels, _, train_ex, dev_ex = docstring_task()

@@ -36,7 +36,7 @@ import torch
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write
-from bertkit.training.settings import ExtractSettings
+from bertkit.settings import ExtractSettings
 
 logger = logging.getLogger("bertkit")
 

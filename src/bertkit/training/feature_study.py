@@ -31,10 +31,10 @@ from bertkit.features import hidden_states_for
 from bertkit.heads import IGNORE_INDEX
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write, atomic_write_json, atomic_write_text
+from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings
 from bertkit.tasks import ner
 from bertkit.tasks.metrics import to_fractions
 from bertkit.training.finetune import run_finetuning
-from bertkit.training.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings
 
 logger = logging.getLogger("bertkit")
 

@@ -31,12 +31,7 @@ from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, not_utf8
 from bertkit.heads import BertForSequenceClassification
 from bertkit.outputs import atomic_write_json
-from bertkit.tasks import glue
-from bertkit.tokenization import BertTokenizer
-from bertkit.training.distributed import current
-from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, steps_for_epochs, train
-from bertkit.training.plot import plot_metrics
-from bertkit.training.settings import (
+from bertkit.settings import (
     ClassifySettings,
     FinetuneSettings,
     GlueSettings,
@@ -46,6 +41,11 @@ from bertkit.training.settings import (
     TrainingSettings,
     first,
 )
+from bertkit.tasks import glue
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.distributed import current
+from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, steps_for_epochs, train
+from bertkit.training.plot import plot_metrics
 
 logger = logging.getLogger("bertkit")
 

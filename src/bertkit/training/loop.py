@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from bertkit._hardware import warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.outputs import atomic_write_text, fsync_dir
+from bertkit.settings import TrainingSettings
 from bertkit.training.distributed import (
     DistInfo,
     Replicas,
@@ -43,7 +44,6 @@ from bertkit.training.distributed import (
     sum_over_ranks,
 )
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
-from bertkit.training.settings import TrainingSettings
 
 logger = logging.getLogger("bertkit")
 

@@ -17,7 +17,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertkit.errors import BertkitError
-from bertkit.training.settings import TrainingSettings
+from bertkit.settings import TrainingSettings
 
 OPTIMIZERS = ("adamw", "lamb")
 

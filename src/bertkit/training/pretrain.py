@@ -26,11 +26,11 @@ from bertkit.data.shards import MANIFEST, sha256_file
 from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from bertkit.outputs import atomic_write_json
+from bertkit.settings import PretrainSettings
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current
 from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, train
 from bertkit.training.plot import plot_metrics
-from bertkit.training.settings import PretrainSettings
 
 logger = logging.getLogger("bertkit")
 

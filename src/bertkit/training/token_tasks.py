@@ -37,13 +37,7 @@ from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from bertkit.outputs import atomic_write, atomic_write_json
-from bertkit.tasks import ner, squad, swag
-from bertkit.tasks.metrics import to_fractions
-from bertkit.tokenization import BertTokenizer
-from bertkit.training.distributed import current
-from bertkit.training.finetune import for_prediction, precision_record, predict, run_finetuning
-from bertkit.training.loop import TrainResult
-from bertkit.training.settings import (
+from bertkit.settings import (
     FinetuneSettings,
     NerSettings,
     PredictNerSettings,
@@ -53,6 +47,12 @@ from bertkit.training.settings import (
     SwagSettings,
     first,
 )
+from bertkit.tasks import ner, squad, swag
+from bertkit.tasks.metrics import to_fractions
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.distributed import current
+from bertkit.training.finetune import for_prediction, precision_record, predict, run_finetuning
+from bertkit.training.loop import TrainResult
 
 logger = logging.getLogger("bertkit")
 

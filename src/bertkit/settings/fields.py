@@ -1,0 +1,150 @@
+"""Validation helpers and the field groups several commands share, each declared once.
+
+``flag`` is the one field helper: extra flag spellings, a positional argument, a parser of its own.
+``coerce_paths`` makes every field typed ``Path`` a Path, read from the type hints. The mixins
+(``OverwriteSettings``, ``ProgressSettings``, ``Int8Settings``) carry one field group each, so its help is
+written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+
+
+def coerce_paths(settings: Any) -> None:
+    """Every field typed ``Path``, ``Path | None`` or ``list[Path]`` made a Path, whatever the caller passed (a str
+    from Python or from --config JSON): one place, read from the type hints, instead of a line per field."""
+    for name, kind in _path_fields(type(settings)).items():
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        value = [Path(v) for v in value] if kind == "list" else Path(value)
+        object.__setattr__(settings, name, value)  # frozen settings too
+
+
+@functools.cache
+def _path_fields(cls: type) -> dict[str, str]:
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        hint = hints.get(f.name)
+        args = typing.get_args(hint)
+        if hint is Path or (args and Path in args and type(None) in args and len(args) == 2):
+            out[f.name] = "one"
+        elif typing.get_origin(hint) is list and args == (Path,):
+            out[f.name] = "list"
+    return out
+
+
+OPTIMIZERS = ("adamw", "lamb")
+PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)  # the paper's fine-tuning grid (appendix A.3), for BERT-BASE and up
+MINIATURE_GRID = (3e-5, 5e-5, 1e-4, 3e-4)  # the grid Google tuned its BERT miniatures over (Turc et al. 2019)
+SMALL_MODEL_LR = 1e-4  # the rate the miniatures most often selected
+
+
+def flag(default: Any = dataclasses.MISSING, *, aliases: tuple[str, ...] = (), positional: bool = False,
+         parse: Any = None, cli: bool = True) -> Any:
+    """A settings field with command-line details: extra flag spellings, a positional argument, a parser."""
+    meta = {"aliases": aliases, "positional": positional, "parse": parse, "cli": cli}
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def default_lr(hidden_size: int, paper_lr: float) -> float:
+    """The paper's rate for BERT-BASE-sized models and up; 1e-4 for narrower ones (Turc et al. 2019)."""
+    return paper_lr if hidden_size >= 768 else SMALL_MODEL_LR
+
+
+def parse_lr_grid(text: str) -> tuple[float, ...]:
+    """``2e-5`` (one run), ``2e-5,3e-5`` (a grid), or ``paper`` / ``miniature`` (the published grids)."""
+    named = {"paper": PAPER_GRID, "miniature": MINIATURE_GRID}
+    if text.strip().lower() in named:
+        return named[text.strip().lower()]
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise BertkitError(f"{text!r}: give a number, a comma list of numbers, 'paper' "
+                           f"{PAPER_GRID} or 'miniature' {MINIATURE_GRID}") from None
+
+
+def parse_one_lr(text: str) -> float:
+    """One learning rate: commands other than ``finetune glue`` train once, so a list is refused here."""
+    if "," in text or text.strip().lower() in ("paper", "miniature"):
+        raise BertkitError(f"{text!r}: this command trains once, so give one learning rate (e.g. 1e-4); "
+                           "a grid of rates runs only in `bertkit finetune glue`")
+    try:
+        return float(text)
+    except ValueError:
+        raise BertkitError(f"{text!r} is not a number (e.g. 1e-4)") from None
+
+
+def _at_least_one(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and value < 1:
+            raise BertkitError(f"{name} must be at least 1, got {value}")
+
+
+def _positive(obj: Any, *names: str, allow_none: bool = True, strict: bool = True) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is None and allow_none:
+            continue
+        if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+                or (value <= 0 if strict else value < 0)):
+            kind = "positive" if strict else "non-negative"
+            raise BertkitError(f"{name} must be a finite {kind} number, got {value!r}")
+
+
+# -------------------------------------------------------------------------------------------------
+# Field groups shared by several commands, each declared once (the help comes from these docstrings)
+# -------------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class OverwriteSettings:
+    """For commands that write an output directory: whether an earlier run's files there may be replaced."""
+
+    overwrite: bool = False
+    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
+
+
+@dataclass(kw_only=True)
+class ProgressSettings:
+    """For commands that show progress bars."""
+
+    progress: bool = True
+    """Show progress bars."""
+
+
+@dataclass(kw_only=True)
+class Int8Settings:
+    """For commands that apply a model: int8 inference on the CPU (``bertkit.quantization``)."""
+
+    int8: bool = False
+    """Run the encoder's projections in int8 on the CPU (SmoothQuant-smoothed dynamic int8, docs/inference.md
+    section int8): faster on x86 CPUs without bf16, outputs close to fp32's, not equal. Not with --bf16 or a GPU."""
+    calibration_file: Path | None = None
+    """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
+    Default: 256 built-in English sentences."""
+
+    def check_int8(self) -> None:
+        """Refuse --calibration-file without --int8, and --int8 where it cannot run (naming why); with --int8,
+        --device auto means the CPU."""
+        if self.calibration_file is not None and not self.int8:
+            raise BertkitError(f"--calibration-file {self.calibration_file} calibrates int8 inference: add --int8")
+        if self.int8:
+            from bertkit.quantization import (
+                check_int8_request,  # torch loads when a command runs, not for --help
+            )
+
+            self.device = str(check_int8_request(self.device, bf16=getattr(self, "bf16", False)))
