@@ -28,10 +28,10 @@ import torch
 import transformers
 
 from bertkit import BertForSequenceClassification, BertTokenizer
+from bertkit.settings import TrainingSettings
 from bertkit.tasks import glue
 from bertkit.training.finetune import predict
 from bertkit.training.loop import BatchPlan, Phase, steps_for_epochs, train
-from bertkit.training.settings import TrainingSettings
 from reference_loop import train_reference
 
 REPO = Path(__file__).resolve().parents[1]
