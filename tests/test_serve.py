@@ -386,12 +386,46 @@ def test_health_answers_while_the_model_computes_a_long_batch(served):
     assert max(waits) < 1.0, waits
 
 
+def test_a_lone_request_does_not_wait_for_companions_and_a_batch_waits_for_one_being_read(tiny_dir):
+    """max_wait_ms (here 10 s, the largest allowed) is spent only while another request's body is still being
+    read: a lone request is answered long before it (a client timeout of 5 s would fail otherwise), and two
+    requests, one of them slow to send its body, are computed in one call."""
+    from bertkit import pipeline
+    from bertkit.inference.serve import Limits, create_app
+
+    pipe = pipeline("text-classification", tiny_dir, progress=False)
+    server = Server(create_app(pipe, str(tiny_dir), max_batch_size=8, max_wait_ms=10_000, limits=Limits()))
+    try:
+        for text in _sentences(3):
+            assert _post(server.url, text, timeout=5).status_code == 200
+        stats = httpx.get(f"{server.url}/metadata", timeout=10).json()["stats"]
+        assert (stats["items"], stats["batches"]) == (3, 3)
+        body = json.dumps({"inputs": "a slow client's sentence"}).encode()
+        with socket.create_connection(("127.0.0.1", server.port)) as slow:
+            slow.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                fast = pool.submit(_post, server.url, "a quick one", 30)
+                _until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 1)
+                slow.sendall(body[5:])
+                assert fast.result().status_code == 200
+            raw = b""
+            while b"\r\n\r\n" not in raw:
+                raw += slow.recv(65536)
+        assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
+        stats = httpx.get(f"{server.url}/metadata", timeout=10).json()["stats"]
+        assert (stats["items"], stats["batches"]) == (5, 4)  # the two shared one call
+    finally:
+        server.stop()
+
+
 def test_sigterm_drains_the_admitted_requests_then_the_server_exits(tiny_dir):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    # max-wait-ms 4000: an admitted request waits 4 s for batch-mates, so it is still in flight at SIGTERM
+    # max-wait-ms 4000: while a fourth request's body is still arriving, the three admitted ones wait up to 4 s
+    # for it, so they are still in flight at SIGTERM
     proc = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", str(tiny_dir), "--task",
                              "text-classification", "--port", str(port), "--max-wait-ms", "4000",
                              "--graceful-shutdown-s", "20", "--log-level", "warning"],
@@ -405,16 +439,27 @@ def test_sigterm_drains_the_admitted_requests_then_the_server_exits(tiny_dir):
                 return False
 
         _until(up, 120)
+        body = json.dumps({"inputs": "a slow client's sentence"}).encode()
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             inflight = [pool.submit(_post, url, t, 30) for t in _sentences(3)]
             _until(lambda: httpx.get(f"{url}/metadata").json()["admission"]["admitted_inputs"] == 3)
             proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            slow.sendall(body[5:])  # read after SIGTERM: admitted (it passed the drain check), then all four run
             answers = [f.result() for f in inflight]
+        raw = b""
+        while b"\r\n\r\n" not in raw:
+            raw += slow.recv(65536)
+        slow.close()
+        assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
         assert [r.status_code for r in answers] == [200, 200, 200] and all(len(r.json()[0]) == 2 for r in answers)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         final = json.loads(out)
-        assert (final["items"], final["refused"], final["abandoned"]) == (3, 0, 0)
+        assert (final["items"], final["refused"], final["abandoned"]) == (4, 0, 0)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -20,7 +20,8 @@ unchanged, and of Hugging Face's text-embeddings-inference (TEI) server where it
 
 Batching: requests arriving within ``max_wait_ms`` of the first waiting one are joined, whole, while their
 inputs fit in ``max_batch_size``, into one pipeline call on the one model thread (a request with more inputs
-runs alone). Admission: at most ``max_concurrent_requests`` inputs (TEI's name; it too counts inputs) are
+runs alone). The wait happens only while other requests are being read: a lone request (concurrency 1) runs
+at once instead of waiting for companions that are not coming. Admission: at most ``max_concurrent_requests`` inputs (TEI's name; it too counts inputs) are
 admitted and not yet answered; a request that would go over gets 429 with ``Retry-After`` at once. Work of
 a client that disconnected, or whose ``X-Request-Timeout`` passed (504), is dropped before the model. On
 SIGTERM admitted requests finish (at most ``graceful_shutdown_s``). Limits, each a 4xx naming it:
@@ -157,6 +158,7 @@ class Batcher:
         self.stats = stats
         self.jobs: deque[Job] = deque()
         self.inputs = 0  # admitted and not answered: queued or in the model
+        self.arriving = 0  # requests past the admission check whose bodies are still being read and parsed
         self.rate: float | None = None  # the model's inputs/s, a moving average over calls
         self.wake = asyncio.Event()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-model")
@@ -248,7 +250,9 @@ class Batcher:
                 self.wake.clear()
                 await self.wake.wait()
             end = loop.time() + self.max_wait
-            while not self._head()[1] and end > loop.time():
+            # Wait for companions only while some are on their way (being read); the queue alone is the batch
+            # otherwise, and waiting would only add max_wait_ms to every request of a lone client.
+            while self.arriving and not self._head()[1] and end > loop.time():
                 self.wake.clear()
                 try:
                     await asyncio.wait_for(self.wake.wait(), end - loop.time())
@@ -636,9 +640,14 @@ class _Endpoints:
                 raise RequestError(503, "the server is shutting down; send the request to another replica",
                                    {"Retry-After": "1"})
             self.batcher.check_room()  # when full, refuse before reading and parsing the body
-            timeout = _request_timeout(request)
-            call = parse_request(await _read_body(request, self.limits), self.pipe, self.limits, route)
-            job = self.batcher.admit(call.items, call.options, timeout)
+            self.batcher.arriving += 1
+            try:
+                timeout = _request_timeout(request)
+                call = parse_request(await _read_body(request, self.limits), self.pipe, self.limits, route)
+                job = self.batcher.admit(call.items, call.options, timeout)
+            finally:
+                self.batcher.arriving -= 1
+                self.batcher.wake.set()  # the batch being gathered may have been waiting for this request
             results = await _job_result(self.batcher, job, request)
             if results is None:
                 return Response(status_code=499)  # nginx's "client closed request": nobody reads it
