@@ -14,7 +14,11 @@ Engines:
 - ``transformers-qdynamic``: that model through ``torch.ao.quantization.quantize_dynamic`` with the
   per-channel qconfig on every ``nn.Linear`` (what most tutorials do);
 - ``onnxruntime-fp32`` / ``onnxruntime-int8``: bertkit's ONNX export (``bertkit.inference.export``) and
-  ``onnxruntime.quantization.quantize_dynamic`` of it (per-channel int8 weights), needs ``bertkit[bench]``.
+  ``onnxruntime.quantization.quantize_dynamic`` of it (per-channel int8 weights), needs ``bertkit[bench]``;
+- ``ctranslate2-float32`` / ``ctranslate2-int8``: CTranslate2's own converter
+  (``ctranslate2.converters.TransformersConverter``) on the checkpoint, its ``Encoder`` at compute type
+  float32 and int8 (int8 weights, activations quantized per call), one intra-op thread set per thread
+  count; needs ``bertkit[bench]``. It takes token ids (without padding) and returns the padded states.
 
 ``min_cos_pooled`` is the worst sentence's cosine between an engine's mean-pooled last layer (over real
 tokens) and bertkit fp32's.
@@ -84,6 +88,33 @@ def onnx_engines(model_dir: Path, tmp: Path) -> dict[str, Callable]:
     return engines
 
 
+def ctranslate2_engines(model_dir: Path, tmp: Path) -> dict[str, Callable]:
+    """CTranslate2 Encoder on its own conversion of the checkpoint, float32 and int8."""
+    import ctranslate2
+    import numpy as np
+
+    out = tmp / "ct2"
+    ctranslate2.converters.TransformersConverter(str(model_dir)).convert(str(out), quantization="float32")
+    engines = {}
+    for name, compute_type in (("ctranslate2-float32", "float32"), ("ctranslate2-int8", "int8")):
+        def make(compute_type=compute_type):
+            encoders: dict[int, ctranslate2.Encoder] = {}
+
+            def run(b):
+                threads = torch.get_num_threads()
+                if threads not in encoders:
+                    encoders[threads] = ctranslate2.Encoder(str(out), device="cpu", compute_type=compute_type,
+                                                            intra_threads=threads, inter_threads=1)
+                lengths = b["attention_mask"].sum(1).tolist()
+                ids = [row[:n].tolist() for row, n in zip(b["input_ids"], lengths)]
+                types = [row[:n].tolist() for row, n in zip(b["token_type_ids"], lengths)]
+                result = encoders[threads].forward_batch(ids, token_type_ids=types)
+                return torch.from_numpy(np.asarray(result.last_hidden_state))  # (B, T, H), padded by CT2
+            return run
+        engines[name] = make()
+    return engines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=REPO / "models" / "minilm")
@@ -91,6 +122,7 @@ def main() -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--no-onnx", action="store_true", help="skip the ONNX Runtime rows")
+    p.add_argument("--no-ctranslate2", action="store_true", help="skip the CTranslate2 rows")
     args = p.parse_args()
 
     tok = BertTokenizer.from_pretrained(args.model)
@@ -118,6 +150,8 @@ def main() -> None:
     tmp = tempfile.TemporaryDirectory()
     if not args.no_onnx:
         engines.update(onnx_engines(args.model, Path(tmp.name)))
+    if not args.no_ctranslate2:
+        engines.update(ctranslate2_engines(args.model, Path(tmp.name)))
 
     with torch.inference_mode():
         outputs = {name: torch.cat([pooled(fn(b), b["attention_mask"]) for b in batches])
