@@ -105,6 +105,9 @@ def test_malformed_lines_name_file_and_line(tmp_path):
     path = _write(tmp_path / "tag.txt", "EU NNP B-NP ORG\n")
     with pytest.raises(ValueError, match=r"tag\.txt line 1: tag 'ORG' is not O, B-TYPE or I-TYPE"):
         ner.read_conll(path)
+    path = _write(tmp_path / "words.txt", "-DOCSTART- -X- O O\n\nEU\nrejects O\n")  # a word with no tag first
+    with pytest.raises(ValueError, match=r"malformed line in .*words\.txt line 3: expected 'word \.\.\. tag'"):
+        ner.read_conll(path)
     with pytest.raises(FileNotFoundError, match="missing.txt"):
         ner.read_conll(tmp_path / "missing.txt")
 
