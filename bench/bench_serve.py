@@ -7,7 +7,11 @@ dev sentence each, sent by ``--concurrency`` clients at once; every response of 
 compared (same label, scores within 1e-4). The reference holds a lock around its pipeline call, as one
 model instance must (two concurrent forward passes on the same cores only slow each other down).
 
-    .venv/bin/python bench/bench_serve.py --requests 512 --concurrency 1,8,32
+    .venv/bin/python bench/bench_serve.py --requests 512 --concurrency 1,8,32 [--int8]
+
+With ``--int8`` bertkit serves ``--int8`` (its default calibration) against the same fp32 reference; the
+outputs then differ a little, so the line reports how often the top labels agree and the largest score
+difference instead of equality.
 
 Prints one JSON line per concurrency: throughput (requests/s) and p50/p99 latency (ms) of each server, and
 bertkit's pipeline alone on the same texts at the server's mean batch (no HTTP): the ceiling of the ratio.
@@ -160,7 +164,7 @@ def measure(name: str, cmd: list[str], port: int, texts: list[str], levels: list
         proc.wait(30)
 
 
-def model_only(model_dir: Path, texts: list[str], batch: int, threads: int | None) -> float:
+def model_only(model_dir: Path, texts: list[str], batch: int, threads: int | None, int8: bool = False) -> float:
     """Inputs/s of bertkit's pipeline alone, in this process, on the requests' texts in arrival order, in calls
     of ``batch`` inputs (the server's mean batch) with the servers' thread count: what the server could reach
     with HTTP, JSON and the load generator costing nothing. Its ratio to the reference server's requests/s
@@ -172,7 +176,8 @@ def model_only(model_dir: Path, texts: list[str], batch: int, threads: int | Non
     if threads:
         torch.set_num_threads(threads)
     batch = max(1, batch)
-    pipe = pipeline("text-classification", model_dir, batch_size=batch, progress=False)
+    pipe = pipeline("text-classification", model_dir, batch_size=batch, progress=False,
+                    quantize="int8" if int8 else None)
     pipe(texts[:32])  # warm-up, as the servers get
     t0 = time.perf_counter()
     for i in range(0, len(texts), batch):
@@ -190,6 +195,9 @@ def main() -> None:
     p.add_argument("--server-threads", type=int, default=None,
                    help="OMP_NUM_THREADS for both servers (default: torch's, all cores). On a machine where the "
                         "load generator shares the cores, fewer model threads than cores avoids stalls")
+    p.add_argument("--int8", action="store_true",
+                   help="bertkit serve --int8 (and its pipeline alone in int8); outputs are then compared as "
+                        "labels agreeing and the largest score difference, not as equal")
     p.add_argument("--_reference", nargs=2, metavar=("MODEL_DIR", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args._reference:
@@ -204,12 +212,13 @@ def main() -> None:
         ours = measure("bertkit", [sys.executable, "-m", "bertkit", "serve", "--model", str(model_dir), "--task",
                                    "text-classification", "--port", str(port), "--max-batch-size",
                                    str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms),
-                                   "--log-level", "warning"], port, texts, levels, args.server_threads)
+                                   "--log-level", "warning", *(["--int8"] if args.int8 else [])], port, texts,
+                      levels, args.server_threads)
         port = free_port()
         ref = measure("transformers", [sys.executable, __file__, "--_reference", str(model_dir), str(port)], port,
                       texts, levels, args.server_threads)
-        ceiling = {c: round(model_only(model_dir, texts, round(ours[c]["mean_batch"] or 1), args.server_threads), 1)
-                   for c in levels}
+        ceiling = {c: round(model_only(model_dir, texts, round(ours[c]["mean_batch"] or 1), args.server_threads,
+                                       args.int8), 1) for c in levels}
     import torch
     import transformers
 
@@ -217,10 +226,14 @@ def main() -> None:
         a, b = ours[c].pop("results"), ref[c].pop("results")
         same = all([d["label"] for d in x[0]] == [d["label"] for d in y[0]]
                    and all(abs(dx["score"] - dy["score"]) < 1e-4 for dx, dy in zip(x[0], y[0])) for x, y in zip(a, b))
+        labels_agree = sum(x[0][0]["label"] == y[0][0]["label"] for x, y in zip(a, b)) / len(a)
+        score_diff = max(abs(dx["score"] - dy["score"]) for x, y in zip(a, b) for dx, dy in zip(x[0], y[0]))
         print(json.dumps({"bench": "serve", "concurrency": c, "requests": len(texts), "bertkit": ours[c],
                           "transformers": ref[c],
                           "throughput_ratio": round(ours[c]["requests_per_s"] / ref[c]["requests_per_s"], 2),
                           "p99_ratio": round(ours[c]["p99_ms"] / ref[c]["p99_ms"], 2), "outputs_equal": same,
+                          "int8": args.int8, "top_label_agreement": round(labels_agree, 4),
+                          "max_score_diff": round(score_diff, 4),
                           # the pipeline alone at the server's mean batch: the most a server could serve
                           "bertkit_model_only_inputs_per_s": ceiling[c],
                           "ceiling_ratio": round(ceiling[c] / ref[c]["requests_per_s"], 2),
