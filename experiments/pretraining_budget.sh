@@ -126,4 +126,18 @@ export -f finetune_lr; mkdir -p "$R/glue-lr"
 for task in mrpc stsb rte sst2; do
   for init in init-pretrained init-random; do echo "$init $task"; done
 done | xargs -P 2 -L 1 bash -c 'finetune_lr "$0" "$1"'
+
+# 5. Whether the untrained [CLS] / pooler is what fails downstream: the recipe's model pre-trained 2,000 more
+# steps with next-sentence prediction on (random negatives; the masked LM continues beside it), then
+# fine-tuned as in step 4.
+P1H="$R/pretrain-1h"
+if [ ! -f "$R/nsp-cont/final/config.json" ]; then
+  res=(); [ -d "$R/nsp-cont/checkpoints" ] && res=(--resume); [ -d "$R/nsp-cont" ] && [ ${#res[@]} = 0 ] && res=(--overwrite)
+  $BK pretrain --init-from "$P1H/model/final" --data "$P1H/data" --vocab "$P1H/vocab" \
+    --config-name examples/pretrain-1h/config.json --nsp --max-steps 2000 --batch-size 32 --learning-rate 5e-4 \
+    --warmup-ratio 0.1 --eval-data "$P1H/heldout" --eval-steps 1000 --eval-instances 2000 --save-steps 500 \
+    --seed 43 --no-progress --output-dir "$R/nsp-cont" "${res[@]}" > "$R/nsp-cont.json" 2> "$R/nsp-cont.log"
+fi
+finetune_copy "$R/nsp-cont/final" "$R/init-nsp-cont"
+for task in mrpc stsb rte sst2; do echo "init-nsp-cont $task"; done | xargs -P 2 -L 1 bash -c 'finetune_lr "$0" "$1"'
 echo ALL-DONE

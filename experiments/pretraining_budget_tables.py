@@ -19,7 +19,8 @@ from pathlib import Path
 
 ESCAPE_MARGIN = 0.01
 TASKS = {"mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "stsb": ("pearson", "spearman"), "sst2": ("accuracy",)}
-INITS = {"init-pretrained": "pre-trained (the recipe, 60 min)", "init-random": "random initialisation"}
+INITS = {"init-pretrained": "pre-trained (the recipe, 60 min)", "init-random": "random initialisation",
+         "init-nsp-cont": "the recipe + 2,000 steps with NSP"}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -72,11 +73,12 @@ def glue_tables(root: Path, title: str) -> None:
             cells = [_cell(configs[(init, t)][lr], m) if lr in configs.get((init, t), {}) else "missing"
                      for t, m in TASKS.items()]
             print(f"| {label} | {lr:g} | " + " | ".join(cells) + " |")
-    print("\n| task (metric) | rate | pre-trained - random init | larger than both seeds' std? |\n|---|---|---:|---|")
-    for task, metrics in TASKS.items():
-        a, b = configs.get(("init-pretrained", task)), configs.get(("init-random", task))
+    print("\n| initialisation | task (metric) | rate | minus random init | larger than both seeds' std? |\n"
+          "|---|---|---|---:|---|")
+    for init, task in ((i, t) for i in INITS if i != "init-random" for t in TASKS):
+        metrics = TASKS[task]
+        a, b = configs.get((init, task)), configs.get(("init-random", task))
         if not a or not b:
-            print(f"| {task.upper()} ({metrics[0]}) | | missing | |")
             continue
         m = metrics[0]
         best_a = max(a.values(), key=lambda c: c[m]["mean"])
@@ -87,8 +89,8 @@ def glue_tables(root: Path, title: str) -> None:
         for rate, x, y in pairs:
             d = x[m]["mean"] - y[m]["mean"]
             spread = max(x[m]["std"], y[m]["std"])
-            print(f"| {task.upper()} ({m}) | {rate} | {100 * d:+.1f} | {'yes' if abs(d) > spread else 'no'} "
-                  f"(std {100 * spread:.1f}) |")
+            print(f"| {INITS[init]} | {task.upper()} ({m}) | {rate} | {100 * d:+.1f} | "
+                  f"{'yes' if abs(d) > spread else 'no'} (std {100 * spread:.1f}) |")
 
 
 def main() -> None:
