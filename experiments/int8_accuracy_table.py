@@ -1,6 +1,6 @@
 """The fp32-vs-int8 table of experiments/int8_accuracy.sh: each task's dev metrics from the same fine-tuned
 model predicted twice, the difference, whether it is within the 0.5-point bar, and how many predictions
-are identical (GLUE labels or scores, NER tags, SQuAD answer strings).
+are identical (GLUE labels, NER tags, SQuAD answer strings; STS-B scores within 0.05).
 
     python experiments/int8_accuracy_table.py --runs runs/int8-accuracy
 
@@ -43,7 +43,7 @@ def _predictions(task: str, run: Path, report: dict) -> list:
         return [answers[k] for k in sorted(answers)]
     with open(report["file"], encoding="utf-8", newline="") as f:  # GLUE submission TSV: index, prediction
         rows = list(csv.reader(f, delimiter="\t"))[1:]
-    return [r[1] if task != "stsb" else round(float(r[1]), 3) for r in rows]
+    return [r[1] if task != "stsb" else float(r[1]) for r in rows]
 
 
 def main() -> None:
@@ -58,8 +58,13 @@ def main() -> None:
                              f"{fp32.get('quantize')!r}, {int8.get('quantize')!r})")
         a = _predictions(task, args.runs / f"fp32-{task}", fp32)
         b = _predictions(task, args.runs / f"int8-{task}", int8)
-        same = sum(x == y for x, y in zip(a, b, strict=True))
-        row = {"task": task, "n": len(a), "identical": same}
+        if task == "stsb":  # a score on 0-5: how far int8's moves from fp32's
+            diffs = [abs(x - y) for x, y in zip(a, b, strict=True)]
+            same = sum(d <= 0.05 for d in diffs)
+            row = {"task": task, "n": len(a), "within_0.05": same, "max_abs_diff": round(max(diffs), 4)}
+        else:
+            same = sum(x == y for x, y in zip(a, b, strict=True))
+            row = {"task": task, "n": len(a), "identical": same}
         cells = []
         for m in metrics:
             x, y = 100 * fp32["scores"][m], 100 * int8["scores"][m]
@@ -70,9 +75,10 @@ def main() -> None:
         row["within_bar"] = abs(row[primary]["diff"]) <= BAR
         records.append(row)
         unit = {"ner": "tags", "squad": "answers"}.get(task, "predictions")
-        lines.append(f"| {task} | {'; '.join(cells)} | {'yes' if row['within_bar'] else 'NO'} | "
-                     f"{same:,} of {len(a):,} {unit} |")
-    print("| task | fp32 / int8 (int8 - fp32), dev | primary within 0.5 | identical predictions |")
+        agreement = (f"{same:,} of {len(a):,} scores within 0.05 (largest difference {row['max_abs_diff']:.3f})"
+                     if task == "stsb" else f"{same:,} of {len(a):,} {unit} identical")
+        lines.append(f"| {task} | {'; '.join(cells)} | {'yes' if row['within_bar'] else 'NO'} | {agreement} |")
+    print("| task | fp32 / int8 (int8 - fp32), dev | primary within 0.5 | predictions against fp32 |")
     print("|---|---|---|---|")
     print("\n".join(lines))
     for r in records:
