@@ -111,73 +111,40 @@ def _pretrain(s) -> dict:
     return {"steps": result.step, "last_eval": result.last_eval, "output_dir": str(s.output_dir)}
 
 
-@command("glue", "GLUE sentence / pair classification and regression", settings.GlueSettings, family="finetune")
-def _finetune_glue(s) -> dict:
-    from bertkit.training.finetune import finetune_glue
+def _finetune(s) -> dict:
+    """Every `finetune TASK`: the task's recipe, picked by its settings class (imported only when a command
+    runs, so `--help` loads no torch)."""
+    from bertkit.training import finetune, token_tasks
 
-    return finetune_glue(s)
-
-
-@command("ner", "CoNLL-2003 named-entity recognition (token classification)", settings.NerSettings,
-         family="finetune")
-def _finetune_ner(s) -> dict:
-    from bertkit.training.token_tasks import finetune_ner
-
-    return finetune_ner(s)
+    return {settings.GlueSettings: finetune.finetune_glue, settings.ClassifySettings: finetune.finetune_classify,
+            settings.NerSettings: token_tasks.finetune_ner, settings.SquadSettings: token_tasks.finetune_squad,
+            settings.SwagSettings: token_tasks.finetune_swag}[type(s)](s)
 
 
-@command("classify", "your CSV/TSV/JSONL texts and labels -> classifier (or regressor) with label names, report",
-         settings.ClassifySettings, family="finetune")
-def _finetune_classify(s) -> dict:
-    from bertkit.training.finetune import finetune_classify
+def _predict_benchmark(s) -> dict:
+    """`predict glue|ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, as `_finetune` picks."""
+    from bertkit.training import finetune, token_tasks
 
-    return finetune_classify(s)
-
-
-@command("squad", "SQuAD v1.1 / v2.0 span extraction", settings.SquadSettings, family="finetune")
-def _finetune_squad(s) -> dict:
-    from bertkit.training.token_tasks import finetune_squad
-
-    return finetune_squad(s)
+    return {settings.PredictGlueSettings: finetune.predict_glue, settings.PredictNerSettings: token_tasks.predict_ner_file,
+            settings.PredictSquadSettings: token_tasks.predict_squad_file,
+            settings.PredictSwagSettings: token_tasks.predict_swag_file}[type(s)](s)
 
 
-@command("swag", "SWAG multiple choice (swagaf CSV files)", settings.SwagSettings, family="finetune")
-def _finetune_swag(s) -> dict:
-    from bertkit.training.token_tasks import finetune_swag
-
-    return finetune_swag(s)
-
-
-@command("glue", "GLUE-submission TSV predictions for a test (or dev) split", settings.PredictGlueSettings,
-         family="predict")
-def _predict_glue(s) -> dict:
-    from bertkit.training.finetune import predict_glue
-
-    return predict_glue(s)
-
-
-@command("ner", "CoNLL-file predictions (word gold pred) and conlleval scores", settings.PredictNerSettings,
-         family="predict")
-def _predict_ner(s) -> dict:
-    from bertkit.training.token_tasks import predict_ner_file
-
-    return predict_ner_file(s)
-
-
-@command("squad", "SQuAD-JSON predictions (run_squad.py's files) and the official scores",
-         settings.PredictSquadSettings, family="predict")
-def _predict_squad(s) -> dict:
-    from bertkit.training.token_tasks import predict_squad_file
-
-    return predict_squad_file(s)
-
-
-@command("swag", "swagaf-CSV ending scores (predictions.jsonl) and accuracy", settings.PredictSwagSettings,
-         family="predict")
-def _predict_swag(s) -> dict:
-    from bertkit.training.token_tasks import predict_swag_file
-
-    return predict_swag_file(s)
+for _task, _help, _settings in (
+        ("glue", "GLUE sentence / pair classification and regression", settings.GlueSettings),
+        ("ner", "CoNLL-2003 named-entity recognition (token classification)", settings.NerSettings),
+        ("classify", "your CSV/TSV/JSONL texts and labels -> classifier (or regressor) with label names, report",
+         settings.ClassifySettings),
+        ("squad", "SQuAD v1.1 / v2.0 span extraction", settings.SquadSettings),
+        ("swag", "SWAG multiple choice (swagaf CSV files)", settings.SwagSettings)):
+    command(_task, _help, _settings, family="finetune")(_finetune)
+for _task, _help, _settings in (
+        ("glue", "GLUE-submission TSV predictions for a test (or dev) split", settings.PredictGlueSettings),
+        ("ner", "CoNLL-file predictions (word gold pred) and conlleval scores", settings.PredictNerSettings),
+        ("squad", "SQuAD-JSON predictions (run_squad.py's files) and the official scores",
+         settings.PredictSquadSettings),
+        ("swag", "swagaf-CSV ending scores (predictions.jsonl) and accuracy", settings.PredictSwagSettings)):
+    command(_task, _help, _settings, family="predict")(_predict_benchmark)
 
 
 def _predict_file_command(task: str) -> None:
