@@ -142,18 +142,30 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
             return super().encode(item, **options)
 
     refusing = Refusing(pipe.model, pipe.tokenizer, batch_size=16)
-    server = Server(create_app(refusing, "refusing", max_batch_size=16, max_wait_ms=200, limits=Limits()))
+    server = Server(create_app(refusing, "refusing", max_batch_size=16, max_wait_ms=5000, limits=Limits()))
     try:
         texts = _sentences(11) + ["a POISON sentence"]
         expected = pipe(texts[:11])
-        barrier = threading.Barrier(len(texts))
+        # A thirteenth request whose body is still arriving keeps the batch open (the batcher waits for
+        # requests being read), so all twelve are admitted into the same first call.
+        body = json.dumps({"inputs": "a slow client's sentence"}).encode()
+        slow = socket.create_connection(("127.0.0.1", server.port))
+        slow.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
 
         def ask(text: str) -> httpx.Response:
-            barrier.wait()  # all sent together, so they share the first batch
             return httpx.post(f"{server.url}/predict", json={"inputs": text}, timeout=60)
 
         with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
-            got = list(pool.map(ask, texts))
+            futures = [pool.submit(ask, t) for t in texts]
+            _until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 12)
+            slow.sendall(body[5:])
+            got = [f.result() for f in futures]
+        raw = b""
+        while b"\r\n\r\n" not in raw:
+            raw += slow.recv(65536)
+        slow.close()
+        assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
         assert [r.status_code for r in got] == [200] * 11 + [422]
         assert all(_close(r.json()[0], e) for r, e in zip(got, expected))
         assert got[-1].json()["error"] == "input 'a POISON sentence' is refused by the pipeline"
