@@ -199,10 +199,10 @@ def extract_features(
     per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
     plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
     rank, world = _process_share()
-    parts_dir = out.parent / f".{out.name}.bertkit-parts"
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    if world > 1:
+    parts_dir = _new_parts_dir(out, rank) if world > 1 else None
+    if parts_dir is not None:
         mine = _run_share(model, encoded, batches, positions, device, parts_dir, rank, world, progress)
         if rank != 0:
             return {"rank": rank, "lines": mine}
@@ -212,7 +212,7 @@ def extract_features(
     def computed(p: int, u: int) -> dict[int, np.ndarray]:
         return run_batches(model, encoded, batches[p][u], positions, device, bar)
 
-    states_of = _states_from_parts(parts_dir, world, bar) if world > 1 else computed
+    states_of = _states_from_parts(parts_dir, world, bar) if parts_dir is not None else computed
     if out.suffix == ".jsonl":
         _write_jsonl(out, units[0], states_of, encoded, tokenizer, layers)
     else:
@@ -220,8 +220,9 @@ def extract_features(
                 "hidden_size": str(model.config.hidden_size), "max_seq_length": str(max_seq_length)}
         _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype), meta)
     bar.close()
-    if world > 1:
-        _remove_parts(parts_dir)
+    if parts_dir is not None:
+        _remove_parts(parts_dir, [_part_file(parts_dir, p, u, r) for p, part in enumerate(batches)
+                                  for u in range(len(part)) for r in range(world)])
     seconds = time.perf_counter() - t0
     n_tokens = sum(len(e["input_ids"]) for e in encoded)
     return {"files": [str(p) for p in files], "lines": len(encoded), "tokens": n_tokens, "layers": list(layers),
@@ -255,24 +256,27 @@ def _plan_output(out: Path, encoded: Sequence[dict], per_token_bytes: int, max_s
     return plan, files, units, batches
 
 
-_PART_NAME = re.compile(r"\.?\d{5}-\d{6}-rank\d{4}\.safetensors(\..*\.tmp)?")  # _part_file's names and their temps
+def _new_parts_dir(out: Path, rank: int) -> Path:
+    """A directory of this run's own for the part files: rank 0 makes it under a fresh name beside ``out`` and
+    the other ranks learn the name, so nothing an earlier run (or a user) left beside ``out`` is ever read or
+    removed."""
+    import tempfile
+
+    name = [tempfile.mkdtemp(prefix=f".{out.name}.bertkit-parts-", dir=out.parent) if rank == 0 else None]
+    torch.distributed.broadcast_object_list(name, src=0)
+    return Path(name[0])
 
 
-def _remove_parts(parts_dir: Path) -> None:
-    """Remove the part files bertkit wrote to ``parts_dir``, then the directory. Anything else in it (a file a
-    user put there, a subdirectory) is refused by name and nothing is removed: bertkit deletes only its own."""
-    if not parts_dir.exists():
-        return
-    if parts_dir.is_symlink() or not parts_dir.is_dir():
-        raise BertkitError(f"{parts_dir} is not a directory of bertkit part files; move it away and run again")
-    entries = list(parts_dir.iterdir())
-    foreign = [e.name for e in entries if e.is_symlink() or not e.is_file() or not _PART_NAME.fullmatch(e.name)]
-    if foreign:
-        raise BertkitError(f"{parts_dir} holds files bertkit did not write ({', '.join(sorted(foreign)[:5])}); "
-                           "move them away and run again")
-    for e in entries:
-        e.unlink()
-    parts_dir.rmdir()
+def _remove_parts(parts_dir: Path, written: Sequence[Path]) -> None:
+    """Remove the part files this run wrote, then its directory if nothing else is in it; anything else found
+    there (a file a user put in) is left in place and named in a warning."""
+    for path in written:
+        path.unlink(missing_ok=True)
+    left = sorted(e.name for e in parts_dir.iterdir())
+    if left:
+        logger.warning("left %s in place: bertkit did not write %s", parts_dir, ", ".join(left[:5]))
+    else:
+        parts_dir.rmdir()
 
 
 def _part_file(parts_dir: Path, p: int, u: int, rank: int) -> Path:
@@ -289,10 +293,6 @@ def _run_share(model: BertModel, encoded: Sequence[dict], batches: list[list[lis
 
     mine = sum(len(b) for part in batches for unit in part for b in unit[rank::world])
     bar = tqdm(total=mine, disable=not (progress and rank == 0), unit="line", dynamic_ncols=True)
-    if rank == 0:
-        _remove_parts(parts_dir)  # a crashed earlier run's parts
-        parts_dir.mkdir()
-    torch.distributed.barrier()
     for p, part in enumerate(batches):
         for u, unit in enumerate(part):
             states = run_batches(model, encoded, unit[rank::world], positions, device, bar)
