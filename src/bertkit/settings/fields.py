@@ -148,3 +148,21 @@ class Int8Settings:
             )
 
             self.device = str(check_int8_request(self.device, bf16=getattr(self, "bf16", False)))
+
+
+@dataclass(kw_only=True)
+class SquadWindowSettings:
+    """For the SQuAD commands (finetune and predict): how contexts are cut into windows and answers read off.
+    (Each command sets its own ``max_seq_length``, the window length, over its base class's default.)"""
+
+    doc_stride: int = 128
+    """Tokens between the starts of consecutive context windows."""
+    max_query_length: int = 64
+    """Questions are cut to this many tokens."""
+    n_best_size: int = 20
+    """Candidate starts and ends considered per window."""
+    max_answer_length: int = 30
+    """Longest answer, in tokens."""
+
+    def check_windows(self) -> None:
+        _at_least_one(self, "doc_stride", "max_query_length", "n_best_size", "max_answer_length")

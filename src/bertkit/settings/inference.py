@@ -12,6 +12,7 @@ from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
     Int8Settings,
     OverwriteSettings,
+    SquadWindowSettings,
     _at_least_one,
     coerce_paths,
     flag,
@@ -74,7 +75,7 @@ class PredictNerSettings(PredictBenchmarkSettings):
 
 
 @dataclass(kw_only=True)
-class PredictSquadSettings(PredictBenchmarkSettings):
+class PredictSquadSettings(PredictBenchmarkSettings, SquadWindowSettings):
     """Answer a SQuAD JSON file with a fine-tuned QA checkpoint: predictions.json and nbest_predictions.json
     (null_odds.json for 2.0) in run_squad.py's formats, and the official scores where answers are given."""
 
@@ -84,21 +85,13 @@ class PredictSquadSettings(PredictBenchmarkSettings):
     """2.0: questions may have no answer (null answers below --null-threshold)."""
     max_seq_length: int = 384
     """Tokens per window (question + context chunk)."""
-    doc_stride: int = 128
-    """Tokens between the starts of consecutive context windows."""
-    max_query_length: int = 64
-    """Questions are cut to this many tokens."""
-    n_best_size: int = 20
-    """Candidate starts and ends considered per window."""
-    max_answer_length: int = 30
-    """Longest answer, in tokens."""
     null_threshold: float = 0.0
     """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
     report gives the threshold chosen on dev)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _at_least_one(self, "doc_stride", "max_query_length", "n_best_size", "max_answer_length")
+        self.check_windows()
 
 
 @dataclass(kw_only=True)

@@ -22,6 +22,7 @@ from bertkit.settings.fields import (
     OPTIMIZERS,
     OverwriteSettings,
     ProgressSettings,
+    SquadWindowSettings,
     _at_least_one,
     _positive,
     coerce_paths,
@@ -282,7 +283,7 @@ SQUAD_PAPER = {"1.1": {"num_train_epochs": 3.0, "batch_size": 32}, "2.0": {"num_
 
 
 @dataclass(kw_only=True)
-class SquadSettings(FinetuneSettings):
+class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """SQuAD v1.1 (section 4.2: 3 epochs, lr 5e-5, batch 32) and v2.0 (section 4.3: 2 epochs, batch 48).
     Without --train-file the predict file is split by article, and every report says so."""
 
@@ -296,14 +297,6 @@ class SquadSettings(FinetuneSettings):
     """2.0 adds unanswerable questions (the no-answer threshold is chosen on the predicted file)."""
     max_seq_length: int = 384
     """Tokens per window (question + context chunk)."""
-    doc_stride: int = 128
-    """Tokens between the starts of consecutive context windows."""
-    max_query_length: int = 64
-    """Questions are cut to this many tokens."""
-    n_best_size: int = 20
-    """Candidate starts and ends considered per window."""
-    max_answer_length: int = 30
-    """Longest answer, in tokens."""
     heldout_fraction: float = 1 / 6
     """Without --train-file: the share of articles held out for scoring."""
     split_seed: int = 0
@@ -318,7 +311,7 @@ class SquadSettings(FinetuneSettings):
                 setattr(self, name, value)
         if not 0 < self.heldout_fraction < 1:
             raise BertkitError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
-        _at_least_one(self, "doc_stride", "max_query_length", "n_best_size", "max_answer_length")
+        self.check_windows()
 
 
 @dataclass(kw_only=True)
