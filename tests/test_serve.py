@@ -64,6 +64,27 @@ class Server:
         self.thread.join(30)
 
 
+class SlowRequest:
+    """A POST /predict whose body arrives in two parts: while the rest is unsent the server is reading it, so
+    its batcher waits for it; ``finish()`` sends the rest and returns the raw response head."""
+
+    def __init__(self, port: int, text: str = "a slow client's sentence"):
+        self.body = json.dumps({"inputs": text}).encode()
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(self.body) + self.body[:5])
+
+    def send_rest(self) -> None:
+        self.sock.sendall(self.body[5:])
+
+    def response(self) -> bytes:
+        raw = b""
+        while b"\r\n\r\n" not in raw:
+            raw += self.sock.recv(65536)
+        self.sock.close()
+        return raw
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     from bertkit import pipeline
@@ -148,10 +169,7 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
         expected = pipe(texts[:11])
         # A thirteenth request whose body is still arriving keeps the batch open (the batcher waits for
         # requests being read), so all twelve are admitted into the same first call.
-        body = json.dumps({"inputs": "a slow client's sentence"}).encode()
-        slow = socket.create_connection(("127.0.0.1", server.port))
-        slow.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
+        slow = SlowRequest(server.port)
 
         def ask(text: str) -> httpx.Response:
             return httpx.post(f"{server.url}/predict", json={"inputs": text}, timeout=60)
@@ -159,12 +177,9 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
         with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
             futures = [pool.submit(ask, t) for t in texts]
             _until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 12)
-            slow.sendall(body[5:])
+            slow.send_rest()
             got = [f.result() for f in futures]
-        raw = b""
-        while b"\r\n\r\n" not in raw:
-            raw += slow.recv(65536)
-        slow.close()
+        raw = slow.response()
         assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
         assert [r.status_code for r in got] == [200] * 11 + [422]
         assert all(_close(r.json()[0], e) for r, e in zip(got, expected))
@@ -412,18 +427,13 @@ def test_a_lone_request_does_not_wait_for_companions_and_a_batch_waits_for_one_b
             assert _post(server.url, text, timeout=5).status_code == 200
         stats = httpx.get(f"{server.url}/metadata", timeout=10).json()["stats"]
         assert (stats["items"], stats["batches"]) == (3, 3)
-        body = json.dumps({"inputs": "a slow client's sentence"}).encode()
-        with socket.create_connection(("127.0.0.1", server.port)) as slow:
-            slow.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                fast = pool.submit(_post, server.url, "a quick one", 30)
-                _until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 1)
-                slow.sendall(body[5:])
-                assert fast.result().status_code == 200
-            raw = b""
-            while b"\r\n\r\n" not in raw:
-                raw += slow.recv(65536)
+        slow = SlowRequest(server.port)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            fast = pool.submit(_post, server.url, "a quick one", 30)
+            _until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 1)
+            slow.send_rest()
+            assert fast.result().status_code == 200
+        raw = slow.response()
         assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
         stats = httpx.get(f"{server.url}/metadata", timeout=10).json()["stats"]
         assert (stats["items"], stats["batches"]) == (5, 4)  # the two shared one call
@@ -451,21 +461,15 @@ def test_sigterm_drains_the_admitted_requests_then_the_server_exits(tiny_dir):
                 return False
 
         _until(up, 120)
-        body = json.dumps({"inputs": "a slow client's sentence"}).encode()
-        slow = socket.create_connection(("127.0.0.1", port))
-        slow.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
+        slow = SlowRequest(port)
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             inflight = [pool.submit(_post, url, t, 30) for t in _sentences(3)]
             _until(lambda: httpx.get(f"{url}/metadata").json()["admission"]["admitted_inputs"] == 3)
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.3)
-            slow.sendall(body[5:])  # read after SIGTERM: admitted (it passed the drain check), then all four run
+            slow.send_rest()  # read after SIGTERM: admitted (it passed the drain check), then all four run
             answers = [f.result() for f in inflight]
-        raw = b""
-        while b"\r\n\r\n" not in raw:
-            raw += slow.recv(65536)
-        slow.close()
+        raw = slow.response()
         assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
         assert [r.status_code for r in answers] == [200, 200, 200] and all(len(r.json()[0]) == 2 for r in answers)
         out, err = proc.communicate(timeout=60)
