@@ -66,15 +66,22 @@ def test_unpadded_equals_padded_outputs_losses_and_gradients(grouping):
         torch.testing.assert_close(ga[name], gb[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_compile_layers_keeps_the_state_dict_names():
-    """What the slow test below needs before it compiles anything: checkpoints of a compiled model load
-    anywhere (compilation itself is lazy, at the first call)."""
+def _eager_and_compiled() -> tuple[torch.nn.Module, torch.nn.Module]:
+    """Two classifiers with the same weights, the second with compile_layers() (compiled lazily, on first call);
+    the state_dict names must not change."""
     torch.manual_seed(0)
     eager = BertForSequenceClassification(CFG.with_labels(3))
     compiled = BertForSequenceClassification(CFG.with_labels(3))
     compiled.load_state_dict(eager.state_dict())
     compiled.bert.compile_layers()
     assert list(compiled.state_dict()) == list(eager.state_dict())
+    return eager, compiled
+
+
+def test_compile_layers_keeps_the_state_dict_names():
+    """What the slow test below needs before it compiles anything: checkpoints of a compiled model load
+    anywhere (compilation itself is lazy, at the first call)."""
+    eager, compiled = _eager_and_compiled()
     assert all(torch.equal(a, b) for a, b in zip(compiled.state_dict().values(), eager.state_dict().values()))
 
 
@@ -85,12 +92,7 @@ def test_compiled_layers_match_eager_across_changing_token_counts():
     compiles forward and backward with the C++ compiler (5 s with a warm cache, minutes with a cold one)."""
     if shutil.which("g++") is None and shutil.which("c++") is None:
         pytest.skip("torch.compile on CPU needs a C++ compiler (g++/c++ not found)")
-    torch.manual_seed(0)
-    eager = BertForSequenceClassification(CFG.with_labels(3))
-    compiled = BertForSequenceClassification(CFG.with_labels(3))
-    compiled.load_state_dict(eager.state_dict())
-    compiled.bert.compile_layers()
-    assert list(compiled.state_dict()) == list(eager.state_dict())
+    eager, compiled = _eager_and_compiled()
     gen = torch.Generator().manual_seed(5)
     for drop in (0, 3):  # a second batch with fewer real tokens: another N, no recompilation needed
         ids, tt, mask, _ = _padded_batch(gen)
