@@ -97,35 +97,26 @@ src, dst = sys.argv[1], sys.argv[2]
 BertForMaskedLM(BertConfig.from_json_file(src + '/config.json')).save_pretrained(dst)
 BertTokenizer.from_pretrained(src).save_pretrained(dst)" "$R/init-pretrained" "$R/init-random"
 fi
-mkdir -p "$R/glue"
-finetune() {  # finetune INIT TASK
-  local out="$R/glue/$1-$2" res="" extra=""
+finetune() {  # finetune DIR INIT TASK [LR]: fine-tune INIT on TASK into $R/DIR (LR: the rate or a grid)
+  local out="$R/$1/$2-$3" res="" extra=""
   [ -f "$out/report.json" ] && return 0
   [ -f "$out/.bertkit-run.json" ] && res="--resume"
-  [ "$2" = sst2 ] && extra="--max-train-samples 10000"
-  OMP_NUM_THREADS=1 $BK finetune glue --task "$2" --data-dir "$G" --model-name-or-path "$R/$1" \
+  [ "$3" = sst2 ] && extra="--max-train-samples 10000"
+  [ -n "${4:-}" ] && extra="$extra --learning-rate $4"
+  mkdir -p "$R/$1"
+  OMP_NUM_THREADS=1 $BK finetune glue --task "$3" --data-dir "$G" --model-name-or-path "$R/$2" \
     --output-dir "$out" --seed 1,2,3 --no-progress $extra $res > "$out.json" 2> "$out.log" || echo "failed: $out"
 }
 export -f finetune; export R G BK
 for task in mrpc rte stsb sst2; do
   for init in init-pretrained init-random; do echo "$init $task"; done
-done | xargs -P 2 -L 1 bash -c 'finetune "$0" "$1"'
+done | xargs -P 2 -L 1 bash -c 'finetune glue "$0" "$1"'
 
 # 4. The fine-tuning rate: 1e-4 left both networks near the majority class on MRPC and STS-B, so both run
 # again at 3e-4 and 1e-3 (Turc et al. 2019 searched up to 3e-4 for their BERT-tiny), 3 seeds each.
-finetune_lr() {  # finetune_lr INIT TASK
-  local out="$R/glue-lr/$1-$2" res="" extra=""
-  [ -f "$out/report.json" ] && return 0
-  [ -f "$out/.bertkit-run.json" ] && res="--resume"
-  [ "$2" = sst2 ] && extra="--max-train-samples 10000"
-  OMP_NUM_THREADS=1 $BK finetune glue --task "$2" --data-dir "$G" --model-name-or-path "$R/$1" \
-    --output-dir "$out" --learning-rate 3e-4,1e-3 --seed 1,2,3 --no-progress $extra $res > "$out.json" \
-    2> "$out.log" || echo "failed: $out"
-}
-export -f finetune_lr; mkdir -p "$R/glue-lr"
 for task in mrpc stsb rte sst2; do
   for init in init-pretrained init-random; do echo "$init $task"; done
-done | xargs -P 2 -L 1 bash -c 'finetune_lr "$0" "$1"'
+done | xargs -P 2 -L 1 bash -c 'finetune glue-lr "$0" "$1" 3e-4,1e-3'
 
 # 5. Whether the untrained [CLS] / pooler is what fails downstream: the recipe's model pre-trained 2,000 more
 # steps with next-sentence prediction on (random negatives; the masked LM continues beside it), then
@@ -139,5 +130,5 @@ if [ ! -f "$R/nsp-cont/final/config.json" ]; then
     --seed 43 --no-progress --output-dir "$R/nsp-cont" "${res[@]}" > "$R/nsp-cont.json" 2> "$R/nsp-cont.log"
 fi
 finetune_copy "$R/nsp-cont/final" "$R/init-nsp-cont"
-for task in mrpc stsb rte sst2; do echo "init-nsp-cont $task"; done | xargs -P 2 -L 1 bash -c 'finetune_lr "$0" "$1"'
+for task in mrpc stsb rte sst2; do echo "init-nsp-cont $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-lr "$0" "$1" 3e-4,1e-3'
 echo ALL-DONE
