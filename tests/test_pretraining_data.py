@@ -167,6 +167,27 @@ def test_nearby_negatives_are_same_document_and_never_adjacent(tok):
 
 @needs_corpus
 @needs_model
+def test_mixed_negatives_are_half_nearby_half_other_document(tok):
+    documents = [[ids for ids in tok([*d], add_special_tokens=False)["input_ids"] if ids]
+                 for f in wiki_files(24) for d in iter_documents(f)]
+    rng = random.Random(0)
+    nearby = other = 0
+    for d in range(len(documents)):
+        for inst in create_instances_from_document(documents, d, PretrainingConfig(nsp_negatives="mixed"), rng):
+            if inst.is_random_next and not inst.nearby_fallback:
+                doc, a0, a1 = inst.a_span
+                b_doc, b0, b1 = inst.b_span
+                if b_doc == d:
+                    nearby += 1
+                    assert 1 <= (b0 - a1 if b0 >= a1 else a0 - b1) <= 8  # nearby, never adjacent
+                else:
+                    other += 1
+    assert nearby + other > 300
+    assert abs(nearby / (nearby + other) - 0.5) <= 0.06, (nearby, other)
+
+
+@needs_corpus
+@needs_model
 def test_random_negatives_come_from_other_documents(tok):
     documents = [[ids for ids in tok([*d], add_special_tokens=False)["input_ids"] if ids]
                  for f in wiki_files(6) for d in iter_documents(f)]

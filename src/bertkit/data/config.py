@@ -27,9 +27,10 @@ class PretrainingConfig:
     """Share of pairs whose second segment is not the true next text."""
     whole_word_mask: bool = False
     """Mask all WordPieces of a word together (google's later whole-word-masking models)."""
-    nsp_negatives: Literal["random", "nearby"] = "random"
-    """Where a negative pair's second segment comes from: another document (google's), or a nearby
-    non-adjacent stretch of the same one. Why random is the default: docs/pretraining-data.md."""
+    nsp_negatives: Literal["random", "nearby", "mixed"] = "random"
+    """Where a negative pair's second segment comes from: another document (google's), a nearby
+    non-adjacent stretch of the same one, or either at 50/50 (mixed). Why random is the default:
+    docs/pretraining-data.md."""
     nearby_window: int = 8
     """With nearby negatives: at most this many sentences away from segment A."""
     masking: Literal["static", "dynamic"] = "static"
@@ -51,7 +52,8 @@ class PretrainingConfig:
             ("short_seq_prob", 0 <= self.short_seq_prob <= 1, "must be in [0, 1]"),
             ("dupe_factor", self.dupe_factor >= 1, "must be at least 1"),
             ("random_next_prob", 0 <= self.random_next_prob <= 1, "must be in [0, 1]"),
-            ("nsp_negatives", self.nsp_negatives in ("random", "nearby"), "must be 'random' or 'nearby'"),
+            ("nsp_negatives", self.nsp_negatives in ("random", "nearby", "mixed"),
+             "must be 'random', 'nearby' or 'mixed'"),
             ("nearby_window", self.nearby_window >= 1, "must be at least 1"),
             ("masking", self.masking in ("static", "dynamic"), "must be 'static' or 'dynamic'"),
             ("input_format", self.input_format in INPUT_FORMATS, f"must be one of {INPUT_FORMATS}"),

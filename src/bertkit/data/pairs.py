@@ -61,7 +61,10 @@ def create_instances_from_document(
             if is_random_next:
                 target_b = target - len(tokens_a)
                 b_span = None
-                if config.nsp_negatives == "nearby":
+                # mixed: each negative is nearby or from another document at 50/50 (the draw is made only
+                # in that mode, so random and nearby keep their byte-identical output for a seed)
+                nearby = config.nsp_negatives == "nearby" or (config.nsp_negatives == "mixed" and rng.random() < 0.5)
+                if nearby:
                     b_span = _nearby_span(document, chunk_start, a_end, target_b, config.nearby_window, rng)
                     fallback = b_span is None
                     if b_span is not None:

@@ -10,7 +10,8 @@ description, with the exact meaning of every option, is docs/pretraining-data.md
 * **Pairs** (:func:`create_instances_from_document`): the reference's chunking, A/B split, put-back of
   unused sentences and ``truncate_seq_pair``. ``"random"`` negatives come from another document of the
   same unit (the reference holds the whole corpus in memory); ``"nearby"`` negatives are whole sentences
-  of the same document, 1..``nearby_window`` sentences away from A on either side, never adjacent.
+  of the same document, 1..``nearby_window`` sentences away from A on either side, never adjacent;
+  ``"mixed"`` draws each negative from one of the two at 50/50.
 * **Masking** (:func:`mask_tokens`): the reference's budget and 80/10/10, optionally whole-word;
   ``masking="dynamic"`` stores unmasked instances and :class:`PretrainingDataset` masks them from
   ``(seed, epoch, index)`` (RoBERTa, section 4.1).
