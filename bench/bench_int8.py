@@ -16,7 +16,8 @@ Engines:
 - ``transformers-qdynamic``: that model through ``torch.ao.quantization.quantize_dynamic`` with the
   per-channel qconfig on every ``nn.Linear`` (what most tutorials do);
 - ``onnxruntime-fp32`` / ``onnxruntime-int8``: bertkit's ONNX export (``bertkit.inference.export``) and
-  ``onnxruntime.quantization.quantize_dynamic`` of it (per-channel int8 weights), needs ``bertkit[bench]``;
+  its ``--int8`` form (``onnxruntime.quantization.quantize_dynamic``, per-channel int8 weights), needs
+  ``bertkit[bench]``;
 - ``ctranslate2-float32`` / ``ctranslate2-int8``: CTranslate2's own converter
   (``ctranslate2.converters.TransformersConverter``) on the checkpoint, its ``Encoder`` at compute type
   float32 and int8 (int8 weights, activations quantized per call), one intra-op thread set per thread
@@ -64,13 +65,12 @@ def pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def onnx_engines(model_dir: Path, tmp: Path) -> dict[str, Callable]:
     """ONNX Runtime on bertkit's export, fp32 and dynamically quantized int8 (one intra-op thread set later)."""
     import onnxruntime as ort
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from bertkit.inference.export import export_onnx
 
     fp32_path, int8_path = tmp / "minilm.onnx", tmp / "minilm-int8.onnx"
     export_onnx(model_dir, fp32_path, verify=False)
-    quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True)
+    export_onnx(model_dir, int8_path, verify=False, int8=True)  # `bertkit export onnx --int8`
     engines = {}
     for name, path in (("onnxruntime-fp32", fp32_path), ("onnxruntime-int8", int8_path)):
         def make(path=path):

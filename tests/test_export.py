@@ -128,3 +128,33 @@ def test_onnx_export_of_heads(tmp_path, minilm_dir, cls):
         want = TupleOutputModel(model)(*inputs)
     got = tuple(torch.from_numpy(a) for a in run_onnx(session, inputs))
     _assert_outputs_equal(want, got, inputs[2])
+
+
+def test_onnx_int8_export_stays_close_to_fp32_on_real_text(tmp_path, minilm_dir, data_dir):
+    """`export onnx --int8`: ONNX Runtime's dynamic quantizer on the export. Over 96 SST-2 dev sentences each
+    sentence's mean-pooled state stays within cosine 0.95 of bertkit fp32's (measured over all 872: 0.964),
+    the file is a quarter of the float one (the embedding table is int8 too), and only that file is left."""
+    pytest.importorskip("onnx", reason="pip install 'bertkit[onnx]'")
+    pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
+    out = tmp_path / "minilm-int8.onnx"
+    result = export_onnx(minilm_dir, out, int8=True)
+    assert result["verified_min_cosine"] >= 0.9 and "quantize_dynamic" in result["quantization"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["minilm-int8.onnx"]
+    assert out.stat().st_size < 30e6  # float: 91 MB
+    with open(data_dir / "glue/SST-2/dev.tsv", encoding="utf-8") as f:
+        texts = [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:96]
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    model = BertModel.from_pretrained(minilm_dir).eval()
+    session = onnx_session(out)
+    cosines = []
+    for i in range(0, len(texts), 32):
+        enc = tok(texts[i:i + 32], padding=True, return_tensors="pt")
+        inputs = tuple(enc[k] for k in INPUT_NAMES)
+        hidden = torch.from_numpy(run_onnx(session, inputs)[0])
+        with torch.no_grad():
+            ref = model(**dict(zip(INPUT_NAMES, inputs))).last_hidden_state
+        m = inputs[2].unsqueeze(-1).float()
+        cosines.append(torch.nn.functional.cosine_similarity((hidden * m).sum(1), (ref * m).sum(1)))
+    cos = torch.cat(cosines)
+    assert cos.min() >= 0.95 and cos.mean() >= 0.98, (float(cos.min()), float(cos.mean()))
+    assert cos.max() < 0.99999  # it is quantized: not the float graph

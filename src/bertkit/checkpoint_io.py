@@ -33,6 +33,9 @@ logger = logging.getLogger("bertkit")
 
 WEIGHTS_NAME = "model.safetensors"
 LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
+# An int8 model (``bertkit quantize``): int8 projections with their scales, the rest as published. Another name
+# than WEIGHTS_NAME, so no loader of float checkpoints (transformers' included) reads it as one.
+INT8_WEIGHTS_NAME = "model.int8.safetensors"
 CONFIG_NAME = "config.json"
 
 # ---------------------------------------------------------------------------------------------------
@@ -100,6 +103,17 @@ def _expand(rows: list[Row], num_layers: int) -> list[Row]:
     return out
 
 
+def encoder_published_names(name: str) -> tuple[str, ...]:
+    """The published name(s) of one of the encoder's own parameters (``layers.3.qkv.weight`` ->
+    ``encoder.layer.3.attention.self.query.weight``, ``...key.weight``, ``...value.weight``), from the key
+    table; for code that stores some encoder weights in another form (``bertkit.quantization``)."""
+    index = next((part for part in name.split(".") if part.isdigit()), None)
+    for ours, theirs in _ENCODER + _LAYER + _POOLER:
+        if (ours.format(i=index) if index is not None else ours) == name:
+            return tuple(t.format(i=index) for t in theirs)
+    raise KeyError(f"{name} is not an encoder parameter of the key table")
+
+
 def _normalise_published_key(key: str) -> str:
     """Keys of TF-converted checkpoints use LayerNorm.gamma/beta; transformers renamed them weight/bias."""
     if key.endswith(".gamma"):
@@ -149,6 +163,12 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
             raise BertkitError(f"{bin_path} holds Python code, not only tensors, so bertkit will not load it; "
                                f"convert it to {WEIGHTS_NAME} with a tool you trust ({str(e).splitlines()[0]})"
                                ) from None
+    if (directory / INT8_WEIGHTS_NAME).is_file():
+        raise BertkitError(
+            f"{directory} holds an int8 model written by `bertkit quantize` ({INT8_WEIGHTS_NAME}), not float "
+            "weights: run it with pipeline(task, directory), bertkit predict/serve/extract-features, or "
+            "bertkit.quantization.load_int8(directory); to fine-tune or convert, use the fp32 directory it was "
+            "quantized from")
     raise MissingFileError(
         f"no weights in {directory}: expected {WEIGHTS_NAME} (or legacy {LEGACY_WEIGHTS_NAME}); "
         "point at a directory written by save_pretrained, or fetch the example with "
@@ -486,6 +506,13 @@ class PretrainedMixin:
         own = self.state_dict()  # type: ignore[attr-defined]
         out: dict[str, Tensor] = {}
         encoder_rows, head_rows = self._rows()
+        absent = [ours for ours, _ in encoder_rows + head_rows if ours not in own]
+        if absent:
+            raise BertkitError(f"{type(self).__name__} has no float {', '.join(absent[:3])}"
+                               f"{f' (and {len(absent) - 3} more)' if len(absent) > 3 else ''}: an int8 model's "
+                               "projections are not float weights. Save it with bertkit.quantization.save_int8 "
+                               "(or `bertkit quantize` from the float checkpoint); save_pretrained writes float "
+                               "checkpoints")
         for ours, theirs in encoder_rows + head_rows:
             chunks = own[ours].chunk(len(theirs), 0) if len(theirs) > 1 else (own[ours],)
             for name, chunk in zip(theirs, chunks):

@@ -175,16 +175,23 @@ for _task in ("text-classification", "token-classification", "question-answering
 def _extract(s) -> dict:
     from bertkit.features import extract_features, read_texts
     from bertkit.modeling import BertModel
+    from bertkit.quantization import (
+        int8_model_device,
+        is_int8_model,
+        load_for_inference,
+        quantize_int8_on_texts,
+        read_calibration_file,
+    )
     from bertkit.tokenization import BertTokenizer
     from bertkit.training.distributed import current, resolve_device
 
     s.device = resolve_device(s.device, current().local_rank)  # under torchrun: this process's GPU
     texts = read_texts(s.input)
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
-    model = BertModel.from_pretrained(s.model_name_or_path)
-    if s.int8:  # settings checked that it can run here (the CPU, an x86 quantized engine)
-        from bertkit.quantization import quantize_int8_on_texts, read_calibration_file
-
+    model = load_for_inference(BertModel, s.model_name_or_path)  # a `bertkit quantize` directory loads in int8
+    if is_int8_model(model):
+        s.device = str(int8_model_device(s.model_name_or_path, s.device, calibrating=s.calibration_file is not None))
+    elif s.int8:  # settings checked that it can run here (the CPU, an x86 quantized engine)
         calibration = read_calibration_file(s.calibration_file) if s.calibration_file is not None else None
         model = quantize_int8_on_texts(model.eval(), tokenizer, calibration, max_length=s.max_seq_length)
     return extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
@@ -214,7 +221,16 @@ def _demo(s) -> None:
 def _export_onnx(s) -> dict:
     from bertkit.inference.export import export_onnx
 
-    return export_onnx(s.model, s.output_file, opset=s.opset, overwrite=True, verify=s.verify)  # _claim checked
+    return export_onnx(s.model, s.output_file, opset=s.opset, overwrite=True, verify=s.verify,  # _claim checked
+                       int8=s.int8)
+
+
+@command("quantize", "a float checkpoint -> an int8 model directory (x86 CPUs): smaller, loads without calibrating",
+         settings.QuantizeSettings)
+def _quantize(s) -> dict:
+    from bertkit.quantization import quantize_checkpoint
+
+    return quantize_checkpoint(s.model, s.output_dir, calibration_file=s.calibration_file, max_length=s.max_seq_length)
 
 
 @command("serve", "a model's pipeline behind HTTP with dynamic batching and admission control "
@@ -238,7 +254,7 @@ FAMILY_HELP = {"finetune": "fine-tune a pre-trained BERT on a task (paper sectio
                "predict": "predict with a fine-tuned model: on your own files (JSONL, CSV/TSV, text) or GLUE submissions",
                "export": "export a model for other runtimes (ONNX)"}
 ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data", "merge-pretraining-data", "pretrain",
-         "finetune", "predict", "extract-features", "feature-study", "export", "serve", "convert-tf-checkpoint", "demo")
+         "finetune", "predict", "extract-features", "feature-study", "quantize", "export", "serve", "convert-tf-checkpoint", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

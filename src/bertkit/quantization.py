@@ -54,6 +54,7 @@ built-in sentences reach the same closeness as calibrating on the task's own tex
 from __future__ import annotations
 
 import copy
+import json
 import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -63,9 +64,13 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from bertkit import heads
 from bertkit.calibration_text import CALIBRATION_SENTENCES
+from bertkit.checkpoint_io import CONFIG_NAME, INT8_WEIGHTS_NAME, encoder_published_names
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
+from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.tokenization import BertTokenizer
 
 # The encoder layer's projections that can be int8, in forward order.
@@ -78,6 +83,9 @@ DEFAULT_ALPHA = 0.7
 X86_ENGINES = ("x86", "fbgemm")
 # What pipelines' ``quantize=`` takes (``None``: the model as loaded).
 QUANTIZE_MODES = ("int8",)
+# config.json's ``quantization_config.quant_method`` of a saved int8 model, and the layout's version.
+QUANT_METHOD = "bertkit-int8"
+INT8_FORMAT_VERSION = 1
 
 _INDEX = re.compile(r"^-?\d+$")
 
@@ -145,12 +153,19 @@ def check_int8_support(model: nn.Module) -> None:
 
 
 @contextmanager
-def _engine(name: str) -> Iterator[None]:
-    """The quantized engine weights are packed for, set while packing (the kernels are chosen at packing)."""
+def _packing() -> Iterator[None]:
+    """While int8 weights are packed: this machine's x86 quantized engine set (the kernels are chosen at
+    packing), and torch.ao's deprecation warnings silenced (known, and stated in this module's docstring;
+    users should not see them on every call)."""
     before = torch.backends.quantized.engine
-    torch.backends.quantized.engine = name
+    torch.backends.quantized.engine = next(e for e in X86_ENGINES if e in torch.backends.quantized.supported_engines)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated",
+                                    category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated",
+                                    category=UserWarning)
+            yield
     finally:
         torch.backends.quantized.engine = before
 
@@ -172,6 +187,45 @@ class SmoothedInt8Linear(nn.Module):
         scaled.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
         self.int8 = torch.ao.nn.quantized.dynamic.Linear.from_float(scaled)
         self.training = False
+
+    @classmethod
+    def from_saved(cls, weight: Tensor, weight_scale: Tensor, inv_scale: Tensor,
+                   bias: Tensor | None) -> SmoothedInt8Linear:
+        """The layer ``saved_tensors`` wrote: int8 ``weight`` (out, in), its per-output-channel
+        ``weight_scale`` (out,), the fp32 ``bias`` and the smoothing ``inv_scale`` (in,). The weights are
+        packed here, for this machine's engine, so a file saved on one x86 CPU runs on any other."""
+        out_features, in_features = weight.shape
+        if weight.dtype != torch.int8 or weight_scale.shape != (out_features,) or inv_scale.shape != (in_features,):
+            raise BertkitError(f"an int8 projection needs an int8 weight (out, in) with scales (out,) and (in,); got "
+                               f"{weight.dtype} {tuple(weight.shape)}, scales {tuple(weight_scale.shape)} and "
+                               f"{tuple(inv_scale.shape)}: the file is not one `bertkit quantize` wrote, or damaged")
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("inv_scale", inv_scale.to(torch.float32).clone())
+        scales = weight_scale.to(torch.float64)
+        # Re-quantizing int8 * scale with the same scale returns the same integers (|error| << 0.5 step).
+        qweight = torch.quantize_per_channel(weight.to(torch.float32) * scales[:, None].float(), scales,
+                                             torch.zeros(out_features, dtype=torch.int64), 0, torch.qint8)
+        self.int8 = torch.ao.nn.quantized.dynamic.Linear(in_features, out_features, dtype=torch.qint8)
+        self.int8.set_weight_bias(qweight, None if bias is None else bias.to(torch.float32).clone())
+        self.training = False
+        return self
+
+    def saved_tensors(self) -> dict[str, Tensor]:
+        """What ``from_saved`` rebuilds this layer from (the bias aside): the integers and scales, not an
+        engine's packing."""
+        qweight = self.int8.weight()
+        # torch.ao stores per-channel symmetric weights as per_channel_affine with zero points 0
+        if qweight.qscheme() not in (torch.per_channel_affine, torch.per_channel_symmetric) or bool(
+                qweight.q_per_channel_zero_points().any()):
+            raise BertkitError(f"an int8 projection with {qweight.qscheme()} weights (non-zero zero points) cannot "
+                               "be saved: save_int8 writes the per-channel symmetric weights quantize_int8 makes")
+        return {"weight": qweight.int_repr().contiguous(), "weight_scale": qweight.q_per_channel_scales().float(),
+                "inv_scale": self.inv_scale.detach().clone()}
+
+    def float_bias(self) -> Tensor | None:
+        return self.int8.bias()
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.int8(x * self.inv_scale)
@@ -292,12 +346,7 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     absmax = activation_absmax(encoder, calibration, targets) if calibration is not None else {}
     target_model = model if inplace else copy.deepcopy(model)
     target_encoder = encoder_of(target_model)
-    engine = next(e for e in X86_ENGINES if e in torch.backends.quantized.supported_engines)
-    with _engine(engine), warnings.catch_warnings():
-        # The deprecation of torch.ao.quantization is known and stated in this module's docstring; users
-        # should not see it on every call.
-        warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated", category=UserWarning)
+    with _packing():
         for i, kind in targets:
             linear = getattr(target_encoder.layers[i], kind)
             scale = (smoothing_scale(absmax[(i, kind)], linear.weight, alpha) if absmax
@@ -372,6 +421,205 @@ def int8_projections(model: nn.Module) -> list[str]:
             if isinstance(getattr(layer, kind), SmoothedInt8Linear)]
 
 
+def is_int8_model(model: nn.Module) -> bool:
+    """Whether any of ``model``'s modules is an int8 projection (``quantize_int8`` or ``load_int8`` made it)."""
+    return any(isinstance(m, SmoothedInt8Linear) for m in model.modules())
+
+
+def is_int8_checkpoint(model_dir: str | Path) -> bool:
+    """Whether ``model_dir`` holds an int8 model written by ``save_int8`` / ``bertkit quantize``."""
+    return (Path(model_dir) / INT8_WEIGHTS_NAME).is_file()
+
+
+def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "built-in") -> Path:
+    """Write an int8 model (``quantize_int8``'s result) to ``output_dir`` for ``load_int8``; returns the directory.
+
+    ``model.int8.safetensors`` holds each int8 projection as its int8 weight (out, in), the weight's scale
+    per output channel and the smoothing factors (``int8.layers.3.qkv.weight``, ``.weight_scale``,
+    ``.inv_scale``), and every other tensor under its published name, in float32 (the embeddings, biases,
+    LayerNorms, the pooler and the head). ``config.json`` is the model's, with ``quantization_config``
+    saying how it was made (``calibration``: what it was calibrated on, recorded as given). The weights are
+    stored as integers and scales, not as one engine's packed form, so the directory runs on any x86 CPU:
+    ``load_int8`` packs them for the engine it finds. The tokenizer is not written (``bertkit quantize``
+    copies it).
+    """
+    encoder = encoder_of(model)
+    int8 = {(i, kind): getattr(layer, kind) for i, layer in enumerate(encoder.layers) for kind in PROJECTIONS
+            if isinstance(getattr(layer, kind), SmoothedInt8Linear)}
+    if not int8:
+        raise BertkitError(f"save_int8 writes an int8 model, and this {type(model).__name__} has no int8 projection: "
+                           "quantize it first (quantize_int8 / quantize_int8_on_texts), or save the float model "
+                           "with save_pretrained")
+    tensors: dict[str, Tensor] = {}
+    for (i, kind), module in int8.items():
+        tensors.update({f"int8.layers.{i}.{kind}.{k}": v for k, v in module.saved_tensors().items()})
+        # A float stand-in with the real bias lets the key table name everything else; its weight is dropped.
+        stand_in = torch.nn.utils.skip_init(nn.Linear, module.in_features, module.out_features,
+                                            bias=module.float_bias() is not None)
+        if stand_in.bias is not None:
+            stand_in.bias.data.copy_(module.float_bias())
+        setattr(encoder.layers[i], kind, stand_in)
+    try:
+        published = model.published_state_dict()
+    finally:
+        for (i, kind), module in int8.items():
+            setattr(encoder.layers[i], kind, module)
+    prefix = "" if encoder is model else "bert."
+    dropped = {prefix + n for i, kind in int8 for n in encoder_published_names(f"layers.{i}.{kind}.weight")}
+    tensors.update({k: v for k, v in published.items() if k not in dropped})
+    config = model.config.to_dict()
+    config["architectures"] = [type(model).__name__]
+    config["quantization_config"] = {
+        "quant_method": QUANT_METHOD, "format_version": INT8_FORMAT_VERSION,
+        "weights": "int8, symmetric, one scale per output channel",
+        "activations": "uint8 (7-bit), one scale per call over the whole input (dynamic)",
+        "smoothing": "SmoothQuant: inputs times inv_scale, weights already times its inverse",
+        "int8_projections": [f"layers.{i}.{kind}" for i, kind in int8], "calibration": calibration,
+    }
+    directory = Path(output_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    from safetensors.torch import save_file
+
+    with atomic_target(directory / INT8_WEIGHTS_NAME) as tmp:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata={"format": "pt",
+                                                                                       "bertkit": QUANT_METHOD})
+    atomic_write_text(directory / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return directory
+
+
+def _int8_model_class(directory: Path, raw: dict) -> type[nn.Module]:
+    name = (raw.get("architectures") or ["BertModel"])[0]
+    found = BertModel if name == "BertModel" else getattr(heads, name, None)
+    if not (isinstance(found, type) and issubclass(found, nn.Module)):
+        raise BertkitError(f"{directory / CONFIG_NAME} names architecture {name!r}, which bertkit does not have; "
+                           "pass model_class= (BertModel or a bertkit head class)")
+    return found
+
+
+def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None) -> nn.Module:
+    """The int8 model ``save_int8`` / ``bertkit quantize`` wrote to ``model_dir``, in eval mode on the CPU.
+
+    ``model_class`` (``BertModel`` or a head class) defaults to the one config.json's ``architectures``
+    names; a head model's directory loads as ``BertModel`` too (the head is left out), as from_pretrained
+    does. The int8 weights are packed here for this machine's quantized engine: a directory written on one
+    x86 CPU runs on another; a machine without the x86/fbgemm engine is refused, naming it.
+    """
+    directory = Path(model_dir)
+    weights = directory / INT8_WEIGHTS_NAME
+    if not weights.is_file():
+        raise MissingFileError(f"{weights} not found: load_int8 reads a directory written by `bertkit quantize` "
+                               "(or save_int8); a float checkpoint loads with from_pretrained, and "
+                               "pipeline(..., quantize='int8') or --int8 quantize it at load")
+    raw = json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8")) if (directory / CONFIG_NAME).is_file() else {}
+    method = raw.get("quantization_config", {}) if isinstance(raw.get("quantization_config"), dict) else {}
+    if method.get("quant_method") != QUANT_METHOD or method.get("format_version") != INT8_FORMAT_VERSION:
+        raise BertkitError(f"{directory / CONFIG_NAME} does not describe a {QUANT_METHOD} model of format "
+                           f"{INT8_FORMAT_VERSION} (quantization_config: {method or 'absent'}); write the directory "
+                           "again with this bertkit's `bertkit quantize`")
+    _check_engine()
+    model_class = model_class or _int8_model_class(directory, raw)
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(weights))
+    except SafetensorError as e:
+        raise BertkitError(f"{weights} could not be read as safetensors ({e}); the file is truncated or corrupt "
+                           f"(size {weights.stat().st_size} bytes): write it again with `bertkit quantize`") from e
+    saved: dict[tuple[int, str], dict[str, Tensor]] = {}
+    published: dict[str, Tensor] = {}
+    for key, value in tensors.items():
+        parts = key.split(".")
+        if parts[0] != "int8":
+            published[key] = value
+        elif len(parts) == 5 and parts[1] == "layers" and parts[2].isdigit() and parts[3] in PROJECTIONS:
+            saved.setdefault((int(parts[2]), parts[3]), {})[parts[4]] = value
+        else:
+            raise BertkitError(f"{weights} holds {key!r}, which is not an int8 projection's tensor "
+                               "(int8.layers.<i>.<projection>.<weight|weight_scale|inv_scale>)")
+    # The int8 projections' float weights are not stored: empty stand-ins of their shape let the key table
+    # load the rest (and check it against the config); the int8 layers then replace them.
+    for (i, kind), parts in saved.items():
+        if set(parts) != {"weight", "weight_scale", "inv_scale"}:
+            raise BertkitError(f"{weights}: int8 projection layers.{i}.{kind} has {sorted(parts)}, expected weight, "
+                               "weight_scale and inv_scale; write the directory again with `bertkit quantize`")
+        names = encoder_published_names(f"layers.{i}.{kind}.weight")
+        out, inp = parts["weight"].shape
+        for name in names:
+            published[name] = torch.empty(out // len(names), inp)
+    config = BertConfig.from_json_file(directory / CONFIG_NAME)
+    model = model_class.from_pretrained(None, config=config, state_dict=published)
+    encoder = encoder_of(model)
+    with _packing():
+        for (i, kind), parts in sorted(saved.items()):
+            if i >= len(encoder.layers):
+                raise BertkitError(f"{weights} holds int8 layers.{i}.{kind} but the config has "
+                                   f"{len(encoder.layers)} layers; the file and config.json do not belong together")
+            stand_in = getattr(encoder.layers[i], kind)
+            if tuple(parts["weight"].shape) != tuple(stand_in.weight.shape):
+                raise BertkitError(f"{weights}: int8 layers.{i}.{kind} is {tuple(parts['weight'].shape)}, the config "
+                                   f"makes it {tuple(stand_in.weight.shape)}; the file and config.json do not belong "
+                                   "together")
+            bias = stand_in.bias.detach() if stand_in.bias is not None else None
+            setattr(encoder.layers[i], kind, SmoothedInt8Linear.from_saved(
+                parts["weight"], parts["weight_scale"], parts["inv_scale"], bias))
+    return model.eval()
+
+
+def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibration_file: str | Path | None = None,
+                        max_length: int = 128) -> dict:
+    """``bertkit quantize``: the float checkpoint in ``model_dir`` (head chosen by its ``architectures``),
+    quantized as pipelines quantize it (calibrated on ``calibration_file``'s lines, else the built-in
+    sentences), written to ``output_dir`` with its tokenizer by ``save_int8``. Returns a report: the files'
+    sizes and what was quantized. The caller owns ``output_dir`` (the command claims it)."""
+    source = Path(model_dir)
+    if is_int8_checkpoint(source):
+        raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
+                           "checkpoint it came from")
+    config_file = source / CONFIG_NAME
+    if not config_file.is_file():
+        raise MissingFileError(f"{config_file} not found: pass a checkpoint directory written by save_pretrained "
+                               "(config.json, model.safetensors, vocab.txt)")
+    try:
+        raw = json.loads(config_file.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise BertkitError(f"{config_file} is not valid JSON ({e}); re-save the checkpoint") from None
+    model_class = _int8_model_class(source, raw if isinstance(raw, dict) else {})
+    texts = read_calibration_file(calibration_file) if calibration_file is not None else None
+    tokenizer = BertTokenizer.from_pretrained(source)
+    model = model_class.from_pretrained(source)
+    quantized = quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length)
+    calibration = "built-in" if calibration_file is None else f"{Path(calibration_file).name} ({len(texts or [])} texts)"
+    out = save_int8(quantized, output_dir, calibration=calibration)
+    tokenizer.save_pretrained(out)
+    float_file = next((source / n for n in ("model.safetensors", "pytorch_model.bin") if (source / n).is_file()), None)
+    return {"model": str(source), "output_dir": str(out), "architecture": model_class.__name__,
+            "int8_projections": len(int8_projections(quantized)), "kept_fp32": list(DEFAULT_KEEP_FP32),
+            "calibration": calibration,
+            "bytes": {"float": float_file.stat().st_size if float_file else None,
+                      "int8": (out / INT8_WEIGHTS_NAME).stat().st_size}}
+
+
+def int8_model_device(model_dir: str | Path, device: str | torch.device, *, calibrating: bool,
+                      bf16: bool = False) -> torch.device:
+    """For a model loaded int8 (a `bertkit quantize` directory): the device it runs on, the CPU, or an error
+    naming the fix: a calibration asked for (it was calibrated when quantized), a GPU, bf16."""
+    if calibrating:
+        raise BertkitError(f"{model_dir} is int8 already (written by `bertkit quantize`, calibrated then); a "
+                           "calibration file or texts apply when quantizing a float checkpoint")
+    return check_int8_request(device, bf16=bf16)
+
+
+def load_for_inference(model_class: type[nn.Module], model_dir: str | Path) -> nn.Module:
+    """``model_class.from_pretrained(model_dir)``, or ``load_int8`` where the directory holds an int8 model:
+    what every command and pipeline that applies a model loads it with."""
+    if is_int8_checkpoint(model_dir):
+        return load_int8(model_dir, model_class)
+    return model_class.from_pretrained(model_dir)
+
+
 __all__ = ["quantize_int8", "quantize_int8_on_texts", "calibration_batches", "check_int8_support",
            "check_int8_request", "read_calibration_file", "resolve_keep_fp32", "int8_projections", "encoder_of",
-           "SmoothedInt8Linear", "PROJECTIONS", "DEFAULT_KEEP_FP32", "DEFAULT_ALPHA", "X86_ENGINES", "QUANTIZE_MODES"]
+           "SmoothedInt8Linear", "PROJECTIONS", "DEFAULT_KEEP_FP32", "DEFAULT_ALPHA", "X86_ENGINES", "QUANTIZE_MODES",
+           "save_int8", "load_int8", "load_for_inference", "quantize_checkpoint",
+           "int8_model_device", "is_int8_model", "is_int8_checkpoint", "QUANT_METHOD"]

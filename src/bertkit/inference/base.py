@@ -19,10 +19,14 @@ import torch
 from torch import Tensor, nn
 
 from bertkit._hardware import warn_if_bf16_is_emulated
+from bertkit.checkpoint_io import INT8_WEIGHTS_NAME
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
 from bertkit.quantization import (
     QUANTIZE_MODES,
     check_int8_request,
+    is_int8_checkpoint,
+    is_int8_model,
+    load_for_inference,
     quantize_int8_on_texts,
     read_calibration_file,
 )
@@ -35,6 +39,8 @@ _PROGRESS_ROWS = 512
 def published_keys(model_dir: Path) -> set[str]:
     """Names of the tensors in a checkpoint directory, read from the file header only (no weights loaded)."""
     st = model_dir / "model.safetensors"
+    if not st.is_file() and is_int8_checkpoint(model_dir):  # bertkit quantize's: the head is stored as published
+        st = model_dir / INT8_WEIGHTS_NAME
     if st.is_file():
         from safetensors import SafetensorError, safe_open
 
@@ -138,6 +144,11 @@ class Pipeline:
                  bf16: bool = False, batch_size: int = 32, max_length: int | None = None,
                  progress: bool | None = None, quantize: str | None = None,
                  calibration_texts: Sequence[str | tuple[str, str]] | None = None):
+        if is_int8_model(model):  # int8 already (load_int8, or quantize_int8 by the caller): runs as such
+            if calibration_texts is not None:
+                raise BertkitError("the model is int8 already (calibrated when it was quantized); calibration_texts "
+                                   "apply when quantizing a float model: pass the float checkpoint with them")
+            quantize = quantize or "int8"
         device = quantized_device(quantize, calibration_texts, device, bf16)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
@@ -151,7 +162,8 @@ class Pipeline:
         self.device = pipeline_device(device)
         self.model = model.to(self.device).eval()
         self.quantize = quantize
-        if quantize == "int8":  # a quantized copy, calibrated on the given texts or the built-in sentences
+        if quantize == "int8" and not is_int8_model(self.model):  # a quantized copy, calibrated on the given
+            # texts or the built-in sentences
             self.model = quantize_int8_on_texts(self.model, tokenizer, calibration_texts, max_length=max_length)
         self.tokenizer = tokenizer
         self.config = model.config
@@ -167,8 +179,11 @@ class Pipeline:
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
         """Load the tokenizer and the task's head model from a Hugging Face-layout checkpoint directory."""
         directory = Path(model_dir)
+        quantize = kwargs.get("quantize")
+        if is_int8_checkpoint(directory):  # written by `bertkit quantize`: it runs in int8 whatever is asked
+            quantize = quantize or "int8"
         # An int8 request that cannot run is refused before the weights load.
-        quantized_device(kwargs.get("quantize"), kwargs.get("calibration_texts"), kwargs.get("device", "cpu"),
+        quantized_device(quantize, kwargs.get("calibration_texts"), kwargs.get("device", "cpu"),
                          kwargs.get("bf16", False))
         if not (directory / "config.json").is_file():
             raise MissingFileError(f"{directory / 'config.json'} not found: pass a checkpoint directory written by "
@@ -180,7 +195,7 @@ class Pipeline:
                 raise BertkitError(f"{directory} has no {cls.task} head (its weights lack {', '.join(missing)}); "
                                    f"{cls.missing_head_fix}")
         tokenizer = BertTokenizer.from_pretrained(directory)
-        model = cls.model_class.from_pretrained(directory)
+        model = load_for_inference(cls.model_class, directory)
         return cls(model, tokenizer, **kwargs)
 
     # -- the three task-specific steps ----------------------------------------------------------------

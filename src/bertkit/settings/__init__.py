@@ -43,6 +43,7 @@ from bertkit.settings.inference import (
     PredictNerSettings,
     PredictSquadSettings,
     PredictSwagSettings,
+    QuantizeSettings,
     ServeSettings,
 )
 from bertkit.settings.training import (
@@ -85,6 +86,7 @@ __all__ = [
     "PredictNerSettings",
     "PredictSquadSettings",
     "PredictSwagSettings",
+    "QuantizeSettings",
     "PretrainSettings",
     "ProgressSettings",
     "SMALL_MODEL_LR",

@@ -31,6 +31,7 @@ from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, not_utf8
 from bertkit.heads import BertForSequenceClassification
 from bertkit.outputs import atomic_write_json
+from bertkit.quantization import int8_model_device, is_int8_model, load_for_inference
 from bertkit.settings import (
     ClassifySettings,
     FinetuneSettings,
@@ -86,22 +87,30 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
 def for_prediction(model: nn.Module, tokenizer: BertTokenizer, s: PredictBenchmarkSettings) -> nn.Module:
     """A loaded fine-tuned ``model`` on ``s.device`` in eval mode and, with --int8, quantized as pipelines quantize
     it (``quantize_int8_on_texts``: the built-in sentences, or --calibration-file's, cut to --max-seq-length).
-    The settings refused --int8 where it cannot run (a GPU, --bf16, no x86 engine) before the model loaded."""
+    The settings refused --int8 where it cannot run (a GPU, --bf16, no x86 engine) before the model loaded; a
+    model that is int8 already (a `bertkit quantize` directory) runs as it is, on the CPU."""
+    if is_int8_model(model):  # the CPU ("auto" included), or an error naming why not
+        s.device = str(int8_model_device(s.model_name_or_path, s.device, calibrating=s.calibration_file is not None,
+                                         bf16=s.bf16))
+        return model.eval()
     model = model.to(s.device).eval()
     if not s.int8:
         return model
-    from bertkit.quantization import quantize_int8_on_texts, read_calibration_file
+    from bertkit import quantization  # looked up at the call: tests and tools can wrap its functions
 
-    texts = read_calibration_file(s.calibration_file) if s.calibration_file is not None else None
-    return quantize_int8_on_texts(model, tokenizer, texts, max_length=s.max_seq_length)
+    texts = quantization.read_calibration_file(s.calibration_file) if s.calibration_file is not None else None
+    return quantization.quantize_int8_on_texts(model, tokenizer, texts, max_length=s.max_seq_length)
 
 
-def precision_record(s: PredictBenchmarkSettings) -> dict[str, Any]:
+def precision_record(s: PredictBenchmarkSettings, model: nn.Module) -> dict[str, Any]:
     """What a prediction report says about precision: ``quantize`` ("int8" or None, as pipelines' ``.quantize``
-    and serve's /metadata), and with int8 the calibration text ("built-in" or the file)."""
-    if not s.int8:
+    and serve's /metadata), and with int8 the calibration text ("built-in", the file, or what a `bertkit
+    quantize` directory records)."""
+    if not is_int8_model(model):
         return {"quantize": None}
-    return {"quantize": "int8", "calibration": "built-in" if s.calibration_file is None else str(s.calibration_file)}
+    saved = model.config.extra.get("quantization_config") or {}
+    calibration = saved.get("calibration") or ("built-in" if s.calibration_file is None else str(s.calibration_file))
+    return {"quantize": "int8", "calibration": calibration}
 
 
 def _primary(task: glue.GlueTask, scores: dict[str, float]) -> float:
@@ -247,7 +256,7 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     """Predict ``s.split`` with a fine-tuned checkpoint; write the GLUE-submission TSV (and dev scores if labelled)."""
     task = glue.get_task(s.task)
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
-    model = BertForSequenceClassification.from_pretrained(s.model_name_or_path)
+    model = load_for_inference(BertForSequenceClassification, s.model_name_or_path)
     expected = task.num_labels
     if model.config.num_labels != expected:
         raise BertkitError(f"{s.model_name_or_path} has {model.config.num_labels} outputs but {task.name} needs "
@@ -261,7 +270,7 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     s.output_dir.mkdir(parents=True, exist_ok=True)
     path = glue.write_submission(task, preds.tolist(), [e.id for e in examples], s.output_dir)
     result: dict[str, Any] = {"task": task.name, "split": s.split, "examples": len(examples), "file": str(path),
-                              **precision_record(s)}
+                              **precision_record(s, model)}
     if s.split != "test":
         result["scores"] = task.metric(preds, np.asarray([f["labels"] for f in features]))
     atomic_write_json(s.output_dir / "report.json", result)

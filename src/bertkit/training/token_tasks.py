@@ -37,6 +37,7 @@ from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from bertkit.outputs import atomic_write, atomic_write_json
+from bertkit.quantization import load_for_inference
 from bertkit.settings import (
     FinetuneSettings,
     NerSettings,
@@ -353,7 +354,7 @@ def _checkpoint(cls: type[nn.Module], path: Path, task: str) -> tuple[nn.Module,
     if head not in {k.removeprefix("bert.") for k in published_keys(path)}:
         raise BertkitError(f"{path} has no {task} head ({head} is missing); pass a checkpoint fine-tuned with "
                            f"`bertkit finetune {task}`")
-    return cls.from_pretrained(path), BertTokenizer.from_pretrained(path)
+    return load_for_inference(cls, path), BertTokenizer.from_pretrained(path)
 
 
 def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
@@ -375,7 +376,7 @@ def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
     path = ner.write_conll(s.output_dir / "predictions.txt", sentences, tags)
     report = {"task": "ner", "model": str(s.model_name_or_path), "data_file": str(s.data_file),
               "sentences": len(sentences), "scores": scores, "files": {"predictions": str(path)},
-              **precision_record(s)}
+              **precision_record(s, model)}
     return _write_report(s.output_dir, report)
 
 
@@ -393,7 +394,7 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
     files = {k: str(v) for k, v in preds.write(s.output_dir).items()}
     report: dict[str, Any] = {"task": f"squad{s.version}", "model": str(s.model_name_or_path),
                               "predict_file": str(s.predict_file), "questions": len(examples), "files": files,
-                              **precision_record(s)}
+                              **precision_record(s, model)}
     if any(e.answers or e.is_impossible for e in examples):  # gold answers given: the official scores
         wanted = {e.qas_id for e in examples}
         articles = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in wanted]}
@@ -418,5 +419,5 @@ def predict_swag_file(s: PredictSwagSettings) -> dict[str, Any]:
     accuracy = float((scores.argmax(-1) == np.asarray([e.label for e in examples])).mean()) if labelled else None
     report = {"task": "swag", "model": str(s.model_name_or_path), "predict_file": str(s.predict_file),
               "examples": len(examples), "accuracy": accuracy, "files": {"predictions": str(path)},
-              **precision_record(s)}
+              **precision_record(s, model)}
     return _write_report(s.output_dir, report)
