@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction
+from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_linear
 from bertkit.compat import TupleAccess
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
@@ -105,7 +105,7 @@ class MaskedLMHead(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.transform = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform = new_linear(config.hidden_size, config.hidden_size)
         self.act = activation(config.hidden_act)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
@@ -193,7 +193,7 @@ class BertForPreTraining(_HeadModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.mlm = MaskedLMHead(config)
-        self.nsp = nn.Linear(config.hidden_size, 2)
+        self.nsp = new_linear(config.hidden_size, 2)
         self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -247,7 +247,7 @@ class BertForNextSentencePrediction(_HeadModel):
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
-        self.nsp = nn.Linear(config.hidden_size, 2)
+        self.nsp = new_linear(config.hidden_size, 2)
         self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -280,7 +280,7 @@ class BertForSequenceClassification(_HeadModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.dropout = nn.Dropout(self._classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = new_linear(config.hidden_size, config.num_labels)
         self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -314,7 +314,7 @@ class BertForTokenClassification(_HeadModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.dropout = nn.Dropout(self._classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = new_linear(config.hidden_size, config.num_labels)
         self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -349,7 +349,7 @@ class BertForQuestionAnswering(_HeadModel):
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.qa_outputs = new_linear(config.hidden_size, 2)
         self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -395,7 +395,7 @@ class BertForMultipleChoice(_HeadModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.dropout = nn.Dropout(self._classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.classifier = new_linear(config.hidden_size, 1)
         self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction
+from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_embedding, new_linear
 from bertkit.compat import EncoderView, TupleAccess
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
@@ -66,9 +66,9 @@ class BertEmbeddings(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         # padding_idx as transformers: the [PAD] row gets no gradient through the lookup (and starts at zero)
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.word_embeddings = new_embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.position_embeddings = new_embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = new_embedding(config.type_vocab_size, config.hidden_size)
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -89,11 +89,11 @@ class BertLayer(nn.Module):
         H, I = config.hidden_size, config.intermediate_size
         self.num_heads = config.num_attention_heads
         self.attn_dropout_p = config.attention_probs_dropout_prob
-        self.qkv = nn.Linear(H, 3 * H)
-        self.attn_out = nn.Linear(H, H)
+        self.qkv = new_linear(H, 3 * H)
+        self.attn_out = new_linear(H, H)
         self.attn_norm = nn.LayerNorm(H, eps=config.layer_norm_eps)
-        self.ffn_in = nn.Linear(H, I)
-        self.ffn_out = nn.Linear(I, H)
+        self.ffn_in = new_linear(H, I)
+        self.ffn_out = new_linear(I, H)
         self.ffn_norm = nn.LayerNorm(H, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.act = activation(config.hidden_act)
@@ -133,7 +133,7 @@ class BertPooler(nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = new_linear(config.hidden_size, config.hidden_size)
 
     def forward(self, first_token: Tensor) -> Tensor:
         return torch.tanh(self.dense(first_token))  # (B, H)
