@@ -6,17 +6,19 @@ implementation):
 - ``squad``: SQuAD v1.1 dev questions with their contexts -> question-answering (max_length 384, stride 128).
 
 Implementations, each timed over the whole input list (tokenization, model, post-processing):
-- ``bertkit-fp32`` / ``bertkit-bf16``: ``bertkit.pipeline(...)`` with batch_size 32 (length-bucketed, padding
-  dropped), bf16 by autocast;
+- ``bertkit-fp32`` / ``bertkit-bf16`` / ``bertkit-int8``: ``bertkit.pipeline(...)`` with batch_size 32
+  (length-bucketed, padding dropped), bf16 by autocast, int8 by ``quantize="int8"`` (the built-in calibration;
+  quantized once when the pipeline is built, outside the timing);
 - ``transformers-pipeline``: ``transformers.pipeline(...)`` with its default settings (batch_size 1). transformers
   5 removed its question-answering pipeline, so for ``squad`` this row is transformers' model run one window
   at a time in input order (what that pipeline did by default), ``transformers-batch1``;
 - ``transformers-sorted``: transformers' model on length-sorted batches of 32 padded per batch, what a
   careful user writes by hand (QA: windows from the fast tokenizer's overflow, best span per question).
 
-    python bench/bench_pipeline.py --model models/minilm [--limit 32] [--workloads sst2,squad]
+    python bench/bench_pipeline.py --model models/minilm [--limit 32] [--workloads sst2,squad] [--impls ...]
 
-Prints one JSON line per (workload, implementation).
+Prints one JSON line per (workload, implementation), with its speed against transformers-sorted and against
+bertkit-fp32 (the latter always runs: it is the reference for agreement).
 
 ``--first-pass MULTIPLE`` times something else: bertkit's feature-extraction pipeline in bf16 over the SST-2
 sentences, its first pass against repeats, with the unpadded layout's token count rounded up to a multiple of
@@ -144,6 +146,9 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     p.add_argument("--limit", type=int, default=None, help="inputs per workload (default: all SST-2 dev, 2048 SQuAD)")
     p.add_argument("--workloads", default="sst2,squad")
+    p.add_argument("--impls", default="bertkit-fp32,bertkit-bf16,bertkit-int8,transformers-pipeline,"
+                                      "transformers-batch1,transformers-sorted",
+                   help="implementations to time (bertkit-fp32 always runs)")
     p.add_argument("--first-pass", type=int, default=None, metavar="MULTIPLE",
                    help="instead: time the bf16 feature-extraction pipeline's first pass over the SST-2 sentences "
                         "against repeats, the token count rounded up to a multiple of MULTIPLE (1: not rounded)")
@@ -168,31 +173,41 @@ def main() -> None:
                 raise SystemExit(f"unknown workload {workload!r} (sst2, squad)")
             hf_tok = transformers.BertTokenizerFast.from_pretrained(ckpt)
             hf_model = hf_model_cls.from_pretrained(ckpt).eval()
+            impls = {"bertkit-fp32", *args.impls.split(",")}
             results = {}
-            for name in ("bertkit-fp32", "bertkit-bf16"):
-                pipe = bertkit.pipeline(task, ckpt, bf16=name.endswith("bf16"), batch_size=BATCH, progress=False)
+            for name in ("bertkit-fp32", "bertkit-bf16", "bertkit-int8"):
+                if name not in impls:
+                    continue
+                pipe = bertkit.pipeline(task, ckpt, bf16=name.endswith("bf16"), batch_size=BATCH, progress=False,
+                                        quantize="int8" if name.endswith("int8") else None)
                 pipe(inputs[:4])  # warm-up
                 out, secs = timed(pipe, inputs)
                 results[name] = ([o["label"] for o in out] if workload == "sst2" else [o["answer"] for o in out], secs)
             if workload == "sst2":
-                hf_pipe = transformers.pipeline(task, model=hf_model, tokenizer=hf_tok, device="cpu")
-                hf_pipe(inputs[:4])
-                out, secs = timed(hf_pipe, inputs)
-                results["transformers-pipeline"] = ([o["label"] for o in out], secs)
-                labels = [hf_model.config.id2label[i] for i in range(2)]
-                out, secs = timed(hf_sorted_classify, hf_model, hf_tok, inputs)
-                results["transformers-sorted"] = ([labels[i] for i in out], secs)
+                if "transformers-pipeline" in impls:
+                    hf_pipe = transformers.pipeline(task, model=hf_model, tokenizer=hf_tok, device="cpu")
+                    hf_pipe(inputs[:4])
+                    out, secs = timed(hf_pipe, inputs)
+                    results["transformers-pipeline"] = ([o["label"] for o in out], secs)
+                if "transformers-sorted" in impls:
+                    labels = [hf_model.config.id2label[i] for i in range(2)]
+                    out, secs = timed(hf_sorted_classify, hf_model, hf_tok, inputs)
+                    results["transformers-sorted"] = ([labels[i] for i in out], secs)
             else:
-                results["transformers-batch1"] = timed(hf_qa, hf_model, hf_tok, inputs, 1, False)
-                out, secs = timed(hf_qa, hf_model, hf_tok, inputs)
-                results["transformers-sorted"] = (out, secs)
+                if "transformers-batch1" in impls:
+                    results["transformers-batch1"] = timed(hf_qa, hf_model, hf_tok, inputs, 1, False)
+                if "transformers-sorted" in impls:
+                    results["transformers-sorted"] = timed(hf_qa, hf_model, hf_tok, inputs)
             reference = results["bertkit-fp32"][0]
-            sorted_rate = len(inputs) / results["transformers-sorted"][1]
+            fp32_rate = len(inputs) / results["bertkit-fp32"][1]
+            sorted_rate = len(inputs) / results["transformers-sorted"][1] if "transformers-sorted" in results else None
             for name, (preds, secs) in results.items():
                 agree = float(np.mean([a == b for a, b in zip(preds, reference)]))
+                rate = len(inputs) / secs
                 print(json.dumps({"workload": workload, "task": task, "impl": name, "inputs": len(inputs),
-                                  "seconds": round(secs, 2), "inputs_per_s": round(len(inputs) / secs, 1),
-                                  "vs_transformers_sorted": round(len(inputs) / secs / sorted_rate, 3),
+                                  "seconds": round(secs, 2), "inputs_per_s": round(rate, 1),
+                                  "vs_transformers_sorted": round(rate / sorted_rate, 3) if sorted_rate else None,
+                                  "vs_bertkit_fp32": round(rate / fp32_rate, 3),
                                   "agreement_with_bertkit_fp32": round(agree, 4), "threads": threads}), flush=True)
 
 
