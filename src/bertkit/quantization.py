@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -75,8 +76,11 @@ from bertkit.tokenization import BertTokenizer
 
 # The encoder layer's projections that can be int8, in forward order.
 PROJECTIONS = ("qkv", "attn_out", "ffn_in", "ffn_out")
-# Kept fp32 by default: the cheapest set reaching min cosine >= 0.99 on 1,000 STS-B sentences (MiniLM).
-DEFAULT_KEEP_FP32: tuple[str, ...] = ("ffn_out",)
+# Kept fp32 by default, per activation width: the cheapest set measured to keep min cosine >= 0.99 on 1,000
+# STS-B sentences and on SST-2 dev (MiniLM; docs/inference.md, section int8).
+DEFAULT_KEEP_FP32: tuple[str, ...] = ("ffn_out",)  # 7-bit activations
+DEFAULT_KEEP_FP32_8BIT: tuple[str, ...] = ("layers.0.ffn_out",)  # 8-bit activations (CPUs with AVX512-VNNI)
+ACTIVATION_BITS = (7, 8)
 # SmoothQuant's migration strength: 0.5, 0.7 and 0.85 measured; 0.7 gave the highest minimum cosine.
 DEFAULT_ALPHA = 0.7
 # Quantized engines with per-channel int8 dynamic Linear kernels for x86 (fbgemm, and "x86" which wraps it).
@@ -88,6 +92,7 @@ QUANT_METHOD = "bertkit-int8"
 INT8_FORMAT_VERSION = 1
 
 _INDEX = re.compile(r"^-?\d+$")
+logger = logging.getLogger("bertkit")
 
 
 def encoder_of(model: nn.Module) -> BertModel:
@@ -138,6 +143,25 @@ def _check_engine() -> None:
                            f"PyTorch build supports only {engines}; run the fp32 model here (without int8)")
 
 
+def int8_activation_bits() -> int:
+    """The activation width that is exact on this CPU: 8 with AVX512-VNNI, else 7.
+
+    fbgemm multiplies uint8 activations by int8 weights. With AVX512-VNNI (``vpdpbusd``) the products are
+    summed straight into int32, so full 8-bit activations are exact; without it (AVX2's ``vpmaddubsw``) two
+    products are summed into int16 first, which 8-bit activations can overflow (2 x 255 x 127 > 32767), so
+    PyTorch's default is 7 bits (``reduce_range``). The extra bit halves the activation rounding error, which
+    lets the feed-forward output projections be int8 too (docs/inference.md, section int8)."""
+    try:
+        return 8 if torch.cpu.get_capabilities().get("avx512_vnni", False) else 7
+    except (AttributeError, RuntimeError):  # an older PyTorch without the query: the safe width
+        return 7
+
+
+def default_keep_fp32(activation_bits: int) -> tuple[str, ...]:
+    """The projections ``quantize_int8`` keeps fp32 by default at ``activation_bits``."""
+    return DEFAULT_KEEP_FP32_8BIT if activation_bits == 8 else DEFAULT_KEEP_FP32
+
+
 def check_int8_support(model: nn.Module) -> None:
     """Refuse, naming what is wrong and the fix, a model or machine that cannot run int8 dynamic Linear."""
     _check_engine()
@@ -175,9 +199,10 @@ class SmoothedInt8Linear(nn.Module):
     quantized per call (``torch.ao``'s dynamic Linear, fbgemm). ``s`` (in_features,) > 0 moves activation
     outliers into the weights (SmoothQuant); s = 1 is plain dynamic quantization."""
 
-    def __init__(self, linear: nn.Linear, scale: Tensor):
+    def __init__(self, linear: nn.Linear, scale: Tensor, activation_bits: int = 7):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.activation_bits = activation_bits
         self.register_buffer("inv_scale", (1.0 / scale).to(torch.float32))  # (in_features,)
         scaled = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None)
         with torch.no_grad():
@@ -189,8 +214,8 @@ class SmoothedInt8Linear(nn.Module):
         self.training = False
 
     @classmethod
-    def from_saved(cls, weight: Tensor, weight_scale: Tensor, inv_scale: Tensor,
-                   bias: Tensor | None) -> SmoothedInt8Linear:
+    def from_saved(cls, weight: Tensor, weight_scale: Tensor, inv_scale: Tensor, bias: Tensor | None,
+                   activation_bits: int = 7) -> SmoothedInt8Linear:
         """The layer ``saved_tensors`` wrote: int8 ``weight`` (out, in), its per-output-channel
         ``weight_scale`` (out,), the fp32 ``bias`` and the smoothing ``inv_scale`` (in,). The weights are
         packed here, for this machine's engine, so a file saved on one x86 CPU runs on any other."""
@@ -202,6 +227,7 @@ class SmoothedInt8Linear(nn.Module):
         self = cls.__new__(cls)
         nn.Module.__init__(self)
         self.in_features, self.out_features = in_features, out_features
+        self.activation_bits = activation_bits
         self.register_buffer("inv_scale", inv_scale.to(torch.float32).clone())
         scales = weight_scale.to(torch.float64)
         # Re-quantizing int8 * scale with the same scale returns the same integers (|error| << 0.5 step).
@@ -228,7 +254,10 @@ class SmoothedInt8Linear(nn.Module):
         return self.int8.bias()
 
     def forward(self, x: Tensor) -> Tensor:
-        y = self.int8(x * self.inv_scale)
+        # torch.ao's dynamic Linear always quantizes activations to 7 bits (reduce_range=True); its kernel is
+        # called here with the width chosen for this CPU (int8_activation_bits).
+        y = torch.ops.quantized.linear_dynamic(x * self.inv_scale, self.int8._packed_params._packed_params,
+                                               self.activation_bits == 7)
         # PyTorch's int8 Linear has no backward: without this, gradients through it would be silently wrong
         # (PyTorch only warns), so a backward pass through an int8 projection is refused instead.
         return _NoBackward.apply(y) if torch.is_grad_enabled() and y.requires_grad else y
@@ -239,7 +268,19 @@ class SmoothedInt8Linear(nn.Module):
         return super().train(False)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights per output channel"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, int8 weights per output channel, "
+                f"{self.activation_bits}-bit activations")
+
+    def dequantized(self) -> nn.Linear:
+        """This layer as a float ``nn.Linear``: the int8 weights times their scales, with the smoothing folded
+        back into the columns; for CPUs that cannot run it at its activation width (``load_int8``)."""
+        qweight = self.int8.weight()
+        linear = nn.Linear(self.in_features, self.out_features, bias=self.int8.bias() is not None)
+        with torch.no_grad():
+            linear.weight.copy_(qweight.dequantize() * self.inv_scale[None, :])
+            if linear.bias is not None:
+                linear.bias.copy_(self.int8.bias())
+        return linear.eval()
 
 
 _NOT_FOR_TRAINING = ("an int8 model is for inference only (PyTorch's int8 Linear has no backward): train or "
@@ -316,8 +357,8 @@ def calibration_batches(tokenizer: BertTokenizer, texts: Sequence[str | tuple[st
 
 
 def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor]] | None,
-                  keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32, alpha: float = DEFAULT_ALPHA,
-                  inplace: bool = False) -> nn.Module:
+                  keep_fp32: Iterable[str] | None = None, alpha: float = DEFAULT_ALPHA,
+                  activation_bits: int | None = None, inplace: bool = False) -> nn.Module:
     """A copy of ``model`` (or ``model`` itself with ``inplace=True``) whose encoder projections are int8.
 
     ``model`` is a bertkit ``BertModel`` or head model in float32 on the CPU. Every encoder layer's
@@ -328,14 +369,26 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     ``calibration``: encoder input batches (``calibration_batches(tokenizer, texts)``) from which the
     smoothing factors are measured, ``alpha`` the SmoothQuant migration strength (0.7 measured best on
     MiniLM); ``None`` quantizes without smoothing (s = 1), which on MiniLM left sentences at cosine 0.96.
+    ``activation_bits``: 8 or 7; None (default) takes what is exact on this CPU (``int8_activation_bits``: 8
+    with AVX512-VNNI). ``keep_fp32=None`` takes the default for that width (``default_keep_fp32``: every
+    layer's ``ffn_out`` at 7 bits, the first layer's at 8).
     Embeddings, LayerNorms, attention, the pooler and heads stay fp32. The result is in eval mode, for
-    inference only; both layouts work. Save the fp32 checkpoint and quantize at load time: it takes about
-    a second for MiniLM with 256 calibration sentences.
+    inference only; both layouts work. Quantizing MiniLM with 256 calibration sentences takes about a
+    second; ``save_int8`` (``bertkit quantize``) keeps the result for a 0.1 s load.
     """
     encoder = encoder_of(model)
     check_int8_support(model)
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
         raise BertkitError(f"alpha must be a number in [0, 1] (SmoothQuant's migration strength), got {alpha!r}")
+    if activation_bits is None:
+        activation_bits = int8_activation_bits()
+    if activation_bits not in ACTIVATION_BITS:
+        raise BertkitError(f"activation_bits must be 7 or 8 (None: what this CPU runs exactly), got {activation_bits!r}")
+    if activation_bits == 8 and int8_activation_bits() == 7:
+        raise BertkitError("8-bit activations need AVX512-VNNI, which this CPU lacks (its int8 instructions would "
+                           "overflow); use activation_bits=7 or None")
+    if keep_fp32 is None:
+        keep_fp32 = default_keep_fp32(activation_bits)
     kept = resolve_keep_fp32(keep_fp32, len(encoder.layers))
     targets = [(i, kind) for i in range(len(encoder.layers)) for kind in PROJECTIONS if (i, kind) not in kept]
     for i, kind in targets:
@@ -351,7 +404,7 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
             linear = getattr(target_encoder.layers[i], kind)
             scale = (smoothing_scale(absmax[(i, kind)], linear.weight, alpha) if absmax
                      else torch.ones(linear.in_features))
-            setattr(target_encoder.layers[i], kind, SmoothedInt8Linear(linear, scale))
+            setattr(target_encoder.layers[i], kind, SmoothedInt8Linear(linear, scale, activation_bits))
     return target_model.eval()
 
 
@@ -469,10 +522,13 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
     tensors.update({k: v for k, v in published.items() if k not in dropped})
     config = model.config.to_dict()
     config["architectures"] = [type(model).__name__]
+    bits = sorted({module.activation_bits for module in int8.values()})
+    if len(bits) != 1:
+        raise BertkitError(f"save_int8 writes one activation width for all projections; this model mixes {bits}")
     config["quantization_config"] = {
         "quant_method": QUANT_METHOD, "format_version": INT8_FORMAT_VERSION,
         "weights": "int8, symmetric, one scale per output channel",
-        "activations": "uint8 (7-bit), one scale per call over the whole input (dynamic)",
+        "activations": "uint8, one scale per call over the whole input (dynamic)", "activation_bits": bits[0],
         "smoothing": "SmoothQuant: inputs times inv_scale, weights already times its inverse",
         "int8_projections": [f"layers.{i}.{kind}" for i, kind in int8], "calibration": calibration,
     }
@@ -547,9 +603,18 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
         out, inp = parts["weight"].shape
         for name in names:
             published[name] = torch.empty(out // len(names), inp)
+    saved_bits = method.get("activation_bits", 7)
+    if saved_bits not in ACTIVATION_BITS:
+        raise BertkitError(f"{directory / CONFIG_NAME}: activation_bits {saved_bits!r} is not 7 or 8; write the "
+                           "directory again with `bertkit quantize`")
+    # Written on a CPU with AVX512-VNNI (8-bit activations) and loaded on one without: 8 bits would overflow
+    # here, so the projections run at 7 bits, and those 7 bits cannot keep accurate (the default 7-bit set of
+    # fp32 projections) run in float from their dequantized int8 weights.
+    bits = min(saved_bits, int8_activation_bits())
     config = BertConfig.from_json_file(directory / CONFIG_NAME)
     model = model_class.from_pretrained(None, config=config, state_dict=published)
     encoder = encoder_of(model)
+    as_float = resolve_keep_fp32(default_keep_fp32(7), len(encoder.layers)) if bits < saved_bits else set()
     with _packing():
         for (i, kind), parts in sorted(saved.items()):
             if i >= len(encoder.layers):
@@ -561,8 +626,12 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
                                    f"makes it {tuple(stand_in.weight.shape)}; the file and config.json do not belong "
                                    "together")
             bias = stand_in.bias.detach() if stand_in.bias is not None else None
-            setattr(encoder.layers[i], kind, SmoothedInt8Linear.from_saved(
-                parts["weight"], parts["weight_scale"], parts["inv_scale"], bias))
+            layer = SmoothedInt8Linear.from_saved(parts["weight"], parts["weight_scale"], parts["inv_scale"], bias,
+                                                  bits)
+            setattr(encoder.layers[i], kind, layer.dequantized() if (i, kind) in as_float else layer)
+    if as_float:
+        logger.info("%s was written with 8-bit activations (AVX512-VNNI) and this CPU runs 7: %d projections "
+                    "run in float from their int8 weights to stay close to fp32", directory, len(as_float))
     return model.eval()
 
 
@@ -621,5 +690,5 @@ def load_for_inference(model_class: type[nn.Module], model_dir: str | Path) -> n
 __all__ = ["quantize_int8", "quantize_int8_on_texts", "calibration_batches", "check_int8_support",
            "check_int8_request", "read_calibration_file", "resolve_keep_fp32", "int8_projections", "encoder_of",
            "SmoothedInt8Linear", "PROJECTIONS", "DEFAULT_KEEP_FP32", "DEFAULT_ALPHA", "X86_ENGINES", "QUANTIZE_MODES",
-           "save_int8", "load_int8", "load_for_inference", "quantize_checkpoint",
+           "int8_activation_bits", "default_keep_fp32", "DEFAULT_KEEP_FP32_8BIT", "save_int8", "load_int8", "load_for_inference", "quantize_checkpoint",
            "int8_model_device", "is_int8_model", "is_int8_checkpoint", "QUANT_METHOD"]
