@@ -9,7 +9,8 @@ fp32's. Reported: the minimum and mean cosine, how many sentences fall below 0.9
 the 872 SST-2 dev sentences (another corpus, as a check that the choice carries over), the share of the
 projections' FLOPs left in fp32, and sentences per second on this machine (noisy on a shared machine).
 
-``--calibration builtin`` calibrates on the 256 built-in sentences instead (``bertkit.calibration_text``, what
+``--activation-bits 7|8`` fixes the activation width (default: 8 on CPUs with AVX512-VNNI, else 7; the
+tables in docs/inference.md say which). ``--calibration builtin`` calibrates on the 256 built-in sentences instead (``bertkit.calibration_text``, what
 pipelines and ``--int8`` use when given no calibration texts).
 
 With ``--metrics`` the configurations named by ``--metric-configs`` also get task metrics against fp32:
@@ -141,6 +142,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--configs", default=None, help="configuration names to run, separated by ';' (default: all)")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="SmoothQuant migration strength")
+    p.add_argument("--activation-bits", type=int, choices=(7, 8), default=None,
+                   help="activation width (default: what this CPU runs exactly, 8 with AVX512-VNNI)")
     p.add_argument("--calibration", choices=("sst2-train", "builtin"), default="sst2-train",
                    help="calibration texts: the first 256 SST-2 training sentences, or the 256 built-in sentences")
     p.add_argument("--metrics", action="store_true", help="also STS-B Spearman and SST-2 accuracy (slower)")
@@ -169,7 +172,7 @@ def main() -> None:
         if wanted is not None and name not in wanted:
             continue
         t0 = time.perf_counter()
-        q = quantize_int8(fp32, keep_fp32=keep, alpha=args.alpha,
+        q = quantize_int8(fp32, keep_fp32=keep, alpha=args.alpha, activation_bits=args.activation_bits,
                           calibration=None if name.endswith("no smoothing") else calibration)
         quantize_s = time.perf_counter() - t0
         embed(q, tok, texts[:64])
@@ -180,6 +183,7 @@ def main() -> None:
         sst2_cos = F.cosine_similarity(embed(q, tok, sst2), sst2_ref)
         worst = int(cos.argmin())
         print(json.dumps({"config": name, "keep_fp32": keep, "alpha": args.alpha, "calibration": args.calibration,
+                          "activation_bits": next(m.activation_bits for m in q.modules() if hasattr(m, "activation_bits")),
                           "sentences": len(texts),
                           "min_cos": round(float(cos.min()), 4), "mean_cos": round(float(cos.mean()), 5),
                           "below_0.99": int((cos < 0.99).sum()), "sst2_dev_min_cos": round(float(sst2_cos.min()), 4),

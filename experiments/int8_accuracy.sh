@@ -2,9 +2,9 @@
 # int8 against fp32 on fine-tuned task models (BENCHMARKS.md, "int8 accuracy"), in one resumable script:
 #   1. fine-tune MiniLM (fp32) on SST-2, MRPC, STS-B, CoNLL-2003 NER and SQuAD v1.1 (short runs: the table
 #      compares int8 with fp32 on the same model, not with published scores);
-#   2. predict each task's dev set twice with the same saved model: fp32, then `--int8` (default
-#      calibration: the 256 built-in sentences);
-#   3. print the table: python experiments/int8_accuracy_table.py --runs runs/int8-accuracy
+#   2. predict each task's dev set three times with the same saved model: fp32, `--int8` (default
+#      calibration: the 256 built-in sentences), and the directory `bertkit quantize` writes from it;
+#   3. print the tables: python experiments/int8_accuracy_table.py --runs runs/int8-accuracy [--arm saved]
 #   R=runs/int8-accuracy experiments/int8_accuracy.sh     (from the repository root; MODEL=models/minilm)
 # Run it again to continue: a step whose report.json exists is skipped.
 set -euo pipefail
@@ -21,10 +21,15 @@ finetune() {  # finetune NAME ARGS...: fine-tune once, fp32
   done_ "$R/ft-$name" || $BK "$@" --model "$M" --output-dir "$R/ft-$name" --seed 1 --no-progress --overwrite \
     > "$R/ft-$name.json" 2> "$R/ft-$name.log"
 }
-predict() {  # predict NAME ARGS...: the same model in fp32 and in int8
-  local name=$1; shift
-  done_ "$R/fp32-$name" || $BK "$@" --output-dir "$R/fp32-$name" --overwrite > "$R/fp32-$name.json"
-  done_ "$R/int8-$name" || $BK "$@" --int8 --output-dir "$R/int8-$name" --overwrite > "$R/int8-$name.json"
+predict() {  # predict NAME MODEL ARGS...: the same model in fp32, in int8 (--int8), and saved in int8 first
+  local name=$1 model=$2; shift 2
+  done_ "$R/fp32-$name" || $BK "$@" --model "$model" --output-dir "$R/fp32-$name" --overwrite > "$R/fp32-$name.json"
+  done_ "$R/int8-$name" || $BK "$@" --model "$model" --int8 --output-dir "$R/int8-$name" --overwrite \
+    > "$R/int8-$name.json"
+  [ -f "$R/q-$name/model.int8.safetensors" ] || $BK quantize --model "$model" --output-dir "$R/q-$name" --overwrite \
+    > "$R/q-$name.json"
+  done_ "$R/saved-$name" || $BK "$@" --model "$R/q-$name" --output-dir "$R/saved-$name" --overwrite \
+    > "$R/saved-$name.json"
 }
 
 # Sentence and pair classification, regression (GLUE dev).
@@ -33,12 +38,12 @@ finetune sst2 finetune glue --task sst2 --data-dir "$D/glue" --max-train-samples
 finetune mrpc finetune glue --task mrpc --data-dir "$D/glue" --num-train-epochs 3 --learning-rate 1e-4
 finetune stsb finetune glue --task stsb --data-dir "$D/glue" --num-train-epochs 2 --learning-rate 1e-4
 for task in sst2 mrpc stsb; do
-  predict $task predict glue --task $task --data-dir "$D/glue" --split dev --model "$R/ft-$task/best"
+  predict $task "$R/ft-$task/best" predict glue --task $task --data-dir "$D/glue" --split dev
 done
 
 # Token classification (CoNLL-2003 dev, conlleval's entity F1).
 finetune ner finetune ner --data-dir "$D/conll2003" --max-train-samples 6000 --num-train-epochs 1 --learning-rate 1e-4
-predict ner predict ner --data-file "$D/conll2003/valid.txt" --model "$R/ft-ner/model"
+predict ner "$R/ft-ner/model" predict ner --data-file "$D/conll2003/valid.txt"
 
 # Span extraction: the only SQuAD file here is dev-v1.1.json; finetune squad trains on 5/6 of its articles
 # (split seed 0) and both arms answer the held-out sixth, written out by the same split function.
@@ -51,5 +56,5 @@ data = json.load(open(sys.argv[1], encoding="utf-8"))
 _, heldout = split_squad_articles(data, 1 / 6, seed=0)
 json.dump({"version": data.get("version", "1.1"), "data": heldout}, open(sys.argv[2], "w", encoding="utf-8"))
 EOF
-predict squad predict squad --predict-file "$R/squad-heldout.json" --model "$R/ft-squad/model"
+predict squad "$R/ft-squad/model" predict squad --predict-file "$R/squad-heldout.json"
 echo "done: $PY experiments/int8_accuracy_table.py --runs $R"

@@ -49,15 +49,17 @@ def _predictions(task: str, run: Path, report: dict) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=Path("runs/int8-accuracy"))
+    parser.add_argument("--arm", choices=("int8", "saved"), default="int8",
+                        help="int8: `--int8` on the float model; saved: the `bertkit quantize` directory")
     args = parser.parse_args()
     lines, records = [], []
     for task, (metrics, primary) in TASKS.items():
-        fp32, int8 = _report(args.runs / f"fp32-{task}"), _report(args.runs / f"int8-{task}")
+        fp32, int8 = _report(args.runs / f"fp32-{task}"), _report(args.runs / f"{args.arm}-{task}")
         if int8.get("quantize") != "int8" or fp32.get("quantize") == "int8":
             raise SystemExit(f"{task}: the reports do not record fp32 and int8 (quantize: "
                              f"{fp32.get('quantize')!r}, {int8.get('quantize')!r})")
         a = _predictions(task, args.runs / f"fp32-{task}", fp32)
-        b = _predictions(task, args.runs / f"int8-{task}", int8)
+        b = _predictions(task, args.runs / f"{args.arm}-{task}", int8)
         if task == "stsb":  # a score on 0-5: how far int8's moves from fp32's
             diffs = [abs(x - y) for x, y in zip(a, b, strict=True)]
             same = sum(d <= 0.05 for d in diffs)

@@ -8,9 +8,10 @@ What ``quantize_int8`` does, per encoder projection (the framework's dynamic qua
 ``torch.ao.nn.quantized.dynamic.Linear``, on fbgemm / x86 kernels):
 
 - weights: int8, symmetric, one scale per output channel, quantized once;
-- activations: uint8, one scale per call computed from the input tensor at run time ("dynamic"). PyTorch's
-  module quantizes activations to 7 bits (``reduce_range``), which keeps AVX2's ``vpmaddubsw`` from
-  saturating, so results are the same on every x86 CPU;
+- activations: uint8, one scale per call computed from the input tensor at run time ("dynamic"), 8 bits
+  on CPUs with AVX512-VNNI and 7 elsewhere (``int8_activation_bits``: 8 bits would saturate AVX2's
+  ``vpmaddubsw``, which is why PyTorch's own module always uses 7). The extra bit halves the rounding
+  error, so fewer projections need to stay fp32 (``default_keep_fp32``);
 - smoothing (SmoothQuant, Xiao et al. 2023, section 4): BERT's activations have a few channels 10-20x larger
   than the rest (MiniLM: channel 99 entering ``ffn_in`` reaches 30, the median channel 1.7), and one
   per-tensor 7-bit scale then leaves the ordinary channels a handful of levels. Each projection's input
@@ -24,9 +25,11 @@ What ``quantize_int8`` does, per encoder projection (the framework's dynamic qua
 Only the encoder layers' four projections (``qkv``, ``attn_out``, ``ffn_in``, ``ffn_out``) are candidates.
 Embeddings, LayerNorms, attention itself (SDPA), the pooler and every task head stay fp32: they are a small
 share of the time, and heads are where a classifier's decision is made. Projections named in ``keep_fp32``
-stay fp32 too. The default, ``DEFAULT_KEEP_FP32``, is the cheapest set measured to keep every one of 1,000
-STS-B sentences' mean-pooled embedding within cosine 0.99 of fp32 on MiniLM (``bench/int8_sensitivity.py``;
-the table is in docs/inference.md, section int8): the input of ``ffn_out`` (after GELU) is the hardest.
+stay fp32 too. The defaults are the cheapest sets measured to keep every one of 1,000 STS-B sentences' and
+of SST-2 dev's mean-pooled embeddings within cosine 0.99 of fp32 on MiniLM (``bench/int8_sensitivity.py``;
+the tables are in docs/inference.md, section int8): the input of ``ffn_out`` (after GELU) is the hardest,
+so at 7 bits every layer's ``ffn_out`` stays fp32 (``DEFAULT_KEEP_FP32``), at 8 bits only the first
+layer's (``DEFAULT_KEEP_FP32_8BIT``).
 
 Things to know:
 
