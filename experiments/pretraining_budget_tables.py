@@ -21,6 +21,10 @@ ESCAPE_MARGIN = 0.01
 TASKS = {"mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "stsb": ("pearson", "spearman"), "sst2": ("accuracy",)}
 INITS = {"init-pretrained": "pre-trained (the recipe, 60 min)", "init-random": "random initialisation",
          "init-nsp-cont": "the recipe + 2,000 steps with NSP"}
+# Step 6: the four arms from scratch (5,000 steps each), against the same random initialisation.
+NSP_ARMS = {"random": "NSP, random negatives", "nearby": "NSP, nearby negatives", "mixed": "NSP, 50/50 mix",
+            "mlm-only": "masked LM alone (no NSP)"}
+NSP_INITS = {f"init-nsp-{arm}": label for arm, label in NSP_ARMS.items()} | {"init-random": "random initialisation"}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -55,12 +59,15 @@ def _cell(config: dict, metrics: tuple[str, ...]) -> str:
     return " / ".join(f"{100 * config[m]['mean']:.1f} ± {100 * config[m]['std']:.1f}" for m in metrics)
 
 
-def glue_tables(root: Path, title: str) -> None:
+def glue_tables(root: Path, title: str, inits: dict[str, str] = INITS, random_root: Path | None = None) -> None:
     """Per fine-tuning rate: each initialisation's dev scores (mean ± std over seeds), then the difference
     pre-trained - random at each rate and at each initialisation's best rate (chosen on the dev mean, as the
-    paper chooses)."""
-    reports = {(init, task): json.loads((root / f"{init}-{task}" / "report.json").read_text())
-               for init in INITS for task in TASKS if (root / f"{init}-{task}" / "report.json").is_file()}
+    paper chooses). ``random_root``: where the random initialisation's runs are, when not in ``root``."""
+    def where(init: str) -> Path:
+        return random_root if init == "init-random" and random_root is not None else root
+
+    reports = {(init, task): json.loads((where(init) / f"{init}-{task}" / "report.json").read_text())
+               for init in inits for task in TASKS if (where(init) / f"{init}-{task}" / "report.json").is_file()}
     if not reports:
         return
     configs = {key: {c["lr"]: c for c in rep["configs"]} for key, rep in reports.items()}
@@ -68,14 +75,14 @@ def glue_tables(root: Path, title: str) -> None:
     print(f"\n## {title} (dev, mean ± std over seeds, x100)\n")
     print("| initialisation | lr | " + " | ".join(f"{t.upper()} {'/'.join(m)}" for t, m in TASKS.items()) + " |")
     print("|---|---|" + "---:|" * len(TASKS))
-    for init, label in INITS.items():
+    for init, label in inits.items():
         for lr in rates:
             cells = [_cell(configs[(init, t)][lr], m) if lr in configs.get((init, t), {}) else "missing"
                      for t, m in TASKS.items()]
             print(f"| {label} | {lr:g} | " + " | ".join(cells) + " |")
     print("\n| initialisation | task (metric) | rate | minus random init | larger than both seeds' std? |\n"
           "|---|---|---|---:|---|")
-    for init, task in ((i, t) for i in INITS if i != "init-random" for t in TASKS):
+    for init, task in ((i, t) for i in inits if i != "init-random" for t in TASKS):
         metrics = TASKS[task]
         a, b = configs.get((init, task)), configs.get(("init-random", task))
         if not a or not b:
@@ -89,8 +96,35 @@ def glue_tables(root: Path, title: str) -> None:
         for rate, x, y in pairs:
             d = x[m]["mean"] - y[m]["mean"]
             spread = max(x[m]["std"], y[m]["std"])
-            print(f"| {INITS[init]} | {task.upper()} ({m}) | {rate} | {100 * d:+.1f} | "
+            print(f"| {inits[init]} | {task.upper()} ({m}) | {rate} | {100 * d:+.1f} | "
                   f"{'yes' if abs(d) > spread else 'no'} (std {100 * spread:.1f}) |")
+
+
+def nsp_tables(root: Path, floor: float) -> None:
+    """Step 6: each arm's held-out masked-LM curve and escape step, and the 2 x 2 NSP table (each arm scored
+    on a random-negative and a nearby-negative held-out set, every instance)."""
+    arms = {arm: arm_summary(root / arm, floor) for arm in NSP_ARMS if (root / arm / "metrics.jsonl").is_file()}
+    if not arms:
+        return
+    steps = sorted({k for s in arms.values() for k, _ in s["curve"]})
+    print("\n## The NSP arms from scratch (held-out masked-LM accuracy, first 2,000 instances)\n")
+    print("| arm | " + " | ".join(f"step {k}" for k in steps) + " | escape step | sequences/s (one thread) |")
+    print("|---|" + "---:|" * len(steps) + "---:|---:|")
+    for arm, s in arms.items():
+        at = dict(s["curve"])
+        print(f"| {NSP_ARMS[arm]} | " + " | ".join(pct(at.get(k)) for k in steps) + " | "
+              f"{s['escape'] if s['escape'] is not None else 'not by ' + str(s['steps'])} | "
+              f"{s['seqs_per_s']:.0f} |")
+    scores = read_jsonl(root / "heldout.jsonl")
+    if scores:
+        sets = sorted({r["data"] for r in scores})
+        print("\n| arm | " + " | ".join(f"{Path(d).name}: MLM / NSP" for d in sets) + " |")
+        print("|---|" + "---:|" * len(sets))
+        for arm in NSP_ARMS:
+            row = {r["data"]: r for r in scores if Path(r["model"]).parent.name == arm}
+            cells = [f"{pct(row[d].get('mlm_acc'))} / {pct(row[d].get('nsp_acc')) or 'n/a'}" if d in row else "missing"
+                     for d in sets]
+            print(f"| {NSP_ARMS[arm]} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -136,6 +170,9 @@ def main() -> None:
         curves["recipe (examples/pretrain-1h)"] = ([(r["step"], r["mlm_acc"]) for r in final], floor)
     glue_tables(args.runs / "glue", "Downstream at lr 1e-4")
     glue_tables(args.runs / "glue-lr", "Downstream at higher fine-tuning rates")
+    nsp_tables(args.runs / "nsp-arms", floors.get("eval-8192-128", float("nan")))
+    glue_tables(args.runs / "glue-nsp", "Downstream of the NSP arms (lr 1e-3; random initialisation from above)",
+                NSP_INITS, random_root=args.runs / "glue-lr")
     if args.figures is not None:
         import matplotlib
 
