@@ -22,11 +22,10 @@ from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_MODELS, BertForMultipleChoice, BertForSequenceClassification
 from bertkit.quantization import (
     DEFAULT_KEEP_FP32,
-    DEFAULT_KEEP_FP32_8BIT,
+    FAST_KEEP_FP32,
     PROJECTIONS,
     SmoothedInt8Linear,
     calibration_batches,
-    default_keep_fp32,
     int8_activation_bits,
     int8_projections,
     quantize_int8,
@@ -90,7 +89,7 @@ def embed(model: BertModel, tok: BertTokenizer, texts: list[str], layout: str | 
 
 def test_default_quantizes_all_but_the_kept_projections(fp32, int8):
     bits = int8_activation_bits()
-    kept = resolve_keep_fp32(default_keep_fp32(bits), len(fp32.layers))
+    kept = resolve_keep_fp32(DEFAULT_KEEP_FP32, len(fp32.layers))
     assert len(int8_projections(int8)) == len(fp32.layers) * len(PROJECTIONS) - len(kept)
     assert int8_projections(fp32) == []  # the fp32 model is untouched (a copy was quantized)
     assert type(int8.layers[0].ffn_out) is nn.Linear and isinstance(int8.layers[0].qkv, SmoothedInt8Linear)
@@ -106,8 +105,8 @@ def int8_7bit(fp32, calibration) -> BertModel:
 @pytest.mark.parametrize("width", ["default", "7-bit"])
 def test_embeddings_within_cosine_099_on_stsb_and_sst2(width, fp32, int8, int8_7bit, tok, stsb_sentences,
                                                        sst2_sentences):
-    """Both widths with their default fp32 sets (measured on this AVX512-VNNI CPU, min cosine STS-B / SST-2:
-    8-bit keeping layers 0-1's ffn_out 0.9983 / 0.9920, 7-bit keeping every ffn_out 0.9973 / 0.9934)."""
+    """Both widths with the default fp32 set, every ffn_out (measured on this AVX512-VNNI CPU, min cosine
+    STS-B / SST-2: 8 bits 0.9992 / 0.9978, 7 bits 0.9973 / 0.9934)."""
     model = int8 if width == "default" else int8_7bit
     for texts, floor in ((stsb_sentences, 0.99), (sst2_sentences[:200], 0.99)):
         cos = F.cosine_similarity(embed(model, tok, texts), embed(fp32, tok, texts))
@@ -122,7 +121,7 @@ def test_eight_bits_halve_the_error_of_seven(fp32, calibration, tok, stsb_senten
     texts = stsb_sentences[:200]
     ref = embed(fp32, tok, texts)
     loss = {bits: float((1 - F.cosine_similarity(embed(quantize_int8(
-        fp32, calibration=calibration, activation_bits=bits, keep_fp32=DEFAULT_KEEP_FP32_8BIT), tok, texts), ref)).mean())
+        fp32, calibration=calibration, activation_bits=bits, keep_fp32=FAST_KEEP_FP32), tok, texts), ref)).mean())
         for bits in (7, 8)}
     assert loss[8] < 0.6 * loss[7], loss
 

@@ -424,12 +424,10 @@ def test_quantize_writes_a_smaller_directory_that_loads_as_the_int8_pipeline_run
     assert config["id2label"] == {"0": "negative", "1": "positive"}
     assert config["quantization_config"]["quant_method"] == "bertkit-int8"
     assert config["quantization_config"]["calibration"] == "built-in"
-    # 6 layers x 4 projections, less the ones this CPU's activation width keeps fp32 (8 bits: layers 0 and
-    # 1's ffn_out; 7 bits: every ffn_out)
-    bits = config["quantization_config"]["activation_bits"]
-    assert bits == int8_activation_bits()
-    assert len(config["quantization_config"]["int8_projections"]) == {8: 22, 7: 18}[bits]
-    # measured: 60.9 MB against 90.9 MB at 8 bits (the embeddings, a third of MiniLM, stay float32)
+    # 6 layers x qkv, attn_out, ffn_in (every ffn_out stays fp32), at the activation width of this CPU
+    assert config["quantization_config"]["activation_bits"] == int8_activation_bits()
+    assert len(config["quantization_config"]["int8_projections"]) == 18
+    # measured: 69.7 MB against 90.9 MB (the embeddings, a third of MiniLM, stay float32)
     size = (quantized_classifier / "model.int8.safetensors").stat().st_size
     assert size < 0.8 * (classifier_dir / "model.safetensors").stat().st_size
     # the saved integers and scales, packed again at load, are exactly the model the int8 pipeline quantizes
@@ -529,28 +527,40 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
         assert message in capsys.readouterr().err, argv
 
 
-def test_a_model_saved_with_8_bit_activations_runs_at_7_bits_without_vnni(quantized_classifier, classifiers,
-                                                                          sentences, monkeypatch):
-    """Written where AVX512-VNNI allows 8-bit activations, loaded on a CPU without it: 8 bits would overflow
-    there, so the projections run at 7 bits and those 7 bits cannot keep accurate (every layer's ffn_out) run
-    in float from their int8 weights; the labels stay fp32's (measured: as the 7-bit int8 pipeline's)."""
+def test_a_fast_model_saved_at_8_bits_runs_at_7_bits_without_vnni(classifier_dir, classifiers, sentences,
+                                                                  tmp_path, monkeypatch, capsys):
+    """`quantize --fast` (8-bit activations, only layers 0-1's ffn_out fp32) where AVX512-VNNI allows it, loaded
+    on a CPU without it: 8 bits would overflow there, so the projections run at 7 bits and those 7 bits cannot
+    keep accurate (every layer's ffn_out) run in float from their int8 weights; the labels stay fp32's. Where
+    this CPU lacks VNNI, --fast is refused."""
     from torch import nn
 
-    from bertkit.quantization import SmoothedInt8Linear, int8_activation_bits, load_int8
+    from bertkit.quantization import SmoothedInt8Linear, load_int8
 
-    config = json.loads((quantized_classifier / "config.json").read_text(encoding="utf-8"))
-    if config["quantization_config"]["activation_bits"] != 8:
-        pytest.skip("this CPU wrote 7-bit activations (no AVX512-VNNI): nothing to convert")
+    out = tmp_path / "fast"
+    if int8_activation_bits() != 8:
+        assert main(["quantize", "--model", str(classifier_dir), "--output-dir", str(out), "--fast"]) == 2
+        assert "need AVX512-VNNI" in capsys.readouterr().err
+        return
+    assert main(["quantize", "--model", str(classifier_dir), "--output-dir", str(out), "--fast"]) == 0
+    capsys.readouterr()
+    config = json.loads((out / "config.json").read_text(encoding="utf-8"))["quantization_config"]
+    assert config["activation_bits"] == 8 and len(config["int8_projections"]) == 22
+    fast = load_int8(out)
+    texts = sentences["sst2"]
+    fp32 = classifiers[0](texts)
+    labels = [g["label"] for g in pipeline("text-classification", fast, tokenizer=classifiers[0].tokenizer)(texts)]
+    assert np.mean([g == f["label"] for g, f in zip(labels, fp32)]) >= 0.95
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx2": True})
     assert int8_activation_bits() == 7
-    model = load_int8(quantized_classifier)
+    model = load_int8(out)
     layers = model.bert.layers
     assert all(type(layer.ffn_out) is nn.Linear for layer in layers)
     assert {m.activation_bits for m in model.modules() if isinstance(m, SmoothedInt8Linear)} == {7}
     assert len(int8_projections(model)) == 3 * len(layers)
-    texts = sentences["sst2"]
     got = pipeline("text-classification", model, tokenizer=classifiers[0].tokenizer)(texts)
-    fp32 = classifiers[0](texts)
     same = np.mean([g["label"] == f["label"] for g, f in zip(got, fp32)])
     assert same >= 0.95, same  # the int8 pipeline: 195 of these 200
     assert max(abs(g["score"] - f["score"]) for g, f in zip(got, fp32)) < 0.1
+    assert main(["quantize", "--model", str(classifier_dir), "--output-dir", str(tmp_path / "f2"), "--fast"]) == 2
+    assert "need AVX512-VNNI" in capsys.readouterr().err

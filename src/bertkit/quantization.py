@@ -11,7 +11,7 @@ What ``quantize_int8`` does, per encoder projection (the framework's dynamic qua
 - activations: uint8, one scale per call computed from the input tensor at run time ("dynamic"), 8 bits
   on CPUs with AVX512-VNNI and 7 elsewhere (``int8_activation_bits``: 8 bits would saturate AVX2's
   ``vpmaddubsw``, which is why PyTorch's own module always uses 7). The extra bit halves the rounding
-  error, so fewer projections need to stay fp32 (``default_keep_fp32``);
+  error (docs/inference.md, section int8);
 - smoothing (SmoothQuant, Xiao et al. 2023, section 4): BERT's activations have a few channels 10-20x larger
   than the rest (MiniLM: channel 99 entering ``ffn_in`` reaches 30, the median channel 1.7), and one
   per-tensor 7-bit scale then leaves the ordinary channels a handful of levels. Each projection's input
@@ -28,8 +28,9 @@ share of the time, and heads are where a classifier's decision is made. Projecti
 stay fp32 too. The defaults are the cheapest sets measured to keep every one of 1,000 STS-B sentences' and
 of SST-2 dev's mean-pooled embeddings within cosine 0.99 of fp32 on MiniLM (``bench/int8_sensitivity.py``;
 the tables are in docs/inference.md, section int8): the input of ``ffn_out`` (after GELU) is the hardest,
-so at 7 bits every layer's ``ffn_out`` stays fp32 (``DEFAULT_KEEP_FP32``), at 8 bits only the first two
-layers' (``DEFAULT_KEEP_FP32_8BIT``; the first alone held the embeddings but let MRPC's accuracy move by 0.74).
+so every layer's ``ffn_out`` stays fp32 by default (``DEFAULT_KEEP_FP32``). At 8 bits keeping only the first
+two layers' (``FAST_KEEP_FP32``) also holds the embedding bars and runs faster, but moved fine-tuned models'
+metrics by up to 0.75 points: an option, not the default.
 
 Things to know:
 
@@ -79,10 +80,12 @@ from bertkit.tokenization import BertTokenizer
 
 # The encoder layer's projections that can be int8, in forward order.
 PROJECTIONS = ("qkv", "attn_out", "ffn_in", "ffn_out")
-# Kept fp32 by default, per activation width: the cheapest set measured to keep min cosine >= 0.99 on 1,000
-# STS-B sentences and on SST-2 dev (MiniLM; docs/inference.md, section int8).
-DEFAULT_KEEP_FP32: tuple[str, ...] = ("ffn_out",)  # 7-bit activations
-DEFAULT_KEEP_FP32_8BIT: tuple[str, ...] = ("layers.0.ffn_out", "layers.1.ffn_out")  # 8-bit (AVX512-VNNI)
+# Kept fp32 by default: at 7 bits the cheapest set measured to keep min cosine >= 0.99 on 1,000 STS-B sentences
+# and on SST-2 dev (MiniLM), and at both widths one that kept every fine-tuned task metric measured within 0.5
+# points of fp32 (docs/inference.md, section int8; RESULTS.md).
+DEFAULT_KEEP_FP32: tuple[str, ...] = ("ffn_out",)
+# Faster at 8 bits (AVX512-VNNI): the embedding bars hold, fine-tuned task metrics moved by up to 0.75 points.
+FAST_KEEP_FP32: tuple[str, ...] = ("layers.0.ffn_out", "layers.1.ffn_out")
 ACTIVATION_BITS = (7, 8)
 # SmoothQuant's migration strength: 0.5, 0.7 and 0.85 measured; 0.7 gave the highest minimum cosine.
 DEFAULT_ALPHA = 0.7
@@ -158,11 +161,6 @@ def int8_activation_bits() -> int:
         return 8 if torch.cpu.get_capabilities().get("avx512_vnni", False) else 7
     except (AttributeError, RuntimeError):  # an older PyTorch without the query: the safe width
         return 7
-
-
-def default_keep_fp32(activation_bits: int) -> tuple[str, ...]:
-    """The projections ``quantize_int8`` keeps fp32 by default at ``activation_bits``."""
-    return DEFAULT_KEEP_FP32_8BIT if activation_bits == 8 else DEFAULT_KEEP_FP32
 
 
 def check_int8_support(model: nn.Module) -> None:
@@ -360,7 +358,7 @@ def calibration_batches(tokenizer: BertTokenizer, texts: Sequence[str | tuple[st
 
 
 def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor]] | None,
-                  keep_fp32: Iterable[str] | None = None, alpha: float = DEFAULT_ALPHA,
+                  keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32, alpha: float = DEFAULT_ALPHA,
                   activation_bits: int | None = None, inplace: bool = False) -> nn.Module:
     """A copy of ``model`` (or ``model`` itself with ``inplace=True``) whose encoder projections are int8.
 
@@ -373,8 +371,7 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     smoothing factors are measured, ``alpha`` the SmoothQuant migration strength (0.7 measured best on
     MiniLM); ``None`` quantizes without smoothing (s = 1), which on MiniLM left sentences at cosine 0.96.
     ``activation_bits``: 8 or 7; None (default) takes what is exact on this CPU (``int8_activation_bits``: 8
-    with AVX512-VNNI). ``keep_fp32=None`` takes the default for that width (``default_keep_fp32``: every
-    layer's ``ffn_out`` at 7 bits, the first two layers' at 8).
+    with AVX512-VNNI). ``keep_fp32=FAST_KEEP_FP32`` at 8 bits trades some closeness for speed.
     Embeddings, LayerNorms, attention, the pooler and heads stay fp32. The result is in eval mode, for
     inference only; both layouts work. Quantizing MiniLM with 256 calibration sentences takes about a
     second; ``save_int8`` (``bertkit quantize``) keeps the result for a 0.1 s load.
@@ -390,8 +387,6 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     if activation_bits == 8 and int8_activation_bits() == 7:
         raise BertkitError("8-bit activations need AVX512-VNNI, which this CPU lacks (its int8 instructions would "
                            "overflow); use activation_bits=7 or None")
-    if keep_fp32 is None:
-        keep_fp32 = default_keep_fp32(activation_bits)
     kept = resolve_keep_fp32(keep_fp32, len(encoder.layers))
     targets = [(i, kind) for i in range(len(encoder.layers)) for kind in PROJECTIONS if (i, kind) not in kept]
     for i, kind in targets:
@@ -450,7 +445,8 @@ def read_calibration_file(path: str | Path) -> list[str]:
 
 def quantize_int8_on_texts(model: nn.Module, tokenizer: BertTokenizer,
                            calibration_texts: Sequence[str | tuple[str, str]] | None = None, *,
-                           max_length: int = 128, batch_size: int = 32) -> nn.Module:
+                           max_length: int = 128, batch_size: int = 32,
+                           keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32) -> nn.Module:
     """``quantize_int8`` (defaults kept) calibrated on ``calibration_texts``, or, when None, on the 256
     built-in English sentences (``bertkit.calibration_text``): the same on every call and every machine, and
     on MiniLM as close to fp32 as calibrating on SST-2's own training sentences (docs/inference.md)."""
@@ -467,7 +463,7 @@ def quantize_int8_on_texts(model: nn.Module, tokenizer: BertTokenizer,
     check_int8_support(model)  # before the tokenizer runs over the texts
     calibration = calibration_batches(tokenizer, list(calibration_texts), batch_size=batch_size,
                                       max_length=max_length)
-    return quantize_int8(model, calibration=calibration)
+    return quantize_int8(model, calibration=calibration, keep_fp32=keep_fp32)
 
 
 def int8_projections(model: nn.Module) -> list[str]:
@@ -617,7 +613,7 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
     config = BertConfig.from_json_file(directory / CONFIG_NAME)
     model = model_class.from_pretrained(None, config=config, state_dict=published)
     encoder = encoder_of(model)
-    as_float = resolve_keep_fp32(default_keep_fp32(7), len(encoder.layers)) if bits < saved_bits else set()
+    as_float = resolve_keep_fp32(DEFAULT_KEEP_FP32, len(encoder.layers)) if bits < saved_bits else set()
     with _packing():
         for (i, kind), parts in sorted(saved.items()):
             if i >= len(encoder.layers):
@@ -632,19 +628,24 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
             layer = SmoothedInt8Linear.from_saved(parts["weight"], parts["weight_scale"], parts["inv_scale"], bias,
                                                   bits)
             setattr(encoder.layers[i], kind, layer.dequantized() if (i, kind) in as_float else layer)
-    if as_float:
+    converted = [key for key in saved if key in as_float]
+    if converted:
         logger.info("%s was written with 8-bit activations (AVX512-VNNI) and this CPU runs 7: %d projections "
-                    "run in float from their int8 weights to stay close to fp32", directory, len(as_float))
+                    "run in float from their int8 weights to stay close to fp32", directory, len(converted))
     return model.eval()
 
 
 def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibration_file: str | Path | None = None,
-                        max_length: int = 128) -> dict:
+                        max_length: int = 128, fast: bool = False) -> dict:
     """``bertkit quantize``: the float checkpoint in ``model_dir`` (head chosen by its ``architectures``),
     quantized as pipelines quantize it (calibrated on ``calibration_file``'s lines, else the built-in
-    sentences), written to ``output_dir`` with its tokenizer by ``save_int8``. Returns a report: the files'
-    sizes and what was quantized. The caller owns ``output_dir`` (the command claims it)."""
+    sentences), written to ``output_dir`` with its tokenizer by ``save_int8``. ``fast``: 8-bit activations
+    with only ``FAST_KEEP_FP32`` in fp32 (CPUs with AVX512-VNNI). Returns a report: the files' sizes and
+    what was quantized. The caller owns ``output_dir`` (the command claims it)."""
     source = Path(model_dir)
+    if fast and int8_activation_bits() != 8:
+        raise BertkitError("--fast quantizes with 8-bit activations, which need AVX512-VNNI, and this CPU lacks it "
+                           "(at 7 bits that set of int8 projections loses too much); leave --fast out")
     if is_int8_checkpoint(source):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
@@ -660,13 +661,15 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     texts = read_calibration_file(calibration_file) if calibration_file is not None else None
     tokenizer = BertTokenizer.from_pretrained(source)
     model = model_class.from_pretrained(source)
-    quantized = quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length)
+    keep = FAST_KEEP_FP32 if fast else DEFAULT_KEEP_FP32
+    quantized = quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length, keep_fp32=keep)
     calibration = "built-in" if calibration_file is None else f"{Path(calibration_file).name} ({len(texts or [])} texts)"
     out = save_int8(quantized, output_dir, calibration=calibration)
     tokenizer.save_pretrained(out)
     float_file = next((source / n for n in ("model.safetensors", "pytorch_model.bin") if (source / n).is_file()), None)
     return {"model": str(source), "output_dir": str(out), "architecture": model_class.__name__,
-            "int8_projections": len(int8_projections(quantized)), "kept_fp32": list(DEFAULT_KEEP_FP32),
+            "int8_projections": len(int8_projections(quantized)), "kept_fp32": list(keep),
+            "activation_bits": int8_activation_bits(),
             "calibration": calibration,
             "bytes": {"float": float_file.stat().st_size if float_file else None,
                       "int8": (out / INT8_WEIGHTS_NAME).stat().st_size}}
@@ -693,5 +696,5 @@ def load_for_inference(model_class: type[nn.Module], model_dir: str | Path) -> n
 __all__ = ["quantize_int8", "quantize_int8_on_texts", "calibration_batches", "check_int8_support",
            "check_int8_request", "read_calibration_file", "resolve_keep_fp32", "int8_projections", "encoder_of",
            "SmoothedInt8Linear", "PROJECTIONS", "DEFAULT_KEEP_FP32", "DEFAULT_ALPHA", "X86_ENGINES", "QUANTIZE_MODES",
-           "int8_activation_bits", "default_keep_fp32", "DEFAULT_KEEP_FP32_8BIT", "save_int8", "load_int8", "load_for_inference", "quantize_checkpoint",
+           "int8_activation_bits", "FAST_KEEP_FP32", "save_int8", "load_int8", "load_for_inference", "quantize_checkpoint",
            "int8_model_device", "is_int8_model", "is_int8_checkpoint", "QUANT_METHOD"]
