@@ -4,7 +4,9 @@
 #   1. the levers, one arm each, on a 1,500-step schedule (batch 32, one thread per arm, two arms at a time);
 #   2. the recipe they point to, for an hour of both cores (examples/pretrain-1h/run.sh);
 #   3. that model against the same network from random initialisation on MRPC, RTE, STS-B and SST-2
-#      (3 seeds each).
+#      (3 seeds each); 4. the same at higher fine-tuning rates; 5. the recipe's model with 2,000 more steps
+#      of NSP; 6. the NSP question: four arms from scratch (random, nearby, mixed negatives, no NSP), their
+#      2 x 2 held-out NSP table and their fine-tuning.
 #   R=runs/pretraining-budget experiments/pretraining_budget.sh     (from the repository root)
 #   python experiments/pretraining_budget_tables.py --runs runs/pretraining-budget --figures docs/img
 # Run it again to continue: every step skips what is done and resumes what was cut.
