@@ -6,7 +6,7 @@
 #   3. that model against the same network from random initialisation on MRPC, RTE, STS-B and SST-2
 #      (3 seeds each); 4. the same at higher fine-tuning rates; 5. the recipe's model with 2,000 more steps
 #      of NSP; 6. the NSP question: four arms from scratch (random, nearby, mixed negatives, no NSP), their
-#      2 x 2 held-out NSP table and their fine-tuning.
+#      2 x 2 held-out NSP table and their fine-tuning; 7. 10 epochs of fine-tuning on STS-B and MRPC.
 #   R=runs/pretraining-budget experiments/pretraining_budget.sh     (from the repository root)
 #   python experiments/pretraining_budget_tables.py --runs runs/pretraining-budget --figures docs/img
 # Run it again to continue: every step skips what is done and resumes what was cut.
@@ -99,12 +99,13 @@ src, dst = sys.argv[1], sys.argv[2]
 BertForMaskedLM(BertConfig.from_json_file(src + '/config.json')).save_pretrained(dst)
 BertTokenizer.from_pretrained(src).save_pretrained(dst)" "$R/init-pretrained" "$R/init-random"
 fi
-finetune() {  # finetune DIR INIT TASK [LR]: fine-tune INIT on TASK into $R/DIR (LR: the rate or a grid)
+finetune() {  # finetune DIR INIT TASK [LR [EPOCHS]]: fine-tune INIT on TASK into $R/DIR (LR: the rate or a grid)
   local out="$R/$1/$2-$3" res="" extra=""
   [ -f "$out/report.json" ] && return 0
   [ -f "$out/.bertkit-run.json" ] && res="--resume"
   [ "$3" = sst2 ] && extra="--max-train-samples 10000"
   [ -n "${4:-}" ] && extra="$extra --learning-rate $4"
+  [ -n "${5:-}" ] && extra="$extra --num-train-epochs $5"
   mkdir -p "$R/$1"
   OMP_NUM_THREADS=1 $BK finetune glue --task "$3" --data-dir "$G" --model-name-or-path "$R/$2" \
     --output-dir "$out" --seed 1,2,3 --no-progress $extra $res > "$out.json" 2> "$out.log" || echo "failed: $out"
@@ -167,4 +168,8 @@ for arm in random nearby mixed mlm-only; do
   finetune_copy "$R/nsp-arms/$arm/final" "$R/init-nsp-$arm"
   for task in mrpc stsb rte sst2; do echo "init-nsp-$arm $task"; done
 done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp "$0" "$1" 1e-3'
+# 7. Longer fine-tuning on the two tasks that had not moved: 10 epochs at 1e-3, both initialisations.
+for task in stsb mrpc; do
+  for init in init-pretrained init-random; do echo "$init $task"; done
+done | xargs -P 2 -L 1 bash -c 'finetune glue-10ep "$0" "$1" 1e-3 10'
 echo ALL-DONE
