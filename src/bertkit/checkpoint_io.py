@@ -103,6 +103,21 @@ def _expand(rows: list[Row], num_layers: int) -> list[Row]:
     return out
 
 
+def read_config_json(directory: str | Path) -> dict[str, Any]:
+    """A checkpoint directory's config.json as a dict, or an error naming the file and the fix."""
+    config_file = Path(directory) / CONFIG_NAME
+    if not config_file.is_file():
+        raise MissingFileError(f"{config_file} not found: pass a checkpoint directory written by save_pretrained "
+                               "(config.json, model.safetensors, vocab.txt)")
+    try:
+        raw = json.loads(config_file.read_text(encoding="utf-8"))
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise BertkitError(f"{config_file} is not valid JSON ({e}); re-save the checkpoint") from None
+    if not isinstance(raw, dict):
+        raise BertkitError(f"{config_file} holds a JSON {type(raw).__name__}, not an object; re-save the checkpoint")
+    return raw
+
+
 def encoder_published_names(name: str) -> tuple[str, ...]:
     """The published name(s) of one of the encoder's own parameters (``layers.3.qkv.weight`` ->
     ``encoder.layer.3.attention.self.query.weight``, ``...key.weight``, ``...value.weight``), from the key

@@ -71,7 +71,7 @@ from torch import Tensor, nn
 
 from bertkit import heads
 from bertkit.calibration_text import CALIBRATION_SENTENCES
-from bertkit.checkpoint_io import CONFIG_NAME, INT8_WEIGHTS_NAME, encoder_published_names
+from bertkit.checkpoint_io import CONFIG_NAME, INT8_WEIGHTS_NAME, encoder_published_names, read_config_json
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
@@ -565,8 +565,8 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
         raise MissingFileError(f"{weights} not found: load_int8 reads a directory written by `bertkit quantize` "
                                "(or save_int8); a float checkpoint loads with from_pretrained, and "
                                "pipeline(..., quantize='int8') or --int8 quantize it at load")
-    raw = json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8")) if (directory / CONFIG_NAME).is_file() else {}
-    method = raw.get("quantization_config", {}) if isinstance(raw.get("quantization_config"), dict) else {}
+    raw = read_config_json(directory)
+    method = raw.get("quantization_config") if isinstance(raw.get("quantization_config"), dict) else {}
     if method.get("quant_method") != QUANT_METHOD or method.get("format_version") != INT8_FORMAT_VERSION:
         raise BertkitError(f"{directory / CONFIG_NAME} does not describe a {QUANT_METHOD} model of format "
                            f"{INT8_FORMAT_VERSION} (quantization_config: {method or 'absent'}); write the directory "
@@ -649,15 +649,7 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     if is_int8_checkpoint(source):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
-    config_file = source / CONFIG_NAME
-    if not config_file.is_file():
-        raise MissingFileError(f"{config_file} not found: pass a checkpoint directory written by save_pretrained "
-                               "(config.json, model.safetensors, vocab.txt)")
-    try:
-        raw = json.loads(config_file.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise BertkitError(f"{config_file} is not valid JSON ({e}); re-save the checkpoint") from None
-    model_class = _int8_model_class(source, raw if isinstance(raw, dict) else {})
+    model_class = _int8_model_class(source, read_config_json(source))
     texts = read_calibration_file(calibration_file) if calibration_file is not None else None
     tokenizer = BertTokenizer.from_pretrained(source)
     model = model_class.from_pretrained(source)

@@ -10,7 +10,6 @@ encoder then drops) and returns JSON-able results in input order.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.checkpoint_io import read_config_json
+from bertkit.errors import BertkitError
 from bertkit.inference.base import Pipeline
 from bertkit.inference.pipelines import (
     FeatureExtractionPipeline,
@@ -122,17 +122,9 @@ def _task_of(model: str | os.PathLike | nn.Module) -> str:
         arch = type(model).__name__
         where = f"a {arch}"
     else:
-        config_file = Path(model) / "config.json"
-        if not config_file.is_file():
-            raise MissingFileError(f"{config_file} not found: pass a checkpoint directory written by save_pretrained "
-                                   "(config.json, model.safetensors, vocab.txt)")
-        try:
-            config = json.loads(config_file.read_text(encoding="utf-8"))
-        except ValueError as e:
-            raise BertkitError(f"{config_file} is not valid JSON ({e}); re-save the checkpoint") from None
-        archs = (config.get("architectures") or ["BertModel"]) if isinstance(config, dict) else None
+        archs = read_config_json(model).get("architectures") or ["BertModel"]
         arch = archs[0] if isinstance(archs, list) and archs else None
-        where = f"{config_file} (architectures {archs!r})"
+        where = f"{Path(model) / 'config.json'} (architectures {archs!r})"
     if arch not in TASK_OF_ARCHITECTURE:
         raise BertkitError(f"no task given and {where} does not say which; pass one: pipeline(task, model) with "
                            f"task one of {', '.join(TASKS)}")

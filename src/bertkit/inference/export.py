@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -156,7 +158,12 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
         warnings.simplefilter("ignore", DeprecationWarning)
         # The TorchScript-based exporter: it needs only torch (the torch.export-based one needs onnxscript)
         # and writes one self-contained file.
-        float_graph = tmp.with_name(tmp.name + ".fp32") if int8 else tmp
+        if int8:  # the float graph goes to a file of this run's own (mkstemp), removed once quantized
+            fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".fp32.onnx", dir=out.parent)
+            os.close(fd)
+            float_graph = Path(name)
+        else:
+            float_graph = tmp
         torch.onnx.export(wrapper, inputs, str(float_graph), input_names=list(INPUT_NAMES),
                           output_names=list(wrapper.output_names), dynamic_axes=dynamic_axes, opset_version=opset,
                           dynamo=False)
@@ -166,7 +173,7 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
                 quantize_dynamic(str(float_graph), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
             finally:
                 logging.disable(logging.NOTSET)
-                float_graph.unlink(missing_ok=True)  # this run's own intermediate file
+                float_graph.unlink(missing_ok=True)  # the mkstemp file above, created by this run
     result: dict[str, Any] = {"onnx": str(out), "model_class": type(model).__name__, "inputs": list(INPUT_NAMES),
                               "outputs": list(wrapper.output_names), "opset": opset, "bytes": out.stat().st_size,
                               "seconds": round(time.perf_counter() - t0, 1)}
