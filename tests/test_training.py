@@ -54,6 +54,28 @@ def test_schedule_warmup_then_linear_decay():
         linear_warmup_decay(opt, 11, 10)
 
 
+
+@pytest.mark.parametrize("shape", ["linear", "cosine", "constant_with_warmup"])
+def test_schedule_shapes_match_transformers(shape):
+    """Each --lr-scheduler-type gives transformers' factor at every step (its get_scheduler, same names)."""
+    transformers = pytest.importorskip("transformers")
+    rates = {}
+    for impl in ("bertkit", "transformers"):
+        p = torch.nn.Parameter(torch.zeros(1))
+        opt = torch.optim.SGD([p], lr=1.0)
+        sched = (linear_warmup_decay(opt, 3, 17, shape) if impl == "bertkit" else
+                 transformers.get_scheduler(shape, opt, num_warmup_steps=3, num_training_steps=17))
+        rates[impl] = []
+        for _ in range(18):  # steps 0..17: past the end transformers' cosine rises again, bertkit's stays at 0
+            rates[impl].append(sched.get_last_lr()[0])
+            opt.step()
+            sched.step()
+    assert rates["bertkit"] == pytest.approx(rates["transformers"], abs=1e-12)
+    if shape == "cosine":
+        assert rates["bertkit"][3] == 1.0 and rates["bertkit"][10] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="choose linear, cosine or constant_with_warmup"):
+        linear_warmup_decay(opt, 3, 17, "step")
+
 def test_weight_decay_groups_exclude_biases_and_layernorm():
     model = BertForSequenceClassification(CFG)
     decay, no_decay = parameter_groups(model, 0.01)

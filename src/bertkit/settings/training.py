@@ -32,6 +32,8 @@ from bertkit.settings.fields import (
     parse_one_lr,
 )
 
+LR_SCHEDULES = ("linear", "cosine", "constant_with_warmup")
+
 # -------------------------------------------------------------------------------------------------
 # Training: shared fields
 # -------------------------------------------------------------------------------------------------
@@ -55,6 +57,9 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     """Share of all optimiser steps over which the learning rate rises linearly from 0."""
     warmup_steps: int | None = None
     """Warm-up as a step count; overrides --warmup-ratio when given."""
+    lr_scheduler_type: Literal["linear", "cosine", "constant_with_warmup"] = "linear"
+    """The learning rate after warm-up (transformers' names): linear decay to 0 at the last step (the paper's),
+    cosine (half a cosine to 0), or constant_with_warmup (stays at the peak)."""
     weight_decay: float = 0.01
     """Decoupled weight decay (not on biases and LayerNorm weights, as in the paper's code)."""
     optimizer: Literal["adamw", "lamb"] = "adamw"
@@ -131,6 +136,8 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
                 raise BertkitError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.optimizer not in OPTIMIZERS:
             raise BertkitError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
+        if self.lr_scheduler_type not in LR_SCHEDULES:
+            raise BertkitError(f"lr_scheduler_type {self.lr_scheduler_type!r} is not one of {LR_SCHEDULES}")
 
     def training(self, **overrides: Any) -> TrainingSettings:
         """The shared fields alone (what the training loop reads), with ``overrides`` applied."""
@@ -141,8 +148,10 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
         """The settings a resumed run must share with the run that wrote the checkpoint."""
         keep = ("learning_rate", "warmup_ratio", "warmup_steps", "weight_decay", "optimizer", "adam_beta1",
                 "adam_beta2", "adam_epsilon", "gradient_accumulation_steps", "max_grad_norm", "bf16", "seed")
-        # fp16 joins the fingerprint only when set, so checkpoints written before it existed still resume
-        return {k: getattr(self, k) for k in keep} | ({"fp16": True} if self.fp16 else {})
+        # fp16 and a schedule other than linear join the fingerprint only when set, so checkpoints written
+        # before those existed still resume
+        return ({k: getattr(self, k) for k in keep} | ({"fp16": True} if self.fp16 else {})
+                | ({"lr_scheduler_type": self.lr_scheduler_type} if self.lr_scheduler_type != "linear" else {}))
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}

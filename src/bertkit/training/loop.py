@@ -524,7 +524,7 @@ class _Run:
         optimizer = build_optimizer(replicas.module, args.optimizer, args.learning_rate, args.weight_decay,
                                     (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
         warmup = args.warmup_steps if args.warmup_steps is not None else warmup_steps_for(total, args.warmup_ratio)
-        scheduler = linear_warmup_decay(optimizer, warmup, total)
+        scheduler = linear_warmup_decay(optimizer, warmup, total, args.lr_scheduler_type)
         scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.fp16)
         if args.compile:
             encoder = getattr(replicas.eval_module, "bert", replicas.eval_module)

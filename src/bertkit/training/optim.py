@@ -95,15 +95,27 @@ def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float 
     raise BertkitError(f"unknown optimizer {name!r}; choose one of {OPTIMIZERS}")
 
 
-def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: int) -> LambdaLR:
-    """lr rises linearly from 0 over ``warmup_steps``, then falls linearly to 0 at ``total_steps``."""
+def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: int,
+                        shape: str = "linear") -> LambdaLR:
+    """lr rises linearly from 0 over ``warmup_steps``, then follows ``shape`` to ``total_steps``.
+
+    linear: falls linearly to 0 (the paper's); cosine: half a cosine period to 0 (transformers'
+    ``get_cosine_schedule_with_warmup``); constant_with_warmup: stays at the peak.
+    """
     if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
         raise BertkitError(f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}) and total > 0")
+    if shape not in ("linear", "cosine", "constant_with_warmup"):
+        raise BertkitError(f"unknown learning-rate schedule {shape!r}; choose linear, cosine or constant_with_warmup")
 
     def factor(step: int) -> float:
         if step < warmup_steps:
             return step / warmup_steps  # as google-research/bert and transformers: the first update has lr 0
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+        done = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        if shape == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * done))
+        if shape == "constant_with_warmup":
+            return 1.0
+        return 1.0 - done
 
     return LambdaLR(optimizer, factor)
 
