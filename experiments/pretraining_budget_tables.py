@@ -127,6 +127,78 @@ def nsp_tables(root: Path, floor: float) -> None:
             print(f"| {NSP_ARMS[arm]} | " + " | ".join(cells) + " |")
 
 
+def lever_table(runs: Path, floors: dict[str, float]) -> dict:
+    """Step 8: the arms at a fixed budget. Each arm's steps are the budget converted by its cost per sequence,
+    and it is evaluated 20 times, so its k-th evaluation is at k/20 of the budget whatever its step count.
+    Columns: held-out accuracy at a quarter, half, three quarters and all of the budget, the escape point (as
+    a share of the budget) and the difference to the recipe's settings (R0) at the end."""
+    spec = runs / "levers.json"
+    if not spec.is_file():
+        return {}
+    arms = json.loads(spec.read_text())
+    summaries = {a["name"]: arm_summary(runs / "levers" / a["name"], floors.get(f"eval-{a['vocab']}-128", float("nan")))
+                 for a in arms}
+    base = summaries.get("R0-base", {}).get("mlm_acc")
+    print("\n## The levers at a fixed budget (held-out masked-LM accuracy, first 1,000 instances of each "
+          "vocabulary's held-out set)\n")
+    print("| arm | what changes | steps | 1/4 | 1/2 | 3/4 | budget | escape (share of budget) | floor | "
+          "vs R0 at the end |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    curves = {}
+    for a in arms:
+        s, floor = summaries[a["name"]], floors.get(f"eval-{a['vocab']}-128", float("nan"))
+        curve = s["curve"]
+        share = {round(20 * step / a["steps"]): acc for step, acc in curve}  # evaluation k of 20 -> accuracy
+        esc = (f"{s['escape'] / a['steps']:.2f} (step {s['escape']})" if s["escape"] is not None
+               else f"not by {s['steps'] / a['steps']:.2f}")
+        done = s["steps"] >= a["steps"]
+        delta = (f"{100 * (s['mlm_acc'] - base):+.1f}" if done and base is not None and s["mlm_acc"] is not None
+                 else "")
+        print(f"| {a['name']} | {a['lever']} | {a['steps']} | " + " | ".join(pct(share.get(k)) for k in (5, 10, 15))
+              + f" | {pct(share.get(20)) if done else 'running'} | {esc} | {pct(floor)} | {delta} |")
+        curves[a["name"]] = [(step / a["steps"], acc - floor) for step, acc in curve]
+    return curves
+
+
+def grid_table(runs: Path, task: str, dirs: tuple[str, ...]) -> None:
+    """One task over every fine-tuning setting both initialisations ran (rate x batch x epochs, from each
+    report's settings): the two side by side per setting, then each one's best setting on the whole grid."""
+    metric = TASKS[task][0]
+    rows: dict[tuple, dict[str, dict]] = {}
+    for d in dirs:
+        for init in ("init-pretrained", "init-random"):
+            path = runs / d / f"{init}-{task}" / "report.json"
+            if not path.is_file():
+                continue
+            rep = json.loads(path.read_text())
+            st = rep["settings"]
+            for c in rep["configs"]:
+                rows.setdefault((c["lr"], st["batch_size"], st["num_train_epochs"]), {})[init] = c
+    if not rows:
+        return
+    print(f"\n## {task.upper()} over the whole fine-tuning grid (dev {metric}, mean ± std over seeds, x100)\n")
+    print("| lr | batch | epochs | pre-trained (the recipe) | random initialisation | difference | larger than both stds? |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    for (lr, batch, epochs), pair in sorted(rows.items()):
+        a, b = pair.get("init-pretrained"), pair.get("init-random")
+        cells = [_cell(x, (metric,)) if x else "missing" for x in (a, b)]
+        d = spread = None
+        if a and b:
+            d, spread = a[metric]["mean"] - b[metric]["mean"], max(a[metric]["std"], b[metric]["std"])
+        print(f"| {lr:g} | {batch} | {epochs:g} | {cells[0]} | {cells[1]} | "
+              + (f"{100 * d:+.1f} | {'yes' if abs(d) > spread else 'no'} (std {100 * spread:.1f}) |" if a and b else " | |"))
+    best = {}
+    for init in ("init-pretrained", "init-random"):
+        ran = [(k, v[init]) for k, v in rows.items() if init in v]
+        best[init] = max(ran, key=lambda kv: kv[1][metric]["mean"])
+    (ka, a), (kb, b) = best["init-pretrained"], best["init-random"]
+    d, spread = a[metric]["mean"] - b[metric]["mean"], max(a[metric]["std"], b[metric]["std"])
+    label = lambda k: f"lr {k[0]:g}, batch {k[1]}, {k[2]:g} epochs"  # noqa: E731
+    print(f"\nEach one's best on the grid: pre-trained {_cell(a, (metric,))} ({label(ka)}), random initialisation "
+          f"{_cell(b, (metric,))} ({label(kb)}): {100 * d:+.1f}, "
+          f"{'larger' if abs(d) > spread else 'not larger'} than both seeds' std ({100 * spread:.1f}).")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=Path, default=Path("runs/pretraining-budget"))
@@ -168,9 +240,12 @@ def main() -> None:
                 minutes.append(done)
         print("| minutes of training | " + " | ".join(f"{m:.0f}" for m in minutes) + " |")
         curves["recipe (examples/pretrain-1h)"] = ([(r["step"], r["mlm_acc"]) for r in final], floor)
+    lever_curves = lever_table(args.runs, floors)
     glue_tables(args.runs / "glue", "Downstream at lr 1e-4")
     glue_tables(args.runs / "glue-lr", "Downstream at higher fine-tuning rates")
     nsp_tables(args.runs / "nsp-arms", floors.get("eval-8192-128", float("nan")))
+    grid_table(args.runs, "mrpc", ("glue", "glue-lr", "glue-10ep", "glue-b16", "glue-lr2e-3"))
+    grid_table(args.runs, "stsb", ("glue", "glue-lr", "glue-10ep"))
     glue_tables(args.runs / "glue-nsp", "Downstream of the NSP arms (lr 1e-3; random initialisation from above)",
                 NSP_INITS, random_root=args.runs / "glue-lr")
     if args.figures is not None:
@@ -189,6 +264,15 @@ def main() -> None:
         ax.legend(fontsize=7)
         args.figures.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.figures / "pretraining-budget-ablation.png", dpi=110, bbox_inches="tight")
+        if lever_curves:
+            fig, ax = plt.subplots(figsize=(8, 5))
+            for name, curve in lever_curves.items():
+                ax.plot([c[0] for c in curve], [100 * c[1] for c in curve], label=name)
+            ax.axhline(0, color="grey", ls="--", label="context-free floor")
+            ax.set_xlabel("share of the budget (the sequences BERT-tiny reads in 2,750 steps of 32)")
+            ax.set_ylabel("held-out masked-LM accuracy above the floor (points)")
+            ax.legend(fontsize=7)
+            fig.savefig(args.figures / "pretraining-budget-levers.png", dpi=110, bbox_inches="tight")
 
 
 if __name__ == "__main__":
