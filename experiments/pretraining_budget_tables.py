@@ -199,6 +199,45 @@ def grid_table(runs: Path, task: str, dirs: tuple[str, ...]) -> None:
           f"{'larger' if abs(d) > spread else 'not larger'} than both seeds' std ({100 * spread:.1f}).")
 
 
+GRID_DIRS = ("glue", "glue-lr", "glue-10ep", "glue-b16", "glue-lr2e-3")
+
+
+def finetune_curves(runs: Path, path: Path) -> None:
+    """The fine-tuning learning curves: dev score after each epoch (mean over seeds, band = ± the seeds' sample std, as the reports) of both
+    initialisations on each task, each at its best setting on the grid (chosen on the final dev mean)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(TASKS), figsize=(4 * len(TASKS), 3.6))
+    for ax, (task, metrics) in zip(axes, TASKS.items()):
+        metric = metrics[0]
+        for init, label in (("init-pretrained", "pre-trained (the recipe)"), ("init-random", "random initialisation")):
+            best = None
+            for d in GRID_DIRS:
+                f = runs / d / f"{init}-{task}" / "report.json"
+                if not f.is_file():
+                    continue
+                rep = json.loads(f.read_text())
+                for c in rep["configs"]:
+                    if best is None or c[metric]["mean"] > best[0][metric]["mean"]:
+                        best = (c, rep)
+            if best is None:
+                continue
+            config, rep = best
+            per_run = [[e[metric] for e in r["per_epoch"]] for r in rep["runs"] if r["lr"] == config["lr"]]
+            epochs = range(1, min(map(len, per_run)) + 1)
+            mean = [100 * statistics.mean(r[e - 1] for r in per_run) for e in epochs]
+            std = [100 * statistics.stdev(r[e - 1] for r in per_run) for e in epochs]
+            line, = ax.plot(list(epochs), mean, marker="o",
+                            label=f"{label}: lr {config['lr']:g}, batch {rep['settings']['batch_size']}")
+            ax.fill_between(list(epochs), [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                            color=line.get_color(), alpha=0.2)
+        ax.set_title(f"{task.upper()} dev {metric}")
+        ax.set_xlabel("epoch")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=Path, default=Path("runs/pretraining-budget"))
@@ -244,8 +283,8 @@ def main() -> None:
     glue_tables(args.runs / "glue", "Downstream at lr 1e-4")
     glue_tables(args.runs / "glue-lr", "Downstream at higher fine-tuning rates")
     nsp_tables(args.runs / "nsp-arms", floors.get("eval-8192-128", float("nan")))
-    grid_table(args.runs, "mrpc", ("glue", "glue-lr", "glue-10ep", "glue-b16", "glue-lr2e-3"))
-    grid_table(args.runs, "stsb", ("glue", "glue-lr", "glue-10ep"))
+    grid_table(args.runs, "mrpc", GRID_DIRS)
+    grid_table(args.runs, "stsb", GRID_DIRS)
     glue_tables(args.runs / "glue-nsp", "Downstream of the NSP arms (lr 1e-3; random initialisation from above)",
                 NSP_INITS, random_root=args.runs / "glue-lr")
     if args.figures is not None:
@@ -273,6 +312,7 @@ def main() -> None:
             ax.set_ylabel("held-out masked-LM accuracy above the floor (points)")
             ax.legend(fontsize=7)
             fig.savefig(args.figures / "pretraining-budget-levers.png", dpi=110, bbox_inches="tight")
+        finetune_curves(args.runs, args.figures / "pretraining-budget-finetune-curves.png")
 
 
 if __name__ == "__main__":
