@@ -9,7 +9,8 @@
 #      2 x 2 held-out NSP table and their fine-tuning; 7. 10 epochs of fine-tuning on STS-B and MRPC;
 #   8. the levers of shape, sequence length, batch, schedule, peak rate and vocabulary at a fixed budget
 #      (the sequences the recipe's model reads in 2,750 steps of 32, converted by each arm's measured cost);
-#   9. MRPC at more fine-tuning settings (batch 16; lr 2e-3), the same grid for both initialisations.
+#   9. MRPC at more fine-tuning settings (batch 16; lr 2e-3), the same grid for both initialisations;
+#  10. the 128 -> 512 phase on the recipe's model: held-out masked LM at 512 and 128 tokens before and after.
 #   R=runs/pretraining-budget experiments/pretraining_budget.sh     (from the repository root)
 #   python experiments/pretraining_budget_tables.py --runs runs/pretraining-budget --figures docs/img
 # Run it again to continue: every step skips what is done and resumes what was cut.
@@ -40,6 +41,8 @@ make_data data-16384-128 16384 "${TEXT[@]}" --max-seq-length 128 --masking dynam
 make_data data-8192-64 8192 "${TEXT[@]}" --max-seq-length 64 --masking dynamic
 make_data eval-8192-128 8192 "$HELDOUT" --max-seq-length 128
 make_data eval-8192-64 8192 "$HELDOUT" --max-seq-length 64
+make_data data-8192-512 8192 "${TEXT[@]}" --max-seq-length 512 --max-predictions-per-seq 80 --masking dynamic
+make_data eval-8192-512 8192 "$HELDOUT" --max-seq-length 512 --max-predictions-per-seq 80
 make_data eval-16384-128 16384 "$HELDOUT" --max-seq-length 128
 make_data eval-30522-128 30522 "$HELDOUT" --max-seq-length 128
 # The floor: what a predictor that reads no context scores on each held-out set.
@@ -234,4 +237,17 @@ ARMS
 # batch 16 and 32).
 { for init in init-pretrained init-random; do echo "glue-b16 $init mrpc 3e-4,1e-3 3 16"; echo "glue-lr2e-3 $init mrpc 2e-3 3 32"; done; } \
   | xargs -P 2 -L 1 bash -c 'finetune "$@"' _
+# 10. The paper's second phase, at this budget: the recipe's model (128 tokens, an hour) pre-trained 500 more
+# steps of 32 on 512-token instances (masked LM alone, lr 5e-4, 10% warm-up, linear decay; positions 128-511
+# start from the recipe's sinusoidal table, untrained), then both scored on every 512- and 128-token held-out
+# instance.
+if [ ! -f "$R/phase512/final/config.json" ]; then
+  res=(); [ -d "$R/phase512/checkpoints" ] && res=(--resume); [ -d "$R/phase512" ] && [ ${#res[@]} = 0 ] && res=(--overwrite)
+  $BK pretrain --init-from "$P1H/model/final" --data "$R/data-8192-512" --vocab "$P1H/vocab" --no-nsp \
+    --max-steps 500 --batch-size 32 --learning-rate 5e-4 --warmup-ratio 0.1 --eval-data "$R/eval-8192-512" \
+    --eval-steps 100 --eval-instances 733 --save-steps 100 --seed 44 --no-progress --output-dir "$R/phase512" \
+    "${res[@]}" > "$R/phase512.json" 2> "$R/phase512.log"
+fi
+[ -s "$R/phase512/heldout.jsonl" ] || $PY experiments/pretrain_eval.py --model "$P1H/model/final" "$R/phase512/final" \
+    --data "$R/eval-8192-512" "$P1H/heldout" --baseline "$P1H/data" --vocab "$P1H/vocab" > "$R/phase512/heldout.jsonl"
 echo ALL-DONE
