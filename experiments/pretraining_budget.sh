@@ -187,7 +187,8 @@ done | xargs -P 2 -L 1 bash -c 'finetune glue-10ep "$0" "$1" 1e-3 10'
 # the recipe's BERT-tiny 2,750 steps of 32 (about 12-15 minutes of one core), its steps scaled by its cost per
 # sequence against BERT-tiny's, measured back to back on one idle thread (runs/.../probe2: mini L4 H256 0.17x
 # tiny's sequences/s, wide L2 H256 0.37x, 64-token sequences 1.43x, 16,384 entries 0.65x, 30,522 entries 0.47x;
-# accumulation to 128 costs the same per sequence). All at the recipe's settings (no NSP, unigram bias,
+# accumulation to 128 costs the same per sequence; R9's 10% of 128-token steps at batch 64 count at full cost).
+# All at the recipe's settings (no NSP, unigram bias,
 # sinusoidal positions, 2% warm-up, linear decay, seed 42), one thread each, two arms at a time, evaluated 20
 # times on the first 1,000 held-out instances of their own vocabulary (128 tokens, also for the 64-token arm:
 # the length the model is for).
@@ -205,12 +206,16 @@ cat > "$R/levers.json" <<'JSON'
  {"name": "R5-cosine", "lever": "cosine decay instead of linear", "steps": 2750, "vocab": 8192},
  {"name": "R6-lr4e-3", "lever": "peak rate 4e-3", "steps": 2750, "vocab": 8192},
  {"name": "R7-vocab16k", "lever": "16,384-entry vocabulary", "steps": 1790, "vocab": 16384},
- {"name": "R8-vocab30k", "lever": "30,522-entry vocabulary (BERT's size)", "steps": 1290, "vocab": 30522}]
+ {"name": "R8-vocab30k", "lever": "30,522-entry vocabulary (BERT's size)", "steps": 1290, "vocab": 30522},
+ {"name": "R9-seq64-then-128", "lever": "R3 for 90% of the steps, then 128-token instances (batch 64) for the last 10%", "steps": 1880, "vocab": 8192}]
 JSON
 lever() {  # lever NAME CFG VOCAB BATCH STEPS LR [PRETRAIN_ARGS...]: start, resume or skip one arm (one thread)
   local out="$R/levers/$1" cfg=$2 v=$3 b=$4 s=$5 lr=$6 data="$R/data-$3-128" res=(); shift 6
   [ -f "$out/final/config.json" ] && return 0
-  [ "${out##*/}" = R3-seq64 ] && data="$R/data-8192-64"
+  case "${out##*/}" in
+    R3-seq64) data="$R/data-8192-64" ;;
+    R9-seq64-then-128) data="$R/data-8192-64"; set -- "$@" --phase2-data "$R/data-8192-128" --phase1-fraction 0.9 ;;
+  esac
   [ -d "$out" ] && res=(--overwrite)
   [ -d "$out/checkpoints" ] && res=(--resume)
   mkdir -p "$R/levers"
@@ -230,6 +235,7 @@ R5-cosine tiny-nodrop 8192 32 2750 2e-3 --lr-scheduler-type cosine
 R6-lr4e-3 tiny-nodrop 8192 32 2750 4e-3
 R7-vocab16k tiny-nodrop 16384 32 1790 2e-3
 R8-vocab30k tiny-nodrop 30522 32 1290 2e-3
+R9-seq64-then-128 tiny-nodrop 8192 64 1880 2e-3
 ARMS
 # 9. MRPC, the one task where the recipe's model was not ahead of random initialisation beyond the seeds'
 # spread at each one's best setting: both initialisations at batch 16 (lr 3e-4 and 1e-3) and at lr 2e-3 (batch
