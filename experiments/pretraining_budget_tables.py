@@ -201,6 +201,29 @@ def grid_table(runs: Path, task: str, dirs: tuple[str, ...]) -> None:
           f"{'larger' if abs(d) > spread else 'not larger'} than both seeds' std ({100 * spread:.1f}).")
 
 
+def phase512_table(runs: Path) -> None:
+    """Step 10: the recipe's model before and after 500 steps on 512-token instances, on every 512- and
+    128-token held-out instance, beside the context-free floor of each set; and the phase's curve."""
+    scores = read_jsonl(runs / "phase512" / "heldout.jsonl")
+    if not scores:
+        return
+    sets = sorted({r["data"] for r in scores}, key=lambda d: "512" not in d)
+    label = {"context-free baseline": "context-free floor"}
+    print("\n## The 128 -> 512 phase (held-out masked-LM accuracy, every instance)\n")
+    print("| model | " + " | ".join(f"{Path(d).name}" for d in sets) + " |")
+    print("|---|" + "---:|" * len(sets))
+    for model in dict.fromkeys(r["model"] for r in scores):
+        row = {r["data"]: r for r in scores if r["model"] == model}
+        name = label.get(model, "after the 512 phase" if "phase512" in model else "the recipe (128 tokens only)")
+        print(f"| {name} | " + " | ".join(f"{pct(row[d]['mlm_acc'])} ({row[d]['instances']})" if d in row else ""
+                                         for d in sets) + " |")
+    curve = [r for r in read_jsonl(runs / "phase512" / "metrics.jsonl") if r["split"] == "eval"]
+    if curve:
+        print("\n| step of the 512 phase | " + " | ".join(str(r["step"]) for r in curve) + " |")
+        print("|---|" + "---:|" * len(curve))
+        print("| 512-token held-out MLM acc. | " + " | ".join(pct(r["mlm_acc"]) for r in curve) + " |")
+
+
 GRID_DIRS = ("glue", "glue-lr", "glue-10ep", "glue-b16", "glue-lr2e-3")
 
 
@@ -287,6 +310,7 @@ def main() -> None:
     nsp_tables(args.runs / "nsp-arms", floors.get("eval-8192-128", float("nan")))
     grid_table(args.runs, "mrpc", GRID_DIRS)
     grid_table(args.runs, "stsb", GRID_DIRS)
+    phase512_table(args.runs)
     glue_tables(args.runs / "glue-nsp", "Downstream of the NSP arms (lr 1e-3; random initialisation from above)",
                 NSP_INITS, random_root=args.runs / "glue-lr")
     if args.figures is not None:
