@@ -199,6 +199,7 @@ for c in mini wide; do
 done
 cat > "$R/levers.json" <<'JSON'
 [{"name": "R0-base", "lever": "the recipe's settings: BERT-tiny, 8,192 entries, 128 tokens, batch 32, lr 2e-3, linear decay", "steps": 2750, "vocab": 8192},
+ {"name": "R0-base-seed43", "lever": "R0 again with seed 43 (initial weights, data order): the spread between seeds", "steps": 2750, "vocab": 8192},
  {"name": "R1-mini", "lever": "shape: BERT-mini (L4 H256 A4)", "steps": 470, "vocab": 8192},
  {"name": "R2-wide", "lever": "shape: wider, as shallow (L2 H256 A4)", "steps": 1000, "vocab": 8192},
  {"name": "R3-seq64", "lever": "64-token instances, batch 64 (the same tokens per step)", "steps": 1970, "vocab": 8192},
@@ -227,6 +228,7 @@ lever() {  # lever NAME CFG VOCAB BATCH STEPS LR [PRETRAIN_ARGS...]: start, resu
 export -f lever; export PY
 cat <<'ARMS' | xargs -P 2 -L 1 bash -c 'lever "$@"' _
 R0-base tiny-nodrop 8192 32 2750 2e-3
+R0-base-seed43 tiny-nodrop 8192 32 2750 2e-3 --seed 43
 R1-mini mini-nodrop 8192 32 470 2e-3
 R2-wide wide-nodrop 8192 32 1000 2e-3
 R3-seq64 tiny-nodrop 8192 64 1970 2e-3
