@@ -200,6 +200,7 @@ done
 cat > "$R/levers.json" <<'JSON'
 [{"name": "R0-base", "lever": "the recipe's settings: BERT-tiny, 8,192 entries, 128 tokens, batch 32, lr 2e-3, linear decay", "steps": 2750, "vocab": 8192},
  {"name": "R0-base-seed43", "lever": "R0 again with seed 43 (initial weights, data order): the spread between seeds", "steps": 2750, "vocab": 8192},
+ {"name": "R0-base-seed44", "lever": "R0 again with seed 44", "steps": 2750, "vocab": 8192},
  {"name": "R1-mini", "lever": "shape: BERT-mini (L4 H256 A4)", "steps": 470, "vocab": 8192},
  {"name": "R2-wide", "lever": "shape: wider, as shallow (L2 H256 A4)", "steps": 1000, "vocab": 8192},
  {"name": "R3-seq64", "lever": "64-token instances, batch 64 (the same tokens per step)", "steps": 1970, "vocab": 8192},
@@ -208,13 +209,14 @@ cat > "$R/levers.json" <<'JSON'
  {"name": "R6-lr4e-3", "lever": "peak rate 4e-3", "steps": 2750, "vocab": 8192},
  {"name": "R7-vocab16k", "lever": "16,384-entry vocabulary", "steps": 1790, "vocab": 16384},
  {"name": "R8-vocab30k", "lever": "30,522-entry vocabulary (BERT's size)", "steps": 1290, "vocab": 30522},
+ {"name": "R3-seq64-seed43", "lever": "R3 again with seed 43", "steps": 1970, "vocab": 8192},
  {"name": "R9-seq64-then-128", "lever": "R3 for 90% of the steps, then 128-token instances (batch 64) for the last 10%", "steps": 1880, "vocab": 8192}]
 JSON
 lever() {  # lever NAME CFG VOCAB BATCH STEPS LR [PRETRAIN_ARGS...]: start, resume or skip one arm (one thread)
   local out="$R/levers/$1" cfg=$2 v=$3 b=$4 s=$5 lr=$6 data="$R/data-$3-128" res=(); shift 6
   [ -f "$out/final/config.json" ] && return 0
   case "${out##*/}" in
-    R3-seq64) data="$R/data-8192-64" ;;
+    R3-seq64*) data="$R/data-8192-64" ;;
     R9-seq64-then-128) data="$R/data-8192-64"; set -- "$@" --phase2-data "$R/data-8192-128" --phase1-fraction 0.9 ;;
   esac
   [ -d "$out" ] && res=(--overwrite)
@@ -229,6 +231,7 @@ export -f lever; export PY
 cat <<'ARMS' | xargs -P 2 -L 1 bash -c 'lever "$@"' _
 R0-base tiny-nodrop 8192 32 2750 2e-3
 R0-base-seed43 tiny-nodrop 8192 32 2750 2e-3 --seed 43
+R0-base-seed44 tiny-nodrop 8192 32 2750 2e-3 --seed 44
 R1-mini mini-nodrop 8192 32 470 2e-3
 R2-wide wide-nodrop 8192 32 1000 2e-3
 R3-seq64 tiny-nodrop 8192 64 1970 2e-3
@@ -238,6 +241,7 @@ R6-lr4e-3 tiny-nodrop 8192 32 2750 4e-3
 R7-vocab16k tiny-nodrop 16384 32 1790 2e-3
 R8-vocab30k tiny-nodrop 30522 32 1290 2e-3
 R9-seq64-then-128 tiny-nodrop 8192 64 1880 2e-3
+R3-seq64-seed43 tiny-nodrop 8192 64 1970 2e-3 --seed 43
 ARMS
 # 9. MRPC, the one task where the recipe's model was not ahead of random initialisation beyond the seeds'
 # spread at each one's best setting: both initialisations at batch 16 (lr 3e-4 and 1e-3) and at lr 2e-3 (batch

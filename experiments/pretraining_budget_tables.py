@@ -159,6 +159,15 @@ def lever_table(runs: Path, floors: dict[str, float]) -> dict:
         print(f"| {a['name']} | {a['lever']} | {a['steps']} | " + " | ".join(pct(share.get(k)) for k in (5, 10, 15))
               + f" | {pct(share.get(20)) if done else 'running'} | {esc} | {pct(floor)} | {delta} |")
         curves[a["name"]] = [(step / a["steps"], acc - floor) for step, acc in curve]
+    groups: dict[str, list[float]] = {}  # an arm and its reruns with other seeds (NAME-seedNN)
+    for a in arms:
+        s = summaries[a["name"]]
+        if s["steps"] >= a["steps"] and s["mlm_acc"] is not None:
+            groups.setdefault(a["name"].split("-seed")[0], []).append(s["mlm_acc"])
+    for name, ends in groups.items():
+        if len(ends) > 1:
+            print(f"\n{name} over {len(ends)} seeds: {', '.join(pct(e) for e in ends)} at the end; mean "
+                  f"{pct(statistics.mean(ends))}, std {100 * statistics.stdev(ends):.1f} points")
     return curves
 
 
