@@ -144,7 +144,7 @@ def lever_table(runs: Path, floors: dict[str, float]) -> dict:
     print("\n## The levers at a fixed budget (held-out masked-LM accuracy, first 1,000 instances of each "
           "vocabulary's held-out set)\n")
     print("| arm | what changes | steps | 1/4 | 1/2 | 3/4 | budget | escape (share of budget) | floor | "
-          "vs R0 at the end (above own floor) |")
+          "vs R0 (seed 42) at the end, points above own floor |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     curves = {}
     for a in arms:
