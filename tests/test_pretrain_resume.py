@@ -103,6 +103,9 @@ def test_resume_with_other_settings_is_refused(tiny_setup, tmp_path, capsys):
     assert main([*args, "--resume", "--weight-decay", "0.1"]) == 2
     err = capsys.readouterr().err
     assert "cannot --resume in" in err and "--weight-decay 0.01 then, 0.1 now" in err
+    assert main([*args, "--resume", "--lr-scheduler-type", "cosine"]) == 2  # another schedule is another run
+    err = capsys.readouterr().err
+    assert "(--lr-scheduler-type 'linear' then, 'cosine' now)" in err, err
     assert main(args) == 2
     assert "pass --resume to continue it" in capsys.readouterr().err
 
