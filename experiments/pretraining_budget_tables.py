@@ -340,8 +340,11 @@ def main() -> None:
         fig.savefig(args.figures / "pretraining-budget-ablation.png", dpi=110, bbox_inches="tight")
         if lever_curves:
             fig, ax = plt.subplots(figsize=(8, 5))
-            for name, curve in lever_curves.items():
-                ax.plot([c[0] for c in curve], [100 * c[1] for c in curve], label=name)
+            bases = list(dict.fromkeys(name.split("-seed")[0] for name in lever_curves))
+            colours = plt.get_cmap("tab20")
+            for name, curve in lever_curves.items():  # a seed rerun: its arm's colour, dashed
+                ax.plot([c[0] for c in curve], [100 * c[1] for c in curve], label=name,
+                        color=colours(bases.index(name.split("-seed")[0]) % 20), ls="--" if "-seed" in name else "-")
             ax.axhline(0, color="grey", ls="--", label="context-free floor")
             ax.set_xlabel("share of the budget (the sequences BERT-tiny reads in 2,750 steps of 32)")
             ax.set_ylabel("held-out masked-LM accuracy above the floor (points)")
