@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from bertkit.config import BertConfig
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.outputs import atomic_target, atomic_write_text
 
 logger = logging.getLogger("bertkit")
@@ -109,13 +109,7 @@ def read_config_json(directory: str | Path) -> dict[str, Any]:
     if not config_file.is_file():
         raise MissingFileError(f"{config_file} not found: pass a checkpoint directory written by save_pretrained "
                                "(config.json, model.safetensors, vocab.txt)")
-    try:
-        raw = json.loads(config_file.read_text(encoding="utf-8"))
-    except ValueError as e:  # not JSON, or not UTF-8
-        raise BertkitError(f"{config_file} is not valid JSON ({e}); re-save the checkpoint") from None
-    if not isinstance(raw, dict):
-        raise BertkitError(f"{config_file} holds a JSON {type(raw).__name__}, not an object; re-save the checkpoint")
-    return raw
+    return read_json_object(config_file, "re-save the checkpoint")
 
 
 def encoder_published_names(name: str) -> tuple[str, ...]:

@@ -7,8 +7,10 @@ catch ``ValueError`` or ``FileNotFoundError`` keep working.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 
 class BertkitError(ValueError):
@@ -33,3 +35,15 @@ def not_utf8(path: str | os.PathLike) -> BertkitError:
         line = data[: e.start].count(b"\n") + 1
         where = f"line {line}, byte {e.start} ({data[e.start:e.start + 1]!r})"
     return BertkitError(f"{path} is not UTF-8 text: {where}; convert it to UTF-8 (e.g. iconv -t UTF-8)")
+
+
+def read_json_object(path: str | os.PathLike, fix: str) -> dict[str, Any]:
+    """A JSON file that must hold an object (a config, a manifest), or the error naming the file and ``fix``."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # not JSON, or not UTF-8
+        raise BertkitError(f"{path} is not valid JSON ({e}); {fix}") from None
+    if not isinstance(data, dict):
+        raise BertkitError(f"{path} must hold a JSON object, got {type(data).__name__}; {fix}")
+    return data

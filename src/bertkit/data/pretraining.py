@@ -53,7 +53,7 @@ from bertkit.data.shards import (
     write_manifest,
 )
 from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.outputs import atomic_write_text
 from bertkit.tokenization.wordpiece import SPECIAL_TOKENS as BERT_SPECIAL_TOKENS
 
@@ -295,12 +295,7 @@ def _read_part(d: Path) -> dict:
     if not path.is_file():
         raise MissingFileError(f"{path} not found: {d} is not a part made with --num-shards/--shard-index "
                                "(or that run did not finish: run it again)")
-    try:
-        part = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:  # not JSON, or not UTF-8
-        raise BertkitError(f"{path} is not valid JSON ({e}): make that part again") from None
-    if not isinstance(part, dict):
-        raise BertkitError(f"{path} must hold a JSON object, got {type(part).__name__}: make that part again")
+    part = read_json_object(path, "make that part again")
     missing = [k for k in _PART_KEYS if k not in part]
     inner = part.get("part")
     if isinstance(inner, dict):

@@ -11,7 +11,6 @@ is (the output dataclasses are pytree nodes); ``torch.jit.trace`` and ONNX need 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import tempfile
@@ -23,7 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.checkpoint_io import read_config_json
+from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_MODELS, BertForMultipleChoice
 from bertkit.modeling import BertModel, BertModelOutput
 
@@ -68,14 +68,7 @@ def load_for_export(model_dir: str | Path) -> nn.Module:
     """The model class the checkpoint was saved as (config.json ``architectures``; the bare encoder if none)."""
     directory = Path(model_dir)
     config_file = directory / "config.json"
-    if not config_file.is_file():
-        raise MissingFileError(f"{config_file} not found: pass a checkpoint directory (config.json, model.safetensors)")
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except ValueError as e:  # not JSON (or not UTF-8)
-        raise BertkitError(f"{config_file} is not valid JSON ({e}); re-save the checkpoint") from None
-    if not isinstance(config, dict):
-        raise BertkitError(f"{config_file} must hold a JSON object, got {type(config).__name__}")
+    config = read_config_json(directory)
     archs = config.get("architectures") or ["BertModel"]
     arch = archs if isinstance(archs, str) else archs[0] if isinstance(archs, list) else None
     if arch not in MODEL_CLASSES:

@@ -9,12 +9,11 @@ vocabulary it does not fit.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.tokenization.loading import CONFIG_FILE
 from bertkit.tokenization.tokenizer import BertTokenizer
 
@@ -76,12 +75,5 @@ def _check_is_bert(directory: Path) -> None:
 
 
 def _json_object(file: Path) -> dict[str, Any]:
-    if not file.is_file():
-        return {}
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BertkitError(f"{file} is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise BertkitError(f"{file} must hold a JSON object, got {type(data).__name__}")
-    return data
+    """The file's JSON object, or {} when the file is absent."""
+    return read_json_object(file, "re-save the tokenizer (save_pretrained) or fix the file") if file.is_file() else {}

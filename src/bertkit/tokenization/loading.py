@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, read_json_object
 
 __all__ = ["read_settings", "read_tokenizer_json", "merge_tokenizer_json", "check_fits_model"]
 
@@ -37,14 +37,7 @@ _MODEL_FAMILIES = {"BPE": "RoBERTa, GPT-2, BART, ...", "Unigram": "ALBERT, T5, X
 
 
 def _read_json_object(file: Path) -> dict[str, Any]:
-    try:
-        with open(file, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BertkitError(f"{file} is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise BertkitError(f"{file} must hold a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(file, "re-save the tokenizer (save_pretrained) or fix the file")
 
 
 def read_settings(path: Path) -> dict[str, Any]:
