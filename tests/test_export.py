@@ -158,3 +158,38 @@ def test_onnx_int8_export_stays_close_to_fp32_on_real_text(tmp_path, minilm_dir,
     cos = torch.cat(cosines)
     assert cos.min() >= 0.95 and cos.mean() >= 0.98, (float(cos.min()), float(cos.mean()))
     assert cos.max() < 0.99999  # it is quantized: not the float graph
+
+
+@pytest.mark.parametrize("failing_step", ["quantizer", "exporter"])
+def test_onnx_int8_export_that_fails_leaves_only_the_users_files(tmp_path, minilm_dir, monkeypatch, failing_step):
+    """The float graph of `export onnx --int8` is a file the run creates itself (mkstemp); when the exporter or
+    the quantizer fails it is removed all the same, the output is not written, and the files already there stay
+    as they were."""
+    pytest.importorskip("onnx", reason="pip install 'bertkit[onnx]'")
+    quantization = pytest.importorskip("onnxruntime.quantization", reason="pip install 'bertkit[onnx]'")
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    torch.manual_seed(0)
+    BertModel(dataclasses.replace(TINY, vocab_size=len(tok))).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    mine = tmp_path / ".m.onnx.fp32.onnx"  # a user's file with the temporary graph's prefix and suffix
+    mine.write_bytes(b"keep me")
+    seen = []
+
+    def failing(model_input, model_output, **kwargs):
+        seen.append(model_input)
+        raise RuntimeError("quantizer failed")
+
+
+    def failing_export(model, args, path, **kwargs):
+        seen.append(path)
+        raise RuntimeError("exporter failed")
+
+    if failing_step == "quantizer":
+        monkeypatch.setattr(quantization, "quantize_dynamic", failing)
+    else:
+        monkeypatch.setattr(torch.onnx, "export", failing_export)
+    with pytest.raises(RuntimeError, match=f"{failing_step} failed"):
+        export_onnx(tmp_path / "m", tmp_path / "m.onnx", int8=True)
+    assert len(seen) == 1 and seen[0] != str(mine)  # the float graph went to a new file of the run's own
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".m.onnx.fp32.onnx", "m"]
+    assert mine.read_bytes() == b"keep me"

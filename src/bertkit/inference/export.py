@@ -151,22 +151,28 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
         warnings.simplefilter("ignore", DeprecationWarning)
         # The TorchScript-based exporter: it needs only torch (the torch.export-based one needs onnxscript)
         # and writes one self-contained file.
-        if int8:  # the float graph goes to a file of this run's own (mkstemp), removed once quantized
+        def export_to(path: Path) -> None:
+            torch.onnx.export(wrapper, inputs, str(path), input_names=list(INPUT_NAMES),
+                              output_names=list(wrapper.output_names), dynamic_axes=dynamic_axes, opset_version=opset,
+                              dynamo=False)
+
+        if not int8:
+            export_to(tmp)
+        else:
+            # The float graph goes to a file of this run's own: mkstemp creates it new (O_EXCL), so removing it
+            # afterwards, whether the export or the quantizer succeeded or failed, never touches a user's file.
             fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".fp32.onnx", dir=out.parent)
             os.close(fd)
             float_graph = Path(name)
-        else:
-            float_graph = tmp
-        torch.onnx.export(wrapper, inputs, str(float_graph), input_names=list(INPUT_NAMES),
-                          output_names=list(wrapper.output_names), dynamic_axes=dynamic_axes, opset_version=opset,
-                          dynamo=False)
-        if int8:
-            logging.disable(logging.WARNING)  # its quantizer logs a line per float tensor and general advice
             try:
-                quantize_dynamic(str(float_graph), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+                export_to(float_graph)
+                logging.disable(logging.WARNING)  # its quantizer logs a line per float tensor and general advice
+                try:
+                    quantize_dynamic(str(float_graph), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+                finally:
+                    logging.disable(logging.NOTSET)
             finally:
-                logging.disable(logging.NOTSET)
-                float_graph.unlink(missing_ok=True)  # the mkstemp file above, created by this run
+                float_graph.unlink(missing_ok=True)
     result: dict[str, Any] = {"onnx": str(out), "model_class": type(model).__name__, "inputs": list(INPUT_NAMES),
                               "outputs": list(wrapper.output_names), "opset": opset, "bytes": out.stat().st_size,
                               "seconds": round(time.perf_counter() - t0, 1)}
