@@ -73,7 +73,7 @@ def test_schedule_shapes_match_transformers(shape):
     assert rates["bertkit"] == pytest.approx(rates["transformers"], abs=1e-12)
     if shape == "cosine":
         assert rates["bertkit"][3] == 1.0 and rates["bertkit"][10] == pytest.approx(0.5)
-    with pytest.raises(ValueError, match="choose linear, cosine or constant_with_warmup"):
+    with pytest.raises(ValueError, match="choose one of linear, cosine, constant_with_warmup"):
         linear_warmup_decay(opt, 3, 17, "step")
 
 def test_weight_decay_groups_exclude_biases_and_layernorm():

@@ -19,6 +19,7 @@ from bertkit.settings.data import (
     TokenizerSettings,
 )
 from bertkit.settings.fields import (
+    LR_SCHEDULES,
     MINIATURE_GRID,
     OPTIMIZERS,
     PAPER_GRID,
@@ -74,6 +75,7 @@ __all__ = [
     "FinetuneSettings",
     "GlueSettings",
     "Int8Settings",
+    "LR_SCHEDULES",
     "MINIATURE_GRID",
     "MergeDataSettings",
     "NerSettings",

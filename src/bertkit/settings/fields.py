@@ -45,6 +45,7 @@ def _path_fields(cls: type) -> dict[str, str]:
 
 
 OPTIMIZERS = ("adamw", "lamb")
+LR_SCHEDULES = ("linear", "cosine", "constant_with_warmup")  # transformers' lr_scheduler_type names
 PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)  # the paper's fine-tuning grid (appendix A.3), for BERT-BASE and up
 MINIATURE_GRID = (3e-5, 5e-5, 1e-4, 3e-4)  # the grid Google tuned its BERT miniatures over (Turc et al. 2019)
 SMALL_MODEL_LR = 1e-4  # the rate the miniatures most often selected

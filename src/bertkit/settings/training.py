@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal
 
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
+    LR_SCHEDULES,
     OPTIMIZERS,
     OverwriteSettings,
     ProgressSettings,
@@ -31,8 +32,6 @@ from bertkit.settings.fields import (
     parse_lr_grid,
     parse_one_lr,
 )
-
-LR_SCHEDULES = ("linear", "cosine", "constant_with_warmup")
 
 # -------------------------------------------------------------------------------------------------
 # Training: shared fields

@@ -17,9 +17,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertkit.errors import BertkitError
-from bertkit.settings import TrainingSettings
-
-OPTIMIZERS = ("adamw", "lamb")
+from bertkit.settings import LR_SCHEDULES, OPTIMIZERS, TrainingSettings
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -104,8 +102,8 @@ def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: in
     """
     if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
         raise BertkitError(f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}) and total > 0")
-    if shape not in ("linear", "cosine", "constant_with_warmup"):
-        raise BertkitError(f"unknown learning-rate schedule {shape!r}; choose linear, cosine or constant_with_warmup")
+    if shape not in LR_SCHEDULES:
+        raise BertkitError(f"unknown learning-rate schedule {shape!r}; choose one of {', '.join(LR_SCHEDULES)}")
 
     def factor(step: int) -> float:
         if step < warmup_steps:
