@@ -605,14 +605,18 @@ async def _client_gone(request: Any) -> None:
 async def _job_result(batcher: Batcher, job: Job, request: Any) -> list[Any] | None:
     """The job's results; None if the client went away first. Dropped unless computed or running."""
     gone = asyncio.ensure_future(_client_gone(request))
+    done: set = set()
+    ran_out = False
     try:
         left = None if job.deadline is None else max(0.0, job.deadline - asyncio.get_running_loop().time())
         done, _ = await asyncio.wait({job.future, gone}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        # Told by the wait, not by the clock: asyncio fires a timer up to its clock resolution early, so
+        # loop.time() can still read just short of the deadline when the wait has run out.
+        ran_out = not done
     finally:
         gone.cancel()
         if not job.future.done():  # the client went, the deadline passed, or this task was cancelled
-            late = job.deadline is not None and asyncio.get_running_loop().time() >= job.deadline
-            batcher.drop(job, "expired" if late else "abandoned")
+            batcher.drop(job, "expired" if ran_out else "abandoned")
     if job.future.done():
         return job.future.result()
     if gone in done:
