@@ -10,7 +10,8 @@
 #   8. the levers of shape, sequence length, batch, schedule, peak rate and vocabulary at a fixed budget
 #      (the sequences the recipe's model reads in 2,750 steps of 32, converted by each arm's measured cost);
 #   9. MRPC at more fine-tuning settings (batch 16; lr 2e-3), the same grid for both initialisations;
-#  10. the 128 -> 512 phase on the recipe's model: held-out masked LM at 512 and 128 tokens before and after.
+#  10. the 128 -> 512 phase on the recipe's model: held-out masked LM at 512 and 128 tokens before and after;
+#  11. the NSP arms of step 6 at the recipe's full 22,000 steps, with their 2 x 2 table and fine-tuning.
 #   R=runs/pretraining-budget experiments/pretraining_budget.sh     (from the repository root)
 #   python experiments/pretraining_budget_tables.py --runs runs/pretraining-budget --figures docs/img
 # Run it again to continue: every step skips what is done and resumes what was cut.
@@ -57,7 +58,7 @@ fi
 # order (seed 42), the schedule shape (5% warm-up, linear decay over 1,500 steps) and the held-out set, so
 # arms compare at equal steps.
 for drop in 0.1 0.0; do
-  name=tiny$([ $drop = 0.0 ] && echo -nodrop)
+  if [ $drop = 0.0 ]; then name=tiny-nodrop; else name=tiny; fi
   [ -f "$R/cfg/$name.json" ] || echo "{\"num_hidden_layers\": 2, \"hidden_size\": 128, \"num_attention_heads\": 2,
     \"intermediate_size\": 512, \"hidden_dropout_prob\": $drop, \"attention_probs_dropout_prob\": $drop}" > "$R/cfg/$name.json"
 done
@@ -159,18 +160,18 @@ done
 [ -f "$R/nsp-heldout-nearby/manifest.json" ] || $BK create-pretraining-data "$HELDOUT" --vocab "$P1H/vocab" \
     --output-dir "$R/nsp-heldout-nearby" --max-seq-length 128 --dupe-factor 1 --nsp-negatives nearby \
     --no-progress --overwrite > "$R/nsp-heldout-nearby.json"
-nsp_arm() {  # nsp_arm NAME DATA PRETRAIN_ARGS...: start, resume or skip one arm (one thread)
-  local out="$R/nsp-arms/$1" data=$2 res=(); shift 2
+nsp_arm() {  # nsp_arm DIR STEPS NAME DATA PRETRAIN_ARGS...: start, resume or skip one arm (one thread)
+  local out="$R/$1/$3" steps=$2 data=$4 res=(); shift 4
   [ -f "$out/final/config.json" ] && return 0
   [ -d "$out" ] && res=(--overwrite)
   [ -d "$out/checkpoints" ] && res=(--resume)
-  mkdir -p "$R/nsp-arms"
+  mkdir -p "$(dirname "$out")"
   OMP_NUM_THREADS=1 $BK pretrain --config examples/pretrain-1h/pretrain.json --config-name examples/pretrain-1h/config.json \
-    --data "$data" --vocab "$P1H/vocab" --eval-data "$P1H/heldout" --max-steps 5000 --save-steps 500 \
+    --data "$data" --vocab "$P1H/vocab" --eval-data "$P1H/heldout" --max-steps "$steps" --save-steps 500 \
     --output-dir "$out" "${res[@]}" "$@" > "$out.json" 2>> "$out.log"
 }
-nsp_arm random "$P1H/data" --nsp & nsp_arm mlm-only "$P1H/data" --no-nsp & wait
-nsp_arm nearby "$R/nsp-data-nearby" --nsp & nsp_arm mixed "$R/nsp-data-mixed" --nsp & wait
+nsp_arm nsp-arms 5000 random "$P1H/data" --nsp & nsp_arm nsp-arms 5000 mlm-only "$P1H/data" --no-nsp & wait
+nsp_arm nsp-arms 5000 nearby "$R/nsp-data-nearby" --nsp & nsp_arm nsp-arms 5000 mixed "$R/nsp-data-mixed" --nsp & wait
 if [ ! -s "$R/nsp-arms/heldout.jsonl" ]; then
   $PY experiments/pretrain_eval.py --model "$R"/nsp-arms/{random,nearby,mixed,mlm-only}/final \
       --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/nsp-arms/heldout.jsonl"
@@ -262,4 +263,20 @@ if [ ! -f "$R/phase512/final/config.json" ]; then
 fi
 [ -s "$R/phase512/heldout.jsonl" ] || $PY experiments/pretrain_eval.py --model "$P1H/model/final" "$R/phase512/final" \
     --data "$R/eval-8192-512" "$P1H/heldout" --baseline "$P1H/data" --vocab "$P1H/vocab" > "$R/phase512/heldout.jsonl"
+# 11. The NSP arms at the recipe's full budget (22,000 steps of 32, its settings, seed and data order), since at
+# 5,000 steps (step 6) learning NSP held the random-negative arm's masked LM near the floor. Masked LM alone
+# at this budget is the recipe's own model (the same instances, seed and steps with --no-nsp). One thread
+# per arm, two at a time; each arm fine-tunes at 3e-4 and 1e-3 (the recipe's model's grid of step 4).
+nsp_arm nsp-arms-1h 22000 random "$P1H/data" --nsp & nsp_arm nsp-arms-1h 22000 nearby "$R/nsp-data-nearby" --nsp & wait
+nsp_arm nsp-arms-1h 22000 mixed "$R/nsp-data-mixed" --nsp &
+for arm in random nearby; do
+  finetune_copy "$R/nsp-arms-1h/$arm/final" "$R/init-nsp1h-$arm"
+  for task in mrpc stsb rte sst2; do finetune glue-nsp1h "init-nsp1h-$arm" $task 3e-4,1e-3; done
+done
+wait
+finetune_copy "$R/nsp-arms-1h/mixed/final" "$R/init-nsp1h-mixed"
+for task in mrpc stsb rte sst2; do echo "init-nsp1h-mixed $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp1h "$0" "$1" 3e-4,1e-3'
+[ -s "$R/nsp-arms-1h/heldout.jsonl" ] || $PY experiments/pretrain_eval.py \
+    --model "$R"/nsp-arms-1h/{random,nearby,mixed}/final "$P1H/model/final" \
+    --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/nsp-arms-1h/heldout.jsonl"
 echo ALL-DONE
