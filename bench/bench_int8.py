@@ -10,8 +10,9 @@ Engines:
 - ``bertkit-fp32``: ``BertModel`` (unpadded layout, the default);
 - ``bertkit-int8``: ``quantize_int8(model, calibration=256 SST-2 training sentences)``, its default
   ``keep_fp32`` (ffn_out in fp32, the other projections int8 with SmoothQuant smoothing);
-- ``bertkit-int8-fast``: ``keep_fp32=FAST_KEEP_FP32`` (``bertkit quantize --fast``: only layers 0-1's ffn_out
-  fp32), on CPUs with AVX512-VNNI (8-bit activations) only;
+- ``bertkit-int8-fast``: ``keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN`` (``bertkit quantize --fast``:
+  every projection int8, ffn_out with one activation scale per token through ``torch._int_mm``), on CPUs with
+  AVX512-VNNI only;
 - ``bertkit-int8-all``: the same with every projection int8 (``keep_fp32=()``): faster, min cosine below 0.99,
   the accuracy CTranslate2's int8 has;
 - ``transformers-fp32``: ``transformers.BertModel`` (SDPA), the same weights;
@@ -49,7 +50,13 @@ import torch.nn.functional as F
 import transformers
 
 from bertkit import BertModel, BertTokenizer
-from bertkit.quantization import FAST_KEEP_FP32, calibration_batches, int8_activation_bits, quantize_int8
+from bertkit.quantization import (
+    FAST_KEEP_FP32,
+    FAST_PER_TOKEN,
+    calibration_batches,
+    per_token_supported,
+    quantize_int8,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -143,8 +150,8 @@ def main() -> None:
     ours_int8 = quantize_int8(ours, calibration=calibration)
     quantize_s = time.perf_counter() - t0
     ours_int8_all = quantize_int8(ours, calibration=calibration, keep_fp32=())
-    ours_int8_fast = quantize_int8(ours, calibration=calibration, keep_fp32=FAST_KEEP_FP32) \
-        if int8_activation_bits() == 8 else None
+    ours_int8_fast = quantize_int8(ours, calibration=calibration, keep_fp32=FAST_KEEP_FP32,
+                                   per_token=FAST_PER_TOKEN) if per_token_supported() else None
     theirs = transformers.BertModel.from_pretrained(args.model).eval()
     theirs_q = torch.ao.quantization.quantize_dynamic(
         transformers.BertModel.from_pretrained(args.model).eval(),

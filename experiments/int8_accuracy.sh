@@ -2,9 +2,10 @@
 # int8 against fp32 on fine-tuned task models (BENCHMARKS.md, "int8 accuracy"), in one resumable script:
 #   1. fine-tune MiniLM (fp32) on SST-2, MRPC, STS-B, CoNLL-2003 NER and SQuAD v1.1 (short runs: the table
 #      compares int8 with fp32 on the same model, not with published scores);
-#   2. predict each task's dev set three times with the same saved model: fp32, `--int8` (default
-#      calibration: the 256 built-in sentences), and the directory `bertkit quantize` writes from it;
-#   3. print the tables: python experiments/int8_accuracy_table.py --runs runs/int8-accuracy [--arm saved]
+#   2. predict each task's dev set four times with the same saved model: fp32, `--int8` (default
+#      calibration: the 256 built-in sentences), the directory `bertkit quantize` writes from it, and the one
+#      `bertkit quantize --fast` writes (CPUs with AVX512-VNNI; ffn_out int8 with per-token scales);
+#   3. print the tables: python experiments/int8_accuracy_table.py --runs runs/int8-accuracy [--arm saved|fast]
 #   R=runs/int8-accuracy experiments/int8_accuracy.sh     (from the repository root; MODEL=models/minilm)
 # Run it again to continue: a step whose report.json exists is skipped.
 set -euo pipefail
@@ -30,6 +31,11 @@ predict() {  # predict NAME MODEL ARGS...: the same model in fp32, in int8 (--in
     > "$R/q-$name.json"
   done_ "$R/saved-$name" || $BK "$@" --model "$R/q-$name" --output-dir "$R/saved-$name" --overwrite \
     > "$R/saved-$name.json"
+  $PY -c "from bertkit.quantization import per_token_supported as s; raise SystemExit(not s())" || return 0
+  [ -f "$R/qf-$name/model.int8.safetensors" ] || $BK quantize --model "$model" --output-dir "$R/qf-$name" --fast \
+    --overwrite > "$R/qf-$name.json"
+  done_ "$R/fast-$name" || $BK "$@" --model "$R/qf-$name" --output-dir "$R/fast-$name" --overwrite \
+    > "$R/fast-$name.json"
 }
 
 # Sentence and pair classification, regression (GLUE dev).

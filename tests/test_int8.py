@@ -23,11 +23,16 @@ from bertkit.heads import HEAD_MODELS, BertForMultipleChoice, BertForSequenceCla
 from bertkit.quantization import (
     DEFAULT_KEEP_FP32,
     FAST_KEEP_FP32,
+    FAST_PER_TOKEN,
+    INT8_LAYERS,
     PROJECTIONS,
+    PerTokenInt8Linear,
     SmoothedInt8Linear,
     calibration_batches,
     int8_activation_bits,
     int8_projections,
+    per_token_projections,
+    per_token_supported,
     quantize_int8,
     resolve_keep_fp32,
 )
@@ -94,7 +99,68 @@ def test_default_quantizes_all_but_the_kept_projections(fp32, int8):
     assert int8_projections(fp32) == []  # the fp32 model is untouched (a copy was quantized)
     assert type(int8.layers[0].ffn_out) is nn.Linear and isinstance(int8.layers[0].qkv, SmoothedInt8Linear)
     assert {m.activation_bits for m in int8.modules() if isinstance(m, SmoothedInt8Linear)} == {bits}
-    assert type(int8.pooler.dense) is nn.Linear and not int8.training
+    assert type(int8.pooler.dense) is nn.Linear and not int8.training and per_token_projections(int8) == []
+
+
+def test_per_token_projections_are_refused_without_vnni(fp32, monkeypatch):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx2": True})
+    assert not per_token_supported()
+    with pytest.raises(BertkitError, match="per-token int8 projections need AVX512-VNNI"):
+        quantize_int8(fp32, calibration=None, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
+
+
+@pytest.mark.skipif(not per_token_supported(), reason="per-token int8 (torch._int_mm) needs AVX512-VNNI here")
+def test_the_fast_set_is_int8_everywhere_with_ffn_out_per_token_and_holds_the_embedding_bar(
+        fp32, calibration, tok, stsb_sentences, sst2_sentences):
+    """Measured (built-in calibration, all 1,000 / 872 sentences): min cosine STS-B 0.9982, SST-2 0.9957,
+    against 0.9966 / 0.9884 with every projection per call (keep_fp32=() alone)."""
+    fast = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
+    assert len(int8_projections(fast)) == len(fp32.layers) * len(PROJECTIONS)
+    assert per_token_projections(fast) == [f"layers.{i}.ffn_out" for i in range(len(fp32.layers))]
+    for texts in (stsb_sentences[:400], sst2_sentences[:400]):
+        cos = F.cosine_similarity(embed(fast, tok, texts), embed(fp32, tok, texts))
+        assert float(cos.min()) >= 0.99 and float(cos.mean()) >= 0.998, (float(cos.min()), float(cos.mean()))
+
+
+@pytest.mark.skipif(not per_token_supported(), reason="per-token int8 (torch._int_mm) needs AVX512-VNNI here")
+def test_per_token_linear_is_its_formula_and_gives_each_row_its_own_range():
+    """The layer equals its definition computed in float64 from the same integers (so the int8 GEMM and the
+    zero-point correction are exact), and rows whose ranges differ 1,000-fold each keep their relative
+    error near int8's (one scale per call would leave the small rows a few levels)."""
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 24)
+    layer = PerTokenInt8Linear.from_float(linear)
+    x = torch.randn(2, 5, 64) * torch.tensor([0.01, 1.0, 10.0, 3.0, 0.1])[None, :, None] + 0.3
+    x[1, 2] = 0.7  # a constant row: exactly its value times the weights' row sums
+    with torch.inference_mode():
+        y = layer(x)
+    assert y.shape == (2, 5, 24)
+    rows = x.reshape(-1, 64).double()
+    hi, lo = rows.amax(1, keepdim=True), rows.amin(1, keepdim=True)
+    zero, step = (hi + lo) / 2, ((hi - lo) / 254).clamp(min=torch.finfo(torch.float32).tiny)
+    q = torch.round((rows - zero) / step).clamp(-127, 127)
+    w = layer.weight_t.double()  # (in, out)
+    scale = layer.weight_scale.double()
+    expected = step * (q @ w) * scale + zero * (w.sum(0) * scale) + linear.bias.double()
+    torch.testing.assert_close(y.reshape(-1, 24).double(), expected, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        reference = nn.functional.linear(x, layer.dequantized().weight, linear.bias).reshape(-1, 24)
+    error = (y.reshape(-1, 24) - reference).norm(dim=1) / reference.norm(dim=1)
+    assert float(error.max()) < 0.02, error  # every row, 0.01 or 10 wide
+    with torch.inference_mode():
+        assert layer(torch.zeros(0, 64)).shape == (0, 24)
+
+
+@pytest.mark.skipif(not per_token_supported(), reason="per-token int8 (torch._int_mm) needs AVX512-VNNI here")
+def test_per_token_projections_refuse_training_and_overlap_with_keep_fp32(fp32):
+    layer = PerTokenInt8Linear.from_float(nn.Linear(8, 4))
+    with pytest.raises(BertkitError, match="inference only"):
+        layer.train()
+    y = layer(torch.randn(3, 8, requires_grad=True))
+    with pytest.raises(BertkitError, match="inference only"):
+        y.sum().backward()
+    with pytest.raises(BertkitError, match="layers.0.ffn_out named in both keep_fp32 and per_token"):
+        quantize_int8(fp32, calibration=None, keep_fp32=["layers.0"], per_token=["ffn_out"])
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +187,8 @@ def test_eight_bits_halve_the_error_of_seven(fp32, calibration, tok, stsb_senten
     texts = stsb_sentences[:200]
     ref = embed(fp32, tok, texts)
     loss = {bits: float((1 - F.cosine_similarity(embed(quantize_int8(
-        fp32, calibration=calibration, activation_bits=bits, keep_fp32=FAST_KEEP_FP32), tok, texts), ref)).mean())
-        for bits in (7, 8)}
+        fp32, calibration=calibration, activation_bits=bits, keep_fp32=["layers.0.ffn_out", "layers.1.ffn_out"]),
+        tok, texts), ref)).mean()) for bits in (7, 8)}
     assert loss[8] < 0.6 * loss[7], loss
 
 
@@ -152,17 +218,26 @@ def test_classifier_argmax_agrees(minilm_dir, calibration, tok, sst2_sentences):
     q = quantize_int8(model, calibration=calibration)
     assert type(q.classifier) is nn.Linear  # the head stays fp32
     texts = sst2_sentences[:200]
-    agree, pooled_cos = 0, []
+    agree, margins, pooled_cos = [], [], []
     with torch.inference_mode():
         for a in range(0, len(texts), 32):
             enc = tok(texts[a:a + 32], truncation=True, max_length=128, padding=True, return_tensors="pt")
             args = (enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
-            agree += int((model(*args).logits.argmax(-1) == q(*args).logits.argmax(-1)).sum())
+            ref = model(*args).logits
+            agree.append(ref.argmax(-1) == q(*args).logits.argmax(-1))
+            top2 = ref.topk(2, dim=-1).values
+            margins.append(top2[:, 0] - top2[:, 1])
             pooled_cos.append(F.cosine_similarity(model.bert(*args).pooler_output, q.bert(*args).pooler_output))
     assert float(torch.cat(pooled_cos).min()) >= 0.99  # measured 0.9977
-    # Measured 193 / 200. A random head's top-2 margin is tiny (median 0.01 of logits that vary little
-    # between sentences), so this is a harsh check; a fitted head's agreement is in bench/int8_sensitivity.py.
-    assert agree / len(texts) >= 0.95
+    # A random head's logits barely differ between sentences (std 0.01), so many of its decisions are near
+    # ties. Measured: 195 / 200 agree (189 with --fast's per-token ffn_out), and every disagreement is a
+    # sentence whose fp32 top-2 margin is at most a quarter of the median margin. So: overall agreement,
+    # and no disagreement where fp32's decision is not a near-tie. A fitted head's agreement is in
+    # bench/int8_sensitivity.py and the fine-tuned tasks' in RESULTS.md.
+    agree, margins = torch.cat(agree), torch.cat(margins)
+    assert float(agree.float().mean()) >= 0.9
+    clear = margins > 0.5 * margins.median()
+    assert bool(agree[clear].all()), margins[clear & ~agree]
 
 
 @pytest.mark.parametrize("name", sorted(HEAD_MODELS))
@@ -171,7 +246,7 @@ def test_every_head_runs_quantized(name, minilm_dir, calibration, tok, sst2_sent
     torch.manual_seed(0)
     model = cls.from_pretrained(minilm_dir).eval()
     q = quantize_int8(model, calibration=calibration[:2])
-    assert int8_projections(q) and all(type(m) is not SmoothedInt8Linear for n, m in q.named_modules()
+    assert int8_projections(q) and all(not isinstance(m, INT8_LAYERS) for n, m in q.named_modules()
                                        if not n.startswith("bert.layers."))
     texts = sst2_sentences[:8]
     enc = tok(texts, truncation=True, max_length=64, padding=True, return_tensors="pt")

@@ -28,7 +28,14 @@ from bertkit.calibration_text import CALIBRATION_SENTENCES
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
-from bertkit.quantization import calibration_batches, int8_activation_bits, int8_projections, quantize_int8
+from bertkit.quantization import (
+    calibration_batches,
+    int8_activation_bits,
+    int8_projections,
+    per_token_projections,
+    per_token_supported,
+    quantize_int8,
+)
 
 pytestmark = pytest.mark.skipif(
     not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")),
@@ -427,12 +434,14 @@ def test_quantize_writes_a_smaller_directory_that_loads_as_the_int8_pipeline_run
     # 6 layers x qkv, attn_out, ffn_in (every ffn_out stays fp32), at the activation width of this CPU
     assert config["quantization_config"]["activation_bits"] == int8_activation_bits()
     assert len(config["quantization_config"]["int8_projections"]) == 18
+    assert config["quantization_config"]["per_token_projections"] == []
     # measured: 69.7 MB against 90.9 MB (the embeddings, a third of MiniLM, stay float32)
     size = (quantized_classifier / "model.int8.safetensors").stat().st_size
     assert size < 0.8 * (classifier_dir / "model.safetensors").stat().st_size
     # the saved integers and scales, packed again at load, are exactly the model the int8 pipeline quantizes
     loaded, fresh = load_int8(quantized_classifier), classifiers[1].model
     assert type(loaded) is BertForSequenceClassification and int8_projections(loaded) == int8_projections(fresh)
+    assert per_token_projections(loaded) == per_token_projections(fresh)
     for a, b in zip(loaded.bert.layers, fresh.bert.layers):
         assert torch.equal(a.qkv.int8.weight().int_repr(), b.qkv.int8.weight().int_repr())
         assert torch.equal(a.ffn_in.inv_scale, b.ffn_in.inv_scale)
@@ -509,9 +518,13 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
         if not f.name.startswith("."):
             (other / f.name).write_bytes(f.read_bytes())
     config = json.loads((other / "config.json").read_text(encoding="utf-8"))
-    config["quantization_config"]["format_version"] = 2
+    config["quantization_config"]["format_version"] = 3
     (other / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(BertkitError, match="does not describe a bertkit-int8 model of format 1"):
+    with pytest.raises(BertkitError, match="does not describe a bertkit-int8 model of format 1 or 2"):
+        load_int8(other)
+    config["quantization_config"].update(format_version=2, per_token_projections="ffn_out")
+    (other / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(BertkitError, match="per_token_projections must be a list of names"):
         load_int8(other)
     cases = [(["quantize", "--model", str(quantized_classifier), "--output-dir", str(tmp_path / "q2")],
               "is an int8 model already"),
@@ -527,26 +540,48 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
         assert message in capsys.readouterr().err, argv
 
 
+def test_a_directory_of_format_1_still_loads(quantized_classifier, classifiers, sentences, tmp_path):
+    """Format 1 (before per-token projections) had no per_token_projections; it loads as it was written."""
+    from bertkit.quantization import load_int8
+
+    old = tmp_path / "format-1"
+    old.mkdir()
+    for f in quantized_classifier.iterdir():
+        if not f.name.startswith("."):
+            (old / f.name).write_bytes(f.read_bytes())
+    config = json.loads((old / "config.json").read_text(encoding="utf-8"))
+    config["quantization_config"]["format_version"] = 1
+    del config["quantization_config"]["per_token_projections"]
+    (old / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    texts = sentences["sst2"][:48]
+    got = pipeline("text-classification", load_int8(old), tokenizer=classifiers[0].tokenizer)(texts)
+    assert got == classifiers[1](texts)
+
+
 def test_a_fast_model_saved_at_8_bits_runs_at_7_bits_without_vnni(classifier_dir, classifiers, sentences,
                                                                   tmp_path, monkeypatch, capsys):
-    """`quantize --fast` (8-bit activations, only layers 0-1's ffn_out fp32) where AVX512-VNNI allows it, loaded
-    on a CPU without it: 8 bits would overflow there, so the projections run at 7 bits and those 7 bits cannot
-    keep accurate (every layer's ffn_out) run in float from their int8 weights; the labels stay fp32's. Where
-    this CPU lacks VNNI, --fast is refused."""
+    """`quantize --fast` (8-bit activations, every projection int8, ffn_out per token) where AVX512-VNNI allows
+    it, loaded on a CPU without it: 8 bits would overflow there and torch._int_mm is not known exact, so the
+    projections run at 7 bits and those 7 bits cannot keep accurate (every layer's ffn_out) run in float
+    from their int8 weights; the labels stay fp32's. Where this CPU lacks VNNI, --fast is refused."""
     from torch import nn
 
-    from bertkit.quantization import SmoothedInt8Linear, load_int8
+    from bertkit.quantization import PerTokenInt8Linear, SmoothedInt8Linear, load_int8
 
     out = tmp_path / "fast"
-    if int8_activation_bits() != 8:
+    if not per_token_supported():
         assert main(["quantize", "--model", str(classifier_dir), "--output-dir", str(out), "--fast"]) == 2
         assert "need AVX512-VNNI" in capsys.readouterr().err
         return
     assert main(["quantize", "--model", str(classifier_dir), "--output-dir", str(out), "--fast"]) == 0
     capsys.readouterr()
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))["quantization_config"]
-    assert config["activation_bits"] == 8 and len(config["int8_projections"]) == 22
+    assert config["activation_bits"] == 8 and len(config["int8_projections"]) == 24
+    assert config["per_token_projections"] == [f"layers.{i}.ffn_out" for i in range(6)]
+    # measured: 59.1 MB against 90.9 MB float (69.7 with every ffn_out fp32)
+    assert (out / "model.int8.safetensors").stat().st_size < 0.7 * (classifier_dir / "model.safetensors").stat().st_size
     fast = load_int8(out)
+    assert all(isinstance(layer.ffn_out, PerTokenInt8Linear) for layer in fast.bert.layers)
     texts = sentences["sst2"]
     fp32 = classifiers[0](texts)
     labels = [g["label"] for g in pipeline("text-classification", fast, tokenizer=classifiers[0].tokenizer)(texts)]

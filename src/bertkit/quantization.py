@@ -28,9 +28,10 @@ share of the time, and heads are where a classifier's decision is made. Projecti
 stay fp32 too. The defaults are the cheapest sets measured to keep every one of 1,000 STS-B sentences' and
 of SST-2 dev's mean-pooled embeddings within cosine 0.99 of fp32 on MiniLM (``bench/int8_sensitivity.py``;
 the tables are in docs/inference.md, section int8): the input of ``ffn_out`` (after GELU) is the hardest,
-so every layer's ``ffn_out`` stays fp32 by default (``DEFAULT_KEEP_FP32``). At 8 bits keeping only the first
-two layers' (``FAST_KEEP_FP32``) also holds the embedding bars and runs faster, but moved fine-tuned models'
-metrics by up to 0.75 points: an option, not the default.
+so every layer's ``ffn_out`` stays fp32 by default (``DEFAULT_KEEP_FP32``). With AVX512-VNNI, ``ffn_out`` can
+be int8 with one activation scale and zero point per token instead (``PerTokenInt8Linear``, ``torch._int_mm``):
+``bertkit quantize --fast`` (``FAST_KEEP_FP32``, ``FAST_PER_TOKEN``) holds the embedding bars and runs 1.2-1.4x
+the default, but moved a fine-tuned SQuAD model by +0.8 EM: an option, not the default.
 
 Things to know:
 
@@ -84,8 +85,12 @@ PROJECTIONS = ("qkv", "attn_out", "ffn_in", "ffn_out")
 # and on SST-2 dev (MiniLM), and at both widths one that kept every fine-tuned task metric measured within 0.5
 # points of fp32 (docs/inference.md, section int8; RESULTS.md).
 DEFAULT_KEEP_FP32: tuple[str, ...] = ("ffn_out",)
-# Faster at 8 bits (AVX512-VNNI): the embedding bars hold, fine-tuned task metrics moved by up to 0.75 points.
-FAST_KEEP_FP32: tuple[str, ...] = ("layers.0.ffn_out", "layers.1.ffn_out")
+# ``bertkit quantize --fast`` (AVX512-VNNI): nothing fp32, every ffn_out int8 with one activation scale and
+# zero point per token (``PerTokenInt8Linear``), since ffn_out's input (after GELU) is where one scale per call
+# loses too much. The embedding bars hold; on the fine-tuned tasks SQuAD moved by +0.8 EM / +0.5 F1 (the
+# others within 0.5), which is why it is an option and not the default (RESULTS.md, int8 section).
+FAST_KEEP_FP32: tuple[str, ...] = ()
+FAST_PER_TOKEN: tuple[str, ...] = ("ffn_out",)
 ACTIVATION_BITS = (7, 8)
 # SmoothQuant's migration strength: 0.5, 0.7 and 0.85 measured; 0.7 gave the highest minimum cosine.
 DEFAULT_ALPHA = 0.7
@@ -95,7 +100,8 @@ X86_ENGINES = ("x86", "fbgemm")
 QUANTIZE_MODES = ("int8",)
 # config.json's ``quantization_config.quant_method`` of a saved int8 model, and the layout's version.
 QUANT_METHOD = "bertkit-int8"
-INT8_FORMAT_VERSION = 1
+INT8_FORMAT_VERSION = 2  # 2: per-token projections (weight and weight_scale only); 1 had none and still loads
+INT8_FORMAT_VERSIONS = (1, 2)
 
 _INDEX = re.compile(r"^-?\d+$")
 logger = logging.getLogger("bertkit")
@@ -300,6 +306,100 @@ class _NoBackward(torch.autograd.Function):
         raise BertkitError(_NOT_FOR_TRAINING)
 
 
+def per_token_supported() -> bool:
+    """Whether ``PerTokenInt8Linear`` runs exactly here: ``torch._int_mm`` (int8 x int8 -> int32, oneDNN) on a
+    CPU with AVX512-VNNI, whose instructions sum the products straight into int32 (AVX2's pairwise int16 sums
+    can saturate, as ``int8_activation_bits`` explains), and a PyTorch that has the CPU kernel."""
+    if int8_activation_bits() != 8 or not hasattr(torch, "_int_mm"):
+        return False
+    try:
+        a = torch.tensor([[-127, 127, 5, -3] * 4] * 17, dtype=torch.int8)
+        return bool(torch.equal(torch._int_mm(a, a.t().contiguous()), a.int() @ a.t().int()))
+    except RuntimeError:  # an older PyTorch without the CPU kernel
+        return False
+
+
+class PerTokenInt8Linear(nn.Module):
+    """``linear`` as int8 with one activation scale and zero point per token (row):
+
+        y = step_t * (q_t @ Wq^T) * w_scale + zero_t * rowsum(W) + b,   q_t = round((x_t - zero_t) / step_t)
+
+    where zero_t is the middle of row t's range and step_t its width / 254, so every row uses all of int8's
+    levels whatever its range, and the weights are int8 with one scale per output channel. The GEMM is
+    ``torch._int_mm`` (int8 x int8 -> int32, exact; ``per_token_supported``). What it is for: ``ffn_out``'s
+    input (after GELU) spans 0.01 to 30 between tokens, which one scale per call (``SmoothedInt8Linear``)
+    cannot hold; per token it can (docs/inference.md, section int8). No smoothing: measured on MiniLM, it
+    did not help once the scale is per token."""
+
+    activation_bits = 8
+
+    def __init__(self, weight: Tensor, weight_scale: Tensor, bias: Tensor | None):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.register_buffer("weight_t", weight.t().contiguous())  # (in, out) int8, _int_mm's layout
+        self.register_buffer("weight_scale", weight_scale.to(torch.float32).clone())  # (out,)
+        # sum_j W[o, j], from the int8 weights: what the zero points add back
+        self.register_buffer("weight_rowsum", weight.to(torch.float32).sum(1) * self.weight_scale)
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
+        self.training = False
+
+    @classmethod
+    def from_float(cls, linear: nn.Linear) -> PerTokenInt8Linear:
+        w = linear.weight.detach().to(torch.float32)
+        scale = (w.abs().amax(1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        return cls(q, scale, linear.bias)
+
+    @classmethod
+    def from_saved(cls, weight: Tensor, weight_scale: Tensor, bias: Tensor | None) -> PerTokenInt8Linear:
+        if weight.dtype != torch.int8 or weight.dim() != 2 or weight_scale.shape != (weight.shape[0],):
+            raise BertkitError(f"a per-token int8 projection needs an int8 weight (out, in) and its scales (out,); "
+                               f"got {weight.dtype} {tuple(weight.shape)} and {tuple(weight_scale.shape)}: the file "
+                               "is not one `bertkit quantize` wrote, or damaged")
+        return cls(weight, weight_scale, bias)
+
+    def saved_tensors(self) -> dict[str, Tensor]:
+        return {"weight": self.weight_t.t().contiguous(), "weight_scale": self.weight_scale.clone()}
+
+    def float_bias(self) -> Tensor | None:
+        return self.bias
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        x = x.reshape(-1, self.in_features)
+        hi, lo = x.amax(1, keepdim=True), x.amin(1, keepdim=True)  # (T, 1) each
+        zero = (hi + lo) * 0.5
+        step = ((hi - lo) / 254).clamp_(min=torch.finfo(torch.float32).tiny)
+        # One new (T, in) buffer, the rest in place: fresh large buffers cost page faults on every call.
+        q = x.sub(zero).div_(step).round_().clamp_(-127, 127).to(torch.int8)
+        acc = torch._int_mm(q, self.weight_t).to(torch.float32).mul_(self.weight_scale)  # (T, out)
+        y = zero * self.weight_rowsum if self.bias is None else torch.addcmul(self.bias, zero, self.weight_rowsum)
+        y = y.addcmul_(acc, step).reshape(*shape[:-1], self.out_features)
+        return _NoBackward.apply(y) if torch.is_grad_enabled() and y.requires_grad else y
+
+    def train(self, mode: bool = True) -> PerTokenInt8Linear:
+        if mode:
+            raise BertkitError(_NOT_FOR_TRAINING)
+        return super().train(False)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, int8 weights per output channel, "
+                "8-bit activations per token")
+
+    def dequantized(self) -> nn.Linear:
+        """This layer as a float ``nn.Linear`` (the int8 weights times their scales), for CPUs where
+        ``per_token_supported`` is false (``load_int8``)."""
+        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
+        with torch.no_grad():
+            linear.weight.copy_(self.weight_t.t().to(torch.float32) * self.weight_scale[:, None])
+            if self.bias is not None:
+                linear.bias.copy_(self.bias)
+        return linear.eval()
+
+
+INT8_LAYERS = (SmoothedInt8Linear, PerTokenInt8Linear)
+
+
 def smoothing_scale(act_absmax: Tensor, weight: Tensor, alpha: float) -> Tensor:
     """SmoothQuant's per-input-channel factor s_j = max|X_j|^alpha / max|W_j|^(1 - alpha) (section 4.1)."""
     w = weight.detach().abs().amax(0).clamp(min=1e-5)  # (in,)
@@ -358,20 +458,24 @@ def calibration_batches(tokenizer: BertTokenizer, texts: Sequence[str | tuple[st
 
 
 def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor]] | None,
-                  keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32, alpha: float = DEFAULT_ALPHA,
-                  activation_bits: int | None = None, inplace: bool = False) -> nn.Module:
+                  keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32, per_token: Iterable[str] = (),
+                  alpha: float = DEFAULT_ALPHA, activation_bits: int | None = None,
+                  inplace: bool = False) -> nn.Module:
     """A copy of ``model`` (or ``model`` itself with ``inplace=True``) whose encoder projections are int8.
 
     ``model`` is a bertkit ``BertModel`` or head model in float32 on the CPU. Every encoder layer's
-    ``qkv``, ``attn_out``, ``ffn_in`` and ``ffn_out`` becomes a ``SmoothedInt8Linear`` (int8 weights per
-    output channel, activations quantized per call), except those named in ``keep_fp32`` (see
-    ``resolve_keep_fp32``; ``()`` quantizes all four everywhere, which loses accuracy: docs/inference.md).
+    ``qkv``, ``attn_out``, ``ffn_in`` and ``ffn_out`` becomes int8, except those named in ``keep_fp32``
+    (see ``resolve_keep_fp32``; ``()`` quantizes all four everywhere): those named in ``per_token`` (the
+    same kind of names) a ``PerTokenInt8Linear`` (one activation scale per token; CPUs with AVX512-VNNI),
+    the others a ``SmoothedInt8Linear`` (one activation scale per call). ``keep_fp32=FAST_KEEP_FP32,
+    per_token=FAST_PER_TOKEN`` is ``bertkit quantize --fast``; ``keep_fp32=()`` alone loses accuracy
+    (docs/inference.md).
 
     ``calibration``: encoder input batches (``calibration_batches(tokenizer, texts)``) from which the
     smoothing factors are measured, ``alpha`` the SmoothQuant migration strength (0.7 measured best on
     MiniLM); ``None`` quantizes without smoothing (s = 1), which on MiniLM left sentences at cosine 0.96.
     ``activation_bits``: 8 or 7; None (default) takes what is exact on this CPU (``int8_activation_bits``: 8
-    with AVX512-VNNI). ``keep_fp32=FAST_KEEP_FP32`` at 8 bits trades some closeness for speed.
+    with AVX512-VNNI); per-token projections are 8-bit whatever it says.
     Embeddings, LayerNorms, attention, the pooler and heads stay fp32. The result is in eval mode, for
     inference only; both layouts work. Quantizing MiniLM with 256 calibration sentences takes about a
     second; ``save_int8`` (``bertkit quantize``) keeps the result for a 0.1 s load.
@@ -388,18 +492,30 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
         raise BertkitError("8-bit activations need AVX512-VNNI, which this CPU lacks (its int8 instructions would "
                            "overflow); use activation_bits=7 or None")
     kept = resolve_keep_fp32(keep_fp32, len(encoder.layers))
+    tokenwise = resolve_keep_fp32(per_token, len(encoder.layers))
+    if tokenwise & kept:
+        both = sorted(f"layers.{i}.{k}" for i, k in tokenwise & kept)
+        raise BertkitError(f"{', '.join(both[:4])} named in both keep_fp32 and per_token; a projection is either "
+                           "kept fp32 or quantized")
+    if tokenwise and not per_token_supported():
+        raise BertkitError("per-token int8 projections need AVX512-VNNI (and torch._int_mm's CPU kernel), which this "
+                           "machine lacks; leave per_token out")
     targets = [(i, kind) for i in range(len(encoder.layers)) for kind in PROJECTIONS if (i, kind) not in kept]
     for i, kind in targets:
         module = getattr(encoder.layers[i], kind)
         if type(module) is not nn.Linear:
             raise BertkitError(f"layer {i}'s {kind} is {type(module).__name__}, not an fp32 nn.Linear: the model "
                                "is quantized already; quantize the fp32 model once")
-    absmax = activation_absmax(encoder, calibration, targets) if calibration is not None else {}
+    smoothed = [t for t in targets if t not in tokenwise]
+    absmax = activation_absmax(encoder, calibration, smoothed) if calibration is not None and smoothed else {}
     target_model = model if inplace else copy.deepcopy(model)
     target_encoder = encoder_of(target_model)
     with _packing():
         for i, kind in targets:
             linear = getattr(target_encoder.layers[i], kind)
+            if (i, kind) in tokenwise:
+                setattr(target_encoder.layers[i], kind, PerTokenInt8Linear.from_float(linear))
+                continue
             scale = (smoothing_scale(absmax[(i, kind)], linear.weight, alpha) if absmax
                      else torch.ones(linear.in_features))
             setattr(target_encoder.layers[i], kind, SmoothedInt8Linear(linear, scale, activation_bits))
@@ -446,7 +562,8 @@ def read_calibration_file(path: str | Path) -> list[str]:
 def quantize_int8_on_texts(model: nn.Module, tokenizer: BertTokenizer,
                            calibration_texts: Sequence[str | tuple[str, str]] | None = None, *,
                            max_length: int = 128, batch_size: int = 32,
-                           keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32) -> nn.Module:
+                           keep_fp32: Iterable[str] = DEFAULT_KEEP_FP32,
+                           per_token: Iterable[str] = ()) -> nn.Module:
     """``quantize_int8`` (defaults kept) calibrated on ``calibration_texts``, or, when None, on the 256
     built-in English sentences (``bertkit.calibration_text``): the same on every call and every machine, and
     on MiniLM as close to fp32 as calibrating on SST-2's own training sentences (docs/inference.md)."""
@@ -463,19 +580,26 @@ def quantize_int8_on_texts(model: nn.Module, tokenizer: BertTokenizer,
     check_int8_support(model)  # before the tokenizer runs over the texts
     calibration = calibration_batches(tokenizer, list(calibration_texts), batch_size=batch_size,
                                       max_length=max_length)
-    return quantize_int8(model, calibration=calibration, keep_fp32=keep_fp32)
+    return quantize_int8(model, calibration=calibration, keep_fp32=keep_fp32, per_token=per_token)
 
 
 def int8_projections(model: nn.Module) -> list[str]:
     """Names of the encoder projections of ``model`` that are int8 (``layers.3.qkv``, ...), in order."""
     encoder = encoder_of(model)
     return [f"layers.{i}.{kind}" for i, layer in enumerate(encoder.layers) for kind in PROJECTIONS
-            if isinstance(getattr(layer, kind), SmoothedInt8Linear)]
+            if isinstance(getattr(layer, kind), INT8_LAYERS)]
+
+
+def per_token_projections(model: nn.Module) -> list[str]:
+    """Names of the encoder projections of ``model`` that are int8 with per-token scales, in order."""
+    encoder = encoder_of(model)
+    return [f"layers.{i}.{kind}" for i, layer in enumerate(encoder.layers) for kind in PROJECTIONS
+            if isinstance(getattr(layer, kind), PerTokenInt8Linear)]
 
 
 def is_int8_model(model: nn.Module) -> bool:
     """Whether any of ``model``'s modules is an int8 projection (``quantize_int8`` or ``load_int8`` made it)."""
-    return any(isinstance(m, SmoothedInt8Linear) for m in model.modules())
+    return any(isinstance(m, INT8_LAYERS) for m in model.modules())
 
 
 def is_int8_checkpoint(model_dir: str | Path) -> bool:
@@ -497,7 +621,7 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
     """
     encoder = encoder_of(model)
     int8 = {(i, kind): getattr(layer, kind) for i, layer in enumerate(encoder.layers) for kind in PROJECTIONS
-            if isinstance(getattr(layer, kind), SmoothedInt8Linear)}
+            if isinstance(getattr(layer, kind), INT8_LAYERS)}
     if not int8:
         raise BertkitError(f"save_int8 writes an int8 model, and this {type(model).__name__} has no int8 projection: "
                            "quantize it first (quantize_int8 / quantize_int8_on_texts), or save the float model "
@@ -521,15 +645,19 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
     tensors.update({k: v for k, v in published.items() if k not in dropped})
     config = model.config.to_dict()
     config["architectures"] = [type(model).__name__]
-    bits = sorted({module.activation_bits for module in int8.values()})
+    bits = sorted({m.activation_bits for m in int8.values() if isinstance(m, SmoothedInt8Linear)}) or [8]
     if len(bits) != 1:
         raise BertkitError(f"save_int8 writes one activation width for all projections; this model mixes {bits}")
     config["quantization_config"] = {
         "quant_method": QUANT_METHOD, "format_version": INT8_FORMAT_VERSION,
         "weights": "int8, symmetric, one scale per output channel",
-        "activations": "uint8, one scale per call over the whole input (dynamic)", "activation_bits": bits[0],
-        "smoothing": "SmoothQuant: inputs times inv_scale, weights already times its inverse",
-        "int8_projections": [f"layers.{i}.{kind}" for i, kind in int8], "calibration": calibration,
+        "activations": "uint8, one scale per call over the whole input (dynamic); per_token_projections: int8, "
+                       "one scale and zero point per token", "activation_bits": bits[0],
+        "smoothing": "SmoothQuant: inputs times inv_scale, weights already times its inverse (not per-token ones)",
+        "int8_projections": [f"layers.{i}.{kind}" for i, kind in int8],
+        "per_token_projections": [f"layers.{i}.{kind}" for (i, kind), m in int8.items()
+                                  if isinstance(m, PerTokenInt8Linear)],
+        "calibration": calibration,
     }
     directory = Path(output_dir)
     directory.mkdir(parents=True, exist_ok=True)
@@ -567,10 +695,14 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
                                "pipeline(..., quantize='int8') or --int8 quantize it at load")
     raw = read_config_json(directory)
     method = raw.get("quantization_config") if isinstance(raw.get("quantization_config"), dict) else {}
-    if method.get("quant_method") != QUANT_METHOD or method.get("format_version") != INT8_FORMAT_VERSION:
+    if method.get("quant_method") != QUANT_METHOD or method.get("format_version") not in INT8_FORMAT_VERSIONS:
         raise BertkitError(f"{directory / CONFIG_NAME} does not describe a {QUANT_METHOD} model of format "
-                           f"{INT8_FORMAT_VERSION} (quantization_config: {method or 'absent'}); write the directory "
-                           "again with this bertkit's `bertkit quantize`")
+                           f"{' or '.join(map(str, INT8_FORMAT_VERSIONS))} (quantization_config: {method or 'absent'}); "
+                           "write the directory again with this bertkit's `bertkit quantize`")
+    tokenwise_names = method.get("per_token_projections", [])
+    if not isinstance(tokenwise_names, list) or not all(isinstance(n, str) for n in tokenwise_names):
+        raise BertkitError(f"{directory / CONFIG_NAME}: per_token_projections must be a list of names like "
+                           f"'layers.0.ffn_out', got {tokenwise_names!r}; write the directory again with `bertkit quantize`")
     _check_engine()
     model_class = model_class or _int8_model_class(directory, raw)
     from safetensors import SafetensorError
@@ -595,9 +727,10 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
     # The int8 projections' float weights are not stored: empty stand-ins of their shape let the key table
     # load the rest (and check it against the config); the int8 layers then replace them.
     for (i, kind), parts in saved.items():
-        if set(parts) != {"weight", "weight_scale", "inv_scale"}:
-            raise BertkitError(f"{weights}: int8 projection layers.{i}.{kind} has {sorted(parts)}, expected weight, "
-                               "weight_scale and inv_scale; write the directory again with `bertkit quantize`")
+        expected = {"weight", "weight_scale"} | (set() if f"layers.{i}.{kind}" in tokenwise_names else {"inv_scale"})
+        if set(parts) != expected:
+            raise BertkitError(f"{weights}: int8 projection layers.{i}.{kind} has {sorted(parts)}, expected "
+                               f"{', '.join(sorted(expected))}; write the directory again with `bertkit quantize`")
         names = encoder_published_names(f"layers.{i}.{kind}.weight")
         out, inp = parts["weight"].shape
         for name in names:
@@ -609,11 +742,13 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
     # Written on a CPU with AVX512-VNNI (8-bit activations) and loaded on one without: 8 bits would overflow
     # here, so the projections run at 7 bits, and those 7 bits cannot keep accurate (the default 7-bit set of
     # fp32 projections) run in float from their dequantized int8 weights.
+    # Per-token projections likewise need VNNI (per_token_supported); without it they run in float too.
     bits = min(saved_bits, int8_activation_bits())
     config = BertConfig.from_json_file(directory / CONFIG_NAME)
     model = model_class.from_pretrained(None, config=config, state_dict=published)
     encoder = encoder_of(model)
     as_float = resolve_keep_fp32(DEFAULT_KEEP_FP32, len(encoder.layers)) if bits < saved_bits else set()
+    tokenwise_runs = per_token_supported()
     with _packing():
         for (i, kind), parts in sorted(saved.items()):
             if i >= len(encoder.layers):
@@ -625,13 +760,19 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
                                    f"makes it {tuple(stand_in.weight.shape)}; the file and config.json do not belong "
                                    "together")
             bias = stand_in.bias.detach() if stand_in.bias is not None else None
-            layer = SmoothedInt8Linear.from_saved(parts["weight"], parts["weight_scale"], parts["inv_scale"], bias,
-                                                  bits)
+            if "inv_scale" not in parts:
+                layer = PerTokenInt8Linear.from_saved(parts["weight"], parts["weight_scale"], bias)
+                if not tokenwise_runs:
+                    as_float.add((i, kind))
+            else:
+                layer = SmoothedInt8Linear.from_saved(parts["weight"], parts["weight_scale"], parts["inv_scale"],
+                                                      bias, bits)
             setattr(encoder.layers[i], kind, layer.dequantized() if (i, kind) in as_float else layer)
     converted = [key for key in saved if key in as_float]
     if converted:
-        logger.info("%s was written with 8-bit activations (AVX512-VNNI) and this CPU runs 7: %d projections "
-                    "run in float from their int8 weights to stay close to fp32", directory, len(converted))
+        logger.info("%s was written with 8-bit or per-token activations (AVX512-VNNI), which this CPU cannot run "
+                    "exactly: %d projections run in float from their int8 weights to stay close to fp32", directory,
+                    len(converted))
     return model.eval()
 
 
@@ -639,13 +780,13 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
                         max_length: int = 128, fast: bool = False) -> dict:
     """``bertkit quantize``: the float checkpoint in ``model_dir`` (head chosen by its ``architectures``),
     quantized as pipelines quantize it (calibrated on ``calibration_file``'s lines, else the built-in
-    sentences), written to ``output_dir`` with its tokenizer by ``save_int8``. ``fast``: 8-bit activations
-    with only ``FAST_KEEP_FP32`` in fp32 (CPUs with AVX512-VNNI). Returns a report: the files' sizes and
+    sentences), written to ``output_dir`` with its tokenizer by ``save_int8``. ``fast``: every projection
+    int8, ``ffn_out`` per token (``FAST_PER_TOKEN``; CPUs with AVX512-VNNI). Returns a report: the files' sizes and
     what was quantized. The caller owns ``output_dir`` (the command claims it)."""
     source = Path(model_dir)
-    if fast and int8_activation_bits() != 8:
-        raise BertkitError("--fast quantizes with 8-bit activations, which need AVX512-VNNI, and this CPU lacks it "
-                           "(at 7 bits that set of int8 projections loses too much); leave --fast out")
+    if fast and not per_token_supported():
+        raise BertkitError("--fast quantizes with 8-bit and per-token activations, which need AVX512-VNNI, and this "
+                           "CPU lacks it (at 7 bits every ffn_out must stay fp32); leave --fast out")
     if is_int8_checkpoint(source):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
@@ -653,14 +794,16 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     texts = read_calibration_file(calibration_file) if calibration_file is not None else None
     tokenizer = BertTokenizer.from_pretrained(source)
     model = model_class.from_pretrained(source)
-    keep = FAST_KEEP_FP32 if fast else DEFAULT_KEEP_FP32
-    quantized = quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length, keep_fp32=keep)
+    keep, tokenwise = (FAST_KEEP_FP32, FAST_PER_TOKEN) if fast else (DEFAULT_KEEP_FP32, ())
+    quantized = quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length, keep_fp32=keep,
+                                       per_token=tokenwise)
     calibration = "built-in" if calibration_file is None else f"{Path(calibration_file).name} ({len(texts or [])} texts)"
     out = save_int8(quantized, output_dir, calibration=calibration)
     tokenizer.save_pretrained(out)
     float_file = next((source / n for n in ("model.safetensors", "pytorch_model.bin") if (source / n).is_file()), None)
     return {"model": str(source), "output_dir": str(out), "architecture": model_class.__name__,
             "int8_projections": len(int8_projections(quantized)), "kept_fp32": list(keep),
+            "per_token": list(tokenwise),
             "activation_bits": int8_activation_bits(),
             "calibration": calibration,
             "bytes": {"float": float_file.stat().st_size if float_file else None,
@@ -688,5 +831,6 @@ def load_for_inference(model_class: type[nn.Module], model_dir: str | Path) -> n
 __all__ = ["quantize_int8", "quantize_int8_on_texts", "calibration_batches", "check_int8_support",
            "check_int8_request", "read_calibration_file", "resolve_keep_fp32", "int8_projections", "encoder_of",
            "SmoothedInt8Linear", "PROJECTIONS", "DEFAULT_KEEP_FP32", "DEFAULT_ALPHA", "X86_ENGINES", "QUANTIZE_MODES",
-           "int8_activation_bits", "FAST_KEEP_FP32", "save_int8", "load_int8", "load_for_inference", "quantize_checkpoint",
+           "int8_activation_bits", "FAST_KEEP_FP32", "PerTokenInt8Linear", "FAST_PER_TOKEN", "per_token_supported",
+           "per_token_projections", "save_int8", "load_int8", "load_for_inference", "quantize_checkpoint",
            "int8_model_device", "is_int8_model", "is_int8_checkpoint", "QUANT_METHOD"]
