@@ -25,6 +25,9 @@ INITS = {"init-pretrained": "pre-trained (the recipe, 60 min)", "init-random": "
 NSP_ARMS = {"random": "NSP, random negatives", "nearby": "NSP, nearby negatives", "mixed": "NSP, 50/50 mix",
             "mlm-only": "masked LM alone (no NSP)"}
 NSP_INITS = {f"init-nsp-{arm}": label for arm, label in NSP_ARMS.items()} | {"init-random": "random initialisation"}
+# Step 11: the NSP arms at the recipe's full 22,000 steps; masked LM alone at that budget is the recipe itself.
+NSP_1H_INITS = {f"init-nsp1h-{arm}": NSP_ARMS[arm] for arm in ("random", "nearby", "mixed")} | {
+    "init-pretrained": "masked LM alone (the recipe)", "init-random": "random initialisation"}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -59,12 +62,12 @@ def _cell(config: dict, metrics: tuple[str, ...]) -> str:
     return " / ".join(f"{100 * config[m]['mean']:.1f} ± {100 * config[m]['std']:.1f}" for m in metrics)
 
 
-def glue_tables(root: Path, title: str, inits: dict[str, str] = INITS, random_root: Path | None = None) -> None:
+def glue_tables(root: Path, title: str, inits: dict[str, str] = INITS, elsewhere: dict[str, Path] | None = None) -> None:
     """Per fine-tuning rate: each initialisation's dev scores (mean ± std over seeds), then the difference
     pre-trained - random at each rate and at each initialisation's best rate (chosen on the dev mean, as the
-    paper chooses). ``random_root``: where the random initialisation's runs are, when not in ``root``."""
+    paper chooses). ``elsewhere``: the directory of an initialisation's runs when not ``root``."""
     def where(init: str) -> Path:
-        return random_root if init == "init-random" and random_root is not None else root
+        return (elsewhere or {}).get(init, root)
 
     reports = {(init, task): json.loads((where(init) / f"{init}-{task}" / "report.json").read_text())
                for init in inits for task in TASKS if (where(init) / f"{init}-{task}" / "report.json").is_file()}
@@ -100,19 +103,23 @@ def glue_tables(root: Path, title: str, inits: dict[str, str] = INITS, random_ro
                   f"{'yes' if abs(d) > spread else 'no'} (std {100 * spread:.1f}) |")
 
 
-def nsp_tables(root: Path, floor: float) -> None:
-    """Step 6: each arm's held-out masked-LM curve and escape step, and the 2 x 2 NSP table (each arm scored
-    on a random-negative and a nearby-negative held-out set, every instance)."""
-    arms = {arm: arm_summary(root / arm, floor) for arm in NSP_ARMS if (root / arm / "metrics.jsonl").is_file()}
+def nsp_tables(root: Path, floor: float, title: str, extra: dict[str, Path] | None = None) -> None:
+    """Steps 6 and 11: each arm's held-out masked-LM curve and escape step, and the 2 x 2 NSP table (each arm
+    scored on a random-negative and a nearby-negative held-out set, every instance). ``extra``: arms whose run
+    is not under ``root`` (step 11's masked LM alone is the recipe's own run)."""
+    runs = {NSP_ARMS[arm]: root / arm for arm in NSP_ARMS} | {NSP_ARMS[arm]: path for arm, path in (extra or {}).items()}
+    arms = {label: arm_summary(run, floor) for label, run in runs.items() if (run / "metrics.jsonl").is_file()}
     if not arms:
         return
     steps = sorted({k for s in arms.values() for k, _ in s["curve"]})
-    print("\n## The NSP arms from scratch (held-out masked-LM accuracy, first 2,000 instances)\n")
-    print("| arm | " + " | ".join(f"step {k}" for k in steps) + " | escape step | sequences/s (one thread) |")
+    if len(steps) > 8:  # table width: every 2,000 steps, the first and the last
+        steps = [k for k in steps if k % 2000 == 0 or k in (steps[0], steps[-1])]
+    print(f"\n## {title} (held-out masked-LM accuracy, first 2,000 instances)\n")
+    print("| arm | " + " | ".join(f"step {k}" for k in steps) + " | escape step | sequences/s (median; the NSP arms ran on one thread) |")
     print("|---|" + "---:|" * len(steps) + "---:|---:|")
-    for arm, s in arms.items():
+    for label, s in arms.items():
         at = dict(s["curve"])
-        print(f"| {NSP_ARMS[arm]} | " + " | ".join(pct(at.get(k)) for k in steps) + " | "
+        print(f"| {label} | " + " | ".join(pct(at.get(k)) for k in steps) + " | "
               f"{s['escape'] if s['escape'] is not None else 'not by ' + str(s['steps'])} | "
               f"{s['seqs_per_s']:.0f} |")
     scores = read_jsonl(root / "heldout.jsonl")
@@ -120,11 +127,13 @@ def nsp_tables(root: Path, floor: float) -> None:
         sets = sorted({r["data"] for r in scores})
         print("\n| arm | " + " | ".join(f"{Path(d).name}: MLM / NSP" for d in sets) + " |")
         print("|---|" + "---:|" * len(sets))
-        for arm in NSP_ARMS:
-            row = {r["data"]: r for r in scores if Path(r["model"]).parent.name == arm}
+        for label, run in runs.items():
+            row = {r["data"]: r for r in scores if Path(r["model"]).parent.resolve() == run.resolve()}
+            if not row:
+                continue
             cells = [f"{pct(row[d].get('mlm_acc'))} / {pct(row[d].get('nsp_acc')) or 'n/a'}" if d in row else "missing"
                      for d in sets]
-            print(f"| {NSP_ARMS[arm]} | " + " | ".join(cells) + " |")
+            print(f"| {label} | " + " | ".join(cells) + " |")
 
 
 def lever_table(runs: Path, floors: dict[str, float]) -> dict:
@@ -316,12 +325,16 @@ def main() -> None:
     lever_curves = lever_table(args.runs, floors)
     glue_tables(args.runs / "glue", "Downstream at lr 1e-4")
     glue_tables(args.runs / "glue-lr", "Downstream at higher fine-tuning rates")
-    nsp_tables(args.runs / "nsp-arms", floors.get("eval-8192-128", float("nan")))
+    nsp_tables(args.runs / "nsp-arms", floors.get("eval-8192-128", float("nan")), "The NSP arms from scratch, 5,000 steps")
     grid_table(args.runs, "mrpc", GRID_DIRS)
     grid_table(args.runs, "stsb", GRID_DIRS)
     phase512_table(args.runs)
     glue_tables(args.runs / "glue-nsp", "Downstream of the NSP arms (lr 1e-3; random initialisation from above)",
-                NSP_INITS, random_root=args.runs / "glue-lr")
+                NSP_INITS, elsewhere={"init-random": args.runs / "glue-lr"})
+    nsp_tables(args.runs / "nsp-arms-1h", floors.get("eval-8192-128", float("nan")),
+               "The NSP arms at the recipe's 22,000 steps", extra={"mlm-only": recipe})
+    glue_tables(args.runs / "glue-nsp1h", "Downstream of the NSP arms at 22,000 steps (3e-4 and 1e-3)", NSP_1H_INITS,
+                elsewhere={"init-random": args.runs / "glue-lr", "init-pretrained": args.runs / "glue-lr"})
     if args.figures is not None:
         import matplotlib
 
