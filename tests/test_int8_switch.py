@@ -526,6 +526,11 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
     (other / "config.json").write_text(json.dumps(config), encoding="utf-8")
     with pytest.raises(BertkitError, match="per_token_projections must be a list of names"):
         load_int8(other)
+    config["quantization_config"]["per_token_projections"] = ["layers.0.ffn_out"]  # the default keeps it fp32
+    (other / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(BertkitError, match="lists per-token projections layers.0.ffn_out that model.int8.safetensors "
+                                           "does not hold"):
+        load_int8(other)
     cases = [(["quantize", "--model", str(quantized_classifier), "--output-dir", str(tmp_path / "q2")],
               "is an int8 model already"),
              (["quantize", "--model", str(classifier_dir), "--output-dir", str(quantized_classifier)],

@@ -724,6 +724,10 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
         else:
             raise BertkitError(f"{weights} holds {key!r}, which is not an int8 projection's tensor "
                                "(int8.layers.<i>.<projection>.<weight|weight_scale|inv_scale>)")
+    absent = sorted(set(tokenwise_names) - {f"layers.{i}.{kind}" for i, kind in saved})
+    if absent:
+        raise BertkitError(f"{directory / CONFIG_NAME} lists per-token projections {', '.join(absent[:4])} that "
+                           f"{weights.name} does not hold; the file and config.json do not belong together")
     # The int8 projections' float weights are not stored: empty stand-ins of their shape let the key table
     # load the rest (and check it against the config); the int8 layers then replace them.
     for (i, kind), parts in saved.items():
