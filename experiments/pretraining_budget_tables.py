@@ -79,6 +79,8 @@ def glue_tables(root: Path, title: str, inits: dict[str, str] = INITS, elsewhere
     print("| initialisation | lr | " + " | ".join(f"{t.upper()} {'/'.join(m)}" for t, m in TASKS.items()) + " |")
     print("|---|---|" + "---:|" * len(TASKS))
     for init, label in inits.items():
+        if not any((init, t) in reports for t in TASKS):
+            continue  # an initialisation with no runs in this directory (step 5's ran at each one's best rate only)
         for lr in rates:
             cells = [_cell(configs[(init, t)][lr], m) if lr in configs.get((init, t), {}) else "missing"
                      for t, m in TASKS.items()]
