@@ -290,4 +290,10 @@ nsp_arm nsp-arms-s2 5000 mixed "$R/nsp-data-mixed" --nsp --seed 2 & nsp_arm nsp-
 [ -s "$R/nsp-arms-s2/heldout.jsonl" ] || $PY experiments/pretrain_eval.py \
     --model "$R"/nsp-arms-s2/{random,nearby,mixed,mlm-only}/final \
     --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/nsp-arms-s2/heldout.jsonl"
+# ... and fine-tuned as in step 6 (lr 1e-3, seeds 1-3), beside random initialisation at the same setting.
+for arm in random nearby mixed mlm-only; do
+  finetune_copy "$R/nsp-arms-s2/$arm/final" "$R/init-nsp-s2-$arm"
+  for task in mrpc stsb rte sst2; do echo "init-nsp-s2-$arm $task"; done
+done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp-s2 "$0" "$1" 1e-3'
+for task in mrpc stsb rte sst2; do echo "init-random $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp-s2 "$0" "$1" 1e-3'
 echo ALL-DONE

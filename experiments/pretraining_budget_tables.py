@@ -30,6 +30,10 @@ NSP_1H_INITS = {f"init-nsp1h-{arm}": NSP_ARMS[arm] for arm in ("random", "nearby
     "init-pretrained": "masked LM alone (the recipe)", "init-random": "random initialisation"}
 
 
+# Step 12: step 6's arms with pre-training seed 2, against random initialisation fine-tuned the same way.
+NSP_S2_INITS = {f"init-nsp-s2-{arm}": label for arm, label in NSP_ARMS.items()} | {"init-random": "random initialisation"}
+
+
 def read_jsonl(path: Path) -> list[dict]:
     if not path.is_file():
         return []
@@ -136,6 +140,34 @@ def nsp_tables(root: Path, floor: float, title: str, extra: dict[str, Path] | No
             cells = [f"{pct(row[d].get('mlm_acc'))} / {pct(row[d].get('nsp_acc')) or 'n/a'}" if d in row else "missing"
                      for d in sets]
             print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+def nsp_seed_table(roots: dict[str, Path]) -> None:
+    """Step 12: the 2 x 2 NSP table of step 6's arms for each pre-training seed side by side, and the mean over
+    seeds, so that what one seed showed can be told from what holds for both."""
+    scores = {seed: read_jsonl(root / "heldout.jsonl") for seed, root in roots.items()}
+    if sum(bool(v) for v in scores.values()) < 2:
+        return
+    sets = sorted({Path(r["data"]).name for rows in scores.values() for r in rows})
+    print("\n## Step 6's arms by pre-training seed (every held-out instance; masked LM / NSP accuracy)\n")
+    print("| arm | seed | " + " | ".join(f"{d}: MLM / NSP" for d in sets) + " |")
+    print("|---|---|" + "---:|" * len(sets))
+    for arm, label in NSP_ARMS.items():
+        per_seed = {}
+        for seed, rows in scores.items():
+            mine = {Path(r["data"]).name: r for r in rows if Path(r["model"]).parent.name == arm}
+            if mine:
+                per_seed[seed] = mine
+        for seed, mine in per_seed.items():
+            cells = [f"{pct(mine[d].get('mlm_acc'))} / {pct(mine[d].get('nsp_acc')) or 'n/a'}" if d in mine else "missing"
+                     for d in sets]
+            print(f"| {label} | {seed} | " + " | ".join(cells) + " |")
+        if len(per_seed) == len(roots):
+            def mean(d: str, k: str) -> float | None:
+                vals = [m[d].get(k) for m in per_seed.values() if d in m]
+                return None if not vals or None in vals else statistics.mean(vals)
+            cells = [f"{pct(mean(d, 'mlm_acc'))} / {pct(mean(d, 'nsp_acc')) or 'n/a'}" for d in sets]
+            print(f"| {label} | mean | " + " | ".join(cells) + " |")
 
 
 def lever_table(runs: Path, floors: dict[str, float]) -> dict:
@@ -283,26 +315,35 @@ def finetune_curves(runs: Path, path: Path) -> None:
     fig.savefig(path, dpi=110, bbox_inches="tight")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=Path, default=Path("runs/pretraining-budget"))
-    p.add_argument("--figures", type=Path, default=None, help="write the curves here (PNG)")
-    args = p.parse_args()
-    arms = json.loads((args.runs / "arms.json").read_text())
-    floors = {r["data"]: r["mlm_acc"] for r in read_jsonl(args.runs / "floors.jsonl")}
+def first_arms_table(runs: Path, floors: dict[str, float]) -> dict:
+    """Step 1: the first levers at equal steps (absent when only later steps ran in this directory)."""
+    spec = runs / "arms.json"
+    if not spec.is_file():
+        return {}
+    arms = json.loads(spec.read_text())
     steps = (300, 500, 700, 1000, 1500)
     print("| arm | what changes | " + " | ".join(f"step {k}" for k in steps) + " | escape step | ran to |")
     print("|---|---|" + "---:|" * len(steps) + "---:|---:|")
     curves = {}
     for arm in arms:
         floor = floors.get(arm["eval"], float("nan"))
-        s = arm_summary(args.runs / "arms" / arm["name"], floor)
+        s = arm_summary(runs / "arms" / arm["name"], floor)
         curves[arm["name"]] = (s["curve"], floor)
         at = dict(s["curve"])
         print(f"| {arm['name']} | {arm['lever']} | " + " | ".join(pct(at.get(k)) for k in steps) + " | "
               f"{s['escape'] if s['escape'] is not None else 'not by ' + str(s['steps'])} | {s['steps']} |")
     print(f"\n(held-out masked-LM accuracy, first {arms[0].get('eval_instances', 1000)} instances of "
           f"{arms[0]['eval']}; context-free floor {pct(floors.get(arms[0]['eval']))})")
+    return curves
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=Path, default=Path("runs/pretraining-budget"))
+    p.add_argument("--figures", type=Path, default=None, help="write the curves here (PNG)")
+    args = p.parse_args()
+    floors = {r["data"]: r["mlm_acc"] for r in read_jsonl(args.runs / "floors.jsonl")}
+    curves = first_arms_table(args.runs, floors)
     recipe = args.runs / "pretrain-1h" / "model"
     final = [r for r in read_jsonl(recipe / "metrics.jsonl") if r["split"] == "eval"]
     if final:
@@ -335,6 +376,10 @@ def main() -> None:
                 NSP_INITS, elsewhere={"init-random": args.runs / "glue-lr"})
     nsp_tables(args.runs / "nsp-arms-1h", floors.get("eval-8192-128", float("nan")),
                "The NSP arms at the recipe's 22,000 steps", extra={"mlm-only": recipe})
+    nsp_tables(args.runs / "nsp-arms-s2", floors.get("eval-8192-128", float("nan")),
+               "The NSP arms from scratch, 5,000 steps, pre-training seed 2")
+    nsp_seed_table({"42": args.runs / "nsp-arms", "2": args.runs / "nsp-arms-s2"})
+    glue_tables(args.runs / "glue-nsp-s2", "Downstream of the NSP arms of seed 2 (lr 1e-3)", NSP_S2_INITS)
     glue_tables(args.runs / "glue-nsp1h", "Downstream of the NSP arms at 22,000 steps (3e-4 and 1e-3)", NSP_1H_INITS,
                 elsewhere={"init-random": args.runs / "glue-lr", "init-pretrained": args.runs / "glue-lr"})
     if args.figures is not None:
