@@ -12,7 +12,7 @@
 #   9. MRPC at more fine-tuning settings (batch 16; lr 2e-3), the same grid for both initialisations;
 #  10. the 128 -> 512 phase on the recipe's model: held-out masked LM at 512 and 128 tokens before and after;
 #  11. the NSP arms of step 6 at the recipe's full 22,000 steps, with their 2 x 2 table and fine-tuning;
-#  12. step 6's four arms with a second pre-training seed, and their 2 x 2 table.
+#  12. step 6's four arms with pre-training seeds 2 and 3: their 2 x 2 table and fine-tuning.
 #   R=runs/pretraining-budget experiments/pretraining_budget.sh     (from the repository root)
 #   python experiments/pretraining_budget_tables.py --runs runs/pretraining-budget --figures docs/img
 # Run it again to continue: every step skips what is done and resumes what was cut.
@@ -280,20 +280,19 @@ for task in mrpc stsb rte sst2; do echo "init-nsp1h-mixed $task"; done | xargs -
 [ -s "$R/nsp-arms-1h/heldout.jsonl" ] || $PY experiments/pretrain_eval.py \
     --model "$R"/nsp-arms-1h/{random,nearby,mixed}/final "$P1H/model/final" \
     --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/nsp-arms-1h/heldout.jsonl"
-# 12. Whether step 6's findings hold for another seed: its four arms again with pre-training seed 2 (initial
-# weights, batch order and masks; the same instance files and schedule), on the same two held-out sets. An
-# interrupted run of step 11 had shown the arms in the opposite order at its step 12,000 (the random-negative
-# arm near chance on NSP with the best masked LM, the nearby arm learning NSP), so one seed may not settle which
-# kind of negative is learned.
-nsp_arm nsp-arms-s2 5000 random "$P1H/data" --nsp --seed 2 & nsp_arm nsp-arms-s2 5000 nearby "$R/nsp-data-nearby" --nsp --seed 2 & wait
-nsp_arm nsp-arms-s2 5000 mixed "$R/nsp-data-mixed" --nsp --seed 2 & nsp_arm nsp-arms-s2 5000 mlm-only "$P1H/data" --no-nsp --seed 2 & wait
-[ -s "$R/nsp-arms-s2/heldout.jsonl" ] || $PY experiments/pretrain_eval.py \
-    --model "$R"/nsp-arms-s2/{random,nearby,mixed,mlm-only}/final \
-    --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/nsp-arms-s2/heldout.jsonl"
-# ... and fine-tuned as in step 6 (lr 1e-3, seeds 1-3), beside random initialisation at the same setting.
-for arm in random nearby mixed mlm-only; do
-  finetune_copy "$R/nsp-arms-s2/$arm/final" "$R/init-nsp-s2-$arm"
-  for task in mrpc stsb rte sst2; do echo "init-nsp-s2-$arm $task"; done
-done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp-s2 "$0" "$1" 1e-3'
+# 12. Whether step 6's findings hold for other seeds: its four arms again with pre-training seeds 2 and 3
+# (initial weights, batch order and masks; the same instance files and schedule), on the same two held-out
+# sets, then fine-tuned as in step 6 (lr 1e-3, seeds 1-3) beside random initialisation at the same setting.
+for seed in 2 3; do
+  D=nsp-arms-s$seed
+  nsp_arm $D 5000 random "$P1H/data" --nsp --seed $seed & nsp_arm $D 5000 nearby "$R/nsp-data-nearby" --nsp --seed $seed & wait
+  nsp_arm $D 5000 mixed "$R/nsp-data-mixed" --nsp --seed $seed & nsp_arm $D 5000 mlm-only "$P1H/data" --no-nsp --seed $seed & wait
+  [ -s "$R/$D/heldout.jsonl" ] || $PY experiments/pretrain_eval.py --model "$R/$D"/{random,nearby,mixed,mlm-only}/final \
+      --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/$D/heldout.jsonl"
+  for arm in random nearby mixed mlm-only; do
+    finetune_copy "$R/$D/$arm/final" "$R/init-nsp-s$seed-$arm"
+    for task in mrpc stsb rte sst2; do echo "init-nsp-s$seed-$arm $task"; done
+  done | xargs -P 2 -L 1 bash -c "finetune glue-nsp-s$seed \"\$0\" \"\$1\" 1e-3"
+done
 for task in mrpc stsb rte sst2; do echo "init-random $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp-s2 "$0" "$1" 1e-3'
 echo ALL-DONE

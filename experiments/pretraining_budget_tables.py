@@ -30,8 +30,9 @@ NSP_1H_INITS = {f"init-nsp1h-{arm}": NSP_ARMS[arm] for arm in ("random", "nearby
     "init-pretrained": "masked LM alone (the recipe)", "init-random": "random initialisation"}
 
 
-# Step 12: step 6's arms with pre-training seed 2, against random initialisation fine-tuned the same way.
-NSP_S2_INITS = {f"init-nsp-s2-{arm}": label for arm, label in NSP_ARMS.items()} | {"init-random": "random initialisation"}
+# Step 12: step 6's arms with pre-training seeds 2 and 3, against random initialisation fine-tuned the same way.
+NSP_SEEDS = {"42": ("nsp-arms", "glue-nsp", "init-nsp-"), "2": ("nsp-arms-s2", "glue-nsp-s2", "init-nsp-s2-"),
+             "3": ("nsp-arms-s3", "glue-nsp-s3", "init-nsp-s3-")}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -127,7 +128,7 @@ def nsp_tables(root: Path, floor: float, title: str, extra: dict[str, Path] | No
         at = dict(s["curve"])
         print(f"| {label} | " + " | ".join(pct(at.get(k)) for k in steps) + " | "
               f"{s['escape'] if s['escape'] is not None else 'not by ' + str(s['steps'])} | "
-              f"{s['seqs_per_s']:.0f} |")
+              f"{'' if s['seqs_per_s'] is None else format(s['seqs_per_s'], '.0f')} |")
     scores = read_jsonl(root / "heldout.jsonl")
     if scores:
         sets = sorted({r["data"] for r in scores})
@@ -168,6 +169,36 @@ def nsp_seed_table(roots: dict[str, Path]) -> None:
                 return None if not vals or None in vals else statistics.mean(vals)
             cells = [f"{pct(mean(d, 'mlm_acc'))} / {pct(mean(d, 'nsp_acc')) or 'n/a'}" for d in sets]
             print(f"| {label} | mean | " + " | ".join(cells) + " |")
+
+
+def glue_seed_table(runs: Path) -> None:
+    """Step 12: each NSP arm's dev score per pre-training seed (each the mean of fine-tuning seeds 1-3 at
+    lr 1e-3), their mean ± std over pre-training seeds, and random initialisation at the same setting."""
+    def mean_at(path: Path, metric: str) -> float | None:
+        if not path.is_file():
+            return None
+        cfg = {c["lr"]: c for c in json.loads(path.read_text())["configs"]}.get(1e-3)
+        return None if cfg is None else cfg[metric]["mean"]
+
+    seeds = list(NSP_SEEDS)
+    rows = []
+    for arm, label in NSP_ARMS.items():
+        for task, metrics in TASKS.items():
+            vals = [mean_at(runs / g / f"{pre}{arm}-{task}" / "report.json", metrics[0]) for _, g, pre in NSP_SEEDS.values()]
+            rows.append((label, task, metrics[0], vals))
+    if sum(v is not None for *_, vals in rows for v in vals) == 0:
+        return
+    print("\n## Downstream of the NSP arms by pre-training seed (dev x100 at lr 1e-3, each the mean of fine-tuning "
+          "seeds 1-3)\n")
+    print("| arm | task (metric) | " + " | ".join(f"seed {s}" for s in seeds) +
+          " | mean ± std over pre-training seeds | random initialisation |")
+    print("|---|---|" + "---:|" * len(seeds) + "---:|---:|")
+    for label, task, metric, vals in rows:
+        have = [v for v in vals if v is not None]
+        spread = (f"{100 * statistics.mean(have):.1f} ± {100 * statistics.stdev(have):.1f}" if len(have) > 1 else "")
+        rnd = mean_at(runs / "glue-nsp-s2" / f"init-random-{task}" / "report.json", metric)
+        print(f"| {label} | {task.upper()} ({metric}) | " + " | ".join("" if v is None else f"{100 * v:.1f}" for v in vals)
+              + f" | {spread} | {'' if rnd is None else f'{100 * rnd:.1f}'} |")
 
 
 def lever_table(runs: Path, floors: dict[str, float]) -> dict:
@@ -376,10 +407,16 @@ def main() -> None:
                 NSP_INITS, elsewhere={"init-random": args.runs / "glue-lr"})
     nsp_tables(args.runs / "nsp-arms-1h", floors.get("eval-8192-128", float("nan")),
                "The NSP arms at the recipe's 22,000 steps", extra={"mlm-only": recipe})
-    nsp_tables(args.runs / "nsp-arms-s2", floors.get("eval-8192-128", float("nan")),
-               "The NSP arms from scratch, 5,000 steps, pre-training seed 2")
-    nsp_seed_table({"42": args.runs / "nsp-arms", "2": args.runs / "nsp-arms-s2"})
-    glue_tables(args.runs / "glue-nsp-s2", "Downstream of the NSP arms of seed 2 (lr 1e-3)", NSP_S2_INITS)
+    for seed, (arms_dir, glue_dir, prefix) in NSP_SEEDS.items():
+        if seed == "42":
+            continue  # step 6, above
+        nsp_tables(args.runs / arms_dir, floors.get("eval-8192-128", float("nan")),
+                   f"The NSP arms from scratch, 5,000 steps, pre-training seed {seed}")
+        glue_tables(args.runs / glue_dir, f"Downstream of the NSP arms of seed {seed} (lr 1e-3)",
+                    {f"{prefix}{arm}": label for arm, label in NSP_ARMS.items()} | {"init-random": "random initialisation"},
+                    elsewhere={"init-random": args.runs / "glue-nsp-s2"})
+    nsp_seed_table({seed: args.runs / arms_dir for seed, (arms_dir, _, _) in NSP_SEEDS.items()})
+    glue_seed_table(args.runs)
     glue_tables(args.runs / "glue-nsp1h", "Downstream of the NSP arms at 22,000 steps (3e-4 and 1e-3)", NSP_1H_INITS,
                 elsewhere={"init-random": args.runs / "glue-lr", "init-pretrained": args.runs / "glue-lr"})
     if args.figures is not None:
