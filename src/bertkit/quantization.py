@@ -118,15 +118,16 @@ def encoder_of(model: nn.Module) -> BertModel:
                        f"{type(model).__name__}")
 
 
-def resolve_keep_fp32(keep_fp32: Iterable[str], num_layers: int) -> set[tuple[int, str]]:
-    """``keep_fp32`` entries -> the (layer index, projection) pairs they name.
+def resolve_keep_fp32(keep_fp32: Iterable[str], num_layers: int, argument: str = "keep_fp32") -> set[tuple[int, str]]:
+    """``keep_fp32`` (or ``per_token``: ``argument`` names it in errors) entries -> the (layer index,
+    projection) pairs they name.
 
     An entry is a projection in every layer (``"ffn_out"``), a whole layer (``"layers.0"``, ``"layers.-1"``
     for the last), or one projection of one layer (``"layers.5.ffn_out"``).
     """
     if isinstance(keep_fp32, str):
-        raise BertkitError(f"keep_fp32 must be a list of names, got the string {keep_fp32!r}; "
-                           f"write keep_fp32=[{keep_fp32!r}]")
+        raise BertkitError(f"{argument} must be a list of names, got the string {keep_fp32!r}; "
+                           f"write {argument}=[{keep_fp32!r}]")
     kept: set[tuple[int, str]] = set()
     for entry in keep_fp32:
         parts = entry.split(".") if isinstance(entry, str) else []
@@ -137,11 +138,11 @@ def resolve_keep_fp32(keep_fp32: Iterable[str], num_layers: int) -> set[tuple[in
                 len(parts) == 2 or parts[2] in PROJECTIONS):
             index, kinds = int(parts[1]), parts[2:] or kinds
         else:
-            raise BertkitError(f"keep_fp32 entry {entry!r} is not a projection ({', '.join(PROJECTIONS)}), "
+            raise BertkitError(f"{argument} entry {entry!r} is not a projection ({', '.join(PROJECTIONS)}), "
                                f"a layer ('layers.0', 'layers.-1') or one projection of one layer "
                                f"('layers.5.ffn_out')")
         if index is not None and not -num_layers <= index < num_layers:
-            raise BertkitError(f"keep_fp32 entry {entry!r}: this encoder has {num_layers} layers "
+            raise BertkitError(f"{argument} entry {entry!r}: this encoder has {num_layers} layers "
                                f"(indices 0..{num_layers - 1}, or -1..-{num_layers} from the end)")
         layers = range(num_layers) if index is None else [index % num_layers]
         kept |= {(i, k) for i in layers for k in kinds}
@@ -313,8 +314,12 @@ def per_token_supported() -> bool:
     if int8_activation_bits() != 8 or not hasattr(torch, "_int_mm"):
         return False
     try:
-        a = torch.tensor([[-127, 127, 5, -3] * 4] * 17, dtype=torch.int8)
-        return bool(torch.equal(torch._int_mm(a, a.t().contiguous()), a.int() @ a.t().int()))
+        # Runs of equal large values are what saturate a pairwise int16 sum (127*127 + 127*127 > 32767), and
+        # oneDNN may pick its non-VNNI kernel where the CPU flags say VNNI (ONEDNN_MAX_CPU_ISA), so the probe
+        # multiplies such runs, of both signs, and compares with int32 arithmetic.
+        a = torch.tensor([[127] * 32 + [-128] * 16 + [-127, 127, 5, -3] * 4] * 17, dtype=torch.int8)
+        b = torch.tensor([[127] * 32 + [-128] * 16 + [-3, 5, 127, -127] * 4] * 16, dtype=torch.int8)
+        return bool(torch.equal(torch._int_mm(a, b.t().contiguous()), a.int() @ b.t().int()))
     except RuntimeError:  # an older PyTorch without the CPU kernel
         return False
 
@@ -366,6 +371,9 @@ class PerTokenInt8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
+        if not shape or shape[-1] != self.in_features:
+            raise BertkitError(f"per-token int8 linear: input of shape {tuple(shape)}, but this projection takes "
+                               f"{self.in_features} features in the last dimension")
         x = x.reshape(-1, self.in_features)
         hi, lo = x.amax(1, keepdim=True), x.amin(1, keepdim=True)  # (T, 1) each
         zero = (hi + lo) * 0.5
@@ -492,7 +500,7 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
         raise BertkitError("8-bit activations need AVX512-VNNI, which this CPU lacks (its int8 instructions would "
                            "overflow); use activation_bits=7 or None")
     kept = resolve_keep_fp32(keep_fp32, len(encoder.layers))
-    tokenwise = resolve_keep_fp32(per_token, len(encoder.layers))
+    tokenwise = resolve_keep_fp32(per_token, len(encoder.layers), "per_token")
     if tokenwise & kept:
         both = sorted(f"layers.{i}.{k}" for i, k in tokenwise & kept)
         raise BertkitError(f"{', '.join(both[:4])} named in both keep_fp32 and per_token; a projection is either "
