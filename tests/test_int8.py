@@ -28,6 +28,7 @@ from bertkit.quantization import (
     PROJECTIONS,
     PerTokenInt8Linear,
     SmoothedInt8Linear,
+    _packing,
     calibration_batches,
     int8_activation_bits,
     int8_projections,
@@ -149,6 +150,42 @@ def test_per_token_linear_is_its_formula_and_gives_each_row_its_own_range():
     assert float(error.max()) < 0.02, error  # every row, 0.01 or 10 wide
     with torch.inference_mode():
         assert layer(torch.zeros(0, 64)).shape == (0, 24)
+
+
+def test_per_token_linear_keeps_rows_near_the_float32_limit_finite():
+    """A row spanning -3e38..3e38 (its range, 6e38, is past float32's 3.4e38) is quantized like any other:
+    the output is the float64 product within int8's error, not inf or NaN from an overflowing range."""
+    torch.manual_seed(0)
+    linear = nn.Linear(16, 4)
+    with torch.no_grad():
+        linear.weight.mul_(1e-30)
+    layer = PerTokenInt8Linear.from_float(linear)
+    x = torch.randn(3, 16)
+    x[0, 3], x[0, 7] = 3e38, -3e38
+    x[1] *= 1e37
+    with torch.inference_mode():
+        y = layer(x)
+    assert bool(torch.isfinite(y).all()), y
+    with torch.no_grad():
+        expected = x.double() @ layer.dequantized().weight.double().t() + linear.bias.double()
+    error = (y.double() - expected).norm(dim=1) / expected.norm(dim=1)
+    assert float(error.max()) < 0.02, error
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, float("nan"), float("inf")])
+def test_damaged_saved_scales_are_refused(bad):
+    """A zero, negative or non-finite scale in a saved int8 file would silently zero, flip or NaN its
+    projection's outputs; loading names the tensor, the entry and its value instead."""
+    linear = nn.Linear(8, 4)
+    saved = PerTokenInt8Linear.from_float(linear).saved_tensors()
+    saved["weight_scale"][2] = bad
+    with pytest.raises(BertkitError, match=rf"weight_scale must be finite and > 0; entry 2 of 4 is {bad!r}"):
+        PerTokenInt8Linear.from_saved(saved["weight"], saved["weight_scale"], linear.bias)
+    with _packing():
+        saved = SmoothedInt8Linear(linear, torch.ones(8)).saved_tensors()
+        saved["inv_scale"][5] = bad
+        with pytest.raises(BertkitError, match=rf"inv_scale must be finite and > 0; entry 5 of 8 is {bad!r}"):
+            SmoothedInt8Linear.from_saved(saved["weight"], saved["weight_scale"], saved["inv_scale"], linear.bias)
 
 
 def test_the_vnni_probe_catches_a_kernel_that_saturates():

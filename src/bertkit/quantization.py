@@ -202,6 +202,19 @@ def _packing() -> Iterator[None]:
         torch.backends.quantized.engine = before
 
 
+def _check_scales(**scales: Tensor) -> None:
+    """Refuse saved scales that are not finite and positive: a zero, negative, infinite or NaN scale (a
+    damaged or hand-edited file) would otherwise load and make every output of its projection 0, NaN or
+    sign-flipped without a word."""
+    for name, value in scales.items():
+        bad = ~(torch.isfinite(value) & (value > 0))
+        if bool(bad.any()):
+            first = int(bad.nonzero()[0, 0])
+            raise BertkitError(f"an int8 projection's {name} must be finite and > 0; entry {first} of "
+                               f"{value.numel()} is {float(value.reshape(-1)[first])!r} ({int(bad.sum())} such): the "
+                               "file is damaged; write the directory again with `bertkit quantize`")
+
+
 class SmoothedInt8Linear(nn.Module):
     """``linear`` as int8: y = Q(x / s) @ Q(W * s)^T + b, with W * s quantized per output channel and x / s
     quantized per call (``torch.ao``'s dynamic Linear, fbgemm). ``s`` (in_features,) > 0 moves activation
@@ -232,6 +245,7 @@ class SmoothedInt8Linear(nn.Module):
             raise BertkitError(f"an int8 projection needs an int8 weight (out, in) with scales (out,) and (in,); got "
                                f"{weight.dtype} {tuple(weight.shape)}, scales {tuple(weight_scale.shape)} and "
                                f"{tuple(inv_scale.shape)}: the file is not one `bertkit quantize` wrote, or damaged")
+        _check_scales(weight_scale=weight_scale, inv_scale=inv_scale)
         self = cls.__new__(cls)
         nn.Module.__init__(self)
         self.in_features, self.out_features = in_features, out_features
@@ -361,6 +375,7 @@ class PerTokenInt8Linear(nn.Module):
             raise BertkitError(f"a per-token int8 projection needs an int8 weight (out, in) and its scales (out,); "
                                f"got {weight.dtype} {tuple(weight.shape)} and {tuple(weight_scale.shape)}: the file "
                                "is not one `bertkit quantize` wrote, or damaged")
+        _check_scales(weight_scale=weight_scale)
         return cls(weight, weight_scale, bias)
 
     def saved_tensors(self) -> dict[str, Tensor]:
@@ -375,9 +390,11 @@ class PerTokenInt8Linear(nn.Module):
             raise BertkitError(f"per-token int8 linear: input of shape {tuple(shape)}, but this projection takes "
                                f"{self.in_features} features in the last dimension")
         x = x.reshape(-1, self.in_features)
-        hi, lo = x.amax(1, keepdim=True), x.amin(1, keepdim=True)  # (T, 1) each
-        zero = (hi + lo) * 0.5
-        step = ((hi - lo) / 254).clamp_(min=torch.finfo(torch.float32).tiny)
+        # Halved before adding, so a row reaching +-1.7e38 does not overflow to inf; the same bits otherwise
+        # (halving is exact, and (h - l) / 127 rounds the same real number as (hi - lo) / 254).
+        hi, lo = x.amax(1, keepdim=True).mul_(0.5), x.amin(1, keepdim=True).mul_(0.5)  # (T, 1) each
+        zero = hi + lo
+        step = ((hi - lo) / 127).clamp_(min=torch.finfo(torch.float32).tiny)
         # One new (T, in) buffer, the rest in place: fresh large buffers cost page faults on every call.
         q = x.sub(zero).div_(step).round_().clamp_(-127, 127).to(torch.int8)
         acc = torch._int_mm(q, self.weight_t).to(torch.float32).mul_(self.weight_scale)  # (T, out)
