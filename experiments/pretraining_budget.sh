@@ -267,16 +267,16 @@ fi
 # 11. The NSP arms at the recipe's full budget (22,000 steps of 32, its settings, seed and data order), since at
 # 5,000 steps (step 6) learning NSP held the random-negative arm's masked LM near the floor. Masked LM alone
 # at this budget is the recipe's own model (the same instances, seed and steps with --no-nsp). One thread
-# per arm, two at a time; each arm fine-tunes at 3e-4 and 1e-3 (the recipe's model's grid of step 4).
+# per arm, two at a time; each arm fine-tunes at 1e-3 (the pre-trained models' best rate in step 4, and step 6's).
 nsp_arm nsp-arms-1h 22000 random "$P1H/data" --nsp & nsp_arm nsp-arms-1h 22000 nearby "$R/nsp-data-nearby" --nsp & wait
 nsp_arm nsp-arms-1h 22000 mixed "$R/nsp-data-mixed" --nsp &
 for arm in random nearby; do
   finetune_copy "$R/nsp-arms-1h/$arm/final" "$R/init-nsp1h-$arm"
-  for task in mrpc stsb rte sst2; do finetune glue-nsp1h "init-nsp1h-$arm" $task 3e-4,1e-3; done
+  for task in mrpc stsb rte sst2; do finetune glue-nsp1h "init-nsp1h-$arm" $task 1e-3; done
 done
 wait
 finetune_copy "$R/nsp-arms-1h/mixed/final" "$R/init-nsp1h-mixed"
-for task in mrpc stsb rte sst2; do echo "init-nsp1h-mixed $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp1h "$0" "$1" 3e-4,1e-3'
+for task in mrpc stsb rte sst2; do echo "init-nsp1h-mixed $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp1h "$0" "$1" 1e-3'
 [ -s "$R/nsp-arms-1h/heldout.jsonl" ] || $PY experiments/pretrain_eval.py \
     --model "$R"/nsp-arms-1h/{random,nearby,mixed}/final "$P1H/model/final" \
     --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/nsp-arms-1h/heldout.jsonl"

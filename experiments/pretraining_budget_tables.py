@@ -417,7 +417,7 @@ def main() -> None:
                     elsewhere={"init-random": args.runs / "glue-nsp-s2"})
     nsp_seed_table({seed: args.runs / arms_dir for seed, (arms_dir, _, _) in NSP_SEEDS.items()})
     glue_seed_table(args.runs)
-    glue_tables(args.runs / "glue-nsp1h", "Downstream of the NSP arms at 22,000 steps (3e-4 and 1e-3)", NSP_1H_INITS,
+    glue_tables(args.runs / "glue-nsp1h", "Downstream of the NSP arms at 22,000 steps (lr 1e-3)", NSP_1H_INITS,
                 elsewhere={"init-random": args.runs / "glue-lr", "init-pretrained": args.runs / "glue-lr"})
     if args.figures is not None:
         import matplotlib
