@@ -12,7 +12,8 @@
 #   9. MRPC at more fine-tuning settings (batch 16; lr 2e-3), the same grid for both initialisations;
 #  10. the 128 -> 512 phase on the recipe's model: held-out masked LM at 512 and 128 tokens before and after;
 #  11. the NSP arms of step 6 at the recipe's full 22,000 steps, with their 2 x 2 table and fine-tuning;
-#  12. step 6's four arms with pre-training seeds 2 and 3: their 2 x 2 table and fine-tuning.
+#  12. step 6's four arms with pre-training seeds 2 and 3: their 2 x 2 table and fine-tuning;
+#  13. step 11's random-negative arm again with pre-training seed 2 (its STS-B lift was one seed's).
 #   R=runs/pretraining-budget experiments/pretraining_budget.sh     (from the repository root)
 #   python experiments/pretraining_budget_tables.py --runs runs/pretraining-budget --figures docs/img
 # Run it again to continue: every step skips what is done and resumes what was cut.
@@ -161,13 +162,13 @@ done
 [ -f "$R/nsp-heldout-nearby/manifest.json" ] || $BK create-pretraining-data "$HELDOUT" --vocab "$P1H/vocab" \
     --output-dir "$R/nsp-heldout-nearby" --max-seq-length 128 --dupe-factor 1 --nsp-negatives nearby \
     --no-progress --overwrite > "$R/nsp-heldout-nearby.json"
-nsp_arm() {  # nsp_arm DIR STEPS NAME DATA PRETRAIN_ARGS...: start, resume or skip one arm (one thread)
+nsp_arm() {  # nsp_arm DIR STEPS NAME DATA PRETRAIN_ARGS...: start, resume or skip one arm (ARM_THREADS, default 1)
   local out="$R/$1/$3" steps=$2 data=$4 res=(); shift 4
   [ -f "$out/final/config.json" ] && return 0
   [ -d "$out" ] && res=(--overwrite)
   [ -d "$out/checkpoints" ] && res=(--resume)
   mkdir -p "$(dirname "$out")"
-  OMP_NUM_THREADS=1 $BK pretrain --config examples/pretrain-1h/pretrain.json --config-name examples/pretrain-1h/config.json \
+  OMP_NUM_THREADS=${ARM_THREADS:-1} $BK pretrain --config examples/pretrain-1h/pretrain.json --config-name examples/pretrain-1h/config.json \
     --data "$data" --vocab "$P1H/vocab" --eval-data "$P1H/heldout" --max-steps "$steps" --save-steps 500 \
     --output-dir "$out" "${res[@]}" "$@" > "$out.json" 2>> "$out.log"
 }
@@ -269,7 +270,7 @@ fi
 # at this budget is the recipe's own model (the same instances, seed and steps with --no-nsp). One thread
 # per arm, two at a time; each arm fine-tunes at 1e-3 (the pre-trained models' best rate in step 4, and step 6's).
 nsp_arm nsp-arms-1h 22000 random "$P1H/data" --nsp & nsp_arm nsp-arms-1h 22000 nearby "$R/nsp-data-nearby" --nsp & wait
-nsp_arm nsp-arms-1h 22000 mixed "$R/nsp-data-mixed" --nsp &
+nsp_arm nsp-arms-1h 22000 mixed "$R/nsp-data-mixed" --nsp &  # (it ran alone on both threads: ARM_THREADS=2)
 for arm in random nearby; do
   finetune_copy "$R/nsp-arms-1h/$arm/final" "$R/init-nsp1h-$arm"
   for task in mrpc stsb rte sst2; do finetune glue-nsp1h "init-nsp1h-$arm" $task 1e-3; done
@@ -295,4 +296,11 @@ for seed in 2 3; do
   done | xargs -P 2 -L 1 bash -c "finetune glue-nsp-s$seed \"\$0\" \"\$1\" 1e-3"
 done
 for task in mrpc stsb rte sst2; do echo "init-random $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp-s2 "$0" "$1" 1e-3'
+# 13. Step 11's random-negative arm lifted STS-B far past every other initialisation, for one pre-training
+# seed; the same arm with seed 2 (both threads, one arm), its 2 x 2 row and its fine-tuning as in step 11.
+ARM_THREADS=2 nsp_arm nsp-arms-1h-s2 22000 random "$P1H/data" --nsp --seed 2
+[ -s "$R/nsp-arms-1h-s2/heldout.jsonl" ] || $PY experiments/pretrain_eval.py --model "$R/nsp-arms-1h-s2/random/final" \
+    --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/nsp-arms-1h-s2/heldout.jsonl"
+finetune_copy "$R/nsp-arms-1h-s2/random/final" "$R/init-nsp1h-s2-random"
+for task in stsb mrpc rte sst2; do echo "init-nsp1h-s2-random $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp1h-s2 "$0" "$1" 1e-3'
 echo ALL-DONE

@@ -164,7 +164,7 @@ def nsp_seed_table(roots: dict[str, Path]) -> None:
                      for d in sets]
             print(f"| {label} | {seed} | " + " | ".join(cells) + " |")
         if len(per_seed) == len(roots):
-            def mean(d: str, k: str) -> float | None:
+            def mean(d: str, k: str, per_seed: dict = per_seed) -> float | None:
                 vals = [m[d].get(k) for m in per_seed.values() if d in m]
                 return None if not vals or None in vals else statistics.mean(vals)
             cells = [f"{pct(mean(d, 'mlm_acc'))} / {pct(mean(d, 'nsp_acc')) or 'n/a'}" for d in sets]
@@ -419,6 +419,13 @@ def main() -> None:
     glue_seed_table(args.runs)
     glue_tables(args.runs / "glue-nsp1h", "Downstream of the NSP arms at 22,000 steps (lr 1e-3)", NSP_1H_INITS,
                 elsewhere={"init-random": args.runs / "glue-lr", "init-pretrained": args.runs / "glue-lr"})
+    # Step 13: step 11's random-negative arm with pre-training seed 2, beside seed 42's.
+    nsp_tables(args.runs / "nsp-arms-1h-s2", floors.get("eval-8192-128", float("nan")),
+               "The random-negative arm at 22,000 steps, pre-training seed 2")
+    glue_tables(args.runs / "glue-nsp1h-s2", "Downstream of the random-negative arm at 22,000 steps, seeds 42 and 2 (lr 1e-3)",
+                {"init-nsp1h-s2-random": "NSP, random negatives, seed 2", "init-nsp1h-random": "NSP, random negatives, seed 42",
+                 "init-random": "random initialisation"},
+                elsewhere={"init-nsp1h-random": args.runs / "glue-nsp1h", "init-random": args.runs / "glue-nsp-s2"})
     if args.figures is not None:
         import matplotlib
 
@@ -429,7 +436,8 @@ def main() -> None:
         for name, (curve, _floor) in curves.items():
             if curve:
                 ax.plot([c[0] for c in curve], [100 * c[1] for c in curve], label=name)
-        ax.axhline(100 * floors.get(arms[0]["eval"], float("nan")), color="grey", ls="--", label="context-free floor")
+        floor = next((f for _curve, f in curves.values() if f == f), float("nan"))  # NaN: no floor measured
+        ax.axhline(100 * floor, color="grey", ls="--", label="context-free floor")
         ax.set_xlabel("optimiser step")
         ax.set_ylabel("held-out masked-LM accuracy (%)")
         ax.legend(fontsize=7)
