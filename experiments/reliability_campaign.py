@@ -5,7 +5,8 @@
 
 Surfaces: ``bertkit predict`` on users' files, ``bertkit finetune classify`` on users' label columns,
 ``torchrun``, ``export onnx`` / ``convert-tf-checkpoint`` / ``merge-pretraining-data`` on corrupt or
-mismatched inputs, and the Python API (``pipeline`` and its inputs, models, checkpoints). Every model is
+mismatched inputs, the Python API (``pipeline`` and its inputs, models, checkpoints), and ``bertkit serve``
+over loopback (bad fields and parameters, bodies built to exhaust it, slow and vanishing clients). Every model is
 tiny (2 layers, 32 wide, MiniLM's vocabulary from ``models/minilm``) and every file a few rows.
 
 Each case ends in one class:
@@ -16,7 +17,9 @@ Each case ends in one class:
   ``BertkitError``/``ValueError`` from the Python API), nothing written, nothing lost;
 - ``traceback``: any other exception, or an exit 1 with a traceback, for a mistake the user made;
 - ``silent-wrong``: success with a wrong result; ``data-loss``: a user's file removed or changed;
-- ``hang``: still running after ``--timeout`` seconds.
+- ``hang``: still running after ``--timeout`` seconds;
+- ``resource-bound-exceeded``: a server answered, but one request cost more than its limits allow (an answer of
+  megabytes, a minute of work) or left admitted work behind.
 
 Command-line cases call ``bertkit.cli.main`` in this process (``--subprocess``: ``python -m bertkit`` in a
 process each, as the shell runs it; torchrun and concurrency cases always do); Python API cases run here.
@@ -27,6 +30,7 @@ The exit status is 1 when any case is in a class that is not ``ok`` or ``clear-e
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import math
@@ -338,8 +342,17 @@ _predict_case("CSV: the text column missing", "nocol.csv", "review\ngood\n", Non
 _predict_case("CSV: a row with an extra field", "ragged.csv", "text\ngood\nbad,1\n", None, ("ragged.csv:3",))
 _predict_case("CSV: an unclosed quote swallowing the rest of the file", "unclosed.csv",
               'text\n"never closed\nsecond\nthird\n', None, ("unclosed.csv:2",))
-_predict_case("CSV: a NUL byte in a row", "nul.csv", "text\ngood\nb\x00ad\n", ["good", "b\x00ad"])
+_predict_case("CSV: a NUL byte in a row", "nul.csv", "text\ngood\nb\x00ad\n", None, ("nul.csv:3", "NUL byte"))
+_predict_case("TSV: a NUL byte in a row", "nul.tsv", "text\ngood\nb\x00ad\n", None, ("nul.tsv:3", "NUL byte"))
+_predict_case("JSONL: a NUL byte in a line", "nul.jsonl", '{"text": "good"}\n{"text": "b\x00ad"}\n', None,
+              ("nul.jsonl:2", "NUL byte"))
+_predict_case("TXT: a NUL byte in a line", "nul.txt", "good\nb\x00ad\n", None, ("nul.txt:2", "NUL byte"))
+_predict_case("TXT: a UTF-16 file (NUL in every other byte)", "utf16.txt", "good\nbad\n".encode("utf-16"), None,
+              ("utf16.txt:1", "NUL byte"))
 _predict_case("an empty file", "empty.csv", "", None, ("holds no inputs",))
+_predict_case("TSV: an empty file", "empty.tsv", "", None, ("holds no inputs",))
+_predict_case("JSONL: an empty file", "empty.jsonl", "", None, ("holds no inputs",))
+_predict_case("TXT: an empty file", "empty.txt", "", None, ("holds no inputs",))
 _predict_case("CSV: a header and no rows", "header.csv", "text\n", None, ("holds no inputs",))
 _predict_case("JSONL: a bad line mid-file", "bad.jsonl", '{"text": "a"}\n{"text": "b"\n{"text": "c"}\n', None,
               ("bad.jsonl:2", "not valid JSON"))
@@ -347,11 +360,74 @@ _predict_case("JSONL: a number where the text goes", "num.jsonl", '{"text": "a"}
               ("num.jsonl:2",))
 _predict_case("JSONL: NaN where the text goes", "nan.jsonl", '{"text": NaN}\n', None, ("nan.jsonl:1",))
 _predict_case("JSONL: a list on a line", "list.jsonl", '["a", "b"]\n', None, ("list.jsonl:1",))
-_predict_case("TXT: only blank lines", "blank.txt", "\n  \n\n", None, ("holds no inputs",))
+_predict_case("TXT: only blank lines", "blank.txt", "\n\n\n", None, ("holds no inputs",))
+_predict_case("TXT: only blank lines, one of whitespace", "blank_ws.txt", "\n  \n\n", None, ("blank_ws.txt:2", "whitespace"))
 _predict_case("TXT: a blank line mid-file", "gap.txt", "a\n\nb\n", None, ("gap.txt:2", "blank line"))
 _predict_case("not UTF-8 (Latin-1)", "latin.csv", "text\ncaf\xe9\n".encode("latin-1"), None,
               ("not UTF-8", "line 2"))
-_predict_case("CSV: empty texts", "empty_text.csv", 'text,n\n"",1\n,2\n', ["", ""])
+_predict_case("CSV: empty texts", "empty_text.csv", 'text,n\n"",1\n,2\n', None, ("empty_text.csv:2", "empty"))
+_predict_case("CSV: a whitespace text in the last row", "ws.csv", "text,n\ngood,1\n   ,2\n", None,
+              ("ws.csv:3", "only whitespace"))
+_predict_case("CSV: a line of whitespace at the end (one column)", "ws1.csv", "text\ngood\n  \n", None,
+              ("ws1.csv:3", "whitespace"))
+_predict_case("TSV: a whitespace text in the last row", "ws.tsv", "text\tn\ngood\t1\n \t2\n", None,
+              ("ws.tsv:3", "only whitespace"))
+_predict_case("JSONL: a whitespace text", "ws.jsonl", '{"text": "good"}\n{"text": " \\t "}\n', None,
+              ("ws.jsonl:2", "only whitespace"))
+_predict_case("JSONL: a whitespace string on a line", "ws_str.jsonl", '"good"\n"  "\n', None,
+              ("ws_str.jsonl:2", "only whitespace"))
+_predict_case("TXT: a line of whitespace at the end", "ws.txt", "good\nbad\n \t \n", None, ("ws.txt:3", "whitespace"))
+_predict_case("TXT: empty lines at the end (a file's trailing newlines)", "trail.txt", "good\nbad\n\n\r\n",
+              ["good", "bad"])
+_predict_case("TSV: UTF-8 byte-order mark", "bom.tsv", "\ufefftext\ngood\nbad\n", ["good", "bad"])
+_predict_case("TSV: the text column missing", "nocol.tsv", "review\ngood\n", None, ("no 'text' column",))
+_predict_case("JSONL: the text field missing", "nocol.jsonl", '{"review": "good"}\n', None,
+              ("nocol.jsonl:1", "no 'text' field"))
+_predict_case("TSV: a row with an extra field", "ragged.tsv", "text\ngood\nbad\t1\n", None, ("ragged.tsv:3",))
+_predict_case("CSV: a row with a field missing", "short.csv", "text,n\ngood,1\nbad\n", None, ("short.csv:3",))
+_predict_case("JSONL: an extra field (not read)", "extra.jsonl", '{"text": "good", "source": "web"}\n',
+              ["good"])
+for _fmt in ("csv", "tsv", "jsonl", "txt"):
+    _big = {"csv": "text\n" + "w" * 2_000_000 + "\n", "tsv": "text\n" + "w" * 2_000_000 + "\n",
+            "jsonl": '"' + "w" * 2_000_000 + '"\n', "txt": "w" * 2_000_000 + "\n"}[_fmt]
+    _predict_case(f"{_fmt.upper()}: a 2 MB line (over the 1 MiB default --max-line-bytes)", f"huge.{_fmt}", _big, None,
+                  (f"huge.{_fmt}:{2 if _fmt in ('csv', 'tsv') else 1}", "longer than 1,048,576 bytes"))
+_predict_case("CSV: a quote left open over 2 MB of lines", "open.csv", 'text\n"open\n' + "more\n" * 400_000, None,
+              ("open.csv:2", "longer than 1,048,576 bytes"))
+_predict_case("TXT: a line over --max-line-bytes 100", "long.txt", "good\n" + "w " * 100 + "\n", None,
+              ("long.txt:2", "longer than 100 bytes"), ("--max-line-bytes", "100"))
+_predict_case("JSONL: text and text_pair without --text-pair-column (a single-text model: warned, first texts)",
+              "pairs.jsonl", '{"text": "good", "text_pair": "bad"}\n{"text": "fine", "text_pair": "dull"}\n',
+              ["good", "fine"])
+
+
+@case("predict", "TXT: a 1 GB file of one line of NUL bytes (sparse)")
+def _(d: Path) -> Outcome:
+    path = d / "zeros.txt"
+    with open(path, "wb") as f:
+        f.truncate(2**30)  # sparse: no disk used, and predict must read no more than its line limit of it
+    run, out = predict(d, path)
+    return cli_outcome(run, ("zeros.txt:1", "NUL byte"))
+
+
+@case("predict", "JSONL: pairs without --text-pair-column on a pair-trained model")
+def _(d: Path) -> Outcome:
+    m = copy_model(MODELS["clf"], d / "m")
+    _edit_config(m, text_pair=True)
+    path = write(d, "pairs.jsonl", '{"text": "good", "text_pair": "bad"}\n')
+    run = bertkit("predict", "text-classification", "--model", m, "--input", path, "--output-file", d / "p.jsonl",
+                  "--no-progress")
+    return cli_outcome(run, ("pairs.jsonl:1", "fine-tuned on text pairs", "--text-pair-column text_pair"))
+
+
+@case("predict", "CSV: sentence1,sentence2 with --text-column sentence1 on a GLUE pair model (finetuning_task mrpc)")
+def _(d: Path) -> Outcome:
+    m = copy_model(MODELS["clf"], d / "m")
+    _edit_config(m, finetuning_task="mrpc")
+    path = write(d, "mrpc.csv", "sentence1,sentence2\ngood,bad\n")
+    run = bertkit("predict", "text-classification", "--model", m, "--input", path, "--output-file", d / "p.jsonl",
+                  "--text-column", "sentence1", "--no-progress")
+    return cli_outcome(run, ("mrpc.csv:2", "'sentence2'"))
 _predict_case("JSONL: the id column missing in a row", "ids.jsonl", '{"text": "a", "k": 1}\n{"text": "b"}\n', None,
               ("ids.jsonl:2",), ("--id-column", "k"))
 
@@ -693,6 +769,18 @@ def _(d: Path) -> Outcome:
     return cli_outcome(run, ("'1' (line 2) and '1.0' (line 4)",))
 
 
+@case("finetune", "a whitespace text in the last training row")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["pos", "neg", "pos", "neg", "pos", "neg"]) + "   ,pos\n")
+    return cli_outcome(run, ("train.csv:8", "'text' is only whitespace"))
+
+
+@case("finetune", "a NUL byte in the validation file")
+def _(d: Path) -> Outcome:
+    run, _ = finetune(d, _rows(["pos", "neg", "pos", "neg", "pos", "neg"]), "text,label\ngo\x00od,pos\n")
+    return cli_outcome(run, ("dev.csv:2", "NUL byte"))
+
+
 @case("finetune", "one class")
 def _(d: Path) -> Outcome:
     run, _ = finetune(d, _rows(["pos"] * 6))
@@ -702,7 +790,7 @@ def _(d: Path) -> Outcome:
 @case("finetune", "empty texts")
 def _(d: Path) -> Outcome:
     run, out = finetune(d, "text,label\n,pos\n,neg\ngood,pos\n\"\",neg\n")
-    return cli_outcome(run, ok=report_ok(out, ["neg", "pos"], "accuracy"))
+    return cli_outcome(run, ("train.csv:2", "'text' is empty"))  # a missing value, not a text to learn from
 
 
 @case("finetune", "validation labels unseen in training")
@@ -1342,6 +1430,19 @@ _api("BertModel: an empty batch (0 sequences)",
 _api("BertModel: zero-length sequences (B, 0)",
      lambda d: _model()(torch.zeros(2, 0, dtype=torch.long)), ("empty",),
      ok=lambda out: check(tuple(out.last_hidden_state.shape) == (2, 0, 32), f"shape {out.last_hidden_state.shape}"))
+_api("BertModel: a float attention_mask holding 0.5",
+     lambda d: _model()(torch.tensor([[101, 2000, 102]]), attention_mask=torch.tensor([[1.0, 0.5, 1.0]])),
+     ("attention_mask", "0.5"))
+_api("BertModel: an additive attention_mask (0 / -10000)",
+     lambda d: _model()(torch.tensor([[101, 2000, 102]]), attention_mask=torch.tensor([[0.0, 0.0, -10000.0]])),
+     ("attention_mask", "-10000.0", "additive"))
+_api("BertModel: an int attention_mask holding 2",
+     lambda d: _model()(torch.tensor([[101, 2000, 102]]), attention_mask=torch.tensor([[1, 2, 1]])),
+     ("attention_mask", "2"))
+_api("BertModel: a float attention_mask of 0/1 (as transformers users pass) equals the long one",
+     lambda d: [_model()(torch.tensor([[101, 2000, 102, 0]]), attention_mask=m).last_hidden_state
+                for m in (torch.tensor([[1.0, 1.0, 1.0, 0.0]]), torch.tensor([[1, 1, 1, 0]]))],
+     ok=lambda r: check(torch.equal(r[0], r[1]), "float and long masks give different outputs"))
 _api("BertModel: attention_mask all zero in a row",
      lambda d: _model()(torch.tensor([[101, 2000, 102]]), attention_mask=torch.zeros(1, 3, dtype=torch.long)),
      ("attention_mask",), ok=lambda out: check(bool(torch.isfinite(out.last_hidden_state).all()), "NaN outputs"))
@@ -1373,6 +1474,20 @@ _api("checkpoint: Infinity in config.json (initializer_range)",
      lambda d: _pipeline("text-classification",
                          _broken_checkpoint(d, "clf", _config_edit(initializer_range=float("inf")))),
      ("initializer_range",))
+_api("checkpoint: config.json says vocab_size 2**40",
+     lambda d: _pipeline("text-classification", _broken_checkpoint(d, "clf", _config_edit(vocab_size=2**40))),
+     ("vocab_size 1099511627776",))
+_api("checkpoint: config.json says num_hidden_layers 200,000 (the weights hold 2)",
+     lambda d: _pipeline("text-classification",
+                         _broken_checkpoint(d, "clf", _config_edit(num_hidden_layers=200_000))),
+     ("num_hidden_layers is 200000 but the weights have 2",))
+_api("checkpoint: config.json's hidden_size is not the weights'",
+     lambda d: _model_from(_broken_checkpoint(d, "enc", _config_edit(hidden_size=64, intermediate_size=128))),
+     ("hidden_size is 64 but the weights have 32", "intermediate_size is 128"))
+_api("BertModel(a config whose parameters exceed this machine's memory)",
+     lambda d: __import__("bertkit").BertModel(__import__("bertkit").BertConfig(
+         hidden_size=1024, num_attention_heads=16, intermediate_size=4096, num_hidden_layers=20_000)),  # 1 TB
+     ("GiB of memory",))
 _api("checkpoint: config.json is not JSON",
      lambda d: _pipeline("text-classification", _broken_checkpoint(
          d, "clf", lambda m: (m / "config.json").write_text("{oops"))), ("config.json",))
@@ -1436,6 +1551,496 @@ def _(d: Path) -> Outcome:
 
 
 # -------------------------------------------------------------------------------------------------
+# output-dirs: bertkit deletes or replaces only what it can prove it wrote, never a command's inputs
+# -------------------------------------------------------------------------------------------------
+
+
+def _owned_outcome(fn: Callable[[], object], expect: tuple[str, ...], lost: Callable[[], str | None],
+                   ok: Callable[[object], Outcome] | None = None) -> Outcome:
+    """``api_outcome``, but a user's file removed or changed is data-loss whatever the call did."""
+    outcome = api_outcome(fn, expect, ok)
+    what = lost()
+    return Outcome("data-loss", what) if what else outcome
+
+
+def _claim_and_release(path: Path, command: str, **kwargs) -> object:
+    from bertkit.outputs import claim_output_dir
+
+    claim = claim_output_dir(path, command, **kwargs)
+    claim.release(True)  # a claim that succeeded: let go of it (this process goes on to other cases)
+    return claim
+
+
+def _killed_claim(path: Path, command: str, **kwargs):
+    """A claim whose process was SIGKILLed: its lock dropped, its marker left unfinished."""
+    import bertkit.outputs as outputs
+
+    claim = outputs.claim_output_dir(path, command, **kwargs)
+    active = getattr(outputs, "_ACTIVE", [])  # the claims this process holds (it "dies": they go)
+    return claim, lambda: (active.remove(claim) if claim in active else None, claim._lock.close())
+
+
+@case("output-dirs", "--overwrite of a killed run: a notebook saved there while it ran")
+def _(d: Path) -> Outcome:
+    from bertkit.outputs import atomic_write_text
+
+    claim, kill = _killed_claim(d / "run", "pretrain")
+    atomic_write_text(d / "run" / "checkpoints" / "state.pt", "weights")
+    notebook = write(d, "run/analysis.ipynb", b"the user's notebook")
+    kill()
+    return _owned_outcome(lambda: _claim_and_release(d / "run", "pretrain", overwrite=True), ("analysis.ipynb",),
+                          unchanged(notebook, b"the user's notebook"))
+
+
+@case("output-dirs", "--resume, then --overwrite: a file the user had put in the directory")
+def _(d: Path) -> Outcome:
+    from bertkit.outputs import atomic_write_text, output_dir
+
+    with output_dir(d / "run", "pretrain", {"seed": 1}):
+        atomic_write_text(d / "run" / "metrics.jsonl", "{}\n")
+    notes = write(d, "run/notes.txt", b"mine")
+    with output_dir(d / "run", "pretrain", {"seed": 1}, resume=True):
+        pass
+    return _owned_outcome(lambda: _claim_and_release(d / "run", "pretrain", fingerprint={"seed": 2}, overwrite=True),
+                          ("notes.txt",), unchanged(notes, b"mine"))
+
+
+@case("output-dirs", "--overwrite of a received directory whose marker lists ../victim.txt and an absolute path")
+def _(d: Path) -> Outcome:
+    victim, absolute = write(d, "victim.txt", b"the user's"), write(d, "elsewhere/abs.txt", b"the user's too")
+    write(d, "received/report.json", b"{}")
+    write(d, "received/.bertkit-run.json", json.dumps({"command": "pretrain", "finished": True,
+                                                       "files": ["../victim.txt", str(absolute), "report.json"]}))
+
+    def lost() -> str | None:
+        return unchanged(victim, b"the user's")() or unchanged(absolute, b"the user's too")()
+    return _owned_outcome(lambda: _claim_and_release(d / "received", "pretrain", overwrite=True), ("outside",), lost)
+
+
+@case("output-dirs", ".bertkit-lock is a symlink to a user's file")
+def _(d: Path) -> Outcome:
+    precious = write(d, "precious.txt", b"the user's data")
+    (d / "out").mkdir()
+    (d / "out" / ".bertkit-lock").symlink_to(precious)
+    return _owned_outcome(lambda: _claim_and_release(d / "out", "pretrain"), ("symbolic link",),
+                          unchanged(precious, b"the user's data"))
+
+
+def _data_run(directory: Path) -> Path:
+    """A directory as `create-pretraining-data` leaves it (its marker records the files)."""
+    from bertkit.outputs import atomic_write_text, output_dir
+
+    with output_dir(directory, "create-pretraining-data"):
+        atomic_write_text(directory / "manifest.json", "{}")
+        atomic_write_text(directory / "vocab.txt", "[PAD]\n")
+    return directory / "manifest.json"
+
+
+@case("output-dirs", "pretrain --overwrite with --output-dir equal to its --data")
+def _(d: Path) -> Outcome:
+    manifest = _data_run(d / "data")
+    run = bertkit("pretrain", "--data", d / "data", "--vocab", d / "data", "--output-dir", d / "data", "--overwrite",
+                  "--max-steps", 1, "--no-progress")
+    return cli_outcome(run, ("inputs", "--data"), after=unchanged(manifest, b"{}"))
+
+
+@case("output-dirs", "pretrain --overwrite with --output-dir holding its --data")
+def _(d: Path) -> Outcome:
+    manifest = _data_run(d / "runs" / "data")
+    run = bertkit("pretrain", "--data", d / "runs" / "data", "--vocab", d / "runs" / "data", "--output-dir",
+                  d / "runs", "--overwrite", "--max-steps", 1, "--no-progress")
+    return cli_outcome(run, ("inputs", "--data"), after=unchanged(manifest, b"{}"))
+
+
+@case("output-dirs", "predict --overwrite with --output-file equal to its --input")
+def _(d: Path) -> Outcome:
+    texts = write(d, "texts.jsonl", b'{"text": "a fine film"}\n')
+    run, _ = predict(d, texts, "--overwrite", out=texts)
+    return cli_outcome(run, ("input",), after=unchanged(texts, b'{"text": "a fine film"}\n'))
+
+
+@case("output-dirs", "export onnx --overwrite into a directory a running command holds")
+def _(d: Path) -> Outcome:
+    held = d / "held"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; from bertkit.outputs import claim_output_dir, atomic_write_text;"
+         f"c = claim_output_dir({str(held)!r}, 'finetune glue'); atomic_write_text({str(held / 'report.json')!r}, "
+         "'theirs'); print('ready', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        if holder.stdout.readline().strip() != "ready":
+            return Outcome("traceback", "the holding process did not start")
+        run = bertkit("export", "onnx", "--model", MODELS["clf"], "--out", held / "report.json", "--overwrite")
+        return cli_outcome(run, ("in use by",), after=unchanged(held / "report.json", b"theirs"))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@case("output-dirs", "export onnx --overwrite: the new graph fails its check")
+def _(d: Path) -> Outcome:
+    import bertkit.inference.export as export
+
+    out = write(d, "model.onnx", b"the earlier export, in production")
+    real = export.max_abs_difference
+    export.max_abs_difference = lambda *args: 1.0  # a wrong graph, as an exporter bug would make
+    try:
+        return _owned_outcome(lambda: export.export_onnx(MODELS["clf"], out, overwrite=True), ("left as it was",),
+                              unchanged(out, b"the earlier export, in production"))
+    finally:
+        export.max_abs_difference = real
+
+
+@case("output-dirs", "export onnx --opset 13 (before the attention operator)")
+def _(d: Path) -> Outcome:
+    return cli_outcome(bertkit("export", "onnx", "--model", MODELS["clf"], "--out", d / "m.onnx", "--opset", 13),
+                       ("supported opsets",))
+
+
+def _crc32c(data: bytes) -> int:
+    table = []
+    for n in range(256):
+        for _ in range(8):
+            n = (n >> 1) ^ (0x82F63B78 if n & 1 else 0)
+        table.append(n)
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _bundle_with_checksums(prefix: Path, tensors: dict[str, np.ndarray]) -> None:
+    """``write_bundle`` plus each tensor's masked crc32c (BundleEntryProto field 6), as TensorFlow writes it."""
+    data, entries = bytearray(), [(b"", _field(1, 1))]
+    for name in sorted(tensors):
+        arr = np.ascontiguousarray(tensors[name], dtype=np.float32)
+        crc = _crc32c(arr.tobytes())
+        masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+        shape = b"".join(_field(2, _field(1, d)) for d in arr.shape)
+        entries.append((name.encode(), _field(1, 1) + _field(2, shape) + _field(4, len(data)) + _field(5, arr.nbytes)
+                        + _varint(6 << 3 | 5) + struct.pack("<I", masked)))
+        data += arr.tobytes()
+    table, handles = bytearray(), []
+    for block in (_block(entries), _block([]), None):
+        if block is None:
+            block = _block([(entries[-1][0] + b"\xff", _varint(handles[0][0]) + _varint(handles[0][1]))])
+        handles.append((len(table), len(block)))
+        table += block + b"\x00" * 5
+    footer = _varint(handles[1][0]) + _varint(handles[1][1]) + _varint(handles[2][0]) + _varint(handles[2][1])
+    table += footer.ljust(40, b"\x00") + struct.pack("<Q", 0xDB4775248B80FB57)
+    Path(f"{prefix}.index").write_bytes(bytes(table))
+    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
+
+
+@case("output-dirs", "convert-tf-checkpoint: one flipped byte in the data shard (crc32c recorded)")
+def _(d: Path) -> Outcome:
+    from bertkit.inference.tf_checkpoint import read_tf_checkpoint
+
+    ckpt = tf_checkpoint(d)
+    _bundle_with_checksums(ckpt, read_tf_checkpoint(ckpt))
+    shard = Path(f"{ckpt}.data-00000-of-00001")
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    shard.write_bytes(bytes(data))
+    run = convert(d, ckpt)
+    return cli_outcome(run, ("fails its checksum", "data-00000-of-00001"),
+                       ok=lambda: Outcome("silent-wrong", "a corrupted data shard converted without error"))
+
+
+
+# ---- serve ----
+# `bertkit serve` as its own process on 127.0.0.1: requests that must be refused naming what is wrong (a
+# misspelled, unknown, duplicated or out-of-range field), bodies built to exhaust it (deep nesting, doc_stride 1,
+# top_k 100,000), and clients that hold it (a slow body, a disconnect mid-body, a flood, SIGTERM with a slow
+# client). Every server runs under coreutils' timeout (it stops itself), and each case stops the ones it started.
+
+SERVE_LIFETIME_S = 300  # the longest a campaign server may live, whatever becomes of the campaign
+_SERVERS: dict[tuple, tuple[subprocess.Popen, str]] = {}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(task: str, model: str, *flags: object, shared: bool = True) -> tuple[subprocess.Popen, str]:
+    """(process, url) of ``bertkit serve`` on ``MODELS[model]``; shared servers are reused by later cases."""
+    import httpx
+
+    key = (task, model, *map(str, flags))
+    if shared and key in _SERVERS and _SERVERS[key][0].poll() is None:
+        return _SERVERS[key]
+    port = _free_port()
+    cmd = ["timeout", "--signal=TERM", "--kill-after=10", str(SERVE_LIFETIME_S), sys.executable, "-m", "bertkit",
+           "serve", "--model", str(MODELS[model]), "--task", task, "--port", str(port), "--log-level", "warning",
+           *map(str, flags)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        _stop(proc)
+        raise RuntimeError(f"bertkit serve did not answer /health within 90 s: {proc.stderr.read()[-300:]}")
+    if shared:
+        if not _SERVERS:
+            atexit.register(_stop_servers)
+        _SERVERS[key] = (proc, url)
+    return proc, url
+
+
+def _stop(proc: subprocess.Popen, grace: float = 30) -> float:
+    """SIGTERM to the server (the timeout wrapper passes it on), SIGKILL after ``grace`` s; seconds it took."""
+    t0 = time.perf_counter()
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return time.perf_counter() - t0
+
+
+def _stop_servers() -> None:
+    while _SERVERS:
+        _stop(_SERVERS.popitem()[1][0])
+
+
+def _post(url: str, body: dict | bytes, route: str = "predict", timeout: float = 60):
+    import httpx
+
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    try:
+        return httpx.post(f"{url}/{route}", content=content, headers={"content-type": "application/json"},
+                          timeout=timeout)
+    except httpx.TimeoutException:
+        return None
+
+
+def http_outcome(r, expect: tuple[str, ...] = (), ok: Callable[[object], Outcome] | None = None,
+                 max_answer_bytes: int = 2_000_000, max_seconds: float = 30) -> Outcome:
+    """The class of a server's answer: a 4xx whose error holds ``expect`` is clear; a 5xx is a traceback; a 200
+    is checked by ``ok`` (none: silent-wrong); an answer too large or too slow exceeded a resource bound."""
+    if r is None:
+        return Outcome("hang", "no answer within the client's timeout")
+    seconds = r.elapsed.total_seconds()
+    if len(r.content) > max_answer_bytes or seconds > max_seconds:
+        return Outcome("resource-bound-exceeded", f"HTTP {r.status_code}, {len(r.content):,} bytes in {seconds:.1f} s")
+    try:
+        error = r.json().get("error", "") if r.status_code >= 400 else ""
+    except ValueError:
+        error = r.text[:160]
+    if r.status_code >= 500:
+        return Outcome("traceback", f"HTTP {r.status_code}: {error[:160]}")
+    if 400 <= r.status_code < 500:
+        missing = [e for e in expect if e not in error]
+        if missing:
+            return Outcome("traceback", f"HTTP {r.status_code} without {missing}: {error[:160]}")
+        return Outcome("clear-error", f"HTTP {r.status_code}: {error[:180]}")
+    if ok is None:
+        return Outcome("silent-wrong", f"HTTP 200 where an error was expected: {r.text[:100]}")
+    return ok(r.json())
+
+
+QA_INPUT = {"question": "Who led the Vikings?", "context": "Normandy was settled in the 10th century by Vikings led "
+                                                            "by Rollo, who swore fealty to the king."}
+
+
+def _serve_case(name: str, task: str, model: str, body: dict | bytes, expect: tuple[str, ...]):
+    @case("serve", name)
+    def _(d: Path) -> Outcome:
+        _, url = _serve(task, model)
+        return http_outcome(_post(url, body), expect)
+
+
+@case("serve", "question-answering: a good request (the good path, equal to the pipeline)")
+def _(d: Path) -> Outcome:
+    _, url = _serve("question-answering", "qa")
+    want = pipe("question-answering", "qa")(QA_INPUT)
+    return http_outcome(_post(url, {"inputs": QA_INPUT}), ok=lambda got: check(
+        (got["answer"], got["start"], got["end"]) == (want["answer"], want["start"], want["end"]),
+        f"answered {got}, the pipeline gives {want}"))
+
+
+_serve_case("misspelled key: a pair's text_pairr", "text-classification", "clf",
+            {"inputs": {"text": "a good film", "text_pairr": "a bad one"}}, ("text_pairr",))
+_serve_case("misspelled key: parameter stride for doc_stride", "question-answering", "qa",
+            {"inputs": QA_INPUT, "parameters": {"stride": 64}}, ("stride",))
+_serve_case("unknown key at the top level: parameter", "text-classification", "clf",
+            {"inputs": "a film", "parameter": {"top_k": 1}}, ("parameter",))
+_serve_case("wrong type: doc_stride \"128\"", "question-answering", "qa",
+            {"inputs": QA_INPUT, "parameters": {"doc_stride": "128"}}, ("doc_stride",))
+_serve_case("wrong type: parameters is a list", "text-classification", "clf",
+            {"inputs": "a film", "parameters": []}, ("parameters must be an object",))
+_serve_case("bool as int: handle_impossible_answer 1", "question-answering", "qa",
+            {"inputs": QA_INPUT, "parameters": {"handle_impossible_answer": 1}}, ("handle_impossible_answer",))
+_serve_case("bool as int: top_k true", "fill-mask", "mlm",
+            {"inputs": "a [MASK] film", "parameters": {"top_k": True}}, ("top_k",))
+_serve_case("negative: max_answer_len -1", "question-answering", "qa",
+            {"inputs": QA_INPUT, "parameters": {"max_answer_len": -1}}, ("max_answer_len",))
+_serve_case("zero: top_k 0", "fill-mask", "mlm", {"inputs": "a [MASK] film", "parameters": {"top_k": 0}}, ("top_k",))
+_serve_case("zero: doc_stride 0", "question-answering", "qa",
+            {"inputs": QA_INPUT, "parameters": {"doc_stride": 0}}, ("doc_stride",))
+_serve_case("huge: max_question_len 10**9", "question-answering", "qa",
+            {"inputs": QA_INPUT, "parameters": {"max_question_len": 10**9}}, ("max_question_len",))
+_serve_case("non-finite: null_threshold 1e400", "question-answering", "qa",
+            b'{"inputs": {"question": "q", "context": "c"}, "parameters": {"null_threshold": 1e400}}',
+            ("null_threshold",))
+_serve_case("non-finite: top_k NaN", "fill-mask", "mlm",
+            b'{"inputs": "a [MASK] film", "parameters": {"top_k": NaN}}', ("NaN",))
+_serve_case("duplicate key: inputs twice", "text-classification", "clf",
+            b'{"inputs": "a good film", "inputs": "a bad film"}', ("twice",))
+_serve_case("duplicate parameter: max_answer_len and max_answer_length", "question-answering", "qa",
+            {"inputs": QA_INPUT, "parameters": {"max_answer_len": 3, "max_answer_length": 30}}, ("same parameter",))
+_serve_case("deep nesting: 100,000 lists", "text-classification", "clf",
+            b"[" * 100_000 + b"]" * 100_000, ("max_json_depth",))
+
+
+@case("serve", "unknown key in the query string: /predict?top_k=1")
+def _(d: Path) -> Outcome:
+    _, url = _serve("text-classification", "clf")
+    return http_outcome(_post(url, {"inputs": "a good film"}, route="predict?top_k=1"), ("query",))
+
+
+@case("serve", "amplification: 330 KB of question-answering at doc_stride 1")
+def _(d: Path) -> Outcome:
+    _, url = _serve("question-answering", "qa")
+    context = " ".join(f"word{i % 89}" for i in range(3300))[:19_500]
+    body = {"inputs": [{"question": "which word?", "context": context}] * 17, "parameters": {"doc_stride": 1}}
+    return http_outcome(_post(url, body, timeout=120), ("max_windows_per_request",), max_seconds=10)
+
+
+@case("serve", "amplification: fill-mask top_k 100,000 on 20 masks")
+def _(d: Path) -> Outcome:
+    _, url = _serve("fill-mask", "mlm")
+    body = {"inputs": " ".join(["[MASK]"] * 20), "parameters": {"top_k": 100_000}}
+    return http_outcome(_post(url, body, timeout=120), ("top_k",), max_answer_bytes=2_000_000)
+
+
+@case("serve", "amplification: multiple-choice with 2,000 choices")
+def _(d: Path) -> Outcome:
+    _, url = _serve("multiple-choice", "mc")
+    body = {"inputs": {"context": "c", "choices": ["x"] * 2000}}
+    return http_outcome(_post(url, body, timeout=120), ("2000 choices",), max_seconds=10)
+
+
+def _raw(port: int, head: bytes):
+    """A raw connection that has sent ``head`` (a request whose body is not all there)."""
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+    sock.sendall(head)
+    return sock
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+@case("serve", "slow client: declares 100 bytes, sends 1")
+def _(d: Path) -> Outcome:
+    proc, url = _serve("text-classification", "clf", "--body-timeout-s", 2, shared=False)
+    try:
+        sock = _raw(_port(url), b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        t0 = time.perf_counter()
+        raw = b""
+        try:
+            while chunk := sock.recv(65536):
+                raw += chunk
+        except TimeoutError:
+            return Outcome("hang", f"no answer and the connection still open after {time.perf_counter() - t0:.0f} s")
+        finally:
+            sock.close()
+        waited = time.perf_counter() - t0
+        if raw.startswith(b"HTTP/1.1 408") and b"body_timeout_s" in raw:
+            return Outcome("clear-error", f"408 after {waited:.1f} s, connection closed")
+        return Outcome("traceback", f"answered {raw[:80]!r} after {waited:.1f} s")
+    finally:
+        _stop(proc)
+
+
+@case("serve", "slow client holding the server at SIGTERM (--graceful-shutdown-s 2)")
+def _(d: Path) -> Outcome:
+    proc, url = _serve("text-classification", "clf", "--graceful-shutdown-s", 2, "--body-timeout-s", 120,
+                       shared=False)
+    sock = _raw(_port(url), b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    try:
+        time.sleep(0.5)
+        took = _stop(proc, grace=30)
+    finally:
+        sock.close()
+    if took > 10:
+        return Outcome("hang", f"SIGTERM took {took:.1f} s (killed at 30 s) with the grace period 2 s")
+    if proc.returncode != 0:
+        return Outcome("traceback", f"exit {proc.returncode} after SIGTERM: {_last(proc.stderr.read())[:140]}")
+    return Outcome("ok", f"exited 0 {took:.1f} s after SIGTERM")
+
+
+@case("serve", "disconnect mid-body, then a request")
+def _(d: Path) -> Outcome:
+    import httpx
+
+    _, url = _serve("text-classification", "clf")
+    body = json.dumps({"inputs": ["a long text"] * 8}).encode()
+    for _ in range(5):
+        sock = _raw(_port(url), b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+                    + body[: len(body) // 2])
+        sock.close()
+    time.sleep(0.5)
+    admitted = httpx.get(f"{url}/ready", timeout=10).json()["admitted_inputs"]
+    after = _post(url, {"inputs": "a good film"}, timeout=30)
+    if after is None:
+        return Outcome("hang", "the request after the disconnects got no answer")
+    return check(admitted == 0 and after.status_code == 200,
+                 f"admitted_inputs {admitted}, then HTTP {after.status_code}", klass="resource-bound-exceeded")
+
+
+@case("serve", "flood: 200 requests at once on --max-concurrent-requests 8")
+def _(d: Path) -> Outcome:
+    import asyncio
+
+    import httpx
+
+    proc, url = _serve("text-classification", "clf", "--max-concurrent-requests", 8, "--max-items", 8,
+                       shared=False)
+
+    async def flood() -> list:
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+            async def one(i: int):
+                try:
+                    return (await client.post(f"{url}/predict", json={"inputs": [f"text {i}"] * 4})).status_code
+                except httpx.TimeoutException:
+                    return "timeout"
+                except httpx.TransportError as e:
+                    return type(e).__name__
+            return await asyncio.gather(*(one(i) for i in range(200)))
+
+    try:
+        codes = Counter(asyncio.run(flood()))
+        health = httpx.get(f"{url}/health", timeout=10).status_code
+        admitted = httpx.get(f"{url}/ready", timeout=10).json()["admitted_inputs"]
+    finally:
+        _stop(proc)
+    if codes.get("timeout"):
+        return Outcome("hang", f"{codes['timeout']} of 200 clients timed out at 60 s: {dict(codes)}")
+    if set(codes) - {200, 429}:
+        return Outcome("traceback", f"answers {dict(codes)}")
+    if health != 200 or admitted != 0 or codes[200] < 2:
+        return Outcome("resource-bound-exceeded", f"answers {dict(codes)}, /health {health}, admitted_inputs "
+                                                  f"{admitted} after")
+    return Outcome("ok", f"answers {dict(codes)}; /health 200 and nothing admitted after")
+
+
+# -------------------------------------------------------------------------------------------------
 # Main
 # -------------------------------------------------------------------------------------------------
 
@@ -1480,7 +2085,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print("| class | cases |")
         print("|---|---|")
-        for k in ("ok", "clear-error", "traceback", "silent-wrong", "data-loss", "hang"):
+        for k in ("ok", "clear-error", "traceback", "silent-wrong", "data-loss", "hang", "resource-bound-exceeded"):
             print(f"| {k} | {counts.get(k, 0)} |")
         print(f"| total | {len(rows)} |")
         by_surface = Counter((r["surface"], r["class"]) for r in rows)

@@ -46,10 +46,20 @@ def test_shape_mismatch_lists_keys(saved):
     cfg = json.loads((saved / "config.json").read_text())
     cfg["intermediate_size"] = 32
     (saved / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError) as e:  # a config.json size the weights do not have: named before the model is built
+        BertModel.from_pretrained(saved)
+    assert ("the config does not match the weights: intermediate_size is 32 but the weights have 24 "
+            "(encoder.layer.0.intermediate.dense.weight (24, 16))") in str(e.value)
+    cfg["intermediate_size"] = 24
+    (saved / "config.json").write_text(json.dumps(cfg))
+    state = load_file(saved / "model.safetensors")  # tensors whose shapes no config size explains: every one listed
+    state["encoder.layer.0.output.dense.weight"] = torch.zeros(16, 32)
+    state["encoder.layer.1.output.dense.weight"] = torch.zeros(16, 32)
+    save_file(state, saved / "model.safetensors")
     with pytest.raises(ValueError) as e:
         BertModel.from_pretrained(saved)
     msg = str(e.value)
-    assert "encoder.layer.0.intermediate.dense.weight: file (24, 16), model (32, 16)" in msg
+    assert "encoder.layer.0.output.dense.weight: file (16, 32), model (16, 24)" in msg
     assert "encoder.layer.1.output.dense.weight" in msg
 
 

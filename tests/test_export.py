@@ -11,6 +11,7 @@ import torch
 import bertkit.heads as H
 from bertkit import BertConfig, BertModel, BertTokenizer
 from bertkit.cli import main
+from bertkit.errors import BertkitError
 from bertkit.inference.export import INPUT_NAMES, TupleOutputModel, export_onnx, onnx_session, run_onnx
 
 TINY = BertConfig(vocab_size=211, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
@@ -193,3 +194,46 @@ def test_onnx_int8_export_that_fails_leaves_only_the_users_files(tmp_path, minil
     assert len(seen) == 1 and seen[0] != str(mine)  # the float graph went to a new file of the run's own
     assert sorted(p.name for p in tmp_path.iterdir()) == [".m.onnx.fp32.onnx", "m"]
     assert mine.read_bytes() == b"keep me"
+
+
+def _tiny_model_dir(tmp_path, minilm_dir):
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    torch.manual_seed(0)
+    BertModel(dataclasses.replace(TINY, vocab_size=len(tok))).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    return tmp_path / "m"
+
+
+def test_a_rejected_export_leaves_the_earlier_file_as_it_was(tmp_path, minilm_dir, monkeypatch):
+    """The new graph is verified under a temporary name beside the old one and renamed into place only once it
+    passes: an export that fails its check (as `export onnx` with --overwrite once did) keeps the earlier file."""
+    pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
+    import bertkit.inference.export as export
+
+    model_dir = _tiny_model_dir(tmp_path, minilm_dir)
+    out = tmp_path / "model.onnx"
+    out.write_bytes(b"the earlier export, in production")
+    monkeypatch.setattr(export, "max_abs_difference", lambda *args: 1.0)
+    with pytest.raises(BertkitError, match=r"differ from bertkit's by 1.00e\+00.*model.onnx was left as it was"):
+        export_onnx(model_dir, out, overwrite=True)
+    assert out.read_bytes() == b"the earlier export, in production"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "model.onnx"]  # no temporary file left
+    monkeypatch.undo()
+    assert export_onnx(model_dir, out, overwrite=True)["verified_max_abs_diff"] < 1e-4  # a good one replaces it
+    assert out.read_bytes()[:20] != b"the earlier export, "
+
+
+@pytest.mark.parametrize("opset", [9, 13, 99])
+def test_an_opset_the_exporter_cannot_write_is_refused_naming_the_range(tmp_path, minilm_dir, capsys, opset):
+    """Below 14 the exporter has no attention operator; above torch.onnx's newest it stops: either was a traceback."""
+    pytest.importorskip("onnx", reason="pip install 'bertkit[onnx]'")
+    from bertkit.inference.export import supported_opsets
+
+    model_dir = _tiny_model_dir(tmp_path, minilm_dir)
+    assert supported_opsets().start == 14 and 17 in supported_opsets()
+    with pytest.raises(BertkitError, match=rf"--opset {opset} is not one bertkit can export: the supported opsets "
+                                           rf"are 14 to {supported_opsets().stop - 1}"):
+        export_onnx(model_dir, tmp_path / "m.onnx", opset=opset)
+    assert main(["export", "onnx", "--model", str(model_dir), "--out", str(tmp_path / "m.onnx"), "--opset",
+                 str(opset)]) == 2
+    assert "supported opsets are 14 to" in capsys.readouterr().err and not (tmp_path / "m.onnx").exists()

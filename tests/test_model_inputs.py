@@ -48,3 +48,27 @@ def test_the_tokenizer_names_what_it_takes(minilm_dir, text, said):
     with pytest.raises(BertkitError, match=r"takes a str, a list of str.*" + said):
         tok(text)
     assert tok([["a", "b"]], is_split_into_words=True)["input_ids"][0][1:3] == tok("a b")["input_ids"][1:3]
+
+
+@pytest.mark.parametrize("mask, bad", [
+    (torch.tensor([[1.0, 0.5, 1.0]]), r"0\.5 at \[0, 1\] \(torch\.float32\)"),
+    (torch.tensor([[1, 2, 0]]), r"2 at \[0, 1\] \(torch\.int64\)"),
+    (torch.tensor([[0.0, -10000.0, 0.0]]), r"-10000\.0 at \[0, 1\].*additive mask"),  # transformers' extended form
+    (torch.tensor([[1.0, float("nan"), 1.0]]), r"nan at \[0, 1\]"),
+    (torch.tensor([[1, 255, 0]], dtype=torch.uint8), r"255 at \[0, 1\]"),
+])
+def test_a_mask_holding_anything_but_0_and_1_is_refused_naming_the_value(mask, bad):
+    model = BertModel(CONFIG).eval()
+    with pytest.raises(BertkitError, match=rf"attention_mask holds {bad}"):
+        model(torch.tensor([[1, 2, 3]]), attention_mask=mask)
+
+
+def test_a_mask_of_0_and_1_in_any_dtype_gives_the_same_outputs():
+    model = BertModel(CONFIG).eval()
+    ids = torch.tensor([[1, 2, 3, 4], [5, 6, 0, 0]])
+    long_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    with torch.no_grad():
+        ref = model(ids, attention_mask=long_mask).last_hidden_state
+        for dtype in (torch.bool, torch.int32, torch.uint8, torch.float32, torch.float16, torch.bfloat16):
+            torch.testing.assert_close(model(ids, attention_mask=long_mask.to(dtype)).last_hidden_state, ref,
+                                       atol=0, rtol=0)

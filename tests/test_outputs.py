@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import pytest
 
 from bertkit.cli import COMMANDS, FAMILIES, main
 from bertkit.errors import BertkitError
-from bertkit.outputs import MARKER, atomic_write_text, claim_output_dir, output_dir
+from bertkit.outputs import _ACTIVE, MARKER, atomic_write_text, claim_output_dir, output_dir
 
 COMMAND_NAMES = [n for n in COMMANDS] + [f"{f} {t}" for f, tasks in FAMILIES.items() for t in tasks]
 
@@ -67,7 +68,7 @@ def test_a_second_command_into_one_directory(tmp_path, first, second):
     """The second command into the first's output is refused; --overwrite removes exactly the first's files."""
     with output_dir(tmp_path, first, {"a": 1}) as claim:
         (claim.path / "sub").mkdir()
-        (claim.path / "sub" / "made.txt").write_text("bertkit's")
+        atomic_write_text(claim.path / "sub" / "made.txt", "bertkit's")
     with pytest.raises(BertkitError, match=f"output of a `bertkit {first}` run") as info:
         claim_output_dir(tmp_path, second, {"a": 2})
     assert "--overwrite" in str(info.value)
@@ -82,7 +83,7 @@ def test_every_command_marks_its_directory_and_guards_it(tmp_path):
     for first, second in zip(COMMAND_NAMES, COMMAND_NAMES[1:] + COMMAND_NAMES[:1]):
         out = tmp_path / first.replace(" ", "-")
         with output_dir(out, first, {"a": 1}) as claim:
-            (claim.path / "made.txt").write_text("bertkit's")
+            atomic_write_text(claim.path / "made.txt", "bertkit's")
         assert json.loads((out / MARKER).read_text())["command"] == first
         for resume in (False, True):
             with pytest.raises(BertkitError, match=f"`bertkit {first}` run"):
@@ -92,7 +93,7 @@ def test_every_command_marks_its_directory_and_guards_it(tmp_path):
 
 def test_overwrite_never_removes_a_file_bertkit_did_not_write(tmp_path):
     with output_dir(tmp_path, "pretrain") as claim:
-        (claim.path / "metrics.jsonl").write_text("{}\n")
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
     (tmp_path / "notes.txt").write_text("the user's notes, added later")
     with pytest.raises(BertkitError, match="other file.s. remain .e.g. notes.txt"):
         claim_output_dir(tmp_path, "finetune ner", overwrite=True)
@@ -110,7 +111,7 @@ def test_a_directory_of_user_files_is_refused_even_with_overwrite(tmp_path):
 
 def test_resume_continues_the_same_command_only(tmp_path):
     with output_dir(tmp_path, "pretrain") as claim:
-        (claim.path / "metrics.jsonl").write_text("{}\n")
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
     with pytest.raises(BertkitError, match="pass --resume to continue it"):
         claim_output_dir(tmp_path, "pretrain")
     with output_dir(tmp_path, "pretrain", resume=True):
@@ -123,7 +124,7 @@ def test_resume_with_other_settings_is_refused_before_anything_is_touched(tmp_pa
     """`finetune glue --task cola --resume` into an SST-2 run (whose checkpoints are gone once it finished)
     would start afresh there and replace its report and best/: refused, naming the changed flag."""
     with output_dir(tmp_path, "finetune glue", {"task": "sst2", "seed": 1}) as claim:
-        (claim.path / "report.json").write_text('{"task": "sst2"}')
+        atomic_write_text(claim.path / "report.json", '{"task": "sst2"}')
     with pytest.raises(BertkitError, match=r"other settings \(--task 'sst2' then, 'cola' now\).*--overwrite"):
         claim_output_dir(tmp_path, "finetune glue", {"task": "cola", "seed": 1}, resume=True)
     assert (tmp_path / "report.json").read_text() == '{"task": "sst2"}'
@@ -134,7 +135,8 @@ def test_resume_with_other_settings_is_refused_before_anything_is_touched(tmp_pa
 def test_overwrite_after_a_killed_run_removes_what_it_made(tmp_path):
     claim = claim_output_dir(tmp_path, "pretrain")  # never released: as if SIGKILLed
     (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "state.pt").write_text("x")
+    atomic_write_text(tmp_path / "checkpoints" / "state.pt", "x")
+    _ACTIVE.remove(claim)  # as if SIGKILLed: the process, and its claim, are gone
     claim._lock.close()
     with output_dir(tmp_path, "pretrain", overwrite=True):
         assert not (tmp_path / "checkpoints").exists()
@@ -175,10 +177,11 @@ def test_commands_into_a_model_or_another_runs_directory_are_refused(tmp_path, m
     run = tmp_path / "pretrain-run"
     with output_dir(run, "pretrain") as claim:
         (claim.path / "checkpoints" / "step-00000010").mkdir(parents=True)
-        (claim.path / "checkpoints" / "step-00000010" / "state.pt").write_text("state")
-        (claim.path / "metrics.jsonl").write_text('{"step": 10}\n')
-    for argv in (["finetune", "ner", "--data-dir", str(tmp_path), "--model", str(model_dir)],
-                 ["finetune", "glue", "--task", "cola", "--data-dir", str(tmp_path), "--model", str(model_dir)]):
+        atomic_write_text(claim.path / "checkpoints" / "step-00000010" / "state.pt", "state")
+        atomic_write_text(claim.path / "metrics.jsonl", '{"step": 10}\n')
+    data = tmp_path / "data"  # not around the run's directory: an output inside an input is refused for that
+    for argv in (["finetune", "ner", "--data-dir", str(data), "--model", str(model_dir)],
+                 ["finetune", "glue", "--task", "cola", "--data-dir", str(data), "--model", str(model_dir)]):
         assert main([*argv, "--output-dir", str(run), "--no-progress"]) == 2
         assert "already holds the output of a `bertkit pretrain` run" in capsys.readouterr().err
     assert (run / "metrics.jsonl").read_text() == '{"step": 10}\n'
@@ -198,7 +201,8 @@ def test_a_run_that_fails_before_writing_leaves_no_directory_behind(tmp_path):
     with pytest.raises(BertkitError), output_dir(tmp_path / "wrote", "pretrain") as claim:
         atomic_write_text(claim.path / "log.txt", "x")
         raise BertkitError("failed")
-    assert json.loads((tmp_path / "wrote" / MARKER).read_text())["files"] == ["log.txt"]
+    assert json.loads((tmp_path / "wrote" / MARKER).read_text())["files"] == {
+        "log.txt": {"size": 1, "sha256": hashlib.sha256(b"x").hexdigest()}}
     assert main(["finetune", "glue", "--task", "mrpc", "--data-dir", str(tmp_path / "no-glue"), "--model",
                  str(tmp_path / "no-model"), "--output-dir", str(tmp_path / "run")]) == 2
     assert not (tmp_path / "run").exists()

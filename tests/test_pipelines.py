@@ -356,3 +356,22 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns_once(minilm_dir, monkeypa
     assert _hardware.warn_if_bf16_is_emulated("cpu") is False
     assert _hardware.warn_if_bf16_is_emulated("cuda") is False  # GPUs are not this check's business
     _hardware.warn_if_bf16_is_emulated.cache_clear()
+
+
+def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp_path_factory, minilm_dir):
+    """{"text": a, "text_pairr": b} was answered as the single text a: a misspelled pair key is now refused."""
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    clf = bertkit.pipeline("text-classification", d)
+    pair = clf({"text": "A man is eating.", "text_pair": "Someone eats."})
+    assert pair != clf("A man is eating.")  # the pair key is read
+    with pytest.raises(BertkitError, match=r"'text_pairr'.*'text', 'text_pair'"):
+        clf({"text": "A man is eating.", "text_pairr": "Someone eats."})
+    embed = bertkit.pipeline("sentence-embedding", minilm_dir)
+    with pytest.raises(BertkitError, match=r"input 1 has key\(s\) 'pair'"):
+        embed(["fine", {"text": "a", "pair": "b"}])
+    qa_dir, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    with pytest.raises(BertkitError, match=r"'top_k'.*'question', 'context'"):
+        bertkit.pipeline("question-answering", qa_dir)({"question": "Who?", "context": "Ann came.", "top_k": 3})
+    mc_dir, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMultipleChoice")
+    with pytest.raises(BertkitError, match=r"'label'"):
+        bertkit.pipeline("multiple-choice", mc_dir)({"context": "c", "choices": ["a", "b"], "label": 0})

@@ -226,6 +226,65 @@ def test_an_input_directory_and_an_unwritable_output_are_refused_naming_them(tmp
         check_writable(target)
 
 
+def _predict(model: Path, path: Path, *extra: str) -> int:
+    from bertkit.cli import main
+
+    return main(["predict", "text-classification", "--model", str(model), "--input", str(path), "--output-file",
+                 str(path.with_suffix(".out.jsonl")), "--no-progress", *extra])
+
+
+def test_predict_on_pairs_it_was_not_told_about_warns_and_a_pair_trained_model_refuses(tiny_dirs, tmp_path, capsys,
+                                                                                       caplog):
+    import shutil
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"text": "a good film", "text_pair": "dull"}\n{"text": "bad", "text_pair": "fine"}\n',
+                    encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        assert _predict(tiny_dirs["clf"], path) == 0  # a single-text model: the first texts, and a warning
+    assert "pairs.jsonl:1: the inputs hold a second text (field 'text_pair')" in caplog.text
+    assert len(path.with_suffix(".out.jsonl").read_text().splitlines()) == 2
+
+    pair_model = tmp_path / "pair-model"
+    shutil.copytree(tiny_dirs["clf"], pair_model)
+    config = json.loads((pair_model / "config.json").read_text())
+    (pair_model / "config.json").write_text(json.dumps({**config, "text_pair": True}))
+    path.with_suffix(".out.jsonl").unlink()
+    capsys.readouterr()
+    assert _predict(pair_model, path) == 2
+    err = capsys.readouterr().err
+    assert "pairs.jsonl:1: the model was fine-tuned on text pairs" in err and "--text-pair-column text_pair" in err
+    assert not path.with_suffix(".out.jsonl").exists()
+    assert _predict(pair_model, path, "--text-pair-column", "text_pair") == 0
+
+
+def test_predict_refuses_a_whitespace_row_a_nul_byte_and_a_line_over_the_limit_with_exit_2(tiny_dirs, tmp_path,
+                                                                                           capsys):
+    cases = {"ws.csv": (b"text,n\ngood,1\n   ,2\n", "ws.csv:3: 'text' is only whitespace"),
+             "nul.txt": (b"good\n" + b"\x00" * 3_000_000 + b"\n", "nul.txt:2: a NUL byte"),
+             "long.txt": (b"good\n" + b"w " * 1_500_000 + b"\n", "long.txt:2: this line is longer than 1,000,000 bytes")}
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        assert _predict(tiny_dirs["clf"], tmp_path / name, "--max-line-bytes", "1000000") == 2, name
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / name).with_suffix(".out.jsonl").exists()
+
+
+def test_finetune_classify_marks_a_pair_model_in_its_config(tiny_dirs, tmp_path):
+    from bertkit.cli import main
+
+    train = tmp_path / "pairs.csv"
+    train.write_text("text,text_pair,label\ngood,fine,pos\nbad,dull,neg\ngood film,fine,pos\ndull,bad,neg\n",
+                     encoding="utf-8")
+    for pair, out in ((["--text-pair-column", "text_pair"], tmp_path / "pair"), ([], tmp_path / "single")):
+        assert main(["finetune", "classify", "--model", str(tiny_dirs["clf"]), "--train-file", str(train),
+                     "--validation-file", str(train), "--output-dir", str(out), "--num-train-epochs", "1",
+                     "--batch-size", "2", "--no-progress", *pair]) == 0
+    assert json.loads((tmp_path / "pair" / "best" / "config.json").read_text())["text_pair"] is True
+    assert json.loads((tmp_path / "single" / "best" / "config.json").read_text())["text_pair"] is False
+
+
 # -- finetune classify: the checkpoint and the validation file ------------------------------------------
 
 

@@ -199,7 +199,7 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
     (json.dumps({"inputs": ["t"] * 9}).encode(), 422, "9 inputs exceed max_items 8"),
     (json.dumps({"inputs": "y" * 2001}).encode(), 422, "2001 characters, over max_text_chars 2000"),
     (json.dumps({"inputs": "x", "parameters": {"stride": 2}}).encode(), 422, "takes no parameter(s) stride"),
-    (json.dumps({"inputs": "x", "parameters": {"top_k": 0}}).encode(), 422, "top_k must be a positive int, got 0"),
+    (json.dumps({"inputs": "x", "parameters": {"top_k": 0}}).encode(), 422, "top_k must be an int in [1, 100]"),
     (json.dumps({"inputs": ["z" * 1500] * 14}).encode(), 413, "exceeds max_body_bytes 20000"),
 ])
 def test_bad_requests_get_a_4xx_naming_the_problem(served, body, status, message):

@@ -183,6 +183,23 @@ def _field(number: int, value: int | bytes) -> bytes:
     return _varint(number << 3) + _varint(value)
 
 
+def _reference_crc32c(data: bytes) -> int:
+    """CRC-32C one bit at a time (RFC 3720's definition), independent of bertkit's vectorised one."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def _masked_crc32c(data: bytes) -> bytes:
+    """BundleEntryProto field 6 (fixed32): the crc32c TensorFlow stores, masked as tsl's crc32c::Mask does."""
+    crc = _reference_crc32c(data)
+    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return _varint(6 << 3 | 5) + struct.pack("<I", masked)
+
+
 def _block(entries: list[tuple[bytes, bytes]]) -> bytes:
     body = b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in entries)
     return body + struct.pack("<II", 0, 1)  # one restart point, at 0
@@ -194,7 +211,8 @@ def write_bundle(prefix, tensors: dict[str, np.ndarray]) -> None:
     for name in sorted(tensors):
         arr = np.ascontiguousarray(tensors[name], dtype=np.float32)
         shape = b"".join(_field(2, _field(1, d)) for d in arr.shape)
-        entries.append((name.encode(), _field(1, 1) + _field(2, shape) + _field(4, len(data)) + _field(5, arr.nbytes)))
+        entries.append((name.encode(), _field(1, 1) + _field(2, shape) + _field(4, len(data)) + _field(5, arr.nbytes)
+                        + _masked_crc32c(arr.tobytes())))
         data += arr.tobytes()
     table = bytearray()
     handles = []
@@ -260,3 +278,28 @@ def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path):
         write_bundle(tmp_path / "partial.ckpt", {k: v for k, v in google.items() if "layer_1/output/dense" not in k})
         convert_tf_checkpoint(tmp_path / "partial.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
                               tmp_path / "partial")
+
+
+def test_crc32c_matches_the_standard_check_value_and_a_bitwise_reference():
+    from bertkit.inference.tf_checkpoint import crc32c
+
+    assert crc32c(b"123456789") == 0xE3069283 == _reference_crc32c(b"123456789")  # RFC 3720's check value
+    data = np.random.default_rng(0).integers(0, 256, 70_001, dtype=np.uint8).tobytes()  # chunked and a tail
+    assert crc32c(data) == _reference_crc32c(data)
+    assert crc32c(b"") == 0
+
+
+def test_a_corrupted_data_shard_fails_its_checksum_naming_the_tensor_and_file(tmp_path):
+    """TF records each tensor's masked crc32c in the index; one flipped byte in the data shard is refused, naming
+    the variable and the file, instead of converting into a model with one wrong weight."""
+    rng = np.random.default_rng(0)
+    tensors = {"bert/pooler/dense/bias": rng.standard_normal(H).astype(np.float32),
+               "bert/pooler/dense/kernel": rng.standard_normal((H, H)).astype(np.float32)}
+    write_bundle(tmp_path / "bert_model.ckpt", tensors)
+    assert read_tf_checkpoint(tmp_path / "bert_model.ckpt")["bert/pooler/dense/kernel"].shape == (H, H)
+    shard = tmp_path / "bert_model.ckpt.data-00000-of-00001"
+    data = bytearray(shard.read_bytes())
+    data[H * 4 + 5] ^= 0x01  # a byte of the kernel (the bias comes first, sorted by name)
+    shard.write_bytes(bytes(data))
+    with pytest.raises(BertkitError, match=r"data-00000-of-00001: variable bert/pooler/dense/kernel fails its checksum"):
+        read_tf_checkpoint(tmp_path / "bert_model.ckpt")

@@ -1,9 +1,12 @@
 """Users' files as `bertkit predict TASK` and `bertkit finetune classify` read them (no model needed): the format
-from --input-format or the suffix, header and blank-line rules with FILE:LINE errors, fill-mask rows that lack
-the mask token, and the scores finetune classify reports for more than two classes."""
+from --input-format or the suffix, header and blank-line rules with FILE:LINE errors, blank texts, a second text
+no flag names, binary files and huge lines, fill-mask rows that lack the mask token, and the scores finetune
+classify reports for more than two classes."""
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +14,10 @@ import pytest
 
 from bertkit.errors import BertkitError
 from bertkit.inference.files import Columns, read_inputs
+from bertkit.settings import ClassifySettings
 from bertkit.tasks.files import file_format, read_records
 from bertkit.tasks.glue import GlueExample
-from bertkit.training.finetune import classify_task
+from bertkit.training.finetune import classify_task, read_labelled
 
 
 def test_the_format_is_the_flags_or_the_suffixs_and_an_unknown_suffix_is_an_error(tmp_path):
@@ -65,8 +69,161 @@ def test_blank_lines_at_the_end_are_a_files_trailing_newlines_and_a_row_of_empty
     assert list(read_records(csv_path, "csv")) == [(2, {"text": "good", "label": "1"}),
                                                    (3, {"text": "", "label": ""}),
                                                    (5, {"text": "two\nlines", "label": "0"})]
-    text_path.write_text("good\nbad\n\n  \n", encoding="utf-8")
+    text_path.write_text("good\nbad\n\n\r\n\n", encoding="utf-8")
     assert list(read_records(text_path, "text")) == [(1, "good"), (2, "bad")]
+
+
+@pytest.mark.parametrize("name, content, line", [
+    ("w.csv", "text,label\ngood,1\n   ,0\n", 3),  # the last row: whitespace in the text column
+    ("w.csv", "id,text\n1,good\n2,\n", 3),  # an empty text field
+    ("w.csv", "text\ngood\n   \n", 3),  # one column: a line of whitespace, even at the end
+    ("w.tsv", "text\tlabel\ngood\t1\n \t0\n", 3),
+    ("w.jsonl", '{"text": "good"}\n{"text": " \\t "}\n', 2),
+    ("w.jsonl", '"good"\n"   "\n', 2),  # a bare JSON string
+    ("w.jsonl", '{"text": "good"}\n{"text": ""}\n', 2),
+    ("w.txt", "good\nbad\n \t \n\n", 3),  # a whitespace line at the end is a row, not a line ending
+])
+def test_a_blank_or_whitespace_text_is_refused_naming_file_and_line_in_every_format(tmp_path, name, content, line):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=rf"/{path.name.replace('.', '[.]')}:{line}: .*(empty|whitespace)"):
+        read_inputs(path, "text-classification", Columns(id="id" if "id," in content else None))
+
+
+@pytest.mark.parametrize("content, line", [
+    ('{"question": "who?", "context": "  "}\n', 1),
+    ('{"question": "", "context": "Ada wrote it."}\n', 1),
+])
+def test_a_blank_question_or_context_is_refused(tmp_path, content, line):
+    path = tmp_path / "qa.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(BertkitError, match=rf"qa\.jsonl:{line}: '(question|context)' is (empty|only whitespace)"):
+        read_inputs(path, "question-answering")
+
+
+def _classify(tmp_path: Path, **kwargs) -> ClassifySettings:
+    return ClassifySettings(model_name_or_path=tmp_path, output_dir=tmp_path / "out", train_file=tmp_path / "t.csv",
+                            validation_file=tmp_path / "t.csv", **kwargs)
+
+
+@pytest.mark.parametrize("content, line", [("text,label\ngood,1\n  ,0\n", 3),
+                                           ("text,text_b,label\ngood,fine,1\nbad,,0\n", 3)])
+def test_finetune_classify_refuses_a_blank_text_naming_file_and_line(tmp_path, content, line):
+    (tmp_path / "t.csv").write_text(content, encoding="utf-8")
+    s = _classify(tmp_path, text_pair_column="text_b" if "text_b" in content else None)
+    with pytest.raises(BertkitError, match=rf"t\.csv:{line}: 'text(_b)?' is (empty|only whitespace)"):
+        read_labelled(tmp_path / "t.csv", s)
+
+
+# -- a second text no flag names ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, content, columns, field", [
+    ("p.jsonl", '{"text": "a", "text_pair": "b"}\n{"text": "c", "text_pair": "d"}\n', Columns(), "text_pair"),
+    ("p.csv", "sentence1,sentence2\na,b\n", Columns(text="sentence1"), "sentence2"),
+    ("p.tsv", "question\tsentence\tlabel\na?\tb\t1\n", Columns(text="sentence"), "question"),
+    ("p.jsonl", '{"premise": "a", "hypothesis": "b"}\n', Columns(text="premise"), "hypothesis"),
+])
+def test_a_second_text_no_flag_names_is_warned_about_or_refused_for_a_pair_model(tmp_path, caplog, name, content,
+                                                                                  columns, field):
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        inputs, _ = read_inputs(path, "text-classification", columns)
+    assert all("text_pair" not in x for x in inputs)  # read as told: the first texts alone ...
+    assert f"{name}:2: the inputs hold a second text" in caplog.text or f"{name}:1:" in caplog.text
+    assert f"'{field}'" in caplog.text and f"--text-pair-column {field}" in caplog.text  # ... and said so, once
+    assert caplog.text.count("second text") == 1
+    with pytest.raises(BertkitError, match=rf"{name.replace('.', '[.]')}:[12]: the model was fine-tuned on text pairs"
+                                           rf".*'{field}'.*--text-pair-column {field}"):
+        read_inputs(path, "text-classification", columns, pair_model=True)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertkit"):  # told: read as pairs, no warning
+        inputs, _ = read_inputs(path, "text-classification", Columns(text=columns.text, text_pair=field))
+    assert inputs[0]["text_pair"] and caplog.text == ""
+
+
+def test_a_file_with_one_text_and_other_columns_gives_no_warning(tmp_path, caplog):
+    path = tmp_path / "r.csv"
+    path.write_text("id,text,label,source\n1,good,pos,web\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        read_inputs(path, "text-classification", Columns(id="id"))
+        read_inputs(path, "token-classification")  # a task that reads one text only: no pair to miss
+    assert caplog.text == ""
+
+
+def test_finetune_classify_warns_of_a_second_text_no_flag_names(tmp_path, caplog):
+    (tmp_path / "t.csv").write_text("text,text_pair,label\na,b,1\nc,d,0\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        read_labelled(tmp_path / "t.csv", _classify(tmp_path))
+    assert "t.csv:2: the rows hold a second text (column 'text_pair')" in caplog.text
+    assert "--text-pair-column text_pair" in caplog.text
+
+
+def test_a_checkpoint_says_whether_it_was_fine_tuned_on_pairs(tmp_path):
+    from bertkit.inference.files import trained_on_pairs
+
+    for config, pairs in [({"text_pair": True}, True), ({"text_pair": False, "finetuning_task": "mrpc"}, False),
+                          ({"finetuning_task": "mrpc"}, True), ({"finetuning_task": "sst-2"}, False),
+                          ({"finetuning_task": "my-task"}, False), ({}, False)]:
+        (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        assert trained_on_pairs(tmp_path) is pairs, config
+    assert trained_on_pairs(tmp_path / "missing") is False
+
+
+# -- binary files and huge lines -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, content, line", [
+    ("n.csv", b"text\ngood\nb\x00ad\n", 3),
+    ("n.tsv", b"text\ngood\nb\x00ad\n", 3),
+    ("n.jsonl", b'{"text": "good"}\n{"text": "b\x00ad"}\n', 2),
+    ("n.txt", b"good\n\x00\x00\x00\n", 2),
+    ("n.txt", "good\n".encode("utf-16"), 1),  # UTF-16: NUL in every other byte
+])
+def test_a_nul_byte_is_refused_as_a_binary_file_naming_file_and_line(tmp_path, name, content, line):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(BertkitError, match=rf"n\.{name[2:]}:{line}: a NUL byte .* binary file"):
+        list(read_records(path, file_format(path)))
+
+
+@pytest.mark.parametrize("name", ["big.txt", "big.jsonl", "big.csv", "big.tsv"])
+def test_a_line_over_the_limit_is_refused_without_reading_it_whole(tmp_path, name):
+    import tracemalloc
+
+    path = tmp_path / name
+    with open(path, "wb") as f:  # 4 MB on one line, after a good one
+        f.write(b"text\n" if name.endswith(("csv", "tsv")) else b"")
+        f.write(b'"good"\n' if name.endswith("jsonl") else b"good\n")
+        quote = b'"' if name.endswith("jsonl") else b""
+        f.write(quote + b"x" * 4_000_000 + quote + b"\n")
+    first = 3 if name.endswith(("csv", "tsv")) else 2
+    tracemalloc.start()
+    try:
+        with pytest.raises(BertkitError, match=rf"{name.replace('.', '[.]')}:{first}: this line is longer than "
+                                               r"1,000,000 bytes \(the line limit, --max-line-bytes\)"):
+            list(read_records(path, file_format(path), max_line_bytes=1_000_000))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3_000_000, peak  # one limit's worth of bytes (and its decoding), never the 4 MB line
+    assert list(read_records(path, file_format(path), max_line_bytes=5_000_000))[-1][0] == first  # a flag away
+
+
+def test_a_csv_record_spanning_lines_counts_against_the_limit(tmp_path):
+    path = tmp_path / "open.csv"
+    path.write_text('text\ngood\n"never closed\n' + "more text\n" * 200, encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"open\.csv:3: the record from line 3 to line \d+ is longer than 1,000 "
+                                           r"bytes.*quote left open"):
+        list(read_records(path, "csv", max_line_bytes=1000))
+
+
+def test_bytes_that_are_not_utf8_name_the_line_without_reading_the_file_whole(tmp_path):
+    path = tmp_path / "latin.csv"
+    path.write_bytes("text\ngood\ncaf\xe9\n".encode("latin-1"))
+    with pytest.raises(BertkitError, match=r"latin\.csv is not UTF-8 text: line 3, byte 13 \(b'\\xe9'\)"):
+        list(read_records(path, "csv"))
 
 
 @pytest.mark.parametrize("name, content, line", [
@@ -101,3 +258,17 @@ def test_finetune_classify_scores_macro_f1_beside_accuracy_for_more_than_two_cla
 
     two = classify_task(_examples(["neg", "pos", "pos"]), "auto", "reviews", pairs=False)
     assert two.metric(np.array([0, 1, 1]), np.array([0, 1, 0])) == {"accuracy": pytest.approx(2 / 3)}
+
+
+def test_extract_features_inputs_are_read_with_the_same_line_checks(tmp_path):
+    from bertkit.features import read_texts
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"Hello world.\n\na ||| b\n")  # blank lines kept, as google's reader keeps them
+    assert read_texts(path) == [("Hello world.", None), ("", None), ("a", "b")]
+    path.write_bytes(b"Hello\n\x00\x00\n")
+    with pytest.raises(BertkitError, match=r"in\.txt:2: a NUL byte"):
+        read_texts(path)
+    path.write_bytes("caf\xe9\n".encode("latin-1"))
+    with pytest.raises(BertkitError, match=r"in\.txt is not UTF-8 text: line 1, byte 3"):
+        read_texts(path)

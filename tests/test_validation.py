@@ -91,6 +91,69 @@ def test_bad_config_values_name_file_field_and_value(saved, change, message):
     assert str(saved / "config.json") in str(info.value)
 
 
+@pytest.mark.parametrize("change,message", [
+    (dict(vocab_size=2**40), r"BertConfig describes 1\.76e\+13 parameters, more than any BERT has \(limit 1e\+12\): "
+                             r"the embeddings \(vocab_size 1099511627776 "),
+    (dict(num_hidden_layers=2**31, hidden_size=16), r"the layers \(num_hidden_layers 2147483648 of hidden_size 16"),
+])
+def test_a_config_no_bert_could_have_is_refused_when_read(saved, change, message):
+    _edit_config(saved, **change)
+    with pytest.raises(BertkitError, match=message):
+        BertForSequenceClassification.from_pretrained(saved)
+
+
+def test_the_largest_real_encoders_are_still_valid_configs():
+    assert BertConfig.preset("large") and BertConfig(hidden_size=5120, num_hidden_layers=48, num_attention_heads=40,
+                                                      intermediate_size=20480, vocab_size=250_002)  # ~15B: XLM-R XXL+
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(num_hidden_layers=200_000), r"num_hidden_layers is 200000 but the weights have 1 \(encoder\.layer\.0 to 0; no encoder\.layer\.1\)"),
+    (dict(vocab_size=31, num_hidden_layers=3),
+     r"vocab_size is 31 but the weights have 30 \(embeddings\.word_embeddings\.weight \(30, 16\)\); "
+     r"num_hidden_layers is 3 but the weights have 1"),
+    (dict(max_position_embeddings=4096), r"max_position_embeddings is 4096 but the weights have 8"),
+    (dict(intermediate_size=48), r"intermediate_size is 48 but the weights have 24"),
+])
+def test_a_config_that_does_not_match_its_weights_is_refused_before_the_model_is_built(saved, change, message,
+                                                                                        monkeypatch):
+    from bertkit import checkpoint_io, modeling
+
+    _edit_config(saved, **change)
+
+    def built(*args, **kwargs):
+        raise AssertionError("the model was built before the config was checked against the weights")
+
+    monkeypatch.setattr(modeling.BertModel, "__init__", built)
+    monkeypatch.setattr(checkpoint_io, "read_weights", lambda d: built())  # the header alone is read
+    with pytest.raises(BertkitError, match=rf"{saved}: the config does not match the weights: .*{message}"):
+        BertForSequenceClassification.from_pretrained(saved)
+
+
+def test_a_legacy_pickle_and_a_state_dict_are_checked_against_the_config_too(saved):
+    weights = BertForSequenceClassification.from_pretrained(saved).published_state_dict()
+    _edit_config(saved, num_hidden_layers=4)
+    (saved / "model.safetensors").unlink()
+    torch.save(weights, saved / "pytorch_model.bin")
+    with pytest.raises(BertkitError, match=r"num_hidden_layers is 4 but the weights have 1"):
+        BertForSequenceClassification.from_pretrained(saved)
+    with pytest.raises(BertkitError, match=r"state_dict: the config does not match the weights: hidden_size is 32"):
+        BertForSequenceClassification.from_pretrained(None, config=BertConfig(**{**TINY, "hidden_size": 32}),
+                                                      state_dict=weights)
+
+
+def test_a_model_larger_than_the_machines_memory_is_refused_before_any_layer_is_built(monkeypatch):
+    from bertkit import model_checks
+
+    monkeypatch.setattr(model_checks, "physical_memory_bytes", lambda: 2**30)  # a 1 GiB machine
+    config = BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
+    with pytest.raises(BertkitError, match=r"this BertConfig's 335,141,888 parameters need 1\.2 GiB in torch\.float32, "
+                                           r"more than this machine's 1\.0 GiB of memory \(num_hidden_layers 24"):
+        BertModel(config)
+    with torch.device("meta"):  # shapes only: no memory needed, no check
+        assert BertModel(config).num_parameters() == 335_141_888
+
+
 def _tokenizer_dir(tmp_path, minilm_dir):
     d = tmp_path / "tok"
     d.mkdir()

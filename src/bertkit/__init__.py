@@ -33,6 +33,20 @@ _EXPORTS = {
     "AutoModelForTokenClassification": "bertkit.auto",
     "AutoModelForQuestionAnswering": "bertkit.auto",
     "AutoModelForMultipleChoice": "bertkit.auto",
+    "Trainer": "bertkit.training.trainer",
+    "TrainerCallback": "bertkit.training.callbacks",
+    "TrainerState": "bertkit.training.callbacks",
+    "TrainerControl": "bertkit.training.callbacks",
+    "EarlyStoppingCallback": "bertkit.training.callbacks",
+    "EvalPrediction": "bertkit.training.callbacks",
+    "TrainOutput": "bertkit.training.callbacks",
+    "PredictionOutput": "bertkit.training.callbacks",
+    "set_seed": "bertkit.training.trainer",
+    "TrainingArguments": "bertkit.training.trainer_args",
+    "DataCollatorWithPadding": "bertkit.data.collators",
+    "DataCollatorForTokenClassification": "bertkit.data.collators",
+    "DataCollatorForLanguageModeling": "bertkit.data.collators",
+    "DefaultDataCollator": "bertkit.data.collators",
 }
 __all__ = list(_EXPORTS)
 

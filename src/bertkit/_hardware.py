@@ -28,3 +28,13 @@ def warn_if_bf16_is_emulated(device_type: str) -> bool:
                    "reports %s): bf16 runs emulated, several times slower than fp32. Leave bf16 off here.",
                    torch.backends.cpu.get_cpu_capability())
     return True
+
+
+def physical_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes, or None where the OS does not say (no sysconf: Windows)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None

@@ -148,6 +148,61 @@ def _all_known_published_keys(num_layers: int) -> set[str]:
 # ---------------------------------------------------------------------------------------------------
 
 
+def _unreadable(st_path: Path, e: Exception) -> BertkitError:
+    return BertkitError(f"{st_path} could not be read as safetensors ({e}); the file is truncated or corrupt "
+                        f"(size {st_path.stat().st_size} bytes): copy or download it again")
+
+
+def read_weight_shapes(directory: Path) -> dict[str, tuple[int, ...]] | None:
+    """The tensor shapes in ``directory``'s model.safetensors, read from its header alone (no tensor is loaded),
+    or None when the directory has no such file (a legacy pickle's shapes are known only once it is loaded)."""
+    st_path = directory / WEIGHTS_NAME
+    if not st_path.is_file():
+        return None
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(st_path), framework="pt") as f:
+            return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}  # noqa: SIM118 - not a dict
+    except SafetensorError as e:
+        raise _unreadable(st_path, e) from e
+
+
+# Which config.json sizes each published encoder tensor's dimensions are: (tensor, ((field, dimension), ...)).
+_SIZES = (
+    ("embeddings.word_embeddings.weight", (("vocab_size", 0), ("hidden_size", 1))),
+    ("embeddings.position_embeddings.weight", (("max_position_embeddings", 0), ("hidden_size", 1))),
+    ("embeddings.token_type_embeddings.weight", (("type_vocab_size", 0), ("hidden_size", 1))),
+    ("encoder.layer.0.intermediate.dense.weight", (("intermediate_size", 0), ("hidden_size", 1))),
+)
+
+
+def check_config_fits_weights(config: BertConfig, shapes: dict[str, tuple[int, ...]], source: str) -> None:
+    """Refuse a config whose sizes are not the weights' (read from their shapes), naming every such field, its
+    value and the weights': before the model is built, so a config.json saying vocab_size 2**40 or 200,000
+    layers for a small checkpoint is an error here, not an allocation of the config's size first."""
+    canonical = {_strip_encoder_prefix(_normalise_published_key(k)): v for k, v in shapes.items()}
+    found: dict[str, tuple[int, int, str]] = {}  # field -> (config's value, weights' value, the tensor read)
+    for key, dims in _SIZES:
+        shape = canonical.get(key)
+        if shape is None or len(shape) != 2:
+            continue  # absent or malformed: the strict loading names it
+        for field, dim in dims:
+            if field not in found and shape[dim] != getattr(config, field):
+                found[field] = (getattr(config, field), shape[dim], f"{key} {shape}")
+    layers = {int(k.split(".")[2]) for k in canonical if k.startswith("encoder.layer.") and k.split(".")[2].isdigit()}
+    n = max(layers) + 1 if layers else None
+    if n is not None and n != config.num_hidden_layers:
+        found["num_hidden_layers"] = (config.num_hidden_layers, n, f"encoder.layer.0 to {n - 1}"
+                                      + (f"; no encoder.layer.{n}" if n < config.num_hidden_layers else ""))
+    if found:
+        raise BertkitError(f"{source}: the config does not match the weights: "
+                           + "; ".join(f"{field} is {ours} but the weights have {theirs} ({key})"
+                                       for field, (ours, theirs, key) in found.items())
+                           + "; fix config.json (or the overrides passed) to the weights' sizes, or pair the weights "
+                             "with the config.json they were saved with")
+
+
 def read_weights(directory: Path) -> dict[str, Tensor]:
     """The state dict stored in ``directory`` (safetensors first, else the legacy torch pickle, safely)."""
     st_path, bin_path = directory / WEIGHTS_NAME, directory / LEGACY_WEIGHTS_NAME
@@ -158,10 +213,7 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
         try:
             return load_file(str(st_path))
         except SafetensorError as e:
-            raise BertkitError(
-                f"{st_path} could not be read as safetensors ({e}); the file is truncated or corrupt "
-                f"(size {st_path.stat().st_size} bytes): copy or download it again"
-            ) from e
+            raise _unreadable(st_path, e) from e
     if bin_path.is_file():
         # weights_only=True refuses arbitrary pickled objects: a checkpoint must not be able to run code.
         import pickle
@@ -286,7 +338,16 @@ class PretrainedMixin:
             config = BertConfig.from_json_file(directory / CONFIG_NAME, **config_overrides)
         elif config_overrides:
             config = BertConfig.from_dict(config.to_dict(), **config_overrides)
+        source = "state_dict" if state_dict is not None else str(directory)
+        # The sizes first (from model.safetensors' header, before its tensors load), and before the model is built:
+        # nothing of the config's size is allocated for a config.json that does not belong to the weights.
+        shapes = read_weight_shapes(directory) if state_dict is None else None
+        if shapes is not None:
+            check_config_fits_weights(config, shapes, source)
         weights = state_dict if state_dict is not None else read_weights(directory)
+        if shapes is None:
+            check_config_fits_weights(config, {k: tuple(v.shape) for k, v in weights.items()
+                                               if isinstance(v, Tensor)}, source)
         if add_pooling_layer is not None and cls.checkpoint_head != "base":
             raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")
         building = _BUILDING_TO_LOAD.set(True)
@@ -294,9 +355,7 @@ class PretrainedMixin:
             model = cls(config) if add_pooling_layer is None else cls(config, add_pooling_layer=add_pooling_layer)
         finally:
             _BUILDING_TO_LOAD.reset(building)
-        loaded = model.load_published_state_dict(
-            weights, source="state_dict" if state_dict is not None else str(directory),
-            ignore_mismatched_sizes=ignore_mismatched_sizes)
+        loaded = model.load_published_state_dict(weights, source=source, ignore_mismatched_sizes=ignore_mismatched_sizes)
         model._initialise_unloaded(loaded)
         if attn_implementation is not None:
             model._encoder().attn_implementation = attn_implementation

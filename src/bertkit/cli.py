@@ -195,7 +195,8 @@ def _extract(s) -> dict:
         calibration = read_calibration_file(s.calibration_file) if s.calibration_file is not None else None
         model = quantize_int8_on_texts(model.eval(), tokenizer, calibration, max_length=s.max_seq_length)
     return extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
-                            batch_size=s.batch_size, dtype=s.dtype, device=s.device, progress=s.progress)
+                            batch_size=s.batch_size, dtype=s.dtype, device=s.device, progress=s.progress,
+                            overwrite=s.overwrite)
 
 
 @command("feature-study", "the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",
@@ -295,18 +296,20 @@ def _claim(name: str, s: Any):
     earlier run bertkit may replace (--overwrite) or continue (--resume)."""
     from bertkit.outputs import output_dir, refuse_existing_file
 
+    # paths compare by where they lead, not as typed: --resume may run from another working directory
+    paths = [f.name for f in dataclasses.fields(s) if _is_path(getattr(s, f.name))]
+    # every path setting but the output is something the command reads: never written into or cleared
+    inputs = {k: getattr(s, k) for k in paths if k not in ("output_dir", "output_file")}
     if hasattr(s, "output_file"):  # one file, not a directory
-        refuse_existing_file(Path(s.output_file), s.overwrite)
+        refuse_existing_file(Path(s.output_file), s.overwrite, inputs=inputs)
         return contextlib.nullcontext()
     if getattr(s, "output_dir", None) is None:
         return contextlib.nullcontext()
     fingerprint = {f.name: str(v) if isinstance(v := getattr(s, f.name), Path) else v
                    for f in dataclasses.fields(s) if f.name not in HOW_TO_RUN}
-    # paths compare by where they lead, not as typed: --resume may run from another working directory
-    paths = [f.name for f in dataclasses.fields(s) if _is_path(getattr(s, f.name))]
     return output_dir(s.output_dir, name, json.loads(json.dumps(fingerprint, default=str)),
                       overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"),
-                      paths=paths)
+                      paths=paths, inputs=inputs)
 
 
 def _is_path(value: Any) -> bool:

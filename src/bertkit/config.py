@@ -23,6 +23,24 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 DEFAULT_ID2LABEL = {0: "LABEL_0", 1: "LABEL_1"}
 # Written to config.json only when they differ from these defaults (runtime switches, not the network's shape).
 _RUNTIME_DEFAULTS = {"output_hidden_states": False, "output_attentions": False, "return_dict": True}
+# More parameters than any BERT has (BERT-LARGE 340M; the largest published encoders about 10^10): a config beyond
+# it is a typo or a damaged file (vocab_size 2**40), refused when it is read, not in the allocator.
+MAX_PARAMETERS = 10**12
+
+
+def encoder_parameter_count(config: BertConfig) -> int:
+    """Closed-form parameter count of BertModel with its pooler (the paper's 110M for BASE, 340M for LARGE)."""
+    H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    return _embedding_parameters(config) + L * _layer_parameters(H, I) + H * H + H
+
+
+def _embedding_parameters(config: BertConfig) -> int:
+    return (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * config.hidden_size \
+        + 2 * config.hidden_size
+
+
+def _layer_parameters(H: int, I: int) -> int:  # noqa: E741 - the paper's letters
+    return 3 * H * H + 3 * H + H * H + H + 2 * H + H * I + I + I * H + H + 2 * H
 
 
 @dataclass
@@ -83,6 +101,17 @@ class BertConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise BertkitError(f"BertConfig.{name} must be a positive int, got {value!r}")
+        count = encoder_parameter_count(self)
+        if count > MAX_PARAMETERS:
+            embeddings = _embedding_parameters(self)
+            layers = count - embeddings
+            part = (f"the embeddings (vocab_size {self.vocab_size} + max_position_embeddings "
+                    f"{self.max_position_embeddings} + type_vocab_size {self.type_vocab_size}, x hidden_size "
+                    f"{self.hidden_size}) hold {embeddings:.3g}" if embeddings >= layers else
+                    f"the layers (num_hidden_layers {self.num_hidden_layers} of hidden_size {self.hidden_size}, "
+                    f"intermediate_size {self.intermediate_size}) hold {layers:.3g}")
+            raise BertkitError(f"BertConfig describes {count:.3g} parameters, more than any BERT has (limit "
+                               f"{MAX_PARAMETERS:.0e}): {part}; is a size mistyped or the config.json damaged?")
         if self.hidden_size % self.num_attention_heads:
             raise BertkitError(
                 f"BertConfig.hidden_size {self.hidden_size} is not divisible by num_attention_heads "

@@ -35,7 +35,7 @@ import torch
 
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_target, atomic_write
+from bertkit.outputs import atomic_target, atomic_write, refuse_existing_file
 from bertkit.settings import ExtractSettings
 
 logger = logging.getLogger("bertkit")
@@ -53,12 +53,13 @@ def read_texts(path: str | os.PathLike) -> list[tuple[str, str | None]]:
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
+    from bertkit.tasks.files import read_lines  # line by line: a NUL byte, bad UTF-8 or a 1 GB line is named
+
     out: list[tuple[str, str | None]] = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            m = _PAIR.match(line)
-            out.append((m.group(1), m.group(2)) if m else (line, None))
+    for _, line in read_lines(path):
+        line = line.strip()
+        m = _PAIR.match(line)
+        out.append((m.group(1), m.group(2)) if m else (line, None))
     return out
 
 
@@ -179,6 +180,7 @@ def extract_features(
     max_shard_bytes: int = 1 << 30,
     device: str = "cpu",
     progress: bool = True,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write the ``layers`` hidden states of every token of ``texts`` to ``out`` (.jsonl or .safetensors).
 
@@ -187,7 +189,8 @@ def extract_features(
     ``offsets[j]:offsets[j + 1]``, and ``line_index`` (lines,); ``read_features`` reads either format.
     Work proceeds ``chunk_size`` lines at a time, so memory stays bounded on large inputs. Under torchrun
     (an initialised process group) the batches are shared among the processes and rank 0 writes the output,
-    byte for byte the one a single process writes; other ranks return ``{"rank", "lines"}``.
+    byte for byte the one a single process writes; other ranks return ``{"rank", "lines"}``. Shard files beside
+    ``out`` that already exist are replaced only with ``overwrite`` (the command line checks ``out`` itself).
     """
     from tqdm.auto import tqdm
 
@@ -198,6 +201,9 @@ def extract_features(
     encoded = encode_texts(tokenizer, texts, max_seq_length)
     per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
     plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
+    for path in files:
+        if path != out:
+            refuse_existing_file(path, overwrite)
     rank, world = _process_share()
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

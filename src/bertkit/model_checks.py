@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from bertkit.config import BertConfig
+from bertkit._hardware import physical_memory_bytes
+from bertkit.config import BertConfig, encoder_parameter_count
 from bertkit.errors import BertkitError
 from bertkit.padding import is_tracing
 
@@ -58,7 +59,26 @@ def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: T
             bad = lo if lo < 0 else hi
             raise BertkitError(f"{name} holds {bad}, outside [0, {limit - 1}] ({what} {limit} of this model); "
                                "was the input made with this model's tokenizer?")
+    if attention_mask is not None:
+        check_mask_values(attention_mask)
     return shape
+
+
+def check_mask_values(mask: Tensor, name: str = "attention_mask") -> None:
+    """Refuse a mask holding anything but 0 and 1 (bool, or 0/1 as int or float: transformers users pass float
+    masks), naming the value: 0.5 would otherwise be read as 1, and an additive mask (0 / -10000) as its inverse.
+
+    One product and one reduction per call: ``m * (m - 1)`` is zero exactly where ``m`` is 0 or 1 (a float
+    product of two non-zero numbers is not zero, NaN included; an integer one wraps, but ``m`` and ``m - 1`` share
+    no factor of two, so only 0 and 1 wrap to zero)."""
+    if mask.dtype == torch.bool:
+        return
+    if mask.is_complex() or bool(torch.any(mask * (mask - 1))):
+        bad = mask[(mask != 0) & (mask != 1)]
+        where = tuple(int(i) for i in ((mask != 0) & (mask != 1)).nonzero()[0])
+        raise BertkitError(f"{name} holds {bad[0].item()!r} at {list(where)} ({mask.dtype}); a mask holds 1 at real "
+                           "tokens and 0 at padding (bool, or int or float 0/1, as the tokenizer's attention_mask); "
+                           "an additive mask (0 and a large negative number) is not one: pass (mask == 0).long()")
 
 
 def require_compiler(device_type: str = "cpu") -> None:
@@ -72,7 +92,21 @@ def require_compiler(device_type: str = "cpu") -> None:
 
 def _expected_param_count(config: BertConfig) -> int:
     """Closed-form parameter count of BertModel (with pooler); used by tests against the paper's 110M/340M."""
-    H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    emb = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * H + 2 * H
-    layer = 3 * H * H + 3 * H + H * H + H + 2 * H + H * I + I + I * H + H + 2 * H
-    return emb + L * layer + H * H + H
+    return encoder_parameter_count(config)
+
+
+def check_fits_in_memory(config: BertConfig) -> None:
+    """Refuse to build, on the CPU, a model whose parameters alone exceed this machine's memory, naming the sizes:
+    the allocator would fail (or the kernel kill the process) only after every layer before it was built. Not
+    checked on the meta device (building for shapes only) or an accelerator (its own allocator says it clearly)."""
+    if torch.get_default_device().type != "cpu":
+        return
+    memory = physical_memory_bytes()
+    need = encoder_parameter_count(config) * torch.get_default_dtype().itemsize
+    if memory is not None and need > memory:
+        raise BertkitError(
+            f"this BertConfig's {encoder_parameter_count(config):,} parameters need {need / 2**30:,.1f} GiB in "
+            f"{torch.get_default_dtype()}, more than this machine's {memory / 2**30:,.1f} GiB of memory "
+            f"(num_hidden_layers {config.num_hidden_layers}, hidden_size {config.hidden_size}, intermediate_size "
+            f"{config.intermediate_size}, vocab_size {config.vocab_size}); is a size mistyped? (To build it for its "
+            "shapes only, build it under `with torch.device('meta'):`)")

@@ -41,7 +41,7 @@ from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, n
 from bertkit.compat import EncoderView, TupleAccess
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.model_checks import check_inputs, require_compiler
+from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler
 from bertkit.padding import TokenLayout, is_tracing, self_attention
 
 # ---------------------------------------------------------------------------------------------------
@@ -194,6 +194,7 @@ class BertModel(PretrainedMixin, nn.Module):
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__()
+        check_fits_in_memory(config)  # before the first layer is allocated, not when the allocator gives up
         self.config = config
         self.embeddings = BertEmbeddings(config)
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))

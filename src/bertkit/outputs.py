@@ -1,32 +1,65 @@
 """Output directories and files that never cost a user their earlier work.
 
-The rule: bertkit never deletes or overwrites a file it did not create. Three mechanisms keep it:
+The rule: bertkit deletes or replaces only what it can prove it wrote, never a command's own inputs, and never
+through a symlink. Four mechanisms keep it:
 
-- **Atomic writes** (``atomic_write``): every file is written under a temporary name in the same
-  directory, flushed and fsynced, renamed over the final name, and the directory fsynced. A kill
+- **Atomic writes** (``atomic_write``, ``atomic_target``): every file is written under a temporary name in the
+  same directory, flushed and fsynced, renamed over the final name, and the directory fsynced. A kill
   mid-write leaves the old file or the new one, never half of one; a symlink already at the final name
-  is replaced, not followed (its target is left alone).
+  is replaced, not followed (its target is left alone). A file that has to be checked before it replaces
+  an older one (an ONNX export) is verified under its temporary name and renamed only once it passes.
+  Inside a claimed directory an existing file is replaced only if the run (or the run it resumes) wrote it,
+  as recorded (a torn append after the recorded bytes allowed); a file a user saved there meanwhile is
+  refused by name.
+- **A record of what was written** (``register``): every file written through the atomic writers, and every
+  file a library writes itself (``torch.save``, tensorboard, matplotlib, ``np.save`` in worker processes),
+  is registered with its size and sha256. Within a process the registry proves "this process wrote it";
+  with a claimed output directory, each registration is also appended at once to the directory's journal
+  (``.bertkit-files.jsonl``), so a SIGKILLed run's files are recorded too, and at the end the journal is
+  folded into the marker. A file bertkit removes while the run goes on (old checkpoints, a failed run's
+  shards) is removed only when its size and hash still match (``remove_owned``, ``remove_owned_tree``).
 - **Run markers** (``claim_output_dir``): each command writes ``.bertkit-run.json`` into its output
-  directory (the command, a fingerprint of its settings, the directory it started in, and the files it
-  made). A non-empty directory without a marker, or with another run's marker, is refused with the fix.
-  ``--overwrite`` removes only the files a previous bertkit run recorded there (never anything else);
-  ``--resume`` continues the run the marker describes; its path settings compare as the absolute paths
-  they meant, so it may be given relative to another working directory.
+  directory: the command, a fingerprint of its settings, the directory it started in, and ``files``, a map
+  from each file it wrote (relative to the directory) to ``{"size": ..., "sha256": ...}``. A non-empty
+  directory without a marker, or with another run's marker, is refused with the fix. ``--overwrite``
+  removes a recorded file only if it is a regular file inside the directory (no ``..``, no absolute path,
+  no symlink anywhere on the way) whose size and sha256 are those recorded; a file changed since is the
+  user's, is left alone, and the overwrite is refused naming it. A file a user put there, before or during
+  a run or after a ``--resume``, is never recorded, so never removed. A marker naming a path outside its
+  directory (one received from someone else) is refused before anything is touched. Markers of older
+  bertkit versions list file names without sizes or hashes: bertkit cannot tell those files from a
+  user's, so ``--overwrite`` refuses them and asks for the directory to be cleared by hand; ``--resume``
+  continues such a run but records only the files it writes itself, and refuses (naming it) to replace a
+  file the older run wrote. ``--resume`` continues the run the
+  marker describes; its path settings compare as the absolute paths they meant, so it may be given
+  relative to another working directory.
 - **A lock** (``fcntl.flock`` on ``.bertkit-lock``): two processes writing the same directory would
-  interleave their metrics and crash; the second is refused, naming the first's pid and command. The
-  kernel drops the lock when its process dies, so a crash leaves no stale lock to clear by hand.
+  interleave their metrics and crash; the second is refused, naming the first's pid and command, with or
+  without ``--overwrite``, and so is a command into a directory inside or around one another process
+  holds, and a single-file command (``export onnx``, ``extract-features``) writing into a held directory or
+  replacing another run's recorded file. The kernel drops the lock when its process dies, so a crash leaves
+  no stale lock to clear by hand. A lock file that is a symlink, a hard link or holds anything but
+  bertkit's one line is refused, never followed or truncated.
+
+A command's inputs (``inputs``: the model, the data directory, the data files) are never its output: an
+output directory equal to an input, holding one, or inside an input directory a bertkit run made is refused
+before anything is made, and so is an output file that is one of the inputs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
+import logging
 import os
+import re
+import stat
 import tempfile
 import time
-from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,9 +67,225 @@ from bertkit.errors import BertkitError
 
 MARKER = ".bertkit-run.json"
 LOCK = ".bertkit-lock"
-_OWN = {MARKER, LOCK}
+JOURNAL = ".bertkit-files.jsonl"
+_OWN = {MARKER, LOCK, JOURNAL}
+_RESERVED = {LOCK, JOURNAL}  # bertkit's bookkeeping at any depth (a nested claim's); never a user's file
+_LOCK_LINE = re.compile(r"pid \d+ \(bertkit [^\n]*\)")
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once: temporary files get the permissions a plain open() would have given
+logger = logging.getLogger("bertkit")
+
+
+# -------------------------------------------------------------------------------------------------
+# What this process wrote
+# -------------------------------------------------------------------------------------------------
+
+_WRITTEN: dict[str, tuple[int, int, int, int]] = {}  # real path -> (dev, inode, size, mtime_ns) as written
+_HASHES: dict[tuple[int, int, int, int], str] = {}  # (dev, inode, size, mtime_ns) -> sha256: a rename keeps it
+_RUNNING: dict[str, tuple[tuple[int, int, int, int], Any]] = {}  # appended files: identity and running sha256
+_SCRATCH: set[str] = set()  # real paths of directories this process made for one write (a checkpoint's)
+_ACTIVE: list[OutputDir] = []  # the output directories this process has claimed and not released
+_JOINED: list[tuple[Path, Path]] = []  # (directory, journal) of a parent process's claims, in its workers
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _real(path: str | os.PathLike) -> Path:
+    """``path`` with its directory's symlinks resolved and its last component kept as it is."""
+    path = Path(os.path.abspath(path))
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _within(path: Path, directory: Path) -> str | None:
+    """``path`` relative to ``directory`` (both real), or None when it is not inside it."""
+    try:
+        rel = path.relative_to(directory)
+    except ValueError:
+        return None
+    return rel.as_posix() if rel.parts else None
+
+
+def _claims() -> list[tuple[Path, Path]]:
+    return [(c._real, c._real / JOURNAL) for c in _ACTIVE] + list(_JOINED)
+
+
+def register(path: str | os.PathLike, sha256: str | None = None) -> None:
+    """Record that this process wrote the regular file ``path`` (its size and, for a claimed directory holding
+    it, its sha256): bertkit may later remove or replace it. Call it after any write that does not go through
+    ``atomic_target`` (``torch.save``, a library's own writer, an append); ``sha256`` if already known."""
+    real = _real(path)
+    try:
+        st = os.lstat(real)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        return
+    ident = _identity(st)
+    _WRITTEN[str(real)] = ident
+    for directory, journal in _claims():
+        rel = _within(real, directory)
+        if rel is None or rel in _OWN or Path(rel).name in _RESERVED:
+            continue
+        sha256 = sha256 or _HASHES.get(ident) or sha256_of(real)
+        _HASHES[ident] = sha256
+        _append_line(journal, {"path": rel, "size": st.st_size, "sha256": sha256})
+
+
+def register_append(path: str | os.PathLike, data: bytes) -> None:
+    """``register`` after appending ``data`` to ``path`` (metrics.jsonl): its hash is carried on from the last
+    append instead of reading the whole file again, while the file is the one this process last saw."""
+    real = _real(path)
+    try:
+        st = os.lstat(real)
+    except FileNotFoundError:
+        return
+    before = _RUNNING.get(str(real))
+    if before is not None and before[0][:2] == (st.st_dev, st.st_ino) and before[0][2] + len(data) == st.st_size:
+        digest = before[1]
+        digest.update(data)
+    else:  # first append, or the file was replaced or grown by someone else: hash it whole
+        digest = hashlib.sha256()
+        with open(real, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    _RUNNING[str(real)] = (_identity(st), digest)
+    register(real, digest.hexdigest())
+
+
+def register_scratch(directory: str | os.PathLike) -> None:
+    """Record ``directory``, just made (``mkdir`` refuses an existing one) for one write that a kill may cut
+    short (a checkpoint written under a temporary name and renamed): whatever is inside it is this run's, so a
+    torn write left there by a kill can be removed although its final size and hash were never recorded."""
+    real = _real(directory)
+    _SCRATCH.add(str(real))
+    for root, journal in _claims():
+        rel = _within(real, root)
+        if rel is not None:
+            _append_line(journal, {"path": rel, "scratch": True})
+
+
+def register_tree(directory: str | os.PathLike) -> None:
+    """``register`` every regular file under ``directory`` (which this process has just written, whole)."""
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            register(Path(root, name))
+
+
+def claims_for_workers() -> list[tuple[str, str]]:
+    """The claims of this process, for worker processes to ``join_claims``: their writes are then recorded in
+    the directories' journals as they happen (a killed run's shards are its own, not a stranger's)."""
+    return [(str(d), str(j)) for d, j in _claims()]
+
+
+def join_claims(claims: Iterable[tuple[str, str]]) -> None:
+    """In a worker process: record this process's writes into its parent's claimed directories."""
+    _JOINED[:] = [(Path(d), Path(j)) for d, j in claims]
+
+
+def _append_line(journal: Path, entry: dict) -> None:
+    line = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+    fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666 & ~_UMASK)
+    try:
+        os.write(fd, line)  # one write of one line with O_APPEND: workers' lines never interleave
+    finally:
+        os.close(fd)
+
+
+def owns(path: str | os.PathLike) -> bool:
+    """Whether bertkit may remove or replace ``path``: a regular file (not a symlink) this process wrote and
+    nobody changed since, or one an active claim recorded (this or an earlier run of it) with the same size
+    and sha256."""
+    real = _real(path)
+    try:
+        st = os.lstat(real)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if _WRITTEN.get(str(real)) == _identity(st) or any(str(p) in _SCRATCH for p in real.parents):
+        return True
+    for claim in _ACTIVE:
+        rel = _within(real, claim._real)
+        if rel is None:
+            continue
+        recorded = claim.recorded()
+        if any(recorded.get(p.as_posix(), {}).get("scratch") for p in Path(rel).parents if p.parts):
+            return True
+        if (entry := recorded.get(rel)) and _matches(real, entry, st):
+            return True
+    return False
+
+
+def _matches(path: Path, entry: Any, st: os.stat_result) -> bool:
+    return (isinstance(entry, dict) and entry.get("size") == st.st_size and isinstance(entry.get("sha256"), str)
+            and sha256_of(path) == entry["sha256"])
+
+
+def _refuse_replacing(path: Path) -> None:
+    """Inside a claimed directory, a file is replaced only if this run (or the run it resumes) wrote it, as it
+    wrote it or with a torn append after that (a kill mid-append to metrics.jsonl); a file a user saved there
+    meanwhile, or changed since, is refused by name. Outside any claim (the Python API) the caller decides."""
+    if path.name in _OWN or not os.path.lexists(path):
+        return
+    real = _real(path)
+    claims = [c for c in _ACTIVE if _within(real, c._real) is not None]
+    if not claims or owns(path):
+        return
+    st = os.lstat(real)
+    for claim in claims:
+        entry = claim.recorded().get(_within(real, claim._real) or "")
+        if (stat.S_ISREG(st.st_mode) and isinstance(entry, dict) and isinstance(entry.get("size"), int)
+                and entry["size"] <= st.st_size and _prefix_sha256(real, entry["size"]) == entry.get("sha256")):
+            return
+    raise BertkitError(f"{path} is not a file this run wrote (saved there meanwhile, or changed since it was "
+                       "written); bertkit does not replace it: move it away and run again")
+
+
+def _prefix_sha256(path: Path, size: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while size > 0 and (block := f.read(min(1 << 20, size))):
+            digest.update(block)
+            size -= len(block)
+    return digest.hexdigest()
+
+
+def remove_owned(path: str | os.PathLike) -> bool:
+    """Remove ``path`` if bertkit ``owns`` it; returns whether it did (anything else is left in place)."""
+    if not owns(path):
+        return False
+    os.unlink(_real(path))
+    _WRITTEN.pop(str(_real(path)), None)
+    return True
+
+
+def remove_owned_tree(directory: str | os.PathLike) -> list[str]:
+    """Remove the files under ``directory`` that bertkit ``owns``, then the directories left empty (the
+    directory itself too); symlinks are never followed. Returns what was left (relative paths): a user's
+    files, or files changed since bertkit wrote them."""
+    directory = Path(directory)
+    if directory.is_symlink() or not directory.is_dir():
+        return []
+    left = []
+    for root, dirs, files in os.walk(directory, topdown=False):
+        for name in files + [d for d in dirs if Path(root, d).is_symlink()]:
+            path = Path(root, name)
+            if not remove_owned(path):
+                left.append(path.relative_to(directory).as_posix())
+        with contextlib.suppress(OSError):
+            os.rmdir(root)  # only if empty
+    return sorted(left)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -58,15 +307,17 @@ def fsync_dir(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_target(path: str | os.PathLike, verify: Any = None) -> Iterator[Path]:
     """A temporary path beside ``path`` to write (by ``atomic_write`` or a library such as safetensors'
-    ``save_file``); on success it is fsynced and renamed over ``path`` and the directory fsynced.
+    ``save_file``); on success it is fsynced, checked by ``verify(tmp)`` if given (raise to refuse it), renamed
+    over ``path``, the directory fsynced, and the file ``register``-ed as this process's.
 
-    On any error the temporary file is removed and ``path`` is untouched. A full disk becomes a
-    ``BertkitError`` naming the file.
+    On any error (a refused check included) the temporary file is removed and ``path`` is untouched. A full
+    disk becomes a ``BertkitError`` naming the file.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _refuse_replacing(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
@@ -79,6 +330,8 @@ def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if verify is not None:
+            verify(Path(tmp))
         os.replace(tmp, path)  # replaces a symlink at `path` itself, never writes through it
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
@@ -88,6 +341,7 @@ def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
                                "(nothing was replaced: the previous file, if any, is intact)") from e
         raise
     fsync_dir(path.parent)
+    register(path)
 
 
 @contextlib.contextmanager
@@ -109,12 +363,64 @@ def atomic_write_json(path: str | os.PathLike, data: Any, indent: int = 2) -> Pa
     return atomic_write_text(path, json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n")
 
 
-def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite") -> None:
-    """For commands whose output is one file: an existing file is replaced only when the user says so."""
+def _input_paths(inputs: Mapping[str, Any]) -> list[tuple[str, Path]]:
+    out = []
+    for name, value in inputs.items():
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if v is not None and str(v) != "" and os.path.exists(v):  # a hub-style name is no path here
+                out.append((name, Path(v).resolve()))
+    return out
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag: str = "--output-dir") -> None:
+    """A command never writes into, or clears, its own inputs: ``output`` (a directory when ``is_dir``) equal to
+    an input or holding one is refused, and so is a directory inside an input directory that a bertkit run
+    made (its marker there: a model, pre-training data, another run). A plain directory of the user's may hold
+    the output beside the files read from it (``--data-dir glue --output-dir glue/run``): nothing read is
+    touched. ``inputs`` maps each setting to its path(s)."""
+    out = output.resolve()
+    for name, path in _input_paths(inputs):
+        if out == path:
+            how = "is"
+        elif out in path.parents:
+            how = "holds"
+        elif is_dir and path in out.parents and (path / MARKER).is_file():
+            how = "is inside"
+        else:
+            continue
+        raise BertkitError(f"{flag} {output} {how} the command's own input {_flag(name)} {path}; bertkit never "
+                           "writes into or clears a command's inputs: choose an output outside them")
+
+
+def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
+                         inputs: Mapping[str, Any] | None = None) -> None:
+    """For commands whose output is one file: an existing file is replaced only when the user says so, never
+    when it is one of the command's ``inputs``, a file another bertkit run recorded, or inside a directory
+    another process holds."""
+    path = Path(path)
+    refuse_inputs(path, inputs or {}, is_dir=False, flag="the output file")
     if path.exists() and not overwrite:
         raise BertkitError(f"{path} already exists; pass {flag} to replace it, or choose another output file")
     if path.is_dir():
         raise BertkitError(f"{path} is a directory; give a file name (e.g. {path / 'features.jsonl'})")
+    real = _real(path)
+    for parent in real.parents:
+        if (holder := _held_by_another(parent)) is not None:
+            raise BertkitError(f"{parent} is in use by {holder}; {path} is inside it: wait for that run to finish "
+                               "or choose another output file")
+        if path.exists() and (parent / MARKER).is_file():
+            try:
+                marker = read_marker(parent) or {}
+                recorded, legacy = _recorded(parent, marker)
+            except BertkitError:
+                marker, recorded, legacy = {}, {}, []
+            if _within(real, parent) in {*recorded, *legacy}:
+                raise BertkitError(f"{path} is a file of the `bertkit {marker.get('command')}` run in {parent}; "
+                                   "bertkit does not replace another run's files: choose another output file")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -123,25 +429,195 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite")
 
 
 def _listing(directory: Path) -> list[str]:
-    """Every file under ``directory`` (relative, sorted), bertkit's own marker and lock excluded."""
+    """Every file (and symlink) under ``directory`` (relative, sorted), bertkit's own marker, lock and journal
+    excluded (a nested claim's lock and journal too)."""
     out = []
     for root, dirs, files in os.walk(directory):
         dirs.sort()
-        for name in files:
+        links = [d for d in dirs if Path(root, d).is_symlink()]  # os.walk does not enter them: list them
+        for name in files + links:
             rel = Path(root, name).relative_to(directory).as_posix()
-            if rel not in _OWN:
+            if rel not in _OWN and name not in _RESERVED:
                 out.append(rel)
     return sorted(out)
 
 
 def read_marker(directory: Path) -> dict | None:
     try:
-        return json.loads((directory / MARKER).read_text(encoding="utf-8"))
+        marker = json.loads((directory / MARKER).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BertkitError(f"{directory / MARKER} is damaged ({e}); bertkit cannot tell which files there are "
                            "its own: choose another output directory") from None
+    if not isinstance(marker, dict) or not isinstance(marker.get("files", []), (list, dict)):
+        raise BertkitError(f"{directory / MARKER} is not a bertkit run marker; bertkit cannot tell which files "
+                           "there are its own: choose another output directory")
+    return marker
+
+
+def _read_journal(directory: Path) -> dict[str, dict]:
+    """The files a run registered as it wrote them (the last entry of each path wins; a torn last line, from a
+    kill mid-append, is dropped)."""
+    entries: dict[str, dict] = {}
+    _read_journal_into(directory, entries, 0)
+    return entries
+
+
+def _read_journal_into(directory: Path, entries: dict[str, dict], start: int) -> int:
+    """Add the journal's whole lines from byte ``start`` on to ``entries``; returns where the next read starts."""
+    try:
+        fd = os.open(directory / JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return start
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise BertkitError(f"{directory / JOURNAL} is a symbolic link; bertkit does not follow it: this is not "
+                               "a directory bertkit wrote, choose another output directory") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(f.fileno()).st_size < start:  # a new journal (a new claim): read it from the start
+            start = 0
+        f.seek(start)
+        data = f.read()
+    end = data.rfind(b"\n") + 1  # whole lines only: a worker may be writing the next one
+    for line in data[:end].splitlines():
+        try:
+            entry = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+            entries[entry["path"]] = ({"scratch": True} if entry.get("scratch") is True else
+                                      {"size": entry.get("size"), "sha256": entry.get("sha256")})
+    return start + end
+
+
+def _recorded(directory: Path, marker: dict | None) -> tuple[dict[str, dict], list[str]]:
+    """(the files the marker and journal record, with size and hash; the names an older marker lists bare)."""
+    files = (marker or {}).get("files") or {}
+    legacy = sorted(str(f) for f in files) if isinstance(files, list) else []
+    recorded = dict(files) if isinstance(files, dict) else {}
+    recorded.update(_read_journal(directory))
+    return recorded, legacy
+
+
+def _safe_relative(rel: Any) -> bool:
+    """A marker's path names a file inside its directory: relative, no '..', '.', empty part or NUL."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel or rel.startswith("/"):
+        return False
+    return all(p not in ("", ".", "..") for p in rel.split("/"))
+
+
+def _open_parent(directory: Path, rel: str) -> tuple[int, str] | None:
+    """A descriptor of ``rel``'s parent, reached from ``directory`` without following any symlink (None if a
+    component is missing or is not a real directory), and ``rel``'s last name."""
+    *parts, name = rel.split("/")
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for part in parts:
+        try:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = nxt
+    return fd, name
+
+
+def _remove_verified(directory: Path, rel: str, entry: Any) -> str:
+    """Remove ``directory/rel`` if it is still the file recorded: 'removed', 'changed' (left: the user's now)
+    or 'missing'."""
+    opened = _open_parent(directory, rel)
+    if opened is None:
+        return "missing"
+    fd, name = opened
+    try:
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return "missing"
+        if not stat.S_ISREG(st.st_mode) or not isinstance(entry, dict) or entry.get("size") != st.st_size:
+            return "changed"
+        try:
+            file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:
+            return "changed"
+        digest = hashlib.sha256()
+        with os.fdopen(file_fd, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != entry.get("sha256"):
+            return "changed"
+        os.unlink(name, dir_fd=fd)
+        return "removed"
+    finally:
+        os.close(fd)
+
+
+def _remove_scratch(directory: Path, rel: str) -> list[str]:
+    """A scratch directory a killed run left (``register_scratch``): its regular files and directories, reached
+    without following a symlink (one inside it, and what it points to, is left)."""
+    opened = _open_parent(directory, rel)
+    if opened is None:
+        return []
+    fd, name = opened
+    try:
+        if not stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+            return []
+    except FileNotFoundError:
+        return []
+    finally:
+        os.close(fd)
+    removed = []
+    for root, dirs, files in os.walk(directory / rel, topdown=False):
+        for entry in files:
+            path = Path(root, entry)
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                path.unlink()
+                removed.append(path.relative_to(directory).as_posix())
+        for entry in dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(Path(root, entry))  # a symlink here is no directory: rmdir refuses it
+    with contextlib.suppress(OSError):
+        os.rmdir(directory / rel)
+    return removed
+
+
+def _remove_recorded(directory: Path, recorded: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """--overwrite: delete exactly the files an earlier bertkit run recorded that are still as it wrote them,
+    then the directories they were in if that left them empty. Returns (removed, changed since)."""
+    removed, changed = [], []
+    for rel in sorted(r for r in recorded if r not in _OWN):
+        if isinstance(recorded[rel], dict) and recorded[rel].get("scratch") is True:
+            removed += _remove_scratch(directory, rel)
+            continue
+        result = _remove_verified(directory, rel, recorded[rel])
+        (removed if result == "removed" else changed if result == "changed" else []).append(rel)
+    parents = sorted({p for rel in removed for p in Path(rel).parents if p.parts}, key=lambda p: -len(p.parts))
+    for rel_dir in parents:
+        sub = directory / rel_dir
+        if sub.is_symlink() or not sub.is_dir():
+            continue
+        _clear_reserved(sub)
+        with contextlib.suppress(OSError):
+            sub.rmdir()  # only if empty: a user's file keeps its directory
+    return removed, changed
+
+
+def _clear_reserved(sub: Path) -> None:
+    """A nested claim's lock and journal, once nothing else is left beside them and no process holds the lock."""
+    names = {e.name for e in sub.iterdir()}
+    if not names or not names <= _RESERVED or _held_by_another(sub) is not None:
+        return
+    for name in names:
+        path = sub / name
+        if path.is_symlink() or not path.is_file():
+            return
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+        if name == LOCK and text and not _LOCK_LINE.fullmatch(text):
+            return
+    for name in names:
+        (sub / name).unlink()
 
 
 @dataclass
@@ -155,18 +631,31 @@ class OutputDir:
     _started: float = 0.0
     _created: bool = False  # the claim made the directory (it did not exist before)
     _cwd: str = ""  # where the run started: its relative paths are relative to this
+    _inherited: dict = field(default_factory=dict)  # files earlier runs of this claim recorded (--resume)
+    _real: Path = Path()
+    _journal: dict = field(default_factory=dict)  # this run's journal as read so far
+    _journal_at: int = 0  # ... up to this byte (it only grows: read on from there)
+
+    def recorded(self) -> dict[str, dict]:
+        """The files this run and the earlier runs it continues recorded (path -> size, sha256)."""
+        self._journal_at = _read_journal_into(self.path, self._journal, self._journal_at)
+        return {**self._inherited, **self._journal}
 
     def record(self, finished: bool) -> None:
-        """Write the marker: the files this and earlier runs of the same claim made."""
+        """Write the marker: the files this and earlier runs of the same claim made and still there."""
+        files = {rel: entry for rel, entry in sorted(self.recorded().items())
+                 if _safe_relative(rel) and rel not in _OWN and os.path.lexists(self.path / rel)}
         marker = {"command": self.command, "fingerprint": self.fingerprint, "cwd": self._cwd, "started": self._started,
-                  "finished": finished, "pid": os.getpid(), "files": _listing(self.path)}
+                  "finished": finished, "pid": os.getpid(), "files": files}
         atomic_write_json(self.path / MARKER, marker)
 
     def release(self, finished: bool) -> None:
         """Record the run's files and drop the lock. A run that failed before writing anything into a
         directory it created leaves no trace (no empty directory holding only bertkit's marker and lock)."""
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         if not finished and self._created and self.path.is_dir() and not _listing(self.path):
-            for name in (MARKER, LOCK):
+            for name in (MARKER, LOCK, JOURNAL):
                 with contextlib.suppress(FileNotFoundError):
                     (self.path / name).unlink()
             with contextlib.suppress(OSError):
@@ -174,6 +663,8 @@ class OutputDir:
         try:
             if self.path.is_dir() and (self.path / LOCK).exists():
                 self.record(finished)
+                with contextlib.suppress(FileNotFoundError):
+                    (self.path / JOURNAL).unlink()  # folded into the marker
         finally:
             if self._lock is not None:
                 self._lock.seek(0)
@@ -182,10 +673,29 @@ class OutputDir:
                 self._lock = None
 
 
+def _open_lock(directory: Path) -> IO:
+    """The lock file, opened without following a symlink; refused if it is not bertkit's plain one-line file."""
+    path = directory / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666 & ~_UMASK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise BertkitError(f"{path} is a symbolic link; bertkit never follows it (it would write through it): "
+                               "this is not a directory bertkit wrote, choose another output directory") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        what = "a hard link to another file" if stat.S_ISREG(st.st_mode) else "not a regular file"
+        raise BertkitError(f"{path} is {what}; bertkit would write into it: this is not a directory bertkit "
+                           "wrote, choose another output directory")
+    return os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
+
+
 def _lock(directory: Path, command: str) -> IO:
     import fcntl
 
-    f = open(directory / LOCK, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+    f = _open_lock(directory)
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -196,18 +706,56 @@ def _lock(directory: Path, command: str) -> IO:
                            "output directory") from None
     f.seek(0)
     previous = f.read().strip()
+    if previous and not _LOCK_LINE.fullmatch(previous):
+        f.close()
+        raise BertkitError(f"{directory / LOCK} holds something bertkit did not write ({previous[:40]!r}); "
+                           "bertkit will not truncate it: choose another output directory")
     if previous:  # a lock file whose process is gone: the kernel already dropped its lock
-        pid = previous.split()[1] if previous.startswith("pid ") else "?"
-        if pid.isdigit() and not _alive(int(pid)):
-            import logging
-
-            logging.getLogger("bertkit").info("%s: the previous run (%s) ended without finishing; taking over",
-                                              directory, previous)
+        pid = previous.split()[1]
+        if not _alive(int(pid)):
+            logger.info("%s: the previous run (%s) ended without finishing; taking over", directory, previous)
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()} (bertkit {command})")
     f.flush()
     return f
+
+
+def _held_by_another(directory: Path) -> str | None:
+    """Who holds ``directory``'s lock, if another process (or another claim of this one) does; else None."""
+    import fcntl
+
+    if any(c._real == directory for c in _ACTIVE):
+        return None  # this process's own claim: a command's nested run (the demo's pre-training)
+    try:
+        fd = os.open(directory / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _refuse_held_nearby(directory: Path) -> None:
+    """A claim inside, or around, a directory another process holds would write into its files or remove them."""
+    real = directory.resolve()
+    for parent in real.parents:
+        if (holder := _held_by_another(parent)) is not None:
+            raise BertkitError(f"{parent} is in use by {holder}, and {directory} is inside it; wait for it to "
+                               "finish or choose another output directory")
+    if real.is_dir():
+        for root, _, files in os.walk(real):
+            if LOCK in files and Path(root) != real and (holder := _held_by_another(Path(root))) is not None:
+                raise BertkitError(f"{root}, inside {directory}, is in use by {holder}; wait for it to finish or "
+                                   "choose another output directory")
 
 
 def _alive(pid: int) -> bool:
@@ -218,26 +766,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _remove_recorded(directory: Path, marker: dict) -> list[str]:
-    """--overwrite: delete exactly the files an earlier bertkit run recorded (and, if it was killed before
-    recording them, the files it made after it started); then the directories left empty."""
-    recorded = set(marker.get("files", []))
-    if not marker.get("finished", True):
-        started = float(marker.get("started", 0))
-        recorded |= {rel for rel in _listing(directory) if (directory / rel).stat().st_mtime >= started}
-    removed = []
-    for rel in sorted(recorded):
-        target = directory / rel
-        if target.is_symlink() or target.is_file():
-            target.unlink()
-            removed.append(rel)
-    for root, dirs, _ in sorted(os.walk(directory, topdown=False), key=lambda t: -len(t[0])):
-        for name in dirs:
-            with contextlib.suppress(OSError):
-                (Path(root) / name).rmdir()  # only if empty: a user's file keeps its directory
-    return removed
 
 
 def _absolute(value: Any, cwd: str) -> Any:
@@ -270,44 +798,76 @@ def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dic
             "wrote there are removed), or choose another output directory")
 
 
+def _overwrite(directory: Path, marker: dict, recorded: dict[str, dict], legacy: list[str]) -> None:
+    """--overwrite: remove the earlier run's files that are still as it wrote them; refuse (naming them) when
+    a recorded path leads outside the directory, when the marker is too old to prove anything, or when files
+    bertkit did not write, or changed since, remain."""
+    run = f"`bertkit {marker.get('command')}` run"
+    outside = sorted(str(rel) for rel in [*recorded, *legacy] if not _safe_relative(rel))
+    if outside:
+        raise BertkitError(
+            f"{directory / MARKER} names {len(outside)} path(s) outside {directory} (e.g. {', '.join(map(repr, outside[:3]))}); "
+            "bertkit never writes such a marker, so it removes nothing on its word: clear the directory yourself "
+            "or choose another output directory")
+    if legacy:
+        raise BertkitError(
+            f"{directory} holds the output of a {run} made by an older bertkit, whose marker lists {len(legacy)} "
+            "file name(s) without their sizes and hashes, so bertkit cannot prove which are its own (a file you "
+            f"saved there may be listed): remove the files you no longer need yourself (e.g. {', '.join(legacy[:3])}) "
+            "or choose another output directory")
+    removed, changed = _remove_recorded(directory, recorded)
+    left = _listing(directory)
+    if left:
+        changed_now = [rel for rel in changed if rel in left]
+        why = (f"{len(changed_now)} of them written by that run but changed since, so yours now (e.g. "
+               f"{', '.join(changed_now[:3])}); " if changed_now else "")
+        raise BertkitError(
+            f"{directory}: removed the {len(removed)} file(s) the earlier {run} wrote, but {len(left)} other "
+            f"file(s) remain (e.g. {', '.join(left[:3])}); {why}bertkit leaves files it did not create alone: "
+            "move them or choose another output directory")
+
+
 def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *,
                      overwrite: bool = False, resume: bool = False, resumable: bool = True,
-                     paths: Collection[str] = ()) -> OutputDir:
+                     paths: Collection[str] = (), inputs: Mapping[str, Any] | None = None) -> OutputDir:
     """Take ``path`` for one run of ``command``: lock it, check whose files are there, write the marker.
 
+    - equal to one of the command's ``inputs`` (setting name -> path or paths), holding one or inside one:
+      refused before anything is made;
+    - inside or around a directory another process holds: refused;
     - empty or absent: claimed;
     - holding a marker of the same command and settings and ``resume``: claimed, the run continues there
       (other settings are refused, naming them; the ``fingerprint`` entries named in ``paths`` are paths,
       compared as absolute paths, so a run may be resumed from another working directory);
-    - holding a bertkit marker otherwise: refused, unless ``overwrite`` (the recorded files are removed);
+    - holding a bertkit marker otherwise: refused, unless ``overwrite`` (the recorded files still as they were
+      written are removed; anything else left there is named and refused);
     - holding files without a marker (a user's, or another tool's): always refused.
     """
     directory = Path(path)
+    refuse_inputs(directory, inputs or {}, is_dir=True)
     if directory.exists() and not directory.is_dir():
         raise BertkitError(f"{directory} is a file; the output must be a directory")
+    _refuse_held_nearby(directory)
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     lock = _lock(directory, command)
     try:
         marker = read_marker(directory)
         present = _listing(directory)
+        recorded, legacy = _recorded(directory, marker)
+        inherited: dict[str, dict] = {}
         if marker is None and present:
             raise BertkitError(
                 f"{directory} already holds {len(present)} file(s) bertkit did not write there (e.g. "
                 f"{', '.join(present[:3])}); bertkit never replaces files it did not create: choose an empty "
                 "or new output directory")
-        if marker is not None and (present or marker.get("files")):
+        if marker is not None and (present or recorded or legacy):
             same = marker.get("command") == command
             if resume and same:
                 _refuse_other_settings(directory, command, marker, fingerprint or {}, paths)
+                inherited = {rel: e for rel, e in recorded.items() if _safe_relative(rel)}
             elif overwrite:
-                removed = _remove_recorded(directory, marker)
-                left = _listing(directory)
-                if left:
-                    raise BertkitError(
-                        f"{directory}: removed the {len(removed)} file(s) the earlier `bertkit {marker.get('command')}` "
-                        f"run wrote, but {len(left)} other file(s) remain (e.g. {', '.join(left[:3])}); bertkit "
-                        "leaves files it did not create alone: move them or choose another output directory")
+                _overwrite(directory, marker, recorded, legacy)
             else:
                 what = f"`bertkit {marker.get('command')}` run"
                 fixes = "pass --resume to continue it, " if same and resumable else ""
@@ -315,10 +875,13 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
                     f"{directory} already holds the output of a {what} ({len(present)} file(s)); {fixes}pass "
                     "--overwrite to replace it (only the files bertkit wrote there are removed), or choose "
                     "another output directory")
-        claim = OutputDir(directory, command, fingerprint or {}, lock, time.time(), created, os.getcwd())
+        claim = OutputDir(directory, command, fingerprint or {}, lock, time.time(), created, os.getcwd(),
+                          inherited, directory.resolve())
         if resume and marker is not None and marker.get("command") == command:
             claim._started = float(marker.get("started", claim._started))
+        atomic_write_text(directory / JOURNAL, "")  # this run's journal; the earlier one is in `inherited`
         claim.record(finished=False)
+        _ACTIVE.append(claim)
         return claim
     except BaseException:
         lock.close()
@@ -327,14 +890,14 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
 
 @contextlib.contextmanager
 def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *, overwrite: bool = False,
-               resume: bool = False, resumable: bool = True, paths: Collection[str] = ()) -> Iterator[OutputDir]:
+               resume: bool = False, resumable: bool = True, paths: Collection[str] = (),
+               inputs: Mapping[str, Any] | None = None) -> Iterator[OutputDir]:
     """``claim_output_dir`` as a context: the marker records the run's files on the way out, even on errors."""
     claim = claim_output_dir(path, command, fingerprint, overwrite=overwrite, resume=resume, resumable=resumable,
-                             paths=paths)
+                             paths=paths, inputs=inputs)
     finished = False
     try:
         yield claim
         finished = True
     finally:
         claim.release(finished)
-

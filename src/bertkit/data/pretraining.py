@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import random
 import shutil
@@ -54,9 +55,10 @@ from bertkit.data.shards import (
 )
 from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
-from bertkit.outputs import atomic_write_text
+from bertkit.outputs import atomic_target, atomic_write_text, claims_for_workers, join_claims, owns, register
 from bertkit.tokenization.wordpiece import SPECIAL_TOKENS as BERT_SPECIAL_TOKENS
 
+logger = logging.getLogger(__name__)
 SPECIAL_TOKENS = dict(zip(("pad", "unk", "cls", "sep", "mask"), BERT_SPECIAL_TOKENS))  # by role, for the manifest
 
 
@@ -149,13 +151,26 @@ def _plan_units(input_files: Sequence[str | os.PathLike], config: PretrainingCon
 
 
 def _fresh_output_dir(out: Path, vocab: list[str], overwrite: bool) -> Path:
-    """``out`` without an earlier run's shards (refused unless ``overwrite``), holding this run's vocabulary."""
+    """``out`` without an earlier run's shards (refused unless ``overwrite``), holding this run's vocabulary.
+
+    ``overwrite`` removes only the shards bertkit can prove it wrote (``remove_shards``); a vocab.txt there is
+    replaced only if bertkit wrote it, or it already holds this vocabulary."""
     out.mkdir(parents=True, exist_ok=True)
     if any(out.glob("shard-*.npy")) or (out / "manifest.json").exists() or (out / PART).exists():
         if not overwrite:
             raise BertkitError(f"{out} already holds pre-training shards; pass --overwrite (overwrite=True) or choose a new directory")
-        remove_shards(out)
-    atomic_write_text(out / VOCAB, "".join(t + "\n" for t in vocab))
+        left = remove_shards(out, (MANIFEST, PART))
+        if left:
+            raise BertkitError(f"{out} holds {len(left)} pre-training file(s) bertkit cannot prove it wrote (e.g. "
+                               f"{', '.join(left[:3])}: not recorded, or changed since); bertkit leaves them alone: "
+                               "move them or choose a new directory")
+    text = "".join(t + "\n" for t in vocab)
+    existing = out / VOCAB
+    if (existing.is_symlink() or existing.exists()) and not owns(existing) and not (
+            existing.is_file() and existing.read_bytes() == text.encode("utf-8")):
+        raise BertkitError(f"{existing} is not a vocabulary bertkit wrote for this run; bertkit does not replace it: "
+                           "choose a new directory")
+    atomic_write_text(existing, text)
     return out
 
 
@@ -171,6 +186,8 @@ def _make_shards(job: _Job, units: list[WorkUnit], num_workers: int, progress: b
         with spawn_pool(num_workers, len(units), _init_worker, (job,)) as pool:
             stream = pool.imap(_run_unit, units) if pool else (job.run(u) for u in units)
             for unit, result in zip(units, stream, strict=True):
+                for entry in result["shard"]["files"].values():  # a worker wrote it: record it as this run's
+                    register(out / entry["file"], entry["sha256"])
                 results.append(result)
                 bar.update(unit.num_bytes)
         bar.close()
@@ -178,7 +195,10 @@ def _make_shards(job: _Job, units: list[WorkUnit], num_workers: int, progress: b
         if num_files is not None:
             _check_counts(counts, num_files, job.config.input_format)
     except BaseException:
-        remove_shards(out)
+        left = remove_shards(out, (MANIFEST, PART))  # only what this run (or its workers) wrote
+        if left:
+            logger.warning("%s: left %d shard file(s) in place that this run cannot prove it wrote (e.g. %s)",
+                           out, len(left), ", ".join(left[:3]))
         raise
     return [r["shard"] for r in results], counts
 
@@ -264,7 +284,14 @@ def merge_pretraining_data(part_dirs: Sequence[str | os.PathLike], output_dir: s
     # and copied here, and a truncated or missing shard must stop the merge, not a pre-training run days later.
     for d, shard in shards:
         for entry in shard["files"].values():
-            src = d / entry["file"]
+            name = entry["file"]
+            if not isinstance(name, str) or "/" in name or "\x00" in name or name in ("", ".", ".."):
+                raise BertkitError(f"{d / PART} names the shard file {name!r}, which is not a file name inside the "
+                                   "part: this part.json was not written by bertkit; make the part again")
+            if os.path.lexists(out / name):
+                raise BertkitError(f"{out / name} already exists; bertkit never replaces a file it did not create: "
+                                   "merge into a new directory")
+            src = d / name
             if not src.is_file():
                 raise MissingFileError(f"{src} is listed in {d / PART} but missing: copy the part again")
             if sha256_file(src) != entry["sha256"]:
@@ -272,18 +299,30 @@ def merge_pretraining_data(part_dirs: Sequence[str | os.PathLike], output_dir: s
                                    "copy the part again")
     for d, shard in shards:
         for entry in shard["files"].values():
-            src, dst = d / entry["file"], out / entry["file"]
-            try:
-                os.link(src, dst)
-            except OSError:
-                shutil.copyfile(src, dst)
-    shutil.copyfile(parts[0][0] / VOCAB, out / VOCAB)
+            _link_or_copy(d / entry["file"], out / entry["file"], entry["sha256"])
+    _link_or_copy(parts[0][0] / VOCAB, out / VOCAB)
     counts = {k: sum(part["counts"][k] for _, part in parts) for k in COUNTS}
     _check_counts(counts, len(parts[0][1]["input_files"]), parts[0][1]["config"]["input_format"])
     manifest = {k: parts[0][1][k] for k in same}
     manifest.update(counts=counts, shards=[shard for _, shard in shards])
     write_manifest(out, manifest)
     return {**manifest, "output_dir": str(out), "parts": [str(d) for d, _ in parts]}
+
+
+def _link_or_copy(src: Path, dst: Path, sha256: str | None = None) -> None:
+    """``src`` hard-linked at ``dst`` where the filesystem allows, else copied (atomically); never over an
+    existing file; recorded as this run's."""
+    if os.path.lexists(dst):
+        raise BertkitError(f"{dst} already exists; bertkit never replaces a file it did not create: merge into a "
+                           "new directory")
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        raise BertkitError(f"{dst} appeared while merging; merge into a new directory") from None
+    except OSError:
+        with atomic_target(dst) as tmp:
+            shutil.copyfile(src, tmp)
+    register(dst, sha256)
 
 
 _PART_KEYS = ("format", "config", "input_files", "tokenizer", "token_dtype", "part", "shards", "counts")
@@ -344,6 +383,7 @@ class _Job:
         self.output_dir = output_dir
         self.tables = MaskingTables.from_vocab(_vocab_list(tokenizer))
         self.token_dtype = _token_dtype(len(tokenizer.vocab))
+        self.claims = claims_for_workers()  # workers record their shards in the claimed directory as they write
 
     def tokenize(self, sentences: list[str]) -> list[list[int]]:
         """Ids of each sentence; sentences with no token (e.g. only control characters) are dropped."""
@@ -426,6 +466,7 @@ _WORKER_JOB: _Job | None = None
 def _init_worker(job: _Job) -> None:
     global _WORKER_JOB
     _WORKER_JOB = job
+    join_claims(job.claims)
 
 
 def _run_unit(unit: WorkUnit) -> dict:

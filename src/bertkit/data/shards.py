@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.outputs import atomic_write, atomic_write_text
+from bertkit.outputs import atomic_write, atomic_write_text, remove_owned
 
 FORMAT = "bertkit-pretraining-v1"
 MANIFEST = "manifest.json"
@@ -85,12 +85,37 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
     return manifest
 
 
-def remove_shards(output_dir: str | os.PathLike) -> None:
-    """Delete the manifest and every ``shard-*.npy`` in ``output_dir`` (nothing else)."""
+def remove_shards(output_dir: str | os.PathLike, manifests: tuple[str, ...] = (MANIFEST,)) -> list[str]:
+    """Delete the shard files and ``manifests`` in ``output_dir`` that bertkit can prove it wrote: this process
+    wrote them (``bertkit.outputs.owns``), or a manifest there records them with the same sha256 (a manifest is
+    removed once every file it lists is gone). Returns the names of those left (a user's, or changed since)."""
     out = Path(output_dir)
+    listed: dict[str, str] = {}
+    for name in manifests:
+        data = _read_own_json(out / name)
+        for shard in data.get("shards", []) if isinstance(data.get("shards"), list) else []:
+            for entry in (shard.get("files") or {}).values() if isinstance(shard, dict) else []:
+                if isinstance(entry, dict) and isinstance(entry.get("file"), str) and "/" not in entry["file"]:
+                    listed[entry["file"]] = str(entry.get("sha256"))
     for path in sorted(out.glob("shard-*.npy")):
-        path.unlink()
-    (out / MANIFEST).unlink(missing_ok=True)
+        proven = path.name in listed and path.is_file() and not path.is_symlink() and sha256_file(path) == listed[path.name]
+        if not remove_owned(path) and proven:
+            path.unlink()
+    for name in manifests:
+        path = out / name
+        if not remove_owned(path) and _read_own_json(path) and not any((out / f).exists() for f in listed):
+            path.unlink()  # bertkit's manifest of shards that are all gone
+    return sorted(p.name for p in out.glob("shard-*.npy")) + [n for n in manifests if (out / n).exists()]
+
+
+def _read_own_json(path: Path) -> dict:
+    if path.is_symlink() or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else {}
 
 
 @dataclass(frozen=True)

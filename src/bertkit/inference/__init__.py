@@ -26,6 +26,7 @@ from bertkit.inference.pipelines import (
     FillMaskPipeline,
     MultipleChoicePipeline,
     QuestionAnsweringPipeline,
+    RerankPipeline,
     SentenceEmbeddingPipeline,
     TextClassificationPipeline,
     TokenClassificationPipeline,
@@ -36,6 +37,7 @@ TASKS: dict[str, type[Pipeline]] = {
     "fill-mask": FillMaskPipeline,
     "text-classification": TextClassificationPipeline,
     "sentiment-analysis": TextClassificationPipeline,  # transformers' alias
+    "rerank": RerankPipeline,  # a cross-encoder (a text-classification checkpoint with one logit or two labels)
     "token-classification": TokenClassificationPipeline,
     "ner": TokenClassificationPipeline,  # transformers' alias
     "question-answering": QuestionAnsweringPipeline,
@@ -132,5 +134,5 @@ def _task_of(model: str | os.PathLike | nn.Module) -> str:
 
 
 __all__ = ["TASKS", "FeatureExtractionPipeline", "FillMaskPipeline", "MultipleChoicePipeline", "Pipeline",
-           "QuestionAnsweringPipeline", "SentenceEmbeddingPipeline", "TextClassificationPipeline",
+           "QuestionAnsweringPipeline", "RerankPipeline", "SentenceEmbeddingPipeline", "TextClassificationPipeline",
            "TokenClassificationPipeline", "TASK_OF_ARCHITECTURE", "pipeline"]

@@ -106,6 +106,16 @@ def _require_onnx() -> None:
 # An int8 export's outputs against bertkit fp32's: the least cosine (over a token's or sequence's vector) that
 # a correct quantized graph keeps; ONNX Runtime's dynamic int8 measured 0.964 on SST-2 sentences (BENCHMARKS.md).
 INT8_MIN_COSINE = 0.9
+# Attention is exported as ONNX's fused pattern of torch's scaled_dot_product_attention, which the exporter
+# writes from opset 14 on; below it stops with UnsupportedOperatorError (opsets 10-13) or a dynamic-Slice error.
+MIN_OPSET = 14
+
+
+def supported_opsets() -> range:
+    """The opsets ``export_onnx`` can write: from ``MIN_OPSET`` to the newest the installed torch.onnx knows."""
+    from torch.onnx import _constants
+
+    return range(MIN_OPSET, _constants.ONNX_MAX_OPSET + 1)
 
 
 def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, overwrite: bool = False,
@@ -126,6 +136,11 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
 
     _require_onnx()
     out = Path(out)
+    opsets = supported_opsets()
+    if opset not in opsets:
+        raise BertkitError(f"--opset {opset} is not one bertkit can export: the supported opsets are {opsets.start} "
+                           f"to {opsets.stop - 1} (from {MIN_OPSET}, the first with the attention operator, to the "
+                           f"newest this torch {torch.__version__} knows)")
     refuse_existing_file(out, overwrite)
     if int8:
         try:
@@ -144,7 +159,14 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
             name == "logits" and type(model).__name__ in ("BertForSequenceClassification", "BertForMultipleChoice",
                                                           "BertForNextSentencePrediction")) else {0: "batch", 1: "sequence"}
     t0 = time.perf_counter()
-    with atomic_target(out) as tmp, torch.no_grad(), warnings.catch_warnings():
+    checked: dict[str, Any] = {}
+
+    def check(path: Path) -> None:
+        """The new file, still under its temporary name: an existing ``out`` is replaced only once this passes."""
+        if verify:
+            checked.update(_verify(path, out, wrapper, example_inputs(model, tokenizer, CHECK_TEXTS), int8))
+
+    with atomic_target(out, verify=check) as tmp, torch.no_grad(), warnings.catch_warnings():
         # Tracing turns shape arithmetic into Python ints and says so; the graph keeps the shapes symbolic
         # (verified below on other shapes), so the warnings would only alarm the user.
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
@@ -178,27 +200,29 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
                               "seconds": round(time.perf_counter() - t0, 1)}
     if int8:
         result["quantization"] = "onnxruntime quantize_dynamic: int8 weights per output channel, dynamic activations"
-    if verify:
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            result["verified"] = "skipped: onnxruntime not installed (pip install onnxruntime)"
-            return result
-        check = example_inputs(model, tokenizer, CHECK_TEXTS)  # other shapes than the traced ones
-        if int8:
-            cosine, diff = min_cosine(out, wrapper, check)
-            if not cosine >= INT8_MIN_COSINE:
-                raise BertkitError(f"{out}: the int8 graph's outputs reach only cosine {cosine:.3f} to bertkit's fp32 "
-                                   f"outputs (limit {INT8_MIN_COSINE}); ONNX Runtime's quantizer does not suit this "
-                                   "model: export without --int8")
-            result.update(verified_min_cosine=cosine, verified_max_abs_diff=diff)
-            return result
-        diff = max_abs_difference(out, wrapper, check)
-        if not diff < 1e-4:
-            raise BertkitError(f"{out}: onnxruntime's outputs differ from bertkit's by {diff:.2e} (limit 1e-4); "
-                               "the export is wrong: please report it with the model's config.json")
-        result["verified_max_abs_diff"] = diff
-    return result
+    return {**result, **checked}
+
+
+def _verify(path: Path, out: Path, wrapper: TupleOutputModel, check: tuple[Tensor, ...], int8: bool) -> dict[str, Any]:
+    """Run the graph at ``path`` on ``check`` (other shapes than the traced ones) against bertkit; raise if it
+    is wrong (``out``, if it exists, then stays as it was)."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return {"verified": "skipped: onnxruntime not installed (pip install onnxruntime)"}
+    kept = f" ({out} was left as it was)" if out.exists() else ""
+    if int8:
+        cosine, diff = min_cosine(path, wrapper, check)
+        if not cosine >= INT8_MIN_COSINE:
+            raise BertkitError(f"{out}: the int8 graph's outputs reach only cosine {cosine:.3f} to bertkit's fp32 "
+                               f"outputs (limit {INT8_MIN_COSINE}); ONNX Runtime's quantizer does not suit this "
+                               f"model: export without --int8{kept}")
+        return {"verified_min_cosine": cosine, "verified_max_abs_diff": diff}
+    diff = max_abs_difference(path, wrapper, check)
+    if not diff < 1e-4:
+        raise BertkitError(f"{out}: onnxruntime's outputs differ from bertkit's by {diff:.2e} (limit 1e-4); "
+                           f"the export is wrong: please report it with the model's config.json{kept}")
+    return {"verified_max_abs_diff": diff}
 
 
 def onnx_session(path: str | Path):

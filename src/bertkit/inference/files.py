@@ -17,19 +17,29 @@ are put under a name (``predictions`` for fill-mask, ``embedding`` for the embed
 ``--id-column`` value when given, else the input's 0-based position.
 
 A malformed input stops the run with the file and line (``data.csv:17``) before anything is written; the
-output appears atomically once every prediction is made.
+output appears atomically once every prediction is made. Malformed includes a text field that is empty or only
+whitespace (a missing value, not a text to classify), a NUL byte (a binary file) and a line longer than
+``--max-line-bytes`` (1 MiB; the file is read line by line, never whole).
+
+A record holding a second text the command was not told to read (a ``text_pair`` field, or a column such as
+``sentence2``, ``question`` or ``hypothesis`` beside the text) would be classified on its first text alone: with a
+checkpoint fine-tuned on pairs (its config.json says ``"text_pair": true``, or names a GLUE pair task as its
+``finetuning_task``) that is refused, otherwise it is a warning naming the field and ``--text-pair-column``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError, not_utf8
-from bertkit.tasks.files import file_format, read_records
+from bertkit.errors import BertkitError, MissingFileError, read_json_object
+from bertkit.tasks.files import MAX_LINE_BYTES, file_format, read_records, second_text_fields
+
+logger = logging.getLogger("bertkit")
 
 # What each task reads from a record, and under which key a list result is written.
 FIELDS = {
@@ -61,11 +71,15 @@ class Columns:
 
 
 def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns(), input_format: str = "auto",
-                mask_token: str = "[MASK]") -> tuple[list[Any], list[Any]]:
+                mask_token: str = "[MASK]", *, max_line_bytes: int = MAX_LINE_BYTES,
+                pair_model: bool = False) -> tuple[list[Any], list[Any]]:
     """The pipeline inputs in ``path`` and their ids, in file order; a bad record names its file and line.
 
     ``input_format``: jsonl, csv, tsv, text, or auto (by suffix). ``mask_token``: what every fill-mask text must
     hold (the model's tokenizer's), checked here so that a text without one is refused before the model loads.
+    ``max_line_bytes``: the longest line read (see ``bertkit.tasks.files``). A record holding a second text that
+    ``columns`` does not name (``text_pair``, ``sentence2``, ...) is refused when ``pair_model`` (the model was
+    fine-tuned on pairs), else logged as a warning, once, naming the first line that holds one.
     """
     path = Path(path)
     if task not in FIELDS:
@@ -79,64 +93,115 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
         raise BertkitError(f"{path}: a plain-text file holds one text per line; {task}"
                            f"{' with pairs' if columns.text_pair else ''} needs a JSONL, CSV or TSV file "
                            "with named columns")
+    takes_pairs = "text_pair" in FIELDS[task] and columns.text_pair is None
+    unnamed_pair: tuple[int, list[str]] | None = None  # the first line holding a second text no flag names
     inputs: list[Any] = []
     ids: list[Any] = []
-    try:
-        for line, record in read_records(path, fmt):
-            if isinstance(record, str) and FIELDS[task][0] == "text" and not columns.text_pair:
-                if task == "fill-mask" and mask_token not in record:
-                    raise _no_mask(path, line, record, mask_token)
-                inputs.append(record)
-                ids.append(len(ids))
+    for line, record in read_records(path, fmt, max_line_bytes):
+        if isinstance(record, str) and FIELDS[task][0] == "text" and not columns.text_pair:
+            _check_text(path, line, "text", record, fmt)
+            if task == "fill-mask" and mask_token not in record:
+                raise _no_mask(path, line, record, mask_token)
+            inputs.append(record)
+            ids.append(len(ids))
+            continue
+        if not isinstance(record, dict):
+            raise BertkitError(f"{path}:{line}: expected an object with fields "
+                               f"{', '.join(str(columns.name(f)) for f in FIELDS[task] if columns.name(f))}, "
+                               f"got {type(record).__name__}")
+        if takes_pairs and unnamed_pair is None:
+            found = second_text_fields(record, used=(columns.text, columns.id))
+            if found:
+                unnamed_pair = (line, found)
+                if pair_model:
+                    raise BertkitError(_unnamed_pair(path, line, found, fmt, refused=True))
+        item: dict[str, Any] = {}
+        for field in FIELDS[task]:
+            name = columns.name(field)
+            if name is None:
                 continue
-            if not isinstance(record, dict):
-                raise BertkitError(f"{path}:{line}: expected an object with fields "
-                                   f"{', '.join(str(columns.name(f)) for f in FIELDS[task] if columns.name(f))}, "
-                                   f"got {type(record).__name__}")
-            item: dict[str, Any] = {}
-            for field in FIELDS[task]:
-                name = columns.name(field)
-                if name is None:
+            if name not in record:
+                if field in OPTIONAL and fmt == "jsonl":
                     continue
-                if name not in record:
-                    if field in OPTIONAL and fmt == "jsonl":
-                        continue
-                    have = ", ".join(map(str, record)) or "none"
-                    raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
-                                       f"(it has {have}); name it with --{field.replace('_', '-')}-column")
-                value = record[name]
-                if field == "choices" and fmt != "jsonl" and isinstance(value, str):
-                    try:
-                        value = json.loads(value)  # a CSV cell holding a JSON list
-                    except json.JSONDecodeError:
-                        raise BertkitError(f"{path}:{line}: the {name!r} column must hold a JSON list of "
-                                           f"strings, got {value[:60]!r}") from None
-                ok = (isinstance(value, list) and value and all(isinstance(v, str) for v in value)
-                      if field == "choices" else isinstance(value, str))
-                if not ok:
-                    raise BertkitError(f"{path}:{line}: {name!r} must be "
-                                       f"{'a non-empty list of strings' if field == 'choices' else 'a string'}, "
-                                       f"got {json.dumps(value)[:60]}")
-                if task == "fill-mask" and mask_token not in value:
-                    raise _no_mask(path, line, value, mask_token)
-                item[field] = value
-            if columns.id is not None:
-                if columns.id not in record:
-                    raise BertkitError(f"{path}:{line}: no {columns.id!r} id column")
-                ids.append(record[columns.id])
-            else:
-                ids.append(len(ids))
-            inputs.append(item)
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
+                have = ", ".join(map(str, record)) or "none"
+                raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
+                                   f"(it has {have}); name it with --{field.replace('_', '-')}-column")
+            value = record[name]
+            if field == "choices" and fmt != "jsonl" and isinstance(value, str):
+                try:
+                    value = json.loads(value)  # a CSV cell holding a JSON list
+                except json.JSONDecodeError:
+                    raise BertkitError(f"{path}:{line}: the {name!r} column must hold a JSON list of "
+                                       f"strings, got {value[:60]!r}") from None
+            ok = (isinstance(value, list) and value and all(isinstance(v, str) for v in value)
+                  if field == "choices" else isinstance(value, str))
+            if not ok:
+                raise BertkitError(f"{path}:{line}: {name!r} must be "
+                                   f"{'a non-empty list of strings' if field == 'choices' else 'a string'}, "
+                                   f"got {json.dumps(value)[:60]}")
+            for i, text in enumerate(value if field == "choices" else [value]):
+                _check_text(path, line, name if field != "choices" else f"{name}[{i}]", text, fmt)
+            if task == "fill-mask" and mask_token not in value:
+                raise _no_mask(path, line, value, mask_token)
+            item[field] = value
+        if columns.id is not None:
+            if columns.id not in record:
+                raise BertkitError(f"{path}:{line}: no {columns.id!r} id column")
+            ids.append(record[columns.id])
+        else:
+            ids.append(len(ids))
+        inputs.append(item)
     if not inputs:
         raise BertkitError(f"{path} holds no inputs (every line is empty, or only a header)")
+    if unnamed_pair is not None:
+        logger.warning("%s", _unnamed_pair(path, *unnamed_pair, fmt, refused=False))
     return inputs, ids
+
+
+def _check_text(path: Path, line: int, name: str, text: str, fmt: str) -> None:
+    """A text an input reads must hold something: an empty or whitespace-only field is a missing value (a
+    spreadsheet's empty cell, a null exported as ""), and a prediction for it would be a guess."""
+    if not text.strip():
+        raise BertkitError(f"{path}:{line}: {name!r} is {'empty' if not text else 'only whitespace'}; every input "
+                           f"needs its text: fill in or remove that {'row' if fmt in ('csv', 'tsv') else 'line'}")
+
+
+def _unnamed_pair(path: Path, line: int, found: list[str], fmt: str, *, refused: bool) -> str:
+    kind = "field" if fmt == "jsonl" else "column"
+    names = ", ".join(map(repr, found))
+    if refused:
+        return (f"{path}:{line}: the model was fine-tuned on text pairs and this input holds a second text ({kind} "
+                f"{names}) that no flag names; pass --text-pair-column {found[0]} (the model was not trained to "
+                "classify a first text alone)")
+    return (f"{path}:{line}: the inputs hold a second text ({kind} {names}) that no flag names, so each is "
+            f"classified on its first text alone; pass --text-pair-column {found[0]} to read pairs")
 
 
 def _no_mask(path: Path, line: int, text: str, mask_token: str) -> BertkitError:
     return BertkitError(f"{path}:{line}: no {mask_token} in {text[:60]!r}; fill-mask predicts the token at each "
                         f"{mask_token}: write one where a word is to be predicted")
+
+
+def trained_on_pairs(model: str | os.PathLike) -> bool:
+    """Whether the checkpoint directory ``model`` was fine-tuned on text pairs, as its config.json says: bertkit's
+    ``"text_pair": true`` (finetune glue and classify write it), or a GLUE pair task as transformers'
+    ``finetuning_task`` (run_glue.py writes it). False when it says neither, or is no local directory (a Hub
+    id, or a missing one: the pipeline names that when it loads)."""
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return False
+    data = read_json_object(config, "re-save the checkpoint")
+    if isinstance(data.get("text_pair"), bool):
+        return data["text_pair"]
+    task = data.get("finetuning_task")
+    if isinstance(task, str):
+        from bertkit.tasks import glue
+
+        try:
+            return len(glue.get_task(task).text_columns) == 2
+        except BertkitError:  # a task name that is not GLUE's (transformers writes any run_glue task name)
+            return False
+    return False
 
 
 def check_writable(path: Path) -> None:
@@ -177,7 +242,9 @@ def predict_file(s: Any) -> dict[str, Any]:
     mask: dict[str, str] = {}
     if s.task == "fill-mask":  # texts must hold the model's mask token: its tokenizer (no weights) names it
         mask["mask_token"] = BertTokenizer.from_pretrained(s.model_name_or_path).mask_token
-    inputs, ids = read_inputs(s.input, s.task, columns, s.input_format, **mask)  # checked before the model loads
+    pair_model = s.task == "text-classification" and trained_on_pairs(s.model_name_or_path)
+    inputs, ids = read_inputs(s.input, s.task, columns, s.input_format, **mask, max_line_bytes=s.max_line_bytes,
+                              pair_model=pair_model)  # checked before the model loads
     check_writable(s.output_file)  # and where the predictions go: before the model runs, not after
     if s.task in ("token-classification", "fill-mask"):
         inputs = [x if isinstance(x, str) else x["text"] for x in inputs]

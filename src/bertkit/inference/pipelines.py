@@ -1,5 +1,5 @@
-"""Task pipelines: fill-mask, text classification, token classification, question answering, multiple
-choice, sentence embeddings. Each turns plain inputs into JSON-able results (str, int, float, lists, dicts).
+"""Task pipelines: fill-mask, text classification, reranking, token classification, question answering,
+multiple choice, sentence embeddings. Each turns plain inputs into JSON-able results (str, int, float, lists, dicts).
 
     import bertkit
     clf = bertkit.pipeline("text-classification", "runs/sst2/model", bf16=True)
@@ -112,10 +112,20 @@ class FillMaskPipeline(Pipeline):
 # ---------------------------------------------------------------------------------------------------
 
 
+def refuse_unknown_keys(item: dict, known: tuple[str, ...], index: int, task: str) -> None:
+    """A dict input holding a key the task does not read is refused, naming it: ``{"text": a, "text_pairr": b}``
+    would otherwise be answered as the single text ``a``, a silently wrong answer."""
+    unknown = sorted(str(k) for k in item if k not in known)
+    if unknown:
+        raise BertkitError(f"{task} input {index} has key(s) {', '.join(map(repr, unknown))} that {task} does not "
+                           f"read; its keys are {', '.join(map(repr, known))} (a misspelling?)")
+
+
 def _text_and_pair(item: Any, index: int, task: str) -> tuple[str, str | None]:
     if isinstance(item, str):
         return item, None
     if isinstance(item, dict) and isinstance(item.get("text"), str):
+        refuse_unknown_keys(item, ("text", "text_pair"), index, task)
         pair = item.get("text_pair")
         if pair is not None and not isinstance(pair, str):
             raise BertkitError(f"{task} input {index}: text_pair must be a str, got {type(pair).__name__}")
@@ -162,6 +172,59 @@ class TextClassificationPipeline(Pipeline):
         p = softmax(logits)
         best = int(np.argmax(p))
         return {"label": names[best], "score": float(p[best]), "scores": dict(zip(names, map(float, p)))}
+
+
+def rerank_scores(logits: np.ndarray, raw_scores: bool = False) -> np.ndarray:
+    """A cross-encoder's relevance scores from its (N, labels) logits, one per (query, text) pair, in float64.
+
+    One logit: its sigmoid (TEI's /rerank, sentence-transformers' CrossEncoder). Two labels: the probability
+    of label 1 ("relevant"), softmax over the two, which is the sigmoid of l1 - l0 (TEI refuses /rerank on a
+    two-label model, typing it a classifier). ``raw_scores``: the logit, or l1 - l0 for two labels, so that
+    raw and probability scores rank alike."""
+    x = np.asarray(logits, dtype=np.float64).reshape(len(logits), -1)  # (N, labels)
+    z = x[:, 0] if x.shape[1] == 1 else x[:, 1] - x[:, 0]
+    return z if raw_scores else 1.0 / (1.0 + np.exp(-z))
+
+
+class RerankPipeline(TextClassificationPipeline):
+    """A query and texts -> the texts ranked by relevance, ``[{"index", "score"}, ...]`` best first (``"text"``
+    too with ``return_text=True``), as TEI's /rerank answers. The model is a cross-encoder: a sequence
+    classifier over (query, text) with one logit or two labels, scored by ``rerank_scores``.
+
+        rank = bertkit.pipeline("rerank", "my_cross_encoder")
+        rank({"query": "What is Paris?", "texts": ["Paris is the capital of France.", "Berlin is in Germany."]})
+    """
+
+    task = "rerank"
+    input_kind = dict
+    call_options = ("raw_scores", "return_text")
+
+    def __init__(self, model, tokenizer, **kwargs: Any):
+        if model.config.num_labels not in (1, 2):
+            raise BertkitError(f"rerank needs a cross-encoder with one logit or two labels; this model has "
+                               f"{model.config.num_labels} labels: serve it as text-classification")
+        super().__init__(model, tokenizer, **kwargs)
+
+    def is_single(self, inputs: Any) -> bool:
+        return isinstance(inputs, dict)
+
+    def check_input(self, item: Any, index: int) -> dict:
+        texts = item.get("texts") if isinstance(item, dict) else None
+        if not (isinstance(item, dict) and set(item) == {"query", "texts"} and isinstance(item["query"], str)
+                and isinstance(texts, list) and texts and all(isinstance(t, str) for t in texts)):
+            raise BertkitError(f"rerank input {index} is {type(item).__name__} {str(item)[:60]!r}; expected "
+                               '{"query": str, "texts": [str, ...]} (at least one text)')
+        return item
+
+    def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:
+        return [row for text in item["texts"] for row in super().encode((item["query"], text))]
+
+    def decode(self, item: dict, rows, outputs, raw_scores: bool = False, return_text: bool = False,
+               **_: Any) -> list[dict[str, Any]]:
+        scores = rerank_scores(np.stack(outputs), raw_scores)
+        order = sorted(range(len(scores)), key=lambda i: -scores[i])
+        return [{"index": i, "score": float(scores[i]), **({"text": item["texts"][i]} if return_text else {})}
+                for i in order]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -283,6 +346,7 @@ class QuestionAnsweringPipeline(Pipeline):
                 and isinstance(item.get("context"), str)):
             raise BertkitError(f"question-answering input {index} must be {{'question': str, 'context': str}}, "
                                f"got {str(item)[:80]!r}")
+        refuse_unknown_keys(item, ("question", "context"), index, self.task)
         return item
 
     def _example(self, item: dict) -> squad.SquadExample:
@@ -336,6 +400,7 @@ class MultipleChoicePipeline(Pipeline):
                 and choices and all(isinstance(c, str) for c in choices)):
             raise BertkitError(f"multiple-choice input {index} must be {{'context': str, 'choices': [str, ...]}} "
                                f"with at least one choice, got {str(item)[:80]!r}")
+        refuse_unknown_keys(item, ("context", "choices"), index, self.task)
         return item
 
     def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:

@@ -24,8 +24,17 @@ runs alone). The wait happens only while other requests are being read: a lone r
 at once instead of waiting for companions that are not coming. Admission: at most ``max_concurrent_requests`` inputs (TEI's name; it too counts inputs) are
 admitted and not yet answered; a request that would go over gets 429 with ``Retry-After`` at once. Work of
 a client that disconnected, or whose ``X-Request-Timeout`` passed (504), is dropped before the model. On
-SIGTERM admitted requests finish (at most ``graceful_shutdown_s``). Limits, each a 4xx naming it:
-``max_body_bytes`` (413), ``max_items``, ``max_text_chars`` (422). Errors are ``{"error", "error_type"}``.
+SIGTERM admitted requests finish (at most ``graceful_shutdown_s``, a deadline for every connection and for
+the model call under way). A client that leaves frees its admitted inputs at once, even while they compute.
+
+Limits (``Limits``; docs/inference.md, "Limits"), each a 4xx naming it, all checked before any model work:
+``max_body_bytes`` and ``max_json_depth`` (413, the depth measured on the bytes before parsing),
+``body_timeout_s`` (408), ``max_items``, ``max_text_chars``, ``max_windows_per_request`` (what one request
+costs the model: QA windows, choices, [MASK]s; counted from token counts), ``max_top_k`` and
+``max_candidates`` (422). Every field and parameter must be one the route takes, in its range, or it is
+refused by name (422); a repeated key or NaN is not JSON (400). Errors are ``{"error", "error_type"}``.
+Requests are parsed, checked and costed, and answers rendered, in ``serve_wire`` (the wire format); this
+module is the HTTP side, the batching and the admission.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import copy
 import json
 import logging
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -42,32 +52,23 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from bertkit.errors import BertkitError, NonFiniteError
+from bertkit.inference.serve_wire import (  # the wire format; Limits and parse_request are also used from here
+    DEFAULT_MAX_CONCURRENT_REQUESTS,
+    EMBEDDING_TASKS,
+    Call,
+    Limits,
+    RequestError,
+    json_depth,
+    parse_request,
+    render,
+)
+
+__all__ = ["DEFAULT_MAX_CONCURRENT_REQUESTS", "EMBEDDING_TASKS", "Batcher", "Call", "Limits", "RequestError", "Stats",
+           "create_app", "json_depth", "metadata", "model_call", "parse_request", "render", "require_serving", "serve"]
 
 logger = logging.getLogger("bertkit")
 
-# Inputs admitted and not yet answered. MiniLM (6 layers, H=384) on this project's 2-core machine with one
-# model thread runs 7-9 inputs/s of 300-word texts (~320 tokens): 64 inputs is 7-9 s of work there, the
-# longest an admitted request then waits; short texts (SST-2, ~25 tokens, ~110 inputs/s) drain 64 in under a
-# second (docs/inference.md has the measurement).
-DEFAULT_MAX_CONCURRENT_REQUESTS = 64
-
-EMBEDDING_TASKS = ("feature-extraction", "sentence-embedding")
-_EMBED_FIELDS = ("normalize", "truncate", "truncation_direction", "prompt_name", "dimensions", "encoding_format")
-# Fields a body may hold besides inputs and parameters: TEI's, which InferenceClient also sends at the top
-# level for feature-extraction. On a text-classification body they select TEI's answer.
-_TEI_FIELDS = {"text-classification": ("raw_scores", "truncate", "truncation_direction"),
-               **{t: _EMBED_FIELDS for t in EMBEDDING_TASKS}}
-# Inference API parameters that shape the answer, not the model call: requests differing in them share a batch.
-_ANSWER_PARAMS = {"text-classification": ("top_k", "function_to_apply"),
-                  "token-classification": ("aggregation_strategy", "ignore_labels"),
-                  "question-answering": ("align_to_words", "max_seq_len"),
-                  **{t: _EMBED_FIELDS for t in EMBEDDING_TASKS}}
-# Inference API parameter names that bertkit's pipelines spell differently.
-_RENAMED = {"question-answering": {"max_answer_len": "max_answer_length", "max_question_len": "max_question_length",
-                                   "handle_impossible_answer": "allow_no_answer"}}
 _ERROR_TYPES = {429: "overloaded", 503: "unhealthy", 504: "timeout", 500: "backend", 424: "backend"}
 
 
@@ -78,30 +79,6 @@ def require_serving() -> None:
     except ImportError as e:
         raise BertkitError(f"bertkit serve needs FastAPI and uvicorn ({e.name} is missing): "
                            "pip install \"bertkit[serve]\"") from None
-
-
-class RequestError(Exception):
-    """A request the server refuses: an HTTP status, a message for the client, and headers (Retry-After)."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
-
-
-@dataclass
-class Limits:
-    max_body_bytes: int = 1_000_000
-    max_items: int = 64
-    max_text_chars: int = 20_000
-    max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS
-
-    def __post_init__(self) -> None:
-        if self.max_items > self.max_concurrent_requests:
-            raise BertkitError(f"max_items {self.max_items} exceeds max_concurrent_requests "
-                               f"{self.max_concurrent_requests}: a request that large could never be admitted; "
-                               "raise --max-concurrent-requests or lower --max-items")
 
 
 @dataclass
@@ -115,16 +92,6 @@ class Stats:
     expired: int = 0  # inputs dropped before the model: their X-Request-Timeout passed
     errors: int = 0  # other 4xx/5xx answers
     started: float = field(default_factory=time.time)
-
-
-def _chars(item: Any) -> int:
-    if isinstance(item, str):
-        return len(item)
-    if isinstance(item, dict):
-        return sum(_chars(v) for v in item.values())
-    if isinstance(item, (list, tuple)):
-        return sum(_chars(v) for v in item)
-    return 0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -141,18 +108,30 @@ class Job:
     future: asyncio.Future
     deadline: float | None = None  # the event loop's clock
     timeout: float | None = None
+    cost: int = 1  # model sequences (windows, choices, [MASK]s): a call carries at most max_windows_per_request
+    longest: int = 0  # tokens of its longest sequence (max_length where not counted): bounds a call's padded tokens
+    tokens: int = 0  # its sequences' tokens, where counted
+    queued_at: float = field(default_factory=time.perf_counter)
+    started_at: float | None = None  # its model call's start and end (perf_counter)
+    finished_at: float | None = None
     state: str = "queued"  # queued -> running -> done, or queued -> dropped
     wanted: bool = True  # False once its client has gone or its deadline passed
+    released: bool = False  # its inputs no longer count against the admission bound
 
 
 class Batcher:
     """Admits requests up to ``max_inputs`` inputs, gathers them into calls of ``run`` (at most
-    ``max_batch_size`` inputs unless one request alone has more), and runs them on one model thread."""
+    ``max_batch_size`` inputs unless one request alone has more, and at most ``max_cost`` model sequences), and
+    runs them on one model thread."""
 
     def __init__(self, run: Callable[[list[Any], dict[str, Any]], list[Any]], max_batch_size: int,
-                 max_wait_ms: float, max_inputs: int, stats: Stats):
+                 max_wait_ms: float, max_inputs: int, stats: Stats, max_cost: int | None = None,
+                 max_tokens: int | None = None, on_call: Callable[[int, int, int, float], None] | None = None):
         self.run = run
         self.max_batch_size = max_batch_size
+        self.max_cost = max_cost
+        self.max_tokens = max_tokens  # padded tokens (sequences x the longest) one call may carry
+        self.on_call = on_call  # (inputs, tokens, padded tokens, seconds) of each model call: the metrics
         self.max_wait = max_wait_ms / 1000.0
         self.max_inputs = max_inputs
         self.stats = stats
@@ -201,23 +180,32 @@ class Batcher:
                                     f"inputs admitted and not answered{has}); retry after {wait} s",
                                {"Retry-After": str(wait)})
 
-    def admit(self, items: list[Any], options: dict[str, Any], timeout: float | None) -> Job:
+    def admit(self, items: list[Any], options: dict[str, Any], timeout: float | None, cost: int | None = None,
+              longest: int = 0, tokens: int = 0) -> Job:
         n = len(items)
         self.check_room(n)
         loop = asyncio.get_running_loop()
-        job = Job(items, options, loop.create_future(), None if timeout is None else loop.time() + timeout, timeout)
+        job = Job(items, options, loop.create_future(), None if timeout is None else loop.time() + timeout, timeout,
+                  n if cost is None else cost, longest, tokens)
         self.inputs += n
         self.jobs.append(job)
         self.wake.set()
         return job
 
     def drop(self, job: Job, reason: str) -> None:
-        """The job's client has gone or its deadline passed: never compute it (one already running finishes)."""
+        """The job's client has gone or its deadline passed: never compute it. One already in a model call
+        finishes there (its result is discarded), but its inputs stop counting against the admission bound now:
+        nobody waits for them, so they must not turn the next request away."""
         job.wanted = False
         if job.state == "queued":
             job.state = "dropped"
-            self.inputs -= len(job.items)
             setattr(self.stats, reason, getattr(self.stats, reason) + len(job.items))
+        self._release(job)
+
+    def _release(self, job: Job) -> None:
+        if not job.released:
+            job.released = True
+            self.inputs -= len(job.items)
 
     def _live(self, job: Job, now: float) -> bool:
         if job.state == "queued" and job.deadline is not None and now >= job.deadline:
@@ -230,15 +218,19 @@ class Batcher:
         """The live jobs at the head of the queue that fit in one call, and whether that call is full."""
         now = asyncio.get_running_loop().time()
         batch: list[Job] = []
-        size = 0
+        size = cost = longest = 0
+        limit, tokens = self.max_cost or math.inf, self.max_tokens or math.inf
         for job in self.jobs:
             if not self._live(job, now):
                 continue
-            if batch and size + len(job.items) > self.max_batch_size:
+            if batch and (size + len(job.items) > self.max_batch_size or cost + job.cost > limit
+                          or (cost + job.cost) * max(longest, job.longest) > tokens):
                 return batch, True
             batch.append(job)
             size += len(job.items)
-            if size >= self.max_batch_size:
+            cost += job.cost
+            longest = max(longest, job.longest)
+            if size >= self.max_batch_size or cost >= limit or cost * longest >= tokens:
                 return batch, True
         return batch, False
 
@@ -282,6 +274,8 @@ class Batcher:
             job.state = "running"
         items = [x for j in jobs for x in j.items]
         t0 = time.perf_counter()
+        for job in jobs:
+            job.started_at = t0
         try:
             results = await loop.run_in_executor(self.executor, self.run, items, jobs[0].options)
         except Exception as e:  # noqa: BLE001 (handed to the waiting request, which answers it as an HTTP error)
@@ -296,20 +290,25 @@ class Batcher:
                 return
             self._finish(jobs[0], exception=e)
             return
-        elapsed = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        elapsed = t1 - t0
         rate = len(items) / max(elapsed, 1e-6)
         self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
         self.stats.items += len(items)
         self.stats.batches += 1
         self.stats.largest_batch = max(self.stats.largest_batch, len(items))
+        if self.on_call is not None:
+            self.on_call(len(items), sum(j.tokens for j in jobs),
+                         sum(j.cost for j in jobs) * max(j.longest for j in jobs), elapsed)
         at = 0
         for job in jobs:
+            job.finished_at = t1
             self._finish(job, results[at:at + len(job.items)])
             at += len(job.items)
 
     def _finish(self, job: Job, results: list[Any] | None = None, exception: BaseException | None = None) -> None:
         job.state = "done"
-        self.inputs -= len(job.items)
+        self._release(job)
         if job.wanted and not job.future.done():
             if exception is not None:
                 job.future.set_exception(exception)
@@ -324,221 +323,43 @@ def _expired(timeout: float | None, computed: bool) -> RequestError:
                              f"result was ready; {what}")
 
 
-# ---------------------------------------------------------------------------------------------------
-# requests
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Call:
-    """A parsed request: the inputs, the pipeline's call options (they split batches), the options that
-    shape the answer, whether one input was sent, and whether the answer takes TEI's shape."""
-
-    items: list[Any]
-    options: dict[str, Any]
-    answer: dict[str, Any]
-    single: bool
-    tei: bool = False
-
-
-def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict") -> Call:
-    """The request's inputs (checked by the pipeline) and options; ``route``: predict, embed or similarity."""
-    if len(body) > limits.max_body_bytes:
-        raise RequestError(413, f"request body of {len(body)} bytes exceeds max_body_bytes {limits.max_body_bytes}")
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RequestError(400, f"the body is not valid JSON: {e}") from None
-    task = pipe.task
-    top = set(_TEI_FIELDS.get(task, ()))
-    if route != "predict" and task not in EMBEDDING_TASKS:
-        raise RequestError(424, f"/{route} needs an embedding pipeline; this server runs {task}: start it with "
-                                "--task feature-extraction or sentence-embedding, or use /predict")
-    if route == "embed":
-        top.discard("encoding_format")
-    else:
-        top = {"parameters"} if route == "similarity" else top | {"parameters"}
-    if not isinstance(data, dict) or "inputs" not in data:
-        raise RequestError(422, 'the body must be a JSON object {"inputs": ..., "parameters": {...}}')
-    unknown = sorted(set(data) - top - {"inputs"})
-    if unknown:
-        raise RequestError(422, f"unknown field(s) {', '.join(unknown)}; the body holds inputs"
-                                f"{''.join(', ' + f for f in sorted(top))}")
-    params = data.get("parameters") or {}
-    if not isinstance(params, dict):
-        raise RequestError(422, f"parameters must be an object, got {type(params).__name__}")
-    renamed = _RENAMED.get(task, {})
-    allowed = set(pipe.call_options) | set(_ANSWER_PARAMS.get(task, ())) | set(renamed)
-    bad = sorted(set(params) - allowed)
-    if bad:
-        raise RequestError(422, f"{task} takes no parameter(s) {', '.join(bad)}; it takes "
-                                f"{', '.join(sorted(allowed)) or 'none'}")
-    answer = {k: v for k, v in {**params, **data}.items() if k in top and k != "parameters" or
-              k in _ANSWER_PARAMS.get(task, ()) and k not in pipe.call_options}
-    options = {renamed.get(k, k): v for k, v in params.items() if renamed.get(k, k) in pipe.call_options}
-    if task == "question-answering" and "top_k" in options:
-        answer["top_k"] = options["top_k"]
-    if route == "embed":
-        answer.setdefault("normalize", True)  # TEI's default
-    _check_answer_options(answer, pipe)
-
-    raw = data["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
-    if route == "similarity" or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
-        others = raw.get("sentences") if isinstance(raw, dict) else None
-        if not (isinstance(raw, dict) and isinstance(raw.get("source_sentence"), str) and isinstance(others, list)
-                and others and all(isinstance(x, str) for x in others)):
-            raise RequestError(422, 'sentence similarity takes inputs {"source_sentence": str, "sentences": '
-                                    f'[str, ...]}}, got {str(raw)[:80]!r}')
-        if getattr(pipe, "pooling", None) == "none":
-            raise RequestError(422, "sentence similarity needs one vector per text; this server's pipeline has "
-                                    'pooling="none"')
-        raw, answer["similarity"] = [raw["source_sentence"], *others], True
-    single = not isinstance(raw, list)
-    items = [raw] if single else raw
-    if not items:
-        raise RequestError(422, "inputs is an empty list")
-    if len(items) > limits.max_items:
-        raise RequestError(422, f"{len(items)} inputs exceed max_items {limits.max_items} per request")
-    checked = []
-    for i, item in enumerate(items):
-        if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
-            item = item[0] if len(item) == 1 else tuple(item)
-        if route == "embed" and not isinstance(item, str):
-            raise RequestError(422, f"/embed input {i} is a {type(item).__name__}; /embed takes a text or a list "
-                                    "of texts")
-        n = _chars(item)
-        if n > limits.max_text_chars:
-            raise RequestError(422, f"input {i} has {n} characters, over max_text_chars {limits.max_text_chars}")
-        try:
-            read = pipe.check_input(item, i)  # refused here, as a 422, rather than inside a shared batch
-        except BertkitError as e:
-            raise RequestError(422, str(e)) from None
-        if answer.get("truncate") is False:  # (text, text_pair): the tasks that take truncate
-            tokens = len(pipe.tokenizer(*read)["input_ids"])
-            if tokens > pipe.max_length:
-                raise RequestError(422, f"input {i} has {tokens} tokens, over max_length {pipe.max_length}; "
-                                        "send truncate: true to cut it, or shorten it")
-        checked.append(item)
-    tei = route == "embed" or task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
-    return Call(checked, options, answer, single, tei)
-
-
-def _check_answer_options(answer: dict[str, Any], pipe: Any) -> None:
-    def fail(name: str, expected: str) -> None:
-        raise RequestError(422, f"{name} must be {expected}, got {answer[name]!r}")
-
-    def is_int(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    checks = {
-        "top_k": (lambda v: v is None or is_int(v) and v >= 1, "a positive int"),
-        "function_to_apply": (lambda v: v in (None, "softmax", "sigmoid", "none"), '"softmax", "sigmoid" or "none"'),
-        "raw_scores": (lambda v: isinstance(v, bool), "true or false"),
-        "truncate": (lambda v: v is None or isinstance(v, bool), "true or false"),
-        "normalize": (lambda v: v is None or isinstance(v, bool), "true or false"),
-        "truncation_direction": (lambda v: v in (None, "right", "Right"),
-                                 '"right" (bertkit keeps a text\'s beginning)'),
-        "prompt_name": (lambda v: v is None, "null (bertkit's pipelines have no prompts)"),
-        "encoding_format": (lambda v: v in (None, "float"), '"float"'),
-        "dimensions": (lambda v: v is None or is_int(v) and 1 <= v <= pipe.config.hidden_size,
-                       f"an int in [1, {pipe.config.hidden_size}] (the model's hidden size)"),
-        "aggregation_strategy": (lambda v: v in (None, "first"),
-                                 '"first" (each word takes its first piece\'s tag, as bertkit\'s NER models are '
-                                 'trained)'),
-        "ignore_labels": (lambda v: v is None or isinstance(v, list) and all(isinstance(x, str) for x in v),
-                          "a list of label names"),
-        "align_to_words": (lambda v: v in (None, True), "true (answers are whole words of the context)"),
-        "max_seq_len": (lambda v: v in (None, pipe.max_length),
-                        f"{pipe.max_length}, this server's max_length (set with --max-length at start)"),
-    }
-    for name, value in answer.items():
-        ok, expected = checks.get(name, (lambda v: True, ""))
-        if not ok(value):
-            fail(name, expected)
-
-
-# ---------------------------------------------------------------------------------------------------
-# answers
-# ---------------------------------------------------------------------------------------------------
-
-
-def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei: bool) -> list[dict[str, Any]]:
-    """``[{label, score}]`` best first, scored as transformers' pipeline does (TEI: softmax, or sigmoid for
-    one label; ``raw_scores``: the logits)."""
-    x = logits.astype(np.float64)
-    n = len(x)
-    fn = answer.get("function_to_apply")
-    if answer.get("raw_scores"):
-        fn = "none"
-    elif fn is None and tei:
-        fn = "softmax" if n > 1 else "sigmoid"
-    elif fn is None:  # transformers' TextClassificationPipeline.postprocess
-        if config.problem_type == "regression":
-            fn = "none"
-        elif config.problem_type == "multi_label_classification" or n == 1:
-            fn = "sigmoid"
-        else:
-            fn = "softmax"
-    if fn == "softmax":
-        e = np.exp(x - x.max())
-        scores = e / e.sum()
-    elif fn == "sigmoid":
-        scores = 1.0 / (1.0 + np.exp(-x))
-    else:
-        scores = x
-    names = [config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(n)]
-    out = sorted(({"label": names[i], "score": float(scores[i])} for i in range(n)), key=lambda d: -d["score"])
-    key = ("score", "label") if tei else ("label", "score")
-    out = [{k: d[k] for k in key} for d in out]
-    return out[:answer["top_k"]] if answer.get("top_k") else out
-
-
-def _embedding(vector: list[Any], answer: dict[str, Any], default_normalize: bool) -> list[Any]:
-    v = np.asarray(vector, dtype=np.float32)
-    if answer.get("dimensions"):
-        v = v[..., :answer["dimensions"]]  # Matryoshka truncation, then normalisation (TEI's order)
-    normalize = answer.get("normalize")
-    if default_normalize if normalize is None else normalize:
-        v = v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
-    return v.tolist()
-
-
-def _answer(result: dict[str, Any], top_k: int | None) -> dict[str, Any] | list[dict[str, Any]]:
-    def one(r: dict[str, Any]) -> dict[str, Any]:  # transformers' keys; no answer is "" at 0..0
-        return {"score": r["score"], "start": r["start"] or 0, "end": r["end"] or 0, "answer": r["answer"]}
-
-    return one(result) if (top_k or 1) == 1 else [one(r) for r in result["nbest"]]
-
-
-def render(pipe: Any, call: Call, results: list[Any], default_normalize: bool = False) -> Any:
-    """The JSON answer to ``call``: the Inference API's shape for the task (TEI's where ``call.tei``)."""
-    task, a = pipe.task, call.answer
-    if task == "text-classification":
-        out = [_classification(pipe.config, r, a, call.tei) for r in results]
-        return (out[0] if call.tei else out) if call.single else out
-    if task in EMBEDDING_TASKS and a.get("similarity"):  # cosine of the source sentence with each other one
-        v = np.asarray(results, dtype=np.float64)
-        v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-        return (v[1:] @ v[0]).tolist()
-    if task in EMBEDDING_TASKS:
-        return [_embedding(r, a, default_normalize) for r in results]  # one text too gives a list of one
-    if task == "token-classification":
-        ignore = set(a.get("ignore_labels") or ())
-        out = [[e for e in r["entities"] if e["entity_group"] not in ignore] for r in results]
-    elif task == "question-answering":
-        out = [_answer(r, a.get("top_k")) for r in results]
-    else:
-        out = results
-    return out[0] if call.single else out
-
-
-def model_call(pipe: Any) -> Callable[[list[Any], dict[str, Any]], list[Any]]:
+def model_call(pipe: Any, per_token: Any = None) -> Callable[[list[Any], dict[str, Any]], list[Any]]:
     """What the model thread runs for a batch. Classifiers give their logits, so that every scoring an
-    answer may ask for (softmax, sigmoid, raw scores) is computed from the same call."""
+    answer may ask for (softmax, sigmoid, raw scores) is computed from the same call; a reranker's (query, text)
+    pairs (option ``pairs``) too. Embedding inputs may come encoded (``serve_tei.Encoded``: token ids, or texts
+    tokenized while parsing); option ``pooling="none"`` runs them on ``per_token``, the pipeline's copy that
+    gives every token's state (/embed_all)."""
+    if pipe.task in EMBEDDING_TASKS:
+        def embed(items: list[Any], options: dict[str, Any]) -> list[Any]:
+            rows = [x.row() if isinstance(x, Encoded) else pipe.encode(pipe.check_input(x, i))[0]
+                    for i, x in enumerate(items)]
+            return (per_token if options.get("pooling") == "none" else pipe).run_rows(rows)
+
+        return embed
+    if pipe.task == "rerank":
+        return lambda items, options: (pipe.run_rows([row for q, t in items for row in pipe.encode_pair((q, t))])
+                                       if options.get("pairs") else pipe.run(items, **options))
     if pipe.task == "text-classification":
         return lambda items, options: pipe.run_rows(
             [row for i, x in enumerate(items) for row in pipe.encode(pipe.check_input(x, i))])
+    if pipe.task == "multiple-choice":
+        return lambda items, options: [r for chunk in _by_choices(items, pipe.batch_size) for r in pipe.run(chunk)]
     return lambda items, options: pipe.run(items, **options)
+
+
+def _by_choices(items: list[dict[str, Any]], most: int) -> list[list[dict[str, Any]]]:
+    """Multiple-choice inputs in runs of at most ``most`` choices together. The pipeline batches inputs, each
+    carrying all its choices, so a batch of 32 inputs of 8 choices is one forward over 256 sequences (2 GB of
+    attention for MiniLM at 400 tokens); cut this way a forward holds no more sequences than other tasks'."""
+    chunks: list[list[dict[str, Any]]] = []
+    size = most
+    for item in items:
+        if size + len(item["choices"]) > most:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item)
+        size += len(item["choices"])
+    return chunks
 
 
 def metadata(pipe: Any, model_dir: str, limits: Limits, batcher: Batcher, stats: Stats) -> dict[str, Any]:
@@ -632,6 +453,7 @@ class _Endpoints:
         self.app, self.pipe, self.model_dir, self.limits, self.stats = app, pipe, model_dir, limits, stats
         self.default_normalize = default_normalize
         self.batcher: Batcher | None = None
+        self.parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-parse")
 
     async def answer(self, request: Any, route: str) -> Any:
         """The answer to a POST on ``route`` (predict, embed or similarity), errors included."""
@@ -643,12 +465,23 @@ class _Endpoints:
             if self.app.state.draining:
                 raise RequestError(503, "the server is shutting down; send the request to another replica",
                                    {"Retry-After": "1"})
+            if request.url.query:  # POST /predict?top_k=3 would otherwise be answered as if top_k were not sent
+                raise RequestError(422, f"/{route} takes no query parameters, got {request.url.query[:80]!r}; send "
+                                        'them in the body: {"inputs": ..., "parameters": {...}}')
             self.batcher.check_room()  # when full, refuse before reading and parsing the body
             self.batcher.arriving += 1
             try:
                 timeout = _request_timeout(request)
-                call = parse_request(await _read_body(request, self.limits), self.pipe, self.limits, route)
-                job = self.batcher.admit(call.items, call.options, timeout)
+                try:  # a deadline for the whole body: a client that declares 1 MB and sends a byte is not waited on
+                    body = await asyncio.wait_for(_read_body(request, self.limits), self.limits.body_timeout_s)
+                except asyncio.TimeoutError:
+                    raise RequestError(408, f"the request body did not arrive within body_timeout_s "
+                                            f"{self.limits.body_timeout_s:g} s", {"Connection": "close"}) from None
+                # Parsed and costed (tokenized, for QA windows and [MASK]s) off the event loop, which keeps
+                # answering /health and reading other requests meanwhile.
+                call = await asyncio.get_running_loop().run_in_executor(
+                    self.parser, parse_request, body, self.pipe, self.limits, route)
+                job = self.batcher.admit(call.items, call.options, timeout, call.cost)
             finally:
                 self.batcher.arriving -= 1
                 self.batcher.wake.set()  # the batch being gathered may have been waiting for this request
@@ -658,6 +491,10 @@ class _Endpoints:
             return JSONResponse(render(self.pipe, call, results, self.default_normalize))
         except ClientDisconnect:
             return Response(status_code=499)
+        except asyncio.CancelledError:  # uvicorn cancels what is still open when shutdown's grace period ends
+            self.stats.refused += 1
+            return _error_response(RequestError(503, "the server shut down (its graceful_shutdown_s passed) before "
+                                                     "this request was answered", {"Connection": "close"}))
         except RequestError as e:
             if e.status in (429, 503):
                 self.stats.refused += 1
@@ -704,16 +541,29 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     limits = limits or Limits()
     stats = Stats()
     default_normalize = bool(getattr(pipe, "normalize", False))
+    pipe = copy.copy(pipe)  # the server's own: its forward stops at shutdown, embeddings are normalised per request
     if pipe.task in EMBEDDING_TASKS:  # normalised per request (TEI's normalize): the model returns raw vectors
-        pipe = copy.copy(pipe)
         pipe.normalize = False
+    stopping = threading.Event()
+    forward = pipe.forward
+
+    def forward_until_stopped(batch: Any, rows: Any) -> Any:
+        # Checked before each forward batch: once shutdown's grace period is over, a long model call ends at its
+        # next batch instead of holding the process until it completes.
+        if stopping.is_set():
+            raise RequestError(503, "the server stopped before this request's model call finished")
+        return forward(batch, rows)
+
+    pipe.forward = forward_until_stopped
 
     @asynccontextmanager
     async def lifespan(app: Any):
         endpoints.batcher = Batcher(model_call(pipe), max_batch_size, max_wait_ms, limits.max_concurrent_requests,
-                                    stats)
+                                    stats, max_cost=limits.max_windows_per_request)
         endpoints.batcher.start()
         yield
+        stopping.set()
+        endpoints.parser.shutdown(wait=False, cancel_futures=True)
         await endpoints.batcher.stop()
         logger.info("bertkit serve stopped: %s", json.dumps({k: v for k, v in vars(stats).items() if k != "started"}))
 
@@ -749,7 +599,6 @@ def serve(s: Any) -> dict[str, Any]:
     (waiting at most ``graceful_shutdown_s``), and returns."""
     require_serving()
     import signal
-    import threading
 
     import uvicorn
 
@@ -759,7 +608,7 @@ def serve(s: Any) -> dict[str, Any]:
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **int8_options(s))
     app = create_app(pipe, str(s.model_name_or_path), max_batch_size=s.max_batch_size, max_wait_ms=s.max_wait_ms,
-                     limits=Limits(s.max_body_bytes, s.max_items, s.max_text_chars, s.max_concurrent_requests))
+                     limits=s.limits())
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:

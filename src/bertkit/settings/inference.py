@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
@@ -17,6 +17,7 @@ from bertkit.settings.fields import (
     coerce_paths,
     flag,
 )
+from bertkit.tasks.files import MAX_LINE_BYTES
 
 
 @dataclass(kw_only=True)
@@ -239,6 +240,8 @@ class PredictFileSettings(Int8Settings):
     """multiple-choice: the choices (a JSON list of strings; in CSV/TSV a cell holding one)."""
     id_column: str | None = None
     """Column copied to each output record's id (default: the input's 0-based position)."""
+    max_line_bytes: int = MAX_LINE_BYTES
+    """The longest line (CSV: record) --input may hold, in bytes; a longer one stops the run naming it."""
     batch_size: int = 32
     """Sequences per batch (inputs are grouped by length, so batches carry little padding)."""
     max_length: int | None = None
@@ -258,7 +261,7 @@ class PredictFileSettings(Int8Settings):
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        for name in ("batch_size", "top_k"):
+        for name in ("batch_size", "top_k", "max_line_bytes"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.output_file.resolve() == self.input.resolve():
@@ -280,7 +283,8 @@ class ServeSettings(Int8Settings):
     port: int = 8000
     """TCP port."""
     max_batch_size: int = 32
-    """Inputs gathered from concurrent requests into one model call."""
+    """Inputs gathered from concurrent requests into one model call; also the most choices one multiple-choice
+    input may have (they are scored in one forward; more: 422)."""
     max_wait_ms: float = 5.0
     """How long the first waiting request waits for others to join its batch."""
     max_items: int = 64
@@ -293,8 +297,23 @@ class ServeSettings(Int8Settings):
     """Inputs admitted and not yet answered; a request that would go over gets 429 with Retry-After at once.
     64 is ~8 s of MiniLM work on 2 cores at 300-word texts (docs/inference.md): size it as your model's
     inputs/s times the longest wait you accept."""
+    max_json_depth: int = 16
+    """Nesting of lists and objects in a request body (deeper: 413, refused before the JSON is parsed)."""
+    max_windows_per_request: int = 256
+    """Model sequences one request may cost: question-answering windows (a long context with a small doc_stride
+    makes many), multiple-choice choices, fill-mask [MASK] tokens, one per input otherwise (more: 422). One model
+    call carries at most this many too. 256 windows of 512 tokens are about two minutes of MiniLM on a loaded
+    2-core machine (docs/inference.md, Limits): lower it where requests must be short."""
+    max_top_k: int = 100
+    """top_k of any task: candidates per [MASK] (fill-mask), answers per question, labels (more: 422)."""
+    max_candidates: int = 1000
+    """Candidates one answer may hold over all its inputs: fill-mask top_k x [MASK]s, question-answering top_k x
+    questions (more: 422)."""
+    body_timeout_s: float = 10.0
+    """Seconds a request's body may take to arrive once its headers have (slower: 408, connection closed)."""
     graceful_shutdown_s: float = 30.0
-    """On SIGTERM, how long admitted requests may take to finish before the server stops anyway."""
+    """On SIGTERM, how long admitted requests may take to finish before the server stops anyway: a deadline for
+    every connection (requests still open then are cut off) and for the model call under way."""
     max_length: int | None = None
     """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
     bf16: bool = False
@@ -306,16 +325,23 @@ class ServeSettings(Int8Settings):
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        for name in ("max_batch_size", "max_items", "max_text_chars", "max_body_bytes", "max_concurrent_requests"):
+        for name in ("max_batch_size", "max_items", "max_text_chars", "max_body_bytes", "max_concurrent_requests",
+                     "max_json_depth", "max_windows_per_request", "max_top_k", "max_candidates"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
             raise BertkitError(f"port must be in [0, 65535], got {self.port}")
         if not (0 <= self.max_wait_ms <= 10_000):
             raise BertkitError(f"max_wait_ms must be in [0, 10000], got {self.max_wait_ms}")
-        from bertkit.inference.serve import Limits
-
-        Limits(self.max_body_bytes, self.max_items, self.max_text_chars, self.max_concurrent_requests)  # checks them
-        if self.graceful_shutdown_s < 0:
-            raise BertkitError(f"graceful_shutdown_s must be at least 0, got {self.graceful_shutdown_s}")
+        self.limits()  # checks them together
+        if not (math.isfinite(self.graceful_shutdown_s) and self.graceful_shutdown_s >= 0):
+            raise BertkitError(f"graceful_shutdown_s must be a finite number >= 0, got {self.graceful_shutdown_s}")
         self.check_int8()
+
+    def limits(self) -> Any:
+        """The server's per-request limits (``bertkit.inference.serve_wire.Limits``) from these settings."""
+        import dataclasses
+
+        from bertkit.inference.serve_wire import Limits
+
+        return Limits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Limits)})

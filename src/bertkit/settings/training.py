@@ -32,6 +32,7 @@ from bertkit.settings.fields import (
     parse_lr_grid,
     parse_one_lr,
 )
+from bertkit.tasks.files import MAX_LINE_BYTES
 
 # -------------------------------------------------------------------------------------------------
 # Training: shared fields
@@ -263,9 +264,13 @@ class ClassifySettings(SequenceClassificationSettings):
     """auto: regression when every training label is a number and some are not integers, else classification."""
     input_format: Literal["auto", "jsonl", "csv", "tsv"] = "auto"
     """How to read the train, validation and test files; auto: by each one's suffix (.csv, .tsv, .jsonl)."""
+    max_line_bytes: int = MAX_LINE_BYTES
+    """The longest line (CSV: record) the files may hold, in bytes; a longer one stops the run naming it."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.max_line_bytes < 1:
+            raise BertkitError(f"max_line_bytes must be at least 1, got {self.max_line_bytes}")
 
 
 @dataclass(kw_only=True)

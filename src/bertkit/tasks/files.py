@@ -4,23 +4,33 @@ The readers of ``bertkit predict TASK`` and ``bertkit finetune classify``; every
 1-based line number, so an error can name ``file:line``. The format is the one ``--input-format`` names,
 or (``auto``) the one the file's suffix names; a suffix that names none is an error, not a guess.
 
-A blank line is an error, except at the end of a file (its trailing newlines): an input silently skipped
-would shift every later output's position against the file. In CSV a row of empty fields (``,,``) is a row.
+A blank line is an error, except at the end of a file (its trailing newlines, empty lines only): an input
+silently skipped would shift every later output's position against the file. A line of whitespace is an error
+wherever it is (it is a row whose text is missing, not a line ending). In CSV a row of empty fields (``,,``) is a
+row; the callers refuse it when a field they read is blank.
+
+Files are read line by line, never whole: a line longer than ``max_line_bytes`` (1 MiB by default; a CSV record
+spanning lines counts as one) or holding a NUL byte (the mark of a binary file, not text) stops the read naming
+its file and line, as does a line that is not UTF-8. A 1 GB file of one line costs a 1 MiB read, not 1 GB.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from bertkit.errors import BertkitError
 
 FORMATS = ("jsonl", "csv", "tsv", "text")
 SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".txt": "text"}
+# The longest line (or CSV record) a user's file may hold, in bytes: far above any real text row (a 1 MiB line is
+# about 200,000 words), far below what one line of a binary file or a file without line breaks would cost to read.
+MAX_LINE_BYTES = 2**20
 
 
 def file_format(path: Path, input_format: str = "auto") -> str:
@@ -35,16 +45,83 @@ def file_format(path: Path, input_format: str = "auto") -> str:
     return SUFFIXES[path.suffix.lower()]
 
 
-def _blank_line(path: Path, line: int) -> BertkitError:
+# Fields and columns that hold one text of a pair in the files people have (transformers' text/text_pair, GLUE's
+# sentence1/sentence2, question1/question2, question/sentence, premise/hypothesis): one of them beside the text
+# a command reads, and unused, is almost surely the second text of a pair it was not told about.
+PAIR_TEXT_NAMES = ("text_pair", "text_b", "sentence2", "question2", "hypothesis", "text", "text_a", "sentence",
+                   "sentence1", "question1", "question", "premise")
+
+
+def second_text_fields(record: dict[str, Any], used: tuple[str | None, ...]) -> list[str]:
+    """The fields of ``record`` named like one text of a pair, holding a string, and not among ``used`` (the
+    columns a command reads), in ``PAIR_TEXT_NAMES`` order."""
+    return [k for k in PAIR_TEXT_NAMES if k in record and k not in used and isinstance(record[k], str)]
+
+
+def _blank_line(path: Path, line: int, whitespace: bool = False) -> BertkitError:
+    if whitespace:
+        return BertkitError(f"{path}:{line}: blank line (only whitespace); every line is one input (outputs are one "
+                            "per input, in order), so remove it or write the text it is missing")
     return BertkitError(f"{path}:{line}: blank line; every line is one input (outputs are one per input, in "
-                        "order), so remove it (blank lines at the end of the file are fine)")
+                        "order), so remove it (empty lines at the end of the file are fine)")
 
 
-def _csv_rows(reader: Any, path: Path, fmt: str) -> Iterator[tuple[int, list[str]]]:
+class _Lines:
+    """The lines of a file opened in binary mode, decoded as UTF-8 one at a time with their line ends kept.
+
+    Each is checked as it is read: at most ``limit`` bytes (read with ``readline(limit + 1)``, so a file of one
+    huge line costs ``limit`` bytes, not its size), no NUL byte, valid UTF-8; ``record_bytes`` counts the bytes
+    since the caller last reset it, so a CSV record spanning lines (a quoted field with newlines) is bounded too.
+    """
+
+    def __init__(self, f: BinaryIO, path: Path, limit: int):
+        self.f, self.path, self.limit = f, path, limit
+        self.number = 0  # 1-based number of the last line read
+        self.offset = 0  # bytes read before it
+        self.record_bytes = 0
+        self.record_start = 1
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        raw = self.f.readline(self.limit + 1)
+        if not raw:
+            raise StopIteration
+        self.number += 1
+        offset, self.offset = self.offset, self.offset + len(raw)
+        if self.number == 1 and raw.startswith(codecs.BOM_UTF8):  # a byte-order mark is not part of the first record
+            raw, offset = raw[len(codecs.BOM_UTF8):], offset + len(codecs.BOM_UTF8)
+        nul = raw.find(b"\0")
+        if nul >= 0:
+            raise BertkitError(f"{self.path}:{self.number}: a NUL byte (byte {offset + nul} of the file): a text file "
+                               "holds none, so this is most likely a binary file (or one in UTF-16); pass the UTF-8 "
+                               "text file of inputs")
+        if len(raw.rstrip(b"\n")) > self.limit:
+            raise BertkitError(f"{self.path}:{self.number}: this line is longer than {self.limit:,} bytes (the line "
+                               "limit, --max-line-bytes); a file without line breaks or a binary file? Split the "
+                               "input into lines, or raise the limit if such a long line is meant")
+        self.record_bytes += len(raw)
+        if self.record_bytes > self.limit:
+            raise BertkitError(f"{self.path}:{self.record_start}: the record from line {self.record_start} to line "
+                               f"{self.number} is longer than {self.limit:,} bytes (the line limit, --max-line-bytes); "
+                               "a quote left open? Close it, or raise the limit if such a long record is meant")
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BertkitError(f"{self.path} is not UTF-8 text: line {self.number}, byte {offset + e.start} "
+                               f"({raw[e.start:e.start + 1]!r}); convert it to UTF-8 (e.g. iconv -t UTF-8)") from None
+
+    def start_record(self) -> None:
+        self.record_bytes, self.record_start = 0, self.number + 1
+
+
+def _csv_rows(reader: Any, lines: _Lines, path: Path, fmt: str) -> Iterator[tuple[int, list[str]]]:
     """(line, fields) of each CSV/TSV record, the line being the record's last (a quoted field may span lines);
     a malformed record is an error naming the line it starts on."""
     while True:
         start = reader.line_num + 1
+        lines.start_record()
         try:
             row = next(reader)
         except StopIteration:
@@ -56,23 +133,36 @@ def _csv_rows(reader: Any, path: Path, fmt: str) -> Iterator[tuple[int, list[str
         yield reader.line_num, row
 
 
-def read_records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
-    """(line number, raw record): a dict (CSV/TSV/JSONL object), a str (text line or JSON string) or other."""
-    blank: int | None = None  # the first blank line since the last record; an error if a record follows
-    # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the first record
-    with open(path, encoding="utf-8-sig", newline="" if fmt in ("csv", "tsv") else None) as f:
+def read_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
+    """(line number, text without its line end) of a text file, blank lines included, checked as ``read_records``
+    checks them: read one line at a time, each at most ``max_line_bytes``, no NUL byte, UTF-8."""
+    with open(path, "rb") as f:
+        for number, text in enumerate(_Lines(f, path, max_line_bytes), 1):
+            yield number, text.rstrip("\r\n")
+
+
+def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
+    """(line number, raw record): a dict (CSV/TSV/JSONL object), a str (text line or JSON string) or other.
+
+    Read line by line: a line longer than ``max_line_bytes``, a NUL byte or bytes that are not UTF-8 stop the
+    read with an error naming the file and line (``BertkitError``)."""
+    blank: int | None = None  # the first empty line since the last record; an error if a record follows
+    with open(path, "rb") as f:
+        lines = _Lines(f, path, max_line_bytes)
         if fmt in ("csv", "tsv"):
-            csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # long contexts in one field
+            csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # long contexts in one field (_Lines bounds a record)
             # TSV as GLUE and most tools write it: no quoting (a field holds no tab or newline, and a quote is
             # text); CSV with RFC 4180 quoting (a quoted field may hold commas and newlines). strict: a quote
             # left open is an error, not a field that swallows every later row up to the end of the file.
-            reader = (csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE, strict=True) if fmt == "tsv"
-                      else csv.reader(f, strict=True))
+            reader = (csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE, strict=True) if fmt == "tsv"
+                      else csv.reader(lines, strict=True))
             header: list[str] | None = None
-            for line, row in _csv_rows(reader, path, fmt):
-                if len(row) <= 1 and not "".join(row).strip():
+            for line, row in _csv_rows(reader, lines, path, fmt):
+                if not row:  # an empty line
                     blank = blank or line
                     continue
+                if len(row) == 1 and not row[0].strip():  # a line of whitespace: a row whose text is missing
+                    raise _blank_line(path, line, whitespace=True)
                 if blank is not None:
                     raise _blank_line(path, blank)
                 if header is None:
@@ -87,11 +177,13 @@ def read_records(path: Path, fmt: str) -> Iterator[tuple[int, Any]]:
                                        f"({', '.join(header)}); quote fields holding the delimiter")
                 yield line, dict(zip(header, row))
             return
-        for line, text in enumerate(f, 1):
+        for line, text in enumerate(lines, 1):
             text = text.rstrip("\r\n")
-            if not text.strip():
+            if not text:
                 blank = blank or line
                 continue
+            if not text.strip():
+                raise _blank_line(path, line, whitespace=True)
             if blank is not None:
                 raise _blank_line(path, blank)
             if fmt == "text":

@@ -230,6 +230,18 @@ def _max_context_flags(spans: Sequence[tuple[int, int]]) -> list[list[bool]]:
     return [[best[start + j] == w for j in range(length)] for w, (start, length) in enumerate(spans)]
 
 
+def count_windows(question: str, context: str, tokenizer: Any, *, max_seq_length: int, doc_stride: int,
+                  max_query_length: int) -> int:
+    """How many windows ``featurize_squad`` cuts one question's context into, without building them: what a
+    server bounds before it accepts the work (a long context at doc_stride 1 makes one window per token)."""
+    if max_seq_length <= max_query_length + 3 or doc_stride < 1:
+        raise BertkitError(f"max_seq_length {max_seq_length}, max_query_length {max_query_length}, doc_stride "
+                           f"{doc_stride}: the window must exceed the question + 3 and the stride be at least 1")
+    q_tokens = min(len(_encode_no_specials(tokenizer, question)[0]), max_query_length)
+    return len(_doc_spans(len(_encode_no_specials(tokenizer, context)[0]), max_seq_length - q_tokens - 3,
+                          doc_stride))
+
+
 def featurize_squad(
     examples: Sequence[SquadExample],
     tokenizer: Any,

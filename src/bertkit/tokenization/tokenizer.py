@@ -334,6 +334,24 @@ class BertTokenizer:
             return self._token_of(int(ids))
         return [self._token_of(int(i)) for i in _as_id_list(ids)]
 
+    # What transformers' data collators read besides pad(): BERT pads and truncates on the right only.
+    padding_side = "right"
+    truncation_side = "right"
+    is_fast = True  # answers as BertTokenizerFast does (offsets, word_ids)
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+
+    def get_special_tokens_mask(self, token_ids_0: Sequence[int], token_ids_1: Sequence[int] | None = None,
+                                already_has_special_tokens: bool = False) -> list[int]:
+        """1 for a special token, 0 otherwise (what masked-LM collators keep unmasked). With
+        ``already_has_special_tokens`` the ids are a whole encoded sequence; without, the mask is that of
+        ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` built from them, as Hugging Face's."""
+        if already_has_special_tokens:
+            if token_ids_1 is not None:
+                raise BertkitError("get_special_tokens_mask: give one sequence when already_has_special_tokens=True")
+            return [1 if int(i) in self._special_id_set else 0 for i in token_ids_0]
+        mask = [1] + [0] * len(token_ids_0) + [1]
+        return mask if token_ids_1 is None else mask + [0] * len(token_ids_1) + [1]
+
     def _token_of(self, i: int) -> str:
         if not 0 <= i < len(self._tokens):
             raise BertkitError(f"token id {i} is outside the vocabulary (0..{len(self._tokens) - 1})")

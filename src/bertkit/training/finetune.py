@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -28,9 +27,9 @@ import torch
 from torch import nn
 
 from bertkit.config import BertConfig
-from bertkit.errors import BertkitError, MissingFileError, NonFiniteError, not_utf8
+from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
 from bertkit.heads import BertForSequenceClassification
-from bertkit.outputs import atomic_write_json
+from bertkit.outputs import atomic_write_json, remove_owned_tree
 from bertkit.quantization import int8_model_device, is_int8_model, load_for_inference
 from bertkit.settings import (
     ClassifySettings,
@@ -187,6 +186,9 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
             if primary > best_run_score:
                 best_run_score = primary
                 best_dir = s.output_dir / "best"
+                # Which inputs the model was trained on, for `bertkit predict` to refuse a file of pairs it is
+                # not told about (config.json keeps the key; transformers ignores it).
+                model.config.extra["text_pair"] = len(task.text_columns) == 2
                 model.save_pretrained(best_dir)
                 tokenizer.save_pretrained(best_dir)
                 atomic_write_json(best_dir / "training_run.json", runs[-1])
@@ -219,7 +221,10 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
     result = train(model, [Phase(plan, steps)], s, evaluate=evaluate, fingerprint=fingerprint, resume=resume)
     seconds = time.perf_counter() - t0
     if ours and info.is_main:  # only checkpoints this run (or the killed run it continued) made
-        shutil.rmtree(s.output_dir / "checkpoints", ignore_errors=True)
+        left = remove_owned_tree(s.output_dir / "checkpoints")  # only files recorded as this run's
+        if left:
+            logger.warning("kept %s: %d file(s) there were not written by this run (e.g. %s)",
+                           s.output_dir / "checkpoints", len(left), ", ".join(left[:3]))
     if info.is_main:  # the learning curves, as pre-training draws them
         plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
     return result, seconds
@@ -283,8 +288,12 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
 
 
 def read_labelled(path: Path, s: ClassifySettings, *, labelled: bool = True) -> list[glue.GlueExample]:
-    """Rows of a CSV/TSV/JSONL file as examples (id = the row's position); a bad row names file and line."""
-    from bertkit.tasks.files import file_format, read_records
+    """Rows of a CSV/TSV/JSONL file as examples (id = the row's position); a bad row names file and line.
+
+    Every text read must hold a non-whitespace character (an empty cell is a missing value, not a text); a second
+    text the settings do not name (a ``text_pair`` or ``sentence2`` column beside the text) is logged as a warning,
+    since the model would then be trained and scored on the first text alone."""
+    from bertkit.tasks.files import file_format, read_records, second_text_fields
 
     if not path.is_file():
         raise MissingFileError(f"data file not found: {path}")
@@ -294,34 +303,45 @@ def read_labelled(path: Path, s: ClassifySettings, *, labelled: bool = True) -> 
                            "(--text-column, --label-column), not plain text; name the format with --input-format")
     wanted = [c for c in (s.text_column, s.text_pair_column, s.label_column if labelled else None) if c]
     examples = []
-    try:
-        for line, record in read_records(path, fmt):
-            if not isinstance(record, dict):
-                raise BertkitError(f"{path}:{line}: expected an object with {', '.join(wanted)}, "
-                                   f"got {type(record).__name__}")
-            missing = [c for c in wanted if c not in record]
-            if missing:
-                raise BertkitError(f"{path}:{line}: no {', '.join(map(repr, missing))} column (it has "
-                                   f"{', '.join(map(str, record))}); name the columns with --text-column, "
-                                   "--text-pair-column and --label-column")
-            values = {c: record[c] for c in wanted}
-            if fmt == "jsonl" and isinstance(values.get(s.label_column), (int, float)) \
-                    and not isinstance(values[s.label_column], bool):
-                values[s.label_column] = repr(values[s.label_column])  # JSON numbers: read as written
-            bad = [c for c, v in values.items() if not isinstance(v, str)]
-            if bad:
-                raise BertkitError(f"{path}:{line}: {bad[0]!r} must be a string or number, got "
-                                   f"{str(values[bad[0]])[:60]!r}")
-            label = values.get(s.label_column) if labelled else None
-            if labelled and not label.strip():
-                raise BertkitError(f"{path}:{line}: empty {s.label_column!r}")
-            examples.append(glue.GlueExample(id=str(len(examples)), text_a=values[s.text_column],
-                                             text_b=values.get(s.text_pair_column) if s.text_pair_column else None,
-                                             label=label.strip() if label is not None else None, line=line))
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
+    unnamed_pair: tuple[int, list[str]] | None = None
+    for line, record in read_records(path, fmt, s.max_line_bytes):
+        if not isinstance(record, dict):
+            raise BertkitError(f"{path}:{line}: expected an object with {', '.join(wanted)}, "
+                               f"got {type(record).__name__}")
+        missing = [c for c in wanted if c not in record]
+        if missing:
+            raise BertkitError(f"{path}:{line}: no {', '.join(map(repr, missing))} column (it has "
+                               f"{', '.join(map(str, record))}); name the columns with --text-column, "
+                               "--text-pair-column and --label-column")
+        if s.text_pair_column is None and unnamed_pair is None:
+            found = second_text_fields(record, used=(s.text_column, s.label_column))
+            unnamed_pair = (line, found) if found else None
+        values = {c: record[c] for c in wanted}
+        if fmt == "jsonl" and isinstance(values.get(s.label_column), (int, float)) \
+                and not isinstance(values[s.label_column], bool):
+            values[s.label_column] = repr(values[s.label_column])  # JSON numbers: read as written
+        bad = [c for c, v in values.items() if not isinstance(v, str)]
+        if bad:
+            raise BertkitError(f"{path}:{line}: {bad[0]!r} must be a string or number, got "
+                               f"{str(values[bad[0]])[:60]!r}")
+        blank = next((c for c in (s.text_column, s.text_pair_column) if c and not values[c].strip()), None)
+        if blank is not None:
+            raise BertkitError(f"{path}:{line}: {blank!r} is {'empty' if not values[blank] else 'only whitespace'}; "
+                               "every row needs its text: fill in or remove that row")
+        label = values.get(s.label_column) if labelled else None
+        if labelled and not label.strip():
+            raise BertkitError(f"{path}:{line}: empty {s.label_column!r}")
+        examples.append(glue.GlueExample(id=str(len(examples)), text_a=values[s.text_column],
+                                         text_b=values.get(s.text_pair_column) if s.text_pair_column else None,
+                                         label=label.strip() if label is not None else None, line=line))
     if not examples:
         raise BertkitError(f"{path} holds no rows")
+    if unnamed_pair is not None:
+        line, found = unnamed_pair
+        kind = "field" if fmt == "jsonl" else "column"
+        logger.warning("%s:%d: the rows hold a second text (%s %s) that no flag names, so the model reads the first "
+                       "text alone; pass --text-pair-column %s to train on pairs", path, line, kind,
+                       ", ".join(map(repr, found)), found[0])
     return examples
 
 

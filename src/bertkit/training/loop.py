@@ -21,6 +21,7 @@ import math
 import os
 import random
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,16 @@ from torch import Tensor, nn
 
 from bertkit._hardware import warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError, NonFiniteError
-from bertkit.outputs import atomic_write_text, fsync_dir
+from bertkit.outputs import (
+    atomic_write_text,
+    fsync_dir,
+    owns,
+    register,
+    register_append,
+    register_scratch,
+    register_tree,
+    remove_owned_tree,
+)
 from bertkit.settings import TrainingSettings
 from bertkit.training.distributed import (
     DistInfo,
@@ -76,7 +86,8 @@ class BatchPlan:
     """
 
     def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
-                 seed: int, shuffle: bool = True, drop_last: bool = False, rank: int = 0, world_size: int = 1):
+                 seed: int, shuffle: bool = True, drop_last: bool = False, rank: int = 0, world_size: int = 1,
+                 order: Callable[[int], Sequence[int]] | None = None):
         if batch_size < 1:
             raise BertkitError(f"batch_size must be >= 1, got {batch_size}")
         if len(dataset) == 0:
@@ -86,6 +97,9 @@ class BatchPlan:
         self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.rank, self.world_size = rank, world_size
+        # ``order(epoch)``: the epoch's permutation of the examples, for a caller that must reproduce another
+        # library's order (bertkit.Trainer: transformers' seeded RandomSampler); still a pure function of epoch
+        self.order = order
 
     def __len__(self) -> int:
         n, per_step = len(self.dataset), self.batch_size * self.world_size
@@ -94,7 +108,9 @@ class BatchPlan:
     def global_batches(self, epoch: int) -> list[list[int]]:
         """Every rank's examples of each micro-step of ``epoch`` (one list per global micro-batch)."""
         n, per_step = len(self.dataset), self.batch_size * self.world_size
-        if self.shuffle:
+        if self.order is not None:
+            order = [int(i) for i in self.order(epoch)]
+        elif self.shuffle:
             order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch)).tolist()
         else:
             order = list(range(n))
@@ -193,8 +209,53 @@ def _to(batch: Batch, device: str) -> Batch:
 # -------------------------------------------------------------------------------------------------
 
 
-def checkpoint_dirs(out_dir: Path) -> list[Path]:
-    return sorted((out_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """Where checkpoints live: ``OUT/checkpoints/step-00000010`` (the commands'), or ``OUT/checkpoint-10``
+    (``HF_LAYOUT``, transformers' Trainer's, which ``bertkit.Trainer`` writes)."""
+
+    subdir: str = "checkpoints"
+    prefix: str = "step-"
+    digits: int = 8
+
+    def root(self, out_dir: Path) -> Path:
+        return out_dir / self.subdir if self.subdir else out_dir
+
+    def path(self, out_dir: Path, step: int) -> Path:
+        return self.root(out_dir) / f"{self.prefix}{str(step).zfill(self.digits)}"
+
+    def dirs(self, out_dir: Path) -> list[Path]:
+        found = [p for p in self.root(out_dir).glob(f"{self.prefix}*")
+                 if p.is_dir() and p.name[len(self.prefix):].isdigit()]
+        return sorted(found, key=lambda p: int(p.name[len(self.prefix):]))
+
+
+STEP_LAYOUT = CheckpointLayout()
+HF_LAYOUT = CheckpointLayout(subdir="", prefix="checkpoint-", digits=0)
+
+
+@dataclass
+class LoopHooks:
+    """What a caller driving the loop from outside (``bertkit.Trainer``) adds to it; each is off by default.
+
+    ``write_extra(dir)`` adds files (the tokenizer) to a checkpoint before it is renamed into place;
+    ``protect(path)`` marks a checkpoint ``save_total_limit`` must keep (the best one); ``on_record(record)``
+    sees every train and eval record as it is logged; ``after(kind, position)`` is called after each optimiser
+    step's logging, evaluation and saving (kind "step") and at each epoch's end (kind "epoch"), and returns
+    True to stop the run there (early stopping); ``save_each_epoch`` checkpoints at every epoch's end;
+    ``final_checkpoint`` False writes no checkpoint at the end (transformers' ``save_strategy="no"``)."""
+
+    layout: CheckpointLayout = STEP_LAYOUT
+    write_extra: Callable[[Path], None] | None = None
+    protect: Callable[[Path], bool] | None = None
+    on_record: Callable[[dict], None] | None = None
+    after: Callable[[str, Position], bool] | None = None
+    save_each_epoch: bool = False
+    final_checkpoint: bool = True
+
+
+def checkpoint_dirs(out_dir: Path, layout: CheckpointLayout = STEP_LAYOUT) -> list[Path]:
+    return layout.dirs(out_dir)
 
 
 def _disk_full(e: BaseException) -> bool:
@@ -204,28 +265,39 @@ def _disk_full(e: BaseException) -> bool:
         isinstance(e, RuntimeError) and ("unexpected pos" in str(e) or "PytorchStreamWriter failed" in str(e)))
 
 
-def _save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None) -> Path:
+def _save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None,
+                     hooks: LoopHooks | None = None) -> Path:
     """Write ``state`` (and ``model`` in the Hugging Face layout, for ``from_pretrained``) to a temporary
     directory, fsync, and rename it: a kill mid-write never leaves a partial checkpoint, and a failed write
     (a full disk) leaves the previous checkpoints as they were."""
-    root = out_dir / "checkpoints"
+    hooks = hooks or LoopHooks()
+    layout = hooks.layout
+    root = layout.root(out_dir)
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step:08d}"
-    tmp = root / f".tmp-step-{step:08d}"
-    shutil.rmtree(tmp, ignore_errors=True)  # a temporary directory of this run's own, left by a kill
-    tmp.mkdir()
+    final = layout.path(out_dir, step)
+    tmp = root / f".tmp-{final.name}"
+    # A temporary directory a kill left: only the files this run (or the run it resumes) recorded are removed;
+    # if anything else is there, this checkpoint is written under a fresh name beside it.
+    if remove_owned_tree(tmp) or os.path.lexists(tmp):
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
+    else:
+        tmp.mkdir()
+    register_scratch(tmp)  # a kill mid-write leaves it: the run that resumes (or --overwrite) may remove it
     try:
         torch.save(state, tmp / STATE_FILE)
         with open(tmp / STATE_FILE, "rb") as f:
             os.fsync(f.fileno())
+        register(tmp / STATE_FILE)  # torch writes it itself: recorded, so a killed run's --overwrite removes it
         if model is not None and hasattr(model, "save_pretrained"):
             model.save_pretrained(tmp)
+        if hooks.write_extra is not None:
+            hooks.write_extra(tmp)
     except (OSError, RuntimeError, BertkitError) as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # made by this call just now (mkdir refuses an existing one)
         if not (_disk_full(e) or (isinstance(e, BertkitError) and isinstance(e.__cause__, OSError)
                                   and _disk_full(e.__cause__))):
             raise
-        previous = checkpoint_dirs(out_dir)
+        previous = checkpoint_dirs(out_dir, layout)
         needed = sum(t.numel() * t.element_size() for t in state["model"].values()) * 3  # weights + 2 Adam moments
         free = shutil.disk_usage(root).free
         raise BertkitError(
@@ -233,11 +305,22 @@ def _save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn
             f"{free / 1e6:.0f} MB are free); the temporary files were removed and the previous checkpoint "
             f"{previous[-1] if previous else '(none)'} is intact: free some space and run again with --resume"
         ) from e
-    shutil.rmtree(final, ignore_errors=True)  # only a checkpoint of this step, which this run is rewriting
+    left = remove_owned_tree(final)  # a checkpoint of this step this run (or the run it resumes) wrote, rewritten
+    if os.path.lexists(final):  # files changed since (a damaged checkpoint) or a user's: kept, moved aside
+        aside = Path(tempfile.mkdtemp(prefix=f".replaced-{final.name}-", dir=root))
+        final.rename(aside / final.name)
+        logger.warning("%s held %d file(s) this run cannot prove are its own as written (e.g. %s): moved to %s",
+                       final, len(left), ", ".join(left[:3]), aside)
+    register_tree(tmp)  # whatever else wrote into it (the extra files of a hook)
     tmp.rename(final)
     fsync_dir(root)
-    for old in checkpoint_dirs(out_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    register_tree(final)  # the same files under their final names
+    kept = [p for p in checkpoint_dirs(out_dir, layout) if not (hooks.protect and hooks.protect(p))]
+    for old in kept[:-keep]:
+        left = remove_owned_tree(old)  # only the files recorded as written by this run or the one it resumes
+        if left:
+            logger.warning("kept %s: it holds %d file(s) this run did not write (e.g. %s)", old, len(left),
+                           ", ".join(left[:3]))
     return final
 
 
@@ -269,10 +352,11 @@ def _read_state(path: Path) -> dict:
     return state
 
 
-def _read_checkpoint(out_dir: Path, fingerprint: dict) -> tuple[Path, dict]:
-    """The newest intact checkpoint; a damaged newest one (a torn write) falls back to the previous."""
+def _read_checkpoint(out_dir: Path, fingerprint: dict, layout: CheckpointLayout = STEP_LAYOUT,
+                     only: Path | None = None) -> tuple[Path, dict]:
+    """The newest intact checkpoint (or ``only``); a damaged newest one (a torn write) falls back to the previous."""
     damaged = []
-    for path in reversed(checkpoint_dirs(out_dir)):
+    for path in [only] if only is not None else reversed(checkpoint_dirs(out_dir, layout)):
         try:
             state = _read_state(path)
         except (RuntimeError, EOFError, KeyError, OSError, ValueError) as e:
@@ -283,7 +367,7 @@ def _read_checkpoint(out_dir: Path, fingerprint: dict) -> tuple[Path, dict]:
             continue
         break
     else:
-        raise BertkitError(f"no intact checkpoint to resume from in {out_dir / 'checkpoints'}: {'; '.join(damaged)}")
+        raise BertkitError(f"no intact checkpoint to resume from in {layout.root(out_dir)}: {'; '.join(damaged)}")
     if state["fingerprint"] != fingerprint:
         diff = {k: (state["fingerprint"].get(k), fingerprint.get(k))
                 for k in sorted(set(state["fingerprint"]) | set(fingerprint))
@@ -396,7 +480,8 @@ def train(
     evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
     batch_metrics: Callable[[Batch, Any], dict[str, float]] | None = None,
     fingerprint: dict[str, Any] | None = None,
-    resume: bool = False,
+    resume: bool | Path = False,
+    hooks: LoopHooks | None = None,
 ) -> TrainResult:
     """Train ``model`` (whose forward returns an object with ``.loss``) through ``phases``.
 
@@ -407,19 +492,23 @@ def train(
     Under torchrun (an initialised process group) every rank calls this with the same arguments and plans
     built for its rank (``BatchPlan(rank=, world_size=)``); the model is replicated (DDP) or sharded
     (``args.fsdp``), rank 0 alone writes metrics.jsonl and checkpoints, and ``evaluate`` runs on every rank.
+
+    ``resume`` may name one checkpoint directory instead of the newest; ``hooks`` (``LoopHooks``) are what
+    ``bertkit.Trainer`` adds: its checkpoint layout, callbacks, early stopping and epoch-end saves.
     """
-    run = _Run.start(model, phases, args, evaluate, batch_metrics, fingerprint, resume)
+    hooks = hooks or LoopHooks()
+    run = _Run.start(model, phases, args, evaluate, batch_metrics, fingerprint, resume, hooks)
     pos = run.pos
-    while pos.phase < len(phases):
+    while pos.phase < len(phases) and not run.stopped:
         phase = phases[pos.phase]
         phase_end = sum(p.steps for p in phases[: pos.phase + 1])
         n_batches = len(phase.plan)
         # `or pos.batch >= n_batches`: a run resumed from a checkpoint written at an epoch's last batch still
         # owes that epoch's end (its evaluation), also when that batch was the phase's last step: an
         # uninterrupted run evaluates there before it switches phase
-        while pos.step < phase_end or pos.batch >= n_batches:
+        while (pos.step < phase_end or pos.batch >= n_batches) and not run.stopped:
             for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, run.workers, run.cuda):
-                if pos.step >= phase_end:
+                if pos.step >= phase_end or run.stopped:
                     break
                 if run.micro_step(phase, weight, _to(batch, run.device)):  # the last micro-batch of a step
                     run.optimizer_step(phase)
@@ -427,7 +516,11 @@ def train(
                 if args.eval_steps is None and not run.evaluated_at(pos.step):  # not done before a kill
                     run.run_eval()
                 pos.epoch, pos.batch = pos.epoch + 1, 0
-        pos.phase, pos.epoch, pos.batch = pos.phase + 1, 0, 0
+                if hooks.save_each_epoch and pos.step < run.total and not run.stopped:
+                    run.checkpoint({**run.window, "_n": run.window_n})
+                run.ask_stop("epoch")
+        if not run.stopped:
+            pos.phase, pos.epoch, pos.batch = pos.phase + 1, 0, 0
     return run.finish()
 
 
@@ -466,6 +559,8 @@ class _Run:
     # (all micro-batches, all ranks: ``step_targets``) when the model takes transformers' num_items_in_batch.
     token_losses: bool = False
     num_items: float | None = None
+    hooks: LoopHooks = field(default_factory=LoopHooks)
+    stopped: bool = False  # a hook asked to stop (early stopping)
 
     @property
     def out_dir(self) -> Path:
@@ -487,7 +582,7 @@ class _Run:
     # -- start: check, build the optimiser, restore a checkpoint or seed a fresh run --------------------------
     @classmethod
     def start(cls, model: nn.Module, phases: list[Phase], args: TrainingSettings, evaluate, batch_metrics,
-              fingerprint: dict | None, resume: bool) -> _Run:
+              fingerprint: dict | None, resume: bool | Path, hooks: LoopHooks) -> _Run:
         info = current()
         out_dir = args.output_dir
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -511,10 +606,13 @@ class _Run:
                                    "encoder with a gradient_checkpointing switch")
             encoder.gradient_checkpointing = True
 
-        existing = checkpoint_dirs(out_dir)
+        existing = checkpoint_dirs(out_dir, hooks.layout)
         state = None
-        if resume and existing:
-            path, state = _read_checkpoint(out_dir, fingerprint)
+        if isinstance(resume, Path):
+            path, state = _read_checkpoint(out_dir, fingerprint, hooks.layout, only=resume)
+            model.load_state_dict(state["model"])
+        elif resume and existing:
+            path, state = _read_checkpoint(out_dir, fingerprint, hooks.layout)
             model.load_state_dict(state["model"])  # before FSDP copies the weights into its shards
         elif existing:
             raise BertkitError(
@@ -560,9 +658,12 @@ class _Run:
             random.seed(args.seed + info.rank)
             pos, history, window = Position(), [], {}
             if info.is_main:
-                metrics_path.write_text("")
+                if os.path.lexists(metrics_path) and not owns(metrics_path):
+                    raise BertkitError(f"{metrics_path} exists and this run did not write it; bertkit does not "
+                                       "replace it: pass --resume to continue that run, or choose a new output directory")
+                atomic_write_text(metrics_path, "")
         run = cls(args, info, device, phases, total, fingerprint, model, replicas, optimizer, scheduler, scaler,
-                  evaluate, batch_metrics, pos, history, window)
+                  evaluate, batch_metrics, pos, history, window, hooks=hooks)
         run.board = _tensorboard(out_dir) if args.report_to == "tensorboard" and info.is_main else None
         run.bar = _progress(total, pos.step, args.progress and info.is_main)
         run.window_n = int(window.pop("_n", 0))
@@ -632,6 +733,11 @@ class _Run:
             self.run_eval()
         if args.save_steps and pos.step % args.save_steps == 0 and pos.step < self.total:
             self.checkpoint({**self.window, "_n": self.window_n})
+        self.ask_stop("step")
+
+    def ask_stop(self, kind: str) -> None:
+        if self.hooks.after is not None and self.hooks.after(kind, self.pos):
+            self.stopped = True
 
     def _skip(self, phase: Phase) -> None:
         """Drop a step whose loss or gradient is not finite, or stop when --skip-nonfinite is used up."""
@@ -639,7 +745,7 @@ class _Run:
         where = f"step {pos.step + 1} ({phase.name}, epoch {pos.epoch}, batch {pos.batch - 1})"
         self.optimizer.zero_grad(set_to_none=True)
         if pos.skipped >= self.args.skip_nonfinite:
-            last = checkpoint_dirs(self.out_dir)
+            last = checkpoint_dirs(self.out_dir, self.hooks.layout)
             raise NonFiniteError(
                 f"training stopped at {where}: {self.spoiled}. Last good checkpoint: "
                 f"{last[-1] if last else 'none (no checkpoint written yet)'}. Lower --learning-rate "
@@ -664,14 +770,19 @@ class _Run:
 
     def log(self, record: dict) -> None:
         self.history.append(record)
+        if self.hooks.on_record is not None:
+            self.hooks.on_record(record)
         if self.info.is_main:
+            line = json.dumps(record) + "\n"
             with self.metrics_path.open("a") as f:  # appended, by design: a torn last line is dropped on resume
-                f.write(json.dumps(record) + "\n")
+                f.write(line)
+            register_append(self.metrics_path, line.encode())  # its new size and hash: still this run's file
             if self.board is not None:
                 for k, v in record.items():
                     if isinstance(v, (int, float)) and k not in ("step", "epoch"):
                         self.board.add_scalar(f"{record['split']}/{k}", v, record["step"])
                 self.board.flush()
+                _register_board(self.board)
 
     def evaluated_at(self, step: int) -> bool:
         """Whether the newest record is an evaluation at ``step`` (after a resume: one the interrupted run made)."""
@@ -703,16 +814,18 @@ class _Run:
             "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
             "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
             "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
-        }, self.pos.step, self.args.save_total_limit, self.model)
+        }, self.pos.step, self.args.save_total_limit, self.model, self.hooks)
 
     def finish(self) -> TrainResult:
         self.bar.close()
         if self.evaluate is not None and not self.evaluated_at(self.pos.step):
             self.run_eval()
-        self.checkpoint()
+        if self.hooks.final_checkpoint:
+            self.checkpoint()
         self.replicas.finish()
         if self.board is not None:
             self.board.close()
+            _register_board(self.board)
         return TrainResult(self.pos.step, self.history, self.last_eval, self.pos.skipped)
 
 
@@ -735,6 +848,12 @@ def _over_ranks(window: dict, n: int, seqs: int, tokens: int) -> tuple[dict, int
         for k, v in w.items():
             sums[k] = sums.get(k, 0.0) + v
     return sums, sum(p[1] for p in parts), sum(p[2] for p in parts), sum(p[3] for p in parts)
+
+
+def _register_board(board) -> None:
+    """tensorboard writes its event file itself: record it as this run's (its name carries this process's pid)."""
+    for path in Path(board.get_logdir()).glob(f"events.out.tfevents.*.{os.getpid()}.*"):
+        register(path)
 
 
 def _tensorboard(out_dir: Path):

@@ -35,6 +35,9 @@ def plot_metrics(metrics_path: Path, png_path: Path) -> Path | None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(png_path, dpi=100)
+    from bertkit.outputs import atomic_target
+
+    with atomic_target(png_path) as tmp:  # never half a PNG, never through a symlink; recorded as the run's
+        fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
     return png_path

@@ -1,0 +1,110 @@
+"""The transformers text-classification guide's Trainer script, run on bertkit and on transformers in one process.
+
+The same script (tokenize with truncation, ``DataCollatorWithPadding``, ``compute_metrics`` accuracy,
+``Trainer(...).train()`` then ``.evaluate()``) runs once with ``from transformers import ...`` and once with
+``from bertkit import ...``, on the same checkpoint (MiniLM with a classification head initialised with the
+seed and saved once, so both start from the same weights), the first ``--rows`` SST-2 train rows, one
+epoch, batch 32. bertkit runs twice: with transformers' data order (``train_sampling_strategy="random"``,
+the default, step-for-step the same batches) and with its length-grouped order (``"group_by_length"``).
+
+    python bench/bench_trainer.py --model models/minilm --threads 2
+
+Prints one JSON line: wall seconds of ``train()`` and of ``evaluate()`` per library, dev accuracy, and the
+ratios transformers / bertkit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def read_sst2(path: Path, limit: int | None) -> dict[str, list]:
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:]
+    rows = rows[:limit] if limit else rows
+    return {"sentence": [r[0] for r in rows], "label": [int(r[1]) for r in rows]}
+
+
+def guide(lib: str, model_dir: Path, train: dict, dev: dict, out: Path, seed: int, strategy: str | None) -> dict:
+    """The guide's script with ``lib``'s names: the only line that differs between the two runs is the import."""
+    m = importlib.import_module(lib)
+    tok = m.AutoTokenizer.from_pretrained(model_dir)
+    model = m.AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
+
+    def encode(data: dict) -> list[dict]:
+        enc = tok(data["sentence"], truncation=True, max_length=128)
+        return [{"input_ids": enc["input_ids"][i], "attention_mask": enc["attention_mask"][i],
+                 "token_type_ids": enc["token_type_ids"][i], "labels": data["label"][i]}
+                for i in range(len(data["label"]))]
+
+    def compute_metrics(p) -> dict:
+        return {"accuracy": float((np.argmax(p.predictions, axis=-1) == p.label_ids).mean())}
+
+    extra = {"train_sampling_strategy": strategy} if strategy else {}
+    args = m.TrainingArguments(output_dir=str(out), learning_rate=1e-4, per_device_train_batch_size=32,
+                               per_device_eval_batch_size=128, num_train_epochs=1, weight_decay=0.01,
+                               warmup_steps=0.1, eval_strategy="no", save_strategy="no", logging_steps=50,
+                               seed=seed, report_to="none", disable_tqdm=True, use_cpu=True, **extra)
+    trainer = m.Trainer(model=model, args=args, train_dataset=encode(train), eval_dataset=encode(dev),
+                        data_collator=m.DataCollatorWithPadding(tok), processing_class=tok,
+                        compute_metrics=compute_metrics)
+    t0 = time.perf_counter()
+    result = trainer.train()
+    t1 = time.perf_counter()
+    metrics = trainer.evaluate()
+    t2 = time.perf_counter()
+    return {"train_s": round(t1 - t0, 2), "eval_s": round(t2 - t1, 2), "training_loss": round(result.training_loss, 5),
+            "dev_accuracy": round(metrics["eval_accuracy"], 4), "steps": result.global_step}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, default=REPO / "models" / "minilm")
+    p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "glue" / "SST-2")
+    p.add_argument("--rows", type=int, default=10_000)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--only", choices=["bertkit", "transformers"], default=None)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    train = read_sst2(args.data_dir / "train.tsv", args.rows)
+    dev = read_sst2(args.data_dir / "dev.tsv", None)
+
+    import bertkit
+
+    with tempfile.TemporaryDirectory() as tmp:
+        start = Path(tmp, "start")  # one set of starting weights for both libraries: the head drawn once
+        torch.manual_seed(args.seed)
+        bertkit.BertForSequenceClassification.from_pretrained(args.model, num_labels=2).save_pretrained(start)
+        bertkit.BertTokenizer.from_pretrained(args.model).save_pretrained(start)
+        runs = {}
+        if args.only != "transformers":
+            runs["bertkit"] = guide("bertkit", start, train, dev, Path(tmp, "b"), args.seed, None)
+            runs["bertkit_grouped"] = guide("bertkit", start, train, dev, Path(tmp, "g"), args.seed, "group_by_length")
+        if args.only != "bertkit":
+            runs["transformers"] = guide("transformers", start, train, dev, Path(tmp, "t"), args.seed, None)
+    line = {"bench": "trainer_sst2", "model": args.model.name, "rows": len(train["label"]), "threads": args.threads,
+            "torch": torch.__version__, **runs}
+    if "bertkit" in runs and "transformers" in runs:
+        ref = runs["transformers"]["train_s"]
+        line["speedup_train"] = round(ref / runs["bertkit"]["train_s"], 2)
+        line["speedup_train_grouped"] = round(ref / runs["bertkit_grouped"]["train_s"], 2)
+        line["speedup_eval"] = round(runs["transformers"]["eval_s"] / runs["bertkit"]["eval_s"], 2)
+    json.dump(line, sys.stdout)
+    print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""transformers' data collators, for ``bertkit.Trainer`` and any DataLoader: lists of examples -> batches.
+
+Each takes what transformers' takes (a tokenizer with ``pad``, ``pad_token_id``, ...; bertkit's or
+transformers') and returns the same tensors: ``DataCollatorWithPadding`` pads to the batch's longest,
+``DataCollatorForTokenClassification`` pads the labels too (with -100), ``DataCollatorForLanguageModeling``
+draws the masked-LM targets (the paper's 80/10/10, section 3.1 and appendix A.1; whole-word masking as an
+option), ``DefaultDataCollator`` stacks examples that are already of one length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.heads import IGNORE_INDEX
+
+_LABEL_KEYS = ("label", "label_ids")  # renamed to "labels", the models' argument, as transformers does
+
+
+def _needs_pad_token(tokenizer: Any, who: str) -> None:
+    if tokenizer is None:
+        raise BertkitError(f"{who} needs a tokenizer (to pad with); pass tokenizer=")
+    if getattr(tokenizer, "pad_token", None) is None or getattr(tokenizer, "pad_token_id", None) is None:
+        raise BertkitError(f"{who}: the tokenizer {type(tokenizer).__name__} has no pad token, so batches of "
+                           "different lengths cannot be padded; set one (tokenizer.pad_token = '[PAD]') or pad "
+                           "every example to one length and use DefaultDataCollator")
+
+
+def _rename_labels(batch: dict) -> dict:
+    for key in _LABEL_KEYS:
+        if key in batch:
+            batch["labels"] = batch.pop(key)
+    return batch
+
+
+def _as_tensor(values: Any) -> torch.Tensor:
+    if isinstance(values, torch.Tensor):
+        return values
+    if isinstance(values, (list, tuple)) and values and isinstance(values[0], torch.Tensor):
+        return torch.stack(values)
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "biuf":
+        raise BertkitError(f"cannot make a tensor of {arr.dtype} values (e.g. {values[:1]!r}); remove the column "
+                           "from the dataset (or keep remove_unused_columns=True)")
+    return torch.as_tensor(arr, dtype=torch.float32 if arr.dtype.kind == "f" else torch.long)
+
+
+@dataclass
+class DefaultDataCollator:
+    """Stack examples of one length into tensors; ``label`` / ``label_ids`` become ``labels``."""
+
+    return_tensors: str = "pt"
+
+    def __call__(self, features: Sequence[Mapping[str, Any]], return_tensors: str | None = None) -> dict:
+        if not features:
+            raise BertkitError("the collator got an empty batch")
+        if (return_tensors or self.return_tensors) != "pt":
+            raise BertkitError("bertkit's collators return PyTorch tensors only (return_tensors='pt')")
+        first = features[0]
+        batch = {}
+        for key in first:
+            values = [f[key] for f in features]
+            if values[0] is None or isinstance(values[0], str):
+                continue  # as transformers' default_data_collator: strings and None are not batched
+            batch[key] = _as_tensor(values)
+        return _rename_labels(batch)
+
+
+@dataclass
+class DataCollatorWithPadding:
+    """Pad ``input_ids``, ``token_type_ids`` and ``attention_mask`` to the longest example of the batch (or
+    ``max_length`` / a multiple of ``pad_to_multiple_of``) with ``tokenizer.pad``; other keys are stacked."""
+
+    tokenizer: Any
+    padding: bool | str = True
+    max_length: int | None = None
+    pad_to_multiple_of: int | None = None
+    return_tensors: str = "pt"
+
+    def __post_init__(self) -> None:
+        _needs_pad_token(self.tokenizer, "DataCollatorWithPadding")
+        if self.return_tensors != "pt":
+            raise BertkitError("bertkit's collators return PyTorch tensors only (return_tensors='pt')")
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict:
+        if not features:
+            raise BertkitError("the collator got an empty batch")
+        batch = self.tokenizer.pad(list(features), padding=self.padding, max_length=self.max_length,
+                                   pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt")
+        return _rename_labels(dict(batch))
+
+
+@dataclass
+class DataCollatorForTokenClassification:
+    """As ``DataCollatorWithPadding``, and the per-token ``labels`` padded to the same length with
+    ``label_pad_token_id`` (-100: no loss at padding)."""
+
+    tokenizer: Any
+    padding: bool | str = True
+    max_length: int | None = None
+    pad_to_multiple_of: int | None = None
+    label_pad_token_id: int = IGNORE_INDEX
+    return_tensors: str = "pt"
+
+    def __post_init__(self) -> None:
+        _needs_pad_token(self.tokenizer, "DataCollatorForTokenClassification")
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict:
+        if not features:
+            raise BertkitError("the collator got an empty batch")
+        name = "label" if "label" in features[0] else "labels"
+        labels = [list(_as_list(f[name])) for f in features] if name in features[0] else None
+        rest = [{k: v for k, v in f.items() if k != name} for f in features]
+        batch = dict(self.tokenizer.pad(rest, padding=self.padding, max_length=self.max_length,
+                                        pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt"))
+        if labels is None:
+            return batch
+        width = batch["input_ids"].shape[1]
+        left = getattr(self.tokenizer, "padding_side", "right") == "left"
+        rows = [[self.label_pad_token_id] * (width - len(lab)) + lab if left
+                else lab + [self.label_pad_token_id] * (width - len(lab)) for lab in labels]
+        batch[name] = torch.tensor(rows, dtype=torch.int64)
+        return _rename_labels(batch)
+
+
+def _as_list(values: Any) -> list:
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+@dataclass
+class DataCollatorForLanguageModeling:
+    """Masked-LM batches: pad, choose ``mlm_probability`` of the non-special tokens as targets, and replace
+    80% of them with [MASK], 10% with a random token, and keep 10% (paper, section 3.1: the model must keep
+    a representation of every token, since it cannot tell which are targets). Draws follow transformers'
+    collator call for call, so the same ``seed`` gives the same batches.
+
+    ``whole_word_mask=True`` chooses whole words (a word's "##" continuation pieces are masked with its first
+    piece, as Google's later release of the BERT models did), all replaced by [MASK] as in transformers.
+    ``mlm=False`` gives causal-LM labels (the inputs, padding at -100). ``seed`` None draws from torch's
+    global generator (what a seeded Trainer run fixes).
+    """
+
+    tokenizer: Any
+    mlm: bool = True
+    whole_word_mask: bool = False
+    mlm_probability: float = 0.15
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
+    pad_to_multiple_of: int | None = None
+    return_tensors: str = "pt"
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        _needs_pad_token(self.tokenizer, "DataCollatorForLanguageModeling")
+        if self.mlm and getattr(self.tokenizer, "mask_token", None) is None:
+            raise BertkitError("DataCollatorForLanguageModeling: the tokenizer has no mask token; pass mlm=False "
+                               "for causal-LM labels, or use a tokenizer with [MASK]")
+        if not 0 <= self.mlm_probability <= 1:
+            raise BertkitError(f"mlm_probability must be in [0, 1], got {self.mlm_probability}")
+        for name in ("mask_replace_prob", "random_replace_prob"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise BertkitError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.mask_replace_prob + self.random_replace_prob > 1:
+            raise BertkitError(f"mask_replace_prob {self.mask_replace_prob} + random_replace_prob "
+                               f"{self.random_replace_prob} exceed 1")
+        if self.whole_word_mask:
+            if not self.mlm:
+                raise BertkitError("whole_word_mask needs mlm=True")
+            self.mask_replace_prob, self.random_replace_prob = 1.0, 0.0  # as transformers
+        self.generator = torch.Generator().manual_seed(self.seed) if self.seed is not None else None
+
+    def __call__(self, examples: Sequence[Any]) -> dict:
+        if not examples:
+            raise BertkitError("the collator got an empty batch")
+        if isinstance(examples[0], Mapping):
+            batch = dict(self.tokenizer.pad(list(examples), return_tensors="pt",
+                                            pad_to_multiple_of=self.pad_to_multiple_of))
+        else:
+            rows = [list(_as_list(e)) for e in examples]
+            batch = dict(self.tokenizer.pad([{"input_ids": r} for r in rows], return_tensors="pt",
+                                            pad_to_multiple_of=self.pad_to_multiple_of))
+            batch = {"input_ids": batch["input_ids"]}
+        special = batch.pop("special_tokens_mask", None)
+        batch.pop("offset_mapping", None)
+        if self.mlm:
+            batch["input_ids"], batch["labels"] = self.mask_tokens(batch["input_ids"], special)
+        else:
+            labels = batch["input_ids"].clone()
+            labels[labels == self.tokenizer.pad_token_id] = IGNORE_INDEX
+            batch["labels"] = labels
+        return batch
+
+    def mask_tokens(self, inputs: torch.Tensor, special_tokens_mask: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs with targets replaced, labels with -100 everywhere but the targets)."""
+        labels = inputs.clone()
+        probability = torch.full(labels.shape, self.mlm_probability)
+        if special_tokens_mask is None:
+            special_tokens_mask = [self.tokenizer.get_special_tokens_mask(row, already_has_special_tokens=True)
+                                   for row in labels.tolist()]
+        special = torch.as_tensor(special_tokens_mask, dtype=torch.bool)
+        if self.whole_word_mask:
+            words = self._word_ids(labels, special)  # (B, T): word index, -1 on special tokens
+            starts = special | (words == torch.roll(words, 1, dims=1))  # not a word's first piece
+            starts[:, 0] = special[:, 0]
+            probability.masked_fill_(starts, 0.0)  # one draw per word, at its first piece
+            chosen = torch.bernoulli(probability, generator=self.generator).bool()
+            same = (words[:, :, None] == words[:, None, :]) & (words[:, :, None] >= 0)
+            masked = (same & chosen[:, None, :]).any(-1)  # every piece of a chosen word
+        else:
+            probability.masked_fill_(special, 0.0)
+            masked = torch.bernoulli(probability, generator=self.generator).bool()
+        labels[~masked] = IGNORE_INDEX
+        replaced = torch.bernoulli(torch.full(labels.shape, self.mask_replace_prob), generator=self.generator).bool()
+        replaced &= masked
+        inputs[replaced] = self.tokenizer.mask_token_id
+        if self.mask_replace_prob == 1 or self.random_replace_prob == 0:
+            return inputs, labels
+        scaled = self.random_replace_prob / (1 - self.mask_replace_prob)  # of the targets not replaced by [MASK]
+        randomized = torch.bernoulli(torch.full(labels.shape, scaled), generator=self.generator).bool()
+        randomized &= masked & ~replaced
+        words = torch.randint(len(self.tokenizer), labels.shape, dtype=torch.long, generator=self.generator)
+        inputs[randomized] = words[randomized]
+        return inputs, labels
+
+    def _word_ids(self, ids: torch.Tensor, special: torch.Tensor) -> torch.Tensor:
+        """Word index of each token: a token whose string starts with "##" continues the word before it."""
+        tokens = self.tokenizer.convert_ids_to_tokens(ids.reshape(-1).tolist())
+        continues = torch.tensor([t.startswith("##") for t in tokens], dtype=torch.bool).reshape(ids.shape)
+        new_word = ~special & ~continues
+        words = torch.cumsum(new_word.long(), dim=1)
+        return words.masked_fill(special, -1)

@@ -1,0 +1,450 @@
+"""The wire format of ``bertkit serve``: a request body parsed, checked and costed (``parse_request``), and a
+pipeline's results rendered as the answer (``render``), in Hugging Face's Inference API and TEI's shapes; with
+``Limits``, what one request may be and cost. ``serve`` runs the HTTP side, the batching and admission.
+
+Every field of a body and of an input, and every parameter, must be one the route takes, with a value of its
+type and in its range, or the request is refused by name; what a request would cost the model (windows,
+choices, [MASK]s) and its answer (candidates) is counted from token counts before it is admitted.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bertkit.errors import BertkitError
+
+# Inputs admitted and not yet answered. MiniLM (6 layers, H=384) on this project's 2-core machine with one
+# model thread runs 7-9 inputs/s of 300-word texts (~320 tokens): 64 inputs is 7-9 s of work there, the
+# longest an admitted request then waits; short texts (SST-2, ~25 tokens, ~110 inputs/s) drain 64 in under a
+# second (docs/inference.md has the measurement).
+DEFAULT_MAX_CONCURRENT_REQUESTS = 64
+
+EMBEDDING_TASKS = ("feature-extraction", "sentence-embedding")
+_EMBED_FIELDS = ("normalize", "truncate", "truncation_direction", "prompt_name", "dimensions", "encoding_format")
+# Fields a body may hold besides inputs and parameters: TEI's, which InferenceClient also sends at the top
+# level for feature-extraction. On a text-classification body they select TEI's answer.
+_TEI_FIELDS = {"text-classification": ("raw_scores", "truncate", "truncation_direction"),
+               **{t: _EMBED_FIELDS for t in EMBEDDING_TASKS}}
+# Inference API parameters that shape the answer, not the model call: requests differing in them share a batch.
+_ANSWER_PARAMS = {"text-classification": ("top_k", "function_to_apply"),
+                  "token-classification": ("aggregation_strategy", "ignore_labels"),
+                  "question-answering": ("align_to_words", "max_seq_len"),
+                  **{t: _EMBED_FIELDS for t in EMBEDDING_TASKS}}
+# Inference API parameter names that bertkit's pipelines spell differently.
+_RENAMED = {"question-answering": {"max_answer_len": "max_answer_length", "max_question_len": "max_question_length",
+                                   "handle_impossible_answer": "allow_no_answer"}}
+
+
+class RequestError(Exception):
+    """A request the server refuses: an HTTP status, a message for the client, and headers (Retry-After)."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+@dataclass
+class Limits:
+    """What one request may be and cost (``ServeSettings`` documents each; its defaults are these)."""
+
+    max_body_bytes: int = 1_000_000
+    max_items: int = 64
+    max_text_chars: int = 20_000
+    max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS
+    max_json_depth: int = 16
+    max_windows_per_request: int = 256
+    max_top_k: int = 100
+    max_candidates: int = 1000
+    body_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if name == "body_timeout_s":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                    raise BertkitError(f"body_timeout_s must be a finite number of seconds > 0, got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BertkitError(f"{name} must be an int >= 1, got {value!r}")
+        if self.max_windows_per_request < self.max_items:
+            raise BertkitError(f"max_windows_per_request {self.max_windows_per_request} is below max_items "
+                               f"{self.max_items}: every input costs at least one model sequence, so a request of "
+                               "max_items inputs would be refused; raise --max-windows-per-request or lower --max-items")
+        if self.max_items > self.max_concurrent_requests:
+            raise BertkitError(f"max_items {self.max_items} exceeds max_concurrent_requests "
+                               f"{self.max_concurrent_requests}: a request that large could never be admitted; "
+                               "raise --max-concurrent-requests or lower --max-items")
+
+
+def _chars(item: Any) -> int:
+    if isinstance(item, str):
+        return len(item)
+    if isinstance(item, dict):
+        return sum(_chars(v) for v in item.values())
+    if isinstance(item, (list, tuple)):
+        return sum(_chars(v) for v in item)
+    return 0
+
+
+
+# ---------------------------------------------------------------------------------------------------
+# requests
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """A parsed request: the inputs, the pipeline's call options (they split batches), the options that
+    shape the answer, whether one input was sent, whether the answer takes TEI's shape, and what it costs:
+    model sequences (QA windows, multiple-choice choices, [MASK]s, one per other input) and answer candidates."""
+
+    items: list[Any]
+    options: dict[str, Any]
+    answer: dict[str, Any]
+    single: bool
+    tei: bool = False
+    cost: int = 0
+    candidates: int = 0
+    route: str = "predict"
+    tokens: list[int] = field(default_factory=list)  # each model sequence's tokens, where counted (TEI's tasks)
+    chars: int = 0
+
+
+# The fields an input object may hold, per task: any other (``text_pairr``) is refused, not ignored.
+_PAIR_FIELDS = ("text", "text_pair")
+_INPUT_FIELDS = {"text-classification": _PAIR_FIELDS, "feature-extraction": _PAIR_FIELDS,
+                 "sentence-embedding": _PAIR_FIELDS, "question-answering": ("question", "context"),
+                 "multiple-choice": ("context", "choices")}
+
+
+def json_depth(body: bytes) -> int:
+    """How deeply the lists and objects of a JSON text nest, brackets inside strings not counted: measured
+    on the bytes before parsing (Python's parser recurses once per level and fails at about 1,000). Linear in
+    the body, with no regular expression to backtrack: a quote is a string's end unless an odd run of
+    backslashes precedes it."""
+    a = np.frombuffer(body, dtype=np.uint8)
+    if not a.size:
+        return 0
+    at = np.arange(a.size, dtype=np.int32)
+    last_plain = np.maximum.accumulate(np.where(a == 0x5C, -1, at))  # the last non-backslash at or before i
+    escaped = np.zeros(a.size, dtype=bool)
+    escaped[1:] = (at[:-1] - last_plain[:-1]) % 2 == 1  # an odd run of backslashes just before i
+    quote = (a == 0x22) & ~escaped
+    inside = (np.cumsum(quote, dtype=np.int32) - quote) % 2 == 1  # after an odd number of quotes: in a string
+    step = np.isin(a, (0x5B, 0x7B)).astype(np.int32) - np.isin(a, (0x5D, 0x7D))
+    step[inside] = 0
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:  # json.loads would keep the last one silently
+            raise RequestError(400, f"the body is not valid: an object holds the key {key!r} twice")
+        out[key] = value
+    return out
+
+
+def _constant(name: str) -> Any:
+    raise RequestError(400, f"the body is not valid JSON: {name} is not a JSON number")
+
+
+def _load_json(body: bytes, limits: Limits) -> Any:
+    if len(body) > limits.max_body_bytes:
+        raise RequestError(413, f"request body of {len(body)} bytes exceeds max_body_bytes {limits.max_body_bytes}")
+    depth = json_depth(body)
+    if depth > limits.max_json_depth:
+        raise RequestError(413, f"the body nests lists and objects {depth} deep, over max_json_depth "
+                                f"{limits.max_json_depth}")
+    try:
+        return json.loads(body, object_pairs_hook=_object, parse_constant=_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RequestError(400, f"the body is not valid JSON: {e}") from None
+
+
+def _default(method: Callable[..., Any], name: str) -> Any:
+    """A pipeline method's default for an option (written once, in the pipeline's signature)."""
+    return inspect.signature(method).parameters[name].default
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[Any], bool], str]]:
+    """Every parameter a route takes, with the test its value must pass and the words that say what it must be."""
+    n = pipe.max_length
+
+    def int_in(lo: int, hi: int, why: str = "") -> tuple[Callable[[Any], bool], str]:
+        return (lambda v: _is_int(v) and lo <= v <= hi), f"an int in [{lo}, {hi}]{why}"
+
+    boolean = (lambda v: isinstance(v, bool), "true or false")
+    top_k = limits.max_top_k
+    if pipe.task == "fill-mask" and len(pipe.tokenizer) < top_k:
+        top_k_check = int_in(1, len(pipe.tokenizer), " (the vocabulary's size)")
+    else:
+        top_k_check = int_in(1, top_k, " (max_top_k)")
+    labels = None
+    if pipe.task == "token-classification" and getattr(pipe.config, "id2label", None):
+        tags = list(pipe.config.id2label.values())
+        labels = {"O", *tags, *(t.split("-", 1)[1] if len(t) > 2 and t[1] in "-_" else t for t in tags)}
+    return {
+        "top_k": top_k_check,
+        "function_to_apply": (lambda v: v in ("softmax", "sigmoid", "none"), '"softmax", "sigmoid" or "none"'),
+        "raw_scores": boolean,
+        "return_text": boolean,
+        "truncate": boolean,
+        "normalize": boolean,
+        "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
+        "prompt_name": (lambda v: False, "null (bertkit's pipelines have no prompts)"),
+        "encoding_format": (lambda v: v == "float", '"float"'),
+        "dimensions": int_in(1, pipe.config.hidden_size, " (the model's hidden size)"),
+        "aggregation_strategy": (lambda v: v == "first", '"first" (each word takes its first piece\'s tag, as '
+                                                          "bertkit's NER models are trained)"),
+        "ignore_labels": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
+                          and (labels is None or set(v) <= labels),
+                          "a list of this model's label names" + (f" ({', '.join(sorted(labels))})" if labels else "")),
+        "align_to_words": (lambda v: v is True, "true (answers are whole words of the context)"),
+        "max_seq_len": (lambda v: v == n, f"{n}, this server's max_length (set with --max-length at start)"),
+        "doc_stride": int_in(1, n, " (at most max_length)"),
+        "max_question_len": int_in(1, n - 4, " (max_length - 4 leaves the context room)"),
+        "max_question_length": int_in(1, n - 4, " (max_length - 4 leaves the context room)"),
+        "max_answer_len": int_in(1, n, " (at most max_length)"),
+        "max_answer_length": int_in(1, n, " (at most max_length)"),
+        "handle_impossible_answer": boolean,
+        "allow_no_answer": boolean,
+        "null_threshold": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+                           "a finite number"),
+    }
+
+
+def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict") -> Call:
+    """The request's inputs (checked by the pipeline), options and cost; ``route``: predict, embed or similarity.
+
+    Every field and parameter must be one the route takes, with a value in its range; a JSON ``null`` is the
+    default. What a request would cost (model sequences, answer candidates) is counted here, before admission."""
+    data = _load_json(body, limits)
+    task = pipe.task
+    top = set(_TEI_FIELDS.get(task, ()))
+    if route != "predict" and task not in EMBEDDING_TASKS:
+        raise RequestError(424, f"/{route} needs an embedding pipeline; this server runs {task}: start it with "
+                                "--task feature-extraction or sentence-embedding, or use /predict")
+    if route == "embed":
+        top.discard("encoding_format")
+    else:
+        top = {"parameters"} if route == "similarity" else top | {"parameters"}
+    if not isinstance(data, dict) or "inputs" not in data:
+        raise RequestError(422, 'the body must be a JSON object {"inputs": ..., "parameters": {...}}')
+    unknown = sorted(set(data) - top - {"inputs"})
+    if unknown:
+        raise RequestError(422, f"unknown field(s) {', '.join(unknown)}; the body holds inputs"
+                                f"{''.join(', ' + f for f in sorted(top))}")
+    params = data.get("parameters")
+    params = {} if params is None else params
+    if not isinstance(params, dict):
+        raise RequestError(422, f"parameters must be an object, got {type(params).__name__} {str(params)[:40]}")
+    renamed = _RENAMED.get(task, {})
+    allowed = set(pipe.call_options) | set(_ANSWER_PARAMS.get(task, ())) | set(renamed)
+    bad = sorted(set(params) - allowed)
+    if bad:
+        raise RequestError(422, f"{task} takes no parameter(s) {', '.join(bad)}; it takes "
+                                f"{', '.join(sorted(allowed)) or 'none'}")
+    params = {k: v for k, v in params.items() if v is not None}  # null: the default, as the Inference API's clients
+    fields = {k: v for k, v in data.items() if k not in ("inputs", "parameters") and v is not None}
+    twice = sorted(set(fields) & set(params)) + sorted(k for k in params if renamed.get(k) in params)
+    if twice:
+        k = twice[0]
+        raise RequestError(422, f"{k} and {renamed[k]} are the same parameter; send one" if k in renamed else
+                                f"{k} is given both at the top level and in parameters; send it once")
+    merged = {**params, **fields}
+    checks = _parameter_checks(pipe, limits)
+    for name, value in merged.items():
+        ok, expected = checks[name]  # every name accepted above has its check (tests/test_serve_limits.py)
+        if not ok(value):
+            raise RequestError(422, f"{name} must be {expected}, got {value!r}")
+    answer = {k: v for k, v in merged.items() if k in top or k in _ANSWER_PARAMS.get(task, ())
+              and k not in pipe.call_options}
+    options = {renamed.get(k, k): v for k, v in params.items() if renamed.get(k, k) in pipe.call_options}
+    if task == "question-answering" and "top_k" in options:
+        answer["top_k"] = options["top_k"]
+    if route == "embed":
+        answer.setdefault("normalize", True)  # TEI's default
+
+    raw = data["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
+    if route == "similarity" or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
+        others = raw.get("sentences") if isinstance(raw, dict) else None
+        if not (isinstance(raw, dict) and set(raw) == {"source_sentence", "sentences"}
+                and isinstance(raw.get("source_sentence"), str) and isinstance(others, list)
+                and others and all(isinstance(x, str) for x in others)):
+            raise RequestError(422, 'sentence similarity takes inputs {"source_sentence": str, "sentences": '
+                                    f'[str, ...]}} and no other field, got {str(raw)[:80]!r}')
+        if getattr(pipe, "pooling", None) == "none":
+            raise RequestError(422, "sentence similarity needs one vector per text; this server's pipeline has "
+                                    'pooling="none"')
+        raw, answer["similarity"] = [raw["source_sentence"], *others], True
+    single = not isinstance(raw, list)
+    items = [raw] if single else raw
+    if not items:
+        raise RequestError(422, "inputs is an empty list")
+    if len(items) > limits.max_items:
+        raise RequestError(422, f"{len(items)} inputs exceed max_items {limits.max_items} per request")
+    checked: list[Any] = []
+    counted: list[int] = []
+    chars = 0
+    for i, item in enumerate(items):
+        if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
+            item = item[0] if len(item) == 1 else tuple(item)
+        if route == "embed" and not isinstance(item, str):
+            raise RequestError(422, f"/embed input {i} is a {type(item).__name__}; /embed takes a text or a list "
+                                    "of texts")
+        if isinstance(item, dict) and task in _INPUT_FIELDS:
+            extra = sorted(set(item) - set(_INPUT_FIELDS[task]))
+            if extra:
+                raise RequestError(422, f"input {i} has unknown field(s) {', '.join(map(str, extra))}; a {task} "
+                                        f"input holds {', '.join(_INPUT_FIELDS[task])}")
+        n = _chars(item)
+        if n > limits.max_text_chars:
+            raise RequestError(422, f"input {i} has {n} characters, over max_text_chars {limits.max_text_chars}")
+        try:
+            read = pipe.check_input(item, i)  # refused here, as a 422, rather than inside a shared batch
+        except BertkitError as e:
+            raise RequestError(422, str(e)) from None
+        if task in _INPUT_FIELDS and task not in ("question-answering", "multiple-choice"):  # (text, text_pair)
+            tokens = len(pipe.tokenizer(*read)["input_ids"])  # counted for max_batch_tokens and x-compute-tokens
+            if answer.get("truncate") is False and tokens > pipe.max_length:  # the tasks that take truncate
+                raise RequestError(422, f"input {i} has {tokens} tokens, over max_length {pipe.max_length}; "
+                                        "send truncate: true to cut it, or shorten it")
+            counted.append(min(tokens, pipe.max_length))
+        chars += n
+        checked.append(item)
+    cost, candidates = _cost(pipe, checked, options, limits)
+    tei = route == "embed" or task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
+    return Call(checked, options, answer, single, tei, cost, candidates, route, counted, chars)
+
+
+def _cost(pipe: Any, items: list[Any], options: dict[str, Any], limits: Limits) -> tuple[int, int]:
+    """(model sequences, answer candidates) of a request's checked inputs; over a limit: 422 naming it. Counted
+    before any window is built: a question's windows from its token counts (``squad.count_windows``)."""
+    from bertkit.tasks import squad
+
+    task, most = pipe.task, limits.max_windows_per_request
+    cost = candidates = 0
+    for i, item in enumerate(items):
+        if task == "question-answering":
+            stride = options.get("doc_stride", _default(pipe.encode, "doc_stride"))
+            question = options.get("max_question_length", _default(pipe.encode, "max_question_length"))
+            n = squad.count_windows(item["question"], item["context"], pipe.tokenizer, max_seq_length=pipe.max_length,
+                                    doc_stride=stride, max_query_length=question)
+            candidates += options.get("top_k", _default(pipe.decode, "top_k"))
+            what = f"windows (input {i} alone makes {n} at doc_stride {stride}; a larger doc_stride makes fewer)"
+        elif task == "fill-mask":
+            try:
+                n = len(pipe.encode(item)[0]["masks"])  # the [MASK]s within max_length, as the model call sees them
+            except BertkitError as e:
+                raise RequestError(422, f"input {i}: {e}") from None
+            candidates += n * options.get("top_k", _default(pipe.decode, "top_k"))
+            what = f"[MASK] tokens (input {i} has {n})"
+        elif task == "rerank":
+            n = len(item["texts"])
+            what = f"(query, text) pairs (input {i} has {n})"
+        elif task == "multiple-choice":
+            n = len(item["choices"])
+            what = f"choices, each a sequence (input {i} has {n})"
+            if n > pipe.batch_size:  # one forward computes all of an input's choices together
+                raise RequestError(422, f"input {i} has {n} choices, over {pipe.batch_size}, the sequences one forward "
+                                        "computes (--max-batch-size): all choices of an input are scored together")
+        else:
+            n, what = 1, "inputs"
+        cost += n
+        if cost > most:
+            raise RequestError(422, f"this request would cost {cost}+ model sequences, over max_windows_per_request "
+                                    f"{most}: {what}; send it in smaller requests")
+        if candidates > limits.max_candidates:
+            raise RequestError(422, f"this request's answer would hold {candidates}+ candidates (top_k x "
+                                    f"{'[MASK]s' if task == 'fill-mask' else 'questions'}), over max_candidates "
+                                    f"{limits.max_candidates}; lower top_k or send fewer inputs")
+    return cost, candidates
+
+
+# ---------------------------------------------------------------------------------------------------
+# answers
+# ---------------------------------------------------------------------------------------------------
+
+
+def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei: bool) -> list[dict[str, Any]]:
+    """``[{label, score}]`` best first, scored as transformers' pipeline does (TEI: softmax, or sigmoid for
+    one label; ``raw_scores``: the logits)."""
+    x = logits.astype(np.float64)
+    n = len(x)
+    fn = answer.get("function_to_apply")
+    if answer.get("raw_scores"):
+        fn = "none"
+    elif fn is None and tei:
+        fn = "softmax" if n > 1 else "sigmoid"
+    elif fn is None:  # transformers' TextClassificationPipeline.postprocess
+        if config.problem_type == "regression":
+            fn = "none"
+        elif config.problem_type == "multi_label_classification" or n == 1:
+            fn = "sigmoid"
+        else:
+            fn = "softmax"
+    if fn == "softmax":
+        e = np.exp(x - x.max())
+        scores = e / e.sum()
+    elif fn == "sigmoid":
+        scores = 1.0 / (1.0 + np.exp(-x))
+    else:
+        scores = x
+    names = [config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(n)]
+    out = sorted(({"label": names[i], "score": float(scores[i])} for i in range(n)), key=lambda d: -d["score"])
+    key = ("score", "label") if tei else ("label", "score")
+    out = [{k: d[k] for k in key} for d in out]
+    return out[:answer["top_k"]] if answer.get("top_k") else out
+
+
+def _embedding(vector: list[Any], answer: dict[str, Any], default_normalize: bool) -> list[Any]:
+    v = np.asarray(vector, dtype=np.float32)
+    if answer.get("dimensions"):
+        v = v[..., :answer["dimensions"]]  # Matryoshka truncation, then normalisation (TEI's order)
+    normalize = answer.get("normalize")
+    if default_normalize if normalize is None else normalize:
+        v = v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+    return v.tolist()
+
+
+def _answer(result: dict[str, Any], top_k: int | None) -> dict[str, Any] | list[dict[str, Any]]:
+    def one(r: dict[str, Any]) -> dict[str, Any]:  # transformers' keys; no answer is "" at 0..0
+        return {"score": r["score"], "start": r["start"] or 0, "end": r["end"] or 0, "answer": r["answer"]}
+
+    return one(result) if (top_k or 1) == 1 else [one(r) for r in result["nbest"]]
+
+
+def render(pipe: Any, call: Call, results: list[Any], default_normalize: bool = False) -> Any:
+    """The JSON answer to ``call``: the Inference API's shape for the task (TEI's where ``call.tei``)."""
+    task, a = pipe.task, call.answer
+    if task == "text-classification":
+        out = [_classification(pipe.config, r, a, call.tei) for r in results]
+        return (out[0] if call.tei else out) if call.single else out
+    if task in EMBEDDING_TASKS and a.get("similarity"):  # cosine of the source sentence with each other one
+        v = np.asarray(results, dtype=np.float64)
+        if a.get("dimensions"):  # the cosines of the truncated vectors it asks for, as its embeddings would be
+            v = v[:, :a["dimensions"]]
+        v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+        return (v[1:] @ v[0]).tolist()
+    if task in EMBEDDING_TASKS:
+        return [_embedding(r, a, default_normalize) for r in results]  # one text too gives a list of one
+    if task == "token-classification":
+        ignore = set(a.get("ignore_labels") or ())
+        out = [[e for e in r["entities"] if e["entity_group"] not in ignore] for r in results]
+    elif task == "question-answering":
+        out = [_answer(r, a.get("top_k")) for r in results]
+    else:
+        out = results
+    return out[0] if call.single else out

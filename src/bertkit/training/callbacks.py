@@ -1,0 +1,116 @@
+"""What ``bertkit.Trainer`` hands back and what its callbacks see, with transformers' names and fields:
+``EvalPrediction``, ``TrainOutput``, ``PredictionOutput``, ``TrainerState``, ``TrainerControl``,
+``TrainerCallback`` and ``EarlyStoppingCallback``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from bertkit.errors import BertkitError
+
+
+class EvalPrediction:
+    """What ``compute_metrics`` receives: ``predictions`` (logits, numpy) and ``label_ids``; unpacks as a pair."""
+
+    def __init__(self, predictions: Any, label_ids: Any, inputs: Any = None):
+        self.predictions, self.label_ids, self.inputs = predictions, label_ids, inputs
+
+    def __iter__(self):
+        return iter((self.predictions, self.label_ids) if self.inputs is None
+                    else (self.predictions, self.label_ids, self.inputs))
+
+    def __getitem__(self, i: int) -> Any:
+        return tuple(self)[i]
+
+
+class TrainOutput(NamedTuple):
+    global_step: int
+    training_loss: float
+    metrics: dict[str, float]
+
+
+class PredictionOutput(NamedTuple):
+    predictions: Any
+    label_ids: Any
+    metrics: dict[str, float] | None
+
+
+@dataclass
+class TrainerState:
+    epoch: float | None = None
+    global_step: int = 0
+    max_steps: int = 0
+    num_train_epochs: float = 0
+    train_batch_size: int | None = None
+    log_history: list[dict[str, float]] = field(default_factory=list)
+    best_metric: float | None = None
+    best_global_step: int | None = None
+    best_model_checkpoint: str | None = None
+    is_local_process_zero: bool = True
+    is_world_process_zero: bool = True
+
+
+@dataclass
+class TrainerControl:
+    should_training_stop: bool = False
+    should_epoch_stop: bool = False
+    should_save: bool = False
+    should_evaluate: bool = False
+    should_log: bool = False
+
+
+class TrainerCallback:
+    """Subclass and override the events you need; each gets ``(args, state, control, **kwargs)`` and may set
+    ``control.should_training_stop``. Events: on_init_end, on_train_begin, on_train_end, on_epoch_end,
+    on_step_end, on_evaluate (kwargs metrics), on_log (kwargs logs), on_save, on_predict (kwargs metrics)."""
+
+    def on_init_end(self, args, state, control, **kwargs): pass
+    def on_train_begin(self, args, state, control, **kwargs): pass
+    def on_train_end(self, args, state, control, **kwargs): pass
+    def on_epoch_begin(self, args, state, control, **kwargs): pass
+    def on_epoch_end(self, args, state, control, **kwargs): pass
+    def on_step_begin(self, args, state, control, **kwargs): pass
+    def on_step_end(self, args, state, control, **kwargs): pass
+    def on_evaluate(self, args, state, control, **kwargs): pass
+    def on_predict(self, args, state, control, **kwargs): pass
+    def on_save(self, args, state, control, **kwargs): pass
+    def on_log(self, args, state, control, **kwargs): pass
+
+
+class EarlyStoppingCallback(TrainerCallback):
+    """Stop when ``metric_for_best_model`` has not improved by more than ``early_stopping_threshold`` for
+    ``early_stopping_patience`` evaluations (transformers' rule)."""
+
+    def __init__(self, early_stopping_patience: int = 1, early_stopping_threshold: float = 0.0):
+        self.early_stopping_patience = early_stopping_patience
+        self.early_stopping_threshold = early_stopping_threshold
+        self.early_stopping_patience_counter = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if args.metric_for_best_model is None:
+            raise BertkitError("EarlyStoppingCallback needs metric_for_best_model (or load_best_model_at_end=True, "
+                               "which defaults it to the evaluation loss)")
+        if args.eval_strategy == "no":
+            raise BertkitError("EarlyStoppingCallback needs evaluations: set eval_strategy to 'steps' or 'epoch'")
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        key = metric_key(args.metric_for_best_model)
+        value = (metrics or {}).get(key)
+        if value is None:
+            return
+        better = np.greater if args.greater_is_better else np.less
+        if state.best_metric is None or (better(value, state.best_metric)
+                                         and abs(value - state.best_metric) > self.early_stopping_threshold):
+            self.early_stopping_patience_counter = 0
+        else:
+            self.early_stopping_patience_counter += 1
+        if self.early_stopping_patience_counter >= self.early_stopping_patience:
+            control.should_training_stop = True
+
+
+def metric_key(name: str) -> str:
+    """``accuracy`` and ``eval_accuracy`` both name the evaluation's ``eval_accuracy`` (as in transformers)."""
+    return name if name.startswith("eval_") else f"eval_{name}"

@@ -1,0 +1,510 @@
+"""``bertkit.Trainer``: transformers' Trainer API, driving bertkit's one training loop (``training/loop.py``).
+
+Code written for transformers' Trainer runs after changing the import::
+
+    from bertkit import Trainer, TrainingArguments, DataCollatorWithPadding
+    trainer = Trainer(model=model, args=TrainingArguments(output_dir="out", eval_strategy="epoch"),
+                      train_dataset=train, eval_dataset=dev, processing_class=tokenizer,
+                      data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=accuracy)
+    trainer.train(); trainer.evaluate(); trainer.predict(test)
+
+The Trainer translates its arguments into the loop's ``TrainingSettings`` and ``LoopHooks``: the loop does the
+optimisation (AdamW with no decay on biases and LayerNorm weights, linear warm-up and decay, clipping, bf16
+autocast, accumulation), writes ``checkpoint-N`` directories atomically (the model in the Hugging Face
+layout, the tokenizer, ``trainer_state.json`` and bertkit's ``state.pt`` with the optimiser, schedule, RNG
+states and data position) and resumes from one exactly. With ``train_sampling_strategy="random"`` (the
+default) the examples come in transformers' order for the same seed (a RandomSampler over a generator
+seeded with ``data_seed`` or ``seed`` plus the epoch, as accelerate's seedable sampler), so the same
+checkpoint trained by either library gives the same losses step by step (tests/test_trainer.py).
+
+Where it differs from transformers (docs/coming-from-transformers.md, "Trainer"): an output_dir that holds
+checkpoints is refused unless resuming; a run resumed into an output_dir written with other settings is
+refused; with gradient accumulation an epoch's micro-batches that do not fill a step carry into the next
+epoch instead of making a short step; and eval_strategy "steps" also evaluates at the last step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
+from bertkit.errors import BertkitError
+from bertkit.outputs import atomic_write_text
+from bertkit.settings import TrainingSettings
+from bertkit.training.callbacks import (
+    EvalPrediction,
+    PredictionOutput,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainOutput,
+    metric_key,
+)
+from bertkit.training.distributed import current, resolve_device
+from bertkit.training.loop import HF_LAYOUT, BatchPlan, LoopHooks, Phase, Position, train
+from bertkit.training.optim import linear_warmup_decay
+from bertkit.training.trainer_args import TrainingArguments
+
+TRAINER_STATE = "trainer_state.json"
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python, numpy and torch (transformers' ``set_seed``, which its Trainer calls on creation)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+# -------------------------------------------------------------------------------------------------
+# The Trainer
+# -------------------------------------------------------------------------------------------------
+
+
+class Trainer:
+    """transformers' Trainer on bertkit's loop; see the module docstring."""
+
+    def __init__(self, model: nn.Module | None = None, args: TrainingArguments | None = None,
+                 data_collator: Callable | None = None, train_dataset: Any = None, eval_dataset: Any = None,
+                 processing_class: Any = None, model_init: Callable | None = None,
+                 compute_metrics: Callable[[EvalPrediction], dict] | None = None,
+                 callbacks: Sequence[TrainerCallback | type] | None = None, *, tokenizer: Any = None, **unknown: Any):
+        if unknown:
+            raise BertkitError(f"Trainer got arguments bertkit does not implement: {sorted(unknown)}; "
+                               "see docs/coming-from-transformers.md")
+        if model_init is not None:
+            raise BertkitError("model_init (hyper-parameter search) is not implemented; pass model=")
+        if model is None:
+            raise BertkitError("Trainer needs a model")
+        if tokenizer is not None and processing_class is not None and tokenizer is not processing_class:
+            raise BertkitError("give the tokenizer once: processing_class= (or tokenizer=, its older name)")
+        self.args = args if args is not None else TrainingArguments()
+        if not isinstance(self.args, TrainingArguments):
+            raise BertkitError(f"args must be bertkit.TrainingArguments, got {type(self.args).__module__}."
+                               f"{type(self.args).__name__}; change the import to `from bertkit import "
+                               "TrainingArguments`")
+        set_seed(self.args.seed)  # as transformers' Trainer does on creation
+        self.model = model
+        self.processing_class = processing_class if processing_class is not None else tokenizer
+        if data_collator is None:
+            data_collator = (DataCollatorWithPadding(self.processing_class)
+                             if self.processing_class is not None and hasattr(self.processing_class, "pad")
+                             else DefaultDataCollator())
+        self.data_collator = data_collator
+        self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
+        self.compute_metrics = compute_metrics
+        self.callbacks: list[TrainerCallback] = [c() if isinstance(c, type) else c for c in callbacks or ()]
+        self.state, self.control = TrainerState(), TrainerControl()
+        self.device = resolve_device(self.args.device, current().local_rank)
+        self.model.to(self.device)
+        forward = inspect.signature(self.model.forward).parameters
+        self._forward_args = list(forward)
+        self.label_names = self.args.label_names or [
+            p for p in forward if "label" in p or p in ("start_positions", "end_positions")]
+        if self.args.eval_strategy != "no" and eval_dataset is None:
+            raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs an eval_dataset: pass "
+                               "Trainer(eval_dataset=...), or set eval_strategy='no'")
+        self._event("on_init_end")
+
+    # -- callbacks -----------------------------------------------------------------------------------------
+    def add_callback(self, callback: TrainerCallback | type) -> None:
+        self.callbacks.append(callback() if isinstance(callback, type) else callback)
+
+    def pop_callback(self, callback: TrainerCallback | type) -> TrainerCallback | None:
+        for c in self.callbacks:
+            if c is callback or (isinstance(callback, type) and isinstance(c, callback)):
+                self.callbacks.remove(c)
+                return c
+        return None
+
+    def remove_callback(self, callback: TrainerCallback | type) -> None:
+        self.pop_callback(callback)
+
+    def _event(self, name: str, **kwargs: Any) -> None:
+        for c in self.callbacks:
+            getattr(c, name)(self.args, self.state, self.control, model=self.model,
+                             processing_class=self.processing_class, **kwargs)
+
+    def log(self, logs: dict[str, float]) -> None:
+        """Add a record to ``state.log_history`` (with the epoch and step, as transformers) and tell callbacks."""
+        if self.state.epoch is not None:
+            logs = {**logs, "epoch": self.state.epoch}
+        record = {**logs, "step": self.state.global_step}
+        self.state.log_history.append(record)
+        self._event("on_log", logs=logs)
+
+    # -- data ----------------------------------------------------------------------------------------------
+    def _examples(self, dataset: Any, what: str) -> Sequence:
+        """The dataset as a sequence of example dicts, without the columns the model's forward does not take."""
+        if dataset is None:
+            raise BertkitError(f"{what} needs a dataset; pass Trainer({what}=...)")
+        keep = set(self._forward_args) | {"label", "label_ids", *self.label_names}
+        if _is_hf_dataset(dataset):
+            if self.args.remove_unused_columns:
+                unused = [c for c in dataset.column_names if c not in keep]
+                if unused:
+                    dataset = dataset.remove_columns(unused)
+            return dataset
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise BertkitError(f"{what}: {type(dataset).__name__} is not a dataset bertkit can index; give a "
+                               "datasets.Dataset, a torch map-style Dataset or a list of dicts")
+        if self.args.remove_unused_columns:
+            return _DroppingColumns(dataset, keep)
+        return dataset
+
+    def _check_batch(self, examples: Sequence, what: str, need_labels: bool) -> None:
+        """Collate one example before anything is written: the collator must work, every key must be an argument
+        of the model's forward, and training needs labels."""
+        if len(examples) == 0:
+            raise BertkitError(f"{what} is empty")
+        first = examples[0]
+        if not isinstance(first, Mapping):
+            raise BertkitError(f"{what}: examples must be dicts of columns, got {type(first).__name__}")
+        # the trial collation must not use up random draws (a masking collator's seeded generator, torch's); a
+        # generator made on first use (transformers' collators) is dropped again, to be made afresh
+        generator = getattr(self.data_collator, "generator", "absent")
+        saved = (torch.get_rng_state(), generator.get_state() if isinstance(generator, torch.Generator) else None)
+        try:
+            batch = self.data_collator([first])
+        finally:
+            torch.set_rng_state(saved[0])
+            if saved[1] is not None:
+                generator.set_state(saved[1])
+            elif generator is None:
+                self.data_collator.generator = None
+        unknown = [k for k in batch if k not in self._forward_args]
+        if unknown:
+            raise BertkitError(
+                f"{what}: column(s) {unknown} are not arguments of {type(self.model).__name__}.forward "
+                f"({', '.join(self._forward_args)}); remove them (dataset.remove_columns({unknown})) or keep "
+                "remove_unused_columns=True")
+        if need_labels and not any(k in batch for k in self.label_names):
+            raise BertkitError(
+                f"{what} has no labels: its batches hold {sorted(batch)}, and {type(self.model).__name__} trains on "
+                f"{self.label_names}; add a 'label' (or 'labels') column, or set label_names in TrainingArguments")
+
+    def _collate(self, examples: list) -> dict:
+        return {k: v for k, v in self.data_collator(examples).items() if isinstance(v, torch.Tensor)}
+
+    def _order(self, examples: Sequence) -> Callable[[int], Sequence[int]]:
+        n, strategy = len(examples), self.args.train_sampling_strategy
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        if strategy == "sequential":
+            return lambda epoch: range(n)
+        if strategy == "random":
+            # transformers' Trainer: a RandomSampler that accelerate's SeedableRandomSampler reseeds with
+            # seed + epoch before each epoch (data_seed, or torch's initial seed, which set_seed(seed) made seed)
+            return lambda epoch: torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+        lengths = [len(examples[i]["input_ids"]) for i in range(n)]
+        group = self.args.per_device_train_batch_size * current().world_size
+
+        def grouped(epoch: int) -> list[int]:
+            # bertkit's length-grouped order: shuffle, sort windows of 50 batches by length, shuffle the batches
+            g = torch.Generator().manual_seed(seed + epoch)
+            order = torch.randperm(n, generator=g).tolist()
+            window = group * 50
+            order = [i for s in range(0, n, window) for i in sorted(order[s:s + window], key=lambda i: -lengths[i])]
+            batches = [order[s:s + group] for s in range(0, n, group)]
+            return [i for b in torch.randperm(len(batches), generator=g).tolist() for i in batches[b]]
+
+        return grouped
+
+    # -- training ------------------------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint: str | Path | bool | None = None, **unknown: Any) -> TrainOutput:
+        """Train on ``train_dataset``; ``resume_from_checkpoint`` True continues from the newest checkpoint-N in
+        output_dir, a path from that checkpoint. Returns the steps, the mean training loss and the run's metrics."""
+        if unknown:
+            raise BertkitError(f"train() got arguments bertkit does not implement: {sorted(unknown)}")
+        args, info = self.args, current()
+        out = Path(args.output_dir)
+        examples = self._examples(self.train_dataset, "train_dataset")
+        self._check_batch(examples, "train_dataset", need_labels=True)
+        if args.eval_strategy != "no":
+            self._check_metric()
+        plan = BatchPlan(examples, args.per_device_train_batch_size, self._collate, seed=args.seed,
+                         order=self._order(examples), rank=info.rank, world_size=info.world_size)
+        accum = args.gradient_accumulation_steps
+        per_epoch = max(1, math.ceil(len(plan) / accum))
+        total = args.max_steps if args.max_steps > 0 else max(1, math.ceil(args.num_train_epochs * per_epoch))
+        resume = self._resume_point(out, resume_from_checkpoint)
+        if resume is None and HF_LAYOUT.dirs(out):
+            raise BertkitError(f"{out} already holds checkpoints ({HF_LAYOUT.dirs(out)[-1].name}) of an earlier run; "
+                               "continue it with trainer.train(resume_from_checkpoint=True), or choose another "
+                               "output_dir")
+        settings = self._settings(total, per_epoch, info.world_size)
+        config = getattr(self.model, "config", None)
+        fingerprint = {"trainer": {
+            "examples": len(examples), "per_device_train_batch_size": args.per_device_train_batch_size,
+            "world_size": info.world_size, "max_steps": total, "train_sampling_strategy": args.train_sampling_strategy,
+            "data_seed": args.data_seed, "model": config.to_dict() if hasattr(config, "to_dict") else None}}
+
+        self.state = TrainerState(max_steps=total, num_train_epochs=total / per_epoch,
+                                  train_batch_size=args.per_device_train_batch_size,
+                                  is_local_process_zero=info.local_rank == 0, is_world_process_zero=info.is_main)
+        if isinstance(resume, Path) and (resume / TRAINER_STATE).is_file():
+            saved = json.loads((resume / TRAINER_STATE).read_text(encoding="utf-8"))
+            for key in ("log_history", "best_metric", "best_global_step", "best_model_checkpoint", "global_step",
+                        "epoch"):
+                setattr(self.state, key, saved.get(key))
+        self.control = TrainerControl()
+        self._lr = _learning_rates(args.learning_rate, args.warmup_for(total), total, args.lr_scheduler_type)
+        self._micro_per_epoch = len(plan)
+        self._in_training = True
+        t0 = time.perf_counter()
+        start_step = self.state.global_step
+        self._event("on_train_begin")
+        try:
+            result = train(self.model, [Phase(plan, total)], settings,
+                           evaluate=self._evaluate_in_loop if args.eval_strategy != "no" else None,
+                           fingerprint=fingerprint, resume=resume if resume is not None else False,
+                           hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
+                                           protect=self._is_best, on_record=self._on_record, after=self._after,
+                                           save_each_epoch=args.save_strategy == "epoch",
+                                           final_checkpoint=args.save_strategy != "no"))
+        finally:
+            self._in_training = False
+        seconds = time.perf_counter() - t0
+        self.state.global_step = result.step
+        if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
+            best = torch.load(Path(self.state.best_model_checkpoint) / "state.pt", map_location="cpu",
+                              weights_only=True)["model"]
+            self.model.load_state_dict(best)
+        losses = [(r["step"], r["loss"]) for r in result.history if r.get("split") == "train" and "loss" in r]
+        steps_before = [0] + [s for s, _ in losses[:-1]]
+        loss = sum(v * (s - p) for (s, v), p in zip(losses, steps_before)) / max(1, losses[-1][0]) if losses else 0.0
+        done = result.step - start_step
+        metrics = {"train_runtime": seconds, "train_samples_per_second": done * accum * plan.batch_size * info.world_size
+                   / max(seconds, 1e-9), "train_steps_per_second": done / max(seconds, 1e-9), "train_loss": loss}
+        self.log(metrics)
+        self._event("on_train_end")
+        return TrainOutput(result.step, loss, {**metrics, "epoch": self.state.epoch})
+
+    def _settings(self, total: int, per_epoch: int, world_size: int) -> TrainingSettings:
+        a = self.args
+        logging = {"steps": a.steps_of(a.logging_steps, total), "epoch": per_epoch, "no": total + 1}[a.logging_strategy]
+        return TrainingSettings(
+            output_dir=a.output_dir, learning_rate=a.learning_rate, num_train_epochs=None,
+            batch_size=a.per_device_train_batch_size * world_size * a.gradient_accumulation_steps,
+            gradient_accumulation_steps=a.gradient_accumulation_steps, warmup_ratio=0.0,
+            warmup_steps=a.warmup_for(total), lr_scheduler_type=a.lr_scheduler_type, weight_decay=a.weight_decay,
+            optimizer="adamw", adam_beta1=a.adam_beta1, adam_beta2=a.adam_beta2, adam_epsilon=a.adam_epsilon,
+            max_grad_norm=a.max_grad_norm, bf16=a.bf16, fp16=a.fp16, compile=a.torch_compile, seed=a.seed,
+            logging_steps=logging,
+            eval_steps=a.steps_of(a.eval_steps or a.logging_steps, total) if a.eval_strategy == "steps" else None,
+            save_steps=a.steps_of(a.save_steps, total) if a.save_strategy == "steps" else None,
+            save_total_limit=a.save_total_limit or 10**9, device=a.device,
+            gradient_checkpointing=bool(a.gradient_checkpointing), dataloader_num_workers=a.dataloader_num_workers,
+            report_to=a.report_to, progress=not a.disable_tqdm, ddp_timeout=float(a.ddp_timeout))
+
+    def _resume_point(self, out: Path, resume: str | Path | bool | None) -> Path | bool | None:
+        if resume is None or resume is False:
+            return None
+        if resume is True:
+            found = HF_LAYOUT.dirs(out)
+            if not found:
+                raise BertkitError(f"resume_from_checkpoint=True, but {out} holds no checkpoint-N directory to "
+                                   "resume from; train without it, or point output_dir at the run to continue")
+            return found[-1]
+        path = Path(resume)
+        if not (path / "state.pt").is_file():
+            raise BertkitError(f"resume_from_checkpoint {path} is not a checkpoint bertkit wrote (it has no "
+                               "state.pt); give a checkpoint-N directory of a bertkit Trainer run")
+        if path.resolve().parent != out.resolve():
+            raise BertkitError(f"resume_from_checkpoint {path} is not in output_dir {out}; set output_dir to the "
+                               "directory that holds it, so the run continues where it was written")
+        return path
+
+    def _check_metric(self) -> None:
+        """metric_for_best_model must be one compute_metrics returns: checked on one evaluation batch before
+        training writes anything (transformers finds out at the first evaluation)."""
+        name = self.args.metric_for_best_model
+        if name is None or metric_key(name) == "eval_loss":
+            return
+        if self.eval_dataset is None:
+            raise BertkitError(f"metric_for_best_model {name!r} needs an eval_dataset")
+        examples = self._examples(self.eval_dataset, "eval_dataset")
+        sample = [examples[i] for i in range(min(len(examples), self.args.per_device_eval_batch_size))]
+        preds, labels, _ = self._predictions(sample)
+        returned = self.compute_metrics(EvalPrediction(preds, labels)) if self.compute_metrics else {}
+        keys = ["eval_loss"] + [metric_key(k) for k in returned]
+        if metric_key(name) not in keys:
+            raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
+                               f"returns {keys}; name one of them (without or with the eval_ prefix)")
+
+    # -- the loop's hooks ------------------------------------------------------------------------------------
+    def _evaluate_in_loop(self, module: nn.Module) -> dict[str, float]:
+        return self._metrics(self._examples(self.eval_dataset, "eval_dataset"), module, "eval")
+
+    def _on_record(self, record: dict) -> None:
+        step = record["step"]
+        self.state.global_step = step
+        self.state.epoch = step * self.args.gradient_accumulation_steps / self._micro_per_epoch
+        if record["split"] == "train":
+            self.log({"loss": record["loss"], "learning_rate": self._lr(step)})
+            return
+        metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
+        self.log(metrics)
+        self._event("on_evaluate", metrics=metrics)
+        name = self.args.metric_for_best_model
+        if name is not None and metric_key(name) in metrics:
+            value = metrics[metric_key(name)]
+            better = (value > self.state.best_metric if self.args.greater_is_better else value < self.state.best_metric) \
+                if self.state.best_metric is not None else True
+            if better:
+                self.state.best_metric, self.state.best_global_step = value, step
+                self.state.best_model_checkpoint = str(HF_LAYOUT.path(Path(self.args.output_dir), step))
+
+    def _after(self, kind: str, pos: Position) -> bool:
+        self.state.global_step = pos.step
+        self.state.epoch = pos.step * self.args.gradient_accumulation_steps / self._micro_per_epoch
+        self._event("on_step_end" if kind == "step" else "on_epoch_end")
+        return self.control.should_training_stop
+
+    def _is_best(self, path: Path) -> bool:
+        return self.state.best_model_checkpoint is not None and Path(self.state.best_model_checkpoint).name == path.name
+
+    def _write_checkpoint_extras(self, directory: Path) -> None:
+        """The tokenizer and trainer_state.json beside the model and state.pt, before the checkpoint is renamed
+        into place (so a checkpoint-N directory is always whole)."""
+        if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
+            self.processing_class.save_pretrained(directory)
+        atomic_write_text(directory / TRAINER_STATE, json.dumps(dataclasses.asdict(self.state), indent=2) + "\n")
+        self._event("on_save")
+
+    # -- evaluation and prediction ---------------------------------------------------------------------------
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        """eval_loss (when the data has labels) and compute_metrics' metrics, prefixed ``eval_``."""
+        examples = self._examples(eval_dataset if eval_dataset is not None else self.eval_dataset, "eval_dataset")
+        self._check_batch(examples, "eval_dataset", need_labels=False)
+        metrics = self._metrics(examples, self.model, metric_key_prefix)
+        if self.state.epoch is not None:
+            metrics["epoch"] = self.state.epoch  # transformers returns it among the metrics
+        self.log(metrics)
+        self._event("on_evaluate", metrics=metrics)
+        return metrics
+
+    def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None,
+                metric_key_prefix: str = "test") -> PredictionOutput:
+        """Logits (numpy, rows in the dataset's order), the labels when the data has them, and the metrics."""
+        examples = self._examples(test_dataset, "test_dataset")
+        self._check_batch(examples, "test_dataset", need_labels=False)
+        t0 = time.perf_counter()
+        preds, labels, loss = self._predictions(examples)
+        metrics = self._score(preds, labels, loss, len(examples), time.perf_counter() - t0, metric_key_prefix)
+        self._event("on_predict", metrics=metrics)
+        return PredictionOutput(preds, labels, metrics)
+
+    def _metrics(self, examples: Sequence, module: nn.Module, prefix: str) -> dict[str, float]:
+        t0 = time.perf_counter()
+        preds, labels, loss = self._predictions(examples, module)
+        return self._score(preds, labels, loss, len(examples), time.perf_counter() - t0, prefix)
+
+    def _score(self, preds: Any, labels: Any, loss: float | None, n: int, seconds: float,
+               prefix: str) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        if loss is not None:
+            metrics["loss"] = loss
+        if self.compute_metrics is not None and labels is not None:
+            metrics.update({k: _plain(v) for k, v in self.compute_metrics(EvalPrediction(preds, labels)).items()})
+        batches = math.ceil(n / self.args.per_device_eval_batch_size)
+        metrics.update(runtime=seconds, samples_per_second=n / max(seconds, 1e-9),
+                       steps_per_second=batches / max(seconds, 1e-9))
+        return {(k if k.startswith(f"{prefix}_") else f"{prefix}_{k}"): v for k, v in metrics.items()}
+
+    def _predictions(self, examples: Sequence, module: nn.Module | None = None) -> tuple[Any, Any, float | None]:
+        """Every example through the model in order, in batches of per_device_eval_batch_size: (logits, labels,
+        mean loss). Rows of different lengths (token tasks) are padded with -100, as transformers does."""
+        module = module if module is not None else self.model
+        was_training = module.training
+        module.eval()
+        size = self.args.per_device_eval_batch_size
+        outputs: list[list[np.ndarray]] = []
+        labels: list[np.ndarray] = []
+        loss_sum, loss_n = 0.0, 0
+        autocast = torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=self.args.bf16)
+        with torch.no_grad(), autocast:
+            for start in range(0, len(examples), size):
+                batch = self._collate([examples[i] for i in range(start, min(start + size, len(examples)))])
+                batch = {k: v.to(self.device) for k, v in batch.items()}
+                out = module(**batch)
+                rows = next(iter(batch.values())).shape[0]
+                if getattr(out, "loss", None) is not None:
+                    loss_sum += float(out.loss) * rows
+                    loss_n += rows
+                fields = [getattr(out, f) for f in ("logits", "start_logits", "end_logits", "prediction_logits")
+                          if getattr(out, f, None) is not None]
+                if "prediction_logits" in type(out).__dict__ and "logits" in type(out).__dict__:
+                    fields = fields[:1]
+                outputs.append([f.float().cpu().numpy() for f in fields])
+                present = [batch[k] for k in self.label_names if k in batch]
+                if present:
+                    labels.append(present[0].cpu().numpy() if len(present) == 1
+                                  else np.stack([p.cpu().numpy() for p in present], -1))
+        module.train(was_training)
+        columns = [_concat([o[j] for o in outputs]) for j in range(len(outputs[0]))] if outputs else []
+        preds = columns[0] if len(columns) == 1 else tuple(columns)
+        return preds, (_concat(labels) if labels else None), (loss_sum / loss_n if loss_n else None)
+
+    def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
+        """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""
+        directory = Path(output_dir if output_dir is not None else self.args.output_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory)
+        if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
+            self.processing_class.save_pretrained(directory)
+
+
+# -------------------------------------------------------------------------------------------------
+# Helpers
+# -------------------------------------------------------------------------------------------------
+
+
+def _is_hf_dataset(dataset: Any) -> bool:
+    """A datasets.Dataset, recognised without importing ``datasets`` (an optional package)."""
+    return type(dataset).__module__.startswith("datasets") and hasattr(dataset, "remove_columns")
+
+
+class _DroppingColumns(Sequence):
+    """A map-style dataset whose examples lose the keys the model does not take (transformers'
+    RemoveColumnsCollator, applied per example)."""
+
+    def __init__(self, dataset: Any, keep: set[str]):
+        self.dataset, self.keep = dataset, keep
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> Any:
+        item = self.dataset[i]
+        return {k: v for k, v in item.items() if k in self.keep} if isinstance(item, Mapping) else item
+
+
+def _concat(parts: list[np.ndarray]) -> np.ndarray:
+    if all(p.shape[1:] == parts[0].shape[1:] for p in parts):
+        return np.concatenate(parts)
+    width = max(p.shape[1] for p in parts)  # token tasks: batches padded to different lengths
+    return np.concatenate([np.pad(p, [(0, 0), (0, width - p.shape[1])] + [(0, 0)] * (p.ndim - 2),
+                                  constant_values=-100) for p in parts])
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
+
+
+def _learning_rates(lr: float, warmup: int, total: int, shape: str) -> Callable[[int], float]:
+    """The learning rate optimiser step ``step`` (1-based) used: what transformers logs as learning_rate."""
+    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    factor = linear_warmup_decay(probe, warmup, total, shape).lr_lambdas[0]
+    return lambda step: lr * factor(step - 1)

@@ -1,0 +1,286 @@
+"""bertkit deletes or replaces only what it can prove it wrote: a path inside its directory, recorded when written
+with its size and sha256, never through a symlink; never a command's own inputs; a lock holds against every command.
+
+Each test is a way an earlier version lost a user's file (the comment says how)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bertkit.cli import main
+from bertkit.errors import BertkitError
+from bertkit.outputs import (
+    LOCK,
+    MARKER,
+    atomic_write_text,
+    claim_output_dir,
+    output_dir,
+    refuse_existing_file,
+    register,
+    register_append,
+    remove_owned_tree,
+)
+
+
+def _kill(claim) -> None:
+    """As if the claiming process were SIGKILLed: its lock dropped, its claim gone, its marker unfinished."""
+    from bertkit.outputs import _ACTIVE
+
+    _ACTIVE.remove(claim)
+    claim._lock.close()
+
+
+def _entry(data: bytes) -> dict:
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+# 1. A killed run, and a resumed one, never take a user's file for their own ---------------------------------------
+
+
+def test_overwrite_of_a_killed_run_keeps_a_file_the_user_saved_after_it_started(tmp_path):
+    """Was: every file newer than the killed run's start was taken for its own, the user's notebook too."""
+    claim = claim_output_dir(tmp_path, "pretrain")  # never released: as if SIGKILLed
+    atomic_write_text(tmp_path / "checkpoints" / "step-1" / "state.pt", "weights")
+    (tmp_path / "analysis.ipynb").write_text("the user's notebook, saved while the run went on")
+    _kill(claim)
+    with pytest.raises(BertkitError, match=r"1 other file\(s\) remain \(e.g. analysis.ipynb\)"):
+        claim_output_dir(tmp_path, "pretrain", overwrite=True)
+    assert (tmp_path / "analysis.ipynb").read_text().startswith("the user's notebook")
+    assert not (tmp_path / "checkpoints").exists()  # the killed run's own file was recorded as it was written
+
+
+def test_a_file_present_at_resume_is_not_recorded_and_survives_a_later_overwrite(tmp_path):
+    """Was: --resume listed the whole directory into the marker, the user's file with it."""
+    with output_dir(tmp_path, "pretrain", {"seed": 1}):
+        atomic_write_text(tmp_path / "metrics.jsonl", "{}\n")
+    (tmp_path / "notes.txt").write_text("mine")
+    with output_dir(tmp_path, "pretrain", {"seed": 1}, resume=True):
+        atomic_write_text(tmp_path / "summary.json", "{}")
+    assert sorted(json.loads((tmp_path / MARKER).read_text())["files"]) == ["metrics.jsonl", "summary.json"]
+    with pytest.raises(BertkitError, match=r"remain \(e.g. notes.txt\)"):
+        claim_output_dir(tmp_path, "pretrain", {"seed": 2}, overwrite=True)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "summary.json").exists()
+
+
+def test_a_file_changed_since_the_run_wrote_it_is_the_users_and_is_named(tmp_path):
+    with output_dir(tmp_path, "finetune glue") as claim:
+        atomic_write_text(claim.path / "report.json", '{"acc": 0.9}')
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
+    (tmp_path / "report.json").write_text('{"acc": 0.9, "my notes": "keep"}')
+    with pytest.raises(BertkitError, match=r"1 of them written by that run but changed since, so yours now "
+                                           r"\(e.g. report.json\)"):
+        claim_output_dir(tmp_path, "finetune glue", overwrite=True)
+    assert "my notes" in (tmp_path / "report.json").read_text()
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_a_file_the_user_saves_where_the_run_will_write_is_not_replaced(tmp_path):
+    """Was: the run's atomic write replaced whatever a user had saved under that name meanwhile."""
+    with pytest.raises(BertkitError, match=r"report.json is not a file this run wrote"), \
+            output_dir(tmp_path, "finetune glue") as claim:
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n{}\n")  # its own file: replaced
+        (claim.path / "report.json").write_text("the user's report")
+        atomic_write_text(claim.path / "report.json", "{}")
+    assert (tmp_path / "report.json").read_text() == "the user's report"
+    with output_dir(tmp_path, "finetune glue", resume=True) as claim:  # the earlier run's files: replaced
+        with open(claim.path / "metrics.jsonl", "a") as f:
+            f.write('{"torn')  # a kill mid-append, after the last record
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
+
+
+def test_files_written_by_libraries_are_registered_and_appends_keep_the_record_current(tmp_path):
+    """torch.save, tensorboard and appends do not go through atomic_target: ``register`` records them."""
+    claim = claim_output_dir(tmp_path, "pretrain")
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 1}\n')
+    register(tmp_path / "metrics.jsonl")
+    for step in (2, 3):
+        with open(tmp_path / "metrics.jsonl", "a") as f:
+            f.write(f'{{"step": {step}}}\n')
+        register_append(tmp_path / "metrics.jsonl", f'{{"step": {step}}}\n'.encode())  # the newest size and hash win
+    entries = [json.loads(x) for x in (tmp_path / ".bertkit-files.jsonl").read_text().splitlines()]
+    assert entries[-1] == {"path": "metrics.jsonl", **_entry(b'{"step": 1}\n{"step": 2}\n{"step": 3}\n')}
+    _kill(claim)
+    with output_dir(tmp_path, "pretrain", overwrite=True):
+        assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_an_older_marker_without_hashes_is_refused_and_nothing_is_removed(tmp_path):
+    """Markers of older versions list bare names (a user's file among them, after a --resume): no proof."""
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / MARKER).write_text(json.dumps({"command": "pretrain", "fingerprint": {}, "finished": True,
+                                               "files": ["metrics.jsonl", "notes.txt"]}))
+    with pytest.raises(BertkitError, match="older bertkit.*without their sizes and hashes"):
+        claim_output_dir(tmp_path, "pretrain", overwrite=True)
+    assert (tmp_path / "notes.txt").read_text() == "mine" and (tmp_path / "metrics.jsonl").exists()
+
+
+# 2. A marker received from someone else names nothing outside its directory -----------------------------------------
+
+
+@pytest.mark.parametrize("form", ["names", "hashed"])
+def test_a_marker_naming_paths_outside_its_directory_removes_nothing(tmp_path, form):
+    """Was: `--overwrite` deleted `../victim.txt` and absolute paths a received marker listed."""
+    victim, absolute = tmp_path / "victim.txt", tmp_path / "elsewhere" / "abs.txt"
+    absolute.parent.mkdir()
+    victim.write_text("the user's")
+    absolute.write_text("the user's too")
+    run = tmp_path / "received"
+    run.mkdir()
+    (run / "report.json").write_text("{}")
+    listed = ["../victim.txt", str(absolute), "report.json"]
+    files = listed if form == "names" else {p: _entry(b"the user's") for p in listed}
+    (run / MARKER).write_text(json.dumps({"command": "pretrain", "finished": True, "files": files}))
+    with pytest.raises(BertkitError, match=r"names 2 path\(s\) outside"):
+        claim_output_dir(run, "pretrain", overwrite=True)
+    assert victim.read_text() == "the user's" and absolute.read_text() == "the user's too"
+    assert (run / "report.json").exists()
+
+
+def test_a_recorded_path_through_a_symlinked_directory_is_not_followed(tmp_path):
+    secret = tmp_path / "home" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_bytes(b"keys")
+    run = tmp_path / "received"
+    run.mkdir()
+    (run / "link").symlink_to(secret.parent)
+    (run / MARKER).write_text(json.dumps({"command": "pretrain", "finished": True,
+                                          "files": {"link/secret.txt": _entry(b"keys")}}))
+    with pytest.raises(BertkitError, match=r"remain \(e.g. link\)"):
+        claim_output_dir(run, "pretrain", overwrite=True)
+    assert secret.read_bytes() == b"keys"
+
+
+# 3. The lock file is never followed ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink"])
+def test_a_lock_file_that_links_elsewhere_is_refused_and_its_target_untouched(tmp_path, kind):
+    """Was: a `.bertkit-lock` symlink was opened, its target truncated and overwritten with a pid."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("the user's data")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK).symlink_to(precious) if kind == "symlink" else os.link(precious, out / LOCK)
+    with pytest.raises(BertkitError, match="symbolic link" if kind == "symlink" else "hard link"):
+        claim_output_dir(out, "pretrain")
+    assert precious.read_text() == "the user's data"
+
+
+def test_a_lock_file_holding_something_else_is_not_truncated(tmp_path):
+    (tmp_path / LOCK).write_text("not bertkit's")
+    with pytest.raises(BertkitError, match="holds something bertkit did not write"):
+        claim_output_dir(tmp_path, "pretrain")
+    assert (tmp_path / LOCK).read_text() == "not bertkit's"
+
+
+# 4. A command's inputs are never its output -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["equal", "inside", "holding"])
+def test_an_output_directory_equal_to_inside_or_holding_an_input_is_refused(tmp_path, capsys, where):
+    """Was: `pretrain --data D --output-dir D --overwrite` removed the pre-training data before reading it."""
+    data = tmp_path / "runs" / "data"
+    with output_dir(data, "create-pretraining-data") as claim:
+        atomic_write_text(claim.path / "manifest.json", "{}")
+        atomic_write_text(claim.path / "vocab.txt", "[PAD]\n")
+    out = {"equal": data, "inside": data / "run", "holding": tmp_path / "runs"}[where]
+    assert main(["pretrain", "--data", str(data), "--vocab", str(data), "--output-dir", str(out), "--overwrite",
+                 "--max-steps", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "never writes into or clears a command's inputs" in err and "--data" in err
+    assert (data / "manifest.json").read_text() == "{}" and not (data / "run").exists()
+
+
+def test_an_output_file_that_is_the_input_is_refused(tmp_path, capsys, minilm_dir):
+    """Was: `extract-features --input texts.jsonl --out texts.jsonl --overwrite` replaced the texts by features."""
+    texts = tmp_path / "texts.jsonl"  # plain lines: read_texts takes any name
+    texts.write_text("a sentence\n")
+    assert main(["extract-features", "--model", str(minilm_dir), "--input", str(texts), "--out", str(texts),
+                 "--overwrite", "--no-progress"]) == 2
+    assert "the command's own input --input" in capsys.readouterr().err
+    assert texts.read_text() == "a sentence\n"
+
+
+# 5. A lock holds against every command ------------------------------------------------------------------------------
+
+
+def _holder(directory):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; from bertkit.outputs import claim_output_dir, atomic_write_text;"
+         f"c = claim_output_dir({str(directory)!r}, 'finetune glue');"
+         f"atomic_write_text({str(directory / 'report.json')!r}, 'theirs');"
+         "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_a_held_directory_is_refused_to_commands_inside_around_and_into_it(tmp_path):
+    """Was: a single-file command with --overwrite wrote into a running command's directory, and a claim of the
+    directory around it removed its files; both exited 0 and the running command lost its report."""
+    held = tmp_path / "outer" / "run"
+    with output_dir(tmp_path / "outer", "pretrain") as claim:  # an earlier run around it, finished
+        atomic_write_text(claim.path / "run" / "report.json", "old")
+    (held / "report.json").unlink()
+    proc = _holder(held)
+    try:
+        for attempt in (lambda: claim_output_dir(tmp_path / "outer", "pretrain", overwrite=True),
+                        lambda: claim_output_dir(held / "inner", "pretrain"),
+                        lambda: claim_output_dir(held, "finetune glue", overwrite=True),
+                        lambda: refuse_existing_file(held / "report.json", overwrite=True),
+                        lambda: refuse_existing_file(held / "model.onnx", overwrite=True)):
+            with pytest.raises(BertkitError, match=rf"in use by pid {proc.pid} \(bertkit finetune glue\)"):
+                attempt()
+        assert (held / "report.json").read_text() == "theirs"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    time.sleep(0.1)
+    with pytest.raises(BertkitError, match="is a file of the `bertkit finetune glue` run"):  # its file, not ours
+        refuse_existing_file(held / "report.json", overwrite=True)
+
+
+def test_checkpoint_rotation_and_cleanup_leave_a_users_file_in_place(tmp_path):
+    """Was: `shutil.rmtree` of old checkpoints (and of finetune's checkpoints/) took a user's file with them."""
+    from bertkit.training.loop import _save_checkpoint
+
+    first = _save_checkpoint(tmp_path, {"model": {}}, 1, keep=1)
+    (first / "my-notes.txt").write_text("mine")
+    second = _save_checkpoint(tmp_path, {"model": {}}, 2, keep=1)
+    assert (first / "my-notes.txt").read_text() == "mine" and not (first / "state.pt").exists()
+    assert sorted(p.name for p in first.iterdir()) == ["my-notes.txt"]
+    (second / "also-mine.txt").write_text("mine")
+    assert remove_owned_tree(tmp_path / "checkpoints") == ["step-00000001/my-notes.txt",
+                                                           "step-00000002/also-mine.txt"]
+
+
+def test_create_pretraining_data_overwrite_removes_only_shards_it_can_prove(tmp_path, minilm_dir):
+    """Was: overwrite=True deleted every shard-*.npy in the directory, whoever wrote it."""
+    from bertkit.data.pretraining import create_pretraining_data
+    from bertkit.tokenization import BertTokenizer
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"Sentence {i} of the first document.\nAnd another one {i}.\n\n" for i in range(20)))
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    out = tmp_path / "data"
+    out.mkdir()
+    (out / "shard-99999.input_ids.npy").write_bytes(b"the user's array")
+    with pytest.raises(BertkitError, match=r"cannot prove it wrote \(e.g. shard-99999.input_ids.npy"):
+        create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0,
+                                progress=False, overwrite=True)
+    assert (out / "shard-99999.input_ids.npy").read_bytes() == b"the user's array"
+    (out / "shard-99999.input_ids.npy").unlink()
+    create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0, progress=False)
+    create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0, progress=False,
+                            overwrite=True, seed=7)  # its own shards (recorded in its manifest): replaced

@@ -1,0 +1,437 @@
+"""`bertkit serve` cannot be held, exhausted or answered silently wrong: every field and parameter is known and
+in range (or the request is refused naming it), a deeply nested body is refused before it is parsed, a slow
+body gets 408, a client that leaves frees its admission at once, and what one request may cost (model
+sequences, answer candidates) is bounded before any of it is computed. Tiny random models with MiniLM's
+vocabulary, over real HTTP on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import socket
+import threading
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install "bertkit[serve]"')
+httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
+
+from test_serve import MODEL, Gate, Server, _until  # noqa: E402 (after the skips: it imports uvicorn)
+
+pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason=f"no checkpoint at {MODEL}")
+
+HEADS = {"clf": ("BertForSequenceClassification", {"id2label": {0: "negative", 1: "positive"}}),
+         "qa": ("BertForQuestionAnswering", {}),
+         "mlm": ("BertForMaskedLM", {}),
+         "ner": ("BertForTokenClassification", {"id2label": {0: "O", 1: "B-PER", 2: "I-PER"}}),
+         "mc": ("BertForMultipleChoice", {}),
+         "enc": ("BertModel", {})}
+TASKS = {"clf": "text-classification", "qa": "question-answering", "mlm": "fill-mask", "ner": "token-classification",
+         "mc": "multiple-choice", "enc": "feature-extraction"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random checkpoint per head, with MiniLM's vocabulary."""
+    from bertkit import heads, modeling
+    from bertkit.config import BertConfig
+    from bertkit.tokenization import BertTokenizer
+
+    tok = BertTokenizer.from_pretrained(MODEL)
+    out = {}
+    for name, (cls, extra) in HEADS.items():
+        torch.manual_seed(0)
+        config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=37, **extra)
+        d = tmp_path_factory.mktemp(name)
+        (getattr(heads, cls, None) or getattr(modeling, cls))(config).save_pretrained(d)
+        tok.save_pretrained(d)
+        out[name] = d
+    return out
+
+
+@pytest.fixture(scope="module")
+def servers(tiny):
+    """A server per head (started on first use), all with the default limits."""
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+
+    running: dict[str, Server] = {}
+
+    def get(name: str) -> str:
+        if name not in running:
+            pipe = pipeline(TASKS[name], tiny[name], progress=False)
+            running[name] = Server(create_app(pipe, str(tiny[name]), max_wait_ms=1))
+        return running[name].url
+
+    yield get
+    for server in running.values():
+        server.stop()
+
+
+CONTEXT = "The Norman dynasty had a major political, cultural and military impact on medieval Europe. " * 3
+QA = {"question": "Who had an impact?", "context": CONTEXT}
+
+
+@pytest.mark.parametrize("model, body, message", [
+    # a pair's second text under a misspelled key was answered as a single-text request
+    ("clf", {"inputs": {"text": "a", "text_pairr": "b"}}, "input 0 has unknown field(s) text_pairr"),
+    ("clf", {"inputs": [{"text": "a", "text_pair": "b", "label": 1}]}, "input 0 has unknown field(s) label"),
+    ("clf", {"inputs": "a", "parameters": {"top_k": True}}, "top_k must be an int in [1, 100]"),
+    ("clf", {"inputs": "a", "parameters": {"top_k": 2.0}}, "top_k must be an int in [1, 100]"),
+    ("clf", {"inputs": "a", "parameters": {"top_k": 10**30}}, "top_k must be an int in [1, 100]"),
+    ("clf", {"inputs": "a", "parameters": []}, "parameters must be an object, got list"),
+    ("clf", {"inputs": "a", "parameters": 0}, "parameters must be an object, got int"),
+    ("clf", {"inputs": "a", "truncate": 1}, "truncate must be true or false, got 1"),
+    ("clf", {"inputs": "a", "raw_scores": "yes"}, "raw_scores must be true or false"),
+    # a negative max_answer_len answered an empty answer with score 0
+    ("qa", {"inputs": QA, "parameters": {"max_answer_len": -1}}, "max_answer_len must be an int in [1, 512]"),
+    ("qa", {"inputs": QA, "parameters": {"max_answer_len": 0}}, "max_answer_len must be an int in [1, 512]"),
+    ("qa", {"inputs": QA, "parameters": {"doc_stride": 0}}, "doc_stride must be an int in [1, 512]"),
+    ("qa", {"inputs": QA, "parameters": {"doc_stride": 10**9}}, "doc_stride must be an int in [1, 512]"),
+    ("qa", {"inputs": QA, "parameters": {"doc_stride": "128"}}, "doc_stride must be an int in [1, 512]"),
+    ("qa", {"inputs": QA, "parameters": {"max_question_len": 600}}, "max_question_len must be an int in [1, 508]"),
+    ("qa", {"inputs": QA, "parameters": {"handle_impossible_answer": 1}}, "handle_impossible_answer must be true"),
+    ("qa", {"inputs": QA, "parameters": {"null_threshold": True}}, "null_threshold must be a finite number"),
+    ("qa", b'{"inputs": {"question": "q", "context": "c"}, "parameters": {"null_threshold": 1e400}}',
+     "null_threshold must be a finite number, got inf"),
+    ("qa", {"inputs": QA, "parameters": {"top_k": -3}}, "top_k must be an int in [1, 100]"),
+    ("qa", {"inputs": QA, "parameters": {"max_seq_len": 128}}, "max_seq_len must be 512"),
+    ("qa", {"inputs": QA, "parameters": {"max_answer_len": 5, "max_answer_length": 6}},
+     "max_answer_len and max_answer_length are the same parameter"),
+    ("qa", {"inputs": {**QA, "contxt": "another"}}, "input 0 has unknown field(s) contxt"),
+    ("mlm", {"inputs": "a [MASK] b", "parameters": {"top_k": 0}}, "top_k must be an int in [1, 100]"),
+    ("ner", {"inputs": "Ada Lovelace wrote it", "parameters": {"ignore_labels": ["PERSON"]}},
+     "ignore_labels must be a list of this model's label names (B-PER, I-PER, O, PER)"),
+    ("mc", {"inputs": {"context": "c", "choices": ["a", "b"], "answer": 0}}, "input 0 has unknown field(s) answer"),
+    ("enc", {"inputs": "a", "normalize": True, "parameters": {"normalize": False}},
+     "normalize is given both at the top level and in parameters"),
+    ("enc", {"inputs": "a", "dimensions": 0}, "dimensions must be an int in [1, 32]"),
+    ("enc", {"inputs": {"source_sentence": "a", "sentences": ["b"], "sentence": ["c"]}},
+     "sentence similarity takes inputs"),
+])
+def test_a_field_or_parameter_the_route_does_not_know_or_out_of_range_is_refused_naming_it(servers, model, body,
+                                                                                       message):
+    if isinstance(body, bytes):  # a number JSON allows and Python reads as inf (httpx would not write it)
+        r = httpx.post(f"{servers(model)}/predict", content=body, headers={"content-type": "application/json"})
+    else:
+        r = httpx.post(f"{servers(model)}/predict", json=body, timeout=30)
+    assert r.status_code == 422, r.text
+    assert message in r.json()["error"], r.json()["error"]
+
+
+def test_a_query_parameter_is_refused_not_ignored(servers):
+    r = httpx.post(f"{servers('clf')}/predict?top_k=1", json={"inputs": "a"}, timeout=30)
+    assert r.status_code == 422 and "/predict takes no query parameters, got 'top_k=1'" in r.json()["error"]
+
+
+def test_null_is_the_default_and_the_inference_api_names_still_work(servers):
+    qa = servers("qa")
+    base = httpx.post(f"{qa}/predict", json={"inputs": QA}, timeout=30).json()
+    assert httpx.post(f"{qa}/predict", json={"inputs": QA, "parameters": {"top_k": None, "doc_stride": None}},
+                      timeout=30).json() == base
+    three = httpx.post(f"{qa}/predict", json={"inputs": QA, "parameters": {"top_k": 3, "max_answer_len": 4,
+                                                                        "handle_impossible_answer": False}},
+                       timeout=30).json()
+    assert len(three) == 3 and all(a["answer"] == CONTEXT[a["start"]:a["end"]] for a in three)
+    pair = httpx.post(f"{servers('clf')}/predict", json={"inputs": {"text": "a", "text_pair": "b"}}, timeout=30)
+    assert pair.status_code == 200
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (b'{"inputs": "a", "inputs": "b"}', 400, "an object holds the key 'inputs' twice"),
+    (b'{"inputs": {"text": "a", "text": "b"}}', 400, "an object holds the key 'text' twice"),
+    (b'{"inputs": "a", "parameters": {"top_k": NaN}}', 400, "NaN is not a JSON number"),
+    (b'{"inputs": "a", "parameters": {"top_k": -Infinity}}', 400, "-Infinity is not a JSON number"),
+    # nested 100,000 deep: a RecursionError inside json.loads answered 500
+    (b"[" * 100_000 + b"]" * 100_000, 413, "nests lists and objects 100000 deep, over max_json_depth 16"),
+    (b'{"inputs": ' + b"[" * 17 + b'"a"' + b"]" * 17 + b"}", 413, "18 deep, over max_json_depth 16"),
+])
+def test_duplicate_keys_non_numbers_and_deep_nesting_are_refused_before_any_work(servers, body, status, message):
+    url = servers("clf")
+    r = httpx.post(f"{url}/predict", content=body, headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == status, r.text
+    assert message in r.json()["error"]
+    assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_json_depth_ignores_brackets_inside_strings():
+    from bertkit.inference.serve import json_depth
+
+    assert json_depth(b'{"inputs": ["[[[[", "\\"]]]{{{"]}') == 2
+    assert json_depth(b'"just a string"') == 0
+    assert json_depth(b"[[[]],[[[]]]]") == 4
+    assert json_depth(b'["a\\\\", ["b"]]') == 2  # an escaped backslash does not escape the quote after it
+    t0 = time.perf_counter()  # linear: a string-matching regular expression took minutes on this (1 MB)
+    assert json_depth(b'"' + b'\\"' * 330_000 + b"[") == 0
+    assert time.perf_counter() - t0 < 2
+
+
+def test_a_slow_body_gets_408_and_its_connection_is_closed(tiny):
+    from bertkit import pipeline
+    from bertkit.inference.serve import Limits, create_app
+
+    pipe = pipeline("text-classification", tiny["clf"], progress=False)
+    server = Server(create_app(pipe, "clf", max_wait_ms=1, limits=Limits(body_timeout_s=1.0)))
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            # declares 100 bytes and sends one: the server used to wait for the rest for ever
+            sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{")
+            t0 = time.perf_counter()
+            raw = b""
+            while chunk := sock.recv(65536):  # until the server closes the connection
+                raw += chunk
+            waited = time.perf_counter() - t0
+        assert raw.startswith(b"HTTP/1.1 408"), raw[:200]
+        assert b"body_timeout_s 1 s" in raw and 0.9 < waited < 5, waited
+        assert httpx.get(f"{server.url}/ready").json()["admitted_inputs"] == 0
+    finally:
+        server.stop()
+
+
+def test_shutdown_grace_is_a_deadline_for_a_long_model_call(tiny):
+    """Past the grace period a model call ends at its next forward batch instead of holding the server until all
+    its batches are computed (here 8 batches of 0.5 s: 4 s; the grace is 0.3 s)."""
+    import uvicorn
+
+    from bertkit.inference.pipelines import TextClassificationPipeline
+    from bertkit.inference.serve import create_app
+
+    batches = []
+
+    class Slow(TextClassificationPipeline):
+        def forward(self, batch, rows):
+            batches.append(time.perf_counter())
+            time.sleep(0.5)
+            return super().forward(batch, rows)
+
+    pipe = Slow.from_pretrained(tiny["clf"], batch_size=1, progress=False)
+    app = create_app(pipe, "slow", max_batch_size=8, max_wait_ms=1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical",
+                                           timeout_graceful_shutdown=0.3))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    _until(lambda: server.started)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        long = pool.submit(httpx.post, f"http://127.0.0.1:{port}/predict",
+                           json={"inputs": [f"text {i}" for i in range(8)]}, timeout=30)
+        _until(lambda: batches)
+        t0 = time.perf_counter()
+        server.should_exit = True
+        thread.join(10)
+        stopped = time.perf_counter() - t0
+        with pytest.raises(httpx.HTTPError):  # cut off at the deadline
+            long.result().raise_for_status()
+    assert not thread.is_alive() and stopped < 2.5, stopped
+    assert len(batches) < 8
+
+
+@pytest.fixture
+def held(tiny):
+    """(url, gate) of a tiny classifier whose model thread the gate holds; at most 8 inputs admitted."""
+    from bertkit.inference.pipelines import TextClassificationPipeline
+    from bertkit.inference.serve import Limits, create_app
+
+    gate = Gate()
+
+    class Held(TextClassificationPipeline):
+        def run_rows(self, rows):
+            gate()
+            return super().run_rows(rows)
+
+    pipe = Held.from_pretrained(tiny["clf"], batch_size=4, progress=False)
+    server = Server(create_app(pipe, "held", max_batch_size=8, max_wait_ms=1,
+                               limits=Limits(max_items=8, max_concurrent_requests=8)))
+    try:
+        yield server.url, gate
+    finally:
+        gate.release()
+        server.stop()
+
+
+def test_a_client_that_leaves_during_its_model_call_frees_its_admission_at_once(held):
+    """Six inputs in a model call whose client gave up used to count against max_concurrent_requests 8 until the
+    call ended, so the next request of four got 429 though nobody waited for those six."""
+    url, gate = held
+
+    def admitted() -> int:
+        return httpx.get(f"{url}/ready", timeout=5).json()["admitted_inputs"]
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        gate.hold()
+        gone = pool.submit(httpx.post, f"{url}/predict", json={"inputs": [f"t {i}" for i in range(6)]}, timeout=1.5)
+        assert gate.entered.wait(30)  # its model call is under way, held
+        with pytest.raises(httpx.TimeoutException):
+            gone.result()
+        _until(lambda: admitted() == 0)  # released while its call is still held
+        later = pool.submit(httpx.post, f"{url}/predict", json={"inputs": ["a", "b", "c", "d"]}, timeout=30)
+        _until(lambda: admitted() == 4)
+        gate.release()
+        assert later.result().status_code == 200
+    assert admitted() == 0
+
+
+def test_a_long_context_at_doc_stride_1_is_refused_before_any_window_is_built(servers):
+    """A 330 KB body at doc_stride 1 took 74 s and 3 GB: every window of every input was built first."""
+    url = servers("qa")
+    context = " ".join(f"word{i % 97}" for i in range(2500))  # ~ 7,500 tokens
+    t0 = time.perf_counter()
+    r = httpx.post(f"{url}/predict", json={"inputs": {"question": "which word?", "context": context},
+                                           "parameters": {"doc_stride": 1}}, timeout=60)
+    assert r.status_code == 422, r.text
+    assert "over max_windows_per_request 256" in r.json()["error"] and "doc_stride 1" in r.json()["error"]
+    assert time.perf_counter() - t0 < 5
+    ok = httpx.post(f"{url}/predict", json={"inputs": {"question": "which word?", "context": context}}, timeout=60)
+    assert ok.status_code == 200  # the same context at the default stride is a few windows
+
+
+def test_candidates_and_choices_are_bounded(servers):
+    mlm = servers("mlm")
+    r = httpx.post(f"{mlm}/predict", json={"inputs": " ".join(["[MASK]"] * 20), "parameters": {"top_k": 100_000}})
+    assert r.status_code == 422 and "top_k must be an int in [1, 100]" in r.json()["error"]
+    r = httpx.post(f"{mlm}/predict", json={"inputs": " ".join(["[MASK]"] * 20), "parameters": {"top_k": 100}})
+    assert r.status_code == 422 and "2000+ candidates" in r.json()["error"] and "max_candidates 1000" in r.text
+    r = httpx.post(f"{mlm}/predict", json={"inputs": " ".join(["[MASK]"] * 300), "parameters": {"top_k": 1}})
+    assert r.status_code == 422 and "[MASK] tokens (input 0 has 300)" in r.json()["error"]
+    r = httpx.post(f"{mlm}/predict", json={"inputs": "no mask here"})
+    assert r.status_code == 422 and "has no [MASK] token" in r.json()["error"]
+    five = httpx.post(f"{mlm}/predict", json={"inputs": "a [MASK] and a [MASK] ."}, timeout=30).json()
+    assert [len(m) for m in five] == [5, 5]
+    mc = servers("mc")
+    r = httpx.post(f"{mc}/predict", json={"inputs": {"context": "c", "choices": ["x"] * 300}})
+    assert r.status_code == 422 and "input 0 has 300 choices, over 32, the sequences one forward" in r.text
+    r = httpx.post(f"{mc}/predict", json={"inputs": [{"context": "c", "choices": ["x"] * 32}] * 9})
+    assert r.status_code == 422 and "288+ model sequences, over max_windows_per_request 256" in r.json()["error"]
+
+
+def test_a_multiple_choice_forward_holds_at_most_max_batch_size_sequences(tiny):
+    """The pipeline batches inputs with all their choices: 4 inputs of 12 choices were one forward over 48
+    sequences (256 choices of 400 tokens took 1.75 GB); the server runs them in forwards of at most 32."""
+    from bertkit.inference.pipelines import MultipleChoicePipeline
+    from bertkit.inference.serve import create_app
+
+    shapes = []
+
+    class Spy(MultipleChoicePipeline):
+        def forward(self, batch, rows):
+            shapes.append(tuple(batch["input_ids"].shape[:2]))
+            return super().forward(batch, rows)
+
+    pipe = Spy.from_pretrained(tiny["mc"], batch_size=32, progress=False)
+    server = Server(create_app(pipe, "mc", max_batch_size=32, max_wait_ms=1))
+    try:
+        inputs = [{"context": f"context {i}", "choices": [f"choice {i} {j}" for j in range(12)]} for i in range(4)]
+        got = httpx.post(f"{server.url}/predict", json={"inputs": inputs}, timeout=60).json()
+    finally:
+        server.stop()
+    assert shapes and max(b * c for b, c in shapes) <= 32, shapes
+    want = MultipleChoicePipeline.from_pretrained(tiny["mc"], progress=False)(inputs)
+    assert [g["choice"] for g in got] == [w["choice"] for w in want]
+    assert all(abs(g["score"] - w["score"]) < 1e-5 for g, w in zip(got, want))
+
+
+def test_a_model_call_carries_at_most_max_windows_per_request_sequences():
+    from bertkit.inference.serve import Batcher, Stats
+
+    async def heads() -> list[int]:
+        batcher = Batcher(lambda items, options: items, max_batch_size=32, max_wait_ms=0, max_inputs=64,
+                          stats=Stats(), max_cost=10)
+        for cost in (6, 3, 6, 1):
+            batcher.admit(["q"], {}, None, cost)
+        batch, full = batcher._head()
+        batcher.executor.shutdown()
+        return [j.cost for j in batch] + [full]
+
+    assert asyncio.run(heads()) == [6, 3, True]  # the third (6) would make 15 sequences: the next call
+
+
+def test_limits_are_checked_and_the_settings_defaults_are_the_servers():
+    from bertkit.errors import BertkitError
+    from bertkit.inference.serve import Limits
+    from bertkit.settings import ServeSettings
+
+    s = ServeSettings(model_name_or_path="m", task="text-classification")
+    assert s.limits() == Limits()
+    for f in dataclasses.fields(Limits):
+        assert getattr(s, f.name) == f.default, f.name
+    with pytest.raises(BertkitError, match="body_timeout_s must be a finite number of seconds > 0"):
+        Limits(body_timeout_s=float("inf"))
+    with pytest.raises(BertkitError, match="max_windows_per_request 8 is below max_items 64"):
+        Limits(max_windows_per_request=8)
+    with pytest.raises(BertkitError, match="max_json_depth must be an int >= 1"):
+        Limits(max_json_depth=True)
+    with pytest.raises(BertkitError, match="graceful_shutdown_s must be a finite number"):
+        ServeSettings(model_name_or_path="m", task="text-classification", graceful_shutdown_s=float("nan"))
+
+
+def test_the_metadata_lists_every_limit(servers):
+    meta = httpx.get(f"{servers('clf')}/metadata").json()["limits"]
+    assert {"max_json_depth", "max_windows_per_request", "max_top_k", "max_candidates", "body_timeout_s"} <= set(meta)
+
+
+def test_a_flood_of_oversized_requests_leaves_nothing_admitted(servers):
+    url = servers("qa")
+    body = {"inputs": {"question": "q", "context": "w " * 4000}, "parameters": {"doc_stride": 1}}
+
+    def post(_: int) -> int:
+        return httpx.post(f"{url}/predict", json=body, timeout=60).status_code
+
+    before = httpx.get(f"{url}/metadata").json()["stats"]["items"]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(post, range(24)))
+    assert set(codes) <= {422, 429}, codes
+    assert httpx.get(f"{url}/ready").json()["admitted_inputs"] == 0
+    assert httpx.get(f"{url}/metadata").json()["stats"]["items"] == before  # none of them reached the model
+
+
+def test_every_parameter_a_route_takes_has_a_check():
+    """A parameter accepted with no check of its value would pass a wrong one through silently."""
+    from types import SimpleNamespace
+
+    from bertkit.inference import pipelines
+    from bertkit.inference.serve_wire import _ANSWER_PARAMS, _RENAMED, _TEI_FIELDS, Limits, _parameter_checks
+
+    classes = [c for c in vars(pipelines).values() if isinstance(c, type) and issubclass(c, pipelines.Pipeline)
+               and c.task]
+    for cls in classes:
+        fake = SimpleNamespace(task=cls.task, max_length=128, tokenizer=[0] * 30522,
+                               config=SimpleNamespace(hidden_size=32, id2label={0: "O"}))
+        checks = _parameter_checks(fake, Limits())
+        accepted = (set(cls.call_options) | set(_ANSWER_PARAMS.get(cls.task, ())) | set(_RENAMED.get(cls.task, {}))
+                    | set(_TEI_FIELDS.get(cls.task, ())))
+        assert accepted <= set(checks), (cls.task, sorted(accepted - set(checks)))
+
+
+def test_sentence_similarity_honours_dimensions(servers, tiny):
+    """dimensions was accepted by /similarity and ignored: the cosines were those of the full vectors."""
+    import numpy as np
+
+    from bertkit import pipeline
+
+    pipe = pipeline("feature-extraction", tiny["enc"], progress=False)
+    texts = ["a good film", "a bad film", "rain in spain"]
+    v = np.array(pipe(texts))[:, :8]
+    v = v / np.linalg.norm(v, axis=1, keepdims=True)
+    got = httpx.post(f"{servers('enc')}/similarity", timeout=30, json={
+        "inputs": {"source_sentence": texts[0], "sentences": texts[1:]}, "parameters": {"dimensions": 8}}).json()
+    assert np.allclose(got, v[1:] @ v[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("words, stride, question_tokens", [(5, 128, 64), (600, 128, 64), (600, 1, 64), (900, 37, 3)])
+def test_count_windows_is_what_featurize_squad_builds(words, stride, question_tokens):
+    from bertkit.tasks import squad
+    from bertkit.tokenization import BertTokenizer
+
+    tok = BertTokenizer.from_pretrained(MODEL)
+    ex = squad.SquadExample(qas_id="q", title="", question="who led the vikings to normandy in the tenth century?",
+                            context=" ".join(f"w{i % 13}" for i in range(words)), answers=())
+    built = squad.featurize_squad([ex], tok, max_seq_length=128, doc_stride=stride, max_query_length=question_tokens)
+    assert squad.count_windows(ex.question, ex.context, tok, max_seq_length=128, doc_stride=stride,
+                               max_query_length=question_tokens) == len(built)

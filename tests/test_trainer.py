@@ -1,0 +1,511 @@
+"""bertkit.Trainer against transformers' Trainer: the text-classification guide run by both on one checkpoint.
+
+A tiny BertForSequenceClassification (2 layers, width 32, dropout off) is saved once with a seed; the guide's
+script (tokenize with truncation, DataCollatorWithPadding, accuracy in compute_metrics) runs once with
+transformers' classes and once with bertkit's, and must log the same loss and learning rate at every step and
+end with the same evaluation and predictions. Then what bertkit adds: exact resume, load_best_model_at_end,
+checkpoints transformers loads, and the errors a user can meet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bertkit
+from bertkit.errors import BertkitError
+
+transformers = pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+pytest.importorskip("accelerate")  # transformers' Trainer needs it
+
+WORDS = "the movie was great terrible boring fun a plot actors loved hated it really not very good bad".split()
+
+
+def _sentences(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        w = rng.choice(WORDS, size=rng.integers(3, 14)).tolist()
+        out.append({"text": " ".join(w), "label": int(("great" in w or "fun" in w) and "not" not in w)})
+    return out
+
+
+TRAIN, TEST = _sentences(37, 0), _sentences(13, 1)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, minilm_dir) -> Path:
+    """A tiny classifier in the Hugging Face layout (seeded, dropout off) with MiniLM's WordPiece vocabulary."""
+    path = tmp_path_factory.mktemp("trainer") / "tiny-classifier"
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                     num_labels=2)
+    transformers.BertForSequenceClassification(config).save_pretrained(path)
+    transformers.BertTokenizerFast.from_pretrained(minilm_dir).save_pretrained(path)
+    return path
+
+
+def accuracy(eval_pred):
+    predictions, labels = eval_pred
+    return {"accuracy": float((predictions.argmax(-1) == labels).mean())}
+
+
+def _guide(lib, checkpoint: Path, out: Path, **overrides):
+    """The text-classification guide's script, with ``lib`` (transformers or bertkit) as the only difference."""
+    tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
+    model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+
+    def preprocess(batch):
+        return tokenizer(batch["text"], truncation=True)
+
+    train = datasets.Dataset.from_list(TRAIN).map(preprocess, batched=True)
+    test = datasets.Dataset.from_list(TEST).map(preprocess, batched=True)
+    settings = dict(output_dir=str(out), learning_rate=1e-3, per_device_train_batch_size=4,
+                    per_device_eval_batch_size=8, num_train_epochs=2, weight_decay=0.01, warmup_steps=0.1,
+                    logging_steps=1, eval_strategy="epoch", save_strategy="no", report_to="none", use_cpu=True,
+                    seed=7, disable_tqdm=True)
+    args = lib.TrainingArguments(**{**settings, **overrides})
+    trainer = lib.Trainer(model=model, args=args, train_dataset=train, eval_dataset=test, processing_class=tokenizer,
+                          data_collator=lib.DataCollatorWithPadding(tokenizer), compute_metrics=accuracy)
+    result = trainer.train()
+    return trainer, result, trainer.evaluate(), trainer.predict(test)
+
+
+def _losses(history: list[dict]) -> list[tuple[int, float, float]]:
+    return [(h["step"], h["loss"], h["learning_rate"]) for h in history if "loss" in h]
+
+
+def test_the_guide_gives_transformers_numbers_step_by_step(checkpoint, tmp_path):
+    hf, hf_result, hf_eval, hf_pred = _guide(transformers, checkpoint, tmp_path / "hf")
+    bk, bk_result, bk_eval, bk_pred = _guide(bertkit, checkpoint, tmp_path / "bk")
+
+    # same data order (seeded RandomSampler), optimiser, schedule and clipping: the same loss at all 20 steps
+    ours, theirs = _losses(bk.state.log_history), _losses(hf.state.log_history)
+    assert [s for s, _, _ in ours] == list(range(1, 21)) == [s for s, _, _ in theirs]
+    np.testing.assert_allclose([x[1] for x in ours], [x[1] for x in theirs], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose([x[2] for x in ours], [x[2] for x in theirs], rtol=1e-9)
+    assert len({round(x[1], 4) for x in ours}) > 10  # the losses move: a real comparison, not a constant
+    assert bk_result.global_step == hf_result.global_step == 20
+    assert bk_result.training_loss == pytest.approx(hf_result.training_loss, rel=1e-5)
+
+    # the evaluation after each epoch and at the end, and the predictions
+    ours_eval = [h for h in bk.state.log_history if "eval_loss" in h]
+    theirs_eval = [h for h in hf.state.log_history if "eval_loss" in h]
+    assert [(h["step"], h["epoch"]) for h in ours_eval] == [(h["step"], h["epoch"]) for h in theirs_eval]
+    for a, b in zip(ours_eval, theirs_eval):
+        assert a["eval_loss"] == pytest.approx(b["eval_loss"], rel=1e-5)
+        assert a["eval_accuracy"] == b["eval_accuracy"]
+    assert bk_eval["eval_loss"] == pytest.approx(hf_eval["eval_loss"], rel=1e-5)
+    assert bk_eval["eval_accuracy"] == hf_eval["eval_accuracy"]
+    assert bk_eval["epoch"] == hf_eval["epoch"] == 2.0
+    np.testing.assert_allclose(bk_pred.predictions, hf_pred.predictions, atol=1e-5)
+    np.testing.assert_array_equal(bk_pred.label_ids, hf_pred.label_ids)
+    assert bk_pred.predictions.shape == (13, 2)
+    assert bk_pred.metrics["test_accuracy"] == hf_pred.metrics["test_accuracy"]
+
+
+def test_token_classification_gives_transformers_numbers(checkpoint, tmp_path):
+    """Tagging (labels on each word's first piece, -100 elsewhere) with DataCollatorForTokenClassification."""
+    tagger = tmp_path / "tagger"
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.from_pretrained(checkpoint, num_labels=3)
+    transformers.BertForTokenClassification(config).save_pretrained(tagger)
+    transformers.AutoTokenizer.from_pretrained(checkpoint).save_pretrained(tagger)
+
+    def tagged(rows, tokenizer):
+        out = []
+        for r in rows:
+            words = r["text"].split()
+            enc = tokenizer(words, is_split_into_words=True, truncation=True)
+            ids, labels = enc.word_ids(), []
+            for i, w in enumerate(ids):
+                labels.append(-100 if w is None or (i and ids[i - 1] == w) else len(words[w]) % 3)
+            out.append({**{k: list(v) for k, v in enc.items()}, "labels": labels})
+        return out
+
+    runs = []
+    for lib in (transformers, bertkit):
+        tokenizer = lib.AutoTokenizer.from_pretrained(tagger)
+        model = lib.AutoModelForTokenClassification.from_pretrained(tagger)
+        train = datasets.Dataset.from_list(tagged(TRAIN, tokenizer))
+        test = datasets.Dataset.from_list(tagged(TEST, tokenizer))
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), learning_rate=1e-3,
+                                     per_device_train_batch_size=4, per_device_eval_batch_size=8, max_steps=10,
+                                     logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=7,
+                                     disable_tqdm=True)
+        trainer = lib.Trainer(model=model, args=args, train_dataset=train, processing_class=tokenizer,
+                              data_collator=lib.DataCollatorForTokenClassification(tokenizer))
+        trainer.train()
+        runs.append((_losses(trainer.state.log_history), trainer.predict(test)))
+    (theirs, hf_pred), (ours, bk_pred) = runs
+    np.testing.assert_allclose([x[1] for x in ours], [x[1] for x in theirs], rtol=1e-5)
+    assert bk_pred.metrics["test_loss"] == pytest.approx(hf_pred.metrics["test_loss"], rel=1e-5)
+    assert bk_pred.predictions.shape == hf_pred.predictions.shape == (13, 15, 3)  # batches padded with -100
+    np.testing.assert_array_equal(bk_pred.label_ids, hf_pred.label_ids)
+    scored = hf_pred.label_ids != -100  # bertkit's logits at padding are zeros by design (docs)
+    np.testing.assert_allclose(bk_pred.predictions[scored], hf_pred.predictions[scored], atol=1e-5)
+
+
+def test_masked_lm_with_either_librarys_collator_gives_transformers_numbers(checkpoint, tmp_path):
+    """DataCollatorForLanguageModeling with a seed: the masks are drawn alike, the token loss is averaged alike."""
+    mlm = tmp_path / "mlm"
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(transformers.AutoConfig.from_pretrained(checkpoint)).save_pretrained(mlm)
+    transformers.AutoTokenizer.from_pretrained(checkpoint).save_pretrained(mlm)
+
+    def losses(lib, collator):
+        tokenizer = lib.AutoTokenizer.from_pretrained(mlm)
+        train = datasets.Dataset.from_list(TRAIN).map(lambda b: tokenizer(b["text"], truncation=True), batched=True,
+                                                      remove_columns=["text", "label"])
+        args = lib.TrainingArguments(output_dir=str(tmp_path / f"{lib.__name__}-{collator.__module__}"),
+                                     learning_rate=1e-3, per_device_train_batch_size=4, max_steps=6, logging_steps=1,
+                                     save_strategy="no", report_to="none", use_cpu=True, seed=7, disable_tqdm=True)
+        trainer = lib.Trainer(model=lib.AutoModelForMaskedLM.from_pretrained(mlm), args=args, train_dataset=train,
+                              processing_class=tokenizer,
+                              data_collator=collator(tokenizer, seed=3, mlm_probability=0.3))
+        trainer.train()
+        return [x[1] for x in _losses(trainer.state.log_history)]
+
+    theirs = losses(transformers, transformers.DataCollatorForLanguageModeling)
+    assert len(theirs) == 6 and all(9 < x < 11 for x in theirs)  # ln(30522) = 10.3 at the start
+    np.testing.assert_allclose(losses(bertkit, bertkit.DataCollatorForLanguageModeling), theirs, rtol=1e-5)
+    np.testing.assert_allclose(losses(bertkit, transformers.DataCollatorForLanguageModeling), theirs, rtol=1e-5)
+
+
+def _bertkit_trainer(checkpoint: Path, out: Path, callbacks=(), train=TRAIN, dropout: float = 0.0, **overrides):
+    tokenizer = bertkit.AutoTokenizer.from_pretrained(checkpoint)
+    model = bertkit.AutoModelForSequenceClassification.from_pretrained(
+        checkpoint, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout) if dropout else \
+        bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    rows = [{**tokenizer(r["text"], truncation=True), "label": r["label"]} for r in train]
+    test = [{**tokenizer(r["text"], truncation=True), "label": r["label"]} for r in TEST]
+    settings = dict(output_dir=str(out), learning_rate=1e-3, per_device_train_batch_size=4, max_steps=8,
+                    logging_steps=1, save_steps=3, report_to="none", use_cpu=True, seed=3, disable_tqdm=True)
+    args = bertkit.TrainingArguments(**{**settings, **overrides})
+    return bertkit.Trainer(model=model, args=args, train_dataset=rows, eval_dataset=test, processing_class=tokenizer,
+                           compute_metrics=accuracy, callbacks=list(callbacks))
+
+
+class _Killed(Exception):
+    pass
+
+
+class _KillAt(bertkit.TrainerCallback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise _Killed  # as if the process died after checkpoint-3 and one more step
+
+
+def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(checkpoint, tmp_path):
+    whole = _bertkit_trainer(checkpoint, tmp_path / "whole", dropout=0.1)  # dropout on: RNG states must resume too
+    whole.train()
+
+    killed = _bertkit_trainer(checkpoint, tmp_path / "killed", callbacks=[_KillAt(4)], dropout=0.1)
+    with pytest.raises(_Killed):
+        killed.train()
+    assert sorted(p.name for p in (tmp_path / "killed").glob("checkpoint-*")) == ["checkpoint-3"]
+    again = _bertkit_trainer(checkpoint, tmp_path / "killed", dropout=0.1)
+    result = again.train(resume_from_checkpoint=True)
+
+    assert result.global_step == 8
+    assert _losses(again.state.log_history) == _losses(whole.state.log_history)  # every step, exactly
+    for (name, a), (_, b) in zip(again.model.state_dict().items(), whole.model.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    # a named checkpoint, not the newest: the finished run replayed from step 3 ends where it ended
+    replay = _bertkit_trainer(checkpoint, tmp_path / "whole", dropout=0.1)
+    replay.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-3"))
+    assert _losses(replay.state.log_history) == _losses(whole.state.log_history)
+    # checkpoint-N directories in the Hugging Face layout, with the tokenizer: transformers loads them
+    last = tmp_path / "whole" / "checkpoint-8"
+    assert {"config.json", "model.safetensors", "vocab.txt", "trainer_state.json"} <= {p.name for p in last.iterdir()}
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(last).eval()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(last)
+    enc = hf_tok([r["text"] for r in TEST[:4]], padding=True, return_tensors="pt")
+    whole.model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(hf(**enc).logits, whole.model(**enc).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_resuming_with_other_settings_is_refused_and_writes_nothing(checkpoint, tmp_path):
+    with pytest.raises(_Killed):
+        _bertkit_trainer(checkpoint, tmp_path / "run", callbacks=[_KillAt(4)]).train()
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")}
+    with pytest.raises(BertkitError, match="other settings") as e:
+        _bertkit_trainer(checkpoint, tmp_path / "run", learning_rate=5e-4).train(resume_from_checkpoint=True)
+    assert "learning_rate" in str(e.value)
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")} == before
+    with pytest.raises(BertkitError, match="already holds checkpoints"):  # and not resuming at all
+        _bertkit_trainer(checkpoint, tmp_path / "run").train()
+
+
+def test_load_best_model_at_end_ends_on_the_best_checkpoints_weights(checkpoint, tmp_path):
+    # greater_is_better on the loss makes the best checkpoint an early one, so "best" differs from "last"
+    trainer = _bertkit_trainer(checkpoint, tmp_path / "best", max_steps=8, eval_strategy="steps", eval_steps=2,
+                               save_steps=2, save_total_limit=1, load_best_model_at_end=True,
+                               metric_for_best_model="eval_loss", greater_is_better=True, learning_rate=3e-3)
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert [h["step"] for h in evals] == [2, 4, 6, 8]
+    best = max(evals, key=lambda h: h["eval_loss"])
+    assert best["step"] != 8
+    assert trainer.state.best_model_checkpoint == str(tmp_path / "best" / f"checkpoint-{best['step']}")
+    assert trainer.state.best_metric == best["eval_loss"]
+    # save_total_limit=1 keeps the newest checkpoint and the best one
+    assert sorted(p.name for p in (tmp_path / "best").glob("checkpoint-*")) == sorted(
+        {f"checkpoint-{best['step']}", "checkpoint-8"})
+    saved = bertkit.AutoModelForSequenceClassification.from_pretrained(trainer.state.best_model_checkpoint)
+    for (name, a), (_, b) in zip(trainer.model.state_dict().items(), saved.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    assert trainer.evaluate()["eval_loss"] == pytest.approx(best["eval_loss"], rel=1e-5)
+    state = json.loads((Path(trainer.state.best_model_checkpoint) / "trainer_state.json").read_text())
+    assert state["global_step"] == best["step"]
+
+
+def test_early_stopping_stops_when_the_metric_stops_improving(checkpoint, tmp_path):
+    trainer = _bertkit_trainer(checkpoint, tmp_path / "early", max_steps=40, eval_strategy="steps", eval_steps=1,
+                               save_steps=1, metric_for_best_model="accuracy", learning_rate=1e-5, save_total_limit=1,
+                               callbacks=[bertkit.EarlyStoppingCallback(early_stopping_patience=2)])
+    result = trainer.train()
+    evals = [h["eval_accuracy"] for h in trainer.state.log_history if "eval_accuracy" in h]
+    assert result.global_step < 40
+    assert len(evals) == result.global_step  # one evaluation per step, none after the stop
+    assert max(evals[-2:]) <= max(evals[:-2])  # the last two did not improve on the best before them
+
+
+def test_gradient_accumulation_trains_as_the_larger_batch(checkpoint, tmp_path):
+    """2 micro-batches of 2 make the step 1 batch of 4 makes: the same examples (the order is per example), the
+    same mean loss and gradient (transformers 5 sums the two means for this model instead: docs)."""
+    runs = []
+    for name, size, accum in (("one", 4, 1), ("two", 2, 2)):
+        trainer = _bertkit_trainer(checkpoint, tmp_path / name, per_device_train_batch_size=size,
+                                   gradient_accumulation_steps=accum, max_steps=6, save_strategy="no")
+        trainer.train()
+        runs.append(trainer)
+    one, two = (_losses(t.state.log_history) for t in runs)
+    assert [s for s, _, _ in one] == [s for s, _, _ in two] == list(range(1, 7))
+    np.testing.assert_allclose([x[1] for x in one], [x[1] for x in two], rtol=1e-5)
+    for (name, a), (_, b) in zip(runs[0].model.state_dict().items(), runs[1].model.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_group_by_length_pads_less_and_keeps_every_example(checkpoint, tmp_path):
+    trainer = _bertkit_trainer(checkpoint, tmp_path / "grouped", train_sampling_strategy="group_by_length")
+    rows = trainer._examples(trainer.train_dataset, "train_dataset")
+    lengths = [len(r["input_ids"]) for r in rows]
+
+    def padding(order: list[int]) -> int:
+        batches = [order[i:i + 4] for i in range(0, len(order), 4)]
+        return sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in batches)
+
+    grouped = [list(trainer._order(rows)(epoch)) for epoch in (0, 1)]
+    assert all(sorted(o) == list(range(len(rows))) for o in grouped) and grouped[0] != grouped[1]
+    shuffled = list(_bertkit_trainer(checkpoint, tmp_path / "random")._order(rows)(0))
+    assert padding(grouped[0]) < padding(shuffled) / 2
+    result = trainer.train()
+    assert result.global_step == 8 and np.isfinite(result.training_loss)
+
+
+def test_save_model_writes_a_directory_both_libraries_load(checkpoint, tmp_path):
+    trainer = _bertkit_trainer(checkpoint, tmp_path / "run", max_steps=2, save_strategy="no")
+    trainer.train()
+    for _ in range(2):  # a second save over the first replaces it
+        trainer.save_model(tmp_path / "final")
+    enc = transformers.AutoTokenizer.from_pretrained(tmp_path / "final")(["a fun movie"], return_tensors="pt")
+    ours = bertkit.AutoModelForSequenceClassification.from_pretrained(tmp_path / "final")
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "final").eval()
+    trainer.model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**enc).logits, trainer.model(**enc).logits, rtol=0, atol=0)
+        torch.testing.assert_close(theirs(**enc).logits, trainer.model(**enc).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_data_as_a_list_a_torch_dataset_and_unused_columns(checkpoint, tmp_path):
+    class Rows(torch.utils.data.Dataset):
+        def __init__(self, rows):
+            self.rows = rows
+
+        def __len__(self):
+            return len(self.rows)
+
+        def __getitem__(self, i):
+            return self.rows[i]
+
+    tok = bertkit.AutoTokenizer.from_pretrained(checkpoint)
+    rows = [{**tok(r["text"], truncation=True), "label": r["label"], "text": r["text"], "idx": i}
+            for i, r in enumerate(TRAIN)]
+    class Logs(bertkit.TrainerCallback):
+        def __init__(self):
+            self.logs = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.logs.append(logs)
+
+    losses = []
+    for data in (rows, Rows(rows)):  # the extra columns (text, idx) are dropped, as transformers does
+        seen = Logs()
+        trainer = _bertkit_trainer(checkpoint, tmp_path / f"data{len(losses)}", max_steps=3, save_strategy="no",
+                                   callbacks=[seen])
+        trainer.train_dataset = data
+        trainer.train()
+        losses.append(_losses(trainer.state.log_history))
+        assert [log.get("loss") for log in seen.logs] == [h.get("loss") for h in trainer.state.log_history]
+    assert losses[0] == losses[1] and len(losses[0]) == 3
+    assert not list((tmp_path / "data0").glob("checkpoint-*"))  # save_strategy="no"
+
+
+def test_mistakes_are_named_and_nothing_is_written(checkpoint, tmp_path):
+    out = tmp_path / "never"
+    tok = bertkit.AutoTokenizer.from_pretrained(checkpoint)
+    unlabelled = [tok(r["text"]) for r in TRAIN]
+    trainer = _bertkit_trainer(checkpoint, out)
+    trainer.train_dataset = [dict(r) for r in unlabelled]
+    with pytest.raises(BertkitError, match="has no labels"):
+        trainer.train()
+    extra = [{**tok(r["text"]), "label": r["label"], "weight": 1.0} for r in TRAIN]
+    trainer = _bertkit_trainer(checkpoint, out, remove_unused_columns=False)
+    trainer.train_dataset = extra
+    with pytest.raises(BertkitError, match=r"\['weight'\] are not arguments of BertForSequenceClassification"):
+        trainer.train()
+    with pytest.raises(BertkitError, match="metric_for_best_model 'f1' is not a metric this run computes"):
+        _bertkit_trainer(checkpoint, out, eval_strategy="steps", eval_steps=2, metric_for_best_model="f1").train()
+    with pytest.raises(BertkitError, match="eval_strategy 'epoch' needs an eval_dataset"):
+        bertkit.Trainer(model=trainer.model, args=bertkit.TrainingArguments(output_dir=str(out), eval_strategy="epoch"))
+    with pytest.raises(BertkitError, match="holds no checkpoint-N"):
+        _bertkit_trainer(checkpoint, out).train(resume_from_checkpoint=True)
+    assert not out.exists()
+
+    with pytest.raises(BertkitError, match="unknown argument 'lerning_rate'; did you mean learning_rate"):
+        bertkit.TrainingArguments(output_dir="x", lerning_rate=1e-4)
+    with pytest.raises(BertkitError, match="push_to_hub=True is a transformers argument bertkit does not implement"):
+        bertkit.TrainingArguments(output_dir="x", push_to_hub=True)
+    assert bertkit.TrainingArguments(output_dir="x", push_to_hub=False).output_dir == Path("x")  # its default
+    with pytest.raises(BertkitError, match="learning_rate must be a finite positive number, got -1"):
+        bertkit.TrainingArguments(output_dir="x", learning_rate=-1)
+    with pytest.raises(BertkitError, match="save_strategy 'epoch' must equal eval_strategy 'steps'"):
+        bertkit.TrainingArguments(output_dir="x", eval_strategy="steps", save_strategy="epoch",
+                                  load_best_model_at_end=True)
+
+    class NoPad:
+        pad_token = pad_token_id = None
+        mask_token = "[MASK]"
+
+    for collator in (bertkit.DataCollatorWithPadding, bertkit.DataCollatorForTokenClassification,
+                     bertkit.DataCollatorForLanguageModeling):
+        with pytest.raises(BertkitError, match="has no pad token"):
+            collator(NoPad())
+
+
+def test_the_trainer_imports_neither_transformers_nor_datasets():
+    import subprocess
+    import sys
+
+    code = ("import sys, bertkit; bertkit.Trainer, bertkit.TrainingArguments, bertkit.DataCollatorWithPadding; "
+            "bad = [m for m in ('transformers', 'datasets', 'accelerate') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_transformers_argument_is_implemented_or_refused_by_name():
+    from bertkit.training.trainer_args import REFUSED
+
+    theirs = {f.name for f in dataclasses.fields(transformers.TrainingArguments) if f.init}
+    ours = {f.name for f in dataclasses.fields(bertkit.TrainingArguments)}
+    assert theirs - ours - set(REFUSED) == set()
+    assert not ours & set(REFUSED)
+    defaults = {f.name: f.default for f in dataclasses.fields(transformers.TrainingArguments) if f.init}
+    for name, (default, _) in REFUSED.items():  # a refused argument at transformers' default is accepted
+        if name in defaults and defaults[name] is not dataclasses.MISSING:
+            assert default == defaults[name], name
+    for name in ("learning_rate", "per_device_train_batch_size", "num_train_epochs", "weight_decay", "seed",
+                 "logging_steps", "save_steps", "eval_strategy", "save_strategy", "max_grad_norm", "adam_epsilon"):
+        theirs_default = next(f.default for f in dataclasses.fields(transformers.TrainingArguments) if f.name == name)
+        assert getattr(bertkit.TrainingArguments(output_dir="x"), name) == theirs_default, name
+
+
+# -------------------------------------------------------------------------------------------------
+# Collators: transformers' given bertkit's tokenizer, and bertkit's against transformers'
+# -------------------------------------------------------------------------------------------------
+
+
+SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Tokenization isn't trivial, unbelievably so!",
+             "Hello world", "A much longer sentence, with commas, numbers like 1234 and unusual words: zygote."]
+
+
+def test_transformers_collators_accept_bertkit_tokenizer(minilm_dir):
+    ours = bertkit.BertTokenizer.from_pretrained(minilm_dir)
+    theirs = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    assert len(ours) == len(theirs)
+    for text in SENTENCES:
+        ids = theirs(text)["input_ids"]
+        assert ours.get_special_tokens_mask(ids, already_has_special_tokens=True) == \
+            theirs.get_special_tokens_mask(ids, already_has_special_tokens=True)
+        plain = theirs(text, add_special_tokens=False)["input_ids"]
+        # without special tokens: the mask of [CLS] A [SEP] (B [SEP]), transformers 4's answer (5 raises)
+        pair = theirs(text, text, truncation=False)["input_ids"]
+        assert ours.get_special_tokens_mask(plain) == theirs.get_special_tokens_mask(
+            theirs(text)["input_ids"], already_has_special_tokens=True)
+        assert ours.get_special_tokens_mask(plain, plain) == theirs.get_special_tokens_mask(
+            pair, already_has_special_tokens=True)
+    for name in ("DataCollatorForLanguageModeling", "DataCollatorForTokenClassification", "DataCollatorWithPadding"):
+        outs = []
+        for tok in (ours, theirs):
+            features = [dict(tok(s)) for s in SENTENCES]
+            if name == "DataCollatorForTokenClassification":
+                features = [{**f, "labels": [i % 3 for i in range(len(f["input_ids"]))]} for f in features]
+            kwargs = {"seed": 0} if name == "DataCollatorForLanguageModeling" else {}
+            outs.append(getattr(transformers, name)(tok, **kwargs)(features))
+        assert sorted(outs[0]) == sorted(outs[1]), name
+        for key in outs[0]:
+            torch.testing.assert_close(outs[0][key], outs[1][key], msg=f"{name} {key}")
+        if name == "DataCollatorForLanguageModeling":
+            assert int((outs[0]["labels"] != -100).sum()) > 0
+
+
+def test_bertkit_collators_match_transformers(minilm_dir):
+    tok = bertkit.BertTokenizer.from_pretrained(minilm_dir)
+    features = [dict(tok(s)) for s in SENTENCES * 4]
+    mlm_ours = bertkit.DataCollatorForLanguageModeling(tok, seed=5)(features)
+    mlm_theirs = transformers.DataCollatorForLanguageModeling(tok, seed=5)(features)
+    for key in ("input_ids", "labels", "attention_mask"):
+        torch.testing.assert_close(mlm_ours[key], mlm_theirs[key], msg=key)
+    targets = mlm_ours["labels"] != -100
+    assert 0 < int(targets.sum()) and not bool((targets & (mlm_ours["attention_mask"] == 0)).any())
+    labelled = [{**f, "label": i % 2} for i, f in enumerate(features)]
+    pad_ours = bertkit.DataCollatorWithPadding(tok)(labelled)
+    pad_theirs = transformers.DataCollatorWithPadding(tok)(labelled)
+    assert sorted(pad_ours) == sorted(pad_theirs)
+    for key in pad_ours:
+        torch.testing.assert_close(pad_ours[key], pad_theirs[key], msg=key)
+    tagged = [{**f, "labels": [1] * len(f["input_ids"])} for f in features]
+    tc_ours = bertkit.DataCollatorForTokenClassification(tok)(tagged)
+    tc_theirs = transformers.DataCollatorForTokenClassification(tok)(tagged)
+    for key in tc_theirs:
+        torch.testing.assert_close(tc_ours[key], tc_theirs[key], msg=key)
+    fixed = [{"input_ids": [101, 7592, 102], "label": 1}, {"input_ids": [101, 2088, 102], "label": 0}]
+    default = bertkit.DefaultDataCollator()(fixed)
+    torch.testing.assert_close(default["labels"], torch.tensor([1, 0]))
+    torch.testing.assert_close(default["input_ids"], transformers.DefaultDataCollator()(fixed)["input_ids"])
+
+
+def test_whole_word_masking_masks_every_piece_of_a_chosen_word(minilm_dir):
+    tok = bertkit.BertTokenizer.from_pretrained(minilm_dir)
+    features = [dict(tok(s)) for s in SENTENCES * 8]
+    batch = bertkit.DataCollatorForLanguageModeling(tok, whole_word_mask=True, mlm_probability=0.3, seed=1)(features)
+    masked = batch["labels"] != -100
+    assert int(masked.sum()) > 10
+    assert bool((batch["input_ids"][masked] == tok.mask_token_id).all())  # whole words: all [MASK]
+    continuation = torch.tensor([[t.startswith("##") for t in tok.convert_ids_to_tokens(row)]
+                                 for row in batch["labels"].masked_fill(~masked, 0).tolist()])
+    # a masked "##" piece has its word's previous piece masked too
+    assert bool(masked[:, :-1][continuation[:, 1:] & masked[:, 1:]].all())
+    assert int((continuation & masked).sum()) > 0
