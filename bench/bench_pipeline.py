@@ -129,7 +129,7 @@ def first_pass(model_dir: Path, texts: list[str], multiple: int) -> dict:
     bertkit.pipeline("feature-extraction", model_dir, batch_size=BATCH, progress=False)(texts[:4])
     pipe = bertkit.pipeline("feature-extraction", model_dir, bf16=True, batch_size=BATCH, progress=False)
     rows: list[int] = []
-    hook = pipe.model.layers[0].register_forward_pre_hook(lambda _, a: rows.append(a[0].shape[0]))
+    hook = pipe.model.encoder.layer[0].register_forward_pre_hook(lambda _, a: rows.append(a[0].shape[0]))
     secs = [timed(pipe, texts)[1] for _ in range(3)]
     hook.remove()
     first, repeat = secs[0], min(secs[1:])

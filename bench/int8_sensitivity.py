@@ -103,7 +103,7 @@ def configurations(num_layers: int) -> list[tuple[str, list[str]]]:
 
 
 def fp32_share(model: BertModel) -> float:
-    total = len(model.layers) * sum(FLOPS.values())
+    total = len(model.encoder.layer) * sum(FLOPS.values())
     int8 = sum(FLOPS[name.rsplit(".", 1)[1]] for name in int8_projections(model))
     return 1 - int8 / total
 
@@ -168,7 +168,7 @@ def main() -> None:
           flush=True)
     wanted = None if args.configs is None else set(args.configs.split(";"))
     metric_models = {}
-    for name, keep in configurations(len(fp32.layers)):
+    for name, keep in configurations(len(fp32.encoder.layer)):
         if wanted is not None and name not in wanted:
             continue
         t0 = time.perf_counter()

@@ -27,7 +27,7 @@ def rounding_forced(monkeypatch):
 def _rows_seen(model: BertModel) -> tuple[list[int], torch.utils.hooks.RemovableHandle]:
     """The number of rows each forward hands the first encoder layer (N, or N rounded up)."""
     seen: list[int] = []
-    handle = model.layers[0].register_forward_pre_hook(lambda _, args: seen.append(args[0].shape[0]))
+    handle = model.encoder.layer[0].register_forward_pre_hook(lambda _, args: seen.append(args[0].shape[0]))
     return seen, handle
 
 

@@ -95,10 +95,12 @@ def embed(model: BertModel, tok: BertTokenizer, texts: list[str], layout: str | 
 
 def test_default_quantizes_all_but_the_kept_projections(fp32, int8):
     bits = int8_activation_bits()
-    kept = resolve_keep_fp32(DEFAULT_KEEP_FP32, len(fp32.layers))
-    assert len(int8_projections(int8)) == len(fp32.layers) * len(PROJECTIONS) - len(kept)
+    kept = resolve_keep_fp32(DEFAULT_KEEP_FP32, len(fp32.encoder.layer))
+    assert len(int8_projections(int8)) == len(fp32.encoder.layer) * len(PROJECTIONS) - len(kept)
     assert int8_projections(fp32) == []  # the fp32 model is untouched (a copy was quantized)
-    assert type(int8.layers[0].ffn_out) is nn.Linear and isinstance(int8.layers[0].qkv, SmoothedInt8Linear)
+    layer = int8.encoder.layer[0]
+    assert type(layer.output.dense) is nn.Linear and isinstance(layer.attention.self.qkv, SmoothedInt8Linear)
+    assert layer.attention.self.query is None  # q, k and v: one int8 module (one GEMM)
     assert {m.activation_bits for m in int8.modules() if isinstance(m, SmoothedInt8Linear)} == {bits}
     assert type(int8.pooler.dense) is nn.Linear and not int8.training and per_token_projections(int8) == []
 
@@ -116,8 +118,8 @@ def test_the_fast_set_is_int8_everywhere_with_ffn_out_per_token_and_holds_the_em
     """Measured (built-in calibration, all 1,000 / 872 sentences): min cosine STS-B 0.9982, SST-2 0.9957,
     against 0.9966 / 0.9884 with every projection per call (keep_fp32=() alone)."""
     fast = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
-    assert len(int8_projections(fast)) == len(fp32.layers) * len(PROJECTIONS)
-    assert per_token_projections(fast) == [f"layers.{i}.ffn_out" for i in range(len(fp32.layers))]
+    assert len(int8_projections(fast)) == len(fp32.encoder.layer) * len(PROJECTIONS)
+    assert per_token_projections(fast) == [f"layers.{i}.ffn_out" for i in range(len(fp32.encoder.layer))]
     for texts in (stsb_sentences[:400], sst2_sentences[:400]):
         cos = F.cosine_similarity(embed(fast, tok, texts), embed(fp32, tok, texts))
         assert float(cos.min()) >= 0.99 and float(cos.mean()) >= 0.998, (float(cos.min()), float(cos.mean()))
@@ -323,7 +325,7 @@ def test_every_head_runs_quantized(name, minilm_dir, calibration, tok, sst2_sent
     model = cls.from_pretrained(minilm_dir).eval()
     q = quantize_int8(model, calibration=calibration[:2])
     assert int8_projections(q) and all(not isinstance(m, INT8_LAYERS) for n, m in q.named_modules()
-                                       if not n.startswith("bert.layers."))
+                                       if not n.startswith("bert.encoder.layer."))
     texts = sst2_sentences[:8]
     enc = tok(texts, truncation=True, max_length=64, padding=True, return_tensors="pt")
     args = [enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]]

@@ -442,9 +442,9 @@ def test_quantize_writes_a_smaller_directory_that_loads_as_the_int8_pipeline_run
     loaded, fresh = load_int8(quantized_classifier), classifiers[1].model
     assert type(loaded) is BertForSequenceClassification and int8_projections(loaded) == int8_projections(fresh)
     assert per_token_projections(loaded) == per_token_projections(fresh)
-    for a, b in zip(loaded.bert.layers, fresh.bert.layers):
-        assert torch.equal(a.qkv.int8.weight().int_repr(), b.qkv.int8.weight().int_repr())
-        assert torch.equal(a.ffn_in.inv_scale, b.ffn_in.inv_scale)
+    for a, b in zip(loaded.bert.encoder.layer, fresh.bert.encoder.layer):
+        assert torch.equal(a.attention.self.qkv.int8.weight().int_repr(), b.attention.self.qkv.int8.weight().int_repr())
+        assert torch.equal(a.intermediate.dense.inv_scale, b.intermediate.dense.inv_scale)
     texts = sentences["sst2"][:48]
     saved = pipeline("text-classification", quantized_classifier)  # no quantize=: the directory says int8
     assert saved.quantize == "int8" and saved.device.type == "cpu"
@@ -501,7 +501,7 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
     with pytest.raises(BertkitError, match=r"int8 model written by `bertkit quantize`.*fp32 directory it was quantized"):
         BertForSequenceClassification.from_pretrained(quantized_classifier)
     model = load_int8(quantized_classifier)
-    with pytest.raises(BertkitError, match=r"no float bert.layers.0.qkv.weight.*save_int8"):
+    with pytest.raises(BertkitError, match=r"no float bert.encoder.layer.0.attention.self.query.weight.*save_int8"):
         model.save_pretrained(tmp_path / "resaved")
     with pytest.raises(BertkitError, match="quantized already"):
         quantize_int8(model, calibration=None)
@@ -586,7 +586,7 @@ def test_a_fast_model_saved_at_8_bits_runs_at_7_bits_without_vnni(classifier_dir
     # measured: 59.1 MB against 90.9 MB float (69.7 with every ffn_out fp32)
     assert (out / "model.int8.safetensors").stat().st_size < 0.7 * (classifier_dir / "model.safetensors").stat().st_size
     fast = load_int8(out)
-    assert all(isinstance(layer.ffn_out, PerTokenInt8Linear) for layer in fast.bert.layers)
+    assert all(isinstance(layer.output.dense, PerTokenInt8Linear) for layer in fast.bert.encoder.layer)
     texts = sentences["sst2"]
     fp32 = classifiers[0](texts)
     labels = [g["label"] for g in pipeline("text-classification", fast, tokenizer=classifiers[0].tokenizer)(texts)]
@@ -594,8 +594,8 @@ def test_a_fast_model_saved_at_8_bits_runs_at_7_bits_without_vnni(classifier_dir
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx2": True})
     assert int8_activation_bits() == 7
     model = load_int8(out)
-    layers = model.bert.layers
-    assert all(type(layer.ffn_out) is nn.Linear for layer in layers)
+    layers = model.bert.encoder.layer
+    assert all(type(layer.output.dense) is nn.Linear for layer in layers)
     assert {m.activation_bits for m in model.modules() if isinstance(m, SmoothedInt8Linear)} == {7}
     assert len(int8_projections(model)) == 3 * len(layers)
     got = pipeline("text-classification", model, tokenizer=classifiers[0].tokenizer)(texts)

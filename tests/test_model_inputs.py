@@ -72,3 +72,41 @@ def test_a_mask_of_0_and_1_in_any_dtype_gives_the_same_outputs():
         for dtype in (torch.bool, torch.int32, torch.uint8, torch.float32, torch.float16, torch.bfloat16):
             torch.testing.assert_close(model(ids, attention_mask=long_mask.to(dtype)).last_hidden_state, ref,
                                        atol=0, rtol=0)
+
+
+def test_a_class_label_out_of_range_is_refused_naming_it_in_every_head():
+    """A label column with more classes than the head has reached torch's IndexError from inside the loss."""
+    from bertkit import BertForMultipleChoice, BertForNextSentencePrediction, BertForTokenClassification
+
+    ids = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    clf = BertForSequenceClassification(CONFIG).eval()  # 2 labels
+    assert torch.isfinite(clf(ids, mask, labels=torch.tensor([0, 1])).loss)
+    with pytest.raises(BertkitError, match=r"labels holds 5, but this head has 2 classes \(ids 0 to 1"):
+        clf(ids, mask, labels=torch.tensor([0, 5]))
+    with pytest.raises(BertkitError, match=r"labels holds -1"):
+        clf(ids, mask, labels=torch.tensor([-1, 0]))
+    tagger = BertForTokenClassification(BertConfig.from_dict(CONFIG.to_dict(), num_labels=3)).eval()
+    assert torch.isfinite(tagger(ids, mask, labels=torch.tensor([[-100, 2, 0, -100], [-100, 1, -100, -100]])).loss)
+    with pytest.raises(BertkitError, match=r"labels holds 3, but this head has 3 classes"):
+        tagger(ids, mask, labels=torch.tensor([[-100, 3, 0, -100], [-100, 1, -100, -100]]))
+    with pytest.raises(BertkitError, match=r"labels holds 2, but this head has 2 classes"):
+        BertForNextSentencePrediction(CONFIG).eval()(ids, mask, labels=torch.tensor([0, 2]))
+    with pytest.raises(BertkitError, match=r"labels holds 2, but this head has 2 classes"):
+        BertForMultipleChoice(CONFIG).eval()(ids[None].expand(2, 2, 4), mask[None].expand(2, 2, 4),
+                                              labels=torch.tensor([1, 2]))
+
+
+def test_float_labels_on_several_outputs_are_multi_label_as_in_transformers():
+    """transformers reads float labels over num_labels > 1 as multi-label targets when the config names no
+    problem_type; bertkit used them as class ids and failed on the shape."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    ours = BertForSequenceClassification(CONFIG).eval()
+    ids, labels = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 3]]), torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    for target in (labels, labels.argmax(-1)):  # a fresh reference each time: transformers writes problem_type back
+        theirs = transformers.BertForSequenceClassification(transformers.BertConfig(**CONFIG.to_dict())).eval()
+        theirs.load_state_dict(ours.state_dict())
+        with torch.no_grad():
+            torch.testing.assert_close(ours(ids, labels=target).loss, theirs(ids, labels=target).loss)
+    assert ours.config.problem_type is None  # bertkit infers it per call and writes nothing back

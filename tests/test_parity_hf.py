@@ -147,7 +147,8 @@ def test_pretraining_checkpoint_loads_into_every_head(tmp_path, caplog):
         fresh = [r.getMessage() for r in caplog.records if "initialised fresh" in r.getMessage()]
         assert len(fresh) == 1, caplog.records
         torch.testing.assert_close(m.bert.embeddings.word_embeddings.weight, base.embeddings.word_embeddings.weight)
-        torch.testing.assert_close(m.bert.layers[1].qkv.weight, base.layers[1].qkv.weight)
+        torch.testing.assert_close(m.bert.encoder.layer[1].attention.self.key.weight,
+                                   base.encoder.layer[1].attention.self.key.weight)
 
 
 @pytest.mark.parametrize("act", ["gelu_new", "relu"])
@@ -173,13 +174,13 @@ def test_initialisation_is_normal_with_std_0_02():
     """Paper's code (google-research/bert create_initializer): truncated normal, std 0.02; LayerNorm 1/0."""
     torch.manual_seed(0)
     model = H.BertForPreTraining(BertConfig.preset("mini", vocab_size=5000))
-    w = model.bert.layers[0].ffn_in.weight
+    w = model.bert.encoder.layer[0].intermediate.dense.weight
     assert abs(w.mean().item()) < 1e-3
     # A normal truncated at 2 std has std 0.02 * 0.8796.
     assert w.std().item() == pytest.approx(0.02 * 0.8796, rel=0.02)
     assert w.abs().max().item() <= 0.04
-    assert torch.equal(model.bert.layers[0].attn_norm.weight, torch.ones(256))
-    assert torch.equal(model.bert.layers[0].qkv.bias, torch.zeros(768))
+    assert torch.equal(model.bert.encoder.layer[0].attention.output.LayerNorm.weight, torch.ones(256))
+    assert torch.equal(model.bert.encoder.layer[0].attention.self.query.bias, torch.zeros(256))
 
 
 def test_from_pretrained_initialises_only_what_the_checkpoint_lacks(tmp_path):
@@ -194,9 +195,11 @@ def test_from_pretrained_initialises_only_what_the_checkpoint_lacks(tmp_path):
         torch.manual_seed(7)
         m = H.BertForPreTraining.from_pretrained(tmp_path, initializer_range=0.02)
         states.append(m.state_dict())
-        torch.testing.assert_close(m.bert.layers[1].qkv.weight, source.bert.layers[1].qkv.weight, rtol=0, atol=0)
-        torch.testing.assert_close(m.mlm.transform.weight, source.mlm.transform.weight, rtol=0, atol=0)
-        for fresh in (m.nsp, m.bert.pooler.dense):
+        torch.testing.assert_close(m.bert.encoder.layer[1].attention.self.value.weight,
+                                   source.bert.encoder.layer[1].attention.self.value.weight, rtol=0, atol=0)
+        torch.testing.assert_close(m.cls.predictions.transform.dense.weight,
+                                   source.cls.predictions.transform.dense.weight, rtol=0, atol=0)
+        for fresh in (m.cls.seq_relationship, m.bert.pooler.dense):
             assert 0.01 < fresh.weight.std().item() < 0.03 and fresh.weight.abs().max().item() <= 0.04
             assert torch.equal(fresh.bias, torch.zeros_like(fresh.bias))
     for key in states[0]:

@@ -46,7 +46,7 @@ def test_a_model_with_the_unigram_bias_starts_at_the_unigram_cross_entropy(tiny_
     model = BertForMaskedLM(BertConfig.preset("tiny", vocab_size=1500)).eval()
     with torch.no_grad():
         zero = float(model(**batch).mlm_loss)
-        model.mlm.bias.copy_(prior)
+        model.cls.predictions.bias.copy_(prior)
         unigram = float(model(**batch).mlm_loss)
     assert abs(zero - math.log(1500)) < 0.1
     assert abs(unigram - expected) < 0.1

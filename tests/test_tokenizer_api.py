@@ -158,3 +158,12 @@ def test_hub_id_for_tokenizer_says_how_to_get_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     with pytest.raises(FileNotFoundError, match="hf download bert-base-uncased"):
         BertTokenizer.from_pretrained("bert-base-uncased")
+
+
+def test_pad_refuses_an_example_whose_columns_differ_in_length(toks):
+    tok = toks[0] if isinstance(toks, tuple) else toks
+    good = {"input_ids": [101, 7592, 102], "attention_mask": [1, 1, 1], "token_type_ids": [0, 0, 0]}
+    assert tok.pad([good, {**good, "input_ids": [101, 102]} | {"attention_mask": [1, 1], "token_type_ids": [0, 0]}],
+                   return_tensors="pt")["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    with pytest.raises(BertkitError, match=r"example 1 has 3 input_ids but attention_mask of length 2"):
+        tok.pad([good, {**good, "attention_mask": [1, 1]}])

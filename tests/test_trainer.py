@@ -509,3 +509,21 @@ def test_whole_word_masking_masks_every_piece_of_a_chosen_word(minilm_dir):
     # a masked "##" piece has its word's previous piece masked too
     assert bool(masked[:, :-1][continuation[:, 1:] & masked[:, 1:]].all())
     assert int((continuation & masked).sum()) > 0
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    ({"learning_rate": "1e-4"}, r"learning_rate must be a number, got '1e-4' \(str\)"),
+    ({"seed": 2.5}, r"seed must be an int, got 2.5"),
+    ({"seed": -1}, r"seed must be in \[0, 2\*\*32\), got -1"),
+    ({"data_seed": 2**32}, r"data_seed must be in \[0, 2\*\*32\)"),
+    ({"bf16": 1}, r"bf16 must be a bool, got 1 \(int\)"),
+    ({"num_train_epochs": True}, r"num_train_epochs must be a number, got True"),
+    ({"label_names": "labels"}, r"label_names must be .*None, got 'labels'"),
+])
+def test_training_arguments_of_the_wrong_type_or_range_are_named(tmp_path, kwargs, said):
+    """learning_rate="1e-4" and seed=2.5 met TypeErrors deep in the optimiser and numpy; seed=-1 trained."""
+    with pytest.raises(BertkitError, match=said):
+        bertkit.TrainingArguments(output_dir=str(tmp_path), **kwargs)
+    assert not any(tmp_path.iterdir())
+    ok = bertkit.TrainingArguments(output_dir=str(tmp_path), learning_rate=3, seed=0, num_train_epochs=2)
+    assert (ok.learning_rate, ok.seed) == (3, 0)

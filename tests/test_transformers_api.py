@@ -126,7 +126,7 @@ def test_resize_token_embeddings_matches_transformers(tmp_path):
     assert ours.config.vocab_size == n and ours.bert.config.vocab_size == n
     torch.testing.assert_close(emb.weight[: n - 5], old, rtol=0, atol=0)
     torch.testing.assert_close(emb.weight, hf.get_input_embeddings().weight, atol=1e-4, rtol=0)
-    torch.testing.assert_close(ours.mlm.bias, hf.cls.predictions.bias, **TOL)  # zeros for the new tokens
+    torch.testing.assert_close(ours.cls.predictions.bias, hf.cls.predictions.bias, **TOL)  # zeros for the new tokens
     # Same new rows in both: the MLM logits (decoder tied to the resized embeddings) are equal everywhere.
     with torch.no_grad():
         hf.get_input_embeddings().weight.copy_(emb.weight)
@@ -136,7 +136,7 @@ def test_resize_token_embeddings_matches_transformers(tmp_path):
     ours.save_pretrained(tmp_path / "resized")
     again = H.BertForMaskedLM.from_pretrained(tmp_path / "resized")
     assert again.config.vocab_size == 224
-    torch.testing.assert_close(again.mlm.bias, ours.mlm.bias, rtol=0, atol=0)
+    torch.testing.assert_close(again.cls.predictions.bias, ours.cls.predictions.bias, rtol=0, atol=0)
 
 
 def test_set_input_embeddings_and_device_dtype():

@@ -2,11 +2,12 @@
 
 A checkpoint directory holds ``config.json`` and ``model.safetensors`` (or a legacy ``pytorch_model.bin``,
 read only with ``torch.load(weights_only=True)``), plus the tokenizer's ``vocab.txt`` and
-``tokenizer_config.json``. Every parameter bertkit has is named in ``KEY_TABLE`` below together with the
-published name(s) it comes from; nothing else in the code base knows the published names.
+``tokenizer_config.json``. bertkit's modules carry the published names themselves
+(``bert.encoder.layer.3.attention.self.query.weight``), so a state dict is a checkpoint's as it is and
+``KEY_TABLE`` below holds only the names that differ: bertkit's own names from before (q/k/v fused), for
+training checkpoints and int8 directories written then. No other module renames weights.
 
-Loading is strict: a key the model needs that the file lacks, a key in the file that no row of the table
-knows, or a tensor whose shape does not fit the config is an error that lists every such key. Two cases
+Loading is strict: a key the model needs that the file lacks, a key in the file that no model knows, or a tensor whose shape does not fit the config is an error that lists every such key. Two cases
 are not errors because users rely on them, and each is reported in one log line:
 - a task head (or the pooler) absent from a pre-trained checkpoint is initialised fresh
   (fine-tuning starts exactly so);
@@ -39,42 +40,25 @@ INT8_WEIGHTS_NAME = "model.int8.safetensors"
 CONFIG_NAME = "config.json"
 
 # ---------------------------------------------------------------------------------------------------
-# The key table: (bertkit name, published name or names). Several published names are concatenated
-# along dim 0 on load and split back on save (the fused q/k/v projection). "{i}" is the layer index.
-# Encoder names are relative to the encoder; head models prefix "bert." on both sides.
+# The published names: bertkit's modules carry them (``encoder.layer.3.attention.self.query``, ...), so a
+# state dict is a checkpoint's as it is. Encoder names are relative to the encoder; head models prefix
+# "bert." to them. "{i}" is the layer index.
 # ---------------------------------------------------------------------------------------------------
-Row = tuple[str, tuple[str, ...]]
+_ENCODER = ["embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
+            "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"]
+_LAYER = [f"encoder.layer.{{i}}.{module}.{p}"
+          for module in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+                         "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
+          for p in ("weight", "bias")]
+_POOLER = ["pooler.dense.weight", "pooler.dense.bias"]
+_MLM = ["cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
+        "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias", "cls.predictions.bias"]
+_NSP = ["cls.seq_relationship.weight", "cls.seq_relationship.bias"]
+_CLASSIFIER = ["classifier.weight", "classifier.bias"]
+_QA = ["qa_outputs.weight", "qa_outputs.bias"]
 
-_ENCODER: list[Row] = [
-    ("embeddings.word_embeddings.weight", ("embeddings.word_embeddings.weight",)),
-    ("embeddings.position_embeddings.weight", ("embeddings.position_embeddings.weight",)),
-    ("embeddings.token_type_embeddings.weight", ("embeddings.token_type_embeddings.weight",)),
-    ("embeddings.layer_norm.weight", ("embeddings.LayerNorm.weight",)),
-    ("embeddings.layer_norm.bias", ("embeddings.LayerNorm.bias",)),
-]
-_LAYER: list[Row] = [
-    *[(f"layers.{{i}}.qkv.{p}", tuple(f"encoder.layer.{{i}}.attention.self.{n}.{p}" for n in ("query", "key", "value")))
-      for p in ("weight", "bias")],
-    *[(f"layers.{{i}}.{ours}.{p}", (f"encoder.layer.{{i}}.{theirs}.{p}",))
-      for ours, theirs in (("attn_out", "attention.output.dense"), ("attn_norm", "attention.output.LayerNorm"),
-                           ("ffn_in", "intermediate.dense"), ("ffn_out", "output.dense"),
-                           ("ffn_norm", "output.LayerNorm"))
-      for p in ("weight", "bias")],
-]
-_POOLER: list[Row] = [(f"pooler.dense.{p}", (f"pooler.dense.{p}",)) for p in ("weight", "bias")]
-
-_MLM: list[Row] = [
-    ("mlm.transform.weight", ("cls.predictions.transform.dense.weight",)),
-    ("mlm.transform.bias", ("cls.predictions.transform.dense.bias",)),
-    ("mlm.layer_norm.weight", ("cls.predictions.transform.LayerNorm.weight",)),
-    ("mlm.layer_norm.bias", ("cls.predictions.transform.LayerNorm.bias",)),
-    ("mlm.bias", ("cls.predictions.bias",)),
-]
-_NSP: list[Row] = [(f"nsp.{p}", (f"cls.seq_relationship.{p}",)) for p in ("weight", "bias")]
-_CLASSIFIER: list[Row] = [(f"classifier.{p}", (f"classifier.{p}",)) for p in ("weight", "bias")]
-_QA: list[Row] = [(f"qa_outputs.{p}", (f"qa_outputs.{p}",)) for p in ("weight", "bias")]
-
-KEY_TABLE: dict[str, list[Row]] = {
+# The head weights each model class has, by ``checkpoint_head``.
+HEAD_KEYS: dict[str, list[str]] = {
     "base": [],
     "pretraining": _MLM + _NSP,
     "masked_lm": _MLM,
@@ -87,20 +71,54 @@ KEY_TABLE: dict[str, list[Row]] = {
 
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
-# Published names that carry no information of their own: the MLM decoder is tied to the word
-# embeddings and its bias to cls.predictions.bias (paper's code: output_weights = embedding table), and
-# old checkpoints store the position-id buffer. Accepted on load, never written.
-IGNORED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias", "embeddings.position_ids")
+# The MLM decoder is tied to the word embeddings and its bias to cls.predictions.bias (paper's code:
+# output_weights = embedding table): state dicts list them, as transformers' do, but checkpoints need not.
+TIED_KEYS = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+             "cls.predictions.decoder.bias": "cls.predictions.bias"}
+# Published names that carry no information of their own: the tied decoder, and the position-id buffer old
+# checkpoints store. Accepted on load, never written.
+IGNORED_KEYS = (*TIED_KEYS, "embeddings.position_ids")
+
+# ---------------------------------------------------------------------------------------------------
+# The key table: the names that differ from the published ones. (old name, published name or names):
+# several published names are the old tensor split along dim 0 (q/k/v were one fused Linear). These are
+# the state-dict names of bertkit before its modules took transformers' names; training checkpoints
+# (``state["model"]``) written then still load and resume through it, and int8 directories
+# (``bertkit.quantization``) still name their projections so. TF-era LayerNorm.gamma/beta are renamed by
+# ``_normalise_published_key``.
+# ---------------------------------------------------------------------------------------------------
+Row = tuple[str, tuple[str, ...]]
+
+KEY_TABLE: list[Row] = [
+    *[(f"embeddings.layer_norm.{p}", (f"embeddings.LayerNorm.{p}",)) for p in ("weight", "bias")],
+    *[(f"layers.{{i}}.qkv.{p}", tuple(f"encoder.layer.{{i}}.attention.self.{n}.{p}" for n in ("query", "key", "value")))
+      for p in ("weight", "bias")],
+    *[(f"layers.{{i}}.{old}.{p}", (f"encoder.layer.{{i}}.{new}.{p}",))
+      for old, new in (("attn_out", "attention.output.dense"), ("attn_norm", "attention.output.LayerNorm"),
+                       ("ffn_in", "intermediate.dense"), ("ffn_out", "output.dense"), ("ffn_norm", "output.LayerNorm"))
+      for p in ("weight", "bias")],
+    *[(f"mlm.{old}.{p}", (f"cls.predictions.transform.{new}.{p}",))
+      for old, new in (("transform", "dense"), ("layer_norm", "LayerNorm")) for p in ("weight", "bias")],
+    ("mlm.bias", ("cls.predictions.bias",)),
+    *[(f"nsp.{p}", (f"cls.seq_relationship.{p}",)) for p in ("weight", "bias")],
+]
 
 
-def _expand(rows: list[Row], num_layers: int) -> list[Row]:
-    out: list[Row] = []
-    for ours, theirs in rows:
-        if "{i}" in ours:
-            out += [(ours.format(i=i), tuple(t.format(i=i) for t in theirs)) for i in range(num_layers)]
-        else:
-            out.append((ours, theirs))
+def _expand(names: list[str], num_layers: int) -> list[str]:
+    return [n.format(i=i) for n in names for i in (range(num_layers) if "{i}" in n else (0,))]
+
+
+def _legacy_rows(num_layers: int) -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for old, new in KEY_TABLE:
+        for i in range(num_layers) if "{i}" in old else (0,):
+            out[old.format(i=i)] = tuple(n.format(i=i) for n in new)
     return out
+
+
+def is_tied_decoder(module_name: str) -> bool:
+    """Whether ``module_name`` is the MLM decoder, whose weight is the word embeddings' (nothing to initialise)."""
+    return module_name == "cls.predictions.decoder"
 
 
 def read_config_json(directory: str | Path) -> dict[str, Any]:
@@ -113,14 +131,14 @@ def read_config_json(directory: str | Path) -> dict[str, Any]:
 
 
 def encoder_published_names(name: str) -> tuple[str, ...]:
-    """The published name(s) of one of the encoder's own parameters (``layers.3.qkv.weight`` ->
-    ``encoder.layer.3.attention.self.query.weight``, ``...key.weight``, ``...value.weight``), from the key
-    table; for code that stores some encoder weights in another form (``bertkit.quantization``)."""
+    """The published name(s) of one of the encoder's parameters under its old bertkit name (``layers.3.qkv.weight``
+    -> ``encoder.layer.3.attention.self.query.weight``, ``...key.weight``, ``...value.weight``), from the key
+    table; for int8 directories, which name their projections so (``bertkit.quantization``)."""
     index = next((part for part in name.split(".") if part.isdigit()), None)
-    for ours, theirs in _ENCODER + _LAYER + _POOLER:
-        if (ours.format(i=index) if index is not None else ours) == name:
-            return tuple(t.format(i=index) for t in theirs)
-    raise KeyError(f"{name} is not an encoder parameter of the key table")
+    found = _legacy_rows(int(index) + 1 if index is not None else 0).get(name)
+    if found is None or not found[0].startswith(("embeddings.", "encoder.")):
+        raise KeyError(f"{name} is not an encoder parameter of the key table")
+    return found
 
 
 def _normalise_published_key(key: str) -> str:
@@ -137,10 +155,25 @@ def _strip_encoder_prefix(key: str) -> str:
 
 
 def _all_known_published_keys(num_layers: int) -> set[str]:
-    rows = _expand(_ENCODER + _LAYER + _POOLER, num_layers)
-    for head_rows in KEY_TABLE.values():
-        rows += head_rows
-    return {t for _, theirs in rows for t in theirs} | set(IGNORED_KEYS)
+    keys = set(_expand(_ENCODER + _LAYER + _POOLER, num_layers))
+    for head_keys in HEAD_KEYS.values():
+        keys.update(head_keys)
+    return keys | set(IGNORED_KEYS)
+
+
+def _rename_legacy(state: dict[str, Tensor], num_layers: int) -> dict[str, Tensor]:
+    """Old bertkit names (``bert.layers.0.qkv.weight``) -> the published ones, q/k/v split; others unchanged."""
+    rows = _legacy_rows(num_layers)
+    out: dict[str, Tensor] = {}
+    for key, value in state.items():
+        prefix = "bert." if key.startswith("bert.") else ""
+        new = rows.get(key[len(prefix):])
+        if new is None:
+            out[key] = value
+            continue
+        chunks = value.chunk(len(new), 0) if len(new) > 1 else (value,)
+        out.update({prefix + n: c for n, c in zip(new, chunks)})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -284,14 +317,13 @@ class PretrainedMixin:
     def _encoder(self):
         return getattr(self, "bert", self)
 
-    def _rows(self) -> tuple[list[Row], list[Row]]:
-        """(encoder rows, head rows) with bertkit and published names as this model's state dict has them."""
+    def _published_keys(self) -> tuple[list[str], list[str]]:
+        """(encoder keys, head keys): the published names of this model's weights, as its state dict has them
+        (tied copies left out)."""
         enc = self._encoder()
         prefix = "bert." if enc is not self else ""
         base = _ENCODER + _LAYER + (_POOLER if enc.pooler is not None else [])
-        encoder_rows = [(prefix + o, tuple(prefix + t for t in ts))
-                        for o, ts in _expand(base, self.config.num_hidden_layers)]
-        return encoder_rows, list(KEY_TABLE[self.checkpoint_head])
+        return [prefix + k for k in _expand(base, self.config.num_hidden_layers)], list(HEAD_KEYS[self.checkpoint_head])
 
     # -- loading --------------------------------------------------------------------------------------
     @classmethod
@@ -380,26 +412,26 @@ class PretrainedMixin:
         keeps its fresh initialisation and is listed in a warning, as transformers does; the encoder must match."""
         tensors = self._canonical_published(published)
 
-        encoder_rows, head_rows = self._rows()
-        own = self.state_dict()
+        encoder_keys, head_keys = self._published_keys()
+        own = self.state_dict()  # type: ignore[attr-defined]
         new_state: dict[str, Tensor] = {}
         missing_encoder, fresh, shape_errors = [], [], []
-        for rows, required in ((encoder_rows, True), (head_rows, False)):
-            for ours, theirs in rows:
-                if not all(t in tensors for t in theirs):
+        for keys, required in ((encoder_keys, True), (head_keys, False)):
+            for key in keys:
+                if key not in tensors:
                     # The pooler is optional like a head: MLM-only checkpoints do not carry it.
-                    optional = not required or ours.startswith(("pooler.", "bert.pooler."))
-                    (fresh if optional else missing_encoder).append(", ".join(t for t in theirs if t not in tensors))
+                    optional = not required or key.startswith(("pooler.", "bert.pooler."))
+                    (fresh if optional else missing_encoder).append(key)
                     continue
-                value = torch.cat([tensors[t] for t in theirs], 0) if len(theirs) > 1 else tensors[theirs[0]]
-                if value.shape != own[ours].shape and ignore_mismatched_sizes and not required:
-                    fresh.append(f"{'+'.join(theirs)} (file {tuple(value.shape)}, model {tuple(own[ours].shape)})")
+                value = tensors[key]
+                if value.shape != own[key].shape and ignore_mismatched_sizes and not required:
+                    fresh.append(f"{key} (file {tuple(value.shape)}, model {tuple(own[key].shape)})")
                     continue
-                if value.shape != own[ours].shape:
-                    shape_errors.append(f"{'+'.join(theirs)}: file {tuple(value.shape)}, model {tuple(own[ours].shape)}")
+                if value.shape != own[key].shape:
+                    shape_errors.append(f"{key}: file {tuple(value.shape)}, model {tuple(own[key].shape)}")
                     continue
-                new_state[ours] = value
-        used = {t for _, theirs in encoder_rows + head_rows for t in theirs}
+                new_state[key] = value
+        used = set(encoder_keys) | set(head_keys)
         leftovers = sorted(k for k in tensors if k not in used and _strip_encoder_prefix(k) not in IGNORED_KEYS
                            and k not in IGNORED_KEYS)
         known = _all_known_published_keys(self.config.num_hidden_layers)
@@ -425,7 +457,7 @@ class PretrainedMixin:
         if other_heads:
             logger.info("%s: ignored weights of heads this model does not have: %s", type(self).__name__,
                         ", ".join(other_heads))
-        result = self.load_state_dict(new_state, strict=False)  # type: ignore[attr-defined]
+        result = torch.nn.Module.load_state_dict(self, new_state, strict=False)  # type: ignore[arg-type]
         assert not result.unexpected_keys, result.unexpected_keys
         return set(new_state)
 
@@ -438,47 +470,57 @@ class PretrainedMixin:
         a seed always gives the same new head); the loaded parameters stay as loaded."""
         for prefix, module in self.named_modules():  # type: ignore[attr-defined]
             own = [f"{prefix}.{name}" if prefix else name for name, _ in module.named_parameters(recurse=False)]
-            if any(name not in loaded for name in own):
+            if not is_tied_decoder(prefix) and any(name not in loaded for name in own):
                 self._init_weights(module)
 
     def _canonical_published(self, published: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Published names made canonical: LayerNorm.gamma -> weight, and the encoder prefix to this model's."""
+        """Published names made canonical: LayerNorm.gamma -> weight, old bertkit names (the key table) to
+        the published ones, and the encoder prefix to this model's."""
         prefix = "bert." if self._encoder() is not self else ""
         out: dict[str, Tensor] = {}
-        for key, value in published.items():
-            key = _normalise_published_key(key)
+        renamed = _rename_legacy({_normalise_published_key(k): v for k, v in published.items()},
+                                 self.config.num_hidden_layers)
+        for key, value in renamed.items():
             bare = _strip_encoder_prefix(key)
             out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
         return out
 
     def convert_published_state_dict(self, published: dict[str, Tensor]) -> dict[str, Tensor]:
-        """transformers' names -> this model's (q/k/v fused): the inverse of ``published_state_dict()``.
+        """Published names -> this model's state-dict names: the inverse of ``published_state_dict()``.
 
-        Every key the table knows is renamed (and q/k/v concatenated); keys it does not know are passed
-        through unchanged, so a strict ``load_state_dict`` still lists them. Nothing is checked here."""
-        tensors = self._canonical_published(published)
-        encoder_rows, head_rows = self._rows()
-        out: dict[str, Tensor] = {}
-        used: set[str] = set()
-        for ours, theirs in encoder_rows + head_rows:
-            if all(t in tensors for t in theirs):
-                out[ours] = torch.cat([tensors[t] for t in theirs], 0) if len(theirs) > 1 else tensors[theirs[0]]
-                used.update(theirs)
-        for key, value in tensors.items():
-            if key not in used and _strip_encoder_prefix(key) not in IGNORED_KEYS:
-                out.setdefault(key, value)
+        The names are the same but for the ``bert.`` prefix, TF-era ``gamma``/``beta`` and bertkit's own old
+        names (the key table, q/k/v split); the tied decoder's entries are added from what they are tied
+        to. Keys it does not know are passed through unchanged, so a strict ``load_state_dict`` still lists
+        them. Nothing is checked here."""
+        out = {k: v for k, v in self._canonical_published(published).items()
+               if _strip_encoder_prefix(k) != "embeddings.position_ids"}
+        own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]
+        for tied, target in TIED_KEYS.items():
+            if tied in own and tied not in out and target in out:
+                out[tied] = out[target]
         return out
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False):
-        """``nn.Module.load_state_dict``, also accepting a transformers model's ``state_dict()`` (its names are
-        converted through the key table first, so ``strict=True`` works across the two libraries)."""
+        """``nn.Module.load_state_dict``. The names are transformers' (a transformers model's ``state_dict()``
+        loads as it is, strictly); a state dict under bertkit's old names (a training checkpoint written before
+        the modules took transformers' names), or a checkpoint without the tied decoder's copies, is
+        converted first (``convert_published_state_dict``)."""
         own = self.state_dict()  # type: ignore[attr-defined]
-        foreign = [k for k in state_dict if k not in own]
-        known = _all_known_published_keys(self.config.num_hidden_layers)
-        if foreign and any(_strip_encoder_prefix(_normalise_published_key(k)) in known
-                           or _normalise_published_key(k) in known for k in foreign):
+        if any(k not in own for k in state_dict) or any(k not in state_dict for k in TIED_KEYS if k in own):
             state_dict = self.convert_published_state_dict(dict(state_dict))
-        return super().load_state_dict(state_dict, strict=strict, assign=assign)  # type: ignore[misc]
+        result = super().load_state_dict(state_dict, strict=strict, assign=assign)  # type: ignore[misc]
+        if assign:  # the parameters are the state dict's tensors now: tie and pack them again
+            self._tie_decoder()
+            for module in self.modules():  # type: ignore[attr-defined]
+                if hasattr(module, "pack_projections"):
+                    module.pack_projections()
+        return result
+
+    def _tie_decoder(self) -> None:
+        """Point the MLM decoder at the current word embeddings and output bias (after either is replaced)."""
+        heads = getattr(self, "cls", None)
+        if heads is not None and hasattr(heads, "predictions"):
+            heads.predictions.tie(self.get_input_embeddings())
 
     # -- the calls people port from transformers -------------------------------------------------------
     @property
@@ -492,12 +534,14 @@ class PretrainedMixin:
             p for n, p in self.named_parameters() if "embeddings." not in n)  # type: ignore[attr-defined]
         return sum(p.numel() for p in params if p.requires_grad or not only_trainable)
 
+    def _mlm_head(self):
+        heads = getattr(self, "cls", None)
+        return getattr(heads, "predictions", None) if heads is not None else None
+
     def get_output_embeddings(self) -> torch.nn.Linear | None:
         """The MLM decoder, tied to the word embeddings (its weight *is* theirs); None without an MLM head."""
-        from bertkit.compat import tied_output_embeddings
-
-        mlm = getattr(self, "mlm", None)
-        return None if mlm is None else tied_output_embeddings(self.get_input_embeddings(), mlm.bias)
+        mlm = self._mlm_head()
+        return None if mlm is None else mlm.decoder
 
     @property
     def device(self) -> torch.device:
@@ -516,11 +560,12 @@ class PretrainedMixin:
         if embeddings.embedding_dim != self.config.hidden_size:
             raise BertkitError(f"embeddings have dim {embeddings.embedding_dim}, the model hidden_size "
                                f"{self.config.hidden_size}")
-        mlm = getattr(self, "mlm", None)
+        mlm = self._mlm_head()
         if mlm is not None and mlm.bias.numel() != embeddings.num_embeddings:
             raise BertkitError(f"embeddings have {embeddings.num_embeddings} rows but the MLM bias "
                                f"{mlm.bias.numel()}: use resize_token_embeddings to change the vocabulary size")
         self._encoder().embeddings.word_embeddings = embeddings
+        self._tie_decoder()
         self._set_vocab_size(embeddings.num_embeddings)
 
     def resize_token_embeddings(self, new_num_tokens: int | None = None,
@@ -551,11 +596,12 @@ class PretrainedMixin:
                 new.weight[keep:] = old.weight.float().mean(0).to(old.weight.dtype)
         new.weight.requires_grad_(old.weight.requires_grad)
         self._encoder().embeddings.word_embeddings = new
-        mlm = getattr(self, "mlm", None)
+        mlm = self._mlm_head()
         if mlm is not None:
             bias = torch.zeros(n, device=mlm.bias.device, dtype=mlm.bias.dtype)
             bias[:keep] = mlm.bias.detach()[:keep]
             mlm.bias = torch.nn.Parameter(bias, requires_grad=mlm.bias.requires_grad)
+        self._tie_decoder()
         self._set_vocab_size(n)
         return new
 
@@ -587,22 +633,18 @@ class PretrainedMixin:
 
     # -- saving ---------------------------------------------------------------------------------------
     def published_state_dict(self) -> dict[str, Tensor]:
-        """This model's weights under the published names (q/k/v split back into three tensors)."""
+        """This model's weights under the published names, as a checkpoint holds them: the state dict without
+        the tied decoder's copies, detached, contiguous, on the CPU."""
         own = self.state_dict()  # type: ignore[attr-defined]
-        out: dict[str, Tensor] = {}
-        encoder_rows, head_rows = self._rows()
-        absent = [ours for ours, _ in encoder_rows + head_rows if ours not in own]
+        encoder_keys, head_keys = self._published_keys()
+        absent = [key for key in encoder_keys + head_keys if key not in own]
         if absent:
             raise BertkitError(f"{type(self).__name__} has no float {', '.join(absent[:3])}"
                                f"{f' (and {len(absent) - 3} more)' if len(absent) > 3 else ''}: an int8 model's "
                                "projections are not float weights. Save it with bertkit.quantization.save_int8 "
                                "(or `bertkit quantize` from the float checkpoint); save_pretrained writes float "
                                "checkpoints")
-        for ours, theirs in encoder_rows + head_rows:
-            chunks = own[ours].chunk(len(theirs), 0) if len(theirs) > 1 else (own[ours],)
-            for name, chunk in zip(theirs, chunks):
-                out[name] = chunk.detach().contiguous().cpu()
-        return out
+        return {key: own[key].detach().contiguous().cpu() for key in encoder_keys + head_keys}
 
     def save_pretrained(self, path: str | Path) -> Path:
         """Write config.json and model.safetensors in the Hugging Face layout; returns the directory.

@@ -236,10 +236,13 @@ def _quantize(s) -> dict:
 
 
 @command("serve", "a model's pipeline behind HTTP with dynamic batching and admission control "
-         "(POST /predict, /embed, /similarity; GET /health, /ready, /metadata)", settings.ServeSettings)
+         "(POST /predict, /embed, /similarity, /v1/embeddings, /rerank, ...; GET /health, /ready, /info, /metrics)",
+         settings.ServeSettings)
 def _serve(s) -> dict:
     from bertkit.inference.serve import serve
 
+    if s.api_key is None and os.environ.get("BERTKIT_API_KEY"):  # the key kept out of process listings
+        s = dataclasses.replace(s, api_key=os.environ["BERTKIT_API_KEY"])
     return serve(s)
 
 

@@ -1,9 +1,7 @@
-"""transformers' object habits, kept out of the forward pass: output access and module paths people type.
+"""transformers' object habits, kept out of the forward pass: output access and the tied MLM decoder.
 
-Code written for transformers indexes outputs (``out[0]``, ``out["logits"]``, ``out.keys()``), and
-fine-tuning recipes walk ``model.bert.encoder.layer[i]`` to freeze the lower layers. bertkit's modules are
-named for what they do (``BertModel.layers``), so these are views onto the same objects, never copies:
-freezing through a view freezes the model.
+Code written for transformers indexes outputs (``out[0]``, ``out["logits"]``, ``out.keys()``). Module paths
+need nothing here: bertkit's modules carry transformers' names (``model.bert.encoder.layer[i]``).
 """
 
 from __future__ import annotations
@@ -48,19 +46,6 @@ class TupleAccess:
 
     def __len__(self) -> int:
         return len(self.keys())
-
-
-class EncoderView:
-    """``model.bert.encoder.layer[i]``: transformers' path to the encoder layers, onto ``BertModel.layers``."""
-
-    def __init__(self, layers: nn.ModuleList):
-        self.layer = layers
-
-    def parameters(self, recurse: bool = True):
-        return self.layer.parameters(recurse)
-
-    def __repr__(self) -> str:
-        return f"EncoderView(layer={len(self.layer)} x {type(self.layer[0]).__name__ if len(self.layer) else '-'})"
 
 
 def tied_output_embeddings(word_embeddings: nn.Embedding, bias: nn.Parameter) -> nn.Linear:

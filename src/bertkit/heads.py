@@ -3,7 +3,8 @@
 Every head model holds the encoder as ``self.bert``, takes the encoder's inputs plus optional labels,
 computes its loss only when labels are given, and returns one small dataclass. Heads follow the paper's
 section 3 / Figure 4: [CLS]'s pooled state for sentence and pair tasks, the token states for tagging and
-span extraction. Weight names are mapped to the published ones in ``checkpoint_io.KEY_TABLE``.
+span extraction. Module and weight names are transformers' (``cls.predictions.transform.dense``,
+``cls.seq_relationship``, ``classifier``, ``qa_outputs``), so state dicts are interchangeable.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_linear
-from bertkit.compat import TupleAccess
+from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, is_tied_decoder, new_linear
+from bertkit.compat import TupleAccess, tied_output_embeddings
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel, BertModelOutput, activation, init_bert_weights
+from bertkit.padding import is_tracing
 
 IGNORE_INDEX = -100  # label value for positions that carry no loss (unmasked MLM tokens, sub-word pieces)
 
@@ -96,23 +98,70 @@ for _output in (PreTrainingOutput, MaskedLMOutput, ClassifierOutput, QuestionAns
 # ---------------------------------------------------------------------------------------------------
 
 
-class MaskedLMHead(nn.Module):
-    """Transform (dense + activation + LayerNorm), then a decoder tied to the word embeddings plus its own bias.
-
-    Tying the output projection to the input embeddings follows google-research/bert's
-    ``get_masked_lm_output``; the decoder weight is therefore not a parameter of this module.
-    """
+class BertPredictionHeadTransform(nn.Module):
+    """The MLM head's transform: dense + activation + LayerNorm (google-research/bert ``get_masked_lm_output``)."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.transform = new_linear(config.hidden_size, config.hidden_size)
-        self.act = activation(config.hidden_act)
-        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.dense = new_linear(config.hidden_size, config.hidden_size)
+        self.transform_act_fn = activation(config.hidden_act)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)  # noqa: N815 - transformers' name
 
-    def forward(self, hidden: Tensor, word_embeddings: Tensor) -> Tensor:
-        h = self.layer_norm(self.act(self.transform(hidden)))
-        return F.linear(h, word_embeddings, self.bias)  # (..., V)
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.LayerNorm(self.transform_act_fn(self.dense(hidden)))
+
+
+class BertLMPredictionHead(nn.Module):
+    """Transform, then a decoder tied to the word embeddings plus its own bias (``cls.predictions``).
+
+    Tying the output projection to the input embeddings follows google-research/bert's
+    ``get_masked_lm_output``: ``decoder`` is a ``Linear(H, V)`` whose weight *is* the word-embedding matrix
+    and whose bias *is* ``bias`` (transformers ties them the same way, so both state dicts list
+    ``cls.predictions.decoder.weight``; saved checkpoints leave the tied copies out). ``tie`` makes the link.
+    """
+
+    def __init__(self, config: BertConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(config)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.tie(word_embeddings)
+
+    def tie(self, word_embeddings: nn.Embedding) -> None:
+        """(Re)point ``decoder`` at ``word_embeddings``' weight and at ``bias`` (after the embeddings are replaced)."""
+        self.decoder = tied_output_embeddings(word_embeddings, self.bias)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.decoder(self.transform(hidden))  # (..., V)
+
+
+class BertPreTrainingHeads(nn.Module):
+    """``cls``: the masked-LM head (``predictions``) and/or the next-sentence classifier (``seq_relationship``,
+    H -> 2 on the pooled state), under transformers' names for BertForPreTraining, BertForMaskedLM and
+    BertForNextSentencePrediction."""
+
+    def __init__(self, config: BertConfig, word_embeddings: nn.Embedding | None, nsp: bool):
+        super().__init__()
+        if word_embeddings is not None:
+            self.predictions = BertLMPredictionHead(config, word_embeddings)
+        if nsp:
+            self.seq_relationship = new_linear(config.hidden_size, 2)
+
+
+def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels") -> Tensor:
+    """``labels`` as class indices for a cross-entropy over ``num_classes``: each in [0, num_classes) or -100
+    (no loss). Anything else is refused naming the value, instead of torch's "Target 5 is out of bounds" from
+    inside the loss (a label column with more classes than the head has, or labels not mapped to ids)."""
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise BertkitError(f"{name} must hold class ids (an integer tensor), got dtype {labels.dtype}; a float "
+                           "label is a regression target (problem_type='regression' with num_labels=1)")
+    if not is_tracing() and labels.numel():
+        bad = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_classes))
+        if bool(bad.any()):
+            value = int(labels[bad][0])
+            raise BertkitError(f"{name} holds {value}, but this head has {num_classes} classes (ids 0 to "
+                               f"{num_classes - 1}, or {IGNORE_INDEX} for no loss): map the labels to ids below "
+                               f"{num_classes}, or give the model num_labels (and id2label) for every class")
+    return labels
 
 
 def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | float | None) -> tuple[Tensor, Tensor]:
@@ -123,24 +172,25 @@ def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | floa
     micro-batches (gradient accumulation, or processes) hold different numbers of targets, the mean of
     per-micro-batch means weights each token by 1/its micro-batch's count; summing and dividing by the
     global count gives every token the same weight, so the gradient equals the whole batch's."""
+    check_class_labels(target, logits.shape[-1])
     total = F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
     count = int((target != IGNORE_INDEX).sum())
     mean = total / count if count else total * 0  # 0 (not NaN) when no token carries a label
     return mean, (mean if num_items_in_batch is None else total / num_items_in_batch)
 
 
-def masked_lm_loss(head: MaskedLMHead, out: BertModelOutput, word_embeddings: Tensor, labels: Tensor | None,
+def masked_lm_loss(head: BertLMPredictionHead, out: BertModelOutput, labels: Tensor | None,
                    num_items_in_batch: Tensor | float | None = None):
     """(logits, mean loss, loss to optimise): full (B, T, V) logits without labels; only the labelled positions'
     (N, V) with them."""
     if labels is None:
-        return head(out.last_hidden_state, word_embeddings), None, None
+        return head(out.last_hidden_state), None, None
     selected = labels != IGNORE_INDEX  # (B, T)
     hidden = out.token_layout.select(out.tokens, selected)  # (N, H)
     target = labels[selected]
     if hidden.shape[0] != target.numel():
         raise BertkitError("masked-LM labels at padding positions must be -100 (nothing is predicted there)")
-    logits = head(hidden, word_embeddings)  # (N, V)
+    logits = head(hidden)  # (N, V)
     return (logits, *token_loss(logits, target, num_items_in_batch))
 
 
@@ -157,9 +207,9 @@ class _HeadModel(PretrainedMixin, nn.Module):
     def _init_head(self) -> None:
         if not initialise_on_construction():  # from_pretrained initialises what the checkpoint lacks
             return
-        for name, module in self.named_children():
-            if name != "bert":
-                module.apply(self._init_weights)
+        for name, module in self.named_modules():
+            if not name.startswith("bert") and not is_tied_decoder(name):  # the decoder is the embeddings
+                self._init_weights(module)
 
     def _init_weights(self, module: nn.Module) -> None:
         init_bert_weights(module, self.config.initializer_range)
@@ -192,8 +242,7 @@ class BertForPreTraining(_HeadModel):
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
-        self.mlm = MaskedLMHead(config)
-        self.nsp = new_linear(config.hidden_size, 2)
+        self.cls = BertPreTrainingHeads(config, self.bert.embeddings.word_embeddings, nsp=True)
         self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -205,10 +254,12 @@ class BertForPreTraining(_HeadModel):
                 num_items_in_batch: Tensor | float | None = None) -> PreTrainingOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                            output_hidden_states, output_attentions)
-        logits, mlm_loss, mlm_objective = masked_lm_loss(self.mlm, out, self.bert.embeddings.word_embeddings.weight,
-                                                         labels, num_items_in_batch)
-        nsp_logits = self.nsp(out.pooler_output)  # (B, 2)
-        nsp_loss = F.cross_entropy(nsp_logits, next_sentence_label.view(-1)) if next_sentence_label is not None else None
+        logits, mlm_loss, mlm_objective = masked_lm_loss(self.cls.predictions, out, labels, num_items_in_batch)
+        nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (B, 2)
+        nsp_loss = None
+        if next_sentence_label is not None:
+            nsp_target = check_class_labels(next_sentence_label.view(-1), 2, "next_sentence_label")
+            nsp_loss = F.cross_entropy(nsp_logits, nsp_target)
         parts = [x for x in (mlm_objective, nsp_loss) if x is not None]
         loss = sum(parts[1:], parts[0]) if parts else None
         result = PreTrainingOutput(loss, mlm_loss, nsp_loss, logits, nsp_logits, out.hidden_states, out.attentions)
@@ -223,7 +274,7 @@ class BertForMaskedLM(_HeadModel):
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
-        self.mlm = MaskedLMHead(config)
+        self.cls = BertPreTrainingHeads(config, self.bert.embeddings.word_embeddings, nsp=False)
         self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -234,8 +285,7 @@ class BertForMaskedLM(_HeadModel):
                 num_items_in_batch: Tensor | float | None = None) -> MaskedLMOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                            output_hidden_states, output_attentions)
-        logits, mean, loss = masked_lm_loss(self.mlm, out, self.bert.embeddings.word_embeddings.weight, labels,
-                                            num_items_in_batch)
+        logits, mean, loss = masked_lm_loss(self.cls.predictions, out, labels, num_items_in_batch)
         result = MaskedLMOutput(loss, logits, out.hidden_states, out.attentions, mlm_loss=mean)
         return self._result(result, return_dict)
 
@@ -247,7 +297,7 @@ class BertForNextSentencePrediction(_HeadModel):
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
-        self.nsp = new_linear(config.hidden_size, 2)
+        self.cls = BertPreTrainingHeads(config, None, nsp=True)
         self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -257,8 +307,8 @@ class BertForNextSentencePrediction(_HeadModel):
                 output_attentions: bool | None = None, return_dict: bool | None = None) -> ClassifierOutput:
         out = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                            output_hidden_states, output_attentions)
-        logits = self.nsp(out.pooler_output)
-        loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
+        logits = self.cls.seq_relationship(out.pooler_output)
+        loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), logits.shape[-1])) if labels is not None else None
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
         return self._result(result, return_dict)
 
@@ -293,12 +343,16 @@ class BertForSequenceClassification(_HeadModel):
         logits = self.classifier(self.dropout(out.pooler_output))  # (B, C)
         loss = None
         if labels is not None:
+            # transformers' inference when the config names none: one output is a regression, integer labels
+            # are class ids, float labels over several outputs are multi-label targets (without writing it back)
             kind = self.config.problem_type or (
-                "regression" if self.config.num_labels == 1 else "single_label_classification")
+                "regression" if self.config.num_labels == 1 else
+                "single_label_classification" if labels.dtype in (torch.long, torch.int) else
+                "multi_label_classification")
             if kind == "regression":
                 loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1))
             elif kind == "single_label_classification":
-                loss = F.cross_entropy(logits, labels.view(-1))
+                loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), logits.shape[-1]))
             else:
                 loss = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
@@ -413,7 +467,7 @@ class BertForMultipleChoice(_HeadModel):
         embeds = inputs_embeds.reshape(B * C, T, -1) if inputs_embeds is not None else None
         out = self._encode(*flat, embeds, output_hidden_states, output_attentions)
         logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
-        loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
+        loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), logits.shape[-1])) if labels is not None else None
         result = ClassifierOutput(loss, logits, out.hidden_states, out.attentions)
         return self._result(result, return_dict)
 

@@ -6,9 +6,10 @@ LayerNorm and dropout; L post-LayerNorm Transformer encoder layers (Vaswani et a
 feed-forward blocks; a pooler (dense + tanh) over the first token, [CLS].
 
 Where this differs from the paper's text (not from its released code, which it follows):
-- The query, key and value projections are one fused ``Linear(H, 3H)``: one GEMM instead of three. The
-  checkpoint key table (``checkpoint_io.py``) splits and joins the published separate q/k/v weights, so
-  checkpoints are unchanged.
+- Module and parameter names are transformers' (``encoder.layer.3.attention.self.query``, ...), so a state
+  dict moves between the two libraries as it is and recipes that address modules by name work unchanged.
+  Behind those names the query, key and value projections run as one GEMM on their concatenated weights
+  while all three are plain ``nn.Linear`` (``BertSelfAttention.project``).
 - Padding is not computed on. By default the encoder drops padding tokens after the embeddings and runs
   every per-token layer on the real tokens only; attention, the one operation that mixes tokens, goes
   through one function, ``self_attention``, which scatters q/k/v into per-sequence rectangles for
@@ -29,6 +30,7 @@ size, L layers.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -38,7 +40,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_embedding, new_linear
-from bertkit.compat import EncoderView, TupleAccess
+from bertkit.compat import TupleAccess
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler
@@ -49,14 +51,15 @@ from bertkit.padding import TokenLayout, is_tracing, self_attention
 # ---------------------------------------------------------------------------------------------------
 
 
-def activation(name: str):
-    """The feed-forward non-linearity. The paper (section 3.1) uses GELU; Google's code the exact erf form."""
+def activation(name: str) -> nn.Module:
+    """The feed-forward non-linearity, as a module (transformers' ``intermediate_act_fn``). The paper (section
+    3.1) uses GELU; Google's code the exact erf form."""
     if name == "gelu":
-        return F.gelu
+        return nn.GELU()
     if name in ("gelu_new", "gelu_pytorch_tanh"):
-        return lambda x: F.gelu(x, approximate="tanh")
+        return nn.GELU(approximate="tanh")
     if name == "relu":
-        return F.relu
+        return nn.ReLU()
     raise BertkitError(f"unsupported hidden_act {name!r}")
 
 
@@ -69,7 +72,7 @@ class BertEmbeddings(nn.Module):
         self.word_embeddings = new_embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.position_embeddings = new_embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = new_embedding(config.type_vocab_size, config.hidden_size)
-        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)  # noqa: N815 - transformers' name
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: Tensor | None, token_type_ids: Tensor, position_ids: Tensor,
@@ -78,38 +81,187 @@ class BertEmbeddings(nn.Module):
         words = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
         x = words + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)  # (B, T, H)
-        return self.dropout(self.layer_norm(x))
+        return self.dropout(self.LayerNorm(x))
 
 
-class BertLayer(nn.Module):
-    """One post-LayerNorm encoder layer: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+_GLOBAL_HOOKS = (nn.modules.module._global_forward_hooks, nn.modules.module._global_forward_pre_hooks,
+                 nn.modules.module._global_backward_hooks, nn.modules.module._global_backward_pre_hooks)
+
+
+def _plain_linear(module: nn.Module) -> bool:
+    """An ``nn.Linear`` itself (not a subclass, not wrapped by peft, no hooks of its own or global ones, no
+    patched forward as accelerate's offloading hooks write), with a bias: one whose call is exactly
+    ``F.linear(x, weight, bias)``, so three of them may run as one GEMM unnoticed."""
+    return (type(module) is nn.Linear and module.bias is not None and not module._forward_hooks
+            and not module._forward_pre_hooks and not module._backward_hooks and not module._backward_pre_hooks
+            and "forward" not in module.__dict__ and not any(_GLOBAL_HOOKS))
+
+
+def _side_by_side(parts: list[Tensor]) -> Tensor | None:
+    """The three tensors as one (concatenated along dim 0) without a copy, when they lie contiguously one after
+    the other in one storage (``BertSelfAttention.pack_projections``); else None."""
+    first = parts[0]
+    n = first.numel()
+    storage = first.untyped_storage().data_ptr()
+    for i, p in enumerate(parts):
+        if (not p.is_contiguous() or p.dtype != first.dtype or p.shape != first.shape
+                or p.untyped_storage().data_ptr() != storage or p.storage_offset() != first.storage_offset() + i * n):
+            return None
+    return first.detach().as_strided((3 * first.shape[0], *first.shape[1:]), first.stride())
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head self-attention (Vaswani et al. 2017, section 3.2.2): the query, key and value projections
+    under transformers' names, so recipes that address them (peft's ``target_modules=["query", "value"]``)
+    find them; attention itself is ``self_attention`` (``padding.py``) or, for ``output_attentions``,
+    ``attention_probs``.
+
+    While all three are plain ``nn.Linear``, they run as one GEMM (one ``(N, H) x (H, 3H)`` product instead of
+    three). Their weights (and biases) are kept side by side in one tensor, each parameter a view into it
+    (``pack_projections``), so without autograd that GEMM reads the three as one matrix with no copy, and
+    always their current values, however they were changed; under autograd, or when they are not side by side
+    (after ``copy.deepcopy``, or weights assigned anew), the three are concatenated for the call. When any
+    is replaced (a LoRA wrapper, a hook), the three modules are called one by one. An int8 model
+    (``bertkit.quantization``) replaces the three with one int8 module, ``qkv``."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        H, I = config.hidden_size, config.intermediate_size
+        H = config.hidden_size
         self.num_heads = config.num_attention_heads
-        self.attn_dropout_p = config.attention_probs_dropout_prob
-        self.qkv = new_linear(H, 3 * H)
-        self.attn_out = new_linear(H, H)
-        self.attn_norm = nn.LayerNorm(H, eps=config.layer_norm_eps)
-        self.ffn_in = new_linear(H, I)
-        self.ffn_out = new_linear(I, H)
-        self.ffn_norm = nn.LayerNorm(H, eps=config.layer_norm_eps)
+        self.query = new_linear(H, H)
+        self.key = new_linear(H, H)
+        self.value = new_linear(H, H)
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+        self.qkv: nn.Module | None = None  # int8 models only: one module computing (..., 3H) for all three
+        self.pack_projections()
+
+    def _three(self, name: str) -> list[Tensor]:
+        return [getattr(m, name) for m in (self.query, self.key, self.value)]
+
+    def pack_projections(self) -> None:
+        """Put query, key and value's weights, and their biases, side by side in one tensor each (the
+        parameters stay the same three objects, now views into it). Done on construction and after
+        ``.to()``; a no-op unless all three are plain ``nn.Linear`` with plain tensors of one dtype and device."""
+        linears = (self.query, self.key, self.value)
+        if not all(type(m) is nn.Linear and m.bias is not None for m in linears):
+            return
+        for name in ("weight", "bias"):
+            parts = self._three(name)
+            if (any(type(p.data) is not Tensor for p in parts) or len({(p.dtype, p.device) for p in parts}) != 1
+                    or _side_by_side(parts) is not None):
+                continue
+            with torch.no_grad():
+                packed = torch.cat([p.detach() for p in parts])  # (3H, ...)
+            for p, view in zip(parts, packed.split(parts[0].shape[0])):
+                p.data = view
+
+    def _apply(self, fn, recurse: bool = True):
+        super()._apply(fn, recurse)  # .to(dtype / device) gives each parameter its own new tensor
+        self.pack_projections()
+        return self
+
+    def fused_projection(self) -> tuple[Tensor, Tensor]:
+        """(W, b): ``cat(Wq, Wk, Wv)`` (3H, H) and ``cat(bq, bk, bv)`` (3H,). Without autograd, a view of the
+        packed parameters when they are side by side; otherwise concatenated (under autograd the gradient
+        flows back to the three parameters)."""
+        weights, biases = self._three("weight"), self._three("bias")
+        if not (torch.is_grad_enabled() or is_tracing()):
+            w, b = _side_by_side(weights), _side_by_side(biases)
+            if w is not None and b is not None:
+                return w, b
+        return torch.cat(weights), torch.cat(biases)
+
+    def project(self, x: Tensor) -> Tensor:
+        """q, k and v side by side: (..., H) -> (..., 3H)."""
+        if self.qkv is not None:
+            return self.qkv(x)
+        if _plain_linear(self.query) and _plain_linear(self.key) and _plain_linear(self.value):
+            return F.linear(x, *self.fused_projection())  # (..., 3H)
+        return torch.cat((self.query(x), self.key(x), self.value(x)), -1)  # (..., 3H)
+
+    def forward(self, x: Tensor, layout: TokenLayout, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        """(context like x, attention probabilities (B, nh, T, T) or None); probabilities need the padded layout."""
+        p = self.dropout.p if self.training else 0.0
+        if output_attentions:
+            return attention_probs(self.project(x), layout.key_mask, self.num_heads, p)  # (B, T, H)
+        return self_attention(self.project(x), layout, self.num_heads, p), None  # like x
+
+
+class BertSelfOutput(nn.Module):
+    """The attention block's output projection, dropout and residual post-LayerNorm: LN(x + dropout(W a))."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = new_linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)  # noqa: N815 - transformers' name
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.act = activation(config.hidden_act)
+
+    def forward(self, a: Tensor, x: Tensor) -> Tensor:
+        return self.LayerNorm(x + self.dropout(self.dense(a)))
+
+
+class BertAttention(nn.Module):
+    """Self-attention and its output block (transformers' ``attention.self`` and ``attention.output``)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.self = BertSelfAttention(config)
+        self.output = BertSelfOutput(config)
+
+    def forward(self, x: Tensor, layout: TokenLayout, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        a, probs = self.self(x, layout, output_attentions)
+        return self.output(a, x), probs
+
+
+class BertIntermediate(nn.Module):
+    """The feed-forward block's first half: act(W1 x), (..., H) -> (..., I)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = new_linear(config.hidden_size, config.intermediate_size)
+        self.intermediate_act_fn = activation(config.hidden_act)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.intermediate_act_fn(self.dense(x))  # (..., I)
+
+
+class BertOutput(nn.Module):
+    """The feed-forward block's second half with dropout and residual post-LayerNorm: LN(x + dropout(W2 h))."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = new_linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)  # noqa: N815 - transformers' name
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, h: Tensor, x: Tensor) -> Tensor:
+        return self.LayerNorm(x + self.dropout(self.dense(h)))  # (..., H)
+
+
+class BertLayer(nn.Module):
+    """One post-LayerNorm encoder layer: x = LN(x + Attn(x)); x = LN(x + FFN(x)). Submodules carry
+    transformers' names (``attention.self.query``, ``attention.output.dense``, ``intermediate.dense``,
+    ``output.dense``, ...), so its state dict and module paths are transformers' own."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertOutput(config)
 
     def forward(self, x: Tensor, layout: TokenLayout, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
         """(new x, attention probabilities (B, nh, T, T) or None). ``output_attentions`` needs the padded layout."""
         # x is (B, T, H) in the padded layout and (N, H) otherwise; every op but attention is per token.
-        p = self.attn_dropout_p if self.training else 0.0
-        probs = None
-        if output_attentions:
-            a, probs = attention_probs(self.qkv(x), layout.key_mask, self.num_heads, p)  # (B, T, H)
-        else:
-            a = self_attention(self.qkv(x), layout, self.num_heads, p)  # like x
-        x = self.attn_norm(x + self.dropout(self.attn_out(a)))
-        h = self.act(self.ffn_in(x))  # (..., I)
-        return self.ffn_norm(x + self.dropout(self.ffn_out(h))), probs
+        x, probs = self.attention(x, layout, output_attentions)
+        return self.output(self.intermediate(x), x), probs
+
+
+class BertEncoder(nn.Module):
+    """The L layers, as ``encoder.layer`` (transformers' path; the loop over them is ``BertModel.forward``'s)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
 
 def attention_probs(qkv: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float) -> tuple[Tensor, Tensor]:
@@ -134,9 +286,10 @@ class BertPooler(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.dense = new_linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
 
     def forward(self, first_token: Tensor) -> Tensor:
-        return torch.tanh(self.dense(first_token))  # (B, H)
+        return self.activation(self.dense(first_token))  # (B, H)
 
 
 def init_bert_weights(module: nn.Module, std: float) -> None:
@@ -182,7 +335,27 @@ class BertModelOutput(TupleAccess):
         return None if self.layer_tokens is None else tuple(self.token_layout.to_batch(t) for t in self.layer_tokens)
 
 
-torch.utils._pytree.register_dataclass(BertModelOutput)  # torch.export returns it (and its TokenLayout) as is
+def _flatten_output(out: BertModelOutput) -> tuple[list[Any], str]:
+    """A pytree node (torch.export returns the dataclass as is). A padded layout is rebuilt from the token
+    states' shape, so an exported graph outputs tensors only (the ONNX exporter takes nothing else); its
+    mask is attention's business and no reader of the output needs it. An unpadded layout (eager only) is
+    a child of its own."""
+    if out.token_layout.is_padded and out.token_layout.extra_rows == 0:
+        return [out.tokens, out.pooler_output, out.layer_tokens, out.attentions], "padded"
+    return [out.tokens, out.pooler_output, out.layer_tokens, out.attentions, out.token_layout], "layout"
+
+
+def _unflatten_output(children: Iterable[Any], context: str) -> BertModelOutput:
+    tokens, pooled, layer_tokens, attentions, *layout = children
+    lay = layout[0] if context == "layout" else TokenLayout(tuple(tokens.shape[:2]), None)
+    return BertModelOutput(tokens, pooled, lay, layer_tokens, attentions)
+
+
+torch.utils._pytree.register_pytree_node(
+    BertModelOutput, _flatten_output, _unflatten_output, serialized_type_name="bertkit.modeling.BertModelOutput",
+    flatten_with_keys_fn=lambda out: ([(torch.utils._pytree.GetAttrKey(k), v) for k, v in zip(
+        ("tokens", "pooler_output", "layer_tokens", "attentions", "token_layout"), _flatten_output(out)[0])],
+        _flatten_output(out)[1]))
 
 LAYOUTS = ("auto", "padded", "unpadded")
 
@@ -197,7 +370,7 @@ class BertModel(PretrainedMixin, nn.Module):
         check_fits_in_memory(config)  # before the first layer is allocated, not when the allocator gives up
         self.config = config
         self.embeddings = BertEmbeddings(config)
-        self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.register_buffer("position_ids", torch.arange(config.max_position_embeddings), persistent=False)
         # The layout forward uses when the caller names none; set "padded" to compute as transformers does.
@@ -213,11 +386,6 @@ class BertModel(PretrainedMixin, nn.Module):
 
     def _init_weights(self, module: nn.Module) -> None:
         init_bert_weights(module, self.config.initializer_range)
-
-    @property
-    def encoder(self) -> EncoderView:
-        """transformers' ``model.encoder.layer[i]`` (freezing recipes walk it): a view onto ``self.layers``."""
-        return EncoderView(self.layers)
 
     def forward(
         self,
@@ -286,7 +454,7 @@ class BertModel(PretrainedMixin, nn.Module):
         x = lay.pack(x)  # the rows the layers compute on: under bf16 on the CPU, N rounded up (see TokenLayout)
         attentions = [] if output_attentions else None
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        for layer in self.layers:
+        for layer in self.encoder.layer:
             # Non-reentrant checkpointing replays the layer's dropout with the same random state
             if recompute:
                 x, probs = checkpoint(layer, x, lay, eager, use_reentrant=False)
@@ -315,10 +483,11 @@ class BertModel(PretrainedMixin, nn.Module):
         """
         require_compiler(self.position_ids.device.type)
         kwargs = {"dynamic": True, **compile_kwargs}
-        for layer in self.layers:
+        for layer in self.encoder.layer:
             layer.compile(**kwargs)
         return self
 
 
-__all__ = ["BertModel", "BertModelOutput", "BertLayer", "BertEmbeddings", "BertPooler", "TokenLayout",
+__all__ = ["BertModel", "BertModelOutput", "BertEncoder", "BertLayer", "BertAttention", "BertSelfAttention",
+           "BertSelfOutput", "BertIntermediate", "BertOutput", "BertEmbeddings", "BertPooler", "TokenLayout",
            "self_attention", "init_bert_weights", "activation"]

@@ -22,7 +22,10 @@ What ``quantize_int8`` does, per encoder projection (the framework's dynamic qua
   per-call activation scale. The division is one (N, H_in) multiply per projection, next to a GEMM of
   H_in x H_out per token.
 
-Only the encoder layers' four projections (``qkv``, ``attn_out``, ``ffn_in``, ``ffn_out``) are candidates.
+Only the encoder layers' four projections are candidates, named as bertkit names them in ``keep_fp32`` and in
+int8 directories: ``qkv`` (the modules ``attention.self.query``, ``key`` and ``value``, one int8 GEMM when
+quantized), ``attn_out`` (``attention.output.dense``), ``ffn_in`` (``intermediate.dense``) and ``ffn_out``
+(``output.dense``).
 Embeddings, LayerNorms, attention itself (SDPA), the pooler and every task head stay fp32: they are a small
 share of the time, and heads are where a classifier's decision is made. Projections named in ``keep_fp32``
 stay fp32 too. The defaults are the cheapest sets measured to keep every one of 1,000 STS-B sentences' and
@@ -105,6 +108,81 @@ INT8_FORMAT_VERSIONS = (1, 2)
 
 _INDEX = re.compile(r"^-?\d+$")
 logger = logging.getLogger("bertkit")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The projections in an encoder layer. int8 directories and ``keep_fp32`` name them as bertkit always has
+# (``layers.3.qkv``); the modules carry transformers' names (the key table in ``checkpoint_io`` maps one to
+# the other). "qkv" is the three modules query, key and value: quantized, they become one int8 module,
+# ``attention.self.qkv`` (one GEMM), and query/key/value are None.
+# ---------------------------------------------------------------------------------------------------
+
+
+def _layers(encoder: BertModel) -> nn.ModuleList:
+    return encoder.encoder.layer
+
+
+def _path(kind: str) -> str:
+    """The module path inside a layer of a single-module projection (``ffn_in`` -> ``intermediate.dense``)."""
+    (published,) = encoder_published_names(f"layers.0.{kind}.weight")  # encoder.layer.0.<path>.weight
+    return published[len("encoder.layer.0."):-len(".weight")]
+
+
+def get_projection(layer: nn.Module, kind: str) -> nn.Module | None:
+    """The module computing projection ``kind`` of an encoder layer; for ``qkv`` the int8 module, or None
+    while query, key and value are separate modules (``qkv_linears``)."""
+    if kind == "qkv":
+        return layer.attention.self.qkv
+    return layer.get_submodule(_path(kind))
+
+
+def qkv_linears(layer: nn.Module) -> tuple[nn.Module, nn.Module, nn.Module]:
+    attn = layer.attention.self
+    return attn.query, attn.key, attn.value
+
+
+def float_projection(layer: nn.Module, kind: str) -> nn.Module:
+    """Projection ``kind`` as one module; for float q/k/v a new ``nn.Linear(H, 3H)`` holding their weights
+    concatenated (the layer's own modules when any is not a plain ``nn.Linear``: the caller refuses it)."""
+    module = get_projection(layer, kind)
+    if module is not None:
+        return module
+    linears = qkv_linears(layer)
+    odd = next((m for m in linears if type(m) is not nn.Linear), None)
+    if odd is not None:
+        return odd
+    fused = torch.nn.utils.skip_init(nn.Linear, linears[0].in_features, 3 * linears[0].out_features,
+                                     bias=linears[0].bias is not None)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([m.weight for m in linears]))
+        if fused.bias is not None:
+            fused.bias.copy_(torch.cat([m.bias for m in linears]))
+    return fused
+
+
+def set_projection(layer: nn.Module, kind: str, module: nn.Module) -> None:
+    """Put ``module`` in place of projection ``kind``. For ``qkv`` a float ``nn.Linear(H, 3H)`` is split back
+    into query, key and value; anything else (an int8 module) replaces the three."""
+    if kind != "qkv":
+        parent, _, name = _path(kind).rpartition(".")
+        setattr(layer.get_submodule(parent), name, module)
+        return
+    attn = layer.attention.self
+    if type(module) is nn.Linear:
+        H = module.in_features
+        for i, name in enumerate(("query", "key", "value")):
+            linear = torch.nn.utils.skip_init(nn.Linear, H, module.out_features // 3, bias=module.bias is not None)
+            rows = slice(i * linear.out_features, (i + 1) * linear.out_features)
+            with torch.no_grad():
+                linear.weight.copy_(module.weight[rows])
+                if linear.bias is not None:
+                    linear.bias.copy_(module.bias[rows])
+            setattr(attn, name, linear)
+        attn.qkv = None
+        attn.pack_projections()
+    else:
+        attn.qkv = module
+        attn.query = attn.key = attn.value = None
 
 
 def encoder_of(model: nn.Module) -> BertModel:
@@ -443,7 +521,10 @@ def activation_absmax(encoder: BertModel, calibration: Iterable[Mapping[str, Ten
         def record(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor, key=(i, kind)) -> None:
             x = inputs[0].detach().reshape(-1, inputs[0].size(-1)).abs().amax(0).float()  # (in,)
             stats[key] = x if key not in stats else torch.maximum(stats[key], x)
-        hooks.append(getattr(encoder.layers[i], kind).register_forward_hook(record))
+        layer = _layers(encoder)[i]
+        # q, k and v read the same input, which is attention.self's (the three may run as one GEMM, unhooked).
+        hooked = layer.attention.self if kind == "qkv" else get_projection(layer, kind)
+        hooks.append(hooked.register_forward_hook(record))
     was_training = encoder.training
     encoder.eval()
     try:
@@ -516,8 +597,8 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     if activation_bits == 8 and int8_activation_bits() == 7:
         raise BertkitError("8-bit activations need AVX512-VNNI, which this CPU lacks (its int8 instructions would "
                            "overflow); use activation_bits=7 or None")
-    kept = resolve_keep_fp32(keep_fp32, len(encoder.layers))
-    tokenwise = resolve_keep_fp32(per_token, len(encoder.layers), "per_token")
+    kept = resolve_keep_fp32(keep_fp32, len(_layers(encoder)))
+    tokenwise = resolve_keep_fp32(per_token, len(_layers(encoder)), "per_token")
     if tokenwise & kept:
         both = sorted(f"layers.{i}.{k}" for i, k in tokenwise & kept)
         raise BertkitError(f"{', '.join(both[:4])} named in both keep_fp32 and per_token; a projection is either "
@@ -525,9 +606,9 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     if tokenwise and not per_token_supported():
         raise BertkitError("per-token int8 projections need AVX512-VNNI (and torch._int_mm's CPU kernel), which this "
                            "machine lacks; leave per_token out")
-    targets = [(i, kind) for i in range(len(encoder.layers)) for kind in PROJECTIONS if (i, kind) not in kept]
+    targets = [(i, kind) for i in range(len(_layers(encoder))) for kind in PROJECTIONS if (i, kind) not in kept]
     for i, kind in targets:
-        module = getattr(encoder.layers[i], kind)
+        module = float_projection(_layers(encoder)[i], kind)
         if type(module) is not nn.Linear:
             raise BertkitError(f"layer {i}'s {kind} is {type(module).__name__}, not an fp32 nn.Linear: the model "
                                "is quantized already; quantize the fp32 model once")
@@ -537,13 +618,14 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     target_encoder = encoder_of(target_model)
     with _packing():
         for i, kind in targets:
-            linear = getattr(target_encoder.layers[i], kind)
+            layer = _layers(target_encoder)[i]
+            linear = float_projection(layer, kind)
             if (i, kind) in tokenwise:
-                setattr(target_encoder.layers[i], kind, PerTokenInt8Linear.from_float(linear))
+                set_projection(layer, kind, PerTokenInt8Linear.from_float(linear))
                 continue
             scale = (smoothing_scale(absmax[(i, kind)], linear.weight, alpha) if absmax
                      else torch.ones(linear.in_features))
-            setattr(target_encoder.layers[i], kind, SmoothedInt8Linear(linear, scale, activation_bits))
+            set_projection(layer, kind, SmoothedInt8Linear(linear, scale, activation_bits))
     return target_model.eval()
 
 
@@ -611,15 +693,15 @@ def quantize_int8_on_texts(model: nn.Module, tokenizer: BertTokenizer,
 def int8_projections(model: nn.Module) -> list[str]:
     """Names of the encoder projections of ``model`` that are int8 (``layers.3.qkv``, ...), in order."""
     encoder = encoder_of(model)
-    return [f"layers.{i}.{kind}" for i, layer in enumerate(encoder.layers) for kind in PROJECTIONS
-            if isinstance(getattr(layer, kind), INT8_LAYERS)]
+    return [f"layers.{i}.{kind}" for i, layer in enumerate(_layers(encoder)) for kind in PROJECTIONS
+            if isinstance(get_projection(layer, kind), INT8_LAYERS)]
 
 
 def per_token_projections(model: nn.Module) -> list[str]:
     """Names of the encoder projections of ``model`` that are int8 with per-token scales, in order."""
     encoder = encoder_of(model)
-    return [f"layers.{i}.{kind}" for i, layer in enumerate(encoder.layers) for kind in PROJECTIONS
-            if isinstance(getattr(layer, kind), PerTokenInt8Linear)]
+    return [f"layers.{i}.{kind}" for i, layer in enumerate(_layers(encoder)) for kind in PROJECTIONS
+            if isinstance(get_projection(layer, kind), PerTokenInt8Linear)]
 
 
 def is_int8_model(model: nn.Module) -> bool:
@@ -645,8 +727,8 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
     copies it).
     """
     encoder = encoder_of(model)
-    int8 = {(i, kind): getattr(layer, kind) for i, layer in enumerate(encoder.layers) for kind in PROJECTIONS
-            if isinstance(getattr(layer, kind), INT8_LAYERS)}
+    int8 = {(i, kind): get_projection(layer, kind) for i, layer in enumerate(_layers(encoder)) for kind in PROJECTIONS
+            if isinstance(get_projection(layer, kind), INT8_LAYERS)}
     if not int8:
         raise BertkitError(f"save_int8 writes an int8 model, and this {type(model).__name__} has no int8 projection: "
                            "quantize it first (quantize_int8 / quantize_int8_on_texts), or save the float model "
@@ -659,12 +741,12 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
                                             bias=module.float_bias() is not None)
         if stand_in.bias is not None:
             stand_in.bias.data.copy_(module.float_bias())
-        setattr(encoder.layers[i], kind, stand_in)
+        set_projection(_layers(encoder)[i], kind, stand_in)
     try:
         published = model.published_state_dict()
     finally:
         for (i, kind), module in int8.items():
-            setattr(encoder.layers[i], kind, module)
+            set_projection(_layers(encoder)[i], kind, module)
     prefix = "" if encoder is model else "bert."
     dropped = {prefix + n for i, kind in int8 for n in encoder_published_names(f"layers.{i}.{kind}.weight")}
     tensors.update({k: v for k, v in published.items() if k not in dropped})
@@ -776,14 +858,14 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
     config = BertConfig.from_json_file(directory / CONFIG_NAME)
     model = model_class.from_pretrained(None, config=config, state_dict=published)
     encoder = encoder_of(model)
-    as_float = resolve_keep_fp32(DEFAULT_KEEP_FP32, len(encoder.layers)) if bits < saved_bits else set()
+    as_float = resolve_keep_fp32(DEFAULT_KEEP_FP32, len(_layers(encoder))) if bits < saved_bits else set()
     tokenwise_runs = per_token_supported()
     with _packing():
         for (i, kind), parts in sorted(saved.items()):
-            if i >= len(encoder.layers):
+            if i >= len(_layers(encoder)):
                 raise BertkitError(f"{weights} holds int8 layers.{i}.{kind} but the config has "
-                                   f"{len(encoder.layers)} layers; the file and config.json do not belong together")
-            stand_in = getattr(encoder.layers[i], kind)
+                                   f"{len(_layers(encoder))} layers; the file and config.json do not belong together")
+            stand_in = float_projection(_layers(encoder)[i], kind)
             if tuple(parts["weight"].shape) != tuple(stand_in.weight.shape):
                 raise BertkitError(f"{weights}: int8 layers.{i}.{kind} is {tuple(parts['weight'].shape)}, the config "
                                    f"makes it {tuple(stand_in.weight.shape)}; the file and config.json do not belong "
@@ -796,7 +878,7 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
             else:
                 layer = SmoothedInt8Linear.from_saved(parts["weight"], parts["weight_scale"], parts["inv_scale"],
                                                       bias, bits)
-            setattr(encoder.layers[i], kind, layer.dequantized() if (i, kind) in as_float else layer)
+            set_projection(_layers(encoder)[i], kind, layer.dequantized() if (i, kind) in as_float else layer)
     converted = [key for key in saved if key in as_float]
     if converted:
         logger.info("%s was written with 8-bit or per-token activations (AVX512-VNNI), which this CPU cannot run "

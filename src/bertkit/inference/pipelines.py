@@ -79,7 +79,7 @@ class FillMaskPipeline(Pipeline):
         out = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         selected = batch["input_ids"] == self.tokenizer.mask_token_id  # (B, T), False at padding
         hidden = out.token_layout.select(out.tokens, selected)  # (M, H): the masked positions, row-major
-        probs = torch.softmax(model.mlm(hidden, model.bert.embeddings.word_embeddings.weight).float(), -1)  # (M, V)
+        probs = torch.softmax(model.cls.predictions(hidden).float(), -1)  # (M, V)
         counts = [len(r["masks"]) for r in rows]
         return [p.cpu().numpy() for p in probs.split(counts)]
 
@@ -217,7 +217,11 @@ class RerankPipeline(TextClassificationPipeline):
         return item
 
     def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:
-        return [row for text in item["texts"] for row in super().encode((item["query"], text))]
+        return [row for text in item["texts"] for row in self.encode_pair((item["query"], text))]
+
+    def encode_pair(self, pair: tuple[str, str]) -> list[dict[str, Any]]:
+        """One (query, text) pair's row, as the server's /rerank sends them."""
+        return super().encode(pair)
 
     def decode(self, item: dict, rows, outputs, raw_scores: bool = False, return_text: bool = False,
                **_: Any) -> list[dict[str, Any]]:

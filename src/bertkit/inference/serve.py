@@ -15,12 +15,18 @@ unchanged, and of Hugging Face's text-embeddings-inference (TEI) server where it
   batches). A text-classification body with one of TEI's fields (``raw_scores``, ``truncate``, ...) is
   answered in TEI's shape; for the embedding tasks, ``{"source_sentence", "sentences"}`` gives the cosine
   similarities (the Inference API's sentence-similarity). ``POST /embed``, ``POST /similarity``: TEI's.
+- OpenAI's ``POST /v1/embeddings`` (and ``/embeddings``), and TEI's ``POST /`` (embed, predict or rerank, by the
+  served task), ``/rerank``, ``/tokenize``, ``/decode``, ``/embed_all`` and ``GET /info``: ``serve_tei``.
 - ``GET /health``: liveness, from the event loop alone. ``GET /ready``: 503 with ``Retry-After`` while the
   admission bound is reached or the server drains. ``GET /metadata``: limits, admission state, counters.
+  ``GET /metrics``: Prometheus' text format (``serve_metrics``).
+
+``api_key``: every route but /health needs ``Authorization: Bearer KEY``, checked before the body is read (401).
+Answers that computed carry TEI's headers (``x-compute-time``, ``x-queue-time``, ``x-inference-time``, ...).
 
 Batching: requests arriving within ``max_wait_ms`` of the first waiting one are joined, whole, while their
-inputs fit in ``max_batch_size``, into one pipeline call on the one model thread (a request with more inputs
-runs alone). The wait happens only while other requests are being read: a lone request (concurrency 1) runs
+inputs fit in ``max_batch_size`` and their padded tokens (sequences x the longest) in ``max_batch_tokens``,
+into one pipeline call on the one model thread (a request with more runs alone). The wait happens only while other requests are being read: a lone request (concurrency 1) runs
 at once instead of waiting for companions that are not coming. Admission: at most ``max_concurrent_requests`` inputs (TEI's name; it too counts inputs) are
 admitted and not yet answered; a request that would go over gets 429 with ``Retry-After`` at once. Work of
 a client that disconnected, or whose ``X-Request-Timeout`` passed (504), is dropped before the model. On
@@ -33,26 +39,28 @@ Limits (``Limits``; docs/inference.md, "Limits"), each a 4xx naming it, all chec
 costs the model: QA windows, choices, [MASK]s; counted from token counts), ``max_top_k`` and
 ``max_candidates`` (422). Every field and parameter must be one the route takes, in its range, or it is
 refused by name (422); a repeated key or NaN is not JSON (400). Errors are ``{"error", "error_type"}``.
-Requests are parsed, checked and costed, and answers rendered, in ``serve_wire`` (the wire format); this
-module is the HTTP side, the batching and the admission.
+Requests are parsed, checked and costed, and answers rendered, in ``serve_wire`` (the Inference API's wire
+format) and ``serve_tei`` (OpenAI's and TEI's); the batching and admission are ``serve_batching``'s; this module
+is the HTTP side.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import hmac
 import json
 import logging
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from bertkit.errors import BertkitError, NonFiniteError
+from bertkit.inference import serve_tei
+from bertkit.inference.serve_batching import Batcher, Job, Stats, _expired, model_call
 from bertkit.inference.serve_wire import (  # the wire format; Limits and parse_request are also used from here
     DEFAULT_MAX_CONCURRENT_REQUESTS,
     EMBEDDING_TASKS,
@@ -75,291 +83,11 @@ _ERROR_TYPES = {429: "overloaded", 503: "unhealthy", 504: "timeout", 500: "backe
 def require_serving() -> None:
     try:
         import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
-        raise BertkitError(f"bertkit serve needs FastAPI and uvicorn ({e.name} is missing): "
+        raise BertkitError(f"bertkit serve needs FastAPI, uvicorn and prometheus_client ({e.name} is missing): "
                            "pip install \"bertkit[serve]\"") from None
-
-
-@dataclass
-class Stats:
-    requests: int = 0  # requests to /predict and /embed
-    items: int = 0  # inputs the model computed
-    batches: int = 0  # pipeline calls
-    largest_batch: int = 0
-    refused: int = 0  # requests answered 429/503: the admission bound reached, or draining
-    abandoned: int = 0  # inputs dropped before the model: their client disconnected
-    expired: int = 0  # inputs dropped before the model: their X-Request-Timeout passed
-    errors: int = 0  # other 4xx/5xx answers
-    started: float = field(default_factory=time.time)
-
-
-# ---------------------------------------------------------------------------------------------------
-# batching and admission
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class Job:
-    """One admitted request: its inputs, the pipeline options it runs with, and where its results go."""
-
-    items: list[Any]
-    options: dict[str, Any]
-    future: asyncio.Future
-    deadline: float | None = None  # the event loop's clock
-    timeout: float | None = None
-    cost: int = 1  # model sequences (windows, choices, [MASK]s): a call carries at most max_windows_per_request
-    longest: int = 0  # tokens of its longest sequence (max_length where not counted): bounds a call's padded tokens
-    tokens: int = 0  # its sequences' tokens, where counted
-    queued_at: float = field(default_factory=time.perf_counter)
-    started_at: float | None = None  # its model call's start and end (perf_counter)
-    finished_at: float | None = None
-    state: str = "queued"  # queued -> running -> done, or queued -> dropped
-    wanted: bool = True  # False once its client has gone or its deadline passed
-    released: bool = False  # its inputs no longer count against the admission bound
-
-
-class Batcher:
-    """Admits requests up to ``max_inputs`` inputs, gathers them into calls of ``run`` (at most
-    ``max_batch_size`` inputs unless one request alone has more, and at most ``max_cost`` model sequences), and
-    runs them on one model thread."""
-
-    def __init__(self, run: Callable[[list[Any], dict[str, Any]], list[Any]], max_batch_size: int,
-                 max_wait_ms: float, max_inputs: int, stats: Stats, max_cost: int | None = None,
-                 max_tokens: int | None = None, on_call: Callable[[int, int, int, float], None] | None = None):
-        self.run = run
-        self.max_batch_size = max_batch_size
-        self.max_cost = max_cost
-        self.max_tokens = max_tokens  # padded tokens (sequences x the longest) one call may carry
-        self.on_call = on_call  # (inputs, tokens, padded tokens, seconds) of each model call: the metrics
-        self.max_wait = max_wait_ms / 1000.0
-        self.max_inputs = max_inputs
-        self.stats = stats
-        self.jobs: deque[Job] = deque()
-        self.inputs = 0  # admitted and not answered: queued or in the model
-        self.arriving = 0  # requests past the admission check whose bodies are still being read and parsed
-        self.rate: float | None = None  # the model's inputs/s, a moving average over calls
-        self.wake = asyncio.Event()
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-model")
-        self.task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._loop())
-
-        def stopped(task: asyncio.Task) -> None:
-            if not task.cancelled():
-                logger.error("the batching loop stopped; /health now answers 503", exc_info=task.exception())
-
-        self.task.add_done_callback(stopped)
-
-    def alive(self) -> bool:
-        return self.task is not None and not self.task.done()
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            try:
-                await self.task
-            except asyncio.CancelledError:
-                pass
-        for job in self.jobs:
-            if not job.future.done():
-                job.future.set_exception(RequestError(503, "the server stopped before this request ran"))
-        self.executor.shutdown(wait=True, cancel_futures=True)
-
-    def retry_after(self) -> int:
-        """Seconds until the admitted inputs are answered at the measured rate (1 before any call)."""
-        return 1 if not self.rate else max(1, min(60, math.ceil(self.inputs / self.rate)))
-
-    def check_room(self, n: int | None = None) -> None:
-        """429 if ``n`` more inputs (None: a request not read yet, so at least one) would exceed the bound."""
-        if self.inputs + (n or 1) > self.max_inputs:
-            wait = self.retry_after()
-            has = "" if n is None else f", this request has {n}"
-            raise RequestError(429, f"the server is at max_concurrent_requests {self.max_inputs} ({self.inputs} "
-                                    f"inputs admitted and not answered{has}); retry after {wait} s",
-                               {"Retry-After": str(wait)})
-
-    def admit(self, items: list[Any], options: dict[str, Any], timeout: float | None, cost: int | None = None,
-              longest: int = 0, tokens: int = 0) -> Job:
-        n = len(items)
-        self.check_room(n)
-        loop = asyncio.get_running_loop()
-        job = Job(items, options, loop.create_future(), None if timeout is None else loop.time() + timeout, timeout,
-                  n if cost is None else cost, longest, tokens)
-        self.inputs += n
-        self.jobs.append(job)
-        self.wake.set()
-        return job
-
-    def drop(self, job: Job, reason: str) -> None:
-        """The job's client has gone or its deadline passed: never compute it. One already in a model call
-        finishes there (its result is discarded), but its inputs stop counting against the admission bound now:
-        nobody waits for them, so they must not turn the next request away."""
-        job.wanted = False
-        if job.state == "queued":
-            job.state = "dropped"
-            setattr(self.stats, reason, getattr(self.stats, reason) + len(job.items))
-        self._release(job)
-
-    def _release(self, job: Job) -> None:
-        if not job.released:
-            job.released = True
-            self.inputs -= len(job.items)
-
-    def _live(self, job: Job, now: float) -> bool:
-        if job.state == "queued" and job.deadline is not None and now >= job.deadline:
-            self.drop(job, "expired")
-            if not job.future.done():
-                job.future.set_exception(_expired(job.timeout, computed=False))
-        return job.state == "queued"
-
-    def _head(self) -> tuple[list[Job], bool]:
-        """The live jobs at the head of the queue that fit in one call, and whether that call is full."""
-        now = asyncio.get_running_loop().time()
-        batch: list[Job] = []
-        size = cost = longest = 0
-        limit, tokens = self.max_cost or math.inf, self.max_tokens or math.inf
-        for job in self.jobs:
-            if not self._live(job, now):
-                continue
-            if batch and (size + len(job.items) > self.max_batch_size or cost + job.cost > limit
-                          or (cost + job.cost) * max(longest, job.longest) > tokens):
-                return batch, True
-            batch.append(job)
-            size += len(job.items)
-            cost += job.cost
-            longest = max(longest, job.longest)
-            if size >= self.max_batch_size or cost >= limit or cost * longest >= tokens:
-                return batch, True
-        return batch, False
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            while not self._head()[0]:
-                self.jobs.clear()  # only dropped jobs were left
-                self.wake.clear()
-                await self.wake.wait()
-            end = loop.time() + self.max_wait
-            # Wait for companions only while some are on their way (being read); the queue alone is the batch
-            # otherwise, and waiting would only add max_wait_ms to every request of a lone client.
-            while self.arriving and not self._head()[1] and end > loop.time():
-                self.wake.clear()
-                try:
-                    await asyncio.wait_for(self.wake.wait(), end - loop.time())
-                except asyncio.TimeoutError:
-                    break
-            batch, _ = self._head()
-            taken = set(batch)
-            self.jobs = deque(j for j in self.jobs if j.state == "queued" and j not in taken)
-            # Requests with other call options (top_k of fill-mask, ...) cannot share a call: one per option set.
-            groups: dict[str, list[Job]] = {}
-            for job in batch:
-                groups.setdefault(json.dumps(job.options, sort_keys=True), []).append(job)
-            for jobs in groups.values():
-                await self._run([j for j in jobs if self._live(j, loop.time())])  # re-checked: time has passed
-
-    async def _run(self, jobs: list[Job]) -> None:
-        """One pipeline call for ``jobs``; each job's future gets its own slice of the results.
-
-        If the shared call fails and several requests were in it, the input that made it fail may be any one
-        of them (a fill-mask text whose [MASK] falls past max_length, ...): each is then run alone, so only the
-        request that caused the error gets it and the others their results.
-        """
-        if not jobs:
-            return
-        loop = asyncio.get_running_loop()
-        for job in jobs:
-            job.state = "running"
-        items = [x for j in jobs for x in j.items]
-        t0 = time.perf_counter()
-        for job in jobs:
-            job.started_at = t0
-        try:
-            results = await loop.run_in_executor(self.executor, self.run, items, jobs[0].options)
-        except Exception as e:  # noqa: BLE001 (handed to the waiting request, which answers it as an HTTP error)
-            if len(jobs) > 1:
-                for job in jobs:
-                    job.state = "queued"
-                for job in jobs:
-                    if not job.wanted:  # its request ended while the shared call ran
-                        self.drop(job, "abandoned")
-                    elif self._live(job, loop.time()):
-                        await self._run([job])
-                return
-            self._finish(jobs[0], exception=e)
-            return
-        t1 = time.perf_counter()
-        elapsed = t1 - t0
-        rate = len(items) / max(elapsed, 1e-6)
-        self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
-        self.stats.items += len(items)
-        self.stats.batches += 1
-        self.stats.largest_batch = max(self.stats.largest_batch, len(items))
-        if self.on_call is not None:
-            self.on_call(len(items), sum(j.tokens for j in jobs),
-                         sum(j.cost for j in jobs) * max(j.longest for j in jobs), elapsed)
-        at = 0
-        for job in jobs:
-            job.finished_at = t1
-            self._finish(job, results[at:at + len(job.items)])
-            at += len(job.items)
-
-    def _finish(self, job: Job, results: list[Any] | None = None, exception: BaseException | None = None) -> None:
-        job.state = "done"
-        self._release(job)
-        if job.wanted and not job.future.done():
-            if exception is not None:
-                job.future.set_exception(exception)
-            else:
-                job.future.set_result(results)
-
-
-def _expired(timeout: float | None, computed: bool) -> RequestError:
-    what = ("its computation was under way and its result is discarded" if computed
-            else "it was not computed")
-    return RequestError(504, f"the request's deadline (X-Request-Timeout {timeout:g} s) passed before its "
-                             f"result was ready; {what}")
-
-
-def model_call(pipe: Any, per_token: Any = None) -> Callable[[list[Any], dict[str, Any]], list[Any]]:
-    """What the model thread runs for a batch. Classifiers give their logits, so that every scoring an
-    answer may ask for (softmax, sigmoid, raw scores) is computed from the same call; a reranker's (query, text)
-    pairs (option ``pairs``) too. Embedding inputs may come encoded (``serve_tei.Encoded``: token ids, or texts
-    tokenized while parsing); option ``pooling="none"`` runs them on ``per_token``, the pipeline's copy that
-    gives every token's state (/embed_all)."""
-    if pipe.task in EMBEDDING_TASKS:
-        def embed(items: list[Any], options: dict[str, Any]) -> list[Any]:
-            rows = [x.row() if isinstance(x, Encoded) else pipe.encode(pipe.check_input(x, i))[0]
-                    for i, x in enumerate(items)]
-            return (per_token if options.get("pooling") == "none" else pipe).run_rows(rows)
-
-        return embed
-    if pipe.task == "rerank":
-        return lambda items, options: (pipe.run_rows([row for q, t in items for row in pipe.encode_pair((q, t))])
-                                       if options.get("pairs") else pipe.run(items, **options))
-    if pipe.task == "text-classification":
-        return lambda items, options: pipe.run_rows(
-            [row for i, x in enumerate(items) for row in pipe.encode(pipe.check_input(x, i))])
-    if pipe.task == "multiple-choice":
-        return lambda items, options: [r for chunk in _by_choices(items, pipe.batch_size) for r in pipe.run(chunk)]
-    return lambda items, options: pipe.run(items, **options)
-
-
-def _by_choices(items: list[dict[str, Any]], most: int) -> list[list[dict[str, Any]]]:
-    """Multiple-choice inputs in runs of at most ``most`` choices together. The pipeline batches inputs, each
-    carrying all its choices, so a batch of 32 inputs of 8 choices is one forward over 256 sequences (2 GB of
-    attention for MiniLM at 400 tokens); cut this way a forward holds no more sequences than other tasks'."""
-    chunks: list[list[dict[str, Any]]] = []
-    size = most
-    for item in items:
-        if size + len(item["choices"]) > most:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(item)
-        size += len(item["choices"])
-    return chunks
 
 
 def metadata(pipe: Any, model_dir: str, limits: Limits, batcher: Batcher, stats: Stats) -> dict[str, Any]:
@@ -449,17 +177,22 @@ class _Endpoints:
     """The handlers of one app. They share its pipeline, limits and counters, and the batcher, which the app
     makes when it starts (on the event loop it serves from)."""
 
-    def __init__(self, app: Any, pipe: Any, model_dir: str, limits: Limits, stats: Stats, default_normalize: bool):
+    def __init__(self, app: Any, pipe: Any, model_dir: str, limits: Limits, stats: Stats, default_normalize: bool,
+                 model_name: str, metrics: Any):
         self.app, self.pipe, self.model_dir, self.limits, self.stats = app, pipe, model_dir, limits, stats
         self.default_normalize = default_normalize
+        self.model_name = model_name  # --served-model-name: OpenAI answers' model, /info's model_id
+        self.metrics = metrics
         self.batcher: Batcher | None = None
         self.parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-parse")
 
     async def answer(self, request: Any, route: str) -> Any:
-        """The answer to a POST on ``route`` (predict, embed or similarity), errors included."""
+        """The answer to a POST on ``route`` (predict, embed, similarity, or one of ``serve_tei.ROUTES``), errors
+        included; a computed answer carries TEI's timing headers."""
         from fastapi.responses import JSONResponse, Response
         from starlette.requests import ClientDisconnect
 
+        t0 = time.perf_counter()
         self.stats.requests += 1
         try:
             if self.app.state.draining:
@@ -468,7 +201,8 @@ class _Endpoints:
             if request.url.query:  # POST /predict?top_k=3 would otherwise be answered as if top_k were not sent
                 raise RequestError(422, f"/{route} takes no query parameters, got {request.url.query[:80]!r}; send "
                                         'them in the body: {"inputs": ..., "parameters": {...}}')
-            self.batcher.check_room()  # when full, refuse before reading and parsing the body
+            if route not in serve_tei.NO_MODEL:  # when full, refuse before reading and parsing the body
+                self.batcher.check_room()
             self.batcher.arriving += 1
             try:
                 timeout = _request_timeout(request)
@@ -479,16 +213,25 @@ class _Endpoints:
                                             f"{self.limits.body_timeout_s:g} s", {"Connection": "close"}) from None
                 # Parsed and costed (tokenized, for QA windows and [MASK]s) off the event loop, which keeps
                 # answering /health and reading other requests meanwhile.
+                tei = route in serve_tei.ROUTES
+                t_parse = time.perf_counter()
                 call = await asyncio.get_running_loop().run_in_executor(
-                    self.parser, parse_request, body, self.pipe, self.limits, route)
-                job = self.batcher.admit(call.items, call.options, timeout, call.cost)
+                    self.parser, serve_tei.parse if tei else parse_request, body, self.pipe, self.limits, route)
+                t_parsed = time.perf_counter()
+                job = None if route in serve_tei.NO_MODEL else self.batcher.admit(
+                    call.items, call.options, timeout, call.cost, max(call.tokens, default=self.pipe.max_length),
+                    sum(call.tokens))
             finally:
                 self.batcher.arriving -= 1
                 self.batcher.wake.set()  # the batch being gathered may have been waiting for this request
+            if job is None:  # tokenize, decode: answered from the tokenizer alone
+                return JSONResponse(serve_tei.render(self.pipe, call, [], self.model_name))
             results = await _job_result(self.batcher, job, request)
             if results is None:
                 return Response(status_code=499)  # nginx's "client closed request": nobody reads it
-            return JSONResponse(render(self.pipe, call, results, self.default_normalize))
+            answer = (serve_tei.render(self.pipe, call, results, self.model_name) if tei
+                      else render(self.pipe, call, results, self.default_normalize))
+            return JSONResponse(answer, headers=self._timing(call, job, t0, t_parsed - t_parse))
         except ClientDisconnect:
             return Response(status_code=499)
         except asyncio.CancelledError:  # uvicorn cancels what is still open when shutdown's grace period ends
@@ -504,6 +247,21 @@ class _Endpoints:
         except BertkitError as e:  # an option's value the pipeline refuses (top_k=0, ...)
             self.stats.errors += 1
             return _error_response(RequestError(500 if isinstance(e, NonFiniteError) else 422, str(e)))
+
+    def _timing(self, call: Call, job: Job, t0: float, parsing: float) -> dict[str, str]:
+        """TEI's response headers: times in milliseconds, the characters and tokens the request computed."""
+        queued = job.started_at - job.queued_at
+        if self.metrics is not None:
+            self.metrics.queue_time.observe(queued)
+
+        def ms(seconds: float) -> str:
+            return str(round(seconds * 1000))
+
+        total = ms(time.perf_counter() - t0)
+        return {"x-compute-type": self.pipe.device.type, "x-compute-time": total, "x-total-time": total,
+                "x-compute-characters": str(call.chars), "x-compute-tokens": str(sum(call.tokens)),
+                "x-tokenization-time": ms(parsing), "x-queue-time": ms(queued),
+                "x-inference-time": ms(job.finished_at - job.started_at)}
 
     async def health(self) -> Any:
         from fastapi.responses import JSONResponse
@@ -526,40 +284,96 @@ class _Endpoints:
     async def meta(self) -> Any:
         return metadata(self.pipe, self.model_dir, self.limits, self.batcher, self.stats)
 
+    async def info(self) -> Any:
+        from bertkit import __version__
+
+        return serve_tei.info(self.pipe, self.model_name, self.limits, self.batcher.max_batch_size,
+                              self.batcher.max_tokens, __version__)
+
+    async def prometheus(self) -> Any:
+        from fastapi.responses import Response
+
+        body, content_type = self.metrics.exposition()
+        return Response(body, media_type=content_type)
+
+
+class _BearerKey:
+    """ASGI middleware: every route but /health needs ``Authorization: Bearer KEY``, checked from the headers alone,
+    before the body is read (401 otherwise), in constant time. The key is never logged or echoed."""
+
+    def __init__(self, app: Any, key: str):
+        self.app, self.key = app, key.encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health":
+            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            scheme, _, token = given.partition(b" ")  # the scheme's case does not matter (RFC 9110 11.1)
+            if not (hmac.compare_digest(token.strip(), self.key) and scheme.lower() == b"bearer"):
+                body = json.dumps({"error": "this server needs an API key: send the header Authorization: Bearer "
+                                            "<key> (--api-key or BERTKIT_API_KEY at its start)",
+                                   "error_type": "unauthorized"}).encode()
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
 
 def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_ms: float = 5.0,
-               limits: Limits | None = None) -> Any:
+               limits: Limits | None = None, max_batch_tokens: int | None = None, api_key: str | None = None,
+               served_model_name: str | None = None) -> Any:
     """The FastAPI application serving ``pipe`` (see the module docstring for the endpoints).
 
-    ``app.state.draining = True`` makes it refuse new requests with 503 while admitted ones finish (set by
-    ``serve`` on SIGTERM); ``app.state.stats`` holds the counters."""
+    ``max_batch_tokens`` bounds a model call's padded tokens (sequences x the longest; None: no bound),
+    ``api_key`` makes every route but /health need ``Authorization: Bearer <api_key>``, ``served_model_name``
+    (default: ``model_dir``) names the model in OpenAI's answers and /info. ``app.state.draining = True`` makes
+    it refuse new requests with 503 while admitted ones finish (set by ``serve`` on SIGTERM);
+    ``app.state.stats`` holds the counters, ``app.state.metrics`` the Prometheus ones."""
     require_serving()
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI, Request
 
     limits = limits or Limits()
+    if max_batch_tokens is not None and max_batch_tokens < pipe.max_length:
+        raise BertkitError(f"max_batch_tokens {max_batch_tokens} is below max_length {pipe.max_length}: one input "
+                           "of max_length tokens could never be computed; raise --max-batch-tokens or lower --max-length")
+    if api_key is not None and not (api_key and api_key.isprintable() and api_key.isascii() and " " not in api_key):
+        raise BertkitError("the API key must be a non-empty string of printable ASCII without spaces (it is sent "
+                           "in the header Authorization: Bearer <key>)")
     stats = Stats()
     default_normalize = bool(getattr(pipe, "normalize", False))
     pipe = copy.copy(pipe)  # the server's own: its forward stops at shutdown, embeddings are normalised per request
+    per_token = None
     if pipe.task in EMBEDDING_TASKS:  # normalised per request (TEI's normalize): the model returns raw vectors
         pipe.normalize = False
+        per_token = copy.copy(pipe)  # /embed_all: every token's state, from the same model
+        per_token.pooling = "none"
     stopping = threading.Event()
-    forward = pipe.forward
 
-    def forward_until_stopped(batch: Any, rows: Any) -> Any:
-        # Checked before each forward batch: once shutdown's grace period is over, a long model call ends at its
-        # next batch instead of holding the process until it completes.
-        if stopping.is_set():
-            raise RequestError(503, "the server stopped before this request's model call finished")
-        return forward(batch, rows)
+    def stop_at_shutdown(p: Any) -> None:
+        forward = p.forward
 
-    pipe.forward = forward_until_stopped
+        def forward_until_stopped(batch: Any, rows: Any) -> Any:
+            # Checked before each forward batch: once shutdown's grace period is over, a long model call ends at
+            # its next batch instead of holding the process until it completes.
+            if stopping.is_set():
+                raise RequestError(503, "the server stopped before this request's model call finished")
+            return forward(batch, rows)
+
+        p.forward = forward_until_stopped
+
+    for p in (pipe, per_token):
+        if p is not None:
+            stop_at_shutdown(p)
+    from bertkit.inference.serve_metrics import CountRequests, Metrics
 
     @asynccontextmanager
     async def lifespan(app: Any):
-        endpoints.batcher = Batcher(model_call(pipe), max_batch_size, max_wait_ms, limits.max_concurrent_requests,
-                                    stats, max_cost=limits.max_windows_per_request)
+        endpoints.batcher = Batcher(model_call(pipe, per_token), max_batch_size, max_wait_ms,
+                                    limits.max_concurrent_requests, stats, max_cost=limits.max_windows_per_request,
+                                    max_tokens=max_batch_tokens, on_call=metrics.model_call)
         endpoints.batcher.start()
         yield
         stopping.set()
@@ -570,25 +384,34 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     app = FastAPI(title=f"bertkit {pipe.task}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.draining = False
     app.state.stats = stats
-    endpoints = _Endpoints(app, pipe, model_dir, limits, stats, default_normalize)
+    metrics = Metrics(lambda: endpoints.batcher.inputs if endpoints.batcher else 0,
+                      lambda: len(endpoints.batcher.jobs) if endpoints.batcher else 0)
+    app.state.metrics = metrics
+    endpoints = _Endpoints(app, pipe, model_dir, limits, stats, default_normalize,
+                           served_model_name or model_dir, metrics)
 
-    async def predict(request: Request) -> Any:
-        return await endpoints.answer(request, "predict")
+    def route(name: str) -> Callable[..., Any]:
+        async def handler(request: Request) -> Any:
+            return await endpoints.answer(request, name)
 
-    async def embed(request: Request) -> Any:
-        return await endpoints.answer(request, "embed")
-
-    async def similarity(request: Request) -> Any:
-        return await endpoints.answer(request, "similarity")
-
-    # FastAPI reads the handler's annotations to inject the request; under ``from __future__ import
-    # annotations`` they are strings naming an import local to this function, so give it the class.
-    for handler, path in ((predict, "/predict"), (embed, "/embed"), (similarity, "/similarity")):
+        # FastAPI reads the handler's annotations to inject the request; under ``from __future__ import
+        # annotations`` they are strings naming an import local to this function, so give it the class.
         handler.__annotations__["request"] = Request
-        app.post(path)(handler)
+        return handler
+
+    routes = {"/predict": "predict", "/embed": "embed", "/similarity": "similarity", "/v1/embeddings": "openai",
+              "/embeddings": "openai", "/rerank": "rerank", "/tokenize": "tokenize", "/decode": "decode",
+              "/embed_all": "embed_all", "/": serve_tei.root_route(pipe)}
+    for path, name in routes.items():
+        app.post(path)(route(name))
     app.get("/health")(endpoints.health)
     app.get("/ready")(endpoints.ready)
     app.get("/metadata")(endpoints.meta)
+    app.get("/info")(endpoints.info)
+    app.get("/metrics")(endpoints.prometheus)
+    if api_key is not None:  # inside the counting, so that a 401 is counted too
+        app.add_middleware(_BearerKey, key=api_key)
+    app.add_middleware(CountRequests, metrics=metrics)
     return app
 
 
@@ -608,7 +431,8 @@ def serve(s: Any) -> dict[str, Any]:
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **int8_options(s))
     app = create_app(pipe, str(s.model_name_or_path), max_batch_size=s.max_batch_size, max_wait_ms=s.max_wait_ms,
-                     limits=s.limits())
+                     limits=s.limits(), max_batch_tokens=s.max_batch_tokens, api_key=s.api_key,
+                     served_model_name=s.served_model_name)
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -617,8 +441,9 @@ def serve(s: Any) -> dict[str, Any]:
 
     server = Server(uvicorn.Config(app, host=s.host, port=s.port, log_level=s.log_level, access_log=False,
                                    timeout_graceful_shutdown=s.graceful_shutdown_s))
-    logger.info("serving %s from %s on http://%s:%d (POST /predict, /embed, /similarity; GET /health, /ready, /metadata)",
-                s.task, s.model_name_or_path, s.host, s.port)
+    logger.info("serving %s from %s on http://%s:%d (POST /, /predict, /embed, /similarity, /v1/embeddings, /rerank, "
+                "/tokenize, /decode, /embed_all; GET /health, /ready, /metadata, /info, /metrics)%s", s.task,
+                s.model_name_or_path, s.host, s.port, "; an API key is required" if s.api_key else "")
     # uvicorn re-raises the signal that stopped it once it has drained; ignore that one so a drained server
     # returns its counters (exit 0) instead of being killed by the default action.
     main = threading.current_thread() is threading.main_thread()

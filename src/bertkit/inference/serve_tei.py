@@ -246,8 +246,12 @@ def _embed_all(data: Any, pipe: Any, limits: Limits) -> Call:
     _tei_text_options(f)
     texts = _texts(f["inputs"], "inputs", limits)
     items = [_encode_text(pipe, t, i, f.get("truncate", True)) for i, t in enumerate(texts)]
-    return Call(items, {"pooling": "none"}, {}, False, cost=len(items), route="embed_all",
-                tokens=[len(e.input_ids) for e in items], chars=sum(map(len, texts)))
+    tokens = [len(e.input_ids) for e in items]
+    if sum(tokens) > limits.max_candidates:  # each token's state is a vector of the answer: bound its size
+        raise RequestError(422, f"this request's answer would hold {sum(tokens)} token states, over max_candidates "
+                                f"{limits.max_candidates}; send fewer or shorter inputs")
+    return Call(items, {"pooling": "none"}, {}, False, cost=len(items), candidates=sum(tokens), route="embed_all",
+                tokens=tokens, chars=sum(map(len, texts)))
 
 
 _PARSERS = {"openai": _openai, "rerank": _rerank, "tokenize": _tokenize, "decode": _decode, "embed_all": _embed_all}

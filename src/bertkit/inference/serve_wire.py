@@ -117,6 +117,10 @@ class Call:
     chars: int = 0
 
 
+# Tasks whose input is one model sequence, a text or (text, text_pair): their tokens are counted while parsing
+# (the others' sequences count as max_length each against max_batch_tokens).
+_ONE_SEQUENCE = ("text-classification", "token-classification", "fill-mask", *EMBEDDING_TASKS)
+
 # The fields an input object may hold, per task: any other (``text_pairr``) is refused, not ignored.
 _PAIR_FIELDS = ("text", "text_pair")
 _INPUT_FIELDS = {"text-classification": _PAIR_FIELDS, "feature-extraction": _PAIR_FIELDS,
@@ -316,8 +320,9 @@ def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict"
             read = pipe.check_input(item, i)  # refused here, as a 422, rather than inside a shared batch
         except BertkitError as e:
             raise RequestError(422, str(e)) from None
-        if task in _INPUT_FIELDS and task not in ("question-answering", "multiple-choice"):  # (text, text_pair)
-            tokens = len(pipe.tokenizer(*read)["input_ids"])  # counted for max_batch_tokens and x-compute-tokens
+        if task in _ONE_SEQUENCE:  # counted for max_batch_tokens, x-compute-tokens and /metrics
+            encoded = pipe.tokenizer(*read) if isinstance(read, tuple) else pipe.tokenizer(read)
+            tokens = len(encoded["input_ids"])
             if answer.get("truncate") is False and tokens > pipe.max_length:  # the tasks that take truncate
                 raise RequestError(422, f"input {i} has {tokens} tokens, over max_length {pipe.max_length}; "
                                         "send truncate: true to cut it, or shorten it")

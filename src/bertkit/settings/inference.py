@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -276,8 +276,8 @@ class ServeSettings(Int8Settings):
     model_name_or_path: Path = flag(aliases=("--model",))
     """Checkpoint directory with the task's head (config.json, model.safetensors, vocab.txt)."""
     task: Literal["text-classification", "token-classification", "question-answering", "fill-mask",
-                  "multiple-choice", "feature-extraction", "sentence-embedding"]
-    """The pipeline to serve."""
+                  "multiple-choice", "feature-extraction", "sentence-embedding", "rerank"]
+    """The pipeline to serve (rerank: a cross-encoder, a text-classification checkpoint with one logit or two labels)."""
     host: str = "127.0.0.1"
     """Address to listen on (0.0.0.0: every interface)."""
     port: int = 8000
@@ -287,6 +287,9 @@ class ServeSettings(Int8Settings):
     input may have (they are scored in one forward; more: 422)."""
     max_wait_ms: float = 5.0
     """How long the first waiting request waits for others to join its batch."""
+    max_batch_tokens: int = 16_384
+    """Padded tokens one model call may carry (its sequences x the longest; TEI's name and default): 32 sequences
+    of 512 tokens, or more of shorter ones (up to --max-batch-size inputs). A request with more runs alone."""
     max_items: int = 64
     """Inputs per request (more: 422)."""
     max_text_chars: int = 20_000
@@ -308,7 +311,7 @@ class ServeSettings(Int8Settings):
     """top_k of any task: candidates per [MASK] (fill-mask), answers per question, labels (more: 422)."""
     max_candidates: int = 1000
     """Candidates one answer may hold over all its inputs: fill-mask top_k x [MASK]s, question-answering top_k x
-    questions (more: 422)."""
+    questions, /embed_all token states (more: 422)."""
     body_timeout_s: float = 10.0
     """Seconds a request's body may take to arrive once its headers have (slower: 408, connection closed)."""
     graceful_shutdown_s: float = 30.0
@@ -322,11 +325,16 @@ class ServeSettings(Int8Settings):
     """cpu, cuda or cuda:N."""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     """uvicorn's log level."""
+    served_model_name: str | None = None
+    """The model's name in OpenAI answers (``model``) and /info (``model_id``); default: --model-name-or-path."""
+    api_key: str | None = field(default=None, repr=False, metadata=flag().metadata)
+    """Every route but /health then needs the header ``Authorization: Bearer KEY`` (401 otherwise). Prefer the
+    environment variable BERTKIT_API_KEY, which keeps the key out of process listings."""
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         for name in ("max_batch_size", "max_items", "max_text_chars", "max_body_bytes", "max_concurrent_requests",
-                     "max_json_depth", "max_windows_per_request", "max_top_k", "max_candidates"):
+                     "max_json_depth", "max_windows_per_request", "max_top_k", "max_candidates", "max_batch_tokens"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:

@@ -633,8 +633,14 @@ class BertTokenizer:
             raise BertkitError("pad needs input_ids in every example (the tokenizer's output)")
         padded_keys = ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask", "offset_mapping")
         rows = [{k: list(e[k]) for k in padded_keys if k in e} for e in examples]
-        for row in rows:
+        for i, row in enumerate(rows):
             row.setdefault("attention_mask", [1] * len(row["input_ids"]))
+            n = len(row["input_ids"])
+            uneven = {k: len(v) for k, v in row.items() if len(v) != n}
+            if uneven:  # padded as they are, the tokens and their mask or segments would no longer line up
+                raise BertkitError(f"pad: example {i} has {n} input_ids but "
+                                   + ", ".join(f"{k} of length {m}" for k, m in uneven.items())
+                                   + "; every column of an example is one entry per token: encode it again")
         pad = resolve_padding(padding)
         if pad == "max_length" and max_length is None:
             max_length = self.model_max_length

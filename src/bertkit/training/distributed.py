@@ -201,8 +201,8 @@ def any_rank(flag: bool, device: str) -> bool:
 
 def encoder_layers(model: nn.Module) -> list[nn.Module]:
     """The Transformer layers of a bertkit model (the units FSDP shards and gradient checkpointing recomputes)."""
-    encoder = getattr(model, "bert", model)
-    layers = getattr(encoder, "layers", None)
+    encoder = getattr(getattr(model, "bert", model), "encoder", None)
+    layers = getattr(encoder, "layer", None)
     if layers is None:
         raise BertkitError(f"{type(model).__name__} is not a bertkit model: it has no encoder layers to shard")
     return list(layers)

@@ -62,10 +62,11 @@ def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int,
     n = min(limit, len(dataset))
     mlm_correct = mlm_total = nsp_correct = 0
     mlm_loss_sum = nsp_loss_sum = 0.0
+    has_nsp = hasattr(getattr(model, "cls", None), "seq_relationship")  # BertForPreTraining, not BertForMaskedLM
     for start in range(0, n, batch_size):
         batch = collate_pretraining([dataset[i] for i in range(start, min(n, start + batch_size))], pad_id)
         batch = {k: v.to(device) for k, v in batch.items()
-                 if k != "next_sentence_label" or getattr(model, "nsp", None) is not None}
+                 if k != "next_sentence_label" or has_nsp}
         out = model(**batch)
         target = batch["labels"][batch["labels"] != IGNORE_INDEX]
         mlm_correct += int((out.prediction_logits.argmax(-1) == target).sum())
@@ -77,7 +78,7 @@ def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int,
             nsp_loss_sum += out.nsp_loss.item() * rows
     scores = {"mlm_loss": mlm_loss_sum / max(1, mlm_total), "mlm_acc": mlm_correct / max(1, mlm_total),
               "nsp_loss": nsp_loss_sum / max(1, n), "nsp_acc": nsp_correct / max(1, n), "instances": n}
-    if not getattr(model, "nsp", None):  # MLM-only (--no-nsp): there is no NSP score
+    if not has_nsp:  # MLM-only (--no-nsp): there is no NSP score
         del scores["nsp_loss"], scores["nsp_acc"]
     return scores
 
@@ -184,7 +185,7 @@ def pretrain(s: PretrainSettings) -> TrainResult:
         model = head(config)
         if s.mlm_bias_init == "unigram":
             with torch.no_grad():
-                model.mlm.bias.copy_(unigram_log_prior(phases[0].plan.dataset, config.vocab_size))
+                model.cls.predictions.bias.copy_(unigram_log_prior(phases[0].plan.dataset, config.vocab_size))
         if s.position_init == "sinusoidal":
             with torch.no_grad():
                 model.bert.embeddings.position_embeddings.weight.copy_(sinusoidal_positions(

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import math
+import numbers
+import os
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,9 +180,14 @@ class TrainingArguments:
     do_predict: bool = False
 
     def __post_init__(self) -> None:
+        _check_types(self)
         if self.output_dir is None:
             self.output_dir = "trainer_output"  # transformers 5's default
         self.output_dir = Path(self.output_dir)
+        for name in ("seed", "data_seed"):  # numpy's and transformers' set_seed range
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 2**32:
+                raise BertkitError(f"{name} must be in [0, 2**32), got {value!r}")
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -272,6 +282,50 @@ class TrainingArguments:
     def to_dict(self) -> dict[str, Any]:
         return {f.name: (str(v) if isinstance(v := getattr(self, f.name), Path) else v)
                 for f in dataclasses.fields(self)}
+
+
+def _accepts(kind: Any, value: Any) -> bool:
+    """Whether ``value`` fits the annotation ``kind`` (int, float, bool, str, Path, list[str], None and unions)."""
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is float:  # an int is a float here, as in Python's own typing; a bool is not a number of steps
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if kind is str:
+        return isinstance(value, str)
+    if kind is Path:
+        return isinstance(value, (str, os.PathLike))
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(k, value) for k in typing.get_args(kind))
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        return isinstance(value, (list, tuple)) and all(_accepts(item, v) for v in value)
+    raise AssertionError(f"TrainingArguments: no check for the annotation {kind!r}")
+
+
+def _check_types(args: TrainingArguments) -> None:
+    """Each field holds a value of its annotated type: learning_rate="1e-4" or seed=2.5 is named here, not met
+    later as a TypeError deep in the optimiser or the random generator."""
+    hints = typing.get_type_hints(TrainingArguments)
+    for f in dataclasses.fields(args):
+        value = getattr(args, f.name)
+        if isinstance(value, enum.Enum):  # transformers' IntervalStrategy, SchedulerType, ...
+            value = value.value
+            setattr(args, f.name, value)
+        if not _accepts(hints[f.name], value):
+            raise BertkitError(f"TrainingArguments.{f.name} must be {_describe(hints[f.name])}, got {value!r} "
+                               f"({type(value).__name__})")
+
+
+def _describe(kind: Any) -> str:
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(k) for k in typing.get_args(kind))
+    return {type(None): "None", bool: "a bool", int: "an int", float: "a number", str: "a str",
+            Path: "a path"}.get(kind, str(kind))
 
 
 _dataclass_init = TrainingArguments.__init__

@@ -1,0 +1,374 @@
+"""bertkit models inside the libraries around BERT, each compared with transformers' model doing the same.
+
+The libraries are in the ``test`` extra (peft, accelerate, sentence-transformers, onnxscript, onnxruntime).
+
+bertkit's modules and state-dict keys are transformers' own (``bert.encoder.layer.3.attention.self.query``,
+``cls.predictions.decoder``, ``classifier``), so whatever addresses a BERT by module name (peft's
+``target_modules``, accelerate's ``prepare``, transformers' ``Trainer``, sentence-transformers' loader) sees
+the same model. Each test runs the same recipe on a transformers model with the same weights and asserts the
+same numbers; exporters (torch.compile, torch.export, the dynamo ONNX exporter) are compared with eager.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+import transformers
+from torch import nn
+
+import bertkit.heads as H
+from bertkit.checkpoint_io import KEY_TABLE
+from bertkit.config import BertConfig
+from bertkit.modeling import BertModel
+
+# No dropout anywhere: training steps of the two libraries then compute the same numbers.
+TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=64, type_vocab_size=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+CLASSES = [BertModel, H.BertForPreTraining, H.BertForMaskedLM, H.BertForNextSentencePrediction,
+           H.BertForSequenceClassification, H.BertForTokenClassification, H.BertForQuestionAnswering,
+           H.BertForMultipleChoice]
+TOL = dict(atol=2e-5, rtol=1e-4)
+
+
+def _pair(cls, seed: int = 0, **overrides):
+    """(bertkit model, transformers model) with the same weights: transformers' initialisation, loaded into
+    bertkit with a strict ``load_state_dict`` of its ``state_dict()``."""
+    torch.manual_seed(seed)
+    hf = getattr(transformers, cls.__name__)(transformers.BertConfig(**TINY, **overrides)).eval()
+    ours = cls(BertConfig(**TINY, **overrides)).eval()
+    ours.load_state_dict(hf.state_dict(), strict=True)
+    return ours, hf
+
+
+def _batch(B: int = 4, T: int = 12, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Right-padded rows of different lengths, as a tokenizer gives them."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
+    lengths[0] = T
+    mask = (torch.arange(T)[None] < lengths[:, None]).long()
+    ids = torch.randint(5, TINY["vocab_size"], (B, T), generator=g) * mask
+    types = (torch.arange(T)[None] >= (lengths[:, None] // 2)).long() * mask
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Names
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_module_names_and_state_dicts_are_transformers_own(cls):
+    """The same module paths, the same state-dict keys with the same shapes, and strict loading both ways."""
+    ours, hf = _pair(cls)
+    assert [n for n, _ in ours.named_modules()] == [n for n, _ in hf.named_modules()]
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in hf.state_dict().items()}
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in hf.named_parameters()]
+    hf.load_state_dict(ours.state_dict(), strict=True)
+    for key, value in ours.state_dict().items():
+        assert torch.equal(value, hf.state_dict()[key]), key
+    if hasattr(ours, "cls") and hasattr(ours.cls, "predictions"):  # the decoder is the word embeddings
+        assert ours.cls.predictions.decoder.weight is ours.bert.embeddings.word_embeddings.weight
+        assert ours.get_output_embeddings() is ours.cls.predictions.decoder
+
+
+def test_a_state_dict_under_bertkits_old_names_still_loads():
+    """Training checkpoints written before the rename (q/k/v fused as ``layers.N.qkv``, ``mlm.*``, ``nsp.*``)
+    load through the key table, strictly, to the same weights."""
+    ours, _ = _pair(H.BertForPreTraining)
+    new = ours.state_dict()
+    old = {}
+    for key, value in new.items():
+        if key.startswith("cls.predictions.decoder."):
+            continue  # old state dicts had no tied copies
+        renamed = (key.replace("bert.encoder.layer.", "bert.layers.").replace("attention.output.dense", "attn_out")
+                   .replace("attention.output.LayerNorm", "attn_norm").replace("intermediate.dense", "ffn_in")
+                   .replace("output.dense", "ffn_out").replace("output.LayerNorm", "ffn_norm")
+                   .replace("embeddings.LayerNorm", "embeddings.layer_norm")
+                   .replace("cls.predictions.transform.dense", "mlm.transform")
+                   .replace("cls.predictions.transform.LayerNorm", "mlm.layer_norm")
+                   .replace("cls.predictions.bias", "mlm.bias").replace("cls.seq_relationship", "nsp"))
+        if ".attention.self." in renamed:
+            prefix, part = renamed.rsplit(".attention.self.", 1)
+            if part.startswith("query."):
+                kind = part.split(".")[1]
+                old[f"{prefix}.qkv.{kind}"] = torch.cat([new[key.replace("query", n)] for n in ("query", "key", "value")])
+            continue
+        old[renamed] = value
+    assert "bert.layers.1.qkv.weight" in old and "mlm.transform.weight" in old and len(KEY_TABLE) > 0
+    fresh = H.BertForPreTraining(BertConfig(**TINY))
+    fresh.load_state_dict(old, strict=True)
+    for key, value in new.items():
+        assert torch.equal(fresh.state_dict()[key], value), key
+
+
+def test_fused_projection_is_exact_and_follows_the_weights():
+    """q/k/v run as one GEMM on concatenated weights; the kept concatenation is made anew after the weights
+    change (an in-place update, as an optimiser step does), and a hooked projection is called as a module."""
+    ours, hf = _pair(BertModel)
+    batch = _batch()
+    with torch.no_grad():
+        before = ours(**batch).last_hidden_state
+        ours.encoder.layer[0].attention.self.key.weight.mul_(1.5)
+        hf.encoder.layer[0].attention.self.key.weight.mul_(1.5)
+        after = ours(**batch).last_hidden_state
+        want = hf(**batch).last_hidden_state
+    mask = batch["attention_mask"].bool()
+    assert not torch.allclose(before[mask], after[mask])
+    torch.testing.assert_close(after[mask], want[mask], **TOL)
+    seen = []
+    ours.encoder.layer[1].attention.self.value.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    with torch.no_grad():
+        again = ours(**batch).last_hidden_state
+    assert len(seen) == 1
+    torch.testing.assert_close(again[mask], want[mask], **TOL)
+
+
+# ---------------------------------------------------------------------------------------------------
+# peft
+# ---------------------------------------------------------------------------------------------------
+
+
+def _train(model, batches, steps: int, lr: float = 1e-2) -> list[float]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr)
+    model.train()
+    losses = []
+    for step in range(steps):
+        batch = batches[step % len(batches)]
+        loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("targets", [["query", "value"], "all-linear"], ids=["query-value", "all-linear"])
+def test_peft_lora_matches_transformers(targets, tmp_path):
+    import peft
+
+    ours, hf = _pair(H.BertForSequenceClassification, num_labels=3)
+    models = []
+    for model in (ours, hf):
+        torch.manual_seed(11)  # the same LoRA initialisation, module by module in the same order
+        config = peft.LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, lora_dropout=0.0, target_modules=targets)
+        models.append(peft.get_peft_model(model, config))
+    p_ours, p_hf = models
+    assert p_ours.get_nb_trainable_parameters() == p_hf.get_nb_trainable_parameters()
+    lora = sorted(n for n, p in p_ours.named_parameters() if p.requires_grad)
+    assert lora == sorted(n for n, p in p_hf.named_parameters() if p.requires_grad)
+    if targets == ["query", "value"]:
+        assert any(".attention.self.query.lora_A." in n for n in lora)
+        assert not any(".key.lora_" in n or ".dense.lora_" in n for n in lora)
+    else:
+        assert any(".intermediate.dense.lora_A." in n for n in lora)
+    g = torch.Generator().manual_seed(5)
+    batches = [dict(_batch(seed=s), labels=torch.randint(0, 3, (4,), generator=g)) for s in range(3)]
+    # LoRA's B starts at zero: nudge it so the adapters change the outputs before training too.
+    for model in (p_ours, p_hf):
+        torch.manual_seed(12)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.1)
+    with torch.no_grad():
+        torch.testing.assert_close(p_ours.eval()(**batches[0]).logits, p_hf.eval()(**batches[0]).logits, **TOL)
+    losses_ours, losses_hf = _train(p_ours, batches, 4), _train(p_hf, batches, 4)
+    assert losses_ours == pytest.approx(losses_hf, abs=1e-5, rel=1e-4)
+    with torch.no_grad():
+        logits = p_ours.eval()(**batches[1]).logits
+        torch.testing.assert_close(logits, p_hf.eval()(**batches[1]).logits, **TOL)
+
+    merged = p_ours.merge_and_unload()
+    assert type(merged) is H.BertForSequenceClassification
+    assert all(type(m) is nn.Linear for n, m in merged.named_modules() if n.endswith((".query", ".value")))
+    with torch.no_grad():
+        torch.testing.assert_close(merged(**batches[1]).logits, logits, **TOL)
+    merged.save_pretrained(tmp_path)
+    again = H.BertForSequenceClassification.from_pretrained(tmp_path)
+    with torch.no_grad():
+        torch.testing.assert_close(again(**batches[1]).logits, logits, **TOL)
+
+
+# ---------------------------------------------------------------------------------------------------
+# accelerate and transformers' Trainer
+# ---------------------------------------------------------------------------------------------------
+
+
+class _Rows(torch.utils.data.Dataset):
+    def __init__(self, n: int, num_labels: int = 2, seed: int = 0):
+        g = torch.Generator().manual_seed(seed)
+        self.rows = []
+        for i in range(n):
+            row = {k: v[0] for k, v in _batch(1, 12, seed=seed * 1000 + i).items()}
+            row["labels"] = torch.randint(0, num_labels, (), generator=g)
+            self.rows.append(row)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return self.rows[i]
+
+
+def test_accelerate_prepare_and_its_loop_match_transformers():
+    import accelerate
+
+    ours, hf = _pair(H.BertForSequenceClassification)
+    accelerator = accelerate.Accelerator(cpu=True)
+    losses = []
+    for model in (ours, hf):
+        loader = torch.utils.data.DataLoader(_Rows(12), batch_size=4, shuffle=False)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        model.train()
+        run = []
+        for _ in range(2):
+            for batch in loader:
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+                run.append(loss.item())
+        losses.append(run)
+    assert len(losses[0]) == 6
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5, rel=1e-4)
+    assert type(accelerator.unwrap_model(ours)) is H.BertForSequenceClassification
+
+
+def test_transformers_trainer_trains_evaluates_and_saves_a_bertkit_model(tmp_path, minilm_dir):
+    """transformers' ``Trainer`` with a bertkit model and tokenizer: the same losses as with transformers' model.
+    ``trainer.save_model(dir)`` writes what Trainer writes for a model that is not a ``PreTrainedModel``: the
+    state dict as model.safetensors (transformers' names, so it is a checkpoint) and the tokenizer, but no
+    config.json; ``from_pretrained(dir, config=model.config)`` loads it in one call."""
+    from bertkit.tokenization import BertTokenizer
+
+    tokenizer = BertTokenizer.from_pretrained(minilm_dir)  # saved by save_model; the rows are token ids already
+    results = []
+    for index, model in enumerate(_pair(H.BertForSequenceClassification)):
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / f"run{index}"), max_steps=4, per_device_train_batch_size=4,
+            per_device_eval_batch_size=4, learning_rate=1e-3, logging_steps=1, report_to=[], use_cpu=True,
+            save_strategy="no", seed=3, disable_tqdm=True, dataloader_num_workers=0)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=_Rows(16), eval_dataset=_Rows(8, seed=1),
+                                       processing_class=tokenizer if index == 0 else None)
+        train = trainer.train()
+        metrics = trainer.evaluate()
+        losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        results.append((train.training_loss, metrics["eval_loss"], losses))
+        if index == 0:
+            trainer.save_model(str(tmp_path / "saved"))
+    (ours_train, ours_eval, ours_losses), (hf_train, hf_eval, hf_losses) = results
+    assert len(ours_losses) == 4 and ours_losses == pytest.approx(hf_losses, abs=1e-5, rel=1e-4)
+    assert ours_eval == pytest.approx(hf_eval, abs=1e-5, rel=1e-4)
+    assert ours_train == pytest.approx(hf_train, abs=1e-5, rel=1e-4)
+
+    saved = tmp_path / "saved"
+    assert (saved / "model.safetensors").is_file() and (saved / "vocab.txt").is_file()
+    assert not (saved / "config.json").exists()
+    model = _pair(H.BertForSequenceClassification)[0]
+    reloaded = H.BertForSequenceClassification.from_pretrained(saved, config=model.config)
+    from safetensors.torch import load_file
+
+    for key, value in load_file(str(saved / "model.safetensors")).items():
+        assert torch.equal(reloaded.state_dict()[key], value), key
+
+
+# ---------------------------------------------------------------------------------------------------
+# sentence-transformers
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_sentence_transformers_opens_a_bertkit_directory(tmp_path, minilm_dir):
+    import sentence_transformers as st
+
+    from bertkit import pipeline
+    from bertkit.tokenization import BertTokenizer
+
+    model = BertModel.from_pretrained(minilm_dir)
+    model.save_pretrained(tmp_path)
+    BertTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path)
+    texts = ["A man is playing a guitar.", "The quick brown fox jumps over the lazy dog.", "Short.",
+             "Sentence embeddings put similar sentences close together, and different ones apart."]
+    theirs = st.SentenceTransformer(str(tmp_path), device="cpu")  # no modules.json: it adds mean pooling
+    assert any(type(m).__name__ == "Pooling" for m in theirs)
+    got = torch.as_tensor(theirs.encode(texts, normalize_embeddings=True))
+    want = torch.as_tensor(pipeline("sentence-embedding", str(tmp_path))(texts))
+    cosine = torch.nn.functional.cosine_similarity(got, want)
+    assert float(cosine.min()) > 0.9999, cosine
+
+
+# ---------------------------------------------------------------------------------------------------
+# torch.compile, torch.export, ONNX (dynamo)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _has_compiler() -> bool:
+    return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
+
+
+@pytest.mark.skipif(not _has_compiler(), reason="torch.compile (inductor) needs a C++ compiler on the CPU")
+def test_torch_compile_equals_eager():
+    torch._dynamo.reset()
+    ours, _ = _pair(H.BertForSequenceClassification)
+    batch = _batch()
+    with torch.no_grad():
+        want = ours(**batch).logits
+        compiled = torch.compile(ours)
+        got = compiled(**batch).logits
+        got_other = compiled(**_batch(B=4, T=12, seed=1)).logits
+        want_other = ours(**_batch(B=4, T=12, seed=1)).logits
+    torch.testing.assert_close(got, want, **TOL)
+    torch.testing.assert_close(got_other, want_other, **TOL)
+
+
+def test_torch_export_with_dynamic_batch_and_sequence_equals_eager():
+    ours, _ = _pair(BertModel)
+    batch, seq = torch.export.Dim("batch", max=64), torch.export.Dim("sequence", min=2, max=TINY["max_position_embeddings"])
+    dims = {0: batch, 1: seq}
+    b = _batch(3, 10)
+    program = torch.export.export(ours, (b["input_ids"], b["attention_mask"], b["token_type_ids"]),
+                                  dynamic_shapes=(dims, dims, dims))
+    exported = program.module()
+    for B, T, seed in ((3, 10, 1), (6, 21, 2), (1, 5, 3)):
+        x = _batch(B, T, seed)
+        with torch.no_grad():
+            want = ours(**x)
+            got = exported(x["input_ids"], x["attention_mask"], x["token_type_ids"])
+        mask = x["attention_mask"].bool()
+        torch.testing.assert_close(got.last_hidden_state[mask], want.last_hidden_state[mask], **TOL)
+        torch.testing.assert_close(got.pooler_output, want.pooler_output, **TOL)
+
+
+@pytest.mark.parametrize("cls", [BertModel, H.BertForSequenceClassification, H.BertForQuestionAnswering],
+                         ids=lambda c: c.__name__)
+def test_dynamo_onnx_export_runs_in_onnxruntime_equal_to_eager(cls, tmp_path):
+    """``torch.onnx.export(model, ..., dynamo=True)`` on the model itself (its output dataclass flattens to
+    tensors), with dynamic batch and sequence axes, run in onnxruntime on other shapes."""
+    import onnxruntime as ort  # the dynamo exporter needs onnxscript too (both in the test extra)
+
+    ours, _ = _pair(cls)
+    b = _batch(3, 10)
+    dims = {0: torch.export.Dim("batch", max=64), 1: torch.export.Dim("sequence", min=2, max=64)}
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(ours, (b["input_ids"], b["attention_mask"], b["token_type_ids"]), str(path), dynamo=True,
+                      input_names=["input_ids", "attention_mask", "token_type_ids"], dynamic_shapes=(dims, dims, dims))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for B, T, seed in ((3, 10, 1), (5, 17, 2)):
+        x = _batch(B, T, seed)
+        got = session.run(None, {k: v.numpy() for k, v in x.items()})
+        with torch.no_grad():
+            out = ours(**x)
+        mask = x["attention_mask"].bool()
+        if cls is BertModel:
+            want = [out.last_hidden_state[mask], out.pooler_output]
+            got = [torch.from_numpy(got[0])[mask], torch.from_numpy(got[1])]
+        elif cls is H.BertForSequenceClassification:
+            want, got = [out.logits], [torch.from_numpy(got[0])]
+        else:
+            want = [out.start_logits[mask], out.end_logits[mask]]
+            got = [torch.from_numpy(got[0])[mask], torch.from_numpy(got[1])[mask]]
+        for a, w in zip(got, want):
+            torch.testing.assert_close(a, w, **TOL)

@@ -1,0 +1,509 @@
+"""`bertkit serve` behind the clients the embedding and retrieval stacks ship, over loopback: OpenAI's Python
+client on /v1/embeddings, huggingface_hub's InferenceClient on TEI's ``POST /``, haystack's and llama-index's
+OpenAI/TEI embedders and TEI reranker, and prometheus_client's parser on /metrics. Each answer is compared with
+bertkit's own pipeline on the same inputs; the API key, TEI's routes (/rerank, /tokenize, /decode, /embed_all,
+/info) and response headers, and the token bound of a model call are checked here too. The real MiniLM
+checkpoint is the embedding model; the classifier and the cross-encoder are MiniLM with a seeded random head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install "bertkit[serve]"')
+pytest.importorskip("prometheus_client", reason='bertkit serve needs prometheus_client: pip install "bertkit[serve]"')
+httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
+
+from test_serve import Server  # noqa: E402  (uvicorn on a free loopback port, in a thread)
+
+MODEL = Path(os.environ.get("BERTKIT_TEST_MODEL", "models/minilm"))
+KEY = "bk-test-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+TEXTS = ["A man is playing a guitar.", "The new movie is awesome!", "Paris is the capital of France.",
+         "A cheetah runs across the savanna after its prey."]
+QUERY = "Which city is the capital of France?"
+
+pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason=f"no checkpoint at {MODEL}")
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    """(server URL, the sentence-embedding pipeline): MiniLM, an API key, a served model name."""
+    from bertkit import pipeline
+    from bertkit.inference.serve import Limits, create_app
+
+    pipe = pipeline("sentence-embedding", MODEL, batch_size=8, progress=False)
+    server = Server(create_app(pipe, str(MODEL), max_batch_size=8, max_wait_ms=2, max_batch_tokens=4096,
+                               api_key=KEY, served_model_name="bertkit-minilm", limits=Limits(max_items=16)))
+    yield server.url, pipe
+    server.stop()
+
+
+def _cross_encoder(directory: Path, labels: int) -> Path:
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.tokenization import BertTokenizer
+
+    torch.manual_seed(0)
+    id2label = {0: "relevance"} if labels == 1 else {0: "irrelevant", 1: "relevant"}
+    BertForSequenceClassification.from_pretrained(MODEL, id2label=id2label).save_pretrained(directory)
+    BertTokenizer.from_pretrained(MODEL).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def reranker(tmp_path_factory):
+    """(server URL, the rerank pipeline) of a one-logit cross-encoder; no API key."""
+    from bertkit import pipeline
+    from bertkit.inference.serve import Limits, create_app
+
+    d = _cross_encoder(tmp_path_factory.mktemp("cross_encoder"), 1)
+    pipe = pipeline("rerank", d, batch_size=8, progress=False)
+    server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=2, limits=Limits(max_items=8)))
+    yield server.url, pipe
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    """(server URL, the text-classification pipeline) of a two-label classifier; no API key."""
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+
+    d = _cross_encoder(tmp_path_factory.mktemp("two_labels"), 2)
+    pipe = pipeline("text-classification", d, batch_size=8, progress=False)
+    server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=2))
+    yield server.url, pipe
+    server.stop()
+
+
+def _unit(v) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float64)
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# OpenAI: /v1/embeddings, the API key
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_the_openai_client_gets_the_pipelines_embeddings_as_floats_and_base64(embedder):
+    openai = pytest.importorskip("openai")
+    url, pipe = embedder
+    expected = np.asarray(pipe(TEXTS))
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0)
+    default = client.embeddings.create(model="anything", input=TEXTS)  # the client asks for base64 by default
+    floats = client.embeddings.create(model="bertkit-minilm", input=TEXTS, encoding_format="float")
+    for answer in (default, floats):
+        assert answer.model == "bertkit-minilm" and [d.index for d in answer.data] == [0, 1, 2, 3]
+        np.testing.assert_allclose(np.asarray([d.embedding for d in answer.data]), expected, atol=1e-5)
+    tokens = sum(len(pipe.tokenizer(t)["input_ids"]) for t in TEXTS)
+    assert (floats.usage.prompt_tokens, floats.usage.total_tokens) == (tokens, tokens)
+    one = client.embeddings.create(model="m", input=TEXTS[0], encoding_format="float")
+    np.testing.assert_allclose(one.data[0].embedding, expected[0], atol=1e-5)
+    # dimensions: the first n values, then normalised again (OpenAI's text-embedding-3 and TEI's order)
+    short = client.embeddings.create(model="m", input=TEXTS, dimensions=64, encoding_format="float")
+    np.testing.assert_allclose(np.asarray([d.embedding for d in short.data]), _unit(expected[:, :64]), atol=1e-5)
+    # raw base64 is little-endian float32, as OpenAI's
+    raw = httpx.post(f"{url}/v1/embeddings", headers=AUTH, json={"input": TEXTS[:1], "encoding_format": "base64"}).json()
+    np.testing.assert_allclose(np.frombuffer(base64.b64decode(raw["data"][0]["embedding"]), dtype="<f4"),
+                               expected[0], atol=1e-5)
+
+
+def test_token_ids_are_embedded_as_sent_and_equal_the_texts_embeddings(embedder):
+    openai = pytest.importorskip("openai")
+    url, pipe = embedder
+    ids = [pipe.tokenizer(t)["input_ids"] for t in TEXTS[:2]]
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0)
+    answer = client.embeddings.create(model="m", input=ids, encoding_format="float")
+    np.testing.assert_allclose(np.asarray([d.embedding for d in answer.data]), np.asarray(pipe(TEXTS[:2])), atol=1e-5)
+    one = httpx.post(f"{url}/embeddings", headers=AUTH, json={"input": ids[0]}).json()  # /embeddings: the same route
+    np.testing.assert_allclose(one["data"][0]["embedding"], pipe(TEXTS[0]), atol=1e-5)
+    assert one["usage"]["prompt_tokens"] == len(ids[0])
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"input": "x", "encoding": "float"}, "unknown field(s) encoding"),
+    ({"model": "m"}, "needs the field(s) input"),
+    ({"input": []}, "input must be a string, a non-empty list"),
+    ({"input": [[1, 2], "a", 3]}, "input 2 is int"),
+    ({"input": [[101, 99999999]]}, "token id 99999999, outside this model's vocabulary"),
+    ({"input": "x", "encoding_format": "int8"}, 'encoding_format must be "float" or "base64"'),
+    ({"input": "x", "dimensions": 385}, "dimensions must be an int in [1, 384]"),
+    ({"input": ["x"] * 17}, "17 inputs exceed max_items 16"),
+])
+def test_a_malformed_embeddings_body_gets_a_422_naming_the_field(embedder, body, message):
+    url, _ = embedder
+    r = httpx.post(f"{url}/v1/embeddings", headers=AUTH, json=body)
+    assert r.status_code == 422 and message in r.json()["error"], r.text
+
+
+def test_every_route_but_health_needs_the_key_and_refuses_before_reading_the_body(embedder):
+    openai = pytest.importorskip("openai")
+    url, _ = embedder
+    assert httpx.get(f"{url}/health").status_code == 200
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": f"Bearer {KEY}x"}):
+        for method, path in (("POST", "/v1/embeddings"), ("POST", "/"), ("POST", "/embed"), ("GET", "/info"),
+                             ("GET", "/metrics"), ("GET", "/metadata")):
+            r = httpx.request(method, f"{url}{path}", headers=headers, json={"input": "x"})
+            assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (path, headers, r.text)
+            assert KEY not in r.text
+    # a body declared as 10 MB but never sent: the 401 comes from the headers alone, at once
+    import socket
+
+    with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as sock:
+        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 401")
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).embeddings.create(model="m", input="x")
+
+
+# ---------------------------------------------------------------------------------------------------
+# TEI: POST /, /rerank, /tokenize, /decode, /embed_all, /info, headers
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_inference_client_on_the_root_route_gets_the_pipelines_embeddings(embedder):
+    InferenceClient = pytest.importorskip("huggingface_hub").InferenceClient
+
+    url, pipe = embedder
+    got = InferenceClient(url, api_key=KEY).feature_extraction(TEXTS[0])
+    np.testing.assert_allclose(got.reshape(-1), pipe(TEXTS[0]), atol=1e-5)
+
+
+def test_inference_client_on_the_root_route_of_a_classifier(classifier):
+    InferenceClient = pytest.importorskip("huggingface_hub").InferenceClient
+
+    url, pipe = classifier
+    got = InferenceClient(url).text_classification(TEXTS[1])
+    expected = pipe(TEXTS[1])
+    assert got[0].label == expected["label"]
+    assert {e.label: e.score for e in got} == pytest.approx(expected["scores"], abs=1e-5)
+
+
+def test_rerank_ranks_as_the_rerank_pipeline_and_scores_as_tei(reranker):
+    url, pipe = reranker
+    expected = pipe({"query": QUERY, "texts": TEXTS}, return_text=True)
+    r = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS, "return_text": True})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert [g["index"] for g in got] == [e["index"] for e in expected]
+    assert [g["text"] for g in got] == [TEXTS[e["index"]] for e in expected]
+    assert [g["score"] for g in got] == pytest.approx([e["score"] for e in expected], abs=1e-5)
+    # the score is the sigmoid of the one logit; raw_scores gives the logit itself
+    logits = pipe.run_rows([pipe.encode_pair((QUERY, t))[0] for t in TEXTS])
+    raw = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS, "raw_scores": True}).json()
+    assert {g["index"]: g["score"] for g in raw} == pytest.approx({i: float(x[0]) for i, x in enumerate(logits)},
+                                                                  abs=1e-5)
+    assert "text" not in raw[0] and [g["score"] for g in got] == sorted((g["score"] for g in got), reverse=True)
+    root = httpx.post(f"{url}/", json={"query": QUERY, "texts": TEXTS}).json()  # TEI's POST / on a reranker
+    assert [g["index"] for g in root] == [e["index"] for e in expected]
+
+
+def test_rerank_scores_equal_transformers_sigmoid_of_the_cross_encoders_logit(reranker):
+    transformers = pytest.importorskip("transformers")
+    url, _ = reranker
+    got = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS}).json()
+    directory = httpx.get(f"{url}/metadata").json()["model"]  # the checkpoint the server loaded
+    model = transformers.BertForSequenceClassification.from_pretrained(directory).eval()
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(directory)
+    with torch.no_grad():
+        logits = model(**tokenizer([QUERY] * len(TEXTS), TEXTS, padding=True, return_tensors="pt")).logits
+    expected = torch.sigmoid(logits[:, 0]).tolist()
+    assert {g["index"]: g["score"] for g in got} == pytest.approx(dict(enumerate(expected)), abs=1e-5)
+
+
+def test_a_two_label_classifier_reranks_by_the_probability_of_label_1(classifier):
+    url, pipe = classifier
+    got = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS}).json()
+    expected = pipe([(QUERY, t) for t in TEXTS])
+    assert {g["index"]: g["score"] for g in got} == pytest.approx(
+        {i: e["scores"]["relevant"] for i, e in enumerate(expected)}, abs=1e-5)
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"query": QUERY}, 422, "needs the field(s) texts"),
+    ({"query": QUERY, "texts": []}, 422, "texts must be a string or a non-empty list"),
+    ({"query": QUERY, "texts": ["a"], "top_n": 2}, 422, "unknown field(s) top_n"),
+    ({"query": QUERY, "texts": ["a"] * 9}, 422, "9 texts exceed max_items 8"),
+    ({"query": QUERY, "texts": ["a"], "raw_scores": "yes"}, 422, "raw_scores must be true or false"),
+    ({"query": QUERY, "texts": ["word " * 600], "truncate": False}, 422, "over max_length 512"),
+])
+def test_a_malformed_rerank_body_gets_a_4xx_naming_the_field(reranker, body, status, message):
+    url, _ = reranker
+    r = httpx.post(f"{url}/rerank", json=body)
+    assert r.status_code == status and message in r.json()["error"], r.text
+
+
+def test_embedding_routes_on_a_reranker_and_rerank_on_an_embedder_answer_424(reranker, embedder):
+    assert httpx.post(f"{reranker[0]}/v1/embeddings", json={"input": "x"}).status_code == 424
+    assert httpx.post(f"{embedder[0]}/rerank", headers=AUTH, json={"query": "q", "texts": ["x"]}).status_code == 424
+
+
+def test_tokenize_decode_and_embed_all_answer_as_tei(embedder):
+    url, pipe = embedder
+    text = "Héllo, world!"
+    tokens = httpx.post(f"{url}/tokenize", headers=AUTH, json={"inputs": text}).json()
+    ids = pipe.tokenizer(text)["input_ids"]
+    assert [t["id"] for t in tokens[0]] == ids
+    assert tokens[0][0] == {"id": 101, "text": "[CLS]", "special": True, "start": None, "stop": None}
+    assert [t["text"] for t in tokens[0][1:-1]] == [text[t["start"]:t["stop"]] for t in tokens[0][1:-1]]
+    assert tokens[0][1]["text"] == "Héllo"
+    plain = httpx.post(f"{url}/tokenize", headers=AUTH, json={"inputs": [text, "a"], "add_special_tokens": False})
+    assert [len(x) for x in plain.json()] == [len(ids) - 2, 1]
+    assert httpx.post(f"{url}/decode", headers=AUTH, json={"ids": ids}).json() == ["hello, world!"]
+    kept = httpx.post(f"{url}/decode", headers=AUTH, json={"ids": [ids], "skip_special_tokens": False}).json()
+    assert kept == ["[CLS] hello, world! [SEP]"]
+    states = httpx.post(f"{url}/embed_all", headers=AUTH, json={"inputs": TEXTS[:2]}).json()
+    per_token = type(pipe)(pipe.model, pipe.tokenizer, pooling="none", normalize=False)
+    for got, want in zip(states, per_token(TEXTS[:2])):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+    big = httpx.post(f"{url}/embed_all", headers=AUTH, json={"inputs": ["word " * 400] * 3})
+    assert big.status_code == 422 and "1206 token states, over max_candidates 1000" in big.json()["error"]
+    bad = httpx.post(f"{url}/decode", headers=AUTH, json={"ids": [1, "2"]})
+    assert bad.status_code == 422 and "ids must be a non-empty list of token ids" in bad.json()["error"]
+
+
+def test_info_has_teis_fields_and_answers_carry_teis_headers(embedder, reranker):
+    url, pipe = embedder
+    info = httpx.get(f"{url}/info", headers=AUTH).json()
+    assert info["model_id"] == "bertkit-minilm" and info["model_sha"] is None
+    assert info["model_type"] == {"embedding": {"pooling": "mean"}} and info["model_dtype"] == "float32"
+    assert (info["max_input_length"], info["max_batch_tokens"], info["max_batch_requests"],
+            info["max_client_batch_size"], info["max_concurrent_requests"]) == (512, 4096, 8, 16, 64)
+    rinfo = httpx.get(f"{reranker[0]}/info").json()
+    assert rinfo["model_type"] == {"reranker": {"id2label": {"0": "relevance"}, "label2id": {"relevance": 0}}}
+    r = httpx.post(f"{url}/embed", headers=AUTH, json={"inputs": TEXTS[:2]})
+    tokens = sum(len(pipe.tokenizer(t)["input_ids"]) for t in TEXTS[:2])
+    assert r.headers["x-compute-tokens"] == str(tokens)
+    assert r.headers["x-compute-characters"] == str(len(TEXTS[0]) + len(TEXTS[1]))
+    times = {h: int(r.headers[h]) for h in ("x-compute-time", "x-total-time", "x-queue-time", "x-inference-time")}
+    assert all(v >= 0 for v in times.values()) and times["x-total-time"] >= times["x-inference-time"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# /metrics
+# ---------------------------------------------------------------------------------------------------
+
+
+def _samples(url: str, headers: dict | None = None) -> dict[tuple, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", headers=headers).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_parse_and_the_counters_move_by_the_requests_sent(reranker):
+    url, pipe = reranker
+    before = _samples(url)
+    ok = ("bertkit_requests_total", (("route", "/rerank"), ("status", "200")))
+    refused = ("bertkit_requests_total", (("route", "/rerank"), ("status", "422")))
+    for _ in range(3):
+        assert httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS[:2]}).status_code == 200
+    assert httpx.post(f"{url}/rerank", json={"query": QUERY}).status_code == 422
+    after = _samples(url)
+    assert after[ok] - before.get(ok, 0) == 3 and after[refused] - before.get(refused, 0) == 1
+    assert after[("bertkit_refusals_total", (("status", "422"),))] - before.get(
+        ("bertkit_refusals_total", (("status", "422"),)), 0) == 1
+    assert after[("bertkit_inputs_total", ())] - before.get(("bertkit_inputs_total", ()), 0) == 6
+    tokens = 3 * sum(len(pipe.tokenizer(QUERY, t)["input_ids"]) for t in TEXTS[:2])
+    assert after[("bertkit_tokens_total", ())] - before.get(("bertkit_tokens_total", ()), 0) == tokens
+    calls = ("bertkit_batch_size_count", ())
+    assert after[calls] - before.get(calls, 0) == 3
+    assert after[("bertkit_queue_duration_seconds_count", ())] - before.get(
+        ("bertkit_queue_duration_seconds_count", ()), 0) == 3
+    assert after[("bertkit_admitted_inputs", ())] == 0
+    latency = ("bertkit_request_duration_seconds_count", (("route", "/rerank"),))
+    assert after[latency] - before.get(latency, 0) == 4
+
+
+def test_two_apps_in_one_process_count_apart(embedder, reranker):
+    before = _samples(embedder[0], AUTH)
+    httpx.post(f"{reranker[0]}/rerank", json={"query": QUERY, "texts": TEXTS[:1]})
+    after = _samples(embedder[0], AUTH)
+    key = ("bertkit_inputs_total", ())
+    assert after.get(key, 0) == before.get(key, 0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the token bound of a model call
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_a_model_call_carries_at_most_max_batch_tokens_padded_tokens():
+    from bertkit.inference.serve_batching import Batcher, Stats
+
+    async def calls() -> list[list[int]]:
+        seen: list[list[int]] = []
+        batcher = Batcher(lambda items, options: (seen.append(list(items)), items)[1], max_batch_size=64,
+                          max_wait_ms=0, max_inputs=64, stats=Stats(), max_tokens=1000)
+        # 10 inputs of 100 tokens fit (1000); one of 300 tokens makes 4 x 300 > 1000 with three others
+        jobs = [batcher.admit([i], {}, None, longest=100) for i in range(10)]
+        jobs += [batcher.admit([10 + i], {}, None, longest=300 if i == 0 else 10) for i in range(4)]
+        batcher.start()
+        await asyncio.gather(*(j.future for j in jobs))
+        await batcher.stop()
+        return seen
+
+    assert asyncio.run(calls()) == [list(range(10)), [10, 11, 12], [13]]
+
+
+def test_max_batch_tokens_below_max_length_is_refused(embedder):
+    from bertkit.errors import BertkitError
+    from bertkit.inference.serve import create_app
+
+    with pytest.raises(BertkitError, match="max_batch_tokens 100 is below max_length 512"):
+        create_app(embedder[1], "m", max_batch_tokens=100)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the retrieval stacks' own embedders and rerankers
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_haystacks_openai_document_embedder(embedder, monkeypatch):
+    monkeypatch.setenv("HAYSTACK_TELEMETRY_ENABLED", "False")  # haystack would report usage to posthog
+    pytest.importorskip("haystack", reason="haystack-ai is not installed")
+    from haystack import Document
+    from haystack.components.embedders import OpenAIDocumentEmbedder
+    from haystack.utils import Secret
+
+    url, pipe = embedder
+    embedder_ = OpenAIDocumentEmbedder(api_key=Secret.from_token(KEY), model="bertkit-minilm", api_base_url=f"{url}/v1",
+                                       progress_bar=False)
+    out = embedder_.run(documents=[Document(content=t) for t in TEXTS])
+    np.testing.assert_allclose(np.asarray([d.embedding for d in out["documents"]]), np.asarray(pipe(TEXTS)), atol=1e-5)
+    assert out["meta"]["model"] == "bertkit-minilm"
+
+
+def test_llama_index_tei_embeddings(embedder):
+    tei = pytest.importorskip("llama_index.embeddings.text_embeddings_inference",
+                              reason="llama-index-embeddings-text-embeddings-inference is not installed")
+    url, pipe = embedder
+    model = tei.TextEmbeddingsInference(model_name="bertkit-minilm", base_url=url, auth_token=KEY, embed_batch_size=2)
+    got = model.get_text_embedding_batch(TEXTS)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(pipe(TEXTS)), atol=1e-5)
+    np.testing.assert_allclose(model.get_query_embedding(QUERY), pipe(QUERY), atol=1e-5)
+
+
+def test_llama_index_tei_rerank_postprocessor(reranker):
+    rerank = pytest.importorskip("llama_index.postprocessor.tei_rerank",
+                                 reason="llama-index-postprocessor-tei-rerank is not installed")
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    url, pipe = reranker
+    nodes = [NodeWithScore(node=TextNode(text=t), score=0.0) for t in TEXTS]
+    kept = rerank.TextEmbeddingInference(base_url=url, top_n=2).postprocess_nodes(nodes, query_str=QUERY)
+    expected = pipe({"query": QUERY, "texts": TEXTS})[:2]
+    assert [n.node.get_content() for n in kept] == [TEXTS[e["index"]] for e in expected]
+    assert [n.score for n in kept] == pytest.approx([e["score"] for e in expected], abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------
+# admission, the rerank task offline and on /predict, the key from the environment
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when_its_client_leaves(tmp_path):
+    import concurrent.futures
+
+    from bertkit.inference.pipelines import RerankPipeline
+    from bertkit.inference.serve import Limits, create_app
+    from test_serve import Gate, _until
+
+    gate = Gate()
+
+    class Held(RerankPipeline):
+        def run_rows(self, rows):
+            gate()
+            return super().run_rows(rows)
+
+    pipe = Held.from_pretrained(_cross_encoder(tmp_path / "ce", 1), batch_size=4, progress=False)
+    server = Server(create_app(pipe, "ce", max_batch_size=4, max_wait_ms=1,
+                               limits=Limits(max_items=3, max_concurrent_requests=6)))
+
+    def stats() -> dict:
+        return httpx.get(f"{server.url}/metadata").json()
+
+    def rerank(texts: list[str], timeout: float = 60) -> httpx.Response:
+        return httpx.post(f"{server.url}/rerank", json={"query": QUERY, "texts": texts}, timeout=timeout)
+
+    try:
+        gate.hold()
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            first = pool.submit(rerank, TEXTS[:3])
+            assert gate.entered.wait(30)  # three pairs in the model
+            gone = pool.submit(rerank, TEXTS[1:4], 0.5)  # three more queued, by a client that gives up at 0.5 s
+            _until(lambda: stats()["admission"]["admitted_inputs"] == 6)
+            r = rerank(TEXTS[:1])  # the bound of 6 pairs is reached
+            assert r.status_code == 429 and "max_concurrent_requests 6" in r.json()["error"]
+            assert int(r.headers["retry-after"]) >= 1
+            late = httpx.post(f"{server.url}/v1/embeddings", json={"input": "x"})
+            assert late.status_code == 429  # refused before its body is read, whatever the route
+            assert httpx.post(f"{server.url}/tokenize", json={"inputs": "x"}).status_code == 200  # no model needed
+            with pytest.raises(httpx.TimeoutException):
+                gone.result()
+            _until(lambda: stats()["stats"]["abandoned"] == 3)  # dropped while the model is still held
+            assert stats()["admission"]["admitted_inputs"] == 3
+            gate.release()
+            assert first.result().status_code == 200
+        _until(lambda: stats()["admission"]["admitted_inputs"] == 0)
+        assert stats()["stats"]["items"] == 3  # the first request's pairs only: the departed client's never ran
+        r = httpx.post(f"{server.url}/rerank", headers={"X-Request-Timeout": "30"},
+                       json={"query": QUERY, "texts": TEXTS[:2]})
+        assert r.status_code == 200 and len(r.json()) == 2
+    finally:
+        gate.release()
+        server.stop()
+
+
+def test_the_rerank_pipeline_offline_equals_predict_on_a_rerank_server(reranker):
+    from bertkit.errors import BertkitError
+
+    url, pipe = reranker
+    expected = pipe({"query": QUERY, "texts": TEXTS}, return_text=True)
+    got = httpx.post(f"{url}/predict", json={"inputs": {"query": QUERY, "texts": TEXTS},
+                                              "parameters": {"return_text": True}}).json()
+    assert [g["index"] for g in got] == [e["index"] for e in expected]
+    assert [g["score"] for g in got] == pytest.approx([e["score"] for e in expected], abs=1e-6)
+    assert [g["text"] for g in got] == [TEXTS[e["index"]] for e in expected]
+    assert sorted(e["index"] for e in expected) == [0, 1, 2, 3]
+    over = httpx.post(f"{url}/predict", json={"inputs": {"query": QUERY, "texts": TEXTS * 70}})
+    assert over.status_code == 422 and "(query, text) pairs" in over.json()["error"]
+    with pytest.raises(BertkitError, match=r'expected \{"query": str, "texts": \[str, ...\]\}'):
+        pipe({"query": QUERY, "texts": []})
+
+
+def test_a_model_with_three_labels_is_not_a_reranker(tmp_path):
+    from bertkit import pipeline
+    from bertkit.errors import BertkitError
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.tokenization import BertTokenizer
+
+    BertForSequenceClassification.from_pretrained(MODEL, id2label={0: "a", 1: "b", 2: "c"}).save_pretrained(tmp_path)
+    BertTokenizer.from_pretrained(MODEL).save_pretrained(tmp_path)
+    with pytest.raises(BertkitError, match="rerank needs a cross-encoder with one logit or two labels; this model "
+                                           "has 3 labels"):
+        pipeline("rerank", tmp_path)
+
+
+def test_the_api_key_comes_from_the_environment_and_stays_out_of_the_settings_repr(monkeypatch):
+    import bertkit.inference.serve as serve_module
+    from bertkit import cli
+
+    seen = {}
+    monkeypatch.setattr(serve_module, "serve", lambda s: seen.setdefault("s", s) and {})
+    monkeypatch.setenv("BERTKIT_API_KEY", KEY)
+    assert cli.main(["serve", "--model", str(MODEL), "--task", "sentence-embedding"]) == 0
+    assert seen["s"].api_key == KEY and KEY not in repr(seen["s"])
+    seen.clear()
+    assert cli.main(["serve", "--model", str(MODEL), "--task", "rerank", "--api-key", "other",
+                     "--served-model-name", "x", "--max-batch-tokens", "1024"]) == 0
+    assert (seen["s"].api_key, seen["s"].served_model_name, seen["s"].max_batch_tokens) == ("other", "x", 1024)
