@@ -2183,6 +2183,111 @@ def _(d: Path) -> Outcome:
     return Outcome("ok", f"answers {dict(codes)}; /health 200 and nothing admitted after")
 
 
+# ---- serve: the OpenAI and text-embeddings-inference routes ----
+# /v1/embeddings, /rerank, /tokenize, /decode, /embed_all, /metrics and --api-key on their own servers: every field
+# misspelled, of the wrong type, out of range or past a bound is refused naming it; the good paths equal the pipeline.
+
+_EMB = ("sentence-embedding", "enc")
+_RR = ("rerank", "reg")  # a one-logit classifier is a cross-encoder
+
+
+def _route_case(name: str, server: tuple[str, str], route: str, body: dict | bytes, expect: tuple[str, ...]):
+    @case("serve-routes", name)
+    def _(d: Path) -> Outcome:
+        _, url = _serve(*server)
+        return http_outcome(_post(url, body, route), expect)
+
+
+@case("serve-routes", "/v1/embeddings: a good request equals the sentence-embedding pipeline")
+def _(d: Path) -> Outcome:
+    _, url = _serve(*_EMB)
+    texts = ["A man is eating food.", "A plane takes off."]
+    want = np.asarray(pipe("sentence-embedding", "enc")(texts))
+    want = want / np.linalg.norm(want, axis=1, keepdims=True)
+
+    def same(got: dict) -> Outcome:
+        vectors = np.asarray([x["embedding"] for x in sorted(got["data"], key=lambda x: x["index"])])
+        return check(vectors.shape == want.shape and float(np.abs(vectors - want).max()) < 1e-4,
+                     f"vectors differ from the pipeline's by {float(np.abs(vectors - want).max()):.2g}")
+    return http_outcome(_post(url, {"input": texts, "encoding_format": "float"}, "v1/embeddings"), ok=same)
+
+
+for _name, _body, _expect in [
+    ("TEI's key 'inputs' on the OpenAI route", {"inputs": ["a"]}, ("inputs",)),
+    ("encoding_format 'base65'", {"input": "a", "encoding_format": "base65"}, ("encoding_format",)),
+    ("dimensions 0", {"input": "a", "dimensions": 0}, ("dimensions",)),
+    ("dimensions -1", {"input": "a", "dimensions": -1}, ("dimensions",)),
+    ("dimensions 10**9", {"input": "a", "dimensions": 10**9}, ("dimensions",)),
+    ("dimensions 1.5", {"input": "a", "dimensions": 1.5}, ("dimensions",)),
+    ("dimensions true", {"input": "a", "dimensions": True}, ("dimensions",)),
+    ("input []", {"input": []}, ("input",)),
+    ("input [['a']] (nested strings)", {"input": [["a"]]}, ("input",)),
+    ("input token id past the vocabulary", {"input": [[101, 10**9, 102]]}, ("10000000",)),
+    ("input token id -1", {"input": [[101, -1, 102]]}, ("-1",)),
+    ("input 100,000 strings", {"input": ["a"] * 100_000}, ("input",)),
+]:
+    _route_case(f"/v1/embeddings: {_name}", _EMB, "v1/embeddings", _body, _expect)
+
+
+@case("serve-routes", "/rerank: a good request equals the rerank pipeline, sorted by score")
+def _(d: Path) -> Outcome:
+    _, url = _serve(*_RR)
+    texts = ["Paris is the capital of France.", "Bananas are yellow.", "France's capital city is Paris."]
+    want = pipe("rerank", "reg")({"query": "capital of France", "texts": texts})
+
+    def same(got: list) -> Outcome:
+        scores = {x["index"]: x["score"] for x in got}
+        order = [x["index"] for x in got]
+        want_scores = {x["index"]: x["score"] for x in want} if isinstance(want, list) else {}
+        return check(order == sorted(order, key=lambda i: -scores[i]) and set(scores) == {0, 1, 2}
+                     and all(abs(scores[i] - want_scores.get(i, np.nan)) < 1e-5 for i in scores),
+                     f"answered {got}, the pipeline gives {want}")
+    return http_outcome(_post(url, {"query": "capital of France", "texts": texts}, "rerank"), ok=same)
+
+
+for _name, _body, _expect in [
+    ("no texts", {"query": "q"}, ("texts",)),
+    ("texts []", {"query": "q", "texts": []}, ("texts",)),
+    ("query 5", {"query": 5, "texts": ["a"]}, ("query",)),
+    ("raw_scores 'yes'", {"query": "q", "texts": ["a"], "raw_scores": "yes"}, ("raw_scores",)),
+    ("misspelled return_texts", {"query": "q", "texts": ["a"], "return_texts": True}, ("return_texts",)),
+    ("10,000 texts", {"query": "q", "texts": ["a passage"] * 10_000}, ("texts",)),
+]:
+    _route_case(f"/rerank: {_name}", _RR, "rerank", _body, _expect)
+
+for _route, _name, _body, _expect in [
+    ("tokenize", "add_special_tokens 'no'", {"inputs": "a", "add_special_tokens": "no"}, ("add_special_tokens",)),
+    ("tokenize", "inputs 5", {"inputs": 5}, ("inputs",)),
+    ("decode", "an id past the vocabulary", {"ids": [101, 10**9]}, ("1000000000",)),
+    ("decode", "a negative id", {"ids": [-5]}, ("-5",)),
+    ("decode", "ids as strings", {"ids": ["101"]}, ("ids",)),
+    ("embed_all", "64 inputs of 500 words (the answer would be ~250 MB)", {"inputs": ["word " * 500] * 64},
+     ("max_candidates",)),
+]:
+    _route_case(f"/{_route}: {_name}", _EMB, _route, _body, _expect)
+
+
+@case("serve-routes", "--api-key: no key, a wrong key and the right key on /v1/embeddings and /metrics")
+def _(d: Path) -> Outcome:
+    import httpx
+
+    key = "campaign-key-0123456789"
+    proc, url = _serve(*_EMB, "--api-key", key, shared=False)
+    try:
+        body = json.dumps({"input": "a"}).encode()
+        answers = {}
+        for who, headers in [("none", {}), ("wrong", {"authorization": "Bearer nope"}),
+                             ("right", {"authorization": f"Bearer {key}"})]:
+            answers[who] = (httpx.post(f"{url}/v1/embeddings", content=body, timeout=30, headers={
+                "content-type": "application/json", **headers}).status_code,
+                httpx.get(f"{url}/metrics", timeout=30, headers=headers).status_code)
+        health = httpx.get(f"{url}/health", timeout=30).status_code
+    finally:
+        _stop(proc)
+    return check(answers == {"none": (401, 401), "wrong": (401, 401), "right": (200, 200)} and health == 200,
+                 f"statuses {answers}, /health {health}")
+
+
 # -------------------------------------------------------------------------------------------------
 # Main
 # -------------------------------------------------------------------------------------------------
