@@ -15,6 +15,20 @@ difference instead of equality.
 
 Prints one JSON line per concurrency: throughput (requests/s) and p50/p99 latency (ms) of each server, and
 bertkit's pipeline alone on the same texts at the server's mean batch (no HTTP): the ceiling of the ratio.
+
+With ``--routes openai,rerank`` it measures bertkit serve's other routes instead (no reference server):
+
+- ``openai``: ``POST /v1/embeddings`` (OpenAI's body, floats) on ``bertkit serve --task sentence-embedding``
+  over the MiniLM checkpoint itself, one SST-2 dev sentence per request;
+- ``rerank``: ``POST /rerank`` (TEI's body) on ``bertkit serve --task rerank`` over MiniLM with a seeded one-logit
+  head (a cross-encoder whose scores are arbitrary: its speed is a trained one's), one SQuAD dev question per
+  request with ``--passages`` (20) dev contexts to score, its own context among them. Admission is raised to
+  ``--passages`` x the highest concurrency, so that every request is admitted and the figures are the model's.
+
+Every answer is checked (200; one 384-float unit vector; ``--passages`` scores). One JSON line: per route and
+concurrency, requests/s (and passages/s for rerank), p50/p99 latency (ms), the mean model batch; the load average.
+
+    .venv/bin/python bench/bench_serve.py --routes openai,rerank --concurrency 8,32 --requests 256
 """
 
 from __future__ import annotations
@@ -34,6 +48,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SST2 = ROOT.parent / "shared" / "data" / "glue" / "SST-2" / "dev.tsv"
+SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 
 
 def free_port() -> int:
@@ -51,6 +66,109 @@ def make_classifier(model: Path, out: Path) -> Path:
     torch.manual_seed(0)
     BertForSequenceClassification.from_pretrained(model, id2label={0: "negative", 1: "positive"}).save_pretrained(out)
     BertTokenizer.from_pretrained(model).save_pretrained(out)
+    return out
+
+
+def make_cross_encoder(model: Path, out: Path) -> Path:
+    """MiniLM with a seeded one-logit head: a cross-encoder for /rerank whose weights only need to cost the same."""
+    import torch
+
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.tokenization import BertTokenizer
+
+    torch.manual_seed(0)
+    BertForSequenceClassification.from_pretrained(model, num_labels=1).save_pretrained(out)
+    BertTokenizer.from_pretrained(model).save_pretrained(out)
+    return out
+
+
+def rerank_bodies(count: int, passages: int) -> list[dict]:
+    """``count`` /rerank bodies: a SQuAD dev question and ``passages`` dev contexts, its own first among them."""
+    data = json.loads(SQUAD.read_text(encoding="utf-8"))["data"]
+    paragraphs = [p for article in data for p in article["paragraphs"]]
+    bodies = []
+    for i in range(count):
+        k = (i * 7) % len(paragraphs)  # spread over the articles
+        texts = [paragraphs[(k + j * 101) % len(paragraphs)]["context"] for j in range(passages)]
+        bodies.append({"query": paragraphs[k]["qas"][0]["question"], "texts": texts})
+    return bodies
+
+
+async def load_route(url: str, path: str, bodies: list[dict], concurrency: int, check) -> tuple[float, list[float]]:
+    """``bodies`` POSTed to ``path`` by ``concurrency`` clients; every answer must be 200 and pass ``check``."""
+    import httpx
+
+    latencies: list[float] = []
+    queue: asyncio.Queue = asyncio.Queue()
+    for i in range(len(bodies)):
+        queue.put_nowait(i)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+        async def worker() -> None:
+            while not queue.empty():
+                i = queue.get_nowait()
+                t0 = time.perf_counter()
+                r = await client.post(f"{url}{path}", json=bodies[i])
+                latencies.append(time.perf_counter() - t0)
+                r.raise_for_status()
+                check(bodies[i], r.json())
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+    return wall, latencies
+
+
+def measure_routes(args: argparse.Namespace, routes: list[str], levels: list[int], texts: list[str]) -> dict:
+    """bertkit serve's /v1/embeddings and /rerank under ``levels`` concurrent clients (see the module's doc)."""
+
+    def check_embedding(body: dict, answer: dict) -> None:
+        vector = answer["data"][0]["embedding"]
+        assert len(answer["data"]) == 1 and len(vector) == 384, answer
+        assert abs(sum(v * v for v in vector) - 1) < 1e-4, "not a unit vector"
+
+    def check_rerank(body: dict, answer: list) -> None:
+        assert sorted(r["index"] for r in answer) == list(range(len(body["texts"]))), answer
+
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for route in routes:
+            port = free_port()
+            cmd = [sys.executable, "-m", "bertkit", "serve", "--port", str(port), "--max-batch-size",
+                   str(args.max_batch_size), "--max-wait-ms", str(args.max_wait_ms), "--log-level", "warning"]
+            if route == "openai":
+                cmd += ["--model", str(args.model), "--task", "sentence-embedding"]
+                bodies = [{"input": [t], "model": "minilm"} for t in texts]
+                path, check, per = "/v1/embeddings", check_embedding, 1
+            elif route == "rerank":
+                model_dir = make_cross_encoder(args.model, Path(tmp) / "cross-encoder")
+                cmd += ["--model", str(model_dir), "--task", "rerank", "--max-concurrent-requests",
+                        str(args.passages * max(8, *levels)), "--max-items", str(args.passages)]
+                bodies = rerank_bodies(args.rerank_requests, args.passages)
+                path, check, per = "/rerank", check_rerank, args.passages
+            else:
+                raise SystemExit(f"--routes: unknown route {route!r}; choose openai, rerank")
+            proc = start(cmd, port, args.server_threads)
+            try:
+                url = f"http://127.0.0.1:{port}"
+                asyncio.run(load_route(url, path, bodies[:16], 8, check))  # warm-up
+                out[route] = {}
+                for c in levels:
+                    before, cpu0 = model_runs(url), time.process_time()
+                    wall, lat = asyncio.run(load_route(url, path, bodies, c, check))
+                    after, client_cpu = model_runs(url), time.process_time() - cpu0
+                    row = {"requests": len(bodies), "requests_per_s": round(len(bodies) / wall, 2),
+                           "p50_ms": round(1000 * percentile(lat, 0.5), 1),
+                           "p99_ms": round(1000 * percentile(lat, 0.99), 1),
+                           "mean_batch": round((after[0] - before[0]) / max(1, after[1] - before[1]), 1),
+                           "client_cpu_share": round(client_cpu / wall, 2)}
+                    if per > 1:
+                        row["passages_per_request"] = per
+                        row["passages_per_s"] = round(per * len(bodies) / wall, 1)
+                    out[route][c] = row
+            finally:
+                proc.terminate()
+                proc.wait(30)
     return out
 
 
@@ -198,6 +316,10 @@ def main() -> None:
     p.add_argument("--int8", action="store_true",
                    help="bertkit serve --int8 (and its pipeline alone in int8); outputs are then compared as "
                         "labels agreeing and the largest score difference, not as equal")
+    p.add_argument("--routes", default="",
+                   help="openai,rerank: measure bertkit serve's /v1/embeddings and /rerank instead (module doc)")
+    p.add_argument("--passages", type=int, default=20, help="--routes rerank: passages per query")
+    p.add_argument("--rerank-requests", type=int, default=64, help="--routes rerank: queries per concurrency")
     p.add_argument("--_reference", nargs=2, metavar=("MODEL_DIR", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args._reference:
@@ -206,6 +328,18 @@ def main() -> None:
     with open(SST2, encoding="utf-8", newline="") as f:
         sentences = [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
     texts = (sentences * (1 + args.requests // len(sentences)))[:args.requests]
+    if args.routes:
+        import torch
+
+        load_before = os.getloadavg()
+        routes = measure_routes(args, args.routes.split(","), levels, texts)
+        print(json.dumps({"bench": "serve_routes_load", "model": str(args.model), "routes": routes,
+                          "max_batch_size": args.max_batch_size, "max_wait_ms": args.max_wait_ms,
+                          "server_threads": args.server_threads or torch.get_num_threads(), "cpus": os.cpu_count(),
+                          "load_average_before": [round(x, 2) for x in load_before],
+                          "load_average_after": [round(x, 2) for x in os.getloadavg()],
+                          "torch": torch.__version__}), flush=True)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = make_classifier(args.model, Path(tmp) / "clf")
         port = free_port()

@@ -1303,7 +1303,7 @@ _SENTENCES = ["a fine film", "dull and slow", "great acting", "a waste of time",
               "a masterpiece", "not good", "superb", "awful plot", "charming", "tedious"]
 
 
-def _rows(labels: bool = True, **extra) -> list[dict]:
+def _trainer_rows(labels: bool = True, **extra) -> list[dict]:
     from bertkit import BertTokenizer
 
     tok = BertTokenizer.from_pretrained(MODELS["clf"])
@@ -1332,7 +1332,7 @@ def _trainer(d: Path, rows: list[dict] | None = None, eval_rows: list[dict] | No
                 disable_tqdm=True, save_strategy="no", eval_strategy="no", use_cpu=True)
     targs = TrainingArguments(**{**base, **args})
     return Trainer(model=BertForSequenceClassification.from_pretrained(MODELS["clf"]), args=targs,
-                   train_dataset=_rows() if rows is None else rows, eval_dataset=eval_rows,
+                   train_dataset=_trainer_rows() if rows is None else rows, eval_dataset=eval_rows,
                    data_collator=collator or DataCollatorWithPadding(tok), processing_class=tok,
                    compute_metrics=compute_metrics)
 
@@ -1358,35 +1358,35 @@ _tr("the good path: 12 rows, one epoch", lambda d: _trains(d), ok=_finite_loss)
 _tr("TrainingArguments: misspelled field learning_rat", lambda d: _trains(d, learning_rat=1e-4), ("learning_rat",))
 _tr("TrainingArguments: a transformers field bertkit does not implement (label_smoothing_factor 0.1)",
     lambda d: _trains(d, label_smoothing_factor=0.1), ("label_smoothing_factor",))
-for _field, _value in [("learning_rate", float("nan")), ("learning_rate", float("inf")), ("learning_rate", -1e-4),
-                       ("learning_rate", "1e-4"), ("per_device_train_batch_size", 0),
-                       ("per_device_train_batch_size", -4), ("per_device_train_batch_size", 2.5),
-                       ("num_train_epochs", -1), ("num_train_epochs", float("nan")), ("num_train_epochs", 0),
-                       ("gradient_accumulation_steps", 0), ("weight_decay", -0.1), ("weight_decay", float("inf")),
-                       ("warmup_steps", -3), ("warmup_ratio", 1.5), ("max_grad_norm", float("nan")),
-                       ("max_grad_norm", -1.0), ("logging_steps", 0), ("save_total_limit", -1),
-                       ("lr_scheduler_type", "cosine_with_restartz"), ("eval_strategy", "sometimes"),
-                       ("seed", -1), ("seed", 2.5), ("report_to", "wandb"), ("dataloader_num_workers", -1),
-                       ("train_sampling_strategy", "longest_first")]:
-    _tr(f"TrainingArguments: {_field}={_value!r}",
-        lambda d, f=_field, v=_value: _trains(d, **{f: v}), (_field,))
-_tr("train(): a dataset without labels", lambda d: _trains(d, rows=_rows(labels=False)), ("label",))
+for _arg, _value in [("learning_rate", float("nan")), ("learning_rate", float("inf")), ("learning_rate", -1e-4),
+                     ("learning_rate", "1e-4"), ("per_device_train_batch_size", 0),
+                     ("per_device_train_batch_size", -4), ("per_device_train_batch_size", 2.5),
+                     ("num_train_epochs", -1), ("num_train_epochs", float("nan")), ("num_train_epochs", 0),
+                     ("gradient_accumulation_steps", 0), ("weight_decay", -0.1), ("weight_decay", float("inf")),
+                     ("warmup_steps", -3), ("warmup_ratio", 1.5), ("max_grad_norm", float("nan")),
+                     ("max_grad_norm", -1.0), ("logging_steps", 0), ("save_total_limit", -1),
+                     ("lr_scheduler_type", "cosine_with_restartz"), ("eval_strategy", "sometimes"),
+                     ("seed", -1), ("seed", 2.5), ("report_to", "wandb"), ("dataloader_num_workers", -1),
+                     ("train_sampling_strategy", "longest_first")]:
+    _tr(f"TrainingArguments: {_arg}={_value!r}",  # not `_field`: that name is the bundle writer's protobuf helper
+        lambda d, f=_arg, v=_value: _trains(d, **{f: v}), (_arg,))
+_tr("train(): a dataset without labels", lambda d: _trains(d, rows=_trainer_rows(labels=False)), ("label",))
 _tr("train(): an empty dataset", lambda d: _trains(d, rows=[]), ("empty",))
 _tr("train(): a column the model cannot take, remove_unused_columns=False",
-    lambda d: _trains(d, rows=_rows(idx=1), remove_unused_columns=False), ("idx",))
+    lambda d: _trains(d, rows=_trainer_rows(idx=1), remove_unused_columns=False), ("idx",))
 _tr("train(): extra column dropped as transformers does (remove_unused_columns=True)",
-    lambda d: _trains(d, rows=_rows(idx=1)), ok=_finite_loss)
+    lambda d: _trains(d, rows=_trainer_rows(idx=1)), ok=_finite_loss)
 _tr("train(): a label out of range (5 for a 2-label model)",
-    lambda d: _trains(d, rows=[{**r, "labels": 5 if i == 3 else r["labels"]} for i, r in enumerate(_rows())]),
+    lambda d: _trains(d, rows=[{**r, "labels": 5 if i == 3 else r["labels"]} for i, r in enumerate(_trainer_rows())]),
     ("5",))
 _tr("train(): an input id past the vocabulary",
     lambda d: _trains(d, rows=[{**r, "input_ids": [101, 10**6] + r["input_ids"][2:]} if i == 2 else r
-                               for i, r in enumerate(_rows())]), ("1000000",))
+                               for i, r in enumerate(_trainer_rows())]), ("1000000",))
 _tr("train(): a row whose attention_mask is shorter than its input_ids",
     lambda d: _trains(d, rows=[{**r, "attention_mask": r["attention_mask"][:-1]} if i == 2 else r
-                               for i, r in enumerate(_rows())]), ("attention_mask",))
+                               for i, r in enumerate(_trainer_rows())]), ("attention_mask",))
 _tr("train(): float labels on a 2-label model (multi-label targets, as transformers infers)",
-    lambda d: _trains(d, rows=[{**r, "labels": [1.0, 0.0] if r["labels"] else [0.0, 1.0]} for r in _rows()]),
+    lambda d: _trains(d, rows=[{**r, "labels": [1.0, 0.0] if r["labels"] else [0.0, 1.0]} for r in _trainer_rows()]),
     ok=_finite_loss)
 _tr("train(): learning rate 1e4 (the loss diverges)", lambda d: _trains(d, learning_rate=1e4, num_train_epochs=20,
                                                                        per_device_train_batch_size=12),
@@ -1394,10 +1394,10 @@ _tr("train(): learning rate 1e4 (the loss diverges)", lambda d: _trains(d, learn
 _tr("eval_strategy='steps' without an eval_dataset", lambda d: _trains(d, eval_strategy="steps", eval_steps=1),
     ("eval_dataset",))
 _tr("metric_for_best_model naming a metric compute_metrics does not return",
-    lambda d: _trains(d, eval_rows=_rows(), eval_strategy="epoch", save_strategy="epoch", load_best_model_at_end=True,
+    lambda d: _trains(d, eval_rows=_trainer_rows(), eval_strategy="epoch", save_strategy="epoch", load_best_model_at_end=True,
                       metric_for_best_model="f1", compute_metrics=lambda p: {"accuracy": 0.5}), ("f1",))
 _tr("compute_metrics returning NaN: reported as NaN, not a number",
-    lambda d: _trainer(d, eval_rows=_rows(), compute_metrics=lambda p: {"score": float("nan")}).evaluate(),
+    lambda d: _trainer(d, eval_rows=_trainer_rows(), compute_metrics=lambda p: {"score": float("nan")}).evaluate(),
     ok=lambda m: check(isinstance(m, dict) and math.isnan(m.get("eval_score", 0.0)), f"got {m!r}"))
 _tr("resume_from_checkpoint=True with no checkpoint", lambda d: _trainer(d).train(resume_from_checkpoint=True),
     ("checkpoint",))
@@ -1431,7 +1431,7 @@ def _no_pad_collator(d: Path) -> object:
 
     tok = BertTokenizer.from_pretrained(MODELS["clf"])
     tok.pad_token = None
-    return DataCollatorWithPadding(tok)(_rows()[:2])
+    return DataCollatorWithPadding(tok)(_trainer_rows()[:2])
 
 
 _tr("a collator given a tokenizer without a pad token", _no_pad_collator, ("pad",))

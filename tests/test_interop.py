@@ -276,6 +276,22 @@ def test_transformers_trainer_trains_evaluates_and_saves_a_bertkit_model(tmp_pat
         assert torch.equal(reloaded.state_dict()[key], value), key
 
 
+def test_trainer_save_model_of_an_mlm_head_is_refused_by_safetensors(tmp_path):
+    """What docs/coming-from-transformers.md says: for a model that is not a ``PreTrainedModel``, Trainer saves
+    ``state_dict()`` with safetensors, which refuses the tied decoder (it is the word-embedding tensor, listed
+    under both names as transformers' own state dict lists it); ``model.save_pretrained`` is the way."""
+    model, _ = _pair(H.BertForMaskedLM)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True,
+                                          save_strategy="no", disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args)
+    with pytest.raises(RuntimeError, match="share memory"):
+        trainer.save_model(str(tmp_path / "saved"))
+    model.save_pretrained(tmp_path / "saved")
+    again = H.BertForMaskedLM.from_pretrained(tmp_path / "saved")
+    assert again.cls.predictions.decoder.weight is again.bert.embeddings.word_embeddings.weight
+    assert torch.equal(again.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight)
+
+
 # ---------------------------------------------------------------------------------------------------
 # sentence-transformers
 # ---------------------------------------------------------------------------------------------------

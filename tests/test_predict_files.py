@@ -240,3 +240,86 @@ def test_finetune_classify_on_three_classes_reports_macro_f1_and_reads_input_for
     pred = [r["label"] for r in _read(out / "test_predictions.jsonl")]
     assert dev["macro_f1"] == pytest.approx(sk.f1_score(gold, pred, average="macro"))
     assert dev["accuracy"] == pytest.approx(sk.accuracy_score(gold, pred))
+
+
+@pytest.fixture(scope="module")
+def cross_encoder(tmp_path_factory) -> Path:
+    """A tiny seeded one-logit cross-encoder with MiniLM's vocabulary (scores arbitrary but fixed)."""
+    from bertkit.config import BertConfig
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.tokenization import BertTokenizer
+
+    out = tmp_path_factory.mktemp("rerank")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=37, num_labels=1)
+    BertForSequenceClassification(config).save_pretrained(out)
+    BertTokenizer.from_pretrained(MODEL).save_pretrained(out)
+    return out
+
+
+def _squad_pairs(n_questions: int, passages: int) -> list[tuple[str, str]]:
+    """(question, context) rows: each question of SQuAD dev beside ``passages`` contexts, its own among them."""
+    if not SQUAD.is_file():
+        pytest.skip(f"SQuAD dev not found at {SQUAD}")
+    paragraphs = [p for a in json.loads(SQUAD.read_text(encoding="utf-8"))["data"][:3] for p in a["paragraphs"]]
+    return [(paragraphs[i]["qas"][0]["question"], paragraphs[(i + j) % len(paragraphs)]["context"])
+            for i in range(n_questions) for j in range(passages)]
+
+
+def test_predict_rerank_scores_each_query_passage_row_as_the_pipeline(cross_encoder, tmp_path):
+    import numpy as np
+
+    from bertkit import pipeline
+
+    pairs = _squad_pairs(6, 5)  # 30 rows, contexts of very different lengths: batches are bucketed by length
+    with open(tmp_path / "in.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["qid", "query", "passage"])
+        w.writerows([f"q{i // 5}", q, p] for i, (q, p) in enumerate(pairs))
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"query": q, "text": p}) + "\n" for q, p in pairs),
+                                       encoding="utf-8")
+    base = ["predict", "rerank", "--model", str(cross_encoder), "--batch-size", "8", "--no-progress"]
+    assert main([*base, "--input", str(tmp_path / "in.csv"), "--text-column", "passage", "--id-column", "qid",
+                 "--output-file", str(tmp_path / "csv.jsonl")]) == 0
+    assert main([*base, "--input", str(tmp_path / "in.jsonl"), "--output-file", str(tmp_path / "jsonl.jsonl")]) == 0
+    assert main([*base, "--input", str(tmp_path / "in.jsonl"), "--raw-scores",
+                 "--output-file", str(tmp_path / "raw.jsonl")]) == 0
+    got_csv, got_jsonl, got_raw = (_read(tmp_path / f"{n}.jsonl") for n in ("csv", "jsonl", "raw"))
+    assert [r["id"] for r in got_csv] == [f"q{i // 5}" for i in range(30)]
+    assert [r["id"] for r in got_jsonl] == list(range(30)) and all(set(r) == {"id", "score"} for r in got_jsonl)
+
+    pipe = pipeline("rerank", cross_encoder, batch_size=8)
+    expected = [r[0]["score"] for r in pipe([{"query": q, "texts": [p]} for q, p in pairs])]
+    assert [r["score"] for r in got_csv] == expected and [r["score"] for r in got_jsonl] == expected  # exact
+    # The same numbers as ranking each query's five passages in one call (other batches: float tolerance) ...
+    for k in range(6):
+        ranked = pipe({"query": pairs[5 * k][0], "texts": [p for _, p in pairs[5 * k:5 * k + 5]]})
+        by_index = [s for _, s in sorted((r["index"], r["score"]) for r in ranked)]
+        np.testing.assert_allclose([r["score"] for r in got_jsonl[5 * k:5 * k + 5]], by_index, rtol=0, atol=1e-6)
+    # ... and the sigmoid of the one logit, which --raw-scores writes.
+    raw = np.array([r["score"] for r in got_raw])
+    np.testing.assert_allclose(1 / (1 + np.exp(-raw)), expected, rtol=0, atol=1e-12)
+    assert len(set(np.round(raw, 6))) > 1  # a seeded head that scores rows differently, not a constant
+
+
+@pytest.mark.parametrize("name, content, flags, message", [
+    ("bad.jsonl", '{"query": "q", "text": "p"}\n{"query": "q", "body": "p"}\n', [],
+     "bad.jsonl:2: no 'text' field (it has query, body); name it with --text-column"),
+    ("bad.csv", "question,text\nq,p\n", [], "bad.csv:2: no 'query' column (it has question, text); name it with "
+                                            "--query-column"),
+    ("bad.csv", "q,p\nwhat,a passage\nwhy,\n", ["--query-column", "q", "--text-column", "p"],
+     "bad.csv:3: 'p' is empty"),
+    ("bad.jsonl", '{"query": "q", "text": "p"}\n"only a string"\n', [], "bad.jsonl:2: expected an object"),
+    ("bad.jsonl", '{"query": "q", "text": ["p1", "p2"]}\n', [], "bad.jsonl:1: 'text' must be a string"),
+    ("bad.txt", "a query\n", [], "bad.txt: a plain-text file holds one text per line; rerank needs"),
+    ("ok.jsonl", '{"query": "q", "text": "p"}\n', ["--text-pair-column", "p"],
+     "--text-pair-column p: rerank reads each record's query from --query-column"),
+])
+def test_predict_rerank_bad_rows_name_file_and_line(cross_encoder, tmp_path, capsys, name, content, flags, message):
+    (tmp_path / name).write_text(content, encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert main(["predict", "rerank", "--model", str(cross_encoder), "--input", str(tmp_path / name),
+                 "--output-file", str(out), "--no-progress", *flags]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

@@ -160,13 +160,14 @@ def _predict_file_command(task: str) -> None:
             "fill-mask": "top-k tokens for each [MASK]",
             "multiple-choice": "the best choice and its score",
             "feature-extraction": "one vector per input (mean or CLS pooling)",
-            "sentence-embedding": "unit-length sentence vectors"}[task]
+            "sentence-embedding": "unit-length sentence vectors",
+            "rerank": "a relevance score per (query, passage) record"}[task]
     command(task, f"your file (JSONL, CSV/TSV, text) -> JSONL of {what}", settings.PredictFileSettings,
             family="predict")(handler)
 
 
 for _task in ("text-classification", "token-classification", "question-answering", "fill-mask", "multiple-choice",
-              "feature-extraction", "sentence-embedding"):
+              "feature-extraction", "sentence-embedding", "rerank"):
     _predict_file_command(_task)
 
 

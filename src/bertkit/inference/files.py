@@ -8,6 +8,10 @@ Inputs are read as ``--input-format`` says, by default (``auto``) by the file's 
   so a quoted field may hold commas and newlines; TSV unquoted, as GLUE's files);
 - ``.txt``: one text per line, nothing else on it.
 
+``rerank`` reads one (query, passage) pair per record, from ``--query-column`` (``query``) and ``--text-column``
+(``text``), and writes its relevance score as the ``rerank`` pipeline computes it (the sigmoid of a one-logit
+cross-encoder's logit, or P(label 1) of a two-label one; ``--raw-scores``: the logit, or l1 - l0).
+
 Another suffix needs ``--input-format``. fill-mask inputs must hold the tokenizer's mask token (``[MASK]``).
 
 Every input gives one JSON line in the output, in input order: ``{"id": ..., **result}`` where the result
@@ -50,6 +54,7 @@ FIELDS = {
     "sentence-embedding": ("text", "text_pair"),
     "question-answering": ("question", "context"),
     "multiple-choice": ("context", "choices"),
+    "rerank": ("query", "text"),
 }
 OPTIONAL = {"text_pair"}
 LIST_RESULT = {"fill-mask": "predictions", "feature-extraction": "embedding", "sentence-embedding": "embedding"}
@@ -61,6 +66,7 @@ class Columns:
 
     text: str = "text"
     text_pair: str | None = None
+    query: str = "query"
     question: str = "question"
     context: str = "context"
     choices: str = "choices"
@@ -88,8 +94,12 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
         raise BertkitError(f"--input {path} is a directory; pass the file of inputs")
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
+    if task == "rerank" and columns.text_pair:
+        raise BertkitError(f"--text-pair-column {columns.text_pair}: rerank reads each record's query from "
+                           f"--query-column ({columns.query!r}) and its passage from --text-column "
+                           f"({columns.text!r}); name the passage's column with --text-column")
     fmt = file_format(path, input_format)
-    if fmt == "text" and (task in ("question-answering", "multiple-choice") or columns.text_pair):
+    if fmt == "text" and (task in ("question-answering", "multiple-choice", "rerank") or columns.text_pair):
         raise BertkitError(f"{path}: a plain-text file holds one text per line; {task}"
                            f"{' with pairs' if columns.text_pair else ''} needs a JSONL, CSV or TSV file "
                            "with named columns")
@@ -223,6 +233,8 @@ def check_writable(path: Path) -> None:
 
 
 def output_record(task: str, id_: Any, result: Any) -> dict[str, Any]:
+    if task == "rerank":  # the pipeline ranks a query's texts; a record holds one: its score
+        return {"id": id_, "score": result[0]["score"]}
     if isinstance(result, dict):
         return {"id": id_, **result}
     return {"id": id_, LIST_RESULT.get(task, "result"): result}
@@ -237,7 +249,8 @@ def predict_file(s: Any) -> dict[str, Any]:
     from bertkit.outputs import atomic_write
     from bertkit.tokenization import BertTokenizer
 
-    columns = Columns(text=s.text_column, text_pair=s.text_pair_column, question=s.question_column,
+    columns = Columns(text=s.text_column, text_pair=s.text_pair_column, query=s.query_column,
+                      question=s.question_column,
                       context=s.context_column, choices=s.choices_column, id=s.id_column)
     mask: dict[str, str] = {}
     if s.task == "fill-mask":  # texts must hold the model's mask token: its tokenizer (no weights) names it
@@ -249,6 +262,9 @@ def predict_file(s: Any) -> dict[str, Any]:
     if s.task in ("token-classification", "fill-mask"):
         inputs = [x if isinstance(x, str) else x["text"] for x in inputs]
     options = {"top_k": s.top_k} if s.task in ("fill-mask", "question-answering") else {}
+    if s.task == "rerank":  # one (query, passage) pair per record: the pipeline's query with one text
+        inputs = [{"query": x["query"], "texts": [x["text"]]} for x in inputs]
+        options = {"raw_scores": s.raw_scores}
     extra = {"pooling": s.pooling} if s.task in ("feature-extraction", "sentence-embedding") else {}
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.batch_size,
                     max_length=s.max_length, progress=False, **extra, **int8_options(s))

@@ -232,6 +232,8 @@ class PredictFileSettings(Int8Settings):
     """Column (CSV/TSV) or field (JSONL) holding the text."""
     text_pair_column: str | None = None
     """Column holding the second text of a pair (sentence-pair classification, e.g. MRPC)."""
+    query_column: str = "query"
+    """rerank: the query's column (the passage is in --text-column)."""
     question_column: str = "question"
     """question-answering: the question's column."""
     context_column: str = "context"
@@ -250,6 +252,8 @@ class PredictFileSettings(Int8Settings):
     """fill-mask: tokens per [MASK]; question-answering: answers per question."""
     pooling: Literal["mean", "cls"] = "mean"
     """feature-extraction / sentence-embedding: how token states become one vector."""
+    raw_scores: bool = False
+    """rerank: write the cross-encoder's logit (l1 - l0 for two labels) instead of its sigmoid."""
     bf16: bool = False
     """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs)."""
     device: str = "cpu"
