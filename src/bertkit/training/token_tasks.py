@@ -282,7 +282,7 @@ def write_swag_predictions(path: Path, examples: Sequence[swag.SwagExample], sco
     """predictions.jsonl: per example its CSV line, video id, the four ending scores, predicted and gold ending."""
     with atomic_write(path) as f:
         for ex, row in zip(examples, scores, strict=True):
-            f.write(json.dumps({"line": ex.line, "video_id": ex.video_id, "scores": [round(float(x), 6) for x in row],
+            f.write(json.dumps({"line": ex.line, "video_id": ex.video_id, "scores": [float(x) for x in row],  # unrounded: the argmax is theirs
                                 "prediction": int(row.argmax()), "label": ex.label}) + "\n")
     return path
 
