@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from bertkit import BertConfig, BertForSequenceClassification
+from bertkit.errors import BertkitError
 from bertkit.settings import TrainingSettings
 from bertkit.tasks import glue
 from bertkit.training.loop import BatchPlan, Phase, micro_batch_size, train
@@ -167,3 +168,17 @@ def test_global_batch_splits_over_processes_and_accumulation():
     assert micro_batch_size(32, 1, 1) == 32 and micro_batch_size(32, 2, 1) == 16 and micro_batch_size(32, 2, 2) == 8
     with pytest.raises(ValueError, match=r"--batch-size 30 \(global\) does not split evenly over 2 process\(es\) x 4"):
         micro_batch_size(30, 2, 4)
+
+
+def test_resuming_an_optimiser_state_of_another_parameter_layout_is_refused_naming_it():
+    """A checkpoint whose optimiser held one fused q/k/v tensor (three now) met torch's bare ValueError."""
+    from bertkit.training.distributed import Replicas
+
+    model = BertForSequenceClassification(CFG)
+    replicas = Replicas(model, "cpu", fsdp=False)
+    optimizer = torch.optim.AdamW(parameter_groups(model, 0.01))
+    state = optimizer.state_dict()
+    state["param_groups"][0]["params"] = state["param_groups"][0]["params"][:-2]  # two tensors fewer
+    with pytest.raises(BertkitError, match=r"parameter groups of \[\d+, \d+\] tensors.*start a new run"):
+        replicas.load_optimizer(optimizer, state)
+    replicas.load_optimizer(optimizer, torch.optim.AdamW(parameter_groups(model, 0.01)).state_dict())

@@ -277,6 +277,14 @@ class Replicas:
     def load_optimizer(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
         """Load a full optimiser state dict (as ``state_dicts`` returns) on every rank."""
         if not self.fsdp:
+            saved = [len(g["params"]) for g in state.get("param_groups", [])]
+            now = [len(g["params"]) for g in optimizer.param_groups]
+            if saved != now:  # torch's own message names no cause; a different parameter layout is the usual one
+                raise BertkitError(
+                    f"the checkpoint's optimiser state holds parameter groups of {saved} tensors, this model's "
+                    f"optimiser {now}: it was written for another model, or by a bertkit whose encoder kept q, k "
+                    "and v in one tensor; its weights still load (init from its model files), but the run cannot "
+                    "be resumed exactly: start a new run")
             optimizer.load_state_dict(state)
             return
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
