@@ -16,6 +16,7 @@ ratios transformers / bertkit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import importlib
 import json
@@ -90,11 +91,13 @@ def main() -> None:
         bertkit.BertForSequenceClassification.from_pretrained(args.model, num_labels=2).save_pretrained(start)
         bertkit.BertTokenizer.from_pretrained(args.model).save_pretrained(start)
         runs = {}
-        if args.only != "transformers":
-            runs["bertkit"] = guide("bertkit", start, train, dev, Path(tmp, "b"), args.seed, None)
-            runs["bertkit_grouped"] = guide("bertkit", start, train, dev, Path(tmp, "g"), args.seed, "group_by_length")
-        if args.only != "bertkit":
-            runs["transformers"] = guide("transformers", start, train, dev, Path(tmp, "t"), args.seed, None)
+        with contextlib.redirect_stdout(sys.stderr):  # transformers' Trainer prints its logs: stdout keeps one line
+            if args.only != "transformers":
+                runs["bertkit"] = guide("bertkit", start, train, dev, Path(tmp, "b"), args.seed, None)
+                runs["bertkit_grouped"] = guide("bertkit", start, train, dev, Path(tmp, "g"), args.seed,
+                                                "group_by_length")
+            if args.only != "bertkit":
+                runs["transformers"] = guide("transformers", start, train, dev, Path(tmp, "t"), args.seed, None)
     line = {"bench": "trainer_sst2", "model": args.model.name, "rows": len(train["label"]), "threads": args.threads,
             "torch": torch.__version__, **runs}
     if "bertkit" in runs and "transformers" in runs:
