@@ -383,6 +383,16 @@ def test_haystacks_openai_document_embedder(embedder, monkeypatch):
     assert out["meta"]["model"] == "bertkit-minilm"
 
 
+def test_langchain_huggingface_endpoint_embeddings_given_the_base_url(embedder):
+    """langchain-huggingface's HuggingFaceEndpointEmbeddings(model=base URL): huggingface_hub's InferenceClient
+    on TEI's POST /, as LangChain's docs configure it for a TEI server."""
+    lc = pytest.importorskip("langchain_huggingface", reason="langchain-huggingface is not installed")
+    url, pipe = embedder
+    model = lc.HuggingFaceEndpointEmbeddings(model=url, huggingfacehub_api_token=KEY)
+    np.testing.assert_allclose(np.asarray(model.embed_documents(TEXTS)), np.asarray(pipe(TEXTS)), atol=1e-5)
+    np.testing.assert_allclose(model.embed_query(QUERY), pipe(QUERY), atol=1e-5)
+
+
 def test_llama_index_tei_embeddings(embedder):
     tei = pytest.importorskip("llama_index.embeddings.text_embeddings_inference",
                               reason="llama-index-embeddings-text-embeddings-inference is not installed")

@@ -527,3 +527,286 @@ def test_training_arguments_of_the_wrong_type_or_range_are_named(tmp_path, kwarg
     assert not any(tmp_path.iterdir())
     ok = bertkit.TrainingArguments(output_dir=str(tmp_path), learning_rate=3, seed=0, num_train_epochs=2)
     assert (ok.learning_rate, ok.seed) == (3, 0)
+
+
+# -------------------------------------------------------------------------------------------------
+# The question-answering and multiple-choice guides, transformers' Trainer as the reference
+# -------------------------------------------------------------------------------------------------
+
+
+def _squad(question: str, context: str, answer: str) -> dict:
+    return {"question": question, "context": context,
+            "answers": {"text": [answer], "answer_start": [context.index(answer)]}}
+
+
+LONG = ("The river rises in the northern hills and flows south through farmland for many miles. Along its banks "
+        "there are old mills, stone bridges and several small villages. Near the coast it widens into a broad "
+        "estuary where fishing boats have been built for centuries, and the harbour town of Kelby stands at its "
+        "mouth. Every summer the town holds a regatta that draws sailors from across the country.")
+QA = [
+    _squad("Who wrote the letter?", "The letter was written by Anna in the spring of 1901.", "Anna"),
+    _squad("What colour is the car?", "Her car is red and it is parked outside the station.", "red"),
+    _squad("Where does the river end?", LONG, "Kelby"),
+    _squad("What draws sailors?", LONG, "a regatta"),
+    _squad("What was built near the coast?", LONG, "fishing boats"),
+    _squad("Where does the river rise?", LONG, "the northern hills"),
+    _squad("How many cats live there?", "Three cats and one old dog live in the farmhouse by the lake.", "Three"),
+    _squad("When did the shop open?", "The bakery on the corner opened in 1987 and still sells bread.", "1987"),
+    _squad("What does the bakery sell?", "The bakery on the corner opened in 1987 and still sells bread.", "bread"),
+    _squad("What is on the banks?", LONG, "old mills"),
+    _squad("Who won the race?", "After a long and windy race, Tom won by a few seconds ahead of Lisa.", "Tom"),
+    _squad("What lies by the lake?", "Three cats and one old dog live in the farmhouse by the lake.", "the farmhouse"),
+]
+
+
+def _prepare_train_features(tokenizer, examples, max_length=48, stride=16):
+    """The guide's prepare_train_features: windows over long contexts, answers as token start/end positions
+    (0, 0: the [CLS] token, when the answer is not inside the window)."""
+    enc = tokenizer(examples["question"], examples["context"], max_length=max_length, truncation="only_second",
+                    return_overflowing_tokens=True, stride=stride, return_offsets_mapping=True,
+                    padding="max_length")
+    sample_map = enc.pop("overflow_to_sample_mapping")
+    offset_mapping = enc.pop("offset_mapping")
+    enc["start_positions"], enc["end_positions"] = [], []
+    for i, offsets in enumerate(offset_mapping):
+        answers = examples["answers"][sample_map[i]]
+        start_char = answers["answer_start"][0]
+        end_char = start_char + len(answers["text"][0])
+        sequence_ids = enc.sequence_ids(i)
+        context_start = sequence_ids.index(1)
+        context_end = len(sequence_ids) - 1 - sequence_ids[::-1].index(1)
+        if offsets[context_start][0] > start_char or offsets[context_end][1] < end_char:
+            enc["start_positions"].append(0)
+            enc["end_positions"].append(0)
+            continue
+        idx = context_start
+        while idx <= context_end and offsets[idx][0] <= start_char:
+            idx += 1
+        enc["start_positions"].append(idx - 1)
+        idx = context_end
+        while idx >= context_start and offsets[idx][1] >= end_char:
+            idx -= 1
+        enc["end_positions"].append(idx + 1)
+    return enc
+
+
+class _BertForQuestionAnsweringOverRealTokens(transformers.BertForQuestionAnswering):
+    """transformers' QA model with bertkit's documented span loss (docs/coming-from-transformers.md): padding
+    positions get the dtype's lowest logit, so the softmax covers real tokens only. The only change."""
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, start_positions=None,
+                end_positions=None, **kwargs):
+        out = super().forward(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                              **kwargs)
+        pad = attention_mask == 0
+        out.start_logits = out.start_logits.masked_fill(pad, torch.finfo(out.start_logits.dtype).min)
+        out.end_logits = out.end_logits.masked_fill(pad, torch.finfo(out.end_logits.dtype).min)
+        if start_positions is not None and end_positions is not None:
+            T = out.start_logits.size(1)
+            s, e = start_positions.clamp(0, T), end_positions.clamp(0, T)
+            out.loss = (torch.nn.functional.cross_entropy(out.start_logits, s, ignore_index=T)
+                        + torch.nn.functional.cross_entropy(out.end_logits, e, ignore_index=T)) / 2
+        return out
+
+
+def _same_weights_but(ours, theirs, *unseen: str) -> None:
+    """The trained weights agree, all but the biases that move every score of a softmax alike, which the loss
+    cannot see (their effect, one constant on the logits, is compared in the tests)."""
+    a, b = ours.state_dict(), theirs.state_dict()
+    assert sorted(a) == sorted(b)
+    for name in b:
+        if name not in unseen:
+            torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-4, msg=name)
+
+
+def test_question_answering_guide_gives_transformers_numbers(checkpoint, tmp_path):
+    """SQuAD-style windows (max_length 48, stride 16), DefaultDataCollator, 2 epochs: the same features from
+    both tokenizers, the same loss at every step, eval loss and start/end logits."""
+    qa = tmp_path / "qa"
+    torch.manual_seed(0)
+    transformers.BertForQuestionAnswering(transformers.AutoConfig.from_pretrained(checkpoint)).save_pretrained(qa)
+    transformers.AutoTokenizer.from_pretrained(checkpoint).save_pretrained(qa)
+    train_rows, test_rows = QA[:9], QA[9:] + QA[2:3]
+
+    def guide(lib, model_class):
+        tokenizer = lib.AutoTokenizer.from_pretrained(qa)
+        model = model_class.from_pretrained(qa)
+        prepare = lambda b: _prepare_train_features(tokenizer, b)  # noqa: E731
+        train = datasets.Dataset.from_list(train_rows)
+        train = train.map(prepare, batched=True, remove_columns=train.column_names)
+        test = datasets.Dataset.from_list(test_rows)
+        test = test.map(prepare, batched=True, remove_columns=test.column_names)
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), learning_rate=2e-3,
+                                     per_device_train_batch_size=4, per_device_eval_batch_size=4,
+                                     num_train_epochs=2, weight_decay=0.01, logging_steps=1, eval_strategy="epoch",
+                                     save_strategy="no", report_to="none", use_cpu=True, seed=7, disable_tqdm=True)
+        trainer = lib.Trainer(model=model, args=args, train_dataset=train, eval_dataset=test,
+                              processing_class=tokenizer, data_collator=lib.DefaultDataCollator())
+        trainer.train()
+        raw = tokenizer([r["question"] for r in QA], [r["context"] for r in QA], max_length=48,
+                        truncation="only_second", return_overflowing_tokens=True, stride=16,
+                        return_offsets_mapping=True, padding="max_length")
+        return trainer, train, test, raw, trainer.evaluate(), trainer.predict(test)
+
+    hf, hf_train, hf_test, hf_raw, hf_eval, hf_pred = guide(transformers, _BertForQuestionAnsweringOverRealTokens)
+    bk, bk_train, bk_test, bk_raw, bk_eval, bk_pred = guide(bertkit, bertkit.AutoModelForQuestionAnswering)
+
+    # the tokenizers give the same windows, offsets, sequence ids, and so the same answer positions
+    assert {k: [list(map(tuple, r)) if k == "offset_mapping" else r for r in v] for k, v in bk_raw.items()} == \
+        {k: [list(map(tuple, r)) if k == "offset_mapping" else r for r in v] for k, v in hf_raw.items()}
+    assert [bk_raw.sequence_ids(i) for i in range(len(bk_raw["input_ids"]))] == \
+        [hf_raw.sequence_ids(i) for i in range(len(hf_raw["input_ids"]))]
+    assert bk_train.to_dict() == hf_train.to_dict() and bk_test.to_dict() == hf_test.to_dict()
+    assert len(bk_train) > len(train_rows) and len(bk_test) > len(test_rows)  # long contexts overflow
+    assert 0 < sum(s == 0 for s in bk_train["start_positions"]) < len(bk_train)  # windows without the answer
+    assert all(len(ids) == 48 for ids in bk_train["input_ids"]) and min(map(sum, bk_train["attention_mask"])) < 48
+
+    ours, theirs = _losses(bk.state.log_history), _losses(hf.state.log_history)
+    steps = 2 * -(-len(bk_train) // 4)
+    assert [s for s, _, _ in ours] == [s for s, _, _ in theirs] == list(range(1, steps + 1))
+    np.testing.assert_allclose([x[1] for x in ours], [x[1] for x in theirs], rtol=1e-5)
+    np.testing.assert_allclose([x[2] for x in ours], [x[2] for x in theirs], rtol=1e-9)
+    assert len({round(x[1], 4) for x in ours}) == len(ours)
+    evals = [[h["eval_loss"] for h in t.state.log_history if "eval_loss" in h] for t in (bk, hf)]
+    assert len(evals[0]) == 3  # after each epoch, and evaluate()
+    np.testing.assert_allclose(evals[0], evals[1], rtol=1e-5)
+    assert bk_eval["eval_loss"] == pytest.approx(hf_eval["eval_loss"], rel=1e-5)
+    assert bk_pred.metrics["test_loss"] == pytest.approx(hf_pred.metrics["test_loss"], rel=1e-5)
+    assert len(bk_pred.predictions) == len(hf_pred.predictions) == 2  # (start_logits, end_logits)
+    # The span softmax does not see a constant added to a window's logits, so qa_outputs.bias gets float-noise
+    # gradients that Adam scales up to lr-sized steps: the two runs' logits differ by one constant (~1e-3).
+    # Compared: the logits less their mean over the window's real tokens (what the loss and decoding see).
+    real = np.array(bk_test["attention_mask"]) == 1
+    for a, b in zip(bk_pred.predictions, hf_pred.predictions):
+        assert a.shape == b.shape == (len(bk_test), 48)
+        np.testing.assert_array_equal(a[~real], b[~real])  # padding: the lowest float32 in both
+        centred = [np.where(real, x - (x * real).sum(1, keepdims=True) / real.sum(1, keepdims=True), 0) for x in (a, b)]
+        np.testing.assert_allclose(centred[0], centred[1], atol=1e-5)
+        np.testing.assert_allclose((a - b)[real], (a - b)[real][0], atol=1e-5)  # one constant for every window
+        np.testing.assert_array_equal(np.where(real, a, -np.inf).argmax(1), np.where(real, b, -np.inf).argmax(1))
+    # the last LayerNorm's bias adds one vector to every token's state, so one constant to every start (end) logit
+    _same_weights_but(bk.model, hf.model, "qa_outputs.bias", "bert.encoder.layer.1.output.LayerNorm.bias")
+    # label_ids: one array per label name, (start_positions, end_positions), as transformers (was one (N, 2))
+    assert isinstance(bk_pred.label_ids, tuple) and len(bk_pred.label_ids) == len(hf_pred.label_ids) == 2
+    for a, b, name in zip(bk_pred.label_ids, hf_pred.label_ids, ("start_positions", "end_positions")):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, bk_test[name])
+
+
+def _swag(sent1: str, sent2: str, endings: list[str], label: int) -> dict:
+    return {"sent1": sent1, "sent2": sent2, **{f"ending{i}": e for i, e in enumerate(endings)}, "label": label}
+
+
+SWAG = [
+    _swag("A man is standing in a kitchen.", "He", ["picks up a knife and cuts an onion.", "swims across the lake.",
+          "flies into the clouds.", "reads the moon aloud."], 0),
+    _swag("The girl runs to the bus stop.", "She", ["eats the bus.", "waves at the driver and climbs on board.",
+          "turns into a tree.", "paints the rain blue."], 1),
+    _swag("A dog sees a ball in the garden.", "The dog", ["writes a long letter.", "sings in the opera.",
+          "chases the ball across the grass.", "drives to work."], 2),
+    _swag("It starts to rain heavily outside.", "People", ["light a campfire in the street.", "fall asleep on clouds.",
+          "grow wings.", "open their umbrellas and hurry inside."], 3),
+    _swag("The chef puts a pan on the stove.", "He", ["pours oil into the pan and heats it.",
+          "throws the stove out of the window while singing loudly about the sea.", "plants the pan.",
+          "marries the stove."], 0),
+    _swag("A boy opens his school bag.", "He", ["feeds it to a whale.", "takes out a book and a pencil.",
+          "climbs inside it forever.", "sells it to the sun."], 1),
+    _swag("The team walks onto the football pitch.", "The players", ["bake a wedding cake.", "fly home.",
+          "warm up and kick the ball around.", "vanish."], 2),
+    _swag("A woman sits down at the piano.", "She", ["eats the keys one by one.", "sleeps under it.",
+          "throws it at the audience.", "begins to play a quiet song."], 3),
+    _swag("The man wakes up early in the morning.", "He", ["makes a cup of coffee.", "goes to sleep on the roof.",
+          "turns into a cat.", "swallows the alarm clock."], 0),
+    _swag("A child drops a glass on the floor.", "The glass", ["starts to sing.", "breaks into small pieces.",
+          "flies back to the table.", "becomes a horse."], 1),
+    _swag("The students enter the classroom.", "They", ["swim to their desks.", "burn the books.",
+          "sit down and open their notebooks.", "leave for the moon."], 2),
+    _swag("A cyclist reaches the top of the hill.", "She", ["digs a hole to the centre of the earth.",
+          "eats her bicycle.", "starts to cry loudly at the clouds.", "rides quickly down the other side."], 3),
+]
+
+
+def _multiple_choice_guide(lib, path: Path, out: Path):
+    """transformers' multiple-choice guide (SWAG): (context, header + ending) pairs flattened, tokenized with
+    truncation, regrouped in fours, padded by DataCollatorForMultipleChoice."""
+    tokenizer = lib.AutoTokenizer.from_pretrained(path)
+    model = lib.AutoModelForMultipleChoice.from_pretrained(path)
+    ending_names = ["ending0", "ending1", "ending2", "ending3"]
+
+    def preprocess_function(examples):
+        first_sentences = [[context] * 4 for context in examples["sent1"]]
+        question_headers = examples["sent2"]
+        second_sentences = [[f"{header} {examples[end][i]}" for end in ending_names]
+                            for i, header in enumerate(question_headers)]
+        first_sentences = sum(first_sentences, [])
+        second_sentences = sum(second_sentences, [])
+        tokenized_examples = tokenizer(first_sentences, second_sentences, truncation=True, max_length=24)
+        return {k: [v[i: i + 4] for i in range(0, len(v), 4)] for k, v in tokenized_examples.items()}
+
+    train = datasets.Dataset.from_list(SWAG[:8]).map(preprocess_function, batched=True)
+    test = datasets.Dataset.from_list(SWAG[8:] + SWAG[:2]).map(preprocess_function, batched=True)
+    args = lib.TrainingArguments(output_dir=str(out), learning_rate=3e-3, per_device_train_batch_size=3,
+                                 per_device_eval_batch_size=4, num_train_epochs=2, weight_decay=0.01, logging_steps=1,
+                                 eval_strategy="epoch", save_strategy="no", report_to="none", use_cpu=True, seed=7,
+                                 disable_tqdm=True)
+    trainer = lib.Trainer(model=model, args=args, train_dataset=train, eval_dataset=test, processing_class=tokenizer,
+                          data_collator=lib.DataCollatorForMultipleChoice(tokenizer=tokenizer),
+                          compute_metrics=accuracy)
+    trainer.train()
+    return trainer, train, test, trainer.evaluate(), trainer.predict(test)
+
+
+def test_multiple_choice_guide_gives_transformers_numbers(checkpoint, tmp_path):
+    mc = tmp_path / "mc"
+    torch.manual_seed(0)
+    transformers.BertForMultipleChoice(transformers.AutoConfig.from_pretrained(checkpoint)).save_pretrained(mc)
+    transformers.AutoTokenizer.from_pretrained(checkpoint).save_pretrained(mc)
+    hf, hf_train, hf_test, hf_eval, hf_pred = _multiple_choice_guide(transformers, mc, tmp_path / "hf")
+    bk, bk_train, bk_test, bk_eval, bk_pred = _multiple_choice_guide(bertkit, mc, tmp_path / "bk")
+
+    assert bk_train.to_dict() == hf_train.to_dict() and bk_test.to_dict() == hf_test.to_dict()
+    assert all(len(ids) == 4 for ids in bk_train["input_ids"])
+    assert max(len(c) for ids in bk_train["input_ids"] for c in ids) == 24  # one pair truncated
+    ours, theirs = _losses(bk.state.log_history), _losses(hf.state.log_history)
+    assert [s for s, _, _ in ours] == [s for s, _, _ in theirs] == list(range(1, 7))
+    np.testing.assert_allclose([x[1] for x in ours], [x[1] for x in theirs], rtol=1e-5)
+    np.testing.assert_allclose([x[2] for x in ours], [x[2] for x in theirs], rtol=1e-9)
+    assert len({round(x[1], 4) for x in ours}) == len(ours)
+    ours_eval = [h for h in bk.state.log_history if "eval_loss" in h]
+    theirs_eval = [h for h in hf.state.log_history if "eval_loss" in h]
+    assert [(h["step"], h["epoch"]) for h in ours_eval] == [(h["step"], h["epoch"]) for h in theirs_eval]
+    assert len(ours_eval) == 3  # after each epoch, and evaluate()
+    for a, b in zip(ours_eval, theirs_eval):
+        assert a["eval_loss"] == pytest.approx(b["eval_loss"], rel=1e-5)
+        assert a["eval_accuracy"] == b["eval_accuracy"]
+    assert bk_eval["eval_accuracy"] == hf_eval["eval_accuracy"]
+    assert bk_pred.predictions.shape == hf_pred.predictions.shape == (6, 4)
+    # as in QA: the softmax over the choices does not see classifier.bias (one score added to every choice), so
+    # its float-noise gradient, scaled up by Adam, leaves the two runs' scores one constant (~1e-3) apart
+    centred = [p - p.mean(1, keepdims=True) for p in (bk_pred.predictions, hf_pred.predictions)]
+    np.testing.assert_allclose(centred[0], centred[1], atol=1e-5)
+    shift = bk_pred.predictions - hf_pred.predictions
+    np.testing.assert_allclose(shift, shift.flat[0], atol=1e-5)
+    np.testing.assert_array_equal(bk_pred.predictions.argmax(1), hf_pred.predictions.argmax(1))
+    _same_weights_but(bk.model, hf.model, "classifier.bias")
+    np.testing.assert_array_equal(bk_pred.label_ids, hf_pred.label_ids)
+    assert bk_pred.metrics["test_accuracy"] == hf_pred.metrics["test_accuracy"]
+    assert bk_pred.metrics["test_loss"] == pytest.approx(hf_pred.metrics["test_loss"], rel=1e-5)
+
+
+def test_multiple_choice_collator_matches_transformers(minilm_dir):
+    tok = bertkit.BertTokenizer.from_pretrained(minilm_dir)
+    features = []
+    for i, row in enumerate(SWAG[:5]):
+        enc = tok([row["sent1"]] * 4, [f"{row['sent2']} {row[f'ending{j}']}" for j in range(4)])
+        features.append({**{k: list(v) for k, v in enc.items()}, "label": row["label"]})
+    for kwargs in ({}, {"pad_to_multiple_of": 8}, {"padding": "max_length", "max_length": 40}):
+        ours = bertkit.DataCollatorForMultipleChoice(tok, **kwargs)(features)
+        theirs = transformers.DataCollatorForMultipleChoice(tok, **kwargs)(features)
+        assert sorted(ours) == sorted(theirs) == ["attention_mask", "input_ids", "labels", "token_type_ids"]
+        for key in theirs:
+            assert ours[key].dtype == theirs[key].dtype, key
+            torch.testing.assert_close(ours[key], theirs[key], rtol=0, atol=0, msg=f"{kwargs} {key}")
+        assert ours["input_ids"].shape[:2] == (5, 4)
+    with pytest.raises(BertkitError, match="same number of choices"):
+        bertkit.DataCollatorForMultipleChoice(tok)([features[0], {**features[1], "input_ids": features[1]["input_ids"][:3]}])

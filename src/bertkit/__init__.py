@@ -47,6 +47,7 @@ _EXPORTS = {
     "DataCollatorForTokenClassification": "bertkit.data.collators",
     "DataCollatorForLanguageModeling": "bertkit.data.collators",
     "DefaultDataCollator": "bertkit.data.collators",
+    "DataCollatorForMultipleChoice": "bertkit.data.collators",
 }
 __all__ = list(_EXPORTS)
 

@@ -4,7 +4,8 @@ Each takes what transformers' takes (a tokenizer with ``pad``, ``pad_token_id``,
 transformers') and returns the same tensors: ``DataCollatorWithPadding`` pads to the batch's longest,
 ``DataCollatorForTokenClassification`` pads the labels too (with -100), ``DataCollatorForLanguageModeling``
 draws the masked-LM targets (the paper's 80/10/10, section 3.1 and appendix A.1; whole-word masking as an
-option), ``DefaultDataCollator`` stacks examples that are already of one length.
+option), ``DefaultDataCollator`` stacks examples that are already of one length, ``DataCollatorForMultipleChoice``
+pads every choice of every example to one length and returns (batch, num_choices, length) tensors.
 """
 
 from __future__ import annotations
@@ -126,6 +127,41 @@ class DataCollatorForTokenClassification:
                 else lab + [self.label_pad_token_id] * (width - len(lab)) for lab in labels]
         batch[name] = torch.tensor(rows, dtype=torch.int64)
         return _rename_labels(batch)
+
+
+@dataclass
+class DataCollatorForMultipleChoice:
+    """Examples whose ``input_ids`` (and the other token keys) are lists of ``num_choices`` sequences: every
+    choice of every example is padded with ``tokenizer.pad`` to one length, and the batch reshaped to
+    (batch, num_choices, length); ``label`` / ``labels`` become an int64 ``labels`` tensor."""
+
+    tokenizer: Any
+    padding: bool | str = True
+    max_length: int | None = None
+    pad_to_multiple_of: int | None = None
+    return_tensors: str = "pt"
+
+    def __post_init__(self) -> None:
+        _needs_pad_token(self.tokenizer, "DataCollatorForMultipleChoice")
+        if self.return_tensors != "pt":
+            raise BertkitError("bertkit's collators return PyTorch tensors only (return_tensors='pt')")
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict:
+        if not features:
+            raise BertkitError("the collator got an empty batch")
+        name = "label" if "label" in features[0] else "labels"
+        labels = [f[name] for f in features] if name in features[0] else None
+        choices = len(features[0]["input_ids"])
+        if any(len(f["input_ids"]) != choices for f in features):
+            raise BertkitError("DataCollatorForMultipleChoice: every example must have the same number of choices, "
+                               f"got {sorted({len(f['input_ids']) for f in features})}")
+        flat = [{k: v[i] for k, v in f.items() if k != name} for f in features for i in range(choices)]
+        batch = self.tokenizer.pad(flat, padding=self.padding, max_length=self.max_length,
+                                   pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt")
+        batch = {k: v.view(len(features), choices, -1) for k, v in batch.items()}
+        if labels is not None:
+            batch["labels"] = torch.tensor(labels, dtype=torch.int64)
+        return batch
 
 
 def _as_list(values: Any) -> list:

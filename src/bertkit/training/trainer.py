@@ -449,13 +449,14 @@ class Trainer:
                     fields = fields[:1]
                 outputs.append([f.float().cpu().numpy() for f in fields])
                 present = [batch[k] for k in self.label_names if k in batch]
-                if present:
-                    labels.append(present[0].cpu().numpy() if len(present) == 1
-                                  else np.stack([p.cpu().numpy() for p in present], -1))
+                if present:  # one array per label name, as transformers (QA: start and end positions)
+                    labels.append([p.cpu().numpy() for p in present])
         module.train(was_training)
         columns = [_concat([o[j] for o in outputs]) for j in range(len(outputs[0]))] if outputs else []
         preds = columns[0] if len(columns) == 1 else tuple(columns)
-        return preds, (_concat(labels) if labels else None), (loss_sum / loss_n if loss_n else None)
+        label_columns = [_concat([row[j] for row in labels]) for j in range(len(labels[0]))] if labels else []
+        label_ids = None if not labels else label_columns[0] if len(label_columns) == 1 else tuple(label_columns)
+        return preds, label_ids, (loss_sum / loss_n if loss_n else None)
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""
