@@ -797,7 +797,7 @@ def test_multiple_choice_guide_gives_transformers_numbers(checkpoint, tmp_path):
 def test_multiple_choice_collator_matches_transformers(minilm_dir):
     tok = bertkit.BertTokenizer.from_pretrained(minilm_dir)
     features = []
-    for i, row in enumerate(SWAG[:5]):
+    for row in SWAG[:5]:
         enc = tok([row["sent1"]] * 4, [f"{row['sent2']} {row[f'ending{j}']}" for j in range(4)])
         features.append({**{k: list(v) for k, v in enc.items()}, "label": row["label"]})
     for kwargs in ({}, {"pad_to_multiple_of": 8}, {"padding": "max_length", "max_length": 40}):
@@ -809,4 +809,5 @@ def test_multiple_choice_collator_matches_transformers(minilm_dir):
             torch.testing.assert_close(ours[key], theirs[key], rtol=0, atol=0, msg=f"{kwargs} {key}")
         assert ours["input_ids"].shape[:2] == (5, 4)
     with pytest.raises(BertkitError, match="same number of choices"):
-        bertkit.DataCollatorForMultipleChoice(tok)([features[0], {**features[1], "input_ids": features[1]["input_ids"][:3]}])
+        three = {**features[1], "input_ids": features[1]["input_ids"][:3]}
+        bertkit.DataCollatorForMultipleChoice(tok)([features[0], three])

@@ -4,8 +4,8 @@ Each takes what transformers' takes (a tokenizer with ``pad``, ``pad_token_id``,
 transformers') and returns the same tensors: ``DataCollatorWithPadding`` pads to the batch's longest,
 ``DataCollatorForTokenClassification`` pads the labels too (with -100), ``DataCollatorForLanguageModeling``
 draws the masked-LM targets (the paper's 80/10/10, section 3.1 and appendix A.1; whole-word masking as an
-option), ``DefaultDataCollator`` stacks examples that are already of one length, ``DataCollatorForMultipleChoice``
-pads every choice of every example to one length and returns (batch, num_choices, length) tensors.
+option), ``DefaultDataCollator`` stacks examples that are already of one length,
+``DataCollatorForMultipleChoice`` pads every choice of every example to one length: (batch, choices, length).
 """
 
 from __future__ import annotations
@@ -153,8 +153,8 @@ class DataCollatorForMultipleChoice:
         labels = [f[name] for f in features] if name in features[0] else None
         choices = len(features[0]["input_ids"])
         if any(len(f["input_ids"]) != choices for f in features):
-            raise BertkitError("DataCollatorForMultipleChoice: every example must have the same number of choices, "
-                               f"got {sorted({len(f['input_ids']) for f in features})}")
+            raise BertkitError("DataCollatorForMultipleChoice: every example must have the same number of "
+                               f"choices, got {sorted({len(f['input_ids']) for f in features})}")
         flat = [{k: v[i] for k, v in f.items() if k != name} for f in features for i in range(choices)]
         batch = self.tokenizer.pad(flat, padding=self.padding, max_length=self.max_length,
                                    pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt")

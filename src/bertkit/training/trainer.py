@@ -455,7 +455,8 @@ class Trainer:
         columns = [_concat([o[j] for o in outputs]) for j in range(len(outputs[0]))] if outputs else []
         preds = columns[0] if len(columns) == 1 else tuple(columns)
         label_columns = [_concat([row[j] for row in labels]) for j in range(len(labels[0]))] if labels else []
-        label_ids = None if not labels else label_columns[0] if len(label_columns) == 1 else tuple(label_columns)
+        label_ids = (None if not labels else label_columns[0] if len(label_columns) == 1
+                     else tuple(label_columns))
         return preds, label_ids, (loss_sum / loss_n if loss_n else None)
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
