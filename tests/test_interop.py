@@ -388,3 +388,35 @@ def test_dynamo_onnx_export_runs_in_onnxruntime_equal_to_eager(cls, tmp_path):
             got = [torch.from_numpy(got[0])[mask], torch.from_numpy(got[1])[mask]]
         for a, w in zip(got, want):
             torch.testing.assert_close(a, w, **TOL)
+
+
+# ---------------------------------------------------------------------------------------------------
+# datasets
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_datasets_map_with_the_tokenizer_set_format_torch_and_a_forward_pass(minilm_dir):
+    """Dataset.map(tokenizer, batched=True) and set_format("torch") give the same columns with bertkit's tokenizer
+    as with BertTokenizerFast, and the forward pass on them equals transformers' model."""
+    datasets = pytest.importorskip("datasets")
+    from bertkit import BertTokenizer
+
+    texts = {"text": ["A man is playing a guitar.", "Paris is the capital of France!", "ok", "Naïve café déjà vu"],
+             "label": [0, 1, 1, 0]}
+    columns = ["input_ids", "token_type_ids", "attention_mask", "label"]
+    encoded = {}
+    for name, tok in (("ours", BertTokenizer.from_pretrained(minilm_dir)),
+                      ("theirs", transformers.BertTokenizerFast.from_pretrained(minilm_dir))):
+        ds = datasets.Dataset.from_dict(texts).map(
+            lambda batch, tok=tok: tok(batch["text"], truncation=True, max_length=16, padding="max_length"),
+            batched=True)
+        ds.set_format("torch", columns=columns)
+        encoded[name] = ds[:]
+    for c in columns:
+        assert torch.equal(encoded["ours"][c], encoded["theirs"][c]), c
+    ours, hf = _pair(H.BertForSequenceClassification)
+    batch = {k: encoded["ours"][k] % TINY["vocab_size"] if k == "input_ids" else encoded["ours"][k]
+             for k in columns[:3]}  # the tiny model's 99 ids: the ids' values were compared above
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**batch, labels=encoded["ours"]["label"]).logits,
+                                   hf(**batch, labels=encoded["theirs"]["label"]).logits, **TOL)
