@@ -219,7 +219,7 @@ def test_kill_campaign_twenty_sigkills_at_random_moments(tiny_setup, tmp_path):
     from killing import MOMENTS, launch_paused
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    args = ("--max-steps", "300", "--save-steps", "5")
+    args = ("--max-steps", "900", "--save-steps", "5")  # long enough to outlast 20 kills on an idle machine
     full, killed = tmp_path / "full", tmp_path / "killed"
     subprocess.run(_pretrain_args(tiny_setup, full, *args), check=True, env=env, capture_output=True)
     rng, kills, in_writes = random.Random(2026), 0, 0

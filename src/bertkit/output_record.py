@@ -44,12 +44,16 @@ _ACTIVE: list[Any] = []  # the OutputDirs this process has claimed and not relea
 _JOINED: list[tuple[Path, Path]] = []  # (directory, journal) of a parent process's claims, in its workers
 
 
-def sha256_of(path: str | os.PathLike) -> str:
+def _sha256_stream(f: Any) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+    for block in iter(lambda: f.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    with open(path, "rb") as f:
+        return _sha256_stream(f)
 
 
 def _real(path: str | os.PathLike) -> Path:
@@ -278,3 +282,88 @@ def _read_journal_into(directory: Path, entries: dict[str, dict], start: int) ->
             entries[entry["path"]] = ({"scratch": True} if entry.get("scratch") is True else
                                       {"size": entry.get("size"), "sha256": entry.get("sha256")})
     return start + end
+
+
+# -------------------------------------------------------------------------------------------------
+# Removing what a marker records, only as it was written (--overwrite)
+# -------------------------------------------------------------------------------------------------
+
+
+def _safe_relative(rel: Any) -> bool:
+    """A marker's path names a file inside its directory: relative, no '..', '.', empty part or NUL."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel or rel.startswith("/"):
+        return False
+    return all(p not in ("", ".", "..") for p in rel.split("/"))
+
+
+def _open_parent(directory: Path, rel: str) -> tuple[int, str] | None:
+    """A descriptor of ``rel``'s parent, reached from ``directory`` without following any symlink (None if a
+    component is missing or is not a real directory), and ``rel``'s last name."""
+    *parts, name = rel.split("/")
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for part in parts:
+        try:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = nxt
+    return fd, name
+
+
+def _remove_verified(directory: Path, rel: str, entry: Any) -> str:
+    """Remove ``directory/rel`` if it is still the file recorded: 'removed', 'changed' (left: the user's now)
+    or 'missing'."""
+    opened = _open_parent(directory, rel)
+    if opened is None:
+        return "missing"
+    fd, name = opened
+    try:
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return "missing"
+        if not stat.S_ISREG(st.st_mode) or not isinstance(entry, dict) or entry.get("size") != st.st_size:
+            return "changed"
+        try:
+            file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:
+            return "changed"
+        with os.fdopen(file_fd, "rb") as f:
+            digest = _sha256_stream(f)
+        if digest != entry.get("sha256"):
+            return "changed"
+        os.unlink(name, dir_fd=fd)
+        return "removed"
+    finally:
+        os.close(fd)
+
+
+def _remove_scratch(directory: Path, rel: str) -> list[str]:
+    """A scratch directory a killed run left (``register_scratch``): its regular files and directories, reached
+    without following a symlink (one inside it, and what it points to, is left)."""
+    opened = _open_parent(directory, rel)
+    if opened is None:
+        return []
+    fd, name = opened
+    try:
+        if not stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+            return []
+    except FileNotFoundError:
+        return []
+    finally:
+        os.close(fd)
+    removed = []
+    for root, dirs, files in os.walk(directory / rel, topdown=False):
+        for entry in files:
+            path = Path(root, entry)
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                path.unlink()
+                removed.append(path.relative_to(directory).as_posix())
+        for entry in dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(Path(root, entry))  # a symlink here is no directory: rmdir refuses it
+    with contextlib.suppress(OSError):
+        os.rmdir(directory / rel)
+    return removed

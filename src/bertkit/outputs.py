@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -76,6 +75,9 @@ from bertkit.output_record import (  # noqa: F401 (register and the others are r
     _read_journal_into,
     _real,
     _refuse_replacing,
+    _remove_scratch,
+    _remove_verified,
+    _safe_relative,
     _within,
     claims_for_workers,
     join_claims,
@@ -268,88 +270,6 @@ def _recorded(directory: Path, marker: dict | None) -> tuple[dict[str, dict], li
     recorded = dict(files) if isinstance(files, dict) else {}
     recorded.update(_read_journal(directory))
     return recorded, legacy
-
-
-def _safe_relative(rel: Any) -> bool:
-    """A marker's path names a file inside its directory: relative, no '..', '.', empty part or NUL."""
-    if not isinstance(rel, str) or not rel or "\x00" in rel or rel.startswith("/"):
-        return False
-    return all(p not in ("", ".", "..") for p in rel.split("/"))
-
-
-def _open_parent(directory: Path, rel: str) -> tuple[int, str] | None:
-    """A descriptor of ``rel``'s parent, reached from ``directory`` without following any symlink (None if a
-    component is missing or is not a real directory), and ``rel``'s last name."""
-    *parts, name = rel.split("/")
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    for part in parts:
-        try:
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-        except OSError:
-            os.close(fd)
-            return None
-        os.close(fd)
-        fd = nxt
-    return fd, name
-
-
-def _remove_verified(directory: Path, rel: str, entry: Any) -> str:
-    """Remove ``directory/rel`` if it is still the file recorded: 'removed', 'changed' (left: the user's now)
-    or 'missing'."""
-    opened = _open_parent(directory, rel)
-    if opened is None:
-        return "missing"
-    fd, name = opened
-    try:
-        try:
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return "missing"
-        if not stat.S_ISREG(st.st_mode) or not isinstance(entry, dict) or entry.get("size") != st.st_size:
-            return "changed"
-        try:
-            file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-        except OSError:
-            return "changed"
-        digest = hashlib.sha256()
-        with os.fdopen(file_fd, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        if digest.hexdigest() != entry.get("sha256"):
-            return "changed"
-        os.unlink(name, dir_fd=fd)
-        return "removed"
-    finally:
-        os.close(fd)
-
-
-def _remove_scratch(directory: Path, rel: str) -> list[str]:
-    """A scratch directory a killed run left (``register_scratch``): its regular files and directories, reached
-    without following a symlink (one inside it, and what it points to, is left)."""
-    opened = _open_parent(directory, rel)
-    if opened is None:
-        return []
-    fd, name = opened
-    try:
-        if not stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
-            return []
-    except FileNotFoundError:
-        return []
-    finally:
-        os.close(fd)
-    removed = []
-    for root, dirs, files in os.walk(directory / rel, topdown=False):
-        for entry in files:
-            path = Path(root, entry)
-            if stat.S_ISREG(os.lstat(path).st_mode):
-                path.unlink()
-                removed.append(path.relative_to(directory).as_posix())
-        for entry in dirs:
-            with contextlib.suppress(OSError):
-                os.rmdir(Path(root, entry))  # a symlink here is no directory: rmdir refuses it
-    with contextlib.suppress(OSError):
-        os.rmdir(directory / rel)
-    return removed
 
 
 def _remove_recorded(directory: Path, recorded: Mapping[str, Any]) -> tuple[list[str], list[str]]:

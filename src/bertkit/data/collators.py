@@ -73,9 +73,8 @@ class DefaultDataCollator:
 
 
 @dataclass
-class DataCollatorWithPadding:
-    """Pad ``input_ids``, ``token_type_ids`` and ``attention_mask`` to the longest example of the batch (or
-    ``max_length`` / a multiple of ``pad_to_multiple_of``) with ``tokenizer.pad``; other keys are stacked."""
+class _PaddingCollator:
+    """What the padding collators share: transformers' fields, the checks, and one ``tokenizer.pad`` call."""
 
     tokenizer: Any
     padding: bool | str = True
@@ -84,41 +83,39 @@ class DataCollatorWithPadding:
     return_tensors: str = "pt"
 
     def __post_init__(self) -> None:
-        _needs_pad_token(self.tokenizer, "DataCollatorWithPadding")
+        _needs_pad_token(self.tokenizer, type(self).__name__)
         if self.return_tensors != "pt":
             raise BertkitError("bertkit's collators return PyTorch tensors only (return_tensors='pt')")
 
-    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict:
+    def _pad(self, features: Sequence[Mapping[str, Any]]) -> dict:
         if not features:
             raise BertkitError("the collator got an empty batch")
-        batch = self.tokenizer.pad(list(features), padding=self.padding, max_length=self.max_length,
-                                   pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt")
-        return _rename_labels(dict(batch))
+        return dict(self.tokenizer.pad(list(features), padding=self.padding, max_length=self.max_length,
+                                       pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt"))
 
 
 @dataclass
-class DataCollatorForTokenClassification:
+class DataCollatorWithPadding(_PaddingCollator):
+    """Pad ``input_ids``, ``token_type_ids`` and ``attention_mask`` to the longest example of the batch (or
+    ``max_length`` / a multiple of ``pad_to_multiple_of``) with ``tokenizer.pad``; other keys are stacked."""
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict:
+        return _rename_labels(self._pad(features))
+
+
+@dataclass
+class DataCollatorForTokenClassification(_PaddingCollator):
     """As ``DataCollatorWithPadding``, and the per-token ``labels`` padded to the same length with
     ``label_pad_token_id`` (-100: no loss at padding)."""
 
-    tokenizer: Any
-    padding: bool | str = True
-    max_length: int | None = None
-    pad_to_multiple_of: int | None = None
     label_pad_token_id: int = IGNORE_INDEX
-    return_tensors: str = "pt"
-
-    def __post_init__(self) -> None:
-        _needs_pad_token(self.tokenizer, "DataCollatorForTokenClassification")
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict:
         if not features:
             raise BertkitError("the collator got an empty batch")
         name = "label" if "label" in features[0] else "labels"
         labels = [list(_as_list(f[name])) for f in features] if name in features[0] else None
-        rest = [{k: v for k, v in f.items() if k != name} for f in features]
-        batch = dict(self.tokenizer.pad(rest, padding=self.padding, max_length=self.max_length,
-                                        pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt"))
+        batch = self._pad([{k: v for k, v in f.items() if k != name} for f in features])
         if labels is None:
             return batch
         width = batch["input_ids"].shape[1]
@@ -130,21 +127,10 @@ class DataCollatorForTokenClassification:
 
 
 @dataclass
-class DataCollatorForMultipleChoice:
+class DataCollatorForMultipleChoice(_PaddingCollator):
     """Examples whose ``input_ids`` (and the other token keys) are lists of ``num_choices`` sequences: every
     choice of every example is padded with ``tokenizer.pad`` to one length, and the batch reshaped to
     (batch, num_choices, length); ``label`` / ``labels`` become an int64 ``labels`` tensor."""
-
-    tokenizer: Any
-    padding: bool | str = True
-    max_length: int | None = None
-    pad_to_multiple_of: int | None = None
-    return_tensors: str = "pt"
-
-    def __post_init__(self) -> None:
-        _needs_pad_token(self.tokenizer, "DataCollatorForMultipleChoice")
-        if self.return_tensors != "pt":
-            raise BertkitError("bertkit's collators return PyTorch tensors only (return_tensors='pt')")
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict:
         if not features:
@@ -156,9 +142,7 @@ class DataCollatorForMultipleChoice:
             raise BertkitError("DataCollatorForMultipleChoice: every example must have the same number of "
                                f"choices, got {sorted({len(f['input_ids']) for f in features})}")
         flat = [{k: v[i] for k, v in f.items() if k != name} for f in features for i in range(choices)]
-        batch = self.tokenizer.pad(flat, padding=self.padding, max_length=self.max_length,
-                                   pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt")
-        batch = {k: v.view(len(features), choices, -1) for k, v in batch.items()}
+        batch = {k: v.view(len(features), choices, -1) for k, v in self._pad(flat).items()}
         if labels is not None:
             batch["labels"] = torch.tensor(labels, dtype=torch.int64)
         return batch

@@ -49,13 +49,20 @@ from bertkit.data.shards import (
     VOCAB,
     remove_shards,
     save_shard,
-    sha256_file,
     shard_name,
     write_manifest,
 )
 from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
-from bertkit.outputs import atomic_target, atomic_write_text, claims_for_workers, join_claims, owns, register
+from bertkit.outputs import (
+    atomic_target,
+    atomic_write_text,
+    claims_for_workers,
+    join_claims,
+    owns,
+    register,
+    sha256_of,
+)
 from bertkit.tokenization.wordpiece import SPECIAL_TOKENS as BERT_SPECIAL_TOKENS
 
 logger = logging.getLogger(__name__)
@@ -211,7 +218,7 @@ def _manifest(config: PretrainingConfig, input_files: Sequence, tokenizer, vocab
         "input_files": [str(f) for f in input_files],
         "tokenizer": {
             "vocab_size": len(vocab),
-            "vocab_sha256": sha256_file(out / VOCAB),
+            "vocab_sha256": sha256_of(out / VOCAB),
             "do_lower_case": getattr(tokenizer, "do_lower_case", None),
             "special_token_ids": {k: tokenizer.vocab[t] for k, t in SPECIAL_TOKENS.items()},
         },
@@ -294,7 +301,7 @@ def merge_pretraining_data(part_dirs: Sequence[str | os.PathLike], output_dir: s
             src = d / name
             if not src.is_file():
                 raise MissingFileError(f"{src} is listed in {d / PART} but missing: copy the part again")
-            if sha256_file(src) != entry["sha256"]:
+            if sha256_of(src) != entry["sha256"]:
                 raise BertkitError(f"{src}: its sha256 differs from {d / PART} (truncated or changed in the copy): "
                                    "copy the part again")
     for d, shard in shards:

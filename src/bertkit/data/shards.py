@@ -19,7 +19,6 @@ identical bytes for identical inputs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.outputs import atomic_write, atomic_write_text, remove_owned
+from bertkit.outputs import atomic_write, atomic_write_text, remove_owned, sha256_of
 
 FORMAT = "bertkit-pretraining-v1"
 MANIFEST = "manifest.json"
@@ -53,17 +52,9 @@ def save_shard(output_dir: str | os.PathLike, name: str, arrays: dict[str, np.nd
             "file": path.name,
             "dtype": str(array.dtype),
             "shape": list(array.shape),
-            "sha256": sha256_file(path),
+            "sha256": sha256_of(path),
         }
     return info
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_manifest(output_dir: str | os.PathLike, manifest: dict) -> Path:
@@ -98,7 +89,7 @@ def remove_shards(output_dir: str | os.PathLike, manifests: tuple[str, ...] = (M
                 if isinstance(entry, dict) and isinstance(entry.get("file"), str) and "/" not in entry["file"]:
                     listed[entry["file"]] = str(entry.get("sha256"))
     for path in sorted(out.glob("shard-*.npy")):
-        proven = path.name in listed and path.is_file() and not path.is_symlink() and sha256_file(path) == listed[path.name]
+        proven = path.name in listed and path.is_file() and not path.is_symlink() and sha256_of(path) == listed[path.name]
         if not remove_owned(path) and proven:
             path.unlink()
     for name in manifests:
@@ -148,7 +139,7 @@ class ShardedInstances:
                 path = self.data_dir / entry["file"]
                 if not path.is_file():
                     raise MissingFileError(f"{path} is listed in the manifest but missing")
-                if verify and sha256_file(path) != entry["sha256"]:
+                if verify and sha256_of(path) != entry["sha256"]:
                     raise BertkitError(f"{path}: sha256 differs from the manifest; the file was changed")
                 arrays[field] = np.load(path, mmap_mode="r", allow_pickle=False)
             self._shards.append(arrays)

@@ -22,10 +22,10 @@ import torch
 from bertkit.checkpoint_io import WEIGHTS_NAME
 from bertkit.config import PRESETS, BertConfig
 from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
-from bertkit.data.shards import MANIFEST, sha256_file
+from bertkit.data.shards import MANIFEST
 from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
-from bertkit.outputs import atomic_write_json
+from bertkit.outputs import atomic_write_json, sha256_of
 from bertkit.settings import PretrainSettings
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current
@@ -193,7 +193,7 @@ def pretrain(s: PretrainSettings) -> TrainResult:
     fingerprint = {"model_config": config.to_dict(), "max_steps": s.max_steps, "batch_size": s.batch_size,
                    # the data's content (the manifest lists every shard's sha256), not its path: data
                    # regenerated at the same path must not resume silently, data moved elsewhere may
-                   "data": [sha256_file(Path(p.plan.dataset.path) / MANIFEST) for p in phases]}
+                   "data": [sha256_of(Path(p.plan.dataset.path) / MANIFEST) for p in phases]}
     if s.mlm_bias_init != "zeros" and s.init_from is None:  # as nsp below: only when set
         fingerprint["mlm_bias_init"] = s.mlm_bias_init
     if s.position_init != "normal" and s.init_from is None:
@@ -201,7 +201,7 @@ def pretrain(s: PretrainSettings) -> TrainResult:
     if not s.nsp:  # only when set, so checkpoints written before these settings existed still resume
         fingerprint["nsp"] = False
     if s.init_from is not None:
-        fingerprint["init_from"] = sha256_file(s.init_from / WEIGHTS_NAME)
+        fingerprint["init_from"] = sha256_of(s.init_from / WEIGHTS_NAME)
     result = train(model, phases, s.training(), evaluate=evaluate, batch_metrics=mlm_nsp_batch_metrics,
                    fingerprint=fingerprint, resume=s.resume)
     if not info.is_main:  # under torchrun, rank 0 writes the results
