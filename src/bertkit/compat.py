@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+import torch
 from torch import nn
+
+from bertkit.errors import BertkitError
 
 
 class TupleAccess:
@@ -57,3 +60,118 @@ def tied_output_embeddings(word_embeddings: nn.Embedding, bias: nn.Parameter) ->
     linear.in_features, linear.out_features = word_embeddings.embedding_dim, word_embeddings.num_embeddings
     linear.weight, linear.bias = word_embeddings.weight, bias
     return linear
+
+
+class TransformersModelCalls:
+    """The model methods people port from transformers (``num_parameters``, ``get_input_embeddings``,
+    ``resize_token_embeddings``, ``gradient_checkpointing_enable``, ``device``, ...), for ``PretrainedMixin``'s
+    models: they reach the encoder through ``self._encoder()`` and re-tie the MLM decoder with
+    ``self._tie_decoder()``."""
+
+    @property
+    def base_model(self):
+        """The encoder (``BertModel``): ``self`` for a ``BertModel``, ``self.bert`` for a head model."""
+        return self._encoder()
+
+    def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
+        """Parameter count, as transformers counts it (a tied weight once)."""
+        params = self.parameters() if not exclude_embeddings else (  # type: ignore[attr-defined]
+            p for n, p in self.named_parameters() if "embeddings." not in n)  # type: ignore[attr-defined]
+        return sum(p.numel() for p in params if p.requires_grad or not only_trainable)
+
+    def _mlm_head(self):
+        heads = getattr(self, "cls", None)
+        return getattr(heads, "predictions", None) if heads is not None else None
+
+    def get_output_embeddings(self) -> torch.nn.Linear | None:
+        """The MLM decoder, tied to the word embeddings (its weight *is* theirs); None without an MLM head."""
+        mlm = self._mlm_head()
+        return None if mlm is None else mlm.decoder
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are (the word embeddings' device)."""
+        return self.get_input_embeddings().weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.get_input_embeddings().weight.dtype
+
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        return self._encoder().embeddings.word_embeddings
+
+    def set_input_embeddings(self, embeddings: torch.nn.Embedding) -> None:
+        """Replace the word embeddings (the tied MLM decoder reads them); ``config.vocab_size`` follows their rows."""
+        if embeddings.embedding_dim != self.config.hidden_size:
+            raise BertkitError(f"embeddings have dim {embeddings.embedding_dim}, the model hidden_size "
+                               f"{self.config.hidden_size}")
+        mlm = self._mlm_head()
+        if mlm is not None and mlm.bias.numel() != embeddings.num_embeddings:
+            raise BertkitError(f"embeddings have {embeddings.num_embeddings} rows but the MLM bias "
+                               f"{mlm.bias.numel()}: use resize_token_embeddings to change the vocabulary size")
+        self._encoder().embeddings.word_embeddings = embeddings
+        self._tie_decoder()
+        self._set_vocab_size(embeddings.num_embeddings)
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None,
+                                pad_to_multiple_of: int | None = None) -> torch.nn.Embedding:
+        """Grow (or shrink) the vocabulary to ``new_num_tokens`` rows, e.g. ``len(tokenizer)`` after
+        ``tokenizer.add_tokens(...)``; returns the word embeddings.
+
+        Existing rows are kept. New rows start at the mean of the old ones, as transformers does by default
+        (``mean_resizing``: a new token then does not dominate the MLM softmax before training; Hewitt 2021);
+        transformers adds noise of std ~1e-6 around that mean, bertkit does not. The MLM output bias (the
+        decoder is tied to the embeddings) gets zeros for new tokens. ``config.vocab_size`` follows.
+        """
+        old = self.get_input_embeddings()
+        n = old.num_embeddings if new_num_tokens is None else int(new_num_tokens)
+        if pad_to_multiple_of is not None:
+            if pad_to_multiple_of < 1:
+                raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of}")
+            n = -(-n // pad_to_multiple_of) * pad_to_multiple_of
+        if n == old.num_embeddings:
+            return old
+        self._check_vocab_size(n)
+        new = torch.nn.Embedding(n, old.embedding_dim, padding_idx=old.padding_idx, device=old.weight.device,
+                                 dtype=old.weight.dtype)
+        keep = min(n, old.num_embeddings)
+        with torch.no_grad():
+            new.weight[:keep] = old.weight[:keep]
+            if n > keep:
+                new.weight[keep:] = old.weight.float().mean(0).to(old.weight.dtype)
+        new.weight.requires_grad_(old.weight.requires_grad)
+        self._encoder().embeddings.word_embeddings = new
+        mlm = self._mlm_head()
+        if mlm is not None:
+            bias = torch.zeros(n, device=mlm.bias.device, dtype=mlm.bias.dtype)
+            bias[:keep] = mlm.bias.detach()[:keep]
+            mlm.bias = torch.nn.Parameter(bias, requires_grad=mlm.bias.requires_grad)
+        self._tie_decoder()
+        self._set_vocab_size(n)
+        return new
+
+    def _check_vocab_size(self, n: int) -> None:
+        if not self.config.pad_token_id < n:
+            raise BertkitError(f"a vocabulary of {n} tokens does not hold pad_token_id {self.config.pad_token_id}")
+
+    def _set_vocab_size(self, n: int) -> None:
+        self._check_vocab_size(n)
+        self.config.vocab_size = n
+        if self._encoder().config is not self.config:
+            self._encoder().config.vocab_size = n
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
+        """Recompute each layer in the backward pass: the encoder's ``gradient_checkpointing`` switch, the one
+        ``--gradient-checkpointing`` sets. Always non-reentrant, so ``use_reentrant=True`` is refused."""
+        kwargs = dict(gradient_checkpointing_kwargs or {})
+        if kwargs.pop("use_reentrant", False) or kwargs:
+            raise BertkitError(f"gradient_checkpointing_kwargs {gradient_checkpointing_kwargs} not supported: bertkit "
+                               "always checkpoints non-reentrantly (use_reentrant=False) and takes no other options")
+        self._encoder().gradient_checkpointing = True
+
+    def gradient_checkpointing_disable(self) -> None:
+        self._encoder().gradient_checkpointing = False
+
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        return self._encoder().gradient_checkpointing
