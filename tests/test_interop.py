@@ -12,6 +12,7 @@ same numbers; exporters (torch.compile, torch.export, the dynamo ONNX exporter) 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -276,20 +277,70 @@ def test_transformers_trainer_trains_evaluates_and_saves_a_bertkit_model(tmp_pat
         assert torch.equal(reloaded.state_dict()[key], value), key
 
 
-def test_trainer_save_model_of_an_mlm_head_is_refused_by_safetensors(tmp_path):
-    """What docs/coming-from-transformers.md says: for a model that is not a ``PreTrainedModel``, Trainer saves
-    ``state_dict()`` with safetensors, which refuses the tied decoder (it is the word-embedding tensor, listed
-    under both names as transformers' own state dict lists it); ``model.save_pretrained`` is the way."""
-    model, _ = _pair(H.BertForMaskedLM)
-    args = transformers.TrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True,
-                                          save_strategy="no", disable_tqdm=True)
-    trainer = transformers.Trainer(model=model, args=args)
-    with pytest.raises(RuntimeError, match="share memory"):
-        trainer.save_model(str(tmp_path / "saved"))
-    model.save_pretrained(tmp_path / "saved")
-    again = H.BertForMaskedLM.from_pretrained(tmp_path / "saved")
+class _MaskedRows(torch.utils.data.Dataset):
+    """Masked-LM rows: every fourth real token is to be predicted (the rest of ``labels`` is -100)."""
+
+    def __init__(self, n: int, seed: int = 0):
+        self.rows = []
+        for i in range(n):
+            row = {k: v[0] for k, v in _batch(1, 12, seed=seed * 1000 + i).items()}
+            labels = torch.full_like(row["input_ids"], -100)
+            labels[1::4] = row["input_ids"][1::4]
+            row["labels"] = torch.where(row["attention_mask"].bool(), labels, -100)
+            self.rows.append(row)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return self.rows[i]
+
+
+def test_transformers_trainer_checkpoints_loads_the_best_and_saves_a_bertkit_mlm_model(tmp_path):
+    """transformers' ``Trainer`` with a bertkit masked-LM model, checkpointing every 2 steps and with
+    ``load_best_model_at_end``: the same losses, evaluations and best checkpoint as with transformers' model, and
+    the weights it ends with are the best checkpoint's. A model that is not a ``PreTrainedModel`` is saved by
+    safetensors from ``state_dict()``, which refuses tensors that share memory: the tied decoder is listed as a
+    copy, so the checkpoints and ``save_model`` are written, and ``from_pretrained(dir, config=...)`` reads them
+    back tied."""
+    from safetensors.torch import load_file
+
+    runs = []
+    for index, model in enumerate(_pair(H.BertForMaskedLM)):
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / f"run{index}"), max_steps=8, per_device_train_batch_size=4,
+            per_device_eval_batch_size=4, learning_rate=3e-2, logging_steps=1, eval_strategy="steps", eval_steps=2,
+            save_strategy="steps", save_steps=2, load_best_model_at_end=True, metric_for_best_model="eval_loss",
+            report_to=[], use_cpu=True, seed=3, disable_tqdm=True, dataloader_num_workers=0)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=_MaskedRows(16),
+                                       eval_dataset=_MaskedRows(8, seed=1))
+        trainer.train()
+        runs.append({
+            "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+            "evals": [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h],
+            "best": Path(trainer.state.best_model_checkpoint).name,
+            "weights": {k: v.clone() for k, v in model.state_dict().items()},
+        })
+        if index == 0:
+            trainer.save_model(str(tmp_path / "saved"))
+            ours, checkpoint = model, Path(trainer.state.best_model_checkpoint)
+    assert len(runs[0]["losses"]) == 8 and runs[0]["losses"] == pytest.approx(runs[1]["losses"], abs=1e-5, rel=1e-4)
+    assert len(runs[0]["evals"]) == 4 and runs[0]["evals"] == pytest.approx(runs[1]["evals"], abs=1e-5, rel=1e-4)
+    assert runs[0]["best"] == runs[1]["best"]
+    best = load_file(str(checkpoint / "model.safetensors"))
+    assert set(best) == set(ours.state_dict())  # every key, the tied decoder included
+    for key, value in best.items():  # the model now holds the best checkpoint's weights
+        assert torch.equal(runs[0]["weights"][key], value), key
+        # Adam at this rate turns rounding noise into ~1e-4 moves of near-zero parameters
+        torch.testing.assert_close(runs[0]["weights"][key], runs[1]["weights"][key], atol=1e-3, rtol=1e-3)
+    if runs[0]["best"] != "checkpoint-8":  # the best was not the last: loading it changed the weights
+        last = load_file(str(checkpoint.parent / "checkpoint-8" / "model.safetensors"))
+        assert not torch.equal(last["bert.embeddings.word_embeddings.weight"],
+                               best["bert.embeddings.word_embeddings.weight"])
+    again = H.BertForMaskedLM.from_pretrained(tmp_path / "saved", config=ours.config)
     assert again.cls.predictions.decoder.weight is again.bert.embeddings.word_embeddings.weight
-    assert torch.equal(again.bert.embeddings.word_embeddings.weight, model.bert.embeddings.word_embeddings.weight)
+    for key, value in ours.state_dict().items():
+        assert torch.equal(again.state_dict()[key], value), key
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -9,7 +9,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import os
+import platform
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -461,3 +465,39 @@ def test_freed_memory_is_handed_back_after_model_calls_at_most_every_trim_interv
     assert asyncio.run(run(3600.0)) == 1  # the first call trims; the next four are within the interval
     assert asyncio.run(run(0.0)) == 5
     assert serve_batching._malloc_trim() is not None  # glibc here: the real trim is found
+
+
+MMAP_PROBE = r'''
+import ctypes, ctypes.util, sys
+from bertkit.inference.serve_batching import fix_mmap_threshold
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+def rss_kib():
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1])
+fixed = fix_mmap_threshold() if sys.argv[1] == "fixed" else False
+first = libc.malloc(1 << 20); ctypes.memset(first, 1, 1 << 20); libc.free(first)  # glibc raises its threshold here
+blocks = [libc.malloc(1 << 20) for _ in range(32)]
+for b in blocks:
+    ctypes.memset(b, 1, 1 << 20)
+before = rss_kib()
+for b in blocks[:-1]:  # the last block stays in use, as the next call's activations do
+    libc.free(b)
+print(fixed, before - rss_kib())
+'''
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt's mmap threshold is glibc's")
+def test_the_server_holds_glibcs_mmap_threshold_so_freed_activations_leave_at_once():
+    """Without the fix glibc serves 1 MiB blocks from its heap after the first is freed, and keeps 31 MiB of them
+    resident behind a block still in use; with it each block is a mapping, returned the moment it is freed."""
+    returned = {}
+    for mode in ("default", "fixed"):
+        env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_")}
+        out = subprocess.run([sys.executable, "-c", MMAP_PROBE, mode], capture_output=True, text=True, check=True,
+                             env=env)
+        fixed, freed_kib = out.stdout.split()
+        assert fixed == ("True" if mode == "fixed" else "False")
+        returned[mode] = int(freed_kib)
+    assert returned["default"] < 4 * 1024, returned  # held by the heap
+    assert returned["fixed"] > 28 * 1024, returned  # 31 MiB handed back

@@ -10,7 +10,7 @@ span extraction. Module and weight names are transformers' (``cls.predictions.tr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -111,6 +111,17 @@ class BertPredictionHeadTransform(nn.Module):
         return self.LayerNorm(self.transform_act_fn(self.dense(hidden)))
 
 
+def _tied_copies_as_their_own_tensors(module: nn.Module, state_dict: dict, prefix: str, _metadata: Any) -> None:
+    """``state_dict()`` lists the tied decoder (``decoder.weight`` / ``decoder.bias``) as copies, not as views of
+    the word embeddings and ``bias``: code that saves a state dict with safetensors (transformers' ``Trainer`` does
+    for every model that is not a ``PreTrainedModel``) refuses tensors that share memory. The copies live only as
+    long as the dict; ``keep_vars=True`` (which asks for the Parameters themselves) is left alone."""
+    for name in ("decoder.weight", "decoder.bias"):
+        value = state_dict.get(prefix + name)
+        if value is not None and not isinstance(value, nn.Parameter):
+            state_dict[prefix + name] = value.clone()
+
+
 class BertLMPredictionHead(nn.Module):
     """Transform, then a decoder tied to the word embeddings plus its own bias (``cls.predictions``).
 
@@ -125,6 +136,9 @@ class BertLMPredictionHead(nn.Module):
         self.transform = BertPredictionHeadTransform(config)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.tie(word_embeddings)
+        # torch >= 2.2 names it register_state_dict_post_hook; the private one has the same signature since 1.x
+        register = getattr(self, "register_state_dict_post_hook", None) or self._register_state_dict_hook
+        register(_tied_copies_as_their_own_tensors)
 
     def tie(self, word_embeddings: nn.Embedding) -> None:
         """(Re)point ``decoder`` at ``word_embeddings``' weight and at ``bias`` (after the embeddings are replaced)."""

@@ -60,7 +60,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.inference import serve_tei
-from bertkit.inference.serve_batching import Batcher, Job, Stats, _expired, model_call
+from bertkit.inference.serve_batching import Batcher, Job, Stats, _expired, fix_mmap_threshold, model_call
 from bertkit.inference.serve_wire import (  # the wire format; Limits and parse_request are also used from here
     DEFAULT_MAX_CONCURRENT_REQUESTS,
     EMBEDDING_TASKS,
@@ -428,6 +428,7 @@ def serve(s: Any) -> dict[str, Any]:
     from bertkit.inference import pipeline
     from bertkit.inference.base import int8_options
 
+    fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **int8_options(s))
     app = create_app(pipe, str(s.model_name_or_path), max_batch_size=s.max_batch_size, max_wait_ms=s.max_wait_ms,

@@ -11,6 +11,7 @@ import ctypes.util
 import json
 import logging
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -60,6 +61,28 @@ def _malloc_trim() -> Callable[[], object] | None:
 # under mixed traffic a server's resident memory climbs to its worst mix of calls and stays there (measured: 790
 # -> 921 MiB over a 20-minute soak at twice capacity, flat after minute 10). Trimming hands the free pages back.
 MALLOC_TRIM = _malloc_trim()
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
+MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value, held fixed
+
+
+def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Hold glibc's mmap threshold at ``nbytes`` for this process; True when it was set.
+
+    glibc starts at 128 KiB but raises the threshold (up to 32 MiB) each time an mmapped block is freed, so after a
+    few model calls their activations come from the heap, whose freed space fragments as calls of other shapes come
+    and go; resident memory then follows the worst mix of calls (trimming only helps between calls, so it swings
+    with the work in flight: 530-817 MiB in a soak). Setting the threshold explicitly turns that adjustment off:
+    every block above it is its own mapping, returned to the system the moment it is freed. Left alone when the
+    user chose a threshold through GLIBC_TUNABLES or MALLOC_MMAP_THRESHOLD_, and off glibc (False)."""
+    if "mmap_threshold" in os.environ.get("GLIBC_TUNABLES", "") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
+    except OSError:
+        return False
+    return mallopt is not None and mallopt(M_MMAP_THRESHOLD, int(nbytes)) == 1
 
 
 # ---------------------------------------------------------------------------------------------------
