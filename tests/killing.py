@@ -24,7 +24,7 @@ _CHILD = r"""
 import io, os, sys, time
 from pathlib import Path
 import torch
-from bertkit.training import loop
+from bertkit.training import checkpoint
 
 where, nth, sentinel = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 calls = {"state": 0, "renamed": 0}
@@ -48,7 +48,7 @@ def save(obj, f, *args, **kwargs):
         _stop()
     return real_save(obj, f, *args, **kwargs)
 
-real_fsync_dir = loop.fsync_dir
+real_fsync_dir = checkpoint.fsync_dir
 
 def fsync_dir(directory):
     real_fsync_dir(directory)
@@ -57,7 +57,7 @@ def fsync_dir(directory):
         _stop()
 
 torch.save = save
-loop.fsync_dir = fsync_dir
+checkpoint.fsync_dir = fsync_dir  # where checkpoints are renamed into place
 from bertkit.cli import main
 sys.exit(main(sys.argv[4:]))
 """

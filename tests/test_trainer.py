@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -811,3 +814,42 @@ def test_multiple_choice_collator_matches_transformers(minilm_dir):
     with pytest.raises(BertkitError, match="same number of choices"):
         three = {**features[1], "input_ids": features[1]["input_ids"][:3]}
         bertkit.DataCollatorForMultipleChoice(tok)([features[0], three])
+
+
+# ---------------------------------------------------------------------------------------------------
+# torchrun
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_a_trainer_script_under_torchrun_equals_one_process(tmp_path):
+    """The same script, as one process with batch 16 and under torchrun as two with 8 each: the Trainer joins
+    the process group, the ranks train on halves of each batch (the same losses and weights), evaluation and
+    predict() are split over the ranks and gathered back in order (the same metrics and predictions), the best
+    checkpoint is the same, and rank 0 alone writes."""
+    script = Path(__file__).with_name("trainer_torchrun_script.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    subprocess.run([sys.executable, str(script), str(tmp_path / "one"), str(tmp_path / "one.pt"), "16"],
+                   check=True, env=env, capture_output=True)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    two = subprocess.run([*launcher, str(script), str(tmp_path / "two"), str(tmp_path / "two.pt"), "8"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    one, two = (torch.load(tmp_path / f"{name}.pt", weights_only=False) for name in ("one", "two"))
+
+    def records(run, key):
+        return {r["step"]: r[key] for r in run["log_history"] if key in r}
+
+    assert list(records(two, "loss")) == list(range(1, 10))
+    assert records(two, "loss") == pytest.approx(records(one, "loss"), abs=1e-5)
+    assert records(two, "eval_accuracy") == records(one, "eval_accuracy")
+    assert records(two, "eval_loss") == pytest.approx(records(one, "eval_loss"), abs=1e-5)
+    assert Path(two["best"]).name == Path(one["best"]).name
+    assert two["eval"]["eval_accuracy"] == one["eval"]["eval_accuracy"]
+    assert two["predictions"].shape == (23, 2)
+    np.testing.assert_allclose(two["predictions"], one["predictions"], atol=1e-5)
+    np.testing.assert_array_equal(two["label_ids"], one["label_ids"])
+    for key, value in one["weights"].items():
+        torch.testing.assert_close(two["weights"][key], value, atol=1e-5, rtol=1e-4)
+    assert sorted(p.name for p in (tmp_path / "two").iterdir() if p.name.startswith("checkpoint-")) == [
+        "checkpoint-3", "checkpoint-6", "checkpoint-9"]
+    assert (tmp_path / "two" / "final" / "model.safetensors").is_file()

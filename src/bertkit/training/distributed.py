@@ -33,10 +33,12 @@ What changes with N processes (docs/distributed.md has the full story):
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import logging
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -149,6 +151,47 @@ def process_group(device: str = "auto", timeout_s: float = 1800.0,
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def join_for_process(device: str = "auto", timeout_s: float = 1800.0) -> tuple[DistInfo, str]:
+    """Join torchrun's process group for the rest of this process's life: (this process's place, its device).
+
+    For the Python API (``bertkit.Trainer``), where no command wraps the run as ``process_group`` does: a script
+    launched by torchrun joins on its first Trainer, as transformers' TrainingArguments does, and every later
+    Trainer of the script uses the same group. At exit, a process leaving normally waits for its peers (a bounded
+    barrier: gloo aborts a process whose peer closes the connection under it), then leaves the group."""
+    info = info_from_env()
+    if not info.enabled or dist.is_initialized():
+        info = current() if dist.is_initialized() else info
+        return info, resolve_device(device, info.local_rank)
+    if timeout_s <= 0:
+        raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {timeout_s}")
+    dev = resolve_device(device, info.local_rank)
+    cuda = dev.startswith("cuda")
+    if cuda:
+        torch.cuda.set_device(dev)
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s),
+                            device_id=torch.device(dev) if cuda else None)
+    logger.info("rank %d of %d (local rank %d) on %s, backend %s", info.rank, info.world_size, info.local_rank,
+                dev, dist.get_backend())
+    failed: list[bool] = []
+    previous_hook = sys.excepthook
+
+    def note_failure(*exc_info: Any) -> None:  # an uncaught error: its peers will not reach the barrier
+        failed.append(True)
+        previous_hook(*exc_info)
+
+    def leave() -> None:
+        if not dist.is_initialized():
+            return
+        if not failed:
+            with contextlib.suppress(Exception):
+                dist.barrier()
+        dist.destroy_process_group()
+
+    sys.excepthook = note_failure
+    atexit.register(leave)
+    return info, dev
 
 
 def agree(ok: bool, what: str) -> bool:

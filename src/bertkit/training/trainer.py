@@ -52,7 +52,7 @@ from bertkit.training.callbacks import (
     TrainOutput,
     metric_key,
 )
-from bertkit.training.distributed import current, resolve_device
+from bertkit.training.distributed import all_gather, current, join_for_process
 from bertkit.training.loop import HF_LAYOUT, BatchPlan, LoopHooks, Phase, Position, train
 from bertkit.training.optim import linear_warmup_decay
 from bertkit.training.trainer_args import TrainingArguments
@@ -106,7 +106,8 @@ class Trainer:
         self.compute_metrics = compute_metrics
         self.callbacks: list[TrainerCallback] = [c() if isinstance(c, type) else c for c in callbacks or ()]
         self.state, self.control = TrainerState(), TrainerControl()
-        self.device = resolve_device(self.args.device, current().local_rank)
+        # under torchrun: join the process group (DDP over the ranks, evaluation split over them)
+        _, self.device = join_for_process(self.args.device, self.args.ddp_timeout)
         self.model.to(self.device)
         forward = inspect.signature(self.model.forward).parameters
         self._forward_args = list(forward)
@@ -424,25 +425,48 @@ class Trainer:
         return {(k if k.startswith(f"{prefix}_") else f"{prefix}_{k}"): v for k, v in metrics.items()}
 
     def _predictions(self, examples: Sequence, module: nn.Module | None = None) -> tuple[Any, Any, float | None]:
-        """Every example through the model in order, in batches of per_device_eval_batch_size: (logits, labels,
-        mean loss). Rows of different lengths (token tasks) are padded with -100, as transformers does."""
+        """Every example through the model, in batches of per_device_eval_batch_size: (logits, labels, mean loss),
+        rows in the dataset's order. Rows of different lengths (token tasks) are padded with -100, as transformers
+        does. Under torchrun each rank computes every world_size-th example and every rank gets all of them back
+        (as transformers' Trainer gathers them), so metrics see the whole dataset once."""
         module = module if module is not None else self.model
+        info = current()
+        mine = list(range(info.rank, len(examples), info.world_size))
         was_training = module.training
         module.eval()
+        try:
+            part = self._predict_rows(examples, mine, module)
+        finally:
+            module.train(was_training)
+        parts = all_gather(part) if info.enabled else [part]
+        order = np.argsort(np.asarray([i for p in parts for i in p[0]], dtype=np.int64), kind="stable")
+        outputs = [o for p in parts for o in p[1]]
+        labels = [row for p in parts for row in p[2]]
+        loss_sum, loss_n = sum(p[3] for p in parts), sum(p[4] for p in parts)
+        columns = [_concat([o[j] for o in outputs])[order] for j in range(len(outputs[0]))] if outputs else []
+        preds = columns[0] if len(columns) == 1 else tuple(columns)
+        label_columns = [_concat([row[j] for row in labels])[order] for j in range(len(labels[0]))] if labels else []
+        label_ids = (None if not labels else label_columns[0] if len(label_columns) == 1
+                     else tuple(label_columns))
+        return preds, label_ids, (loss_sum / loss_n if loss_n else None)
+
+    def _predict_rows(self, examples: Sequence, rows: list[int], module: nn.Module) -> tuple:
+        """The model on ``examples[rows]`` in order: (rows, per-batch output arrays, per-batch label arrays, summed
+        loss x rows, rows with a loss)."""
         size = self.args.per_device_eval_batch_size
         outputs: list[list[np.ndarray]] = []
-        labels: list[np.ndarray] = []
+        labels: list[list[np.ndarray]] = []
         loss_sum, loss_n = 0.0, 0
         autocast = torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=self.args.bf16)
         with torch.no_grad(), autocast:
-            for start in range(0, len(examples), size):
-                batch = self._collate([examples[i] for i in range(start, min(start + size, len(examples)))])
+            for start in range(0, len(rows), size):
+                batch = self._collate([examples[i] for i in rows[start:start + size]])
                 batch = {k: v.to(self.device) for k, v in batch.items()}
                 out = module(**batch)
-                rows = next(iter(batch.values())).shape[0]
+                n = next(iter(batch.values())).shape[0]
                 if getattr(out, "loss", None) is not None:
-                    loss_sum += float(out.loss) * rows
-                    loss_n += rows
+                    loss_sum += float(out.loss) * n
+                    loss_n += n
                 fields = [getattr(out, f) for f in ("logits", "start_logits", "end_logits", "prediction_logits")
                           if getattr(out, f, None) is not None]
                 if "prediction_logits" in type(out).__dict__ and "logits" in type(out).__dict__:
@@ -451,16 +475,12 @@ class Trainer:
                 present = [batch[k] for k in self.label_names if k in batch]
                 if present:  # one array per label name, as transformers (QA: start and end positions)
                     labels.append([p.cpu().numpy() for p in present])
-        module.train(was_training)
-        columns = [_concat([o[j] for o in outputs]) for j in range(len(outputs[0]))] if outputs else []
-        preds = columns[0] if len(columns) == 1 else tuple(columns)
-        label_columns = [_concat([row[j] for row in labels]) for j in range(len(labels[0]))] if labels else []
-        label_ids = (None if not labels else label_columns[0] if len(label_columns) == 1
-                     else tuple(label_columns))
-        return preds, label_ids, (loss_sum / loss_n if loss_n else None)
+        return rows, outputs, labels, loss_sum, loss_n
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""
+        if not current().is_main:  # under torchrun rank 0 writes, as transformers' Trainer does
+            return
         directory = Path(output_dir if output_dir is not None else self.args.output_dir)
         directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(directory)

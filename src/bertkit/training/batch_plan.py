@@ -1,0 +1,132 @@
+"""Which examples make up each micro-batch: the data order of a run, a pure function of (seed, epoch).
+
+Because the order is recomputed, never stored, a checkpoint only needs to remember *where* it was (phase,
+epoch, batch) to continue with the batches an uninterrupted run would have seen; with several processes the
+order is cut into global micro-batches, so that position does not depend on the number of processes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bertkit.errors import BertkitError
+
+Batch = dict[str, Tensor]
+
+
+def micro_batch_size(global_batch: int, world_size: int, grad_accum: int) -> int:
+    """Sequences each process feeds per micro-step: the global batch split over processes and accumulation."""
+    per, rest = divmod(global_batch, world_size * grad_accum)
+    if rest or per < 1:
+        raise BertkitError(
+            f"--batch-size {global_batch} (global) does not split evenly over {world_size} process(es) x "
+            f"{grad_accum} gradient-accumulation step(s); choose a batch size divisible by {world_size * grad_accum}"
+        )
+    return per
+
+
+class BatchPlan:
+    """Which examples make up each micro-batch of each epoch: a pure function of (seed, epoch).
+
+    ``dataset`` is any sequence of examples; ``collate`` turns a list of them into a batch of tensors.
+    Datasets that draw something per epoch (dynamic masking) get ``set_epoch(epoch)`` before use.
+
+    With several processes (``world_size`` > 1) the epoch's order is cut into *global* micro-batches of
+    ``batch_size x world_size`` examples, and process ``rank`` reads its contiguous slice of each: the
+    union over the ranks is exactly the epoch, and 2 processes x 16 see the examples 1 process x 32 sees,
+    micro-step for micro-step. A short last batch is split as evenly as it goes (sizes differ by at most
+    one; a rank may get none when it is shorter than ``world_size``). ``len(plan)`` counts global micro-batches.
+    """
+
+    def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
+                 seed: int, shuffle: bool = True, drop_last: bool = False, rank: int = 0, world_size: int = 1,
+                 order: Callable[[int], Sequence[int]] | None = None):
+        if batch_size < 1:
+            raise BertkitError(f"batch_size must be >= 1, got {batch_size}")
+        if len(dataset) == 0:
+            raise BertkitError("the training data is empty: there is nothing to train on")
+        if not 0 <= rank < world_size:
+            raise BertkitError(f"rank {rank} is not in [0, world_size {world_size})")
+        self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.rank, self.world_size = rank, world_size
+        # ``order(epoch)``: the epoch's permutation of the examples, for a caller that must reproduce another
+        # library's order (bertkit.Trainer: transformers' seeded RandomSampler); still a pure function of epoch
+        self.order = order
+
+    def __len__(self) -> int:
+        n, per_step = len(self.dataset), self.batch_size * self.world_size
+        return n // per_step if self.drop_last else math.ceil(n / per_step)
+
+    def global_batches(self, epoch: int) -> list[list[int]]:
+        """Every rank's examples of each micro-step of ``epoch`` (one list per global micro-batch)."""
+        n, per_step = len(self.dataset), self.batch_size * self.world_size
+        if self.order is not None:
+            order = [int(i) for i in self.order(epoch)]
+        elif self.shuffle:
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch)).tolist()
+        else:
+            order = list(range(n))
+        return [order[i:i + per_step] for i in range(0, len(self) * per_step, per_step)]
+
+    def shard(self, chunk: list[int], rank: int | None = None) -> list[int]:
+        """``rank``'s contiguous slice of one global micro-batch (this plan's rank by default)."""
+        rank = self.rank if rank is None else rank
+        base, extra = divmod(len(chunk), self.world_size)
+        start = rank * base + min(rank, extra)
+        return chunk[start:start + base + (rank < extra)]
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """This rank's micro-batches of ``epoch`` (all of them in one process)."""
+        return [self.shard(chunk) for chunk in self.global_batches(epoch)]
+
+    def load(self, epoch: int, indices: list[int]) -> Batch:
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+        return self.collate([self.dataset[i] for i in indices])
+
+
+class EpochBatches(torch.utils.data.Dataset):
+    """Micro-batch ``i`` of one epoch for this rank, as ``(weight, batch)``: what the DataLoader's workers make.
+
+    ``weight`` = this rank's share of the global micro-batch x world_size: 1.0 whenever the batch splits
+    evenly, so DDP's average of the ranks' losses is the mean over the global batch. A rank whose share of a
+    short last batch is empty gets one example of it at weight 0 (its backward pass must still take part in
+    the gradient all-reduce; it adds nothing to the gradient).
+    """
+
+    def __init__(self, plan: BatchPlan, epoch: int):
+        self.plan, self.epoch, self.chunks = plan, epoch, plan.global_batches(epoch)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, i: int) -> tuple[float, Batch]:
+        chunk = self.chunks[i]
+        mine = self.plan.shard(chunk)
+        return len(mine) * self.plan.world_size / len(chunk), self.plan.load(self.epoch, mine or chunk[:1])
+
+
+def _unbatched(item: Any) -> Any:
+    return item  # EpochBatches items are whole batches already (a module-level function: workers pickle it)
+
+
+def epoch_loader(plan: BatchPlan, epoch: int, start: int, num_workers: int, pin_memory: bool
+                 ) -> torch.utils.data.DataLoader:
+    """Micro-batches ``start``.. of ``epoch`` through a DataLoader: with workers, batches are collated ahead
+    of the step (prefetch) while the order stays the plan's, so resume positions are unchanged."""
+    return torch.utils.data.DataLoader(
+        EpochBatches(plan, epoch), batch_size=None, sampler=range(start, len(plan)), collate_fn=_unbatched,
+        num_workers=num_workers, pin_memory=pin_memory, prefetch_factor=4 if num_workers else None,
+        # its own generator: a DataLoader iterator otherwise draws its worker seed from the global RNG, which
+        # would shift dropout's random stream wherever an epoch starts (and differently after a resume)
+        generator=torch.Generator().manual_seed(plan.seed * 100_003 + epoch))
+
+
+def steps_for_epochs(plan: BatchPlan, epochs: float, grad_accum: int) -> int:
+    return max(1, math.ceil(epochs * len(plan) / grad_accum))

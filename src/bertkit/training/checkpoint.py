@@ -1,0 +1,246 @@
+"""Training checkpoints on disk: where they live, writing them atomically, reading back the newest intact one.
+
+A checkpoint is a directory holding ``state.pt`` (model, optimiser, scheduler, scaler, every rank's RNG state,
+the loop's position and the run's fingerprint) and, for ``from_pretrained``, the model in the Hugging Face
+layout. It is written under a temporary name, fsynced and renamed into place, so a kill mid-write never leaves
+a partial checkpoint; only files this run (or the run it resumes) recorded as written are ever removed.
+
+The model weights' key table to and from the Hugging Face layout is ``bertkit.checkpoint_io``; this module is
+the training loop's side: what ``resume`` needs to continue a run bit for bit.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bertkit.errors import BertkitError
+from bertkit.outputs import fsync_dir, register, register_scratch, register_tree, remove_owned_tree
+from bertkit.training.distributed import DistInfo
+
+logger = logging.getLogger("bertkit")
+
+STATE_FILE = "state.pt"
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """Where checkpoints live: ``OUT/checkpoints/step-00000010`` (the commands'), or ``OUT/checkpoint-10``
+    (``HF_LAYOUT``, transformers' Trainer's, which ``bertkit.Trainer`` writes)."""
+
+    subdir: str = "checkpoints"
+    prefix: str = "step-"
+    digits: int = 8
+
+    def root(self, out_dir: Path) -> Path:
+        return out_dir / self.subdir if self.subdir else out_dir
+
+    def path(self, out_dir: Path, step: int) -> Path:
+        return self.root(out_dir) / f"{self.prefix}{str(step).zfill(self.digits)}"
+
+    def dirs(self, out_dir: Path) -> list[Path]:
+        found = [p for p in self.root(out_dir).glob(f"{self.prefix}*")
+                 if p.is_dir() and p.name[len(self.prefix):].isdigit()]
+        return sorted(found, key=lambda p: int(p.name[len(self.prefix):]))
+
+
+STEP_LAYOUT = CheckpointLayout()
+HF_LAYOUT = CheckpointLayout(subdir="", prefix="checkpoint-", digits=0)
+
+def checkpoint_dirs(out_dir: Path, layout: CheckpointLayout = STEP_LAYOUT) -> list[Path]:
+    return layout.dirs(out_dir)
+
+
+def _disk_full(e: BaseException) -> bool:
+    # torch's zip writer reports a full disk as "[enforce fail at inline_container.cc] unexpected pos" or
+    # "PytorchStreamWriter failed writing file", not as ENOSPC.
+    return (isinstance(e, OSError) and e.errno == errno.ENOSPC) or (
+        isinstance(e, RuntimeError) and ("unexpected pos" in str(e) or "PytorchStreamWriter failed" in str(e)))
+
+
+def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None, *,
+                    layout: CheckpointLayout = STEP_LAYOUT, write_extra: Callable[[Path], None] | None = None,
+                    protect: Callable[[Path], bool] | None = None) -> Path:
+    """Write ``state`` (and ``model`` in the Hugging Face layout, for ``from_pretrained``) to a temporary
+    directory, fsync, and rename it: a kill mid-write never leaves a partial checkpoint, and a failed write
+    (a full disk) leaves the previous checkpoints as they were.
+
+    ``write_extra(dir)`` adds files (the tokenizer) before the rename; of the checkpoints ``protect`` does not
+    claim (the best one), the newest ``keep`` are kept."""
+    root = layout.root(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = layout.path(out_dir, step)
+    tmp = _scratch_dir(root, final)
+    try:
+        _write_files(tmp, state, model, write_extra)
+    except (OSError, RuntimeError, BertkitError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # made by this call just now (mkdir refuses an existing one)
+        if not (_disk_full(e) or (isinstance(e, BertkitError) and isinstance(e.__cause__, OSError)
+                                  and _disk_full(e.__cause__))):
+            raise
+        raise _disk_full_error(out_dir, layout, tmp, state) from e
+    _rename_into_place(tmp, final, root)
+    _rotate(out_dir, layout, keep, protect)
+    return final
+
+
+def _scratch_dir(root: Path, final: Path) -> Path:
+    """A new temporary directory beside ``final``, recorded as this run's scratch."""
+    tmp = root / f".tmp-{final.name}"
+    # A temporary directory a kill left: only the files this run (or the run it resumes) recorded are removed;
+    # if anything else is there, this checkpoint is written under a fresh name beside it.
+    if remove_owned_tree(tmp) or os.path.lexists(tmp):
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
+    else:
+        tmp.mkdir()
+    register_scratch(tmp)  # a kill mid-write leaves it: the run that resumes (or --overwrite) may remove it
+    return tmp
+
+
+def _write_files(tmp: Path, state: dict, model: nn.Module | None,
+                 write_extra: Callable[[Path], None] | None) -> None:
+    torch.save(state, tmp / STATE_FILE)
+    with open(tmp / STATE_FILE, "rb") as f:
+        os.fsync(f.fileno())
+    register(tmp / STATE_FILE)  # torch writes it itself: recorded, so a killed run's --overwrite removes it
+    if model is not None and hasattr(model, "save_pretrained"):
+        model.save_pretrained(tmp)
+    if write_extra is not None:
+        write_extra(tmp)
+
+
+def _disk_full_error(out_dir: Path, layout: CheckpointLayout, tmp: Path, state: dict) -> BertkitError:
+    previous = checkpoint_dirs(out_dir, layout)
+    needed = sum(t.numel() * t.element_size() for t in state["model"].values()) * 3  # weights + 2 Adam moments
+    free = shutil.disk_usage(layout.root(out_dir)).free
+    return BertkitError(
+        f"the disk is full: could not write {tmp / STATE_FILE} (a checkpoint needs about {needed / 1e6:.0f} MB, "
+        f"{free / 1e6:.0f} MB are free); the temporary files were removed and the previous checkpoint "
+        f"{previous[-1] if previous else '(none)'} is intact: free some space and run again with --resume"
+    )
+
+
+def _rename_into_place(tmp: Path, final: Path, root: Path) -> None:
+    left = remove_owned_tree(final)  # a checkpoint of this step this run (or the run it resumes) wrote, rewritten
+    if os.path.lexists(final):  # files changed since (a damaged checkpoint) or a user's: kept, moved aside
+        aside = Path(tempfile.mkdtemp(prefix=f".replaced-{final.name}-", dir=root))
+        final.rename(aside / final.name)
+        logger.warning("%s held %d file(s) this run cannot prove are its own as written (e.g. %s): moved to %s",
+                       final, len(left), ", ".join(left[:3]), aside)
+    register_tree(tmp)  # whatever else wrote into it (the extra files of a hook)
+    tmp.rename(final)
+    fsync_dir(root)
+    register_tree(final)  # the same files under their final names
+
+
+def _rotate(out_dir: Path, layout: CheckpointLayout, keep: int, protect: Callable[[Path], bool] | None) -> None:
+    kept = [p for p in checkpoint_dirs(out_dir, layout) if not (protect and protect(p))]
+    for old in kept[:-keep]:
+        left = remove_owned_tree(old)  # only the files recorded as written by this run or the one it resumes
+        if left:
+            logger.warning("kept %s: it holds %d file(s) this run did not write (e.g. %s)", old, len(left),
+                           ", ".join(left[:3]))
+
+
+def rng_state(device: str) -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.device(device).type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(torch.device(device))
+    return state
+
+
+def set_rng_state(state: dict, device: str) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.device(device).type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], torch.device(device))
+
+
+def read_state(path: Path) -> dict:
+    import pickle
+
+    try:
+        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise BertkitError(f"{path / STATE_FILE} holds Python code, not only tensors, so bertkit will not load it "
+                           f"(it did not write it): {str(e).splitlines()[0]}") from None
+    for key in ("model", "optimizer", "scheduler", "position", "fingerprint"):
+        if key not in state:
+            raise KeyError(key)
+    return state
+
+
+def read_checkpoint(out_dir: Path, fingerprint: dict, layout: CheckpointLayout = STEP_LAYOUT,
+                    only: Path | None = None) -> tuple[Path, dict]:
+    """The newest intact checkpoint (or ``only``); a damaged newest one (a torn write) falls back to the previous."""
+    damaged = []
+    for path in [only] if only is not None else reversed(checkpoint_dirs(out_dir, layout)):
+        try:
+            state = read_state(path)
+        except (RuntimeError, EOFError, KeyError, OSError, ValueError) as e:
+            if isinstance(e, BertkitError):
+                raise
+            damaged.append(f"{path / STATE_FILE} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+            logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
+            continue
+        break
+    else:
+        raise BertkitError(f"no intact checkpoint to resume from in {layout.root(out_dir)}: {'; '.join(damaged)}")
+    if state["fingerprint"] != fingerprint:
+        diff = {k: (state["fingerprint"].get(k), fingerprint.get(k))
+                for k in sorted(set(state["fingerprint"]) | set(fingerprint))
+                if state["fingerprint"].get(k) != fingerprint.get(k)}
+        raise BertkitError(
+            f"cannot resume from {path}: it was written by a run with other settings or data "
+            f"(field: (checkpoint, now)) {diff}; resume with the original settings and data, or start a new "
+            "--output-dir"
+        )
+    return path, state
+
+
+def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLayout,
+                         resume: bool | Path) -> tuple[Path, dict] | None:
+    """The checkpoint a run continues from and its state: the one ``resume`` names, or with ``resume=True`` the
+    newest intact one; None for a fresh run, which refuses a directory that already holds checkpoints."""
+    existing = checkpoint_dirs(out_dir, layout)
+    if isinstance(resume, Path):
+        return read_checkpoint(out_dir, fingerprint, layout, only=resume)
+    if resume and existing:
+        return read_checkpoint(out_dir, fingerprint, layout)
+    if existing:
+        raise BertkitError(
+            f"{out_dir} already holds checkpoints ({existing[-1].name}); pass --resume (resume=True) to "
+            "continue that run, or choose another output directory")
+    return None
+
+
+def restore_rank_state(state: dict, info: DistInfo, seed: int, step: int, device: str) -> dict:
+    """This rank's RNG state and logging window from a checkpoint; returns the window.
+
+    Same world size: each rank continues with its own RNG state (bit-exact). Another world size: the
+    sample position is world-size independent (global micro-batches), but there is no RNG state for the new
+    ranks, so each is re-seeded from (seed, rank, step): dropout draws differ from an uninterrupted run.
+    """
+    ranks = state.get("rank_rng") or [{"torch": state["torch_rng"], "python": state["python_rng"]}]
+    windows = state.get("windows") or [state.get("window", {})]
+    if len(ranks) == info.world_size:
+        set_rng_state(ranks[info.rank], device)
+        return dict(windows[info.rank])
+    torch.manual_seed(seed + info.rank + 7919 * step)
+    random.seed(seed + info.rank + 7919 * step)
+    combined: dict = {}  # every rank's partial logging window, summed on rank 0
+    for w in windows if info.is_main else []:
+        for k, v in w.items():
+            combined[k] = combined.get(k, 0.0) + v
+    return combined
+

@@ -1,0 +1,70 @@
+"""A bertkit.Trainer script as a user writes one, run by tests/test_trainer.py once as one process and once
+under torchrun with two: train (evaluating and checkpointing every 3 steps), evaluate, predict, save_model.
+Rank 0 writes what it saw to RESULT (torch.save).
+
+    python tests/trainer_torchrun_script.py OUT RESULT PER_DEVICE_BATCH
+    python -m torch.distributed.run --standalone --nproc_per_node 2 tests/trainer_torchrun_script.py OUT RESULT 8
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertkit import (
+    BertConfig,
+    BertForSequenceClassification,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+)
+from bertkit.tokenization import BertTokenizer
+
+
+def rows(n: int, seed: int) -> list[dict]:
+    """Sentences of 6..30 tokens of a 97-token vocabulary, labelled by a rule the model can learn a little of."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        length = int(torch.randint(6, 31, (), generator=g))
+        ids = torch.randint(5, 97, (length,), generator=g).tolist()
+        out.append({"input_ids": ids, "token_type_ids": [0] * length, "attention_mask": [1] * length,
+                    "labels": int(sum(ids[:3])) % 2})
+    return out
+
+
+def main(out: str, result: str, per_device: int) -> None:
+    vocab = Path(out).parent / f"{Path(out).name}-vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(92)]) + "\n")
+    tokenizer = BertTokenizer(str(vocab))
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2))
+
+    def accuracy(p):
+        return {"accuracy": float((np.argmax(p.predictions, -1) == p.label_ids).mean())}
+
+    args = TrainingArguments(output_dir=out, per_device_train_batch_size=per_device, per_device_eval_batch_size=5,
+                             max_steps=9, learning_rate=1e-3, eval_strategy="steps", eval_steps=3,
+                             save_strategy="steps", save_steps=3, logging_steps=1, load_best_model_at_end=True,
+                             metric_for_best_model="accuracy", seed=1, disable_tqdm=True, use_cpu=True)
+    trainer = Trainer(model=model, args=args, train_dataset=rows(96, 1), eval_dataset=rows(37, 2),
+                      data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer,
+                      compute_metrics=accuracy)
+    train = trainer.train()
+    metrics = trainer.evaluate()
+    predicted = trainer.predict(rows(23, 3))
+    trainer.save_model(f"{out}/final")
+    if trainer.state.is_world_process_zero:
+        torch.save({"training_loss": train.training_loss, "log_history": trainer.state.log_history,
+                    "best": trainer.state.best_model_checkpoint, "eval": metrics,
+                    "predictions": predicted.predictions, "label_ids": predicted.label_ids,
+                    "weights": {k: v.clone() for k, v in model.state_dict().items()}}, result)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
