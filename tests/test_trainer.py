@@ -95,6 +95,9 @@ def test_the_guide_gives_transformers_numbers_step_by_step(checkpoint, tmp_path)
     np.testing.assert_allclose([x[1] for x in ours], [x[1] for x in theirs], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose([x[2] for x in ours], [x[2] for x in theirs], rtol=1e-9)
     assert len({round(x[1], 4) for x in ours}) > 10  # the losses move: a real comparison, not a constant
+    # the gradient norm before clipping, logged with each loss as transformers logs it
+    np.testing.assert_allclose([h["grad_norm"] for h in bk.state.log_history if "loss" in h],
+                               [h["grad_norm"] for h in hf.state.log_history if "loss" in h], rtol=1e-4)
     assert bk_result.global_step == hf_result.global_step == 20
     assert bk_result.training_loss == pytest.approx(hf_result.training_loss, rel=1e-5)
 

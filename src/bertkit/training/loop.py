@@ -206,6 +206,7 @@ class _Run:
     t0: float = 0.0
     micro: int = 0
     spoiled: str | None = None  # why the current optimiser step's gradient cannot be used
+    grad_norm: float | None = None  # the last optimiser step's gradient norm, before clipping
     # Token-level losses (masked LM, tagging) are divided by the labelled tokens of the whole optimiser step
     # (all micro-batches, all ranks: ``step_targets``) when the model takes transformers' num_items_in_batch.
     token_losses: bool = False
@@ -358,6 +359,7 @@ class _Run:
         if self.spoiled is None:  # clip (or, with clipping off, only measure) the global gradient norm
             self.scaler.unscale_(self.optimizer)
             norm = _clip_grad_norm(self.replicas.module, args.max_grad_norm)
+            self.grad_norm = norm  # the last step's, logged as transformers' Trainer logs it
             # fp16: an overflow is the gradient scaler's to handle (it skips the step, lowers the scale)
             if not (math.isfinite(norm) or args.fp16):
                 self.spoiled = f"the gradient norm is {norm}"
@@ -407,6 +409,8 @@ class _Run:
         record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
                   "lr": self.scheduler.get_last_lr()[0], **{k: v / n for k, v in sums.items()},
                   "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
+        if self.grad_norm is not None:
+            record["grad_norm"] = self.grad_norm
         if pos.skipped:
             record["skipped_nonfinite"] = pos.skipped
         self.log(record)

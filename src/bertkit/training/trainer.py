@@ -352,7 +352,8 @@ class Trainer:
         self.state.global_step = step
         self.state.epoch = step * self.args.gradient_accumulation_steps / self._micro_per_epoch
         if record["split"] == "train":
-            self.log({"loss": record["loss"], "learning_rate": self._lr(step)})
+            norm = {"grad_norm": record["grad_norm"]} if "grad_norm" in record else {}
+            self.log({"loss": record["loss"], **norm, "learning_rate": self._lr(step)})
             return
         metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
         self.log(metrics)
