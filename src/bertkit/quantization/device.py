@@ -1,0 +1,126 @@
+"""Where int8 runs: this machine's quantized engine and CPU instructions, and the device an int8 model is given.
+
+int8 runs on x86 CPUs only (PyTorch's fbgemm / x86 quantized engine), on fp32 models, for inference. This
+module holds those decisions: whether the engine is there (``check_int8_support``), which activation width
+is exact on this CPU (``int8_activation_bits``) and whether per-token projections run
+(``per_token_supported``), and which device a pipeline or command puts an int8 model on
+(``check_int8_request``, ``int8_model_device``). ``_packing`` sets the engine while weights are packed.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bertkit.errors import BertkitError
+
+# The activation widths the kernels run at (``int8_activation_bits``: which one is exact on this CPU).
+ACTIVATION_BITS = (7, 8)
+# Quantized engines with per-channel int8 dynamic Linear kernels for x86 (fbgemm, and "x86" which wraps it).
+X86_ENGINES = ("x86", "fbgemm")
+
+
+def _check_engine() -> None:
+    engines = list(torch.backends.quantized.supported_engines)
+    if not any(e in engines for e in X86_ENGINES):
+        raise BertkitError(f"int8 needs PyTorch's fbgemm or x86 quantized engine (x86 CPUs with AVX2), but this "
+                           f"PyTorch build supports only {engines}; run the fp32 model here (without int8)")
+
+
+def int8_activation_bits() -> int:
+    """The activation width that is exact on this CPU: 8 with AVX512-VNNI, else 7.
+
+    fbgemm multiplies uint8 activations by int8 weights. With AVX512-VNNI (``vpdpbusd``) the products are
+    summed straight into int32, so full 8-bit activations are exact; without it (AVX2's ``vpmaddubsw``) two
+    products are summed into int16 first, which 8-bit activations can overflow (2 x 255 x 127 > 32767), so
+    PyTorch's default is 7 bits (``reduce_range``). The extra bit halves the activation rounding error, which
+    lets the feed-forward output projections be int8 too (docs/inference.md, section int8)."""
+    try:
+        return 8 if torch.cpu.get_capabilities().get("avx512_vnni", False) else 7
+    except (AttributeError, RuntimeError):  # an older PyTorch without the query: the safe width
+        return 7
+
+
+def check_int8_support(model: nn.Module) -> None:
+    """Refuse, naming what is wrong and the fix, a model or machine that cannot run int8 dynamic Linear."""
+    _check_engine()
+    params = list(model.parameters())
+    devices = sorted({p.device.type for p in params})
+    if devices != ["cpu"]:
+        raise BertkitError(f"int8 runs on the CPU only, the model is on {', '.join(devices)}; quantize the model "
+                           "on the CPU (model.to('cpu')) and run it there")
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.is_floating_point()})
+    if dtypes != ["float32"]:
+        raise BertkitError(f"int8 quantization starts from float32 weights, the model holds {', '.join(dtypes)}; "
+                           "load it in float32 (model.float())")
+
+
+@contextmanager
+def _packing() -> Iterator[None]:
+    """While int8 weights are packed: this machine's x86 quantized engine set (the kernels are chosen at
+    packing), and torch.ao's deprecation warnings silenced (known, and stated in the package's docstring;
+    users should not see them on every call)."""
+    before = torch.backends.quantized.engine
+    torch.backends.quantized.engine = next(e for e in X86_ENGINES if e in torch.backends.quantized.supported_engines)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated",
+                                    category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated",
+                                    category=UserWarning)
+            yield
+    finally:
+        torch.backends.quantized.engine = before
+
+
+def per_token_supported() -> bool:
+    """Whether ``PerTokenInt8Linear`` runs exactly here: ``torch._int_mm`` (int8 x int8 -> int32, oneDNN) on a
+    CPU with AVX512-VNNI, whose instructions sum the products straight into int32 (AVX2's pairwise int16 sums
+    can saturate, as ``int8_activation_bits`` explains), and a PyTorch that has the CPU kernel."""
+    if int8_activation_bits() != 8 or not hasattr(torch, "_int_mm"):
+        return False
+    try:
+        # Runs of equal large values are what saturate a pairwise int16 sum (127*127 + 127*127 > 32767), and
+        # oneDNN may pick its non-VNNI kernel where the CPU flags say VNNI (ONEDNN_MAX_CPU_ISA), so the probe
+        # multiplies such runs, of both signs, and compares with int32 arithmetic.
+        a = torch.tensor([[127] * 32 + [-128] * 16 + [-127, 127, 5, -3] * 4] * 17, dtype=torch.int8)
+        b = torch.tensor([[127] * 32 + [-128] * 16 + [-3, 5, 127, -127] * 4] * 16, dtype=torch.int8)
+        return bool(torch.equal(torch._int_mm(a, b.t().contiguous()), a.int() @ b.t().int()))
+    except RuntimeError:  # an older PyTorch without the CPU kernel
+        return False
+
+
+def check_int8_request(device: str | torch.device, *, bf16: bool = False) -> torch.device:
+    """The device an int8 model runs on (the CPU; ``auto`` means it), or an error naming why int8 cannot run
+    here and the fix: a GPU or MPS device, bf16 asked for too, a PyTorch without an x86 quantized engine.
+    Pipelines and commands call it before loading a model."""
+    if bf16:
+        raise BertkitError("int8 and bf16 are both asked for; choose one: bf16 on CPUs with AVX512-BF16 or AMX (and "
+                           "GPUs), int8 on other x86 CPUs (docs/inference.md, section int8)")
+    if isinstance(device, str) and device.strip() == "auto":
+        device = "cpu"  # int8 runs on the CPU only, so that is the device auto picks for it
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise BertkitError(f"device {device!r} is not a device: int8 runs on cpu") from None
+    if dev.type != "cpu":
+        raise BertkitError(f"int8 runs on the CPU only (PyTorch's int8 Linear kernels are fbgemm's, for x86 CPUs), "
+                           f"device is {str(device)!r}; use device cpu for int8, or run the fp32 model (or bf16) "
+                           "on the GPU")
+    _check_engine()
+    return dev
+
+
+def int8_model_device(model_dir: str | Path, device: str | torch.device, *, calibrating: bool,
+                      bf16: bool = False) -> torch.device:
+    """For a model loaded int8 (a `bertkit quantize` directory): the device it runs on, the CPU, or an error
+    naming the fix: a calibration asked for (it was calibrated when quantized), a GPU, bf16."""
+    if calibrating:
+        raise BertkitError(f"{model_dir} is int8 already (written by `bertkit quantize`, calibrated then); a "
+                           "calibration file or texts apply when quantizing a float checkpoint")
+    return check_int8_request(device, bf16=bf16)

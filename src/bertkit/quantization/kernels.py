@@ -1,0 +1,222 @@
+"""The int8 Linear modules that replace an encoder layer's float projections.
+
+``SmoothedInt8Linear``: int8 weights per output channel, activations quantized with one scale per call
+(``torch.ao``'s dynamic Linear, fbgemm), the input divided by SmoothQuant's factors first.
+``PerTokenInt8Linear``: int8 weights per output channel, one activation scale and zero point per token
+(``torch._int_mm``; CPUs with AVX512-VNNI). Both can be rebuilt from the integers and scales they save
+(``from_saved`` / ``saved_tensors``), turned back into a float ``nn.Linear`` (``dequantized``), and refuse
+training and backward passes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from bertkit.errors import BertkitError
+
+
+def _check_scales(**scales: Tensor) -> None:
+    """Refuse saved scales that are not finite and positive: a zero, negative, infinite or NaN scale (a
+    damaged or hand-edited file) would otherwise load and make every output of its projection 0, NaN or
+    sign-flipped without a word."""
+    for name, value in scales.items():
+        bad = ~(torch.isfinite(value) & (value > 0))
+        if bool(bad.any()):
+            first = int(bad.nonzero()[0, 0])
+            raise BertkitError(f"an int8 projection's {name} must be finite and > 0; entry {first} of "
+                               f"{value.numel()} is {float(value.reshape(-1)[first])!r} ({int(bad.sum())} such): the "
+                               "file is damaged; write the directory again with `bertkit quantize`")
+
+
+class SmoothedInt8Linear(nn.Module):
+    """``linear`` as int8: y = Q(x / s) @ Q(W * s)^T + b, with W * s quantized per output channel and x / s
+    quantized per call (``torch.ao``'s dynamic Linear, fbgemm). ``s`` (in_features,) > 0 moves activation
+    outliers into the weights (SmoothQuant); s = 1 is plain dynamic quantization."""
+
+    def __init__(self, linear: nn.Linear, scale: Tensor, activation_bits: int = 7):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.activation_bits = activation_bits
+        self.register_buffer("inv_scale", (1.0 / scale).to(torch.float32))  # (in_features,)
+        scaled = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None)
+        with torch.no_grad():
+            scaled.weight.copy_(linear.weight * scale[None, :])  # (out, in): column j times s_j
+            if linear.bias is not None:
+                scaled.bias.copy_(linear.bias)
+        scaled.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+        self.int8 = torch.ao.nn.quantized.dynamic.Linear.from_float(scaled)
+        self.training = False
+
+    @classmethod
+    def from_saved(cls, weight: Tensor, weight_scale: Tensor, inv_scale: Tensor, bias: Tensor | None,
+                   activation_bits: int = 7) -> SmoothedInt8Linear:
+        """The layer ``saved_tensors`` wrote: int8 ``weight`` (out, in), its per-output-channel
+        ``weight_scale`` (out,), the fp32 ``bias`` and the smoothing ``inv_scale`` (in,). The weights are
+        packed here, for this machine's engine, so a file saved on one x86 CPU runs on any other."""
+        out_features, in_features = weight.shape
+        if weight.dtype != torch.int8 or weight_scale.shape != (out_features,) or inv_scale.shape != (in_features,):
+            raise BertkitError(f"an int8 projection needs an int8 weight (out, in) with scales (out,) and (in,); got "
+                               f"{weight.dtype} {tuple(weight.shape)}, scales {tuple(weight_scale.shape)} and "
+                               f"{tuple(inv_scale.shape)}: the file is not one `bertkit quantize` wrote, or damaged")
+        _check_scales(weight_scale=weight_scale, inv_scale=inv_scale)
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = in_features, out_features
+        self.activation_bits = activation_bits
+        self.register_buffer("inv_scale", inv_scale.to(torch.float32).clone())
+        scales = weight_scale.to(torch.float64)
+        # Re-quantizing int8 * scale with the same scale returns the same integers (|error| << 0.5 step).
+        qweight = torch.quantize_per_channel(weight.to(torch.float32) * scales[:, None].float(), scales,
+                                             torch.zeros(out_features, dtype=torch.int64), 0, torch.qint8)
+        self.int8 = torch.ao.nn.quantized.dynamic.Linear(in_features, out_features, dtype=torch.qint8)
+        self.int8.set_weight_bias(qweight, None if bias is None else bias.to(torch.float32).clone())
+        self.training = False
+        return self
+
+    def saved_tensors(self) -> dict[str, Tensor]:
+        """What ``from_saved`` rebuilds this layer from (the bias aside): the integers and scales, not an
+        engine's packing."""
+        qweight = self.int8.weight()
+        # torch.ao stores per-channel symmetric weights as per_channel_affine with zero points 0
+        if qweight.qscheme() not in (torch.per_channel_affine, torch.per_channel_symmetric) or bool(
+                qweight.q_per_channel_zero_points().any()):
+            raise BertkitError(f"an int8 projection with {qweight.qscheme()} weights (non-zero zero points) cannot "
+                               "be saved: save_int8 writes the per-channel symmetric weights quantize_int8 makes")
+        return {"weight": qweight.int_repr().contiguous(), "weight_scale": qweight.q_per_channel_scales().float(),
+                "inv_scale": self.inv_scale.detach().clone()}
+
+    def float_bias(self) -> Tensor | None:
+        return self.int8.bias()
+
+    def forward(self, x: Tensor) -> Tensor:
+        # torch.ao's dynamic Linear always quantizes activations to 7 bits (reduce_range=True); its kernel is
+        # called here with the width chosen for this CPU (int8_activation_bits).
+        y = torch.ops.quantized.linear_dynamic(x * self.inv_scale, self.int8._packed_params._packed_params,
+                                               self.activation_bits == 7)
+        # PyTorch's int8 Linear has no backward: without this, gradients through it would be silently wrong
+        # (PyTorch only warns), so a backward pass through an int8 projection is refused instead.
+        return _NoBackward.apply(y) if torch.is_grad_enabled() and y.requires_grad else y
+
+    def train(self, mode: bool = True) -> SmoothedInt8Linear:
+        if mode:
+            raise BertkitError(_NOT_FOR_TRAINING)
+        return super().train(False)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, int8 weights per output channel, "
+                f"{self.activation_bits}-bit activations")
+
+    def dequantized(self) -> nn.Linear:
+        """This layer as a float ``nn.Linear``: the int8 weights times their scales, with the smoothing folded
+        back into the columns; for CPUs that cannot run it at its activation width (``load_int8``)."""
+        qweight = self.int8.weight()
+        linear = nn.Linear(self.in_features, self.out_features, bias=self.int8.bias() is not None)
+        with torch.no_grad():
+            linear.weight.copy_(qweight.dequantize() * self.inv_scale[None, :])
+            if linear.bias is not None:
+                linear.bias.copy_(self.int8.bias())
+        return linear.eval()
+
+
+_NOT_FOR_TRAINING = ("an int8 model is for inference only (PyTorch's int8 Linear has no backward): train or "
+                     "fine-tune the fp32 checkpoint, then quantize it (quantize='int8', --int8) to predict")
+
+
+class _NoBackward(torch.autograd.Function):
+    """Identity forward; the backward pass refuses, naming why (see ``SmoothedInt8Linear.forward``)."""
+
+    @staticmethod
+    def forward(ctx, y: Tensor) -> Tensor:
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        raise BertkitError(_NOT_FOR_TRAINING)
+
+
+class PerTokenInt8Linear(nn.Module):
+    """``linear`` as int8 with one activation scale and zero point per token (row):
+
+        y = step_t * (q_t @ Wq^T) * w_scale + zero_t * rowsum(W) + b,   q_t = round((x_t - zero_t) / step_t)
+
+    where zero_t is the middle of row t's range and step_t its width / 254, so every row uses all of int8's
+    levels whatever its range, and the weights are int8 with one scale per output channel. The GEMM is
+    ``torch._int_mm`` (int8 x int8 -> int32, exact; ``per_token_supported``). What it is for: ``ffn_out``'s
+    input (after GELU) spans 0.01 to 30 between tokens, which one scale per call (``SmoothedInt8Linear``)
+    cannot hold; per token it can (docs/inference.md, section int8). No smoothing: measured on MiniLM, it
+    did not help once the scale is per token."""
+
+    activation_bits = 8
+
+    def __init__(self, weight: Tensor, weight_scale: Tensor, bias: Tensor | None):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.register_buffer("weight_t", weight.t().contiguous())  # (in, out) int8, _int_mm's layout
+        self.register_buffer("weight_scale", weight_scale.to(torch.float32).clone())  # (out,)
+        # sum_j W[o, j], from the int8 weights: what the zero points add back
+        self.register_buffer("weight_rowsum", weight.to(torch.float32).sum(1) * self.weight_scale)
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
+        self.training = False
+
+    @classmethod
+    def from_float(cls, linear: nn.Linear) -> PerTokenInt8Linear:
+        w = linear.weight.detach().to(torch.float32)
+        scale = (w.abs().amax(1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        return cls(q, scale, linear.bias)
+
+    @classmethod
+    def from_saved(cls, weight: Tensor, weight_scale: Tensor, bias: Tensor | None) -> PerTokenInt8Linear:
+        if weight.dtype != torch.int8 or weight.dim() != 2 or weight_scale.shape != (weight.shape[0],):
+            raise BertkitError(f"a per-token int8 projection needs an int8 weight (out, in) and its scales (out,); "
+                               f"got {weight.dtype} {tuple(weight.shape)} and {tuple(weight_scale.shape)}: the file "
+                               "is not one `bertkit quantize` wrote, or damaged")
+        _check_scales(weight_scale=weight_scale)
+        return cls(weight, weight_scale, bias)
+
+    def saved_tensors(self) -> dict[str, Tensor]:
+        return {"weight": self.weight_t.t().contiguous(), "weight_scale": self.weight_scale.clone()}
+
+    def float_bias(self) -> Tensor | None:
+        return self.bias
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        if not shape or shape[-1] != self.in_features:
+            raise BertkitError(f"per-token int8 linear: input of shape {tuple(shape)}, but this projection takes "
+                               f"{self.in_features} features in the last dimension")
+        x = x.reshape(-1, self.in_features)
+        # Halved before adding, so a row reaching +-1.7e38 does not overflow to inf; the same bits otherwise
+        # (halving is exact, and (h - l) / 127 rounds the same real number as (hi - lo) / 254).
+        hi, lo = x.amax(1, keepdim=True).mul_(0.5), x.amin(1, keepdim=True).mul_(0.5)  # (T, 1) each
+        zero = hi + lo
+        step = ((hi - lo) / 127).clamp_(min=torch.finfo(torch.float32).tiny)
+        # One new (T, in) buffer, the rest in place: fresh large buffers cost page faults on every call.
+        q = x.sub(zero).div_(step).round_().clamp_(-127, 127).to(torch.int8)
+        acc = torch._int_mm(q, self.weight_t).to(torch.float32).mul_(self.weight_scale)  # (T, out)
+        y = zero * self.weight_rowsum if self.bias is None else torch.addcmul(self.bias, zero, self.weight_rowsum)
+        y = y.addcmul_(acc, step).reshape(*shape[:-1], self.out_features)
+        return _NoBackward.apply(y) if torch.is_grad_enabled() and y.requires_grad else y
+
+    def train(self, mode: bool = True) -> PerTokenInt8Linear:
+        if mode:
+            raise BertkitError(_NOT_FOR_TRAINING)
+        return super().train(False)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, int8 weights per output channel, "
+                "8-bit activations per token")
+
+    def dequantized(self) -> nn.Linear:
+        """This layer as a float ``nn.Linear`` (the int8 weights times their scales), for CPUs where
+        ``per_token_supported`` is false (``load_int8``)."""
+        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
+        with torch.no_grad():
+            linear.weight.copy_(self.weight_t.t().to(torch.float32) * self.weight_scale[:, None])
+            if self.bias is not None:
+                linear.bias.copy_(self.bias)
+        return linear.eval()
+
+
+INT8_LAYERS = (SmoothedInt8Linear, PerTokenInt8Linear)
