@@ -1,9 +1,12 @@
-"""Shared fixtures: where the real checkpoint and the shared data live, and clear skips when absent."""
+"""Shared fixtures: where the real checkpoint and the shared data live (with clear skips when absent), the tiny
+pre-training inputs, and the factories of tiny random models and checkpoints (``tiny_model``, ``tiny_checkpoint``)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,3 +65,69 @@ def tiny_pretraining_data(tmp_path_factory) -> Path:
                             max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3,
                             num_workers=1, progress=False)
     return root
+
+
+# The tiny shape most tests use (2 layers, 32 wide); a test overrides any field through the factories' keywords.
+TINY_CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                   max_position_embeddings=128)
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+
+
+def _tiny_model(head: str | type = "BertModel", *, seed: int | None = 0, labels: list[str] | int | None = None,
+                **config: Any):
+    """A random bertkit model of ``head`` (a class or a name exported by bertkit) on ``TINY_CONFIG`` updated with
+    ``config``. ``torch.manual_seed(seed)`` comes right before the weights are drawn, so the weights are those of
+    ``torch.manual_seed(seed); head(BertConfig(...))``: a test that asserts numbers keeps them by passing its seed
+    and config. ``seed=None`` draws from the generator as it stands (a second model after a first); ``labels``
+    goes through ``BertConfig.with_labels``."""
+    import torch
+
+    import bertkit
+    from bertkit import BertConfig
+
+    cls = getattr(bertkit, head) if isinstance(head, str) else head
+    cfg = BertConfig(**{**TINY_CONFIG, **config})
+    if labels is not None:
+        cfg = cfg.with_labels(labels)
+    if seed is not None:
+        torch.manual_seed(seed)
+    return cls(cfg)
+
+
+def _tiny_checkpoint(directory: str | os.PathLike, head: str | type = "BertModel", *, tokenizer: Any = None,
+                     seed: int | None = 0, labels: list[str] | int | None = None, **config: Any) -> Path:
+    """``_tiny_model(head, seed=..., labels=..., **config)`` saved in ``directory`` with its tokenizer; returns
+    ``directory``. ``tokenizer`` is a ``BertTokenizer`` (saved beside the weights), a list of tokens (made into
+    one), or the directory of a checkpoint whose tokenizer files are copied as they are (MiniLM's). Without
+    ``vocab_size``, the model's vocabulary is the tokenizer's."""
+    from bertkit import BertTokenizer
+
+    directory = Path(directory)
+    files_from = Path(tokenizer) if isinstance(tokenizer, (str, os.PathLike)) else None
+    if isinstance(tokenizer, (list, tuple)):
+        tokenizer = BertTokenizer({t: i for i, t in enumerate(tokenizer)})
+    elif files_from is not None:
+        tokenizer = BertTokenizer.from_pretrained(files_from)
+    if tokenizer is not None:
+        config.setdefault("vocab_size", len(tokenizer))
+    _tiny_model(head, seed=seed, labels=labels, **config).save_pretrained(directory)
+    if files_from is not None:  # as they are (tokenizer.json included), not as bertkit would write them
+        for name in TOKENIZER_FILES:
+            if (files_from / name).is_file():
+                shutil.copy(files_from / name, directory / name)
+    elif tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """The factory ``tiny_model(head="BertModel", *, seed=0, labels=None, **config)`` of tiny random models."""
+    return _tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint():
+    """The factory ``tiny_checkpoint(directory, head="BertModel", *, tokenizer=None, seed=0, labels=None,
+    **config)`` of tiny random checkpoints on disk (returns ``directory``)."""
+    return _tiny_checkpoint

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit import BertConfig, BertModel, BertTokenizer
+from bertkit import BertModel, BertTokenizer
 
 PRECIOUS = "the user's own file\n"
 
@@ -35,12 +35,11 @@ def _untouched(precious: Path, written: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> tuple[BertModel, BertTokenizer]:
+def tiny(tiny_model) -> tuple[BertModel, BertTokenizer]:
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "peter", "paris"]
     tok = BertTokenizer({t: i for i, t in enumerate(vocab)})
-    torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                 intermediate_size=32, max_position_embeddings=32))
+    model = tiny_model(vocab_size=len(vocab), hidden_size=16, num_attention_heads=2, intermediate_size=32,
+                       max_position_embeddings=32)
     return model.eval(), tok
 
 

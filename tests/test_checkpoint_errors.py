@@ -16,10 +16,8 @@ TINY = dict(vocab_size=97, hidden_size=16, num_hidden_layers=2, num_attention_he
 
 
 @pytest.fixture()
-def saved(tmp_path):
-    torch.manual_seed(0)
-    BertModel(BertConfig(**TINY)).save_pretrained(tmp_path)
-    return tmp_path
+def saved(tmp_path, tiny_checkpoint):
+    return tiny_checkpoint(tmp_path, **TINY)
 
 
 def test_missing_config(saved):
@@ -74,16 +72,16 @@ def test_missing_and_unexpected_keys_listed(saved):
     assert "unexpected keys: ['encoder.layer.1.attention.self.rotary.weight']" in str(e.value)
 
 
-def test_wrong_num_labels_is_named(tmp_path):
-    BertForSequenceClassification(BertConfig(**TINY).with_labels(3)).save_pretrained(tmp_path)
+def test_wrong_num_labels_is_named(tmp_path, tiny_checkpoint):
+    tiny_checkpoint(tmp_path, "BertForSequenceClassification", labels=3, **TINY)
     with pytest.raises(ValueError, match=r"classifier.weight: file \(3, 16\), model \(5, 16\).*num_labels=5"):
         BertForSequenceClassification.from_pretrained(tmp_path, num_labels=5)
     m = BertForSequenceClassification.from_pretrained(tmp_path)
     assert m.config.id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
 
 
-def test_input_longer_than_positions():
-    model = BertModel(BertConfig(**TINY))
+def test_input_longer_than_positions(tiny_model):
+    model = tiny_model(**TINY)
     with pytest.raises(ValueError, match="sequence length 21 exceeds max_position_embeddings 20"):
         model(torch.ones(1, 21, dtype=torch.long))
 

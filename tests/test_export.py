@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 
 import pytest
 import torch
 
 import bertkit.heads as H
-from bertkit import BertConfig, BertModel, BertTokenizer
+from bertkit import BertModel, BertTokenizer
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.inference.export import INPUT_NAMES, TupleOutputModel, export_onnx, onnx_session, run_onnx
 
-TINY = BertConfig(vocab_size=211, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-                  max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+TINY = dict(vocab_size=211, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+_ON_MINILM_VOCAB = {k: v for k, v in TINY.items() if k != "vocab_size"}  # the tokenizer's size instead
 CLASSES = [BertModel, H.BertForPreTraining, H.BertForMaskedLM, H.BertForNextSentencePrediction,
            H.BertForSequenceClassification, H.BertForTokenClassification, H.BertForQuestionAnswering,
            H.BertForMultipleChoice]
@@ -24,16 +24,11 @@ CLASSES = [BertModel, H.BertForPreTraining, H.BertForMaskedLM, H.BertForNextSent
 def _inputs(cls, B: int, T: int, seed: int):
     g = torch.Generator().manual_seed(seed)
     shape = (B, 3, T) if cls is H.BertForMultipleChoice else (B, T)
-    ids = torch.randint(1, TINY.vocab_size, shape, generator=g)
+    ids = torch.randint(1, TINY["vocab_size"], shape, generator=g)
     types = torch.randint(0, 2, shape, generator=g)
     mask = torch.ones(shape, dtype=torch.long)
     mask[-1, ..., T // 2:] = 0  # a padded row: eager drops it, the exported graph masks it
     return ids, types, mask
-
-
-def _model(cls):
-    torch.manual_seed(0)
-    return cls(TINY).eval()
 
 
 def _assert_outputs_equal(eager: tuple, exported: tuple, mask: torch.Tensor) -> None:
@@ -46,9 +41,9 @@ def _assert_outputs_equal(eager: tuple, exported: tuple, mask: torch.Tensor) -> 
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
-def test_torch_export_on_every_head_with_dynamic_batch_and_sequence(cls):
-    model = _model(cls)
-    batch, seq = torch.export.Dim("batch", max=256), torch.export.Dim("sequence", max=TINY.max_position_embeddings)
+def test_torch_export_on_every_head_with_dynamic_batch_and_sequence(cls, tiny_model):
+    model = tiny_model(cls, **TINY).eval()
+    batch, seq = torch.export.Dim("batch", max=256), torch.export.Dim("sequence", max=TINY["max_position_embeddings"])
     dims = {0: batch, 2: seq} if cls is H.BertForMultipleChoice else {0: batch, 1: seq}
     ids, types, mask = _inputs(cls, 3, 11, 0)
     program = torch.export.export(model, (ids, mask, types), dynamic_shapes=(dims, dims, dims))  # transformers' order
@@ -65,8 +60,8 @@ def test_torch_export_on_every_head_with_dynamic_batch_and_sequence(cls):
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
-def test_jit_trace_on_every_head_through_tuple_outputs(cls):
-    model = _model(cls)
+def test_jit_trace_on_every_head_through_tuple_outputs(cls, tiny_model):
+    model = tiny_model(cls, **TINY).eval()
     wrapper = TupleOutputModel(model).eval()
     with torch.no_grad(), pytest.warns(torch.jit.TracerWarning):  # Python ints from shapes: expected
         traced = torch.jit.trace(wrapper, _inputs(cls, 3, 11, 0))
@@ -110,12 +105,10 @@ def test_onnx_export_equals_bertkit_on_real_text(tmp_path, minilm_dir, data_dir)
 
 @pytest.mark.parametrize("cls", [H.BertForSequenceClassification, H.BertForQuestionAnswering,
                                  H.BertForMultipleChoice, H.BertForPreTraining], ids=lambda c: c.__name__)
-def test_onnx_export_of_heads(tmp_path, minilm_dir, cls):
+def test_onnx_export_of_heads(tmp_path, minilm_dir, cls, tiny_model):
     pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
     tok = BertTokenizer.from_pretrained(minilm_dir)
-    config = dataclasses.replace(TINY, vocab_size=len(tok))
-    torch.manual_seed(0)
-    model = cls(config).eval()
+    model = tiny_model(cls, **_ON_MINILM_VOCAB, vocab_size=len(tok)).eval()
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
     result = export_onnx(tmp_path / "m", tmp_path / "m.onnx")
@@ -162,16 +155,14 @@ def test_onnx_int8_export_stays_close_to_fp32_on_real_text(tmp_path, minilm_dir,
 
 
 @pytest.mark.parametrize("failing_step", ["quantizer", "exporter"])
-def test_onnx_int8_export_that_fails_leaves_only_the_users_files(tmp_path, minilm_dir, monkeypatch, failing_step):
+def test_onnx_int8_export_that_fails_leaves_only_the_users_files(tmp_path, minilm_dir, monkeypatch, failing_step,
+                                                                 tiny_checkpoint):
     """The float graph of `export onnx --int8` is a file the run creates itself (mkstemp); when the exporter or
     the quantizer fails it is removed all the same, the output is not written, and the files already there stay
     as they were."""
     pytest.importorskip("onnx", reason="pip install 'bertkit[onnx]'")
     quantization = pytest.importorskip("onnxruntime.quantization", reason="pip install 'bertkit[onnx]'")
-    tok = BertTokenizer.from_pretrained(minilm_dir)
-    torch.manual_seed(0)
-    BertModel(dataclasses.replace(TINY, vocab_size=len(tok))).save_pretrained(tmp_path / "m")
-    tok.save_pretrained(tmp_path / "m")
+    tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir), **_ON_MINILM_VOCAB)
     mine = tmp_path / ".m.onnx.fp32.onnx"  # a user's file with the temporary graph's prefix and suffix
     mine.write_bytes(b"keep me")
     seen = []
@@ -196,21 +187,14 @@ def test_onnx_int8_export_that_fails_leaves_only_the_users_files(tmp_path, minil
     assert mine.read_bytes() == b"keep me"
 
 
-def _tiny_model_dir(tmp_path, minilm_dir):
-    tok = BertTokenizer.from_pretrained(minilm_dir)
-    torch.manual_seed(0)
-    BertModel(dataclasses.replace(TINY, vocab_size=len(tok))).save_pretrained(tmp_path / "m")
-    tok.save_pretrained(tmp_path / "m")
-    return tmp_path / "m"
-
-
-def test_a_rejected_export_leaves_the_earlier_file_as_it_was(tmp_path, minilm_dir, monkeypatch):
+def test_a_rejected_export_leaves_the_earlier_file_as_it_was(tmp_path, minilm_dir, monkeypatch, tiny_checkpoint):
     """The new graph is verified under a temporary name beside the old one and renamed into place only once it
     passes: an export that fails its check (as `export onnx` with --overwrite once did) keeps the earlier file."""
     pytest.importorskip("onnxruntime", reason="pip install 'bertkit[onnx]'")
     import bertkit.inference.export as export
 
-    model_dir = _tiny_model_dir(tmp_path, minilm_dir)
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+                                **_ON_MINILM_VOCAB)
     out = tmp_path / "model.onnx"
     out.write_bytes(b"the earlier export, in production")
     monkeypatch.setattr(export, "max_abs_difference", lambda *args: 1.0)
@@ -224,12 +208,14 @@ def test_a_rejected_export_leaves_the_earlier_file_as_it_was(tmp_path, minilm_di
 
 
 @pytest.mark.parametrize("opset", [9, 13, 99])
-def test_an_opset_the_exporter_cannot_write_is_refused_naming_the_range(tmp_path, minilm_dir, capsys, opset):
+def test_an_opset_the_exporter_cannot_write_is_refused_naming_the_range(tmp_path, minilm_dir, capsys, opset,
+                                                                        tiny_checkpoint):
     """Below 14 the exporter has no attention operator; above torch.onnx's newest it stops: either was a traceback."""
     pytest.importorskip("onnx", reason="pip install 'bertkit[onnx]'")
     from bertkit.inference.export import supported_opsets
 
-    model_dir = _tiny_model_dir(tmp_path, minilm_dir)
+    model_dir = tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir),
+                                **_ON_MINILM_VOCAB)
     assert supported_opsets().start == 14 and 17 in supported_opsets()
     with pytest.raises(BertkitError, match=rf"--opset {opset} is not one bertkit can export: the supported opsets "
                                            rf"are 14 to {supported_opsets().stop - 1}"):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit import BertConfig, BertModel, BertTokenizer
+from bertkit import BertModel, BertTokenizer
 from bertkit import features as fx
 from bertkit.tasks import ner
 from bertkit.training import feature_study as fs
@@ -45,15 +45,10 @@ Thursday NNP B-NP O
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> tuple[Path, BertModel, BertTokenizer]:
-    d = tmp_path_factory.mktemp("tiny_encoder")
+def tiny(tmp_path_factory, tiny_checkpoint) -> tuple[Path, BertModel, BertTokenizer]:
     tok = BertTokenizer({t: i for i, t in enumerate(SPECIALS + WORDS)})
-    tok.save_pretrained(d)
-    torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=len(tok.vocab), hidden_size=32, num_hidden_layers=3,
-                                 num_attention_heads=4, intermediate_size=64, max_position_embeddings=128))
-    model.save_pretrained(d)
-    return d, model.eval(), tok
+    d = tiny_checkpoint(tmp_path_factory.mktemp("tiny_encoder"), tokenizer=tok, num_hidden_layers=3)
+    return d, BertModel.from_pretrained(d), tok
 
 
 def _reference(model, tok, text, pair, max_len=128):

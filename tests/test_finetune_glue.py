@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from bertkit import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
+from bertkit import BertForSequenceClassification
 from bertkit.cli import main
 from bertkit.settings import default_lr, parse_lr_grid
 from bertkit.tasks import glue
@@ -35,22 +35,16 @@ def _write_sst2(root, n_train=64, n_dev=32):
 
 
 @pytest.fixture()
-def tiny_model(tmp_path):
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    tok = BertTokenizer({t: i for i, t in enumerate(vocab)})
-    torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 intermediate_size=32, max_position_embeddings=32))
-    path = tmp_path / "model"
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+def glue_model(tmp_path, tiny_checkpoint):
+    return tiny_checkpoint(tmp_path / "model", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS],
+                           hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                           max_position_embeddings=32)
 
 
-def test_finetune_and_predict_glue_cli(tmp_path, tiny_model, capsys):
+def test_finetune_and_predict_glue_cli(tmp_path, glue_model, capsys):
     _write_sst2(tmp_path / "glue")
     out = tmp_path / "run"
-    code = main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(tiny_model),
+    code = main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(glue_model),
                  "--out", str(out), "--lr", "1e-2,1e-3", "--seeds", "1,2", "--epochs", "10", "--batch-size", "8",
                  "--no-progress"])
     assert code == 0
@@ -70,13 +64,13 @@ def test_finetune_and_predict_glue_cli(tmp_path, tiny_model, capsys):
     assert [line.split("\t")[1] for line in lines[4:7]] == ["0", "0", "0"]  # bad, awful, poor
 
 
-def test_malformed_row_names_file_and_line(tmp_path, tiny_model, capsys):
+def test_malformed_row_names_file_and_line(tmp_path, glue_model, capsys):
     _write_sst2(tmp_path / "glue")
     path = tmp_path / "glue" / "SST-2" / "train.tsv"
     lines = path.read_text().splitlines()
     lines[5] = "no label column here"
     path.write_text("\n".join(lines) + "\n")
-    code = main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(tiny_model),
+    code = main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(glue_model),
                  "--out", str(tmp_path / "run"), "--no-progress"])
     assert code == 2
     assert f"{path} line 6" in capsys.readouterr().err

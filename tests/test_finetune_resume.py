@@ -12,22 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-
-from bertkit import BertConfig, BertModel, BertTokenizer
 
 WORDS = {"O": ["the", "a", "said", "on", "with", "and", "to", "in", "of", "was"],
          "PER": ["peter", "maria", "john", "anna"], "LOC": ["paris", "london", "berlin", "rome"],
          "ORG": ["acme", "globex", "initech", "umbrella"]}
 
 
-def _make_setup(root: Path, train_sentences: int) -> Path:
+def _make_setup(root: Path, train_sentences: int, tiny_checkpoint) -> Path:
     """A tiny encoder and generated CoNLL sentences (``train_sentences`` for training, 30 each to score)."""
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted({w for ws in WORDS.values() for w in ws})]
-    BertTokenizer({t: i for i, t in enumerate(vocab)}).save_pretrained(root / "model")
-    torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                         intermediate_size=64, max_position_embeddings=64)).save_pretrained(root / "model")
+    tiny_checkpoint(root / "model", tokenizer=vocab, max_position_embeddings=64)
     rng = random.Random(0)
     for split, n in (("train", train_sentences), ("valid", 30), ("test", 30)):
         lines = []
@@ -42,15 +36,15 @@ def _make_setup(root: Path, train_sentences: int) -> Path:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory) -> Path:
+def setup(tmp_path_factory, tiny_checkpoint) -> Path:
     """240 training sentences: enough steps to kill a run at random moments."""
-    return _make_setup(tmp_path_factory.mktemp("ft-resume"), 240)
+    return _make_setup(tmp_path_factory.mktemp("ft-resume"), 240, tiny_checkpoint)
 
 
 @pytest.fixture(scope="module")
-def short_setup(tmp_path_factory) -> Path:
+def short_setup(tmp_path_factory, tiny_checkpoint) -> Path:
     """80 training sentences: 20 steps of batch 4, checkpoints every 3, room for kills at the 2nd and 3rd."""
-    return _make_setup(tmp_path_factory.mktemp("ft-resume-short"), 80)
+    return _make_setup(tmp_path_factory.mktemp("ft-resume-short"), 80, tiny_checkpoint)
 
 
 def _args(root: Path, out: Path, *extra: str, epochs: int = 3) -> list[str]:

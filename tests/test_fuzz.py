@@ -19,7 +19,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from bertkit.errors import BertkitError  # noqa: E402
 from bertkit.tokenization import BertTokenizer  # noqa: E402
-from test_tokenizer_parity import _sendable, hf_reference  # noqa: E402 (tests/ is on sys.path)
+from tokenizer_parity_helpers import hf_reference, sendable  # noqa: E402 (tests/ is on sys.path)
 
 TOKENIZER_EXAMPLES = int(os.environ.get("BERTKIT_FUZZ_TOKENIZER", "300"))
 READER_EXAMPLES = int(os.environ.get("BERTKIT_FUZZ_READERS", "60"))
@@ -72,7 +72,7 @@ def test_tokenizer_never_raises_and_matches_the_fast_tokenizer(tokenizers, a, b,
     _check_offsets(a, b, mine)
     if kw:
         assert len(mine["input_ids"]) <= max_length or truncation == "only_second"
-    if not (_sendable(a) and (b is None or _sendable(b))):
+    if not (sendable(a) and (b is None or sendable(b))):
         return  # the Rust tokenizer cannot take lone surrogates; ours must only not raise
     try:
         theirs = ref(a, b, return_offsets_mapping=True, return_special_tokens_mask=True, **kw)

@@ -6,35 +6,21 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from bertkit import BertConfig, BertTokenizer
+from bertkit import BertTokenizer
 from bertkit.cli import main
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from bertkit.tasks import ner, squad, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.training.token_tasks import ner_scores, predict_ner, predict_squad, predict_swag
 
-TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+# The tiny heads on MiniLM's vocabulary: tiny_checkpoint copies its tokenizer files beside them.
+ON_MINILM = dict(vocab_size=30522, max_position_embeddings=512)
 CONLL_TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
-
-
-def _tiny(tmp_path_factory, minilm_dir: Path, head: type, seed: int = 0, **config) -> Path:
-    """A small random model of ``head`` on MiniLM's vocabulary, saved with MiniLM's tokenizer files."""
-    torch.manual_seed(seed)
-    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=64, max_position_embeddings=512, **config)
-    d = tmp_path_factory.mktemp(head.__name__)
-    head(cfg).save_pretrained(d)
-    for name in TOKENIZER_FILES:
-        if (minilm_dir / name).is_file():
-            shutil.copy(minilm_dir / name, d / name)
-    return d
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +40,9 @@ def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def test_predict_ner_equals_the_recipes_predictions(tmp_path_factory, tmp_path, minilm_dir, data_dir, capsys):
-    d = _tiny(tmp_path_factory, minilm_dir, BertForTokenClassification, seed=3, id2label=dict(enumerate(CONLL_TAGS)))
+def test_predict_ner_equals_the_recipes_predictions(tmp_path, minilm_dir, data_dir, capsys, tiny_checkpoint):
+    d = tiny_checkpoint(tmp_path / "model", BertForTokenClassification, tokenizer=minilm_dir, seed=3,
+                        id2label=dict(enumerate(CONLL_TAGS)), **ON_MINILM)
     code, report, err = _run(capsys, "predict", "ner", "--model", d, "--data-file", data_dir / "conll2003/test.txt",
                              "--out", tmp_path / "run", "--max-predict-samples", 200)
     assert code == 0, err
@@ -72,8 +59,8 @@ def test_predict_ner_equals_the_recipes_predictions(tmp_path_factory, tmp_path, 
     assert report["scores"] == json.loads((tmp_path / "run/report.json").read_text())["scores"]
 
 
-def test_predict_squad_equals_the_recipes_predictions(tmp_path_factory, tmp_path, minilm_dir, data_dir, capsys):
-    d = _tiny(tmp_path_factory, minilm_dir, BertForQuestionAnswering, seed=4)
+def test_predict_squad_equals_the_recipes_predictions(tmp_path, minilm_dir, data_dir, capsys, tiny_checkpoint):
+    d = tiny_checkpoint(tmp_path / "model", BertForQuestionAnswering, tokenizer=minilm_dir, seed=4, **ON_MINILM)
     dev = data_dir / "squad/dev-v1.1.json"
     code, report, err = _run(capsys, "predict", "squad", "--model", d, "--predict-file", dev, "--out",
                              tmp_path / "run", "--max-predict-samples", 40, "--max-seq-length", 192)
@@ -92,8 +79,8 @@ def test_predict_squad_equals_the_recipes_predictions(tmp_path_factory, tmp_path
     assert report["scores"] == to_fractions(squad.evaluate_v1(subset, preds.predictions))
 
 
-def test_predict_swag_equals_the_recipes_predictions(tmp_path_factory, tmp_path, minilm_dir, sst2_dev, capsys):
-    d = _tiny(tmp_path_factory, minilm_dir, BertForMultipleChoice, seed=5)
+def test_predict_swag_equals_the_recipes_predictions(tmp_path, minilm_dir, sst2_dev, capsys, tiny_checkpoint):
+    d = tiny_checkpoint(tmp_path / "model", BertForMultipleChoice, tokenizer=minilm_dir, seed=5, **ON_MINILM)
     texts = [r["sentence"] for r in sst2_dev[:150]]
     header = ["", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source", "ending0", "ending1",
               "ending2", "ending3", "label"]

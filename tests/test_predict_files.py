@@ -243,19 +243,13 @@ def test_finetune_classify_on_three_classes_reports_macro_f1_and_reads_input_for
 
 
 @pytest.fixture(scope="module")
-def cross_encoder(tmp_path_factory) -> Path:
+def cross_encoder(tmp_path_factory, tiny_checkpoint) -> Path:
     """A tiny seeded one-logit cross-encoder with MiniLM's vocabulary (scores arbitrary but fixed)."""
-    from bertkit.config import BertConfig
-    from bertkit.heads import BertForSequenceClassification
     from bertkit.tokenization import BertTokenizer
 
-    out = tmp_path_factory.mktemp("rerank")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=37, num_labels=1)
-    BertForSequenceClassification(config).save_pretrained(out)
-    BertTokenizer.from_pretrained(MODEL).save_pretrained(out)
-    return out
+    return tiny_checkpoint(tmp_path_factory.mktemp("rerank"), "BertForSequenceClassification",
+                           tokenizer=BertTokenizer.from_pretrained(MODEL), vocab_size=30522, intermediate_size=37,
+                           max_position_embeddings=512, num_labels=1)
 
 
 def _squad_pairs(n_questions: int, passages: int) -> list[tuple[str, str]]:

@@ -77,25 +77,18 @@ def test_finetune_classify_on_a_score_column_with_nan_exits_2_naming_the_row_and
 
 
 @pytest.fixture(scope="module")
-def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
-    """Tiny checkpoints (2 layers, 32 wide) with a 30-word vocabulary: a classifier and a bare encoder."""
-    import torch
-
-    from bertkit import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
+def tiny_dirs(tmp_path_factory, tiny_checkpoint) -> dict[str, Path]:
+    """Tiny checkpoints (2 layers, 32 wide) with a 12-word vocabulary: a classifier and a bare encoder."""
+    from bertkit import BertTokenizer
 
     root = tmp_path_factory.mktemp("tiny")
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "film", "dull", "fine", "##s"]
     (root / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
     tok = BertTokenizer(root / "vocab.txt")
-    config = dict(vocab_size=len(words), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=64, max_position_embeddings=64)
-    torch.manual_seed(0)
-    dirs = {"clf": root / "clf", "enc": root / "enc"}
-    BertForSequenceClassification(BertConfig(**config, id2label={0: "neg", 1: "pos"})).save_pretrained(dirs["clf"])
-    BertModel(BertConfig(**config)).save_pretrained(dirs["enc"])
-    for d in dirs.values():
-        tok.save_pretrained(d)
-    return dirs
+    config = dict(tokenizer=tok, num_attention_heads=2, max_position_embeddings=64)
+    # The encoder's weights are drawn after the classifier's from the one seed (seed=None: no reseeding).
+    return {"clf": tiny_checkpoint(root / "clf", "BertForSequenceClassification", labels=["neg", "pos"], **config),
+            "enc": tiny_checkpoint(root / "enc", seed=None, **config)}
 
 
 TASK_LIST = "fill-mask, text-classification"
@@ -348,7 +341,7 @@ def test_a_corrupt_tensorflow_index_or_config_is_named_not_a_parser_traceback(ti
     import numpy as np
 
     from bertkit.inference.tf_checkpoint import convert_tf_checkpoint, read_sstable, read_tf_checkpoint
-    from test_tf_checkpoint import write_bundle  # tests/ is on sys.path under pytest
+    from tf_bundle_helpers import write_bundle  # tests/ is on sys.path under pytest
 
     index = tmp_path / "zeros.ckpt.index"  # the magic number, and offsets pointing at nothing
     index.write_bytes(b"\x00" * 140 + struct.pack("<Q", 0xDB4775248B80FB57))
@@ -422,7 +415,7 @@ def test_a_device_this_machine_lacks_or_a_misspelt_one_is_named(tiny_dirs):
     import torch
 
     from bertkit import pipeline
-    from bertkit.inference.base import pipeline_device
+    from bertkit.inference.prepare import check_request as pipeline_device
 
     with pytest.raises(BertkitError, match=r"device 'gpu' is not a device: use auto, cpu, cuda or cuda:N"):
         pipeline("text-classification", tiny_dirs["clf"], device="gpu")

@@ -362,7 +362,7 @@ def test_limits_are_checked_and_the_settings_defaults_are_the_servers():
     from bertkit.settings import ServeSettings
 
     s = ServeSettings(model_name_or_path="m", task="text-classification")
-    assert s.limits() == Limits()
+    assert Limits.from_settings(s) == Limits()
     for f in dataclasses.fields(Limits):
         assert getattr(s, f.name) == f.default, f.name
     with pytest.raises(BertkitError, match="body_timeout_s must be a finite number of seconds > 0"):

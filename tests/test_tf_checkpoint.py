@@ -12,14 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from bertkit import BertConfig
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining
@@ -29,6 +26,7 @@ from bertkit.inference.tf_checkpoint import (
     read_tf_checkpoint,
     tf_to_published,
 )
+from tf_bundle_helpers import reference_crc32c, write_bundle  # tests/ is on sys.path under pytest
 
 V, H, L, NH, I, P, B, T = 40, 16, 2, 4, 24, 32, 2, 9
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(V - 5)]
@@ -164,67 +162,8 @@ def test_reader_sees_every_variable_and_refuses_mismatches(tf_checkpoint, tmp_pa
 
 
 # ---------------------------------------------------------------------------------------------------
-# A tensor bundle written here (no TensorFlow): the reader and the name table in the fast suite
+# A tensor bundle written without TensorFlow (tf_bundle_helpers): the reader and the name table in the fast suite
 # ---------------------------------------------------------------------------------------------------
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
-def _field(number: int, value: int | bytes) -> bytes:
-    if isinstance(value, bytes):
-        return _varint(number << 3 | 2) + _varint(len(value)) + value
-    return _varint(number << 3) + _varint(value)
-
-
-def _reference_crc32c(data: bytes) -> int:
-    """CRC-32C one bit at a time (RFC 3720's definition), independent of bertkit's vectorised one."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
-def _masked_crc32c(data: bytes) -> bytes:
-    """BundleEntryProto field 6 (fixed32): the crc32c TensorFlow stores, masked as tsl's crc32c::Mask does."""
-    crc = _reference_crc32c(data)
-    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-    return _varint(6 << 3 | 5) + struct.pack("<I", masked)
-
-
-def _block(entries: list[tuple[bytes, bytes]]) -> bytes:
-    body = b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in entries)
-    return body + struct.pack("<II", 0, 1)  # one restart point, at 0
-
-
-def write_bundle(prefix, tensors: dict[str, np.ndarray]) -> None:
-    """A minimal TF tensor bundle: one data shard, one SSTable data block (LevelDB format, uncompressed)."""
-    data, entries = bytearray(), [(b"", _field(1, 1))]  # header: num_shards 1, little-endian
-    for name in sorted(tensors):
-        arr = np.ascontiguousarray(tensors[name], dtype=np.float32)
-        shape = b"".join(_field(2, _field(1, d)) for d in arr.shape)
-        entries.append((name.encode(), _field(1, 1) + _field(2, shape) + _field(4, len(data)) + _field(5, arr.nbytes)
-                        + _masked_crc32c(arr.tobytes())))
-        data += arr.tobytes()
-    table = bytearray()
-    handles = []
-    for block in (_block(entries), _block([]), None):  # data, metaindex, index
-        if block is None:
-            block = _block([(entries[-1][0] + b"\xff", _varint(handles[0][0]) + _varint(handles[0][1]))])
-        handles.append((len(table), len(block)))
-        table += block + b"\x00" + b"\x00" * 4  # no compression, crc32c (not checked by readers of bundles)
-    footer = _varint(handles[1][0]) + _varint(handles[1][1]) + _varint(handles[2][0]) + _varint(handles[2][1])
-    table += footer.ljust(40, b"\x00") + struct.pack("<Q", 0xDB4775248B80FB57)
-    Path(f"{prefix}.index").write_bytes(bytes(table))
-    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
 
 
 def _google_names(published: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
@@ -247,19 +186,17 @@ def _google_names(published: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     return out
 
 
-def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path):
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=NH,
-                        intermediate_size=I, max_position_embeddings=P, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
-    model = BertForPreTraining(config).eval()
+def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path, tiny_model):
+    model = tiny_model(BertForPreTraining, vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=NH,
+                       intermediate_size=I, max_position_embeddings=P, hidden_dropout_prob=0.0,
+                       attention_probs_dropout_prob=0.0).eval()
     google = _google_names(model.published_state_dict())
     assert "bert/encoder/layer_1/attention/self/query/kernel" in google and "cls/predictions/output_bias" in google
     google["global_step"] = np.zeros((), np.float32)
     google["bert/pooler/dense/kernel/adam_m"] = np.zeros((H, H), np.float32)
     write_bundle(tmp_path / "bert_model.ckpt", google)
-    (tmp_path / "bert_config.json").write_text(json.dumps({k: v for k, v in config.to_dict().items()
-                                                           if k not in ("model_type", "architectures")}))
+    config = {k: v for k, v in model.config.to_dict().items() if k not in ("model_type", "architectures")}
+    (tmp_path / "bert_config.json").write_text(json.dumps(config))
     (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
     assert set(read_tf_checkpoint(tmp_path / "bert_model.ckpt")) == set(google)
     out = tmp_path / "out"
@@ -283,9 +220,9 @@ def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path):
 def test_crc32c_matches_the_standard_check_value_and_a_bitwise_reference():
     from bertkit.inference.tf_checkpoint import crc32c
 
-    assert crc32c(b"123456789") == 0xE3069283 == _reference_crc32c(b"123456789")  # RFC 3720's check value
+    assert crc32c(b"123456789") == 0xE3069283 == reference_crc32c(b"123456789")  # RFC 3720's check value
     data = np.random.default_rng(0).integers(0, 256, 70_001, dtype=np.uint8).tobytes()  # chunked and a tail
-    assert crc32c(data) == _reference_crc32c(data)
+    assert crc32c(data) == reference_crc32c(data)
     assert crc32c(b"") == 0
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from bertkit import BertConfig, BertForTokenClassification, BertModel, BertTokenizer
+from bertkit import BertForTokenClassification, BertTokenizer
 from bertkit.heads import ClassifierOutput, QuestionAnsweringOutput
 from bertkit.tasks import ner, squad
 from bertkit.tasks.metrics import to_fractions
@@ -119,7 +119,7 @@ def _swag_file(path: Path, n: int, labelled: bool = True) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory) -> Path:
+def encoder_dir(tmp_path_factory, tiny_checkpoint) -> Path:
     """A 2-layer, 32-wide encoder with a vocabulary of the words used in these tests."""
     words = set()
     for text in CONLL.values():
@@ -127,14 +127,7 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     words |= set("the city of was founded in by river people it has bridges when who what is mayor's name "
                  "man picks up a ball he throws eats sings bridge . , ? - ' s".split())
     words |= {f"town{a}" for a in range(6)} | {str(1800 + a) for a in range(6)} | {str(n) for n in range(12)}
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + sorted(words))}
-    d = tmp_path_factory.mktemp("tiny_checkpoint")
-    BertTokenizer(vocab).save_pretrained(d)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertModel(config).save_pretrained(d)
-    return d
+    return tiny_checkpoint(tmp_path_factory.mktemp("encoder"), tokenizer=SPECIALS + sorted(words))
 
 
 @pytest.fixture(scope="module")
@@ -165,8 +158,8 @@ class _OracleTagger(nn.Module):
         return ClassifierOutput(None, logits)
 
 
-def test_ner_gold_predictions_score_100(conll_dir, tiny_checkpoint):
-    tok = BertTokenizer.from_pretrained(tiny_checkpoint)
+def test_ner_gold_predictions_score_100(conll_dir, encoder_dir):
+    tok = BertTokenizer.from_pretrained(encoder_dir)
     sentences = ner.read_conll(conll_dir / "train.txt")
     labels = ner.label_list(sentences)
     features = ner.featurize_ner(sentences, tok, labels, max_seq_length=8)  # windows: sentences are split
@@ -217,9 +210,9 @@ def test_write_conll_round_trips_through_conlleval_file(tmp_path):
     assert ner.conlleval_file(path) == ner.conlleval([s.tags for s in sents], pred)
 
 
-def test_finetune_ner_end_to_end(conll_dir, tiny_checkpoint, tmp_path):
+def test_finetune_ner_end_to_end(conll_dir, encoder_dir, tmp_path):
     out = tmp_path / "ner"
-    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=tiny_checkpoint, output_dir=out, num_train_epochs=2,
+    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=encoder_dir, output_dir=out, num_train_epochs=2,
                                             batch_size=2, learning_rate=1e-3, progress=False))
     assert report["steps"] == 4 and len(report["dev_per_epoch"]) == 2
     assert report["labels"] == ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
@@ -239,8 +232,8 @@ def test_finetune_ner_end_to_end(conll_dir, tiny_checkpoint, tmp_path):
     assert not (out / "checkpoints").exists()
 
 
-def test_finetune_ner_subset_is_reported(conll_dir, tiny_checkpoint, tmp_path):
-    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=tiny_checkpoint, output_dir=tmp_path,
+def test_finetune_ner_subset_is_reported(conll_dir, encoder_dir, tmp_path):
+    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=encoder_dir, output_dir=tmp_path,
                                             num_train_epochs=1, batch_size=2, max_train_samples=2, progress=False))
     assert report["train_sentences"] == 2 and "the first 2 of the 4" in report["subset"]
 
@@ -264,10 +257,10 @@ class _OracleReader(nn.Module):
 
 
 @pytest.mark.parametrize("version", ["1.1", "2.0"])
-def test_squad_gold_logits_score_100(tmp_path, tiny_checkpoint, version):
+def test_squad_gold_logits_score_100(tmp_path, encoder_dir, version):
     path = _squad_file(tmp_path / "d.json", n_articles=3, impossible=version == "2.0")
     examples = squad.read_squad(path)
-    tok = BertTokenizer.from_pretrained(tiny_checkpoint)
+    tok = BertTokenizer.from_pretrained(encoder_dir)
     # Short windows: every context is cut into several, most without the answer.
     features = squad.featurize_squad(examples, tok, max_seq_length=20, doc_stride=4, max_query_length=8)
     assert len(features) >= 3 * len(examples)
@@ -280,10 +273,10 @@ def test_squad_gold_logits_score_100(tmp_path, tiny_checkpoint, version):
         assert (scores["exact"], scores["f1"], scores["NoAns_total"]) == (100.0, 100.0, 3)
 
 
-def test_finetune_squad_on_a_split_says_so(tmp_path, tiny_checkpoint):
+def test_finetune_squad_on_a_split_says_so(tmp_path, encoder_dir):
     path = _squad_file(tmp_path / "dev-v1.1.json")
     out = tmp_path / "squad"
-    report = tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=tiny_checkpoint, output_dir=out,
+    report = tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=encoder_dir, output_dir=out,
                                                 num_train_epochs=1, batch_size=4, max_seq_length=48, doc_stride=16,
                                                 max_query_length=12, progress=False))
     split = report["split"]
@@ -299,21 +292,21 @@ def test_finetune_squad_on_a_split_says_so(tmp_path, tiny_checkpoint):
     assert (out / "model" / "config.json").is_file() and not (out / "null_odds.json").exists()
 
 
-def test_finetune_squad_with_a_train_file_uses_it_unchanged(tmp_path, tiny_checkpoint):
+def test_finetune_squad_with_a_train_file_uses_it_unchanged(tmp_path, encoder_dir):
     train_file = _squad_file(tmp_path / "train.json", n_articles=2)
     dev_file = _squad_file(tmp_path / "dev.json", n_articles=3)
     report = tt.finetune_squad(tt.SquadSettings(train_file=train_file, predict_file=dev_file,
-                                                model_name_or_path=tiny_checkpoint, output_dir=tmp_path / "o", num_train_epochs=1,
+                                                model_name_or_path=encoder_dir, output_dir=tmp_path / "o", num_train_epochs=1,
                                                 batch_size=4, max_seq_length=48, max_query_length=12,
                                                 progress=False))
     assert report["split"] is None and report["train_questions"] == 4 and report["eval_questions"] == 6
     assert "all 6 questions" in report["evaluated_on"]
 
 
-def test_finetune_squad_v2_picks_the_best_f1_threshold(tmp_path, tiny_checkpoint):
+def test_finetune_squad_v2_picks_the_best_f1_threshold(tmp_path, encoder_dir):
     path = _squad_file(tmp_path / "dev-v2.0.json", impossible=True)
     out = tmp_path / "v2"
-    report = tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=tiny_checkpoint, output_dir=out,
+    report = tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=encoder_dir, output_dir=out,
                                                 version="2.0", num_train_epochs=1, batch_size=4, max_seq_length=48,
                                                 max_query_length=12, progress=False))
     scores = report["scores"]
@@ -326,21 +319,21 @@ def test_finetune_squad_v2_picks_the_best_f1_threshold(tmp_path, tiny_checkpoint
     assert scores["f1"] == pytest.approx(squad.evaluate_v2(heldout, predictions)["f1"] / 100)
 
 
-def test_squad_v1_refuses_unanswerable_questions(tmp_path, tiny_checkpoint):
+def test_squad_v1_refuses_unanswerable_questions(tmp_path, encoder_dir):
     path = _squad_file(tmp_path / "dev-v2.0.json", impossible=True)
     with pytest.raises(ValueError, match="unanswerable.*--version 2.0"):
-        tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=tiny_checkpoint, output_dir=tmp_path / "o"))
+        tt.finetune_squad(tt.SquadSettings(predict_file=path, model_name_or_path=encoder_dir, output_dir=tmp_path / "o"))
 
 
 # ---------------------------------------------------------------- SWAG
 
 
-def test_finetune_swag_on_small_csvs(tmp_path, tiny_checkpoint):
+def test_finetune_swag_on_small_csvs(tmp_path, encoder_dir):
     train_file = _swag_file(tmp_path / "train.csv", 8)
     val_file = _swag_file(tmp_path / "val.csv", 6)
     out = tmp_path / "swag"
     report = tt.finetune_swag(tt.SwagSettings(train_file=train_file, predict_file=val_file,
-                                              model_name_or_path=tiny_checkpoint, output_dir=out, num_train_epochs=2, batch_size=4,
+                                              model_name_or_path=encoder_dir, output_dir=out, num_train_epochs=2, batch_size=4,
                                               progress=False))
     assert report["steps"] == 4 and len(report["per_epoch"]) == 2
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
@@ -350,10 +343,10 @@ def test_finetune_swag_on_small_csvs(tmp_path, tiny_checkpoint):
     assert report["per_epoch"][-1]["accuracy"] == pytest.approx(report["accuracy"])
 
 
-def test_finetune_swag_predicts_an_unlabelled_test_file(tmp_path, tiny_checkpoint):
+def test_finetune_swag_predicts_an_unlabelled_test_file(tmp_path, encoder_dir):
     report = tt.finetune_swag(tt.SwagSettings(train_file=_swag_file(tmp_path / "train.csv", 4),
                                               predict_file=_swag_file(tmp_path / "test.csv", 3, labelled=False),
-                                              model_name_or_path=tiny_checkpoint, output_dir=tmp_path / "o", num_train_epochs=1,
+                                              model_name_or_path=encoder_dir, output_dir=tmp_path / "o", num_train_epochs=1,
                                               batch_size=4, progress=False))
     assert report["accuracy"] is None and report["per_epoch"] == []
     rows = [json.loads(line) for line in (tmp_path / "o" / "predictions.jsonl").read_text().splitlines()]
@@ -363,10 +356,10 @@ def test_finetune_swag_predicts_an_unlabelled_test_file(tmp_path, tiny_checkpoin
 # ---------------------------------------------------------------- CLI and real data
 
 
-def test_cli_finetune_ner(conll_dir, tiny_checkpoint, tmp_path, capsys):
+def test_cli_finetune_ner(conll_dir, encoder_dir, tmp_path, capsys):
     from bertkit.cli import main
 
-    assert main(["finetune", "ner", "--data-dir", str(conll_dir), "--model", str(tiny_checkpoint), "--out",
+    assert main(["finetune", "ner", "--data-dir", str(conll_dir), "--model", str(encoder_dir), "--out",
                  str(tmp_path), "--epochs", "1", "--batch-size", "4", "--lr", "1e-3", "--no-progress"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["task"] == "ner" and report["lr"] == 1e-3 and report["steps"] == 1

@@ -7,7 +7,8 @@ Slow (`-m slow`): the same sweep over 1% and over every line of every file, and 
 unassigned and private-use planes beyond the first and last block of each.
 
 The reference must be built with the vocabulary passed as `vocab=` under transformers 5 (it silently
-ignores `vocab_file=` there and keeps a 5-token vocabulary); `hf_reference` below checks it loaded.
+ignores `vocab_file=` there and keeps a 5-token vocabulary); `hf_reference`, in tokenizer_parity_helpers.py,
+checks it loaded.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.tokenization import BasicTokenizer, BertTokenizer
+from tokenizer_parity_helpers import hf_reference, sendable  # tests/ is on sys.path under pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = REPO / "bench" / "tokenizer_parity_sweep.py"
@@ -66,23 +68,6 @@ EDGE_CASES = [
 ]
 
 
-def hf_reference(vocab_file: Path, do_lower_case: bool):
-    """BertTokenizerFast really holding ``vocab_file`` (see the module docstring)."""
-    import inspect
-
-    transformers = pytest.importorskip("transformers", reason="transformers is the parity reference")
-    with open(vocab_file, encoding="utf-8") as f:
-        tokens = [line.rstrip("\n") for line in f]
-    vocab = {t: i for i, t in enumerate(tokens)}
-    cls = transformers.BertTokenizerFast
-    if "vocab" in inspect.signature(cls.__init__).parameters:
-        ref = cls(vocab=vocab, do_lower_case=do_lower_case)
-    else:
-        ref = cls(vocab_file=str(vocab_file), do_lower_case=do_lower_case)
-    assert len(ref) == len(tokens) and ref.convert_tokens_to_ids("hello") == vocab["hello"]
-    return ref
-
-
 @pytest.fixture(scope="module")
 def vocab_file(minilm_dir: Path) -> Path:
     path = minilm_dir / "vocab.txt"
@@ -95,10 +80,6 @@ def vocab_file(minilm_dir: Path) -> Path:
 def pair(request, vocab_file: Path) -> tuple[BertTokenizer, object]:
     lower = MODES[request.param]
     return BertTokenizer(vocab_file, do_lower_case=lower), hf_reference(vocab_file, lower)
-
-
-def _sendable(text: str) -> bool:
-    return not any(0xD800 <= ord(c) <= 0xDFFF for c in text)  # Rust strings cannot hold lone surrogates
 
 
 def _assert_same(ours: BertTokenizer, ref, a, b=None, **kw) -> None:
@@ -181,7 +162,7 @@ def test_surrogates_are_dropped() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", [t for t in EDGE_CASES if _sendable(t)], ids=range(sum(map(_sendable, EDGE_CASES)))
+    "text", [t for t in EDGE_CASES if sendable(t)], ids=range(sum(map(sendable, EDGE_CASES)))
 )
 def test_edge_case(pair, text: str) -> None:
     ours, ref = pair
@@ -194,7 +175,7 @@ def test_edge_case(pair, text: str) -> None:
 
 def test_edge_cases_as_pairs_and_batch(pair) -> None:
     ours, ref = pair
-    texts = [t for t in EDGE_CASES if _sendable(t)]
+    texts = [t for t in EDGE_CASES if sendable(t)]
     _assert_same(ours, ref, texts, texts[::-1])
     _assert_same(ours, ref, texts, padding=True)
     _assert_same(
@@ -277,7 +258,7 @@ def test_options_other_than_the_checkpoints(vocab_file: Path) -> None:
     """strip_accents / tokenize_chinese_chars combinations the minilm config does not use."""
     normalizers = pytest.importorskip("tokenizers.normalizers")
     rng = random.Random(7)
-    texts = [_random_text(rng) for _ in range(300)] + [t for t in EDGE_CASES if _sendable(t)]
+    texts = [_random_text(rng) for _ in range(300)] + [t for t in EDGE_CASES if sendable(t)]
     for lower in (True, False):
         for strip in (True, False, None):
             for chinese in (True, False):

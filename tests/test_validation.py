@@ -18,9 +18,8 @@ TINY = dict(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_he
 
 
 @pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    return BertModel(BertConfig(**TINY)).eval()
+def model(tiny_model):
+    return tiny_model(**TINY).eval()
 
 
 # ---------------------------------------------------------------- model inputs
@@ -64,10 +63,8 @@ def test_valid_inputs_still_give_the_same_outputs(model):
 
 
 @pytest.fixture()
-def saved(tmp_path):
-    torch.manual_seed(0)
-    BertForSequenceClassification(BertConfig(**TINY).with_labels(["neg", "pos"])).save_pretrained(tmp_path)
-    return tmp_path
+def saved(tmp_path, tiny_checkpoint):
+    return tiny_checkpoint(tmp_path, "BertForSequenceClassification", labels=["neg", "pos"], **TINY)
 
 
 def _edit_config(path, **changes):

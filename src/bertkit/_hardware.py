@@ -1,4 +1,5 @@
-"""What the machine can do fast: checked where a setting would silently run slow on it."""
+"""What the machine can do: which device a run uses (``resolve_device``, the one place that decides it), whether
+int8 can run here, and what runs fast, checked where a setting would silently run slow on it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import functools
 import logging
 
 import torch
+
+from bertkit.errors import BertkitError
 
 logger = logging.getLogger("bertkit")
 
@@ -38,3 +41,65 @@ def physical_memory_bytes() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+# Quantized engines with per-channel int8 dynamic Linear kernels for x86 (fbgemm, and "x86" which wraps it).
+X86_ENGINES = ("x86", "fbgemm")
+
+
+def check_x86_engine() -> None:
+    """Refuse, naming the fix, a PyTorch build without an x86 quantized engine (int8 cannot run there)."""
+    engines = list(torch.backends.quantized.supported_engines)
+    if not any(e in engines for e in X86_ENGINES):
+        raise BertkitError(f"int8 needs PyTorch's fbgemm or x86 quantized engine (x86 CPUs with AVX2), but this "
+                           f"PyTorch build supports only {engines}; run the fp32 model here (without int8)")
+
+
+def resolve_device(spec: str | torch.device, local_rank: int = 0, *, int8: bool = False, bf16: bool = False) -> str:
+    """The one answer to "which device does this run on", for training, pipelines, commands and int8 models.
+
+    ``auto``: CUDA when present, else the CPU. A bare ``cuda`` (or ``auto`` on a GPU machine) is this process's
+    GPU, ``cuda:LOCAL_RANK`` (0 outside torchrun), so N processes on a node use N GPUs without any flag. A device
+    this machine does not have is an error naming it (PyTorch's own would be an AssertionError from inside
+    ``.to``). With ``int8``: the CPU (``auto`` means it), or an error naming why int8 cannot run here and the fix
+    (bf16 asked for too, a GPU or MPS device, a PyTorch without an x86 quantized engine)."""
+    if int8:
+        return _int8_device(spec, bf16)
+    spec = str(spec).strip()
+    if spec == "auto":
+        spec = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(spec)
+    except (RuntimeError, TypeError):
+        raise BertkitError(f"device {spec!r} is not a device: use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise BertkitError(f"device {spec!r}: PyTorch sees no CUDA GPU here; use cpu (or auto)")
+        if dev.index is None and local_rank >= count:
+            raise BertkitError(f"LOCAL_RANK {local_rank} has no GPU: this node has {count}; "
+                               "launch at most that many processes per node (--nproc_per_node)")
+        if dev.index is not None and dev.index >= count:
+            raise BertkitError(f"device {spec!r}: this machine has {count} GPU(s), cuda:0..cuda:{count - 1}")
+        return f"cuda:{local_rank if dev.index is None else dev.index}"
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise BertkitError(f"device {spec!r}: PyTorch sees no MPS device here; use cpu (or auto)")
+    return str(dev)
+
+
+def _int8_device(spec: str | torch.device, bf16: bool) -> str:
+    if bf16:
+        raise BertkitError("int8 and bf16 are both asked for; choose one: bf16 on CPUs with AVX512-BF16 or AMX (and "
+                           "GPUs), int8 on other x86 CPUs (docs/inference.md, section int8)")
+    if isinstance(spec, str) and spec.strip() == "auto":
+        spec = "cpu"  # int8 runs on the CPU only, so that is the device auto picks for it
+    try:
+        dev = torch.device(spec)
+    except (RuntimeError, TypeError):
+        raise BertkitError(f"device {spec!r} is not a device: int8 runs on cpu") from None
+    if dev.type != "cpu":
+        raise BertkitError(f"int8 runs on the CPU only (PyTorch's int8 Linear kernels are fbgemm's, for x86 CPUs), "
+                           f"device is {str(spec)!r}; use device cpu for int8, or run the fp32 model (or bf16) "
+                           "on the GPU")
+    check_x86_engine()
+    return str(dev)

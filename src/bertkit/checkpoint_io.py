@@ -299,6 +299,51 @@ def new_embedding(num_embeddings: int, embedding_dim: int, padding_idx: int | No
     return torch.nn.utils.skip_init(torch.nn.Embedding, num_embeddings, embedding_dim, padding_idx=padding_idx)
 
 
+def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
+                          state_dict: dict[str, Tensor] | None) -> Path | None:
+    """The local directory ``from_pretrained`` reads (a Hub id resolved to its cache); None when the caller
+    passes both ``config`` and ``state_dict`` instead."""
+    if path is None:
+        if config is None or state_dict is None:
+            raise BertkitError("from_pretrained(None, ...) needs both config= and state_dict=")
+        return None
+    from bertkit.hub import resolve_directory
+
+    directory = resolve_directory(path)
+    if not directory.is_dir():
+        raise MissingFileError(f"checkpoint directory {directory} does not exist")
+    return directory
+
+
+def _weights_fitting(config: BertConfig, directory: Path | None, state_dict: dict[str, Tensor] | None,
+                     source: str) -> dict[str, Tensor]:
+    """The weights to load (``state_dict``, else the directory's), once their shapes are known to fit ``config``."""
+    # The sizes first (from model.safetensors' header, before its tensors load), and before the model is built:
+    # nothing of the config's size is allocated for a config.json that does not belong to the weights.
+    shapes = read_weight_shapes(directory) if state_dict is None else None
+    if shapes is not None:
+        check_config_fits_weights(config, shapes, source)
+    weights = state_dict if state_dict is not None else read_weights(directory)
+    if shapes is None:
+        check_config_fits_weights(config, {k: tuple(v.shape) for k, v in weights.items()
+                                           if isinstance(v, Tensor)}, source)
+    return weights
+
+
+def _resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor]) -> torch.dtype | None:
+    """``from_pretrained``'s dtype as a torch dtype: ``"auto"`` is the stored weights' floating-point dtype, a
+    name must be a torch floating-point dtype's; None leaves the model's as built."""
+    if dtype == "auto":
+        return next((t.dtype for t in weights.values() if t.is_floating_point()), torch.float32)
+    if isinstance(dtype, str):
+        resolved = getattr(torch, dtype, None)
+        if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
+            raise BertkitError(f"dtype {dtype!r} is not a torch floating-point dtype; use e.g. 'float32', "
+                               "'bfloat16', 'float16' or 'auto'")
+        return resolved
+    return dtype
+
+
 # ---------------------------------------------------------------------------------------------------
 # The mixin every bertkit model inherits
 # ---------------------------------------------------------------------------------------------------
@@ -357,30 +402,13 @@ class PretrainedMixin(TransformersModelCalls):
             raise BertkitError(f"attn_implementation {attn_implementation!r} is not available in bertkit; use "
                                f"'sdpa' (the default: PyTorch's fused attention, padding skipped) or 'eager' "
                                "(attention written out, as transformers' eager)")
-        if path is None:
-            if config is None or state_dict is None:
-                raise BertkitError("from_pretrained(None, ...) needs both config= and state_dict=")
-            directory = None
-        else:
-            from bertkit.hub import resolve_directory
-
-            directory = resolve_directory(path)
-            if not directory.is_dir():
-                raise MissingFileError(f"checkpoint directory {directory} does not exist")
+        directory = _checkpoint_directory(path, config, state_dict)
         if config is None:
             config = BertConfig.from_json_file(directory / CONFIG_NAME, **config_overrides)
         elif config_overrides:
             config = BertConfig.from_dict(config.to_dict(), **config_overrides)
         source = "state_dict" if state_dict is not None else str(directory)
-        # The sizes first (from model.safetensors' header, before its tensors load), and before the model is built:
-        # nothing of the config's size is allocated for a config.json that does not belong to the weights.
-        shapes = read_weight_shapes(directory) if state_dict is None else None
-        if shapes is not None:
-            check_config_fits_weights(config, shapes, source)
-        weights = state_dict if state_dict is not None else read_weights(directory)
-        if shapes is None:
-            check_config_fits_weights(config, {k: tuple(v.shape) for k, v in weights.items()
-                                               if isinstance(v, Tensor)}, source)
+        weights = _weights_fitting(config, directory, state_dict, source)
         if add_pooling_layer is not None and cls.checkpoint_head != "base":
             raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")
         building = _BUILDING_TO_LOAD.set(True)
@@ -392,14 +420,7 @@ class PretrainedMixin(TransformersModelCalls):
         model._initialise_unloaded(loaded)
         if attn_implementation is not None:
             model._encoder().attn_implementation = attn_implementation
-        if dtype == "auto":
-            dtype = next((t.dtype for t in weights.values() if t.is_floating_point()), torch.float32)
-        elif isinstance(dtype, str):
-            resolved = getattr(torch, dtype, None)
-            if not isinstance(resolved, torch.dtype) or not resolved.is_floating_point:
-                raise BertkitError(f"dtype {dtype!r} is not a torch floating-point dtype; use e.g. 'float32', "
-                                   "'bfloat16', 'float16' or 'auto'")
-            dtype = resolved
+        dtype = _resolve_dtype(dtype, weights)
         if dtype is not None or device is not None:
             model.to(device=device, dtype=dtype)  # type: ignore[attr-defined]
         return model.eval()  # type: ignore[attr-defined]

@@ -151,8 +151,7 @@ def _predict_file_command(task: str) -> None:
     def handler(s) -> dict:
         from bertkit.inference.files import predict_file
 
-        s.task = task
-        return predict_file(s)
+        return predict_file(dataclasses.replace(s, task=task))
 
     what = {"text-classification": "labels and scores per text or pair",
             "token-classification": "word tags and entity spans with character offsets",
@@ -175,28 +174,19 @@ for _task in ("text-classification", "token-classification", "question-answering
          settings.ExtractSettings)
 def _extract(s) -> dict:
     from bertkit.features import extract_features, read_texts
+    from bertkit.inference.prepare import prepare_model
     from bertkit.modeling import BertModel
-    from bertkit.quantization import (
-        int8_model_device,
-        is_int8_model,
-        load_for_inference,
-        quantize_int8_on_texts,
-        read_calibration_file,
-    )
     from bertkit.tokenization import BertTokenizer
-    from bertkit.training.distributed import current, resolve_device
+    from bertkit.training.distributed import current
 
-    s.device = resolve_device(s.device, current().local_rank)  # under torchrun: this process's GPU
     texts = read_texts(s.input)
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
-    model = load_for_inference(BertModel, s.model_name_or_path)  # a `bertkit quantize` directory loads in int8
-    if is_int8_model(model):
-        s.device = str(int8_model_device(s.model_name_or_path, s.device, calibrating=s.calibration_file is not None))
-    elif s.int8:  # settings checked that it can run here (the CPU, an x86 quantized engine)
-        calibration = read_calibration_file(s.calibration_file) if s.calibration_file is not None else None
-        model = quantize_int8_on_texts(model.eval(), tokenizer, calibration, max_length=s.max_seq_length)
+    # a `bertkit quantize` directory loads in int8; under torchrun a bare cuda is this process's GPU
+    model, precision = prepare_model(BertModel, s.model_name_or_path, device=s.device,
+                                     quantize="int8" if s.int8 else None, calibration_file=s.calibration_file,
+                                     tokenizer=tokenizer, max_length=s.max_seq_length, local_rank=current().local_rank)
     return extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
-                            batch_size=s.batch_size, dtype=s.dtype, device=s.device, progress=s.progress,
+                            batch_size=s.batch_size, dtype=s.dtype, device=str(precision.device), progress=s.progress,
                             overwrite=s.overwrite)
 
 
@@ -289,12 +279,6 @@ def _description(cls: type) -> str:
     return inspect.cleandoc(cls.__doc__ or "")
 
 
-# Settings that change how a run is carried out, not its results: a --resume may change them (e.g. more
-# processes, another --ddp-timeout, FSDP instead of DDP: the checkpoint format is the same).
-HOW_TO_RUN = ("progress", "overwrite", "resume", "device", "ddp_timeout", "dataloader_num_workers", "fsdp",
-              "gradient_checkpointing", "report_to")
-
-
 def _claim(name: str, s: Any):
     """Lock and mark the command's output directory (bertkit.outputs): refused if it holds anything but an
     earlier run bertkit may replace (--overwrite) or continue (--resume)."""
@@ -309,9 +293,7 @@ def _claim(name: str, s: Any):
         return contextlib.nullcontext()
     if getattr(s, "output_dir", None) is None:
         return contextlib.nullcontext()
-    fingerprint = {f.name: str(v) if isinstance(v := getattr(s, f.name), Path) else v
-                   for f in dataclasses.fields(s) if f.name not in HOW_TO_RUN}
-    return output_dir(s.output_dir, name, json.loads(json.dumps(fingerprint, default=str)),
+    return output_dir(s.output_dir, name, settings.resume_fingerprint(s),
                       overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"),
                       paths=paths, inputs=inputs)
 
@@ -349,6 +331,19 @@ def _launch(name: str, s: Any):
         yield info.is_main
 
 
+def _resolve_device(s: Any) -> Any:
+    """The settings with their device resolved (``bertkit._hardware.resolve_device``), before any data is read or
+    the output directory claimed: a device, or an int8 request, that cannot run here is refused first."""
+    if not hasattr(s, "device"):
+        return s
+    from bertkit._hardware import resolve_device
+    from bertkit.training.distributed import info_from_env
+
+    device = resolve_device(s.device, info_from_env().local_rank, int8=getattr(s, "int8", False),
+                            bf16=getattr(s, "bf16", False))
+    return dataclasses.replace(s, device=device)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
@@ -361,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         name = args.command
         _, settings_class, handler = COMMANDS[args.command]
     try:
-        s = build_settings(settings_class, args)
+        s = _resolve_device(build_settings(settings_class, args))
         if getattr(s, "compile", False):  # before any data is read or featurised
             from bertkit.modeling import require_compiler
 

@@ -79,7 +79,15 @@ class BertConfig:
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        # Types first: a config.json written by hand may hold "0.1" or null where a number belongs.
+        # Types first: a config.json written by hand may hold "0.1" or null where a number belongs. Then the
+        # sizes (the parameter count before anything is allocated), then the other values, then the labels.
+        self._check_types()
+        self._check_sizes()
+        self._check_values()
+        self._normalise_labels()
+
+    def _check_types(self) -> None:
+        """Each field that a config.json could spell wrongly holds a value of its type."""
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
                      "classifier_dropout"):
             value = getattr(self, name)
@@ -96,6 +104,9 @@ class BertConfig:
         if self.id2label is not None and not isinstance(self.id2label, dict):
             raise BertkitError(f"BertConfig.id2label must be a mapping like {{\"0\": \"NEGATIVE\", \"1\": "
                                f"\"POSITIVE\"}}, got a {type(self.id2label).__name__}: {self.id2label!r}")
+
+    def _check_sizes(self) -> None:
+        """Sizes are positive, their parameter count is one a BERT can have, and the heads divide the width."""
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             value = getattr(self, name)
@@ -117,6 +128,10 @@ class BertConfig:
                 f"BertConfig.hidden_size {self.hidden_size} is not divisible by num_attention_heads "
                 f"{self.num_attention_heads}; choose a head count that divides it (e.g. hidden_size // 64)"
             )
+
+    def _check_values(self) -> None:
+        """Activation, dropouts, position embeddings, initialiser, padding id and output switches are ones
+        bertkit implements, in range."""
         if self.hidden_act not in SUPPORTED_ACTIVATIONS:
             raise BertkitError(f"BertConfig.hidden_act {self.hidden_act!r} is not one of {SUPPORTED_ACTIVATIONS}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
@@ -138,6 +153,10 @@ class BertConfig:
         for name in ("output_hidden_states", "output_attentions", "return_dict"):
             if not isinstance(getattr(self, name), bool):
                 raise BertkitError(f"BertConfig.{name} must be true or false, got {getattr(self, name)!r}")
+
+    def _normalise_labels(self) -> None:
+        """id2label with int keys 0..n-1 (transformers' two default labels when none are named), and a known
+        problem_type."""
         if self.id2label is None:
             self.id2label = dict(DEFAULT_ID2LABEL)  # transformers' default: a two-label head, LABEL_0 and LABEL_1
         if self.id2label is not None:

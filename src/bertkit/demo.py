@@ -31,9 +31,11 @@ from typing import Any
 
 import torch
 
-from bertkit.settings import DemoSettings
-
 logger = logging.getLogger("bertkit")
+
+# Pre-training steps and the seed of every stage in a direct call (the command passes its settings').
+DEMO_STEPS = 2000
+DEMO_SEED = 0
 
 # Three families of standard-library modules; a docstring's family is the fine-tuning label.
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -188,8 +190,8 @@ def fill_mask(model, tokenizer, sentences: tuple[str, ...], k: int = 3) -> list[
     return out
 
 
-def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = DemoSettings.steps, vocab_size: int = 4000,
-             seed: int = DemoSettings.seed, progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
+def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = DEMO_STEPS, vocab_size: int = 4000,
+             seed: int = DEMO_SEED, progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every stage; returns (and writes to ``out_dir/demo.json``) what each stage measured."""
     from bertkit.outputs import atomic_write_json
 

@@ -36,7 +36,11 @@ import torch
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write, refuse_existing_file
-from bertkit.settings import ExtractSettings
+
+# The defaults of a direct call (the command passes its settings'): google-research/bert's extract_features.py.
+LAST_FOUR_LAYERS = (-1, -2, -3, -4)
+MAX_SEQ_LENGTH = 128
+BATCH_SIZE = 32
 
 logger = logging.getLogger("bertkit")
 
@@ -172,9 +176,9 @@ def extract_features(
     texts: Sequence[tuple[str, str | None]],
     out: str | os.PathLike,
     *,
-    layers: Sequence[int] = ExtractSettings.layers,
-    max_seq_length: int = ExtractSettings.max_seq_length,
-    batch_size: int = ExtractSettings.batch_size,
+    layers: Sequence[int] = LAST_FOUR_LAYERS,
+    max_seq_length: int = MAX_SEQ_LENGTH,
+    batch_size: int = BATCH_SIZE,
     dtype: Literal["float32", "float16"] = "float32",
     chunk_size: int = 2048,
     max_shard_bytes: int = 1 << 30,

@@ -360,6 +360,16 @@ torch.utils._pytree.register_pytree_node(
 LAYOUTS = ("auto", "padded", "unpadded")
 
 
+def _token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int) -> TokenLayout:
+    """Which tokens the layers compute on: the (B, T) rectangle, or with ``layout`` not "padded" and right-padded
+    rows, the real tokens only (padding dropped before the first layer)."""
+    if (layout == "padded" or attention_mask is None or bool(attention_mask.all())
+            or not bool(attention_mask[:, 0].all())):
+        # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
+        return TokenLayout.padded(attention_mask, (B, T))
+    return TokenLayout.unpadded(attention_mask)
+
+
 class BertModel(PretrainedMixin, nn.Module):
     """The bidirectional Transformer encoder with its pooler."""
 
@@ -419,37 +429,13 @@ class BertModel(PretrainedMixin, nn.Module):
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         return_dict = self.config.return_dict if return_dict is None else return_dict
         B, T = check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids, inputs_embeds)
-        layout = "padded" if is_tracing() else layout or self.layout  # export: static shapes, no data checks
-        if layout not in LAYOUTS:
-            raise BertkitError(f"layout {layout!r} is not one of {LAYOUTS}")
-        eager = output_attentions or self.attn_implementation == "eager"
-        if eager:
-            layout = "padded"  # probabilities per (query, key) position of the caller's rectangle
-        if T > self.config.max_position_embeddings:
-            raise BertkitError(
-                f"sequence length {T} exceeds max_position_embeddings {self.config.max_position_embeddings} "
-                f"of this model; truncate the input (e.g. tokenizer(..., truncation=True, "
-                f"max_length={self.config.max_position_embeddings}))"
-            )
+        layout, eager = self._resolve_layout(layout, output_attentions, T)
         if token_type_ids is None:
             token_type_ids = (torch.zeros_like(input_ids) if input_ids is not None  # zeros_like: traces dynamically
                               else torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device))
-        if (layout == "padded" or attention_mask is None or bool(attention_mask.all())
-                or not bool(attention_mask[:, 0].all())):
-            # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
-            lay = TokenLayout.padded(attention_mask, (B, T))
-        else:
-            lay = TokenLayout.unpadded(attention_mask)
+        lay = _token_layout(layout, attention_mask, B, T)
 
-        if lay.is_padded:
-            pos = self.position_ids[:T].unsqueeze(0) if position_ids is None else position_ids  # (1 or B, T)
-            x = self.embeddings(input_ids, token_type_ids, pos, inputs_embeds)  # (B, T, H)
-        else:
-            pos = (lay.flat_index % T) if position_ids is None else position_ids.expand(B, T).reshape(-1)[lay.flat_index]
-            keep = lay.flat_index
-            x = self.embeddings(None if input_ids is None else input_ids.reshape(-1)[keep],
-                                token_type_ids.reshape(-1)[keep], pos,
-                                None if inputs_embeds is None else inputs_embeds.reshape(B * T, -1)[keep])  # (N, H)
+        x = self._embed(lay, B, T, input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H) or (N, H)
         states = [x] if output_hidden_states else None
         x = lay.pack(x)  # the rows the layers compute on: under bf16 on the CPU, N rounded up (see TokenLayout)
         attentions = [] if output_attentions else None
@@ -469,6 +455,37 @@ class BertModel(PretrainedMixin, nn.Module):
         out = BertModelOutput(x, pooled, lay, tuple(states) if states is not None else None,
                               tuple(attentions) if attentions is not None else None)
         return out if return_dict else out.to_tuple()
+
+    def _resolve_layout(self, layout: str | None, output_attentions: bool, T: int) -> tuple[str, bool]:
+        """(the layout to compute in, whether attention is written out): the caller's or the model's layout,
+        padded when tracing or when attention probabilities are wanted; refuses a sequence longer than the
+        position table."""
+        layout = "padded" if is_tracing() else layout or self.layout  # export: static shapes, no data checks
+        if layout not in LAYOUTS:
+            raise BertkitError(f"layout {layout!r} is not one of {LAYOUTS}")
+        eager = output_attentions or self.attn_implementation == "eager"
+        if eager:
+            layout = "padded"  # probabilities per (query, key) position of the caller's rectangle
+        if T > self.config.max_position_embeddings:
+            raise BertkitError(
+                f"sequence length {T} exceeds max_position_embeddings {self.config.max_position_embeddings} "
+                f"of this model; truncate the input (e.g. tokenizer(..., truncation=True, "
+                f"max_length={self.config.max_position_embeddings}))"
+            )
+        return layout, eager
+
+    def _embed(self, lay: TokenLayout, B: int, T: int, input_ids: Tensor | None, token_type_ids: Tensor,
+               position_ids: Tensor | None, inputs_embeds: Tensor | None) -> Tensor:
+        """The embeddings of the tokens ``lay`` keeps: (B, T, H) on the rectangle, (N, H) with padding dropped,
+        where only the real tokens are looked up."""
+        if lay.is_padded:
+            pos = self.position_ids[:T].unsqueeze(0) if position_ids is None else position_ids  # (1 or B, T)
+            return self.embeddings(input_ids, token_type_ids, pos, inputs_embeds)  # (B, T, H)
+        pos = (lay.flat_index % T) if position_ids is None else position_ids.expand(B, T).reshape(-1)[lay.flat_index]
+        keep = lay.flat_index
+        return self.embeddings(None if input_ids is None else input_ids.reshape(-1)[keep],
+                               token_type_ids.reshape(-1)[keep], pos,
+                               None if inputs_embeds is None else inputs_embeds.reshape(B * T, -1)[keep])  # (N, H)
 
     def compile_layers(self, **compile_kwargs: Any) -> BertModel:
         """Compile each encoder layer in place with ``torch.compile`` (optional; needs a C++ compiler on CPU).

@@ -18,18 +18,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit._hardware import warn_if_bf16_is_emulated
 from bertkit.checkpoint_io import INT8_WEIGHTS_NAME
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
-from bertkit.quantization import (
-    QUANTIZE_MODES,
-    check_int8_request,
-    is_int8_checkpoint,
-    is_int8_model,
-    load_for_inference,
-    quantize_int8_on_texts,
-    read_calibration_file,
-)
+from bertkit.inference.prepare import check_request, prepare_model
+from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file
 from bertkit.tokenization import BertTokenizer
 
 # Rows at or above which a progress bar is drawn when ``progress`` is None (auto): a few seconds of work.
@@ -74,40 +66,6 @@ def pad_rows(rows: Sequence[dict[str, Any]], pad_id: int) -> dict[str, Tensor]:
     return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
 
 
-def pipeline_device(device: str | torch.device) -> torch.device:
-    """The device to run on: ``auto`` (CUDA when present), ``cpu``, ``cuda``, ``cuda:N``, ``mps``; one this machine
-    does not have is an error naming it (PyTorch's own would be an AssertionError from deep inside ``.to``)."""
-    if isinstance(device, str) and device.strip() == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise BertkitError(f"device {device!r} is not a device: use auto, cpu, cuda or cuda:N") from None
-    if dev.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise BertkitError(f"device {str(device)!r}: PyTorch sees no CUDA GPU here; use cpu (or auto)")
-        if dev.index is not None and dev.index >= count:
-            raise BertkitError(f"device {str(device)!r}: this machine has {count} GPU(s), cuda:0..cuda:{count - 1}")
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise BertkitError(f"device {str(device)!r}: PyTorch sees no MPS device here; use cpu (or auto)")
-    return dev
-
-
-def quantized_device(quantize: str | None, calibration_texts: Any, device: str | torch.device,
-                     bf16: bool) -> str | torch.device:
-    """``device``, or for ``quantize="int8"`` the CPU it runs on; an int8 request that cannot run (a GPU, bf16,
-    no x86 quantized engine) or a bad ``quantize`` is an error naming why and the fix."""
-    if quantize is None:
-        if calibration_texts is not None:
-            raise BertkitError("calibration_texts calibrate int8 inference: pass them with quantize='int8'")
-        return device
-    if quantize not in QUANTIZE_MODES:
-        raise BertkitError(f"quantize {quantize!r} is not one of {QUANTIZE_MODES}: quantize='int8' runs the encoder "
-                           "in int8 on the CPU, quantize=None (the default) as loaded")
-    return check_int8_request(device, bf16=bf16)
-
-
 def int8_options(settings: Any) -> dict[str, Any]:
     """The pipeline keywords of a command's ``--int8`` and ``--calibration-file`` (``Int8Settings``)."""
     if not settings.int8:
@@ -144,12 +102,6 @@ class Pipeline:
                  bf16: bool = False, batch_size: int = 32, max_length: int | None = None,
                  progress: bool | None = None, quantize: str | None = None,
                  calibration_texts: Sequence[str | tuple[str, str]] | None = None):
-        if is_int8_model(model):  # int8 already (load_int8, or quantize_int8 by the caller): runs as such
-            if calibration_texts is not None:
-                raise BertkitError("the model is int8 already (calibrated when it was quantized); calibration_texts "
-                                   "apply when quantizing a float model: pass the float checkpoint with them")
-            quantize = quantize or "int8"
-        device = quantized_device(quantize, calibration_texts, device, bf16)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
         limit = min(tokenizer.model_max_length, model.config.max_position_embeddings)
@@ -159,17 +111,16 @@ class Pipeline:
             raise BertkitError(f"max_length {max_length} is outside [8, {limit}] (the model has "
                                f"{model.config.max_position_embeddings} positions, the tokenizer's "
                                f"model_max_length is {tokenizer.model_max_length})")
-        self.device = pipeline_device(device)
-        self.model = model.to(self.device).eval()
-        self.quantize = quantize
-        if quantize == "int8" and not is_int8_model(self.model):  # a quantized copy, calibrated on the given
-            # texts or the built-in sentences
-            self.model = quantize_int8_on_texts(self.model, tokenizer, calibration_texts, max_length=max_length)
+        # int8 already (load_int8, or quantize_int8 by the caller) runs as such; quantize="int8" makes a quantized
+        # copy, calibrated on the given texts or the built-in sentences
+        self.model, self.precision = prepare_model(model, device=device, bf16=bf16, quantize=quantize,
+                                                   calibration_texts=calibration_texts, tokenizer=tokenizer,
+                                                   max_length=max_length)
+        self.device = self.precision.device
+        self.quantize = self.precision.quantize
         self.tokenizer = tokenizer
         self.config = model.config
         self.bf16 = bool(bf16)
-        if self.bf16:
-            warn_if_bf16_is_emulated(self.device.type)
         self.batch_size = batch_size
         self.max_length = max_length
         self.progress = progress
@@ -183,8 +134,8 @@ class Pipeline:
         if is_int8_checkpoint(directory):  # written by `bertkit quantize`: it runs in int8 whatever is asked
             quantize = quantize or "int8"
         # An int8 request that cannot run is refused before the weights load.
-        quantized_device(quantize, kwargs.get("calibration_texts"), kwargs.get("device", "cpu"),
-                         kwargs.get("bf16", False))
+        check_request(kwargs.get("device", "cpu"), bf16=kwargs.get("bf16", False), quantize=quantize,
+                      calibrating=kwargs.get("calibration_texts") is not None)
         if not (directory / "config.json").is_file():
             raise MissingFileError(f"{directory / 'config.json'} not found: pass a checkpoint directory written by "
                                    "save_pretrained (config.json, model.safetensors, vocab.txt)")

@@ -143,21 +143,11 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
                            f"newest this torch {torch.__version__} knows)")
     refuse_existing_file(out, overwrite)
     if int8:
-        try:
-            from onnxruntime.quantization import QuantType, quantize_dynamic
-        except ImportError:
-            raise BertkitError("an int8 ONNX export uses ONNX Runtime's quantizer: pip install 'bertkit[onnx]' "
-                               "(or pip install onnxruntime)") from None
+        _require_quantizer()
     model = load_for_export(model_dir)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     wrapper = TupleOutputModel(model).eval()
     inputs = example_inputs(model, tokenizer)
-    axes = {0: "batch", 1: "choices", 2: "sequence"} if inputs[0].dim() == 3 else {0: "batch", 1: "sequence"}
-    dynamic_axes = {name: axes for name in INPUT_NAMES}
-    for name in wrapper.output_names:
-        dynamic_axes[name] = {0: "batch"} if name in ("pooler_output", "seq_relationship_logits") or (
-            name == "logits" and type(model).__name__ in ("BertForSequenceClassification", "BertForMultipleChoice",
-                                                          "BertForNextSentencePrediction")) else {0: "batch", 1: "sequence"}
     t0 = time.perf_counter()
     checked: dict[str, Any] = {}
 
@@ -166,7 +156,43 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
         if verify:
             checked.update(_verify(path, out, wrapper, example_inputs(model, tokenizer, CHECK_TEXTS), int8))
 
-    with atomic_target(out, verify=check) as tmp, torch.no_grad(), warnings.catch_warnings():
+    with atomic_target(out, verify=check) as tmp:
+        _write_graph(tmp, out, wrapper, inputs, _dynamic_axes(model, wrapper, inputs), opset, int8)
+    result: dict[str, Any] = {"onnx": str(out), "model_class": type(model).__name__, "inputs": list(INPUT_NAMES),
+                              "outputs": list(wrapper.output_names), "opset": opset, "bytes": out.stat().st_size,
+                              "seconds": round(time.perf_counter() - t0, 1)}
+    if int8:
+        result["quantization"] = "onnxruntime quantize_dynamic: int8 weights per output channel, dynamic activations"
+    return {**result, **checked}
+
+
+def _require_quantizer() -> None:
+    """Refuse an int8 export before the model loads when ONNX Runtime's quantizer cannot be imported."""
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: F401
+    except ImportError:
+        raise BertkitError("an int8 ONNX export uses ONNX Runtime's quantizer: pip install 'bertkit[onnx]' "
+                           "(or pip install onnxruntime)") from None
+
+
+def _dynamic_axes(model: nn.Module, wrapper: TupleOutputModel,
+                  inputs: tuple[Tensor, ...]) -> dict[str, dict[int, str]]:
+    """The axes left free in the graph: every input's batch and sequence (and choices, for multiple choice); each
+    output's batch, and its sequence unless it has one vector per input (the pooler, a sequence's logits)."""
+    axes = {0: "batch", 1: "choices", 2: "sequence"} if inputs[0].dim() == 3 else {0: "batch", 1: "sequence"}
+    dynamic_axes = {name: axes for name in INPUT_NAMES}
+    for name in wrapper.output_names:
+        dynamic_axes[name] = {0: "batch"} if name in ("pooler_output", "seq_relationship_logits") or (
+            name == "logits" and type(model).__name__ in ("BertForSequenceClassification", "BertForMultipleChoice",
+                                                          "BertForNextSentencePrediction")) else {0: "batch", 1: "sequence"}
+    return dynamic_axes
+
+
+def _write_graph(tmp: Path, out: Path, wrapper: TupleOutputModel, inputs: tuple[Tensor, ...],
+                 dynamic_axes: dict[str, dict[int, str]], opset: int, int8: bool) -> None:
+    """Trace ``wrapper`` on ``inputs`` into the ONNX file ``tmp`` (``out``'s temporary name), through ONNX
+    Runtime's dynamic quantizer when ``int8``."""
+    with torch.no_grad(), warnings.catch_warnings():
         # Tracing turns shape arithmetic into Python ints and says so; the graph keeps the shapes symbolic
         # (verified below on other shapes), so the warnings would only alarm the user.
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
@@ -180,27 +206,23 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
 
         if not int8:
             export_to(tmp)
-        else:
-            # The float graph goes to a file of this run's own: mkstemp creates it new (O_EXCL), so removing it
-            # afterwards, whether the export or the quantizer succeeded or failed, never touches a user's file.
-            fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".fp32.onnx", dir=out.parent)
-            os.close(fd)
-            float_graph = Path(name)
+            return
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        # The float graph goes to a file of this run's own: mkstemp creates it new (O_EXCL), so removing it
+        # afterwards, whether the export or the quantizer succeeded or failed, never touches a user's file.
+        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".fp32.onnx", dir=out.parent)
+        os.close(fd)
+        float_graph = Path(name)
+        try:
+            export_to(float_graph)
+            logging.disable(logging.WARNING)  # its quantizer logs a line per float tensor and general advice
             try:
-                export_to(float_graph)
-                logging.disable(logging.WARNING)  # its quantizer logs a line per float tensor and general advice
-                try:
-                    quantize_dynamic(str(float_graph), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
-                finally:
-                    logging.disable(logging.NOTSET)
+                quantize_dynamic(str(float_graph), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
             finally:
-                float_graph.unlink(missing_ok=True)
-    result: dict[str, Any] = {"onnx": str(out), "model_class": type(model).__name__, "inputs": list(INPUT_NAMES),
-                              "outputs": list(wrapper.output_names), "opset": opset, "bytes": out.stat().st_size,
-                              "seconds": round(time.perf_counter() - t0, 1)}
-    if int8:
-        result["quantization"] = "onnxruntime quantize_dynamic: int8 weights per output channel, dynamic activations"
-    return {**result, **checked}
+                logging.disable(logging.NOTSET)
+        finally:
+            float_graph.unlink(missing_ok=True)
 
 
 def _verify(path: Path, out: Path, wrapper: TupleOutputModel, check: tuple[Tensor, ...], int8: bool) -> dict[str, Any]:

@@ -88,21 +88,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     fine-tuned on pairs), else logged as a warning, once, naming the first line that holds one.
     """
     path = Path(path)
-    if task not in FIELDS:
-        raise BertkitError(f"predict has no task {task!r}; choose one of {', '.join(FIELDS)}")
-    if path.is_dir():
-        raise BertkitError(f"--input {path} is a directory; pass the file of inputs")
-    if not path.is_file():
-        raise MissingFileError(f"input file not found: {path}")
-    if task == "rerank" and columns.text_pair:
-        raise BertkitError(f"--text-pair-column {columns.text_pair}: rerank reads each record's query from "
-                           f"--query-column ({columns.query!r}) and its passage from --text-column "
-                           f"({columns.text!r}); name the passage's column with --text-column")
-    fmt = file_format(path, input_format)
-    if fmt == "text" and (task in ("question-answering", "multiple-choice", "rerank") or columns.text_pair):
-        raise BertkitError(f"{path}: a plain-text file holds one text per line; {task}"
-                           f"{' with pairs' if columns.text_pair else ''} needs a JSONL, CSV or TSV file "
-                           "with named columns")
+    fmt = _input_format(path, task, columns, input_format)
     takes_pairs = "text_pair" in FIELDS[task] and columns.text_pair is None
     unnamed_pair: tuple[int, list[str]] | None = None  # the first line holding a second text no flag names
     inputs: list[Any] = []
@@ -125,35 +111,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
                 unnamed_pair = (line, found)
                 if pair_model:
                     raise BertkitError(_unnamed_pair(path, line, found, fmt, refused=True))
-        item: dict[str, Any] = {}
-        for field in FIELDS[task]:
-            name = columns.name(field)
-            if name is None:
-                continue
-            if name not in record:
-                if field in OPTIONAL and fmt == "jsonl":
-                    continue
-                have = ", ".join(map(str, record)) or "none"
-                raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
-                                   f"(it has {have}); name it with --{field.replace('_', '-')}-column")
-            value = record[name]
-            if field == "choices" and fmt != "jsonl" and isinstance(value, str):
-                try:
-                    value = json.loads(value)  # a CSV cell holding a JSON list
-                except json.JSONDecodeError:
-                    raise BertkitError(f"{path}:{line}: the {name!r} column must hold a JSON list of "
-                                       f"strings, got {value[:60]!r}") from None
-            ok = (isinstance(value, list) and value and all(isinstance(v, str) for v in value)
-                  if field == "choices" else isinstance(value, str))
-            if not ok:
-                raise BertkitError(f"{path}:{line}: {name!r} must be "
-                                   f"{'a non-empty list of strings' if field == 'choices' else 'a string'}, "
-                                   f"got {json.dumps(value)[:60]}")
-            for i, text in enumerate(value if field == "choices" else [value]):
-                _check_text(path, line, name if field != "choices" else f"{name}[{i}]", text, fmt)
-            if task == "fill-mask" and mask_token not in value:
-                raise _no_mask(path, line, value, mask_token)
-            item[field] = value
+        item = _record_item(path, line, record, task, columns, fmt, mask_token)
         if columns.id is not None:
             if columns.id not in record:
                 raise BertkitError(f"{path}:{line}: no {columns.id!r} id column")
@@ -166,6 +124,68 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     if unnamed_pair is not None:
         logger.warning("%s", _unnamed_pair(path, *unnamed_pair, fmt, refused=False))
     return inputs, ids
+
+
+def _input_format(path: Path, task: str, columns: Columns, input_format: str) -> str:
+    """The format ``path`` is read as, once the task, the file and the columns are known to fit together; checked
+    before any line is read."""
+    if task not in FIELDS:
+        raise BertkitError(f"predict has no task {task!r}; choose one of {', '.join(FIELDS)}")
+    if path.is_dir():
+        raise BertkitError(f"--input {path} is a directory; pass the file of inputs")
+    if not path.is_file():
+        raise MissingFileError(f"input file not found: {path}")
+    if task == "rerank" and columns.text_pair:
+        raise BertkitError(f"--text-pair-column {columns.text_pair}: rerank reads each record's query from "
+                           f"--query-column ({columns.query!r}) and its passage from --text-column "
+                           f"({columns.text!r}); name the passage's column with --text-column")
+    fmt = file_format(path, input_format)
+    if fmt == "text" and (task in ("question-answering", "multiple-choice", "rerank") or columns.text_pair):
+        raise BertkitError(f"{path}: a plain-text file holds one text per line; {task}"
+                           f"{' with pairs' if columns.text_pair else ''} needs a JSONL, CSV or TSV file "
+                           "with named columns")
+    return fmt
+
+
+def _record_item(path: Path, line: int, record: dict[str, Any], task: str, columns: Columns, fmt: str,
+                 mask_token: str) -> dict[str, Any]:
+    """The pipeline input of one record: each field ``task`` reads, from the column ``columns`` names, checked."""
+    item: dict[str, Any] = {}
+    for field in FIELDS[task]:
+        name = columns.name(field)
+        if name is None:
+            continue
+        if name not in record:
+            if field in OPTIONAL and fmt == "jsonl":
+                continue
+            have = ", ".join(map(str, record)) or "none"
+            raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
+                               f"(it has {have}); name it with --{field.replace('_', '-')}-column")
+        value = _field_value(path, line, field, name, record[name], fmt)
+        if task == "fill-mask" and mask_token not in value:
+            raise _no_mask(path, line, value, mask_token)
+        item[field] = value
+    return item
+
+
+def _field_value(path: Path, line: int, field: str, name: str, value: Any, fmt: str) -> Any:
+    """A field's value, checked: a string holding some text, or for ``choices`` a non-empty list of them (in a
+    CSV or TSV cell, written as a JSON list)."""
+    if field == "choices" and fmt != "jsonl" and isinstance(value, str):
+        try:
+            value = json.loads(value)  # a CSV cell holding a JSON list
+        except json.JSONDecodeError:
+            raise BertkitError(f"{path}:{line}: the {name!r} column must hold a JSON list of "
+                               f"strings, got {value[:60]!r}") from None
+    ok = (isinstance(value, list) and value and all(isinstance(v, str) for v in value)
+          if field == "choices" else isinstance(value, str))
+    if not ok:
+        raise BertkitError(f"{path}:{line}: {name!r} must be "
+                           f"{'a non-empty list of strings' if field == 'choices' else 'a string'}, "
+                           f"got {json.dumps(value)[:60]}")
+    for i, text in enumerate(value if field == "choices" else [value]):
+        _check_text(path, line, name if field != "choices" else f"{name}[{i}]", text, fmt)
+    return value
 
 
 def _check_text(path: Path, line: int, name: str, text: str, fmt: str) -> None:

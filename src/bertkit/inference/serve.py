@@ -195,43 +195,16 @@ class _Endpoints:
         t0 = time.perf_counter()
         self.stats.requests += 1
         try:
-            if self.app.state.draining:
-                raise RequestError(503, "the server is shutting down; send the request to another replica",
-                                   {"Retry-After": "1"})
-            if request.url.query:  # POST /predict?top_k=3 would otherwise be answered as if top_k were not sent
-                raise RequestError(422, f"/{route} takes no query parameters, got {request.url.query[:80]!r}; send "
-                                        'them in the body: {"inputs": ..., "parameters": {...}}')
-            if route not in serve_tei.NO_MODEL:  # when full, refuse before reading and parsing the body
-                self.batcher.check_room()
-            self.batcher.arriving += 1
-            try:
-                timeout = _request_timeout(request)
-                try:  # a deadline for the whole body: a client that declares 1 MB and sends a byte is not waited on
-                    body = await asyncio.wait_for(_read_body(request, self.limits), self.limits.body_timeout_s)
-                except asyncio.TimeoutError:
-                    raise RequestError(408, f"the request body did not arrive within body_timeout_s "
-                                            f"{self.limits.body_timeout_s:g} s", {"Connection": "close"}) from None
-                # Parsed and costed (tokenized, for QA windows and [MASK]s) off the event loop, which keeps
-                # answering /health and reading other requests meanwhile.
-                tei = route in serve_tei.ROUTES
-                t_parse = time.perf_counter()
-                call = await asyncio.get_running_loop().run_in_executor(
-                    self.parser, serve_tei.parse if tei else parse_request, body, self.pipe, self.limits, route)
-                t_parsed = time.perf_counter()
-                job = None if route in serve_tei.NO_MODEL else self.batcher.admit(
-                    call.items, call.options, timeout, call.cost, max(call.tokens, default=self.pipe.max_length),
-                    sum(call.tokens))
-            finally:
-                self.batcher.arriving -= 1
-                self.batcher.wake.set()  # the batch being gathered may have been waiting for this request
+            self._refuse_early(request, route)
+            call, job, parsing = await self._parse_and_admit(request, route)
             if job is None:  # tokenize, decode: answered from the tokenizer alone
                 return JSONResponse(serve_tei.render(self.pipe, call, [], self.model_name))
             results = await _job_result(self.batcher, job, request)
             if results is None:
                 return Response(status_code=499)  # nginx's "client closed request": nobody reads it
-            answer = (serve_tei.render(self.pipe, call, results, self.model_name) if tei
+            answer = (serve_tei.render(self.pipe, call, results, self.model_name) if route in serve_tei.ROUTES
                       else render(self.pipe, call, results, self.default_normalize))
-            return JSONResponse(answer, headers=self._timing(call, job, t0, t_parsed - t_parse))
+            return JSONResponse(answer, headers=self._timing(call, job, t0, parsing))
         except ClientDisconnect:
             return Response(status_code=499)
         except asyncio.CancelledError:  # uvicorn cancels what is still open when shutdown's grace period ends
@@ -247,6 +220,44 @@ class _Endpoints:
         except BertkitError as e:  # an option's value the pipeline refuses (top_k=0, ...)
             self.stats.errors += 1
             return _error_response(RequestError(500 if isinstance(e, NonFiniteError) else 422, str(e)))
+
+    def _refuse_early(self, request: Any, route: str) -> None:
+        """The refusals that need no body: a draining server (503), a query string (422), no room (429)."""
+        if self.app.state.draining:
+            raise RequestError(503, "the server is shutting down; send the request to another replica",
+                               {"Retry-After": "1"})
+        if request.url.query:  # POST /predict?top_k=3 would otherwise be answered as if top_k were not sent
+            raise RequestError(422, f"/{route} takes no query parameters, got {request.url.query[:80]!r}; send "
+                                    'them in the body: {"inputs": ..., "parameters": {...}}')
+        if route not in serve_tei.NO_MODEL:  # when full, refuse before reading and parsing the body
+            self.batcher.check_room()
+
+    async def _parse_and_admit(self, request: Any, route: str) -> tuple[Call, Job | None, float]:
+        """(the parsed call, its admitted job or None for a route without the model, seconds spent parsing).
+
+        Counted as arriving meanwhile, so that the batcher does not close a batch this request could join."""
+        self.batcher.arriving += 1
+        try:
+            timeout = _request_timeout(request)
+            try:  # a deadline for the whole body: a client that declares 1 MB and sends a byte is not waited on
+                body = await asyncio.wait_for(_read_body(request, self.limits), self.limits.body_timeout_s)
+            except asyncio.TimeoutError:
+                raise RequestError(408, f"the request body did not arrive within body_timeout_s "
+                                        f"{self.limits.body_timeout_s:g} s", {"Connection": "close"}) from None
+            # Parsed and costed (tokenized, for QA windows and [MASK]s) off the event loop, which keeps
+            # answering /health and reading other requests meanwhile.
+            tei = route in serve_tei.ROUTES
+            t_parse = time.perf_counter()
+            call = await asyncio.get_running_loop().run_in_executor(
+                self.parser, serve_tei.parse if tei else parse_request, body, self.pipe, self.limits, route)
+            t_parsed = time.perf_counter()
+            job = None if route in serve_tei.NO_MODEL else self.batcher.admit(
+                call.items, call.options, timeout, call.cost, max(call.tokens, default=self.pipe.max_length),
+                sum(call.tokens))
+        finally:
+            self.batcher.arriving -= 1
+            self.batcher.wake.set()  # the batch being gathered may have been waiting for this request
+        return call, job, t_parsed - t_parse
 
     def _timing(self, call: Call, job: Job, t0: float, parsing: float) -> dict[str, str]:
         """TEI's response headers: times in milliseconds, the characters and tokens the request computed."""
@@ -333,40 +344,14 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     require_serving()
     from contextlib import asynccontextmanager
 
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI
 
     limits = limits or Limits()
-    if max_batch_tokens is not None and max_batch_tokens < pipe.max_length:
-        raise BertkitError(f"max_batch_tokens {max_batch_tokens} is below max_length {pipe.max_length}: one input "
-                           "of max_length tokens could never be computed; raise --max-batch-tokens or lower --max-length")
-    if api_key is not None and not (api_key and api_key.isprintable() and api_key.isascii() and " " not in api_key):
-        raise BertkitError("the API key must be a non-empty string of printable ASCII without spaces (it is sent "
-                           "in the header Authorization: Bearer <key>)")
+    _check_server_args(pipe, max_batch_tokens, api_key)
     stats = Stats()
     default_normalize = bool(getattr(pipe, "normalize", False))
-    pipe = copy.copy(pipe)  # the server's own: its forward stops at shutdown, embeddings are normalised per request
-    per_token = None
-    if pipe.task in EMBEDDING_TASKS:  # normalised per request (TEI's normalize): the model returns raw vectors
-        pipe.normalize = False
-        per_token = copy.copy(pipe)  # /embed_all: every token's state, from the same model
-        per_token.pooling = "none"
     stopping = threading.Event()
-
-    def stop_at_shutdown(p: Any) -> None:
-        forward = p.forward
-
-        def forward_until_stopped(batch: Any, rows: Any) -> Any:
-            # Checked before each forward batch: once shutdown's grace period is over, a long model call ends at
-            # its next batch instead of holding the process until it completes.
-            if stopping.is_set():
-                raise RequestError(503, "the server stopped before this request's model call finished")
-            return forward(batch, rows)
-
-        p.forward = forward_until_stopped
-
-    for p in (pipe, per_token):
-        if p is not None:
-            stop_at_shutdown(p)
+    pipe, per_token = _server_pipelines(pipe, stopping)
     from bertkit.inference.serve_metrics import CountRequests, Metrics
 
     @asynccontextmanager
@@ -389,6 +374,54 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     app.state.metrics = metrics
     endpoints = _Endpoints(app, pipe, model_dir, limits, stats, default_normalize,
                            served_model_name or model_dir, metrics)
+    _add_routes(app, endpoints, pipe)
+    if api_key is not None:  # inside the counting, so that a 401 is counted too
+        app.add_middleware(_BearerKey, key=api_key)
+    app.add_middleware(CountRequests, metrics=metrics)
+    return app
+
+
+def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | None) -> None:
+    """Refuse a token bound no input of max_length fits in, and an API key no header can carry."""
+    if max_batch_tokens is not None and max_batch_tokens < pipe.max_length:
+        raise BertkitError(f"max_batch_tokens {max_batch_tokens} is below max_length {pipe.max_length}: one input "
+                           "of max_length tokens could never be computed; raise --max-batch-tokens or lower --max-length")
+    if api_key is not None and not (api_key and api_key.isprintable() and api_key.isascii() and " " not in api_key):
+        raise BertkitError("the API key must be a non-empty string of printable ASCII without spaces (it is sent "
+                           "in the header Authorization: Bearer <key>)")
+
+
+def _server_pipelines(pipe: Any, stopping: threading.Event) -> tuple[Any, Any]:
+    """(the server's own copy of ``pipe``, its every-token twin for /embed_all or None), both stopping at their
+    next forward batch once ``stopping`` is set."""
+    pipe = copy.copy(pipe)  # the server's own: its forward stops at shutdown, embeddings are normalised per request
+    per_token = None
+    if pipe.task in EMBEDDING_TASKS:  # normalised per request (TEI's normalize): the model returns raw vectors
+        pipe.normalize = False
+        per_token = copy.copy(pipe)  # /embed_all: every token's state, from the same model
+        per_token.pooling = "none"
+
+    def stop_at_shutdown(p: Any) -> None:
+        forward = p.forward
+
+        def forward_until_stopped(batch: Any, rows: Any) -> Any:
+            # Checked before each forward batch: once shutdown's grace period is over, a long model call ends at
+            # its next batch instead of holding the process until it completes.
+            if stopping.is_set():
+                raise RequestError(503, "the server stopped before this request's model call finished")
+            return forward(batch, rows)
+
+        p.forward = forward_until_stopped
+
+    for p in (pipe, per_token):
+        if p is not None:
+            stop_at_shutdown(p)
+    return pipe, per_token
+
+
+def _add_routes(app: Any, endpoints: _Endpoints, pipe: Any) -> None:
+    """The route table: each POST path and the route name ``_Endpoints.answer`` takes, then the GET endpoints."""
+    from fastapi import Request
 
     def route(name: str) -> Callable[..., Any]:
         async def handler(request: Request) -> Any:
@@ -409,10 +442,6 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     app.get("/metadata")(endpoints.meta)
     app.get("/info")(endpoints.info)
     app.get("/metrics")(endpoints.prometheus)
-    if api_key is not None:  # inside the counting, so that a 401 is counted too
-        app.add_middleware(_BearerKey, key=api_key)
-    app.add_middleware(CountRequests, metrics=metrics)
-    return app
 
 
 def serve(s: Any) -> dict[str, Any]:
@@ -432,7 +461,7 @@ def serve(s: Any) -> dict[str, Any]:
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **int8_options(s))
     app = create_app(pipe, str(s.model_name_or_path), max_batch_size=s.max_batch_size, max_wait_ms=s.max_wait_ms,
-                     limits=s.limits(), max_batch_tokens=s.max_batch_tokens, api_key=s.api_key,
+                     limits=Limits.from_settings(s), max_batch_tokens=s.max_batch_tokens, api_key=s.api_key,
                      served_model_name=s.served_model_name)
 
     class Server(uvicorn.Server):

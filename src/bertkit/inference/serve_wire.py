@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
+from bertkit.settings.inference import REQUEST_LIMITS, check_request_limits
 
 # Inputs admitted and not yet answered. MiniLM (6 layers, H=384) on this project's 2-core machine with one
 # model thread runs 7-9 inputs/s of 300-word texts (~320 tokens): 64 inputs is 7-9 s of work there, the
@@ -67,20 +68,13 @@ class Limits:
     body_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
-        for name, value in vars(self).items():
-            if name == "body_timeout_s":
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                    raise BertkitError(f"body_timeout_s must be a finite number of seconds > 0, got {value!r}")
-            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise BertkitError(f"{name} must be an int >= 1, got {value!r}")
-        if self.max_windows_per_request < self.max_items:
-            raise BertkitError(f"max_windows_per_request {self.max_windows_per_request} is below max_items "
-                               f"{self.max_items}: every input costs at least one model sequence, so a request of "
-                               "max_items inputs would be refused; raise --max-windows-per-request or lower --max-items")
-        if self.max_items > self.max_concurrent_requests:
-            raise BertkitError(f"max_items {self.max_items} exceeds max_concurrent_requests "
-                               f"{self.max_concurrent_requests}: a request that large could never be admitted; "
-                               "raise --max-concurrent-requests or lower --max-items")
+        assert tuple(vars(self)) == REQUEST_LIMITS, "Limits' fields are the settings' REQUEST_LIMITS"
+        check_request_limits(self)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Limits:
+        """The limits of a ``ServeSettings`` (or anything with the same fields)."""
+        return cls(**{name: getattr(settings, name) for name in REQUEST_LIMITS})
 
 
 def _chars(item: Any) -> int:
@@ -236,6 +230,41 @@ def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict"
     default. What a request would cost (model sequences, answer candidates) is counted here, before admission."""
     data = _load_json(body, limits)
     task = pipe.task
+    top = _route_fields(task, route)
+    params, fields = _read_fields(data, pipe, top)
+    merged = {**params, **fields}
+    checks = _parameter_checks(pipe, limits)
+    for name, value in merged.items():
+        ok, expected = checks[name]  # every name accepted above has its check (tests/test_serve_limits.py)
+        if not ok(value):
+            raise RequestError(422, f"{name} must be {expected}, got {value!r}")
+    renamed = _RENAMED.get(task, {})
+    answer = {k: v for k, v in merged.items() if k in top or k in _ANSWER_PARAMS.get(task, ())
+              and k not in pipe.call_options}
+    options = {renamed.get(k, k): v for k, v in params.items() if renamed.get(k, k) in pipe.call_options}
+    if task == "question-answering" and "top_k" in options:
+        answer["top_k"] = options["top_k"]
+    if route == "embed":
+        answer.setdefault("normalize", True)  # TEI's default
+
+    raw = data["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
+    if route == "similarity" or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
+        raw, answer["similarity"] = _similarity_inputs(raw, pipe), True
+    single = not isinstance(raw, list)
+    items = [raw] if single else raw
+    if not items:
+        raise RequestError(422, "inputs is an empty list")
+    if len(items) > limits.max_items:
+        raise RequestError(422, f"{len(items)} inputs exceed max_items {limits.max_items} per request")
+    checked, counted, chars = _check_inputs(items, pipe, limits, route, answer)
+    cost, candidates = _cost(pipe, checked, options, limits)
+    tei = route == "embed" or task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
+    return Call(checked, options, answer, single, tei, cost, candidates, route, counted, chars)
+
+
+def _route_fields(task: str, route: str) -> set[str]:
+    """The top-level fields besides ``inputs`` that ``route`` takes for ``task``; 424 when the route needs an
+    embedding pipeline this server does not run."""
     top = set(_TEI_FIELDS.get(task, ()))
     if route != "predict" and task not in EMBEDDING_TASKS:
         raise RequestError(424, f"/{route} needs an embedding pipeline; this server runs {task}: start it with "
@@ -244,6 +273,14 @@ def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict"
         top.discard("encoding_format")
     else:
         top = {"parameters"} if route == "similarity" else top | {"parameters"}
+    return top
+
+
+def _read_fields(data: Any, pipe: Any, top: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(parameters, top-level fields) of the body, nulls dropped; 422 on an unknown name or one given twice.
+
+    Names only: their values are checked afterwards, all in one place (``_parameter_checks``)."""
+    task = pipe.task
     if not isinstance(data, dict) or "inputs" not in data:
         raise RequestError(422, 'the body must be a JSON object {"inputs": ..., "parameters": {...}}')
     unknown = sorted(set(data) - top - {"inputs"})
@@ -267,38 +304,28 @@ def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict"
         k = twice[0]
         raise RequestError(422, f"{k} and {renamed[k]} are the same parameter; send one" if k in renamed else
                                 f"{k} is given both at the top level and in parameters; send it once")
-    merged = {**params, **fields}
-    checks = _parameter_checks(pipe, limits)
-    for name, value in merged.items():
-        ok, expected = checks[name]  # every name accepted above has its check (tests/test_serve_limits.py)
-        if not ok(value):
-            raise RequestError(422, f"{name} must be {expected}, got {value!r}")
-    answer = {k: v for k, v in merged.items() if k in top or k in _ANSWER_PARAMS.get(task, ())
-              and k not in pipe.call_options}
-    options = {renamed.get(k, k): v for k, v in params.items() if renamed.get(k, k) in pipe.call_options}
-    if task == "question-answering" and "top_k" in options:
-        answer["top_k"] = options["top_k"]
-    if route == "embed":
-        answer.setdefault("normalize", True)  # TEI's default
+    return params, fields
 
-    raw = data["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
-    if route == "similarity" or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
-        others = raw.get("sentences") if isinstance(raw, dict) else None
-        if not (isinstance(raw, dict) and set(raw) == {"source_sentence", "sentences"}
-                and isinstance(raw.get("source_sentence"), str) and isinstance(others, list)
-                and others and all(isinstance(x, str) for x in others)):
-            raise RequestError(422, 'sentence similarity takes inputs {"source_sentence": str, "sentences": '
-                                    f'[str, ...]}} and no other field, got {str(raw)[:80]!r}')
-        if getattr(pipe, "pooling", None) == "none":
-            raise RequestError(422, "sentence similarity needs one vector per text; this server's pipeline has "
-                                    'pooling="none"')
-        raw, answer["similarity"] = [raw["source_sentence"], *others], True
-    single = not isinstance(raw, list)
-    items = [raw] if single else raw
-    if not items:
-        raise RequestError(422, "inputs is an empty list")
-    if len(items) > limits.max_items:
-        raise RequestError(422, f"{len(items)} inputs exceed max_items {limits.max_items} per request")
+
+def _similarity_inputs(raw: Any, pipe: Any) -> list[str]:
+    """The texts of a sentence-similarity input, source sentence first; 422 on any other shape."""
+    others = raw.get("sentences") if isinstance(raw, dict) else None
+    if not (isinstance(raw, dict) and set(raw) == {"source_sentence", "sentences"}
+            and isinstance(raw.get("source_sentence"), str) and isinstance(others, list)
+            and others and all(isinstance(x, str) for x in others)):
+        raise RequestError(422, 'sentence similarity takes inputs {"source_sentence": str, "sentences": '
+                                f'[str, ...]}} and no other field, got {str(raw)[:80]!r}')
+    if getattr(pipe, "pooling", None) == "none":
+        raise RequestError(422, "sentence similarity needs one vector per text; this server's pipeline has "
+                                'pooling="none"')
+    return [raw["source_sentence"], *others]
+
+
+def _check_inputs(items: list[Any], pipe: Any, limits: Limits, route: str,
+                  answer: dict[str, Any]) -> tuple[list[Any], list[int], int]:
+    """(checked inputs, token count of each one-sequence input, characters in all): each input is refused here,
+    as a 422 naming its index, rather than inside a batch it would share with other requests."""
+    task = pipe.task
     checked: list[Any] = []
     counted: list[int] = []
     chars = 0
@@ -329,9 +356,7 @@ def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict"
             counted.append(min(tokens, pipe.max_length))
         chars += n
         checked.append(item)
-    cost, candidates = _cost(pipe, checked, options, limits)
-    tei = route == "embed" or task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
-    return Call(checked, options, answer, single, tei, cost, candidates, route, counted, chars)
+    return checked, counted, chars
 
 
 def _cost(pipe: Any, items: list[Any], options: dict[str, Any], limits: Limits) -> tuple[int, int]:

@@ -62,17 +62,14 @@ Modules: ``kernels`` (the int8 Linear modules, ``SmoothedInt8Linear`` and ``PerT
 ``projections`` (an encoder layer's projections: finding, naming and swapping them, ``resolve_keep_fp32``),
 ``calibration`` (calibration texts and batches, SmoothQuant's factors), ``quantize`` (``quantize_int8``,
 ``quantize_int8_on_texts`` and the default sets), ``saved`` (the int8 directory: ``save_int8``, ``load_int8``,
-``quantize_checkpoint``, ``load_for_inference``), ``device`` (the quantized engine, the CPU's instructions and
-the device an int8 model runs on). The public names (``__all__``) are imported from here: ``from bertkit.quantization import ...``.
+``quantize_checkpoint``, ``load_for_inference``), ``device`` (the quantized engine and the CPU's instructions). The public names (``__all__``) are imported from here: ``from bertkit.quantization import ...``.
 """
 
 from bertkit.quantization.calibration import DEFAULT_ALPHA, calibration_batches, read_calibration_file
 from bertkit.quantization.device import (
     X86_ENGINES,
-    check_int8_request,
     check_int8_support,
     int8_activation_bits,
-    int8_model_device,
     per_token_supported,
 )
 from bertkit.quantization.device import _packing as _packing  # not in __all__, imported by tests/test_int8.py
@@ -104,8 +101,8 @@ from bertkit.quantization.saved import (
 )
 
 __all__ = ["quantize_int8", "quantize_int8_on_texts", "calibration_batches", "check_int8_support",
-           "check_int8_request", "read_calibration_file", "resolve_keep_fp32", "int8_projections", "encoder_of",
+           "read_calibration_file", "resolve_keep_fp32", "int8_projections", "encoder_of",
            "SmoothedInt8Linear", "PROJECTIONS", "DEFAULT_KEEP_FP32", "DEFAULT_ALPHA", "X86_ENGINES", "QUANTIZE_MODES",
            "int8_activation_bits", "FAST_KEEP_FP32", "PerTokenInt8Linear", "FAST_PER_TOKEN", "per_token_supported",
            "per_token_projections", "save_int8", "load_int8", "load_for_inference", "quantize_checkpoint",
-           "int8_model_device", "is_int8_model", "is_int8_checkpoint", "QUANT_METHOD"]
+           "is_int8_model", "is_int8_checkpoint", "QUANT_METHOD"]

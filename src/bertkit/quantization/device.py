@@ -1,10 +1,10 @@
-"""Where int8 runs: this machine's quantized engine and CPU instructions, and the device an int8 model is given.
+"""Where int8 runs: this machine's quantized engine and CPU instructions.
 
 int8 runs on x86 CPUs only (PyTorch's fbgemm / x86 quantized engine), on fp32 models, for inference. This
 module holds those decisions: whether the engine is there (``check_int8_support``), which activation width
 is exact on this CPU (``int8_activation_bits``) and whether per-token projections run
-(``per_token_supported``), and which device a pipeline or command puts an int8 model on
-(``check_int8_request``, ``int8_model_device``). ``_packing`` sets the engine while weights are packed.
+(``per_token_supported``). Which device an int8 model runs on is ``bertkit._hardware.resolve_device``'s
+answer (``int8=True``), as for every other model. ``_packing`` sets the engine while weights are packed.
 """
 
 from __future__ import annotations
@@ -12,24 +12,15 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 from torch import nn
 
+from bertkit._hardware import X86_ENGINES, check_x86_engine
 from bertkit.errors import BertkitError
 
 # The activation widths the kernels run at (``int8_activation_bits``: which one is exact on this CPU).
 ACTIVATION_BITS = (7, 8)
-# Quantized engines with per-channel int8 dynamic Linear kernels for x86 (fbgemm, and "x86" which wraps it).
-X86_ENGINES = ("x86", "fbgemm")
-
-
-def _check_engine() -> None:
-    engines = list(torch.backends.quantized.supported_engines)
-    if not any(e in engines for e in X86_ENGINES):
-        raise BertkitError(f"int8 needs PyTorch's fbgemm or x86 quantized engine (x86 CPUs with AVX2), but this "
-                           f"PyTorch build supports only {engines}; run the fp32 model here (without int8)")
 
 
 def int8_activation_bits() -> int:
@@ -48,7 +39,7 @@ def int8_activation_bits() -> int:
 
 def check_int8_support(model: nn.Module) -> None:
     """Refuse, naming what is wrong and the fix, a model or machine that cannot run int8 dynamic Linear."""
-    _check_engine()
+    check_x86_engine()
     params = list(model.parameters())
     devices = sorted({p.device.type for p in params})
     if devices != ["cpu"]:
@@ -93,34 +84,3 @@ def per_token_supported() -> bool:
         return bool(torch.equal(torch._int_mm(a, b.t().contiguous()), a.int() @ b.t().int()))
     except RuntimeError:  # an older PyTorch without the CPU kernel
         return False
-
-
-def check_int8_request(device: str | torch.device, *, bf16: bool = False) -> torch.device:
-    """The device an int8 model runs on (the CPU; ``auto`` means it), or an error naming why int8 cannot run
-    here and the fix: a GPU or MPS device, bf16 asked for too, a PyTorch without an x86 quantized engine.
-    Pipelines and commands call it before loading a model."""
-    if bf16:
-        raise BertkitError("int8 and bf16 are both asked for; choose one: bf16 on CPUs with AVX512-BF16 or AMX (and "
-                           "GPUs), int8 on other x86 CPUs (docs/inference.md, section int8)")
-    if isinstance(device, str) and device.strip() == "auto":
-        device = "cpu"  # int8 runs on the CPU only, so that is the device auto picks for it
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise BertkitError(f"device {device!r} is not a device: int8 runs on cpu") from None
-    if dev.type != "cpu":
-        raise BertkitError(f"int8 runs on the CPU only (PyTorch's int8 Linear kernels are fbgemm's, for x86 CPUs), "
-                           f"device is {str(device)!r}; use device cpu for int8, or run the fp32 model (or bf16) "
-                           "on the GPU")
-    _check_engine()
-    return dev
-
-
-def int8_model_device(model_dir: str | Path, device: str | torch.device, *, calibrating: bool,
-                      bf16: bool = False) -> torch.device:
-    """For a model loaded int8 (a `bertkit quantize` directory): the device it runs on, the CPU, or an error
-    naming the fix: a calibration asked for (it was calibrated when quantized), a GPU, bf16."""
-    if calibrating:
-        raise BertkitError(f"{model_dir} is int8 already (written by `bertkit quantize`, calibrated then); a "
-                           "calibration file or texts apply when quantizing a float checkpoint")
-    return check_int8_request(device, bf16=bf16)

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit import heads
+from bertkit._hardware import check_x86_engine
 from bertkit.checkpoint_io import CONFIG_NAME, INT8_WEIGHTS_NAME, encoder_published_names, read_config_json
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
@@ -26,7 +27,6 @@ from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.quantization.calibration import read_calibration_file
 from bertkit.quantization.device import (
     ACTIVATION_BITS,
-    _check_engine,
     _packing,
     int8_activation_bits,
     per_token_supported,
@@ -165,7 +165,7 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
                                "pipeline(..., quantize='int8') or --int8 quantize it at load")
     raw = read_config_json(directory)
     method, tokenwise_names = _read_quantization_config(directory, raw)
-    _check_engine()
+    check_x86_engine()
     model_class = model_class or _int8_model_class(directory, raw)
     saved, published = _read_int8_tensors(directory, weights, tokenwise_names)
     saved_bits = method.get("activation_bits", 7)

@@ -19,6 +19,8 @@ from bertkit.settings.data import (
     TokenizerSettings,
 )
 from bertkit.settings.fields import (
+    CHECKPOINT_FIELDS,
+    HOW_TO_RUN,
     LR_SCHEDULES,
     MINIATURE_GRID,
     OPTIMIZERS,
@@ -33,6 +35,7 @@ from bertkit.settings.fields import (
     flag,
     parse_lr_grid,
     parse_one_lr,
+    resume_fingerprint,
 )
 from bertkit.settings.inference import (
     ConvertTfSettings,
@@ -65,6 +68,8 @@ from bertkit.settings.training import (
 )
 
 __all__ = [
+    "CHECKPOINT_FIELDS",
+    "HOW_TO_RUN",
     "ClassifySettings",
     "ConvertTfSettings",
     "CreateDataSettings",
@@ -108,4 +113,5 @@ __all__ = [
     "flag",
     "parse_lr_grid",
     "parse_one_lr",
+    "resume_fingerprint",
 ]

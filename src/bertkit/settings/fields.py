@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import typing
 from dataclasses import dataclass, field
@@ -49,6 +50,30 @@ LR_SCHEDULES = ("linear", "cosine", "constant_with_warmup")  # transformers' lr_
 PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)  # the paper's fine-tuning grid (appendix A.3), for BERT-BASE and up
 MINIATURE_GRID = (3e-5, 5e-5, 1e-4, 3e-4)  # the grid Google tuned its BERT miniatures over (Turc et al. 2019)
 SMALL_MODEL_LR = 1e-4  # the rate the miniatures most often selected
+
+
+# Settings that change how a run is carried out, not its results: a --resume may change them (e.g. more
+# processes, another --ddp-timeout, FSDP instead of DDP: the checkpoint format is the same).
+HOW_TO_RUN = ("progress", "overwrite", "resume", "device", "ddp_timeout", "dataloader_num_workers", "fsdp",
+              "gradient_checkpointing", "report_to")
+# The shared training fields a checkpoint's optimiser state and schedule depend on. The loop checks these (plus what
+# its caller adds: the model, data and step counts) and not every field but HOW_TO_RUN as the command line's output
+# directory marker does: the loop also runs each (rate, seed) of a GLUE grid in a directory of its own and the
+# Python API's Trainer, where output_dir, the logging, evaluation and saving cadence, and the epoch and batch
+# settings its caller has already turned into steps differ from run to run or are checked by the caller.
+CHECKPOINT_FIELDS = ("learning_rate", "warmup_ratio", "warmup_steps", "weight_decay", "optimizer", "adam_beta1",
+                     "adam_beta2", "adam_epsilon", "gradient_accumulation_steps", "max_grad_norm", "bf16", "fp16",
+                     "lr_scheduler_type", "seed")
+
+
+def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """What a resumed run must share with the run it continues, as JSON values (paths as typed): ``fields`` of
+    ``settings``, by default every field but ``HOW_TO_RUN``. The one fingerprint of both resume checks: the output
+    directory's marker (``bertkit.outputs``) and the training checkpoint (``CHECKPOINT_FIELDS``)."""
+    if fields is None:
+        fields = tuple(f.name for f in dataclasses.fields(settings) if f.name not in HOW_TO_RUN)
+    values = {name: str(v) if isinstance(v := getattr(settings, name), Path) else v for name in fields}
+    return json.loads(json.dumps(values, default=str))
 
 
 def flag(default: Any = dataclasses.MISSING, *, aliases: tuple[str, ...] = (), positional: bool = False,
@@ -129,7 +154,7 @@ class ProgressSettings:
 
 @dataclass(kw_only=True)
 class Int8Settings:
-    """For commands that apply a model: int8 inference on the CPU (``bertkit.quantization``)."""
+    """For commands that apply a model: int8 inference on the CPU (docs/inference.md, section int8)."""
 
     int8: bool = False
     """Run the encoder's projections in int8 on the CPU (SmoothQuant-smoothed dynamic int8, docs/inference.md
@@ -139,16 +164,13 @@ class Int8Settings:
     Default: 256 built-in English sentences."""
 
     def check_int8(self) -> None:
-        """Refuse --calibration-file without --int8, and --int8 where it cannot run (naming why); with --int8,
-        --device auto means the CPU."""
+        """Refuse --calibration-file without --int8, and --int8 with --bf16. Whether int8 can run on the device
+        (the CPU, an x86 quantized engine) is ``bertkit._hardware.resolve_device``'s to say, when the command runs."""
         if self.calibration_file is not None and not self.int8:
             raise BertkitError(f"--calibration-file {self.calibration_file} calibrates int8 inference: add --int8")
-        if self.int8:
-            from bertkit.quantization import (
-                check_int8_request,  # torch loads when a command runs, not for --help
-            )
-
-            self.device = str(check_int8_request(self.device, bf16=getattr(self, "bf16", False)))
+        if self.int8 and getattr(self, "bf16", False):
+            raise BertkitError("int8 and bf16 are both asked for; choose one: bf16 on CPUs with AVX512-BF16 or AMX (and "
+                               "GPUs), int8 on other x86 CPUs (docs/inference.md, section int8)")
 
 
 @dataclass(kw_only=True)

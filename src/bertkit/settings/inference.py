@@ -345,15 +345,33 @@ class ServeSettings(Int8Settings):
             raise BertkitError(f"port must be in [0, 65535], got {self.port}")
         if not (0 <= self.max_wait_ms <= 10_000):
             raise BertkitError(f"max_wait_ms must be in [0, 10000], got {self.max_wait_ms}")
-        self.limits()  # checks them together
+        check_request_limits(self)  # what one request may be and cost, checked together
         if not (math.isfinite(self.graceful_shutdown_s) and self.graceful_shutdown_s >= 0):
             raise BertkitError(f"graceful_shutdown_s must be a finite number >= 0, got {self.graceful_shutdown_s}")
         self.check_int8()
 
-    def limits(self) -> Any:
-        """The server's per-request limits (``bertkit.inference.serve_wire.Limits``) from these settings."""
-        import dataclasses
 
-        from bertkit.inference.serve_wire import Limits
 
-        return Limits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Limits)})
+# What one request may be and cost: the fields the server's ``serve_wire.Limits`` is built from.
+REQUEST_LIMITS = ("max_body_bytes", "max_items", "max_text_chars", "max_concurrent_requests", "max_json_depth",
+                  "max_windows_per_request", "max_top_k", "max_candidates", "body_timeout_s")
+
+
+def check_request_limits(limits: Any) -> None:
+    """Refuse request limits that are not positive, or that together would refuse every request of the largest
+    allowed size (``ServeSettings`` and the server's ``Limits`` check with this one function)."""
+    for name in REQUEST_LIMITS:
+        value = getattr(limits, name)
+        if name == "body_timeout_s":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise BertkitError(f"body_timeout_s must be a finite number of seconds > 0, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise BertkitError(f"{name} must be an int >= 1, got {value!r}")
+    if limits.max_windows_per_request < limits.max_items:
+        raise BertkitError(f"max_windows_per_request {limits.max_windows_per_request} is below max_items "
+                           f"{limits.max_items}: every input costs at least one model sequence, so a request of "
+                           "max_items inputs would be refused; raise --max-windows-per-request or lower --max-items")
+    if limits.max_items > limits.max_concurrent_requests:
+        raise BertkitError(f"max_items {limits.max_items} exceeds max_concurrent_requests "
+                           f"{limits.max_concurrent_requests}: a request that large could never be admitted; "
+                           "raise --max-concurrent-requests or lower --max-items")

@@ -117,10 +117,6 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
             raise BertkitError(f"dataloader_num_workers must be >= 0, got {self.dataloader_num_workers}")
         if not (math.isfinite(self.ddp_timeout) and self.ddp_timeout > 0):
             raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {self.ddp_timeout}")
-        # imported here: torch loads only when a command runs, never for --help
-        from bertkit.training.distributed import info_from_env, resolve_device
-
-        self.device = resolve_device(str(self.device), info_from_env().local_rank)
         _positive(self, "learning_rate", "num_train_epochs", "adam_epsilon")
         _positive(self, "weight_decay", "max_grad_norm", strict=False, allow_none=False)
         _at_least_one(self, "batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps",
@@ -143,15 +139,6 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
         """The shared fields alone (what the training loop reads), with ``overrides`` applied."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(TrainingSettings)}
         return TrainingSettings(**{**values, **overrides})
-
-    def fingerprint(self) -> dict[str, Any]:
-        """The settings a resumed run must share with the run that wrote the checkpoint."""
-        keep = ("learning_rate", "warmup_ratio", "warmup_steps", "weight_decay", "optimizer", "adam_beta1",
-                "adam_beta2", "adam_epsilon", "gradient_accumulation_steps", "max_grad_norm", "bf16", "seed")
-        # fp16 and a schedule other than linear join the fingerprint only when set, so checkpoints written
-        # before those existed still resume
-        return ({k: getattr(self, k) for k in keep} | ({"fp16": True} if self.fp16 else {})
-                | ({"lr_scheduler_type": self.lr_scheduler_type} if self.lr_scheduler_type != "linear" else {}))
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
@@ -316,12 +303,12 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """Without --train-file: the seed of the article split."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         if self.version not in SQUAD_PAPER:
             raise BertkitError(f"version {self.version!r} must be '1.1' or '2.0'")
-        for name, value in SQUAD_PAPER[self.version].items():  # the paper's per-version defaults
+        for name, value in SQUAD_PAPER[self.version].items():  # the paper's per-version defaults, then checked
             if getattr(self, name) is None:
                 setattr(self, name, value)
+        super().__post_init__()
         if not 0 < self.heldout_fraction < 1:
             raise BertkitError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
         self.check_windows()

@@ -72,6 +72,10 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
         raise BertkitError(f"tag_scheme {tag_scheme!r} must be 'iob1' or 'iob2'")
     if not path.is_file():
         raise MissingFileError(f"CoNLL file not found: {path}")
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     sentences: list[NerSentence] = []
     words: list[str] = []
     tags: list[str] = []
@@ -81,55 +85,60 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
     def flush() -> None:
         if not words:
             return
-        fixed = iob1_to_iob2(tags) if tag_scheme == "iob1" else tags
-        if tag_scheme == "iob2" and (bad := _first_invalid_iob2(tags)) is not None:
-            raise BertkitError(
-                f"{path} line {lines[bad]}: tag {tags[bad]!r} follows {tags[bad - 1] if bad else 'O'!r}, "
-                "which is not valid IOB2 (every entity starts with B-); if the file is IOB1, "
-                "pass tag_scheme='iob1'"
-            )
-        sentences.append(NerSentence(tuple(words), tuple(fixed), lines[0]))
+        sentences.append(_sentence(path, words, tags, lines, tag_scheme))
         words.clear()
         tags.clear()
         lines.clear()
 
-    try:
-        path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
     with open(path, encoding="utf-8") as f:
         for lineno, raw in enumerate(f, start=1):
             cols = raw.split()
-            if not cols:
+            if not cols or cols[0] == "-DOCSTART-":  # a sentence ends at a blank line and at a document's start
                 flush()
                 continue
-            if cols[0] == "-DOCSTART-":
-                flush()
-                continue
-            if n_columns is None:
-                if len(cols) < 2:
-                    raise BertkitError(
-                        f"malformed line in {path} line {lineno}: expected 'word ... tag', got {raw!r}"
-                    )
-                n_columns = len(cols)
-            elif len(cols) != n_columns:
-                raise BertkitError(
-                    f"malformed line in {path} line {lineno}: expected {n_columns} space-separated "
-                    f"columns like the first token line, got {len(cols)}"
-                )
-            tag = cols[-1]
-            prefix, kind = _split_tag(tag)
-            if not (tag == "O" or (prefix in ("B", "I") and kind)):
-                raise BertkitError(
-                    f"malformed line in {path} line {lineno}: tag {tag!r} is not O, B-TYPE or I-TYPE"
-                )
+            n_columns = _check_token_line(path, lineno, raw, cols, n_columns)
             words.append(cols[0])
-            tags.append(tag)
+            tags.append(cols[-1])
             lines.append(lineno)
     flush()
     if not sentences:
         raise BertkitError(f"{path} holds no sentences (an empty CoNLL file); every split must have some")
     return sentences
+
+
+def _check_token_line(path: Path, lineno: int, raw: str, cols: list[str], n_columns: int | None) -> int:
+    """The file's column count, once this token line is known to have it (the first line sets it, at least
+    two) and to end in a tag of the form O, B-TYPE or I-TYPE."""
+    if n_columns is None:
+        if len(cols) < 2:
+            raise BertkitError(
+                f"malformed line in {path} line {lineno}: expected 'word ... tag', got {raw!r}"
+            )
+        n_columns = len(cols)
+    elif len(cols) != n_columns:
+        raise BertkitError(
+            f"malformed line in {path} line {lineno}: expected {n_columns} space-separated "
+            f"columns like the first token line, got {len(cols)}"
+        )
+    tag = cols[-1]
+    prefix, kind = _split_tag(tag)
+    if not (tag == "O" or (prefix in ("B", "I") and kind)):
+        raise BertkitError(
+            f"malformed line in {path} line {lineno}: tag {tag!r} is not O, B-TYPE or I-TYPE"
+        )
+    return n_columns
+
+
+def _sentence(path: Path, words: list[str], tags: list[str], lines: list[int], tag_scheme: str) -> NerSentence:
+    """One sentence with its tags in IOB2: converted from IOB1, or checked to be valid IOB2."""
+    fixed = iob1_to_iob2(tags) if tag_scheme == "iob1" else tags
+    if tag_scheme == "iob2" and (bad := _first_invalid_iob2(tags)) is not None:
+        raise BertkitError(
+            f"{path} line {lines[bad]}: tag {tags[bad]!r} follows {tags[bad - 1] if bad else 'O'!r}, "
+            "which is not valid IOB2 (every entity starts with B-); if the file is IOB1, "
+            "pass tag_scheme='iob1'"
+        )
+    return NerSentence(tuple(words), tuple(fixed), lines[0])
 
 
 def _first_invalid_iob2(tags: Sequence[str]) -> int | None:
@@ -273,6 +282,60 @@ def _prf(correct: int, guessed: int, gold: int) -> dict[str, float]:
     return {"precision": precision, "recall": recall, "f1": f1}
 
 
+class _ChunkCounter:
+    """conlleval's counters, fed one (gold, guessed) tag pair at a time: chunks in the gold tags
+    (``found_correct``), in the guess (``found_guessed``) and in both with the same span and type
+    (``correct_chunk``), overall and per type. The Perl script's variable names."""
+
+    def __init__(self) -> None:
+        self.correct_chunk = self.found_correct = self.found_guessed = 0
+        self.per_correct: dict[str, int] = {}
+        self.per_found_correct: dict[str, int] = {}
+        self.per_found_guessed: dict[str, int] = {}
+        self.in_correct = False
+        self.last_c, self.last_ct, self.last_g, self.last_gt = "O", "", "O", ""
+
+    def step(self, c: str, ct: str, g: str, gt: str) -> None:
+        """One word: gold prefix and type ``c``, ``ct``; guessed ``g``, ``gt``."""
+        last_c, last_ct, last_g, last_gt = self.last_c, self.last_ct, self.last_g, self.last_gt
+        end_c, end_g = _end_of_chunk(last_c, c, last_ct, ct), _end_of_chunk(last_g, g, last_gt, gt)
+        start_c, start_g = _start_of_chunk(last_c, c, last_ct, ct), _start_of_chunk(last_g, g, last_gt, gt)
+        if self.in_correct:
+            if end_c and end_g and last_gt == last_ct:
+                self.in_correct = False
+                self.correct_chunk += 1
+                self.per_correct[last_ct] = self.per_correct.get(last_ct, 0) + 1
+            elif end_c != end_g or gt != ct:
+                self.in_correct = False
+        if start_c and start_g and gt == ct:
+            self.in_correct = True
+        if start_c:
+            self.found_correct += 1
+            self.per_found_correct[ct] = self.per_found_correct.get(ct, 0) + 1
+        if start_g:
+            self.found_guessed += 1
+            self.per_found_guessed[gt] = self.per_found_guessed.get(gt, 0) + 1
+        self.last_c, self.last_ct, self.last_g, self.last_gt = c, ct, g, gt
+
+    def finish(self) -> None:
+        """The end of the input closes a chunk both sides still have open."""
+        if self.in_correct:
+            self.correct_chunk += 1
+            self.per_correct[self.last_ct] = self.per_correct.get(self.last_ct, 0) + 1
+
+    def per_type(self) -> dict[str, dict[str, Any]]:
+        """Each entity type's scores and counts, types in sorted order."""
+        return {
+            t: {
+                **_prf(self.per_correct.get(t, 0), self.per_found_guessed.get(t, 0), self.per_found_correct.get(t, 0)),
+                "found_gold": self.per_found_correct.get(t, 0),
+                "found_guessed": self.per_found_guessed.get(t, 0),
+                "correct": self.per_correct.get(t, 0),
+            }
+            for t in sorted(set(self.per_found_correct) | set(self.per_found_guessed))
+        }
+
+
 def conlleval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
     """Entity-level scores exactly as conlleval computes them, sentence by sentence.
 
@@ -282,70 +345,29 @@ def conlleval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]])
     """
     if len(gold) != len(predicted):
         raise BertkitError(f"{len(gold)} gold sentences but {len(predicted)} predicted; pass one per sentence")
-    correct_chunk = found_correct = found_guessed = correct_tags = token_count = 0
-    per_correct: dict[str, int] = {}
-    per_found_correct: dict[str, int] = {}
-    per_found_guessed: dict[str, int] = {}
-    in_correct = False
-    last_c, last_ct, last_g, last_gt = "O", "", "O", ""
-
-    def step(c: str, ct: str, g: str, gt: str) -> None:
-        nonlocal in_correct, correct_chunk, found_correct, found_guessed, last_c, last_ct, last_g, last_gt
-        end_c, end_g = _end_of_chunk(last_c, c, last_ct, ct), _end_of_chunk(last_g, g, last_gt, gt)
-        start_c, start_g = _start_of_chunk(last_c, c, last_ct, ct), _start_of_chunk(last_g, g, last_gt, gt)
-        if in_correct:
-            if end_c and end_g and last_gt == last_ct:
-                in_correct = False
-                correct_chunk += 1
-                per_correct[last_ct] = per_correct.get(last_ct, 0) + 1
-            elif end_c != end_g or gt != ct:
-                in_correct = False
-        if start_c and start_g and gt == ct:
-            in_correct = True
-        if start_c:
-            found_correct += 1
-            per_found_correct[ct] = per_found_correct.get(ct, 0) + 1
-        if start_g:
-            found_guessed += 1
-            per_found_guessed[gt] = per_found_guessed.get(gt, 0) + 1
-        last_c, last_ct, last_g, last_gt = c, ct, g, gt
-
+    counter = _ChunkCounter()
+    correct_tags = token_count = 0
     for i, (gold_tags, pred_tags) in enumerate(zip(gold, predicted, strict=True)):
         if len(gold_tags) != len(pred_tags):
             raise BertkitError(f"sentence {i}: {len(gold_tags)} gold tags but {len(pred_tags)} predicted")
         for gold_tag, pred_tag in zip(gold_tags, pred_tags, strict=True):
             c, ct = _split_tag(gold_tag)
             g, gt = _split_tag(pred_tag)
-            step(c, ct, g, gt)
+            counter.step(c, ct, g, gt)
             correct_tags += c == g and ct == gt
             token_count += 1
-        step("O", "", "O", "")  # the blank line after each sentence: "sentence breaks ... out of chunk"
-    if in_correct:
-        correct_chunk += 1
-        per_correct[last_ct] = per_correct.get(last_ct, 0) + 1
+        counter.step("O", "", "O", "")  # the blank line after each sentence: "sentence breaks ... out of chunk"
+    counter.finish()
 
-    result: dict[str, Any] = _prf(correct_chunk, found_guessed, found_correct)
+    result: dict[str, Any] = _prf(counter.correct_chunk, counter.found_guessed, counter.found_correct)
     result.update(
         accuracy=100.0 * correct_tags / token_count if token_count else 0.0,
-        found_gold=found_correct,
-        found_guessed=found_guessed,
-        correct=correct_chunk,
+        found_gold=counter.found_correct,
+        found_guessed=counter.found_guessed,
+        correct=counter.correct_chunk,
     )
-    result["per_type"] = {
-        t: {
-            **_prf(per_correct.get(t, 0), per_found_guessed.get(t, 0), per_found_correct.get(t, 0)),
-            "found_gold": per_found_correct.get(t, 0),
-            "found_guessed": per_found_guessed.get(t, 0),
-            "correct": per_correct.get(t, 0),
-        }
-        for t in sorted(set(per_found_correct) | set(per_found_guessed))
-    }
+    result["per_type"] = counter.per_type()
     return result
-
-
-# -------------------------------------------------------------------------------------------------
-# Files: conlleval's input format
-# -------------------------------------------------------------------------------------------------
 
 
 def write_conll(path: Path, sentences: Sequence[NerSentence], predicted: Sequence[Sequence[str]]) -> Path:

@@ -14,9 +14,9 @@ slice of the context (no re-tokenization heuristics, no lost accents or casing).
     labels   start/end token of the first gold answer; (0, 0), i.e. [CLS], when the answer is not
              wholly inside the window or the question is unanswerable (v2.0).
 
-Evaluation re-implements the official `evaluate-v1.1.py` and `evaluate-v2.0.py` line for line
-(normalisation, max over gold answers, v2.0 no-answer handling and `find_best_thresh`), so scores
-here are the leaderboard's.
+Evaluation (``squad_eval.py``, its names re-exported here) re-implements the official `evaluate-v1.1.py`
+and `evaluate-v2.0.py` line for line (normalisation, max over gold answers, v2.0 no-answer handling and
+`find_best_thresh`), so scores here are the leaderboard's.
 """
 
 from __future__ import annotations
@@ -27,9 +27,6 @@ import hashlib
 import json
 import math
 import os
-import re
-import string
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +36,17 @@ import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError, not_utf8
 from bertkit.outputs import atomic_write
+
+# The official evaluation lives in squad_eval.py; its public names are this module's too.
+from bertkit.tasks.squad_eval import _articles
+from bertkit.tasks.squad_eval import compute_exact as compute_exact
+from bertkit.tasks.squad_eval import compute_f1 as compute_f1
+from bertkit.tasks.squad_eval import evaluate_v1 as evaluate_v1
+from bertkit.tasks.squad_eval import evaluate_v2 as evaluate_v2
+from bertkit.tasks.squad_eval import exact_match_v1 as exact_match_v1
+from bertkit.tasks.squad_eval import f1_score_v1 as f1_score_v1
+from bertkit.tasks.squad_eval import find_best_thresh as find_best_thresh
+from bertkit.tasks.squad_eval import normalize_answer as normalize_answer
 
 # ---------------------------------------------------------------- reading
 
@@ -75,11 +83,6 @@ def load_squad(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(dataset, dict) or not isinstance(dataset.get("data"), list):
         raise BertkitError(f"{path}: expected a SQuAD JSON object with a 'data' list of articles")
     return dataset
-
-
-def _articles(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
-    """Accept either the whole JSON object or its ``data`` list, as the official scripts use the latter."""
-    return dataset["data"] if isinstance(dataset, Mapping) else dataset
 
 
 def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -469,169 +472,3 @@ def _nbest(prelim: list[tuple], context: str, n_best_size: int, with_null: bool,
     if not nbest:
         nbest.append(("empty", 0.0, 0.0, None))
     return nbest
-
-
-# ---------------------------------------------------------------- official evaluation
-
-
-def normalize_answer(s: str) -> str:
-    """Lower text and remove punctuation, articles and extra whitespace (the official scripts' rule)."""
-    s = s.lower()
-    exclude = set(string.punctuation)
-    s = "".join(ch for ch in s if ch not in exclude)
-    s = re.sub(r"\b(a|an|the)\b", " ", s)
-    return " ".join(s.split())
-
-
-def f1_score_v1(prediction: str, ground_truth: str) -> float:
-    """evaluate-v1.1.py ``f1_score``: token-bag F1; two empty answers score 0 (v2.0 scores them 1)."""
-    pred_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(ground_truth).split()
-    num_same = sum((collections.Counter(pred_tokens) & collections.Counter(gold_tokens)).values())
-    if num_same == 0:
-        return 0
-    precision, recall = num_same / len(pred_tokens), num_same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
-
-
-def exact_match_v1(prediction: str, ground_truth: str) -> bool:
-    return normalize_answer(prediction) == normalize_answer(ground_truth)
-
-
-def evaluate_v1(
-    dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]], predictions: Mapping[str, str]
-) -> dict[str, float]:
-    """evaluate-v1.1.py: {"exact_match", "f1"} in percent over ALL questions of ``dataset``.
-
-    As in the official script, a question missing from ``predictions`` scores 0 (with a warning).
-    """
-    f1 = exact_match = total = 0.0
-    missing = []
-    for article in _articles(dataset):
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
-                total += 1
-                if qa["id"] not in predictions:
-                    missing.append(qa["id"])
-                    continue
-                golds = [a["text"] for a in qa["answers"]]
-                pred = predictions[qa["id"]]
-                exact_match += max(exact_match_v1(pred, g) for g in golds)
-                f1 += max(f1_score_v1(pred, g) for g in golds)
-    if missing:
-        warnings.warn(
-            f"{len(missing)} unanswered questions receive score 0, e.g. {missing[:3]}", stacklevel=2
-        )
-    if total == 0:
-        raise BertkitError("the dataset has no questions")
-    return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
-
-
-def _get_tokens(s: str) -> list[str]:
-    return normalize_answer(s).split() if s else []
-
-
-def compute_exact(a_gold: str, a_pred: str) -> int:
-    """evaluate-v2.0.py ``compute_exact``."""
-    return int(normalize_answer(a_gold) == normalize_answer(a_pred))
-
-
-def compute_f1(a_gold: str, a_pred: str) -> float:
-    """evaluate-v2.0.py ``compute_f1``: if either side is no-answer, 1 when both are, else 0."""
-    gold_toks, pred_toks = _get_tokens(a_gold), _get_tokens(a_pred)
-    if len(gold_toks) == 0 or len(pred_toks) == 0:
-        return int(gold_toks == pred_toks)
-    num_same = sum((collections.Counter(gold_toks) & collections.Counter(pred_toks)).values())
-    if num_same == 0:
-        return 0
-    precision, recall = num_same / len(pred_toks), num_same / len(gold_toks)
-    return 2 * precision * recall / (precision + recall)
-
-
-def find_best_thresh(
-    preds: Mapping[str, str],
-    scores: Mapping[str, float],
-    na_probs: Mapping[str, float],
-    qid_to_has_ans: Mapping[str, bool],
-) -> tuple[float, float]:
-    """evaluate-v2.0.py: the no-answer threshold maximising the score, and that score (percent).
-
-    Start from "answer nothing" (every unanswerable question right), then, in order of increasing
-    na_prob, switch questions to their predicted answer and keep the best running total.
-    """
-    cur_score = best_score = sum(1 for k in qid_to_has_ans if not qid_to_has_ans[k])
-    best_thresh = 0.0
-    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
-        if qid not in scores:
-            continue
-        if qid_to_has_ans[qid]:
-            diff = scores[qid]
-        else:
-            diff = -1 if preds[qid] else 0
-        cur_score += diff
-        if cur_score > best_score:
-            best_score, best_thresh = cur_score, na_probs[qid]
-    return 100.0 * best_score / len(scores), best_thresh
-
-
-def evaluate_v2(
-    dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-    predictions: Mapping[str, str],
-    na_probs: Mapping[str, float] | None = None,
-    na_prob_thresh: float = 1.0,
-) -> dict[str, float]:
-    """evaluate-v2.0.py: exact/f1/total, HasAns_* and NoAns_* breakdowns (percent), and, when
-    ``na_probs`` (e.g. null_odds.json) is given, best_exact/best_f1 with their thresholds.
-
-    A question whose na_prob exceeds ``na_prob_thresh`` counts as answered "no answer". Every question
-    needs a prediction: the official script crashes (KeyError) on a missing one; this raises ValueError.
-    """
-    articles = _articles(dataset)
-    qid_to_has_ans = {
-        qa["id"]: bool(qa["answers"]) for a in articles for p in a["paragraphs"] for qa in p["qas"]
-    }
-    missing = [q for q in qid_to_has_ans if q not in predictions]
-    if missing:
-        raise BertkitError(
-            f"{len(missing)} questions have no prediction, e.g. {missing[:3]}; predict every question"
-        )
-    exact_raw, f1_raw = {}, {}
-    for article in articles:
-        for p in article["paragraphs"]:
-            for qa in p["qas"]:
-                golds = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])] or [""]
-                pred = predictions[qa["id"]]
-                exact_raw[qa["id"]] = max(compute_exact(g, pred) for g in golds)
-                f1_raw[qa["id"]] = max(compute_f1(g, pred) for g in golds)
-    probs = dict(na_probs) if na_probs is not None else {k: 0.0 for k in predictions}
-    missing = [q for q in qid_to_has_ans if q not in probs]
-    if missing:
-        raise BertkitError(
-            f"{len(missing)} questions have no na_prob, e.g. {missing[:3]}; give one per question"
-        )
-
-    def thresholded(scores: dict[str, float]) -> dict[str, float]:
-        return {
-            q: float(not qid_to_has_ans[q]) if probs[q] > na_prob_thresh else s for q, s in scores.items()
-        }
-
-    exact, f1 = thresholded(exact_raw), thresholded(f1_raw)
-
-    def block(qids: Sequence[str]) -> dict[str, float]:
-        return {
-            "exact": 100.0 * sum(exact[q] for q in qids) / len(qids),
-            "f1": 100.0 * sum(f1[q] for q in qids) / len(qids),
-            "total": len(qids),
-        }
-
-    out = block(list(exact))
-    for prefix, want in (("HasAns", True), ("NoAns", False)):
-        qids = [q for q, has in qid_to_has_ans.items() if has == want]
-        if qids:
-            out.update({f"{prefix}_{k}": v for k, v in block(qids).items()})
-    if na_probs is not None:
-        out["best_exact"], out["best_exact_thresh"] = find_best_thresh(
-            predictions, exact_raw, probs, qid_to_has_ans
-        )
-        out["best_f1"], out["best_f1_thresh"] = find_best_thresh(predictions, f1_raw, probs, qid_to_has_ans)
-    return out

@@ -489,36 +489,46 @@ class BertTokenizer:
             max_length = self.model_max_length
         _check_lengths(max_length, pad_to_multiple_of, stride, return_overflowing_tokens)
 
-        rows: list[dict[str, list]] = []
-        infos: list[RowInfo] = []
-        sample_mapping: list[int] = []
-        for index, (a, b) in enumerate(zip(texts, pairs)):
-            seg_a = self._segment(a, return_offsets_mapping, is_split_into_words)
-            seg_b = None if b is None else self._segment(b, return_offsets_mapping, is_split_into_words)
-            for (win_a, start_a), (win_b, start_b) in self._windows(
-                seg_a, seg_b, add_special_tokens, strategy, max_length, return_overflowing_tokens, stride
-            ):
-                rows.append(self._assemble(win_a, win_b, add_special_tokens, return_special_tokens_mask))
-                infos.append(RowInfo(len(win_a[0]), None if win_b is None else len(win_b[0]), add_special_tokens,
-                                     win_a[2], None if win_b is None else win_b[2], a, b, start_a, start_b))
-                sample_mapping.append(index)
+        rows, infos, sample_mapping = self._encode_rows(
+            texts, pairs, add_special_tokens, strategy, max_length, return_overflowing_tokens, stride,
+            return_offsets_mapping, return_special_tokens_mask, is_split_into_words)
+        self._pad_and_select(rows, pad, max_length, pad_to_multiple_of, return_token_type_ids, return_attention_mask)
+        batched = batched or return_overflowing_tokens
+        out = _batch_encoding(rows, sample_mapping, batched, return_tensors, return_length, return_overflowing_tokens)
+        self._attach_rows(out, infos, batched or return_tensors is not None, is_split_into_words)
+        return out
+
+    def _pad_and_select(self, rows: list[dict[str, list]], pad: str | None, max_length: int | None,
+                        multiple: int | None, token_type_ids: bool | None, attention_mask: bool | None) -> None:
+        """In place: pad ``rows`` to ``max_length`` or the longest row, rounded up to ``multiple`` (``pad`` None:
+        not at all), then drop the keys the caller turned off (False; None or True keeps them)."""
         if pad is not None and rows:
             length = max_length if pad == "max_length" else max(len(r["input_ids"]) for r in rows)
-            pad_rows(rows, _round_up(length, pad_to_multiple_of), self.pad_token_id)
-        for key, wanted in (("token_type_ids", return_token_type_ids), ("attention_mask", return_attention_mask)):
+            pad_rows(rows, _round_up(length, multiple), self.pad_token_id)
+        for key, wanted in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
             if wanted is False:
                 for row in rows:
                     del row[key]
 
-        batched = batched or return_overflowing_tokens
-        out = to_batch_encoding(rows, batched, return_tensors)
-        if return_length:
-            lengths = [len(r["input_ids"]) for r in rows]  # [n] for one text too, as transformers
-            out["length"] = _as_tensor(lengths, return_tensors)
-        if return_overflowing_tokens:
-            out["overflow_to_sample_mapping"] = _as_tensor(sample_mapping, return_tensors)
-        self._attach_rows(out, infos, batched or return_tensors is not None, is_split_into_words)
-        return out
+    def _encode_rows(self, texts: list, pairs: list, add_special: bool, strategy: str | None,
+                     max_length: int | None, overflow: bool, stride: int, with_offsets: bool,
+                     special_mask: bool, split: bool) -> tuple[list[dict[str, list]], list[RowInfo], list[int]]:
+        """(the unpadded output rows, what each row's word and character maps need, each row's input index):
+        each text or pair segmented once, then cut into one row or, with ``overflow``, several windows."""
+        rows: list[dict[str, list]] = []
+        infos: list[RowInfo] = []
+        sample_mapping: list[int] = []
+        for index, (a, b) in enumerate(zip(texts, pairs)):
+            seg_a = self._segment(a, with_offsets, split)
+            seg_b = None if b is None else self._segment(b, with_offsets, split)
+            for (win_a, start_a), (win_b, start_b) in self._windows(
+                seg_a, seg_b, add_special, strategy, max_length, overflow, stride
+            ):
+                rows.append(self._assemble(win_a, win_b, add_special, special_mask))
+                infos.append(RowInfo(len(win_a[0]), None if win_b is None else len(win_b[0]), add_special,
+                                     win_a[2], None if win_b is None else win_b[2], a, b, start_a, start_b))
+                sample_mapping.append(index)
+        return rows, infos, sample_mapping
 
     def _attach_rows(self, out: BatchEncoding, infos: list[RowInfo], nested: bool, split: bool) -> None:
         """What ``word_ids``, ``tokens``, ``char_to_token``... of the output need (attributes, not keys)."""
@@ -796,6 +806,17 @@ def _tokens_from_mapping(vocab: Mapping[str, int]) -> list[str]:
         tokens[i] = token
     return tokens  # type: ignore[return-value]
 
+
+def _batch_encoding(rows: list[dict[str, list]], sample_mapping: list[int], batched: bool,
+                    return_tensors: str | None, return_length: bool, overflow: bool) -> BatchEncoding:
+    """The output of padded ``rows``, with ``length`` and ``overflow_to_sample_mapping`` when asked."""
+    out = to_batch_encoding(rows, batched, return_tensors)
+    if return_length:
+        lengths = [len(r["input_ids"]) for r in rows]  # [n] for one text too, as transformers
+        out["length"] = _as_tensor(lengths, return_tensors)
+    if overflow:
+        out["overflow_to_sample_mapping"] = _as_tensor(sample_mapping, return_tensors)
+    return out
 
 def _as_id_list(ids: Any) -> list[int]:
     """A flat list of ints from a list, tuple, 1-D tensor or 1-D array."""

@@ -199,26 +199,7 @@ def learn_wordpiece(
     if len(set(special_tokens)) != len(special_tokens):
         raise BertkitError(f"special_tokens has duplicates: {list(special_tokens)}")
 
-    char_counts: Counter[str] = Counter()
-    for word, n in word_counts.items():
-        for ch in word:
-            char_counts[ch] += n
-    ranked = sorted(char_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit_alphabet]
-    alphabet = sorted(ch for ch, _ in ranked)
-    alphabet_set = set(alphabet)
-
-    words = sorted(w for w in word_counts if set(w) <= alphabet_set)
-    inner_chars = sorted({ch for w in words for ch in w[1:]})
-    vocab = list(special_tokens)
-    vocab += [ch for ch in alphabet if ch not in vocab]
-    vocab += [CONTINUATION_PREFIX + ch for ch in inner_chars if CONTINUATION_PREFIX + ch not in vocab]
-    if len(vocab) > vocab_size:
-        raise BertkitError(
-            f"vocab_size {vocab_size} is smaller than the {len(special_tokens)} special tokens plus the "
-            f"{len(vocab) - len(special_tokens)}-entry character alphabet; raise vocab_size or lower "
-            f"limit_alphabet (now {limit_alphabet})"
-        )
-
+    vocab, words = _alphabet(word_counts, vocab_size, limit_alphabet, special_tokens)
     # Symbols are the vocabulary entries; words are lists of symbol ids.
     symbol_id = {s: i for i, s in enumerate(vocab)}
     prefix = CONTINUATION_PREFIX
@@ -226,17 +207,7 @@ def learn_wordpiece(
     counts = [word_counts[w] for w in words]
     del words
 
-    pair_counts: dict[tuple[int, int], int] = {}
-    where: dict[tuple[int, int], set[int]] = {}
-    for w, seq in enumerate(seqs):
-        n = counts[w]
-        for pair in zip(seq, seq[1:], strict=False):
-            pair_counts[pair] = pair_counts.get(pair, 0) + n
-            bucket = where.get(pair)
-            if bucket is None:
-                where[pair] = {w}
-            else:
-                bucket.add(w)
+    pair_counts, where = _count_pairs(seqs, counts)
     heap = [(-n, a, b) for (a, b), n in pair_counts.items()]
     heapq.heapify(heap)
 
@@ -264,6 +235,51 @@ def learn_wordpiece(
                 heapq.heappush(heap, (-n, pair[0], pair[1]))
     bar.close()
     return vocab
+
+
+def _alphabet(
+    word_counts: Mapping[str, int], vocab_size: int, limit_alphabet: int, special_tokens: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """Step 3: (the starting vocabulary, the words spelled in its alphabet, sorted). The vocabulary is the special
+    tokens, the ``limit_alphabet`` most frequent characters and ``##`` + each character seen inside a word."""
+    char_counts: Counter[str] = Counter()
+    for word, n in word_counts.items():
+        for ch in word:
+            char_counts[ch] += n
+    ranked = sorted(char_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:limit_alphabet]
+    alphabet = sorted(ch for ch, _ in ranked)
+    alphabet_set = set(alphabet)
+
+    words = sorted(w for w in word_counts if set(w) <= alphabet_set)
+    inner_chars = sorted({ch for w in words for ch in w[1:]})
+    vocab = list(special_tokens)
+    vocab += [ch for ch in alphabet if ch not in vocab]
+    vocab += [CONTINUATION_PREFIX + ch for ch in inner_chars if CONTINUATION_PREFIX + ch not in vocab]
+    if len(vocab) > vocab_size:
+        raise BertkitError(
+            f"vocab_size {vocab_size} is smaller than the {len(special_tokens)} special tokens plus the "
+            f"{len(vocab) - len(special_tokens)}-entry character alphabet; raise vocab_size or lower "
+            f"limit_alphabet (now {limit_alphabet})"
+        )
+    return vocab, words
+
+
+def _count_pairs(
+    seqs: list[list[int]], counts: list[int]
+) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], set[int]]]:
+    """(each adjacent symbol pair's count over the corpus, the words holding it): what step 4 updates per merge."""
+    pair_counts: dict[tuple[int, int], int] = {}
+    where: dict[tuple[int, int], set[int]] = {}
+    for w, seq in enumerate(seqs):
+        n = counts[w]
+        for pair in zip(seq, seq[1:], strict=False):
+            pair_counts[pair] = pair_counts.get(pair, 0) + n
+            bucket = where.get(pair)
+            if bucket is None:
+                where[pair] = {w}
+            else:
+                bucket.add(w)
+    return pair_counts, where
 
 
 def _merge_pair(

@@ -174,7 +174,8 @@ def read_state(path: Path) -> dict:
     except pickle.UnpicklingError as e:
         raise BertkitError(f"{path / STATE_FILE} holds Python code, not only tensors, so bertkit will not load it "
                            f"(it did not write it): {str(e).splitlines()[0]}") from None
-    for key in ("model", "optimizer", "scheduler", "position", "fingerprint"):
+    for key in ("model", "optimizer", "scheduler", "scaler", "position", "fingerprint", "rank_rng", "world_size",
+                "windows"):
         if key not in state:
             raise KeyError(key)
     return state
@@ -231,8 +232,7 @@ def restore_rank_state(state: dict, info: DistInfo, seed: int, step: int, device
     sample position is world-size independent (global micro-batches), but there is no RNG state for the new
     ranks, so each is re-seeded from (seed, rank, step): dropout draws differ from an uninterrupted run.
     """
-    ranks = state.get("rank_rng") or [{"torch": state["torch_rng"], "python": state["python_rng"]}]
-    windows = state.get("windows") or [state.get("window", {})]
+    ranks, windows = state["rank_rng"], state["windows"]
     if len(ranks) == info.world_size:
         set_rng_state(ranks[info.rank], device)
         return dict(windows[info.rank])

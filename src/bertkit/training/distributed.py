@@ -48,6 +48,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertkit._hardware import resolve_device
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger("bertkit")
@@ -100,24 +101,9 @@ def current() -> DistInfo:
     return DistInfo(rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank)))
 
 
-def resolve_device(spec: str, local_rank: int = 0) -> str:
-    """``auto``: CUDA when present, else the CPU. Under torchrun a bare ``cuda`` (or ``auto``) is this
-    process's GPU, ``cuda:LOCAL_RANK``, so N processes on a node use N GPUs without any flag."""
-    spec = spec.strip()
-    if spec == "auto":
-        spec = "cuda" if torch.cuda.is_available() else "cpu"
-    if spec == "cuda":
-        if not torch.cuda.is_available():
-            raise BertkitError("--device cuda: PyTorch sees no CUDA GPU here; use --device cpu (or auto)")
-        if local_rank >= torch.cuda.device_count():
-            raise BertkitError(f"LOCAL_RANK {local_rank} has no GPU: this node has {torch.cuda.device_count()}; "
-                               "launch at most that many processes per node (--nproc_per_node)")
-        return f"cuda:{local_rank}"
-    try:
-        torch.device(spec)
-    except RuntimeError:
-        raise BertkitError(f"--device {spec!r} is not a device: use auto, cpu, cuda or cuda:N") from None
-    return spec
+def process_device(spec: str) -> str:
+    """``resolve_device`` for this process: under torchrun a bare ``cuda`` (or ``auto``) is its own GPU."""
+    return resolve_device(spec, current().local_rank)
 
 
 @contextlib.contextmanager

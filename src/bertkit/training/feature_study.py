@@ -38,6 +38,12 @@ from bertkit.training.finetune import run_finetuning
 
 logger = logging.getLogger("bertkit")
 
+# The defaults of a direct call (the command passes its settings'): the tagger and the extraction.
+LSTM_LAYERS = 2
+DROPOUT = 0.25
+MAX_SEQ_LENGTH = 128
+EXTRACT_BATCH_SIZE = 64
+
 
 # name -> (how to combine, which hidden states as offsets from the end, or "encoder" for layers 1..L)
 COMBINATIONS: dict[str, tuple[str, Any]] = {
@@ -118,7 +124,7 @@ class BiLSTMTagger(nn.Module):
     as in the paper's section 5.3). Called as the heads are: ``tagger(features, attention_mask, labels)``."""
 
     def __init__(self, combination: LayerCombination, lstm_hidden: int, num_labels: int, *,
-                 num_layers: int = StudySettings.lstm_layers, dropout: float = StudySettings.dropout):
+                 num_layers: int = LSTM_LAYERS, dropout: float = DROPOUT):
         super().__init__()
         self.combination = combination
         self.dropout = nn.Dropout(dropout)
@@ -155,8 +161,8 @@ class WordActivations:
 
 @torch.no_grad()
 def extract_word_activations(model: BertModel, tokenizer: Any, sentences: Sequence[ner.NerSentence],
-                             path: Path, *, max_seq_length: int = StudySettings.max_seq_length,
-                             batch_size: int = StudySettings.extract_batch_size,
+                             path: Path, *, max_seq_length: int = MAX_SEQ_LENGTH,
+                             batch_size: int = EXTRACT_BATCH_SIZE,
                              device: str = "cpu", progress: bool = True) -> WordActivations:
     """All L + 1 hidden states at each word's first WordPiece, written to ``path`` (.npy, fp16) and memory-mapped.
 

@@ -29,11 +29,11 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
 from bertkit.heads import BertForSequenceClassification
+from bertkit.inference.prepare import Precision, prepare_model
 from bertkit.outputs import atomic_write_json, remove_owned_tree
-from bertkit.quantization import int8_model_device, is_int8_model, load_for_inference
+from bertkit.quantization import load_for_inference
 from bertkit.settings import (
     ClassifySettings,
-    FinetuneSettings,
     GlueSettings,
     PredictBenchmarkSettings,
     PredictGlueSettings,
@@ -43,15 +43,18 @@ from bertkit.settings import (
 )
 from bertkit.tasks import glue
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.distributed import current
+from bertkit.training.distributed import current, process_device
 from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, steps_for_epochs, train
 from bertkit.training.plot import plot_metrics
 
 logger = logging.getLogger("bertkit")
 
+# Sequences per prediction batch in a direct call (the commands pass their settings').
+EVAL_BATCH_SIZE = 64
+
 @torch.no_grad()
 def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *,
-            batch_size: int = FinetuneSettings.eval_batch_size,
+            batch_size: int = EVAL_BATCH_SIZE,
             bf16: bool = False, device: str = "cpu", output: Callable[[Any], torch.Tensor] = lambda o: o.logits
             ) -> list[np.ndarray]:
     """Run ``model`` over ``features`` in batches of similar length (little padding); outputs in input order.
@@ -83,33 +86,14 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
     return results  # type: ignore[return-value]
 
 
-def for_prediction(model: nn.Module, tokenizer: BertTokenizer, s: PredictBenchmarkSettings) -> nn.Module:
-    """A loaded fine-tuned ``model`` on ``s.device`` in eval mode and, with --int8, quantized as pipelines quantize
-    it (``quantize_int8_on_texts``: the built-in sentences, or --calibration-file's, cut to --max-seq-length).
-    The settings refused --int8 where it cannot run (a GPU, --bf16, no x86 engine) before the model loaded; a
-    model that is int8 already (a `bertkit quantize` directory) runs as it is, on the CPU."""
-    if is_int8_model(model):  # the CPU ("auto" included), or an error naming why not
-        s.device = str(int8_model_device(s.model_name_or_path, s.device, calibrating=s.calibration_file is not None,
-                                         bf16=s.bf16))
-        return model.eval()
-    model = model.to(s.device).eval()
-    if not s.int8:
-        return model
-    from bertkit import quantization  # looked up at the call: tests and tools can wrap its functions
-
-    texts = quantization.read_calibration_file(s.calibration_file) if s.calibration_file is not None else None
-    return quantization.quantize_int8_on_texts(model, tokenizer, texts, max_length=s.max_seq_length)
-
-
-def precision_record(s: PredictBenchmarkSettings, model: nn.Module) -> dict[str, Any]:
-    """What a prediction report says about precision: ``quantize`` ("int8" or None, as pipelines' ``.quantize``
-    and serve's /metadata), and with int8 the calibration text ("built-in", the file, or what a `bertkit
-    quantize` directory records)."""
-    if not is_int8_model(model):
-        return {"quantize": None}
-    saved = model.config.extra.get("quantization_config") or {}
-    calibration = saved.get("calibration") or ("built-in" if s.calibration_file is None else str(s.calibration_file))
-    return {"quantize": "int8", "calibration": calibration}
+def for_prediction(model: nn.Module, tokenizer: BertTokenizer, s: PredictBenchmarkSettings
+                   ) -> tuple[nn.Module, Precision]:
+    """A loaded fine-tuned ``model`` made ready by ``prepare_model`` as pipelines make theirs: on ``s.device`` in
+    eval mode and, with --int8, quantized on the built-in sentences or --calibration-file's, cut to
+    --max-seq-length; a model that is int8 already (a `bertkit quantize` directory) runs as it is, on the CPU."""
+    return prepare_model(model, s.model_name_or_path, device=s.device, bf16=s.bf16,
+                         quantize="int8" if s.int8 else None, calibration_file=s.calibration_file,
+                         tokenizer=tokenizer, max_length=s.max_seq_length)
 
 
 def _primary(task: glue.GlueTask, scores: dict[str, float]) -> float:
@@ -147,7 +131,7 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
 
     def scores_of(model: nn.Module) -> dict[str, float]:
         logits = np.stack(predict(model, dev_features, collate, batch_size=s.eval_batch_size, bf16=s.bf16,
-                                  device=s.device))
+                                  device=process_device(s.device)))
         preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
         return task.metric(preds, dev_refs)
 
@@ -266,16 +250,16 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     if model.config.num_labels != expected:
         raise BertkitError(f"{s.model_name_or_path} has {model.config.num_labels} outputs but {task.name} needs "
                            f"{expected}; is it a checkpoint fine-tuned on this task?")
-    model = for_prediction(model, tokenizer, s)
+    model, precision = for_prediction(model, tokenizer, s)
     examples = first(glue.read_glue(task, s.data_dir, s.split), s.max_predict_samples)
     features = glue.featurize(examples, tokenizer, s.max_seq_length, task)
     logits = np.stack(predict(model, features, lambda b: glue.collate(b, tokenizer.pad_token_id),
-                              batch_size=s.batch_size, bf16=s.bf16, device=s.device))
+                              batch_size=s.batch_size, bf16=s.bf16, device=precision.device))
     preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
     s.output_dir.mkdir(parents=True, exist_ok=True)
     path = glue.write_submission(task, preds.tolist(), [e.id for e in examples], s.output_dir)
     result: dict[str, Any] = {"task": task.name, "split": s.split, "examples": len(examples), "file": str(path),
-                              **precision_record(s, model)}
+                              **precision.record()}
     if s.split != "test":
         result["scores"] = task.metric(preds, np.asarray([f["labels"] for f in features]))
     atomic_write_json(s.output_dir / "report.json", result)
@@ -445,7 +429,7 @@ def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
         from bertkit.inference import pipeline
         from bertkit.outputs import atomic_write
 
-        pipe = pipeline("text-classification", s.output_dir / "best", device=s.device, bf16=s.bf16,
+        pipe = pipeline("text-classification", s.output_dir / "best", device=process_device(s.device), bf16=s.bf16,
                         batch_size=s.eval_batch_size, max_length=s.max_seq_length, progress=s.progress)
         results = pipe([(e.text_a, e.text_b) if e.text_b is not None else e.text_a for e in test_examples])
         out = s.output_dir / "test_predictions.jsonl"

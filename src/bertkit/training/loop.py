@@ -32,10 +32,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit._hardware import warn_if_bf16_is_emulated
+from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.outputs import atomic_write_text, owns, register, register_append
-from bertkit.settings import TrainingSettings
+from bertkit.settings import CHECKPOINT_FIELDS, TrainingSettings, resume_fingerprint
 from bertkit.training.batch_plan import (
     Batch,
     BatchPlan,
@@ -56,7 +56,7 @@ from bertkit.training.checkpoint import (
     save_checkpoint,
 )
 from bertkit.training.checkpoint import read_state as _read_state  # noqa: F401 (imported from here by tests)
-from bertkit.training.distributed import DistInfo, Replicas, all_gather, any_rank, current, resolve_device
+from bertkit.training.distributed import DistInfo, Replicas, all_gather, any_rank, current
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
 from bertkit.training.token_loss import accepts_num_items, logged_loss, objective, step_targets, target_count
 
@@ -238,7 +238,7 @@ class _Run:
         info = current()
         out_dir = args.output_dir
         out_dir.mkdir(parents=True, exist_ok=True)
-        fingerprint = {"train": args.fingerprint(), **(fingerprint or {})}
+        fingerprint = {"train": resume_fingerprint(args, CHECKPOINT_FIELDS), **(fingerprint or {})}
         total = sum(p.steps for p in phases)
         _check_phases(args, phases, info)
         device = resolve_device(args.device, info.local_rank)
@@ -270,11 +270,10 @@ class _Run:
         info = self.info
         self.replicas.load_optimizer(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        if "scaler" in state:
-            self.scaler.load_state_dict(state["scaler"])
+        self.scaler.load_state_dict(state["scaler"])
         pos = self.pos = Position(**state["position"])
         self.window = restore_rank_state(state, info, self.args.seed, pos.step, self.device)
-        written_by = state.get("world_size", 1)
+        written_by = state["world_size"]
         if info.is_main:
             logger.info("resuming from %s (step %d of %d)", path, pos.step, self.total)
             if written_by != info.world_size:

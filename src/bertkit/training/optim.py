@@ -17,7 +17,12 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertkit.errors import BertkitError
-from bertkit.settings import LR_SCHEDULES, OPTIMIZERS, TrainingSettings
+from bertkit.settings import LR_SCHEDULES, OPTIMIZERS
+
+# google-research/bert's optimiser settings: the defaults of a direct call (commands pass their settings').
+WEIGHT_DECAY = 0.01
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPSILON = 1e-6
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -79,9 +84,9 @@ def _fused_ok(model: nn.Module) -> bool:
     return devices <= {"cpu", "cuda"} and all(p.is_floating_point() for p in model.parameters())
 
 
-def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float = TrainingSettings.weight_decay,
-                    betas: tuple[float, float] = (TrainingSettings.adam_beta1, TrainingSettings.adam_beta2),
-                    eps: float = TrainingSettings.adam_epsilon) -> Optimizer:
+def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float = WEIGHT_DECAY,
+                    betas: tuple[float, float] = ADAM_BETAS,
+                    eps: float = ADAM_EPSILON) -> Optimizer:
     """AdamW or LAMB over ``parameter_groups``. eps 1e-6 is google-research/bert's value."""
     groups = parameter_groups(model, weight_decay)
     if name == "adamw":

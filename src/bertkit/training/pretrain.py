@@ -28,7 +28,7 @@ from bertkit.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from bertkit.outputs import atomic_write_json, sha256_of
 from bertkit.settings import PretrainSettings
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.distributed import current
+from bertkit.training.distributed import current, process_device
 from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, train
 from bertkit.training.plot import plot_metrics
 
@@ -176,7 +176,7 @@ def pretrain(s: PretrainSettings) -> TrainResult:
 
         def evaluate(model):
             return evaluate_pretraining(model, eval_set, batch_size=s.eval_batch_size, pad_id=pad,
-                                        limit=s.eval_instances, device=s.device)
+                                        limit=s.eval_instances, device=process_device(s.device))
 
     torch.manual_seed(s.seed)  # the initial weights are part of the run: same seed, same model
     if s.init_from is not None:  # heads the checkpoint lacks are initialised (seeded) and logged by name
@@ -190,18 +190,14 @@ def pretrain(s: PretrainSettings) -> TrainResult:
             with torch.no_grad():
                 model.bert.embeddings.position_embeddings.weight.copy_(sinusoidal_positions(
                     config.max_position_embeddings, config.hidden_size, config.initializer_range))
+    fresh = s.init_from is None  # with --init-from the checkpoint's MLM bias and positions are kept
     fingerprint = {"model_config": config.to_dict(), "max_steps": s.max_steps, "batch_size": s.batch_size,
                    # the data's content (the manifest lists every shard's sha256), not its path: data
                    # regenerated at the same path must not resume silently, data moved elsewhere may
-                   "data": [sha256_of(Path(p.plan.dataset.path) / MANIFEST) for p in phases]}
-    if s.mlm_bias_init != "zeros" and s.init_from is None:  # as nsp below: only when set
-        fingerprint["mlm_bias_init"] = s.mlm_bias_init
-    if s.position_init != "normal" and s.init_from is None:
-        fingerprint["position_init"] = s.position_init
-    if not s.nsp:  # only when set, so checkpoints written before these settings existed still resume
-        fingerprint["nsp"] = False
-    if s.init_from is not None:
-        fingerprint["init_from"] = sha256_of(s.init_from / WEIGHTS_NAME)
+                   "data": [sha256_of(Path(p.plan.dataset.path) / MANIFEST) for p in phases],
+                   "mlm_bias_init": s.mlm_bias_init if fresh else None,
+                   "position_init": s.position_init if fresh else None, "nsp": s.nsp,
+                   "init_from": None if fresh else sha256_of(s.init_from / WEIGHTS_NAME)}
     result = train(model, phases, s.training(), evaluate=evaluate, batch_metrics=mlm_nsp_batch_metrics,
                    fingerprint=fingerprint, resume=s.resume)
     if not info.is_main:  # under torchrun, rank 0 writes the results

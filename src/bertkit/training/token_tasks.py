@@ -39,7 +39,6 @@ from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertF
 from bertkit.outputs import atomic_write, atomic_write_json
 from bertkit.quantization import load_for_inference
 from bertkit.settings import (
-    FinetuneSettings,
     NerSettings,
     PredictNerSettings,
     PredictSquadSettings,
@@ -51,11 +50,16 @@ from bertkit.settings import (
 from bertkit.tasks import ner, squad, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.distributed import current
-from bertkit.training.finetune import for_prediction, precision_record, predict, run_finetuning
+from bertkit.training.distributed import current, process_device
+from bertkit.training.finetune import EVAL_BATCH_SIZE, for_prediction, predict, run_finetuning
 from bertkit.training.loop import TrainResult
 
 logger = logging.getLogger("bertkit")
+
+# SQuAD post-processing in a direct call (run_squad.py's; the commands pass their settings').
+N_BEST_SIZE = 20
+MAX_ANSWER_LENGTH = 30
+NULL_THRESHOLD = 0.0
 
 def _per_epoch(result: TrainResult) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "split"} for r in result.history if r["split"] == "eval"]
@@ -81,7 +85,7 @@ NER_SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
 
 
 def predict_ner(model: nn.Module, sentences: Sequence[ner.NerSentence], features: Sequence[dict],
-                labels: Sequence[str], *, pad_id: int, batch_size: int = FinetuneSettings.eval_batch_size,
+                labels: Sequence[str], *, pad_id: int, batch_size: int = EVAL_BATCH_SIZE,
                 bf16: bool = False,
                 device: str = "cpu") -> list[list[str]]:
     """One predicted tag per word of every sentence (read at each word's first WordPiece)."""
@@ -116,7 +120,7 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
 
     def tags_of(model: nn.Module, split: str) -> list[list[str]]:
         return predict_ner(model, data[split], feats[split], labels, pad_id=pad, batch_size=s.eval_batch_size,
-                           bf16=s.bf16, device=s.device)
+                           bf16=s.bf16, device=process_device(s.device))
 
     last_dev: dict[str, Any] = {}
 
@@ -175,10 +179,10 @@ def _squad_split(s: SquadSettings, dataset: dict) -> tuple[list, list, dict | No
 
 
 def predict_squad(model: nn.Module, examples: Sequence[squad.SquadExample], features: Sequence[dict], *,
-                  pad_id: int, version: str = SquadSettings.version, n_best_size: int = SquadSettings.n_best_size,
-                  max_answer_length: int = SquadSettings.max_answer_length,
-                  null_threshold: float = PredictSquadSettings.null_threshold,
-                  batch_size: int = FinetuneSettings.eval_batch_size, bf16: bool = False, device: str = "cpu"
+                  pad_id: int, version: str = "1.1", n_best_size: int = N_BEST_SIZE,
+                  max_answer_length: int = MAX_ANSWER_LENGTH,
+                  null_threshold: float = NULL_THRESHOLD,
+                  batch_size: int = EVAL_BATCH_SIZE, bf16: bool = False, device: str = "cpu"
                   ) -> tuple[squad.SquadPredictions, list[np.ndarray]]:
     """Start/end logits per window, post-processed into answers; also returns the logits for re-thresholding."""
     rows = predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16, device=device,
@@ -231,7 +235,7 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     post = {"version": s.version, "n_best_size": s.n_best_size, "max_answer_length": s.max_answer_length}
     t0 = time.perf_counter()
     preds, rows = predict_squad(model, eval_examples, eval_features, pad_id=pad, batch_size=s.eval_batch_size,
-                                bf16=s.bf16, device=s.device, **post)
+                                bf16=s.bf16, device=process_device(s.device), **post)
     scores: dict[str, Any]
     if s.version == "1.1":
         scores = to_fractions(squad.evaluate_v1(eval_articles, preds.predictions))
@@ -271,7 +275,7 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
 
 
 def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int,
-                 batch_size: int = FinetuneSettings.eval_batch_size,
+                 batch_size: int = EVAL_BATCH_SIZE,
                  bf16: bool = False, device: str = "cpu") -> np.ndarray:
     """(N, 4) ending scores."""
     return np.stack(predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16,
@@ -308,7 +312,7 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
 
     def evaluate(model: nn.Module) -> dict[str, float]:
         last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
-                                      device=s.device)
+                                      device=process_device(s.device))
         return {"accuracy": float((last["scores"].argmax(-1) == gold).mean())}
 
     torch.manual_seed(s.seed)
@@ -322,7 +326,7 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
         return {}
     if "scores" not in last:
         last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
-                                      device=s.device)
+                                      device=process_device(s.device))
     scores = last["scores"]
     pred_path = write_swag_predictions(s.output_dir / "predictions.jsonl", eval_examples, scores)
     report = {
@@ -360,7 +364,7 @@ def _checkpoint(cls: type[nn.Module], path: Path, task: str) -> tuple[nn.Module,
 def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
     """Tag ``s.data_file`` with a fine-tuned checkpoint: predictions.txt (word gold pred) and conlleval scores."""
     model, tokenizer = _checkpoint(BertForTokenClassification, s.model_name_or_path, "ner")
-    model = for_prediction(model, tokenizer, s)
+    model, precision = for_prediction(model, tokenizer, s)
     names = model.config.id2label
     if not names:
         raise BertkitError(f"{s.model_name_or_path}/config.json has no id2label: the tag names are unknown; "
@@ -371,30 +375,31 @@ def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
     gold = sorted({t for sent in sentences for t in sent.tags} - set(labels))
     features = ner.featurize_ner(sentences, tokenizer, labels + gold, s.max_seq_length)
     tags = predict_ner(model, sentences, features, labels + gold, pad_id=tokenizer.pad_token_id,
-                       batch_size=s.batch_size, bf16=s.bf16, device=s.device)
+                       batch_size=s.batch_size, bf16=s.bf16, device=precision.device)
     scores = ner_scores(sentences, tags)
     path = ner.write_conll(s.output_dir / "predictions.txt", sentences, tags)
     report = {"task": "ner", "model": str(s.model_name_or_path), "data_file": str(s.data_file),
               "sentences": len(sentences), "scores": scores, "files": {"predictions": str(path)},
-              **precision_record(s, model)}
+              **precision.record()}
     return _write_report(s.output_dir, report)
 
 
 def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
     """Answer ``s.predict_file``: run_squad.py's prediction files, scored where the file has answers."""
     model, tokenizer = _checkpoint(BertForQuestionAnswering, s.model_name_or_path, "squad")
-    model = for_prediction(model, tokenizer, s)
+    model, precision = for_prediction(model, tokenizer, s)
     dataset = squad.load_squad(s.predict_file)
     examples = first(squad.squad_examples(dataset["data"], source=str(s.predict_file)), s.max_predict_samples)
     features = squad.featurize_squad(examples, tokenizer, max_seq_length=s.max_seq_length, doc_stride=s.doc_stride,
                                      max_query_length=s.max_query_length)
     preds, _ = predict_squad(model, examples, features, pad_id=tokenizer.pad_token_id, version=s.version,
                              n_best_size=s.n_best_size, max_answer_length=s.max_answer_length,
-                             null_threshold=s.null_threshold, batch_size=s.batch_size, bf16=s.bf16, device=s.device)
+                             null_threshold=s.null_threshold, batch_size=s.batch_size, bf16=s.bf16,
+                             device=precision.device)
     files = {k: str(v) for k, v in preds.write(s.output_dir).items()}
     report: dict[str, Any] = {"task": f"squad{s.version}", "model": str(s.model_name_or_path),
                               "predict_file": str(s.predict_file), "questions": len(examples), "files": files,
-                              **precision_record(s, model)}
+                              **precision.record()}
     if any(e.answers or e.is_impossible for e in examples):  # gold answers given: the official scores
         wanted = {e.qas_id for e in examples}
         articles = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in wanted]}
@@ -409,15 +414,15 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
 def predict_swag_file(s: PredictSwagSettings) -> dict[str, Any]:
     """Score the endings of ``s.predict_file``: predictions.jsonl, and accuracy when it has labels."""
     model, tokenizer = _checkpoint(BertForMultipleChoice, s.model_name_or_path, "swag")
-    model = for_prediction(model, tokenizer, s)
+    model, precision = for_prediction(model, tokenizer, s)
     examples = first(swag.read_swag(s.predict_file), s.max_predict_samples)
     features = swag.featurize_swag(examples, tokenizer, s.max_seq_length)
     scores = predict_swag(model, features, pad_id=tokenizer.pad_token_id, batch_size=s.batch_size, bf16=s.bf16,
-                          device=s.device)
+                          device=precision.device)
     path = write_swag_predictions(s.output_dir / "predictions.jsonl", examples, scores)
     labelled = all(e.label is not None for e in examples)
     accuracy = float((scores.argmax(-1) == np.asarray([e.label for e in examples])).mean()) if labelled else None
     report = {"task": "swag", "model": str(s.model_name_or_path), "predict_file": str(s.predict_file),
               "examples": len(examples), "accuracy": accuracy, "files": {"predictions": str(path)},
-              **precision_record(s, model)}
+              **precision.record()}
     return _write_report(s.output_dir, report)

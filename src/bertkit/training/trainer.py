@@ -244,20 +244,9 @@ class Trainer:
                                "continue it with trainer.train(resume_from_checkpoint=True), or choose another "
                                "output_dir")
         settings = self._settings(total, per_epoch, info.world_size)
-        config = getattr(self.model, "config", None)
-        fingerprint = {"trainer": {
-            "examples": len(examples), "per_device_train_batch_size": args.per_device_train_batch_size,
-            "world_size": info.world_size, "max_steps": total, "train_sampling_strategy": args.train_sampling_strategy,
-            "data_seed": args.data_seed, "model": config.to_dict() if hasattr(config, "to_dict") else None}}
+        fingerprint = self._fingerprint(len(examples), total, info.world_size)
 
-        self.state = TrainerState(max_steps=total, num_train_epochs=total / per_epoch,
-                                  train_batch_size=args.per_device_train_batch_size,
-                                  is_local_process_zero=info.local_rank == 0, is_world_process_zero=info.is_main)
-        if isinstance(resume, Path) and (resume / TRAINER_STATE).is_file():
-            saved = json.loads((resume / TRAINER_STATE).read_text(encoding="utf-8"))
-            for key in ("log_history", "best_metric", "best_global_step", "best_model_checkpoint", "global_step",
-                        "epoch"):
-                setattr(self.state, key, saved.get(key))
+        self.state = self._new_state(total, per_epoch, resume)
         self.control = TrainerControl()
         self._lr = _learning_rates(args.learning_rate, args.warmup_for(total), total, args.lr_scheduler_type)
         self._micro_per_epoch = len(plan)
@@ -281,15 +270,35 @@ class Trainer:
             best = torch.load(Path(self.state.best_model_checkpoint) / "state.pt", map_location="cpu",
                               weights_only=True)["model"]
             self.model.load_state_dict(best)
-        losses = [(r["step"], r["loss"]) for r in result.history if r.get("split") == "train" and "loss" in r]
-        steps_before = [0] + [s for s, _ in losses[:-1]]
-        loss = sum(v * (s - p) for (s, v), p in zip(losses, steps_before)) / max(1, losses[-1][0]) if losses else 0.0
+        loss = _mean_train_loss(result.history)
         done = result.step - start_step
         metrics = {"train_runtime": seconds, "train_samples_per_second": done * accum * plan.batch_size * info.world_size
                    / max(seconds, 1e-9), "train_steps_per_second": done / max(seconds, 1e-9), "train_loss": loss}
         self.log(metrics)
         self._event("on_train_end")
         return TrainOutput(result.step, loss, {**metrics, "epoch": self.state.epoch})
+
+    def _fingerprint(self, n_examples: int, total: int, world_size: int) -> dict[str, Any]:
+        """What a resumed run must share with the run it continues (the loop refuses a checkpoint otherwise)."""
+        args = self.args
+        config = getattr(self.model, "config", None)
+        return {"trainer": {
+            "examples": n_examples, "per_device_train_batch_size": args.per_device_train_batch_size,
+            "world_size": world_size, "max_steps": total, "train_sampling_strategy": args.train_sampling_strategy,
+            "data_seed": args.data_seed, "model": config.to_dict() if hasattr(config, "to_dict") else None}}
+
+    def _new_state(self, total: int, per_epoch: int, resume: Path | bool | None) -> TrainerState:
+        """The run's TrainerState; resuming, its history, best checkpoint, step and epoch as the checkpoint saved them."""
+        info = current()
+        state = TrainerState(max_steps=total, num_train_epochs=total / per_epoch,
+                             train_batch_size=self.args.per_device_train_batch_size,
+                             is_local_process_zero=info.local_rank == 0, is_world_process_zero=info.is_main)
+        if isinstance(resume, Path) and (resume / TRAINER_STATE).is_file():
+            saved = json.loads((resume / TRAINER_STATE).read_text(encoding="utf-8"))
+            for key in ("log_history", "best_metric", "best_global_step", "best_model_checkpoint", "global_step",
+                        "epoch"):
+                setattr(state, key, saved.get(key))
+        return state
 
     def _settings(self, total: int, per_epoch: int, world_size: int) -> TrainingSettings:
         a = self.args
@@ -525,6 +534,12 @@ def _concat(parts: list[np.ndarray]) -> np.ndarray:
 def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
 
+
+def _mean_train_loss(history: list[dict[str, Any]]) -> float:
+    """The run's mean training loss, as transformers reports it: each logged loss weighted by the steps it covers."""
+    losses = [(r["step"], r["loss"]) for r in history if r.get("split") == "train" and "loss" in r]
+    steps_before = [0] + [s for s, _ in losses[:-1]]
+    return sum(v * (s - p) for (s, v), p in zip(losses, steps_before)) / max(1, losses[-1][0]) if losses else 0.0
 
 def _learning_rates(lr: float, warmup: int, total: int, shape: str) -> Callable[[int], float]:
     """The learning rate optimiser step ``step`` (1-based) used: what transformers logs as learning_rate."""

@@ -180,10 +180,18 @@ class TrainingArguments:
     do_predict: bool = False
 
     def __post_init__(self) -> None:
+        # Types first, then each field's range, then named choices, then the fields that must agree with each
+        # other: the first value refused is the one named.
         _check_types(self)
         if self.output_dir is None:
             self.output_dir = "trainer_output"  # transformers 5's default
         self.output_dir = Path(self.output_dir)
+        self._check_numbers()
+        self._check_choices()
+        self._check_best_model()
+
+    def _check_numbers(self) -> None:
+        """Seeds, batch sizes, the schedule's lengths and the optimiser's numbers are each in their range."""
         for name in ("seed", "data_seed"):  # numpy's and transformers' set_seed range
             value = getattr(self, name)
             if value is not None and not 0 <= value < 2**32:
@@ -213,6 +221,10 @@ class TrainingArguments:
                 raise BertkitError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
         if not self.adam_epsilon > 0:
             raise BertkitError(f"adam_epsilon must be > 0, got {self.adam_epsilon!r}")
+
+    def _check_choices(self) -> None:
+        """Schedules, optimisers, strategies, step intervals, reporting and precision are ones bertkit implements;
+        an enum strategy and a one-item report_to are stored as the plain value."""
         from bertkit.settings import LR_SCHEDULES
 
         if self.lr_scheduler_type not in LR_SCHEDULES:
@@ -247,6 +259,10 @@ class TrainingArguments:
         self.report_to = reports[0]
         if self.bf16 and self.fp16:
             raise BertkitError("bf16 and fp16 are both set; choose one")
+
+    def _check_best_model(self) -> None:
+        """load_best_model_at_end needs an evaluation at each checkpoint; the metric and its direction default as
+        in transformers (the loss, lower is better)."""
         if self.load_best_model_at_end:
             if self.eval_strategy == "no":
                 raise BertkitError("load_best_model_at_end needs evaluations: set eval_strategy to 'steps' or "

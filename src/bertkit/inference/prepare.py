@@ -1,0 +1,102 @@
+"""One way to make a model ready to run: its device, bf16 autocast or int8, and a record of which it got.
+
+Every command, pipeline and the server that applies a model goes through ``prepare_model``: the device comes from
+``bertkit._hardware.resolve_device`` (the one function that decides it), a float model asked to run in int8 is
+quantized here (calibrated on the given texts, a calibration file, or the built-in sentences), and a model that
+is int8 already (a `bertkit quantize` directory) runs as it is, on the CPU. ``check_request`` refuses what cannot
+run before any weights load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit import quantization
+from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
+from bertkit.errors import BertkitError
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How a prepared model runs: its device, the dtype its matmuls compute in, and whether (and on what text) its
+    encoder's projections were quantized to int8."""
+
+    device: torch.device
+    dtype: str  # "float32", or "bfloat16" (autocast over float32 weights)
+    quantize: str | None  # "int8" or None
+    calibration: str | None = None  # with int8: "built-in", a calibration file, "texts", or what the int8 dir records
+
+    def record(self) -> dict[str, Any]:
+        """What a prediction report says about precision (as pipelines' ``.quantize`` and serve's /metadata)."""
+        if self.quantize is None:
+            return {"quantize": None}
+        return {"quantize": self.quantize, "calibration": self.calibration}
+
+
+def check_request(device: str | torch.device = "cpu", *, bf16: bool = False, quantize: str | None = None,
+                  calibrating: bool = False, local_rank: int = 0) -> torch.device:
+    """The device a model asked to run so will run on, or an error naming why it cannot and the fix (an int8
+    request on a GPU, with bf16, without an x86 quantized engine; an unknown ``quantize``; calibration without
+    int8). Called before the weights load."""
+    if quantize is None:
+        if calibrating:
+            raise BertkitError("calibration_texts calibrate int8 inference: pass them with quantize='int8'")
+        return torch.device(resolve_device(device, local_rank))
+    if quantize not in quantization.QUANTIZE_MODES:
+        raise BertkitError(f"quantize {quantize!r} is not one of {quantization.QUANTIZE_MODES}: quantize='int8' runs "
+                           "the encoder in int8 on the CPU, quantize=None (the default) as loaded")
+    return torch.device(resolve_device(device, local_rank, int8=True, bf16=bf16))
+
+
+def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | None = None, *,
+                  device: str | torch.device = "cpu", bf16: bool = False, quantize: str | None = None,
+                  calibration_texts: Sequence[str | tuple[str, str]] | None = None,
+                  calibration_file: str | Path | None = None, tokenizer: Any = None, max_length: int | None = None,
+                  local_rank: int = 0) -> tuple[nn.Module, Precision]:
+    """``model`` (a loaded model, or a model class to load from ``model_dir``: a `bertkit quantize` directory loads
+    in int8) on its device in eval mode, with the record of its precision.
+
+    ``quantize="int8"`` quantizes a float model as pipelines always have (``quantize_int8_on_texts`` on
+    ``calibration_texts``, the lines of ``calibration_file``, or the built-in sentences, cut to ``max_length``
+    tokens by ``tokenizer``); an int8 model runs as it is and refuses a calibration (it was calibrated when
+    quantized). ``model_dir`` names the model in that refusal."""
+    if isinstance(model, type):
+        if model_dir is None:
+            raise BertkitError(f"prepare_model got the class {model.__name__}: pass model_dir to load it from")
+        model = quantization.load_for_inference(model, Path(model_dir))
+    calibrating = calibration_texts is not None or calibration_file is not None
+    int8_already = quantization.is_int8_model(model)
+    if int8_already:
+        if calibrating:
+            raise BertkitError(_calibrating_int8(model_dir))
+        quantize = "int8"
+    dev = check_request(device, bf16=bf16, quantize=quantize, calibrating=calibrating, local_rank=local_rank)
+    model = model.eval() if int8_already else model.to(dev).eval()
+    calibration = None
+    if int8_already:
+        calibration = (model.config.extra.get("quantization_config") or {}).get("calibration") or "built-in"
+    elif quantize == "int8":
+        texts = calibration_texts
+        if calibration_file is not None:
+            texts = quantization.read_calibration_file(Path(calibration_file))
+        # looked up at the call (not imported by name): tests and tools can wrap it
+        model = quantization.quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length)
+        calibration = (str(calibration_file) if calibration_file is not None
+                       else "texts" if calibration_texts is not None else "built-in")
+    if bf16:
+        warn_if_bf16_is_emulated(dev.type)
+    return model, Precision(dev, "bfloat16" if bf16 else "float32", quantize, calibration)
+
+
+def _calibrating_int8(model_dir: str | Path | None) -> str:
+    if model_dir is None:
+        return ("the model is int8 already (calibrated when it was quantized); calibration_texts apply when "
+                "quantizing a float model: pass the float checkpoint with them")
+    return (f"{model_dir} is int8 already (written by `bertkit quantize`, calibrated then); a calibration file or "
+            "texts apply when quantizing a float checkpoint")

@@ -1,0 +1,557 @@
+"""The same user code against transformers and bertkit: the model side of the compatibility contract.
+
+Two kinds of check, side by side for each topic:
+
+- code as transformers' documentation writes it, run once with ``transformers`` and once with ``bertkit`` on the
+  real MiniLM checkpoint (a 6-layer BERT) in both, comparing what the user gets;
+- tiny random models (``TINY``) built with transformers and loaded into bertkit with the same weights, for the
+  calls whose numbers a real checkpoint would not change (attentions, tuple access, embeddings, resizing).
+
+The silent differences come first: each of those failed on the code before it was fixed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+import bertkit
+import bertkit.heads as H
+from bertkit import BertConfig, BertModel, BertTokenizer
+from bertkit.errors import BertkitError, MissingFileError
+
+transformers = pytest.importorskip("transformers")
+
+TEXTS = ["The lobster is blue until it is cooked.", "Paris is the capital of France, and a large city."]
+SENTENCES = ["The cat sat on the mat.", "Paris is the capital of France, and its largest city.",
+             "A gripping, beautifully acted film."]
+ATOL = 1e-5
+TOL = dict(atol=1e-5, rtol=0)
+TINY = dict(vocab_size=211, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=40, type_vocab_size=2, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0)
+
+
+@pytest.fixture(scope="module")
+def batch(minilm_dir):
+    """``TEXTS`` through transformers' fast tokenizer, padded."""
+    tok = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    return tok(TEXTS, padding=True, return_tensors="pt")
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+    if mask is not None:  # bertkit leaves zeros at padding positions of hidden states
+        a, b = a[mask.bool()], b[mask.bool()]
+    torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+
+def _batch(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, TINY["vocab_size"], (3, 11), generator=g)
+    mask = torch.ones(3, 11, dtype=torch.long)
+    mask[1, 5:] = 0  # padded rows: the default layout drops padding, output_attentions must not
+    mask[2, 9:] = 0
+    return dict(input_ids=ids, token_type_ids=torch.randint(0, 2, (3, 11), generator=g), attention_mask=mask)
+
+
+def _pair(hf_name: str, tmp_path, num_labels: int = 3):
+    """A transformers model with random weights (eager attention: the one that returns probabilities) and the
+    same weights in bertkit."""
+    torch.manual_seed(0)
+    hf = getattr(transformers, hf_name)(transformers.BertConfig(**TINY, num_labels=num_labels,
+                                                                attn_implementation="eager")).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    ours = getattr(H, hf_name, BertModel).from_pretrained(None, config=BertConfig(**TINY).with_labels(num_labels),
+                                                          state_dict=hf.state_dict()).eval()
+    return ours, hf
+
+
+# ---- silent differences: code that runs on both and must give the same numbers ---------------------------------
+
+
+def test_from_pretrained_returns_eval_mode_so_model_card_code_is_deterministic(minilm_dir, batch):
+    ours, theirs = bertkit.BertModel.from_pretrained(minilm_dir), transformers.BertModel.from_pretrained(minilm_dir)
+    assert ours.training is theirs.training is False
+    with torch.no_grad():  # no .eval(): as model cards write it
+        a, b = ours(**batch).last_hidden_state, theirs(**batch).last_hidden_state
+    _close(a, b, batch["attention_mask"])
+
+
+@pytest.mark.parametrize("name", ["BertModel", "BertForSequenceClassification", "BertForTokenClassification",
+                                  "BertForQuestionAnswering", "BertForMaskedLM", "BertForPreTraining",
+                                  "BertForNextSentencePrediction"])
+def test_positional_arguments_mean_what_they_mean_in_transformers(minilm_dir, batch, name):
+    torch.manual_seed(0)
+    theirs = getattr(transformers, name).from_pretrained(minilm_dir)
+    ours = getattr(bertkit, name).from_pretrained(None, config=bertkit.BertConfig.from_pretrained(minilm_dir),
+                                                  state_dict=theirs.state_dict())
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    positions = torch.arange(ids.shape[1]).flip(0).unsqueeze(0)  # not the default: must reach the embeddings
+    with torch.no_grad():
+        for args in ((ids, mask), (ids, mask, batch["token_type_ids"]), (ids, mask, None, positions)):
+            a, b = ours(*args), theirs(*args)
+            per_token = a[0].dim() >= 2 and a[0].shape[:2] == mask.shape  # padding positions differ by design
+            _close(a[0], b[0], mask if per_token else None)
+
+
+def test_output_switches_set_on_the_config_are_honoured(minilm_dir, batch):
+    ours = bertkit.BertModel.from_pretrained(minilm_dir)
+    theirs = transformers.BertModel.from_pretrained(minilm_dir, attn_implementation="eager")  # its attentions need it
+    for model in (ours, theirs):
+        model.config.output_hidden_states = True
+        model.config.output_attentions = True
+    with torch.no_grad():
+        a, b = ours(**batch), theirs(**batch)
+    assert len(a.hidden_states) == len(b.hidden_states) == 7 and len(a.attentions) == len(b.attentions) == 6
+    _close(a.attentions[2], b.attentions[2])
+    _close(a.hidden_states[3], b.hidden_states[3], batch["attention_mask"])
+    with torch.no_grad():
+        a, b = ours(**batch, output_hidden_states=False, output_attentions=False), theirs(
+            **batch, output_hidden_states=False, output_attentions=False)
+    assert a.hidden_states is None and b.hidden_states is None and a.attentions is None
+
+
+def test_config_return_dict_false_gives_tuples(minilm_dir, batch):
+    ours = bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, return_dict=False)
+    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, return_dict=False)
+    ours.classifier.load_state_dict(theirs.classifier.state_dict())
+    with torch.no_grad():
+        a, b = ours(**batch), theirs(**batch)
+    assert isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 1
+    _close(a[0], b[0])
+
+
+def test_word_embeddings_padding_idx_is_the_pad_token(minilm_dir):
+    ours, theirs = bertkit.BertModel.from_pretrained(minilm_dir), transformers.BertModel.from_pretrained(minilm_dir)
+    assert ours.embeddings.word_embeddings.padding_idx == theirs.embeddings.word_embeddings.padding_idx == 0
+    fresh = bertkit.BertModel(bertkit.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                 intermediate_size=64, vocab_size=50))
+    assert float(fresh.embeddings.word_embeddings.weight[0].detach().abs().max()) == 0.0  # starts at zero, as transformers
+
+# ---- loading: the names and keywords people type, dtype and device, hub ids ------------------------------------
+
+
+@pytest.mark.parametrize("auto", ["AutoModel", "AutoModelForSequenceClassification", "AutoModelForTokenClassification",
+                                  "AutoModelForQuestionAnswering", "AutoModelForMaskedLM",
+                                  "AutoModelForMultipleChoice", "AutoModelForPreTraining"])
+def test_auto_classes_resolve_bert_checkpoints(minilm_dir, auto):
+    ours, theirs = getattr(bertkit, auto).from_pretrained(minilm_dir), getattr(transformers, auto).from_pretrained(minilm_dir)
+    assert type(ours).__name__ == type(theirs).__name__
+    assert ours.num_parameters() == theirs.num_parameters()
+    assert bertkit.AutoConfig.from_pretrained(minilm_dir).to_dict()["hidden_size"] == 384
+
+
+def test_auto_classes_refuse_another_model_type_naming_it(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "roberta", "hidden_size": 8}))
+    for auto in (bertkit.AutoConfig, bertkit.AutoModel, bertkit.AutoModelForMaskedLM):
+        with pytest.raises(BertkitError, match="'roberta' checkpoint.*BERT"):
+            auto.from_pretrained(tmp_path)
+
+
+def test_from_pretrained_keywords(minilm_dir, batch, tmp_path):
+    kw = dict(num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2},
+              problem_type="single_label_classification", output_hidden_states=True)
+    ours = bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, **kw)
+    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, **kw)
+    assert ours.config.id2label == theirs.config.id2label and ours.config.label2id == theirs.config.label2id
+    assert ours.config.problem_type == theirs.config.problem_type and ours.config.output_hidden_states
+    with torch.no_grad():
+        assert len(ours(**batch).hidden_states) == len(theirs(**batch).hidden_states)
+    # config= as transformers passes it
+    config = bertkit.AutoConfig.from_pretrained(minilm_dir, num_labels=4)
+    assert bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, config=config).classifier.out_features == 4
+    # add_pooling_layer
+    bare, hf_bare = (bertkit.BertModel.from_pretrained(minilm_dir, add_pooling_layer=False),
+                     transformers.BertModel.from_pretrained(minilm_dir, add_pooling_layer=False))
+    with torch.no_grad():
+        assert bare(**batch).pooler_output is None and hf_bare(**batch).pooler_output is None
+    # attn_implementation: eager computes the same; an unavailable one is refused, naming both values
+    eager = bertkit.BertModel.from_pretrained(minilm_dir, attn_implementation="eager")
+    hf_eager = transformers.BertModel.from_pretrained(minilm_dir, attn_implementation="eager")
+    with torch.no_grad():
+        _close(eager(**batch).last_hidden_state, hf_eager(**batch).last_hidden_state, batch["attention_mask"])
+    with pytest.raises(BertkitError, match="'sdpa'.*'eager'"):
+        bertkit.BertModel.from_pretrained(minilm_dir, attn_implementation="flash_attention_2")
+
+
+def test_unknown_keyword_arguments_are_an_error_naming_them(minilm_dir):
+    with pytest.raises(BertkitError, match=r"unknown keyword argument num_label: not a BertConfig field"):
+        H.BertForSequenceClassification.from_pretrained(minilm_dir, num_label=3)
+    model = H.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3, hidden_dropout_prob=0.2)
+    assert model.config.num_labels == 3 and model.config.hidden_dropout_prob == 0.2
+
+
+def test_from_pretrained_dtype_device_and_strict_keywords(tmp_path, tiny_checkpoint):
+    tiny_checkpoint(tmp_path, **TINY)
+    assert BertModel.from_pretrained(tmp_path, dtype=torch.bfloat16).dtype == torch.bfloat16
+    assert BertModel.from_pretrained(tmp_path, dtype="float16", device="cpu").dtype == torch.float16
+    assert BertModel.from_pretrained(tmp_path, torch_dtype=torch.bfloat16).dtype == torch.bfloat16
+    assert BertModel.from_pretrained(tmp_path, dtype="auto").dtype == torch.float32
+    with pytest.raises(BertkitError, match="not a torch floating-point dtype"):
+        BertModel.from_pretrained(tmp_path, dtype="int8")
+    # A keyword that is no config field is an error naming it, not a key that breaks the next save.
+    with pytest.raises(BertkitError, match="unknown keyword arguments device_map, output_attention:"):
+        BertModel.from_pretrained(tmp_path, output_attention=True, device_map="auto")
+    # Unknown keys of a config.json are still kept and saved back.
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "gradient_checkpointing": False, "foo": [1]}))
+    model = BertModel.from_pretrained(tmp_path, hidden_dropout_prob=0.2)
+    assert model.config.extra["foo"] == [1] and model.config.hidden_dropout_prob == 0.2
+    model.save_pretrained(tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["foo"] == [1]
+    cfg = BertConfig.from_pretrained(tmp_path, num_labels=4)
+    assert cfg.hidden_size == 32 and cfg.num_labels == 4
+    assert BertConfig.from_pretrained(tmp_path / "config.json") == BertConfig.from_pretrained(tmp_path)
+
+
+def test_dtype_device_and_config_from_pretrained(minilm_dir):
+    model = BertModel.from_pretrained(minilm_dir, dtype="bfloat16", device="cpu")
+    assert model.dtype == torch.bfloat16 and model.device == torch.device("cpu")
+    assert BertModel.from_pretrained(minilm_dir, dtype=torch.float16).dtype == torch.float16
+    with pytest.raises(BertkitError, match="dtype .int8. is not a torch floating-point dtype"):
+        BertModel.from_pretrained(minilm_dir, dtype="int8")
+    ours, theirs = BertConfig.from_pretrained(minilm_dir), transformers.BertConfig.from_pretrained(minilm_dir)
+    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+                 "max_position_embeddings", "layer_norm_eps"):
+        assert getattr(ours, name) == getattr(theirs, name), name
+
+
+def test_ignore_mismatched_sizes_reinitialises_the_head_and_lists_it(minilm_dir, tmp_path, caplog):
+    three = tmp_path / "three"
+    bertkit.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3).save_pretrained(three)
+    with pytest.raises(BertkitError, match="classifier.weight.*ignore_mismatched_sizes=True"):
+        bertkit.BertForSequenceClassification.from_pretrained(three, num_labels=5)
+    with pytest.raises((RuntimeError, ValueError)):  # transformers refuses too
+        transformers.BertForSequenceClassification.from_pretrained(three, num_labels=5)
+    ours = bertkit.BertForSequenceClassification.from_pretrained(three, num_labels=5, ignore_mismatched_sizes=True)
+    theirs = transformers.BertForSequenceClassification.from_pretrained(three, num_labels=5,
+                                                                        ignore_mismatched_sizes=True)
+    assert ours.classifier.out_features == theirs.classifier.out_features == 5
+    assert "classifier.weight" in caplog.text
+
+
+def test_a_hub_id_says_how_to_get_the_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    with pytest.raises(MissingFileError, match=r"hf download bert-base-uncased --local-dir"):
+        BertModel.from_pretrained("bert-base-uncased")
+    with pytest.raises(MissingFileError, match=r"google/bert_uncased_L-2_H-128_A-2"):
+        BertModel.from_pretrained("google/bert_uncased_L-2_H-128_A-2")
+    with pytest.raises(MissingFileError, match=r"checkpoint directory runs/x/final does not exist"):
+        BertModel.from_pretrained("runs/x/final")
+
+
+def test_hub_id_without_files_says_how_to_get_them(monkeypatch):
+    hub = pytest.importorskip("huggingface_hub")
+    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", True)  # offline: fail at once, no network wait
+    monkeypatch.setenv("HF_HOME", "/nonexistent-bertkit-test-cache")
+    monkeypatch.setattr(hub.constants, "HF_HUB_CACHE", "/nonexistent-bertkit-test-cache/hub")
+    with pytest.raises(MissingFileError, match=r"hf download bertkit-test/no-such-model --local-dir DIR.*not "
+                                               r"reachable"):
+        BertModel.from_pretrained("bertkit-test/no-such-model")
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not installed: the same advice, no download
+    with pytest.raises(MissingFileError, match="hf download bert-base-uncased"):
+        BertConfig.from_pretrained("bert-base-uncased")
+    with pytest.raises(MissingFileError, match="does not exist"):
+        BertModel.from_pretrained("./no/such/dir")
+
+# ---- outputs: attentions, hidden states, tuple and mapping access ----------------------------------------------
+
+
+@pytest.mark.parametrize("hf_name", ["BertModel", "BertForSequenceClassification", "BertForTokenClassification"])
+def test_output_attentions_equal_transformers(hf_name, tmp_path):
+    ours, hf = _pair(hf_name, tmp_path)
+    inputs = _batch()
+    with torch.no_grad():
+        a = ours(**inputs, output_attentions=True, output_hidden_states=True)
+        b = hf(**inputs, output_attentions=True, output_hidden_states=True)
+        plain = ours(**inputs)  # default path: padding dropped, SDPA
+    assert len(a.attentions) == TINY["num_hidden_layers"]
+    for x, y in zip(a.attentions, b.attentions):
+        assert x.shape == (3, 4, 11, 11)
+        torch.testing.assert_close(x, y, **TOL)
+    real = inputs["attention_mask"].bool()
+    for x, y in zip(a.hidden_states, b.hidden_states):
+        torch.testing.assert_close(x[real], y[real], **TOL)
+    # Asking for attentions changes nothing else: same outputs as the fast path at real positions.
+    if hf_name == "BertModel":
+        torch.testing.assert_close(a.last_hidden_state[real], plain.last_hidden_state[real], **TOL)
+        assert plain.attentions is None and a[3] is a.attentions
+    else:
+        torch.testing.assert_close(a.logits[real] if a.logits.dim() == 3 else a.logits,
+                                   plain.logits[real] if plain.logits.dim() == 3 else plain.logits, **TOL)
+
+
+def test_output_attentions_with_gradient_checkpointing_and_dropout_in_eval_equal():
+    model = BertModel(BertConfig(**TINY)).train()
+    model.gradient_checkpointing_enable()
+    out = model(**_batch(), output_attentions=True)
+    out.last_hidden_state.sum().backward()
+    rows = out.attentions[0].sum(-1)  # each query's probabilities sum to 1 (no dropout: TINY has p = 0)
+    torch.testing.assert_close(rows, torch.ones_like(rows), **TOL)
+
+
+def test_tuple_access_and_return_dict_false_match_transformers(tmp_path):
+    ours, hf = _pair("BertForSequenceClassification", tmp_path)
+    inputs, labels = _batch(), torch.tensor([0, 2, 1])
+    with torch.no_grad():
+        a = ours(**inputs, labels=labels, return_dict=False)
+        b = hf(**inputs, labels=labels, return_dict=False)
+        out = ours(**inputs)
+    assert isinstance(a, tuple) and len(a) == len(b) == 2  # (loss, logits)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, **TOL)
+    torch.testing.assert_close(out[0], b[1], **TOL)  # no labels: loss is left out, as in ModelOutput
+    assert out["logits"] is out.logits and len(out) == 1
+
+    enc, hf_enc = _pair("BertModel", tmp_path)
+    with torch.no_grad():
+        a, b = enc(**inputs, return_dict=False), hf_enc(**inputs, return_dict=False)
+    real = inputs["attention_mask"].bool()
+    torch.testing.assert_close(a[0][real], b[0][real], **TOL)
+    torch.testing.assert_close(a[1], b[1], **TOL)
+
+
+def test_outputs_index_like_transformers(minilm_dir):
+    """out[0], out["logits"], out.to_tuple(): transformers' fields and order, None fields left out."""
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
+    torch.manual_seed(0)
+    ours = H.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2).eval()
+    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2).eval()
+    hf.classifier.load_state_dict(ours.classifier.state_dict())
+    labels = torch.tensor([0, 1, 1])
+    with torch.no_grad():
+        a, b = ours(**batch, labels=labels), hf(**batch, labels=labels)
+        enc_a, enc_b = ours.bert(**batch), hf.bert(**batch)
+    assert len(a.to_tuple()) == len(b.to_tuple()) == 2
+    assert torch.allclose(a[0], b[0], atol=1e-5) and torch.allclose(a[1], b[1], atol=1e-5)
+    assert torch.equal(a["logits"], a.logits)
+    mask = batch["attention_mask"].bool()
+    assert (enc_a[0][mask] - enc_b[0][mask]).abs().max() < 1e-5 and torch.allclose(enc_a[1], enc_b[1], atol=1e-5)
+    assert list(enc_a) == list(enc_b) == ["last_hidden_state", "pooler_output"]  # iteration: keys, as a dict
+    with pytest.raises(KeyError, match="this output has"):
+        a["start_logits"]
+
+
+def test_outputs_behave_as_mappings(minilm_dir, batch):
+    ours, theirs = bertkit.BertModel.from_pretrained(minilm_dir), transformers.BertModel.from_pretrained(minilm_dir)
+    with torch.no_grad():
+        a, b = ours(**batch), theirs(**batch)
+    assert list(a.keys()) == list(b.keys()) == ["last_hidden_state", "pooler_output"]
+    assert [k for k, _ in a.items()] == [k for k, _ in b.items()]
+    _close(list(a.values())[1], list(b.values())[1])
+    assert "pooler_output" in a and "pooler_output" in b and "attentions" not in a
+
+
+def test_masked_lm_without_labels_gives_logits_for_every_position(minilm_dir, batch):
+    theirs = transformers.BertForMaskedLM.from_pretrained(minilm_dir)  # MiniLM has no MLM head: theirs is fresh
+    ours = bertkit.BertForMaskedLM.from_pretrained(None, config=bertkit.BertConfig.from_pretrained(minilm_dir),
+                                                   state_dict=theirs.state_dict())
+    with torch.no_grad():
+        a, b = ours(**batch), theirs(**batch)
+    assert a.logits.shape == b.logits.shape == (*batch["input_ids"].shape, 30522)
+    _close(a.logits, b.logits, batch["attention_mask"])
+
+# ---- embeddings and model objects ------------------------------------------------------------------------------
+
+
+def test_inputs_embeds_equal_transformers(tmp_path):
+    ours, hf = _pair("BertForSequenceClassification", tmp_path)
+    inputs = _batch()
+    embeds = torch.randn(3, 11, TINY["hidden_size"], generator=torch.Generator().manual_seed(3))
+    kwargs = dict(token_type_ids=inputs["token_type_ids"], attention_mask=inputs["attention_mask"])
+    with torch.no_grad():
+        a = ours(inputs_embeds=embeds, **kwargs).logits
+        b = hf(inputs_embeds=embeds, **kwargs).logits
+        c = ours(inputs_embeds=embeds, **kwargs, output_attentions=True).logits  # padded layout
+        # The word-embedding lookup given as inputs_embeds gives the input_ids result.
+        d = ours(inputs_embeds=ours.get_input_embeddings()(inputs["input_ids"]), **kwargs).logits
+        e = ours(**inputs).logits
+    torch.testing.assert_close(a, b, **TOL)
+    torch.testing.assert_close(c, b, **TOL)
+    torch.testing.assert_close(d, e, **TOL)
+    with pytest.raises(BertkitError, match="exactly one of input_ids"):
+        ours(input_ids=inputs["input_ids"], inputs_embeds=embeds)
+
+
+def test_input_embeddings_and_a_transformers_state_dict_through_the_key_table(minilm_dir):
+    hf = transformers.BertModel.from_pretrained(minilm_dir).eval()
+    ours = BertModel(BertConfig.from_pretrained(minilm_dir)).eval()
+    ours.load_published_state_dict(hf.state_dict(), source="transformers BertModel")
+    assert torch.equal(ours.get_input_embeddings().weight, hf.get_input_embeddings().weight)
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        a = ours(**batch).last_hidden_state
+        b = hf(**batch).last_hidden_state
+    mask = batch["attention_mask"].bool()
+    assert (a[mask] - b[mask]).abs().max().item() < 1e-5
+    wider = torch.nn.Embedding(10, 384)
+    with pytest.raises(BertkitError, match="embeddings have dim 32, the model hidden_size 384"):
+        ours.set_input_embeddings(torch.nn.Embedding(10, 32))
+    ours.set_input_embeddings(wider)
+    assert ours.get_input_embeddings() is wider and ours.config.vocab_size == 10
+
+
+def test_set_input_embeddings_and_device_dtype():
+    model = H.BertForTokenClassification(BertConfig(**TINY))
+    assert model.device == torch.device("cpu") and model.dtype == torch.float32
+    new = torch.nn.Embedding(300, TINY["hidden_size"])
+    model.set_input_embeddings(new)
+    assert model.get_input_embeddings() is new and model.config.vocab_size == 300
+    with pytest.raises(BertkitError, match="hidden_size 32"):
+        model.set_input_embeddings(torch.nn.Embedding(300, 16))
+
+
+def test_resize_token_embeddings_matches_transformers(tmp_path):
+    ours, hf = _pair("BertForMaskedLM", tmp_path)
+    old = ours.get_input_embeddings().weight.detach().clone()
+    n = TINY["vocab_size"] + 5
+    hf.resize_token_embeddings(n)  # transformers' default: new rows at the old rows' mean (plus ~1e-6 noise)
+    emb = ours.resize_token_embeddings(n)
+    assert emb is ours.get_input_embeddings() and emb.num_embeddings == n
+    assert ours.config.vocab_size == n and ours.bert.config.vocab_size == n
+    torch.testing.assert_close(emb.weight[: n - 5], old, rtol=0, atol=0)
+    torch.testing.assert_close(emb.weight, hf.get_input_embeddings().weight, atol=1e-4, rtol=0)
+    torch.testing.assert_close(ours.cls.predictions.bias, hf.cls.predictions.bias, **TOL)  # zeros for the new tokens
+    # Same new rows in both: the MLM logits (decoder tied to the resized embeddings) are equal everywhere.
+    with torch.no_grad():
+        hf.get_input_embeddings().weight.copy_(emb.weight)
+        ids = torch.tensor([[2, 211, 50, 215, 3]])
+        torch.testing.assert_close(ours(ids).prediction_logits, hf(ids).logits, **TOL)
+    assert ours.resize_token_embeddings(n + 1, pad_to_multiple_of=8).num_embeddings == 224
+    ours.save_pretrained(tmp_path / "resized")
+    again = H.BertForMaskedLM.from_pretrained(tmp_path / "resized")
+    assert again.config.vocab_size == 224
+    torch.testing.assert_close(again.cls.predictions.bias, ours.cls.predictions.bias, rtol=0, atol=0)
+
+
+def test_model_objects(minilm_dir):
+    ours = bertkit.BertForMaskedLM.from_pretrained(minilm_dir)
+    theirs = transformers.BertForMaskedLM.from_pretrained(minilm_dir)
+    assert type(ours.base_model).__name__ == type(theirs.base_model).__name__ == "BertModel"
+    for model in (ours, theirs):  # the freeze-lower-layers recipe
+        for layer in model.bert.encoder.layer[:3]:
+            for p in layer.parameters():
+                p.requires_grad = False
+    assert ours.num_parameters(only_trainable=True) == theirs.num_parameters(only_trainable=True)
+    assert ours.num_parameters(only_trainable=True) < ours.num_parameters()
+    # the tied decoder, visible: the output embedding's weight *is* the input embedding's
+    assert ours.get_output_embeddings().weight is ours.get_input_embeddings().weight
+    assert theirs.get_output_embeddings().weight is theirs.get_input_embeddings().weight
+    assert ours.get_output_embeddings().weight.shape == theirs.get_output_embeddings().weight.shape
+    assert bertkit.BertForSequenceClassification.from_pretrained(minilm_dir).get_output_embeddings() is None
+
+# ---- state dicts through the key table -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hf_name", ["BertForPreTraining", "BertForQuestionAnswering", "BertForMultipleChoice"])
+def test_transformers_state_dict_in_memory(hf_name, tmp_path):
+    """A transformers model's state_dict() (bert. prefix, separate q/k/v, tied decoder) through the key table."""
+    ours, hf = _pair(hf_name, tmp_path, num_labels=2)
+    g = torch.Generator().manual_seed(4)
+    shape = (2, 3, 9) if hf_name == "BertForMultipleChoice" else (2, 9)
+    ids = torch.randint(1, TINY["vocab_size"], shape, generator=g)
+    with torch.no_grad():
+        for x, y in zip(ours(ids, return_dict=False), hf(ids, return_dict=False)):
+            torch.testing.assert_close(x, y, **TOL)
+    # The bare encoder takes a head model's state dict too (the head's weights are reported and dropped).
+    enc = BertModel.from_pretrained(None, config=BertConfig(**TINY), state_dict=hf.state_dict())
+    torch.testing.assert_close(enc.get_input_embeddings().weight, hf.get_input_embeddings().weight, rtol=0, atol=0)
+    bad = dict(hf.state_dict())
+    bad["bert.encoder.layer.0.attention.self.query.weight_typo"] = bad.pop("bert.encoder.layer.0.attention.self.query.weight")
+    with pytest.raises(BertkitError, match="missing keys.*unexpected keys"):
+        type(ours).from_pretrained(None, config=ours.config, state_dict=bad)
+
+
+def test_state_dicts_cross_both_ways_with_strict_loading(minilm_dir, batch):
+    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3)
+    config = bertkit.BertConfig.from_pretrained(minilm_dir, num_labels=3)
+    ours = bertkit.BertForSequenceClassification(config).eval()
+    ours.load_state_dict(theirs.state_dict(), strict=True)  # transformers' keys, strict
+    with torch.no_grad():
+        _close(ours(**batch).logits, theirs(**batch).logits)
+    back = transformers.BertForSequenceClassification(transformers.BertConfig.from_pretrained(minilm_dir, num_labels=3))
+    back.load_state_dict(ours.published_state_dict(), strict=True)  # bertkit -> transformers' keys, strict
+    with torch.no_grad():
+        _close(back.eval()(**batch).logits, ours(**batch).logits)
+    # the two conversions are inverse: q/k/v split and fused back
+    again = ours.convert_published_state_dict(ours.published_state_dict())
+    assert again.keys() == ours.state_dict().keys()
+    assert all(torch.equal(again[k], v) for k, v in ours.state_dict().items())
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        ours.load_state_dict({**theirs.state_dict(), "bert.extra.weight": torch.zeros(1)}, strict=True)
+
+# ---- gradient checkpointing ------------------------------------------------------------------------------------
+
+
+def test_gradient_checkpointing_enable_gives_the_same_gradients():
+    torch.manual_seed(0)
+    model = H.BertForSequenceClassification(BertConfig(**TINY))
+    inputs, labels = _batch(), torch.tensor([0, 1, 1])
+    model(**inputs, labels=labels).loss.backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.gradient_checkpointing_enable()
+    assert model.is_gradient_checkpointing and model.bert.gradient_checkpointing  # the switch the loop sets
+    model(**inputs, labels=labels).loss.backward()
+    for p, w in zip(model.parameters(), want):
+        torch.testing.assert_close(p.grad, w, atol=1e-6, rtol=0)
+    with pytest.raises(BertkitError, match="non-reentrant"):
+        model.gradient_checkpointing_enable({"use_reentrant": True})
+    model.gradient_checkpointing_disable()
+    assert not model.is_gradient_checkpointing
+
+
+def test_gradient_checkpointing_enable_keeps_the_attention_gradients(minilm_dir):
+    """Layer 0's attention projection gets the same gradient with and without gradient checkpointing, and it is
+    transformers' query, key and value gradients stacked as the key table stacks their weights (fused q/k/v)."""
+    tok = BertTokenizer.from_pretrained(minilm_dir)
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
+    labels = torch.tensor([0, 1, 1])
+    no_dropout = dict(num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    grads = []
+    for enable in (False, True):
+        model = H.BertForSequenceClassification.from_pretrained(minilm_dir, **no_dropout)
+        torch.manual_seed(0)
+        model.classifier.reset_parameters()
+        if enable:
+            model.gradient_checkpointing_enable()
+        model.train()
+        model(**batch, labels=labels).loss.backward()
+        attention = model.bert.encoder.layer[0].attention.self
+        grads.append(torch.cat([attention.query.weight.grad, attention.key.weight.grad, attention.value.weight.grad]))
+    assert model.bert.gradient_checkpointing
+    assert grads[0].abs().max() > 0
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-5)
+
+    hf = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, **no_dropout)
+    hf.classifier.load_state_dict(model.classifier.state_dict())
+    hf.train()
+    hf(**batch, labels=labels).loss.backward()
+    attention = hf.bert.encoder.layer[0].attention.self
+    theirs = torch.cat([attention.query.weight.grad, attention.key.weight.grad, attention.value.weight.grad])
+    torch.testing.assert_close(grads[0], theirs, atol=1e-6, rtol=1e-4)
+
+# ---- config ----------------------------------------------------------------------------------------------------
+
+
+def test_config_like_transformers(tmp_path):
+    ours, theirs = bertkit.BertConfig(num_labels=3), transformers.BertConfig(num_labels=3)
+    assert ours.id2label == theirs.id2label and ours.num_labels == theirs.num_labels == 3
+    assert bertkit.BertConfig().id2label == transformers.BertConfig().id2label == {0: "LABEL_0", 1: "LABEL_1"}
+    ours.num_labels, theirs.num_labels = 5, 5
+    assert ours.id2label == theirs.id2label
+    assert ours.model_type == theirs.model_type == "bert"
+    assert ours.output_hidden_states is theirs.output_hidden_states is False
+    assert ours.output_attentions is theirs.output_attentions is False
+    assert json.loads(ours.to_json_string())["model_type"] == "bert" and ours.to_dict()["num_attention_heads"] == 12
+    ours.save_pretrained(tmp_path / "cfg")
+    assert transformers.BertConfig.from_pretrained(tmp_path / "cfg").id2label == ours.id2label
