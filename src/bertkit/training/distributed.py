@@ -106,6 +106,22 @@ def process_device(spec: str) -> str:
     return resolve_device(spec, current().local_rank)
 
 
+def _join(info: DistInfo, device: str, timeout_s: float, flag: str) -> str:
+    """Join the group torchrun describes (gloo on CPU, NCCL on CUDA, each process pinned to its GPU); returns
+    this process's device. ``flag`` names the timeout setting in the error."""
+    if timeout_s <= 0:
+        raise BertkitError(f"{flag} must be a positive number of seconds, got {timeout_s}")
+    dev = resolve_device(device, info.local_rank)
+    cuda = dev.startswith("cuda")
+    if cuda:
+        torch.cuda.set_device(dev)
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s),
+                            device_id=torch.device(dev) if cuda else None)
+    logger.info("rank %d of %d (local rank %d) on %s, backend %s", info.rank, info.world_size, info.local_rank,
+                dev, dist.get_backend())
+    return dev
+
+
 @contextlib.contextmanager
 def process_group(device: str = "auto", timeout_s: float = 1800.0,
                   env: Mapping[str, str] | None = None) -> Iterator[tuple[DistInfo, str]]:
@@ -120,16 +136,7 @@ def process_group(device: str = "auto", timeout_s: float = 1800.0,
         info = current() if dist.is_initialized() else info
         yield info, resolve_device(device, info.local_rank)
         return
-    if timeout_s <= 0:
-        raise BertkitError(f"--ddp-timeout must be a positive number of seconds, got {timeout_s}")
-    dev = resolve_device(device, info.local_rank)
-    cuda = dev.startswith("cuda")
-    if cuda:
-        torch.cuda.set_device(dev)
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s),
-                            device_id=torch.device(dev) if cuda else None)
-    logger.info("rank %d of %d (local rank %d) on %s, backend %s", info.rank, info.world_size, info.local_rank,
-                dev, dist.get_backend())
+    dev = _join(info, device, timeout_s, "--ddp-timeout")
     try:
         yield info, dev
         # Every rank reaches the end before any tears its connections down: gloo aborts a process (SIGABRT)
@@ -144,22 +151,14 @@ def join_for_process(device: str = "auto", timeout_s: float = 1800.0) -> tuple[D
 
     For the Python API (``bertkit.Trainer``), where no command wraps the run as ``process_group`` does: a script
     launched by torchrun joins on its first Trainer, as transformers' TrainingArguments does, and every later
-    Trainer of the script uses the same group. At exit, a process leaving normally waits for its peers (a bounded
-    barrier: gloo aborts a process whose peer closes the connection under it), then leaves the group."""
+    Trainer of the script uses the same group. At exit, a process leaving normally waits for its peers (a
+    barrier: gloo aborts a process whose peer closes the connection under it), then leaves the group; after an
+    uncaught error it leaves at once (its peers fail in their next collective, as under a command)."""
     info = info_from_env()
     if not info.enabled or dist.is_initialized():
         info = current() if dist.is_initialized() else info
         return info, resolve_device(device, info.local_rank)
-    if timeout_s <= 0:
-        raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {timeout_s}")
-    dev = resolve_device(device, info.local_rank)
-    cuda = dev.startswith("cuda")
-    if cuda:
-        torch.cuda.set_device(dev)
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s),
-                            device_id=torch.device(dev) if cuda else None)
-    logger.info("rank %d of %d (local rank %d) on %s, backend %s", info.rank, info.world_size, info.local_rank,
-                dev, dist.get_backend())
+    dev = _join(info, device, timeout_s, "ddp_timeout")
     failed: list[bool] = []
     previous_hook = sys.excepthook
 
