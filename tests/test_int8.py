@@ -154,6 +154,48 @@ def test_per_token_linear_is_its_formula_and_gives_each_row_its_own_range():
         assert layer(torch.zeros(0, 64)).shape == (0, 24)
 
 
+@pytest.mark.skipif(not per_token_supported(), reason="torch._int_mm is exact at 8 bits only with AVX512-VNNI")
+def test_the_int_mm_kernel_is_its_formula_matches_fbgemm_and_saves_the_same_integers():
+    """``SmoothedInt8Linear`` on ``torch._int_mm`` (the default where it is exact: 8-bit activations, VNNI) equals
+    its definition computed in float64 from the same integers; it keeps the same integers and scales as the
+    deprecated torch.ao (fbgemm) kernel, so either reads the other's saved tensors, and both are as close to the
+    float layer (one activation scale per call, smoothed)."""
+    from bertkit.quantization.kernels import default_backend
+
+    assert default_backend(8) == "int_mm" and default_backend(7) == "fbgemm"
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 24)
+    smooth = torch.rand(64) + 0.5
+    x = torch.randn(3, 7, 64) * 2 + 0.4
+    layers = {be: SmoothedInt8Linear(linear, smooth, 8, backend=be) for be in ("int_mm", "fbgemm")}
+    saved = {be: layer.saved_tensors() for be, layer in layers.items()}
+    for key in ("weight", "weight_scale", "inv_scale"):
+        assert torch.equal(saved["int_mm"][key], saved["fbgemm"][key]), key
+    with torch.inference_mode():
+        y = layers["int_mm"](x)
+        reference = linear(x)
+        assert layers["int_mm"](torch.zeros(0, 64)).shape == (0, 24)
+    rows = (x.reshape(-1, 64) * layers["int_mm"].inv_scale).double()
+    hi, lo = rows.max(), rows.min()
+    zero, step = (hi + lo) / 2, (hi - lo) / 254
+    q = torch.round((rows - zero) / step).clamp(-127, 127)
+    w = saved["int_mm"]["weight"].double().t()  # (in, out)
+    scale = saved["int_mm"]["weight_scale"].double()
+    expected = step * (q @ w) * scale + zero * (w.sum(0) * scale) + linear.bias.double()
+    torch.testing.assert_close(y.reshape(-1, 24).double(), expected, rtol=1e-5, atol=1e-5)
+    errors = {}
+    for be, layer in layers.items():
+        with torch.inference_mode():
+            errors[be] = float((layer(x) - reference).norm() / reference.norm())
+    assert errors["int_mm"] < 0.02 and abs(errors["int_mm"] - errors["fbgemm"]) < 0.005, errors
+    again = SmoothedInt8Linear.from_saved(saved["fbgemm"]["weight"], saved["fbgemm"]["weight_scale"],
+                                          saved["fbgemm"]["inv_scale"], layers["fbgemm"].float_bias(), 8,
+                                          backend="int_mm")
+    with torch.inference_mode():
+        assert torch.equal(again(x), y)
+    torch.testing.assert_close(layers["int_mm"].dequantized().weight, layers["fbgemm"].dequantized().weight)
+
+
 def test_per_token_linear_keeps_rows_near_the_float32_limit_finite():
     """A row spanning -3e38..3e38 (its range, 6e38, is past float32's 3.4e38) is quantized like any other:
     the output is the float64 product within int8's error, not inf or NaN from an overflowing range."""

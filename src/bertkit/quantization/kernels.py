@@ -1,7 +1,8 @@
 """The int8 Linear modules that replace an encoder layer's float projections.
 
-``SmoothedInt8Linear``: int8 weights per output channel, activations quantized with one scale per call
-(``torch.ao``'s dynamic Linear, fbgemm), the input divided by SmoothQuant's factors first.
+``SmoothedInt8Linear``: int8 weights per output channel, activations quantized with one scale per call, the
+input divided by SmoothQuant's factors first; on ``torch._int_mm`` where that is exact (8-bit activations,
+AVX512-VNNI), else on ``torch.ao``'s deprecated dynamic Linear (fbgemm) (``default_backend``).
 ``PerTokenInt8Linear``: int8 weights per output channel, one activation scale and zero point per token
 (``torch._int_mm``; CPUs with AVX512-VNNI). Both can be rebuilt from the integers and scales they save
 (``from_saved`` / ``saved_tensors``), turned back into a float ``nn.Linear`` (``dequantized``), and refuse
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
+from bertkit.quantization.device import per_token_supported
 
 
 def _check_scales(**scales: Tensor) -> None:
@@ -29,12 +31,23 @@ def _check_scales(**scales: Tensor) -> None:
                                "file is damaged; write the directory again with `bertkit quantize`")
 
 
+BACKENDS = ("int_mm", "fbgemm")
+
+
+def default_backend(activation_bits: int) -> str:
+    """The kernel a ``SmoothedInt8Linear`` runs on when none is named: ``torch._int_mm`` (int8 x int8 -> int32,
+    oneDNN), a PyTorch operator outside the deprecated quantized-tensor API, where it is exact on this CPU at
+    8 bits (AVX512-VNNI: ``per_token_supported``); else ``torch.ao``'s dynamic Linear (fbgemm), which PyTorch
+    has deprecated but which stays exact at 7 bits on AVX2."""
+    return "int_mm" if activation_bits == 8 and per_token_supported() else "fbgemm"
+
+
 class SmoothedInt8Linear(nn.Module):
     """``linear`` as int8: y = Q(x / s) @ Q(W * s)^T + b, with W * s quantized per output channel and x / s
-    quantized per call (``torch.ao``'s dynamic Linear, fbgemm). ``s`` (in_features,) > 0 moves activation
+    quantized per call (``torch._int_mm`` or ``torch.ao``'s dynamic Linear: ``backend``). ``s`` (in_features,) > 0 moves activation
     outliers into the weights (SmoothQuant); s = 1 is plain dynamic quantization."""
 
-    def __init__(self, linear: nn.Linear, scale: Tensor, activation_bits: int = 7):
+    def __init__(self, linear: nn.Linear, scale: Tensor, activation_bits: int = 7, backend: str | None = None):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.activation_bits = activation_bits
@@ -44,13 +57,15 @@ class SmoothedInt8Linear(nn.Module):
             scaled.weight.copy_(linear.weight * scale[None, :])  # (out, in): column j times s_j
             if linear.bias is not None:
                 scaled.bias.copy_(linear.bias)
-        scaled.qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-        self.int8 = torch.ao.nn.quantized.dynamic.Linear.from_float(scaled)
+        w = scaled.weight.detach()
+        weight_scale = (w.abs().amax(1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+        qweight = torch.round(w / weight_scale[:, None]).clamp(-127, 127).to(torch.int8)
+        self._build(qweight, weight_scale, scaled.bias.detach() if scaled.bias is not None else None, backend)
         self.training = False
 
     @classmethod
     def from_saved(cls, weight: Tensor, weight_scale: Tensor, inv_scale: Tensor, bias: Tensor | None,
-                   activation_bits: int = 7) -> SmoothedInt8Linear:
+                   activation_bits: int = 7, backend: str | None = None) -> SmoothedInt8Linear:
         """The layer ``saved_tensors`` wrote: int8 ``weight`` (out, in), its per-output-channel
         ``weight_scale`` (out,), the fp32 ``bias`` and the smoothing ``inv_scale`` (in,). The weights are
         packed here, for this machine's engine, so a file saved on one x86 CPU runs on any other."""
@@ -65,18 +80,37 @@ class SmoothedInt8Linear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.activation_bits = activation_bits
         self.register_buffer("inv_scale", inv_scale.to(torch.float32).clone())
-        scales = weight_scale.to(torch.float64)
-        # Re-quantizing int8 * scale with the same scale returns the same integers (|error| << 0.5 step).
-        qweight = torch.quantize_per_channel(weight.to(torch.float32) * scales[:, None].float(), scales,
-                                             torch.zeros(out_features, dtype=torch.int64), 0, torch.qint8)
-        self.int8 = torch.ao.nn.quantized.dynamic.Linear(in_features, out_features, dtype=torch.qint8)
-        self.int8.set_weight_bias(qweight, None if bias is None else bias.to(torch.float32).clone())
+        self._build(weight, weight_scale.to(torch.float32), None if bias is None else bias.to(torch.float32), backend)
         self.training = False
         return self
+
+    def _build(self, qweight: Tensor, weight_scale: Tensor, bias: Tensor | None, backend: str | None) -> None:
+        """Hold the int8 weights (out, in) and their per-channel scales for ``backend`` (``int8_backend()``'s
+        choice when None): ``"int_mm"`` keeps the integers in ``torch._int_mm``'s layout, ``"fbgemm"`` packs
+        them into ``torch.ao``'s dynamic Linear."""
+        self.backend = backend or default_backend(self.activation_bits)
+        if self.backend not in BACKENDS:
+            raise BertkitError(f"int8 backend {self.backend!r} is not one of {BACKENDS}")
+        if self.backend == "int_mm":
+            self.register_buffer("weight_t", qweight.t().contiguous())  # (in, out) int8
+            self.register_buffer("weight_scale", weight_scale.clone())  # (out,)
+            # sum_j W[o, j]: what the activations' zero point adds back
+            self.register_buffer("weight_rowsum", qweight.to(torch.float32).sum(1) * weight_scale)
+            self.register_buffer("bias", None if bias is None else bias.detach().clone())
+            return
+        scales = weight_scale.to(torch.float64)
+        # Re-quantizing int8 * scale with the same scale returns the same integers (|error| << 0.5 step).
+        packed = torch.quantize_per_channel(qweight.to(torch.float32) * scales[:, None].float(), scales,
+                                            torch.zeros(self.out_features, dtype=torch.int64), 0, torch.qint8)
+        self.int8 = torch.ao.nn.quantized.dynamic.Linear(self.in_features, self.out_features, dtype=torch.qint8)
+        self.int8.set_weight_bias(packed, None if bias is None else bias.clone())
 
     def saved_tensors(self) -> dict[str, Tensor]:
         """What ``from_saved`` rebuilds this layer from (the bias aside): the integers and scales, not an
         engine's packing."""
+        if self.backend == "int_mm":
+            return {"weight": self.weight_t.t().contiguous(), "weight_scale": self.weight_scale.clone(),
+                    "inv_scale": self.inv_scale.detach().clone()}
         qweight = self.int8.weight()
         # torch.ao stores per-channel symmetric weights as per_channel_affine with zero points 0
         if qweight.qscheme() not in (torch.per_channel_affine, torch.per_channel_symmetric) or bool(
@@ -87,16 +121,38 @@ class SmoothedInt8Linear(nn.Module):
                 "inv_scale": self.inv_scale.detach().clone()}
 
     def float_bias(self) -> Tensor | None:
-        return self.int8.bias()
+        return self.bias if self.backend == "int_mm" else self.int8.bias()
 
     def forward(self, x: Tensor) -> Tensor:
-        # torch.ao's dynamic Linear always quantizes activations to 7 bits (reduce_range=True); its kernel is
-        # called here with the width chosen for this CPU (int8_activation_bits).
-        y = torch.ops.quantized.linear_dynamic(x * self.inv_scale, self.int8._packed_params._packed_params,
-                                               self.activation_bits == 7)
+        if self.backend == "int_mm":
+            y = self._int_mm(x * self.inv_scale)
+        else:
+            # torch.ao's dynamic Linear always quantizes activations to 7 bits (reduce_range=True); its kernel is
+            # called here with the width chosen for this CPU (int8_activation_bits).
+            y = torch.ops.quantized.linear_dynamic(x * self.inv_scale, self.int8._packed_params._packed_params,
+                                                   self.activation_bits == 7)
         # PyTorch's int8 Linear has no backward: without this, gradients through it would be silently wrong
         # (PyTorch only warns), so a backward pass through an int8 projection is refused instead.
         return _NoBackward.apply(y) if torch.is_grad_enabled() and y.requires_grad else y
+
+    def _int_mm(self, x: Tensor) -> Tensor:
+        """One scale and zero point for the whole call (the middle of its range and its width / 2L, L = 127 at
+        8 bits, 63 at 7), so the activations use every level whatever their offset; the products are summed
+        exactly in int32 by ``torch._int_mm`` and the zero point is added back through the weights' row sums.
+        ``x`` is this call's own smoothed copy: it is quantized in place (fewer passes and buffers)."""
+        shape = x.shape
+        x = x.reshape(-1, self.in_features)
+        if x.shape[0] == 0:  # no tokens: aminmax has nothing to reduce
+            return x.new_zeros(*shape[:-1], self.out_features)
+        levels = 127 if self.activation_bits == 8 else 63
+        lo, hi = torch.aminmax(x)
+        lo, hi = lo * 0.5, hi * 0.5  # halved: a +-3e38 range does not overflow to inf
+        zero = hi + lo
+        step = ((hi - lo) / levels).clamp_(min=torch.finfo(torch.float32).tiny)
+        q = x.sub_(zero).div_(step).round_().clamp_(-levels, levels).to(torch.int8)
+        offset = zero * self.weight_rowsum if self.bias is None else torch.addcmul(self.bias, zero, self.weight_rowsum)
+        y = torch.addcmul(offset, torch._int_mm(q, self.weight_t).to(torch.float32), self.weight_scale * step)
+        return y.reshape(*shape[:-1], self.out_features)
 
     def train(self, mode: bool = True) -> SmoothedInt8Linear:
         if mode:
@@ -110,12 +166,13 @@ class SmoothedInt8Linear(nn.Module):
     def dequantized(self) -> nn.Linear:
         """This layer as a float ``nn.Linear``: the int8 weights times their scales, with the smoothing folded
         back into the columns; for CPUs that cannot run it at its activation width (``load_int8``)."""
-        qweight = self.int8.weight()
-        linear = nn.Linear(self.in_features, self.out_features, bias=self.int8.bias() is not None)
+        saved, bias = self.saved_tensors(), self.float_bias()
+        linear = nn.Linear(self.in_features, self.out_features, bias=bias is not None)
         with torch.no_grad():
-            linear.weight.copy_(qweight.dequantize() * self.inv_scale[None, :])
-            if linear.bias is not None:
-                linear.bias.copy_(self.int8.bias())
+            weight = saved["weight"].to(torch.float32) * saved["weight_scale"][:, None]
+            linear.weight.copy_(weight * self.inv_scale[None, :])
+            if bias is not None:
+                linear.bias.copy_(bias)
         return linear.eval()
 
 
