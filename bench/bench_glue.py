@@ -28,9 +28,9 @@ import torch
 import transformers
 
 from bertkit import BertForSequenceClassification, BertTokenizer
+from bertkit.inference.predict import predict
 from bertkit.settings import TrainingSettings
 from bertkit.tasks import glue
-from bertkit.training.finetune import predict
 from bertkit.training.loop import BatchPlan, Phase, steps_for_epochs, train
 from reference_loop import train_reference
 

@@ -275,12 +275,59 @@ def _settings_defaults() -> dict[str, set]:
     return out
 
 
-def test_training_defaults_are_written_only_in_the_settings_tree():
-    """A recipe, the loop, the CLI or the demo that writes a settings default again as a literal
-    (``batch_size=64`` beside ``eval_batch_size: int = 64``) drifts from it; they name the settings class's
-    value instead (``batch_size: int = FinetuneSettings.eval_batch_size``). Numbers and tuples only: on/off
-    switches and None mean "not given" everywhere. Optimizer classes keep their own published defaults, as
-    torch.optim's do."""
+def _mirrors() -> list[tuple[object, str, type, tuple[str, ...]]]:
+    """(library function, its parameter, settings class, the field or fields whose default it mirrors).
+
+    Settings are plain data that import nothing from the library, and a library function keeps its own
+    default (a named constant of its module) so it can be called without a settings object; the two are
+    written twice on purpose, and these are the pairs that must say the same thing."""
+    from bertkit import features
+    from bertkit.training import feature_study, optim, token_tasks
+
+    return [
+        (optim.build_optimizer, "weight_decay", st.TrainingSettings, ("weight_decay",)),
+        (optim.build_optimizer, "betas", st.TrainingSettings, ("adam_beta1", "adam_beta2")),
+        (optim.build_optimizer, "eps", st.TrainingSettings, ("adam_epsilon",)),
+        (token_tasks.predict_squad, "n_best_size", st.PredictSquadSettings, ("n_best_size",)),
+        (token_tasks.predict_squad, "max_answer_length", st.PredictSquadSettings, ("max_answer_length",)),
+        (token_tasks.predict_squad, "null_threshold", st.PredictSquadSettings, ("null_threshold",)),
+        (token_tasks.predict_squad, "batch_size", st.PredictSquadSettings, ("batch_size",)),
+        (token_tasks.predict_ner, "batch_size", st.PredictNerSettings, ("batch_size",)),
+        (token_tasks.predict_swag, "batch_size", st.PredictSwagSettings, ("batch_size",)),
+        (feature_study.BiLSTMTagger, "num_layers", st.StudySettings, ("lstm_layers",)),
+        (feature_study.BiLSTMTagger, "dropout", st.StudySettings, ("dropout",)),
+        (feature_study.extract_word_activations, "max_seq_length", st.StudySettings, ("max_seq_length",)),
+        (feature_study.extract_word_activations, "batch_size", st.StudySettings, ("extract_batch_size",)),
+        (features.extract_features, "layers", st.ExtractSettings, ("layers",)),
+        (features.extract_features, "max_seq_length", st.ExtractSettings, ("max_seq_length",)),
+        (features.extract_features, "batch_size", st.ExtractSettings, ("batch_size",)),
+    ]
+
+
+def test_library_defaults_agree_with_the_settings_defaults_they_mirror():
+    """Calling a library function without an argument does what the command does without its flag: the
+    function's default (``build_optimizer(eps=ADAM_EPSILON)``) equals the settings field's
+    (``adam_epsilon: float = 1e-6``). A changed default on one side only fails here."""
+    import inspect
+
+    drift = []
+    for function, parameter, cls, names in _mirrors():
+        library = inspect.signature(function).parameters[parameter].default
+        assert library is not inspect.Parameter.empty, f"{function.__qualname__}({parameter}) has no default"
+        fields = {f.name: f.default for f in dataclasses.fields(cls)}
+        command = tuple(fields[n] for n in names) if len(names) > 1 else fields[names[0]]
+        if library != command:
+            drift.append(f"{function.__qualname__}({parameter}={library!r}) but {cls.__name__}."
+                         f"{'/'.join(names)} = {command!r}")
+    assert not drift, "library and command defaults differ: " + "; ".join(drift)
+
+
+def test_library_defaults_are_named_constants_not_restated_literals():
+    """A recipe, the loop, the CLI or the demo that writes a command's default as a bare literal in a signature
+    (``batch_size=64`` beside ``eval_batch_size: int = 64``) hides that it mirrors a setting; it names a
+    constant of its module instead (``batch_size: int = EVAL_BATCH_SIZE``), which the test above can pair with
+    the field. Numbers and tuples only: on/off switches and None mean "not given" everywhere. Optimizer classes
+    keep their own published defaults, as torch.optim's do."""
     import ast
 
     import bertkit
@@ -306,9 +353,9 @@ def test_training_defaults_are_written_only_in_the_settings_tree():
                 try:
                     value = ast.literal_eval(node)
                 except ValueError:
-                    continue  # a name or an expression: the settings class's value, or computed
+                    continue  # a name or an expression: a named constant, or computed
                 if isinstance(value, bool) or not isinstance(value, (int, float, tuple)):
                     continue
                 if value in defaults.get(arg.arg, ()):
                     restated.append(f"{path.name}:{fn.lineno} {fn.name}({arg.arg}={value!r})")
-    assert not restated, "defaults restated outside bertkit/settings/: " + ", ".join(restated)
+    assert not restated, "settings defaults restated as literals (name a module constant): " + ", ".join(restated)

@@ -11,7 +11,7 @@ from bertkit import BertForSequenceClassification
 from bertkit.cli import main
 from bertkit.settings import default_lr, parse_lr_grid
 from bertkit.tasks import glue
-from bertkit.training.finetune import summarize_grid
+from bertkit.training.sequence_grid import summarize_grid
 
 WORDS = ["good", "great", "fine", "bad", "awful", "poor", "the", "movie", "was", "plot"]
 

@@ -17,7 +17,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bertkit"
 # Lower numbers are higher in the house; a module may import its own layer or any layer below. The first name of
 # each layer is the one CONTRIBUTING.md names; the others are what sits beside it. training/distributed.py (process groups, rank
 # and device of this process) is part of the recipes: the core never knows it runs under torchrun. settings/ (every
-# command's settings) sits beside the recipes: its checks resolve a device and a server's limits.
+# command's settings) sits beside the recipes that take it, but is plain data: it imports none of them, nor torch
+# (test_settings_are_plain_data below); a device or a server's limits are decided by the command that runs.
 LAYERS = [
     ("cli", "__main__", "demo", "cli_flags"),
     ("training", "inference", "features", "settings"),
@@ -118,6 +119,24 @@ def test_the_core_does_not_import_recipes_or_the_command_line():
     banned = ("bertkit.training", "bertkit.tasks", "bertkit.cli", "bertkit.inference", "bertkit.data")
     bad = [f"{m} -> {d}" for m, deps in _modules().items() if m.startswith(core) for d in deps if d.startswith(banned)]
     assert not bad, bad
+
+
+def test_settings_are_plain_data():
+    """settings/ holds values and checks them; deciding a device, quantizing or serving is the library's job. So
+    it imports nothing from training/, inference/ or quantization/ (anywhere, inside functions too), and
+    importing it loads no torch."""
+    import subprocess
+    import sys
+
+    banned = ("bertkit.training", "bertkit.inference", "bertkit.quantization")
+    bad = [f"{m} -> {d}" for m, deps in _modules().items() if m.startswith("bertkit.settings")
+           for d in deps if d.startswith(banned)]
+    assert not bad, bad
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, bertkit.settings; print(' '.join(sorted(sys.modules)))"],
+        capture_output=True, text=True, check=True).stdout.split()
+    heavy = [m for m in loaded if m == "torch" or m.startswith(("torch.", *banned))]
+    assert not heavy, f"importing bertkit.settings loads {heavy[:5]}"
 
 
 def test_no_import_cycles():

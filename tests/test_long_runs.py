@@ -73,7 +73,7 @@ def test_mlm_only_pretraining_and_loadable_intermediate_checkpoints(tiny, tmp_pa
 def test_finetuning_draws_its_curves(tmp_path):
     from bertkit.heads import BertForSequenceClassification
     from bertkit.settings import TrainingSettings
-    from bertkit.training.finetune import run_finetuning
+    from bertkit.training.finetune_run import run_finetuning
     from distributed_helpers import classification_examples, pad_collate, tiny_config
 
     s = TrainingSettings(output_dir=tmp_path, learning_rate=1e-3, batch_size=8, num_train_epochs=1.0,

@@ -12,10 +12,11 @@ import torch
 from torch import nn
 
 from bertkit.errors import NonFiniteError
+from bertkit.inference.predict import predict
 from bertkit.settings import TrainingSettings
 from bertkit.tasks import glue, metrics
-from bertkit.training.finetune import predict, summarize_grid
 from bertkit.training.loop import BatchPlan, Phase, train
+from bertkit.training.sequence_grid import summarize_grid
 
 
 def test_pearson_never_turns_nan_into_a_score():

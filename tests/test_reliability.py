@@ -16,7 +16,7 @@ from bertkit.errors import BertkitError
 from bertkit.inference.files import Columns, check_writable, read_inputs
 from bertkit.tasks.files import read_records
 from bertkit.tasks.glue import GlueExample
-from bertkit.training.finetune import classify_task
+from bertkit.training.classify import classify_task
 
 MODEL = Path(os.environ.get("BERTKIT_TEST_MODEL", "models/minilm"))
 needs_model = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason=f"no checkpoint at {MODEL} (make model)")

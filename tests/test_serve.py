@@ -11,12 +11,10 @@ from __future__ import annotations
 import concurrent.futures
 import csv
 import json
-import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -27,7 +25,8 @@ pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install 
 pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
 httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
 
-MODEL = Path(os.environ.get("BERTKIT_TEST_MODEL", "models/minilm"))
+from serve_helpers import MODEL, Gate, Server, until  # noqa: E402 (after the skips: Server runs uvicorn)
+
 SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2" / "dev.tsv"
 
 pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason=f"no checkpoint at {MODEL}")
@@ -38,30 +37,6 @@ def _sentences(n: int) -> list[str]:
         return [f"sentence {i} about {'good ' * (i % 5)}films" for i in range(n)]
     with open(SST2, encoding="utf-8", newline="") as f:
         return [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:n]
-
-
-class Server:
-    """uvicorn serving an app on a free loopback port, in a thread, for the duration of a test module."""
-
-    def __init__(self, app):
-        import uvicorn
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 60
-        while not self.server.started:
-            if time.time() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 class SlowRequest:
@@ -176,7 +151,7 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
 
         with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
             futures = [pool.submit(ask, t) for t in texts]
-            _until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 12)
+            until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 12)
             slow.send_rest()
             got = [f.result() for f in futures]
         raw = slow.response()
@@ -233,26 +208,6 @@ def test_serve_without_the_extra_says_how_to_install(monkeypatch):
 # ---------------------------------------------------------------------------------------------------
 
 
-class Gate:
-    """Holds the model thread at the start of its next model call until released: a busy model on demand."""
-
-    def __init__(self):
-        self.opened = threading.Event()
-        self.entered = threading.Event()
-        self.opened.set()
-
-    def hold(self) -> None:
-        self.entered.clear()
-        self.opened.clear()
-
-    def release(self) -> None:
-        self.opened.set()
-
-    def __call__(self) -> None:
-        self.entered.set()
-        assert self.opened.wait(60), "the test never released the model thread"
-
-
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     """A tiny random two-label classifier with MiniLM's vocabulary, saved as a checkpoint directory."""
@@ -300,13 +255,6 @@ def _post(url: str, inputs, timeout: float = 60, headers: dict | None = None) ->
     return httpx.post(f"{url}/predict", json={"inputs": inputs}, timeout=timeout, headers=headers)
 
 
-def _until(condition, seconds: float = 20) -> None:
-    deadline = time.time() + seconds
-    while not condition():
-        assert time.time() < deadline, "the server did not get there"
-        time.sleep(0.02)
-
-
 def _blocker(server, gate, pool) -> concurrent.futures.Future:
     """A request the model thread is held on (inside its model call) until gate.release()."""
     gate.hold()
@@ -321,7 +269,7 @@ def test_a_flood_gets_results_or_fast_refusals_and_a_request_after_it_is_answere
     with concurrent.futures.ThreadPoolExecutor(32) as pool:
         gate.hold()
         futures = [pool.submit(_post, server.url, t) for t in texts]
-        _until(lambda: sum(f.done() for f in futures) >= 24)
+        until(lambda: sum(f.done() for f in futures) >= 24)
         refused = [f.result() for f in futures if f.done()]
         assert all(r.status_code == 429 for r in refused)  # answered while the model thread is still held
         assert all(int(r.headers["Retry-After"]) >= 1 for r in refused)
@@ -355,7 +303,7 @@ def test_requests_whose_client_left_are_never_computed(held):
         for f in gone:
             with pytest.raises(httpx.TimeoutException):
                 f.result()
-        _until(lambda: stats()["abandoned"] - before["abandoned"] == 5)  # noticed while the model is still held
+        until(lambda: stats()["abandoned"] - before["abandoned"] == 5)  # noticed while the model is still held
         gate.release()
         assert blocker.result().status_code == 200
     t0 = time.perf_counter()
@@ -389,7 +337,7 @@ def test_a_call_carries_at_most_max_batch_size_inputs(held):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         blocker = _blocker(server, gate, pool)
         threes = [pool.submit(_post, server.url, _sentences(3)) for _ in range(2)]  # 3 + 3 > max_batch_size 4
-        _until(lambda: httpx.get(f"{server.url}/ready").json()["admitted_inputs"] == 7)
+        until(lambda: httpx.get(f"{server.url}/ready").json()["admitted_inputs"] == 7)
         gate.release()
         assert blocker.result().status_code == 200 and [f.result().status_code for f in threes] == [200, 200]
     after = stats()
@@ -430,7 +378,7 @@ def test_a_lone_request_does_not_wait_for_companions_and_a_batch_waits_for_one_b
         slow = SlowRequest(server.port)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             fast = pool.submit(_post, server.url, "a quick one", 30)
-            _until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 1)
+            until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 1)
             slow.send_rest()
             assert fast.result().status_code == 200
         raw = slow.response()
@@ -460,11 +408,11 @@ def test_sigterm_drains_the_admitted_requests_then_the_server_exits(tiny_dir):
             except httpx.TransportError:
                 return False
 
-        _until(up, 120)
+        until(up, 120)
         slow = SlowRequest(port)
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             inflight = [pool.submit(_post, url, t, 30) for t in _sentences(3)]
-            _until(lambda: httpx.get(f"{url}/metadata").json()["admission"]["admitted_inputs"] == 3)
+            until(lambda: httpx.get(f"{url}/metadata").json()["admission"]["admitted_inputs"] == 3)
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.3)
             slow.send_rest()  # read after SIGTERM: admitted (it passed the drain check), then all four run

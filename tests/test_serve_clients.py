@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +17,12 @@ import pytest
 import torch
 
 pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install "bertkit[serve]"')
+pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
 pytest.importorskip("prometheus_client", reason='bertkit serve needs prometheus_client: pip install "bertkit[serve]"')
 httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
 
-from test_serve import Server  # noqa: E402  (uvicorn on a free loopback port, in a thread)
+from serve_helpers import MODEL, Gate, Server, until  # noqa: E402  (uvicorn on a free loopback port, in a thread)
 
-MODEL = Path(os.environ.get("BERTKIT_TEST_MODEL", "models/minilm"))
 KEY = "bk-test-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 TEXTS = ["A man is playing a guitar.", "The new movie is awesome!", "Paris is the capital of France.",
@@ -426,7 +425,6 @@ def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when
 
     from bertkit.inference.pipelines import RerankPipeline
     from bertkit.inference.serve import Limits, create_app
-    from test_serve import Gate, _until
 
     gate = Gate()
 
@@ -451,7 +449,7 @@ def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when
             first = pool.submit(rerank, TEXTS[:3])
             assert gate.entered.wait(30)  # three pairs in the model
             gone = pool.submit(rerank, TEXTS[1:4], 0.5)  # three more queued, by a client that gives up at 0.5 s
-            _until(lambda: stats()["admission"]["admitted_inputs"] == 6)
+            until(lambda: stats()["admission"]["admitted_inputs"] == 6)
             r = rerank(TEXTS[:1])  # the bound of 6 pairs is reached
             assert r.status_code == 429 and "max_concurrent_requests 6" in r.json()["error"]
             assert int(r.headers["retry-after"]) >= 1
@@ -460,11 +458,11 @@ def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when
             assert httpx.post(f"{server.url}/tokenize", json={"inputs": "x"}).status_code == 200  # no model needed
             with pytest.raises(httpx.TimeoutException):
                 gone.result()
-            _until(lambda: stats()["stats"]["abandoned"] == 3)  # dropped while the model is still held
+            until(lambda: stats()["stats"]["abandoned"] == 3)  # dropped while the model is still held
             assert stats()["admission"]["admitted_inputs"] == 3
             gate.release()
             assert first.result().status_code == 200
-        _until(lambda: stats()["admission"]["admitted_inputs"] == 0)
+        until(lambda: stats()["admission"]["admitted_inputs"] == 0)
         assert stats()["stats"]["items"] == 3  # the first request's pairs only: the departed client's never ran
         r = httpx.post(f"{server.url}/rerank", headers={"X-Request-Timeout": "30"},
                        json={"query": QUERY, "texts": TEXTS[:2]})

@@ -21,9 +21,10 @@ import pytest
 import torch
 
 pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install "bertkit[serve]"')
+pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
 httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
 
-from test_serve import MODEL, Gate, Server, _until  # noqa: E402 (after the skips: it imports uvicorn)
+from serve_helpers import MODEL, Gate, Server, until  # noqa: E402 (after the skips: Server runs uvicorn)
 
 pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason=f"no checkpoint at {MODEL}")
 
@@ -222,11 +223,11 @@ def test_shutdown_grace_is_a_deadline_for_a_long_model_call(tiny):
                                            timeout_graceful_shutdown=0.3))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    _until(lambda: server.started)
+    until(lambda: server.started)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         long = pool.submit(httpx.post, f"http://127.0.0.1:{port}/predict",
                            json={"inputs": [f"text {i}" for i in range(8)]}, timeout=30)
-        _until(lambda: batches)
+        until(lambda: batches)
         t0 = time.perf_counter()
         server.should_exit = True
         thread.join(10)
@@ -274,9 +275,9 @@ def test_a_client_that_leaves_during_its_model_call_frees_its_admission_at_once(
         assert gate.entered.wait(30)  # its model call is under way, held
         with pytest.raises(httpx.TimeoutException):
             gone.result()
-        _until(lambda: admitted() == 0)  # released while its call is still held
+        until(lambda: admitted() == 0)  # released while its call is still held
         later = pool.submit(httpx.post, f"{url}/predict", json={"inputs": ["a", "b", "c", "d"]}, timeout=30)
-        _until(lambda: admitted() == 4)
+        until(lambda: admitted() == 4)
         gate.release()
         assert later.result().status_code == 200
     assert admitted() == 0

@@ -17,11 +17,12 @@ import pytest
 import torch
 
 pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install "bertkit[serve]"')
+pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
 httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
 hub = pytest.importorskip("huggingface_hub", reason="the Inference API's client: pip install huggingface_hub")
 transformers = pytest.importorskip("transformers")
 
-from test_serve import Server  # noqa: E402 (after the skips: it imports uvicorn)
+from serve_helpers import Server  # noqa: E402 (after the skips: Server runs uvicorn)
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
 TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,

@@ -17,7 +17,7 @@ from bertkit.inference.files import Columns, read_inputs
 from bertkit.settings import ClassifySettings
 from bertkit.tasks.files import file_format, read_records
 from bertkit.tasks.glue import GlueExample
-from bertkit.training.finetune import classify_task, read_labelled
+from bertkit.training.classify import classify_task, read_labelled
 
 
 def test_the_format_is_the_flags_or_the_suffixs_and_an_unknown_suffix_is_an_error(tmp_path):

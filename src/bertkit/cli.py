@@ -114,18 +114,18 @@ def _pretrain(s) -> dict:
 def _finetune(s) -> dict:
     """Every `finetune TASK`: the task's recipe, picked by its settings class (imported only when a command
     runs, so `--help` loads no torch)."""
-    from bertkit.training import finetune, token_tasks
+    from bertkit.training import classify, glue_recipe, token_tasks
 
-    return {settings.GlueSettings: finetune.finetune_glue, settings.ClassifySettings: finetune.finetune_classify,
+    return {settings.GlueSettings: glue_recipe.finetune_glue, settings.ClassifySettings: classify.finetune_classify,
             settings.NerSettings: token_tasks.finetune_ner, settings.SquadSettings: token_tasks.finetune_squad,
             settings.SwagSettings: token_tasks.finetune_swag}[type(s)](s)
 
 
 def _predict_benchmark(s) -> dict:
     """`predict glue|ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, as `_finetune` picks."""
-    from bertkit.training import finetune, token_tasks
+    from bertkit.training import glue_recipe, token_tasks
 
-    return {settings.PredictGlueSettings: finetune.predict_glue, settings.PredictNerSettings: token_tasks.predict_ner_file,
+    return {settings.PredictGlueSettings: glue_recipe.predict_glue, settings.PredictNerSettings: token_tasks.predict_ner_file,
             settings.PredictSquadSettings: token_tasks.predict_squad_file,
             settings.PredictSwagSettings: token_tasks.predict_swag_file}[type(s)](s)
 
@@ -344,6 +344,21 @@ def _resolve_device(s: Any) -> Any:
     return dataclasses.replace(s, device=device)
 
 
+def _part_per_process(s: Any) -> Any:
+    """create-pretraining-data under torchrun without --num-shards/--shard-index: one part per process (K =
+    WORLD_SIZE, part RANK) written to OUTPUT_DIR.part-RANK-of-K. Decided before the output directory is
+    claimed, so that each process claims its own part."""
+    if not hasattr(s, "num_shards") or s.num_shards is not None or s.shard_index is not None:
+        return s
+    env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    if not all(env.values()) or int(env["WORLD_SIZE"]) <= 1:
+        return s
+    shards, index = int(env["WORLD_SIZE"]), int(env["RANK"])
+    out = Path(s.output_dir)
+    return dataclasses.replace(s, num_shards=shards, shard_index=index,
+                               output_dir=out.with_name(f"{out.name}.part-{index:05d}-of-{shards:05d}"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
@@ -356,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         name = args.command
         _, settings_class, handler = COMMANDS[args.command]
     try:
-        s = _resolve_device(build_settings(settings_class, args))
+        s = _part_per_process(_resolve_device(build_settings(settings_class, args)))
         if getattr(s, "compile", False):  # before any data is read or featurised
             from bertkit.modeling import require_compiler
 

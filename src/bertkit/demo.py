@@ -296,9 +296,10 @@ def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed:
                       say: Callable[[str], None]) -> dict[str, Any]:
     """Dev accuracy of the docstring task, fine-tuned from the pre-trained model and from random weights."""
     from bertkit import BertForSequenceClassification
+    from bertkit.inference.predict import predict
     from bertkit.settings import TrainingSettings
     from bertkit.tasks import glue
-    from bertkit.training.finetune import predict, run_finetuning
+    from bertkit.training.finetune_run import run_finetuning
 
     say("\n== 7. Fine-tuning: which module family (text / files / numbers) does a docstring describe? ==")
     labels, _, train_ex, dev_ex = docstring_task()

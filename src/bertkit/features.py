@@ -34,8 +34,11 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError, MissingFileError
+from bertkit.inference import runner
+from bertkit.inference.runner import plan_batches
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write, refuse_existing_file
+from bertkit.padding import pad_batch
 
 # The defaults of a direct call (the command passes its settings'): google-research/bert's extract_features.py.
 LAST_FOUR_LAYERS = (-1, -2, -3, -4)
@@ -45,6 +48,7 @@ BATCH_SIZE = 32
 logger = logging.getLogger("bertkit")
 
 _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
+_PAD = {"input_ids": 0, "token_type_ids": 0}
 
 
 # -------------------------------------------------------------------------------------------------
@@ -90,8 +94,7 @@ def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_se
 def length_batches(encoded: Sequence[dict], indices: Sequence[int], batch_size: int) -> list[list[int]]:
     """``indices`` sorted by length (stable) and cut into batches: little padding per batch, and the same
     batches whichever process runs them (so output is independent of how many processes share the work)."""
-    order = sorted(indices, key=lambda i: len(encoded[i]["input_ids"]))
-    return [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+    return plan_batches({i: len(encoded[i]["input_ids"]) for i in indices}, batch_size, indices=indices)
 
 
 @torch.no_grad()
@@ -102,25 +105,16 @@ def run_batches(model: BertModel, encoded: Sequence[dict], batches: Sequence[Seq
     The encoder computes on real tokens only (``layout="auto"``); ``layers`` are positions in the L + 1
     hidden states.
     """
-    out: dict[int, np.ndarray] = {}
-    for idx in batches:
-        lengths = [len(encoded[i]["input_ids"]) for i in idx]
-        T = max(lengths)
-        ids = torch.zeros(len(idx), T, dtype=torch.long)
-        types = torch.zeros_like(ids)
-        mask = torch.zeros_like(ids)
-        for row, (i, n) in enumerate(zip(idx, lengths)):
-            ids[row, :n] = torch.tensor(encoded[i]["input_ids"])
-            types[row, :n] = torch.tensor(encoded[i]["token_type_ids"])
-            mask[row, :n] = 1
-        states = model(ids.to(device), token_type_ids=types.to(device), attention_mask=mask.to(device),
-                       output_hidden_states=True).hidden_states
+
+    def call(batch: dict[str, torch.Tensor], rows: Sequence[dict]) -> list[np.ndarray]:
+        states = model(batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                       attention_mask=batch["attention_mask"], output_hidden_states=True).hidden_states
         chosen = torch.stack([states[j] for j in layers], 1).float().cpu().numpy()  # (B, len(layers), T, H)
-        for row, (i, n) in enumerate(zip(idx, lengths)):
-            out[i] = chosen[row, :, :n]
-        if bar is not None:
-            bar.update(len(idx))
-    return out
+        return [chosen[row, :, :len(r["input_ids"])] for row, r in enumerate(rows)]
+
+    # Padded with id 0 whatever the vocabulary's [PAD]: the attention mask hides padding.
+    return runner.run_batches(call, encoded, batches, pad=lambda rows: pad_batch(rows, _PAD, attention_mask=True),
+                              device=device, bar=bar)
 
 
 def hidden_states_for(model: BertModel, encoded: Sequence[dict], indices: Sequence[int], layers: Sequence[int],
@@ -205,9 +199,7 @@ def extract_features(
     encoded = encode_texts(tokenizer, texts, max_seq_length)
     per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
     plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
-    for path in files:
-        if path != out:
-            refuse_existing_file(path, overwrite)
+    _refuse_existing_shards(files, out, overwrite)
     rank, world = _process_share()
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -226,14 +218,27 @@ def extract_features(
     if out.suffix == ".jsonl":
         _write_jsonl(out, units[0], states_of, encoded, tokenizer, layers)
     else:
-        meta = {"format": "bertkit-features", "layers": json.dumps(list(layers)), "dtype": dtype,
-                "hidden_size": str(model.config.hidden_size), "max_seq_length": str(max_seq_length)}
-        _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype), meta)
+        _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype),
+                           _safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length))
     bar.close()
     if parts_dir is not None:
-        _remove_parts(parts_dir, [_part_file(parts_dir, p, u, r) for p, part in enumerate(batches)
-                                  for u in range(len(part)) for r in range(world)])
-    seconds = time.perf_counter() - t0
+        _remove_parts(parts_dir, _part_files(parts_dir, batches, world))
+    return _report(files, encoded, layers, world, time.perf_counter() - t0)
+
+
+def _refuse_existing_shards(files: Sequence[Path], out: Path, overwrite: bool) -> None:
+    for path in files:
+        if path != out:  # the command line checks ``out`` itself
+            refuse_existing_file(path, overwrite)
+
+
+def _safetensors_meta(layers: Sequence[int], dtype: str, hidden_size: int, max_seq_length: int) -> dict[str, str]:
+    return {"format": "bertkit-features", "layers": json.dumps(list(layers)), "dtype": dtype,
+            "hidden_size": str(hidden_size), "max_seq_length": str(max_seq_length)}
+
+
+def _report(files: Sequence[Path], encoded: Sequence[dict], layers: Sequence[int], world: int,
+            seconds: float) -> dict[str, Any]:
     n_tokens = sum(len(e["input_ids"]) for e in encoded)
     return {"files": [str(p) for p in files], "lines": len(encoded), "tokens": n_tokens, "layers": list(layers),
             "processes": world, "seconds": round(seconds, 1), "tokens_per_s": round(n_tokens / max(seconds, 1e-9), 1)}
@@ -291,6 +296,12 @@ def _remove_parts(parts_dir: Path, written: Sequence[Path]) -> None:
 
 def _part_file(parts_dir: Path, p: int, u: int, rank: int) -> Path:
     return parts_dir / f"{p:05d}-{u:06d}-rank{rank:04d}.safetensors"
+
+
+def _part_files(parts_dir: Path, batches: list[list[list[list[int]]]], world: int) -> list[Path]:
+    """Every part file of the run: one per work unit and process."""
+    return [_part_file(parts_dir, p, u, r) for p, part in enumerate(batches) for u in range(len(part))
+            for r in range(world)]
 
 
 def _run_share(model: BertModel, encoded: Sequence[dict], batches: list[list[list[list[int]]]],

@@ -13,13 +13,19 @@ Under bf16 autocast on the CPU the unpadded layout also rounds N up to a multipl
 ``BF16_TOKEN_MULTIPLE`` with rows that belong to no sequence (``TokenLayout.pack`` appends them after the
 embeddings, ``unpack`` drops them from every state returned), so oneDNN meets few GEMM shapes.
 
+The padded batches themselves are built here too, by ``pad_batch``: every collate, the pipelines, feature
+extraction and the tokenizer's ``pad`` call it, so there is one rule for pad values and widths.
+
 Shape legend: B batch, T sequence length, N real tokens, H hidden size, nh heads, hs head size.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -249,3 +255,69 @@ def _attend(rect: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: fl
     q, k, v = rect.view(S, T, 3, num_heads, hs).permute(2, 0, 3, 1, 4)  # 3 x (S, nh, T, hs)
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)  # (S, nh, T, hs)
     return y.transpose(1, 2).reshape(S, T, num_heads * hs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Padding a batch: the one function every collate, pipeline, feature extractor and the tokenizer pad with.
+# ---------------------------------------------------------------------------------------------------
+
+
+def pad_batch(rows: Sequence[Mapping[str, Any]], pad_values: Mapping[str, Any], *, width: int | None = None,
+              side: Literal["right", "left"] = "right", attention_mask: bool = False,
+              return_tensors: Literal["pt", "np"] | None = "pt") -> dict[str, Any]:
+    """Pad the ``pad_values`` keys of ``rows`` to one length, filling with each key's pad value.
+
+    A row's value for a key is one sequence of tokens, or (a multiple-choice row) a list of C sequences,
+    which gives (B, C, W) instead of (B, W). A pad value that is a tuple (``offset_mapping``'s ``(0, 0)``)
+    is the shape of one token. ``width`` defaults to the longest sequence of the batch. ``attention_mask``
+    adds that key: 1 over each ``input_ids`` sequence, 0 at padding. Keys of ``pad_values`` that ``rows[0]``
+    lacks are skipped.
+
+    ``return_tensors``: "pt" (``torch.long``) or "np" (``int64``) stacks the batch; None returns a list of
+    padded lists per key, where a row longer than ``width`` stays as it is (the tokenizer's ``pad`` does so).
+    """
+    if side not in ("right", "left"):
+        raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+    fills = {k: v for k, v in pad_values.items() if k in rows[0]}
+    columns = {k: [r[k] for r in rows] for k in fills}
+    if attention_mask:
+        fills["attention_mask"] = 0
+        columns["attention_mask"] = [_ones_like(r["input_ids"]) for r in rows]
+    if return_tensors is None:
+        return {k: [_pad_list(v, fills[k], width or 0, side) for v in values] for k, values in columns.items()}
+    if width is None:
+        width = max((_longest(v, fills[k]) for k, values in columns.items() for v in values), default=0)
+    out = {k: _pad_array(values, fills[k], width, side) for k, values in columns.items()}
+    return {k: torch.from_numpy(v) for k, v in out.items()} if return_tensors == "pt" else out
+
+
+def _is_choices(value: Any, fill: Any) -> bool:
+    """A row value holding several sequences (C, T) rather than one (T,), for a scalar pad value."""
+    return np.ndim(fill) == 0 and len(value) > 0 and isinstance(value[0], (list, np.ndarray))
+
+
+def _ones_like(value: Any) -> Any:
+    return [[1] * len(s) for s in value] if _is_choices(value, 0) else [1] * len(value)
+
+
+def _longest(value: Any, fill: Any) -> int:
+    return max((len(s) for s in value), default=0) if _is_choices(value, fill) else len(value)
+
+
+def _pad_list(value: Any, fill: Any, width: int, side: str) -> list:
+    pad = [fill] * (width - len(value))
+    return pad + list(value) if side == "left" else list(value) + pad
+
+
+def _pad_array(values: Sequence[Any], fill: Any, width: int, side: str) -> np.ndarray:
+    """(B, W, *fill's shape), or (B, C, W) for rows of C sequences each; int64."""
+    choices = _is_choices(values[0], fill) if values else False
+    lead = (len(values[0]),) if choices else ()
+    out = np.full((len(values), *lead, width, *np.shape(fill)), fill, dtype=np.int64)
+    for b, value in enumerate(values):
+        for c, seq in enumerate(value if choices else [value]):
+            at = (b, c) if choices else (b,)
+            n = len(seq)
+            if n:
+                out[at][slice(width - n, width) if side == "left" else slice(0, n)] = np.asarray(seq, dtype=np.int64)
+    return out

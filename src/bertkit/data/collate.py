@@ -15,6 +15,7 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX
+from bertkit.padding import pad_batch
 
 # Keys `collate` turns into tensors; anything else in a feature dict (offsets, word ids, example
 # indices used by post-processing) is metadata and stays out of the batch.
@@ -47,19 +48,14 @@ def collate(features: Sequence[Mapping[str, Any]], pad_token_id: int) -> dict[st
                 f"feature {i} has keys {have} but feature 0 has {keys}; do not mix labeled and unlabeled examples in a batch"
             )
     batch: dict[str, torch.Tensor] = {}
+    pads = {}
     for key in keys:
         values = [f[key] for f in features]
         if np.isscalar(values[0]):
             arr = np.asarray(values)
             dtype = torch.float32 if arr.dtype.kind == "f" else torch.long
             batch[key] = torch.as_tensor(arr, dtype=dtype)
-            continue
-        arrays = [np.asarray(v, dtype=np.int64) for v in values]
-        width = max(a.shape[-1] for a in arrays)
-        pad = pad_token_id if key == "input_ids" else (IGNORE_INDEX if key == "labels" else 0)
-        padded = [
-            np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, width - a.shape[-1])], constant_values=pad)
-            for a in arrays
-        ]
-        batch[key] = torch.from_numpy(np.stack(padded))
-    return batch
+        else:
+            pads[key] = pad_token_id if key == "input_ids" else (IGNORE_INDEX if key == "labels" else 0)
+    padded = pad_batch(features, pads) if pads else {}
+    return {key: batch[key] if key in batch else padded[key] for key in keys}

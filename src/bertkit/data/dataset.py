@@ -86,15 +86,10 @@ def collate_pretraining(batch: Sequence[dict], pad_id: int = 0) -> dict:
     """
     import torch  # here, so that data-creation workers never pay for importing torch
 
+    from bertkit.padding import pad_batch
+
     if not batch:
         raise BertkitError("collate_pretraining got an empty batch")
-    width = max(len(item["input_ids"]) for item in batch)
-    pads = {"input_ids": pad_id, "token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX}
-    out = {}
-    for key, value in pads.items():
-        tensor = torch.full((len(batch), width), value, dtype=torch.long)  # (B, T)
-        for row, item in enumerate(batch):
-            tensor[row, : len(item[key])] = torch.as_tensor(item[key])
-        out[key] = tensor
+    out = pad_batch(batch, {"input_ids": pad_id, "token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX})
     out["next_sentence_label"] = torch.tensor([int(item["next_sentence_label"]) for item in batch], dtype=torch.long)
     return out

@@ -21,6 +21,8 @@ from torch import Tensor, nn
 from bertkit.checkpoint_io import INT8_WEIGHTS_NAME
 from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
 from bertkit.inference.prepare import check_request, prepare_model
+from bertkit.inference.runner import nonfinite_rows, run_length_sorted
+from bertkit.padding import pad_batch
 from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file
 from bertkit.tokenization import BertTokenizer
 
@@ -49,21 +51,7 @@ def published_keys(model_dir: Path) -> set[str]:
 
 def pad_rows(rows: Sequence[dict[str, Any]], pad_id: int) -> dict[str, Tensor]:
     """Right-pad encoded rows to the longest: (B, T) tensors, or (B, C, T) when each row holds C choices."""
-    multi = isinstance(rows[0]["input_ids"][0], list)
-    seqs = [r["input_ids"] for r in rows]
-    width = max(len(s) for row in seqs for s in (row if multi else [row]))
-    shape = (len(rows), len(seqs[0]), width) if multi else (len(rows), width)
-    ids = torch.full(shape, pad_id, dtype=torch.long)
-    types = torch.zeros(shape, dtype=torch.long)
-    mask = torch.zeros(shape, dtype=torch.long)
-    for b, row in enumerate(rows):
-        pairs = zip(row["input_ids"], row["token_type_ids"]) if multi else [(row["input_ids"], row["token_type_ids"])]
-        for c, (i, t) in enumerate(pairs):
-            at = (b, c) if multi else (b,)
-            ids[at][: len(i)] = torch.tensor(i)
-            types[at][: len(t)] = torch.tensor(t)
-            mask[at][: len(i)] = 1
-    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+    return pad_batch(rows, {"input_ids": pad_id, "token_type_ids": 0}, attention_mask=True)
 
 
 def int8_options(settings: Any) -> dict[str, Any]:
@@ -205,44 +193,29 @@ class Pipeline:
         ``batch_size`` (similar lengths together), then put back."""
         if not rows:
             return []
-        # Longest first: the first batch is the largest, so running out of memory shows at once. Rows with
-        # different numbers of choices (multiple-choice) never share a batch.
-        order = sorted(range(len(rows)), key=lambda i: (_choices(rows[i]), -_row_length(rows[i])))
-        results: list[np.ndarray | None] = [None] * len(rows)
-        starts = _batch_starts([rows[i] for i in order], self.batch_size)
         show = self.progress if self.progress is not None else len(rows) >= _PROGRESS_ROWS
         from tqdm.auto import tqdm
 
+        def check(idx: Sequence[int], outs: Sequence[np.ndarray]) -> None:
+            bad = nonfinite_rows(idx, outs)
+            if bad:
+                raise NonFiniteError(f"the model's output for {self.task} row {bad[0]} is not finite (NaN or inf): "
+                                     "the checkpoint's weights are broken; no result was produced")
+
         bar = tqdm(total=len(rows), desc=self.task, unit="seq", disable=not show, leave=False)
-        for a, b in zip(starts, starts[1:] + [len(order)]):
-            idx = order[a:b]
-            batch_rows = [rows[i] for i in idx]
-            batch = {k: v.to(self.device) for k, v in pad_rows(batch_rows, self.tokenizer.pad_token_id).items()}
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                outs = self.forward(batch, batch_rows)
-            for i, out in zip(idx, outs):
-                if not np.isfinite(out[~np.isneginf(out)]).all():
-                    raise NonFiniteError(f"the model's output for {self.task} row {i} is not finite (NaN or inf): "
-                                         "the checkpoint's weights are broken; no result was produced")
-                results[i] = out
-            bar.update(len(idx))
+        # Longest first: the first batch is the largest, so running out of memory shows at once. Rows with
+        # different numbers of choices (multiple-choice) never share a batch: it must be one (B, C, T) tensor.
+        results = run_length_sorted(self.forward, rows, batch_size=self.batch_size,
+                                    pad=lambda batch: pad_rows(batch, self.tokenizer.pad_token_id), device=self.device,
+                                    bf16=self.bf16, check=check, lengths=[_row_length(r) for r in rows],
+                                    longest_first=True, groups=[_choices(r) for r in rows], bar=bar)
         bar.close()
-        return results  # type: ignore[return-value]
+        return results
 
 
 def _choices(row: dict[str, Any]) -> int:
     ids = row["input_ids"]
     return len(ids) if ids and isinstance(ids[0], list) else 0
-
-
-def _batch_starts(sorted_rows: Sequence[dict[str, Any]], batch_size: int) -> list[int]:
-    """Batch boundaries over length-sorted rows: every ``batch_size`` rows, and wherever the number of
-    choices changes (a multiple-choice batch must be one (B, C, T) tensor)."""
-    starts = [0] if sorted_rows else []
-    for i in range(1, len(sorted_rows)):
-        if i - starts[-1] >= batch_size or _choices(sorted_rows[i]) != _choices(sorted_rows[i - 1]):
-            starts.append(i)
-    return starts
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

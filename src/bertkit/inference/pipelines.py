@@ -6,14 +6,14 @@ multiple choice, sentence embeddings. Each turns plain inputs into JSON-able res
     clf(["a gorgeous film", "dull and overlong"])
     # [{'label': 'positive', 'score': 0.98, 'scores': {...}}, {'label': 'negative', ...}]
 
-Batching, length bucketing, order and the non-finite check live in ``base.Pipeline``; SQuAD windows and
+Batching, length bucketing, order and the non-finite check live in ``base.Pipeline`` (``runner``); SQuAD windows and
 answer decoding are ``tasks.squad``'s (the same code that scores the benchmark).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -136,15 +136,14 @@ def _text_and_pair(item: Any, index: int, task: str) -> tuple[str, str | None]:
                        "(text, text_pair) tuple or {'text': ..., 'text_pair': ...}")
 
 
-class TextClassificationPipeline(Pipeline):
-    """A text or a pair -> ``{"label", "score", "scores"}`` (softmax per label name, from the config's
-    ``id2label``); multi-label models give sigmoid ``scores`` and the ``labels`` above 0.5; regression
-    models (one output, e.g. STS-B) give ``{"value"}``."""
+class TextOrPairInputs:
+    """What a pipeline reading one text or a (text, text_pair) takes and encodes: a str, a ``(text, text_pair)``
+    tuple or ``{"text": ..., "text_pair": ...}``, as one row ``[CLS] text [SEP] (text_pair [SEP])``."""
 
-    task = "text-classification"
-    model_class = BertForSequenceClassification
-    required_keys = ("classifier.weight",)
-    input_kind = (str, dict, tuple)
+    input_kind: ClassVar[type | tuple[type, ...]] = (str, dict, tuple)
+    task: ClassVar[str]
+    tokenizer: Any
+    max_length: int
 
     def is_single(self, inputs: Any) -> bool:
         return isinstance(inputs, (str, dict, tuple))
@@ -155,6 +154,16 @@ class TextClassificationPipeline(Pipeline):
     def encode(self, item: tuple[str, str | None], **_: Any) -> list[dict[str, Any]]:
         enc = self.tokenizer(item[0], item[1], truncation=True, max_length=self.max_length)
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
+
+
+class TextClassificationPipeline(TextOrPairInputs, Pipeline):
+    """A text or a pair -> ``{"label", "score", "scores"}`` (softmax per label name, from the config's
+    ``id2label``); multi-label models give sigmoid ``scores`` and the ``labels`` above 0.5; regression
+    models (one output, e.g. STS-B) give ``{"value"}``."""
+
+    task = "text-classification"
+    model_class = BertForSequenceClassification
+    required_keys = ("classifier.weight",)
 
     def forward(self, batch, rows) -> list[np.ndarray]:
         return list(self.model(**batch).logits.float().cpu().numpy())
@@ -429,7 +438,7 @@ class MultipleChoicePipeline(Pipeline):
 POOLINGS = ("mean", "cls", "none")
 
 
-class FeatureExtractionPipeline(Pipeline):
+class FeatureExtractionPipeline(TextOrPairInputs, Pipeline):
     """A text (or ``(text, text_pair)``) -> its embedding, a list of floats.
 
     ``pooling="mean"`` averages the last layer's token states over the real tokens ([CLS] and [SEP]
@@ -440,7 +449,6 @@ class FeatureExtractionPipeline(Pipeline):
 
     task = "feature-extraction"
     model_class = BertModel
-    input_kind = (str, dict, tuple)
     default_normalize = False
 
     def __init__(self, model, tokenizer, *, pooling: str = "mean", normalize: bool | None = None, **kwargs: Any):
@@ -449,16 +457,6 @@ class FeatureExtractionPipeline(Pipeline):
         super().__init__(model, tokenizer, **kwargs)
         self.pooling = pooling
         self.normalize = self.default_normalize if normalize is None else bool(normalize)
-
-    def is_single(self, inputs: Any) -> bool:
-        return isinstance(inputs, (str, dict, tuple))
-
-    def check_input(self, item: Any, index: int) -> tuple[str, str | None]:
-        return _text_and_pair(item, index, self.task)
-
-    def encode(self, item: tuple[str, str | None], **_: Any) -> list[dict[str, Any]]:
-        enc = self.tokenizer(item[0], item[1], truncation=True, max_length=self.max_length)
-        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
 
     def forward(self, batch, rows) -> list[np.ndarray]:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])

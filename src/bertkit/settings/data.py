@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -80,18 +79,13 @@ class CreateDataSettings(PretrainingConfig):
         if not self.files:
             raise BertkitError("files: give at least one text file to make instances from")
         _at_least_one(self, "num_workers")
+        # Under torchrun the command line fills both in (bertkit.cli, one part per process): settings read no
+        # environment.
         shards, index = self.num_shards, self.shard_index
-        env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        if shards is None and index is None and all(env.values()) and int(env["WORLD_SIZE"] or 1) > 1:
-            shards, index = int(env["WORLD_SIZE"] or 1), int(env["RANK"] or 0)  # torchrun: one part per process
-            out = Path(self.output_dir)
-            object.__setattr__(self, "output_dir", out.with_name(f"{out.name}.part-{index:05d}-of-{shards:05d}"))
         if (shards is None) != (index is None):
             raise BertkitError("--num-shards and --shard-index go together (this run makes part INDEX of NUM_SHARDS)")
         if shards is not None and (shards < 1 or not 0 <= index < shards):  # type: ignore[operator]
             raise BertkitError(f"--shard-index {index} must be in [0, --num-shards {shards})")
-        object.__setattr__(self, "num_shards", shards)
-        object.__setattr__(self, "shard_index", index)
 
     def pretraining_config(self) -> PretrainingConfig:
         return PretrainingConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PretrainingConfig)})

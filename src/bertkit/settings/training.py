@@ -109,6 +109,9 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     report_to: Literal["none", "tensorboard"] = "none"
     """Also write TensorBoard event files to OUTPUT_DIR/tensorboard (pip install 'bertkit[tensorboard]')."""
 
+    # Checked as one positive number each; a subclass whose learning_rate is a grid checks it rate by rate.
+    positive_fields: ClassVar[tuple[str, ...]] = ("learning_rate", "num_train_epochs", "adam_epsilon")
+
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         if self.bf16 and self.fp16:
@@ -117,7 +120,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
             raise BertkitError(f"dataloader_num_workers must be >= 0, got {self.dataloader_num_workers}")
         if not (math.isfinite(self.ddp_timeout) and self.ddp_timeout > 0):
             raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {self.ddp_timeout}")
-        _positive(self, "learning_rate", "num_train_epochs", "adam_epsilon")
+        _positive(self, *self.positive_fields)
         _positive(self, "weight_decay", "max_grad_norm", strict=False, allow_none=False)
         _at_least_one(self, "batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps",
                       "save_total_limit", "max_train_samples")
@@ -199,13 +202,16 @@ class SequenceClassificationSettings(FinetuneSettings):
     eval_batch_size: int = 128
     """Sequences per batch when predicting."""
 
+    positive_fields: ClassVar[tuple[str, ...]] = ("num_train_epochs", "adam_epsilon")  # learning_rate: below
+
     def __post_init__(self) -> None:
+        # One value (Python, --config JSON) or a grid: a tuple from here on, as the flags give it (coerced
+        # while the object is built, as coerce_paths turns str into Path).
         lrs, seeds = self.learning_rate, self.seed
-        lrs = (lrs,) if isinstance(lrs, (int, float)) else lrs  # one value (Python, --config JSON) or a grid
-        seeds = (seeds,) if isinstance(seeds, int) else seeds
-        self.learning_rate, self.seed = None, 1  # validate the shared fields one value at a time
+        lrs = (lrs,) if isinstance(lrs, (int, float)) else lrs
+        self.learning_rate = tuple(lrs) if lrs is not None else None
+        self.seed = (seeds,) if isinstance(seeds, int) else tuple(seeds)
         super().__post_init__()
-        self.learning_rate, self.seed = (tuple(lrs) if lrs is not None else None), tuple(seeds)
         for lr in self.learning_rate or ():
             if not (math.isfinite(lr) and lr > 0):
                 raise BertkitError(f"learning_rate must be finite and positive, got {lr}")

@@ -318,20 +318,21 @@ def truncation_lengths(
     raise BertkitError(f"unknown truncation strategy {strategy!r}; use one of {TRUNCATION_STRATEGIES}")
 
 
+# What each column of an encoded row pads with (``input_ids`` with the tokenizer's pad id).
+PAD_VALUES = {"input_ids": 0, "token_type_ids": 0, "attention_mask": 0, "special_tokens_mask": 1, "offset_mapping": (0, 0)}
+
+
 def pad_rows(rows: list[dict[str, list]], length: int, pad_id: int) -> None:
     """Right-pad every row (a dict of per-token lists) to ``length`` in place; longer rows are left alone."""
-    pad_values = {
-        "input_ids": pad_id,
-        "token_type_ids": 0,
-        "attention_mask": 0,
-        "special_tokens_mask": 1,
-        "offset_mapping": (0, 0),
-    }
-    for row in rows:
-        missing = length - len(row["input_ids"])
-        if missing > 0:
-            for key, values in row.items():
-                values.extend([pad_values[key]] * missing)
+    if not rows:
+        return
+    from bertkit.padding import pad_batch  # here, so that tokenizing without padding does not pay for torch
+
+    fills = {key: pad_id if key == "input_ids" else PAD_VALUES[key] for key in rows[0]}
+    padded = pad_batch(rows, fills, width=length, return_tensors=None)
+    for b, row in enumerate(rows):
+        for key in fills:
+            row[key][:] = padded[key][b]
 
 
 def to_batch_encoding(

@@ -3,7 +3,7 @@
 Activations of the first WordPiece of every CoNLL-2003 word are extracted once (``features.py``), for
 all L + 1 layers (embeddings first), kept in fp16 on disk; then a two-layer BiLSTM and a linear tagger
 are trained on six combinations of layers and scored with conlleval on dev. The taggers train in the one
-training loop (``training/loop.py``, through ``finetune.run_finetuning``), as every other recipe does: its
+training loop (``training/loop.py``, through ``finetune_run.run_finetuning``), as every other recipe does: its
 batching, seeding, clipping, metrics.jsonl and non-finite checks; see ``TAGGER_TRAINING`` for what differs
 from BERT fine-tuning.
 """
@@ -34,7 +34,7 @@ from bertkit.outputs import atomic_target, atomic_write, atomic_write_json, atom
 from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings
 from bertkit.tasks import ner
 from bertkit.tasks.metrics import to_fractions
-from bertkit.training.finetune import run_finetuning
+from bertkit.training.finetune_run import run_finetuning
 
 logger = logging.getLogger("bertkit")
 

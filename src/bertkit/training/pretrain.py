@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,14 +128,9 @@ def model_config(spec: Any, vocab_size: int) -> BertConfig:
     return BertConfig.from_json_file(spec, vocab_size=vocab_size)
 
 
-def pretrain(s: PretrainSettings) -> TrainResult:
-    """Pre-train ``BertForPreTraining`` (``BertForMaskedLM`` with ``nsp=False``) from scratch, or from
-    ``init_from``; the final model goes to ``output_dir/final``.
-
-    Metrics (train and held-out) stream to ``output_dir/metrics.jsonl`` and are drawn to ``metrics.png``.
-    """
-    tokenizer = BertTokenizer.from_pretrained(s.vocab.parent if s.vocab.is_file() else s.vocab)
-    head = BertForPreTraining if s.nsp else BertForMaskedLM
+def pretraining_config(s: PretrainSettings, tokenizer: BertTokenizer) -> BertConfig:
+    """The model's config (``init_from``'s, or ``config_name``'s with the tokenizer's vocabulary size), checked
+    against the tokenizer's vocabulary."""
     if s.init_from is not None:
         config = BertConfig.from_json_file(s.init_from / "config.json")
     else:
@@ -146,11 +142,14 @@ def pretrain(s: PretrainSettings) -> TrainResult:
                 f"pre-train from {s.init_from} with the tokenizer it was trained with (its vocab.txt)"
                 if s.init_from is not None else f"set vocab_size={len(tokenizer.vocab)}")
         )
-    pad = tokenizer.pad_token_id
-    info = current()
-    collate = functools.partial(collate_instances, pad_id=pad, nsp=s.nsp)  # picklable, for DataLoader workers
+    return config
 
-    micro = micro_batch_size(s.batch_size, info.world_size, s.gradient_accumulation_steps)
+
+def pretraining_phases(s: PretrainSettings, config: BertConfig, collate: Any, *, rank: int,
+                       world_size: int) -> list[Phase]:
+    """One phase per data directory (``data``, then ``phase2_data``), with ``max_steps`` split between them by
+    ``phase1_fraction``."""
+    micro = micro_batch_size(s.batch_size, world_size, s.gradient_accumulation_steps)
     phases = []
     for i, data_dir in enumerate(d for d in (s.data, s.phase2_data) if d is not None):
         dataset = PretrainingDataset(data_dir, seed=s.dynamic_masking_seed)
@@ -159,8 +158,7 @@ def pretrain(s: PretrainSettings) -> TrainResult:
                 f"{data_dir} holds instances of {dataset.max_seq_length} tokens but max_position_embeddings is "
                 f"{config.max_position_embeddings}; recreate the data or enlarge the config"
             )
-        phases.append(Phase(BatchPlan(dataset, micro, collate, seed=s.seed,
-                                      rank=info.rank, world_size=info.world_size),
+        phases.append(Phase(BatchPlan(dataset, micro, collate, seed=s.seed, rank=rank, world_size=world_size),
                             0, name=f"phase{i + 1}-{dataset.max_seq_length}"))
     if len(phases) == 1:
         phases[0].steps = s.max_steps
@@ -169,39 +167,54 @@ def pretrain(s: PretrainSettings) -> TrainResult:
         phases[1].steps = s.max_steps - phases[0].steps
         if phases[1].steps < 1:
             raise BertkitError(f"max_steps {s.max_steps} with phase1_fraction {s.phase1_fraction} leaves phase 2 empty")
+    return phases
 
-    evaluate = None
-    if s.eval_data is not None:
-        eval_set = PretrainingDataset(s.eval_data, seed=None)
 
-        def evaluate(model):
-            return evaluate_pretraining(model, eval_set, batch_size=s.eval_batch_size, pad_id=pad,
-                                        limit=s.eval_instances, device=process_device(s.device))
+def held_out_evaluator(s: PretrainSettings, pad_id: int) -> Callable[[Any], dict] | None:
+    """MLM and NSP accuracy on ``eval_data`` (None without it), as the loop calls it."""
+    if s.eval_data is None:
+        return None
+    eval_set = PretrainingDataset(s.eval_data, seed=None)
 
+    def evaluate(model):
+        return evaluate_pretraining(model, eval_set, batch_size=s.eval_batch_size, pad_id=pad_id,
+                                    limit=s.eval_instances, device=process_device(s.device))
+
+    return evaluate
+
+
+def initial_model(s: PretrainSettings, config: BertConfig, first_phase: Phase) -> BertForPreTraining | BertForMaskedLM:
+    """The model before its first step, seeded by ``s.seed``: ``init_from``'s weights, or new ones with the
+    chosen MLM bias and position initialisation."""
+    head = BertForPreTraining if s.nsp else BertForMaskedLM
     torch.manual_seed(s.seed)  # the initial weights are part of the run: same seed, same model
     if s.init_from is not None:  # heads the checkpoint lacks are initialised (seeded) and logged by name
-        model = head.from_pretrained(s.init_from, config=config)
-    else:
-        model = head(config)
-        if s.mlm_bias_init == "unigram":
-            with torch.no_grad():
-                model.cls.predictions.bias.copy_(unigram_log_prior(phases[0].plan.dataset, config.vocab_size))
-        if s.position_init == "sinusoidal":
-            with torch.no_grad():
-                model.bert.embeddings.position_embeddings.weight.copy_(sinusoidal_positions(
-                    config.max_position_embeddings, config.hidden_size, config.initializer_range))
+        return head.from_pretrained(s.init_from, config=config)
+    model = head(config)
+    if s.mlm_bias_init == "unigram":
+        with torch.no_grad():
+            model.cls.predictions.bias.copy_(unigram_log_prior(first_phase.plan.dataset, config.vocab_size))
+    if s.position_init == "sinusoidal":
+        with torch.no_grad():
+            model.bert.embeddings.position_embeddings.weight.copy_(sinusoidal_positions(
+                config.max_position_embeddings, config.hidden_size, config.initializer_range))
+    return model
+
+
+def resume_fingerprint(s: PretrainSettings, config: BertConfig, phases: list[Phase]) -> dict:
+    """What a checkpoint must have been trained with for ``resume`` to continue it."""
     fresh = s.init_from is None  # with --init-from the checkpoint's MLM bias and positions are kept
-    fingerprint = {"model_config": config.to_dict(), "max_steps": s.max_steps, "batch_size": s.batch_size,
-                   # the data's content (the manifest lists every shard's sha256), not its path: data
-                   # regenerated at the same path must not resume silently, data moved elsewhere may
-                   "data": [sha256_of(Path(p.plan.dataset.path) / MANIFEST) for p in phases],
-                   "mlm_bias_init": s.mlm_bias_init if fresh else None,
-                   "position_init": s.position_init if fresh else None, "nsp": s.nsp,
-                   "init_from": None if fresh else sha256_of(s.init_from / WEIGHTS_NAME)}
-    result = train(model, phases, s.training(), evaluate=evaluate, batch_metrics=mlm_nsp_batch_metrics,
-                   fingerprint=fingerprint, resume=s.resume)
-    if not info.is_main:  # under torchrun, rank 0 writes the results
-        return result
+    return {"model_config": config.to_dict(), "max_steps": s.max_steps, "batch_size": s.batch_size,
+            # the data's content (the manifest lists every shard's sha256), not its path: data
+            # regenerated at the same path must not resume silently, data moved elsewhere may
+            "data": [sha256_of(Path(p.plan.dataset.path) / MANIFEST) for p in phases],
+            "mlm_bias_init": s.mlm_bias_init if fresh else None,
+            "position_init": s.position_init if fresh else None, "nsp": s.nsp,
+            "init_from": None if fresh else sha256_of(s.init_from / WEIGHTS_NAME)}
+
+
+def write_pretraining_results(s: PretrainSettings, model: Any, tokenizer: BertTokenizer, result: TrainResult) -> None:
+    """The final model and tokenizer (``output_dir/final``), ``summary.json`` and ``metrics.png``."""
     final = s.output_dir / "final"
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)
@@ -211,4 +224,24 @@ def pretrain(s: PretrainSettings) -> TrainResult:
     atomic_write_json(s.output_dir / "summary.json",
                       {"steps": result.step, "last_eval": last_eval, "final_model": str(final)})
     plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
+
+
+def pretrain(s: PretrainSettings) -> TrainResult:
+    """Pre-train ``BertForPreTraining`` (``BertForMaskedLM`` with ``nsp=False``) from scratch, or from
+    ``init_from``; the final model goes to ``output_dir/final``.
+
+    Metrics (train and held-out) stream to ``output_dir/metrics.jsonl`` and are drawn to ``metrics.png``.
+    """
+    tokenizer = BertTokenizer.from_pretrained(s.vocab.parent if s.vocab.is_file() else s.vocab)
+    config = pretraining_config(s, tokenizer)
+    pad = tokenizer.pad_token_id
+    info = current()
+    collate = functools.partial(collate_instances, pad_id=pad, nsp=s.nsp)  # picklable, for DataLoader workers
+    phases = pretraining_phases(s, config, collate, rank=info.rank, world_size=info.world_size)
+    evaluate = held_out_evaluator(s, pad)
+    model = initial_model(s, config, phases[0])
+    result = train(model, phases, s.training(), evaluate=evaluate, batch_metrics=mlm_nsp_batch_metrics,
+                   fingerprint=resume_fingerprint(s, config, phases), resume=s.resume)
+    if info.is_main:  # under torchrun, rank 0 writes the results
+        write_pretraining_results(s, model, tokenizer, result)
     return result

@@ -1,6 +1,6 @@
 """Fine-tuning recipes for the token-level and span tasks: NER, SQuAD v1.1/v2.0, SWAG.
 
-Each recipe has the shape of ``finetune.finetune_glue``: read and featurize with ``bertkit.tasks``,
+Each recipe has the shape of ``glue_recipe.finetune_glue``: read and featurize with ``bertkit.tasks``,
 build the head, run ONE phase of the one training loop (``training.loop.train``), evaluate with the
 task's official-equivalent scorer, save the model in the Hugging Face layout (label names in
 ``id2label``) with its tokenizer under ``out_dir/model``, write predictions, and return a report that
@@ -36,6 +36,7 @@ from torch import nn
 from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
+from bertkit.inference.predict import EVAL_BATCH_SIZE, for_prediction, predict
 from bertkit.outputs import atomic_write, atomic_write_json
 from bertkit.quantization import load_for_inference
 from bertkit.settings import (
@@ -51,7 +52,7 @@ from bertkit.tasks import ner, squad, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current, process_device
-from bertkit.training.finetune import EVAL_BATCH_SIZE, for_prediction, predict, run_finetuning
+from bertkit.training.finetune_run import run_finetuning
 from bertkit.training.loop import TrainResult
 
 logger = logging.getLogger("bertkit")
@@ -198,6 +199,43 @@ def postprocess_squad(examples, features, rows: Sequence[np.ndarray], version: s
         null_score_diff_threshold=null_threshold)
 
 
+def squad_finetuning_examples(s: SquadSettings) -> tuple[list[squad.SquadExample], list[squad.SquadExample],
+                                                              list[dict], dict | None]:
+    """The training questions (all of them), the evaluation questions and their articles (the predict file, or
+    its held-out articles when there is no training file), and how the file was split (None when it was not).
+    SQuAD v1.1 has no unanswerable questions: data that holds some is refused, naming a few."""
+    dataset = squad.load_squad(s.predict_file)
+    train_articles, eval_articles, split = _squad_split(s, dataset)
+    train_examples = squad.squad_examples(train_articles, source=str(s.train_file or s.predict_file))
+    eval_examples = squad.squad_examples(eval_articles, source=str(s.predict_file))
+    if s.version == "1.1":
+        for name, examples in (("training", train_examples), ("evaluation", eval_examples)):
+            bad = [e.qas_id for e in examples if e.is_impossible or not e.answers]
+            if bad:
+                raise BertkitError(f"the {name} data holds {len(bad)} unanswerable questions (e.g. {bad[:3]}), "
+                                 "which SQuAD v1.1 does not have; pass version '2.0' (--version 2.0)")
+    return train_examples, eval_examples, eval_articles, split
+
+
+def score_squad_finetuning(s: SquadSettings, articles: Sequence[dict], examples: Sequence[squad.SquadExample],
+                           features: Sequence[dict], preds: squad.SquadPredictions, rows: Sequence[np.ndarray]
+                           ) -> tuple[squad.SquadPredictions, dict[str, Any]]:
+    """The official scores of the predictions. For v2.0 the answers are post-processed again at the null
+    threshold that maximises F1 on these same predictions (``best_f1_thresh``, as the paper selects it on dev),
+    and the scores at threshold 0 are kept beside them; returns the predictions scored and the scores."""
+    if s.version == "1.1":
+        return preds, to_fractions(squad.evaluate_v1(articles, preds.predictions))
+    at_zero = squad.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds)
+    threshold = at_zero["best_f1_thresh"]
+    preds = postprocess_squad(examples, features, rows, s.version, s.n_best_size, s.max_answer_length, threshold)
+    scores = to_fractions(squad.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds))
+    at_zero = to_fractions(at_zero)
+    scores.update(null_threshold=threshold, at_threshold_0={k: at_zero[k] for k in ("exact", "f1")},
+                  threshold_note="null threshold = best_f1_thresh chosen on these same predictions "
+                                 "(as the paper selects it on dev): optimistic for this set")
+    return preds, scores
+
+
 def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     """Fine-tune on SQuAD and score the predict file (or its held-out articles); returns the report.
 
@@ -205,16 +243,7 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     in run_squad.py's formats, ``metrics.jsonl`` and ``report.json``.
     """
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
-    dataset = squad.load_squad(s.predict_file)
-    train_articles, eval_articles, split = _squad_split(s, dataset)
-    all_train_examples = squad.squad_examples(train_articles, source=str(s.train_file or s.predict_file))
-    eval_examples = squad.squad_examples(eval_articles, source=str(s.predict_file))
-    if s.version == "1.1":
-        for name, examples in (("training", all_train_examples), ("evaluation", eval_examples)):
-            bad = [e.qas_id for e in examples if e.is_impossible or not e.answers]
-            if bad:
-                raise BertkitError(f"the {name} data holds {len(bad)} unanswerable questions (e.g. {bad[:3]}), "
-                                 "which SQuAD v1.1 does not have; pass version '2.0' (--version 2.0)")
+    all_train_examples, eval_examples, eval_articles, split = squad_finetuning_examples(s)
     train_examples = first(all_train_examples, s.max_train_samples)
     eval_examples = first(eval_examples, s.max_eval_samples)
     shape = {"max_seq_length": s.max_seq_length, "doc_stride": s.doc_stride, "max_query_length": s.max_query_length}
@@ -236,19 +265,7 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     t0 = time.perf_counter()
     preds, rows = predict_squad(model, eval_examples, eval_features, pad_id=pad, batch_size=s.eval_batch_size,
                                 bf16=s.bf16, device=process_device(s.device), **post)
-    scores: dict[str, Any]
-    if s.version == "1.1":
-        scores = to_fractions(squad.evaluate_v1(eval_articles, preds.predictions))
-    else:
-        at_zero = squad.evaluate_v2(eval_articles, preds.predictions, na_probs=preds.null_odds)
-        threshold = at_zero["best_f1_thresh"]
-        preds = postprocess_squad(eval_examples, eval_features, rows, s.version, s.n_best_size,
-                                  s.max_answer_length, threshold)
-        scores = to_fractions(squad.evaluate_v2(eval_articles, preds.predictions, na_probs=preds.null_odds))
-        at_zero = to_fractions(at_zero)
-        scores.update(null_threshold=threshold, at_threshold_0={k: at_zero[k] for k in ("exact", "f1")},
-                      threshold_note="null threshold = best_f1_thresh chosen on these same predictions "
-                                     "(as the paper selects it on dev): optimistic for this set")
+    preds, scores = score_squad_finetuning(s, eval_articles, eval_examples, eval_features, preds, rows)
     predict_seconds = time.perf_counter() - t0
     files = {k: str(v) for k, v in preds.write(s.output_dir).items()}
     files["model"] = str(_save(model, tokenizer, s.output_dir))

@@ -1,0 +1,66 @@
+"""Prediction over featurised examples: what the fine-tuning recipes score dev with and the predict commands run.
+
+``predict`` runs a model over task features in length-sorted batches (``inference.runner``) and refuses
+non-finite outputs; ``for_prediction`` makes a loaded fine-tuned model ready for it (device, bf16, int8) through
+``prepare_model``, as the pipelines make theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.errors import NonFiniteError
+from bertkit.inference.prepare import Precision, prepare_model
+from bertkit.inference.runner import nonfinite_rows, run_length_sorted
+from bertkit.settings import PredictBenchmarkSettings
+from bertkit.tokenization import BertTokenizer
+
+# Sequences per prediction batch in a direct call (the commands pass their settings').
+EVAL_BATCH_SIZE = 64
+
+
+@torch.no_grad()
+def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *,
+            batch_size: int = EVAL_BATCH_SIZE,
+            bf16: bool = False, device: str = "cpu", output: Callable[[Any], torch.Tensor] = lambda o: o.logits
+            ) -> list[np.ndarray]:
+    """Run ``model`` over ``features`` in batches of similar length (little padding); outputs in input order.
+
+    Returns one array per feature: its row of ``output(model_output)``. Per-token outputs keep the padded
+    length of the batch the feature ran in (callers read the positions they need). A NaN or +inf anywhere
+    raises ``NonFiniteError`` naming the first bad feature: a diverged model gets no score. (-inf is allowed:
+    a head may mask positions with it; the QA head uses the dtype's lowest finite value.)
+    """
+    def call(batch: dict[str, torch.Tensor], rows: Sequence[dict]) -> list[np.ndarray]:
+        return list(output(model(**batch)).float().cpu().numpy())
+
+    def check(idx: Sequence[int], outs: Sequence[np.ndarray]) -> None:
+        bad = nonfinite_rows(idx, outs)
+        if bad:
+            raise NonFiniteError(f"the model's output for example {min(bad)} (0-based, input order) is not finite "
+                                 "(NaN or inf): the model has diverged; no predictions or scores were written")
+
+    def pad(rows: Sequence[dict]) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in collate(list(rows)).items() if k in ("input_ids", "token_type_ids", "attention_mask")}
+
+    was_training = model.training
+    model.eval()
+    try:
+        return run_length_sorted(call, features, batch_size=batch_size, pad=pad, device=device, bf16=bf16, check=check)
+    finally:
+        model.train(was_training)
+
+
+def for_prediction(model: nn.Module, tokenizer: BertTokenizer, s: PredictBenchmarkSettings
+                   ) -> tuple[nn.Module, Precision]:
+    """A loaded fine-tuned ``model`` made ready by ``prepare_model`` as pipelines make theirs: on ``s.device`` in
+    eval mode and, with --int8, quantized on the built-in sentences or --calibration-file's, cut to
+    --max-seq-length; a model that is int8 already (a `bertkit quantize` directory) runs as it is, on the CPU."""
+    return prepare_model(model, s.model_name_or_path, device=s.device, bf16=s.bf16,
+                         quantize="int8" if s.int8 else None, calibration_file=s.calibration_file,
+                         tokenizer=tokenizer, max_length=s.max_seq_length)

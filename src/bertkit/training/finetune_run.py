@@ -1,0 +1,52 @@
+"""One fine-tuning run: one phase of the one training loop on featurised examples, its checkpoints removed after.
+
+Every fine-tuning recipe (the GLUE grid, classify, the token tasks, the feature-based study) trains through
+``run_finetuning``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from torch import nn
+
+from bertkit.errors import BertkitError
+from bertkit.outputs import remove_owned_tree
+from bertkit.settings import TrainingSettings
+from bertkit.training.distributed import current
+from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, steps_for_epochs, train
+from bertkit.training.plot import plot_metrics
+
+logger = logging.getLogger("bertkit")
+
+
+def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict],
+                   s: TrainingSettings, evaluate: Callable[[nn.Module], dict[str, float]] | None,
+                   fingerprint: dict, resume: bool = False) -> tuple[TrainResult, float]:
+    """One fine-tuning run (one phase of the one loop) on featurised examples; returns its result and wall seconds.
+
+    ``s.batch_size`` is the global batch; each micro-step sees batch_size / gradient_accumulation_steps.
+    The run's checkpoints are removed at the end (the caller keeps the model); metrics.jsonl stays in
+    ``s.output_dir``. ``resume`` continues from the newest checkpoint a killed run of the same settings left.
+    """
+    if s.batch_size is None or s.num_train_epochs is None or s.learning_rate is None:
+        raise BertkitError("run_finetuning needs batch_size, num_train_epochs and learning_rate resolved, got "
+                           f"{s.batch_size}, {s.num_train_epochs}, {s.learning_rate}")
+    info = current()
+    micro = micro_batch_size(s.batch_size, info.world_size, s.gradient_accumulation_steps)
+    plan = BatchPlan(features, micro, collate, shuffle=True, seed=s.seed, rank=info.rank, world_size=info.world_size)
+    steps = steps_for_epochs(plan, s.num_train_epochs, s.gradient_accumulation_steps)
+    ours = resume or not (s.output_dir / "checkpoints").exists()  # train() refuses anyone else's
+    t0 = time.perf_counter()
+    result = train(model, [Phase(plan, steps)], s, evaluate=evaluate, fingerprint=fingerprint, resume=resume)
+    seconds = time.perf_counter() - t0
+    if ours and info.is_main:  # only checkpoints this run (or the killed run it continued) made
+        left = remove_owned_tree(s.output_dir / "checkpoints")  # only files recorded as this run's
+        if left:
+            logger.warning("kept %s: %d file(s) there were not written by this run (e.g. %s)",
+                           s.output_dir / "checkpoints", len(left), ", ".join(left[:3]))
+    if info.is_main:  # the learning curves, as pre-training draws them
+        plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
+    return result, seconds
