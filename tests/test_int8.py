@@ -156,13 +156,19 @@ def test_per_token_linear_is_its_formula_and_gives_each_row_its_own_range():
 
 @pytest.mark.skipif(not per_token_supported(), reason="torch._int_mm is exact at 8 bits only with AVX512-VNNI")
 def test_the_int_mm_kernel_is_its_formula_matches_fbgemm_and_saves_the_same_integers():
-    """``SmoothedInt8Linear`` on ``torch._int_mm`` (the default where it is exact: 8-bit activations, VNNI) equals
-    its definition computed in float64 from the same integers; it keeps the same integers and scales as the
-    deprecated torch.ao (fbgemm) kernel, so either reads the other's saved tensors, and both are as close to the
-    float layer (one activation scale per call, smoothed)."""
-    from bertkit.quantization.kernels import default_backend
+    """``SmoothedInt8Linear`` on ``torch._int_mm`` (the kernel once PyTorch drops torch.ao's dynamic Linear,
+    where it is exact: 8-bit activations, VNNI) equals its definition computed in float64 from the same
+    integers; it keeps the same integers and scales as the deprecated torch.ao (fbgemm) kernel, so either reads
+    the other's saved tensors, and both are as close to the float layer (one activation scale per call)."""
+    from bertkit.quantization import kernels
 
-    assert default_backend(8) == "int_mm" and default_backend(7) == "fbgemm"
+    assert kernels.default_backend(8) == "fbgemm" == kernels.default_backend(7)  # while PyTorch has it
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "fbgemm_available", lambda: False)
+        assert kernels.default_backend(8) == "int_mm"
+        with pytest.raises(BertkitError, match="7-bit activations needs torch.ao"):
+            kernels.default_backend(7)
+        assert SmoothedInt8Linear(nn.Linear(8, 4), torch.ones(8), 8).backend == "int_mm"
     torch.manual_seed(0)
     linear = nn.Linear(64, 24)
     smooth = torch.rand(64) + 0.5
@@ -298,6 +304,30 @@ def test_embeddings_within_cosine_099_on_stsb_and_sst2(width, fp32, int8, int8_7
         cos = F.cosine_similarity(embed(model, tok, texts), embed(fp32, tok, texts))
         assert float(cos.min()) >= floor, (float(cos.min()), texts[int(cos.argmin())])
         assert float(cos.mean()) >= 0.995
+
+
+@pytest.mark.skipif(not per_token_supported(), reason="torch._int_mm is exact at 8 bits only with AVX512-VNNI")
+def test_without_torch_ao_the_default_int8_runs_on_int_mm_at_the_same_accuracy(fp32, calibration, tok,
+                                                                              stsb_sentences, tmp_path, monkeypatch):
+    """A PyTorch without torch.ao's dynamic Linear (its removal is scheduled): ``quantize_int8`` builds every
+    projection on ``torch._int_mm``, the embeddings stay within cosine 0.99 of fp32 on STS-B, and the directory it
+    saves is the same integers a torch.ao model reads back, with outputs within int8's rounding of each other."""
+    from bertkit.quantization import kernels, load_int8, save_int8
+
+    monkeypatch.setattr(kernels, "fbgemm_available", lambda: False)
+    model = quantize_int8(fp32, calibration=calibration)
+    layers = [m for m in model.modules() if isinstance(m, SmoothedInt8Linear)]
+    assert len(layers) == 18 and {m.backend for m in layers} == {"int_mm"}
+    cos = F.cosine_similarity(embed(model, tok, stsb_sentences), embed(fp32, tok, stsb_sentences))
+    assert float(cos.min()) >= 0.99 and float(cos.mean()) >= 0.995, float(cos.min())
+    save_int8(model, tmp_path / "int_mm")
+    monkeypatch.setattr(kernels, "fbgemm_available", lambda: True)
+    loaded = load_int8(tmp_path / "int_mm")
+    assert {m.backend for m in loaded.modules() if isinstance(m, SmoothedInt8Linear)} == {"fbgemm"}
+    for a, b in zip(layers, [m for m in loaded.modules() if isinstance(m, SmoothedInt8Linear)]):
+        assert torch.equal(a.saved_tensors()["weight"], b.saved_tensors()["weight"])
+    both = F.cosine_similarity(embed(loaded, tok, stsb_sentences[:100]), embed(model, tok, stsb_sentences[:100]))
+    assert float(both.min()) >= 0.995
 
 
 @pytest.mark.skipif(int8_activation_bits() != 8, reason="8-bit activations need AVX512-VNNI, which this CPU lacks")

@@ -4,9 +4,9 @@ Why: most BERT inference runs on CPUs that have AVX2 (often AVX-512 VNNI) but no
 bf16 is emulated and several times slower than fp32 (BENCHMARKS.md). An int8 GEMM there is 2-4x cheaper
 than fp32, and the projections and feed-forward blocks are ~97% of the encoder's FLOPs at 128 tokens.
 
-What ``quantize_int8`` does, per encoder projection (``torch._int_mm`` where 8-bit activations are exact,
-AVX512-VNNI; elsewhere the framework's dynamic quantization, ``torch.ao.nn.quantized.dynamic.Linear``, on
-fbgemm / x86 kernels; ``kernels.default_backend``):
+What ``quantize_int8`` does, per encoder projection (the framework's dynamic quantization,
+``torch.ao.nn.quantized.dynamic.Linear``, on fbgemm / x86 kernels while PyTorch has it; without it
+``torch._int_mm`` where 8-bit activations are exact, AVX512-VNNI; ``kernels.default_backend``):
 
 - weights: int8, symmetric, one scale per output channel, quantized once;
 - activations: uint8, one scale per call computed from the input tensor at run time ("dynamic"), 8 bits
@@ -46,8 +46,9 @@ Things to know:
   to torchao). torchao 0.18 installs beside torch 2.13 (``pip install -c constraints.txt
   torchao``); its int8 dynamic Linear (per-token activation scales, no calibration) is as accurate but,
   on CPU in eager mode, ran at about 0.6x the speed of these kernels here (docs/inference.md), so the
-  framework's fbgemm kernels are used where ``torch._int_mm`` is not exact (7-bit activations, CPUs without
-  VNNI) while they exist; this package is the one place to change when they go.
+  framework's fbgemm kernels are used while they exist; ``kernels.SmoothedInt8Linear`` also runs on
+  ``torch._int_mm`` from the same saved integers (0.92x fbgemm's speed on one thread, equal on two), which is
+  what CPUs with AVX512-VNNI use once they go.
 - CPU only, fp32 models only, inference only: the quantized Linear has no backward and no CUDA kernel.
 
     model = BertForSequenceClassification.from_pretrained("sst2_run/best").eval()

@@ -1,8 +1,8 @@
 """The int8 Linear modules that replace an encoder layer's float projections.
 
 ``SmoothedInt8Linear``: int8 weights per output channel, activations quantized with one scale per call, the
-input divided by SmoothQuant's factors first; on ``torch._int_mm`` where that is exact (8-bit activations,
-AVX512-VNNI), else on ``torch.ao``'s deprecated dynamic Linear (fbgemm) (``default_backend``).
+input divided by SmoothQuant's factors first; on ``torch.ao``'s deprecated dynamic Linear (fbgemm) while PyTorch
+has it, else on ``torch._int_mm`` where that is exact (8-bit activations, AVX512-VNNI) (``default_backend``).
 ``PerTokenInt8Linear``: int8 weights per output channel, one activation scale and zero point per token
 (``torch._int_mm``; CPUs with AVX512-VNNI). Both can be rebuilt from the integers and scales they save
 (``from_saved`` / ``saved_tensors``), turned back into a float ``nn.Linear`` (``dequantized``), and refuse
@@ -34,12 +34,27 @@ def _check_scales(**scales: Tensor) -> None:
 BACKENDS = ("int_mm", "fbgemm")
 
 
+def fbgemm_available() -> bool:
+    """Whether this PyTorch still has ``torch.ao``'s dynamic int8 Linear (deprecated, removal scheduled)."""
+    try:
+        return hasattr(torch.ao.nn.quantized.dynamic, "Linear") and hasattr(torch.ops.quantized, "linear_dynamic")
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def default_backend(activation_bits: int) -> str:
-    """The kernel a ``SmoothedInt8Linear`` runs on when none is named: ``torch._int_mm`` (int8 x int8 -> int32,
-    oneDNN), a PyTorch operator outside the deprecated quantized-tensor API, where it is exact on this CPU at
-    8 bits (AVX512-VNNI: ``per_token_supported``); else ``torch.ao``'s dynamic Linear (fbgemm), which PyTorch
-    has deprecated but which stays exact at 7 bits on AVX2."""
-    return "int_mm" if activation_bits == 8 and per_token_supported() else "fbgemm"
+    """The kernel a ``SmoothedInt8Linear`` runs on when none is named. ``torch.ao``'s dynamic Linear (fbgemm)
+    while PyTorch has it: measured on MiniLM over SST-2 dev (BENCHMARKS.md, "int8 kernels"), it is 8% faster on
+    one thread than ``torch._int_mm`` (its activation quantization is fused; ``_int_mm``'s takes separate passes)
+    and equal on two. Without it, ``torch._int_mm`` (int8 x int8 -> int32, oneDNN), a PyTorch operator outside
+    the deprecated quantized-tensor API, where it is exact: 8-bit activations on a CPU with AVX512-VNNI."""
+    if fbgemm_available():
+        return "fbgemm"
+    if activation_bits == 8 and per_token_supported():
+        return "int_mm"
+    raise BertkitError(f"int8 at {activation_bits}-bit activations needs torch.ao's dynamic int8 Linear, which this "
+                       "PyTorch no longer has (torch._int_mm is exact only at 8 bits on CPUs with AVX512-VNNI): run "
+                       "the model in fp32 or bf16, or use a PyTorch that still ships torch.ao.quantization")
 
 
 class SmoothedInt8Linear(nn.Module):
