@@ -166,7 +166,7 @@ def _fresh_output_dir(out: Path, vocab: list[str], overwrite: bool) -> Path:
     if any(out.glob("shard-*.npy")) or (out / "manifest.json").exists() or (out / PART).exists():
         if not overwrite:
             raise BertkitError(f"{out} already holds pre-training shards; pass --overwrite (overwrite=True) or choose a new directory")
-        left = remove_shards(out, (MANIFEST, PART))
+        left = remove_shards(out, (MANIFEST, PART), earlier_runs=True)  # --overwrite: the user asked
         if left:
             raise BertkitError(f"{out} holds {len(left)} pre-training file(s) bertkit cannot prove it wrote (e.g. "
                                f"{', '.join(left[:3])}: not recorded, or changed since); bertkit leaves them alone: "

@@ -76,13 +76,16 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
     return manifest
 
 
-def remove_shards(output_dir: str | os.PathLike, manifests: tuple[str, ...] = (MANIFEST,)) -> list[str]:
-    """Delete the shard files and ``manifests`` in ``output_dir`` that bertkit can prove it wrote: this process
-    wrote them (``bertkit.outputs.owns``), or a manifest there records them with the same sha256 (a manifest is
-    removed once every file it lists is gone). Returns the names of those left (a user's, or changed since)."""
+def remove_shards(output_dir: str | os.PathLike, manifests: tuple[str, ...] = (MANIFEST,), *,
+                  earlier_runs: bool = False) -> list[str]:
+    """Delete the shard files and ``manifests`` in ``output_dir`` that this process wrote
+    (``bertkit.outputs.owns``: a failed run cleaning up after itself). With ``earlier_runs`` (``--overwrite``,
+    asked for by the user) also those an earlier bertkit run wrote there and nobody changed since: a manifest in
+    the directory records them with the same sha256 (a manifest is removed once every file it lists is gone).
+    Returns the names of those left (a user's, or changed since)."""
     out = Path(output_dir)
     listed: dict[str, str] = {}
-    for name in manifests:
+    for name in manifests if earlier_runs else ():
         data = _read_own_json(out / name)
         for shard in data.get("shards", []) if isinstance(data.get("shards"), list) else []:
             for entry in (shard.get("files") or {}).values() if isinstance(shard, dict) else []:
@@ -94,7 +97,8 @@ def remove_shards(output_dir: str | os.PathLike, manifests: tuple[str, ...] = (M
             path.unlink()
     for name in manifests:
         path = out / name
-        if not remove_owned(path) and _read_own_json(path) and not any((out / f).exists() for f in listed):
+        gone = not any((out / f).exists() for f in listed)
+        if not remove_owned(path) and earlier_runs and _read_own_json(path) and gone:
             path.unlink()  # bertkit's manifest of shards that are all gone
     return sorted(p.name for p in out.glob("shard-*.npy")) + [n for n in manifests if (out / n).exists()]
 
