@@ -343,6 +343,22 @@ def test_transformers_trainer_checkpoints_loads_the_best_and_saves_a_bertkit_mlm
         assert torch.equal(again.state_dict()[key], value), key
 
 
+def test_bertkits_own_checkpoints_keep_the_tied_decoder_as_a_view(tmp_path):
+    """Only ``state_dict()`` for others lists the tied decoder as a copy: the training loop's checkpoint state
+    shares the word-embedding storage (torch.save writes it once) and loading reads the model's views."""
+    from bertkit.training.distributed import Replicas
+
+    model, _ = _pair(H.BertForMaskedLM)
+    state, _ = Replicas(model, "cpu").state_dicts(torch.optim.SGD(model.parameters(), lr=0.1))
+    embeddings = state["bert.embeddings.word_embeddings.weight"]
+    assert state["cls.predictions.decoder.weight"].data_ptr() == embeddings.data_ptr()
+    assert model.state_dict()["cls.predictions.decoder.weight"].data_ptr() != embeddings.data_ptr()
+    torch.save(state, tmp_path / "shared.pt")
+    torch.save(model.state_dict(), tmp_path / "copied.pt")
+    grow = (tmp_path / "copied.pt").stat().st_size - (tmp_path / "shared.pt").stat().st_size
+    assert grow >= embeddings.numel() * 4  # the copy is written a second time; the view is not
+
+
 # ---------------------------------------------------------------------------------------------------
 # sentence-transformers
 # ---------------------------------------------------------------------------------------------------

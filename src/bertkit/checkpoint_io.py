@@ -435,7 +435,7 @@ class PretrainedMixin(TransformersModelCalls):
         tensors = self._canonical_published(published)
 
         encoder_keys, head_keys = self._published_keys()
-        own = self.state_dict()  # type: ignore[attr-defined]
+        own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         new_state: dict[str, Tensor] = {}
         missing_encoder, fresh, shape_errors = [], [], []
         for keys, required in ((encoder_keys, True), (head_keys, False)):
@@ -527,7 +527,7 @@ class PretrainedMixin(TransformersModelCalls):
         loads as it is, strictly); a state dict under bertkit's old names (a training checkpoint written before
         the modules took transformers' names), or a checkpoint without the tied decoder's copies, is
         converted first (``convert_published_state_dict``)."""
-        own = self.state_dict()  # type: ignore[attr-defined]
+        own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         if any(k not in own for k in state_dict) or any(k not in state_dict for k in TIED_KEYS if k in own):
             state_dict = self.convert_published_state_dict(dict(state_dict))
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)  # type: ignore[misc]
@@ -548,7 +548,7 @@ class PretrainedMixin(TransformersModelCalls):
     def published_state_dict(self) -> dict[str, Tensor]:
         """This model's weights under the published names, as a checkpoint holds them: the state dict without
         the tied decoder's copies, detached, contiguous, on the CPU."""
-        own = self.state_dict()  # type: ignore[attr-defined]
+        own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         encoder_keys, head_keys = self._published_keys()
         absent = [key for key in encoder_keys + head_keys if key not in own]
         if absent:

@@ -296,7 +296,10 @@ class Replicas:
         """Full (unsharded) model and optimiser state dicts on CPU, the same for every world size and strategy.
         FSDP gathers them (a collective: every rank calls this); rank 0 receives them, the others get ``{}``."""
         if not self.fsdp:
-            return self.model.state_dict(), optimizer.state_dict()
+            # Views of the parameters (keep_vars, detached), as state_dict() gave before the MLM head listed its
+            # tied decoder as a copy: torch.save then writes the shared word embeddings once.
+            state = {k: v.detach() for k, v in self.model.state_dict(keep_vars=True).items()}
+            return state, optimizer.state_dict()
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
         return get_state_dict(self.module, optimizer,
