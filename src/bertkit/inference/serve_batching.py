@@ -45,14 +45,19 @@ class Stats:
 TRIM_EVERY_S = 10.0  # how often, at most, freed memory is handed back to the system after a model call
 
 
-def _malloc_trim() -> Callable[[], object] | None:
-    """glibc's ``malloc_trim(0)``, or None elsewhere (musl, macOS: their allocators return memory themselves)."""
-    name = ctypes.util.find_library("c")
+def _libc_function(name: str) -> Callable[..., int] | None:
+    """The C library's function ``name``, or None where it has none (glibc's malloc tuning: musl and macOS
+    allocators return memory themselves)."""
+    library = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name) if name else None
+        return getattr(ctypes.CDLL(library), name, None) if library else None
     except OSError:
         return None
-    trim = getattr(libc, "malloc_trim", None)
+
+
+def _malloc_trim() -> Callable[[], object] | None:
+    """glibc's ``malloc_trim(0)``, or None elsewhere."""
+    trim = _libc_function("malloc_trim")
     return None if trim is None else (lambda: trim(0))
 
 
@@ -77,11 +82,7 @@ def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
     user chose a threshold through GLIBC_TUNABLES or MALLOC_MMAP_THRESHOLD_, and off glibc (False)."""
     if "mmap_threshold" in os.environ.get("GLIBC_TUNABLES", "") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
-    except OSError:
-        return False
+    mallopt = _libc_function("mallopt")
     return mallopt is not None and mallopt(M_MMAP_THRESHOLD, int(nbytes)) == 1
 
 
