@@ -219,27 +219,16 @@ def start(cmd: list[str], port: int, threads: int | None) -> subprocess.Popen:
 
 
 async def load(url: str, texts: list[str], concurrency: int) -> tuple[float, list[float], list[dict]]:
-    import httpx
-
+    """Each text POSTed to /predict (the Inference API's body) by ``concurrency`` clients: (wall s, latencies,
+    the answers in text order)."""
+    bodies = [{"inputs": text} for text in texts]
+    index = {id(body): i for i, body in enumerate(bodies)}
     results: list[dict | None] = [None] * len(texts)
-    latencies: list[float] = []
-    queue: asyncio.Queue = asyncio.Queue()
-    for i in range(len(texts)):
-        queue.put_nowait(i)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
-        async def worker() -> None:
-            while not queue.empty():
-                i = queue.get_nowait()
-                t0 = time.perf_counter()
-                r = await client.post(f"{url}/predict", json={"inputs": texts[i]})
-                latencies.append(time.perf_counter() - t0)
-                r.raise_for_status()
-                results[i] = r.json()
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        wall = time.perf_counter() - t0
+    def keep(body: dict, answer: dict) -> None:
+        results[index[id(body)]] = answer
+
+    wall, latencies = await load_route(url, "/predict", bodies, concurrency, keep)
     return wall, latencies, results  # type: ignore[return-value]
 
 
