@@ -6,6 +6,7 @@ Public names are imported lazily (PEP 562) so ``import bertkit`` stays cheap for
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 __version__ = "0.1.0"
@@ -52,10 +53,20 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'bertkit' has no attribute {name!r}")
+
+
+def _lazy_getattr(package: str, exports: dict[str, str]) -> Callable[[str], Any]:
+    """A PEP 562 module ``__getattr__`` that imports ``exports[name]`` on first use of ``name``."""
+
+    def __getattr__(name: str) -> Any:
+        if name in exports:
+            return getattr(importlib.import_module(exports[name]), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+__getattr__ = _lazy_getattr("bertkit", _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -244,6 +244,20 @@ class _HeadModel(PretrainedMixin, nn.Module):
         return c.classifier_dropout if c.classifier_dropout is not None else c.hidden_dropout_prob
 
 
+class _ClassifierHeadModel(_HeadModel):
+    """A fine-tuning head that is dropout then one Linear, under transformers' names (``dropout``,
+    ``classifier``): ``classifier_outputs`` outputs, or ``config.num_labels`` when None."""
+
+    classifier_outputs: int | None = None
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.dropout = nn.Dropout(self._classifier_dropout)
+        outputs = config.num_labels if self.classifier_outputs is None else self.classifier_outputs
+        self.classifier = new_linear(config.hidden_size, outputs)
+        self._init_head()
+
+
 # ---------------------------------------------------------------------------------------------------
 # Pre-training heads
 # ---------------------------------------------------------------------------------------------------
@@ -332,7 +346,7 @@ class BertForNextSentencePrediction(_HeadModel):
 # ---------------------------------------------------------------------------------------------------
 
 
-class BertForSequenceClassification(_HeadModel):
+class BertForSequenceClassification(_ClassifierHeadModel):
     """Single sentence or pair -> label (or score): a linear layer on the pooled [CLS] state.
 
     The loss follows ``config.problem_type``; when unset, one output means regression (STS-B, MSE) and
@@ -340,12 +354,6 @@ class BertForSequenceClassification(_HeadModel):
     """
 
     checkpoint_head = "sequence_classification"
-
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.dropout = nn.Dropout(self._classifier_dropout)
-        self.classifier = new_linear(config.hidden_size, config.num_labels)
-        self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
@@ -373,17 +381,11 @@ class BertForSequenceClassification(_HeadModel):
         return self._result(result, return_dict)
 
 
-class BertForTokenClassification(_HeadModel):
+class BertForTokenClassification(_ClassifierHeadModel):
     """A label per token (NER): a linear layer on every token state; -100 labels carry no loss."""
 
     checkpoint_head = "token_classification"
     uses_pooler = False
-
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.dropout = nn.Dropout(self._classifier_dropout)
-        self.classifier = new_linear(config.hidden_size, config.num_labels)
-        self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
@@ -454,17 +456,12 @@ class BertForQuestionAnswering(_HeadModel):
         return self._result(result, return_dict)
 
 
-class BertForMultipleChoice(_HeadModel):
+class BertForMultipleChoice(_ClassifierHeadModel):
     """Pick one of C continuations (SWAG, paper section 4.4): score each [CLS] A [SEP] choice [SEP] with
     one H -> 1 layer on its pooled state and softmax over the C scores."""
 
     checkpoint_head = "multiple_choice"
-
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.dropout = nn.Dropout(self._classifier_dropout)
-        self.classifier = new_linear(config.hidden_size, 1)
-        self._init_head()
+    classifier_outputs = 1  # one score per choice
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,

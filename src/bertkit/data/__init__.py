@@ -6,8 +6,7 @@ does not pull in numpy, torch and the pipeline.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from bertkit import _lazy_getattr
 
 _EXPORTS = {
     "PretrainingConfig": "bertkit.data.config",
@@ -18,7 +17,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'bertkit.data' has no attribute {name!r}")
+__getattr__ = _lazy_getattr("bertkit.data", _EXPORTS)
