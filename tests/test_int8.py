@@ -453,3 +453,50 @@ def test_refuses_models_and_arguments_it_cannot_quantize(fp32, calibration, int8
     with pytest.raises(BertkitError, match="no batches"):
         quantize_int8(fp32, calibration=[])
     assert resolve_keep_fp32(["layers.-1", "layers.0.qkv"], 6) == {(5, k) for k in PROJECTIONS} | {(0, "qkv")}
+
+
+@pytest.mark.skipif(not per_token_supported(), reason="torch._int_mm is exact at 8 bits only with AVX512-VNNI")
+def test_the_compiled_projections_equal_the_eager_ones_and_a_failed_compile_falls_back(monkeypatch, caplog):
+    """The int8 projections Inductor compiles (quantization in one pass, ``torch._int_mm``, the float epilogue)
+    equal their eager definitions to float rounding, on ragged ranges, a constant row, one row and an odd width,
+    with and without a bias; where compiling fails the layer says so once and runs the eager function."""
+    import shutil
+
+    from bertkit.quantization import kernels
+
+    torch.manual_seed(0)
+    x = torch.randn(37, 96) * (torch.rand(37, 1) * 20) + 0.3
+    x[5] = 0.7  # constant row: step clamps to the smallest float, codes 0
+    w = torch.randint(-127, 128, (96, 40), dtype=torch.int8)
+    ws, rowsum, inv, bias = torch.rand(40) / 100, torch.randn(40), torch.rand(96) + 0.5, torch.randn(40)
+    cases = []
+    for b in (bias, None):
+        cases += [(kernels._linear_per_token, kernels.linear_per_token, (x, w, ws, rowsum, b)),
+                  (kernels._linear_per_token, kernels.linear_per_token, (x[:1, :33].contiguous(), w[:33], ws, rowsum, b)),
+                  (kernels._linear_per_call, kernels.linear_per_call, (x, inv, 127, w, ws, rowsum, b)),
+                  (kernels._linear_per_call, kernels.linear_per_call, (x, inv, 63, w, ws, rowsum, b))]
+    with torch.inference_mode():
+        for fused, eager, args in cases:
+            torch.testing.assert_close(fused(*args), eager(*args), rtol=1e-5, atol=1e-5)
+        q, zero, step = kernels.quantize_per_token(x)
+    assert q.dtype == torch.int8 and int(q[5].abs().max()) == 0 and int(q.abs().max()) == 127
+    # a grad-mode call (the layer then refuses backward) and a bad input run eagerly and leave compiling on
+    kernels._linear_per_token(x.clone().requires_grad_(), w, ws, rowsum, bias)
+    with pytest.raises(RuntimeError), torch.inference_mode():
+        kernels._linear_per_token(x[:, :50], w, ws, rowsum, bias)
+    if shutil.which("c++") or shutil.which("g++"):
+        assert kernels._linear_per_token.compiled is not None and not kernels._linear_per_token.failed
+
+    def no_compiler(fn, **kwargs):
+        def run(*args):
+            raise RuntimeError("InvalidCxxCompiler: no working C++ compiler found")
+        return run
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    broken = kernels._Fused(kernels.linear_per_token)
+    with caplog.at_level("WARNING", logger="bertkit.quantization.kernels"), torch.inference_mode():
+        first = broken(x, w, ws, rowsum, bias)
+        second = broken(x, w, ws, rowsum, bias)
+        want = kernels.linear_per_token(x, w, ws, rowsum, bias)
+    assert broken.failed and caplog.text.count("no working C++ compiler") == 1
+    assert torch.equal(first, want) and torch.equal(second, want)

@@ -6,7 +6,8 @@ than fp32, and the projections and feed-forward blocks are ~97% of the encoder's
 
 What ``quantize_int8`` does, per encoder projection (the framework's dynamic quantization,
 ``torch.ao.nn.quantized.dynamic.Linear``, on fbgemm / x86 kernels while PyTorch has it; without it
-``torch._int_mm`` where 8-bit activations are exact, AVX512-VNNI; ``kernels.default_backend``):
+``torch._int_mm`` where 8-bit activations are exact, AVX512-VNNI; ``kernels.default_backend``; per-token
+projections always on ``torch._int_mm``, their quantization compiled into one pass):
 
 - weights: int8, symmetric, one scale per output channel, quantized once;
 - activations: uint8, one scale per call computed from the input tensor at run time ("dynamic"), 8 bits

@@ -7,15 +7,107 @@ has it, else on ``torch._int_mm`` where that is exact (8-bit activations, AVX512
 (``torch._int_mm``; CPUs with AVX512-VNNI). Both can be rebuilt from the integers and scales they save
 (``from_saved`` / ``saved_tensors``), turned back into a float ``nn.Linear`` (``dequantized``), and refuse
 training and backward passes.
+
+A ``torch._int_mm`` projection is one function per scheme (``linear_per_call``, ``linear_per_token``) that
+Inductor compiles on first use: the activations' range, then shift, scale, rounding, clamping and the cast in one
+pass (eager PyTorch takes seven passes over the activations, five times the time of the matrix product itself on a
+short sentence's ``ffn_out``), and the int32 sums turned into floats, scaled and offset in one more. The compiled
+function computes the same integers as the eager one, which runs instead where nothing can be compiled (no C++
+compiler, tracing, ``BERTKIT_INT8_EAGER=1``); the float results agree to rounding.
 """
 
 from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
 from bertkit.quantization.device import per_token_supported
+
+log = logging.getLogger(__name__)
+_TINY = torch.finfo(torch.float32).tiny
+
+
+def quantize_per_call(x: Tensor, inv_scale: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``x * inv_scale`` (the smoothing) quantized with one zero point and step for the whole call: the middle of
+    its range and its width / (2 * levels), so the activations use every level whatever their offset. Returns the
+    int8 codes (T, in), the zero point and the step (0-d). ``x`` has at least one row."""
+    x = x * inv_scale
+    lo, hi = torch.aminmax(x)
+    lo, hi = lo * 0.5, hi * 0.5  # halved: a +-3e38 range does not overflow to inf
+    zero = hi + lo
+    step = ((hi - lo) / levels).clamp_(min=_TINY)
+    # in place on this call's own copy: eagerly, fresh large buffers cost page faults on every call
+    return x.sub_(zero).div_(step).round_().clamp_(-levels, levels).to(torch.int8), zero, step
+
+
+def quantize_per_token(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``x`` (T, in) quantized with one zero point and step per row (the middle of its range, its width / 254).
+    Returns the int8 codes (T, in), the zero points and the steps (T, 1)."""
+    # Halved before adding, so a row reaching +-1.7e38 does not overflow to inf; the same bits otherwise
+    # (halving is exact, and (h - l) / 127 rounds the same real number as (hi - lo) / 254).
+    hi, lo = x.amax(1, keepdim=True).mul_(0.5), x.amin(1, keepdim=True).mul_(0.5)  # (T, 1) each
+    zero = hi + lo
+    step = ((hi - lo) / 127).clamp_(min=_TINY)
+    # one new (T, in) buffer, the rest in place: eagerly, fresh large buffers cost page faults on every call
+    return x.sub(zero).div_(step).round_().clamp_(-127, 127).to(torch.int8), zero, step
+
+
+def linear_per_call(x: Tensor, inv_scale: Tensor, levels: int, weight_t: Tensor, weight_scale: Tensor,
+                    weight_rowsum: Tensor, bias: Tensor | None) -> Tensor:
+    """``SmoothedInt8Linear`` on ``torch._int_mm``: y = step * (q @ Wq) * w_scale + zero * rowsum(W) + b, with q,
+    zero and step from ``quantize_per_call``; the int32 sums are exact, the zero point comes back through the
+    weights' row sums. ``x`` (T, in), T >= 1."""
+    q, zero, step = quantize_per_call(x, inv_scale, levels)
+    offset = zero * weight_rowsum if bias is None else torch.addcmul(bias, zero, weight_rowsum)
+    return torch.addcmul(offset, torch._int_mm(q, weight_t).to(torch.float32), weight_scale * step)
+
+
+def linear_per_token(x: Tensor, weight_t: Tensor, weight_scale: Tensor, weight_rowsum: Tensor,
+                     bias: Tensor | None) -> Tensor:
+    """``PerTokenInt8Linear``: y_t = step_t * (q_t @ Wq) * w_scale + zero_t * rowsum(W) + b, with q, zero and
+    step from ``quantize_per_token``. ``x`` (T, in), T >= 1."""
+    q, zero, step = quantize_per_token(x)
+    acc = torch._int_mm(q, weight_t).to(torch.float32).mul_(weight_scale)  # (T, out)
+    offset = zero * weight_rowsum if bias is None else torch.addcmul(bias, zero, weight_rowsum)
+    return offset.addcmul_(acc, step)
+
+
+class _Fused:
+    """``fn`` compiled by Inductor (``dynamic=True``: one kernel for every token count) on its first call, or ``fn``
+    itself where that cannot be or need not be: ``BERTKIT_INT8_EAGER=1``, inside a ``torch.jit`` trace or the
+    caller's own ``torch.compile`` (traced into its graph), an input that requires grad (int8 layers have no
+    backward; the eager call lets the layer refuse one), or when compiling fails (no C++ compiler, a platform
+    Inductor does not support), which is logged once. Both give the same integers."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.compiled: Callable | None = None
+        self.failed = False
+
+    def __call__(self, *args):
+        if (self.failed or torch.jit.is_tracing() or torch.compiler.is_compiling()
+                or os.environ.get("BERTKIT_INT8_EAGER") == "1"
+                or (torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args))):
+            return self.fn(*args)
+        if self.compiled is None:
+            self.compiled = torch.compile(self.fn, dynamic=True)
+        try:
+            return self.compiled(*args)
+        except Exception as e:  # noqa: BLE001 - compiling failed, unless the eager call fails the same way
+            result = self.fn(*args)  # an error of the input itself raises here, and compiling stays on
+            self.failed = True
+            log.warning("int8: compiling %s failed (%s: %s); quantizing activations eagerly (same results, slower)",
+                        self.fn.__name__, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            return result
+
+
+_linear_per_call = _Fused(linear_per_call)
+_linear_per_token = _Fused(linear_per_token)
 
 
 def _check_scales(**scales: Tensor) -> None:
@@ -44,10 +136,11 @@ def fbgemm_available() -> bool:
 
 def default_backend(activation_bits: int) -> str:
     """The kernel a ``SmoothedInt8Linear`` runs on when none is named. ``torch.ao``'s dynamic Linear (fbgemm)
-    while PyTorch has it: measured on MiniLM over SST-2 dev (BENCHMARKS.md, "int8 kernels"), it is 8% faster on
-    one thread than ``torch._int_mm`` (its activation quantization is fused; ``_int_mm``'s takes separate passes)
-    and equal on two. Without it, ``torch._int_mm`` (int8 x int8 -> int32, oneDNN), a PyTorch operator outside
-    the deprecated quantized-tensor API, where it is exact: 8-bit activations on a CPU with AVX512-VNNI."""
+    while PyTorch has it: measured on MiniLM at three input lengths (BENCHMARKS.md, "int8 kernels"), it is 6-15%
+    faster on one thread than ``torch._int_mm`` even with the activations' quantization compiled into one pass
+    (oneDNN's int8 GEMM is no faster than fbgemm's, and fbgemm quantizes inside its kernel). Without it,
+    ``torch._int_mm`` (int8 x int8 -> int32, oneDNN), a PyTorch operator outside the deprecated quantized-tensor
+    API, where it is exact: 8-bit activations on a CPU with AVX512-VNNI; the same saved integers run on either."""
     if fbgemm_available():
         return "fbgemm"
     if activation_bits == 8 and per_token_supported():
@@ -140,7 +233,7 @@ class SmoothedInt8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.backend == "int_mm":
-            y = self._int_mm(x * self.inv_scale)
+            y = self._int_mm(x)
         else:
             # torch.ao's dynamic Linear always quantizes activations to 7 bits (reduce_range=True); its kernel is
             # called here with the width chosen for this CPU (int8_activation_bits).
@@ -151,22 +244,15 @@ class SmoothedInt8Linear(nn.Module):
         return _NoBackward.apply(y) if torch.is_grad_enabled() and y.requires_grad else y
 
     def _int_mm(self, x: Tensor) -> Tensor:
-        """One scale and zero point for the whole call (the middle of its range and its width / 2L, L = 127 at
-        8 bits, 63 at 7), so the activations use every level whatever their offset; the products are summed
-        exactly in int32 by ``torch._int_mm`` and the zero point is added back through the weights' row sums.
-        ``x`` is this call's own smoothed copy: it is quantized in place (fewer passes and buffers)."""
+        """One scale and zero point for the whole call (``quantize_per_call``: L = 127 levels each side at 8
+        bits, 63 at 7); the products are summed exactly in int32 by ``torch._int_mm`` and the zero point is added
+        back through the weights' row sums."""
         shape = x.shape
         x = x.reshape(-1, self.in_features)
         if x.shape[0] == 0:  # no tokens: aminmax has nothing to reduce
             return x.new_zeros(*shape[:-1], self.out_features)
-        levels = 127 if self.activation_bits == 8 else 63
-        lo, hi = torch.aminmax(x)
-        lo, hi = lo * 0.5, hi * 0.5  # halved: a +-3e38 range does not overflow to inf
-        zero = hi + lo
-        step = ((hi - lo) / levels).clamp_(min=torch.finfo(torch.float32).tiny)
-        q = x.sub_(zero).div_(step).round_().clamp_(-levels, levels).to(torch.int8)
-        offset = zero * self.weight_rowsum if self.bias is None else torch.addcmul(self.bias, zero, self.weight_rowsum)
-        y = torch.addcmul(offset, torch._int_mm(q, self.weight_t).to(torch.float32), self.weight_scale * step)
+        y = _linear_per_call(x, self.inv_scale, 127 if self.activation_bits == 8 else 63, self.weight_t,
+                             self.weight_scale, self.weight_rowsum, self.bias)
         return y.reshape(*shape[:-1], self.out_features)
 
     def train(self, mode: bool = True) -> SmoothedInt8Linear:
@@ -259,16 +345,10 @@ class PerTokenInt8Linear(nn.Module):
             raise BertkitError(f"per-token int8 linear: input of shape {tuple(shape)}, but this projection takes "
                                f"{self.in_features} features in the last dimension")
         x = x.reshape(-1, self.in_features)
-        # Halved before adding, so a row reaching +-1.7e38 does not overflow to inf; the same bits otherwise
-        # (halving is exact, and (h - l) / 127 rounds the same real number as (hi - lo) / 254).
-        hi, lo = x.amax(1, keepdim=True).mul_(0.5), x.amin(1, keepdim=True).mul_(0.5)  # (T, 1) each
-        zero = hi + lo
-        step = ((hi - lo) / 127).clamp_(min=torch.finfo(torch.float32).tiny)
-        # One new (T, in) buffer, the rest in place: fresh large buffers cost page faults on every call.
-        q = x.sub(zero).div_(step).round_().clamp_(-127, 127).to(torch.int8)
-        acc = torch._int_mm(q, self.weight_t).to(torch.float32).mul_(self.weight_scale)  # (T, out)
-        y = zero * self.weight_rowsum if self.bias is None else torch.addcmul(self.bias, zero, self.weight_rowsum)
-        y = y.addcmul_(acc, step).reshape(*shape[:-1], self.out_features)
+        if x.shape[0] == 0:  # no tokens: amax has nothing to reduce
+            return x.new_zeros(*shape[:-1], self.out_features)
+        y = _linear_per_token(x, self.weight_t, self.weight_scale, self.weight_rowsum, self.bias)
+        y = y.reshape(*shape[:-1], self.out_features)
         return _NoBackward.apply(y) if torch.is_grad_enabled() and y.requires_grad else y
 
     def train(self, mode: bool = True) -> PerTokenInt8Linear:

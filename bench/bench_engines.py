@@ -1,0 +1,363 @@
+"""bertkit against the other CPU inference engines for a BERT encoder, at three input lengths, each engine's
+speed beside its accuracy.
+
+Workloads (MiniLM, ``models/minilm``; batches in file order, each padded to its longest row, as a user's file or a
+server's batch arrives):
+- ``short``: SST-2 dev sentences (872; about 13 tokens), batch 32, max_length 128;
+- ``pairs``: SQuAD dev questions each paired with the context sentence that holds the answer, which is how QNLI was
+  built (GLUE's QNLI files are not in the shared data); ``--pairs`` of them (about 55 tokens), batch 32, max 128;
+- ``windows``: SQuAD dev question + context, truncated to 384 tokens as SQuAD fine-tuning does (the first window of
+  each; ``--windows`` of them, about 170 tokens, the longest 384), batch 16.
+
+Engines (each one's last hidden state, mean-pooled over the real tokens, is compared with bertkit fp32's: the
+worst row's cosine is ``min_cos``):
+- ``bertkit-fp32``; ``bertkit-bf16`` (autocast, as ``--bf16``); ``bertkit-int8`` (``quantize_int8`` with its
+  defaults, calibrated on 256 SST-2 training sentences, as ``bertkit quantize``); ``bertkit-int8-fast`` (``quantize
+  --fast``; CPUs with AVX512-VNNI);
+- ``ctranslate2-float32`` / ``ctranslate2-int8``: CTranslate2's converter on the checkpoint, its ``Encoder`` (token
+  ids without padding in, padded states out); ``ctranslate2-mkl-float32`` / ``ctranslate2-mkl-int8``: the same with
+  ``CT2_USE_MKL=1`` (CTranslate2 reads it when it loads, so these run in a child process that times its own passes
+  when the parent asks, keeping the rounds interleaved);
+- ``onnxruntime-fp32``: ``bertkit export onnx``'s graph after ONNX Runtime's transformers optimizer
+  (``optimize_model(model_type="bert")``: fused attention, LayerNorm, GELU), what ONNX Runtime's BERT guide does;
+  ``onnxruntime-int8``: that graph through ``quantize_dynamic`` (int8 weights per channel, activations per call);
+- ``openvino-fp32`` (``INFERENCE_PRECISION_HINT`` pinned to f32: OpenVINO would otherwise run bf16 on a CPU that
+  has it), ``openvino-bf16``, ``openvino-int8`` (NNCF's post-training quantization, ``ModelType.TRANSFORMER``, on
+  the same 256 calibration sentences; OpenVINO's default precision for what stays float).
+
+Timing: for each thread count, every engine runs every batch of a workload once as a warm-up, then ``--rounds``
+interleaved rounds (engine A, B, ... then again) so a busy neighbour falls on all of them alike; the median round is
+the figure and ``spread`` is (slowest - fastest) / median. The load average before and after is printed.
+
+    python bench/bench_engines.py --threads 1,2 --rounds 5 [--workloads short,pairs,windows] [--engines a,b]
+
+Needs ``pip install "bertkit[bench]"`` (ctranslate2, onnxruntime, openvino, nncf). Prints one JSON line per
+workload, thread count and engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bench_int8 import pooled, sst2
+from bench_onnx import question_sentence_pairs
+from bertkit import BertModel, BertTokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+Batch = dict[str, torch.Tensor]
+FEED = ("input_ids", "token_type_ids", "attention_mask")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Workloads
+# ---------------------------------------------------------------------------------------------------
+
+
+def squad_windows(data: Path, n: int) -> list[tuple[str, str]]:
+    squad = json.loads((data / "squad/dev-v1.1.json").read_text(encoding="utf-8"))
+    rows = [(qa["question"], para["context"]) for art in squad["data"] for para in art["paragraphs"]
+            for qa in para["qas"]]
+    return rows[:n]
+
+
+def encode(tok: BertTokenizer, rows: list, batch_size: int, max_length: int) -> list[Batch]:
+    batches = []
+    for a in range(0, len(rows), batch_size):
+        chunk = rows[a:a + batch_size]
+        if isinstance(chunk[0], tuple):
+            enc = tok([r[0] for r in chunk], [r[1] for r in chunk], truncation="only_second" if max_length > 128
+                      else True, max_length=max_length, padding=True, return_tensors="pt")
+        else:
+            enc = tok(chunk, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        batches.append({k: enc[k] for k in FEED})
+    return batches
+
+
+def workloads(tok: BertTokenizer, data: Path, pairs: int, windows: int) -> dict[str, list[Batch]]:
+    return {
+        "short": encode(tok, sst2(data, "dev"), 32, 128),
+        "pairs": encode(tok, question_sentence_pairs(data, pairs), 32, 128),
+        "windows": encode(tok, squad_windows(data, windows), 16, 384),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Engines: each a callable batch -> (B, T, H) last hidden state; thread count read from torch at call time
+# ---------------------------------------------------------------------------------------------------
+
+
+def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Callable]:
+    from bertkit.quantization import FAST_KEEP_FP32, FAST_PER_TOKEN, per_token_supported, quantize_int8
+
+    fp32 = BertModel.from_pretrained(model_dir).eval()
+    int8 = quantize_int8(fp32, calibration=calibration)
+
+    def bf16(b: Batch) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return fp32(**b).last_hidden_state
+
+    engines = {"bertkit-fp32": lambda b: fp32(**b).last_hidden_state, "bertkit-bf16": bf16,
+               "bertkit-int8": lambda b: int8(**b).last_hidden_state}
+    if per_token_supported():
+        fast = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
+        engines["bertkit-int8-fast"] = lambda b: fast(**b).last_hidden_state
+    return engines
+
+
+def onnx_files(model_dir: Path, tmp: Path) -> tuple[Path, Path, Path]:
+    """bertkit's export (plain), the same after ONNX Runtime's BERT optimizer (fused), and that quantized (int8)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers import optimizer
+
+    from bertkit import BertConfig
+    from bertkit.inference.export import export_onnx
+
+    plain, fused, int8 = tmp / "plain.onnx", tmp / "fused.onnx", tmp / "fused-int8.onnx"
+    if not plain.exists():
+        export_onnx(model_dir, plain, verify=False)
+        config = BertConfig.from_pretrained(model_dir)
+        optimizer.optimize_model(str(plain), model_type="bert", num_heads=config.num_attention_heads,
+                                 hidden_size=config.hidden_size).save_model_to_file(str(fused))
+        # the fused graph's com.microsoft ops defeat shape inference: name float32 as the type it cannot infer
+        quantize_dynamic(str(fused), str(int8), weight_type=QuantType.QInt8, per_channel=True,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    return plain, fused, int8
+
+
+def onnxruntime_engines(files: tuple[Path, Path, Path]) -> dict[str, Callable]:
+    import onnxruntime as ort
+
+    def make(path: Path) -> Callable:
+        sessions: dict[int, ort.InferenceSession] = {}
+
+        def run(b: Batch) -> torch.Tensor:
+            threads = torch.get_num_threads()
+            if threads not in sessions:
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+                sessions[threads] = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            return torch.from_numpy(sessions[threads].run(["last_hidden_state"], {k: b[k].numpy() for k in FEED})[0])
+        return run
+
+    return {"onnxruntime-fp32": make(files[1]), "onnxruntime-int8": make(files[2])}
+
+
+def openvino_engines(plain: Path, calibration: list[Batch]) -> dict[str, Callable]:
+    import nncf
+    import openvino as ov
+
+    core = ov.Core()
+    model = core.read_model(str(plain))
+    feeds = [{k: b[k].numpy() for k in FEED} for b in calibration]
+    quantized = nncf.quantize(model, nncf.Dataset(feeds), model_type=nncf.ModelType.TRANSFORMER,
+                              subset_size=sum(len(f["input_ids"]) for f in feeds))
+
+    def make(graph, hint: str | None) -> Callable:
+        requests: dict[int, object] = {}
+
+        def run(b: Batch) -> torch.Tensor:
+            threads = torch.get_num_threads()
+            if threads not in requests:
+                config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"}
+                if hint:
+                    config["INFERENCE_PRECISION_HINT"] = hint
+                compiled = core.compile_model(graph, "CPU", config)
+                requests[threads] = (compiled.create_infer_request(), compiled.output("last_hidden_state"))
+            request, out = requests[threads]
+            return torch.from_numpy(request.infer({k: b[k].numpy() for k in FEED})[out].copy())
+        return run
+
+    return {"openvino-fp32": make(model, "f32"), "openvino-bf16": make(model, "bf16"),
+            "openvino-int8": make(quantized, None)}
+
+
+def ctranslate2_engines(model_dir: Path, tmp: Path, prefix: str = "ctranslate2") -> dict[str, Callable]:
+    import ctranslate2
+
+    out = tmp / "ct2"
+    if not out.exists():
+        ctranslate2.converters.TransformersConverter(str(model_dir)).convert(str(out), quantization="float32")
+
+    def make(compute_type: str) -> Callable:
+        encoders: dict[int, ctranslate2.Encoder] = {}
+
+        def run(b: Batch) -> torch.Tensor:
+            threads = torch.get_num_threads()
+            if threads not in encoders:
+                encoders[threads] = ctranslate2.Encoder(str(out), device="cpu", compute_type=compute_type,
+                                                        intra_threads=threads, inter_threads=1)
+            lengths = b["attention_mask"].sum(1).tolist()
+            ids = [row[:n].tolist() for row, n in zip(b["input_ids"], lengths)]
+            types = [row[:n].tolist() for row, n in zip(b["token_type_ids"], lengths)]
+            result = encoders[threads].forward_batch(ids, token_type_ids=types)
+            return torch.from_numpy(np.asarray(result.last_hidden_state))
+        return run
+
+    return {f"{prefix}-float32": make("float32"), f"{prefix}-int8": make("int8")}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The child process for engines that must start under another environment (CT2_USE_MKL=1)
+# ---------------------------------------------------------------------------------------------------
+
+
+class Remote:
+    """An engine living in a child process (``--worker``): ``pooled`` and ``time_pass`` are answered there."""
+
+    def __init__(self, name: str, model_dir: Path, tmp: Path, batches_file: Path, env: dict[str, str]):
+        cmd = [sys.executable, __file__, "--worker", name, "--model", str(model_dir), "--tmp", str(tmp),
+               "--batches", str(batches_file)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, **env})
+
+    def ask(self, line: str) -> str:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        if not answer:
+            raise SystemExit(f"worker {self.proc.args[3]} ended (exit {self.proc.wait()})")
+        return answer
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Serve one engine over stdin/stdout: 'pooled WORKLOAD PATH' saves its pooled outputs, 'time WORKLOAD THREADS'
+    answers the seconds of one pass (the first call at a thread count builds the engine)."""
+    batches = torch.load(args.batches)
+    name = args.worker
+    engine = ctranslate2_engines(args.model, args.tmp, prefix="ctranslate2-mkl")[name]
+    for line in sys.stdin:
+        verb, workload, arg = line.split()
+        if verb == "pooled":
+            torch.save(torch.cat([pooled(engine(b), b["attention_mask"]) for b in batches[workload]]), arg)
+            print("ok", flush=True)
+        else:
+            torch.set_num_threads(int(arg))
+            print(time_pass(engine, batches[workload]), flush=True)
+
+
+def time_pass(engine: Callable, batches: list[Batch]) -> float:
+    t0 = time.perf_counter()
+    for b in batches:
+        engine(b)
+    return time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def one_pass(engine: Callable | Remote, workload: str, batches: list[Batch], threads: int) -> float:
+    if isinstance(engine, Remote):
+        return float(engine.ask(f"time {workload} {threads}"))
+    return time_pass(engine, batches)
+
+
+def measure(engines: dict, data: dict[str, list[Batch]], threads: list[int], rounds: int, tmp: Path) -> None:
+    for workload, batches in data.items():
+        rows = sum(len(b["input_ids"]) for b in batches)
+        tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+        with torch.inference_mode():
+            outputs = {}
+            for name, engine in engines.items():
+                if isinstance(engine, Remote):
+                    path = tmp / f"{name}-{workload}.pt"
+                    engine.ask(f"pooled {workload} {path}")
+                    outputs[name] = torch.load(path)
+                else:
+                    outputs[name] = torch.cat([pooled(engine(b), b["attention_mask"]) for b in batches])
+            ref = outputs["bertkit-fp32"]
+            min_cos = {n: float(F.cosine_similarity(o.float(), ref).min()) for n, o in outputs.items()}
+            for t in threads:
+                torch.set_num_threads(t)
+
+                load_before = os.getloadavg()
+                for name in engines:
+                    one_pass(engines[name], workload, batches, t)  # warm-up: sessions built at this thread count, caches filled
+                times: dict[str, list[float]] = {name: [] for name in engines}
+                for _ in range(rounds):
+                    for name in engines:
+                        times[name].append(one_pass(engines[name], workload, batches, t))
+                base = statistics.median(times["bertkit-fp32"])
+                for name, ts in times.items():
+                    secs = statistics.median(ts)
+                    print(json.dumps({
+                        "bench": "engines", "workload": workload, "threads": t, "engine": name, "rows": rows,
+                        "mean_tokens": round(tokens / rows, 1), "seq_per_s": round(rows / secs, 1),
+                        "vs_bertkit_fp32": round(base / secs, 3), "min_cos": round(min_cos[name], 4),
+                        "spread": round((max(ts) - min(ts)) / secs, 3), "rounds": rounds,
+                        "load_before": [round(x, 2) for x in load_before],
+                        "load_after": [round(x, 2) for x in os.getloadavg()],
+                        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                    }), flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, default=REPO / "models" / "minilm")
+    p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--pairs", type=int, default=512, help="question/sentence pairs in the pairs workload")
+    p.add_argument("--windows", type=int, default=128, help="SQuAD windows in the windows workload")
+    p.add_argument("--workloads", default="short,pairs,windows")
+    p.add_argument("--engines", default=None, help="comma list: only these engines (bertkit-fp32 always runs)")
+    p.add_argument("--no-mkl", action="store_true", help="skip the CT2_USE_MKL=1 rows (their child process)")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--tmp", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--batches", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+
+    tok = BertTokenizer.from_pretrained(args.model)
+    data = workloads(tok, args.data, args.pairs, args.windows)
+    data = {w: data[w] for w in args.workloads.split(",")}
+    from bertkit.quantization import calibration_batches
+    calibration = calibration_batches(tok, sst2(args.data, "train")[:256])
+    wanted = None if args.engines is None else {"bertkit-fp32", *args.engines.split(",")}
+
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        engines: dict[str, Callable | Remote] = dict(bertkit_engines(args.model, calibration))
+        files = onnx_files(args.model, tmp)
+        engines.update(ctranslate2_engines(args.model, tmp))
+        engines.update(onnxruntime_engines(files))
+        engines.update(openvino_engines(files[0], calibration))
+        if not args.no_mkl:
+            batches_file = tmp / "batches.pt"
+            torch.save(data, batches_file)
+            for n in ("ctranslate2-mkl-float32", "ctranslate2-mkl-int8"):
+                if wanted is None or n in wanted:
+                    engines[n] = Remote(n, args.model, tmp, batches_file, {"CT2_USE_MKL": "1"})
+        if wanted is not None:
+            unknown = wanted - set(engines)
+            if unknown:
+                raise SystemExit(f"--engines: unknown {sorted(unknown)}; the engines are {sorted(engines)}")
+            engines = {n: e for n, e in engines.items() if n in wanted}
+        try:
+            measure(engines, data, [int(t) for t in args.threads.split(",")], args.rounds, tmp)
+        finally:
+            for e in engines.values():
+                if isinstance(e, Remote):
+                    e.close()
+
+
+if __name__ == "__main__":
+    main()
