@@ -3,11 +3,11 @@ speed beside its accuracy.
 
 Workloads (MiniLM, ``models/minilm``; batches in file order, each padded to its longest row, as a user's file or a
 server's batch arrives):
-- ``short``: SST-2 dev sentences (872; about 13 tokens), batch 32, max_length 128;
+- ``short``: SST-2 dev sentences (872; 25 tokens on average), batch 32, max_length 128;
 - ``pairs``: SQuAD dev questions each paired with the context sentence that holds the answer, which is how QNLI was
-  built (GLUE's QNLI files are not in the shared data); ``--pairs`` of them (about 55 tokens), batch 32, max 128;
+  built (GLUE's QNLI files are not in the shared data); ``--pairs`` of them (about 54 tokens), batch 32, max 128;
 - ``windows``: SQuAD dev question + context, truncated to 384 tokens as SQuAD fine-tuning does (the first window of
-  each; ``--windows`` of them, about 170 tokens, the longest 384), batch 16.
+  each; ``--windows`` of them, about 114 tokens, the longest 384), batch 16.
 
 Engines (each one's last hidden state, mean-pooled over the real tokens, is compared with bertkit fp32's: the
 worst row's cosine is ``min_cos``):
@@ -16,8 +16,9 @@ worst row's cosine is ``min_cos``):
   --fast``; CPUs with AVX512-VNNI);
 - ``ctranslate2-float32`` / ``ctranslate2-int8``: CTranslate2's converter on the checkpoint, its ``Encoder`` (token
   ids without padding in, padded states out); ``ctranslate2-mkl-float32`` / ``ctranslate2-mkl-int8``: the same with
-  ``CT2_USE_MKL=1`` (CTranslate2 reads it when it loads, so these run in a child process that times its own passes
-  when the parent asks, keeping the rounds interleaved);
+  ``CT2_USE_MKL=1``. Each runs in a child process that times its own passes when the parent asks, keeping the
+  rounds interleaved: CTranslate2 reads ``CT2_USE_MKL`` when it loads, and its OpenMP runtime, loaded beside
+  PyTorch's, slowed PyTorch's later two-thread passes by 1.6x;
 - ``onnxruntime-fp32``: ``bertkit export onnx``'s graph after ONNX Runtime's transformers optimizer
   (``optimize_model(model_type="bert")``: fused attention, LayerNorm, GELU), what ONNX Runtime's BERT guide does;
   ``onnxruntime-int8``: that graph through ``quantize_dynamic`` (int8 weights per channel, activations per call);
@@ -27,12 +28,14 @@ worst row's cosine is ``min_cos``):
 
 Timing: for each thread count, every engine runs every batch of a workload once as a warm-up, then ``--rounds``
 interleaved rounds (engine A, B, ... then again) so a busy neighbour falls on all of them alike; the median round is
-the figure and ``spread`` is (slowest - fastest) / median. The load average before and after is printed.
+the figure and ``spread`` is (slowest - fastest) / median. Each pass starts half a second after the one before, so
+the thread pools of the engine that ran last (which wait by spinning) have gone to sleep: measured without that
+pause, bertkit's two-thread passes ran up to 1.7x slower than alone. The load average before and after is printed.
 
     python bench/bench_engines.py --threads 1,2 --rounds 5 [--workloads short,pairs,windows] [--engines a,b]
 
 Needs ``pip install "bertkit[bench]"`` (ctranslate2, onnxruntime, openvino, nncf). Prints one JSON line per
-workload, thread count and engine.
+workload, thread count and engine (NNCF's progress lines go to stdout as well: read the lines that start with ``{``).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from bertkit import BertModel, BertTokenizer
 REPO = Path(__file__).resolve().parents[1]
 Batch = dict[str, torch.Tensor]
 FEED = ("input_ids", "token_type_ids", "attention_mask")
+SETTLE_S = 0.5
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -163,8 +167,9 @@ def openvino_engines(plain: Path, calibration: list[Batch]) -> dict[str, Callabl
     core = ov.Core()
     model = core.read_model(str(plain))
     feeds = [{k: b[k].numpy() for k in FEED} for b in calibration]
+    # NNCF counts dataset items: 8 batches of 32 sentences, every one used
     quantized = nncf.quantize(model, nncf.Dataset(feeds), model_type=nncf.ModelType.TRANSFORMER,
-                              subset_size=sum(len(f["input_ids"]) for f in feeds))
+                              subset_size=len(feeds))
 
     def make(graph, hint: str | None) -> Callable:
         requests: dict[int, object] = {}
@@ -185,33 +190,41 @@ def openvino_engines(plain: Path, calibration: list[Batch]) -> dict[str, Callabl
             "openvino-int8": make(quantized, None)}
 
 
-def ctranslate2_engines(model_dir: Path, tmp: Path, prefix: str = "ctranslate2") -> dict[str, Callable]:
+CT2_ENGINES = ("ctranslate2-float32", "ctranslate2-int8", "ctranslate2-mkl-float32", "ctranslate2-mkl-int8")
+
+
+def convert_ctranslate2(model_dir: Path, tmp: Path) -> None:
+    import ctranslate2
+
+    ctranslate2.converters.TransformersConverter(str(model_dir)).convert(str(tmp / "ct2"), quantization="float32")
+
+
+def ctranslate2_engine(name: str, tmp: Path) -> Callable:
+    """CTranslate2's ``Encoder`` on the converted checkpoint at ``name``'s compute type (in a ``--worker``)."""
     import ctranslate2
 
     out = tmp / "ct2"
-    if not out.exists():
-        ctranslate2.converters.TransformersConverter(str(model_dir)).convert(str(out), quantization="float32")
+    compute_type = name.rsplit("-", 1)[1]
 
-    def make(compute_type: str) -> Callable:
-        encoders: dict[int, ctranslate2.Encoder] = {}
+    encoders: dict[int, ctranslate2.Encoder] = {}
 
-        def run(b: Batch) -> torch.Tensor:
-            threads = torch.get_num_threads()
-            if threads not in encoders:
-                encoders[threads] = ctranslate2.Encoder(str(out), device="cpu", compute_type=compute_type,
-                                                        intra_threads=threads, inter_threads=1)
-            lengths = b["attention_mask"].sum(1).tolist()
-            ids = [row[:n].tolist() for row, n in zip(b["input_ids"], lengths)]
-            types = [row[:n].tolist() for row, n in zip(b["token_type_ids"], lengths)]
-            result = encoders[threads].forward_batch(ids, token_type_ids=types)
-            return torch.from_numpy(np.asarray(result.last_hidden_state))
-        return run
-
-    return {f"{prefix}-float32": make("float32"), f"{prefix}-int8": make("int8")}
+    def run(b: Batch) -> torch.Tensor:
+        threads = torch.get_num_threads()
+        if threads not in encoders:
+            encoders[threads] = ctranslate2.Encoder(str(out), device="cpu", compute_type=compute_type,
+                                                    intra_threads=threads, inter_threads=1)
+        lengths = b["attention_mask"].sum(1).tolist()
+        ids = [row[:n].tolist() for row, n in zip(b["input_ids"], lengths)]
+        types = [row[:n].tolist() for row, n in zip(b["token_type_ids"], lengths)]
+        result = encoders[threads].forward_batch(ids, token_type_ids=types)
+        return torch.from_numpy(np.asarray(result.last_hidden_state))
+    return run
 
 
 # ---------------------------------------------------------------------------------------------------
-# The child process for engines that must start under another environment (CT2_USE_MKL=1)
+# CTranslate2 runs in child processes: it reads CT2_USE_MKL when it loads, and in the benchmark's own process its
+# OpenMP runtime slowed every later two-thread PyTorch pass by 1.6x (bertkit bf16 on 12 SST-2 batches: 0.43 s
+# before its first call, 0.67 s after, with the pause between passes); the child times its own passes when asked
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -221,8 +234,8 @@ class Remote:
     def __init__(self, name: str, model_dir: Path, tmp: Path, batches_file: Path, env: dict[str, str]):
         cmd = [sys.executable, __file__, "--worker", name, "--model", str(model_dir), "--tmp", str(tmp),
                "--batches", str(batches_file)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env={**os.environ, **env})
+        base = {k: v for k, v in os.environ.items() if k != "CT2_USE_MKL"}  # CTranslate2's own default unless set
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**base, **env})
 
     def ask(self, line: str) -> str:
         self.proc.stdin.write(line + "\n")
@@ -242,7 +255,7 @@ def worker(args: argparse.Namespace) -> None:
     answers the seconds of one pass (the first call at a thread count builds the engine)."""
     batches = torch.load(args.batches)
     name = args.worker
-    engine = ctranslate2_engines(args.model, args.tmp, prefix="ctranslate2-mkl")[name]
+    engine = ctranslate2_engine(name, args.tmp)
     for line in sys.stdin:
         verb, workload, arg = line.split()
         if verb == "pooled":
@@ -264,6 +277,9 @@ def time_pass(engine: Callable, batches: list[Batch]) -> float:
 
 
 def one_pass(engine: Callable | Remote, workload: str, batches: list[Batch], threads: int) -> float:
+    # The engine that ran before may leave its thread pool spinning (OpenMP's, ONNX Runtime's, TBB's wait by
+    # spinning for up to ~200 ms): on two cores that would take a core from this pass. Let them fall asleep first.
+    time.sleep(SETTLE_S)
     if isinstance(engine, Remote):
         return float(engine.ask(f"time {workload} {threads}"))
     return time_pass(engine, batches)
@@ -318,7 +334,7 @@ def main() -> None:
     p.add_argument("--windows", type=int, default=128, help="SQuAD windows in the windows workload")
     p.add_argument("--workloads", default="short,pairs,windows")
     p.add_argument("--engines", default=None, help="comma list: only these engines (bertkit-fp32 always runs)")
-    p.add_argument("--no-mkl", action="store_true", help="skip the CT2_USE_MKL=1 rows (their child process)")
+    p.add_argument("--no-mkl", action="store_true", help="skip the CT2_USE_MKL=1 rows")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--tmp", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--batches", type=Path, help=argparse.SUPPRESS)
@@ -337,15 +353,14 @@ def main() -> None:
         tmp = Path(name)
         engines: dict[str, Callable | Remote] = dict(bertkit_engines(args.model, calibration))
         files = onnx_files(args.model, tmp)
-        engines.update(ctranslate2_engines(args.model, tmp))
         engines.update(onnxruntime_engines(files))
         engines.update(openvino_engines(files[0], calibration))
-        if not args.no_mkl:
-            batches_file = tmp / "batches.pt"
-            torch.save(data, batches_file)
-            for n in ("ctranslate2-mkl-float32", "ctranslate2-mkl-int8"):
-                if wanted is None or n in wanted:
-                    engines[n] = Remote(n, args.model, tmp, batches_file, {"CT2_USE_MKL": "1"})
+        convert_ctranslate2(args.model, tmp)
+        batches_file = tmp / "batches.pt"
+        torch.save(data, batches_file)
+        for n in CT2_ENGINES if not args.no_mkl else CT2_ENGINES[:2]:
+            if wanted is None or n in wanted:
+                engines[n] = Remote(n, args.model, tmp, batches_file, {"CT2_USE_MKL": "1"} if "mkl" in n else {})
         if wanted is not None:
             unknown = wanted - set(engines)
             if unknown:

@@ -1,21 +1,25 @@
-"""The two kernels of bertkit's default int8 (``SmoothedInt8Linear``) side by side: ``torch._int_mm`` and
-``torch.ao``'s deprecated dynamic Linear (fbgemm), on the same quantized MiniLM.
+"""bertkit's int8 kernels side by side on the same quantized MiniLM, at the three input lengths of
+``bench_engines.py``: ``torch.ao``'s deprecated dynamic Linear (fbgemm) against ``torch._int_mm``, each projection
+function compiled by Inductor (the default for ``torch._int_mm``) or eager (``BERTKIT_INT8_EAGER=1``).
 
-MiniLM quantized twice with ``quantize_int8`` (its default ``keep_fp32``, 256 SST-2 training sentences to
-calibrate, 8-bit activations), once per kernel, and fp32 beside them; all 872 SST-2 dev sentences in batches of
-32 (max 128 tokens), ``--rounds`` interleaved rounds (fp32, fbgemm, int_mm, then again), the median round
-reported. ``min_cos`` is the worst sentence's cosine between the mean-pooled last layer and fp32's. Needs a CPU
-with AVX512-VNNI (``torch._int_mm`` is exact at 8 bits only there).
+Models, each quantized by ``quantize_int8`` from the same fp32 weights with 256 SST-2 training sentences:
+- ``fbgemm`` / ``int_mm`` / ``int_mm-eager``: the default set (``ffn_out`` fp32, the rest one activation scale per
+  call, smoothed, 8-bit activations) on each kernel;
+- ``fast`` / ``fast-eager``: ``bertkit quantize --fast``'s set (every ``ffn_out`` per token on ``torch._int_mm``,
+  the rest on the default kernel), compiled and eager.
+fp32 runs beside them. Every model runs every batch of a workload in each of ``--rounds`` interleaved rounds after
+a warm-up round (which compiles); the median round is reported. ``min_cos`` is the worst row's cosine between
+the mean-pooled last layer and fp32's. Needs a CPU with AVX512-VNNI (``torch._int_mm`` is exact at 8 bits only
+there).
 
-    python bench/bench_int8_kernels.py --threads 1 --rounds 3
+    python bench/bench_int8_kernels.py --threads 1 --rounds 5
 
-Prints one JSON line per engine.
+Prints one JSON line per workload and model.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import statistics
@@ -23,67 +27,82 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+
+from bench_engines import workloads
+from bench_int8 import pooled, sst2
 
 ROOT = Path(__file__).resolve().parents[1]
-SST2 = ROOT.parent / "shared" / "data" / "glue" / "SST-2"
-
-
-def sentences(split: str) -> list[str]:
-    with open(SST2 / f"{split}.tsv", encoding="utf-8", newline="") as f:
-        return [r[0] for r in csv.reader(f, delimiter="\t", quotechar=None)][1:]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=ROOT / "models" / "minilm")
+    p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--pairs", type=int, default=256)
+    p.add_argument("--windows", type=int, default=64)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
     import bertkit.quantization.kernels as kernels
     from bertkit import BertModel, BertTokenizer
-    from bertkit.quantization import per_token_supported, quantize_int8
+    from bertkit.quantization import (
+        FAST_KEEP_FP32,
+        FAST_PER_TOKEN,
+        calibration_batches,
+        per_token_supported,
+        quantize_int8,
+    )
 
     if not per_token_supported():
         raise SystemExit("torch._int_mm is not exact on this CPU (no AVX512-VNNI): only fbgemm runs here")
     tok = BertTokenizer.from_pretrained(args.model)
-    dev, train = sentences("dev"), sentences("train")[:256]
-
-    def batches(texts: list[str]) -> list[dict]:
-        return [dict(tok(texts[i:i + 32], padding=True, truncation=True, max_length=128, return_tensors="pt"))
-                for i in range(0, len(texts), 32)]
-
-    data, calibration = batches(dev), batches(train)
+    data = workloads(tok, args.data, args.pairs, args.windows)
+    calibration = calibration_batches(tok, sst2(args.data, "train")[:256])
     fp32 = BertModel.from_pretrained(args.model).eval()
-    models = {"fp32": fp32}
     chosen = kernels.default_backend
+    built = {}
     for backend in ("fbgemm", "int_mm"):
         kernels.default_backend = lambda bits, backend=backend: backend
-        models[backend] = quantize_int8(fp32, calibration=calibration)
+        built[backend] = quantize_int8(fp32, calibration=calibration)
     kernels.default_backend = chosen
+    fast = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
+    # (model, eager?): the eager runs set BERTKIT_INT8_EAGER=1 around their own calls only
+    models = {"fp32": (fp32, False), "fbgemm": (built["fbgemm"], False), "int_mm": (built["int_mm"], False),
+              "int_mm-eager": (built["int_mm"], True), "fast": (fast, False), "fast-eager": (fast, True)}
 
-    def pooled(model, batch: dict) -> torch.Tensor:
-        states = model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        return (states * mask).sum(1) / mask.sum(1)
+    def run(name: str, batches: list[dict]) -> list[torch.Tensor]:
+        model, eager = models[name]
+        os.environ["BERTKIT_INT8_EAGER"] = "1" if eager else "0"
+        try:
+            return [model(**b).last_hidden_state for b in batches]
+        finally:
+            os.environ.pop("BERTKIT_INT8_EAGER")
 
-    seconds: dict[str, list[float]] = {name: [] for name in models}
     with torch.inference_mode():
-        reference = [pooled(fp32, b) for b in data]
-        cosine = {name: min(float(torch.nn.functional.cosine_similarity(pooled(m, b), r).min())
-                            for b, r in zip(data, reference)) for name, m in models.items()}
-        for _ in range(args.rounds):
-            for name, model in models.items():
-                t0 = time.perf_counter()
-                for batch in data:
-                    pooled(model, batch)
-                seconds[name].append(time.perf_counter() - t0)
-    for name in models:
-        print(json.dumps({"bench": "int8_kernels", "engine": name, "threads": args.threads,
-                          "seq_per_s": round(len(dev) / statistics.median(seconds[name]), 1),
-                          "rounds_s": [round(s, 2) for s in seconds[name]], "min_cos": round(cosine[name], 4),
-                          "loadavg": os.getloadavg(), "torch": torch.__version__}))
+        for workload, batches in data.items():
+            ref = torch.cat([pooled(h, b["attention_mask"]) for h, b in zip(run("fp32", batches), batches)])
+            cosine = {}
+            for name in models:  # also the warm-up round: the compiled functions are built here
+                out = torch.cat([pooled(h, b["attention_mask"]) for h, b in zip(run(name, batches), batches)])
+                cosine[name] = float(F.cosine_similarity(out, ref).min())
+            seconds: dict[str, list[float]] = {name: [] for name in models}
+            for _ in range(args.rounds):
+                for name in models:
+                    t0 = time.perf_counter()
+                    run(name, batches)
+                    seconds[name].append(time.perf_counter() - t0)
+            rows = sum(len(b["input_ids"]) for b in batches)
+            base = statistics.median(seconds["fbgemm"])
+            for name, ts in seconds.items():
+                secs = statistics.median(ts)
+                print(json.dumps({"bench": "int8_kernels", "workload": workload, "engine": name,
+                                  "threads": args.threads, "seq_per_s": round(rows / secs, 1),
+                                  "vs_fbgemm": round(base / secs, 3), "spread": round((max(ts) - min(ts)) / secs, 3),
+                                  "min_cos": round(cosine[name], 4), "loadavg": [round(x, 2) for x in os.getloadavg()],
+                                  "torch": torch.__version__}), flush=True)
 
 
 if __name__ == "__main__":

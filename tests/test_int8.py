@@ -459,11 +459,18 @@ def test_refuses_models_and_arguments_it_cannot_quantize(fp32, calibration, int8
 def test_the_compiled_projections_equal_the_eager_ones_and_a_failed_compile_falls_back(monkeypatch, caplog):
     """The int8 projections Inductor compiles (quantization in one pass, ``torch._int_mm``, the float epilogue)
     equal their eager definitions to float rounding, on ragged ranges, a constant row, one row and an odd width,
-    with and without a bias; where compiling fails the layer says so once and runs the eager function."""
+    with and without a bias; a few tokens run eagerly; where compiling fails the layer says so once and runs the
+    eager function."""
     import shutil
 
     from bertkit.quantization import kernels
 
+    small = kernels._Fused(kernels.linear_per_token)
+    with torch.inference_mode():
+        small(torch.randn(3, 96), torch.randint(-127, 128, (96, 8), dtype=torch.int8), torch.rand(8), torch.randn(8),
+              None)
+    assert small.compiled is None  # a few tokens never pay for compiling
+    monkeypatch.setattr(kernels, "_COMPILE_FROM", 0)  # the small cases below compile
     torch.manual_seed(0)
     x = torch.randn(37, 96) * (torch.rand(37, 1) * 20) + 0.3
     x[5] = 0.7  # constant row: step clamps to the smallest float, codes 0

@@ -77,9 +77,15 @@ def linear_per_token(x: Tensor, weight_t: Tensor, weight_scale: Tensor, weight_r
     return offset.addcmul_(acc, step)
 
 
+# Calls on fewer activations than this run eagerly: compiling costs seconds once per process (BENCHMARKS.md), and
+# on a handful of tokens the passes it saves take microseconds, so a one-sentence prediction never pays for it.
+_COMPILE_FROM = 1 << 18
+
+
 class _Fused:
-    """``fn`` compiled by Inductor (``dynamic=True``: one kernel for every token count) on its first call, or ``fn``
-    itself where that cannot be or need not be: ``BERTKIT_INT8_EAGER=1``, inside a ``torch.jit`` trace or the
+    """``fn`` compiled by Inductor (``dynamic=True``: one kernel for every token count) on its first call on at
+    least ``_COMPILE_FROM`` activations, or ``fn`` itself where that cannot be or need not be: fewer activations,
+    ``BERTKIT_INT8_EAGER=1``, inside a ``torch.jit`` trace or the
     caller's own ``torch.compile`` (traced into its graph), an input that requires grad (int8 layers have no
     backward; the eager call lets the layer refuse one), or when compiling fails (no C++ compiler, a platform
     Inductor does not support), which is logged once. Both give the same integers."""
@@ -90,7 +96,7 @@ class _Fused:
         self.failed = False
 
     def __call__(self, *args):
-        if (self.failed or torch.jit.is_tracing() or torch.compiler.is_compiling()
+        if (self.failed or args[0].numel() < _COMPILE_FROM or torch.jit.is_tracing() or torch.compiler.is_compiling()
                 or os.environ.get("BERTKIT_INT8_EAGER") == "1"
                 or (torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args))):
             return self.fn(*args)
