@@ -58,6 +58,8 @@ def fsync_dir(directory):
 
 torch.save = save
 checkpoint.fsync_dir = fsync_dir  # where checkpoints are renamed into place
+"""
+_CLI = _CHILD + """
 from bertkit.cli import main
 sys.exit(main(sys.argv[4:]))
 """
@@ -66,8 +68,9 @@ MOMENTS = ("state", "renamed")
 
 
 def launch_paused(cli_args: list[str], where: str, nth: int, sentinel: Path, env: dict[str, str],
-                  timeout: float = 300.0) -> bool:
-    """Run ``bertkit <cli_args>`` until its ``nth`` checkpoint write reaches ``where``, then SIGKILL it.
+                  timeout: float = 300.0, script: str | None = None) -> bool:
+    """Run ``bertkit <cli_args>`` (or the Python ``script`` with ``cli_args`` as ``sys.argv[4:]``) until its ``nth``
+    checkpoint write reaches ``where``, then SIGKILL it.
 
     Returns True if it was killed there, False if the run finished first (fewer checkpoints than ``nth``).
     """
@@ -75,7 +78,8 @@ def launch_paused(cli_args: list[str], where: str, nth: int, sentinel: Path, env
     sentinel.unlink(missing_ok=True)
     log = sentinel.with_suffix(".log")
     with open(log, "wb") as err:  # a file, not a pipe: a chatty run never blocks on a full pipe
-        proc = subprocess.Popen([sys.executable, "-c", _CHILD, where, str(nth), str(sentinel), *cli_args], env=env,
+        code = _CLI if script is None else _CHILD + script
+        proc = subprocess.Popen([sys.executable, "-c", code, where, str(nth), str(sentinel), *cli_args], env=env,
                                 stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.time() + timeout
         while not sentinel.exists():

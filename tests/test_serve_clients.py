@@ -143,13 +143,21 @@ def test_a_malformed_embeddings_body_gets_a_422_naming_the_field(embedder, body,
     assert r.status_code == 422 and message in r.json()["error"], r.text
 
 
-def test_every_route_but_health_needs_the_key_and_refuses_before_reading_the_body(embedder):
+def test_every_route_but_health_needs_the_key_and_refuses_before_reading_the_body(embedder, caplog):
     openai = pytest.importorskip("openai")
-    url, _ = embedder
+    caplog.set_level("DEBUG")  # the server runs in this process: whatever it logs about these requests is here
+    from bertkit.inference.serve import create_app
+
+    url, pipe = embedder
     assert httpx.get(f"{url}/health").status_code == 200
+    # every route the app has (FastAPI's own pages included), read from the app, so a new route is checked too
+    app = create_app(pipe, str(MODEL), api_key=KEY)
+    routes = sorted({(method, r.path) for r in app.routes for method in getattr(r, "methods", ()) or ()
+                     if method != "HEAD" and r.path != "/health"})
+    assert {("POST", "/rerank"), ("POST", "/tokenize"), ("POST", "/decode"), ("POST", "/embed_all"),
+            ("POST", "/predict"), ("POST", "/similarity"), ("GET", "/ready")} <= set(routes), routes
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": f"Bearer {KEY}x"}):
-        for method, path in (("POST", "/v1/embeddings"), ("POST", "/"), ("POST", "/embed"), ("GET", "/info"),
-                             ("GET", "/metrics"), ("GET", "/metadata")):
+        for method, path in routes:
             r = httpx.request(method, f"{url}{path}", headers=headers, json={"input": "x"})
             assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (path, headers, r.text)
             assert KEY not in r.text
@@ -161,6 +169,9 @@ def test_every_route_but_health_needs_the_key_and_refuses_before_reading_the_bod
         assert sock.recv(100).startswith(b"HTTP/1.1 401")
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).embeddings.create(model="m", input="x")
+    openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0).embeddings.create(model="m", input="x")
+    assert caplog.records, "the server logged nothing here: the check below would prove nothing"
+    assert KEY not in caplog.text
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -242,6 +242,65 @@ def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(checkpoint, tmp
         torch.testing.assert_close(hf(**enc).logits, whole.model(**enc).logits, rtol=1e-4, atol=1e-5)
 
 
+# A Trainer script run in a child process (argv: spec.json, then "resume" or nothing): the rows, the checkpoint and
+# the settings come from the spec; its log history is written to spec's "history" path when train() returns.
+_TRAINER_SCRIPT = r"""
+import json, sys
+import bertkit
+spec = json.loads(open(sys.argv[4]).read())
+tokenizer = bertkit.AutoTokenizer.from_pretrained(spec["checkpoint"])
+model = bertkit.AutoModelForSequenceClassification.from_pretrained(
+    spec["checkpoint"], hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+rows = [{**tokenizer(r["text"], truncation=True), "label": r["label"]} for r in spec["train"]]
+args = bertkit.TrainingArguments(**spec["args"])
+trainer = bertkit.Trainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
+trainer.train(resume_from_checkpoint=True if sys.argv[5:] == ["resume"] else None)
+open(spec["history"], "w").write(json.dumps(trainer.state.log_history))
+"""
+
+
+@pytest.mark.parametrize("where", ["state", "renamed"])
+def test_a_trainer_killed_with_sigkill_resumes_to_the_uninterrupted_run(checkpoint, tmp_path, where):
+    """A ``bertkit.Trainer`` script SIGKILLed in the middle of its second checkpoint (a half-written state file, or
+    just after the rename) resumes with ``train(resume_from_checkpoint=True)`` to the same loss at every step and the
+    same weights as the run nobody killed (dropout on: the RNG states resume too). Every run is its own process on
+    one thread, as a user's would be."""
+    import safetensors.torch
+
+    from killing import child_env, launch_paused
+
+    def spec(name: str) -> Path:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({
+            "checkpoint": str(checkpoint), "train": TRAIN, "history": str(tmp_path / f"{name}-history.json"),
+            "args": dict(output_dir=str(tmp_path / name), learning_rate=1e-3, per_device_train_batch_size=4,
+                         max_steps=8, logging_steps=1, save_steps=3, report_to="none", use_cpu=True, seed=3,
+                         disable_tqdm=True)}))
+        return path
+
+    def run(*argv: str) -> None:
+        done = subprocess.run([sys.executable, "-c", "import sys; sys.argv[1:1] = ['-', '0', '-']\n" + _TRAINER_SCRIPT,
+                               *argv], env=child_env(), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    run(str(spec("whole")))
+    killed = spec("killed")
+    assert launch_paused([str(killed)], where, 2, tmp_path / "sentinel", child_env(), script=_TRAINER_SCRIPT)
+    assert not (tmp_path / "killed-history.json").exists()
+    run(str(killed), "resume")
+
+    def losses(name: str) -> list[tuple[int, float]]:
+        history = json.loads((tmp_path / f"{name}-history.json").read_text())
+        return [(h["step"], h["loss"]) for h in history if "loss" in h]
+
+    assert len(losses("whole")) == 8 and losses("killed")[-5:] == losses("whole")[-5:]  # steps 4-8 (or 7-8) again
+    final = [safetensors.torch.load_file(tmp_path / name / "checkpoint-8" / "model.safetensors")
+             for name in ("whole", "killed")]
+    assert final[0].keys() == final[1].keys()
+    for key in final[0]:
+        torch.testing.assert_close(final[0][key], final[1][key], rtol=0, atol=0, msg=key)
+
+
 def test_resuming_with_other_settings_is_refused_and_writes_nothing(checkpoint, tmp_path):
     with pytest.raises(_Killed):
         _bertkit_trainer(checkpoint, tmp_path / "run", callbacks=[_KillAt(4)]).train()
