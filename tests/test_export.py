@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 import torch
@@ -157,9 +158,9 @@ def test_onnx_int8_export_stays_close_to_fp32_on_real_text(tmp_path, minilm_dir,
 @pytest.mark.parametrize("failing_step", ["quantizer", "exporter"])
 def test_onnx_int8_export_that_fails_leaves_only_the_users_files(tmp_path, minilm_dir, monkeypatch, failing_step,
                                                                  tiny_checkpoint):
-    """The float graph of `export onnx --int8` is a file the run creates itself (mkstemp); when the exporter or
-    the quantizer fails it is removed all the same, the output is not written, and the files already there stay
-    as they were."""
+    """The float graph of `export onnx --int8` goes to a scratch directory the run creates itself (mkdtemp); when
+    the exporter fails half-way through its file or the quantizer fails, it is removed all the same, the output is
+    not written, and the files already there stay as they were."""
     pytest.importorskip("onnx", reason="pip install 'bertkit[onnx]'")
     quantization = pytest.importorskip("onnxruntime.quantization", reason="pip install 'bertkit[onnx]'")
     tiny_checkpoint(tmp_path / "m", tokenizer=BertTokenizer.from_pretrained(minilm_dir), **_ON_MINILM_VOCAB)
@@ -174,6 +175,7 @@ def test_onnx_int8_export_that_fails_leaves_only_the_users_files(tmp_path, minil
 
     def failing_export(model, args, path, **kwargs):
         seen.append(path)
+        Path(path).write_bytes(b"torn graph")  # a half-written file, never recorded: the scratch directory's
         raise RuntimeError("exporter failed")
 
     if failing_step == "quantizer":

@@ -12,7 +12,6 @@ is (the output dataclasses are pytree nodes); ``torch.jit.trace`` and ONNX need 
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import time
 import warnings
@@ -26,6 +25,7 @@ from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_MODELS, BertForMultipleChoice
 from bertkit.modeling import BertModel, BertModelOutput
+from bertkit.output_record import register_scratch, remove_owned_tree
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 # Output tensors per model class, in tuple order (transformers' names).
@@ -209,11 +209,12 @@ def _write_graph(tmp: Path, out: Path, wrapper: TupleOutputModel, inputs: tuple[
             return
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        # The float graph goes to a file of this run's own: mkstemp creates it new (O_EXCL), so removing it
-        # afterwards, whether the export or the quantizer succeeded or failed, never touches a user's file.
-        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".fp32.onnx", dir=out.parent)
-        os.close(fd)
-        float_graph = Path(name)
+        # The float graph goes to a scratch directory this run makes new (mkdtemp) and records as its own, so the
+        # removal afterwards, whether the export or the quantizer succeeded or failed, goes through the ownership
+        # check every other removal does: a file that is not this run's (or a symlink) is left in place.
+        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".fp32", dir=out.parent))
+        register_scratch(scratch)
+        float_graph = scratch / "model.fp32.onnx"
         try:
             export_to(float_graph)
             logging.disable(logging.WARNING)  # its quantizer logs a line per float tensor and general advice
@@ -222,7 +223,7 @@ def _write_graph(tmp: Path, out: Path, wrapper: TupleOutputModel, inputs: tuple[
             finally:
                 logging.disable(logging.NOTSET)
         finally:
-            float_graph.unlink(missing_ok=True)
+            remove_owned_tree(scratch)
 
 
 def _verify(path: Path, out: Path, wrapper: TupleOutputModel, check: tuple[Tensor, ...], int8: bool) -> dict[str, Any]:
