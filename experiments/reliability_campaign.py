@@ -38,7 +38,6 @@ import math
 import os
 import pickle
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -1044,44 +1043,10 @@ def _(d: Path) -> Outcome:
     return cli_outcome(bertkit("export", "onnx", "--model", d / "nope", "--out", d / "m.onnx"), ("nope",))
 
 
-# A TensorFlow tensor bundle written by hand (the format tf.train.Saver writes; no TensorFlow needed).
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
-def _field(number: int, value: int | bytes) -> bytes:
-    if isinstance(value, bytes):
-        return _varint(number << 3 | 2) + _varint(len(value)) + value
-    return _varint(number << 3) + _varint(value)
-
-
-def _block(entries: list[tuple[bytes, bytes]]) -> bytes:
-    body = b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in entries)
-    return body + struct.pack("<II", 0, 1)
-
-
-def write_bundle(prefix: Path, tensors: dict[str, np.ndarray]) -> None:
-    data, entries = bytearray(), [(b"", _field(1, 1))]
-    for name in sorted(tensors):
-        arr = np.ascontiguousarray(tensors[name], dtype=np.float32)
-        shape = b"".join(_field(2, _field(1, d)) for d in arr.shape)
-        entries.append((name.encode(), _field(1, 1) + _field(2, shape) + _field(4, len(data)) + _field(5, arr.nbytes)))
-        data += arr.tobytes()
-    table, handles = bytearray(), []
-    for block in (_block(entries), _block([]), None):
-        if block is None:
-            block = _block([(entries[-1][0] + b"\xff", _varint(handles[0][0]) + _varint(handles[0][1]))])
-        handles.append((len(table), len(block)))
-        table += block + b"\x00" * 5
-    footer = _varint(handles[1][0]) + _varint(handles[1][1]) + _varint(handles[2][0]) + _varint(handles[2][1])
-    table += footer.ljust(40, b"\x00") + struct.pack("<Q", 0xDB4775248B80FB57)
-    Path(f"{prefix}.index").write_bytes(bytes(table))
-    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
+# A TensorFlow tensor bundle written by hand (the format tf.train.Saver writes, each tensor's crc32c included; no
+# TensorFlow needed): the tests' writer, tests/tf_bundle_helpers.py.
+sys.path.insert(0, str(ROOT / "tests"))
+from tf_bundle_helpers import write_bundle  # noqa: E402
 
 
 def tf_checkpoint(d: Path) -> Path:
@@ -1368,7 +1333,7 @@ for _arg, _value in [("learning_rate", float("nan")), ("learning_rate", float("i
                      ("lr_scheduler_type", "cosine_with_restartz"), ("eval_strategy", "sometimes"),
                      ("seed", -1), ("seed", 2.5), ("report_to", "wandb"), ("dataloader_num_workers", -1),
                      ("train_sampling_strategy", "longest_first")]:
-    _tr(f"TrainingArguments: {_arg}={_value!r}",  # not `_field`: that name is the bundle writer's protobuf helper
+    _tr(f"TrainingArguments: {_arg}={_value!r}",
         lambda d, f=_arg, v=_value: _trains(d, **{f: v}), (_arg,))
 _tr("train(): a dataset without labels", lambda d: _trains(d, rows=_trainer_rows(labels=False)), ("label",))
 _tr("train(): an empty dataset", lambda d: _trains(d, rows=[]), ("empty",))
@@ -1839,47 +1804,10 @@ def _(d: Path) -> Outcome:
                        ("supported opsets",))
 
 
-def _crc32c(data: bytes) -> int:
-    table = []
-    for n in range(256):
-        for _ in range(8):
-            n = (n >> 1) ^ (0x82F63B78 if n & 1 else 0)
-        table.append(n)
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def _bundle_with_checksums(prefix: Path, tensors: dict[str, np.ndarray]) -> None:
-    """``write_bundle`` plus each tensor's masked crc32c (BundleEntryProto field 6), as TensorFlow writes it."""
-    data, entries = bytearray(), [(b"", _field(1, 1))]
-    for name in sorted(tensors):
-        arr = np.ascontiguousarray(tensors[name], dtype=np.float32)
-        crc = _crc32c(arr.tobytes())
-        masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-        shape = b"".join(_field(2, _field(1, d)) for d in arr.shape)
-        entries.append((name.encode(), _field(1, 1) + _field(2, shape) + _field(4, len(data)) + _field(5, arr.nbytes)
-                        + _varint(6 << 3 | 5) + struct.pack("<I", masked)))
-        data += arr.tobytes()
-    table, handles = bytearray(), []
-    for block in (_block(entries), _block([]), None):
-        if block is None:
-            block = _block([(entries[-1][0] + b"\xff", _varint(handles[0][0]) + _varint(handles[0][1]))])
-        handles.append((len(table), len(block)))
-        table += block + b"\x00" * 5
-    footer = _varint(handles[1][0]) + _varint(handles[1][1]) + _varint(handles[2][0]) + _varint(handles[2][1])
-    table += footer.ljust(40, b"\x00") + struct.pack("<Q", 0xDB4775248B80FB57)
-    Path(f"{prefix}.index").write_bytes(bytes(table))
-    Path(f"{prefix}.data-00000-of-00001").write_bytes(bytes(data))
-
-
 @case("output-dirs", "convert-tf-checkpoint: one flipped byte in the data shard (crc32c recorded)")
 def _(d: Path) -> Outcome:
-    from bertkit.inference.tf_checkpoint import read_tf_checkpoint
 
-    ckpt = tf_checkpoint(d)
-    _bundle_with_checksums(ckpt, read_tf_checkpoint(ckpt))
+    ckpt = tf_checkpoint(d)  # its bundle records each tensor's crc32c, as TensorFlow writes it
     shard = Path(f"{ckpt}.data-00000-of-00001")
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0x10
