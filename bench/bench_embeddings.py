@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+from workers import Remote
 
 REPO = Path(__file__).resolve().parents[1]
 ST_BACKENDS = ("onnx", "openvino")
@@ -125,22 +126,11 @@ def st_engine(directory: Path, backend: str = "torch") -> Callable:
     return lambda texts: model.encode(texts, batch_size=32, convert_to_numpy=True)
 
 
-class Child:
-    """sentence-transformers on another backend in ``python``'s environment (``--worker``): 'embed PATH' saves the
+def st_worker(python: str, backend: str, directory: Path, sentences: Path) -> Remote:
+    """sentence-transformers on ``backend`` in ``python``'s environment (``--worker``): 'embed PATH' saves the
     vectors, 'time THREADS' answers the seconds of one pass over the sentences."""
-
-    def __init__(self, python: str, backend: str, directory: Path, sentences: Path):
-        self.proc = subprocess.Popen([python, __file__, "--worker", backend, "--dir", str(directory),
-                                      "--sentences-file", str(sentences)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-
-    def ask(self, line: str) -> str:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline().strip()
-        if not answer:
-            raise SystemExit(f"worker {self.proc.args[3]} ended (exit {self.proc.wait()})")
-        return answer
+    return Remote(f"sentence-transformers-{backend}", [python, __file__, "--worker", backend, "--dir", str(directory),
+                                                       "--sentences-file", str(sentences)])
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -180,27 +170,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         directory = model_dir(args.model, tmp)
-        engines: dict[str, Callable | Child] = {**bertkit_engines(args.model), "fastembed": fastembed_engine(directory),
+        engines: dict[str, Callable | Remote] = {**bertkit_engines(args.model), "fastembed": fastembed_engine(directory),
                                                 "sentence-transformers-torch": st_engine(directory)}
         skipped = {}
         if args.st_python:
             sentences = tmp / "sentences.json"
             sentences.write_text(json.dumps(texts))
             for backend in ST_BACKENDS:
-                engines[f"sentence-transformers-{backend}"] = Child(args.st_python, backend, directory, sentences)
+                engines[f"sentence-transformers-{backend}"] = st_worker(args.st_python, backend, directory, sentences)
         else:
             skipped = {f"sentence-transformers-{b}": "no --st-python (optimum needs transformers < 4.58)"
                        for b in ST_BACKENDS}
 
         def embed(engine) -> np.ndarray:
-            if isinstance(engine, Child):
+            if isinstance(engine, Remote):
                 engine.ask(f"embed {tmp / 'vectors.npy'}")
                 return np.load(tmp / "vectors.npy")
             return engine(texts)
 
         def one_pass(engine, threads: int) -> float:
             time.sleep(0.5)  # the last engine's spinning thread pool falls asleep (bench_engines.py says why)
-            if isinstance(engine, Child):
+            if isinstance(engine, Remote):
                 return float(engine.ask(f"time {threads}"))
             t0 = time.perf_counter()
             engine(texts)
@@ -235,9 +225,8 @@ def main() -> None:
         for n, why in skipped.items():
             print(json.dumps({"bench": "embeddings", "engine": n, "skipped": why}), flush=True)
         for e in engines.values():
-            if isinstance(e, Child):
-                e.proc.stdin.close()
-                e.proc.wait()
+            if isinstance(e, Remote):
+                e.close()
 
 
 if __name__ == "__main__":

@@ -44,7 +44,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +57,7 @@ import torch.nn.functional as F
 from bench_int8 import pooled, sst2
 from bench_onnx import question_sentence_pairs
 from bertkit import BertModel, BertTokenizer
+from workers import Remote
 
 REPO = Path(__file__).resolve().parents[1]
 Batch = dict[str, torch.Tensor]
@@ -142,22 +142,20 @@ def onnx_files(model_dir: Path, tmp: Path) -> tuple[Path, Path, Path]:
     return plain, fused, int8
 
 
-def onnxruntime_engines(files: tuple[Path, Path, Path]) -> dict[str, Callable]:
+def onnxruntime_engine(path: Path) -> Callable:
+    """ONNX Runtime on the graph at ``path``: one session per thread count (intra-op threads = torch's)."""
     import onnxruntime as ort
 
-    def make(path: Path) -> Callable:
-        sessions: dict[int, ort.InferenceSession] = {}
+    sessions: dict[int, ort.InferenceSession] = {}
 
-        def run(b: Batch) -> torch.Tensor:
-            threads = torch.get_num_threads()
-            if threads not in sessions:
-                opts = ort.SessionOptions()
-                opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
-                sessions[threads] = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-            return torch.from_numpy(sessions[threads].run(["last_hidden_state"], {k: b[k].numpy() for k in FEED})[0])
-        return run
-
-    return {"onnxruntime-fp32": make(files[1]), "onnxruntime-int8": make(files[2])}
+    def run(b: Batch) -> torch.Tensor:
+        threads = torch.get_num_threads()
+        if threads not in sessions:
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+            sessions[threads] = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        return torch.from_numpy(sessions[threads].run(["last_hidden_state"], {k: b[k].numpy() for k in FEED})[0])
+    return run
 
 
 def openvino_engines(plain: Path, calibration: list[Batch]) -> dict[str, Callable]:
@@ -228,26 +226,13 @@ def ctranslate2_engine(name: str, tmp: Path) -> Callable:
 # ---------------------------------------------------------------------------------------------------
 
 
-class Remote:
-    """An engine living in a child process (``--worker``): ``pooled`` and ``time_pass`` are answered there."""
-
-    def __init__(self, name: str, model_dir: Path, tmp: Path, batches_file: Path, env: dict[str, str]):
-        cmd = [sys.executable, __file__, "--worker", name, "--model", str(model_dir), "--tmp", str(tmp),
-               "--batches", str(batches_file)]
-        base = {k: v for k, v in os.environ.items() if k != "CT2_USE_MKL"}  # CTranslate2's own default unless set
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**base, **env})
-
-    def ask(self, line: str) -> str:
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        answer = self.proc.stdout.readline().strip()
-        if not answer:
-            raise SystemExit(f"worker {self.proc.args[3]} ended (exit {self.proc.wait()})")
-        return answer
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait()
+def ctranslate2_worker(name: str, model_dir: Path, tmp: Path, batches_file: Path) -> Remote:
+    """CTranslate2 engine ``name`` in a child process (``--worker``), ``CT2_USE_MKL=1`` for the ``-mkl-`` rows and
+    CTranslate2's own default otherwise: ``pooled`` and ``time`` are answered there."""
+    cmd = [sys.executable, __file__, "--worker", name, "--model", str(model_dir), "--tmp", str(tmp),
+           "--batches", str(batches_file)]
+    env = {k: v for k, v in os.environ.items() if k != "CT2_USE_MKL"}
+    return Remote(name, cmd, {**env, "CT2_USE_MKL": "1"} if "mkl" in name else env)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -353,14 +338,14 @@ def main() -> None:
         tmp = Path(name)
         engines: dict[str, Callable | Remote] = dict(bertkit_engines(args.model, calibration))
         files = onnx_files(args.model, tmp)
-        engines.update(onnxruntime_engines(files))
+        engines.update({"onnxruntime-fp32": onnxruntime_engine(files[1]), "onnxruntime-int8": onnxruntime_engine(files[2])})
         engines.update(openvino_engines(files[0], calibration))
         convert_ctranslate2(args.model, tmp)
         batches_file = tmp / "batches.pt"
         torch.save(data, batches_file)
         for n in CT2_ENGINES if not args.no_mkl else CT2_ENGINES[:2]:
             if wanted is None or n in wanted:
-                engines[n] = Remote(n, args.model, tmp, batches_file, {"CT2_USE_MKL": "1"} if "mkl" in n else {})
+                engines[n] = ctranslate2_worker(n, args.model, tmp, batches_file)
         if wanted is not None:
             unknown = wanted - set(engines)
             if unknown:

@@ -73,57 +73,22 @@ def pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def onnx_engines(model_dir: Path, tmp: Path) -> dict[str, Callable]:
     """ONNX Runtime on bertkit's export, fp32 and dynamically quantized int8 (one intra-op thread set later)."""
-    import onnxruntime as ort
-
+    from bench_engines import onnxruntime_engine  # imported here: bench_engines imports this module
     from bertkit.inference.export import export_onnx
 
     fp32_path, int8_path = tmp / "minilm.onnx", tmp / "minilm-int8.onnx"
     export_onnx(model_dir, fp32_path, verify=False)
     export_onnx(model_dir, int8_path, verify=False, int8=True)  # `bertkit export onnx --int8`
-    engines = {}
-    for name, path in (("onnxruntime-fp32", fp32_path), ("onnxruntime-int8", int8_path)):
-        def make(path=path):
-            sessions: dict[int, ort.InferenceSession] = {}
-
-            def run(b):
-                threads = torch.get_num_threads()
-                if threads not in sessions:
-                    opts = ort.SessionOptions()
-                    opts.intra_op_num_threads = threads
-                    opts.inter_op_num_threads = 1
-                    sessions[threads] = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-                feed = {k: b[k].numpy() for k in ("input_ids", "token_type_ids", "attention_mask")}
-                return torch.from_numpy(sessions[threads].run(None, feed)[0])
-            return run
-        engines[name] = make()
-    return engines
+    return {"onnxruntime-fp32": onnxruntime_engine(fp32_path), "onnxruntime-int8": onnxruntime_engine(int8_path)}
 
 
 def ctranslate2_engines(model_dir: Path, tmp: Path) -> dict[str, Callable]:
-    """CTranslate2 Encoder on its own conversion of the checkpoint, float32 and int8."""
-    import ctranslate2
-    import numpy as np
+    """CTranslate2 Encoder on its own conversion of the checkpoint, float32 and int8, in this process: its OpenMP
+    runtime then slows PyTorch's later two-thread passes (bench_engines.py runs it in child processes instead)."""
+    from bench_engines import convert_ctranslate2, ctranslate2_engine
 
-    out = tmp / "ct2"
-    ctranslate2.converters.TransformersConverter(str(model_dir)).convert(str(out), quantization="float32")
-    engines = {}
-    for name, compute_type in (("ctranslate2-float32", "float32"), ("ctranslate2-int8", "int8")):
-        def make(compute_type=compute_type):
-            encoders: dict[int, ctranslate2.Encoder] = {}
-
-            def run(b):
-                threads = torch.get_num_threads()
-                if threads not in encoders:
-                    encoders[threads] = ctranslate2.Encoder(str(out), device="cpu", compute_type=compute_type,
-                                                            intra_threads=threads, inter_threads=1)
-                lengths = b["attention_mask"].sum(1).tolist()
-                ids = [row[:n].tolist() for row, n in zip(b["input_ids"], lengths)]
-                types = [row[:n].tolist() for row, n in zip(b["token_type_ids"], lengths)]
-                result = encoders[threads].forward_batch(ids, token_type_ids=types)
-                return torch.from_numpy(np.asarray(result.last_hidden_state))  # (B, T, H), padded by CT2
-            return run
-        engines[name] = make()
-    return engines
+    convert_ctranslate2(model_dir, tmp)
+    return {name: ctranslate2_engine(name, tmp) for name in ("ctranslate2-float32", "ctranslate2-int8")}
 
 
 def main() -> None:
