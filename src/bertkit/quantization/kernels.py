@@ -85,10 +85,10 @@ _COMPILE_FROM = 1 << 18
 class _Fused:
     """``fn`` compiled by Inductor (``dynamic=True``: one kernel for every token count) on its first call on at
     least ``_COMPILE_FROM`` activations, or ``fn`` itself where that cannot be or need not be: fewer activations,
-    ``BERTKIT_INT8_EAGER=1``, inside a ``torch.jit`` trace or the
-    caller's own ``torch.compile`` (traced into its graph), an input that requires grad (int8 layers have no
-    backward; the eager call lets the layer refuse one), or when compiling fails (no C++ compiler, a platform
-    Inductor does not support), which is logged once. Both give the same integers."""
+    ``BERTKIT_INT8_EAGER=1``, inside a ``torch.jit`` trace or the caller's own ``torch.compile`` (traced into its
+    graph), an input that requires grad (int8 layers have no backward; the eager call lets the layer refuse one),
+    or when compiling fails (no C++ compiler, a platform Inductor does not support), which is logged once. Both
+    give the same integers."""
 
     def __init__(self, fn: Callable):
         self.fn = fn
