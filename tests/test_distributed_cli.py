@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from launch_helpers import LAUNCHER, run_torchrun
+
 HANG = 300  # seconds: only a hang takes this long (a run here takes tens of seconds on 2 busy cores)
 
 
@@ -51,8 +53,7 @@ def _args(root: Path, out: Path, *extra: str) -> list[str]:
 
 def _pretrain(root: Path, out: Path, *extra: str) -> list[str]:
     """The command line of the run under torchrun with two processes."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    return [*launcher, "-m", "bertkit", *_args(root, out, *extra)]
+    return [*LAUNCHER, "-m", "bertkit", *_args(root, out, *extra)]
 
 
 def _records(out: Path) -> list[dict]:
@@ -87,7 +88,7 @@ def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data
     from bertkit.cli import main
 
     full, killed = tmp_path / "full", tmp_path / "killed"
-    done = subprocess.run(_pretrain(tiny_data, full), env=_env(), capture_output=True, text=True, timeout=HANG)
+    done = run_torchrun(["-m", "bertkit", *_args(tiny_data, full)], _env(), HANG, fresh=full)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["steps"] == STEPS  # one JSON result, printed by rank 0 only
     assert len(list((full / "checkpoints").glob("step-*"))) == 2  # written once (rank 0), keep-last 2
@@ -110,8 +111,7 @@ def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data
     saved = tmp_path / "saved"  # the killed run as it stands, resumed again by one process below
     shutil.copytree(killed, saved)
 
-    again = subprocess.run(_pretrain(tiny_data, killed, "--resume"), env=_env(), capture_output=True, text=True,
-                           timeout=HANG)
+    again = run_torchrun(["-m", "bertkit", *_args(tiny_data, killed, "--resume")], _env(), HANG)
     assert again.returncode == 0, again.stderr[-3000:]
     assert _losses(killed) == _losses(full)  # every step's logged loss (averaged over the ranks), exactly
     assert (killed / "final" / "model.safetensors").read_bytes() == (full / "final" / "model.safetensors").read_bytes()
@@ -155,9 +155,7 @@ def test_extract_features_under_torchrun_writes_the_one_process_bytes(tmp_path, 
         assert main(args(tmp_path / f"one{suffix}")) == 0  # one process: this one
     finally:
         torch.set_num_threads(threads)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    done = subprocess.run([*launcher, "-m", "bertkit", *args(tmp_path / f"two{suffix}")], env=_env(),
-                          capture_output=True, text=True, timeout=HANG)
+    done = run_torchrun(["-m", "bertkit", *args(tmp_path / f"two{suffix}")], _env(), HANG)
     assert done.returncode == 0, done.stderr[-3000:]
     one, two = tmp_path / f"one{suffix}", tmp_path / f"two{suffix}"
     if suffix == ".jsonl":
@@ -172,3 +170,16 @@ def test_extract_features_under_torchrun_writes_the_one_process_bytes(tmp_path, 
                 assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), key
     assert oct(two.stat().st_mode & 0o777) == oct(one.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", f"one{suffix}", f"two{suffix}"])  # no parts
+
+
+def test_a_launch_is_repeated_only_after_gloo_s_abort():
+    """launch_helpers.run_torchrun launches again only for gloo's C++ abort (torchrun's report as CI printed it),
+    never for a worker that failed with bertkit's error or any other exit code."""
+    from launch_helpers import gloo_aborted
+
+    report = ("INFO bertkit: rank 1 of 2 (local rank 1) on cpu, backend gloo\nterminate called without an active "
+              "exception\n  [0]:\n    rank      : 1 (local_rank: 1)\n    exitcode  : -6 (pid: 19885)  (SIGABRT)\n")
+    assert gloo_aborted(report)
+    assert not gloo_aborted(report.replace("-6 (pid: 19885)  (SIGABRT)", "1 (pid: 19885)"))
+    assert not gloo_aborted(report + "bertkit.errors.BertkitError: --max-steps must be positive\n")
+    assert not gloo_aborted("exitcode  : -6 (pid: 1)  (SIGABRT)\n")  # an abort of another cause

@@ -892,9 +892,10 @@ def test_a_trainer_script_under_torchrun_equals_one_process(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     subprocess.run([sys.executable, str(script), str(tmp_path / "one"), str(tmp_path / "one.pt"), "16"],
                    check=True, env=env, capture_output=True)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    two = subprocess.run([*launcher, str(script), str(tmp_path / "two"), str(tmp_path / "two.pt"), "8"],
-                         env=env, capture_output=True, text=True, timeout=300)
+    from launch_helpers import run_torchrun
+
+    two = run_torchrun([str(script), str(tmp_path / "two"), str(tmp_path / "two.pt"), "8"], env, 300,
+                       fresh=tmp_path / "two")
     assert two.returncode == 0, two.stderr[-3000:]
     one, two = (torch.load(tmp_path / f"{name}.pt", weights_only=False) for name in ("one", "two"))
 
