@@ -151,3 +151,34 @@ def test_length_groups_split_ragged_batches_and_keep_uniform_ones_whole():
     ordered = sorted(groups, key=lambda g: max(lengths[i] for i in g))
     for a, b in zip(ordered, ordered[1:]):
         assert max(lengths[i] for i in a) <= min(lengths[i] for i in b)
+
+
+@pytest.mark.parametrize("layout", ["unpadded", "padded"])
+@pytest.mark.parametrize("multiple", [8, 16])
+def test_keys_rounded_up_for_the_cpu_kernel_change_no_output(grouping, layout, multiple, monkeypatch):
+    """Inference pads each attention rectangle's keys with masked zeros up to a multiple of the CPU kernel's
+    vector (``key_multiple``): the same states as without, for ragged batches (length groups, one rectangle)
+    and for one unpadded sequence (the padded layout without a mask), queries never padded."""
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(CFG).eval()
+    ids, tt, mask, _ = _padded_batch(torch.Generator().manual_seed(3))
+    one = {"input_ids": ids[2:3, :13], "token_type_ids": tt[2:3, :13], "attention_mask": mask[2:3, :13]}
+    monkeypatch.setattr(padding, "_CPU_KEY_MULTIPLE", {})
+    with torch.no_grad():
+        assert padding.key_multiple(torch.device("cpu")) == 1
+        exact = model.bert(ids, mask, tt, layout=layout).last_hidden_state
+        exact_one = model.bert(**one, layout=layout).last_hidden_state
+    capability = torch.backends.cpu.get_cpu_capability()
+    monkeypatch.setattr(padding, "_CPU_KEY_MULTIPLE", {capability: multiple})
+    with torch.no_grad():
+        assert padding.key_multiple(torch.device("cpu")) == multiple
+        if layout == "unpadded":
+            groups = padding.TokenLayout.unpadded(mask).groups
+            assert all(g.kv_length % multiple == 0 and g.kv_length >= g.shape[1] for g in groups)
+            assert {g.shape[1] for g in groups} <= set(LENGTHS)  # the queries are the real lengths
+        rounded = model.bert(ids, mask, tt, layout=layout).last_hidden_state
+        rounded_one = model.bert(**one, layout=layout).last_hidden_state
+    real = mask.bool()
+    torch.testing.assert_close(rounded[real], exact[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(rounded_one, exact_one, atol=1e-5, rtol=1e-5)
+    assert padding.key_multiple(torch.device("cpu")) == 1  # under autograd: training keeps its shapes
