@@ -45,7 +45,9 @@ def batch(minilm_dir):
 def _close(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> None:
     if mask is not None:  # bertkit leaves zeros at padding positions of hidden states
         a, b = a[mask.bool()], b[mask.bool()]
-    torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+    # torch's own float32 tolerance: an MLM logit of magnitude 2.5 may differ by 1.03e-05 where the attention kernel
+    # sums in another order (keys rounded up to its vector width in inference)
+    torch.testing.assert_close(a, b, atol=ATOL, rtol=1.3e-6)
 
 
 def _batch(seed: int = 1):
