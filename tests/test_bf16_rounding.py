@@ -151,3 +151,43 @@ def test_minilm_bf16_rounded_equals_unrounded(minilm_batches, monkeypatch):
         # bf16 tolerance: a few bf16 ulps (2**-8 relative) at the states' magnitude (up to ~10)
         torch.testing.assert_close(h, h0, atol=5e-2, rtol=1.6e-2)
         torch.testing.assert_close(p, p0, atol=1e-2, rtol=1.6e-2)
+
+
+def test_bf16_inference_casts_the_weights_once_with_bit_identical_outputs(minilm_batches, monkeypatch):
+    """In CPU bf16 inference every plain Linear reads bf16 copies of its weights made on its first call
+    (``modeling._bf16_copies``) instead of autocast's cast on every call: the same bits as autocast's own cast,
+    the same copies on the next batch, a new cast after an in-place change of the weights, never in the state dict."""
+    from bertkit import modeling
+
+    model, batches = minilm_batches
+    batches = batches[:4]
+    cached, _ = _encode_all(model, batches, bf16=True)
+    layer = model.encoder.layer[2]
+    owners = (layer.attention.self, layer.attention.output.dense, layer.intermediate.dense, layer.output.dense)
+    copies = [owner.__dict__["_bf16_copies"][2] for owner in owners]
+    assert [c.dtype for c in copies] == [torch.bfloat16] * 4
+    assert copies[0].shape == (3 * 384, 384)  # q, k and v: one copy of the fused projection
+    again, _ = _encode_all(model, batches, bf16=True)
+    assert all(owner.__dict__["_bf16_copies"][2] is c for owner, c in zip(owners, copies))  # not cast again
+    monkeypatch.setattr(modeling, "_cpu_bf16_inference", lambda x: False)  # autocast casting on every call
+    autocast, _ = _encode_all(model, batches, bf16=True)
+    for (h, p), (h1, p1), (h0, p0) in zip(cached, again, autocast, strict=True):
+        assert torch.equal(h, h0) and torch.equal(p, p0) and torch.equal(h1, h0) and torch.equal(p1, p0)
+    monkeypatch.undo()
+    assert not any("bf16" in k for k in model.state_dict())
+
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        with torch.no_grad():  # in place, as load_state_dict and optimisers change weights
+            layer.intermediate.dense.weight.mul_(0.5)
+            layer.attention.self.value.bias.add_(0.25)
+        changed, _ = _encode_all(model, batches, bf16=True)
+        monkeypatch.setattr(modeling, "_cpu_bf16_inference", lambda x: False)
+        expected, _ = _encode_all(model, batches, bf16=True)
+        monkeypatch.undo()
+        for (h, _), (h0, _), (h_old, _) in zip(changed, expected, cached, strict=True):
+            assert torch.equal(h, h0) and not torch.equal(h, h_old)
+    finally:
+        model.load_state_dict(saved)
+    restored, _ = _encode_all(model, batches, bf16=True)
+    assert all(torch.equal(h, h0) for (h, _), (h0, _) in zip(restored, cached, strict=True))
