@@ -38,23 +38,31 @@ from torch import Tensor
 
 @dataclass
 class AttentionGroup:
-    """Sequences whose attention runs as one rectangle of S_b sequences, T_b queries and ``kv_length`` keys:
-    ``slot`` (n_b,) places their tokens in the (S_b, kv_length) rectangle the group is scattered into,
-    ``out_slot`` (n_b,) finds them in the (S_b, T_b) result, ``tokens`` (n_b,) picks them from the stored
-    (N, ...) tokens (None: all N, in order), ``key_mask`` (S_b, 1, 1, kv_length) is True at real keys (None:
-    every sequence fills the rectangle). ``kv_length`` is T_b rounded up (``key_multiple``), else T_b."""
+    """Sequences whose attention runs as one rectangle: S_b sequences of at most T_b tokens as queries, over
+    ``kv_length`` keys (T_b rounded up, ``key_multiple``). Its keys are rows ``rect_offset`` .. ``rect_offset +
+    S_b * kv_length`` of the plan's key buffer, its outputs rows ``out_offset`` .. ``out_offset + S_b * T_b`` of
+    the output buffer; ``key_mask`` (S_b, 1, 1, kv_length) is True at real keys (None: every sequence fills the
+    rectangle)."""
 
     shape: tuple[int, int]
-    slot: Tensor
-    tokens: Tensor | None
+    kv_length: int
     key_mask: Tensor | None
-    kv_length: int = 0
-    out_slot: Tensor | None = None
+    rect_offset: int
+    out_offset: int
 
-    def __post_init__(self) -> None:
-        self.kv_length = self.kv_length or self.shape[1]
-        if self.out_slot is None:
-            self.out_slot = self.slot
+
+@dataclass
+class AttentionPlan:
+    """How the unpadded layout's attention runs: every group's rectangle lies in one key buffer and every group's
+    output in one output buffer, so a layer moves its tokens in with one scatter (``scatter`` (N,): token i's row
+    in the key buffer) and back with one gather (``gather`` (N,): its row in the output buffer), whatever the
+    number of groups; only the attention kernel runs per group."""
+
+    groups: tuple[AttentionGroup, ...]
+    scatter: Tensor
+    gather: Tensor
+    rect_rows: int
+    out_rows: int
 
 
 # PyTorch's CPU attention kernel (the flash kernel behind scaled_dot_product_attention) runs its key loop in
@@ -108,16 +116,19 @@ def _split_by_length(lengths: list[int]) -> list[list[int]]:
     return [sorted(order[a:b + 1]) for a, b in split(0, len(order) - 1, _SPLIT_DEPTH)]
 
 
-def _attention_groups(lengths: Tensor, starts: Tensor, kv_multiple: int = 1) -> tuple[AttentionGroup, ...]:
-    """Groups for sequences stored contiguously: sequence i is tokens starts[i] .. starts[i] + lengths[i] - 1.
+def _attention_plan(lengths: Tensor, starts: Tensor, kv_multiple: int = 1) -> AttentionPlan:
+    """The plan for sequences stored contiguously: sequence i is tokens starts[i] .. starts[i] + lengths[i] - 1.
     Each group's keys are rounded up to a multiple of ``kv_multiple`` (``key_multiple``).
 
-    The lengths come to the host once; every size below is taken from that list, so building the groups
-    costs no further device synchronisation.
+    The lengths come to the host once; every size below is taken from that list, so building the plan costs no
+    further device synchronisation.
     """
     host_lengths = lengths.tolist()
     device = lengths.device
-    groups = []
+    n = sum(host_lengths)
+    scatter = torch.empty(n, dtype=torch.long, device=device)
+    gather = torch.empty(n, dtype=torch.long, device=device)
+    groups, rect_rows, out_rows = [], 0, 0
     for members in _split_by_length(host_lengths):
         member_lengths = [host_lengths[i] for i in members]
         S_b, T_b, n_b = len(members), max(member_lengths), sum(member_lengths)
@@ -127,14 +138,15 @@ def _attention_groups(lengths: Tensor, starts: Tensor, kv_multiple: int = 1) -> 
         offsets = torch.cumsum(lens, 0) - lens
         intra = torch.arange(n_b, device=device) - torch.repeat_interleave(offsets, lens, output_size=n_b)
         rows = torch.arange(S_b, device=device)
-        slot = torch.repeat_interleave(rows * T_kv, lens, output_size=n_b) + intra
-        out_slot = slot if T_kv == T_b else torch.repeat_interleave(rows * T_b, lens, output_size=n_b) + intra
-        tokens = None if S_b == len(host_lengths) else torch.repeat_interleave(first, lens, output_size=n_b) + intra
+        tokens = torch.repeat_interleave(first, lens, output_size=n_b) + intra  # (n_b,) among the stored tokens
+        scatter[tokens] = torch.repeat_interleave(rows * T_kv + rect_rows, lens, output_size=n_b) + intra
+        gather[tokens] = torch.repeat_interleave(rows * T_b + out_rows, lens, output_size=n_b) + intra
         key_mask = None
         if min(member_lengths) != T_kv:
             key_mask = (torch.arange(T_kv, device=device)[None, :] < lens[:, None])[:, None, None, :]
-        groups.append(AttentionGroup((S_b, T_b), slot, tokens, key_mask, T_kv, out_slot))
-    return tuple(groups)
+        groups.append(AttentionGroup((S_b, T_b), T_kv, key_mask, rect_rows, out_rows))
+        rect_rows, out_rows = rect_rows + S_b * T_kv, out_rows + S_b * T_b
+    return AttentionPlan(tuple(groups), scatter, gather, rect_rows, out_rows)
 
 
 # Under bf16 autocast on CPUs with AVX512-BF16 or AMX, oneDNN builds a GEMM kernel for every new row count and
@@ -183,8 +195,8 @@ class TokenLayout:
       spend most of it on padding.
 
     ``flat_index`` (N,) are the real tokens' positions in the flattened (B*T) input (None: padded);
-    ``key_mask`` (B, 1, 1, T) is the padded layout's mask (None: no padding); ``groups`` the attention
-    groups of the unpadded layout; ``first_token`` (B,) indexes each sequence's first token ([CLS]) among
+    ``key_mask`` (B, 1, 1, T) is the padded layout's mask (None: no padding); ``attention`` the unpadded
+    layout's ``AttentionPlan`` (its length groups: ``groups``); ``first_token`` (B,) indexes each sequence's first token ([CLS]) among
     the stored tokens; ``extra_rows`` the rows that round N up inside the layers (``pack``), in no sequence
     and no attention group: they attend to nothing, nothing attends to them, and ``unpack`` drops them.
     """
@@ -192,7 +204,7 @@ class TokenLayout:
     batch_shape: tuple[int, int]
     key_mask: Tensor | None
     flat_index: Tensor | None = None
-    groups: tuple[AttentionGroup, ...] = ()
+    attention: AttentionPlan | None = None
     first_token: Tensor | None = None
     extra_rows: int = 0
 
@@ -214,12 +226,17 @@ class TokenLayout:
         first = torch.cumsum(lengths, 0) - lengths  # (B,) offsets of each row's first real token
         n = flat_index.numel()
         multiple = token_multiple(attention_mask.device) if multiple is None else multiple
-        groups = _attention_groups(lengths, first, key_multiple(attention_mask.device))
-        return cls((B, T), None, flat_index, groups, first, round_up_tokens(n, multiple) - n)
+        plan = _attention_plan(lengths, first, key_multiple(attention_mask.device))
+        return cls((B, T), None, flat_index, plan, first, round_up_tokens(n, multiple) - n)
 
     @property
     def is_padded(self) -> bool:
         return self.flat_index is None
+
+    @property
+    def groups(self) -> tuple[AttentionGroup, ...]:
+        """The unpadded layout's attention groups (none when padded)."""
+        return () if self.attention is None else self.attention.groups
 
     def pack(self, x: Tensor) -> Tensor:
         """The N real tokens' states (N, D) -> the rows the layers compute on (N + extra_rows, D): zero rows
@@ -268,19 +285,16 @@ def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: 
     """
     if layout.is_padded:
         return _attend_padded(qkv, layout.key_mask, num_heads, dropout_p)
+    plan = layout.attention
     real = layout.unpack(qkv)  # (N, 3H)
-    out = None
-    for g in layout.groups:
-        part = real if g.tokens is None else real.index_select(0, g.tokens)  # (n_b, 3H)
+    keys = real.new_zeros(plan.rect_rows, real.size(-1)).index_copy_(0, plan.scatter, real)  # every group's rectangle
+    out = real.new_empty(plan.out_rows, real.size(-1) // 3)
+    for g in plan.groups:
         S_b, T_b = g.shape
-        rect = part.new_zeros(S_b * g.kv_length, part.size(-1)).index_copy_(0, g.slot, part).view(S_b, g.kv_length, -1)
-        y = _attend(rect, g.key_mask, num_heads, dropout_p, T_b).reshape(S_b * T_b, -1).index_select(0, g.out_slot)
-        if g.tokens is None:
-            return layout.pack(y)  # one group holding every sequence in order
-        if out is None:
-            out = y.new_empty(real.size(0), y.size(-1))
-        out.index_copy_(0, g.tokens, y)
-    return layout.pack(out)
+        rect = keys[g.rect_offset:g.rect_offset + S_b * g.kv_length].view(S_b, g.kv_length, -1)
+        y = _sdpa(rect, g.key_mask, num_heads, dropout_p, T_b)  # (S_b, nh, T_b, hs)
+        out[g.out_offset:g.out_offset + S_b * T_b].view(S_b, T_b, num_heads, -1).copy_(y.transpose(1, 2))
+    return layout.pack(out.index_select(0, plan.gather))  # (N, H), in the stored order
 
 
 def _attend_padded(qkv: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float) -> Tensor:
@@ -288,24 +302,24 @@ def _attend_padded(qkv: Tensor, key_mask: Tensor | None, num_heads: int, dropout
     when traced (an exported graph keeps the caller's shapes)."""
     B, T, three_h = qkv.shape
     T_kv = T if is_tracing() else round_up_tokens(T, key_multiple(qkv.device))
-    if T_kv == T:
-        return _attend(qkv, key_mask, num_heads, dropout_p, T)
-    rect = qkv.new_zeros(B, T_kv, three_h)
-    rect[:, :T] = qkv
-    real = torch.ones(B, 1, 1, T, dtype=torch.bool, device=qkv.device) if key_mask is None else key_mask
-    key_mask = torch.cat([real, real.new_zeros(B, 1, 1, T_kv - T)], -1)  # (B, 1, 1, T_kv)
-    return _attend(rect, key_mask, num_heads, dropout_p, T)
+    rect = qkv
+    if T_kv != T:
+        rect = qkv.new_zeros(B, T_kv, three_h)
+        rect[:, :T] = qkv
+        real = torch.ones(B, 1, 1, T, dtype=torch.bool, device=qkv.device) if key_mask is None else key_mask
+        key_mask = torch.cat([real, real.new_zeros(B, 1, 1, T_kv - T)], -1)  # (B, 1, 1, T_kv)
+    y = _sdpa(rect, key_mask, num_heads, dropout_p, T)  # (B, nh, T, hs)
+    return y.transpose(1, 2).reshape(B, T, three_h // 3)
 
 
-def _attend(rect: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float, q_len: int) -> Tensor:
+def _sdpa(rect: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float, q_len: int) -> Tensor:
     """SDPA on one rectangle of keys, the first ``q_len`` of which are also the queries: (S, T_kv, 3H) ->
-    (S, q_len, H); ``key_mask`` (S, 1, 1, T_kv) True at real keys."""
+    (S, nh, q_len, hs); ``key_mask`` (S, 1, 1, T_kv) True at real keys."""
     S, T_kv, three_h = rect.shape
     hs = three_h // (3 * num_heads)
     q, k, v = rect.view(S, T_kv, 3, num_heads, hs).permute(2, 0, 3, 1, 4)  # 3 x (S, nh, T_kv, hs)
     q = q[:, :, :q_len]  # (S, nh, q_len, hs): the rows past q_len are keys only
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)  # (S, nh, q_len, hs)
-    return y.transpose(1, 2).reshape(S, q_len, num_heads * hs)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)
 
 
 # ---------------------------------------------------------------------------------------------------
