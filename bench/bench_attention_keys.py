@@ -8,8 +8,10 @@ keys, the padded rows masked as in a ragged batch) against the same queries over
 bf16, and checks that both give the same output.
 
 One JSON line per (dtype, T): ``{"dtype", "T", "T_kv", "ms_as_is", "ms_rounded", "speedup", "max_abs_diff"}``, then
-a summary line. Usage: ``python bench/bench_attention_keys.py [--threads 1] [--batch 32] [--heads 12]
-[--head-size 32] [--lengths 25,55,100,127,200,383]``.
+a summary line. With ``--end-to-end``, instead MiniLM on ``bench_engines.py``'s three workloads in fp32 and the
+default int8, the rounding switched off and on in turn in one process (interleaved rounds, medians): one line per
+(workload, precision). Usage: ``python bench/bench_attention_keys.py [--threads 1] [--batch 32] [--heads 12]
+[--head-size 32] [--lengths 25,55,100,127,200,383] [--end-to-end]``.
 """
 
 from __future__ import annotations
@@ -18,12 +20,17 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from bertkit import padding
 from bertkit.padding import key_multiple, round_up_tokens
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _time(fn, reps: int) -> float:
@@ -63,6 +70,43 @@ def measure(T: int, multiple: int, dtype: torch.dtype, batch: int, heads: int, h
             "ms_rounded": round(ms_r, 4), "speedup": round(ms_a / ms_r, 3), "max_abs_diff": diff}
 
 
+def end_to_end(model_dir: Path, data: Path, rounds: int, threads: int) -> None:
+    """MiniLM fp32 and default int8 on the three workloads, key rounding off and on in turn."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_engines import encode, workloads
+    from bench_int8 import sst2
+    from bertkit import BertModel, BertTokenizer
+    from bertkit.quantization import quantize_int8
+
+    tok = BertTokenizer.from_pretrained(model_dir)
+    loads = workloads(tok, data, 320, 64)
+    fp32 = BertModel.from_pretrained(model_dir).eval()
+    models = {"fp32": fp32, "int8": quantize_int8(fp32, calibration=encode(tok, sst2(data, "train")[:256], 32, 128))}
+    measured = dict(padding._CPU_KEY_MULTIPLE)
+    times: dict[tuple[str, str, bool], list[float]] = {}
+    with torch.inference_mode():
+        for r in range(rounds):
+            for name, batches in loads.items():
+                for precision, model in models.items():
+                    for rounded in (False, True):
+                        padding._CPU_KEY_MULTIPLE.clear()
+                        padding._CPU_KEY_MULTIPLE.update(measured if rounded else {})
+                        if r == 0:
+                            model(**batches[0])
+                        start = time.perf_counter()
+                        for b in batches:
+                            model(**b)
+                        times.setdefault((name, precision, rounded), []).append(time.perf_counter() - start)
+    padding._CPU_KEY_MULTIPLE.update(measured)
+    for name, batches in loads.items():
+        n = sum(len(b["input_ids"]) for b in batches)
+        for precision in models:
+            off, on = (statistics.median(times[(name, precision, x)]) for x in (False, True))
+            print(json.dumps({"workload": name, "precision": precision, "threads": threads, "sequences": n,
+                              "seq_per_s_as_is": round(n / off, 1), "seq_per_s_rounded": round(n / on, 1),
+                              "speedup": round(off / on, 3), "rounds": rounds}))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=1)
@@ -71,8 +115,14 @@ def main() -> None:
     p.add_argument("--head-size", type=int, default=32)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--lengths", default="13,25,40,55,100,127,200,300,383")
+    p.add_argument("--end-to-end", action="store_true", help="MiniLM on three workloads instead of the kernel alone")
+    p.add_argument("--model", type=Path, default=REPO / "models/minilm")
+    p.add_argument("--data", type=Path, default=REPO.parent / "shared/data")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    if args.end_to_end:
+        end_to_end(args.model, args.data, args.rounds, args.threads)
+        return
     with torch.inference_mode():
         multiple = key_multiple(torch.device("cpu"))
         if multiple == 1:
@@ -85,7 +135,7 @@ def main() -> None:
         print(json.dumps(row))
     print(json.dumps({"summary": "attention keys rounded up", "capability": torch.backends.cpu.get_cpu_capability(),
                       "multiple": multiple, "threads": args.threads, "batch": args.batch, "heads": args.heads,
-                      "head_size": args.head_size, "torch": torch.__version__, "machine": platform.processor(),
+                      "head_size": args.head_size, "torch": torch.__version__, "machine": platform.machine(),
                       "speedup_range": [min(r["speedup"] for r in rows), max(r["speedup"] for r in rows)],
                       "max_abs_diff": max(r["max_abs_diff"] for r in rows)}))
 
