@@ -108,8 +108,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], result_file: str
 def run_spawned(world: int, result_file: str, jobs: list[dict]) -> list[dict]:
     """``run_training(**job)`` for each job, in ``world`` processes on gloo (127.0.0.1, a free port): rank 0's
     results. One group of processes runs every job (starting processes is the slow part on a busy machine)."""
-    import torch.multiprocessing as mp
+    from launch_helpers import spawn_gloo_workers
 
-    mp.start_processes(_worker, args=(world, free_port(), jobs, result_file), nprocs=world, join=True,
-                       start_method="spawn")
+    spawn_gloo_workers(_worker, lambda: (world, free_port(), jobs, result_file), world)
     return torch.load(result_file, weights_only=False)

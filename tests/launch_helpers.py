@@ -1,4 +1,4 @@
-"""Run a command under torchrun for a test (test helper, not a test module).
+"""Run a command under torchrun, or workers in a gloo group, for a test (test helper, not a test module).
 
 gloo, PyTorch's CPU backend, very rarely aborts a worker with ``terminate called without an active exception``
 (SIGABRT, torchrun's "exitcode: -6") in a run that otherwise goes through: seen once in CI on this project's
@@ -39,3 +39,32 @@ def run_torchrun(args: list[str], env: dict, timeout: float, fresh: Path | None 
         shutil.rmtree(fresh)
     return subprocess.run([*LAUNCHER, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
+
+
+def spawn_gloo_workers(worker, make_args, nprocs: int) -> None:
+    """``torch.multiprocessing.start_processes(worker, make_args(), nprocs, spawn)`` for workers in a gloo group;
+    once more, with a warning, when a worker died of SIGABRT (gloo's abort: its message goes to the test's
+    stderr). ``make_args`` is called for each try, so the second gets a fresh port. A worker's Python error, or a
+    second abort, fails as it is."""
+    import torch.multiprocessing as mp
+
+    try:
+        mp.start_processes(worker, args=make_args(), nprocs=nprocs, join=True, start_method="spawn")
+    except mp.ProcessExitedException as e:
+        if e.signal_name != "SIGABRT":
+            raise
+        warnings.warn(f"a gloo worker died of SIGABRT ({e}); spawned again once", stacklevel=2)
+        mp.start_processes(worker, args=make_args(), nprocs=nprocs, join=True, start_method="spawn")
+
+
+def _abort_once_worker(rank: int, marker: str, failing: str) -> None:
+    """For the test of ``spawn_gloo_workers``: rank 1 aborts the first time (as gloo does), or raises."""
+    import os
+    from pathlib import Path
+
+    if rank == 1 and failing == "raise":
+        raise ValueError("a worker's own error")
+    if rank == 1 and not Path(marker).exists():
+        Path(marker).write_text("aborted once")
+        os.abort()
+    Path(f"{marker}.rank{rank}").write_text("done")

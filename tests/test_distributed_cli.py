@@ -183,3 +183,19 @@ def test_a_launch_is_repeated_only_after_gloo_s_abort():
     assert not gloo_aborted(report.replace("-6 (pid: 19885)  (SIGABRT)", "1 (pid: 19885)"))
     assert not gloo_aborted(report + "bertkit.errors.BertkitError: --max-steps must be positive\n")
     assert not gloo_aborted("exitcode  : -6 (pid: 1)  (SIGABRT)\n")  # an abort of another cause
+
+
+def test_spawned_workers_run_again_only_after_an_abort(tmp_path):
+    """launch_helpers.spawn_gloo_workers spawns again after a worker died of SIGABRT (the second try succeeds
+    here), and lets a worker's own Python error through at once."""
+    import torch.multiprocessing as mp
+
+    from launch_helpers import _abort_once_worker, spawn_gloo_workers
+
+    marker = str(tmp_path / "aborted")
+    with pytest.warns(UserWarning, match="SIGABRT"):
+        spawn_gloo_workers(_abort_once_worker, lambda: (marker, "abort"), 2)
+    assert (tmp_path / "aborted").read_text() == "aborted once"
+    assert (tmp_path / "aborted.rank0").is_file() and (tmp_path / "aborted.rank1").is_file()
+    with pytest.raises(mp.ProcessRaisedException, match="a worker's own error"):
+        spawn_gloo_workers(_abort_once_worker, lambda: (str(tmp_path / "other"), "raise"), 2)

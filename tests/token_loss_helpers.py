@@ -74,10 +74,8 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], result_file: str
 
 
 def run_spawned(world: int, result_file: str, jobs: list[dict]) -> list[dict]:
-    import torch.multiprocessing as mp
-
     from distributed_helpers import free_port
+    from launch_helpers import spawn_gloo_workers
 
-    mp.start_processes(_worker, args=(world, free_port(), jobs, result_file), nprocs=world, join=True,
-                       start_method="spawn")
+    spawn_gloo_workers(_worker, lambda: (world, free_port(), jobs, result_file), world)
     return torch.load(result_file, weights_only=False)
