@@ -5,10 +5,11 @@ the padded (B, T) rectangle (as transformers does), or the N real tokens of a ri
 dropped after the embeddings). Attention, the one operation
 that mixes tokens, goes through ``self_attention``, which scatters q/k/v into per-sequence rectangles for
 PyTorch's ``scaled_dot_product_attention``; sequences of very different lengths are split into a few
-groups of similar length (``AttentionGroup``), so long ragged batches (SQuAD windows) spend little
-attention work on padding either. In inference on the CPU each rectangle's keys are rounded up to the attention
-kernel's vector width (``key_multiple``), where it runs up to twice as fast. MosaicBERT keeps the same machinery in ``bert_padding.py`` beside its
-layers, for the same reason: the forward pass reads as the paper, the memory layout is one module.
+groups of similar length (``AttentionGroup``, laid out together by an ``AttentionPlan``), so long ragged
+batches (SQuAD windows) spend little attention work on padding either. In inference on the CPU each
+rectangle's keys are rounded up to the attention kernel's vector width (``key_multiple``), where the kernel is
+much faster. MosaicBERT keeps the same machinery in ``bert_padding.py`` beside its layers, for the same
+reason: the forward pass reads as the paper, the memory layout is one module.
 
 Under bf16 autocast on the CPU the unpadded layout also rounds N up to a multiple of
 ``BF16_TOKEN_MULTIPLE`` with rows that belong to no sequence (``TokenLayout.pack`` appends them after the
@@ -196,9 +197,10 @@ class TokenLayout:
 
     ``flat_index`` (N,) are the real tokens' positions in the flattened (B*T) input (None: padded);
     ``key_mask`` (B, 1, 1, T) is the padded layout's mask (None: no padding); ``attention`` the unpadded
-    layout's ``AttentionPlan`` (its length groups: ``groups``); ``first_token`` (B,) indexes each sequence's first token ([CLS]) among
-    the stored tokens; ``extra_rows`` the rows that round N up inside the layers (``pack``), in no sequence
-    and no attention group: they attend to nothing, nothing attends to them, and ``unpack`` drops them.
+    layout's ``AttentionPlan`` (its length groups: ``groups``); ``first_token`` (B,) indexes each sequence's
+    first token ([CLS]) among the stored tokens; ``extra_rows`` the rows that round N up inside the layers
+    (``pack``), in no sequence and no attention group: they attend to nothing, nothing attends to them, and
+    ``unpack`` drops them.
     """
 
     batch_shape: tuple[int, int]
