@@ -10,6 +10,7 @@ failure, fails the test. Faulthandler and C++ stack traces are on, so the warnin
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -40,7 +41,6 @@ def run_torchrun(args: list[str], env: dict, timeout: float, fresh: Path | None 
     return subprocess.run([*LAUNCHER, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-
 def spawn_gloo_workers(worker, make_args, nprocs: int) -> None:
     """``torch.multiprocessing.start_processes(worker, make_args(), nprocs, spawn)`` for workers in a gloo group;
     once more, with a warning, when a worker died of SIGABRT (gloo's abort: its message goes to the test's
@@ -59,9 +59,6 @@ def spawn_gloo_workers(worker, make_args, nprocs: int) -> None:
 
 def _abort_once_worker(rank: int, marker: str, failing: str) -> None:
     """For the test of ``spawn_gloo_workers``: rank 1 aborts the first time (as gloo does), or raises."""
-    import os
-    from pathlib import Path
-
     if rank == 1 and failing == "raise":
         raise ValueError("a worker's own error")
     if rank == 1 and not Path(marker).exists():

@@ -308,8 +308,8 @@ def _attend_padded(qkv: Tensor, key_mask: Tensor | None, num_heads: int, dropout
     if T_kv != T:
         rect = qkv.new_zeros(B, T_kv, three_h)
         rect[:, :T] = qkv
-        real = torch.ones(B, 1, 1, T, dtype=torch.bool, device=qkv.device) if key_mask is None else key_mask
-        key_mask = torch.cat([real, real.new_zeros(B, 1, 1, T_kv - T)], -1)  # (B, 1, 1, T_kv)
+        key_mask = (torch.arange(T_kv, device=qkv.device) < T).view(1, 1, 1, T_kv) if key_mask is None \
+            else F.pad(key_mask, (0, T_kv - T), value=False)  # (B or 1, 1, 1, T_kv): the added keys masked
     y = _sdpa(rect, key_mask, num_heads, dropout_p, T)  # (B, nh, T, hs)
     return y.transpose(1, 2).reshape(B, T, three_h // 3)
 
