@@ -1,12 +1,15 @@
 """bertkit's int8 kernels side by side on the same quantized MiniLM, at the three input lengths of
-``bench_engines.py``: ``torch.ao``'s deprecated dynamic Linear (fbgemm) against ``torch._int_mm``, each projection
-function compiled by Inductor (the default for ``torch._int_mm``) or eager (``BERTKIT_INT8_EAGER=1``).
+``bench_engines.py``: ``torch.ao``'s deprecated dynamic Linear (fbgemm) against ``torch._int_mm`` and oneDNN's
+quantized Linear (``torch.ops.onednn.qlinear_pointwise``, where it is exact: VNNI or AMX), the activations'
+quantization compiled by Inductor (the default) or eager (``BERTKIT_INT8_EAGER=1``).
 
 Models, each quantized by ``quantize_int8`` from the same fp32 weights with 256 SST-2 training sentences:
 - ``fbgemm`` / ``int_mm`` / ``int_mm-eager``: the default set (``ffn_out`` fp32, the rest one activation scale per
   call, smoothed, 8-bit activations) on each kernel;
-- ``fast`` / ``fast-eager``: ``bertkit quantize --fast``'s set (every ``ffn_out`` per token on ``torch._int_mm``,
-  the rest on the default kernel), compiled and eager.
+- ``fast-int_mm`` / ``fast-onednn`` (and ``-eager``): ``bertkit quantize --fast``'s set (every ``ffn_out`` per
+  token) on each kernel;
+- ``fbgemm+bf16``, ``onednn+bf16``, ``fast-onednn+bf16``: those models under bf16 autocast (attention, GELU,
+  LayerNorm and the fp32-kept projections in bf16, as OpenVINO's int8 computes them on a bf16 CPU).
 fp32 runs beside them. Every model runs every batch of a workload in each of ``--rounds`` interleaved rounds after
 a warm-up round (which compiles); the median round is reported. ``min_cos`` is the worst row's cosine between
 the mean-pooled last layer and fp32's. Needs a CPU with AVX512-VNNI (``torch._int_mm`` is exact at 8 bits only
@@ -55,6 +58,7 @@ def main() -> None:
         per_token_supported,
         quantize_int8,
     )
+    from bertkit.quantization.device import onednn_supported
 
     if not per_token_supported():
         raise SystemExit("torch._int_mm is not exact on this CPU (no AVX512-VNNI): only fbgemm runs here")
@@ -62,22 +66,32 @@ def main() -> None:
     data = workloads(tok, args.data, args.pairs, args.windows)
     calibration = calibration_batches(tok, sst2(args.data, "train")[:256])
     fp32 = BertModel.from_pretrained(args.model).eval()
-    chosen = kernels.default_backend
+    chosen, preferred = kernels.default_backend, kernels.onednn_preferred
     built = {}
-    for backend in ("fbgemm", "int_mm"):
+    backends = ("fbgemm", "int_mm") + (("onednn",) if onednn_supported() else ())
+    for backend in backends:
         kernels.default_backend = lambda bits, backend=backend: backend
+        kernels.onednn_preferred = lambda backend=backend: backend == "onednn"  # the per-token layers' kernel
         built[backend] = quantize_int8(fp32, calibration=calibration)
-    kernels.default_backend = chosen
-    fast = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
+        if backend != "fbgemm":
+            built["fast-" + backend] = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32,
+                                                     per_token=FAST_PER_TOKEN)
+    kernels.default_backend, kernels.onednn_preferred = chosen, preferred
     # (model, eager?): the eager runs set BERTKIT_INT8_EAGER=1 around their own calls only
-    models = {"fp32": (fp32, False), "fbgemm": (built["fbgemm"], False), "int_mm": (built["int_mm"], False),
-              "int_mm-eager": (built["int_mm"], True), "fast": (fast, False), "fast-eager": (fast, True)}
+    models = {"fp32": (fp32, False), "fbgemm": (built["fbgemm"], False)}
+    for name in built.keys() - {"fbgemm"}:
+        models[name] = (built[name], False)
+        models[name + "-eager"] = (built[name], True)
+    # the same models under bf16 autocast: the float parts (attention, GELU, LayerNorm, kept fp32 projections) in bf16
+    for name in [n for n in models if n in ("fbgemm", "onednn", "fast-onednn")]:
+        models[name + "+bf16"] = (built[name], False)
 
     def run(name: str, batches: list[dict]) -> list[torch.Tensor]:
         model, eager = models[name]
         os.environ["BERTKIT_INT8_EAGER"] = "1" if eager else "0"
         try:
-            return [model(**b).last_hidden_state for b in batches]
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name.endswith("+bf16")):
+                return [model(**b).last_hidden_state for b in batches]
         finally:
             os.environ.pop("BERTKIT_INT8_EAGER")
 

@@ -37,6 +37,7 @@ from bertkit.quantization import (
     quantize_int8,
     resolve_keep_fp32,
 )
+from bertkit.quantization.device import onednn_supported
 
 pytestmark = pytest.mark.skipif(
     not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")),
@@ -162,8 +163,9 @@ def test_the_int_mm_kernel_is_its_formula_matches_fbgemm_and_saves_the_same_inte
     the other's saved tensors, and both are as close to the float layer (one activation scale per call)."""
     from bertkit.quantization import kernels
 
-    assert kernels.default_backend(8) == "fbgemm" == kernels.default_backend(7)  # while PyTorch has it
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "onednn_preferred", lambda: False)  # a CPU without AMX
+        assert kernels.default_backend(8) == "fbgemm" == kernels.default_backend(7)  # while PyTorch has it
         patch.setattr(kernels, "fbgemm_available", lambda: False)
         assert kernels.default_backend(8) == "int_mm"
         with pytest.raises(BertkitError, match="7-bit activations needs torch.ao"):
@@ -200,6 +202,50 @@ def test_the_int_mm_kernel_is_its_formula_matches_fbgemm_and_saves_the_same_inte
     with torch.inference_mode():
         assert torch.equal(again(x), y)
     torch.testing.assert_close(layers["int_mm"].dequantized().weight, layers["fbgemm"].dequantized().weight)
+
+
+@pytest.mark.skipif(not onednn_supported(), reason="oneDNN's quantized Linear is exact at 8 bits only with VNNI or AMX")
+def test_the_onednn_kernel_computes_the_int_mm_integers_and_packs_only_a_cache(monkeypatch):
+    """The oneDNN backend (``torch.ops.onednn.qlinear_pointwise``, the default on AMX CPUs) computes what the
+    ``torch._int_mm`` backend computes from the same integers, per call and per token, eagerly and compiled; it
+    saves the same tensors; its packing is a cache that deep copies, pickles and a replaced weight rebuild; under
+    bf16 autocast it returns bf16 from the kernel."""
+    import copy
+    import pickle
+
+    from bertkit.quantization import kernels
+
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 24)
+    smooth = torch.rand(64) + 0.5
+    layers = {be: SmoothedInt8Linear(linear, smooth, 8, backend=be) for be in ("int_mm", "onednn")}
+    tokenwise = {be: PerTokenInt8Linear.from_float(linear) for be in ("int_mm", "onednn")}
+    tokenwise["int_mm"].backend, tokenwise["onednn"].backend = "int_mm", "onednn"
+    small, large = torch.randn(3, 7, 64) * 2 + 0.4, torch.randn(4500, 64) * 3 - 1  # large: the compiled path
+    assert large.numel() >= kernels._COMPILE_FROM > small.numel()
+    with torch.inference_mode():
+        for x in (small, large):
+            torch.testing.assert_close(layers["onednn"](x), layers["int_mm"](x), rtol=1e-6, atol=1e-5)
+            torch.testing.assert_close(tokenwise["onednn"](x), tokenwise["int_mm"](x), rtol=1e-6, atol=1e-5)
+        assert layers["onednn"](torch.zeros(0, 64)).shape == (0, 24)
+        for key, value in layers["int_mm"].saved_tensors().items():
+            assert torch.equal(layers["onednn"].saved_tensors()[key], value), key
+        y = layers["onednn"](small)
+        assert torch.equal(copy.deepcopy(layers["onednn"])(small), y)
+        assert torch.equal(pickle.loads(pickle.dumps(layers["onednn"]))(small), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y16 = layers["onednn"](small)
+        assert y16.dtype == torch.bfloat16
+        torch.testing.assert_close(y16.float(), y, rtol=1e-2, atol=2e-2)
+    with torch.no_grad():  # integers replaced in place are packed again, not served from the old packing
+        for layer in layers.values():
+            layer.weight_t.neg_()
+        torch.testing.assert_close(layers["onednn"](small), layers["int_mm"](small), rtol=1e-6, atol=1e-5)
+        assert not torch.allclose(layers["onednn"](small), y, atol=0.5)
+    monkeypatch.setattr(kernels, "onednn_preferred", lambda: True)
+    assert kernels.default_backend(8) == "onednn" and kernels.default_backend(7) in ("fbgemm", "int_mm")
+    with pytest.raises(BertkitError, match="'onednn' needs 8-bit activations"):
+        SmoothedInt8Linear(linear, smooth, 7, backend="onednn")
 
 
 def test_per_token_linear_keeps_rows_near_the_float32_limit_finite():
@@ -315,6 +361,7 @@ def test_without_torch_ao_the_default_int8_runs_on_int_mm_at_the_same_accuracy(f
     from bertkit.quantization import kernels, load_int8, save_int8
 
     monkeypatch.setattr(kernels, "fbgemm_available", lambda: False)
+    monkeypatch.setattr(kernels, "onednn_preferred", lambda: False)  # as on a CPU without AMX
     model = quantize_int8(fp32, calibration=calibration)
     layers = [m for m in model.modules() if isinstance(m, SmoothedInt8Linear)]
     assert len(layers) == 18 and {m.backend for m in layers} == {"int_mm"}

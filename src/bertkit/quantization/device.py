@@ -84,3 +84,33 @@ def per_token_supported() -> bool:
         return bool(torch.equal(torch._int_mm(a, b.t().contiguous()), a.int() @ b.t().int()))
     except RuntimeError:  # an older PyTorch without the CPU kernel
         return False
+
+
+def onednn_supported() -> bool:
+    """Whether oneDNN's quantized Linear (``torch.ops.onednn.qlinear_pointwise``, the kernel Inductor's x86 int8
+    path calls; uint8 activations with a zero point, int8 weights prepacked per output channel) runs exactly
+    here: 8-bit activations need AVX512-VNNI or AMX (``int8_activation_bits``), and the probe multiplies the runs
+    of extreme codes that would saturate a pairwise int16 sum, comparing with int32 arithmetic."""
+    if int8_activation_bits() != 8:
+        return False
+    try:
+        a = torch.tensor([[127] * 32 + [-127] * 16 + [-127, 127, 5, -3] * 4] * 17, dtype=torch.int8)
+        b = torch.tensor([[127] * 32 + [-128] * 16 + [-3, 5, 127, -127] * 4] * 16, dtype=torch.int8)
+        packed = torch.ops.onednn.qlinear_prepack(b, None)
+        y = torch.ops.onednn.qlinear_pointwise.tensor(
+            (a.to(torch.int16) + 128).to(torch.uint8), torch.tensor(1.0), torch.tensor(128), packed, torch.ones(16),
+            torch.zeros(16, dtype=torch.int64), None, 1.0, 0, torch.float32, "none", [], "")
+        return bool(torch.equal(y, (a.int() @ b.t().int()).float()))
+    except (AttributeError, RuntimeError):  # a PyTorch without the operator, or a build without oneDNN
+        return False
+
+
+def onednn_preferred() -> bool:
+    """Whether int8 projections run on oneDNN rather than fbgemm or ``torch._int_mm`` by default: on CPUs with
+    AMX-INT8, where oneDNN's prepacked kernel ran MiniLM's projections 3-4x as fast as fbgemm's
+    (BENCHMARKS.md, "int8 on AMX"); on VNNI-only CPUs fbgemm measured as fast, and stays."""
+    try:
+        amx = bool(torch.cpu.get_capabilities().get("amx_int8", False))
+    except (AttributeError, RuntimeError):
+        return False
+    return amx and onednn_supported()

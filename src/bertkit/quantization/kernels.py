@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
-from bertkit.quantization.device import per_token_supported
+from bertkit.quantization.device import onednn_preferred, onednn_supported, per_token_supported
 
 log = logging.getLogger(__name__)
 _TINY = torch.finfo(torch.float32).tiny
@@ -77,6 +77,31 @@ def linear_per_token(x: Tensor, weight_t: Tensor, weight_scale: Tensor, weight_r
     return offset.addcmul_(acc, step)
 
 
+def quantize_per_call_u8(x: Tensor, inv_scale: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``quantize_per_call``'s codes shifted by 128 into uint8, oneDNN's activation type (zero point 128): the same
+    integers, in one pass when compiled."""
+    x = x * inv_scale
+    lo, hi = torch.aminmax(x)
+    lo, hi = lo * 0.5, hi * 0.5
+    zero = hi + lo
+    step = ((hi - lo) / levels).clamp_(min=_TINY)
+    return x.sub_(zero).div_(step).round_().clamp_(-levels, levels).add_(128).to(torch.uint8), zero, step
+
+
+def quantize_per_token_u8(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``quantize_per_token``'s codes shifted by 128 into uint8 (oneDNN's activation type, zero point 128)."""
+    hi, lo = x.amax(1, keepdim=True).mul_(0.5), x.amin(1, keepdim=True).mul_(0.5)
+    zero = hi + lo
+    step = ((hi - lo) / 127).clamp_(min=_TINY)
+    return x.sub(zero).div_(step).round_().clamp_(-127, 127).add_(128).to(torch.uint8), zero, step
+
+
+def per_token_epilogue(acc: Tensor, zero: Tensor, step: Tensor, weight_rowsum: Tensor, bias: Tensor | None) -> Tensor:
+    """y_t = step_t * acc_t + zero_t * rowsum(W) + b, where ``acc`` already holds (q_t @ Wq) * w_scale."""
+    offset = zero * weight_rowsum if bias is None else torch.addcmul(bias, zero, weight_rowsum)
+    return offset.addcmul_(acc, step)
+
+
 # Calls on fewer activations than this run eagerly: compiling costs seconds once per process (BENCHMARKS.md), and
 # on a handful of tokens the passes it saves take microseconds, so a one-sentence prediction never pays for it.
 _COMPILE_FROM = 1 << 18
@@ -114,6 +139,9 @@ class _Fused:
 
 _linear_per_call = _Fused(linear_per_call)
 _linear_per_token = _Fused(linear_per_token)
+_quantize_per_call_u8 = _Fused(quantize_per_call_u8)
+_quantize_per_token_u8 = _Fused(quantize_per_token_u8)
+_per_token_epilogue = _Fused(per_token_epilogue)
 
 
 def _check_scales(**scales: Tensor) -> None:
@@ -129,7 +157,7 @@ def _check_scales(**scales: Tensor) -> None:
                                "file is damaged; write the directory again with `bertkit quantize`")
 
 
-BACKENDS = ("int_mm", "fbgemm")
+BACKENDS = ("int_mm", "fbgemm", "onednn")
 
 
 def fbgemm_available() -> bool:
@@ -147,6 +175,8 @@ def default_backend(activation_bits: int) -> str:
     (oneDNN's int8 GEMM is no faster than fbgemm's, and fbgemm quantizes inside its kernel). Without it,
     ``torch._int_mm`` (int8 x int8 -> int32, oneDNN), a PyTorch operator outside the deprecated quantized-tensor
     API, where it is exact: 8-bit activations on a CPU with AVX512-VNNI; the same saved integers run on either."""
+    if activation_bits == 8 and onednn_preferred():
+        return "onednn"
     if fbgemm_available():
         return "fbgemm"
     if activation_bits == 8 and per_token_supported():
@@ -154,6 +184,47 @@ def default_backend(activation_bits: int) -> str:
     raise BertkitError(f"int8 at {activation_bits}-bit activations needs torch.ao's dynamic int8 Linear, which this "
                        "PyTorch no longer has (torch._int_mm is exact only at 8 bits on CPUs with AVX512-VNNI): run "
                        "the model in fp32 or bf16, or use a PyTorch that still ships torch.ao.quantization")
+
+
+_ZERO_POINT_128 = torch.tensor(128)
+_ONE = torch.tensor(1.0)
+
+
+def _output_dtype() -> torch.dtype:
+    """bf16 inside CPU bf16 autocast (the next operation would cast to it anyway), else float32."""
+    return torch.bfloat16 if (torch.is_autocast_enabled("cpu")
+                              and torch.get_autocast_dtype("cpu") == torch.bfloat16) else torch.float32
+
+
+class OneDNNWeights:
+    """oneDNN's packed copy of a projection's int8 weights, made on first use (and again if the integers are
+    replaced): the packing is an opaque tensor that cannot be saved, copied or moved, so a layer keeps its integers
+    as a buffer (``weight_t``) and this as a cache beside them."""
+
+    def __init__(self):
+        self.packed: Tensor | None = None
+        self.key: tuple | None = None
+        self.zero_points: Tensor | None = None
+
+    def __call__(self, q: Tensor, x_scale: Tensor, weight_t: Tensor, weight_scale: Tensor, bias: Tensor | None,
+                 out_dtype: torch.dtype | None = None) -> Tensor:
+        """(q - 128) @ W^T * x_scale * weight_scale + bias, from uint8 codes ``q`` (T, in)."""
+        # inference tensors cannot be changed in place, and keep no version counter
+        key = (weight_t.data_ptr(), 0 if weight_t.is_inference() else weight_t._version, tuple(weight_t.shape))
+        if self.key != key:
+            self.packed = torch.ops.onednn.qlinear_prepack(weight_t.t().contiguous(), None)
+            self.zero_points = torch.zeros(weight_t.shape[1], dtype=torch.int64)
+            self.key = key
+        return torch.ops.onednn.qlinear_pointwise.tensor(q, x_scale, _ZERO_POINT_128, self.packed, weight_scale,
+                                                         self.zero_points, bias, 1.0, 0, out_dtype or _output_dtype(), "none",
+                                                         [], "")
+
+
+def _without_packing(layer: nn.Module) -> dict:
+    """A layer's state for pickling and ``copy.deepcopy``, with an empty oneDNN cache (the packing is opaque)."""
+    state = layer.__dict__.copy()
+    state["_onednn"] = OneDNNWeights()
+    return state
 
 
 class SmoothedInt8Linear(nn.Module):
@@ -205,7 +276,12 @@ class SmoothedInt8Linear(nn.Module):
         self.backend = backend or default_backend(self.activation_bits)
         if self.backend not in BACKENDS:
             raise BertkitError(f"int8 backend {self.backend!r} is not one of {BACKENDS}")
-        if self.backend == "int_mm":
+        if self.backend == "onednn" and not (self.activation_bits == 8 and onednn_supported()):
+            raise BertkitError(f"int8 backend 'onednn' needs 8-bit activations on a CPU with AVX512-VNNI or AMX and "
+                               f"PyTorch's torch.ops.onednn.qlinear_pointwise (activation_bits={self.activation_bits}"
+                               "); use backend='fbgemm' or None")
+        self._onednn = OneDNNWeights()
+        if self.backend in ("int_mm", "onednn"):  # the same integers in the same layout; oneDNN packs its own copy
             self.register_buffer("weight_t", qweight.t().contiguous())  # (in, out) int8
             self.register_buffer("weight_scale", weight_scale.clone())  # (out,)
             # sum_j W[o, j]: what the activations' zero point adds back
@@ -222,7 +298,7 @@ class SmoothedInt8Linear(nn.Module):
     def saved_tensors(self) -> dict[str, Tensor]:
         """What ``from_saved`` rebuilds this layer from (the bias aside): the integers and scales, not an
         engine's packing."""
-        if self.backend == "int_mm":
+        if self.backend != "fbgemm":
             return {"weight": self.weight_t.t().contiguous(), "weight_scale": self.weight_scale.clone(),
                     "inv_scale": self.inv_scale.detach().clone()}
         qweight = self.int8.weight()
@@ -235,11 +311,13 @@ class SmoothedInt8Linear(nn.Module):
                 "inv_scale": self.inv_scale.detach().clone()}
 
     def float_bias(self) -> Tensor | None:
-        return self.bias if self.backend == "int_mm" else self.int8.bias()
+        return self.int8.bias() if self.backend == "fbgemm" else self.bias
 
     def forward(self, x: Tensor) -> Tensor:
         if self.backend == "int_mm":
             y = self._int_mm(x)
+        elif self.backend == "onednn":
+            y = self._onednn_linear(x)
         else:
             # torch.ao's dynamic Linear always quantizes activations to 7 bits (reduce_range=True); its kernel is
             # called here with the width chosen for this CPU (int8_activation_bits).
@@ -260,6 +338,21 @@ class SmoothedInt8Linear(nn.Module):
         y = _linear_per_call(x, self.inv_scale, 127 if self.activation_bits == 8 else 63, self.weight_t,
                              self.weight_scale, self.weight_rowsum, self.bias)
         return y.reshape(*shape[:-1], self.out_features)
+
+    def _onednn_linear(self, x: Tensor) -> Tensor:
+        """``_int_mm``'s integers on oneDNN: the codes shifted into uint8 (zero point 128), the per-call zero point
+        folded into this call's bias, scales and bias applied inside the kernel."""
+        shape = x.shape
+        x = x.reshape(-1, self.in_features)
+        if x.shape[0] == 0:
+            return x.new_zeros(*shape[:-1], self.out_features, dtype=torch.float32)
+        q, zero, step = _quantize_per_call_u8(x, self.inv_scale, 127)
+        bias = zero * self.weight_rowsum if self.bias is None else torch.addcmul(self.bias, zero, self.weight_rowsum)
+        y = self._onednn(q, step, self.weight_t, self.weight_scale, bias)
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def __getstate__(self) -> dict:
+        return _without_packing(self)
 
     def train(self, mode: bool = True) -> SmoothedInt8Linear:
         if mode:
@@ -321,7 +414,12 @@ class PerTokenInt8Linear(nn.Module):
         # sum_j W[o, j], from the int8 weights: what the zero points add back
         self.register_buffer("weight_rowsum", weight.to(torch.float32).sum(1) * self.weight_scale)
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
+        self.backend = "onednn" if onednn_preferred() else "int_mm"  # the same integers either way
+        self._onednn = OneDNNWeights()
         self.training = False
+
+    def __getstate__(self) -> dict:
+        return _without_packing(self)
 
     @classmethod
     def from_float(cls, linear: nn.Linear) -> PerTokenInt8Linear:
@@ -353,7 +451,12 @@ class PerTokenInt8Linear(nn.Module):
         x = x.reshape(-1, self.in_features)
         if x.shape[0] == 0:  # no tokens: amax has nothing to reduce
             return x.new_zeros(*shape[:-1], self.out_features)
-        y = _linear_per_token(x, self.weight_t, self.weight_scale, self.weight_rowsum, self.bias)
+        if self.backend == "onednn":
+            q, zero, step = _quantize_per_token_u8(x)
+            acc = self._onednn(q, _ONE, self.weight_t, self.weight_scale, None, torch.float32)
+            y = _per_token_epilogue(acc, zero, step, self.weight_rowsum, self.bias)
+        else:
+            y = _linear_per_token(x, self.weight_t, self.weight_scale, self.weight_rowsum, self.bias)
         y = y.reshape(*shape[:-1], self.out_features)
         return _NoBackward.apply(y) if torch.is_grad_enabled() and y.requires_grad else y
 
