@@ -13,7 +13,8 @@ Engines (each one's last hidden state, mean-pooled over the real tokens, is comp
 worst row's cosine is ``min_cos``):
 - ``bertkit-fp32``; ``bertkit-bf16`` (autocast, as ``--bf16``); ``bertkit-int8`` (``quantize_int8`` with its
   defaults, calibrated on 256 SST-2 training sentences, as ``bertkit quantize``); ``bertkit-int8-fast`` (``quantize
-  --fast``; CPUs with AVX512-VNNI);
+  --fast``; CPUs with AVX512-VNNI); ``bertkit-int8-bf16`` (the default int8 with ``bf16=True``: what stays float
+  under bf16 autocast, as OpenVINO's int8 runs; CPUs with bf16 instructions);
 - ``ctranslate2-float32`` / ``ctranslate2-int8``: CTranslate2's converter on the checkpoint, its ``Encoder`` (token
   ids without padding in, padded states out); ``ctranslate2-mkl-float32`` / ``ctranslate2-mkl-int8``: the same with
   ``CT2_USE_MKL=1``. Each runs in a child process that times its own passes when the parent asks, keeping the
@@ -104,6 +105,7 @@ def workloads(tok: BertTokenizer, data: Path, pairs: int, windows: int) -> dict[
 
 
 def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Callable]:
+    from bertkit._hardware import cpu_has_bf16
     from bertkit.quantization import FAST_KEEP_FP32, FAST_PER_TOKEN, per_token_supported, quantize_int8
 
     fp32 = BertModel.from_pretrained(model_dir).eval()
@@ -113,8 +115,14 @@ def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Call
         with torch.autocast("cpu", dtype=torch.bfloat16):
             return fp32(**b).last_hidden_state
 
+    def int8_bf16(b: Batch) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return int8(**b).last_hidden_state
+
     engines = {"bertkit-fp32": lambda b: fp32(**b).last_hidden_state, "bertkit-bf16": bf16,
                "bertkit-int8": lambda b: int8(**b).last_hidden_state}
+    if cpu_has_bf16():
+        engines["bertkit-int8-bf16"] = int8_bf16
     if per_token_supported():
         fast = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
         engines["bertkit-int8-fast"] = lambda b: fast(**b).last_hidden_state

@@ -23,6 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import bertkit._hardware
 from bertkit import BertModel, BertTokenizer, pipeline
 from bertkit.calibration_text import CALIBRATION_SENTENCES
 from bertkit.cli import main
@@ -123,6 +124,21 @@ def test_int8_embeddings_within_cosine_099_of_fp32(embedders, sentences):
         assert cos.mean() >= 0.995, (name, cos.mean())
 
 
+@pytest.mark.skipif(not bertkit._hardware.cpu_has_bf16(), reason="int8 with bf16 needs AVX512-BF16 or AMX")
+def test_int8_with_bf16_runs_the_float_parts_in_bf16_within_cosine_099(minilm_dir, embedders, sentences):
+    """quantize='int8' with bf16=True: the int8 projections as int8 alone has them, everything else under bf16
+    autocast (as OpenVINO's int8 runs on a bf16 CPU); the embeddings stay within the int8 bars of fp32 and move
+    from int8 alone by about bf16's rounding."""
+    fp32, int8 = embedders
+    both = pipeline("feature-extraction", minilm_dir, quantize="int8", bf16=True)
+    assert both.quantize == "int8" and both.bf16 and int8_projections(both.model)
+    for name in ("stsb", "sst2"):
+        ours = both(sentences[name])
+        cos = _cosines(ours, fp32(sentences[name]))
+        assert cos.min() >= 0.99 and cos.mean() >= 0.995, (name, cos.min(), cos.mean())
+        assert _cosines(ours, int8(sentences[name])).min() >= 0.995, name
+
+
 def test_fitted_classifier_gives_fp32s_labels(classifiers, sentences):
     texts, gold = sentences["sst2"], np.array(sentences["sst2_labels"])
     fp32, int8 = (pipe(texts) for pipe in classifiers)
@@ -166,14 +182,16 @@ def test_a_model_object_stays_fp32_and_calibration_texts_are_used(minilm_dir, to
 # -- refusals -------------------------------------------------------------------------------------
 
 
-def test_refuses_gpu_bf16_other_modes_and_stray_calibration(minilm_dir, tok, tmp_path):
+def test_refuses_gpu_bf16_other_modes_and_stray_calibration(minilm_dir, tok, tmp_path, monkeypatch):
     absent = tmp_path / "no-such-checkpoint"  # refused before the weights load: the int8 reason, not the path
     with pytest.raises(BertkitError, match=r"int8 runs on the CPU only.*'cuda'.*device cpu"):
         pipeline("feature-extraction", absent, quantize="int8", device="cuda")
     with pytest.raises(BertkitError, match=r"int8 runs on the CPU only.*'mps'"):
         pipeline("feature-extraction", absent, quantize="int8", device="mps")
-    with pytest.raises(BertkitError, match=r"int8 and bf16 are both asked for; choose one"):
-        pipeline("feature-extraction", absent, quantize="int8", bf16=True)
+    with monkeypatch.context() as patch:
+        patch.setattr(bertkit._hardware, "cpu_has_bf16", lambda: False)  # a CPU without bf16 instructions
+        with pytest.raises(BertkitError, match=r"int8 with bf16 .* no bf16 instructions .*drop bf16"):
+            pipeline("feature-extraction", absent, quantize="int8", bf16=True)
     with pytest.raises(BertkitError, match=r"quantize 'int4' is not one of \('int8',\)"):
         pipeline("feature-extraction", absent, quantize="int4")
     with pytest.raises(BertkitError, match=r"calibration_texts calibrate int8 inference: pass them with quantize"):
@@ -207,12 +225,13 @@ def test_an_int8_model_refuses_training(embedders, tok):
     model.eval()  # the refusal above left the modules visited before the first int8 one in training mode
 
 
-def test_the_commands_refuse_what_int8_cannot_run(tmp_path, capsys):
+def test_the_commands_refuse_what_int8_cannot_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bertkit._hardware, "cpu_has_bf16", lambda: False)  # --int8 --bf16 where bf16 is emulated
     (tmp_path / "in.txt").write_text("a sentence\n", encoding="utf-8")
     base = ["--model", str(tmp_path), "--input", str(tmp_path / "in.txt")]
     cases = [
         (["predict", "text-classification", *base, "--output-file", str(tmp_path / "o.jsonl"), "--int8", "--bf16"],
-         "int8 and bf16 are both asked for"),
+         "int8 with bf16 runs the layers int8 leaves in float in bf16, and this CPU has no bf16"),
         (["serve", "--model", str(tmp_path), "--task", "feature-extraction", "--int8", "--device", "cuda:0"],
          "int8 runs on the CPU only"),
         (["extract-features", *base, "--output-file", str(tmp_path / "o.jsonl"), "--calibration-file",
@@ -382,16 +401,17 @@ def test_predict_squad_int8_close_to_fp32(tok, data_dir, tmp_path, capsys):
         assert abs(int8["scores"][name] - fp32["scores"][name]) <= 0.05, (name, fp32["scores"], int8["scores"])
 
 
-def test_the_benchmark_commands_refuse_what_int8_cannot_run(tmp_path, capsys):
-    """Refused when the settings are built, before the model loads or the output directory is claimed; the
-    training commands have no --int8 (an int8 model cannot train: fine-tune in fp32, then predict with --int8)."""
+def test_the_benchmark_commands_refuse_what_int8_cannot_run(tmp_path, capsys, monkeypatch):
+    """Refused before the model loads or the output directory is claimed; the training commands have no --int8
+    (an int8 model cannot train: fine-tune in fp32, then predict with --int8)."""
+    monkeypatch.setattr(bertkit._hardware, "cpu_has_bf16", lambda: False)  # --int8 --bf16 where bf16 is emulated
     from bertkit import settings
 
     model, data = str(tmp_path / "model"), str(tmp_path / "data")
     cases = [
         (["predict", "glue", "--task", "sst2", "--data-dir", data, "--int8", "--device", "cuda"],
          "int8 runs on the CPU only"),
-        (["predict", "ner", "--data-file", data, "--int8", "--bf16"], "int8 and bf16 are both asked for"),
+        (["predict", "ner", "--data-file", data, "--int8", "--bf16"], "this CPU has no bf16 instructions"),
         (["predict", "squad", "--predict-file", data, "--calibration-file", data], "calibrates int8 inference: add --int8"),
         (["predict", "swag", "--predict-file", data, "--int8", "--device", "cuda:0"], "int8 runs on the CPU only"),
     ]

@@ -88,9 +88,11 @@ def resolve_device(spec: str | torch.device, local_rank: int = 0, *, int8: bool 
 
 
 def _int8_device(spec: str | torch.device, bf16: bool) -> str:
-    if bf16:
-        raise BertkitError("int8 and bf16 are both asked for; choose one: bf16 on CPUs with AVX512-BF16 or AMX (and "
-                           "GPUs), int8 on other x86 CPUs (docs/inference.md, section int8)")
+    if bf16 and not cpu_has_bf16():
+        # int8 with bf16 runs what stays float (attention, GELU, LayerNorm, the projections kept fp32) in bf16
+        raise BertkitError("int8 with bf16 runs the layers int8 leaves in float in bf16, and this CPU has no bf16 "
+                           "instructions (AVX512-BF16 or AMX: emulated, several times slower): drop bf16, int8 alone "
+                           "is the fast path here (docs/inference.md, section int8)")
     if isinstance(spec, str) and spec.strip() == "auto":
         spec = "cpu"  # int8 runs on the CPU only, so that is the device auto picks for it
     try:

@@ -71,11 +71,12 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Non
     the checkpoint's head names it (config.json ``architectures``: a sequence classifier gives
     text-classification, ...). ``bf16`` runs the model under bfloat16 autocast (CPUs with AVX-512 BF16 / AMX,
     recent GPUs; scores are still computed in float32/64). ``quantize="int8"`` runs the encoder's projections
-    in int8 on the CPU (x86 CPUs without bf16; ``bertkit.quantization``, docs/inference.md section int8): the
+    in int8 on the CPU (``bertkit.quantization``, docs/inference.md section int8; with ``bf16=True`` too, on CPUs
+    with bf16 instructions, what stays float runs in bf16): the
     model is quantized once, after ``.eval()``, calibrated on ``calibration_texts`` (a few hundred texts like
     the inputs; strings or ``(text, text_pair)`` tuples) or, by default, on 256 built-in English sentences; a
-    model object passed in stays fp32 (a quantized copy runs). int8 refuses a GPU, ``bf16=True`` and a PyTorch
-    without the x86/fbgemm engine. ``batch_size`` sequences run at once, grouped by length; ``max_length``
+    model object passed in stays fp32 (a quantized copy runs). int8 refuses a GPU, ``bf16=True`` on a CPU without
+    bf16 instructions and a PyTorch without the x86/fbgemm engine. ``batch_size`` sequences run at once, grouped by length; ``max_length``
     (default: the model's positions) caps each sequence: texts are truncated, QA contexts windowed.
     ``progress`` draws a bar (None: only for long inputs). ``options`` go to the task's pipeline (e.g.
     ``pooling="cls"``, ``normalize=True`` for embeddings).

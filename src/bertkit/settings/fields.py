@@ -158,19 +158,18 @@ class Int8Settings:
 
     int8: bool = False
     """Run the encoder's projections in int8 on the CPU (SmoothQuant-smoothed dynamic int8, docs/inference.md
-    section int8): faster on x86 CPUs without bf16, outputs close to fp32's, not equal. Not with --bf16 or a GPU."""
+    section int8): outputs close to fp32's, not equal; not on a GPU. With --bf16 (CPUs with AVX512-BF16 or AMX) what
+    stays float runs in bf16, as OpenVINO's int8 does: the fastest int8 on AMX CPUs."""
     calibration_file: Path | None = None
     """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
     Default: 256 built-in English sentences."""
 
     def check_int8(self) -> None:
-        """Refuse --calibration-file without --int8, and --int8 with --bf16. Whether int8 can run on the device
-        (the CPU, an x86 quantized engine) is ``bertkit._hardware.resolve_device``'s to say, when the command runs."""
+        """Refuse --calibration-file without --int8. Whether int8 can run on the device (the CPU, an x86 quantized
+        engine, bf16 instructions with --bf16) is ``bertkit._hardware.resolve_device``'s to say, when the command
+        runs."""
         if self.calibration_file is not None and not self.int8:
             raise BertkitError(f"--calibration-file {self.calibration_file} calibrates int8 inference: add --int8")
-        if self.int8 and getattr(self, "bf16", False):
-            raise BertkitError("int8 and bf16 are both asked for; choose one: bf16 on CPUs with AVX512-BF16 or AMX (and "
-                               "GPUs), int8 on other x86 CPUs (docs/inference.md, section int8)")
 
 
 @dataclass(kw_only=True)
