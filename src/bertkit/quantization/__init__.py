@@ -49,7 +49,13 @@ Things to know:
   on CPU in eager mode, ran at about 0.6x the speed of these kernels here (docs/inference.md), so the
   framework's fbgemm kernels are used while they exist; ``kernels.SmoothedInt8Linear`` also runs on
   ``torch._int_mm`` from the same saved integers (0.92x fbgemm's speed on one thread, equal on two), which is
-  what CPUs with AVX512-VNNI use once they go.
+  what CPUs with AVX512-VNNI use once they go. On CPUs with AMX-INT8 both run on oneDNN's quantized Linear
+  instead (``torch.ops.onednn.qlinear_pointwise``, the kernel Inductor's x86 int8 path calls: weights prepacked,
+  scales and bias applied in the kernel, the same integers), 1.13-1.18x fbgemm's speed there (``--fast``
+  1.54-1.65x; BENCHMARKS.md, "int8 on AMX").
+- With ``bf16=True`` (``--int8 --bf16``; CPUs with AVX512-BF16 or AMX) what stays float (attention, GELU,
+  LayerNorm, the projections kept fp32) runs under bf16 autocast, as OpenVINO's int8 does; the oneDNN kernel then
+  writes bf16 directly.
 - CPU only, fp32 models only, inference only: the quantized Linear has no backward and no CUDA kernel.
 
     model = BertForSequenceClassification.from_pretrained("sst2_run/best").eval()
