@@ -66,17 +66,17 @@ def main() -> None:
     data = workloads(tok, args.data, args.pairs, args.windows)
     calibration = calibration_batches(tok, sst2(args.data, "train")[:256])
     fp32 = BertModel.from_pretrained(args.model).eval()
-    chosen, preferred = kernels.default_backend, kernels.onednn_preferred
+    chosen, supported = kernels.default_backend, kernels.onednn_supported
     built = {}
     backends = ("fbgemm", "int_mm") + (("onednn",) if onednn_supported() else ())
     for backend in backends:
         kernels.default_backend = lambda bits, backend=backend: backend
-        kernels.onednn_preferred = lambda backend=backend: backend == "onednn"  # the per-token layers' kernel
+        kernels.onednn_supported = lambda backend=backend: backend == "onednn"  # the per-token layers' kernel
         built[backend] = quantize_int8(fp32, calibration=calibration)
         if backend != "fbgemm":
             built["fast-" + backend] = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32,
                                                      per_token=FAST_PER_TOKEN)
-    kernels.default_backend, kernels.onednn_preferred = chosen, preferred
+    kernels.default_backend, kernels.onednn_supported = chosen, supported
     # (model, eager?): the eager runs set BERTKIT_INT8_EAGER=1 around their own calls only
     models = {"fp32": (fp32, False), "fbgemm": (built["fbgemm"], False)}
     for name in built.keys() - {"fbgemm"}:

@@ -164,7 +164,7 @@ def test_the_int_mm_kernel_is_its_formula_matches_fbgemm_and_saves_the_same_inte
     from bertkit.quantization import kernels
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kernels, "onednn_preferred", lambda: False)  # a CPU without AMX
+        patch.setattr(kernels, "onednn_supported", lambda: False)  # a PyTorch without oneDNN's quantized Linear
         assert kernels.default_backend(8) == "fbgemm" == kernels.default_backend(7)  # while PyTorch has it
         patch.setattr(kernels, "fbgemm_available", lambda: False)
         assert kernels.default_backend(8) == "int_mm"
@@ -206,7 +206,7 @@ def test_the_int_mm_kernel_is_its_formula_matches_fbgemm_and_saves_the_same_inte
 
 @pytest.mark.skipif(not onednn_supported(), reason="oneDNN's quantized Linear is exact at 8 bits only with VNNI or AMX")
 def test_the_onednn_kernel_computes_the_int_mm_integers_and_packs_only_a_cache(monkeypatch):
-    """The oneDNN backend (``torch.ops.onednn.qlinear_pointwise``, the default on AMX CPUs) computes what the
+    """The oneDNN backend (``torch.ops.onednn.qlinear_pointwise``, the default with VNNI or AMX) computes what the
     ``torch._int_mm`` backend computes from the same integers, per call and per token, eagerly and compiled; it
     saves the same tensors; its packing is a cache that deep copies, pickles and a replaced weight rebuild; under
     bf16 autocast it returns bf16 from the kernel."""
@@ -242,7 +242,6 @@ def test_the_onednn_kernel_computes_the_int_mm_integers_and_packs_only_a_cache(m
             layer.weight_t.neg_()
         torch.testing.assert_close(layers["onednn"](small), layers["int_mm"](small), rtol=1e-6, atol=1e-5)
         assert not torch.allclose(layers["onednn"](small), y, atol=0.5)
-    monkeypatch.setattr(kernels, "onednn_preferred", lambda: True)
     assert kernels.default_backend(8) == "onednn" and kernels.default_backend(7) in ("fbgemm", "int_mm")
     with pytest.raises(BertkitError, match="'onednn' needs 8-bit activations"):
         SmoothedInt8Linear(linear, smooth, 7, backend="onednn")
@@ -361,7 +360,7 @@ def test_without_torch_ao_the_default_int8_runs_on_int_mm_at_the_same_accuracy(f
     from bertkit.quantization import kernels, load_int8, save_int8
 
     monkeypatch.setattr(kernels, "fbgemm_available", lambda: False)
-    monkeypatch.setattr(kernels, "onednn_preferred", lambda: False)  # as on a CPU without AMX
+    monkeypatch.setattr(kernels, "onednn_supported", lambda: False)  # nor oneDNN's quantized Linear
     model = quantize_int8(fp32, calibration=calibration)
     layers = [m for m in model.modules() if isinstance(m, SmoothedInt8Linear)]
     assert len(layers) == 18 and {m.backend for m in layers} == {"int_mm"}

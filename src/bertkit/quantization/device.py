@@ -9,6 +9,7 @@ answer (``int8=True``), as for every other model. ``_packing`` sets the engine w
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,8 +74,11 @@ def per_token_supported() -> bool:
     """Whether ``PerTokenInt8Linear`` runs exactly here: ``torch._int_mm`` (int8 x int8 -> int32, oneDNN) on a
     CPU with AVX512-VNNI, whose instructions sum the products straight into int32 (AVX2's pairwise int16 sums
     can saturate, as ``int8_activation_bits`` explains), and a PyTorch that has the CPU kernel."""
-    if int8_activation_bits() != 8 or not hasattr(torch, "_int_mm"):
-        return False
+    return int8_activation_bits() == 8 and hasattr(torch, "_int_mm") and _int_mm_exact()
+
+
+@functools.cache  # the probes run once per process: a model's every layer asks
+def _int_mm_exact() -> bool:
     try:
         # Runs of equal large values are what saturate a pairwise int16 sum (127*127 + 127*127 > 32767), and
         # oneDNN may pick its non-VNNI kernel where the CPU flags say VNNI (ONEDNN_MAX_CPU_ISA), so the probe
@@ -91,8 +95,11 @@ def onednn_supported() -> bool:
     path calls; uint8 activations with a zero point, int8 weights prepacked per output channel) runs exactly
     here: 8-bit activations need AVX512-VNNI or AMX (``int8_activation_bits``), and the probe multiplies the runs
     of extreme codes that would saturate a pairwise int16 sum, comparing with int32 arithmetic."""
-    if int8_activation_bits() != 8:
-        return False
+    return int8_activation_bits() == 8 and _onednn_exact()
+
+
+@functools.cache
+def _onednn_exact() -> bool:
     try:
         a = torch.tensor([[127] * 32 + [-127] * 16 + [-127, 127, 5, -3] * 4] * 17, dtype=torch.int8)
         b = torch.tensor([[127] * 32 + [-128] * 16 + [-3, 5, 127, -127] * 4] * 16, dtype=torch.int8)
@@ -103,14 +110,3 @@ def onednn_supported() -> bool:
         return bool(torch.equal(y, (a.int() @ b.t().int()).float()))
     except (AttributeError, RuntimeError):  # a PyTorch without the operator, or a build without oneDNN
         return False
-
-
-def onednn_preferred() -> bool:
-    """Whether int8 projections run on oneDNN rather than fbgemm or ``torch._int_mm`` by default: on CPUs with
-    AMX-INT8, where oneDNN's prepacked kernel ran MiniLM's projections 3-4x as fast as fbgemm's
-    (BENCHMARKS.md, "int8 on AMX"); on VNNI-only CPUs fbgemm measured as fast, and stays."""
-    try:
-        amx = bool(torch.cpu.get_capabilities().get("amx_int8", False))
-    except (AttributeError, RuntimeError):
-        return False
-    return amx and onednn_supported()

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
-from bertkit.quantization.device import onednn_preferred, onednn_supported, per_token_supported
+from bertkit.quantization.device import onednn_supported, per_token_supported
 
 log = logging.getLogger(__name__)
 _TINY = torch.finfo(torch.float32).tiny
@@ -169,13 +169,14 @@ def fbgemm_available() -> bool:
 
 
 def default_backend(activation_bits: int) -> str:
-    """The kernel a ``SmoothedInt8Linear`` runs on when none is named. ``torch.ao``'s dynamic Linear (fbgemm)
-    while PyTorch has it: measured on MiniLM at three input lengths (BENCHMARKS.md, "int8 kernels"), it is 6-15%
-    faster on one thread than ``torch._int_mm`` even with the activations' quantization compiled into one pass
-    (oneDNN's int8 GEMM is no faster than fbgemm's, and fbgemm quantizes inside its kernel). Without it,
-    ``torch._int_mm`` (int8 x int8 -> int32, oneDNN), a PyTorch operator outside the deprecated quantized-tensor
-    API, where it is exact: 8-bit activations on a CPU with AVX512-VNNI; the same saved integers run on either."""
-    if activation_bits == 8 and onednn_preferred():
+    """The kernel a ``SmoothedInt8Linear`` runs on when none is named. oneDNN's quantized Linear
+    (``torch.ops.onednn.qlinear_pointwise``, the kernel Inductor's x86 int8 path calls; a PyTorch operator outside
+    the deprecated quantized-tensor API) wherever it is exact: 8-bit activations on a CPU with AVX512-VNNI or AMX.
+    Measured on MiniLM at three input lengths (BENCHMARKS.md, "int8 kernels"), it ran at 1.02-1.07x the speed of
+    ``torch.ao``'s dynamic Linear (fbgemm) on an AVX512-VNNI EPYC and 1.13-1.18x on a Xeon with AMX, where
+    ``torch._int_mm`` ran at 0.89-1.03x. Elsewhere (7-bit activations) fbgemm while PyTorch has it; the same saved
+    integers run on any of the three."""
+    if activation_bits == 8 and onednn_supported():
         return "onednn"
     if fbgemm_available():
         return "fbgemm"
@@ -414,7 +415,7 @@ class PerTokenInt8Linear(nn.Module):
         # sum_j W[o, j], from the int8 weights: what the zero points add back
         self.register_buffer("weight_rowsum", weight.to(torch.float32).sum(1) * self.weight_scale)
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
-        self.backend = "onednn" if onednn_preferred() else "int_mm"  # the same integers either way
+        self.backend = "onednn" if onednn_supported() else "int_mm"  # the same integers either way
         self._onednn = OneDNNWeights()
         self.training = False
 
