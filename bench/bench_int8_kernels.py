@@ -71,7 +71,7 @@ def main() -> None:
     backends = ("fbgemm", "int_mm") + (("onednn",) if onednn_supported() else ())
     for backend in backends:
         kernels.default_backend = lambda bits, backend=backend: backend
-        kernels.onednn_supported = lambda backend=backend: backend == "onednn"  # the per-token layers' kernel
+        kernels.onednn_supported = lambda bits=8, backend=backend: backend == "onednn"  # the per-token layers' kernel
         built[backend] = quantize_int8(fp32, calibration=calibration)
         if backend != "fbgemm":
             built["fast-" + backend] = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32,

@@ -9,6 +9,7 @@ its head left fp32; the padded and unpadded layouts agree; and misuse is refused
 from __future__ import annotations
 
 import csv
+import os
 import warnings
 from pathlib import Path
 
@@ -164,11 +165,11 @@ def test_the_int_mm_kernel_is_its_formula_matches_fbgemm_and_saves_the_same_inte
     from bertkit.quantization import kernels
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kernels, "onednn_supported", lambda: False)  # a PyTorch without oneDNN's quantized Linear
+        patch.setattr(kernels, "onednn_supported", lambda bits=8: False)  # a PyTorch without oneDNN's quantized Linear
         assert kernels.default_backend(8) == "fbgemm" == kernels.default_backend(7)  # while PyTorch has it
         patch.setattr(kernels, "fbgemm_available", lambda: False)
         assert kernels.default_backend(8) == "int_mm"
-        with pytest.raises(BertkitError, match="7-bit activations needs torch.ao"):
+        with pytest.raises(BertkitError, match="7-bit activations needs oneDNN's quantized Linear"):
             kernels.default_backend(7)
         assert SmoothedInt8Linear(nn.Linear(8, 4), torch.ones(8), 8).backend == "int_mm"
     torch.manual_seed(0)
@@ -242,9 +243,52 @@ def test_the_onednn_kernel_computes_the_int_mm_integers_and_packs_only_a_cache(m
             layer.weight_t.neg_()
         torch.testing.assert_close(layers["onednn"](small), layers["int_mm"](small), rtol=1e-6, atol=1e-5)
         assert not torch.allclose(layers["onednn"](small), y, atol=0.5)
-    assert kernels.default_backend(8) == "onednn" and kernels.default_backend(7) in ("fbgemm", "int_mm")
-    with pytest.raises(BertkitError, match="'onednn' needs 8-bit activations"):
-        SmoothedInt8Linear(linear, smooth, 7, backend="onednn")
+    assert kernels.default_backend(8) == "onednn" and kernels.default_backend(7) == "fbgemm"
+    # 7-bit codes (zero point 64) on oneDNN: the same integers as torch._int_mm at 63 levels
+    narrow = {be: SmoothedInt8Linear(linear, smooth, 7, backend=be) for be in ("int_mm", "onednn")}
+    with torch.inference_mode():
+        for x in (small, large):
+            torch.testing.assert_close(narrow["onednn"](x), narrow["int_mm"](x), rtol=1e-6, atol=1e-5)
+    monkeypatch.setattr(kernels, "fbgemm_available", lambda: False)  # a PyTorch without torch.ao's kernel
+    assert kernels.default_backend(7) == "onednn"
+    monkeypatch.setattr(kernels, "onednn_supported", lambda bits=8: bits == 7)  # an AVX2 CPU
+    with pytest.raises(BertkitError, match="'onednn' is not exact here at activation_bits=8"):
+        SmoothedInt8Linear(linear, smooth, 8, backend="onednn")
+
+
+_AVX2_PROBE = """
+import torch
+from torch import nn
+from bertkit.quantization import kernels
+from bertkit.quantization.device import onednn_supported
+from bertkit.quantization.kernels import SmoothedInt8Linear
+torch.manual_seed(0)
+linear, smooth, x = nn.Linear(64, 24), torch.rand(64) + 0.5, torch.randn(5, 64) * 2 + 0.4
+layer = SmoothedInt8Linear(linear, smooth, 7, backend="onednn")
+saved = layer.saved_tensors()
+rows = (x * layer.inv_scale).double()
+zero, step = (rows.max() + rows.min()) / 2, (rows.max() - rows.min()) / 126
+q = torch.round((rows - zero) / step).clamp(-63, 63)
+w, scale = saved["weight"].double().t(), saved["weight_scale"].double()
+expected = step * (q @ w) * scale + zero * (w.sum(0) * scale) + linear.bias.double()
+with torch.inference_mode():
+    error = float((layer(x).double() - expected).abs().max())
+print(onednn_supported(8), onednn_supported(7), error < 1e-4)
+"""
+
+
+@pytest.mark.skipif(not onednn_supported(), reason="needs an x86 CPU whose oneDNN runs at 8 bits, to narrow it")
+def test_on_avx2_onednn_is_refused_at_8_bits_and_exact_at_7():
+    """oneDNN held to AVX2 (``ONEDNN_MAX_CPU_ISA``: what a CPU without VNNI runs) sums pairs of u8 x s8 products
+    in int16: the probe finds 8-bit codes inexact there and 7-bit ones (zero point 64, codes 1..127) exact, and a
+    7-bit layer on it is its formula computed in float64 from the same integers."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _AVX2_PROBE], env={**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"},
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["False", "True", "True"], run.stdout
 
 
 def test_per_token_linear_keeps_rows_near_the_float32_limit_finite():
@@ -360,7 +404,7 @@ def test_without_torch_ao_the_default_int8_runs_on_int_mm_at_the_same_accuracy(f
     from bertkit.quantization import kernels, load_int8, save_int8
 
     monkeypatch.setattr(kernels, "fbgemm_available", lambda: False)
-    monkeypatch.setattr(kernels, "onednn_supported", lambda: False)  # nor oneDNN's quantized Linear
+    monkeypatch.setattr(kernels, "onednn_supported", lambda bits=8: False)  # nor oneDNN's quantized Linear
     model = quantize_int8(fp32, calibration=calibration)
     layers = [m for m in model.modules() if isinstance(m, SmoothedInt8Linear)]
     assert len(layers) == 18 and {m.backend for m in layers} == {"int_mm"}

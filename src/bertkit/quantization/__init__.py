@@ -4,10 +4,10 @@ Why: most BERT inference runs on CPUs that have AVX2 (often AVX-512 VNNI) but no
 bf16 is emulated and several times slower than fp32 (BENCHMARKS.md). An int8 GEMM there is 2-4x cheaper
 than fp32, and the projections and feed-forward blocks are ~97% of the encoder's FLOPs at 128 tokens.
 
-What ``quantize_int8`` does, per encoder projection (the framework's dynamic quantization,
-``torch.ao.nn.quantized.dynamic.Linear``, on fbgemm / x86 kernels while PyTorch has it; without it
-``torch._int_mm`` where 8-bit activations are exact, AVX512-VNNI; ``kernels.default_backend``; per-token
-projections always on ``torch._int_mm``, their quantization compiled into one pass):
+What ``quantize_int8`` does, per encoder projection (dynamic quantization on oneDNN's quantized Linear where
+8-bit activations are exact, AVX512-VNNI or AMX; else on ``torch.ao.nn.quantized.dynamic.Linear``'s fbgemm / x86
+kernels while PyTorch has it, then oneDNN at 7 bits; ``torch._int_mm`` where oneDNN's operator is missing;
+``kernels.default_backend``; the activations' quantization compiled into one pass):
 
 - weights: int8, symmetric, one scale per output channel, quantized once;
 - activations: uint8, one scale per call computed from the input tensor at run time ("dynamic"), 8 bits
@@ -34,7 +34,7 @@ stay fp32 too. The defaults are the cheapest sets measured to keep every one of 
 of SST-2 dev's mean-pooled embeddings within cosine 0.99 of fp32 on MiniLM (``bench/int8_sensitivity.py``;
 the tables are in docs/inference.md, section int8): the input of ``ffn_out`` (after GELU) is the hardest,
 so every layer's ``ffn_out`` stays fp32 by default (``DEFAULT_KEEP_FP32``). With AVX512-VNNI, ``ffn_out`` can
-be int8 with one activation scale and zero point per token instead (``PerTokenInt8Linear``, ``torch._int_mm``):
+be int8 with one activation scale and zero point per token instead (``PerTokenInt8Linear``, oneDNN or ``torch._int_mm``):
 ``bertkit quantize --fast`` (``FAST_KEEP_FP32``, ``FAST_PER_TOKEN``) holds the embedding bars and runs 1.2-1.4x
 the default, but moved a fine-tuned SQuAD model by +0.8 EM: an option, not the default.
 
@@ -46,13 +46,12 @@ Things to know:
 - ``torch.ao.quantization`` and quantized tensors are deprecated as of PyTorch 2.10+ (its warnings point
   to torchao). torchao 0.18 installs beside torch 2.13 (``pip install -c constraints.txt
   torchao``); its int8 dynamic Linear (per-token activation scales, no calibration) is as accurate but,
-  on CPU in eager mode, ran at about 0.6x the speed of these kernels here (docs/inference.md), so the
-  framework's fbgemm kernels are used while they exist; ``kernels.SmoothedInt8Linear`` also runs on
-  ``torch._int_mm`` from the same saved integers (0.92x fbgemm's speed on one thread, equal on two), which is
-  what CPUs with AVX512-VNNI use once they go. On CPUs with AMX-INT8 both run on oneDNN's quantized Linear
-  instead (``torch.ops.onednn.qlinear_pointwise``, the kernel Inductor's x86 int8 path calls: weights prepacked,
-  scales and bias applied in the kernel, the same integers), 1.13-1.18x fbgemm's speed there (``--fast``
-  1.54-1.65x; BENCHMARKS.md, "int8 on AMX").
+  on CPU in eager mode, ran at about 0.6x the speed of these kernels here (docs/inference.md). With 8-bit
+  activations (AVX512-VNNI or AMX) the projections run on oneDNN's quantized Linear
+  (``torch.ops.onednn.qlinear_pointwise``, the kernel Inductor's x86 int8 path calls: weights prepacked, scales
+  and bias applied in the kernel), 1.02-1.07x the deprecated fbgemm kernel's speed on an AVX512-VNNI EPYC and
+  1.13-1.18x with AMX (BENCHMARKS.md, "int8 kernels"); with 7-bit ones on fbgemm while PyTorch has it, then on
+  oneDNN at 7 bits. ``torch._int_mm`` runs the same saved integers where oneDNN's operator is missing.
 - With ``bf16=True`` (``--int8 --bf16``; CPUs with AVX512-BF16 or AMX) what stays float (attention, GELU,
   LayerNorm, the projections kept fp32) runs under bf16 autocast, as OpenVINO's int8 does; the oneDNN kernel then
   writes bf16 directly.

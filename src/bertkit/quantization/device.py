@@ -90,23 +90,30 @@ def _int_mm_exact() -> bool:
         return False
 
 
-def onednn_supported() -> bool:
+def onednn_supported(activation_bits: int = 8) -> bool:
     """Whether oneDNN's quantized Linear (``torch.ops.onednn.qlinear_pointwise``, the kernel Inductor's x86 int8
-    path calls; uint8 activations with a zero point, int8 weights prepacked per output channel) runs exactly
-    here: 8-bit activations need AVX512-VNNI or AMX (``int8_activation_bits``), and the probe multiplies the runs
-    of extreme codes that would saturate a pairwise int16 sum, comparing with int32 arithmetic."""
-    return int8_activation_bits() == 8 and _onednn_exact()
+    path calls; uint8 activations with a zero point, int8 weights prepacked per output channel) computes exact
+    integer sums here at ``activation_bits``. 8 bits (codes shifted into uint8 0..254) need AVX512-VNNI or AMX;
+    7 bits (shifted into 1..127) are exact on AVX2 as well, where a pair of products summed into int16 stays
+    below 2 x 127 x 127 (``int8_activation_bits``). The probe multiplies runs of the extreme codes, which would
+    saturate a pairwise int16 sum, and compares with int32 arithmetic: oneDNN may run a narrower ISA than the CPU
+    flags say (``ONEDNN_MAX_CPU_ISA``)."""
+    if activation_bits not in ACTIVATION_BITS:
+        raise BertkitError(f"activation_bits must be one of {ACTIVATION_BITS}, got {activation_bits!r}")
+    if activation_bits == 8 and int8_activation_bits() != 8:
+        return False
+    return _onednn_exact(127 if activation_bits == 8 else 63)
 
 
 @functools.cache
-def _onednn_exact() -> bool:
+def _onednn_exact(levels: int) -> bool:
     try:
-        a = torch.tensor([[127] * 32 + [-127] * 16 + [-127, 127, 5, -3] * 4] * 17, dtype=torch.int8)
+        a = torch.tensor([[levels] * 32 + [-levels] * 16 + [-levels, levels, 5, -3] * 4] * 17, dtype=torch.int8)
         b = torch.tensor([[127] * 32 + [-128] * 16 + [-3, 5, 127, -127] * 4] * 16, dtype=torch.int8)
         packed = torch.ops.onednn.qlinear_prepack(b, None)
         y = torch.ops.onednn.qlinear_pointwise.tensor(
-            (a.to(torch.int16) + 128).to(torch.uint8), torch.tensor(1.0), torch.tensor(128), packed, torch.ones(16),
-            torch.zeros(16, dtype=torch.int64), None, 1.0, 0, torch.float32, "none", [], "")
+            (a.to(torch.int16) + levels + 1).to(torch.uint8), torch.tensor(1.0), torch.tensor(levels + 1), packed,
+            torch.ones(16), torch.zeros(16, dtype=torch.int64), None, 1.0, 0, torch.float32, "none", [], "")
         return bool(torch.equal(y, (a.int() @ b.t().int()).float()))
     except (AttributeError, RuntimeError):  # a PyTorch without the operator, or a build without oneDNN
         return False

@@ -1,10 +1,11 @@
 """The int8 Linear modules that replace an encoder layer's float projections.
 
 ``SmoothedInt8Linear``: int8 weights per output channel, activations quantized with one scale per call, the
-input divided by SmoothQuant's factors first; on ``torch.ao``'s deprecated dynamic Linear (fbgemm) while PyTorch
-has it, else on ``torch._int_mm`` where that is exact (8-bit activations, AVX512-VNNI) (``default_backend``).
-``PerTokenInt8Linear``: int8 weights per output channel, one activation scale and zero point per token
-(``torch._int_mm``; CPUs with AVX512-VNNI). Both can be rebuilt from the integers and scales they save
+input divided by SmoothQuant's factors first; on oneDNN's quantized Linear (``torch.ops.onednn.qlinear_pointwise``)
+with 8-bit activations (AVX512-VNNI or AMX), on ``torch.ao``'s deprecated dynamic Linear (fbgemm) with 7-bit ones
+while PyTorch has it, then on oneDNN at 7 bits (``default_backend``); ``torch._int_mm`` runs the same integers.
+``PerTokenInt8Linear``: int8 weights per output channel, one activation scale and zero point per token (oneDNN's
+quantized Linear or ``torch._int_mm``; CPUs with AVX512-VNNI). Both can be rebuilt from the integers and scales they save
 (``from_saved`` / ``saved_tensors``), turned back into a float ``nn.Linear`` (``dequantized``), and refuse
 training and backward passes.
 
@@ -78,14 +79,15 @@ def linear_per_token(x: Tensor, weight_t: Tensor, weight_scale: Tensor, weight_r
 
 
 def quantize_per_call_u8(x: Tensor, inv_scale: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
-    """``quantize_per_call``'s codes shifted by 128 into uint8, oneDNN's activation type (zero point 128): the same
+    """``quantize_per_call``'s codes shifted by ``levels + 1`` into uint8, oneDNN's activation type (zero point 128
+    at 8 bits, codes 1..255; 64 at 7 bits, codes 1..127, which AVX2's pairwise int16 sums hold exactly): the same
     integers, in one pass when compiled."""
     x = x * inv_scale
     lo, hi = torch.aminmax(x)
     lo, hi = lo * 0.5, hi * 0.5
     zero = hi + lo
     step = ((hi - lo) / levels).clamp_(min=_TINY)
-    return x.sub_(zero).div_(step).round_().clamp_(-levels, levels).add_(128).to(torch.uint8), zero, step
+    return x.sub_(zero).div_(step).round_().clamp_(-levels, levels).add_(levels + 1).to(torch.uint8), zero, step
 
 
 def quantize_per_token_u8(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -176,18 +178,20 @@ def default_backend(activation_bits: int) -> str:
     ``torch.ao``'s dynamic Linear (fbgemm) on an AVX512-VNNI EPYC and 1.13-1.18x on a Xeon with AMX, where
     ``torch._int_mm`` ran at 0.89-1.03x. Elsewhere (7-bit activations) fbgemm while PyTorch has it; the same saved
     integers run on any of the three."""
-    if activation_bits == 8 and onednn_supported():
+    if activation_bits == 8 and onednn_supported(8):
         return "onednn"
     if fbgemm_available():
         return "fbgemm"
+    if onednn_supported(activation_bits):  # 7 bits on AVX2: exact, not measured against fbgemm on such a CPU
+        return "onednn"
     if activation_bits == 8 and per_token_supported():
         return "int_mm"
-    raise BertkitError(f"int8 at {activation_bits}-bit activations needs torch.ao's dynamic int8 Linear, which this "
-                       "PyTorch no longer has (torch._int_mm is exact only at 8 bits on CPUs with AVX512-VNNI): run "
-                       "the model in fp32 or bf16, or use a PyTorch that still ships torch.ao.quantization")
+    raise BertkitError(f"int8 at {activation_bits}-bit activations needs oneDNN's quantized Linear "
+                       "(torch.ops.onednn.qlinear_pointwise) or torch.ao's dynamic int8 Linear, and this PyTorch has "
+                       "neither: run the model in fp32 or bf16, or use a PyTorch built with oneDNN (the x86 wheels)")
 
 
-_ZERO_POINT_128 = torch.tensor(128)
+_ZERO_POINTS = {127: torch.tensor(128), 63: torch.tensor(64)}  # levels -> uint8 zero point
 _ONE = torch.tensor(1.0)
 
 
@@ -208,15 +212,15 @@ class OneDNNWeights:
         self.zero_points: Tensor | None = None
 
     def __call__(self, q: Tensor, x_scale: Tensor, weight_t: Tensor, weight_scale: Tensor, bias: Tensor | None,
-                 out_dtype: torch.dtype | None = None) -> Tensor:
-        """(q - 128) @ W^T * x_scale * weight_scale + bias, from uint8 codes ``q`` (T, in)."""
+                 out_dtype: torch.dtype | None = None, levels: int = 127) -> Tensor:
+        """(q - levels - 1) @ W^T * x_scale * weight_scale + bias, from uint8 codes ``q`` (T, in)."""
         # inference tensors cannot be changed in place, and keep no version counter
         key = (weight_t.data_ptr(), 0 if weight_t.is_inference() else weight_t._version, tuple(weight_t.shape))
         if self.key != key:
             self.packed = torch.ops.onednn.qlinear_prepack(weight_t.t().contiguous(), None)
             self.zero_points = torch.zeros(weight_t.shape[1], dtype=torch.int64)
             self.key = key
-        return torch.ops.onednn.qlinear_pointwise.tensor(q, x_scale, _ZERO_POINT_128, self.packed, weight_scale,
+        return torch.ops.onednn.qlinear_pointwise.tensor(q, x_scale, _ZERO_POINTS[levels], self.packed, weight_scale,
                                                          self.zero_points, bias, 1.0, 0, out_dtype or _output_dtype(), "none",
                                                          [], "")
 
@@ -277,10 +281,10 @@ class SmoothedInt8Linear(nn.Module):
         self.backend = backend or default_backend(self.activation_bits)
         if self.backend not in BACKENDS:
             raise BertkitError(f"int8 backend {self.backend!r} is not one of {BACKENDS}")
-        if self.backend == "onednn" and not (self.activation_bits == 8 and onednn_supported()):
-            raise BertkitError(f"int8 backend 'onednn' needs 8-bit activations on a CPU with AVX512-VNNI or AMX and "
-                               f"PyTorch's torch.ops.onednn.qlinear_pointwise (activation_bits={self.activation_bits}"
-                               "); use backend='fbgemm' or None")
+        if self.backend == "onednn" and not onednn_supported(self.activation_bits):
+            raise BertkitError(f"int8 backend 'onednn' is not exact here at activation_bits={self.activation_bits} "
+                               "(8 bits need AVX512-VNNI or AMX, and PyTorch's torch.ops.onednn.qlinear_pointwise): "
+                               "use backend=None for this CPU's kernel")
         self._onednn = OneDNNWeights()
         if self.backend in ("int_mm", "onednn"):  # the same integers in the same layout; oneDNN packs its own copy
             self.register_buffer("weight_t", qweight.t().contiguous())  # (in, out) int8
@@ -341,15 +345,16 @@ class SmoothedInt8Linear(nn.Module):
         return y.reshape(*shape[:-1], self.out_features)
 
     def _onednn_linear(self, x: Tensor) -> Tensor:
-        """``_int_mm``'s integers on oneDNN: the codes shifted into uint8 (zero point 128), the per-call zero point
-        folded into this call's bias, scales and bias applied inside the kernel."""
+        """``_int_mm``'s integers on oneDNN: the codes shifted into uint8 (zero point 128, or 64 at 7 bits), the
+        per-call zero point folded into this call's bias, scales and bias applied inside the kernel."""
         shape = x.shape
         x = x.reshape(-1, self.in_features)
         if x.shape[0] == 0:
             return x.new_zeros(*shape[:-1], self.out_features, dtype=torch.float32)
-        q, zero, step = _quantize_per_call_u8(x, self.inv_scale, 127)
+        levels = 127 if self.activation_bits == 8 else 63
+        q, zero, step = _quantize_per_call_u8(x, self.inv_scale, levels)
         bias = zero * self.weight_rowsum if self.bias is None else torch.addcmul(self.bias, zero, self.weight_rowsum)
-        y = self._onednn(q, step, self.weight_t, self.weight_scale, bias)
+        y = self._onednn(q, step, self.weight_t, self.weight_scale, bias, levels=levels)
         return y.reshape(*shape[:-1], self.out_features)
 
     def __getstate__(self) -> dict:
@@ -400,7 +405,8 @@ class PerTokenInt8Linear(nn.Module):
 
     where zero_t is the middle of row t's range and step_t its width / 254, so every row uses all of int8's
     levels whatever its range, and the weights are int8 with one scale per output channel. The GEMM is
-    ``torch._int_mm`` (int8 x int8 -> int32, exact; ``per_token_supported``). What it is for: ``ffn_out``'s
+    oneDNN's quantized Linear where it is exact at 8 bits, else ``torch._int_mm`` (int8 x int8 -> int32, exact;
+    ``per_token_supported``). What it is for: ``ffn_out``'s
     input (after GELU) spans 0.01 to 30 between tokens, which one scale per call (``SmoothedInt8Linear``)
     cannot hold; per token it can (docs/inference.md, section int8). No smoothing: measured on MiniLM, it
     did not help once the scale is per token."""
@@ -415,7 +421,7 @@ class PerTokenInt8Linear(nn.Module):
         # sum_j W[o, j], from the int8 weights: what the zero points add back
         self.register_buffer("weight_rowsum", weight.to(torch.float32).sum(1) * self.weight_scale)
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
-        self.backend = "onednn" if onednn_supported() else "int_mm"  # the same integers either way
+        self.backend = "onednn" if onednn_supported(8) else "int_mm"  # the same integers either way
         self._onednn = OneDNNWeights()
         self.training = False
 
