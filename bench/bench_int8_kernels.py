@@ -15,7 +15,13 @@ a warm-up round (which compiles); the median round is reported. ``min_cos`` is t
 the mean-pooled last layer and fp32's. Needs a CPU with AVX512-VNNI (``torch._int_mm`` is exact at 8 bits only
 there).
 
+``--activation-bits 7`` runs the width of CPUs without VNNI instead: the default set on fbgemm and on oneDNN at 7
+bits, beside fp32. On a VNNI CPU, oneDNN, MKL and ATen can be held to AVX2 to see what such a CPU's kernels do
+(fbgemm chooses its kernels from the CPU's flags and may not be held):
+
     python bench/bench_int8_kernels.py --threads 1 --rounds 5
+    ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 \
+        python bench/bench_int8_kernels.py --threads 1 --rounds 3 --activation-bits 7
 
 Prints one JSON line per workload and model.
 """
@@ -46,7 +52,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--pairs", type=int, default=256)
     p.add_argument("--windows", type=int, default=64)
+    p.add_argument("--activation-bits", type=int, choices=(7, 8), default=8,
+                   help="7: the width of CPUs without VNNI (fbgemm against oneDNN at 7 bits)")
     args = p.parse_args()
+    bits = args.activation_bits
     torch.set_num_threads(args.threads)
 
     import bertkit.quantization.kernels as kernels
@@ -60,7 +69,7 @@ def main() -> None:
     )
     from bertkit.quantization.device import onednn_supported
 
-    if not per_token_supported():
+    if bits == 8 and not per_token_supported():
         raise SystemExit("torch._int_mm is not exact on this CPU (no AVX512-VNNI): only fbgemm runs here")
     tok = BertTokenizer.from_pretrained(args.model)
     data = workloads(tok, args.data, args.pairs, args.windows)
@@ -68,12 +77,15 @@ def main() -> None:
     fp32 = BertModel.from_pretrained(args.model).eval()
     chosen, supported = kernels.default_backend, kernels.onednn_supported
     built = {}
-    backends = ("fbgemm", "int_mm") + (("onednn",) if onednn_supported() else ())
+    if bits == 8:
+        backends = ("fbgemm", "int_mm") + (("onednn",) if onednn_supported() else ())
+    else:
+        backends = ("fbgemm",) + (("onednn",) if onednn_supported(7) else ())
     for backend in backends:
         kernels.default_backend = lambda bits, backend=backend: backend
         kernels.onednn_supported = lambda bits=8, backend=backend: backend == "onednn"  # the per-token layers' kernel
-        built[backend] = quantize_int8(fp32, calibration=calibration)
-        if backend != "fbgemm":
+        built[backend] = quantize_int8(fp32, calibration=calibration, activation_bits=bits)
+        if backend != "fbgemm" and bits == 8:
             built["fast-" + backend] = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32,
                                                      per_token=FAST_PER_TOKEN)
     kernels.default_backend, kernels.onednn_supported = chosen, supported
@@ -83,7 +95,7 @@ def main() -> None:
         models[name] = (built[name], False)
         models[name + "-eager"] = (built[name], True)
     # the same models under bf16 autocast: the float parts (attention, GELU, LayerNorm, kept fp32 projections) in bf16
-    for name in [n for n in models if n in ("fbgemm", "onednn", "fast-onednn")]:
+    for name in [n for n in models if n in ("fbgemm", "onednn", "fast-onednn") and bits == 8]:
         models[name + "+bf16"] = (built[name], False)
 
     def run(name: str, batches: list[dict]) -> list[torch.Tensor]:
@@ -115,7 +127,8 @@ def main() -> None:
                 print(json.dumps({"bench": "int8_kernels", "workload": workload, "engine": name,
                                   "threads": args.threads, "seq_per_s": round(rows / secs, 1),
                                   "vs_fbgemm": round(base / secs, 3), "spread": round((max(ts) - min(ts)) / secs, 3),
-                                  "min_cos": round(cosine[name], 4), "loadavg": [round(x, 2) for x in os.getloadavg()],
+                                  "min_cos": round(cosine[name], 4), "activation_bits": bits,
+                                  "cpu_capability": torch.backends.cpu.get_cpu_capability(), "loadavg": [round(x, 2) for x in os.getloadavg()],
                                   "torch": torch.__version__}), flush=True)
 
 

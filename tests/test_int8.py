@@ -597,3 +597,30 @@ def test_the_compiled_projections_equal_the_eager_ones_and_a_failed_compile_fall
         want = kernels.linear_per_token(x, w, ws, rowsum, bias)
     assert broken.failed and caplog.text.count("no working C++ compiler") == 1
     assert torch.equal(first, want) and torch.equal(second, want)
+
+
+def test_a_compiled_quantization_that_disagrees_with_its_eager_definition_is_dropped(monkeypatch, caplog):
+    """Inductor's cache has served a kernel built under another ATEN_CPU_CAPABILITY that computed a wrong range:
+    the first compiled call is checked against the eager function, and a disagreeing kernel is never used again
+    (the eager result is returned, with a warning); one that agrees is kept without further checks."""
+    from bertkit.quantization import kernels
+
+    x, inv = torch.randn(kernels._COMPILE_FROM // 64 + 1, 64) * 3 - 1, torch.rand(64) + 0.5
+
+    def stale(fn, dynamic):
+        return lambda *args: (lambda q, zero, step: (q // 2, zero * 2, step))(*fn(*args))
+
+    monkeypatch.setattr(torch, "compile", stale)
+    fused = kernels._Fused(kernels.quantize_per_call_u8)
+    with caplog.at_level("WARNING", logger="bertkit.quantization.kernels"):
+        got = fused(x, inv, 127)
+    expected = kernels.quantize_per_call_u8(x, inv, 127)
+    assert all(torch.equal(a, b) for a, b in zip(got, expected)) and fused.failed
+    assert "disagreed with its eager definition" in caplog.text
+    assert torch.equal(fused(x, inv, 63)[0], kernels.quantize_per_call_u8(x, inv, 63)[0])  # eager from now on
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, dynamic: lambda *args: calls.append(1) or fn(*args))
+    fused = kernels._Fused(kernels.quantize_per_call_u8)
+    fused(x, inv, 127), fused(x, inv, 127)
+    assert fused.checked and not fused.failed and len(calls) == 2

@@ -121,6 +121,7 @@ class _Fused:
         self.fn = fn
         self.compiled: Callable | None = None
         self.failed = False
+        self.checked = False
 
     def __call__(self, *args):
         if (self.failed or args[0].numel() < _COMPILE_FROM or torch.jit.is_tracing() or torch.compiler.is_compiling()
@@ -130,13 +131,40 @@ class _Fused:
         if self.compiled is None:
             self.compiled = torch.compile(self.fn, dynamic=True)
         try:
-            return self.compiled(*args)
+            result = self.compiled(*args)
         except Exception as e:  # noqa: BLE001 - compiling failed, unless the eager call fails the same way
             result = self.fn(*args)  # an error of the input itself raises here, and compiling stays on
             self.failed = True
             log.warning("int8: compiling %s failed (%s: %s); quantizing activations eagerly (same results, slower)",
                         self.fn.__name__, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
             return result
+        if not self.checked:
+            # Once per process, the compiled kernel is checked against the eager function on a real input (none of
+            # these functions writes to its inputs): Inductor's cache has served a kernel built under another
+            # ATEN_CPU_CAPABILITY that computed a wrong range (every code off), which nothing else would notice.
+            expected = self.fn(*args)
+            if not _agree(result, expected):
+                self.failed = True
+                log.warning("int8: the compiled %s disagreed with its eager definition (a stale Inductor cache, "
+                            "TORCHINDUCTOR_CACHE_DIR?); quantizing activations eagerly from now on", self.fn.__name__)
+                return expected
+            self.checked = True
+        return result
+
+
+def _agree(got, expected) -> bool:
+    """Compiled and eager outputs agree: integer codes within one step (a rounding tie), floats to rounding."""
+    got, expected = (got, expected) if isinstance(got, tuple) else ((got,), (expected,))
+    for a, b in zip(got, expected):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point():
+            scale = float(b.abs().max()) if b.numel() else 0.0
+            if not torch.allclose(a, b, rtol=1e-3, atol=1e-3 * max(scale, 1e-30)):
+                return False
+        elif b.numel() and int((a.to(torch.int32) - b.to(torch.int32)).abs().max()) > 1:
+            return False
+    return True
 
 
 _linear_per_call = _Fused(linear_per_call)
