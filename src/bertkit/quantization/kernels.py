@@ -210,7 +210,7 @@ def default_backend(activation_bits: int) -> str:
         return "onednn"
     if fbgemm_available():
         return "fbgemm"
-    if onednn_supported(activation_bits):  # 7 bits on AVX2: exact, not measured against fbgemm on such a CPU
+    if onednn_supported(activation_bits):  # 7 bits on AVX2: exact, 0.83-0.87x fbgemm held to AVX2 (BENCHMARKS.md)
         return "onednn"
     if activation_bits == 8 and per_token_supported():
         return "int_mm"
