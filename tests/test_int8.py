@@ -519,10 +519,27 @@ def test_no_deprecation_warning_reaches_the_caller(fp32, calibration):
     assert not [w for w in caught if "deprecated" in str(w.message)], [str(w.message)[:80] for w in caught]
 
 
-def test_refuses_without_an_x86_engine(fp32, monkeypatch):
+def test_refuses_without_an_x86_engine_or_onednn(fp32, monkeypatch):
     monkeypatch.setattr(type(torch.backends.quantized), "supported_engines", ["qnnpack", "none"])
-    with pytest.raises(BertkitError, match=r"fbgemm or x86 .*\['qnnpack', 'none'\]"):
+    monkeypatch.setattr("bertkit._hardware.onednn_int8_exact", lambda levels: False)
+    with pytest.raises(BertkitError, match=r"oneDNN's quantized Linear .*fbgemm or x86 .*\['qnnpack', 'none'\]"):
         quantize_int8(fp32, calibration=None)
+
+
+@pytest.mark.skipif(not onednn_supported(), reason="oneDNN's quantized Linear is exact at 8 bits only with VNNI or AMX")
+def test_without_an_x86_engine_int8_runs_on_onednn(fp32, calibration, tok, stsb_sentences, tmp_path, monkeypatch):
+    """A PyTorch whose torch.ao engines are gone: quantizing, saving and loading run on oneDNN's operator, and the
+    embeddings hold the bar."""
+    from bertkit.quantization import load_int8, save_int8
+
+    monkeypatch.setattr(type(torch.backends.quantized), "supported_engines", ["qnnpack", "none"])
+    model = quantize_int8(fp32, calibration=calibration)
+    assert {m.backend for m in model.modules() if isinstance(m, SmoothedInt8Linear)} == {"onednn"}
+    save_int8(model, tmp_path / "q")
+    loaded = load_int8(tmp_path / "q")
+    texts = stsb_sentences[:200]
+    cos = F.cosine_similarity(embed(loaded, tok, texts), embed(fp32, tok, texts))
+    assert float(cos.min()) >= 0.99, float(cos.min())
 
 
 def test_refuses_models_and_arguments_it_cannot_quantize(fp32, calibration, int8):

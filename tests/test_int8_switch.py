@@ -207,6 +207,7 @@ def test_refuses_gpu_bf16_other_modes_and_stray_calibration(minilm_dir, tok, tmp
 
 def test_refuses_without_an_x86_engine(tmp_path, monkeypatch):
     monkeypatch.setattr(type(torch.backends.quantized), "supported_engines", ["qnnpack", "none"])
+    monkeypatch.setattr("bertkit._hardware.onednn_int8_exact", lambda levels: False)  # nor oneDNN's operator
     with pytest.raises(BertkitError, match=r"fbgemm or x86 .*\['qnnpack', 'none'\].*without int8"):
         pipeline("feature-extraction", tmp_path / "no-such-checkpoint", quantize="int8")
     assert main(["predict", "feature-extraction", "--model", str(tmp_path), "--input", str(tmp_path / "in.txt"),
@@ -497,7 +498,8 @@ def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, qu
 
 def test_a_saved_int8_model_packs_for_the_engine_it_finds(quantized_classifier, classifiers, sentences, monkeypatch):
     """Saved as integers and scales, not as one engine's packing: loaded where only fbgemm is offered, it gives
-    the labels the x86 engine gives; where no x86 engine exists, it is refused, naming the fix."""
+    the labels the x86 engine gives; where neither an x86 engine nor oneDNN's operator exists, it is refused,
+    naming the fix."""
     from bertkit.quantization import load_int8
 
     texts = sentences["sst2"][:32]
@@ -511,6 +513,7 @@ def test_a_saved_int8_model_packs_for_the_engine_it_finds(quantized_classifier, 
     assert [g["label"] for g in got] == [e["label"] for e in expected]
     assert max(abs(g["score"] - e["score"]) for g, e in zip(got, expected)) < 1e-4
     monkeypatch.setattr(engines, "supported_engines", ["qnnpack", "none"])
+    monkeypatch.setattr("bertkit._hardware.onednn_int8_exact", lambda levels: False)
     with pytest.raises(BertkitError, match=r"fbgemm or x86 .*\['qnnpack', 'none'\].*without int8"):
         load_int8(quantized_classifier)
 

@@ -48,11 +48,15 @@ X86_ENGINES = ("x86", "fbgemm")
 
 
 def check_x86_engine() -> None:
-    """Refuse, naming the fix, a PyTorch build without an x86 quantized engine (int8 cannot run there)."""
+    """Refuse, naming the fix, a PyTorch build with no int8 kernel for this CPU: neither oneDNN's quantized Linear
+    (exact here at 7 or 8 bits) nor an x86 quantized engine for torch.ao's dynamic Linear."""
     engines = list(torch.backends.quantized.supported_engines)
-    if not any(e in engines for e in X86_ENGINES):
-        raise BertkitError(f"int8 needs PyTorch's fbgemm or x86 quantized engine (x86 CPUs with AVX2), but this "
-                           f"PyTorch build supports only {engines}; run the fp32 model here (without int8)")
+    if any(e in engines for e in X86_ENGINES):
+        return
+    if not onednn_int8_exact(63):  # 7-bit codes: what every x86 CPU with AVX2 runs exactly
+        raise BertkitError(f"int8 needs oneDNN's quantized Linear (torch.ops.onednn.qlinear_pointwise) or PyTorch's "
+                           f"fbgemm or x86 quantized engine (x86 CPUs with AVX2), but this PyTorch build has neither "
+                           f"(its quantized engines: {engines}); run the fp32 model here (without int8)")
 
 
 def resolve_device(spec: str | torch.device, local_rank: int = 0, *, int8: bool = False, bf16: bool = False) -> str:
@@ -62,7 +66,7 @@ def resolve_device(spec: str | torch.device, local_rank: int = 0, *, int8: bool 
     GPU, ``cuda:LOCAL_RANK`` (0 outside torchrun), so N processes on a node use N GPUs without any flag. A device
     this machine does not have is an error naming it (PyTorch's own would be an AssertionError from inside
     ``.to``). With ``int8``: the CPU (``auto`` means it), or an error naming why int8 cannot run here and the fix
-    (bf16 asked for too, a GPU or MPS device, a PyTorch without an x86 quantized engine)."""
+    (bf16 on a CPU without bf16 instructions, a GPU or MPS device, a PyTorch with no int8 kernel for this CPU)."""
     if int8:
         return _int8_device(spec, bf16)
     spec = str(spec).strip()
@@ -100,8 +104,24 @@ def _int8_device(spec: str | torch.device, bf16: bool) -> str:
     except (RuntimeError, TypeError):
         raise BertkitError(f"device {spec!r} is not a device: int8 runs on cpu") from None
     if dev.type != "cpu":
-        raise BertkitError(f"int8 runs on the CPU only (PyTorch's int8 Linear kernels are fbgemm's, for x86 CPUs), "
+        raise BertkitError(f"int8 runs on the CPU only (its kernels, oneDNN's and fbgemm's, are for x86 CPUs), "
                            f"device is {str(spec)!r}; use device cpu for int8, or run the fp32 model (or bf16) "
                            "on the GPU")
     check_x86_engine()
     return str(dev)
+
+
+@functools.cache
+def onednn_int8_exact(levels: int) -> bool:
+    """Whether oneDNN's quantized Linear sums uint8 codes shifted by ``levels + 1`` (127: 8-bit activations, 63:
+    7-bit) times int8 weights exactly here (``bertkit.quantization.device.onednn_supported``)."""
+    try:
+        a = torch.tensor([[levels] * 32 + [-levels] * 16 + [-levels, levels, 5, -3] * 4] * 17, dtype=torch.int8)
+        b = torch.tensor([[127] * 32 + [-128] * 16 + [-3, 5, 127, -127] * 4] * 16, dtype=torch.int8)
+        packed = torch.ops.onednn.qlinear_prepack(b, None)
+        y = torch.ops.onednn.qlinear_pointwise.tensor(
+            (a.to(torch.int16) + levels + 1).to(torch.uint8), torch.tensor(1.0), torch.tensor(levels + 1), packed,
+            torch.ones(16), torch.zeros(16, dtype=torch.int64), None, 1.0, 0, torch.float32, "none", [], "")
+        return bool(torch.equal(y, (a.int() @ b.t().int()).float()))
+    except (AttributeError, RuntimeError):  # a PyTorch without the operator, or a build without oneDNN
+        return False

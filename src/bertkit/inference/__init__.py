@@ -76,7 +76,7 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Non
     model is quantized once, after ``.eval()``, calibrated on ``calibration_texts`` (a few hundred texts like
     the inputs; strings or ``(text, text_pair)`` tuples) or, by default, on 256 built-in English sentences; a
     model object passed in stays fp32 (a quantized copy runs). int8 refuses a GPU, ``bf16=True`` on a CPU without
-    bf16 instructions and a PyTorch without the x86/fbgemm engine. ``batch_size`` sequences run at once, grouped by length; ``max_length``
+    bf16 instructions and a PyTorch with neither oneDNN's quantized Linear nor the x86/fbgemm engine. ``batch_size`` sequences run at once, grouped by length; ``max_length``
     (default: the model's positions) caps each sequence: texts are truncated, QA contexts windowed.
     ``progress`` draws a bar (None: only for long inputs). ``options`` go to the task's pipeline (e.g.
     ``pooling="cls"``, ``normalize=True`` for embeddings).

@@ -42,7 +42,7 @@ class Precision:
 def check_request(device: str | torch.device = "cpu", *, bf16: bool = False, quantize: str | None = None,
                   calibrating: bool = False, local_rank: int = 0) -> torch.device:
     """The device a model asked to run so will run on, or an error naming why it cannot and the fix (an int8
-    request on a GPU, with bf16, without an x86 quantized engine; an unknown ``quantize``; calibration without
+    request on a GPU, with bf16, without an int8 kernel for this CPU; an unknown ``quantize``; calibration without
     int8). Called before the weights load."""
     if quantize is None:
         if calibrating:

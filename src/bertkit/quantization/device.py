@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from bertkit import _hardware
 from bertkit._hardware import X86_ENGINES, check_x86_engine
 from bertkit.errors import BertkitError
 
@@ -58,7 +59,9 @@ def _packing() -> Iterator[None]:
     packing), and torch.ao's deprecation warnings silenced (known, and stated in the package's docstring;
     users should not see them on every call)."""
     before = torch.backends.quantized.engine
-    torch.backends.quantized.engine = next(e for e in X86_ENGINES if e in torch.backends.quantized.supported_engines)
+    engine = next((e for e in X86_ENGINES if e in torch.backends.quantized.supported_engines), None)
+    if engine is not None:  # without one, the layers run on oneDNN's operator (check_x86_engine)
+        torch.backends.quantized.engine = engine
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated",
@@ -102,18 +105,4 @@ def onednn_supported(activation_bits: int = 8) -> bool:
         raise BertkitError(f"activation_bits must be one of {ACTIVATION_BITS}, got {activation_bits!r}")
     if activation_bits == 8 and int8_activation_bits() != 8:
         return False
-    return _onednn_exact(127 if activation_bits == 8 else 63)
-
-
-@functools.cache
-def _onednn_exact(levels: int) -> bool:
-    try:
-        a = torch.tensor([[levels] * 32 + [-levels] * 16 + [-levels, levels, 5, -3] * 4] * 17, dtype=torch.int8)
-        b = torch.tensor([[127] * 32 + [-128] * 16 + [-3, 5, 127, -127] * 4] * 16, dtype=torch.int8)
-        packed = torch.ops.onednn.qlinear_prepack(b, None)
-        y = torch.ops.onednn.qlinear_pointwise.tensor(
-            (a.to(torch.int16) + levels + 1).to(torch.uint8), torch.tensor(1.0), torch.tensor(levels + 1), packed,
-            torch.ones(16), torch.zeros(16, dtype=torch.int64), None, 1.0, 0, torch.float32, "none", [], "")
-        return bool(torch.equal(y, (a.int() @ b.t().int()).float()))
-    except (AttributeError, RuntimeError):  # a PyTorch without the operator, or a build without oneDNN
-        return False
+    return _hardware.onednn_int8_exact(127 if activation_bits == 8 else 63)

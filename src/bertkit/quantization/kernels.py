@@ -193,7 +193,8 @@ BACKENDS = ("int_mm", "fbgemm", "onednn")
 def fbgemm_available() -> bool:
     """Whether this PyTorch still has ``torch.ao``'s dynamic int8 Linear (deprecated, removal scheduled)."""
     try:
-        return hasattr(torch.ao.nn.quantized.dynamic, "Linear") and hasattr(torch.ops.quantized, "linear_dynamic")
+        return (hasattr(torch.ao.nn.quantized.dynamic, "Linear") and hasattr(torch.ops.quantized, "linear_dynamic")
+                and any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")))
     except (AttributeError, RuntimeError):
         return False
 

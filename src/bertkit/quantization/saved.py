@@ -155,7 +155,7 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
     ``model_class`` (``BertModel`` or a head class) defaults to the one config.json's ``architectures``
     names; a head model's directory loads as ``BertModel`` too (the head is left out), as from_pretrained
     does. The int8 weights are packed here for this machine's quantized engine: a directory written on one
-    x86 CPU runs on another; a machine without the x86/fbgemm engine is refused, naming it.
+    x86 CPU runs on another; a PyTorch with neither oneDNN's quantized Linear nor the x86/fbgemm engine is refused, naming it.
     """
     directory = Path(model_dir)
     weights = directory / INT8_WEIGHTS_NAME
