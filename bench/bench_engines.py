@@ -111,18 +111,16 @@ def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Call
     fp32 = BertModel.from_pretrained(model_dir).eval()
     int8 = quantize_int8(fp32, calibration=calibration)
 
-    def bf16(b: Batch) -> torch.Tensor:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return fp32(**b).last_hidden_state
+    def under_bf16(model: BertModel) -> Callable:
+        def run(b: Batch) -> torch.Tensor:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return model(**b).last_hidden_state
+        return run
 
-    def int8_bf16(b: Batch) -> torch.Tensor:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return int8(**b).last_hidden_state
-
-    engines = {"bertkit-fp32": lambda b: fp32(**b).last_hidden_state, "bertkit-bf16": bf16,
+    engines = {"bertkit-fp32": lambda b: fp32(**b).last_hidden_state, "bertkit-bf16": under_bf16(fp32),
                "bertkit-int8": lambda b: int8(**b).last_hidden_state}
     if cpu_has_bf16():
-        engines["bertkit-int8-bf16"] = int8_bf16
+        engines["bertkit-int8-bf16"] = under_bf16(int8)
     if per_token_supported():
         fast = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
         engines["bertkit-int8-fast"] = lambda b: fast(**b).last_hidden_state

@@ -331,7 +331,6 @@ def test_the_vnni_probe_catches_a_kernel_that_saturates():
     """oneDNN can run its non-VNNI int8 kernel on a VNNI CPU (ONEDNN_MAX_CPU_ISA); its pairwise int16 sums
     saturate on runs of 127s, which the probe multiplies, so per-token layers are not built or loaded there
     (they would be silently wrong: measured 4% relative error instead of 0.8% on MiniLM's ffn_out)."""
-    import os
     import subprocess
     import sys
 

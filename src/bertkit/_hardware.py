@@ -7,6 +7,7 @@ import functools
 import logging
 
 import torch
+from torch import Tensor
 
 from bertkit.errors import BertkitError
 
@@ -111,13 +112,34 @@ def _int8_device(spec: str | torch.device, bf16: bool) -> str:
     return str(dev)
 
 
+def _probe_operands(levels: int) -> tuple[Tensor, Tensor]:
+    """Codes (17, 64) and int8 weights (16, 64) for the exactness probes: runs of equal extreme values, of both
+    signs, are what saturate a pairwise int16 sum (127*127 + 127*127 > 32767), and oneDNN may run a narrower
+    kernel than the CPU flags say (``ONEDNN_MAX_CPU_ISA``), so the probes multiply such runs and compare with int32
+    arithmetic."""
+    a = torch.tensor([[levels] * 32 + [-levels - 1] * 16 + [-levels, levels, 5, -3] * 4] * 17, dtype=torch.int8)
+    b = torch.tensor([[127] * 32 + [-128] * 16 + [-3, 5, 127, -127] * 4] * 16, dtype=torch.int8)
+    return a, b
+
+
+@functools.cache  # the probes run once per process: a model's every layer asks
+def int_mm_exact() -> bool:
+    """Whether ``torch._int_mm`` (int8 x int8 -> int32) sums full 8-bit codes exactly here
+    (``bertkit.quantization.device.per_token_supported``)."""
+    a, b = _probe_operands(127)
+    try:
+        return bool(torch.equal(torch._int_mm(a, b.t().contiguous()), a.int() @ b.t().int()))
+    except RuntimeError:  # an older PyTorch without the CPU kernel
+        return False
+
+
 @functools.cache
 def onednn_int8_exact(levels: int) -> bool:
     """Whether oneDNN's quantized Linear sums uint8 codes shifted by ``levels + 1`` (127: 8-bit activations, 63:
     7-bit) times int8 weights exactly here (``bertkit.quantization.device.onednn_supported``)."""
+    a, b = _probe_operands(levels)
+    a = a.clamp(-levels, levels)  # uint8 after the shift: the codes are symmetric
     try:
-        a = torch.tensor([[levels] * 32 + [-levels] * 16 + [-levels, levels, 5, -3] * 4] * 17, dtype=torch.int8)
-        b = torch.tensor([[127] * 32 + [-128] * 16 + [-3, 5, 127, -127] * 4] * 16, dtype=torch.int8)
         packed = torch.ops.onednn.qlinear_prepack(b, None)
         y = torch.ops.onednn.qlinear_pointwise.tensor(
             (a.to(torch.int16) + levels + 1).to(torch.uint8), torch.tensor(1.0), torch.tensor(levels + 1), packed,

@@ -9,7 +9,6 @@ answer (``int8=True``), as for every other model. ``_packing`` sets the engine w
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,20 +76,7 @@ def per_token_supported() -> bool:
     """Whether ``PerTokenInt8Linear`` runs exactly here: ``torch._int_mm`` (int8 x int8 -> int32, oneDNN) on a
     CPU with AVX512-VNNI, whose instructions sum the products straight into int32 (AVX2's pairwise int16 sums
     can saturate, as ``int8_activation_bits`` explains), and a PyTorch that has the CPU kernel."""
-    return int8_activation_bits() == 8 and hasattr(torch, "_int_mm") and _int_mm_exact()
-
-
-@functools.cache  # the probes run once per process: a model's every layer asks
-def _int_mm_exact() -> bool:
-    try:
-        # Runs of equal large values are what saturate a pairwise int16 sum (127*127 + 127*127 > 32767), and
-        # oneDNN may pick its non-VNNI kernel where the CPU flags say VNNI (ONEDNN_MAX_CPU_ISA), so the probe
-        # multiplies such runs, of both signs, and compares with int32 arithmetic.
-        a = torch.tensor([[127] * 32 + [-128] * 16 + [-127, 127, 5, -3] * 4] * 17, dtype=torch.int8)
-        b = torch.tensor([[127] * 32 + [-128] * 16 + [-3, 5, 127, -127] * 4] * 16, dtype=torch.int8)
-        return bool(torch.equal(torch._int_mm(a, b.t().contiguous()), a.int() @ b.t().int()))
-    except RuntimeError:  # an older PyTorch without the CPU kernel
-        return False
+    return int8_activation_bits() == 8 and hasattr(torch, "_int_mm") and _hardware.int_mm_exact()
 
 
 def onednn_supported(activation_bits: int = 8) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from bertkit._hardware import X86_ENGINES
 from bertkit.errors import BertkitError
 from bertkit.quantization.device import onednn_supported, per_token_supported
 
@@ -33,29 +34,66 @@ log = logging.getLogger(__name__)
 _TINY = torch.finfo(torch.float32).tiny
 
 
-def quantize_per_call(x: Tensor, inv_scale: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
-    """``x * inv_scale`` (the smoothing) quantized with one zero point and step for the whole call: the middle of
-    its range and its width / (2 * levels), so the activations use every level whatever their offset. Returns the
-    int8 codes (T, in), the zero point and the step (0-d). ``x`` has at least one row."""
+def _codes_per_call(x: Tensor, inv_scale: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``x * inv_scale`` (the smoothing) as float codes in [-levels, levels] with one zero point and step for the
+    whole call: the middle of its range and its width / (2 * levels), so the activations use every level whatever
+    their offset. Returns the codes (T, in), the zero point and the step (0-d). ``x`` has at least one row."""
     x = x * inv_scale
     lo, hi = torch.aminmax(x)
     lo, hi = lo * 0.5, hi * 0.5  # halved: a +-3e38 range does not overflow to inf
     zero = hi + lo
     step = ((hi - lo) / levels).clamp_(min=_TINY)
     # in place on this call's own copy: eagerly, fresh large buffers cost page faults on every call
-    return x.sub_(zero).div_(step).round_().clamp_(-levels, levels).to(torch.int8), zero, step
+    return x.sub_(zero).div_(step).round_().clamp_(-levels, levels), zero, step
 
 
-def quantize_per_token(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``x`` (T, in) quantized with one zero point and step per row (the middle of its range, its width / 254).
-    Returns the int8 codes (T, in), the zero points and the steps (T, 1)."""
+def _codes_per_token(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``x`` (T, in) as float codes in [-127, 127] with one zero point and step per row (the middle of its range,
+    its width / 254). Returns the codes (T, in), the zero points and the steps (T, 1)."""
     # Halved before adding, so a row reaching +-1.7e38 does not overflow to inf; the same bits otherwise
     # (halving is exact, and (h - l) / 127 rounds the same real number as (hi - lo) / 254).
     hi, lo = x.amax(1, keepdim=True).mul_(0.5), x.amin(1, keepdim=True).mul_(0.5)  # (T, 1) each
     zero = hi + lo
     step = ((hi - lo) / 127).clamp_(min=_TINY)
     # one new (T, in) buffer, the rest in place: eagerly, fresh large buffers cost page faults on every call
-    return x.sub(zero).div_(step).round_().clamp_(-127, 127).to(torch.int8), zero, step
+    return x.sub(zero).div_(step).round_().clamp_(-127, 127), zero, step
+
+
+def quantize_per_call(x: Tensor, inv_scale: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``_codes_per_call`` as int8 (``torch._int_mm``'s activation type)."""
+    codes, zero, step = _codes_per_call(x, inv_scale, levels)
+    return codes.to(torch.int8), zero, step
+
+
+def quantize_per_token(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``_codes_per_token`` as int8 (``torch._int_mm``'s activation type)."""
+    codes, zero, step = _codes_per_token(x)
+    return codes.to(torch.int8), zero, step
+
+
+def quantize_per_call_u8(x: Tensor, inv_scale: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``_codes_per_call`` shifted by ``levels + 1`` into uint8, oneDNN's activation type (zero point 128 at 8
+    bits, codes 1..255; 64 at 7 bits, codes 1..127, which AVX2's pairwise int16 sums hold exactly): the same
+    integers as ``quantize_per_call``, in one pass when compiled."""
+    codes, zero, step = _codes_per_call(x, inv_scale, levels)
+    return codes.add_(levels + 1).to(torch.uint8), zero, step
+
+
+def quantize_per_token_u8(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``_codes_per_token`` shifted by 128 into uint8 (oneDNN's activation type, zero point 128)."""
+    codes, zero, step = _codes_per_token(x)
+    return codes.add_(128).to(torch.uint8), zero, step
+
+
+def zero_point_offset(zero: Tensor, weight_rowsum: Tensor, bias: Tensor | None) -> Tensor:
+    """zero * rowsum(W) + b: what the activations' zero point (per call or per token) adds to each output, with the
+    bias; the integer product is of the codes alone."""
+    return zero * weight_rowsum if bias is None else torch.addcmul(bias, zero, weight_rowsum)
+
+
+def per_token_epilogue(acc: Tensor, zero: Tensor, step: Tensor, weight_rowsum: Tensor, bias: Tensor | None) -> Tensor:
+    """y_t = step_t * acc_t + zero_t * rowsum(W) + b, where ``acc`` already holds (q_t @ Wq) * w_scale."""
+    return zero_point_offset(zero, weight_rowsum, bias).addcmul_(acc, step)
 
 
 def linear_per_call(x: Tensor, inv_scale: Tensor, levels: int, weight_t: Tensor, weight_scale: Tensor,
@@ -64,8 +102,8 @@ def linear_per_call(x: Tensor, inv_scale: Tensor, levels: int, weight_t: Tensor,
     zero and step from ``quantize_per_call``; the int32 sums are exact, the zero point comes back through the
     weights' row sums. ``x`` (T, in), T >= 1."""
     q, zero, step = quantize_per_call(x, inv_scale, levels)
-    offset = zero * weight_rowsum if bias is None else torch.addcmul(bias, zero, weight_rowsum)
-    return torch.addcmul(offset, torch._int_mm(q, weight_t).to(torch.float32), weight_scale * step)
+    return torch.addcmul(zero_point_offset(zero, weight_rowsum, bias), torch._int_mm(q, weight_t).to(torch.float32),
+                         weight_scale * step)
 
 
 def linear_per_token(x: Tensor, weight_t: Tensor, weight_scale: Tensor, weight_rowsum: Tensor,
@@ -74,34 +112,7 @@ def linear_per_token(x: Tensor, weight_t: Tensor, weight_scale: Tensor, weight_r
     step from ``quantize_per_token``. ``x`` (T, in), T >= 1."""
     q, zero, step = quantize_per_token(x)
     acc = torch._int_mm(q, weight_t).to(torch.float32).mul_(weight_scale)  # (T, out)
-    offset = zero * weight_rowsum if bias is None else torch.addcmul(bias, zero, weight_rowsum)
-    return offset.addcmul_(acc, step)
-
-
-def quantize_per_call_u8(x: Tensor, inv_scale: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
-    """``quantize_per_call``'s codes shifted by ``levels + 1`` into uint8, oneDNN's activation type (zero point 128
-    at 8 bits, codes 1..255; 64 at 7 bits, codes 1..127, which AVX2's pairwise int16 sums hold exactly): the same
-    integers, in one pass when compiled."""
-    x = x * inv_scale
-    lo, hi = torch.aminmax(x)
-    lo, hi = lo * 0.5, hi * 0.5
-    zero = hi + lo
-    step = ((hi - lo) / levels).clamp_(min=_TINY)
-    return x.sub_(zero).div_(step).round_().clamp_(-levels, levels).add_(levels + 1).to(torch.uint8), zero, step
-
-
-def quantize_per_token_u8(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``quantize_per_token``'s codes shifted by 128 into uint8 (oneDNN's activation type, zero point 128)."""
-    hi, lo = x.amax(1, keepdim=True).mul_(0.5), x.amin(1, keepdim=True).mul_(0.5)
-    zero = hi + lo
-    step = ((hi - lo) / 127).clamp_(min=_TINY)
-    return x.sub(zero).div_(step).round_().clamp_(-127, 127).add_(128).to(torch.uint8), zero, step
-
-
-def per_token_epilogue(acc: Tensor, zero: Tensor, step: Tensor, weight_rowsum: Tensor, bias: Tensor | None) -> Tensor:
-    """y_t = step_t * acc_t + zero_t * rowsum(W) + b, where ``acc`` already holds (q_t @ Wq) * w_scale."""
-    offset = zero * weight_rowsum if bias is None else torch.addcmul(bias, zero, weight_rowsum)
-    return offset.addcmul_(acc, step)
+    return per_token_epilogue(acc, zero, step, weight_rowsum, bias)
 
 
 # Calls on fewer activations than this run eagerly: compiling costs seconds once per process (BENCHMARKS.md), and
@@ -194,7 +205,7 @@ def fbgemm_available() -> bool:
     """Whether this PyTorch still has ``torch.ao``'s dynamic int8 Linear (deprecated, removal scheduled)."""
     try:
         return (hasattr(torch.ao.nn.quantized.dynamic, "Linear") and hasattr(torch.ops.quantized, "linear_dynamic")
-                and any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")))
+                and any(e in torch.backends.quantized.supported_engines for e in X86_ENGINES))
     except (AttributeError, RuntimeError):
         return False
 
@@ -382,8 +393,8 @@ class SmoothedInt8Linear(nn.Module):
             return x.new_zeros(*shape[:-1], self.out_features, dtype=torch.float32)
         levels = 127 if self.activation_bits == 8 else 63
         q, zero, step = _quantize_per_call_u8(x, self.inv_scale, levels)
-        bias = zero * self.weight_rowsum if self.bias is None else torch.addcmul(self.bias, zero, self.weight_rowsum)
-        y = self._onednn(q, step, self.weight_t, self.weight_scale, bias, levels=levels)
+        y = self._onednn(q, step, self.weight_t, self.weight_scale, zero_point_offset(zero, self.weight_rowsum, self.bias),
+                         levels=levels)
         return y.reshape(*shape[:-1], self.out_features)
 
     def __getstate__(self) -> dict:
