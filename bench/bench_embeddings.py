@@ -13,13 +13,16 @@ sentence cut at 256 tokens and every batch padded to its longest):
   session, its tokenizer, its batching; ``threads`` set; ``embed(batch_size=32)``: its default of 256 pads a
   batch of sentences to the longest of 256 and ran about 15x slower here);
 - ``sentence-transformers-torch``: ``SentenceTransformer(DIR)`` with a mean-pooling and a normalising module;
-- ``sentence-transformers-onnx`` / ``-openvino``: the same directory with ``backend="onnx"`` / ``"openvino"``. Their
+- ``sentence-transformers-onnx`` / ``-openvino``: the same directory with ``backend="onnx"`` / ``"openvino"``, the
+  thread count passed to ONNX Runtime's session options / OpenVINO's ``INFERENCE_NUM_THREADS`` (neither reads
+  torch's, and left alone each takes every core). Their
   optimum packages need transformers < 4.58, which the test extra's transformers 5 excludes, so they run in a child
   process of another environment given by ``--st-python`` (made with ``pip install torch==2.13.0
   "sentence-transformers[onnx,openvino]"``); without it these rows are skipped and say why.
 
 Rounds are interleaved (every engine, then again) and the median is reported with the spread; ``min_cos`` is the
-worst sentence's cosine to bertkit fp32's vector.
+worst sentence's cosine to bertkit fp32's vector; ``cores_used`` is the most CPU seconds per wall second of any
+round (an engine above its thread count is named on stderr).
 
     python bench/bench_embeddings.py --threads 1,2 --rounds 3 [--st-python .venv-st/bin/python]
 
@@ -120,10 +123,30 @@ def fastembed_engine(directory: Path) -> Callable:
 
 
 def st_engine(directory: Path, backend: str = "torch") -> Callable:
+    """sentence-transformers on ``backend`` at ``torch.get_num_threads()`` threads. The onnx and openvino backends do
+    not read torch's thread count (left alone, ONNX Runtime and OpenVINO take every core), so each thread count gets
+    its own model with the count in its session options / ``INFERENCE_NUM_THREADS``."""
+    import torch
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(directory), backend=backend, device="cpu")
-    return lambda texts: model.encode(texts, batch_size=32, convert_to_numpy=True)
+    models: dict[int, SentenceTransformer] = {}
+
+    def run(texts: list[str]) -> np.ndarray:
+        threads = torch.get_num_threads()
+        if threads not in models:
+            kwargs = {}
+            if backend == "onnx":
+                import onnxruntime as ort
+
+                options = ort.SessionOptions()
+                options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+                kwargs = {"model_kwargs": {"session_options": options}}
+            elif backend == "openvino":
+                kwargs = {"model_kwargs": {"ov_config": {"INFERENCE_NUM_THREADS": threads,
+                                                         "PERFORMANCE_HINT": "LATENCY"}}}
+            models[threads] = SentenceTransformer(str(directory), backend=backend, device="cpu", **kwargs)
+        return models[threads].encode(texts, batch_size=32, convert_to_numpy=True)
+    return run
 
 
 def st_worker(python: str, backend: str, directory: Path, sentences: Path) -> Remote:
@@ -145,9 +168,9 @@ def worker(args: argparse.Namespace) -> None:
             print("ok", flush=True)
         else:
             torch.set_num_threads(int(arg))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             engine(texts)
-            print(time.perf_counter() - t0, flush=True)
+            print(time.perf_counter() - t0, time.process_time() - c0, flush=True)
 
 
 def main() -> None:
@@ -188,13 +211,16 @@ def main() -> None:
                 return np.load(tmp / "vectors.npy")
             return engine(texts)
 
-        def one_pass(engine, threads: int) -> float:
+        def one_pass(engine, threads: int) -> tuple[float, float]:
+            """(wall seconds, CPU seconds) of one pass: CPU over wall is the cores an engine really used, which
+            catches one that ignores the thread count it was given."""
             time.sleep(0.5)  # the last engine's spinning thread pool falls asleep (bench_engines.py says why)
             if isinstance(engine, Remote):
-                return float(engine.ask(f"time {threads}"))
-            t0 = time.perf_counter()
+                wall, cpu = engine.ask(f"time {threads}").split()
+                return float(wall), float(cpu)
+            t0, c0 = time.perf_counter(), time.process_time()
             engine(texts)
-            return time.perf_counter() - t0
+            return time.perf_counter() - t0, time.process_time() - c0
 
         torch.set_num_threads(1)
         ref = embed(engines["bertkit-fp32"])
@@ -210,16 +236,24 @@ def main() -> None:
                 for e in engines.values():
                     one_pass(e, threads)
             times: dict[str, list[float]] = {n: [] for n in engines}
+            cores: dict[str, list[float]] = {n: [] for n in engines}
             for _ in range(args.rounds):
                 for n, e in engines.items():
-                    times[n].append(one_pass(e, threads))
+                    wall, cpu = one_pass(e, threads)
+                    times[n].append(wall)
+                    cores[n].append(cpu / wall)
             base = statistics.median(times["bertkit-fp32"])
             for n, ts in times.items():
                 secs = statistics.median(ts)
+                used = max(cores[n])
+                if used > threads + 0.25:
+                    print(f"warning: {n} used {used:.2f} cores at --threads {threads}: its row is not a "
+                          f"{threads}-thread figure", file=sys.stderr)
                 print(json.dumps({
                     "bench": "embeddings", "engine": n, "threads": threads, "sentences": len(texts),
                     "sentences_per_s": round(len(texts) / secs, 1), "bertkit_fp32_vs_this": round(secs / base, 3),
-                    "min_cos": round(min_cos[n], 4), "spread": round((max(ts) - min(ts)) / secs, 3),
+                    "min_cos": round(min_cos[n], 4), "cores_used": round(used, 2),
+                    "spread": round((max(ts) - min(ts)) / secs, 3),
                     "rounds": args.rounds, "load_before": [round(x, 2) for x in load_before],
                     "load_after": [round(x, 2) for x in os.getloadavg()]}), flush=True)
         for n, why in skipped.items():

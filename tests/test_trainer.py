@@ -22,24 +22,11 @@ import torch
 
 import bertkit
 from bertkit.errors import BertkitError
+from trainer_helpers import TEST, TRAIN, _losses, accuracy
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 pytest.importorskip("accelerate")  # transformers' Trainer needs it
-
-WORDS = "the movie was great terrible boring fun a plot actors loved hated it really not very good bad".split()
-
-
-def _sentences(n: int, seed: int) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        w = rng.choice(WORDS, size=rng.integers(3, 14)).tolist()
-        out.append({"text": " ".join(w), "label": int(("great" in w or "fun" in w) and "not" not in w)})
-    return out
-
-
-TRAIN, TEST = _sentences(37, 0), _sentences(13, 1)
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +40,6 @@ def checkpoint(tmp_path_factory, minilm_dir) -> Path:
     transformers.BertForSequenceClassification(config).save_pretrained(path)
     transformers.BertTokenizerFast.from_pretrained(minilm_dir).save_pretrained(path)
     return path
-
-
-def accuracy(eval_pred):
-    predictions, labels = eval_pred
-    return {"accuracy": float((predictions.argmax(-1) == labels).mean())}
 
 
 def _guide(lib, checkpoint: Path, out: Path, **overrides):
@@ -79,10 +61,6 @@ def _guide(lib, checkpoint: Path, out: Path, **overrides):
                           data_collator=lib.DataCollatorWithPadding(tokenizer), compute_metrics=accuracy)
     result = trainer.train()
     return trainer, result, trainer.evaluate(), trainer.predict(test)
-
-
-def _losses(history: list[dict]) -> list[tuple[int, float, float]]:
-    return [(h["step"], h["loss"], h["learning_rate"]) for h in history if "loss" in h]
 
 
 def test_the_guide_gives_transformers_numbers_step_by_step(checkpoint, tmp_path):

@@ -182,3 +182,40 @@ def test_keys_rounded_up_for_the_cpu_kernel_change_no_output(grouping, layout, m
     torch.testing.assert_close(rounded[real], exact[real], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(rounded_one, exact_one, atol=1e-5, rtol=1e-5)
     assert padding.key_multiple(torch.device("cpu")) == 1  # under autograd: training keeps its shapes
+
+
+def test_auto_layout_rule_on_a_gpu_device():
+    """Where ``layout="auto"`` keeps the rectangle on a CUDA device (decided without touching one: the device,
+    the weights' dtype, TF32 and the batch's length); never on the CPU. tests/test_cuda.py runs it on a GPU."""
+    from bertkit.modeling import GPU_UNPAD_MIN_LENGTH, _gpu_keeps_rectangle
+
+    cuda, cpu, long, short = torch.device("cuda"), torch.device("cpu"), GPU_UNPAD_MIN_LENGTH, GPU_UNPAD_MIN_LENGTH - 1
+    assert not _gpu_keeps_rectangle(cpu, torch.float32, short) and not _gpu_keeps_rectangle(cpu, torch.bfloat16, 8)
+    assert not _gpu_keeps_rectangle(cuda, torch.float32, long)
+    assert _gpu_keeps_rectangle(cuda, torch.float32, short)
+    assert _gpu_keeps_rectangle(cuda, torch.bfloat16, long) and _gpu_keeps_rectangle(cuda, torch.float16, long)
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert _gpu_keeps_rectangle(cuda, torch.float32, long)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_a_rectangle_with_zero_padding_reads_as_the_unpadded_layout(tiny_model):
+    """The rectangle ``layout="auto"`` computes on a GPU (``zero_padding``) returns zeros at padding, as the
+    unpadded layout does, and the same states at real tokens; the plain padded layout keeps its numbers there."""
+    from bertkit.padding import TokenLayout
+
+    model = tiny_model().eval()
+    ids = torch.randint(1, 99, (3, 10))
+    mask = torch.ones_like(ids)
+    mask[0, 6:] = 0
+    mask[2, 3:] = 0
+    with torch.no_grad():
+        unpadded = model(input_ids=ids, attention_mask=mask, layout="unpadded").last_hidden_state
+        rect = model(input_ids=ids, attention_mask=mask, layout="padded")
+    zeroed = TokenLayout.padded(mask, (3, 10), zero_padding=True).to_batch(rect.tokens)
+    assert (rect.last_hidden_state[~mask.bool()] != 0).all(dim=-1).any()
+    torch.testing.assert_close(zeroed, unpadded, atol=1e-5, rtol=0)
+    assert (zeroed[~mask.bool()] == 0).all()

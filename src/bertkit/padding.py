@@ -200,7 +200,8 @@ class TokenLayout:
     layout's ``AttentionPlan`` (its length groups: ``groups``); ``first_token`` (B,) indexes each sequence's
     first token ([CLS]) among the stored tokens; ``extra_rows`` the rows that round N up inside the layers
     (``pack``), in no sequence and no attention group: they attend to nothing, nothing attends to them, and
-    ``unpack`` drops them.
+    ``unpack`` drops them. ``zero_padding``: a padded layout that ``to_batch`` gives zeros at padding, as the
+    unpadded one does (where ``layout="auto"`` computes the rectangle on a GPU, its outputs read the same).
     """
 
     batch_shape: tuple[int, int]
@@ -209,12 +210,13 @@ class TokenLayout:
     attention: AttentionPlan | None = None
     first_token: Tensor | None = None
     extra_rows: int = 0
+    zero_padding: bool = False
 
     @classmethod
-    def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int]) -> TokenLayout:
+    def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int], zero_padding: bool = False) -> TokenLayout:
         if attention_mask is None or (not is_tracing() and bool(attention_mask.all())):
             return cls(shape, None)  # no padding: SDPA takes its fastest, mask-free kernel
-        return cls(shape, attention_mask.bool()[:, None, None, :])  # (B, 1, 1, T)
+        return cls(shape, attention_mask.bool()[:, None, None, :], zero_padding=zero_padding)  # mask (B, 1, 1, T)
 
     @classmethod
     def unpadded(cls, attention_mask: Tensor, multiple: int | None = None) -> TokenLayout:
@@ -252,8 +254,11 @@ class TokenLayout:
         return x[: x.size(0) - self.extra_rows] if self.extra_rows else x  # (N, D)
 
     def to_batch(self, x: Tensor) -> Tensor:
-        """Stored tokens -> the caller's padded (B, T, D) shape (zeros at padding); identity when padded."""
+        """Stored tokens -> the caller's padded (B, T, D) shape (zeros at padding); identity when padded, except
+        with ``zero_padding``."""
         if self.is_padded:
+            if self.zero_padding and self.key_mask is not None:
+                return x.masked_fill(~self.key_mask.view(*self.batch_shape, 1), 0)
             return x
         B, T = self.batch_shape
         return x.new_zeros(B * T, x.size(-1)).index_copy_(0, self.flat_index, x).view(B, T, -1)

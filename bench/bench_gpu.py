@@ -1,0 +1,165 @@
+"""bertkit against transformers on a CUDA GPU, same process, same weights, same batches: inference at two input
+lengths and a fine-tuning step, in fp32, TF32 and bf16.
+
+The model is BERT-BASE's shape (L=12, H=768, A=12) with seeded random weights, saved once by transformers and
+loaded by both libraries (speed does not depend on the values; parity is checked on them); the text is real:
+- short: SST-2 dev sentences in file order, batch 64, padded to the batch's longest (about 25 tokens);
+- windows: SQuAD v1.1 dev question + context, batch 32, cut at 384 tokens (about 170 tokens, many padded);
+- train: SST-2 training batches of 32 (max 128 tokens), BertForSequenceClassification, AdamW, loss + backward +
+  step; dropout on as in fine-tuning; ``train_windows``: the same step on the SQuAD windows above, batches of
+  32 (labels alternate: the step's cost does not depend on them).
+Precisions: fp32 (TF32 off: exact fp32 matrix products), tf32 (``torch.backends.cuda.matmul.allow_tf32``), bf16
+(autocast). transformers runs with its default attention (SDPA); bertkit in its default layout (``"auto"``) and
+forced to each layout (``bertkit_padded``, ``bertkit_unpadded``). Each pass is timed with CUDA synchronised,
+after a warm-up pass; the median of ``--repeats`` passes, rounds interleaved. ``max_diff`` is the largest
+difference of bertkit's last hidden state from transformers' at real tokens, same precision.
+
+    python bench/bench_gpu.py --vocab DIR [--data ../shared/data] [--repeats 5]
+
+Prints one JSON line per workload and precision. Needs a CUDA device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import transformers
+
+from bench_inference import batches_for, squad_pairs, sst2_texts, sst2_train_batches
+from bertkit import BertModel, BertTokenizer
+from bertkit.heads import BertForSequenceClassification
+
+REPO = Path(__file__).resolve().parents[1]
+PRECISIONS = ("fp32", "tf32", "bf16")
+BERTKIT = {"bertkit": "auto", "bertkit_padded": "padded", "bertkit_unpadded": "unpadded"}  # name: layout
+
+
+def precision(name: str):
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = name == "tf32"
+    return torch.autocast("cuda", dtype=torch.bfloat16) if name == "bf16" else nullcontext()
+
+
+def timed(fn, batches, prec: str) -> float:
+    with precision(prec):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for b in batches:
+            fn(b)
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def spread(times: dict[str, list[float]]) -> float:
+    return round(max((max(v) - min(v)) / statistics.median(v) for v in times.values()), 3)
+
+
+def inference(checkpoint: str, workloads: dict[str, list[dict]], repeats: int, meta: dict) -> None:
+    cuda = torch.device("cuda")
+    theirs = transformers.BertModel.from_pretrained(checkpoint).to(cuda).eval()
+    ours = BertModel.from_pretrained(checkpoint).to(cuda).eval()
+    fns = {"transformers": lambda b: theirs(**b).last_hidden_state,
+           **{name: (lambda b, lay=lay: ours(**b, layout=lay).tokens) for name, lay in BERTKIT.items()}}
+    for name, batches in workloads.items():
+        batches = [{k: v.to(cuda) for k, v in b.items()} for b in batches]
+        seqs = sum(b["input_ids"].shape[0] for b in batches)
+        real = sum(int(b["attention_mask"].sum()) for b in batches)
+        for prec in PRECISIONS:
+            times: dict[str, list[float]] = {k: [] for k in fns}
+            with torch.inference_mode():
+                for fn in fns.values():
+                    timed(fn, batches, prec)  # warm-up
+                for _ in range(repeats):
+                    for k, fn in fns.items():
+                        times[k].append(timed(fn, batches, prec))
+                b = batches[len(batches) // 2]
+                with precision(prec):
+                    mask = b["attention_mask"].bool()
+                    want = theirs(**b).last_hidden_state[mask].float()
+                    diff = (ours(**b).last_hidden_state[mask].float() - want).abs().max().item()
+                    scale = want.abs().max().item()
+            med = {k: statistics.median(v) for k, v in times.items()}
+            print(json.dumps({
+                **meta, "workload": name, "precision": prec, "sequences": seqs,
+                "real_tokens_per_seq": round(real / seqs, 1),
+                "transformers_seq_per_s": round(seqs / med["transformers"], 1),
+                **{f"{k}_seq_per_s": round(seqs / med[k], 1) for k in BERTKIT},
+                "speedup": round(med["transformers"] / med["bertkit"], 3),
+                **{f"speedup_{k.removeprefix('bertkit_')}": round(med["transformers"] / med[k], 3)
+                   for k in BERTKIT if k != "bertkit"},
+                "max_diff": float(f"{diff:.3g}"), "max_abs": float(f"{scale:.3g}"),
+                "spread": spread(times)}), flush=True)
+
+
+def training(checkpoint: str, name: str, batches: list[dict], repeats: int, meta: dict) -> None:
+    cuda = torch.device("cuda")
+    batches = [{k: v.to(cuda) for k, v in b.items()} for b in batches]
+    n = sum(b["input_ids"].shape[0] for b in batches)
+    for prec in PRECISIONS:
+        models = {"transformers": transformers.BertForSequenceClassification.from_pretrained(checkpoint)}
+        for variant, lay in BERTKIT.items():
+            models[variant] = BertForSequenceClassification.from_pretrained(checkpoint)
+            models[variant].bert.layout = lay
+        steps = {}
+        for k, model in models.items():
+            model.to(cuda).train()
+            optim = torch.optim.AdamW(model.parameters(), lr=2e-5)
+
+            def step(b, model=model, optim=optim):
+                model(**b).loss.backward()
+                optim.step()
+                optim.zero_grad(set_to_none=True)
+            steps[k] = step
+        torch.cuda.reset_peak_memory_stats()
+        times: dict[str, list[float]] = {k: [] for k in models}
+        for fn in steps.values():
+            timed(fn, batches, prec)  # warm-up: every batch's shapes once (cuBLAS picks kernels per shape)
+        for _ in range(repeats):
+            for k, fn in steps.items():
+                times[k].append(timed(fn, batches, prec))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(json.dumps({
+            **meta, "workload": name, "precision": prec, "sequences": n,
+            "transformers_seq_per_s": round(n / med["transformers"], 1),
+            **{f"{k}_seq_per_s": round(n / med[k], 1) for k in BERTKIT},
+            "speedup": round(med["transformers"] / med["bertkit"], 3),
+            **{f"speedup_{k.removeprefix('bertkit_')}": round(med["transformers"] / med[k], 3)
+               for k in BERTKIT if k != "bertkit"},
+            "spread": spread(times)}), flush=True)
+        del models, steps
+        torch.cuda.empty_cache()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--vocab", type=Path, default=REPO / "models" / "minilm", help="a directory with vocab.txt")
+    p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--train-batches", type=int, default=20)
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_gpu needs a CUDA device (torch.cuda.is_available() is False)")
+    tok = BertTokenizer.from_pretrained(args.vocab)
+    meta = {"bench": "gpu", "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "transformers": transformers.__version__}
+    workloads = {"short": batches_for(tok, sst2_texts(args.data, None), 64, 128, pairs=False),
+                 "windows": batches_for(tok, squad_pairs(args.data, 512), 32, 384, pairs=True)}
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        transformers.BertForSequenceClassification(
+            transformers.BertConfig(vocab_size=len(tok), num_labels=2)).save_pretrained(tmp)  # BERT-BASE's shape
+        inference(tmp, workloads, args.repeats, meta)
+        training(tmp, "train", sst2_train_batches(tok, args.data, args.train_batches), args.repeats, meta)
+        windows = workloads["windows"][:args.train_batches // 2]
+        training(tmp, "train_windows", [{**b, "labels": torch.arange(len(b["input_ids"])) % 2} for b in windows],
+                 args.repeats, meta)
+
+
+if __name__ == "__main__":
+    main()

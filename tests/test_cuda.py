@@ -1,0 +1,217 @@
+"""The CUDA path: every head against transformers on the same GPU, gradients, bf16/fp16 autocast, the Trainer guide
+run by both libraries on the GPU, pipelines and the GPU-side errors. Skipped where torch sees no CUDA device (this
+project's machines are CPU-only; these run where one is lent, `pytest tests/test_cuda.py`).
+
+TF32 is switched off in each test: with it on, both libraries' fp32 matrix products round to 10-bit mantissas and
+agree only to about 1e-3, which would hide a real difference. The tolerances are the CPU tests' except where the
+GPU's kernels reduce in another order (noted at each)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import bertkit
+import bertkit.heads as H
+from bertkit import BertModel
+from bertkit.errors import BertkitError
+
+transformers = pytest.importorskip("transformers")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: these checks run where torch.cuda.is_available()", allow_module_level=True)
+
+from test_parity_hf import CASES, HF_CLASSES, TINY, _compare, _inputs  # noqa: E402  (after the module-level skip)
+
+CUDA = torch.device("cuda")
+TOL = dict(atol=2e-5, rtol=0)  # the CPU tests' 1e-5, doubled: cuBLAS and the SDPA kernels sum in another order
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _to(d: dict, device) -> dict:
+    return {k: v.to(device) for k, v in d.items()}
+
+
+@pytest.mark.parametrize("layout", ["auto", "padded"])
+@pytest.mark.parametrize("cls,num_labels", CASES, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_every_head_matches_transformers_on_the_gpu(cls, num_labels, layout, tmp_path, monkeypatch):
+    import test_parity_hf
+
+    monkeypatch.setattr(test_parity_hf, "TOL", TOL)
+    torch.manual_seed(0)
+    hf = getattr(transformers, HF_CLASSES[cls])(transformers.BertConfig(**TINY, num_labels=num_labels))
+    hf.save_pretrained(tmp_path)
+    ours = cls.from_pretrained(tmp_path).to(CUDA)
+    getattr(ours, "bert", ours).layout = layout
+    inputs, labels = _inputs(cls, torch.Generator().manual_seed(1), num_labels)
+    _compare(ours, hf.to(CUDA), cls, _to(inputs, CUDA), _to(labels, CUDA))
+
+
+def test_gpu_gradients_match_transformers_and_the_cpu(tmp_path):
+    """One backward pass of a padded batch: every parameter's gradient equals transformers' on the GPU and
+    bertkit's own on the CPU."""
+    torch.manual_seed(0)
+    hf = transformers.BertForSequenceClassification(transformers.BertConfig(**TINY, num_labels=3))
+    hf.save_pretrained(tmp_path)
+    inputs, labels = _inputs(H.BertForSequenceClassification, torch.Generator().manual_seed(5), 3)
+    grads = {}
+    for name, model, device in (("hf", hf.to(CUDA), CUDA),
+                                ("gpu", H.BertForSequenceClassification.from_pretrained(tmp_path).to(CUDA), CUDA),
+                                ("cpu", H.BertForSequenceClassification.from_pretrained(tmp_path), "cpu")):
+        model.train()
+        model.zero_grad()
+        model(**_to(inputs, device), **_to(labels, device)).loss.backward()
+        grads[name] = {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
+    assert set(grads["gpu"]) == set(grads["cpu"]) and set(grads["gpu"]) <= set(grads["hf"])
+    assert len(grads["gpu"]) > 30
+    for n, g in grads["gpu"].items():
+        torch.testing.assert_close(g, grads["hf"][n], atol=2e-5, rtol=1e-4, msg=f"{n} against transformers")
+        torch.testing.assert_close(g, grads["cpu"][n], atol=2e-5, rtol=1e-4, msg=f"{n} against the CPU")
+    assert max(g.abs().max().item() for g in grads["gpu"].values()) > 1e-2  # gradients that say something
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_is_as_close_to_fp32_as_transformers(dtype, tmp_path):
+    """Under the GPU's half-precision autocast, bertkit's hidden states stay as close to fp32 as transformers'
+    do under the same autocast (each library's error against its own fp32 pass), on a MiniLM-shaped model."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=1000, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                                     intermediate_size=1536, hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0)
+    hf = transformers.BertModel(config).eval()
+    hf.save_pretrained(tmp_path)
+    ours = BertModel.from_pretrained(tmp_path).to(CUDA).eval()
+    hf = hf.to(CUDA)
+    g = torch.Generator().manual_seed(6)
+    ids = torch.randint(1, 1000, (8, 64), generator=g)
+    mask = torch.ones_like(ids)
+    for row, length in enumerate((64, 50, 33, 12, 64, 7, 40, 21)):
+        mask[row, length:] = 0
+    inputs = _to(dict(input_ids=ids, attention_mask=mask), CUDA)
+    real = inputs["attention_mask"].bool()
+    errors = {}
+    with torch.no_grad():
+        for name, model in (("ours", ours), ("hf", hf)):
+            full = model(**inputs).last_hidden_state[real]
+            with torch.autocast("cuda", dtype=dtype):
+                half = model(**inputs).last_hidden_state[real].float()
+            errors[name] = (half - full).abs().max().item()
+            cos = torch.nn.functional.cosine_similarity(half, full, dim=-1).min().item()
+            assert cos > 0.999, (name, cos)
+        torch.testing.assert_close(ours(**inputs).last_hidden_state[real], hf(**inputs).last_hidden_state[real],
+                                   **TOL)
+    assert errors["ours"] <= 1.5 * errors["hf"] + 1e-3, errors
+
+
+def _guide_rows(tokenizer, texts):
+    return [{**tokenizer(r["text"], truncation=True), "label": r["label"]} for r in texts]
+
+
+def test_the_trainer_guide_on_the_gpu_gives_transformers_numbers(minilm_tokenizer_dir, tmp_path):
+    """The text-classification guide (tests/test_trainer.py) with ``use_cpu=False`` on a CUDA machine: both
+    Trainers place the model on the GPU and log the same losses, and end with the same evaluation."""
+    from trainer_helpers import TEST, TRAIN, _losses, accuracy
+
+    checkpoint = tmp_path / "tiny-classifier"
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                     num_labels=2)
+    transformers.BertForSequenceClassification(config).save_pretrained(checkpoint)
+    transformers.BertTokenizerFast.from_pretrained(minilm_tokenizer_dir).save_pretrained(checkpoint)
+    runs = []
+    for lib in (transformers, bertkit):
+        tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
+        model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), learning_rate=1e-3,
+                                     per_device_train_batch_size=4, per_device_eval_batch_size=8, num_train_epochs=2,
+                                     logging_steps=1, save_strategy="no", report_to="none", use_cpu=False, seed=7,
+                                     disable_tqdm=True)
+        trainer = lib.Trainer(model=model, args=args, train_dataset=_guide_rows(tokenizer, TRAIN),
+                              eval_dataset=_guide_rows(tokenizer, TEST), processing_class=tokenizer,
+                              data_collator=lib.DataCollatorWithPadding(tokenizer), compute_metrics=accuracy)
+        trainer.train()
+        assert next(trainer.model.parameters()).device.type == "cuda", lib.__name__
+        runs.append((_losses(trainer.state.log_history), trainer.evaluate()))
+    (theirs, hf_eval), (ours, bk_eval) = runs
+    assert [s for s, _, _ in ours] == [s for s, _, _ in theirs] == list(range(1, 21))
+    np.testing.assert_allclose([x[1] for x in ours], [x[1] for x in theirs], rtol=1e-4, atol=1e-5)
+    assert len({round(x[1], 4) for x in ours}) > 10
+    assert bk_eval["eval_loss"] == pytest.approx(hf_eval["eval_loss"], rel=1e-4)
+    assert bk_eval["eval_accuracy"] == hf_eval["eval_accuracy"]
+
+
+@pytest.fixture(scope="module")
+def minilm_tokenizer_dir():
+    """MiniLM's tokenizer files (the weights are not needed here): the real checkpoint where present."""
+    from conftest import model_dir
+
+    d = model_dir()
+    if not (d / "vocab.txt").is_file():
+        pytest.skip(f"MiniLM's vocabulary absent at {d}: run `make model` or set BERTKIT_TEST_MODEL")
+    return d
+
+
+def test_pipelines_on_the_gpu_equal_the_cpu(tiny_checkpoint, minilm_tokenizer_dir, tmp_path):
+    """pipeline(device="cuda") gives the CPU's scores and vectors; bf16 on the GPU stays within bf16 rounding."""
+    ckpt = tiny_checkpoint(tmp_path / "clf", "BertForSequenceClassification", tokenizer=minilm_tokenizer_dir,
+                           labels=["neg", "pos", "neutral"])
+    texts = ["The movie was great.", "A terrible, boring plot that never ends.", "fine", "It rained all day " * 9]
+    cpu = bertkit.pipeline("text-classification", model=str(ckpt), progress=False)(texts)
+    gpu = bertkit.pipeline("text-classification", model=str(ckpt), device="cuda", progress=False)(texts)
+    for a, b in zip(cpu, gpu):
+        assert a["label"] == b["label"] and list(a["scores"]) == ["neg", "pos", "neutral"]
+        np.testing.assert_allclose(list(a["scores"].values()), list(b["scores"].values()), atol=1e-5)
+    emb = tiny_checkpoint(tmp_path / "emb", tokenizer=minilm_tokenizer_dir)
+    vectors = {}
+    for name, kw in (("cpu", {}), ("gpu", {"device": "cuda"}), ("gpu-bf16", {"device": "cuda", "bf16": True})):
+        vectors[name] = np.asarray(bertkit.pipeline("sentence-embedding", model=str(emb), progress=False, **kw)(texts))
+    np.testing.assert_allclose(vectors["gpu"], vectors["cpu"], atol=1e-5)
+    cos = (vectors["gpu-bf16"] * vectors["cpu"]).sum(1) / (
+        np.linalg.norm(vectors["gpu-bf16"], axis=1) * np.linalg.norm(vectors["cpu"], axis=1))
+    assert cos.min() > 0.999 and not np.allclose(vectors["gpu-bf16"], vectors["cpu"], atol=1e-7)
+
+
+def test_int8_on_the_gpu_is_refused_with_the_fix(tiny_checkpoint, minilm_tokenizer_dir, tmp_path):
+    ckpt = tiny_checkpoint(tmp_path / "emb", tokenizer=minilm_tokenizer_dir)
+    with pytest.raises(BertkitError, match="(?i)cpu"):
+        bertkit.pipeline("sentence-embedding", model=str(ckpt), device="cuda", quantize="int8", progress=False)
+
+
+def test_auto_layout_on_the_gpu(tiny_model):
+    """``layout="auto"`` on the GPU drops padding in exact fp32 from ``GPU_UNPAD_MIN_LENGTH`` positions up, in
+    training and inference, and keeps the rectangle for shorter batches, in TF32, under autocast and with half
+    weights (``modeling._gpu_keeps_rectangle`` says why); the states agree either way."""
+    from bertkit.modeling import GPU_UNPAD_MIN_LENGTH
+
+    model = tiny_model(max_position_embeddings=GPU_UNPAD_MIN_LENGTH).to(CUDA).eval()
+    long = torch.randint(1, 99, (3, GPU_UNPAD_MIN_LENGTH), device=CUDA)
+    mask = torch.ones_like(long)
+    mask[1, 70:] = 0
+    short = long[:, :100]
+    with torch.no_grad():
+        exact = model(input_ids=long, attention_mask=mask)
+        assert not exact.token_layout.is_padded
+        assert model(input_ids=short, attention_mask=mask[:, :100]).token_layout.is_padded
+        with torch.enable_grad():
+            assert not model(input_ids=long, attention_mask=mask).token_layout.is_padded
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert model(input_ids=long, attention_mask=mask).token_layout.is_padded
+        torch.backends.cuda.matmul.allow_tf32 = False
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            rect = model(input_ids=long, attention_mask=mask)
+            assert rect.token_layout.is_padded
+            assert (rect.last_hidden_state[1, 70:] == 0).all() and (rect.tokens[1, 70:] != 0).any()
+            assert not model(input_ids=long, attention_mask=mask, layout="unpadded").token_layout.is_padded
+        half = model.half()(input_ids=long, attention_mask=mask)
+        assert half.token_layout.is_padded
+        real = mask.bool()
+        torch.testing.assert_close(half.last_hidden_state[real].float(), exact.last_hidden_state[real],
+                                   atol=2e-2, rtol=0)
