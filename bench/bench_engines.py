@@ -11,9 +11,10 @@ server's batch arrives):
 
 Engines (each one's last hidden state, mean-pooled over the real tokens, is compared with bertkit fp32's: the
 worst row's cosine is ``min_cos``):
-- ``bertkit-fp32``; ``bertkit-bf16`` (autocast, as ``--bf16``); ``bertkit-int8`` (``quantize_int8`` with its
-  defaults, calibrated on 256 SST-2 training sentences, as ``bertkit quantize``); ``bertkit-int8-fast`` (``quantize
-  --fast``; CPUs with AVX512-VNNI); ``bertkit-int8-bf16`` (the default int8 with ``bf16=True``: what stays float
+- ``bertkit-fp32`` (its Linear layers on oneDNN where ``_hardware.onednn_linear``; ``bertkit-fp32-aten`` /
+  ``bertkit-bf16-aten`` the same models on ATen's ``addmm``); ``bertkit-bf16`` (autocast, as ``--bf16``); ``bertkit-int8``
+  (``quantize_int8`` with its defaults, calibrated on 256 SST-2 training sentences, as ``bertkit quantize``);
+  ``bertkit-int8-fast`` (``quantize --fast``; CPUs with AVX512-VNNI); ``bertkit-int8-bf16`` (the default int8 with ``bf16=True``: what stays float
   under bf16 autocast, as OpenVINO's int8 runs; CPUs with bf16 instructions);
 - ``ctranslate2-float32`` / ``ctranslate2-int8``: CTranslate2's converter on the checkpoint, its ``Encoder`` (token
   ids without padding in, padded states out); ``ctranslate2-mkl-float32`` / ``ctranslate2-mkl-int8``: the same with
@@ -105,7 +106,9 @@ def workloads(tok: BertTokenizer, data: Path, pairs: int, windows: int) -> dict[
 
 
 def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Callable]:
-    from bertkit._hardware import cpu_has_bf16
+    from unittest.mock import patch
+
+    from bertkit._hardware import cpu_has_bf16, onednn_linear
     from bertkit.quantization import FAST_KEEP_FP32, FAST_PER_TOKEN, per_token_supported, quantize_int8
 
     fp32 = BertModel.from_pretrained(model_dir).eval()
@@ -117,8 +120,19 @@ def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Call
                 return model(**b).last_hidden_state
         return run
 
+    def on_aten(run: Callable) -> Callable:
+        """``run`` with the Linear layers on ATen's addmm (MKL in fp32), as before oneDNN's was the default."""
+        def aten(b: Batch) -> torch.Tensor:
+            with patch("bertkit.modeling.onednn_linear", lambda: False), \
+                    patch("bertkit.modeling.onednn_bf16_linear", lambda: False):
+                return run(b)
+        return aten
+
     engines = {"bertkit-fp32": lambda b: fp32(**b).last_hidden_state, "bertkit-bf16": under_bf16(fp32),
                "bertkit-int8": lambda b: int8(**b).last_hidden_state}
+    if onednn_linear():
+        engines["bertkit-fp32-aten"] = on_aten(engines["bertkit-fp32"])
+        engines["bertkit-bf16-aten"] = on_aten(engines["bertkit-bf16"])
     if cpu_has_bf16():
         engines["bertkit-int8-bf16"] = under_bf16(int8)
     if per_token_supported():

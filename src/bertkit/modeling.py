@@ -38,8 +38,10 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.checkpoint import checkpoint
 
+from bertkit._hardware import onednn_bf16_linear, onednn_linear
 from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_embedding, new_linear
 from bertkit.compat import TupleAccess
 from bertkit.config import BertConfig
@@ -95,35 +97,112 @@ def _cpu_bf16_inference(x: Tensor) -> bool:
             and torch.get_autocast_dtype("cpu") == torch.bfloat16 and not is_tracing())
 
 
+def _cpu_fp32_inference(x: Tensor, weight: Tensor) -> bool:
+    """fp32 on the CPU without autograd or autocast, where oneDNN's Linear runs (``_hardware.onednn_linear``):
+    where ``linear`` reads weights reordered once for it."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
+            and type(weight.data) is Tensor and not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled("cpu") and not is_tracing() and onednn_linear())
+
+
+# Optimiser steps taken in this process (any optimiser: a global step hook counts them). PyTorch's fused AdamW
+# kernel updates parameters in place without bumping their version counters, so ``_derived`` also keys on this.
+_optimizer_steps = 0
+
+
+def _count_optimizer_step(*_: Any) -> None:
+    global _optimizer_steps
+    _optimizer_steps += 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_step)
+
+
+def _derived(owner: nn.Module, name: str, sources: tuple[Tensor, ...], make) -> Any:
+    """``make()`` (a tensor or tuple derived from ``sources``: a cast, a reordering), computed once and kept on
+    ``owner`` as ``name`` (outside its state dict) for as long as ``sources`` are unchanged.
+
+    It is kept with aliases of the source tensors: while they live, their memory cannot be reused by another
+    tensor, so an equal ``data_ptr`` means the same memory, and an equal ``_version`` means no in-place change
+    since (``load_state_dict``, ``copy_``, most optimisers). The fused q/k/v projection is a view of three
+    parameters, each with its own version: all three are sources. Any optimiser step in the process also derives
+    again: the fused AdamW kernel (bertkit's and transformers' Trainer's default) changes the parameters without
+    bumping their versions. Edits through ``.data`` are not seen (their version counter is another)."""
+    key = [_optimizer_steps, *((t.data_ptr(), t._version, t.shape, t.dtype) for t in sources)]
+    cached = owner.__dict__.get(name)
+    if cached is None or cached[0] != key:
+        cached = _Cached((key, tuple(t.detach() for t in sources), make()))
+        owner.__dict__[name] = cached
+    return cached[2]
+
+
+class _Cached(tuple):
+    """``_derived``'s (key, aliases, value). ``copy.deepcopy`` and pickling (``torch.save(model)``) leave it out (the
+    copy derives its own on its first call): a weight reordered for oneDNN is an opaque tensor neither can copy."""
+
+    def __deepcopy__(self, memo: dict) -> None:
+        return None
+
+    def __reduce__(self) -> tuple:
+        return _dropped, ()
+
+
+def _dropped() -> None:
+    return None
+
+
 def _bf16_copies(owner: nn.Module, weight: Tensor, bias: Tensor | None,
                  sources: tuple[Tensor, ...] | None = None) -> tuple[Tensor, Tensor | None]:
-    """``weight`` and ``bias`` in bf16, cast once and kept on ``owner`` (outside its state dict) for as long as
-    the parameters they come from (``sources``: by default the two themselves) are unchanged.
+    """``weight`` and ``bias`` in bf16, cast once and kept on ``owner`` (``_derived``) for as long as the
+    parameters they come from (``sources``: by default the two themselves) are unchanged.
 
     Autocast casts a Linear's fp32 weight to bf16 on every call (its own cache lasts one autocast region, one
     forward), which cost 10-17% of a bf16 forward of MiniLM on short inputs. The copy holds the same rounded
-    values autocast's cast makes, so outputs are bit-identical. It is kept with aliases of the source tensors:
-    while they live, their memory cannot be reused by another tensor, so an equal ``data_ptr`` means the same
-    memory, and an equal ``_version`` means no in-place change since (``load_state_dict``, an optimiser step).
-    The fused q/k/v projection is a view of three parameters, each with its own version: all three are sources.
-    Anything else casts again."""
+    values autocast's cast makes, so outputs are bit-identical."""
     sources = tuple(t for t in (weight, bias) if t is not None) if sources is None else sources
-    key = [(t.data_ptr(), t._version, t.shape, t.dtype) for t in sources]
-    cached = owner.__dict__.get("_bf16_copies")
-    if cached is None or cached[0] != key:
-        aliases = tuple(t.detach() for t in sources)
-        cached = (key, aliases, weight.detach().to(torch.bfloat16),
-                  None if bias is None else bias.detach().to(torch.bfloat16))
-        owner.__dict__["_bf16_copies"] = cached
-    return cached[2], cached[3]
+    return _derived(owner, "_bf16_copies", sources, lambda: (
+        weight.detach().to(torch.bfloat16), None if bias is None else bias.detach().to(torch.bfloat16)))
 
 
-def linear(module: nn.Module, x: Tensor) -> Tensor:
-    """``module(x)``; for a plain ``nn.Linear`` in CPU bf16 inference, with its weights cast once
-    (``_bf16_copies``) instead of on every call."""
-    if _cpu_bf16_inference(x) and _plain_linear(module):
-        return F.linear(x, *_bf16_copies(module, module.weight, module.bias))
-    return module(x)
+# oneDNN's fused post-operations for the feed-forward activations (``_linear_pointwise``'s attr and algorithm).
+_ONEDNN_ACTIVATIONS = {("GELU", "none"): ("gelu", "none"), ("GELU", "tanh"): ("gelu", "tanh"), ("ReLU", None): ("relu", "")}
+
+
+def _onednn_linear(owner: nn.Module, x: Tensor, weight: Tensor, bias: Tensor | None, act: nn.Module | None,
+                   dtype: torch.dtype, sources: tuple[Tensor, ...] | None = None) -> Tensor:
+    """act(x W^T + b) in ``dtype`` (fp32, or bf16 in CPU bf16 inference) on oneDNN's Linear, over ``weight`` in
+    ``dtype`` reordered once into oneDNN's blocked layout (kept on ``owner``, ``_derived``: as much memory again as
+    the weight in that dtype). In fp32 the activation is fused where oneDNN has it; in bf16 it runs after, on the
+    bf16 product, so the result keeps autocast's bits (a fused GELU would round once instead of twice). The
+    reordering's batch-size hint only picks the layout: any number of rows runs (1,024: about a batch of 32
+    sentences)."""
+    sources = tuple(t for t in (weight, bias) if t is not None) if sources is None else sources
+    packed, b = _derived(owner, f"_onednn_{str(dtype).removeprefix('torch.')}", sources, lambda: (
+        torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), 1024),
+        None if bias is None else bias.detach().to(dtype)))
+    fused = None
+    if act is not None and dtype == torch.float32:
+        fused = _ONEDNN_ACTIVATIONS.get((type(act).__name__, getattr(act, "approximate", None)))
+    attr, algorithm = fused or ("none", "")
+    y = torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed, b, attr, [], algorithm)
+    return y if act is None or fused else act(y)
+
+
+def linear(module: nn.Module, x: Tensor, act: nn.Module | None = None) -> Tensor:
+    """``act(module(x))`` (``act`` None: ``module(x)``); for a plain ``nn.Linear`` in CPU inference, with its
+    weights prepared once: on oneDNN's Linear in fp32 and in bf16 inference (``_onednn_linear``, where
+    ``_hardware.onednn_linear`` / ``onednn_bf16_linear``), else cast to bf16 once under bf16 autocast
+    (``_bf16_copies``)."""
+    if _plain_linear(module):
+        if _cpu_bf16_inference(x):
+            if onednn_bf16_linear():
+                return _onednn_linear(module, x, module.weight, module.bias, act, torch.bfloat16)
+            y = F.linear(x, *_bf16_copies(module, module.weight, module.bias))
+            return y if act is None else act(y)
+        if _cpu_fp32_inference(x, module.weight):
+            return _onednn_linear(module, x, module.weight, module.bias, act, torch.float32)
+    y = module(x)
+    return y if act is None else act(y)
 
 
 def _plain_linear(module: nn.Module) -> bool:
@@ -215,8 +294,13 @@ class BertSelfAttention(nn.Module):
             return self.qkv(x)
         if _plain_linear(self.query) and _plain_linear(self.key) and _plain_linear(self.value):
             w, b = self.fused_projection()
+            sources = (*self._three("weight"), *self._three("bias"))
             if _cpu_bf16_inference(x):
-                w, b = _bf16_copies(self, w, b, (*self._three("weight"), *self._three("bias")))
+                if onednn_bf16_linear():
+                    return _onednn_linear(self, x, w, b, None, torch.bfloat16, sources)  # (..., 3H)
+                w, b = _bf16_copies(self, w, b, sources)
+            elif _cpu_fp32_inference(x, w):
+                return _onednn_linear(self, x, w, b, None, torch.float32, sources)  # (..., 3H)
             return F.linear(x, w, b)  # (..., 3H)
         return torch.cat((self.query(x), self.key(x), self.value(x)), -1)  # (..., 3H)
 
@@ -263,7 +347,7 @@ class BertIntermediate(nn.Module):
         self.intermediate_act_fn = activation(config.hidden_act)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.intermediate_act_fn(linear(self.dense, x))  # (..., I)
+        return linear(self.dense, x, self.intermediate_act_fn)  # (..., I)
 
 
 class BertOutput(nn.Module):
