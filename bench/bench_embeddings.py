@@ -24,7 +24,7 @@ Rounds are interleaved (every engine, then again) and the median is reported wit
 worst sentence's cosine to bertkit fp32's vector; ``cores_used`` is the most CPU seconds per wall second of any
 round (an engine above its thread count is named on stderr).
 
-    python bench/bench_embeddings.py --threads 1,2 --rounds 3 [--st-python .venv-st/bin/python]
+    python bench/bench_embeddings.py --threads 1,2 --rounds 3 [--st-python .venv-st/bin/python] [--engines A,B]
 
 Prints one JSON line per engine and thread count.
 """
@@ -181,6 +181,7 @@ def main() -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--st-python", help="a Python whose environment has sentence-transformers' onnx/openvino extras")
+    p.add_argument("--engines", default=None, help="comma list: only these engines (bertkit-fp32 always runs)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--sentences-file", type=Path, help=argparse.SUPPRESS)
@@ -195,15 +196,24 @@ def main() -> None:
         directory = model_dir(args.model, tmp)
         engines: dict[str, Callable | Remote] = {**bertkit_engines(args.model), "fastembed": fastembed_engine(directory),
                                                 "sentence-transformers-torch": st_engine(directory)}
+        wanted = None if args.engines is None else {"bertkit-fp32", *args.engines.split(",")}
         skipped = {}
         if args.st_python:
             sentences = tmp / "sentences.json"
             sentences.write_text(json.dumps(texts))
             for backend in ST_BACKENDS:
-                engines[f"sentence-transformers-{backend}"] = st_worker(args.st_python, backend, directory, sentences)
+                if wanted is None or f"sentence-transformers-{backend}" in wanted:
+                    engines[f"sentence-transformers-{backend}"] = st_worker(args.st_python, backend, directory,
+                                                                            sentences)
         else:
             skipped = {f"sentence-transformers-{b}": "no --st-python (optimum needs transformers < 4.58)"
                        for b in ST_BACKENDS}
+
+        if wanted is not None:
+            unknown = wanted - set(engines) - set(skipped)
+            if unknown:
+                raise SystemExit(f"--engines: unknown {sorted(unknown)}; the engines are {sorted(engines)}")
+            engines = {n: e for n, e in engines.items() if n in wanted}
 
         def embed(engine) -> np.ndarray:
             if isinstance(engine, Remote):
