@@ -1,9 +1,9 @@
 """bf16 inference on the CPU with the Linear weights cast once (bertkit's default) against autocast's cast per call.
 
 Under ``torch.autocast("cpu", dtype=torch.bfloat16)`` every Linear casts its float32 weight to bf16 on every call;
-bertkit keeps the bf16 copies between calls (``modeling._bf16_copies``). Both run here in one process on the
+bertkit keeps the bf16 copies between calls (``cpu_linear._bf16_copies``). Both run here in one process on the
 three workloads of ``bench_engines.py`` (SST-2 sentences, question/sentence pairs, SQuAD windows), interleaved,
-with the per-call cast restored by switching the copies off (``modeling._cpu_bf16_inference``); the outputs must be
+with the per-call cast restored by switching the copies off (``cpu_linear._cpu_bf16_inference``); the outputs must be
 bit-identical.
 
 One JSON line per workload: ``{"workload", "seq_per_s_cast_per_call", "seq_per_s_cast_once", "speedup",
@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engines import workloads  # noqa: E402
-from bertkit import BertModel, BertTokenizer, modeling  # noqa: E402
+from bertkit import BertModel, BertTokenizer, cpu_linear  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,15 +40,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = BertModel.from_pretrained(args.model).eval()
     loads = workloads(BertTokenizer.from_pretrained(args.model), args.data, args.pairs, args.windows)
-    cast_once = modeling._cpu_bf16_inference
+    cast_once = cpu_linear._cpu_bf16_inference
 
     def run(batches, once: bool) -> list[torch.Tensor]:
-        modeling._cpu_bf16_inference = cast_once if once else (lambda x: False)
+        cpu_linear._cpu_bf16_inference = cast_once if once else (lambda x: False)
         try:
             with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
                 return [model(**b).last_hidden_state for b in batches]
         finally:
-            modeling._cpu_bf16_inference = cast_once
+            cpu_linear._cpu_bf16_inference = cast_once
 
     for name, batches in loads.items():
         identical = all(torch.equal(a, b) for a, b in zip(run(batches, True), run(batches, False)))

@@ -123,8 +123,8 @@ def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Call
     def on_aten(run: Callable) -> Callable:
         """``run`` with the Linear layers on ATen's addmm (MKL in fp32), as before oneDNN's was the default."""
         def aten(b: Batch) -> torch.Tensor:
-            with patch("bertkit.modeling.onednn_linear", lambda: False), \
-                    patch("bertkit.modeling.onednn_bf16_linear", lambda: False):
+            with patch("bertkit.cpu_linear.onednn_linear", lambda: False), \
+                    patch("bertkit.cpu_linear.onednn_bf16_linear", lambda: False):
                 return run(b)
         return aten
 

@@ -155,10 +155,10 @@ def test_minilm_bf16_rounded_equals_unrounded(minilm_batches, monkeypatch):
 
 def test_bf16_inference_casts_the_weights_once_with_bit_identical_outputs(minilm_batches, monkeypatch):
     """In CPU bf16 inference every plain Linear reads bf16 copies of its weights made on its first call
-    (``modeling._bf16_copies``, or reordered for oneDNN's Linear, ``_onednn_linear``) instead of autocast's cast
+    (``cpu_linear._bf16_copies``, or reordered for oneDNN's Linear, ``_onednn_linear``) instead of autocast's cast
     on every call: the same bits as autocast's own cast, the same copies on the next batch, a new cast after an
     in-place change of the weights, never in the state dict."""
-    from bertkit import modeling
+    from bertkit import cpu_linear
     from bertkit._hardware import onednn_bf16_linear
 
     model, batches = minilm_batches
@@ -166,14 +166,14 @@ def test_bf16_inference_casts_the_weights_once_with_bit_identical_outputs(minilm
     cached, _ = _encode_all(model, batches, bf16=True)
     layer = model.encoder.layer[2]
     owners = (layer.attention.self, layer.attention.output.dense, layer.intermediate.dense, layer.output.dense)
-    # oneDNN's Linear over a bf16 weight reordered once where it runs (modeling._onednn_linear), else bf16 copies
+    # oneDNN's Linear over a bf16 weight reordered once where it runs (cpu_linear._onednn_linear), else bf16 copies
     cache = "_onednn_bfloat16" if onednn_bf16_linear() else "_bf16_copies"
     copies = [owner.__dict__[cache][2][0] for owner in owners]
     assert [c.dtype for c in copies] == [torch.bfloat16] * 4
     assert copies[0].shape == (3 * 384, 384)  # q, k and v: one copy of the fused projection
     again, _ = _encode_all(model, batches, bf16=True)
     assert all(owner.__dict__[cache][2][0] is c for owner, c in zip(owners, copies))  # not cast again
-    monkeypatch.setattr(modeling, "_cpu_bf16_inference", lambda x: False)  # autocast casting on every call
+    monkeypatch.setattr(cpu_linear, "_cpu_bf16_inference", lambda x: False)  # autocast casting on every call
     autocast, _ = _encode_all(model, batches, bf16=True)
     for (h, p), (h1, p1), (h0, p0) in zip(cached, again, autocast, strict=True):
         assert torch.equal(h, h0) and torch.equal(p, p0) and torch.equal(h1, h0) and torch.equal(p1, p0)
@@ -186,7 +186,7 @@ def test_bf16_inference_casts_the_weights_once_with_bit_identical_outputs(minilm
             layer.intermediate.dense.weight.mul_(0.5)
             layer.attention.self.value.bias.add_(0.25)
         changed, _ = _encode_all(model, batches, bf16=True)
-        monkeypatch.setattr(modeling, "_cpu_bf16_inference", lambda x: False)
+        monkeypatch.setattr(cpu_linear, "_cpu_bf16_inference", lambda x: False)
         expected, _ = _encode_all(model, batches, bf16=True)
         monkeypatch.undo()
         for (h, _), (h0, _), (h_old, _) in zip(changed, expected, cached, strict=True):

@@ -117,15 +117,9 @@ def _guide_rows(tokenizer, texts):
 def test_the_trainer_guide_on_the_gpu_gives_transformers_numbers(minilm_tokenizer_dir, tmp_path):
     """The text-classification guide (tests/test_trainer.py) with ``use_cpu=False`` on a CUDA machine: both
     Trainers place the model on the GPU and log the same losses, and end with the same evaluation."""
-    from trainer_helpers import TEST, TRAIN, _losses, accuracy
+    from trainer_helpers import TEST, TRAIN, _losses, accuracy, tiny_classifier
 
-    checkpoint = tmp_path / "tiny-classifier"
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                                     num_labels=2)
-    transformers.BertForSequenceClassification(config).save_pretrained(checkpoint)
-    transformers.BertTokenizerFast.from_pretrained(minilm_tokenizer_dir).save_pretrained(checkpoint)
+    checkpoint = tiny_classifier(tmp_path / "tiny-classifier", minilm_tokenizer_dir)
     runs = []
     for lib in (transformers, bertkit):
         tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
@@ -188,8 +182,8 @@ def test_int8_on_the_gpu_is_refused_with_the_fix(tiny_checkpoint, minilm_tokeniz
 def test_auto_layout_on_the_gpu(tiny_model):
     """``layout="auto"`` on the GPU drops padding in exact fp32 from ``GPU_UNPAD_MIN_LENGTH`` positions up, in
     training and inference, and keeps the rectangle for shorter batches, in TF32, under autocast and with half
-    weights (``modeling._gpu_keeps_rectangle`` says why); the states agree either way."""
-    from bertkit.modeling import GPU_UNPAD_MIN_LENGTH
+    weights (``padding.gpu_keeps_rectangle`` says why); the states agree either way."""
+    from bertkit.padding import GPU_UNPAD_MIN_LENGTH
 
     model = tiny_model(max_position_embeddings=GPU_UNPAD_MIN_LENGTH).to(CUDA).eval()
     long = torch.randint(1, 99, (3, GPU_UNPAD_MIN_LENGTH), device=CUDA)

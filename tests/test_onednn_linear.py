@@ -1,4 +1,4 @@
-"""fp32 inference on oneDNN's Linear (``modeling._onednn_linear``, where ``_hardware.onednn_linear``): the same
+"""fp32 inference on oneDNN's Linear (``cpu_linear._onednn_linear``, where ``_hardware.onednn_linear``): the same
 states as ATen's ``addmm`` within fp32 rounding for every activation, weights reordered once and again after any
 change to the parameters, models that still deep-copy and pickle, training untouched, and the off switch."""
 
@@ -32,7 +32,7 @@ def _inputs():
 
 
 def _aten(model, **kw):
-    with patch("bertkit.modeling.onednn_linear", lambda: False):
+    with patch("bertkit.cpu_linear.onednn_linear", lambda: False):
         return model(**kw).last_hidden_state
 
 
@@ -114,8 +114,8 @@ def test_an_optimizer_step_between_evaluations_is_seen(tiny_model, bf16):
     def evaluate(reference: bool = False) -> torch.Tensor:
         model.eval()
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), \
-                patch("bertkit.modeling._cpu_bf16_inference", lambda x: False) if reference else nullcontext(), \
-                patch("bertkit.modeling.onednn_linear", lambda: False) if reference else nullcontext():
+                patch("bertkit.cpu_linear._cpu_bf16_inference", lambda x: False) if reference else nullcontext(), \
+                patch("bertkit.cpu_linear.onednn_linear", lambda: False) if reference else nullcontext():
             out = model(input_ids=ids, attention_mask=mask).logits
         model.train()
         return out

@@ -22,7 +22,7 @@ import torch
 
 import bertkit
 from bertkit.errors import BertkitError
-from trainer_helpers import TEST, TRAIN, _losses, accuracy
+from trainer_helpers import TEST, TRAIN, _losses, accuracy, tiny_classifier
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -32,14 +32,7 @@ pytest.importorskip("accelerate")  # transformers' Trainer needs it
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, minilm_dir) -> Path:
     """A tiny classifier in the Hugging Face layout (seeded, dropout off) with MiniLM's WordPiece vocabulary."""
-    path = tmp_path_factory.mktemp("trainer") / "tiny-classifier"
-    torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                                     num_labels=2)
-    transformers.BertForSequenceClassification(config).save_pretrained(path)
-    transformers.BertTokenizerFast.from_pretrained(minilm_dir).save_pretrained(path)
-    return path
+    return tiny_classifier(tmp_path_factory.mktemp("trainer") / "tiny-classifier", minilm_dir)
 
 
 def _guide(lib, checkpoint: Path, out: Path, **overrides):

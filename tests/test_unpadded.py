@@ -187,17 +187,17 @@ def test_keys_rounded_up_for_the_cpu_kernel_change_no_output(grouping, layout, m
 def test_auto_layout_rule_on_a_gpu_device():
     """Where ``layout="auto"`` keeps the rectangle on a CUDA device (decided without touching one: the device,
     the weights' dtype, TF32 and the batch's length); never on the CPU. tests/test_cuda.py runs it on a GPU."""
-    from bertkit.modeling import GPU_UNPAD_MIN_LENGTH, _gpu_keeps_rectangle
+    from bertkit.padding import GPU_UNPAD_MIN_LENGTH, gpu_keeps_rectangle
 
     cuda, cpu, long, short = torch.device("cuda"), torch.device("cpu"), GPU_UNPAD_MIN_LENGTH, GPU_UNPAD_MIN_LENGTH - 1
-    assert not _gpu_keeps_rectangle(cpu, torch.float32, short) and not _gpu_keeps_rectangle(cpu, torch.bfloat16, 8)
-    assert not _gpu_keeps_rectangle(cuda, torch.float32, long)
-    assert _gpu_keeps_rectangle(cuda, torch.float32, short)
-    assert _gpu_keeps_rectangle(cuda, torch.bfloat16, long) and _gpu_keeps_rectangle(cuda, torch.float16, long)
+    assert not gpu_keeps_rectangle(cpu, torch.float32, short) and not gpu_keeps_rectangle(cpu, torch.bfloat16, 8)
+    assert not gpu_keeps_rectangle(cuda, torch.float32, long)
+    assert gpu_keeps_rectangle(cuda, torch.float32, short)
+    assert gpu_keeps_rectangle(cuda, torch.bfloat16, long) and gpu_keeps_rectangle(cuda, torch.float16, long)
     saved = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = True
-        assert _gpu_keeps_rectangle(cuda, torch.float32, long)
+        assert gpu_keeps_rectangle(cuda, torch.float32, long)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
 

@@ -1,7 +1,9 @@
-"""The text-classification guide's data and helpers, shared by tests/test_trainer.py and tests/test_cuda.py (numpy
-only: the GPU machine's environment has no datasets)."""
+"""The text-classification guide's data and helpers, shared by tests/test_trainer.py and tests/test_cuda.py (no
+datasets: the GPU machine's environment has none)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -27,3 +29,18 @@ def accuracy(eval_pred):
 
 def _losses(history: list[dict]) -> list[tuple[int, float, float]]:
     return [(h["step"], h["loss"], h["learning_rate"]) for h in history if "loss" in h]
+
+
+def tiny_classifier(path: Path, tokenizer_dir: Path) -> Path:
+    """A tiny BertForSequenceClassification in the Hugging Face layout (seeded, dropout off, 2 labels) with the
+    tokenizer of ``tokenizer_dir`` (MiniLM's WordPiece vocabulary), saved by transformers at ``path``."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                     num_labels=2)
+    transformers.BertForSequenceClassification(config).save_pretrained(path)
+    transformers.BertTokenizerFast.from_pretrained(tokenizer_dir).save_pretrained(path)
+    return path

@@ -16,7 +16,7 @@ Where this differs from the paper's text (not from its released code, which it f
   PyTorch's ``scaled_dot_product_attention``. Both live in ``padding.py`` (``TokenLayout``), apart
   from this forward pass. ``layout="padded"`` computes on the padded rectangle as transformers
   does; at real positions both agree within float rounding. On a GPU the default computes the rectangle
-  except where dropping padding is faster there (``_gpu_keeps_rectangle``). Under bf16 autocast on the CPU
+  except where dropping padding is faster there (``padding.gpu_keeps_rectangle``). Under bf16 autocast on the CPU
   the layers compute on N rounded up with rows in no sequence (``TokenLayout.pack`` / ``unpack``), so
   oneDNN builds few GEMM kernels; no output holds those rows.
 - ``output_attentions=True`` computes attention explicitly (``attention_probs``) on the padded rectangle so
@@ -38,16 +38,15 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.checkpoint import checkpoint
 
-from bertkit._hardware import onednn_bf16_linear, onednn_linear
 from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_embedding, new_linear
 from bertkit.compat import TupleAccess
 from bertkit.config import BertConfig
+from bertkit.cpu_linear import linear, linear_with, plain_linear
 from bertkit.errors import BertkitError
 from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler
-from bertkit.padding import TokenLayout, is_tracing, self_attention
+from bertkit.padding import TokenLayout, is_tracing, self_attention, token_layout
 
 # ---------------------------------------------------------------------------------------------------
 # Layers
@@ -85,133 +84,6 @@ class BertEmbeddings(nn.Module):
         x = words + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)  # (B, T, H)
         return self.dropout(self.LayerNorm(x))
-
-
-_GLOBAL_HOOKS = (nn.modules.module._global_forward_hooks, nn.modules.module._global_forward_pre_hooks,
-                 nn.modules.module._global_backward_hooks, nn.modules.module._global_backward_pre_hooks)
-
-
-def _cpu_bf16_inference(x: Tensor) -> bool:
-    """Inside bf16 autocast on the CPU, without autograd: where ``linear`` reads cached bf16 weights."""
-    return (x.device.type == "cpu" and not torch.is_grad_enabled() and torch.is_autocast_enabled("cpu")
-            and torch.get_autocast_dtype("cpu") == torch.bfloat16 and not is_tracing())
-
-
-def _cpu_fp32_inference(x: Tensor, weight: Tensor) -> bool:
-    """fp32 on the CPU without autograd or autocast, where oneDNN's Linear runs (``_hardware.onednn_linear``):
-    where ``linear`` reads weights reordered once for it."""
-    return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and type(weight.data) is Tensor and not torch.is_grad_enabled()
-            and not torch.is_autocast_enabled("cpu") and not is_tracing() and onednn_linear())
-
-
-# Optimiser steps taken in this process (any optimiser: a global step hook counts them). PyTorch's fused AdamW
-# kernel updates parameters in place without bumping their version counters, so ``_derived`` also keys on this.
-_optimizer_steps = 0
-
-
-def _count_optimizer_step(*_: Any) -> None:
-    global _optimizer_steps
-    _optimizer_steps += 1
-
-
-register_optimizer_step_post_hook(_count_optimizer_step)
-
-
-def _derived(owner: nn.Module, name: str, sources: tuple[Tensor, ...], make) -> Any:
-    """``make()`` (a tensor or tuple derived from ``sources``: a cast, a reordering), computed once and kept on
-    ``owner`` as ``name`` (outside its state dict) for as long as ``sources`` are unchanged.
-
-    It is kept with aliases of the source tensors: while they live, their memory cannot be reused by another
-    tensor, so an equal ``data_ptr`` means the same memory, and an equal ``_version`` means no in-place change
-    since (``load_state_dict``, ``copy_``, most optimisers). The fused q/k/v projection is a view of three
-    parameters, each with its own version: all three are sources. Any optimiser step in the process also derives
-    again: the fused AdamW kernel (bertkit's and transformers' Trainer's default) changes the parameters without
-    bumping their versions. Edits through ``.data`` are not seen (their version counter is another)."""
-    key = [_optimizer_steps, *((t.data_ptr(), t._version, t.shape, t.dtype) for t in sources)]
-    cached = owner.__dict__.get(name)
-    if cached is None or cached[0] != key:
-        cached = _Cached((key, tuple(t.detach() for t in sources), make()))
-        owner.__dict__[name] = cached
-    return cached[2]
-
-
-class _Cached(tuple):
-    """``_derived``'s (key, aliases, value). ``copy.deepcopy`` and pickling (``torch.save(model)``) leave it out (the
-    copy derives its own on its first call): a weight reordered for oneDNN is an opaque tensor neither can copy."""
-
-    def __deepcopy__(self, memo: dict) -> None:
-        return None
-
-    def __reduce__(self) -> tuple:
-        return _dropped, ()
-
-
-def _dropped() -> None:
-    return None
-
-
-def _bf16_copies(owner: nn.Module, weight: Tensor, bias: Tensor | None,
-                 sources: tuple[Tensor, ...] | None = None) -> tuple[Tensor, Tensor | None]:
-    """``weight`` and ``bias`` in bf16, cast once and kept on ``owner`` (``_derived``) for as long as the
-    parameters they come from (``sources``: by default the two themselves) are unchanged.
-
-    Autocast casts a Linear's fp32 weight to bf16 on every call (its own cache lasts one autocast region, one
-    forward), which cost 10-17% of a bf16 forward of MiniLM on short inputs. The copy holds the same rounded
-    values autocast's cast makes, so outputs are bit-identical."""
-    sources = tuple(t for t in (weight, bias) if t is not None) if sources is None else sources
-    return _derived(owner, "_bf16_copies", sources, lambda: (
-        weight.detach().to(torch.bfloat16), None if bias is None else bias.detach().to(torch.bfloat16)))
-
-
-# oneDNN's fused post-operations for the feed-forward activations (``_linear_pointwise``'s attr and algorithm).
-_ONEDNN_ACTIVATIONS = {("GELU", "none"): ("gelu", "none"), ("GELU", "tanh"): ("gelu", "tanh"), ("ReLU", None): ("relu", "")}
-
-
-def _onednn_linear(owner: nn.Module, x: Tensor, weight: Tensor, bias: Tensor | None, act: nn.Module | None,
-                   dtype: torch.dtype, sources: tuple[Tensor, ...] | None = None) -> Tensor:
-    """act(x W^T + b) in ``dtype`` (fp32, or bf16 in CPU bf16 inference) on oneDNN's Linear, over ``weight`` in
-    ``dtype`` reordered once into oneDNN's blocked layout (kept on ``owner``, ``_derived``: as much memory again as
-    the weight in that dtype). In fp32 the activation is fused where oneDNN has it; in bf16 it runs after, on the
-    bf16 product, so the result keeps autocast's bits (a fused GELU would round once instead of twice). The
-    reordering's batch-size hint only picks the layout: any number of rows runs (1,024: about a batch of 32
-    sentences)."""
-    sources = tuple(t for t in (weight, bias) if t is not None) if sources is None else sources
-    packed, b = _derived(owner, f"_onednn_{str(dtype).removeprefix('torch.')}", sources, lambda: (
-        torch.ops.mkldnn._reorder_linear_weight(weight.detach().to(dtype), 1024),
-        None if bias is None else bias.detach().to(dtype)))
-    fused = None
-    if act is not None and dtype == torch.float32:
-        fused = _ONEDNN_ACTIVATIONS.get((type(act).__name__, getattr(act, "approximate", None)))
-    attr, algorithm = fused or ("none", "")
-    y = torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed, b, attr, [], algorithm)
-    return y if act is None or fused else act(y)
-
-
-def linear(module: nn.Module, x: Tensor, act: nn.Module | None = None) -> Tensor:
-    """``act(module(x))`` (``act`` None: ``module(x)``); for a plain ``nn.Linear`` in CPU inference, with its
-    weights prepared once: on oneDNN's Linear in fp32 and in bf16 inference (``_onednn_linear``, where
-    ``_hardware.onednn_linear`` / ``onednn_bf16_linear``), else cast to bf16 once under bf16 autocast
-    (``_bf16_copies``)."""
-    if _plain_linear(module):
-        if _cpu_bf16_inference(x):
-            if onednn_bf16_linear():
-                return _onednn_linear(module, x, module.weight, module.bias, act, torch.bfloat16)
-            y = F.linear(x, *_bf16_copies(module, module.weight, module.bias))
-            return y if act is None else act(y)
-        if _cpu_fp32_inference(x, module.weight):
-            return _onednn_linear(module, x, module.weight, module.bias, act, torch.float32)
-    y = module(x)
-    return y if act is None else act(y)
-
-
-def _plain_linear(module: nn.Module) -> bool:
-    """An ``nn.Linear`` itself (not a subclass, not wrapped by peft, no hooks of its own or global ones, no
-    patched forward as accelerate's offloading hooks write), with a bias: one whose call is exactly
-    ``F.linear(x, weight, bias)``, so three of them may run as one GEMM unnoticed."""
-    return (type(module) is nn.Linear and module.bias is not None and not module._forward_hooks
-            and not module._forward_pre_hooks and not module._backward_hooks and not module._backward_pre_hooks
-            and "forward" not in module.__dict__ and not any(_GLOBAL_HOOKS))
 
 
 def _side_by_side(parts: list[Tensor]) -> Tensor | None:
@@ -292,16 +164,9 @@ class BertSelfAttention(nn.Module):
         """q, k and v side by side: (..., H) -> (..., 3H)."""
         if self.qkv is not None:
             return self.qkv(x)
-        if _plain_linear(self.query) and _plain_linear(self.key) and _plain_linear(self.value):
+        if plain_linear(self.query) and plain_linear(self.key) and plain_linear(self.value):
             w, b = self.fused_projection()
-            sources = (*self._three("weight"), *self._three("bias"))
-            if _cpu_bf16_inference(x):
-                if onednn_bf16_linear():
-                    return _onednn_linear(self, x, w, b, None, torch.bfloat16, sources)  # (..., 3H)
-                w, b = _bf16_copies(self, w, b, sources)
-            elif _cpu_fp32_inference(x, w):
-                return _onednn_linear(self, x, w, b, None, torch.float32, sources)  # (..., 3H)
-            return F.linear(x, w, b)  # (..., 3H)
+            return linear_with(self, x, w, b, sources=(*self._three("weight"), *self._three("bias")))  # (..., 3H)
         return torch.cat((self.query(x), self.key(x), self.value(x)), -1)  # (..., 3H)
 
     def forward(self, x: Tensor, layout: TokenLayout, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -485,39 +350,6 @@ torch.utils._pytree.register_pytree_node(
 LAYOUTS = ("auto", "padded", "unpadded")
 
 
-def _token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype) -> TokenLayout:
-    """Which tokens the layers compute on: the (B, T) rectangle, or with ``layout`` not "padded" and right-padded
-    rows, the real tokens only (padding dropped before the first layer). On a GPU ``"auto"`` drops padding only
-    where that pays there (``_gpu_keeps_rectangle``)."""
-    if layout == "padded" or attention_mask is None or bool(attention_mask.all()) or not bool(attention_mask[:, 0].all()):
-        # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
-        return TokenLayout.padded(attention_mask, (B, T))
-    if layout == "auto" and _gpu_keeps_rectangle(attention_mask.device, dtype, T):
-        return TokenLayout.padded(attention_mask, (B, T), zero_padding=True)  # zeros at padding, as "auto" gives
-    return TokenLayout.unpadded(attention_mask)
-
-
-# On a GPU, padding is dropped in exact fp32 from this many positions per sequence (the batch's T) up.
-GPU_UNPAD_MIN_LENGTH = 256
-
-
-def _gpu_keeps_rectangle(device: torch.device, dtype: torch.dtype, T: int) -> bool:
-    """On a CUDA device, whether ``"auto"`` computes on the padded rectangle (as transformers does): whenever the
-    matrix products run in reduced precision (TF32, fp16/bf16 autocast, half weights ``dtype``), and in exact
-    fp32 for batches shorter than ``GPU_UNPAD_MIN_LENGTH``.
-
-    Dropping padding reads the sequences' lengths back to the host to lay out attention (``AttentionPlan``),
-    which stalls the queue of kernels the CPU otherwise fills ahead of the GPU; only when the GPU's work per
-    batch is long does the padding saved outweigh the stall. Measured on an H100 with BERT-BASE (BENCHMARKS.md,
-    "On a GPU"): on SQuAD windows of 384 in exact fp32, dropping padding ran 1.6-1.7x faster in inference and
-    fine-tuning; in TF32 and bf16 the rectangle ran 1.0-2.2x faster on every workload, and on SST-2 batches
-    (under 70 tokens) in fp32 it fine-tuned 1.5x faster and inferred as fast."""
-    if device.type != "cuda":
-        return False
-    return (dtype in (torch.float16, torch.bfloat16) or torch.is_autocast_enabled("cuda")
-            or torch.backends.cuda.matmul.allow_tf32 or T < GPU_UNPAD_MIN_LENGTH)
-
-
 class BertModel(PretrainedMixin, nn.Module):
     """The bidirectional Transformer encoder with its pooler."""
 
@@ -583,7 +415,7 @@ class BertModel(PretrainedMixin, nn.Module):
         if token_type_ids is None:
             token_type_ids = (torch.zeros_like(input_ids) if input_ids is not None  # zeros_like: traces dynamically
                               else torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device))
-        lay = _token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype)
+        lay = token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype)
 
         x = self._embed(lay, B, T, input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H) or (N, H)
         states = [x] if output_hidden_states else None
