@@ -102,6 +102,18 @@ def test_the_off_switch():
         assert out == want
 
 
+def test_the_probes_answer_the_same_inside_bf16_autocast():
+    """The probes run once, from whichever call comes first: a first forward pass under bf16 autocast once made
+    ``onednn_linear``'s fp32 reference a bf16 product and failed with a dtype error."""
+    from bertkit._hardware import int_mm_exact, onednn_int8_exact
+
+    for probe, args in ((onednn_linear, ()), (int_mm_exact, ()), (onednn_int8_exact, (127,))):
+        outside = probe.__wrapped__(*args)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert probe.__wrapped__(*args) == outside, probe.__name__
+    assert onednn_linear.__wrapped__() is True
+
+
 @pytest.mark.parametrize("bf16", [False, True])
 def test_an_optimizer_step_between_evaluations_is_seen(tiny_model, bf16):
     """Evaluation, training steps with the fused AdamW (bertkit's and transformers' Trainer's default: it updates

@@ -122,7 +122,19 @@ def _probe_operands(levels: int) -> tuple[Tensor, Tensor]:
     return a, b
 
 
+def _probing(probe):
+    """Runs a hardware probe in plain fp32 arithmetic, whatever context its first caller is in: the probes run once
+    per process (cached), often from inside a model's forward pass, and under bf16 autocast ``F.linear`` would
+    compute the reference in bf16 (a dtype error, or a probe that says no where the answer is yes)."""
+    @functools.wraps(probe)
+    def run(*args):
+        with torch.autocast("cpu", enabled=False), torch.no_grad():
+            return probe(*args)
+    return run
+
+
 @functools.cache  # the probes run once per process: a model's every layer asks
+@_probing
 def int_mm_exact() -> bool:
     """Whether ``torch._int_mm`` (int8 x int8 -> int32) sums full 8-bit codes exactly here
     (``bertkit.quantization.device.per_token_supported``)."""
@@ -134,6 +146,7 @@ def int_mm_exact() -> bool:
 
 
 @functools.cache
+@_probing
 def onednn_int8_exact(levels: int) -> bool:
     """Whether oneDNN's quantized Linear sums uint8 codes shifted by ``levels + 1`` (127: 8-bit activations, 63:
     7-bit) times int8 weights exactly here (``bertkit.quantization.device.onednn_supported``)."""
@@ -150,6 +163,7 @@ def onednn_int8_exact(levels: int) -> bool:
 
 
 @functools.cache
+@_probing
 def onednn_linear() -> bool:
     """Whether CPU inference in fp32 and in bf16 runs its Linear layers on oneDNN's
     (``torch.ops.mkldnn._linear_pointwise`` over weights reordered once by ``_reorder_linear_weight``: the kernels
