@@ -4,8 +4,9 @@
 #      compares int8 with fp32 on the same model, not with published scores);
 #   2. predict each task's dev set four times with the same saved model: fp32, `--int8` (default
 #      calibration: the 256 built-in sentences), the directory `bertkit quantize` writes from it, and the one
-#      `bertkit quantize --fast` writes (CPUs with AVX512-VNNI; ffn_out int8 with per-token scales);
-#   3. print the tables: python experiments/int8_accuracy_table.py --runs runs/int8-accuracy [--arm saved|fast]
+#      `bertkit quantize --fast` writes (CPUs with AVX512-VNNI; ffn_out int8 with per-token scales), and on CPUs
+#      with native bf16 the `--int8` and `--fast` arms again under `--bf16`;
+#   3. print the tables: python experiments/int8_accuracy_table.py --runs runs/int8-accuracy [--arm saved|fast|int8bf16|fastbf16]
 #   R=runs/int8-accuracy experiments/int8_accuracy.sh     (from the repository root; MODEL=models/minilm)
 # Run it again to continue: a step whose report.json exists is skipped.
 set -euo pipefail
@@ -36,6 +37,12 @@ predict() {  # predict NAME MODEL ARGS...: the same model in fp32, in int8 (--in
     --overwrite > "$R/qf-$name.json"
   done_ "$R/fast-$name" || $BK "$@" --model "$R/qf-$name" --output-dir "$R/fast-$name" --overwrite \
     > "$R/fast-$name.json"
+  # What stays float in bf16 (CPUs with AVX512-BF16 or AMX): the default int8 and --fast, each under --bf16.
+  $PY -c "from bertkit._hardware import cpu_has_bf16 as s; raise SystemExit(not s())" || return 0
+  done_ "$R/int8bf16-$name" || $BK "$@" --model "$model" --int8 --bf16 --output-dir "$R/int8bf16-$name" \
+    --overwrite > "$R/int8bf16-$name.json"
+  done_ "$R/fastbf16-$name" || $BK "$@" --model "$R/qf-$name" --bf16 --output-dir "$R/fastbf16-$name" \
+    --overwrite > "$R/fastbf16-$name.json"
 }
 
 # Sentence and pair classification, regression (GLUE dev).

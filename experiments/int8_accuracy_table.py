@@ -49,9 +49,10 @@ def _predictions(task: str, run: Path, report: dict) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=Path("runs/int8-accuracy"))
-    parser.add_argument("--arm", choices=("int8", "saved", "fast"), default="int8",
+    parser.add_argument("--arm", choices=("int8", "saved", "fast", "int8bf16", "fastbf16"), default="int8",
                         help="int8: `--int8` on the float model; saved: the `bertkit quantize` directory; "
-                             "fast: the `bertkit quantize --fast` directory")
+                             "fast: the `bertkit quantize --fast` directory; int8bf16 / fastbf16: the int8 and fast arms "
+                             "under `--bf16`")
     args = parser.parse_args()
     lines, records = [], []
     for task, (metrics, primary) in TASKS.items():

@@ -640,3 +640,28 @@ def test_a_compiled_quantization_that_disagrees_with_its_eager_definition_is_dro
     fused = kernels._Fused(kernels.quantize_per_call_u8)
     fused(x, inv, 127), fused(x, inv, 127)
     assert fused.checked and not fused.failed and len(calls) == 2
+
+
+def test_per_token_codes_of_bf16_activations_are_computed_in_float32(monkeypatch, caplog):
+    """Under ``--bf16`` the layer before a per-token projection hands over bf16 activations. Their codes, zero points
+    and steps are those of the same values in float32: computed in bf16 (8 significant bits) codes landed up to a
+    few levels off, and the compiled kernel (which computes in float32) then disagreed with the eager one, so
+    ``--fast --bf16`` warned and dropped the compiled quantization for the rest of the process."""
+    import shutil
+
+    from bertkit.quantization import kernels
+
+    torch.manual_seed(0)
+    x = (torch.randn(64, 1536) * (torch.rand(64, 1) * 6) + 0.2).to(torch.bfloat16)
+    want = kernels.quantize_per_token_u8(x.float())
+    got = kernels.quantize_per_token_u8(x)
+    assert all(a.dtype == b.dtype and torch.equal(a, b) for a, b in zip(got, want))
+    assert got[1].dtype == got[2].dtype == torch.float32
+    if not (shutil.which("c++") or shutil.which("g++")):
+        return
+    monkeypatch.setattr(kernels, "_COMPILE_FROM", 0)
+    fused = kernels._Fused(kernels.quantize_per_token_u8)
+    with caplog.at_level("WARNING", logger="bertkit.quantization.kernels"), torch.inference_mode(), \
+            torch.autocast("cpu", dtype=torch.bfloat16):
+        fused(x)
+    assert fused.checked and not fused.failed and "disagreed" not in caplog.text

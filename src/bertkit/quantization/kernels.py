@@ -49,7 +49,11 @@ def _codes_per_call(x: Tensor, inv_scale: Tensor, levels: int) -> tuple[Tensor, 
 
 def _codes_per_token(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """``x`` (T, in) as float codes in [-127, 127] with one zero point and step per row (the middle of its range,
-    its width / 254). Returns the codes (T, in), the zero points and the steps (T, 1)."""
+    its width / 254). Returns the codes (T, in), the zero points and the steps (T, 1), in float32 whatever ``x``'s
+    dtype: under bf16 autocast the layer before hands over bf16 activations, and codes computed in bf16 (8
+    significant bits) would land up to a few levels off (``_codes_per_call`` promotes through its fp32 smoothing
+    scale; here the cast does it)."""
+    x = x.float()
     # Halved before adding, so a row reaching +-1.7e38 does not overflow to inf; the same bits otherwise
     # (halving is exact, and (h - l) / 127 rounds the same real number as (hi - lo) / 254).
     hi, lo = x.amax(1, keepdim=True).mul_(0.5), x.amin(1, keepdim=True).mul_(0.5)  # (T, 1) each
