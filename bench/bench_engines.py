@@ -15,7 +15,8 @@ worst row's cosine is ``min_cos``):
   ``bertkit-bf16-aten`` the same models on ATen's ``addmm``); ``bertkit-bf16`` (autocast, as ``--bf16``); ``bertkit-int8``
   (``quantize_int8`` with its defaults, calibrated on 256 SST-2 training sentences, as ``bertkit quantize``);
   ``bertkit-int8-fast`` (``quantize --fast``; CPUs with AVX512-VNNI); ``bertkit-int8-bf16`` (the default int8 with ``bf16=True``: what stays float
-  under bf16 autocast, as OpenVINO's int8 runs; CPUs with bf16 instructions);
+  under bf16 autocast, as OpenVINO's int8 runs; CPUs with bf16 instructions); ``bertkit-int8-fast-bf16``
+  (``--fast`` with ``bf16=True``);
 - ``ctranslate2-float32`` / ``ctranslate2-int8``: CTranslate2's converter on the checkpoint, its ``Encoder`` (token
   ids without padding in, padded states out); ``ctranslate2-mkl-float32`` / ``ctranslate2-mkl-int8``: the same with
   ``CT2_USE_MKL=1``. Each runs in a child process that times its own passes when the parent asks, keeping the
@@ -138,6 +139,8 @@ def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Call
     if per_token_supported():
         fast = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
         engines["bertkit-int8-fast"] = lambda b: fast(**b).last_hidden_state
+        if cpu_has_bf16():
+            engines["bertkit-int8-fast-bf16"] = under_bf16(fast)
     return engines
 
 

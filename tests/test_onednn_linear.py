@@ -114,6 +114,19 @@ def test_the_probes_answer_the_same_inside_bf16_autocast():
     assert onednn_linear.__wrapped__() is True
 
 
+def test_a_fresh_process_whose_first_pass_is_bf16(tiny_checkpoint, tmp_path):
+    """The end-to-end form of the probe bug above: ``bertkit predict --bf16`` (any first pass under bf16 autocast in
+    a new process) failed with a dtype error. Here a new interpreter's first pass is a bf16 pipeline's."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "short", "sentence", "and", "another", "one", "here"]
+    directory = tiny_checkpoint(tmp_path / "tiny", "BertForSequenceClassification", tokenizer=vocab, labels=["a", "b"])
+    code = ("import sys; from bertkit import pipeline; "
+            "p = pipeline('text-classification', sys.argv[1], bf16=True, progress=False); "
+            "print(p(['a short sentence', 'and another one here'])[0]['label'])")
+    out = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() in ("a", "b")
+
+
 @pytest.mark.parametrize("bf16", [False, True])
 def test_an_optimizer_step_between_evaluations_is_seen(tiny_model, bf16):
     """Evaluation, training steps with the fused AdamW (bertkit's and transformers' Trainer's default: it updates
