@@ -114,6 +114,30 @@ def test_the_probes_answer_the_same_inside_bf16_autocast():
     assert onednn_linear.__wrapped__() is True
 
 
+def test_the_probes_answer_the_same_under_another_default_dtype_or_device():
+    """A caller's ``torch.set_default_dtype(torch.float64)`` made the probes' tensors float64: oneDNN's Linear
+    looked unusable and int8 was refused as not exact on a CPU where it is. A default device other than the CPU
+    likewise."""
+    from bertkit._hardware import int_mm_exact, onednn_int8_exact
+
+    probes = ((onednn_linear, ()), (int_mm_exact, ()), (onednn_int8_exact, (127,)), (onednn_int8_exact, (63,)))
+    want = [probe.__wrapped__(*args) for probe, args in probes]
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        got = [probe.__wrapped__(*args) for probe, args in probes]
+        assert torch.get_default_dtype() == torch.float64  # the caller's setting is left as it was
+    finally:
+        torch.set_default_dtype(before)
+    assert got == want and want[0] is True
+    torch.set_default_device("meta")  # as a caller's set_default_device("cuda") would: tensors made elsewhere
+    try:
+        got = [probe.__wrapped__(*args) for probe, args in probes]
+    finally:
+        torch.set_default_device(None)
+    assert got == want
+
+
 def test_a_fresh_process_whose_first_pass_is_bf16(tiny_checkpoint, tmp_path):
     """The end-to-end form of the probe bug above: ``bertkit predict --bf16`` (any first pass under bf16 autocast in
     a new process) failed with a dtype error. Here a new interpreter's first pass is a bf16 pipeline's."""

@@ -123,13 +123,20 @@ def _probe_operands(levels: int) -> tuple[Tensor, Tensor]:
 
 
 def _probing(probe):
-    """Runs a hardware probe in plain fp32 arithmetic, whatever context its first caller is in: the probes run once
-    per process (cached), often from inside a model's forward pass, and under bf16 autocast ``F.linear`` would
-    compute the reference in bf16 (a dtype error, or a probe that says no where the answer is yes)."""
+    """Runs a hardware probe in plain fp32 arithmetic on the CPU, whatever context its first caller is in: the
+    probes run once per process (cached), often from inside a model's forward pass. Under bf16 autocast
+    ``F.linear`` computed the reference in bf16 (a dtype error); under a caller's ``torch.set_default_dtype(
+    torch.float64)`` or ``torch.set_default_device("cuda")`` the probe's tensors would be made in that dtype or on
+    that device, and the probe would say no where the answer is yes (int8 then refused as not exact here)."""
     @functools.wraps(probe)
     def run(*args):
-        with torch.autocast("cpu", enabled=False), torch.no_grad():
-            return probe(*args)
+        dtype = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float32)
+        try:
+            with torch.autocast("cpu", enabled=False), torch.no_grad(), torch.device("cpu"):
+                return probe(*args)
+        finally:
+            torch.set_default_dtype(dtype)
     return run
 
 
