@@ -32,17 +32,18 @@ predict() {  # predict NAME MODEL ARGS...: the same model in fp32, in int8 (--in
     > "$R/q-$name.json"
   done_ "$R/saved-$name" || $BK "$@" --model "$R/q-$name" --output-dir "$R/saved-$name" --overwrite \
     > "$R/saved-$name.json"
+  # What stays float in bf16 (CPUs with AVX512-BF16 or AMX): the default int8 here, --fast below, under --bf16.
+  local bf16=0
+  $PY -c "from bertkit._hardware import cpu_has_bf16 as s; raise SystemExit(not s())" && bf16=1
+  [ $bf16 = 0 ] || done_ "$R/int8bf16-$name" || $BK "$@" --model "$model" --int8 --bf16 \
+    --output-dir "$R/int8bf16-$name" --overwrite > "$R/int8bf16-$name.json"
   $PY -c "from bertkit.quantization import per_token_supported as s; raise SystemExit(not s())" || return 0
   [ -f "$R/qf-$name/model.int8.safetensors" ] || $BK quantize --model "$model" --output-dir "$R/qf-$name" --fast \
     --overwrite > "$R/qf-$name.json"
   done_ "$R/fast-$name" || $BK "$@" --model "$R/qf-$name" --output-dir "$R/fast-$name" --overwrite \
     > "$R/fast-$name.json"
-  # What stays float in bf16 (CPUs with AVX512-BF16 or AMX): the default int8 and --fast, each under --bf16.
-  $PY -c "from bertkit._hardware import cpu_has_bf16 as s; raise SystemExit(not s())" || return 0
-  done_ "$R/int8bf16-$name" || $BK "$@" --model "$model" --int8 --bf16 --output-dir "$R/int8bf16-$name" \
-    --overwrite > "$R/int8bf16-$name.json"
-  done_ "$R/fastbf16-$name" || $BK "$@" --model "$R/qf-$name" --bf16 --output-dir "$R/fastbf16-$name" \
-    --overwrite > "$R/fastbf16-$name.json"
+  [ $bf16 = 0 ] || done_ "$R/fastbf16-$name" || $BK "$@" --model "$R/qf-$name" --bf16 \
+    --output-dir "$R/fastbf16-$name" --overwrite > "$R/fastbf16-$name.json"
 }
 
 # Sentence and pair classification, regression (GLUE dev).

@@ -112,6 +112,7 @@ def test_the_probes_answer_the_same_inside_bf16_autocast():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert probe.__wrapped__(*args) == outside, probe.__name__
     assert onednn_linear.__wrapped__() is True
+    assert onednn_int8_exact.__wrapped__(levels=127) == onednn_int8_exact.__wrapped__(127)  # keywords pass through
 
 
 def test_the_probes_answer_the_same_under_another_default_dtype_or_device():

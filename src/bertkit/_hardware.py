@@ -125,18 +125,14 @@ def _probe_operands(levels: int) -> tuple[Tensor, Tensor]:
 def _probing(probe):
     """Runs a hardware probe in plain fp32 arithmetic on the CPU, whatever context its first caller is in: the
     probes run once per process (cached), often from inside a model's forward pass. Under bf16 autocast
-    ``F.linear`` computed the reference in bf16 (a dtype error); under a caller's ``torch.set_default_dtype(
-    torch.float64)`` or ``torch.set_default_device("cuda")`` the probe's tensors would be made in that dtype or on
-    that device, and the probe would say no where the answer is yes (int8 then refused as not exact here)."""
+    ``F.linear`` computed the reference in bf16 (a dtype error); under a caller's ``torch.set_default_device(
+    "cuda")`` the probe's tensors would be made there. The contexts here are the calling thread's own; the
+    default dtype (a process-wide setting, which a caller's ``set_default_dtype(torch.float64)`` changes) is not
+    touched: every float tensor the probes make names float32."""
     @functools.wraps(probe)
-    def run(*args):
-        dtype = torch.get_default_dtype()
-        torch.set_default_dtype(torch.float32)
-        try:
-            with torch.autocast("cpu", enabled=False), torch.no_grad(), torch.device("cpu"):
-                return probe(*args)
-        finally:
-            torch.set_default_dtype(dtype)
+    def run(*args, **kwargs):
+        with torch.autocast("cpu", enabled=False), torch.no_grad(), torch.device("cpu"):
+            return probe(*args, **kwargs)
     return run
 
 
@@ -162,8 +158,9 @@ def onednn_int8_exact(levels: int) -> bool:
     try:
         packed = torch.ops.onednn.qlinear_prepack(b, None)
         y = torch.ops.onednn.qlinear_pointwise.tensor(
-            (a.to(torch.int16) + levels + 1).to(torch.uint8), torch.tensor(1.0), torch.tensor(levels + 1), packed,
-            torch.ones(16), torch.zeros(16, dtype=torch.int64), None, 1.0, 0, torch.float32, "none", [], "")
+            (a.to(torch.int16) + levels + 1).to(torch.uint8), torch.tensor(1.0, dtype=torch.float32),
+            torch.tensor(levels + 1), packed, torch.ones(16, dtype=torch.float32), torch.zeros(16, dtype=torch.int64),
+            None, 1.0, 0, torch.float32, "none", [], "")
         return bool(torch.equal(y, (a.int() @ b.t().int()).float()))
     except (AttributeError, RuntimeError):  # a PyTorch without the operator, or a build without oneDNN
         return False
@@ -188,7 +185,9 @@ def onednn_linear() -> bool:
     if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
         return False
     g = torch.Generator().manual_seed(0)
-    x, w, b = torch.randn(5, 48, generator=g), torch.randn(24, 48, generator=g), torch.randn(24, generator=g)
+    f32 = torch.float32  # named, not the default dtype: a caller may have set float64
+    x, w, b = (torch.randn(5, 48, generator=g, dtype=f32), torch.randn(24, 48, generator=g, dtype=f32),
+               torch.randn(24, generator=g, dtype=f32))
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(w, 64)
         y = torch.ops.mkldnn._linear_pointwise(x, packed, b, "gelu", [], "none")
