@@ -9,7 +9,7 @@ import io
 import os
 import subprocess
 import sys
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from unittest.mock import patch
 
 import pytest
@@ -102,41 +102,51 @@ def test_the_off_switch():
         assert out == want
 
 
-def test_the_probes_answer_the_same_inside_bf16_autocast():
-    """The probes run once, from whichever call comes first: a first forward pass under bf16 autocast once made
-    ``onednn_linear``'s fp32 reference a bf16 product and failed with a dtype error."""
+def _probe_answers() -> list[bool]:
+    """Every probe's answer computed afresh (``__wrapped__``: past the process-wide cache, through the context pin)."""
     from bertkit._hardware import int_mm_exact, onednn_int8_exact
 
-    for probe, args in ((onednn_linear, ()), (int_mm_exact, ()), (onednn_int8_exact, (127,))):
-        outside = probe.__wrapped__(*args)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert probe.__wrapped__(*args) == outside, probe.__name__
-    assert onednn_linear.__wrapped__() is True
-    assert onednn_int8_exact.__wrapped__(levels=127) == onednn_int8_exact.__wrapped__(127)  # keywords pass through
+    calls = ((onednn_linear, ()), (int_mm_exact, ()), (onednn_int8_exact, (127,)), (onednn_int8_exact, (63,)))
+    return [probe.__wrapped__(*args) for probe, args in calls]
 
 
-def test_the_probes_answer_the_same_under_another_default_dtype_or_device():
-    """A caller's ``torch.set_default_dtype(torch.float64)`` made the probes' tensors float64: oneDNN's Linear
-    looked unusable and int8 was refused as not exact on a CPU where it is. A default device other than the CPU
-    likewise."""
-    from bertkit._hardware import int_mm_exact, onednn_int8_exact
-
-    probes = ((onednn_linear, ()), (int_mm_exact, ()), (onednn_int8_exact, (127,)), (onednn_int8_exact, (63,)))
-    want = [probe.__wrapped__(*args) for probe, args in probes]
+@contextmanager
+def _default_dtype(dtype: torch.dtype):
     before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
+    torch.set_default_dtype(dtype)
     try:
-        got = [probe.__wrapped__(*args) for probe, args in probes]
-        assert torch.get_default_dtype() == torch.float64  # the caller's setting is left as it was
+        yield
+        assert torch.get_default_dtype() == dtype  # the caller's setting is left as it was
     finally:
         torch.set_default_dtype(before)
-    assert got == want and want[0] is True
-    torch.set_default_device("meta")  # as a caller's set_default_device("cuda") would: tensors made elsewhere
+
+
+@contextmanager
+def _default_device(device: str):
+    torch.set_default_device(device)
     try:
-        got = [probe.__wrapped__(*args) for probe, args in probes]
+        yield
     finally:
         torch.set_default_device(None)
-    assert got == want
+
+
+@pytest.mark.parametrize("context", ["bf16 autocast", "float64 default", "meta default device"])
+def test_the_probes_answer_the_same_in_the_callers_context(context):
+    """The probes run once, from whichever call comes first, in its context: a first forward pass under bf16
+    autocast made ``onednn_linear``'s fp32 reference a bf16 product and failed with a dtype error; a caller's
+    ``torch.set_default_dtype(torch.float64)`` made the probes' tensors float64, so oneDNN's Linear looked unusable
+    and int8 was refused as not exact on a CPU where it is; a default device other than the CPU (meta here, as
+    ``set_default_device("cuda")`` would) likewise."""
+    from bertkit._hardware import onednn_int8_exact
+
+    want = _probe_answers()
+    assert want[0] is True
+    enter = {"bf16 autocast": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+             "float64 default": lambda: _default_dtype(torch.float64),
+             "meta default device": lambda: _default_device("meta")}[context]
+    with enter():
+        assert _probe_answers() == want
+    assert onednn_int8_exact.__wrapped__(levels=127) == want[2]  # keywords pass through
 
 
 def test_a_fresh_process_whose_first_pass_is_bf16(tiny_checkpoint, tmp_path):

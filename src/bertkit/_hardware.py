@@ -122,22 +122,21 @@ def _probe_operands(levels: int) -> tuple[Tensor, Tensor]:
     return a, b
 
 
-def _probing(probe):
-    """Runs a hardware probe in plain fp32 arithmetic on the CPU, whatever context its first caller is in: the
-    probes run once per process (cached), often from inside a model's forward pass. Under bf16 autocast
-    ``F.linear`` computed the reference in bf16 (a dtype error); under a caller's ``torch.set_default_device(
-    "cuda")`` the probe's tensors would be made there. The contexts here are the calling thread's own; the
-    default dtype (a process-wide setting, which a caller's ``set_default_dtype(torch.float64)`` changes) is not
-    touched: every float tensor the probes make names float32."""
+def _probe(probe):
+    """A hardware probe: run once per process (cached: a model's every layer asks) and in plain fp32 arithmetic on
+    the CPU, whatever context its first caller is in, often a model's forward pass. Under bf16 autocast ``F.linear``
+    computed the reference in bf16 (a dtype error); under a caller's ``torch.set_default_device("cuda")`` the
+    probe's tensors would be made there. The contexts here are the calling thread's own; the default dtype (a
+    process-wide setting, which a caller's ``set_default_dtype(torch.float64)`` changes) is not touched: every
+    float tensor the probes make names float32."""
     @functools.wraps(probe)
     def run(*args, **kwargs):
         with torch.autocast("cpu", enabled=False), torch.no_grad(), torch.device("cpu"):
             return probe(*args, **kwargs)
-    return run
+    return functools.cache(run)
 
 
-@functools.cache  # the probes run once per process: a model's every layer asks
-@_probing
+@_probe
 def int_mm_exact() -> bool:
     """Whether ``torch._int_mm`` (int8 x int8 -> int32) sums full 8-bit codes exactly here
     (``bertkit.quantization.device.per_token_supported``)."""
@@ -148,8 +147,7 @@ def int_mm_exact() -> bool:
         return False
 
 
-@functools.cache
-@_probing
+@_probe
 def onednn_int8_exact(levels: int) -> bool:
     """Whether oneDNN's quantized Linear sums uint8 codes shifted by ``levels + 1`` (127: 8-bit activations, 63:
     7-bit) times int8 weights exactly here (``bertkit.quantization.device.onednn_supported``)."""
@@ -166,8 +164,7 @@ def onednn_int8_exact(levels: int) -> bool:
         return False
 
 
-@functools.cache
-@_probing
+@_probe
 def onednn_linear() -> bool:
     """Whether CPU inference in fp32 and in bf16 runs its Linear layers on oneDNN's
     (``torch.ops.mkldnn._linear_pointwise`` over weights reordered once by ``_reorder_linear_weight``: the kernels
