@@ -7,7 +7,8 @@ headings dropped, the first ``--sentences`` (10,000 by default; about 30 tokens 
 Engines (each given the sentence list and asked for one vector per sentence, mean pooling, L2-normalised, every
 sentence cut at 256 tokens and every batch padded to its longest):
 - ``bertkit-fp32``, ``bertkit-bf16``, ``bertkit-int8``: ``pipeline("sentence-embedding", model, batch_size=32)``
-  with ``bf16=True`` or ``quantize="int8"`` for the last two;
+  with ``bf16=True`` or ``quantize="int8"`` for the last two (int8's float parts in bf16 on CPUs with bf16
+  instructions, its default there);
 - ``fastembed``: ``TextEmbedding("sentence-transformers/all-MiniLM-L6-v2", specific_model_path=DIR)`` where DIR
   holds ``bertkit export onnx``'s graph of the same weights and the tokenizer files (fastembed's own ONNX Runtime
   session, its tokenizer, its batching; ``threads`` set; ``embed(batch_size=32)``: its default of 256 pads a

@@ -13,10 +13,11 @@ Engines (each one's last hidden state, mean-pooled over the real tokens, is comp
 worst row's cosine is ``min_cos``):
 - ``bertkit-fp32`` (its Linear layers on oneDNN where ``_hardware.onednn_linear``; ``bertkit-fp32-aten`` /
   ``bertkit-bf16-aten`` the same models on ATen's ``addmm``); ``bertkit-bf16`` (autocast, as ``--bf16``); ``bertkit-int8``
-  (``quantize_int8`` with its defaults, calibrated on 256 SST-2 training sentences, as ``bertkit quantize``);
-  ``bertkit-int8-fast`` (``quantize --fast``; CPUs with AVX512-VNNI); ``bertkit-int8-bf16`` (the default int8 with ``bf16=True``: what stays float
-  under bf16 autocast, as OpenVINO's int8 runs; CPUs with bf16 instructions); ``bertkit-int8-fast-bf16``
-  (``--fast`` with ``bf16=True``);
+  (``quantize_int8`` with its defaults, calibrated on 256 SST-2 training sentences, as ``bertkit quantize``; what
+  stays float in fp32: ``--int8 --no-bf16``, and ``--int8``'s default on CPUs without bf16 instructions);
+  ``bertkit-int8-fast`` (``quantize --fast``; CPUs with AVX512-VNNI); ``bertkit-int8-bf16`` (the same int8 model
+  with what stays float under bf16 autocast, as OpenVINO's int8 runs: ``--int8``'s default on CPUs with bf16
+  instructions, measured only there); ``bertkit-int8-fast-bf16`` (``--fast`` so);
 - ``ctranslate2-float32`` / ``ctranslate2-int8``: CTranslate2's converter on the checkpoint, its ``Encoder`` (token
   ids without padding in, padded states out); ``ctranslate2-mkl-float32`` / ``ctranslate2-mkl-int8``: the same with
   ``CT2_USE_MKL=1``. Each runs in a child process that times its own passes when the parent asks, keeping the

@@ -8,7 +8,8 @@ implementation):
 Implementations, each timed over the whole input list (tokenization, model, post-processing):
 - ``bertkit-fp32`` / ``bertkit-bf16`` / ``bertkit-int8``: ``bertkit.pipeline(...)`` with batch_size 32
   (length-bucketed, padding dropped), bf16 by autocast, int8 by ``quantize="int8"`` (the built-in calibration;
-  quantized once when the pipeline is built, outside the timing);
+  quantized once when the pipeline is built, outside the timing; what stays float in bf16 on CPUs with bf16
+  instructions, its default there);
 - ``transformers-pipeline``: ``transformers.pipeline(...)`` with its default settings (batch_size 1). transformers
   5 removed its question-answering pipeline, so for ``squad`` this row is transformers' model run one window
   at a time in input order (what that pipeline did by default), ``transformers-batch1``;

@@ -4,8 +4,9 @@
 #      compares int8 with fp32 on the same model, not with published scores);
 #   2. predict each task's dev set four times with the same saved model: fp32, `--int8` (default
 #      calibration: the 256 built-in sentences), the directory `bertkit quantize` writes from it, and the one
-#      `bertkit quantize --fast` writes (CPUs with AVX512-VNNI; ffn_out int8 with per-token scales), and on CPUs
-#      with native bf16 the `--int8` and `--fast` arms again under `--bf16`;
+#      `bertkit quantize --fast` writes (CPUs with AVX512-VNNI; ffn_out int8 with per-token scales), each with what
+#      stays float in fp32 (`--no-bf16`), and on CPUs with native bf16 the `--int8` and `--fast` arms again with it
+#      in bf16 (`--bf16`, their default there);
 #   3. print the tables: python experiments/int8_accuracy_table.py --runs runs/int8-accuracy [--arm saved|fast|int8bf16|fastbf16]
 #   R=runs/int8-accuracy experiments/int8_accuracy.sh     (from the repository root; MODEL=models/minilm)
 # Run it again to continue: a step whose report.json exists is skipped.
@@ -26,13 +27,14 @@ finetune() {  # finetune NAME ARGS...: fine-tune once, fp32
 predict() {  # predict NAME MODEL ARGS...: the same model in fp32, in int8 (--int8), and saved in int8 first
   local name=$1 model=$2; shift 2
   done_ "$R/fp32-$name" || $BK "$@" --model "$model" --output-dir "$R/fp32-$name" --overwrite > "$R/fp32-$name.json"
-  done_ "$R/int8-$name" || $BK "$@" --model "$model" --int8 --output-dir "$R/int8-$name" --overwrite \
+  done_ "$R/int8-$name" || $BK "$@" --model "$model" --int8 --no-bf16 --output-dir "$R/int8-$name" --overwrite \
     > "$R/int8-$name.json"
   [ -f "$R/q-$name/model.int8.safetensors" ] || $BK quantize --model "$model" --output-dir "$R/q-$name" --overwrite \
     > "$R/q-$name.json"
-  done_ "$R/saved-$name" || $BK "$@" --model "$R/q-$name" --output-dir "$R/saved-$name" --overwrite \
+  done_ "$R/saved-$name" || $BK "$@" --model "$R/q-$name" --no-bf16 --output-dir "$R/saved-$name" --overwrite \
     > "$R/saved-$name.json"
-  # What stays float in bf16 (CPUs with AVX512-BF16 or AMX): the default int8 here, --fast below, under --bf16.
+  # The int8, saved and fast arms keep what stays float in fp32 (--no-bf16); the int8bf16 and fastbf16 arms run it
+  # in bf16 (--bf16), which is what --int8 and int8 directories do by default on CPUs with AVX512-BF16 or AMX.
   local bf16=0
   $PY -c "from bertkit._hardware import cpu_has_bf16 as s; raise SystemExit(not s())" && bf16=1
   [ $bf16 = 0 ] || done_ "$R/int8bf16-$name" || $BK "$@" --model "$model" --int8 --bf16 \
@@ -40,7 +42,7 @@ predict() {  # predict NAME MODEL ARGS...: the same model in fp32, in int8 (--in
   $PY -c "from bertkit.quantization import per_token_supported as s; raise SystemExit(not s())" || return 0
   [ -f "$R/qf-$name/model.int8.safetensors" ] || $BK quantize --model "$model" --output-dir "$R/qf-$name" --fast \
     --overwrite > "$R/qf-$name.json"
-  done_ "$R/fast-$name" || $BK "$@" --model "$R/qf-$name" --output-dir "$R/fast-$name" --overwrite \
+  done_ "$R/fast-$name" || $BK "$@" --model "$R/qf-$name" --no-bf16 --output-dir "$R/fast-$name" --overwrite \
     > "$R/fast-$name.json"
   [ $bf16 = 0 ] || done_ "$R/fastbf16-$name" || $BK "$@" --model "$R/qf-$name" --bf16 \
     --output-dir "$R/fastbf16-$name" --overwrite > "$R/fastbf16-$name.json"

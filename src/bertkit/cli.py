@@ -182,12 +182,12 @@ def _extract(s) -> dict:
     texts = read_texts(s.input)
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     # a `bertkit quantize` directory loads in int8; under torchrun a bare cuda is this process's GPU
-    model, precision = prepare_model(BertModel, s.model_name_or_path, device=s.device,
+    model, precision = prepare_model(BertModel, s.model_name_or_path, device=s.device, bf16=s.bf16,
                                      quantize="int8" if s.int8 else None, calibration_file=s.calibration_file,
                                      tokenizer=tokenizer, max_length=s.max_seq_length, local_rank=current().local_rank)
     return extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
                             batch_size=s.batch_size, dtype=s.dtype, device=str(precision.device), progress=s.progress,
-                            overwrite=s.overwrite)
+                            overwrite=s.overwrite, bf16=precision.bf16)
 
 
 @command("feature-study", "the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",

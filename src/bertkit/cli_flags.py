@@ -141,7 +141,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         elif default is not None or "Default:" not in help_text:
             help_text += f" (default: {_shown(default)})"
         names = [_flag_name(f.name), *meta.get("aliases", ())]
-        if hints[f.name] is bool:
+        if _not_none(hints[f.name]) is bool:  # bool | None: unset lets the command decide (--bf16 with --int8)
             parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, help=help_text,
                                 default=argparse.SUPPRESS)
         else:

@@ -99,11 +99,11 @@ def length_batches(encoded: Sequence[dict], indices: Sequence[int], batch_size: 
 
 @torch.no_grad()
 def run_batches(model: BertModel, encoded: Sequence[dict], batches: Sequence[Sequence[int]], layers: Sequence[int],
-                device: str = "cpu", bar: Any = None) -> dict[int, np.ndarray]:
+                device: str = "cpu", bar: Any = None, bf16: bool = False) -> dict[int, np.ndarray]:
     """float32 (len(layers), T_i, H) per example of ``batches``, keyed by example index.
 
-    The encoder computes on real tokens only (``layout="auto"``); ``layers`` are positions in the L + 1
-    hidden states.
+    The encoder computes on real tokens only (``layout="auto"``), under bf16 autocast with ``bf16``; ``layers``
+    are positions in the L + 1 hidden states.
     """
 
     def call(batch: dict[str, torch.Tensor], rows: Sequence[dict]) -> list[np.ndarray]:
@@ -114,7 +114,7 @@ def run_batches(model: BertModel, encoded: Sequence[dict], batches: Sequence[Seq
 
     # Padded with id 0 whatever the vocabulary's [PAD]: the attention mask hides padding.
     return runner.run_batches(call, encoded, batches, pad=lambda rows: pad_batch(rows, _PAD, attention_mask=True),
-                              device=device, bar=bar)
+                              device=device, bar=bar, bf16=bf16)
 
 
 def hidden_states_for(model: BertModel, encoded: Sequence[dict], indices: Sequence[int], layers: Sequence[int],
@@ -179,6 +179,7 @@ def extract_features(
     device: str = "cpu",
     progress: bool = True,
     overwrite: bool = False,
+    bf16: bool = False,
 ) -> dict[str, Any]:
     """Write the ``layers`` hidden states of every token of ``texts`` to ``out`` (.jsonl or .safetensors).
 
@@ -189,6 +190,7 @@ def extract_features(
     (an initialised process group) the batches are shared among the processes and rank 0 writes the output,
     byte for byte the one a single process writes; other ranks return ``{"rank", "lines"}``. Shard files beside
     ``out`` that already exist are replaced only with ``overwrite`` (the command line checks ``out`` itself).
+    ``bf16`` runs the model under bf16 autocast (the states are written as float32 or ``dtype`` either way).
     """
     from tqdm.auto import tqdm
 
@@ -205,14 +207,14 @@ def extract_features(
     t0 = time.perf_counter()
     parts_dir = _new_parts_dir(out, rank) if world > 1 else None
     if parts_dir is not None:
-        mine = _run_share(model, encoded, batches, positions, device, parts_dir, rank, world, progress)
+        mine = _run_share(model, encoded, batches, positions, device, parts_dir, rank, world, progress, bf16)
         if rank != 0:
             return {"rank": rank, "lines": mine}
     bar = tqdm(total=len(encoded), disable=not progress, unit="line", desc="writing" if world > 1 else "",
                dynamic_ncols=True)
 
     def computed(p: int, u: int) -> dict[int, np.ndarray]:
-        return run_batches(model, encoded, batches[p][u], positions, device, bar)
+        return run_batches(model, encoded, batches[p][u], positions, device, bar, bf16)
 
     states_of = _states_from_parts(parts_dir, world, bar) if parts_dir is not None else computed
     if out.suffix == ".jsonl":
@@ -305,7 +307,8 @@ def _part_files(parts_dir: Path, batches: list[list[list[list[int]]]], world: in
 
 
 def _run_share(model: BertModel, encoded: Sequence[dict], batches: list[list[list[list[int]]]],
-               positions: Sequence[int], device: str, parts_dir: Path, rank: int, world: int, progress: bool) -> int:
+               positions: Sequence[int], device: str, parts_dir: Path, rank: int, world: int, progress: bool,
+               bf16: bool = False) -> int:
     """Under torchrun: this process's share (every world-th batch of every unit), left in part files for rank 0
     to write the output from. Batches are the same as in one process, so the output bytes are too. Returns
     the number of lines this process ran."""
@@ -316,7 +319,7 @@ def _run_share(model: BertModel, encoded: Sequence[dict], batches: list[list[lis
     bar = tqdm(total=mine, disable=not (progress and rank == 0), unit="line", dynamic_ncols=True)
     for p, part in enumerate(batches):
         for u, unit in enumerate(part):
-            states = run_batches(model, encoded, unit[rank::world], positions, device, bar)
+            states = run_batches(model, encoded, unit[rank::world], positions, device, bar, bf16)
             with atomic_target(_part_file(parts_dir, p, u, rank)) as tmp:
                 save_file({str(i): np.ascontiguousarray(a) for i, a in states.items()}, str(tmp))
     bar.close()

@@ -61,7 +61,7 @@ TASK_OF_ARCHITECTURE = {
 
 def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | None = None, *,
              tokenizer: str | os.PathLike | BertTokenizer | None = None, device: str | torch.device = "cpu",
-             bf16: bool = False, batch_size: int = 32, max_length: int | None = None, progress: bool | None = None,
+             bf16: bool | None = None, batch_size: int = 32, max_length: int | None = None, progress: bool | None = None,
              model_dir: str | os.PathLike | None = None, quantize: str | None = None,
              calibration_texts: Sequence[str | tuple[str, str]] | None = None, **options: Any) -> Pipeline:
     """The ``task`` pipeline over ``model``, as transformers' ``pipeline(task, model)`` is called.
@@ -69,10 +69,12 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Non
     ``model`` is a checkpoint directory (config.json, model.safetensors, vocab.txt; ``model_dir=`` is the same),
     or a bertkit model already built, with ``tokenizer=`` (a ``BertTokenizer`` or its directory). Without a task,
     the checkpoint's head names it (config.json ``architectures``: a sequence classifier gives
-    text-classification, ...). ``bf16`` runs the model under bfloat16 autocast (CPUs with AVX-512 BF16 / AMX,
-    recent GPUs; scores are still computed in float32/64). ``quantize="int8"`` runs the encoder's projections
-    in int8 on the CPU (``bertkit.quantization``, docs/inference.md section int8; with ``bf16=True`` too, on CPUs
-    with bf16 instructions, what stays float runs in bf16): the
+    text-classification, ...). ``bf16=True`` runs the model under bfloat16 autocast (CPUs with AVX-512 BF16 /
+    AMX, recent GPUs; scores are still computed in float32/64), ``bf16=False`` in the weights' dtype; left unset,
+    it is on for int8 on CPUs with bf16 instructions and off otherwise (``.bf16`` says which). ``quantize="int8"``
+    runs the encoder's projections in int8 on the CPU (``bertkit.quantization``, docs/inference.md section int8;
+    on CPUs with bf16 instructions what stays float runs in bf16 unless ``bf16=False``, as OpenVINO runs its int8
+    models there: faster, and as close to fp32): the
     model is quantized once, after ``.eval()``, calibrated on ``calibration_texts`` (a few hundred texts like
     the inputs; strings or ``(text, text_pair)`` tuples) or, by default, on 256 built-in English sentences; a
     model object passed in stays fp32 (a quantized copy runs). int8 refuses a GPU, ``bf16=True`` on a CPU without

@@ -87,7 +87,7 @@ class Pipeline:
                                        "feature-extraction pipeline, which needs only the encoder")
 
     def __init__(self, model: nn.Module, tokenizer: BertTokenizer, *, device: str | torch.device = "cpu",
-                 bf16: bool = False, batch_size: int = 32, max_length: int | None = None,
+                 bf16: bool | None = None, batch_size: int = 32, max_length: int | None = None,
                  progress: bool | None = None, quantize: str | None = None,
                  calibration_texts: Sequence[str | tuple[str, str]] | None = None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -108,7 +108,7 @@ class Pipeline:
         self.quantize = self.precision.quantize
         self.tokenizer = tokenizer
         self.config = model.config
-        self.bf16 = bool(bf16)
+        self.bf16 = self.precision.bf16  # as asked, or prepare_model's default (int8 on a bf16 CPU: on)
         self.batch_size = batch_size
         self.max_length = max_length
         self.progress = progress
@@ -122,7 +122,7 @@ class Pipeline:
         if is_int8_checkpoint(directory):  # written by `bertkit quantize`: it runs in int8 whatever is asked
             quantize = quantize or "int8"
         # An int8 request that cannot run is refused before the weights load.
-        check_request(kwargs.get("device", "cpu"), bf16=kwargs.get("bf16", False), quantize=quantize,
+        check_request(kwargs.get("device", "cpu"), bf16=kwargs.get("bf16"), quantize=quantize,
                       calibrating=kwargs.get("calibration_texts") is not None)
         if not (directory / "config.json").is_file():
             raise MissingFileError(f"{directory / 'config.json'} not found: pass a checkpoint directory written by "

@@ -52,9 +52,10 @@ Things to know:
   and bias applied in the kernel), 1.02-1.07x the deprecated fbgemm kernel's speed on an AVX512-VNNI EPYC and
   1.13-1.18x with AMX (BENCHMARKS.md, "int8 kernels"); with 7-bit ones on fbgemm while PyTorch has it, then on
   oneDNN at 7 bits. ``torch._int_mm`` runs the same saved integers where oneDNN's operator is missing.
-- With ``bf16=True`` (``--int8 --bf16``; CPUs with AVX512-BF16 or AMX) what stays float (attention, GELU,
-  LayerNorm, the projections kept fp32) runs under bf16 autocast, as OpenVINO's int8 does; the oneDNN kernel then
-  writes bf16 directly.
+- Under bf16 autocast (CPUs with AVX512-BF16 or AMX; what pipelines and commands run an int8 model under by
+  default there, ``bertkit.inference.prepare.default_bf16``) what stays float (attention, GELU, LayerNorm, the
+  projections kept fp32) runs in bf16, as OpenVINO's int8 does; the oneDNN kernel then writes bf16 directly. A
+  model quantized here and called directly runs as any module does: in fp32 unless the caller enters autocast.
 - CPU only, fp32 models only, inference only: the quantized Linear has no backward and no CUDA kernel.
 
     model = BertForSequenceClassification.from_pretrained("sst2_run/best").eval()

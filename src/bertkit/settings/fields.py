@@ -158,15 +158,15 @@ class Int8Settings:
 
     int8: bool = False
     """Run the encoder's projections in int8 on the CPU (SmoothQuant-smoothed dynamic int8, docs/inference.md
-    section int8): outputs close to fp32's, not equal; not on a GPU. With --bf16 (CPUs with AVX512-BF16 or AMX) what
-    stays float runs in bf16, as OpenVINO's int8 does: the fastest int8 on AMX CPUs."""
+    section int8): outputs close to fp32's, not equal; not on a GPU. On CPUs with AVX512-BF16 or AMX what stays float
+    runs in bf16, as OpenVINO's int8 does (faster, as close to fp32); --no-bf16 runs it in fp32."""
     calibration_file: Path | None = None
     """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
     Default: 256 built-in English sentences."""
 
     def check_int8(self) -> None:
         """Refuse --calibration-file without --int8. Whether int8 can run on the device (the CPU, an x86 quantized
-        engine, bf16 instructions with --bf16) is ``bertkit._hardware.resolve_device``'s to say, when the command
+        engine, bf16 instructions with an explicit --bf16) is ``bertkit._hardware.resolve_device``'s to say, when the command
         runs."""
         if self.calibration_file is not None and not self.int8:
             raise BertkitError(f"--calibration-file {self.calibration_file} calibrates int8 inference: add --int8")

@@ -55,7 +55,7 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     examples = first(glue.read_glue(task, s.data_dir, s.split), s.max_predict_samples)
     features = glue.featurize(examples, tokenizer, s.max_seq_length, task)
     logits = np.stack(predict(model, features, lambda b: glue.collate(b, tokenizer.pad_token_id),
-                              batch_size=s.batch_size, bf16=s.bf16, device=precision.device))
+                              batch_size=s.batch_size, bf16=precision.bf16, device=precision.device))
     preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
     s.output_dir.mkdir(parents=True, exist_ok=True)
     path = glue.write_submission(task, preds.tolist(), [e.id for e in examples], s.output_dir)

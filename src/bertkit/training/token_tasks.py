@@ -392,7 +392,7 @@ def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
     gold = sorted({t for sent in sentences for t in sent.tags} - set(labels))
     features = ner.featurize_ner(sentences, tokenizer, labels + gold, s.max_seq_length)
     tags = predict_ner(model, sentences, features, labels + gold, pad_id=tokenizer.pad_token_id,
-                       batch_size=s.batch_size, bf16=s.bf16, device=precision.device)
+                       batch_size=s.batch_size, bf16=precision.bf16, device=precision.device)
     scores = ner_scores(sentences, tags)
     path = ner.write_conll(s.output_dir / "predictions.txt", sentences, tags)
     report = {"task": "ner", "model": str(s.model_name_or_path), "data_file": str(s.data_file),
@@ -411,7 +411,7 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
                                      max_query_length=s.max_query_length)
     preds, _ = predict_squad(model, examples, features, pad_id=tokenizer.pad_token_id, version=s.version,
                              n_best_size=s.n_best_size, max_answer_length=s.max_answer_length,
-                             null_threshold=s.null_threshold, batch_size=s.batch_size, bf16=s.bf16,
+                             null_threshold=s.null_threshold, batch_size=s.batch_size, bf16=precision.bf16,
                              device=precision.device)
     files = {k: str(v) for k, v in preds.write(s.output_dir).items()}
     report: dict[str, Any] = {"task": f"squad{s.version}", "model": str(s.model_name_or_path),
@@ -434,7 +434,7 @@ def predict_swag_file(s: PredictSwagSettings) -> dict[str, Any]:
     model, precision = for_prediction(model, tokenizer, s)
     examples = first(swag.read_swag(s.predict_file), s.max_predict_samples)
     features = swag.featurize_swag(examples, tokenizer, s.max_seq_length)
-    scores = predict_swag(model, features, pad_id=tokenizer.pad_token_id, batch_size=s.batch_size, bf16=s.bf16,
+    scores = predict_swag(model, features, pad_id=tokenizer.pad_token_id, batch_size=s.batch_size, bf16=precision.bf16,
                           device=precision.device)
     path = write_swag_predictions(s.output_dir / "predictions.jsonl", examples, scores)
     labelled = all(e.label is not None for e in examples)
