@@ -179,7 +179,7 @@ def main() -> None:
             for name in ("bertkit-fp32", "bertkit-bf16", "bertkit-int8"):
                 if name not in impls:
                     continue
-                pipe = bertkit.pipeline(task, ckpt, bf16=name.endswith("bf16"), batch_size=BATCH, progress=False,
+                pipe = bertkit.pipeline(task, ckpt, bf16=True if name == "bertkit-bf16" else None, batch_size=BATCH, progress=False,
                                         quantize="int8" if name.endswith("int8") else None)
                 pipe(inputs[:4])  # warm-up
                 out, secs = timed(pipe, inputs)

@@ -303,8 +303,9 @@ def main() -> None:
                    help="OMP_NUM_THREADS for both servers (default: torch's, all cores). On a machine where the "
                         "load generator shares the cores, fewer model threads than cores avoids stalls")
     p.add_argument("--int8", action="store_true",
-                   help="bertkit serve --int8 (and its pipeline alone in int8); outputs are then compared as "
-                        "labels agreeing and the largest score difference, not as equal")
+                   help="bertkit serve --int8 (and its pipeline alone in int8; what stays float in bf16 on CPUs with "
+                        "bf16 instructions, its default there); outputs are then compared as labels agreeing and "
+                        "the largest score difference, not as equal")
     p.add_argument("--routes", default="",
                    help="openai,rerank: measure bertkit serve's /v1/embeddings and /rerank instead (module doc)")
     p.add_argument("--passages", type=int, default=20, help="--routes rerank: passages per query")

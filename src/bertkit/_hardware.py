@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import platform
 
 import torch
 from torch import Tensor
@@ -15,7 +16,16 @@ logger = logging.getLogger("bertkit")
 
 
 def cpu_has_bf16() -> bool:
-    """True when oneDNN has bf16 kernels on this CPU (AVX512-BF16 or AMX); False on AVX2-only CPUs."""
+    """True when this CPU computes bf16 in hardware: AVX512-BF16 or AMX on x86; on other CPUs (Arm), when oneDNN
+    has bf16 kernels for it.
+
+    oneDNN's own answer (``torch.ops.mkldnn._is_mkldnn_bf16_supported``) is also yes on x86 CPUs with AVX-512 but
+    neither (Skylake to Ice Lake Xeons), where it emulates bf16 slower than fp32: int8's float parts, which run in
+    bf16 by default where this is True, would silently run slower there, so x86 asks for the instructions."""
+    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
+        cpu = torch.cpu
+        return bool(getattr(cpu, "_is_avx512_bf16_supported", lambda: False)()
+                    or getattr(cpu, "_is_amx_tile_supported", lambda: False)())
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):  # a build without oneDNN: no fast bf16 either

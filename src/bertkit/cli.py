@@ -185,9 +185,10 @@ def _extract(s) -> dict:
     model, precision = prepare_model(BertModel, s.model_name_or_path, device=s.device, bf16=s.bf16,
                                      quantize="int8" if s.int8 else None, calibration_file=s.calibration_file,
                                      tokenizer=tokenizer, max_length=s.max_seq_length, local_rank=current().local_rank)
-    return extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
-                            batch_size=s.batch_size, dtype=s.dtype, device=str(precision.device), progress=s.progress,
-                            overwrite=s.overwrite, bf16=precision.bf16)
+    report = extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
+                              batch_size=s.batch_size, dtype=s.dtype, device=str(precision.device),
+                              progress=s.progress, overwrite=s.overwrite, bf16=precision.bf16)
+    return {**report, **precision.record(), "bf16": precision.bf16}
 
 
 @command("feature-study", "the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",

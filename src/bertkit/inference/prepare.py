@@ -66,6 +66,7 @@ def check_request(device: str | torch.device = "cpu", *, bf16: bool | None = Non
     """The device a model asked to run so will run on, or an error naming why it cannot and the fix (an int8
     request on a GPU, with bf16 asked for on a CPU without bf16 instructions, without an int8 kernel for this CPU;
     an unknown ``quantize``; calibration without int8). Called before the weights load."""
+    bf16 = None if bf16 is None else bool(bf16)  # a numpy bool or 1 means what True means
     if quantize is None:
         if calibrating:
             raise BertkitError("calibration_texts calibrate int8 inference: pass them with quantize='int8'")
@@ -93,6 +94,7 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
         if model_dir is None:
             raise BertkitError(f"prepare_model got the class {model.__name__}: pass model_dir to load it from")
         model = quantization.load_for_inference(model, Path(model_dir))
+    bf16 = None if bf16 is None else bool(bf16)
     calibrating = calibration_texts is not None or calibration_file is not None
     int8_already = quantization.is_int8_model(model)
     if int8_already:

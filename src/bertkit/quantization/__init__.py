@@ -1,8 +1,9 @@
-"""int8 inference on CPUs without bf16: the encoder's Linear layers with int8 weights and int8 activations.
+"""int8 inference on x86 CPUs: the encoder's Linear layers with int8 weights and int8 activations.
 
 Why: most BERT inference runs on CPUs that have AVX2 (often AVX-512 VNNI) but no bf16 instructions, where
 bf16 is emulated and several times slower than fp32 (BENCHMARKS.md). An int8 GEMM there is 2-4x cheaper
-than fp32, and the projections and feed-forward blocks are ~97% of the encoder's FLOPs at 128 tokens.
+than fp32, and the projections and feed-forward blocks are ~97% of the encoder's FLOPs at 128 tokens. On CPUs
+with bf16 instructions int8 runs beside bf16 for what stays float (below), faster than either alone.
 
 What ``quantize_int8`` does, per encoder projection (dynamic quantization on oneDNN's quantized Linear where
 8-bit activations are exact, AVX512-VNNI or AMX; else on ``torch.ao.nn.quantized.dynamic.Linear``'s fbgemm / x86
