@@ -51,8 +51,8 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/int8-accuracy"))
     parser.add_argument("--arm", choices=("int8", "saved", "fast", "int8bf16", "fastbf16"), default="int8",
                         help="int8: `--int8` on the float model; saved: the `bertkit quantize` directory; "
-                             "fast: the `bertkit quantize --fast` directory; int8bf16 / fastbf16: the int8 and fast arms "
-                             "under `--bf16`")
+                             "fast: the `bertkit quantize --fast` directory (these three with `--no-bf16`); int8bf16 / "
+                             "fastbf16: the int8 and fast arms under `--bf16`")
     args = parser.parse_args()
     lines, records = [], []
     for task, (metrics, primary) in TASKS.items():
@@ -60,6 +60,10 @@ def main() -> None:
         if int8.get("quantize") != "int8" or fp32.get("quantize") == "int8":
             raise SystemExit(f"{task}: the reports do not record fp32 and int8 (quantize: "
                              f"{fp32.get('quantize')!r}, {int8.get('quantize')!r})")
+        expected = "bfloat16" if args.arm.endswith("bf16") else "float32"
+        if int8.get("float_dtype", expected) != expected:  # reports written before the key existed have none
+            raise SystemExit(f"{task}: the {args.arm} arm's float parts ran in {int8['float_dtype']}, not {expected}: "
+                             f"delete {args.runs / f'{args.arm}-{task}'} and run experiments/int8_accuracy.sh again")
         a = _predictions(task, args.runs / f"fp32-{task}", fp32)
         b = _predictions(task, args.runs / f"{args.arm}-{task}", int8)
         if task == "stsb":  # a score on 0-5: how far int8's moves from fp32's
