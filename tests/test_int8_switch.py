@@ -136,7 +136,7 @@ def test_int8_runs_its_float_parts_in_bf16_by_default_on_a_bf16_cpu(minilm_dir, 
     asked, float32 = (pipeline("feature-extraction", default.model, tokenizer=default.tokenizer, bf16=b)
                       for b in (True, False))
     assert (default.bf16, asked.bf16, float32.bf16, fp32.bf16) == (True, True, False, False)
-    assert default.precision.record()["float_dtype"] == "bfloat16" and fp32.precision.record() == {"quantize": None}
+    assert default.precision.record()["float_dtype"] == "bfloat16" and fp32.precision.record() == {"quantize": None, "float_dtype": "float32"}
     assert all(p.quantize == "int8" and int8_projections(p.model) for p in (default, asked, float32))
     for name in ("stsb", "sst2"):
         ours, theirs = default(sentences[name]), float32(sentences[name])
@@ -233,9 +233,12 @@ def test_refuses_gpu_bf16_other_modes_and_stray_calibration(minilm_dir, tok, tmp
         pipeline("feature-extraction", absent, quantize="int8", device="mps")
     with monkeypatch.context() as patch:
         patch.setattr(bertkit._hardware, "cpu_has_bf16", lambda: False)  # a CPU without bf16 instructions
-        for asked in (True, np.bool_(True), 1):  # what means True is refused as True is
+        for asked in (True, np.bool_(True)):  # numpy's True is refused as True is
             with pytest.raises(BertkitError, match=r"int8 with bf16 .* no bf16 instructions .*drop bf16"):
                 pipeline("feature-extraction", absent, quantize="int8", bf16=asked)
+    for wrong in ("false", 1):  # not read by truthiness ("false" would have run bf16)
+        with pytest.raises(BertkitError, match=rf"bf16 must be True, False or None.*got {wrong!r}"):
+            pipeline("feature-extraction", absent, quantize="int8", bf16=wrong)
     with pytest.raises(BertkitError, match=r"quantize 'int4' is not one of \('int8',\)"):
         pipeline("feature-extraction", absent, quantize="int4")
     with pytest.raises(BertkitError, match=r"calibration_texts calibrate int8 inference: pass them with quantize"):
@@ -247,6 +250,9 @@ def test_refuses_gpu_bf16_other_modes_and_stray_calibration(minilm_dir, tok, tmp
         pipeline("feature-extraction", model, tokenizer=tok, quantize="int8", calibration_texts=[])
     with pytest.raises(BertkitError, match=r"float32 weights, the model holds bfloat16.*model.float"):
         pipeline("feature-extraction", BertModel(model.config).to(torch.bfloat16), tokenizer=tok, quantize="int8")
+    # bf16 autocast over float16 weights fails inside PyTorch ("Unexpected floating ScalarType"): refused first
+    with pytest.raises(BertkitError, match=r"bf16 autocast cannot run float16 weights.*model.float"):
+        pipeline("feature-extraction", BertModel(model.config).half(), tokenizer=tok, bf16=True)
 
 
 def test_refuses_without_an_x86_engine(tmp_path, monkeypatch):
@@ -280,7 +286,8 @@ def test_the_commands_refuse_what_int8_cannot_run(tmp_path, capsys, monkeypatch)
         (["serve", "--model", str(tmp_path), "--task", "feature-extraction", "--int8", "--device", "cuda:0"],
          "int8 runs on the CPU only"),
         (["extract-features", *base, "--output-file", str(tmp_path / "o.jsonl"), "--calibration-file",
-          str(tmp_path / "in.txt")], "calibrates int8 inference: add --int8"),
+          str(tmp_path / "in.txt")], "calibrates int8 inference: add --int8 (with a float checkpoint; a `bertkit "
+                                     "quantize` directory was calibrated when it was written)"),
     ]
     for argv, message in cases:
         assert main(argv) == 2, argv
@@ -299,6 +306,9 @@ def test_predict_int8_equals_the_int8_pipeline(classifier_dir, classifiers, sent
     base = ["predict", "text-classification", "--model", str(classifier_dir), "--input", str(tmp_path / "in.tsv"),
             "--text-column", "sentence", "--no-progress", "--int8"]
     assert main([*base, "--output-file", str(tmp_path / "default.jsonl")]) == 0
+    summary = json.loads(capsys.readouterr().out)  # says what ran, as report.json of the benchmark commands does
+    assert (summary["quantize"], summary["float_dtype"]) == (
+        "int8", "bfloat16" if bertkit._hardware.cpu_has_bf16() else "float32")
     assert main([*base, "--output-file", str(tmp_path / "own.jsonl"), "--calibration-file", str(calibration)]) == 0
     capsys.readouterr()
     read = [[{k: v for k, v in json.loads(line).items() if k != "id"}
@@ -397,6 +407,7 @@ def test_predict_glue_int8_close_to_fp32(classifier_dir, data_dir, sentences, tm
     base = ["predict", "glue", "--task", "sst2", "--data-dir", data_dir / "glue", "--split", "dev", "--model",
             classifier_dir, "--max-predict-samples", 64]
     fp32 = _benchmark(capsys, *base, "--out", tmp_path / "fp32")
+    assert fp32["float_dtype"] == "float32"
     int8 = _benchmark(capsys, *base, "--out", tmp_path / "int8", "--int8", "--calibration-file", calibration)
     assert len(quantized) == 1 and quantized[0][0] == [s.strip() for s in sentences["sst2_train"][-32:]]
     assert int8_projections(quantized[0][1])
@@ -621,7 +632,11 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
               "is the --model directory"),
              (["predict", "glue", "--task", "sst2", "--data-dir", str(tmp_path), "--model", str(quantized_classifier),
                "--out", str(tmp_path / "p"), "--int8", "--calibration-file", str(tmp_path / "other/vocab.txt")],
-              "int8 already")]
+              "int8 already"),
+             (["predict", "glue", "--task", "sst2", "--data-dir", str(tmp_path), "--model", str(quantized_classifier),
+               "--out", str(tmp_path / "p"), "--no-int8"],  # accepted and ignored before: it ran int8
+              f"--no-int8: {quantized_classifier} is an int8 model directory (written by `bertkit quantize`) and runs "
+              "in int8 only")]
     for argv, message in cases:
         assert main(argv) == 2, argv
         assert message in capsys.readouterr().err, argv

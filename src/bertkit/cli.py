@@ -188,7 +188,7 @@ def _extract(s) -> dict:
     report = extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
                               batch_size=s.batch_size, dtype=s.dtype, device=str(precision.device),
                               progress=s.progress, overwrite=s.overwrite, bf16=precision.bf16)
-    return {**report, **precision.record(), "bf16": precision.bf16}
+    return {**report, **precision.record()}
 
 
 @command("feature-study", "the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",
@@ -332,6 +332,18 @@ def _launch(name: str, s: Any):
         yield info.is_main
 
 
+def _refuse_fp32_of_an_int8_directory(s: Any) -> Any:
+    """The settings, unless they ask a `bertkit quantize` directory for fp32 (--no-int8): it holds no float weights
+    to run, and running it in int8 anyway would ignore the flag."""
+    if getattr(s, "int8", None) is False and getattr(s, "model_name_or_path", None) is not None:
+        from bertkit.quantization import is_int8_checkpoint
+
+        if is_int8_checkpoint(s.model_name_or_path):
+            raise BertkitError(f"--no-int8: {s.model_name_or_path} is an int8 model directory (written by `bertkit "
+                               "quantize`) and runs in int8 only; for fp32, pass the float checkpoint it was made from")
+    return s
+
+
 def _resolve_device(s: Any) -> Any:
     """The settings with their device resolved (``bertkit._hardware.resolve_device``), before any data is read or
     the output directory claimed: a device, or an int8 request, that cannot run here is refused first."""
@@ -372,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         name = args.command
         _, settings_class, handler = COMMANDS[args.command]
     try:
-        s = _part_per_process(_resolve_device(build_settings(settings_class, args)))
+        s = _part_per_process(_resolve_device(_refuse_fp32_of_an_int8_directory(build_settings(settings_class, args))))
         if getattr(s, "compile", False):  # before any data is read or featurised
             from bertkit.modeling import require_compiler
 

@@ -300,4 +300,5 @@ def predict_file(s: Any) -> dict[str, Any]:
             bar.update(min(chunk, len(inputs) - a))
     seconds = time.perf_counter() - t0
     return {"task": s.task, "input": str(s.input), "output_file": str(s.output_file), "inputs": len(inputs),
-            "seconds": round(seconds, 2), "inputs_per_s": round(len(inputs) / max(seconds, 1e-9), 1)}
+            **pipe.precision.record(), "seconds": round(seconds, 2),
+            "inputs_per_s": round(len(inputs) / max(seconds, 1e-9), 1)}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -42,10 +43,11 @@ class Precision:
         return self.dtype == "bfloat16"
 
     def record(self) -> dict[str, Any]:
-        """What a prediction report says about precision (as pipelines' ``.quantize`` and serve's /metadata); with
-        int8, also the dtype its float parts ran in."""
+        """What a prediction report says about precision (as pipelines' ``.quantize`` and ``.bf16`` and serve's
+        /metadata): int8 or not (with its calibration), and the dtype what is not int8 ran in ("bfloat16" under
+        bf16 autocast)."""
         if self.quantize is None:
-            return {"quantize": None}
+            return {"quantize": None, "float_dtype": self.dtype}
         return {"quantize": self.quantize, "calibration": self.calibration, "float_dtype": self.dtype}
 
 
@@ -66,7 +68,7 @@ def check_request(device: str | torch.device = "cpu", *, bf16: bool | None = Non
     """The device a model asked to run so will run on, or an error naming why it cannot and the fix (an int8
     request on a GPU, with bf16 asked for on a CPU without bf16 instructions, without an int8 kernel for this CPU;
     an unknown ``quantize``; calibration without int8). Called before the weights load."""
-    bf16 = None if bf16 is None else bool(bf16)  # a numpy bool or 1 means what True means
+    bf16 = _checked_bf16(bf16)
     if quantize is None:
         if calibrating:
             raise BertkitError("calibration_texts calibrate int8 inference: pass them with quantize='int8'")
@@ -94,7 +96,7 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
         if model_dir is None:
             raise BertkitError(f"prepare_model got the class {model.__name__}: pass model_dir to load it from")
         model = quantization.load_for_inference(model, Path(model_dir))
-    bf16 = None if bf16 is None else bool(bf16)
+    bf16 = _checked_bf16(bf16)
     calibrating = calibration_texts is not None or calibration_file is not None
     int8_already = quantization.is_int8_model(model)
     if int8_already:
@@ -118,7 +120,22 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
         bf16 = default_bf16(quantize, dev)
     elif bf16:
         warn_if_bf16_is_emulated(dev.type)
+        # autocast cannot mix bf16 with float16 weights: PyTorch fails inside the first layer with a bare error
+        if not int8_already and any(p.dtype == torch.float16 for p in model.parameters()):
+            raise BertkitError("bf16 autocast cannot run float16 weights: call model.float() (or .bfloat16()) "
+                               "before passing the model with bf16, or leave bf16 off to run it in float16")
     return model, Precision(dev, "bfloat16" if bf16 else "float32", quantize, calibration)
+
+
+def _checked_bf16(bf16: Any) -> bool | None:
+    """``bf16`` as True, False or None (unset); anything else (a string such as "false", a number) is refused
+    rather than read by its truthiness."""
+    if bf16 is None or isinstance(bf16, bool):
+        return bf16
+    if isinstance(bf16, np.bool_):  # numpy's bool, from a config or an array
+        return bool(bf16)
+    raise BertkitError(f"bf16 must be True, False or None (unset: on for int8 on CPUs with bf16 instructions), got "
+                       f"{bf16!r} ({type(bf16).__name__})")
 
 
 def _calibrating_int8(model_dir: str | Path | None) -> str:

@@ -471,9 +471,10 @@ def serve(s: Any) -> dict[str, Any]:
 
     server = Server(uvicorn.Config(app, host=s.host, port=s.port, log_level=s.log_level, access_log=False,
                                    timeout_graceful_shutdown=s.graceful_shutdown_s))
-    logger.info("serving %s from %s on http://%s:%d (POST /, /predict, /embed, /similarity, /v1/embeddings, /rerank, "
-                "/tokenize, /decode, /embed_all; GET /health, /ready, /metadata, /info, /metrics)%s", s.task,
-                s.model_name_or_path, s.host, s.port, "; an API key is required" if s.api_key else "")
+    logger.info("serving %s from %s (%s%s on %s) on http://%s:%d (POST /, /predict, /embed, /similarity, "
+                "/v1/embeddings, /rerank, /tokenize, /decode, /embed_all; GET /health, /ready, /metadata, /info, "
+                "/metrics)%s", s.task, s.model_name_or_path, "int8, the rest in " if pipe.quantize else "",
+                pipe.precision.dtype, pipe.device, s.host, s.port, "; an API key is required" if s.api_key else "")
     # uvicorn re-raises the signal that stopped it once it has drained; ignore that one so a drained server
     # returns its counters (exit 0) instead of being killed by the default action.
     main = threading.current_thread() is threading.main_thread()

@@ -156,10 +156,11 @@ class ProgressSettings:
 class Int8Settings:
     """For commands that apply a model: int8 inference on the CPU (docs/inference.md, section int8)."""
 
-    int8: bool = False
+    int8: bool | None = None
     """Run the encoder's projections in int8 on the CPU (SmoothQuant-smoothed dynamic int8, docs/inference.md
     section int8): outputs close to fp32's, not equal; not on a GPU. On CPUs with AVX512-BF16 or AMX what stays float
-    runs in bf16, as OpenVINO's int8 does (faster, as close to fp32); --no-bf16 runs it in fp32."""
+    runs in bf16, as OpenVINO's int8 does (faster, as close to fp32); --no-bf16 runs it in fp32. Default: int8 for a
+    `bertkit quantize` directory (which runs in nothing else: --no-int8 is refused there), fp32 otherwise."""
     calibration_file: Path | None = None
     """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
     Default: 256 built-in English sentences."""
@@ -169,7 +170,8 @@ class Int8Settings:
         engine, bf16 instructions with an explicit --bf16) is ``bertkit._hardware.resolve_device``'s to say, when the command
         runs."""
         if self.calibration_file is not None and not self.int8:
-            raise BertkitError(f"--calibration-file {self.calibration_file} calibrates int8 inference: add --int8")
+            raise BertkitError(f"--calibration-file {self.calibration_file} calibrates int8 inference: add --int8 (with a "
+                               "float checkpoint; a `bertkit quantize` directory was calibrated when it was written)")
 
 
 @dataclass(kw_only=True)

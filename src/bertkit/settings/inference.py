@@ -41,7 +41,7 @@ class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
     (--int8, or an int8 directory) on CPUs with bf16 instructions (what int8 leaves float runs in bf16, as OpenVINO's
     int8 does), off otherwise."""
     device: str = "cpu"
-    """cpu, cuda, ..."""
+    """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
@@ -265,7 +265,7 @@ class PredictFileSettings(Int8Settings):
     (--int8, or an int8 directory) on CPUs with bf16 instructions (what int8 leaves float runs in bf16, as OpenVINO's
     int8 does), off otherwise."""
     device: str = "cpu"
-    """cpu, cuda or cuda:N."""
+    """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
     progress: bool = True
     """Show a progress bar."""
     overwrite: bool = False
@@ -336,7 +336,7 @@ class ServeSettings(Int8Settings):
     (--int8, or an int8 directory) on CPUs with bf16 instructions (what int8 leaves float runs in bf16, as OpenVINO's
     int8 does), off otherwise."""
     device: str = "cpu"
-    """cpu, cuda or cuda:N."""
+    """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     """uvicorn's log level."""
     served_model_name: str | None = None
