@@ -350,10 +350,19 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
     uvicorn = pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
     from starlette.testclient import TestClient
 
+    from bertkit.quantization import kernels
+
     apps = []
     monkeypatch.setattr(uvicorn.Server, "run", lambda self: apps.append(self.config.app))  # no socket, no loop
+    # fresh compiled kernels, as in a new process: the server builds int8's before it serves, not in a request
+    fresh = {name: kernels._Fused(getattr(kernels, name).fn) for name in
+             ("_linear_per_call", "_linear_per_token", "_quantize_per_call_u8", "_quantize_per_token_u8",
+              "_per_token_epilogue")}
+    for name, fused in fresh.items():
+        monkeypatch.setattr(kernels, name, fused)
     assert main(["serve", "--model", str(minilm_dir), "--task", "feature-extraction", "--int8"]) == 0
     capsys.readouterr()
+    assert any(f.compiled is not None and f.checked for f in fresh.values()), fresh
     texts = sentences["stsb"][:6]
     with TestClient(apps[0]) as client:
         metadata = client.get("/metadata").json()
