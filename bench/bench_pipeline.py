@@ -179,8 +179,8 @@ def main() -> None:
             for name in ("bertkit-fp32", "bertkit-bf16", "bertkit-int8"):
                 if name not in impls:
                     continue
-                pipe = bertkit.pipeline(task, ckpt, bf16=True if name == "bertkit-bf16" else None, batch_size=BATCH, progress=False,
-                                        quantize="int8" if name.endswith("int8") else None)
+                pipe = bertkit.pipeline(task, ckpt, bf16=True if name == "bertkit-bf16" else None, batch_size=BATCH,
+                                        progress=False, quantize="int8" if name.endswith("int8") else None)
                 pipe(inputs[:4])  # warm-up
                 out, secs = timed(pipe, inputs)
                 results[name] = ([o["label"] for o in out] if workload == "sst2" else [o["answer"] for o in out], secs)

@@ -46,9 +46,8 @@ class Precision:
         """What a prediction report says about precision (as pipelines' ``.quantize`` and ``.bf16`` and serve's
         /metadata): int8 or not (with its calibration), and the dtype what is not int8 ran in ("bfloat16" under
         bf16 autocast)."""
-        if self.quantize is None:
-            return {"quantize": None, "float_dtype": self.dtype}
-        return {"quantize": self.quantize, "calibration": self.calibration, "float_dtype": self.dtype}
+        calibration = {} if self.quantize is None else {"calibration": self.calibration}
+        return {"quantize": self.quantize, **calibration, "float_dtype": self.dtype}
 
 
 def default_bf16(quantize: str | None, device: torch.device) -> bool:

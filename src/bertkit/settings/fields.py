@@ -154,13 +154,18 @@ class ProgressSettings:
 
 @dataclass(kw_only=True)
 class Int8Settings:
-    """For commands that apply a model: int8 inference on the CPU (docs/inference.md, section int8)."""
+    """For commands that apply a model: int8 inference on the CPU (docs/inference.md, section int8), and bf16, whose
+    default depends on it."""
 
     int8: bool | None = None
     """Run the encoder's projections in int8 on the CPU (SmoothQuant-smoothed dynamic int8, docs/inference.md
     section int8): outputs close to fp32's, not equal; not on a GPU. On CPUs with AVX512-BF16 or AMX what stays float
     runs in bf16, as OpenVINO's int8 does (faster, as close to fp32); --no-bf16 runs it in fp32. Default: int8 for a
     `bertkit quantize` directory (which runs in nothing else: --no-int8 is refused there), fp32 otherwise."""
+    bf16: bool | None = None
+    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs); --no-bf16 keeps fp32. Default: on for int8
+    (--int8, or an int8 directory) on CPUs with bf16 instructions (what int8 leaves float runs in bf16, as OpenVINO's
+    int8 does), off otherwise."""
     calibration_file: Path | None = None
     """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
     Default: 256 built-in English sentences."""

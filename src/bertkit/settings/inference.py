@@ -36,10 +36,6 @@ class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
     """Sequences per batch."""
     max_predict_samples: int | None = None
     """Predict only the first N examples (sentences, questions)."""
-    bf16: bool | None = None
-    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs); --no-bf16 keeps fp32. Default: on for int8
-    (--int8, or an int8 directory) on CPUs with bf16 instructions (what int8 leaves float runs in bf16, as OpenVINO's
-    int8 does), off otherwise."""
     device: str = "cpu"
     """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
 
@@ -127,10 +123,6 @@ class ExtractSettings(Int8Settings):
     """Sequences per batch."""
     dtype: Literal["float32", "float16"] = "float32"
     """Value type in safetensors output."""
-    bf16: bool | None = None
-    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs); --no-bf16 keeps fp32. Default: on for int8
-    (--int8, or an int8 directory) on CPUs with bf16 instructions (what int8 leaves float runs in bf16, as OpenVINO's
-    int8 does), off otherwise."""
     device: str = "cpu"
     """cpu, cuda, cuda:N or auto; under torchrun a bare cuda (or auto) is each process's own GPU."""
     ddp_timeout: float = 1800.0
@@ -260,10 +252,6 @@ class PredictFileSettings(Int8Settings):
     """feature-extraction / sentence-embedding: how token states become one vector."""
     raw_scores: bool = False
     """rerank: write the cross-encoder's logit (l1 - l0 for two labels) instead of its sigmoid."""
-    bf16: bool | None = None
-    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs); --no-bf16 keeps fp32. Default: on for int8
-    (--int8, or an int8 directory) on CPUs with bf16 instructions (what int8 leaves float runs in bf16, as OpenVINO's
-    int8 does), off otherwise."""
     device: str = "cpu"
     """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
     progress: bool = True
@@ -331,10 +319,6 @@ class ServeSettings(Int8Settings):
     every connection (requests still open then are cut off) and for the model call under way."""
     max_length: int | None = None
     """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
-    bf16: bool | None = None
-    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs); --no-bf16 keeps fp32. Default: on for int8
-    (--int8, or an int8 directory) on CPUs with bf16 instructions (what int8 leaves float runs in bf16, as OpenVINO's
-    int8 does), off otherwise."""
     device: str = "cpu"
     """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
