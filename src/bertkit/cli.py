@@ -232,9 +232,15 @@ def _quantize(s) -> dict:
          settings.ServeSettings)
 def _serve(s) -> dict:
     from bertkit.inference.serve import serve
+    from bertkit.settings.inference import API_KEY_VARIABLE, check_api_key
 
-    if s.api_key is None and os.environ.get("BERTKIT_API_KEY"):  # the key kept out of process listings
-        s = dataclasses.replace(s, api_key=os.environ["BERTKIT_API_KEY"])
+    # The environment keeps the key out of process listings. Set, it is checked even under --api-key: an empty one
+    # is a secret that was meant to be there, and is refused rather than taken for "no key".
+    env = os.environ.get(API_KEY_VARIABLE)
+    if env is not None:
+        check_api_key(env, f"the environment variable {API_KEY_VARIABLE}")
+        if s.api_key is None:
+            s = dataclasses.replace(s, api_key=env)
     return serve(s)
 
 

@@ -71,6 +71,7 @@ from bertkit.inference.serve_wire import (  # the wire format; Limits and parse_
     parse_request,
     render,
 )
+from bertkit.settings.inference import check_api_key
 
 __all__ = ["DEFAULT_MAX_CONCURRENT_REQUESTS", "EMBEDDING_TASKS", "Batcher", "Call", "Limits", "RequestError", "Stats",
            "create_app", "json_depth", "metadata", "model_call", "parse_request", "render", "require_serving", "serve"]
@@ -90,12 +91,13 @@ def require_serving() -> None:
                            "pip install \"bertkit[serve]\"") from None
 
 
-def metadata(pipe: Any, model_dir: str, limits: Limits, batcher: Batcher, stats: Stats) -> dict[str, Any]:
+def metadata(pipe: Any, model_name: str, limits: Limits, batcher: Batcher, stats: Stats) -> dict[str, Any]:
+    """``GET /metadata``. The model is named as everywhere else (``--served-model-name``, else its directory)."""
     config = pipe.config
     labels = None
     if getattr(config, "id2label", None) and pipe.task in ("text-classification", "token-classification"):
         labels = [config.id2label[i] for i in sorted(config.id2label, key=int)]
-    return {"model": model_dir, "task": pipe.task, "labels": labels, "max_length": pipe.max_length,
+    return {"model": model_name, "task": pipe.task, "labels": labels, "max_length": pipe.max_length,
             "device": str(pipe.device), "bf16": pipe.bf16, "quantize": pipe.quantize,
             "batching": {"max_batch_size": batcher.max_batch_size, "max_wait_ms": batcher.max_wait * 1000},
             "limits": vars(limits),
@@ -177,11 +179,11 @@ class _Endpoints:
     """The handlers of one app. They share its pipeline, limits and counters, and the batcher, which the app
     makes when it starts (on the event loop it serves from)."""
 
-    def __init__(self, app: Any, pipe: Any, model_dir: str, limits: Limits, stats: Stats, default_normalize: bool,
+    def __init__(self, app: Any, pipe: Any, limits: Limits, stats: Stats, default_normalize: bool,
                  model_name: str, metrics: Any):
-        self.app, self.pipe, self.model_dir, self.limits, self.stats = app, pipe, model_dir, limits, stats
+        self.app, self.pipe, self.limits, self.stats = app, pipe, limits, stats
         self.default_normalize = default_normalize
-        self.model_name = model_name  # --served-model-name: OpenAI answers' model, /info's model_id
+        self.model_name = model_name  # --served-model-name (else the directory): every answer that names the model
         self.metrics = metrics
         self.batcher: Batcher | None = None
         self.parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-parse")
@@ -293,7 +295,7 @@ class _Endpoints:
         return {"status": "ready", **body}
 
     async def meta(self) -> Any:
-        return metadata(self.pipe, self.model_dir, self.limits, self.batcher, self.stats)
+        return metadata(self.pipe, self.model_name, self.limits, self.batcher, self.stats)
 
     async def info(self) -> Any:
         from bertkit import __version__
@@ -338,7 +340,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
 
     ``max_batch_tokens`` bounds a model call's padded tokens (sequences x the longest; None: no bound),
     ``api_key`` makes every route but /health need ``Authorization: Bearer <api_key>``, ``served_model_name``
-    (default: ``model_dir``) names the model in OpenAI's answers and /info. ``app.state.draining = True`` makes
+    (default: ``model_dir``) names the model in OpenAI's answers, /info and /metadata. ``app.state.draining = True`` makes
     it refuse new requests with 503 while admitted ones finish (set by ``serve`` on SIGTERM);
     ``app.state.stats`` holds the counters, ``app.state.metrics`` the Prometheus ones."""
     require_serving()
@@ -372,7 +374,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     metrics = Metrics(lambda: endpoints.batcher.inputs if endpoints.batcher else 0,
                       lambda: len(endpoints.batcher.jobs) if endpoints.batcher else 0)
     app.state.metrics = metrics
-    endpoints = _Endpoints(app, pipe, model_dir, limits, stats, default_normalize,
+    endpoints = _Endpoints(app, pipe, limits, stats, default_normalize,
                            served_model_name or model_dir, metrics)
     _add_routes(app, endpoints, pipe)
     if api_key is not None:  # inside the counting, so that a 401 is counted too
@@ -386,9 +388,8 @@ def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | N
     if max_batch_tokens is not None and max_batch_tokens < pipe.max_length:
         raise BertkitError(f"max_batch_tokens {max_batch_tokens} is below max_length {pipe.max_length}: one input "
                            "of max_length tokens could never be computed; raise --max-batch-tokens or lower --max-length")
-    if api_key is not None and not (api_key and api_key.isprintable() and api_key.isascii() and " " not in api_key):
-        raise BertkitError("the API key must be a non-empty string of printable ASCII without spaces (it is sent "
-                           "in the header Authorization: Bearer <key>)")
+    if api_key is not None:
+        check_api_key(api_key, "api_key")
 
 
 def _server_pipelines(pipe: Any, stopping: threading.Event) -> tuple[Any, Any]:
@@ -496,8 +497,11 @@ def serve(s: Any) -> dict[str, Any]:
                                    timeout_graceful_shutdown=s.graceful_shutdown_s))
     logger.info("serving %s from %s (%s%s on %s) on http://%s:%d (POST /, /predict, /embed, /similarity, "
                 "/v1/embeddings, /rerank, /tokenize, /decode, /embed_all; GET /health, /ready, /metadata, /info, "
-                "/metrics)%s", s.task, s.model_name_or_path, "int8, the rest in " if pipe.quantize else "",
-                pipe.precision.dtype, pipe.device, s.host, s.port, "; an API key is required" if s.api_key else "")
+                "/metrics); %s", s.task, s.model_name_or_path, "int8, the rest in " if pipe.quantize else "",
+                pipe.precision.dtype, pipe.device, s.host, s.port,
+                "every route but /health is protected by an API key" if s.api_key is not None else
+                "the routes are NOT protected: anyone who reaches this address can use them (set BERTKIT_API_KEY "
+                "or --api-key to require a key)")
     # uvicorn re-raises the signal that stopped it once it has drained; ignore that one so a drained server
     # returns its counters (exit 0) instead of being killed by the default action.
     main = threading.current_thread() is threading.main_thread()

@@ -17,8 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.inference.pipelines import rerank_scores
-from bertkit.inference.serve_wire import EMBEDDING_TASKS, Call, Limits, RequestError, _embedding, _load_json
+from bertkit.errors import BertkitError
+from bertkit.inference.pipelines import relevant_label, rerank_scores
+from bertkit.inference.serve_wire import (
+    EMBEDDING_TASKS,
+    Call,
+    Limits,
+    RequestError,
+    _embedding,
+    _load_json,
+    refuse_empty,
+)
 
 # Routes whose body this module reads: the OpenAI embeddings route and TEI's; tokenize and decode need no model.
 ROUTES = ("openai", "rerank", "tokenize", "decode", "embed_all")
@@ -38,9 +47,18 @@ class Encoded:
         return {"input_ids": self.input_ids, "token_type_ids": self.token_type_ids}
 
 
-def is_reranker(pipe: Any) -> bool:
-    """Whether ``pipe`` scores (query, text) pairs: the rerank task, or a classifier with one logit or two labels."""
-    return pipe.task == "rerank" or pipe.task == "text-classification" and pipe.config.num_labels in (1, 2)
+def relevant(pipe: Any) -> int | None:
+    """Which logit of ``pipe``'s model scores relevance (``pipelines.relevant_label``): the rerank task's, or a
+    text-classification model's with one logit or two labels named so; 424 for any other pipeline."""
+    if pipe.task == "rerank":
+        return pipe.relevant
+    try:
+        if pipe.task == "text-classification":
+            return relevant_label(pipe.config)
+        raise BertkitError(f"this server runs {pipe.task}")
+    except BertkitError as e:
+        raise RequestError(424, f"/rerank needs a cross-encoder (start the server with --task rerank, or serve a "
+                                f"text-classification model with one logit or two labels): {e}") from None
 
 
 def root_route(pipe: Any) -> str:
@@ -110,6 +128,7 @@ def _count(n: int, name: str, limits: Limits) -> None:
 
 def _encode_text(pipe: Any, text: str, index: int, truncate: bool) -> Encoded:
     enc = pipe.tokenizer(text, truncation=True, max_length=pipe.max_length)
+    refuse_empty(pipe, enc["input_ids"], index)
     if not truncate:
         n = len(pipe.tokenizer(text)["input_ids"])
         if n > pipe.max_length:
@@ -174,10 +193,7 @@ def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
 
 
 def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
-    if not is_reranker(pipe):
-        raise RequestError(424, f"/rerank needs a cross-encoder (start the server with --task rerank, or serve a "
-                                f"text-classification model with one logit or two labels); this server runs "
-                                f"{pipe.task} with {pipe.config.num_labels} labels")
+    label = relevant(pipe)
     f = _fields(data, "rerank", ("query", "texts"), ("raw_scores", "return_text", "truncate", "truncation_direction"))
     _boolean(f, "raw_scores", "return_text")
     _tei_text_options(f)
@@ -197,7 +213,7 @@ def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
         tokens.append(min(count, pipe.max_length))
         chars += n
     answer = {k: f.get(k, False) for k in ("raw_scores", "return_text")}
-    answer["texts"] = texts
+    answer["texts"], answer["relevant"] = texts, label
     # One model sequence per (query, text) pair: admission, max_items and the model call's bounds count pairs.
     return Call([(f["query"], t) for t in texts], {"pairs": True}, answer, False, cost=len(texts), route="rerank",
                 tokens=tokens, chars=chars)
@@ -283,7 +299,7 @@ def render(pipe: Any, call: Call, results: list[Any], model_name: str) -> Any:
         return {"object": "list", "data": data, "model": model_name,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
     if call.route == "rerank":
-        scores = rerank_scores(np.stack([np.asarray(r) for r in results]), a["raw_scores"])
+        scores = rerank_scores(np.stack([np.asarray(r) for r in results]), a["relevant"], a["raw_scores"])
         order = sorted(range(len(scores)), key=lambda i: -scores[i])
         return [{"index": i, "score": float(scores[i]), **({"text": a["texts"][i]} if a["return_text"] else {})}
                 for i in order]

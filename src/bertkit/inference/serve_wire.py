@@ -349,6 +349,8 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, route: str,
             raise RequestError(422, str(e)) from None
         if task in _ONE_SEQUENCE:  # counted for max_batch_tokens, x-compute-tokens and /metrics
             encoded = pipe.tokenizer(*read) if isinstance(read, tuple) else pipe.tokenizer(read)
+            if task in EMBEDDING_TASKS:
+                refuse_empty(pipe, encoded["input_ids"], i)
             tokens = len(encoded["input_ids"])
             if answer.get("truncate") is False and tokens > pipe.max_length:  # the tasks that take truncate
                 raise RequestError(422, f"input {i} has {tokens} tokens, over max_length {pipe.max_length}; "
@@ -357,6 +359,14 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, route: str,
         chars += n
         checked.append(item)
     return checked, counted, chars
+
+
+def refuse_empty(pipe: Any, ids: list[int], index: int) -> None:
+    """422 for a text with no token of its own ("", spaces): it would get the embedding of [CLS] [SEP] alone, the
+    same for every such text, as if it were its own (OpenAI and TEI refuse an empty input too)."""
+    if set(ids) <= set(pipe.tokenizer.all_special_ids):
+        raise RequestError(422, f"input {index} is empty: it has no token but the special ones, and its embedding "
+                                "would be theirs, the same for every empty text; send text, or leave it out")
 
 
 def _cost(pipe: Any, items: list[Any], options: dict[str, Any], limits: Limits) -> tuple[int, int]:
