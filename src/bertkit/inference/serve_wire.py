@@ -1,6 +1,7 @@
-"""The wire format of ``bertkit serve``: a request body parsed, checked and costed (``parse_request``), and a
-pipeline's results rendered as the answer (``render``), in Hugging Face's Inference API and TEI's shapes; with
-``Limits``, what one request may be and cost. ``serve`` runs the HTTP side, the batching and admission.
+"""The wire format of ``bertkit serve``: what a route is (``Route``), what one request may be and cost
+(``Limits``), and the routes of Hugging Face's Inference API and TEI that share its body (/predict, /embed,
+/similarity): a request parsed, checked and costed (``parse_request``), a pipeline's results rendered as the
+answer (``render``). ``serve_tei`` holds OpenAI's and TEI's other routes; ``serve`` the HTTP side.
 
 Every field of a body and of an input, and every parameter, must be one the route takes, with a value of its
 type and in its range, or the request is refused by name; what a request would cost the model (windows,
@@ -9,6 +10,7 @@ choices, [MASK]s) and its answer (candidates) is counted from token counts befor
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -106,9 +108,34 @@ class Call:
     tei: bool = False
     cost: int = 0
     candidates: int = 0
-    route: str = "predict"
     tokens: list[int] = field(default_factory=list)  # each model sequence's tokens, where counted (TEI's tasks)
     chars: int = 0
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route of ``bertkit serve``, declared once, beside its wire format (``serve.ROUTES`` lists them all):
+    its path (and aliases), its line in the route list (the CLI's help, the OpenAPI page), and what it does.
+    A POST route parses a request's JSON into a ``Call`` (``parse(data, pipe, limits)``, on the parser thread;
+    every refusal a ``RequestError`` naming what is wrong), which the batcher admits and the model computes unless
+    ``model`` is False (answered from the tokenizer alone), and renders the answer (``render(server, call,
+    results)``, the model's outputs in the call's order). A GET route answers from the server (``get(server)``)."""
+
+    path: str
+    help: str
+    parse: Callable[[Any, Any, Limits], Call] | None = None
+    render: Callable[[Any, Call, list[Any]], Any] | None = None
+    get: Callable[[Any], Any] | None = None
+    model: bool = True
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def method(self) -> str:
+        return "GET" if self.get else "POST"
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (self.path, *self.aliases)
 
 
 # Tasks whose input is one model sequence, a text or (text, text_pair): their tokens are counted while parsing
@@ -154,7 +181,7 @@ def _constant(name: str) -> Any:
     raise RequestError(400, f"the body is not valid JSON: {name} is not a JSON number")
 
 
-def _load_json(body: bytes, limits: Limits) -> Any:
+def load_json(body: bytes, limits: Limits) -> Any:
     if len(body) > limits.max_body_bytes:
         raise RequestError(413, f"request body of {len(body)} bytes exceeds max_body_bytes {limits.max_body_bytes}")
     depth = json_depth(body)
@@ -200,6 +227,10 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
         "return_text": boolean,
         "truncate": boolean,
         "normalize": boolean,
+        "add_special_tokens": boolean,
+        "skip_special_tokens": boolean,
+        "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
+        "user": (lambda v: isinstance(v, str), "a string"),
         "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
         "prompt_name": (lambda v: False, "null (bertkit's pipelines have no prompts)"),
         "encoding_format": (lambda v: v == "float", '"float"'),
@@ -223,21 +254,25 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
     }
 
 
-def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict") -> Call:
+def check_values(values: dict[str, Any], pipe: Any, limits: Limits) -> None:
+    """422 for the first value that fails its check (``_parameter_checks``), naming it."""
+    checks = _parameter_checks(pipe, limits)
+    for name, value in values.items():
+        ok, expected = checks[name]  # every name a route accepts has its check (tests/test_serve_limits.py)
+        if not ok(value):
+            raise RequestError(422, f"{name} must be {expected}, got {repr(value)[:80]}")
+
+
+def parse_request(data: Any, pipe: Any, limits: Limits, route: str) -> Call:
     """The request's inputs (checked by the pipeline), options and cost; ``route``: predict, embed or similarity.
 
     Every field and parameter must be one the route takes, with a value in its range; a JSON ``null`` is the
     default. What a request would cost (model sequences, answer candidates) is counted here, before admission."""
-    data = _load_json(body, limits)
     task = pipe.task
     top = _route_fields(task, route)
     params, fields = _read_fields(data, pipe, top)
     merged = {**params, **fields}
-    checks = _parameter_checks(pipe, limits)
-    for name, value in merged.items():
-        ok, expected = checks[name]  # every name accepted above has its check (tests/test_serve_limits.py)
-        if not ok(value):
-            raise RequestError(422, f"{name} must be {expected}, got {value!r}")
+    check_values(merged, pipe, limits)
     renamed = _RENAMED.get(task, {})
     answer = {k: v for k, v in merged.items() if k in top or k in _ANSWER_PARAMS.get(task, ())
               and k not in pipe.call_options}
@@ -259,7 +294,7 @@ def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict"
     checked, counted, chars = _check_inputs(items, pipe, limits, route, answer)
     cost, candidates = _cost(pipe, checked, options, limits)
     tei = route == "embed" or task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
-    return Call(checked, options, answer, single, tei, cost, candidates, route, counted, chars)
+    return Call(checked, options, answer, single, tei, cost, candidates, counted, chars)
 
 
 def _route_fields(task: str, route: str) -> set[str]:
@@ -466,9 +501,10 @@ def _answer(result: dict[str, Any], top_k: int | None) -> dict[str, Any] | list[
     return one(result) if (top_k or 1) == 1 else [one(r) for r in result["nbest"]]
 
 
-def render(pipe: Any, call: Call, results: list[Any], default_normalize: bool = False) -> Any:
+def render(server: Any, call: Call, results: list[Any]) -> Any:
     """The JSON answer to ``call``: the Inference API's shape for the task (TEI's where ``call.tei``)."""
-    task, a = pipe.task, call.answer
+    pipe, a = server.pipe, call.answer
+    task = pipe.task
     if task == "text-classification":
         out = [_classification(pipe.config, r, a, call.tei) for r in results]
         return (out[0] if call.tei else out) if call.single else out
@@ -479,7 +515,7 @@ def render(pipe: Any, call: Call, results: list[Any], default_normalize: bool = 
         v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
         return (v[1:] @ v[0]).tolist()
     if task in EMBEDDING_TASKS:
-        return [_embedding(r, a, default_normalize) for r in results]  # one text too gives a list of one
+        return [_embedding(r, a, server.default_normalize) for r in results]  # one text too gives a list of one
     if task == "token-classification":
         ignore = set(a.get("ignore_labels") or ())
         out = [[e for e in r["entities"] if e["entity_group"] not in ignore] for r in results]
@@ -488,3 +524,11 @@ def render(pipe: Any, call: Call, results: list[Any], default_normalize: bool = 
     else:
         out = results
     return out[0] if call.single else out
+
+
+PREDICT = Route("/predict", "the Inference API's (huggingface_hub.InferenceClient): {inputs, parameters}, every task; "
+                "TEI's fields give TEI's answer", functools.partial(parse_request, route="predict"), render)
+EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false",
+              functools.partial(parse_request, route="embed"), render)
+ROUTES = (PREDICT, EMBED, Route("/similarity", "TEI's: the cosines of a source sentence with sentences",
+                                functools.partial(parse_request, route="similarity"), render))
