@@ -174,6 +174,31 @@ def test_every_route_but_health_needs_the_key_and_refuses_before_reading_the_bod
     assert KEY not in caplog.text
 
 
+def test_the_app_its_openapi_page_the_cli_help_and_the_metrics_labels_come_from_the_route_registry(embedder, capsys):
+    """A route is one object: adding one to ``ROUTES`` serves it, documents it and counts it, with nothing else
+    to keep in step (there were four tables keyed by the same string)."""
+    from bertkit import cli
+    from bertkit.inference.serve import ROUTES
+
+    url, _ = embedder
+    declared = {(r.method, path) for r in ROUTES for path in r.paths}
+    assert len(declared) == sum(len(r.paths) for r in ROUTES)  # no path declared twice
+    openapi = httpx.get(f"{url}/openapi.json", headers=AUTH).json()["paths"]
+    assert {(m.upper(), path) for path, ops in openapi.items() for m in ops} == declared
+    assert all(openapi[path][r.method.lower()]["summary"] == r.help for r in ROUTES for path in r.paths)
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    help_text = capsys.readouterr().out
+    assert all(f"{r.method:4} {', '.join(r.paths)}" in help_text and r.help in help_text for r in ROUTES), help_text
+    before = _samples(url, AUTH)
+    for path in ("/tokenize", "/embeddings", "/not-a-route"):
+        httpx.post(f"{url}{path}", headers=AUTH, json={"inputs": "a", "input": "a"})
+    after = _samples(url, AUTH)
+    moved = {dict(labels)["route"] for (name, labels), v in after.items()
+             if name == "bertkit_requests_total" and v != before.get((name, labels), 0)}
+    assert moved >= {"/tokenize", "/embeddings", "other"} and "/not-a-route" not in moved
+
+
 # ---------------------------------------------------------------------------------------------------
 # TEI: POST /, /rerank, /tokenize, /decode, /embed_all, /info, headers
 # ---------------------------------------------------------------------------------------------------
@@ -229,7 +254,7 @@ def test_rerank_scores_equal_transformers_sigmoid_of_the_cross_encoders_logit(re
     assert {g["index"]: g["score"] for g in got} == pytest.approx(dict(enumerate(expected)), abs=1e-5)
 
 
-def test_a_two_label_classifier_reranks_by_the_probability_of_label_1(classifier):
+def test_a_two_label_classifier_reranks_by_the_probability_of_its_relevant_label(classifier):
     url, pipe = classifier
     got = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS}).json()
     expected = pipe([(QUERY, t) for t in TEXTS])

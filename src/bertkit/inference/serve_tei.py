@@ -12,6 +12,7 @@ call (``max_batch_tokens``) and are what ``usage`` and ``x-compute-tokens`` repo
 from __future__ import annotations
 
 import base64
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,6 @@ import numpy as np
 from bertkit.errors import BertkitError
 from bertkit.inference.pipelines import relevant_label, rerank_scores
 from bertkit.inference.serve_wire import (
-    EMBED,
     EMBEDDING_TASKS,
     PREDICT,
     Call,
@@ -29,6 +29,7 @@ from bertkit.inference.serve_wire import (
     Route,
     _embedding,
     check_values,
+    need_embedding,
     refuse_empty,
 )
 
@@ -124,17 +125,8 @@ def _encode_ids(pipe: Any, ids: list[int], index: int) -> Encoded:
     return Encoded(list(ids), [0] * len(ids))
 
 
-def _need_embedding(pipe: Any, path: str, one_vector: bool) -> None:
-    if pipe.task not in EMBEDDING_TASKS:
-        raise RequestError(424, f"{path} needs an embedding pipeline; this server runs {pipe.task}: start it "
-                                "with --task feature-extraction or sentence-embedding")
-    if one_vector and pipe.pooling == "none":
-        raise RequestError(422, f"{path} gives one vector per input; this server's pipeline has "
-                                'pooling="none" (per-token states are POST /embed_all)')
-
-
 def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
-    _need_embedding(pipe, "/v1/embeddings", one_vector=True)
+    need_embedding(pipe, "/v1/embeddings", one_vector=True)
     encoding = data.pop("encoding_format", None) if isinstance(data, dict) else None  # base64 too, unlike /predict
     if encoding not in (None, "float", "base64"):
         raise RequestError(422, f'encoding_format must be "float" or "base64", got {repr(encoding)[:80]}')
@@ -222,13 +214,19 @@ def _decode(data: Any, pipe: Any, limits: Limits) -> Call:
     return Call([], {}, {"result": [pipe.tokenizer.decode(seq, skip_special_tokens=skip) for seq in ids]}, False)
 
 
-def _embed_all(data: Any, pipe: Any, limits: Limits) -> Call:
-    _need_embedding(pipe, "/embed_all", one_vector=False)
-    f = _fields(data, "/embed_all", ("inputs",), ("truncate", "truncation_direction", "prompt_name"), pipe, limits)
+def _embed(data: Any, pipe: Any, limits: Limits, path: str = "/embed", per_token: bool = False) -> Call:
+    """TEI's /embed (a vector per text, normalised unless ``normalize: false``) or /embed_all (``per_token``: every
+    token's state, bounded by max_candidates since each is a vector of the answer)."""
+    need_embedding(pipe, path)
+    extra = () if per_token else ("normalize", "dimensions")
+    f = _fields(data, path, ("inputs",), ("truncate", "truncation_direction", "prompt_name", *extra), pipe, limits)
     texts = _texts(f["inputs"], "inputs", limits)
     items = [_encode_text(pipe, t, i, f.get("truncate", True)) for i, t in enumerate(texts)]
     tokens = [len(e.input_ids) for e in items]
-    if sum(tokens) > limits.max_candidates:  # each token's state is a vector of the answer: bound its size
+    if not per_token:
+        answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
+        return Call(items, {}, answer, False, cost=len(items), tokens=tokens, chars=sum(map(len, texts)))
+    if sum(tokens) > limits.max_candidates:
         raise RequestError(422, f"this request's answer would hold {sum(tokens)} token states, over max_candidates "
                                 f"{limits.max_candidates}; send fewer or shorter inputs")
     return Call(items, {"pooling": "none"}, {}, False, cost=len(items), candidates=sum(tokens), tokens=tokens,
@@ -289,6 +287,8 @@ def _result(server: Any, call: Call, results: list[Any]) -> Any:
     return call.answer["result"]  # computed from the tokenizer while parsing
 
 
+EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false", _embed,
+              lambda server, call, results: [_embedding(r, call.answer, True) for r in results])
 RERANK = Route("/rerank", "TEI's: {query, texts} -> the texts by relevance, best first (a cross-encoder)", _rerank,
                _ranked)
 ROUTES = (
@@ -300,7 +300,9 @@ ROUTES = (
     RERANK,
     Route("/tokenize", "TEI's: texts -> their tokens", _tokenize, _result, model=False),
     Route("/decode", "TEI's: token ids -> texts", _decode, _result, model=False),
-    Route("/embed_all", "TEI's: texts -> every token's state", _embed_all,
+    EMBED,
+    Route("/embed_all", "TEI's: texts -> every token's state", functools.partial(_embed, path="/embed_all",
+                                                                                  per_token=True),
           lambda server, call, results: [np.asarray(r, dtype=np.float32).tolist() for r in results]),
     Route("/info", "TEI's: the model and this server's limits", get=_info),
 )

@@ -1,5 +1,5 @@
 """The wire format of ``bertkit serve``: what a route is (``Route``), what one request may be and cost
-(``Limits``), and the routes of Hugging Face's Inference API and TEI that share its body (/predict, /embed,
+(``Limits``), and the routes of Hugging Face's Inference API and TEI that share its body (/predict,
 /similarity): a request parsed, checked and costed (``parse_request``), a pipeline's results rendered as the
 answer (``render``). ``serve_tei`` holds OpenAI's and TEI's other routes; ``serve`` the HTTP side.
 
@@ -263,13 +263,16 @@ def check_values(values: dict[str, Any], pipe: Any, limits: Limits) -> None:
             raise RequestError(422, f"{name} must be {expected}, got {repr(value)[:80]}")
 
 
-def parse_request(data: Any, pipe: Any, limits: Limits, route: str) -> Call:
-    """The request's inputs (checked by the pipeline), options and cost; ``route``: predict, embed or similarity.
+def parse_request(data: Any, pipe: Any, limits: Limits, similarity: bool = False) -> Call:
+    """The request's inputs (checked by the pipeline), options and cost; ``similarity``: /similarity's body, whose
+    inputs are always a sentence similarity's and whose fields are inputs and parameters only.
 
     Every field and parameter must be one the route takes, with a value in its range; a JSON ``null`` is the
     default. What a request would cost (model sequences, answer candidates) is counted here, before admission."""
     task = pipe.task
-    top = _route_fields(task, route)
+    if similarity:
+        need_embedding(pipe, "/similarity")
+    top = {"parameters"} if similarity else {*_TEI_FIELDS.get(task, ()), "parameters"}
     params, fields = _read_fields(data, pipe, top)
     merged = {**params, **fields}
     check_values(merged, pipe, limits)
@@ -279,11 +282,9 @@ def parse_request(data: Any, pipe: Any, limits: Limits, route: str) -> Call:
     options = {renamed.get(k, k): v for k, v in params.items() if renamed.get(k, k) in pipe.call_options}
     if task == "question-answering" and "top_k" in options:
         answer["top_k"] = options["top_k"]
-    if route == "embed":
-        answer.setdefault("normalize", True)  # TEI's default
 
     raw = data["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
-    if route == "similarity" or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
+    if similarity or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
         raw, answer["similarity"] = _similarity_inputs(raw, pipe), True
     single = not isinstance(raw, list)
     items = [raw] if single else raw
@@ -291,24 +292,20 @@ def parse_request(data: Any, pipe: Any, limits: Limits, route: str) -> Call:
         raise RequestError(422, "inputs is an empty list")
     if len(items) > limits.max_items:
         raise RequestError(422, f"{len(items)} inputs exceed max_items {limits.max_items} per request")
-    checked, counted, chars = _check_inputs(items, pipe, limits, route, answer)
+    checked, counted, chars = _check_inputs(items, pipe, limits, answer)
     cost, candidates = _cost(pipe, checked, options, limits)
-    tei = route == "embed" or task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
+    tei = task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
     return Call(checked, options, answer, single, tei, cost, candidates, counted, chars)
 
 
-def _route_fields(task: str, route: str) -> set[str]:
-    """The top-level fields besides ``inputs`` that ``route`` takes for ``task``; 424 when the route needs an
-    embedding pipeline this server does not run."""
-    top = set(_TEI_FIELDS.get(task, ()))
-    if route != "predict" and task not in EMBEDDING_TASKS:
-        raise RequestError(424, f"/{route} needs an embedding pipeline; this server runs {task}: start it with "
+def need_embedding(pipe: Any, path: str, one_vector: bool = False) -> None:
+    """424 unless ``pipe`` is an embedding pipeline; 422 if ``one_vector`` and it gives every token's state."""
+    if pipe.task not in EMBEDDING_TASKS:
+        raise RequestError(424, f"{path} needs an embedding pipeline; this server runs {pipe.task}: start it with "
                                 "--task feature-extraction or sentence-embedding, or use /predict")
-    if route == "embed":
-        top.discard("encoding_format")
-    else:
-        top = {"parameters"} if route == "similarity" else top | {"parameters"}
-    return top
+    if one_vector and pipe.pooling == "none":
+        raise RequestError(422, f"{path} gives one vector per input; this server's pipeline has "
+                                'pooling="none" (per-token states are POST /embed_all)')
 
 
 def _read_fields(data: Any, pipe: Any, top: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -356,8 +353,8 @@ def _similarity_inputs(raw: Any, pipe: Any) -> list[str]:
     return [raw["source_sentence"], *others]
 
 
-def _check_inputs(items: list[Any], pipe: Any, limits: Limits, route: str,
-                  answer: dict[str, Any]) -> tuple[list[Any], list[int], int]:
+def _check_inputs(items: list[Any], pipe: Any, limits: Limits, answer: dict[str, Any]) -> tuple[list[Any], list[int],
+                                                                                             int]:
     """(checked inputs, token count of each one-sequence input, characters in all): each input is refused here,
     as a 422 naming its index, rather than inside a batch it would share with other requests."""
     task = pipe.task
@@ -367,9 +364,6 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, route: str,
     for i, item in enumerate(items):
         if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
             item = item[0] if len(item) == 1 else tuple(item)
-        if route == "embed" and not isinstance(item, str):
-            raise RequestError(422, f"/embed input {i} is a {type(item).__name__}; /embed takes a text or a list "
-                                    "of texts")
         if isinstance(item, dict) and task in _INPUT_FIELDS:
             extra = sorted(set(item) - set(_INPUT_FIELDS[task]))
             if extra:
@@ -527,8 +521,6 @@ def render(server: Any, call: Call, results: list[Any]) -> Any:
 
 
 PREDICT = Route("/predict", "the Inference API's (huggingface_hub.InferenceClient): {inputs, parameters}, every task; "
-                "TEI's fields give TEI's answer", functools.partial(parse_request, route="predict"), render)
-EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false",
-              functools.partial(parse_request, route="embed"), render)
-ROUTES = (PREDICT, EMBED, Route("/similarity", "TEI's: the cosines of a source sentence with sentences",
-                                functools.partial(parse_request, route="similarity"), render))
+                "TEI's fields give TEI's answer", parse_request, render)
+ROUTES = (PREDICT, Route("/similarity", "TEI's: the cosines of a source sentence with sentences",
+                         functools.partial(parse_request, similarity=True), render))
