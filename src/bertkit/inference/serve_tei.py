@@ -29,6 +29,7 @@ from bertkit.inference.serve_wire import (
     Route,
     _embedding,
     check_values,
+    fitted,
     need_embedding,
     refuse_empty,
 )
@@ -107,19 +108,20 @@ def _encode_text(pipe: Any, text: str, index: int, truncate: bool) -> Encoded:
     enc = pipe.tokenizer(text, truncation=True, max_length=pipe.max_length)
     refuse_empty(pipe, enc["input_ids"], index)
     if not truncate:
-        n = len(pipe.tokenizer(text)["input_ids"])
-        if n > pipe.max_length:
-            raise RequestError(422, f"input {index} has {n} tokens, over max_length {pipe.max_length}; send "
-                                    "truncate: true to cut it, or shorten it")
+        fitted(len(pipe.tokenizer(text)["input_ids"]), f"input {index}", pipe, truncate)
     return Encoded(enc["input_ids"], enc["token_type_ids"])
+
+
+def _in_vocabulary(pipe: Any, ids: list[int], what: str) -> None:
+    vocab = len(pipe.tokenizer)
+    bad = next((x for x in ids if not 0 <= x < vocab), None)
+    if bad is not None:
+        raise RequestError(422, f"{what} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
 
 
 def _encode_ids(pipe: Any, ids: list[int], index: int) -> Encoded:
     """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include."""
-    vocab = len(pipe.tokenizer)
-    bad = next((x for x in ids if not 0 <= x < vocab), None)
-    if bad is not None:
-        raise RequestError(422, f"input {index} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
+    _in_vocabulary(pipe, ids, f"input {index}")
     if len(ids) > pipe.max_length:
         raise RequestError(422, f"input {index} has {len(ids)} token ids, over max_length {pipe.max_length}")
     return Encoded(list(ids), [0] * len(ids))
@@ -152,7 +154,7 @@ def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
             raise RequestError(422, f"input {i} is {type(x).__name__} {str(x)[:60]!r}; input holds strings or "
                                     "non-empty lists of token ids (ints)")
     answer = {"normalize": True, "dimensions": f.get("dimensions"), "encoding_format": encoding or "float"}
-    return Call(items, {}, answer, False, cost=len(items), tokens=[len(e.input_ids) for e in items], chars=chars)
+    return Call(items, {}, answer, cost=len(items), tokens=[len(e.input_ids) for e in items], chars=chars)
 
 
 def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
@@ -169,15 +171,12 @@ def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
             raise RequestError(422, f"the query with text {i} has {n} characters, over max_text_chars "
                                     f"{limits.max_text_chars}")
         count = len(pipe.tokenizer(f["query"], text)["input_ids"])
-        if f.get("truncate") is False and count > pipe.max_length:
-            raise RequestError(422, f"the query with text {i} has {count} tokens, over max_length {pipe.max_length}; "
-                                    "send truncate: true to cut it, or shorten it")
-        tokens.append(min(count, pipe.max_length))
+        tokens.append(fitted(count, f"the query with text {i}", pipe, f.get("truncate", True)))
         chars += n
     answer = {k: f.get(k, False) for k in ("raw_scores", "return_text")}
     answer["texts"], answer["relevant"] = texts, label
     # One model sequence per (query, text) pair: admission, max_items and the model call's bounds count pairs.
-    return Call([(f["query"], t) for t in texts], {"pairs": True}, answer, False, cost=len(texts), tokens=tokens,
+    return Call([(f["query"], t) for t in texts], {"pairs": True}, answer, cost=len(texts), tokens=tokens,
                 chars=chars)
 
 
@@ -193,7 +192,7 @@ def _tokenize(data: Any, pipe: Any, limits: Limits) -> Call:
                     {"id": i, "text": text[a:b], "special": False, "start": a, "stop": b}
                     for i, piece, special, (a, b) in zip(enc["input_ids"], pieces, enc["special_tokens_mask"],
                                                          enc["offset_mapping"])])
-    return Call([], {}, {"result": out}, False, chars=sum(map(len, texts)))
+    return Call([], {}, {"result": out}, chars=sum(map(len, texts)))
 
 
 def _decode(data: Any, pipe: Any, limits: Limits) -> Call:
@@ -203,15 +202,12 @@ def _decode(data: Any, pipe: Any, limits: Limits) -> Call:
         raise RequestError(422, f"ids must be a non-empty list of token ids (ints) or a list of them, got "
                                 f"{str(f['ids'])[:80]!r}")
     _count(len(ids), "sequences", limits)
-    vocab = len(pipe.tokenizer)
     for i, seq in enumerate(ids):
-        bad = next((x for x in seq if not 0 <= x < vocab), None)
-        if bad is not None:
-            raise RequestError(422, f"ids {i} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
+        _in_vocabulary(pipe, seq, f"ids {i}")
         if len(seq) > limits.max_text_chars:
             raise RequestError(422, f"ids {i} holds {len(seq)} ids, over max_text_chars {limits.max_text_chars}")
     skip = f.get("skip_special_tokens", True)
-    return Call([], {}, {"result": [pipe.tokenizer.decode(seq, skip_special_tokens=skip) for seq in ids]}, False)
+    return Call([], {}, {"result": [pipe.tokenizer.decode(seq, skip_special_tokens=skip) for seq in ids]})
 
 
 def _embed(data: Any, pipe: Any, limits: Limits, path: str = "/embed", per_token: bool = False) -> Call:
@@ -225,11 +221,11 @@ def _embed(data: Any, pipe: Any, limits: Limits, path: str = "/embed", per_token
     tokens = [len(e.input_ids) for e in items]
     if not per_token:
         answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
-        return Call(items, {}, answer, False, cost=len(items), tokens=tokens, chars=sum(map(len, texts)))
+        return Call(items, {}, answer, cost=len(items), tokens=tokens, chars=sum(map(len, texts)))
     if sum(tokens) > limits.max_candidates:
         raise RequestError(422, f"this request's answer would hold {sum(tokens)} token states, over max_candidates "
                                 f"{limits.max_candidates}; send fewer or shorter inputs")
-    return Call(items, {"pooling": "none"}, {}, False, cost=len(items), candidates=sum(tokens), tokens=tokens,
+    return Call(items, {"pooling": "none"}, {}, cost=len(items), candidates=sum(tokens), tokens=tokens,
                 chars=sum(map(len, texts)))
 
 

@@ -104,7 +104,7 @@ class Call:
     items: list[Any]
     options: dict[str, Any]
     answer: dict[str, Any]
-    single: bool
+    single: bool = False
     tei: bool = False
     cost: int = 0
     candidates: int = 0
@@ -380,14 +380,18 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, answer: dict[str,
             encoded = pipe.tokenizer(*read) if isinstance(read, tuple) else pipe.tokenizer(read)
             if task in EMBEDDING_TASKS:
                 refuse_empty(pipe, encoded["input_ids"], i)
-            tokens = len(encoded["input_ids"])
-            if answer.get("truncate") is False and tokens > pipe.max_length:  # the tasks that take truncate
-                raise RequestError(422, f"input {i} has {tokens} tokens, over max_length {pipe.max_length}; "
-                                        "send truncate: true to cut it, or shorten it")
-            counted.append(min(tokens, pipe.max_length))
+            counted.append(fitted(len(encoded["input_ids"]), f"input {i}", pipe, answer.get("truncate", True)))
         chars += n
         checked.append(item)
     return checked, counted, chars
+
+
+def fitted(tokens: int, what: str, pipe: Any, truncate: bool) -> int:
+    """The tokens of a sequence of ``tokens`` once cut at max_length; 422 when it must be and ``truncate`` is off."""
+    if not truncate and tokens > pipe.max_length:
+        raise RequestError(422, f"{what} has {tokens} tokens, over max_length {pipe.max_length}; send truncate: true "
+                                "to cut it, or shorten it")
+    return min(tokens, pipe.max_length)
 
 
 def refuse_empty(pipe: Any, ids: list[int], index: int) -> None:

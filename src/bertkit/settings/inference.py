@@ -356,9 +356,9 @@ def check_api_key(key: str, source: str) -> None:
     """Refuse an API key that no ``Authorization: Bearer <key>`` header can carry, naming where it came from
     (``source``). An empty one above all: a secret templated but unset must not leave every route open."""
     if not (key.strip() and key.isprintable() and key.isascii() and " " not in key):
-        what = "empty" if not key.strip() else "not a string of printable ASCII without spaces"
-        raise BertkitError(f"the API key from {source} is {what}; give it a key (printable ASCII without spaces: "
-                           f"it is sent as Authorization: Bearer <key>), or remove {source} to serve without one")
+        what = "empty" if not key.strip() else "not printable ASCII without spaces"
+        raise BertkitError(f"the API key from {source} is {what}; give a key of printable ASCII without spaces (it "
+                           f"is sent as Authorization: Bearer <key>), or remove {source} to serve without one")
 
 
 
