@@ -30,12 +30,16 @@ from bertkit.errors import BertkitError
 Command = tuple[str, type, Callable[[Any], Any]]
 COMMANDS: dict[str, Command] = {}
 FAMILIES: dict[str, dict[str, Command]] = {}  # commands with sub-commands: finetune glue|ner|squad|swag, predict glue
+EPILOGS: dict[str, Callable[[], str]] = {}  # text after a command's flags in its --help, made when it is shown
 
 
-def command(name: str, help: str, settings_class: type, family: str | None = None):
+def command(name: str, help: str, settings_class: type, family: str | None = None,
+            epilog: Callable[[], str] | None = None):
     """Register ``handler(settings) -> result`` for the settings dataclass ``settings_class``."""
 
     def register(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        if epilog is not None:
+            EPILOGS[name] = epilog
         if family is None:
             COMMANDS[name] = (help, settings_class, handler)
         else:
@@ -227,14 +231,25 @@ def _quantize(s) -> dict:
                                fast=s.fast)
 
 
-@command("serve", "a model's pipeline behind HTTP with dynamic batching and admission control "
-         "(POST /predict, /embed, /similarity, /v1/embeddings, /rerank, ...; GET /health, /ready, /info, /metrics)",
-         settings.ServeSettings)
+def _serve_routes() -> str:
+    from bertkit.inference.serve import routes_help
+
+    return routes_help()
+
+
+@command("serve", "a model's pipeline behind HTTP with dynamic batching and admission control: the Inference API's, "
+         "OpenAI's and TEI's routes (`bertkit serve --help` lists them)", settings.ServeSettings, epilog=_serve_routes)
 def _serve(s) -> dict:
     from bertkit.inference.serve import serve
+    from bertkit.settings.inference import API_KEY_VARIABLE, check_api_key
 
-    if s.api_key is None and os.environ.get("BERTKIT_API_KEY"):  # the key kept out of process listings
-        s = dataclasses.replace(s, api_key=os.environ["BERTKIT_API_KEY"])
+    # The environment keeps the key out of process listings. Set, it is checked even under --api-key: an empty one
+    # is a secret that was meant to be there, and is refused rather than taken for "no key".
+    env = os.environ.get(API_KEY_VARIABLE)
+    if env is not None:
+        check_api_key(env, f"the environment variable {API_KEY_VARIABLE}")
+        if s.api_key is None:
+            s = dataclasses.replace(s, api_key=env)
     return serve(s)
 
 
@@ -254,13 +269,23 @@ ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data",
          "finetune", "predict", "extract-features", "feature-study", "quantize", "export", "serve", "convert-tf-checkpoint", "demo")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command's parser: its epilog may be a function, called only when the help is shown (``bertkit serve``'s
+    lists the server's routes, which takes importing the server)."""
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bertkit", description="BERT (Devlin et al., 2018) from scratch: tokenizer, pre-training, fine-tuning, "
         "features. Run `bertkit COMMAND --help` for a command's settings.")
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     fmt = argparse.RawDescriptionHelpFormatter
     for name in ORDER:
         if name in FAMILIES:
@@ -272,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             help_text, cls, _ = COMMANDS[name]
             add_settings_flags(sub.add_parser(name, help=help_text, description=_description(cls),
-                                              formatter_class=fmt), cls)
+                                              formatter_class=fmt, epilog=EPILOGS.get(name)), cls)
     return parser
 
 
