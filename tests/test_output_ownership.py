@@ -54,7 +54,10 @@ def test_overwrite_of_a_killed_run_keeps_a_file_the_user_saved_after_it_started(
     with pytest.raises(BertkitError, match=r"1 other file\(s\) remain \(e.g. analysis.ipynb\)"):
         claim_output_dir(tmp_path, "pretrain", overwrite=True)
     assert (tmp_path / "analysis.ipynb").read_text().startswith("the user's notebook")
-    assert not (tmp_path / "checkpoints").exists()  # the killed run's own file was recorded as it was written
+    assert (tmp_path / "checkpoints" / "step-1" / "state.pt").read_text() == "weights"  # refused: nothing removed
+    (tmp_path / "analysis.ipynb").unlink()
+    with output_dir(tmp_path, "pretrain", overwrite=True):
+        assert not (tmp_path / "checkpoints").exists()  # the killed run's own file was recorded as it was written
 
 
 def test_a_file_present_at_resume_is_not_recorded_and_survives_a_later_overwrite(tmp_path):
@@ -68,7 +71,10 @@ def test_a_file_present_at_resume_is_not_recorded_and_survives_a_later_overwrite
     with pytest.raises(BertkitError, match=r"remain \(e.g. notes.txt\)"):
         claim_output_dir(tmp_path, "pretrain", {"seed": 2}, overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "mine"
-    assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "summary.json").exists()
+    assert (tmp_path / "metrics.jsonl").exists() and (tmp_path / "summary.json").exists()  # refused: all kept
+    (tmp_path / "notes.txt").unlink()
+    with output_dir(tmp_path, "pretrain", {"seed": 2}, overwrite=True):
+        assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "summary.json").exists()
 
 
 def test_a_file_changed_since_the_run_wrote_it_is_the_users_and_is_named(tmp_path):
@@ -80,7 +86,7 @@ def test_a_file_changed_since_the_run_wrote_it_is_the_users_and_is_named(tmp_pat
                                            r"\(e.g. report.json\)"):
         claim_output_dir(tmp_path, "finetune glue", overwrite=True)
     assert "my notes" in (tmp_path / "report.json").read_text()
-    assert not (tmp_path / "metrics.jsonl").exists()
+    assert (tmp_path / "metrics.jsonl").read_text() == "{}\n"  # refused: nothing removed
 
 
 def test_a_file_the_user_saves_where_the_run_will_write_is_not_replaced(tmp_path):
@@ -284,3 +290,116 @@ def test_create_pretraining_data_overwrite_removes_only_shards_it_can_prove(tmp_
     create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0, progress=False)
     create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0, progress=False,
                             overwrite=True, seed=7)  # its own shards (recorded in its manifest): replaced
+
+
+# 6. --overwrite is all or nothing; a command's lock lasts as long as its process ----------------------------------
+
+
+def _classify_args(tmp_path, tiny_checkpoint) -> list[str]:
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "film", "dull", "fine", "##s"]
+    model = tiny_checkpoint(tmp_path / "clf", "BertForSequenceClassification", tokenizer=words, labels=["neg", "pos"],
+                            num_attention_heads=2, max_position_embeddings=64)
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\n" + "a good film,pos\ndull,neg\nfine film,pos\nbad,neg\n" * 2, encoding="utf-8")
+    return ["finetune", "classify", "--model", str(model), "--train-file", str(train), "--validation-file",
+            str(train), "--num-train-epochs", "1", "--batch-size", "4", "--no-progress", "--device", "cpu"]
+
+
+def _snapshot(directory) -> dict[str, bytes]:
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_overwrite_refused_for_a_users_note_removes_nothing(tmp_path, tiny_checkpoint, capsys):
+    """Was: `finetune classify --overwrite` removed the earlier run's best/ model and report, then refused because
+    of a note the user had added: neither the old model nor a new one was left."""
+    out = tmp_path / "out"
+    args = [*_classify_args(tmp_path, tiny_checkpoint), "--output-dir", str(out)]
+    assert main(args) == 0
+    (out / "notes.txt").write_text("the user's note")
+    before = _snapshot(out)
+    assert "best/model.safetensors" in before and "report.json" in before
+    assert main([*args, "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "remain (e.g. notes.txt)" in err and "nothing was removed" in err
+    assert _snapshot(out) == before  # the earlier model, its report and the note, byte for byte
+    (out / "notes.txt").unlink()
+    assert main([*args, "--overwrite"]) == 0  # only bertkit's files there: replaced by the new run's
+    assert json.loads((out / "report.json").read_text())["best"] is not None
+
+
+def _wait_for(path, proc, what: str, timeout: float = 300.0) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"{what} ended early: {proc.stderr.read()[-3000:] if proc.stderr else ''}"
+        assert time.time() < deadline, f"no {what} within {timeout:.0f} s"
+        time.sleep(0.05)
+
+
+def _refused_while_held(out, cli_args, proc, capsys, owner: int) -> None:
+    assert main(cli_args) == 2
+    assert f"in use by pid {owner} (bertkit " in capsys.readouterr().err
+    assert proc.poll() is None  # still there: the refusal is not a race the holder lost by exiting
+
+
+def test_a_commands_lock_holds_until_its_process_exits(tmp_path, tiny_checkpoint, tiny_pretraining_data, capsys):
+    """Was: the lock was dropped when the run's work ended, while its process (printing its result, tearing down
+    torch) was still there: a second `finetune classify --overwrite` or `pretrain --overwrite` was accepted, and
+    the first run ended without its report.json."""
+    out, ready = tmp_path / "out", tmp_path / "ready"
+    args = [*_classify_args(tmp_path, tiny_checkpoint), "--output-dir", str(out)]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import pathlib, sys, time; from bertkit.cli import main; code = main(sys.argv[2:]);"
+         "pathlib.Path(sys.argv[1]).write_text(str(code)); time.sleep(120)", str(ready), *args],
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(ready, holder, "the first finetune classify")
+        assert ready.read_text() == "0"
+        before = _snapshot(out)
+        data = tiny_pretraining_data
+        for second in ([*args, "--overwrite"],
+                       ["pretrain", "--data", str(data / "data"), "--vocab", str(data / "vocab"), "--config-name",
+                        "tiny", "--output-dir", str(out), "--overwrite", "--max-steps", "1", "--no-progress"]):
+            _refused_while_held(out, second, holder, capsys, holder.pid)
+        assert _snapshot(out) == before and "report.json" in before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main([*args, "--overwrite"]) == 0  # the kernel dropped the lock with its process
+
+
+_TORCHRUN_HOLDER = """
+import pathlib, sys, time
+from bertkit.cli import main
+from bertkit.training.distributed import info_from_env
+code = main(sys.argv[2:])
+if info_from_env().rank == 0:  # the job is still there: rank 0 tearing down, torchrun waiting for it
+    pathlib.Path(sys.argv[1]).write_text(str(code))
+    time.sleep(120)
+"""
+
+
+def test_a_torchrun_jobs_lock_holds_until_rank_0_exits(tmp_path, tiny_pretraining_data, capsys):
+    """Was: a second `torchrun ... pretrain --overwrite` (or one process) into a running torchrun pretrain's
+    directory was accepted once rank 0 had left the claim, while the job was still running."""
+    from launch_helpers import LAUNCHER
+
+    data, out, ready = tiny_pretraining_data, tmp_path / "out", tmp_path / "ready"
+    script = tmp_path / "holder.py"
+    script.write_text(_TORCHRUN_HOLDER)
+    args = ["pretrain", "--data", str(data / "data"), "--vocab", str(data / "vocab"), "--config-name", "tiny",
+            "--output-dir", str(out), "--max-steps", "2", "--batch-size", "8", "--no-progress", "--device", "cpu"]
+    job = subprocess.Popen([*LAUNCHER, str(script), str(ready), *args], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        _wait_for(ready, job, "the torchrun pretrain")
+        assert ready.read_text() == "0"
+        held = (out / LOCK).read_text()
+        assert held.startswith("pid ") and held.endswith(" (bertkit pretrain)"), held  # rank 0 still holds it
+        owner = int(held.split()[1])
+        before = _snapshot(out)
+        _refused_while_held(out, [*args, "--overwrite"], job, capsys, owner)
+        assert _snapshot(out) == before and "final/model.safetensors" in before
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()

@@ -98,7 +98,7 @@ def test_overwrite_never_removes_a_file_bertkit_did_not_write(tmp_path):
     with pytest.raises(BertkitError, match="other file.s. remain .e.g. notes.txt"):
         claim_output_dir(tmp_path, "finetune ner", overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "the user's notes, added later"
-    assert not (tmp_path / "metrics.jsonl").exists()  # bertkit's own file was removed
+    assert (tmp_path / "metrics.jsonl").read_text() == "{}\n"  # all or nothing: refused, so nothing removed
 
 
 def test_a_directory_of_user_files_is_refused_even_with_overwrite(tmp_path):

@@ -282,7 +282,8 @@ def _description(cls: type) -> str:
 
 def _claim(name: str, s: Any):
     """Lock and mark the command's output directory (bertkit.outputs): refused if it holds anything but an
-    earlier run bertkit may replace (--overwrite) or continue (--resume)."""
+    earlier run bertkit may replace (--overwrite) or continue (--resume). The lock is held until the process
+    exits, so a second command is refused while the first's process (or its torchrun job's rank 0) lives."""
     from bertkit.outputs import output_dir, refuse_existing_file
 
     # paths compare by where they lead, not as typed: --resume may run from another working directory
@@ -296,7 +297,7 @@ def _claim(name: str, s: Any):
         return contextlib.nullcontext()
     return output_dir(s.output_dir, name, settings.resume_fingerprint(s),
                       overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"),
-                      paths=paths, inputs=inputs)
+                      paths=paths, inputs=inputs, keep_lock=True)
 
 
 def _is_path(value: Any) -> bool:

@@ -312,9 +312,9 @@ def _open_parent(directory: Path, rel: str) -> tuple[int, str] | None:
     return fd, name
 
 
-def _remove_verified(directory: Path, rel: str, entry: Any) -> str:
+def _remove_verified(directory: Path, rel: str, entry: Any, check_only: bool = False) -> str:
     """Remove ``directory/rel`` if it is still the file recorded: 'removed', 'changed' (left: the user's now)
-    or 'missing'."""
+    or 'missing'. ``check_only``: remove nothing, answer 'removed' for a file that would be."""
     opened = _open_parent(directory, rel)
     if opened is None:
         return "missing"
@@ -334,15 +334,16 @@ def _remove_verified(directory: Path, rel: str, entry: Any) -> str:
             digest = _sha256_stream(f)
         if digest != entry.get("sha256"):
             return "changed"
-        os.unlink(name, dir_fd=fd)
+        if not check_only:
+            os.unlink(name, dir_fd=fd)
         return "removed"
     finally:
         os.close(fd)
 
 
-def _remove_scratch(directory: Path, rel: str) -> list[str]:
+def _remove_scratch(directory: Path, rel: str, check_only: bool = False) -> list[str]:
     """A scratch directory a killed run left (``register_scratch``): its regular files and directories, reached
-    without following a symlink (one inside it, and what it points to, is left)."""
+    without following a symlink (one inside it, and what it points to, is left). ``check_only``: list them."""
     opened = _open_parent(directory, rel)
     if opened is None:
         return []
@@ -359,11 +360,13 @@ def _remove_scratch(directory: Path, rel: str) -> list[str]:
         for entry in files:
             path = Path(root, entry)
             if stat.S_ISREG(os.lstat(path).st_mode):
-                path.unlink()
+                if not check_only:
+                    path.unlink()
                 removed.append(path.relative_to(directory).as_posix())
-        for entry in dirs:
+        for entry in dirs if not check_only else []:
             with contextlib.suppress(OSError):
                 os.rmdir(Path(root, entry))  # a symlink here is no directory: rmdir refuses it
-    with contextlib.suppress(OSError):
-        os.rmdir(directory / rel)
+    if not check_only:
+        with contextlib.suppress(OSError):
+            os.rmdir(directory / rel)
     return removed

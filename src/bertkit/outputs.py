@@ -272,16 +272,20 @@ def _recorded(directory: Path, marker: dict | None) -> tuple[dict[str, dict], li
     return recorded, legacy
 
 
-def _remove_recorded(directory: Path, recorded: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def _remove_recorded(directory: Path, recorded: Mapping[str, Any],
+                     check_only: bool = False) -> tuple[list[str], list[str]]:
     """--overwrite: delete exactly the files an earlier bertkit run recorded that are still as it wrote them,
-    then the directories they were in if that left them empty. Returns (removed, changed since)."""
+    then the directories they were in if that left them empty. Returns (removed, changed since);
+    ``check_only``: nothing is removed, the lists say what would be."""
     removed, changed = [], []
     for rel in sorted(r for r in recorded if r not in _OWN):
         if isinstance(recorded[rel], dict) and recorded[rel].get("scratch") is True:
-            removed += _remove_scratch(directory, rel)
+            removed += _remove_scratch(directory, rel, check_only)
             continue
-        result = _remove_verified(directory, rel, recorded[rel])
+        result = _remove_verified(directory, rel, recorded[rel], check_only)
         (removed if result == "removed" else changed if result == "changed" else []).append(rel)
+    if check_only:
+        return removed, changed
     parents = sorted({p for rel in removed for p in Path(rel).parents if p.parts}, key=lambda p: -len(p.parts))
     for rel_dir in parents:
         sub = directory / rel_dir
@@ -338,9 +342,11 @@ class OutputDir:
                   "finished": finished, "pid": os.getpid(), "files": files}
         atomic_write_json(self.path / MARKER, marker)
 
-    def release(self, finished: bool) -> None:
-        """Record the run's files and drop the lock. A run that failed before writing anything into a
-        directory it created leaves no trace (no empty directory holding only bertkit's marker and lock)."""
+    def release(self, finished: bool, keep_lock: bool = False) -> None:
+        """Record the run's files and drop the lock, or with ``keep_lock`` hold it until this process exits (a
+        command's: a second command is refused while the first's process, or its torchrun job, is still there).
+        A run that failed before writing anything into a directory it created leaves no trace (no empty
+        directory holding only bertkit's marker and lock)."""
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         if not finished and self._created and self.path.is_dir() and not _listing(self.path):
@@ -355,11 +361,13 @@ class OutputDir:
                 with contextlib.suppress(FileNotFoundError):
                     (self.path / JOURNAL).unlink()  # folded into the marker
         finally:
-            if self._lock is not None:
+            if self._lock is not None and keep_lock and self.path.is_dir():
+                _HELD[str(self._real)] = self._lock  # the kernel drops the flock when this process exits
+            elif self._lock is not None:
                 self._lock.seek(0)
-                self._lock.truncate()  # a pid left in the lock file means its run was killed
+                self._lock.truncate()
                 self._lock.close()  # closing the descriptor drops the flock
-                self._lock = None
+            self._lock = None
 
 
 def _open_lock(directory: Path) -> IO:
@@ -381,9 +389,19 @@ def _open_lock(directory: Path) -> IO:
     return os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
 
 
+_HELD: dict[str, IO] = {}  # real directory -> lock file a finished command of this process holds until it exits
+
+
 def _lock(directory: Path, command: str) -> IO:
     import fcntl
 
+    held = _HELD.pop(str(directory.resolve()), None)
+    if held is not None and not held.closed:  # this process holds it already (an earlier command of it)
+        held.seek(0)
+        held.truncate()
+        held.write(f"pid {os.getpid()} (bertkit {command})")
+        held.flush()
+        return held
     f = _open_lock(directory)
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -400,9 +418,7 @@ def _lock(directory: Path, command: str) -> IO:
         raise BertkitError(f"{directory / LOCK} holds something bertkit did not write ({previous[:40]!r}); "
                            "bertkit will not truncate it: choose another output directory")
     if previous:  # a lock file whose process is gone: the kernel already dropped its lock
-        pid = previous.split()[1]
-        if not _alive(int(pid)):
-            logger.info("%s: the previous run (%s) ended without finishing; taking over", directory, previous)
+        logger.debug("%s: the previous holder (%s) has exited; taking over", directory, previous)
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()} (bertkit {command})")
@@ -414,8 +430,8 @@ def _held_by_another(directory: Path) -> str | None:
     """Who holds ``directory``'s lock, if another process (or another claim of this one) does; else None."""
     import fcntl
 
-    if any(c._real == directory for c in _ACTIVE):
-        return None  # this process's own claim: a command's nested run (the demo's pre-training)
+    if any(c._real == directory for c in _ACTIVE) or str(directory) in _HELD:
+        return None  # this process's own claim: a command's nested run (the demo's pre-training), or held
     try:
         fd = os.open(directory / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
@@ -445,16 +461,6 @@ def _refuse_held_nearby(directory: Path) -> None:
             if LOCK in files and Path(root) != real and (holder := _held_by_another(Path(root))) is not None:
                 raise BertkitError(f"{root}, inside {directory}, is in use by {holder}; wait for it to finish or "
                                    "choose another output directory")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _absolute(value: Any, cwd: str) -> Any:
@@ -504,16 +510,17 @@ def _overwrite(directory: Path, marker: dict, recorded: dict[str, dict], legacy:
             "file name(s) without their sizes and hashes, so bertkit cannot prove which are its own (a file you "
             f"saved there may be listed): remove the files you no longer need yourself (e.g. {', '.join(legacy[:3])}) "
             "or choose another output directory")
-    removed, changed = _remove_recorded(directory, recorded)
-    left = _listing(directory)
+    # All or nothing: what would be left once the run's own files are gone is known before any is removed.
+    removable, changed = _remove_recorded(directory, recorded, check_only=True)
+    left = [rel for rel in _listing(directory) if rel not in set(removable)]
     if left:
-        changed_now = [rel for rel in changed if rel in left]
-        why = (f"{len(changed_now)} of them written by that run but changed since, so yours now (e.g. "
-               f"{', '.join(changed_now[:3])}); " if changed_now else "")
+        why = (f"{len(changed)} of them written by that run but changed since, so yours now (e.g. "
+               f"{', '.join(changed[:3])}); " if changed else "")
         raise BertkitError(
-            f"{directory}: removed the {len(removed)} file(s) the earlier {run} wrote, but {len(left)} other "
-            f"file(s) remain (e.g. {', '.join(left[:3])}); {why}bertkit leaves files it did not create alone: "
-            "move them or choose another output directory")
+            f"{directory} holds the {len(removable)} file(s) of an earlier {run}, and {len(left)} other file(s) "
+            f"remain (e.g. {', '.join(left[:3])}); {why}bertkit leaves files it did not create alone, so nothing "
+            "was removed: move them or choose another output directory")
+    _remove_recorded(directory, recorded)
 
 
 def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *,
@@ -580,8 +587,9 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
 @contextlib.contextmanager
 def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *, overwrite: bool = False,
                resume: bool = False, resumable: bool = True, paths: Collection[str] = (),
-               inputs: Mapping[str, Any] | None = None) -> Iterator[OutputDir]:
-    """``claim_output_dir`` as a context: the marker records the run's files on the way out, even on errors."""
+               inputs: Mapping[str, Any] | None = None, keep_lock: bool = False) -> Iterator[OutputDir]:
+    """``claim_output_dir`` as a context: the marker records the run's files on the way out, even on errors;
+    ``keep_lock``: the lock is held until the process exits (``OutputDir.release``)."""
     claim = claim_output_dir(path, command, fingerprint, overwrite=overwrite, resume=resume, resumable=resumable,
                              paths=paths, inputs=inputs)
     finished = False
@@ -589,4 +597,4 @@ def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None =
         yield claim
         finished = True
     finally:
-        claim.release(finished)
+        claim.release(finished, keep_lock)
