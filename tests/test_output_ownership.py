@@ -25,7 +25,6 @@ from bertkit.outputs import (
     output_dir,
     refuse_existing_file,
     register,
-    register_append,
     remove_owned_tree,
 )
 
@@ -35,7 +34,7 @@ def _kill(claim) -> None:
     from bertkit.outputs import _ACTIVE
 
     _ACTIVE.remove(claim)
-    claim._lock.close()
+    claim.lock.close()
 
 
 def _entry(data: bytes) -> dict:
@@ -93,8 +92,8 @@ def test_a_file_the_user_saves_where_the_run_will_write_is_not_replaced(tmp_path
     """Was: the run's atomic write replaced whatever a user had saved under that name meanwhile."""
     with pytest.raises(BertkitError, match=r"report.json is not a file this run wrote"), \
             output_dir(tmp_path, "finetune glue") as claim:
-        atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
-        atomic_write_text(claim.path / "metrics.jsonl", "{}\n{}\n")  # its own file: replaced
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n", appends=True)
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n{}\n", appends=True)  # its own file: replaced
         (claim.path / "report.json").write_text("the user's report")
         atomic_write_text(claim.path / "report.json", "{}")
     assert (tmp_path / "report.json").read_text() == "the user's report"
@@ -104,30 +103,40 @@ def test_a_file_the_user_saves_where_the_run_will_write_is_not_replaced(tmp_path
         atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
 
 
-def test_files_written_by_libraries_are_registered_and_appends_keep_the_record_current(tmp_path):
-    """torch.save, tensorboard and appends do not go through atomic_target: ``register`` records them."""
+def test_files_written_by_libraries_are_registered_and_appended_files_are_recorded_once(tmp_path):
+    """torch.save and tensorboard do not go through atomic_target: ``register`` records them. A file written to
+    be appended to is recorded once: what follows the recorded bytes is the run's too (a killed run's log)."""
     claim = claim_output_dir(tmp_path, "pretrain")
-    with open(tmp_path / "metrics.jsonl", "a") as f:
-        f.write('{"step": 1}\n')
-    register(tmp_path / "metrics.jsonl")
+    (tmp_path / "state.pt").write_bytes(b"torch's own writer")
+    register(tmp_path / "state.pt")
+    atomic_write_text(tmp_path / "metrics.jsonl", '{"step": 1}\n', appends=True)
     for step in (2, 3):
         with open(tmp_path / "metrics.jsonl", "a") as f:
             f.write(f'{{"step": {step}}}\n')
-        register_append(tmp_path / "metrics.jsonl", f'{{"step": {step}}}\n'.encode())  # the newest size and hash win
     entries = [json.loads(x) for x in (tmp_path / ".bertkit-files.jsonl").read_text().splitlines()]
-    assert entries[-1] == {"path": "metrics.jsonl", **_entry(b'{"step": 1}\n{"step": 2}\n{"step": 3}\n')}
+    assert entries == [{"path": "state.pt", **_entry(b"torch's own writer")},
+                       {"path": "metrics.jsonl", **_entry(b'{"step": 1}\n'), "appends": True}]
     _kill(claim)
+    (tmp_path / "report.json").write_text("the user's")  # beside them: nothing is removed
+    with pytest.raises(BertkitError, match=r"2 file\(s\) of an earlier .*remain \(e.g. report.json\)"):
+        claim_output_dir(tmp_path, "pretrain", overwrite=True)
+    assert (tmp_path / "metrics.jsonl").read_text().count("step") == 3
+    (tmp_path / "report.json").unlink()
     with output_dir(tmp_path, "pretrain", overwrite=True):
-        assert not (tmp_path / "metrics.jsonl").exists()
+        assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "state.pt").exists()
+    with output_dir(tmp_path, "pretrain", overwrite=True) as claim:  # appended to by someone else: not the start
+        (tmp_path / "metrics.jsonl").write_text("the user's log, not bertkit's\n")
+        with pytest.raises(BertkitError, match="metrics.jsonl is not a file this run wrote"):
+            atomic_write_text(tmp_path / "metrics.jsonl", "", appends=True)
 
 
-def test_an_older_marker_without_hashes_is_refused_and_nothing_is_removed(tmp_path):
-    """Markers of older versions list bare names (a user's file among them, after a --resume): no proof."""
+def test_a_marker_listing_names_without_hashes_is_refused_and_nothing_is_removed(tmp_path):
+    """A marker listing bare names (a user's file among them) proves nothing: not one bertkit writes."""
     (tmp_path / "metrics.jsonl").write_text("{}\n")
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / MARKER).write_text(json.dumps({"command": "pretrain", "fingerprint": {}, "finished": True,
-                                               "files": ["metrics.jsonl", "notes.txt"]}))
-    with pytest.raises(BertkitError, match="older bertkit.*without their sizes and hashes"):
+                                               "cwd": str(tmp_path), "files": ["metrics.jsonl", "notes.txt"]}))
+    with pytest.raises(BertkitError, match="not a run marker this bertkit wrote.*removes none"):
         claim_output_dir(tmp_path, "pretrain", overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "mine" and (tmp_path / "metrics.jsonl").exists()
 
@@ -135,8 +144,7 @@ def test_an_older_marker_without_hashes_is_refused_and_nothing_is_removed(tmp_pa
 # 2. A marker received from someone else names nothing outside its directory -----------------------------------------
 
 
-@pytest.mark.parametrize("form", ["names", "hashed"])
-def test_a_marker_naming_paths_outside_its_directory_removes_nothing(tmp_path, form):
+def test_a_marker_naming_paths_outside_its_directory_removes_nothing(tmp_path):
     """Was: `--overwrite` deleted `../victim.txt` and absolute paths a received marker listed."""
     victim, absolute = tmp_path / "victim.txt", tmp_path / "elsewhere" / "abs.txt"
     absolute.parent.mkdir()
@@ -146,8 +154,8 @@ def test_a_marker_naming_paths_outside_its_directory_removes_nothing(tmp_path, f
     run.mkdir()
     (run / "report.json").write_text("{}")
     listed = ["../victim.txt", str(absolute), "report.json"]
-    files = listed if form == "names" else {p: _entry(b"the user's") for p in listed}
-    (run / MARKER).write_text(json.dumps({"command": "pretrain", "finished": True, "files": files}))
+    files = {p: _entry(b"the user's") for p in listed}
+    (run / MARKER).write_text(json.dumps({"command": "pretrain", "finished": True, "cwd": str(run), "files": files}))
     with pytest.raises(BertkitError, match=r"names 2 path\(s\) outside"):
         claim_output_dir(run, "pretrain", overwrite=True)
     assert victim.read_text() == "the user's" and absolute.read_text() == "the user's too"
@@ -161,7 +169,7 @@ def test_a_recorded_path_through_a_symlinked_directory_is_not_followed(tmp_path)
     run = tmp_path / "received"
     run.mkdir()
     (run / "link").symlink_to(secret.parent)
-    (run / MARKER).write_text(json.dumps({"command": "pretrain", "finished": True,
+    (run / MARKER).write_text(json.dumps({"command": "pretrain", "finished": True, "cwd": str(run),
                                           "files": {"link/secret.txt": _entry(b"keys")}}))
     with pytest.raises(BertkitError, match=r"remain \(e.g. link\)"):
         claim_output_dir(run, "pretrain", overwrite=True)
