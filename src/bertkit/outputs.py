@@ -1,33 +1,23 @@
 """Output directories and files that never cost a user their earlier work.
 
-The rule: bertkit deletes or replaces only a file it can prove it wrote (inside its own directory, recorded when
-written with its size and sha256, reached without a symlink), and never a command's own inputs.
+bertkit deletes or replaces only a file it can prove it wrote: a regular file inside its own directory, reached
+without a symlink, recorded when written with its size and sha256; never a command's own inputs.
 
-- **Atomic writes** (``atomic_target``, ``atomic_write``): a temporary file beside the target, fsynced, checked
-  if asked, renamed over it, the directory fsynced. A kill leaves the old file or the new one, never half of
-  one; a symlink at the name is replaced, never followed. Inside a claimed directory an existing file is
-  replaced only if bertkit ``owns`` it; a file a user saved there is refused by name.
-- **The record** (``register``): every file bertkit writes is recorded (the atomic writers do it; a caller that
-  writes through a library, ``torch.save`` or tensorboard, calls it): in this process by path, and in each
-  claimed directory holding it as one line (path, size, sha256) of that directory's journal
-  (``.bertkit-files.jsonl``), appended the moment it is written, so a SIGKILLed run's files are recorded too
-  (worker processes ``join_claims`` to record theirs). A file written to be appended to (``metrics.jsonl``) is
-  recorded once with ``appends``: it stays bertkit's, whatever is appended, while the bytes recorded are its
-  start. A directory made for one write that a kill may cut short (a checkpoint's) is recorded as scratch:
-  everything in it is bertkit's. ``owns`` is the one test before anything is removed or replaced.
-- **The run marker** (``claim_output_dir``): ``.bertkit-run.json`` holds the command, its settings, the
-  directory it started in and ``files``, the run's record (the journal is folded in when the run ends). A
-  non-empty directory without a marker, or with another run's, is refused with the fix. ``--overwrite`` is all
-  or nothing: every file there is checked first; only if each is a recorded file still as it was written (a
-  regular file inside the directory, reached without a symlink) are they removed, otherwise nothing is removed
-  and the refusal names the files that stay. ``--resume`` continues the run the marker describes, with the
-  same settings (path settings compare as the absolute paths they meant).
-- **The lock** (``flock`` on ``.bertkit-lock``, taken before anything is checked or removed): a second claim of
-  the directory, or of one inside or around it, is refused naming the holder's pid and command, and so is a
-  single-file command writing into it. A command holds it until its process exits (the CLI's
-  ``keep_lock``), so a finishing run's directory is never taken from it; the kernel drops it when the process
-  dies, so a crash leaves no stale lock. A lock file that is a symlink, a hard link or holds anything but
-  bertkit's one line is refused, never followed or truncated.
+- **Atomic writes** (``atomic_target``): a temporary file beside the target, fsynced, checked if asked, renamed
+  over it. A kill leaves the old file or the new one; a symlink at the name is replaced, never followed.
+- **The record** (``register``, done by the atomic writers; ``torch.save`` and tensorboard callers call it):
+  each file in this process by path, and as a line of the journal (``.bertkit-files.jsonl``) of each claimed
+  directory holding it, appended as it is written, so a SIGKILLed run's files are recorded too. A file bertkit
+  appends to (``metrics.jsonl``) is recorded once, ``appends``: it stays bertkit's while the recorded bytes are
+  its start. A directory made for one write a kill may cut short (a checkpoint's) is scratch: all in it is
+  bertkit's. ``owns`` is the one test before anything is removed or replaced.
+- **The run marker** (``.bertkit-run.json``): command, settings, starting directory, and ``files``, the record
+  (the journal is folded in at the end). A non-empty directory without a marker, or another run's, is refused.
+  ``--overwrite`` is all or nothing: every file there is checked first, and the recorded ones still as written
+  are removed only if nothing else is there; otherwise nothing is removed and the refusal names what stays.
+- **The lock** (``flock`` on ``.bertkit-lock``, taken before anything is checked or removed): a claim of the
+  directory, or of one inside or around it, and a single-file command writing into it, is refused naming the
+  holder. A command holds it until its process exits; the kernel drops it then, so a crash leaves no stale lock.
 """
 
 from __future__ import annotations
@@ -36,7 +26,6 @@ import contextlib
 import errno
 import hashlib
 import json
-import logging
 import os
 import re
 import stat
@@ -53,7 +42,6 @@ _RESERVED = {LOCK, JOURNAL}  # bertkit's bookkeeping at any depth (a nested clai
 _LOCK_LINE = re.compile(r"pid \d+ \(bertkit [^\n]*\)")
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once: files bertkit creates get the permissions a plain open() would have given
-logger = logging.getLogger("bertkit")
 
 _WRITTEN: dict[str, tuple[tuple[int, ...], dict]] = {}  # real path -> (dev, inode, size, mtime) and its entry
 _HASHES: dict[tuple[int, ...], str] = {}  # identity -> sha256: a rename keeps it, so a file is hashed once
@@ -250,14 +238,9 @@ def _append_line(journal: Path, entry: dict) -> None:
 def _read_journal(directory: Path) -> dict[str, dict]:
     """The files a run recorded as it wrote them (a path's last entry wins; a torn last line is dropped)."""
     try:
-        fd = os.open(directory / JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(directory / JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # a symlink: ELOOP
     except FileNotFoundError:
         return {}
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise BertkitError(f"{directory / JOURNAL} is a symbolic link; bertkit does not follow it: this is not "
-                               "a directory bertkit wrote, choose another output directory") from None
-        raise
     with os.fdopen(fd, "rb") as f:
         data = f.read()
     entries = {}
@@ -533,19 +516,11 @@ def _lock(directory: Path, command: str) -> IO:
     f = _HELD.pop(str(directory.resolve()), None)  # an earlier command of this process holds it already
     if f is None or f.closed:
         path = directory / LOCK
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666 & ~_UMASK)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise BertkitError(f"{path} is a symbolic link; bertkit never follows it (it would write through "
-                                   "it): this is not a directory bertkit wrote, choose another output directory") from None
-            raise
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
-            os.close(fd)
-            what = "a hard link to another file" if stat.S_ISREG(st.st_mode) else "not a regular file"
-            raise BertkitError(f"{path} is {what}; bertkit would write into it: this is not a directory bertkit "
-                               "wrote, choose another output directory")
+        st = os.lstat(path) if os.path.lexists(path) else None
+        if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):  # bertkit would write through it
+            raise BertkitError(f"{path} is a symbolic link, a hard link or not a regular file: not bertkit's lock, "
+                               "so this is not a directory bertkit wrote; choose another output directory")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666 & ~_UMASK)
         f = os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
