@@ -502,9 +502,7 @@ class OutputDir:
             if self.lock is not None and keep_lock and self.path.is_dir():
                 _HELD[str(self.real)] = self.lock  # the kernel drops the flock when this process exits
             elif self.lock is not None:
-                self.lock.seek(0)
-                self.lock.truncate()
-                self.lock.close()  # closing the descriptor drops the flock
+                self.lock.close()  # closing the descriptor drops the flock (the pid it names is a past holder's)
             self.lock = None
 
 
