@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -1685,7 +1686,7 @@ def _killed_claim(path: Path, command: str, **kwargs):
 
     claim = outputs.claim_output_dir(path, command, **kwargs)
     active = getattr(outputs, "_ACTIVE", [])  # the claims this process holds (it "dies": they go)
-    return claim, lambda: (active.remove(claim) if claim in active else None, claim._lock.close())
+    return claim, lambda: (active.remove(claim) if claim in active else None, claim.lock.close())
 
 
 @case("output-dirs", "--overwrite of a killed run: a notebook saved there while it ran")
@@ -1717,8 +1718,10 @@ def _(d: Path) -> Outcome:
 def _(d: Path) -> Outcome:
     victim, absolute = write(d, "victim.txt", b"the user's"), write(d, "elsewhere/abs.txt", b"the user's too")
     write(d, "received/report.json", b"{}")
-    write(d, "received/.bertkit-run.json", json.dumps({"command": "pretrain", "finished": True,
-                                                       "files": ["../victim.txt", str(absolute), "report.json"]}))
+    entry = {"size": 10, "sha256": hashlib.sha256(b"the user's").hexdigest()}
+    write(d, "received/.bertkit-run.json", json.dumps({"command": "pretrain", "finished": True, "cwd": str(d),
+                                                       "files": {p: entry for p in ("../victim.txt", str(absolute),
+                                                                                    "report.json")}}))
 
     def lost() -> str | None:
         return unchanged(victim, b"the user's")() or unchanged(absolute, b"the user's too")()
