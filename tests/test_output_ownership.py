@@ -411,3 +411,56 @@ def test_a_torchrun_jobs_lock_holds_until_rank_0_exits(tmp_path, tiny_pretrainin
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
+
+
+_SLOW_START = """
+import pathlib, sys, time
+import bertkit.cli as cli
+
+waiting, go = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+resolve = cli._resolve_device
+
+def slow(s):  # as torch's import on a busy machine: seconds between the command's start and its claim
+    waiting.touch()
+    while not go.exists():
+        time.sleep(0.02)
+    return resolve(s)
+
+cli._resolve_device = slow
+sys.exit(cli.main(sys.argv[3:]))
+"""
+
+
+def test_a_command_started_while_another_runs_is_refused_however_late_it_would_claim(tmp_path, tiny_checkpoint):
+    """Was: the lock was taken only after start-up (torch's import, the device: 15 s on a busy machine), so a
+    second `finetune classify --overwrite` started while the first ran reached its claim after the first had
+    finished, and removed its model and report."""
+    out, ready, leave, waiting, go = (tmp_path / n for n in ("out", "ready", "leave", "waiting", "go"))
+    args = [*_classify_args(tmp_path, tiny_checkpoint), "--output-dir", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(
+        [sys.executable, "-c", "import pathlib, sys, time; from bertkit.cli import main; code = main(sys.argv[3:]);"
+         "pathlib.Path(sys.argv[1]).write_text(str(code));\nwhile not pathlib.Path(sys.argv[2]).exists(): "
+         "time.sleep(0.02)", str(ready), str(leave), *args], env=env, stderr=subprocess.PIPE, text=True)
+    second = None
+    try:
+        _wait_for(ready, first, "the first finetune classify")
+        before = _snapshot(out)
+        second = subprocess.Popen([sys.executable, "-c", _SLOW_START, str(waiting), str(go), *args, "--overwrite"],
+                                  env=env, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 300
+        while second.poll() is None and not waiting.exists():  # refused at once, or on its way to the claim
+            assert time.time() < deadline
+            time.sleep(0.02)
+        leave.touch()  # the first ends while the second is still starting
+        first.wait(timeout=60)
+        go.touch()
+        _, err = second.communicate(timeout=300)
+        assert second.returncode == 2, err[-2000:]
+        assert f"in use by pid {first.pid} (bertkit finetune classify)" in err
+        assert _snapshot(out) == before
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()

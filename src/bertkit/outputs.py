@@ -48,7 +48,8 @@ _HASHES: dict[tuple[int, ...], str] = {}  # identity -> sha256: a rename keeps i
 _SCRATCH: set[str] = set()  # real paths of directories this process made for one write
 _ACTIVE: list[OutputDir] = []  # the directories this process has claimed and not released
 _JOINED: list[tuple[Path, Path]] = []  # (directory, journal) of a parent process's claims, in its workers
-_HELD: dict[str, IO] = {}  # real directory -> the lock a finished command of this process holds until it exits
+_HELD: dict[str, IO] = {}  # real directory -> a lock this process holds with no claim (before it, or after a command's)
+_EARLY: dict[str, bool] = {}  # real directory -> whether lock_output_dir made it, until a claim takes the lock over
 
 
 # -------------------------------------------------------------------------------------------------
@@ -608,12 +609,8 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
     - files without a marker (a user's, or another tool's): always refused.
     """
     directory = Path(path)
-    refuse_inputs(directory, inputs or {}, is_dir=True)
-    if directory.exists() and not directory.is_dir():
-        raise BertkitError(f"{directory} is a file; the output must be a directory")
-    _refuse_held_nearby(directory)
-    created = not directory.exists()
-    directory.mkdir(parents=True, exist_ok=True)
+    created = _EARLY.pop(str(directory.resolve()), False)
+    created = _make(directory, inputs) or created
     lock = _lock(directory, command)
     try:
         marker = read_marker(directory)
@@ -647,6 +644,45 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
     except BaseException:
         lock.close()
         raise
+
+
+def _make(directory: Path, inputs: Mapping[str, Any] | None) -> bool:
+    """``directory`` made if need be, once it is known to be no input, no file, and nowhere near a directory another
+    process holds; returns whether it was made."""
+    refuse_inputs(directory, inputs or {}, is_dir=True)
+    if directory.exists() and not directory.is_dir():
+        raise BertkitError(f"{directory} is a file; the output must be a directory")
+    _refuse_held_nearby(directory)
+    created = not directory.exists()
+    directory.mkdir(parents=True, exist_ok=True)
+    return created
+
+
+def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, Any] | None = None) -> None:
+    """Lock ``path`` for a command that will claim it, before the slow part of its start-up (torch's import, its
+    device), so that a second command started meanwhile is refused at once, whenever it would reach its claim.
+    Refused as ``claim_output_dir`` would be; ``release_unclaimed`` undoes it if the command fails before."""
+    directory = Path(path)
+    created = _make(directory, inputs)
+    try:
+        _HELD[str(directory.resolve())] = _lock(directory, command)
+    except BaseException:
+        if created:
+            directory.rmdir()
+        raise
+    _EARLY[str(directory.resolve())] = created
+
+
+def release_unclaimed(path: str | os.PathLike) -> None:
+    """After a command that failed between ``lock_output_dir`` and its claim: its lock dropped, and the directory
+    removed if the lock made it."""
+    real = str(Path(path).resolve())
+    if real in _EARLY:
+        if _EARLY.pop(real):
+            (Path(path) / LOCK).unlink()  # still locked: nobody else has opened it
+            with contextlib.suppress(OSError):
+                Path(path).rmdir()
+        _HELD.pop(real).close()
 
 
 @contextlib.contextmanager
