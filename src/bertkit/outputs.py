@@ -609,8 +609,8 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
     - files without a marker (a user's, or another tool's): always refused.
     """
     directory = Path(path)
-    created = _EARLY.pop(str(directory.resolve()), False)
-    created = _make(directory, inputs) or created
+    created = _make(directory, inputs)
+    created = _EARLY.pop(str(directory.resolve()), False) or created  # lock_output_dir made it
     lock = _lock(directory, command)
     try:
         marker = read_marker(directory)
