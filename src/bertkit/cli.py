@@ -307,13 +307,11 @@ def _description(cls: type) -> str:
 
 def _claim(name: str, s: Any):
     """Lock and mark the command's output directory (bertkit.outputs): refused if it holds anything but an
-    earlier run bertkit may replace (--overwrite) or continue (--resume)."""
+    earlier run bertkit may replace (--overwrite) or continue (--resume). The lock is held until the process
+    exits, so a second command is refused while the first's process (or its torchrun job's rank 0) lives."""
     from bertkit.outputs import output_dir, refuse_existing_file
 
-    # paths compare by where they lead, not as typed: --resume may run from another working directory
-    paths = [f.name for f in dataclasses.fields(s) if _is_path(getattr(s, f.name))]
-    # every path setting but the output is something the command reads: never written into or cleared
-    inputs = {k: getattr(s, k) for k in paths if k not in ("output_dir", "output_file")}
+    paths, inputs = _paths(s)
     if hasattr(s, "output_file"):  # one file, not a directory
         refuse_existing_file(Path(s.output_file), s.overwrite, inputs=inputs)
         return contextlib.nullcontext()
@@ -321,7 +319,33 @@ def _claim(name: str, s: Any):
         return contextlib.nullcontext()
     return output_dir(s.output_dir, name, settings.resume_fingerprint(s),
                       overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"),
-                      paths=paths, inputs=inputs)
+                      paths=paths, inputs=inputs, keep_lock=True)
+
+
+def _paths(s: Any) -> tuple[list[str], dict[str, Any]]:
+    """The settings that are paths (they compare by where they lead, not as typed: --resume may run from another
+    working directory), and of them the command's inputs: every one but the output, never written into or cleared."""
+    paths = [f.name for f in dataclasses.fields(s) if _is_path(getattr(s, f.name))]
+    return paths, {k: getattr(s, k) for k in paths if k not in ("output_dir", "output_file")}
+
+
+@contextlib.contextmanager
+def _lock_early(name: str, s: Any):
+    """The output directory locked from the start, before torch is imported and the device resolved (seconds on a
+    busy machine): a second command started while this one runs is refused, however late it would claim. On rank 0
+    only for the commands that split over torchrun's processes (RANK read here: training.distributed imports
+    torch); ``_claim`` takes the lock over, and a command that fails before then leaves nothing behind."""
+    if getattr(s, "output_dir", None) is None or hasattr(s, "output_file") or (
+            hasattr(s, "ddp_timeout") and os.environ.get("RANK", "0") not in ("", "0")):
+        yield
+        return
+    from bertkit.outputs import lock_output_dir, release_unclaimed
+
+    lock_output_dir(s.output_dir, name, _paths(s)[1])
+    try:
+        yield
+    finally:
+        release_unclaimed(s.output_dir)
 
 
 def _is_path(value: Any) -> bool:
@@ -409,13 +433,15 @@ def main(argv: list[str] | None = None) -> int:
         name = args.command
         _, settings_class, handler = COMMANDS[args.command]
     try:
-        s = _part_per_process(_resolve_device(_refuse_fp32_of_an_int8_directory(build_settings(settings_class, args))))
-        if getattr(s, "compile", False):  # before any data is read or featurised
-            from bertkit.modeling import require_compiler
+        s = _part_per_process(build_settings(settings_class, args))
+        with _lock_early(name, s):
+            s = _resolve_device(_refuse_fp32_of_an_int8_directory(s))
+            if getattr(s, "compile", False):  # before any data is read or featurised
+                from bertkit.modeling import require_compiler
 
-            require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
-        with _launch(name, s) as is_main:
-            result = handler(s)
+                require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
+            with _launch(name, s) as is_main:
+                result = handler(s)
         if not is_main:  # under torchrun, rank 0 reports
             result = None
     except BertkitError as e:
