@@ -68,6 +68,12 @@ class DefaultDataCollator:
             values = [f[key] for f in features]
             if values[0] is None or isinstance(values[0], str):
                 continue  # as transformers' default_data_collator: strings and None are not batched
+            row = next((i for i, v in enumerate(values) if hasattr(v, "__len__") and len(v) != len(values[0])), None)
+            if row is not None:
+                raise BertkitError(f"DefaultDataCollator stacks examples of one length, but {key!r} has "
+                                   f"{len(values[0])} values in example 0 of the batch and {len(values[row])} in "
+                                   f"example {row}; use DataCollatorWithPadding(tokenizer), which pads each batch "
+                                   "to its longest (or pad every example to one length: padding='max_length')")
             batch[key] = _as_tensor(values)
         return _rename_labels(batch)
 
@@ -90,6 +96,12 @@ class _PaddingCollator:
     def _pad(self, features: Sequence[Mapping[str, Any]]) -> dict:
         if not features:
             raise BertkitError("the collator got an empty batch")
+        text = [k for k, v in features[0].items() if isinstance(v, str) or (isinstance(v, list) and v
+                                                                          and isinstance(v[0], str))]
+        if text:
+            raise BertkitError(f"{type(self).__name__}: column(s) {text} hold text, which cannot be padded into a "
+                               f"tensor; remove them (dataset.remove_columns({text})) or keep "
+                               "remove_unused_columns=True in TrainingArguments")
         return dict(self.tokenizer.pad(list(features), padding=self.padding, max_length=self.max_length,
                                        pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt"))
 
@@ -119,6 +131,11 @@ class DataCollatorForTokenClassification(_PaddingCollator):
         if labels is None:
             return batch
         width = batch["input_ids"].shape[1]
+        row = next((i for i, lab in enumerate(labels) if len(lab) > width), None)
+        if row is not None:
+            raise BertkitError(f"DataCollatorForTokenClassification: example {row} of the batch has "
+                               f"{len(labels[row])} {name} for {len(features[row]['input_ids'])} input_ids; give one "
+                               "label per token, with the same truncation as the input")
         left = getattr(self.tokenizer, "padding_side", "right") == "left"
         rows = [[self.label_pad_token_id] * (width - len(lab)) + lab if left
                 else lab + [self.label_pad_token_id] * (width - len(lab)) for lab in labels]
@@ -160,7 +177,9 @@ class DataCollatorForLanguageModeling:
     collator call for call, so the same ``seed`` gives the same batches.
 
     ``whole_word_mask=True`` chooses whole words (a word's "##" continuation pieces are masked with its first
-    piece, as Google's later release of the BERT models did), all replaced by [MASK] as in transformers.
+    piece, as Google's later release of the BERT models did). Their pieces are all replaced by [MASK] unless
+    ``mask_replace_prob`` / ``random_replace_prob`` are given, which then apply to each piece (as Google's
+    whole-word masking does; transformers overrides them with 1 and 0 and warns).
     ``mlm=False`` gives causal-LM labels (the inputs, padding at -100). ``seed`` None draws from torch's
     global generator (what a seeded Trainer run fixes).
     """
@@ -169,8 +188,10 @@ class DataCollatorForLanguageModeling:
     mlm: bool = True
     whole_word_mask: bool = False
     mlm_probability: float = 0.15
-    mask_replace_prob: float = 0.8
-    random_replace_prob: float = 0.1
+    mask_replace_prob: float | None = None
+    """Share of the targets replaced by [MASK]. Default 0.8; with whole_word_mask and neither share given, 1.0."""
+    random_replace_prob: float | None = None
+    """Share of the targets replaced by a random token. Default 0.1; with whole_word_mask and neither given, 0.0."""
     pad_to_multiple_of: int | None = None
     return_tensors: str = "pt"
     seed: int | None = None
@@ -180,6 +201,12 @@ class DataCollatorForLanguageModeling:
         if self.mlm and getattr(self.tokenizer, "mask_token", None) is None:
             raise BertkitError("DataCollatorForLanguageModeling: the tokenizer has no mask token; pass mlm=False "
                                "for causal-LM labels, or use a tokenizer with [MASK]")
+        if self.whole_word_mask and not self.mlm:
+            raise BertkitError("whole_word_mask needs mlm=True")
+        if self.whole_word_mask and self.mask_replace_prob is None and self.random_replace_prob is None:
+            self.mask_replace_prob, self.random_replace_prob = 1.0, 0.0  # transformers' whole-word masking
+        self.mask_replace_prob = 0.8 if self.mask_replace_prob is None else self.mask_replace_prob
+        self.random_replace_prob = 0.1 if self.random_replace_prob is None else self.random_replace_prob
         if not 0 <= self.mlm_probability <= 1:
             raise BertkitError(f"mlm_probability must be in [0, 1], got {self.mlm_probability}")
         for name in ("mask_replace_prob", "random_replace_prob"):
@@ -188,10 +215,6 @@ class DataCollatorForLanguageModeling:
         if self.mask_replace_prob + self.random_replace_prob > 1:
             raise BertkitError(f"mask_replace_prob {self.mask_replace_prob} + random_replace_prob "
                                f"{self.random_replace_prob} exceed 1")
-        if self.whole_word_mask:
-            if not self.mlm:
-                raise BertkitError("whole_word_mask needs mlm=True")
-            self.mask_replace_prob, self.random_replace_prob = 1.0, 0.0  # as transformers
         self.generator = torch.Generator().manual_seed(self.seed) if self.seed is not None else None
 
     def __call__(self, examples: Sequence[Any]) -> dict:
