@@ -68,10 +68,11 @@ class DefaultDataCollator:
             values = [f[key] for f in features]
             if values[0] is None or isinstance(values[0], str):
                 continue  # as transformers' default_data_collator: strings and None are not batched
-            row = next((i for i, v in enumerate(values) if hasattr(v, "__len__") and len(v) != len(values[0])), None)
+            lengths = [len(v) if isinstance(v, (list, tuple)) or getattr(v, "ndim", 0) > 0 else None for v in values]
+            row = next((i for i, n in enumerate(lengths) if n != lengths[0]), None)
             if row is not None:
                 raise BertkitError(f"DefaultDataCollator stacks examples of one length, but {key!r} has "
-                                   f"{len(values[0])} values in example 0 of the batch and {len(values[row])} in "
+                                   f"{lengths[0]} values in example 0 of the batch and {lengths[row]} in "
                                    f"example {row}; use DataCollatorWithPadding(tokenizer), which pads each batch "
                                    "to its longest (or pad every example to one length: padding='max_length')")
             batch[key] = _as_tensor(values)

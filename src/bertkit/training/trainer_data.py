@@ -35,8 +35,8 @@ def examples(dataset: Any, what: str, *, keep: set[str] | None, model: Any, trai
         raise BertkitError(f"{what} needs a dataset; pass Trainer({what}=...)")
     if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
         raise BertkitError(
-            f"{what}: {type(dataset).__name__} has no length or index (an IterableDataset, or a streaming "
-            "dataset); bertkit's Trainer reads its data by index, in a seeded order it can resume at the exact "
+            f"{what}: {type(dataset).__name__} has no length or index (an iterable or streaming dataset); "
+            "bertkit's Trainer reads its data by index, in a seeded order it can resume at the exact "
             "batch. Give a datasets.Dataset (load_dataset without streaming=True, or Dataset.from_generator over "
             "the stream), a torch map-style Dataset or a list of dicts (list(dataset) for a finite stream)")
     if is_hf_dataset(dataset) and keep is not None:
@@ -89,38 +89,38 @@ def _column(dataset: Any, key: str) -> list:
 def _label_reader(dataset: Any, key: str, what: str, model: Any, training: bool) -> Callable[[Any], Any] | None:
     """Check the ``key`` column; return how to read each of its values (None: as they are)."""
     values = _column(dataset, key)
+    config = getattr(model, "config", None)
     if any(isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(v) == 1 for v in values[:1]):
-        _check_token_labels(dataset, key, values, what, training)
+        if getattr(config, "problem_type", None) != "multi_label_classification" and \
+                not any(isinstance(x, float) for x in _flat(values[0])):  # multi-label targets are floats
+            _check_token_labels(dataset, key, values, what, training)
         return None
     values = [v.item() if hasattr(v, "item") and np.ndim(v) == 0 else v for v in values]  # numpy, torch scalars
     for row, v in enumerate(values):
         if v is None or (isinstance(v, numbers.Real) and not math.isfinite(v)):
             raise BertkitError(f"{what}: row {row} has {key} {v!r}; every example needs a label: give it one, or drop "
                                "the row (dataset.filter / dataset.select, or dropna on the DataFrame)")
-    config = getattr(model, "config", None)
     if all(isinstance(v, str) for v in values):
         return _string_labels(values, key, what, config)
     if any(isinstance(v, str) for v in values):
         row = next(i for i, v in enumerate(values) if isinstance(v, str) != isinstance(values[0], str))
         raise BertkitError(f"{what}: {key} mixes strings and numbers ({values[0]!r} at row 0, {values[row]!r} at "
                            f"row {row}); make them one kind")
-    if any(isinstance(v, float) for v in values) and _classifies(config):
+    class_ids = any(isinstance(v, float) for v in values) and _classifies(config)
+    if class_ids:
         row = next((i for i, v in enumerate(values) if float(v) != int(v)), None)
         if row is not None:
             raise BertkitError(
                 f"{what}: {key} {values[row]!r} at row {row} is not a class id, and {type(model).__name__} "
                 f"classifies into {config.num_labels} labels; give class ids 0..{config.num_labels - 1}, or for a "
                 "score load the model with num_labels=1 (regression)")
-        logger.warning("%s: %s holds floats (%s); read as the class ids %s, for %s's %d-label classification",
-                       what, key, ", ".join(map(repr, sorted({float(v) for v in values})[:5])),
-                       ", ".join(map(str, sorted({int(v) for v in values})[:5])), type(model).__name__,
-                       config.num_labels)
-        if training:
-            _some_label(values, key, what)
-        return int
+        say = logger.warning if training else logger.debug  # said once a run, not at every evaluation
+        say("%s: %s holds floats (%s); read as the class ids %s, for %s's %d-label classification", what, key,
+            ", ".join(map(repr, sorted({float(v) for v in values})[:5])),
+            ", ".join(map(str, sorted({int(v) for v in values})[:5])), type(model).__name__, config.num_labels)
     if training:
         _some_label(values, key, what)
-    return None
+    return int if class_ids else None
 
 
 def _classifies(config: Any) -> bool:
