@@ -137,6 +137,8 @@ def test_a_text_column_kept_for_a_padding_collator_is_named(checkpoint, tok, tmp
             "DataCollatorWithPadding: column(s) ['text'] hold text, which cannot be padded into a tensor; remove "
             "them (dataset.remove_columns(['text'])) or keep remove_unused_columns=True in TrainingArguments")):
         _train(checkpoint, tok, tmp_path / "out", _dataset(tok, TRAIN), remove_unused_columns=False)
+    with pytest.raises(BertkitError, match=re.escape("DataCollatorForLanguageModeling: column(s) ['text'] hold text")):
+        bertkit.DataCollatorForLanguageModeling(tok, seed=0)([{**dict(tok("a fine plot")), "text": "a fine plot"}])
 
 
 def test_an_iterable_dataset_is_refused_naming_what_to_give(checkpoint, tok, tmp_path):

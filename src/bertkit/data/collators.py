@@ -32,6 +32,15 @@ def _needs_pad_token(tokenizer: Any, who: str) -> None:
                            "every example to one length and use DefaultDataCollator")
 
 
+def _no_text(example: Mapping[str, Any], who: str) -> None:
+    """A padding collator pads token ids: a text column left in (remove_unused_columns=False) is named here, not
+    met as "too many dimensions 'str'" inside tokenizer.pad."""
+    text = [k for k, v in example.items() if isinstance(v, str) or (isinstance(v, list) and v and isinstance(v[0], str))]
+    if text:
+        raise BertkitError(f"{who}: column(s) {text} hold text, which cannot be padded into a tensor; remove them "
+                           f"(dataset.remove_columns({text})) or keep remove_unused_columns=True in TrainingArguments")
+
+
 def _rename_labels(batch: dict) -> dict:
     for key in _LABEL_KEYS:
         if key in batch:
@@ -97,12 +106,7 @@ class _PaddingCollator:
     def _pad(self, features: Sequence[Mapping[str, Any]]) -> dict:
         if not features:
             raise BertkitError("the collator got an empty batch")
-        text = [k for k, v in features[0].items() if isinstance(v, str) or (isinstance(v, list) and v
-                                                                          and isinstance(v[0], str))]
-        if text:
-            raise BertkitError(f"{type(self).__name__}: column(s) {text} hold text, which cannot be padded into a "
-                               f"tensor; remove them (dataset.remove_columns({text})) or keep "
-                               "remove_unused_columns=True in TrainingArguments")
+        _no_text(features[0], type(self).__name__)
         return dict(self.tokenizer.pad(list(features), padding=self.padding, max_length=self.max_length,
                                        pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt"))
 
@@ -222,6 +226,7 @@ class DataCollatorForLanguageModeling:
         if not examples:
             raise BertkitError("the collator got an empty batch")
         if isinstance(examples[0], Mapping):
+            _no_text(examples[0], "DataCollatorForLanguageModeling")
             batch = dict(self.tokenizer.pad(list(examples), return_tensors="pt",
                                             pad_to_multiple_of=self.pad_to_multiple_of))
         else:

@@ -147,7 +147,7 @@ def _string_labels(values: list, key: str, what: str, config: Any) -> Callable[[
 def _some_label(values: list, key: str, what: str) -> None:
     if all(int(v) == IGNORE_INDEX for v in values):
         raise BertkitError(f"{what}: no example has a label to learn from: every {key} is {IGNORE_INDEX} (ignored "
-                           "by the loss); check how the labels were made (aligned to the tokens, mapped to ids)")
+                           "by the loss); check how the labels were made")
 
 
 def _check_token_labels(dataset: Any, key: str, values: list, what: str, training: bool) -> None:
