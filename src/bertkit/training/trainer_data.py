@@ -82,7 +82,7 @@ class _Examples(Sequence):
 
 def _column(dataset: Any, key: str) -> list:
     if is_hf_dataset(dataset):
-        return list(dataset[key])  # one Arrow column, not the whole examples
+        return dataset.select_columns([key]).with_format(None)[:][key]  # one Arrow column, read at once
     return [dataset[i][key] for i in range(len(dataset))]
 
 
