@@ -201,7 +201,8 @@ def extract_features(
     encoded = encode_texts(tokenizer, texts, max_seq_length)
     per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
     plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
-    _refuse_existing_shards(files, out, overwrite)
+    for path in (f for f in files if f != out):  # the command line checks ``out`` itself
+        refuse_existing_file(path, overwrite)
     rank, world = _process_share()
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -233,12 +234,6 @@ def extract_features(
                            _safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length))
     bar.close()
     return _report(files, encoded, layers, world, time.perf_counter() - t0)
-
-
-def _refuse_existing_shards(files: Sequence[Path], out: Path, overwrite: bool) -> None:
-    for path in files:
-        if path != out:  # the command line checks ``out`` itself
-            refuse_existing_file(path, overwrite)
 
 
 def _safetensors_meta(layers: Sequence[int], dtype: str, hidden_size: int, max_seq_length: int) -> dict[str, str]:
