@@ -26,9 +26,9 @@ import torch
 import transformers
 
 from bertkit import BertForTokenClassification, BertTokenizer
+from bertkit.data.collate import collate
 from bertkit.settings import TrainingSettings, first
 from bertkit.tasks import ner
-from bertkit.tasks.glue import collate
 from bertkit.training import token_tasks as tt
 from bertkit.training.loop import BatchPlan, Phase, steps_for_epochs, train
 from reference_loop import train_reference

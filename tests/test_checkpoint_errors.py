@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertkit import BertConfig, BertForSequenceClassification, BertModel
-from bertkit.model_checks import _expected_param_count
+from bertkit.config import encoder_parameter_count
 
 TINY = dict(vocab_size=97, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
             max_position_embeddings=20)
@@ -111,7 +111,7 @@ def test_config_json_round_trip_keeps_unknown_keys(tmp_path):
 def test_paper_parameter_counts(name, params):
     """The paper's BERT-BASE has 110M parameters and BERT-LARGE 340M (section 3)."""
     cfg = BertConfig.preset(name)
-    count = _expected_param_count(cfg)
+    count = encoder_parameter_count(cfg)
     assert abs(count / 1e6 - params) / params < 0.02, count
     with torch.device("meta"):  # the real model's modules, without memory or initialisation
         assert BertModel(cfg).num_parameters() == count  # the closed form counts what the model holds

@@ -254,25 +254,3 @@ def test_feature_study_end_to_end_reuses_activations(tiny, tmp_path):
     assert (tmp_path / "study" / "activations" / "train.npy").stat().st_mtime_ns == stamp  # extracted once
     assert again["table"] == report["table"]  # seeded: the same taggers again
     assert "| last_hidden |" in fs.format_table(report)
-
-
-def test_part_files_are_removed_but_a_users_file_beside_them_is_kept(tmp_path, caplog):
-    """The torchrun part directory loses only the part files this run wrote: anything else in it is kept and
-    named in a warning, and the directory stays."""
-    from bertkit.features import _part_file, _remove_parts
-
-    parts = tmp_path / ".out.jsonl.bertkit-parts-abc"
-    parts.mkdir()
-    written = [_part_file(parts, 0, 1, 0), _part_file(parts, 0, 1, 1)]
-    for path in written:
-        path.write_bytes(b"x")
-    _remove_parts(parts, written)
-    assert not parts.exists()
-
-    parts.mkdir()
-    _part_file(parts, 0, 0, 0).write_bytes(b"x")
-    (parts / "notes.txt").write_text("mine")
-    with caplog.at_level("WARNING", logger="bertkit"):
-        _remove_parts(parts, [_part_file(parts, 0, 0, 0)])
-    assert "notes.txt" in caplog.text
-    assert (parts / "notes.txt").read_text() == "mine" and not _part_file(parts, 0, 0, 0).exists()

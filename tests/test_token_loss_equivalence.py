@@ -25,7 +25,8 @@ def _max_diff(a: dict, b: dict) -> float:
 @pytest.fixture(scope="module")
 def real_examples(tmp_path_factory, minilm_dir, data_dir) -> dict:
     """320 pre-training instances from WikiText-2 valid and 320 CoNLL-2003 train sentences, saved for the workers."""
-    from bertkit.data.pretraining import PretrainingDataset, create_pretraining_data
+    from bertkit.data.dataset import PretrainingDataset
+    from bertkit.data.pretraining import create_pretraining_data
     from bertkit.tasks.ner import featurize_ner, label_list, read_conll
     from bertkit.tokenization import BertTokenizer
 

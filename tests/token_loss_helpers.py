@@ -24,7 +24,7 @@ def run_training(task: str, data_file: str, out_dir: str, global_batch: int, acc
                  num_labels: int = 2, fsdp: bool = False) -> dict:
     """``STEPS`` optimiser steps of the tiny model on the examples in ``data_file`` (this process's rank and world
     from the process group, if any); returns the final weights and the logged records."""
-    from bertkit.data.pretraining import collate_pretraining
+    from bertkit.data.dataset import collate_pretraining
     from bertkit.heads import BertForPreTraining, BertForTokenClassification
     from bertkit.settings import TrainingSettings
     from bertkit.training.distributed import current

@@ -90,11 +90,6 @@ def require_compiler(device_type: str = "cpu") -> None:
                            "install one (e.g. apt install g++) or run without --compile / compile_layers()")
 
 
-def _expected_param_count(config: BertConfig) -> int:
-    """Closed-form parameter count of BertModel (with pooler); used by tests against the paper's 110M/340M."""
-    return encoder_parameter_count(config)
-
-
 def check_fits_in_memory(config: BertConfig) -> None:
     """Refuse to build, on the CPU, a model whose parameters alone exceed this machine's memory, naming the sizes:
     the allocator would fail (or the kernel kill the process) only after every layer before it was built. Not
