@@ -20,8 +20,9 @@ import torch
 import transformers
 
 from bertkit import BertForSequenceClassification, BertTokenizer
+from bertkit.data.collate import collate
 from bertkit.tasks import glue
-from bertkit.training.loop import BatchPlan
+from bertkit.training.batch_plan import BatchPlan
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +51,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as init_dir:
         ours.save_pretrained(init_dir)
         theirs = transformers.BertForSequenceClassification.from_pretrained(init_dir)
-    plan = BatchPlan(features, 32, lambda b: glue.collate(b, tok.pad_token_id), shuffle=True, seed=args.seed)
+    plan = BatchPlan(features, 32, lambda b: collate(b, tok.pad_token_id), shuffle=True, seed=args.seed)
     losses = {}
     for name, model in (("bertkit", ours), ("transformers", theirs)):
         opt = build_optimizer(model, "adamw", args.lr, 0.01)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from bertkit.data.collate import collate
 from bertkit.tasks import glue, metrics
 from bertkit.tokenization import BertTokenizer
 
@@ -464,24 +465,24 @@ def test_collate_pads_to_batch_max_with_the_pad_id():
             "meta": "x",
         },
     ]
-    batch = glue.collate(feats, pad_token_id=5)
+    batch = collate(feats, pad_token_id=5)
     assert set(batch) == {"input_ids", "token_type_ids", "attention_mask", "labels"}
     assert batch["input_ids"].tolist() == [[101, 7, 102], [101, 102, 5]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch["token_type_ids"].tolist() == [[0, 0, 0], [0, 0, 0]]
     assert batch["labels"].dtype == torch.long and batch["labels"].tolist() == [1, 0]
-    reg = glue.collate(
+    reg = collate(
         [{"input_ids": [1], "labels": 0.5}, {"input_ids": [1, 2], "labels": 4.0}], pad_token_id=0
     )
     assert reg["labels"].dtype == torch.float32 and reg["labels"].tolist() == [0.5, 4.0]
     with pytest.raises(ValueError, match="do not mix labeled and unlabeled"):
-        glue.collate([{"input_ids": [1], "labels": 1}, {"input_ids": [1]}], pad_token_id=0)
+        collate([{"input_ids": [1], "labels": 1}, {"input_ids": [1]}], pad_token_id=0)
 
 
 def test_real_featurize_then_collate_round_trip(tok, glue_dir):
     ex = glue.read_glue("mrpc", glue_dir, "dev")[:16]
     feats = glue.featurize(ex, tok, 128, "mrpc")
-    batch = glue.collate(feats, tok.pad_token_id)
+    batch = collate(feats, tok.pad_token_id)
     lengths = [len(f["input_ids"]) for f in feats]
     assert batch["input_ids"].shape == (16, max(lengths))
     assert batch["attention_mask"].sum(1).tolist() == lengths

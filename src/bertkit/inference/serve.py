@@ -61,19 +61,9 @@ from typing import Any
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.inference import serve_tei
 from bertkit.inference.serve_batching import Batcher, Job, Stats, _expired, fix_mmap_threshold, model_call
-from bertkit.inference.serve_wire import (  # the wire format; Limits and parse_request are also used from here
-    DEFAULT_MAX_CONCURRENT_REQUESTS,
-    EMBEDDING_TASKS,
-    Call,
-    Limits,
-    RequestError,
-    json_depth,
-    parse_request,
-    render,
-)
+from bertkit.inference.serve_wire import EMBEDDING_TASKS, Call, Limits, RequestError, parse_request, render
 
-__all__ = ["DEFAULT_MAX_CONCURRENT_REQUESTS", "EMBEDDING_TASKS", "Batcher", "Call", "Limits", "RequestError", "Stats",
-           "create_app", "json_depth", "metadata", "model_call", "parse_request", "render", "require_serving", "serve"]
+__all__ = ["create_app", "metadata", "require_serving", "serve"]
 
 logger = logging.getLogger("bertkit")
 

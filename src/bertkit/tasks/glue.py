@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.data.collate import MODEL_INPUT_KEYS, collate  # noqa: F401 (re-exported: glue.collate)
 from bertkit.errors import BertkitError, MissingFileError, not_utf8
 from bertkit.outputs import atomic_write
 from bertkit.tasks import metrics

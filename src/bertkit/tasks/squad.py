@@ -14,7 +14,7 @@ slice of the context (no re-tokenization heuristics, no lost accents or casing).
     labels   start/end token of the first gold answer; (0, 0), i.e. [CLS], when the answer is not
              wholly inside the window or the question is unanswerable (v2.0).
 
-Evaluation (``squad_eval.py``, its names re-exported here) re-implements the official `evaluate-v1.1.py`
+Evaluation (``squad_eval.py``) re-implements the official `evaluate-v1.1.py`
 and `evaluate-v2.0.py` line for line (normalisation, max over gold answers, v2.0 no-answer handling and
 `find_best_thresh`), so scores here are the leaderboard's.
 """
@@ -36,13 +36,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError, not_utf8
 from bertkit.outputs import atomic_write
-
-# The official evaluation lives in squad_eval.py; its public names are this module's too.
 from bertkit.tasks.squad_eval import _articles
-from bertkit.tasks.squad_eval import compute_exact as compute_exact
-from bertkit.tasks.squad_eval import compute_f1 as compute_f1
-from bertkit.tasks.squad_eval import evaluate_v1 as evaluate_v1
-from bertkit.tasks.squad_eval import evaluate_v2 as evaluate_v2
 from bertkit.tasks.squad_eval import exact_match_v1 as exact_match_v1
 from bertkit.tasks.squad_eval import f1_score_v1 as f1_score_v1
 from bertkit.tasks.squad_eval import find_best_thresh as find_best_thresh

@@ -49,7 +49,7 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
     dev_refs = np.asarray([f["labels"] for f in dev_features])
 
     def collate(batch: list) -> dict:
-        return glue.collate(batch, tokenizer.pad_token_id)
+        return collate(batch, tokenizer.pad_token_id)
 
     def scores_of(model: nn.Module) -> dict[str, float]:
         logits = np.stack(predict(model, dev_features, collate, batch_size=s.eval_batch_size, bf16=s.bf16,

@@ -48,7 +48,7 @@ from bertkit.settings import (
     SwagSettings,
     first,
 )
-from bertkit.tasks import ner, squad, swag
+from bertkit.tasks import ner, squad, squad_eval, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current, process_device
@@ -224,11 +224,11 @@ def score_squad_finetuning(s: SquadSettings, articles: Sequence[dict], examples:
     threshold that maximises F1 on these same predictions (``best_f1_thresh``, as the paper selects it on dev),
     and the scores at threshold 0 are kept beside them; returns the predictions scored and the scores."""
     if s.version == "1.1":
-        return preds, to_fractions(squad.evaluate_v1(articles, preds.predictions))
-    at_zero = squad.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds)
+        return preds, to_fractions(squad_eval.evaluate_v1(articles, preds.predictions))
+    at_zero = squad_eval.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds)
     threshold = at_zero["best_f1_thresh"]
     preds = postprocess_squad(examples, features, rows, s.version, s.n_best_size, s.max_answer_length, threshold)
-    scores = to_fractions(squad.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds))
+    scores = to_fractions(squad_eval.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds))
     at_zero = to_fractions(at_zero)
     scores.update(null_threshold=threshold, at_threshold_0={k: at_zero[k] for k in ("exact", "f1")},
                   threshold_note="null threshold = best_f1_thresh chosen on these same predictions "
@@ -422,9 +422,9 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
         articles = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in wanted]}
                                          for p in a["paragraphs"]]} for a in dataset["data"]]
         if s.version == "1.1":
-            report["scores"] = to_fractions(squad.evaluate_v1(articles, preds.predictions))
+            report["scores"] = to_fractions(squad_eval.evaluate_v1(articles, preds.predictions))
         else:
-            report["scores"] = to_fractions(squad.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds))
+            report["scores"] = to_fractions(squad_eval.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds))
     return _write_report(s.output_dir, report)
 
 

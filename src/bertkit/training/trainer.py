@@ -43,6 +43,7 @@ from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_text
 from bertkit.settings import TrainingSettings
+from bertkit.training.batch_plan import BatchPlan
 from bertkit.training.callbacks import (
     EvalPrediction,
     PredictionOutput,
@@ -52,8 +53,9 @@ from bertkit.training.callbacks import (
     TrainOutput,
     metric_key,
 )
+from bertkit.training.checkpoint import HF_LAYOUT
 from bertkit.training.distributed import all_gather, current, join_for_process
-from bertkit.training.loop import HF_LAYOUT, BatchPlan, LoopHooks, Phase, Position, train
+from bertkit.training.loop import LoopHooks, Phase, Position, train
 from bertkit.training.optim import linear_warmup_decay
 from bertkit.training.trainer_args import TrainingArguments
 
