@@ -5,6 +5,10 @@ computes its loss only when labels are given, and returns one small dataclass. H
 section 3 / Figure 4: [CLS]'s pooled state for sentence and pair tasks, the token states for tagging and
 span extraction. Module and weight names are transformers' (``cls.predictions.transform.dense``,
 ``cls.seq_relationship``, ``classifier``, ``qa_outputs``), so state dicts are interchangeable.
+
+A head is declared here and nowhere else: its modules' names are its checkpoint keys (``checkpoint_io`` reads
+them off the model), its ``output_names`` what an exported graph returns, and ``MODEL_CLASSES`` (by
+``config.json``'s ``architectures``) and the ``AutoModelFor<Task>`` classes are derived from the classes.
 """
 
 from __future__ import annotations
@@ -297,7 +301,7 @@ class BertForPreTraining(_HeadModel):
 class BertForMaskedLM(_HeadModel):
     """Masked LM alone (no pooler, no NSP), e.g. for fill-mask or MLM-only pre-training."""
 
-    output_names = ("logits",)
+    output_names = ("prediction_logits",)  # an exported graph names it as BertForPreTraining does
     uses_pooler = False
 
     def __init__(self, config: BertConfig):
