@@ -28,6 +28,7 @@ import torch
 import transformers
 
 from bertkit import BertForSequenceClassification, BertTokenizer
+from bertkit.data.collate import collate as pad_batch
 from bertkit.inference.predict import predict
 from bertkit.settings import TrainingSettings
 from bertkit.tasks import glue
@@ -73,7 +74,7 @@ def main() -> None:
     problem = "regression" if task.is_regression else "single_label_classification"
 
     def collate(b):
-        return collate(b, tok.pad_token_id)
+        return pad_batch(b, tok.pad_token_id)
 
     settings = {"task": task.name, "model": str(args.model.resolve()), "lr": args.lr, "epochs": args.epochs,
                 "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
