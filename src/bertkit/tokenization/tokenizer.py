@@ -111,7 +111,7 @@ class BertTokenizer:
         self.additional_special_tokens = list(additional_special_tokens)
         # Tokens added with add_tokens: cut out of the text before WordPiece, like special tokens, but
         # matched case-insensitively by an uncased tokenizer (Hugging Face matches them on normalised text).
-        self.added_tokens: list[str] = []
+        self.added_tokens: list[str] = list(dict.fromkeys(added_tokens))
         self.model_max_length = int(model_max_length)
         self.max_input_chars_per_word = max_input_chars_per_word
         self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
@@ -124,7 +124,6 @@ class BertTokenizer:
                 f"vocabulary or pass the names it uses (unk_token=, sep_token=, pad_token=, cls_token=, "
                 f"mask_token=)"
             )
-        self.added_tokens = list(dict.fromkeys(added_tokens))
         self._build()
 
     def _special_list(self) -> list[str]:
@@ -499,14 +498,8 @@ class BertTokenizer:
         special token ([CLS], [SEP], [PAD], [MASK], [UNK], additional ones). The text is the normalised one
         (lower-cased, accents stripped for uncased models): use offsets to recover original text.
         """
-        tokens = self._tokens
-        kept: list[str] = []
-        for i in _as_id_list(ids):
-            if not 0 <= i < len(tokens):
-                raise BertkitError(f"token id {i} is outside the vocabulary (0..{len(tokens) - 1})")
-            if not (skip_special_tokens and i in self._special_id_set):
-                kept.append(tokens[i])
-        text = self.convert_tokens_to_string(kept)
+        skip = self._special_id_set if skip_special_tokens else frozenset()
+        text = self.convert_tokens_to_string([self._token_of(i) for i in _as_id_list(ids) if i not in skip])
         if clean_up_tokenization_spaces is None:
             clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
         if clean_up_tokenization_spaces:
