@@ -28,6 +28,7 @@ import torch
 import transformers
 
 from bertkit import BertModel, BertTokenizer
+from bertkit.data.collate import collate
 from bertkit.tasks import glue
 from profiling import top_ops
 
@@ -45,7 +46,7 @@ def sst2_train_batches(tok, data: Path, n_batches: int, batch_size: int = 32) ->
     featurizer and collate (padded per batch), for the training-step benches."""
     task = glue.get_task("sst2")
     features = glue.featurize(glue.read_glue(task, data / "glue", "train")[: batch_size * n_batches], tok, 128, task)
-    return [glue.collate(features[i:i + batch_size], tok.pad_token_id) for i in range(0, len(features), batch_size)]
+    return [collate(features[i:i + batch_size], tok.pad_token_id) for i in range(0, len(features), batch_size)]
 
 
 def squad_pairs(data: Path, n: int):

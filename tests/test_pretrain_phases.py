@@ -172,7 +172,7 @@ def test_phase_2_trains_on_the_longer_instances(two_lengths, uninterrupted):
     """The batches each phase trained on, recomputed from its own data: 32-token instances for steps 1-6,
     64-token ones for steps 7-10, in the data order of each phase's first epoch."""
     from bertkit.data.dataset import PretrainingDataset
-    from bertkit.training.loop import BatchPlan
+    from bertkit.training.batch_plan import BatchPlan
 
     _, seen = uninterrupted
     expected = []
@@ -223,7 +223,7 @@ def test_an_epoch_end_checkpoint_is_evaluated_once_after_a_resume(two_lengths, t
     metrics.jsonl), then resumed from it: the uninterrupted run's records, train and eval, each once. (Before the
     fix, resuming at the switch lost the evaluation, and resuming at an epoch's end within a phase repeated it.)"""
     from bertkit.data.dataset import PretrainingDataset
-    from bertkit.training.loop import BatchPlan
+    from bertkit.training.batch_plan import BatchPlan
     from bertkit.training.pretrain import pretrain
 
     epoch = len(BatchPlan(PretrainingDataset(two_lengths / "short32"), 8, list, seed=1))  # E: batches of 8

@@ -72,7 +72,7 @@ def runs(real_examples) -> dict:
 @pytest.mark.parametrize("task", ["pretrain", "ner"])
 def test_the_halves_of_real_batches_hold_different_target_counts(real_examples, task):
     """What makes the test below mean something: a mean of per-half means would not be the batch's mean."""
-    from bertkit.training.loop import BatchPlan
+    from bertkit.training.batch_plan import BatchPlan
 
     examples = real_examples["examples"][task]
     plan = BatchPlan(examples, 32, lambda b: b, seed=3)

@@ -12,7 +12,8 @@ from bertkit import BertConfig, BertForSequenceClassification
 from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.settings import TrainingSettings
-from bertkit.training.loop import BatchPlan, Phase, micro_batch_size, train
+from bertkit.training.batch_plan import BatchPlan, micro_batch_size
+from bertkit.training.loop import Phase, train
 from bertkit.training.optim import (
     Lamb,
     build_optimizer,

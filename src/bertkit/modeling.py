@@ -353,7 +353,7 @@ LAYOUTS = ("auto", "padded", "unpadded")
 class BertModel(PretrainedMixin, nn.Module):
     """The bidirectional Transformer encoder with its pooler."""
 
-    checkpoint_head = "base"
+    output_names = ("last_hidden_state", "pooler_output")
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__()

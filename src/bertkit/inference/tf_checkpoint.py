@@ -7,7 +7,7 @@ Both are read here directly (``read_tf_checkpoint``): a few dozen lines of SSTab
 format instead of a 500 MB runtime dependency.
 
 Variable names are Google's (``bert/encoder/layer_3/attention/self/query/kernel``); ``TF_KEY_TABLE`` maps
-them to the published Hugging Face names the rest of bertkit reads through ``checkpoint_io.KEY_TABLE``.
+them to the published Hugging Face names the rest of bertkit reads (``bertkit.checkpoint_io``).
 Dense kernels are stored (in, out) in TF and (out, in) in PyTorch, so they are transposed. Optimizer
 slots (``adam_m``/``adam_v``) and ``global_step`` are skipped; any other unknown variable is an error.
 
@@ -384,7 +384,7 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     has no upper-case tokens). Returns a summary.
     """
     from bertkit.config import BertConfig
-    from bertkit.inference.export import MODEL_CLASSES
+    from bertkit.heads import MODEL_CLASSES
     from bertkit.tokenization import BertTokenizer
 
     bert_config, vocab, output_dir = Path(bert_config), Path(vocab), Path(output_dir)

@@ -11,8 +11,7 @@ A run is a list of ``Phase`` objects run back to back under one learning-rate sc
 one phase; the paper's pre-training is two (90% of steps at 128 tokens, then 512; appendix A.2).
 
 Its parts live beside it: the data order in ``batch_plan.py``, checkpoint files and RNG state in
-``checkpoint.py``, the global-batch token-loss normalisation in ``token_loss.py``. The names callers
-imported from here before that split are still importable from here (``__all__``).
+``checkpoint.py``, the global-batch token-loss normalisation in ``token_loss.py``.
 """
 
 from __future__ import annotations
@@ -39,14 +38,9 @@ from bertkit.settings import CHECKPOINT_FIELDS, TrainingSettings, resume_fingerp
 from bertkit.training.batch_plan import (
     Batch,
     BatchPlan,
-    EpochBatches,
     epoch_loader,
-    micro_batch_size,
-    steps_for_epochs,
 )
 from bertkit.training.checkpoint import (
-    HF_LAYOUT,
-    STATE_FILE,
     STEP_LAYOUT,
     CheckpointLayout,
     checkpoint_dirs,
@@ -55,18 +49,9 @@ from bertkit.training.checkpoint import (
     rng_state,
     save_checkpoint,
 )
-from bertkit.training.checkpoint import read_state as _read_state  # noqa: F401 (imported from here by tests)
 from bertkit.training.distributed import DistInfo, Replicas, all_gather, any_rank, current
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
 from bertkit.training.token_loss import accepts_num_items, logged_loss, objective, step_targets, target_count
-
-__all__ = [
-    # the loop's own
-    "LoopHooks", "Phase", "Position", "TrainResult", "train",
-    # its parts, re-exported
-    "Batch", "BatchPlan", "EpochBatches", "epoch_loader", "micro_batch_size", "steps_for_epochs",
-    "HF_LAYOUT", "STATE_FILE", "STEP_LAYOUT", "CheckpointLayout", "checkpoint_dirs", "step_targets", "target_count",
-]
 
 logger = logging.getLogger("bertkit")
 

@@ -29,8 +29,9 @@ from bertkit.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from bertkit.outputs import atomic_write_json, sha256_of
 from bertkit.settings import PretrainSettings
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.batch_plan import BatchPlan, micro_batch_size
 from bertkit.training.distributed import current, process_device
-from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, train
+from bertkit.training.loop import Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics
 
 logger = logging.getLogger("bertkit")

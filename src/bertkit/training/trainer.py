@@ -46,6 +46,7 @@ from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_text
 from bertkit.settings import TrainingSettings
 from bertkit.training import trainer_data
+from bertkit.training.batch_plan import BatchPlan
 from bertkit.training.callbacks import (
     EvalPrediction,
     PredictionOutput,
@@ -55,8 +56,9 @@ from bertkit.training.callbacks import (
     TrainOutput,
     metric_key,
 )
+from bertkit.training.checkpoint import HF_LAYOUT
 from bertkit.training.distributed import all_gather, current, join_for_process
-from bertkit.training.loop import HF_LAYOUT, BatchPlan, LoopHooks, Phase, Position, train
+from bertkit.training.loop import LoopHooks, Phase, Position, train
 from bertkit.training.optim import linear_warmup_decay
 from bertkit.training.trainer_args import TrainingArguments
 
