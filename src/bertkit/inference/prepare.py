@@ -246,9 +246,10 @@ def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
     ``nn.Identity``, as ``torch.ao``'s ``fuse_modules`` leaves it). Attention's keys are rounded up to
     ``cpu_key_multiple`` and, in bf16, the layers' rows to ``BF16_TOKEN_MULTIPLE``. Projections that are int8
     or not plain ``nn.Linear`` (peft's wrappers, hooked modules) stay as they are; ``model`` is unchanged. A model
-    without a float32 bertkit encoder is returned as it is."""
-    if not any(isinstance(m, BertModel) and m.embeddings.word_embeddings.weight.dtype == torch.float32
-               for m in model.modules()):
+    without a float32 bertkit encoder, or prepared already, is returned as it is."""
+    if (any(isinstance(m, PreparedLinear) for m in model.modules())
+            or not any(isinstance(m, BertModel) and m.embeddings.word_embeddings.weight.dtype == torch.float32
+                       for m in model.modules())):
         return model
     model = copy.deepcopy(model)
     dtype = torch.bfloat16 if bf16 else torch.float32
