@@ -201,8 +201,9 @@ class PreparedLinear(nn.Module):
     At MiniLM's shapes on one core oneDNN ran 6-19% faster than ATen's ``addmm`` (MKL) in fp32, 1.1-1.6x with the
     feed-forward's GELU fused into it (``activation``, fp32 only), and 3-11% faster in bf16; a bf16 copy made once
     saves autocast's cast of every weight on every call, 10-17% of a bf16 forward on short inputs (BENCHMARKS.md,
-    "Linear layers on oneDNN"). The input is cast to ``dtype``, as autocast casts it, so in bf16 the output has
-    autocast's bits (a fused GELU would round once instead of twice, so bf16 fuses none).
+    "Linear layers on oneDNN"). The input is cast to ``dtype``, as autocast casts it, so in bf16 the output is
+    autocast's: bit for bit over the bf16 copy, within bf16 rounding on oneDNN's reordered weight (its kernel may
+    block a long sum differently from ``addmm``'s). bf16 fuses no activation (a fused GELU rounds once, not twice).
 
     Inference only: the weight is a snapshot, outside the state dict, without gradients, and the reordered one is
     an opaque tensor that ``copy.deepcopy`` and pickling cannot copy (prepare the model again instead)."""
