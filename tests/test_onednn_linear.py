@@ -117,6 +117,28 @@ def test_a_prepared_model_is_a_snapshot_and_the_model_still_copies(minilm_dir):
                                    rtol=0)
 
 
+def test_a_prepared_model_prepares_again_for_the_other_precision(tiny_model):
+    """A pipeline's model given to another pipeline: prepared for bf16, then for fp32 (and back), it computes what
+    a model prepared once for that precision does, from the float32 weights it was made from; a model prepared for
+    the asked precision is returned as it is, and a prepared model deep-copies."""
+    model = tiny_model().eval()
+    ids, mask = _inputs()
+    fp32, _ = prepare_model(model)
+    bf16, _ = prepare_model(model, bf16=True)
+    again, _ = prepare_model(bf16, bf16=False)
+    assert prepare_model(again)[0] is again and again.token_multiple == 1 and bf16.token_multiple > 1
+    layer = again.encoder.layer[0]
+    assert layer.attention.self.qkv.dtype == torch.float32 and layer.intermediate.dense.dtype == torch.float32
+    assert type(bf16.encoder.layer[0].intermediate.intermediate_act_fn) is nn.GELU  # bf16 fuses none
+    with torch.no_grad():
+        want = fp32(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert torch.equal(again(input_ids=ids, attention_mask=mask).last_hidden_state, want)
+        assert torch.equal(copy.deepcopy(again)(input_ids=ids, attention_mask=mask).last_hidden_state, want)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            back = prepare_model(again, bf16=True)[0](input_ids=ids, attention_mask=mask).last_hidden_state
+            assert torch.equal(back, bf16(input_ids=ids, attention_mask=mask).last_hidden_state)
+
+
 def test_hooked_and_wrapped_projections_stay_modules(tiny_model):
     """A projection with a hook of its own (or any module that is not a plain ``nn.Linear``: peft's wrappers) is
     left as it is, and is called as a module; q/k/v stay three modules then."""

@@ -205,12 +205,15 @@ class PreparedLinear(nn.Module):
     autocast's: bit for bit over the bf16 copy, within bf16 rounding on oneDNN's reordered weight (its kernel may
     block a long sum differently from ``addmm``'s). bf16 fuses no activation (a fused GELU rounds once, not twice).
 
-    Inference only: the weight is a snapshot, outside the state dict, without gradients, and the reordered one is
-    an opaque tensor that ``copy.deepcopy`` and pickling cannot copy (prepare the model again instead)."""
+    Inference only: the weights are a snapshot, outside the state dict, without gradients. ``source`` keeps the
+    float32 weight and bias it was made from (the memory the model's own Linear held), from which ``copy.deepcopy``
+    and ``for_cpu_inference`` make it again (the reordered weight is an opaque tensor nothing can copy)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, dtype: torch.dtype, activation: nn.Module | None = None):
         super().__init__()
         self.out_features, self.in_features = weight.shape
+        self.source = (weight.detach(), None if bias is None else bias.detach())
+        self.activation = activation  # fused into the product (then the block's own is nn.Identity), or None
         self.onednn = onednn_bf16_linear() if dtype == torch.bfloat16 else onednn_linear()
         weight = weight.detach().to(dtype)
         # the reordering's batch-size hint only picks the layout: any number of rows runs (1,024: ~32 sentences)
@@ -222,6 +225,9 @@ class PreparedLinear(nn.Module):
             if not self.onednn or dtype != torch.float32:
                 raise ValueError("PreparedLinear fuses an activation only on oneDNN's fp32 Linear")
             self.post_op = _ONEDNN_ACTIVATIONS[(type(activation).__name__, getattr(activation, "approximate", None))]
+
+    def __deepcopy__(self, memo: dict) -> PreparedLinear:
+        return PreparedLinear(*copy.deepcopy(self.source, memo), self.dtype, copy.deepcopy(self.activation, memo))
 
     def forward(self, x: Tensor) -> Tensor:
         x = x.to(self.dtype)
@@ -239,6 +245,14 @@ def _plain(module: nn.Module | None) -> bool:
     return type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
 
 
+def _weights(module: nn.Module | None) -> tuple[Tensor, Tensor | None] | None:
+    """The float32 weight and bias a projection computes with: a plain ``nn.Linear``'s, or what a ``PreparedLinear``
+    was made from; None for anything else (int8, peft, hooked modules: left as they are)."""
+    if isinstance(module, PreparedLinear):
+        return module.source
+    return (module.weight, module.bias) if _plain(module) else None
+
+
 def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
     """A copy of ``model`` that computes what it does, for inference on this CPU (under bf16 autocast with
     ``bf16``). In every fp32 bertkit encoder in it, each layer's plain ``nn.Linear`` projections become
@@ -247,13 +261,15 @@ def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
     ``nn.Identity``, as ``torch.ao``'s ``fuse_modules`` leaves it). Attention's keys are rounded up to
     ``cpu_key_multiple`` and, in bf16, the layers' rows to ``BF16_TOKEN_MULTIPLE``. Projections that are int8
     or not plain ``nn.Linear`` (peft's wrappers, hooked modules) stay as they are; ``model`` is unchanged. A model
-    without a float32 bertkit encoder, or prepared already, is returned as it is."""
-    if (any(isinstance(m, PreparedLinear) for m in model.modules())
-            or not any(isinstance(m, BertModel) and m.embeddings.word_embeddings.weight.dtype == torch.float32
-                       for m in model.modules())):
+    prepared for the other precision is prepared again from the weights it was made from (a pipeline's model given
+    to another pipeline); one prepared for this precision already, or without a float32 bertkit encoder, is
+    returned as it is."""
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    prepared = {m.dtype for m in model.modules() if isinstance(m, PreparedLinear)}
+    if prepared == {dtype} or not any(isinstance(m, BertModel) and m.embeddings.word_embeddings.weight.dtype
+                                      == torch.float32 for m in model.modules()):
         return model
     model = copy.deepcopy(model)
-    dtype = torch.bfloat16 if bf16 else torch.float32
     for encoder in (m for m in model.modules() if isinstance(m, BertModel)):
         if encoder.embeddings.word_embeddings.weight.dtype != torch.float32:
             continue
@@ -261,17 +277,23 @@ def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
         encoder.token_multiple = BF16_TOKEN_MULTIPLE if bf16 else 1
         for layer in encoder.encoder.layer:
             attn = layer.attention.self
-            three = (attn.query, attn.key, attn.value)
-            if attn.qkv is None and all(_plain(m) and m.bias is not None for m in three):
-                attn.qkv = PreparedLinear(torch.cat([m.weight for m in three]), torch.cat([m.bias for m in three]),
+            three = [_weights(m) for m in (attn.query, attn.key, attn.value)]
+            if attn.qkv is None and all(w is not None and w[1] is not None for w in three):
+                attn.qkv = PreparedLinear(torch.cat([w for w, _ in three]), torch.cat([b for _, b in three]),
                                           dtype)  # (3H, H), (3H,)
                 attn.query = attn.key = attn.value = None
+            elif isinstance(attn.qkv, PreparedLinear):
+                attn.qkv = PreparedLinear(*attn.qkv.source, dtype)
             for block in (layer.attention.output, layer.intermediate, layer.output):
-                if _plain(block.dense):
-                    act = getattr(block, "intermediate_act_fn", None)
-                    fuse = (act is not None and not bf16 and onednn_linear()
-                            and (type(act).__name__, getattr(act, "approximate", None)) in _ONEDNN_ACTIVATIONS)
-                    block.dense = PreparedLinear(block.dense.weight, block.dense.bias, dtype, act if fuse else None)
-                    if fuse:
-                        block.intermediate_act_fn = nn.Identity()
+                weights = _weights(block.dense)
+                if weights is None:
+                    continue
+                act = getattr(block, "intermediate_act_fn", None)
+                if isinstance(block.dense, PreparedLinear) and block.dense.activation is not None:
+                    act = block.dense.activation  # fused when prepared before
+                fuse = (act is not None and not bf16 and onednn_linear()
+                        and (type(act).__name__, getattr(act, "approximate", None)) in _ONEDNN_ACTIVATIONS)
+                block.dense = PreparedLinear(*weights, dtype, act if fuse else None)
+                if act is not None:
+                    block.intermediate_act_fn = nn.Identity() if fuse else act
     return model
