@@ -1,8 +1,9 @@
 """Feature extraction (google's extract_features.py on bertkit) and the feature-based NER study's pieces.
 
 Extracted values are compared with ``model(..., output_hidden_states=True)`` at the same tokens and
-layers: bit for bit when each text is encoded alone (batch 1: the very same computation), within float
-rounding when texts of different lengths share a batch (the encoder then drops padding).
+layers, the model as CPU inference prepares it (``for_cpu_inference``, what extraction runs): bit for bit when
+each text is encoded alone (batch 1: the very same computation), within float rounding when texts of different
+lengths share a batch (the encoder then drops padding).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from bertkit import BertModel, BertTokenizer
 from bertkit import features as fx
+from bertkit.inference.prepare import for_cpu_inference
 from bertkit.tasks import ner
 from bertkit.training import feature_study as fs
 
@@ -52,6 +54,7 @@ def tiny(tmp_path_factory, tiny_checkpoint) -> tuple[Path, BertModel, BertTokeni
 
 
 def _reference(model, tok, text, pair, max_len=128):
+    model = for_cpu_inference(model.eval(), bf16=False)  # the computation extraction runs on the CPU
     enc = tok(text, text_pair=pair, max_length=max_len, truncation="longest_first")
     ids, types = torch.tensor([enc["input_ids"]]), torch.tensor([enc["token_type_ids"]])
     with torch.no_grad():

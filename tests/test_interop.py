@@ -73,9 +73,9 @@ def test_module_names_and_state_dicts_are_transformers_own(cls):
         assert ours.get_output_embeddings() is ours.cls.predictions.decoder
 
 
-def test_fused_projection_is_exact_and_follows_the_weights():
-    """q/k/v run as one GEMM on concatenated weights; the kept concatenation is made anew after the weights
-    change (an in-place update, as an optimiser step does), and a hooked projection is called as a module."""
+def test_projections_follow_the_weights_and_their_hooks():
+    """q/k/v are three plain modules: an in-place update of a weight (as an optimiser step makes) reaches the next
+    call, and a hook on one of them runs once per forward."""
     ours, hf = _pair(BertModel)
     batch = _batch()
     with torch.no_grad():

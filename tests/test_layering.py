@@ -1,5 +1,5 @@
 """The house reads top-down: cli -> recipes (training/, inference/, features) -> tasks/data -> heads ->
-modeling -> cpu_linear -> padding/tokenization -> config, with no import pointing up and no cycle.
+modeling -> padding/tokenization -> config, with no import pointing up and no cycle.
 
 Every import counts: at module level or inside a function, under ``TYPE_CHECKING``, relative, and the
 names a package hands out lazily (``from bertkit import BertModel`` is an edge to bertkit.modeling, through
@@ -25,7 +25,6 @@ LAYERS = [
     ("tasks", "data", "auto"),
     ("heads", "quantization"),
     ("modeling",),
-    ("cpu_linear",),
     ("padding", "tokenization", "checkpoint_io", "model_checks"),
     ("config", "outputs", "errors", "_parallel", "_hardware", "examples", "hub", "compat", "calibration_text"),
 ]

@@ -176,19 +176,11 @@ def onednn_int8_exact(levels: int) -> bool:
 
 @_probe
 def onednn_linear() -> bool:
-    """Whether CPU inference in fp32 and in bf16 runs its Linear layers on oneDNN's
-    (``torch.ops.mkldnn._linear_pointwise`` over weights reordered once by ``_reorder_linear_weight``: the kernels
-    Inductor's CPU backend calls) instead of ATen's ``addmm`` (MKL in fp32, oneDNN without the reordering in bf16).
-    At MiniLM's shapes on one core, fp32 ran 6-19% faster than MKL on a Zen 4 EPYC and -7% to +16% (mostly
-    ahead) on a Sapphire Rapids Xeon, 1.1-1.6x with the feed-forward GELU fused into it; bf16 3-11% faster than
-    ``addmm`` with the same bits (BENCHMARKS.md, "Linear layers on oneDNN"). Off with ``BERTKIT_ONEDNN_LINEAR=0``,
-    and wherever the operators are missing (a build without oneDNN, a non-x86 CPU) or disagree with ``F.linear``
-    beyond fp32 rounding."""
-    import os
-    import platform
-
-    if os.environ.get("BERTKIT_ONEDNN_LINEAR", "1") == "0":
-        return False
+    """Whether oneDNN's Linear (``torch.ops.mkldnn._linear_pointwise`` over a weight reordered once by
+    ``_reorder_linear_weight``: the kernels Inductor's CPU backend calls) runs here and agrees with ``F.linear``
+    within fp32 rounding, the GELU fused into it included: where CPU inference runs its projections on it
+    (``bertkit.inference.prepare.PreparedLinear``), and elsewhere on ``F.linear`` (a build without oneDNN, a
+    non-x86 CPU)."""
     if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
         return False
     g = torch.Generator().manual_seed(0)
@@ -205,5 +197,6 @@ def onednn_linear() -> bool:
 
 @functools.cache
 def onednn_bf16_linear() -> bool:
-    """``onednn_linear`` for bf16 inference: only where the CPU has bf16 instructions (``cpu_has_bf16``)."""
+    """``onednn_linear`` for bf16 inference: only where the CPU has bf16 instructions (``cpu_has_bf16``); elsewhere
+    bf16 runs emulated, and ``F.linear`` over bf16 weights."""
     return onednn_linear() and cpu_has_bf16()

@@ -473,11 +473,8 @@ class PretrainedMixin(TransformersModelCalls):
         if any(k not in own for k in state_dict) or any(k not in state_dict for k in TIED_KEYS if k in own):
             state_dict = self.convert_published_state_dict(dict(state_dict))
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)  # type: ignore[misc]
-        if assign:  # the parameters are the state dict's tensors now: tie and pack them again
+        if assign:  # the parameters are the state dict's tensors now: tie them again
             self._tie_decoder()
-            for module in self.modules():  # type: ignore[attr-defined]
-                if hasattr(module, "pack_projections"):
-                    module.pack_projections()
         return result
 
     def _tie_decoder(self) -> None:

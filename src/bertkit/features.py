@@ -190,14 +190,19 @@ def extract_features(
     (an initialised process group) the batches are shared among the processes and rank 0 writes the output,
     byte for byte the one a single process writes; other ranks return ``{"rank", "lines"}``. Shard files beside
     ``out`` that already exist are replaced only with ``overwrite`` (the command line checks ``out`` itself).
-    ``bf16`` runs the model under bf16 autocast (the states are written as float32 or ``dtype`` either way).
+    ``bf16`` runs the model under bf16 autocast (the states are written as float32 or ``dtype`` either way). On
+    the CPU the model runs as ``prepare_model`` makes it for inference there (``for_cpu_inference``).
     """
     from tqdm.auto import tqdm
+
+    from bertkit.inference.prepare import for_cpu_inference
 
     out = Path(out)
     _check_request(model, out, dtype, max_seq_length)
     positions = resolve_layers(layers, model.config.num_hidden_layers + 1)
-    model.eval().to(device)
+    model = model.eval().to(device)
+    if torch.device(device).type == "cpu":
+        model = for_cpu_inference(model, bf16)
     encoded = encode_texts(tokenizer, texts, max_seq_length)
     per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
     plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
