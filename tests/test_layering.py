@@ -157,3 +157,19 @@ def test_no_import_cycles():
         if not state.get(module):
             visit(module, [module])
     assert not cycles, "import cycles: " + "; ".join(cycles)
+
+
+def test_the_model_is_plain_pytorch():
+    """modeling.py and heads.py, and everything they import, call no private torch op and register no
+    process-wide hook: CPU-inference speed-ups are the explicit transform in inference/prepare.py."""
+    edges, names = _modules(), _module_names()
+    seen, todo = set(), ["bertkit.modeling", "bertkit.heads"]
+    while todo:
+        module = todo.pop()
+        if module not in seen and module in names:
+            seen.add(module)
+            todo.extend(edges.get(module, ()))
+    private = ("torch.ops.", "torch._C.", "register_optimizer_step_post_hook", "register_module_forward_hook",
+               "register_module_forward_pre_hook", "register_module_full_backward_hook")
+    bad = sorted(f"{m}: {p}" for m in seen for p in private if p in names[m].read_text(encoding="utf-8"))
+    assert "bertkit.padding" in seen and not bad, bad

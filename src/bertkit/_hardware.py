@@ -44,16 +44,6 @@ def warn_if_bf16_is_emulated(device_type: str) -> bool:
     return True
 
 
-def physical_memory_bytes() -> int | None:
-    """This machine's physical memory in bytes, or None where the OS does not say (no sysconf: Windows)."""
-    import os
-
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
 # Quantized engines with per-channel int8 dynamic Linear kernels for x86 (fbgemm, and "x86" which wraps it).
 X86_ENGINES = ("x86", "fbgemm")
 
