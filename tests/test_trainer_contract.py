@@ -46,7 +46,7 @@ def _recorder(lib, steer=None):
 
     def make(name):
         def event(self, args, state, control, **kwargs):
-            row = (name, state.global_step, round(state.epoch, 4))
+            row = (name, state.global_step, None if state.epoch is None else round(state.epoch, 4))
             if name == "on_save":
                 done = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 row += (all((done / f).is_file() for f in ("trainer_state.json", "model.safetensors", "config.json")),)

@@ -56,8 +56,8 @@ from bertkit.training.callbacks import (
     TrainOutput,
     metric_key,
 )
-from bertkit.training.distributed import all_gather, current, join_for_process
 from bertkit.training.checkpoint import STATE_FILE, refuse_other_run, remove_torn_writes
+from bertkit.training.distributed import all_gather, current, join_for_process
 from bertkit.training.loop import HF_LAYOUT, BatchPlan, LoopHooks, Phase, Position, run_fingerprint, train
 from bertkit.training.optim import linear_warmup_decay
 from bertkit.training.trainer_args import TrainingArguments
