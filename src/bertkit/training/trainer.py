@@ -297,8 +297,8 @@ class Trainer:
         collator's settings and the arguments that change the result (the loop adds the optimiser's and seed)."""
         args = self.args
         config = getattr(self.model, "config", None)
-        collator = {k: v for k, v in sorted(vars(self.data_collator).items())
-                    if isinstance(v, (bool, int, float, str, type(None)))} if hasattr(self.data_collator, "__dict__") else {}
+        collator = {k: v for k, v in sorted(getattr(self.data_collator, "__dict__", {}).items())
+                    if isinstance(v, (bool, int, float, str, type(None)))}  # its settings, not its tokenizer
         return {"trainer": {
             "examples": len(examples), "train_data": data_fingerprint(examples),
             "per_device_train_batch_size": args.per_device_train_batch_size,
