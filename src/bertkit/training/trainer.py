@@ -17,10 +17,13 @@ default) the examples come in transformers' order for the same seed (a RandomSam
 seeded with ``data_seed`` or ``seed`` plus the epoch, as accelerate's seedable sampler), so the same
 checkpoint trained by either library gives the same losses step by step (tests/test_trainer.py).
 
-Where it differs from transformers (docs/coming-from-transformers.md, "Trainer"): an output_dir that holds
-checkpoints is refused unless resuming; a run resumed into an output_dir written with other settings is
-refused; with gradient accumulation an epoch's micro-batches that do not fill a step carry into the next
-epoch instead of making a short step; and eval_strategy "steps" also evaluates at the last step.
+Callbacks see transformers' events in transformers' order with its state, and every ``TrainerControl`` flag
+is honoured (the loop acts on it: ``LoopHooks``). Where it differs from transformers
+(docs/coming-from-transformers.md, "Trainer"): output_dir is claimed as the commands claim theirs (locked, its
+files recorded), and one that holds checkpoints is refused unless resuming; a run resumed with other settings,
+model or training data (``data_fingerprint``) is refused; with gradient accumulation an epoch's micro-batches
+that do not fill a step carry into the next epoch instead of making a short step; the last step is always
+logged.
 """
 
 from __future__ import annotations
