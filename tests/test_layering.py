@@ -27,7 +27,7 @@ LAYERS = [
     ("modeling",),
     ("cpu_linear",),
     ("padding", "tokenization", "checkpoint_io", "model_checks"),
-    ("config", "outputs", "output_record", "errors", "_parallel", "_hardware", "examples", "hub", "compat", "calibration_text"),
+    ("config", "outputs", "errors", "_parallel", "_hardware", "examples", "hub", "compat", "calibration_text"),
 ]
 
 

@@ -25,7 +25,6 @@ from bertkit.outputs import (
     output_dir,
     refuse_existing_file,
     register,
-    register_append,
     remove_owned_tree,
 )
 
@@ -35,7 +34,7 @@ def _kill(claim) -> None:
     from bertkit.outputs import _ACTIVE
 
     _ACTIVE.remove(claim)
-    claim._lock.close()
+    claim.lock.close()
 
 
 def _entry(data: bytes) -> dict:
@@ -54,7 +53,10 @@ def test_overwrite_of_a_killed_run_keeps_a_file_the_user_saved_after_it_started(
     with pytest.raises(BertkitError, match=r"1 other file\(s\) remain \(e.g. analysis.ipynb\)"):
         claim_output_dir(tmp_path, "pretrain", overwrite=True)
     assert (tmp_path / "analysis.ipynb").read_text().startswith("the user's notebook")
-    assert not (tmp_path / "checkpoints").exists()  # the killed run's own file was recorded as it was written
+    assert (tmp_path / "checkpoints" / "step-1" / "state.pt").read_text() == "weights"  # refused: nothing removed
+    (tmp_path / "analysis.ipynb").unlink()
+    with output_dir(tmp_path, "pretrain", overwrite=True):
+        assert not (tmp_path / "checkpoints").exists()  # the killed run's own file was recorded as it was written
 
 
 def test_a_file_present_at_resume_is_not_recorded_and_survives_a_later_overwrite(tmp_path):
@@ -68,7 +70,10 @@ def test_a_file_present_at_resume_is_not_recorded_and_survives_a_later_overwrite
     with pytest.raises(BertkitError, match=r"remain \(e.g. notes.txt\)"):
         claim_output_dir(tmp_path, "pretrain", {"seed": 2}, overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "mine"
-    assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "summary.json").exists()
+    assert (tmp_path / "metrics.jsonl").exists() and (tmp_path / "summary.json").exists()  # refused: all kept
+    (tmp_path / "notes.txt").unlink()
+    with output_dir(tmp_path, "pretrain", {"seed": 2}, overwrite=True):
+        assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "summary.json").exists()
 
 
 def test_a_file_changed_since_the_run_wrote_it_is_the_users_and_is_named(tmp_path):
@@ -80,15 +85,15 @@ def test_a_file_changed_since_the_run_wrote_it_is_the_users_and_is_named(tmp_pat
                                            r"\(e.g. report.json\)"):
         claim_output_dir(tmp_path, "finetune glue", overwrite=True)
     assert "my notes" in (tmp_path / "report.json").read_text()
-    assert not (tmp_path / "metrics.jsonl").exists()
+    assert (tmp_path / "metrics.jsonl").read_text() == "{}\n"  # refused: nothing removed
 
 
 def test_a_file_the_user_saves_where_the_run_will_write_is_not_replaced(tmp_path):
     """Was: the run's atomic write replaced whatever a user had saved under that name meanwhile."""
     with pytest.raises(BertkitError, match=r"report.json is not a file this run wrote"), \
             output_dir(tmp_path, "finetune glue") as claim:
-        atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
-        atomic_write_text(claim.path / "metrics.jsonl", "{}\n{}\n")  # its own file: replaced
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n", appends=True)
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n{}\n", appends=True)  # its own file: replaced
         (claim.path / "report.json").write_text("the user's report")
         atomic_write_text(claim.path / "report.json", "{}")
     assert (tmp_path / "report.json").read_text() == "the user's report"
@@ -98,30 +103,40 @@ def test_a_file_the_user_saves_where_the_run_will_write_is_not_replaced(tmp_path
         atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
 
 
-def test_files_written_by_libraries_are_registered_and_appends_keep_the_record_current(tmp_path):
-    """torch.save, tensorboard and appends do not go through atomic_target: ``register`` records them."""
+def test_files_written_by_libraries_are_registered_and_appended_files_are_recorded_once(tmp_path):
+    """torch.save and tensorboard do not go through atomic_target: ``register`` records them. A file written to
+    be appended to is recorded once: what follows the recorded bytes is the run's too (a killed run's log)."""
     claim = claim_output_dir(tmp_path, "pretrain")
-    with open(tmp_path / "metrics.jsonl", "a") as f:
-        f.write('{"step": 1}\n')
-    register(tmp_path / "metrics.jsonl")
+    (tmp_path / "state.pt").write_bytes(b"torch's own writer")
+    register(tmp_path / "state.pt")
+    atomic_write_text(tmp_path / "metrics.jsonl", '{"step": 1}\n', appends=True)
     for step in (2, 3):
         with open(tmp_path / "metrics.jsonl", "a") as f:
             f.write(f'{{"step": {step}}}\n')
-        register_append(tmp_path / "metrics.jsonl", f'{{"step": {step}}}\n'.encode())  # the newest size and hash win
     entries = [json.loads(x) for x in (tmp_path / ".bertkit-files.jsonl").read_text().splitlines()]
-    assert entries[-1] == {"path": "metrics.jsonl", **_entry(b'{"step": 1}\n{"step": 2}\n{"step": 3}\n')}
+    assert entries == [{"path": "state.pt", **_entry(b"torch's own writer")},
+                       {"path": "metrics.jsonl", **_entry(b'{"step": 1}\n'), "appends": True}]
     _kill(claim)
+    (tmp_path / "report.json").write_text("the user's")  # beside them: nothing is removed
+    with pytest.raises(BertkitError, match=r"2 file\(s\) of an earlier .*remain \(e.g. report.json\)"):
+        claim_output_dir(tmp_path, "pretrain", overwrite=True)
+    assert (tmp_path / "metrics.jsonl").read_text().count("step") == 3
+    (tmp_path / "report.json").unlink()
     with output_dir(tmp_path, "pretrain", overwrite=True):
-        assert not (tmp_path / "metrics.jsonl").exists()
+        assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "state.pt").exists()
+    with output_dir(tmp_path, "pretrain", overwrite=True) as claim:  # appended to by someone else: not the start
+        (tmp_path / "metrics.jsonl").write_text("the user's log, not bertkit's\n")
+        with pytest.raises(BertkitError, match="metrics.jsonl is not a file this run wrote"):
+            atomic_write_text(tmp_path / "metrics.jsonl", "", appends=True)
 
 
-def test_an_older_marker_without_hashes_is_refused_and_nothing_is_removed(tmp_path):
-    """Markers of older versions list bare names (a user's file among them, after a --resume): no proof."""
+def test_a_marker_listing_names_without_hashes_is_refused_and_nothing_is_removed(tmp_path):
+    """A marker listing bare names (a user's file among them) proves nothing: not one bertkit writes."""
     (tmp_path / "metrics.jsonl").write_text("{}\n")
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / MARKER).write_text(json.dumps({"command": "pretrain", "fingerprint": {}, "finished": True,
-                                               "files": ["metrics.jsonl", "notes.txt"]}))
-    with pytest.raises(BertkitError, match="older bertkit.*without their sizes and hashes"):
+                                               "cwd": str(tmp_path), "files": ["metrics.jsonl", "notes.txt"]}))
+    with pytest.raises(BertkitError, match="not a run marker this bertkit wrote.*removes none"):
         claim_output_dir(tmp_path, "pretrain", overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "mine" and (tmp_path / "metrics.jsonl").exists()
 
@@ -129,8 +144,7 @@ def test_an_older_marker_without_hashes_is_refused_and_nothing_is_removed(tmp_pa
 # 2. A marker received from someone else names nothing outside its directory -----------------------------------------
 
 
-@pytest.mark.parametrize("form", ["names", "hashed"])
-def test_a_marker_naming_paths_outside_its_directory_removes_nothing(tmp_path, form):
+def test_a_marker_naming_paths_outside_its_directory_removes_nothing(tmp_path):
     """Was: `--overwrite` deleted `../victim.txt` and absolute paths a received marker listed."""
     victim, absolute = tmp_path / "victim.txt", tmp_path / "elsewhere" / "abs.txt"
     absolute.parent.mkdir()
@@ -140,8 +154,8 @@ def test_a_marker_naming_paths_outside_its_directory_removes_nothing(tmp_path, f
     run.mkdir()
     (run / "report.json").write_text("{}")
     listed = ["../victim.txt", str(absolute), "report.json"]
-    files = listed if form == "names" else {p: _entry(b"the user's") for p in listed}
-    (run / MARKER).write_text(json.dumps({"command": "pretrain", "finished": True, "files": files}))
+    files = {p: _entry(b"the user's") for p in listed}
+    (run / MARKER).write_text(json.dumps({"command": "pretrain", "finished": True, "cwd": str(run), "files": files}))
     with pytest.raises(BertkitError, match=r"names 2 path\(s\) outside"):
         claim_output_dir(run, "pretrain", overwrite=True)
     assert victim.read_text() == "the user's" and absolute.read_text() == "the user's too"
@@ -155,7 +169,7 @@ def test_a_recorded_path_through_a_symlinked_directory_is_not_followed(tmp_path)
     run = tmp_path / "received"
     run.mkdir()
     (run / "link").symlink_to(secret.parent)
-    (run / MARKER).write_text(json.dumps({"command": "pretrain", "finished": True,
+    (run / MARKER).write_text(json.dumps({"command": "pretrain", "finished": True, "cwd": str(run),
                                           "files": {"link/secret.txt": _entry(b"keys")}}))
     with pytest.raises(BertkitError, match=r"remain \(e.g. link\)"):
         claim_output_dir(run, "pretrain", overwrite=True)
@@ -284,3 +298,169 @@ def test_create_pretraining_data_overwrite_removes_only_shards_it_can_prove(tmp_
     create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0, progress=False)
     create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0, progress=False,
                             overwrite=True, seed=7)  # its own shards (recorded in its manifest): replaced
+
+
+# 6. --overwrite is all or nothing; a command's lock lasts as long as its process ----------------------------------
+
+
+def _classify_args(tmp_path, tiny_checkpoint) -> list[str]:
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "film", "dull", "fine", "##s"]
+    model = tiny_checkpoint(tmp_path / "clf", "BertForSequenceClassification", tokenizer=words, labels=["neg", "pos"],
+                            num_attention_heads=2, max_position_embeddings=64)
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\n" + "a good film,pos\ndull,neg\nfine film,pos\nbad,neg\n" * 2, encoding="utf-8")
+    return ["finetune", "classify", "--model", str(model), "--train-file", str(train), "--validation-file",
+            str(train), "--num-train-epochs", "1", "--batch-size", "4", "--no-progress", "--device", "cpu"]
+
+
+def _snapshot(directory) -> dict[str, bytes]:
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_overwrite_refused_for_a_users_note_removes_nothing(tmp_path, tiny_checkpoint, capsys):
+    """Was: `finetune classify --overwrite` removed the earlier run's best/ model and report, then refused because
+    of a note the user had added: neither the old model nor a new one was left."""
+    out = tmp_path / "out"
+    args = [*_classify_args(tmp_path, tiny_checkpoint), "--output-dir", str(out)]
+    assert main(args) == 0
+    (out / "notes.txt").write_text("the user's note")
+    before = _snapshot(out)
+    assert "best/model.safetensors" in before and "report.json" in before
+    assert main([*args, "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "remain (e.g. notes.txt)" in err and "nothing was removed" in err
+    assert _snapshot(out) == before  # the earlier model, its report and the note, byte for byte
+    (out / "notes.txt").unlink()
+    assert main([*args, "--overwrite"]) == 0  # only bertkit's files there: replaced by the new run's
+    assert json.loads((out / "report.json").read_text())["best"] is not None
+
+
+def _wait_for(path, proc, what: str, timeout: float = 300.0) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, f"{what} ended early: {proc.stderr.read()[-3000:] if proc.stderr else ''}"
+        assert time.time() < deadline, f"no {what} within {timeout:.0f} s"
+        time.sleep(0.05)
+
+
+def _refused_while_held(out, cli_args, proc, capsys, owner: int) -> None:
+    assert main(cli_args) == 2
+    assert f"in use by pid {owner} (bertkit " in capsys.readouterr().err
+    assert proc.poll() is None  # still there: the refusal is not a race the holder lost by exiting
+
+
+def test_a_commands_lock_holds_until_its_process_exits(tmp_path, tiny_checkpoint, tiny_pretraining_data, capsys):
+    """Was: the lock was dropped when the run's work ended, while its process (printing its result, tearing down
+    torch) was still there: a second `finetune classify --overwrite` or `pretrain --overwrite` was accepted, and
+    the first run ended without its report.json."""
+    out, ready = tmp_path / "out", tmp_path / "ready"
+    args = [*_classify_args(tmp_path, tiny_checkpoint), "--output-dir", str(out)]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import pathlib, sys, time; from bertkit.cli import main; code = main(sys.argv[2:]);"
+         "pathlib.Path(sys.argv[1]).write_text(str(code)); time.sleep(120)", str(ready), *args],
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(ready, holder, "the first finetune classify")
+        assert ready.read_text() == "0"
+        before = _snapshot(out)
+        data = tiny_pretraining_data
+        for second in ([*args, "--overwrite"],
+                       ["pretrain", "--data", str(data / "data"), "--vocab", str(data / "vocab"), "--config-name",
+                        "tiny", "--output-dir", str(out), "--overwrite", "--max-steps", "1", "--no-progress"]):
+            _refused_while_held(out, second, holder, capsys, holder.pid)
+        assert _snapshot(out) == before and "report.json" in before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main([*args, "--overwrite"]) == 0  # the kernel dropped the lock with its process
+
+
+_TORCHRUN_HOLDER = """
+import pathlib, sys, time
+from bertkit.cli import main
+from bertkit.training.distributed import info_from_env
+code = main(sys.argv[2:])
+if info_from_env().rank == 0:  # the job is still there: rank 0 tearing down, torchrun waiting for it
+    pathlib.Path(sys.argv[1]).write_text(str(code))
+    time.sleep(120)
+"""
+
+
+def test_a_torchrun_jobs_lock_holds_until_rank_0_exits(tmp_path, tiny_pretraining_data, capsys):
+    """Was: a second `torchrun ... pretrain --overwrite` (or one process) into a running torchrun pretrain's
+    directory was accepted once rank 0 had left the claim, while the job was still running."""
+    from launch_helpers import LAUNCHER
+
+    data, out, ready = tiny_pretraining_data, tmp_path / "out", tmp_path / "ready"
+    script = tmp_path / "holder.py"
+    script.write_text(_TORCHRUN_HOLDER)
+    args = ["pretrain", "--data", str(data / "data"), "--vocab", str(data / "vocab"), "--config-name", "tiny",
+            "--output-dir", str(out), "--max-steps", "2", "--batch-size", "8", "--no-progress", "--device", "cpu"]
+    job = subprocess.Popen([*LAUNCHER, str(script), str(ready), *args], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        _wait_for(ready, job, "the torchrun pretrain")
+        assert ready.read_text() == "0"
+        held = (out / LOCK).read_text()
+        assert held.startswith("pid ") and held.endswith(" (bertkit pretrain)"), held  # rank 0 still holds it
+        owner = int(held.split()[1])
+        before = _snapshot(out)
+        _refused_while_held(out, [*args, "--overwrite"], job, capsys, owner)
+        assert _snapshot(out) == before and "final/model.safetensors" in before
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
+_SLOW_START = """
+import pathlib, sys, time
+import bertkit.cli as cli
+
+waiting, go = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+resolve = cli._resolve_device
+
+def slow(s):  # as torch's import on a busy machine: seconds between the command's start and its claim
+    waiting.touch()
+    while not go.exists():
+        time.sleep(0.02)
+    return resolve(s)
+
+cli._resolve_device = slow
+sys.exit(cli.main(sys.argv[3:]))
+"""
+
+
+def test_a_command_started_while_another_runs_is_refused_however_late_it_would_claim(tmp_path, tiny_checkpoint):
+    """Was: the lock was taken only after start-up (torch's import, the device: 15 s on a busy machine), so a
+    second `finetune classify --overwrite` started while the first ran reached its claim after the first had
+    finished, and removed its model and report."""
+    out, ready, leave, waiting, go = (tmp_path / n for n in ("out", "ready", "leave", "waiting", "go"))
+    args = [*_classify_args(tmp_path, tiny_checkpoint), "--output-dir", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(
+        [sys.executable, "-c", "import pathlib, sys, time; from bertkit.cli import main; code = main(sys.argv[3:]);"
+         "pathlib.Path(sys.argv[1]).write_text(str(code));\nwhile not pathlib.Path(sys.argv[2]).exists(): "
+         "time.sleep(0.02)", str(ready), str(leave), *args], env=env, stderr=subprocess.PIPE, text=True)
+    second = None
+    try:
+        _wait_for(ready, first, "the first finetune classify")
+        before = _snapshot(out)
+        second = subprocess.Popen([sys.executable, "-c", _SLOW_START, str(waiting), str(go), *args, "--overwrite"],
+                                  env=env, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 300
+        while second.poll() is None and not waiting.exists():  # refused at once, or on its way to the claim
+            assert time.time() < deadline
+            time.sleep(0.02)
+        leave.touch()  # the first ends while the second is still starting
+        first.wait(timeout=60)
+        go.touch()
+        _, err = second.communicate(timeout=300)
+        assert second.returncode == 2, err[-2000:]
+        assert f"in use by pid {first.pid} (bertkit finetune classify)" in err
+        assert _snapshot(out) == before
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -1,7 +1,7 @@
 """Users' mistakes on the user-facing surfaces give one clear error (exit 2 on the command line) or a
 correct result: `finetune classify` label columns, `pipeline()` arguments and inputs, `predict` files,
-corrupt checkpoints and conversion inputs. The full campaign (with its table) is
-`python experiments/reliability_campaign.py`; these are its findings that needed a fix, kept fast."""
+corrupt checkpoints and conversion inputs: each a finding of the reliability campaign (RESULTS.md) that needed a
+fix. The campaign's sweeps of users' files are test_user_input_sweep.py."""
 
 from __future__ import annotations
 

@@ -174,6 +174,31 @@ def test_every_route_but_health_needs_the_key_and_refuses_before_reading_the_bod
     assert KEY not in caplog.text
 
 
+def test_the_app_its_openapi_page_the_cli_help_and_the_metrics_labels_come_from_the_route_registry(embedder, capsys):
+    """A route is one object: adding one to ``ROUTES`` serves it, documents it and counts it, with nothing else
+    to keep in step (there were four tables keyed by the same string)."""
+    from bertkit import cli
+    from bertkit.inference.serve import ROUTES
+
+    url, _ = embedder
+    declared = {(r.method, path) for r in ROUTES for path in r.paths}
+    assert len(declared) == sum(len(r.paths) for r in ROUTES)  # no path declared twice
+    openapi = httpx.get(f"{url}/openapi.json", headers=AUTH).json()["paths"]
+    assert {(m.upper(), path) for path, ops in openapi.items() for m in ops} == declared
+    assert all(openapi[path][r.method.lower()]["summary"] == r.help for r in ROUTES for path in r.paths)
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    help_text = capsys.readouterr().out
+    assert all(f"{r.method:4} {', '.join(r.paths)}" in help_text and r.help in help_text for r in ROUTES), help_text
+    before = _samples(url, AUTH)
+    for path in ("/tokenize", "/embeddings", "/not-a-route"):
+        httpx.post(f"{url}{path}", headers=AUTH, json={"inputs": "a", "input": "a"})
+    after = _samples(url, AUTH)
+    moved = {dict(labels)["route"] for (name, labels), v in after.items()
+             if name == "bertkit_requests_total" and v != before.get((name, labels), 0)}
+    assert moved >= {"/tokenize", "/embeddings", "other"} and "/not-a-route" not in moved
+
+
 # ---------------------------------------------------------------------------------------------------
 # TEI: POST /, /rerank, /tokenize, /decode, /embed_all, /info, headers
 # ---------------------------------------------------------------------------------------------------
@@ -229,7 +254,7 @@ def test_rerank_scores_equal_transformers_sigmoid_of_the_cross_encoders_logit(re
     assert {g["index"]: g["score"] for g in got} == pytest.approx(dict(enumerate(expected)), abs=1e-5)
 
 
-def test_a_two_label_classifier_reranks_by_the_probability_of_label_1(classifier):
+def test_a_two_label_classifier_reranks_by_the_probability_of_its_relevant_label(classifier):
     url, pipe = classifier
     got = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS}).json()
     expected = pipe([(QUERY, t) for t in TEXTS])
@@ -526,3 +551,129 @@ def test_the_api_key_comes_from_the_environment_and_stays_out_of_the_settings_re
     assert cli.main(["serve", "--model", str(MODEL), "--task", "rerank", "--api-key", "other",
                      "--served-model-name", "x", "--max-batch-tokens", "1024"]) == 0
     assert (seen["s"].api_key, seen["s"].served_model_name, seen["s"].max_batch_tokens) == ("other", "x", 1024)
+
+
+@pytest.mark.parametrize("env, flags, source", [
+    ("", [], "the environment variable BERTKIT_API_KEY is empty"),  # a secret templated but unset
+    ("   ", [], "the environment variable BERTKIT_API_KEY is empty"),
+    ("", ["--api-key", KEY], "the environment variable BERTKIT_API_KEY is empty"),  # meant to be set: refused too
+    (None, ["--api-key", " "], "--api-key is empty"),
+    (KEY, ["--api-key", ""], "--api-key is empty"),
+])
+def test_an_empty_api_key_from_any_source_is_refused_at_start_up_naming_it(monkeypatch, capsys, env, flags, source):
+    """BERTKIT_API_KEY='' served every route without authentication while --api-key '' was refused."""
+    import bertkit.inference.serve as serve_module
+    from bertkit import cli
+
+    served = []
+    monkeypatch.setattr(serve_module, "serve", lambda s: served.append(s) or {})
+    monkeypatch.delenv("BERTKIT_API_KEY", raising=False)
+    if env is not None:
+        monkeypatch.setenv("BERTKIT_API_KEY", env)
+    assert cli.main(["serve", "--model", str(MODEL), "--task", "sentence-embedding", *flags]) == 2
+    assert not served
+    err = capsys.readouterr().err
+    assert f"the API key from {source}" in err and "remove" in err, err
+
+
+@pytest.mark.parametrize("key, line", [
+    (KEY, "every route but /health is protected by an API key"),
+    (None, "the routes are NOT protected: anyone who reaches this address can use them"),
+])
+def test_the_start_up_line_says_whether_the_routes_are_protected(monkeypatch, caplog, key, line):
+    import uvicorn
+
+    from bertkit.inference.serve import serve
+    from bertkit.settings import ServeSettings
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    caplog.set_level("INFO", logger="bertkit")
+    serve(ServeSettings(model_name_or_path=MODEL, task="sentence-embedding", api_key=key))
+    started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("serving ")]
+    assert len(started) == 1 and line in started[0], started
+    assert KEY not in caplog.text
+
+
+@pytest.mark.parametrize("path, body, index", [
+    ("/v1/embeddings", {"input": ["a text", ""]}, 1),
+    ("/v1/embeddings", {"input": "  "}, 0),
+    ("/embed", {"inputs": ["", "a text"]}, 0),
+    ("/", {"inputs": "\t"}, 0),
+    ("/predict", {"inputs": ["a text", "b", " "]}, 2),
+    ("/embed_all", {"inputs": ["a text", ""]}, 1),
+    ("/similarity", {"inputs": {"source_sentence": "a text", "sentences": ["b", ""]}}, 2),
+])
+def test_an_empty_text_is_refused_on_every_embedding_route_naming_its_index(embedder, path, body, index):
+    """An empty string got the vector of [CLS] [SEP] as if it were the text's (OpenAI and TEI refuse it)."""
+    url, _ = embedder
+    r = httpx.post(f"{url}{path}", headers=AUTH, json=body)
+    assert r.status_code == 422 and r.json()["error_type"] == "validation", r.text
+    assert r.json()["error"].startswith(f"input {index} is empty: it has no token but the special ones"), r.text
+
+
+def test_no_route_shows_the_models_path_once_a_served_name_is_given(embedder):
+    """/metadata showed the model's directory although --served-model-name was given."""
+    url, pipe = embedder
+    app_routes = ("/health", "/ready", "/metadata", "/info", "/metrics", "/openapi.json")
+    for path in app_routes:
+        r = httpx.get(f"{url}{path}", headers=AUTH)
+        assert r.status_code == 200 and str(MODEL) not in r.text, (path, r.text[:300])
+    assert httpx.get(f"{url}/metadata", headers=AUTH).json()["model"] == "bertkit-minilm"
+    assert httpx.get(f"{url}/info", headers=AUTH).json()["model_id"] == "bertkit-minilm"
+
+
+def _glue_cross_encoder(directory: Path, task: str | None, id2label: dict | None = None) -> Path:
+    """A tiny seeded sequence classifier with the label names bertkit's GLUE recipe for ``task`` gives it."""
+    from bertkit.config import BertConfig
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.tasks.glue import GLUE_TASKS
+    from bertkit.tokenization import BertTokenizer
+
+    torch.manual_seed(0)
+    id2label = id2label or dict(enumerate(GLUE_TASKS[task].labels))
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=37, id2label=id2label)
+    model = BertForSequenceClassification(config)
+    with torch.no_grad():
+        model.classifier.weight.mul_(500)  # logits far enough apart that the ranking is not a tie
+    model.save_pretrained(directory)
+    BertTokenizer.from_pretrained(MODEL).save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize("task", ["qnli", "rte"])
+def test_a_model_of_the_qnli_recipe_reranks_by_the_probability_of_entailment(tmp_path, task):
+    """Its labels are (entailment, not_entailment): scored P(label 1), the least relevant texts ranked first."""
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+
+    d = _glue_cross_encoder(tmp_path, task)
+    classify = pipeline("text-classification", d, progress=False)
+    expected = [c["scores"]["entailment"] for c in classify([(QUERY, t) for t in TEXTS])]
+    assert min(np.diff(sorted(expected))) > 1e-4, expected  # a ranking to get right, far above float error
+    got = pipeline("rerank", d, progress=False)({"query": QUERY, "texts": TEXTS})
+    assert [g["index"] for g in got] == list(np.argsort(expected)[::-1])
+    assert {g["index"]: g["score"] for g in got} == pytest.approx(dict(enumerate(expected)), abs=1e-6)
+    server = Server(create_app(classify, str(d), max_wait_ms=1))  # /rerank on a text-classification server
+    try:
+        served = httpx.post(f"{server.url}/rerank", json={"query": QUERY, "texts": TEXTS}).json()
+    finally:
+        server.stop()
+    assert {g["index"]: g["score"] for g in served} == pytest.approx(dict(enumerate(expected)), abs=1e-5)
+
+
+def test_a_two_label_head_whose_names_do_not_say_which_is_relevant_is_refused_not_guessed(tmp_path):
+    from bertkit import pipeline
+    from bertkit.errors import BertkitError
+    from bertkit.inference.serve import create_app
+
+    d = _glue_cross_encoder(tmp_path, None, {0: "negative", 1: "positive"})
+    with pytest.raises(BertkitError, match=r"rerank cannot tell which of this model's two labels \['negative', "
+                                           r"'positive'\] is the relevant one: name them"):
+        pipeline("rerank", d)
+    server = Server(create_app(pipeline("text-classification", d, progress=False), str(d), max_wait_ms=1))
+    try:
+        r = httpx.post(f"{server.url}/rerank", json={"query": QUERY, "texts": TEXTS})
+    finally:
+        server.stop()
+    assert r.status_code == 424 and "cannot tell which of this model's two labels" in r.json()["error"], r.text

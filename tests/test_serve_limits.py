@@ -164,7 +164,7 @@ def test_duplicate_keys_non_numbers_and_deep_nesting_are_refused_before_any_work
 
 
 def test_json_depth_ignores_brackets_inside_strings():
-    from bertkit.inference.serve import json_depth
+    from bertkit.inference.serve_wire import json_depth
 
     assert json_depth(b'{"inputs": ["[[[[", "\\"]]]{{{"]}') == 2
     assert json_depth(b'"just a string"') == 0

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import bertkit
-from bertkit import output_record
+from bertkit import outputs
 from bertkit.errors import BertkitError
 from trainer_helpers import TEST, TRAIN, accuracy, tiny_classifier
 
@@ -154,8 +154,8 @@ class _KillAt(bertkit.TrainerCallback):
 def _as_a_new_process(monkeypatch) -> None:
     """Forget what this process wrote: the next run proves ownership as a new process would, from the records the
     output directory holds."""
-    monkeypatch.setattr(output_record, "_WRITTEN", {})
-    monkeypatch.setattr(output_record, "_SCRATCH", set())
+    monkeypatch.setattr(outputs, "_WRITTEN", {})
+    monkeypatch.setattr(outputs, "_SCRATCH", set())
 
 
 def test_load_best_model_at_end_without_eval_labels_is_refused_before_training(checkpoint, tmp_path):

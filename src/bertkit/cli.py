@@ -30,12 +30,16 @@ from bertkit.errors import BertkitError
 Command = tuple[str, type, Callable[[Any], Any]]
 COMMANDS: dict[str, Command] = {}
 FAMILIES: dict[str, dict[str, Command]] = {}  # commands with sub-commands: finetune glue|ner|squad|swag, predict glue
+EPILOGS: dict[str, Callable[[], str]] = {}  # text after a command's flags in its --help, made when it is shown
 
 
-def command(name: str, help: str, settings_class: type, family: str | None = None):
+def command(name: str, help: str, settings_class: type, family: str | None = None,
+            epilog: Callable[[], str] | None = None):
     """Register ``handler(settings) -> result`` for the settings dataclass ``settings_class``."""
 
     def register(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        if epilog is not None:
+            EPILOGS[name] = epilog
         if family is None:
             COMMANDS[name] = (help, settings_class, handler)
         else:
@@ -227,14 +231,25 @@ def _quantize(s) -> dict:
                                fast=s.fast)
 
 
-@command("serve", "a model's pipeline behind HTTP with dynamic batching and admission control "
-         "(POST /predict, /embed, /similarity, /v1/embeddings, /rerank, ...; GET /health, /ready, /info, /metrics)",
-         settings.ServeSettings)
+def _serve_routes() -> str:
+    from bertkit.inference.serve import routes_help
+
+    return routes_help()
+
+
+@command("serve", "a model's pipeline behind HTTP with dynamic batching and admission control: the Inference API's, "
+         "OpenAI's and TEI's routes (`bertkit serve --help` lists them)", settings.ServeSettings, epilog=_serve_routes)
 def _serve(s) -> dict:
     from bertkit.inference.serve import serve
+    from bertkit.settings.inference import API_KEY_VARIABLE, check_api_key
 
-    if s.api_key is None and os.environ.get("BERTKIT_API_KEY"):  # the key kept out of process listings
-        s = dataclasses.replace(s, api_key=os.environ["BERTKIT_API_KEY"])
+    # The environment keeps the key out of process listings. Set, it is checked even under --api-key: an empty one
+    # is a secret that was meant to be there, and is refused rather than taken for "no key".
+    env = os.environ.get(API_KEY_VARIABLE)
+    if env is not None:
+        check_api_key(env, f"the environment variable {API_KEY_VARIABLE}")
+        if s.api_key is None:
+            s = dataclasses.replace(s, api_key=env)
     return serve(s)
 
 
@@ -254,13 +269,23 @@ ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data",
          "finetune", "predict", "extract-features", "feature-study", "quantize", "export", "serve", "convert-tf-checkpoint", "demo")
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command's parser: its epilog may be a function, called only when the help is shown (``bertkit serve``'s
+    lists the server's routes, which takes importing the server)."""
+
+    def format_help(self) -> str:
+        if callable(self.epilog):
+            self.epilog = self.epilog()
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bertkit", description="BERT (Devlin et al., 2018) from scratch: tokenizer, pre-training, fine-tuning, "
         "features. Run `bertkit COMMAND --help` for a command's settings.")
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     fmt = argparse.RawDescriptionHelpFormatter
     for name in ORDER:
         if name in FAMILIES:
@@ -272,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             help_text, cls, _ = COMMANDS[name]
             add_settings_flags(sub.add_parser(name, help=help_text, description=_description(cls),
-                                              formatter_class=fmt), cls)
+                                              formatter_class=fmt, epilog=EPILOGS.get(name)), cls)
     return parser
 
 
@@ -282,13 +307,11 @@ def _description(cls: type) -> str:
 
 def _claim(name: str, s: Any):
     """Lock and mark the command's output directory (bertkit.outputs): refused if it holds anything but an
-    earlier run bertkit may replace (--overwrite) or continue (--resume)."""
+    earlier run bertkit may replace (--overwrite) or continue (--resume). The lock is held until the process
+    exits, so a second command is refused while the first's process (or its torchrun job's rank 0) lives."""
     from bertkit.outputs import output_dir, refuse_existing_file
 
-    # paths compare by where they lead, not as typed: --resume may run from another working directory
-    paths = [f.name for f in dataclasses.fields(s) if _is_path(getattr(s, f.name))]
-    # every path setting but the output is something the command reads: never written into or cleared
-    inputs = {k: getattr(s, k) for k in paths if k not in ("output_dir", "output_file")}
+    paths, inputs = _paths(s)
     if hasattr(s, "output_file"):  # one file, not a directory
         refuse_existing_file(Path(s.output_file), s.overwrite, inputs=inputs)
         return contextlib.nullcontext()
@@ -296,7 +319,33 @@ def _claim(name: str, s: Any):
         return contextlib.nullcontext()
     return output_dir(s.output_dir, name, settings.resume_fingerprint(s),
                       overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"),
-                      paths=paths, inputs=inputs)
+                      paths=paths, inputs=inputs, keep_lock=True)
+
+
+def _paths(s: Any) -> tuple[list[str], dict[str, Any]]:
+    """The settings that are paths (they compare by where they lead, not as typed: --resume may run from another
+    working directory), and of them the command's inputs: every one but the output, never written into or cleared."""
+    paths = [f.name for f in dataclasses.fields(s) if _is_path(getattr(s, f.name))]
+    return paths, {k: getattr(s, k) for k in paths if k not in ("output_dir", "output_file")}
+
+
+@contextlib.contextmanager
+def _lock_early(name: str, s: Any):
+    """The output directory locked from the start, before torch is imported and the device resolved (seconds on a
+    busy machine): a second command started while this one runs is refused, however late it would claim. On rank 0
+    only for the commands that split over torchrun's processes (RANK read here: training.distributed imports
+    torch); ``_claim`` takes the lock over, and a command that fails before then leaves nothing behind."""
+    if getattr(s, "output_dir", None) is None or hasattr(s, "output_file") or (
+            hasattr(s, "ddp_timeout") and os.environ.get("RANK", "0") not in ("", "0")):
+        yield
+        return
+    from bertkit.outputs import lock_output_dir, release_unclaimed
+
+    lock_output_dir(s.output_dir, name, _paths(s)[1])
+    try:
+        yield
+    finally:
+        release_unclaimed(s.output_dir)
 
 
 def _is_path(value: Any) -> bool:
@@ -384,13 +433,15 @@ def main(argv: list[str] | None = None) -> int:
         name = args.command
         _, settings_class, handler = COMMANDS[args.command]
     try:
-        s = _part_per_process(_resolve_device(_refuse_fp32_of_an_int8_directory(build_settings(settings_class, args))))
-        if getattr(s, "compile", False):  # before any data is read or featurised
-            from bertkit.modeling import require_compiler
+        s = _part_per_process(build_settings(settings_class, args))
+        with _lock_early(name, s):
+            s = _resolve_device(_refuse_fp32_of_an_int8_directory(s))
+            if getattr(s, "compile", False):  # before any data is read or featurised
+                from bertkit.modeling import require_compiler
 
-            require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
-        with _launch(name, s) as is_main:
-            result = handler(s)
+                require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
+            with _launch(name, s) as is_main:
+                result = handler(s)
         if not is_main:  # under torchrun, rank 0 reports
             result = None
     except BertkitError as e:

@@ -1,98 +1,55 @@
 """Output directories and files that never cost a user their earlier work.
 
-The rule: bertkit deletes or replaces only what it can prove it wrote, never a command's own inputs, and never
-through a symlink. Four mechanisms keep it:
+bertkit deletes or replaces only a file it can prove it wrote: a regular file inside its own directory, reached
+without a symlink, recorded when written with its size and sha256; never a command's own inputs.
 
-- **Atomic writes** (``atomic_write``, ``atomic_target``): every file is written under a temporary name in the
-  same directory, flushed and fsynced, renamed over the final name, and the directory fsynced. A kill
-  mid-write leaves the old file or the new one, never half of one; a symlink already at the final name
-  is replaced, not followed (its target is left alone). A file that has to be checked before it replaces
-  an older one (an ONNX export) is verified under its temporary name and renamed only once it passes.
-  Inside a claimed directory an existing file is replaced only if the run (or the run it resumes) wrote it,
-  as recorded (a torn append after the recorded bytes allowed); a file a user saved there meanwhile is
-  refused by name.
-- **A record of what was written** (``register``, in ``bertkit.output_record``): every file written through the atomic writers, and every
-  file a library writes itself (``torch.save``, tensorboard, matplotlib, ``np.save`` in worker processes),
-  is registered with its size and sha256. Within a process the registry proves "this process wrote it";
-  with a claimed output directory, each registration is also appended at once to the directory's journal
-  (``.bertkit-files.jsonl``), so a SIGKILLed run's files are recorded too, and at the end the journal is
-  folded into the marker. A file bertkit removes while the run goes on (old checkpoints, a failed run's
-  shards) is removed only when its size and hash still match (``remove_owned``, ``remove_owned_tree``).
-- **Run markers** (``claim_output_dir``): each command writes ``.bertkit-run.json`` into its output
-  directory: the command, a fingerprint of its settings, the directory it started in, and ``files``, a map
-  from each file it wrote (relative to the directory) to ``{"size": ..., "sha256": ...}``. A non-empty
-  directory without a marker, or with another run's marker, is refused with the fix. ``--overwrite``
-  removes a recorded file only if it is a regular file inside the directory (no ``..``, no absolute path,
-  no symlink anywhere on the way) whose size and sha256 are those recorded; a file changed since is the
-  user's, is left alone, and the overwrite is refused naming it. A file a user put there, before or during
-  a run or after a ``--resume``, is never recorded, so never removed. A marker naming a path outside its
-  directory (one received from someone else) is refused before anything is touched. Markers of older
-  bertkit versions list file names without sizes or hashes: bertkit cannot tell those files from a
-  user's, so ``--overwrite`` refuses them and asks for the directory to be cleared by hand; ``--resume``
-  continues such a run but records only the files it writes itself, and refuses (naming it) to replace a
-  file the older run wrote. ``--resume`` continues the run the
-  marker describes; its path settings compare as the absolute paths they meant, so it may be given
-  relative to another working directory.
-- **A lock** (``fcntl.flock`` on ``.bertkit-lock``): two processes writing the same directory would
-  interleave their metrics and crash; the second is refused, naming the first's pid and command, with or
-  without ``--overwrite``, and so is a command into a directory inside or around one another process
-  holds, and a single-file command (``export onnx``, ``extract-features``) writing into a held directory or
-  replacing another run's recorded file. The kernel drops the lock when its process dies, so a crash leaves
-  no stale lock to clear by hand. A lock file that is a symlink, a hard link or holds anything but
-  bertkit's one line is refused, never followed or truncated.
-
-A command's inputs (``inputs``: the model, the data directory, the data files) are never its output: an
-output directory equal to an input, holding one, or inside an input directory a bertkit run made is refused
-before anything is made, and so is an output file that is one of the inputs.
+- **Atomic writes** (``atomic_target``): a temporary file beside the target, fsynced, checked if asked, renamed
+  over it. A kill leaves the old file or the new one; a symlink at the name is replaced, never followed.
+- **The record** (``register``, done by the atomic writers; ``torch.save`` and tensorboard callers call it):
+  each file in this process by path, and as a line of the journal (``.bertkit-files.jsonl``) of each claimed
+  directory holding it, appended as it is written, so a SIGKILLed run's files are recorded too. A file bertkit
+  appends to (``metrics.jsonl``) is recorded once, ``appends``: it stays bertkit's while the recorded bytes are
+  its start. A directory made for one write a kill may cut short (a checkpoint's) is scratch: all in it is
+  bertkit's. ``owns`` is the one test before anything is removed or replaced.
+- **The run marker** (``.bertkit-run.json``): command, settings, starting directory, and ``files``, the record
+  (the journal is folded in at the end). A non-empty directory without a marker, or another run's, is refused.
+  ``--overwrite`` is all or nothing: every file there is checked first, and the recorded ones still as written
+  are removed only if nothing else is there; otherwise nothing is removed and the refusal names what stays.
+- **The lock** (``flock`` on ``.bertkit-lock``, taken before anything is checked or removed): a claim of the
+  directory, or of one inside or around it, and a single-file command writing into it, is refused naming the
+  holder. A command holds it until its process exits; the kernel drops it then, so a crash leaves no stale lock.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
-import logging
 import os
 import re
 import stat
 import tempfile
-import time
-from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from bertkit.errors import BertkitError
-from bertkit.output_record import (  # noqa: F401 (register and the others are re-exported: callers import them here)
-    _ACTIVE,
-    _OWN,
-    _RESERVED,
-    _UMASK,
-    JOURNAL,
-    LOCK,
-    MARKER,
-    _read_journal,
-    _read_journal_into,
-    _real,
-    _refuse_replacing,
-    _remove_scratch,
-    _remove_verified,
-    _safe_relative,
-    _within,
-    claims_for_workers,
-    join_claims,
-    owns,
-    register,
-    register_append,
-    register_scratch,
-    register_tree,
-    remove_owned,
-    remove_owned_tree,
-    sha256_of,
-)
 
+MARKER, LOCK, JOURNAL = ".bertkit-run.json", ".bertkit-lock", ".bertkit-files.jsonl"
+_RESERVED = {LOCK, JOURNAL}  # bertkit's bookkeeping at any depth (a nested claim's), never a user's file
 _LOCK_LINE = re.compile(r"pid \d+ \(bertkit [^\n]*\)")
-logger = logging.getLogger("bertkit")
+_UMASK = os.umask(0)
+os.umask(_UMASK)  # read once: files bertkit creates get the permissions a plain open() would have given
+
+_WRITTEN: dict[str, tuple[tuple[int, ...], dict]] = {}  # real path -> (dev, inode, size, mtime) and its entry
+_HASHES: dict[tuple[int, ...], str] = {}  # identity -> sha256: a rename keeps it, so a file is hashed once
+_SCRATCH: set[str] = set()  # real paths of directories this process made for one write
+_ACTIVE: list[OutputDir] = []  # the directories this process has claimed and not released
+_JOINED: list[tuple[Path, Path]] = []  # (directory, journal) of a parent process's claims, in its workers
+_HELD: dict[str, IO] = {}  # real directory -> a lock this process holds with no claim (before it, or after a command's)
+_EARLY: dict[str, bool] = {}  # real directory -> whether lock_output_dir made it, until a claim takes the lock over
 
 
 # -------------------------------------------------------------------------------------------------
@@ -114,10 +71,10 @@ def fsync_dir(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_target(path: str | os.PathLike, verify: Any = None) -> Iterator[Path]:
+def atomic_target(path: str | os.PathLike, verify: Any = None, *, appends: bool = False) -> Iterator[Path]:
     """A temporary path beside ``path`` to write (by ``atomic_write`` or a library such as safetensors'
     ``save_file``); on success it is fsynced, checked by ``verify(tmp)`` if given (raise to refuse it), renamed
-    over ``path``, the directory fsynced, and the file ``register``-ed as this process's.
+    over ``path``, the directory fsynced, and the file ``register``-ed (``appends``: to be appended to).
 
     On any error (a refused check included) the temporary file is removed and ``path`` is untouched. A full
     disk becomes a ``BertkitError`` naming the file.
@@ -148,26 +105,218 @@ def atomic_target(path: str | os.PathLike, verify: Any = None) -> Iterator[Path]
                                "(nothing was replaced: the previous file, if any, is intact)") from e
         raise
     fsync_dir(path.parent)
-    register(path)
+    register(path, appends=appends)
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8", *,
+                 appends: bool = False) -> Iterator[IO]:
     """``open(path, mode)`` made atomic (see ``atomic_target``)."""
     binary = "b" in mode
-    with atomic_target(path) as tmp, open(tmp, mode, encoding=None if binary else encoding,
-                                          newline=None if binary else "") as f:
+    with atomic_target(path, appends=appends) as tmp, open(tmp, mode, encoding=None if binary else encoding,
+                                                           newline=None if binary else "") as f:
         yield f
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
-    with atomic_write(path, "w", encoding=encoding) as f:
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8", *, appends: bool = False) -> Path:
+    with atomic_write(path, "w", encoding=encoding, appends=appends) as f:
         f.write(text)
     return Path(path)
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any, indent: int = 2) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n")
+
+
+def _refuse_replacing(path: Path) -> None:
+    """Inside a claimed directory, a file is replaced only if bertkit ``owns`` it; a file a user saved there
+    meanwhile, or changed since, is refused by name. Outside any claim (the Python API) the caller decides."""
+    if path.name in (MARKER, *_RESERVED) or not os.path.lexists(path) or owns(path):
+        return
+    if any(_within(_real(path), c.real) for c in _ACTIVE):
+        raise BertkitError(f"{path} is not a file this run wrote (saved there meanwhile, or changed since it was "
+                           "written); bertkit does not replace it: move it away and run again")
+
+
+# -------------------------------------------------------------------------------------------------
+# The record of what bertkit wrote
+# -------------------------------------------------------------------------------------------------
+
+
+def sha256_of(path: str | os.PathLike, size: int | None = None) -> str:
+    """The sha256 of the file at ``path`` (of its first ``size`` bytes, if given)."""
+    digest, left = hashlib.sha256(), size
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20 if left is None else min(1 << 20, left)):
+            digest.update(block)
+            left = None if left is None else left - len(block)
+    return digest.hexdigest()
+
+
+def _real(path: str | os.PathLike) -> Path:
+    """``path`` with its directory's symlinks resolved and its last component kept as it is."""
+    path = Path(os.path.abspath(path))
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _within(path: Path, directory: Path) -> str | None:
+    """``path`` relative to ``directory`` (both real), or None when it is not inside it."""
+    try:
+        rel = path.relative_to(directory)
+    except ValueError:
+        return None
+    return rel.as_posix() if rel.parts else None
+
+
+def _journals() -> list[tuple[Path, Path]]:
+    return [(c.real, c.real / JOURNAL) for c in _ACTIVE] + _JOINED
+
+
+def register(path: str | os.PathLike, sha256: str | None = None, *, appends: bool = False) -> None:
+    """Record that bertkit wrote the regular file ``path`` (``sha256`` if already known; ``appends``: bertkit
+    appends to it from now on, and whatever follows the bytes recorded now is its too). Call it after a write
+    that does not go through ``atomic_target`` (``torch.save``, a library's own writer)."""
+    real = _real(path)
+    try:
+        st = os.lstat(real)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        return
+    ident = _identity(st)
+    if sha256 is not None or appends:
+        _HASHES[ident] = sha256 or sha256_of(real)
+    entry = {"size": st.st_size, "sha256": _HASHES.get(ident), **({"appends": True} if appends else {})}
+    _WRITTEN[str(real)] = (ident, entry)
+    for directory, journal in _journals():
+        rel = _within(real, directory)
+        if rel is not None and rel != MARKER and Path(rel).name not in _RESERVED:
+            entry["sha256"] = _HASHES.setdefault(ident, entry["sha256"] or sha256_of(real))
+            _append_line(journal, {"path": rel, **entry})
+
+
+def register_scratch(directory: str | os.PathLike) -> None:
+    """Record ``directory``, just made (``mkdir`` refuses an existing one) for one write a kill may cut short:
+    whatever is inside it is this run's, so a torn file left there can be removed although never recorded."""
+    real = _real(directory)
+    _SCRATCH.add(str(real))
+    for root, journal in _journals():
+        if (rel := _within(real, root)) is not None:
+            _append_line(journal, {"path": rel, "scratch": True})
+
+
+def register_tree(directory: str | os.PathLike) -> None:
+    """``register`` every regular file under ``directory`` (which this process has just written, whole)."""
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            register(Path(root, name))
+
+
+def claims_for_workers() -> list[tuple[str, str]]:
+    """This process's claims, for its worker processes to ``join_claims``: their writes are then recorded in the
+    directories' journals as they happen (a killed run's shards are its own, not a stranger's)."""
+    return [(str(d), str(j)) for d, j in _journals()]
+
+
+def join_claims(claims: Iterable[tuple[str, str]]) -> None:
+    _JOINED[:] = [(Path(d), Path(j)) for d, j in claims]
+
+
+def _append_line(journal: Path, entry: dict) -> None:
+    line = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
+    fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666 & ~_UMASK)
+    try:
+        os.write(fd, line)  # one write of one line with O_APPEND: workers' lines never interleave
+    finally:
+        os.close(fd)
+
+
+def _read_journal(directory: Path) -> dict[str, dict]:
+    """The files a run recorded as it wrote them (a path's last entry wins; a torn last line is dropped)."""
+    try:
+        fd = os.open(directory / JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # a symlink: ELOOP
+    except FileNotFoundError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    entries = {}
+    for line in data[:data.rfind(b"\n") + 1].splitlines():  # whole lines: a worker may be writing the next
+        with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                entries[entry.pop("path")] = entry
+    return entries
+
+
+def _matches(path: Path, st: os.stat_result, entry: Any) -> bool:
+    """Whether the regular file ``path`` is the one ``entry`` records: the same size and sha256, or for a file
+    bertkit appends to, the recorded bytes as its start."""
+    if not isinstance(entry, dict) or not isinstance(size := entry.get("size"), int) or not entry.get("sha256"):
+        return False
+    grown = entry.get("appends") is True and st.st_size > size
+    return (st.st_size == size or grown) and sha256_of(path, size) == entry["sha256"]
+
+
+def owns(path: str | os.PathLike) -> bool:
+    """Whether bertkit may remove or replace ``path``: a regular file (not a symlink) this process wrote and
+    nobody changed since, one an active claim recorded (this run or the run it resumes) as it still is, or a
+    file in a scratch directory."""
+    real = _real(path)
+    try:
+        st = os.lstat(real)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if any(str(p) in _SCRATCH for p in real.parents):
+        return True
+    ident, entry = _WRITTEN.get(str(real), (None, None))
+    if ident == _identity(st) or (entry is not None and _matches(real, st, entry)):
+        return True
+    for claim in _ACTIVE:
+        if (rel := _within(real, claim.real)) is not None:
+            recorded = claim.recorded()
+            if any(recorded.get(p.as_posix(), {}).get("scratch") is True for p in Path(rel).parents if p.parts):
+                return True
+            if _matches(real, st, recorded.get(rel)):
+                return True
+    return False
+
+
+def remove_owned(path: str | os.PathLike) -> bool:
+    """Remove ``path`` if bertkit ``owns`` it; returns whether it did (anything else is left in place)."""
+    if not owns(path):
+        return False
+    os.unlink(_real(path))
+    _WRITTEN.pop(str(_real(path)), None)
+    return True
+
+
+def remove_owned_tree(directory: str | os.PathLike) -> list[str]:
+    """Remove the files under ``directory`` that bertkit ``owns``, then the directories left empty (the
+    directory itself too); symlinks are never followed. Returns what was left (relative paths)."""
+    directory = Path(directory)
+    if directory.is_symlink() or not directory.is_dir():
+        return []
+    left = []
+    for root, dirs, files in os.walk(directory, topdown=False):
+        for name in files + [d for d in dirs if Path(root, d).is_symlink()]:
+            path = Path(root, name)
+            if not remove_owned(path):
+                left.append(path.relative_to(directory).as_posix())
+        with contextlib.suppress(OSError):
+            os.rmdir(root)  # only if empty
+    return sorted(left)
+
+
+# -------------------------------------------------------------------------------------------------
+# A command's inputs and single output files
+# -------------------------------------------------------------------------------------------------
 
 
 def _input_paths(inputs: Mapping[str, Any]) -> list[tuple[str, Path]]:
@@ -179,16 +328,11 @@ def _input_paths(inputs: Mapping[str, Any]) -> list[tuple[str, Path]]:
     return out
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag: str = "--output-dir") -> None:
     """A command never writes into, or clears, its own inputs: ``output`` (a directory when ``is_dir``) equal to
     an input or holding one is refused, and so is a directory inside an input directory that a bertkit run
     made (its marker there: a model, pre-training data, another run). A plain directory of the user's may hold
-    the output beside the files read from it (``--data-dir glue --output-dir glue/run``): nothing read is
-    touched. ``inputs`` maps each setting to its path(s)."""
+    the output beside the files read from it. ``inputs`` maps each setting to its path(s)."""
     out = output.resolve()
     for name, path in _input_paths(inputs):
         if out == path:
@@ -199,8 +343,8 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
             how = "is inside"
         else:
             continue
-        raise BertkitError(f"{flag} {output} {how} the command's own input {_flag(name)} {path}; bertkit never "
-                           "writes into or clears a command's inputs: choose an output outside them")
+        raise BertkitError(f"{flag} {output} {how} the command's own input --{name.replace('_', '-')} {path}; "
+                           "bertkit never writes into or clears a command's inputs: choose an output outside them")
 
 
 def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
@@ -221,13 +365,13 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
                                "or choose another output file")
         if path.exists() and (parent / MARKER).is_file():
             try:
-                marker = read_marker(parent) or {}
-                recorded, legacy = _recorded(parent, marker)
-            except BertkitError:
-                marker, recorded, legacy = {}, {}, []
-            if _within(real, parent) in {*recorded, *legacy}:
-                raise BertkitError(f"{path} is a file of the `bertkit {marker.get('command')}` run in {parent}; "
-                                   "bertkit does not replace another run's files: choose another output file")
+                marker = read_marker(parent)
+                recorded = _recorded(parent, marker)
+            except BertkitError:  # not a marker bertkit can read: it records nothing
+                continue
+            if marker is not None and _within(real, parent) in recorded:
+                raise BertkitError(f"{path} is a file of the `bertkit {marker['command']}` run in {parent}; bertkit "
+                                   "does not replace another run's files: choose another output file")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -240,110 +384,111 @@ def _listing(directory: Path) -> list[str]:
     excluded (a nested claim's lock and journal too)."""
     out = []
     for root, dirs, files in os.walk(directory):
-        dirs.sort()
         links = [d for d in dirs if Path(root, d).is_symlink()]  # os.walk does not enter them: list them
         for name in files + links:
             rel = Path(root, name).relative_to(directory).as_posix()
-            if rel not in _OWN and name not in _RESERVED:
+            if rel != MARKER and name not in _RESERVED:
                 out.append(rel)
     return sorted(out)
 
 
 def read_marker(directory: Path) -> dict | None:
-    try:
-        marker = json.loads((directory / MARKER).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    path = directory / MARKER
+    if not os.path.lexists(path):
         return None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BertkitError(f"{directory / MARKER} is damaged ({e}); bertkit cannot tell which files there are "
-                           "its own: choose another output directory") from None
-    if not isinstance(marker, dict) or not isinstance(marker.get("files", []), (list, dict)):
-        raise BertkitError(f"{directory / MARKER} is not a bertkit run marker; bertkit cannot tell which files "
-                           "there are its own: choose another output directory")
+    try:
+        marker = json.loads(path.read_text(encoding="utf-8")) if not path.is_symlink() else None
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        marker = None
+    if not (isinstance(marker, dict) and isinstance(marker.get("command"), str)
+            and isinstance(marker.get("files"), dict) and isinstance(marker.get("cwd"), str)):
+        raise BertkitError(f"{path} is not a run marker this bertkit wrote (damaged, or from another version); "
+                           "bertkit cannot tell which files there are its own, so it removes none: clear the "
+                           "directory yourself or choose another output directory")
     return marker
 
 
-def _recorded(directory: Path, marker: dict | None) -> tuple[dict[str, dict], list[str]]:
-    """(the files the marker and journal record, with size and hash; the names an older marker lists bare)."""
-    files = (marker or {}).get("files") or {}
-    legacy = sorted(str(f) for f in files) if isinstance(files, list) else []
-    recorded = dict(files) if isinstance(files, dict) else {}
-    recorded.update(_read_journal(directory))
-    return recorded, legacy
+def _recorded(directory: Path, marker: dict | None) -> dict[str, Any]:
+    """The files the marker and the journal (a killed run's) record: path -> size, sha256 (or scratch)."""
+    return {**(marker or {}).get("files", {}), **_read_journal(directory)}
 
 
-def _remove_recorded(directory: Path, recorded: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """--overwrite: delete exactly the files an earlier bertkit run recorded that are still as it wrote them,
-    then the directories they were in if that left them empty. Returns (removed, changed since)."""
-    removed, changed = [], []
-    for rel in sorted(r for r in recorded if r not in _OWN):
-        if isinstance(recorded[rel], dict) and recorded[rel].get("scratch") is True:
-            removed += _remove_scratch(directory, rel)
-            continue
-        result = _remove_verified(directory, rel, recorded[rel])
-        (removed if result == "removed" else changed if result == "changed" else []).append(rel)
-    parents = sorted({p for rel in removed for p in Path(rel).parents if p.parts}, key=lambda p: -len(p.parts))
-    for rel_dir in parents:
-        sub = directory / rel_dir
-        if sub.is_symlink() or not sub.is_dir():
-            continue
-        _clear_reserved(sub)
+def _safe_relative(rel: Any) -> bool:
+    """A recorded path names a file inside its directory: relative, no '..', '.', empty part or NUL."""
+    return (isinstance(rel, str) and bool(rel) and "\x00" not in rel and not rel.startswith("/")
+            and all(p not in ("", ".", "..") for p in rel.split("/")))
+
+
+def _proven(directory: Path, rel: str, entry: Any) -> list[str]:
+    """The files ``rel``'s record proves bertkit's: ``[rel]`` for a recorded file still as written, the regular
+    files of a scratch directory; reached without following any symlink (a link on the way proves nothing)."""
+    path = directory / rel
+    for sub in [*reversed(Path(rel).parents[:-1]), Path(rel)]:
+        if not os.path.lexists(directory / sub) or os.path.islink(directory / sub):
+            return []
+    st = os.lstat(path)
+    if isinstance(entry, dict) and entry.get("scratch") is True and stat.S_ISDIR(st.st_mode):
+        return [f"{rel}/{f}" for f in _listing(path) if stat.S_ISREG(os.lstat(path / f).st_mode)]
+    return [rel] if stat.S_ISREG(st.st_mode) and _matches(path, st, entry) else []
+
+
+def _overwrite(directory: Path, marker: dict, recorded: dict[str, Any]) -> None:
+    """--overwrite, all or nothing: the earlier run's files are removed only if nothing else would be left (no file
+    of the user's, none changed since it was written); otherwise nothing is removed and the refusal names them."""
+    run = f"`bertkit {marker['command']}` run"
+    outside = sorted(str(rel) for rel in recorded if not _safe_relative(rel))
+    if outside:
+        raise BertkitError(
+            f"{directory / MARKER} names {len(outside)} path(s) outside {directory} (e.g. {', '.join(map(repr, outside[:3]))}); "
+            "bertkit never writes such a marker, so it removes nothing on its word: clear the directory yourself "
+            "or choose another output directory")
+    removable = {f for rel, entry in recorded.items() for f in _proven(directory, rel, entry)}
+    left = [rel for rel in _listing(directory) if rel not in removable]
+    if left:
+        changed = [rel for rel in left if rel in recorded]
+        why = (f"{len(changed)} of them written by that run but changed since, so yours now (e.g. "
+               f"{', '.join(changed[:3])}); " if changed else "")
+        raise BertkitError(
+            f"{directory} holds the {len(removable)} file(s) of an earlier {run}, and {len(left)} other file(s) "
+            f"remain (e.g. {', '.join(left[:3])}); {why}bertkit leaves files it did not create alone, so nothing "
+            "was removed: move them or choose another output directory")
+    for rel in sorted(removable):
+        (directory / rel).unlink()
+    for sub in sorted({p for rel in removable for p in Path(rel).parents if p.parts}, key=lambda p: -len(p.parts)):
         with contextlib.suppress(OSError):
-            sub.rmdir()  # only if empty: a user's file keeps its directory
-    return removed, changed
-
-
-def _clear_reserved(sub: Path) -> None:
-    """A nested claim's lock and journal, once nothing else is left beside them and no process holds the lock."""
-    names = {e.name for e in sub.iterdir()}
-    if not names or not names <= _RESERVED or _held_by_another(sub) is not None:
-        return
-    for name in names:
-        path = sub / name
-        if path.is_symlink() or not path.is_file():
-            return
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
-        if name == LOCK and text and not _LOCK_LINE.fullmatch(text):
-            return
-    for name in names:
-        (sub / name).unlink()
+            (directory / sub).rmdir()  # only if empty (a nested claim's lock keeps its directory)
 
 
 @dataclass
 class OutputDir:
-    """A claimed output directory: locked for this process, its marker updated with the files made."""
+    """A claimed output directory: locked for this process, its marker recording the files made."""
 
     path: Path
     command: str
     fingerprint: dict
-    _lock: Any = None
-    _started: float = 0.0
-    _created: bool = False  # the claim made the directory (it did not exist before)
-    _cwd: str = ""  # where the run started: its relative paths are relative to this
-    _inherited: dict = field(default_factory=dict)  # files earlier runs of this claim recorded (--resume)
-    _real: Path = Path()
-    _journal: dict = field(default_factory=dict)  # this run's journal as read so far
-    _journal_at: int = 0  # ... up to this byte (it only grows: read on from there)
+    cwd: str  # where the run started: its relative paths are relative to this
+    real: Path
+    inherited: dict  # the files earlier runs of this claim recorded (--resume)
+    created: bool  # the claim made the directory
+    lock: IO | None = None
 
-    def recorded(self) -> dict[str, dict]:
+    def recorded(self) -> dict[str, Any]:
         """The files this run and the earlier runs it continues recorded (path -> size, sha256)."""
-        self._journal_at = _read_journal_into(self.path, self._journal, self._journal_at)
-        return {**self._inherited, **self._journal}
+        return {**self.inherited, **_read_journal(self.path)}
 
     def record(self, finished: bool) -> None:
-        """Write the marker: the files this and earlier runs of the same claim made and still there."""
         files = {rel: entry for rel, entry in sorted(self.recorded().items())
-                 if _safe_relative(rel) and rel not in _OWN and os.path.lexists(self.path / rel)}
-        marker = {"command": self.command, "fingerprint": self.fingerprint, "cwd": self._cwd, "started": self._started,
-                  "finished": finished, "pid": os.getpid(), "files": files}
-        atomic_write_json(self.path / MARKER, marker)
+                 if _safe_relative(rel) and os.path.lexists(self.path / rel)}
+        atomic_write_json(self.path / MARKER, {"command": self.command, "fingerprint": self.fingerprint,
+                                               "cwd": self.cwd, "finished": finished, "files": files})
 
-    def release(self, finished: bool) -> None:
-        """Record the run's files and drop the lock. A run that failed before writing anything into a
-        directory it created leaves no trace (no empty directory holding only bertkit's marker and lock)."""
+    def release(self, finished: bool, keep_lock: bool = False) -> None:
+        """Record the run's files (the journal folded into the marker) and drop the lock, or with ``keep_lock``
+        hold it until this process exits (a command's). A run that failed before writing anything into a
+        directory it created leaves no trace."""
         if self in _ACTIVE:
             _ACTIVE.remove(self)
-        if not finished and self._created and self.path.is_dir() and not _listing(self.path):
+        if not finished and self.created and self.path.is_dir() and not _listing(self.path):
             for name in (MARKER, LOCK, JOURNAL):
                 with contextlib.suppress(FileNotFoundError):
                     (self.path / name).unlink()
@@ -353,56 +498,41 @@ class OutputDir:
             if self.path.is_dir() and (self.path / LOCK).exists():
                 self.record(finished)
                 with contextlib.suppress(FileNotFoundError):
-                    (self.path / JOURNAL).unlink()  # folded into the marker
+                    (self.path / JOURNAL).unlink()
         finally:
-            if self._lock is not None:
-                self._lock.seek(0)
-                self._lock.truncate()  # a pid left in the lock file means its run was killed
-                self._lock.close()  # closing the descriptor drops the flock
-                self._lock = None
-
-
-def _open_lock(directory: Path) -> IO:
-    """The lock file, opened without following a symlink; refused if it is not bertkit's plain one-line file."""
-    path = directory / LOCK
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666 & ~_UMASK)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise BertkitError(f"{path} is a symbolic link; bertkit never follows it (it would write through it): "
-                               "this is not a directory bertkit wrote, choose another output directory") from None
-        raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
-        os.close(fd)
-        what = "a hard link to another file" if stat.S_ISREG(st.st_mode) else "not a regular file"
-        raise BertkitError(f"{path} is {what}; bertkit would write into it: this is not a directory bertkit "
-                           "wrote, choose another output directory")
-    return os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
+            if self.lock is not None and keep_lock and self.path.is_dir():
+                _HELD[str(self.real)] = self.lock  # the kernel drops the flock when this process exits
+            elif self.lock is not None:
+                self.lock.close()  # closing the descriptor drops the flock (the pid it names is a past holder's)
+            self.lock = None
 
 
 def _lock(directory: Path, command: str) -> IO:
+    """``directory``'s lock, taken without waiting; refused naming the holder. The file is opened without
+    following a symlink and must be bertkit's plain one-line file."""
     import fcntl
 
-    f = _open_lock(directory)
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
-        f.close()
-        raise BertkitError(f"{directory} is in use by {holder}; wait for it to finish or choose another "
-                           "output directory") from None
-    f.seek(0)
-    previous = f.read().strip()
-    if previous and not _LOCK_LINE.fullmatch(previous):
-        f.close()
-        raise BertkitError(f"{directory / LOCK} holds something bertkit did not write ({previous[:40]!r}); "
-                           "bertkit will not truncate it: choose another output directory")
-    if previous:  # a lock file whose process is gone: the kernel already dropped its lock
-        pid = previous.split()[1]
-        if not _alive(int(pid)):
-            logger.info("%s: the previous run (%s) ended without finishing; taking over", directory, previous)
+    f = _HELD.pop(str(directory.resolve()), None)  # an earlier command of this process holds it already
+    if f is None or f.closed:
+        path = directory / LOCK
+        st = os.lstat(path) if os.path.lexists(path) else None
+        if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):  # bertkit would write through it
+            raise BertkitError(f"{path} is a symbolic link, a hard link or not a regular file: not bertkit's lock, "
+                               "so this is not a directory bertkit wrote; choose another output directory")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666 & ~_UMASK)
+        f = os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise BertkitError(f"{directory} is in use by {holder}; wait for it to finish or choose another "
+                               "output directory") from None
+        previous = f.read().strip()
+        if previous and not _LOCK_LINE.fullmatch(previous):
+            f.close()
+            raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "
+                               "not truncate it: choose another output directory")
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()} (bertkit {command})")
@@ -411,10 +541,10 @@ def _lock(directory: Path, command: str) -> IO:
 
 
 def _held_by_another(directory: Path) -> str | None:
-    """Who holds ``directory``'s lock, if another process (or another claim of this one) does; else None."""
+    """Who holds ``directory``'s lock, if another process does; else None."""
     import fcntl
 
-    if any(c._real == directory for c in _ACTIVE):
+    if any(c.real == directory for c in _ACTIVE) or str(directory) in _HELD:
         return None  # this process's own claim: a command's nested run (the demo's pre-training)
     try:
         fd = os.open(directory / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -440,43 +570,21 @@ def _refuse_held_nearby(directory: Path) -> None:
         if (holder := _held_by_another(parent)) is not None:
             raise BertkitError(f"{parent} is in use by {holder}, and {directory} is inside it; wait for it to "
                                "finish or choose another output directory")
-    if real.is_dir():
-        for root, _, files in os.walk(real):
-            if LOCK in files and Path(root) != real and (holder := _held_by_another(Path(root))) is not None:
-                raise BertkitError(f"{root}, inside {directory}, is in use by {holder}; wait for it to finish or "
-                                   "choose another output directory")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _absolute(value: Any, cwd: str) -> Any:
-    """A path-valued setting (a path or a list of them, as strings) made absolute from ``cwd``, symlinks resolved."""
-    if isinstance(value, str):
-        return str(Path(cwd, value).resolve())
-    if isinstance(value, list):
-        return [_absolute(v, cwd) for v in value]
-    return value  # None: not given
+    for root, _, files in os.walk(real):
+        if LOCK in files and Path(root) != real and (holder := _held_by_another(Path(root))) is not None:
+            raise BertkitError(f"{root}, inside {directory}, is in use by {holder}; wait for it to finish or "
+                               "choose another output directory")
 
 
 def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dict, paths: Collection[str]) -> None:
     """--resume continues the run the marker describes, not another one: `finetune glue --task cola --resume`
-    into an SST-2 run would otherwise start afresh there and replace its report and best model.
+    into an SST-2 run would otherwise start afresh there and replace its report and best model. The settings
+    named in ``paths`` compare as the absolute paths they meant where each run started."""
+    def absolute(settings: dict, cwd: str) -> dict:
+        return {k: (v if k not in paths or v is None else str(Path(cwd, v).resolve()) if isinstance(v, str)
+                    else [str(Path(cwd, x).resolve()) for x in v]) for k, v in settings.items()}
 
-    The settings named in ``paths`` compare as the absolute paths they meant where each run started: `--data
-    data` started in runs/a is `--data runs/a/data` from the directory above. A marker from before bertkit
-    recorded that directory (no "cwd") compares them as written."""
-    earlier = marker.get("fingerprint") or {}
-    if marker.get("cwd"):
-        earlier = {k: _absolute(v, marker["cwd"]) if k in paths else v for k, v in earlier.items()}
-        now = {k: _absolute(v, os.getcwd()) if k in paths else v for k, v in now.items()}
+    earlier, now = absolute(marker.get("fingerprint") or {}, marker["cwd"]), absolute(now, os.getcwd())
     changed = sorted(k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k))
     if changed:
         shown = "; ".join(f"--{k.replace('_', '-')} {earlier.get(k)!r} then, {now.get(k)!r} now" for k in changed[:4])
@@ -487,87 +595,48 @@ def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dic
             "wrote there are removed), or choose another output directory")
 
 
-def _overwrite(directory: Path, marker: dict, recorded: dict[str, dict], legacy: list[str]) -> None:
-    """--overwrite: remove the earlier run's files that are still as it wrote them; refuse (naming them) when
-    a recorded path leads outside the directory, when the marker is too old to prove anything, or when files
-    bertkit did not write, or changed since, remain."""
-    run = f"`bertkit {marker.get('command')}` run"
-    outside = sorted(str(rel) for rel in [*recorded, *legacy] if not _safe_relative(rel))
-    if outside:
-        raise BertkitError(
-            f"{directory / MARKER} names {len(outside)} path(s) outside {directory} (e.g. {', '.join(map(repr, outside[:3]))}); "
-            "bertkit never writes such a marker, so it removes nothing on its word: clear the directory yourself "
-            "or choose another output directory")
-    if legacy:
-        raise BertkitError(
-            f"{directory} holds the output of a {run} made by an older bertkit, whose marker lists {len(legacy)} "
-            "file name(s) without their sizes and hashes, so bertkit cannot prove which are its own (a file you "
-            f"saved there may be listed): remove the files you no longer need yourself (e.g. {', '.join(legacy[:3])}) "
-            "or choose another output directory")
-    removed, changed = _remove_recorded(directory, recorded)
-    left = _listing(directory)
-    if left:
-        changed_now = [rel for rel in changed if rel in left]
-        why = (f"{len(changed_now)} of them written by that run but changed since, so yours now (e.g. "
-               f"{', '.join(changed_now[:3])}); " if changed_now else "")
-        raise BertkitError(
-            f"{directory}: removed the {len(removed)} file(s) the earlier {run} wrote, but {len(left)} other "
-            f"file(s) remain (e.g. {', '.join(left[:3])}); {why}bertkit leaves files it did not create alone: "
-            "move them or choose another output directory")
-
-
 def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *,
                      overwrite: bool = False, resume: bool = False, resumable: bool = True,
                      paths: Collection[str] = (), inputs: Mapping[str, Any] | None = None) -> OutputDir:
-    """Take ``path`` for one run of ``command``: lock it, check whose files are there, write the marker.
+    """Take ``path`` for one run of ``command``: refuse it if it is, holds or lies inside one of the command's
+    ``inputs`` (setting -> path or paths), lock it (refused if another process holds it, or one inside or
+    around it), then check whose files are there:
 
-    - equal to one of the command's ``inputs`` (setting name -> path or paths), holding one or inside one:
-      refused before anything is made;
-    - inside or around a directory another process holds: refused;
-    - empty or absent: claimed;
-    - holding a marker of the same command and settings and ``resume``: claimed, the run continues there
-      (other settings are refused, naming them; the ``fingerprint`` entries named in ``paths`` are paths,
-      compared as absolute paths, so a run may be resumed from another working directory);
-    - holding a bertkit marker otherwise: refused, unless ``overwrite`` (the recorded files still as they were
-      written are removed; anything else left there is named and refused);
-    - holding files without a marker (a user's, or another tool's): always refused.
+    - none: claimed;
+    - a marker of the same command and settings, and ``resume``: the run continues there (other settings are
+      refused, naming them; the ``fingerprint`` entries named in ``paths`` compare as absolute paths);
+    - a bertkit marker otherwise: refused, unless ``overwrite`` (``_overwrite``: all or nothing);
+    - files without a marker (a user's, or another tool's): always refused.
     """
     directory = Path(path)
-    refuse_inputs(directory, inputs or {}, is_dir=True)
-    if directory.exists() and not directory.is_dir():
-        raise BertkitError(f"{directory} is a file; the output must be a directory")
-    _refuse_held_nearby(directory)
-    created = not directory.exists()
-    directory.mkdir(parents=True, exist_ok=True)
+    created = _make(directory, inputs)
+    created = _EARLY.pop(str(directory.resolve()), False) or created  # lock_output_dir made it
     lock = _lock(directory, command)
     try:
         marker = read_marker(directory)
         present = _listing(directory)
-        recorded, legacy = _recorded(directory, marker)
-        inherited: dict[str, dict] = {}
+        recorded = _recorded(directory, marker)
+        inherited: dict[str, Any] = {}
         if marker is None and present:
             raise BertkitError(
                 f"{directory} already holds {len(present)} file(s) bertkit did not write there (e.g. "
                 f"{', '.join(present[:3])}); bertkit never replaces files it did not create: choose an empty "
                 "or new output directory")
-        if marker is not None and (present or recorded or legacy):
-            same = marker.get("command") == command
+        if marker is not None and (present or recorded):
+            same = marker["command"] == command
             if resume and same:
                 _refuse_other_settings(directory, command, marker, fingerprint or {}, paths)
                 inherited = {rel: e for rel, e in recorded.items() if _safe_relative(rel)}
             elif overwrite:
-                _overwrite(directory, marker, recorded, legacy)
+                _overwrite(directory, marker, recorded)
             else:
-                what = f"`bertkit {marker.get('command')}` run"
                 fixes = "pass --resume to continue it, " if same and resumable else ""
                 raise BertkitError(
-                    f"{directory} already holds the output of a {what} ({len(present)} file(s)); {fixes}pass "
-                    "--overwrite to replace it (only the files bertkit wrote there are removed), or choose "
-                    "another output directory")
-        claim = OutputDir(directory, command, fingerprint or {}, lock, time.time(), created, os.getcwd(),
-                          inherited, directory.resolve())
-        if resume and marker is not None and marker.get("command") == command:
-            claim._started = float(marker.get("started", claim._started))
+                    f"{directory} already holds the output of a `bertkit {marker['command']}` run ({len(present)} "
+                    f"file(s)); {fixes}pass --overwrite to replace it (only the files bertkit wrote there are "
+                    "removed), or choose another output directory")
+        claim = OutputDir(directory, command, fingerprint or {}, os.getcwd(), directory.resolve(), inherited,
+                          created, lock)
         atomic_write_text(directory / JOURNAL, "")  # this run's journal; the earlier one is in `inherited`
         claim.record(finished=False)
         _ACTIVE.append(claim)
@@ -577,11 +646,51 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
         raise
 
 
+def _make(directory: Path, inputs: Mapping[str, Any] | None) -> bool:
+    """``directory`` made if need be, once it is known to be no input, no file, and nowhere near a directory another
+    process holds; returns whether it was made."""
+    refuse_inputs(directory, inputs or {}, is_dir=True)
+    if directory.exists() and not directory.is_dir():
+        raise BertkitError(f"{directory} is a file; the output must be a directory")
+    _refuse_held_nearby(directory)
+    created = not directory.exists()
+    directory.mkdir(parents=True, exist_ok=True)
+    return created
+
+
+def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, Any] | None = None) -> None:
+    """Lock ``path`` for a command that will claim it, before the slow part of its start-up (torch's import, its
+    device), so that a second command started meanwhile is refused at once, whenever it would reach its claim.
+    Refused as ``claim_output_dir`` would be; ``release_unclaimed`` undoes it if the command fails before."""
+    directory = Path(path)
+    created = _make(directory, inputs)
+    try:
+        _HELD[str(directory.resolve())] = _lock(directory, command)
+    except BaseException:
+        if created:
+            directory.rmdir()
+        raise
+    _EARLY[str(directory.resolve())] = created
+
+
+def release_unclaimed(path: str | os.PathLike) -> None:
+    """After a command that failed between ``lock_output_dir`` and its claim: its lock dropped, and the directory
+    removed if the lock made it."""
+    real = str(Path(path).resolve())
+    if real in _EARLY:
+        if _EARLY.pop(real):
+            (Path(path) / LOCK).unlink()  # still locked: nobody else has opened it
+            with contextlib.suppress(OSError):
+                Path(path).rmdir()
+        _HELD.pop(real).close()
+
+
 @contextlib.contextmanager
 def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *, overwrite: bool = False,
                resume: bool = False, resumable: bool = True, paths: Collection[str] = (),
-               inputs: Mapping[str, Any] | None = None) -> Iterator[OutputDir]:
-    """``claim_output_dir`` as a context: the marker records the run's files on the way out, even on errors."""
+               inputs: Mapping[str, Any] | None = None, keep_lock: bool = False) -> Iterator[OutputDir]:
+    """``claim_output_dir`` as a context: the marker records the run's files on the way out, even on errors;
+    ``keep_lock``: the lock is held until the process exits (``OutputDir.release``)."""
     claim = claim_output_dir(path, command, fingerprint, overwrite=overwrite, resume=resume, resumable=resumable,
                              paths=paths, inputs=inputs)
     finished = False
@@ -589,4 +698,4 @@ def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None =
         yield claim
         finished = True
     finally:
-        claim.release(finished)
+        claim.release(finished, keep_lock)

@@ -25,7 +25,7 @@ from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_MODELS, BertForMultipleChoice
 from bertkit.modeling import BertModel, BertModelOutput
-from bertkit.output_record import register_scratch, remove_owned_tree
+from bertkit.outputs import register_scratch, remove_owned_tree
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 # Output tensors per model class, in tuple order (transformers' names).

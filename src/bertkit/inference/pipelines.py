@@ -183,22 +183,50 @@ class TextClassificationPipeline(TextOrPairInputs, Pipeline):
         return {"label": names[best], "score": float(p[best]), "scores": dict(zip(names, map(float, p)))}
 
 
-def rerank_scores(logits: np.ndarray, raw_scores: bool = False) -> np.ndarray:
+# Label names of a two-label head, (relevant, not relevant): bertkit's own QNLI/RTE recipe (id2label
+# entailment / not_entailment, so label 0 is the relevant one), its MRPC/QQP recipe ("1": paraphrase, duplicate),
+# transformers' default names, and the names a cross-encoder is given. Any other pair is refused, not guessed.
+_RELEVANCE_NAMES = (("entailment", "not_entailment"), ("1", "0"), ("label_1", "label_0"), ("relevant", "irrelevant"),
+                    ("relevant", "not_relevant"))
+
+
+def relevant_label(config) -> int | None:
+    """The index of a two-label cross-encoder's "relevant" label, read from its label names (``id2label``);
+    None for one logit. Refuses a head whose names do not say which label is relevant (``positive`` /
+    ``negative``, three labels, ...): ranking by the wrong one puts the least relevant texts first."""
+    if config.num_labels == 1:
+        return None
+    if config.num_labels != 2:
+        raise BertkitError(f"rerank needs a cross-encoder with one logit or two labels; this model has "
+                           f"{config.num_labels} labels: serve it as text-classification")
+    names = _labels(config)
+    lower = [n.lower() for n in names]
+    for yes, no in _RELEVANCE_NAMES:
+        if lower in ([yes, no], [no, yes]):
+            return lower.index(yes)
+    raise BertkitError(f"rerank cannot tell which of this model's two labels {names} is the relevant one: name them "
+                       f"(id2label in its config.json) "
+                       f"{{0: \"irrelevant\", 1: \"relevant\"}} (or entailment / not_entailment, as bertkit's QNLI "
+                       "recipe does), or serve it as text-classification")
+
+
+def rerank_scores(logits: np.ndarray, relevant: int | None, raw_scores: bool = False) -> np.ndarray:
     """A cross-encoder's relevance scores from its (N, labels) logits, one per (query, text) pair, in float64.
 
-    One logit: its sigmoid (TEI's /rerank, sentence-transformers' CrossEncoder). Two labels: the probability
-    of label 1 ("relevant"), softmax over the two, which is the sigmoid of l1 - l0 (TEI refuses /rerank on a
-    two-label model, typing it a classifier). ``raw_scores``: the logit, or l1 - l0 for two labels, so that
-    raw and probability scores rank alike."""
+    One logit (``relevant`` None): its sigmoid (TEI's /rerank, sentence-transformers' CrossEncoder). Two labels:
+    the probability of label ``relevant`` (``relevant_label``), softmax over the two, which is the sigmoid of
+    l_relevant - l_other (TEI refuses /rerank on a two-label model, typing it a classifier). ``raw_scores``: the
+    logit, or that difference for two labels, so that raw and probability scores rank alike."""
     x = np.asarray(logits, dtype=np.float64).reshape(len(logits), -1)  # (N, labels)
-    z = x[:, 0] if x.shape[1] == 1 else x[:, 1] - x[:, 0]
+    z = x[:, 0] if relevant is None else x[:, relevant] - x[:, 1 - relevant]
     return z if raw_scores else 1.0 / (1.0 + np.exp(-z))
 
 
 class RerankPipeline(TextClassificationPipeline):
     """A query and texts -> the texts ranked by relevance, ``[{"index", "score"}, ...]`` best first (``"text"``
     too with ``return_text=True``), as TEI's /rerank answers. The model is a cross-encoder: a sequence
-    classifier over (query, text) with one logit or two labels, scored by ``rerank_scores``.
+    classifier over (query, text) with one logit or two labels named as ``relevant_label`` reads them, scored by
+    ``rerank_scores``.
 
         rank = bertkit.pipeline("rerank", "my_cross_encoder")
         rank({"query": "What is Paris?", "texts": ["Paris is the capital of France.", "Berlin is in Germany."]})
@@ -209,9 +237,7 @@ class RerankPipeline(TextClassificationPipeline):
     call_options = ("raw_scores", "return_text")
 
     def __init__(self, model, tokenizer, **kwargs: Any):
-        if model.config.num_labels not in (1, 2):
-            raise BertkitError(f"rerank needs a cross-encoder with one logit or two labels; this model has "
-                               f"{model.config.num_labels} labels: serve it as text-classification")
+        self.relevant = relevant_label(model.config)
         super().__init__(model, tokenizer, **kwargs)
 
     def is_single(self, inputs: Any) -> bool:
@@ -234,7 +260,7 @@ class RerankPipeline(TextClassificationPipeline):
 
     def decode(self, item: dict, rows, outputs, raw_scores: bool = False, return_text: bool = False,
                **_: Any) -> list[dict[str, Any]]:
-        scores = rerank_scores(np.stack(outputs), raw_scores)
+        scores = rerank_scores(np.stack(outputs), self.relevant, raw_scores)
         order = sorted(range(len(scores)), key=lambda i: -scores[i])
         return [{"index": i, "score": float(scores[i]), **({"text": item["texts"][i]} if return_text else {})}
                 for i in order]

@@ -4,44 +4,17 @@ Why FastAPI + uvicorn: both are widely used and well kept, asyncio-native (thous
 cost no threads), and what most people who serve transformers models already run; the request handling
 is ours and small (we parse and check the JSON ourselves, so every error message names its limit).
 LitServe would bring its own batching loop and worker processes; one process owning one model, with the
-batching below, is simpler to reason about and is what makes bertkit's unpadded batches pay off.
+batching of ``serve_batching``, is simpler to reason about and is what makes bertkit's unpadded batches pay off.
 
-Endpoints (docs/inference.md has each task's answer and parameters). Bodies and answers are those of Hugging
-Face's Inference API, so ``huggingface_hub.InferenceClient(model="http://HOST:PORT/predict")`` works
-unchanged, and of Hugging Face's text-embeddings-inference (TEI) server where it has the route:
+Each route is one ``Route`` object (``ROUTES``: path, method, help, body parsing, rendering), declared beside its
+wire format: the Inference API's and TEI's /predict, /embed, /similarity in ``serve_wire``, OpenAI's and TEI's
+others in ``serve_tei``, the server's own (/health, /ready, /metadata, /metrics) here. The app, the OpenAPI page,
+the start-up line, the CLI's help and the /metrics route labels are all built from that one list.
 
-- ``POST /predict``: ``{"inputs": ..., "parameters": {...}}``, one input or a list (a pair is
-  ``{"text", "text_pair"}``, or ``[text, text_pair]`` inside a list, where ``[text]`` is a text as in TEI's
-  batches). A text-classification body with one of TEI's fields (``raw_scores``, ``truncate``, ...) is
-  answered in TEI's shape; for the embedding tasks, ``{"source_sentence", "sentences"}`` gives the cosine
-  similarities (the Inference API's sentence-similarity). ``POST /embed``, ``POST /similarity``: TEI's.
-- OpenAI's ``POST /v1/embeddings`` (and ``/embeddings``), and TEI's ``POST /`` (embed, predict or rerank, by the
-  served task), ``/rerank``, ``/tokenize``, ``/decode``, ``/embed_all`` and ``GET /info``: ``serve_tei``.
-- ``GET /health``: liveness, from the event loop alone. ``GET /ready``: 503 with ``Retry-After`` while the
-  admission bound is reached or the server drains. ``GET /metadata``: limits, admission state, counters.
-  ``GET /metrics``: Prometheus' text format (``serve_metrics``).
-
-``api_key``: every route but /health needs ``Authorization: Bearer KEY``, checked before the body is read (401).
-Answers that computed carry TEI's headers (``x-compute-time``, ``x-queue-time``, ``x-inference-time``, ...).
-
-Batching: requests arriving within ``max_wait_ms`` of the first waiting one are joined, whole, while their
-inputs fit in ``max_batch_size`` and their padded tokens (sequences x the longest) in ``max_batch_tokens``,
-into one pipeline call on the one model thread (a request with more runs alone). The wait happens only while other requests are being read: a lone request (concurrency 1) runs
-at once instead of waiting for companions that are not coming. Admission: at most ``max_concurrent_requests`` inputs (TEI's name; it too counts inputs) are
-admitted and not yet answered; a request that would go over gets 429 with ``Retry-After`` at once. Work of
-a client that disconnected, or whose ``X-Request-Timeout`` passed (504), is dropped before the model. On
-SIGTERM admitted requests finish (at most ``graceful_shutdown_s``, a deadline for every connection and for
-the model call under way). A client that leaves frees its admitted inputs at once, even while they compute.
-
-Limits (``Limits``; docs/inference.md, "Limits"), each a 4xx naming it, all checked before any model work:
-``max_body_bytes`` and ``max_json_depth`` (413, the depth measured on the bytes before parsing),
-``body_timeout_s`` (408), ``max_items``, ``max_text_chars``, ``max_windows_per_request`` (what one request
-costs the model: QA windows, choices, [MASK]s; counted from token counts), ``max_top_k`` and
-``max_candidates`` (422). Every field and parameter must be one the route takes, in its range, or it is
-refused by name (422); a repeated key or NaN is not JSON (400). Errors are ``{"error", "error_type"}``.
-Requests are parsed, checked and costed, and answers rendered, in ``serve_wire`` (the Inference API's wire
-format) and ``serve_tei`` (OpenAI's and TEI's); the batching and admission are ``serve_batching``'s; this module
-is the HTTP side.
+This module is the HTTP side: the API key (``Authorization: Bearer KEY`` on every route but /health, checked
+from the headers before the body is read), the body's size and arrival time, ``X-Request-Timeout`` (504), a
+client's disconnect (its work dropped, its admission freed), draining on SIGTERM (``graceful_shutdown_s``), and
+TEI's timing headers on computed answers. docs/inference.md describes every route, limit and answer.
 """
 
 from __future__ import annotations
@@ -54,26 +27,14 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bertkit.errors import BertkitError, NonFiniteError
-from bertkit.inference import serve_tei
+from bertkit.inference import serve_tei, serve_wire
 from bertkit.inference.serve_batching import Batcher, Job, Stats, _expired, fix_mmap_threshold, model_call
-from bertkit.inference.serve_wire import (  # the wire format; Limits and parse_request are also used from here
-    DEFAULT_MAX_CONCURRENT_REQUESTS,
-    EMBEDDING_TASKS,
-    Call,
-    Limits,
-    RequestError,
-    json_depth,
-    parse_request,
-    render,
-)
-
-__all__ = ["DEFAULT_MAX_CONCURRENT_REQUESTS", "EMBEDDING_TASKS", "Batcher", "Call", "Limits", "RequestError", "Stats",
-           "create_app", "json_depth", "metadata", "model_call", "parse_request", "render", "require_serving", "serve"]
+from bertkit.inference.serve_wire import EMBEDDING_TASKS, Call, Limits, RequestError, Route, load_json
+from bertkit.settings.inference import check_api_key
 
 logger = logging.getLogger("bertkit")
 
@@ -90,19 +51,66 @@ def require_serving() -> None:
                            "pip install \"bertkit[serve]\"") from None
 
 
-def metadata(pipe: Any, model_dir: str, limits: Limits, batcher: Batcher, stats: Stats) -> dict[str, Any]:
-    config = pipe.config
+# ---------------------------------------------------------------------------------------------------
+# the server's own routes
+# ---------------------------------------------------------------------------------------------------
+
+
+def _health(server: _Server) -> Any:
+    from fastapi.responses import JSONResponse
+
+    if not server.batcher.alive():  # a bug stopped the loop that feeds the model: restart this replica
+        return JSONResponse({"error": "the batching loop has stopped", "error_type": "unhealthy"}, 503)
+    return {"status": "ok"}
+
+
+def _ready(server: _Server) -> Any:
+    from fastapi.responses import JSONResponse
+
+    batcher, most, draining = server.batcher, server.limits.max_concurrent_requests, server.app.state.draining
+    body = {"admitted_inputs": batcher.inputs, "max_concurrent_requests": most}
+    if draining or batcher.inputs >= most:
+        return JSONResponse({"status": "draining" if draining else "full", **body}, status_code=503,
+                            headers={"Retry-After": str(batcher.retry_after())})
+    return {"status": "ready", **body}
+
+
+def _metadata(server: _Server) -> dict[str, Any]:
+    """The model (named as everywhere else: --served-model-name, else its directory), limits, admission, counters."""
+    pipe, batcher, stats = server.pipe, server.batcher, server.stats
     labels = None
-    if getattr(config, "id2label", None) and pipe.task in ("text-classification", "token-classification"):
-        labels = [config.id2label[i] for i in sorted(config.id2label, key=int)]
-    return {"model": model_dir, "task": pipe.task, "labels": labels, "max_length": pipe.max_length,
+    if getattr(pipe.config, "id2label", None) and pipe.task in ("text-classification", "token-classification"):
+        labels = [pipe.config.id2label[i] for i in sorted(pipe.config.id2label, key=int)]
+    return {"model": server.model_name, "task": pipe.task, "labels": labels, "max_length": pipe.max_length,
             "device": str(pipe.device), "bf16": pipe.bf16, "quantize": pipe.quantize,
             "batching": {"max_batch_size": batcher.max_batch_size, "max_wait_ms": batcher.max_wait * 1000},
-            "limits": vars(limits),
+            "limits": vars(server.limits),
             "admission": {"admitted_inputs": batcher.inputs, "queued_requests": len(batcher.jobs),
                           "model_inputs_per_s": None if batcher.rate is None else round(batcher.rate, 1)},
             "stats": {k: v for k, v in vars(stats).items() if k != "started"},
             "uptime_s": round(time.time() - stats.started, 1)}
+
+
+def _prometheus(server: _Server) -> Any:
+    from fastapi.responses import Response
+
+    body, content_type = server.metrics.exposition()
+    return Response(body, media_type=content_type)
+
+
+ROUTES: tuple[Route, ...] = (
+    *serve_wire.ROUTES, *serve_tei.ROUTES,
+    Route("/health", "liveness, from the event loop alone (the only route without the API key)", get=_health),
+    Route("/ready", "readiness: 503 with Retry-After while the admission bound is reached or the server drains",
+          get=_ready),
+    Route("/metadata", "bertkit's own: the model, limits, admission state, counters", get=_metadata),
+    Route("/metrics", "Prometheus' text format", get=_prometheus),
+)
+
+
+def routes_help() -> str:
+    """The route list, one line per route: ``bertkit serve --help`` shows it."""
+    return "routes:\n" + "\n".join(f"  {r.method:4} {', '.join(r.paths):28} {r.help}" for r in ROUTES)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -173,22 +181,20 @@ async def _job_result(batcher: Batcher, job: Job, request: Any) -> list[Any] | N
     raise _expired(job.timeout, computed=job.state != "dropped")
 
 
-class _Endpoints:
-    """The handlers of one app. They share its pipeline, limits and counters, and the batcher, which the app
-    makes when it starts (on the event loop it serves from)."""
+class _Server:
+    """What the routes of one app share: its pipeline, limits, counters and metrics, the name it gives the model,
+    and the batcher, which the app makes when it starts (on the event loop it serves from)."""
 
-    def __init__(self, app: Any, pipe: Any, model_dir: str, limits: Limits, stats: Stats, default_normalize: bool,
+    def __init__(self, app: Any, pipe: Any, limits: Limits, stats: Stats, default_normalize: bool,
                  model_name: str, metrics: Any):
-        self.app, self.pipe, self.model_dir, self.limits, self.stats = app, pipe, model_dir, limits, stats
+        self.app, self.pipe, self.limits, self.stats, self.metrics = app, pipe, limits, stats, metrics
         self.default_normalize = default_normalize
-        self.model_name = model_name  # --served-model-name: OpenAI answers' model, /info's model_id
-        self.metrics = metrics
+        self.model_name = model_name  # --served-model-name (else the directory): every answer that names the model
         self.batcher: Batcher | None = None
         self.parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-parse")
 
-    async def answer(self, request: Any, route: str) -> Any:
-        """The answer to a POST on ``route`` (predict, embed, similarity, or one of ``serve_tei.ROUTES``), errors
-        included; a computed answer carries TEI's timing headers."""
+    async def answer(self, request: Any, route: Route) -> Any:
+        """The answer to a POST on ``route``, errors included; a computed answer carries TEI's timing headers."""
         from fastapi.responses import JSONResponse, Response
         from starlette.requests import ClientDisconnect
 
@@ -198,13 +204,11 @@ class _Endpoints:
             self._refuse_early(request, route)
             call, job, parsing = await self._parse_and_admit(request, route)
             if job is None:  # tokenize, decode: answered from the tokenizer alone
-                return JSONResponse(serve_tei.render(self.pipe, call, [], self.model_name))
+                return JSONResponse(route.render(self, call, []))
             results = await _job_result(self.batcher, job, request)
             if results is None:
                 return Response(status_code=499)  # nginx's "client closed request": nobody reads it
-            answer = (serve_tei.render(self.pipe, call, results, self.model_name) if route in serve_tei.ROUTES
-                      else render(self.pipe, call, results, self.default_normalize))
-            return JSONResponse(answer, headers=self._timing(call, job, t0, parsing))
+            return JSONResponse(route.render(self, call, results), headers=self._timing(call, job, t0, parsing))
         except ClientDisconnect:
             return Response(status_code=499)
         except asyncio.CancelledError:  # uvicorn cancels what is still open when shutdown's grace period ends
@@ -221,18 +225,18 @@ class _Endpoints:
             self.stats.errors += 1
             return _error_response(RequestError(500 if isinstance(e, NonFiniteError) else 422, str(e)))
 
-    def _refuse_early(self, request: Any, route: str) -> None:
+    def _refuse_early(self, request: Any, route: Route) -> None:
         """The refusals that need no body: a draining server (503), a query string (422), no room (429)."""
         if self.app.state.draining:
             raise RequestError(503, "the server is shutting down; send the request to another replica",
                                {"Retry-After": "1"})
         if request.url.query:  # POST /predict?top_k=3 would otherwise be answered as if top_k were not sent
-            raise RequestError(422, f"/{route} takes no query parameters, got {request.url.query[:80]!r}; send "
+            raise RequestError(422, f"{route.path} takes no query parameters, got {request.url.query[:80]!r}; send "
                                     'them in the body: {"inputs": ..., "parameters": {...}}')
-        if route not in serve_tei.NO_MODEL:  # when full, refuse before reading and parsing the body
+        if route.model:  # when full, refuse before reading and parsing the body
             self.batcher.check_room()
 
-    async def _parse_and_admit(self, request: Any, route: str) -> tuple[Call, Job | None, float]:
+    async def _parse_and_admit(self, request: Any, route: Route) -> tuple[Call, Job | None, float]:
         """(the parsed call, its admitted job or None for a route without the model, seconds spent parsing).
 
         Counted as arriving meanwhile, so that the batcher does not close a batch this request could join."""
@@ -246,14 +250,12 @@ class _Endpoints:
                                         f"{self.limits.body_timeout_s:g} s", {"Connection": "close"}) from None
             # Parsed and costed (tokenized, for QA windows and [MASK]s) off the event loop, which keeps
             # answering /health and reading other requests meanwhile.
-            tei = route in serve_tei.ROUTES
             t_parse = time.perf_counter()
             call = await asyncio.get_running_loop().run_in_executor(
-                self.parser, serve_tei.parse if tei else parse_request, body, self.pipe, self.limits, route)
+                self.parser, lambda: route.parse(load_json(body, self.limits), self.pipe, self.limits))
             t_parsed = time.perf_counter()
-            job = None if route in serve_tei.NO_MODEL else self.batcher.admit(
-                call.items, call.options, timeout, call.cost, max(call.tokens, default=self.pipe.max_length),
-                sum(call.tokens))
+            job = self.batcher.admit(call.items, call.options, timeout, call.cost, max(
+                call.tokens, default=self.pipe.max_length), sum(call.tokens)) if route.model else None
         finally:
             self.batcher.arriving -= 1
             self.batcher.wake.set()  # the batch being gathered may have been waiting for this request
@@ -262,8 +264,7 @@ class _Endpoints:
     def _timing(self, call: Call, job: Job, t0: float, parsing: float) -> dict[str, str]:
         """TEI's response headers: times in milliseconds, the characters and tokens the request computed."""
         queued = job.started_at - job.queued_at
-        if self.metrics is not None:
-            self.metrics.queue_time.observe(queued)
+        self.metrics.queue_time.observe(queued)
 
         def ms(seconds: float) -> str:
             return str(round(seconds * 1000))
@@ -273,39 +274,6 @@ class _Endpoints:
                 "x-compute-characters": str(call.chars), "x-compute-tokens": str(sum(call.tokens)),
                 "x-tokenization-time": ms(parsing), "x-queue-time": ms(queued),
                 "x-inference-time": ms(job.finished_at - job.started_at)}
-
-    async def health(self) -> Any:
-        from fastapi.responses import JSONResponse
-
-        if not self.batcher.alive():  # a bug stopped the loop that feeds the model: restart this replica
-            return JSONResponse({"error": "the batching loop has stopped", "error_type": "unhealthy"}, 503)
-        return {"status": "ok"}
-
-    async def ready(self) -> Any:
-        from fastapi.responses import JSONResponse
-
-        batcher, limits, draining = self.batcher, self.limits, self.app.state.draining
-        room = limits.max_concurrent_requests - batcher.inputs
-        body = {"admitted_inputs": batcher.inputs, "max_concurrent_requests": limits.max_concurrent_requests}
-        if draining or room <= 0:
-            return JSONResponse({"status": "draining" if draining else "full", **body}, status_code=503,
-                                headers={"Retry-After": str(batcher.retry_after())})
-        return {"status": "ready", **body}
-
-    async def meta(self) -> Any:
-        return metadata(self.pipe, self.model_dir, self.limits, self.batcher, self.stats)
-
-    async def info(self) -> Any:
-        from bertkit import __version__
-
-        return serve_tei.info(self.pipe, self.model_name, self.limits, self.batcher.max_batch_size,
-                              self.batcher.max_tokens, __version__)
-
-    async def prometheus(self) -> Any:
-        from fastapi.responses import Response
-
-        body, content_type = self.metrics.exposition()
-        return Response(body, media_type=content_type)
 
 
 class _BearerKey:
@@ -334,17 +302,19 @@ class _BearerKey:
 def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_ms: float = 5.0,
                limits: Limits | None = None, max_batch_tokens: int | None = None, api_key: str | None = None,
                served_model_name: str | None = None) -> Any:
-    """The FastAPI application serving ``pipe`` (see the module docstring for the endpoints).
+    """The FastAPI application serving ``pipe`` on ``ROUTES``.
 
     ``max_batch_tokens`` bounds a model call's padded tokens (sequences x the longest; None: no bound),
     ``api_key`` makes every route but /health need ``Authorization: Bearer <api_key>``, ``served_model_name``
-    (default: ``model_dir``) names the model in OpenAI's answers and /info. ``app.state.draining = True`` makes
-    it refuse new requests with 503 while admitted ones finish (set by ``serve`` on SIGTERM);
+    (default: ``model_dir``) names the model in OpenAI's answers, /info and /metadata. ``app.state.draining = True``
+    makes it refuse new requests with 503 while admitted ones finish (set by ``serve`` on SIGTERM);
     ``app.state.stats`` holds the counters, ``app.state.metrics`` the Prometheus ones."""
     require_serving()
     from contextlib import asynccontextmanager
 
-    from fastapi import FastAPI
+    from fastapi import FastAPI, Request
+
+    from bertkit.inference.serve_metrics import CountRequests, Metrics
 
     limits = limits or Limits()
     _check_server_args(pipe, max_batch_tokens, api_key)
@@ -352,29 +322,40 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     default_normalize = bool(getattr(pipe, "normalize", False))
     stopping = threading.Event()
     pipe, per_token = _server_pipelines(pipe, stopping)
-    from bertkit.inference.serve_metrics import CountRequests, Metrics
 
     @asynccontextmanager
     async def lifespan(app: Any):
-        endpoints.batcher = Batcher(model_call(pipe, per_token), max_batch_size, max_wait_ms,
-                                    limits.max_concurrent_requests, stats, max_cost=limits.max_windows_per_request,
-                                    max_tokens=max_batch_tokens, on_call=metrics.model_call)
-        endpoints.batcher.start()
+        server.batcher = Batcher(model_call(pipe, per_token), max_batch_size, max_wait_ms,
+                                 limits.max_concurrent_requests, stats, max_cost=limits.max_windows_per_request,
+                                 max_tokens=max_batch_tokens, on_call=metrics.model_call)
+        server.batcher.start()
         yield
         stopping.set()
-        endpoints.parser.shutdown(wait=False, cancel_futures=True)
-        await endpoints.batcher.stop()
+        server.parser.shutdown(wait=False, cancel_futures=True)
+        await server.batcher.stop()
         logger.info("bertkit serve stopped: %s", json.dumps({k: v for k, v in vars(stats).items() if k != "started"}))
 
     app = FastAPI(title=f"bertkit {pipe.task}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.draining = False
     app.state.stats = stats
-    metrics = Metrics(lambda: endpoints.batcher.inputs if endpoints.batcher else 0,
-                      lambda: len(endpoints.batcher.jobs) if endpoints.batcher else 0)
+    metrics = Metrics(lambda: server.batcher.inputs if server.batcher else 0,
+                      lambda: len(server.batcher.jobs) if server.batcher else 0,
+                      routes=[path for route in ROUTES for path in route.paths])
     app.state.metrics = metrics
-    endpoints = _Endpoints(app, pipe, model_dir, limits, stats, default_normalize,
-                           served_model_name or model_dir, metrics)
-    _add_routes(app, endpoints, pipe)
+    server = _Server(app, pipe, limits, stats, default_normalize, served_model_name or model_dir, metrics)
+
+    def handler(route: Route) -> Any:
+        async def handle(request: Request) -> Any:
+            return route.get(server) if route.get else await server.answer(request, route)
+
+        # FastAPI reads the handler's annotations to inject the request; under ``from __future__ import
+        # annotations`` they are strings naming an import local to this function, so give it the class.
+        handle.__annotations__["request"] = Request
+        return handle
+
+    for route in ROUTES:
+        for path in route.paths:
+            app.add_api_route(path, handler(route), methods=[route.method], summary=route.help)
     if api_key is not None:  # inside the counting, so that a 401 is counted too
         app.add_middleware(_BearerKey, key=api_key)
     app.add_middleware(CountRequests, metrics=metrics)
@@ -386,9 +367,8 @@ def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | N
     if max_batch_tokens is not None and max_batch_tokens < pipe.max_length:
         raise BertkitError(f"max_batch_tokens {max_batch_tokens} is below max_length {pipe.max_length}: one input "
                            "of max_length tokens could never be computed; raise --max-batch-tokens or lower --max-length")
-    if api_key is not None and not (api_key and api_key.isprintable() and api_key.isascii() and " " not in api_key):
-        raise BertkitError("the API key must be a non-empty string of printable ASCII without spaces (it is sent "
-                           "in the header Authorization: Bearer <key>)")
+    if api_key is not None:
+        check_api_key(api_key, "api_key")
 
 
 def _server_pipelines(pipe: Any, stopping: threading.Event) -> tuple[Any, Any]:
@@ -417,31 +397,6 @@ def _server_pipelines(pipe: Any, stopping: threading.Event) -> tuple[Any, Any]:
         if p is not None:
             stop_at_shutdown(p)
     return pipe, per_token
-
-
-def _add_routes(app: Any, endpoints: _Endpoints, pipe: Any) -> None:
-    """The route table: each POST path and the route name ``_Endpoints.answer`` takes, then the GET endpoints."""
-    from fastapi import Request
-
-    def route(name: str) -> Callable[..., Any]:
-        async def handler(request: Request) -> Any:
-            return await endpoints.answer(request, name)
-
-        # FastAPI reads the handler's annotations to inject the request; under ``from __future__ import
-        # annotations`` they are strings naming an import local to this function, so give it the class.
-        handler.__annotations__["request"] = Request
-        return handler
-
-    routes = {"/predict": "predict", "/embed": "embed", "/similarity": "similarity", "/v1/embeddings": "openai",
-              "/embeddings": "openai", "/rerank": "rerank", "/tokenize": "tokenize", "/decode": "decode",
-              "/embed_all": "embed_all", "/": serve_tei.root_route(pipe)}
-    for path, name in routes.items():
-        app.post(path)(route(name))
-    app.get("/health")(endpoints.health)
-    app.get("/ready")(endpoints.ready)
-    app.get("/metadata")(endpoints.meta)
-    app.get("/info")(endpoints.info)
-    app.get("/metrics")(endpoints.prometheus)
 
 
 def warm_int8(pipe: Any) -> None:
@@ -494,10 +449,12 @@ def serve(s: Any) -> dict[str, Any]:
 
     server = Server(uvicorn.Config(app, host=s.host, port=s.port, log_level=s.log_level, access_log=False,
                                    timeout_graceful_shutdown=s.graceful_shutdown_s))
-    logger.info("serving %s from %s (%s%s on %s) on http://%s:%d (POST /, /predict, /embed, /similarity, "
-                "/v1/embeddings, /rerank, /tokenize, /decode, /embed_all; GET /health, /ready, /metadata, /info, "
-                "/metrics)%s", s.task, s.model_name_or_path, "int8, the rest in " if pipe.quantize else "",
-                pipe.precision.dtype, pipe.device, s.host, s.port, "; an API key is required" if s.api_key else "")
+    paths = "; ".join(f"{m} {', '.join(p for r in ROUTES if r.method == m for p in r.paths)}" for m in ("POST", "GET"))
+    logger.info("serving %s from %s (%s%s on %s) on http://%s:%d (%s); %s", s.task, s.model_name_or_path,
+                "int8, the rest in " if pipe.quantize else "", pipe.precision.dtype, pipe.device, s.host, s.port, paths,
+                "every route but /health is protected by an API key" if s.api_key is not None else
+                "the routes are NOT protected: anyone who reaches this address can use them (set BERTKIT_API_KEY "
+                "or --api-key to require a key)")
     # uvicorn re-raises the signal that stopped it once it has drained; ignore that one so a drained server
     # returns its counters (exit 0) instead of being killed by the default action.
     main = threading.current_thread() is threading.main_thread()

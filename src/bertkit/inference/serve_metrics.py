@@ -10,35 +10,23 @@ request), model-call sizes in inputs and padded tokens, the inputs and tokens co
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from bertkit.errors import BertkitError
-
-# The routes counted by name; any other path is counted as "other", so a scan of random paths cannot grow the
-# label set without bound.
-ROUTES = ("/", "/predict", "/embed", "/similarity", "/embeddings", "/v1/embeddings", "/rerank", "/tokenize",
-          "/decode", "/embed_all", "/info", "/health", "/ready", "/metadata", "/metrics")
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 _TOKENS = (64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
-def require_prometheus() -> Any:
-    try:
-        import prometheus_client
-    except ImportError as e:
-        raise BertkitError(f"bertkit serve's /metrics needs prometheus_client ({e.name} is missing): "
-                           "pip install \"bertkit[serve]\"") from None
-    return prometheus_client
-
-
 class Metrics:
-    """The counters, histograms and gauges of one app, in their own registry."""
+    """The counters, histograms and gauges of one app, in their own registry. Requests are counted by route for the
+    app's ``routes`` (its paths); any other path is counted as "other", so that a scan of random paths cannot grow
+    the label set without bound."""
 
-    def __init__(self, admitted: Callable[[], float], queued: Callable[[], float]):
-        p = require_prometheus()
-        self.p = p
+    def __init__(self, admitted: Callable[[], float], queued: Callable[[], float], routes: Iterable[str]):
+        import prometheus_client as p  # the serve extra, checked by serve.require_serving
+
+        self.p, self.routes = p, frozenset(routes)
         self.registry = p.CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = p.Counter("bertkit_requests", "HTTP requests answered, by route and status",
@@ -72,7 +60,7 @@ class Metrics:
             self.batch_tokens.observe(padded)
 
     def answered(self, path: str, status: int, seconds: float) -> None:
-        route = path if path in ROUTES else "other"
+        route = path if path in self.routes else "other"
         self.requests.labels(route, str(status)).inc()
         self.total_time.labels(route).observe(seconds)
         if status >= 400:

@@ -1,8 +1,8 @@
-"""The wire format of the routes that OpenAI's and text-embeddings-inference's (TEI) clients call on ``bertkit
-serve``: ``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/decode``, ``/embed_all``
-and ``/info`` (TEI's). Each request is parsed, checked and costed into a ``serve_wire.Call`` as strictly as the
-Inference API's routes are (an unknown field, a value of the wrong type or out of range: 422 naming it), and
-each answer rendered from the model's outputs. ``serve`` runs them through the same admission and batching.
+"""The routes that OpenAI's and text-embeddings-inference's (TEI) clients call on ``bertkit serve``:
+``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/decode``, ``/embed_all``, ``/info`` and
+TEI's ``POST /`` (TEI's), each one ``Route`` in ``ROUTES``. Each request is parsed, checked and costed into a
+``serve_wire.Call`` as strictly as the Inference API's routes are (an unknown field, a value of the wrong type or
+out of range: 422 naming it), and each answer rendered from the model's outputs.
 
 Inputs of the embedding routes are tokenized here, on the parser thread (``Encoded`` rows), so that the model
 thread gets rows ready to run and each request's tokens are known before it is admitted: they bound a model
@@ -12,19 +12,27 @@ call (``max_batch_tokens``) and are what ``usage`` and ``x-compute-tokens`` repo
 from __future__ import annotations
 
 import base64
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from bertkit.inference.pipelines import rerank_scores
-from bertkit.inference.serve_wire import EMBEDDING_TASKS, Call, Limits, RequestError, _embedding, _load_json
-
-# Routes whose body this module reads: the OpenAI embeddings route and TEI's; tokenize and decode need no model.
-ROUTES = ("openai", "rerank", "tokenize", "decode", "embed_all")
-NO_MODEL = ("tokenize", "decode")
-_PATHS = {"openai": "/v1/embeddings", "rerank": "/rerank", "tokenize": "/tokenize", "decode": "/decode",
-          "embed_all": "/embed_all"}
+from bertkit.errors import BertkitError
+from bertkit.inference.pipelines import relevant_label, rerank_scores
+from bertkit.inference.serve_wire import (
+    EMBEDDING_TASKS,
+    PREDICT,
+    Call,
+    Limits,
+    RequestError,
+    Route,
+    _embedding,
+    check_values,
+    fitted,
+    need_embedding,
+    refuse_empty,
+)
 
 
 @dataclass(frozen=True)
@@ -38,16 +46,18 @@ class Encoded:
         return {"input_ids": self.input_ids, "token_type_ids": self.token_type_ids}
 
 
-def is_reranker(pipe: Any) -> bool:
-    """Whether ``pipe`` scores (query, text) pairs: the rerank task, or a classifier with one logit or two labels."""
-    return pipe.task == "rerank" or pipe.task == "text-classification" and pipe.config.num_labels in (1, 2)
-
-
-def root_route(pipe: Any) -> str:
-    """What TEI's ``POST /`` is on this server: embed for an embedding model, rerank for a reranker, else predict."""
-    if pipe.task in EMBEDDING_TASKS:
-        return "embed"
-    return "rerank" if pipe.task == "rerank" else "predict"
+def relevant(pipe: Any) -> int | None:
+    """Which logit of ``pipe``'s model scores relevance (``pipelines.relevant_label``): the rerank task's, or a
+    text-classification model's with one logit or two labels named so; 424 for any other pipeline."""
+    if pipe.task == "rerank":
+        return pipe.relevant
+    try:
+        if pipe.task == "text-classification":
+            return relevant_label(pipe.config)
+        raise BertkitError(f"this server runs {pipe.task}")
+    except BertkitError as e:
+        raise RequestError(424, f"/rerank needs a cross-encoder (start the server with --task rerank, or serve a "
+                                f"text-classification model with one logit or two labels): {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -55,9 +65,10 @@ def root_route(pipe: Any) -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _fields(data: Any, route: str, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Any]:
-    """The body's fields, every required one present and none unknown; a JSON null is the field's default."""
-    path = _PATHS[route]
+def _fields(data: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...], pipe: Any,
+            limits: Limits) -> dict[str, Any]:
+    """The body's fields, every required one present, none unknown, each optional one's value checked
+    (``serve_wire.check_values``); a JSON null is the field's default."""
     if not isinstance(data, dict):
         raise RequestError(422, f"the body of {path} must be a JSON object with {', '.join(required)}")
     unknown = sorted(set(data) - set(required) - set(optional))
@@ -67,28 +78,13 @@ def _fields(data: Any, route: str, required: tuple[str, ...], optional: tuple[st
     missing = [k for k in required if data.get(k) is None]
     if missing:
         raise RequestError(422, f"{path} needs the field(s) {', '.join(missing)}")
-    return {k: v for k, v in data.items() if v is not None}
-
-
-def _check(fields: dict[str, Any], name: str, ok: Any, expected: str) -> None:
-    if name in fields and not ok(fields[name]):
-        raise RequestError(422, f"{name} must be {expected}, got {str(fields[name])[:80]!r}")
+    fields = {k: v for k, v in data.items() if v is not None}
+    check_values({k: v for k, v in fields.items() if k not in required}, pipe, limits)
+    return fields
 
 
 def _is_ids(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
-
-
-def _boolean(fields: dict[str, Any], *names: str) -> None:
-    for name in names:
-        _check(fields, name, lambda v: isinstance(v, bool), "true or false")
-
-
-def _tei_text_options(fields: dict[str, Any]) -> None:
-    _boolean(fields, "truncate")
-    _check(fields, "truncation_direction", lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s '
-                                                                              "beginning)")
-    _check(fields, "prompt_name", lambda v: False, "null (bertkit's pipelines have no prompts)")
 
 
 def _texts(raw: Any, name: str, limits: Limits) -> list[str]:
@@ -110,43 +106,33 @@ def _count(n: int, name: str, limits: Limits) -> None:
 
 def _encode_text(pipe: Any, text: str, index: int, truncate: bool) -> Encoded:
     enc = pipe.tokenizer(text, truncation=True, max_length=pipe.max_length)
+    refuse_empty(pipe, enc["input_ids"], index)
     if not truncate:
-        n = len(pipe.tokenizer(text)["input_ids"])
-        if n > pipe.max_length:
-            raise RequestError(422, f"input {index} has {n} tokens, over max_length {pipe.max_length}; send "
-                                    "truncate: true to cut it, or shorten it")
+        fitted(len(pipe.tokenizer(text)["input_ids"]), f"input {index}", pipe, truncate)
     return Encoded(enc["input_ids"], enc["token_type_ids"])
+
+
+def _in_vocabulary(pipe: Any, ids: list[int], what: str) -> None:
+    vocab = len(pipe.tokenizer)
+    bad = next((x for x in ids if not 0 <= x < vocab), None)
+    if bad is not None:
+        raise RequestError(422, f"{what} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
 
 
 def _encode_ids(pipe: Any, ids: list[int], index: int) -> Encoded:
     """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include."""
-    vocab = len(pipe.tokenizer)
-    bad = next((x for x in ids if not 0 <= x < vocab), None)
-    if bad is not None:
-        raise RequestError(422, f"input {index} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
+    _in_vocabulary(pipe, ids, f"input {index}")
     if len(ids) > pipe.max_length:
         raise RequestError(422, f"input {index} has {len(ids)} token ids, over max_length {pipe.max_length}")
     return Encoded(list(ids), [0] * len(ids))
 
 
-def _need_embedding(pipe: Any, route: str, one_vector: bool) -> None:
-    if pipe.task not in EMBEDDING_TASKS:
-        raise RequestError(424, f"{_PATHS[route]} needs an embedding pipeline; this server runs {pipe.task}: start it "
-                                "with --task feature-extraction or sentence-embedding")
-    if one_vector and pipe.pooling == "none":
-        raise RequestError(422, f"{_PATHS[route]} gives one vector per input; this server's pipeline has "
-                                'pooling="none" (per-token states are POST /embed_all)')
-
-
 def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
-    _need_embedding(pipe, "openai", one_vector=True)
-    f = _fields(data, "openai", ("input",), ("model", "encoding_format", "dimensions", "user"))
-    _check(f, "model", lambda v: isinstance(v, str), "a string (any: this server serves one model)")
-    _check(f, "user", lambda v: isinstance(v, str), "a string")
-    _check(f, "encoding_format", lambda v: v in ("float", "base64"), '"float" or "base64"')
-    hidden = pipe.config.hidden_size
-    _check(f, "dimensions", lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= hidden,
-           f"an int in [1, {hidden}] (the model's hidden size)")
+    need_embedding(pipe, "/v1/embeddings", one_vector=True)
+    encoding = data.pop("encoding_format", None) if isinstance(data, dict) else None  # base64 too, unlike /predict
+    if encoding not in (None, "float", "base64"):
+        raise RequestError(422, f'encoding_format must be "float" or "base64", got {repr(encoding)[:80]}')
+    f = _fields(data, "/v1/embeddings", ("input",), ("model", "encoding_format", "dimensions", "user"), pipe, limits)
     raw = f["input"]
     if isinstance(raw, str) or _is_ids(raw):
         raw = [raw]  # one text, or one text's token ids
@@ -167,20 +153,14 @@ def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
         else:
             raise RequestError(422, f"input {i} is {type(x).__name__} {str(x)[:60]!r}; input holds strings or "
                                     "non-empty lists of token ids (ints)")
-    answer = {"normalize": True, "dimensions": f.get("dimensions"), "encoding_format": f.get("encoding_format",
-                                                                                             "float")}
-    return Call(items, {}, answer, False, cost=len(items), route="openai",
-                tokens=[len(e.input_ids) for e in items], chars=chars)
+    answer = {"normalize": True, "dimensions": f.get("dimensions"), "encoding_format": encoding or "float"}
+    return Call(items, {}, answer, cost=len(items), tokens=[len(e.input_ids) for e in items], chars=chars)
 
 
 def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
-    if not is_reranker(pipe):
-        raise RequestError(424, f"/rerank needs a cross-encoder (start the server with --task rerank, or serve a "
-                                f"text-classification model with one logit or two labels); this server runs "
-                                f"{pipe.task} with {pipe.config.num_labels} labels")
-    f = _fields(data, "rerank", ("query", "texts"), ("raw_scores", "return_text", "truncate", "truncation_direction"))
-    _boolean(f, "raw_scores", "return_text")
-    _tei_text_options(f)
+    label = relevant(pipe)
+    f = _fields(data, "/rerank", ("query", "texts"), ("raw_scores", "return_text", "truncate", "truncation_direction"),
+                pipe, limits)
     if not isinstance(f["query"], str):
         raise RequestError(422, f"query must be a string, got {str(f['query'])[:80]!r}")
     texts = _texts(f["texts"], "texts", limits)
@@ -191,22 +171,17 @@ def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
             raise RequestError(422, f"the query with text {i} has {n} characters, over max_text_chars "
                                     f"{limits.max_text_chars}")
         count = len(pipe.tokenizer(f["query"], text)["input_ids"])
-        if f.get("truncate") is False and count > pipe.max_length:
-            raise RequestError(422, f"the query with text {i} has {count} tokens, over max_length {pipe.max_length}; "
-                                    "send truncate: true to cut it, or shorten it")
-        tokens.append(min(count, pipe.max_length))
+        tokens.append(fitted(count, f"the query with text {i}", pipe, f.get("truncate", True)))
         chars += n
     answer = {k: f.get(k, False) for k in ("raw_scores", "return_text")}
-    answer["texts"] = texts
+    answer["texts"], answer["relevant"] = texts, label
     # One model sequence per (query, text) pair: admission, max_items and the model call's bounds count pairs.
-    return Call([(f["query"], t) for t in texts], {"pairs": True}, answer, False, cost=len(texts), route="rerank",
-                tokens=tokens, chars=chars)
+    return Call([(f["query"], t) for t in texts], {"pairs": True}, answer, cost=len(texts), tokens=tokens,
+                chars=chars)
 
 
 def _tokenize(data: Any, pipe: Any, limits: Limits) -> Call:
-    f = _fields(data, "tokenize", ("inputs",), ("add_special_tokens", "prompt_name"))
-    _boolean(f, "add_special_tokens")
-    _check(f, "prompt_name", lambda v: False, "null (bertkit's pipelines have no prompts)")
+    f = _fields(data, "/tokenize", ("inputs",), ("add_special_tokens", "prompt_name"), pipe, limits)
     texts = _texts(f["inputs"], "inputs", limits)
     out = []
     for text in texts:
@@ -217,49 +192,41 @@ def _tokenize(data: Any, pipe: Any, limits: Limits) -> Call:
                     {"id": i, "text": text[a:b], "special": False, "start": a, "stop": b}
                     for i, piece, special, (a, b) in zip(enc["input_ids"], pieces, enc["special_tokens_mask"],
                                                          enc["offset_mapping"])])
-    return Call([], {}, {"result": out}, False, route="tokenize", chars=sum(map(len, texts)))
+    return Call([], {}, {"result": out}, chars=sum(map(len, texts)))
 
 
 def _decode(data: Any, pipe: Any, limits: Limits) -> Call:
-    f = _fields(data, "decode", ("ids",), ("skip_special_tokens",))
-    _boolean(f, "skip_special_tokens")
+    f = _fields(data, "/decode", ("ids",), ("skip_special_tokens",), pipe, limits)
     ids = [f["ids"]] if _is_ids(f["ids"]) else f["ids"]
     if not (isinstance(ids, list) and ids and all(_is_ids(x) for x in ids)):
         raise RequestError(422, f"ids must be a non-empty list of token ids (ints) or a list of them, got "
                                 f"{str(f['ids'])[:80]!r}")
     _count(len(ids), "sequences", limits)
-    vocab = len(pipe.tokenizer)
     for i, seq in enumerate(ids):
-        bad = next((x for x in seq if not 0 <= x < vocab), None)
-        if bad is not None:
-            raise RequestError(422, f"ids {i} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
+        _in_vocabulary(pipe, seq, f"ids {i}")
         if len(seq) > limits.max_text_chars:
             raise RequestError(422, f"ids {i} holds {len(seq)} ids, over max_text_chars {limits.max_text_chars}")
     skip = f.get("skip_special_tokens", True)
-    return Call([], {}, {"result": [pipe.tokenizer.decode(seq, skip_special_tokens=skip) for seq in ids]}, False,
-                route="decode")
+    return Call([], {}, {"result": [pipe.tokenizer.decode(seq, skip_special_tokens=skip) for seq in ids]})
 
 
-def _embed_all(data: Any, pipe: Any, limits: Limits) -> Call:
-    _need_embedding(pipe, "embed_all", one_vector=False)
-    f = _fields(data, "embed_all", ("inputs",), ("truncate", "truncation_direction", "prompt_name"))
-    _tei_text_options(f)
+def _embed(data: Any, pipe: Any, limits: Limits, path: str = "/embed", per_token: bool = False) -> Call:
+    """TEI's /embed (a vector per text, normalised unless ``normalize: false``) or /embed_all (``per_token``: every
+    token's state, bounded by max_candidates since each is a vector of the answer)."""
+    need_embedding(pipe, path)
+    extra = () if per_token else ("normalize", "dimensions")
+    f = _fields(data, path, ("inputs",), ("truncate", "truncation_direction", "prompt_name", *extra), pipe, limits)
     texts = _texts(f["inputs"], "inputs", limits)
     items = [_encode_text(pipe, t, i, f.get("truncate", True)) for i, t in enumerate(texts)]
     tokens = [len(e.input_ids) for e in items]
-    if sum(tokens) > limits.max_candidates:  # each token's state is a vector of the answer: bound its size
+    if not per_token:
+        answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
+        return Call(items, {}, answer, cost=len(items), tokens=tokens, chars=sum(map(len, texts)))
+    if sum(tokens) > limits.max_candidates:
         raise RequestError(422, f"this request's answer would hold {sum(tokens)} token states, over max_candidates "
                                 f"{limits.max_candidates}; send fewer or shorter inputs")
-    return Call(items, {"pooling": "none"}, {}, False, cost=len(items), candidates=sum(tokens), route="embed_all",
-                tokens=tokens, chars=sum(map(len, texts)))
-
-
-_PARSERS = {"openai": _openai, "rerank": _rerank, "tokenize": _tokenize, "decode": _decode, "embed_all": _embed_all}
-
-
-def parse(body: bytes, pipe: Any, limits: Limits, route: str) -> Call:
-    """The request to ``route`` (one of ``ROUTES``), parsed, checked and costed; refused by name (4xx) otherwise."""
-    return _PARSERS[route](_load_json(body, limits), pipe, limits)
+    return Call(items, {"pooling": "none"}, {}, cost=len(items), candidates=sum(tokens), tokens=tokens,
+                chars=sum(map(len, texts)))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -267,34 +234,31 @@ def parse(body: bytes, pipe: Any, limits: Limits, route: str) -> Call:
 # ---------------------------------------------------------------------------------------------------
 
 
-def render(pipe: Any, call: Call, results: list[Any], model_name: str) -> Any:
-    """The JSON answer to ``call`` from the model's outputs (one per item, in order)."""
+def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any]:
+    a, data = call.answer, []
+    for i, r in enumerate(results):
+        v = _embedding(r, a, True)  # dimensions kept, then normalised (OpenAI's and TEI's order)
+        if a["encoding_format"] == "base64":  # little-endian float32, as OpenAI's answers
+            v = base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")
+        data.append({"object": "embedding", "embedding": v, "index": i})
+    tokens = sum(call.tokens)
+    return {"object": "list", "data": data, "model": server.model_name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+def _ranked(server: Any, call: Call, results: list[Any]) -> list[dict[str, Any]]:
     a = call.answer
-    if call.route in NO_MODEL:
-        return a["result"]
-    if call.route == "openai":
-        data = []
-        for i, r in enumerate(results):
-            v = _embedding(r, a, True)  # dimensions kept, then normalised (OpenAI's and TEI's order)
-            if a["encoding_format"] == "base64":  # little-endian float32, as OpenAI's answers
-                v = base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")
-            data.append({"object": "embedding", "embedding": v, "index": i})
-        tokens = sum(call.tokens)
-        return {"object": "list", "data": data, "model": model_name,
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
-    if call.route == "rerank":
-        scores = rerank_scores(np.stack([np.asarray(r) for r in results]), a["raw_scores"])
-        order = sorted(range(len(scores)), key=lambda i: -scores[i])
-        return [{"index": i, "score": float(scores[i]), **({"text": a["texts"][i]} if a["return_text"] else {})}
-                for i in order]
-    assert call.route == "embed_all", call.route
-    return [np.asarray(r, dtype=np.float32).tolist() for r in results]
+    scores = rerank_scores(np.stack([np.asarray(r) for r in results]), a["relevant"], a["raw_scores"])
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    return [{"index": i, "score": float(scores[i]), **({"text": a["texts"][i]} if a["return_text"] else {})}
+            for i in order]
 
 
-def info(pipe: Any, model_name: str, limits: Limits, max_batch_size: int, max_batch_tokens: int,
-         version: str) -> dict[str, Any]:
+def _info(server: Any) -> dict[str, Any]:
     """TEI's ``GET /info``: the model and this server's limits, under TEI's names."""
-    config = pipe.config
+    from bertkit import __version__
+
+    pipe, limits, config = server.pipe, server.limits, server.pipe.config
     labels = {str(i): config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(config.num_labels)}
     if pipe.task in EMBEDDING_TASKS:
         model_type: dict[str, Any] = {"embedding": {"pooling": pipe.pooling}}
@@ -302,9 +266,39 @@ def info(pipe: Any, model_name: str, limits: Limits, max_batch_size: int, max_ba
         kind = "reranker" if pipe.task == "rerank" else "classifier"
         model_type = {kind: {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}}
     dtype = "int8" if pipe.quantize == "int8" else "bfloat16" if pipe.bf16 else "float32"
-    return {"model_id": model_name, "model_sha": None, "model_dtype": dtype, "model_type": model_type,
+    return {"model_id": server.model_name, "model_sha": None, "model_dtype": dtype, "model_type": model_type,
             "task": pipe.task, "prompts": None, "default_prompt_name": None, "default_prompt": None,
             "max_concurrent_requests": limits.max_concurrent_requests, "max_input_length": pipe.max_length,
-            "max_batch_tokens": max_batch_tokens, "max_batch_requests": max_batch_size,
+            "max_batch_tokens": server.batcher.max_tokens, "max_batch_requests": server.batcher.max_batch_size,
             "max_client_batch_size": limits.max_items, "auto_truncate": True, "tokenization_workers": 1,
-            "version": version, "sha": None, "docker_label": None}
+            "version": __version__, "sha": None, "docker_label": None}
+
+
+def _root(pipe: Any) -> Route:
+    """What TEI's ``POST /`` is on this server: /embed for an embedding model, /rerank for a reranker, else /predict."""
+    return EMBED if pipe.task in EMBEDDING_TASKS else RERANK if pipe.task == "rerank" else PREDICT
+
+
+def _result(server: Any, call: Call, results: list[Any]) -> Any:
+    return call.answer["result"]  # computed from the tokenizer while parsing
+
+
+EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false", _embed,
+              lambda server, call, results: [_embedding(r, call.answer, True) for r in results])
+RERANK = Route("/rerank", "TEI's: {query, texts} -> the texts by relevance, best first (a cross-encoder)", _rerank,
+               _ranked)
+ROUTES = (
+    Route("/", "TEI's: /embed on an embedding server, /rerank on a reranker, /predict otherwise",
+          lambda data, pipe, limits: _root(pipe).parse(data, pipe, limits),
+          lambda server, call, results: _root(server.pipe).render(server, call, results)),
+    Route("/v1/embeddings", "OpenAI's: {input, model, dimensions, encoding_format} -> unit vectors", _openai,
+          _openai_answer, aliases=("/embeddings",)),
+    RERANK,
+    Route("/tokenize", "TEI's: texts -> their tokens", _tokenize, _result, model=False),
+    Route("/decode", "TEI's: token ids -> texts", _decode, _result, model=False),
+    EMBED,
+    Route("/embed_all", "TEI's: texts -> every token's state", functools.partial(_embed, path="/embed_all",
+                                                                                  per_token=True),
+          lambda server, call, results: [np.asarray(r, dtype=np.float32).tolist() for r in results]),
+    Route("/info", "TEI's: the model and this server's limits", get=_info),
+)

@@ -1,6 +1,7 @@
-"""The wire format of ``bertkit serve``: a request body parsed, checked and costed (``parse_request``), and a
-pipeline's results rendered as the answer (``render``), in Hugging Face's Inference API and TEI's shapes; with
-``Limits``, what one request may be and cost. ``serve`` runs the HTTP side, the batching and admission.
+"""The wire format of ``bertkit serve``: what a route is (``Route``), what one request may be and cost
+(``Limits``), and the routes of Hugging Face's Inference API and TEI that share its body (/predict,
+/similarity): a request parsed, checked and costed (``parse_request``), a pipeline's results rendered as the
+answer (``render``). ``serve_tei`` holds OpenAI's and TEI's other routes; ``serve`` the HTTP side.
 
 Every field of a body and of an input, and every parameter, must be one the route takes, with a value of its
 type and in its range, or the request is refused by name; what a request would cost the model (windows,
@@ -9,6 +10,7 @@ choices, [MASK]s) and its answer (candidates) is counted from token counts befor
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -102,13 +104,38 @@ class Call:
     items: list[Any]
     options: dict[str, Any]
     answer: dict[str, Any]
-    single: bool
+    single: bool = False
     tei: bool = False
     cost: int = 0
     candidates: int = 0
-    route: str = "predict"
     tokens: list[int] = field(default_factory=list)  # each model sequence's tokens, where counted (TEI's tasks)
     chars: int = 0
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route of ``bertkit serve``, declared once, beside its wire format (``serve.ROUTES`` lists them all):
+    its path (and aliases), its line in the route list (the CLI's help, the OpenAPI page), and what it does.
+    A POST route parses a request's JSON into a ``Call`` (``parse(data, pipe, limits)``, on the parser thread;
+    every refusal a ``RequestError`` naming what is wrong), which the batcher admits and the model computes unless
+    ``model`` is False (answered from the tokenizer alone), and renders the answer (``render(server, call,
+    results)``, the model's outputs in the call's order). A GET route answers from the server (``get(server)``)."""
+
+    path: str
+    help: str
+    parse: Callable[[Any, Any, Limits], Call] | None = None
+    render: Callable[[Any, Call, list[Any]], Any] | None = None
+    get: Callable[[Any], Any] | None = None
+    model: bool = True
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def method(self) -> str:
+        return "GET" if self.get else "POST"
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (self.path, *self.aliases)
 
 
 # Tasks whose input is one model sequence, a text or (text, text_pair): their tokens are counted while parsing
@@ -154,7 +181,7 @@ def _constant(name: str) -> Any:
     raise RequestError(400, f"the body is not valid JSON: {name} is not a JSON number")
 
 
-def _load_json(body: bytes, limits: Limits) -> Any:
+def load_json(body: bytes, limits: Limits) -> Any:
     if len(body) > limits.max_body_bytes:
         raise RequestError(413, f"request body of {len(body)} bytes exceeds max_body_bytes {limits.max_body_bytes}")
     depth = json_depth(body)
@@ -200,6 +227,10 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
         "return_text": boolean,
         "truncate": boolean,
         "normalize": boolean,
+        "add_special_tokens": boolean,
+        "skip_special_tokens": boolean,
+        "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
+        "user": (lambda v: isinstance(v, str), "a string"),
         "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
         "prompt_name": (lambda v: False, "null (bertkit's pipelines have no prompts)"),
         "encoding_format": (lambda v: v == "float", '"float"'),
@@ -223,32 +254,37 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
     }
 
 
-def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict") -> Call:
-    """The request's inputs (checked by the pipeline), options and cost; ``route``: predict, embed or similarity.
+def check_values(values: dict[str, Any], pipe: Any, limits: Limits) -> None:
+    """422 for the first value that fails its check (``_parameter_checks``), naming it."""
+    checks = _parameter_checks(pipe, limits)
+    for name, value in values.items():
+        ok, expected = checks[name]  # every name a route accepts has its check (tests/test_serve_limits.py)
+        if not ok(value):
+            raise RequestError(422, f"{name} must be {expected}, got {repr(value)[:80]}")
+
+
+def parse_request(data: Any, pipe: Any, limits: Limits, similarity: bool = False) -> Call:
+    """The request's inputs (checked by the pipeline), options and cost; ``similarity``: /similarity's body, whose
+    inputs are always a sentence similarity's and whose fields are inputs and parameters only.
 
     Every field and parameter must be one the route takes, with a value in its range; a JSON ``null`` is the
     default. What a request would cost (model sequences, answer candidates) is counted here, before admission."""
-    data = _load_json(body, limits)
     task = pipe.task
-    top = _route_fields(task, route)
+    if similarity:
+        need_embedding(pipe, "/similarity")
+    top = {"parameters"} if similarity else {*_TEI_FIELDS.get(task, ()), "parameters"}
     params, fields = _read_fields(data, pipe, top)
     merged = {**params, **fields}
-    checks = _parameter_checks(pipe, limits)
-    for name, value in merged.items():
-        ok, expected = checks[name]  # every name accepted above has its check (tests/test_serve_limits.py)
-        if not ok(value):
-            raise RequestError(422, f"{name} must be {expected}, got {value!r}")
+    check_values(merged, pipe, limits)
     renamed = _RENAMED.get(task, {})
     answer = {k: v for k, v in merged.items() if k in top or k in _ANSWER_PARAMS.get(task, ())
               and k not in pipe.call_options}
     options = {renamed.get(k, k): v for k, v in params.items() if renamed.get(k, k) in pipe.call_options}
     if task == "question-answering" and "top_k" in options:
         answer["top_k"] = options["top_k"]
-    if route == "embed":
-        answer.setdefault("normalize", True)  # TEI's default
 
     raw = data["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
-    if route == "similarity" or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
+    if similarity or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
         raw, answer["similarity"] = _similarity_inputs(raw, pipe), True
     single = not isinstance(raw, list)
     items = [raw] if single else raw
@@ -256,24 +292,20 @@ def parse_request(body: bytes, pipe: Any, limits: Limits, route: str = "predict"
         raise RequestError(422, "inputs is an empty list")
     if len(items) > limits.max_items:
         raise RequestError(422, f"{len(items)} inputs exceed max_items {limits.max_items} per request")
-    checked, counted, chars = _check_inputs(items, pipe, limits, route, answer)
+    checked, counted, chars = _check_inputs(items, pipe, limits, answer)
     cost, candidates = _cost(pipe, checked, options, limits)
-    tei = route == "embed" or task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
-    return Call(checked, options, answer, single, tei, cost, candidates, route, counted, chars)
+    tei = task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
+    return Call(checked, options, answer, single, tei, cost, candidates, counted, chars)
 
 
-def _route_fields(task: str, route: str) -> set[str]:
-    """The top-level fields besides ``inputs`` that ``route`` takes for ``task``; 424 when the route needs an
-    embedding pipeline this server does not run."""
-    top = set(_TEI_FIELDS.get(task, ()))
-    if route != "predict" and task not in EMBEDDING_TASKS:
-        raise RequestError(424, f"/{route} needs an embedding pipeline; this server runs {task}: start it with "
+def need_embedding(pipe: Any, path: str, one_vector: bool = False) -> None:
+    """424 unless ``pipe`` is an embedding pipeline; 422 if ``one_vector`` and it gives every token's state."""
+    if pipe.task not in EMBEDDING_TASKS:
+        raise RequestError(424, f"{path} needs an embedding pipeline; this server runs {pipe.task}: start it with "
                                 "--task feature-extraction or sentence-embedding, or use /predict")
-    if route == "embed":
-        top.discard("encoding_format")
-    else:
-        top = {"parameters"} if route == "similarity" else top | {"parameters"}
-    return top
+    if one_vector and pipe.pooling == "none":
+        raise RequestError(422, f"{path} gives one vector per input; this server's pipeline has "
+                                'pooling="none" (per-token states are POST /embed_all)')
 
 
 def _read_fields(data: Any, pipe: Any, top: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -321,8 +353,8 @@ def _similarity_inputs(raw: Any, pipe: Any) -> list[str]:
     return [raw["source_sentence"], *others]
 
 
-def _check_inputs(items: list[Any], pipe: Any, limits: Limits, route: str,
-                  answer: dict[str, Any]) -> tuple[list[Any], list[int], int]:
+def _check_inputs(items: list[Any], pipe: Any, limits: Limits, answer: dict[str, Any]) -> tuple[list[Any], list[int],
+                                                                                             int]:
     """(checked inputs, token count of each one-sequence input, characters in all): each input is refused here,
     as a 422 naming its index, rather than inside a batch it would share with other requests."""
     task = pipe.task
@@ -332,9 +364,6 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, route: str,
     for i, item in enumerate(items):
         if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
             item = item[0] if len(item) == 1 else tuple(item)
-        if route == "embed" and not isinstance(item, str):
-            raise RequestError(422, f"/embed input {i} is a {type(item).__name__}; /embed takes a text or a list "
-                                    "of texts")
         if isinstance(item, dict) and task in _INPUT_FIELDS:
             extra = sorted(set(item) - set(_INPUT_FIELDS[task]))
             if extra:
@@ -349,14 +378,28 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, route: str,
             raise RequestError(422, str(e)) from None
         if task in _ONE_SEQUENCE:  # counted for max_batch_tokens, x-compute-tokens and /metrics
             encoded = pipe.tokenizer(*read) if isinstance(read, tuple) else pipe.tokenizer(read)
-            tokens = len(encoded["input_ids"])
-            if answer.get("truncate") is False and tokens > pipe.max_length:  # the tasks that take truncate
-                raise RequestError(422, f"input {i} has {tokens} tokens, over max_length {pipe.max_length}; "
-                                        "send truncate: true to cut it, or shorten it")
-            counted.append(min(tokens, pipe.max_length))
+            if task in EMBEDDING_TASKS:
+                refuse_empty(pipe, encoded["input_ids"], i)
+            counted.append(fitted(len(encoded["input_ids"]), f"input {i}", pipe, answer.get("truncate", True)))
         chars += n
         checked.append(item)
     return checked, counted, chars
+
+
+def fitted(tokens: int, what: str, pipe: Any, truncate: bool) -> int:
+    """The tokens of a sequence of ``tokens`` once cut at max_length; 422 when it must be and ``truncate`` is off."""
+    if not truncate and tokens > pipe.max_length:
+        raise RequestError(422, f"{what} has {tokens} tokens, over max_length {pipe.max_length}; send truncate: true "
+                                "to cut it, or shorten it")
+    return min(tokens, pipe.max_length)
+
+
+def refuse_empty(pipe: Any, ids: list[int], index: int) -> None:
+    """422 for a text with no token of its own ("", spaces): it would get the embedding of [CLS] [SEP] alone, the
+    same for every such text, as if it were its own (OpenAI and TEI refuse an empty input too)."""
+    if set(ids) <= set(pipe.tokenizer.all_special_ids):
+        raise RequestError(422, f"input {index} is empty: it has no token but the special ones, and its embedding "
+                                "would be theirs, the same for every empty text; send text, or leave it out")
 
 
 def _cost(pipe: Any, items: list[Any], options: dict[str, Any], limits: Limits) -> tuple[int, int]:
@@ -456,9 +499,10 @@ def _answer(result: dict[str, Any], top_k: int | None) -> dict[str, Any] | list[
     return one(result) if (top_k or 1) == 1 else [one(r) for r in result["nbest"]]
 
 
-def render(pipe: Any, call: Call, results: list[Any], default_normalize: bool = False) -> Any:
+def render(server: Any, call: Call, results: list[Any]) -> Any:
     """The JSON answer to ``call``: the Inference API's shape for the task (TEI's where ``call.tei``)."""
-    task, a = pipe.task, call.answer
+    pipe, a = server.pipe, call.answer
+    task = pipe.task
     if task == "text-classification":
         out = [_classification(pipe.config, r, a, call.tei) for r in results]
         return (out[0] if call.tei else out) if call.single else out
@@ -469,7 +513,7 @@ def render(pipe: Any, call: Call, results: list[Any], default_normalize: bool = 
         v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
         return (v[1:] @ v[0]).tolist()
     if task in EMBEDDING_TASKS:
-        return [_embedding(r, a, default_normalize) for r in results]  # one text too gives a list of one
+        return [_embedding(r, a, server.default_normalize) for r in results]  # one text too gives a list of one
     if task == "token-classification":
         ignore = set(a.get("ignore_labels") or ())
         out = [[e for e in r["entities"] if e["entity_group"] not in ignore] for r in results]
@@ -478,3 +522,9 @@ def render(pipe: Any, call: Call, results: list[Any], default_normalize: bool = 
     else:
         out = results
     return out[0] if call.single else out
+
+
+PREDICT = Route("/predict", "the Inference API's (huggingface_hub.InferenceClient): {inputs, parameters}, every task; "
+                "TEI's fields give TEI's answer", parse_request, render)
+ROUTES = (PREDICT, Route("/similarity", "TEI's: the cosines of a source sentence with sentences",
+                         functools.partial(parse_request, similarity=True), render))

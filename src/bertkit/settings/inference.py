@@ -324,10 +324,12 @@ class ServeSettings(Int8Settings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     """uvicorn's log level."""
     served_model_name: str | None = None
-    """The model's name in OpenAI answers (``model``) and /info (``model_id``); default: --model-name-or-path."""
+    """The model's name in OpenAI answers (``model``), /info (``model_id``) and /metadata (``model``), which then do
+    not show the model's path; default: --model-name-or-path."""
     api_key: str | None = field(default=None, repr=False, metadata=flag().metadata)
     """Every route but /health then needs the header ``Authorization: Bearer KEY`` (401 otherwise). Prefer the
-    environment variable BERTKIT_API_KEY, which keeps the key out of process listings."""
+    environment variable BERTKIT_API_KEY, which keeps the key out of process listings (this flag wins over it).
+    An empty key from either is refused: it would leave the routes open."""
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
@@ -342,7 +344,21 @@ class ServeSettings(Int8Settings):
         check_request_limits(self)  # what one request may be and cost, checked together
         if not (math.isfinite(self.graceful_shutdown_s) and self.graceful_shutdown_s >= 0):
             raise BertkitError(f"graceful_shutdown_s must be a finite number >= 0, got {self.graceful_shutdown_s}")
+        if self.api_key is not None:
+            check_api_key(self.api_key, "--api-key")
         self.check_int8()
+
+
+API_KEY_VARIABLE = "BERTKIT_API_KEY"
+
+
+def check_api_key(key: str, source: str) -> None:
+    """Refuse an API key that no ``Authorization: Bearer <key>`` header can carry, naming where it came from
+    (``source``). An empty one above all: a secret templated but unset must not leave every route open."""
+    if not (key.strip() and key.isprintable() and key.isascii() and " " not in key):
+        what = "empty" if not key.strip() else "not printable ASCII without spaces"
+        raise BertkitError(f"the API key from {source} is {what}; give a key of printable ASCII without spaces (it "
+                           f"is sent as Authorization: Bearer <key>), or remove {source} to serve without one")
 
 
 

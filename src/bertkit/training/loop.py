@@ -34,7 +34,7 @@ from torch import nn
 
 from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError, NonFiniteError
-from bertkit.outputs import atomic_write_text, owns, register, register_append
+from bertkit.outputs import atomic_write_text, owns, register
 from bertkit.settings import CHECKPOINT_FIELDS, TrainingSettings, resume_fingerprint
 from bertkit.training.batch_plan import (
     Batch,
@@ -319,7 +319,7 @@ class _Run:
             if os.path.lexists(metrics_path) and not owns(metrics_path):
                 raise BertkitError(f"{metrics_path} exists and this run did not write it; bertkit does not "
                                    "replace it: pass --resume to continue that run, or choose a new output directory")
-            atomic_write_text(metrics_path, "")
+            atomic_write_text(metrics_path, "", appends=True)  # appended to: bertkit's as a whole
 
     # -- one epoch: its remaining micro-batches, then its end ---------------------------------------------------
     def run_epoch(self, phase: Phase, phase_end: int) -> None:
@@ -480,7 +480,6 @@ class _Run:
             line = json.dumps(record) + "\n"
             with self.metrics_path.open("a") as f:  # appended, by design: a torn last line is dropped on resume
                 f.write(line)
-            register_append(self.metrics_path, line.encode())  # its new size and hash: still this run's file
             if self.board is not None:
                 for k, v in record.items():
                     if isinstance(v, (int, float)) and k not in ("step", "epoch"):
@@ -648,4 +647,4 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def _write_jsonl(path: Path, records: list[dict]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records), appends=True)
