@@ -369,6 +369,11 @@ class _Run:
                     self.window_n += 1
                 elif not finite and self.spoiled is None:
                     self.spoiled = f"the loss is {loss}"
+                    labels = batch.get("labels")
+                    if labels is not None and not labels.is_floating_point() and bool((labels == -100).all()):
+                        # A mean over no target is nan: the data, not the learning rate, is the cause.
+                        self.spoiled += (" because every label of this batch is -100 (ignored by the loss), so it "
+                                         "has nothing to learn from; drop such rows or check how the labels were made")
         if weight > 0:  # throughput: rows and real tokens (a model without input_ids, e.g. the feature
             # study's tagger on activations, marks its rows with attention_mask)
             rows = batch["input_ids"] if "input_ids" in batch else batch["attention_mask"]
@@ -434,9 +439,10 @@ class _Run:
             last = checkpoint_dirs(self.out_dir, self.hooks.layout)
             raise NonFiniteError(
                 f"training stopped at {where}: {self.spoiled}. Last good checkpoint: "
-                f"{last[-1] if last else 'none (no checkpoint written yet)'}. Lower --learning-rate "
-                "(or raise --warmup-ratio) and start again, resume from that checkpoint with --resume, "
-                "or pass --skip-nonfinite N to skip up to N such steps; no final model was saved")
+                f"{last[-1] if last else 'none (no checkpoint written yet)'}. "
+                + ("" if "-100" in self.spoiled else "Lower --learning-rate (or raise --warmup-ratio) and start "
+                   "again, resume from that checkpoint with --resume, or ")
+                + "pass --skip-nonfinite N to skip up to N such steps; no final model was saved")
         pos.skipped += 1
         logger.warning("skipped %s: %s (%d of at most %d)", where, self.spoiled, pos.skipped, self.args.skip_nonfinite)
         self.spoiled = None
