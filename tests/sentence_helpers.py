@@ -15,7 +15,7 @@ FILES = ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "specia
 
 
 def st_directory(minilm: Path, out: Path, *, pooling: dict | None = None, normalize: bool = True,
-                 dropout: float | None = None, st_config: dict | None = None) -> Path:
+                 dropout: float | None = None, st_config: dict | None = None, max_seq_length: int = 256) -> Path:
     """``out`` as sentence-transformers' all-MiniLM-L6-v2 directory (symlinked weights); ``dropout`` rewrites
     config.json's dropout probabilities (0.0 for training runs that must agree step by step)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -28,6 +28,7 @@ def st_directory(minilm: Path, out: Path, *, pooling: dict | None = None, normal
     (out / "modules.json").write_text(json.dumps(MODULES if normalize else MODULES[:2]))
     (out / "1_Pooling").mkdir()
     (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling or POOLING))
-    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": False}))
+    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length,
+                                                                      "do_lower_case": False}))
     (out / "config_sentence_transformers.json").write_text(json.dumps(st_config or {}))
     return out
