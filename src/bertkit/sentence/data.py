@@ -101,12 +101,14 @@ class SentenceCollator:
 def no_duplicates_order(examples: SentenceExamples, batch_size: int, seed: int) -> list[int]:
     """sentence-transformers' NoDuplicatesBatchSampler order: one shuffle (``seed``), then each batch takes, in
     shuffled order, the next rows that share no text with the rows already in it; rows that do wait for a later
-    batch. Only the last batch may be short: when duplicates leave more than one short batch, that is an error
-    naming them (sentence-transformers would train on batches of uneven size)."""
+    batch. Where that leaves rows that cannot fill whole batches (sentence-transformers then trains on several
+    short batches; bertkit's batches are all full but the last), each such row is swapped with a row of an earlier
+    batch that takes it without a repeat; a row no batch can take (a text in more rows than there are batches) is
+    an error naming the text."""
     n = len(examples)
     rest = torch.randperm(n, generator=torch.Generator().manual_seed(seed), dtype=torch.int32).tolist()
     texts = {i: examples.row_texts(i) for i in rest}
-    order: list[int] = []
+    batches: list[list[int]] = []
     while rest:
         batch, seen, waiting = [], set(), []
         for k, i in enumerate(rest):
@@ -118,13 +120,34 @@ def no_duplicates_order(examples: SentenceExamples, batch_size: int, seed: int) 
                 continue
             batch.append(i)
             seen |= texts[i]
-        if len(batch) < batch_size and waiting:
-            shared = sorted(texts[waiting[0]] & set().union(*(texts[j] for j in batch)))
-            raise BertkitError(
-                f"batch_sampler 'no_duplicates' cannot fill batches of {batch_size}: after {len(order) // batch_size} "
-                f"full batch(es), {len(batch) + len(waiting)} rows are left whose texts repeat (e.g. {shared[0][:80]!r} "
-                f"in {1 + sum(shared[0] in texts[j] for j in waiting)} rows); drop the duplicate rows, lower "
-                "per_device_train_batch_size, or use batch_sampler 'batch_sampler'")
-        order.extend(batch)
+        if len(batch) < batch_size and waiting:  # the greedy pass is stuck: repair with swaps into earlier batches
+            return _repaired([*(i for b in batches for i in b), *batch, *waiting], texts, batch_size)
+        batches.append(batch)
         rest = waiting
-    return order
+    return [i for b in batches for i in b]
+
+
+def _repaired(order: list[int], texts: dict[int, set[str]], batch_size: int) -> list[int]:
+    """``order`` cut into batches of ``batch_size``, each row that repeats a text of its batch swapped with a row
+    of another batch where neither repeats anything."""
+    batches = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+
+    def fits(row: int, batch: list[int], leaving: int | None = None) -> bool:
+        return not any(texts[row] & texts[j] for j in batch if j != leaving and j != row)
+
+    for b, batch in enumerate(batches):
+        for pos, row in enumerate(batch):
+            if fits(row, batch):
+                continue
+            swap = next(((o, q) for o, other in enumerate(batches) if o != b for q, cand in enumerate(other)
+                         if fits(row, other, leaving=cand) and fits(cand, batch, leaving=row)), None)
+            if swap is None:
+                shared = sorted(texts[row] & set().union(*(texts[j] for j in batch if j != row)))
+                raise BertkitError(
+                    f"batch_sampler 'no_duplicates' cannot keep {shared[0][:80]!r} out of a batch it is already in: it "
+                    f"is in {sum(shared[0] in t for t in texts.values())} rows, and no batch of {batch_size} can swap "
+                    "one away; drop the duplicate rows, lower per_device_train_batch_size, or use batch_sampler "
+                    "'batch_sampler'")
+            o, q = swap
+            batch[pos], batches[o][q] = batches[o][q], row
+    return [i for b in batches for i in b]
