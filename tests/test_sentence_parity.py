@@ -11,7 +11,6 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from tests.sentence_helpers import st_directory
 
 st = pytest.importorskip("sentence_transformers")
