@@ -44,7 +44,12 @@ from bertkit.quantization.calibration import calibration_batches, read_calibrati
 from bertkit.quantization.device import check_int8_support
 from bertkit.quantization.kernels import Int8Linear
 from bertkit.quantization.projections import PROJECTIONS, encoder_of, int8_projections, is_int8_model
-from bertkit.quantization.quantize import INT8_PROJECTIONS, QUANTIZE_MODES, quantize_int8, quantize_int8_on_texts
+from bertkit.quantization.quantize import (
+    INT8_PROJECTIONS,
+    QUANTIZE_MODES,
+    quantize_int8,
+    quantize_int8_on_texts,
+)
 from bertkit.quantization.saved import (
     QUANT_METHOD,
     is_int8_checkpoint,

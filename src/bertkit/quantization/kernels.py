@@ -101,7 +101,7 @@ def check_saved(name: str, value: Tensor, low: float, high: float) -> None:
         first = int(bad.reshape(-1).nonzero()[0, 0])
         raise BertkitError(f"{name} must be finite and within [{low:g}, {high:g}]; entry {first} of {value.numel()} "
                            f"is {float(value.reshape(-1)[first])!r} ({int(bad.sum())} such): the file is damaged; write "
-                           "the directory again with `bertkit quantize --model FP32_CHECKPOINT --output-dir DIR`")
+                           "it again: bertkit quantize --model FLOAT_CHECKPOINT --output-dir DIR --overwrite")
 
 
 class Int8Linear(nn.Module):
@@ -197,9 +197,6 @@ class Int8Linear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, int8 weights per output channel, "
                 f"{self.kernel.activation_bits}-bit activations on {self.kernel.name}")
-
-    def float_bias(self) -> Tensor | None:
-        return self.bias
 
 
 NOT_FOR_TRAINING = ("an int8 model is for inference only (its int8 kernels have no backward): train or fine-tune "

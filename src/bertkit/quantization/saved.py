@@ -97,9 +97,9 @@ def _int8_tensors(model: nn.Module, encoder: BertModel, int8: dict[tuple[int, st
         tensors.update({f"int8.layers.{i}.{kind}.{k}": getattr(module, k) for k in ("weight", "weight_scale", "inv_scale")})
         # A float stand-in with the real bias lets the key table name everything else; its weight is dropped.
         stand_in = torch.nn.utils.skip_init(nn.Linear, module.in_features, module.out_features,
-                                            bias=module.float_bias() is not None)
+                                            bias=module.bias is not None)
         if stand_in.bias is not None:
-            stand_in.bias.data.copy_(module.float_bias())
+            stand_in.bias.data.copy_(module.bias)
         set_projection(_layers(encoder)[i], kind, stand_in)
     try:
         published = model.published_state_dict()
