@@ -24,6 +24,8 @@ def cpu_has_bf16() -> bool:
     neither (Skylake to Ice Lake Xeons), where it emulates bf16 slower than fp32: int8's float parts, which run in
     bf16 by default where this is True, would silently run slower there, so x86 asks for the instructions."""
     if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
+        if torch.backends.cpu.get_cpu_capability() in ("DEFAULT", "AVX2"):  # ATen held below AVX-512
+            return False  # (ATEN_CPU_CAPABILITY=avx2, how an AVX2-only CPU is emulated): its kernels have no bf16 either
         cpu = torch.cpu
         return bool(getattr(cpu, "_is_avx512_bf16_supported", lambda: False)()
                     or getattr(cpu, "_is_amx_tile_supported", lambda: False)())
