@@ -73,8 +73,7 @@ def measure(T: int, multiple: int, dtype: torch.dtype, batch: int, heads: int, h
 def end_to_end(model_dir: Path, data: Path, rounds: int, threads: int) -> None:
     """MiniLM fp32 and default int8 on the three workloads, key rounding off and on in turn."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_engines import encode, workloads
-    from bench_int8 import sst2
+    from bench_engines import encode, sst2, workloads
     from bertkit import BertModel, BertTokenizer
     from bertkit.quantization import quantize_int8
 

@@ -15,9 +15,8 @@ worst row's cosine is ``min_cos``):
   ``bertkit-bf16-aten`` the same models on ATen's ``addmm``); ``bertkit-bf16`` (autocast, as ``--bf16``); ``bertkit-int8``
   (``quantize_int8`` with its defaults, calibrated on 256 SST-2 training sentences, as ``bertkit quantize``; what
   stays float in fp32: ``--int8 --no-bf16``, and ``--int8``'s default on CPUs without bf16 instructions);
-  ``bertkit-int8-fast`` (``quantize --fast``; CPUs with AVX512-VNNI); ``bertkit-int8-bf16`` (the same int8 model
-  with what stays float under bf16 autocast, as OpenVINO's int8 runs: ``--int8``'s default on CPUs with bf16
-  instructions, measured only there); ``bertkit-int8-fast-bf16`` (``--fast`` so);
+  ``bertkit-int8-bf16`` (the same int8 model with what stays float under bf16 autocast, as OpenVINO's int8 runs:
+  ``--int8``'s default on CPUs with bf16 instructions, measured only there);
 - ``ctranslate2-float32`` / ``ctranslate2-int8``: CTranslate2's converter on the checkpoint, its ``Encoder`` (token
   ids without padding in, padded states out); ``ctranslate2-mkl-float32`` / ``ctranslate2-mkl-int8``: the same with
   ``CT2_USE_MKL=1``. Each runs in a child process that times its own passes when the parent asks, keeping the
@@ -45,6 +44,7 @@ workload, thread count and engine (NNCF's progress lines go to stdout as well: r
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import statistics
@@ -58,7 +58,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench_int8 import pooled, sst2
 from bench_onnx import question_sentence_pairs
 from bertkit import BertModel, BertTokenizer
 from workers import Remote
@@ -72,6 +71,16 @@ SETTLE_S = 0.5
 # ---------------------------------------------------------------------------------------------------
 # Workloads
 # ---------------------------------------------------------------------------------------------------
+
+
+def sst2(data: Path, split: str) -> list[str]:
+    with open(data / f"glue/SST-2/{split}.tsv", encoding="utf-8") as f:
+        return [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+def pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+    return (hidden * m).sum(1) / m.sum(1)
 
 
 def squad_windows(data: Path, n: int) -> list[tuple[str, str]]:
@@ -112,7 +121,7 @@ def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Call
 
     from bertkit._hardware import cpu_has_bf16, onednn_linear
     from bertkit.inference import prepare
-    from bertkit.quantization import FAST_KEEP_FP32, FAST_PER_TOKEN, per_token_supported, quantize_int8
+    from bertkit.quantization import quantize_int8
 
     plain = BertModel.from_pretrained(model_dir).eval()
     int8 = quantize_int8(plain, calibration=calibration)
@@ -136,12 +145,6 @@ def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Call
         engines["bertkit-bf16-aten"] = under_bf16(bf16_aten)
     if cpu_has_bf16():
         engines["bertkit-int8-bf16"] = under_bf16(int8_bf16)
-    if per_token_supported():
-        fast = quantize_int8(plain, calibration=calibration, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
-        fast, fast_bf16 = prepare.for_cpu_inference(fast, bf16=False), prepare.for_cpu_inference(fast, bf16=True)
-        engines["bertkit-int8-fast"] = lambda b: fast(**b).last_hidden_state
-        if cpu_has_bf16():
-            engines["bertkit-int8-fast-bf16"] = under_bf16(fast_bf16)
     return engines
 
 

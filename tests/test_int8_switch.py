@@ -31,16 +31,12 @@ from bertkit.errors import BertkitError
 from bertkit.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertkit.quantization import (
     calibration_batches,
-    int8_activation_bits,
     int8_projections,
-    per_token_projections,
-    per_token_supported,
     quantize_int8,
 )
 
-pytestmark = pytest.mark.skipif(
-    not any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm")),
-    reason=f"this PyTorch has no x86/fbgemm quantized engine ({torch.backends.quantized.supported_engines})")
+KERNEL = bertkit._hardware.int8_kernel()  # this machine's int8 path: the expectations that depend on it come from it
+pytestmark = pytest.mark.skipif(KERNEL is None, reason="this PyTorch has no int8 kernel for this CPU")
 
 
 def _tsv(path: Path) -> list[dict[str, str]]:
@@ -158,8 +154,9 @@ def test_bf16_instructions_are_asked_of_the_cpu_not_of_onednn(monkeypatch):
     if Path("/proc/cpuinfo").is_file():
         flags = {f for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")
                  for f in line.split(":", 1)[1].split()}
+    held = torch.backends.cpu.get_cpu_capability() in ("DEFAULT", "AVX2")  # ATEN_CPU_CAPABILITY=avx2: no bf16 kernels
     if "avx512f" in flags:
-        assert bertkit._hardware.cpu_has_bf16() is bool({"avx512_bf16", "amx_bf16"} & flags)
+        assert bertkit._hardware.cpu_has_bf16() is (not held and bool({"avx512_bf16", "amx_bf16"} & flags))
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
@@ -255,10 +252,9 @@ def test_refuses_gpu_bf16_other_modes_and_stray_calibration(minilm_dir, tok, tmp
         pipeline("feature-extraction", BertModel(model.config).half(), tokenizer=tok, bf16=True)
 
 
-def test_refuses_without_an_x86_engine(tmp_path, monkeypatch):
-    monkeypatch.setattr(type(torch.backends.quantized), "supported_engines", ["qnnpack", "none"])
-    monkeypatch.setattr("bertkit._hardware.onednn_int8_exact", lambda levels: False)  # nor oneDNN's operator
-    with pytest.raises(BertkitError, match=r"fbgemm or x86 .*\['qnnpack', 'none'\].*without int8"):
+def test_refuses_without_an_int8_kernel(tmp_path, monkeypatch):
+    monkeypatch.setattr(bertkit._hardware, "int8_kernel", lambda: None)
+    with pytest.raises(BertkitError, match=r"fbgemm quantized engine .*run the fp32 model here \(without int8\)"):
         pipeline("feature-extraction", tmp_path / "no-such-checkpoint", quantize="int8")
     assert main(["predict", "feature-extraction", "--model", str(tmp_path), "--input", str(tmp_path / "in.txt"),
                  "--output-file", str(tmp_path / "out.jsonl"), "--int8"]) == 2
@@ -354,15 +350,13 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
 
     apps = []
     monkeypatch.setattr(uvicorn.Server, "run", lambda self: apps.append(self.config.app))  # no socket, no loop
-    # fresh compiled kernels, as in a new process: the server builds int8's before it serves, not in a request
-    fresh = {name: kernels._Fused(getattr(kernels, name).fn) for name in
-             ("_linear_per_call", "_linear_per_token", "_quantize_per_call_u8", "_quantize_per_token_u8",
-              "_per_token_epilogue")}
-    for name, fused in fresh.items():
-        monkeypatch.setattr(kernels, name, fused)
+    # a fresh compiled quantization, as in a new process: on oneDNN (VNNI, AMX) the server compiles it before it
+    # serves, not in a request; fbgemm (AVX2) quantizes inside its kernel and has nothing to compile
+    fresh = kernels._Compiled(kernels.quantize_activations)
+    monkeypatch.setattr(kernels, "compiled_quantize_activations", fresh)
     assert main(["serve", "--model", str(minilm_dir), "--task", "feature-extraction", "--int8"]) == 0
     capsys.readouterr()
-    assert any(f.compiled is not None and f.checked for f in fresh.values()), fresh
+    assert (fresh.compiled is not None and fresh.checked) is (KERNEL.name == "onednn"), (KERNEL, fresh.compiled)
     texts = sentences["stsb"][:6]
     with TestClient(apps[0]) as client:
         metadata = client.get("/metadata").json()
@@ -528,19 +522,16 @@ def test_quantize_writes_a_smaller_directory_that_loads_as_the_int8_pipeline_run
     assert config["id2label"] == {"0": "negative", "1": "positive"}
     assert config["quantization_config"]["quant_method"] == "bertkit-int8"
     assert config["quantization_config"]["calibration"] == "built-in"
-    # 6 layers x qkv, attn_out, ffn_in (every ffn_out stays fp32), at the activation width of this CPU
-    assert config["quantization_config"]["activation_bits"] == int8_activation_bits()
+    # 6 layers x qkv, attn_out, ffn_in (every ffn_out stays fp32)
     assert len(config["quantization_config"]["int8_projections"]) == 18
-    assert config["quantization_config"]["per_token_projections"] == []
     # measured: 69.7 MB against 90.9 MB (the embeddings, a third of MiniLM, stay float32)
     size = (quantized_classifier / "model.int8.safetensors").stat().st_size
     assert size < 0.8 * (classifier_dir / "model.safetensors").stat().st_size
     # the saved integers and scales, packed again at load, are exactly the model the int8 pipeline quantizes
     loaded, fresh = load_int8(quantized_classifier), classifiers[1].model
     assert type(loaded) is BertForSequenceClassification and int8_projections(loaded) == int8_projections(fresh)
-    assert per_token_projections(loaded) == per_token_projections(fresh)
     for a, b in zip(loaded.bert.encoder.layer, fresh.bert.encoder.layer):
-        assert torch.equal(a.attention.self.qkv.saved_tensors()["weight"], b.attention.self.qkv.saved_tensors()["weight"])
+        assert torch.equal(a.attention.self.qkv.weight, b.attention.self.qkv.weight)
         assert torch.equal(a.intermediate.dense.inv_scale, b.intermediate.dense.inv_scale)
     texts = sentences["sst2"][:48]
     saved = pipeline("text-classification", quantized_classifier)  # no quantize=: the directory says int8
@@ -575,25 +566,24 @@ def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, qu
     assert len(a) == 6 and all(np.array_equal(x["layers"][-1], y["layers"][-1]) for x, y in zip(a, b))
 
 
-def test_a_saved_int8_model_packs_for_the_engine_it_finds(quantized_classifier, classifiers, sentences, monkeypatch):
-    """Saved as integers and scales, not as one engine's packing: loaded where only fbgemm is offered, it gives
-    the labels the x86 engine gives; where neither an x86 engine nor oneDNN's operator exists, it is refused,
-    naming the fix."""
-    from bertkit.quantization import load_int8
+@pytest.mark.skipif(not bertkit._hardware.fbgemm_int8(), reason="this PyTorch has no fbgemm kernel")
+def test_a_saved_int8_model_packs_for_the_kernel_it_finds(quantized_classifier, classifiers, sentences, monkeypatch):
+    """Saved as integers and scales, not as one kernel's packing: loaded where the AVX2 class's fbgemm runs, it
+    gives the labels this machine's kernel gives; where no int8 kernel exists, it is refused, naming the fix."""
+    from bertkit._hardware import Int8Kernel
+    from bertkit.quantization import kernels, load_int8
 
     texts = sentences["sst2"][:32]
     expected = classifiers[1](texts)
-    engines = type(torch.backends.quantized)
-    monkeypatch.setattr(engines, "supported_engines", ["fbgemm", "none"])
+    monkeypatch.setattr(kernels, "check_int8_kernel", lambda: Int8Kernel("fbgemm", 7))
     model = load_int8(quantized_classifier)
     tok = BertTokenizer.from_pretrained(quantized_classifier)
-    monkeypatch.undo()
     got = pipeline("text-classification", model, tokenizer=tok)(texts)
-    assert [g["label"] for g in got] == [e["label"] for e in expected]
-    assert max(abs(g["score"] - e["score"]) for g, e in zip(got, expected)) < 1e-4
-    monkeypatch.setattr(engines, "supported_engines", ["qnnpack", "none"])
-    monkeypatch.setattr("bertkit._hardware.onednn_int8_exact", lambda levels: False)
-    with pytest.raises(BertkitError, match=r"fbgemm or x86 .*\['qnnpack', 'none'\].*without int8"):
+    # the same integers at this machine's width or fbgemm's 7 bits: a weak classifier's near-ties may tip
+    assert all(g["label"] == e["label"] for g, e in zip(got, expected) if e["score"] >= 0.6)
+    assert max(abs(g["score"] - e["score"]) for g, e in zip(got, expected)) < 0.06  # 7 against 8 bits of activations: 0.039 measured on an AMX Xeon
+    monkeypatch.setattr(bertkit._hardware, "int8_kernel", lambda: None)
+    with pytest.raises(BertkitError, match=r"fbgemm quantized engine .*without int8"):
         load_int8(quantized_classifier)
 
 
@@ -622,7 +612,8 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
     config = json.loads((other / "config.json").read_text(encoding="utf-8"))
     config["quantization_config"]["format_version"] = 3
     (other / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(BertkitError, match="does not describe a bertkit-int8 model of format 1 or 2"):
+    with pytest.raises(BertkitError, match=r"does not describe a bertkit-int8 model of format 2 .*write it again: "
+                                           rf"bertkit quantize --model FLOAT_CHECKPOINT --output-dir {other} --overwrite"):
         load_int8(other)
     config["quantization_config"].update(format_version=2, per_token_projections="ffn_out")
     (other / "config.json").write_text(json.dumps(config), encoding="utf-8")
@@ -651,63 +642,75 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
         assert message in capsys.readouterr().err, argv
 
 
-def test_a_directory_of_format_1_still_loads(quantized_classifier, classifiers, sentences, tmp_path):
-    """Format 1 (before per-token projections) had no per_token_projections; it loads as it was written."""
+def _copy(directory: Path, to: Path) -> tuple[Path, dict]:
+    to.mkdir()
+    for f in directory.iterdir():
+        if not f.name.startswith("."):
+            (to / f.name).write_bytes(f.read_bytes())
+    return to, json.loads((to / "config.json").read_text(encoding="utf-8"))
+
+
+def test_a_directory_of_format_1_is_refused_with_the_command_that_rewrites_it(quantized_classifier, tmp_path):
     from bertkit.quantization import load_int8
 
-    old = tmp_path / "format-1"
-    old.mkdir()
-    for f in quantized_classifier.iterdir():
-        if not f.name.startswith("."):
-            (old / f.name).write_bytes(f.read_bytes())
-    config = json.loads((old / "config.json").read_text(encoding="utf-8"))
+    old, config = _copy(quantized_classifier, tmp_path / "format-1")
     config["quantization_config"]["format_version"] = 1
-    del config["quantization_config"]["per_token_projections"]
     (old / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    texts = sentences["sst2"][:48]
-    got = pipeline("text-classification", load_int8(old), tokenizer=classifiers[0].tokenizer)(texts)
-    assert got == classifiers[1](texts)
+    with pytest.raises(BertkitError, match=rf"of format 2 .*bertkit quantize --model FLOAT_CHECKPOINT --output-dir {old} "):
+        load_int8(old)
 
 
-def test_a_fast_model_saved_at_8_bits_runs_at_7_bits_without_vnni(classifier_dir, classifiers, sentences,
-                                                                  tmp_path, monkeypatch, capsys):
-    """`quantize --fast` (8-bit activations, every projection int8, ffn_out per token) where AVX512-VNNI allows
-    it, loaded on a CPU without it: 8 bits would overflow there and torch._int_mm is not known exact, so the
-    projections run at 7 bits and those 7 bits cannot keep accurate (every layer's ffn_out) run in float
-    from their int8 weights; the labels stay fp32's. Where this CPU lacks VNNI, --fast is refused."""
+def test_a_directory_with_per_token_projections_runs_them_in_float(classifier_dir, quantized_classifier, classifiers,
+                                                                  sentences, tmp_path, capsys):
+    """A directory written by `bertkit quantize --fast` (gone: it failed the accuracy bar on SQuAD and ran slower
+    than the default under bf16 on AMX) holds every ffn_out as int8 weights without smoothing factors ("per token"):
+    it loads, those projections running as float layers from their int8 weights, and its labels stay fp32's."""
+    from safetensors.torch import load_file, save_file
     from torch import nn
 
-    from bertkit.quantization import PerTokenInt8Linear, SmoothedInt8Linear, load_int8
+    from bertkit.quantization import load_int8
 
-    out = tmp_path / "fast"
-    if not per_token_supported():
-        assert main(["quantize", "--model", str(classifier_dir), "--output-dir", str(out), "--fast"]) == 2
-        assert "need AVX512-VNNI" in capsys.readouterr().err
-        return
-    assert main(["quantize", "--model", str(classifier_dir), "--output-dir", str(out), "--fast"]) == 0
-    capsys.readouterr()
-    config = json.loads((out / "config.json").read_text(encoding="utf-8"))["quantization_config"]
-    assert config["activation_bits"] == 8 and len(config["int8_projections"]) == 24
-    assert config["per_token_projections"] == [f"layers.{i}.ffn_out" for i in range(6)]
-    # measured: 59.1 MB against 90.9 MB float (69.7 with every ffn_out fp32)
-    assert (out / "model.int8.safetensors").stat().st_size < 0.7 * (classifier_dir / "model.safetensors").stat().st_size
-    fast = load_int8(out)
-    assert all(isinstance(layer.output.dense, PerTokenInt8Linear) for layer in fast.bert.encoder.layer)
+    fast, config = _copy(quantized_classifier, tmp_path / "fast")
+    tensors = load_file(str(fast / "model.int8.safetensors"))
+    names = []
+    for i in range(6):
+        key = f"bert.encoder.layer.{i}.output.dense.weight"
+        w = tensors.pop(key)
+        scale = (w.abs().amax(1) / 127).clamp(min=1e-30)
+        tensors[f"int8.layers.{i}.ffn_out.weight"] = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        tensors[f"int8.layers.{i}.ffn_out.weight_scale"] = scale
+        names.append(f"layers.{i}.ffn_out")
+    save_file(tensors, str(fast / "model.int8.safetensors"))
+    config["quantization_config"].update(per_token_projections=names, activation_bits=8)
+    (fast / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    model = load_int8(fast)
+    assert all(type(layer.output.dense) is nn.Linear for layer in model.bert.encoder.layer)
+    assert len(int8_projections(model)) == 18
     texts = sentences["sst2"]
     fp32 = classifiers[0](texts)
-    labels = [g["label"] for g in pipeline("text-classification", fast, tokenizer=classifiers[0].tokenizer)(texts)]
-    assert np.mean([g == f["label"] for g, f in zip(labels, fp32)]) >= 0.95
-    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx2": True})
-    monkeypatch.setattr(bertkit._hardware, "cpu_has_bf16", lambda: False)  # nor bf16 instructions, as no such CPU has
-    assert int8_activation_bits() == 7
-    model = load_int8(out)
-    layers = model.bert.encoder.layer
-    assert all(type(layer.output.dense) is nn.Linear for layer in layers)
-    assert {m.activation_bits for m in model.modules() if isinstance(m, SmoothedInt8Linear)} == {7}
-    assert len(int8_projections(model)) == 3 * len(layers)
     got = pipeline("text-classification", model, tokenizer=classifiers[0].tokenizer)(texts)
-    same = np.mean([g["label"] == f["label"] for g, f in zip(got, fp32)])
-    assert same >= 0.95, same  # the int8 pipeline: 195 of these 200
-    assert max(abs(g["score"] - f["score"]) for g, f in zip(got, fp32)) < 0.1
-    assert main(["quantize", "--model", str(classifier_dir), "--output-dir", str(tmp_path / "f2"), "--fast"]) == 2
-    assert "need AVX512-VNNI" in capsys.readouterr().err
+    assert np.mean([g["label"] == f["label"] for g, f in zip(got, fp32)]) >= 0.95
+    with pytest.raises(SystemExit):  # an unknown flag
+        main(["quantize", "--model", str(classifier_dir), "--output-dir", str(tmp_path / "f2"), "--fast"])
+    assert "unrecognized arguments: --fast" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("bert.encoder.layer.2.output.LayerNorm.weight", float("nan"),
+     "bert.encoder.layer.2.output.LayerNorm.weight holds 1 NaN or infinite values"),
+    ("int8.layers.1.ffn_in.inv_scale", 1e12, r"int8.layers.1.ffn_in.inv_scale must be finite and within"),
+    ("int8.layers.0.qkv.weight_scale", -1.0, r"int8.layers.0.qkv.weight_scale must be finite and within"),
+])
+def test_a_damaged_int8_directory_is_refused_naming_the_tensor(quantized_classifier, tmp_path, key, value, message):
+    """A NaN LayerNorm weight or an absurd activation scale failed inside PyTorch, or ran to NaN outputs; the
+    directory is checked as it loads, naming the tensor and the command that writes it again."""
+    from safetensors.torch import load_file, save_file
+
+    from bertkit.quantization import load_int8
+
+    broken, _ = _copy(quantized_classifier, tmp_path / "broken")
+    tensors = load_file(str(broken / "model.int8.safetensors"))
+    tensors[key][3] = value
+    save_file(tensors, str(broken / "model.int8.safetensors"))
+    with pytest.raises(BertkitError, match=rf"{message}.*bertkit quantize --model FLOAT_CHECKPOINT --output-dir"):
+        load_int8(broken)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import platform
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -23,6 +24,8 @@ def cpu_has_bf16() -> bool:
     neither (Skylake to Ice Lake Xeons), where it emulates bf16 slower than fp32: int8's float parts, which run in
     bf16 by default where this is True, would silently run slower there, so x86 asks for the instructions."""
     if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
+        if torch.backends.cpu.get_cpu_capability() in ("DEFAULT", "AVX2"):  # ATen held below AVX-512
+            return False  # (ATEN_CPU_CAPABILITY=avx2, how an AVX2-only CPU is emulated): its kernels have no bf16 either
         cpu = torch.cpu
         return bool(getattr(cpu, "_is_avx512_bf16_supported", lambda: False)()
                     or getattr(cpu, "_is_amx_tile_supported", lambda: False)())
@@ -44,20 +47,64 @@ def warn_if_bf16_is_emulated(device_type: str) -> bool:
     return True
 
 
-# Quantized engines with per-channel int8 dynamic Linear kernels for x86 (fbgemm, and "x86" which wraps it).
+# PyTorch's quantized engines whose dynamic int8 Linear is fbgemm's (x86 CPUs; "x86" wraps fbgemm).
 X86_ENGINES = ("x86", "fbgemm")
 
 
-def check_x86_engine() -> None:
-    """Refuse, naming the fix, a PyTorch build with no int8 kernel for this CPU: neither oneDNN's quantized Linear
-    (exact here at 7 or 8 bits) nor an x86 quantized engine for torch.ao's dynamic Linear."""
-    engines = list(torch.backends.quantized.supported_engines)
-    if any(e in engines for e in X86_ENGINES):
-        return
-    if not onednn_int8_exact(63):  # 7-bit codes: what every x86 CPU with AVX2 runs exactly
+@dataclass(frozen=True)
+class Int8Kernel:
+    """The int8 GEMM this machine runs, and the activation width at which it is exact."""
+
+    name: str  # "onednn" (oneDNN's quantized Linear) or "fbgemm" (torch.ao's dynamic Linear)
+    activation_bits: int  # 8 or 7
+
+    @property
+    def levels(self) -> int:
+        """Codes run from -levels to levels around the call's zero point (127 at 8 bits, 63 at 7)."""
+        return 127 if self.activation_bits == 8 else 63
+
+
+@functools.cache
+def int8_kernel() -> Int8Kernel | None:
+    """The one int8 path for this CPU class, chosen by measurement (BENCHMARKS.md, "int8 kernels"); None where
+    this PyTorch has no exact int8 kernel for this CPU (``check_int8_kernel`` says so).
+
+    - AVX512-VNNI or AMX (with or without bf16): oneDNN's quantized Linear at 8-bit activations, where
+      ``vpdpbusd`` / AMX sum the products straight into int32 (1.02-1.07x fbgemm on a VNNI EPYC, 1.13-1.18x with
+      AMX). It runs the activations' quantization compiled (``quantization.kernels``).
+    - AVX2 without VNNI: fbgemm at 7-bit activations. AVX2's ``vpmaddubsw`` sums two products into int16, which
+      8-bit codes overflow (2 x 255 x 127 > 32767), 7-bit ones cannot; oneDNN at 7 bits, also exact there, ran at
+      0.83-0.87x fbgemm. Where this PyTorch no longer ships torch.ao's kernel, oneDNN at 7 bits.
+
+    Decided by running the kernels (``onednn_int8_exact``), not by the CPU flags: oneDNN may be held to a narrower
+    ISA than the CPU has (``ONEDNN_MAX_CPU_ISA``), and the tests take their expectations from this function."""
+    if onednn_int8_exact(127):
+        return Int8Kernel("onednn", 8)
+    if fbgemm_int8():
+        return Int8Kernel("fbgemm", 7)
+    if onednn_int8_exact(63):
+        return Int8Kernel("onednn", 7)
+    return None
+
+
+def fbgemm_int8() -> bool:
+    """Whether this PyTorch still has torch.ao's dynamic int8 Linear on fbgemm (deprecated, removal scheduled)."""
+    try:
+        return (hasattr(torch.ops.quantized, "linear_dynamic")
+                and any(e in torch.backends.quantized.supported_engines for e in X86_ENGINES))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def check_int8_kernel() -> Int8Kernel:
+    """This machine's int8 kernel, or an error naming why there is none and the fix."""
+    kernel = int8_kernel()
+    if kernel is None:
         raise BertkitError(f"int8 needs oneDNN's quantized Linear (torch.ops.onednn.qlinear_pointwise) or PyTorch's "
-                           f"fbgemm or x86 quantized engine (x86 CPUs with AVX2), but this PyTorch build has neither "
-                           f"(its quantized engines: {engines}); run the fp32 model here (without int8)")
+                           f"fbgemm quantized engine (x86 CPUs with AVX2), and this PyTorch build has neither here "
+                           f"(its quantized engines: {list(torch.backends.quantized.supported_engines)}); run the "
+                           "fp32 model here (without int8)")
+    return kernel
 
 
 def resolve_device(spec: str | torch.device, local_rank: int = 0, *, int8: bool = False, bf16: bool = False) -> str:
@@ -108,7 +155,7 @@ def _int8_device(spec: str | torch.device, bf16: bool) -> str:
         raise BertkitError(f"int8 runs on the CPU only (its kernels, oneDNN's and fbgemm's, are for x86 CPUs), "
                            f"device is {str(spec)!r}; use device cpu for int8, or run the fp32 model (or bf16) "
                            "on the GPU")
-    check_x86_engine()
+    check_int8_kernel()
     return str(dev)
 
 
@@ -137,20 +184,9 @@ def _probe(probe):
 
 
 @_probe
-def int_mm_exact() -> bool:
-    """Whether ``torch._int_mm`` (int8 x int8 -> int32) sums full 8-bit codes exactly here
-    (``bertkit.quantization.device.per_token_supported``)."""
-    a, b = _probe_operands(127)
-    try:
-        return bool(torch.equal(torch._int_mm(a, b.t().contiguous()), a.int() @ b.t().int()))
-    except RuntimeError:  # an older PyTorch without the CPU kernel
-        return False
-
-
-@_probe
 def onednn_int8_exact(levels: int) -> bool:
     """Whether oneDNN's quantized Linear sums uint8 codes shifted by ``levels + 1`` (127: 8-bit activations, 63:
-    7-bit) times int8 weights exactly here (``bertkit.quantization.device.onednn_supported``)."""
+    7-bit) times int8 weights exactly here (``int8_kernel``)."""
     a, b = _probe_operands(levels)
     a = a.clamp(-levels, levels)  # uint8 after the shift: the codes are symmetric
     try:

@@ -219,8 +219,7 @@ def _export_onnx(s) -> dict:
 def _quantize(s) -> dict:
     from bertkit.quantization import quantize_checkpoint
 
-    return quantize_checkpoint(s.model, s.output_dir, calibration_file=s.calibration_file, max_length=s.max_seq_length,
-                               fast=s.fast)
+    return quantize_checkpoint(s.model, s.output_dir, calibration_file=s.calibration_file, max_length=s.max_seq_length)
 
 
 def _serve_routes() -> str:

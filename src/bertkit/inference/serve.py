@@ -401,18 +401,20 @@ def _server_pipelines(pipe: Any, stopping: threading.Event) -> tuple[Any, Any]:
 
 def warm_int8(pipe: Any) -> None:
     """Build an int8 pipeline's compiled activation quantization now, before the server accepts requests: it is
-    compiled once per process, on the first call with enough activations (``quantization.kernels._COMPILE_FROM``),
+    compiled once per process, on the first call with enough activations (``quantization.kernels.COMPILE_FROM``),
     which took about 3 s inside whichever request first brought a batch of some 700 tokens (MiniLM). One
     forward pass of that size (under the pipeline's bf16 setting, whose dtype the kernel is compiled for) pays it
-    at start-up instead. A no-op for float pipelines."""
-    if pipe.quantize != "int8":
+    at start-up instead. A no-op for float pipelines and on fbgemm (AVX2)."""
+    from bertkit._hardware import int8_kernel
+
+    if pipe.quantize != "int8" or int8_kernel().name != "onednn":  # fbgemm quantizes inside its kernel
         return
     import torch
 
-    from bertkit.quantization.kernels import _COMPILE_FROM
+    from bertkit.quantization.kernels import COMPILE_FROM
 
     length = min(pipe.max_length, 128)
-    rows = -(-_COMPILE_FROM // (length * pipe.config.hidden_size))  # rows * length * hidden >= _COMPILE_FROM
+    rows = -(-COMPILE_FROM // (length * pipe.config.hidden_size))  # rows * length * hidden >= COMPILE_FROM
     ids = torch.full((rows, length), pipe.tokenizer.unk_token_id, dtype=torch.long)
     t0 = time.perf_counter()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=pipe.bf16):

@@ -1,16 +1,12 @@
 """The projections of an encoder layer that can be int8: finding them, naming them, swapping them.
 
-int8 directories and ``keep_fp32`` name them as bertkit always has (``layers.3.qkv``); the modules carry
-transformers' names (the key table in ``checkpoint_io`` maps one to the other). "qkv" is the three modules
-query, key and value: quantized, they become one int8 module, ``attention.self.qkv`` (one GEMM), and
-query/key/value are None. ``resolve_keep_fp32`` reads the names users give (``"ffn_out"``, ``"layers.-1"``,
-``"layers.5.ffn_out"``); ``int8_projections`` and friends say what a model holds.
+int8 directories name them as bertkit always has (``layers.3.qkv``); the modules carry transformers' names (the
+key table in ``checkpoint_io`` maps one to the other). "qkv" is the three modules query, key and value:
+quantized, they become one int8 module, ``attention.self.qkv`` (one GEMM), and query/key/value are None.
+``int8_projections`` and ``is_int8_model`` say what a model holds.
 """
 
 from __future__ import annotations
-
-import re
-from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -18,12 +14,10 @@ from torch import nn
 from bertkit.checkpoint_io import encoder_published_names
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
-from bertkit.quantization.kernels import INT8_LAYERS, PerTokenInt8Linear
+from bertkit.quantization.kernels import Int8Linear
 
 # The encoder layer's projections that can be int8, in forward order.
 PROJECTIONS = ("qkv", "attn_out", "ffn_in", "ffn_out")
-
-_INDEX = re.compile(r"^-?\d+$")
 
 
 def _layers(encoder: BertModel) -> nn.ModuleList:
@@ -103,51 +97,13 @@ def encoder_of(model: nn.Module) -> BertModel:
                        f"{type(model).__name__}")
 
 
-def resolve_keep_fp32(keep_fp32: Iterable[str], num_layers: int, argument: str = "keep_fp32") -> set[tuple[int, str]]:
-    """``keep_fp32`` (or ``per_token``: ``argument`` names it in errors) entries -> the (layer index,
-    projection) pairs they name.
-
-    An entry is a projection in every layer (``"ffn_out"``), a whole layer (``"layers.0"``, ``"layers.-1"``
-    for the last), or one projection of one layer (``"layers.5.ffn_out"``).
-    """
-    if isinstance(keep_fp32, str):
-        raise BertkitError(f"{argument} must be a list of names, got the string {keep_fp32!r}; "
-                           f"write {argument}=[{keep_fp32!r}]")
-    kept: set[tuple[int, str]] = set()
-    for entry in keep_fp32:
-        parts = entry.split(".") if isinstance(entry, str) else []
-        index, kinds = None, list(PROJECTIONS)
-        if len(parts) == 1 and parts[0] in PROJECTIONS:
-            kinds = parts
-        elif len(parts) in (2, 3) and parts[0] == "layers" and _INDEX.match(parts[1]) and (
-                len(parts) == 2 or parts[2] in PROJECTIONS):
-            index, kinds = int(parts[1]), parts[2:] or kinds
-        else:
-            raise BertkitError(f"{argument} entry {entry!r} is not a projection ({', '.join(PROJECTIONS)}), "
-                               f"a layer ('layers.0', 'layers.-1') or one projection of one layer "
-                               f"('layers.5.ffn_out')")
-        if index is not None and not -num_layers <= index < num_layers:
-            raise BertkitError(f"{argument} entry {entry!r}: this encoder has {num_layers} layers "
-                               f"(indices 0..{num_layers - 1}, or -1..-{num_layers} from the end)")
-        layers = range(num_layers) if index is None else [index % num_layers]
-        kept |= {(i, k) for i in layers for k in kinds}
-    return kept
-
-
 def int8_projections(model: nn.Module) -> list[str]:
     """Names of the encoder projections of ``model`` that are int8 (``layers.3.qkv``, ...), in order."""
     encoder = encoder_of(model)
     return [f"layers.{i}.{kind}" for i, layer in enumerate(_layers(encoder)) for kind in PROJECTIONS
-            if isinstance(get_projection(layer, kind), INT8_LAYERS)]
-
-
-def per_token_projections(model: nn.Module) -> list[str]:
-    """Names of the encoder projections of ``model`` that are int8 with per-token scales, in order."""
-    encoder = encoder_of(model)
-    return [f"layers.{i}.{kind}" for i, layer in enumerate(_layers(encoder)) for kind in PROJECTIONS
-            if isinstance(get_projection(layer, kind), PerTokenInt8Linear)]
+            if isinstance(get_projection(layer, kind), Int8Linear)]
 
 
 def is_int8_model(model: nn.Module) -> bool:
     """Whether any of ``model``'s modules is an int8 projection (``quantize_int8`` or ``load_int8`` made it)."""
-    return any(isinstance(m, INT8_LAYERS) for m in model.modules())
+    return any(isinstance(m, Int8Linear) for m in model.modules())

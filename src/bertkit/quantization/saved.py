@@ -18,20 +18,14 @@ import torch
 from torch import Tensor, nn
 
 from bertkit import heads
-from bertkit._hardware import check_x86_engine
+from bertkit._hardware import check_int8_kernel
 from bertkit.checkpoint_io import CONFIG_NAME, INT8_WEIGHTS_NAME, encoder_published_names, read_config_json
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.quantization.calibration import read_calibration_file
-from bertkit.quantization.device import (
-    ACTIVATION_BITS,
-    _packing,
-    int8_activation_bits,
-    per_token_supported,
-)
-from bertkit.quantization.kernels import INT8_LAYERS, PerTokenInt8Linear, SmoothedInt8Linear
+from bertkit.quantization.kernels import Int8Linear
 from bertkit.quantization.projections import (
     PROJECTIONS,
     _layers,
@@ -39,24 +33,20 @@ from bertkit.quantization.projections import (
     float_projection,
     get_projection,
     int8_projections,
-    resolve_keep_fp32,
     set_projection,
 )
-from bertkit.quantization.quantize import (
-    DEFAULT_KEEP_FP32,
-    FAST_KEEP_FP32,
-    FAST_PER_TOKEN,
-    quantize_int8_on_texts,
-)
+from bertkit.quantization.quantize import INT8_PROJECTIONS, quantize_int8_on_texts
 from bertkit.tokenization import BertTokenizer
 
 # config.json's ``quantization_config.quant_method`` of a saved int8 model, and the layout's version.
 QUANT_METHOD = "bertkit-int8"
-INT8_FORMAT_VERSION = 2  # 2: per-token projections (weight and weight_scale only); 1 had none and still loads
-INT8_FORMAT_VERSIONS = (1, 2)
+INT8_FORMAT_VERSION = 2
+# How to write a directory again (for one this bertkit refuses): the command, with the directory's own path.
+_REWRITE = "write it again: bertkit quantize --model FLOAT_CHECKPOINT --output-dir {} --overwrite"
 
 logger = logging.getLogger("bertkit")
-# An int8 file's projections: (layer index, projection) -> {"weight": ..., "weight_scale": ..., "inv_scale": ...}.
+# An int8 file's projections: (layer index, projection) -> {"weight": ..., "weight_scale": ..., "inv_scale": ...}
+# (no inv_scale: a per-token projection, written by the --fast of earlier versions).
 _SavedProjections = dict[tuple[int, str], dict[str, Tensor]]
 
 
@@ -79,7 +69,7 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
     """
     encoder = encoder_of(model)
     int8 = {(i, kind): get_projection(layer, kind) for i, layer in enumerate(_layers(encoder)) for kind in PROJECTIONS
-            if isinstance(get_projection(layer, kind), INT8_LAYERS)}
+            if isinstance(get_projection(layer, kind), Int8Linear)}
     if not int8:
         raise BertkitError(f"save_int8 writes an int8 model, and this {type(model).__name__} has no int8 projection: "
                            "quantize it first (quantize_int8 / quantize_int8_on_texts), or save the float model "
@@ -104,12 +94,12 @@ def _int8_tensors(model: nn.Module, encoder: BertModel, int8: dict[tuple[int, st
     other tensor of ``model`` under its published name (the int8 projections' float weights left out)."""
     tensors: dict[str, Tensor] = {}
     for (i, kind), module in int8.items():
-        tensors.update({f"int8.layers.{i}.{kind}.{k}": v for k, v in module.saved_tensors().items()})
+        tensors.update({f"int8.layers.{i}.{kind}.{k}": getattr(module, k) for k in ("weight", "weight_scale", "inv_scale")})
         # A float stand-in with the real bias lets the key table name everything else; its weight is dropped.
         stand_in = torch.nn.utils.skip_init(nn.Linear, module.in_features, module.out_features,
-                                            bias=module.float_bias() is not None)
+                                            bias=module.bias is not None)
         if stand_in.bias is not None:
-            stand_in.bias.data.copy_(module.float_bias())
+            stand_in.bias.data.copy_(module.bias)
         set_projection(_layers(encoder)[i], kind, stand_in)
     try:
         published = model.published_state_dict()
@@ -124,18 +114,12 @@ def _int8_tensors(model: nn.Module, encoder: BertModel, int8: dict[tuple[int, st
 
 def _quantization_config(int8: dict[tuple[int, str], nn.Module], calibration: str) -> dict:
     """config.json's ``quantization_config`` for a model whose int8 projections are ``int8``."""
-    bits = sorted({m.activation_bits for m in int8.values() if isinstance(m, SmoothedInt8Linear)}) or [8]
-    if len(bits) != 1:
-        raise BertkitError(f"save_int8 writes one activation width for all projections; this model mixes {bits}")
     return {
         "quant_method": QUANT_METHOD, "format_version": INT8_FORMAT_VERSION,
         "weights": "int8, symmetric, one scale per output channel",
-        "activations": "uint8, one scale per call over the whole input (dynamic); per_token_projections: int8, "
-                       "one scale and zero point per token", "activation_bits": bits[0],
-        "smoothing": "SmoothQuant: inputs times inv_scale, weights already times its inverse (not per-token ones)",
+        "activations": "uint8, one scale per call over the whole input (dynamic), 8 or 7 bits as the CPU runs them",
+        "smoothing": "SmoothQuant: inputs times inv_scale, weights already times its inverse",
         "int8_projections": [f"layers.{i}.{kind}" for i, kind in int8],
-        "per_token_projections": [f"layers.{i}.{kind}" for (i, kind), m in int8.items()
-                                  if isinstance(m, PerTokenInt8Linear)],
         "calibration": calibration,
     }
 
@@ -154,9 +138,10 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
 
     ``model_class`` (``BertModel`` or a head class) defaults to the one config.json's ``architectures``
     names; a head model's directory loads as ``BertModel`` too (the head is left out), as from_pretrained
-    does. The int8 weights are packed here for this machine's quantized engine: a directory written on one
-    x86 CPU runs on another; a PyTorch with neither oneDNN's quantized Linear nor the x86/fbgemm engine is refused, naming it.
-    """
+    does. Every tensor is checked before the model is built (a NaN or inf weight, a scale out of range is refused,
+    naming it), and the int8 weights are packed for this machine's kernel: a directory written on one x86 CPU runs
+    on another. Per-token projections (``--fast`` of earlier versions) run as float Linear layers from their int8
+    weights."""
     directory = Path(model_dir)
     weights = directory / INT8_WEIGHTS_NAME
     if not weights.is_file():
@@ -164,51 +149,37 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
                                "(or save_int8); a float checkpoint loads with from_pretrained, and "
                                "pipeline(..., quantize='int8') or --int8 quantize it at load")
     raw = read_config_json(directory)
-    method, tokenwise_names = _read_quantization_config(directory, raw)
-    check_x86_engine()
+    tokenwise_names = _read_quantization_config(directory, raw)
+    check_int8_kernel()
     model_class = model_class or _int8_model_class(directory, raw)
     saved, published = _read_int8_tensors(directory, weights, tokenwise_names)
-    saved_bits = method.get("activation_bits", 7)
-    if saved_bits not in ACTIVATION_BITS:
-        raise BertkitError(f"{directory / CONFIG_NAME}: activation_bits {saved_bits!r} is not 7 or 8; write the "
-                           "directory again with `bertkit quantize`")
-    # Written on a CPU with AVX512-VNNI (8-bit activations) and loaded on one without: 8 bits would overflow
-    # here, so the projections run at 7 bits, and those 7 bits cannot keep accurate (the default 7-bit set of
-    # fp32 projections) run in float from their dequantized int8 weights.
-    # Per-token projections likewise need VNNI (per_token_supported); without it they run in float too.
-    bits = min(saved_bits, int8_activation_bits())
     config = BertConfig.from_json_file(directory / CONFIG_NAME)
     model = model_class.from_pretrained(None, config=config, state_dict=published)
-    encoder = encoder_of(model)
-    as_float = resolve_keep_fp32(DEFAULT_KEEP_FP32, len(_layers(encoder))) if bits < saved_bits else set()
-    tokenwise_runs = per_token_supported()
-    _install_int8(encoder, saved, weights, bits, as_float, tokenwise_runs)
-    converted = [key for key in saved if key in as_float]
-    if converted:
-        logger.info("%s was written with 8-bit or per-token activations (AVX512-VNNI), which this CPU cannot run "
-                    "exactly: %d projections run in float from their int8 weights to stay close to fp32", directory,
-                    len(converted))
+    _install_int8(encoder_of(model), saved, weights)
+    if tokenwise_names:
+        logger.info("%s holds %d per-token projections (written by `bertkit quantize --fast`, which is gone): they "
+                    "run as float layers from their int8 weights", directory, len(tokenwise_names))
     return model.eval()
 
 
-def _read_quantization_config(directory: Path, raw: dict) -> tuple[dict, list[str]]:
-    """config.json's ``quantization_config``, checked: its method and format version, and the per-token
+def _read_quantization_config(directory: Path, raw: dict) -> list[str]:
+    """config.json's ``quantization_config``, checked: its method and format version; returns the per-token
     projections it lists."""
     method = raw.get("quantization_config") if isinstance(raw.get("quantization_config"), dict) else {}
-    if method.get("quant_method") != QUANT_METHOD or method.get("format_version") not in INT8_FORMAT_VERSIONS:
+    if method.get("quant_method") != QUANT_METHOD or method.get("format_version") != INT8_FORMAT_VERSION:
         raise BertkitError(f"{directory / CONFIG_NAME} does not describe a {QUANT_METHOD} model of format "
-                           f"{' or '.join(map(str, INT8_FORMAT_VERSIONS))} (quantization_config: {method or 'absent'}); "
-                           "write the directory again with this bertkit's `bertkit quantize`")
+                           f"{INT8_FORMAT_VERSION} (quantization_config: {method or 'absent'}); "
+                           + _REWRITE.format(directory))
     tokenwise_names = method.get("per_token_projections", [])
     if not isinstance(tokenwise_names, list) or not all(isinstance(n, str) for n in tokenwise_names):
         raise BertkitError(f"{directory / CONFIG_NAME}: per_token_projections must be a list of names like "
-                           f"'layers.0.ffn_out', got {tokenwise_names!r}; write the directory again with `bertkit quantize`")
-    return method, tokenwise_names
+                           f"'layers.0.ffn_out', got {tokenwise_names!r}; " + _REWRITE.format(directory))
+    return tokenwise_names
 
 
 def _read_int8_tensors(directory: Path, weights: Path,
                        tokenwise_names: list[str]) -> tuple[_SavedProjections, dict[str, Tensor]]:
-    """``weights``' tensors: each int8 projection's by (layer index, projection), and the others by their
+    """``weights``' tensors, checked: each int8 projection's by (layer index, projection), and the others by their
     published names, with empty float stand-ins for the int8 projections' weights."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
@@ -217,11 +188,14 @@ def _read_int8_tensors(directory: Path, weights: Path,
         tensors = load_file(str(weights))
     except SafetensorError as e:
         raise BertkitError(f"{weights} could not be read as safetensors ({e}); the file is truncated or corrupt "
-                           f"(size {weights.stat().st_size} bytes): write it again with `bertkit quantize`") from e
+                           f"(size {weights.stat().st_size} bytes): " + _REWRITE.format(directory)) from e
     saved: _SavedProjections = {}
     published: dict[str, Tensor] = {}
     for key, value in tensors.items():
         parts = key.split(".")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise BertkitError(f"{weights}: {key} holds {int((~torch.isfinite(value)).sum())} NaN or infinite values; "
+                               "the file is damaged: " + _REWRITE.format(directory))
         if parts[0] != "int8":
             published[key] = value
         elif len(parts) == 5 and parts[1] == "layers" and parts[2].isdigit() and parts[3] in PROJECTIONS:
@@ -239,7 +213,7 @@ def _read_int8_tensors(directory: Path, weights: Path,
         expected = {"weight", "weight_scale"} | (set() if f"layers.{i}.{kind}" in tokenwise_names else {"inv_scale"})
         if set(parts) != expected:
             raise BertkitError(f"{weights}: int8 projection layers.{i}.{kind} has {sorted(parts)}, expected "
-                               f"{', '.join(sorted(expected))}; write the directory again with `bertkit quantize`")
+                               f"{', '.join(sorted(expected))}; " + _REWRITE.format(directory))
         names = encoder_published_names(f"layers.{i}.{kind}.weight")
         out, inp = parts["weight"].shape
         for name in names:
@@ -247,43 +221,46 @@ def _read_int8_tensors(directory: Path, weights: Path,
     return saved, published
 
 
-def _install_int8(encoder: BertModel, saved: _SavedProjections, weights: Path, bits: int,
-                  as_float: set[tuple[int, str]], tokenwise_runs: bool) -> None:
-    """Pack ``saved``'s projections into ``encoder``'s layers at ``bits``-bit activations; those in ``as_float``
-    run as float ``nn.Linear`` from their int8 weights, and so do per-token ones where ``tokenwise_runs`` is
-    false (added to ``as_float``, which ``load_int8`` then reports)."""
-    with _packing():
-        for (i, kind), parts in sorted(saved.items()):
-            if i >= len(_layers(encoder)):
-                raise BertkitError(f"{weights} holds int8 layers.{i}.{kind} but the config has "
-                                   f"{len(_layers(encoder))} layers; the file and config.json do not belong together")
-            stand_in = float_projection(_layers(encoder)[i], kind)
-            if tuple(parts["weight"].shape) != tuple(stand_in.weight.shape):
-                raise BertkitError(f"{weights}: int8 layers.{i}.{kind} is {tuple(parts['weight'].shape)}, the config "
-                                   f"makes it {tuple(stand_in.weight.shape)}; the file and config.json do not belong "
-                                   "together")
-            bias = stand_in.bias.detach() if stand_in.bias is not None else None
-            if "inv_scale" not in parts:
-                layer = PerTokenInt8Linear.from_saved(parts["weight"], parts["weight_scale"], bias)
-                if not tokenwise_runs:
-                    as_float.add((i, kind))
-            else:
-                layer = SmoothedInt8Linear.from_saved(parts["weight"], parts["weight_scale"], parts["inv_scale"],
-                                                      bias, bits)
-            set_projection(_layers(encoder)[i], kind, layer.dequantized() if (i, kind) in as_float else layer)
+def _install_int8(encoder: BertModel, saved: _SavedProjections, weights: Path) -> None:
+    """Put ``saved``'s projections into ``encoder``'s layers: ``Int8Linear``, or for a per-token projection (no
+    ``inv_scale``) a float ``nn.Linear`` holding its int8 weights times their scales."""
+    for (i, kind), parts in sorted(saved.items()):
+        if i >= len(_layers(encoder)):
+            raise BertkitError(f"{weights} holds int8 layers.{i}.{kind} but the config has "
+                               f"{len(_layers(encoder))} layers; the file and config.json do not belong together")
+        stand_in = float_projection(_layers(encoder)[i], kind)
+        if tuple(parts["weight"].shape) != tuple(stand_in.weight.shape):
+            raise BertkitError(f"{weights}: int8 layers.{i}.{kind} is {tuple(parts['weight'].shape)}, the config "
+                               f"makes it {tuple(stand_in.weight.shape)}; the file and config.json do not belong "
+                               "together")
+        bias = stand_in.bias.detach() if stand_in.bias is not None else None
+        name = f"{weights.name}: int8.layers.{i}.{kind}"
+        if "inv_scale" in parts:
+            layer = Int8Linear.from_saved(name, parts["weight"], parts["weight_scale"], parts["inv_scale"], bias)
+        else:
+            layer = Int8Linear.from_saved(name, parts["weight"], parts["weight_scale"],
+                                          torch.ones(parts["weight"].shape[1]), bias)
+            layer = _as_float(layer)
+        set_projection(_layers(encoder)[i], kind, layer)
+
+
+def _as_float(layer: Int8Linear) -> nn.Linear:
+    """``layer`` (no smoothing) as a float ``nn.Linear``: its int8 weights times their scales."""
+    linear = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
+    with torch.no_grad():
+        linear.weight.copy_(layer.weight.to(torch.float32) * layer.weight_scale[:, None])
+        if layer.bias is not None:
+            linear.bias.copy_(layer.bias)
+    return linear.eval()
 
 
 def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibration_file: str | Path | None = None,
-                        max_length: int = 128, fast: bool = False) -> dict:
+                        max_length: int = 128) -> dict:
     """``bertkit quantize``: the float checkpoint in ``model_dir`` (head chosen by its ``architectures``),
     quantized as pipelines quantize it (calibrated on ``calibration_file``'s lines, else the built-in
-    sentences), written to ``output_dir`` with its tokenizer by ``save_int8``. ``fast``: every projection
-    int8, ``ffn_out`` per token (``FAST_PER_TOKEN``; CPUs with AVX512-VNNI). Returns a report: the files' sizes and
+    sentences), written to ``output_dir`` with its tokenizer by ``save_int8``. Returns a report: the files' sizes and
     what was quantized. The caller owns ``output_dir`` (the command claims it)."""
     source = Path(model_dir)
-    if fast and not per_token_supported():
-        raise BertkitError("--fast quantizes with 8-bit and per-token activations, which need AVX512-VNNI, and this "
-                           "CPU lacks it (at 7 bits every ffn_out must stay fp32); leave --fast out")
     if is_int8_checkpoint(source):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
@@ -291,18 +268,15 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     texts = read_calibration_file(calibration_file) if calibration_file is not None else None
     tokenizer = BertTokenizer.from_pretrained(source)
     model = model_class.from_pretrained(source)
-    keep, tokenwise = (FAST_KEEP_FP32, FAST_PER_TOKEN) if fast else (DEFAULT_KEEP_FP32, ())
-    quantized = quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length, keep_fp32=keep,
-                                       per_token=tokenwise)
+    quantized = quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length)
     calibration = "built-in" if calibration_file is None else f"{Path(calibration_file).name} ({len(texts or [])} texts)"
     out = save_int8(quantized, output_dir, calibration=calibration)
     tokenizer.save_pretrained(out)
     float_file = next((source / n for n in ("model.safetensors", "pytorch_model.bin") if (source / n).is_file()), None)
+    kernel = check_int8_kernel()
     return {"model": str(source), "output_dir": str(out), "architecture": model_class.__name__,
-            "int8_projections": len(int8_projections(quantized)), "kept_fp32": list(keep),
-            "per_token": list(tokenwise),
-            "activation_bits": int8_activation_bits(),
-            "calibration": calibration,
+            "int8_projections": len(int8_projections(quantized)), "projections": list(INT8_PROJECTIONS),
+            "kernel": kernel.name, "activation_bits": kernel.activation_bits, "calibration": calibration,
             "bytes": {"float": float_file.stat().st_size if float_file else None,
                       "int8": (out / INT8_WEIGHTS_NAME).stat().st_size}}
 

@@ -173,10 +173,6 @@ class QuantizeSettings(OverwriteSettings):
     English sentences."""
     max_seq_length: int = 128
     """Calibration sentences are cut to this many tokens."""
-    fast: bool = False
-    """Every projection int8, the feed-forward output ones with one activation scale per token (CPUs with
-    AVX512-VNNI only): 1.2-1.4x the default's speed, embeddings still within cosine 0.99 of fp32, fine-tuned
-    task metrics measured up to 0.81 points from fp32's (docs/inference.md, section int8)."""
 
     def __post_init__(self):
         coerce_paths(self)
