@@ -47,6 +47,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -58,7 +59,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench_onnx import question_sentence_pairs
 from bertkit import BertModel, BertTokenizer
 from workers import Remote
 
@@ -81,6 +81,24 @@ def sst2(data: Path, split: str) -> list[str]:
 def pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     m = mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
     return (hidden * m).sum(1) / m.sum(1)
+
+
+def question_sentence_pairs(data: Path, n: int) -> list[tuple[str, str]]:
+    """(question, the context sentence holding the first answer) for SQuAD dev questions in file order."""
+    squad = json.loads((data / "squad/dev-v1.1.json").read_text(encoding="utf-8"))
+    pairs = []
+    for art in squad["data"]:
+        for para in art["paragraphs"]:
+            context = para["context"]
+            starts = [0] + [m.end() for m in re.finditer(r"(?<=[.!?])\s+", context)]
+            for qa in para["qas"]:
+                at = qa["answers"][0]["answer_start"]
+                begin = max(s for s in starts if s <= at)
+                end = next((s for s in starts if s > at), len(context))
+                pairs.append((qa["question"], context[begin:end].strip()))
+                if len(pairs) == n:
+                    return pairs
+    return pairs
 
 
 def squad_windows(data: Path, n: int) -> list[tuple[str, str]]:
