@@ -32,6 +32,15 @@ def _needs_pad_token(tokenizer: Any, who: str) -> None:
                            "every example to one length and use DefaultDataCollator")
 
 
+def _no_text(example: Mapping[str, Any], who: str) -> None:
+    """A padding collator pads token ids: a text column left in (remove_unused_columns=False) is named here, not
+    met as "too many dimensions 'str'" inside tokenizer.pad."""
+    text = [k for k, v in example.items() if isinstance(v, str) or (isinstance(v, list) and v and isinstance(v[0], str))]
+    if text:
+        raise BertkitError(f"{who}: column(s) {text} hold text, which cannot be padded into a tensor; remove them "
+                           f"(dataset.remove_columns({text})) or keep remove_unused_columns=True in TrainingArguments")
+
+
 def _rename_labels(batch: dict) -> dict:
     for key in _LABEL_KEYS:
         if key in batch:
@@ -68,6 +77,13 @@ class DefaultDataCollator:
             values = [f[key] for f in features]
             if values[0] is None or isinstance(values[0], str):
                 continue  # as transformers' default_data_collator: strings and None are not batched
+            lengths = [len(v) if isinstance(v, (list, tuple)) or getattr(v, "ndim", 0) > 0 else None for v in values]
+            row = next((i for i, n in enumerate(lengths) if n != lengths[0]), None)
+            if row is not None:
+                raise BertkitError(f"DefaultDataCollator stacks examples of one length, but {key!r} has "
+                                   f"{lengths[0]} values in example 0 of the batch and {lengths[row]} in "
+                                   f"example {row}; use DataCollatorWithPadding(tokenizer), which pads each batch "
+                                   "to its longest (or pad every example to one length: padding='max_length')")
             batch[key] = _as_tensor(values)
         return _rename_labels(batch)
 
@@ -90,6 +106,7 @@ class _PaddingCollator:
     def _pad(self, features: Sequence[Mapping[str, Any]]) -> dict:
         if not features:
             raise BertkitError("the collator got an empty batch")
+        _no_text(features[0], type(self).__name__)
         return dict(self.tokenizer.pad(list(features), padding=self.padding, max_length=self.max_length,
                                        pad_to_multiple_of=self.pad_to_multiple_of, return_tensors="pt"))
 
@@ -119,6 +136,11 @@ class DataCollatorForTokenClassification(_PaddingCollator):
         if labels is None:
             return batch
         width = batch["input_ids"].shape[1]
+        row = next((i for i, lab in enumerate(labels) if len(lab) > width), None)
+        if row is not None:
+            raise BertkitError(f"DataCollatorForTokenClassification: example {row} of the batch has "
+                               f"{len(labels[row])} {name} for {len(features[row]['input_ids'])} input_ids; give one "
+                               "label per token, with the same truncation as the input")
         left = getattr(self.tokenizer, "padding_side", "right") == "left"
         rows = [[self.label_pad_token_id] * (width - len(lab)) + lab if left
                 else lab + [self.label_pad_token_id] * (width - len(lab)) for lab in labels]
@@ -160,7 +182,9 @@ class DataCollatorForLanguageModeling:
     collator call for call, so the same ``seed`` gives the same batches.
 
     ``whole_word_mask=True`` chooses whole words (a word's "##" continuation pieces are masked with its first
-    piece, as Google's later release of the BERT models did), all replaced by [MASK] as in transformers.
+    piece, as Google's later release of the BERT models did). Their pieces are all replaced by [MASK] unless
+    ``mask_replace_prob`` / ``random_replace_prob`` are given, which then apply to each piece (as Google's
+    whole-word masking does; transformers overrides them with 1 and 0 and warns).
     ``mlm=False`` gives causal-LM labels (the inputs, padding at -100). ``seed`` None draws from torch's
     global generator (what a seeded Trainer run fixes).
     """
@@ -169,8 +193,10 @@ class DataCollatorForLanguageModeling:
     mlm: bool = True
     whole_word_mask: bool = False
     mlm_probability: float = 0.15
-    mask_replace_prob: float = 0.8
-    random_replace_prob: float = 0.1
+    mask_replace_prob: float | None = None
+    """Share of the targets replaced by [MASK]. Default 0.8; with whole_word_mask and neither share given, 1.0."""
+    random_replace_prob: float | None = None
+    """Share of the targets replaced by a random token. Default 0.1; with whole_word_mask and neither given, 0.0."""
     pad_to_multiple_of: int | None = None
     return_tensors: str = "pt"
     seed: int | None = None
@@ -180,6 +206,12 @@ class DataCollatorForLanguageModeling:
         if self.mlm and getattr(self.tokenizer, "mask_token", None) is None:
             raise BertkitError("DataCollatorForLanguageModeling: the tokenizer has no mask token; pass mlm=False "
                                "for causal-LM labels, or use a tokenizer with [MASK]")
+        if self.whole_word_mask and not self.mlm:
+            raise BertkitError("whole_word_mask needs mlm=True")
+        if self.whole_word_mask and self.mask_replace_prob is None and self.random_replace_prob is None:
+            self.mask_replace_prob, self.random_replace_prob = 1.0, 0.0  # transformers' whole-word masking
+        self.mask_replace_prob = 0.8 if self.mask_replace_prob is None else self.mask_replace_prob
+        self.random_replace_prob = 0.1 if self.random_replace_prob is None else self.random_replace_prob
         if not 0 <= self.mlm_probability <= 1:
             raise BertkitError(f"mlm_probability must be in [0, 1], got {self.mlm_probability}")
         for name in ("mask_replace_prob", "random_replace_prob"):
@@ -188,16 +220,13 @@ class DataCollatorForLanguageModeling:
         if self.mask_replace_prob + self.random_replace_prob > 1:
             raise BertkitError(f"mask_replace_prob {self.mask_replace_prob} + random_replace_prob "
                                f"{self.random_replace_prob} exceed 1")
-        if self.whole_word_mask:
-            if not self.mlm:
-                raise BertkitError("whole_word_mask needs mlm=True")
-            self.mask_replace_prob, self.random_replace_prob = 1.0, 0.0  # as transformers
         self.generator = torch.Generator().manual_seed(self.seed) if self.seed is not None else None
 
     def __call__(self, examples: Sequence[Any]) -> dict:
         if not examples:
             raise BertkitError("the collator got an empty batch")
         if isinstance(examples[0], Mapping):
+            _no_text(examples[0], "DataCollatorForLanguageModeling")
             batch = dict(self.tokenizer.pad(list(examples), return_tensors="pt",
                                             pad_to_multiple_of=self.pad_to_multiple_of))
         else:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import logging
 import math
 import random
 import time
@@ -39,10 +40,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit._hardware import cpu_has_bf16
 from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_text
 from bertkit.settings import TrainingSettings
+from bertkit.training import trainer_data
 from bertkit.training.callbacks import (
     EvalPrediction,
     PredictionOutput,
@@ -58,6 +61,7 @@ from bertkit.training.optim import linear_warmup_decay
 from bertkit.training.trainer_args import TrainingArguments
 
 TRAINER_STATE = "trainer_state.json"
+logger = logging.getLogger("bertkit")
 
 
 def set_seed(seed: int) -> None:
@@ -146,32 +150,16 @@ class Trainer:
         self._event("on_log", logs=logs)
 
     # -- data ----------------------------------------------------------------------------------------------
-    def _examples(self, dataset: Any, what: str) -> Sequence:
-        """The dataset as a sequence of example dicts, without the columns the model's forward does not take."""
-        if dataset is None:
-            raise BertkitError(f"{what} needs a dataset; pass Trainer({what}=...)")
-        keep = set(self._forward_args) | {"label", "label_ids", *self.label_names}
-        if _is_hf_dataset(dataset):
-            if self.args.remove_unused_columns:
-                unused = [c for c in dataset.column_names if c not in keep]
-                if unused:
-                    dataset = dataset.remove_columns(unused)
-            return dataset
-        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-            raise BertkitError(f"{what}: {type(dataset).__name__} is not a dataset bertkit can index; give a "
-                               "datasets.Dataset, a torch map-style Dataset or a list of dicts")
-        if self.args.remove_unused_columns:
-            return _DroppingColumns(dataset, keep)
-        return dataset
+    def _examples(self, dataset: Any, what: str, training: bool = False) -> Sequence:
+        """The dataset as a sequence of checked example dicts (training/trainer_data.py)."""
+        keep = {*self._forward_args, "label", "label_ids", *self.label_names} if self.args.remove_unused_columns \
+            else None
+        return trainer_data.examples(dataset, what, keep=keep, model=self.model, training=training)
 
     def _check_batch(self, examples: Sequence, what: str, need_labels: bool) -> None:
         """Collate one example before anything is written: the collator must work, every key must be an argument
         of the model's forward, and training needs labels."""
-        if len(examples) == 0:
-            raise BertkitError(f"{what} is empty")
         first = examples[0]
-        if not isinstance(first, Mapping):
-            raise BertkitError(f"{what}: examples must be dicts of columns, got {type(first).__name__}")
         # the trial collation must not use up random draws (a masking collator's seeded generator, torch's); a
         # generator made on first use (transformers' collators) is dropped again, to be made afresh
         generator = getattr(self.data_collator, "generator", "absent")
@@ -229,7 +217,7 @@ class Trainer:
             raise BertkitError(f"train() got arguments bertkit does not implement: {sorted(unknown)}")
         args, info = self.args, current()
         out = Path(args.output_dir)
-        examples = self._examples(self.train_dataset, "train_dataset")
+        examples = self._examples(self.train_dataset, "train_dataset", training=True)
         self._check_batch(examples, "train_dataset", need_labels=True)
         if args.eval_strategy != "no":
             self._check_metric()
@@ -309,8 +297,8 @@ class Trainer:
             gradient_accumulation_steps=a.gradient_accumulation_steps, warmup_ratio=0.0,
             warmup_steps=a.warmup_for(total), lr_scheduler_type=a.lr_scheduler_type, weight_decay=a.weight_decay,
             optimizer="adamw", adam_beta1=a.adam_beta1, adam_beta2=a.adam_beta2, adam_epsilon=a.adam_epsilon,
-            max_grad_norm=a.max_grad_norm, bf16=a.bf16, fp16=a.fp16, compile=a.torch_compile, seed=a.seed,
-            logging_steps=logging,
+            max_grad_norm=a.max_grad_norm, bf16=a.bf16, fp16=_fp16(a.fp16, self.device), compile=a.torch_compile,
+            seed=a.seed, logging_steps=logging,
             eval_steps=a.steps_of(a.eval_steps or a.logging_steps, total) if a.eval_strategy == "steps" else None,
             save_steps=a.steps_of(a.save_steps, total) if a.save_strategy == "steps" else None,
             save_total_limit=a.save_total_limit or 10**9, device=a.device,
@@ -339,22 +327,37 @@ class Trainer:
         """metric_for_best_model must be one compute_metrics returns: checked on one evaluation batch before
         training writes anything (transformers finds out at the first evaluation)."""
         name = self.args.metric_for_best_model
-        if name is None or metric_key(name) == "eval_loss":
+        if name is None:
             return
         if self.eval_dataset is None:
             raise BertkitError(f"metric_for_best_model {name!r} needs an eval_dataset")
-        examples = self._examples(self.eval_dataset, "eval_dataset")
-        sample = [examples[i] for i in range(min(len(examples), self.args.per_device_eval_batch_size))]
-        preds, labels, _ = self._predictions(sample)
-        returned = self.compute_metrics(EvalPrediction(preds, labels)) if self.compute_metrics else {}
-        keys = ["eval_loss"] + [metric_key(k) for k in returned]
+        keys = []
+        for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval"):
+            if metric_key(name) == f"{prefix}_loss":
+                return
+            examples = self._examples(dataset, what)
+            sample = [examples[i] for i in range(min(len(examples), self.args.per_device_eval_batch_size))]
+            preds, labels, _ = self._predictions(sample)
+            returned = self.compute_metrics(EvalPrediction(preds, labels)) if self.compute_metrics else {}
+            keys += [f"{prefix}_loss"] + [k if k.startswith(f"{prefix}_") else f"{prefix}_{k}" for k in returned]
         if metric_key(name) not in keys:
             raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
                                f"returns {keys}; name one of them (without or with the eval_ prefix)")
 
+    @staticmethod
+    def _eval_sets(dataset: Any, prefix: str) -> list[tuple[str, str, Any]]:
+        """(metric prefix, name in messages, dataset) for each evaluation set: a dict of datasets is evaluated set
+        by set, its metrics prefixed ``eval_{name}_``, as transformers does."""
+        if not isinstance(dataset, Mapping):
+            return [(prefix, "eval_dataset", dataset)]
+        if not dataset:
+            raise BertkitError("eval_dataset is an empty dict; give at least one {name: dataset}")
+        return [(f"{prefix}_{name}", f"eval_dataset[{name!r}]", part) for name, part in dataset.items()]
+
     # -- the loop's hooks ------------------------------------------------------------------------------------
     def _evaluate_in_loop(self, module: nn.Module) -> dict[str, float]:
-        return self._metrics(self._examples(self.eval_dataset, "eval_dataset"), module, "eval")
+        return {k: v for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval")
+                for k, v in self._metrics(self._examples(dataset, what), module, prefix).items()}
 
     def _on_record(self, record: dict) -> None:
         step = record["step"]
@@ -396,8 +399,13 @@ class Trainer:
     # -- evaluation and prediction ---------------------------------------------------------------------------
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
-        """eval_loss (when the data has labels) and compute_metrics' metrics, prefixed ``eval_``."""
-        examples = self._examples(eval_dataset if eval_dataset is not None else self.eval_dataset, "eval_dataset")
+        """eval_loss (when the data has labels) and compute_metrics' metrics, prefixed ``eval_``; for a dict of
+        datasets, each set's metrics prefixed ``eval_{name}_``."""
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if isinstance(dataset, Mapping):
+            return {k: v for prefix, _, part in self._eval_sets(dataset, metric_key_prefix)
+                    for k, v in self.evaluate(part, ignore_keys, prefix).items()}
+        examples = self._examples(dataset, "eval_dataset")
         self._check_batch(examples, "eval_dataset", need_labels=False)
         metrics = self._metrics(examples, self.model, metric_key_prefix)
         if self.state.epoch is not None:
@@ -503,24 +511,16 @@ class Trainer:
 # -------------------------------------------------------------------------------------------------
 
 
-def _is_hf_dataset(dataset: Any) -> bool:
-    """A datasets.Dataset, recognised without importing ``datasets`` (an optional package)."""
-    return type(dataset).__module__.startswith("datasets") and hasattr(dataset, "remove_columns")
-
-
-class _DroppingColumns(Sequence):
-    """A map-style dataset whose examples lose the keys the model does not take (transformers'
-    RemoveColumnsCollator, applied per example)."""
-
-    def __init__(self, dataset: Any, keep: set[str]):
-        self.dataset, self.keep = dataset, keep
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, i: int) -> Any:
-        item = self.dataset[i]
-        return {k: v for k, v in item.items() if k in self.keep} if isinstance(item, Mapping) else item
+def _fp16(requested: bool, device: str) -> bool:
+    """fp16 autocast on a GPU only. On a CPU the run trains in fp32, as transformers' Trainer does there
+    (accelerate enables fp16 autocast on GPUs only): PyTorch's float16 CPU kernels run a MiniLM step 31x slower
+    than fp32 on an AVX2 CPU, and 1.4x slower even with AVX512-FP16 (Sapphire Rapids)."""
+    if not requested or torch.device(device).type != "cpu":
+        return requested
+    logger.warning("fp16=True on the CPU: training runs in fp32, as transformers' Trainer does there (float16 "
+                   "autocast is slower than fp32 on CPUs); %s", "for reduced precision here use bf16=True, which "
+                   "this CPU runs in hardware" if cpu_has_bf16() else "drop fp16")
+    return False
 
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:

@@ -47,7 +47,7 @@ REFUSED: dict[str, tuple[Any, str]] = {
     "average_tokens_across_devices": (True, "bertkit always divides token losses by the step's global target count"),
     "label_smoothing_factor": (0.0, "subclass the model's loss instead; " + _NO),
     "bf16_full_eval": (False, "evaluation runs under the same bf16 autocast as training when bf16=True"),
-    "fp16_full_eval": (False, "evaluation runs under the same fp16 autocast as training when fp16=True"),
+    "fp16_full_eval": (False, "evaluation runs in fp32 (under bf16 autocast when bf16=True); drop this argument"),
     "tf32": (None, "set torch.backends.cuda.matmul.allow_tf32 yourself"),
     "activation_checkpointing": (None, "use gradient_checkpointing=True"),
     "activation_checkpointing_kwargs": (None, "use gradient_checkpointing=True"),

@@ -1,0 +1,167 @@
+"""The data as it enters ``bertkit.Trainer``: checked once, before anything trains, so that a dataset a notebook
+makes in the ordinary way (labels as strings or pandas floats, a NaN, per-token labels of the wrong length, an
+IterableDataset) is named with its row and the fix instead of failing in PyTorch, numpy or the loss.
+
+``examples(...)`` gives the dataset as a sequence of example dicts: without the columns the model's forward does
+not take (transformers' ``remove_unused_columns``), with labels read as transformers' models take them (string
+labels through the model's ``label2id``, whole-number float labels as class ids). The label columns are read once
+(a ``datasets.Dataset`` column at a time; other datasets example by example).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.heads import IGNORE_INDEX
+
+logger = logging.getLogger("bertkit")
+
+LABEL_COLUMNS = ("label", "labels", "label_ids")  # what the collators hand the model as ``labels``
+
+
+def examples(dataset: Any, what: str, *, keep: set[str] | None, model: Any, training: bool) -> Sequence:
+    """``dataset`` as a sequence of example dicts for the Trainer's ``what`` (train_dataset, eval_dataset, ...).
+    ``keep``: the columns to keep (None: all, remove_unused_columns=False); ``training``: refuse labels that give
+    nothing to learn from."""
+    if dataset is None:
+        raise BertkitError(f"{what} needs a dataset; pass Trainer({what}=...)")
+    if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+        raise BertkitError(
+            f"{what}: {type(dataset).__name__} has no length or index (an iterable or streaming dataset); "
+            "bertkit's Trainer reads its data by index, in a seeded order it can resume at the exact "
+            "batch. Give a datasets.Dataset (load_dataset without streaming=True, or Dataset.from_generator over "
+            "the stream), a torch map-style Dataset or a list of dicts (list(dataset) for a finite stream)")
+    if is_hf_dataset(dataset) and keep is not None:
+        unused = [c for c in dataset.column_names if c not in keep]
+        if unused:
+            dataset = dataset.remove_columns(unused)
+        keep = None
+    if len(dataset) == 0:
+        raise BertkitError(f"{what} is empty")
+    first = dataset[0]
+    if not isinstance(first, Mapping):
+        raise BertkitError(f"{what}: examples must be dicts of columns, got {type(first).__name__}")
+    readers = {key: _label_reader(dataset, key, what, model, training) for key in LABEL_COLUMNS if key in first}
+    readers = {key: read for key, read in readers.items() if read is not None}
+    return _Examples(dataset, keep, readers) if keep is not None or readers else dataset
+
+
+def is_hf_dataset(dataset: Any) -> bool:
+    """A datasets.Dataset, recognised without importing ``datasets`` (an optional package)."""
+    return type(dataset).__module__.startswith("datasets") and hasattr(dataset, "remove_columns")
+
+
+class _Examples(Sequence):
+    """A map-style dataset whose examples lose the keys the model does not take (transformers'
+    RemoveColumnsCollator, applied per example) and whose labels are read by ``readers``."""
+
+    def __init__(self, dataset: Any, keep: set[str] | None, readers: dict[str, Callable[[Any], Any]]):
+        self.dataset, self.keep, self.readers = dataset, keep, readers
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> Any:
+        item = self.dataset[i]
+        if not isinstance(item, Mapping):
+            return item
+        item = {k: v for k, v in item.items() if self.keep is None or k in self.keep}
+        for key, read in self.readers.items():
+            if key in item:
+                item[key] = read(item[key])
+        return item
+
+
+def _column(dataset: Any, key: str) -> list:
+    if is_hf_dataset(dataset):
+        return dataset.select_columns([key]).with_format(None)[:][key]  # one Arrow column, read at once
+    return [dataset[i][key] for i in range(len(dataset))]
+
+
+def _label_reader(dataset: Any, key: str, what: str, model: Any, training: bool) -> Callable[[Any], Any] | None:
+    """Check the ``key`` column; return how to read each of its values (None: as they are)."""
+    values = _column(dataset, key)
+    config = getattr(model, "config", None)
+    if any(isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(v) == 1 for v in values[:1]):
+        if getattr(config, "problem_type", None) != "multi_label_classification" and \
+                not any(isinstance(x, float) for x in _flat(values[0])):  # multi-label targets are floats
+            _check_token_labels(dataset, key, values, what, training)
+        return None
+    values = [v.item() if hasattr(v, "item") and np.ndim(v) == 0 else v for v in values]  # numpy, torch scalars
+    for row, v in enumerate(values):
+        if v is None or (isinstance(v, numbers.Real) and not math.isfinite(v)):
+            raise BertkitError(f"{what}: row {row} has {key} {v!r}; every example needs a label: give it one, or drop "
+                               "the row (dataset.filter / dataset.select, or dropna on the DataFrame)")
+    if all(isinstance(v, str) for v in values):
+        return _string_labels(values, key, what, config)
+    if any(isinstance(v, str) for v in values):
+        row = next(i for i, v in enumerate(values) if isinstance(v, str) != isinstance(values[0], str))
+        raise BertkitError(f"{what}: {key} mixes strings and numbers ({values[0]!r} at row 0, {values[row]!r} at "
+                           f"row {row}); make them one kind")
+    class_ids = any(isinstance(v, float) for v in values) and _classifies(config)
+    if class_ids:
+        row = next((i for i, v in enumerate(values) if float(v) != int(v)), None)
+        if row is not None:
+            raise BertkitError(
+                f"{what}: {key} {values[row]!r} at row {row} is not a class id, and {type(model).__name__} "
+                f"classifies into {config.num_labels} labels; give class ids 0..{config.num_labels - 1}, or for a "
+                "score load the model with num_labels=1 (regression)")
+        say = logger.warning if training else logger.debug  # said once a run, not at every evaluation
+        say("%s: %s holds floats (%s); read as the class ids %s, for %s's %d-label classification", what, key,
+            ", ".join(map(repr, sorted({float(v) for v in values})[:5])),
+            ", ".join(map(str, sorted({int(v) for v in values})[:5])), type(model).__name__, config.num_labels)
+    if training:
+        _some_label(values, key, what)
+    return int if class_ids else None
+
+
+def _classifies(config: Any) -> bool:
+    """Whether a scalar label is a class id for this model: a head of several outputs, not multi-label."""
+    return (config is not None and getattr(config, "num_labels", 1) > 1
+            and getattr(config, "problem_type", None) in (None, "single_label_classification"))
+
+
+def _string_labels(values: list, key: str, what: str, config: Any) -> Callable[[Any], int]:
+    """String labels through the model's label2id (transformers' models take ids only), or an error naming them."""
+    seen = sorted(set(values))
+    label2id = dict(getattr(config, "label2id", None) or {})
+    if not set(seen) <= set(label2id):
+        names = sorted(label2id, key=label2id.get) if label2id else None
+        suggested = {i: s for i, s in enumerate(seen)}
+        raise BertkitError(
+            f"{what}: {key} holds strings {seen[:10]}{' ...' if len(seen) > 10 else ''}, but the model's config "
+            f"names its labels {names}; name them when loading the model (from_pretrained(..., id2label="
+            f"{suggested}, label2id={ {s: i for i, s in suggested.items()} })), or map {key} to ids "
+            f"(dataset.class_encode_column({key!r}))")
+    return lambda v: label2id[v]
+
+
+def _some_label(values: list, key: str, what: str) -> None:
+    if all(int(v) == IGNORE_INDEX for v in values):
+        raise BertkitError(f"{what}: no example has a label to learn from: every {key} is {IGNORE_INDEX} (ignored "
+                           "by the loss); check how the labels were made")
+
+
+def _check_token_labels(dataset: Any, key: str, values: list, what: str, training: bool) -> None:
+    """Per-token labels: one per input token, and not all ignored."""
+    lengths = [len(v) for v in _column(dataset, "input_ids")] if "input_ids" in dataset[0] else None
+    for row, labels in enumerate(values):
+        if lengths is not None and len(labels) != lengths[row]:
+            raise BertkitError(f"{what}: row {row} has {len(labels)} {key} for {lengths[row]} input_ids; give one "
+                               "label per token (-100 for tokens without one: special tokens, a word's later "
+                               "pieces), with the same truncation as the input")
+    if training and all(int(x) == IGNORE_INDEX for labels in values for x in _flat(labels)):
+        raise BertkitError(f"{what}: no example has a label to learn from: every token's {key} is {IGNORE_INDEX} "
+                           "(ignored by the loss); check the alignment of the labels to the tokens (word_ids())")
+
+
+def _flat(labels: Any) -> list:
+    return labels.tolist() if hasattr(labels, "tolist") else list(labels)

@@ -1,0 +1,233 @@
+"""Data a notebook makes in the ordinary way, given to bertkit.Trainer and its collators: labels as strings, pandas
+floats, a NaN, all -100; a dict of eval sets; a streaming dataset; a text column kept; per-token labels longer than
+the input; rows of different lengths for DefaultDataCollator. Each is read as transformers' models read it, or
+named with its row and the fix, before anything trains (none ends in an error from inside PyTorch or numpy)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import bertkit
+from bertkit.errors import BertkitError
+from trainer_helpers import TEST, TRAIN, _losses, accuracy, tiny_classifier
+
+transformers = pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+pd = pytest.importorskip("pandas")
+pytest.importorskip("accelerate")  # transformers' Trainer needs it
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, minilm_dir) -> Path:
+    return tiny_classifier(tmp_path_factory.mktemp("data") / "tiny-classifier", minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def tok(checkpoint):
+    return bertkit.AutoTokenizer.from_pretrained(checkpoint)
+
+
+def _dataset(tok, rows: list[dict]):
+    return datasets.Dataset.from_list(rows).map(lambda b: tok(b["text"], truncation=True), batched=True)
+
+
+def _labelled(rows: list[dict], label) -> list[dict]:
+    return [{**r, "label": label(r["label"])} for r in rows]
+
+
+def _train(checkpoint, tok, out: Path, train, model=None, collator=None, **overrides):
+    args = dict(output_dir=str(out), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-3, logging_steps=1,
+                save_strategy="no", use_cpu=True, seed=7, disable_tqdm=True)
+    model = model if model is not None else bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    trainer = bertkit.Trainer(model=model, args=bertkit.TrainingArguments(**{**args, **overrides}),
+                              train_dataset=train, processing_class=tok, data_collator=collator)
+    trainer.train()
+    return [loss for _, loss, _ in _losses(trainer.state.log_history)]
+
+
+def test_string_labels_go_through_the_configs_label2id_or_are_named(checkpoint, tok, tmp_path):
+    """"pos"/"neg" labels met `ValueError: too many dimensions 'str'` inside torch.tensor."""
+    words = _dataset(tok, _labelled(TRAIN, lambda y: "pos" if y else "neg"))
+    named = bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint, id2label={0: "neg", 1: "pos"})
+    ids = _train(checkpoint, tok, tmp_path / "ids", _dataset(tok, TRAIN))
+    assert _train(checkpoint, tok, tmp_path / "words", words, model=named) == ids  # the same run, step by step
+    with pytest.raises(BertkitError, match=re.escape(
+            "train_dataset: label holds strings ['neg', 'pos'], but the model's config names its labels ['LABEL_0', "
+            "'LABEL_1']; name them when loading the model (from_pretrained(..., id2label={0: 'neg', 1: 'pos'}, "
+            "label2id={'neg': 0, 'pos': 1})), or map label to ids (dataset.class_encode_column('label'))")):
+        _train(checkpoint, tok, tmp_path / "unnamed", words)
+
+
+def test_whole_number_float_labels_are_class_ids_and_others_are_named(checkpoint, tok, tmp_path, caplog):
+    """A pandas-made dataset's 0.0/1.0 labels on a two-label head met "Target size (torch.Size([4])) must be the
+    same as input size (torch.Size([4, 2]))" from the multi-label loss (transformers' own inference)."""
+    frame = pd.DataFrame(TRAIN)
+    frame["label"] = frame["label"].astype(float)
+    floats = datasets.Dataset.from_pandas(frame).map(lambda b: tok(b["text"], truncation=True), batched=True)
+    assert floats.features["label"].dtype == "float64"
+    ids = _train(checkpoint, tok, tmp_path / "ids", _dataset(tok, TRAIN))
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        assert _train(checkpoint, tok, tmp_path / "floats", floats) == ids
+    assert "train_dataset: label holds floats (0.0, 1.0); read as the class ids 0, 1, for " \
+           "BertForSequenceClassification's 2-label classification" in caplog.text
+    with pytest.raises(BertkitError, match=re.escape(
+            "train_dataset: label 0.3 at row 0 is not a class id, and BertForSequenceClassification classifies "
+            "into 2 labels; give class ids 0..1, or for a score load the model with num_labels=1 (regression)")):
+        _train(checkpoint, tok, tmp_path / "scores", _dataset(tok, _labelled(TRAIN, lambda y: 0.3 + y)))
+
+
+def test_a_nan_label_is_named_by_its_row(checkpoint, tok, tmp_path):
+    rows = _labelled(TRAIN, float)
+    rows[5]["label"] = float("nan")
+    with pytest.raises(BertkitError, match=re.escape("train_dataset: row 5 has label nan; every example needs a "
+                                                     "label: give it one, or drop the row")):
+        _train(checkpoint, tok, tmp_path / "out", _dataset(tok, rows))
+    assert not (tmp_path / "out").exists()
+
+
+def test_labels_that_are_all_ignored_are_named_not_blamed_on_the_learning_rate(checkpoint, tok, tmp_path):
+    """All -100 stopped with "the loss is nan ... Lower --learning-rate" (sequence labels) or trained on nothing at
+    loss 0.0 (token labels)."""
+    with pytest.raises(BertkitError, match="train_dataset: no example has a label to learn from: every label is -100"):
+        _train(checkpoint, tok, tmp_path / "seq", _dataset(tok, _labelled(TRAIN, lambda y: -100)))
+    rows = [{**dict(tok(r["text"])), "labels": [-100] * len(tok(r["text"])["input_ids"])} for r in TRAIN]
+    tagger = bertkit.AutoModelForTokenClassification.from_pretrained(checkpoint)
+    with pytest.raises(BertkitError, match="train_dataset: no example has a label to learn from: every token's "
+                                           "labels is -100"):
+        _train(checkpoint, tok, tmp_path / "tok", rows, model=tagger,
+               collator=bertkit.DataCollatorForTokenClassification(tok))
+
+
+def test_token_labels_of_another_length_than_the_input_are_named(checkpoint, tok, tmp_path):
+    """Labels longer than the input met "expected sequence of length 14 at dim 1 (got 16)" from torch.tensor, or
+    trained silently on labels shifted against the tokens when the row was not the batch's longest."""
+    rows = [{"input_ids": [101, 2000 + i, 2050 + i, 102], "labels": [-100, 1, 0, -100]} for i in range(12)]
+    rows[3]["labels"] = rows[3]["labels"] + [0, 0]
+    tagger = bertkit.AutoModelForTokenClassification.from_pretrained(checkpoint)
+    collator = bertkit.DataCollatorForTokenClassification(tok)
+    with pytest.raises(BertkitError, match=re.escape("train_dataset: row 3 has 6 labels for 4 input_ids; give one "
+                                                     "label per token")):
+        _train(checkpoint, tok, tmp_path / "out", rows, model=tagger, collator=collator)
+    # the collator alone (a DataLoader's collate_fn) names the example of its batch
+    with pytest.raises(BertkitError, match=re.escape("DataCollatorForTokenClassification: example 1 of the batch "
+                                                     "has 6 labels for 4 input_ids")):
+        collator(rows[2:4])
+
+
+def test_default_collator_names_rows_of_different_lengths(checkpoint, tok, tmp_path):
+    """DefaultDataCollator on unpadded rows met numpy's "setting an array element with a sequence. The requested
+    array has an inhomogeneous shape after 1 dimensions"."""
+    rows = [dict(tok("the movie was great")), dict(tok("bad"))]
+    with pytest.raises(BertkitError, match=re.escape(
+            "DefaultDataCollator stacks examples of one length, but 'input_ids' has 6 values in example 0 of the "
+            "batch and 3 in example 1; use DataCollatorWithPadding(tokenizer)")):
+        bertkit.DefaultDataCollator()(rows)
+    with pytest.raises(BertkitError, match="DefaultDataCollator stacks examples of one length"):
+        _train(checkpoint, None, tmp_path / "out", _dataset(tok, TRAIN))  # no tokenizer: DefaultDataCollator
+
+
+def test_a_text_column_kept_for_a_padding_collator_is_named(checkpoint, tok, tmp_path):
+    """remove_unused_columns=False with the text column met "too many dimensions 'str'" inside tokenizer.pad."""
+    with pytest.raises(BertkitError, match=re.escape(
+            "DataCollatorWithPadding: column(s) ['text'] hold text, which cannot be padded into a tensor; remove "
+            "them (dataset.remove_columns(['text'])) or keep remove_unused_columns=True in TrainingArguments")):
+        _train(checkpoint, tok, tmp_path / "out", _dataset(tok, TRAIN), remove_unused_columns=False)
+    with pytest.raises(BertkitError, match=re.escape("DataCollatorForLanguageModeling: column(s) ['text'] hold text")):
+        bertkit.DataCollatorForLanguageModeling(tok, seed=0)([{**dict(tok("a fine plot")), "text": "a fine plot"}])
+
+
+def test_an_iterable_dataset_is_refused_naming_what_to_give(checkpoint, tok, tmp_path):
+    """A datasets streaming dataset met "TypeError: object of type 'IterableDataset' has no len()"."""
+    stream = _dataset(tok, TRAIN).to_iterable_dataset()
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(_dataset(tok, TRAIN).remove_columns(["text"]))
+
+    for data, name in ((stream, "IterableDataset"), (Stream(), "Stream")):
+        with pytest.raises(BertkitError, match=re.escape(f"train_dataset: {name} has no length or index (an iterable "
+                                                         "or streaming dataset)")):
+            _train(checkpoint, tok, tmp_path / "out", data)
+
+
+def test_a_dict_of_eval_sets_is_evaluated_set_by_set_as_transformers_does(checkpoint, tok, tmp_path):
+    """eval_dataset={"a": ..., "b": ...} met "KeyError: 0"; transformers evaluates each set, prefixed eval_{name}_."""
+    sets = {"a": _dataset(tok, TEST), "b": _dataset(tok, TRAIN[:8])}
+    results = []
+    for lib in (transformers, bertkit):
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), per_device_eval_batch_size=4,
+                                     use_cpu=True, report_to="none", disable_tqdm=True)
+        trainer = lib.Trainer(model=lib.AutoModelForSequenceClassification.from_pretrained(checkpoint), args=args,
+                              eval_dataset=sets, processing_class=tok, compute_metrics=accuracy,
+                              data_collator=lib.DataCollatorWithPadding(tok))
+        results.append({k: v for k, v in trainer.evaluate().items() if k.endswith(("_loss", "_accuracy"))})
+    theirs, ours = results
+    assert sorted(ours) == sorted(theirs) == ["eval_a_accuracy", "eval_a_loss", "eval_b_accuracy", "eval_b_loss"]
+    for key in theirs:
+        assert ours[key] == pytest.approx(theirs[key], rel=1e-5), key
+
+    # during training: each set at each evaluation, and the best model chosen by a metric of one set
+    args = bertkit.TrainingArguments(output_dir=str(tmp_path / "best"), max_steps=4, per_device_train_batch_size=4,
+                                     learning_rate=1e-3, eval_strategy="steps", eval_steps=2, save_steps=2,
+                                     load_best_model_at_end=True, metric_for_best_model="b_accuracy", use_cpu=True,
+                                     seed=7, disable_tqdm=True)
+    trainer = bertkit.Trainer(model=bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint), args=args,
+                              train_dataset=_dataset(tok, TRAIN), eval_dataset=sets, processing_class=tok,
+                              compute_metrics=accuracy)
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_b_accuracy" in h]
+    assert [h["step"] for h in evals] == [2, 4] and all("eval_a_loss" in h for h in evals)
+    assert trainer.state.best_metric == max(h["eval_b_accuracy"] for h in evals)
+
+    # the default metric, the loss, is per set: the choice is named
+    args = bertkit.TrainingArguments(output_dir=str(tmp_path / "loss"), max_steps=2, eval_strategy="steps",
+                                     eval_steps=2, save_steps=2, load_best_model_at_end=True, use_cpu=True)
+    with pytest.raises(BertkitError, match=re.escape(
+            "metric_for_best_model 'loss' is not a metric this run computes: evaluation returns ['eval_a_loss', "
+            "'eval_a_accuracy', 'eval_b_loss', 'eval_b_accuracy']")):
+        bertkit.Trainer(model=bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint), args=args,
+                        train_dataset=_dataset(tok, TRAIN), eval_dataset=sets, processing_class=tok,
+                        compute_metrics=accuracy).train()
+
+
+def test_fp16_on_a_cpu_trains_in_fp32_as_transformers_does(checkpoint, tok, tmp_path, caplog):
+    """fp16=True on a CPU ran float16 autocast: 31x slower than fp32 per MiniLM step on an AVX2 CPU, without a
+    word. transformers' Trainer (accelerate) enables fp16 on GPUs only."""
+    data = _dataset(tok, TRAIN)
+    fp32 = _train(checkpoint, tok, tmp_path / "fp32", data)
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        assert _train(checkpoint, tok, tmp_path / "fp16", data, fp16=True) == fp32
+    assert "fp16=True on the CPU: training runs in fp32, as transformers' Trainer does there" in caplog.text
+
+
+def test_whole_word_masking_honours_explicit_replace_shares(tok):
+    """whole_word_mask=True replaced mask_replace_prob=0.5, random_replace_prob=0.3 with 1.0 and 0.0 silently."""
+    texts = ["unbelievably tokenization isn't trivial for the zygote", "the quick brown fox jumps over the lazy dog"]
+    features = [dict(tok(t)) for t in texts * 64]
+    collator = bertkit.DataCollatorForLanguageModeling(tok, whole_word_mask=True, mlm_probability=0.3,
+                                                       mask_replace_prob=0.5, random_replace_prob=0.3, seed=0)
+    assert (collator.mask_replace_prob, collator.random_replace_prob) == (0.5, 0.3)
+    batch = collator(features)
+    targets = batch["labels"] != -100
+    original = torch.tensor(_padded(features, tok.pad_token_id))
+    as_mask = batch["input_ids"][targets] == tok.mask_token_id
+    kept = batch["input_ids"][targets] == original[targets]
+    n = int(targets.sum())
+    assert n > 300
+    assert abs(float(as_mask.float().mean()) - 0.5) < 0.08
+    changed = 1 - float(as_mask.float().mean()) - float(kept.float().mean())  # random tokens
+    assert abs(changed - 0.3) < 0.08
+    # neither share given: every piece of a chosen word becomes [MASK], as transformers does
+    default = bertkit.DataCollatorForLanguageModeling(tok, whole_word_mask=True, seed=0)
+    assert (default.mask_replace_prob, default.random_replace_prob) == (1.0, 0.0)
+
+
+def _padded(features: list[dict], pad: int) -> list[list[int]]:
+    width = max(len(f["input_ids"]) for f in features)
+    return [f["input_ids"] + [pad] * (width - len(f["input_ids"])) for f in features]
+
