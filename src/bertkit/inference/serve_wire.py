@@ -182,9 +182,10 @@ def _constant(name: str) -> Any:
 
 
 def _integer(text: str) -> int:
-    # Python refuses to convert an integer of over 4,300 digits (a ValueError from inside json); no field takes
-    # one of even 20 (a token id, a count), so a longer one is refused here by name.
-    if len(text.lstrip("-")) > 19:
+    # Python refuses to convert an integer of over 4,300 digits (a ValueError from inside json, a 500), and an
+    # interpreter without that limit takes quadratic time on a longer one: refused here, before int() sees it. A
+    # shorter one reaches the checks, which name the field it is too large for.
+    if len(text) > 4300:
         raise RequestError(400, f"the body is not valid: a number of {len(text.lstrip('-'))} digits "
                                 f"({text[:20]}...); no field takes an integer that large")
     return int(text)
