@@ -359,6 +359,38 @@ def test_only_health_is_open_however_the_path_is_spelt(app, path):
     assert app["emb"].get("/health").status_code == 200
 
 
+@pytest.mark.parametrize("flags, said", [
+    (["--host", ""], "host '' is not an address"),  # uvicorn binds "" to every interface: a door opened unasked
+    (["--host", " "], "host ' ' is not an address"),
+    (["--host", "127.0.0.1 "], "host '127.0.0.1 ' is not an address"),
+    (["--served-model-name", ""], "served model name from --served-model-name ('') is empty"),  # showed the path
+    (["--served-model-name", "  "], "is empty or not printable"),
+    (["--served-model-name", "a\nb"], "is empty or not printable"),
+    (["--api-key", " k"], "the API key from --api-key is not printable ASCII without spaces"),
+    (["--port", "70000"], "port must be in [0, 65535], got 70000"),
+    (["--max-wait-ms", "nan"], "max_wait_ms must be in [0, 10000], got nan"),
+    (["--graceful-shutdown-s", "inf"], "graceful_shutdown_s must be a finite number >= 0, got inf"),
+])
+def test_serve_settings_that_would_open_or_mislabel_the_server_are_refused(ckpts, monkeypatch, capsys, flags, said):
+    import bertkit.inference.serve as serve_module
+
+    served = []
+    monkeypatch.setattr(serve_module, "serve", lambda s: served.append(s) or {})
+    monkeypatch.delenv("BERTKIT_API_KEY", raising=False)
+    code, err = _cli(["serve", "--model", ckpts["enc"], "--task", "sentence-embedding", *flags], capsys)
+    _one_line_error(code, err, said)
+    assert not served
+
+
+def test_create_app_refuses_an_empty_served_name(ckpts):
+    pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install "bertkit[serve]"')
+    from bertkit.inference.serve import create_app
+
+    pipe = bertkit.pipeline("sentence-embedding", ckpts["enc"], progress=False)
+    with pytest.raises(BertkitError, match="served model name from served_model_name"):
+        create_app(pipe, str(ckpts["enc"]), served_model_name="")
+
+
 AUTH = {"Authorization": f"Bearer {KEY}"}
 SERVE_REFUSALS = [
     ("dimensions -1", "/v1/embeddings", {"input": "a", "dimensions": -1}, 422, "dimensions must be an int in [1, 32]"),
