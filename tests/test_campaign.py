@@ -536,6 +536,52 @@ def test_extract_features_layer_specs(ckpts, lines, tmp_path, capsys, layers, wr
 
 
 # ---------------------------------------------------------------------------------------------------
+# a command's output and the user's files
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command, name", [
+    (["predict", "text-classification"], "vocab.txt"),  # the model's vocabulary, replaced by its own predictions
+    (["predict", "text-classification"], "config.json"),
+    (["extract-features", "--layers=-1", "--max-seq-length", 16], "model.safetensors"),  # the weights, by features
+])
+def test_an_output_file_never_replaces_a_file_of_the_model_it_reads(ckpts, lines, tmp_path, capsys, command, name):
+    import shutil
+
+    model = shutil.copytree(ckpts["clf"], tmp_path / "model")
+    before = (model / name).read_bytes()
+    code, err = _cli([*command, "--model", model, "--input", lines, "--output-file", model / name, "--overwrite",
+                      "--no-progress"], capsys)
+    _one_line_error(code, err, f"would replace a file of the command's own input --model-name-or-path {model}")
+    assert (model / name).read_bytes() == before
+    code, err = _cli([*command, "--model", model, "--input", lines, "--output-file", model / "out.jsonl",
+                      "--no-progress"], capsys)  # a new file beside the model's is still fine
+    assert code == 0 and (model / "out.jsonl").is_file(), err
+
+
+def test_export_never_replaces_the_weights_it_exports(ckpts, tmp_path, capsys):
+    """`export onnx --output-file MODEL/model.safetensors --overwrite` replaced the checkpoint by its ONNX graph."""
+    import shutil
+
+    model = shutil.copytree(ckpts["clf"], tmp_path / "model")
+    before = (model / "model.safetensors").read_bytes()
+    code, err = _cli(["export", "onnx", "--model", model, "--output-file", model / "model.safetensors", "--overwrite",
+                      "--no-verify"], capsys)
+    _one_line_error(code, err, f"would replace a file of the command's own input --model {model}")
+    assert (model / "model.safetensors").read_bytes() == before
+
+
+def test_a_refused_output_directory_of_the_users_is_left_as_it_was(ckpts, tmp_path, capsys):
+    """The refusal left a .bertkit-lock behind in the user's directory."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("x")
+    code, err = _cli(["quantize", "--model", ckpts["clf"], "--output-dir", mine, "--overwrite"], capsys)
+    _one_line_error(code, err, "bertkit did not write there (e.g. notes.txt)")
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+# ---------------------------------------------------------------------------------------------------
 # the commands on odd corpora and files
 # ---------------------------------------------------------------------------------------------------
 
