@@ -258,6 +258,14 @@ def test_a_hub_name_and_a_file_path_are_named(ckpts):
         bertkit.AutoModel.from_pretrained(ckpts["clf"] / "config.json")
 
 
+@pytest.mark.parametrize("name", ["my--model", "model.git", "run-", "org/name."])
+def test_a_missing_directory_whose_name_is_no_hub_id_is_named_not_a_hub_error(monkeypatch, name):
+    """huggingface_hub's HFValidationError ('Cannot have -- or .. in repo_id') came out raw."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(MissingFileError, match=f"checkpoint directory {name} does not exist"):
+        bertkit.AutoModel.from_pretrained(name)
+
+
 @_owed("traceback", "checkpoint_io.py (save_pretrained)",
        "a path that is a file ends in FileExistsError from pathlib.mkdir, without the fix")
 def test_save_pretrained_to_a_file_names_it_and_keeps_it(tiny_model, tmp_path):
