@@ -2,7 +2,7 @@
 
 ``scaled_dot_product_attention`` on the CPU (its flash kernel) loops over keys in vectors of
 ``Vectorized<float>::size()`` (16 with AVX-512, 8 with AVX2); the keys past the last full vector are slow. bertkit
-pads each attention rectangle's keys with masked zeros up to the multiple in inference (``padding.key_multiple``)
+pads each attention rectangle's keys with masked zeros up to the multiple in CPU inference (``prepare.cpu_key_multiple``)
 and leaves the queries as they are. This times, for each key length T, the rectangle as it is (T queries over T
 keys, the padded rows masked as in a ragged batch) against the same queries over the keys rounded up, in fp32 and
 bf16, and checks that both give the same output.
@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bertkit import padding
-from bertkit.padding import key_multiple, round_up_tokens
+from bertkit.inference.prepare import cpu_key_multiple, for_cpu_inference
+from bertkit.padding import round_up_tokens
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,22 +82,20 @@ def end_to_end(model_dir: Path, data: Path, rounds: int, threads: int) -> None:
     loads = workloads(tok, data, 320, 64)
     fp32 = BertModel.from_pretrained(model_dir).eval()
     models = {"fp32": fp32, "int8": quantize_int8(fp32, calibration=encode(tok, sst2(data, "train")[:256], 32, 128))}
-    measured = dict(padding._CPU_KEY_MULTIPLE)
+    models = {k: for_cpu_inference(m, bf16=False) for k, m in models.items()}  # as prepare_model runs them
     times: dict[tuple[str, str, bool], list[float]] = {}
     with torch.inference_mode():
         for r in range(rounds):
             for name, batches in loads.items():
                 for precision, model in models.items():
                     for rounded in (False, True):
-                        padding._CPU_KEY_MULTIPLE.clear()
-                        padding._CPU_KEY_MULTIPLE.update(measured if rounded else {})
+                        model.key_multiple = cpu_key_multiple() if rounded else 1
                         if r == 0:
                             model(**batches[0])
                         start = time.perf_counter()
                         for b in batches:
                             model(**b)
                         times.setdefault((name, precision, rounded), []).append(time.perf_counter() - start)
-    padding._CPU_KEY_MULTIPLE.update(measured)
     for name, batches in loads.items():
         n = sum(len(b["input_ids"]) for b in batches)
         for precision in models:
@@ -124,7 +122,7 @@ def main() -> None:
         end_to_end(args.model, args.data, args.rounds, args.threads)
         return
     with torch.inference_mode():
-        multiple = key_multiple(torch.device("cpu"))
+        multiple = cpu_key_multiple()
         if multiple == 1:
             print(json.dumps({"note": f"no key rounding on this CPU ({torch.backends.cpu.get_cpu_capability()}): "
                                       "nothing to compare"}))

@@ -1,10 +1,10 @@
-"""bf16 inference on the CPU with the Linear weights cast once (bertkit's default) against autocast's cast per call.
+"""bf16 inference on the CPU with the Linear weights cast once against autocast's cast per call.
 
 Under ``torch.autocast("cpu", dtype=torch.bfloat16)`` every Linear casts its float32 weight to bf16 on every call;
-bertkit keeps the bf16 copies between calls (``cpu_linear._bf16_copies``). Both run here in one process on the
-three workloads of ``bench_engines.py`` (SST-2 sentences, question/sentence pairs, SQuAD windows), interleaved,
-with the per-call cast restored by switching the copies off (``cpu_linear._cpu_bf16_inference``); the outputs must be
-bit-identical.
+the model ``prepare_model`` makes for bf16 owns bf16 copies made once (``prepare.PreparedLinear``; here with
+oneDNN's reordering switched off, so only the cast is compared). Both run here in one process on the three
+workloads of ``bench_engines.py`` (SST-2 sentences, question/sentence pairs, SQuAD windows), interleaved, the
+plain model with the same rounding of keys and rows; the outputs must be bit-identical.
 
 One JSON line per workload: ``{"workload", "seq_per_s_cast_per_call", "seq_per_s_cast_once", "speedup",
 "identical"}``. Usage: ``python bench/bench_bf16_weights.py [--threads 1] [--rounds 5]``.
@@ -18,12 +18,14 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from unittest.mock import patch
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_engines import workloads  # noqa: E402
-from bertkit import BertModel, BertTokenizer, cpu_linear  # noqa: E402
+from bertkit import BertModel, BertTokenizer  # noqa: E402
+from bertkit.inference import prepare  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,15 +42,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = BertModel.from_pretrained(args.model).eval()
     loads = workloads(BertTokenizer.from_pretrained(args.model), args.data, args.pairs, args.windows)
-    cast_once = cpu_linear._cpu_bf16_inference
+    with patch.object(prepare, "onednn_bf16_linear", lambda: False):
+        copies = prepare.for_cpu_inference(model, bf16=True)
+    model.key_multiple, model.token_multiple = copies.key_multiple, copies.token_multiple
 
     def run(batches, once: bool) -> list[torch.Tensor]:
-        cpu_linear._cpu_bf16_inference = cast_once if once else (lambda x: False)
-        try:
-            with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-                return [model(**b).last_hidden_state for b in batches]
-        finally:
-            cpu_linear._cpu_bf16_inference = cast_once
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return [(copies if once else model)(**b).last_hidden_state for b in batches]
 
     for name, batches in loads.items():
         identical = all(torch.equal(a, b) for a, b in zip(run(batches, True), run(batches, False)))

@@ -111,10 +111,14 @@ def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Call
     from unittest.mock import patch
 
     from bertkit._hardware import cpu_has_bf16, onednn_linear
+    from bertkit.inference import prepare
     from bertkit.quantization import FAST_KEEP_FP32, FAST_PER_TOKEN, per_token_supported, quantize_int8
 
-    fp32 = BertModel.from_pretrained(model_dir).eval()
-    int8 = quantize_int8(fp32, calibration=calibration)
+    plain = BertModel.from_pretrained(model_dir).eval()
+    int8 = quantize_int8(plain, calibration=calibration)
+    # each as prepare_model makes it for CPU inference (what pipelines and commands run)
+    fp32, bf16 = prepare.for_cpu_inference(plain, bf16=False), prepare.for_cpu_inference(plain, bf16=True)
+    int8, int8_bf16 = prepare.for_cpu_inference(int8, bf16=False), prepare.for_cpu_inference(int8, bf16=True)
 
     def under_bf16(model: BertModel) -> Callable:
         def run(b: Batch) -> torch.Tensor:
@@ -122,26 +126,22 @@ def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Call
                 return model(**b).last_hidden_state
         return run
 
-    def on_aten(run: Callable) -> Callable:
-        """``run`` with the Linear layers on ATen's addmm (MKL in fp32), as before oneDNN's was the default."""
-        def aten(b: Batch) -> torch.Tensor:
-            with patch("bertkit.cpu_linear.onednn_linear", lambda: False), \
-                    patch("bertkit.cpu_linear.onednn_bf16_linear", lambda: False):
-                return run(b)
-        return aten
-
-    engines = {"bertkit-fp32": lambda b: fp32(**b).last_hidden_state, "bertkit-bf16": under_bf16(fp32),
+    engines = {"bertkit-fp32": lambda b: fp32(**b).last_hidden_state, "bertkit-bf16": under_bf16(bf16),
                "bertkit-int8": lambda b: int8(**b).last_hidden_state}
-    if onednn_linear():
-        engines["bertkit-fp32-aten"] = on_aten(engines["bertkit-fp32"])
-        engines["bertkit-bf16-aten"] = on_aten(engines["bertkit-bf16"])
+    if onednn_linear():  # the Linear layers on ATen's addmm (MKL in fp32), as before oneDNN's was the default
+        with patch.object(prepare, "onednn_linear", lambda: False), \
+                patch.object(prepare, "onednn_bf16_linear", lambda: False):
+            fp32_aten, bf16_aten = (prepare.for_cpu_inference(plain, bf16=x) for x in (False, True))
+        engines["bertkit-fp32-aten"] = lambda b: fp32_aten(**b).last_hidden_state
+        engines["bertkit-bf16-aten"] = under_bf16(bf16_aten)
     if cpu_has_bf16():
-        engines["bertkit-int8-bf16"] = under_bf16(int8)
+        engines["bertkit-int8-bf16"] = under_bf16(int8_bf16)
     if per_token_supported():
-        fast = quantize_int8(fp32, calibration=calibration, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
+        fast = quantize_int8(plain, calibration=calibration, keep_fp32=FAST_KEEP_FP32, per_token=FAST_PER_TOKEN)
+        fast, fast_bf16 = prepare.for_cpu_inference(fast, bf16=False), prepare.for_cpu_inference(fast, bf16=True)
         engines["bertkit-int8-fast"] = lambda b: fast(**b).last_hidden_state
         if cpu_has_bf16():
-            engines["bertkit-int8-fast-bf16"] = under_bf16(fast)
+            engines["bertkit-int8-fast-bf16"] = under_bf16(fast_bf16)
     return engines
 
 

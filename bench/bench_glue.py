@@ -28,10 +28,12 @@ import torch
 import transformers
 
 from bertkit import BertForSequenceClassification, BertTokenizer
+from bertkit.data.collate import collate as pad_batch
 from bertkit.inference.predict import predict
 from bertkit.settings import TrainingSettings
 from bertkit.tasks import glue
-from bertkit.training.loop import BatchPlan, Phase, steps_for_epochs, train
+from bertkit.training.batch_plan import BatchPlan, steps_for_epochs
+from bertkit.training.loop import Phase, train
 from reference_loop import train_reference
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +74,7 @@ def main() -> None:
     problem = "regression" if task.is_regression else "single_label_classification"
 
     def collate(b):
-        return glue.collate(b, tok.pad_token_id)
+        return pad_batch(b, tok.pad_token_id)
 
     settings = {"task": task.name, "model": str(args.model.resolve()), "lr": args.lr, "epochs": args.epochs,
                 "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,

@@ -4,7 +4,8 @@ Workloads (the real MiniLM checkpoint):
 - SST-2 dev sentences in file order, batch 32, max_length 128, padded to the batch's longest;
 - SQuAD v1.1 dev questions + contexts, batch 16, max_length 384 (truncating the context).
 Each implementation runs every batch; the median of ``--repeats`` full passes is reported. bertkit runs
-in fp32 (padding dropped: its default) and in bf16 autocast; transformers in its default fp32 (SDPA).
+in fp32 (padding dropped: its default) and in bf16 autocast, each as ``prepare_model`` makes it for the CPU (what
+pipelines and commands run); transformers in its default fp32 (SDPA).
 ``padding_fraction`` is the share of padded positions in the batches; 1 / (1 - padding_fraction) bounds
 what skipping padding alone can give.
 
@@ -28,6 +29,8 @@ import torch
 import transformers
 
 from bertkit import BertModel, BertTokenizer
+from bertkit.data.collate import collate
+from bertkit.inference.prepare import prepare_model
 from bertkit.tasks import glue
 from profiling import top_ops
 
@@ -45,7 +48,7 @@ def sst2_train_batches(tok, data: Path, n_batches: int, batch_size: int = 32) ->
     featurizer and collate (padded per batch), for the training-step benches."""
     task = glue.get_task("sst2")
     features = glue.featurize(glue.read_glue(task, data / "glue", "train")[: batch_size * n_batches], tok, 128, task)
-    return [glue.collate(features[i:i + batch_size], tok.pad_token_id) for i in range(0, len(features), batch_size)]
+    return [collate(features[i:i + batch_size], tok.pad_token_id) for i in range(0, len(features), batch_size)]
 
 
 def squad_pairs(data: Path, n: int):
@@ -87,11 +90,11 @@ def run(name, ours, theirs, batches, repeats, compiled=None):
     pad = 1 - real / total
 
     def bk(b):
-        return ours(**b).tokens
+        return ours[False](**b).tokens
 
     def bk_bf16(b):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            return ours(**b).tokens
+            return ours[True](**b).tokens
 
     def hf(b):
         return theirs(**b).last_hidden_state
@@ -138,7 +141,8 @@ def main() -> None:
     args = p.parse_args()
 
     tok = BertTokenizer.from_pretrained(args.model)
-    ours = BertModel.from_pretrained(args.model).eval()
+    plain = BertModel.from_pretrained(args.model).eval()
+    ours = {bf16: prepare_model(plain, bf16=bf16)[0] for bf16 in (False, True)}  # fp32 and bf16 CPU inference
     theirs = transformers.BertModel.from_pretrained(args.model).eval()
     compiled = BertModel.from_pretrained(args.model).eval().compile_layers() if args.compile else None
     results = [
@@ -153,8 +157,8 @@ def main() -> None:
                 batches_for(tok, squad_pairs(args.data, args.squad), 16, 384, True)[:8])):
             r["profile_top_ops_ms"] = {
                 "transformers_fp32": profile_pass(lambda b: theirs(**b), batches, False),
-                "bertkit_fp32": profile_pass(lambda b: ours(**b), batches, False),
-                "bertkit_bf16": profile_pass(lambda b: ours(**b), batches, True)}
+                "bertkit_fp32": profile_pass(lambda b: ours[False](**b), batches, False),
+                "bertkit_bf16": profile_pass(lambda b: ours[True](**b), batches, True)}
     print(json.dumps({"bench": "inference", "model": str(args.model), "threads": torch.get_num_threads(),
                       "torch": torch.__version__, "transformers": transformers.__version__,
                       "repeats": args.repeats, "results": results}))

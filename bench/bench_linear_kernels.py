@@ -1,6 +1,6 @@
 """The Linear kernels CPU inference can run, at MiniLM's shapes: ATen's ``addmm`` (MKL in fp32, oneDNN in bf16)
 against oneDNN's ``_linear_pointwise`` on the weight as stored and reordered once (``_reorder_linear_weight``), and
-the feed-forward's first product with its GELU, separate or fused (what ``cpu_linear._onednn_linear`` runs).
+the feed-forward's first product with its GELU, separate or fused (what ``prepare.PreparedLinear`` runs).
 
 Shapes: q/k/v (384 -> 1152), attention output (384 -> 384), feed-forward (384 -> 1536, 1536 -> 384) at 800, 1,750
 and 3,700 rows (batches of 32 SST-2 sentences, question/sentence pairs, SQuAD windows). GFLOP/s, the median of 7

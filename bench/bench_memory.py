@@ -35,7 +35,7 @@ import transformers
 import bertkit
 from bench_inference import batches_for, sst2_texts, sst2_train_batches
 from bertkit import BertConfig, BertTokenizer
-from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
+from bertkit.data.dataset import PretrainingDataset, collate_pretraining
 from bertkit.training.optim import build_optimizer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -26,11 +26,12 @@ import torch
 import transformers
 
 from bertkit import BertForTokenClassification, BertTokenizer
+from bertkit.data.collate import collate
 from bertkit.settings import TrainingSettings, first
 from bertkit.tasks import ner
-from bertkit.tasks.glue import collate
 from bertkit.training import token_tasks as tt
-from bertkit.training.loop import BatchPlan, Phase, steps_for_epochs, train
+from bertkit.training.batch_plan import BatchPlan, steps_for_epochs
+from bertkit.training.loop import Phase, train
 from reference_loop import train_reference
 
 REPO = Path(__file__).resolve().parents[1]

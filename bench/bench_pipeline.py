@@ -23,7 +23,7 @@ bertkit-fp32 (the latter always runs: it is the reference for agreement).
 
 ``--first-pass MULTIPLE`` times something else: bertkit's feature-extraction pipeline in bf16 over the SST-2
 sentences, its first pass against repeats, with the unpadded layout's token count rounded up to a multiple of
-MULTIPLE (``padding.BF16_TOKEN_MULTIPLE``; 1: not rounded). Under bf16 oneDNN builds a GEMM kernel for every
+MULTIPLE (``prepare.BF16_TOKEN_MULTIPLE``; 1: not rounded). Under bf16 oneDNN builds a GEMM kernel for every
 new token count and keeps it for the life of the process, so each multiple runs in its own process:
 
     python bench/bench_pipeline.py --first-pass 64 --limit 1024
@@ -44,8 +44,9 @@ import torch
 import transformers
 
 import bertkit
-from bertkit import BertTokenizer, padding
+from bertkit import BertTokenizer
 from bertkit.heads import BertForQuestionAnswering, BertForSequenceClassification
+from bertkit.inference import prepare
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 32
@@ -125,7 +126,7 @@ def timed(fn, *args):
 def first_pass(model_dir: Path, texts: list[str], multiple: int) -> dict:
     """The bf16 feature-extraction pipeline's first pass over ``texts`` against two repeats, with the token
     count rounded up to a multiple of ``multiple`` (1: not rounded), and the distinct counts the encoder met."""
-    padding.BF16_TOKEN_MULTIPLE = multiple  # read at each forward by padding.token_multiple
+    prepare.BF16_TOKEN_MULTIPLE = multiple  # read when prepare_model makes the bf16 pipeline's model
     # Warm-up in fp32 (loading, tokenizer, thread pool) builds no bf16 kernel the timed passes could reuse.
     bertkit.pipeline("feature-extraction", model_dir, batch_size=BATCH, progress=False)(texts[:4])
     pipe = bertkit.pipeline("feature-extraction", model_dir, bf16=True, batch_size=BATCH, progress=False)

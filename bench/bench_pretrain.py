@@ -27,7 +27,8 @@ import torch
 import transformers
 
 from bertkit import BertConfig, BertForPreTraining, BertTokenizer
-from bertkit.data.pretraining import PretrainingDataset, collate_pretraining, create_pretraining_data
+from bertkit.data.dataset import PretrainingDataset, collate_pretraining
+from bertkit.data.pretraining import create_pretraining_data
 from bertkit.heads import IGNORE_INDEX
 from bertkit.training.optim import build_optimizer
 from profiling import top_ops

@@ -25,10 +25,10 @@ import torch
 import transformers
 
 from bertkit import BertConfig, BertForPreTraining, BertTokenizer
-from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
+from bertkit.data.dataset import PretrainingDataset, collate_pretraining
 from bertkit.heads import IGNORE_INDEX
 from bertkit.settings import PretrainSettings
-from bertkit.training.loop import BatchPlan
+from bertkit.training.batch_plan import BatchPlan
 from bertkit.training.pretrain import pretrain
 from reference_loop import train_reference
 

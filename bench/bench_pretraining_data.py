@@ -35,7 +35,7 @@ def create(args: argparse.Namespace, files: list[str]) -> None:
     out = args.output if args.shard_index is None else Path(f"{args.output}.part{args.shard_index}")
     summary = create_pretraining_data(
         files, tok, out, max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
-        masking=args.masking, whole_word_mask=args.whole_word_mask, nsp_negatives=args.nsp_negatives,
+        masking=args.masking, whole_word_mask=args.whole_word_mask,
         seed=args.seed, num_workers=args.workers, progress=False, overwrite=True,
         num_shards=args.num_shards, shard_index=args.shard_index or 0,
     )
@@ -78,7 +78,6 @@ def main() -> None:
     p.add_argument("--dupe-factor", type=int, default=1)
     p.add_argument("--masking", choices=["static", "dynamic"], default="static")
     p.add_argument("--whole-word-mask", action="store_true")
-    p.add_argument("--nsp-negatives", choices=["random", "nearby"], default="random")
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--max-files", type=int, default=None)
@@ -103,7 +102,7 @@ def main() -> None:
         "vocab_size": result["tokenizer"]["vocab_size"],
         "workers": args.workers,
         "max_seq_length": args.max_seq_length, "dupe_factor": args.dupe_factor, "masking": args.masking,
-        "whole_word_mask": args.whole_word_mask, "nsp_negatives": args.nsp_negatives, "seed": args.seed,
+        "whole_word_mask": args.whole_word_mask, "seed": args.seed,
         "instances": counts["instances"], "tokens": counts["tokens"], "documents": counts["documents"],
         "positive_fraction": round(1 - counts["random_next"] / counts["instances"], 4),
         "masked_fraction": round(counts["masked_positions"] / (counts["tokens"] - 3 * counts["instances"]), 4),

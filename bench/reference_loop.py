@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from bertkit.training.loop import BatchPlan
+from bertkit.training.batch_plan import BatchPlan
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
 
 

@@ -1,8 +1,8 @@
 """Held-out masked-LM and NSP accuracy of pre-trained checkpoints on one or more instance sets.
 
     python experiments/pretrain_eval.py \
-        --model runs/pretraining-study/pt-random/final runs/pretraining-study/pt-nearby/final \
-        --data runs/pretraining-study/eval-random runs/pretraining-study/eval-nearby
+        --model runs/pretraining-budget/pretrain-1h/model/final runs/pretraining-budget/phase512/final \
+        --data runs/pretraining-budget/eval-8192-512 runs/pretraining-budget/pretrain-1h/heldout
 
 Prints one JSON line per (model, data) pair: every instance of the set is scored. With ``--baseline
 TRAIN_DATA`` it also prints, per set, the masked-LM accuracy of a predictor that reads no context: the input

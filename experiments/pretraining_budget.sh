@@ -5,15 +5,13 @@
 #   2. the recipe they point to, for an hour of both cores (examples/pretrain-1h/run.sh);
 #   3. that model against the same network from random initialisation on MRPC, RTE, STS-B and SST-2
 #      (3 seeds each); 4. the same at higher fine-tuning rates; 5. the recipe's model with 2,000 more steps
-#      of NSP; 6. the NSP question: four arms from scratch (random, nearby, mixed negatives, no NSP), their
-#      2 x 2 held-out NSP table and their fine-tuning; 7. 10 epochs of fine-tuning on STS-B and MRPC;
-#   8. the levers of shape, sequence length, batch, schedule, peak rate and vocabulary at a fixed budget
+#      of NSP; 6. 10 epochs of fine-tuning on STS-B and MRPC;
+#   7. the levers of shape, sequence length, batch, schedule, peak rate and vocabulary at a fixed budget
 #      (the sequences the recipe's model reads in 2,750 steps of 32, converted by each arm's measured cost);
-#   9. MRPC at more fine-tuning settings (batch 16; lr 2e-3), the same grid for both initialisations;
-#  10. the 128 -> 512 phase on the recipe's model: held-out masked LM at 512 and 128 tokens before and after;
-#  11. the NSP arms of step 6 at the recipe's full 22,000 steps, with their 2 x 2 table and fine-tuning;
-#  12. step 6's four arms with pre-training seeds 2 and 3: their 2 x 2 table and fine-tuning;
-#  13. step 11's random-negative arm again with pre-training seed 2 (its STS-B lift was one seed's).
+#   8. MRPC at more fine-tuning settings (batch 16; lr 2e-3), the same grid for both initialisations;
+#   9. the 128 -> 512 phase on the recipe's model: held-out masked LM at 512 and 128 tokens before and after.
+# The NSP arms from scratch (random, nearby and mixed negatives) ran at commit 4403231, the last with
+# create-pretraining-data --nsp-negatives: git show 4403231:experiments/pretraining_budget.sh, steps 6, 11-13.
 #   R=runs/pretraining-budget experiments/pretraining_budget.sh     (from the repository root)
 #   python experiments/pretraining_budget_tables.py --runs runs/pretraining-budget --figures docs/img
 # Run it again to continue: every step skips what is done and resumes what was cut.
@@ -148,45 +146,11 @@ if [ ! -f "$R/nsp-cont/final/config.json" ]; then
 fi
 finetune_copy "$R/nsp-cont/final" "$R/init-nsp-cont"
 for task in mrpc stsb rte sst2; do echo "init-nsp-cont $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-lr "$0" "$1" 3e-4,1e-3'
-# 6. The NSP question on a model that learns: four arms from scratch at the recipe's settings on a shorter
-# schedule (5,000 steps of 32, the same data order and seed): NSP with random negatives, with nearby
-# negatives, with a 50/50 mix, and masked LM alone (the paper's "No NSP"; it reads the random-negative
-# instances, so it sees the same batches). Two arms at a time, one thread each. Each arm is scored on a
-# random-negative and a nearby-negative held-out set (the 2 x 2 NSP table), then fine-tuned as in step 4
-# at the pre-trained model's best rate (1e-3).
-for neg in nearby mixed; do
-  [ -f "$R/nsp-data-$neg/manifest.json" ] || $BK create-pretraining-data "${TEXT[@]}" --vocab "$P1H/vocab" \
-      --output-dir "$R/nsp-data-$neg" --max-seq-length 128 --dupe-factor 1 --masking dynamic --nsp-negatives $neg \
-      --no-progress --overwrite > "$R/nsp-data-$neg.json"
-done
-[ -f "$R/nsp-heldout-nearby/manifest.json" ] || $BK create-pretraining-data "$HELDOUT" --vocab "$P1H/vocab" \
-    --output-dir "$R/nsp-heldout-nearby" --max-seq-length 128 --dupe-factor 1 --nsp-negatives nearby \
-    --no-progress --overwrite > "$R/nsp-heldout-nearby.json"
-nsp_arm() {  # nsp_arm DIR STEPS NAME DATA PRETRAIN_ARGS...: start, resume or skip one arm (ARM_THREADS, default 1)
-  local out="$R/$1/$3" steps=$2 data=$4 res=(); shift 4
-  [ -f "$out/final/config.json" ] && return 0
-  [ -d "$out" ] && res=(--overwrite)
-  [ -d "$out/checkpoints" ] && res=(--resume)
-  mkdir -p "$(dirname "$out")"
-  OMP_NUM_THREADS=${ARM_THREADS:-1} $BK pretrain --config examples/pretrain-1h/pretrain.json --config-name examples/pretrain-1h/config.json \
-    --data "$data" --vocab "$P1H/vocab" --eval-data "$P1H/heldout" --max-steps "$steps" --save-steps 500 \
-    --output-dir "$out" "${res[@]}" "$@" > "$out.json" 2>> "$out.log"
-}
-nsp_arm nsp-arms 5000 random "$P1H/data" --nsp & nsp_arm nsp-arms 5000 mlm-only "$P1H/data" --no-nsp & wait
-nsp_arm nsp-arms 5000 nearby "$R/nsp-data-nearby" --nsp & nsp_arm nsp-arms 5000 mixed "$R/nsp-data-mixed" --nsp & wait
-if [ ! -s "$R/nsp-arms/heldout.jsonl" ]; then
-  $PY experiments/pretrain_eval.py --model "$R"/nsp-arms/{random,nearby,mixed,mlm-only}/final \
-      --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/nsp-arms/heldout.jsonl"
-fi
-for arm in random nearby mixed mlm-only; do
-  finetune_copy "$R/nsp-arms/$arm/final" "$R/init-nsp-$arm"
-  for task in mrpc stsb rte sst2; do echo "init-nsp-$arm $task"; done
-done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp "$0" "$1" 1e-3'
-# 7. Longer fine-tuning on the two tasks that had not moved: 10 epochs at 1e-3, both initialisations.
+# 6. Longer fine-tuning on the two tasks that had not moved: 10 epochs at 1e-3, both initialisations.
 for task in stsb mrpc; do
   for init in init-pretrained init-random; do echo "$init $task"; done
 done | xargs -P 2 -L 1 bash -c 'finetune glue-10ep "$0" "$1" 1e-3 10'
-# 8. The levers the first arms left out, at a fixed budget instead of at equal steps: every arm reads what costs
+# 7. The levers the first arms left out, at a fixed budget instead of at equal steps: every arm reads what costs
 # the recipe's BERT-tiny 2,750 steps of 32 (about 12-15 minutes of one core), its steps scaled by its cost per
 # sequence against BERT-tiny's, measured back to back on one idle thread (runs/.../probe2: mini L4 H256 0.17x
 # tiny's sequences/s, wide L2 H256 0.37x, 64-token sequences 1.43x, 16,384 entries 0.65x, 30,522 entries 0.47x;
@@ -246,13 +210,13 @@ R8-vocab30k tiny-nodrop 30522 32 1290 2e-3
 R9-seq64-then-128 tiny-nodrop 8192 64 1880 2e-3
 R3-seq64-seed43 tiny-nodrop 8192 64 1970 2e-3 --seed 43
 ARMS
-# 9. MRPC, the one task where the recipe's model was not ahead of random initialisation beyond the seeds'
+# 8. MRPC, the one task where the recipe's model was not ahead of random initialisation beyond the seeds'
 # spread at each one's best setting: both initialisations at batch 16 (lr 3e-4 and 1e-3) and at lr 2e-3 (batch
 # 32), 3 epochs, seeds 1-3, so that each one's best is chosen on the same, wider grid (the paper searches
 # batch 16 and 32).
 { for init in init-pretrained init-random; do echo "glue-b16 $init mrpc 3e-4,1e-3 3 16"; echo "glue-lr2e-3 $init mrpc 2e-3 3 32"; done; } \
   | xargs -P 2 -L 1 bash -c 'finetune "$@"' _
-# 10. The paper's second phase, at this budget: the recipe's model (128 tokens, an hour) pre-trained 500 more
+# 9. The paper's second phase, at this budget: the recipe's model (128 tokens, an hour) pre-trained 500 more
 # steps of 32 on 512-token instances (masked LM alone, lr 5e-4, 10% warm-up, linear decay; positions 128-511
 # start from the recipe's sinusoidal table, untrained), then both scored on every 512- and 128-token held-out
 # instance.
@@ -265,42 +229,4 @@ if [ ! -f "$R/phase512/final/config.json" ]; then
 fi
 [ -s "$R/phase512/heldout.jsonl" ] || $PY experiments/pretrain_eval.py --model "$P1H/model/final" "$R/phase512/final" \
     --data "$R/eval-8192-512" "$P1H/heldout" --baseline "$P1H/data" --vocab "$P1H/vocab" > "$R/phase512/heldout.jsonl"
-# 11. The NSP arms at the recipe's full budget (22,000 steps of 32, its settings, seed and data order), since at
-# 5,000 steps (step 6) learning NSP held the random-negative arm's masked LM near the floor. Masked LM alone
-# at this budget is the recipe's own model (the same instances, seed and steps with --no-nsp). One thread
-# per arm, two at a time; each arm fine-tunes at 1e-3 (the pre-trained models' best rate in step 4, and step 6's).
-nsp_arm nsp-arms-1h 22000 random "$P1H/data" --nsp & nsp_arm nsp-arms-1h 22000 nearby "$R/nsp-data-nearby" --nsp & wait
-nsp_arm nsp-arms-1h 22000 mixed "$R/nsp-data-mixed" --nsp &  # (it ran alone on both threads: ARM_THREADS=2)
-for arm in random nearby; do
-  finetune_copy "$R/nsp-arms-1h/$arm/final" "$R/init-nsp1h-$arm"
-  for task in mrpc stsb rte sst2; do finetune glue-nsp1h "init-nsp1h-$arm" $task 1e-3; done
-done
-wait
-finetune_copy "$R/nsp-arms-1h/mixed/final" "$R/init-nsp1h-mixed"
-for task in mrpc stsb rte sst2; do echo "init-nsp1h-mixed $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp1h "$0" "$1" 1e-3'
-[ -s "$R/nsp-arms-1h/heldout.jsonl" ] || $PY experiments/pretrain_eval.py \
-    --model "$R"/nsp-arms-1h/{random,nearby,mixed}/final "$P1H/model/final" \
-    --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/nsp-arms-1h/heldout.jsonl"
-# 12. Whether step 6's findings hold for other seeds: its four arms again with pre-training seeds 2 and 3
-# (initial weights, batch order and masks; the same instance files and schedule), on the same two held-out
-# sets, then fine-tuned as in step 6 (lr 1e-3, seeds 1-3) beside random initialisation at the same setting.
-for seed in 2 3; do
-  D=nsp-arms-s$seed
-  nsp_arm $D 5000 random "$P1H/data" --nsp --seed $seed & nsp_arm $D 5000 nearby "$R/nsp-data-nearby" --nsp --seed $seed & wait
-  nsp_arm $D 5000 mixed "$R/nsp-data-mixed" --nsp --seed $seed & nsp_arm $D 5000 mlm-only "$P1H/data" --no-nsp --seed $seed & wait
-  [ -s "$R/$D/heldout.jsonl" ] || $PY experiments/pretrain_eval.py --model "$R/$D"/{random,nearby,mixed,mlm-only}/final \
-      --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/$D/heldout.jsonl"
-  for arm in random nearby mixed mlm-only; do
-    finetune_copy "$R/$D/$arm/final" "$R/init-nsp-s$seed-$arm"
-    for task in mrpc stsb rte sst2; do echo "init-nsp-s$seed-$arm $task"; done
-  done | xargs -P 2 -L 1 bash -c "finetune glue-nsp-s$seed \"\$0\" \"\$1\" 1e-3"
-done
-for task in mrpc stsb rte sst2; do echo "init-random $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp-s2 "$0" "$1" 1e-3'
-# 13. Step 11's random-negative arm lifted STS-B far past every other initialisation, for one pre-training
-# seed; the same arm with seed 2 (both threads, one arm), its 2 x 2 row and its fine-tuning as in step 11.
-ARM_THREADS=2 nsp_arm nsp-arms-1h-s2 22000 random "$P1H/data" --nsp --seed 2
-[ -s "$R/nsp-arms-1h-s2/heldout.jsonl" ] || $PY experiments/pretrain_eval.py --model "$R/nsp-arms-1h-s2/random/final" \
-    --data "$P1H/heldout" "$R/nsp-heldout-nearby" > "$R/nsp-arms-1h-s2/heldout.jsonl"
-finetune_copy "$R/nsp-arms-1h-s2/random/final" "$R/init-nsp1h-s2-random"
-for task in stsb mrpc rte sst2; do echo "init-nsp1h-s2-random $task"; done | xargs -P 2 -L 1 bash -c 'finetune glue-nsp1h-s2 "$0" "$1" 1e-3'
 echo ALL-DONE

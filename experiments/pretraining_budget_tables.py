@@ -21,18 +21,6 @@ ESCAPE_MARGIN = 0.01
 TASKS = {"mrpc": ("accuracy", "f1"), "rte": ("accuracy",), "stsb": ("pearson", "spearman"), "sst2": ("accuracy",)}
 INITS = {"init-pretrained": "pre-trained (the recipe, 60 min)", "init-random": "random initialisation",
          "init-nsp-cont": "the recipe + 2,000 steps with NSP"}
-# Step 6: the four arms from scratch (5,000 steps each), against the same random initialisation.
-NSP_ARMS = {"random": "NSP, random negatives", "nearby": "NSP, nearby negatives", "mixed": "NSP, 50/50 mix",
-            "mlm-only": "masked LM alone (no NSP)"}
-NSP_INITS = {f"init-nsp-{arm}": label for arm, label in NSP_ARMS.items()} | {"init-random": "random initialisation"}
-# Step 11: the NSP arms at the recipe's full 22,000 steps; masked LM alone at that budget is the recipe itself.
-NSP_1H_INITS = {f"init-nsp1h-{arm}": NSP_ARMS[arm] for arm in ("random", "nearby", "mixed")} | {
-    "init-pretrained": "masked LM alone (the recipe)", "init-random": "random initialisation"}
-
-
-# Step 12: step 6's arms with pre-training seeds 2 and 3, against random initialisation fine-tuned the same way.
-NSP_SEEDS = {"42": ("nsp-arms", "glue-nsp", "init-nsp-"), "2": ("nsp-arms-s2", "glue-nsp-s2", "init-nsp-s2-"),
-             "3": ("nsp-arms-s3", "glue-nsp-s3", "init-nsp-s3-")}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -55,7 +43,7 @@ def arm_summary(run: Path, floor: float) -> dict:
     escape = next((r["step"] for r in evals if r["mlm_acc"] >= floor + ESCAPE_MARGIN), None)
     speed = statistics.median(r["seqs_per_s"] for r in train[1:]) if len(train) > 1 else None
     return {"steps": evals[-1]["step"] if evals else 0, "escape": escape, "seqs_per_s": speed,
-            "mlm_acc": evals[-1]["mlm_acc"] if evals else None, "nsp_acc": evals[-1].get("nsp_acc") if evals else None,
+            "mlm_acc": evals[-1]["mlm_acc"] if evals else None,
             "curve": [(r["step"], r["mlm_acc"]) for r in evals]}
 
 
@@ -67,15 +55,12 @@ def _cell(config: dict, metrics: tuple[str, ...]) -> str:
     return " / ".join(f"{100 * config[m]['mean']:.1f} ± {100 * config[m]['std']:.1f}" for m in metrics)
 
 
-def glue_tables(root: Path, title: str, inits: dict[str, str] = INITS, elsewhere: dict[str, Path] | None = None) -> None:
+def glue_tables(root: Path, title: str) -> None:
     """Per fine-tuning rate: each initialisation's dev scores (mean ± std over seeds), then the difference
     pre-trained - random at each rate and at each initialisation's best rate (chosen on the dev mean, as the
-    paper chooses). ``elsewhere``: the directory of an initialisation's runs when not ``root``."""
-    def where(init: str) -> Path:
-        return (elsewhere or {}).get(init, root)
-
-    reports = {(init, task): json.loads((where(init) / f"{init}-{task}" / "report.json").read_text())
-               for init in inits for task in TASKS if (where(init) / f"{init}-{task}" / "report.json").is_file()}
+    paper chooses)."""
+    reports = {(init, task): json.loads((root / f"{init}-{task}" / "report.json").read_text())
+               for init in INITS for task in TASKS if (root / f"{init}-{task}" / "report.json").is_file()}
     if not reports:
         return
     configs = {key: {c["lr"]: c for c in rep["configs"]} for key, rep in reports.items()}
@@ -83,7 +68,7 @@ def glue_tables(root: Path, title: str, inits: dict[str, str] = INITS, elsewhere
     print(f"\n## {title} (dev, mean ± std over seeds, x100)\n")
     print("| initialisation | lr | " + " | ".join(f"{t.upper()} {'/'.join(m)}" for t, m in TASKS.items()) + " |")
     print("|---|---|" + "---:|" * len(TASKS))
-    for init, label in inits.items():
+    for init, label in INITS.items():
         if not any((init, t) in reports for t in TASKS):
             continue  # an initialisation with no runs in this directory (step 5's ran at each one's best rate only)
         for lr in rates:
@@ -92,7 +77,7 @@ def glue_tables(root: Path, title: str, inits: dict[str, str] = INITS, elsewhere
             print(f"| {label} | {lr:g} | " + " | ".join(cells) + " |")
     print("\n| initialisation | task (metric) | rate | minus random init | larger than both seeds' std? |\n"
           "|---|---|---|---:|---|")
-    for init, task in ((i, t) for i in inits if i != "init-random" for t in TASKS):
+    for init, task in ((i, t) for i in INITS if i != "init-random" for t in TASKS):
         metrics = TASKS[task]
         a, b = configs.get((init, task)), configs.get(("init-random", task))
         if not a or not b:
@@ -106,103 +91,12 @@ def glue_tables(root: Path, title: str, inits: dict[str, str] = INITS, elsewhere
         for rate, x, y in pairs:
             d = x[m]["mean"] - y[m]["mean"]
             spread = max(x[m]["std"], y[m]["std"])
-            print(f"| {inits[init]} | {task.upper()} ({m}) | {rate} | {100 * d:+.1f} | "
+            print(f"| {INITS[init]} | {task.upper()} ({m}) | {rate} | {100 * d:+.1f} | "
                   f"{'yes' if abs(d) > spread else 'no'} (std {100 * spread:.1f}) |")
 
 
-def nsp_tables(root: Path, floor: float, title: str, extra: dict[str, Path] | None = None) -> None:
-    """Steps 6 and 11: each arm's held-out masked-LM curve and escape step, and the 2 x 2 NSP table (each arm
-    scored on a random-negative and a nearby-negative held-out set, every instance). ``extra``: arms whose run
-    is not under ``root`` (step 11's masked LM alone is the recipe's own run)."""
-    runs = {NSP_ARMS[arm]: root / arm for arm in NSP_ARMS} | {NSP_ARMS[arm]: path for arm, path in (extra or {}).items()}
-    arms = {label: arm_summary(run, floor) for label, run in runs.items() if (run / "metrics.jsonl").is_file()}
-    if not arms:
-        return
-    steps = sorted({k for s in arms.values() for k, _ in s["curve"]})
-    if len(steps) > 8:  # table width: every 2,000 steps, the first and the last
-        steps = [k for k in steps if k % 2000 == 0 or k in (steps[0], steps[-1])]
-    print(f"\n## {title} (held-out masked-LM accuracy, first 2,000 instances)\n")
-    print("| arm | " + " | ".join(f"step {k}" for k in steps) + " | escape step | sequences/s (median; the NSP arms ran on one thread) |")
-    print("|---|" + "---:|" * len(steps) + "---:|---:|")
-    for label, s in arms.items():
-        at = dict(s["curve"])
-        print(f"| {label} | " + " | ".join(pct(at.get(k)) for k in steps) + " | "
-              f"{s['escape'] if s['escape'] is not None else 'not by ' + str(s['steps'])} | "
-              f"{'' if s['seqs_per_s'] is None else format(s['seqs_per_s'], '.0f')} |")
-    scores = read_jsonl(root / "heldout.jsonl")
-    if scores:
-        sets = sorted({r["data"] for r in scores})
-        print("\n| arm | " + " | ".join(f"{Path(d).name}: MLM / NSP" for d in sets) + " |")
-        print("|---|" + "---:|" * len(sets))
-        for label, run in runs.items():
-            row = {r["data"]: r for r in scores if Path(r["model"]).parent.resolve() == run.resolve()}
-            if not row:
-                continue
-            cells = [f"{pct(row[d].get('mlm_acc'))} / {pct(row[d].get('nsp_acc')) or 'n/a'}" if d in row else "missing"
-                     for d in sets]
-            print(f"| {label} | " + " | ".join(cells) + " |")
-
-
-def nsp_seed_table(roots: dict[str, Path]) -> None:
-    """Step 12: the 2 x 2 NSP table of step 6's arms for each pre-training seed side by side, and the mean over
-    seeds, so that what one seed showed can be told from what holds for both."""
-    scores = {seed: read_jsonl(root / "heldout.jsonl") for seed, root in roots.items()}
-    if sum(bool(v) for v in scores.values()) < 2:
-        return
-    sets = sorted({Path(r["data"]).name for rows in scores.values() for r in rows})
-    print("\n## Step 6's arms by pre-training seed (every held-out instance; masked LM / NSP accuracy)\n")
-    print("| arm | seed | " + " | ".join(f"{d}: MLM / NSP" for d in sets) + " |")
-    print("|---|---|" + "---:|" * len(sets))
-    for arm, label in NSP_ARMS.items():
-        per_seed = {}
-        for seed, rows in scores.items():
-            mine = {Path(r["data"]).name: r for r in rows if Path(r["model"]).parent.name == arm}
-            if mine:
-                per_seed[seed] = mine
-        for seed, mine in per_seed.items():
-            cells = [f"{pct(mine[d].get('mlm_acc'))} / {pct(mine[d].get('nsp_acc')) or 'n/a'}" if d in mine else "missing"
-                     for d in sets]
-            print(f"| {label} | {seed} | " + " | ".join(cells) + " |")
-        if len(per_seed) == len(roots):
-            def mean(d: str, k: str, per_seed: dict = per_seed) -> float | None:
-                vals = [m[d].get(k) for m in per_seed.values() if d in m]
-                return None if not vals or None in vals else statistics.mean(vals)
-            cells = [f"{pct(mean(d, 'mlm_acc'))} / {pct(mean(d, 'nsp_acc')) or 'n/a'}" for d in sets]
-            print(f"| {label} | mean | " + " | ".join(cells) + " |")
-
-
-def glue_seed_table(runs: Path) -> None:
-    """Step 12: each NSP arm's dev score per pre-training seed (each the mean of fine-tuning seeds 1-3 at
-    lr 1e-3), their mean ± std over pre-training seeds, and random initialisation at the same setting."""
-    def mean_at(path: Path, metric: str) -> float | None:
-        if not path.is_file():
-            return None
-        cfg = {c["lr"]: c for c in json.loads(path.read_text())["configs"]}.get(1e-3)
-        return None if cfg is None else cfg[metric]["mean"]
-
-    seeds = list(NSP_SEEDS)
-    rows = []
-    for arm, label in NSP_ARMS.items():
-        for task, metrics in TASKS.items():
-            vals = [mean_at(runs / g / f"{pre}{arm}-{task}" / "report.json", metrics[0]) for _, g, pre in NSP_SEEDS.values()]
-            rows.append((label, task, metrics[0], vals))
-    if sum(v is not None for *_, vals in rows for v in vals) == 0:
-        return
-    print("\n## Downstream of the NSP arms by pre-training seed (dev x100 at lr 1e-3, each the mean of fine-tuning "
-          "seeds 1-3)\n")
-    print("| arm | task (metric) | " + " | ".join(f"seed {s}" for s in seeds) +
-          " | mean ± std over pre-training seeds | random initialisation |")
-    print("|---|---|" + "---:|" * len(seeds) + "---:|---:|")
-    for label, task, metric, vals in rows:
-        have = [v for v in vals if v is not None]
-        spread = (f"{100 * statistics.mean(have):.1f} ± {100 * statistics.stdev(have):.1f}" if len(have) > 1 else "")
-        rnd = mean_at(runs / "glue-nsp-s2" / f"init-random-{task}" / "report.json", metric)
-        print(f"| {label} | {task.upper()} ({metric}) | " + " | ".join("" if v is None else f"{100 * v:.1f}" for v in vals)
-              + f" | {spread} | {'' if rnd is None else f'{100 * rnd:.1f}'} |")
-
-
 def lever_table(runs: Path, floors: dict[str, float]) -> dict:
-    """Step 8: the arms at a fixed budget. Each arm's steps are the budget converted by its cost per sequence,
+    """Step 7: the arms at a fixed budget. Each arm's steps are the budget converted by its cost per sequence,
     and it is evaluated 20 times, so its k-th evaluation is at k/20 of the budget whatever its step count.
     Columns: held-out accuracy at a quarter, half, three quarters and all of the budget, the escape point (as
     a share of the budget) and the difference to the recipe's settings (R0) at the end, in points above each
@@ -285,7 +179,7 @@ def grid_table(runs: Path, task: str, dirs: tuple[str, ...]) -> None:
 
 
 def phase512_table(runs: Path) -> None:
-    """Step 10: the recipe's model before and after 500 steps on 512-token instances, on every 512- and
+    """Step 9: the recipe's model before and after 500 steps on 512-token instances, on every 512- and
     128-token held-out instance, beside the context-free floor of each set; and the phase's curve."""
     scores = read_jsonl(runs / "phase512" / "heldout.jsonl")
     if not scores:
@@ -399,33 +293,9 @@ def main() -> None:
     lever_curves = lever_table(args.runs, floors)
     glue_tables(args.runs / "glue", "Downstream at lr 1e-4")
     glue_tables(args.runs / "glue-lr", "Downstream at higher fine-tuning rates")
-    nsp_tables(args.runs / "nsp-arms", floors.get("eval-8192-128", float("nan")), "The NSP arms from scratch, 5,000 steps")
     grid_table(args.runs, "mrpc", GRID_DIRS)
     grid_table(args.runs, "stsb", GRID_DIRS)
     phase512_table(args.runs)
-    glue_tables(args.runs / "glue-nsp", "Downstream of the NSP arms (lr 1e-3; random initialisation from above)",
-                NSP_INITS, elsewhere={"init-random": args.runs / "glue-lr"})
-    nsp_tables(args.runs / "nsp-arms-1h", floors.get("eval-8192-128", float("nan")),
-               "The NSP arms at the recipe's 22,000 steps", extra={"mlm-only": recipe})
-    for seed, (arms_dir, glue_dir, prefix) in NSP_SEEDS.items():
-        if seed == "42":
-            continue  # step 6, above
-        nsp_tables(args.runs / arms_dir, floors.get("eval-8192-128", float("nan")),
-                   f"The NSP arms from scratch, 5,000 steps, pre-training seed {seed}")
-        glue_tables(args.runs / glue_dir, f"Downstream of the NSP arms of seed {seed} (lr 1e-3)",
-                    {f"{prefix}{arm}": label for arm, label in NSP_ARMS.items()} | {"init-random": "random initialisation"},
-                    elsewhere={"init-random": args.runs / "glue-nsp-s2"})
-    nsp_seed_table({seed: args.runs / arms_dir for seed, (arms_dir, _, _) in NSP_SEEDS.items()})
-    glue_seed_table(args.runs)
-    glue_tables(args.runs / "glue-nsp1h", "Downstream of the NSP arms at 22,000 steps (lr 1e-3)", NSP_1H_INITS,
-                elsewhere={"init-random": args.runs / "glue-lr", "init-pretrained": args.runs / "glue-lr"})
-    # Step 13: step 11's random-negative arm with pre-training seed 2, beside seed 42's.
-    nsp_tables(args.runs / "nsp-arms-1h-s2", floors.get("eval-8192-128", float("nan")),
-               "The random-negative arm at 22,000 steps, pre-training seed 2")
-    glue_tables(args.runs / "glue-nsp1h-s2", "Downstream of the random-negative arm at 22,000 steps, seeds 42 and 2 (lr 1e-3)",
-                {"init-nsp1h-s2-random": "NSP, random negatives, seed 2", "init-nsp1h-random": "NSP, random negatives, seed 42",
-                 "init-random": "random initialisation"},
-                elsewhere={"init-nsp1h-random": args.runs / "glue-nsp1h", "init-random": args.runs / "glue-nsp-s2"})
     if args.figures is not None:
         import matplotlib
 

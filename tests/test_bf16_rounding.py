@@ -1,6 +1,6 @@
-"""Under bf16 on the CPU the unpadded layout rounds its token count N up to a multiple of
-``padding.BF16_TOKEN_MULTIPLE`` (so oneDNN builds few GEMM kernels); the added rows change no real token's
-output and never leave the model."""
+"""A model prepared for bf16 inference on the CPU (``prepare_model``) rounds the unpadded layout's token count N up
+to a multiple of ``prepare.BF16_TOKEN_MULTIPLE`` (``BertModel.token_multiple``, so oneDNN builds few GEMM kernels);
+the added rows change no real token's output and never leave the model."""
 
 from __future__ import annotations
 
@@ -12,16 +12,11 @@ import torch
 
 from bertkit import BertConfig, BertForPreTraining, BertModel, BertTokenizer, padding
 from bertkit.errors import BertkitError
+from bertkit.inference.prepare import BF16_TOKEN_MULTIPLE, prepare_model
 
-M = padding.BF16_TOKEN_MULTIPLE
+M = BF16_TOKEN_MULTIPLE
 CFG = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  max_position_embeddings=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-
-
-@pytest.fixture
-def rounding_forced(monkeypatch):
-    """Round in fp32 too, to compare the rounded computation with the plain one exactly."""
-    monkeypatch.setattr(padding, "token_multiple", lambda device: M)
 
 
 def _rows_seen(model: BertModel) -> tuple[list[int], torch.utils.hooks.RemovableHandle]:
@@ -31,7 +26,7 @@ def _rows_seen(model: BertModel) -> tuple[list[int], torch.utils.hooks.Removable
     return seen, handle
 
 
-def test_round_up_tokens_values_and_empty_input_refused(rounding_forced):
+def test_round_up_tokens_values_and_empty_input_refused():
     assert M == 64
     rounded = [padding.round_up_tokens(n, M) for n in (1, M - 1, M, M + 1, 2 * M, 5 * M + 3)]
     assert rounded == [M, M, M, 2 * M, 2 * M, 6 * M]
@@ -42,16 +37,15 @@ def test_round_up_tokens_values_and_empty_input_refused(rounding_forced):
         BertModel(CFG)(torch.zeros(2, 0, dtype=torch.long))
 
 
-def test_rounding_only_under_bf16_autocast_on_cpu():
+def test_rounding_only_for_bf16_inference_on_cpu():
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
-    assert padding.token_multiple(torch.device("cpu")) == 1
     assert padding.TokenLayout.unpadded(mask).extra_rows == 0
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert padding.token_multiple(torch.device("cpu")) == M
-        assert padding.TokenLayout.unpadded(mask).extra_rows == M - 5
-        assert padding.token_multiple(torch.device("meta")) == 1  # not a CPU
-    with torch.autocast("cpu", dtype=torch.float16):
-        assert padding.token_multiple(torch.device("cpu")) == 1
+    assert padding.TokenLayout.unpadded(mask, M).extra_rows == M - 5
+    model = BertModel(CFG)
+    assert model.token_multiple == 1  # the model as built and trained: no rounding
+    assert prepare_model(model, bf16=True)[0].token_multiple == M
+    assert prepare_model(model, bf16=False)[0].token_multiple == 1
+    assert model.token_multiple == 1  # prepare_model rounds in its copy
 
 
 @pytest.mark.parametrize("grouped", [False, True])
@@ -73,7 +67,7 @@ def test_rounding_rows_change_no_output_or_gradient(grouped, monkeypatch):
     labels = torch.where(mask.bool(), ids, -100)
     results = {}
     for multiple in (1, M):
-        monkeypatch.setattr(padding, "token_multiple", lambda device, m=multiple: m)
+        model.bert.token_multiple = multiple
         seen, handle = _rows_seen(model.bert)
         model.zero_grad()
         out = model(ids, mask, labels=labels, next_sentence_label=torch.tensor([0, 1, 1, 0]),
@@ -118,11 +112,14 @@ def _encode_all(model, batches, bf16: bool = False):
     return outs, seen
 
 
-def test_minilm_fp32_rounded_equals_unrounded_and_bounds_the_shapes(minilm_batches, monkeypatch):
+def test_minilm_fp32_rounded_equals_unrounded_and_bounds_the_shapes(minilm_batches):
     model, batches = minilm_batches
     plain, plain_rows = _encode_all(model, batches)
-    monkeypatch.setattr(padding, "token_multiple", lambda device: M)
-    rounded, rounded_rows = _encode_all(model, batches)
+    model.token_multiple = M  # round in fp32 too, to compare the rounded computation with the plain one closely
+    try:
+        rounded, rounded_rows = _encode_all(model, batches)
+    finally:
+        model.token_multiple = 1
     real_tokens = [int(enc["attention_mask"].sum()) for enc in batches]
     assert plain_rows == real_tokens  # fp32 does not round unless forced
     assert rounded_rows == [padding.round_up_tokens(n, M) for n in real_tokens]
@@ -138,12 +135,15 @@ def test_minilm_fp32_rounded_equals_unrounded_and_bounds_the_shapes(minilm_batch
     print(f"distinct N: {len(set(plain_rows))} unrounded, {len(set(rounded_rows))} rounded; max diff {worst:.1e}")
 
 
-def test_minilm_bf16_rounded_equals_unrounded(minilm_batches, monkeypatch):
+def test_minilm_bf16_prepared_equals_plain_autocast(minilm_batches):
+    """The model prepared for bf16 (rows rounded up, weights made bf16 once, reordered for oneDNN where it runs)
+    gives the plain model's states under bf16 autocast within bf16 rounding; its copy leaves the model plain."""
     model, batches = minilm_batches
     batches = batches[:8]  # 64 sentences
-    rounded, rounded_rows = _encode_all(model, batches, bf16=True)  # rounding is on by itself here
+    prepared, precision = prepare_model(model, bf16=True)
+    assert precision.bf16
+    rounded, rounded_rows = _encode_all(prepared, batches, bf16=True)
     assert all(n % M == 0 for n in rounded_rows)
-    monkeypatch.setattr(padding, "token_multiple", lambda device: 1)
     plain, plain_rows = _encode_all(model, batches, bf16=True)
     assert plain_rows == [int(enc["attention_mask"].sum()) for enc in batches]
     for (h, p), (h0, p0) in zip(rounded, plain, strict=True):
@@ -151,47 +151,4 @@ def test_minilm_bf16_rounded_equals_unrounded(minilm_batches, monkeypatch):
         # bf16 tolerance: a few bf16 ulps (2**-8 relative) at the states' magnitude (up to ~10)
         torch.testing.assert_close(h, h0, atol=5e-2, rtol=1.6e-2)
         torch.testing.assert_close(p, p0, atol=1e-2, rtol=1.6e-2)
-
-
-def test_bf16_inference_casts_the_weights_once_with_bit_identical_outputs(minilm_batches, monkeypatch):
-    """In CPU bf16 inference every plain Linear reads bf16 copies of its weights made on its first call
-    (``cpu_linear._bf16_copies``, or reordered for oneDNN's Linear, ``_onednn_linear``) instead of autocast's cast
-    on every call: the same bits as autocast's own cast, the same copies on the next batch, a new cast after an
-    in-place change of the weights, never in the state dict."""
-    from bertkit import cpu_linear
-    from bertkit._hardware import onednn_bf16_linear
-
-    model, batches = minilm_batches
-    batches = batches[:4]
-    cached, _ = _encode_all(model, batches, bf16=True)
-    layer = model.encoder.layer[2]
-    owners = (layer.attention.self, layer.attention.output.dense, layer.intermediate.dense, layer.output.dense)
-    # oneDNN's Linear over a bf16 weight reordered once where it runs (cpu_linear._onednn_linear), else bf16 copies
-    cache = "_onednn_bfloat16" if onednn_bf16_linear() else "_bf16_copies"
-    copies = [owner.__dict__[cache][2][0] for owner in owners]
-    assert [c.dtype for c in copies] == [torch.bfloat16] * 4
-    assert copies[0].shape == (3 * 384, 384)  # q, k and v: one copy of the fused projection
-    again, _ = _encode_all(model, batches, bf16=True)
-    assert all(owner.__dict__[cache][2][0] is c for owner, c in zip(owners, copies))  # not cast again
-    monkeypatch.setattr(cpu_linear, "_cpu_bf16_inference", lambda x: False)  # autocast casting on every call
-    autocast, _ = _encode_all(model, batches, bf16=True)
-    for (h, p), (h1, p1), (h0, p0) in zip(cached, again, autocast, strict=True):
-        assert torch.equal(h, h0) and torch.equal(p, p0) and torch.equal(h1, h0) and torch.equal(p1, p0)
-    monkeypatch.undo()
-    assert not any("bf16" in k for k in model.state_dict())
-
-    saved = {k: v.clone() for k, v in model.state_dict().items()}
-    try:
-        with torch.no_grad():  # in place, as load_state_dict and optimisers change weights
-            layer.intermediate.dense.weight.mul_(0.5)
-            layer.attention.self.value.bias.add_(0.25)
-        changed, _ = _encode_all(model, batches, bf16=True)
-        monkeypatch.setattr(cpu_linear, "_cpu_bf16_inference", lambda x: False)
-        expected, _ = _encode_all(model, batches, bf16=True)
-        monkeypatch.undo()
-        for (h, _), (h0, _), (h_old, _) in zip(changed, expected, cached, strict=True):
-            assert torch.equal(h, h0) and not torch.equal(h, h_old)
-    finally:
-        model.load_state_dict(saved)
-    restored, _ = _encode_all(model, batches, bf16=True)
-    assert all(torch.equal(h, h0) for (h, _), (h0, _) in zip(restored, cached, strict=True))
+    assert type(model.encoder.layer[0].attention.self.query) is torch.nn.Linear and model.token_multiple == 1

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertkit import BertConfig, BertForSequenceClassification, BertModel
-from bertkit.model_checks import _expected_param_count
+from bertkit.config import encoder_parameter_count
 
 TINY = dict(vocab_size=97, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
             max_position_embeddings=20)
@@ -72,6 +72,28 @@ def test_missing_and_unexpected_keys_listed(saved):
     assert "unexpected keys: ['encoder.layer.1.attention.self.rotary.weight']" in str(e.value)
 
 
+def test_a_head_is_its_modules_and_only_other_modules_weights_are_dropped(tmp_path, caplog):
+    """A head's checkpoint keys are its modules' names (no table lists them): a key of a module the model does
+    not have is another head's and is dropped with a log line; a key inside one of the model's own modules that
+    the module lacks, or a key under no module at all, is unexpected."""
+    from bertkit import BertForMaskedLM, BertForPreTraining
+
+    pre = BertForPreTraining(BertConfig(**TINY))
+    weights = pre.published_state_dict()
+    assert [k for k in weights if not k.startswith("bert.")] == [
+        "cls.predictions.bias", "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
+        "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias",
+        "cls.seq_relationship.weight", "cls.seq_relationship.bias"]
+    with caplog.at_level("INFO", logger="bertkit"):
+        mlm = BertForMaskedLM.from_pretrained(None, config=pre.config, state_dict=weights)
+    assert "ignored weights of heads this model does not have: bert.pooler.dense.bias, bert.pooler.dense.weight, " \
+           "cls.seq_relationship.bias, cls.seq_relationship.weight" in caplog.text
+    torch.testing.assert_close(mlm.cls.predictions.bias, pre.cls.predictions.bias, rtol=0, atol=0)
+    for key in ("cls.predictions.transform.rotary", "classifier_typo"):
+        with pytest.raises(ValueError, match=rf"unexpected keys: \['{key}'\]"):
+            BertForMaskedLM.from_pretrained(None, config=pre.config, state_dict={**weights, key: torch.zeros(2)})
+
+
 def test_wrong_num_labels_is_named(tmp_path, tiny_checkpoint):
     tiny_checkpoint(tmp_path, "BertForSequenceClassification", labels=3, **TINY)
     with pytest.raises(ValueError, match=r"classifier.weight: file \(3, 16\), model \(5, 16\).*num_labels=5"):
@@ -111,7 +133,7 @@ def test_config_json_round_trip_keeps_unknown_keys(tmp_path):
 def test_paper_parameter_counts(name, params):
     """The paper's BERT-BASE has 110M parameters and BERT-LARGE 340M (section 3)."""
     cfg = BertConfig.preset(name)
-    count = _expected_param_count(cfg)
+    count = encoder_parameter_count(cfg)
     assert abs(count / 1e6 - params) / params < 0.02, count
     with torch.device("meta"):  # the real model's modules, without memory or initialisation
         assert BertModel(cfg).num_parameters() == count  # the closed form counts what the model holds

@@ -206,7 +206,7 @@ def test_bad_hyperparameters_are_refused_before_any_work(tmp_path, capsys):
 
 
 def test_global_batch_that_does_not_split_is_a_clear_error(tmp_path, capsys):
-    from bertkit.training.loop import micro_batch_size
+    from bertkit.training.batch_plan import micro_batch_size
 
     with pytest.raises(ValueError, match="--batch-size 30 .global. does not split evenly over 1 process.es. x 4"):
         micro_batch_size(30, 1, 4)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.training.loop import BatchPlan, EpochBatches, micro_batch_size
+from bertkit.training.batch_plan import BatchPlan, EpochBatches, micro_batch_size
 from distributed_helpers import run_spawned, run_training  # tests/ is on sys.path under pytest
 
 TOL = 1e-5  # fp32, max abs difference of any weight

@@ -72,6 +72,22 @@ def test_jit_trace_on_every_head_through_tuple_outputs(cls, tiny_model):
             _assert_outputs_equal(wrapper(ids, types, mask), traced(ids, types, mask), mask)
 
 
+def test_each_model_class_declares_the_outputs_an_exported_graph_returns():
+    """transformers' names, in tuple order, declared by each class; every bertkit model class has them."""
+    from bertkit.heads import MODEL_CLASSES
+
+    assert {name: cls.output_names for name, cls in MODEL_CLASSES.items()} == {
+        "BertModel": ("last_hidden_state", "pooler_output"),
+        "BertForPreTraining": ("prediction_logits", "seq_relationship_logits"),
+        "BertForMaskedLM": ("prediction_logits",),
+        "BertForNextSentencePrediction": ("logits",),
+        "BertForSequenceClassification": ("logits",),
+        "BertForTokenClassification": ("logits",),
+        "BertForQuestionAnswering": ("start_logits", "end_logits"),
+        "BertForMultipleChoice": ("logits",),
+    }
+
+
 def test_tuple_output_refuses_foreign_modules():
     with pytest.raises(ValueError, match="not a bertkit model class"):
         TupleOutputModel(torch.nn.Linear(2, 2))

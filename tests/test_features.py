@@ -1,8 +1,9 @@
 """Feature extraction (google's extract_features.py on bertkit) and the feature-based NER study's pieces.
 
 Extracted values are compared with ``model(..., output_hidden_states=True)`` at the same tokens and
-layers: bit for bit when each text is encoded alone (batch 1: the very same computation), within float
-rounding when texts of different lengths share a batch (the encoder then drops padding).
+layers, the model as CPU inference prepares it (``for_cpu_inference``, what extraction runs): bit for bit when
+each text is encoded alone (batch 1: the very same computation), within float rounding when texts of different
+lengths share a batch (the encoder then drops padding).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from bertkit import BertModel, BertTokenizer
 from bertkit import features as fx
+from bertkit.inference.prepare import for_cpu_inference
 from bertkit.tasks import ner
 from bertkit.training import feature_study as fs
 
@@ -52,6 +54,7 @@ def tiny(tmp_path_factory, tiny_checkpoint) -> tuple[Path, BertModel, BertTokeni
 
 
 def _reference(model, tok, text, pair, max_len=128):
+    model = for_cpu_inference(model.eval(), bf16=False)  # the computation extraction runs on the CPU
     enc = tok(text, text_pair=pair, max_length=max_len, truncation="longest_first")
     ids, types = torch.tensor([enc["input_ids"]]), torch.tensor([enc["token_type_ids"]])
     with torch.no_grad():
@@ -254,25 +257,3 @@ def test_feature_study_end_to_end_reuses_activations(tiny, tmp_path):
     assert (tmp_path / "study" / "activations" / "train.npy").stat().st_mtime_ns == stamp  # extracted once
     assert again["table"] == report["table"]  # seeded: the same taggers again
     assert "| last_hidden |" in fs.format_table(report)
-
-
-def test_part_files_are_removed_but_a_users_file_beside_them_is_kept(tmp_path, caplog):
-    """The torchrun part directory loses only the part files this run wrote: anything else in it is kept and
-    named in a warning, and the directory stays."""
-    from bertkit.features import _part_file, _remove_parts
-
-    parts = tmp_path / ".out.jsonl.bertkit-parts-abc"
-    parts.mkdir()
-    written = [_part_file(parts, 0, 1, 0), _part_file(parts, 0, 1, 1)]
-    for path in written:
-        path.write_bytes(b"x")
-    _remove_parts(parts, written)
-    assert not parts.exists()
-
-    parts.mkdir()
-    _part_file(parts, 0, 0, 0).write_bytes(b"x")
-    (parts / "notes.txt").write_text("mine")
-    with caplog.at_level("WARNING", logger="bertkit"):
-        _remove_parts(parts, [_part_file(parts, 0, 0, 0)])
-    assert "notes.txt" in caplog.text
-    assert (parts / "notes.txt").read_text() == "mine" and not _part_file(parts, 0, 0, 0).exists()

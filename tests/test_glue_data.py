@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from bertkit.data.collate import collate
 from bertkit.tasks import glue, metrics
 from bertkit.tokenization import BertTokenizer
 
@@ -129,11 +130,11 @@ def test_metric_length_mismatch_is_an_error():
 
 
 def test_task_metrics_have_the_glue_keys():
-    assert glue.compute_metrics("cola", [1, 1, 1], [0, 1, 1]) == {"mcc": 0.0}
-    mrpc = glue.compute_metrics("mrpc", [1, 0, 1, 1], [1, 0, 0, 1])
+    assert glue.get_task("cola").metric(np.asarray([1, 1, 1]), np.asarray([0, 1, 1])) == {"mcc": 0.0}
+    mrpc = glue.get_task("mrpc").metric(np.asarray([1, 0, 1, 1]), np.asarray([1, 0, 0, 1]))
     assert mrpc == {"f1": pytest.approx(0.8), "accuracy": 0.75}
-    assert set(glue.compute_metrics("sts-b", [0.1, 2.0, 4.0], [0.0, 2.5, 5.0])) == {"pearson", "spearman"}
-    assert glue.compute_metrics("rte", [0, 1], [0, 0]) == {"accuracy": 0.5}
+    assert set(glue.get_task("sts-b").metric(np.asarray([0.1, 2.0, 4.0]), np.asarray([0.0, 2.5, 5.0]))) == {"pearson", "spearman"}
+    assert glue.get_task("rte").metric(np.asarray([0, 1]), np.asarray([0, 0])) == {"accuracy": 0.5}
 
 
 # ---------------------------------------------------------------- registry
@@ -464,24 +465,24 @@ def test_collate_pads_to_batch_max_with_the_pad_id():
             "meta": "x",
         },
     ]
-    batch = glue.collate(feats, pad_token_id=5)
+    batch = collate(feats, pad_token_id=5)
     assert set(batch) == {"input_ids", "token_type_ids", "attention_mask", "labels"}
     assert batch["input_ids"].tolist() == [[101, 7, 102], [101, 102, 5]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert batch["token_type_ids"].tolist() == [[0, 0, 0], [0, 0, 0]]
     assert batch["labels"].dtype == torch.long and batch["labels"].tolist() == [1, 0]
-    reg = glue.collate(
+    reg = collate(
         [{"input_ids": [1], "labels": 0.5}, {"input_ids": [1, 2], "labels": 4.0}], pad_token_id=0
     )
     assert reg["labels"].dtype == torch.float32 and reg["labels"].tolist() == [0.5, 4.0]
     with pytest.raises(ValueError, match="do not mix labeled and unlabeled"):
-        glue.collate([{"input_ids": [1], "labels": 1}, {"input_ids": [1]}], pad_token_id=0)
+        collate([{"input_ids": [1], "labels": 1}, {"input_ids": [1]}], pad_token_id=0)
 
 
 def test_real_featurize_then_collate_round_trip(tok, glue_dir):
     ex = glue.read_glue("mrpc", glue_dir, "dev")[:16]
     feats = glue.featurize(ex, tok, 128, "mrpc")
-    batch = glue.collate(feats, tok.pad_token_id)
+    batch = collate(feats, tok.pad_token_id)
     lengths = [len(f["input_ids"]) for f in feats]
     assert batch["input_ids"].shape == (16, max(lengths))
     assert batch["attention_mask"].sum(1).tolist() == lengths

@@ -1,5 +1,5 @@
 """The house reads top-down: cli -> recipes (training/, inference/, features) -> tasks/data -> heads ->
-modeling -> cpu_linear -> padding/tokenization -> config, with no import pointing up and no cycle.
+modeling -> padding/tokenization -> config, with no import pointing up and no cycle.
 
 Every import counts: at module level or inside a function, under ``TYPE_CHECKING``, relative, and the
 names a package hands out lazily (``from bertkit import BertModel`` is an edge to bertkit.modeling, through
@@ -21,11 +21,10 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "bertkit"
 # (test_settings_are_plain_data below); a device or a server's limits are decided by the command that runs.
 LAYERS = [
     ("cli", "__main__", "demo", "cli_flags"),
-    ("training", "inference", "features", "settings"),
+    ("training", "inference", "features", "settings", "sentence"),
     ("tasks", "data", "auto"),
     ("heads", "quantization"),
     ("modeling",),
-    ("cpu_linear",),
     ("padding", "tokenization", "checkpoint_io", "model_checks"),
     ("config", "outputs", "errors", "_parallel", "_hardware", "examples", "hub", "compat", "calibration_text"),
 ]
@@ -91,7 +90,7 @@ def test_every_module_sits_in_a_layer():
         if module != "bertkit":
             _layer(module)
     # the recipes' modules that one might expect elsewhere
-    recipes = LAYERS.index(("training", "inference", "features", "settings"))
+    recipes = LAYERS.index(("training", "inference", "features", "settings", "sentence"))
     for module in ("bertkit.training.distributed", "bertkit.features", "bertkit.inference.pipelines",
                    "bertkit.inference.export", "bertkit.training.feature_study"):
         assert _layer(module) == recipes, module
@@ -158,3 +157,19 @@ def test_no_import_cycles():
         if not state.get(module):
             visit(module, [module])
     assert not cycles, "import cycles: " + "; ".join(cycles)
+
+
+def test_the_model_is_plain_pytorch():
+    """modeling.py and heads.py, and everything they import, call no private torch op and register no
+    process-wide hook: CPU-inference speed-ups are the explicit transform in inference/prepare.py."""
+    edges, names = _modules(), _module_names()
+    seen, todo = set(), ["bertkit.modeling", "bertkit.heads"]
+    while todo:
+        module = todo.pop()
+        if module not in seen and module in names:
+            seen.add(module)
+            todo.extend(edges.get(module, ()))
+    private = ("torch.ops.", "torch._C.", "register_optimizer_step_post_hook", "register_module_forward_hook",
+               "register_module_forward_pre_hook", "register_module_full_backward_hook")
+    bad = sorted(f"{m}: {p}" for m in seen for p in private if p in names[m].read_text(encoding="utf-8"))
+    assert "bertkit.padding" in seen and not bad, bad

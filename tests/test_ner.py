@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bertkit.data.collate import collate
 from bertkit.tasks import ner
 from bertkit.tokenization import BertTokenizer
 
@@ -250,7 +251,7 @@ def test_labels_on_first_sub_token_only(tok):
     assert f["labels"] == [-100, LABELS.index("B-MISC"), -100, 0, LABELS.index("B-ORG"), -100]
     assert f["word_ids"] == [None, 0, None, 1, 2, None]
     assert f["attention_mask"] == [1] * 6 and f["token_type_ids"] == [0] * 6
-    batch = ner.collate(
+    batch = collate(
         [f, {**f, "input_ids": f["input_ids"][:3], "labels": f["labels"][:3]}], tok.pad_token_id
     )
     assert batch["labels"][1].tolist() == [-100, LABELS.index("B-MISC"), -100, -100, -100, -100]

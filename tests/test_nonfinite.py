@@ -15,7 +15,8 @@ from bertkit.errors import NonFiniteError
 from bertkit.inference.predict import predict
 from bertkit.settings import TrainingSettings
 from bertkit.tasks import glue, metrics
-from bertkit.training.loop import BatchPlan, Phase, train
+from bertkit.training.batch_plan import BatchPlan
+from bertkit.training.loop import Phase, train
 from bertkit.training.sequence_grid import summarize_grid
 
 

@@ -14,7 +14,7 @@ import pytest
 from bertkit import BertTokenizer
 from bertkit.cli import main
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
-from bertkit.tasks import ner, squad, swag
+from bertkit.tasks import ner, squad, squad_eval, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.training.token_tasks import ner_scores, predict_ner, predict_squad, predict_swag
 
@@ -76,7 +76,7 @@ def test_predict_squad_equals_the_recipes_predictions(tmp_path, minilm_dir, data
     data = squad.load_squad(dev)["data"]
     subset = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in first40]} for p in a["paragraphs"]]}
               for a in data]
-    assert report["scores"] == to_fractions(squad.evaluate_v1(subset, preds.predictions))
+    assert report["scores"] == to_fractions(squad_eval.evaluate_v1(subset, preds.predictions))
 
 
 def test_predict_swag_equals_the_recipes_predictions(tmp_path, minilm_dir, sst2_dev, capsys, tiny_checkpoint):

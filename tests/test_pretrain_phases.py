@@ -171,8 +171,8 @@ def test_a_two_phase_run_stopped_and_resumed_matches_the_uninterrupted_one(two_l
 def test_phase_2_trains_on_the_longer_instances(two_lengths, uninterrupted):
     """The batches each phase trained on, recomputed from its own data: 32-token instances for steps 1-6,
     64-token ones for steps 7-10, in the data order of each phase's first epoch."""
-    from bertkit.data.pretraining import PretrainingDataset
-    from bertkit.training.loop import BatchPlan
+    from bertkit.data.dataset import PretrainingDataset
+    from bertkit.training.batch_plan import BatchPlan
 
     _, seen = uninterrupted
     expected = []
@@ -222,8 +222,8 @@ def test_an_epoch_end_checkpoint_is_evaluated_once_after_a_resume(two_lengths, t
     Stopped right after that checkpoint (the evaluation not done yet), or two steps after it (the evaluation is in
     metrics.jsonl), then resumed from it: the uninterrupted run's records, train and eval, each once. (Before the
     fix, resuming at the switch lost the evaluation, and resuming at an epoch's end within a phase repeated it.)"""
-    from bertkit.data.pretraining import PretrainingDataset
-    from bertkit.training.loop import BatchPlan
+    from bertkit.data.dataset import PretrainingDataset
+    from bertkit.training.batch_plan import BatchPlan
     from bertkit.training.pretrain import pretrain
 
     epoch = len(BatchPlan(PretrainingDataset(two_lengths / "short32"), 8, list, seed=1))  # E: batches of 8

@@ -76,7 +76,7 @@ def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, uninter
     """Two SIGKILLs, each inside a checkpoint write (a half-written state.pt; after resuming, a checkpoint
     renamed into place before the old ones are pruned), then --resume: the uninterrupted run's losses and
     weights, bit for bit."""
-    from bertkit.training.loop import checkpoint_dirs
+    from bertkit.training.checkpoint import checkpoint_dirs
     from killing import child_env, launch_paused, run_here, torn_checkpoint_left
 
     env = child_env()

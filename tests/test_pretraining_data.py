@@ -1,4 +1,4 @@
-"""create_pretraining_data on real text: masking and NSP statistics, whole-word masking, nearby negatives,
+"""create_pretraining_data on real text: masking and NSP statistics, whole-word masking,
 determinism across seeds and worker counts, dynamic masking, the reader and collate, error cases.
 
 Real text: a few files of the shared corpus (skipped when absent); tokenizer: the vocabulary in
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from bertkit.data import PretrainingDataset, collate_pretraining, create_pretraining_data
-from bertkit.data.pretraining import PretrainingConfig, create_instances_from_document
+from bertkit.data.config import PretrainingConfig
+from bertkit.data.pairs import create_instances_from_document
 from bertkit.data.shards import ShardedInstances, read_manifest
 from bertkit.data.text import iter_documents, plan_work_units, split_sentences
 from bertkit.tokenization import BertTokenizer
@@ -132,58 +133,6 @@ def test_whole_word_masking_never_splits_a_word(tok, tmp_path):
 # --------------------------------------------------------------------------------------------------
 # Next-sentence negatives
 # --------------------------------------------------------------------------------------------------
-
-
-@needs_corpus
-@needs_model
-def test_nearby_negatives_are_same_document_and_never_adjacent(tok):
-    documents = [[ids for ids in tok([*d], add_special_tokens=False)["input_ids"] if ids]
-                 for f in wiki_files(24) for d in iter_documents(f)]
-    config = PretrainingConfig(nsp_negatives="nearby", nearby_window=4)
-    rng = random.Random(0)
-    negatives = fallbacks = positives = 0
-    for _ in range(3):
-        for d in range(len(documents)):
-            for inst in create_instances_from_document(documents, d, config, rng):
-                doc, a0, a1 = inst.a_span
-                assert doc == d and a0 < a1
-                b_doc, b0, b1 = inst.b_span
-                assert b0 < b1
-                if not inst.is_random_next:
-                    positives += 1
-                    assert (b_doc, b0) == (d, a1)  # the true continuation
-                elif inst.nearby_fallback:
-                    fallbacks += 1
-                else:
-                    negatives += 1
-                    assert b_doc == d
-                    gap = b0 - a1 if b0 >= a1 else a0 - b1
-                    assert 1 <= gap <= 4, (inst.a_span, inst.b_span)  # never adjacent, always nearby
-                assert 1 <= len(inst.tokens_a) and 1 <= len(inst.tokens_b)
-                assert len(inst.tokens_a) + len(inst.tokens_b) <= 125
-    assert negatives > 500 and fallbacks <= negatives * 0.02
-    assert abs(positives / (positives + negatives + fallbacks) - 0.5) <= 0.03
-
-
-@needs_corpus
-@needs_model
-def test_mixed_negatives_are_half_nearby_half_other_document(tok):
-    documents = [[ids for ids in tok([*d], add_special_tokens=False)["input_ids"] if ids]
-                 for f in wiki_files(24) for d in iter_documents(f)]
-    rng = random.Random(0)
-    nearby = other = 0
-    for d in range(len(documents)):
-        for inst in create_instances_from_document(documents, d, PretrainingConfig(nsp_negatives="mixed"), rng):
-            if inst.is_random_next and not inst.nearby_fallback:
-                doc, a0, a1 = inst.a_span
-                b_doc, b0, b1 = inst.b_span
-                if b_doc == d:
-                    nearby += 1
-                    assert 1 <= (b0 - a1 if b0 >= a1 else a0 - b1) <= 8  # nearby, never adjacent
-                else:
-                    other += 1
-    assert nearby + other > 300
-    assert abs(nearby / (nearby + other) - 0.5) <= 0.06, (nearby, other)
 
 
 @needs_corpus

@@ -12,7 +12,7 @@ import unicodedata
 import numpy as np
 import pytest
 
-from bertkit.tasks import squad
+from bertkit.tasks import squad, squad_eval
 from bertkit.tokenization import BertTokenizer
 
 
@@ -52,16 +52,16 @@ def _qa(qid, question, answers, start=None):
     ],
 )
 def test_normalize_answer(text, normalized):
-    assert squad.normalize_answer(text) == normalized
+    assert squad_eval.normalize_answer(text) == normalized
 
 
 def test_v1_exact_and_f1_by_hand():
-    assert squad.exact_match_v1("the Denver Broncos", "Denver Broncos")
-    assert squad.f1_score_v1("Broncos won", "Denver Broncos") == pytest.approx(0.5)  # P=1/2 R=1/2
-    assert squad.f1_score_v1("Denver Broncos Denver", "Denver Broncos") == pytest.approx(0.8)  # P=2/3 R=1
-    assert squad.f1_score_v1("Carolina", "Denver Broncos") == 0
-    assert squad.f1_score_v1("", "") == 0  # v1.1 scores two empty answers 0 ...
-    assert squad.compute_f1("", "") == 1  # ... v2.0 scores them 1
+    assert squad_eval.exact_match_v1("the Denver Broncos", "Denver Broncos")
+    assert squad_eval.f1_score_v1("Broncos won", "Denver Broncos") == pytest.approx(0.5)  # P=1/2 R=1/2
+    assert squad_eval.f1_score_v1("Denver Broncos Denver", "Denver Broncos") == pytest.approx(0.8)  # P=2/3 R=1
+    assert squad_eval.f1_score_v1("Carolina", "Denver Broncos") == 0
+    assert squad_eval.f1_score_v1("", "") == 0  # v1.1 scores two empty answers 0 ...
+    assert squad_eval.compute_f1("", "") == 1  # ... v2.0 scores them 1
 
 
 def test_evaluate_v1_takes_max_over_golds_and_zero_for_missing():
@@ -70,10 +70,10 @@ def test_evaluate_v1_takes_max_over_golds_and_zero_for_missing():
         _qa("q2", "?", ["Carolina Panthers"]),
     ]}]}]  # fmt: skip
     with pytest.warns(UserWarning, match="1 unanswered questions"):
-        result = squad.evaluate_v1(dataset, {"q1": "Broncos won"})
+        result = squad_eval.evaluate_v1(dataset, {"q1": "Broncos won"})
     # q1: EM 0; F1 = max(0.5, 2 * (1/2 * 1) / (1/2 + 1) = 2/3). q2 missing: 0. Averaged over 2 questions.
     assert result == {"exact_match": 0.0, "f1": pytest.approx(100 * (2 / 3) / 2)}
-    assert squad.evaluate_v1(dataset, {"q1": "broncos.", "q2": "the Carolina Panthers"}) == {
+    assert squad_eval.evaluate_v1(dataset, {"q1": "broncos.", "q2": "the Carolina Panthers"}) == {
         "exact_match": 100.0,
         "f1": 100.0,
     }
@@ -91,7 +91,7 @@ V2_NA = {"a1": 0.1, "a2": 0.6, "n1": 0.9, "n2": 0.3}
 
 def test_evaluate_v2_by_hand_without_na_probs():
     # raw exact: a1 1, a2 0, n1 1 (gold [''] vs ''), n2 0.  raw F1: 1, 2/3 (P 1, R 1/2), 1, 0.
-    result = squad.evaluate_v2(V2_DATASET, V2_PREDS)
+    result = squad_eval.evaluate_v2(V2_DATASET, V2_PREDS)
     assert result == {
         "exact": 50.0, "f1": pytest.approx(100 * (1 + 2 / 3 + 1) / 4), "total": 4,
         "HasAns_exact": 50.0, "HasAns_f1": pytest.approx(100 * (1 + 2 / 3) / 2), "HasAns_total": 2,
@@ -100,7 +100,7 @@ def test_evaluate_v2_by_hand_without_na_probs():
 
 
 def test_evaluate_v2_best_threshold_by_hand():
-    result = squad.evaluate_v2(V2_DATASET, V2_PREDS, V2_NA)
+    result = squad_eval.evaluate_v2(V2_DATASET, V2_PREDS, V2_NA)
     # find_best_thresh starts at 2 (both no-answer questions right when answering nothing), then in
     # na_prob order: a1 (0.1) +1 -> 3 (best, thresh 0.1); n2 (0.3) -1 -> 2; a2 (0.6) +0 / +2/3; n1 +0.
     assert result["best_exact"] == 75.0 and result["best_exact_thresh"] == 0.1
@@ -109,18 +109,18 @@ def test_evaluate_v2_best_threshold_by_hand():
 
 
 def test_evaluate_v2_na_prob_thresh_turns_answers_into_no_answer():
-    result = squad.evaluate_v2(V2_DATASET, V2_PREDS, V2_NA, na_prob_thresh=0.5)
+    result = squad_eval.evaluate_v2(V2_DATASET, V2_PREDS, V2_NA, na_prob_thresh=0.5)
     # a2 (0.6) now counts as "no answer" -> wrong (0); n1 (0.9) -> right (1); a1, n2 unchanged (1, 0).
     assert (result["exact"], result["f1"]) == (50.0, 50.0)
     assert (result["HasAns_exact"], result["NoAns_exact"]) == (50.0, 50.0)
-    result = squad.evaluate_v2(V2_DATASET, V2_PREDS, V2_NA, na_prob_thresh=0.2)
+    result = squad_eval.evaluate_v2(V2_DATASET, V2_PREDS, V2_NA, na_prob_thresh=0.2)
     # n2 (0.3) -> right; a2 -> wrong; a1 stays answered: 3/4.
     assert result["exact"] == 75.0 and result["NoAns_exact"] == 100.0
 
 
 def test_evaluate_v2_requires_every_prediction():
     with pytest.raises(ValueError, match="1 questions have no prediction"):
-        squad.evaluate_v2(V2_DATASET, {k: v for k, v in V2_PREDS.items() if k != "n2"})
+        squad_eval.evaluate_v2(V2_DATASET, {k: v for k, v in V2_PREDS.items() if k != "n2"})
 
 
 # ---------------------------------------------------------------- reading and the dev split
@@ -283,7 +283,7 @@ def test_real_dev_gold_spans_round_trip_through_features(tok, dev_file, tmp_path
         fits.add(i)
         offsets = f["offset_mapping"]
         text = examples[i].context[offsets[f["start_positions"]][0] : offsets[f["end_positions"]][1]]
-        ok = squad.normalize_answer(text) == squad.normalize_answer(examples[i].answers[0].text)
+        ok = squad_eval.normalize_answer(text) == squad_eval.normalize_answer(examples[i].answers[0].text)
         recovered[i] = recovered.get(i, True) and ok
     rate = sum(recovered.values()) / len(fits)
     print(f"SQuAD dev alignment: {sum(recovered.values())}/{len(fits)} = {rate:.4%}")
@@ -311,7 +311,7 @@ def test_real_dev_gold_spans_round_trip_through_features(tok, dev_file, tmp_path
         starts.append(s)
         ends.append(e)
     preds = squad.postprocess_predictions(examples, feats, starts, ends)
-    scores = squad.evaluate_v1(squad.load_squad(dev_file), preds.predictions)
+    scores = squad_eval.evaluate_v1(squad.load_squad(dev_file), preds.predictions)
     print(f"oracle-logit scores: {scores}")
     assert scores["exact_match"] > 99.5 and scores["f1"] > 99.7 if articles is None else \
         scores["exact_match"] >= 100 * rate - 1e-9 and scores["f1"] >= scores["exact_match"]  # no aligned span lost

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertkit.data.collate import collate
 from bertkit.tasks import swag
 from bertkit.tokenization import BertTokenizer
 
@@ -90,7 +91,7 @@ def test_featurize_four_choices(tmp_path, tok):
             assert (f["input_ids"][i, n:] == tok.pad_token_id).all() and f["attention_mask"][i].sum() == n
             assert f["token_type_ids"][i, :n].tolist() == [0] * (len(a) + 2) + [1] * (len(b) + 1)
         assert f["input_ids"].shape[1] == max(int(m.sum()) for m in f["attention_mask"])  # padded to own max
-    batch = swag.collate(feats, tok.pad_token_id)
+    batch = collate(feats, tok.pad_token_id)
     width = max(f["input_ids"].shape[1] for f in feats)
     assert batch["input_ids"].shape == (2, 4, width) and batch["labels"].tolist() == [0, 3]
     assert batch["attention_mask"].sum().item() == sum(int(f["attention_mask"].sum()) for f in feats)

@@ -25,7 +25,8 @@ def _max_diff(a: dict, b: dict) -> float:
 @pytest.fixture(scope="module")
 def real_examples(tmp_path_factory, minilm_dir, data_dir) -> dict:
     """320 pre-training instances from WikiText-2 valid and 320 CoNLL-2003 train sentences, saved for the workers."""
-    from bertkit.data.pretraining import PretrainingDataset, create_pretraining_data
+    from bertkit.data.dataset import PretrainingDataset
+    from bertkit.data.pretraining import create_pretraining_data
     from bertkit.tasks.ner import featurize_ner, label_list, read_conll
     from bertkit.tokenization import BertTokenizer
 
@@ -71,7 +72,7 @@ def runs(real_examples) -> dict:
 @pytest.mark.parametrize("task", ["pretrain", "ner"])
 def test_the_halves_of_real_batches_hold_different_target_counts(real_examples, task):
     """What makes the test below mean something: a mean of per-half means would not be the batch's mean."""
-    from bertkit.training.loop import BatchPlan
+    from bertkit.training.batch_plan import BatchPlan
 
     examples = real_examples["examples"][task]
     plan = BatchPlan(examples, 32, lambda b: b, seed=3)

@@ -18,7 +18,7 @@ from torch import nn
 
 from bertkit import BertForTokenClassification, BertTokenizer
 from bertkit.heads import ClassifierOutput, QuestionAnsweringOutput
-from bertkit.tasks import ner, squad
+from bertkit.tasks import ner, squad, squad_eval
 from bertkit.tasks.metrics import to_fractions
 from bertkit.training import token_tasks as tt
 
@@ -267,9 +267,9 @@ def test_squad_gold_logits_score_100(tmp_path, encoder_dir, version):
     preds, _ = tt.predict_squad(_OracleReader(features), examples, features, pad_id=0, version=version)
     data = squad.load_squad(path)
     if version == "1.1":
-        assert squad.evaluate_v1(data, preds.predictions) == {"exact_match": 100.0, "f1": 100.0}
+        assert squad_eval.evaluate_v1(data, preds.predictions) == {"exact_match": 100.0, "f1": 100.0}
     else:
-        scores = squad.evaluate_v2(data, preds.predictions, na_probs=preds.null_odds)
+        scores = squad_eval.evaluate_v2(data, preds.predictions, na_probs=preds.null_odds)
         assert (scores["exact"], scores["f1"], scores["NoAns_total"]) == (100.0, 100.0, 3)
 
 
@@ -286,7 +286,7 @@ def test_finetune_squad_on_a_split_says_so(tmp_path, encoder_dir):
     heldout = [a for a in squad.load_squad(path)["data"] if a["title"] in split["heldout_titles"]]
     predictions = json.loads((out / "predictions.json").read_text())
     assert sorted(predictions) == sorted(qa["id"] for a in heldout for p in a["paragraphs"] for qa in p["qas"])
-    assert report["scores"] == to_fractions(squad.evaluate_v1(heldout, predictions))
+    assert report["scores"] == to_fractions(squad_eval.evaluate_v1(heldout, predictions))
     nbest = json.loads((out / "nbest_predictions.json").read_text())
     assert all(1 <= len(v) <= 20 and v[0]["text"] == predictions[k] for k, v in nbest.items())
     assert (out / "model" / "config.json").is_file() and not (out / "null_odds.json").exists()
@@ -316,7 +316,7 @@ def test_finetune_squad_v2_picks_the_best_f1_threshold(tmp_path, encoder_dir):
     # predictions.json applies that threshold: a question is unanswered exactly when its null odds exceed it.
     assert all((predictions[q] == "") == (null_odds[q] > scores["null_threshold"]) for q in null_odds)
     heldout = [a for a in squad.load_squad(path)["data"] if a["title"] in report["split"]["heldout_titles"]]
-    assert scores["f1"] == pytest.approx(squad.evaluate_v2(heldout, predictions)["f1"] / 100)
+    assert scores["f1"] == pytest.approx(squad_eval.evaluate_v2(heldout, predictions)["f1"] / 100)
 
 
 def test_squad_v1_refuses_unanswerable_questions(tmp_path, encoder_dir):

@@ -500,7 +500,7 @@ def test_threads_get_the_same_results(tok: BertTokenizer) -> None:
     for t in threads:
         t.join()
     assert all(results[k] == want for k in range(4))
-    assert len(small._chunks) <= 8
+    assert len(small._text.chunks) <= 8
 
 
 def test_real_vocabulary_ids(minilm_dir: Path) -> None:

@@ -231,3 +231,13 @@ def _padded(features: list[dict], pad: int) -> list[list[int]]:
     width = max(len(f["input_ids"]) for f in features)
     return [f["input_ids"] + [pad] * (width - len(f["input_ids"])) for f in features]
 
+
+
+def test_a_batch_whose_labels_are_all_ignored_is_named_not_blamed_on_the_learning_rate(checkpoint, tok, tmp_path):
+    """One labelled row among ignored ones passes the dataset check, but a batch of only -100 has a nan mean loss:
+    the error says so, and does not tell the user to lower the learning rate."""
+    rows = _labelled(TRAIN, lambda y: -100)
+    rows[0]["label"] = 1
+    with pytest.raises(BertkitError, match="every label of this batch is -100") as caught:
+        _train(checkpoint, tok, tmp_path / "out", _dataset(tok, rows))
+    assert "learning-rate" not in str(caught.value)

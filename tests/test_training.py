@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from bertkit import BertConfig, BertForSequenceClassification
+from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.settings import TrainingSettings
-from bertkit.tasks import glue
-from bertkit.training.loop import BatchPlan, Phase, micro_batch_size, train
+from bertkit.training.batch_plan import BatchPlan, micro_batch_size
+from bertkit.training.loop import Phase, train
 from bertkit.training.optim import (
     Lamb,
     build_optimizer,
@@ -37,7 +38,7 @@ def _features(n=24, seed=0):
 
 
 def _collate(batch):
-    return glue.collate(batch, 0)
+    return collate(batch, 0)
 
 
 def test_schedule_warmup_then_linear_decay():

@@ -155,25 +155,22 @@ def test_length_groups_split_ragged_batches_and_keep_uniform_ones_whole():
 
 @pytest.mark.parametrize("layout", ["unpadded", "padded"])
 @pytest.mark.parametrize("multiple", [8, 16])
-def test_keys_rounded_up_for_the_cpu_kernel_change_no_output(grouping, layout, multiple, monkeypatch):
-    """Inference pads each attention rectangle's keys with masked zeros up to a multiple of the CPU kernel's
-    vector (``key_multiple``): the same states as without, for ragged batches (length groups, one rectangle)
-    and for one unpadded sequence (the padded layout without a mask), queries never padded."""
+def test_keys_rounded_up_for_the_cpu_kernel_change_no_output(grouping, layout, multiple):
+    """CPU inference (``prepare_model``) pads each attention rectangle's keys with masked zeros up to a multiple of
+    the CPU kernel's vector (``BertModel.key_multiple``): the same states as without, for ragged batches (length
+    groups, one rectangle) and for one unpadded sequence (the padded layout without a mask), queries never padded."""
     torch.manual_seed(0)
     model = BertForSequenceClassification(CFG).eval()
     ids, tt, mask, _ = _padded_batch(torch.Generator().manual_seed(3))
     one = {"input_ids": ids[2:3, :13], "token_type_ids": tt[2:3, :13], "attention_mask": mask[2:3, :13]}
-    monkeypatch.setattr(padding, "_CPU_KEY_MULTIPLE", {})
+    assert model.bert.key_multiple == 1  # the model as built and trained: its shapes, its dropout masks
     with torch.no_grad():
-        assert padding.key_multiple(torch.device("cpu")) == 1
         exact = model.bert(ids, mask, tt, layout=layout).last_hidden_state
         exact_one = model.bert(**one, layout=layout).last_hidden_state
-    capability = torch.backends.cpu.get_cpu_capability()
-    monkeypatch.setattr(padding, "_CPU_KEY_MULTIPLE", {capability: multiple})
+    model.bert.key_multiple = multiple
     with torch.no_grad():
-        assert padding.key_multiple(torch.device("cpu")) == multiple
         if layout == "unpadded":
-            groups = padding.TokenLayout.unpadded(mask).groups
+            groups = padding.TokenLayout.unpadded(mask, key_multiple=multiple).groups
             assert all(g.kv_length % multiple == 0 and g.kv_length >= g.shape[1] for g in groups)
             assert {g.shape[1] for g in groups} <= set(LENGTHS)  # the queries are the real lengths
         rounded = model.bert(ids, mask, tt, layout=layout).last_hidden_state
@@ -181,7 +178,16 @@ def test_keys_rounded_up_for_the_cpu_kernel_change_no_output(grouping, layout, m
     real = mask.bool()
     torch.testing.assert_close(rounded[real], exact[real], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(rounded_one, exact_one, atol=1e-5, rtol=1e-5)
-    assert padding.key_multiple(torch.device("cpu")) == 1  # under autograd: training keeps its shapes
+
+
+def test_cpu_inference_rounds_keys_to_the_kernels_vector():
+    """``prepare_model``'s copy rounds keys to the vector width of this CPU's attention kernel; the model stays."""
+    from bertkit.inference.prepare import cpu_key_multiple, prepare_model
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert cpu_key_multiple() == (16 if capability.startswith("AVX512") else 8 if capability.startswith("AVX2") else 1)
+    model = BertForSequenceClassification(CFG)
+    assert prepare_model(model)[0].bert.key_multiple == cpu_key_multiple() and model.bert.key_multiple == 1
 
 
 def test_auto_layout_rule_on_a_gpu_device():

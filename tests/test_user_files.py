@@ -156,7 +156,7 @@ def test_finetune_classify_warns_of_a_second_text_no_flag_names(tmp_path, caplog
     (tmp_path / "t.csv").write_text("text,text_pair,label\na,b,1\nc,d,0\n", encoding="utf-8")
     with caplog.at_level(logging.WARNING, logger="bertkit"):
         read_labelled(tmp_path / "t.csv", _classify(tmp_path))
-    assert "t.csv:2: the rows hold a second text (column 'text_pair')" in caplog.text
+    assert "t.csv:2: the inputs hold a second text (column 'text_pair')" in caplog.text
     assert "--text-pair-column text_pair" in caplog.text
 
 

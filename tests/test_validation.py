@@ -189,12 +189,12 @@ def test_a_vocab_longer_than_the_model_is_refused_where_they_meet(tmp_path, mini
 
 
 def test_a_checkpoint_holding_code_is_refused_without_suggesting_weights_only_false(tmp_path):
-    from bertkit.training.loop import _read_state
+    from bertkit.training.checkpoint import read_state
 
     (tmp_path / "step-00000001").mkdir()
     torch.save({"model": Payload()}, tmp_path / "step-00000001" / "state.pt")
     with pytest.raises(BertkitError, match="holds Python code, not only tensors") as info:
-        _read_state(tmp_path / "step-00000001")
+        read_state(tmp_path / "step-00000001")
     assert "weights_only=False" not in str(info.value) and "state.pt" in str(info.value)
 
 

@@ -24,11 +24,12 @@ def run_training(task: str, data_file: str, out_dir: str, global_batch: int, acc
                  num_labels: int = 2, fsdp: bool = False) -> dict:
     """``STEPS`` optimiser steps of the tiny model on the examples in ``data_file`` (this process's rank and world
     from the process group, if any); returns the final weights and the logged records."""
-    from bertkit.data.pretraining import collate_pretraining
+    from bertkit.data.dataset import collate_pretraining
     from bertkit.heads import BertForPreTraining, BertForTokenClassification
     from bertkit.settings import TrainingSettings
+    from bertkit.training.batch_plan import BatchPlan, micro_batch_size
     from bertkit.training.distributed import current
-    from bertkit.training.loop import BatchPlan, Phase, micro_batch_size, train
+    from bertkit.training.loop import Phase, train
 
     info = current()
     examples = torch.load(data_file, weights_only=False)

@@ -8,7 +8,7 @@
 #
 # PRETRAIN_ARGS go to `bertkit pretrain` after the recipe's settings, so they override them: `--nsp` adds
 # next-sentence prediction with random negatives (what it cost and gave at this budget: RESULTS.md, "The NSP
-# arms at the full hour"). Give such a run its own OUT_DIR: a resumed run must keep the settings it started
+# question"). Give such a run its own OUT_DIR: a resumed run must keep the settings it started
 # with.
 # CORPUS_DIR holds plain-text documents (*.txt, *.md; default ../shared/data/corpus: books and Wikipedia
 # articles, with WikiText-2 valid as held-out text when present). Run it again to continue after a stop:

@@ -44,16 +44,6 @@ def warn_if_bf16_is_emulated(device_type: str) -> bool:
     return True
 
 
-def physical_memory_bytes() -> int | None:
-    """This machine's physical memory in bytes, or None where the OS does not say (no sysconf: Windows)."""
-    import os
-
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
 # Quantized engines with per-channel int8 dynamic Linear kernels for x86 (fbgemm, and "x86" which wraps it).
 X86_ENGINES = ("x86", "fbgemm")
 
@@ -176,19 +166,11 @@ def onednn_int8_exact(levels: int) -> bool:
 
 @_probe
 def onednn_linear() -> bool:
-    """Whether CPU inference in fp32 and in bf16 runs its Linear layers on oneDNN's
-    (``torch.ops.mkldnn._linear_pointwise`` over weights reordered once by ``_reorder_linear_weight``: the kernels
-    Inductor's CPU backend calls) instead of ATen's ``addmm`` (MKL in fp32, oneDNN without the reordering in bf16).
-    At MiniLM's shapes on one core, fp32 ran 6-19% faster than MKL on a Zen 4 EPYC and -7% to +16% (mostly
-    ahead) on a Sapphire Rapids Xeon, 1.1-1.6x with the feed-forward GELU fused into it; bf16 3-11% faster than
-    ``addmm`` with the same bits (BENCHMARKS.md, "Linear layers on oneDNN"). Off with ``BERTKIT_ONEDNN_LINEAR=0``,
-    and wherever the operators are missing (a build without oneDNN, a non-x86 CPU) or disagree with ``F.linear``
-    beyond fp32 rounding."""
-    import os
-    import platform
-
-    if os.environ.get("BERTKIT_ONEDNN_LINEAR", "1") == "0":
-        return False
+    """Whether oneDNN's Linear (``torch.ops.mkldnn._linear_pointwise`` over a weight reordered once by
+    ``_reorder_linear_weight``: the kernels Inductor's CPU backend calls) runs here and agrees with ``F.linear``
+    within fp32 rounding, the GELU fused into it included: where CPU inference runs its projections on it
+    (``bertkit.inference.prepare.PreparedLinear``), and elsewhere on ``F.linear`` (a build without oneDNN, a
+    non-x86 CPU)."""
     if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
         return False
     g = torch.Generator().manual_seed(0)
@@ -205,5 +187,6 @@ def onednn_linear() -> bool:
 
 @functools.cache
 def onednn_bf16_linear() -> bool:
-    """``onednn_linear`` for bf16 inference: only where the CPU has bf16 instructions (``cpu_has_bf16``)."""
+    """``onednn_linear`` for bf16 inference: only where the CPU has bf16 instructions (``cpu_has_bf16``); elsewhere
+    bf16 runs emulated, and ``F.linear`` over bf16 weights."""
     return onednn_linear() and cpu_has_bf16()

@@ -14,15 +14,7 @@ from typing import Any
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.heads import (
-    BertForMaskedLM,
-    BertForMultipleChoice,
-    BertForNextSentencePrediction,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-)
+from bertkit.heads import MODEL_CLASSES
 from bertkit.modeling import BertModel
 
 
@@ -82,33 +74,12 @@ class _AutoModel:
         return cls.model_class(config, **kwargs)
 
 
-class AutoModel(_AutoModel):
-    model_class = BertModel
+def _auto_model(model_class: type) -> type[_AutoModel]:
+    """``AutoModel`` for ``BertModel``, ``AutoModelFor<Task>`` for ``BertFor<Task>``: transformers' name for it."""
+    name = "AutoModel" + model_class.__name__.removeprefix("BertModel").removeprefix("Bert")
+    return type(name, (_AutoModel,), {"model_class": model_class, "__module__": __name__, "__qualname__": name,
+                                      "__doc__": f"``from_pretrained`` / ``from_config`` onto ``{model_class.__name__}``."})
 
 
-class AutoModelForPreTraining(_AutoModel):
-    model_class = BertForPreTraining
-
-
-class AutoModelForMaskedLM(_AutoModel):
-    model_class = BertForMaskedLM
-
-
-class AutoModelForNextSentencePrediction(_AutoModel):
-    model_class = BertForNextSentencePrediction
-
-
-class AutoModelForSequenceClassification(_AutoModel):
-    model_class = BertForSequenceClassification
-
-
-class AutoModelForTokenClassification(_AutoModel):
-    model_class = BertForTokenClassification
-
-
-class AutoModelForQuestionAnswering(_AutoModel):
-    model_class = BertForQuestionAnswering
-
-
-class AutoModelForMultipleChoice(_AutoModel):
-    model_class = BertForMultipleChoice
+# One per bertkit model class, so a new head has its AutoModelFor<Task> without being named here.
+globals().update({auto.__name__: auto for auto in map(_auto_model, MODEL_CLASSES.values())})

@@ -1,27 +1,30 @@
-"""Checkpoints in the Hugging Face layout: one declarative key table, strict loading, safe saving.
+"""Checkpoints in the Hugging Face layout: the published names, strict loading, safe saving.
 
-A checkpoint directory holds ``config.json`` and ``model.safetensors`` (or a legacy ``pytorch_model.bin``,
-read only with ``torch.load(weights_only=True)``), plus the tokenizer's ``vocab.txt`` and
-``tokenizer_config.json``. bertkit's modules carry the published names themselves
-(``bert.encoder.layer.3.attention.self.query.weight``), so a state dict is a checkpoint's as it is and
-``KEY_TABLE`` below holds only the names that differ: bertkit's own names from before (q/k/v fused), for
-training checkpoints and int8 directories written then. No other module renames weights.
+A checkpoint directory holds ``config.json`` and ``model.safetensors`` (or transformers' older
+``pytorch_model.bin``, read only with ``torch.load(weights_only=True)``), plus the tokenizer's ``vocab.txt``
+and ``tokenizer_config.json``. bertkit's modules carry the published names themselves
+(``bert.encoder.layer.3.attention.self.query.weight``), so a state dict is a checkpoint's as it is: the
+encoder's names are listed below, and a head's are the names of the modules its class builds. The only
+renames are the published formats' own: the ``bert.`` prefix, TF-era ``LayerNorm.gamma``/``beta`` and the
+tied decoder's copies.
 
-Loading is strict: a key the model needs that the file lacks, a key in the file that no model knows, or a tensor whose shape does not fit the config is an error that lists every such key. Two cases
-are not errors because users rely on them, and each is reported in one log line:
+Loading is strict: a key the model needs that the file lacks, a key in the file that belongs to none of the
+model's modules, or a tensor whose shape does not fit the config is an error that lists every such key. Two
+cases are not errors because users rely on them, and each is reported in one log line:
 - a task head (or the pooler) absent from a pre-trained checkpoint is initialised fresh
   (fine-tuning starts exactly so);
-- weights of a head the model does not have (e.g. the pre-training heads of ``bert-base-uncased`` when
+- weights of modules the model does not have (e.g. the pre-training heads of ``bert-base-uncased`` when
   loading a classifier) are dropped.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -34,7 +37,7 @@ from bertkit.outputs import atomic_target, atomic_write_text
 logger = logging.getLogger("bertkit")
 
 WEIGHTS_NAME = "model.safetensors"
-LEGACY_WEIGHTS_NAME = "pytorch_model.bin"
+PICKLE_WEIGHTS_NAME = "pytorch_model.bin"  # transformers' format before safetensors
 # An int8 model (``bertkit quantize``): int8 projections with their scales, the rest as published. Another name
 # than WEIGHTS_NAME, so no loader of float checkpoints (transformers' included) reads it as one.
 INT8_WEIGHTS_NAME = "model.int8.safetensors"
@@ -52,24 +55,6 @@ _LAYER = [f"encoder.layer.{{i}}.{module}.{p}"
                          "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
           for p in ("weight", "bias")]
 _POOLER = ["pooler.dense.weight", "pooler.dense.bias"]
-_MLM = ["cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
-        "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias", "cls.predictions.bias"]
-_NSP = ["cls.seq_relationship.weight", "cls.seq_relationship.bias"]
-_CLASSIFIER = ["classifier.weight", "classifier.bias"]
-_QA = ["qa_outputs.weight", "qa_outputs.bias"]
-
-# The head weights each model class has, by ``checkpoint_head``.
-HEAD_KEYS: dict[str, list[str]] = {
-    "base": [],
-    "pretraining": _MLM + _NSP,
-    "masked_lm": _MLM,
-    "next_sentence": _NSP,
-    "sequence_classification": _CLASSIFIER,
-    "token_classification": _CLASSIFIER,
-    "question_answering": _QA,
-    "multiple_choice": _CLASSIFIER,
-}
-
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 # The MLM decoder is tied to the word embeddings and its bias to cls.predictions.bias (paper's code:
@@ -80,41 +65,15 @@ TIED_KEYS = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.
 # checkpoints store. Accepted on load, never written.
 IGNORED_KEYS = (*TIED_KEYS, "embeddings.position_ids")
 
-# ---------------------------------------------------------------------------------------------------
-# The key table: the names that differ from the published ones. (old name, published name or names):
-# several published names are the old tensor split along dim 0 (q/k/v were one fused Linear). These are
-# the state-dict names of bertkit before its modules took transformers' names; training checkpoints
-# (``state["model"]``) written then still load and resume through it, and int8 directories
-# (``bertkit.quantization``) still name their projections so. TF-era LayerNorm.gamma/beta are renamed by
-# ``_normalise_published_key``.
-# ---------------------------------------------------------------------------------------------------
-Row = tuple[str, tuple[str, ...]]
-
-KEY_TABLE: list[Row] = [
-    *[(f"embeddings.layer_norm.{p}", (f"embeddings.LayerNorm.{p}",)) for p in ("weight", "bias")],
-    *[(f"layers.{{i}}.qkv.{p}", tuple(f"encoder.layer.{{i}}.attention.self.{n}.{p}" for n in ("query", "key", "value")))
-      for p in ("weight", "bias")],
-    *[(f"layers.{{i}}.{old}.{p}", (f"encoder.layer.{{i}}.{new}.{p}",))
-      for old, new in (("attn_out", "attention.output.dense"), ("attn_norm", "attention.output.LayerNorm"),
-                       ("ffn_in", "intermediate.dense"), ("ffn_out", "output.dense"), ("ffn_norm", "output.LayerNorm"))
-      for p in ("weight", "bias")],
-    *[(f"mlm.{old}.{p}", (f"cls.predictions.transform.{new}.{p}",))
-      for old, new in (("transform", "dense"), ("layer_norm", "LayerNorm")) for p in ("weight", "bias")],
-    ("mlm.bias", ("cls.predictions.bias",)),
-    *[(f"nsp.{p}", (f"cls.seq_relationship.{p}",)) for p in ("weight", "bias")],
-]
-
-
 def _expand(names: list[str], num_layers: int) -> list[str]:
     return [n.format(i=i) for n in names for i in (range(num_layers) if "{i}" in n else (0,))]
 
 
-def _legacy_rows(num_layers: int) -> dict[str, tuple[str, ...]]:
-    out: dict[str, tuple[str, ...]] = {}
-    for old, new in KEY_TABLE:
-        for i in range(num_layers) if "{i}" in old else (0,):
-            out[old.format(i=i)] = tuple(n.format(i=i) for n in new)
-    return out
+# int8 directories and ``keep_fp32`` name an encoder layer's projections by kind (``bertkit.quantization``):
+# the modules each kind is, under the published names.
+_PROJECTION_MODULES = {"qkv": ("attention.self.query", "attention.self.key", "attention.self.value"),
+                       "attn_out": ("attention.output.dense",), "ffn_in": ("intermediate.dense",),
+                       "ffn_out": ("output.dense",)}
 
 
 def is_tied_decoder(module_name: str) -> bool:
@@ -132,14 +91,14 @@ def read_config_json(directory: str | Path) -> dict[str, Any]:
 
 
 def encoder_published_names(name: str) -> tuple[str, ...]:
-    """The published name(s) of one of the encoder's parameters under its old bertkit name (``layers.3.qkv.weight``
-    -> ``encoder.layer.3.attention.self.query.weight``, ``...key.weight``, ``...value.weight``), from the key
-    table; for int8 directories, which name their projections so (``bertkit.quantization``)."""
-    index = next((part for part in name.split(".") if part.isdigit()), None)
-    found = _legacy_rows(int(index) + 1 if index is not None else 0).get(name)
-    if found is None or not found[0].startswith(("embeddings.", "encoder.")):
-        raise KeyError(f"{name} is not an encoder parameter of the key table")
-    return found
+    """The published name(s) of an encoder projection's parameter as int8 directories name it
+    (``layers.3.qkv.weight`` -> ``encoder.layer.3.attention.self.query.weight``, ``...key.weight``,
+    ``...value.weight``)."""
+    parts = name.split(".")
+    if len(parts) != 4 or parts[0] != "layers" or not parts[1].isdigit() or parts[2] not in _PROJECTION_MODULES:
+        raise KeyError(f"{name} is not layers.<i>.<{'|'.join(_PROJECTION_MODULES)}>.<parameter>")
+    _, i, kind, param = parts
+    return tuple(f"encoder.layer.{i}.{module}.{param}" for module in _PROJECTION_MODULES[kind])
 
 
 def _normalise_published_key(key: str) -> str:
@@ -155,28 +114,6 @@ def _strip_encoder_prefix(key: str) -> str:
     return key[len("bert."):] if key.startswith("bert.") else key
 
 
-def _all_known_published_keys(num_layers: int) -> set[str]:
-    keys = set(_expand(_ENCODER + _LAYER + _POOLER, num_layers))
-    for head_keys in HEAD_KEYS.values():
-        keys.update(head_keys)
-    return keys | set(IGNORED_KEYS)
-
-
-def _rename_legacy(state: dict[str, Tensor], num_layers: int) -> dict[str, Tensor]:
-    """Old bertkit names (``bert.layers.0.qkv.weight``) -> the published ones, q/k/v split; others unchanged."""
-    rows = _legacy_rows(num_layers)
-    out: dict[str, Tensor] = {}
-    for key, value in state.items():
-        prefix = "bert." if key.startswith("bert.") else ""
-        new = rows.get(key[len(prefix):])
-        if new is None:
-            out[key] = value
-            continue
-        chunks = value.chunk(len(new), 0) if len(new) > 1 else (value,)
-        out.update({prefix + n: c for n, c in zip(new, chunks)})
-    return out
-
-
 # ---------------------------------------------------------------------------------------------------
 # Reading weight files
 # ---------------------------------------------------------------------------------------------------
@@ -189,7 +126,7 @@ def _unreadable(st_path: Path, e: Exception) -> BertkitError:
 
 def read_weight_shapes(directory: Path) -> dict[str, tuple[int, ...]] | None:
     """The tensor shapes in ``directory``'s model.safetensors, read from its header alone (no tensor is loaded),
-    or None when the directory has no such file (a legacy pickle's shapes are known only once it is loaded)."""
+    or None when the directory has no such file (a pickle's shapes are known only once it is loaded)."""
     st_path = directory / WEIGHTS_NAME
     if not st_path.is_file():
         return None
@@ -238,8 +175,8 @@ def check_config_fits_weights(config: BertConfig, shapes: dict[str, tuple[int, .
 
 
 def read_weights(directory: Path) -> dict[str, Tensor]:
-    """The state dict stored in ``directory`` (safetensors first, else the legacy torch pickle, safely)."""
-    st_path, bin_path = directory / WEIGHTS_NAME, directory / LEGACY_WEIGHTS_NAME
+    """The state dict stored in ``directory`` (safetensors first, else transformers' torch pickle, safely)."""
+    st_path, bin_path = directory / WEIGHTS_NAME, directory / PICKLE_WEIGHTS_NAME
     if st_path.is_file():
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -258,17 +195,12 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
             raise BertkitError(f"{bin_path} holds Python code, not only tensors, so bertkit will not load it; "
                                f"convert it to {WEIGHTS_NAME} with a tool you trust ({str(e).splitlines()[0]})"
                                ) from None
-    if (directory / INT8_WEIGHTS_NAME).is_file():
-        raise BertkitError(
-            f"{directory} holds an int8 model written by `bertkit quantize` ({INT8_WEIGHTS_NAME}), not float "
-            "weights: run it with pipeline(task, directory), bertkit predict/serve/extract-features, or "
-            "bertkit.quantization.load_int8(directory); to fine-tune or convert, use the fp32 directory it was "
-            "quantized from")
     raise MissingFileError(
-        f"no weights in {directory}: expected {WEIGHTS_NAME} (or legacy {LEGACY_WEIGHTS_NAME}); "
-        "point at a directory written by save_pretrained, or fetch the example with "
-        "`bertkit download-example-model DIR`"
-    )
+        f"no float weights in {directory}: expected {WEIGHTS_NAME} (or {PICKLE_WEIGHTS_NAME}); point at a directory "
+        "written by save_pretrained, or fetch the example with `bertkit download-example-model DIR`. An int8 model "
+        f"written by `bertkit quantize` ({INT8_WEIGHTS_NAME}) runs with pipeline(task, directory), bertkit "
+        "predict/serve/extract-features or bertkit.quantization.load_int8(directory); to fine-tune or convert it, "
+        "use the fp32 directory it was quantized from")
 
 
 # While from_pretrained builds a model whose weights it is about to load, the constructors skip their
@@ -352,24 +284,30 @@ def _resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor]) 
 class PretrainedMixin(TransformersModelCalls):
     """``from_pretrained`` / ``save_pretrained`` for ``BertModel`` and every head model.
 
-    Subclasses set ``checkpoint_head`` (a key of ``KEY_TABLE``). A head model keeps its encoder in
-    ``self.bert``; ``BertModel`` is its own encoder.
+    A head model keeps its encoder in ``self.bert``; ``BertModel`` is its own encoder. The head's checkpoint
+    keys are the names of the modules it builds (transformers' names: ``classifier.weight``), so a new head
+    declares nothing else here; ``output_names`` says which fields of its output an exported graph returns.
     """
 
-    checkpoint_head: str = "base"
     config: BertConfig
+    # The output tensors of an exported graph, in tuple order, under transformers' names (inference/export.py).
+    output_names: ClassVar[tuple[str, ...]]
 
-    # -- the rows this model owns ---------------------------------------------------------------------
+    # -- the keys this model owns ---------------------------------------------------------------------
     def _encoder(self):
         return getattr(self, "bert", self)
 
     def _published_keys(self) -> tuple[list[str], list[str]]:
         """(encoder keys, head keys): the published names of this model's weights, as its state dict has them
-        (tied copies left out)."""
+        (tied copies left out). The encoder's are the published list, so a missing one is named; a head's are
+        its modules' own."""
         enc = self._encoder()
-        prefix = "bert." if enc is not self else ""
-        base = _ENCODER + _LAYER + (_POOLER if enc.pooler is not None else [])
-        return [prefix + k for k in _expand(base, self.config.num_hidden_layers)], list(HEAD_KEYS[self.checkpoint_head])
+        if enc is self:
+            base = _ENCODER + _LAYER + (_POOLER if self.pooler is not None else [])  # type: ignore[attr-defined]
+            return _expand(base, self.config.num_hidden_layers), []
+        encoder_keys = ["bert." + k for k in enc._published_keys()[0]]
+        own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
+        return encoder_keys, [k for k in own if not k.startswith("bert.") and k not in TIED_KEYS]
 
     # -- loading --------------------------------------------------------------------------------------
     @classmethod
@@ -385,7 +323,7 @@ class PretrainedMixin(TransformersModelCalls):
         ``id2label=``, ``label2id=``, ``problem_type=``, ``output_hidden_states=``, ``output_attentions=``);
         with ``config=`` they are applied to a copy of it. Any other keyword is an error naming it.
         ``state_dict`` (e.g. a transformers model's ``state_dict()``) replaces the directory's weights and
-        goes through the same key table (``path`` may then be None, with ``config=``). ``dtype`` (a torch
+        goes through the same checks (``path`` may then be None, with ``config=``). ``dtype`` (a torch
         dtype, its name, or ``"auto"`` for the stored weights' dtype) and ``device`` place the model.
         ``attn_implementation``: ``"sdpa"`` (default: fused attention on the real tokens only) or ``"eager"``
         (attention written out on the padded rectangle, as transformers' eager). ``add_pooling_layer=False``
@@ -409,7 +347,7 @@ class PretrainedMixin(TransformersModelCalls):
             config = BertConfig.from_dict(config.to_dict(), **config_overrides)
         source = "state_dict" if state_dict is not None else str(directory)
         weights = _weights_fitting(config, directory, state_dict, source)
-        if add_pooling_layer is not None and cls.checkpoint_head != "base":
+        if add_pooling_layer is not None and "add_pooling_layer" not in inspect.signature(cls).parameters:
             raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")
         building = _BUILDING_TO_LOAD.set(True)
         try:
@@ -454,10 +392,8 @@ class PretrainedMixin(TransformersModelCalls):
                     continue
                 new_state[key] = value
         used = set(encoder_keys) | set(head_keys)
-        leftovers = sorted(k for k in tensors if k not in used and _strip_encoder_prefix(k) not in IGNORED_KEYS
-                           and k not in IGNORED_KEYS)
-        known = _all_known_published_keys(self.config.num_hidden_layers)
-        unknown = [k for k in leftovers if _strip_encoder_prefix(k) not in known and k not in known]
+        leftovers = sorted(k for k in tensors if k not in used and _strip_encoder_prefix(k) not in IGNORED_KEYS)
+        unknown = [k for k in leftovers if self._is_unexpected(k)]
         other_heads = [k for k in leftovers if k not in unknown]
 
         problems = []
@@ -483,6 +419,16 @@ class PretrainedMixin(TransformersModelCalls):
         assert not result.unexpected_keys, result.unexpected_keys
         return set(new_state)
 
+    def _is_unexpected(self, key: str) -> bool:
+        """Whether a checkpoint key this model does not load is an error: a name in the encoder that is not a
+        published one, or a weight of a module this model has but that module does not. Any other key is a
+        module this model does not have (another head's, or the pooler for a model without one): dropped."""
+        bare = _strip_encoder_prefix(key)
+        if bare.startswith(("embeddings.", "encoder.", "pooler.")):
+            return bare not in _expand(_ENCODER + _LAYER + _POOLER, self.config.num_hidden_layers)
+        parent = key.rpartition(".")[0]
+        return parent in dict(self.named_modules())  # type: ignore[attr-defined]
+
     def _init_weights(self, module: torch.nn.Module) -> None:
         """Draw one module's initial weights (its own parameters, not its children's)."""
         raise NotImplementedError
@@ -496,13 +442,11 @@ class PretrainedMixin(TransformersModelCalls):
                 self._init_weights(module)
 
     def _canonical_published(self, published: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Published names made canonical: LayerNorm.gamma -> weight, old bertkit names (the key table) to
-        the published ones, and the encoder prefix to this model's."""
+        """Published names made canonical: LayerNorm.gamma -> weight, and the encoder prefix to this model's."""
         prefix = "bert." if self._encoder() is not self else ""
         out: dict[str, Tensor] = {}
-        renamed = _rename_legacy({_normalise_published_key(k): v for k, v in published.items()},
-                                 self.config.num_hidden_layers)
-        for key, value in renamed.items():
+        for key, value in published.items():
+            key = _normalise_published_key(key)
             bare = _strip_encoder_prefix(key)
             out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
         return out
@@ -510,8 +454,7 @@ class PretrainedMixin(TransformersModelCalls):
     def convert_published_state_dict(self, published: dict[str, Tensor]) -> dict[str, Tensor]:
         """Published names -> this model's state-dict names: the inverse of ``published_state_dict()``.
 
-        The names are the same but for the ``bert.`` prefix, TF-era ``gamma``/``beta`` and bertkit's own old
-        names (the key table, q/k/v split); the tied decoder's entries are added from what they are tied
+        The names are the same but for the ``bert.`` prefix and TF-era ``gamma``/``beta``; the tied decoder's entries are added from what they are tied
         to. Keys it does not know are passed through unchanged, so a strict ``load_state_dict`` still lists
         them. Nothing is checked here."""
         out = {k: v for k, v in self._canonical_published(published).items()
@@ -524,18 +467,14 @@ class PretrainedMixin(TransformersModelCalls):
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False):
         """``nn.Module.load_state_dict``. The names are transformers' (a transformers model's ``state_dict()``
-        loads as it is, strictly); a state dict under bertkit's old names (a training checkpoint written before
-        the modules took transformers' names), or a checkpoint without the tied decoder's copies, is
-        converted first (``convert_published_state_dict``)."""
+        loads as it is, strictly); a checkpoint's (without the ``bert.`` prefix or the tied decoder's copies, or
+        with TF-era names) is converted first (``convert_published_state_dict``)."""
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         if any(k not in own for k in state_dict) or any(k not in state_dict for k in TIED_KEYS if k in own):
             state_dict = self.convert_published_state_dict(dict(state_dict))
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)  # type: ignore[misc]
-        if assign:  # the parameters are the state dict's tensors now: tie and pack them again
+        if assign:  # the parameters are the state dict's tensors now: tie them again
             self._tie_decoder()
-            for module in self.modules():  # type: ignore[attr-defined]
-                if hasattr(module, "pack_projections"):
-                    module.pack_projections()
         return result
 
     def _tie_decoder(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import inspect
 import json
 import logging
@@ -115,63 +116,54 @@ def _pretrain(s) -> dict:
     return {"steps": result.step, "last_eval": result.last_eval, "output_dir": str(s.output_dir)}
 
 
-def _finetune(s) -> dict:
-    """Every `finetune TASK`: the task's recipe, picked by its settings class (imported only when a command
-    runs, so `--help` loads no torch)."""
-    from bertkit.training import classify, glue_recipe, token_tasks
-
-    return {settings.GlueSettings: glue_recipe.finetune_glue, settings.ClassifySettings: classify.finetune_classify,
-            settings.NerSettings: token_tasks.finetune_ner, settings.SquadSettings: token_tasks.finetune_squad,
-            settings.SwagSettings: token_tasks.finetune_swag}[type(s)](s)
+def _library_call(target: str) -> Callable[[Any], Any]:
+    """The handler that calls ``module:function`` with the settings, importing it only when the command runs (so
+    `--help` loads no torch)."""
+    module, function = target.split(":")
+    return lambda s: getattr(importlib.import_module(module), function)(s)
 
 
-def _predict_benchmark(s) -> dict:
-    """`predict glue|ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, as `_finetune` picks."""
-    from bertkit.training import glue_recipe, token_tasks
-
-    return {settings.PredictGlueSettings: glue_recipe.predict_glue, settings.PredictNerSettings: token_tasks.predict_ner_file,
-            settings.PredictSquadSettings: token_tasks.predict_squad_file,
-            settings.PredictSwagSettings: token_tasks.predict_swag_file}[type(s)](s)
-
-
-for _task, _help, _settings in (
-        ("glue", "GLUE sentence / pair classification and regression", settings.GlueSettings),
-        ("ner", "CoNLL-2003 named-entity recognition (token classification)", settings.NerSettings),
-        ("classify", "your CSV/TSV/JSONL texts and labels -> classifier (or regressor) with label names, report",
-         settings.ClassifySettings),
-        ("squad", "SQuAD v1.1 / v2.0 span extraction", settings.SquadSettings),
-        ("swag", "SWAG multiple choice (swagaf CSV files)", settings.SwagSettings)):
-    command(_task, _help, _settings, family="finetune")(_finetune)
-for _task, _help, _settings in (
-        ("glue", "GLUE-submission TSV predictions for a test (or dev) split", settings.PredictGlueSettings),
-        ("ner", "CoNLL-file predictions (word gold pred) and conlleval scores", settings.PredictNerSettings),
-        ("squad", "SQuAD-JSON predictions (run_squad.py's files) and the official scores",
-         settings.PredictSquadSettings),
-        ("swag", "swagaf-CSV ending scores (predictions.jsonl) and accuracy", settings.PredictSwagSettings)):
-    command(_task, _help, _settings, family="predict")(_predict_benchmark)
+for _family, _task, _help, _settings, _target in (
+        ("finetune", "glue", "GLUE sentence / pair classification and regression", settings.GlueSettings,
+         "bertkit.training.glue_recipe:finetune_glue"),
+        ("finetune", "ner", "CoNLL-2003 named-entity recognition (token classification)", settings.NerSettings,
+         "bertkit.training.token_tasks:finetune_ner"),
+        ("finetune", "classify", "your CSV/TSV/JSONL texts and labels -> classifier (or regressor) with label names, "
+         "report", settings.ClassifySettings, "bertkit.training.classify:finetune_classify"),
+        ("finetune", "squad", "SQuAD v1.1 / v2.0 span extraction", settings.SquadSettings,
+         "bertkit.training.token_tasks:finetune_squad"),
+        ("finetune", "swag", "SWAG multiple choice (swagaf CSV files)", settings.SwagSettings,
+         "bertkit.training.token_tasks:finetune_swag"),
+        ("predict", "glue", "GLUE-submission TSV predictions for a test (or dev) split", settings.PredictGlueSettings,
+         "bertkit.training.glue_recipe:predict_glue"),
+        ("predict", "ner", "CoNLL-file predictions (word gold pred) and conlleval scores", settings.PredictNerSettings,
+         "bertkit.training.token_tasks:predict_ner_file"),
+        ("predict", "squad", "SQuAD-JSON predictions (run_squad.py's files) and the official scores",
+         settings.PredictSquadSettings, "bertkit.training.token_tasks:predict_squad_file"),
+        ("predict", "swag", "swagaf-CSV ending scores (predictions.jsonl) and accuracy", settings.PredictSwagSettings,
+         "bertkit.training.token_tasks:predict_swag_file")):
+    command(_task, _help, _settings, family=_family)(_library_call(_target))
 
 
-def _predict_file_command(task: str) -> None:
+def _predict_file(task: str) -> Callable[[Any], Any]:
     def handler(s) -> dict:
         from bertkit.inference.files import predict_file
 
         return predict_file(dataclasses.replace(s, task=task))
 
-    what = {"text-classification": "labels and scores per text or pair",
-            "token-classification": "word tags and entity spans with character offsets",
-            "question-answering": "answer spans in contexts of any length",
-            "fill-mask": "top-k tokens for each [MASK]",
-            "multiple-choice": "the best choice and its score",
-            "feature-extraction": "one vector per input (mean or CLS pooling)",
-            "sentence-embedding": "unit-length sentence vectors",
-            "rerank": "a relevance score per (query, passage) record"}[task]
-    command(task, f"your file (JSONL, CSV/TSV, text) -> JSONL of {what}", settings.PredictFileSettings,
-            family="predict")(handler)
+    return handler
 
 
-for _task in ("text-classification", "token-classification", "question-answering", "fill-mask", "multiple-choice",
-              "feature-extraction", "sentence-embedding", "rerank"):
-    _predict_file_command(_task)
+for _task, _what in (("text-classification", "labels and scores per text or pair"),
+                     ("token-classification", "word tags and entity spans with character offsets"),
+                     ("question-answering", "answer spans in contexts of any length"),
+                     ("fill-mask", "top-k tokens for each [MASK]"),
+                     ("multiple-choice", "the best choice and its score"),
+                     ("feature-extraction", "one vector per input (mean or CLS pooling)"),
+                     ("sentence-embedding", "unit-length sentence vectors"),
+                     ("rerank", "a relevance score per (query, passage) record")):
+    command(_task, f"your file (JSONL, CSV/TSV, text) -> JSONL of {_what}", settings.PredictFileSettings,
+            family="predict")(_predict_file(_task))
 
 
 @command("extract-features", "per-token hidden states of chosen layers -> JSONL or safetensors",
@@ -358,17 +350,16 @@ def _launch(name: str, s: Any):
     """Run a command in one process, or in torchrun's process group for the commands that split over
     processes (their settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
     Yields whether this process is rank 0 (the one that reports)."""
+    from bertkit.training.distributed import agree, info_from_env, process_group
+
     if not hasattr(s, "ddp_timeout"):
-        under_torchrun = "LOCAL_RANK" in os.environ and os.environ.get("WORLD_SIZE", "1") not in ("", "1")
-        if under_torchrun and not hasattr(s, "num_shards"):  # create-pretraining-data splits by rank
+        if info_from_env().enabled and not hasattr(s, "num_shards"):  # create-pretraining-data splits by rank
             raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
                                "pretrain, finetune, extract-features and create-pretraining-data over several "
                                "processes)")
         with _claim(name, s):
             yield True
         return
-    from bertkit.training.distributed import agree, process_group
-
     with process_group(s.device, s.ddp_timeout) as (info, _), contextlib.ExitStack() as stack:
         error = None
         if info.is_main:
@@ -412,10 +403,12 @@ def _part_per_process(s: Any) -> Any:
     claimed, so that each process claims its own part."""
     if not hasattr(s, "num_shards") or s.num_shards is not None or s.shard_index is not None:
         return s
-    env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    if not all(env.values()) or int(env["WORLD_SIZE"]) <= 1:
+    from bertkit.training.distributed import info_from_env
+
+    info = info_from_env()
+    if not info.enabled:
         return s
-    shards, index = int(env["WORLD_SIZE"]), int(env["RANK"])
+    shards, index = info.world_size, info.rank
     out = Path(s.output_dir)
     return dataclasses.replace(s, num_shards=shards, shard_index=index,
                                output_dir=out.with_name(f"{out.name}.part-{index:05d}-of-{shards:05d}"))

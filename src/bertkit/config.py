@@ -170,11 +170,6 @@ class BertConfig:
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise BertkitError(f"BertConfig.problem_type {self.problem_type!r} is not one of {PROBLEM_TYPES}")
 
-    # ---- derived -------------------------------------------------------------------------------------
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
     model_type = "bert"  # a class attribute, as transformers' BertConfig.model_type (not a field: never varies)
 
     @property
@@ -203,11 +198,6 @@ class BertConfig:
         return dataclasses.replace(self, id2label=dict(enumerate(labels)), extra=dict(self.extra))
 
     # ---- dict / JSON ---------------------------------------------------------------------------------
-    @classmethod
-    def field_names(cls) -> set[str]:
-        """The settable fields (what a config.json key or a keyword override may name)."""
-        return {f.name for f in dataclasses.fields(cls)} - {"extra"}
-
     @classmethod
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:
         model_type = data.get("model_type", "bert")

@@ -296,9 +296,9 @@ def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed:
                       say: Callable[[str], None]) -> dict[str, Any]:
     """Dev accuracy of the docstring task, fine-tuned from the pre-trained model and from random weights."""
     from bertkit import BertForSequenceClassification
+    from bertkit.data.collate import collate as pad_batch
     from bertkit.inference.predict import predict
     from bertkit.settings import TrainingSettings
-    from bertkit.tasks import glue
     from bertkit.training.finetune_run import run_finetuning
 
     say("\n== 7. Fine-tuning: which module family (text / files / numbers) does a docstring describe? ==")
@@ -306,7 +306,7 @@ def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed:
     train_f, dev_f = _featurize(tok, train_ex), _featurize(tok, dev_ex)
 
     def collate(batch):
-        return glue.collate(batch, tok.pad_token_id)
+        return pad_batch(batch, tok.pad_token_id)
 
     def accuracy(model):
         logits = predict(model, dev_f, collate, batch_size=128)

@@ -190,48 +190,55 @@ def extract_features(
     (an initialised process group) the batches are shared among the processes and rank 0 writes the output,
     byte for byte the one a single process writes; other ranks return ``{"rank", "lines"}``. Shard files beside
     ``out`` that already exist are replaced only with ``overwrite`` (the command line checks ``out`` itself).
-    ``bf16`` runs the model under bf16 autocast (the states are written as float32 or ``dtype`` either way).
+    ``bf16`` runs the model under bf16 autocast (the states are written as float32 or ``dtype`` either way). On
+    the CPU the model runs as ``prepare_model`` makes it for inference there (``for_cpu_inference``).
     """
     from tqdm.auto import tqdm
+
+    from bertkit.inference.prepare import for_cpu_inference
 
     out = Path(out)
     _check_request(model, out, dtype, max_seq_length)
     positions = resolve_layers(layers, model.config.num_hidden_layers + 1)
-    model.eval().to(device)
+    model = model.eval().to(device)
+    if torch.device(device).type == "cpu":
+        model = for_cpu_inference(model, bf16)
     encoded = encode_texts(tokenizer, texts, max_seq_length)
     per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
     plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
-    _refuse_existing_shards(files, out, overwrite)
+    for path in (f for f in files if f != out):  # the command line checks ``out`` itself
+        refuse_existing_file(path, overwrite)
     rank, world = _process_share()
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    parts_dir = _new_parts_dir(out, rank) if world > 1 else None
-    if parts_dir is not None:
-        mine = _run_share(model, encoded, batches, positions, device, parts_dir, rank, world, progress, bf16)
-        if rank != 0:
-            return {"rank": rank, "lines": mine}
-    bar = tqdm(total=len(encoded), disable=not progress, unit="line", desc="writing" if world > 1 else "",
-               dynamic_ncols=True)
+    bar = tqdm(total=len(encoded), disable=not (progress and rank == 0), unit="line", dynamic_ncols=True)
 
-    def computed(p: int, u: int) -> dict[int, np.ndarray]:
-        return run_batches(model, encoded, batches[p][u], positions, device, bar, bf16)
+    def states_of(p: int, u: int) -> dict[int, np.ndarray]:
+        """Unit (p, u)'s states; under torchrun each process runs every world-th batch (the batches of one
+        process, so the output bytes are too) and rank 0 gathers them."""
+        states = run_batches(model, encoded, batches[p][u][rank::world], positions, device, bar, bf16)
+        if world == 1:
+            return states
+        shares = [None] * world if rank == 0 else None
+        torch.distributed.gather_object(states, shares, dst=0)
+        if rank == 0:
+            for share in shares[1:]:
+                states.update(share)
+                bar.update(len(share))
+        return states
 
-    states_of = _states_from_parts(parts_dir, world, bar) if parts_dir is not None else computed
+    if rank != 0:  # the same sequence of gathers as rank 0's writer
+        for p, part in enumerate(batches):
+            for u in range(len(part)):
+                states_of(p, u)
+        return {"rank": rank, "lines": sum(len(b) for part in batches for unit in part for b in unit[rank::world])}
     if out.suffix == ".jsonl":
         _write_jsonl(out, units[0], states_of, encoded, tokenizer, layers)
     else:
         _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype),
                            _safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length))
     bar.close()
-    if parts_dir is not None:
-        _remove_parts(parts_dir, _part_files(parts_dir, batches, world))
     return _report(files, encoded, layers, world, time.perf_counter() - t0)
-
-
-def _refuse_existing_shards(files: Sequence[Path], out: Path, overwrite: bool) -> None:
-    for path in files:
-        if path != out:  # the command line checks ``out`` itself
-            refuse_existing_file(path, overwrite)
 
 
 def _safetensors_meta(layers: Sequence[int], dtype: str, hidden_size: int, max_seq_length: int) -> dict[str, str]:
@@ -271,75 +278,6 @@ def _plan_output(out: Path, encoded: Sequence[dict], per_token_bytes: int, max_s
              for part in plan]
     batches = [[length_batches(encoded, unit, batch_size) for unit in part] for part in units]
     return plan, files, units, batches
-
-
-def _new_parts_dir(out: Path, rank: int) -> Path:
-    """A directory of this run's own for the part files: rank 0 makes it under a fresh name beside ``out`` and
-    the other ranks learn the name, so nothing an earlier run (or a user) left beside ``out`` is ever read or
-    removed."""
-    import tempfile
-
-    name = [tempfile.mkdtemp(prefix=f".{out.name}.bertkit-parts-", dir=out.parent) if rank == 0 else None]
-    torch.distributed.broadcast_object_list(name, src=0)
-    return Path(name[0])
-
-
-def _remove_parts(parts_dir: Path, written: Sequence[Path]) -> None:
-    """Remove the part files this run wrote, then its directory if nothing else is in it; anything else found
-    there (a file a user put in) is left in place and named in a warning."""
-    for path in written:
-        path.unlink(missing_ok=True)
-    left = sorted(e.name for e in parts_dir.iterdir())
-    if left:
-        logger.warning("left %s in place: bertkit did not write %s", parts_dir, ", ".join(left[:5]))
-    else:
-        parts_dir.rmdir()
-
-
-def _part_file(parts_dir: Path, p: int, u: int, rank: int) -> Path:
-    return parts_dir / f"{p:05d}-{u:06d}-rank{rank:04d}.safetensors"
-
-
-def _part_files(parts_dir: Path, batches: list[list[list[list[int]]]], world: int) -> list[Path]:
-    """Every part file of the run: one per work unit and process."""
-    return [_part_file(parts_dir, p, u, r) for p, part in enumerate(batches) for u in range(len(part))
-            for r in range(world)]
-
-
-def _run_share(model: BertModel, encoded: Sequence[dict], batches: list[list[list[list[int]]]],
-               positions: Sequence[int], device: str, parts_dir: Path, rank: int, world: int, progress: bool,
-               bf16: bool = False) -> int:
-    """Under torchrun: this process's share (every world-th batch of every unit), left in part files for rank 0
-    to write the output from. Batches are the same as in one process, so the output bytes are too. Returns
-    the number of lines this process ran."""
-    from safetensors.numpy import save_file
-    from tqdm.auto import tqdm
-
-    mine = sum(len(b) for part in batches for unit in part for b in unit[rank::world])
-    bar = tqdm(total=mine, disable=not (progress and rank == 0), unit="line", dynamic_ncols=True)
-    for p, part in enumerate(batches):
-        for u, unit in enumerate(part):
-            states = run_batches(model, encoded, unit[rank::world], positions, device, bar, bf16)
-            with atomic_target(_part_file(parts_dir, p, u, rank)) as tmp:
-                save_file({str(i): np.ascontiguousarray(a) for i, a in states.items()}, str(tmp))
-    bar.close()
-    torch.distributed.barrier()
-    return mine
-
-
-def _states_from_parts(parts_dir: Path, world: int, bar: Any) -> Callable[[int, int], dict[int, np.ndarray]]:
-    """Rank 0's reader of unit (p, u)'s states, joined from the part files of every process."""
-
-    def states_of(p: int, u: int) -> dict[int, np.ndarray]:
-        from safetensors.numpy import load_file
-
-        merged: dict[int, np.ndarray] = {}
-        for r in range(world):
-            merged.update((int(k), v) for k, v in load_file(str(_part_file(parts_dir, p, u, r))).items())
-        bar.update(len(merged))
-        return merged
-
-    return states_of
 
 
 def _write_jsonl(out: Path, units: list[list[int]], states_of: Callable[[int, int], dict[int, np.ndarray]],

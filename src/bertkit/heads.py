@@ -5,6 +5,10 @@ computes its loss only when labels are given, and returns one small dataclass. H
 section 3 / Figure 4: [CLS]'s pooled state for sentence and pair tasks, the token states for tagging and
 span extraction. Module and weight names are transformers' (``cls.predictions.transform.dense``,
 ``cls.seq_relationship``, ``classifier``, ``qa_outputs``), so state dicts are interchangeable.
+
+A head is declared here and nowhere else: its modules' names are its checkpoint keys (``checkpoint_io`` reads
+them off the model), its ``output_names`` what an exported graph returns, and ``MODEL_CLASSES`` (by
+``config.json``'s ``architectures``) and the ``AutoModelFor<Task>`` classes are derived from the classes.
 """
 
 from __future__ import annotations
@@ -266,7 +270,7 @@ class _ClassifierHeadModel(_HeadModel):
 class BertForPreTraining(_HeadModel):
     """Masked LM + next-sentence prediction (paper section 3.1, tasks #1 and #2)."""
 
-    checkpoint_head = "pretraining"
+    output_names = ("prediction_logits", "seq_relationship_logits")
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -297,7 +301,7 @@ class BertForPreTraining(_HeadModel):
 class BertForMaskedLM(_HeadModel):
     """Masked LM alone (no pooler, no NSP), e.g. for fill-mask or MLM-only pre-training."""
 
-    checkpoint_head = "masked_lm"
+    output_names = ("prediction_logits",)  # an exported graph names it as BertForPreTraining does
     uses_pooler = False
 
     def __init__(self, config: BertConfig):
@@ -321,7 +325,7 @@ class BertForMaskedLM(_HeadModel):
 class BertForNextSentencePrediction(_HeadModel):
     """Next-sentence prediction alone: is segment B the true continuation of A (label 0) or random (1)?"""
 
-    checkpoint_head = "next_sentence"
+    output_names = ("logits",)
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -353,7 +357,7 @@ class BertForSequenceClassification(_ClassifierHeadModel):
     several mean single-label classification (cross-entropy), as transformers decides.
     """
 
-    checkpoint_head = "sequence_classification"
+    output_names = ("logits",)
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
@@ -384,7 +388,7 @@ class BertForSequenceClassification(_ClassifierHeadModel):
 class BertForTokenClassification(_ClassifierHeadModel):
     """A label per token (NER): a linear layer on every token state; -100 labels carry no loss."""
 
-    checkpoint_head = "token_classification"
+    output_names = ("logits",)
     uses_pooler = False
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -414,7 +418,7 @@ class BertForTokenClassification(_ClassifierHeadModel):
 class BertForQuestionAnswering(_HeadModel):
     """Span extraction (SQuAD): start and end logits per token from one H -> 2 layer (paper section 4.2)."""
 
-    checkpoint_head = "question_answering"
+    output_names = ("start_logits", "end_logits")
     uses_pooler = False
 
     def __init__(self, config: BertConfig):
@@ -460,7 +464,7 @@ class BertForMultipleChoice(_ClassifierHeadModel):
     """Pick one of C continuations (SWAG, paper section 4.4): score each [CLS] A [SEP] choice [SEP] with
     one H -> 1 layer on its pooled state and softmax over the C scores."""
 
-    checkpoint_head = "multiple_choice"
+    output_names = ("logits",)
     classifier_outputs = 1  # one score per choice
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
@@ -483,12 +487,8 @@ class BertForMultipleChoice(_ClassifierHeadModel):
         return self._result(result, return_dict)
 
 
-HEAD_MODELS: dict[str, type[_HeadModel]] = {
-    "pretraining": BertForPreTraining,
-    "masked_lm": BertForMaskedLM,
-    "next_sentence": BertForNextSentencePrediction,
-    "sequence_classification": BertForSequenceClassification,
-    "token_classification": BertForTokenClassification,
-    "question_answering": BertForQuestionAnswering,
-    "multiple_choice": BertForMultipleChoice,
-}
+# bertkit's model classes by name (config.json's ``architectures``): every model class here that declares its
+# output names, the encoder first, then the heads in the order above.
+MODEL_CLASSES: dict[str, type[PretrainedMixin]] = {
+    name: obj for name, obj in list(globals().items())
+    if isinstance(obj, type) and issubclass(obj, PretrainedMixin) and hasattr(obj, "output_names")}

@@ -6,10 +6,11 @@ and the fix, not torch's "index out of range in self" or wrong outputs from a br
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import Tensor
 
-from bertkit._hardware import physical_memory_bytes
 from bertkit.config import BertConfig, encoder_parameter_count
 from bertkit.errors import BertkitError
 from bertkit.padding import is_tracing
@@ -90,11 +91,6 @@ def require_compiler(device_type: str = "cpu") -> None:
                            "install one (e.g. apt install g++) or run without --compile / compile_layers()")
 
 
-def _expected_param_count(config: BertConfig) -> int:
-    """Closed-form parameter count of BertModel (with pooler); used by tests against the paper's 110M/340M."""
-    return encoder_parameter_count(config)
-
-
 def check_fits_in_memory(config: BertConfig) -> None:
     """Refuse to build, on the CPU, a model whose parameters alone exceed this machine's memory, naming the sizes:
     the allocator would fail (or the kernel kill the process) only after every layer before it was built. Not
@@ -110,3 +106,11 @@ def check_fits_in_memory(config: BertConfig) -> None:
             f"(num_hidden_layers {config.num_hidden_layers}, hidden_size {config.hidden_size}, intermediate_size "
             f"{config.intermediate_size}, vocab_size {config.vocab_size}); is a size mistyped? (To build it for its "
             "shapes only, build it under `with torch.device('meta'):`)")
+
+
+def physical_memory_bytes() -> int | None:
+    """This machine's physical memory in bytes, or None where the OS does not say (no sysconf: Windows)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None

@@ -8,17 +8,19 @@ feed-forward blocks; a pooler (dense + tanh) over the first token, [CLS].
 Where this differs from the paper's text (not from its released code, which it follows):
 - Module and parameter names are transformers' (``encoder.layer.3.attention.self.query``, ...), so a state
   dict moves between the two libraries as it is and recipes that address modules by name work unchanged.
-  Behind those names the query, key and value projections run as one GEMM on their concatenated weights
-  while all three are plain ``nn.Linear`` (``BertSelfAttention.project``).
+  Every projection is a plain ``nn.Linear`` that peft, hooks and ``torch.compile`` see as it is. Speed-ups for
+  CPU inference (weights reordered for oneDNN, q/k/v as one GEMM, attention's keys rounded up) are a transform
+  that ``bertkit.inference.prepare_model`` applies to a copy of the model (``inference/prepare.py``).
 - Padding is not computed on. By default the encoder drops padding tokens after the embeddings and runs
   every per-token layer on the real tokens only; attention, the one operation that mixes tokens, goes
   through one function, ``self_attention``, which scatters q/k/v into per-sequence rectangles for
   PyTorch's ``scaled_dot_product_attention``. Both live in ``padding.py`` (``TokenLayout``), apart
   from this forward pass. ``layout="padded"`` computes on the padded rectangle as transformers
   does; at real positions both agree within float rounding. On a GPU the default computes the rectangle
-  except where dropping padding is faster there (``padding.gpu_keeps_rectangle``). Under bf16 autocast on the CPU
-  the layers compute on N rounded up with rows in no sequence (``TokenLayout.pack`` / ``unpack``), so
-  oneDNN builds few GEMM kernels; no output holds those rows.
+  except where dropping padding is faster there (``padding.gpu_keeps_rectangle``). Where
+  ``key_multiple`` / ``token_multiple`` are set (``prepare_model`` does, for CPU inference), attention's keys
+  and the layers' rows are rounded up with masked zeros and rows in no sequence (``TokenLayout.pack`` /
+  ``unpack``); no output holds them.
 - ``output_attentions=True`` computes attention explicitly (``attention_probs``) on the padded rectangle so
   the probabilities can be returned, as transformers' "eager" attention does; without it the fused SDPA
   kernel runs and the probabilities are never materialised.
@@ -43,7 +45,6 @@ from torch.utils.checkpoint import checkpoint
 from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_embedding, new_linear
 from bertkit.compat import TupleAccess
 from bertkit.config import BertConfig
-from bertkit.cpu_linear import linear, linear_with, plain_linear
 from bertkit.errors import BertkitError
 from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler
 from bertkit.padding import TokenLayout, is_tracing, self_attention, token_layout
@@ -86,32 +87,12 @@ class BertEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))
 
 
-def _side_by_side(parts: list[Tensor]) -> Tensor | None:
-    """The three tensors as one (concatenated along dim 0) without a copy, when they lie contiguously one after
-    the other in one storage (``BertSelfAttention.pack_projections``); else None."""
-    first = parts[0]
-    n = first.numel()
-    storage = first.untyped_storage().data_ptr()
-    for i, p in enumerate(parts):
-        if (not p.is_contiguous() or p.dtype != first.dtype or p.shape != first.shape
-                or p.untyped_storage().data_ptr() != storage or p.storage_offset() != first.storage_offset() + i * n):
-            return None
-    return first.detach().as_strided((3 * first.shape[0], *first.shape[1:]), first.stride())
-
-
 class BertSelfAttention(nn.Module):
     """Multi-head self-attention (Vaswani et al. 2017, section 3.2.2): the query, key and value projections
     under transformers' names, so recipes that address them (peft's ``target_modules=["query", "value"]``)
     find them; attention itself is ``self_attention`` (``padding.py``) or, for ``output_attentions``,
-    ``attention_probs``.
-
-    While all three are plain ``nn.Linear``, they run as one GEMM (one ``(N, H) x (H, 3H)`` product instead of
-    three). Their weights (and biases) are kept side by side in one tensor, each parameter a view into it
-    (``pack_projections``), so without autograd that GEMM reads the three as one matrix with no copy, and
-    always their current values, however they were changed; under autograd, or when they are not side by side
-    (after ``copy.deepcopy``, or weights assigned anew), the three are concatenated for the call. When any
-    is replaced (a LoRA wrapper, a hook), the three modules are called one by one. An int8 model
-    (``bertkit.quantization``) replaces the three with one int8 module, ``qkv``."""
+    ``attention_probs``. An int8 model (``bertkit.quantization``) and a model prepared for CPU inference
+    (``bertkit.inference.prepare``) replace the three with one module, ``qkv``, computing all three."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -121,52 +102,12 @@ class BertSelfAttention(nn.Module):
         self.key = new_linear(H, H)
         self.value = new_linear(H, H)
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
-        self.qkv: nn.Module | None = None  # int8 models only: one module computing (..., 3H) for all three
-        self.pack_projections()
-
-    def _three(self, name: str) -> list[Tensor]:
-        return [getattr(m, name) for m in (self.query, self.key, self.value)]
-
-    def pack_projections(self) -> None:
-        """Put query, key and value's weights, and their biases, side by side in one tensor each (the
-        parameters stay the same three objects, now views into it). Done on construction and after
-        ``.to()``; a no-op unless all three are plain ``nn.Linear`` with plain tensors of one dtype and device."""
-        linears = (self.query, self.key, self.value)
-        if not all(type(m) is nn.Linear and m.bias is not None for m in linears):
-            return
-        for name in ("weight", "bias"):
-            parts = self._three(name)
-            if (any(type(p.data) is not Tensor for p in parts) or len({(p.dtype, p.device) for p in parts}) != 1
-                    or _side_by_side(parts) is not None):
-                continue
-            with torch.no_grad():
-                packed = torch.cat([p.detach() for p in parts])  # (3H, ...)
-            for p, view in zip(parts, packed.split(parts[0].shape[0])):
-                p.data = view
-
-    def _apply(self, fn, recurse: bool = True):
-        super()._apply(fn, recurse)  # .to(dtype / device) gives each parameter its own new tensor
-        self.pack_projections()
-        return self
-
-    def fused_projection(self) -> tuple[Tensor, Tensor]:
-        """(W, b): ``cat(Wq, Wk, Wv)`` (3H, H) and ``cat(bq, bk, bv)`` (3H,). Without autograd, a view of the
-        packed parameters when they are side by side; otherwise concatenated (under autograd the gradient
-        flows back to the three parameters)."""
-        weights, biases = self._three("weight"), self._three("bias")
-        if not (torch.is_grad_enabled() or is_tracing()):
-            w, b = _side_by_side(weights), _side_by_side(biases)
-            if w is not None and b is not None:
-                return w, b
-        return torch.cat(weights), torch.cat(biases)
+        self.qkv: nn.Module | None = None  # (..., H) -> (..., 3H) in place of the three
 
     def project(self, x: Tensor) -> Tensor:
         """q, k and v side by side: (..., H) -> (..., 3H)."""
         if self.qkv is not None:
             return self.qkv(x)
-        if plain_linear(self.query) and plain_linear(self.key) and plain_linear(self.value):
-            w, b = self.fused_projection()
-            return linear_with(self, x, w, b, sources=(*self._three("weight"), *self._three("bias")))  # (..., 3H)
         return torch.cat((self.query(x), self.key(x), self.value(x)), -1)  # (..., 3H)
 
     def forward(self, x: Tensor, layout: TokenLayout, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -187,7 +128,7 @@ class BertSelfOutput(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, a: Tensor, x: Tensor) -> Tensor:
-        return self.LayerNorm(x + self.dropout(linear(self.dense, a)))
+        return self.LayerNorm(x + self.dropout(self.dense(a)))
 
 
 class BertAttention(nn.Module):
@@ -212,7 +153,7 @@ class BertIntermediate(nn.Module):
         self.intermediate_act_fn = activation(config.hidden_act)
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(self.dense, x, self.intermediate_act_fn)  # (..., I)
+        return self.intermediate_act_fn(self.dense(x))  # (..., I)
 
 
 class BertOutput(nn.Module):
@@ -225,7 +166,7 @@ class BertOutput(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, h: Tensor, x: Tensor) -> Tensor:
-        return self.LayerNorm(x + self.dropout(linear(self.dense, h)))  # (..., H)
+        return self.LayerNorm(x + self.dropout(self.dense(h)))  # (..., H)
 
 
 class BertLayer(nn.Module):
@@ -353,7 +294,7 @@ LAYOUTS = ("auto", "padded", "unpadded")
 class BertModel(PretrainedMixin, nn.Module):
     """The bidirectional Transformer encoder with its pooler."""
 
-    checkpoint_head = "base"
+    output_names = ("last_hidden_state", "pooler_output")
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__()
@@ -371,6 +312,11 @@ class BertModel(PretrainedMixin, nn.Module):
         # "sdpa" (default): PyTorch's fused attention on real tokens; "eager": attention written out on the padded
         # rectangle, as transformers' eager implementation (what output_attentions=True uses anyway).
         self.attn_implementation = "sdpa"
+        # Rounding that changes no output (1: none), set for CPU inference by bertkit.inference.prepare_model:
+        # attention's keys padded with masked zeros up to a multiple of key_multiple, and the unpadded layout's
+        # rows up to a multiple of token_multiple (padding.py, TokenLayout).
+        self.key_multiple = 1
+        self.token_multiple = 1
         if initialise_on_construction():  # not when from_pretrained is about to load the weights
             self.apply(self._init_weights)
 
@@ -415,11 +361,12 @@ class BertModel(PretrainedMixin, nn.Module):
         if token_type_ids is None:
             token_type_ids = (torch.zeros_like(input_ids) if input_ids is not None  # zeros_like: traces dynamically
                               else torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device))
-        lay = token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype)
+        lay = token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype,
+                           self.key_multiple, self.token_multiple)
 
         x = self._embed(lay, B, T, input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H) or (N, H)
         states = [x] if output_hidden_states else None
-        x = lay.pack(x)  # the rows the layers compute on: under bf16 on the CPU, N rounded up (see TokenLayout)
+        x = lay.pack(x)  # the rows the layers compute on: N rounded up to token_multiple
         attentions = [] if output_attentions else None
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.encoder.layer:

@@ -6,14 +6,15 @@ dropped after the embeddings). Attention, the one operation
 that mixes tokens, goes through ``self_attention``, which scatters q/k/v into per-sequence rectangles for
 PyTorch's ``scaled_dot_product_attention``; sequences of very different lengths are split into a few
 groups of similar length (``AttentionGroup``, laid out together by an ``AttentionPlan``), so long ragged
-batches (SQuAD windows) spend little attention work on padding either. In inference on the CPU each
-rectangle's keys are rounded up to the attention kernel's vector width (``key_multiple``), where the kernel is
-much faster. MosaicBERT keeps the same machinery in ``bert_padding.py`` beside its layers, for the same
-reason: the forward pass reads as the paper, the memory layout is one module.
+batches (SQuAD windows) spend little attention work on padding either. MosaicBERT keeps the same machinery in
+``bert_padding.py`` beside its layers, for the same reason: the forward pass reads as the paper, the memory
+layout is one module.
 
-Under bf16 autocast on the CPU the unpadded layout also rounds N up to a multiple of
-``BF16_TOKEN_MULTIPLE`` with rows that belong to no sequence (``TokenLayout.pack`` appends them after the
-embeddings, ``unpack`` drops them from every state returned), so oneDNN meets few GEMM shapes.
+Two roundings change no output and are off (1) unless asked for (``BertModel.key_multiple`` and
+``token_multiple``, which ``bertkit.inference.prepare_model`` sets for CPU inference, where its kernels are faster
+on such shapes): each attention rectangle's keys padded with masked zeros up to a multiple, and the unpadded
+layout's N rounded up with rows that belong to no sequence (``TokenLayout.pack`` appends them after the
+embeddings, ``unpack`` drops them from every state returned).
 
 The padded batches themselves are built here too, by ``pad_batch``: every collate, the pipelines, feature
 extraction and the tokenizer's ``pad`` call it, so there is one rule for pad values and widths.
@@ -66,27 +67,6 @@ class AttentionPlan:
     out_rows: int
 
 
-# PyTorch's CPU attention kernel (the flash kernel behind scaled_dot_product_attention) runs its key loop in
-# vectors of Vectorized<float>::size() keys, 16 with AVX-512 and 8 with AVX2, and the keys left over past the last
-# full vector cost several times as much: on an AVX-512 EPYC core, 32 sequences x 12 heads of size 32 take 1.39 ms
-# with 25 keys and 0.82 ms with the same 25 queries over 32 keys, the 7 extra ones masked (55 -> 64 keys: 4.0 ->
-# 2.6 ms; 127 -> 128: 16.0 -> 9.8 ms; the same in bf16, and at head size 64). Only the keys' length matters, so
-# in inference the keys (and values) are padded with masked zeros up to a multiple of the vector, and the queries
-# are not. Not under autograd: training keeps its shapes, so its random dropout masks, and resumed runs, are
-# unchanged.
-_CPU_KEY_MULTIPLE = {"AVX512": 16, "AVX2": 8}
-
-
-def key_multiple(device: torch.device) -> int:
-    """What attention rounds its number of keys up to on ``device`` in this context: the CPU kernel's vector
-    width (16 on AVX-512, 8 on AVX2) in inference on the CPU; 1 (no rounding) under autograd, on GPUs, and on
-    CPUs whose vector width was not measured."""
-    if device.type != "cpu" or torch.is_grad_enabled():
-        return 1
-    capability = torch.backends.cpu.get_cpu_capability()
-    return next((m for prefix, m in _CPU_KEY_MULTIPLE.items() if capability.startswith(prefix)), 1)
-
-
 # Grouping sequences by length for attention: an extra group is formed only when it saves more than this many
 # (query x key) positions, about what one more gather/scatter and SDPA call cost on a CPU core.
 _GROUP_OVERHEAD = 4096
@@ -119,7 +99,7 @@ def _split_by_length(lengths: list[int]) -> list[list[int]]:
 
 def _attention_plan(lengths: Tensor, starts: Tensor, kv_multiple: int = 1) -> AttentionPlan:
     """The plan for sequences stored contiguously: sequence i is tokens starts[i] .. starts[i] + lengths[i] - 1.
-    Each group's keys are rounded up to a multiple of ``kv_multiple`` (``key_multiple``).
+    Each group's keys are rounded up to a multiple of ``kv_multiple``.
 
     The lengths come to the host once; every size below is taken from that list, so building the plan costs no
     further device synchronisation.
@@ -150,32 +130,12 @@ def _attention_plan(lengths: Tensor, starts: Tensor, kv_multiple: int = 1) -> At
     return AttentionPlan(tuple(groups), scatter, gather, rect_rows, out_rows)
 
 
-# Under bf16 autocast on CPUs with AVX512-BF16 or AMX, oneDNN builds a GEMM kernel for every new row count and
-# keeps only the most recent ones (1,024 by default), so in the unpadded layout every new token count N costs a
-# build per Linear shape, and a long-running process that meets every N up to B*T keeps rebuilding them. Rounding N
-# up to a multiple of 64 bounds the counts to ceil(N_max / 64) (64 counts, 256 kernels for MiniLM's four shapes,
-# for batches of 32 x 128 tokens) while adding at most 63 rows: 4% more rows on average for the pipelines' batches
-# of 32 SST-2 sentences (~800 tokens), against 8% for 128 (half the counts) and 15% / 30% for batches of 8. A
-# single first pass over length-sorted batches still meets a new count in most batches (19 of 28 on SST-2 dev),
-# so there the saving was within noise (BENCHMARKS.md, "bf16 first pass"). Not in fp32: a repeat pass is no
-# faster there (no per-shape build to save), so the extra rows would be pure cost.
-BF16_TOKEN_MULTIPLE = 64
-
-
 def round_up_tokens(n: int, multiple: int) -> int:
     """``n`` real tokens rounded up to a multiple of ``multiple`` (1: unchanged): the rows the layers compute on."""
     if n < 1 or multiple < 1:
         raise ValueError(f"round_up_tokens needs n >= 1 and multiple >= 1, got n={n}, multiple={multiple} "
                          "(an empty batch never reaches the unpadded layout: the model refuses empty sequences)")
     return -(-n // multiple) * multiple
-
-
-def token_multiple(device: torch.device) -> int:
-    """What the unpadded layout rounds its token count up to a multiple of on ``device``, in this context:
-    ``BF16_TOKEN_MULTIPLE`` under bf16 autocast on the CPU, otherwise 1 (no rounding)."""
-    if device.type == "cpu" and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
-        return BF16_TOKEN_MULTIPLE
-    return 1
 
 
 def is_tracing() -> bool:
@@ -202,6 +162,8 @@ class TokenLayout:
     (``pack``), in no sequence and no attention group: they attend to nothing, nothing attends to them, and
     ``unpack`` drops them. ``zero_padding``: a padded layout that ``to_batch`` gives zeros at padding, as the
     unpadded one does (where ``layout="auto"`` computes the rectangle on a GPU, its outputs read the same).
+    ``key_multiple``: the padded layout's attention pads its keys with masked zeros up to a multiple of it (the
+    unpadded layout's plan has its own rounded up already).
     """
 
     batch_shape: tuple[int, int]
@@ -211,27 +173,29 @@ class TokenLayout:
     first_token: Tensor | None = None
     extra_rows: int = 0
     zero_padding: bool = False
+    key_multiple: int = 1
 
     @classmethod
-    def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int], zero_padding: bool = False) -> TokenLayout:
+    def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int], zero_padding: bool = False,
+               key_multiple: int = 1) -> TokenLayout:
         if attention_mask is None or (not is_tracing() and bool(attention_mask.all())):
-            return cls(shape, None)  # no padding: SDPA takes its fastest, mask-free kernel
-        return cls(shape, attention_mask.bool()[:, None, None, :], zero_padding=zero_padding)  # mask (B, 1, 1, T)
+            return cls(shape, None, key_multiple=key_multiple)  # no padding: SDPA takes its fastest, mask-free kernel
+        return cls(shape, attention_mask.bool()[:, None, None, :], zero_padding=zero_padding,
+                   key_multiple=key_multiple)  # mask (B, 1, 1, T)
 
     @classmethod
-    def unpadded(cls, attention_mask: Tensor, multiple: int | None = None) -> TokenLayout:
+    def unpadded(cls, attention_mask: Tensor, token_multiple: int = 1, key_multiple: int = 1) -> TokenLayout:
         """Right-padded rows (each row's real tokens first), as every BERT tokenizer produces. The layers
-        compute on N rounded up to a multiple of ``multiple`` (None: ``token_multiple``, i.e. only under bf16
-        autocast on the CPU)."""
+        compute on N rounded up to a multiple of ``token_multiple``; each attention group's keys are rounded up to
+        a multiple of ``key_multiple``."""
         B, T = attention_mask.shape
         mask = attention_mask.bool()
         flat_index = mask.reshape(-1).nonzero().squeeze(1)  # (N,)
         lengths = mask.sum(1)  # (B,)
         first = torch.cumsum(lengths, 0) - lengths  # (B,) offsets of each row's first real token
         n = flat_index.numel()
-        multiple = token_multiple(attention_mask.device) if multiple is None else multiple
-        plan = _attention_plan(lengths, first, key_multiple(attention_mask.device))
-        return cls((B, T), None, flat_index, plan, first, round_up_tokens(n, multiple) - n)
+        plan = _attention_plan(lengths, first, key_multiple)
+        return cls((B, T), None, flat_index, plan, first, round_up_tokens(n, token_multiple) - n)
 
     @property
     def is_padded(self) -> bool:
@@ -244,7 +208,7 @@ class TokenLayout:
 
     def pack(self, x: Tensor) -> Tensor:
         """The N real tokens' states (N, D) -> the rows the layers compute on (N + extra_rows, D): zero rows
-        appended to round N up (``BF16_TOKEN_MULTIPLE``). Identity when there are none (fp32, padded layout)."""
+        appended to round N up. Identity when there are none."""
         if not self.extra_rows:
             return x
         return torch.cat([x, x.new_zeros(self.extra_rows, x.size(-1))])  # (N + extra_rows, D)
@@ -280,17 +244,19 @@ class TokenLayout:
 torch.utils._pytree.register_dataclass(TokenLayout)  # part of BertModelOutput under torch.export
 
 
-def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype) -> TokenLayout:
+def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype,
+                 key_multiple: int = 1, token_multiple: int = 1) -> TokenLayout:
     """Which tokens ``BertModel`` computes on (``layout``: "auto", "padded" or "unpadded"): the (B, T) rectangle,
     or with ``layout`` not "padded" and right-padded rows, the real tokens only (padding dropped before the first
-    layer). On a GPU ``"auto"`` drops padding only where that pays there (``gpu_keeps_rectangle``)."""
+    layer). On a GPU ``"auto"`` drops padding only where that pays there (``gpu_keeps_rectangle``). The two
+    multiples round attention's keys and the unpadded layout's rows up (1: not rounded; see the module's header)."""
     if (layout == "padded" or attention_mask is None or bool(attention_mask.all())
             or not bool(attention_mask[:, 0].all())):
         # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
-        return TokenLayout.padded(attention_mask, (B, T))
+        return TokenLayout.padded(attention_mask, (B, T), key_multiple=key_multiple)
     if layout == "auto" and gpu_keeps_rectangle(attention_mask.device, dtype, T):
         return TokenLayout.padded(attention_mask, (B, T), zero_padding=True)  # zeros at padding, as "auto" gives
-    return TokenLayout.unpadded(attention_mask)
+    return TokenLayout.unpadded(attention_mask, token_multiple, key_multiple)
 
 
 # On a GPU, padding is dropped in exact fp32 from this many positions per sequence (the batch's T) up.
@@ -325,7 +291,7 @@ def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: 
     until it gave up, slower than eager; SDPA is one fused kernel already.
     """
     if layout.is_padded:
-        return _attend_padded(qkv, layout.key_mask, num_heads, dropout_p)
+        return _attend_padded(qkv, layout.key_mask, num_heads, dropout_p, layout.key_multiple)
     plan = layout.attention
     real = layout.unpack(qkv)  # (N, 3H)
     keys = real.new_zeros(plan.rect_rows, real.size(-1)).index_copy_(0, plan.scatter, real)  # every group's rectangle
@@ -338,11 +304,12 @@ def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: 
     return layout.pack(out.index_select(0, plan.gather))  # (N, H), in the stored order
 
 
-def _attend_padded(qkv: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float) -> Tensor:
-    """The padded layout's attention, (B, T, 3H) -> (B, T, H): its keys too rounded up (``key_multiple``), except
+def _attend_padded(qkv: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float,
+                   key_multiple: int) -> Tensor:
+    """The padded layout's attention, (B, T, 3H) -> (B, T, H): its keys too rounded up to ``key_multiple``, except
     when traced (an exported graph keeps the caller's shapes)."""
     B, T, three_h = qkv.shape
-    T_kv = T if is_tracing() else round_up_tokens(T, key_multiple(qkv.device))
+    T_kv = T if is_tracing() else round_up_tokens(T, key_multiple)
     rect = qkv
     if T_kv != T:
         rect = qkv.new_zeros(B, T_kv, three_h)

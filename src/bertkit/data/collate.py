@@ -26,13 +26,14 @@ MODEL_INPUT_KEYS = (
     "labels",
     "start_positions",
     "end_positions",
+    "next_sentence_label",
 )
 
 
 def collate(features: Sequence[Mapping[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Pad a list of features to the longest in the batch and stack them into tensors.
 
-    Shared by every task (glue, ner, squad, swag), so it is generic: sequence-valued keys are padded
+    Shared by every task (glue, ner, squad, swag, pre-training), so it is generic: sequence-valued keys are padded
     along their LAST axis (so SWAG's (4, T) choices pad to (B, 4, T_max)) with ``pad_token_id`` for
     ``input_ids``, ``IGNORE_INDEX`` (-100) for token-level ``labels`` (the index cross-entropy ignores) and 0 otherwise, which
     zeroes ``attention_mask`` on padding. Scalar keys (sequence labels, span positions) are stacked;

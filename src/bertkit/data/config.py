@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from bertkit.data.text import DECODE_ERRORS, INPUT_FORMATS
+from bertkit.data.text import INPUT_FORMATS
 from bertkit.errors import BertkitError
+from bertkit.tokenization.textfiles import DECODE_ERRORS
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,6 @@ class PretrainingConfig:
     """Share of pairs whose second segment is not the true next text."""
     whole_word_mask: bool = False
     """Mask all WordPieces of a word together (google's later whole-word-masking models)."""
-    nsp_negatives: Literal["random", "nearby", "mixed"] = "random"
-    """Where a negative pair's second segment comes from: another document (google's), a nearby
-    non-adjacent stretch of the same one, or either at 50/50 (mixed). Why random is the default:
-    docs/pretraining-data.md."""
-    nearby_window: int = 8
-    """With nearby negatives: at most this many sentences away from segment A."""
     masking: Literal["static", "dynamic"] = "static"
     """dynamic: store unmasked instances and draw masks afresh each epoch at load time."""
     input_format: Literal["auto", "prose", "sentences", "wikitext"] = "auto"
@@ -52,9 +47,6 @@ class PretrainingConfig:
             ("short_seq_prob", 0 <= self.short_seq_prob <= 1, "must be in [0, 1]"),
             ("dupe_factor", self.dupe_factor >= 1, "must be at least 1"),
             ("random_next_prob", 0 <= self.random_next_prob <= 1, "must be in [0, 1]"),
-            ("nsp_negatives", self.nsp_negatives in ("random", "nearby", "mixed"),
-             "must be 'random', 'nearby' or 'mixed'"),
-            ("nearby_window", self.nearby_window >= 1, "must be at least 1"),
             ("masking", self.masking in ("static", "dynamic"), "must be 'static' or 'dynamic'"),
             ("input_format", self.input_format in INPUT_FORMATS, f"must be one of {INPUT_FORMATS}"),
             ("errors", self.errors in DECODE_ERRORS, f"must be one of {DECODE_ERRORS}"),

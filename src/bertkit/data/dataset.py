@@ -13,7 +13,6 @@ from bertkit.data.masking import MaskingTables, mask_tokens
 from bertkit.data.shards import (
     ShardedInstances,
 )
-from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX  # positions without a masked-LM target (the loss skips them)
 
 
@@ -79,17 +78,9 @@ class PretrainingDataset:
 
 
 def collate_pretraining(batch: Sequence[dict], pad_id: int = 0) -> dict:
-    """Pad a list of :class:`PretrainingDataset` items to the longest; return ``torch.long`` tensors.
+    """Pad a list of :class:`PretrainingDataset` items to the longest (``data.collate.collate``): ``torch.long``
+    tensors, ``input_ids`` padded with ``pad_id``, ``labels`` with -100, ``next_sentence_label`` of shape ``(B,)``."""
+    # Imported here, so that data-creation workers never pay for importing torch.
+    from bertkit.data.collate import collate
 
-    ``input_ids`` pad with ``pad_id``, ``token_type_ids``/``attention_mask`` with 0, ``labels`` with
-    -100; ``next_sentence_label`` has shape ``(B,)``.
-    """
-    import torch  # here, so that data-creation workers never pay for importing torch
-
-    from bertkit.padding import pad_batch
-
-    if not batch:
-        raise BertkitError("collate_pretraining got an empty batch")
-    out = pad_batch(batch, {"input_ids": pad_id, "token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX})
-    out["next_sentence_label"] = torch.tensor([int(item["next_sentence_label"]) for item in batch], dtype=torch.long)
-    return out
+    return collate(batch, pad_id)

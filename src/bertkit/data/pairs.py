@@ -21,7 +21,6 @@ class PairInstance:
     is_random_next: bool
     a_span: tuple[int, int, int]  # (document, first sentence, end sentence)
     b_span: tuple[int, int, int]
-    nearby_fallback: bool = False
 
 
 def create_instances_from_document(
@@ -57,27 +56,15 @@ def create_instances_from_document(
                 a_end = rng.randint(chunk_start + 1, chunk_end - 1)
             tokens_a = [t for s in document[chunk_start:a_end] for t in s]
             a_span = (document_index, chunk_start, a_end)
-            fallback = False
             if is_random_next:
-                target_b = target - len(tokens_a)
-                b_span = None
-                # mixed: each negative is nearby or from another document at 50/50 (the draw is made only
-                # in that mode, so random and nearby keep their byte-identical output for a seed)
-                nearby = config.nsp_negatives == "nearby" or (config.nsp_negatives == "mixed" and rng.random() < 0.5)
-                if nearby:
-                    b_span = _nearby_span(document, chunk_start, a_end, target_b, config.nearby_window, rng)
-                    fallback = b_span is None
-                    if b_span is not None:
-                        b_span = (document_index, *b_span)
-                if b_span is None:
-                    b_span = _random_document_span(documents, document_index, target_b, rng)
+                b_span = _random_document_span(documents, document_index, target - len(tokens_a), rng)
                 tokens_b = [t for s in documents[b_span[0]][b_span[1] : b_span[2]] for t in s]
                 i = a_end - 1  # put the chunk's unused sentences back
             else:
                 tokens_b = [t for s in document[a_end:chunk_end] for t in s]
                 b_span = (document_index, a_end, chunk_end)
             truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-            instances.append(PairInstance(tokens_a, tokens_b, is_random_next, a_span, b_span, fallback))
+            instances.append(PairInstance(tokens_a, tokens_b, is_random_next, a_span, b_span))
             chunk_start, chunk_length = i + 1, 0
             target = draw_target()
         i += 1
@@ -95,25 +82,6 @@ def _random_document_span(
     sentences = documents[other]
     start = rng.randint(0, len(sentences) - 1)
     return (other, start, _take_forward(sentences, start, len(sentences), target_b))
-
-
-def _nearby_span(
-    document: Sequence[Sequence[int]], a_start: int, a_end: int, target_b: int, window: int, rng: random.Random
-) -> tuple[int, int] | None:
-    options = [(+1, g) for g in range(1, window + 1) if a_end + g < len(document)]
-    options += [(-1, g) for g in range(1, window + 1) if a_start - g >= 1]
-    if not options:
-        return None
-    side, gap = options[rng.randrange(len(options))]
-    if side > 0:
-        start = a_end + gap
-        return start, _take_forward(document, start, len(document), target_b)
-    end = a_start - gap  # B is document[start:end]; sentences end .. a_start - 1 separate it from A
-    start, length = end - 1, len(document[end - 1])
-    while start > 0 and length < target_b:
-        start -= 1
-        length += len(document[start])
-    return start, end
 
 
 def _take_forward(sentences: Sequence[Sequence[int]], start: int, limit: int, target: int) -> int:

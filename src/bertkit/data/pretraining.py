@@ -8,10 +8,8 @@ description, with the exact meaning of every option, is docs/pretraining-data.md
   derived from ``(seed, unit index)`` and writes it as one shard: output bytes never depend on
   ``num_workers``, and memory per worker is bounded by a unit, never by the corpus.
 * **Pairs** (:func:`create_instances_from_document`): the reference's chunking, A/B split, put-back of
-  unused sentences and ``truncate_seq_pair``. ``"random"`` negatives come from another document of the
-  same unit (the reference holds the whole corpus in memory); ``"nearby"`` negatives are whole sentences
-  of the same document, 1..``nearby_window`` sentences away from A on either side, never adjacent;
-  ``"mixed"`` draws each negative from one of the two at 50/50.
+  unused sentences and ``truncate_seq_pair``. Negatives come from another document of the same unit
+  (the reference holds the whole corpus in memory).
 * **Masking** (:func:`mask_tokens`): the reference's budget and 80/10/10, optionally whole-word;
   ``masking="dynamic"`` stores unmasked instances and :class:`PretrainingDataset` masks them from
   ``(seed, epoch, index)`` (RoBERTa, section 4.1).
@@ -34,15 +32,15 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from bertkit._parallel import spawn_pool
-from bertkit.data.config import PretrainingConfig  # noqa: F401 (re-exported)
-from bertkit.data.dataset import PretrainingDataset, collate_pretraining  # noqa: F401 (re-exported)
-from bertkit.data.masking import MaskingTables, mask_tokens  # noqa: F401 (re-exported)
-from bertkit.data.pairs import PairInstance, create_instances_from_document, truncate_seq_pair  # noqa: F401
+from bertkit.data.config import PretrainingConfig
+from bertkit.data.masking import MaskingTables, mask_tokens
+from bertkit.data.pairs import PairInstance, create_instances_from_document
 from bertkit.data.shards import (
     FORMAT,
     MANIFEST,
@@ -79,43 +77,27 @@ def create_pretraining_data(
     tokenizer,
     output_dir: str | os.PathLike,
     *,
-    max_seq_length: int = 128,
-    max_predictions_per_seq: int = 20,
-    masked_lm_prob: float = 0.15,
-    short_seq_prob: float = 0.1,
-    dupe_factor: int = 5,
-    random_next_prob: float = 0.5,
-    whole_word_mask: bool = False,
-    nsp_negatives: str = "random",
-    nearby_window: int = 8,
-    masking: str = "static",
-    input_format: str = "auto",
-    errors: str = "strict",
-    unit_bytes: int = 4 << 20,
-    seed: int = 12345,
     num_workers: int = 2,
     progress: bool = True,
     overwrite: bool = False,
     num_shards: int = 1,
     shard_index: int = 0,
+    **config_fields: Any,
 ) -> dict:
     """Turn text files into pre-training instances in ``output_dir``; return the manifest plus timings.
 
-    ``tokenizer`` is a :class:`bertkit.tokenization.BertTokenizer`. The other arguments are those of
-    :class:`PretrainingConfig` (they decide the output bytes) and how to run: ``num_workers``
-    processes (0 or 1: in this process), a tqdm bar unless ``progress=False``, and ``overwrite`` to
-    replace an earlier run's shards in ``output_dir``. Read the result with :class:`PretrainingDataset`.
+    ``tokenizer`` is a :class:`bertkit.tokenization.BertTokenizer`. ``config_fields`` are the fields of
+    :class:`PretrainingConfig` (they decide the output bytes; ``max_seq_length=512``, ``dupe_factor=10``, ...);
+    the other arguments say how to run: ``num_workers`` processes (0 or 1: in this process), a tqdm bar unless
+    ``progress=False``, and ``overwrite`` to replace an earlier run's shards in ``output_dir``. Read the result
+    with :class:`PretrainingDataset`.
 
     Corpus scale: ``num_shards`` K > 1 makes only part ``shard_index`` of the work (every K-th work unit,
     so the parts are about equal), for K processes or machines that share nothing but the input files.
     ``output_dir`` then receives that part's shards and ``part.json`` instead of ``manifest.json``;
     :func:`merge_pretraining_data` joins the K parts into one directory whose bytes equal a single run's.
     """
-    config = PretrainingConfig(
-        max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq, masked_lm_prob=masked_lm_prob,
-        short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, random_next_prob=random_next_prob,
-        whole_word_mask=whole_word_mask, nsp_negatives=nsp_negatives, nearby_window=nearby_window, masking=masking,
-        input_format=input_format, errors=errors, unit_bytes=unit_bytes, seed=seed)
+    config = PretrainingConfig(**config_fields)
     vocab = _vocab_list(tokenizer)
     _check_arguments(tokenizer, vocab, input_files, num_shards, shard_index)
     all_units = _plan_units(input_files, config)
@@ -237,7 +219,7 @@ def _write_manifest(out: Path, manifest: dict) -> None:
 
 
 COUNTS = ("instances", "tokens", "documents", "multi_sentence_documents", "sentences", "random_next",
-          "nearby_fallbacks", "masked_positions")
+          "masked_positions")
 PART = "part.json"  # one part's manifest (num_shards > 1), until merge_pretraining_data joins the parts
 
 
@@ -428,7 +410,6 @@ class _Job:
             "multi_sentence_documents": sum(len(d) >= 2 for d in documents),
             "sentences": sentences,
             "random_next": sum(p.is_random_next for p in pairs),
-            "nearby_fallbacks": sum(p.nearby_fallback for p in pairs),
             "masked_positions": int(len(arrays.get("masked_positions", ()))),
         }
         return {"shard": shard, "counts": counts}

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.tokenization.textfiles import DECODE_ERRORS, iter_lines  # noqa: F401 (re-exported)
+from bertkit.tokenization.textfiles import iter_lines
 
 INPUT_FORMATS = ("auto", "prose", "sentences", "wikitext")
 
@@ -143,11 +143,6 @@ def _period_ends_sentence(text: str, period: int, digit_follows: bool) -> bool:
         return False
     # Dotted acronyms: "U.S", "Ph.D", "e.g" (the last period is the one we are looking at).
     return not ("." in word and all(len(part) <= 2 for part in word.split(".")))
-
-
-# --------------------------------------------------------------------------------------------------
-# Reading lines, with honest errors for bad bytes
-# --------------------------------------------------------------------------------------------------
 
 
 # --------------------------------------------------------------------------------------------------

@@ -23,27 +23,14 @@ from torch import Tensor, nn
 
 from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError
-from bertkit.heads import HEAD_MODELS, BertForMultipleChoice
-from bertkit.modeling import BertModel, BertModelOutput
+from bertkit.heads import MODEL_CLASSES, BertForMultipleChoice
 from bertkit.outputs import register_scratch, remove_owned_tree
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
-# Output tensors per model class, in tuple order (transformers' names).
-OUTPUT_NAMES: dict[str, tuple[str, ...]] = {
-    "BertModel": ("last_hidden_state", "pooler_output"),
-    "BertForPreTraining": ("prediction_logits", "seq_relationship_logits"),
-    "BertForMaskedLM": ("prediction_logits",),
-    "BertForNextSentencePrediction": ("logits",),
-    "BertForSequenceClassification": ("logits",),
-    "BertForTokenClassification": ("logits",),
-    "BertForQuestionAnswering": ("start_logits", "end_logits"),
-    "BertForMultipleChoice": ("logits",),
-}
-MODEL_CLASSES: dict[str, type[nn.Module]] = {"BertModel": BertModel, **{c.__name__: c for c in HEAD_MODELS.values()}}
 
 
 class TupleOutputModel(nn.Module):
-    """``model`` with a tuple of tensors as output (``output_names`` says which), for torch.jit.trace and ONNX.
+    """``model`` with a tuple of tensors as output (its class's ``output_names``), for torch.jit.trace and ONNX.
 
     Inputs are positional: ``input_ids, token_type_ids, attention_mask``, each (B, T) ((B, C, T) for
     multiple choice). The weights are ``model``'s own (not copied).
@@ -51,16 +38,14 @@ class TupleOutputModel(nn.Module):
 
     def __init__(self, model: nn.Module):
         super().__init__()
-        name = type(model).__name__
-        if name not in OUTPUT_NAMES:
-            raise BertkitError(f"{name} is not a bertkit model class; export one of {', '.join(OUTPUT_NAMES)}")
+        if not isinstance(model, tuple(MODEL_CLASSES.values())):
+            raise BertkitError(f"{type(model).__name__} is not a bertkit model class; export one of "
+                               f"{', '.join(MODEL_CLASSES)}")
         self.model = model
-        self.output_names = OUTPUT_NAMES[name]
+        self.output_names = model.output_names
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
         out = self.model(input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
-        if isinstance(out, BertModelOutput):
-            return out.last_hidden_state, out.pooler_output
         return tuple(getattr(out, n) for n in self.output_names)
 
 

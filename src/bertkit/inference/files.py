@@ -71,6 +71,7 @@ class Columns:
     context: str = "context"
     choices: str = "choices"
     id: str | None = None
+    label: str | None = None  # finetune classify's label column (read with ``rows=True``)
 
     def name(self, field: str) -> str | None:
         return getattr(self, field)
@@ -78,23 +79,25 @@ class Columns:
 
 def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns(), input_format: str = "auto",
                 mask_token: str = "[MASK]", *, max_line_bytes: int = MAX_LINE_BYTES,
-                pair_model: bool = False) -> tuple[list[Any], list[Any]]:
+                pair_model: bool = False, rows: bool = False) -> tuple[list[Any], list[Any]]:
     """The pipeline inputs in ``path`` and their ids, in file order; a bad record names its file and line.
 
     ``input_format``: jsonl, csv, tsv, text, or auto (by suffix). ``mask_token``: what every fill-mask text must
     hold (the model's tokenizer's), checked here so that a text without one is refused before the model loads.
     ``max_line_bytes``: the longest line read (see ``bertkit.tasks.files``). A record holding a second text that
     ``columns`` does not name (``text_pair``, ``sentence2``, ...) is refused when ``pair_model`` (the model was
-    fine-tuned on pairs), else logged as a warning, once, naming the first line that holds one.
+    fine-tuned on pairs), else logged as a warning, once, naming the first line that holds one. ``rows`` (finetune
+    classify): every record must name its columns (no plain text, no missing text_pair), and each item carries its
+    ``line`` and, when ``columns.label`` names one, its ``label``.
     """
     path = Path(path)
-    fmt = _input_format(path, task, columns, input_format)
+    fmt = _input_format(path, task, columns, input_format, rows)
     takes_pairs = "text_pair" in FIELDS[task] and columns.text_pair is None
     unnamed_pair: tuple[int, list[str]] | None = None  # the first line holding a second text no flag names
     inputs: list[Any] = []
     ids: list[Any] = []
     for line, record in read_records(path, fmt, max_line_bytes):
-        if isinstance(record, str) and FIELDS[task][0] == "text" and not columns.text_pair:
+        if isinstance(record, str) and FIELDS[task][0] == "text" and not columns.text_pair and not rows:
             _check_text(path, line, "text", record, fmt)
             if task == "fill-mask" and mask_token not in record:
                 raise _no_mask(path, line, record, mask_token)
@@ -106,12 +109,16 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
                                f"{', '.join(str(columns.name(f)) for f in FIELDS[task] if columns.name(f))}, "
                                f"got {type(record).__name__}")
         if takes_pairs and unnamed_pair is None:
-            found = second_text_fields(record, used=(columns.text, columns.id))
+            found = second_text_fields(record, used=(columns.text, columns.id, columns.label))
             if found:
                 unnamed_pair = (line, found)
                 if pair_model:
                     raise BertkitError(_unnamed_pair(path, line, found, fmt, refused=True))
-        item = _record_item(path, line, record, task, columns, fmt, mask_token)
+        item = _record_item(path, line, record, task, columns, fmt, mask_token, rows)
+        if rows:
+            item["line"] = line
+            if columns.label is not None:
+                item["label"] = _label(path, line, columns.label, record, fmt)
         if columns.id is not None:
             if columns.id not in record:
                 raise BertkitError(f"{path}:{line}: no {columns.id!r} id column")
@@ -126,7 +133,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     return inputs, ids
 
 
-def _input_format(path: Path, task: str, columns: Columns, input_format: str) -> str:
+def _input_format(path: Path, task: str, columns: Columns, input_format: str, rows: bool) -> str:
     """The format ``path`` is read as, once the task, the file and the columns are known to fit together; checked
     before any line is read."""
     if task not in FIELDS:
@@ -140,15 +147,15 @@ def _input_format(path: Path, task: str, columns: Columns, input_format: str) ->
                            f"--query-column ({columns.query!r}) and its passage from --text-column "
                            f"({columns.text!r}); name the passage's column with --text-column")
     fmt = file_format(path, input_format)
-    if fmt == "text" and (task in ("question-answering", "multiple-choice", "rerank") or columns.text_pair):
+    if fmt == "text" and (task in ("question-answering", "multiple-choice", "rerank") or columns.text_pair or rows):
         raise BertkitError(f"{path}: a plain-text file holds one text per line; {task}"
-                           f"{' with pairs' if columns.text_pair else ''} needs a JSONL, CSV or TSV file "
-                           "with named columns")
+                           f"{' with pairs' if columns.text_pair else ''} needs a JSONL, CSV or TSV file with named "
+                           "columns (name the format with --input-format)")
     return fmt
 
 
 def _record_item(path: Path, line: int, record: dict[str, Any], task: str, columns: Columns, fmt: str,
-                 mask_token: str) -> dict[str, Any]:
+                 mask_token: str, rows: bool) -> dict[str, Any]:
     """The pipeline input of one record: each field ``task`` reads, from the column ``columns`` names, checked."""
     item: dict[str, Any] = {}
     for field in FIELDS[task]:
@@ -156,7 +163,7 @@ def _record_item(path: Path, line: int, record: dict[str, Any], task: str, colum
         if name is None:
             continue
         if name not in record:
-            if field in OPTIONAL and fmt == "jsonl":
+            if field in OPTIONAL and fmt == "jsonl" and not rows:
                 continue
             have = ", ".join(map(str, record)) or "none"
             raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
@@ -186,6 +193,21 @@ def _field_value(path: Path, line: int, field: str, name: str, value: Any, fmt: 
     for i, text in enumerate(value if field == "choices" else [value]):
         _check_text(path, line, name if field != "choices" else f"{name}[{i}]", text, fmt)
     return value
+
+
+def _label(path: Path, line: int, name: str, record: dict[str, Any], fmt: str) -> str:
+    """A record's label as written (a JSON number as its repr: "3.8", "1"), stripped; an empty one is refused."""
+    if name not in record:
+        raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} (it has "
+                           f"{', '.join(map(str, record))}); name it with --label-column")
+    value = record[name]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = repr(value)
+    if not isinstance(value, str):
+        raise BertkitError(f"{path}:{line}: {name!r} must be a string or number, got {json.dumps(value)[:60]}")
+    if not value.strip():
+        raise BertkitError(f"{path}:{line}: empty {name!r}")
+    return value.strip()
 
 
 def _check_text(path: Path, line: int, name: str, text: str, fmt: str) -> None:

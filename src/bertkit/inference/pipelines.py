@@ -30,6 +30,7 @@ from bertkit.heads import (
 )
 from bertkit.inference.base import Pipeline, softmax
 from bertkit.modeling import BertModel
+from bertkit.sentence.pooling import pool_tokens
 from bertkit.tasks import squad
 
 
@@ -492,16 +493,7 @@ class FeatureExtractionPipeline(TextOrPairInputs, Pipeline):
             if self.normalize:
                 v = F.normalize(v, dim=-1)
             return _per_row(v, rows)
-        if self.pooling == "cls":
-            v = lay.first_tokens(x)  # (B, H)
-        else:
-            B, T = batch["input_ids"].shape
-            lengths = batch["attention_mask"].sum(1, keepdim=True).to(x.dtype)  # (B, 1)
-            if lay.is_padded:
-                summed = (x * batch["attention_mask"].unsqueeze(-1).to(x.dtype)).sum(1)
-            else:
-                summed = x.new_zeros(B, x.size(-1)).index_add_(0, lay.flat_index // T, x)  # (B, H)
-            v = summed / lengths
+        v = pool_tokens(out, batch["attention_mask"], self.pooling)  # (B, H): sentence-transformers' Pooling
         if self.normalize:
             v = F.normalize(v, dim=-1)
         return list(v.cpu().numpy())

@@ -1,4 +1,5 @@
-"""One way to make a model ready to run: its device, bf16 autocast or int8, and a record of which it got.
+"""One way to make a model ready to run: its device, bf16 autocast or int8, its CPU inference transform, and a
+record of which it got.
 
 Every command, pipeline and the server that applies a model goes through ``prepare_model``: the device comes from
 ``bertkit._hardware.resolve_device`` (the one function that decides it), a float model asked to run in int8 is
@@ -9,10 +10,18 @@ run before any weights load.
 bf16 left unset (None) is decided here too (``default_bf16``): an int8 model runs what stays float in it
 (attention, GELU, LayerNorm, the projections kept fp32) in bf16 on CPUs with bf16 instructions, as OpenVINO
 runs its int8 models on them; everything else runs as loaded, fp32 in fp32.
+
+On the CPU the model that runs is a copy made for inference (``for_cpu_inference``), as ``torch.ao``'s conversions
+and OpenVINO's passes make theirs: each encoder projection becomes a ``PreparedLinear`` owning its weight prepared
+once (reordered for oneDNN's Linear, in bf16 when running under bf16 autocast), query, key and value one such
+module, and attention's keys and the layers' rows are rounded up to what the CPU kernels run fastest. It computes
+what the model does, within fp32 rounding (in bf16, the bits autocast gives). The model passed in is left as it
+is (plain ``nn.Linear`` modules, for training, peft and hooks); the copy is a snapshot of its weights.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +29,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from bertkit import _hardware, quantization
-from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
+from bertkit._hardware import onednn_bf16_linear, onednn_linear, resolve_device, warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError
+from bertkit.modeling import BertModel
 
 
 @dataclass(frozen=True)
@@ -84,7 +95,8 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
                   calibration_file: str | Path | None = None, tokenizer: Any = None, max_length: int | None = None,
                   local_rank: int = 0) -> tuple[nn.Module, Precision]:
     """``model`` (a loaded model, or a model class to load from ``model_dir``: a `bertkit quantize` directory loads
-    in int8) on its device in eval mode, with the record of its precision.
+    in int8) on its device in eval mode, with the record of its precision; on the CPU, its copy made for inference
+    there (``for_cpu_inference``).
 
     ``quantize="int8"`` quantizes a float model as pipelines always have (``quantize_int8_on_texts`` on
     ``calibration_texts``, the lines of ``calibration_file``, or the built-in sentences, cut to ``max_length``
@@ -123,6 +135,8 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
         if not int8_already and any(p.dtype == torch.float16 for p in model.parameters()):
             raise BertkitError("bf16 autocast cannot run float16 weights: call model.float() (or .bfloat16()) "
                                "before passing the model with bf16, or leave bf16 off to run it in float16")
+    if dev.type == "cpu":
+        model = for_cpu_inference(model, bf16)
     return model, Precision(dev, "bfloat16" if bf16 else "float32", quantize, calibration)
 
 
@@ -143,3 +157,143 @@ def _calibrating_int8(model_dir: str | Path | None) -> str:
                 "quantizing a float model: pass the float checkpoint with them")
     return (f"{model_dir} is int8 already (written by `bertkit quantize`, calibrated then); a calibration file or "
             "texts apply when quantizing a float checkpoint")
+
+
+# ---------------------------------------------------------------------------------------------------
+# CPU inference: a copy of the model with its encoder's projections prepared once
+# ---------------------------------------------------------------------------------------------------
+
+# PyTorch's CPU attention kernel (the flash kernel behind scaled_dot_product_attention) runs its key loop in
+# vectors of Vectorized<float>::size() keys, 16 with AVX-512 and 8 with AVX2, and the keys left over past the last
+# full vector cost several times as much: on an AVX-512 EPYC core, 32 sequences x 12 heads of size 32 take 1.39 ms
+# with 25 keys and 0.82 ms with the same 25 queries over 32 keys, the 7 extra ones masked (55 -> 64 keys: 4.0 ->
+# 2.6 ms; 127 -> 128: 16.0 -> 9.8 ms; the same in bf16, and at head size 64). Only the keys' length matters, so
+# the keys (and values) are padded with masked zeros up to a multiple of the vector, and the queries are not.
+_CPU_KEY_MULTIPLE = {"AVX512": 16, "AVX2": 8}
+
+# Under bf16 on CPUs with AVX512-BF16 or AMX, oneDNN builds a GEMM kernel for every new row count and keeps only
+# the most recent ones (1,024 by default), so in the unpadded layout every new token count N costs a build per
+# Linear shape, and a long-running process that meets every N up to B*T keeps rebuilding them. Rounding N up to a
+# multiple of 64 bounds the counts to ceil(N_max / 64) (64 counts, 256 kernels for MiniLM's four shapes, for
+# batches of 32 x 128 tokens) while adding at most 63 rows: 4% more rows on average for the pipelines' batches of
+# 32 SST-2 sentences (~800 tokens), against 8% for 128 and 15% / 30% for batches of 8. A single first pass over
+# length-sorted batches still meets a new count in most batches (19 of 28 on SST-2 dev), so there the saving was
+# within noise (BENCHMARKS.md, "bf16 first pass"). Not in fp32: a repeat pass is no faster there (no per-shape
+# build to save), so the extra rows would be pure cost.
+BF16_TOKEN_MULTIPLE = 64
+
+# oneDNN's fused post-operations for the feed-forward activations (``_linear_pointwise``'s attr and algorithm).
+_ONEDNN_ACTIVATIONS = {("GELU", "none"): ("gelu", "none"), ("GELU", "tanh"): ("gelu", "tanh"),
+                       ("ReLU", None): ("relu", "")}
+
+
+def cpu_key_multiple() -> int:
+    """What attention's keys are rounded up to on this CPU: its attention kernel's vector width (16 on AVX-512, 8 on
+    AVX2); 1 (no rounding) on CPUs whose width was not measured."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    return next((m for prefix, m in _CPU_KEY_MULTIPLE.items() if capability.startswith(prefix)), 1)
+
+
+class PreparedLinear(nn.Module):
+    """``x W^T + b`` for CPU inference, in ``dtype``, over a weight prepared once: reordered into oneDNN's blocked
+    layout for its Linear (``torch.ops.mkldnn._linear_pointwise``, the kernel Inductor's CPU backend calls) where
+    ``_hardware.onednn_linear`` says it runs and agrees with ``F.linear``, else a copy in ``dtype`` for ``F.linear``.
+    At MiniLM's shapes on one core oneDNN ran 6-19% faster than ATen's ``addmm`` (MKL) in fp32, 1.1-1.6x with the
+    feed-forward's GELU fused into it (``activation``, fp32 only), and 3-11% faster in bf16; a bf16 copy made once
+    saves autocast's cast of every weight on every call, 10-17% of a bf16 forward on short inputs (BENCHMARKS.md,
+    "Linear layers on oneDNN"). The input is cast to ``dtype``, as autocast casts it, so in bf16 the output is
+    autocast's: bit for bit over the bf16 copy, within bf16 rounding on oneDNN's reordered weight (its kernel may
+    block a long sum differently from ``addmm``'s). bf16 fuses no activation (a fused GELU rounds once, not twice).
+
+    Inference only: the weights are a snapshot, outside the state dict, without gradients. ``source`` keeps the
+    float32 weight and bias it was made from (the memory the model's own Linear held), from which ``copy.deepcopy``
+    and ``for_cpu_inference`` make it again (the reordered weight is an opaque tensor nothing can copy)."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, dtype: torch.dtype, activation: nn.Module | None = None):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.source = (weight.detach(), None if bias is None else bias.detach())
+        self.activation = activation  # fused into the product (then the block's own is nn.Identity), or None
+        self.onednn = onednn_bf16_linear() if dtype == torch.bfloat16 else onednn_linear()
+        weight = weight.detach().to(dtype)
+        # the reordering's batch-size hint only picks the layout: any number of rows runs (1,024: ~32 sentences)
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, 1024) if self.onednn else weight
+        self.bias = None if bias is None else bias.detach().to(dtype)
+        self.dtype = dtype
+        self.post_op = ("none", "")
+        if activation is not None:
+            if not self.onednn or dtype != torch.float32:
+                raise ValueError("PreparedLinear fuses an activation only on oneDNN's fp32 Linear")
+            self.post_op = _ONEDNN_ACTIVATIONS[(type(activation).__name__, getattr(activation, "approximate", None))]
+
+    def __deepcopy__(self, memo: dict) -> PreparedLinear:
+        return PreparedLinear(*copy.deepcopy(self.source, memo), self.dtype, copy.deepcopy(self.activation, memo))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x.to(self.dtype)
+        if self.onednn:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, self.post_op[0], [], self.post_op[1])
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        kernel = "oneDNN" if self.onednn else "F.linear"
+        return f"in_features={self.in_features}, out_features={self.out_features}, {self.dtype}, {kernel}, post_op={self.post_op[0]}"
+
+
+def _plain(module: nn.Module | None) -> bool:
+    """An ``nn.Linear`` itself, no subclass, wrapper (peft) or hook of its own: one whose call is ``F.linear``."""
+    return type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
+
+
+def _weights(module: nn.Module | None) -> tuple[Tensor, Tensor | None] | None:
+    """The float32 weight and bias a projection computes with: a plain ``nn.Linear``'s, or what a ``PreparedLinear``
+    was made from; None for anything else (int8, peft, hooked modules: left as they are)."""
+    if isinstance(module, PreparedLinear):
+        return module.source
+    return (module.weight, module.bias) if _plain(module) else None
+
+
+def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
+    """A copy of ``model`` that computes what it does, for inference on this CPU (under bf16 autocast with
+    ``bf16``). In every fp32 bertkit encoder in it, each layer's plain ``nn.Linear`` projections become
+    ``PreparedLinear`` modules; query, key and value one module, ``qkv``, computing the three in one GEMM; in fp32
+    on oneDNN the feed-forward's activation fused into its first product (``intermediate_act_fn`` then
+    ``nn.Identity``, as ``torch.ao``'s ``fuse_modules`` leaves it). Attention's keys are rounded up to
+    ``cpu_key_multiple`` and, in bf16, the layers' rows to ``BF16_TOKEN_MULTIPLE``. Projections that are int8
+    or not plain ``nn.Linear`` (peft's wrappers, hooked modules) stay as they are; ``model`` is unchanged. A model
+    prepared for the other precision is prepared again from the weights it was made from (a pipeline's model given
+    to another pipeline); one prepared for this precision already, or without a float32 bertkit encoder, is
+    returned as it is."""
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    prepared = {m.dtype for m in model.modules() if isinstance(m, PreparedLinear)}
+    if prepared == {dtype} or not any(isinstance(m, BertModel) and m.embeddings.word_embeddings.weight.dtype
+                                      == torch.float32 for m in model.modules()):
+        return model
+    model = copy.deepcopy(model)
+    for encoder in (m for m in model.modules() if isinstance(m, BertModel)):
+        if encoder.embeddings.word_embeddings.weight.dtype != torch.float32:
+            continue
+        encoder.key_multiple = cpu_key_multiple()
+        encoder.token_multiple = BF16_TOKEN_MULTIPLE if bf16 else 1
+        for layer in encoder.encoder.layer:
+            attn = layer.attention.self
+            three = [_weights(m) for m in (attn.query, attn.key, attn.value)]
+            if attn.qkv is None and all(w is not None and w[1] is not None for w in three):
+                attn.qkv = PreparedLinear(torch.cat([w for w, _ in three]), torch.cat([b for _, b in three]),
+                                          dtype)  # (3H, H), (3H,)
+                attn.query = attn.key = attn.value = None
+            elif isinstance(attn.qkv, PreparedLinear):
+                attn.qkv = PreparedLinear(*attn.qkv.source, dtype)
+            for block in (layer.attention.output, layer.intermediate, layer.output):
+                weights = _weights(block.dense)
+                if weights is None:
+                    continue
+                act = getattr(block, "intermediate_act_fn", None)
+                if isinstance(block.dense, PreparedLinear) and block.dense.activation is not None:
+                    act = block.dense.activation  # fused when prepared before
+                fuse = (act is not None and not bf16 and onednn_linear()
+                        and (type(act).__name__, getattr(act, "approximate", None)) in _ONEDNN_ACTIVATIONS)
+                block.dense = PreparedLinear(*weights, dtype, act if fuse else None)
+                if act is not None:
+                    block.intermediate_act_fn = nn.Identity() if fuse else act
+    return model

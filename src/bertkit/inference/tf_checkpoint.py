@@ -7,7 +7,7 @@ Both are read here directly (``read_tf_checkpoint``): a few dozen lines of SSTab
 format instead of a 500 MB runtime dependency.
 
 Variable names are Google's (``bert/encoder/layer_3/attention/self/query/kernel``); ``TF_KEY_TABLE`` maps
-them to the published Hugging Face names the rest of bertkit reads through ``checkpoint_io.KEY_TABLE``.
+them to the published Hugging Face names the rest of bertkit reads (``bertkit.checkpoint_io``).
 Dense kernels are stored (in, out) in TF and (out, in) in PyTorch, so they are transposed. Optimizer
 slots (``adam_m``/``adam_v``) and ``global_step`` are skipped; any other unknown variable is an error.
 
@@ -383,11 +383,8 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     config) before anything is written. ``do_lower_case`` None guesses from the vocabulary (an uncased one
     has no upper-case tokens). Returns a summary.
     """
-    from safetensors.torch import save_file
-
     from bertkit.config import BertConfig
-    from bertkit.inference.export import MODEL_CLASSES
-    from bertkit.outputs import atomic_target, atomic_write_text
+    from bertkit.heads import MODEL_CLASSES
     from bertkit.tokenization import BertTokenizer
 
     bert_config, vocab, output_dir = Path(bert_config), Path(vocab), Path(output_dir)
@@ -418,12 +415,7 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     if len(tokenizer) != config.vocab_size:
         raise BertkitError(f"{vocab} has {len(tokenizer)} tokens but {bert_config} says vocab_size "
                            f"{config.vocab_size}; pass the vocab.txt that came with this checkpoint")
-    output_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_target(output_dir / "model.safetensors") as tmp:
-        save_file(model.published_state_dict(), str(tmp), metadata={"format": "pt"})
-    config_dict = config.to_dict()
-    config_dict["architectures"] = [arch]
-    atomic_write_text(output_dir / "config.json", json.dumps(config_dict, indent=2, sort_keys=True) + "\n")
+    model.save_pretrained(output_dir)  # config.json (architectures: [arch]) and model.safetensors
     tokenizer.save_pretrained(output_dir)
     logger.info("converted %d variables of %s to %s (%s, do_lower_case=%s)", len(published), tf_checkpoint,
                 output_dir, arch, tokenizer.do_lower_case)

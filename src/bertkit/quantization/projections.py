@@ -87,7 +87,6 @@ def set_projection(layer: nn.Module, kind: str, module: nn.Module) -> None:
                     linear.bias.copy_(module.bias[rows])
             setattr(attn, name, linear)
         attn.qkv = None
-        attn.pack_projections()
     else:
         attn.qkv = module
         attn.query = attn.key = attn.value = None

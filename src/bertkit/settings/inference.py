@@ -69,9 +69,6 @@ class PredictNerSettings(PredictBenchmarkSettings):
     tag_scheme: Literal["iob1", "iob2"] = "iob2"
     """The file's tagging scheme."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-
 
 @dataclass(kw_only=True)
 class PredictSquadSettings(PredictBenchmarkSettings, SquadWindowSettings):
@@ -100,9 +97,6 @@ class PredictSwagSettings(PredictBenchmarkSettings):
 
     predict_file: Path = flag(aliases=("--input",))
     """val.csv (scored) or test.csv (predicted only), in swagaf's columns."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
 
 
 @dataclass(kw_only=True)

@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.data.collate import MODEL_INPUT_KEYS, collate  # noqa: F401 (re-exported: glue.collate)
 from bertkit.errors import BertkitError, MissingFileError, not_utf8
 from bertkit.outputs import atomic_write
 from bertkit.tasks import metrics
@@ -304,14 +303,6 @@ def read_glue(task: str | GlueTask, data_dir: str | os.PathLike, split: str) -> 
     return t.read(Path(data_dir) / t.data_dir / t.files[split], labeled=split != "test")
 
 
-def label_to_target(task: str | GlueTask, label: str) -> int | float:
-    """A file label to what the head trains on: the class index, or the float score for STS-B."""
-    t = get_task(task)
-    if t.labels is None:
-        return float(label)
-    return t.labels.index(label)
-
-
 def featurize(
     examples: Sequence[GlueExample], tokenizer: Any, max_seq_length: int, task: str | GlueTask
 ) -> list[dict[str, Any]]:
@@ -345,19 +336,9 @@ def featurize(
                 "attention_mask": list(enc["attention_mask"][i]),
             }
             if ex.label is not None:
-                feat["labels"] = label_to_target(t, ex.label)
+                feat["labels"] = float(ex.label) if t.labels is None else t.labels.index(ex.label)
             features.append(feat)
     return features
-
-
-
-
-def compute_metrics(
-    task: str | GlueTask, predictions: Sequence[Any], references: Sequence[Any]
-) -> dict[str, float]:
-    """The task's GLUE metric. ``predictions``/``references`` are class indices (floats for STS-B)."""
-    t = get_task(task)
-    return t.metric(np.asarray(predictions), np.asarray(references))
 
 
 def write_submission(

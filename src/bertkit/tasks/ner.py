@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-# The shared padder, re-exported for callers of this module: token labels pad with -100.
-from bertkit.data.collate import collate as collate
 from bertkit.errors import BertkitError, MissingFileError, not_utf8
 from bertkit.heads import IGNORE_INDEX
 from bertkit.outputs import atomic_write

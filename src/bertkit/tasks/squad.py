@@ -14,7 +14,7 @@ slice of the context (no re-tokenization heuristics, no lost accents or casing).
     labels   start/end token of the first gold answer; (0, 0), i.e. [CLS], when the answer is not
              wholly inside the window or the question is unanswerable (v2.0).
 
-Evaluation (``squad_eval.py``, its names re-exported here) re-implements the official `evaluate-v1.1.py`
+Evaluation (``squad_eval.py``) re-implements the official `evaluate-v1.1.py`
 and `evaluate-v2.0.py` line for line (normalisation, max over gold answers, v2.0 no-answer handling and
 `find_best_thresh`), so scores here are the leaderboard's.
 """
@@ -36,17 +36,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError, not_utf8
 from bertkit.outputs import atomic_write
-
-# The official evaluation lives in squad_eval.py; its public names are this module's too.
 from bertkit.tasks.squad_eval import _articles
-from bertkit.tasks.squad_eval import compute_exact as compute_exact
-from bertkit.tasks.squad_eval import compute_f1 as compute_f1
-from bertkit.tasks.squad_eval import evaluate_v1 as evaluate_v1
-from bertkit.tasks.squad_eval import evaluate_v2 as evaluate_v2
-from bertkit.tasks.squad_eval import exact_match_v1 as exact_match_v1
-from bertkit.tasks.squad_eval import f1_score_v1 as f1_score_v1
-from bertkit.tasks.squad_eval import find_best_thresh as find_best_thresh
-from bertkit.tasks.squad_eval import normalize_answer as normalize_answer
 
 # ---------------------------------------------------------------- reading
 
@@ -233,13 +223,19 @@ def _max_context_flags(spans: Sequence[tuple[int, int]]) -> list[list[bool]]:
     return [[best[start + j] == w for j in range(length)] for w, (start, length) in enumerate(spans)]
 
 
+def _check_windows(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
+    if max_seq_length <= max_query_length + 3:
+        raise BertkitError(f"max_seq_length {max_seq_length} must exceed max_query_length {max_query_length} + 3 "
+                           "([CLS] and two [SEP]) to leave room for context")
+    if doc_stride < 1:
+        raise BertkitError(f"doc_stride {doc_stride} must be at least 1")
+
+
 def count_windows(question: str, context: str, tokenizer: Any, *, max_seq_length: int, doc_stride: int,
                   max_query_length: int) -> int:
     """How many windows ``featurize_squad`` cuts one question's context into, without building them: what a
     server bounds before it accepts the work (a long context at doc_stride 1 makes one window per token)."""
-    if max_seq_length <= max_query_length + 3 or doc_stride < 1:
-        raise BertkitError(f"max_seq_length {max_seq_length}, max_query_length {max_query_length}, doc_stride "
-                           f"{doc_stride}: the window must exceed the question + 3 and the stride be at least 1")
+    _check_windows(max_seq_length, doc_stride, max_query_length)
     q_tokens = min(len(_encode_no_specials(tokenizer, question)[0]), max_query_length)
     return len(_doc_spans(len(_encode_no_specials(tokenizer, context)[0]), max_seq_length - q_tokens - 3,
                           doc_stride))
@@ -259,13 +255,7 @@ def featurize_squad(
     ``offset_mapping`` (character span in the context per token, None for question/special tokens)
     and ``token_is_max_context`` (per token).
     """
-    if max_seq_length <= max_query_length + 3:
-        raise BertkitError(
-            f"max_seq_length {max_seq_length} must exceed max_query_length {max_query_length} + 3 "
-            "([CLS] and two [SEP]) to leave room for context"
-        )
-    if doc_stride < 1:
-        raise BertkitError(f"doc_stride {doc_stride} must be at least 1")
+    _check_windows(max_seq_length, doc_stride, max_query_length)
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
     context_cache: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
     features: list[dict[str, Any]] = []

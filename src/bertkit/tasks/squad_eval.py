@@ -2,7 +2,7 @@
 
 Re-implemented line for line (answer normalisation, max over gold answers, v2.0's no-answer handling and
 ``find_best_thresh``), so scores here are the leaderboard's. The official scripts' function names are kept
-where a function is theirs. ``bertkit.tasks.squad`` re-exports the public names.
+where a function is theirs.
 """
 
 from __future__ import annotations

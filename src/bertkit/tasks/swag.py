@@ -25,8 +25,6 @@ from typing import Any
 
 import numpy as np
 
-# The shared padder, re-exported for callers of this module: it pads the last axis of (4, T) arrays.
-from bertkit.data.collate import collate as collate
 from bertkit.errors import BertkitError, MissingFileError, not_utf8
 
 NUM_CHOICES = 4

@@ -1,28 +1,15 @@
-"""From token ids to model inputs: special tokens, truncation, padding, tensors.
-
-The rules are those of Hugging Face's BertTokenizerFast (its Rust ``TemplateProcessing``,
-``truncate_encodings`` and padding), so that features built here match features built there:
-
-- single text: ``[CLS] A [SEP]``, pair: ``[CLS] A [SEP] B [SEP]``; token_type_ids 0 up to and including
-  the first ``[SEP]``, 1 after (BERT paper, section 3, "segment embeddings");
-- truncation removes tokens from the right; ``longest_first`` shares the budget as described in
-  ``truncation_lengths``; ``only_first``/``only_second`` must leave at least one token of the sequence
-  they cut, else ValueError (Hugging Face raises "Sequence to truncate too short");
-- padding on the right with ``[PAD]``, token type 0, attention 0, special-token mask 1, offsets (0, 0).
-"""
+"""The tokenizer's output, ``BatchEncoding``: a dict of model inputs that also maps tokens back to the words and
+characters of the texts they came from (``word_ids``, ``char_to_token``, ...), as transformers' does."""
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from bertkit.errors import BertkitError
 
-__all__ = ["BatchEncoding", "CharSpan", "RowInfo", "TokenSpan", "resolve_padding", "resolve_truncation",
-           "truncation_lengths"]
-
-TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
+__all__ = ["BatchEncoding", "CharSpan", "RowInfo", "TokenSpan"]
 
 
 class CharSpan(NamedTuple):
@@ -77,7 +64,7 @@ class BatchEncoding(dict):
     _continuation_ids: frozenset[int] = frozenset()
     _batched: bool = True
     _token_strings: Callable[[list[int]], list[str]] | None = None
-    _offsets_of: Callable[[Any], list[tuple[int, int]]] | None = None
+    _segment_of: Callable[[Any], Any] | None = None  # an input text -> its tokens' ids and offsets
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -164,13 +151,13 @@ class BatchEncoding(dict):
         cache = self.__dict__.setdefault("_offset_rows", {})
         if batch_index not in cache:
             info = self._info(batch_index, "char_to_token/token_to_chars")
-            assert self._offsets_of is not None
+            assert self._segment_of is not None
             edge = [(0, 0)] if info.special else []
             out = list(edge)
             for text, start, n in ((info.text_a, info.start_a, info.len_a),
                                    (info.text_b, info.start_b, info.len_b)):
                 if n is not None:
-                    out += self._offsets_of(text)[start:start + n] + edge
+                    out += self._segment_of(text).offsets[start:start + n] + edge
             cache[batch_index] = out + [(0, 0)] * (len(self._ids(batch_index)) - len(out))
         return cache[batch_index]
 
@@ -222,156 +209,6 @@ def _check_index(index: Any, name: str) -> int:
     if value is None or value < 0:
         raise BertkitError(f"{name} must be an int >= 0, got {index!r}")
     return value
-
-
-def resolve_truncation(
-    truncation: bool | str | None, max_length: int | None, padding: bool | str
-) -> str | None:
-    """The truncation strategy to apply, or None.
-
-    ``None`` (the default) is Hugging Face's default: truncate with ``longest_first`` when ``max_length``
-    is given and padding is off, else do not truncate. ``True`` means ``longest_first``.
-    """
-    if truncation is None:
-        return "longest_first" if max_length is not None and padding is False else None
-    if truncation is True:
-        return "longest_first"
-    if truncation is False or truncation == "do_not_truncate":
-        return None
-    if truncation in TRUNCATION_STRATEGIES:
-        return truncation
-    raise BertkitError(
-        f"truncation={truncation!r} is not one of True, False, None, {', '.join(map(repr, TRUNCATION_STRATEGIES))}"
-    )
-
-
-def resolve_padding(padding: bool | str | None) -> str | None:
-    """``"longest"``, ``"max_length"`` or None (no padding)."""
-    if padding is True or padding == "longest":
-        return "longest"
-    if padding is False or padding is None or padding == "do_not_pad":
-        return None
-    if padding == "max_length":
-        return "max_length"
-    raise BertkitError(f"padding={padding!r} is not one of True, False, 'longest', 'max_length'")
-
-
-def truncation_lengths(
-    len_a: int, len_b: int | None, max_length: int, strategy: str, num_special: int
-) -> tuple[int, int | None]:
-    """How many tokens of A (and B) to keep so that the encoded input has at most ``max_length`` tokens.
-
-    ``num_special`` is the number of special tokens that will be added (2 for a single text, 3 for a pair,
-    0 without special tokens). Mirrors ``tokenizers``' ``truncate_encodings``; in ``longest_first``, with
-    ``n1 <= n2`` the shorter and longer lengths and ``t`` the budget: the shorter keeps everything and the
-    longer gets the rest (but never less than the shorter's length), and when even that does not fit both
-    get ``t // 2``, the longer one ``t // 2 + t % 2`` (the second text when both are equally long).
-    """
-    if max_length < num_special:
-        # Hugging Face silently skips truncation here; an input that cannot fit is a caller error.
-        raise BertkitError(
-            f"max_length {max_length} is smaller than the {num_special} special tokens this input gets; "
-            f"use max_length >= {num_special}"
-        )
-    target = max_length - num_special
-    if target == 0:  # as tokenizers: everything goes, whatever the strategy
-        return 0, (None if len_b is None else 0)
-    total = len_a + (len_b or 0)
-    if total <= target:
-        return len_a, len_b
-    to_remove = total - target
-    if strategy == "longest_first":
-        if len_b is None:
-            return target, None
-        n1, n2 = len_a, len_b
-        swap = n1 > n2
-        if swap:
-            n1, n2 = n2, n1
-        n2 = n1 if n1 > target else max(n1, target - n1)
-        if n1 + n2 > target:
-            n1 = target // 2
-            n2 = n1 + target % 2
-        if swap:
-            n1, n2 = n2, n1
-        return min(n1, len_a), min(n2, len_b)
-    if strategy == "only_first":
-        if len_a > to_remove:
-            return len_a - to_remove, len_b
-        raise BertkitError(
-            f"truncation='only_first' cannot fit max_length {max_length}: the first text has {len_a} tokens, "
-            f"the second {len_b or 0} and {num_special} special tokens are added, so {to_remove} would have to "
-            f"go from the first; use a larger max_length or truncation='longest_first'"
-        )
-    if strategy == "only_second":
-        if len_b is None:
-            raise BertkitError(
-                f"truncation='only_second' needs a text_pair, but this input ({len_a} tokens, more than "
-                f"max_length {max_length} allows) is a single text; use truncation='only_first' or 'longest_first'"
-            )
-        if len_b > to_remove:
-            return len_a, len_b - to_remove
-        raise BertkitError(
-            f"truncation='only_second' cannot fit max_length {max_length}: the second text has {len_b} tokens, "
-            f"the first {len_a} and {num_special} special tokens are added, so {to_remove} would have to go "
-            f"from the second; use a larger max_length or truncation='longest_first'"
-        )
-    raise BertkitError(f"unknown truncation strategy {strategy!r}; use one of {TRUNCATION_STRATEGIES}")
-
-
-# What each column of an encoded row pads with (``input_ids`` with the tokenizer's pad id).
-PAD_VALUES = {"input_ids": 0, "token_type_ids": 0, "attention_mask": 0, "special_tokens_mask": 1, "offset_mapping": (0, 0)}
-
-
-def pad_rows(rows: list[dict[str, list]], length: int, pad_id: int) -> None:
-    """Right-pad every row (a dict of per-token lists) to ``length`` in place; longer rows are left alone."""
-    if not rows:
-        return
-    from bertkit.padding import pad_batch  # here, so that tokenizing without padding does not pay for torch
-
-    fills = {key: pad_id if key == "input_ids" else PAD_VALUES[key] for key in rows[0]}
-    padded = pad_batch(rows, fills, width=length, return_tensors=None)
-    for b, row in enumerate(rows):
-        for key in fills:
-            row[key][:] = padded[key][b]
-
-
-def to_batch_encoding(
-    rows: list[dict[str, list]], batched: bool, return_tensors: str | None
-) -> BatchEncoding:
-    """Rows -> BatchEncoding of lists (one row unwrapped unless ``batched``) or of (B, T) tensors/arrays."""
-    keys = list(rows[0]) if rows else ["input_ids", "token_type_ids", "attention_mask"]
-    if return_tensors is None:
-        if batched:
-            return BatchEncoding({k: [row[k] for row in rows] for k in keys})
-        return BatchEncoding(rows[0])
-    if return_tensors not in ("pt", "np"):
-        raise BertkitError(f"return_tensors={return_tensors!r} is not supported; use 'pt', 'np' or None")
-    lengths = sorted({len(row["input_ids"]) for row in rows})
-    if len(lengths) > 1:
-        raise BertkitError(
-            f"cannot stack sequences of different lengths {lengths[0]}..{lengths[-1]} into one tensor: "
-            f"pass padding=True (or 'max_length'), or return_tensors=None for lists"
-        )
-    out = BatchEncoding()
-    for k in keys:
-        data: Sequence = [row[k] for row in rows]
-        if return_tensors == "pt":
-            import torch  # imported here so that tokenizing without tensors does not pay for torch
-
-            tensor = torch.tensor(data, dtype=torch.long)
-            if not rows or not lengths[0]:
-                tensor = (
-                    tensor.reshape(len(rows), 0, 2) if k == "offset_mapping" else tensor.reshape(len(rows), 0)
-                )
-            out[k] = tensor
-        else:
-            import numpy as np
-
-            array = np.asarray(data, dtype=np.int64)
-            if not rows or not lengths[0]:
-                array = array.reshape((len(rows), 0, 2) if k == "offset_mapping" else (len(rows), 0))
-            out[k] = array
-    return out
 
 
 def word_index(ids: list[int], continuation_ids: frozenset[int]) -> list[int]:

@@ -1,38 +1,41 @@
 """BertTokenizer: text -> BERT input ids, with character offsets, token for token as BertTokenizerFast.
 
-Pipeline for one text (each step in its own module):
+The class holds the vocabulary, the special tokens and the settings, reads and writes tokenizer directories
+(``loading``), and answers transformers' calls. The work is done by three parts, each in its own module:
 
-1. special tokens written in the text (``[MASK]``, ``[SEP]``, ...) are cut out first, matched exactly
-   and case-sensitively anywhere, as Hugging Face does for its special "added tokens";
-2. the rest is split on whitespace into chunks; each chunk goes through the basic tokenizer (``basic``)
-   and WordPiece (``wordpiece``);
-3. ``[CLS]``/``[SEP]`` are added, then truncation and padding (``batch_call``: ``__call__`` and ``pad``,
-   over ``encoding``'s row helpers).
+1. ``text.TextEncoder``: one text -> WordPiece ids and character offsets (special and added tokens cut out,
+   then the basic tokenizer and WordPiece per whitespace chunk, memoised);
+2. ``batch``: those ids -> model rows: ``[CLS]``/``[SEP]`` and segment ids, truncation or overflowing windows,
+   padding, lists or tensors;
+3. ``encoding.BatchEncoding``: the output, which also maps tokens back to words and characters.
 
-Speed, in pure Python: step 2 is memoised per chunk (the whitespace-delimited piece of the original text,
-e.g. ``"world,"``), mapping it to its ids and their offsets relative to the chunk. Text is Zipfian, so
-most chunks are dictionary hits and a sentence costs one C-level ``str.split`` plus one dict lookup per
-chunk; misses run the per-character path once. Caches are bounded (``cache_size`` entries each) and
-never change results, which depend only on the text and the configuration.
-
-Offsets are character offsets into the original string, as BertTokenizerFast reports them: a token
-spans from the first to the last original character its normalised characters came from (so ``"é"``
-lower-cased and stripped to ``"e"`` spans the ``"é"``, a ``##`` piece spans only its own characters,
-``[UNK]`` spans its whole word), and added special tokens and padding get ``(0, 0)``.
+Added special tokens and padding get the offsets ``(0, 0)``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.outputs import atomic_write_json
-from bertkit.tokenization.basic import CHUNK_RE, NON_SEPARATOR_SPACE_RE, BasicTokenizer
-from bertkit.tokenization.batch_call import BatchCallMixin
+from bertkit.tokenization.basic import BasicTokenizer
+from bertkit.tokenization.batch import (
+    Segment,
+    as_tensor,
+    check_lengths,
+    encode_rows,
+    examples_of,
+    pad_rows,
+    resolve_padding,
+    resolve_truncation,
+    split_inputs,
+    to_batch_encoding,
+)
+from bertkit.tokenization.encoding import BatchEncoding
 from bertkit.tokenization.loading import (
     ADDED_TOKENS_FILE,
     CONFIG_FILE,
@@ -44,7 +47,8 @@ from bertkit.tokenization.loading import (
     read_settings,
     read_tokenizer_json,
 )
-from bertkit.tokenization.wordpiece import VOCAB_FILE, Memo, WordPiece, load_vocab, write_vocab_file
+from bertkit.tokenization.text import TextEncoder
+from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, write_vocab_file
 
 __all__ = ["BertTokenizer", "BertTokenizerFast"]
 
@@ -55,14 +59,13 @@ _CLEANUP = (
     (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
 )  # fmt: skip
 # transformers' `clean_up_tokenization`, applied to the whole decoded string when
-# clean_up_tokenization_spaces is on (no " do not" here, unlike the decoder's list).
-_CLEANUP_TEXT = (
-    (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
-    (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
-)  # fmt: skip
+# clean_up_tokenization_spaces is on: the same but for " do not".
+_CLEANUP_TEXT = tuple(pair for pair in _CLEANUP if pair[0] != " do not")
+# The columns ``pad`` pads; any other key of its input (labels, ...) passes through unchanged.
+_PADDED_KEYS = ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask", "offset_mapping")
 
 
-class BertTokenizer(BatchCallMixin):
+class BertTokenizer:
     """BERT's WordPiece tokenizer, with the behaviour of Hugging Face's BertTokenizerFast.
 
     >>> tok = BertTokenizer.from_pretrained("models/minilm")
@@ -108,7 +111,7 @@ class BertTokenizer(BatchCallMixin):
         self.additional_special_tokens = list(additional_special_tokens)
         # Tokens added with add_tokens: cut out of the text before WordPiece, like special tokens, but
         # matched case-insensitively by an uncased tokenizer (Hugging Face matches them on normalised text).
-        self.added_tokens: list[str] = []
+        self.added_tokens: list[str] = list(dict.fromkeys(added_tokens))
         self.model_max_length = int(model_max_length)
         self.max_input_chars_per_word = max_input_chars_per_word
         self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
@@ -121,7 +124,6 @@ class BertTokenizer(BatchCallMixin):
                 f"vocabulary or pass the names it uses (unk_token=, sep_token=, pad_token=, cls_token=, "
                 f"mask_token=)"
             )
-        self.added_tokens = list(dict.fromkeys(added_tokens))
         self._build()
 
     def _special_list(self) -> list[str]:
@@ -137,31 +139,17 @@ class BertTokenizer(BatchCallMixin):
         self.pad_token_id = self.vocab[self.pad_token]
         self.cls_token_id = self.vocab[self.cls_token]
         self.mask_token_id = self.vocab[self.mask_token]
-        self._basic = BasicTokenizer(
-            self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars, self.never_split
-        )
-        self._wordpiece = WordPiece(
-            self.vocab, self.unk_token, self.max_input_chars_per_word, "##", self.cache_size
-        )
-        self._chunks = Memo(self._encode_chunk, self.cache_size)
+        basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars, self.never_split)
+        wordpiece = WordPiece(self.vocab, self.unk_token, self.max_input_chars_per_word, "##", self.cache_size)
+        self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens,
+                                 self.cache_size)
         self._special_id_set = frozenset(self.all_special_ids)
         # word_ids: a token starts a word unless it is a WordPiece continuation ("##...").
         self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens) if t.startswith("##"))
-        fold = self.do_lower_case
-        plain = [t for t in self.added_tokens if t not in self._special_id_set and t not in self.all_special_tokens]
-        self._match_ids = {t: self.vocab[t] for t in self.all_special_tokens}
-        self._match_ids.update({(t.lower() if fold else t): self.vocab[t] for t in plain})
-        firsts = {t[0] for t in self.all_special_tokens} | {c for t in plain for c in {t[0], t[0].lower(), t[0].upper()}}
-        self._special_first_chars = "".join(sorted(firsts))
-        # Longest first, so that at one position the longest special token wins (leftmost-longest).
-        patterns = [(t, re.escape(t)) for t in self.all_special_tokens]
-        patterns += [(t, f"(?i:{re.escape(t)})" if fold else re.escape(t)) for t in plain]
-        self._special_re = re.compile("|".join(p for _, p in sorted(patterns, key=lambda x: len(x[0]), reverse=True)))
 
     def __getstate__(self) -> dict:
         # What a DataLoader worker receives: the settings and the token list, not caches or derived maps.
-        derived = ("vocab", "ids_to_tokens", "_basic", "_wordpiece", "_chunks", "_special_id_set",
-                   "_special_first_chars", "_special_re", "_continuation_ids", "_match_ids")  # fmt: skip
+        derived = ("vocab", "ids_to_tokens", "_text", "_special_id_set", "_continuation_ids")
         return {k: v for k, v in self.__dict__.items() if k not in derived}
 
     def __setstate__(self, state: dict) -> None:
@@ -355,72 +343,132 @@ class BertTokenizer(BatchCallMixin):
     def tokenize(self, text: str) -> list[str]:
         """WordPiece strings of ``text`` (no [CLS]/[SEP]): ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``."""
         tokens = self._tokens
-        return [tokens[i] for i in self._encode_text(text, None)]
+        return [tokens[i] for i in self._text.encode(text)]
 
-    def _encode_text(self, text: str, offsets: list[tuple[int, int]] | None) -> list[int]:
-        """Ids of ``text`` without [CLS]/[SEP]; appends their offsets to ``offsets`` unless it is None."""
-        if not isinstance(text, str):
-            raise TypeError(f"the tokenizer takes str (or a list of str), got {type(text).__name__}")
+    def __call__(
+        self,
+        text: str | Sequence[str] | Sequence[Sequence[str]],
+        text_pair: str | Sequence[str] | Sequence[Sequence[str]] | None = None,
+        *,
+        add_special_tokens: bool = True,
+        max_length: int | None = None,
+        truncation: bool | str | None = None,
+        padding: bool | str = False,
+        pad_to_multiple_of: int | None = None,
+        return_tensors: str | None = None,
+        return_token_type_ids: bool | None = None,
+        return_attention_mask: bool | None = None,
+        return_offsets_mapping: bool = False,
+        return_special_tokens_mask: bool = False,
+        return_length: bool = False,
+        is_split_into_words: bool = False,
+        return_overflowing_tokens: bool = False,
+        stride: int = 0,
+    ) -> BatchEncoding:
+        """Encode one text / pair, or a batch of them.
+
+        Returns a BatchEncoding (a dict) with ``input_ids``, ``token_type_ids``, ``attention_mask`` and, when
+        asked, ``special_tokens_mask``, ``offset_mapping`` ((start, end) into the original text; (0, 0)
+        for [CLS]/[SEP]/[PAD]) and ``length`` (tokens per row, padding included). A str gives lists of ints,
+        a list of str gives lists of lists; with ``return_tensors="pt"`` / ``"np"`` every value is a (B, T)
+        tensor / int64 array ((B, T, 2) for offsets, (B,) for length), B = 1 for a single text.
+        ``return_token_type_ids=False`` / ``return_attention_mask=False`` leave those keys out (None or True:
+        included). The BatchEncoding also maps tokens to words and characters: ``word_ids(i)``,
+        ``sequence_ids(i)``, ``tokens(i)``, ``char_to_token``, ``token_to_chars``, ``word_to_tokens``.
+
+        truncation: None (default) = Hugging Face's default, i.e. ``longest_first`` only when ``max_length``
+        is given and ``padding`` is False; True = ``longest_first``; or ``"only_first"``/``"only_second"``.
+        ``max_length`` defaults to ``model_max_length`` when truncating or padding to ``"max_length"``.
+        padding: False, True/``"longest"`` (to the longest in the batch) or ``"max_length"``; with
+        ``pad_to_multiple_of`` the padded length is rounded up to a multiple of it.
+        is_split_into_words: each text is a list of words (NER); word ids index them, offsets are
+        relative to each word, as in Hugging Face.
+        return_overflowing_tokens: the truncated text (the single text, or the one ``only_first`` /
+        ``only_second`` names) is cut into windows that overlap by ``stride`` tokens, each its own row;
+        ``overflow_to_sample_mapping`` gives each row's input index. The output is then always batched.
+        A sequence longer than ``model_max_length`` is not an error here: the model checks its positions.
+        """
+        texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
+        strategy = resolve_truncation(truncation, max_length, padding)
+        pad = resolve_padding(padding)
+        if max_length is None and (strategy is not None or pad == "max_length"):
+            max_length = self.model_max_length
+        check_lengths(max_length, pad_to_multiple_of, stride, return_overflowing_tokens)
+
+        segment = functools.partial(self._segment, with_offsets=return_offsets_mapping, split=is_split_into_words)
+        segments = [(segment(a), None if b is None else segment(b)) for a, b in zip(texts, pairs)]
+        specials = (self.cls_token_id, self.sep_token_id) if add_special_tokens else None
+        rows, infos, sample_mapping = encode_rows(segments, list(zip(texts, pairs)), specials, strategy, max_length,
+                                                  return_overflowing_tokens, stride, return_special_tokens_mask,
+                                                  self._continuation_ids)
+        pad_rows(rows, pad, max_length, pad_to_multiple_of, self.pad_token_id)
+        for key, wanted in (("token_type_ids", return_token_type_ids), ("attention_mask", return_attention_mask)):
+            if wanted is False:
+                for row in rows:
+                    del row[key]
+        batched = batched or return_overflowing_tokens
+        out = to_batch_encoding(rows, batched, return_tensors)
+        if return_length:
+            out["length"] = as_tensor([len(r["input_ids"]) for r in rows], return_tensors)  # [n] for one text too
+        if return_overflowing_tokens:
+            out["overflow_to_sample_mapping"] = as_tensor(sample_mapping, return_tensors)
+        # What word_ids, tokens, char_to_token... of the output need (attributes, not keys).
+        out._row_info, out._continuation_ids = infos, self._continuation_ids
+        out._batched = batched or return_tensors is not None  # values are per-row (lists of lists, or (B, T))
+        out._token_strings = self.convert_ids_to_tokens
+        out._segment_of = functools.partial(self._segment, with_offsets=True, split=is_split_into_words)  # picklable
+        return out
+
+    def _segment(self, text: Any, with_offsets: bool, split: bool) -> Segment:
+        """One input text's ids, offsets (None unless ``with_offsets``) and, for pre-split words, word indices."""
+        offsets: list[tuple[int, int]] | None = [] if with_offsets else None
+        if not split:
+            return Segment(self._text.encode(text, offsets), offsets, None)
+        if isinstance(text, str) or not all(isinstance(w, str) for w in text):
+            raise TypeError("with is_split_into_words=True each text is a list of words (str), got "
+                            f"{type(text).__name__}: {str(text)[:60]!r}")
         ids: list[int] = []
-        if any(c in text for c in self._special_first_chars) and self._special_re.search(text):
-            pos = 0
-            for m in self._special_re.finditer(text):
-                self._encode_plain(text[pos : m.start()], pos, ids, offsets)
-                token = m.group()
-                i = self._match_ids.get(token)
-                ids.append(self._match_ids[token.lower()] if i is None else i)
-                if offsets is not None:
-                    offsets.append(m.span())
-                pos = m.end()
-            self._encode_plain(text[pos:], pos, ids, offsets)
-        else:
-            self._encode_plain(text, 0, ids, offsets)
-        return ids
+        words: list[int] = []
+        for w, word in enumerate(text):
+            n = len(ids)
+            ids += self._text.encode(word, offsets)  # offsets relative to the word, as Hugging Face gives them
+            words += [w] * (len(ids) - n)
+        return Segment(ids, offsets, words)
 
-    def _encode_plain(
-        self, text: str, base: int, ids: list[int], offsets: list[tuple[int, int]] | None
-    ) -> None:
-        chunks = self._chunks
-        odd_spaces = NON_SEPARATOR_SPACE_RE.search(text) is not None
-        if offsets is None:
-            if odd_spaces:  # dropped by BERT anyway; removing them makes str.split() split where BERT does
-                text = NON_SEPARATOR_SPACE_RE.sub("", text)
-            for chunk in text.split():
-                ids += chunks[chunk][0]
-            return
-        if odd_spaces:
-            spans = ((m.start(), m.group()) for m in CHUNK_RE.finditer(text))
-        else:
-            spans = _spans(text)
-        append = offsets.append
-        for start, chunk in spans:
-            chunk_ids, chunk_offsets = chunks[chunk]
-            ids += chunk_ids
-            start += base
-            if len(chunk_offsets) == 1:  # most chunks are one token
-                a, b = chunk_offsets[0]
-                append((start + a, start + b))
-            else:
-                offsets += [(start + a, start + b) for a, b in chunk_offsets]
-
-    def _encode_chunk(self, chunk: str) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
-        """One whitespace-free chunk -> (ids, offsets relative to the chunk). Memoised in ``_chunks``."""
-        kept = self._basic.never_split_match(chunk)
-        if kept is not None:
-            token, start, end = kept
-            return (self.vocab.get(token, self.unk_token_id),), ((start, end),)
-        words, source = self._basic.split_chunk(chunk)
-        ids: list[int] = []
-        offsets: list[tuple[int, int]] = []
-        segment = self._wordpiece.segment
-        for word, w in words:
-            for i, a, b in segment(word):
-                ids.append(i)
-                if source is None:
-                    offsets.append((w + a, w + b))
-                else:
-                    offsets.append((source[w + a], source[w + b - 1] + 1))
-        return tuple(ids), tuple(offsets)
+    def pad(
+        self,
+        encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        padding: bool | str = True,
+        max_length: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        return_tensors: str | None = None,
+    ) -> BatchEncoding:
+        """Pad already-encoded inputs, as Hugging Face's ``tokenizer.pad`` (what DataCollatorWithPadding calls):
+        a BatchEncoding / dict of lists, or a list of per-example dicts. ``input_ids``, ``token_type_ids``,
+        ``attention_mask`` (made when absent), ``special_tokens_mask`` and ``offset_mapping`` are padded on
+        the right; other keys (labels, ...) are passed through unchanged."""
+        examples, batched = examples_of(encoded_inputs)
+        if any("input_ids" not in e for e in examples):
+            raise BertkitError("pad needs input_ids in every example (the tokenizer's output)")
+        rows = [{k: list(e[k]) for k in _PADDED_KEYS if k in e} for e in examples]
+        for i, row in enumerate(rows):
+            row.setdefault("attention_mask", [1] * len(row["input_ids"]))
+            n = len(row["input_ids"])
+            uneven = {k: len(v) for k, v in row.items() if len(v) != n}
+            if uneven:  # padded as they are, the tokens and their mask or segments would no longer line up
+                raise BertkitError(f"pad: example {i} has {n} input_ids but "
+                                   + ", ".join(f"{k} of length {m}" for k, m in uneven.items())
+                                   + "; every column of an example is one entry per token: encode it again")
+        pad = resolve_padding(padding)
+        if pad == "max_length" and max_length is None:
+            max_length = self.model_max_length
+        pad_rows(rows, pad, max_length, pad_to_multiple_of, self.pad_token_id)
+        out = to_batch_encoding(rows, batched, return_tensors)
+        for key in examples[0] if examples else ():
+            if key not in _PADDED_KEYS:
+                values = [e[key] for e in examples]
+                out[key] = as_tensor(values if batched else values[0], return_tensors)
+        return out
 
     def encode(self, text: str, text_pair: str | None = None, **kwargs: Any) -> list[int]:
         """``input_ids`` of one text (or pair), special tokens included; keyword arguments as ``__call__``."""
@@ -450,14 +498,8 @@ class BertTokenizer(BatchCallMixin):
         special token ([CLS], [SEP], [PAD], [MASK], [UNK], additional ones). The text is the normalised one
         (lower-cased, accents stripped for uncased models): use offsets to recover original text.
         """
-        tokens = self._tokens
-        kept: list[str] = []
-        for i in _as_id_list(ids):
-            if not 0 <= i < len(tokens):
-                raise BertkitError(f"token id {i} is outside the vocabulary (0..{len(tokens) - 1})")
-            if not (skip_special_tokens and i in self._special_id_set):
-                kept.append(tokens[i])
-        text = self.convert_tokens_to_string(kept)
+        skip = self._special_id_set if skip_special_tokens else frozenset()
+        text = self.convert_tokens_to_string([self._token_of(i) for i in _as_id_list(ids) if i not in skip])
         if clean_up_tokenization_spaces is None:
             clean_up_tokenization_spaces = self.clean_up_tokenization_spaces
         if clean_up_tokenization_spaces:
@@ -482,22 +524,6 @@ class BertTokenizer(BatchCallMixin):
             pieces.append(token)
         return "".join(pieces)
 
-
-
-
-
-def _spans(text: str) -> Iterator[tuple[int, str]]:
-    """(start, chunk) for the chunks of ``str.split()``, located with ``str.find`` (faster than a regex).
-
-    The first occurrence of a chunk at or after the end of the previous one is the chunk itself: only
-    whitespace lies in between, and a chunk starts with a non-whitespace character.
-    """
-    pos = 0
-    find = text.find
-    for chunk in text.split():
-        start = find(chunk, pos)
-        pos = start + len(chunk)
-        yield start, chunk
 
 
 

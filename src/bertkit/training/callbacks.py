@@ -40,7 +40,7 @@ class PredictionOutput(NamedTuple):
 
 @dataclass
 class TrainerState:
-    epoch: float | None = None
+    epoch: float = 0
     global_step: int = 0
     max_steps: int = 0
     num_train_epochs: float = 0
@@ -63,9 +63,11 @@ class TrainerControl:
 
 
 class TrainerCallback:
-    """Subclass and override the events you need; each gets ``(args, state, control, **kwargs)`` and may set
-    ``control.should_training_stop``. Events: on_init_end, on_train_begin, on_train_end, on_epoch_end,
-    on_step_end, on_evaluate (kwargs metrics), on_log (kwargs logs), on_save, on_predict (kwargs metrics)."""
+    """Subclass and override the events you need; each gets ``(args, state, control, **kwargs)`` (kwargs: model,
+    processing_class; metrics for on_evaluate and on_predict, logs for on_log) where and in the order
+    transformers' Trainer calls it (tests/test_trainer.py runs one callback under both), and may set any of
+    ``control``'s flags (or return a ``TrainerControl``): they are honoured as transformers honours them. on_save
+    sees the checkpoint-N directory in place, whole. Not called: on_push_begin (bertkit does not push to the Hub)."""
 
     def on_init_end(self, args, state, control, **kwargs): pass
     def on_train_begin(self, args, state, control, **kwargs): pass
@@ -73,9 +75,13 @@ class TrainerCallback:
     def on_epoch_begin(self, args, state, control, **kwargs): pass
     def on_epoch_end(self, args, state, control, **kwargs): pass
     def on_step_begin(self, args, state, control, **kwargs): pass
+    def on_pre_optimizer_step(self, args, state, control, **kwargs): pass
+    def on_optimizer_step(self, args, state, control, **kwargs): pass
+    def on_substep_end(self, args, state, control, **kwargs): pass
     def on_step_end(self, args, state, control, **kwargs): pass
     def on_evaluate(self, args, state, control, **kwargs): pass
     def on_predict(self, args, state, control, **kwargs): pass
+    def on_prediction_step(self, args, state, control, **kwargs): pass
     def on_save(self, args, state, control, **kwargs): pass
     def on_log(self, args, state, control, **kwargs): pass
 
@@ -102,7 +108,9 @@ class EarlyStoppingCallback(TrainerCallback):
         if value is None:
             return
         better = np.greater if args.greater_is_better else np.less
-        if state.best_metric is None or (better(value, state.best_metric)
+        if np.isnan(value):  # never an improvement (nor the best: the Trainer skips it)
+            self.early_stopping_patience_counter += 1
+        elif state.best_metric is None or (better(value, state.best_metric)
                                          and abs(value - state.best_metric) > self.early_stopping_threshold):
             self.early_stopping_patience_counter = 0
         else:

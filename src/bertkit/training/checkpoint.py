@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import pickle
 import random
 import shutil
 import tempfile
@@ -143,6 +144,22 @@ def _rename_into_place(tmp: Path, final: Path, root: Path) -> None:
     register_tree(final)  # the same files under their final names
 
 
+def remove_torn_writes(out_dir: Path, layout: CheckpointLayout) -> None:
+    """Remove the temporary directories (``.tmp-<checkpoint>``) of checkpoint writes a kill cut short, where this
+    run's claim on the output directory (or the run it continues) recorded them as its own; anything else in
+    them, or a directory of that name bertkit did not make, is left and named."""
+    root = layout.root(out_dir)
+    for tmp in sorted(root.glob(f".tmp-{layout.prefix}*")) if root.is_dir() else []:
+        if tmp.is_symlink() or not tmp.is_dir():
+            continue
+        left = remove_owned_tree(tmp)
+        if left:
+            logger.warning("left %s: it holds %d file(s) bertkit cannot prove it wrote (e.g. %s)", tmp, len(left),
+                           ", ".join(left[:3]))
+        else:
+            logger.info("removed %s, a checkpoint write a kill cut short", tmp)
+
+
 def _rotate(out_dir: Path, layout: CheckpointLayout, keep: int, protect: Callable[[Path], bool] | None) -> None:
     kept = [p for p in checkpoint_dirs(out_dir, layout) if not (protect and protect(p))]
     for old in kept[:-keep]:
@@ -167,8 +184,6 @@ def set_rng_state(state: dict, device: str) -> None:
 
 
 def read_state(path: Path) -> dict:
-    import pickle
-
     try:
         state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -197,16 +212,37 @@ def read_checkpoint(out_dir: Path, fingerprint: dict, layout: CheckpointLayout =
         break
     else:
         raise BertkitError(f"no intact checkpoint to resume from in {layout.root(out_dir)}: {'; '.join(damaged)}")
-    if state["fingerprint"] != fingerprint:
-        diff = {k: (state["fingerprint"].get(k), fingerprint.get(k))
-                for k in sorted(set(state["fingerprint"]) | set(fingerprint))
-                if state["fingerprint"].get(k) != fingerprint.get(k)}
+    refuse_other_run(path, fingerprint, state["fingerprint"])
+    return path, state
+
+
+def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -> None:
+    """Refuse to resume from the checkpoint ``path`` when the run that wrote it had another fingerprint (``saved``,
+    or read from its state.pt with the tensors memory-mapped, not read: a check before anything is written). A
+    state.pt that cannot be read is left to ``read_checkpoint``, which names the damage."""
+    if saved is None:
+        try:
+            saved = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)["fingerprint"]
+        except (RuntimeError, EOFError, KeyError, OSError, ValueError, pickle.UnpicklingError):
+            return
+    if saved != fingerprint:
         raise BertkitError(
             f"cannot resume from {path}: it was written by a run with other settings or data "
-            f"(field: (checkpoint, now)) {diff}; resume with the original settings and data, or start a new "
-            "--output-dir"
+            f"(field: (checkpoint, now)) {_differences(saved, fingerprint)}; resume with the original settings and "
+            "data, or start a new --output-dir"
         )
-    return path, state
+
+
+def _differences(saved: dict, now: dict, prefix: str = "") -> dict[str, tuple]:
+    """The fingerprint fields that differ, nested ones by their dotted name: {"trainer.train_data": (saved, now)}."""
+    out: dict[str, tuple] = {}
+    for key in sorted(set(saved) | set(now)):
+        a, b = saved.get(key), now.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.update(_differences(a, b, f"{prefix}{key}."))
+        elif a != b:
+            out[f"{prefix}{key}"] = (a, b)
+    return out
 
 
 def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLayout,

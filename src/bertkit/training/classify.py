@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_json
 from bertkit.settings import ClassifySettings, first
 from bertkit.tasks import glue
@@ -23,61 +23,15 @@ logger = logging.getLogger("bertkit")
 
 
 def read_labelled(path: Path, s: ClassifySettings, *, labelled: bool = True) -> list[glue.GlueExample]:
-    """Rows of a CSV/TSV/JSONL file as examples (id = the row's position); a bad row names file and line.
+    """Rows of a CSV/TSV/JSONL file as examples (id = the row's position), read and checked as ``bertkit predict``
+    reads its inputs (``inference.files.read_inputs``): a bad row names its file and line."""
+    from bertkit.inference.files import Columns, read_inputs
 
-    Every text read must hold a non-whitespace character (an empty cell is a missing value, not a text); a second
-    text the settings do not name (a ``text_pair`` or ``sentence2`` column beside the text) is logged as a warning,
-    since the model would then be trained and scored on the first text alone."""
-    from bertkit.tasks.files import file_format, read_records, second_text_fields
-
-    if not path.is_file():
-        raise MissingFileError(f"data file not found: {path}")
-    fmt = file_format(path, s.input_format)
-    if fmt == "text":
-        raise BertkitError(f"{path}: finetune classify reads CSV, TSV or JSONL files with named columns "
-                           "(--text-column, --label-column), not plain text; name the format with --input-format")
-    wanted = [c for c in (s.text_column, s.text_pair_column, s.label_column if labelled else None) if c]
-    examples = []
-    unnamed_pair: tuple[int, list[str]] | None = None
-    for line, record in read_records(path, fmt, s.max_line_bytes):
-        if not isinstance(record, dict):
-            raise BertkitError(f"{path}:{line}: expected an object with {', '.join(wanted)}, "
-                               f"got {type(record).__name__}")
-        missing = [c for c in wanted if c not in record]
-        if missing:
-            raise BertkitError(f"{path}:{line}: no {', '.join(map(repr, missing))} column (it has "
-                               f"{', '.join(map(str, record))}); name the columns with --text-column, "
-                               "--text-pair-column and --label-column")
-        if s.text_pair_column is None and unnamed_pair is None:
-            found = second_text_fields(record, used=(s.text_column, s.label_column))
-            unnamed_pair = (line, found) if found else None
-        values = {c: record[c] for c in wanted}
-        if fmt == "jsonl" and isinstance(values.get(s.label_column), (int, float)) \
-                and not isinstance(values[s.label_column], bool):
-            values[s.label_column] = repr(values[s.label_column])  # JSON numbers: read as written
-        bad = [c for c, v in values.items() if not isinstance(v, str)]
-        if bad:
-            raise BertkitError(f"{path}:{line}: {bad[0]!r} must be a string or number, got "
-                               f"{str(values[bad[0]])[:60]!r}")
-        blank = next((c for c in (s.text_column, s.text_pair_column) if c and not values[c].strip()), None)
-        if blank is not None:
-            raise BertkitError(f"{path}:{line}: {blank!r} is {'empty' if not values[blank] else 'only whitespace'}; "
-                               "every row needs its text: fill in or remove that row")
-        label = values.get(s.label_column) if labelled else None
-        if labelled and not label.strip():
-            raise BertkitError(f"{path}:{line}: empty {s.label_column!r}")
-        examples.append(glue.GlueExample(id=str(len(examples)), text_a=values[s.text_column],
-                                         text_b=values.get(s.text_pair_column) if s.text_pair_column else None,
-                                         label=label.strip() if label is not None else None, line=line))
-    if not examples:
-        raise BertkitError(f"{path} holds no rows")
-    if unnamed_pair is not None:
-        line, found = unnamed_pair
-        kind = "field" if fmt == "jsonl" else "column"
-        logger.warning("%s:%d: the rows hold a second text (%s %s) that no flag names, so the model reads the first "
-                       "text alone; pass --text-pair-column %s to train on pairs", path, line, kind,
-                       ", ".join(map(repr, found)), found[0])
-    return examples
+    columns = Columns(text=s.text_column, text_pair=s.text_pair_column, label=s.label_column if labelled else None)
+    items, _ = read_inputs(path, "text-classification", columns, s.input_format, max_line_bytes=s.max_line_bytes,
+                           rows=True)
+    return [glue.GlueExample(id=str(i), text_a=x["text"], text_b=x.get("text_pair"), label=x.get("label"),
+                             line=x["line"]) for i, x in enumerate(items)]
 
 
 def _number(text: str) -> float | None:

@@ -313,9 +313,8 @@ class Replicas:
             if saved != now:  # torch's own message names no cause; a different parameter layout is the usual one
                 raise BertkitError(
                     f"the checkpoint's optimiser state holds parameter groups of {saved} tensors, this model's "
-                    f"optimiser {now}: it was written for another model, or by a bertkit whose encoder kept q, k "
-                    "and v in one tensor; its weights still load (init from its model files), but the run cannot "
-                    "be resumed exactly: start a new run")
+                    f"optimiser {now}: it was written for another model, so the run cannot be resumed; start a new "
+                    "run (its model files can still initialise one)")
             optimizer.load_state_dict(state)
             return
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from bertkit.errors import BertkitError
 from bertkit.features import hidden_states_for
 from bertkit.heads import IGNORE_INDEX
+from bertkit.inference.runner import run_length_sorted
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write, atomic_write_json, atomic_write_text
 from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings
@@ -243,17 +244,17 @@ def _batch(acts: np.ndarray, offsets: np.ndarray, sentence_ids: Sequence[int], t
 @torch.no_grad()
 def _tag(tagger: BiLSTMTagger, acts: np.ndarray, offsets: np.ndarray, labels: Sequence[str], batch_size: int,
          device: str) -> list[list[str]]:
-    """Predicted tags of every sentence, in batches of similar length (the loop has put ``tagger`` in eval mode)."""
-    n = len(offsets) - 1
-    order = sorted(range(n), key=lambda i: offsets[i + 1] - offsets[i])
-    out: list[list[str] | None] = [None] * n
-    for start in range(0, n, batch_size * 4):
-        idx = order[start:start + batch_size * 4]
-        batch = _batch(acts, offsets, idx, None)
-        pred = tagger(**{k: v.to(device) for k, v in batch.items()}).logits.argmax(-1).cpu().numpy()
-        for row, (i, m) in enumerate(zip(idx, batch["attention_mask"].sum(1).tolist())):
-            out[i] = [labels[j] for j in pred[row, :m]]
-    return out  # type: ignore[return-value]
+    """Predicted tags of every sentence, through the one length-sorted runner (the loop has put ``tagger`` in eval
+    mode)."""
+    lengths = np.diff(offsets).tolist()
+
+    def call(batch: dict[str, Tensor], ids: Sequence[int]) -> list[np.ndarray]:
+        pred = tagger(**batch).logits.argmax(-1).cpu().numpy()
+        return [pred[row, :lengths[i]] for row, i in enumerate(ids)]
+
+    tags = run_length_sorted(call, range(len(lengths)), batch_size=batch_size * 4, lengths=lengths, device=device,
+                             pad=lambda ids: _batch(acts, offsets, ids, None))
+    return [[labels[j] for j in t] for t in tags]
 
 
 def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_acts: WordActivations,

@@ -15,8 +15,9 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.outputs import remove_owned_tree
 from bertkit.settings import TrainingSettings
+from bertkit.training.batch_plan import BatchPlan, micro_batch_size, steps_for_epochs
 from bertkit.training.distributed import current
-from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, steps_for_epochs, train
+from bertkit.training.loop import Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics
 
 logger = logging.getLogger("bertkit")

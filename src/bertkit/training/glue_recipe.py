@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.inference.predict import for_prediction, predict
@@ -54,7 +55,7 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     model, precision = for_prediction(model, tokenizer, s)
     examples = first(glue.read_glue(task, s.data_dir, s.split), s.max_predict_samples)
     features = glue.featurize(examples, tokenizer, s.max_seq_length, task)
-    logits = np.stack(predict(model, features, lambda b: glue.collate(b, tokenizer.pad_token_id),
+    logits = np.stack(predict(model, features, lambda b: collate(b, tokenizer.pad_token_id),
                               batch_size=s.batch_size, bf16=precision.bf16, device=precision.device))
     preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
     s.output_dir.mkdir(parents=True, exist_ok=True)

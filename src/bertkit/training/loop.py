@@ -11,8 +11,7 @@ A run is a list of ``Phase`` objects run back to back under one learning-rate sc
 one phase; the paper's pre-training is two (90% of steps at 128 tokens, then 512; appendix A.2).
 
 Its parts live beside it: the data order in ``batch_plan.py``, checkpoint files and RNG state in
-``checkpoint.py``, the global-batch token-loss normalisation in ``token_loss.py``. The names callers
-imported from here before that split are still importable from here (``__all__``).
+``checkpoint.py``, the global-batch token-loss normalisation in ``token_loss.py``.
 """
 
 from __future__ import annotations
@@ -39,14 +38,10 @@ from bertkit.settings import CHECKPOINT_FIELDS, TrainingSettings, resume_fingerp
 from bertkit.training.batch_plan import (
     Batch,
     BatchPlan,
-    EpochBatches,
     epoch_loader,
-    micro_batch_size,
-    steps_for_epochs,
 )
+from bertkit.training.callbacks import TrainerControl
 from bertkit.training.checkpoint import (
-    HF_LAYOUT,
-    STATE_FILE,
     STEP_LAYOUT,
     CheckpointLayout,
     checkpoint_dirs,
@@ -55,18 +50,9 @@ from bertkit.training.checkpoint import (
     rng_state,
     save_checkpoint,
 )
-from bertkit.training.checkpoint import read_state as _read_state  # noqa: F401 (imported from here by tests)
 from bertkit.training.distributed import DistInfo, Replicas, all_gather, any_rank, current
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
 from bertkit.training.token_loss import accepts_num_items, logged_loss, objective, step_targets, target_count
-
-__all__ = [
-    # the loop's own
-    "LoopHooks", "Phase", "Position", "TrainResult", "train",
-    # its parts, re-exported
-    "Batch", "BatchPlan", "EpochBatches", "epoch_loader", "micro_batch_size", "steps_for_epochs",
-    "HF_LAYOUT", "STATE_FILE", "STEP_LAYOUT", "CheckpointLayout", "checkpoint_dirs", "step_targets", "target_count",
-]
 
 logger = logging.getLogger("bertkit")
 
@@ -107,18 +93,29 @@ class LoopHooks:
 
     ``write_extra(dir)`` adds files (the tokenizer) to a checkpoint before it is renamed into place;
     ``protect(path)`` marks a checkpoint ``save_total_limit`` must keep (the best one); ``on_record(record)``
-    sees every train and eval record as it is logged; ``after(kind, position)`` is called after each optimiser
-    step's logging, evaluation and saving (kind "step") and at each epoch's end (kind "epoch"), and returns
-    True to stop the run there (early stopping); ``save_each_epoch`` checkpoints at every epoch's end;
-    ``final_checkpoint`` False writes no checkpoint at the end (transformers' ``save_strategy="no"``)."""
+    sees every train and eval record as it is logged; ``event(name, position)`` is called where transformers'
+    Trainer calls its callbacks' ``on_<name>`` (epoch_begin, step_begin, substep_end, pre_optimizer_step,
+    optimizer_step, step_end, epoch_end, save: after the checkpoint is in place); ``save_each_epoch``
+    checkpoints at every epoch's end; ``final_checkpoint`` False writes no checkpoint at the end
+    (transformers' ``save_strategy="no"``); ``scheduled_eval`` False runs ``evaluate`` only when ``control`` asks
+    (transformers' ``eval_strategy="no"`` with an eval set).
+
+    ``control`` is what the loop does next, with transformers' ``TrainerControl`` rules: at each step's end (and
+    each epoch's) the loop sets the flags its settings call for (as transformers' ``DefaultFlowCallback``), then
+    calls ``event``, then logs, evaluates and saves as the flags then say, clearing each flag as it acts; a step's
+    beginning clears should_log/should_evaluate/should_save, an epoch's should_epoch_stop. A flag set by any event
+    (should_save in on_evaluate, say) is honoured, and should_epoch_stop/should_training_stop end the epoch/run
+    after the micro-batch in hand."""
 
     layout: CheckpointLayout = STEP_LAYOUT
     write_extra: Callable[[Path], None] | None = None
     protect: Callable[[Path], bool] | None = None
     on_record: Callable[[dict], None] | None = None
-    after: Callable[[str, Position], bool] | None = None
+    event: Callable[[str, Position], None] | None = None
+    control: TrainerControl = field(default_factory=TrainerControl)
     save_each_epoch: bool = False
     final_checkpoint: bool = True
+    scheduled_eval: bool = True
 
 
 def _save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None,
@@ -161,16 +158,16 @@ def train(
     """
     hooks = hooks or LoopHooks()
     run = _Run.start(model, phases, args, evaluate, batch_metrics, fingerprint, resume, hooks)
-    pos = run.pos
-    while pos.phase < len(phases) and not run.stopped:
+    pos, control = run.pos, hooks.control
+    while pos.phase < len(phases) and not control.should_training_stop:
         phase = phases[pos.phase]
         phase_end = sum(p.steps for p in phases[: pos.phase + 1])
         # `or pos.batch >= len(plan)`: a run resumed from a checkpoint written at an epoch's last batch still
         # owes that epoch's end (its evaluation), also when that batch was the phase's last step: an
         # uninterrupted run evaluates there before it switches phase
-        while (pos.step < phase_end or pos.batch >= len(phase.plan)) and not run.stopped:
+        while (pos.step < phase_end or pos.batch >= len(phase.plan)) and not control.should_training_stop:
             run.run_epoch(phase, phase_end)
-        if not run.stopped:
+        if not control.should_training_stop:
             pos.phase, pos.epoch, pos.batch = pos.phase + 1, 0, 0
     return run.finish()
 
@@ -212,7 +209,16 @@ class _Run:
     token_losses: bool = False
     num_items: float | None = None
     hooks: LoopHooks = field(default_factory=LoopHooks)
-    stopped: bool = False  # a hook asked to stop (early stopping)
+    logged_at: int = 0  # the step of the last train record (a log needs a step after it)
+    saved_at: int = -1  # the step of the last checkpoint this run wrote
+
+    @property
+    def control(self) -> TrainerControl:
+        return self.hooks.control
+
+    def event(self, name: str) -> None:
+        if self.hooks.event is not None:
+            self.hooks.event(name, self.pos)
 
     @property
     def out_dir(self) -> Path:
@@ -238,7 +244,7 @@ class _Run:
         info = current()
         out_dir = args.output_dir
         out_dir.mkdir(parents=True, exist_ok=True)
-        fingerprint = {"train": resume_fingerprint(args, CHECKPOINT_FIELDS), **(fingerprint or {})}
+        fingerprint = run_fingerprint(args, fingerprint)
         total = sum(p.steps for p in phases)
         _check_phases(args, phases, info)
         device = resolve_device(args.device, info.local_rank)
@@ -259,6 +265,7 @@ class _Run:
         run.board = _tensorboard(out_dir) if args.report_to == "tensorboard" and info.is_main else None
         run.bar = _progress(total, run.pos.step, args.progress and info.is_main)
         run.window_n = int(run.window.pop("_n", 0))
+        run.logged_at = run.pos.step
         run.t0 = time.perf_counter()
         run.token_losses = accepts_num_items(replicas.module)
         replicas.module.train()
@@ -301,21 +308,35 @@ class _Run:
 
     # -- one epoch: its remaining micro-batches, then its end ---------------------------------------------------
     def run_epoch(self, phase: Phase, phase_end: int) -> None:
-        """The micro-batches of the current epoch from ``pos.batch`` on, until the phase's last step; at the
-        epoch's end its evaluation (when not evaluating every ``eval_steps``) and its checkpoint (a hook's)."""
-        pos = self.pos
+        """The micro-batches of the current epoch from ``pos.batch`` on, until the phase's last step; then the
+        epoch's end: at the data's end, when ``control`` stops the epoch or the run, and at the run's last step
+        (transformers ends a cut-short epoch too), its evaluation (when not evaluating every ``eval_steps``) and
+        its checkpoint (``save_each_epoch``), as ``control`` then says."""
+        pos, control = self.pos, self.control
+        if pos.batch < len(phase.plan):
+            control.should_epoch_stop = False
+            self.event("epoch_begin")
         for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, self.workers, self.cuda):
-            if pos.step >= phase_end or self.stopped:
+            if pos.step >= phase_end:
                 break
             if self.micro_step(phase, weight, _to(batch, self.device)):  # the last micro-batch of a step
                 self.optimizer_step(phase)
-        if pos.batch >= len(phase.plan):
-            if self.args.eval_steps is None and not self.evaluated_at(pos.step):  # not done before a kill
-                self.run_eval()
-            pos.epoch, pos.batch = pos.epoch + 1, 0
-            if self.hooks.save_each_epoch and pos.step < self.total and not self.stopped:
-                self.checkpoint({**self.window, "_n": self.window_n})
-            self.ask_stop("epoch")
+            else:
+                self.event("substep_end")
+            if control.should_epoch_stop or control.should_training_stop:
+                break
+        ended = pos.batch >= len(phase.plan)
+        if not (ended or control.should_epoch_stop or control.should_training_stop or pos.step >= self.total):
+            return  # a phase's last step within an epoch: the next phase starts its own epochs
+        # not evaluated before a kill at this step, nor at this step's end
+        control.should_evaluate |= (self.hooks.scheduled_eval and self.args.eval_steps is None
+                                    and not self.evaluated_at(pos.step))
+        control.should_save |= self.hooks.save_each_epoch and pos.step < self.total and not control.should_training_stop
+        self.event("epoch_end")
+        self.log_and_evaluate(phase)
+        if ended or control.should_epoch_stop:
+            pos.epoch, pos.batch = pos.epoch + 1, 0  # before the checkpoint: a resumed run starts the next epoch
+        self.save_if_due()
 
     # -- one micro-batch: forward and backward ------------------------------------------------------------
     def micro_step(self, phase: Phase, weight: float, batch: Batch) -> bool:
@@ -324,7 +345,10 @@ class _Run:
         pos.batch += 1
         self.micro += 1
         sync = self.micro % accum == 0
-        if (self.micro - 1) % accum == 0 and self.token_losses:  # the first micro-batch of an optimiser step
+        if (self.micro - 1) % accum == 0:  # the first micro-batch of an optimiser step
+            self.control.should_log = self.control.should_evaluate = self.control.should_save = False
+            self.event("step_begin")
+        if (self.micro - 1) % accum == 0 and self.token_losses:
             targets = step_targets(phase.plan, pos.epoch, pos.batch - 1, accum, batch, self.device)
             self.num_items = None if targets is None else max(targets, 1) / self.info.world_size
         # Under DDP/FSDP every rank runs every backward pass, a spoiled one too: skipping one would leave the
@@ -345,6 +369,11 @@ class _Run:
                     self.window_n += 1
                 elif not finite and self.spoiled is None:
                     self.spoiled = f"the loss is {loss}"
+                    labels = batch.get("labels")
+                    if labels is not None and not labels.is_floating_point() and bool((labels == -100).all()):
+                        # A mean over no target is nan: the data, not the learning rate, is the cause.
+                        self.spoiled += (" because every label of this batch is -100 (ignored by the loss), so it "
+                                         "has nothing to learn from; drop such rows or check how the labels were made")
         if weight > 0:  # throughput: rows and real tokens (a model without input_ids, e.g. the feature
             # study's tagger on activations, marks its rows with attention_mask)
             rows = batch["input_ids"] if "input_ids" in batch else batch["attention_mask"]
@@ -367,23 +396,39 @@ class _Run:
         if self.spoiled is not None:
             self._skip(phase)
             return
+        self.event("pre_optimizer_step")
         self.scaler.step(self.optimizer)
+        self.event("optimizer_step")
         self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         pos.step += 1
         self.bar.update(1)
-        if pos.step % args.logging_steps == 0 or pos.step == self.total:
-            self._log_window(phase)
-        if args.eval_steps and pos.step % args.eval_steps == 0:
-            self.run_eval()
-        if args.save_steps and pos.step % args.save_steps == 0 and pos.step < self.total:
-            self.checkpoint({**self.window, "_n": self.window_n})
-        self.ask_stop("step")
+        control, last = self.control, pos.step == self.total
+        control.should_log |= pos.step % args.logging_steps == 0 or last
+        control.should_evaluate |= (self.hooks.scheduled_eval and bool(args.eval_steps)
+                                    and (pos.step % args.eval_steps == 0 or last))
+        control.should_save |= bool(args.save_steps) and (self.hooks.final_checkpoint if last
+                                                           else pos.step % args.save_steps == 0)
+        self.event("step_end")
+        self.log_and_evaluate(phase)
+        self.save_if_due()
 
-    def ask_stop(self, kind: str) -> None:
-        if self.hooks.after is not None and self.hooks.after(kind, self.pos):
-            self.stopped = True
+    def log_and_evaluate(self, phase: Phase) -> None:
+        """Log the window and evaluate as ``control`` says (a log needs a step since the last one)."""
+        control = self.control
+        if control.should_log:
+            control.should_log = False
+            if self.pos.step > self.logged_at:
+                self._log_window(phase)
+        if control.should_evaluate:
+            control.should_evaluate = False
+            self.run_eval()
+
+    def save_if_due(self) -> None:
+        if self.control.should_save:
+            self.control.should_save = False
+            self.checkpoint()
 
     def _skip(self, phase: Phase) -> None:
         """Drop a step whose loss or gradient is not finite, or stop when --skip-nonfinite is used up."""
@@ -394,9 +439,10 @@ class _Run:
             last = checkpoint_dirs(self.out_dir, self.hooks.layout)
             raise NonFiniteError(
                 f"training stopped at {where}: {self.spoiled}. Last good checkpoint: "
-                f"{last[-1] if last else 'none (no checkpoint written yet)'}. Lower --learning-rate "
-                "(or raise --warmup-ratio) and start again, resume from that checkpoint with --resume, "
-                "or pass --skip-nonfinite N to skip up to N such steps; no final model was saved")
+                f"{last[-1] if last else 'none (no checkpoint written yet)'}. "
+                + ("" if "-100" in self.spoiled else "Lower --learning-rate (or raise --warmup-ratio) and start "
+                   "again, resume from that checkpoint with --resume, or ")
+                + "pass --skip-nonfinite N to skip up to N such steps; no final model was saved")
         pos.skipped += 1
         logger.warning("skipped %s: %s (%d of at most %d)", where, self.spoiled, pos.skipped, self.args.skip_nonfinite)
         self.spoiled = None
@@ -415,6 +461,7 @@ class _Run:
         self.log(record)
         self.bar.set_postfix(loss=f"{record['loss']:.4f}")
         self.window, self.window_n, self.seqs, self.tokens, self.t0 = {}, 0, 0, 0, time.perf_counter()
+        self.logged_at = pos.step
 
     def log(self, record: dict) -> None:
         self.history.append(record)
@@ -448,32 +495,40 @@ class _Run:
             logger.info("eval at step %d: %s", self.pos.step, ", ".join(
                 f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_eval.items()))
 
-    def checkpoint(self, window: dict | None = None) -> None:
+    def checkpoint(self) -> None:
+        """Write the checkpoint of this step (rank 0), then tell ``event("save")``: it sees the checkpoint in place."""
         model_state, optim_state = self.replicas.state_dicts(self.optimizer)  # every rank: FSDP gathers shards
         rng = all_gather(rng_state(self.device))
-        windows = all_gather(dict(window or {}))
-        if not self.info.is_main:
-            return
-        if self.replicas.fsdp:
-            self.model.load_state_dict(model_state)  # the plain copy on rank 0, for the from_pretrained files
-        _save_checkpoint(self.out_dir, {
-            "model": model_state, "optimizer": optim_state, "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
-            "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
-            "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
-        }, self.pos.step, self.args.save_total_limit, self.model, self.hooks)
+        windows = all_gather({**self.window, "_n": self.window_n})
+        if self.info.is_main:
+            if self.replicas.fsdp:
+                self.model.load_state_dict(model_state)  # the plain copy on rank 0, for the from_pretrained files
+            _save_checkpoint(self.out_dir, {
+                "model": model_state, "optimizer": optim_state, "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
+                "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
+                "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
+            }, self.pos.step, self.args.save_total_limit, self.model, self.hooks)
+        self.saved_at = self.pos.step
+        self.event("save")
 
     def finish(self) -> TrainResult:
         self.bar.close()
-        if self.evaluate is not None and not self.evaluated_at(self.pos.step):
+        if self.hooks.scheduled_eval and self.evaluate is not None and not self.evaluated_at(self.pos.step):
             self.run_eval()
-        if self.hooks.final_checkpoint:
+        if self.hooks.final_checkpoint and self.saved_at != self.pos.step:
             self.checkpoint()
         self.replicas.finish()
         if self.board is not None:
             self.board.close()
             _register_board(self.board)
         return TrainResult(self.pos.step, self.history, self.last_eval, self.pos.skipped)
+
+
+def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) -> dict[str, Any]:
+    """What a run's checkpoints record and ``resume`` must find unchanged: the settings that change the result
+    (``CHECKPOINT_FIELDS``) and the caller's facts (model config, data)."""
+    return {"train": resume_fingerprint(args, CHECKPOINT_FIELDS), **(fingerprint or {})}
 
 
 def _check_phases(args: TrainingSettings, phases: list[Phase], info: DistInfo) -> None:

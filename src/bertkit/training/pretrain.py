@@ -22,15 +22,16 @@ import torch
 
 from bertkit.checkpoint_io import WEIGHTS_NAME
 from bertkit.config import PRESETS, BertConfig
-from bertkit.data.pretraining import PretrainingDataset, collate_pretraining
+from bertkit.data.dataset import PretrainingDataset, collate_pretraining
 from bertkit.data.shards import MANIFEST
 from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from bertkit.outputs import atomic_write_json, sha256_of
 from bertkit.settings import PretrainSettings
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.batch_plan import BatchPlan, micro_batch_size
 from bertkit.training.distributed import current, process_device
-from bertkit.training.loop import BatchPlan, Phase, TrainResult, micro_batch_size, train
+from bertkit.training.loop import Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics
 
 logger = logging.getLogger("bertkit")
@@ -65,9 +66,8 @@ def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int,
     mlm_loss_sum = nsp_loss_sum = 0.0
     has_nsp = hasattr(getattr(model, "cls", None), "seq_relationship")  # BertForPreTraining, not BertForMaskedLM
     for start in range(0, n, batch_size):
-        batch = collate_pretraining([dataset[i] for i in range(start, min(n, start + batch_size))], pad_id)
-        batch = {k: v.to(device) for k, v in batch.items()
-                 if k != "next_sentence_label" or has_nsp}
+        items = [dataset[i] for i in range(start, min(n, start + batch_size))]
+        batch = {k: v.to(device) for k, v in collate_instances(items, pad_id, nsp=has_nsp).items()}
         out = model(**batch)
         target = batch["labels"][batch["labels"] != IGNORE_INDEX]
         mlm_correct += int((out.prediction_logits.argmax(-1) == target).sum())

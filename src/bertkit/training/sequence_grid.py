@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from bertkit.config import BertConfig
+from bertkit.data.collate import collate as pad_batch
 from bertkit.errors import NonFiniteError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.inference.predict import predict
@@ -49,7 +50,7 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
     dev_refs = np.asarray([f["labels"] for f in dev_features])
 
     def collate(batch: list) -> dict:
-        return glue.collate(batch, tokenizer.pad_token_id)
+        return pad_batch(batch, tokenizer.pad_token_id)
 
     def scores_of(model: nn.Module) -> dict[str, float]:
         logits = np.stack(predict(model, dev_features, collate, batch_size=s.eval_batch_size, bf16=s.bf16,

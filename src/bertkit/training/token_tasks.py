@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ from bertkit.settings import (
     SwagSettings,
     first,
 )
-from bertkit.tasks import ner, squad, swag
+from bertkit.tasks import ner, squad, squad_eval, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current, process_device
@@ -66,10 +66,31 @@ def _per_epoch(result: TrainResult) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "split"} for r in result.history if r["split"] == "eval"]
 
 
-def _save(model: nn.Module, tokenizer: BertTokenizer, out_dir: Path) -> Path:
-    model_dir = model.save_pretrained(out_dir / "model")
+def _fit(cls: type[nn.Module], s: NerSettings | SquadSettings | SwagSettings, features: Sequence[dict], pad: int,
+         evaluate: Callable[[nn.Module], dict[str, float]] | None, task: str,
+         **model_kwargs: Any) -> tuple[nn.Module, dict[str, Any]] | None:
+    """The head ``cls`` on the checkpoint, trained on ``features`` (one phase of the one loop); the model and the
+    report's training part, or None on the ranks but 0 of a torchrun (rank 0 predicts, saves and reports)."""
+    torch.manual_seed(s.seed)  # the fresh head's initialisation depends on the seed
+    model = cls.from_pretrained(s.model_name_or_path, **model_kwargs)
+    lr = s.learning_rate_for(model.config.hidden_size)
+    s.output_dir.mkdir(parents=True, exist_ok=True)
+    result, seconds = run_finetuning(model, features, lambda b: collate(b, pad), s.training(learning_rate=lr),
+                                     evaluate, {"model": str(s.model_name_or_path), "task": task}, s.resume)
+    if not current().is_main:
+        return None
+    return model, {"task": task, "model": str(s.model_name_or_path), "lr": lr, "epochs": s.num_train_epochs,
+                   "batch_size": s.batch_size, "steps": result.step, "train_seconds": round(seconds, 1),
+                   "per_epoch": _per_epoch(result)}
+
+
+def _finish(model: nn.Module, tokenizer: BertTokenizer, s: Any, report: dict, files: dict, subset: str) -> dict:
+    """Save the model (HF layout, with its tokenizer) under ``output_dir/model`` and write report.json."""
+    model_dir = model.save_pretrained(s.output_dir / "model")
     tokenizer.save_pretrained(model_dir)
-    return model_dir
+    report.update(subset=None if s.max_train_samples is None else f"the first {subset}",
+                  files={**files, "model": str(model_dir)}, settings=s.as_dict())
+    return _write_report(s.output_dir, report)
 
 
 def _write_report(out_dir: Path, report: dict) -> dict:
@@ -130,33 +151,22 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
         last_dev["scores"] = ner_scores(data["dev"], last_dev["tags"])
         return _flat(last_dev["scores"])
 
-    torch.manual_seed(s.seed)  # the fresh classifier's initialisation depends on the seed
-    model = BertForTokenClassification.from_pretrained(s.model_name_or_path, id2label=dict(enumerate(labels)))
-    lr = s.learning_rate_for(model.config.hidden_size)
-    epochs, batch_size = s.num_train_epochs, s.batch_size
-    s.output_dir.mkdir(parents=True, exist_ok=True)
-    result, seconds = run_finetuning(model, feats["train"], lambda b: collate(b, pad), s.training(learning_rate=lr),
-                                     evaluate, {"model": str(s.model_name_or_path), "task": "ner"}, s.resume)
-    if not current().is_main:  # under torchrun, rank 0 predicts, saves and reports
+    fitted = _fit(BertForTokenClassification, s, feats["train"], pad, evaluate, "ner",
+                  id2label=dict(enumerate(labels)))
+    if fitted is None:
         return {}
+    model, report = fitted
     if "tags" not in last_dev:  # resumed after the final evaluation had already run: score dev again
         evaluate(model)
     test_tags = tags_of(model, "test")
     test_scores = ner_scores(data["test"], test_tags)
     files = {"dev": str(ner.write_conll(s.output_dir / "predictions_dev.txt", data["dev"], last_dev["tags"])),
-             "test": str(ner.write_conll(s.output_dir / "predictions_test.txt", data["test"], test_tags)),
-             "model": str(_save(model, tokenizer, s.output_dir))}
-    report = {
-        "task": "ner", "model": str(s.model_name_or_path), "labels": labels, "lr": lr, "epochs": epochs,
-        "batch_size": batch_size, "steps": result.step, "train_seconds": round(seconds, 1),
-        "train_sentences": len(train_sentences), "train_features": len(feats["train"]),
-        "subset": None if s.max_train_samples is None else
-        f"the first {len(train_sentences)} of the {len(data['train'])} training sentences",
-        "dev": last_dev["scores"], "test": test_scores, "dev_per_epoch": _per_epoch(result),
-        "files": files, "settings": s.as_dict(),
-    }
+             "test": str(ner.write_conll(s.output_dir / "predictions_test.txt", data["test"], test_tags))}
+    report.update(labels=labels, train_sentences=len(train_sentences), train_features=len(feats["train"]),
+                  dev=last_dev["scores"], test=test_scores, dev_per_epoch=report.pop("per_epoch"))
     logger.info("ner dev F1 %.4f test F1 %.4f", report["dev"]["f1"], report["test"]["f1"])
-    return _write_report(s.output_dir, report)
+    return _finish(model, tokenizer, s, report, files,
+                   f"{len(train_sentences)} of the {len(data['train'])} training sentences")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -217,6 +227,13 @@ def squad_finetuning_examples(s: SquadSettings) -> tuple[list[squad.SquadExample
     return train_examples, eval_examples, eval_articles, split
 
 
+def official_scores(version: str, articles: Sequence[dict], preds: squad.SquadPredictions) -> dict[str, Any]:
+    """The official script's scores of ``preds`` (v2.0 with the null odds) as fractions in [0, 1]."""
+    if version == "1.1":
+        return to_fractions(squad_eval.evaluate_v1(articles, preds.predictions))
+    return to_fractions(squad_eval.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds))
+
+
 def score_squad_finetuning(s: SquadSettings, articles: Sequence[dict], examples: Sequence[squad.SquadExample],
                            features: Sequence[dict], preds: squad.SquadPredictions, rows: Sequence[np.ndarray]
                            ) -> tuple[squad.SquadPredictions, dict[str, Any]]:
@@ -224,11 +241,11 @@ def score_squad_finetuning(s: SquadSettings, articles: Sequence[dict], examples:
     threshold that maximises F1 on these same predictions (``best_f1_thresh``, as the paper selects it on dev),
     and the scores at threshold 0 are kept beside them; returns the predictions scored and the scores."""
     if s.version == "1.1":
-        return preds, to_fractions(squad.evaluate_v1(articles, preds.predictions))
-    at_zero = squad.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds)
+        return preds, official_scores(s.version, articles, preds)
+    at_zero = squad_eval.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds)
     threshold = at_zero["best_f1_thresh"]
     preds = postprocess_squad(examples, features, rows, s.version, s.n_best_size, s.max_answer_length, threshold)
-    scores = to_fractions(squad.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds))
+    scores = official_scores(s.version, articles, preds)
     at_zero = to_fractions(at_zero)
     scores.update(null_threshold=threshold, at_threshold_0={k: at_zero[k] for k in ("exact", "f1")},
                   threshold_note="null threshold = best_f1_thresh chosen on these same predictions "
@@ -251,39 +268,27 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     eval_features = squad.featurize_squad(eval_examples, tokenizer, **shape)
     pad = tokenizer.pad_token_id
 
-    torch.manual_seed(s.seed)
-    model = BertForQuestionAnswering.from_pretrained(s.model_name_or_path)
-    lr = s.learning_rate_for(model.config.hidden_size)
-    epochs, batch_size = s.num_train_epochs, s.batch_size
-    s.output_dir.mkdir(parents=True, exist_ok=True)
     # No per-epoch evaluation: scoring ~10k questions costs a sizeable share of an epoch on a CPU.
-    result, seconds = run_finetuning(model, train_features, lambda b: collate(b, pad), s.training(learning_rate=lr),
-                                     None, {"model": str(s.model_name_or_path), "task": f"squad{s.version}"}, s.resume)
-    if not current().is_main:  # under torchrun, rank 0 predicts, saves and reports
+    fitted = _fit(BertForQuestionAnswering, s, train_features, pad, None, f"squad{s.version}")
+    if fitted is None:
         return {}
+    model, report = fitted
+    del report["per_epoch"]
     post = {"version": s.version, "n_best_size": s.n_best_size, "max_answer_length": s.max_answer_length}
     t0 = time.perf_counter()
     preds, rows = predict_squad(model, eval_examples, eval_features, pad_id=pad, batch_size=s.eval_batch_size,
                                 bf16=s.bf16, device=process_device(s.device), **post)
     preds, scores = score_squad_finetuning(s, eval_articles, eval_examples, eval_features, preds, rows)
     predict_seconds = time.perf_counter() - t0
-    files = {k: str(v) for k, v in preds.write(s.output_dir).items()}
-    files["model"] = str(_save(model, tokenizer, s.output_dir))
-    report = {
-        "task": f"squad{s.version}", "model": str(s.model_name_or_path), "evaluated_on": split["note"] if split else
-        f"{s.predict_file} (all {len(eval_examples)} questions)", "scores": scores, "split": split,
-        "lr": lr, "epochs": epochs, "batch_size": batch_size, "steps": result.step,
-        "train_seconds": round(seconds, 1), "predict_seconds": round(predict_seconds, 1),
-        "train_questions": len(train_examples), "train_features": len(train_features),
-        "eval_questions": len(eval_examples), "eval_features": len(eval_features),
-        "subset": None if s.max_train_samples is None else
-        f"the first {len(train_examples)} of the {len(all_train_examples)} training questions",
-        "files": files, "settings": s.as_dict(),
-    }
+    report.update(evaluated_on=split["note"] if split else f"{s.predict_file} (all {len(eval_examples)} questions)",
+                  scores=scores, split=split, predict_seconds=round(predict_seconds, 1),
+                  train_questions=len(train_examples), train_features=len(train_features),
+                  eval_questions=len(eval_examples), eval_features=len(eval_features))
     headline = ("exact_match", "f1") if s.version == "1.1" else ("exact", "f1")
     logger.info("squad%s EM %.4f F1 %.4f on %s", s.version, scores[headline[0]], scores[headline[1]],
                 report["evaluated_on"])
-    return _write_report(s.output_dir, report)
+    return _finish(model, tokenizer, s, report, {k: str(v) for k, v in preds.write(s.output_dir).items()},
+                   f"{len(train_examples)} of the {len(all_train_examples)} training questions")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -297,6 +302,13 @@ def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int,
     """(N, 4) ending scores."""
     return np.stack(predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16,
                             device=device, output=lambda o: o.logits))
+
+
+def swag_accuracy(examples: Sequence[swag.SwagExample], scores: np.ndarray) -> float | None:
+    """The share of examples whose best-scored ending is the gold one; None when the file has no labels."""
+    if any(e.label is None for e in examples):
+        return None
+    return float((scores.argmax(-1) == np.asarray([e.label for e in examples])).mean())
 
 
 def write_swag_predictions(path: Path, examples: Sequence[swag.SwagExample], scores: np.ndarray) -> Path:
@@ -320,44 +332,28 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
         raise BertkitError(f"{s.train_file} has no label column; train on a labelled file (train.csv)")
     train_examples = first(all_train, s.max_train_samples)
     eval_examples = first(swag.read_swag(s.predict_file), s.max_eval_samples)
-    labelled = all(e.label is not None for e in eval_examples)
     train_features = swag.featurize_swag(train_examples, tokenizer, s.max_seq_length)
     eval_features = swag.featurize_swag(eval_examples, tokenizer, s.max_seq_length)
-    gold = np.asarray([e.label for e in eval_examples]) if labelled else None
     pad = tokenizer.pad_token_id
     last: dict[str, np.ndarray] = {}
 
     def evaluate(model: nn.Module) -> dict[str, float]:
         last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
                                       device=process_device(s.device))
-        return {"accuracy": float((last["scores"].argmax(-1) == gold).mean())}
+        return {"accuracy": swag_accuracy(eval_examples, last["scores"])}
 
-    torch.manual_seed(s.seed)
-    model = BertForMultipleChoice.from_pretrained(s.model_name_or_path)
-    lr = s.learning_rate_for(model.config.hidden_size)
-    epochs, batch_size = s.num_train_epochs, s.batch_size
-    s.output_dir.mkdir(parents=True, exist_ok=True)
-    result, seconds = run_finetuning(model, train_features, lambda b: collate(b, pad), s.training(learning_rate=lr),
-                                     evaluate if labelled else None, {"model": str(s.model_name_or_path), "task": "swag"}, s.resume)
-    if not current().is_main:  # under torchrun, rank 0 predicts, saves and reports
+    labelled = all(e.label is not None for e in eval_examples)
+    fitted = _fit(BertForMultipleChoice, s, train_features, pad, evaluate if labelled else None, "swag")
+    if fitted is None:
         return {}
+    model, report = fitted
     if "scores" not in last:
-        last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
-                                      device=process_device(s.device))
-    scores = last["scores"]
-    pred_path = write_swag_predictions(s.output_dir / "predictions.jsonl", eval_examples, scores)
-    report = {
-        "task": "swag", "model": str(s.model_name_or_path), "lr": lr, "epochs": epochs, "batch_size": batch_size,
-        "steps": result.step, "train_seconds": round(seconds, 1), "train_examples": len(train_examples),
-        "eval_examples": len(eval_examples),
-        "accuracy": float((scores.argmax(-1) == gold).mean()) if labelled else None,
-        "per_epoch": _per_epoch(result),
-        "subset": None if s.max_train_samples is None else
-        f"the first {len(train_examples)} of the {len(all_train)} training examples",
-        "files": {"predictions": str(pred_path), "model": str(_save(model, tokenizer, s.output_dir))},
-        "settings": s.as_dict(),
-    }
-    return _write_report(s.output_dir, report)
+        evaluate(model)
+    pred_path = write_swag_predictions(s.output_dir / "predictions.jsonl", eval_examples, last["scores"])
+    report.update(train_examples=len(train_examples), eval_examples=len(eval_examples),
+                  accuracy=swag_accuracy(eval_examples, last["scores"]))
+    return _finish(model, tokenizer, s, report, {"predictions": str(pred_path)},
+                   f"{len(train_examples)} of the {len(all_train)} training examples")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -421,10 +417,7 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
         wanted = {e.qas_id for e in examples}
         articles = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in wanted]}
                                          for p in a["paragraphs"]]} for a in dataset["data"]]
-        if s.version == "1.1":
-            report["scores"] = to_fractions(squad.evaluate_v1(articles, preds.predictions))
-        else:
-            report["scores"] = to_fractions(squad.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds))
+        report["scores"] = official_scores(s.version, articles, preds)
     return _write_report(s.output_dir, report)
 
 
@@ -437,9 +430,7 @@ def predict_swag_file(s: PredictSwagSettings) -> dict[str, Any]:
     scores = predict_swag(model, features, pad_id=tokenizer.pad_token_id, batch_size=s.batch_size, bf16=precision.bf16,
                           device=precision.device)
     path = write_swag_predictions(s.output_dir / "predictions.jsonl", examples, scores)
-    labelled = all(e.label is not None for e in examples)
-    accuracy = float((scores.argmax(-1) == np.asarray([e.label for e in examples])).mean()) if labelled else None
     report = {"task": "swag", "model": str(s.model_name_or_path), "predict_file": str(s.predict_file),
-              "examples": len(examples), "accuracy": accuracy, "files": {"predictions": str(path)},
+              "examples": len(examples), "accuracy": swag_accuracy(examples, scores), "files": {"predictions": str(path)},
               **precision.record()}
     return _write_report(s.output_dir, report)

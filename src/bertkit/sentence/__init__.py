@@ -1,0 +1,21 @@
+"""sentence-transformers' training API on bertkit's encoder and training loop.
+
+A script written for sentence-transformers runs after changing its imports from ``sentence_transformers`` to
+``bertkit.sentence``: ``SentenceTransformer``, ``SentenceTransformerTrainer``,
+``SentenceTransformerTrainingArguments``, ``quantize_embeddings`` and the submodules ``losses``, ``evaluation``,
+``training_args`` (``BatchSamplers``) and ``util``. What is implemented and what is refused: docs/sentence.md.
+"""
+
+from __future__ import annotations
+
+from bertkit import _lazy_getattr
+
+_EXPORTS = {
+    "SentenceTransformer": "bertkit.sentence.model",
+    "quantize_embeddings": "bertkit.sentence.quantization",
+    "SentenceTransformerTrainer": "bertkit.sentence.trainer",
+    "SentenceTransformerTrainingArguments": "bertkit.sentence.training_args",
+    "SimilarityFunction": "bertkit.sentence.util",
+}
+__all__ = list(_EXPORTS)
+__getattr__ = _lazy_getattr("bertkit.sentence", _EXPORTS)

@@ -1,0 +1,153 @@
+"""Training data for the sentence losses: a dataset's text columns, tokenized per row, padded into one
+(B, C, T) batch (C columns), and sentence-transformers' no-duplicates batch order.
+
+Columns are the loss's inputs in the dataset's order (anchor, positive, negatives...); a column named "label",
+"labels", "score" or "scores" is the label, "dataset_name" is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bertkit.errors import BertkitError
+
+LABEL_COLUMNS = ("label", "labels", "score", "scores")
+
+
+def column_names(dataset: Any) -> list[str]:
+    if hasattr(dataset, "column_names"):  # datasets.Dataset
+        return list(dataset.column_names)
+    if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+        raise BertkitError(f"{type(dataset).__name__} is not a dataset bertkit.sentence can index; give a "
+                           "datasets.Dataset or a list of dicts")
+    if len(dataset) == 0:
+        raise BertkitError("the dataset is empty")
+    if not isinstance(dataset[0], Mapping):
+        raise BertkitError(f"examples must be dicts of columns, got {type(dataset[0]).__name__}")
+    return list(dataset[0].keys())
+
+
+class SentenceExamples(Sequence):
+    """``dataset`` as examples the loss wrapper takes: per row, each text column's token ids (with its prompt)
+    and the label (0 when the dataset has none and the loss needs none)."""
+
+    def __init__(self, dataset: Any, model: Any, loss: Any, prompts: str | dict[str, str] | None, what: str):
+        if type(dataset).__name__ in ("DatasetDict", "IterableDataset", "IterableDatasetDict") or isinstance(dataset, dict):
+            raise BertkitError(f"{what}: a {type(dataset).__name__} is not supported; give one datasets.Dataset (or a "
+                               "list of dicts): concatenate several with datasets.concatenate_datasets")
+        names = column_names(dataset)
+        self.label = next((c for c in LABEL_COLUMNS if c in names), None)
+        self.texts = [c for c in names if c != self.label and c != "dataset_name"]
+        lo, hi = loss.columns
+        if len(self.texts) < lo or (hi is not None and len(self.texts) > hi) or (loss.needs_label and self.label is None):
+            raise BertkitError(f"{what} has the text columns {self.texts}" + (f" and the label column {self.label!r}"
+                               if self.label else " and no label column") + f"; {loss.describe_columns()}, in that "
+                               "order: select or rename columns (dataset.select_columns([...]))")
+        self.dataset, self.model = dataset, model
+        self.prompts = [prompts if isinstance(prompts, str) else (prompts or {}).get(c) for c in self.texts]
+        self.prompt_lengths = [model.prompt_length(p) for p in self.prompts]
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        row = self.dataset[i]
+        tok, model = self.model.tokenizer, self.model
+        ids, types = [], []
+        for column, prompt in zip(self.texts, self.prompts):
+            text = row[column]
+            if not isinstance(text, str):
+                raise BertkitError(f"row {i}, column {column!r}: expected a text, got {type(text).__name__}")
+            text = (prompt or "") + text
+            enc = tok(text.lower() if model.do_lower_case else text, truncation=True, max_length=model.max_seq_length)
+            ids.append(enc["input_ids"])
+            types.append(enc["token_type_ids"])
+        label = row[self.label] if self.label is not None else 0
+        return {"input_ids": ids, "token_type_ids": types, "prompt_length": self.prompt_lengths, "label": label}
+
+    def row_texts(self, i: int) -> set[str]:
+        row = self.dataset[i]
+        return {str(row[c]) for c in self.texts}
+
+
+class SentenceCollator:
+    """Examples -> ``input_ids``, ``token_type_ids``, ``attention_mask`` (B, C, T) padded with ``pad_id``,
+    ``prompt_length`` (B, C) and ``label`` (B,)."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Tensor]:
+        B, C = len(examples), len(examples[0]["input_ids"])
+        T = max(len(ids) for e in examples for ids in e["input_ids"])
+        input_ids = torch.full((B, C, T), self.pad_id, dtype=torch.long)
+        token_type_ids = torch.zeros(B, C, T, dtype=torch.long)
+        attention_mask = torch.zeros(B, C, T, dtype=torch.long)
+        for b, e in enumerate(examples):
+            for c, (ids, types) in enumerate(zip(e["input_ids"], e["token_type_ids"])):
+                input_ids[b, c, :len(ids)] = torch.as_tensor(ids)
+                token_type_ids[b, c, :len(ids)] = torch.as_tensor(types)
+                attention_mask[b, c, :len(ids)] = 1
+        labels = [e["label"] for e in examples]
+        return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
+                "prompt_length": torch.as_tensor([e["prompt_length"] for e in examples], dtype=torch.long),
+                "label": torch.stack(labels) if isinstance(labels[0], Tensor) else torch.tensor(labels)}
+
+
+def no_duplicates_order(examples: SentenceExamples, batch_size: int, seed: int) -> list[int]:
+    """sentence-transformers' NoDuplicatesBatchSampler order: one shuffle (``seed``), then each batch takes, in
+    shuffled order, the next rows that share no text with the rows already in it; rows that do wait for a later
+    batch. Where that leaves rows that cannot fill whole batches (sentence-transformers then trains on several
+    short batches; bertkit's batches are all full but the last), each such row is swapped with a row of an earlier
+    batch that takes it without a repeat; a row no batch can take (a text in more rows than there are batches) is
+    an error naming the text."""
+    n = len(examples)
+    rest = torch.randperm(n, generator=torch.Generator().manual_seed(seed), dtype=torch.int32).tolist()
+    texts = {i: examples.row_texts(i) for i in rest}
+    batches: list[list[int]] = []
+    while rest:
+        batch, seen, waiting = [], set(), []
+        for k, i in enumerate(rest):
+            if len(batch) == batch_size:
+                waiting.extend(rest[k:])
+                break
+            if texts[i] & seen:
+                waiting.append(i)
+                continue
+            batch.append(i)
+            seen |= texts[i]
+        if len(batch) < batch_size and waiting:  # the greedy pass is stuck: repair with swaps into earlier batches
+            return _repaired([*(i for b in batches for i in b), *batch, *waiting], texts, batch_size)
+        batches.append(batch)
+        rest = waiting
+    return [i for b in batches for i in b]
+
+
+def _repaired(order: list[int], texts: dict[int, set[str]], batch_size: int) -> list[int]:
+    """``order`` cut into batches of ``batch_size``, each row that repeats a text of its batch swapped with a row
+    of another batch where neither repeats anything."""
+    batches = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+
+    def fits(row: int, batch: list[int], leaving: int | None = None) -> bool:
+        return not any(texts[row] & texts[j] for j in batch if j != leaving and j != row)
+
+    for b, batch in enumerate(batches):
+        for pos, row in enumerate(batch):
+            if fits(row, batch):
+                continue
+            swap = next(((o, q) for o, other in enumerate(batches) if o != b for q, cand in enumerate(other)
+                         if fits(row, other, leaving=cand) and fits(cand, batch, leaving=row)), None)
+            if swap is None:
+                shared = sorted(texts[row] & set().union(*(texts[j] for j in batch if j != row)))
+                raise BertkitError(
+                    f"batch_sampler 'no_duplicates' cannot keep {shared[0][:80]!r} out of a batch it is already in: it "
+                    f"is in {sum(shared[0] in t for t in texts.values())} rows, and no batch of {batch_size} can swap "
+                    "one away; drop the duplicate rows, lower per_device_train_batch_size, or use batch_sampler "
+                    "'batch_sampler'")
+            o, q = swap
+            batch[pos], batches[o][q] = batches[o][q], row
+    return [i for b in batches for i in b]

@@ -1,0 +1,117 @@
+"""InformationRetrievalEvaluator: embed queries and a corpus, rank the corpus for each query by the model's
+similarity (exact search, ties broken by corpus id), and score the ranking against the relevant documents:
+accuracy@k, precision@k, recall@k, MRR@k, nDCG@k (binary relevance) and MAP@k, as sentence-transformers
+computes them (same keys, same numbers)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
+
+
+def _prefixed(metrics: dict[str, float], name: str) -> dict[str, float]:
+    return {f"{name}_{k}" if name else k: float(v) for k, v in metrics.items()}
+
+
+class InformationRetrievalEvaluator:
+    """``queries`` {qid: text}, ``corpus`` {cid: text}, ``relevant_docs`` {qid: {cid, ...}}; queries without
+    relevant documents are left out (as sentence-transformers does), a relevant id missing from the corpus is an
+    error. Metric keys: ``{name}_{similarity}_{metric}@{k}``."""
+
+    def __init__(self, queries: dict[str, str], corpus: dict[str, str], relevant_docs: dict[str, set[str]],
+                 corpus_chunk_size: int = 50000, mrr_at_k: list[int] = [10], ndcg_at_k: list[int] = [10],  # noqa: B006
+                 accuracy_at_k: list[int] = [1, 3, 5, 10], precision_recall_at_k: list[int] = [1, 3, 5, 10],  # noqa: B006
+                 map_at_k: list[int] = [100], show_progress_bar: bool = False, batch_size: int = 32,  # noqa: B006
+                 name: str = "", write_csv: bool = True, truncate_dim: int | None = None,
+                 score_functions: dict[str, Any] | None = None, main_score_function: str | None = None,
+                 query_prompt: str | None = None, query_prompt_name: str | None = None,
+                 corpus_prompt: str | None = None, corpus_prompt_name: str | None = None,
+                 write_predictions: bool = False):
+        if write_predictions:
+            raise BertkitError("InformationRetrievalEvaluator(write_predictions=True) is not implemented in bertkit; "
+                               "rank with bertkit.sentence.util.semantic_search and write what you need")
+        missing = sorted({c for q, docs in relevant_docs.items() if q in queries for c in docs if c not in corpus})
+        if missing:
+            raise BertkitError(f"InformationRetrievalEvaluator{f' {name!r}' if name else ''}: {len(missing)} relevant "
+                               f"document id(s) are not in the corpus, e.g. {missing[:5]}; add them to corpus, or "
+                               "remove them from relevant_docs")
+        ks = [*mrr_at_k, *ndcg_at_k, *accuracy_at_k, *precision_recall_at_k, *map_at_k]
+        if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+            raise BertkitError(f"InformationRetrievalEvaluator: every k must be a whole number >= 1, got {ks}")
+        self.query_ids = [q for q in queries if relevant_docs.get(q)]
+        if not self.query_ids:
+            raise BertkitError("InformationRetrievalEvaluator: no query has a relevant document in relevant_docs")
+        self.queries = [queries[q] for q in self.query_ids]
+        self.corpus_ids = list(corpus)
+        self.corpus = [corpus[c] for c in self.corpus_ids]
+        self.relevant_docs = relevant_docs
+        self.mrr_at_k, self.ndcg_at_k, self.accuracy_at_k = mrr_at_k, ndcg_at_k, accuracy_at_k
+        self.precision_recall_at_k, self.map_at_k = precision_recall_at_k, map_at_k
+        self.max_k = max(ks)
+        self.batch_size, self.show_progress_bar, self.name = batch_size, show_progress_bar, name
+        self.truncate_dim, self.score_functions = truncate_dim, score_functions
+        self.main_score_function = main_score_function
+        self.query_prompt, self.query_prompt_name = query_prompt, query_prompt_name
+        self.corpus_prompt, self.corpus_prompt_name = corpus_prompt, corpus_prompt_name
+        self.primary_metric: str | None = None
+
+    def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
+        functions = self.score_functions or {model.similarity_fn_name: SIMILARITY_FUNCTIONS[model.similarity_fn_name][0]}
+        encode = {"batch_size": self.batch_size, "show_progress_bar": self.show_progress_bar,
+                  "convert_to_tensor": True, "truncate_dim": self.truncate_dim}
+        q = model.encode(self.queries, prompt=self.query_prompt, prompt_name=self.query_prompt_name, **encode)
+        c = model.encode(self.corpus, prompt=self.corpus_prompt, prompt_name=self.corpus_prompt_name, **encode)
+        metrics: dict[str, float] = {}
+        for fn_name, fn in functions.items():
+            ranked = self.rank(fn(q, c))
+            for key, value in self.compute_metrics(ranked).items():
+                metrics[f"{fn_name}_{key}"] = value
+        main = similarity_function(self.main_score_function) if self.main_score_function else max(
+            functions, key=lambda f: metrics[f"{f}_ndcg@{max(self.ndcg_at_k)}"])
+        self.primary_metric = f"{self.name}_{main}_ndcg@{max(self.ndcg_at_k)}" if self.name \
+            else f"{main}_ndcg@{max(self.ndcg_at_k)}"
+        return _prefixed(metrics, self.name)
+
+    def rank(self, scores: torch.Tensor) -> list[list[str]]:
+        """Each query's top max_k corpus ids: by score, ties by corpus id (sentence-transformers' order)."""
+        k = min(self.max_k, scores.shape[1])
+        threshold = torch.topk(scores, k, dim=1).values[:, -1:]  # (Q, 1): the k-th best score
+        ranked = []
+        for row, t in zip(scores.tolist(), threshold[:, 0].tolist()):
+            candidates = [(s, self.corpus_ids[j]) for j, s in enumerate(row) if s >= t]
+            ranked.append([cid for _, cid in sorted(candidates, key=lambda x: (-x[0], x[1]))[:k]])
+        return ranked
+
+    def compute_metrics(self, ranked: list[list[str]]) -> dict[str, float]:
+        out: dict[str, list[float]] = {}
+        for qid, hits in zip(self.query_ids, ranked):
+            relevant = self.relevant_docs[qid]
+            is_rel = [h in relevant for h in hits]
+            for k in self.accuracy_at_k:
+                out.setdefault(f"accuracy@{k}", []).append(float(any(is_rel[:k])))
+            for k in self.precision_recall_at_k:
+                out.setdefault(f"precision@{k}", []).append(sum(is_rel[:k]) / k)
+                out.setdefault(f"recall@{k}", []).append(sum(is_rel[:k]) / len(relevant))
+            for k in self.mrr_at_k:
+                first = next((r for r, hit in enumerate(is_rel[:k]) if hit), None)
+                out.setdefault(f"mrr@{k}", []).append(0.0 if first is None else 1.0 / (first + 1))
+            for k in self.ndcg_at_k:
+                dcg = sum(1 / math.log2(r + 2) for r, hit in enumerate(is_rel[:k]) if hit)
+                ideal = sum(1 / math.log2(r + 2) for r in range(min(len(relevant), k)))
+                out.setdefault(f"ndcg@{k}", []).append(dcg / ideal)
+            for k in self.map_at_k:
+                found, total = 0, 0.0
+                for r, hit in enumerate(is_rel[:k]):
+                    if hit:
+                        found += 1
+                        total += found / (r + 1)
+                out.setdefault(f"map@{k}", []).append(total / min(k, len(relevant)))
+        order = ["accuracy", "precision", "recall", "ndcg", "mrr", "map"]
+        keys = sorted(out, key=lambda key: (order.index(key.split("@")[0]), int(key.split("@")[1])))
+        return {key: float(np.mean(out[key])) for key in keys}

@@ -1,0 +1,72 @@
+"""EmbeddingSimilarityEvaluator: Pearson and Spearman correlation between gold scores of sentence pairs and
+the similarity of their embeddings (STS benchmarks), as sentence-transformers computes them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bertkit.errors import BertkitError
+from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks from 1, ties given their average rank (scipy's rankdata 'average')."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = np.arange(1, len(x) + 1)
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return sums[inverse] / counts[inverse]
+
+
+def pearson(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64) - np.mean(a), np.asarray(b, np.float64) - np.mean(b)
+    denom = np.sqrt((a * a).sum() * (b * b).sum())
+    if denom == 0:
+        raise BertkitError("a correlation is undefined: the scores or the similarities are all equal")
+    return float((a * b).sum() / denom)
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    return pearson(_ranks(np.asarray(a, np.float64)), _ranks(np.asarray(b, np.float64)))
+
+
+class EmbeddingSimilarityEvaluator:
+    """``pearson_{fn}`` and ``spearman_{fn}`` for each similarity function (by default the model's)."""
+
+    def __init__(self, sentences1: list[str], sentences2: list[str], scores: list[float], batch_size: int = 16,
+                 main_similarity: str | None = None, similarity_fn_names: list[str] | None = None, name: str = "",
+                 show_progress_bar: bool = False, write_csv: bool = True, precision: str | None = None,
+                 truncate_dim: int | None = None):
+        if not len(sentences1) == len(sentences2) == len(scores):
+            raise BertkitError(f"EmbeddingSimilarityEvaluator: {len(sentences1)} sentences1, {len(sentences2)} "
+                               f"sentences2 and {len(scores)} scores; give one score per pair")
+        if precision not in (None, "float32"):
+            raise BertkitError(f"EmbeddingSimilarityEvaluator(precision={precision!r}) is not implemented in bertkit; "
+                               "evaluate in float32")
+        self.sentences1, self.sentences2, self.scores = list(sentences1), list(sentences2), list(scores)
+        self.batch_size, self.show_progress_bar, self.name, self.truncate_dim = batch_size, show_progress_bar, name, truncate_dim
+        self.main_similarity = similarity_function(main_similarity) if main_similarity else None
+        self.similarity_fn_names = [similarity_function(n) for n in similarity_fn_names or []] or (
+            [self.main_similarity] if self.main_similarity else [])
+        self.primary_metric: str | None = None
+
+    def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
+        kwargs = {"batch_size": self.batch_size, "show_progress_bar": self.show_progress_bar,
+                  "convert_to_numpy": True, "truncate_dim": self.truncate_dim}
+        e1, e2 = model.encode(self.sentences1, **kwargs), model.encode(self.sentences2, **kwargs)
+        names = self.similarity_fn_names or [model.similarity_fn_name]
+        metrics: dict[str, float] = {}
+        for fn in names:
+            sims = SIMILARITY_FUNCTIONS[fn][1](e1, e2).numpy()
+            metrics[f"pearson_{fn}"] = pearson(self.scores, sims)
+            metrics[f"spearman_{fn}"] = spearman(self.scores, sims)
+        if len(names) > 1:
+            metrics["pearson_max"] = max(metrics[f"pearson_{fn}"] for fn in names)
+            metrics["spearman_max"] = max(metrics[f"spearman_{fn}"] for fn in names)
+        main = f"spearman_{self.main_similarity}" if self.main_similarity else (
+            "spearman_max" if len(names) > 1 else f"spearman_{names[0]}")
+        self.primary_metric = f"{self.name}_{main}" if self.name else main
+        return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}

@@ -1,0 +1,75 @@
+"""What every loss shares: the columns it takes, whether it needs labels or in-batch negatives, and one forward
+pass over all its columns.
+
+A loss is an ``nn.Module`` holding the model (``loss.model``), called as sentence-transformers calls it,
+``loss(sentence_features, labels)`` with one tokenized batch per column, and computing its value from the
+columns' embeddings in ``compute_loss_from_embeddings(embeddings, labels)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.errors import BertkitError
+
+
+def embed_columns(model: nn.Module, features: Sequence[dict[str, Any]]) -> list[Tensor]:
+    """Each column's (B, D) embeddings. Columns with the same prompt length run as one batch (C x B rows, padded
+    to the longest: the encoder drops the padding), the others one forward each."""
+    lengths = {int(f.get("prompt_length", 0)) for f in features}
+    if len(lengths) > 1:
+        return [model.embed(f["input_ids"], f["attention_mask"], f.get("token_type_ids"), int(f.get("prompt_length", 0)))
+                for f in features]
+    width = max(f["input_ids"].shape[1] for f in features)
+
+    def cat(key: str) -> Tensor:
+        return torch.cat([F.pad(f[key], (0, width - f[key].shape[1])) for f in features])  # (C*B, T)
+
+    rows = [f["input_ids"].shape[0] for f in features]
+    types = cat("token_type_ids") if all("token_type_ids" in f for f in features) else None
+    merged = model.embed(cat("input_ids"), cat("attention_mask"), types, lengths.pop())  # (C*B, D)
+    return list(merged.split(rows))
+
+
+class SentenceLoss(nn.Module):
+    """Base of bertkit.sentence's losses: the columns it takes (``columns``: fewest, most or None), whether the
+    dataset must carry a label column, whether each row's negatives are the batch's other rows."""
+
+    columns: ClassVar[tuple[int, int | None]] = (2, 2)
+    needs_label: ClassVar[bool] = False
+    in_batch_negatives: ClassVar[bool] = False
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
+        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels)
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        raise NotImplementedError
+
+    def describe_columns(self) -> str:
+        lo, hi = self.columns
+        n = f"{lo}" if lo == hi else f"{lo} or more" if hi is None else f"{lo} to {hi}"
+        return f"{type(self).__name__} takes {n} text column(s)" + (" and a label column ('label' or 'score')"
+                                                                     if self.needs_label else "")
+
+
+def refuse(loss: str, name: str, value: Any, default: Any, advice: str) -> None:
+    """A sentence-transformers loss argument bertkit does not implement: refused unless given at its default."""
+    if value != default:
+        raise BertkitError(f"{loss}({name}={value!r}) is not implemented in bertkit: {advice}")
+
+
+def check_labels(loss: str, labels: Tensor | None, rows: int) -> Tensor:
+    if labels is None or labels.numel() != rows:
+        got = "none" if labels is None else f"{labels.numel()}"
+        raise BertkitError(f"{loss} needs one label per row: {rows} rows, {got} labels; add a 'label' or 'score' "
+                           "column to the dataset")
+    return labels.reshape(-1)

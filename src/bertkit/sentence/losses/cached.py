@@ -1,0 +1,101 @@
+"""CachedMultipleNegativesRankingLoss: MultipleNegativesRankingLoss with GradCache (Gao et al., 2021), so a batch
+of any size trains in the memory of ``mini_batch_size`` rows.
+
+Three passes: (1) embed every column in mini-batches, dropping each one's graph at once, keeping each mini-batch's random state;
+(2) compute the loss on those embeddings (leaves), backward to the embeddings only, and keep their gradients;
+(3) when the training loop calls ``loss.backward()``, a hook re-embeds each mini-batch with its random state
+replayed (same dropout) and backpropagates the cached gradient through it. The parameters' gradients are those of
+the uncached loss on the same batch (tests/test_sentence_losses.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from bertkit.errors import BertkitError
+from bertkit.sentence.losses.multiple_negatives import MultipleNegativesRankingLoss
+from bertkit.sentence.util import cos_sim
+
+
+class _RandomState:
+    """The CPU and CUDA generator states at one point, to replay dropout exactly."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.cpu_state = torch.get_rng_state()
+        self.cuda_state = torch.cuda.get_rng_state(device) if self.cuda else None
+        self.device = device
+
+    def replay(self):
+        fork = torch.random.fork_rng(devices=[self.device] if self.cuda else [])
+        fork.__enter__()
+        torch.set_rng_state(self.cpu_state)
+        if self.cuda:
+            torch.cuda.set_rng_state(self.cuda_state, self.device)
+        return fork
+
+
+def _rows(features: dict[str, Any], start: int, end: int) -> dict[str, Any]:
+    return {k: (v[start:end] if isinstance(v, Tensor) and v.dim() > 0 else v) for k, v in features.items()}
+
+
+class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
+    """MultipleNegativesRankingLoss computed with GradCache in mini-batches of ``mini_batch_size`` rows."""
+
+    def __init__(self, model: nn.Module, scale: float = 20.0, similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
+                 mini_batch_size: int = 32, gather_across_devices: bool = False,
+                 directions: tuple[str, ...] = ("query_to_doc",), partition_mode: str = "joint",
+                 show_progress_bar: bool = False):
+        super().__init__(model, scale, similarity_fct, gather_across_devices, directions, partition_mode)
+        if isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int) or mini_batch_size < 1:
+            raise BertkitError(f"CachedMultipleNegativesRankingLoss: mini_batch_size must be a whole number >= 1, "
+                               f"got {mini_batch_size!r}")
+        self.mini_batch_size = mini_batch_size
+
+    def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None,
+                loss_fn: Callable[[list[Tensor], Tensor | None], Tensor] | None = None) -> Tensor:
+        """``loss_fn(embeddings, labels)`` replaces this loss's own (MatryoshkaLoss wraps it so)."""
+        loss_fn = loss_fn or self.compute_loss_from_embeddings
+        if not torch.is_grad_enabled():  # evaluation: no backward to prepare
+            return loss_fn([torch.cat([self._embed(_rows(f, s, s + self.mini_batch_size))
+                                       for s in range(0, f["input_ids"].shape[0], self.mini_batch_size)])
+                            for f in sentence_features], labels)
+        embeddings, states = [], []
+        for features in sentence_features:
+            parts, column_states = [], []
+            for start in range(0, features["input_ids"].shape[0], self.mini_batch_size):
+                column_states.append(_RandomState(features["input_ids"].device))
+                # with a graph, dropped at once: bertkit's encoder computes differently without one (its inference
+                # paths), and the backward pass's re-embedding must see the numbers and dropout masks of this pass
+                parts.append(self._embed(_rows(features, start, start + self.mini_batch_size)).detach())
+            embeddings.append(torch.cat(parts))
+            states.append(column_states)
+        leaves = [e.detach().requires_grad_() for e in embeddings]
+        with torch.enable_grad():
+            loss = loss_fn(leaves, labels)
+            grads = torch.autograd.grad(loss, leaves)
+        result = loss.detach().requires_grad_()
+        result.register_hook(lambda grad_output: self._backward(sentence_features, states, grads, grad_output))
+        return result
+
+    def _embed(self, features: dict[str, Any]) -> Tensor:
+        return self.model.embed(features["input_ids"], features["attention_mask"], features.get("token_type_ids"),
+                                int(features.get("prompt_length", 0)))
+
+    def _backward(self, sentence_features: Sequence[dict[str, Any]], states: list[list[_RandomState]],
+                  grads: Sequence[Tensor], grad_output: Tensor) -> None:
+        """Re-embed each mini-batch with its random state replayed and backpropagate its cached gradient."""
+        with torch.enable_grad():
+            for features, column_states, grad in zip(sentence_features, states, grads):
+                for i, state in enumerate(column_states):
+                    start = i * self.mini_batch_size
+                    fork = state.replay()
+                    try:
+                        emb = self._embed(_rows(features, start, start + self.mini_batch_size))
+                    finally:
+                        fork.__exit__(None, None, None)
+                    emb.backward(grad[start:start + self.mini_batch_size] * grad_output)

@@ -1,0 +1,59 @@
+"""MatryoshkaLoss (Kusupati et al., 2022): the wrapped loss on the embeddings' first d dimensions, renormalised,
+for each d of ``matryoshka_dims``, weighted; what ``encode(truncate_dim=d)`` then returns is trained for."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.errors import BertkitError
+from bertkit.sentence.losses.base import SentenceLoss, embed_columns
+from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
+
+
+class MatryoshkaLoss(SentenceLoss):
+    """``loss`` summed over truncations of the embeddings to each of ``matryoshka_dims`` (largest first), with
+    ``matryoshka_weights`` (1 each by default); ``n_dims_per_step`` > 0 draws that many of them per step."""
+
+    def __init__(self, model: nn.Module, loss: SentenceLoss, matryoshka_dims: Sequence[int],
+                 matryoshka_weights: Sequence[float] | None = None, n_dims_per_step: int = -1):
+        super().__init__(model)
+        if not isinstance(loss, SentenceLoss):
+            raise BertkitError(f"MatryoshkaLoss wraps a bertkit.sentence loss, got {type(loss).__name__}")
+        full = model.get_sentence_embedding_dimension()
+        dims = list(matryoshka_dims)
+        if not dims or any(isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= full for d in dims):
+            raise BertkitError(f"MatryoshkaLoss: matryoshka_dims {dims} must be whole numbers in [1, {full}], this "
+                               f"model's embedding dimension")
+        weights = [1] * len(dims) if matryoshka_weights is None else list(matryoshka_weights)
+        if len(weights) != len(dims):
+            raise BertkitError(f"MatryoshkaLoss: {len(weights)} matryoshka_weights for {len(dims)} matryoshka_dims")
+        pairs = sorted(zip(dims, weights), key=lambda p: p[0], reverse=True)
+        self.loss = loss
+        self.matryoshka_dims = tuple(d for d, _ in pairs)
+        self.matryoshka_weights = tuple(w for _, w in pairs)
+        self.n_dims_per_step = n_dims_per_step
+        self.columns, self.needs_label, self.in_batch_negatives = loss.columns, loss.needs_label, loss.in_batch_negatives
+
+    def _dims(self) -> list[int]:
+        chosen = list(range(len(self.matryoshka_dims)))
+        if 0 < self.n_dims_per_step < len(chosen):
+            chosen = sorted(random.sample(chosen, self.n_dims_per_step))
+        return chosen
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        total: Any = 0.0
+        for i in self._dims():
+            d, w = self.matryoshka_dims[i], self.matryoshka_weights[i]
+            total = total + w * self.loss.compute_loss_from_embeddings(
+                [F.normalize(e[..., :d], p=2, dim=-1) for e in embeddings], labels)
+        return total
+
+    def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
+        if isinstance(self.loss, CachedMultipleNegativesRankingLoss):
+            return self.loss(sentence_features, labels, loss_fn=self.compute_loss_from_embeddings)
+        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels)

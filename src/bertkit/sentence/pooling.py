@@ -1,0 +1,91 @@
+"""Pooling: token states -> one vector per text, as sentence-transformers' ``Pooling`` module (1_Pooling).
+
+Modes "mean", "cls", "max" and "mean_sqrt_len_tokens", several concatenated in the order given. Pooling reads
+the encoder's output in whichever layout it computed (``TokenLayout``): on the unpadded layout the mean is a
+scatter-add over the real tokens only, so padding costs nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bertkit.errors import BertkitError
+from bertkit.modeling import BertModelOutput
+
+MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens")
+# sentence-transformers' older 1_Pooling/config.json keys, in the order its Pooling concatenates them
+_LEGACY_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
+                "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens"}
+_REFUSED = {"pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+
+
+def pool_tokens(out: BertModelOutput, attention_mask: Tensor, mode: str, prompt_length: int = 0) -> Tensor:
+    """(B, H) float32: ``mode`` pooling of ``out``'s token states over the real tokens of ``attention_mask``
+    (B, T), leaving out the first ``prompt_length`` positions (a prompt not to be pooled)."""
+    lay, x = out.token_layout, out.tokens.float()
+    B, T = attention_mask.shape
+    if mode == "cls":
+        return lay.first_tokens(x) if not prompt_length else lay.to_batch(x)[:, prompt_length]
+    mask = attention_mask.to(x.dtype)
+    if prompt_length:
+        mask = mask.clone()
+        mask[:, :prompt_length] = 0
+    if mode == "max":
+        return lay.to_batch(x).masked_fill(mask.unsqueeze(-1) == 0, float("-inf")).max(dim=1).values
+    if lay.is_padded:
+        summed = (x * mask.unsqueeze(-1)).sum(1)  # (B, H)
+    else:
+        weights = mask.reshape(-1)[lay.flat_index].unsqueeze(-1)  # (N, 1): 0 on prompt tokens
+        summed = x.new_zeros(B, x.size(-1)).index_add_(0, lay.flat_index // T, x * weights)  # (B, H)
+    count = mask.sum(1, keepdim=True).clamp(min=1e-9)  # (B, 1)
+    return summed / (count if mode == "mean" else count.sqrt())
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """What 1_Pooling/config.json says: the modes (concatenated), the width of the token states, and whether a
+    prompt's tokens are pooled."""
+
+    embedding_dimension: int
+    modes: tuple[str, ...] = ("mean",)
+    include_prompt: bool = True
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.modes if m not in MODES]
+        if bad or not self.modes:
+            raise BertkitError(f"pooling mode(s) {bad or list(self.modes)} not implemented; bertkit pools with {MODES}")
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], where: str) -> Pooling:
+        refused = [name for key, name in _REFUSED.items() if config.get(key)]
+        mode = config.get("pooling_mode")
+        if mode is not None:
+            modes = (mode,) if isinstance(mode, str) else tuple(mode)
+        else:
+            modes = tuple(name for key, name in _LEGACY_KEYS.items() if config.get(key))
+        refused += [m for m in modes if m not in MODES]
+        if refused:
+            raise BertkitError(f"{where}: pooling {refused} is not implemented in bertkit (it pools with {MODES}); "
+                               "use sentence-transformers for this model")
+        dim = config.get("embedding_dimension", config.get("word_embedding_dimension"))
+        return cls(int(dim), modes or ("mean",), bool(config.get("include_prompt", True)))
+
+    def to_config(self) -> dict[str, Any]:
+        """Both spellings: the legacy booleans older sentence-transformers read, and pooling_mode."""
+        legacy = {key: name in self.modes for key, name in _LEGACY_KEYS.items()}
+        return {"word_embedding_dimension": self.embedding_dimension, **legacy,
+                "pooling_mode_weightedmean_tokens": False, "pooling_mode_lasttoken": False,
+                "include_prompt": self.include_prompt}
+
+    @property
+    def output_dimension(self) -> int:
+        return self.embedding_dimension * len(self.modes)
+
+    def __call__(self, out: BertModelOutput, attention_mask: Tensor, prompt_length: int = 0) -> Tensor:
+        skip = 0 if self.include_prompt else prompt_length
+        parts = [pool_tokens(out, attention_mask, m, skip) for m in self.modes]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # (B, D)

@@ -1,0 +1,46 @@
+"""``quantize_embeddings``: float embeddings to int8 / uint8 (per-dimension buckets) or packed bits, as
+sentence-transformers' ``quantize_embeddings`` computes them (same numbers, tests/test_sentence_model.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.errors import BertkitError
+
+PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
+
+
+def quantize_embeddings(embeddings: Any, precision: str, ranges: np.ndarray | None = None,
+                        calibration_embeddings: np.ndarray | None = None) -> np.ndarray:
+    """``int8``/``uint8``: 256 buckets per dimension between ``ranges`` (a (2, D) array of minima and maxima),
+    by default the minima and maxima of ``calibration_embeddings`` or of the embeddings themselves;
+    ``binary``/``ubinary``: one bit per dimension (> 0), packed 8 to a byte (binary shifted by -128 to int8)."""
+    if precision not in PRECISIONS:
+        raise BertkitError(f"precision {precision!r} is not one of {PRECISIONS}")
+    if isinstance(embeddings, torch.Tensor):
+        embeddings = embeddings.detach().float().cpu().numpy()
+    elif isinstance(embeddings, list) and embeddings and isinstance(embeddings[0], torch.Tensor):
+        embeddings = torch.stack(embeddings).detach().float().cpu().numpy()
+    embeddings = np.asarray(embeddings)
+    if embeddings.dtype in (np.int8, np.uint8):
+        raise BertkitError(f"embeddings to quantize must be float, got {embeddings.dtype}: they are quantized already")
+    if precision == "float32":
+        return embeddings.astype(np.float32)
+    if precision in ("int8", "uint8"):
+        if ranges is None:
+            source = embeddings if calibration_embeddings is None else np.asarray(calibration_embeddings)
+            if calibration_embeddings is None and (source.ndim == 1 or source.shape[0] == 1):
+                raise BertkitError(f"{precision} buckets cannot be computed from a single embedding; pass ranges= or "
+                                   "calibration_embeddings= from a representative set of embeddings")
+            ranges = np.vstack((source.min(axis=0), source.max(axis=0)))
+        ranges = np.asarray(ranges).astype(np.float32, copy=False)
+        starts = ranges[0, :]
+        steps = (ranges[1, :] - starts) / 255
+        steps = np.where(steps == 0, 1, steps)  # a constant dimension: every value in bucket 0
+        buckets = np.clip(np.floor((embeddings - starts) / steps), 0, 255)
+        return buckets.astype(np.uint8) if precision == "uint8" else (buckets - 128).astype(np.int8)
+    bits = np.packbits(embeddings > 0, axis=-1)
+    return bits if precision == "ubinary" else (bits - 128).astype(np.int8)

@@ -1,0 +1,153 @@
+"""``SentenceTransformerTrainer``: sentence-transformers' trainer on bertkit's ``Trainer`` and its training loop.
+
+    model = SentenceTransformer("models/minilm")
+    loss = losses.MultipleNegativesRankingLoss(model)
+    args = SentenceTransformerTrainingArguments(output_dir="out", batch_sampler=BatchSamplers.NO_DUPLICATES)
+    SentenceTransformerTrainer(model=model, args=args, train_dataset=pairs, loss=loss, evaluator=ir).train()
+
+The loss is what the loop trains: a module whose forward takes one padded (B, C, T) batch of the dataset's C
+text columns and returns the loss, so optimisation, schedules, accumulation, bf16, checkpoints (each a
+sentence-transformers directory) and exact resume are the loop's. Evaluation is ``eval_loss`` on the
+eval_dataset plus the evaluator's metrics, prefixed ``eval_``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor, nn
+
+from bertkit.errors import BertkitError
+from bertkit.sentence.data import SentenceCollator, SentenceExamples, no_duplicates_order
+from bertkit.sentence.losses import CoSENTLoss, SentenceLoss
+from bertkit.sentence.model import SentenceTransformer
+from bertkit.sentence.training_args import BatchSamplers, SentenceTransformerTrainingArguments
+from bertkit.training.callbacks import EvalPrediction
+from bertkit.training.distributed import current
+from bertkit.training.trainer import Trainer
+
+_REFUSED = {
+    "model_init": "hyper-parameter search is not implemented; pass model=",
+    "compute_metrics": "give an evaluator (bertkit.sentence.evaluation) instead",
+    "data_collator": "bertkit.sentence tokenizes and pads the text columns itself; drop this argument",
+    "processing_class": "the model's own tokenizer is used; drop this argument",
+    "optimizers": "bertkit's loop builds AdamW from the arguments (learning_rate, weight_decay, adam_*)",
+    "optimizer_cls_and_kwargs": "bertkit's loop builds AdamW from the arguments (learning_rate, weight_decay, adam_*)",
+    "preprocess_logits_for_metrics": "give an evaluator (bertkit.sentence.evaluation) instead",
+}
+
+
+@dataclass
+class LossOutput:
+    loss: Tensor
+
+
+class LossModel(nn.Module):
+    """The loss as the training loop drives it: a padded batch of the C text columns in, the loss out. Saving
+    it writes the sentence model's directory (checkpoints are sentence-transformers directories)."""
+
+    def __init__(self, loss: SentenceLoss):
+        super().__init__()
+        self.loss = loss
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, prompt_length: Tensor,
+                label: Tensor) -> LossOutput:
+        columns = input_ids.shape[1]  # input_ids (B, C, T)
+        features = [{"input_ids": input_ids[:, c], "attention_mask": attention_mask[:, c],
+                     "token_type_ids": token_type_ids[:, c], "prompt_length": int(prompt_length[0, c])}
+                    for c in range(columns)]
+        return LossOutput(self.loss(features, label if self.loss.needs_label else None))
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        return self.loss.model.save(path)
+
+
+class SentenceTransformerTrainer(Trainer):
+    """Train a ``SentenceTransformer`` with a bertkit.sentence loss on a dataset whose columns are the loss's
+    inputs in order; see the module docstring. Without ``loss``, CoSENTLoss (sentence-transformers' default)."""
+
+    def __init__(self, model: SentenceTransformer | None = None, args: SentenceTransformerTrainingArguments | None = None,
+                 train_dataset: Any = None, eval_dataset: Any = None,
+                 loss: SentenceLoss | Callable[[SentenceTransformer], SentenceLoss] | None = None,
+                 evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
+        for name, value in unknown.items():
+            if name in _REFUSED:
+                if value is None or (name == "optimizers" and value == (None, None)):
+                    continue
+                raise BertkitError(f"SentenceTransformerTrainer({name}=...) is not implemented in bertkit: {_REFUSED[name]}")
+            raise BertkitError(f"SentenceTransformerTrainer got an unknown argument {name!r}")
+        if not isinstance(model, SentenceTransformer):
+            raise BertkitError(f"model must be a bertkit.sentence.SentenceTransformer, got {type(model).__name__}")
+        args = args if args is not None else SentenceTransformerTrainingArguments()
+        if not isinstance(args, SentenceTransformerTrainingArguments):
+            raise BertkitError(f"args must be bertkit.sentence.SentenceTransformerTrainingArguments, got "
+                               f"{type(args).__name__}")
+        loss = self._loss(model, loss)
+        batch = args.per_device_train_batch_size * current().world_size
+        if loss.in_batch_negatives and batch < 2:
+            raise BertkitError(f"{type(loss).__name__} uses the batch's other rows as negatives, and a batch of {batch} "
+                               "holds none: set per_device_train_batch_size to 2 or more (32 or more trains better)")
+        self.sentence_model, self.loss, self.evaluator = model, loss, evaluator
+        train = SentenceExamples(train_dataset, model, loss, args.prompts, "train_dataset") \
+            if train_dataset is not None else None
+        dev = SentenceExamples(eval_dataset, model, loss, args.prompts, "eval_dataset") \
+            if eval_dataset is not None else None
+        super().__init__(model=LossModel(loss), args=args, data_collator=SentenceCollator(model.tokenizer.pad_token_id),
+                         train_dataset=train, eval_dataset=dev, callbacks=callbacks,
+                         compute_metrics=self._evaluator_metrics if evaluator is not None else None)
+
+    @staticmethod
+    def _loss(model: SentenceTransformer, loss: Any) -> SentenceLoss:
+        if loss is None:
+            loss = CoSENTLoss(model)
+        elif isinstance(loss, dict):
+            raise BertkitError("a loss per dataset is not implemented: bertkit.sentence trains on one dataset with one loss")
+        elif not isinstance(loss, nn.Module) and callable(loss):
+            loss = loss(model)
+        if not isinstance(loss, SentenceLoss):
+            raise BertkitError(f"loss must be a bertkit.sentence.losses loss, got {type(loss).__module__}."
+                               f"{type(loss).__name__}; change the import to `from bertkit.sentence import losses`")
+        if loss.model is not model:
+            raise BertkitError("the loss was built with another model than the trainer's; build it with "
+                               "losses.X(model) of the model passed to the trainer")
+        return loss
+
+    # -- the base Trainer's data order, with sentence-transformers' no-duplicates sampler -----------------------
+    def _order(self, examples: Sequence) -> Callable[[int], Sequence[int]]:
+        if self.args.batch_sampler is not BatchSamplers.NO_DUPLICATES:
+            return super()._order(examples)
+        examples = self.train_dataset  # the SentenceExamples (the base Trainer passes a column-dropping view)
+        size, seed = self.args.per_device_train_batch_size * current().world_size, self.args.seed
+        # every epoch's order is drawn now: duplicates that cannot be kept apart are refused before any step
+        steps = self.args.max_steps if self.args.max_steps > 0 else math.ceil(
+            self.args.num_train_epochs * math.ceil(len(examples) / size) / self.args.gradient_accumulation_steps)
+        epochs = math.ceil(steps * self.args.gradient_accumulation_steps * size / len(examples)) + 1
+        orders = {e: no_duplicates_order(examples, size, seed + e) for e in range(epochs)}
+        return lambda epoch: orders[epoch] if epoch in orders else no_duplicates_order(examples, size, seed + epoch)
+
+    # -- evaluation ---------------------------------------------------------------------------------------------
+    def _evaluator_metrics(self, _: EvalPrediction) -> dict[str, float]:
+        return dict(self.evaluator(self.sentence_model))
+
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        """eval_loss on the eval dataset and the evaluator's metrics, prefixed ``eval_``; with no eval dataset, the
+        evaluator's metrics alone."""
+        if eval_dataset is not None:
+            eval_dataset = SentenceExamples(eval_dataset, self.sentence_model, self.loss, self.args.prompts, "eval_dataset")
+        if eval_dataset is None and self.eval_dataset is None:
+            if self.evaluator is None:
+                raise BertkitError("evaluate() needs an eval_dataset or an evaluator")
+            metrics = {f"{metric_key_prefix}_{k}": v for k, v in self._evaluator_metrics(None).items()}
+            self.log(metrics)
+            return metrics
+        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+
+    def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
+        """The model in sentence-transformers' layout (rank 0 under torchrun)."""
+        if current().is_main:
+            self.sentence_model.save(output_dir if output_dir is not None else self.args.output_dir)

@@ -1,0 +1,124 @@
+"""Similarity functions and exact semantic search, with sentence-transformers' names (``sentence_transformers.util``).
+
+Every function takes lists, numpy arrays or tensors, one vector or a batch of them, and returns a float tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from bertkit.errors import BertkitError
+
+
+def _batch(x: Any) -> Tensor:
+    """A (N, D) tensor from a list, array or tensor of one vector (D,) or several."""
+    if not isinstance(x, Tensor):
+        x = torch.as_tensor(np.asarray(x))
+    return x.unsqueeze(0) if x.dim() == 1 else x
+
+
+def normalize_embeddings(embeddings: Tensor) -> Tensor:
+    return F.normalize(embeddings, p=2, dim=1)
+
+
+def cos_sim(a: Any, b: Any) -> Tensor:
+    """(N, M) cosine similarities of every row of ``a`` with every row of ``b``."""
+    return normalize_embeddings(_batch(a)) @ normalize_embeddings(_batch(b)).T
+
+
+def dot_score(a: Any, b: Any) -> Tensor:
+    """(N, M) dot products."""
+    return _batch(a) @ _batch(b).T
+
+
+def euclidean_sim(a: Any, b: Any) -> Tensor:
+    """(N, M) negative Euclidean distances (higher is more similar, as sentence-transformers)."""
+    return -torch.cdist(_batch(a), _batch(b), p=2.0)
+
+
+def manhattan_sim(a: Any, b: Any) -> Tensor:
+    """(N, M) negative Manhattan distances."""
+    return -torch.cdist(_batch(a), _batch(b), p=1.0)
+
+
+def pairwise_cos_sim(a: Any, b: Any) -> Tensor:
+    """(N,) cosine similarity of ``a[i]`` with ``b[i]``."""
+    return (normalize_embeddings(_batch(a)) * normalize_embeddings(_batch(b))).sum(-1)
+
+
+def pairwise_dot_score(a: Any, b: Any) -> Tensor:
+    return (_batch(a) * _batch(b)).sum(-1)
+
+
+def pairwise_euclidean_sim(a: Any, b: Any) -> Tensor:
+    return -torch.sqrt(((_batch(a) - _batch(b)) ** 2).sum(-1))
+
+
+def pairwise_manhattan_sim(a: Any, b: Any) -> Tensor:
+    return -(_batch(a) - _batch(b)).abs().sum(-1)
+
+
+# sentence-transformers' SimilarityFunction values -> (matrix function, pairwise function)
+SIMILARITY_FUNCTIONS: dict[str, tuple[Callable[[Any, Any], Tensor], Callable[[Any, Any], Tensor]]] = {
+    "cosine": (cos_sim, pairwise_cos_sim),
+    "dot": (dot_score, pairwise_dot_score),
+    "euclidean": (euclidean_sim, pairwise_euclidean_sim),
+    "manhattan": (manhattan_sim, pairwise_manhattan_sim),
+}
+
+
+def similarity_function(name: Any) -> str:
+    """A similarity function's name ("cosine", "dot", "euclidean", "manhattan"); sentence-transformers'
+    SimilarityFunction enum and "dot_product" are accepted."""
+    name = getattr(name, "value", name)
+    name = {"dot_product": "dot"}.get(name, name)
+    if name not in SIMILARITY_FUNCTIONS:
+        raise BertkitError(f"similarity_fn_name {name!r} is not one of {sorted(SIMILARITY_FUNCTIONS)}")
+    return name
+
+
+def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_size: int = 100,
+                    corpus_chunk_size: int = 500000, top_k: int = 10,
+                    score_function: Callable[[Tensor, Tensor], Tensor] = cos_sim) -> list[list[dict[str, Any]]]:
+    """For each query, the ``top_k`` corpus entries by ``score_function``: a list per query of
+    ``{"corpus_id": int, "score": float}``, best first (exact search, chunked to bound memory).
+    Ties keep the lower corpus id first."""
+    queries, corpus = _batch(query_embeddings), _batch(corpus_embeddings)
+    if queries.shape[-1] != corpus.shape[-1]:
+        raise BertkitError(f"query embeddings have {queries.shape[-1]} dimensions and corpus embeddings "
+                           f"{corpus.shape[-1]}; encode both with the same model (and truncate_dim)")
+    if top_k < 1:
+        raise BertkitError(f"top_k must be >= 1, got {top_k}")
+    k = min(top_k, len(corpus))
+    results: list[list[dict[str, Any]]] = []
+    for q0 in range(0, len(queries), query_chunk_size):
+        best_scores, best_ids = None, None
+        for c0 in range(0, len(corpus), corpus_chunk_size):
+            scores = score_function(queries[q0:q0 + query_chunk_size], corpus[c0:c0 + corpus_chunk_size])
+            top = torch.topk(scores, min(k, scores.shape[1]), dim=1, sorted=True)
+            ids = top.indices + c0
+            if best_scores is None:
+                best_scores, best_ids = top.values, ids
+            else:
+                both_scores, both_ids = torch.cat([best_scores, top.values], 1), torch.cat([best_ids, ids], 1)
+                keep = torch.topk(both_scores, k, dim=1, sorted=True).indices
+                best_scores, best_ids = both_scores.gather(1, keep), both_ids.gather(1, keep)
+        for scores_row, ids_row in zip(best_scores.tolist(), best_ids.tolist()):
+            results.append([{"corpus_id": int(i), "score": float(s)} for s, i in zip(scores_row, ids_row)])
+    return results
+
+
+class SimilarityFunction:
+    """sentence-transformers' SimilarityFunction names."""
+
+    COSINE = "cosine"
+    DOT_PRODUCT = "dot"
+    DOT = "dot"
+    EUCLIDEAN = "euclidean"
+    MANHATTAN = "manhattan"

@@ -1,0 +1,122 @@
+"""One text -> WordPiece ids, with character offsets when asked: the part of the tokenizer that reads text.
+
+1. special and added tokens written in the text (``[MASK]``, ``[SEP]``, ...) are cut out first, matched
+   exactly and case-sensitively anywhere, as Hugging Face does for its "added tokens" (tokens added with
+   ``add_tokens`` case-insensitively by an uncased tokenizer, as Hugging Face matches them on normalised text);
+2. the rest is split on whitespace into chunks; each chunk goes through the basic tokenizer (``basic``)
+   and WordPiece (``wordpiece``).
+
+Speed, in pure Python: step 2 is memoised per chunk (the whitespace-delimited piece of the original text,
+e.g. ``"world,"``), mapping it to its ids and their offsets relative to the chunk. Text is Zipfian, so
+most chunks are dictionary hits and a sentence costs one C-level ``str.split`` plus one dict lookup per
+chunk; misses run the per-character path once. Caches are bounded (``cache_size`` entries each) and
+never change results, which depend only on the text and the configuration.
+
+Offsets are character offsets into the original string, as BertTokenizerFast reports them: a token
+spans from the first to the last original character its normalised characters came from (so ``"é"``
+lower-cased and stripped to ``"e"`` spans the ``"é"``, a ``##`` piece spans only its own characters,
+``[UNK]`` spans its whole word).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+
+from bertkit.tokenization.basic import CHUNK_RE, NON_SEPARATOR_SPACE_RE, BasicTokenizer
+from bertkit.tokenization.wordpiece import Memo, WordPiece
+
+Offsets = list[tuple[int, int]]
+
+
+class TextEncoder:
+    """``encode(text, offsets)``: the ids of ``text`` (no [CLS]/[SEP]), appending their offsets to ``offsets``."""
+
+    def __init__(self, vocab: Mapping[str, int], basic: BasicTokenizer, wordpiece: WordPiece,
+                 special_tokens: Sequence[str], added_tokens: Sequence[str], cache_size: int):
+        self.vocab, self.basic, self.wordpiece = vocab, basic, wordpiece
+        self.unk_id = vocab[wordpiece.unk_token]
+        self.chunks = Memo(self._encode_chunk, cache_size)
+        fold = basic.do_lower_case
+        plain = [t for t in added_tokens if t not in special_tokens]
+        self.match_ids = {t: vocab[t] for t in special_tokens}
+        self.match_ids.update({(t.lower() if fold else t): vocab[t] for t in plain})
+        firsts = {t[0] for t in special_tokens} | {c for t in plain for c in {t[0], t[0].lower(), t[0].upper()}}
+        self.first_chars = "".join(sorted(firsts))
+        # Longest first, so that at one position the longest special token wins (leftmost-longest).
+        patterns = [(t, re.escape(t)) for t in special_tokens]
+        patterns += [(t, f"(?i:{re.escape(t)})" if fold else re.escape(t)) for t in plain]
+        self.special_re = re.compile("|".join(p for _, p in sorted(patterns, key=lambda x: len(x[0]), reverse=True)))
+
+    def encode(self, text: str, offsets: Offsets | None = None) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"the tokenizer takes str (or a list of str), got {type(text).__name__}")
+        ids: list[int] = []
+        if any(c in text for c in self.first_chars) and self.special_re.search(text):
+            pos = 0
+            for m in self.special_re.finditer(text):
+                self._encode_plain(text[pos : m.start()], pos, ids, offsets)
+                token = m.group()
+                i = self.match_ids.get(token)
+                ids.append(self.match_ids[token.lower()] if i is None else i)
+                if offsets is not None:
+                    offsets.append(m.span())
+                pos = m.end()
+            self._encode_plain(text[pos:], pos, ids, offsets)
+        else:
+            self._encode_plain(text, 0, ids, offsets)
+        return ids
+
+    def _encode_plain(self, text: str, base: int, ids: list[int], offsets: Offsets | None) -> None:
+        chunks = self.chunks
+        odd_spaces = NON_SEPARATOR_SPACE_RE.search(text) is not None
+        if offsets is None:
+            if odd_spaces:  # dropped by BERT anyway; removing them makes str.split() split where BERT does
+                text = NON_SEPARATOR_SPACE_RE.sub("", text)
+            for chunk in text.split():
+                ids += chunks[chunk][0]
+            return
+        spans = ((m.start(), m.group()) for m in CHUNK_RE.finditer(text)) if odd_spaces else _spans(text)
+        append = offsets.append
+        for start, chunk in spans:
+            chunk_ids, chunk_offsets = chunks[chunk]
+            ids += chunk_ids
+            start += base
+            if len(chunk_offsets) == 1:  # most chunks are one token
+                a, b = chunk_offsets[0]
+                append((start + a, start + b))
+            else:
+                offsets += [(start + a, start + b) for a, b in chunk_offsets]
+
+    def _encode_chunk(self, chunk: str) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+        """One whitespace-free chunk -> (ids, offsets relative to the chunk). Memoised in ``chunks``."""
+        kept = self.basic.never_split_match(chunk)
+        if kept is not None:
+            token, start, end = kept
+            return (self.vocab.get(token, self.unk_id),), ((start, end),)
+        words, source = self.basic.split_chunk(chunk)
+        ids: list[int] = []
+        offsets: Offsets = []
+        segment = self.wordpiece.segment
+        for word, w in words:
+            for i, a, b in segment(word):
+                ids.append(i)
+                if source is None:
+                    offsets.append((w + a, w + b))
+                else:
+                    offsets.append((source[w + a], source[w + b - 1] + 1))
+        return tuple(ids), tuple(offsets)
+
+
+def _spans(text: str) -> Iterator[tuple[int, str]]:
+    """(start, chunk) for the chunks of ``str.split()``, located with ``str.find`` (faster than a regex).
+
+    The first occurrence of a chunk at or after the end of the previous one is the chunk itself: only
+    whitespace lies in between, and a chunk starts with a non-whitespace character.
+    """
+    pos = 0
+    find = text.find
+    for chunk in text.split():
+        start = find(chunk, pos)
+        pos = start + len(chunk)
+        yield start, chunk

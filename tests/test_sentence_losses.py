@@ -1,0 +1,152 @@
+"""bertkit.sentence.losses: each loss equals sentence-transformers' on the same embeddings and labels; the cached
+(GradCache) loss gives the uncached loss's value and parameter gradients; bad arguments are named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tests.sentence_helpers import st_directory
+
+from bertkit.errors import BertkitError
+from bertkit.sentence import SentenceTransformer, losses
+from bertkit.sentence.util import dot_score
+
+st = pytest.importorskip("sentence_transformers")
+st_losses = st.sentence_transformer.losses
+
+
+class _Dim:
+    """What sentence-transformers' loss constructors ask of a model, for comparing losses on given embeddings."""
+
+    def get_embedding_dimension(self):
+        return 16
+
+    get_sentence_embedding_dimension = get_embedding_dimension
+
+
+def _embeddings(columns: int, rows: int = 6, dim: int = 16) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(columns)
+    return [torch.randn(rows, dim, generator=g) for _ in range(columns)]
+
+
+CASES = [
+    ("MultipleNegativesRankingLoss", {}, 2, None),
+    ("MultipleNegativesRankingLoss", {"scale": 7.0}, 4, None),
+    ("MultipleNegativesRankingLoss", {"directions": ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")}, 3, None),
+    ("MultipleNegativesRankingLoss", {"directions": ("query_to_doc", "doc_to_query"), "partition_mode": "per_direction"}, 3, None),
+    ("MultipleNegativesSymmetricRankingLoss", {}, 2, None),
+    ("CoSENTLoss", {}, 2, torch.tensor([0.1, 0.9, 0.5, 0.5, 0.0, 1.0])),
+    ("CosineSimilarityLoss", {}, 2, torch.tensor([0.1, 0.9, 0.5, 0.5, 0.0, 1.0])),
+    ("TripletLoss", {}, 3, None),
+]
+
+
+@pytest.mark.parametrize("name,kwargs,columns,labels", CASES)
+def test_loss_equals_sentence_transformers(name, kwargs, columns, labels):
+    embeddings = _embeddings(columns)
+    want = getattr(st_losses, name)(_Dim(), **kwargs).compute_loss_from_embeddings(embeddings, labels)
+    got = getattr(losses, name)(_Dim(), **kwargs).compute_loss_from_embeddings(embeddings, labels)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_mnrl_dot_product_and_triplet_cosine():
+    embeddings = _embeddings(3)
+    want = st_losses.MultipleNegativesRankingLoss(_Dim(), scale=1.0, similarity_fct=st.util.dot_score)
+    got = losses.MultipleNegativesRankingLoss(_Dim(), scale=1.0, similarity_fct=dot_score)
+    torch.testing.assert_close(got.compute_loss_from_embeddings(embeddings), want.compute_loss_from_embeddings(embeddings, None))
+    want = st_losses.TripletLoss(_Dim(), distance_metric=st_losses.TripletDistanceMetric.COSINE, triplet_margin=0.5)
+    got = losses.TripletLoss(_Dim(), distance_metric=losses.TripletDistanceMetric.COSINE, triplet_margin=0.5)
+    torch.testing.assert_close(got.compute_loss_from_embeddings(embeddings), want.compute_loss_from_embeddings(embeddings, None))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory, minilm_dir):
+    return SentenceTransformer(st_directory(minilm_dir, tmp_path_factory.mktemp("st") / "m"))
+
+
+def _features(model, columns):
+    return [model.tokenize(texts) for texts in columns]
+
+
+TRIPLES = [["what is the capital of france", "who wrote hamlet", "how tall is everest", "speed of light",
+            "largest ocean", "first man on the moon", "boiling point of water"],
+           ["Paris is the capital of France.", "Hamlet was written by Shakespeare.", "Everest is 8,849 m high.",
+            "Light travels at 299,792 km/s.", "The Pacific is the largest ocean.", "Neil Armstrong, 1969.",
+            "Water boils at 100 degrees Celsius at sea level."],
+           ["Berlin is in Germany.", "Macbeth is a tragedy.", "K2 is the second highest.", "Sound is slower.",
+            "The Atlantic is second.", "Buzz Aldrin was second.", "Ice melts at 0 degrees."]]
+
+
+def _loss_and_grads(model, loss, columns):
+    model.zero_grad(set_to_none=True)
+    value = loss(_features(model, columns), None)
+    value.backward()
+    return value.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("wrap", [False, True], ids=["mnrl", "matryoshka"])
+def test_cached_loss_has_the_uncached_gradients(model, wrap):
+    model.train()  # dropout on: the cached loss must replay it per mini-batch
+    plain = losses.MultipleNegativesRankingLoss(model)
+    cached = losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=3)  # 7 rows: 3 + 3 + 1
+    if wrap:
+        plain = losses.MatryoshkaLoss(model, plain, [384, 64, 16], [1.0, 0.5, 0.25])
+        cached = losses.MatryoshkaLoss(model, cached, [384, 64, 16], [1.0, 0.5, 0.25])
+    for m in model.modules():  # the same dropout masks in both runs needs the same draws: switch dropout off
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    want, want_grads = _loss_and_grads(model, plain, TRIPLES)
+    got, got_grads = _loss_and_grads(model, cached, TRIPLES)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    assert got_grads.keys() == want_grads.keys() and len(got_grads) > 90
+    _assert_same_gradient(got_grads, want_grads)
+    model.zero_grad(set_to_none=True)
+
+
+def _assert_same_gradient(got: dict, want: dict) -> None:
+    """The whole gradient within float32 summation noise: 1e-5 of its norm overall, and per parameter 1e-4 of
+    the largest entry (attention's key biases have a gradient of zero, up to noise, so no relative test each)."""
+    flat_got = torch.cat([got[n].flatten() for n in want])
+    flat_want = torch.cat([want[n].flatten() for n in want])
+    assert (flat_got - flat_want).norm() <= 1e-5 * flat_want.norm()
+    scale = flat_want.abs().max()
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-4 * scale, rtol=0, msg=name)
+
+
+def test_cached_loss_replays_dropout(model):
+    """With dropout on, the re-embedding draws the masks of the first pass: the gradient equals the uncached
+    loss's when both start from the same random state."""
+    model.train()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.1
+    cached = losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=7)  # one mini-batch per column
+    plain = losses.MultipleNegativesRankingLoss(model)
+    # the uncached loss embeds the columns in one merged batch; per column it draws as the cached loss does
+    torch.manual_seed(0)
+    got, got_grads = _loss_and_grads(model, cached, TRIPLES[:2])
+    torch.manual_seed(0)
+    features = _features(model, TRIPLES[:2])
+    model.zero_grad(set_to_none=True)
+    value = plain.compute_loss_from_embeddings([model.embed(f["input_ids"], f["attention_mask"], f["token_type_ids"])
+                                                for f in features])
+    value.backward()
+    torch.testing.assert_close(got, value.detach(), atol=1e-6, rtol=1e-6)
+    _assert_same_gradient(got_grads, {n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    model.zero_grad(set_to_none=True)
+    model.eval()
+
+
+def test_bad_arguments_are_named(model):
+    with pytest.raises(BertkitError, match=r"matryoshka_dims \[768, 64\] must be whole numbers in \[1, 384\]"):
+        losses.MatryoshkaLoss(model, losses.MultipleNegativesRankingLoss(model), [768, 64])
+    with pytest.raises(BertkitError, match="gather_across_devices"):
+        losses.MultipleNegativesRankingLoss(model, gather_across_devices=True)
+    with pytest.raises(BertkitError, match="mini_batch_size"):
+        losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=0)
+    with pytest.raises(BertkitError, match="needs one label per row"):
+        losses.CoSENTLoss(model).compute_loss_from_embeddings(_embeddings(2), None)

@@ -1,0 +1,122 @@
+"""bertkit.sentence.SentenceTransformer against sentence-transformers on the same all-MiniLM-L6-v2 directory:
+the same embeddings (every pooling mode, prompts, truncation, normalisation), quantization equal byte for byte,
+a saved directory that sentence-transformers opens, and clear refusals."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from tests.sentence_helpers import POOLING, st_directory
+
+from bertkit.errors import BertkitError
+from bertkit.sentence import SentenceTransformer, quantize_embeddings
+
+st = pytest.importorskip("sentence_transformers")
+
+TEXTS = ["A man is eating food.", "A man is riding a horse on a sunny beach.", "hi",
+         "Sentence embeddings put similar sentences close together, and different ones apart. " * 12,
+         "The new movie is awesome", "Ünïcödé accents and CJK 漢字 too"]
+
+
+@pytest.fixture(scope="module")
+def st_dir(tmp_path_factory, minilm_dir):
+    return st_directory(minilm_dir, tmp_path_factory.mktemp("st") / "all-MiniLM-L6-v2",
+                        st_config={"prompts": {"query": "query: ", "doc": ""}, "similarity_fn_name": "dot"})
+
+
+@pytest.fixture(scope="module")
+def models(st_dir):
+    return SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+
+
+def test_embeddings_match_sentence_transformers(models):
+    ours, ref = models
+    assert ours.normalize and ours.max_seq_length == 256 and ours.similarity_fn_name == "dot"
+    torch.testing.assert_close(ours.encode(TEXTS), ref.encode(TEXTS), atol=1e-5, rtol=0)
+    for kwargs in ({"prompt_name": "query"}, {"prompt": "passage: ", "truncate_dim": 64},
+                   {"truncate_dim": 32, "normalize_embeddings": True, "batch_size": 2}):
+        torch.testing.assert_close(ours.encode(TEXTS, **kwargs), ref.encode(TEXTS, **kwargs), atol=1e-5, rtol=0)
+    one = ours.encode(TEXTS[0], convert_to_tensor=True)
+    assert one.shape == (384,) and isinstance(one, torch.Tensor)
+    assert isinstance(ours.encode(TEXTS, convert_to_numpy=False), list)
+    a, b = ours.encode(TEXTS[:3]), ref.encode(TEXTS[:3])
+    torch.testing.assert_close(ours.similarity(a, a), ref.similarity(b, b), atol=1e-5, rtol=0)
+
+
+def test_pooling_modes_match(tmp_path, minilm_dir):
+    """cls, max, mean and mean_sqrt_len_tokens at once: sentence-transformers concatenates them in that order."""
+    modes = {"pooling_mode_cls_token": True, "pooling_mode_max_tokens": True, "pooling_mode_mean_tokens": True,
+             "pooling_mode_mean_sqrt_len_tokens": True}
+    d = st_directory(minilm_dir, tmp_path / "m", pooling={**POOLING, **modes}, normalize=False)
+    ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+    got, want = ours.encode(TEXTS[:4]), ref.encode(TEXTS[:4])
+    assert ours.pooling.modes == ("cls", "max", "mean", "mean_sqrt_len_tokens") and got.shape == want.shape == (4, 1536)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_prompt_left_out_of_pooling(tmp_path, minilm_dir):
+    d = st_directory(minilm_dir, tmp_path / "m", pooling={**POOLING, "include_prompt": False})
+    ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+    kwargs = {"prompt": "Represent this sentence for searching relevant passages: "}
+    torch.testing.assert_close(ours.encode(TEXTS, **kwargs), ref.encode(TEXTS, **kwargs), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("precision", ["float32", "int8", "uint8", "binary", "ubinary"])
+def test_quantization_equals_sentence_transformers(models, precision):
+    ours, _ = models
+    floats = ours.encode(TEXTS)
+    want = st.quantize_embeddings(floats, precision=precision)
+    got = quantize_embeddings(floats, precision)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert np.array_equal(ours.encode(TEXTS, precision=precision), want)
+    ranges = np.stack([floats.min(0) - 0.1, floats.max(0) + 0.1])
+    if precision.endswith("int8"):
+        assert np.array_equal(quantize_embeddings(floats[:2], precision, ranges=ranges),
+                              st.quantize_embeddings(floats[:2], precision=precision, ranges=ranges))
+
+
+def test_saved_directory_opens_in_sentence_transformers(models, tmp_path):
+    ours, ref = models
+    ours.save(tmp_path / "saved")
+    modules = json.loads((tmp_path / "saved" / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
+    reopened = st.SentenceTransformer(str(tmp_path / "saved"), device="cpu")
+    assert reopened.prompts["query"] == "query: " and reopened.similarity_fn_name == "dot"
+    assert reopened.max_seq_length == 256
+    torch.testing.assert_close(reopened.encode(TEXTS), ref.encode(TEXTS), atol=1e-5, rtol=0)
+    again = SentenceTransformer(tmp_path / "saved")
+    assert again.prompts == ours.prompts and again.normalize
+    torch.testing.assert_close(again.encode(TEXTS), ours.encode(TEXTS), atol=0, rtol=0)
+
+
+def test_plain_checkpoint_gets_mean_pooling(minilm_dir, models):
+    plain = SentenceTransformer(minilm_dir)
+    assert plain.pooling.modes == ("mean",) and not plain.normalize
+    torch.testing.assert_close(plain.encode(TEXTS[:3], normalize_embeddings=True), models[0].encode(TEXTS[:3]),
+                               atol=1e-6, rtol=0)
+
+
+def test_bad_input_is_named(models, tmp_path, minilm_dir):
+    ours, _ = models
+    with pytest.raises(BertkitError, match=r"truncate_dim 500 must be a whole number in \[1, 384\]"):
+        ours.encode(TEXTS, truncate_dim=500)
+    with pytest.raises(BertkitError, match="prompt_name 'passage' is not one of"):
+        ours.encode(TEXTS, prompt_name="passage")
+    with pytest.raises(BertkitError, match="precision 'int4'"):
+        ours.encode(TEXTS, precision="int4")
+    with pytest.raises(BertkitError, match="multi-process"):
+        ours.encode(TEXTS, pool={})
+    with pytest.raises(BertkitError, match="trust_remote_code"):
+        SentenceTransformer(minilm_dir, trust_remote_code=True)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        SentenceTransformer(tmp_path / "absent")
+    with pytest.raises(BertkitError, match="single embedding"):
+        quantize_embeddings(np.ones((1, 8), np.float32), "int8")
+    d = st_directory(minilm_dir, tmp_path / "dense")
+    (d / "modules.json").write_text(json.dumps(json.loads((d / "modules.json").read_text())[:2] + [
+        {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]))
+    with pytest.raises(BertkitError, match="Dense"):
+        SentenceTransformer(d)

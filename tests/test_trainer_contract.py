@@ -1,0 +1,257 @@
+"""bertkit.Trainer keeps transformers' callback contract, best-model and resume rules.
+
+One recording callback runs under transformers' Trainer and under bertkit's on the same tiny checkpoint and data:
+both must call the same events in the same order, each seeing the same global_step and epoch, and on_save must
+find checkpoint-N whole. A steering callback sets each of TrainerControl's flags at its own step, under both
+libraries, and each flag must do there what it does in transformers. Then the best model (an eval set without
+labels, a NaN metric) and resume (other data of the same size, a killed checkpoint write, save_total_limit across
+kills, a stray checkpoint directory).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import bertkit
+from bertkit import outputs
+from bertkit.errors import BertkitError
+from trainer_helpers import TEST, TRAIN, accuracy, tiny_classifier
+
+transformers = pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+pytest.importorskip("accelerate")  # transformers' Trainer needs it
+
+EVENTS = ("on_init_end", "on_train_begin", "on_epoch_begin", "on_step_begin", "on_pre_optimizer_step",
+          "on_optimizer_step", "on_substep_end", "on_step_end", "on_evaluate", "on_predict", "on_save", "on_log",
+          "on_prediction_step", "on_epoch_end", "on_train_end")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, minilm_dir) -> Path:
+    return tiny_classifier(tmp_path_factory.mktemp("contract") / "tiny-classifier", minilm_dir)
+
+
+def _recorder(lib, steer=None):
+    """A callback of ``lib`` recording (event, global_step, epoch, and at on_save whether checkpoint-N is whole);
+    ``steer(event, state, control)`` may set control flags."""
+
+    class Recorder(lib.TrainerCallback):
+        def __init__(self):
+            self.seen = []
+
+    def make(name):
+        def event(self, args, state, control, **kwargs):
+            row = (name, state.global_step, None if state.epoch is None else round(state.epoch, 4))
+            if name == "on_save":
+                done = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                row += (all((done / f).is_file() for f in ("trainer_state.json", "model.safetensors", "config.json")),)
+            self.seen.append(row)
+            if steer is not None:
+                steer(name, state, control)
+        return event
+
+    for name in EVENTS:
+        setattr(Recorder, name, make(name))
+    return Recorder()
+
+
+def _run(lib, checkpoint: Path, out: Path, steer=None, **overrides):
+    tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
+    model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+
+    def tokenize(batch):
+        return tokenizer(batch["text"], truncation=True)
+
+    train = datasets.Dataset.from_list(TRAIN[:16]).map(tokenize, batched=True)
+    test = datasets.Dataset.from_list(TEST[:5]).map(tokenize, batched=True)
+    settings = dict(output_dir=str(out), learning_rate=1e-3, per_device_train_batch_size=2,
+                    per_device_eval_batch_size=4, gradient_accumulation_steps=2, num_train_epochs=2, logging_steps=1,
+                    eval_strategy="steps", eval_steps=3, save_strategy="steps", save_steps=3, report_to="none",
+                    use_cpu=True, seed=7, disable_tqdm=True)
+    recorder = _recorder(lib, steer)
+    trainer = lib.Trainer(model=model, args=lib.TrainingArguments(**{**settings, **overrides}), train_dataset=train,
+                          eval_dataset=test, processing_class=tokenizer, compute_metrics=accuracy,
+                          callbacks=[recorder])
+    trainer.train()
+    trainer.evaluate()
+    trainer.predict(test)
+    return recorder.seen, trainer
+
+
+@pytest.mark.parametrize("overrides", [
+    {},  # accumulation (substeps), evaluation and checkpoints every 3 steps, the last step's
+    dict(gradient_accumulation_steps=1, max_steps=11, eval_strategy="epoch", save_strategy="epoch"),  # cut short
+], ids=["steps", "epochs"])
+def test_callbacks_see_what_transformers_callbacks_see(checkpoint, tmp_path, overrides):
+    theirs, _ = _run(transformers, checkpoint, tmp_path / "hf", **overrides)
+    ours, _ = _run(bertkit, checkpoint, tmp_path / "bk", **overrides)
+    assert ours == theirs
+    assert {"on_epoch_begin", "on_step_begin", "on_save"} <= {e[0] for e in ours}
+    assert [e for e in ours if e[0] == "on_save"] and all(e[3] for e in ours if e[0] == "on_save")
+
+
+def _steer(name, state, control):
+    """Each flag at its own step (16 rows, batches of 4: 4 steps an epoch; nothing scheduled but the log at 8)."""
+    if name == "on_step_end" and state.global_step == 1:
+        control.should_save = True  # save_strategy "no": checkpoint-1 anyway
+    if name == "on_step_begin" and state.global_step == 1:
+        control.should_evaluate = True  # set before the step, acted on at its end: an evaluation at step 2
+    if name == "on_evaluate" and state.global_step == 2:
+        control.should_save = True  # the "save when evaluated" pattern: checkpoint-2
+    if name == "on_step_end" and state.global_step == 3:
+        control.should_log = True  # logging_steps 8: a log at step 3 anyway
+    if name == "on_step_end" and state.global_step == 5:
+        control.should_epoch_stop = True  # epoch 1 ends after its first step; epoch 2 starts at step 6
+    if name == "on_step_end" and state.global_step == 7:
+        control.should_training_stop = True  # of 12 steps, 7 run
+
+
+def test_every_control_flag_does_what_it_does_in_transformers(checkpoint, tmp_path):
+    settings = dict(per_device_train_batch_size=4, gradient_accumulation_steps=1, num_train_epochs=3,
+                    logging_steps=8, eval_strategy="no", save_strategy="no", steer=_steer)
+    theirs, _ = _run(transformers, checkpoint, tmp_path / "hf", **settings)
+    ours, trainer = _run(bertkit, checkpoint, tmp_path / "bk", **settings)
+    assert ours == theirs
+    history = trainer.state.log_history
+    assert sorted(p.name for p in (tmp_path / "bk").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]  # save
+    assert [h["step"] for h in history if "eval_loss" in h][:1] == [2]  # should_evaluate
+    assert [h["step"] for h in history if "loss" in h] == [3]  # should_log
+    assert [e[1:] for e in ours if e[0] == "on_epoch_end"] == [(4, 1.0), (5, 1.25), (7, 2.5)]  # should_epoch_stop
+    assert trainer.state.global_step == 7  # should_training_stop
+
+
+def _trainer(checkpoint: Path, out: Path, train=TRAIN, eval_rows=TEST, collator=None, **overrides):
+    tokenizer = bertkit.AutoTokenizer.from_pretrained(checkpoint)
+    model = bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    rows = [{**tokenizer(r["text"], truncation=True), "label": r["label"]} for r in train]
+    test = [{**tokenizer(r["text"], truncation=True), **({"label": r["label"]} if "label" in r else {})}
+            for r in eval_rows]
+    settings = dict(output_dir=str(out), learning_rate=1e-3, per_device_train_batch_size=4, max_steps=8,
+                    logging_steps=1, save_steps=2, report_to="none", use_cpu=True, seed=3, disable_tqdm=True)
+    return bertkit.Trainer(model=model, args=bertkit.TrainingArguments(**{**settings, **overrides}),
+                           train_dataset=rows, eval_dataset=test, processing_class=tokenizer, data_collator=collator,
+                           compute_metrics=accuracy)
+
+
+class _Killed(BaseException):
+    pass
+
+
+class _KillAt(bertkit.TrainerCallback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise _Killed
+
+
+def _as_a_new_process(monkeypatch) -> None:
+    """Forget what this process wrote: the next run proves ownership as a new process would, from the records the
+    output directory holds."""
+    monkeypatch.setattr(outputs, "_WRITTEN", {})
+    monkeypatch.setattr(outputs, "_SCRATCH", set())
+
+
+def test_load_best_model_at_end_without_eval_labels_is_refused_before_training(checkpoint, tmp_path):
+    unlabelled = [{"text": r["text"]} for r in TEST]
+    trainer = _trainer(checkpoint, tmp_path / "run", eval_rows=unlabelled, eval_strategy="steps", eval_steps=2,
+                       load_best_model_at_end=True)
+    with pytest.raises(BertkitError, match=r"metric_for_best_model 'loss' needs labels in eval_dataset \("
+                                           r"load_best_model_at_end.*'label'"):
+        trainer.train()
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_nan_metric_never_becomes_the_best(checkpoint, tmp_path, caplog):
+    calls = []
+
+    def nan_first(eval_pred):  # the check before training, then NaN at the first evaluation
+        calls.append(1)
+        return {"score": math.nan if len(calls) <= 2 else accuracy(eval_pred)["accuracy"]}
+
+    trainer = _trainer(checkpoint, tmp_path / "run", eval_strategy="steps", eval_steps=2, load_best_model_at_end=True,
+                       metric_for_best_model="score")
+    trainer.compute_metrics = nan_first
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        trainer.train()
+    scores = [(h["step"], h["eval_score"]) for h in trainer.state.log_history if "eval_score" in h]
+    assert scores[0][0] == 2 and math.isnan(scores[0][1]) and all(math.isfinite(s) for _, s in scores[1:])
+    assert trainer.state.best_metric == max(s for _, s in scores[1:])
+    assert trainer.state.best_global_step != 2 and not trainer.state.best_model_checkpoint.endswith("checkpoint-2")
+    assert "eval_score is nan at step 2" in caplog.text
+
+
+def test_resuming_on_other_data_of_the_same_size_is_refused_naming_it(checkpoint, tmp_path):
+    with pytest.raises(_Killed):
+        trainer = _trainer(checkpoint, tmp_path / "run")
+        trainer.add_callback(_KillAt(3))
+        trainer.train()
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")}
+    other = [dict(r) for r in TRAIN]
+    other[5] = {"text": "not a fun movie", "label": 0}  # same size, one example changed
+    with pytest.raises(BertkitError, match=r"other settings or data .*'trainer\.train_data'"):
+        _trainer(checkpoint, tmp_path / "run", train=other).train(resume_from_checkpoint=True)
+    collator = bertkit.DataCollatorWithPadding(bertkit.AutoTokenizer.from_pretrained(checkpoint), pad_to_multiple_of=8)
+    with pytest.raises(BertkitError, match=r"'trainer\.data_collator\.DataCollatorWithPadding\.pad_to_multiple_of'"):
+        _trainer(checkpoint, tmp_path / "run", collator=collator).train(resume_from_checkpoint=True)
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")} == before  # refused before any write
+    assert _trainer(checkpoint, tmp_path / "run").train(resume_from_checkpoint=True).global_step == 8
+
+
+def test_a_killed_checkpoint_write_leaves_nothing_a_later_run_keeps(checkpoint, tmp_path, monkeypatch):
+    import bertkit.training.checkpoint as ckpt
+
+    out = tmp_path / "run"
+    real_save = torch.save
+
+    def killed_at_4(obj, path, *args, **kwargs):
+        real_save(obj, path, *args, **kwargs)
+        if Path(path).parent.name.startswith(".tmp-checkpoint-4"):
+            raise _Killed  # the process dies after state.pt, before the rename
+
+    monkeypatch.setattr(ckpt.torch, "save", killed_at_4)
+    with pytest.raises(_Killed):
+        _trainer(checkpoint, out).train()
+    monkeypatch.setattr(ckpt.torch, "save", real_save)
+    assert (out / ".tmp-checkpoint-4" / "state.pt").is_file()
+    (out / ".tmp-checkpoint-5").mkdir()
+    (out / ".tmp-checkpoint-5" / "notes.txt").write_text("mine")  # a user's directory of that name: kept
+    _as_a_new_process(monkeypatch)
+    _trainer(checkpoint, out, save_steps=3).train(resume_from_checkpoint=True)  # checkpoint-4 is never written again
+    assert sorted(p.name for p in out.glob(".tmp-*")) == [".tmp-checkpoint-5"]
+    assert (out / ".tmp-checkpoint-5" / "notes.txt").read_text() == "mine"
+
+
+def test_save_total_limit_holds_across_killed_runs(checkpoint, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    for kill in (3, 5, 7):  # each run killed, the next resumes as a new process
+        trainer = _trainer(checkpoint, out, save_total_limit=2)
+        trainer.add_callback(_KillAt(kill))
+        with pytest.raises(_Killed):
+            trainer.train(resume_from_checkpoint=True if kill > 3 else None)
+        _as_a_new_process(monkeypatch)
+        assert len(list(out.glob("checkpoint-*"))) <= 2
+    _trainer(checkpoint, out, save_total_limit=2).train(resume_from_checkpoint=True)
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]
+
+
+def test_resume_passes_over_a_stray_checkpoint_directory(checkpoint, tmp_path, caplog):
+    out = tmp_path / "run"
+    with pytest.raises(_Killed):
+        trainer = _trainer(checkpoint, out)
+        trainer.add_callback(_KillAt(5))
+        trainer.train()
+    (out / "checkpoint-999").mkdir()
+    (out / "checkpoint-999" / "README.md").write_text("a user's")
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        result = _trainer(checkpoint, out).train(resume_from_checkpoint=True)
+    assert result.global_step == 8
+    assert f"resuming from {out / 'checkpoint-4'}" in caplog.text
+    assert "skipped checkpoint-999 (it has no state.pt or trainer_state.json" in caplog.text
+    assert (out / "checkpoint-999" / "README.md").read_text() == "a user's"
