@@ -66,13 +66,21 @@ def _converter(tp: Any, parse: Callable | None) -> tuple[Callable[[str], Any] | 
     if origin is typing.Literal:
         return type(args[0]), list(args), False
     if origin is tuple:  # tuple[int, ...]: a comma list
-        item = args[0]
-        return (lambda text: tuple(item(x) for x in text.split(",") if x.strip())), None, False
+        return functools.partial(_comma_list, args[0]), None, False
     if origin is list:
         return args[0], None, True
     if tp in (int, float, str, Path):
         return tp, None, False
     return str, None, False  # Any (a preset name or a path)
+
+
+def _comma_list(item: type, text: str) -> tuple[Any, ...]:
+    """``"-1,-2"`` -> ``(-1, -2)``; argparse would say "invalid partial value" for a ValueError: say what it takes."""
+    try:
+        return tuple(item(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {item.__name__}, got {text!r} "
+                                         f"(e.g. -1,-2)") from None
 
 
 def _shown_errors(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -167,24 +175,46 @@ def _type_name(tp: Any) -> str:
 
 
 def read_settings_file(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        raise BertkitError(f"--config {path} is a directory; give the JSON or YAML file of settings")
     if not path.is_file():
         raise MissingFileError(f"--config {path}: no such settings file (pretrain's model shape is --config-name)")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # the byte order mark an editor on Windows writes is not a key
+    except UnicodeDecodeError as e:
+        raise BertkitError(f"--config {path} is not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 1]!r}); "
+                           "save it as UTF-8") from None
     if path.suffix in (".yaml", ".yml"):
         try:
             import yaml
         except ImportError:
             raise BertkitError(f"--config {path}: reading YAML needs PyYAML: pip install pyyaml "
                                "(or write the same settings as JSON)") from None
-        values = yaml.safe_load(text)
+        try:
+            values = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise BertkitError(f"--config {path}: not valid YAML ({' '.join(str(e).split())})") from None
     else:
         try:
-            values = json.loads(text)
+            values = json.loads(text, object_pairs_hook=functools.partial(_unique_keys, path))
         except json.JSONDecodeError as e:
             raise BertkitError(f"--config {path}: not valid JSON ({e})") from None
     if not isinstance(values, dict):
         raise BertkitError(f"--config {path}: expected a mapping of setting names to values")
+    odd = [k for k in values if not isinstance(k, str)]
+    if odd:
+        raise BertkitError(f"--config {path}: setting names are words, got {odd[0]!r}; write name: value")
     return {k.replace("-", "_"): v for k, v in values.items()}
+
+
+def _unique_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: json.loads keeps the last of a repeated key without a word."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise BertkitError(f"--config {path}: the setting {key!r} is given twice; give it once")
+        out[key] = value
+    return out
 
 
 def build_settings(cls: type, args: argparse.Namespace) -> Any:
@@ -214,7 +244,7 @@ def build_settings(cls: type, args: argparse.Namespace) -> Any:
                 value = (parse or convert)(value)
             elif isinstance(value, list) and not many:
                 value = tuple(value)
-        except ValueError as e:  # BertkitError, or float("abc")
+        except (ValueError, argparse.ArgumentTypeError) as e:  # BertkitError, float("abc"), a comma list
             raise BertkitError(f"--config {args._config_file}: {name}: {e}") from None
         if typing.get_origin(_not_none(hints[name])) is tuple and isinstance(value, (int, float)):
             value = (value,)  # one value where a list is allowed (GLUE's learning_rate and seed)

@@ -55,11 +55,13 @@ def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory
     repo_id = os.fspath(path)
     try:
         from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+        from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
     except ImportError:
         raise MissingFileError(how_to_get(repo_id, what)) from None
     try:
         return Path(snapshot_download(repo_id, allow_patterns=_PATTERNS, local_files_only=True))
+    except HFValidationError:  # "my--model", "x-", "name.git": no Hub id, so a local directory that is missing
+        return directory
     except LocalEntryNotFoundError:
         pass  # not cached: try the network below
     from huggingface_hub import constants

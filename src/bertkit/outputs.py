@@ -332,7 +332,9 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
     """A command never writes into, or clears, its own inputs: ``output`` (a directory when ``is_dir``) equal to
     an input or holding one is refused, and so is a directory inside an input directory that a bertkit run
     made (its marker there: a model, pre-training data, another run). A plain directory of the user's may hold
-    the output beside the files read from it. ``inputs`` maps each setting to its path(s)."""
+    the output beside the files read from it, as a new file: an output file that exists inside an input
+    directory is refused, --overwrite or not (it may be the model's own weights or vocabulary). ``inputs`` maps
+    each setting to its path(s)."""
     out = output.resolve()
     for name, path in _input_paths(inputs):
         if out == path:
@@ -341,6 +343,9 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
             how = "holds"
         elif is_dir and path in out.parents and (path / MARKER).is_file():
             how = "is inside"
+        elif not is_dir and path in out.parents and os.path.lexists(output):
+            # a model directory's own files (its weights, its vocab.txt): replaced, the input is lost
+            how = "would replace a file of"
         else:
             continue
         raise BertkitError(f"{flag} {output} {how} the command's own input --{name.replace('_', '-')} {path}; "
@@ -642,8 +647,17 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
         _ACTIVE.append(claim)
         return claim
     except BaseException:
+        _drop_stray_lock(directory)
         lock.close()
         raise
+
+
+def _drop_stray_lock(directory: Path) -> None:
+    """On a refusal, the lock file this command made in a directory that holds no bertkit run (a user's) is
+    removed while still held: a refused command leaves nothing of its own in a directory that is not its."""
+    with contextlib.suppress(BertkitError, OSError):
+        if read_marker(directory) is None:
+            (directory / LOCK).unlink()
 
 
 def _make(directory: Path, inputs: Mapping[str, Any] | None) -> bool:
@@ -682,6 +696,8 @@ def release_unclaimed(path: str | os.PathLike) -> None:
             (Path(path) / LOCK).unlink()  # still locked: nobody else has opened it
             with contextlib.suppress(OSError):
                 Path(path).rmdir()
+        else:
+            _drop_stray_lock(Path(path))
         _HELD.pop(real).close()
 
 

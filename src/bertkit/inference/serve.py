@@ -34,7 +34,7 @@ from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.inference import serve_tei, serve_wire
 from bertkit.inference.serve_batching import Batcher, Job, Stats, _expired, fix_mmap_threshold, model_call
 from bertkit.inference.serve_wire import EMBEDDING_TASKS, Call, Limits, RequestError, Route, load_json
-from bertkit.settings.inference import check_api_key
+from bertkit.settings.inference import check_api_key, check_served_name
 
 logger = logging.getLogger("bertkit")
 
@@ -317,7 +317,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     from bertkit.inference.serve_metrics import CountRequests, Metrics
 
     limits = limits or Limits()
-    _check_server_args(pipe, max_batch_tokens, api_key)
+    _check_server_args(pipe, max_batch_tokens, api_key, served_model_name)
     stats = Stats()
     default_normalize = bool(getattr(pipe, "normalize", False))
     stopping = threading.Event()
@@ -342,7 +342,8 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
                       lambda: len(server.batcher.jobs) if server.batcher else 0,
                       routes=[path for route in ROUTES for path in route.paths])
     app.state.metrics = metrics
-    server = _Server(app, pipe, limits, stats, default_normalize, served_model_name or model_dir, metrics)
+    name = model_dir if served_model_name is None else served_model_name
+    server = _Server(app, pipe, limits, stats, default_normalize, name, metrics)
 
     def handler(route: Route) -> Any:
         async def handle(request: Request) -> Any:
@@ -362,13 +363,17 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     return app
 
 
-def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | None) -> None:
-    """Refuse a token bound no input of max_length fits in, and an API key no header can carry."""
+def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | None,
+                       served_model_name: str | None) -> None:
+    """Refuse a token bound no input of max_length fits in, an API key no header can carry, and an empty served
+    name (the model's path would be shown in its place)."""
     if max_batch_tokens is not None and max_batch_tokens < pipe.max_length:
         raise BertkitError(f"max_batch_tokens {max_batch_tokens} is below max_length {pipe.max_length}: one input "
                            "of max_length tokens could never be computed; raise --max-batch-tokens or lower --max-length")
     if api_key is not None:
         check_api_key(api_key, "api_key")
+    if served_model_name is not None:
+        check_served_name(served_model_name, "served_model_name")
 
 
 def _server_pipelines(pipe: Any, stopping: threading.Event) -> tuple[Any, Any]:

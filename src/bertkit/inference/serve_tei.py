@@ -122,6 +122,7 @@ def _in_vocabulary(pipe: Any, ids: list[int], what: str) -> None:
 def _encode_ids(pipe: Any, ids: list[int], index: int) -> Encoded:
     """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include."""
     _in_vocabulary(pipe, ids, f"input {index}")
+    refuse_empty(pipe, ids, index)  # [CLS] [SEP] sent as ids is the empty text sent as a string
     if len(ids) > pipe.max_length:
         raise RequestError(422, f"input {index} has {len(ids)} token ids, over max_length {pipe.max_length}")
     return Encoded(list(ids), [0] * len(ids))
@@ -163,6 +164,11 @@ def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
                 pipe, limits)
     if not isinstance(f["query"], str):
         raise RequestError(422, f"query must be a string, got {str(f['query'])[:80]!r}")
+    if set(pipe.tokenizer(f["query"], add_special_tokens=False)["input_ids"]) <= set(pipe.tokenizer.all_special_ids):
+        # every text would be scored against nothing, and the order of the answer would mean nothing
+        raise RequestError(422, "query has no token but the special ones (it is empty, or holds only characters "
+                                "this vocabulary does not know), so no text can be ranked by its relevance to it; "
+                                "send the query's text")
     texts = _texts(f["texts"], "texts", limits)
     tokens, chars = [], 0
     for i, text in enumerate(texts):

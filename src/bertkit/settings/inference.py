@@ -334,8 +334,14 @@ class ServeSettings(Int8Settings):
         check_request_limits(self)  # what one request may be and cost, checked together
         if not (math.isfinite(self.graceful_shutdown_s) and self.graceful_shutdown_s >= 0):
             raise BertkitError(f"graceful_shutdown_s must be a finite number >= 0, got {self.graceful_shutdown_s}")
+        if not self.host or self.host != self.host.strip() or not self.host.isprintable():
+            # uvicorn binds "" to every interface: a templated but unset --host "$HOST" must not open the server
+            raise BertkitError(f"host {self.host!r} is not an address: give 127.0.0.1 (this machine only) or "
+                               "0.0.0.0 (every interface), without spaces")
         if self.api_key is not None:
             check_api_key(self.api_key, "--api-key")
+        if self.served_model_name is not None:
+            check_served_name(self.served_model_name, "--served-model-name")
         self.check_int8()
 
 
@@ -350,6 +356,14 @@ def check_api_key(key: str, source: str) -> None:
         raise BertkitError(f"the API key from {source} is {what}; give a key of printable ASCII without spaces (it "
                            f"is sent as Authorization: Bearer <key>), or remove {source} to serve without one")
 
+
+
+def check_served_name(name: str, source: str) -> None:
+    """Refuse a served model name that is empty (answers would show the model's path in its place) or holds
+    characters an answer's JSON or a log line should not carry."""
+    if not (name.strip() and name.isprintable()):
+        raise BertkitError(f"the served model name from {source} ({name!r}) is empty or not printable: answers would "
+                           f"name the model by its path; give a name, or remove {source} to show the path")
 
 
 # What one request may be and cost: the fields the server's ``serve_wire.Limits`` is built from.
