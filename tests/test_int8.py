@@ -59,7 +59,7 @@ def fp32(minilm_dir) -> BertModel:
 
 @pytest.fixture(scope="module")
 def calibration(tok, data_dir):
-    """256 SST-2 training sentences, as bench/int8_sensitivity.py calibrates."""
+    """256 SST-2 training sentences, as bench/int8_sensitivity.py (commit 4403231) calibrates."""
     return calibration_batches(tok, [r["sentence"] for r in _tsv(data_dir / "glue/SST-2/train.tsv")[:256]])
 
 
@@ -265,7 +265,7 @@ def test_classifier_argmax_agrees(minilm_dir, calibration, tok, sst2_sentences):
     # ties. Measured: 195 / 200 agree, and every disagreement is a
     # sentence whose fp32 top-2 margin is at most a quarter of the median margin. So: overall agreement,
     # and no disagreement where fp32's decision is not a near-tie. A fitted head's agreement is in
-    # bench/int8_sensitivity.py and the fine-tuned tasks' in RESULTS.md.
+    # bench/int8_sensitivity.py (commit 4403231) and the fine-tuned tasks' in RESULTS.md.
     agree, margins = torch.cat(agree), torch.cat(margins)
     assert float(agree.float().mean()) >= 0.9
     clear = margins > 0.5 * margins.median()
