@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.sentence_helpers import st_directory
+from sentence_helpers import st_directory
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import SentenceTransformer, losses

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from tests.sentence_helpers import POOLING, st_directory
+from sentence_helpers import POOLING, st_directory
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import SentenceTransformer, quantize_embeddings

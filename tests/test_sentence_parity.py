@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from tests.sentence_helpers import st_directory
+from sentence_helpers import st_directory
 
 st = pytest.importorskip("sentence_transformers")
 st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")

@@ -4,7 +4,7 @@ no-duplicates order keeps repeated texts apart, and a trained model is saved as 
 from __future__ import annotations
 
 import pytest
-from tests.sentence_helpers import st_directory
+from sentence_helpers import st_directory
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import (

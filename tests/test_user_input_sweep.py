@@ -97,7 +97,7 @@ FINETUNE = [
     ("empty-texts", 'text,label\n,pos\n,neg\ngood,pos\n"",neg\n', None, [], ("train.csv:2", "'text' is empty")),
     ("no-label-column", _rows(["pos", "neg"] * 3), None, ["--label-column", "sentiment"], ("train.csv:2", "'sentiment'")),
     ("empty-label", _rows(["pos", "neg", "", "neg", "pos", "neg"]), None, [], ("train.csv:4", "empty")),
-    ("empty-validation", _rows(["pos", "neg"] * 3), "", [], ("dev.csv holds no rows",)),
+    ("empty-validation", _rows(["pos", "neg"] * 3), "", [], ("dev.csv holds no inputs",)),
     ("constant-regression", _rows(["0.5", "1.5", "2.2", "2.5", "0.1", "3.0"]), _rows(["1.5"] * 3), [], ("dev.csv",)),
     ("no-pair-column", _rows(["pos", "neg"] * 3), None, ["--text-pair-column", "hypothesis"],
      ("train.csv:2", "'hypothesis'")),
