@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sentence_helpers import st_directory
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import SentenceTransformer, losses
 from bertkit.sentence.util import dot_score
+from sentence_helpers import st_directory
 
 st = pytest.importorskip("sentence_transformers")
 st_losses = st.sentence_transformer.losses

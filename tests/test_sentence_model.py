@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 import torch
-from sentence_helpers import POOLING, st_directory
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import SentenceTransformer, quantize_embeddings
+from sentence_helpers import POOLING, st_directory
 
 st = pytest.importorskip("sentence_transformers")
 

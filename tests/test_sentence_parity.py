@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
+
 from sentence_helpers import st_directory
 
 st = pytest.importorskip("sentence_transformers")

@@ -4,7 +4,6 @@ no-duplicates order keeps repeated texts apart, and a trained model is saved as 
 from __future__ import annotations
 
 import pytest
-from sentence_helpers import st_directory
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import (
@@ -16,6 +15,7 @@ from bertkit.sentence import (
 )
 from bertkit.sentence.data import SentenceExamples, no_duplicates_order
 from bertkit.sentence.training_args import BatchSamplers
+from sentence_helpers import st_directory
 
 PAIRS = [{"anchor": f"question {i}", "positive": f"paragraph {i // 2}"} for i in range(12)]
 
