@@ -194,7 +194,7 @@ def test_fitted_classifier_gives_fp32s_labels(classifiers, sentences):
     assert np.abs(p_fp32 - p_int8).max() <= 0.1
     assert all(a["label"] == b["label"] for a, b, c in zip(fp32, int8, confident) if c)
     assert same >= 0.95, same
-    assert abs(accuracy[0] - accuracy[1]) <= 0.025, accuracy
+    assert abs(accuracy[0] - accuracy[1]) * len(gold) <= 5 + 1e-9, accuracy  # at most 5 of 200 sentences
 
 
 def test_the_pipeline_quantizes_after_eval_on_the_builtin_sentences(minilm_dir, tok, embedders, sentences):

@@ -14,6 +14,7 @@ import pytest
 from bertkit import BertTokenizer
 from bertkit.cli import main
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
+from bertkit.inference.prepare import for_cpu_inference
 from bertkit.tasks import ner, squad, squad_eval, swag
 from bertkit.tasks.metrics import to_fractions
 from bertkit.training.token_tasks import ner_scores, predict_ner, predict_squad, predict_swag
@@ -95,8 +96,9 @@ def test_predict_swag_equals_the_recipes_predictions(tmp_path, minilm_dir, sst2_
     assert code == 0, err
     examples = swag.read_swag(path)
     tok = BertTokenizer.from_pretrained(d)
-    scores = predict_swag(BertForMultipleChoice.from_pretrained(d), swag.featurize_swag(examples, tok, 128),
-                          pad_id=tok.pad_token_id)
+    # the command runs the copy prepare_model makes for CPU inference (oneDNN's weight layout): so does the reference
+    model = for_cpu_inference(BertForMultipleChoice.from_pretrained(d).eval(), bf16=False)
+    scores = predict_swag(model, swag.featurize_swag(examples, tok, 128), pad_id=tok.pad_token_id)
     got = _records(tmp_path / "run/predictions.jsonl")
     assert [g["prediction"] for g in got] == scores.argmax(-1).tolist()
     assert [g["scores"] for g in got] == [[float(x) for x in row] for row in scores]
