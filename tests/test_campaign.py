@@ -642,9 +642,6 @@ def test_a_refused_corpus_leaves_nothing_that_refuses_the_rerun(vocab, tmp_path,
     assert code == 0, err
 
 
-@_owed("careless-user", "cli.py (argparse's allow_abbrev)",
-       "`--input FILE` (predict's and extract-features' flag) is taken as an abbreviation of --input-format and "
-       "answered \"argument --input-format: invalid choice: 'FILE'\"; any unique prefix of a flag is accepted")
 def test_a_flag_another_command_has_is_unknown_here_not_a_prefix(vocab, tmp_path, capsys):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a good film .\nthe film is dull .\n")
