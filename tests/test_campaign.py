@@ -220,17 +220,10 @@ LOAD_REFUSALS = [
                                                           for k, v in sd.items()}), "shape mismatches"),
     ("an extra tensor in the encoder", dict(weights=lambda sd: {**sd, "bert.encoder.layer.0.foo": torch.zeros(1)}),
      "unexpected keys: ['bert.encoder.layer.0.foo']"),
-    pytest.param("an extra tensor outside the model", dict(weights=lambda sd: {**sd, "foo.bar": torch.zeros(1)}),
-                 "unexpected keys: ['foo.bar']", marks=_owed(
-                     "silent (strict keys, STYLE rule 8)", "checkpoint_io.py",
-                     "a key under no prefix of the model (foo.bar) is dropped without a word since the heads' key "
-                     "rework; one inside the encoder is still refused")),
-    pytest.param("int32 weights", dict(weights=lambda sd: {k: (v * 100).to(torch.int32) for k, v in sd.items()}),
-                 "int32", marks=_owed("silent-wrong", "checkpoint_io.py",
-                                      "integer weights are cast to float and the model predicts")),
-    pytest.param("bool weights", dict(weights=lambda sd: {k: v > 0 for k, v in sd.items()}), "bool",
-                 marks=_owed("silent-wrong", "checkpoint_io.py", "bool weights load as 0.0/1.0 and the model "
-                                                                 "predicts")),
+    ("an extra tensor outside the model", dict(weights=lambda sd: {**sd, "foo.bar": torch.zeros(1)}),
+     "unexpected keys: ['foo.bar']"),
+    ("int32 weights", dict(weights=lambda sd: {k: (v * 100).to(torch.int32) for k, v in sd.items()}), "int32"),
+    ("bool weights", dict(weights=lambda sd: {k: v > 0 for k, v in sd.items()}), "bool"),
 ]
 
 
@@ -272,8 +265,6 @@ def test_a_missing_directory_whose_name_is_no_hub_id_is_named_not_a_hub_error(mo
         bertkit.AutoModel.from_pretrained(name)
 
 
-@_owed("traceback", "checkpoint_io.py (save_pretrained)",
-       "a path that is a file ends in FileExistsError from pathlib.mkdir, without the fix")
 def test_save_pretrained_to_a_file_names_it_and_keeps_it(tiny_model, tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("mine")
