@@ -559,6 +559,20 @@ def test_export_never_replaces_the_weights_it_exports(ckpts, tmp_path, capsys):
     assert (model / "model.safetensors").read_bytes() == before
 
 
+def test_export_onnx_from_python_never_replaces_the_weights_it_exports(ckpts, tmp_path):
+    """export_onnx(model_dir, out=model_dir/"model.safetensors", overwrite=True) replaced the checkpoint: only the
+    command line passed the model as an input the output must not be."""
+    import shutil
+
+    from bertkit.inference.export import export_onnx
+
+    model = shutil.copytree(ckpts["clf"], tmp_path / "model")
+    before = (model / "model.safetensors").read_bytes()
+    with pytest.raises(BertkitError, match="would replace a file of the command's own input --model"):
+        export_onnx(model, model / "model.safetensors", overwrite=True, verify=False)
+    assert (model / "model.safetensors").read_bytes() == before
+
+
 def test_a_refused_output_directory_of_the_users_is_left_as_it_was(ckpts, tmp_path, capsys):
     """The refusal left a .bertkit-lock behind in the user's directory."""
     mine = tmp_path / "mine"
