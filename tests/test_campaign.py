@@ -284,12 +284,8 @@ def test_report_to_an_empty_list_reports_nowhere(tmp_path):
 @pytest.mark.parametrize("labels, said", [
     ([5, 5, 5, 5], "labels holds 5, but this head has 2 classes"),
     ([-1, -1, -1, -1], "labels holds -1"),
-    pytest.param([True, False, True, False], "label", marks=_owed(
-        "traceback", "heads.py / data/collators.py", "bool labels (a pandas bool column) end in torch's 'Target "
-                                                      "size (torch.Size([2])) must be the same as input size'")),
-    pytest.param([[0, 1], [1, 0], [0, 1], [1, 0]], "class", marks=_owed(
-        "wrong fix named", "training/trainer_data.py", "one-hot labels on a 2-label sequence classifier are answered "
-        "'row 0 has 2 label for 5 input_ids; give one label per token', a token-classification fix")),
+    ([True, False, True, False], "label holds booleans (True/False); give class ids 0/1"),
+    ([[0, 1], [1, 0], [0, 1], [1, 0]], "takes one class id per example"),
 ], ids=["5 on two labels", "-1", "bools", "one-hot lists"])
 def test_labels_a_head_cannot_take_are_named(ckpts, tmp_path, tok, labels, said):
     with pytest.raises(BertkitError) as e:
