@@ -611,9 +611,6 @@ def test_create_pretraining_data_on_an_odd_corpus_names_it(vocab, tmp_path, caps
     assert not list((tmp_path / "out").glob("shard-*"))
 
 
-@_owed("careless-user", "create-pretraining-data (data/pretraining.py, cli.py)",
-       "a corpus refused after the output directory is claimed leaves vocab.txt and .bertkit-run.json there; the same "
-       "command on the fixed corpus is then refused ('already holds the output of a run; pass --overwrite')")
 def test_a_refused_corpus_leaves_nothing_that_refuses_the_rerun(vocab, tmp_path, capsys):
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(b"\n\n")
