@@ -15,7 +15,8 @@ cases are not errors because users rely on them, and each is reported in one log
   (fine-tuning starts exactly so);
 - weights of BERT heads the model does not have (e.g. the pre-training heads of ``bert-base-uncased`` when
   loading a classifier) are dropped.
-A weight that is not floating-point (int32, bool) for a floating-point parameter is an error too.
+A weight that is not floating-point (int32, bool) for a floating-point parameter, or one holding NaN or infinite
+values, is an error too.
 """
 
 from __future__ import annotations
@@ -379,7 +380,7 @@ class PretrainedMixin(TransformersModelCalls):
         encoder_keys, head_keys = self._published_keys()
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         new_state: dict[str, Tensor] = {}
-        missing_encoder, fresh, shape_errors, dtype_errors = [], [], [], []
+        missing_encoder, fresh, shape_errors, dtype_errors, nonfinite = [], [], [], [], []
         for keys, required in ((encoder_keys, True), (head_keys, False)):
             for key in keys:
                 if key not in tensors:
@@ -396,6 +397,9 @@ class PretrainedMixin(TransformersModelCalls):
                     continue
                 if own[key].is_floating_point() and not value.is_floating_point():
                     dtype_errors.append(f"{key}: {str(value.dtype).removeprefix('torch.')}")
+                    continue
+                if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                    nonfinite.append(f"{key} ({int((~torch.isfinite(value)).sum())} of {value.numel()})")
                     continue
                 new_state[key] = value
         used = set(encoder_keys) | set(head_keys)
@@ -420,6 +424,10 @@ class PretrainedMixin(TransformersModelCalls):
                             + (f" and {len(dtype_errors) - 5} more" if len(dtype_errors) > 5 else "")
                             + " (a model's weights are float32, float16 or bfloat16; the file was not written from "
                             "a model's state dict, or was cast: save it again from the model)")
+        if nonfinite:
+            problems.append(f"weights holding NaN or infinite values: {nonfinite[:5]}"
+                            + (f" and {len(nonfinite) - 5} more" if len(nonfinite) > 5 else "")
+                            + " (the file is damaged or was saved from a diverged run: load an earlier checkpoint)")
         if problems:
             raise BertkitError(f"{source} does not match {type(self).__name__}: " + "; ".join(problems))
         if fresh:
