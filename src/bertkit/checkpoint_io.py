@@ -13,8 +13,10 @@ model's modules, or a tensor whose shape does not fit the config is an error tha
 cases are not errors because users rely on them, and each is reported in one log line:
 - a task head (or the pooler) absent from a pre-trained checkpoint is initialised fresh
   (fine-tuning starts exactly so);
-- weights of modules the model does not have (e.g. the pre-training heads of ``bert-base-uncased`` when
+- weights of BERT heads the model does not have (e.g. the pre-training heads of ``bert-base-uncased`` when
   loading a classifier) are dropped.
+A weight that is not floating-point (int32, bool) for a floating-point parameter, or one holding NaN or infinite
+values, is an error too.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ TIED_KEYS = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.
 # Published names that carry no information of their own: the tied decoder, and the position-id buffer old
 # checkpoints store. Accepted on load, never written.
 IGNORED_KEYS = (*TIED_KEYS, "embeddings.position_ids")
+# The top-level modules of transformers' BERT heads (heads.py builds the same): a checkpoint key under one of
+# them that the model does not have is another head's, dropped; a key under none of them is unexpected.
+FAMILY_HEADS = ("cls.", "classifier.", "qa_outputs.")
 
 def _expand(names: list[str], num_layers: int) -> list[str]:
     return [n.format(i=i) for n in names for i in (range(num_layers) if "{i}" in n else (0,))]
@@ -375,7 +380,7 @@ class PretrainedMixin(TransformersModelCalls):
         encoder_keys, head_keys = self._published_keys()
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         new_state: dict[str, Tensor] = {}
-        missing_encoder, fresh, shape_errors = [], [], []
+        missing_encoder, fresh, shape_errors, dtype_errors, nonfinite = [], [], [], [], []
         for keys, required in ((encoder_keys, True), (head_keys, False)):
             for key in keys:
                 if key not in tensors:
@@ -389,6 +394,13 @@ class PretrainedMixin(TransformersModelCalls):
                     continue
                 if value.shape != own[key].shape:
                     shape_errors.append(f"{key}: file {tuple(value.shape)}, model {tuple(own[key].shape)}")
+                    continue
+                if own[key].is_floating_point() and not value.is_floating_point():
+                    dtype_errors.append(f"{key}: {str(value.dtype).removeprefix('torch.')}")
+                    continue
+                if value.is_floating_point() and value.numel() and not bool(torch.isfinite(torch.stack(
+                        torch.aminmax(value))).all()):  # NaN propagates to both; 7x faster than isfinite(value)
+                    nonfinite.append(f"{key} ({int((~torch.isfinite(value)).sum())} of {value.numel()})")
                     continue
                 new_state[key] = value
         used = set(encoder_keys) | set(head_keys)
@@ -408,6 +420,15 @@ class PretrainedMixin(TransformersModelCalls):
                 f"num_labels={self.config.num_labels}; fix config.json or pass matching overrides, or "
                 "ignore_mismatched_sizes=True to start mismatched head weights afresh)"
             )
+        if dtype_errors:
+            problems.append(f"weights that are not floating-point: {dtype_errors[:5]}"
+                            + (f" and {len(dtype_errors) - 5} more" if len(dtype_errors) > 5 else "")
+                            + " (a model's weights are float32, float16 or bfloat16; the file was not written from "
+                            "a model's state dict, or was cast: save it again from the model)")
+        if nonfinite:
+            problems.append(f"weights holding NaN or infinite values: {nonfinite[:5]}"
+                            + (f" and {len(nonfinite) - 5} more" if len(nonfinite) > 5 else "")
+                            + " (the file is damaged or was saved from a diverged run: load an earlier checkpoint)")
         if problems:
             raise BertkitError(f"{source} does not match {type(self).__name__}: " + "; ".join(problems))
         if fresh:
@@ -421,13 +442,14 @@ class PretrainedMixin(TransformersModelCalls):
 
     def _is_unexpected(self, key: str) -> bool:
         """Whether a checkpoint key this model does not load is an error: a name in the encoder that is not a
-        published one, or a weight of a module this model has but that module does not. Any other key is a
-        module this model does not have (another head's, or the pooler for a model without one): dropped."""
+        published one, a weight of a module this model has but that module does not, or a key under none of the
+        family's modules (``foo.bar``). A key of a BERT head this model does not have (``cls.*`` when loading a
+        classifier), or of the pooler for a model without one, is dropped."""
         bare = _strip_encoder_prefix(key)
         if bare.startswith(("embeddings.", "encoder.", "pooler.")):
             return bare not in _expand(_ENCODER + _LAYER + _POOLER, self.config.num_hidden_layers)
         parent = key.rpartition(".")[0]
-        return parent in dict(self.named_modules())  # type: ignore[attr-defined]
+        return parent in dict(self.named_modules()) or not key.startswith(FAMILY_HEADS)  # type: ignore[attr-defined]
 
     def _init_weights(self, module: torch.nn.Module) -> None:
         """Draw one module's initial weights (its own parameters, not its children's)."""
@@ -505,6 +527,9 @@ class PretrainedMixin(TransformersModelCalls):
         half-written checkpoint under the final name.
         """
         directory = Path(path)
+        if directory.exists() and not directory.is_dir():
+            raise BertkitError(f"save_pretrained({str(path)!r}): {directory} is a file, not a directory; a "
+                               "checkpoint is a directory (config.json, model.safetensors): pass a directory path")
         directory.mkdir(parents=True, exist_ok=True)
         config = self.config.to_dict()
         config["architectures"] = [type(self).__name__]

@@ -262,7 +262,11 @@ ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data",
 
 class _Parser(argparse.ArgumentParser):
     """A command's parser: its epilog may be a function, called only when the help is shown (``bertkit serve``'s
-    lists the server's routes, which takes importing the server)."""
+    lists the server's routes, which takes importing the server). A flag must be spelled out: with argparse's
+    prefix matching, ``--input FILE`` (another command's flag) was read as ``--input-format``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def format_help(self) -> str:
         if callable(self.epilog):
@@ -271,7 +275,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="bertkit", description="BERT (Devlin et al., 2018) from scratch: tokenizer, pre-training, fine-tuning, "
         "features. Run `bertkit COMMAND --help` for a command's settings.")
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")

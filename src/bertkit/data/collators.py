@@ -10,6 +10,7 @@ option), ``DefaultDataCollator`` stacks examples that are already of one length,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -135,6 +136,13 @@ class DataCollatorForTokenClassification(_PaddingCollator):
         batch = self._pad([{k: v for k, v in f.items() if k != name} for f in features])
         if labels is None:
             return batch
+        for i, lab in enumerate(labels):
+            bad = [v for v in lab if not _is_class_id(v)]
+            if bad:
+                raise BertkitError(f"DataCollatorForTokenClassification: example {i} of the batch has {name} "
+                                   f"{lab[:8]!r}{'...' if len(lab) > 8 else ''} holding {bad[0]!r}; token labels are "
+                                   "class ids (ints, -100 for no loss): map tag names to ids with the model's "
+                                   "config.label2id")
         width = batch["input_ids"].shape[1]
         row = next((i for i, lab in enumerate(labels) if len(lab) > width), None)
         if row is not None:
@@ -168,6 +176,12 @@ class DataCollatorForMultipleChoice(_PaddingCollator):
         if labels is not None:
             batch["labels"] = torch.tensor(labels, dtype=torch.int64)
         return batch
+
+
+def _is_class_id(value: Any) -> bool:
+    """An int, or a float holding a whole number (datasets may store tags as floats); never NaN or a tag name."""
+    return isinstance(value, (int, np.integer)) or (isinstance(value, (float, np.floating)) and math.isfinite(value)
+                                                    and float(value).is_integer())
 
 
 def _as_list(values: Any) -> list:
@@ -212,11 +226,11 @@ class DataCollatorForLanguageModeling:
             self.mask_replace_prob, self.random_replace_prob = 1.0, 0.0  # transformers' whole-word masking
         self.mask_replace_prob = 0.8 if self.mask_replace_prob is None else self.mask_replace_prob
         self.random_replace_prob = 0.1 if self.random_replace_prob is None else self.random_replace_prob
-        if not 0 <= self.mlm_probability <= 1:
-            raise BertkitError(f"mlm_probability must be in [0, 1], got {self.mlm_probability}")
-        for name in ("mask_replace_prob", "random_replace_prob"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise BertkitError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("mlm_probability", "mask_replace_prob", "random_replace_prob"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise BertkitError(f"{name} must be a probability in [0, 1], got {value!r}")
+            setattr(self, name, float(value))  # 0 as an int is 0.0: torch.bernoulli takes floats only
         if self.mask_replace_prob + self.random_replace_prob > 1:
             raise BertkitError(f"mask_replace_prob {self.mask_replace_prob} + random_replace_prob "
                                f"{self.random_replace_prob} exceed 1")

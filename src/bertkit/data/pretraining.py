@@ -108,6 +108,7 @@ def create_pretraining_data(
     # a part may hold none of the corpus's documents: its counts are checked when the parts are merged
     shards, counts = _make_shards(_Job(config, tokenizer, str(out)), units, num_workers, progress,
                                   num_files=len(input_files) if num_shards == 1 else None)
+    atomic_write_text(out / VOCAB, "".join(t + "\n" for t in vocab))  # only now: a refused corpus leaves nothing
     seconds = time.perf_counter() - started
     manifest = _manifest(config, input_files, tokenizer, vocab, out, counts, shards)
     if num_shards > 1:
@@ -140,7 +141,8 @@ def _plan_units(input_files: Sequence[str | os.PathLike], config: PretrainingCon
 
 
 def _fresh_output_dir(out: Path, vocab: list[str], overwrite: bool) -> Path:
-    """``out`` without an earlier run's shards (refused unless ``overwrite``), holding this run's vocabulary.
+    """``out`` without an earlier run's shards (refused unless ``overwrite``), ready for this run's vocabulary
+    (written once the shards are made).
 
     ``overwrite`` removes only the shards bertkit can prove it wrote (``remove_shards``); a vocab.txt there is
     replaced only if bertkit wrote it, or it already holds this vocabulary."""
@@ -159,7 +161,6 @@ def _fresh_output_dir(out: Path, vocab: list[str], overwrite: bool) -> Path:
             existing.is_file() and existing.read_bytes() == text.encode("utf-8")):
         raise BertkitError(f"{existing} is not a vocabulary bertkit wrote for this run; bertkit does not replace it: "
                            "choose a new directory")
-    atomic_write_text(existing, text)
     return out
 
 

@@ -119,14 +119,14 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
     from bertkit.outputs import atomic_target, refuse_existing_file
     from bertkit.tokenization import BertTokenizer
 
-    _require_onnx()
     out = Path(out)
+    refuse_existing_file(out, overwrite, inputs={"model": model_dir})  # never a file of the model itself
+    _require_onnx()
     opsets = supported_opsets()
     if opset not in opsets:
         raise BertkitError(f"--opset {opset} is not one bertkit can export: the supported opsets are {opsets.start} "
                            f"to {opsets.stop - 1} (from {MIN_OPSET}, the first with the attention operator, to the "
                            f"newest this torch {torch.__version__} knows)")
-    refuse_existing_file(out, overwrite)
     if int8:
         _require_quantizer()
     model = load_for_export(model_dir)

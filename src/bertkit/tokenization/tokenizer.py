@@ -462,12 +462,21 @@ class BertTokenizer:
         pad = resolve_padding(padding)
         if pad == "max_length" and max_length is None:
             max_length = self.model_max_length
+        check_lengths(max_length, pad_to_multiple_of, 0, False)
         pad_rows(rows, pad, max_length, pad_to_multiple_of, self.pad_token_id)
         out = to_batch_encoding(rows, batched, return_tensors)
-        for key in examples[0] if examples else ():
-            if key not in _PADDED_KEYS:
-                values = [e[key] for e in examples]
-                out[key] = as_tensor(values if batched else values[0], return_tensors)
+        for key in dict.fromkeys(k for e in examples for k in e if k not in _PADDED_KEYS):
+            lacking = [i for i, e in enumerate(examples) if key not in e]
+            if lacking:
+                raise BertkitError(f"pad: example {lacking[0]} of the batch has no {key!r} but example "
+                                   f"{next(i for i, e in enumerate(examples) if key in e)} has one; give every "
+                                   f"example a {key!r}, or drop the column from all of them")
+            values = [e[key] for e in examples]
+            nones = [i for i, v in enumerate(values) if v is None]
+            if return_tensors is not None and nones:
+                raise BertkitError(f"pad: example {nones[0]} of the batch has {key!r} None; give every example a "
+                                   f"{key!r} value, or drop the column (to predict, leave labels out)")
+            out[key] = as_tensor(values if batched else values[0], return_tensors)
         return out
 
     def encode(self, text: str, text_pair: str | None = None, **kwargs: Any) -> list[int]:

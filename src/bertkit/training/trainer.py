@@ -378,7 +378,7 @@ class Trainer:
                     f"its batches hold {sorted(self._collate(sample[:1]))} and {type(self.model).__name__} takes "
                     f"labels as {self.label_names}: add a 'label' (or 'labels') column to {what}, or set neither "
                     "load_best_model_at_end nor metric_for_best_model")
-            returned = self.compute_metrics(EvalPrediction(preds, labels)) if self.compute_metrics else {}
+            returned = self._computed_metrics(preds, labels) if self.compute_metrics else {}
             keys += [f"{prefix}_loss"] + [k if k.startswith(f"{prefix}_") else f"{prefix}_{k}" for k in returned]
         if metric_key(name) not in keys:
             raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
@@ -479,11 +479,18 @@ class Trainer:
         if loss is not None:
             metrics["loss"] = loss
         if self.compute_metrics is not None and labels is not None:
-            metrics.update({k: _plain(v) for k, v in self.compute_metrics(EvalPrediction(preds, labels)).items()})
+            metrics.update({k: _plain(v) for k, v in self._computed_metrics(preds, labels).items()})
         batches = math.ceil(n / self.args.per_device_eval_batch_size)
         metrics.update(runtime=seconds, samples_per_second=n / max(seconds, 1e-9),
                        steps_per_second=batches / max(seconds, 1e-9))
         return {(k if k.startswith(f"{prefix}_") else f"{prefix}_{k}"): v for k, v in metrics.items()}
+
+    def _computed_metrics(self, preds: Any, labels: Any) -> Mapping:
+        returned = self.compute_metrics(EvalPrediction(preds, labels))
+        if not isinstance(returned, Mapping):
+            raise BertkitError(f"compute_metrics returned {type(returned).__name__} {returned!r:.80}; it must return "
+                               "a dict of metric name -> number, e.g. {'accuracy': 0.91}")
+        return returned
 
     def _predictions(self, examples: Sequence, module: nn.Module | None = None,
                      events: bool = True) -> tuple[Any, Any, float | None]:

@@ -251,7 +251,7 @@ class TrainingArguments:
             raise BertkitError(f"save_total_limit must be >= 1 (or None to keep every checkpoint), "
                                f"got {self.save_total_limit!r}")
         reports = [self.report_to] if isinstance(self.report_to, str) or self.report_to is None else list(self.report_to)
-        reports = ["none" if r is None else r for r in reports]
+        reports = ["none" if r is None else r for r in reports] or ["none"]  # [] is transformers' "nowhere"
         bad = [r for r in reports if r not in ("none", "tensorboard")]
         if bad or len(reports) > 1:
             raise BertkitError(f"report_to {self.report_to!r}: bertkit reports to 'none' or 'tensorboard' "

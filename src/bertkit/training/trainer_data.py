@@ -93,6 +93,12 @@ def _label_reader(dataset: Any, key: str, what: str, model: Any, training: bool)
     if any(isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(v) == 1 for v in values[:1]):
         if getattr(config, "problem_type", None) != "multi_label_classification" and \
                 not any(isinstance(x, float) for x in _flat(values[0])):  # multi-label targets are floats
+            if type(model).__name__.endswith("ForSequenceClassification"):  # one label per example, not per token
+                raise BertkitError(
+                    f"{what}: {key} at row 0 is the list {_flat(values[0])[:8]!r}, but {type(model).__name__} takes "
+                    f"one class id per example: give the class id (for one-hot rows, the index of the 1), or for "
+                    "multi-label targets give floats (0.0/1.0) or load the model with "
+                    "problem_type='multi_label_classification'")
             _check_token_labels(dataset, key, values, what, training)
         return None
     values = [v.item() if hasattr(v, "item") and np.ndim(v) == 0 else v for v in values]  # numpy, torch scalars
@@ -100,6 +106,9 @@ def _label_reader(dataset: Any, key: str, what: str, model: Any, training: bool)
         if v is None or (isinstance(v, numbers.Real) and not math.isfinite(v)):
             raise BertkitError(f"{what}: row {row} has {key} {v!r}; every example needs a label: give it one, or drop "
                                "the row (dataset.filter / dataset.select, or dropna on the DataFrame)")
+    if any(isinstance(v, bool) for v in values):  # a bool tensor is neither class ids nor multi-label targets
+        raise BertkitError(f"{what}: {key} holds booleans (True/False); give class ids 0/1 instead (in pandas "
+                           f"df[{key!r}].astype(int), in datasets dataset.cast_column({key!r}, Value('int64')))")
     if all(isinstance(v, str) for v in values):
         return _string_labels(values, key, what, config)
     if any(isinstance(v, str) for v in values):
