@@ -207,8 +207,9 @@ def _read_int8_tensors(directory: Path, weights: Path,
     if absent:
         raise BertkitError(f"{directory / CONFIG_NAME} lists per-token projections {', '.join(absent[:4])} that "
                            f"{weights.name} does not hold; the file and config.json do not belong together")
-    # The int8 projections' float weights are not stored: empty stand-ins of their shape let the key table
-    # load the rest (and check it against the config); the int8 layers then replace them.
+    # The int8 projections' float weights are not stored: zero stand-ins of their shape (one zero, expanded: no
+    # memory) let the key table load the rest (and check it against the config, finite values included: an
+    # uninitialised stand-in could hold NaN); the int8 layers then replace them.
     for (i, kind), parts in saved.items():
         expected = {"weight", "weight_scale"} | (set() if f"layers.{i}.{kind}" in tokenwise_names else {"inv_scale"})
         if set(parts) != expected:
@@ -217,7 +218,7 @@ def _read_int8_tensors(directory: Path, weights: Path,
         names = encoder_published_names(f"layers.{i}.{kind}.weight")
         out, inp = parts["weight"].shape
         for name in names:
-            published[name] = torch.empty(out // len(names), inp)
+            published[name] = torch.zeros(()).expand(out // len(names), inp)
     return saved, published
 
 
