@@ -82,6 +82,7 @@ def _worker_pids(launcher_pid: int) -> dict[int, int]:
     return found
 
 
+@pytest.mark.slow  # 20-40 s: make test-slow (make test stays near five minutes on two cores)
 def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data, tmp_path, caplog):
     """Two processes under torchrun, one killed: --resume under torchrun ends bit for bit where the uninterrupted
     run did; --resume in one process (this one: no launcher involved) continues at the same sample position."""

@@ -98,6 +98,7 @@ def test_a_killed_fine_tuning_run_resumes_bit_for_bit(setup, tmp_path):
     assert _campaign(setup, tmp_path, kills=2, seed=1, epochs=3) >= 1
 
 
+@pytest.mark.slow  # 20-40 s: make test-slow (make test stays near five minutes on two cores)
 def test_killed_inside_checkpoint_writes_fine_tuning_resumes_bit_for_bit(short_setup, tmp_path):
     """SIGKILL with a half-written state.pt, then (resumed) right after a checkpoint's rename: --resume ends
     with the uninterrupted run's report, losses and weights, bit for bit."""

@@ -168,6 +168,7 @@ def test_predict_never_replaces_a_file_without_overwrite(classifier, tmp_path, c
     assert main([*args, "--overwrite"]) == 0 and _read(out)[0]["label"] in ("negative", "positive")
 
 
+@pytest.mark.slow  # 20-40 s: make test-slow (make test stays near five minutes on two cores)
 def test_finetune_classify_learns_sentiment_from_a_csv_and_serves_its_label_names(tmp_path):
     from bertkit import pipeline
 

@@ -67,6 +67,7 @@ def _train(lib: str, model_dir, out_dir, pairs, ir_data):
     return step_losses, evaluator(model), embeddings
 
 
+@pytest.mark.slow  # 20-40 s: make test-slow (make test stays near five minutes on two cores)
 def test_training_script_gives_sentence_transformers_numbers(tmp_path, minilm_dir, data_dir):
     pairs, ir_data = _squad(data_dir)
     model_dir = st_directory(minilm_dir, tmp_path / "minilm", dropout=0.0, max_seq_length=64)
