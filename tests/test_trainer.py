@@ -22,7 +22,7 @@ import torch
 
 import bertkit
 from bertkit.errors import BertkitError
-from trainer_helpers import TEST, TRAIN, _losses, accuracy, tiny_classifier
+from trainer_helpers import TEST, TRAIN, KillAt, Killed, _losses, accuracy, tiny_classifier
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -170,25 +170,12 @@ def _bertkit_trainer(checkpoint: Path, out: Path, callbacks=(), train=TRAIN, dro
                            compute_metrics=accuracy, callbacks=list(callbacks))
 
 
-class _Killed(Exception):
-    pass
-
-
-class _KillAt(bertkit.TrainerCallback):
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            raise _Killed  # as if the process died after checkpoint-3 and one more step
-
-
 def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(checkpoint, tmp_path):
     whole = _bertkit_trainer(checkpoint, tmp_path / "whole", dropout=0.1)  # dropout on: RNG states must resume too
     whole.train()
 
-    killed = _bertkit_trainer(checkpoint, tmp_path / "killed", callbacks=[_KillAt(4)], dropout=0.1)
-    with pytest.raises(_Killed):
+    killed = _bertkit_trainer(checkpoint, tmp_path / "killed", callbacks=[KillAt(4)], dropout=0.1)
+    with pytest.raises(Killed):
         killed.train()
     assert sorted(p.name for p in (tmp_path / "killed").glob("checkpoint-*")) == ["checkpoint-3"]
     again = _bertkit_trainer(checkpoint, tmp_path / "killed", dropout=0.1)
@@ -273,8 +260,8 @@ def test_a_trainer_killed_with_sigkill_resumes_to_the_uninterrupted_run(checkpoi
 
 
 def test_resuming_with_other_settings_is_refused_and_writes_nothing(checkpoint, tmp_path):
-    with pytest.raises(_Killed):
-        _bertkit_trainer(checkpoint, tmp_path / "run", callbacks=[_KillAt(4)]).train()
+    with pytest.raises(Killed):
+        _bertkit_trainer(checkpoint, tmp_path / "run", callbacks=[KillAt(4)]).train()
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")}
     with pytest.raises(BertkitError, match="other settings") as e:
         _bertkit_trainer(checkpoint, tmp_path / "run", learning_rate=5e-4).train(resume_from_checkpoint=True)

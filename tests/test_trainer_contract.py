@@ -20,7 +20,7 @@ import torch
 import bertkit
 from bertkit import outputs
 from bertkit.errors import BertkitError
-from trainer_helpers import TEST, TRAIN, accuracy, tiny_classifier
+from trainer_helpers import TEST, TRAIN, KillAt, Killed, accuracy, tiny_classifier
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -138,19 +138,6 @@ def _trainer(checkpoint: Path, out: Path, train=TRAIN, eval_rows=TEST, collator=
                            compute_metrics=accuracy)
 
 
-class _Killed(BaseException):
-    pass
-
-
-class _KillAt(bertkit.TrainerCallback):
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            raise _Killed
-
-
 def _as_a_new_process(monkeypatch) -> None:
     """Forget what this process wrote: the next run proves ownership as a new process would, from the records the
     output directory holds."""
@@ -188,9 +175,9 @@ def test_a_nan_metric_never_becomes_the_best(checkpoint, tmp_path, caplog):
 
 
 def test_resuming_on_other_data_of_the_same_size_is_refused_naming_it(checkpoint, tmp_path):
-    with pytest.raises(_Killed):
+    with pytest.raises(Killed):
         trainer = _trainer(checkpoint, tmp_path / "run")
-        trainer.add_callback(_KillAt(3))
+        trainer.add_callback(KillAt(3))
         trainer.train()
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")}
     other = [dict(r) for r in TRAIN]
@@ -213,10 +200,10 @@ def test_a_killed_checkpoint_write_leaves_nothing_a_later_run_keeps(checkpoint, 
     def killed_at_4(obj, path, *args, **kwargs):
         real_save(obj, path, *args, **kwargs)
         if Path(path).parent.name.startswith(".tmp-checkpoint-4"):
-            raise _Killed  # the process dies after state.pt, before the rename
+            raise Killed  # the process dies after state.pt, before the rename
 
     monkeypatch.setattr(ckpt.torch, "save", killed_at_4)
-    with pytest.raises(_Killed):
+    with pytest.raises(Killed):
         _trainer(checkpoint, out).train()
     monkeypatch.setattr(ckpt.torch, "save", real_save)
     assert (out / ".tmp-checkpoint-4" / "state.pt").is_file()
@@ -232,8 +219,8 @@ def test_save_total_limit_holds_across_killed_runs(checkpoint, tmp_path, monkeyp
     out = tmp_path / "run"
     for kill in (3, 5, 7):  # each run killed, the next resumes as a new process
         trainer = _trainer(checkpoint, out, save_total_limit=2)
-        trainer.add_callback(_KillAt(kill))
-        with pytest.raises(_Killed):
+        trainer.add_callback(KillAt(kill))
+        with pytest.raises(Killed):
             trainer.train(resume_from_checkpoint=True if kill > 3 else None)
         _as_a_new_process(monkeypatch)
         assert len(list(out.glob("checkpoint-*"))) <= 2
@@ -243,9 +230,9 @@ def test_save_total_limit_holds_across_killed_runs(checkpoint, tmp_path, monkeyp
 
 def test_resume_passes_over_a_stray_checkpoint_directory(checkpoint, tmp_path, caplog):
     out = tmp_path / "run"
-    with pytest.raises(_Killed):
+    with pytest.raises(Killed):
         trainer = _trainer(checkpoint, out)
-        trainer.add_callback(_KillAt(5))
+        trainer.add_callback(KillAt(5))
         trainer.train()
     (out / "checkpoint-999").mkdir()
     (out / "checkpoint-999" / "README.md").write_text("a user's")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+import bertkit
+
 WORDS = "the movie was great terrible boring fun a plot actors loved hated it really not very good bad".split()
 
 
@@ -44,3 +46,18 @@ def tiny_classifier(path: Path, tokenizer_dir: Path) -> Path:
     transformers.BertForSequenceClassification(config).save_pretrained(path)
     transformers.BertTokenizerFast.from_pretrained(tokenizer_dir).save_pretrained(path)
     return path
+
+
+class Killed(BaseException):
+    """A process killed mid-run: a BaseException, so no ``except Exception`` on the way handles it."""
+
+
+class KillAt(bertkit.TrainerCallback):
+    """Kill the run at the end of optimiser step ``step``."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise Killed
