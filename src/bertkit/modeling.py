@@ -421,14 +421,18 @@ class BertModel(PretrainedMixin, nn.Module):
 
         Layers, not the whole model: dropping padding gives data-dependent shapes (the token count N changes
         every batch), so each layer is compiled with ``dynamic=True`` and the layout bookkeeping stays eager.
-        Weights and state_dict names are unchanged. Attention is left eager (see ``self_attention``).
+        Weights and state_dict names are unchanged. The unpadded layout's attention is left eager (see
+        ``self_attention``).
         Off by default: on the CPU this project measures on it was not a win once padding is gone (figures
         and commands in BENCHMARKS.md, section torch.compile), and the first batch pays the compilation.
         Compiling the padded model whole was slower than eager on ragged text (it computes the padding), so
         bertkit does not offer it.
         """
-        require_compiler(self.position_ids.device.type)
-        kwargs = {"dynamic": True, **compile_kwargs}
+        device = self.position_ids.device.type
+        require_compiler(device)
+        # On the CPU the unpadded token count changes every batch: dynamic from the start. On a GPU the rectangle
+        # is kept (gpu_keeps_rectangle) and shapes repeat: static kernels, made dynamic if a shape changes.
+        kwargs = {"dynamic": True if device == "cpu" else None, **compile_kwargs}
         for layer in self.encoder.layer:
             layer.compile(**kwargs)
         return self

@@ -280,18 +280,25 @@ def gpu_keeps_rectangle(device: torch.device, dtype: torch.dtype, T: int) -> boo
             or torch.backends.cuda.matmul.allow_tf32 or T < GPU_UNPAD_MIN_LENGTH)
 
 
-@torch.compiler.disable
 def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
     """Multi-head scaled dot-product attention over the fused projections: qkv (..., 3H) -> (..., H).
 
     ``qkv`` is (B, T, 3H) for a padded layout and (N + extra_rows, 3H) otherwise; the result has the same
     leading shape, zero at the rounding rows (they are in no group: they attend to nothing and nothing to them).
-    Never compiled (``compile_layers`` compiles the per-token work around it): the number of length groups,
-    and whether each has a mask, change from batch to batch, and tracing them made torch.compile recompile
-    until it gave up, slower than eager; SDPA is one fused kernel already.
+    The padded layout's attention is one SDPA call that ``compile_layers`` compiles with the rest of the layer
+    (no graph break: on a GPU, where bf16 keeps the rectangle, the whole layer is one compiled graph).
     """
     if layout.is_padded:
         return _attend_padded(qkv, layout.key_mask, num_heads, dropout_p, layout.key_multiple)
+    return _attend_groups(qkv, layout, num_heads, dropout_p)
+
+
+@torch.compiler.disable
+def _attend_groups(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
+    """The unpadded layout's attention, group by group. Never compiled (``compile_layers`` compiles the per-token
+    work around it): the number of length groups, and whether each has a mask, change from batch to batch, and
+    tracing them made torch.compile recompile until it gave up, slower than eager; SDPA is one fused kernel
+    already."""
     plan = layout.attention
     real = layout.unpack(qkv)  # (N, 3H)
     keys = real.new_zeros(plan.rect_rows, real.size(-1)).index_copy_(0, plan.scatter, real)  # every group's rectangle
