@@ -17,10 +17,11 @@ Where this differs from the paper's text (not from its released code, which it f
   PyTorch's ``scaled_dot_product_attention``. Both live in ``padding.py`` (``TokenLayout``), apart
   from this forward pass. ``layout="padded"`` computes on the padded rectangle as transformers
   does; at real positions both agree within float rounding. On a GPU the default computes the rectangle
-  except where dropping padding is faster there (``padding.gpu_keeps_rectangle``). Where
-  ``key_multiple`` / ``token_multiple`` are set (``prepare_model`` does, for CPU inference), attention's keys
-  and the layers' rows are rounded up with masked zeros and rows in no sequence (``TokenLayout.pack`` /
-  ``unpack``); no output holds them.
+  except where dropping padding is faster there: in half-precision inference, with PyTorch's variable-length
+  attention kernel (``padding.varlen_attention``), and in exact fp32 on long batches
+  (``padding.gpu_keeps_rectangle``). Where ``key_multiple`` / ``token_multiple`` are set (``prepare_model``
+  does, for CPU inference), attention's keys and the layers' rows are rounded up with masked zeros and rows in
+  no sequence (``TokenLayout.pack`` / ``unpack``); no output holds them.
 - ``output_attentions=True`` computes attention explicitly (``attention_probs``) on the padded rectangle so
   the probabilities can be returned, as transformers' "eager" attention does; without it the fused SDPA
   kernel runs and the probabilities are never materialised.
@@ -361,8 +362,9 @@ class BertModel(PretrainedMixin, nn.Module):
         if token_type_ids is None:
             token_type_ids = (torch.zeros_like(input_ids) if input_ids is not None  # zeros_like: traces dynamically
                               else torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device))
+        attention_dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
         lay = token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype,
-                           self.key_multiple, self.token_multiple)
+                           self.key_multiple, self.token_multiple, attention_dropout)
 
         x = self._embed(lay, B, T, input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H) or (N, H)
         states = [x] if output_hidden_states else None
