@@ -344,8 +344,8 @@ class BertModel(PretrainedMixin, nn.Module):
         ``layout="auto"`` drops padding before the first layer whenever the batch has any (right-padded
         rows), computing every per-token layer on real tokens only; outputs at real positions equal the
         padded computation's within float rounding, and are zero at padding. On a GPU it does so only where
-        that is faster there (exact fp32, batches of ``GPU_UNPAD_MIN_LENGTH`` positions or more), computing the
-        rectangle otherwise, with the same zeros at padding in what it returns. ``"padded"`` computes on the rectangle as
+        that is faster there (half-precision inference; exact fp32 on batches of ``GPU_UNPAD_MIN_LENGTH``
+        positions or more), computing the rectangle otherwise, with the same zeros at padding in what it returns. ``"padded"`` computes on the rectangle as
         transformers does.
 
         As in transformers: ``inputs_embeds`` (B, T, H) instead of ``input_ids`` replaces the word-embedding
