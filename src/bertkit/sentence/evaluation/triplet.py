@@ -18,7 +18,9 @@ class TripletEvaluator:
     def __init__(self, anchors: Sequence[str], positives: Sequence[str], negatives: Sequence[str],
                  main_similarity_function: str | None = None, margin: float | dict[str, float] | None = None,
                  name: str = "", batch_size: int = 16, show_progress_bar: bool = False, write_csv: bool = True,
-                 truncate_dim: int | None = None, similarity_fn_names: list[str] | None = None):
+                 truncate_dim: int | None = None, similarity_fn_names: list[str] | None = None,
+                 main_distance_function: str | None = None):
+        main_similarity_function = main_similarity_function or main_distance_function  # its older name
         if not len(anchors) == len(positives) == len(negatives):
             raise BertkitError(f"TripletEvaluator: {len(anchors)} anchors, {len(positives)} positives and "
                                f"{len(negatives)} negatives; give one positive and one negative per anchor")
