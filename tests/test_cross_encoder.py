@@ -106,7 +106,7 @@ def test_losses_equal_sentence_transformers_on_the_same_pairs(directory, rows):
     names = {"bce": "BinaryCrossEntropyLoss", "mnrl": "MultipleNegativesRankingLoss", "listnet": "ListNetLoss",
              "lambda": "LambdaLoss"}
     for name, kwargs, (inputs, labels) in cases:
-        def build(module, model):
+        def build(module, model, name=name, kwargs=kwargs):
             args = {k: getattr(module, v)() if k == "weighting_scheme" else v for k, v in kwargs.items()}
             return getattr(module, names[name])(model, **args)
 
@@ -145,7 +145,7 @@ def test_reranking_evaluator_gives_sentence_transformers_metrics():
     samples, table = [], {}
     for i in range(12):
         docs = [f"d{i}-{j}" for j in range(3 + i % 5)]
-        for j, d in enumerate(docs):
+        for d in docs:
             table[(f"q{i}", d)] = float(torch.randint(0, 4, (), generator=g)) if i % 2 else float(torch.rand((), generator=g))
         positive = docs[: 1 + i % 2]
         if i % 3 == 0:  # a first-stage ranking to rerank, which may miss a positive (base_* metrics)

@@ -19,7 +19,12 @@ from serve_helpers import Server  # noqa: E402  (uvicorn on a free loopback port
 def test_rerank_serves_a_trained_cross_encoder_with_rank_scores(tmp_path, minilm_dir, data_dir):
     from bertkit import pipeline
     from bertkit.inference.serve import create_app
-    from bertkit.sentence.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments, losses
+    from bertkit.sentence.cross_encoder import (
+        CrossEncoder,
+        CrossEncoderTrainer,
+        CrossEncoderTrainingArguments,
+        losses,
+    )
 
     rows = squad_rerank(data_dir, 0, 8)
     model = CrossEncoder(cross_encoder_directory(minilm_dir, tmp_path / "base"), max_length=48)

@@ -31,11 +31,21 @@ def _dataset(loss: str, rows: list[dict]) -> list[dict]:
 def _train(lib: str, model_dir, out_dir, loss_name: str, train_rows: list[dict], held_out: list[dict]):
     """The training script; ``lib`` picks the import, nothing else differs."""
     if lib == "sentence_transformers":
-        from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
-        from sentence_transformers.cross_encoder import evaluation, losses
+        from sentence_transformers.cross_encoder import (
+            CrossEncoder,
+            CrossEncoderTrainer,
+            CrossEncoderTrainingArguments,
+            evaluation,
+            losses,
+        )
     else:
-        from bertkit.sentence.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
-        from bertkit.sentence.cross_encoder import evaluation, losses
+        from bertkit.sentence.cross_encoder import (
+            CrossEncoder,
+            CrossEncoderTrainer,
+            CrossEncoderTrainingArguments,
+            evaluation,
+            losses,
+        )
     model = CrossEncoder(str(model_dir), max_length=64)
     step_losses = []
 

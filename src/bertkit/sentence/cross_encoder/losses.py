@@ -23,6 +23,8 @@ from bertkit.errors import BertkitError
 from bertkit.sentence.cross_encoder.model import CrossEncoder, fullname
 
 Text = str | list[int]
+# sentence-transformers' default activations: stateless modules, one shared instance each
+_IDENTITY, _SIGMOID = nn.Identity(), nn.Sigmoid()
 
 
 class CrossEncoderLoss(nn.Module):
@@ -72,7 +74,7 @@ class BinaryCrossEntropyLoss(CrossEncoderLoss):
 
     needs_label = True
 
-    def __init__(self, model: CrossEncoder, activation_fn: nn.Module = nn.Identity(), pos_weight: Tensor | None = None,
+    def __init__(self, model: CrossEncoder, activation_fn: nn.Module = _IDENTITY, pos_weight: Tensor | None = None,
                  **kwargs: Any):
         super().__init__(model)
         for name in kwargs:
@@ -105,7 +107,7 @@ class MultipleNegativesRankingLoss(CrossEncoderLoss):
     in_batch_negatives = True
 
     def __init__(self, model: CrossEncoder, num_negatives: int | None = 4, scale: float = 10.0,
-                 activation_fn: nn.Module | None = nn.Sigmoid()):
+                 activation_fn: nn.Module | None = _SIGMOID):
         super().__init__(model)
         if num_negatives is not None and (isinstance(num_negatives, bool) or not isinstance(num_negatives, int)
                                           or num_negatives < 1):
@@ -179,7 +181,7 @@ class _ListwiseLoss(CrossEncoderLoss):
 class ListNetLoss(_ListwiseLoss):
     """ListNet (Cao et al., 2007): cross-entropy between the softmax of the labels and of the logits per query."""
 
-    def __init__(self, model: CrossEncoder, activation_fn: nn.Module | None = nn.Identity(),
+    def __init__(self, model: CrossEncoder, activation_fn: nn.Module | None = _IDENTITY,
                  mini_batch_size: int | None = None):
         super().__init__(model, mini_batch_size)
         self.activation_fn = activation_fn or nn.Identity()
@@ -240,7 +242,7 @@ class LambdaLoss(_ListwiseLoss):
 
     def __init__(self, model: CrossEncoder, weighting_scheme: BaseWeightingScheme | None = None, k: int | None = None,
                  sigma: float = 1.0, eps: float = 1e-10, reduction_log: Literal["natural", "binary"] = "binary",
-                 activation_fn: nn.Module | None = nn.Identity(), mini_batch_size: int | None = None):
+                 activation_fn: nn.Module | None = _IDENTITY, mini_batch_size: int | None = None):
         super().__init__(model, mini_batch_size)
         if reduction_log not in ("natural", "binary"):
             raise BertkitError(f"reduction_log must be 'natural' or 'binary', got {reduction_log!r}")
