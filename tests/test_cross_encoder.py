@@ -193,3 +193,19 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows):
             CrossEncoder(directory)
         finally:
             (directory / "config_sentence_transformers.json").unlink()
+
+
+def test_the_activation_older_sentence_transformers_recorded_in_config_json_is_read(minilm_dir, tmp_path):
+    import json
+
+    d = cross_encoder_directory(minilm_dir, tmp_path / "old")
+    config = json.loads((d / "config.json").read_text())
+    config["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity"  # before v4
+    (d / "config.json").write_text(json.dumps(config))
+    model = CrossEncoder(d, max_length=16)
+    assert isinstance(model.activation_fn, torch.nn.Identity)
+    assert isinstance(st_ce.CrossEncoder(str(d)).activation_fn, torch.nn.Identity)
+    model.save(tmp_path / "saved")  # written where sentence-transformers reads it now
+    assert json.loads((tmp_path / "saved" / "config_sentence_transformers.json").read_text())["activation_fn"] == \
+        "torch.nn.modules.linear.Identity"
+    assert isinstance(CrossEncoder(tmp_path / "saved").activation_fn, torch.nn.Identity)

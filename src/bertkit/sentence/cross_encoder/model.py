@@ -123,13 +123,16 @@ class CrossEncoder(nn.Module):
             raise BertkitError(f"max_length {limit!r} must be a whole number in [3, {positions}] (a pair needs 3 "
                                f"special tokens; this checkpoint has {positions} positions)")
         self.max_length = limit
-        st = _read_json(path / ST_CONFIG) or {}
-        saved = st.get("activation_fn") or (getattr(self.model.config, "sentence_transformers", None) or {}).get(
-            "activation_fn")
+        # where sentence-transformers recorded the activation: config_sentence_transformers.json (v5 and later),
+        # config.json's "sentence_transformers" (v4), its "sbert_ce_default_activation_function" (before v4)
+        extra = self.model.config.extra
+        saved = ((_read_json(path / ST_CONFIG) or {}).get("activation_fn")
+                 or (extra.get("sentence_transformers") or {}).get("activation_fn")
+                 or extra.get("sbert_ce_default_activation_function"))
         if activation_fn is not None:
             self.activation_fn = activation_fn
         elif saved:
-            self.activation_fn = activation_from_name(saved, str(path / ST_CONFIG))
+            self.activation_fn = activation_from_name(saved, str(path))
         else:
             self.activation_fn = nn.Sigmoid() if self.num_labels == 1 else nn.Identity()
         if device is not None:
