@@ -74,6 +74,7 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
         self.sentence_model, self.loss, self.evaluator = model, loss, evaluator
         train = CrossEncoderExamples(train_dataset, model, loss, "train_dataset") if train_dataset is not None else None
         dev = CrossEncoderExamples(eval_dataset, model, loss, "eval_dataset") if eval_dataset is not None else None
+        # the base Trainer's construction (SentenceTransformerTrainer's own builds bi-encoder examples and batches)
         Trainer.__init__(self, model=CrossEncoderLossModel(loss), args=args, data_collator=collate, train_dataset=train,
                          eval_dataset=dev, callbacks=callbacks,
                          compute_metrics=self._evaluator_metrics if evaluator is not None else None)
