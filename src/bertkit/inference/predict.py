@@ -24,7 +24,6 @@ from bertkit.tokenization import BertTokenizer
 EVAL_BATCH_SIZE = 64
 
 
-@torch.no_grad()
 def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *,
             batch_size: int = EVAL_BATCH_SIZE,
             bf16: bool = False, device: str = "cpu", output: Callable[[Any], torch.Tensor] = lambda o: o.logits
@@ -48,12 +47,8 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
     def pad(rows: Sequence[dict]) -> dict[str, torch.Tensor]:
         return {k: v for k, v in collate(list(rows)).items() if k in ("input_ids", "token_type_ids", "attention_mask")}
 
-    was_training = model.training
-    model.eval()
-    try:
-        return run_length_sorted(call, features, batch_size=batch_size, pad=pad, device=device, bf16=bf16, check=check)
-    finally:
-        model.train(was_training)
+    return run_length_sorted(call, features, batch_size=batch_size, pad=pad, device=device, bf16=bf16, check=check,
+                             model=model)
 
 
 def for_prediction(model: nn.Module, tokenizer: BertTokenizer, s: PredictBenchmarkSettings
