@@ -223,6 +223,15 @@ def rerank_scores(logits: np.ndarray, relevant: int | None, raw_scores: bool = F
     return z if raw_scores else 1.0 / (1.0 + np.exp(-z))
 
 
+def ranked(logits: Sequence[np.ndarray], relevant: int | None, texts: Sequence[str], raw_scores: bool,
+           return_text: bool) -> list[dict[str, Any]]:
+    """The texts by ``rerank_scores``, best first: ``[{"index", "score"}, ...]`` (``"text"`` too with
+    ``return_text``), as TEI's /rerank answers."""
+    scores = rerank_scores(np.stack([np.asarray(x) for x in logits]), relevant, raw_scores)
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    return [{"index": i, "score": float(scores[i]), **({"text": texts[i]} if return_text else {})} for i in order]
+
+
 class RerankPipeline(TextClassificationPipeline):
     """A query and texts -> the texts ranked by relevance, ``[{"index", "score"}, ...]`` best first (``"text"``
     too with ``return_text=True``), as TEI's /rerank answers. The model is a cross-encoder: a sequence
@@ -261,10 +270,7 @@ class RerankPipeline(TextClassificationPipeline):
 
     def decode(self, item: dict, rows, outputs, raw_scores: bool = False, return_text: bool = False,
                **_: Any) -> list[dict[str, Any]]:
-        scores = rerank_scores(np.stack(outputs), self.relevant, raw_scores)
-        order = sorted(range(len(scores)), key=lambda i: -scores[i])
-        return [{"index": i, "score": float(scores[i]), **({"text": item["texts"][i]} if return_text else {})}
-                for i in order]
+        return ranked(outputs, self.relevant, item["texts"], raw_scores, return_text)
 
 
 # ---------------------------------------------------------------------------------------------------

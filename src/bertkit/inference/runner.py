@@ -18,13 +18,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from bertkit.errors import NonFiniteError
 from bertkit.training.distributed import all_gather, current
 
 # What a caller gives: rows -> the model's input tensors; (batch, rows) -> what the caller keeps of one batch (one
-# array per row, or the batch's sums); (row indices of a batch, its result) -> None, or raise.
+# array per row, or the batch's sums).
 Pad = Callable[[Sequence[Any]], Mapping[str, Tensor]]
 Call = Callable[[dict[str, Tensor], Sequence[Any]], Any]
-Check = Callable[[Sequence[int], Any], None]
 
 
 def plan_batches(lengths: Mapping[int, int] | Sequence[int], batch_size: int, *, indices: Sequence[int] | None = None,
@@ -53,14 +53,16 @@ def in_order(indices: Sequence[int], batch_size: int) -> list[list[int]]:
 
 def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], *, pad: Pad,
              device: str | torch.device = "cpu", bf16: bool | None = False, model: nn.Module | None = None,
-             check: Check | None = None, bar: Any = None, gather: bool = False) -> list[tuple[list[int], Any]]:
+             nonfinite: Callable[[int], str] | None = None, bar: Any = None, gather: bool = False
+             ) -> list[tuple[list[int], Any]]:
     """``(row indices, call's result)`` for each of ``batches``, in batch order.
 
     Runs under ``torch.no_grad`` (a caller that wants ``inference_mode`` enters it around the call) with ``model``
     in eval mode, its mode restored after. Each batch is padded by ``pad`` and moved to ``device``; ``bf16`` True
     runs ``call`` under bf16 autocast, False without autocast, None under whatever autocast the caller has entered
-    (the training loop's, for an evaluation during training). ``check`` sees each batch's row indices and result
-    (and raises on one it refuses); ``bar`` (tqdm) advances per row. ``gather``: under torchrun every process gets
+    (the training loop's, for an evaluation during training). ``nonfinite``: ``call`` gives one array per row, and
+    one holding a NaN or +inf raises ``NonFiniteError(nonfinite(row))`` for the batch's first such row (-inf is
+    allowed: a head may mask positions with it, as the fill-mask and QA heads do). ``bar`` (tqdm) advances per row. ``gather``: under torchrun every process gets
     every process's results (each ran its own ``batches``), process by process.
     """
     device_type = torch.device(device).type
@@ -76,8 +78,9 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
                 batch = {k: v.to(device) for k, v in pad(batch_rows).items()}
                 with precision:
                     result = call(batch, batch_rows)
-                if check is not None:
-                    check(idx, result)
+                bad = [i for i, o in zip(idx, result) if (np.isnan(o) | np.isposinf(o)).any()] if nonfinite else []
+                if bad:
+                    raise NonFiniteError(nonfinite(min(bad)))
                 results.append((list(idx), result))
                 if bar is not None:
                     bar.update(len(idx))
@@ -105,8 +108,3 @@ def run_length_sorted(call: Call, rows: Sequence[Any], *, batch_size: int, pad: 
     out = run_batches(call, rows, batches, pad=pad, **options)
     return [out[i] for i in range(len(rows))]
 
-
-def nonfinite_rows(idx: Sequence[int], outs: Sequence[np.ndarray]) -> list[int]:
-    """The row indices (batch order) whose output holds a NaN or +inf. -inf is allowed: a head may mask positions
-    with it (the fill-mask and QA heads do)."""
-    return [i for i, o in zip(idx, outs) if (np.isnan(o) | np.isposinf(o)).any()]

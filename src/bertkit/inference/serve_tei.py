@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.inference.pipelines import relevant_label, rerank_scores
+from bertkit.inference.pipelines import ranked, relevant_label
 from bertkit.inference.serve_wire import (
     EMBEDDING_TASKS,
     PREDICT,
@@ -254,10 +254,7 @@ def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any
 
 def _ranked(server: Any, call: Call, results: list[Any]) -> list[dict[str, Any]]:
     a = call.answer
-    scores = rerank_scores(np.stack([np.asarray(r) for r in results]), a["relevant"], a["raw_scores"])
-    order = sorted(range(len(scores)), key=lambda i: -scores[i])
-    return [{"index": i, "score": float(scores[i]), **({"text": a["texts"][i]} if a["return_text"] else {})}
-            for i in order]
+    return ranked(results, a["relevant"], a["texts"], a["raw_scores"], a["return_text"])
 
 
 def _info(server: Any) -> dict[str, Any]:
