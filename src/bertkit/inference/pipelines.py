@@ -113,20 +113,20 @@ class FillMaskPipeline(Pipeline):
 # ---------------------------------------------------------------------------------------------------
 
 
-def refuse_unknown_keys(item: dict, known: tuple[str, ...], index: int, task: str) -> None:
+def refuse_unknown_keys(item: Any, known: tuple[str, ...], index: int, task: str) -> None:
     """A dict input holding a key the task does not read is refused, naming it: ``{"text": a, "text_pairr": b}``
-    would otherwise be answered as the single text ``a``, a silently wrong answer."""
-    unknown = sorted(str(k) for k in item if k not in known)
+    would otherwise be answered as the single text ``a``, a silently wrong answer. (The server's 422 is this.)"""
+    unknown = sorted(str(k) for k in item if k not in known) if isinstance(item, dict) else []
     if unknown:
-        raise BertkitError(f"{task} input {index} has key(s) {', '.join(map(repr, unknown))} that {task} does not "
-                           f"read; its keys are {', '.join(map(repr, known))} (a misspelling?)")
+        raise BertkitError(f"{task} input {index} has unknown field(s) {', '.join(unknown)}; a {task} input holds "
+                           f"{', '.join(known)} (a misspelling?)")
 
 
 def _text_and_pair(item: Any, index: int, task: str) -> tuple[str, str | None]:
     if isinstance(item, str):
         return item, None
+    refuse_unknown_keys(item, ("text", "text_pair"), index, task)
     if isinstance(item, dict) and isinstance(item.get("text"), str):
-        refuse_unknown_keys(item, ("text", "text_pair"), index, task)
         pair = item.get("text_pair")
         if pair is not None and not isinstance(pair, str):
             raise BertkitError(f"{task} input {index}: text_pair must be a str, got {type(pair).__name__}")
@@ -388,11 +388,11 @@ class QuestionAnsweringPipeline(Pipeline):
                     "null_threshold")
 
     def check_input(self, item: Any, index: int) -> dict:
+        refuse_unknown_keys(item, ("question", "context"), index, self.task)
         if not (isinstance(item, dict) and isinstance(item.get("question"), str)
                 and isinstance(item.get("context"), str)):
             raise BertkitError(f"question-answering input {index} must be {{'question': str, 'context': str}}, "
                                f"got {str(item)[:80]!r}")
-        refuse_unknown_keys(item, ("question", "context"), index, self.task)
         return item
 
     def _example(self, item: dict) -> squad.SquadExample:
@@ -441,12 +441,12 @@ class MultipleChoicePipeline(Pipeline):
     input_kind = dict
 
     def check_input(self, item: Any, index: int) -> dict:
+        refuse_unknown_keys(item, ("context", "choices"), index, self.task)
         choices = item.get("choices") if isinstance(item, dict) else None
         if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, list)
                 and choices and all(isinstance(c, str) for c in choices)):
             raise BertkitError(f"multiple-choice input {index} must be {{'context': str, 'choices': [str, ...]}} "
                                f"with at least one choice, got {str(item)[:80]!r}")
-        refuse_unknown_keys(item, ("context", "choices"), index, self.task)
         return item
 
     def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:

@@ -142,12 +142,6 @@ class Route:
 # (the others' sequences count as max_length each against max_batch_tokens).
 _ONE_SEQUENCE = ("text-classification", "token-classification", "fill-mask", *EMBEDDING_TASKS)
 
-# The fields an input object may hold, per task: any other (``text_pairr``) is refused, not ignored.
-_PAIR_FIELDS = ("text", "text_pair")
-_INPUT_FIELDS = {"text-classification": _PAIR_FIELDS, "feature-extraction": _PAIR_FIELDS,
-                 "sentence-embedding": _PAIR_FIELDS, "question-answering": ("question", "context"),
-                 "multiple-choice": ("context", "choices")}
-
 
 def json_depth(body: bytes) -> int:
     """How deeply the lists and objects of a JSON text nest, brackets inside strings not counted: measured
@@ -374,16 +368,11 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, answer: dict[str,
     for i, item in enumerate(items):
         if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
             item = item[0] if len(item) == 1 else tuple(item)
-        if isinstance(item, dict) and task in _INPUT_FIELDS:
-            extra = sorted(set(item) - set(_INPUT_FIELDS[task]))
-            if extra:
-                raise RequestError(422, f"input {i} has unknown field(s) {', '.join(map(str, extra))}; a {task} "
-                                        f"input holds {', '.join(_INPUT_FIELDS[task])}")
         n = _chars(item)
         if n > limits.max_text_chars:
             raise RequestError(422, f"input {i} has {n} characters, over max_text_chars {limits.max_text_chars}")
         try:
-            read = pipe.check_input(item, i)  # refused here, as a 422, rather than inside a shared batch
+            read = pipe.check_input(item, i)  # a field it does not read, a wrong type: a 422 here, not in a batch
         except BertkitError as e:
             raise RequestError(422, str(e)) from None
         if task in _ONE_SEQUENCE:  # counted for max_batch_tokens, x-compute-tokens and /metrics
