@@ -78,6 +78,14 @@ class Limits:
         """The limits of a ``ServeSettings`` (or anything with the same fields)."""
         return cls(**{name: getattr(settings, name) for name in REQUEST_LIMITS})
 
+    def check_items(self, n: int, name: str = "inputs") -> None:
+        if n > self.max_items:
+            raise RequestError(422, f"{n} {name} exceed max_items {self.max_items} per request")
+
+    def check_chars(self, n: int, what: str, unit: str = "characters") -> None:
+        if n > self.max_text_chars:
+            raise RequestError(422, f"{what} has {n} {unit}, over max_text_chars {self.max_text_chars}")
+
 
 def _chars(item: Any) -> int:
     if isinstance(item, str):
@@ -294,8 +302,7 @@ def parse_request(data: Any, pipe: Any, limits: Limits, similarity: bool = False
     items = [raw] if single else raw
     if not items:
         raise RequestError(422, "inputs is an empty list")
-    if len(items) > limits.max_items:
-        raise RequestError(422, f"{len(items)} inputs exceed max_items {limits.max_items} per request")
+    limits.check_items(len(items))
     checked, counted, chars = _check_inputs(items, pipe, limits, answer)
     cost, candidates = _cost(pipe, checked, options, limits)
     tei = task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
@@ -369,8 +376,7 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, answer: dict[str,
         if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
             item = item[0] if len(item) == 1 else tuple(item)
         n = _chars(item)
-        if n > limits.max_text_chars:
-            raise RequestError(422, f"input {i} has {n} characters, over max_text_chars {limits.max_text_chars}")
+        limits.check_chars(n, f"input {i}")
         try:
             read = pipe.check_input(item, i)  # a field it does not read, a wrong type: a 422 here, not in a batch
         except BertkitError as e:
