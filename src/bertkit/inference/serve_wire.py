@@ -10,6 +10,7 @@ choices, [MASK]s) and its answer (candidates) is counted from token counts befor
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -21,13 +22,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.settings.inference import REQUEST_LIMITS, check_request_limits
-
-# Inputs admitted and not yet answered. MiniLM (6 layers, H=384) on this project's 2-core machine with one
-# model thread runs 7-9 inputs/s of 300-word texts (~320 tokens): 64 inputs is 7-9 s of work there, the
-# longest an admitted request then waits; short texts (SST-2, ~25 tokens, ~110 inputs/s) drain 64 in under a
-# second (docs/inference.md has the measurement).
-DEFAULT_MAX_CONCURRENT_REQUESTS = 64
+from bertkit.settings.inference import RequestLimits
 
 EMBEDDING_TASKS = ("feature-extraction", "sentence-embedding")
 _EMBED_FIELDS = ("normalize", "truncate", "truncation_direction", "prompt_name", "dimensions", "encoding_format")
@@ -55,28 +50,14 @@ class RequestError(Exception):
         self.headers = headers or {}
 
 
-@dataclass
-class Limits:
-    """What one request may be and cost (``ServeSettings`` documents each; its defaults are these)."""
-
-    max_body_bytes: int = 1_000_000
-    max_items: int = 64
-    max_text_chars: int = 20_000
-    max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS
-    max_json_depth: int = 16
-    max_windows_per_request: int = 256
-    max_top_k: int = 100
-    max_candidates: int = 1000
-    body_timeout_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        assert tuple(vars(self)) == REQUEST_LIMITS, "Limits' fields are the settings' REQUEST_LIMITS"
-        check_request_limits(self)
+class Limits(RequestLimits):
+    """What one request may be and cost (``RequestLimits``, whose fields ``bertkit serve``'s flags are), with the
+    refusals the routes share."""
 
     @classmethod
     def from_settings(cls, settings: Any) -> Limits:
         """The limits of a ``ServeSettings`` (or anything with the same fields)."""
-        return cls(**{name: getattr(settings, name) for name in REQUEST_LIMITS})
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(RequestLimits)})
 
     def check_items(self, n: int, name: str = "inputs") -> None:
         if n > self.max_items:
