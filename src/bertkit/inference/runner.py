@@ -1,10 +1,10 @@
 """The one evaluation loop: prediction, evaluation (``Trainer``, pre-training, the feature study), pipelines and
 feature extraction all run their rows here.
 
-``run_batches`` runs a model over batches of rows (each batch a list of row indices): without gradients, the model
+``evaluate`` runs a model over batches of rows (each batch a list of row indices): without gradients, the model
 in eval mode for the run, each batch padded by the caller's ``pad``, moved to the device and run under bf16
-autocast when asked; under torchrun it gathers every process's results. ``run_length_sorted`` plans the batches by
-length, so a batch holds sequences of nearly one length: the padding the model sees is small, and the encoder drops
+autocast when asked, non-finite outputs refused; under torchrun it gathers every process's results.
+``run_length_sorted`` plans the batches by length, so a batch holds sequences of nearly one length: the padding the model sees is small, and the encoder drops
 what there is (its unpadded layout, ``padding.TokenLayout``); its results come back one per row, in row order.
 """
 
@@ -62,8 +62,9 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
     runs ``call`` under bf16 autocast, False without autocast, None under whatever autocast the caller has entered
     (the training loop's, for an evaluation during training). ``nonfinite``: ``call`` gives one array per row, and
     one holding a NaN or +inf raises ``NonFiniteError(nonfinite(row))`` for the batch's first such row (-inf is
-    allowed: a head may mask positions with it, as the fill-mask and QA heads do). ``bar`` (tqdm) advances per row. ``gather``: under torchrun every process gets
-    every process's results (each ran its own ``batches``), process by process.
+    allowed: a head may mask positions with it, as the fill-mask and QA heads do). ``bar`` (tqdm) advances per row.
+    ``gather``: under torchrun every process gets every process's results (each ran its own ``batches``), process
+    by process.
     """
     device_type = torch.device(device).type
     precision = contextlib.nullcontext() if bf16 is None else torch.autocast(device_type, torch.bfloat16, enabled=bf16)
