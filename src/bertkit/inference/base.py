@@ -203,8 +203,8 @@ class Pipeline:
                                     pad=lambda batch: pad_rows(batch, self.tokenizer.pad_token_id), device=self.device,
                                     bf16=self.bf16, lengths=[_row_length(r) for r in rows],
                                     longest_first=True, groups=[_choices(r) for r in rows], bar=bar,
-                                    nonfinite=lambda i: f"the model's output for {self.task} row {i} is not finite (NaN "
-                                    "or inf): the checkpoint's weights are broken; no result was produced")
+                                    nonfinite=lambda i: f"the model's output for {self.task} row {i} is not finite "
+                                    "(NaN or inf): the checkpoint's weights are broken; no result was produced")
         bar.close()
         return results
 

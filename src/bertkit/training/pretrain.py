@@ -71,7 +71,8 @@ def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int,
         """(MLM correct, MLM targets, MLM loss x targets, NSP correct, NSP loss x instances) of one batch."""
         out = model(**batch)
         target = batch["labels"][batch["labels"] != IGNORE_INDEX]
-        mlm = (int((out.prediction_logits.argmax(-1) == target).sum()), target.numel(), out.mlm_loss.item() * target.numel())
+        mlm_correct = int((out.prediction_logits.argmax(-1) == target).sum())
+        mlm = (mlm_correct, target.numel(), out.mlm_loss.item() * target.numel())
         if out.nsp_loss is None:
             return (*mlm, 0, 0.0)
         nsp_correct = int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
