@@ -451,8 +451,6 @@ class OutputDir:
 def _lock(directory: Path, command: str) -> IO:
     """``directory``'s lock, taken without waiting (or the one this process holds); refused naming the holder.
     The file is opened without following a symlink and must be bertkit's plain one-line file."""
-    import fcntl
-
     real = str(directory.resolve())
     if (f := _LOCKS.get(real)) is None or f.closed:
         path = directory / LOCK
@@ -462,10 +460,7 @@ def _lock(directory: Path, command: str) -> IO:
                                "so this is not a directory bertkit wrote; choose another output directory")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666 & ~_UMASK)
         f = os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = f.read().strip() or "another process"
+        if (holder := _holder(f.fileno(), exclusive=True)) is not None:
             f.close()
             raise BertkitError(f"{directory} is in use by {holder}; wait for it to finish or choose another "
                                "output directory") from None
@@ -486,10 +481,19 @@ def _unlock(real: Path | str) -> None:
         f.close()  # closing the descriptor drops the flock (the pid it names is a past holder's)
 
 
-def _held_by_another(directory: Path) -> str | None:
-    """Who holds ``directory``'s lock, if another process does; else None."""
+def _holder(fd: int, exclusive: bool) -> str | None:
+    """None once this process has the lock open at ``fd``; else who holds it (the line the holder wrote)."""
     import fcntl
 
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+    return None
+
+
+def _held_by_another(directory: Path) -> str | None:
+    """Who holds ``directory``'s lock, if another process does; else None."""
     if (f := _LOCKS.get(str(directory))) is not None and not f.closed:
         return None  # this process's own: a command's nested run (the demo's pre-training)
     try:
@@ -497,16 +501,9 @@ def _held_by_another(directory: Path) -> str | None:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        return _holder(fd, exclusive=False) if stat.S_ISREG(os.fstat(fd).st_mode) else None
     finally:
-        os.close(fd)
+        os.close(fd)  # drops the shared lock the probe took
 
 
 def _refuse_held_around(real: Path, path: Path) -> None:
@@ -550,6 +547,9 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
     - files without a marker (a user's, or another tool's): always refused.
     """
     directory = Path(path)
+    if active := [c for c in _ACTIVE if c.real == directory.resolve()]:  # its lock is this process's: say so here
+        raise BertkitError(f"{directory} is the output directory of this process's `bertkit {active[0].command}` "
+                           "run already; choose another output directory")
     created = _make(directory, inputs)
     created = _EARLY.pop(str(directory.resolve()), False) or created  # lock_output_dir made it
     lock = _lock(directory, command)
