@@ -632,13 +632,11 @@ def release_unclaimed(path: str | os.PathLike) -> None:
     """After a command that failed between ``lock_output_dir`` and its claim: its lock dropped, and the directory
     removed if the lock made it."""
     real = str(Path(path).resolve())
-    if real in _EARLY:
-        if _EARLY.pop(real):
-            (Path(path) / LOCK).unlink()  # still locked: nobody else has opened it
+    if (made := _EARLY.pop(real, None)) is not None:  # no claim took the lock over
+        _drop_stray_lock(Path(path))  # still locked: nobody else has opened it
+        if made:
             with contextlib.suppress(OSError):
                 Path(path).rmdir()
-        else:
-            _drop_stray_lock(Path(path))
         _unlock(real)
 
 
