@@ -119,17 +119,25 @@ class BertSelfAttention(nn.Module):
         return self_attention(self.project(x), layout, self.num_heads, p), None  # like x
 
 
-class BertSelfOutput(nn.Module):
-    """The attention block's output projection, dropout and residual post-LayerNorm: LN(x + dropout(W a))."""
+class BertOutput(nn.Module):
+    """A block's output: projection back to H, dropout and residual post-LayerNorm, LN(x + dropout(W h)). This one
+    ends the feed-forward block, (..., I) -> (..., H); ``BertSelfOutput`` ends the attention block."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, in_features: int | None = None):
         super().__init__()
-        self.dense = new_linear(config.hidden_size, config.hidden_size)
+        self.dense = new_linear(config.intermediate_size if in_features is None else in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)  # noqa: N815 - transformers' name
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, a: Tensor, x: Tensor) -> Tensor:
-        return self.LayerNorm(x + self.dropout(self.dense(a)))
+    def forward(self, h: Tensor, x: Tensor) -> Tensor:
+        return self.LayerNorm(x + self.dropout(self.dense(h)))  # (..., H)
+
+
+class BertSelfOutput(BertOutput):
+    """The attention block's output (transformers' ``attention.output``): W is (H, H)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config, config.hidden_size)
 
 
 class BertAttention(nn.Module):
@@ -155,19 +163,6 @@ class BertIntermediate(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.intermediate_act_fn(self.dense(x))  # (..., I)
-
-
-class BertOutput(nn.Module):
-    """The feed-forward block's second half with dropout and residual post-LayerNorm: LN(x + dropout(W2 h))."""
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.dense = new_linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)  # noqa: N815 - transformers' name
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, h: Tensor, x: Tensor) -> Tensor:
-        return self.LayerNorm(x + self.dropout(self.dense(h)))  # (..., H)
 
 
 class BertLayer(nn.Module):
