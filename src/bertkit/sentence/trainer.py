@@ -55,10 +55,10 @@ class LossModel(nn.Module):
         self.loss = loss
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, prompt_length: Tensor,
-                label: Tensor) -> LossOutput:
+                label: Tensor, index: Tensor) -> LossOutput:
         columns = input_ids.shape[1]  # input_ids (B, C, T)
         features = [{"input_ids": input_ids[:, c], "attention_mask": attention_mask[:, c],
-                     "token_type_ids": token_type_ids[:, c], "prompt_length": int(prompt_length[0, c])}
+                     "token_type_ids": token_type_ids[:, c], "prompt_length": int(prompt_length[0, c]), "index": index}
                     for c in range(columns)]
         return LossOutput(self.loss(features, label if self.loss.needs_label else None))
 

@@ -56,4 +56,5 @@ class MatryoshkaLoss(SentenceLoss):
     def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
         if isinstance(self.loss, CachedMultipleNegativesRankingLoss):
             return self.loss(sentence_features, labels, loss_fn=self.compute_loss_from_embeddings)
-        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels)
+        return self.loss.loss_on_batch(embed_columns(self.model, sentence_features), sentence_features, labels,
+                                       self.compute_loss_from_embeddings)

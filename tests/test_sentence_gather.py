@@ -1,0 +1,58 @@
+"""In-batch negatives gathered across processes (``gather_across_devices=True``): 2 processes x 16 rows give the
+loss and the gradients of 1 process x 32, for every loss with in-batch negatives; each anchor keeps its own
+positive and hard negatives after the gather; uneven shares and a rank with no share (a stand-in row) too.
+
+Two processes on gloo (CPU, 127.0.0.1, a free port), spawned as tests/test_distributed.py spawns them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from distributed_helpers import free_port  # tests/ is on sys.path under pytest
+from sentence_gather_helpers import CASES, worker
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, minilm_dir, data_dir):
+    from launch_helpers import spawn_gloo_workers
+
+    out = tmp_path_factory.mktemp("gather") / "results.pt"
+    spawn_gloo_workers(worker, lambda: (2, free_port(), str(minilm_dir), str(data_dir), str(out)), 2)
+    return torch.load(out, weights_only=False)
+
+
+def test_the_gather_keeps_each_row_with_its_own_columns(results):
+    """Column c's row i holds (i, c) on whichever rank runs it; gathered, every column lists rows 0..N-1 in order
+    on every rank, so anchor i meets its own positive and hard negatives at position i (a rank's offset is the
+    rows of the ranks before it). A stand-in copy of row 0 on rank 1 is left out."""
+    for split, n in (("3+5", 8), ("stand-in", 1)):
+        for rank, got in enumerate(results["gathered"]):
+            rows = got[split]["rows"]
+            assert len(rows) == 3
+            for c, column in enumerate(rows):
+                assert column.tolist() == [[float(i), float(c)] for i in range(n)], (split, rank, c)
+    # the gradient reaches each rank's own rows, once each (not a stand-in's); the factor N / n_r that the loss
+    # applies to it (the loop weights rank r by n_r x W / N) comes back beside the rows
+    three, five, standin = (results["gathered"][r][s] for r, s in ((0, "3+5"), (1, "3+5"), (1, "stand-in")))
+    assert (three["factor"], five["factor"], standin["factor"]) == (8 / 3, 8 / 5, 0.0)
+    assert all(torch.equal(g, torch.ones(k, 2)) for got, k in ((three, 3), (five, 5)) for g in got["grad"])
+    assert all(torch.equal(g, torch.zeros(1, 2)) for g in standin["grad"])
+
+
+@pytest.mark.parametrize("case", [f"{name}-{split}" for name, _, split in CASES])
+def test_two_processes_give_the_loss_and_gradients_of_one(results, case):
+    r = results["losses"][case]
+    # every rank computes the global batch's loss (the mean over the ranks, which the loop logs, is the same)
+    assert r["got"] == pytest.approx([r["want"]] * 2, rel=1e-5)
+    # the averaged gradient is the 1-process gradient up to float32 summation noise (the ranks pad their
+    # batches to other lengths than one process does)
+    assert r["grad_error"] <= 1e-5 and r["grad_norm"] > 0
+
+
+def test_misaligned_negatives_would_be_caught(results):
+    """The control: the same batch with rank 1's hard negatives paired with rank 0's anchors (the offsets bug of
+    sentence-transformers' 2025 gather) has another loss, so the comparisons above would fail on it."""
+    control = results["losses"]["control"]
+    assert abs(control["swapped"] - control["want"]) > 1e-3
