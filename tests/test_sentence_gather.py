@@ -56,3 +56,34 @@ def test_misaligned_negatives_would_be_caught(results):
     sentence-transformers' 2025 gather) has another loss, so the comparisons above would fail on it."""
     control = results["losses"]["control"]
     assert abs(control["swapped"] - control["want"]) > 1e-3
+
+
+@pytest.mark.slow  # two launches of a MiniLM training script, 30-90 s on two loaded cores: make test-slow
+def test_a_training_script_under_torchrun_equals_one_process(tmp_path, minilm_dir, data_dir):
+    """SentenceTransformerTrainer with gather_across_devices=True: two processes x 16 log the losses and gradient
+    norms of one process x 32 at every step, the last step's single row (rank 1 runs a stand-in) included."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from launch_helpers import run_torchrun
+    from sentence_helpers import st_directory
+
+    model = st_directory(minilm_dir, tmp_path / "model", dropout=0.0, normalize=False)
+    script = Path(__file__).with_name("sentence_torchrun_script.py")
+    squad = str(data_dir / "squad" / "dev-v1.1.json")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    subprocess.run([sys.executable, str(script), str(model), squad, str(tmp_path / "one"), str(tmp_path / "one.pt"),
+                    "32"], check=True, env=env, capture_output=True)
+    two = run_torchrun([str(script), str(model), squad, str(tmp_path / "two"), str(tmp_path / "two.pt"), "16"], env,
+                       600, fresh=tmp_path / "two")
+    assert two.returncode == 0, two.stderr[-3000:]
+    one, two = (torch.load(tmp_path / f"{name}.pt", weights_only=False)["log_history"] for name in ("one", "two"))
+
+    def records(history, key):
+        return {r["step"]: r[key] for r in history if key in r and "train_runtime" not in r}
+
+    assert list(records(two, "loss")) == [1, 2, 3]
+    assert records(two, "loss") == pytest.approx(records(one, "loss"), rel=1e-5)
+    assert records(two, "grad_norm") == pytest.approx(records(one, "grad_norm"), rel=1e-4)

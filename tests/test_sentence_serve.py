@@ -22,8 +22,12 @@ pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install 
 
 @pytest.mark.slow  # 20-60 s on two loaded cores (training steps and a server process): make test-slow
 def test_a_trained_embedder_served_answers_the_openai_client_with_encode(tmp_path, minilm_dir, data_dir):
-    from bertkit.sentence import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from bertkit.sentence import losses
+    from bertkit.sentence import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+        losses,
+    )
     from bertkit.sentence.training_args import BatchSamplers
 
     articles = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text())["data"]
