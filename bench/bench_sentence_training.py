@@ -2,7 +2,8 @@
 
 MultipleNegativesRankingLoss on SQuAD v1.1 dev (question, paragraph) pairs from the first articles, batch 32
 drawn by the no-duplicates sampler (a paragraph has several questions), one epoch, learning rate 5e-5 with
-10% warmup, from the same checkpoint (a BERT directory: mean pooling in both libraries), max_seq_length 256.
+10% warmup, from the same checkpoint (a BERT directory: mean pooling in both libraries),
+max_seq_length 256.
 The only line that differs between the two runs is the import. Then, for each trained model:
 InformationRetrievalEvaluator on the held-back articles (their questions against their paragraphs), and
 ``encode`` throughput on those paragraphs (batch 32).
@@ -33,13 +34,15 @@ METRICS = ("cosine_ndcg@10", "cosine_mrr@10", "cosine_accuracy@1", "cosine_recal
 
 
 def squad(path: Path, limit: int, held_out_articles: int, eval_queries: int) -> tuple[list[dict], tuple]:
-    """Training pairs from the first articles (the first ``limit`` questions); the evaluator's data from the last
+    """Training pairs from the first articles (``limit`` questions); the evaluator's data from the last
     ``held_out_articles``: every paragraph is the corpus, the first ``eval_queries`` questions the queries."""
     articles = json.loads(path.read_text())["data"]
     if held_out_articles >= len(articles):
         raise ValueError(f"--held-out-articles {held_out_articles} leaves no training article of {len(articles)}")
-    train = [{"question": q["question"], "paragraph": p["context"]}
-             for a in articles[:-held_out_articles] for p in a["paragraphs"] for q in p["qas"]][:limit]
+    paragraphs = [p for a in articles[:-held_out_articles] for p in a["paragraphs"]]
+    # every paragraph's first question, then every paragraph's second, ...: a limit spreads over the articles
+    train = [{"question": p["qas"][j]["question"], "paragraph": p["context"]}
+             for j in range(max(len(p["qas"]) for p in paragraphs)) for p in paragraphs if j < len(p["qas"])][:limit]
     held = [p for a in articles[-held_out_articles:] for p in a["paragraphs"]]
     corpus = {f"p{i}": p["context"] for i, p in enumerate(held)}
     queries = {f"q{i}-{j}": q["question"] for i, p in enumerate(held) for j, q in enumerate(p["qas"])}
@@ -64,7 +67,7 @@ def script(lib: str, model_dir: Path, out: Path, train: list[dict], ir_data: tup
     model.max_seq_length = 256
     args = S.SentenceTransformerTrainingArguments(
         output_dir=str(out), per_device_train_batch_size=32, num_train_epochs=1, learning_rate=5e-5,
-        warmup_ratio=0.1, logging_steps=10, save_strategy="no", report_to="none", seed=seed, use_cpu=True,
+        warmup_steps=0.1, logging_steps=10, save_strategy="no", report_to="none", seed=seed, use_cpu=True,
         disable_tqdm=True, batch_sampler=BatchSamplers.NO_DUPLICATES)
     trainer = S.SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_list(train),
                                            loss=losses.MultipleNegativesRankingLoss(model))

@@ -91,10 +91,11 @@ def compare(model_dir: str, data_dir: str) -> dict:
             results[f"{name}-{split}"] = {"want": want, "got": [float(g) for g in got_all],
                                           "grad_error": float((grad - want_grad).norm() / want_grad.norm()),
                                           "grad_norm": float(want_grad.norm())}
-    # control: the loss with the hard negatives of the two halves swapped (what misplaced offsets would pair)
+    # control: the batch with rank 1's positives paired with rank 0's anchors, as misplaced offsets would pair them
     if rank == 0:
-        swapped = [columns[0], columns[1], columns[2][16:32] + columns[2][:16]]
-        results["control"] = {"swapped": float(make_loss("mnrl", model, False)(features(model, swapped, range(32)), None)),
+        cols = [columns[0], columns[1][16:32] + columns[1][:16]]
+        results["control"] = {"misaligned": float(make_loss("mnrl", model, False)(features(model, cols, range(32)),
+                                                                                 None).detach()),
                               "want": results["mnrl-even"]["want"]}
     return results
 

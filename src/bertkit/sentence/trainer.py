@@ -92,6 +92,8 @@ class SentenceTransformerTrainer(Trainer):
             raise BertkitError(f"{type(loss).__name__} uses the batch's other rows as negatives, and a batch of {batch} "
                                "holds none: set per_device_train_batch_size to 2 or more (32 or more trains better)")
         self.sentence_model, self.loss, self.evaluator = model, loss, evaluator
+        if model.bert.pooler is not None:  # dense + tanh over [CLS]: no part of a sentence embedding, so it gets no
+            model.bert.pooler.requires_grad_(False)  # gradient, which DDP (torchrun) refuses; AdamW leaves it as is
         train = SentenceExamples(train_dataset, model, loss, args.prompts, "train_dataset") \
             if train_dataset is not None else None
         dev = SentenceExamples(eval_dataset, model, loss, args.prompts, "eval_dataset") \
