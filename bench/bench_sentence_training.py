@@ -21,7 +21,6 @@ import argparse
 import importlib
 import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -114,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     record = {"bench": "sentence_training", "model": args.model.name, "pairs": len(train), "batch": 32,
               "threads": args.threads, "corpus": len(ir_data[1]), "queries": len(ir_data[0]),
-              "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
               "sentence_transformers": sentence_transformers.__version__,
               "train_speedup": round(bk["train_pairs_per_s"] / st["train_pairs_per_s"], 3),
               "encode_speedup": round(bk["encode_paragraphs_per_s"] / st["encode_paragraphs_per_s"], 3),
