@@ -15,10 +15,11 @@ import torch.distributed as dist
 # "stand-in": a global batch of 1 row over 2 ranks, rank 1 runs a copy of row 0 at weight 0 (as the loop does).
 SPLITS = {"even": [range(0, 16), range(16, 32)], "uneven": [range(0, 9), range(9, 16)], "stand-in": [range(0, 1)]}
 CASES = [("mnrl", 3, "even"), ("mnrl", 3, "uneven"), ("mnrl", 3, "stand-in"), ("mnsrl", 2, "even"),
-         ("cached", 3, "even"), ("cached", 3, "uneven"), ("matryoshka", 3, "even"), ("all_directions", 3, "even")]
+         ("cached", 3, "even"), ("cached", 3, "uneven"), ("matryoshka", 3, "even"), ("all_directions", 3, "even"),
+         ("gist", 3, "even"), ("gist", 3, "uneven"), ("matryoshka_gist", 3, "even")]
 
 
-def make_loss(name: str, model, gather: bool):
+def make_loss(name: str, model, gather: bool, guide=None):
     from bertkit.sentence import losses
 
     if name == "mnrl":
@@ -30,6 +31,9 @@ def make_loss(name: str, model, gather: bool):
     if name == "matryoshka":
         inner = losses.MultipleNegativesRankingLoss(model, gather_across_devices=gather)
         return losses.MatryoshkaLoss(model, inner, [384, 64], [1.0, 0.5])
+    if name in ("gist", "matryoshka_gist"):  # the guide vets in-batch negatives: its rows are gathered too
+        gist = losses.GISTEmbedLoss(model, guide, margin=0.05, gather_across_devices=gather)
+        return gist if name == "gist" else losses.MatryoshkaLoss(model, gist, [384, 64], [1.0, 0.5])
     return losses.MultipleNegativesRankingLoss(model, gather_across_devices=gather,
                                                directions=("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc"))
 
@@ -71,6 +75,8 @@ def compare(model_dir: str, data_dir: str) -> dict:
     for m in model.modules():  # dropout off: the ranks would draw other masks than one process
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
+    guide = SentenceTransformer(model_dir)  # the same checkpoint: a guide that vets some negatives and not others
+    guide.max_seq_length = 48
     columns = triples(Path(data_dir))
     rank, world = dist.get_rank(), dist.get_world_size()
     results = {}
@@ -79,10 +85,10 @@ def compare(model_dir: str, data_dir: str) -> dict:
         shares = SPLITS[split]
         everything = range(0, max(s.stop for s in shares))
         if rank == 0:  # the other rank has nothing to do meanwhile
-            want, want_grad = loss_and_grad(model, make_loss(name, model, gather=False), features(model, cols, everything))
+            want, want_grad = loss_and_grad(model, make_loss(name, model, False, guide), features(model, cols, everything))
         mine = shares[rank] if rank < len(shares) else shares[0][:1]  # no share: a stand-in copy of row 0
         weight = len(mine) * world / len(everything) if rank < len(shares) else 0.0
-        got, grad = loss_and_grad(model, make_loss(name, model, gather=True), features(model, cols, mine), weight)
+        got, grad = loss_and_grad(model, make_loss(name, model, True, guide), features(model, cols, mine), weight)
         dist.all_reduce(grad)
         grad /= world  # DDP's average
         got_all = [torch.zeros(1) for _ in range(world)]

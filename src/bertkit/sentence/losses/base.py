@@ -54,15 +54,19 @@ class SentenceLoss(nn.Module):
         return self.loss_on_batch(embed_columns(self.model, sentence_features), sentence_features, labels)
 
     def loss_on_batch(self, embeddings: list[Tensor], sentence_features: Sequence[dict[str, Any]],
-                      labels: Tensor | None, compute: Callable[[list[Tensor], Tensor | None], Tensor] | None = None
-                      ) -> Tensor:
-        """``compute`` (this loss's own by default) on this process's embeddings, or with
-        ``gather_across_devices`` under torchrun on the global batch's (losses/gather.py)."""
+                      labels: Tensor | None, compute: Callable[..., Tensor] | None = None,
+                      guide: list[Tensor] | None = None) -> Tensor:
+        """``compute`` (this loss's own by default) on this process's embeddings (and a guide model's, for
+        GISTEmbedLoss), or with ``gather_across_devices`` under torchrun on the global batch's (losses/gather.py)."""
         compute = compute or self.compute_loss_from_embeddings
+        extra = () if guide is None else (guide,)
         if not (self.gather_across_devices and gathering()):
-            return compute(embeddings, labels)
-        embeddings, factor = gather_rows(embeddings, sentence_features[0].get("index"))
-        return scale_gradient(compute(embeddings, labels), factor)
+            return compute(embeddings, labels, *extra)
+        index = sentence_features[0].get("index")
+        embeddings, factor = gather_rows(embeddings, index)
+        if guide is not None:
+            extra = (gather_rows(guide, index)[0],)
+        return scale_gradient(compute(embeddings, labels, *extra), factor)
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         raise NotImplementedError
