@@ -45,10 +45,13 @@ def test_the_gather_keeps_each_row_with_its_own_columns(results):
 def test_two_processes_give_the_loss_and_gradients_of_one(results, case):
     r = results["losses"][case]
     # every rank computes the global batch's loss (the mean over the ranks, which the loop logs, is the same)
-    assert r["got"] == pytest.approx([r["want"]] * 2, rel=1e-5)
+    # (abs: GIST's near-zero loss at temperature 0.01 carries float32 noise of a few 1e-9)
+    assert r["got"] == pytest.approx([r["want"]] * 2, rel=1e-5, abs=1e-7)
     # the averaged gradient is the 1-process gradient up to float32 summation noise (the ranks pad their
-    # batches to other lengths than one process does)
-    assert r["grad_error"] <= 1e-5 and r["grad_norm"] > 0
+    # batches to other lengths than one process does); GIST's logits are similarities x 100 (temperature 0.01),
+    # 5x MNRL's scale of 20, and its noise with them (measured: 2.1e-5 on the even split)
+    assert r["grad_error"] <= (5e-5 if case.startswith(("gist", "matryoshka_gist")) else 1e-5)
+    assert r["grad_norm"] > 0
 
 
 def test_misaligned_positives_would_be_caught(results):
