@@ -144,8 +144,6 @@ def test_cached_loss_replays_dropout(model):
 def test_bad_arguments_are_named(model):
     with pytest.raises(BertkitError, match=r"matryoshka_dims \[768, 64\] must be whole numbers in \[1, 384\]"):
         losses.MatryoshkaLoss(model, losses.MultipleNegativesRankingLoss(model), [768, 64])
-    with pytest.raises(BertkitError, match="gather_across_devices"):
-        losses.MultipleNegativesRankingLoss(model, gather_across_devices=True)
     with pytest.raises(BertkitError, match="mini_batch_size"):
         losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=0)
     with pytest.raises(BertkitError, match="needs one label per row"):

@@ -32,8 +32,9 @@ def column_names(dataset: Any) -> list[str]:
 
 
 class SentenceExamples(Sequence):
-    """``dataset`` as examples the loss wrapper takes: per row, each text column's token ids (with its prompt)
-    and the label (0 when the dataset has none and the loss needs none)."""
+    """``dataset`` as examples the loss wrapper takes: per row, each text column's token ids (with its prompt),
+    the label (0 when the dataset has none and the loss needs none) and the row's index (which tells a gathering
+    loss the stand-in row of a process with no share of a short batch)."""
 
     def __init__(self, dataset: Any, model: Any, loss: Any, prompts: str | dict[str, str] | None, what: str):
         if type(dataset).__name__ in ("DatasetDict", "IterableDataset", "IterableDatasetDict") or isinstance(dataset, dict):
@@ -67,7 +68,8 @@ class SentenceExamples(Sequence):
             ids.append(enc["input_ids"])
             types.append(enc["token_type_ids"])
         label = row[self.label] if self.label is not None else 0
-        return {"input_ids": ids, "token_type_ids": types, "prompt_length": self.prompt_lengths, "label": label}
+        return {"input_ids": ids, "token_type_ids": types, "prompt_length": self.prompt_lengths, "label": label,
+                "index": i}
 
     def row_texts(self, i: int) -> set[str]:
         row = self.dataset[i]
@@ -76,7 +78,7 @@ class SentenceExamples(Sequence):
 
 class SentenceCollator:
     """Examples -> ``input_ids``, ``token_type_ids``, ``attention_mask`` (B, C, T) padded with ``pad_id``,
-    ``prompt_length`` (B, C) and ``label`` (B,)."""
+    ``prompt_length`` (B, C), ``label`` (B,) and ``index`` (B,)."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
@@ -95,7 +97,8 @@ class SentenceCollator:
         labels = [e["label"] for e in examples]
         return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
                 "prompt_length": torch.as_tensor([e["prompt_length"] for e in examples], dtype=torch.long),
-                "label": torch.stack(labels) if isinstance(labels[0], Tensor) else torch.tensor(labels)}
+                "label": torch.stack(labels) if isinstance(labels[0], Tensor) else torch.tensor(labels),
+                "index": torch.tensor([e["index"] for e in examples], dtype=torch.long)}
 
 
 def no_duplicates_order(examples: SentenceExamples, batch_size: int, seed: int) -> list[int]:

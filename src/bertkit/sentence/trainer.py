@@ -55,10 +55,10 @@ class LossModel(nn.Module):
         self.loss = loss
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, prompt_length: Tensor,
-                label: Tensor) -> LossOutput:
+                label: Tensor, index: Tensor) -> LossOutput:
         columns = input_ids.shape[1]  # input_ids (B, C, T)
         features = [{"input_ids": input_ids[:, c], "attention_mask": attention_mask[:, c],
-                     "token_type_ids": token_type_ids[:, c], "prompt_length": int(prompt_length[0, c])}
+                     "token_type_ids": token_type_ids[:, c], "prompt_length": int(prompt_length[0, c]), "index": index}
                     for c in range(columns)]
         return LossOutput(self.loss(features, label if self.loss.needs_label else None))
 
@@ -92,6 +92,8 @@ class SentenceTransformerTrainer(Trainer):
             raise BertkitError(f"{type(loss).__name__} uses the batch's other rows as negatives, and a batch of {batch} "
                                "holds none: set per_device_train_batch_size to 2 or more (32 or more trains better)")
         self.sentence_model, self.loss, self.evaluator = model, loss, evaluator
+        if model.bert.pooler is not None:  # dense + tanh over [CLS]: no part of a sentence embedding, so it gets no
+            model.bert.pooler.requires_grad_(False)  # gradient, which DDP (torchrun) refuses; AdamW leaves it as is
         train = SentenceExamples(train_dataset, model, loss, args.prompts, "train_dataset") \
             if train_dataset is not None else None
         dev = SentenceExamples(eval_dataset, model, loss, args.prompts, "eval_dataset") \

@@ -8,7 +8,7 @@ columns' embeddings in ``compute_loss_from_embeddings(embeddings, labels)``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import torch
@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
+from bertkit.sentence.losses.gather import gather_rows, gathering, scale_gradient
 
 
 def embed_columns(model: nn.Module, features: Sequence[dict[str, Any]]) -> list[Tensor]:
@@ -43,13 +44,29 @@ class SentenceLoss(nn.Module):
     columns: ClassVar[tuple[int, int | None]] = (2, 2)
     needs_label: ClassVar[bool] = False
     in_batch_negatives: ClassVar[bool] = False
+    gather_across_devices: bool = False
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
 
     def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
-        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels)
+        return self.loss_on_batch(embed_columns(self.model, sentence_features), sentence_features, labels)
+
+    def loss_on_batch(self, embeddings: list[Tensor], sentence_features: Sequence[dict[str, Any]],
+                      labels: Tensor | None, compute: Callable[..., Tensor] | None = None,
+                      guide: list[Tensor] | None = None) -> Tensor:
+        """``compute`` (this loss's own by default) on this process's embeddings (and a guide model's, for
+        GISTEmbedLoss), or with ``gather_across_devices`` under torchrun on the global batch's (losses/gather.py)."""
+        compute = compute or self.compute_loss_from_embeddings
+        extra = () if guide is None else (guide,)
+        if not (self.gather_across_devices and gathering()):
+            return compute(embeddings, labels, *extra)
+        index = sentence_features[0].get("index")
+        embeddings, factor = gather_rows(embeddings, index)
+        if guide is not None:
+            extra = (gather_rows(guide, index)[0],)
+        return scale_gradient(compute(embeddings, labels, *extra), factor)
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         raise NotImplementedError

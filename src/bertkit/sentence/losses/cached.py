@@ -61,9 +61,10 @@ class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
         """``loss_fn(embeddings, labels)`` replaces this loss's own (MatryoshkaLoss wraps it so)."""
         loss_fn = loss_fn or self.compute_loss_from_embeddings
         if not torch.is_grad_enabled():  # evaluation: no backward to prepare
-            return loss_fn([torch.cat([self._embed(_rows(f, s, s + self.mini_batch_size))
-                                       for s in range(0, f["input_ids"].shape[0], self.mini_batch_size)])
-                            for f in sentence_features], labels)
+            embeddings = [torch.cat([self._embed(_rows(f, s, s + self.mini_batch_size))
+                                     for s in range(0, f["input_ids"].shape[0], self.mini_batch_size)])
+                          for f in sentence_features]
+            return self.loss_on_batch(embeddings, sentence_features, labels, loss_fn)
         embeddings, states = [], []
         for features in sentence_features:
             parts, column_states = [], []
@@ -76,7 +77,7 @@ class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
             states.append(column_states)
         leaves = [e.detach().requires_grad_() for e in embeddings]
         with torch.enable_grad():
-            loss = loss_fn(leaves, labels)
+            loss = self.loss_on_batch(leaves, sentence_features, labels, loss_fn)
             grads = torch.autograd.grad(loss, leaves)
         result = loss.detach().requires_grad_()
         result.register_hook(lambda grad_output: self._backward(sentence_features, states, grads, grad_output))

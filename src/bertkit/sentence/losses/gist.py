@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.losses.base import SentenceLoss, embed_columns, refuse
+from bertkit.sentence.losses.base import SentenceLoss, embed_columns
 from bertkit.sentence.util import cos_sim
 
 
@@ -34,8 +34,6 @@ class GISTEmbedLoss(SentenceLoss):
                  margin_strategy: str = "absolute", margin: float = 0.0, contrast_anchors: bool = True,
                  contrast_positives: bool = True, gather_across_devices: bool = False):
         super().__init__(model)
-        refuse("GISTEmbedLoss", "gather_across_devices", gather_across_devices, False,
-               "bertkit.sentence trains in one process for now; drop this argument")
         from bertkit.sentence.model import SentenceTransformer
 
         if not isinstance(guide, SentenceTransformer):
@@ -50,10 +48,11 @@ class GISTEmbedLoss(SentenceLoss):
         object.__setattr__(self, "guide", guide)
         self.temperature, self.margin_strategy, self.margin = temperature, margin_strategy, margin
         self.contrast_anchors, self.contrast_positives = contrast_anchors, contrast_positives
+        self.gather_across_devices = bool(gather_across_devices)
 
     def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
-        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels,
-                                                 self.embed_guide(sentence_features))
+        return self.loss_on_batch(embed_columns(self.model, sentence_features), sentence_features, labels,
+                                  guide=self.embed_guide(sentence_features))
 
     @torch.no_grad()
     def embed_guide(self, sentence_features: Sequence[dict[str, Any]]) -> list[Tensor]:

@@ -58,5 +58,6 @@ class MatryoshkaLoss(SentenceLoss):
     def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
         if isinstance(self.loss, CachedMultipleNegativesRankingLoss):
             return self.loss(sentence_features, labels, loss_fn=self.compute_loss_from_embeddings)
-        guide = (self.loss.embed_guide(sentence_features),) if isinstance(self.loss, GISTEmbedLoss) else ()
-        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels, *guide)
+        guide = self.loss.embed_guide(sentence_features) if isinstance(self.loss, GISTEmbedLoss) else None
+        return self.loss.loss_on_batch(embed_columns(self.model, sentence_features), sentence_features, labels,
+                                       self.compute_loss_from_embeddings, guide)

@@ -19,7 +19,8 @@ class MultipleNegativesRankingLoss(SentenceLoss):
     """Columns (anchor, positive, negative_1, ..., negative_n): each anchor must score its own positive above
     every other document of the batch (the other rows' positives and all hard negatives), a cross-entropy over
     ``scale`` x similarity (scale = 1 / temperature). ``directions`` adds the symmetric terms; ``partition_mode``
-    "joint" takes one softmax over all of them, "per_direction" one per direction, averaged."""
+    "joint" takes one softmax over all of them, "per_direction" one per direction, averaged.
+    ``gather_across_devices``: under torchrun, the negatives are every process's rows (losses/gather.py)."""
 
     columns = (2, None)
     in_batch_negatives = True
@@ -29,8 +30,6 @@ class MultipleNegativesRankingLoss(SentenceLoss):
                  partition_mode: str = "joint", hardness_mode: str | None = None, hardness_strength: float = 0.0):
         super().__init__(model)
         name = type(self).__name__
-        refuse(name, "gather_across_devices", gather_across_devices, False,
-               "bertkit.sentence trains in one process for now; drop this argument")
         refuse(name, "hardness_mode", hardness_mode, None, "drop this argument (plain in-batch negatives)")
         refuse(name, "hardness_strength", hardness_strength, 0.0, "drop this argument (plain in-batch negatives)")
         if not scale > 0:
@@ -44,6 +43,7 @@ class MultipleNegativesRankingLoss(SentenceLoss):
             raise BertkitError(f"{name}: partition_mode 'per_direction' cannot take 'query_to_query' or 'doc_to_doc' "
                                "(their candidates never hold the positive); use partition_mode='joint'")
         self.scale, self.similarity_fct = scale, similarity_fct
+        self.gather_across_devices = bool(gather_across_devices)
         self.directions, self.partition_mode = tuple(directions), partition_mode
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
