@@ -61,8 +61,6 @@ def read_settings(path: Path) -> dict[str, Any]:
         for key, types in kinds.items():
             if key in config:
                 settings[key] = _typed(config[key], types, f"{config_file}: {key}")
-        if config.get("never_split"):
-            settings["never_split"] = list(config["never_split"])
         for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):
             if config.get(key) is not None:
                 settings[key] = config[key]

@@ -82,7 +82,6 @@ class BertTokenizer:
         do_lower_case: bool = True,
         strip_accents: bool | None = None,
         tokenize_chinese_chars: bool = True,
-        never_split: Iterable[str] | None = None,
         unk_token: str = "[UNK]",
         sep_token: str = "[SEP]",
         pad_token: str = "[PAD]",
@@ -93,7 +92,6 @@ class BertTokenizer:
         model_max_length: int = 512,
         max_input_chars_per_word: int = 100,
         clean_up_tokenization_spaces: bool = False,
-        cache_size: int = 65536,
     ):
         if isinstance(vocab, Mapping):
             tokens = _tokens_from_mapping(vocab)
@@ -105,7 +103,6 @@ class BertTokenizer:
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
-        self.never_split = sorted(set(never_split or ()))
         self.unk_token, self.sep_token, self.pad_token = unk_token, sep_token, pad_token
         self.cls_token, self.mask_token = cls_token, mask_token
         self.additional_special_tokens = list(additional_special_tokens)
@@ -115,7 +112,6 @@ class BertTokenizer:
         self.model_max_length = int(model_max_length)
         self.max_input_chars_per_word = max_input_chars_per_word
         self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
-        self.cache_size = cache_size
 
         missing = [t for t in (*self._special_list(), *added_tokens) if t not in self.vocab]
         if missing:
@@ -139,10 +135,9 @@ class BertTokenizer:
         self.pad_token_id = self.vocab[self.pad_token]
         self.cls_token_id = self.vocab[self.cls_token]
         self.mask_token_id = self.vocab[self.mask_token]
-        basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars, self.never_split)
-        wordpiece = WordPiece(self.vocab, self.unk_token, self.max_input_chars_per_word, "##", self.cache_size)
-        self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens,
-                                 self.cache_size)
+        basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
+        wordpiece = WordPiece(self.vocab, self.unk_token, self.max_input_chars_per_word)
+        self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
         self._special_id_set = frozenset(self.all_special_ids)
         # word_ids: a token starts a word unless it is a WordPiece continuation ("##...").
         self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens) if t.startswith("##"))
@@ -168,8 +163,8 @@ class BertTokenizer:
         ``added_tokens.json``), or, without ``vocab.txt``, the ``tokenizer.json`` + ``tokenizer_config.json``
         that transformers 5 saves (its WordPiece model and BertNormalizer settings; see ``loading``).
 
-        Settings (``do_lower_case``, ``strip_accents``, ``tokenize_chinese_chars``, ``never_split``,
-        ``model_max_length``, ``clean_up_tokenization_spaces``, special tokens) come from the files; keyword
+        Settings (``do_lower_case``, ``strip_accents``, ``tokenize_chinese_chars``, ``model_max_length``,
+        ``max_input_chars_per_word``, ``clean_up_tokenization_spaces``, special tokens) come from the files; keyword
         arguments override them.
         """
         from bertkit.hub import resolve_directory
@@ -216,7 +211,6 @@ class BertTokenizer:
             "do_lower_case": self.do_lower_case,
             "strip_accents": self.strip_accents,
             "tokenize_chinese_chars": self.tokenize_chinese_chars,
-            "never_split": self.never_split or None,
             "model_max_length": self.model_max_length,
             "max_input_chars_per_word": self.max_input_chars_per_word,
             "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces,

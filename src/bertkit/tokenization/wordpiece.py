@@ -21,6 +21,8 @@ from bertkit.outputs import atomic_write
 __all__ = ["Memo", "WordPiece", "SPECIAL_TOKENS", "load_vocab", "write_vocab_file"]
 
 VOCAB_FILE = "vocab.txt"
+PREFIX = "##"  # what marks a WordPiece that continues a word
+CACHE_SIZE = 65536  # entries of each memo (words, chunks): far more than a corpus's frequent words
 # BERT's special tokens, in the order a learned vocabulary starts with them (ids 0-4): defined once here.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -73,24 +75,21 @@ class Memo(dict):
     """A dict that fills itself with ``compute(key)`` on a miss and empties itself when full.
 
     Hits are a C-level dict lookup (``memo[key]``), which is what makes cached tokenization fast. Bounded
-    by ``maxsize`` entries (0 disables storing); clearing everything when full is crude but keeps every
-    operation O(1) and the results never depend on what is cached. Safe to share between threads: a
-    race at worst computes the same value twice.
+    by ``maxsize`` entries; clearing everything when full is crude but keeps every operation O(1) and the
+    results never depend on what is cached. Safe to share between threads: a race at worst computes the
+    same value twice.
     """
 
     def __init__(self, compute: Callable[[Any], Any], maxsize: int):
         super().__init__()
-        if maxsize < 0:
-            raise BertkitError(f"cache size must be >= 0, got {maxsize}")
         self._compute = compute
         self.maxsize = maxsize
 
     def __missing__(self, key: Hashable) -> Any:
         value = self._compute(key)
-        if self.maxsize:
-            if len(self) >= self.maxsize:
-                self.clear()
-            self[key] = value
+        if len(self) >= self.maxsize:
+            self.clear()
+        self[key] = value
         return value
 
 
@@ -98,17 +97,10 @@ class WordPiece:
     """Greedy longest-match-first segmentation of normalised words into vocabulary ids.
 
     ``segment(word)`` returns ``((id, start, end), ...)`` with character offsets into ``word``; results are
-    memoised per word (``cache_size`` words at most).
+    memoised per word (``CACHE_SIZE`` words at most).
     """
 
-    def __init__(
-        self,
-        vocab: Mapping[str, int],
-        unk_token: str = "[UNK]",
-        max_input_chars_per_word: int = 100,
-        continuing_subword_prefix: str = "##",
-        cache_size: int = 65536,
-    ):
+    def __init__(self, vocab: Mapping[str, int], unk_token: str = "[UNK]", max_input_chars_per_word: int = 100):
         if unk_token not in vocab:
             raise BertkitError(f"unk_token {unk_token!r} is not in the vocabulary")
         if max_input_chars_per_word < 1:
@@ -117,12 +109,10 @@ class WordPiece:
         self.unk_token = unk_token
         self.unk_id = vocab[unk_token]
         self.max_input_chars_per_word = max_input_chars_per_word
-        self.prefix = continuing_subword_prefix
         # Longest entry that can match at the start of a word / after the prefix: bounds the inner loop.
         self._max_first = max((len(t) for t in vocab), default=0)
-        n = len(self.prefix)
-        self._max_next = max((len(t) - n for t in vocab if t.startswith(self.prefix)), default=0)
-        self._memo = Memo(self._segment, cache_size)
+        self._max_next = max((len(t) - len(PREFIX) for t in vocab if t.startswith(PREFIX)), default=0)
+        self._memo = Memo(self._segment, CACHE_SIZE)
 
     def segment(self, word: str) -> tuple[tuple[int, int, int], ...]:
         """``word`` -> ((id, start, end), ...); ``((unk_id, 0, len(word)),)`` when it cannot be covered."""
@@ -130,14 +120,14 @@ class WordPiece:
 
     def tokenize(self, word: str) -> list[str]:
         """Token strings of one word, e.g. ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``."""
-        return [self.prefix + word[a:b] if a else word[a:b] for _, a, b in self.segment(word)]
+        return [PREFIX + word[a:b] if a else word[a:b] for _, a, b in self.segment(word)]
 
     def _segment(self, word: str) -> tuple[tuple[int, int, int], ...]:
         n = len(word)
         unk = ((self.unk_id, 0, n),)
         if n > self.max_input_chars_per_word:
             return unk
-        vocab, prefix = self.vocab, self.prefix
+        vocab, prefix = self.vocab, PREFIX
         pieces = []
         start = 0
         while start < n:
