@@ -10,10 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.data.masking import MaskingTables, mask_tokens
-from bertkit.data.shards import (
-    ShardedInstances,
-)
+from bertkit.data.shards import VOCAB, ShardedInstances
 from bertkit.heads import IGNORE_INDEX  # positions without a masked-LM target (the loss skips them)
+from bertkit.tokenization.wordpiece import load_vocab
 
 
 class PretrainingDataset:
@@ -48,7 +47,7 @@ class PretrainingDataset:
             max_predictions=cfg["max_predictions_per_seq"],
             whole_word=cfg["whole_word_mask"],
         )
-        self.tables = MaskingTables.from_vocab(self.store.read_vocab()) if self.dynamic else None
+        self.tables = MaskingTables.from_vocab(load_vocab(self.path / VOCAB)) if self.dynamic else None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -98,7 +98,7 @@ def create_pretraining_data(
     :func:`merge_pretraining_data` joins the K parts into one directory whose bytes equal a single run's.
     """
     config = PretrainingConfig(**config_fields)
-    vocab = _vocab_list(tokenizer)
+    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab))))
     _check_arguments(tokenizer, vocab, input_files, num_shards, shard_index)
     all_units = _plan_units(input_files, config)
     units = all_units[shard_index::num_shards]  # the plan is the same in every part: it depends on the files only
@@ -345,15 +345,6 @@ def _read_part(d: Path) -> dict:
     return part
 
 
-def _vocab_list(tokenizer) -> list[str]:
-    vocab = [None] * len(tokenizer.vocab)
-    for token, i in tokenizer.vocab.items():
-        vocab[i] = token
-    if any(t is None for t in vocab):
-        raise BertkitError("the tokenizer's vocabulary ids are not 0..n-1 without gaps")
-    return vocab
-
-
 def _token_dtype(vocab_size: int) -> type:
     return np.uint16 if vocab_size <= 1 << 16 else np.int32
 
@@ -371,7 +362,7 @@ class _Job:
         self.config = config
         self.tokenizer = tokenizer
         self.output_dir = output_dir
-        self.tables = MaskingTables.from_vocab(_vocab_list(tokenizer))
+        self.tables = MaskingTables.from_vocab(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab)))))
         self.token_dtype = _token_dtype(len(tokenizer.vocab))
         self.claims = claims_for_workers()  # workers record their shards in the claimed directory as they write
 

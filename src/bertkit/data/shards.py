@@ -180,6 +180,3 @@ class ShardedInstances:
             masked_positions=positions,
             masked_labels=labels,
         )
-
-    def read_vocab(self) -> list[str]:
-        return (self.data_dir / VOCAB).read_text(encoding="utf-8").split("\n")[:-1]
