@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,32 +70,6 @@ class _Layout:
     id: int | None
 
 
-def _metric(kind: str) -> Callable[[np.ndarray, np.ndarray], dict[str, float]]:
-    def metric(predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
-        if kind == "mcc":
-            return {"mcc": metrics.matthews_corrcoef(references, predictions)}
-        if kind == "acc":
-            return {"accuracy": metrics.accuracy(references, predictions)}
-        if kind == "acc_macro_f1":  # users' classes (finetune classify) when there are more than two
-            return {
-                "accuracy": metrics.accuracy(references, predictions),
-                "macro_f1": metrics.f1_macro(references, predictions),
-            }
-        if kind == "f1_acc":
-            return {
-                "f1": metrics.f1_binary(references, predictions, positive=1),
-                "accuracy": metrics.accuracy(references, predictions),
-            }
-        assert kind == "corr", kind
-        return {
-            "pearson": metrics.pearson(predictions, references),
-            "spearman": metrics.spearman(predictions, references),
-        }
-
-    metric.__name__ = f"glue_{kind}"
-    return metric
-
-
 @dataclass(frozen=True)
 class GlueTask:
     """One registry entry: how to read the task's files, its labels, its metric, its submission name.
@@ -124,9 +98,27 @@ class GlueTask:
         """Output width of the classifier head: 1 for regression."""
         return 1 if self.labels is None else len(self.labels)
 
-    @property
-    def metric(self) -> Callable[[np.ndarray, np.ndarray], dict[str, float]]:
-        return _metric(self.metric_kind)
+    def metric(self, predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
+        kind = self.metric_kind
+        if kind == "mcc":
+            return {"mcc": metrics.matthews_corrcoef(references, predictions)}
+        if kind == "acc":
+            return {"accuracy": metrics.accuracy(references, predictions)}
+        if kind == "acc_macro_f1":  # users' classes (finetune classify) when there are more than two
+            return {
+                "accuracy": metrics.accuracy(references, predictions),
+                "macro_f1": metrics.f1_macro(references, predictions),
+            }
+        if kind == "f1_acc":
+            return {
+                "f1": metrics.f1_binary(references, predictions, positive=1),
+                "accuracy": metrics.accuracy(references, predictions),
+            }
+        assert kind == "corr", kind
+        return {
+            "pearson": metrics.pearson(predictions, references),
+            "spearman": metrics.spearman(predictions, references),
+        }
 
     def read(self, path: str | os.PathLike, *, labeled: bool) -> list[GlueExample]:
         """Read one file of this task; ``labeled=False`` for the test files (which have no label column)."""

@@ -48,7 +48,7 @@ from bertkit.tokenization.loading import (
     read_tokenizer_json,
 )
 from bertkit.tokenization.text import TextEncoder
-from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, write_vocab_file
+from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, unique_tokens, write_vocab_file
 
 __all__ = ["BertTokenizer", "BertTokenizerFast"]
 
@@ -72,13 +72,13 @@ class BertTokenizer:
     >>> tok("Hello, world!")["input_ids"]
     [101, 7592, 1010, 2088, 999, 102]
 
-    ``vocab`` is a ``vocab.txt`` path or a ``{token: id}`` dict with ids 0..n-1. The special tokens must be
-    in it. See ``__call__`` for encoding, ``decode`` for the way back.
+    ``vocab`` is a ``vocab.txt`` path, a ``{token: id}`` dict with ids 0..n-1 or the list of tokens in id
+    order. The special tokens must be in it. See ``__call__`` for encoding, ``decode`` for the way back.
     """
 
     def __init__(
         self,
-        vocab: str | os.PathLike | Mapping[str, int],
+        vocab: str | os.PathLike | Mapping[str, int] | Sequence[str],
         do_lower_case: bool = True,
         strip_accents: bool | None = None,
         tokenize_chinese_chars: bool = True,
@@ -95,6 +95,8 @@ class BertTokenizer:
     ):
         if isinstance(vocab, Mapping):
             tokens = _tokens_from_mapping(vocab)
+        elif isinstance(vocab, (list, tuple)):  # e.g. a vocabulary just learned (tokenization.trainer)
+            tokens = unique_tokens(vocab, "the vocabulary")
         else:
             tokens = load_vocab(vocab)
         self._tokens = tokens

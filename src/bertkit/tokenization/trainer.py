@@ -62,7 +62,8 @@ def train_wordpiece_vocab(
 
     ``lowercase`` / ``strip_accents`` / ``tokenize_chinese_chars`` mean what they mean for
     :class:`~bertkit.tokenization.BertTokenizer` (``strip_accents=None`` strips accents when
-    lower-casing); save the result with the same settings: :func:`save_vocab`. ``errors`` is how bytes
+    lower-casing); save the result with the same settings: ``BertTokenizer(vocab, do_lower_case=lowercase,
+    ...).save_pretrained(directory)``. ``errors`` is how bytes
     that are not UTF-8 are handled (``"strict"`` raises, naming file and line; or ``"replace"``).
     Returns the vocabulary, index = token id.
     """
@@ -90,36 +91,6 @@ def train_wordpiece_vocab(
         special_tokens=special_tokens,
         progress=progress,
     )
-
-
-def save_vocab(
-    vocab: Sequence[str],
-    output_dir: str | os.PathLike,
-    *,
-    lowercase: bool = True,
-    strip_accents: bool | None = None,
-    tokenize_chinese_chars: bool = True,
-) -> Path:
-    """Write ``vocab.txt`` + ``tokenizer_config.json`` (via ``BertTokenizer.save_pretrained``) to ``output_dir``.
-
-    The directory then loads with ``BertTokenizer.from_pretrained(output_dir)``. Returns the directory.
-    """
-    # Imported here, not at the top, so that bertkit.tokenization/__init__ may re-export this module.
-    from bertkit.tokenization import BertTokenizer
-
-    if len(set(vocab)) != len(vocab):
-        dupes = sorted(t for t, n in Counter(vocab).items() if n > 1)[:10]
-        raise BertkitError(f"vocabulary has duplicate entries, e.g. {dupes}")
-    tokenizer = BertTokenizer(
-        {token: i for i, token in enumerate(vocab)},
-        do_lower_case=lowercase,
-        strip_accents=strip_accents,
-        tokenize_chinese_chars=tokenize_chinese_chars,
-    )
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(out)
-    return out
 
 
 # --------------------------------------------------------------------------------------------------

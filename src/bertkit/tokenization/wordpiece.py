@@ -11,7 +11,7 @@ characters of the normalised word, the whole word's span for ``[UNK]``) are foll
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,11 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
     if tokens and tokens[0].startswith("\ufeff"):
         raise BertkitError(f"{path} starts with a UTF-8 byte-order mark, which would become part of its first "
                            f"token ({tokens[0][1:]!r}); save the file as UTF-8 without BOM")
+    return unique_tokens(tokens, str(path))
+
+
+def unique_tokens(tokens: Sequence[str], source: str) -> list[str]:
+    """``tokens`` as a list, once no token but "" (a blank line of a vocab.txt) is listed twice."""
     seen: dict[str, int] = {}
     duplicates = []
     for i, token in enumerate(tokens):
@@ -54,14 +59,14 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
             duplicates.append(f"{token!r} on lines {seen[token] + 1} and {i + 1}")
         seen.setdefault(token, i)
     if duplicates:
-        raise BertkitError(f"{path} lists {len(duplicates)} token(s) twice ({'; '.join(duplicates[:5])}): each "
+        raise BertkitError(f"{source} lists {len(duplicates)} token(s) twice ({'; '.join(duplicates[:5])}): each "
                            "token needs one id; remove the repeated lines")
-    return tokens
+    return list(tokens)
 
 
 def write_vocab_file(tokens: list[str], path: str | os.PathLike) -> Path:
     """Write one ``vocab.txt`` (line i = token i). To save a whole tokenizer directory use
-    ``tokenization.trainer.save_vocab`` or ``BertTokenizer.save_pretrained``."""
+    ``BertTokenizer(tokens).save_pretrained``."""
     path = Path(path)
     bad = [t for t in tokens if "\n" in t or "\r" in t]
     if bad:
