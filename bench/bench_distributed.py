@@ -38,12 +38,14 @@ def make_data(root: Path, seq: int) -> tuple[Path, Path]:
     from bertkit.data.pretraining import create_pretraining_data
     from bertkit.demo import build_corpus
     from bertkit.tokenization import BertTokenizer
-    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
+    from bertkit.tokenization.trainer import train_wordpiece_vocab
 
     build_corpus(root / "corpus")
     files = sorted((root / "corpus").glob("*.txt"))
-    vocab = save_vocab(train_wordpiece_vocab(files, vocab_size=8000, num_workers=1, progress=False), root / "vocab")
-    create_pretraining_data(files, BertTokenizer.from_pretrained(vocab), root / "data", max_seq_length=seq,
+    tok = BertTokenizer(train_wordpiece_vocab(files, vocab_size=8000, num_workers=1, progress=False))
+    vocab = root / "vocab"
+    tok.save_pretrained(vocab)
+    create_pretraining_data(files, tok, root / "data", max_seq_length=seq,
                             dupe_factor=2, num_workers=1, progress=False)
     return root / "data", vocab
 

@@ -93,10 +93,11 @@ def run_measured(cmd: list[str]) -> dict:
 
 
 def train_bertkit(files: list[str], out: str, vocab_size: int, min_frequency: int, lowercase: bool, workers: int):
-    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.tokenization.trainer import train_wordpiece_vocab
 
     vocab = train_wordpiece_vocab(files, vocab_size, min_frequency, lowercase, num_workers=workers, progress=False)
-    save_vocab(vocab, out, lowercase=lowercase)
+    BertTokenizer(vocab, do_lower_case=lowercase).save_pretrained(out)
     print(json.dumps({"vocab_size": len(vocab)}))
 
 

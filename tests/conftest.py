@@ -67,12 +67,13 @@ def tiny_pretraining_data(tmp_path_factory) -> Path:
     from bertkit.data.pretraining import create_pretraining_data
     from bertkit.demo import build_corpus
     from bertkit.tokenization import BertTokenizer
-    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
+    from bertkit.tokenization.trainer import train_wordpiece_vocab
 
     root = tmp_path_factory.mktemp("tiny-pretraining")
     build_corpus(root / "corpus")
     vocab = train_wordpiece_vocab([root / "corpus" / "train.txt"], vocab_size=1500, num_workers=1, progress=False)
-    tok = BertTokenizer.from_pretrained(save_vocab(vocab, root / "vocab"))
+    tok = BertTokenizer(vocab)
+    tok.save_pretrained(root / "vocab")
     create_pretraining_data([root / "corpus" / "train.txt"], tok, root / "data", max_seq_length=32,
                             max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=3,
                             num_workers=1, progress=False)

@@ -18,7 +18,7 @@ import pytest
 from bertkit.data import PretrainingDataset, collate_pretraining, create_pretraining_data
 from bertkit.data.config import PretrainingConfig
 from bertkit.data.pairs import create_instances_from_document
-from bertkit.data.shards import ShardedInstances, read_manifest
+from bertkit.data.shards import read_manifest
 from bertkit.data.text import iter_documents, plan_work_units, split_sentences
 from bertkit.tokenization import BertTokenizer
 
@@ -172,7 +172,7 @@ def test_same_seed_same_bytes_any_worker_count(tok, tmp_path):
     assert different.keys() == same.keys()
     assert different["vocab.txt"] == same["vocab.txt"]
     assert all(different[k] != same[k] for k in same if k.endswith("input_ids.npy"))
-    ShardedInstances(tmp_path / "a", verify=True)  # every file matches its sha256 in the manifest
+    PretrainingDataset(tmp_path / "a", verify=True)  # every file matches its sha256 in the manifest
 
 
 @needs_corpus

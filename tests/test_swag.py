@@ -65,9 +65,7 @@ def test_malformed_rows_name_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=rf"malformed row in {path} line 3: label '4' is not 0, 1, 2 or 3"):
         swag.read_swag(path)
     path = _write_csv(tmp_path / "b.csv", HEADER, [ROWS[0], ROWS[1][:-2]])
-    with pytest.raises(
-        ValueError, match=r"b\.csv line 3: expected 12 comma-separated columns like the header, got 10"
-    ):
+    with pytest.raises(ValueError, match=r"b\.csv:3: 10 fields but the header names 12"):
         swag.read_swag(path)
     path = _write_csv(tmp_path / "c.csv", ["sentence", "label"], [["x", "0"]])
     with pytest.raises(ValueError, match=r"c\.csv line 1: header lacks the SWAG columns \['video-id'"):

@@ -89,11 +89,6 @@ def test_basic_lower_cases_character_by_character() -> None:
     assert BasicTokenizer().tokenize("İstanbul") == ["istanbul"]
 
 
-def test_basic_never_split() -> None:
-    basic = BasicTokenizer(never_split=["[FOO]"])
-    assert basic.tokenize("x [FOO] [FOO]x [foo]") == ["x", "[FOO]", "[", "foo", "]", "x", "[", "foo", "]"]
-
-
 def test_basic_split_chunk_reports_sources() -> None:
     words, source = BasicTokenizer().split_chunk("Über,x")
     assert words == [("uber", 0), (",", 5), ("x", 7)]
@@ -126,10 +121,11 @@ def test_wordpiece_unknown_and_too_long_words() -> None:
 
 
 def test_wordpiece_cache_is_bounded_and_does_not_change_results() -> None:
-    small, none = WordPiece(VOCAB, cache_size=3), WordPiece(VOCAB, cache_size=0)
+    small, fresh = WordPiece(VOCAB), WordPiece(VOCAB)
+    small._memo.maxsize = 3
     words = ["a" * n + "b" for n in range(1, 30)] * 2
-    assert [small.segment(w) for w in words] == [none.segment(w) for w in words]
-    assert len(small._memo) <= 3 and len(none._memo) == 0
+    assert [small.segment(w) for w in words] == [fresh._segment(w) for w in words]
+    assert len(small._memo) <= 3
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -226,11 +222,6 @@ def test_special_tokens_in_text(tok: BertTokenizer) -> None:
     assert enc["offset_mapping"] == [(0, 0), (0, 1), (1, 7), (7, 8), (9, 10), (10, 14), (14, 15), (0, 0)]
     # Only the [CLS]/[SEP] the tokenizer adds count as special in the mask (as in Hugging Face).
     assert enc["special_tokens_mask"] == [1, 0, 0, 0, 0, 0, 0, 1]
-
-
-def test_never_split_tokens(tmp_path: Path) -> None:
-    tok = BertTokenizer(VOCAB, never_split=["Cafe"])
-    assert tok.tokenize("Cafe Café") == ["Cafe", "cafe"]
 
 
 def test_cased_mode(tok: BertTokenizer) -> None:
@@ -406,7 +397,7 @@ def test_vocabulary_accessors(tok: BertTokenizer) -> None:
 
 
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
-    cased = BertTokenizer(VOCAB, do_lower_case=False, never_split=["Cafe"], model_max_length=128)
+    cased = BertTokenizer(VOCAB, do_lower_case=False, model_max_length=128)
     written = cased.save_pretrained(tmp_path / "tok")
     assert sorted(p.name for p in written) == [
         "special_tokens_map.json",
@@ -415,11 +406,7 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
     ]
     assert load_vocab(tmp_path / "tok" / "vocab.txt") == TOKENS
     config = json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())
-    assert (
-        config["do_lower_case"] is False
-        and config["model_max_length"] == 128
-        and config["never_split"] == ["Cafe"]
-    )
+    assert config["do_lower_case"] is False and config["model_max_length"] == 128
     assert json.loads((tmp_path / "tok" / "special_tokens_map.json").read_text())["mask_token"] == "[MASK]"
     loaded = BertTokenizer.from_pretrained(tmp_path / "tok")
     text = "Cafe café CAFE, hello!"
@@ -487,8 +474,9 @@ def test_pickle_round_trip(tok: BertTokenizer) -> None:
 
 def test_threads_get_the_same_results(tok: BertTokenizer) -> None:
     texts = [f"the cat sat on the mat {'a' * (i % 7)}b, hello{i % 5} world!" for i in range(400)]
-    want = [BertTokenizer(VOCAB, cache_size=0)(t, return_offsets_mapping=True) for t in texts]
-    small = BertTokenizer(VOCAB, cache_size=8)  # tiny caches: constant clearing while threads read
+    want = [BertTokenizer(VOCAB)(t, return_offsets_mapping=True) for t in texts]
+    small = BertTokenizer(VOCAB)
+    small._text.chunks.maxsize = small._text.wordpiece._memo.maxsize = 8  # constant clearing while threads read
     results: dict[int, list] = {}
 
     def work(k: int) -> None:

@@ -82,6 +82,20 @@ def test_decode_clean_up_default_from_tokenizer_config(minilm_dir, tmp_path, hf)
     assert BertTokenizer.from_pretrained(again).decode(ids) == ref.decode(ids)
 
 
+def test_never_split_in_tokenizer_config_is_ignored_as_by_the_fast_tokenizer(minilm_dir, tmp_path):
+    """``never_split`` is an option of transformers' slow tokenizer only: BertTokenizerFast lower-cases and splits
+    such a word like any other, and so does bertkit (which reproduces the fast tokenizer)."""
+    for name in ("vocab.txt", "special_tokens_map.json"):
+        (tmp_path / name).write_bytes((minilm_dir / name).read_bytes())
+    config = json.loads((minilm_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "never_split": ["Cafe", "[FOO]"]}))
+    ref = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    text = "Cafe [FOO] x[FOO]"
+    assert BertTokenizer.from_pretrained(tmp_path)(text, return_offsets_mapping=True) == dict(
+        ref(text, return_offsets_mapping=True))
+    assert BertTokenizer.from_pretrained(tmp_path).tokenize("Cafe [FOO]") == ["cafe", "[", "foo", "]"]
+
+
 def test_fill_mask_token_str_is_the_token(minilm_dir, hf):
     """The fill-mask pipeline's ``token_str`` is ``decode([id])``; its ``sequence`` drops [CLS]/[SEP]."""
     ours = BertTokenizer.from_pretrained(minilm_dir)

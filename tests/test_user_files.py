@@ -272,3 +272,13 @@ def test_extract_features_inputs_are_read_with_the_same_line_checks(tmp_path):
     path.write_bytes("caf\xe9\n".encode("latin-1"))
     with pytest.raises(BertkitError, match=r"in\.txt is not UTF-8 text: line 1, byte 3"):
         read_texts(path)
+
+
+
+def test_the_line_limit_of_a_text_file_is_per_line_not_per_file(tmp_path):
+    """A text file longer than the limit in all (a CoNLL or GLUE file is tens of MB) is read line by line."""
+    from bertkit.tasks.files import read_lines
+
+    path = tmp_path / "long.txt"
+    path.write_bytes(b"a short line\n" * 200)  # 2,600 bytes
+    assert [n for n, _ in read_lines(path, max_line_bytes=1000)] == list(range(1, 201))

@@ -12,7 +12,6 @@ from bertkit.tokenization.trainer import (
     SPECIAL_TOKENS,
     count_words,
     learn_wordpiece,
-    save_vocab,
     train_wordpiece_vocab,
 )
 
@@ -82,8 +81,8 @@ def test_round_trip_through_bert_tokenizer(tmp_path):
     text = "unbelievable believable believe\nbelieve believer unbelievable\n" * 10
     f = write(tmp_path, "t.txt", text)
     vocab = train_wordpiece_vocab([f], vocab_size=40, min_frequency=2, num_workers=1, progress=False)
-    out = save_vocab(vocab, tmp_path / "vocab", lowercase=True)
-    tok = BertTokenizer.from_pretrained(out)
+    BertTokenizer(vocab, do_lower_case=True).save_pretrained(tmp_path / "vocab")
+    tok = BertTokenizer.from_pretrained(tmp_path / "vocab")
     assert [tok.convert_ids_to_tokens(i) for i in range(len(vocab))] == vocab
     assert tok.do_lower_case
     assert tok.tokenize("Believe UNBELIEVABLE believable") == ["believe", "unbelievable", "believable"]
@@ -120,7 +119,7 @@ def test_real_text_vocab(tmp_path):
     assert len(vocab) == 3000 and vocab[:5] == list(SPECIAL_TOKENS)
     for word in ["the", "of", "and", "was", "football", "season", "##s", "##ing", "##ed"]:
         assert word in vocab, word
-    tok = BertTokenizer.from_pretrained(save_vocab(vocab, tmp_path / "v"))
+    tok = BertTokenizer(vocab)
     text = (CORPUS / "wikipedia" / files[0].name).read_text(encoding="utf-8")[:5000]
     pieces = tok.tokenize(text)
     words = len(BasicTokenizer().tokenize(text))

@@ -64,14 +64,15 @@ def _download(s) -> dict:
 def _train_tokenizer(s) -> dict:
     import time
 
-    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.tokenization.trainer import train_wordpiece_vocab
 
     t0 = time.perf_counter()
     vocab = train_wordpiece_vocab([str(f) for f in s.files], vocab_size=s.vocab_size, min_frequency=s.min_frequency,
                                   lowercase=not s.cased, errors=s.errors, num_workers=s.num_workers,
                                   progress=s.progress)
-    out = save_vocab(vocab, s.output_dir, lowercase=not s.cased)
-    return {"vocab_dir": str(out), "vocab_size": len(vocab), "seconds": round(time.perf_counter() - t0, 1)}
+    BertTokenizer(vocab, do_lower_case=not s.cased).save_pretrained(s.output_dir)
+    return {"vocab_dir": str(s.output_dir), "vocab_size": len(vocab), "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def tokenizer_dir(path: Path) -> Path:

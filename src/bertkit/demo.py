@@ -231,13 +231,14 @@ def _corpus_stage(out_dir: Path, say: Callable[[str], None]) -> dict[str, Any]:
 def _vocabulary_stage(out_dir: Path, vocab_size: int, progress: bool, say: Callable[[str], None]) -> tuple[Any, Path, int]:
     """(the tokenizer, its directory, its vocabulary size) learnt from the corpus's training split."""
     from bertkit import BertTokenizer
-    from bertkit.tokenization.trainer import save_vocab, train_wordpiece_vocab
+    from bertkit.tokenization.trainer import train_wordpiece_vocab
 
     say(f"\n== 3. Learning a {vocab_size}-entry WordPiece vocabulary ==")
     vocab = train_wordpiece_vocab([out_dir / "corpus" / "train.txt"], vocab_size=vocab_size, min_frequency=2,
                                   lowercase=True, num_workers=1, progress=progress)
-    vocab_dir = save_vocab(vocab, out_dir / "vocab")
-    tok = BertTokenizer.from_pretrained(vocab_dir)
+    vocab_dir = out_dir / "vocab"
+    tok = BertTokenizer(vocab)
+    tok.save_pretrained(vocab_dir)
     sample = "The for statement iterates over the elements of a sequence."
     say(f"  {len(vocab)} entries; '{sample}' -> {tok.tokenize(sample)}")
     return tok, vocab_dir, len(vocab)

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.data.masking import MaskingTables, mask_tokens
-from bertkit.data.shards import (
-    ShardedInstances,
-)
+from bertkit.data.shards import BASE_FIELDS, MASK_FIELDS, VOCAB, read_manifest
+from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import IGNORE_INDEX  # positions without a masked-LM target (the loss skips them)
+from bertkit.outputs import sha256_of
+from bertkit.tokenization.wordpiece import load_vocab
 
 
 class PretrainingDataset:
@@ -23,7 +24,8 @@ class PretrainingDataset:
     ``attention_mask`` (ones), ``labels`` (the original id at masked-LM positions, ``-100``
     elsewhere) and a scalar ``next_sentence_label`` (0 = B follows A, 1 = B is random, as Hugging
     Face). Batch them with :func:`collate_pretraining`. Works as a ``torch.utils.data.Dataset``
-    (``__len__``/``__getitem__``), memory-mapped, so DataLoader workers share the page cache.
+    (``__len__``/``__getitem__``), memory-mapped (every shard listed in the manifest), so DataLoader
+    workers share the page cache. ``verify=True`` re-hashes every file against the manifest first.
 
     Static masking: the stored masks; ``epoch`` and ``seed`` are ignored. Dynamic masking: masks are
     drawn from ``numpy.random.default_rng([seed, epoch, index])`` on every access, so they are the same
@@ -36,8 +38,7 @@ class PretrainingDataset:
 
     def __init__(self, data_dir: str | os.PathLike, epoch: int = 0, seed: int | None = None, verify: bool = False):
         self.path = Path(data_dir)
-        self.store = ShardedInstances(self.path, verify=verify)
-        self.manifest = self.store.manifest
+        self.manifest = read_manifest(self.path)
         cfg = self.manifest["config"]
         self.max_seq_length: int = cfg["max_seq_length"]
         self.dynamic = cfg["masking"] == "dynamic"
@@ -48,32 +49,66 @@ class PretrainingDataset:
             max_predictions=cfg["max_predictions_per_seq"],
             whole_word=cfg["whole_word_mask"],
         )
-        self.tables = MaskingTables.from_vocab(self.store.read_vocab()) if self.dynamic else None
+        self.tables = MaskingTables.from_vocab(load_vocab(self.path / VOCAB)) if self.dynamic else None
+        self._shards = self._open(verify)
+        sizes = [len(s["next_sentence_labels"]) for s in self._shards]
+        self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+
+    def _open(self, verify: bool) -> list[dict[str, np.ndarray]]:
+        """Every shard's arrays, memory-mapped."""
+        shards = []
+        for shard in self.manifest["shards"]:
+            arrays = {}
+            for field in BASE_FIELDS + (() if self.dynamic else MASK_FIELDS):
+                entry = shard["files"][field]
+                path = self.path / entry["file"]
+                if not path.is_file():
+                    raise MissingFileError(f"{path} is listed in the manifest but missing")
+                if verify and sha256_of(path) != entry["sha256"]:
+                    raise BertkitError(f"{path}: sha256 differs from the manifest; the file was changed")
+                arrays[field] = np.load(path, mmap_mode="r", allow_pickle=False)
+            shards.append(arrays)
+        return shards
+
+    def __getstate__(self) -> dict:
+        # Pickling a memmap would copy its data; a spawned DataLoader worker re-opens the files instead.
+        return {k: v for k, v in self.__dict__.items() if k != "_shards"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._shards = self._open(verify=False)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return len(self.store)
+        return int(self._starts[-1])
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        raw = self.store[index]
-        ids = raw.input_ids.astype(np.int64)
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"instance {index} out of range for {len(self)} instances")
+        index %= len(self)
+        shard_index = int(np.searchsorted(self._starts, index, side="right")) - 1
+        shard = self._shards[shard_index]
+        i = index - int(self._starts[shard_index])
+        ids = np.asarray(shard["input_ids"][int(shard["offsets"][i]) : int(shard["offsets"][i + 1])], dtype=np.int64)
+        type_start = int(shard["type_start"][i])
         if self.dynamic:
-            rng = np.random.default_rng([self.seed, self.epoch, index % len(self)])
-            ids, positions, targets = mask_tokens(ids, raw.type_start, self.tables, rng=rng, **self._masking)
+            rng = np.random.default_rng([self.seed, self.epoch, index])
+            ids, positions, targets = mask_tokens(ids, type_start, self.tables, rng=rng, **self._masking)
         else:
-            positions, targets = raw.masked_positions, raw.masked_labels
+            lo, hi = int(shard["masked_offsets"][i]), int(shard["masked_offsets"][i + 1])
+            positions, targets = shard["masked_positions"][lo:hi], shard["masked_labels"][lo:hi]
         labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
         labels[positions] = targets
         token_type_ids = np.zeros(len(ids), dtype=np.int64)
-        token_type_ids[raw.type_start :] = 1
+        token_type_ids[type_start:] = 1
         return {
             "input_ids": ids,
             "token_type_ids": token_type_ids,
             "attention_mask": np.ones(len(ids), dtype=np.int64),
             "labels": labels,
-            "next_sentence_label": np.int64(raw.next_sentence_label),
+            "next_sentence_label": np.int64(shard["next_sentence_labels"][i]),
         }
 
 

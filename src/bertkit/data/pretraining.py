@@ -24,7 +24,6 @@ piece right after [CLS]/[SEP] starts a new word; (4) instances are shuffled with
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import random
@@ -98,9 +97,9 @@ def create_pretraining_data(
     :func:`merge_pretraining_data` joins the K parts into one directory whose bytes equal a single run's.
     """
     config = PretrainingConfig(**config_fields)
-    vocab = _vocab_list(tokenizer)
+    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab))))
     _check_arguments(tokenizer, vocab, input_files, num_shards, shard_index)
-    all_units = _plan_units(input_files, config)
+    all_units = plan_work_units(input_files, config.input_format, config.unit_bytes)
     units = all_units[shard_index::num_shards]  # the plan is the same in every part: it depends on the files only
     out = _fresh_output_dir(Path(output_dir), vocab, overwrite)
 
@@ -113,7 +112,7 @@ def create_pretraining_data(
     manifest = _manifest(config, input_files, tokenizer, vocab, out, counts, shards)
     if num_shards > 1:
         manifest["part"] = {"index": shard_index, "count": num_shards, "units": len(all_units)}
-    _write_manifest(out, manifest)
+    write_manifest(out, manifest, PART if num_shards > 1 else MANIFEST)  # merge_pretraining_data joins parts
     rate = counts["instances"] / seconds if seconds > 0 else float("inf")
     return {**manifest, "output_dir": str(out), "seconds": seconds, "instances_per_second": rate,
             "num_workers": num_workers}
@@ -131,13 +130,6 @@ def _check_arguments(tokenizer, vocab: list[str], input_files: Sequence, num_sha
         raise BertkitError("no input files: pass at least one text file")
     if num_shards < 1 or not 0 <= shard_index < num_shards:
         raise BertkitError(f"shard_index {shard_index} must be in [0, num_shards {num_shards}) and num_shards >= 1")
-
-
-def _plan_units(input_files: Sequence[str | os.PathLike], config: PretrainingConfig) -> list[WorkUnit]:
-    units = plan_work_units(input_files, config.input_format, config.unit_bytes)
-    if not units:
-        raise BertkitError(f"the corpus is empty: all {len(input_files)} input file(s) have 0 bytes")
-    return units
 
 
 def _fresh_output_dir(out: Path, vocab: list[str], overwrite: bool) -> Path:
@@ -209,14 +201,6 @@ def _manifest(config: PretrainingConfig, input_files: Sequence, tokenizer, vocab
         "counts": counts,
         "shards": shards,
     }
-
-
-def _write_manifest(out: Path, manifest: dict) -> None:
-    """manifest.json, or part.json for one part of a split run (merge_pretraining_data writes the manifest)."""
-    if "part" in manifest:
-        atomic_write_text(out / PART, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    else:
-        write_manifest(out, manifest)
 
 
 COUNTS = ("instances", "tokens", "documents", "multi_sentence_documents", "sentences", "random_next",
@@ -345,15 +329,6 @@ def _read_part(d: Path) -> dict:
     return part
 
 
-def _vocab_list(tokenizer) -> list[str]:
-    vocab = [None] * len(tokenizer.vocab)
-    for token, i in tokenizer.vocab.items():
-        vocab[i] = token
-    if any(t is None for t in vocab):
-        raise BertkitError("the tokenizer's vocabulary ids are not 0..n-1 without gaps")
-    return vocab
-
-
 def _token_dtype(vocab_size: int) -> type:
     return np.uint16 if vocab_size <= 1 << 16 else np.int32
 
@@ -371,7 +346,7 @@ class _Job:
         self.config = config
         self.tokenizer = tokenizer
         self.output_dir = output_dir
-        self.tables = MaskingTables.from_vocab(_vocab_list(tokenizer))
+        self.tables = MaskingTables.from_vocab(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab)))))
         self.token_dtype = _token_dtype(len(tokenizer.vocab))
         self.claims = claims_for_workers()  # workers record their shards in the claimed directory as they write
 

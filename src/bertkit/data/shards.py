@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -57,8 +56,8 @@ def save_shard(output_dir: str | os.PathLike, name: str, arrays: dict[str, np.nd
     return info
 
 
-def write_manifest(output_dir: str | os.PathLike, manifest: dict) -> Path:
-    path = Path(output_dir) / MANIFEST
+def write_manifest(output_dir: str | os.PathLike, manifest: dict, name: str = MANIFEST) -> Path:
+    path = Path(output_dir) / name
     atomic_write_text(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return path
 
@@ -111,75 +110,3 @@ def _read_own_json(path: Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return {}
     return data if isinstance(data, dict) and data.get("format") == FORMAT else {}
-
-
-@dataclass(frozen=True)
-class RawInstance:
-    """One stored instance, as on disk (``masked_*`` are ``None`` for dynamic masking)."""
-
-    input_ids: np.ndarray
-    type_start: int
-    next_sentence_label: int
-    masked_positions: np.ndarray | None
-    masked_labels: np.ndarray | None
-
-
-class ShardedInstances:
-    """Read-only, memory-mapped view of every shard listed in a data directory's manifest.
-
-    ``verify=True`` re-hashes every file against the manifest first (reads all bytes once).
-    """
-
-    def __init__(self, data_dir: str | os.PathLike, verify: bool = False):
-        self.data_dir = Path(data_dir)
-        self.manifest = read_manifest(self.data_dir)
-        self.static_masks = self.manifest["config"]["masking"] == "static"
-        fields = BASE_FIELDS + (MASK_FIELDS if self.static_masks else ())
-        self._shards: list[dict[str, np.ndarray]] = []
-        for shard in self.manifest["shards"]:
-            arrays = {}
-            for field in fields:
-                entry = shard["files"][field]
-                path = self.data_dir / entry["file"]
-                if not path.is_file():
-                    raise MissingFileError(f"{path} is listed in the manifest but missing")
-                if verify and sha256_of(path) != entry["sha256"]:
-                    raise BertkitError(f"{path}: sha256 differs from the manifest; the file was changed")
-                arrays[field] = np.load(path, mmap_mode="r", allow_pickle=False)
-            self._shards.append(arrays)
-        sizes = [len(s["next_sentence_labels"]) for s in self._shards]
-        self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-
-    def __getstate__(self) -> dict:
-        # Pickling a memmap would copy its data; a spawned DataLoader worker re-opens the files instead.
-        return {"data_dir": self.data_dir}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["data_dir"])
-
-    def __len__(self) -> int:
-        return int(self._starts[-1])
-
-    def __getitem__(self, index: int) -> RawInstance:
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"instance {index} out of range for {len(self)} instances")
-        index %= len(self)
-        shard_index = int(np.searchsorted(self._starts, index, side="right")) - 1
-        shard = self._shards[shard_index]
-        i = index - int(self._starts[shard_index])
-        lo, hi = int(shard["offsets"][i]), int(shard["offsets"][i + 1])
-        positions = labels = None
-        if self.static_masks:
-            mlo, mhi = int(shard["masked_offsets"][i]), int(shard["masked_offsets"][i + 1])
-            positions = np.asarray(shard["masked_positions"][mlo:mhi])
-            labels = np.asarray(shard["masked_labels"][mlo:mhi])
-        return RawInstance(
-            input_ids=np.asarray(shard["input_ids"][lo:hi]),
-            type_start=int(shard["type_start"][i]),
-            next_sentence_label=int(shard["next_sentence_labels"][i]),
-            masked_positions=positions,
-            masked_labels=labels,
-        )
-
-    def read_vocab(self) -> list[str]:
-        return (self.data_dir / VOCAB).read_text(encoding="utf-8").split("\n")[:-1]

@@ -187,24 +187,25 @@ def iter_documents(
         input_format = detect_format(path)
     lines = iter_lines(path, errors=errors, start=start, end=end)
     if input_format == "sentences":
-        yield from _sentence_documents(lines)
+        yield from _blocks(lines)
     elif input_format == "wikitext":
         yield from _wikitext_documents(lines)
     else:
         yield from _prose_documents(_strip_gutenberg(lines, look_for_start=start == 0))
 
 
-def _sentence_documents(lines: Iterator[str]) -> Iterator[list[str]]:
-    document: list[str] = []
+def _blocks(lines: Iterator[str]) -> Iterator[list[str]]:
+    """The stripped lines of each run of non-blank lines: a document of sentences, or a paragraph's lines."""
+    block: list[str] = []
     for line in lines:
         line = line.strip()
         if line:
-            document.append(line)
-        elif document:
-            yield document
-            document = []
-    if document:
-        yield document
+            block.append(line)
+        elif block:
+            yield block
+            block = []
+    if block:
+        yield block
 
 
 def _strip_gutenberg(lines: Iterator[str], look_for_start: bool) -> Iterator[str]:
@@ -227,22 +228,9 @@ def _strip_gutenberg(lines: Iterator[str], look_for_start: bool) -> Iterator[str
         yield line
 
 
-def _paragraphs(lines: Iterator[str]) -> Iterator[str]:
-    block: list[str] = []
-    for line in lines:
-        stripped = line.strip()
-        if stripped:
-            block.append(stripped)
-        elif block:
-            yield " ".join(block)
-            block = []
-    if block:
-        yield " ".join(block)
-
-
 def _prose_documents(lines: Iterator[str]) -> Iterator[list[str]]:
     document: list[str] = []
-    for paragraph in _paragraphs(lines):
+    for paragraph in map(" ".join, _blocks(lines)):
         cleaned = clean_paragraph(paragraph)
         if cleaned is not None:
             document.extend(split_sentences(cleaned))
@@ -304,7 +292,7 @@ def plan_work_units(
     into parts at the first boundary after each multiple of ``unit_bytes``: a blank line for
     ``"sentences"`` (a document break) and ``"prose"`` (a paragraph break, so a very large book
     becomes several documents), a `` = Title = `` line for ``"wikitext"``. The plan depends only on
-    the files and these two arguments, never on the number of workers.
+    the files and these two arguments, never on the number of workers. A corpus of empty files is an error.
     """
     if unit_bytes < 1:
         raise BertkitError(f"unit_bytes must be positive, got {unit_bytes}")
@@ -334,6 +322,8 @@ def plan_work_units(
             units[-1] = WorkUnit(units[-1].index, units[-1].parts + tuple(current))
         else:
             units.append(WorkUnit(len(units), tuple(current)))
+    if not units:
+        raise BertkitError(f"the corpus is empty: all {len(files)} input file(s) have 0 bytes")
     return units
 
 

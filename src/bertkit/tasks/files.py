@@ -137,7 +137,9 @@ def read_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tup
     """(line number, text without its line end) of a text file, blank lines included, checked as ``read_records``
     checks them: read one line at a time, each at most ``max_line_bytes``, no NUL byte, UTF-8."""
     with open(path, "rb") as f:
-        for number, text in enumerate(_Lines(f, path, max_line_bytes), 1):
+        lines = _Lines(f, path, max_line_bytes)
+        for number, text in enumerate(lines, 1):
+            lines.start_record()  # each line is a record of its own: the limit is per line, not per file
             yield number, text.rstrip("\r\n")
 
 

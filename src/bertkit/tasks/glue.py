@@ -17,7 +17,7 @@ google-research/bert `run_classifier.py` and Hugging Face's `glue_processors`:
     AX      (diagnostic, test only) header; index, sentence1, sentence2; scored with an MNLI model
 
 Files are UTF-8 with no quoting (a literal ``"`` is text), so rows are split on tab only, never with
-csv quoting rules; MRPC files start with a byte-order mark, hence ``utf-8-sig``.
+csv quoting rules; the byte-order mark MRPC files start with is dropped (``files.read_lines``).
 
 Matched and mismatched MNLI are two registry entries ("mnli", "mnli-mm") sharing the training file, as
 in Hugging Face's processors, so every entry has exactly one dev and one test file and one submission
@@ -32,16 +32,17 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError, MissingFileError, not_utf8
+from bertkit.errors import BertkitError, MissingFileError
 from bertkit.outputs import atomic_write
 from bertkit.tasks import metrics
+from bertkit.tasks.files import read_lines
 
 
 @dataclass(frozen=True)
@@ -67,32 +68,6 @@ class _Layout:
     text_b: int | None
     label: int | None
     id: int | None
-
-
-def _metric(kind: str) -> Callable[[np.ndarray, np.ndarray], dict[str, float]]:
-    def metric(predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
-        if kind == "mcc":
-            return {"mcc": metrics.matthews_corrcoef(references, predictions)}
-        if kind == "acc":
-            return {"accuracy": metrics.accuracy(references, predictions)}
-        if kind == "acc_macro_f1":  # users' classes (finetune classify) when there are more than two
-            return {
-                "accuracy": metrics.accuracy(references, predictions),
-                "macro_f1": metrics.f1_macro(references, predictions),
-            }
-        if kind == "f1_acc":
-            return {
-                "f1": metrics.f1_binary(references, predictions, positive=1),
-                "accuracy": metrics.accuracy(references, predictions),
-            }
-        assert kind == "corr", kind
-        return {
-            "pearson": metrics.pearson(predictions, references),
-            "spearman": metrics.spearman(predictions, references),
-        }
-
-    metric.__name__ = f"glue_{kind}"
-    return metric
 
 
 @dataclass(frozen=True)
@@ -123,9 +98,27 @@ class GlueTask:
         """Output width of the classifier head: 1 for regression."""
         return 1 if self.labels is None else len(self.labels)
 
-    @property
-    def metric(self) -> Callable[[np.ndarray, np.ndarray], dict[str, float]]:
-        return _metric(self.metric_kind)
+    def metric(self, predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
+        kind = self.metric_kind
+        if kind == "mcc":
+            return {"mcc": metrics.matthews_corrcoef(references, predictions)}
+        if kind == "acc":
+            return {"accuracy": metrics.accuracy(references, predictions)}
+        if kind == "acc_macro_f1":  # users' classes (finetune classify) when there are more than two
+            return {
+                "accuracy": metrics.accuracy(references, predictions),
+                "macro_f1": metrics.f1_macro(references, predictions),
+            }
+        if kind == "f1_acc":
+            return {
+                "f1": metrics.f1_binary(references, predictions, positive=1),
+                "accuracy": metrics.accuracy(references, predictions),
+            }
+        assert kind == "corr", kind
+        return {
+            "pearson": metrics.pearson(predictions, references),
+            "spearman": metrics.spearman(predictions, references),
+        }
 
     def read(self, path: str | os.PathLike, *, labeled: bool) -> list[GlueExample]:
         """Read one file of this task; ``labeled=False`` for the test files (which have no label column)."""
@@ -206,53 +199,43 @@ def get_task(task: str | GlueTask) -> GlueTask:
 
 
 def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
-    try:
-        return _read_tsv_rows(task, path, layout)
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
-
-
-def _read_tsv_rows(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
     if not path.is_file():
         raise MissingFileError(f"GLUE {task.name} file not found: {path}")
     examples: list[GlueExample] = []
-    # utf-8-sig strips the byte-order mark MRPC files start with. newline="\n" splits rows on \n only:
-    # universal newlines would also split on a stray \r inside a sentence and misreport the columns.
-    with open(path, encoding="utf-8-sig", newline="\n") as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = raw.rstrip("\n").rstrip("\r")
-            if lineno == 1 and layout.header:
-                _check_header(task, line, layout, path)
-                continue
-            if not line.strip():
-                raise BertkitError(
-                    f"malformed row in {path} line {lineno}: empty line; GLUE files have none, remove it"
-                )
-            cols = line.split("\t")
-            if len(cols) not in layout.n_columns:
-                want = " or ".join(str(n) for n in layout.n_columns)
-                hint = (
-                    ""
-                    if layout.label is not None
-                    else " (a test file: is this a train/dev file read with labeled=False?)"
-                )
-                raise BertkitError(
-                    f"malformed row in {path} line {lineno}: expected {want} tab-separated columns for "
-                    f"{task.name}, got {len(cols)}{hint}"
-                )
-            label = None
-            if layout.label is not None:
-                label = cols[layout.label]
-                _check_label(task, label, path, lineno)
-            examples.append(
-                GlueExample(
-                    id=cols[layout.id] if layout.id is not None else str(len(examples)),
-                    text_a=cols[layout.text_a],
-                    text_b=cols[layout.text_b] if layout.text_b is not None else None,
-                    label=label,
-                    line=lineno,
-                )
+    # Rows end at \n only: a stray \r inside a sentence must not split it and misreport the columns.
+    for lineno, line in read_lines(path):
+        if lineno == 1 and layout.header:
+            _check_header(task, line, layout, path)
+            continue
+        if not line.strip():
+            raise BertkitError(
+                f"malformed row in {path} line {lineno}: empty line; GLUE files have none, remove it"
             )
+        cols = line.split("\t")
+        if len(cols) not in layout.n_columns:
+            want = " or ".join(str(n) for n in layout.n_columns)
+            hint = (
+                ""
+                if layout.label is not None
+                else " (a test file: is this a train/dev file read with labeled=False?)"
+            )
+            raise BertkitError(
+                f"malformed row in {path} line {lineno}: expected {want} tab-separated columns for "
+                f"{task.name}, got {len(cols)}{hint}"
+            )
+        label = None
+        if layout.label is not None:
+            label = cols[layout.label]
+            _check_label(task, label, path, lineno)
+        examples.append(
+            GlueExample(
+                id=cols[layout.id] if layout.id is not None else str(len(examples)),
+                text_a=cols[layout.text_a],
+                text_b=cols[layout.text_b] if layout.text_b is not None else None,
+                label=label,
+                line=lineno,
+            )
+        )
     if not examples:
         raise BertkitError(f"{path} holds no examples (an empty {task.name} file); every split must have rows")
     return examples

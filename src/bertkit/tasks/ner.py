@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bertkit.errors import BertkitError, MissingFileError, not_utf8
+from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import IGNORE_INDEX
 from bertkit.outputs import atomic_write
+from bertkit.tasks.files import read_lines
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,6 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
         raise BertkitError(f"tag_scheme {tag_scheme!r} must be 'iob1' or 'iob2'")
     if not path.is_file():
         raise MissingFileError(f"CoNLL file not found: {path}")
-    try:
-        path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
     sentences: list[NerSentence] = []
     words: list[str] = []
     tags: list[str] = []
@@ -88,16 +85,15 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
         tags.clear()
         lines.clear()
 
-    with open(path, encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, start=1):
-            cols = raw.split()
-            if not cols or cols[0] == "-DOCSTART-":  # a sentence ends at a blank line and at a document's start
-                flush()
-                continue
-            n_columns = _check_token_line(path, lineno, raw, cols, n_columns)
-            words.append(cols[0])
-            tags.append(cols[-1])
-            lines.append(lineno)
+    for lineno, raw in read_lines(path):
+        cols = raw.split()
+        if not cols or cols[0] == "-DOCSTART-":  # a sentence ends at a blank line and at a document's start
+            flush()
+            continue
+        n_columns = _check_token_line(path, lineno, raw, cols, n_columns)
+        words.append(cols[0])
+        tags.append(cols[-1])
+        lines.append(lineno)
     flush()
     if not sentences:
         raise BertkitError(f"{path} holds no sentences (an empty CoNLL file); every split must have some")
@@ -129,24 +125,15 @@ def _check_token_line(path: Path, lineno: int, raw: str, cols: list[str], n_colu
 
 def _sentence(path: Path, words: list[str], tags: list[str], lines: list[int], tag_scheme: str) -> NerSentence:
     """One sentence with its tags in IOB2: converted from IOB1, or checked to be valid IOB2."""
-    fixed = iob1_to_iob2(tags) if tag_scheme == "iob1" else tags
-    if tag_scheme == "iob2" and (bad := _first_invalid_iob2(tags)) is not None:
+    fixed = iob1_to_iob2(tags)
+    if tag_scheme == "iob2" and fixed != tags:  # an I-X that starts an entity
+        bad = next(i for i, (tag, iob2) in enumerate(zip(tags, fixed)) if tag != iob2)
         raise BertkitError(
             f"{path} line {lines[bad]}: tag {tags[bad]!r} follows {tags[bad - 1] if bad else 'O'!r}, "
             "which is not valid IOB2 (every entity starts with B-); if the file is IOB1, "
             "pass tag_scheme='iob1'"
         )
     return NerSentence(tuple(words), tuple(fixed), lines[0])
-
-
-def _first_invalid_iob2(tags: Sequence[str]) -> int | None:
-    prev = "O"
-    for i, tag in enumerate(tags):
-        prefix, kind = _split_tag(tag)
-        if prefix == "I" and (prev == "O" or _split_tag(prev)[1] != kind):
-            return i
-        prev = tag
-    return None
 
 
 def label_list(sentences: Sequence[NerSentence]) -> list[str]:

@@ -177,9 +177,8 @@ def split_squad_articles(
 
 
 def _encode_no_specials(tokenizer: Any, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-    enc = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
-    keep = [i for i, s in enumerate(enc["special_tokens_mask"]) if not s]
-    return [enc["input_ids"][i] for i in keep], [tuple(enc["offset_mapping"][i]) for i in keep]
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
 
 
 def char_span_to_token_span(

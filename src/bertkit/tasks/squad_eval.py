@@ -32,18 +32,12 @@ def normalize_answer(s: str) -> str:
 
 
 def f1_score_v1(prediction: str, ground_truth: str) -> float:
-    """evaluate-v1.1.py ``f1_score``: token-bag F1; two empty answers score 0 (v2.0 scores them 1)."""
-    pred_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(ground_truth).split()
-    num_same = sum((collections.Counter(pred_tokens) & collections.Counter(gold_tokens)).values())
-    if num_same == 0:
-        return 0
-    precision, recall = num_same / len(pred_tokens), num_same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
+    """evaluate-v1.1.py ``f1_score``: v2.0's token-bag F1, except that two empty answers score 0 (v2.0: 1)."""
+    return compute_f1(ground_truth, prediction) if _get_tokens(prediction) else 0
 
 
 def exact_match_v1(prediction: str, ground_truth: str) -> bool:
-    return normalize_answer(prediction) == normalize_answer(ground_truth)
+    return bool(compute_exact(ground_truth, prediction))
 
 
 def evaluate_v1(

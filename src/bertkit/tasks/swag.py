@@ -16,7 +16,6 @@ over the four picks the ending.
 
 from __future__ import annotations
 
-import csv
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError, MissingFileError, not_utf8
+from bertkit.errors import BertkitError, MissingFileError
+from bertkit.tasks.files import read_records
 
 NUM_CHOICES = 4
+MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 _REQUIRED = ("video-id", "fold-ind", "sent1", "sent2", "ending0", "ending1", "ending2", "ending3")
 
 
@@ -48,46 +49,30 @@ def read_swag(path: str | os.PathLike) -> list[SwagExample]:
     if not path.is_file():
         raise MissingFileError(f"SWAG file not found: {path}")
     examples: list[SwagExample] = []
-    try:
-        path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise not_utf8(path) from None
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise BertkitError(f"{path} is empty; expected a header line naming {', '.join(_REQUIRED)}")
-        missing = [c for c in _REQUIRED if c not in header]
-        if missing:
-            raise BertkitError(f"{path} line 1: header lacks the SWAG columns {missing}; is this a swagaf CSV?")
-        col = {name: header.index(name) for name in header if name}
-        has_label = "label" in col
-        for row in reader:
-            lineno = reader.line_num
-            if len(row) != len(header):
+    for lineno, row in read_records(path, "csv"):  # checks the encoding, the header and each row's field count
+        if not examples:
+            missing = [c for c in _REQUIRED if c not in row]
+            if missing:
+                raise BertkitError(f"{path} line 1: header lacks the SWAG columns {missing}; is this a swagaf CSV?")
+        label = None
+        if "label" in row:
+            raw = row["label"]
+            if raw not in ("0", "1", "2", "3"):
                 raise BertkitError(
-                    f"malformed row in {path} line {lineno}: expected {len(header)} comma-separated "
-                    f"columns like the header, got {len(row)} (unbalanced quotes?)"
+                    f"malformed row in {path} line {lineno}: label {raw!r} is not 0, 1, 2 or 3"
                 )
-            label = None
-            if has_label:
-                raw = row[col["label"]]
-                if raw not in ("0", "1", "2", "3"):
-                    raise BertkitError(
-                        f"malformed row in {path} line {lineno}: label {raw!r} is not 0, 1, 2 or 3"
-                    )
-                label = int(raw)
-            examples.append(
-                SwagExample(
-                    video_id=row[col["video-id"]],
-                    fold_ind=row[col["fold-ind"]],
-                    sent1=row[col["sent1"]],
-                    sent2=row[col["sent2"]],
-                    endings=tuple(row[col[f"ending{i}"]] for i in range(NUM_CHOICES)),  # type: ignore[arg-type]
-                    label=label,
-                    line=lineno,
-                )
+            label = int(raw)
+        examples.append(
+            SwagExample(
+                video_id=row["video-id"],
+                fold_ind=row["fold-ind"],
+                sent1=row["sent1"],
+                sent2=row["sent2"],
+                endings=tuple(row[f"ending{i}"] for i in range(NUM_CHOICES)),  # type: ignore[arg-type]
+                label=label,
+                line=lineno,
             )
+        )
     return examples
 
 
@@ -106,16 +91,9 @@ def featurize_swag(
     features = []
     for ex in examples:
         second = [f"{ex.sent2} {ending}" for ending in ex.endings]
-        enc = tokenizer(
-            [ex.sent1] * NUM_CHOICES, text_pair=second, max_length=max_seq_length, truncation="longest_first"
-        )
-        width = max(len(ids) for ids in enc["input_ids"])
-        feat: dict[str, Any] = {}
-        for key, pad in (("input_ids", tokenizer.pad_token_id), ("token_type_ids", 0), ("attention_mask", 0)):
-            arr = np.full((NUM_CHOICES, width), pad, dtype=np.int64)
-            for i, row in enumerate(enc[key]):
-                arr[i, : len(row)] = row
-            feat[key] = arr
+        enc = tokenizer([ex.sent1] * NUM_CHOICES, text_pair=second, max_length=max_seq_length,
+                        truncation="longest_first", padding=True, return_tensors="np")
+        feat: dict[str, Any] = {key: enc[key].astype(np.int64) for key in MODEL_INPUTS}
         if ex.label is not None:
             feat["labels"] = ex.label
         features.append(feat)

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError, read_json_object
-from bertkit.tokenization.loading import CONFIG_FILE
+from bertkit.errors import BertkitError, MissingFileError
+from bertkit.tokenization.loading import CONFIG_FILE, read_json
 from bertkit.tokenization.tokenizer import BertTokenizer
 
 __all__ = ["AutoTokenizer"]
@@ -53,8 +53,8 @@ class AutoTokenizer:
 
 def _check_is_bert(directory: Path) -> None:
     """Raise unless the directory's files name a BERT tokenizer (tokenizer_class or model_type)."""
-    tokenizer_config = _json_object(directory / CONFIG_FILE)
-    model_config = _json_object(directory / MODEL_CONFIG_FILE)
+    tokenizer_config = read_json(directory / CONFIG_FILE)
+    model_config = read_json(directory / MODEL_CONFIG_FILE)
     for file, config in ((CONFIG_FILE, tokenizer_config), (MODEL_CONFIG_FILE, model_config)):
         name = config.get("tokenizer_class")
         if name is not None:
@@ -73,7 +73,3 @@ def _check_is_bert(directory: Path) -> None:
                        f"no {MODEL_CONFIG_FILE} with model_type): load it with BertTokenizer.from_pretrained if it "
                        "is BERT's, or add \"tokenizer_class\": \"BertTokenizer\" to its tokenizer_config.json")
 
-
-def _json_object(file: Path) -> dict[str, Any]:
-    """The file's JSON object, or {} when the file is absent."""
-    return read_json_object(file, "re-save the tokenizer (save_pretrained) or fix the file") if file.is_file() else {}

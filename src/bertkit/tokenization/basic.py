@@ -104,10 +104,6 @@ class BasicTokenizer:
 
     ``tokenize(text)`` gives the words; ``split_chunk(chunk)`` gives the words of one whitespace-free chunk
     together with the position in the chunk of every normalised character, which is what offsets need.
-
-    ``never_split``: a whitespace-delimited piece of text that equals one of these strings once control
-    characters are removed is kept whole: not lower-cased, not split at punctuation (this is what the
-    ``never_split`` of Hugging Face's slow BertTokenizer does; its fast tokenizer has no such option).
     """
 
     def __init__(
@@ -115,12 +111,10 @@ class BasicTokenizer:
         do_lower_case: bool = True,
         strip_accents: bool | None = None,
         tokenize_chinese_chars: bool = True,
-        never_split: Iterable[str] | None = None,
     ):
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
-        self.never_split = frozenset(never_split or ())
         # strip_accents=None follows do_lower_case, as in BERT and in Hugging Face.
         self._strip = self.do_lower_case if strip_accents is None else bool(strip_accents)
         self._build_tables()
@@ -128,7 +122,7 @@ class BasicTokenizer:
     def _build_tables(self) -> None:
         # `_split` maps a character to its normalised form with every punctuation/CJK character padded by
         # spaces, so that `text.translate(_split).split()` is the whole basic tokenizer. `_clean` only
-        # drops control characters (for the never_split comparison).
+        # drops control characters (to tell when NFD reorders marks).
         self._split = _CharTable(self._split_form, range(128))
         self._clean = _CharTable(lambda cp: "" if cp in _CONTROL else chr(cp), range(128))
         self._nfd = _CharTable(
@@ -147,7 +141,7 @@ class BasicTokenizer:
     def __repr__(self) -> str:
         return (
             f"BasicTokenizer(do_lower_case={self.do_lower_case}, strip_accents={self.strip_accents}, "
-            f"tokenize_chinese_chars={self.tokenize_chinese_chars}, never_split={sorted(self.never_split)})"
+            f"tokenize_chinese_chars={self.tokenize_chinese_chars})"
         )
 
     # ------------------------------------------------------------------------------------------------
@@ -183,36 +177,12 @@ class BasicTokenizer:
     # Text
     # ------------------------------------------------------------------------------------------------
 
-    def normalize(self, text: str) -> str:
-        """Cleaned, accent-stripped, lower-cased text (as configured); punctuation is not split off."""
-        return "".join(map(self.normalize_char, text))
-
     def tokenize(self, text: str) -> list[str]:
         """The words of ``text``: ``"Héllo, World!"`` -> ``["hello", ",", "world", "!"]`` (uncased)."""
-        if not self.never_split and (text.isascii() or not self._needs_reordering(text)):
+        if text.isascii() or not self._needs_reordering(text):
             return text.translate(self._split).split()
-        if NON_SEPARATOR_SPACE_RE.search(text):
-            text = NON_SEPARATOR_SPACE_RE.sub("", text)
-        words: list[str] = []
-        for chunk in text.split():
-            kept = self.never_split_match(chunk)
-            if kept is not None:
-                words.append(kept[0])
-            else:
-                words.extend(word for word, _ in self.split_chunk(chunk)[0])
-        return words
-
-    def never_split_match(self, chunk: str) -> tuple[str, int, int] | None:
-        """If ``chunk`` is a never_split token (after clean-up): (token, start, end) in ``chunk``, else None."""
-        if not self.never_split:
-            return None
-        cleaned = chunk.translate(self._clean)
-        if cleaned not in self.never_split:
-            return None
-        if len(cleaned) == len(chunk):
-            return cleaned, 0, len(chunk)
-        kept = [i for i, ch in enumerate(chunk) if self._clean[ord(ch)]]
-        return cleaned, kept[0], kept[-1] + 1
+        text = NON_SEPARATOR_SPACE_RE.sub("", text)
+        return [word for chunk in text.split() for word, _ in self.split_chunk(chunk)[0]]
 
     def split_chunk(self, chunk: str) -> tuple[list[tuple[str, int]], list[int] | None]:
         """Words of one whitespace-free ``chunk`` and where their characters came from.

@@ -75,12 +75,10 @@ def check_lengths(max_length: int | None, pad_to_multiple_of: int | None, stride
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)):
         raise BertkitError(f"max_length must be an int (a number of tokens) or None, got "
                            f"{type(max_length).__name__} {max_length!r}")
-    if pad_to_multiple_of is not None and (isinstance(pad_to_multiple_of, bool)
-                                           or not isinstance(pad_to_multiple_of, int)):
-        raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of!r}")
     if max_length is not None and max_length < 0:
         raise BertkitError(f"max_length must be >= 0, got {max_length}")
-    if pad_to_multiple_of is not None and (isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1):
+    if pad_to_multiple_of is not None and (isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int)
+                                           or pad_to_multiple_of < 1):
         raise BertkitError(f"pad_to_multiple_of must be a positive int, got {pad_to_multiple_of!r}")
     if stride < 0 or (stride and not overflow):
         raise BertkitError(f"stride={stride} needs return_overflowing_tokens=True and a value >= 0 (the number "

@@ -165,9 +165,7 @@ class BatchEncoding(dict):
                       sequence_index: int = 0) -> int | None:
         """The token of text ``sequence_index`` (0 or 1) that covers character ``char_index`` of that text, or
         None (a space, a dropped character, out of range). ``char_to_token(c)`` reads row 0."""
-        batch_index, char_index = (0, batch_or_char_index) if char_index is None else (batch_or_char_index,
-                                                                                       char_index)
-        char_index = _check_index(char_index, "char_index")
+        batch_index, char_index = _row_and_index(batch_or_char_index, char_index, "char_index")
         offsets = self._offsets(batch_index)
         for t in self._sequence_range(batch_index, sequence_index):
             start, end = offsets[t]
@@ -178,9 +176,7 @@ class BatchEncoding(dict):
     def token_to_chars(self, batch_or_token_index: int, token_index: int | None = None) -> CharSpan | None:
         """The characters of its text that token ``token_index`` covers, or None for [CLS]/[SEP]/[PAD] and an
         index past the row. ``token_to_chars(t)`` reads row 0."""
-        batch_index, token_index = (0, batch_or_token_index) if token_index is None else (batch_or_token_index,
-                                                                                          token_index)
-        token_index = _check_index(token_index, "token_index")
+        batch_index, token_index = _row_and_index(batch_or_token_index, token_index, "token_index")
         sequence_ids = self.sequence_ids(batch_index)
         if token_index >= len(sequence_ids) or sequence_ids[token_index] is None:
             return None
@@ -190,9 +186,7 @@ class BatchEncoding(dict):
                        sequence_index: int = 0) -> TokenSpan | None:
         """The tokens of word ``word_index`` of text ``sequence_index`` (0 or 1), or None when the text has no
         such word. ``word_to_tokens(w)`` reads row 0."""
-        batch_index, word_index = (0, batch_or_word_index) if word_index is None else (batch_or_word_index,
-                                                                                       word_index)
-        word_index = _check_index(word_index, "word_index")
+        batch_index, word_index = _row_and_index(batch_or_word_index, word_index, "word_index")
         words = self.word_ids(batch_index)
         found = []
         for t in self._sequence_range(batch_index, sequence_index):
@@ -203,12 +197,14 @@ class BatchEncoding(dict):
         return TokenSpan(found[0], found[-1] + 1) if found else None
 
 
-def _check_index(index: Any, name: str) -> int:
-    """``index`` as an int (numpy and 0-d tensor ints too); a negative one is an error, as in tokenizers."""
+def _row_and_index(batch_or_index: int, index: int | None, name: str) -> tuple[int, int]:
+    """(row, index) from transformers' ``(batch_or_index, index=None)`` arguments: one argument is an index into
+    row 0. The index is an int (numpy and 0-d tensor ints too); a negative one is an error, as in tokenizers."""
+    batch_index, index = (0, batch_or_index) if index is None else (batch_or_index, index)
     value = None if isinstance(index, bool) or not hasattr(index, "__index__") else operator.index(index)
     if value is None or value < 0:
         raise BertkitError(f"{name} must be an int >= 0, got {index!r}")
-    return value
+    return batch_index, value
 
 
 def word_index(ids: list[int], continuation_ids: frozenset[int]) -> list[int]:

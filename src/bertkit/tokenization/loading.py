@@ -22,7 +22,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError, read_json_object
 
-__all__ = ["read_settings", "read_tokenizer_json", "merge_tokenizer_json", "check_fits_model"]
+__all__ = ["read_json", "read_settings", "read_tokenizer_json", "merge_tokenizer_json", "check_fits_model"]
 
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
@@ -36,43 +36,40 @@ _MODEL_FAMILIES = {"BPE": "RoBERTa, GPT-2, BART, ...", "Unigram": "ALBERT, T5, X
                    "WordLevel": "a whole-word vocabulary"}
 
 
-def _read_json_object(file: Path) -> dict[str, Any]:
-    return read_json_object(file, "re-save the tokenizer (save_pretrained) or fix the file")
+def read_json(file: Path) -> dict[str, Any]:
+    """The JSON object in a tokenizer file, or {} when there is no such file."""
+    return read_json_object(file, "re-save the tokenizer (save_pretrained) or fix the file") if file.is_file() else {}
 
 
 def read_settings(path: Path) -> dict[str, Any]:
     """Constructor arguments from tokenizer_config.json and special_tokens_map.json (either may be absent)."""
     settings: dict[str, Any] = {}
     config_file = path / CONFIG_FILE
-    if config_file.is_file():
-        config = _read_json_object(config_file)
-        if config.get("do_basic_tokenize", True) is False:
-            raise BertkitError(
-                f"{config_file} sets do_basic_tokenize=false, which bertkit does not support "
-                f"(WordPiece straight on whitespace-split text); remove the key to use BERT's basic tokenizer"
-            )
-        for key in ("padding_side", "truncation_side"):
-            if config.get(key, "right") != "right":
-                raise BertkitError(f"{config_file} sets {key}={config[key]!r}; bertkit pads and truncates on the "
-                                   f"right only (BERT's layout): remove the key or set it to \"right\"")
-        kinds = {"do_lower_case": (bool,), "tokenize_chinese_chars": (bool,), "strip_accents": (bool, type(None)),
-                 "model_max_length": (int, float), "max_input_chars_per_word": (int,),
-                 "clean_up_tokenization_spaces": (bool,)}
-        for key, types in kinds.items():
-            if key in config:
-                settings[key] = _typed(config[key], types, f"{config_file}: {key}")
-        if config.get("never_split"):
-            settings["never_split"] = list(config["never_split"])
-        for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):
-            if config.get(key) is not None:
-                settings[key] = config[key]
-        extra = config.get("extra_special_tokens")  # transformers 5's name for additional_special_tokens
-        if extra and "additional_special_tokens" not in settings:
-            settings["additional_special_tokens"] = list(extra.values() if isinstance(extra, dict) else extra)
-    map_file = path / SPECIAL_TOKENS_MAP_FILE
-    if map_file.is_file():  # Hugging Face lets this file override the config's special tokens
-        settings.update({k: v for k, v in _read_json_object(map_file).items()
-                         if k in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens")})
+    config = read_json(config_file)
+    if config.get("do_basic_tokenize", True) is False:
+        raise BertkitError(
+            f"{config_file} sets do_basic_tokenize=false, which bertkit does not support "
+            f"(WordPiece straight on whitespace-split text); remove the key to use BERT's basic tokenizer"
+        )
+    for key in ("padding_side", "truncation_side"):
+        if config.get(key, "right") != "right":
+            raise BertkitError(f"{config_file} sets {key}={config[key]!r}; bertkit pads and truncates on the "
+                               f"right only (BERT's layout): remove the key or set it to \"right\"")
+    kinds = {"do_lower_case": (bool,), "tokenize_chinese_chars": (bool,), "strip_accents": (bool, type(None)),
+             "model_max_length": (int, float), "max_input_chars_per_word": (int,),
+             "clean_up_tokenization_spaces": (bool,)}
+    for key, types in kinds.items():
+        if key in config:
+            settings[key] = _typed(config[key], types, f"{config_file}: {key}")
+    for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):
+        if config.get(key) is not None:
+            settings[key] = config[key]
+    extra = config.get("extra_special_tokens")  # transformers 5's name for additional_special_tokens
+    if extra and "additional_special_tokens" not in settings:
+        settings["additional_special_tokens"] = list(extra.values() if isinstance(extra, dict) else extra)
+    # Hugging Face lets special_tokens_map.json override the config's special tokens
+    settings.update({k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items()
+                     if k in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens")})
     for key in SPECIAL_TOKEN_KEYS:
         if key in settings:
             settings[key] = token_content(settings[key], key)
@@ -82,9 +79,8 @@ def read_settings(path: Path) -> dict[str, Any]:
         ]
     if isinstance(settings.get("model_max_length"), float):  # HF writes 1e30 for "no limit"
         settings["model_max_length"] = int(settings["model_max_length"])
-    added_file = path / ADDED_TOKENS_FILE
-    if added_file.is_file():  # bertkit writes them into vocab.txt as well, at the same ids
-        added = _read_json_object(added_file)
+    added = read_json(path / ADDED_TOKENS_FILE)  # bertkit writes them into vocab.txt as well, at the same ids
+    if added:
         settings["added_tokens"] = [t for t, _ in sorted(added.items(), key=lambda kv: kv[1])]
     return settings
 
@@ -108,7 +104,7 @@ def token_content(value: Any, key: str) -> str:
 
 def read_tokenizer_json(file: Path) -> tuple[dict[str, int], dict[str, Any], list[str]]:
     """(``{token: id}`` with added tokens, settings, added special tokens) from a BERT ``tokenizer.json``."""
-    data = _read_json_object(file)
+    data = read_json(file)
     model = data.get("model")
     kind = model.get("type") if isinstance(model, dict) else None
     if kind != "WordPiece":

@@ -9,7 +9,7 @@
 Speed, in pure Python: step 2 is memoised per chunk (the whitespace-delimited piece of the original text,
 e.g. ``"world,"``), mapping it to its ids and their offsets relative to the chunk. Text is Zipfian, so
 most chunks are dictionary hits and a sentence costs one C-level ``str.split`` plus one dict lookup per
-chunk; misses run the per-character path once. Caches are bounded (``cache_size`` entries each) and
+chunk; misses run the per-character path once. Caches are bounded (``CACHE_SIZE`` entries each) and
 never change results, which depend only on the text and the configuration.
 
 Offsets are character offsets into the original string, as BertTokenizerFast reports them: a token
@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 
 from bertkit.tokenization.basic import CHUNK_RE, NON_SEPARATOR_SPACE_RE, BasicTokenizer
-from bertkit.tokenization.wordpiece import Memo, WordPiece
+from bertkit.tokenization.wordpiece import CACHE_SIZE, Memo, WordPiece
 
 Offsets = list[tuple[int, int]]
 
@@ -33,10 +33,9 @@ class TextEncoder:
     """``encode(text, offsets)``: the ids of ``text`` (no [CLS]/[SEP]), appending their offsets to ``offsets``."""
 
     def __init__(self, vocab: Mapping[str, int], basic: BasicTokenizer, wordpiece: WordPiece,
-                 special_tokens: Sequence[str], added_tokens: Sequence[str], cache_size: int):
+                 special_tokens: Sequence[str], added_tokens: Sequence[str]):
         self.vocab, self.basic, self.wordpiece = vocab, basic, wordpiece
-        self.unk_id = vocab[wordpiece.unk_token]
-        self.chunks = Memo(self._encode_chunk, cache_size)
+        self.chunks = Memo(self._encode_chunk, CACHE_SIZE)
         fold = basic.do_lower_case
         plain = [t for t in added_tokens if t not in special_tokens]
         self.match_ids = {t: vocab[t] for t in special_tokens}
@@ -90,10 +89,6 @@ class TextEncoder:
 
     def _encode_chunk(self, chunk: str) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
         """One whitespace-free chunk -> (ids, offsets relative to the chunk). Memoised in ``chunks``."""
-        kept = self.basic.never_split_match(chunk)
-        if kept is not None:
-            token, start, end = kept
-            return (self.vocab.get(token, self.unk_id),), ((start, end),)
         words, source = self.basic.split_chunk(chunk)
         ids: list[int] = []
         offsets: Offsets = []

@@ -48,7 +48,7 @@ from bertkit.tokenization.loading import (
     read_tokenizer_json,
 )
 from bertkit.tokenization.text import TextEncoder
-from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, write_vocab_file
+from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, unique_tokens, write_vocab_file
 
 __all__ = ["BertTokenizer", "BertTokenizerFast"]
 
@@ -72,17 +72,16 @@ class BertTokenizer:
     >>> tok("Hello, world!")["input_ids"]
     [101, 7592, 1010, 2088, 999, 102]
 
-    ``vocab`` is a ``vocab.txt`` path or a ``{token: id}`` dict with ids 0..n-1. The special tokens must be
-    in it. See ``__call__`` for encoding, ``decode`` for the way back.
+    ``vocab`` is a ``vocab.txt`` path, a ``{token: id}`` dict with ids 0..n-1 or the list of tokens in id
+    order. The special tokens must be in it. See ``__call__`` for encoding, ``decode`` for the way back.
     """
 
     def __init__(
         self,
-        vocab: str | os.PathLike | Mapping[str, int],
+        vocab: str | os.PathLike | Mapping[str, int] | Sequence[str],
         do_lower_case: bool = True,
         strip_accents: bool | None = None,
         tokenize_chinese_chars: bool = True,
-        never_split: Iterable[str] | None = None,
         unk_token: str = "[UNK]",
         sep_token: str = "[SEP]",
         pad_token: str = "[PAD]",
@@ -93,10 +92,11 @@ class BertTokenizer:
         model_max_length: int = 512,
         max_input_chars_per_word: int = 100,
         clean_up_tokenization_spaces: bool = False,
-        cache_size: int = 65536,
     ):
         if isinstance(vocab, Mapping):
             tokens = _tokens_from_mapping(vocab)
+        elif isinstance(vocab, (list, tuple)):  # e.g. a vocabulary just learned (tokenization.trainer)
+            tokens = unique_tokens(vocab, "the vocabulary")
         else:
             tokens = load_vocab(vocab)
         self._tokens = tokens
@@ -105,7 +105,6 @@ class BertTokenizer:
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
-        self.never_split = sorted(set(never_split or ()))
         self.unk_token, self.sep_token, self.pad_token = unk_token, sep_token, pad_token
         self.cls_token, self.mask_token = cls_token, mask_token
         self.additional_special_tokens = list(additional_special_tokens)
@@ -115,7 +114,6 @@ class BertTokenizer:
         self.model_max_length = int(model_max_length)
         self.max_input_chars_per_word = max_input_chars_per_word
         self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
-        self.cache_size = cache_size
 
         missing = [t for t in (*self._special_list(), *added_tokens) if t not in self.vocab]
         if missing:
@@ -139,10 +137,9 @@ class BertTokenizer:
         self.pad_token_id = self.vocab[self.pad_token]
         self.cls_token_id = self.vocab[self.cls_token]
         self.mask_token_id = self.vocab[self.mask_token]
-        basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars, self.never_split)
-        wordpiece = WordPiece(self.vocab, self.unk_token, self.max_input_chars_per_word, "##", self.cache_size)
-        self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens,
-                                 self.cache_size)
+        basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
+        wordpiece = WordPiece(self.vocab, self.unk_token, self.max_input_chars_per_word)
+        self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
         self._special_id_set = frozenset(self.all_special_ids)
         # word_ids: a token starts a word unless it is a WordPiece continuation ("##...").
         self._continuation_ids = frozenset(i for i, t in enumerate(self._tokens) if t.startswith("##"))
@@ -168,8 +165,8 @@ class BertTokenizer:
         ``added_tokens.json``), or, without ``vocab.txt``, the ``tokenizer.json`` + ``tokenizer_config.json``
         that transformers 5 saves (its WordPiece model and BertNormalizer settings; see ``loading``).
 
-        Settings (``do_lower_case``, ``strip_accents``, ``tokenize_chinese_chars``, ``never_split``,
-        ``model_max_length``, ``clean_up_tokenization_spaces``, special tokens) come from the files; keyword
+        Settings (``do_lower_case``, ``strip_accents``, ``tokenize_chinese_chars``, ``model_max_length``,
+        ``max_input_chars_per_word``, ``clean_up_tokenization_spaces``, special tokens) come from the files; keyword
         arguments override them.
         """
         from bertkit.hub import resolve_directory
@@ -216,7 +213,6 @@ class BertTokenizer:
             "do_lower_case": self.do_lower_case,
             "strip_accents": self.strip_accents,
             "tokenize_chinese_chars": self.tokenize_chinese_chars,
-            "never_split": self.never_split or None,
             "model_max_length": self.model_max_length,
             "max_input_chars_per_word": self.max_input_chars_per_word,
             "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces,

@@ -62,7 +62,8 @@ def train_wordpiece_vocab(
 
     ``lowercase`` / ``strip_accents`` / ``tokenize_chinese_chars`` mean what they mean for
     :class:`~bertkit.tokenization.BertTokenizer` (``strip_accents=None`` strips accents when
-    lower-casing); save the result with the same settings: :func:`save_vocab`. ``errors`` is how bytes
+    lower-casing); save the result with the same settings:
+    ``BertTokenizer(vocab, do_lower_case=lowercase, ...).save_pretrained(directory)``. ``errors`` is how bytes
     that are not UTF-8 are handled (``"strict"`` raises, naming file and line; or ``"replace"``).
     Returns the vocabulary, index = token id.
     """
@@ -71,15 +72,8 @@ def train_wordpiece_vocab(
     for file in files:
         if not Path(file).is_file():
             raise MissingFileError(f"input file {file} does not exist (or is not a file)")
-    counts = count_words(
-        files,
-        lowercase=lowercase,
-        strip_accents=strip_accents,
-        tokenize_chinese_chars=tokenize_chinese_chars,
-        errors=errors,
-        num_workers=num_workers,
-        progress=progress,
-    )
+    basic = BasicTokenizer(lowercase, strip_accents, tokenize_chinese_chars)
+    counts = count_words(files, basic, errors=errors, num_workers=num_workers, progress=progress)
     if not counts:
         raise BertkitError(f"no words found in the {len(files)} input file(s): are they empty?")
     return learn_wordpiece(
@@ -92,36 +86,6 @@ def train_wordpiece_vocab(
     )
 
 
-def save_vocab(
-    vocab: Sequence[str],
-    output_dir: str | os.PathLike,
-    *,
-    lowercase: bool = True,
-    strip_accents: bool | None = None,
-    tokenize_chinese_chars: bool = True,
-) -> Path:
-    """Write ``vocab.txt`` + ``tokenizer_config.json`` (via ``BertTokenizer.save_pretrained``) to ``output_dir``.
-
-    The directory then loads with ``BertTokenizer.from_pretrained(output_dir)``. Returns the directory.
-    """
-    # Imported here, not at the top, so that bertkit.tokenization/__init__ may re-export this module.
-    from bertkit.tokenization import BertTokenizer
-
-    if len(set(vocab)) != len(vocab):
-        dupes = sorted(t for t, n in Counter(vocab).items() if n > 1)[:10]
-        raise BertkitError(f"vocabulary has duplicate entries, e.g. {dupes}")
-    tokenizer = BertTokenizer(
-        {token: i for i, token in enumerate(vocab)},
-        do_lower_case=lowercase,
-        strip_accents=strip_accents,
-        tokenize_chinese_chars=tokenize_chinese_chars,
-    )
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(out)
-    return out
-
-
 # --------------------------------------------------------------------------------------------------
 # 1-2. Word counts
 # --------------------------------------------------------------------------------------------------
@@ -129,16 +93,14 @@ def save_vocab(
 
 def count_words(
     files: Sequence[str | os.PathLike],
+    basic: BasicTokenizer | None = None,
     *,
-    lowercase: bool = True,
-    strip_accents: bool | None = None,
-    tokenize_chinese_chars: bool = True,
     errors: str = "strict",
     num_workers: int = 2,
     progress: bool = False,
 ) -> Counter[str]:
-    """Count basic-tokenizer words over ``files`` (see the module docstring, steps 1-2)."""
-    basic_args = (lowercase, strip_accents, tokenize_chinese_chars)
+    """Count ``basic``'s words (default: BERT's uncased one) over ``files`` (module docstring, steps 1-2)."""
+    basic = basic or BasicTokenizer()
     chunks: Counter[str] = Counter()
     with spawn_pool(num_workers, len(files)) as pool:
         jobs = [(str(f), errors) for f in files]
@@ -148,7 +110,7 @@ def count_words(
         distinct = list(chunks.items())
         del chunks
         n_slices = max(1, 4 * max(num_workers, 1))
-        slices = [(distinct[i::n_slices], basic_args) for i in range(n_slices)]
+        slices = [(distinct[i::n_slices], basic) for i in range(n_slices)]
         del distinct
         results = pool.imap(_tokenize_chunks, slices) if pool else map(_tokenize_chunks, slices)
         words: Counter[str] = Counter()
@@ -165,11 +127,8 @@ def _count_chunks(job: tuple[str, str]) -> Counter[str]:
     return counter
 
 
-def _tokenize_chunks(job: tuple[list[tuple[str, int]], tuple]) -> Counter[str]:
-    chunks, (lowercase, strip_accents, tokenize_chinese_chars) = job
-    basic = BasicTokenizer(
-        do_lower_case=lowercase, strip_accents=strip_accents, tokenize_chinese_chars=tokenize_chinese_chars
-    )
+def _tokenize_chunks(job: tuple[list[tuple[str, int]], BasicTokenizer]) -> Counter[str]:
+    chunks, basic = job
     words: Counter[str] = Counter()
     for chunk, n in chunks:
         for word in basic.tokenize(chunk):

@@ -11,7 +11,7 @@ characters of the normalised word, the whole word's span for ``[UNK]``) are foll
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ from bertkit.outputs import atomic_write
 __all__ = ["Memo", "WordPiece", "SPECIAL_TOKENS", "load_vocab", "write_vocab_file"]
 
 VOCAB_FILE = "vocab.txt"
+PREFIX = "##"  # what marks a WordPiece that continues a word
+CACHE_SIZE = 65536  # entries of each memo (words, chunks): far more than a corpus's frequent words
 # BERT's special tokens, in the order a learned vocabulary starts with them (ids 0-4): defined once here.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -45,6 +47,11 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
     if tokens and tokens[0].startswith("\ufeff"):
         raise BertkitError(f"{path} starts with a UTF-8 byte-order mark, which would become part of its first "
                            f"token ({tokens[0][1:]!r}); save the file as UTF-8 without BOM")
+    return unique_tokens(tokens, str(path))
+
+
+def unique_tokens(tokens: Sequence[str], source: str) -> list[str]:
+    """``tokens`` as a list, once no token but "" (a blank line of a vocab.txt) is listed twice."""
     seen: dict[str, int] = {}
     duplicates = []
     for i, token in enumerate(tokens):
@@ -52,14 +59,14 @@ def load_vocab(path: str | os.PathLike) -> list[str]:
             duplicates.append(f"{token!r} on lines {seen[token] + 1} and {i + 1}")
         seen.setdefault(token, i)
     if duplicates:
-        raise BertkitError(f"{path} lists {len(duplicates)} token(s) twice ({'; '.join(duplicates[:5])}): each "
+        raise BertkitError(f"{source} lists {len(duplicates)} token(s) twice ({'; '.join(duplicates[:5])}): each "
                            "token needs one id; remove the repeated lines")
-    return tokens
+    return list(tokens)
 
 
 def write_vocab_file(tokens: list[str], path: str | os.PathLike) -> Path:
     """Write one ``vocab.txt`` (line i = token i). To save a whole tokenizer directory use
-    ``tokenization.trainer.save_vocab`` or ``BertTokenizer.save_pretrained``."""
+    ``BertTokenizer(tokens).save_pretrained``."""
     path = Path(path)
     bad = [t for t in tokens if "\n" in t or "\r" in t]
     if bad:
@@ -73,24 +80,21 @@ class Memo(dict):
     """A dict that fills itself with ``compute(key)`` on a miss and empties itself when full.
 
     Hits are a C-level dict lookup (``memo[key]``), which is what makes cached tokenization fast. Bounded
-    by ``maxsize`` entries (0 disables storing); clearing everything when full is crude but keeps every
-    operation O(1) and the results never depend on what is cached. Safe to share between threads: a
-    race at worst computes the same value twice.
+    by ``maxsize`` entries; clearing everything when full is crude but keeps every operation O(1) and the
+    results never depend on what is cached. Safe to share between threads: a race at worst computes the
+    same value twice.
     """
 
     def __init__(self, compute: Callable[[Any], Any], maxsize: int):
         super().__init__()
-        if maxsize < 0:
-            raise BertkitError(f"cache size must be >= 0, got {maxsize}")
         self._compute = compute
         self.maxsize = maxsize
 
     def __missing__(self, key: Hashable) -> Any:
         value = self._compute(key)
-        if self.maxsize:
-            if len(self) >= self.maxsize:
-                self.clear()
-            self[key] = value
+        if len(self) >= self.maxsize:
+            self.clear()
+        self[key] = value
         return value
 
 
@@ -98,17 +102,10 @@ class WordPiece:
     """Greedy longest-match-first segmentation of normalised words into vocabulary ids.
 
     ``segment(word)`` returns ``((id, start, end), ...)`` with character offsets into ``word``; results are
-    memoised per word (``cache_size`` words at most).
+    memoised per word (``CACHE_SIZE`` words at most).
     """
 
-    def __init__(
-        self,
-        vocab: Mapping[str, int],
-        unk_token: str = "[UNK]",
-        max_input_chars_per_word: int = 100,
-        continuing_subword_prefix: str = "##",
-        cache_size: int = 65536,
-    ):
+    def __init__(self, vocab: Mapping[str, int], unk_token: str = "[UNK]", max_input_chars_per_word: int = 100):
         if unk_token not in vocab:
             raise BertkitError(f"unk_token {unk_token!r} is not in the vocabulary")
         if max_input_chars_per_word < 1:
@@ -117,12 +114,10 @@ class WordPiece:
         self.unk_token = unk_token
         self.unk_id = vocab[unk_token]
         self.max_input_chars_per_word = max_input_chars_per_word
-        self.prefix = continuing_subword_prefix
         # Longest entry that can match at the start of a word / after the prefix: bounds the inner loop.
         self._max_first = max((len(t) for t in vocab), default=0)
-        n = len(self.prefix)
-        self._max_next = max((len(t) - n for t in vocab if t.startswith(self.prefix)), default=0)
-        self._memo = Memo(self._segment, cache_size)
+        self._max_next = max((len(t) - len(PREFIX) for t in vocab if t.startswith(PREFIX)), default=0)
+        self._memo = Memo(self._segment, CACHE_SIZE)
 
     def segment(self, word: str) -> tuple[tuple[int, int, int], ...]:
         """``word`` -> ((id, start, end), ...); ``((unk_id, 0, len(word)),)`` when it cannot be covered."""
@@ -130,14 +125,14 @@ class WordPiece:
 
     def tokenize(self, word: str) -> list[str]:
         """Token strings of one word, e.g. ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``."""
-        return [self.prefix + word[a:b] if a else word[a:b] for _, a, b in self.segment(word)]
+        return [PREFIX + word[a:b] if a else word[a:b] for _, a, b in self.segment(word)]
 
     def _segment(self, word: str) -> tuple[tuple[int, int, int], ...]:
         n = len(word)
         unk = ((self.unk_id, 0, n),)
         if n > self.max_input_chars_per_word:
             return unk
-        vocab, prefix = self.vocab, self.prefix
+        vocab, prefix = self.vocab, PREFIX
         pieces = []
         start = 0
         while start < n:
