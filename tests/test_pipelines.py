@@ -375,3 +375,26 @@ def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp
     mc_dir, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMultipleChoice")
     with pytest.raises(BertkitError, match=r"unknown field\(s\) label;"):
         bertkit.pipeline("multiple-choice", mc_dir)({"context": "c", "choices": ["a", "b"], "label": 0})
+
+
+def test_a_sentence_transformers_directory_pools_as_its_1_pooling_says(minilm_dir, tmp_path, caplog):
+    """A CLS-pooled sentence-transformers model gives sentence-transformers' own vectors through the pipeline
+    (and so through `bertkit serve` and `predict`), not mean-pooled ones; asking for another pooling warns."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers import models
+
+    from bertkit.inference.pipelines import saved_pooling
+
+    d = tmp_path / "cls-model"
+    word = models.Transformer(str(minilm_dir))
+    model = st.SentenceTransformer(modules=[word, models.Pooling(word.get_embedding_dimension(), "cls"),
+                                            models.Normalize()], device="cpu")
+    model.save(str(d))
+    texts = ["A man is playing a guitar.", "The new movie is awesome, the best I have seen this year.", "fine"]
+    want = model.encode(texts, normalize_embeddings=True)
+    assert saved_pooling(d) == "cls" and saved_pooling(minilm_dir) is None
+    got = np.asarray(bertkit.pipeline("sentence-embedding", model=str(d), progress=False)(texts))
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    mean = np.asarray(bertkit.pipeline("sentence-embedding", model=str(d), pooling="mean", progress=False)(texts))
+    assert np.abs(mean - want).max() > 0.05  # the vectors a mean would have given instead
+    assert "pools by 'cls'" in caplog.text

@@ -307,7 +307,8 @@ def predict_file(s: Any) -> dict[str, Any]:
     if s.task == "rerank":  # one (query, passage) pair per record: the pipeline's query with one text
         inputs = [{"query": x["query"], "texts": [x["text"]]} for x in inputs]
         options = {"raw_scores": s.raw_scores}
-    extra = {"pooling": s.pooling} if s.task in ("feature-extraction", "sentence-embedding") else {}
+    extra = {"pooling": None if s.pooling == "auto" else s.pooling} if s.task in (
+        "feature-extraction", "sentence-embedding") else {}
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.batch_size,
                     max_length=s.max_length, progress=False, **extra, **int8_options(s))
     from tqdm.auto import tqdm

@@ -12,7 +12,9 @@ answer decoding are ``tasks.squad``'s (the same code that scores the benchmark).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -30,8 +32,10 @@ from bertkit.heads import (
 )
 from bertkit.inference.base import Pipeline, softmax
 from bertkit.modeling import BertModel
-from bertkit.sentence.pooling import pool_tokens
+from bertkit.sentence.pooling import MODES as POOLING_MODES, pool_tokens
 from bertkit.tasks import squad
+
+logger = logging.getLogger("bertkit")
 
 
 def _per_row(x: Tensor, rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
@@ -468,28 +472,60 @@ class MultipleChoicePipeline(Pipeline):
 # feature-extraction / sentence-embedding
 # ---------------------------------------------------------------------------------------------------
 
-POOLINGS = ("mean", "cls", "none")
+POOLINGS = (*POOLING_MODES, "none")
+
+
+def saved_pooling(directory: Path) -> str | None:
+    """The pooling a sentence-transformers directory declares (modules.json, 1_Pooling/config.json), or None
+    for a plain checkpoint. Several modes concatenated are refused: a pipeline returns one vector of one mode."""
+    if not (directory / "modules.json").is_file():
+        return None
+    from bertkit.sentence.model import SentenceTransformer  # the one reader of that layout
+
+    _, pooling, _ = SentenceTransformer._read_modules(directory)
+    if pooling is None:
+        return None
+    if len(pooling.modes) != 1:
+        raise BertkitError(f"{directory}/1_Pooling concatenates the poolings {list(pooling.modes)}; a pipeline "
+                           "returns one: load this model with bertkit.sentence.SentenceTransformer")
+    return pooling.modes[0]
 
 
 class FeatureExtractionPipeline(TextOrPairInputs, Pipeline):
     """A text (or ``(text, text_pair)``) -> its embedding, a list of floats.
 
     ``pooling="mean"`` averages the last layer's token states over the real tokens ([CLS] and [SEP]
-    included, as sentence-transformers does), ``"cls"`` takes [CLS]'s state, ``"none"`` returns every
-    token's state (a list per token). ``normalize=True`` scales each vector to unit L2 norm (cosine
-    similarity becomes a dot product). Pooling runs on the encoder's unpadded tokens.
+    included, as sentence-transformers does), ``"cls"`` takes [CLS]'s state, ``"max"`` and
+    ``"mean_sqrt_len_tokens"`` are sentence-transformers' other single modes, ``"none"`` returns every
+    token's state (a list per token). Left unset, a sentence-transformers directory pools as its 1_Pooling says
+    (a CLS-pooled model mean-pooled would give other vectors, silently) and any other checkpoint by the mean.
+    ``normalize=True`` scales each vector to unit L2 norm (cosine similarity becomes a dot product). Pooling runs
+    on the encoder's unpadded tokens.
     """
 
     task = "feature-extraction"
     model_class = BertModel
     default_normalize = False
 
-    def __init__(self, model, tokenizer, *, pooling: str = "mean", normalize: bool | None = None, **kwargs: Any):
+    def __init__(self, model, tokenizer, *, pooling: str | None = None, normalize: bool | None = None,
+                 **kwargs: Any):
+        pooling = pooling or "mean"
         if pooling not in POOLINGS:
             raise BertkitError(f"pooling {pooling!r} is not one of {POOLINGS}")
         super().__init__(model, tokenizer, **kwargs)
         self.pooling = pooling
         self.normalize = self.default_normalize if normalize is None else bool(normalize)
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
+        saved = saved_pooling(Path(model_dir))
+        asked = kwargs.get("pooling")
+        if saved is not None and asked is None:
+            kwargs["pooling"] = saved
+        elif saved is not None and asked not in (saved, "none"):
+            logger.warning("%s pools by %r (1_Pooling); pooling=%r was asked for, so its vectors are not the "
+                           "model's sentence embeddings", model_dir, saved, asked)
+        return super().from_pretrained(model_dir, **kwargs)
 
     def forward(self, batch, rows) -> list[np.ndarray]:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])

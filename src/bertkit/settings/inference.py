@@ -239,8 +239,9 @@ class PredictFileSettings(Int8Settings):
     """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
     top_k: int = 1
     """fill-mask: tokens per [MASK]; question-answering: answers per question."""
-    pooling: Literal["mean", "cls"] = "mean"
-    """feature-extraction / sentence-embedding: how token states become one vector."""
+    pooling: Literal["auto", "mean", "cls"] = "auto"
+    """feature-extraction / sentence-embedding: how token states become one vector (auto: as a
+    sentence-transformers directory's 1_Pooling says, else mean)."""
     raw_scores: bool = False
     """rerank: write the cross-encoder's logit (l1 - l0 for two labels) instead of its sigmoid."""
     device: str = "cpu"
