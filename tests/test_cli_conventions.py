@@ -14,6 +14,7 @@ import pytest
 
 from bertkit import __version__
 from bertkit import settings as st
+from bertkit.settings.fields import on_command_line
 from bertkit.cli import COMMANDS, FAMILIES, build_parser, build_settings, main, normalize_argv, tokenizer_dir
 
 
@@ -59,7 +60,7 @@ def test_every_commands_help_renders():
 def test_every_settings_field_is_reachable_from_the_command_line(name, parser, cls):
     dests = {a.dest for a in parser._actions}
     for f in dataclasses.fields(cls):
-        if f.metadata.get("cli", True):
+        if on_command_line(cls, f):
             assert f.name in dests, f"{name}: settings field {f.name} has no flag"
 
 
@@ -273,7 +274,7 @@ HIDDEN_FIELDS = {
 
 @pytest.mark.parametrize("name,parser,cls", ALL, ids=[c[0] for c in ALL])
 def test_only_known_fields_are_hidden_from_the_command_line(name, parser, cls):
-    hidden = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("cli", True)}
+    hidden = {f.name for f in dataclasses.fields(cls) if not on_command_line(cls, f)}
     assert hidden <= set(HIDDEN_FIELDS), f"{name}: {sorted(hidden - set(HIDDEN_FIELDS))} have no flag"
 
 

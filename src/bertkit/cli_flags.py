@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
+from bertkit.settings.fields import on_command_line
 
 
 @functools.cache  # one parse per module: inspect.getsource(class) re-parses the whole module on every call
@@ -133,7 +134,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
 
     for f in sorted(dataclasses.fields(cls), key=order):
         meta = f.metadata
-        if not meta.get("cli", True):
+        if not on_command_line(cls, f):
             continue
         convert, choices, many = _converter(hints[f.name], meta.get("parse"))
         default = f.default if f.default is not dataclasses.MISSING else (
@@ -254,7 +255,7 @@ def build_settings(cls: type, args: argparse.Namespace) -> Any:
                                f"{_type_name(hints[name])}{grid}")
         values[name] = value
     values.update(given)
-    missing = [_flag_name(n) for n, f in fields.items() if n not in values and f.metadata.get("cli", True)
+    missing = [_flag_name(n) for n, f in fields.items() if n not in values and on_command_line(cls, f)
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise BertkitError(f"missing required setting(s) {', '.join(missing)} (on the command line or in --config)")

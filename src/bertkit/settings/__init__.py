@@ -19,8 +19,6 @@ from bertkit.settings.data import (
     TokenizerSettings,
 )
 from bertkit.settings.fields import (
-    CHECKPOINT_FIELDS,
-    HOW_TO_RUN,
     LR_SCHEDULES,
     MINIATURE_GRID,
     OPTIMIZERS,
@@ -30,6 +28,7 @@ from bertkit.settings.fields import (
     OverwriteSettings,
     ProgressSettings,
     SquadWindowSettings,
+    checkpoint_fields,
     coerce_paths,
     default_lr,
     flag,
@@ -68,8 +67,6 @@ from bertkit.settings.training import (
 )
 
 __all__ = [
-    "CHECKPOINT_FIELDS",
-    "HOW_TO_RUN",
     "ClassifySettings",
     "ConvertTfSettings",
     "CreateDataSettings",
@@ -107,6 +104,7 @@ __all__ = [
     "SwagSettings",
     "TokenizerSettings",
     "TrainingSettings",
+    "checkpoint_fields",
     "coerce_paths",
     "default_lr",
     "first",
