@@ -155,9 +155,6 @@ class TrainingArguments(TrainingSettings):
         self.device = "cpu" if self.use_cpu else "auto"  # CUDA when present (the one place the Trainer decides)
         self.progress = not self.disable_tqdm
         super().__post_init__()  # each field's type, then its check
-        if self.warmup_ratio is not None and self.warmup_steps:
-            raise BertkitError(f"warmup_ratio {self.warmup_ratio} and warmup_steps {self.warmup_steps} are both "
-                               "set; give one")
         self._check_best_model()
 
     def _check_best_model(self) -> None:
