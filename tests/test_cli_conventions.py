@@ -133,11 +133,11 @@ def test_a_list_learning_rate_is_refused_where_no_grid_runs(argv, rates, capsys)
 def test_settings_file_values_are_type_checked(tmp_path, capsys):
     cfg = tmp_path / "run.json"
     base = ["finetune", "ner", "--data-dir", "d", "--model", "m", "--out", "o", "--config", str(cfg)]
-    for values, message in (({"learning_rate": [1e-4, 2e-4]}, "learning_rate (0.0001, 0.0002): expected float | None "
+    for values, message in (({"learning_rate": [1e-4, 2e-4]}, "learning_rate (0.0001, 0.0002): expected a number or None "
                                                               "(a list runs a grid only in `finetune glue`)"),
                             ({"learning_rate": "1e-4,2e-4"}, "learning_rate: '1e-4,2e-4': this command trains once"),
-                            ({"batch_size": 16.5}, "batch_size 16.5: expected int"),
-                            ({"bf16": "yes"}, "bf16 'yes': expected bool"),
+                            ({"batch_size": 16.5}, "batch_size 16.5: expected an int"),
+                            ({"bf16": "yes"}, "bf16 'yes': expected a bool"),
                             ({"tag_scheme": "bio"}, "tag_scheme 'bio': expected one of 'iob1', 'iob2'"),
                             ({"num_train_epochs": "two"}, "num_train_epochs: could not convert string to float")):
         cfg.write_text(json.dumps(values))

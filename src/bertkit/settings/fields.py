@@ -194,8 +194,10 @@ def _accepts(kind: Any, value: Any) -> bool:
 def _describe(kind: Any) -> str:
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
         return " or ".join(_describe(k) for k in typing.get_args(kind))
+    if typing.get_origin(kind) is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(kind))
     return {type(None): "None", bool: "a bool", int: "an int", float: "a number", str: "a str",
-            Path: "a path"}.get(kind, str(kind))
+            Path: "a path"}.get(kind, str(kind).replace("pathlib.", ""))
 
 
 # -- the checks fields name (``flag(check=...)``): each refuses with the field's name, the value and the range ------

@@ -5,10 +5,12 @@ for transformers runs as it is. Any other transformers field is refused with its
 instead (``REFUSED``), unless it is given at transformers' own default (then it changes nothing); a name
 neither library knows is refused with the nearest known names. Nothing is silently ignored.
 
-bertkit adds two choices transformers lacks: ``warmup_ratio`` (transformers 4's name; v5 reads
-``warmup_steps`` < 1 as a ratio, which works here too) and ``train_sampling_strategy="group_by_length"``,
-bertkit's length-grouped order (batches of similar length, shuffled; less padding, so faster), not
-transformers' ``LengthGroupedSampler``.
+The fields the training loop reads are not declared here: ``TrainingArguments`` is ``TrainingSettings`` (each
+knob declared once, for the command line too) at transformers' defaults, plus the fields only the Trainer reads.
+bertkit adds choices transformers lacks: ``warmup_ratio`` (transformers 4's name; v5 reads ``warmup_steps`` < 1
+as a ratio, which works here too), ``optim="lamb"``, ``skip_nonfinite`` and
+``train_sampling_strategy="group_by_length"``, bertkit's length-grouped order (batches of similar length,
+shuffled; less padding, so faster), not transformers' ``LengthGroupedSampler``.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ REFUSED: dict[str, tuple[Any, str]] = {
     "auto_find_batch_size": (False, "choose per_device_train_batch_size yourself; " + _NO),
     "logging_first_step": (False, "use logging_steps=1 to log every step"),
     "log_on_each_node": (True, "only rank 0 logs in bertkit; drop this argument"),
-    "logging_nan_inf_filter": (True, "bertkit stops on a non-finite loss, naming the step (skip_nonfinite in "
-                                     "bertkit's own settings); drop this argument"),
+    "logging_nan_inf_filter": (True, "bertkit stops on a non-finite loss, naming the step; skip_nonfinite=N "
+                                     "skips up to N such steps instead"),
     "include_num_input_tokens_seen": ("no", "bertkit logs tokens_per_s in metrics.jsonl; drop this argument"),
     "log_level": ("passive", "set logging.getLogger('bertkit') yourself"),
     "log_level_replica": ("warning", _DIST),
