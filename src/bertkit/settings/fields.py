@@ -71,10 +71,9 @@ def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> 
 
 def checkpoint_fields(settings: Any) -> tuple[str, ...]:
     """The training fields a checkpoint's optimiser state and schedule depend on (declared ``checkpoint``): what the
-    loop checks on resume, beside what its caller adds (the model, data and step counts). Not every field but the
-    how-to-run ones, as the command line's output directory marker does: the loop also runs each (rate, seed) of a
-    GLUE grid in a directory of its own and the Python API's Trainer, whose output_dir, cadence and epoch settings
-    differ from run to run or are checked by the caller."""
+    loop checks on resume, beside what its caller adds (the model, data and step counts). Fewer than the output
+    directory's marker compares: the loop also runs each (rate, seed) of a GLUE grid in a directory of its own, and
+    the Trainer, whose output_dir, cadence and epochs differ from run to run or are checked by the caller."""
     return tuple(f.name for f in dataclasses.fields(settings) if f.metadata.get("checkpoint"))
 
 

@@ -308,7 +308,7 @@ class _Run:
         """The micro-batches of the current epoch from ``pos.batch`` on, until the phase's last step; then the
         epoch's end: at the data's end, when ``control`` stops the epoch or the run, and at the run's last step
         (transformers ends a cut-short epoch too), its evaluation (when not evaluating every ``eval_steps``) and
-        its checkpoint (``save_each_epoch``), as ``control`` then says."""
+        its checkpoint (save_strategy "epoch"), as ``control`` then says."""
         pos, control = self.pos, self.control
         if pos.batch < len(phase.plan):
             control.should_epoch_stop = False
