@@ -14,8 +14,8 @@ import pytest
 
 from bertkit import __version__
 from bertkit import settings as st
-from bertkit.settings.fields import on_command_line
 from bertkit.cli import COMMANDS, FAMILIES, build_parser, build_settings, main, normalize_argv, tokenizer_dir
+from bertkit.settings.fields import on_command_line
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

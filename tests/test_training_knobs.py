@@ -9,7 +9,6 @@ import dataclasses
 import typing
 
 import pytest
-import torch
 
 import bertkit
 from bertkit.cli import main

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.settings.fields import _accepts, _describe, on_command_line
+from bertkit.settings.fields import _accepts, _describe, _not_none, on_command_line
 
 
 @functools.cache  # one parse per module: inspect.getsource(class) re-parses the whole module on every call
@@ -140,13 +140,6 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         return  # the command has its own --config (convert-tf-checkpoint's bert_config.json)
     parser.add_argument("--config", dest="_config_file", type=Path, default=argparse.SUPPRESS, metavar="FILE",
                         help="a JSON (or YAML) file of these settings; flags on the command line win")
-
-
-def _not_none(tp: Any) -> Any:
-    """``X | None`` -> ``X``."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return next(a for a in typing.get_args(tp) if a is not type(None))
-    return tp
 
 
 def read_settings_file(path: Path) -> dict[str, Any]:

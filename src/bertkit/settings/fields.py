@@ -156,9 +156,9 @@ def check_fields(settings: Any) -> None:
 
 
 def _not_none(hint: Any) -> Any:
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args:
-        return next(a for a in args if a is not type(None))
+    """``X | None`` -> ``X``."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return next(a for a in typing.get_args(hint) if a is not type(None))
     return hint
 
 
