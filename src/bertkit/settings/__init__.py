@@ -2,8 +2,10 @@
 
 The command line (``bertkit.cli``) turns each field into one flag, its attribute docstring into the help, and
 its default into the shown default, so a default is written here and nowhere else. ``fields`` holds the one
-field helper (``flag``), the validators and the field groups several commands share; ``training``,
-``inference`` and ``data`` hold the commands' settings. Every public name is importable from here.
+field helper (``flag``: flag spellings, the field's check, the commands it is a flag of and, for a training knob,
+transformers' default), the checks and the field groups several commands share; ``training``, ``inference`` and
+``data`` hold the commands' settings. ``training.TrainingSettings`` declares every knob of the training loop once:
+``bertkit.TrainingArguments`` is derived from it. Every public name is importable from here.
 
 Why not jsonargparse, tyro or simple-parsing: they do this well, but the core depends on torch, numpy,
 safetensors and tqdm only, and the generator bertkit needs (dataclass field -> argparse flag) is one
