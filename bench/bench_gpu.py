@@ -60,7 +60,8 @@ def spread(times: dict[str, list[float]]) -> float:
     return round(max((max(v) - min(v)) / statistics.median(v) for v in times.values()), 3)
 
 
-def inference(checkpoint: str, workloads: dict[str, list[dict]], repeats: int, meta: dict) -> None:
+def inference(checkpoint: str, workloads: dict[str, list[dict]], repeats: int, meta: dict,
+              precisions: tuple[str, ...] = PRECISIONS) -> None:
     cuda = torch.device("cuda")
     theirs = transformers.BertModel.from_pretrained(checkpoint).to(cuda).eval()
     ours = BertModel.from_pretrained(checkpoint).to(cuda).eval()
@@ -70,7 +71,7 @@ def inference(checkpoint: str, workloads: dict[str, list[dict]], repeats: int, m
         batches = [{k: v.to(cuda) for k, v in b.items()} for b in batches]
         seqs = sum(b["input_ids"].shape[0] for b in batches)
         real = sum(int(b["attention_mask"].sum()) for b in batches)
-        for prec in PRECISIONS:
+        for prec in precisions:
             times: dict[str, list[float]] = {k: [] for k in fns}
             with torch.inference_mode():
                 for fn in fns.values():
@@ -142,6 +143,8 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--train-batches", type=int, default=20)
+    p.add_argument("--precisions", default=",".join(PRECISIONS), help="of fp32, tf32, bf16 (inference)")
+    p.add_argument("--inference-only", action="store_true")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_gpu needs a CUDA device (torch.cuda.is_available() is False)")
@@ -154,7 +157,9 @@ def main() -> None:
         torch.manual_seed(0)
         transformers.BertForSequenceClassification(
             transformers.BertConfig(vocab_size=len(tok), num_labels=2)).save_pretrained(tmp)  # BERT-BASE's shape
-        inference(tmp, workloads, args.repeats, meta)
+        inference(tmp, workloads, args.repeats, meta, tuple(args.precisions.split(",")))
+        if args.inference_only:
+            return
         training(tmp, "train", sst2_train_batches(tok, args.data, args.train_batches), args.repeats, meta)
         windows = workloads["windows"][:args.train_batches // 2]
         training(tmp, "train_windows", [{**b, "labels": torch.arange(len(b["input_ids"])) % 2} for b in windows],

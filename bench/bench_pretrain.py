@@ -10,6 +10,15 @@ same run, and the achieved useful FLOP/s is given as a share of it.
 
     python bench/bench_pretrain.py --shape base --batch-size 32 --steps 5
     python bench/bench_pretrain.py --shape mini --batch-size 64 --steps 20
+    python bench/bench_pretrain.py --device cuda --shape base --batch-size 256 --bf16 --compile --steps 10
+
+On a GPU (``--device cuda``) each step is what both training loops run: forward under autocast, backward, the
+gradient norm clipped at 1.0 (both libraries' default), fused AdamW. ``--compile`` adds each library compiled
+(bertkit: ``compile_layers``, what ``--compile`` runs; transformers: ``torch.compile`` of the whole model), and
+``--rounds`` interleaves the variants. Beside the useful FLOPs it reports model FLOPs utilisation (MFU): 6 x
+parameters x positions (every position of the batch, B x T) plus attention (12 x L x H x T^2 per sequence:
+QK^T and AV, forward and backward), over the GPU's dense bf16 peak (``--peak-tflops``; H100 and H200 SXM:
+989.4).
 
 Prints one JSON line.
 """
@@ -59,21 +68,49 @@ def useful_flops(cfg: BertConfig, batch: dict) -> float:
     return 3 * (linear + attention + heads)
 
 
-def time_steps(model, batches, steps, warmup, bf16):
+def model_flops(model: torch.nn.Module, cfg: BertConfig, batch: dict) -> float:
+    """MFU's numerator for one step: 6 x parameters x positions plus attention over every position."""
+    B, T = batch["input_ids"].shape
+    params = sum(p.numel() for p in model.parameters())
+    return 6 * params * B * T + 12 * cfg.num_hidden_layers * cfg.hidden_size * T * T * B
+
+
+def make_step(model, device: str, bf16: bool):
+    """One optimiser step as both training loops run it: autocast forward, backward, clip at 1.0, AdamW."""
     opt = build_optimizer(model, "adamw", 1e-4, 0.01)
     model.train()
-    times = []
-    for i in range(warmup + steps):
-        batch = batches[i % len(batches)]
-        t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+
+    def step(batch):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             loss = model(**batch).loss
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return step
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_steps(steps_by_name: dict, batches, steps: int, warmup: int, rounds: int, device: str) -> dict[str, float]:
+    """Median seconds per step of each variant: ``warmup`` steps each, then ``rounds`` interleaved rounds of
+    ``steps`` steps (timed as a whole: on a GPU the CPU queues kernels ahead, as in a real run)."""
+    times: dict[str, list[float]] = {k: [] for k in steps_by_name}
+    for step in steps_by_name.values():
+        for i in range(warmup):
+            step(batches[i % len(batches)])
+    for _ in range(rounds):
+        for name, step in steps_by_name.items():
+            sync(device)
+            t0 = time.perf_counter()
+            for i in range(steps):
+                step(batches[i % len(batches)])
+            sync(device)
+            times[name].append((time.perf_counter() - t0) / steps)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def profile_step(model, batch, bf16, top: int = 12) -> dict[str, float]:
@@ -101,6 +138,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--bf16", action="store_true")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--compile", action="store_true", help="also time both libraries compiled")
+    p.add_argument("--rounds", type=int, default=1, help="interleaved rounds of --steps steps per variant")
+    p.add_argument("--peak-tflops", type=float, default=989.4,
+                   help="the GPU's dense bf16 peak for MFU (H100/H200 SXM: 989.4)")
     p.add_argument("--profile", action="store_true",
                    help="also profile one step of each (torch.profiler) and print the top operators to stderr")
     args = p.parse_args()
@@ -123,25 +165,43 @@ def main() -> None:
         ours.save_pretrained(Path(tmp) / "init")
         theirs = transformers.BertForPreTraining.from_pretrained(Path(tmp) / "init")
 
+    device = args.device
+    batches = [{k: v.to(device) for k, v in b.items()} for b in batches if len(b["input_ids"]) == args.batch_size]
     flops = statistics.fmean(useful_flops(cfg, b) for b in batches)
     real = sum(int(b["attention_mask"].sum()) for b in batches) / sum(b["attention_mask"].numel() for b in batches)
-    t_hf = time_steps(theirs, batches, args.steps, args.warmup, args.bf16)
-    t_bk = time_steps(ours, batches, args.steps, args.warmup, args.bf16)
-    peak = gemm_peak()
+    ours.to(device)
+    theirs.to(device)
+    variants = {"transformers": make_step(theirs, device, args.bf16), "bertkit": make_step(ours, device, args.bf16)}
+    if args.compile:
+        variants["transformers_compiled"] = make_step(torch.compile(theirs), device, args.bf16)
+        compiled = BertForPreTraining(cfg).to(device)
+        compiled.load_state_dict(ours.state_dict())
+        compiled.bert.compile_layers()
+        variants["bertkit_compiled"] = make_step(compiled, device, args.bf16)
+    t = time_steps(variants, batches, args.steps, args.warmup, args.rounds, device)
+    gpu = device == "cuda"
+    peak = args.peak_tflops * 1e12 if gpu else gemm_peak()
+    mflops = model_flops(ours, cfg, batches[0])
     profiles = {}
-    if args.profile:
+    if args.profile and not gpu:
         for name, model in (("bertkit", ours), ("transformers", theirs)):
             profiles[name] = profile_step(model, batches[0], args.bf16)
     print(json.dumps({
-        "bench": "pretrain_step", "shape": args.shape, "batch_size": args.batch_size,
+        "bench": "pretrain_step", "device": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
+        "transformers": transformers.__version__, "shape": args.shape, "batch_size": args.batch_size,
         "max_seq_length": args.max_seq_length, "bf16": args.bf16, "threads": torch.get_num_threads(),
         "padding_fraction": round(1 - real, 4),
-        "bertkit_seq_per_s": round(args.batch_size / t_bk, 2), "transformers_seq_per_s": round(args.batch_size / t_hf, 2),
-        "speedup": round(t_hf / t_bk, 3),
+        **{f"{k}_seq_per_s": round(args.batch_size / v, 2) for k, v in t.items()},
+        "speedup": round(t["transformers"] / t["bertkit"], 3),
+        **({"speedup_compiled": round(t["transformers_compiled"] / t["bertkit_compiled"], 3),
+            "speedup_compiled_vs_transformers": round(t["transformers"] / t["bertkit_compiled"], 3)}
+           if args.compile else {}),
         "useful_gflop_per_step": round(flops / 1e9, 1),
-        "bertkit_useful_gflops": round(flops / t_bk / 1e9, 1), "transformers_useful_gflops": round(flops / t_hf / 1e9, 1),
-        "fp32_gemm_peak_gflops": round(peak / 1e9, 1),
-        "bertkit_share_of_peak": round(flops / t_bk / peak, 3), "transformers_share_of_peak": round(flops / t_hf / peak, 3),
+        **{f"{k}_useful_gflops": round(flops / v / 1e9, 1) for k, v in t.items()},
+        ("peak_tflops" if gpu else "fp32_gemm_peak_gflops"): round(peak / (1e12 if gpu else 1e9), 1),
+        **{f"{k}_share_of_peak": round(flops / v / peak, 3) for k, v in t.items()},
+        **({"model_gflop_per_step": round(mflops / 1e9, 1), **{f"{k}_mfu": round(mflops / v / peak, 3)
+                                                               for k, v in t.items()}} if gpu else {}),
         **({"profile_top_ops_ms": profiles} if profiles else {}),
     }))
 

@@ -181,9 +181,12 @@ def test_int8_on_the_gpu_is_refused_with_the_fix(tiny_checkpoint, minilm_tokeniz
 
 def test_auto_layout_on_the_gpu(tiny_model):
     """``layout="auto"`` on the GPU drops padding in exact fp32 from ``GPU_UNPAD_MIN_LENGTH`` positions up, in
-    training and inference, and keeps the rectangle for shorter batches, in TF32, under autocast and with half
-    weights (``padding.gpu_keeps_rectangle`` says why); the states agree either way."""
-    from bertkit.padding import GPU_UNPAD_MIN_LENGTH
+    training and inference, and keeps the rectangle for shorter batches, in TF32, and when training under autocast
+    (``padding.gpu_keeps_rectangle`` says why); in half precision without attention dropout (inference, half
+    weights) it drops padding for the variable-length kernel where there is one. The states agree either way."""
+    from bertkit.padding import GPU_UNPAD_MIN_LENGTH, varlen_attention
+
+    varlen = varlen_attention(CUDA, torch.bfloat16)
 
     model = tiny_model(max_position_embeddings=GPU_UNPAD_MIN_LENGTH).to(CUDA).eval()
     long = torch.randint(1, 99, (3, GPU_UNPAD_MIN_LENGTH), device=CUDA)
@@ -200,12 +203,60 @@ def test_auto_layout_on_the_gpu(tiny_model):
         assert model(input_ids=long, attention_mask=mask).token_layout.is_padded
         torch.backends.cuda.matmul.allow_tf32 = False
         with torch.autocast("cuda", dtype=torch.bfloat16):
+            assert model(input_ids=long, attention_mask=mask).token_layout.is_padded is not varlen
+            model.train()  # attention dropout: the rectangle
             rect = model(input_ids=long, attention_mask=mask)
             assert rect.token_layout.is_padded
             assert (rect.last_hidden_state[1, 70:] == 0).all() and (rect.tokens[1, 70:] != 0).any()
             assert not model(input_ids=long, attention_mask=mask, layout="unpadded").token_layout.is_padded
+            model.eval()
         half = model.half()(input_ids=long, attention_mask=mask)
-        assert half.token_layout.is_padded
+        assert half.token_layout.is_padded is not varlen
         real = mask.bool()
         torch.testing.assert_close(half.last_hidden_state[real].float(), exact.last_hidden_state[real],
                                    atol=2e-2, rtol=0)
+
+
+def _syncs(fn) -> int:
+    """How many times ``fn`` makes the host wait for the GPU (torch's synchronisation debug mode)."""
+    import warnings
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def test_half_precision_inference_drops_padding_with_the_varlen_kernel(tiny_model):
+    """In bf16 without attention dropout (inference), padding is dropped and attention is PyTorch's variable-length
+    kernel: the states at real tokens equal the rectangle's within bf16 rounding, and the forward waits on the GPU
+    fewer times than the plan of length groups does. Training with attention dropout keeps the rectangle."""
+    from bertkit.padding import varlen_attention
+
+    if not varlen_attention(CUDA, torch.bfloat16):
+        pytest.skip("no variable-length attention here (PyTorch < 2.10 or a GPU before compute capability 8.0)")
+    model = tiny_model(max_position_embeddings=128).to(CUDA).eval()
+    ids = torch.randint(1, 99, (4, 96), device=CUDA)
+    mask = torch.ones_like(ids)
+    for row, n in enumerate((96, 70, 9, 41)):
+        mask[row, n:] = 0
+    real = mask.bool()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        varlen = model(input_ids=ids, attention_mask=mask)
+        rect = model(input_ids=ids, attention_mask=mask, layout="padded")
+        assert varlen.token_layout.cu_seqlens is not None and rect.token_layout.is_padded
+        torch.testing.assert_close(varlen.last_hidden_state[real].float(), rect.last_hidden_state[real].float(),
+                                   atol=3e-2, rtol=0)
+        assert (varlen.last_hidden_state[~real] == 0).all()
+        torch.testing.assert_close(varlen.pooler_output.float(), rect.pooler_output.float(), atol=3e-2, rtol=0)
+        n_varlen = _syncs(lambda: model(input_ids=ids, attention_mask=mask))
+    with torch.no_grad():
+        n_groups = _syncs(lambda: model(input_ids=ids, attention_mask=mask, layout="unpadded"))  # fp32: groups
+    assert n_varlen < n_groups, (n_varlen, n_groups)
+    model.train()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        assert model(input_ids=ids, attention_mask=mask).token_layout.cu_seqlens is None

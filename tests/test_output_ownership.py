@@ -464,3 +464,30 @@ def test_a_command_started_while_another_runs_is_refused_however_late_it_would_c
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+# 7. One claim of a directory per process; a record proves a file by its bytes only -----------------------------------
+
+
+def test_a_directory_this_process_has_claimed_is_not_claimed_again(tmp_path):
+    """Two claims of one directory in one process would share its journal: the second's start empties it, and the
+    first run's files would no longer be provably its own. The lock is this process's, so the refusal is the claim's."""
+    with output_dir(tmp_path, "pretrain") as claim:
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
+        with pytest.raises(BertkitError, match="output directory of this process's `bertkit pretrain` run already"):
+            claim_output_dir(tmp_path, "Trainer", resume=True)
+        assert (tmp_path / LOCK).read_text().endswith("(bertkit pretrain)")  # the first claim's lock is kept
+    assert sorted(json.loads((tmp_path / MARKER).read_text())["files"]) == ["metrics.jsonl"]
+
+
+def test_a_received_marker_naming_a_files_inode_and_size_proves_nothing(tmp_path):
+    """Only a sha256 of the bytes proves a recorded file: a marker copying a user's file's identity (device, inode,
+    size, mtime) with another sha256 is not taken for this process's record of its own writes."""
+    (tmp_path / "notes.txt").write_text("mine")
+    st = os.lstat(tmp_path / "notes.txt")
+    forged = {"size": st.st_size, "sha256": "0" * 64, "id": [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]}
+    (tmp_path / MARKER).write_text(json.dumps({"command": "pretrain", "finished": True, "cwd": str(tmp_path),
+                                               "files": {"notes.txt": forged}}))
+    with pytest.raises(BertkitError, match=r"1 of them written by that run but changed since"):
+        claim_output_dir(tmp_path, "pretrain", overwrite=True)
+    assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -364,14 +364,14 @@ def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp
     clf = bertkit.pipeline("text-classification", d)
     pair = clf({"text": "A man is eating.", "text_pair": "Someone eats."})
     assert pair != clf("A man is eating.")  # the pair key is read
-    with pytest.raises(BertkitError, match=r"'text_pairr'.*'text', 'text_pair'"):
+    with pytest.raises(BertkitError, match=r"unknown field\(s\) text_pairr; .* holds text, text_pair"):
         clf({"text": "A man is eating.", "text_pairr": "Someone eats."})
     embed = bertkit.pipeline("sentence-embedding", minilm_dir)
-    with pytest.raises(BertkitError, match=r"input 1 has key\(s\) 'pair'"):
+    with pytest.raises(BertkitError, match=r"input 1 has unknown field\(s\) pair;"):
         embed(["fine", {"text": "a", "pair": "b"}])
     qa_dir, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
-    with pytest.raises(BertkitError, match=r"'top_k'.*'question', 'context'"):
+    with pytest.raises(BertkitError, match=r"unknown field\(s\) top_k; .* holds question, context"):
         bertkit.pipeline("question-answering", qa_dir)({"question": "Who?", "context": "Ann came.", "top_k": 3})
     mc_dir, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMultipleChoice")
-    with pytest.raises(BertkitError, match=r"'label'"):
+    with pytest.raises(BertkitError, match=r"unknown field\(s\) label;"):
         bertkit.pipeline("multiple-choice", mc_dir)({"context": "c", "choices": ["a", "b"], "label": 0})

@@ -139,10 +139,9 @@ def _trainer(checkpoint: Path, out: Path, train=TRAIN, eval_rows=TEST, collator=
 
 
 def _as_a_new_process(monkeypatch) -> None:
-    """Forget what this process wrote: the next run proves ownership as a new process would, from the records the
-    output directory holds."""
+    """Forget what this process wrote (its files and scratch directories): the next run proves ownership as a new
+    process would, from the records the output directory holds."""
     monkeypatch.setattr(outputs, "_WRITTEN", {})
-    monkeypatch.setattr(outputs, "_SCRATCH", set())
 
 
 def test_load_best_model_at_end_without_eval_labels_is_refused_before_training(checkpoint, tmp_path):

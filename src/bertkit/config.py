@@ -207,13 +207,7 @@ class BertConfig:
         # Keys of a config.json that bertkit does not use are kept (in ``extra``); a keyword argument that is
         # not a field is a mistake (a typo, or a transformers loading option such as device_map) and would
         # otherwise end up in config.json on the next save.
-        if overrides.get("label2id") is not None and overrides.get("id2label") is None:
-            label2id = overrides.pop("label2id")
-            if not isinstance(label2id, dict):
-                raise BertkitError(f"label2id must be a mapping like {{\"NEGATIVE\": 0}}, got {label2id!r}")
-            overrides["id2label"] = {v: k for k, v in label2id.items()}
-        overrides.pop("label2id", None)
-        unknown = sorted(set(overrides) - known - {"num_labels"})
+        unknown = sorted(set(overrides) - known - {"num_labels", "label2id"})
         if unknown:
             raise BertkitError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
                                f"not a BertConfig field (fields: {', '.join(sorted(known))}, or num_labels)")
@@ -222,14 +216,12 @@ class BertConfig:
         # Derived or re-written on save: label2id (from id2label), model_type, architectures (the saving class).
         derived = ("label2id", "num_labels", "model_type", "architectures")
         extra = {k: v for k, v in merged.items() if k not in known and k not in derived}
-        num_labels = merged.get("num_labels")
-        if num_labels is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1):
-            raise BertkitError(f"num_labels must be a positive int (the classifier's outputs), got {num_labels!r}")
-        if num_labels is not None and "id2label" not in overrides:
-            current = kwargs.get("id2label")
-            if current is None or len(current) != int(num_labels):
-                kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(int(num_labels))}
-        return cls(**kwargs, extra=extra)
+        if "id2label" not in overrides and overrides.get("label2id") is not None:  # the labels named now
+            kwargs.pop("id2label", None)
+            kwargs["label2id"] = overrides["label2id"]
+        elif "id2label" not in overrides:  # a label count (config.json's or the caller's) renames the labels
+            kwargs["num_labels"] = merged.get("num_labels")
+        return cls(**kwargs, extra=extra)  # the constructor takes transformers' num_labels and label2id
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.extra)

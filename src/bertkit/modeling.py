@@ -17,10 +17,11 @@ Where this differs from the paper's text (not from its released code, which it f
   PyTorch's ``scaled_dot_product_attention``. Both live in ``padding.py`` (``TokenLayout``), apart
   from this forward pass. ``layout="padded"`` computes on the padded rectangle as transformers
   does; at real positions both agree within float rounding. On a GPU the default computes the rectangle
-  except where dropping padding is faster there (``padding.gpu_keeps_rectangle``). Where
-  ``key_multiple`` / ``token_multiple`` are set (``prepare_model`` does, for CPU inference), attention's keys
-  and the layers' rows are rounded up with masked zeros and rows in no sequence (``TokenLayout.pack`` /
-  ``unpack``); no output holds them.
+  except where dropping padding is faster there: in half-precision inference, with PyTorch's variable-length
+  attention kernel (``padding.varlen_attention``), and in exact fp32 on long batches
+  (``padding.gpu_keeps_rectangle``). Where ``key_multiple`` / ``token_multiple`` are set (``prepare_model``
+  does, for CPU inference), attention's keys and the layers' rows are rounded up with masked zeros and rows in
+  no sequence (``TokenLayout.pack`` / ``unpack``); no output holds them.
 - ``output_attentions=True`` computes attention explicitly (``attention_probs``) on the padded rectangle so
   the probabilities can be returned, as transformers' "eager" attention does; without it the fused SDPA
   kernel runs and the probabilities are never materialised.
@@ -118,17 +119,25 @@ class BertSelfAttention(nn.Module):
         return self_attention(self.project(x), layout, self.num_heads, p), None  # like x
 
 
-class BertSelfOutput(nn.Module):
-    """The attention block's output projection, dropout and residual post-LayerNorm: LN(x + dropout(W a))."""
+class BertOutput(nn.Module):
+    """A block's output: projection back to H, dropout and residual post-LayerNorm, LN(x + dropout(W h)). This one
+    ends the feed-forward block, (..., I) -> (..., H); ``BertSelfOutput`` ends the attention block."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, in_features: int | None = None):
         super().__init__()
-        self.dense = new_linear(config.hidden_size, config.hidden_size)
+        self.dense = new_linear(config.intermediate_size if in_features is None else in_features, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)  # noqa: N815 - transformers' name
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, a: Tensor, x: Tensor) -> Tensor:
-        return self.LayerNorm(x + self.dropout(self.dense(a)))
+    def forward(self, h: Tensor, x: Tensor) -> Tensor:
+        return self.LayerNorm(x + self.dropout(self.dense(h)))  # (..., H)
+
+
+class BertSelfOutput(BertOutput):
+    """The attention block's output (transformers' ``attention.output``): W is (H, H)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config, config.hidden_size)
 
 
 class BertAttention(nn.Module):
@@ -154,19 +163,6 @@ class BertIntermediate(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.intermediate_act_fn(self.dense(x))  # (..., I)
-
-
-class BertOutput(nn.Module):
-    """The feed-forward block's second half with dropout and residual post-LayerNorm: LN(x + dropout(W2 h))."""
-
-    def __init__(self, config: BertConfig):
-        super().__init__()
-        self.dense = new_linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)  # noqa: N815 - transformers' name
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, h: Tensor, x: Tensor) -> Tensor:
-        return self.LayerNorm(x + self.dropout(self.dense(h)))  # (..., H)
 
 
 class BertLayer(nn.Module):
@@ -343,8 +339,8 @@ class BertModel(PretrainedMixin, nn.Module):
         ``layout="auto"`` drops padding before the first layer whenever the batch has any (right-padded
         rows), computing every per-token layer on real tokens only; outputs at real positions equal the
         padded computation's within float rounding, and are zero at padding. On a GPU it does so only where
-        that is faster there (exact fp32, batches of ``GPU_UNPAD_MIN_LENGTH`` positions or more), computing the
-        rectangle otherwise, with the same zeros at padding in what it returns. ``"padded"`` computes on the rectangle as
+        that is faster there (half-precision inference; exact fp32 on batches of ``GPU_UNPAD_MIN_LENGTH``
+        positions or more), computing the rectangle otherwise, with the same zeros at padding in what it returns. ``"padded"`` computes on the rectangle as
         transformers does.
 
         As in transformers: ``inputs_embeds`` (B, T, H) instead of ``input_ids`` replaces the word-embedding
@@ -361,8 +357,9 @@ class BertModel(PretrainedMixin, nn.Module):
         if token_type_ids is None:
             token_type_ids = (torch.zeros_like(input_ids) if input_ids is not None  # zeros_like: traces dynamically
                               else torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device))
+        attention_dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
         lay = token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype,
-                           self.key_multiple, self.token_multiple)
+                           self.key_multiple, self.token_multiple, attention_dropout)
 
         x = self._embed(lay, B, T, input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H) or (N, H)
         states = [x] if output_hidden_states else None
@@ -421,14 +418,18 @@ class BertModel(PretrainedMixin, nn.Module):
 
         Layers, not the whole model: dropping padding gives data-dependent shapes (the token count N changes
         every batch), so each layer is compiled with ``dynamic=True`` and the layout bookkeeping stays eager.
-        Weights and state_dict names are unchanged. Attention is left eager (see ``self_attention``).
+        Weights and state_dict names are unchanged. The unpadded layout's attention is left eager (see
+        ``self_attention``).
         Off by default: on the CPU this project measures on it was not a win once padding is gone (figures
         and commands in BENCHMARKS.md, section torch.compile), and the first batch pays the compilation.
         Compiling the padded model whole was slower than eager on ragged text (it computes the padding), so
         bertkit does not offer it.
         """
-        require_compiler(self.position_ids.device.type)
-        kwargs = {"dynamic": True, **compile_kwargs}
+        device = self.position_ids.device.type
+        require_compiler(device)
+        # On the CPU the unpadded token count changes every batch: dynamic from the start. On a GPU the rectangle
+        # is kept (gpu_keeps_rectangle) and shapes repeat: static kernels, made dynamic if a shape changes.
+        kwargs = {"dynamic": True if device == "cpu" else None, **compile_kwargs}
         for layer in self.encoder.layer:
             layer.compile(**kwargs)
         return self

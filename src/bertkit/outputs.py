@@ -1,22 +1,22 @@
 """Output directories and files that never cost a user their earlier work.
 
-bertkit deletes or replaces only a file it can prove it wrote: a regular file inside its own directory, reached
-without a symlink, recorded when written with its size and sha256; never a command's own inputs.
+bertkit deletes or replaces only a file it can prove it wrote: a regular file reached without a symlink and
+recorded when written (its size and sha256), or a file inside a directory it made for one write; never a
+command's own inputs. One question, ``_proves``, answers that for every removal and replacement.
 
 - **Atomic writes** (``atomic_target``): a temporary file beside the target, fsynced, checked if asked, renamed
   over it. A kill leaves the old file or the new one; a symlink at the name is replaced, never followed.
-- **The record** (``register``, done by the atomic writers; ``torch.save`` and tensorboard callers call it):
-  each file in this process by path, and as a line of the journal (``.bertkit-files.jsonl``) of each claimed
-  directory holding it, appended as it is written, so a SIGKILLed run's files are recorded too. A file bertkit
+- **The record** (``register``; the atomic writers call it, ``torch.save`` and tensorboard callers call it
+  themselves): the process keeps its own, and each claimed directory a journal (``.bertkit-files.jsonl``) that
+  a line is appended to as a file is written, so a SIGKILLed run's files are recorded too. A file bertkit
   appends to (``metrics.jsonl``) is recorded once, ``appends``: it stays bertkit's while the recorded bytes are
-  its start. A directory made for one write a kill may cut short (a checkpoint's) is scratch: all in it is
-  bertkit's. ``owns`` is the one test before anything is removed or replaced.
-- **The run marker** (``.bertkit-run.json``): command, settings, starting directory, and ``files``, the record
-  (the journal is folded in at the end). A non-empty directory without a marker, or another run's, is refused.
+  its start. A directory made for one write a kill may cut short (a checkpoint's) is recorded once, scratch.
+- **The run marker** (``.bertkit-run.json``): command, settings, starting directory and ``files``, the journal
+  folded in when the run ends. A non-empty directory without a marker, or another run's, is refused.
   ``--overwrite`` is all or nothing: every file there is checked first, and the recorded ones still as written
   are removed only if nothing else is there; otherwise nothing is removed and the refusal names what stays.
 - **The lock** (``flock`` on ``.bertkit-lock``, taken before anything is checked or removed): a claim of the
-  directory, or of one inside or around it, and a single-file command writing into it, is refused naming the
+  directory, of one inside or around it, and a single-file command writing into it are refused naming the
   holder. A command holds it until its process exits; the kernel drops it then, so a crash leaves no stale lock.
 """
 
@@ -43,31 +43,25 @@ _LOCK_LINE = re.compile(r"pid \d+ \(bertkit [^\n]*\)")
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once: files bertkit creates get the permissions a plain open() would have given
 
-_WRITTEN: dict[str, tuple[tuple[int, ...], dict]] = {}  # real path -> (dev, inode, size, mtime) and its entry
+_ROOT = Path("/")
+_WRITTEN: dict[str, dict] = {}  # real path below / -> its entry (with "id": dev, inode, size, mtime), or scratch
 _HASHES: dict[tuple[int, ...], str] = {}  # identity -> sha256: a rename keeps it, so a file is hashed once
-_SCRATCH: set[str] = set()  # real paths of directories this process made for one write
 _ACTIVE: list[OutputDir] = []  # the directories this process has claimed and not released
 _JOINED: list[tuple[Path, Path]] = []  # (directory, journal) of a parent process's claims, in its workers
-_HELD: dict[str, IO] = {}  # real directory -> a lock this process holds with no claim (before it, or after a command's)
+_LOCKS: dict[str, IO] = {}  # real directory -> the lock this process holds on it
 _EARLY: dict[str, bool] = {}  # real directory -> whether lock_output_dir made it, until a claim takes the lock over
 
 
-# -------------------------------------------------------------------------------------------------
-# Atomic files
-# -------------------------------------------------------------------------------------------------
+# -- Atomic files ---------------------------------------------------------------------------------------------------
 
 
 def fsync_dir(directory: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # some filesystems do not open or sync directories; a rename stays atomic
         fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # some filesystems do not open directories; the rename is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @contextlib.contextmanager
@@ -77,11 +71,15 @@ def atomic_target(path: str | os.PathLike, verify: Any = None, *, appends: bool 
     over ``path``, the directory fsynced, and the file ``register``-ed (``appends``: to be appended to).
 
     On any error (a refused check included) the temporary file is removed and ``path`` is untouched. A full
-    disk becomes a ``BertkitError`` naming the file.
+    disk becomes a ``BertkitError`` naming the file. Inside a claimed directory, a file there is replaced only
+    if bertkit ``owns`` it: one a user saved meanwhile, or changed since, is refused by name.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _refuse_replacing(path)
+    mine = path.name in (MARKER, *_RESERVED) or not os.path.lexists(path) or owns(path)
+    if not mine and any(_within(_real(path), c.real) for c in _ACTIVE):  # outside a claim the caller decides
+        raise BertkitError(f"{path} is not a file this run wrote (saved there meanwhile, or changed since it was "
+                           "written); bertkit does not replace it: move it away and run again")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
@@ -128,19 +126,7 @@ def atomic_write_json(path: str | os.PathLike, data: Any, indent: int = 2) -> Pa
     return atomic_write_text(path, json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n")
 
 
-def _refuse_replacing(path: Path) -> None:
-    """Inside a claimed directory, a file is replaced only if bertkit ``owns`` it; a file a user saved there
-    meanwhile, or changed since, is refused by name. Outside any claim (the Python API) the caller decides."""
-    if path.name in (MARKER, *_RESERVED) or not os.path.lexists(path) or owns(path):
-        return
-    if any(_within(_real(path), c.real) for c in _ACTIVE):
-        raise BertkitError(f"{path} is not a file this run wrote (saved there meanwhile, or changed since it was "
-                           "written); bertkit does not replace it: move it away and run again")
-
-
-# -------------------------------------------------------------------------------------------------
-# The record of what bertkit wrote
-# -------------------------------------------------------------------------------------------------
+# -- The record of what bertkit wrote, and the one proof --------------------------------------------------------------
 
 
 def sha256_of(path: str | os.PathLike, size: int | None = None) -> str:
@@ -159,8 +145,16 @@ def _real(path: str | os.PathLike) -> Path:
     return Path(os.path.realpath(path.parent)) / path.name
 
 
+def _regular(path: Path) -> os.stat_result | None:
+    """``path``'s own status if it is a regular file (not a symlink), else None."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        st = os.lstat(path)
+        return st if stat.S_ISREG(st.st_mode) else None
+    return None
+
+
 def _identity(st: os.stat_result) -> tuple[int, ...]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns  # a tuple: no JSON record (a marker's) ever equals it
 
 
 def _within(path: Path, directory: Path) -> str | None:
@@ -172,8 +166,26 @@ def _within(path: Path, directory: Path) -> str | None:
     return rel.as_posix() if rel.parts else None
 
 
-def _journals() -> list[tuple[Path, Path]]:
-    return [(c.real, c.real / JOURNAL) for c in _ACTIVE] + _JOINED
+def _records() -> Iterator[tuple[Path, Path]]:
+    """(directory, journal) of each claim whose journal a write in this process goes to."""
+    yield from ((c.real, c.real / JOURNAL) for c in _ACTIVE)
+    yield from _JOINED
+
+
+def _record(real: Path, entry: dict) -> None:
+    """``entry`` for the file or directory ``real``, in this process's record and each claim's journal."""
+    _WRITTEN[_within(real, _ROOT)] = entry
+    entry = {k: v for k, v in entry.items() if k != "id"}
+    for directory, journal in _records():
+        rel = _within(real, directory)
+        if rel is not None and rel != MARKER and Path(rel).name not in _RESERVED:
+            line = (json.dumps({"path": rel, **entry}, ensure_ascii=False) + "\n").encode("utf-8")
+            fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o666 & ~_UMASK)
+            try:
+                os.write(fd, line)  # one write of one line with O_APPEND: workers' lines never interleave
+            finally:
+                os.close(fd)
 
 
 def register(path: str | os.PathLike, sha256: str | None = None, *, appends: bool = False) -> None:
@@ -181,32 +193,19 @@ def register(path: str | os.PathLike, sha256: str | None = None, *, appends: boo
     appends to it from now on, and whatever follows the bytes recorded now is its too). Call it after a write
     that does not go through ``atomic_target`` (``torch.save``, a library's own writer)."""
     real = _real(path)
-    try:
-        st = os.lstat(real)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(st.st_mode):
+    if (st := _regular(real)) is None:
         return
     ident = _identity(st)
-    if sha256 is not None or appends:
-        _HASHES[ident] = sha256 or sha256_of(real)
-    entry = {"size": st.st_size, "sha256": _HASHES.get(ident), **({"appends": True} if appends else {})}
-    _WRITTEN[str(real)] = (ident, entry)
-    for directory, journal in _journals():
-        rel = _within(real, directory)
-        if rel is not None and rel != MARKER and Path(rel).name not in _RESERVED:
-            entry["sha256"] = _HASHES.setdefault(ident, entry["sha256"] or sha256_of(real))
-            _append_line(journal, {"path": rel, **entry})
+    if sha256 or appends or any(_within(real, d) for d, _ in _records()):  # outside a claim: hashed if need be
+        _HASHES[ident] = sha256 or _HASHES.get(ident) or sha256_of(real)
+    _record(real, {"size": st.st_size, "sha256": _HASHES.get(ident), **({"appends": True} if appends else {}),
+                   "id": ident})
 
 
 def register_scratch(directory: str | os.PathLike) -> None:
     """Record ``directory``, just made (``mkdir`` refuses an existing one) for one write a kill may cut short:
     whatever is inside it is this run's, so a torn file left there can be removed although never recorded."""
-    real = _real(directory)
-    _SCRATCH.add(str(real))
-    for root, journal in _journals():
-        if (rel := _within(real, root)) is not None:
-            _append_line(journal, {"path": rel, "scratch": True})
+    _record(_real(directory), {"scratch": True})
 
 
 def register_tree(directory: str | os.PathLike) -> None:
@@ -220,72 +219,36 @@ def register_tree(directory: str | os.PathLike) -> None:
 def claims_for_workers() -> list[tuple[str, str]]:
     """This process's claims, for its worker processes to ``join_claims``: their writes are then recorded in the
     directories' journals as they happen (a killed run's shards are its own, not a stranger's)."""
-    return [(str(d), str(j)) for d, j in _journals()]
+    return [(str(d), str(j)) for d, j in _records()]
 
 
 def join_claims(claims: Iterable[tuple[str, str]]) -> None:
     _JOINED[:] = [(Path(d), Path(j)) for d, j in claims]
 
 
-def _append_line(journal: Path, entry: dict) -> None:
-    line = (json.dumps(entry, ensure_ascii=False) + "\n").encode("utf-8")
-    fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666 & ~_UMASK)
-    try:
-        os.write(fd, line)  # one write of one line with O_APPEND: workers' lines never interleave
-    finally:
-        os.close(fd)
-
-
-def _read_journal(directory: Path) -> dict[str, dict]:
-    """The files a run recorded as it wrote them (a path's last entry wins; a torn last line is dropped)."""
-    try:
-        fd = os.open(directory / JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # a symlink: ELOOP
-    except FileNotFoundError:
-        return {}
-    with os.fdopen(fd, "rb") as f:
-        data = f.read()
-    entries = {}
-    for line in data[:data.rfind(b"\n") + 1].splitlines():  # whole lines: a worker may be writing the next
-        with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
-            entry = json.loads(line)
-            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
-                entries[entry.pop("path")] = entry
-    return entries
-
-
-def _matches(path: Path, st: os.stat_result, entry: Any) -> bool:
-    """Whether the regular file ``path`` is the one ``entry`` records: the same size and sha256, or for a file
-    bertkit appends to, the recorded bytes as its start."""
+def _proves(records: Mapping[str, Any], rel: str, path: Path, st: os.stat_result) -> bool:
+    """Whether ``records`` (relative path -> entry) prove the regular file ``path`` (at ``rel``) bertkit's: inside
+    a scratch directory, this process's write unchanged since, or the same size and sha256 (for a file bertkit
+    appends to, the recorded bytes as its start)."""
+    if any(isinstance(e := records.get(p.as_posix()), dict) and e.get("scratch") is True
+           for p in Path(rel).parents if p.parts):
+        return True
+    entry = records.get(rel)
     if not isinstance(entry, dict) or not isinstance(size := entry.get("size"), int) or not entry.get("sha256"):
-        return False
+        return isinstance(entry, dict) and entry.get("id") == _identity(st)
     grown = entry.get("appends") is True and st.st_size > size
-    return (st.st_size == size or grown) and sha256_of(path, size) == entry["sha256"]
+    return entry.get("id") == _identity(st) or (
+        (st.st_size == size or grown) and sha256_of(path, size) == entry["sha256"])
 
 
 def owns(path: str | os.PathLike) -> bool:
-    """Whether bertkit may remove or replace ``path``: a regular file (not a symlink) this process wrote and
-    nobody changed since, one an active claim recorded (this run or the run it resumes) as it still is, or a
-    file in a scratch directory."""
+    """Whether bertkit may remove or replace ``path``: a regular file (not a symlink) this process wrote, or one an
+    active claim recorded (this run or the run it resumes), still as written, or a file in a scratch directory."""
     real = _real(path)
-    try:
-        st = os.lstat(real)
-    except FileNotFoundError:
+    if (st := _regular(real)) is None:
         return False
-    if not stat.S_ISREG(st.st_mode):
-        return False
-    if any(str(p) in _SCRATCH for p in real.parents):
-        return True
-    ident, entry = _WRITTEN.get(str(real), (None, None))
-    if ident == _identity(st) or (entry is not None and _matches(real, st, entry)):
-        return True
-    for claim in _ACTIVE:
-        if (rel := _within(real, claim.real)) is not None:
-            recorded = claim.recorded()
-            if any(recorded.get(p.as_posix(), {}).get("scratch") is True for p in Path(rel).parents if p.parts):
-                return True
-            if _matches(real, st, recorded.get(rel)):
-                return True
-    return False
+    records = [(_ROOT, _WRITTEN), *((c.real, c.recorded()) for c in _ACTIVE)]
+    return any((rel := _within(real, root)) is not None and _proves(rec, rel, real, st) for root, rec in records)
 
 
 def remove_owned(path: str | os.PathLike) -> bool:
@@ -293,7 +256,7 @@ def remove_owned(path: str | os.PathLike) -> bool:
     if not owns(path):
         return False
     os.unlink(_real(path))
-    _WRITTEN.pop(str(_real(path)), None)
+    _WRITTEN.pop(_within(_real(path), _ROOT), None)
     return True
 
 
@@ -303,29 +266,26 @@ def remove_owned_tree(directory: str | os.PathLike) -> list[str]:
     directory = Path(directory)
     if directory.is_symlink() or not directory.is_dir():
         return []
-    left = []
-    for root, dirs, files in os.walk(directory, topdown=False):
-        for name in files + [d for d in dirs if Path(root, d).is_symlink()]:
-            path = Path(root, name)
-            if not remove_owned(path):
-                left.append(path.relative_to(directory).as_posix())
+    left = [rel for rel in _listing(directory, every=True) if not remove_owned(directory / rel)]
+    for root, _, _ in os.walk(directory, topdown=False):
         with contextlib.suppress(OSError):
             os.rmdir(root)  # only if empty
-    return sorted(left)
+    return left
 
 
-# -------------------------------------------------------------------------------------------------
-# A command's inputs and single output files
-# -------------------------------------------------------------------------------------------------
-
-
-def _input_paths(inputs: Mapping[str, Any]) -> list[tuple[str, Path]]:
+def _listing(directory: Path, every: bool = False) -> list[str]:
+    """Every file and symlink under ``directory`` (relative, sorted; os.walk enters no symlinked directory), without
+    bertkit's own marker, lock and journal (a nested claim's too) unless ``every``."""
     out = []
-    for name, value in inputs.items():
-        for v in value if isinstance(value, (list, tuple)) else [value]:
-            if v is not None and str(v) != "" and os.path.exists(v):  # a hub-style name is no path here
-                out.append((name, Path(v).resolve()))
-    return out
+    for root, dirs, files in os.walk(directory):
+        for name in files + [d for d in dirs if Path(root, d).is_symlink()]:
+            rel = Path(root, name).relative_to(directory).as_posix()
+            if every or (rel != MARKER and name not in _RESERVED):
+                out.append(rel)
+    return sorted(out)
+
+
+# -- A command's inputs and single output files ---------------------------------------------------------------------
 
 
 def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag: str = "--output-dir") -> None:
@@ -334,22 +294,23 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
     made (its marker there: a model, pre-training data, another run). A plain directory of the user's may hold
     the output beside the files read from it, as a new file: an output file that exists inside an input
     directory is refused, --overwrite or not (it may be the model's own weights or vocabulary). ``inputs`` maps
-    each setting to its path(s)."""
+    each setting to its path(s); a hub-style name that is no path here is none."""
     out = output.resolve()
-    for name, path in _input_paths(inputs):
-        if out == path:
-            how = "is"
-        elif out in path.parents:
-            how = "holds"
-        elif is_dir and path in out.parents and (path / MARKER).is_file():
-            how = "is inside"
-        elif not is_dir and path in out.parents and os.path.lexists(output):
-            # a model directory's own files (its weights, its vocab.txt): replaced, the input is lost
-            how = "would replace a file of"
-        else:
-            continue
-        raise BertkitError(f"{flag} {output} {how} the command's own input --{name.replace('_', '-')} {path}; "
-                           "bertkit never writes into or clears a command's inputs: choose an output outside them")
+    for name, value in inputs.items():
+        for path in [Path(v).resolve() for v in (value if isinstance(value, (list, tuple)) else [value])
+                     if v is not None and str(v) != "" and os.path.exists(v)]:
+            if out == path:
+                how = "is"
+            elif out in path.parents:
+                how = "holds"
+            elif is_dir and path in out.parents and (path / MARKER).is_file():
+                how = "is inside"
+            elif not is_dir and path in out.parents and os.path.lexists(output):
+                how = "would replace a file of"  # a model directory's own weights or vocab.txt: the input lost
+            else:
+                continue
+            raise BertkitError(f"{flag} {output} {how} the command's own input --{name.replace('_', '-')} {path}; "
+                               "bertkit never writes into or clears a command's inputs: choose an output outside them")
 
 
 def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
@@ -364,37 +325,18 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
     if path.is_dir():
         raise BertkitError(f"{path} is a directory; give a file name (e.g. {path / 'features.jsonl'})")
     real = _real(path)
-    for parent in real.parents:
-        if (holder := _held_by_another(parent)) is not None:
-            raise BertkitError(f"{parent} is in use by {holder}; {path} is inside it: wait for that run to finish "
-                               "or choose another output file")
-        if path.exists() and (parent / MARKER).is_file():
-            try:
-                marker = read_marker(parent)
-                recorded = _recorded(parent, marker)
-            except BertkitError:  # not a marker bertkit can read: it records nothing
-                continue
-            if marker is not None and _within(real, parent) in recorded:
-                raise BertkitError(f"{path} is a file of the `bertkit {marker['command']}` run in {parent}; bertkit "
-                                   "does not replace another run's files: choose another output file")
+    _refuse_held_around(real, path)
+    for parent in real.parents if path.exists() else ():
+        try:
+            marker = read_marker(parent)
+        except BertkitError:  # a marker bertkit cannot read records nothing
+            continue
+        if marker is not None and _within(real, parent) in _recorded(parent, marker):
+            raise BertkitError(f"{path} is a file of the `bertkit {marker['command']}` run in {parent}; bertkit "
+                               "does not replace another run's files: choose another output file")
 
 
-# -------------------------------------------------------------------------------------------------
-# Output directories
-# -------------------------------------------------------------------------------------------------
-
-
-def _listing(directory: Path) -> list[str]:
-    """Every file (and symlink) under ``directory`` (relative, sorted), bertkit's own marker, lock and journal
-    excluded (a nested claim's lock and journal too)."""
-    out = []
-    for root, dirs, files in os.walk(directory):
-        links = [d for d in dirs if Path(root, d).is_symlink()]  # os.walk does not enter them: list them
-        for name in files + links:
-            rel = Path(root, name).relative_to(directory).as_posix()
-            if rel != MARKER and name not in _RESERVED:
-                out.append(rel)
-    return sorted(out)
+# -- Output directories ------------------------------------------------------------------------------------------------
 
 
 def read_marker(directory: Path) -> dict | None:
@@ -414,8 +356,18 @@ def read_marker(directory: Path) -> dict | None:
 
 
 def _recorded(directory: Path, marker: dict | None) -> dict[str, Any]:
-    """The files the marker and the journal (a killed run's) record: path -> size, sha256 (or scratch)."""
-    return {**(marker or {}).get("files", {}), **_read_journal(directory)}
+    """The files the marker and the journal (a killed run's, or this one's) record: path -> entry. A path's last
+    journal line wins; a torn last line (a kill, or a worker writing the next) is left out."""
+    entries = dict((marker or {}).get("files", {}))
+    with contextlib.suppress(FileNotFoundError):
+        fd = os.open(directory / JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # a symlink: ELOOP
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
+        for line in data[:data.rfind(b"\n") + 1].splitlines():
+            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
+                if isinstance(entry := json.loads(line), dict) and isinstance(entry.get("path"), str):
+                    entries[entry.pop("path")] = entry
+    return entries
 
 
 def _safe_relative(rel: Any) -> bool:
@@ -424,40 +376,27 @@ def _safe_relative(rel: Any) -> bool:
             and all(p not in ("", ".", "..") for p in rel.split("/")))
 
 
-def _proven(directory: Path, rel: str, entry: Any) -> list[str]:
-    """The files ``rel``'s record proves bertkit's: ``[rel]`` for a recorded file still as written, the regular
-    files of a scratch directory; reached without following any symlink (a link on the way proves nothing)."""
-    path = directory / rel
-    for sub in [*reversed(Path(rel).parents[:-1]), Path(rel)]:
-        if not os.path.lexists(directory / sub) or os.path.islink(directory / sub):
-            return []
-    st = os.lstat(path)
-    if isinstance(entry, dict) and entry.get("scratch") is True and stat.S_ISDIR(st.st_mode):
-        return [f"{rel}/{f}" for f in _listing(path) if stat.S_ISREG(os.lstat(path / f).st_mode)]
-    return [rel] if stat.S_ISREG(st.st_mode) and _matches(path, st, entry) else []
-
-
 def _overwrite(directory: Path, marker: dict, recorded: dict[str, Any]) -> None:
     """--overwrite, all or nothing: the earlier run's files are removed only if nothing else would be left (no file
     of the user's, none changed since it was written); otherwise nothing is removed and the refusal names them."""
-    run = f"`bertkit {marker['command']}` run"
     outside = sorted(str(rel) for rel in recorded if not _safe_relative(rel))
     if outside:
         raise BertkitError(
             f"{directory / MARKER} names {len(outside)} path(s) outside {directory} (e.g. {', '.join(map(repr, outside[:3]))}); "
             "bertkit never writes such a marker, so it removes nothing on its word: clear the directory yourself "
             "or choose another output directory")
-    removable = {f for rel, entry in recorded.items() for f in _proven(directory, rel, entry)}
-    left = [rel for rel in _listing(directory) if rel not in removable]
+    present = _listing(directory)  # reached without a symlink: a link on the way proves nothing
+    removable = [rel for rel in present if (st := _regular(directory / rel)) and _proves(recorded, rel, directory / rel, st)]
+    left = [rel for rel in present if rel not in removable]
     if left:
         changed = [rel for rel in left if rel in recorded]
         why = (f"{len(changed)} of them written by that run but changed since, so yours now (e.g. "
                f"{', '.join(changed[:3])}); " if changed else "")
         raise BertkitError(
-            f"{directory} holds the {len(removable)} file(s) of an earlier {run}, and {len(left)} other file(s) "
-            f"remain (e.g. {', '.join(left[:3])}); {why}bertkit leaves files it did not create alone, so nothing "
-            "was removed: move them or choose another output directory")
-    for rel in sorted(removable):
+            f"{directory} holds the {len(removable)} file(s) of an earlier `bertkit {marker['command']}` run, and "
+            f"{len(left)} other file(s) remain (e.g. {', '.join(left[:3])}); {why}bertkit leaves files it did not "
+            "create alone, so nothing was removed: move them or choose another output directory")
+    for rel in removable:
         (directory / rel).unlink()
     for sub in sorted({p for rel in removable for p in Path(rel).parents if p.parts}, key=lambda p: -len(p.parts)):
         with contextlib.suppress(OSError):
@@ -479,7 +418,7 @@ class OutputDir:
 
     def recorded(self) -> dict[str, Any]:
         """The files this run and the earlier runs it continues recorded (path -> size, sha256)."""
-        return {**self.inherited, **_read_journal(self.path)}
+        return _recorded(self.path, {"files": self.inherited})
 
     def record(self, finished: bool) -> None:
         files = {rel: entry for rel, entry in sorted(self.recorded().items())
@@ -505,20 +444,15 @@ class OutputDir:
                 with contextlib.suppress(FileNotFoundError):
                     (self.path / JOURNAL).unlink()
         finally:
-            if self.lock is not None and keep_lock and self.path.is_dir():
-                _HELD[str(self.real)] = self.lock  # the kernel drops the flock when this process exits
-            elif self.lock is not None:
-                self.lock.close()  # closing the descriptor drops the flock (the pid it names is a past holder's)
-            self.lock = None
+            if not (keep_lock and self.path.is_dir()):  # else the kernel drops the flock when this process exits
+                _unlock(self.real)
 
 
 def _lock(directory: Path, command: str) -> IO:
-    """``directory``'s lock, taken without waiting; refused naming the holder. The file is opened without
-    following a symlink and must be bertkit's plain one-line file."""
-    import fcntl
-
-    f = _HELD.pop(str(directory.resolve()), None)  # an earlier command of this process holds it already
-    if f is None or f.closed:
+    """``directory``'s lock, taken without waiting (or the one this process holds); refused naming the holder.
+    The file is opened without following a symlink and must be bertkit's plain one-line file."""
+    real = str(directory.resolve())
+    if (f := _LOCKS.get(real)) is None or f.closed:
         path = directory / LOCK
         st = os.lstat(path) if os.path.lexists(path) else None
         if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):  # bertkit would write through it
@@ -526,18 +460,15 @@ def _lock(directory: Path, command: str) -> IO:
                                "so this is not a directory bertkit wrote; choose another output directory")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666 & ~_UMASK)
         f = os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = f.read().strip() or "another process"
+        if (holder := _holder(f.fileno(), exclusive=True)) is not None:
             f.close()
             raise BertkitError(f"{directory} is in use by {holder}; wait for it to finish or choose another "
                                "output directory") from None
-        previous = f.read().strip()
-        if previous and not _LOCK_LINE.fullmatch(previous):
+        if (previous := f.read().strip()) and not _LOCK_LINE.fullmatch(previous):
             f.close()
             raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "
                                "not truncate it: choose another output directory")
+        _LOCKS[real] = f
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()} (bertkit {command})")
@@ -545,40 +476,42 @@ def _lock(directory: Path, command: str) -> IO:
     return f
 
 
-def _held_by_another(directory: Path) -> str | None:
-    """Who holds ``directory``'s lock, if another process does; else None."""
+def _unlock(real: Path | str) -> None:
+    if (f := _LOCKS.pop(str(real), None)) is not None:
+        f.close()  # closing the descriptor drops the flock (the pid it names is a past holder's)
+
+
+def _holder(fd: int, exclusive: bool) -> str | None:
+    """None once this process has the lock open at ``fd``; else who holds it (the line the holder wrote)."""
     import fcntl
 
-    if any(c.real == directory for c in _ACTIVE) or str(directory) in _HELD:
-        return None  # this process's own claim: a command's nested run (the demo's pre-training)
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+    return None
+
+
+def _held_by_another(directory: Path) -> str | None:
+    """Who holds ``directory``'s lock, if another process does; else None."""
+    if (f := _LOCKS.get(str(directory))) is not None and not f.closed:
+        return None  # this process's own: a command's nested run (the demo's pre-training)
     try:
         fd = os.open(directory / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
+        return _holder(fd, exclusive=False) if stat.S_ISREG(os.fstat(fd).st_mode) else None
     finally:
-        os.close(fd)
+        os.close(fd)  # drops the shared lock the probe took
 
 
-def _refuse_held_nearby(directory: Path) -> None:
-    """A claim inside, or around, a directory another process holds would write into its files or remove them."""
-    real = directory.resolve()
+def _refuse_held_around(real: Path, path: Path) -> None:
+    """A write inside a directory another process holds would replace or remove its files."""
     for parent in real.parents:
         if (holder := _held_by_another(parent)) is not None:
-            raise BertkitError(f"{parent} is in use by {holder}, and {directory} is inside it; wait for it to "
-                               "finish or choose another output directory")
-    for root, _, files in os.walk(real):
-        if LOCK in files and Path(root) != real and (holder := _held_by_another(Path(root))) is not None:
-            raise BertkitError(f"{root}, inside {directory}, is in use by {holder}; wait for it to finish or "
-                               "choose another output directory")
+            raise BertkitError(f"{parent} is in use by {holder}, and {path} is inside it; wait for it to finish "
+                               "or choose another output")
 
 
 def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dict, paths: Collection[str]) -> None:
@@ -614,6 +547,9 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
     - files without a marker (a user's, or another tool's): always refused.
     """
     directory = Path(path)
+    if active := [c for c in _ACTIVE if c.real == directory.resolve()]:  # its lock is this process's: say so here
+        raise BertkitError(f"{directory} is the output directory of this process's `bertkit {active[0].command}` "
+                           "run already; choose another output directory")
     created = _make(directory, inputs)
     created = _EARLY.pop(str(directory.resolve()), False) or created  # lock_output_dir made it
     lock = _lock(directory, command)
@@ -648,7 +584,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
         return claim
     except BaseException:
         _drop_stray_lock(directory)
-        lock.close()
+        _unlock(directory.resolve())
         raise
 
 
@@ -666,7 +602,12 @@ def _make(directory: Path, inputs: Mapping[str, Any] | None) -> bool:
     refuse_inputs(directory, inputs or {}, is_dir=True)
     if directory.exists() and not directory.is_dir():
         raise BertkitError(f"{directory} is a file; the output must be a directory")
-    _refuse_held_nearby(directory)
+    real = directory.resolve()
+    _refuse_held_around(real, directory)
+    for root, _, files in os.walk(real):  # a claim around a held directory would remove its files
+        if LOCK in files and Path(root) != real and (holder := _held_by_another(Path(root))) is not None:
+            raise BertkitError(f"{root}, inside {directory}, is in use by {holder}; wait for it to finish or "
+                               "choose another output directory")
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     return created
@@ -679,7 +620,7 @@ def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, 
     directory = Path(path)
     created = _make(directory, inputs)
     try:
-        _HELD[str(directory.resolve())] = _lock(directory, command)
+        _lock(directory, command)
     except BaseException:
         if created:
             directory.rmdir()
@@ -691,14 +632,12 @@ def release_unclaimed(path: str | os.PathLike) -> None:
     """After a command that failed between ``lock_output_dir`` and its claim: its lock dropped, and the directory
     removed if the lock made it."""
     real = str(Path(path).resolve())
-    if real in _EARLY:
-        if _EARLY.pop(real):
-            (Path(path) / LOCK).unlink()  # still locked: nobody else has opened it
+    if (made := _EARLY.pop(real, None)) is not None:  # no claim took the lock over
+        _drop_stray_lock(Path(path))  # still locked: nobody else has opened it
+        if made:
             with contextlib.suppress(OSError):
                 Path(path).rmdir()
-        else:
-            _drop_stray_lock(Path(path))
-        _HELD.pop(real).close()
+        _unlock(real)
 
 
 @contextlib.contextmanager

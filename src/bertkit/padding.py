@@ -33,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bertkit.errors import BertkitError
+
 # ---------------------------------------------------------------------------------------------------
 # Attention: the one place that knows how sequences are laid out in memory.
 # ---------------------------------------------------------------------------------------------------
@@ -163,7 +165,8 @@ class TokenLayout:
     ``unpack`` drops them. ``zero_padding``: a padded layout that ``to_batch`` gives zeros at padding, as the
     unpadded one does (where ``layout="auto"`` computes the rectangle on a GPU, its outputs read the same).
     ``key_multiple``: the padded layout's attention pads its keys with masked zeros up to a multiple of it (the
-    unpadded layout's plan has its own rounded up already).
+    unpadded layout's plan has its own rounded up already). ``cu_seqlens``: an unpadded layout whose attention is
+    PyTorch's variable-length kernel (``varlen``) instead of a plan of groups.
     """
 
     batch_shape: tuple[int, int]
@@ -174,6 +177,7 @@ class TokenLayout:
     extra_rows: int = 0
     zero_padding: bool = False
     key_multiple: int = 1
+    cu_seqlens: Tensor | None = None  # (B + 1,) int32: where each sequence starts among the stored tokens
 
     @classmethod
     def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int], zero_padding: bool = False,
@@ -196,6 +200,16 @@ class TokenLayout:
         n = flat_index.numel()
         plan = _attention_plan(lengths, first, key_multiple)
         return cls((B, T), None, flat_index, plan, first, round_up_tokens(n, token_multiple) - n)
+
+    @classmethod
+    def varlen(cls, attention_mask: Tensor) -> TokenLayout:
+        """Right-padded rows for a GPU's variable-length attention: the sequences' boundaries stay on the device
+        (``cu_seqlens``); the only value read back to the host is the token count N, which sizes every layer."""
+        B, T = attention_mask.shape
+        mask = attention_mask.bool()
+        flat_index = mask.reshape(-1).nonzero().squeeze(1)  # (N,)
+        cu = F.pad(torch.cumsum(mask.sum(1, dtype=torch.int32), 0, dtype=torch.int32), (1, 0))  # (B + 1,)
+        return cls((B, T), None, flat_index, None, cu[:-1].long(), cu_seqlens=cu)
 
     @property
     def is_padded(self) -> bool:
@@ -245,18 +259,39 @@ torch.utils._pytree.register_dataclass(TokenLayout)  # part of BertModelOutput u
 
 
 def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype,
-                 key_multiple: int = 1, token_multiple: int = 1) -> TokenLayout:
+                 key_multiple: int = 1, token_multiple: int = 1, attention_dropout: float = 0.0) -> TokenLayout:
     """Which tokens ``BertModel`` computes on (``layout``: "auto", "padded" or "unpadded"): the (B, T) rectangle,
     or with ``layout`` not "padded" and right-padded rows, the real tokens only (padding dropped before the first
     layer). On a GPU ``"auto"`` drops padding only where that pays there (``gpu_keeps_rectangle``). The two
-    multiples round attention's keys and the unpadded layout's rows up (1: not rounded; see the module's header)."""
-    if (layout == "padded" or attention_mask is None or bool(attention_mask.all())
-            or not bool(attention_mask[:, 0].all())):
-        # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
+    multiples round attention's keys and the unpadded layout's rows up (1: not rounded; see the module's header).
+    On a GPU in half precision without ``attention_dropout`` (inference), padding is dropped and attention runs
+    as the variable-length kernel (``varlen_attention``)."""
+    if layout == "padded" or attention_mask is None:
         return TokenLayout.padded(attention_mask, (B, T), key_multiple=key_multiple)
+    full, right_padded = torch.stack((attention_mask.all(), attention_mask[:, 0].all())).tolist()  # one read back
+    if full or not right_padded:
+        # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
+        return TokenLayout.padded(None if full else attention_mask, (B, T), key_multiple=key_multiple)
+    if attention_dropout == 0 and varlen_attention(attention_mask.device, dtype):
+        return TokenLayout.varlen(attention_mask)
     if layout == "auto" and gpu_keeps_rectangle(attention_mask.device, dtype, T):
         return TokenLayout.padded(attention_mask, (B, T), zero_padding=True)  # zeros at padding, as "auto" gives
     return TokenLayout.unpadded(attention_mask, token_multiple, key_multiple)
+
+
+def varlen_attention(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether attention over dropped padding runs as PyTorch's variable-length (flash) kernel: on a CUDA GPU of
+    compute capability 8.0 or more, in half precision (bf16/fp16 weights or autocast), with a PyTorch that has
+    ``torch.nn.attention.varlen``. It takes no dropout, so training with attention dropout keeps the rectangle.
+    The sequences' boundaries stay on the device: the plan of length groups (``AttentionPlan``) reads the lengths
+    back to the host, which on a GPU stalls the queue of kernels."""
+    if device.type != "cuda" or not (dtype in (torch.float16, torch.bfloat16) or torch.is_autocast_enabled("cuda")):
+        return False
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401  (PyTorch >= 2.10)
+    except ImportError:
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 # On a GPU, padding is dropped in exact fp32 from this many positions per sequence (the batch's T) up.
@@ -280,18 +315,41 @@ def gpu_keeps_rectangle(device: torch.device, dtype: torch.dtype, T: int) -> boo
             or torch.backends.cuda.matmul.allow_tf32 or T < GPU_UNPAD_MIN_LENGTH)
 
 
-@torch.compiler.disable
 def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
     """Multi-head scaled dot-product attention over the fused projections: qkv (..., 3H) -> (..., H).
 
     ``qkv`` is (B, T, 3H) for a padded layout and (N + extra_rows, 3H) otherwise; the result has the same
     leading shape, zero at the rounding rows (they are in no group: they attend to nothing and nothing to them).
-    Never compiled (``compile_layers`` compiles the per-token work around it): the number of length groups,
-    and whether each has a mask, change from batch to batch, and tracing them made torch.compile recompile
-    until it gave up, slower than eager; SDPA is one fused kernel already.
+    The padded layout's attention is one SDPA call that ``compile_layers`` compiles with the rest of the layer
+    (no graph break: on a GPU, where bf16 keeps the rectangle, the whole layer is one compiled graph).
     """
     if layout.is_padded:
         return _attend_padded(qkv, layout.key_mask, num_heads, dropout_p, layout.key_multiple)
+    if layout.cu_seqlens is not None:
+        return _attend_varlen(qkv, layout, num_heads, dropout_p)
+    return _attend_groups(qkv, layout, num_heads, dropout_p)
+
+
+def _attend_varlen(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
+    """(N, 3H) -> (N, H) with PyTorch's variable-length flash kernel over ``cu_seqlens``; the longest sequence
+    is bounded by the caller's T, a host number, so nothing is read back."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    if dropout_p:
+        raise BertkitError("variable-length attention takes no dropout: a layout made for inference "
+                           "(TokenLayout.varlen) was used in training; build the layout with attention_dropout")
+    N, three_h = qkv.shape
+    q, k, v = qkv.view(N, 3, num_heads, three_h // (3 * num_heads)).unbind(1)  # 3 x (N, nh, hs)
+    T = layout.batch_shape[1]
+    return varlen_attn(q, k, v, layout.cu_seqlens, layout.cu_seqlens, T, T).reshape(N, three_h // 3)
+
+
+@torch.compiler.disable
+def _attend_groups(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
+    """The unpadded layout's attention, group by group. Never compiled (``compile_layers`` compiles the per-token
+    work around it): the number of length groups, and whether each has a mask, change from batch to batch, and
+    tracing them made torch.compile recompile until it gave up, slower than eager; SDPA is one fused kernel
+    already."""
     plan = layout.attention
     real = layout.unpack(qkv)  # (N, 3H)
     keys = real.new_zeros(plan.rect_rows, real.size(-1)).index_copy_(0, plan.scatter, real)  # every group's rectangle

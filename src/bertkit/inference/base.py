@@ -19,9 +19,9 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.checkpoint_io import INT8_WEIGHTS_NAME
-from bertkit.errors import BertkitError, MissingFileError, NonFiniteError
+from bertkit.errors import BertkitError, MissingFileError
 from bertkit.inference.prepare import check_request, prepare_model
-from bertkit.inference.runner import nonfinite_rows, run_length_sorted
+from bertkit.inference.runner import run_length_sorted
 from bertkit.padding import pad_batch
 from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file
 from bertkit.tokenization import BertTokenizer
@@ -196,19 +196,15 @@ class Pipeline:
         show = self.progress if self.progress is not None else len(rows) >= _PROGRESS_ROWS
         from tqdm.auto import tqdm
 
-        def check(idx: Sequence[int], outs: Sequence[np.ndarray]) -> None:
-            bad = nonfinite_rows(idx, outs)
-            if bad:
-                raise NonFiniteError(f"the model's output for {self.task} row {bad[0]} is not finite (NaN or inf): "
-                                     "the checkpoint's weights are broken; no result was produced")
-
         bar = tqdm(total=len(rows), desc=self.task, unit="seq", disable=not show, leave=False)
         # Longest first: the first batch is the largest, so running out of memory shows at once. Rows with
         # different numbers of choices (multiple-choice) never share a batch: it must be one (B, C, T) tensor.
         results = run_length_sorted(self.forward, rows, batch_size=self.batch_size,
                                     pad=lambda batch: pad_rows(batch, self.tokenizer.pad_token_id), device=self.device,
-                                    bf16=self.bf16, check=check, lengths=[_row_length(r) for r in rows],
-                                    longest_first=True, groups=[_choices(r) for r in rows], bar=bar)
+                                    bf16=self.bf16, lengths=[_row_length(r) for r in rows],
+                                    longest_first=True, groups=[_choices(r) for r in rows], bar=bar,
+                                    nonfinite=lambda i: f"the model's output for {self.task} row {i} is not finite "
+                                    "(NaN or inf): the checkpoint's weights are broken; no result was produced")
         bar.close()
         return results
 

@@ -77,15 +77,11 @@ def example_inputs(model: nn.Module, tokenizer: Any, texts: tuple[str, ...] = TR
 
 
 def _require_onnx() -> None:
-    missing = []
-    for module in ("onnx",):
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(module)
-    if missing:
-        raise BertkitError(f"ONNX export needs the {', '.join(missing)} package: pip install 'bertkit[onnx]' "
-                           "(or pip install onnx onnxruntime)")
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        raise BertkitError("ONNX export needs the onnx package: pip install 'bertkit[onnx]' "
+                           "(or pip install onnx onnxruntime)") from None
 
 
 # An int8 export's outputs against bertkit fp32's: the least cosine (over a token's or sequence's vector) that

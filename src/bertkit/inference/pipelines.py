@@ -113,20 +113,20 @@ class FillMaskPipeline(Pipeline):
 # ---------------------------------------------------------------------------------------------------
 
 
-def refuse_unknown_keys(item: dict, known: tuple[str, ...], index: int, task: str) -> None:
+def refuse_unknown_keys(item: Any, known: tuple[str, ...], index: int, task: str) -> None:
     """A dict input holding a key the task does not read is refused, naming it: ``{"text": a, "text_pairr": b}``
-    would otherwise be answered as the single text ``a``, a silently wrong answer."""
-    unknown = sorted(str(k) for k in item if k not in known)
+    would otherwise be answered as the single text ``a``, a silently wrong answer. (The server's 422 is this.)"""
+    unknown = sorted(str(k) for k in item if k not in known) if isinstance(item, dict) else []
     if unknown:
-        raise BertkitError(f"{task} input {index} has key(s) {', '.join(map(repr, unknown))} that {task} does not "
-                           f"read; its keys are {', '.join(map(repr, known))} (a misspelling?)")
+        raise BertkitError(f"{task} input {index} has unknown field(s) {', '.join(unknown)}; a {task} input holds "
+                           f"{', '.join(known)} (a misspelling?)")
 
 
 def _text_and_pair(item: Any, index: int, task: str) -> tuple[str, str | None]:
     if isinstance(item, str):
         return item, None
+    refuse_unknown_keys(item, ("text", "text_pair"), index, task)
     if isinstance(item, dict) and isinstance(item.get("text"), str):
-        refuse_unknown_keys(item, ("text", "text_pair"), index, task)
         pair = item.get("text_pair")
         if pair is not None and not isinstance(pair, str):
             raise BertkitError(f"{task} input {index}: text_pair must be a str, got {type(pair).__name__}")
@@ -223,6 +223,15 @@ def rerank_scores(logits: np.ndarray, relevant: int | None, raw_scores: bool = F
     return z if raw_scores else 1.0 / (1.0 + np.exp(-z))
 
 
+def ranked(logits: Sequence[np.ndarray], relevant: int | None, texts: Sequence[str], raw_scores: bool,
+           return_text: bool) -> list[dict[str, Any]]:
+    """The texts by ``rerank_scores``, best first: ``[{"index", "score"}, ...]`` (``"text"`` too with
+    ``return_text``), as TEI's /rerank answers."""
+    scores = rerank_scores(np.stack([np.asarray(x) for x in logits]), relevant, raw_scores)
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    return [{"index": i, "score": float(scores[i]), **({"text": texts[i]} if return_text else {})} for i in order]
+
+
 class RerankPipeline(TextClassificationPipeline):
     """A query and texts -> the texts ranked by relevance, ``[{"index", "score"}, ...]`` best first (``"text"``
     too with ``return_text=True``), as TEI's /rerank answers. The model is a cross-encoder: a sequence
@@ -261,10 +270,7 @@ class RerankPipeline(TextClassificationPipeline):
 
     def decode(self, item: dict, rows, outputs, raw_scores: bool = False, return_text: bool = False,
                **_: Any) -> list[dict[str, Any]]:
-        scores = rerank_scores(np.stack(outputs), self.relevant, raw_scores)
-        order = sorted(range(len(scores)), key=lambda i: -scores[i])
-        return [{"index": i, "score": float(scores[i]), **({"text": item["texts"][i]} if return_text else {})}
-                for i in order]
+        return ranked(outputs, self.relevant, item["texts"], raw_scores, return_text)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -382,11 +388,11 @@ class QuestionAnsweringPipeline(Pipeline):
                     "null_threshold")
 
     def check_input(self, item: Any, index: int) -> dict:
+        refuse_unknown_keys(item, ("question", "context"), index, self.task)
         if not (isinstance(item, dict) and isinstance(item.get("question"), str)
                 and isinstance(item.get("context"), str)):
             raise BertkitError(f"question-answering input {index} must be {{'question': str, 'context': str}}, "
                                f"got {str(item)[:80]!r}")
-        refuse_unknown_keys(item, ("question", "context"), index, self.task)
         return item
 
     def _example(self, item: dict) -> squad.SquadExample:
@@ -435,12 +441,12 @@ class MultipleChoicePipeline(Pipeline):
     input_kind = dict
 
     def check_input(self, item: Any, index: int) -> dict:
+        refuse_unknown_keys(item, ("context", "choices"), index, self.task)
         choices = item.get("choices") if isinstance(item, dict) else None
         if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, list)
                 and choices and all(isinstance(c, str) for c in choices)):
             raise BertkitError(f"multiple-choice input {index} must be {{'context': str, 'choices': [str, ...]}} "
                                f"with at least one choice, got {str(item)[:80]!r}")
-        refuse_unknown_keys(item, ("context", "choices"), index, self.task)
         return item
 
     def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:

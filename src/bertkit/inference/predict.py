@@ -14,9 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertkit.errors import NonFiniteError
 from bertkit.inference.prepare import Precision, prepare_model
-from bertkit.inference.runner import nonfinite_rows, run_length_sorted
+from bertkit.inference.runner import run_length_sorted
 from bertkit.settings import PredictBenchmarkSettings
 from bertkit.tokenization import BertTokenizer
 
@@ -24,7 +23,6 @@ from bertkit.tokenization import BertTokenizer
 EVAL_BATCH_SIZE = 64
 
 
-@torch.no_grad()
 def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict], *,
             batch_size: int = EVAL_BATCH_SIZE,
             bf16: bool = False, device: str = "cpu", output: Callable[[Any], torch.Tensor] = lambda o: o.logits
@@ -39,21 +37,12 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
     def call(batch: dict[str, torch.Tensor], rows: Sequence[dict]) -> list[np.ndarray]:
         return list(output(model(**batch)).float().cpu().numpy())
 
-    def check(idx: Sequence[int], outs: Sequence[np.ndarray]) -> None:
-        bad = nonfinite_rows(idx, outs)
-        if bad:
-            raise NonFiniteError(f"the model's output for example {min(bad)} (0-based, input order) is not finite "
-                                 "(NaN or inf): the model has diverged; no predictions or scores were written")
-
     def pad(rows: Sequence[dict]) -> dict[str, torch.Tensor]:
         return {k: v for k, v in collate(list(rows)).items() if k in ("input_ids", "token_type_ids", "attention_mask")}
 
-    was_training = model.training
-    model.eval()
-    try:
-        return run_length_sorted(call, features, batch_size=batch_size, pad=pad, device=device, bf16=bf16, check=check)
-    finally:
-        model.train(was_training)
+    return run_length_sorted(call, features, batch_size=batch_size, pad=pad, device=device, bf16=bf16, model=model,
+                             nonfinite=lambda i: f"the model's output for example {i} (0-based, input order) is not "
+                             "finite (NaN or inf): the model has diverged; no predictions or scores were written")
 
 
 def for_prediction(model: nn.Module, tokenizer: BertTokenizer, s: PredictBenchmarkSettings

@@ -1,25 +1,31 @@
-"""The one length-sorted batch runner: prediction, pipelines and feature extraction all run their rows here.
+"""The one evaluation loop: prediction, evaluation (``Trainer``, pre-training, the feature study), pipelines and
+feature extraction all run their rows here.
 
-Rows are sorted by length and cut into batches, so a batch holds sequences of nearly one length: the padding
-the model sees is small, and the encoder drops what there is (its unpadded layout, ``padding.TokenLayout``).
-Each caller says how rows become a batch (``pad``), what one batch's model call returns (one float32 array per
-row) and what a non-finite output means to it; results come back keyed by row index, so input order is restored.
+``evaluate`` runs a model over batches of rows (each batch a list of row indices): without gradients, the model
+in eval mode for the run, each batch padded by the caller's ``pad``, moved to the device and run under bf16
+autocast when asked, non-finite outputs refused; under torchrun it gathers every process's results.
+``run_length_sorted`` plans the batches by length, so a batch holds sequences of nearly one length: the padding
+the model sees is small, and the encoder drops what there is (its unpadded layout, ``padding.TokenLayout``); its
+results come back one per row, in row order.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-# What a caller gives: rows -> the model's input tensors; (batch, rows) -> one array per row; (row indices of a
-# batch, their outputs) -> None, or raise.
+from bertkit.errors import NonFiniteError
+from bertkit.training.distributed import all_gather, current
+
+# What a caller gives: rows -> the model's input tensors; (batch, rows) -> what the caller keeps of one batch (one
+# array per row, or the batch's sums).
 Pad = Callable[[Sequence[Any]], Mapping[str, Tensor]]
-Call = Callable[[dict[str, Tensor], Sequence[Any]], Sequence[np.ndarray]]
-Check = Callable[[Sequence[int], Sequence[np.ndarray]], None]
+Call = Callable[[dict[str, Tensor], Sequence[Any]], Any]
 
 
 def plan_batches(lengths: Mapping[int, int] | Sequence[int], batch_size: int, *, indices: Sequence[int] | None = None,
@@ -41,45 +47,66 @@ def plan_batches(lengths: Mapping[int, int] | Sequence[int], batch_size: int, *,
     return batches
 
 
-def run_batches(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], *, pad: Pad,
-                device: str | torch.device = "cpu", bf16: bool = False, check: Check | None = None,
-                bar: Any = None) -> dict[int, np.ndarray]:
-    """Run ``call`` on each batch of ``rows`` (``batches`` holds row indices); the outputs keyed by row index.
+def in_order(indices: Sequence[int], batch_size: int) -> list[list[int]]:
+    """``indices`` cut every ``batch_size`` rows, in their order."""
+    return [list(indices[i:i + batch_size]) for i in range(0, len(indices), batch_size)]
 
-    Each batch is padded by ``pad``, moved to ``device`` and run under bf16 autocast when ``bf16``; ``check`` sees
-    each batch's row indices and outputs (and raises on an output it refuses); ``bar`` (tqdm) advances per row.
-    The caller chooses the grad mode (``torch.no_grad`` or ``inference_mode``) and the model's train/eval mode.
+
+def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], *, pad: Pad,
+             device: str | torch.device = "cpu", bf16: bool | None = False, model: nn.Module | None = None,
+             nonfinite: Callable[[int], str] | None = None, bar: Any = None, gather: bool = False
+             ) -> list[tuple[list[int], Any]]:
+    """``(row indices, call's result)`` for each of ``batches``, in batch order.
+
+    Runs under ``torch.no_grad`` (a caller that wants ``inference_mode`` enters it around the call) with ``model``
+    in eval mode, its mode restored after. Each batch is padded by ``pad`` and moved to ``device``; ``bf16`` True
+    runs ``call`` under bf16 autocast, False without autocast, None under whatever autocast the caller has entered
+    (the training loop's, for an evaluation during training). ``nonfinite``: ``call`` gives one array per row, and
+    one holding a NaN or +inf raises ``NonFiniteError(nonfinite(row))`` for the batch's first such row (-inf is
+    allowed: a head may mask positions with it, as the fill-mask and QA heads do). ``bar`` (tqdm) advances per row.
+    ``gather``: under torchrun every process gets every process's results (each ran its own ``batches``), process
+    by process.
     """
     device_type = torch.device(device).type
-    out: dict[int, np.ndarray] = {}
-    for idx in batches:
-        batch_rows = [rows[i] for i in idx]
-        batch = {k: v.to(device) for k, v in pad(batch_rows).items()}
-        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
-            outs = call(batch, batch_rows)
-        if check is not None:
-            check(idx, outs)
-        out.update(zip(idx, outs))
-        if bar is not None:
-            bar.update(len(idx))
-    return out
+    precision = contextlib.nullcontext() if bf16 is None else torch.autocast(device_type, torch.bfloat16, enabled=bf16)
+    was_training = model.training if model is not None else False
+    if model is not None:
+        model.eval()
+    results: list[tuple[list[int], Any]] = []
+    try:
+        with torch.no_grad():
+            for idx in batches:
+                batch_rows = [rows[i] for i in idx]
+                batch = {k: v.to(device) for k, v in pad(batch_rows).items()}
+                with precision:
+                    result = call(batch, batch_rows)
+                bad = [i for i, o in zip(idx, result) if (np.isnan(o) | np.isposinf(o)).any()] if nonfinite else []
+                if bad:
+                    raise NonFiniteError(nonfinite(min(bad)))
+                results.append((list(idx), result))
+                if bar is not None:
+                    bar.update(len(idx))
+    finally:
+        if model is not None:
+            model.train(was_training)
+    return [r for part in all_gather(results) for r in part] if gather and current().enabled else results
+
+
+def run_batches(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], *, pad: Pad,
+                **options: Any) -> dict[int, np.ndarray]:
+    """``evaluate`` with ``call`` giving one output per row: the outputs keyed by row index."""
+    return {i: o for idx, outs in evaluate(call, rows, batches, pad=pad, **options) for i, o in zip(idx, outs)}
 
 
 def run_length_sorted(call: Call, rows: Sequence[Any], *, batch_size: int, pad: Pad,
-                      device: str | torch.device = "cpu", bf16: bool = False, check: Check | None = None,
                       lengths: Sequence[int] | None = None, longest_first: bool = False,
-                      groups: Sequence[int] | None = None, bar: Any = None) -> list[np.ndarray]:
+                      groups: Sequence[int] | None = None, **options: Any) -> list[np.ndarray]:
     """``run_batches`` over ``plan_batches`` of ``rows``; one output per row, in row order.
 
     ``lengths`` defaults to ``len(row["input_ids"])`` of each row."""
     if lengths is None:
         lengths = [len(r["input_ids"]) for r in rows]
     batches = plan_batches(lengths, batch_size, longest_first=longest_first, groups=groups)
-    out = run_batches(call, rows, batches, pad=pad, device=device, bf16=bf16, check=check, bar=bar)
+    out = run_batches(call, rows, batches, pad=pad, **options)
     return [out[i] for i in range(len(rows))]
 
-
-def nonfinite_rows(idx: Sequence[int], outs: Sequence[np.ndarray]) -> list[int]:
-    """The row indices (batch order) whose output holds a NaN or +inf. -inf is allowed: a head may mask positions
-    with it (the fill-mask and QA heads do)."""
-    return [i for i, o in zip(idx, outs) if (np.isnan(o) | np.isposinf(o)).any()]

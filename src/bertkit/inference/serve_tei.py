@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.inference.pipelines import relevant_label, rerank_scores
+from bertkit.inference.pipelines import ranked, relevant_label
 from bertkit.inference.serve_wire import (
     EMBEDDING_TASKS,
     PREDICT,
@@ -92,16 +92,10 @@ def _texts(raw: Any, name: str, limits: Limits) -> list[str]:
     texts = [raw] if isinstance(raw, str) else raw
     if not (isinstance(texts, list) and texts and all(isinstance(t, str) for t in texts)):
         raise RequestError(422, f"{name} must be a string or a non-empty list of strings, got {str(raw)[:80]!r}")
-    _count(len(texts), name, limits)
+    limits.check_items(len(texts), name)
     for i, t in enumerate(texts):
-        if len(t) > limits.max_text_chars:
-            raise RequestError(422, f"{name} {i} has {len(t)} characters, over max_text_chars {limits.max_text_chars}")
+        limits.check_chars(len(t), f"{name} {i}")
     return texts
-
-
-def _count(n: int, name: str, limits: Limits) -> None:
-    if n > limits.max_items:
-        raise RequestError(422, f"{n} {name} exceed max_items {limits.max_items} per request")
 
 
 def _encode_text(pipe: Any, text: str, index: int, truncate: bool) -> Encoded:
@@ -140,13 +134,11 @@ def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
     if not (isinstance(raw, list) and raw):
         raise RequestError(422, "input must be a string, a non-empty list of strings, a list of token ids or a "
                                 f"list of lists of token ids, got {str(f['input'])[:80]!r}")
-    _count(len(raw), "inputs", limits)
+    limits.check_items(len(raw))
     items, chars = [], 0
     for i, x in enumerate(raw):
         if isinstance(x, str):
-            if len(x) > limits.max_text_chars:
-                raise RequestError(422, f"input {i} has {len(x)} characters, over max_text_chars "
-                                        f"{limits.max_text_chars}")
+            limits.check_chars(len(x), f"input {i}")
             items.append(_encode_text(pipe, x, i, truncate=True))  # bertkit truncates texts at max_length
             chars += len(x)
         elif _is_ids(x):
@@ -173,9 +165,7 @@ def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
     tokens, chars = [], 0
     for i, text in enumerate(texts):
         n = len(f["query"]) + len(text)
-        if n > limits.max_text_chars:
-            raise RequestError(422, f"the query with text {i} has {n} characters, over max_text_chars "
-                                    f"{limits.max_text_chars}")
+        limits.check_chars(n, f"the query with text {i}")
         count = len(pipe.tokenizer(f["query"], text)["input_ids"])
         tokens.append(fitted(count, f"the query with text {i}", pipe, f.get("truncate", True)))
         chars += n
@@ -207,11 +197,10 @@ def _decode(data: Any, pipe: Any, limits: Limits) -> Call:
     if not (isinstance(ids, list) and ids and all(_is_ids(x) for x in ids)):
         raise RequestError(422, f"ids must be a non-empty list of token ids (ints) or a list of them, got "
                                 f"{str(f['ids'])[:80]!r}")
-    _count(len(ids), "sequences", limits)
+    limits.check_items(len(ids), "sequences")
     for i, seq in enumerate(ids):
         _in_vocabulary(pipe, seq, f"ids {i}")
-        if len(seq) > limits.max_text_chars:
-            raise RequestError(422, f"ids {i} holds {len(seq)} ids, over max_text_chars {limits.max_text_chars}")
+        limits.check_chars(len(seq), f"ids {i}", "ids")
     skip = f.get("skip_special_tokens", True)
     return Call([], {}, {"result": [pipe.tokenizer.decode(seq, skip_special_tokens=skip) for seq in ids]})
 
@@ -254,10 +243,7 @@ def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any
 
 def _ranked(server: Any, call: Call, results: list[Any]) -> list[dict[str, Any]]:
     a = call.answer
-    scores = rerank_scores(np.stack([np.asarray(r) for r in results]), a["relevant"], a["raw_scores"])
-    order = sorted(range(len(scores)), key=lambda i: -scores[i])
-    return [{"index": i, "score": float(scores[i]), **({"text": a["texts"][i]} if a["return_text"] else {})}
-            for i in order]
+    return ranked(results, a["relevant"], a["texts"], a["raw_scores"], a["return_text"])
 
 
 def _info(server: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ choices, [MASK]s) and its answer (candidates) is counted from token counts befor
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -21,13 +22,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.settings.inference import REQUEST_LIMITS, check_request_limits
-
-# Inputs admitted and not yet answered. MiniLM (6 layers, H=384) on this project's 2-core machine with one
-# model thread runs 7-9 inputs/s of 300-word texts (~320 tokens): 64 inputs is 7-9 s of work there, the
-# longest an admitted request then waits; short texts (SST-2, ~25 tokens, ~110 inputs/s) drain 64 in under a
-# second (docs/inference.md has the measurement).
-DEFAULT_MAX_CONCURRENT_REQUESTS = 64
+from bertkit.settings.inference import RequestLimits
 
 EMBEDDING_TASKS = ("feature-extraction", "sentence-embedding")
 _EMBED_FIELDS = ("normalize", "truncate", "truncation_direction", "prompt_name", "dimensions", "encoding_format")
@@ -55,28 +50,22 @@ class RequestError(Exception):
         self.headers = headers or {}
 
 
-@dataclass
-class Limits:
-    """What one request may be and cost (``ServeSettings`` documents each; its defaults are these)."""
-
-    max_body_bytes: int = 1_000_000
-    max_items: int = 64
-    max_text_chars: int = 20_000
-    max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS
-    max_json_depth: int = 16
-    max_windows_per_request: int = 256
-    max_top_k: int = 100
-    max_candidates: int = 1000
-    body_timeout_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        assert tuple(vars(self)) == REQUEST_LIMITS, "Limits' fields are the settings' REQUEST_LIMITS"
-        check_request_limits(self)
+class Limits(RequestLimits):
+    """What one request may be and cost (``RequestLimits``, whose fields ``bertkit serve``'s flags are), with the
+    refusals the routes share."""
 
     @classmethod
     def from_settings(cls, settings: Any) -> Limits:
         """The limits of a ``ServeSettings`` (or anything with the same fields)."""
-        return cls(**{name: getattr(settings, name) for name in REQUEST_LIMITS})
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(RequestLimits)})
+
+    def check_items(self, n: int, name: str = "inputs") -> None:
+        if n > self.max_items:
+            raise RequestError(422, f"{n} {name} exceed max_items {self.max_items} per request")
+
+    def check_chars(self, n: int, what: str, unit: str = "characters") -> None:
+        if n > self.max_text_chars:
+            raise RequestError(422, f"{what} has {n} {unit}, over max_text_chars {self.max_text_chars}")
 
 
 def _chars(item: Any) -> int:
@@ -141,12 +130,6 @@ class Route:
 # Tasks whose input is one model sequence, a text or (text, text_pair): their tokens are counted while parsing
 # (the others' sequences count as max_length each against max_batch_tokens).
 _ONE_SEQUENCE = ("text-classification", "token-classification", "fill-mask", *EMBEDDING_TASKS)
-
-# The fields an input object may hold, per task: any other (``text_pairr``) is refused, not ignored.
-_PAIR_FIELDS = ("text", "text_pair")
-_INPUT_FIELDS = {"text-classification": _PAIR_FIELDS, "feature-extraction": _PAIR_FIELDS,
-                 "sentence-embedding": _PAIR_FIELDS, "question-answering": ("question", "context"),
-                 "multiple-choice": ("context", "choices")}
 
 
 def json_depth(body: bytes) -> int:
@@ -300,8 +283,7 @@ def parse_request(data: Any, pipe: Any, limits: Limits, similarity: bool = False
     items = [raw] if single else raw
     if not items:
         raise RequestError(422, "inputs is an empty list")
-    if len(items) > limits.max_items:
-        raise RequestError(422, f"{len(items)} inputs exceed max_items {limits.max_items} per request")
+    limits.check_items(len(items))
     checked, counted, chars = _check_inputs(items, pipe, limits, answer)
     cost, candidates = _cost(pipe, checked, options, limits)
     tei = task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
@@ -374,16 +356,10 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, answer: dict[str,
     for i, item in enumerate(items):
         if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
             item = item[0] if len(item) == 1 else tuple(item)
-        if isinstance(item, dict) and task in _INPUT_FIELDS:
-            extra = sorted(set(item) - set(_INPUT_FIELDS[task]))
-            if extra:
-                raise RequestError(422, f"input {i} has unknown field(s) {', '.join(map(str, extra))}; a {task} "
-                                        f"input holds {', '.join(_INPUT_FIELDS[task])}")
         n = _chars(item)
-        if n > limits.max_text_chars:
-            raise RequestError(422, f"input {i} has {n} characters, over max_text_chars {limits.max_text_chars}")
+        limits.check_chars(n, f"input {i}")
         try:
-            read = pipe.check_input(item, i)  # refused here, as a 422, rather than inside a shared batch
+            read = pipe.check_input(item, i)  # a field it does not read, a wrong type: a 422 here, not in a batch
         except BertkitError as e:
             raise RequestError(422, str(e)) from None
         if task in _ONE_SEQUENCE:  # counted for max_batch_tokens, x-compute-tokens and /metrics

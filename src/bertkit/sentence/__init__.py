@@ -3,7 +3,8 @@
 A script written for sentence-transformers runs after changing its imports from ``sentence_transformers`` to
 ``bertkit.sentence``: ``SentenceTransformer``, ``SentenceTransformerTrainer``,
 ``SentenceTransformerTrainingArguments``, ``quantize_embeddings`` and the submodules ``losses``, ``evaluation``,
-``training_args`` (``BatchSamplers``) and ``util``. What is implemented and what is refused: docs/sentence.md.
+``training_args`` (``BatchSamplers``), ``util`` and ``cross_encoder`` (``CrossEncoder`` and its trainer, also
+exported here, as sentence-transformers does). What is implemented and what is refused: docs/sentence.md.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ _EXPORTS = {
     "SentenceTransformerTrainer": "bertkit.sentence.trainer",
     "SentenceTransformerTrainingArguments": "bertkit.sentence.training_args",
     "SimilarityFunction": "bertkit.sentence.util",
+    "CrossEncoder": "bertkit.sentence.cross_encoder.model",
+    "CrossEncoderTrainer": "bertkit.sentence.cross_encoder.trainer",
+    "CrossEncoderTrainingArguments": "bertkit.sentence.cross_encoder.training_args",
 }
 __all__ = list(_EXPORTS)
 __getattr__ = _lazy_getattr("bertkit.sentence", _EXPORTS)

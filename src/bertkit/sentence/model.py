@@ -79,6 +79,7 @@ class SentenceTransformer(nn.Module):
         if not path.is_dir():
             raise FileNotFoundError(f"sentence-transformers directory {path} does not exist; pass a directory with "
                                     f"{MODULES} (or a BERT checkpoint directory with config.json)")
+        self.name_or_path = str(path)
         encoder_dir, pooling, self.normalize = self._read_modules(path)
         self.bert = BertModel.from_pretrained(encoder_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
@@ -240,6 +241,21 @@ class SentenceTransformer(nn.Module):
         else:
             result = list(vectors)
         return result[0] if single else result
+
+    def encode_query(self, sentences: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
+                     **kwargs: Any) -> Any:
+        """``encode`` for queries: without a prompt given, the model's "query" prompt if it has one."""
+        if prompt_name is None and prompt is None and "query" in self.prompts:
+            prompt_name = "query"
+        return self.encode(sentences, prompt_name=prompt_name, prompt=prompt, **kwargs)
+
+    def encode_document(self, sentences: str | Sequence[str], prompt_name: str | None = None,
+                        prompt: str | None = None, **kwargs: Any) -> Any:
+        """``encode`` for documents: without a prompt given, the model's "document", "passage" or "corpus"
+        prompt, the first it has."""
+        if prompt_name is None and prompt is None:
+            prompt_name = next((n for n in ("document", "passage", "corpus") if n in self.prompts), None)
+        return self.encode(sentences, prompt_name=prompt_name, prompt=prompt, **kwargs)
 
     def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
         if prompt is not None:

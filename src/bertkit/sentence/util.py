@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from bertkit.errors import BertkitError
+from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
 
 
 def _batch(x: Any) -> Tensor:

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
@@ -260,26 +261,10 @@ class PredictFileSettings(Int8Settings):
 
 
 @dataclass(kw_only=True)
-class ServeSettings(Int8Settings):
-    """Serve a model's pipeline over HTTP (FastAPI + uvicorn; pip install "bertkit[serve]")."""
+class RequestLimits:
+    """What one request to ``bertkit serve`` may be and cost, checked together (the server's ``serve_wire.Limits``
+    is this with its refusals)."""
 
-    model_name_or_path: Path = flag(aliases=("--model",))
-    """Checkpoint directory with the task's head (config.json, model.safetensors, vocab.txt)."""
-    task: Literal["text-classification", "token-classification", "question-answering", "fill-mask",
-                  "multiple-choice", "feature-extraction", "sentence-embedding", "rerank"]
-    """The pipeline to serve (rerank: a cross-encoder, a text-classification checkpoint with one logit or two labels)."""
-    host: str = "127.0.0.1"
-    """Address to listen on (0.0.0.0: every interface)."""
-    port: int = 8000
-    """TCP port."""
-    max_batch_size: int = 32
-    """Inputs gathered from concurrent requests into one model call; also the most choices one multiple-choice
-    input may have (they are scored in one forward; more: 422)."""
-    max_wait_ms: float = 5.0
-    """How long the first waiting request waits for others to join its batch."""
-    max_batch_tokens: int = 16_384
-    """Padded tokens one model call may carry (its sequences x the longest; TEI's name and default): 32 sequences
-    of 512 tokens, or more of shorter ones (up to --max-batch-size inputs). A request with more runs alone."""
     max_items: int = 64
     """Inputs per request (more: 422)."""
     max_text_chars: int = 20_000
@@ -304,6 +289,52 @@ class ServeSettings(Int8Settings):
     questions, /embed_all token states (more: 422)."""
     body_timeout_s: float = 10.0
     """Seconds a request's body may take to arrive once its headers have (slower: 408, connection closed)."""
+
+    def __post_init__(self) -> None:
+        self.check_request_limits()
+
+    def check_request_limits(self) -> None:
+        """Refuse request limits that are not positive, or that together would refuse every request of the largest
+        allowed size."""
+        for f in dataclasses.fields(RequestLimits):
+            value = getattr(self, f.name)
+            if f.name == "body_timeout_s":
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                    raise BertkitError(f"body_timeout_s must be a finite number of seconds > 0, got {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BertkitError(f"{f.name} must be an int >= 1, got {value!r}")
+        if self.max_windows_per_request < self.max_items:
+            raise BertkitError(f"max_windows_per_request {self.max_windows_per_request} is below max_items "
+                               f"{self.max_items}: every input costs at least one model sequence, so a request of "
+                               "max_items inputs would be refused; raise --max-windows-per-request or lower "
+                               "--max-items")
+        if self.max_items > self.max_concurrent_requests:
+            raise BertkitError(f"max_items {self.max_items} exceeds max_concurrent_requests "
+                               f"{self.max_concurrent_requests}: a request that large could never be admitted; "
+                               "raise --max-concurrent-requests or lower --max-items")
+
+
+@dataclass(kw_only=True)
+class ServeSettings(RequestLimits, Int8Settings):
+    """Serve a model's pipeline over HTTP (FastAPI + uvicorn; pip install "bertkit[serve]")."""
+
+    model_name_or_path: Path = flag(aliases=("--model",))
+    """Checkpoint directory with the task's head (config.json, model.safetensors, vocab.txt)."""
+    task: Literal["text-classification", "token-classification", "question-answering", "fill-mask",
+                  "multiple-choice", "feature-extraction", "sentence-embedding", "rerank"]
+    """The pipeline to serve (rerank: a cross-encoder, a text-classification checkpoint with one logit or two labels)."""
+    host: str = "127.0.0.1"
+    """Address to listen on (0.0.0.0: every interface)."""
+    port: int = 8000
+    """TCP port."""
+    max_batch_size: int = 32
+    """Inputs gathered from concurrent requests into one model call; also the most choices one multiple-choice
+    input may have (they are scored in one forward; more: 422)."""
+    max_wait_ms: float = 5.0
+    """How long the first waiting request waits for others to join its batch."""
+    max_batch_tokens: int = 16_384
+    """Padded tokens one model call may carry (its sequences x the longest; TEI's name and default): 32 sequences
+    of 512 tokens, or more of shorter ones (up to --max-batch-size inputs). A request with more runs alone."""
     graceful_shutdown_s: float = 30.0
     """On SIGTERM, how long admitted requests may take to finish before the server stops anyway: a deadline for
     every connection (requests still open then are cut off) and for the model call under way."""
@@ -323,15 +354,14 @@ class ServeSettings(Int8Settings):
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        for name in ("max_batch_size", "max_items", "max_text_chars", "max_body_bytes", "max_concurrent_requests",
-                     "max_json_depth", "max_windows_per_request", "max_top_k", "max_candidates", "max_batch_tokens"):
+        for name in ("max_batch_size", "max_batch_tokens"):
             if getattr(self, name) < 1:
                 raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
             raise BertkitError(f"port must be in [0, 65535], got {self.port}")
         if not (0 <= self.max_wait_ms <= 10_000):
             raise BertkitError(f"max_wait_ms must be in [0, 10000], got {self.max_wait_ms}")
-        check_request_limits(self)  # what one request may be and cost, checked together
+        self.check_request_limits()
         if not (math.isfinite(self.graceful_shutdown_s) and self.graceful_shutdown_s >= 0):
             raise BertkitError(f"graceful_shutdown_s must be a finite number >= 0, got {self.graceful_shutdown_s}")
         if not self.host or self.host != self.host.strip() or not self.host.isprintable():
@@ -364,28 +394,3 @@ def check_served_name(name: str, source: str) -> None:
     if not (name.strip() and name.isprintable()):
         raise BertkitError(f"the served model name from {source} ({name!r}) is empty or not printable: answers would "
                            f"name the model by its path; give a name, or remove {source} to show the path")
-
-
-# What one request may be and cost: the fields the server's ``serve_wire.Limits`` is built from.
-REQUEST_LIMITS = ("max_body_bytes", "max_items", "max_text_chars", "max_concurrent_requests", "max_json_depth",
-                  "max_windows_per_request", "max_top_k", "max_candidates", "body_timeout_s")
-
-
-def check_request_limits(limits: Any) -> None:
-    """Refuse request limits that are not positive, or that together would refuse every request of the largest
-    allowed size (``ServeSettings`` and the server's ``Limits`` check with this one function)."""
-    for name in REQUEST_LIMITS:
-        value = getattr(limits, name)
-        if name == "body_timeout_s":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise BertkitError(f"body_timeout_s must be a finite number of seconds > 0, got {value!r}")
-        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise BertkitError(f"{name} must be an int >= 1, got {value!r}")
-    if limits.max_windows_per_request < limits.max_items:
-        raise BertkitError(f"max_windows_per_request {limits.max_windows_per_request} is below max_items "
-                           f"{limits.max_items}: every input costs at least one model sequence, so a request of "
-                           "max_items inputs would be refused; raise --max-windows-per-request or lower --max-items")
-    if limits.max_items > limits.max_concurrent_requests:
-        raise BertkitError(f"max_items {limits.max_items} exceeds max_concurrent_requests "
-                           f"{limits.max_concurrent_requests}: a request that large could never be admitted; "
-                           "raise --max-concurrent-requests or lower --max-items")

@@ -241,11 +241,9 @@ def _batch(acts: np.ndarray, offsets: np.ndarray, sentence_ids: Sequence[int], t
     return batch
 
 
-@torch.no_grad()
 def _tag(tagger: BiLSTMTagger, acts: np.ndarray, offsets: np.ndarray, labels: Sequence[str], batch_size: int,
          device: str) -> list[list[str]]:
-    """Predicted tags of every sentence, through the one length-sorted runner (the loop has put ``tagger`` in eval
-    mode)."""
+    """Predicted tags of every sentence, through the one evaluation loop (``inference.runner``), in fp32."""
     lengths = np.diff(offsets).tolist()
 
     def call(batch: dict[str, Tensor], ids: Sequence[int]) -> list[np.ndarray]:
@@ -253,7 +251,7 @@ def _tag(tagger: BiLSTMTagger, acts: np.ndarray, offsets: np.ndarray, labels: Se
         return [pred[row, :lengths[i]] for row, i in enumerate(ids)]
 
     tags = run_length_sorted(call, range(len(lengths)), batch_size=batch_size * 4, lengths=lengths, device=device,
-                             pad=lambda ids: _batch(acts, offsets, ids, None))
+                             pad=lambda ids: _batch(acts, offsets, ids, None), model=tagger)
     return [[labels[j] for j in t] for t in tags]
 
 

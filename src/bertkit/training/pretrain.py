@@ -26,6 +26,7 @@ from bertkit.data.dataset import PretrainingDataset, collate_pretraining
 from bertkit.data.shards import MANIFEST
 from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
+from bertkit.inference.runner import evaluate, in_order
 from bertkit.outputs import atomic_write_json, sha256_of
 from bertkit.settings import PretrainSettings
 from bertkit.tokenization import BertTokenizer
@@ -60,23 +61,27 @@ def collate_instances(items: list, pad_id: int, nsp: bool = True) -> dict:
 
 def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int, pad_id: int, limit: int,
                          device: str = "cpu") -> dict[str, float]:
-    """Held-out MLM loss/accuracy (per predicted token) and NSP loss/accuracy (per instance)."""
+    """Held-out MLM loss/accuracy (per predicted token) and NSP loss/accuracy (per instance), on the first ``limit``
+    instances, through the one evaluation loop (``inference.runner``) under the caller's autocast. Under torchrun
+    every rank evaluates all of them: an FSDP model's forward is collective, so the ranks cannot split the batches."""
     n = min(limit, len(dataset))
-    mlm_correct = mlm_total = nsp_correct = 0
-    mlm_loss_sum = nsp_loss_sum = 0.0
     has_nsp = hasattr(getattr(model, "cls", None), "seq_relationship")  # BertForPreTraining, not BertForMaskedLM
-    for start in range(0, n, batch_size):
-        items = [dataset[i] for i in range(start, min(n, start + batch_size))]
-        batch = {k: v.to(device) for k, v in collate_instances(items, pad_id, nsp=has_nsp).items()}
+
+    def sums(batch: dict, items: list) -> tuple[int, int, float, int, float]:
+        """(MLM correct, MLM targets, MLM loss x targets, NSP correct, NSP loss x instances) of one batch."""
         out = model(**batch)
         target = batch["labels"][batch["labels"] != IGNORE_INDEX]
-        mlm_correct += int((out.prediction_logits.argmax(-1) == target).sum())
-        mlm_total += target.numel()
-        mlm_loss_sum += out.mlm_loss.item() * target.numel()
-        rows = batch["input_ids"].shape[0]
-        if out.nsp_loss is not None:
-            nsp_correct += int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
-            nsp_loss_sum += out.nsp_loss.item() * rows
+        mlm_correct = int((out.prediction_logits.argmax(-1) == target).sum())
+        mlm = (mlm_correct, target.numel(), out.mlm_loss.item() * target.numel())
+        if out.nsp_loss is None:
+            return (*mlm, 0, 0.0)
+        nsp_correct = int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
+        return (*mlm, nsp_correct, out.nsp_loss.item() * len(items))
+
+    per_batch = evaluate(sums, dataset, in_order(range(n), batch_size), device=device, bf16=None, model=model,
+                         pad=lambda items: collate_instances(items, pad_id, nsp=has_nsp))
+    mlm_correct, mlm_total, mlm_loss_sum, nsp_correct, nsp_loss_sum = (
+        [sum(column) for column in zip(*(r for _, r in per_batch))] or [0, 0, 0.0, 0, 0.0])
     scores = {"mlm_loss": mlm_loss_sum / max(1, mlm_total), "mlm_acc": mlm_correct / max(1, mlm_total),
               "nsp_loss": nsp_loss_sum / max(1, n), "nsp_acc": nsp_correct / max(1, n), "instances": n}
     if not has_nsp:  # MLM-only (--no-nsp): there is no NSP score

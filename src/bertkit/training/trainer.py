@@ -50,6 +50,7 @@ from torch import nn
 from bertkit._hardware import cpu_has_bf16
 from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
+from bertkit.inference.runner import evaluate, in_order
 from bertkit.outputs import atomic_write_text, output_dir
 from bertkit.training import trainer_data
 from bertkit.training.batch_plan import BatchPlan
@@ -63,7 +64,7 @@ from bertkit.training.callbacks import (
     metric_key,
 )
 from bertkit.training.checkpoint import HF_LAYOUT, STATE_FILE, refuse_other_run, remove_torn_writes
-from bertkit.training.distributed import all_gather, current, join_for_process
+from bertkit.training.distributed import current, join_for_process
 from bertkit.training.loop import LoopHooks, Phase, Position, run_fingerprint, train
 from bertkit.training.optim import linear_warmup_decay
 from bertkit.training.trainer_args import TrainingArguments
@@ -479,56 +480,40 @@ class Trainer:
         """Every example through the model, in batches of per_device_eval_batch_size: (logits, labels, mean loss),
         rows in the dataset's order. Rows of different lengths (token tasks) are padded with -100, as transformers
         does. Under torchrun each rank computes every world_size-th example and every rank gets all of them back
-        (as transformers' Trainer gathers them), so metrics see the whole dataset once."""
+        (as transformers' Trainer gathers them), so metrics see the whole dataset once. on_prediction_step after
+        each batch (not for ``events=False``: a check)."""
         module = module if module is not None else self.model
         info = current()
-        mine = list(range(info.rank, len(examples), info.world_size))
-        was_training = module.training
-        module.eval()
-        try:
-            part = self._predict_rows(examples, mine, module, events)
-        finally:
-            module.train(was_training)
-        parts = all_gather(part) if info.enabled else [part]
-        order = np.argsort(np.asarray([i for p in parts for i in p[0]], dtype=np.int64), kind="stable")
-        outputs = [o for p in parts for o in p[1]]
-        labels = [row for p in parts for row in p[2]]
-        loss_sum, loss_n = sum(p[3] for p in parts), sum(p[4] for p in parts)
+
+        def step(batch: dict, rows: list) -> tuple[list[np.ndarray], list[np.ndarray], float, int]:
+            """One batch's output arrays, label arrays (one per label name, as transformers: QA has start and end
+            positions), summed loss x rows and rows with a loss."""
+            out = module(**batch)
+            loss = getattr(out, "loss", None)
+            fields = [getattr(out, f) for f in ("logits", "start_logits", "end_logits", "prediction_logits")
+                      if getattr(out, f, None) is not None]
+            if "prediction_logits" in type(out).__dict__ and "logits" in type(out).__dict__:
+                fields = fields[:1]
+            result = ([f.float().cpu().numpy() for f in fields],
+                      [batch[k].cpu().numpy() for k in self.label_names if k in batch],
+                      0.0 if loss is None else float(loss) * len(rows), 0 if loss is None else len(rows))
+            if events:
+                self._event("on_prediction_step")
+            return result
+
+        parts = evaluate(step, examples, in_order(range(info.rank, len(examples), info.world_size),
+                                                  self.args.per_device_eval_batch_size),
+                         pad=self._collate, device=self.device, bf16=self.args.bf16, model=module, gather=True)
+        order = np.argsort(np.asarray([i for idx, _ in parts for i in idx], dtype=np.int64), kind="stable")
+        outputs = [p[0] for _, p in parts]
+        labels = [p[1] for _, p in parts if p[1]]
+        loss_sum, loss_n = sum(p[2] for _, p in parts), sum(p[3] for _, p in parts)
         columns = [_concat([o[j] for o in outputs])[order] for j in range(len(outputs[0]))] if outputs else []
         preds = columns[0] if len(columns) == 1 else tuple(columns)
         label_columns = [_concat([row[j] for row in labels])[order] for j in range(len(labels[0]))] if labels else []
         label_ids = (None if not labels else label_columns[0] if len(label_columns) == 1
                      else tuple(label_columns))
         return preds, label_ids, (loss_sum / loss_n if loss_n else None)
-
-    def _predict_rows(self, examples: Sequence, rows: list[int], module: nn.Module, events: bool = True) -> tuple:
-        """The model on ``examples[rows]`` in order: (rows, per-batch output arrays, per-batch label arrays, summed
-        loss x rows, rows with a loss); on_prediction_step after each batch (not for ``events=False``: a check)."""
-        size = self.args.per_device_eval_batch_size
-        outputs: list[list[np.ndarray]] = []
-        labels: list[list[np.ndarray]] = []
-        loss_sum, loss_n = 0.0, 0
-        autocast = torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=self.args.bf16)
-        with torch.no_grad(), autocast:
-            for start in range(0, len(rows), size):
-                batch = self._collate([examples[i] for i in rows[start:start + size]])
-                batch = {k: v.to(self.device) for k, v in batch.items()}
-                out = module(**batch)
-                n = next(iter(batch.values())).shape[0]
-                if getattr(out, "loss", None) is not None:
-                    loss_sum += float(out.loss) * n
-                    loss_n += n
-                fields = [getattr(out, f) for f in ("logits", "start_logits", "end_logits", "prediction_logits")
-                          if getattr(out, f, None) is not None]
-                if "prediction_logits" in type(out).__dict__ and "logits" in type(out).__dict__:
-                    fields = fields[:1]
-                outputs.append([f.float().cpu().numpy() for f in fields])
-                present = [batch[k] for k in self.label_names if k in batch]
-                if present:  # one array per label name, as transformers (QA: start and end positions)
-                    labels.append([p.cpu().numpy() for p in present])
-                if events:
-                    self._event("on_prediction_step")
-        return rows, outputs, labels, loss_sum, loss_n
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""

@@ -65,8 +65,8 @@ class InformationRetrievalEvaluator:
         functions = self.score_functions or {model.similarity_fn_name: SIMILARITY_FUNCTIONS[model.similarity_fn_name][0]}
         encode = {"batch_size": self.batch_size, "show_progress_bar": self.show_progress_bar,
                   "convert_to_tensor": True, "truncate_dim": self.truncate_dim}
-        q = model.encode(self.queries, prompt=self.query_prompt, prompt_name=self.query_prompt_name, **encode)
-        c = model.encode(self.corpus, prompt=self.corpus_prompt, prompt_name=self.corpus_prompt_name, **encode)
+        q = model.encode_query(self.queries, prompt=self.query_prompt, prompt_name=self.query_prompt_name, **encode)
+        c = model.encode_document(self.corpus, prompt=self.corpus_prompt, prompt_name=self.corpus_prompt_name, **encode)
         metrics: dict[str, float] = {}
         for fn_name, fn in functions.items():
             ranked = self.rank(fn(q, c))

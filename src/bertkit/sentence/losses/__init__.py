@@ -2,6 +2,7 @@
 
 from bertkit.sentence.losses.base import SentenceLoss
 from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
+from bertkit.sentence.losses.gist import GISTEmbedLoss
 from bertkit.sentence.losses.matryoshka import MatryoshkaLoss
 from bertkit.sentence.losses.multiple_negatives import (
     MultipleNegativesRankingLoss,
@@ -11,4 +12,4 @@ from bertkit.sentence.losses.pairs import CoSENTLoss, CosineSimilarityLoss, Trip
 
 __all__ = ["SentenceLoss", "MultipleNegativesRankingLoss", "MultipleNegativesSymmetricRankingLoss",
            "CachedMultipleNegativesRankingLoss", "MatryoshkaLoss", "CoSENTLoss", "CosineSimilarityLoss",
-           "TripletLoss", "TripletDistanceMetric"]
+           "TripletLoss", "TripletDistanceMetric", "GISTEmbedLoss"]

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from bertkit.errors import BertkitError
 from bertkit.sentence.losses.base import SentenceLoss, embed_columns
 from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
+from bertkit.sentence.losses.gist import GISTEmbedLoss
 
 
 class MatryoshkaLoss(SentenceLoss):
@@ -45,15 +46,17 @@ class MatryoshkaLoss(SentenceLoss):
             chosen = sorted(random.sample(chosen, self.n_dims_per_step))
         return chosen
 
-    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None, *guide: list[Tensor]) -> Tensor:
+        """``guide``: GISTEmbedLoss's guide embeddings, passed on whole (the guide is not truncated)."""
         total: Any = 0.0
         for i in self._dims():
             d, w = self.matryoshka_dims[i], self.matryoshka_weights[i]
             total = total + w * self.loss.compute_loss_from_embeddings(
-                [F.normalize(e[..., :d], p=2, dim=-1) for e in embeddings], labels)
+                [F.normalize(e[..., :d], p=2, dim=-1) for e in embeddings], labels, *guide)
         return total
 
     def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
         if isinstance(self.loss, CachedMultipleNegativesRankingLoss):
             return self.loss(sentence_features, labels, loss_fn=self.compute_loss_from_embeddings)
-        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels)
+        guide = (self.loss.embed_guide(sentence_features),) if isinstance(self.loss, GISTEmbedLoss) else ()
+        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels, *guide)

@@ -1,0 +1,119 @@
+"""``CrossEncoderRerankingEvaluator``: sentence-transformers' reranking evaluator, with its arguments and metric
+keys (``map``, ``mrr@k``, ``ndcg@k``, and ``base_*`` for the order given when samples carry ``documents``).
+
+Each sample is ``{"query", "positive": [...], "negative": [...]}`` or ``{"query", "positive", "documents": [...]}``
+(a first-stage ranking to rerank). AP and nDCG average over tied scores as scikit-learn's
+``average_precision_score`` and ``ndcg_score`` do (sentence-transformers' definitions); MRR@k takes numpy's
+argsort order, as sentence-transformers does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from bertkit.errors import BertkitError
+
+
+def average_precision(relevant: Sequence[int], scores: np.ndarray) -> float:
+    """scikit-learn's ``average_precision_score``: sum over distinct score thresholds of (recall step) x precision."""
+    y, s = np.asarray(relevant, dtype=np.float64), np.asarray(scores, dtype=np.float64)
+    order = np.argsort(-s, kind="mergesort")
+    y, s = y[order], s[order]
+    last = np.r_[np.flatnonzero(np.diff(s)), len(s) - 1]  # the last index of each run of equal scores
+    tp = np.cumsum(y)[last]
+    precision, recall = tp / (last + 1), tp / tp[-1]
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+def _dcg(relevant: np.ndarray, scores: np.ndarray, k: int) -> float:
+    """scikit-learn's tie-averaged DCG@k: documents with equal scores share their positions' discounts evenly."""
+    discount = 1 / np.log2(np.arange(len(relevant)) + 2)
+    discount[k:] = 0
+    _, inverse, counts = np.unique(-scores, return_inverse=True, return_counts=True)
+    gains = np.zeros(len(counts))
+    np.add.at(gains, inverse, relevant)
+    ends = np.cumsum(counts) - 1
+    cumulative = np.cumsum(discount)
+    return float(np.sum(gains / counts * np.diff(np.r_[0.0, cumulative[ends]])))
+
+
+def ndcg(relevant: Sequence[int], scores: np.ndarray, k: int) -> float:
+    """scikit-learn's ``ndcg_score`` of one query at ``k`` (0 when nothing is relevant)."""
+    y = np.asarray(relevant, dtype=np.float64)
+    discount = 1 / np.log2(np.arange(len(y)) + 2)
+    ideal = float(np.sum(np.sort(y)[::-1][:k] * discount[:k]))
+    return 0.0 if ideal == 0 else _dcg(y, np.asarray(scores, dtype=np.float64), k) / ideal
+
+
+class CrossEncoderRerankingEvaluator:
+    """Rerank each sample's documents with ``model.predict`` and report MAP, MRR@at_k and nDCG@at_k (and the
+    first-stage order's as ``base_*`` for ``documents`` samples), keys prefixed with ``name_`` when named."""
+
+    def __init__(self, samples: Sequence[dict[str, Any]] | dict[str, dict[str, Any]], at_k: int = 10,
+                 always_rerank_positives: bool = True, name: str = "", batch_size: int = 64,
+                 show_progress_bar: bool = False, write_csv: bool = True, mrr_at_k: int | None = None,
+                 prompt_name: str | None = None):
+        if prompt_name is not None:
+            raise BertkitError("CrossEncoderRerankingEvaluator(prompt_name=...) is not implemented in bertkit: "
+                               "cross-encoder prompts are not implemented")
+        self.samples = list(samples.values()) if isinstance(samples, dict) else list(samples)
+        for i, s in enumerate(self.samples):
+            if "query" not in s or "positive" not in s or ("negative" in s) == ("documents" in s):
+                raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i} has the keys {sorted(s)}; each needs "
+                                   "'query', 'positive' and exactly one of 'negative' and 'documents'")
+        self.at_k = mrr_at_k if mrr_at_k is not None else at_k
+        self.always_rerank_positives, self.name = always_rerank_positives, name
+        self.batch_size, self.show_progress_bar, self.write_csv = batch_size, show_progress_bar, write_csv
+        self.primary_metric = f"ndcg@{self.at_k}"
+
+    def _metrics(self, relevant: list[int], scores: np.ndarray) -> tuple[float, float, float]:
+        ranking = np.argsort(scores)[::-1]
+        mrr = next((1 / (rank + 1) for rank, i in enumerate(ranking[:self.at_k]) if relevant[i]), 0.0)
+        return mrr, ndcg(relevant, scores, self.at_k), average_precision(relevant, scores)
+
+    def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
+        base, per_sample, pairs = [], [], []
+        for s in self.samples:
+            query, positive, documents = s["query"], s["positive"], s.get("documents")
+            positive = [positive] if isinstance(positive, str) else list(positive)
+            if documents:
+                first_stage = [int(d in positive) for d in documents]
+                if sum(first_stage) == 0:
+                    base.append((0.0, 0.0, 0.0))
+                else:
+                    first_stage += [1] * (len(positive) - sum(first_stage))
+                    base.append(self._metrics(first_stage, np.arange(len(first_stage), 0, -1)))
+                if self.always_rerank_positives:
+                    docs = positive + [d for d in documents if d not in positive]
+                    relevant = [1] * len(positive) + [0] * (len(docs) - len(positive))
+                else:
+                    docs, relevant = list(documents), [int(d in positive) for d in documents]
+            else:
+                docs = positive + list(s["negative"])
+                relevant = [1] * len(positive) + [0] * len(s["negative"])
+            per_sample.append((relevant, len(docs)) if sum(relevant) else None)
+            if sum(relevant):
+                pairs += [(query, d) for d in docs]
+        scores = model.predict(pairs, batch_size=self.batch_size, convert_to_numpy=True,
+                               show_progress_bar=self.show_progress_bar) if pairs else np.array([])
+        results, at = [], 0
+        for item in per_sample:
+            if item is None:
+                results.append((0.0, 0.0, 0.0))
+                continue
+            relevant, n = item
+            results.append(self._metrics(relevant, scores[at:at + n]))
+            at += n
+        mrr, nd, ap = np.mean(results, axis=0)
+        metrics = {"map": float(ap), f"mrr@{self.at_k}": float(mrr), f"ndcg@{self.at_k}": float(nd)}
+        if base:
+            b_mrr, b_nd, b_ap = np.mean(base, axis=0)
+            metrics |= {"base_map": float(b_ap), f"base_mrr@{self.at_k}": float(b_mrr),
+                        f"base_ndcg@{self.at_k}": float(b_nd)}
+        return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}
+
+
+__all__ = ["CrossEncoderRerankingEvaluator"]

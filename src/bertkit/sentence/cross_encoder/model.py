@@ -1,0 +1,300 @@
+"""``CrossEncoder``: a BERT sequence classifier over (query, document) pairs, with sentence-transformers'
+``predict`` / ``rank`` and its directory layout.
+
+    model = CrossEncoder("models/my-reranker")
+    model.predict([("How many people live in Berlin?", "Berlin has 3.5 million inhabitants.")])
+    model.rank("How many people live in Berlin?", documents, top_k=3, return_documents=True)
+
+A pair is ``[CLS] query [SEP] document [SEP]``, cut to ``max_length`` tokens longest-first, as transformers'
+tokenizer cuts it; the score is the classifier's logits through ``activation_fn`` (sigmoid for one label,
+identity for several, unless the directory or the caller names another). The directory is a Hugging Face
+checkpoint (config.json with ``BertForSequenceClassification``, model.safetensors, the tokenizer) plus
+sentence-transformers' ``modules.json`` (one Transformer module), ``sentence_bert_config.json`` and
+``config_sentence_transformers.json`` (the activation): transformers, sentence-transformers' CrossEncoder and
+``bertkit serve --task rerank`` all open it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from bertkit import __version__
+from bertkit.errors import BertkitError
+from bertkit.heads import BertForSequenceClassification
+from bertkit.outputs import atomic_write_json
+from bertkit.sentence.model import MODULES, SBERT_CONFIG, ST_CONFIG, _module_type, _read_json
+from bertkit.tokenization import AutoTokenizer
+from bertkit.tokenization.batch import truncation_lengths
+
+logger = logging.getLogger("bertkit")
+
+# sentence-transformers' constructor arguments bertkit does not implement, with what to do instead
+_REFUSED_INIT = {
+    "modules": "build the directory with sentence-transformers, or start from a BERT checkpoint directory",
+    "prompts": "prompts are not implemented for cross-encoders: put the text before the query yourself",
+    "default_prompt_name": "prompts are not implemented for cross-encoders: put the text before the query yourself",
+    "cache_folder": "bertkit loads local directories; download the model first",
+    "trust_remote_code": "bertkit runs BERT only, and resolves torch activations only; drop this argument",
+    "revision": "bertkit loads local directories; check out the revision first",
+    "token": "bertkit loads local directories; download the model first",
+    "backend": "bertkit runs its own PyTorch encoder; for int8 serve it with bertkit serve --quantize int8",
+    "model_kwargs": "bertkit builds its model from config.json; drop this argument",
+    "processor_kwargs": "use max_length=; bertkit reads the tokenizer's other settings from its files",
+    "tokenizer_kwargs": "use max_length=; bertkit reads the tokenizer's other settings from its files",
+    "config_kwargs": "use num_labels=, or edit config.json",
+    "model_card_data": "bertkit writes no model card; drop this argument",
+    "keep_in_fp32_modules": "bertkit's classifier runs in the model's dtype; drop this argument",
+}
+# predict()/rank() arguments bertkit does not implement
+_REFUSED_CALL = {
+    "prompt": "prompts are not implemented for cross-encoders: put the text before the query yourself",
+    "prompt_name": "prompts are not implemented for cross-encoders: put the text before the query yourself",
+    "pool": "multi-process inference is not implemented: call predict in one process",
+    "chunk_size": "multi-process inference is not implemented: call predict in one process",
+}
+
+
+def _refuse(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
+    for name, value in unknown.items():
+        if name in table:
+            if value is None:  # sentence-transformers' default: nothing asked for
+                continue
+            raise BertkitError(f"{what}({name}=...) is not implemented in bertkit: {table[name]}")
+        raise BertkitError(f"{what} got an unknown argument {name!r}")
+
+
+def fullname(fn: Any) -> str:
+    """The importable name sentence-transformers records for an activation: its class's for a module."""
+    kind = fn if isinstance(fn, type) or not isinstance(fn, nn.Module) else type(fn)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def activation_from_name(name: str, where: str) -> nn.Module:
+    """A torch activation from its recorded name (``torch.nn.modules.activation.Sigmoid``). Only torch's own,
+    as sentence-transformers without trust_remote_code; any other is refused rather than replaced."""
+    module, _, attr = name.rpartition(".")
+    if not name.startswith("torch."):
+        raise BertkitError(f"{where} names the activation {name!r}; bertkit resolves torch activations only "
+                           "(torch.nn.modules.activation.Sigmoid, ...): pass activation_fn= when loading")
+    try:
+        return getattr(importlib.import_module(module), attr)()
+    except (ImportError, AttributeError, TypeError) as e:
+        raise BertkitError(f"{where} names the activation {name!r}, which torch does not have ({e}); pass "
+                           "activation_fn= when loading") from None
+
+
+class CrossEncoder(nn.Module):
+    """A cross-encoder on bertkit's ``BertForSequenceClassification`` (``self.model``); see the module docstring.
+    ``num_labels`` overrides the checkpoint's label count (a new classifier for a BERT checkpoint); ``max_length``
+    the tokens a pair keeps (default: the tokenizer's model_max_length, capped at the position embeddings)."""
+
+    def __init__(self, model_name_or_path: str | Path, *, num_labels: int | None = None,
+                 max_length: int | None = None, activation_fn: Callable | None = None, device: str | None = None,
+                 local_files_only: bool = True, **unknown: Any):
+        super().__init__()
+        _refuse("CrossEncoder", unknown, _REFUSED_INIT)
+        if not local_files_only:
+            raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
+        path = Path(model_name_or_path)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"cross-encoder directory {path} has no config.json; pass a directory saved by "
+                                    "CrossEncoder.save, sentence-transformers or transformers (or a BERT checkpoint)")
+        modules = _read_json(path / MODULES)
+        if modules is not None and ([_module_type(m) for m in modules] != ["Transformer"]
+                                    or modules[0].get("path", "") not in ("", ".")):
+            raise BertkitError(f"{path / MODULES} lists the modules {[_module_type(m) for m in modules]}; bertkit's "
+                               "CrossEncoder implements one Transformer module at the top of the directory (a sequence "
+                               "classifier); use sentence-transformers for this model")
+        overrides = {} if num_labels is None else {"num_labels": num_labels}
+        self.model = BertForSequenceClassification.from_pretrained(path, **overrides)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        sbert = _read_json(path / SBERT_CONFIG) or {}
+        positions = self.model.config.max_position_embeddings
+        limit = max_length or sbert.get("max_seq_length") or min(self.tokenizer.model_max_length, positions)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 3 <= limit <= positions:
+            raise BertkitError(f"max_length {limit!r} must be a whole number in [3, {positions}] (a pair needs 3 "
+                               f"special tokens; this checkpoint has {positions} positions)")
+        self.max_length = limit
+        # where sentence-transformers recorded the activation: config_sentence_transformers.json (v5 and later),
+        # config.json's "sentence_transformers" (v4), its "sbert_ce_default_activation_function" (before v4)
+        extra = self.model.config.extra
+        saved = ((_read_json(path / ST_CONFIG) or {}).get("activation_fn")
+                 or (extra.get("sentence_transformers") or {}).get("activation_fn")
+                 or extra.get("sbert_ce_default_activation_function"))
+        if activation_fn is not None:
+            self.activation_fn = activation_fn
+        elif saved:
+            self.activation_fn = activation_from_name(saved, str(path))
+        else:
+            self.activation_fn = nn.Sigmoid() if self.num_labels == 1 else nn.Identity()
+        if device is not None:
+            self.to(device)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "activation_fn":  # a plain attribute (as sentence-transformers keeps it), not a sub-module
+            object.__setattr__(self, name, value)
+            return
+        super().__setattr__(name, value)
+
+    # -- what sentence-transformers' model exposes --------------------------------------------------------------
+    @property
+    def num_labels(self) -> int:
+        return self.model.config.num_labels
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.bert.embeddings.word_embeddings.weight.device
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.max_length
+
+    # -- pairs -> rows --------------------------------------------------------------------------------------------
+    def token_ids(self, text: str) -> list[int]:
+        """One text's word pieces, without special tokens: what a pair row is assembled from."""
+        if not isinstance(text, str):
+            raise BertkitError(f"a cross-encoder scores pairs of texts; got {type(text).__name__} {str(text)[:60]!r}")
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def pair_batch(self, firsts: Sequence[str | list[int]], seconds: Sequence[str | list[int]]) -> dict[str, Tensor]:
+        """``input_ids``, ``token_type_ids``, ``attention_mask`` (N, T) of the pairs ``[CLS] a [SEP] b [SEP]``, each
+        cut longest-first to ``max_length`` (transformers' rule), padded to the longest. Each side is a text or its
+        ``token_ids``."""
+        cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        rows = []
+        for a, b in zip(firsts, seconds, strict=True):
+            a = self.token_ids(a) if isinstance(a, str) else a
+            b = self.token_ids(b) if isinstance(b, str) else b
+            n_a, n_b = truncation_lengths(len(a), len(b), self.max_length, "longest_first", 3)
+            rows.append(([cls, *a[:n_a], sep, *b[:n_b], sep], n_a + 2))
+        T = max(len(ids) for ids, _ in rows)
+        input_ids = torch.full((len(rows), T), self.tokenizer.pad_token_id, dtype=torch.long)
+        token_type_ids = torch.zeros(len(rows), T, dtype=torch.long)
+        attention_mask = torch.zeros(len(rows), T, dtype=torch.long)
+        for i, (ids, first) in enumerate(rows):
+            input_ids[i, :len(ids)] = torch.as_tensor(ids)
+            token_type_ids[i, first:len(ids)] = 1
+            attention_mask[i, :len(ids)] = 1
+        return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+
+    def preprocess(self, pairs: Sequence[Sequence[str]]) -> dict[str, Tensor]:
+        """sentence-transformers' ``model.preprocess(pairs)``: the tokenized batch of (a, b) pairs."""
+        return self.pair_batch([p[0] for p in pairs], [p[1] for p in pairs])
+
+    def scores(self, batch: dict[str, Tensor]) -> Tensor:
+        """(N, num_labels) logits of a ``pair_batch`` (moved to the model's device)."""
+        device = self.device
+        return self.model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                          batch["token_type_ids"].to(device)).logits
+
+    def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
+        """sentence-transformers' ``model(features)``: the features with ``scores`` (N, num_labels) added."""
+        return {**features, "scores": self.scores(features)}
+
+    # -- predict and rank -------------------------------------------------------------------------------------------
+    def predict(self, inputs: Sequence[Sequence[str]] | Sequence[str], batch_size: int = 32,
+                show_progress_bar: bool | None = None, activation_fn: Callable | None = None,
+                apply_softmax: bool | None = False, convert_to_numpy: bool = True, convert_to_tensor: bool = False,
+                device: str | None = None, **unknown: Any) -> Any:
+        """Score (a, b) pairs: a numpy array by default ((N,) for one label, (N, labels) otherwise), a tensor with
+        ``convert_to_tensor``, a list of tensors with both conversions off; one pair gives one score. Pairs run
+        longest first in batches of ``batch_size`` and come back in their order. ``activation_fn`` (default: the
+        model's) is applied to the logits; ``apply_softmax`` then normalises several labels' scores."""
+        _refuse("predict", unknown, _REFUSED_CALL)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+        single = len(inputs) > 0 and isinstance(inputs[0], str)
+        pairs = [inputs] if single else list(inputs)
+        bad = next((i for i, p in enumerate(pairs) if isinstance(p, str) or len(p) != 2), None)
+        if bad is not None:
+            raise BertkitError(f"predict() takes (text, text) pairs; input {bad} is {str(pairs[bad])[:80]!r}")
+        if device is not None:
+            self.to(device)
+        if show_progress_bar is None:
+            show_progress_bar = logger.getEffectiveLevel() <= logging.INFO and len(pairs) > 10 * batch_size
+        activation_fn = activation_fn if activation_fn is not None else self.activation_fn
+        scores = self._scores(pairs, batch_size, bool(show_progress_bar))
+        if activation_fn is not None:
+            scores = activation_fn(scores)
+        if self.num_labels == 1 and scores.ndim > 1:
+            scores = scores.squeeze(-1)
+        if apply_softmax and scores.ndim > 1:
+            scores = torch.softmax(scores, dim=1)
+        if convert_to_tensor:
+            result: Any = scores
+        elif convert_to_numpy:
+            result = scores.numpy()
+        else:
+            result = list(scores)
+        return result[0] if single else result
+
+    @torch.inference_mode()
+    def _scores(self, pairs: list[Sequence[str]], batch_size: int, progress: bool) -> Tensor:
+        """(N, num_labels) float32 logits on the CPU, in the pairs' order; batches of similar length."""
+        was_training = self.training
+        self.eval()
+        order = np.argsort([-(len(a) + len(b)) for a, b in pairs], kind="stable")
+        out = torch.empty(len(pairs), self.num_labels)
+        from tqdm.auto import tqdm
+
+        try:
+            for start in tqdm(range(0, len(pairs), batch_size), desc="Batches", disable=not progress):
+                rows = order[start:start + batch_size]
+                out[torch.as_tensor(rows)] = self.scores(self.preprocess([pairs[i] for i in rows])).float().cpu()
+        finally:
+            self.train(was_training)
+        return out
+
+    def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
+             batch_size: int = 32, show_progress_bar: bool | None = None, activation_fn: Callable | None = None,
+             device: str | None = None, **unknown: Any) -> list[dict[str, Any]]:
+        """The documents by score for ``query``, best first: ``[{"corpus_id", "score"(, "text")}, ...]``, the
+        first ``top_k``. Needs a one-label model."""
+        _refuse("rank", unknown, _REFUSED_CALL)
+        if self.num_labels != 1:
+            raise BertkitError(f"rank() needs a one-label cross-encoder; this one has {self.num_labels} labels: use "
+                               "predict() on (query, document) pairs")
+        scores = self.predict([(query, d) for d in documents], batch_size=batch_size,
+                              show_progress_bar=show_progress_bar, activation_fn=activation_fn,
+                              convert_to_tensor=True, device=device).tolist()
+        results = [{"corpus_id": i, "score": s, **({"text": documents[i]} if return_documents else {})}
+                   for i, s in enumerate(scores)]
+        return sorted(results, key=lambda r: r["score"], reverse=True)[:top_k]
+
+    # -- save -------------------------------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write the model as sentence-transformers writes a CrossEncoder: the Hugging Face checkpoint and tokenizer
+        (its model_max_length is ``max_length``, which ``bertkit serve`` reads too) at the top, modules.json, and the
+        activation in config_sentence_transformers.json."""
+        directory = Path(path)
+        self.model.save_pretrained(directory)
+        saved_limit = self.tokenizer.model_max_length
+        self.tokenizer.model_max_length = self.max_length
+        try:
+            self.tokenizer.save_pretrained(directory)
+        finally:
+            self.tokenizer.model_max_length = saved_limit
+        atomic_write_json(directory / MODULES, [{"idx": 0, "name": "0", "path": "",
+                                                 "type": "sentence_transformers.base.modules.transformer.Transformer"}])
+        atomic_write_json(directory / SBERT_CONFIG, {
+            "transformer_task": "sequence-classification",
+            "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
+            "module_output_name": "scores"})
+        atomic_write_json(directory / ST_CONFIG, {
+            "__version__": {"bertkit": __version__, "pytorch": torch.__version__}, "model_type": "CrossEncoder",
+            "activation_fn": fullname(self.activation_fn), "prompts": {}, "default_prompt_name": None})
+        return directory
+
+    save_pretrained = save

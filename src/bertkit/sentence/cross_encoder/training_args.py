@@ -1,0 +1,21 @@
+"""``CrossEncoderTrainingArguments``: ``SentenceTransformerTrainingArguments`` (bertkit's ``TrainingArguments`` with
+``batch_sampler``), as sentence-transformers' cross-encoder arguments are its bi-encoder ones. Prompts are not
+implemented for cross-encoders and are refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+from bertkit.sentence.training_args import SentenceTransformerTrainingArguments
+
+
+class CrossEncoderTrainingArguments(SentenceTransformerTrainingArguments):
+    """bertkit's ``TrainingArguments`` with ``batch_sampler`` (``BatchSamplers``), as sentence-transformers names it."""
+
+    def __init__(self, output_dir: str | Path | None = None, **kwargs: Any):
+        if kwargs.get("prompts") is not None:
+            raise BertkitError(f"CrossEncoderTrainingArguments: prompts={kwargs['prompts']!r} is not implemented in "
+                               "bertkit: put the text before each query in the dataset instead")
+        super().__init__(output_dir, **kwargs)

@@ -1,0 +1,64 @@
+"""TripletEvaluator: how often the model puts an anchor closer to its positive than to its negative (by more than a
+margin), per similarity function, as sentence-transformers computes it (same keys, same numbers)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bertkit.errors import BertkitError
+from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
+
+
+class TripletEvaluator:
+    """``{name}_{fn}_accuracy``: the fraction of triplets with sim(anchor, positive) > sim(anchor, negative) +
+    margin[fn], for each of ``similarity_fn_names`` (by default the model's), and ``max_accuracy`` over several.
+    Anchors are encoded as queries, positives and negatives as documents (the model's prompts for each)."""
+
+    def __init__(self, anchors: Sequence[str], positives: Sequence[str], negatives: Sequence[str],
+                 main_similarity_function: str | None = None, margin: float | dict[str, float] | None = None,
+                 name: str = "", batch_size: int = 16, show_progress_bar: bool = False, write_csv: bool = True,
+                 truncate_dim: int | None = None, similarity_fn_names: list[str] | None = None,
+                 main_distance_function: str | None = None):
+        main_similarity_function = main_similarity_function or main_distance_function  # its older name
+        if not len(anchors) == len(positives) == len(negatives):
+            raise BertkitError(f"TripletEvaluator: {len(anchors)} anchors, {len(positives)} positives and "
+                               f"{len(negatives)} negatives; give one positive and one negative per anchor")
+        if not anchors:
+            raise BertkitError("TripletEvaluator: no triplets to evaluate")
+        self.anchors, self.positives, self.negatives = list(anchors), list(positives), list(negatives)
+        self.main_similarity_function = similarity_function(main_similarity_function) \
+            if main_similarity_function else None
+        self.similarity_fn_names = [similarity_function(n) for n in similarity_fn_names or []] or (
+            [self.main_similarity_function] if self.main_similarity_function else [])
+        if margin is None or isinstance(margin, dict):
+            unknown = sorted(set(margin or {}) - set(SIMILARITY_FUNCTIONS))
+            if unknown:
+                raise BertkitError(f"TripletEvaluator: margin has the keys {unknown}, not among {sorted(SIMILARITY_FUNCTIONS)}")
+            self.margin = {k: 0.0 for k in SIMILARITY_FUNCTIONS} | dict(margin or {})
+        elif isinstance(margin, (int, float)) and not isinstance(margin, bool):
+            self.margin = {k: float(margin) for k in SIMILARITY_FUNCTIONS}
+        else:
+            raise BertkitError(f"TripletEvaluator: margin must be a number or {{similarity: number}}, got {margin!r}")
+        self.name, self.batch_size, self.show_progress_bar = name, batch_size, show_progress_bar
+        self.truncate_dim = truncate_dim
+        self.primary_metric: str | None = None
+
+    def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
+        kwargs = {"batch_size": self.batch_size, "show_progress_bar": self.show_progress_bar,
+                  "convert_to_numpy": True, "truncate_dim": self.truncate_dim}
+        anchors = model.encode_query(self.anchors, **kwargs)
+        positives = model.encode_document(self.positives, **kwargs)
+        negatives = model.encode_document(self.negatives, **kwargs)
+        names = self.similarity_fn_names or [model.similarity_fn_name]
+        metrics: dict[str, float] = {}
+        for fn in names:
+            pairwise = SIMILARITY_FUNCTIONS[fn][1]
+            hits = pairwise(anchors, positives) > pairwise(anchors, negatives) + self.margin[fn]
+            metrics[f"{fn}_accuracy"] = hits.float().mean().item()
+        if len(names) > 1:
+            metrics["max_accuracy"] = max(metrics.values())
+        main = f"{self.main_similarity_function}_accuracy" if self.main_similarity_function else (
+            "max_accuracy" if len(names) > 1 else f"{names[0]}_accuracy")
+        self.primary_metric = f"{self.name}_{main}" if self.name else main
+        return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}

@@ -1,0 +1,211 @@
+"""bertkit.sentence.cross_encoder against sentence-transformers' CrossEncoder on the same checkpoint (MiniLM with a
+seeded classifier): the same scores from predict and rank, a saved directory that sentence-transformers opens with
+the same scores, the same loss values on the same SQuAD pairs, the same reranking metrics on fixed scores (ties
+included); and the refusals of what bertkit does not implement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cross_encoder_helpers import cross_encoder_directory, squad_rerank
+
+st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
+st_losses = pytest.importorskip("sentence_transformers.cross_encoder.losses")
+st_evaluation = pytest.importorskip("sentence_transformers.cross_encoder.evaluation")
+
+from bertkit.errors import BertkitError  # noqa: E402
+from bertkit.sentence.cross_encoder import CrossEncoder, evaluation, losses  # noqa: E402
+
+LONG = "Paris is the capital and most populous city of France, on the Seine. " * 12
+
+
+@pytest.fixture(scope="module")
+def directory(minilm_dir, tmp_path_factory):
+    return cross_encoder_directory(minilm_dir, tmp_path_factory.mktemp("ce"))
+
+
+@pytest.fixture(scope="module")
+def rows(data_dir):
+    return squad_rerank(data_dir, 2, 6)
+
+
+def _pairs(rows):
+    return [(r["query"], d) for r in rows for d in [r["positive"], *r["negatives"][:2]]] + [("Where is Paris?", LONG)]
+
+
+def test_predict_and_rank_give_sentence_transformers_scores(directory, rows, tmp_path):
+    pairs = _pairs(rows)
+    for max_length in (None, 32):
+        want_model = st_ce.CrossEncoder(str(directory), max_length=max_length)
+        got_model = CrossEncoder(directory, max_length=max_length)
+        want, got = want_model.predict(pairs, batch_size=4), got_model.predict(pairs, batch_size=4)
+        assert got.shape == want.shape == (len(pairs),) and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, atol=2e-6, rtol=0)
+        raw = got_model.predict(pairs, activation_fn=torch.nn.Identity(), convert_to_tensor=True)
+        torch.testing.assert_close(raw, want_model.predict(pairs, activation_fn=torch.nn.Identity(),
+                                                           convert_to_tensor=True), atol=2e-5, rtol=0)
+    assert got_model.predict(pairs[0]) == pytest.approx(float(got[0]), abs=1e-6)  # one pair: one score
+    query, docs = rows[0]["query"], [rows[0]["positive"], *rows[0]["negatives"]]
+    want = want_model.rank(query, docs, top_k=3, return_documents=True)
+    got = got_model.rank(query, docs, top_k=3, return_documents=True)
+    assert [(g["corpus_id"], g["text"]) for g in got] == [(w["corpus_id"], w["text"]) for w in want]
+    assert [g["score"] for g in got] == pytest.approx([w["score"] for w in want], abs=2e-6)
+
+    # saved by bertkit: sentence-transformers opens it (max_length and activation included), and so does bertkit
+    got_model.save(tmp_path / "saved")
+    again = st_ce.CrossEncoder(str(tmp_path / "saved"))
+    assert again.max_seq_length == 32 and isinstance(again.activation_fn, torch.nn.Sigmoid)
+    np.testing.assert_allclose(again.predict(pairs), got_model.predict(pairs), atol=2e-6, rtol=0)
+    assert CrossEncoder(tmp_path / "saved").max_length == 32
+
+
+def test_several_labels_predict_softmax_as_sentence_transformers(minilm_dir, tmp_path, rows):
+    d = cross_encoder_directory(minilm_dir, tmp_path / "three", num_labels=3)
+    pairs = _pairs(rows)[:5]
+    want_model, got_model = st_ce.CrossEncoder(str(d)), CrossEncoder(d)
+    for kwargs in ({}, {"apply_softmax": True}):
+        want, got = want_model.predict(pairs, **kwargs), got_model.predict(pairs, **kwargs)
+        assert got.shape == want.shape == (5, 3)
+        np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
+    with pytest.raises(BertkitError, match="one-label"):
+        got_model.rank("q", ["a", "b"])
+    with pytest.raises(BertkitError, match="1 output label"):
+        losses.BinaryCrossEntropyLoss(got_model)
+
+
+def _both(directory):
+    """The same checkpoint in both libraries, in training mode (dropout is 0)."""
+    a, b = st_ce.CrossEncoder(str(directory), max_length=64), CrossEncoder(directory, max_length=64)
+    a.train(), b.train()
+    return a, b
+
+
+def test_losses_equal_sentence_transformers_on_the_same_pairs(directory, rows):
+    want_model, got_model = _both(directory)
+    queries = [r["query"] for r in rows]
+    positives = [r["positive"] for r in rows]
+    hard = [r["negatives"][0] for r in rows]
+    # (name, sentence-transformers' loss, bertkit's, inputs, labels)
+    pairs = [queries + queries, positives + hard]
+    bce_labels = torch.tensor([1.0] * len(rows) + [0.0] * len(rows))
+    docs = [[r["positive"], *r["negatives"][:1 + i % 3]] for i, r in enumerate(rows)]  # 2-4 documents a row
+    graded = [torch.tensor([1.0, *[0.5 / (j + 1) for j in range(len(d) - 1)]]) for d in docs]
+    cases = [
+        ("bce", {}, [pairs, bce_labels]),
+        ("bce", {"pos_weight": torch.tensor(2.0)}, [pairs, bce_labels]),
+        ("mnrl", {"num_negatives": None}, [[queries, positives], None]),
+        ("mnrl", {"num_negatives": None, "scale": 5.0}, [[queries, positives, hard], None]),
+        ("listnet", {}, [[queries, docs], graded]),
+        ("lambda", {}, [[queries, docs], graded]),
+        ("lambda", {"k": 2, "reduction_log": "natural"}, [[queries, docs], graded]),
+    ]
+    for scheme in ("NoWeightingScheme", "NDCGLoss1Scheme", "NDCGLoss2Scheme", "LambdaRankScheme"):
+        cases.append(("lambda", {"weighting_scheme": scheme}, [[queries, docs], graded]))
+    names = {"bce": "BinaryCrossEntropyLoss", "mnrl": "MultipleNegativesRankingLoss", "listnet": "ListNetLoss",
+             "lambda": "LambdaLoss"}
+    for name, kwargs, (inputs, labels) in cases:
+        def build(module, model, name=name, kwargs=kwargs):
+            args = {k: getattr(module, v)() if k == "weighting_scheme" else v for k, v in kwargs.items()}
+            return getattr(module, names[name])(model, **args)
+
+        want = build(st_losses, want_model)(inputs, labels)
+        got = build(losses, got_model)(inputs, labels)
+        assert got.item() == pytest.approx(want.item(), rel=1e-5), (name, kwargs)
+
+
+def test_mnrl_draws_its_in_batch_negatives_as_sentence_transformers(directory, rows):
+    """num_negatives below the batch's candidates: both draw them with torch.multinomial from the global RNG."""
+    want_model, got_model = _both(directory)
+    inputs = [[r["query"] for r in rows], [r["positive"] for r in rows]]
+    torch.manual_seed(3)
+    want = st_losses.MultipleNegativesRankingLoss(want_model, num_negatives=2)(inputs, None)
+    torch.manual_seed(3)
+    got = losses.MultipleNegativesRankingLoss(got_model, num_negatives=2)(inputs, None)
+    assert got.item() == pytest.approx(want.item(), rel=1e-5)
+
+
+class _Table:
+    """A cross-encoder whose predict returns fixed scores (by pair), for comparing the evaluators alone."""
+
+    def __init__(self, table):
+        self.table = table
+        self.model_card_data = self
+
+    def set_evaluation_metrics(self, *_):
+        pass
+
+    def predict(self, pairs, **_):
+        return np.array([self.table[tuple(p)] for p in pairs], dtype=np.float32)
+
+
+def test_reranking_evaluator_gives_sentence_transformers_metrics():
+    g = torch.Generator().manual_seed(0)
+    samples, table = [], {}
+    for i in range(12):
+        docs = [f"d{i}-{j}" for j in range(3 + i % 5)]
+        for d in docs:
+            table[(f"q{i}", d)] = float(torch.randint(0, 4, (), generator=g)) if i % 2 else float(torch.rand((), generator=g))
+        positive = docs[: 1 + i % 2]
+        if i % 3 == 0:  # a first-stage ranking to rerank, which may miss a positive (base_* metrics)
+            samples.append({"query": f"q{i}", "positive": positive, "documents": docs[i % 2:][::-1]})
+        else:
+            samples.append({"query": f"q{i}", "positive": positive, "negative": docs[len(positive):]})
+    samples.append({"query": "none", "positive": [], "negative": ["x"]})  # nothing relevant: zeros
+    for kwargs in ({"at_k": 10}, {"at_k": 2, "name": "squad"}, {"at_k": 3, "always_rerank_positives": False}):
+        want = st_evaluation.CrossEncoderRerankingEvaluator(samples, write_csv=False, **kwargs)(_Table(table))
+        got = evaluation.CrossEncoderRerankingEvaluator(samples, write_csv=False, **kwargs)(_Table(table))
+        assert got.keys() == want.keys()
+        np.testing.assert_allclose([got[k] for k in want], [float(v) for v in want.values()], atol=1e-12)
+
+
+def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows):
+    from bertkit.sentence.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
+
+    for kwargs, name in (({"prompts": {"q": "query: "}}, "prompts"), ({"backend": "onnx"}, "backend"),
+                         ({"trust_remote_code": True}, "trust_remote_code"), ({"colour": 1}, "colour")):
+        with pytest.raises(BertkitError, match=name):
+            CrossEncoder(directory, **kwargs)
+    model = CrossEncoder(directory, max_length=32)
+    for kwargs, name in (({"pool": object()}, "pool"), ({"prompt": "q: "}, "prompt"), ({"colour": 1}, "colour")):
+        with pytest.raises(BertkitError, match=name):
+            model.predict([("a", "b")], **kwargs)
+    with pytest.raises(BertkitError, match="pairs"):
+        model.predict(["a", "b", "c"])
+    with pytest.raises(BertkitError, match="prompts"):
+        CrossEncoderTrainingArguments(output_dir="unused", prompts="query: ")
+    with pytest.raises(BertkitError, match="LambdaLoss takes a query column, a column of document lists"):
+        CrossEncoderTrainer(model=model, args=CrossEncoderTrainingArguments(output_dir="unused"),
+                            train_dataset=[{"q": "a", "d": "b", "label": 1.0}], loss=losses.LambdaLoss(model))
+    with pytest.raises(BertkitError, match="label column"):
+        CrossEncoderTrainer(model=model, args=CrossEncoderTrainingArguments(output_dir="unused"),
+                            train_dataset=[{"q": "a", "d": "b"}], loss=losses.BinaryCrossEntropyLoss(model))
+    with pytest.raises(BertkitError, match="per_device_train_batch_size to 2"):
+        CrossEncoderTrainer(model=model, args=CrossEncoderTrainingArguments(output_dir="unused",
+                                                                            per_device_train_batch_size=1),
+                            train_dataset=[{"q": "a", "d": "b"}], loss=losses.MultipleNegativesRankingLoss(model))
+    with pytest.raises(BertkitError, match="compute_metrics"):
+        CrossEncoderTrainer(model=model, train_dataset=[{"q": "a", "d": "b", "label": 1}], compute_metrics=len)
+    with pytest.raises(BertkitError, match="torch activations only"):
+        (directory / "config_sentence_transformers.json").write_text('{"activation_fn": "my.module.Act"}')
+        try:
+            CrossEncoder(directory)
+        finally:
+            (directory / "config_sentence_transformers.json").unlink()
+
+
+def test_the_activation_older_sentence_transformers_recorded_in_config_json_is_read(minilm_dir, tmp_path):
+    import json
+
+    d = cross_encoder_directory(minilm_dir, tmp_path / "old")
+    config = json.loads((d / "config.json").read_text())
+    config["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity"  # before v4
+    (d / "config.json").write_text(json.dumps(config))
+    model = CrossEncoder(d, max_length=16)
+    assert isinstance(model.activation_fn, torch.nn.Identity)
+    assert isinstance(st_ce.CrossEncoder(str(d)).activation_fn, torch.nn.Identity)
+    model.save(tmp_path / "saved")  # written where sentence-transformers reads it now
+    assert json.loads((tmp_path / "saved" / "config_sentence_transformers.json").read_text())["activation_fn"] == \
+        "torch.nn.modules.linear.Identity"
+    assert isinstance(CrossEncoder(tmp_path / "saved").activation_fn, torch.nn.Identity)

@@ -1,0 +1,149 @@
+"""TripletEvaluator, RerankingEvaluator and SequentialEvaluator against sentence-transformers' on the same model
+(all-MiniLM-L6-v2's weights, with query and document prompts) and real data: SQuAD dev questions with their
+paragraph and other paragraphs of the article, and STS-B dev pairs. Same keys, same numbers; ties in the
+rankings (scikit-learn's tie-averaged nDCG and average precision) on fixed embeddings."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.sentence import SentenceTransformer, evaluation
+from sentence_helpers import st_directory
+
+st = pytest.importorskip("sentence_transformers")
+st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
+
+FNS = ["cosine", "dot", "euclidean", "manhattan"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, minilm_dir):
+    d = st_directory(minilm_dir, tmp_path_factory.mktemp("eval") / "m", max_seq_length=64,
+                     st_config={"prompts": {"query": "query: ", "document": "passage: "}})
+    return SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def squad(data_dir):
+    """12 questions of one article, each with its paragraph and the next three paragraphs of the article."""
+    path = data_dir / "squad" / "dev-v1.1.json"
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    paragraphs = json.loads(path.read_text())["data"][2]["paragraphs"][:15]
+    return [{"query": p["qas"][0]["question"], "positive": [p["context"]],
+             "negative": [paragraphs[(i + j) % 15]["context"] for j in range(1, 4)]}
+            for i, p in enumerate(paragraphs[:12])]
+
+
+@pytest.fixture(scope="module")
+def stsb(data_dir):
+    path = data_dir / "glue" / "STS-B" / "dev.tsv"
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    with path.open(encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:41]
+    return [r[7] for r in rows], [r[8] for r in rows], [float(r[9]) / 5 for r in rows]
+
+
+def _assert_same(got: dict, want: dict, atol: float = 1e-6) -> None:
+    assert list(got) == list(want)
+    np.testing.assert_allclose([got[k] for k in want], list(want.values()), atol=atol, rtol=0)
+
+
+def test_triplet_evaluator_matches(models, squad):
+    ours, ref = models
+    args = ([s["query"] for s in squad], [s["positive"][0] for s in squad], [s["negative"][0] for s in squad])
+    for kwargs in ({"similarity_fn_names": FNS, "margin": {"cosine": 0.05, "euclidean": 0.1}, "name": "squad"},
+                   {"main_similarity_function": "dot", "margin": 0.02, "truncate_dim": 64}):
+        want_eval = st_evaluation.TripletEvaluator(*args, **kwargs)
+        got_eval = evaluation.TripletEvaluator(*args, **kwargs)
+        want, got = want_eval(ref), got_eval(ours)
+        _assert_same(got, want)
+        assert got_eval.primary_metric == want_eval.primary_metric
+    assert got["dot_accuracy"] == pytest.approx(4 / 12)  # measured: 64 dimensions and the margin fail 8 of 12
+
+
+def test_reranking_evaluator_matches(models, squad):
+    ours, ref = models
+    for kwargs in ({"name": "squad"}, {"at_k": 3, "truncate_dim": 32}):
+        want_eval = st_evaluation.RerankingEvaluator(squad, **kwargs)
+        got_eval = evaluation.RerankingEvaluator(squad, **kwargs)
+        want, got = want_eval(ref), got_eval(ours)
+        _assert_same(got, want)
+        assert got_eval.primary_metric == want_eval.primary_metric
+    assert 0.5 < got["map"] < 1
+
+
+def test_sequential_evaluator_matches(models, squad, stsb):
+    ours, ref = models
+    queries = {f"q{i}": s["query"] for i, s in enumerate(squad)}
+    corpus = {f"p{i}": s["positive"][0] for i, s in enumerate(squad)}
+    relevant = {f"q{i}": {f"p{i}"} for i in range(len(squad))}
+
+    def build(lib):
+        return [lib.InformationRetrievalEvaluator(queries, corpus, relevant, name="ir"),
+                lib.EmbeddingSimilarityEvaluator(*stsb, name="sts"),
+                lib.TripletEvaluator([s["query"] for s in squad], [s["positive"][0] for s in squad],
+                                     [s["negative"][1] for s in squad], name="triplet")]
+
+    mean = lambda s: sum(s) / len(s)  # noqa: E731
+    want = st_evaluation.SequentialEvaluator(build(st_evaluation), main_score_function=mean)(ref)
+    got = evaluation.SequentialEvaluator(build(evaluation), main_score_function=mean)(ours)
+    _assert_same(got, want)
+    assert got["sequential_score"] == pytest.approx((got["ir_cosine_ndcg@10"] + got["sts_spearman_cosine"]
+                                                     + got["triplet_cosine_accuracy"]) / 3)
+    assert evaluation.SequentialEvaluator([])(ours) == {"sequential_score": 0.0}
+
+
+class _Fixed:
+    """A model whose encode returns fixed embeddings (by text), for comparing evaluators on exact ties."""
+
+    similarity_fn_name = "cosine"
+
+    def __init__(self, table: dict[str, torch.Tensor]):
+        self.table = table
+        self.model_card_data = self  # sentence-transformers' evaluators record their metrics here
+
+    def set_evaluation_metrics(self, *_):
+        pass
+
+    def encode(self, texts, convert_to_tensor=False, **_):
+        out = torch.stack([self.table[t] for t in texts])
+        return out if convert_to_tensor else out.numpy()
+
+    encode_query = encode_document = encode
+
+
+def test_reranking_ties_match_scikit_learn():
+    """Candidates with equal scores (duplicated texts): nDCG shares the tied discounts, AP takes the tied group at
+    once, as scikit-learn (through sentence-transformers) does."""
+    g = torch.Generator().manual_seed(0)
+    texts = [f"t{i}" for i in range(8)]
+    table = {t: torch.randn(6, generator=g) for t in texts}
+    table["q0"], table["q1"] = torch.randn(6, generator=g), torch.randn(6, generator=g)
+    samples = [{"query": "q0", "positive": ["t0", "t3"], "negative": ["t3", "t1", "t2", "t3", "t4"]},
+               {"query": "q1", "positive": "t5", "negative": ["t5", "t6", "t7", "t5"]},
+               {"query": "q1", "positive": [], "negative": ["t1"]}]  # no positive: left out, as by sentence-transformers
+    for at_k in (1, 2, 10):
+        want = st_evaluation.RerankingEvaluator(samples, at_k=at_k)(_Fixed(table))
+        got = evaluation.RerankingEvaluator(samples, at_k=at_k)(_Fixed(table))
+        _assert_same(got, want, atol=1e-12)
+
+
+def test_bad_evaluator_input_is_named():
+    with pytest.raises(BertkitError, match="3 anchors, 2 positives and 3 negatives"):
+        evaluation.TripletEvaluator(["a", "b", "c"], ["p", "q"], ["n", "m", "o"])
+    with pytest.raises(BertkitError, match=r"margin has the keys \['cos'\]"):
+        evaluation.TripletEvaluator(["a"], ["p"], ["n"], margin={"cos": 0.1})
+    with pytest.raises(BertkitError, match=r"sample 0 lacks \['negative'\]"):
+        evaluation.RerankingEvaluator([{"query": "q", "positive": ["p"]}])
+    with pytest.raises(BertkitError, match="no sample has both a positive and a negative"):
+        evaluation.RerankingEvaluator([{"query": "q", "positive": ["p"], "negative": []}])
+    with pytest.raises(BertkitError, match=r"relevant document id\(s\) are not in the corpus, e.g. \['d2'\]; add them"):
+        evaluation.InformationRetrievalEvaluator({"q": "a question"}, {"d1": "a doc"}, {"q": {"d2"}}, name="ir")

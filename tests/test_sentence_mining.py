@@ -1,0 +1,110 @@
+"""util.mine_hard_negatives against sentence-transformers' on the same model and SQuAD dev pairs (questions with
+several positives and paragraphs with several questions among them): the same negatives, in the same rows, for
+each output format, filter and sampling strategy; more negatives than the corpus holds is refused."""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+
+import numpy as np
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.sentence import SentenceTransformer
+from bertkit.sentence.util import mine_hard_negatives
+from sentence_helpers import st_directory
+
+st = pytest.importorskip("sentence_transformers")
+datasets = pytest.importorskip("datasets")
+
+
+def _memo(encode):
+    """Each library's own embeddings, computed once per input (the configurations below share them)."""
+    cache = {}
+
+    @functools.wraps(encode)
+    def wrapped(texts, **kwargs):
+        key = (tuple(texts), repr(sorted(kwargs.items())))
+        if key not in cache:
+            cache[key] = encode(texts, **kwargs)
+        return cache[key]
+    return wrapped
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, minilm_dir):
+    d = st_directory(minilm_dir, tmp_path_factory.mktemp("mine") / "m", max_seq_length=64)
+    ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+    for m in (ours, ref):
+        m.encode_query, m.encode_document = _memo(m.encode_query), _memo(m.encode_document)
+    return ours, ref
+
+
+@pytest.fixture(scope="module")
+def squad(data_dir):
+    """(question, paragraph) pairs of one article, two questions per paragraph; two questions repeated with a second
+    paragraph (several positives); the next article's paragraphs as an extra corpus."""
+    path = data_dir / "squad" / "dev-v1.1.json"
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    articles = json.loads(path.read_text())["data"]
+    paragraphs = articles[3]["paragraphs"][:16]
+    pairs = [{"question": q["question"], "paragraph": p["context"]} for p in paragraphs for q in p["qas"][:2]]
+    pairs += [{"question": pairs[0]["question"], "paragraph": paragraphs[5]["context"]},
+              {"question": pairs[7]["question"], "paragraph": paragraphs[9]["context"]}]
+    return pairs, [p["context"] for p in articles[4]["paragraphs"][:10]]
+
+
+CASES = [
+    {},
+    {"output_format": "n-tuple", "range_min": 2, "relative_margin": 0.05, "output_scores": True},
+    {"output_format": "labeled-pair", "absolute_margin": 0.0, "max_score": 0.8, "num_negatives": 2},
+    {"output_format": "labeled-list", "output_scores": True, "corpus": "extra", "min_score": 0.2},
+    {"output_format": "triplet", "output_scores": True, "margin": 0.02, "range_max": 12, "num_negatives": 2},
+    {"sampling_strategy": "random", "range_max": 10, "num_negatives": 4, "output_format": "n-tuple"},
+    {"include_positives": True, "num_negatives": 4},
+]
+
+
+@pytest.mark.parametrize("kwargs", CASES)
+def test_same_negatives_as_sentence_transformers(models, squad, kwargs):
+    ours, ref = models
+    pairs, extra = squad
+    kwargs = {**kwargs, "corpus": extra + [p["paragraph"] for p in pairs]} if "corpus" in kwargs else kwargs
+    random.seed(7)
+    want = st.util.mine_hard_negatives(datasets.Dataset.from_list(pairs), ref, verbose=False, **kwargs)
+    got = mine_hard_negatives(datasets.Dataset.from_list(pairs), ours, verbose=False, rng=random.Random(7), **kwargs)
+    assert isinstance(got, datasets.Dataset) and got.column_names == want.column_names
+    assert len(got) == len(want) > len(pairs) // 2
+    score_columns = [c for c in want.column_names if c in ("score", "scores")]
+    for c in want.column_names:
+        if c not in score_columns:
+            assert got[c] == want[c], c
+    for c in score_columns:
+        for g, w in zip(got[c], want[c]):
+            np.testing.assert_allclose(np.asarray(g, dtype=float), np.asarray(w, dtype=float), atol=2e-5)
+
+
+def test_list_of_dicts_and_refusals(models, squad):
+    ours, _ = models
+    pairs, _ = squad
+    rows = mine_hard_negatives(pairs, ours, num_negatives=1, verbose=False)
+    assert isinstance(rows, list) and list(rows[0]) == ["question", "paragraph", "negative"]
+    assert all(r["negative"] != r["paragraph"] for r in rows)
+    few = pairs[:6]  # 3 paragraphs, so at most 2 negatives beside a question's own paragraph
+    with pytest.raises(BertkitError, match="cannot mine 3 negatives per anchor after skipping range_min 0: the corpus "
+                                           "holds 3 distinct texts, and up to 1 of them are an anchor's own positives, "
+                                           "which leaves 2; lower num_negatives"):
+        mine_hard_negatives(few, ours, verbose=False)
+    with pytest.raises(BertkitError, match="leaves 0"):
+        mine_hard_negatives(few, ours, range_min=3, num_negatives=1, range_max=10, verbose=False)
+    with pytest.raises(BertkitError, match="use_faiss"):
+        mine_hard_negatives(few, ours, use_faiss=True)
+    with pytest.raises(BertkitError, match="cross_encoder"):
+        mine_hard_negatives(few, ours, cross_encoder=object())
+    with pytest.raises(BertkitError, match="range_max 4 leave 2 candidates for num_negatives 3"):
+        mine_hard_negatives(pairs, ours, range_min=2, range_max=4)
+    with pytest.raises(BertkitError, match=r"anchor_column_name 'query' is not a column of the dataset \['question', 'paragraph'\]"):
+        mine_hard_negatives(pairs, ours, anchor_column_name="query")
