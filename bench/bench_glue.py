@@ -57,7 +57,7 @@ def main() -> None:
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--max-train-examples", type=int, default=None)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--compile", action="store_true", help="bertkit with compiled layers (TrainingSettings.compile)")
+    p.add_argument("--compile", action="store_true", help="bertkit with compiled layers (TrainingSettings.torch_compile)")
     p.add_argument("--runs", type=Path, default=None, help="JSON-lines file of finished seeds (appended, resumed)")
     args = p.parse_args()
     if args.threads:
@@ -110,7 +110,7 @@ def main() -> None:
         steps = steps_for_epochs(plan, args.epochs, 1)
         with tempfile.TemporaryDirectory() as run_dir:
             t0 = time.perf_counter()
-            targs = TrainingSettings(output_dir=Path(run_dir), learning_rate=args.lr, seed=seed, compile=args.compile,
+            targs = TrainingSettings(output_dir=Path(run_dir), learning_rate=args.lr, seed=seed, torch_compile=args.compile,
                                      progress=False, logging_steps=10**9)
             result = train(ours, [Phase(plan, steps)], targs,
                            evaluate=lambda m: scores(task, m, dev_f, collate, refs))

@@ -7,12 +7,13 @@ comparison differs only in the model implementation (and each side's dropout dra
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
 from bertkit.training.batch_plan import BatchPlan
-from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
+from bertkit.training.optim import build_optimizer, linear_warmup_decay
 
 
 def train_reference(model: torch.nn.Module, plan: BatchPlan, steps: int, lr: float, seed: int, warmup: float = 0.1,
@@ -20,7 +21,8 @@ def train_reference(model: torch.nn.Module, plan: BatchPlan, steps: int, lr: flo
     """Train for ``steps`` optimiser steps; returns ``on_epoch_end(model)`` after every (possibly partial) epoch."""
     torch.manual_seed(seed)
     opt = build_optimizer(model, "adamw", lr, 0.01)
-    sched = linear_warmup_decay(opt, warmup_steps_for(steps, warmup), steps)
+    # warm-up below 1: a share of the steps (bertkit's warmup_ratio), else a step count
+    sched = linear_warmup_decay(opt, math.ceil(warmup * steps) if warmup < 1 else int(warmup), steps)
     model.train()
     step, epoch, per_epoch = 0, 0, []
     while step < steps:

@@ -15,6 +15,7 @@ import pytest
 from bertkit import __version__
 from bertkit import settings as st
 from bertkit.cli import COMMANDS, FAMILIES, build_parser, build_settings, main, normalize_argv, tokenizer_dir
+from bertkit.settings.fields import on_command_line
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -59,7 +60,7 @@ def test_every_commands_help_renders():
 def test_every_settings_field_is_reachable_from_the_command_line(name, parser, cls):
     dests = {a.dest for a in parser._actions}
     for f in dataclasses.fields(cls):
-        if f.metadata.get("cli", True):
+        if on_command_line(cls, f):
             assert f.name in dests, f"{name}: settings field {f.name} has no flag"
 
 
@@ -132,11 +133,11 @@ def test_a_list_learning_rate_is_refused_where_no_grid_runs(argv, rates, capsys)
 def test_settings_file_values_are_type_checked(tmp_path, capsys):
     cfg = tmp_path / "run.json"
     base = ["finetune", "ner", "--data-dir", "d", "--model", "m", "--out", "o", "--config", str(cfg)]
-    for values, message in (({"learning_rate": [1e-4, 2e-4]}, "learning_rate (0.0001, 0.0002): expected float | None "
+    for values, message in (({"learning_rate": [1e-4, 2e-4]}, "learning_rate (0.0001, 0.0002): expected a number or None "
                                                               "(a list runs a grid only in `finetune glue`)"),
                             ({"learning_rate": "1e-4,2e-4"}, "learning_rate: '1e-4,2e-4': this command trains once"),
-                            ({"batch_size": 16.5}, "batch_size 16.5: expected int"),
-                            ({"bf16": "yes"}, "bf16 'yes': expected bool"),
+                            ({"batch_size": 16.5}, "batch_size 16.5: expected an int"),
+                            ({"bf16": "yes"}, "bf16 'yes': expected a bool"),
                             ({"tag_scheme": "bio"}, "tag_scheme 'bio': expected one of 'iob1', 'iob2'"),
                             ({"num_train_epochs": "two"}, "num_train_epochs: could not convert string to float")):
         cfg.write_text(json.dumps(values))
@@ -273,7 +274,7 @@ HIDDEN_FIELDS = {
 
 @pytest.mark.parametrize("name,parser,cls", ALL, ids=[c[0] for c in ALL])
 def test_only_known_fields_are_hidden_from_the_command_line(name, parser, cls):
-    hidden = {f.name for f in dataclasses.fields(cls) if not f.metadata.get("cli", True)}
+    hidden = {f.name for f in dataclasses.fields(cls) if not on_command_line(cls, f)}
     assert hidden <= set(HIDDEN_FIELDS), f"{name}: {sorted(hidden - set(HIDDEN_FIELDS))} have no flag"
 
 

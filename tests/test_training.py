@@ -19,7 +19,6 @@ from bertkit.training.optim import (
     build_optimizer,
     linear_warmup_decay,
     parameter_groups,
-    warmup_steps_for,
 )
 
 CFG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
@@ -51,7 +50,9 @@ def test_schedule_warmup_then_linear_decay():
         opt.step()
         sched.step()
     assert lrs == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
-    assert warmup_steps_for(1000, 0.1) == 100 and warmup_steps_for(1000, 10000) == 1000
+    ratio, steps = TrainingSettings(output_dir="x", warmup_ratio=0.1), TrainingSettings(output_dir="x", warmup_steps=10)
+    assert ratio.warmup_for(1000) == 100 and steps.warmup_for(1000) == 10
+    assert TrainingSettings(output_dir="x", warmup_steps=0.05).warmup_for(1000) == 50  # below 1: a share
     with pytest.raises(ValueError, match="warmup_steps"):
         linear_warmup_decay(opt, 11, 10)
 
@@ -154,8 +155,8 @@ def test_batch_plan_is_a_function_of_seed_and_epoch():
 
 
 def test_training_settings_validation():
-    with pytest.raises(ValueError, match="optimizer 'sgd'"):
-        TrainingSettings(output_dir="x", optimizer="sgd")
+    with pytest.raises(ValueError, match="optim 'sgd' is not one of"):
+        TrainingSettings(output_dir="x", optim="sgd")
     for bad in (0, -1e-5, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="learning_rate must be a finite positive number"):
             TrainingSettings(output_dir="x", learning_rate=bad)

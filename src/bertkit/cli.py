@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         s = _part_per_process(build_settings(settings_class, args))
         with _lock_early(name, s):
             s = _resolve_device(_refuse_fp32_of_an_int8_directory(s))
-            if getattr(s, "compile", False):  # before any data is read or featurised
+            if getattr(s, "torch_compile", False):  # before any data is read or featurised
                 from bertkit.modeling import require_compiler
 
                 require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
+from bertkit.settings.fields import _accepts, _describe, _not_none, on_command_line
 
 
 @functools.cache  # one parse per module: inspect.getsource(class) re-parses the whole module on every call
@@ -95,26 +96,6 @@ def _shown_errors(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-def _matches(value: Any, tp: Any) -> bool:
-    """Whether a value read from a --config file has the field's type (the dataclasses do not check types)."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in args)
-    if origin is typing.Literal:
-        return value in args
-    if origin in (tuple, list):
-        return isinstance(value, origin) and all(_matches(v, args[0]) for v in value)
-    if tp is type(None):
-        return value is None
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp in (int, float):  # an integer is a float too; a boolean is neither
-        return isinstance(value, (int, tp)) and not isinstance(value, bool)
-    if tp in (str, Path):
-        return isinstance(value, (str, Path))
-    return True  # Any: a preset name, a path or a config object
-
-
 def _shown(value: Any) -> str:
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
@@ -133,7 +114,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
 
     for f in sorted(dataclasses.fields(cls), key=order):
         meta = f.metadata
-        if not meta.get("cli", True):
+        if not on_command_line(cls, f):
             continue
         convert, choices, many = _converter(hints[f.name], meta.get("parse"))
         default = f.default if f.default is not dataclasses.MISSING else (
@@ -159,19 +140,6 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         return  # the command has its own --config (convert-tf-checkpoint's bert_config.json)
     parser.add_argument("--config", dest="_config_file", type=Path, default=argparse.SUPPRESS, metavar="FILE",
                         help="a JSON (or YAML) file of these settings; flags on the command line win")
-
-
-def _not_none(tp: Any) -> Any:
-    """``X | None`` -> ``X``."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return next(a for a in typing.get_args(tp) if a is not type(None))
-    return tp
-
-
-def _type_name(tp: Any) -> str:
-    if typing.get_origin(tp) is typing.Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    return getattr(tp, "__name__", None) if typing.get_origin(tp) is None else str(tp).replace("pathlib.", "")
 
 
 def read_settings_file(path: Path) -> dict[str, Any]:
@@ -248,13 +216,13 @@ def build_settings(cls: type, args: argparse.Namespace) -> Any:
             raise BertkitError(f"--config {args._config_file}: {name}: {e}") from None
         if typing.get_origin(_not_none(hints[name])) is tuple and isinstance(value, (int, float)):
             value = (value,)  # one value where a list is allowed (GLUE's learning_rate and seed)
-        if not _matches(value, hints[name]):
+        if not _accepts(hints[name], value):
             grid = " (a list runs a grid only in `finetune glue`)" if isinstance(value, tuple) else ""
             raise BertkitError(f"--config {args._config_file}: {name} {value!r}: expected "
-                               f"{_type_name(hints[name])}{grid}")
+                               f"{_describe(hints[name])}{grid}")
         values[name] = value
     values.update(given)
-    missing = [_flag_name(n) for n, f in fields.items() if n not in values and f.metadata.get("cli", True)
+    missing = [_flag_name(n) for n, f in fields.items() if n not in values and on_command_line(cls, f)
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise BertkitError(f"missing required setting(s) {', '.join(missing)} (on the command line or in --config)")

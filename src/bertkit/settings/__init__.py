@@ -2,8 +2,10 @@
 
 The command line (``bertkit.cli``) turns each field into one flag, its attribute docstring into the help, and
 its default into the shown default, so a default is written here and nowhere else. ``fields`` holds the one
-field helper (``flag``), the validators and the field groups several commands share; ``training``,
-``inference`` and ``data`` hold the commands' settings. Every public name is importable from here.
+field helper (``flag``: flag spellings, the field's check, the commands it is a flag of and, for a training knob,
+transformers' default), the checks and the field groups several commands share; ``training``, ``inference`` and
+``data`` hold the commands' settings. ``training.TrainingSettings`` declares every knob of the training loop once:
+``bertkit.TrainingArguments`` is derived from it. Every public name is importable from here.
 
 Why not jsonargparse, tyro or simple-parsing: they do this well, but the core depends on torch, numpy,
 safetensors and tqdm only, and the generator bertkit needs (dataclass field -> argparse flag) is one
@@ -19,8 +21,6 @@ from bertkit.settings.data import (
     TokenizerSettings,
 )
 from bertkit.settings.fields import (
-    CHECKPOINT_FIELDS,
-    HOW_TO_RUN,
     LR_SCHEDULES,
     MINIATURE_GRID,
     OPTIMIZERS,
@@ -30,6 +30,7 @@ from bertkit.settings.fields import (
     OverwriteSettings,
     ProgressSettings,
     SquadWindowSettings,
+    checkpoint_fields,
     coerce_paths,
     default_lr,
     flag,
@@ -68,8 +69,6 @@ from bertkit.settings.training import (
 )
 
 __all__ = [
-    "CHECKPOINT_FIELDS",
-    "HOW_TO_RUN",
     "ClassifySettings",
     "ConvertTfSettings",
     "CreateDataSettings",
@@ -107,6 +106,7 @@ __all__ = [
     "SwagSettings",
     "TokenizerSettings",
     "TrainingSettings",
+    "checkpoint_fields",
     "coerce_paths",
     "default_lr",
     "first",

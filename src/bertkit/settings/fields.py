@@ -9,10 +9,15 @@ written once.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import json
 import math
+import numbers
+import os
+import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,37 +57,184 @@ MINIATURE_GRID = (3e-5, 5e-5, 1e-4, 3e-4)  # the grid Google tuned its BERT mini
 SMALL_MODEL_LR = 1e-4  # the rate the miniatures most often selected
 
 
-# Settings that change how a run is carried out, not its results: a --resume may change them (e.g. more
-# processes, another --ddp-timeout, FSDP instead of DDP: the checkpoint format is the same).
-HOW_TO_RUN = ("progress", "overwrite", "resume", "device", "ddp_timeout", "dataloader_num_workers", "fsdp",
-              "gradient_checkpointing", "report_to")
-# The shared training fields a checkpoint's optimiser state and schedule depend on. The loop checks these (plus what
-# its caller adds: the model, data and step counts) and not every field but HOW_TO_RUN as the command line's output
-# directory marker does: the loop also runs each (rate, seed) of a GLUE grid in a directory of its own and the
-# Python API's Trainer, where output_dir, the logging, evaluation and saving cadence, and the epoch and batch
-# settings its caller has already turned into steps differ from run to run or are checked by the caller.
-CHECKPOINT_FIELDS = ("learning_rate", "warmup_ratio", "warmup_steps", "weight_decay", "optimizer", "adam_beta1",
-                     "adam_beta2", "adam_epsilon", "gradient_accumulation_steps", "max_grad_norm", "bf16", "fp16",
-                     "lr_scheduler_type", "seed")
-
-
 def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
     """What a resumed run must share with the run it continues, as JSON values (paths as typed): ``fields`` of
-    ``settings``, by default every field but ``HOW_TO_RUN``. The one fingerprint of both resume checks: the output
-    directory's marker (``bertkit.outputs``) and the training checkpoint (``CHECKPOINT_FIELDS``)."""
+    ``settings``, by default every field but those declared ``how_to_run`` (they change how a run is carried out,
+    not its results: a --resume may change them, e.g. more processes, another --ddp-timeout, FSDP instead of DDP).
+    The one fingerprint of both resume checks: the output directory's marker (``bertkit.outputs``) and the training
+    checkpoint (the fields declared ``checkpoint``, ``checkpoint_fields``)."""
     if fields is None:
-        fields = tuple(f.name for f in dataclasses.fields(settings) if f.name not in HOW_TO_RUN)
+        fields = tuple(f.name for f in dataclasses.fields(settings) if not f.metadata.get("how_to_run"))
     values = {name: str(v) if isinstance(v := getattr(settings, name), Path) else v for name in fields}
     return json.loads(json.dumps(values, default=str))
 
 
+def checkpoint_fields(settings: Any) -> tuple[str, ...]:
+    """The training fields a checkpoint's optimiser state and schedule depend on (declared ``checkpoint``): what the
+    loop checks on resume, beside what its caller adds (the model, data and step counts). Fewer than the output
+    directory's marker compares: the loop also runs each (rate, seed) of a GLUE grid in a directory of its own, and
+    the Trainer, whose output_dir, cadence and epochs differ from run to run or are checked by the caller."""
+    return tuple(f.name for f in dataclasses.fields(settings) if f.metadata.get("checkpoint"))
+
+
 def flag(default: Any = dataclasses.MISSING, *, aliases: tuple[str, ...] = (), positional: bool = False,
-         parse: Any = None, cli: bool = True) -> Any:
-    """A settings field with command-line details: extra flag spellings, a positional argument, a parser."""
-    meta = {"aliases": aliases, "positional": positional, "parse": parse, "cli": cli}
+         parse: Any = None, cli: bool | tuple[str, ...] = True, check: Callable[[str, Any], None] | None = None,
+         hf: Any = dataclasses.MISSING, trainer: bool = True, checkpoint: bool = False,
+         how_to_run: bool = False) -> Any:
+    """A settings field with its details, declared once: extra flag spellings, a positional argument, a parser;
+    ``cli``: on the command line (or only for the commands whose settings' ``kind`` is listed); ``check(name,
+    value)``: its validation, run when the settings are built; for the training knobs, ``hf``: transformers'
+    default where it differs (``bertkit.TrainingArguments`` takes it), ``trainer`` False: not a TrainingArguments
+    argument, ``checkpoint``: a resumed checkpoint must share it, ``how_to_run``: a resumed run may change it."""
+    meta = {"aliases": aliases, "positional": positional, "parse": parse, "cli": cli, "check": check,
+            "trainer": trainer, "checkpoint": checkpoint, "how_to_run": how_to_run}
+    if hf is not dataclasses.MISSING:
+        meta["hf"] = hf
     if isinstance(default, (list, dict, set)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def on_command_line(cls: type, f: dataclasses.Field) -> bool:
+    """Whether the field ``f`` of the settings class ``cls`` is a flag of its command."""
+    cli = f.metadata.get("cli", True)
+    return cli if isinstance(cli, bool) else getattr(cls, "kind", None) in cli
+
+
+def redefault(cls: type | None = None, /, *, hidden: tuple[str, ...] = (), **values: Any) -> Any:
+    """A settings dataclass whose inherited fields ``values`` get other defaults (a task's, transformers') and whose
+    inherited fields ``hidden`` are no constructor arguments (they keep their defaults): each field stays declared
+    once, with its type, help and checks, in the class that introduced it."""
+
+    def wrap(cls: type) -> type:
+        bases = [b for b in cls.__mro__[1:] if dataclasses.is_dataclass(b)]
+        inherited = {f.name: f for f in dataclasses.fields(bases[0])}
+        hints = typing.get_type_hints(bases[0])
+        own = cls.__dict__.get("__annotations__", {})
+        annotations = dict(own)
+        for name in (*values, *hidden):
+            f = inherited[name]
+            annotations[name] = _annotation(hints[name], values[name]) if name in values else hints[name]
+            default = values[name] if name in values else (
+                f.default if f.default is not dataclasses.MISSING else f.default_factory())
+            setattr(cls, name, field(default=default, init=name not in hidden, metadata=f.metadata))
+        cls.__annotations__ = {**{k: v for k, v in annotations.items() if k not in own}, **own}
+        return dataclass(kw_only=True)(cls)
+
+    return wrap if cls is None else wrap(cls)
+
+
+def _annotation(hint: Any, default: Any) -> Any:
+    """``hint`` with None allowed exactly when the new ``default`` is None (transformers' None defaults)."""
+    if default is None:
+        return hint | None if type(None) not in typing.get_args(hint) else hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint):
+        rest = [a for a in typing.get_args(hint) if a is not type(None)]
+        return functools.reduce(lambda a, b: a | b, rest[1:], rest[0])
+    return hint
+
+
+def check_fields(settings: Any) -> None:
+    """Each field holds a value of its declared type (``learning_rate="1e-4"`` or ``seed=2.5`` named here, not met
+    later deep in the optimiser), then passes its own ``check``: the first value refused is the one named."""
+    hints = typing.get_type_hints(type(settings))
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if isinstance(value, enum.Enum):  # transformers' IntervalStrategy, SchedulerType, ...
+            value = value.value
+            object.__setattr__(settings, f.name, value)
+        if not _accepts(hints[f.name], value):
+            choices = typing.get_args(_not_none(hints[f.name]))
+            if typing.get_origin(_not_none(hints[f.name])) is typing.Literal and isinstance(value, str):
+                raise BertkitError(f"{f.name} {value!r} is not one of {choices}")
+            raise BertkitError(f"{f.name} must be {_describe(hints[f.name])}, got {value!r} ({type(value).__name__})")
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        for item in value if isinstance(value, tuple) else (value,):  # a grid: each of its values
+            if f.metadata.get("check") is not None:
+                f.metadata["check"](f.name, item)
+
+
+def _not_none(hint: Any) -> Any:
+    """``X | None`` -> ``X``."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
+def _accepts(kind: Any, value: Any) -> bool:
+    """Whether ``value`` fits the annotation ``kind``."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is Any:
+        return True
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if kind is float:  # an int is a float here, as in Python's own typing; a bool is not a number
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if kind is str:
+        return isinstance(value, str)
+    if kind is Path:
+        return isinstance(value, (str, os.PathLike))
+    if origin is typing.Literal:
+        return value in args and not isinstance(value, bool)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(k, value) for k in args)
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple)) and all(_accepts(args[0], v) for v in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    raise AssertionError(f"no check for the annotation {kind!r}")
+
+
+def _describe(kind: Any) -> str:
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(k) for k in typing.get_args(kind))
+    if typing.get_origin(kind) is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(kind))
+    return {type(None): "None", bool: "a bool", int: "an int", float: "a number", str: "a str",
+            Path: "a path"}.get(kind, str(kind).replace("pathlib.", ""))
+
+
+# -- the checks fields name (``flag(check=...)``): each refuses with the field's name, the value and the range ------
+
+
+def positive(name: str, value: Any) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise BertkitError(f"{name} must be a finite positive number, got {value!r}")
+
+
+def non_negative(name: str, value: Any) -> None:
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise BertkitError(f"{name} must be a finite non-negative number, got {value!r}")
+
+
+def zero_or_more(name: str, value: Any) -> None:
+    if value is not None and not value >= 0:
+        raise BertkitError(f"{name} must be >= 0, got {value!r}")
+
+
+def at_least_one(name: str, value: Any) -> None:
+    if value is not None and value < 1:
+        raise BertkitError(f"{name} must be at least 1, got {value}")
+
+
+def share(name: str, value: Any) -> None:
+    if value is not None and not 0 <= value < 1:
+        raise BertkitError(f"{name} must be in [0, 1), got {value!r}")
+
+
+def step_interval(name: str, value: Any) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise BertkitError(f"{name} must be > 0 (a step count, or below 1 a share of all steps), got {value!r}")
+
+
+def in_seed_range(name: str, value: Any) -> None:
+    if value is not None and not 0 <= value < 2**32:  # numpy's and transformers' set_seed range
+        raise BertkitError(f"{name} must be in [0, 2**32), got {value!r}")
 
 
 def default_lr(hidden_size: int, paper_lr: float) -> float:
@@ -120,17 +272,6 @@ def _at_least_one(obj: Any, *names: str) -> None:
             raise BertkitError(f"{name} must be at least 1, got {value}")
 
 
-def _positive(obj: Any, *names: str, allow_none: bool = True, strict: bool = True) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if value is None and allow_none:
-            continue
-        if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
-                or (value <= 0 if strict else value < 0)):
-            kind = "positive" if strict else "non-negative"
-            raise BertkitError(f"{name} must be a finite {kind} number, got {value!r}")
-
-
 # -------------------------------------------------------------------------------------------------
 # Field groups shared by several commands, each declared once (the help comes from these docstrings)
 # -------------------------------------------------------------------------------------------------
@@ -140,7 +281,7 @@ def _positive(obj: Any, *names: str, allow_none: bool = True, strict: bool = Tru
 class OverwriteSettings:
     """For commands that write an output directory: whether an earlier run's files there may be replaced."""
 
-    overwrite: bool = False
+    overwrite: bool = flag(False, trainer=False, how_to_run=True)
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
 
@@ -148,7 +289,7 @@ class OverwriteSettings:
 class ProgressSettings:
     """For commands that show progress bars."""
 
-    progress: bool = True
+    progress: bool = flag(True, trainer=False, how_to_run=True)
     """Show progress bars."""
 
 

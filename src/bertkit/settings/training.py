@@ -19,155 +19,174 @@ from typing import Any, ClassVar, Literal
 
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
-    LR_SCHEDULES,
-    OPTIMIZERS,
     OverwriteSettings,
     ProgressSettings,
     SquadWindowSettings,
     _at_least_one,
-    _positive,
+    at_least_one,
+    check_fields,
     coerce_paths,
     default_lr,
     flag,
+    in_seed_range,
+    non_negative,
     parse_lr_grid,
     parse_one_lr,
+    positive,
+    redefault,
+    share,
+    step_interval,
+    zero_or_more,
 )
 from bertkit.tasks.files import MAX_LINE_BYTES
 
 # -------------------------------------------------------------------------------------------------
-# Training: shared fields
+# The training knobs: each declared once, for the command line and bertkit.TrainingArguments alike
 # -------------------------------------------------------------------------------------------------
+
+FINETUNE = ("finetune",)  # the commands (settings ``kind``) a knob is a flag of, when not every training command
+STRATEGIES = Literal["no", "steps", "epoch"]
 
 
 @dataclass(kw_only=True)
 class TrainingSettings(OverwriteSettings, ProgressSettings):
-    """Optimisation, logging and checkpoint settings shared by every training command."""
+    """Every knob of the one training loop, each declared once: its name (transformers' where the concept is the
+    same), type, default, help (the docstring), check, the commands whose flag it is (``cli``) and, where it
+    differs, transformers' default (``hf``), which ``bertkit.TrainingArguments`` takes. The loop reads this object
+    (``bertkit.training.loop``), whichever front end built it."""
 
-    output_dir: Path = flag(aliases=("--out",))
-    """Directory for this run's model, metrics.jsonl and report."""
-    learning_rate: float | None = flag(None, aliases=("--lr",), parse=parse_one_lr)
+    kind: ClassVar[str | None] = None  # which command family the flags are for: "pretrain" or "finetune"
+
+    output_dir: Path = flag(aliases=("--out",), hf=None)
+    """Directory for this run's model, metrics.jsonl, checkpoints and report."""
+    learning_rate: float | None = flag(None, hf=5e-5, aliases=("--lr",), parse=parse_one_lr, check=positive,
+                                       checkpoint=True)
     """Peak learning rate. Default: the paper's rate for the task on models 768 wide and up, 1e-4 below."""
-    num_train_epochs: float | None = flag(None, aliases=("--epochs",))
+    num_train_epochs: float | None = flag(None, hf=3.0, aliases=("--epochs",), cli=FINETUNE, check=positive)
     """Passes over the training data (fractions allowed). Default: the task's (the paper's) number."""
-    batch_size: int | None = None
+    max_steps: int = flag(-1, check=lambda name, v: at_least_one(name, None if v == -1 else v))
+    """Optimiser steps in all; overrides num_train_epochs when given (-1: not given)."""
+    batch_size: int | None = flag(None, trainer=False, check=at_least_one)
     """GLOBAL batch: sequences per optimiser step, split over gradient-accumulation steps (and processes)."""
-    gradient_accumulation_steps: int = 1
+    gradient_accumulation_steps: int = flag(1, check=at_least_one, checkpoint=True)
     """Micro-batches per optimiser step: each is batch_size / gradient_accumulation_steps sequences."""
-    warmup_ratio: float = 0.1
+    warmup_ratio: float | None = flag(0.1, hf=None, check=share, checkpoint=True)
     """Share of all optimiser steps over which the learning rate rises linearly from 0."""
-    warmup_steps: int | None = None
-    """Warm-up as a step count; overrides --warmup-ratio when given."""
-    lr_scheduler_type: Literal["linear", "cosine", "constant_with_warmup"] = "linear"
+    warmup_steps: float | None = flag(None, hf=0, check=zero_or_more, checkpoint=True)
+    """Warm-up as a step count (below 1: a share of all steps, as transformers 5 reads it); when above 0 it
+    overrides --warmup-ratio."""
+    lr_scheduler_type: Literal["linear", "cosine", "constant_with_warmup"] = flag("linear", checkpoint=True)
     """The learning rate after warm-up (transformers' names): linear decay to 0 at the last step (the paper's),
     cosine (half a cosine to 0), or constant_with_warmup (stays at the peak)."""
-    weight_decay: float = 0.01
+    weight_decay: float = flag(0.01, hf=0.0, check=non_negative, checkpoint=True)
     """Decoupled weight decay (not on biases and LayerNorm weights, as in the paper's code)."""
-    optimizer: Literal["adamw", "lamb"] = "adamw"
-    """adamw (the paper's Adam with weight decay) or lamb (large-batch pre-training, You et al. 2019)."""
-    adam_beta1: float = 0.9
+    optim: Literal["adamw", "lamb", "adamw_torch", "adamw_torch_fused"] = flag(
+        "adamw", hf="adamw_torch_fused", aliases=("--optimizer",), checkpoint=True)
+    """adamw (the paper's Adam with weight decay; transformers' adamw_torch and adamw_torch_fused are the same
+    torch.optim.AdamW) or lamb (large-batch pre-training, You et al. 2019)."""
+    adam_beta1: float = flag(0.9, check=share, checkpoint=True)
     """Adam's first-moment decay."""
-    adam_beta2: float = 0.999
+    adam_beta2: float = flag(0.999, check=share, checkpoint=True)
     """Adam's second-moment decay."""
-    adam_epsilon: float = 1e-6
+    adam_epsilon: float = flag(1e-6, hf=1e-8, check=positive, checkpoint=True)
     """Adam's epsilon (google-research/bert uses 1e-6)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = flag(1.0, check=non_negative, checkpoint=True)
     """Clip the global gradient norm to this; 0 disables clipping."""
-    bf16: bool = False
+    bf16: bool = flag(False, checkpoint=True)
     """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs); weights and optimiser stay fp32."""
-    compile: bool = False
+    fp16: bool = flag(False, checkpoint=True)
+    """float16 autocast with a gradient scaler (GPUs without bf16); weights and optimiser stay fp32."""
+    torch_compile: bool = flag(False, aliases=("--compile",))
     """torch.compile each encoder layer (off by default: measured in BENCHMARKS.md)."""
-    seed: int = 1
+    seed: int = flag(1, hf=42, check=in_seed_range, checkpoint=True)
     """Seed for the initial weights of new heads, dropout and the data order."""
-    logging_steps: int = 50
-    """Write a training record to metrics.jsonl every N optimiser steps."""
-    eval_steps: int | None = None
-    """Evaluate every N optimiser steps. Default: at the end of every epoch and of the run."""
-    save_steps: int | None = None
-    """Save a resumable checkpoint every N optimiser steps. Default: at the end only."""
-    save_total_limit: int = 2
-    """Keep the newest N checkpoints."""
-    skip_nonfinite: int = 0
+    logging_strategy: STRATEGIES = "steps"
+    """When to write a training record to metrics.jsonl: every --logging-steps steps, at each epoch's end, or
+    only at the last step."""
+    logging_steps: float = flag(50, hf=500, check=step_interval)
+    """Write a training record every N optimiser steps (below 1: a share of all steps)."""
+    eval_strategy: STRATEGIES | None = flag(None, hf="no")
+    """When to evaluate: every --eval-steps steps (or --logging-steps), at each epoch's end (and the run's), or
+    never. Default: steps when --eval-steps is given, else epoch."""
+    eval_steps: float | None = flag(None, check=step_interval)
+    """With eval_strategy steps: evaluate every N optimiser steps (below 1: a share of all steps)."""
+    save_strategy: STRATEGIES = "steps"
+    """When to save a resumable checkpoint: every --save-steps steps, at each epoch's end, or never (also not at
+    the end). A checkpoint is written at the end of the run unless no."""
+    save_steps: float | None = flag(None, hf=500, check=step_interval)
+    """Save a resumable checkpoint every N optimiser steps (below 1: a share of all steps). Default: at the end
+    only."""
+    save_total_limit: int | None = flag(2, hf=None, check=at_least_one)
+    """Keep the newest N checkpoints (None: all)."""
+    skip_nonfinite: int = flag(0, check=zero_or_more)
     """Skip up to N optimiser steps whose loss or gradient is NaN or infinite (their batches are dropped and
     counted in metrics.jsonl). Default 0: the first one stops the run, naming the step and last checkpoint."""
-    max_train_samples: int | None = None
+    max_train_samples: int | None = flag(None, trainer=False, cli=FINETUNE, check=at_least_one)
     """Train on the first N training examples (quick runs). Default: all."""
-    device: str = "auto"
+    device: str = flag("auto", trainer=False, how_to_run=True)
     """Where to train: auto (CUDA when present, else cpu), cpu, cuda, cuda:1, ... Under torchrun, auto and
     cuda mean each process's own GPU (cuda:LOCAL_RANK)."""
-    fp16: bool = False
-    """float16 autocast with a gradient scaler (GPUs without bf16); weights and optimiser stay fp32."""
-    fsdp: bool = False
+    fsdp: bool = flag(False, trainer=False, how_to_run=True)
     """Under torchrun: shard parameters, gradients and optimiser state over the processes (FSDP2, per encoder
     layer) instead of replicating the model (DDP). For models whose training state does not fit one device."""
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = flag(False, hf=None, how_to_run=True)
     """Recompute each encoder layer's activations in the backward pass: less memory, about a third more compute."""
-    dataloader_num_workers: int | None = None
+    dataloader_num_workers: int | None = flag(None, hf=0, check=zero_or_more, how_to_run=True)
     """Processes collating batches ahead of the step. Default: 2 on CUDA, 0 on the CPU (where workers would
     take cores from the step itself)."""
-    ddp_timeout: float = 1800.0
+    ddp_timeout: float = flag(1800.0, hf=1800, check=positive, how_to_run=True)
     """Under torchrun: seconds a process waits for a peer in a collective before it gives up (exit non-zero)."""
-    report_to: Literal["none", "tensorboard"] = "none"
+    report_to: Literal["none", "tensorboard"] = flag("none", how_to_run=True)
     """Also write TensorBoard event files to OUTPUT_DIR/tensorboard (pip install 'bertkit[tensorboard]')."""
-
-    # Checked as one positive number each; a subclass whose learning_rate is a grid checks it rate by rate.
-    positive_fields: ClassVar[tuple[str, ...]] = ("learning_rate", "num_train_epochs", "adam_epsilon")
+    resume: bool = flag(False, trainer=False, how_to_run=True)
+    """Continue the run in --output-dir from its last checkpoint (write them with --save-steps); the result
+    equals an uninterrupted run's. A GLUE grid re-runs the (rate, seed) runs that had finished."""
 
     def __post_init__(self) -> None:
         coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
+        check_fields(self)
         if self.bf16 and self.fp16:
             raise BertkitError("bf16 and fp16 are both set; choose one autocast type")
-        if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
-            raise BertkitError(f"dataloader_num_workers must be >= 0, got {self.dataloader_num_workers}")
-        if not (math.isfinite(self.ddp_timeout) and self.ddp_timeout > 0):
-            raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {self.ddp_timeout}")
-        _positive(self, *self.positive_fields)
-        _positive(self, "weight_decay", "max_grad_norm", strict=False, allow_none=False)
-        _at_least_one(self, "batch_size", "gradient_accumulation_steps", "logging_steps", "eval_steps", "save_steps",
-                      "save_total_limit", "max_train_samples")
-        if not 0 <= self.warmup_ratio < 1:
-            raise BertkitError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.skip_nonfinite < 0:
-            raise BertkitError(f"skip_nonfinite must be >= 0, got {self.skip_nonfinite}")
-        if self.warmup_steps is not None and self.warmup_steps < 0:
-            raise BertkitError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
-        for name in ("adam_beta1", "adam_beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise BertkitError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.optimizer not in OPTIMIZERS:
-            raise BertkitError(f"optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
-        if self.lr_scheduler_type not in LR_SCHEDULES:
-            raise BertkitError(f"lr_scheduler_type {self.lr_scheduler_type!r} is not one of {LR_SCHEDULES}")
+        if self.eval_strategy is None:
+            self.eval_strategy = "steps" if self.eval_steps else "epoch"
 
     def training(self, **overrides: Any) -> TrainingSettings:
-        """The shared fields alone (what the training loop reads), with ``overrides`` applied."""
+        """The knobs alone (what the training loop reads), with ``overrides`` applied."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(TrainingSettings)}
         return TrainingSettings(**{**values, **overrides})
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
 
+    # -- what the loop derives from the knobs, given the run's length ----------------------------------------
+    def steps_of(self, value: float | None, total: int) -> int | None:
+        """eval/save/logging steps: a count, or below 1 a share of the run's ``total`` steps (transformers)."""
+        if value is None:
+            return None
+        return max(1, math.ceil(value * total)) if value < 1 else int(value)
+
+    def warmup_for(self, total: int) -> int:
+        """Warm-up steps of a ``total``-step run: warmup_steps when above 0 (or without a ratio), else the ratio."""
+        if self.warmup_steps is not None and (self.warmup_steps > 0 or self.warmup_ratio is None):
+            return int(self.warmup_steps) if self.warmup_steps >= 1 else math.ceil(total * self.warmup_steps)
+        return math.ceil(total * (self.warmup_ratio or 0.0))
+
 
 @dataclass(kw_only=True)
 class FinetuneSettings(TrainingSettings):
     """Fine-tuning a pre-trained checkpoint on a task."""
 
+    kind: ClassVar[str] = "finetune"
     paper_learning_rate: ClassVar[float] = 2e-5
 
     model_name_or_path: Path = flag(aliases=("--model",))
     """Pre-trained checkpoint directory (Hugging Face layout: config.json, model.safetensors, vocab.txt)."""
-    max_seq_length: int = 128
+    max_seq_length: int = flag(128, check=at_least_one)
     """Tokens per input after WordPiece, [CLS] and [SEP] included; longer inputs are truncated."""
-    eval_batch_size: int = 64
+    eval_batch_size: int = flag(64, check=at_least_one)
     """Sequences per batch when predicting."""
-    max_eval_samples: int | None = None
+    max_eval_samples: int | None = flag(None, check=at_least_one)
     """Evaluate on the first N evaluation examples. Default: all."""
-    resume: bool = False
-    """Continue the run in --output-dir from its last checkpoint (write them with --save-steps); the result
-    equals an uninterrupted run's. A GLUE grid re-runs the (rate, seed) runs that had finished."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _at_least_one(self, "max_seq_length", "eval_batch_size", "max_eval_samples")
 
     def learning_rate_for(self, hidden_size: int) -> float:
         return self.learning_rate if self.learning_rate is not None else default_lr(hidden_size,
@@ -184,25 +203,17 @@ def first(items: list, n: int | None) -> list:
 # -------------------------------------------------------------------------------------------------
 
 
-@dataclass(kw_only=True)
+@redefault(num_train_epochs=3.0, batch_size=32, eval_batch_size=128)
 class SequenceClassificationSettings(FinetuneSettings):
     """[CLS] classification or regression of texts and text pairs (section 4.1): batch 32, 3 epochs,
     max_seq_length 128. The paper picks the learning rate on dev from 2e-5..5e-5 with several restarts;
     here one run by default, the grid with --learning-rate paper."""
 
-    learning_rate: tuple[float, ...] | None = flag(None, aliases=("--lr",), parse=parse_lr_grid)
+    learning_rate: tuple[float, ...] | None = flag(None, aliases=("--lr",), parse=parse_lr_grid, check=positive)
     """One rate, a comma list (a grid: one run per rate and seed), or 'paper' (2e-5,3e-5,4e-5,5e-5) or
     'miniature' (3e-5,5e-5,1e-4,3e-4). Default: one run at 2e-5 on models 768 wide and up, 1e-4 below."""
-    seed: tuple[int, ...] = flag((1,), aliases=("--seeds",))
+    seed: tuple[int, ...] = flag((1,), aliases=("--seeds",), check=in_seed_range)
     """Seed of each restart (a comma list runs one training per seed)."""
-    num_train_epochs: float = flag(3.0, aliases=("--epochs",))
-    """Passes over the training data."""
-    batch_size: int = 32
-    """GLOBAL batch: sequences per optimiser step."""
-    eval_batch_size: int = 128
-    """Sequences per batch when predicting."""
-
-    positive_fields: ClassVar[tuple[str, ...]] = ("num_train_epochs", "adam_epsilon")  # learning_rate: below
 
     def __post_init__(self) -> None:
         # One value (Python, --config JSON) or a grid: a tuple from here on, as the flags give it (coerced
@@ -212,9 +223,6 @@ class SequenceClassificationSettings(FinetuneSettings):
         self.learning_rate = tuple(lrs) if lrs is not None else None
         self.seed = (seeds,) if isinstance(seeds, int) else tuple(seeds)
         super().__post_init__()
-        for lr in self.learning_rate or ():
-            if not (math.isfinite(lr) and lr > 0):
-                raise BertkitError(f"learning_rate must be finite and positive, got {lr}")
         if not self.seed:
             raise BertkitError("seed: give at least one seed")
 
@@ -232,8 +240,6 @@ class GlueSettings(SequenceClassificationSettings):
     data_dir: Path
     """The GLUE root holding SST-2/, MRPC/, ... (each with train.tsv, dev.tsv, test.tsv)."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
 
 
 @dataclass(kw_only=True)
@@ -257,16 +263,11 @@ class ClassifySettings(SequenceClassificationSettings):
     """auto: regression when every training label is a number and some are not integers, else classification."""
     input_format: Literal["auto", "jsonl", "csv", "tsv"] = "auto"
     """How to read the train, validation and test files; auto: by each one's suffix (.csv, .tsv, .jsonl)."""
-    max_line_bytes: int = MAX_LINE_BYTES
+    max_line_bytes: int = flag(MAX_LINE_BYTES, check=at_least_one)
     """The longest line (CSV: record) the files may hold, in bytes; a longer one stops the run naming it."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.max_line_bytes < 1:
-            raise BertkitError(f"max_line_bytes must be at least 1, got {self.max_line_bytes}")
 
-
-@dataclass(kw_only=True)
+@redefault(num_train_epochs=3.0, batch_size=32)
 class NerSettings(FinetuneSettings):
     """CoNLL-2003 NER (section 5.3): the tag of each word read at its first WordPiece, no CRF."""
 
@@ -276,13 +277,6 @@ class NerSettings(FinetuneSettings):
     """Directory holding train.txt, valid.txt and test.txt in CoNLL column format."""
     tag_scheme: Literal["iob1", "iob2"] = "iob2"
     """The files' tagging scheme (the original CoNLL-2003 release is iob1)."""
-    num_train_epochs: float = flag(3.0, aliases=("--epochs",))
-    """Passes over the training data."""
-    batch_size: int = 32
-    """GLOBAL batch: sentences per optimiser step."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
 
 
 SQUAD_PAPER = {"1.1": {"num_train_epochs": 3.0, "batch_size": 32}, "2.0": {"num_train_epochs": 2.0, "batch_size": 48}}
@@ -320,7 +314,7 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
         self.check_windows()
 
 
-@dataclass(kw_only=True)
+@redefault(num_train_epochs=3.0, batch_size=16)
 class SwagSettings(FinetuneSettings):
     """SWAG (section 4.4): 3 epochs, lr 2e-5, batch 16; swagaf CSV files."""
 
@@ -328,19 +322,15 @@ class SwagSettings(FinetuneSettings):
     """Labelled training CSV (train.csv)."""
     predict_file: Path
     """val.csv (scored) or test.csv (predicted only)."""
-    num_train_epochs: float = flag(3.0, aliases=("--epochs",))
-    """Passes over the training data."""
-    batch_size: int = 16
-    """GLOBAL batch: examples (each with 4 endings) per optimiser step."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
 
 
-@dataclass(kw_only=True)
+@redefault(max_steps=dataclasses.MISSING, learning_rate=1e-4, warmup_ratio=0.01, batch_size=32, logging_steps=10,
+           seed=42)
 class PretrainSettings(TrainingSettings):
     """Masked LM + next-sentence pre-training (section 3.1, appendix A.2): Adam(W) at 1e-4, warm-up over
     1% of the steps (the paper's 10,000 of 1,000,000), optionally 90% of steps at 128 tokens then 512."""
+
+    kind: ClassVar[str] = "pretrain"
 
     data: Path
     """Instances from create-pretraining-data (phase 1, e.g. 128 tokens)."""
@@ -348,8 +338,6 @@ class PretrainSettings(TrainingSettings):
     """The tokenizer the data was made with: its directory or its vocab.txt."""
     config_name: Any = "mini"
     """Model shape: a preset (tiny, mini, small, medium, base, large), a config.json path, or a BertConfig."""
-    max_steps: int
-    """Optimiser steps in all."""
     phase2_data: Path | None = None
     """Longer instances (e.g. 512 tokens) for the last (1 - phase1_fraction) of the steps."""
     phase1_fraction: float = 0.9
@@ -373,29 +361,13 @@ class PretrainSettings(TrainingSettings):
     --init-from, the checkpoint's table is kept)."""
     eval_data: Path | None = None
     """Held-out instances for MLM and NSP accuracy."""
-    eval_instances: int = 2000
+    eval_instances: int = flag(2000, check=at_least_one)
     """Held-out instances scored at each evaluation."""
-    eval_batch_size: int = 64
+    eval_batch_size: int = flag(64, check=at_least_one)
     """Sequences per held-out batch."""
     dynamic_masking_seed: int | None = None
     """Seed for masks drawn at load time, for data made with create-pretraining-data --masking dynamic.
     Default: the seed in the data's manifest."""
-    resume: bool = False
-    """Continue the run in --output-dir from its last checkpoint."""
-    num_train_epochs: float | None = flag(None, cli=False)
-    """Not used: pre-training runs --max-steps steps (epochs repeat as needed)."""
-    max_train_samples: int | None = flag(None, cli=False)
-    """Not used: make smaller data with create-pretraining-data instead."""
-    learning_rate: float = flag(1e-4, aliases=("--lr",), parse=parse_one_lr)
-    """Peak learning rate."""
-    warmup_ratio: float = 0.01
-    """Share of all steps spent warming up."""
-    batch_size: int = 32
-    """GLOBAL batch: sequences per optimiser step."""
-    logging_steps: int = 10
-    """Write a training record every N steps."""
-    seed: int = 42
-    """Seed for the initial weights, dropout and the data order."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -403,9 +375,6 @@ class PretrainSettings(TrainingSettings):
             raise BertkitError(f"max_steps must be at least 1, got {self.max_steps}")
         if not 0 < self.phase1_fraction < 1:
             raise BertkitError(f"phase1_fraction must be in (0, 1), got {self.phase1_fraction}")
-        for name in ("eval_instances", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
 @dataclass(kw_only=True)

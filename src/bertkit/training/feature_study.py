@@ -111,7 +111,7 @@ class LayerCombination(nn.Module):
 # LSTM taggers (Lample et al. 2016); eps 1e-8 is torch.optim.Adam's, which the study used before it moved onto
 # the loop.
 TAGGER_TRAINING = {"weight_decay": 0.0, "warmup_ratio": 0.0, "max_grad_norm": 5.0, "adam_epsilon": 1e-8,
-                   "optimizer": "adamw"}
+                   "optim": "adamw"}
 
 
 @dataclass

@@ -38,7 +38,7 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
     info = current()
     micro = micro_batch_size(s.batch_size, info.world_size, s.gradient_accumulation_steps)
     plan = BatchPlan(features, micro, collate, shuffle=True, seed=s.seed, rank=info.rank, world_size=info.world_size)
-    steps = steps_for_epochs(plan, s.num_train_epochs, s.gradient_accumulation_steps)
+    steps = s.max_steps if s.max_steps > 0 else steps_for_epochs(plan, s.num_train_epochs, s.gradient_accumulation_steps)
     ours = resume or not (s.output_dir / "checkpoints").exists()  # train() refuses anyone else's
     t0 = time.perf_counter()
     result = train(model, [Phase(plan, steps)], s, evaluate=evaluate, fingerprint=fingerprint, resume=resume)

@@ -34,7 +34,7 @@ from torch import nn
 from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.outputs import atomic_write_text, owns, register
-from bertkit.settings import CHECKPOINT_FIELDS, TrainingSettings, resume_fingerprint
+from bertkit.settings import TrainingSettings, checkpoint_fields, resume_fingerprint
 from bertkit.training.batch_plan import (
     Batch,
     BatchPlan,
@@ -51,7 +51,7 @@ from bertkit.training.checkpoint import (
     save_checkpoint,
 )
 from bertkit.training.distributed import DistInfo, Replicas, all_gather, any_rank, current
-from bertkit.training.optim import build_optimizer, linear_warmup_decay, warmup_steps_for
+from bertkit.training.optim import build_optimizer, linear_warmup_decay
 from bertkit.training.token_loss import accepts_num_items, logged_loss, objective, step_targets, target_count
 
 logger = logging.getLogger("bertkit")
@@ -95,13 +95,10 @@ class LoopHooks:
     ``protect(path)`` marks a checkpoint ``save_total_limit`` must keep (the best one); ``on_record(record)``
     sees every train and eval record as it is logged; ``event(name, position)`` is called where transformers'
     Trainer calls its callbacks' ``on_<name>`` (epoch_begin, step_begin, substep_end, pre_optimizer_step,
-    optimizer_step, step_end, epoch_end, save: after the checkpoint is in place); ``save_each_epoch``
-    checkpoints at every epoch's end; ``final_checkpoint`` False writes no checkpoint at the end
-    (transformers' ``save_strategy="no"``); ``scheduled_eval`` False runs ``evaluate`` only when ``control`` asks
-    (transformers' ``eval_strategy="no"`` with an eval set).
+    optimizer_step, step_end, epoch_end, save: after the checkpoint is in place).
 
     ``control`` is what the loop does next, with transformers' ``TrainerControl`` rules: at each step's end (and
-    each epoch's) the loop sets the flags its settings call for (as transformers' ``DefaultFlowCallback``), then
+    each epoch's) the loop sets the flags its settings (the strategies and step counts) call for (as transformers' ``DefaultFlowCallback``), then
     calls ``event``, then logs, evaluates and saves as the flags then say, clearing each flag as it acts; a step's
     beginning clears should_log/should_evaluate/should_save, an epoch's should_epoch_stop. A flag set by any event
     (should_save in on_evaluate, say) is honoured, and should_epoch_stop/should_training_stop end the epoch/run
@@ -113,9 +110,6 @@ class LoopHooks:
     on_record: Callable[[dict], None] | None = None
     event: Callable[[str, Position], None] | None = None
     control: TrainerControl = field(default_factory=TrainerControl)
-    save_each_epoch: bool = False
-    final_checkpoint: bool = True
-    scheduled_eval: bool = True
 
 
 def _save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None,
@@ -209,6 +203,9 @@ class _Run:
     token_losses: bool = False
     num_items: float | None = None
     hooks: LoopHooks = field(default_factory=LoopHooks)
+    log_every: int = 1  # the cadence in optimiser steps, from the strategies and step counts (``cadence``)
+    eval_every: int | None = None
+    save_every: int | None = None
     logged_at: int = 0  # the step of the last train record (a log needs a step after it)
     saved_at: int = -1  # the step of the last checkpoint this run wrote
 
@@ -254,10 +251,10 @@ class _Run:
             model.load_state_dict(found[1]["model"])  # before FSDP copies the weights into its shards
         replicas = Replicas(model, device, fsdp=args.fsdp)
         optimizer, scheduler, scaler = _optimisation(replicas, args, total, device)
-        if args.compile:
+        if args.torch_compile:
             _compile(replicas, model)
         run = cls(args, info, device, phases, total, fingerprint, model, replicas, optimizer, scheduler, scaler,
-                  evaluate, batch_metrics, Position(), [], {}, hooks=hooks)
+                  evaluate, batch_metrics, Position(), [], {}, hooks=hooks, **cadence(args, phases))
         if found is not None:
             run.restore(*found)
         else:
@@ -311,7 +308,7 @@ class _Run:
         """The micro-batches of the current epoch from ``pos.batch`` on, until the phase's last step; then the
         epoch's end: at the data's end, when ``control`` stops the epoch or the run, and at the run's last step
         (transformers ends a cut-short epoch too), its evaluation (when not evaluating every ``eval_steps``) and
-        its checkpoint (``save_each_epoch``), as ``control`` then says."""
+        its checkpoint (save_strategy "epoch"), as ``control`` then says."""
         pos, control = self.pos, self.control
         if pos.batch < len(phase.plan):
             control.should_epoch_stop = False
@@ -329,9 +326,9 @@ class _Run:
         if not (ended or control.should_epoch_stop or control.should_training_stop or pos.step >= self.total):
             return  # a phase's last step within an epoch: the next phase starts its own epochs
         # not evaluated before a kill at this step, nor at this step's end
-        control.should_evaluate |= (self.hooks.scheduled_eval and self.args.eval_steps is None
-                                    and not self.evaluated_at(pos.step))
-        control.should_save |= self.hooks.save_each_epoch and pos.step < self.total and not control.should_training_stop
+        control.should_evaluate |= self.args.eval_strategy == "epoch" and not self.evaluated_at(pos.step)
+        control.should_save |= (self.args.save_strategy == "epoch" and pos.step < self.total
+                                and not control.should_training_stop)
         self.event("epoch_end")
         self.log_and_evaluate(phase)
         if ended or control.should_epoch_stop:
@@ -405,11 +402,9 @@ class _Run:
         pos.step += 1
         self.bar.update(1)
         control, last = self.control, pos.step == self.total
-        control.should_log |= pos.step % args.logging_steps == 0 or last
-        control.should_evaluate |= (self.hooks.scheduled_eval and bool(args.eval_steps)
-                                    and (pos.step % args.eval_steps == 0 or last))
-        control.should_save |= bool(args.save_steps) and (self.hooks.final_checkpoint if last
-                                                           else pos.step % args.save_steps == 0)
+        control.should_log |= pos.step % self.log_every == 0 or last
+        control.should_evaluate |= bool(self.eval_every) and (pos.step % self.eval_every == 0 or last)
+        control.should_save |= bool(self.save_every) and (last or pos.step % self.save_every == 0)
         self.event("step_end")
         self.log_and_evaluate(phase)
         self.save_if_due()
@@ -508,15 +503,15 @@ class _Run:
                 "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
                 "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
                 "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
-            }, self.pos.step, self.args.save_total_limit, self.model, self.hooks)
+            }, self.pos.step, self.args.save_total_limit or 2**62, self.model, self.hooks)
         self.saved_at = self.pos.step
         self.event("save")
 
     def finish(self) -> TrainResult:
         self.bar.close()
-        if self.hooks.scheduled_eval and self.evaluate is not None and not self.evaluated_at(self.pos.step):
+        if self.args.eval_strategy != "no" and self.evaluate is not None and not self.evaluated_at(self.pos.step):
             self.run_eval()
-        if self.hooks.final_checkpoint and self.saved_at != self.pos.step:
+        if self.args.save_strategy != "no" and self.saved_at != self.pos.step:
             self.checkpoint()
         self.replicas.finish()
         if self.board is not None:
@@ -527,8 +522,21 @@ class _Run:
 
 def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) -> dict[str, Any]:
     """What a run's checkpoints record and ``resume`` must find unchanged: the settings that change the result
-    (``CHECKPOINT_FIELDS``) and the caller's facts (model config, data)."""
-    return {"train": resume_fingerprint(args, CHECKPOINT_FIELDS), **(fingerprint or {})}
+    (declared ``checkpoint``) and the caller's facts (model config, data)."""
+    return {"train": resume_fingerprint(args, checkpoint_fields(args)), **(fingerprint or {})}
+
+
+def cadence(args: TrainingSettings, phases: list[Phase]) -> dict[str, int | None]:
+    """Every how many optimiser steps the run logs, evaluates and saves, from the strategies: "steps" counts
+    (below 1, a share of the run's steps), "epoch" (evaluation and saving at each epoch's end, in ``run_epoch``)
+    or "no" (the last step is logged all the same)."""
+    total = sum(p.steps for p in phases)
+    per_epoch = max(1, math.ceil(len(phases[0].plan) / args.gradient_accumulation_steps))
+    log_every = {"steps": args.steps_of(args.logging_steps, total), "epoch": per_epoch, "no": total + 1}
+    return {"log_every": log_every[args.logging_strategy],
+            "eval_every": (args.steps_of(args.eval_steps or args.logging_steps, total)
+                           if args.eval_strategy == "steps" else None),
+            "save_every": args.steps_of(args.save_steps, total) if args.save_strategy == "steps" else None}
 
 
 def _check_phases(args: TrainingSettings, phases: list[Phase], info: DistInfo) -> None:
@@ -555,10 +563,10 @@ def _prepare_model(model: nn.Module, args: TrainingSettings, device: str) -> Non
 
 def _optimisation(replicas: Replicas, args: TrainingSettings, total: int, device: str) -> tuple[Any, Any, Any]:
     """The optimiser, its learning-rate schedule over the run's ``total`` steps, and the fp16 gradient scaler."""
-    optimizer = build_optimizer(replicas.module, args.optimizer, args.learning_rate, args.weight_decay,
+    optimizer = build_optimizer(replicas.module, "lamb" if args.optim == "lamb" else "adamw", args.learning_rate,
+                                args.weight_decay,
                                 (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
-    warmup = args.warmup_steps if args.warmup_steps is not None else warmup_steps_for(total, args.warmup_ratio)
-    scheduler = linear_warmup_decay(optimizer, warmup, total, args.lr_scheduler_type)
+    scheduler = linear_warmup_decay(optimizer, args.warmup_for(total), total, args.lr_scheduler_type)
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.fp16)
     return optimizer, scheduler, scaler
 

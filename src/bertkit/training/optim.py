@@ -121,10 +121,3 @@ def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: in
         return 1.0 - done
 
     return LambdaLR(optimizer, factor)
-
-
-def warmup_steps_for(total_steps: int, warmup: float) -> int:
-    """``warmup`` < 1 is a fraction of the run (fine-tuning's 10%); >= 1 a step count (pre-training's 10,000)."""
-    if warmup < 0:
-        raise BertkitError(f"warmup must be >= 0, got {warmup}")
-    return min(total_steps, int(math.ceil(warmup * total_steps)) if warmup < 1 else int(warmup))

@@ -8,7 +8,8 @@ Code written for transformers' Trainer runs after changing the import::
                       data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=accuracy)
     trainer.train(); trainer.evaluate(); trainer.predict(test)
 
-The Trainer translates its arguments into the loop's ``TrainingSettings`` and ``LoopHooks``: the loop does the
+``TrainingArguments`` are the loop's ``TrainingSettings`` at transformers' defaults (one declaration per knob),
+so the Trainer hands them to the loop as they are and adds ``LoopHooks``: the loop does the
 optimisation (AdamW with no decay on biases and LayerNorm weights, linear warm-up and decay, clipping, bf16
 autocast, accumulation), writes ``checkpoint-N`` directories atomically (the model in the Hugging Face
 layout, the tokenizer, ``trainer_state.json`` and bertkit's ``state.pt`` with the optimiser, schedule, RNG
@@ -51,7 +52,6 @@ from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
 from bertkit.inference.runner import evaluate, in_order
 from bertkit.outputs import atomic_write_text, output_dir
-from bertkit.settings import TrainingSettings
 from bertkit.training import trainer_data
 from bertkit.training.batch_plan import BatchPlan
 from bertkit.training.callbacks import (
@@ -243,7 +243,8 @@ class Trainer:
             raise BertkitError(f"{out} already holds checkpoints ({HF_LAYOUT.dirs(out)[-1].name}) of an earlier run; "
                                "continue it with trainer.train(resume_from_checkpoint=True), or choose another "
                                "output_dir")
-        settings = self._settings(total, per_epoch, info.world_size)
+        # the loop reads the arguments themselves: fp16 alone is decided for the device first (``_fp16``)
+        settings = args if _fp16(args.fp16, self.device) == args.fp16 else dataclasses.replace(args, fp16=False)
         fingerprint = self._fingerprint(examples, total, info.world_size)
         if isinstance(resume, Path):  # checked before anything is written (the loop checks it again, reading it all)
             refuse_other_run(resume, run_fingerprint(settings, fingerprint))
@@ -265,9 +266,7 @@ class Trainer:
                            fingerprint=fingerprint, resume=resume if resume is not None else False,
                            hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                            protect=self._is_best, on_record=self._on_record, event=self._loop_event,
-                                           control=self.control, save_each_epoch=args.save_strategy == "epoch",
-                                           final_checkpoint=args.save_strategy != "no",
-                                           scheduled_eval=args.eval_strategy != "no"))
+                                           control=self.control))
         seconds = time.perf_counter() - t0
         self.state.global_step = result.step
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
@@ -310,23 +309,6 @@ class Trainer:
                         "epoch"):
                 setattr(state, key, saved.get(key))
         return state
-
-    def _settings(self, total: int, per_epoch: int, world_size: int) -> TrainingSettings:
-        a = self.args
-        logging = {"steps": a.steps_of(a.logging_steps, total), "epoch": per_epoch, "no": total + 1}[a.logging_strategy]
-        return TrainingSettings(
-            output_dir=a.output_dir, learning_rate=a.learning_rate, num_train_epochs=None,
-            batch_size=a.per_device_train_batch_size * world_size * a.gradient_accumulation_steps,
-            gradient_accumulation_steps=a.gradient_accumulation_steps, warmup_ratio=0.0,
-            warmup_steps=a.warmup_for(total), lr_scheduler_type=a.lr_scheduler_type, weight_decay=a.weight_decay,
-            optimizer="adamw", adam_beta1=a.adam_beta1, adam_beta2=a.adam_beta2, adam_epsilon=a.adam_epsilon,
-            max_grad_norm=a.max_grad_norm, bf16=a.bf16, fp16=_fp16(a.fp16, self.device), compile=a.torch_compile,
-            seed=a.seed, logging_steps=logging,
-            eval_steps=a.steps_of(a.eval_steps or a.logging_steps, total) if a.eval_strategy == "steps" else None,
-            save_steps=a.steps_of(a.save_steps, total) if a.save_strategy == "steps" else None,
-            save_total_limit=a.save_total_limit or 10**9, device=a.device,
-            gradient_checkpointing=bool(a.gradient_checkpointing), dataloader_num_workers=a.dataloader_num_workers,
-            report_to=a.report_to, progress=not a.disable_tqdm, ddp_timeout=float(a.ddp_timeout))
 
     def _resume_point(self, out: Path, resume: str | Path | bool | None) -> Path | bool | None:
         if resume is None or resume is False:

@@ -5,31 +5,24 @@ for transformers runs as it is. Any other transformers field is refused with its
 instead (``REFUSED``), unless it is given at transformers' own default (then it changes nothing); a name
 neither library knows is refused with the nearest known names. Nothing is silently ignored.
 
-bertkit adds two choices transformers lacks: ``warmup_ratio`` (transformers 4's name; v5 reads
-``warmup_steps`` < 1 as a ratio, which works here too) and ``train_sampling_strategy="group_by_length"``,
-bertkit's length-grouped order (batches of similar length, shuffled; less padding, so faster), not
-transformers' ``LengthGroupedSampler``.
+The fields the training loop reads are not declared here: ``TrainingArguments`` is ``TrainingSettings`` (each
+knob declared once, for the command line too) at transformers' defaults, plus the fields only the Trainer reads.
+bertkit adds choices transformers lacks: ``warmup_ratio`` (transformers 4's name; v5 reads ``warmup_steps`` < 1
+as a ratio, which works here too), ``optim="lamb"``, ``skip_nonfinite`` and
+``train_sampling_strategy="group_by_length"``, bertkit's length-grouped order (batches of similar length,
+shuffled; less padding, so faster), not transformers' ``LengthGroupedSampler``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import enum
-import math
-import numbers
-import os
-import types
-import typing
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bertkit.errors import BertkitError
-
-STRATEGIES = ("no", "steps", "epoch")
-SAMPLING = ("random", "sequential", "group_by_length")
-OPTIMIZERS = ("adamw_torch", "adamw_torch_fused")  # both are torch.optim.AdamW (fused where it runs)
+from bertkit.settings import TrainingSettings
+from bertkit.settings.fields import at_least_one, flag, in_seed_range, redefault
 
 _DIST = "bertkit runs data-parallel under torchrun on its own (docs/distributed.md); drop this argument"
 _HUB = "save with trainer.save_model(DIR) and upload DIR with huggingface_hub"
@@ -62,8 +55,8 @@ REFUSED: dict[str, tuple[Any, str]] = {
     "auto_find_batch_size": (False, "choose per_device_train_batch_size yourself; " + _NO),
     "logging_first_step": (False, "use logging_steps=1 to log every step"),
     "log_on_each_node": (True, "only rank 0 logs in bertkit; drop this argument"),
-    "logging_nan_inf_filter": (True, "bertkit stops on a non-finite loss, naming the step (skip_nonfinite in "
-                                     "bertkit's own settings); drop this argument"),
+    "logging_nan_inf_filter": (True, "bertkit stops on a non-finite loss, naming the step; skip_nonfinite=N "
+                                     "skips up to N such steps instead"),
     "include_num_input_tokens_seen": ("no", "bertkit logs tokens_per_s in metrics.jsonl; drop this argument"),
     "log_level": ("passive", "set logging.getLogger('bertkit') yourself"),
     "log_level_replica": ("warning", _DIST),
@@ -119,146 +112,52 @@ REFUSED: dict[str, tuple[Any, str]] = {
 }
 
 
-@dataclass(kw_only=True)
-class TrainingArguments:
-    """What to train with: transformers' ``TrainingArguments`` fields that bertkit implements, with its defaults.
+_KNOBS = dataclasses.fields(TrainingSettings)
+
+
+@redefault(hidden=tuple(f.name for f in _KNOBS if not f.metadata.get("trainer", True)),
+           **{f.name: f.metadata["hf"] for f in _KNOBS if f.metadata.get("trainer", True) and "hf" in f.metadata})
+class TrainingArguments(TrainingSettings):
+    """What to train with: the loop's knobs (``TrainingSettings``) at transformers' defaults, and the fields only
+    the Trainer reads.
 
     >>> args = TrainingArguments(output_dir="out", learning_rate=2e-5, num_train_epochs=2, eval_strategy="epoch")
     """
 
-    output_dir: str | Path | None = None
-    """Checkpoints (checkpoint-N), metrics.jsonl and save_model()'s default. Default: trainer_output."""
-    per_device_train_batch_size: int = 8
-    per_device_eval_batch_size: int = 8
-    num_train_epochs: float = 3.0
-    max_steps: int = -1
-    """Optimiser steps in all; overrides num_train_epochs when > 0."""
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 5e-5
-    weight_decay: float = 0.0
-    """AdamW's decoupled decay, not on biases and LayerNorm weights (as transformers' Trainer)."""
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
-    optim: str = "adamw_torch_fused"
-    warmup_steps: float = 0
-    """Warm-up steps; a value below 1 is a share of all steps (transformers 5)."""
-    warmup_ratio: float | None = None
-    """Share of all steps spent warming up (transformers 4's name); not with warmup_steps."""
-    lr_scheduler_type: str = "linear"
-    max_grad_norm: float = 1.0
-    eval_strategy: str = "no"
-    eval_steps: float | None = None
-    save_strategy: str = "steps"
-    save_steps: float = 500
-    save_total_limit: int | None = None
-    logging_strategy: str = "steps"
-    logging_steps: float = 500
+    per_device_train_batch_size: int = flag(8, check=at_least_one)
+    per_device_eval_batch_size: int = flag(8, check=at_least_one)
     load_best_model_at_end: bool = False
     metric_for_best_model: str | None = None
     greater_is_better: bool | None = None
-    seed: int = 42
-    data_seed: int | None = None
-    bf16: bool = False
-    fp16: bool = False
-    report_to: str | list[str] | None = "none"
+    data_seed: int | None = flag(None, check=in_seed_range)
     run_name: str | None = None
-    dataloader_num_workers: int = 0
     remove_unused_columns: bool = True
     label_names: list[str] | None = None
     use_cpu: bool = False
     disable_tqdm: bool | None = None
-    gradient_checkpointing: bool | None = None
-    torch_compile: bool = False
-    train_sampling_strategy: str = "random"
+    train_sampling_strategy: Literal["random", "sequential", "group_by_length"] = "random"
     """random: transformers' order (a RandomSampler seeded from data_seed or seed); sequential: the dataset's
     order; group_by_length: bertkit's length-grouped order (less padding, faster; a different order)."""
-    ddp_timeout: int = 1800
     do_train: bool = False
     """Read by example scripts, not by the Trainer (as in transformers)."""
     do_eval: bool = False
     do_predict: bool = False
 
     def __post_init__(self) -> None:
-        # Types first, then each field's range, then named choices, then the fields that must agree with each
-        # other: the first value refused is the one named.
-        _check_types(self)
         if self.output_dir is None:
             self.output_dir = "trainer_output"  # transformers 5's default
-        self.output_dir = Path(self.output_dir)
-        self._check_numbers()
-        self._check_choices()
-        self._check_best_model()
-
-    def _check_numbers(self) -> None:
-        """Seeds, batch sizes, the schedule's lengths and the optimiser's numbers are each in their range."""
-        for name in ("seed", "data_seed"):  # numpy's and transformers' set_seed range
-            value = getattr(self, name)
-            if value is not None and not 0 <= value < 2**32:
-                raise BertkitError(f"{name} must be in [0, 2**32), got {value!r}")
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise BertkitError(f"{name} must be a whole number >= 1, got {value!r}")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise BertkitError(f"learning_rate must be a finite positive number, got {self.learning_rate!r}")
-        if self.max_steps <= 0 and not (self.num_train_epochs > 0):
-            raise BertkitError(f"num_train_epochs must be > 0 (or max_steps > 0), got {self.num_train_epochs!r}")
-        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps == 0:
-            raise BertkitError(f"max_steps must be a whole number > 0, or -1 for num_train_epochs, got {self.max_steps!r}")
-        for name in ("weight_decay", "max_grad_norm", "warmup_steps", "dataloader_num_workers"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise BertkitError(f"{name} must be a finite number >= 0, got {value!r}")
-        if self.warmup_ratio is not None:
-            if not 0 <= self.warmup_ratio < 1:
-                raise BertkitError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
-            if self.warmup_steps:
-                raise BertkitError(f"warmup_ratio {self.warmup_ratio} and warmup_steps {self.warmup_steps} are both "
-                                   "set; give one")
-        for name in ("adam_beta1", "adam_beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise BertkitError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if not self.adam_epsilon > 0:
-            raise BertkitError(f"adam_epsilon must be > 0, got {self.adam_epsilon!r}")
-
-    def _check_choices(self) -> None:
-        """Schedules, optimisers, strategies, step intervals, reporting and precision are ones bertkit implements;
-        an enum strategy and a one-item report_to are stored as the plain value."""
-        from bertkit.settings import LR_SCHEDULES
-
-        if self.lr_scheduler_type not in LR_SCHEDULES:
-            raise BertkitError(f"lr_scheduler_type {self.lr_scheduler_type!r} is not one bertkit implements; "
-                               f"choose one of {LR_SCHEDULES}")
-        if self.optim not in OPTIMIZERS:
-            raise BertkitError(f"optim {self.optim!r} is not one bertkit's Trainer implements; choose one of "
-                               f"{OPTIMIZERS} (both are torch.optim.AdamW)")
-        for name in ("eval_strategy", "save_strategy", "logging_strategy"):
-            value = getattr(self, name)
-            value = getattr(value, "value", value)  # transformers' IntervalStrategy enum
-            setattr(self, name, value)
-            if value not in STRATEGIES:
-                extra = " (save_strategy='best' is not implemented: use load_best_model_at_end=True)" \
-                    if value == "best" else ""
-                raise BertkitError(f"{name} {value!r} is not one of {STRATEGIES}{extra}")
-        if self.train_sampling_strategy not in SAMPLING:
-            raise BertkitError(f"train_sampling_strategy {self.train_sampling_strategy!r} is not one of {SAMPLING}")
-        for name in ("eval_steps", "save_steps", "logging_steps"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and value > 0):
-                raise BertkitError(f"{name} must be > 0 (a step count, or below 1 a share of all steps), got {value!r}")
-        if self.save_total_limit is not None and self.save_total_limit < 1:
-            raise BertkitError(f"save_total_limit must be >= 1 (or None to keep every checkpoint), "
-                               f"got {self.save_total_limit!r}")
-        reports = [self.report_to] if isinstance(self.report_to, str) or self.report_to is None else list(self.report_to)
-        reports = ["none" if r is None else r for r in reports] or ["none"]  # [] is transformers' "nowhere"
-        bad = [r for r in reports if r not in ("none", "tensorboard")]
-        if bad or len(reports) > 1:
+        reports = [self.report_to] if isinstance(self.report_to, str) or self.report_to is None else self.report_to
+        reports = ["none" if r is None else getattr(r, "value", r) for r in reports] or ["none"]  # []: "nowhere"
+        if len(reports) > 1 or reports[0] not in ("none", "tensorboard"):
             raise BertkitError(f"report_to {self.report_to!r}: bertkit reports to 'none' or 'tensorboard' "
                                "(one of them); metrics.jsonl is always written")
         self.report_to = reports[0]
-        if self.bf16 and self.fp16:
-            raise BertkitError("bf16 and fp16 are both set; choose one")
+        if getattr(self.save_strategy, "value", self.save_strategy) == "best":
+            raise BertkitError("save_strategy 'best' is not implemented: use load_best_model_at_end=True")
+        self.device = "cpu" if self.use_cpu else "auto"  # CUDA when present (the one place the Trainer decides)
+        self.progress = not self.disable_tqdm
+        super().__post_init__()  # each field's type, then its check
+        self._check_best_model()
 
     def _check_best_model(self) -> None:
         """load_best_model_at_end needs an evaluation at each checkpoint; the metric and its direction default as
@@ -278,70 +177,9 @@ class TrainingArguments:
         if self.metric_for_best_model is not None and self.greater_is_better is None:
             self.greater_is_better = not self.metric_for_best_model.removeprefix("eval_").endswith("loss")
 
-    # -- what the Trainer derives from the fields -------------------------------------------------------------
-    @property
-    def device(self) -> str:
-        """cpu with use_cpu, otherwise CUDA when present (the one place the Trainer decides)."""
-        return "cpu" if self.use_cpu else "auto"
-
-    def steps_of(self, value: float | None, total: int) -> int | None:
-        """eval/save/logging steps: a count, or below 1 a share of the run's ``total`` steps (transformers)."""
-        if value is None:
-            return None
-        return max(1, math.ceil(value * total)) if value < 1 else int(value)
-
-    def warmup_for(self, total: int) -> int:
-        if self.warmup_ratio is not None:
-            return math.ceil(self.warmup_ratio * total)
-        return int(self.warmup_steps) if self.warmup_steps >= 1 else math.ceil(total * self.warmup_steps)
-
     def to_dict(self) -> dict[str, Any]:
         return {f.name: (str(v) if isinstance(v := getattr(self, f.name), Path) else v)
-                for f in dataclasses.fields(self)}
-
-
-def _accepts(kind: Any, value: Any) -> bool:
-    """Whether ``value`` fits the annotation ``kind`` (int, float, bool, str, Path, list[str], None and unions)."""
-    if kind is type(None):
-        return value is None
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if kind is float:  # an int is a float here, as in Python's own typing; a bool is not a number of steps
-        return isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if kind is str:
-        return isinstance(value, str)
-    if kind is Path:
-        return isinstance(value, (str, os.PathLike))
-    origin = typing.get_origin(kind)
-    if origin in (typing.Union, types.UnionType):
-        return any(_accepts(k, value) for k in typing.get_args(kind))
-    if origin is list:
-        (item,) = typing.get_args(kind)
-        return isinstance(value, (list, tuple)) and all(_accepts(item, v) for v in value)
-    raise AssertionError(f"TrainingArguments: no check for the annotation {kind!r}")
-
-
-def _check_types(args: TrainingArguments) -> None:
-    """Each field holds a value of its annotated type: learning_rate="1e-4" or seed=2.5 is named here, not met
-    later as a TypeError deep in the optimiser or the random generator."""
-    hints = typing.get_type_hints(TrainingArguments)
-    for f in dataclasses.fields(args):
-        value = getattr(args, f.name)
-        if isinstance(value, enum.Enum):  # transformers' IntervalStrategy, SchedulerType, ...
-            value = value.value
-            setattr(args, f.name, value)
-        if not _accepts(hints[f.name], value):
-            raise BertkitError(f"TrainingArguments.{f.name} must be {_describe(hints[f.name])}, got {value!r} "
-                               f"({type(value).__name__})")
-
-
-def _describe(kind: Any) -> str:
-    if typing.get_origin(kind) in (typing.Union, types.UnionType):
-        return " or ".join(_describe(k) for k in typing.get_args(kind))
-    return {type(None): "None", bool: "a bool", int: "an int", float: "a number", str: "a str",
-            Path: "a path"}.get(kind, str(kind))
+                for f in dataclasses.fields(self) if f.init}
 
 
 _dataclass_init = TrainingArguments.__init__
@@ -350,7 +188,7 @@ _dataclass_init = TrainingArguments.__init__
 def _checked_init(self: TrainingArguments, output_dir: str | Path | None = None, **kwargs: Any) -> None:
     """The dataclass's __init__, after refusing transformers fields bertkit does not implement (by name, with
     what to use instead) and names neither library has (with the nearest known ones)."""
-    known = {f.name for f in dataclasses.fields(TrainingArguments)}
+    known = {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
     for name in list(kwargs):
         if name in known:
             continue
