@@ -126,6 +126,40 @@ def test_one_kernel_per_cpu_class(onednn_bits, fbgemm, expected, monkeypatch, fp
             quantize_int8(fp32, calibration=[])
 
 
+@pytest.mark.parametrize(("bf16", "kernel", "capability", "expected"), [
+    (True, Int8Kernel("onednn", 8), "AVX512", "avx512-bf16"),  # AVX512-BF16 or AMX
+    (False, Int8Kernel("onednn", 8), "AVX512", "avx512-vnni"),
+    (False, Int8Kernel("fbgemm", 7), "AVX512", "avx2"),  # oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA)
+    (False, Int8Kernel("onednn", 7), "AVX2", "avx2"),
+    (False, None, "AVX2", "avx2"),
+    (False, None, "DEFAULT", "default"),
+])
+def test_the_cpu_class_is_what_the_probes_choose_by(bf16, kernel, capability, expected, monkeypatch):
+    from bertkit import _hardware
+
+    monkeypatch.setattr(_hardware, "cpu_has_bf16", lambda: bf16)
+    monkeypatch.setattr(_hardware, "int8_kernel", lambda: kernel)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert _hardware.cpu_class() == expected
+
+
+_EMULATED = """
+from bertkit import _hardware
+from bertkit.inference.prepare import cpu_key_multiple
+print(_hardware.cpu_class(), _hardware.cpu_has_bf16(), _hardware.int8_kernel().activation_bits, cpu_key_multiple())
+"""
+
+
+@pytest.mark.skipif(KERNEL.activation_bits != 8, reason="needs a CPU above AVX2, to emulate an AVX2 one on")
+def test_the_probes_see_an_emulated_avx2_cpu():
+    """Held to AVX2 (ATen's kernels and oneDNN: how BENCHMARKS.md emulates an AVX2-only CPU), every probe answers as
+    on such a CPU: no bf16, int8 at 7 bits, attention keys rounded to AVX2's 8-float vector, class avx2."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    run = subprocess.run([sys.executable, "-c", _EMULATED], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["avx2", "False", "7", "8"], run.stdout
+
+
 _AVX2_PROBE = """
 import torch
 from torch import nn
