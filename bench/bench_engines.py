@@ -32,7 +32,10 @@ worst row's cosine is ``min_cos``):
 
 Timing: for each thread count, every engine runs every batch of a workload once as a warm-up, then ``--rounds``
 interleaved rounds (engine A, B, ... then again) so a busy neighbour falls on all of them alike; the median round is
-the figure and ``spread`` is (slowest - fastest) / median. Each pass starts half a second after the one before, so
+the figure and ``spread`` is (slowest - fastest) / median. Each pass is also timed in CPU seconds of the process that
+ran it (``seq_per_cpu_s``, ``cpu_vs_bertkit_fp32``, ``cpu_spread``): on a machine shared with other work (more
+runnable threads than cores) the clock counts the time others ran, the CPU time far less so; at one thread it is
+the figure to compare there (at two, it also counts the time a pool's threads spin while they wait). Each pass starts half a second after the one before, so
 the thread pools of the engine that ran last (which wait by spinning) have gone to sleep: measured without that
 pause, bertkit's two-thread passes ran up to 1.7x slower than alone. The load average before and after is printed.
 
@@ -306,25 +309,29 @@ def worker(args: argparse.Namespace) -> None:
             print("ok", flush=True)
         else:
             torch.set_num_threads(int(arg))
-            print(time_pass(engine, batches[workload]), flush=True)
+            print(*time_pass(engine, batches[workload]), flush=True)
 
 
-def time_pass(engine: Callable, batches: list[Batch]) -> float:
-    t0 = time.perf_counter()
+def time_pass(engine: Callable, batches: list[Batch]) -> tuple[float, float]:
+    """Seconds of one pass: on the clock, and of CPU time used by this process (every thread of it: the engine's
+    own pool included). On a machine shared with other work the CPU time is what the pass cost; the clock also
+    counts the time the scheduler gave to others."""
+    t0, c0 = time.perf_counter(), time.process_time()
     for b in batches:
         engine(b)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 # ---------------------------------------------------------------------------------------------------
 
 
-def one_pass(engine: Callable | Remote, workload: str, batches: list[Batch], threads: int) -> float:
+def one_pass(engine: Callable | Remote, workload: str, batches: list[Batch], threads: int) -> tuple[float, float]:
     # The engine that ran before may leave its thread pool spinning (OpenMP's, ONNX Runtime's, TBB's wait by
     # spinning for up to ~200 ms): on two cores that would take a core from this pass. Let them fall asleep first.
     time.sleep(SETTLE_S)
     if isinstance(engine, Remote):
-        return float(engine.ask(f"time {workload} {threads}"))
+        wall, cpu = engine.ask(f"time {workload} {threads}").split()
+        return float(wall), float(cpu)
     return time_pass(engine, batches)
 
 
@@ -362,18 +369,21 @@ def measure(engines: dict, data: dict[str, list[Batch]], threads: list[int], rou
                 load_before = os.getloadavg()
                 for name in engines:
                     one_pass(engines[name], workload, batches, t)  # warm-up: sessions built at this thread count, caches filled
-                times: dict[str, list[float]] = {name: [] for name in engines}
+                times: dict[str, list[tuple[float, float]]] = {name: [] for name in engines}
                 for _ in range(rounds):
                     for name in engines:
                         times[name].append(one_pass(engines[name], workload, batches, t))
-                base = statistics.median(times["bertkit-fp32"])
-                for name, ts in times.items():
-                    secs = statistics.median(ts)
+                base, base_cpu = (statistics.median(x) for x in zip(*times["bertkit-fp32"]))
+                for name, passes in times.items():
+                    ts, cpus = zip(*passes)
+                    secs, cpu = statistics.median(ts), statistics.median(cpus)
                     print(json.dumps({
                         "bench": "engines", "workload": workload, "threads": t, "engine": name, "rows": rows,
                         "mean_tokens": round(tokens / rows, 1), "seq_per_s": round(rows / secs, 1),
                         "vs_bertkit_fp32": round(base / secs, 3), "min_cos": round(min_cos[name], 4),
-                        "spread": round((max(ts) - min(ts)) / secs, 3), "rounds": rounds,
+                        "spread": round((max(ts) - min(ts)) / secs, 3), "seq_per_cpu_s": round(rows / cpu, 1),
+                        "cpu_vs_bertkit_fp32": round(base_cpu / cpu, 3), "cpu_spread": round((max(cpus) - min(cpus)) / cpu, 3),
+                        "rounds": rounds,
                         "load_before": [round(x, 2) for x in load_before],
                         "load_after": [round(x, 2) for x in os.getloadavg()],
                         **machine,
