@@ -3,7 +3,7 @@ speed beside its accuracy.
 
 Workloads (MiniLM, ``models/minilm``; batches in file order, each padded to its longest row, as a user's file or a
 server's batch arrives):
-- ``short``: SST-2 dev sentences (872; 25 tokens on average), batch 32, max_length 128;
+- ``short``: SST-2 dev sentences (``--sentences``, all 872 by default; 25 tokens on average), batch 32, max_length 128;
 - ``pairs``: SQuAD dev questions each paired with the context sentence that holds the answer, which is how QNLI was
   built (GLUE's QNLI files are not in the shared data); ``--pairs`` of them (about 54 tokens), batch 32, max 128;
 - ``windows``: SQuAD dev question + context, truncated to 384 tokens as SQuAD fine-tuning does (the first window of
@@ -18,10 +18,11 @@ worst row's cosine is ``min_cos``):
   ``bertkit-int8-bf16`` (the same int8 model with what stays float under bf16 autocast, as OpenVINO's int8 runs:
   ``--int8``'s default on CPUs with bf16 instructions, measured only there);
 - ``ctranslate2-float32`` / ``ctranslate2-int8``: CTranslate2's converter on the checkpoint, its ``Encoder`` (token
-  ids without padding in, padded states out); ``ctranslate2-mkl-float32`` / ``ctranslate2-mkl-int8``: the same with
-  ``CT2_USE_MKL=1``. Each runs in a child process that times its own passes when the parent asks, keeping the
-  rounds interleaved: CTranslate2 reads ``CT2_USE_MKL`` when it loads, and its OpenMP runtime, loaded beside
-  PyTorch's, slowed PyTorch's later two-thread passes by 1.6x;
+  ids without padding in, padded states out) on oneDNN (``CT2_USE_MKL=0``, its default on non-Intel CPUs);
+  ``ctranslate2-mkl-float32`` / ``ctranslate2-mkl-int8``: the same on MKL (``CT2_USE_MKL=1``, its Intel default).
+  Each runs in a child process that times its own passes when the parent asks, keeping the rounds interleaved:
+  CTranslate2 reads ``CT2_USE_MKL`` when it loads, and its OpenMP runtime, loaded beside PyTorch's, slowed
+  PyTorch's later two-thread passes by 1.6x;
 - ``onnxruntime-fp32``: ``bertkit export onnx``'s graph after ONNX Runtime's transformers optimizer
   (``optimize_model(model_type="bert")``: fused attention, LayerNorm, GELU), what ONNX Runtime's BERT guide does;
   ``onnxruntime-int8``: that graph through ``quantize_dynamic`` (int8 weights per channel, activations per call);
@@ -31,11 +32,20 @@ worst row's cosine is ``min_cos``):
 
 Timing: for each thread count, every engine runs every batch of a workload once as a warm-up, then ``--rounds``
 interleaved rounds (engine A, B, ... then again) so a busy neighbour falls on all of them alike; the median round is
-the figure and ``spread`` is (slowest - fastest) / median. Each pass starts half a second after the one before, so
+the figure and ``spread`` is (slowest - fastest) / median. Each pass is also timed in CPU seconds of the process that
+ran it (``seq_per_cpu_s``, ``cpu_vs_bertkit_fp32``, ``cpu_spread``): on a machine shared with other work (more
+runnable threads than cores) the clock counts the time others ran, the CPU time far less so; at one thread it is
+the figure to compare there (at two, it also counts the time a pool's threads spin while they wait). Each pass starts half a second after the one before, so
 the thread pools of the engine that ran last (which wait by spinning) have gone to sleep: measured without that
 pause, bertkit's two-thread passes ran up to 1.7x slower than alone. The load average before and after is printed.
 
     python bench/bench_engines.py --threads 1,2 --rounds 5 [--workloads short,pairs,windows] [--engines a,b]
+
+Every line names the CPU class bertkit chose its paths for (``cpu_class``, from ``bertkit._hardware``) and the ISA
+limits in force. An AVX2-only CPU is emulated on an AVX-512 one by holding every library to AVX2 (``ISA_LIMITS``):
+
+    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2 \
+        CT2_FORCE_CPU_ISA=AVX2 python bench/bench_engines.py --threads 1 ...
 
 Needs ``pip install "bertkit[bench]"`` (ctranslate2, onnxruntime, openvino, nncf). Prints one JSON line per
 workload, thread count and engine (NNCF's progress lines go to stdout as well: read the lines that start with ``{``).
@@ -121,9 +131,9 @@ def encode(tok: BertTokenizer, rows: list, batch_size: int, max_length: int) -> 
     return batches
 
 
-def workloads(tok: BertTokenizer, data: Path, pairs: int, windows: int) -> dict[str, list[Batch]]:
+def workloads(tok: BertTokenizer, data: Path, sentences: int, pairs: int, windows: int) -> dict[str, list[Batch]]:
     return {
-        "short": encode(tok, sst2(data, "dev"), 32, 128),
+        "short": encode(tok, sst2(data, "dev")[:sentences], 32, 128),
         "pairs": encode(tok, question_sentence_pairs(data, pairs), 32, 128),
         "windows": encode(tok, squad_windows(data, windows), 16, 384),
     }
@@ -233,6 +243,12 @@ def openvino_engines(plain: Path, calibration: list[Batch]) -> dict[str, Callabl
             "openvino-int8": make(quantized, None)}
 
 
+# Environment variables that hold a library below the CPU's ISA: all five together emulate an AVX2-only CPU on an
+# AVX-512 one (PyTorch's ATen kernels; oneDNN, PyTorch's and CTranslate2's; MKL, PyTorch's addmm and CTranslate2's
+# with CT2_USE_MKL=1; fbgemm, PyTorch's int8 on AVX2; CTranslate2's own kernels). Without the last two, MKL's sgemm
+# and fbgemm's int8 GEMM still run their AVX-512 (VNNI) kernels under ATEN_CPU_CAPABILITY=avx2.
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "FBGEMM_ENABLE_INSTRUCTIONS",
+              "CT2_FORCE_CPU_ISA")
 CT2_ENGINES = ("ctranslate2-float32", "ctranslate2-int8", "ctranslate2-mkl-float32", "ctranslate2-mkl-int8")
 
 
@@ -272,12 +288,12 @@ def ctranslate2_engine(name: str, tmp: Path) -> Callable:
 
 
 def ctranslate2_worker(name: str, model_dir: Path, tmp: Path, batches_file: Path) -> Remote:
-    """CTranslate2 engine ``name`` in a child process (``--worker``), ``CT2_USE_MKL=1`` for the ``-mkl-`` rows and
-    CTranslate2's own default otherwise: ``pooled`` and ``time`` are answered there."""
+    """CTranslate2 engine ``name`` in a child process (``--worker``), ``CT2_USE_MKL=1`` for the ``-mkl-`` rows (its
+    default on Intel CPUs) and ``CT2_USE_MKL=0`` otherwise (oneDNN, its default on every other CPU, AMD's included):
+    ``pooled`` and ``time`` are answered there."""
     cmd = [sys.executable, __file__, "--worker", name, "--model", str(model_dir), "--tmp", str(tmp),
            "--batches", str(batches_file)]
-    env = {k: v for k, v in os.environ.items() if k != "CT2_USE_MKL"}
-    return Remote(name, cmd, {**env, "CT2_USE_MKL": "1"} if "mkl" in name else env)
+    return Remote(name, cmd, {**os.environ, "CT2_USE_MKL": "1" if "mkl" in name else "0"})
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -293,29 +309,46 @@ def worker(args: argparse.Namespace) -> None:
             print("ok", flush=True)
         else:
             torch.set_num_threads(int(arg))
-            print(time_pass(engine, batches[workload]), flush=True)
+            print(*time_pass(engine, batches[workload]), flush=True)
 
 
-def time_pass(engine: Callable, batches: list[Batch]) -> float:
-    t0 = time.perf_counter()
+def time_pass(engine: Callable, batches: list[Batch]) -> tuple[float, float]:
+    """Seconds of one pass: on the clock, and of CPU time used by this process (every thread of it: the engine's
+    own pool included). On a machine shared with other work the CPU time is what the pass cost; the clock also
+    counts the time the scheduler gave to others."""
+    t0, c0 = time.perf_counter(), time.process_time()
     for b in batches:
         engine(b)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 # ---------------------------------------------------------------------------------------------------
 
 
-def one_pass(engine: Callable | Remote, workload: str, batches: list[Batch], threads: int) -> float:
+def one_pass(engine: Callable | Remote, workload: str, batches: list[Batch], threads: int) -> tuple[float, float]:
     # The engine that ran before may leave its thread pool spinning (OpenMP's, ONNX Runtime's, TBB's wait by
     # spinning for up to ~200 ms): on two cores that would take a core from this pass. Let them fall asleep first.
     time.sleep(SETTLE_S)
     if isinstance(engine, Remote):
-        return float(engine.ask(f"time {workload} {threads}"))
+        wall, cpu = engine.ask(f"time {workload} {threads}").split()
+        return float(wall), float(cpu)
     return time_pass(engine, batches)
 
 
+def machine_record() -> dict:
+    """What every JSON line says about the machine: the CPU class bertkit's paths were chosen for
+    (``_hardware.cpu_class``, the probes the code itself asks, so an emulated AVX2 run says ``avx2``), PyTorch's kernel
+    capability, the CPU's name, and the environment variables that held a library to a narrower ISA (the emulation)."""
+    from bertkit._hardware import cpu_class
+
+    name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")), "") if Path("/proc/cpuinfo").is_file() else ""
+    return {"cpu_class": cpu_class(), "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu": name,
+            "isa_limits": {k: os.environ[k] for k in ISA_LIMITS if os.environ.get(k)}}
+
+
 def measure(engines: dict, data: dict[str, list[Batch]], threads: list[int], rounds: int, tmp: Path) -> None:
+    machine = machine_record()
     for workload, batches in data.items():
         rows = sum(len(b["input_ids"]) for b in batches)
         tokens = sum(int(b["attention_mask"].sum()) for b in batches)
@@ -336,21 +369,24 @@ def measure(engines: dict, data: dict[str, list[Batch]], threads: list[int], rou
                 load_before = os.getloadavg()
                 for name in engines:
                     one_pass(engines[name], workload, batches, t)  # warm-up: sessions built at this thread count, caches filled
-                times: dict[str, list[float]] = {name: [] for name in engines}
+                times: dict[str, list[tuple[float, float]]] = {name: [] for name in engines}
                 for _ in range(rounds):
                     for name in engines:
                         times[name].append(one_pass(engines[name], workload, batches, t))
-                base = statistics.median(times["bertkit-fp32"])
-                for name, ts in times.items():
-                    secs = statistics.median(ts)
+                base, base_cpu = (statistics.median(x) for x in zip(*times["bertkit-fp32"]))
+                for name, passes in times.items():
+                    ts, cpus = zip(*passes)
+                    secs, cpu = statistics.median(ts), statistics.median(cpus)
                     print(json.dumps({
                         "bench": "engines", "workload": workload, "threads": t, "engine": name, "rows": rows,
                         "mean_tokens": round(tokens / rows, 1), "seq_per_s": round(rows / secs, 1),
                         "vs_bertkit_fp32": round(base / secs, 3), "min_cos": round(min_cos[name], 4),
-                        "spread": round((max(ts) - min(ts)) / secs, 3), "rounds": rounds,
+                        "spread": round((max(ts) - min(ts)) / secs, 3), "seq_per_cpu_s": round(rows / cpu, 1),
+                        "cpu_vs_bertkit_fp32": round(base_cpu / cpu, 3), "cpu_spread": round((max(cpus) - min(cpus)) / cpu, 3),
+                        "rounds": rounds,
                         "load_before": [round(x, 2) for x in load_before],
                         "load_after": [round(x, 2) for x in os.getloadavg()],
-                        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                        **machine,
                     }), flush=True)
 
 
@@ -360,6 +396,7 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--sentences", type=int, default=872, help="SST-2 dev sentences in the short workload (872: all)")
     p.add_argument("--pairs", type=int, default=512, help="question/sentence pairs in the pairs workload")
     p.add_argument("--windows", type=int, default=128, help="SQuAD windows in the windows workload")
     p.add_argument("--workloads", default="short,pairs,windows")
@@ -373,7 +410,7 @@ def main() -> None:
         return worker(args)
 
     tok = BertTokenizer.from_pretrained(args.model)
-    data = workloads(tok, args.data, args.pairs, args.windows)
+    data = workloads(tok, args.data, args.sentences, args.pairs, args.windows)
     data = {w: data[w] for w in args.workloads.split(",")}
     from bertkit.quantization import calibration_batches
     calibration = calibration_batches(tok, sst2(args.data, "train")[:256])
@@ -382,10 +419,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         engines: dict[str, Callable | Remote] = dict(bertkit_engines(args.model, calibration))
-        files = onnx_files(args.model, tmp)
-        engines.update({"onnxruntime-fp32": onnxruntime_engine(files[1]), "onnxruntime-int8": onnxruntime_engine(files[2])})
-        engines.update(openvino_engines(files[0], calibration))
-        convert_ctranslate2(args.model, tmp)
+        # the other engines are built only when wanted (an ONNX export and NNCF's calibration take minutes)
+        if wanted is None or any(n.startswith(("onnxruntime", "openvino")) for n in wanted):
+            files = onnx_files(args.model, tmp)
+            engines.update({"onnxruntime-fp32": onnxruntime_engine(files[1]),
+                            "onnxruntime-int8": onnxruntime_engine(files[2])})
+        if wanted is None or any(n.startswith("openvino") for n in wanted):
+            engines.update(openvino_engines(files[0], calibration))
+        if wanted is None or any(n.startswith("ctranslate2") for n in wanted):
+            convert_ctranslate2(args.model, tmp)
         batches_file = tmp / "batches.pt"
         torch.save(data, batches_file)
         for n in CT2_ENGINES if not args.no_mkl else CT2_ENGINES[:2]:

@@ -126,6 +126,40 @@ def test_one_kernel_per_cpu_class(onednn_bits, fbgemm, expected, monkeypatch, fp
             quantize_int8(fp32, calibration=[])
 
 
+@pytest.mark.parametrize(("bf16", "kernel", "capability", "expected"), [
+    (True, Int8Kernel("onednn", 8), "AVX512", "avx512-bf16"),  # AVX512-BF16 or AMX
+    (False, Int8Kernel("onednn", 8), "AVX512", "avx512-vnni"),
+    (False, Int8Kernel("fbgemm", 7), "AVX512", "avx2"),  # oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA)
+    (False, Int8Kernel("onednn", 7), "AVX2", "avx2"),
+    (False, None, "AVX2", "avx2"),
+    (False, None, "DEFAULT", "default"),
+])
+def test_the_cpu_class_is_what_the_probes_choose_by(bf16, kernel, capability, expected, monkeypatch):
+    from bertkit import _hardware
+
+    monkeypatch.setattr(_hardware, "cpu_has_bf16", lambda: bf16)
+    monkeypatch.setattr(_hardware, "int8_kernel", lambda: kernel)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    assert _hardware.cpu_class() == expected
+
+
+_EMULATED = """
+from bertkit import _hardware
+from bertkit.inference.prepare import cpu_key_multiple
+print(_hardware.cpu_class(), _hardware.cpu_has_bf16(), _hardware.int8_kernel().activation_bits, cpu_key_multiple())
+"""
+
+
+@pytest.mark.skipif(KERNEL.activation_bits != 8, reason="needs a CPU above AVX2, to emulate an AVX2 one on")
+def test_the_probes_see_an_emulated_avx2_cpu():
+    """Held to AVX2 (ATen's kernels and oneDNN: how BENCHMARKS.md emulates an AVX2-only CPU), every probe answers as
+    on such a CPU: no bf16, int8 at 7 bits, attention keys rounded to AVX2's 8-float vector, class avx2."""
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    run = subprocess.run([sys.executable, "-c", _EMULATED], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["avx2", "False", "7", "8"], run.stdout
+
+
 _AVX2_PROBE = """
 import torch
 from torch import nn
@@ -376,3 +410,51 @@ def test_a_compiled_quantization_that_disagrees_with_its_eager_definition_is_dro
     fused = kernels._Compiled(kernels.quantize_activations)
     fused(x, inv, 127), fused(x, inv, 127)
     assert fused.checked and not fused.failed and len(calls) == 2
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_prepared_int8_model_fuses_gelu_where_onednn_runs_it(int8, tok, sst2_sentences, bf16, monkeypatch):
+    """CPU inference's copy of an int8 model (``for_cpu_inference``) has the feed-forward's GELU fused into its int8
+    first product where that runs on oneDNN (this machine's kernel says) with fp32 float parts, and apart on fbgemm
+    (no post-operation there) and under bf16 (a copy made for fp32 split again); its pooled states are those of the
+    same copy without the fusion, and the model passed in is unchanged."""
+    from bertkit._hardware import cpu_has_bf16
+    from bertkit.inference import prepare
+
+    if bf16 and not cpu_has_bf16():
+        pytest.skip("int8 with bf16 needs bf16 instructions")
+    prepared = prepare.for_cpu_inference(prepare.for_cpu_inference(int8, False) if bf16 else int8, bf16)
+    fused = KERNEL.name == "onednn" and not bf16
+    for layer in prepared.encoder.layer:
+        assert (layer.intermediate.dense.post_op == ("gelu", "none")) is fused
+        assert (type(layer.intermediate.intermediate_act_fn) is nn.Identity) is fused
+    assert all(layer.intermediate.dense.activation is None and type(layer.intermediate.intermediate_act_fn) is nn.GELU
+               for layer in int8.encoder.layer)
+    monkeypatch.setattr(prepare, "_fuse_int8_activation", lambda block, fuse: None)
+    apart = prepare.for_cpu_inference(int8, bf16)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        ours, ref = embed(prepared, tok, sst2_sentences[:96]), embed(apart, tok, sst2_sentences[:96])
+    assert float(F.cosine_similarity(ours, ref).min()) > 0.99999
+
+
+def test_gelu_fuses_on_onednn_only_and_a_fused_layer_runs_it_anywhere(monkeypatch):
+    """``fused_with`` refuses fbgemm's kernel (it has no post-operation); a layer fused on oneDNN and packed for fbgemm
+    (a copy unpickled on an AVX2 machine) applies its activation after the product: the same function either way."""
+    torch.manual_seed(0)
+    linear, smooth, x = nn.Linear(64, 48), torch.rand(64) + 0.5, torch.randn(7, 64)
+    monkeypatch.setattr(kernels, "check_int8_kernel", lambda: FBGEMM)
+    layer = Int8Linear.from_float(linear, smooth)
+    with pytest.raises(ValueError, match="oneDNN's kernel only, this one runs fbgemm"):
+        layer.fused_with(nn.GELU(), ("gelu", "none"))
+    layer.activation, layer.post_op = nn.GELU(), ("gelu", "none")  # as a oneDNN layer's fused_with leaves it
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), F.gelu(torch.ops.quantized.linear_dynamic(
+            x * layer.inv_scale, layer._packed, True)))
+    if KERNEL.name == "onednn":
+        monkeypatch.setattr(kernels, "check_int8_kernel", lambda: KERNEL)
+        plain = Int8Linear.from_float(linear, smooth)
+        fused = plain.fused_with(nn.GELU(), ("gelu", "none"))
+        assert plain.activation is None and plain.post_op == ("none", "")
+        with torch.inference_mode():
+            torch.testing.assert_close(fused(x), F.gelu(plain(x)), atol=1e-5, rtol=1e-5)
+        assert pickle.loads(pickle.dumps(fused)).post_op == ("gelu", "none")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -146,21 +147,29 @@ def test_int8_runs_its_float_parts_in_bf16_by_default_on_a_bf16_cpu(minilm_dir, 
             assert cos.min() >= 0.99 and cos.mean() >= 0.995, (name, cos.min(), cos.mean())
 
 
-def test_bf16_instructions_are_asked_of_the_cpu_not_of_onednn(monkeypatch):
+def test_bf16_instructions_are_asked_of_the_cpu_and_of_onednn(monkeypatch):
     """oneDNN says it supports bf16 on every AVX-512 CPU, emulating it (slower than fp32) where the CPU has neither
     AVX512-BF16 nor AMX; int8's default would run its float parts slowly there. cpu_has_bf16 answers what
-    /proc/cpuinfo says, and no when both instructions are missing, whatever oneDNN says."""
+    /proc/cpuinfo says, and no when both instructions are missing, whatever oneDNN says; and no where oneDNN (held
+    to AVX2 by ONEDNN_MAX_CPU_ISA) or ATen (ATEN_CPU_CAPABILITY=avx2) is held below them, how an AVX2 CPU is
+    emulated."""
     flags = set()
     if Path("/proc/cpuinfo").is_file():
         flags = {f for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")
                  for f in line.split(":", 1)[1].split()}
-    held = torch.backends.cpu.get_cpu_capability() in ("DEFAULT", "AVX2")  # ATEN_CPU_CAPABILITY=avx2: no bf16 kernels
+    held = (torch.backends.cpu.get_cpu_capability() in ("DEFAULT", "AVX2")  # ATEN_CPU_CAPABILITY=avx2
+            or not torch.ops.mkldnn._is_mkldnn_bf16_supported())  # ONEDNN_MAX_CPU_ISA=AVX2
     if "avx512f" in flags:
         assert bertkit._hardware.cpu_has_bf16() is (not held and bool({"avx512_bf16", "amx_bf16"} & flags))
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     assert not bertkit._hardware.cpu_has_bf16()
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert bertkit._hardware.cpu_has_bf16() is (torch.backends.cpu.get_cpu_capability() not in ("DEFAULT", "AVX2")
+                                                or platform.machine().lower() not in ("x86_64", "amd64"))
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False, raising=False)
+    assert not bertkit._hardware.cpu_has_bf16()  # oneDNN held to AVX2 on a CPU that has AMX
 
 
 def test_int8_keeps_its_float_parts_fp32_on_a_cpu_without_bf16(embedders, sentences, monkeypatch):

@@ -27,8 +27,14 @@ def cpu_has_bf16() -> bool:
         if torch.backends.cpu.get_cpu_capability() in ("DEFAULT", "AVX2"):  # ATen held below AVX-512
             return False  # (ATEN_CPU_CAPABILITY=avx2, how an AVX2-only CPU is emulated): its kernels have no bf16 either
         cpu = torch.cpu
-        return bool(getattr(cpu, "_is_avx512_bf16_supported", lambda: False)()
-                    or getattr(cpu, "_is_amx_tile_supported", lambda: False)())
+        return (_onednn_bf16() and bool(getattr(cpu, "_is_avx512_bf16_supported", lambda: False)()
+                                         or getattr(cpu, "_is_amx_tile_supported", lambda: False)()))
+    return _onednn_bf16()
+
+
+def _onednn_bf16() -> bool:
+    """oneDNN's own answer: False where it is held below AVX-512 (``ONEDNN_MAX_CPU_ISA=AVX2``, the other half of the
+    AVX2 emulation) or where this build has no oneDNN."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):  # a build without oneDNN: no fast bf16 either
@@ -85,6 +91,22 @@ def int8_kernel() -> Int8Kernel | None:
     if onednn_int8_exact(63):
         return Int8Kernel("onednn", 7)
     return None
+
+
+def cpu_class() -> str:
+    """The CPU class whose paths this process runs, as the probes that choose them see it: ``"avx512-bf16"`` (bf16
+    instructions, AVX512-BF16 or AMX: ``cpu_has_bf16``), ``"avx512-vnni"`` (oneDNN's int8 exact at 8 bits),
+    ``"avx2"`` (int8 at 7 bits, AVX2 without VNNI), else PyTorch's kernel capability in lower case. A process held
+    to a narrower ISA (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``, how an AVX2-only CPU is emulated) is
+    of that narrower class, as every path it picks is; what benchmarks report beside their figures."""
+    if cpu_has_bf16():
+        return "avx512-bf16"
+    kernel = int8_kernel()
+    if kernel is not None and kernel.activation_bits == 8:
+        return "avx512-vnni"
+    if kernel is not None or torch.backends.cpu.get_cpu_capability() == "AVX2":
+        return "avx2"
+    return torch.backends.cpu.get_cpu_capability().lower()
 
 
 def fbgemm_int8() -> bool:

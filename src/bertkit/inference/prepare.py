@@ -285,6 +285,7 @@ def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
             elif isinstance(attn.qkv, PreparedLinear):
                 attn.qkv = PreparedLinear(*attn.qkv.source, dtype)
             for block in (layer.attention.output, layer.intermediate, layer.output):
+                _fuse_int8_activation(block, fuse=not bf16)
                 weights = _weights(block.dense)
                 if weights is None:
                     continue
@@ -297,3 +298,28 @@ def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
                 if act is not None:
                     block.intermediate_act_fn = nn.Identity() if fuse else act
     return model
+
+
+def _fuse_int8_activation(block: nn.Module, fuse: bool) -> None:
+    """The feed-forward's activation fused into its int8 first product where that runs on oneDNN's kernel (AVX512-VNNI
+    and AMX: ``_hardware.int8_kernel``), for fp32 float parts (``Int8Linear.fused_with``); ``block`` is left as it
+    is elsewhere. Measured on a Sapphire Rapids core (AMX), one thread, MiniLM, float parts in fp32: the int8 model
+    ran 1.07x (SST-2 sentences), 1.11x (question/sentence pairs) and 1.12x (SQuAD windows) as fast, its pooled
+    outputs equal to 5 digits. Not under bf16 (as ``PreparedLinear``): there the fused GELU is of the unrounded
+    product, which moved pooled outputs by cosine 0.9987, and its speed was not measured. fbgemm (the AVX2 class)
+    has no such post-operation. A block fused before (a model prepared for fp32, now for bf16) is split again
+    without ``fuse``."""
+    act = getattr(block, "intermediate_act_fn", None)
+    dense = block.dense
+    if act is None or not isinstance(dense, quantization.Int8Linear) or dense.kernel.name != "onednn":
+        return
+    if dense.activation is not None:
+        if not fuse:
+            block.dense, block.intermediate_act_fn = dense.fused_with(None, ("none", "")), dense.activation
+        return
+    if not fuse:
+        return
+    post_op = _ONEDNN_ACTIVATIONS.get((type(act).__name__, getattr(act, "approximate", None)))
+    if post_op is not None:
+        block.dense = dense.fused_with(act, post_op)
+        block.intermediate_act_fn = nn.Identity()
