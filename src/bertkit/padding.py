@@ -320,10 +320,11 @@ def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: 
 
     ``qkv`` is (B, T, 3H) for a padded layout and (N + extra_rows, 3H) otherwise; the result has the same
     leading shape, zero at the rounding rows (they are in no group: they attend to nothing and nothing to them).
-    The padded layout's attention is one SDPA call that ``compile_layers`` compiles with the rest of the layer
-    (no graph break: on a GPU, where bf16 keeps the rectangle, the whole layer is one compiled graph).
+    On a GPU the padded layout's attention is one SDPA call that ``compile_layers`` compiles with the rest of the
+    layer (no graph break: where bf16 keeps the rectangle, the whole layer is one compiled graph, 1.13x the
+    pre-training step with the break). Elsewhere attention stays eager (``_attend_groups``).
     """
-    if layout.is_padded:
+    if layout.is_padded and qkv.is_cuda:
         return _attend_padded(qkv, layout.key_mask, num_heads, dropout_p, layout.key_multiple)
     if layout.cu_seqlens is not None:
         return _attend_varlen(qkv, layout, num_heads, dropout_p)
@@ -346,10 +347,13 @@ def _attend_varlen(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: 
 
 @torch.compiler.disable
 def _attend_groups(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
-    """The unpadded layout's attention, group by group. Never compiled (``compile_layers`` compiles the per-token
-    work around it): the number of length groups, and whether each has a mask, change from batch to batch, and
-    tracing them made torch.compile recompile until it gave up, slower than eager; SDPA is one fused kernel
-    already."""
+    """Attention never compiled (``compile_layers`` compiles the per-token work around it). The unpadded layout's
+    groups: their number, and whether each has a mask, change from batch to batch, and tracing them made
+    torch.compile recompile until it gave up, slower than eager; SDPA is one fused kernel already. On the CPU the
+    padded layout's SDPA too: compiled inside the layers, a later whole-model ``torch.compile`` in the same
+    process aborted in PyTorch 2.13's CPU attention."""
+    if layout.is_padded:
+        return _attend_padded(qkv, layout.key_mask, num_heads, dropout_p, layout.key_multiple)
     plan = layout.attention
     real = layout.unpack(qkv)  # (N, 3H)
     keys = real.new_zeros(plan.rect_rows, real.size(-1)).index_copy_(0, plan.scatter, real)  # every group's rectangle

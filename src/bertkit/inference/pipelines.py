@@ -32,7 +32,8 @@ from bertkit.heads import (
 )
 from bertkit.inference.base import Pipeline, softmax
 from bertkit.modeling import BertModel
-from bertkit.sentence.pooling import MODES as POOLING_MODES, pool_tokens
+from bertkit.sentence.pooling import MODES as POOLING_MODES
+from bertkit.sentence.pooling import pool_tokens
 from bertkit.tasks import squad
 
 logger = logging.getLogger("bertkit")
