@@ -199,6 +199,21 @@ def test_a_lock_file_holding_something_else_is_not_truncated(tmp_path):
     assert (tmp_path / LOCK).read_text() == "not bertkit's"
 
 
+def test_a_refused_command_removes_only_a_lock_file_it_made(tmp_path):
+    """A refusal drops the lock file the command created in a user's directory, but not one that was there before
+    (an earlier run's), which it did not create."""
+    made, earlier = tmp_path / "made", tmp_path / "earlier"
+    for d in (made, earlier):
+        d.mkdir()
+        (d / "notes.txt").write_text("mine")
+    (earlier / LOCK).write_text("pid 1 (bertkit pretrain)")
+    for d in (made, earlier):
+        with pytest.raises(BertkitError):
+            claim_output_dir(d, "pretrain")
+        assert (d / "notes.txt").read_text() == "mine"
+    assert not (made / LOCK).exists() and (earlier / LOCK).exists()
+
+
 # 4. A command's inputs are never its output -------------------------------------------------------------------------
 
 

@@ -49,6 +49,7 @@ _HASHES: dict[tuple[int, ...], str] = {}  # identity -> sha256: a rename keeps i
 _ACTIVE: list[OutputDir] = []  # the directories this process has claimed and not released
 _JOINED: list[tuple[Path, Path]] = []  # (directory, journal) of a parent process's claims, in its workers
 _LOCKS: dict[str, IO] = {}  # real directory -> the lock this process holds on it
+_MADE_LOCKS: set[str] = set()  # the lock files this process created (the only ones it may remove)
 _EARLY: dict[str, bool] = {}  # real directory -> whether lock_output_dir made it, until a claim takes the lock over
 
 
@@ -459,6 +460,8 @@ def _lock(directory: Path, command: str) -> IO:
             raise BertkitError(f"{path} is a symbolic link, a hard link or not a regular file: not bertkit's lock, "
                                "so this is not a directory bertkit wrote; choose another output directory")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666 & ~_UMASK)
+        if st is None:
+            _MADE_LOCKS.add(real)
         f = os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
         if (holder := _holder(f.fileno(), exclusive=True)) is not None:
             f.close()
@@ -590,10 +593,12 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
 
 def _drop_stray_lock(directory: Path) -> None:
     """On a refusal, the lock file this command made in a directory that holds no bertkit run (a user's) is
-    removed while still held: a refused command leaves nothing of its own in a directory that is not its."""
+    removed while still held: a refused command leaves nothing of its own in a directory that is not its. A lock
+    file that was there before (an earlier run's) stays."""
     with contextlib.suppress(BertkitError, OSError):
-        if read_marker(directory) is None:
+        if str(directory.resolve()) in _MADE_LOCKS and read_marker(directory) is None:
             (directory / LOCK).unlink()
+            _MADE_LOCKS.discard(str(directory.resolve()))
 
 
 def _make(directory: Path, inputs: Mapping[str, Any] | None) -> bool:
