@@ -66,6 +66,33 @@ class LossModel(nn.Module):
         return self.loss.model.save(path)
 
 
+def checked_arguments(trainer: str, model: Any, model_name: str, model_cls: type, args: Any, args_cls: type,
+                      unknown: dict[str, Any]) -> Any:
+    """The trainer's ``args`` (``args_cls()`` when None), once the model, the arguments and any other keyword are
+    what it takes: transformers' Trainer arguments it does not implement are refused by name, with the fix."""
+    for name, value in unknown.items():
+        if name in _REFUSED:
+            if value is None or (name == "optimizers" and value == (None, None)):
+                continue
+            raise BertkitError(f"{trainer}({name}=...) is not implemented in bertkit: {_REFUSED[name]}")
+        raise BertkitError(f"{trainer} got an unknown argument {name!r}")
+    if not isinstance(model, model_cls):
+        raise BertkitError(f"model must be a {model_name}, got {type(model).__name__}")
+    args = args if args is not None else args_cls()
+    if not isinstance(args, args_cls):
+        raise BertkitError(f"args must be {args_cls.__module__.rsplit('.', 1)[0]}.{args_cls.__name__}, got "
+                           f"{type(args).__name__}")
+    return args
+
+
+def check_batch_holds_negatives(loss: Any, args: Any) -> None:
+    """A loss with in-batch negatives needs a global batch of two rows or more."""
+    batch = args.per_device_train_batch_size * current().world_size
+    if loss.in_batch_negatives and batch < 2:
+        raise BertkitError(f"{type(loss).__name__} uses the batch's other rows as negatives, and a batch of {batch} "
+                           "holds none: set per_device_train_batch_size to 2 or more (32 or more trains better)")
+
+
 class SentenceTransformerTrainer(Trainer):
     """Train a ``SentenceTransformer`` with a bertkit.sentence loss on a dataset whose columns are the loss's
     inputs in order; see the module docstring. Without ``loss``, CoSENTLoss (sentence-transformers' default)."""
@@ -74,23 +101,10 @@ class SentenceTransformerTrainer(Trainer):
                  train_dataset: Any = None, eval_dataset: Any = None,
                  loss: SentenceLoss | Callable[[SentenceTransformer], SentenceLoss] | None = None,
                  evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
-        for name, value in unknown.items():
-            if name in _REFUSED:
-                if value is None or (name == "optimizers" and value == (None, None)):
-                    continue
-                raise BertkitError(f"SentenceTransformerTrainer({name}=...) is not implemented in bertkit: {_REFUSED[name]}")
-            raise BertkitError(f"SentenceTransformerTrainer got an unknown argument {name!r}")
-        if not isinstance(model, SentenceTransformer):
-            raise BertkitError(f"model must be a bertkit.sentence.SentenceTransformer, got {type(model).__name__}")
-        args = args if args is not None else SentenceTransformerTrainingArguments()
-        if not isinstance(args, SentenceTransformerTrainingArguments):
-            raise BertkitError(f"args must be bertkit.sentence.SentenceTransformerTrainingArguments, got "
-                               f"{type(args).__name__}")
+        args = checked_arguments(type(self).__name__, model, "bertkit.sentence.SentenceTransformer",
+                                 SentenceTransformer, args, SentenceTransformerTrainingArguments, unknown)
         loss = self._loss(model, loss)
-        batch = args.per_device_train_batch_size * current().world_size
-        if loss.in_batch_negatives and batch < 2:
-            raise BertkitError(f"{type(loss).__name__} uses the batch's other rows as negatives, and a batch of {batch} "
-                               "holds none: set per_device_train_batch_size to 2 or more (32 or more trains better)")
+        check_batch_holds_negatives(loss, args)
         self.sentence_model, self.loss, self.evaluator = model, loss, evaluator
         if model.bert.pooler is not None:  # dense + tanh over [CLS]: no part of a sentence embedding, so it gets no
             model.bert.pooler.requires_grad_(False)  # gradient, which DDP (torchrun) refuses; AdamW leaves it as is

@@ -24,8 +24,12 @@ from bertkit.sentence.cross_encoder.data import CrossEncoderExamples, collate, c
 from bertkit.sentence.cross_encoder.losses import BinaryCrossEntropyLoss, CrossEncoderLoss
 from bertkit.sentence.cross_encoder.model import CrossEncoder
 from bertkit.sentence.cross_encoder.training_args import CrossEncoderTrainingArguments
-from bertkit.sentence.trainer import _REFUSED, LossOutput, SentenceTransformerTrainer
-from bertkit.training.distributed import current
+from bertkit.sentence.trainer import (
+    LossOutput,
+    SentenceTransformerTrainer,
+    check_batch_holds_negatives,
+    checked_arguments,
+)
 from bertkit.training.trainer import Trainer
 
 
@@ -54,23 +58,10 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
                  train_dataset: Any = None, eval_dataset: Any = None,
                  loss: CrossEncoderLoss | Callable[[CrossEncoder], CrossEncoderLoss] | None = None,
                  evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
-        for name, value in unknown.items():
-            if name in _REFUSED:
-                if value is None or (name == "optimizers" and value == (None, None)):
-                    continue
-                raise BertkitError(f"CrossEncoderTrainer({name}=...) is not implemented in bertkit: {_REFUSED[name]}")
-            raise BertkitError(f"CrossEncoderTrainer got an unknown argument {name!r}")
-        if not isinstance(model, CrossEncoder):
-            raise BertkitError(f"model must be a bertkit.sentence.cross_encoder.CrossEncoder, got {type(model).__name__}")
-        args = args if args is not None else CrossEncoderTrainingArguments()
-        if not isinstance(args, CrossEncoderTrainingArguments):
-            raise BertkitError(f"args must be bertkit.sentence.cross_encoder.CrossEncoderTrainingArguments, got "
-                               f"{type(args).__name__}")
+        args = checked_arguments(type(self).__name__, model, "bertkit.sentence.cross_encoder.CrossEncoder",
+                                 CrossEncoder, args, CrossEncoderTrainingArguments, unknown)
         loss = self._loss(model, loss)
-        batch = args.per_device_train_batch_size * current().world_size
-        if loss.in_batch_negatives and batch < 2:
-            raise BertkitError(f"{type(loss).__name__} uses the batch's other rows as negatives, and a batch of {batch} "
-                               "holds none: set per_device_train_batch_size to 2 or more")
+        check_batch_holds_negatives(loss, args)
         self.sentence_model, self.loss, self.evaluator = model, loss, evaluator
         train = CrossEncoderExamples(train_dataset, model, loss, "train_dataset") if train_dataset is not None else None
         dev = CrossEncoderExamples(eval_dataset, model, loss, "eval_dataset") if eval_dataset is not None else None
