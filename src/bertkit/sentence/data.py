@@ -31,23 +31,30 @@ def column_names(dataset: Any) -> list[str]:
     return list(dataset[0].keys())
 
 
+def loss_columns(dataset: Any, loss: Any, what: str) -> tuple[str | None, list[str]]:
+    """(the label column or None, the text columns in order) of ``dataset``, once they fit ``loss``: refused
+    otherwise, naming the columns and what the loss takes."""
+    if type(dataset).__name__ in ("DatasetDict", "IterableDataset", "IterableDatasetDict") or isinstance(dataset, dict):
+        raise BertkitError(f"{what}: a {type(dataset).__name__} is not supported; give one datasets.Dataset (or a "
+                           "list of dicts): concatenate several with datasets.concatenate_datasets")
+    names = column_names(dataset)
+    label = next((c for c in LABEL_COLUMNS if c in names), None)
+    texts = [c for c in names if c != label and c != "dataset_name"]
+    lo, hi = loss.columns
+    if len(texts) < lo or (hi is not None and len(texts) > hi) or (loss.needs_label and label is None):
+        raise BertkitError(f"{what} has the text columns {texts}" + (f" and the label column {label!r}"
+                           if label else " and no label column") + f"; {loss.describe_columns()}, in that "
+                           "order: select or rename columns (dataset.select_columns([...]))")
+    return label, texts
+
+
 class SentenceExamples(Sequence):
     """``dataset`` as examples the loss wrapper takes: per row, each text column's token ids (with its prompt),
     the label (0 when the dataset has none and the loss needs none) and the row's index (which tells a gathering
     loss the stand-in row of a process with no share of a short batch)."""
 
     def __init__(self, dataset: Any, model: Any, loss: Any, prompts: str | dict[str, str] | None, what: str):
-        if type(dataset).__name__ in ("DatasetDict", "IterableDataset", "IterableDatasetDict") or isinstance(dataset, dict):
-            raise BertkitError(f"{what}: a {type(dataset).__name__} is not supported; give one datasets.Dataset (or a "
-                               "list of dicts): concatenate several with datasets.concatenate_datasets")
-        names = column_names(dataset)
-        self.label = next((c for c in LABEL_COLUMNS if c in names), None)
-        self.texts = [c for c in names if c != self.label and c != "dataset_name"]
-        lo, hi = loss.columns
-        if len(self.texts) < lo or (hi is not None and len(self.texts) > hi) or (loss.needs_label and self.label is None):
-            raise BertkitError(f"{what} has the text columns {self.texts}" + (f" and the label column {self.label!r}"
-                               if self.label else " and no label column") + f"; {loss.describe_columns()}, in that "
-                               "order: select or rename columns (dataset.select_columns([...]))")
+        self.label, self.texts = loss_columns(dataset, loss, what)
         self.dataset, self.model = dataset, model
         self.prompts = [prompts if isinstance(prompts, str) else (prompts or {}).get(c) for c in self.texts]
         self.prompt_lengths = [model.prompt_length(p) for p in self.prompts]

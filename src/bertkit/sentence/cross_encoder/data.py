@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.data import LABEL_COLUMNS, column_names
+from bertkit.sentence.data import loss_columns
 
 
 class CrossEncoderExamples(Sequence):
@@ -24,17 +24,7 @@ class CrossEncoderExamples(Sequence):
     pieces, no special tokens) and ``label`` (0 when the loss needs none; a list of floats for listwise losses)."""
 
     def __init__(self, dataset: Any, model: Any, loss: Any, what: str):
-        if type(dataset).__name__ in ("DatasetDict", "IterableDataset", "IterableDatasetDict") or isinstance(dataset, dict):
-            raise BertkitError(f"{what}: a {type(dataset).__name__} is not supported; give one datasets.Dataset (or a "
-                               "list of dicts): concatenate several with datasets.concatenate_datasets")
-        names = column_names(dataset)
-        self.label = next((c for c in LABEL_COLUMNS if c in names), None)
-        self.texts = [c for c in names if c != self.label and c != "dataset_name"]
-        lo, hi = loss.columns
-        if len(self.texts) < lo or (hi is not None and len(self.texts) > hi) or (loss.needs_label and self.label is None):
-            raise BertkitError(f"{what} has the text columns {self.texts}" + (f" and the label column {self.label!r}"
-                               if self.label else " and no label column") + f"; {loss.describe_columns()}, in that "
-                               "order: select or rename columns (dataset.select_columns([...]))")
+        self.label, self.texts = loss_columns(dataset, loss, what)
         self.dataset, self.model, self.listwise = dataset, model, loss.listwise
         first = dataset[0]
         if self.listwise and not (isinstance(first[self.texts[1]], (list, tuple))
