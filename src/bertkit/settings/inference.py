@@ -280,7 +280,7 @@ class RequestLimits:
     """Nesting of lists and objects in a request body (deeper: 413, refused before the JSON is parsed)."""
     max_windows_per_request: int = 256
     """Model sequences one request may cost: question-answering windows (a long context with a small doc_stride
-    makes many), multiple-choice choices, fill-mask [MASK] tokens, one per input otherwise (more: 422). One model
+    makes many), fill-mask [MASK] tokens, one per input otherwise (more: 422). One model
     call carries at most this many too. 256 windows of 512 tokens are about two minutes of MiniLM on a loaded
     2-core machine (docs/inference.md, Limits): lower it where requests must be short."""
     max_top_k: int = 100
@@ -322,15 +322,14 @@ class ServeSettings(RequestLimits, Int8Settings):
     model_name_or_path: Path = flag(aliases=("--model",))
     """Checkpoint directory with the task's head (config.json, model.safetensors, vocab.txt)."""
     task: Literal["text-classification", "token-classification", "question-answering", "fill-mask",
-                  "multiple-choice", "feature-extraction", "sentence-embedding", "rerank"]
-    """The pipeline to serve (rerank: a cross-encoder, a text-classification checkpoint with one logit or two labels)."""
+                  "feature-extraction", "sentence-embedding", "rerank"]
+    """The pipeline to serve (rerank: a cross-encoder, a sequence classifier with one logit or two labels)."""
     host: str = "127.0.0.1"
     """Address to listen on (0.0.0.0: every interface)."""
     port: int = 8000
     """TCP port."""
     max_batch_size: int = 32
-    """Inputs gathered from concurrent requests into one model call; also the most choices one multiple-choice
-    input may have (they are scored in one forward; more: 422)."""
+    """Inputs gathered from concurrent requests into one model call."""
     max_wait_ms: float = 5.0
     """How long the first waiting request waits for others to join its batch."""
     max_batch_tokens: int = 16_384
