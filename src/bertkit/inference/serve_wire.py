@@ -310,9 +310,7 @@ def _similarity_inputs(raw: Any, pipe: Any) -> list[str]:
             and others and all(isinstance(x, str) for x in others)):
         raise RequestError(422, 'sentence similarity takes inputs {"source_sentence": str, "sentences": '
                                 f'[str, ...]}} and no other field, got {str(raw)[:80]!r}')
-    if getattr(pipe, "pooling", None) == "none":
-        raise RequestError(422, "sentence similarity needs one vector per text; this server's pipeline has "
-                                'pooling="none"')
+    need_embedding(pipe, "sentence similarity", one_vector=True)
     return [raw["source_sentence"], *others]
 
 
