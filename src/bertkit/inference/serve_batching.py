@@ -42,7 +42,10 @@ class Stats:
 # glibc keeps freed blocks in per-thread arenas and raises its mmap threshold as large blocks come and go, so under
 # mixed traffic resident memory climbs to the worst mix of calls (a 20-minute soak at twice capacity: 790 -> 921
 # MiB). Both fixes below held it flat (469 -> 481 MiB); musl and macOS return memory themselves and lack them.
-_LIBC = ctypes.CDLL(None)
+try:
+    _LIBC = ctypes.CDLL(None)  # the process's own symbols, the C library's among them
+except (OSError, TypeError):  # Windows has no such handle
+    _LIBC = None
 TRIM_EVERY_S = 10.0  # how often, at most, freed heap memory is handed back after a model call
 MALLOC_TRIM = (lambda: _LIBC.malloc_trim(0)) if hasattr(_LIBC, "malloc_trim") else None
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
@@ -64,7 +67,7 @@ class Job:
     items: list[Any]
     options: dict[str, Any]
     future: asyncio.Future
-    cost: int = 1  # model sequences (windows, choices, [MASK]s): a call carries at most max_windows_per_request
+    cost: int = 1  # model sequences (windows, [MASK]s): a call carries at most max_windows_per_request
     longest: int = 0  # tokens of its longest sequence (max_length where not counted): bounds a call's padded tokens
     tokens: int = 0  # its sequences' tokens, where counted
     queued_at: float = field(default_factory=time.perf_counter)

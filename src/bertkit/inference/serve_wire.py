@@ -108,8 +108,8 @@ class Route:
 
 
 # Tasks whose input is one model sequence, a text or (text, text_pair): their tokens are counted while parsing
-# (the others' sequences count as max_length each against max_batch_tokens). The model computes the first two's
-# rows, encoded while parsing; the others run through the pipeline, which decodes their answers.
+# (the others' sequences count as max_length each against max_batch_tokens). ``_ROWS``' inputs are encoded while
+# parsing and the model's outputs rendered by the route; the others run through the pipeline, which decodes them.
 _ROWS = ("text-classification", *EMBEDDING_TASKS)
 _ONE_SEQUENCE = (*_ROWS, "token-classification", "fill-mask")
 
