@@ -2,11 +2,8 @@
 
 A checkpoint is a directory holding ``state.pt`` (model, optimiser, scheduler, scaler, every rank's RNG state,
 the loop's position and the run's fingerprint) and, for ``from_pretrained``, the model in the Hugging Face
-layout. It is written under a temporary name, fsynced and renamed into place, so a kill mid-write never leaves
+layout. It is written into a scratch directory, fsynced and renamed into place, so a kill mid-write never leaves
 a partial checkpoint; only files this run (or the run it resumes) recorded as written are ever removed.
-
-The model weights' key table to and from the Hugging Face layout is ``bertkit.checkpoint_io``; this module is
-the training loop's side: what ``resume`` needs to continue a run bit for bit.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.outputs import fsync_dir, register, register_scratch, register_tree, remove_owned_tree
+from bertkit.outputs import fsync_dir, register_scratch, register_tree, remove_owned_tree
 from bertkit.training.distributed import DistInfo
 
 logger = logging.getLogger("bertkit")
@@ -110,10 +107,9 @@ def _scratch_dir(root: Path, final: Path) -> Path:
 
 def _write_files(tmp: Path, state: dict, model: nn.Module | None,
                  write_extra: Callable[[Path], None] | None) -> None:
-    torch.save(state, tmp / STATE_FILE)
+    torch.save(state, tmp / STATE_FILE)  # a file of the scratch directory: a killed run's, removable as such
     with open(tmp / STATE_FILE, "rb") as f:
         os.fsync(f.fileno())
-    register(tmp / STATE_FILE)  # torch writes it itself: recorded, so a killed run's --overwrite removes it
     if model is not None and hasattr(model, "save_pretrained"):
         model.save_pretrained(tmp)
     if write_extra is not None:
@@ -138,10 +134,9 @@ def _rename_into_place(tmp: Path, final: Path, root: Path) -> None:
         final.rename(aside / final.name)
         logger.warning("%s held %d file(s) this run cannot prove are its own as written (e.g. %s): moved to %s",
                        final, len(left), ", ".join(left[:3]), aside)
-    register_tree(tmp)  # whatever else wrote into it (the extra files of a hook)
     tmp.rename(final)
     fsync_dir(root)
-    register_tree(final)  # the same files under their final names
+    register_tree(final)  # each file under its final name: the directory is no scratch, a user may add to it
 
 
 def remove_torn_writes(out_dir: Path, layout: CheckpointLayout) -> None:
