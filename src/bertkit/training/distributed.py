@@ -75,11 +75,12 @@ def info_from_env(env: Mapping[str, str] | None = None) -> DistInfo:
 
 
 def current() -> DistInfo:
-    """This process's place in the initialised process group (rank 0 of 1 when there is none)."""
+    """This process's place in the initialised process group (rank 0 of 1 when there is none); its local rank is
+    torchrun's (``info_from_env``), or its rank in a group made without torchrun."""
     if not (dist.is_available() and dist.is_initialized()):
         return DistInfo()
-    rank = dist.get_rank()
-    return DistInfo(rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank)))
+    rank, launched = dist.get_rank(), info_from_env()
+    return DistInfo(rank, dist.get_world_size(), launched.local_rank if launched.enabled else rank)
 
 
 def process_device(spec: str) -> str:

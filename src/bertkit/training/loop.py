@@ -29,16 +29,11 @@ from torch import nn
 from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.settings import TrainingSettings, checkpoint_fields, resume_fingerprint
-from bertkit.training.batch_plan import (
-    Batch,
-    BatchPlan,
-    epoch_loader,
-)
+from bertkit.training.batch_plan import Batch, BatchPlan, epoch_loader
 from bertkit.training.callbacks import TrainerControl
 from bertkit.training.checkpoint import (
     STEP_LAYOUT,
     CheckpointLayout,
-    checkpoint_dirs,
     checkpoint_to_resume,
     restore_rank_state,
     rng_state,
@@ -78,10 +73,6 @@ class TrainResult:
     skipped_nonfinite: int = 0
 
 
-def _to(batch: Batch, device: str) -> Batch:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
 @dataclass
 class LoopHooks:
     """What ``bertkit.Trainer`` adds to the loop; each is off by default. ``write_extra(dir)`` adds files (the
@@ -109,11 +100,6 @@ def _save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn
     hooks = hooks or LoopHooks()
     return save_checkpoint(out_dir, state, step, keep, model, layout=hooks.layout, write_extra=hooks.write_extra,
                            protect=hooks.protect)
-
-
-# -------------------------------------------------------------------------------------------------
-# The loop
-# -------------------------------------------------------------------------------------------------
 
 
 def train(
@@ -297,7 +283,8 @@ class _Run:
         for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, self.workers, self.cuda):
             if pos.step >= phase_end:
                 break
-            if self.micro_step(phase, weight, _to(batch, self.device)):  # the last micro-batch of a step
+            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+            if self.micro_step(phase, weight, batch):  # the last micro-batch of a step
                 self.optimizer_step(phase)
             else:
                 self.event("substep_end")
@@ -412,7 +399,7 @@ class _Run:
         where = f"step {pos.step + 1} ({phase.name}, epoch {pos.epoch}, batch {pos.batch - 1})"
         self.optimizer.zero_grad(set_to_none=True)
         if pos.skipped >= self.args.skip_nonfinite:
-            last = checkpoint_dirs(self.out_dir, self.hooks.layout)
+            last = self.hooks.layout.dirs(self.out_dir)
             raise NonFiniteError(
                 f"training stopped at {where}: {self.spoiled}. Last good checkpoint: "
                 f"{last[-1] if last else 'none (no checkpoint written yet)'}. "
