@@ -130,8 +130,8 @@ def _rename_into_place(tmp: Path, final: Path, root: Path) -> None:
         final.rename(aside / final.name)
         logger.warning("moved what was left of %s to %s", final, aside)
     tmp.rename(final)
-    fsync_dir(root)
     register_tree(final)  # each file under its final name: the directory is no scratch, a user may add to it
+    fsync_dir(root)
 
 
 def remove_torn_writes(out_dir: Path, layout: CheckpointLayout) -> None:
