@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 logger = logging.getLogger("bertkit")
@@ -164,68 +165,38 @@ def docstring_task() -> tuple[list[str], list[str], list[tuple[str, int]], list[
 # -------------------------------------------------------------------------------------------------
 
 
-def similarity_table(model_dir: Path, sentences: tuple[str, ...] = SIMILARITY_SENTENCES) -> list[list[float]]:
-    """Cosine similarities of mean-pooled token states (how sentence-transformers uses this checkpoint)."""
-    from bertkit import BertModel, BertTokenizer
-
-    tok = BertTokenizer.from_pretrained(model_dir)
-    model = BertModel.from_pretrained(model_dir).eval()
-    enc = tok(list(sentences), padding=True, truncation=True, max_length=128, return_tensors="pt")
-    with torch.no_grad():
-        states = model(**enc).last_hidden_state  # (B, T, H), zeros at padding
-    mask = enc["attention_mask"].unsqueeze(-1).float()
-    emb = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
-    return (emb @ emb.T).tolist()
-
-
-def fill_mask(model, tokenizer, sentences: tuple[str, ...], k: int = 3) -> list[tuple[str, list[str]]]:
-    model.eval()
-    out = []
-    for text in sentences:
-        enc = tokenizer(text, return_tensors="pt")
-        with torch.no_grad():
-            logits = model(**enc).prediction_logits[0]  # (T, V)
-        pos = enc["input_ids"][0].tolist().index(tokenizer.mask_token_id)
-        out.append((text, tokenizer.convert_ids_to_tokens(logits[pos].topk(k).indices.tolist())))
-    return out
-
-
 def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = DEMO_STEPS, vocab_size: int = 4000,
              seed: int = DEMO_SEED, progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every stage; returns (and writes to ``out_dir/demo.json``) what each stage measured."""
+    from bertkit import pipeline
     from bertkit.outputs import atomic_write_json
 
     t_start = time.perf_counter()
     report: dict[str, Any] = {}
     out_dir.mkdir(parents=True, exist_ok=True)
     if model_dir is not None:
-        report["similarity"] = _similarity_stage(model_dir, say)
-    report["corpus"] = _corpus_stage(out_dir, say)
+        say("== 1. A real pre-trained BERT (MiniLM-L6-H384): sentence similarity ==")
+        emb = np.asarray(pipeline("sentence-embedding", model_dir, progress=False)(list(SIMILARITY_SENTENCES)))
+        report["similarity"] = (emb @ emb.T).tolist()  # cosines: the embeddings are unit vectors
+        for i, row in enumerate(report["similarity"]):
+            say(f"  [{i}] " + " ".join(f"{v:5.2f}" for v in row) + f"   {SIMILARITY_SENTENCES[i][:60]}")
+    say("\n== 2. Corpus: Python's own documentation (pydoc topics + standard-library docstrings) ==")
+    report["corpus"] = build_corpus(out_dir / "corpus")
+    say(f"  {report['corpus']}")
     tok, vocab_dir, vocab_len = _vocabulary_stage(out_dir, vocab_size, progress, say)
     _instances_stage(out_dir, tok, seed, progress, say)
     config, run_dir, curve = _pretraining_stage(out_dir, vocab_dir, vocab_len, pretrain_steps, seed, progress, say)
     report["pretraining_curve"] = curve
-    report["fill_mask"] = _fill_mask_stage(run_dir, tok, say)
+    say("\n== 6. Fill-mask with the new model ==")
+    fill = pipeline("fill-mask", run_dir / "final", progress=False)
+    report["fill_mask"] = [(text, [c["token_str"] for c in fill(text, top_k=3)]) for text in FILL_MASK]
+    for text, top in report["fill_mask"]:
+        say(f"  {text}\n      -> {top}")
     report["finetune"] = _finetuning_stage(out_dir, run_dir, config, tok, seed, progress, say)
     report["seconds"] = round(time.perf_counter() - t_start, 1)
     atomic_write_json(out_dir / "demo.json", report)
     say(f"\nDone in {report['seconds']} s. Everything is in {out_dir} (demo.json, pretrain/metrics.png).")
     return report
-
-
-def _similarity_stage(model_dir: Path, say: Callable[[str], None]) -> list[list[float]]:
-    say("== 1. A real pre-trained BERT (MiniLM-L6-H384): sentence similarity ==")
-    sims = similarity_table(model_dir)
-    for i, row in enumerate(sims):
-        say(f"  [{i}] " + " ".join(f"{v:5.2f}" for v in row) + f"   {SIMILARITY_SENTENCES[i][:60]}")
-    return sims
-
-
-def _corpus_stage(out_dir: Path, say: Callable[[str], None]) -> dict[str, Any]:
-    say("\n== 2. Corpus: Python's own documentation (pydoc topics + standard-library docstrings) ==")
-    corpus = build_corpus(out_dir / "corpus")
-    say(f"  {corpus}")
-    return corpus
 
 
 def _vocabulary_stage(out_dir: Path, vocab_size: int, progress: bool, say: Callable[[str], None]) -> tuple[Any, Path, int]:
@@ -281,16 +252,6 @@ def _pretraining_stage(out_dir: Path, vocab_dir: Path, vocab_len: int, pretrain_
         say(f"  {r['step']:5d}   {r['mlm_acc']:15.3f}   {r['nsp_acc']:7.3f}")
     say(f"  curves: {run_dir / 'metrics.png'}; model: {run_dir / 'final'}")
     return config, run_dir, [{k: r[k] for k in ("step", "mlm_acc", "nsp_acc", "mlm_loss")} for r in curve]
-
-
-def _fill_mask_stage(run_dir: Path, tok: Any, say: Callable[[str], None]) -> list[tuple[str, list[str]]]:
-    from bertkit import BertForPreTraining
-
-    say("\n== 6. Fill-mask with the new model ==")
-    predictions = fill_mask(BertForPreTraining.from_pretrained(run_dir / "final"), tok, FILL_MASK)
-    for text, top in predictions:
-        say(f"  {text}\n      -> {top}")
-    return predictions
 
 
 def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed: int, progress: bool,

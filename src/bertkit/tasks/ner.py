@@ -364,27 +364,3 @@ def write_conll(path: Path, sentences: Sequence[NerSentence], predicted: Sequenc
             f.write("\n")
     return path
 
-
-def conlleval_file(path: str | Path) -> dict[str, Any]:
-    """Score a ``word ... gold pred`` file as ``conlleval < file`` does (the last two columns are compared)."""
-    path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"predictions file not found: {path}")
-    gold: list[list[str]] = [[]]
-    pred: list[list[str]] = [[]]
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            cols = line.split()
-            if not cols or cols[0] == "-DOCSTART-":
-                if gold[-1]:
-                    gold.append([])
-                    pred.append([])
-                continue
-            if len(cols) < 3:
-                raise BertkitError(f"{path} line {lineno}: expected 'word ... gold predicted', got {line!r}")
-            gold[-1].append(cols[-2])
-            pred[-1].append(cols[-1])
-    if not gold[-1]:
-        gold.pop()
-        pred.pop()
-    return conlleval(gold, pred)
