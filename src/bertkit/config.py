@@ -1,9 +1,7 @@
 """BertConfig: the typed, self-validating description of a BERT network.
 
-Field names are exactly the keys of the published checkpoints' ``config.json`` (Google's
-``bert_config.json`` and Hugging Face's ``config.json``), so a config round-trips as a plain dict:
-``BertConfig.from_dict(json.load(f)).to_dict()`` keeps every key it was given, including ones bertkit
-does not use (``_name_or_path``, ``transformers_version``, ...), which live in ``extra``.
+Field names are the published ``config.json`` keys, so a config round-trips as a plain dict, keys bertkit does
+not use (``transformers_version``, ...) included: they live in ``extra``.
 """
 
 from __future__ import annotations
@@ -164,9 +162,7 @@ class BertConfig:
             raise BertkitError(f"a {model_type!r} checkpoint (model_type {model_type!r}); bertkit implements BERT "
                                "(model_type 'bert') only: load it with transformers")
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        # Keys of a config.json that bertkit does not use are kept (in ``extra``); a keyword argument that is
-        # not a field is a mistake (a typo, or a transformers loading option such as device_map) and would
-        # otherwise end up in config.json on the next save.
+        # Unknown config.json keys are kept (``extra``); an unknown keyword is a mistake (a typo, device_map).
         unknown = sorted(set(overrides) - known - {"num_labels", "label2id"})
         if unknown:
             raise BertkitError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "

@@ -1,20 +1,11 @@
 """``bertkit demo``: the BERT recipe end to end on text every Python installation carries.
 
-The embedded default corpus is real English text present on every machine with no download: the Python
-language reference topics (``pydoc_data.topics``, ~0.5 MB) and the docstrings of ~70 standard-library
-modules. The demo
-
-1. loads the real pre-trained checkpoint (``bertkit download-example-model``) and prints a semantic
-   similarity table of sentences from that text (mean-pooled token states, cosine);
-2. learns a WordPiece vocabulary from the corpus;
-3. creates masked-LM + next-sentence instances (held-out documents kept apart);
-4. pre-trains a small BERT from scratch, printing held-out MLM/NSP accuracy as it rises;
-5. shows fill-mask predictions of the new model;
-6. fine-tunes it on a real classification task made from the same documentation (which family of
-   modules, text / files / numbers, does a docstring come from?) and compares with the same network
-   fine-tuned without pre-training: the paper's point, in miniature.
-
-Every stage is a library call that also runs on your own files through the CLI (see README).
+The corpus is real English text on every machine: the Python language reference topics and the docstrings
+of ~70 standard-library modules. The demo prints a sentence-similarity table from the real pre-trained
+checkpoint, learns a WordPiece vocabulary, makes masked-LM + next-sentence instances, pre-trains a small BERT
+(held-out MLM/NSP accuracy as it rises), shows its fill-mask predictions, and fine-tunes it on which module
+family (text / files / numbers) a docstring comes from, against the same network without pre-training: the
+paper's point, in miniature. Every stage is a library call that also runs on your own files.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Hugging Face Hub ids where a checkpoint directory is expected (``bert-base-uncased``, ``org/name``).
 
-bertkit reads local directories. When the path given does not exist and looks like a Hub id, the files are
-taken from huggingface_hub's local cache, else downloaded with ``snapshot_download`` if that package is
-installed and the Hub answers; otherwise the error says how to get the files. Offline, this fails within
-seconds (a short connection probe first) instead of waiting on the Hub client's retries.
+A path that does not exist and looks like a Hub id is taken from huggingface_hub's cache, else downloaded
+when that package is installed and the Hub answers (probed first, so offline fails in seconds); otherwise the
+error says how to get the files.
 """
 
 from __future__ import annotations
