@@ -214,7 +214,7 @@ def test_stsb_scores_must_be_finite_in_0_to_5(tmp_path, score):
 
 def test_a_glue_file_without_its_header_is_refused(tmp_path):
     root = _glue_file(tmp_path, "SST-2", "dev", "a fine film\t1\na bad film\t0\n")
-    with pytest.raises(BertkitError, match="dev.tsv line 1 is a data row, not the header"):
+    with pytest.raises(BertkitError, match="dev.tsv line 1 is not the header sst-2 files start with"):
         glue.read_glue("sst2", root, "dev")
     ok = _glue_file(tmp_path, "SST-2", "dev", "sentence\tlabel\na fine film\t1\n")
     assert [e.text_a for e in glue.read_glue("sst2", ok, "dev")] == ["a fine film"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.outputs import atomic_write_text
 
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
@@ -213,12 +213,7 @@ class BertConfig:
                 f"config file {path} does not exist; a checkpoint directory needs config.json "
                 "(save one with BertConfig.save_pretrained or pick a preset with BertConfig.preset)"
             )
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise BertkitError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
-        if not isinstance(data, dict):
-            raise BertkitError(f"{path} must hold a JSON object, got {type(data).__name__}")
+        data = read_json_object(path, "write the config as one JSON object, or re-save the checkpoint")
         try:
             return cls.from_dict(data, **overrides)
         except BertkitError as e:

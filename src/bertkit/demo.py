@@ -131,10 +131,10 @@ def build_corpus(out_dir: Path, heldout_every: int = 10) -> dict[str, Any]:
     return {k: {"documents": v[0], "sentences": v[1]} for k, v in counts.items()}
 
 
-def docstring_task() -> tuple[list[str], list[str], list[tuple[str, int]], list[tuple[str, int]]]:
-    """(labels, dev member names, train, dev): first paragraph of each public docstring -> module family."""
+def docstring_task() -> tuple[list[str], list[tuple[str, int]], list[tuple[str, int]]]:
+    """(labels, train, dev): first paragraph of each public docstring -> module family."""
     labels = list(FAMILIES)
-    train, dev, dev_names = [], [], []
+    train, dev = [], []
     for label, modules in FAMILIES.items():
         for module in modules:
             for qualname, doc in _module_docs(module)[1:]:
@@ -143,12 +143,9 @@ def docstring_task() -> tuple[list[str], list[str], list[tuple[str, int]], list[
                     continue
                 text = paragraphs[0][:400]
                 example = (text, labels.index(label))
-                if int(hashlib.sha256(qualname.encode()).hexdigest(), 16) % 5 == 0:
-                    dev.append(example)
-                    dev_names.append(qualname)
-                else:
-                    train.append(example)
-    return labels, dev_names, train, dev
+                # a stable split by name: every fifth member (by hash) is a dev example
+                (dev if int(hashlib.sha256(qualname.encode()).hexdigest(), 16) % 5 == 0 else train).append(example)
+    return labels, train, dev
 
 
 # -------------------------------------------------------------------------------------------------
@@ -255,7 +252,7 @@ def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed:
     from bertkit.training.finetune_run import run_finetuning
 
     say("\n== 7. Fine-tuning: which module family (text / files / numbers) does a docstring describe? ==")
-    labels, _, train_ex, dev_ex = docstring_task()
+    labels, train_ex, dev_ex = docstring_task()
     train_f, dev_f = _featurize(tok, train_ex), _featurize(tok, dev_ex)
 
     def collate(batch):

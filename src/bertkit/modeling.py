@@ -180,10 +180,8 @@ class BertEncoder(nn.Module):
 
 
 def attention_probs(qkv: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float) -> tuple[Tensor, Tensor]:
-    """Attention written out (Vaswani et al. 2017, eq. 1): softmax(q k^T / sqrt(hs)) v, also returning the
-    probabilities. Only for ``output_attentions``: SDPA computes the same without materialising them.
-    ``key_mask`` (B, 1, 1, T) is True at real keys. As in transformers, the probabilities returned are
-    those after attention dropout (identical in eval mode)."""
+    """softmax(q k^T / sqrt(hs)) v written out (Vaswani et al. 2017, eq. 1), with the probabilities (after
+    dropout, as transformers returns them); ``key_mask`` (B, 1, 1, T) is True at real keys."""
     B, T, three_h = qkv.shape
     hs = three_h // (3 * num_heads)
     q, k, v = qkv.view(B, T, 3, num_heads, hs).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
@@ -251,10 +249,8 @@ class BertModelOutput(TupleAccess):
 
 
 def _flatten_output(out: BertModelOutput) -> tuple[list[Any], str]:
-    """A pytree node (torch.export returns the dataclass as is). A padded layout is rebuilt from the token
-    states' shape, so an exported graph outputs tensors only (the ONNX exporter takes nothing else); its
-    mask is attention's business and no reader of the output needs it. An unpadded layout (eager only) is
-    a child of its own."""
+    """A pytree node for torch.export: a plain padded layout is rebuilt from the token states' shape, so an
+    exported graph outputs tensors only (as ONNX needs); an unpadded one (eager only) is a child of its own."""
     if out.token_layout.is_padded and out.token_layout.extra_rows == 0 and not out.token_layout.zero_padding:
         return [out.tokens, out.pooler_output, out.layer_tokens, out.attentions], "padded"
     return [out.tokens, out.pooler_output, out.layer_tokens, out.attentions, out.token_layout], "layout"
@@ -319,18 +315,12 @@ class BertModel(PretrainedMixin, nn.Module):
         return_dict: bool | None = None,
         layout: str | None = None,
     ) -> BertModelOutput | tuple[Tensor, ...]:
-        """Encode a batch. Positional arguments are in transformers' order (input_ids, attention_mask,
-        token_type_ids, position_ids, inputs_embeds); the rest are keywords only, so a call written for
-        transformers can never bind a tensor to another meaning.
+        """Encode a batch; positional arguments in transformers' order, the rest keywords only.
 
         ``layout="auto"`` drops padding before the first layer (on a GPU only where that is faster there,
         ``padding.gpu_keeps_rectangle``); outputs are zero at padding. ``"padded"`` computes on the rectangle.
-
-        As in transformers: ``inputs_embeds`` (B, T, H) instead of ``input_ids`` replaces the word-embedding
-        lookup; ``output_attentions`` returns each layer's attention probabilities (B, nh, T, T), computed
-        on the padded rectangle with attention written out (slower: only when asked); ``return_dict=False``
-        returns ``to_tuple()`` (last_hidden_state, pooler_output, then hidden states / attentions if asked).
-        The three switches default to ``config.output_hidden_states`` / ``output_attentions`` / ``return_dict``.
+        ``inputs_embeds``, ``output_attentions`` (B, nh, T, T) per layer, ``return_dict=False`` and the config's
+        defaults for the three switches are transformers'.
         """
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions

@@ -182,25 +182,21 @@ def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
     examples: list[GlueExample] = []
     # Rows end at \n only: a stray \r inside a sentence must not split it and misreport the columns.
     for lineno, line in read_lines(path):
+        cols = line.split("\t")
         if lineno == 1 and layout.header:
-            _check_header(task, line, layout, path)
+            # a file that lost its header would silently lose its first example (read as the header)
+            missing = [c for c in task.text_columns if c not in cols]
+            if missing:
+                raise BertkitError(f"{path} line 1 is not the header {task.name} files start with (no column "
+                                   f"{', '.join(missing)}); restore the header line as the GLUE download has it")
             continue
         if not line.strip():
-            raise BertkitError(
-                f"malformed row in {path} line {lineno}: empty line; GLUE files have none, remove it"
-            )
-        cols = line.split("\t")
+            raise BertkitError(f"malformed row in {path} line {lineno}: empty line; GLUE files have none, remove it")
         if len(cols) not in layout.n_columns:
-            want = " or ".join(str(n) for n in layout.n_columns)
-            hint = (
-                ""
-                if layout.label is not None
-                else " (a test file: is this a train/dev file read with labeled=False?)"
-            )
-            raise BertkitError(
-                f"malformed row in {path} line {lineno}: expected {want} tab-separated columns for "
-                f"{task.name}, got {len(cols)}{hint}"
-            )
+            hint = "" if layout.label is not None else " (a test file: is this a train/dev file read with labeled=False?)"
+            raise BertkitError(f"malformed row in {path} line {lineno}: expected "
+                               f"{' or '.join(map(str, layout.n_columns))} tab-separated columns for {task.name}, "
+                               f"got {len(cols)}{hint}")
         label = None
         if layout.label is not None:
             label = cols[layout.label]
@@ -217,20 +213,6 @@ def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
     if not examples:
         raise BertkitError(f"{path} holds no examples (an empty {task.name} file); every split must have rows")
     return examples
-
-
-def _check_header(task: GlueTask, line: str, layout: _Layout, path: Path) -> None:
-    """A file that lost its header would silently lose its first example (read as the header)."""
-    cols = line.split("\t")
-    if layout.label is not None and len(cols) > layout.label:
-        try:
-            _check_label(task, cols[layout.label], path, 1)
-        except BertkitError:
-            return  # not a valid label: a header
-    elif layout.id is None or len(cols) <= layout.id or not cols[layout.id].strip().isdigit():
-        return
-    raise BertkitError(f"{path} line 1 is a data row, not the header {task.name} files start with; restore the "
-                       "header line (as the GLUE download has it) so that the first example is not lost")
 
 
 def _check_label(task: GlueTask, label: str, path: Path, lineno: int) -> None:
