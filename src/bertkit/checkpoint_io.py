@@ -49,8 +49,7 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 # The MLM decoder is tied to the word embeddings and its bias to cls.predictions.bias (paper's code:
 # output_weights = embedding table): state dicts list them, as transformers' do, but checkpoints need not.
-TIED_KEYS = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-             "cls.predictions.decoder.bias": "cls.predictions.bias"}
+TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 # Accepted on load, never written: the tied decoder, and the position-id buffer old checkpoints store.
 IGNORED_KEYS = (*TIED_KEYS, "embeddings.position_ids")
 # The top-level modules of BERT heads: a key under one that the model lacks is another head's, dropped.
@@ -434,24 +433,11 @@ class PretrainedMixin(TransformersModelCalls):
             out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
         return out
 
-    def convert_published_state_dict(self, published: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Published names -> this model's state-dict names (the inverse of ``published_state_dict()``): the
-        ``bert.`` prefix, TF-era ``gamma``/``beta``, the tied decoder's entries. Unknown keys pass through."""
-        out = {k: v for k, v in self._canonical_published(published).items()
-               if _strip_encoder_prefix(k) != "embeddings.position_ids"}
-        own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]
-        for tied, target in TIED_KEYS.items():
-            if tied in own and tied not in out and target in out:
-                out[tied] = out[target]
-        return out
-
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False):
-        """``nn.Module.load_state_dict`` (transformers' names); a checkpoint's names are converted first."""
-        own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
-        if any(k not in own for k in state_dict) or any(k not in state_dict for k in TIED_KEYS if k in own):
-            state_dict = self.convert_published_state_dict(dict(state_dict))
+        """``nn.Module.load_state_dict`` (transformers' names, as ``state_dict()`` gives them; a checkpoint's go
+        through ``from_pretrained(state_dict=...)``), tying the MLM decoder again after ``assign=True``."""
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)  # type: ignore[misc]
-        if assign:  # the parameters are the state dict's tensors now: tie them again
+        if assign:  # the parameters are the state dict's tensors now
             self._tie_decoder()
         return result
 
