@@ -114,16 +114,13 @@ class BertConfig:
     def _normalise_labels(self) -> None:
         """id2label with int keys 0..n-1 (transformers' two default labels when none are named), and a known
         problem_type."""
-        if self.id2label is None:
-            self.id2label = dict(DEFAULT_ID2LABEL)  # transformers' default: a two-label head, LABEL_0 and LABEL_1
-        if self.id2label is not None:
-            # config.json stores keys as strings ("0": "NEGATIVE"); keep ints inside Python.
-            try:
-                self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
-            except (TypeError, ValueError):
-                raise BertkitError(f"BertConfig.id2label keys must be label ids 0..n-1, got {list(self.id2label)}") from None
-            if sorted(self.id2label) != list(range(len(self.id2label))):
-                raise BertkitError(f"BertConfig.id2label keys must be 0..n-1, got {sorted(self.id2label)}")
+        labels = DEFAULT_ID2LABEL if self.id2label is None else self.id2label  # keys are strings in config.json
+        try:
+            self.id2label = {int(k): str(v) for k, v in labels.items()}
+        except (TypeError, ValueError):
+            raise BertkitError(f"BertConfig.id2label keys must be label ids 0..n-1, got {list(self.id2label)}") from None
+        if sorted(self.id2label) != list(range(len(self.id2label))):
+            raise BertkitError(f"BertConfig.id2label keys must be 0..n-1, got {sorted(self.id2label)}")
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise BertkitError(f"BertConfig.problem_type {self.problem_type!r} is not one of {PROBLEM_TYPES}")
 

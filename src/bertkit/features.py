@@ -39,11 +39,6 @@ _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
 _PAD = {"input_ids": 0, "token_type_ids": 0}
 
 
-# -------------------------------------------------------------------------------------------------
-# Extraction
-# -------------------------------------------------------------------------------------------------
-
-
 def read_texts(path: str | os.PathLike) -> list[tuple[str, str | None]]:
     """One example per line (blank lines included, as google's reader): ``text`` or ``text_a ||| text_b``."""
     path = Path(path)

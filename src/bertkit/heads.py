@@ -227,11 +227,6 @@ class _HeadModel(PretrainedMixin, nn.Module):
         """The output dataclass, or its tuple for ``return_dict=False`` (default: ``config.return_dict``)."""
         return result if (self.config.return_dict if return_dict is None else return_dict) else result.to_tuple()
 
-    @property
-    def _classifier_dropout(self) -> float:
-        c = self.config
-        return c.classifier_dropout if c.classifier_dropout is not None else c.hidden_dropout_prob
-
 
 class _ClassifierHeadModel(_HeadModel):
     """A fine-tuning head that is dropout then one Linear, under transformers' names (``dropout``,
@@ -241,7 +236,8 @@ class _ClassifierHeadModel(_HeadModel):
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
-        self.dropout = nn.Dropout(self._classifier_dropout)
+        p = config.classifier_dropout
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if p is None else p)
         outputs = config.num_labels if self.classifier_outputs is None else self.classifier_outputs
         self.classifier = new_linear(config.hidden_size, outputs)
         self._init_head()

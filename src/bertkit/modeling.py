@@ -403,5 +403,5 @@ class BertModel(PretrainedMixin, nn.Module):
 
 
 __all__ = ["BertModel", "BertModelOutput", "BertEncoder", "BertLayer", "BertAttention", "BertSelfAttention",
-           "BertSelfOutput", "BertIntermediate", "BertOutput", "BertEmbeddings", "BertPooler", "TokenLayout",
-           "self_attention", "init_bert_weights", "activation"]
+           "BertSelfOutput", "BertIntermediate", "BertOutput", "BertEmbeddings", "BertPooler",
+           "init_bert_weights", "activation"]
