@@ -100,11 +100,8 @@ def _module_docs(name: str) -> list[tuple[str, str]]:
 
 
 def build_corpus(out_dir: Path, heldout_every: int = 10) -> dict[str, Any]:
-    """Write train.txt / heldout.txt in google's format (a sentence per line, blank line between documents).
-
-    Documents are the language-reference topics and one document per module; every ``heldout_every``-th
-    document in name order (a stable split) is held out for evaluation.
-    """
+    """Write train.txt / heldout.txt in google's format (a sentence per line, blank line between documents): the
+    language-reference topics and one document per module, every ``heldout_every``-th held out."""
     import pydoc_data.topics
 
     from bertkit.data.text import split_sentences

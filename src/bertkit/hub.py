@@ -44,10 +44,8 @@ def _hub_reachable(endpoint: str) -> bool:
 
 
 def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory") -> Path:
-    """``path`` itself when it exists; for a Hub id, the snapshot directory (cache, else download).
-
-    Raises MissingFileError naming the path, and for a Hub id, how to download it.
-    """
+    """``path`` itself when it exists; for a Hub id, the snapshot directory (cache, else download), or a
+    MissingFileError saying how to download it."""
     directory = Path(path)
     if directory.is_dir() or not looks_like_hub_id(path):
         return directory  # the caller reports a missing directory in its own words

@@ -121,8 +121,7 @@ def _csv_rows(reader: Any, lines: _Lines, path: Path, fmt: str) -> Iterator[tupl
 
 
 def read_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
-    """(line number, text without its line end) of a text file, blank lines included, checked as ``read_records``
-    checks them: read one line at a time, each at most ``max_line_bytes``, no NUL byte, UTF-8."""
+    """(line number, text without its line end) of a text file, blank lines included, each line checked."""
     with open(path, "rb") as f:
         lines = _Lines(f, path, max_line_bytes)
         for number, text in enumerate(lines, 1):
@@ -131,10 +130,7 @@ def read_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tup
 
 
 def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
-    """(line number, raw record): a dict (CSV/TSV/JSONL object), a str (text line or JSON string) or other.
-
-    Read line by line: a line longer than ``max_line_bytes``, a NUL byte or bytes that are not UTF-8 stop the
-    read with an error naming the file and line (``BertkitError``)."""
+    """(line number, raw record): a dict (CSV/TSV/JSONL object), a str (text line or JSON string) or other."""
     blank: int | None = None  # the first empty line since the last record; an error if a record follows
     with open(path, "rb") as f:
         lines = _Lines(f, path, max_line_bytes)

@@ -235,10 +235,7 @@ def _check_label(task: GlueTask, label: str, path: Path, lineno: int) -> None:
 
 
 def read_glue(task: str | GlueTask, data_dir: str | os.PathLike, split: str) -> list[GlueExample]:
-    """Read ``split`` ("train", "dev" or "test") of ``task`` from ``data_dir``.
-
-    ``data_dir`` is the root the GLUE download script writes (holding ``SST-2/``, ``MNLI/``, ...).
-    """
+    """Read ``split`` ("train", "dev" or "test") of ``task`` from ``data_dir``, the GLUE download's root."""
     t = get_task(task)
     if split not in t.files:
         raise BertkitError(f"GLUE {t.name} has no split {split!r}; it has {sorted(t.files)}")

@@ -34,10 +34,7 @@ def _split_tag(tag: str) -> tuple[str, str]:
 
 
 def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
-    """IOB1 (B- only between two adjacent same-type entities) -> IOB2 (every entity starts with B-).
-
-    An ``I-X`` starts an entity when the previous tag is ``O`` or of another type, and becomes ``B-X``.
-    """
+    """IOB1 (B- only between adjacent same-type entities) -> IOB2: an ``I-X`` after ``O`` or another type is ``B-X``."""
     out, prev = [], "O"
     for tag in tags:
         prefix, kind = _split_tag(tag)
@@ -87,8 +84,7 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
 
 
 def _check_token_line(path: Path, lineno: int, raw: str, cols: list[str], n_columns: int | None) -> int:
-    """The file's column count, once this token line is known to have it (the first line sets it, at least
-    two) and to end in a tag of the form O, B-TYPE or I-TYPE."""
+    """The file's column count (the first token line's, at least two), once this line has it and ends in a tag."""
     if n_columns is None:
         if len(cols) < 2:
             raise BertkitError(
