@@ -84,7 +84,7 @@ def child(workload: str, impl: str, args) -> dict:
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current resident set
     if training:
         model.train()
-        opt = build_optimizer(model, "adamw", 1e-4, 0.01)
+        opt = build_optimizer(model, 1e-4, 0.01)
         for b in batches:
             model(**b).loss.backward()
             opt.step()

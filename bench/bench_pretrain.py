@@ -77,7 +77,7 @@ def model_flops(model: torch.nn.Module, cfg: BertConfig, batch: dict) -> float:
 
 def make_step(model, device: str, bf16: bool):
     """One optimiser step as both training loops run it: autocast forward, backward, clip at 1.0, AdamW."""
-    opt = build_optimizer(model, "adamw", 1e-4, 0.01)
+    opt = build_optimizer(model, 1e-4, 0.01)
     model.train()
 
     def step(batch):
@@ -117,7 +117,7 @@ def profile_step(model, batch, bf16, top: int = 12) -> dict[str, float]:
     """Self CPU milliseconds of the top operators in one training step (forward, backward, optimiser)."""
     from torch.profiler import ProfilerActivity, profile
 
-    opt = build_optimizer(model, "adamw", 1e-4, 0.01)
+    opt = build_optimizer(model, 1e-4, 0.01)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = model(**batch).loss

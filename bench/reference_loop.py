@@ -20,7 +20,7 @@ def train_reference(model: torch.nn.Module, plan: BatchPlan, steps: int, lr: flo
                     on_epoch_end: Callable[[torch.nn.Module], dict] | None = None) -> list[dict]:
     """Train for ``steps`` optimiser steps; returns ``on_epoch_end(model)`` after every (possibly partial) epoch."""
     torch.manual_seed(seed)
-    opt = build_optimizer(model, "adamw", lr, 0.01)
+    opt = build_optimizer(model, lr, 0.01)
     # warm-up below 1: a share of the steps (bertkit's warmup_ratio), else a step count
     sched = linear_warmup_decay(opt, math.ceil(warmup * steps) if warmup < 1 else int(warmup), steps)
     model.train()

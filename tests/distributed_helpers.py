@@ -64,7 +64,7 @@ def pad_collate(batch: list[dict]) -> dict:
     return collate(batch, 0)
 
 
-def run_training(task: str, out_dir: str, global_batch: int, accum: int, steps: int, fsdp: bool = False,
+def run_training(task: str, out_dir: str, global_batch: int, accum: int, steps: int,
                  extra: dict | None = None, n: int = 96) -> dict:
     """Train the tiny model ``steps`` optimiser steps in this process (rank and world from the process group,
     if any); returns the final weights (rank 0) and the logged records."""
@@ -84,7 +84,7 @@ def run_training(task: str, out_dir: str, global_batch: int, accum: int, steps: 
     plan = BatchPlan(data, micro, collate, seed=5, rank=info.rank, world_size=info.world_size)
     settings = dict(output_dir=Path(out_dir), learning_rate=2e-3, batch_size=global_batch,
                     gradient_accumulation_steps=accum, warmup_ratio=0.0, logging_steps=1, progress=False,
-                    device="cpu", seed=7, fsdp=fsdp)
+                    device="cpu", seed=7)
     args = TrainingSettings(**{**settings, **(extra or {})})
     result = train(model, [Phase(plan, steps)], args)
     return {"weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "history": result.history}

@@ -1,4 +1,4 @@
-"""Several processes give the single-process result: data split, DDP and FSDP equivalence, checkpoints, kills.
+"""Several processes give the single-process result: data split, DDP equivalence, checkpoints, kills.
 
 All on the CPU with gloo on 127.0.0.1 (a free port per run), tiny models, dropout off, fp32.
 """
@@ -111,29 +111,28 @@ def test_accumulation_equals_the_full_batch(single_runs, task):
     assert full["weights"].keys() == accumulated["weights"].keys()
 
 
-STRATEGIES = [(task, fsdp) for task in ("pretrain", "glue") for fsdp in (False, True)]
+TASKS = ("pretrain", "glue")
 
 
 @pytest.fixture(scope="module")
 def two_rank_runs(tmp_path_factory):
     """Every two-process run of this file, in one group of two processes."""
     root = tmp_path_factory.mktemp("ranks")
-    jobs = [dict(task=task, out_dir=str(root / f"{task}-{fsdp}"), global_batch=32, accum=1, steps=4, fsdp=fsdp)
-            for task, fsdp in STRATEGIES]
+    jobs = [dict(task=task, out_dir=str(root / task), global_batch=32, accum=1, steps=4) for task in TASKS]
     jobs.append(dict(task="glue", out_dir=str(root / "tail"), global_batch=44, accum=2, steps=3, n=89))
     results = run_spawned(2, str(root / "results.pt"), jobs)
-    return root, dict(zip([*STRATEGIES, "tail"], results))
+    return root, dict(zip([*TASKS, "tail"], results))
 
 
-@pytest.mark.parametrize(("task", "fsdp"), STRATEGIES, ids=[f"{t}-{'fsdp' if f else 'ddp'}" for t, f in STRATEGIES])
-def test_two_ranks_equal_one_process(single_runs, two_rank_runs, task, fsdp):
+@pytest.mark.parametrize("task", TASKS)
+def test_two_ranks_equal_one_process(single_runs, two_rank_runs, task):
     full, accumulated = single_runs[task]
     root, runs = two_rank_runs
-    ranks = runs[(task, fsdp)]
-    written = torch.load(root / f"{task}-{fsdp}" / "checkpoints" / "step-00000004" / "state.pt", weights_only=True)
+    ranks = runs[task]
+    written = torch.load(root / task / "checkpoints" / "step-00000004" / "state.pt", weights_only=True)
     assert _max_diff(ranks["weights"], full["weights"]) <= TOL
     assert _max_diff(ranks["weights"], accumulated["weights"]) <= TOL
-    assert _max_diff(written["model"], full["weights"]) <= TOL  # rank 0's checkpoint: the full, unsharded weights
+    assert _max_diff(written["model"], full["weights"]) <= TOL  # rank 0's checkpoint
     assert written["world_size"] == 2 and len(written["rank_rng"]) == 2
     # the logged loss is the mean over both ranks' halves: the full batch's loss
     losses = [(r["step"], r["loss"]) for r in ranks["history"] if r["split"] == "train"]

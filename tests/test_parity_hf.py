@@ -222,7 +222,7 @@ def test_training_steps_follow_transformers_with_dropout_off(tmp_path):
     batches = [_inputs(H.BertForSequenceClassification, gen, 3) for _ in range(5)]
     losses = {}
     for name, model in (("bertkit", ours), ("transformers", theirs)):
-        opt = build_optimizer(model, "adamw", 1e-3, 0.01)
+        opt = build_optimizer(model, 1e-3, 0.01)
         model.train()
         losses[name] = []
         for inputs, labels in batches:

@@ -1,4 +1,4 @@
-"""The training loop, optimisers and schedule: numbers on known inputs."""
+"""The training loop, optimiser and schedule: numbers on known inputs."""
 
 from __future__ import annotations
 
@@ -14,12 +14,7 @@ from bertkit.errors import BertkitError
 from bertkit.settings import TrainingSettings
 from bertkit.training.batch_plan import BatchPlan, micro_batch_size
 from bertkit.training.loop import Phase, train
-from bertkit.training.optim import (
-    Lamb,
-    build_optimizer,
-    linear_warmup_decay,
-    parameter_groups,
-)
+from bertkit.training.optim import build_optimizer, linear_warmup_decay, parameter_groups
 
 CFG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
                  max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -88,20 +83,6 @@ def test_weight_decay_groups_exclude_biases_and_layernorm():
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
 
-def test_lamb_step_matches_the_formula():
-    torch.manual_seed(0)
-    w = torch.nn.Parameter(torch.randn(4, 3))
-    g = torch.randn(4, 3)
-    w0 = w.detach().clone()
-    opt = Lamb([w], lr=0.1, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
-    w.grad = g.clone()
-    opt.step()
-    m, v = 0.1 * g / (1 - 0.9), 0.001 * g * g / (1 - 0.999)
-    update = m / (v.sqrt() + 1e-6) + 0.01 * w0
-    expected = w0 - 0.1 * (w0.norm() / update.norm()) * update
-    torch.testing.assert_close(w.detach(), expected, atol=1e-6, rtol=0)
-
-
 def test_gradient_accumulation_equals_the_large_batch(tmp_path):
     """Two micro-batches of 4 accumulated give the step one batch of 8 gives (no dropout, mean losses)."""
     # Equal lengths: with padding, a mean over a padded batch of 8 and two of 4 weigh tokens alike anyway.
@@ -162,7 +143,8 @@ def test_training_settings_validation():
             TrainingSettings(output_dir="x", learning_rate=bad)
     with pytest.raises(ValueError, match="warmup_ratio must be in"):
         TrainingSettings(output_dir="x", warmup_ratio=1.5)
-    assert build_optimizer(BertForSequenceClassification(CFG), "lamb", 1e-3).__class__ is Lamb
+    optimizer = build_optimizer(BertForSequenceClassification(CFG), 1e-3)
+    assert type(optimizer) is torch.optim.AdamW and optimizer.defaults["fused"]  # CPU fp32: the fused kernel
     assert math.isclose(TrainingSettings(output_dir="x").weight_decay, 0.01)
 
 
@@ -177,7 +159,7 @@ def test_resuming_an_optimiser_state_of_another_parameter_layout_is_refused_nami
     from bertkit.training.distributed import Replicas
 
     model = BertForSequenceClassification(CFG)
-    replicas = Replicas(model, "cpu", fsdp=False)
+    replicas = Replicas(model, "cpu")
     optimizer = torch.optim.AdamW(parameter_groups(model, 0.01))
     state = optimizer.state_dict()
     state["param_groups"][0]["params"] = state["param_groups"][0]["params"][:-2]  # two tensors fewer

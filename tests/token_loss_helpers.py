@@ -21,7 +21,7 @@ def tiny_config(vocab_size: int, num_labels: int = 2):
 
 
 def run_training(task: str, data_file: str, out_dir: str, global_batch: int, accum: int, vocab_size: int,
-                 num_labels: int = 2, fsdp: bool = False) -> dict:
+                 num_labels: int = 2) -> dict:
     """``STEPS`` optimiser steps of the tiny model on the examples in ``data_file`` (this process's rank and world
     from the process group, if any); returns the final weights and the logged records."""
     from bertkit.data.dataset import collate_pretraining
@@ -43,7 +43,7 @@ def run_training(task: str, data_file: str, out_dir: str, global_batch: int, acc
                      rank=info.rank, world_size=info.world_size)
     args = TrainingSettings(output_dir=Path(out_dir), learning_rate=3e-3, batch_size=global_batch,
                             gradient_accumulation_steps=accum, warmup_ratio=0.0, logging_steps=1, progress=False,
-                            device="cpu", seed=7, fsdp=fsdp)
+                            device="cpu", seed=7)
     result = train(model, [Phase(plan, STEPS)], args)
     return {"weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "history": result.history}
 

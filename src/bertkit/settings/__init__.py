@@ -23,7 +23,6 @@ from bertkit.settings.data import (
 from bertkit.settings.fields import (
     LR_SCHEDULES,
     MINIATURE_GRID,
-    OPTIMIZERS,
     PAPER_GRID,
     SMALL_MODEL_LR,
     Int8Settings,
@@ -83,7 +82,6 @@ __all__ = [
     "MINIATURE_GRID",
     "MergeDataSettings",
     "NerSettings",
-    "OPTIMIZERS",
     "OverwriteSettings",
     "PAPER_GRID",
     "PredictBenchmarkSettings",

@@ -50,7 +50,6 @@ def _path_fields(cls: type) -> dict[str, str]:
     return out
 
 
-OPTIMIZERS = ("adamw", "lamb")
 LR_SCHEDULES = ("linear", "cosine", "constant_with_warmup")  # transformers' lr_scheduler_type names
 PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)  # the paper's fine-tuning grid (appendix A.3), for BERT-BASE and up
 MINIATURE_GRID = (3e-5, 5e-5, 1e-4, 3e-4)  # the grid Google tuned its BERT miniatures over (Turc et al. 2019)
@@ -60,7 +59,7 @@ SMALL_MODEL_LR = 1e-4  # the rate the miniatures most often selected
 def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
     """What a resumed run must share with the run it continues, as JSON values (paths as typed): ``fields`` of
     ``settings``, by default every field but those declared ``how_to_run`` (they change how a run is carried out,
-    not its results: a --resume may change them, e.g. more processes, another --ddp-timeout, FSDP instead of DDP).
+    not its results: a --resume may change them, e.g. more processes, another --ddp-timeout).
     The one fingerprint of both resume checks: the output directory's marker (``bertkit.outputs``) and the training
     checkpoint (the fields declared ``checkpoint``, ``checkpoint_fields``)."""
     if fields is None:

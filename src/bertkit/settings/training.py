@@ -80,10 +80,10 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     cosine (half a cosine to 0), or constant_with_warmup (stays at the peak)."""
     weight_decay: float = flag(0.01, hf=0.0, check=non_negative, checkpoint=True)
     """Decoupled weight decay (not on biases and LayerNorm weights, as in the paper's code)."""
-    optim: Literal["adamw", "lamb", "adamw_torch", "adamw_torch_fused"] = flag(
+    optim: Literal["adamw", "adamw_torch", "adamw_torch_fused"] = flag(
         "adamw", hf="adamw_torch_fused", aliases=("--optimizer",), checkpoint=True)
-    """adamw (the paper's Adam with weight decay; transformers' adamw_torch and adamw_torch_fused are the same
-    torch.optim.AdamW) or lamb (large-batch pre-training, You et al. 2019)."""
+    """adamw, the paper's Adam with weight decay (transformers' adamw_torch and adamw_torch_fused name the same
+    torch.optim.AdamW)."""
     adam_beta1: float = flag(0.9, check=share, checkpoint=True)
     """Adam's first-moment decay."""
     adam_beta2: float = flag(0.999, check=share, checkpoint=True)
@@ -126,9 +126,6 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     device: str = flag("auto", trainer=False, how_to_run=True)
     """Where to train: auto (CUDA when present, else cpu), cpu, cuda, cuda:1, ... Under torchrun, auto and
     cuda mean each process's own GPU (cuda:LOCAL_RANK)."""
-    fsdp: bool = flag(False, trainer=False, how_to_run=True)
-    """Under torchrun: shard parameters, gradients and optimiser state over the processes (FSDP2, per encoder
-    layer) instead of replicating the model (DDP). For models whose training state does not fit one device."""
     gradient_checkpointing: bool = flag(False, hf=None, how_to_run=True)
     """Recompute each encoder layer's activations in the backward pass: less memory, about a third more compute."""
     dataloader_num_workers: int | None = flag(None, hf=0, check=zero_or_more, how_to_run=True)

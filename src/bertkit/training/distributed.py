@@ -3,7 +3,7 @@
 Every training command runs unchanged under ``torchrun``: bertkit reads the launcher's environment
 (``info_from_env``), joins the process group (gloo on CPU, NCCL on CUDA) with each process pinned to its
 device, and leaves it on exit and on error. Without torchrun nothing here runs. docs/distributed.md says what
-N processes change (the global batch, each rank's slice of it, rank 0 alone writing, DDP or ``--fsdp``).
+N processes change (the global batch, each rank's slice of it, rank 0 alone writing, the model replicated by DDP).
 
 One node, 4 processes (copy-paste; add your data and settings)::
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import copy
 import logging
 import os
 import sys
@@ -195,110 +194,43 @@ def any_rank(flag: bool, device: str) -> bool:
 
 
 
-# -- The model across processes: DDP or FSDP2 ----------------------------------------------------------------
-
-
-def encoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The Transformer layers of a bertkit model (the units FSDP shards and gradient checkpointing recomputes)."""
-    encoder = getattr(getattr(model, "bert", model), "encoder", None)
-    layers = getattr(encoder, "layer", None)
-    if layers is None:
-        raise BertkitError(f"{type(model).__name__} is not a bertkit model: it has no encoder layers to shard")
-    return list(layers)
+# -- The model across processes: DDP ---------------------------------------------------------------------------
 
 
 class Replicas:
-    """The model as the training loop drives it: ``module`` takes the forward and backward passes.
+    """The model as the training loop drives it: ``module`` takes the forward and backward passes. In one process
+    it is the model itself; under torchrun, DDP wraps the model (same parameters) and averages the gradients."""
 
-    - one process: ``module`` is the model itself;
-    - DDP: ``module`` wraps the model (same parameters) and averages gradients over the ranks;
-    - FSDP2: ``module`` is a sharded copy of the model (each rank holds 1/N of every layer's parameters,
-      gradients and optimiser state); ``finish()`` gathers the trained weights back into the caller's
-      model, which stays a plain module (to save, predict, or train again).
-    """
-
-    def __init__(self, model: nn.Module, device: str, *, fsdp: bool = False):
-        self.model, self.info, self.fsdp = model, current(), fsdp
-        if fsdp and not self.info.enabled:
-            logger.info("--fsdp in a single process: nothing to shard; training as usual")
-            self.fsdp = False
-        self.device = device
-        if not self.fsdp:
-            model.to(device)
+    def __init__(self, model: nn.Module, device: str):
+        self.model, self.info = model, current()
+        model.to(device)
         if not self.info.enabled:
             self.module: nn.Module = model
-        elif self.fsdp:
-            from torch.distributed.fsdp import fully_shard
-
-            # The caller's model stays a plain module on the CPU (it receives the trained weights in
-            # finish()); the copy on the device is sharded layer by layer.
-            sharded = copy.deepcopy(model).to(device)
-            for layer in encoder_layers(sharded):
-                fully_shard(layer)
-            fully_shard(sharded)
-            self.module = sharded
         else:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             cuda = torch.device(device).type == "cuda"
             self.module = DDP(model, device_ids=[torch.device(device)] if cuda else None)
 
-    @property
-    def eval_module(self) -> nn.Module:
-        """What evaluation runs on: the model (DDP, one process) or the sharded copy (FSDP, on every rank)."""
-        return self.module if self.fsdp else self.model
-
-    @contextlib.contextmanager
-    def accumulating(self, sync: bool) -> Iterator[None]:
+    def accumulating(self, sync: bool) -> contextlib.AbstractContextManager:
         """Backward passes inside add to the local gradient; only the final micro-step (``sync``) communicates."""
         if sync or not self.info.enabled:
-            yield
-        elif self.fsdp:
-            self.module.set_requires_gradient_sync(False)  # type: ignore[operator]
-            try:
-                yield
-            finally:
-                self.module.set_requires_gradient_sync(True)  # type: ignore[operator]
-        else:
-            with self.module.no_sync():  # type: ignore[operator]
-                yield
+            return contextlib.nullcontext()
+        return self.module.no_sync()  # type: ignore[operator]
 
     def state_dicts(self, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
-        """Full (unsharded) model and optimiser state dicts on CPU, the same for every world size and strategy.
-        FSDP gathers them (a collective: every rank calls this); rank 0 receives them, the others get ``{}``."""
-        if not self.fsdp:
-            # Views of the parameters (keep_vars): torch.save then writes the tied word embeddings once.
-            state = {k: v.detach() for k, v in self.model.state_dict(keep_vars=True).items()}
-            return state, optimizer.state_dict()
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-
-        return get_state_dict(self.module, optimizer,
-                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        """The model's and the optimiser's state dicts, the same for every world size."""
+        # Views of the parameters (keep_vars): torch.save then writes the tied word embeddings once.
+        state = {k: v.detach() for k, v in self.model.state_dict(keep_vars=True).items()}
+        return state, optimizer.state_dict()
 
     def load_optimizer(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
-        """Load a full optimiser state dict (as ``state_dicts`` returns) on every rank."""
-        if not self.fsdp:
-            saved = [len(g["params"]) for g in state.get("param_groups", [])]
-            now = [len(g["params"]) for g in optimizer.param_groups]
-            if saved != now:  # torch's own message names no cause; a different parameter layout is the usual one
-                raise BertkitError(
-                    f"the checkpoint's optimiser state holds parameter groups of {saved} tensors, this model's "
-                    f"optimiser {now}: it was written for another model, so the run cannot be resumed; start a new "
-                    "run (its model files can still initialise one)")
-            optimizer.load_state_dict(state)
-            return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-        set_optimizer_state_dict(self.module, optimizer, state, options=StateDictOptions(full_state_dict=True))
-
-    def finish(self) -> None:
-        """FSDP: the trained weights, gathered from the shards, into the caller's plain model on every rank."""
-        if not self.fsdp:
-            return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        full = get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        full = [full if self.info.is_main else None]
-        dist.broadcast_object_list(full, src=0)  # cpu_offload gathers on rank 0 only
-        self.model.load_state_dict(full[0])
-        self.model.to(self.device)
+        """Load an optimiser state dict (as ``state_dicts`` returns)."""
+        saved = [len(g["params"]) for g in state.get("param_groups", [])]
+        now = [len(g["params"]) for g in optimizer.param_groups]
+        if saved != now:  # torch's own message names no cause; a different parameter layout is the usual one
+            raise BertkitError(
+                f"the checkpoint's optimiser state holds parameter groups of {saved} tensors, this model's "
+                f"optimiser {now}: it was written for another model, so the run cannot be resumed; start a new "
+                "run (its model files can still initialise one)")
+        optimizer.load_state_dict(state)

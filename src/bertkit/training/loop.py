@@ -120,8 +120,8 @@ def train(
     caller facts (model config, data) that ``resume`` must find unchanged. Returns the run's history.
 
     Under torchrun (an initialised process group) every rank calls this with the same arguments and plans
-    built for its rank (``BatchPlan(rank=, world_size=)``); the model is replicated (DDP) or sharded
-    (``args.fsdp``), rank 0 alone writes metrics.jsonl and checkpoints, and ``evaluate`` runs on every rank.
+    built for its rank (``BatchPlan(rank=, world_size=)``); the model is replicated (DDP), rank 0 alone writes
+    metrics.jsonl and checkpoints, and ``evaluate`` runs on every rank.
 
     ``resume`` may name one checkpoint directory instead of the newest; ``hooks`` (``LoopHooks``) are what
     ``bertkit.Trainer`` adds: its checkpoint layout, callbacks, early stopping and epoch-end saves.
@@ -219,11 +219,11 @@ class _Run:
         _prepare_model(model, args, device)
         found = checkpoint_to_resume(out_dir, fingerprint, hooks.layout, resume)
         if found is not None:
-            model.load_state_dict(found[1]["model"])  # before FSDP copies the weights into its shards
-        replicas = Replicas(model, device, fsdp=args.fsdp)
+            model.load_state_dict(found[1]["model"])
+        replicas = Replicas(model, device)
         optimizer, scheduler, scaler = _optimisation(replicas, args, total, device)
         if args.torch_compile:
-            _compile(replicas, model)
+            _compile(model)
         run = cls(args, info, device, phases, total, fingerprint, model, replicas, optimizer, scheduler, scaler,
                   evaluate, batch_metrics, Position(), RunLog(out_dir, info.is_main), {}, hooks=hooks,
                   **cadence(args, phases))
@@ -316,7 +316,7 @@ class _Run:
         if (self.micro - 1) % accum == 0 and self.token_losses:
             targets = step_targets(phase.plan, pos.epoch, pos.batch - 1, accum, batch, self.device)
             self.num_items = None if targets is None else max(targets, 1) / self.info.world_size
-        # Under DDP/FSDP every rank runs every backward pass, a spoiled one too: skipping one would leave the
+        # Under DDP every rank runs every backward pass, a spoiled one too: skipping one would leave the
         # others waiting in the gradient all-reduce. The step is then dropped on all ranks.
         if self.spoiled is None or self.info.enabled:
             with self.replicas.accumulating(sync):
@@ -434,11 +434,10 @@ class _Run:
     def run_eval(self) -> None:
         if self.evaluate is None:
             return
-        module = self.replicas.eval_module
-        module.eval()
+        self.model.eval()
         with torch.no_grad(), _autocast(self.args, self.device):
-            self.last_eval = self.evaluate(module)
-        module.train()
+            self.last_eval = self.evaluate(self.model)
+        self.model.train()
         self.log({"split": "eval", "step": self.pos.step, "epoch": self.pos.epoch, **self.last_eval})
         if self.info.is_main:
             logger.info("eval at step %d: %s", self.pos.step, ", ".join(
@@ -446,12 +445,10 @@ class _Run:
 
     def checkpoint(self) -> None:
         """Write the checkpoint of this step (rank 0), then tell ``event("save")``: it sees the checkpoint in place."""
-        model_state, optim_state = self.replicas.state_dicts(self.optimizer)  # every rank: FSDP gathers shards
         rng = all_gather(rng_state(self.device))
         windows = all_gather({**self.window, "_n": self.window_n})
         if self.info.is_main:
-            if self.replicas.fsdp:
-                self.model.load_state_dict(model_state)  # the plain copy on rank 0, for the from_pretrained files
+            model_state, optim_state = self.replicas.state_dicts(self.optimizer)
             _save_checkpoint(self.out_dir, {
                 "model": model_state, "optimizer": optim_state, "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
@@ -468,7 +465,6 @@ class _Run:
             self.run_eval()
         if self.args.save_strategy != "no" and self.saved_at != self.pos.step:
             self.checkpoint()
-        self.replicas.finish()
         self.log_file.close()
         return TrainResult(self.pos.step, self.log_file.history, self.last_eval, self.pos.skipped)
 
@@ -516,16 +512,15 @@ def _prepare_model(model: nn.Module, args: TrainingSettings, device: str) -> Non
 
 def _optimisation(replicas: Replicas, args: TrainingSettings, total: int, device: str) -> tuple[Any, Any, Any]:
     """The optimiser, its learning-rate schedule over the run's ``total`` steps, and the fp16 gradient scaler."""
-    optimizer = build_optimizer(replicas.module, "lamb" if args.optim == "lamb" else "adamw", args.learning_rate,
-                                args.weight_decay,
+    optimizer = build_optimizer(replicas.module, args.learning_rate, args.weight_decay,
                                 (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
     scheduler = linear_warmup_decay(optimizer, args.warmup_for(total), total, args.lr_scheduler_type)
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.fp16)
     return optimizer, scheduler, scaler
 
 
-def _compile(replicas: Replicas, model: nn.Module) -> None:
-    encoder = getattr(replicas.eval_module, "bert", replicas.eval_module)
+def _compile(model: nn.Module) -> None:
+    encoder = getattr(model, "bert", model)
     if not hasattr(encoder, "compile_layers"):
         raise BertkitError(f"compile needs a bertkit model; {type(model).__name__} has no encoder "
                            "with compile_layers()")
@@ -533,11 +528,8 @@ def _compile(replicas: Replicas, model: nn.Module) -> None:
 
 
 def _clip_grad_norm(module: nn.Module, max_norm: float) -> float:
-    """Clip the global gradient norm (over every rank's shard under FSDP); returns the norm before clipping."""
-    norm = torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm if max_norm > 0 else math.inf)
-    if hasattr(norm, "full_tensor"):  # a DTensor (FSDP): the norm over all shards
-        norm = norm.full_tensor()
-    return float(norm)
+    """Clip the global gradient norm; returns the norm before clipping."""
+    return float(torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm if max_norm > 0 else math.inf))
 
 
 def _over_ranks(window: dict, n: int, seqs: int, tokens: int) -> tuple[dict, int, int, int]:

@@ -1,15 +1,13 @@
-"""Optimisers and the learning-rate schedule of the paper.
+"""The optimiser and the learning-rate schedule of the paper.
 
 Pre-training (paper, appendix A.2): Adam with lr 1e-4, beta1 0.9, beta2 0.999, L2 weight decay 0.01,
 warm-up over the first 10,000 steps, then linear decay. As in google-research/bert, the decay is
-decoupled (AdamW, Loshchilov & Hutter) and not applied to biases and LayerNorm parameters. LAMB (You et
-al. 2019) is the large-batch alternative used to pre-train BERT in 76 minutes.
+decoupled (AdamW, Loshchilov & Hutter) and not applied to biases and LayerNorm parameters.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -17,7 +15,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertkit.errors import BertkitError
-from bertkit.settings import LR_SCHEDULES, OPTIMIZERS
+from bertkit.settings import LR_SCHEDULES
 
 # google-research/bert's optimiser settings: the defaults of a direct call (commands pass their settings').
 WEIGHT_DECAY = 0.01
@@ -38,64 +36,19 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-class Lamb(Optimizer):
-    """LAMB: Adam's update rescaled per parameter tensor by the trust ratio ||w|| / ||update||.
-
-    Follows You et al. 2019 (arXiv:1904.00962), Algorithm 2, with bias correction and the decoupled
-    weight decay added to the update before the trust ratio, as NVIDIA's and the paper's implementations do.
-    """
-
-    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.01):
-        if lr <= 0 or not 0 <= betas[0] < 1 or not 0 <= betas[1] < 1 or eps <= 0:
-            raise BertkitError(f"invalid LAMB hyper-parameters: lr={lr}, betas={betas}, eps={eps}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                state["step"] += 1
-                t = state["step"].item()
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-                update = (m / (1 - beta1**t)) / ((v / (1 - beta2**t)).sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update.add_(p, alpha=group["weight_decay"])
-                w_norm, u_norm = p.norm(), update.norm()
-                trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-                p.add_(update, alpha=-group["lr"] * trust.item())
-        return loss
-
-
 def _fused_ok(model: nn.Module) -> bool:
     """Fused AdamW runs on CPU and CUDA floating-point parameters (torch >= 2.4)."""
     devices = {p.device.type for p in model.parameters()}
     return devices <= {"cpu", "cuda"} and all(p.is_floating_point() for p in model.parameters())
 
 
-def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float = WEIGHT_DECAY,
-                    betas: tuple[float, float] = ADAM_BETAS,
-                    eps: float = ADAM_EPSILON) -> Optimizer:
-    """AdamW or LAMB over ``parameter_groups``. eps 1e-6 is google-research/bert's value."""
-    groups = parameter_groups(model, weight_decay)
-    if name == "adamw":
-        # The fused kernel updates every tensor in one pass (CPU and CUDA); on CPU the default per-tensor
-        # loop spends more time in the update of BERT's 23M-entry embedding tables than in some layers.
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=_fused_ok(model))
-    if name == "lamb":
-        return Lamb(groups, lr=lr, betas=betas, eps=eps)
-    raise BertkitError(f"unknown optimizer {name!r}; choose one of {OPTIMIZERS}")
+def build_optimizer(model: nn.Module, lr: float, weight_decay: float = WEIGHT_DECAY,
+                    betas: tuple[float, float] = ADAM_BETAS, eps: float = ADAM_EPSILON) -> Optimizer:
+    """AdamW over ``parameter_groups``. eps 1e-6 is google-research/bert's value."""
+    # The fused kernel updates every tensor in one pass (CPU and CUDA); on CPU the default per-tensor
+    # loop spends more time in the update of BERT's 23M-entry embedding tables than in some layers.
+    return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps,
+                             fused=_fused_ok(model))
 
 
 def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: int,

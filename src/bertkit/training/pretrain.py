@@ -62,7 +62,7 @@ def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int,
                          device: str = "cpu") -> dict[str, float]:
     """Held-out MLM loss/accuracy (per predicted token) and NSP loss/accuracy (per instance), on the first ``limit``
     instances, through the one evaluation loop (``inference.runner``) under the caller's autocast. Under torchrun
-    every rank evaluates all of them: an FSDP model's forward is collective, so the ranks cannot split the batches."""
+    every rank evaluates all of them, so every rank has the metrics without a collective."""
     n = min(limit, len(dataset))
     has_nsp = hasattr(getattr(model, "cls", None), "seq_relationship")  # BertForPreTraining, not BertForMaskedLM
 

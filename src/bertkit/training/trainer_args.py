@@ -8,7 +8,7 @@ neither library knows is refused with the nearest known names. Nothing is silent
 The fields the training loop reads are not declared here: ``TrainingArguments`` is ``TrainingSettings`` (each
 knob declared once, for the command line too) at transformers' defaults, plus the fields only the Trainer reads.
 bertkit adds choices transformers lacks: ``warmup_ratio`` (transformers 4's name; v5 reads ``warmup_steps`` < 1
-as a ratio, which works here too), ``optim="lamb"``, ``skip_nonfinite`` and
+as a ratio, which works here too), ``skip_nonfinite`` and
 ``train_sampling_strategy="group_by_length"``, bertkit's length-grouped order (batches of similar length,
 shuffled; less padding, so faster), not transformers' ``LengthGroupedSampler``.
 """
@@ -101,8 +101,8 @@ REFUSED: dict[str, tuple[Any, str]] = {
     "ddp_broadcast_buffers": (None, _DIST),
     "ddp_static_graph": (None, _DIST),
     "ddp_backend": (None, _DIST),
-    "fsdp": (None, "bertkit's own commands shard with --fsdp under torchrun; the Trainer replicates (DDP)"),
-    "fsdp_config": (None, "bertkit's own commands shard with --fsdp under torchrun; the Trainer replicates (DDP)"),
+    "fsdp": (None, _DIST),
+    "fsdp_config": (None, _DIST),
     "deepspeed": (None, "bertkit does not use DeepSpeed; " + _DIST),
     "debug": ("", _NO),
     "skip_memory_metrics": (True, _NO),
