@@ -316,10 +316,10 @@ def test_transformers_trainer_checkpoints_loads_the_best_and_saves_a_bertkit_mlm
 def test_bertkits_own_checkpoints_keep_the_tied_decoder_as_a_view(tmp_path):
     """Only ``state_dict()`` for others lists the tied decoder as a copy: the training loop's checkpoint state
     shares the word-embedding storage (torch.save writes it once) and loading reads the model's views."""
-    from bertkit.training.distributed import Replicas
+    from bertkit.training.checkpoint import model_state
 
     model, _ = _pair(H.BertForMaskedLM)
-    state, _ = Replicas(model, "cpu").state_dicts(torch.optim.SGD(model.parameters(), lr=0.1))
+    state = model_state(model)
     embeddings = state["bert.embeddings.word_embeddings.weight"]
     assert state["cls.predictions.decoder.weight"].data_ptr() == embeddings.data_ptr()
     assert model.state_dict()["cls.predictions.decoder.weight"].data_ptr() != embeddings.data_ptr()

@@ -156,13 +156,12 @@ def test_global_batch_splits_over_processes_and_accumulation():
 
 def test_resuming_an_optimiser_state_of_another_parameter_layout_is_refused_naming_it():
     """A checkpoint whose optimiser held one fused q/k/v tensor (three now) met torch's bare ValueError."""
-    from bertkit.training.distributed import Replicas
+    from bertkit.training.checkpoint import load_optimizer_state
 
     model = BertForSequenceClassification(CFG)
-    replicas = Replicas(model, "cpu")
     optimizer = torch.optim.AdamW(parameter_groups(model, 0.01))
     state = optimizer.state_dict()
     state["param_groups"][0]["params"] = state["param_groups"][0]["params"][:-2]  # two tensors fewer
     with pytest.raises(BertkitError, match=r"parameter groups of \[\d+, \d+\] tensors.*start a new run"):
-        replicas.load_optimizer(optimizer, state)
-    replicas.load_optimizer(optimizer, torch.optim.AdamW(parameter_groups(model, 0.01)).state_dict())
+        load_optimizer_state(optimizer, state)
+    load_optimizer_state(optimizer, torch.optim.AdamW(parameter_groups(model, 0.01)).state_dict())

@@ -152,6 +152,23 @@ def _rotate(out_dir: Path, layout: CheckpointLayout, keep: int, protect: Callabl
         remove_owned_tree(old)  # only the files recorded as written by this run or the one it resumes
 
 
+def model_state(model: nn.Module) -> dict:
+    """The model's state dict as ``state.pt`` holds it: views of the parameters (keep_vars), so torch.save
+    writes the tied word embeddings once."""
+    return {k: v.detach() for k, v in model.state_dict(keep_vars=True).items()}
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    saved = [len(g["params"]) for g in state.get("param_groups", [])]
+    now = [len(g["params"]) for g in optimizer.param_groups]
+    if saved != now:  # torch's own message names no cause; a different parameter layout is the usual one
+        raise BertkitError(
+            f"the checkpoint's optimiser state holds parameter groups of {saved} tensors, this model's "
+            f"optimiser {now}: it was written for another model, so the run cannot be resumed; start a new "
+            "run (its model files can still initialise one)")
+    optimizer.load_state_dict(state)
+
+
 def rng_state(device: str) -> dict:
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.device(device).type == "cuda":

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from bertkit._hardware import resolve_device
 from bertkit.errors import BertkitError
@@ -193,44 +194,21 @@ def any_rank(flag: bool, device: str) -> bool:
     return bool(_all_reduce(flag, dist.ReduceOp.MAX, device))
 
 
-
 # -- The model across processes: DDP ---------------------------------------------------------------------------
 
 
-class Replicas:
-    """The model as the training loop drives it: ``module`` takes the forward and backward passes. In one process
-    it is the model itself; under torchrun, DDP wraps the model (same parameters) and averages the gradients."""
+def replicate(model: nn.Module, device: str) -> nn.Module:
+    """``model`` on ``device`` as the training loop runs it: the model itself in one process; under torchrun,
+    wrapped in DDP (the same parameters), which averages the gradients over the ranks."""
+    model.to(device)
+    if not current().enabled:
+        return model
+    cuda = torch.device(device).type == "cuda"
+    return DistributedDataParallel(model, device_ids=[torch.device(device)] if cuda else None)
 
-    def __init__(self, model: nn.Module, device: str):
-        self.model, self.info = model, current()
-        model.to(device)
-        if not self.info.enabled:
-            self.module: nn.Module = model
-        else:
-            from torch.nn.parallel import DistributedDataParallel as DDP
 
-            cuda = torch.device(device).type == "cuda"
-            self.module = DDP(model, device_ids=[torch.device(device)] if cuda else None)
-
-    def accumulating(self, sync: bool) -> contextlib.AbstractContextManager:
-        """Backward passes inside add to the local gradient; only the final micro-step (``sync``) communicates."""
-        if sync or not self.info.enabled:
-            return contextlib.nullcontext()
-        return self.module.no_sync()  # type: ignore[operator]
-
-    def state_dicts(self, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
-        """The model's and the optimiser's state dicts, the same for every world size."""
-        # Views of the parameters (keep_vars): torch.save then writes the tied word embeddings once.
-        state = {k: v.detach() for k, v in self.model.state_dict(keep_vars=True).items()}
-        return state, optimizer.state_dict()
-
-    def load_optimizer(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
-        """Load an optimiser state dict (as ``state_dicts`` returns)."""
-        saved = [len(g["params"]) for g in state.get("param_groups", [])]
-        now = [len(g["params"]) for g in optimizer.param_groups]
-        if saved != now:  # torch's own message names no cause; a different parameter layout is the usual one
-            raise BertkitError(
-                f"the checkpoint's optimiser state holds parameter groups of {saved} tensors, this model's "
-                f"optimiser {now}: it was written for another model, so the run cannot be resumed; start a new "
-                "run (its model files can still initialise one)")
-        optimizer.load_state_dict(state)
+def accumulating(module: nn.Module, sync: bool) -> contextlib.AbstractContextManager:
+    """Backward passes inside add to the local gradient; only the final micro-step (``sync``) communicates."""
+    if sync or not isinstance(module, DistributedDataParallel):
+        return contextlib.nullcontext()
+    return module.no_sync()

@@ -35,11 +35,13 @@ from bertkit.training.checkpoint import (
     STEP_LAYOUT,
     CheckpointLayout,
     checkpoint_to_resume,
+    load_optimizer_state,
+    model_state,
     restore_rank_state,
     rng_state,
     save_checkpoint,
 )
-from bertkit.training.distributed import DistInfo, Replicas, all_gather, any_rank, current
+from bertkit.training.distributed import DistInfo, accumulating, all_gather, any_rank, current, replicate
 from bertkit.training.optim import build_optimizer, linear_warmup_decay
 from bertkit.training.run_log import RunLog
 from bertkit.training.token_loss import accepts_num_items, logged_loss, objective, step_targets, target_count
@@ -155,7 +157,7 @@ class _Run:
     total: int
     fingerprint: dict
     model: nn.Module
-    replicas: Replicas
+    module: nn.Module  # what takes the forward and backward passes: the model, or DDP wrapping it
     optimizer: Any
     scheduler: Any
     scaler: Any
@@ -220,11 +222,11 @@ class _Run:
         found = checkpoint_to_resume(out_dir, fingerprint, hooks.layout, resume)
         if found is not None:
             model.load_state_dict(found[1]["model"])
-        replicas = Replicas(model, device)
-        optimizer, scheduler, scaler = _optimisation(replicas, args, total, device)
+        module = replicate(model, device)
+        optimizer, scheduler, scaler = _optimisation(model, args, total, device)
         if args.torch_compile:
             _compile(model)
-        run = cls(args, info, device, phases, total, fingerprint, model, replicas, optimizer, scheduler, scaler,
+        run = cls(args, info, device, phases, total, fingerprint, model, module, optimizer, scheduler, scaler,
                   evaluate, batch_metrics, Position(), RunLog(out_dir, info.is_main), {}, hooks=hooks,
                   **cadence(args, phases))
         if found is not None:
@@ -237,15 +239,15 @@ class _Run:
         run.window_n = int(run.window.pop("_n", 0))
         run.logged_at = run.pos.step
         run.t0 = time.perf_counter()
-        run.token_losses = accepts_num_items(replicas.module)
-        replicas.module.train()
+        run.token_losses = accepts_num_items(model)
+        module.train()
         return run
 
     def restore(self, path: Path, state: dict) -> None:
         """Continue from the checkpoint at ``path``: optimiser, schedule, scaler, position, this rank's RNG state
         and logging window, and metrics.jsonl cut back to the checkpoint's step."""
         info = self.info
-        self.replicas.load_optimizer(self.optimizer, state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         pos = self.pos = Position(**state["position"])
@@ -319,10 +321,10 @@ class _Run:
         # Under DDP every rank runs every backward pass, a spoiled one too: skipping one would leave the
         # others waiting in the gradient all-reduce. The step is then dropped on all ranks.
         if self.spoiled is None or self.info.enabled:
-            with self.replicas.accumulating(sync):
+            with accumulating(self.module, sync):
                 with _autocast(args, self.device):
-                    out = (self.replicas.module(**batch) if self.num_items is None
-                           else self.replicas.module(**batch, num_items_in_batch=self.num_items))
+                    out = (self.module(**batch) if self.num_items is None
+                           else self.module(**batch, num_items_in_batch=self.num_items))
                 loss = logged_loss(out, self.num_items, target_count(batch))
                 finite = math.isfinite(out.loss.item())
                 if finite or self.info.enabled:
@@ -351,7 +353,7 @@ class _Run:
         args, pos = self.args, self.pos
         if self.spoiled is None:  # clip (or, with clipping off, only measure) the global gradient norm
             self.scaler.unscale_(self.optimizer)
-            norm = _clip_grad_norm(self.replicas.module, args.max_grad_norm)
+            norm = _clip_grad_norm(self.model, args.max_grad_norm)
             self.grad_norm = norm  # the last step's, logged as transformers' Trainer logs it
             # fp16: an overflow is the gradient scaler's to handle (it skips the step, lowers the scale)
             if not (math.isfinite(norm) or args.fp16):
@@ -448,9 +450,8 @@ class _Run:
         rng = all_gather(rng_state(self.device))
         windows = all_gather({**self.window, "_n": self.window_n})
         if self.info.is_main:
-            model_state, optim_state = self.replicas.state_dicts(self.optimizer)
             _save_checkpoint(self.out_dir, {
-                "model": model_state, "optimizer": optim_state, "scheduler": self.scheduler.state_dict(),
+                "model": model_state(self.model), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
                 "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
                 "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
@@ -510,9 +511,9 @@ def _prepare_model(model: nn.Module, args: TrainingSettings, device: str) -> Non
         encoder.gradient_checkpointing = True
 
 
-def _optimisation(replicas: Replicas, args: TrainingSettings, total: int, device: str) -> tuple[Any, Any, Any]:
+def _optimisation(model: nn.Module, args: TrainingSettings, total: int, device: str) -> tuple[Any, Any, Any]:
     """The optimiser, its learning-rate schedule over the run's ``total`` steps, and the fp16 gradient scaler."""
-    optimizer = build_optimizer(replicas.module, args.learning_rate, args.weight_decay,
+    optimizer = build_optimizer(model, args.learning_rate, args.weight_decay,
                                 (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
     scheduler = linear_warmup_decay(optimizer, args.warmup_for(total), total, args.lr_scheduler_type)
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.fp16)

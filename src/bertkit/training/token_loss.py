@@ -50,8 +50,7 @@ def step_targets(plan: BatchPlan, epoch: int, batch: int, accum: int, first: Bat
 def accepts_num_items(model: nn.Module) -> bool:
     import inspect
 
-    module = getattr(model, "module", model)  # DDP wraps the model
-    return "num_items_in_batch" in inspect.signature(module.forward).parameters
+    return "num_items_in_batch" in inspect.signature(model.forward).parameters
 
 
 def objective(out: Any, weight: float, accum: int, token_level: bool) -> Any:
