@@ -43,7 +43,6 @@ from bertkit.tokenization.loading import (
     SPECIAL_TOKENS_MAP_FILE,
     TOKENIZER_FILE,
     check_fits_model,
-    merge_tokenizer_json,
     read_settings,
     read_tokenizer_json,
 )
@@ -183,8 +182,7 @@ class BertTokenizer:
         if vocab.is_file():
             source = vocab
         elif json_file.is_file():
-            vocab, from_json, special = read_tokenizer_json(json_file)
-            settings = merge_tokenizer_json(from_json, special, settings, overrides, json_file, path / CONFIG_FILE)
+            vocab, settings = read_tokenizer_json(json_file, settings)
         else:
             raise MissingFileError(
                 f"{vocab} not found (nor {TOKENIZER_FILE}): a BERT tokenizer directory needs {VOCAB_FILE} (and "
