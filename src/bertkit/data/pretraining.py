@@ -1,24 +1,10 @@
 """Pre-training data: documents -> next-sentence pairs -> masked-LM instances (BERT paper, section 3.1).
 
-google-research/bert ``create_pretraining_data.py`` (the reference), streamed and parallel; the full
-description, with the exact meaning of every option, is docs/pretraining-data.md.
-
-* **Work units** (:func:`~bertkit.data.text.plan_work_units`): the corpus, in file order, in pieces of
-  about ``unit_bytes`` (>= 2 files). One worker reads, tokenises, pairs and masks a unit with seeds
-  derived from ``(seed, unit index)`` and writes it as one shard: output bytes never depend on
-  ``num_workers``, and memory per worker is bounded by a unit, never by the corpus.
-* **Pairs** (:func:`create_instances_from_document`): the reference's chunking, A/B split, put-back of
-  unused sentences and ``truncate_seq_pair``. Negatives come from another document of the same unit
-  (the reference holds the whole corpus in memory).
-* **Masking** (:func:`mask_tokens`): the reference's budget and 80/10/10, optionally whole-word;
-  ``masking="dynamic"`` stores unmasked instances and :class:`PretrainingDataset` masks them from
-  ``(seed, epoch, index)`` (RoBERTa, section 4.1).
-
-Deliberate differences from the reference: (1) the short target length is drawn per instance, not per
-document (documents here can be whole books); (2) the next/random coin comes first and a one-sentence
-chunk drawn "next" takes the following sentence as B, so positives are 50%, not ~45% (a lone last
-sentence is then dropped); (3) random replacement tokens exclude the five special tokens, and a ``##``
-piece right after [CLS]/[SEP] starts a new word; (4) instances are shuffled within a shard only.
+google-research/bert ``create_pretraining_data.py`` (the reference), streamed and parallel: the corpus is cut
+into work units (:func:`~bertkit.data.text.plan_work_units`), each read, tokenised, paired
+(:func:`create_instances_from_document`) and masked (:func:`mask_tokens`) by one worker with seeds derived from
+``(seed, unit index)`` and written as one shard, so output bytes never depend on ``num_workers`` and memory is
+bounded by a unit. docs/pretraining-data.md gives every option and the deliberate differences from the reference.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Learn a WordPiece vocabulary from raw text files.
 
-The algorithm is the one Hugging Face ``tokenizers`` uses for its ``WordPieceTrainer``: byte-pair
-encoding over characters where every piece after the first of a word carries the ``##`` prefix, merging
-the most frequent adjacent pair each step (Sennrich et al., 2016; the BERT paper, section 3, only says
-"WordPiece embeddings (Wu et al., 2016) with a 30,000 token vocabulary"). The learned vocabulary is
-then used by greedy longest-match-first WordPiece, exactly like Google's.
-
-Steps, each sized for a ~100 MB corpus in pure Python:
-
-1. Count whitespace chunks per file (``str.split`` + ``Counter``, in C), in ``num_workers`` processes.
-2. Run bertkit's :class:`~bertkit.tokenization.basic.BasicTokenizer` (clean-up, lower-casing, accent
-   stripping, punctuation and CJK splitting) once per *distinct* chunk, again in parallel, and add up
-   word counts. This equals basic-tokenizing every line, because the basic tokenizer splits on
-   whitespace before anything else (only characters Python calls whitespace but BERT calls control,
-   U+001C..U+001F, differ: BERT deletes them, we split on them).
-3. Keep the ``limit_alphabet`` most frequent characters; words with any other character are left
-   out (WordPiece would map them to ``[UNK]`` anyway).
-4. Merge pairs on the table of distinct words, with pair counts updated incrementally from the words
-   that contain the merged pair and a lazy max-heap (stale entries are re-pushed when popped). Ties go
-   to the pair with the smaller symbol ids, as in ``tokenizers``. Merging stops at ``vocab_size`` or when
-   the best pair occurs fewer than ``min_frequency`` times.
-
-Vocabulary order: the special tokens, the alphabet, ``##`` + every character seen inside a word, then
-the merged pieces in the order learned.
+The algorithm of Hugging Face ``tokenizers``' ``WordPieceTrainer``: byte-pair merges over characters where
+every piece after a word's first carries ``##``, most frequent pair first (Sennrich et al., 2016; the BERT
+paper only says "WordPiece embeddings (Wu et al., 2016) with a 30,000 token vocabulary"). Sized for a ~100 MB
+corpus in pure Python: (1-2) word counts, with the basic tokenizer run once per distinct whitespace chunk,
+in ``num_workers`` processes; (3) the alphabet; (4) merges with incrementally updated pair counts and a lazy
+max-heap. docs/pretraining-data.md, section 1, has the details and the figures against ``tokenizers``.
 """
 
 from __future__ import annotations
