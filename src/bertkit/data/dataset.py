@@ -48,7 +48,8 @@ class PretrainingDataset:
             max_predictions=cfg["max_predictions_per_seq"],
             whole_word=cfg["whole_word_mask"],
         )
-        self.tables = MaskingTables.from_vocab(load_vocab(self.path / VOCAB)) if self.dynamic else None
+        special_ids = self.manifest["tokenizer"]["special_token_ids"]
+        self.tables = MaskingTables.from_vocab(load_vocab(self.path / VOCAB), special_ids) if self.dynamic else None
         self._shards = self._open()
         sizes = [len(s["next_sentence_labels"]) for s in self._shards]
         self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])

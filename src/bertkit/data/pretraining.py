@@ -44,10 +44,9 @@ from bertkit.outputs import (
     register,
     sha256_of,
 )
-from bertkit.tokenization.wordpiece import SPECIAL_TOKENS as BERT_SPECIAL_TOKENS
 
 logger = logging.getLogger(__name__)
-SPECIAL_TOKENS = dict(zip(("pad", "unk", "cls", "sep", "mask"), BERT_SPECIAL_TOKENS))  # by role, for the manifest
+SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")  # the manifest records each one's id
 
 
 # --------------------------------------------------------------------------------------------------
@@ -75,7 +74,8 @@ def create_pretraining_data(
     """
     config = PretrainingConfig(**config_fields)
     vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab))))
-    _check_arguments(tokenizer, vocab, input_files)
+    if not input_files:
+        raise BertkitError("no input files: pass at least one text file")
     units = plan_work_units(input_files, config.input_format, config.unit_bytes)
     out = _fresh_output_dir(Path(output_dir), vocab, overwrite)
 
@@ -89,18 +89,6 @@ def create_pretraining_data(
     rate = counts["instances"] / seconds if seconds > 0 else float("inf")
     return {**manifest, "output_dir": str(out), "seconds": seconds, "instances_per_second": rate,
             "num_workers": num_workers}
-
-
-def _check_arguments(tokenizer, vocab: list[str], input_files: Sequence) -> None:
-    missing = [t for t in SPECIAL_TOKENS.values() if t not in tokenizer.vocab]
-    if missing:
-        raise BertkitError(
-            f"the tokenizer's vocabulary ({len(vocab)} entries) lacks the special tokens {missing}; "
-            "BERT instances need [PAD] [UNK] [CLS] [SEP] [MASK] (vocabularies from "
-            "bertkit.tokenization.trainer have them)"
-        )
-    if not input_files:
-        raise BertkitError("no input files: pass at least one text file")
 
 
 def _fresh_output_dir(out: Path, vocab: list[str], overwrite: bool) -> Path:
@@ -165,7 +153,7 @@ def _manifest(config: PretrainingConfig, input_files: Sequence, tokenizer, vocab
             "vocab_size": len(vocab),
             "vocab_sha256": sha256_of(out / VOCAB),
             "do_lower_case": getattr(tokenizer, "do_lower_case", None),
-            "special_token_ids": {k: tokenizer.vocab[t] for k, t in SPECIAL_TOKENS.items()},
+            "special_token_ids": _special_ids(tokenizer),
         },
         "token_dtype": _token_dtype(len(vocab)).__name__,
         "counts": counts,
@@ -191,6 +179,10 @@ def _check_counts(counts: dict, num_files: int, input_format: str) -> None:
         )
 
 
+def _special_ids(tokenizer) -> dict[str, int]:
+    return {role: getattr(tokenizer, f"{role}_token_id") for role in SPECIAL_ROLES}
+
+
 def _token_dtype(vocab_size: int) -> type:
     return np.uint16 if vocab_size <= 1 << 16 else np.int32
 
@@ -208,7 +200,9 @@ class _Job:
         self.config = config
         self.tokenizer = tokenizer
         self.output_dir = output_dir
-        self.tables = MaskingTables.from_vocab(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab)))))
+        self.special_ids = _special_ids(tokenizer)
+        self.tables = MaskingTables.from_vocab(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab)))),
+                                               self.special_ids)
         self.token_dtype = _token_dtype(len(tokenizer.vocab))
         self.claims = claims_for_workers()  # workers record their shards in the claimed directory as they write
 
@@ -253,8 +247,8 @@ class _Job:
         return {"shard": shard, "counts": counts}
 
     def _arrays(self, pairs: list[PairInstance], mask_rng: np.random.Generator) -> dict[str, np.ndarray]:
-        cfg, tables, vocab = self.config, self.tables, self.tokenizer.vocab
-        cls_id, sep_id = vocab["[CLS]"], vocab["[SEP]"]
+        cfg, tables = self.config, self.tables
+        cls_id, sep_id = self.special_ids["cls"], self.special_ids["sep"]
         lengths = np.array([len(p.tokens_a) + len(p.tokens_b) + 3 for p in pairs], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         input_ids = np.empty(int(offsets[-1]), dtype=self.token_dtype)

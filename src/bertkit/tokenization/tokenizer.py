@@ -1,15 +1,8 @@
 """BertTokenizer: text -> BERT input ids, with character offsets, token for token as BertTokenizerFast.
 
 The class holds the vocabulary, the special tokens and the settings, reads and writes tokenizer directories
-(``loading``), and answers transformers' calls. The work is done by three parts, each in its own module:
-
-1. ``text.TextEncoder``: one text -> WordPiece ids and character offsets (special and added tokens cut out,
-   then the basic tokenizer and WordPiece per whitespace chunk, memoised);
-2. ``batch``: those ids -> model rows: ``[CLS]``/``[SEP]`` and segment ids, truncation or overflowing windows,
-   padding, lists or tensors;
-3. ``encoding.BatchEncoding``: the output, which also maps tokens back to words and characters.
-
-Added special tokens and padding get the offsets ``(0, 0)``.
+(``loading``) and answers transformers' calls; ``text.TextEncoder`` reads each text, ``batch`` makes the model
+rows and ``encoding.BatchEncoding`` is the output.
 """
 
 from __future__ import annotations
