@@ -92,8 +92,6 @@ class BertTokenizer:
         else:
             tokens = load_vocab(vocab)
         self._tokens = tokens
-        self.vocab: dict[str, int] = {t: i for i, t in enumerate(tokens)}  # duplicates: last id wins, as HF
-        self.ids_to_tokens: dict[int, str] = dict(enumerate(tokens))
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
@@ -107,7 +105,7 @@ class BertTokenizer:
         self.max_input_chars_per_word = max_input_chars_per_word
         self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
 
-        missing = [t for t in (*self._special_list(), *added_tokens) if t not in self.vocab]
+        missing = [t for t in (*self._special_list(), *added_tokens) if t not in tokens]
         if missing:
             raise BertkitError(
                 f"the vocabulary ({len(tokens)} tokens) lacks the special tokens {missing}; add them to the "
@@ -122,6 +120,8 @@ class BertTokenizer:
 
     def _build(self) -> None:
         """Derived tables and caches (rebuilt after unpickling rather than shipped to DataLoader workers)."""
+        self.vocab: dict[str, int] = {t: i for i, t in enumerate(self._tokens)}  # duplicates: last id wins, as HF
+        self.ids_to_tokens: dict[int, str] = dict(enumerate(self._tokens))
         self.all_special_tokens: list[str] = list(dict.fromkeys(self._special_list()))
         self.all_special_ids: list[int] = [self.vocab[t] for t in self.all_special_tokens]
         self.unk_token_id = self.vocab[self.unk_token]
@@ -143,8 +143,6 @@ class BertTokenizer:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.vocab = {t: i for i, t in enumerate(self._tokens)}
-        self.ids_to_tokens = dict(enumerate(self._tokens))
         self._build()
 
     # ------------------------------------------------------------------------------------------------
@@ -252,9 +250,8 @@ class BertTokenizer:
         added = 0
         for token in dict.fromkeys(tokens):
             if token not in self.vocab:
-                self.vocab[token] = len(self._tokens)
-                self.ids_to_tokens[len(self._tokens)] = token
                 self._tokens.append(token)
+                self.vocab[token] = len(self._tokens) - 1  # for the next token's check; _build remakes it
                 added += 1
             elif not special_tokens:
                 continue  # already a WordPiece token: Hugging Face leaves it to WordPiece too
