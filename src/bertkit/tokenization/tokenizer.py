@@ -115,8 +115,7 @@ class BertTokenizer:
         self._build()
 
     def _special_list(self) -> list[str]:
-        return [self.unk_token, self.sep_token, self.pad_token, self.cls_token, self.mask_token,
-                *self.additional_special_tokens]
+        return [*(getattr(self, key) for key in SPECIAL_TOKEN_KEYS), *self.additional_special_tokens]
 
     def _build(self) -> None:
         """Derived tables and caches (rebuilt after unpickling rather than shipped to DataLoader workers)."""
@@ -124,11 +123,8 @@ class BertTokenizer:
         self.ids_to_tokens: dict[int, str] = dict(enumerate(self._tokens))
         self.all_special_tokens: list[str] = list(dict.fromkeys(self._special_list()))
         self.all_special_ids: list[int] = [self.vocab[t] for t in self.all_special_tokens]
-        self.unk_token_id = self.vocab[self.unk_token]
-        self.sep_token_id = self.vocab[self.sep_token]
-        self.pad_token_id = self.vocab[self.pad_token]
-        self.cls_token_id = self.vocab[self.cls_token]
-        self.mask_token_id = self.vocab[self.mask_token]
+        for key in SPECIAL_TOKEN_KEYS:  # unk_token_id, sep_token_id, ...
+            setattr(self, f"{key}_id", self.vocab[getattr(self, key)])
         basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
         wordpiece = WordPiece(self.vocab, self.unk_token, self.max_input_chars_per_word)
         self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
@@ -397,10 +393,8 @@ class BertTokenizer:
         if return_overflowing_tokens:
             out["overflow_to_sample_mapping"] = as_tensor(sample_mapping, return_tensors)
         # What word_ids, tokens, char_to_token... of the output need (attributes, not keys).
-        out._row_info, out._continuation_ids = infos, self._continuation_ids
+        out._row_info, out._tokenizer, out._split = infos, self, is_split_into_words
         out._batched = batched or return_tensors is not None  # values are per-row (lists of lists, or (B, T))
-        out._token_strings = self.convert_ids_to_tokens
-        out._segment_of = functools.partial(self._segment, with_offsets=True, split=is_split_into_words)  # picklable
         return out
 
     def _segment(self, text: Any, with_offsets: bool, split: bool) -> Segment:
