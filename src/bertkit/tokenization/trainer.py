@@ -22,9 +22,7 @@ from bertkit._parallel import spawn_pool
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.textfiles import iter_lines
-from bertkit.tokenization.wordpiece import SPECIAL_TOKENS
-
-CONTINUATION_PREFIX = "##"
+from bertkit.tokenization.wordpiece import PREFIX, SPECIAL_TOKENS
 
 
 def train_wordpiece_vocab(
@@ -36,7 +34,6 @@ def train_wordpiece_vocab(
     strip_accents: bool | None = None,
     tokenize_chinese_chars: bool = True,
     limit_alphabet: int = 1000,
-    special_tokens: Sequence[str] = SPECIAL_TOKENS,
     errors: str = "strict",
     num_workers: int = 2,
     progress: bool = True,
@@ -64,7 +61,6 @@ def train_wordpiece_vocab(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
         limit_alphabet=limit_alphabet,
-        special_tokens=special_tokens,
         progress=progress,
     )
 
@@ -130,7 +126,6 @@ def learn_wordpiece(
     min_frequency: int = 2,
     *,
     limit_alphabet: int = 1000,
-    special_tokens: Sequence[str] = SPECIAL_TOKENS,
     progress: bool = False,
 ) -> list[str]:
     """Learn the vocabulary from a table of word counts (module docstring, steps 3-4)."""
@@ -138,13 +133,11 @@ def learn_wordpiece(
         raise BertkitError(f"min_frequency must be at least 1, got {min_frequency}")
     if limit_alphabet < 1:
         raise BertkitError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
-    if len(set(special_tokens)) != len(special_tokens):
-        raise BertkitError(f"special_tokens has duplicates: {list(special_tokens)}")
 
-    vocab, words = _alphabet(word_counts, vocab_size, limit_alphabet, special_tokens)
+    vocab, words = _alphabet(word_counts, vocab_size, limit_alphabet)
     # Symbols are the vocabulary entries; words are lists of symbol ids.
     symbol_id = {s: i for i, s in enumerate(vocab)}
-    prefix = CONTINUATION_PREFIX
+    prefix = PREFIX
     seqs = [[symbol_id[w[0]]] + [symbol_id[prefix + ch] for ch in w[1:]] for w in words]
     counts = [word_counts[w] for w in words]
     del words
@@ -180,7 +173,7 @@ def learn_wordpiece(
 
 
 def _alphabet(
-    word_counts: Mapping[str, int], vocab_size: int, limit_alphabet: int, special_tokens: Sequence[str]
+    word_counts: Mapping[str, int], vocab_size: int, limit_alphabet: int
 ) -> tuple[list[str], list[str]]:
     """Step 3: (the starting vocabulary, the words spelled in its alphabet, sorted). The vocabulary is the special
     tokens, the ``limit_alphabet`` most frequent characters and ``##`` + each character seen inside a word."""
@@ -194,13 +187,13 @@ def _alphabet(
 
     words = sorted(w for w in word_counts if set(w) <= alphabet_set)
     inner_chars = sorted({ch for w in words for ch in w[1:]})
-    vocab = list(special_tokens)
+    vocab = list(SPECIAL_TOKENS)
     vocab += [ch for ch in alphabet if ch not in vocab]
-    vocab += [CONTINUATION_PREFIX + ch for ch in inner_chars if CONTINUATION_PREFIX + ch not in vocab]
+    vocab += [PREFIX + ch for ch in inner_chars if PREFIX + ch not in vocab]
     if len(vocab) > vocab_size:
         raise BertkitError(
-            f"vocab_size {vocab_size} is smaller than the {len(special_tokens)} special tokens plus the "
-            f"{len(vocab) - len(special_tokens)}-entry character alphabet; raise vocab_size or lower "
+            f"vocab_size {vocab_size} is smaller than the {len(SPECIAL_TOKENS)} special tokens plus the "
+            f"{len(vocab) - len(SPECIAL_TOKENS)}-entry character alphabet; raise vocab_size or lower "
             f"limit_alphabet (now {limit_alphabet})"
         )
     return vocab, words
