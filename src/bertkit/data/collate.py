@@ -1,8 +1,7 @@
 """The padding collate every fine-tuning task shares: one sequence per row, padded to the batch's longest.
 
-Why no sequence packing (Krell et al. 2021): the encoder already drops padding before its layers
-(``TokenLayout`` in padding.py), so a padded batch costs what a packed one does; packing was removed
-after it measured no faster than the unpadded layout on CPU.
+No sequence packing (Krell et al. 2021): the encoder drops padding before its layers (``TokenLayout`` in
+padding.py), so a padded batch costs what a packed one does, and packing measured no faster on CPU.
 """
 
 from __future__ import annotations

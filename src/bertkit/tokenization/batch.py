@@ -261,16 +261,12 @@ def pad_rows(rows: list[Row], padding: str | None, max_length: int | None, multi
     the longest row (``"longest"``), rounded up to ``multiple``; None: no padding. Longer rows are left alone."""
     if padding is None or not rows:
         return
-    from bertkit.padding import pad_batch  # here, so that tokenizing without padding does not pay for torch
-
     length = max_length if padding == "max_length" else max(len(r["input_ids"]) for r in rows)
     if multiple is not None:
         length = -(-length // multiple) * multiple
-    fills = {key: pad_id if key == "input_ids" else PAD_VALUES[key] for key in rows[0]}
-    padded = pad_batch(rows, fills, width=length, return_tensors=None)
-    for b, row in enumerate(rows):
-        for key in fills:
-            row[key][:] = padded[key][b]
+    for row in rows:
+        for key, values in row.items():
+            values += [pad_id if key == "input_ids" else PAD_VALUES[key]] * (length - len(values))
 
 
 def examples_of(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], bool]:

@@ -1,15 +1,8 @@
 """BertTokenizer: text -> BERT input ids, with character offsets, token for token as BertTokenizerFast.
 
 The class holds the vocabulary, the special tokens and the settings, reads and writes tokenizer directories
-(``loading``), and answers transformers' calls. The work is done by three parts, each in its own module:
-
-1. ``text.TextEncoder``: one text -> WordPiece ids and character offsets (special and added tokens cut out,
-   then the basic tokenizer and WordPiece per whitespace chunk, memoised);
-2. ``batch``: those ids -> model rows: ``[CLS]``/``[SEP]`` and segment ids, truncation or overflowing windows,
-   padding, lists or tensors;
-3. ``encoding.BatchEncoding``: the output, which also maps tokens back to words and characters.
-
-Added special tokens and padding get the offsets ``(0, 0)``.
+(``loading``) and answers transformers' calls; ``text.TextEncoder`` reads each text, ``batch`` makes the model
+rows and ``encoding.BatchEncoding`` is the output.
 """
 
 from __future__ import annotations
@@ -43,7 +36,6 @@ from bertkit.tokenization.loading import (
     SPECIAL_TOKENS_MAP_FILE,
     TOKENIZER_FILE,
     check_fits_model,
-    merge_tokenizer_json,
     read_settings,
     read_tokenizer_json,
 )
@@ -100,8 +92,6 @@ class BertTokenizer:
         else:
             tokens = load_vocab(vocab)
         self._tokens = tokens
-        self.vocab: dict[str, int] = {t: i for i, t in enumerate(tokens)}  # duplicates: last id wins, as HF
-        self.ids_to_tokens: dict[int, str] = dict(enumerate(tokens))
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
@@ -115,7 +105,7 @@ class BertTokenizer:
         self.max_input_chars_per_word = max_input_chars_per_word
         self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
 
-        missing = [t for t in (*self._special_list(), *added_tokens) if t not in self.vocab]
+        missing = [t for t in (*self._special_list(), *added_tokens) if t not in tokens]
         if missing:
             raise BertkitError(
                 f"the vocabulary ({len(tokens)} tokens) lacks the special tokens {missing}; add them to the "
@@ -125,18 +115,16 @@ class BertTokenizer:
         self._build()
 
     def _special_list(self) -> list[str]:
-        return [self.unk_token, self.sep_token, self.pad_token, self.cls_token, self.mask_token,
-                *self.additional_special_tokens]
+        return [*(getattr(self, key) for key in SPECIAL_TOKEN_KEYS), *self.additional_special_tokens]
 
     def _build(self) -> None:
         """Derived tables and caches (rebuilt after unpickling rather than shipped to DataLoader workers)."""
+        self.vocab: dict[str, int] = {t: i for i, t in enumerate(self._tokens)}  # duplicates: last id wins, as HF
+        self.ids_to_tokens: dict[int, str] = dict(enumerate(self._tokens))
         self.all_special_tokens: list[str] = list(dict.fromkeys(self._special_list()))
         self.all_special_ids: list[int] = [self.vocab[t] for t in self.all_special_tokens]
-        self.unk_token_id = self.vocab[self.unk_token]
-        self.sep_token_id = self.vocab[self.sep_token]
-        self.pad_token_id = self.vocab[self.pad_token]
-        self.cls_token_id = self.vocab[self.cls_token]
-        self.mask_token_id = self.vocab[self.mask_token]
+        for key in SPECIAL_TOKEN_KEYS:  # unk_token_id, sep_token_id, ...
+            setattr(self, f"{key}_id", self.vocab[getattr(self, key)])
         basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
         wordpiece = WordPiece(self.vocab, self.unk_token, self.max_input_chars_per_word)
         self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
@@ -151,8 +139,6 @@ class BertTokenizer:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.vocab = {t: i for i, t in enumerate(self._tokens)}
-        self.ids_to_tokens = dict(enumerate(self._tokens))
         self._build()
 
     # ------------------------------------------------------------------------------------------------
@@ -183,8 +169,7 @@ class BertTokenizer:
         if vocab.is_file():
             source = vocab
         elif json_file.is_file():
-            vocab, from_json, special = read_tokenizer_json(json_file)
-            settings = merge_tokenizer_json(from_json, special, settings, overrides, json_file, path / CONFIG_FILE)
+            vocab, settings = read_tokenizer_json(json_file, settings)
         else:
             raise MissingFileError(
                 f"{vocab} not found (nor {TOKENIZER_FILE}): a BERT tokenizer directory needs {VOCAB_FILE} (and "
@@ -261,9 +246,8 @@ class BertTokenizer:
         added = 0
         for token in dict.fromkeys(tokens):
             if token not in self.vocab:
-                self.vocab[token] = len(self._tokens)
-                self.ids_to_tokens[len(self._tokens)] = token
                 self._tokens.append(token)
+                self.vocab[token] = len(self._tokens) - 1  # for the next token's check; _build remakes it
                 added += 1
             elif not special_tokens:
                 continue  # already a WordPiece token: Hugging Face leaves it to WordPiece too
@@ -409,10 +393,8 @@ class BertTokenizer:
         if return_overflowing_tokens:
             out["overflow_to_sample_mapping"] = as_tensor(sample_mapping, return_tensors)
         # What word_ids, tokens, char_to_token... of the output need (attributes, not keys).
-        out._row_info, out._continuation_ids = infos, self._continuation_ids
+        out._row_info, out._tokenizer, out._split = infos, self, is_split_into_words
         out._batched = batched or return_tensors is not None  # values are per-row (lists of lists, or (B, T))
-        out._token_strings = self.convert_ids_to_tokens
-        out._segment_of = functools.partial(self._segment, with_offsets=True, split=is_split_into_words)  # picklable
         return out
 
     def _segment(self, text: Any, with_offsets: bool, split: bool) -> Segment:
