@@ -96,7 +96,7 @@ def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequenc
     return report
 
 
-def _checkpoint(cls: type[nn.Module], s: PredictBenchmarkSettings, task: str) -> tuple[nn.Module, BertTokenizer, Any]:
+def load_finetuned(cls: type[nn.Module], s: PredictBenchmarkSettings, task: str) -> tuple[nn.Module, BertTokenizer, Any]:
     """A checkpoint fine-tuned for ``task``, ready to predict (``for_prediction``), its tokenizer and precision."""
     from bertkit.inference.base import published_keys
 
@@ -112,7 +112,7 @@ def _checkpoint(cls: type[nn.Module], s: PredictBenchmarkSettings, task: str) ->
     return model, tokenizer, precision
 
 
-def _predicted(s: PredictBenchmarkSettings, precision: Any, report: dict) -> dict[str, Any]:
+def prediction_report(s: PredictBenchmarkSettings, precision: Any, report: dict) -> dict[str, Any]:
     report = {"model": str(s.model_name_or_path), **report, **precision.record()}
     atomic_write_json(s.output_dir / "report.json", report)
     return report
@@ -177,7 +177,7 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
 
 def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
     """Tag ``s.data_file`` with a fine-tuned checkpoint: predictions.txt (word gold pred) and conlleval scores."""
-    model, tokenizer, precision = _checkpoint(BertForTokenClassification, s, "ner")
+    model, tokenizer, precision = load_finetuned(BertForTokenClassification, s, "ner")
     names = model.config.id2label
     if not names:
         raise BertkitError(f"{s.model_name_or_path}/config.json has no id2label: the tag names are unknown; "
@@ -190,7 +190,7 @@ def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
     tags = predict_ner(model, sentences, features, labels + gold, pad_id=tokenizer.pad_token_id,
                        batch_size=s.batch_size, bf16=precision.bf16, device=precision.device)
     path = ner.write_conll(s.output_dir / "predictions.txt", sentences, tags)
-    return _predicted(s, precision, {"task": "ner", "data_file": str(s.data_file), "sentences": len(sentences),
+    return prediction_report(s, precision, {"task": "ner", "data_file": str(s.data_file), "sentences": len(sentences),
                                      "scores": ner_scores(sentences, tags), "files": {"predictions": str(path)}})
 
 
@@ -315,7 +315,7 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
 
 def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
     """Answer ``s.predict_file``: run_squad.py's prediction files, scored where the file has answers."""
-    model, tokenizer, precision = _checkpoint(BertForQuestionAnswering, s, "squad")
+    model, tokenizer, precision = load_finetuned(BertForQuestionAnswering, s, "squad")
     dataset = squad.load_squad(s.predict_file)
     examples = first(squad.squad_examples(dataset["data"], source=str(s.predict_file)), s.max_predict_samples)
     features = squad.featurize_squad(examples, tokenizer, max_seq_length=s.max_seq_length, doc_stride=s.doc_stride,
@@ -332,7 +332,7 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
         articles = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in wanted]}
                                          for p in a["paragraphs"]]} for a in dataset["data"]]
         report["scores"] = official_scores(s.version, articles, preds)
-    return _predicted(s, precision, report)
+    return prediction_report(s, precision, report)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -396,11 +396,11 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
 
 def predict_swag_file(s: PredictSwagSettings) -> dict[str, Any]:
     """Score the endings of ``s.predict_file``: predictions.jsonl, and accuracy when it has labels."""
-    model, tokenizer, precision = _checkpoint(BertForMultipleChoice, s, "swag")
+    model, tokenizer, precision = load_finetuned(BertForMultipleChoice, s, "swag")
     examples = first(swag.read_swag(s.predict_file), s.max_predict_samples)
     scores = predict_swag(model, swag.featurize_swag(examples, tokenizer, s.max_seq_length),
                           pad_id=tokenizer.pad_token_id, batch_size=s.batch_size, bf16=precision.bf16,
                           device=precision.device)
     path = write_swag_predictions(s.output_dir / "predictions.jsonl", examples, scores)
-    return _predicted(s, precision, {"task": "swag", "predict_file": str(s.predict_file), "examples": len(examples),
+    return prediction_report(s, precision, {"task": "swag", "predict_file": str(s.predict_file), "examples": len(examples),
                                      "accuracy": swag_accuracy(examples, scores), "files": {"predictions": str(path)}})
