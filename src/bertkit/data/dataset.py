@@ -19,12 +19,9 @@ from bertkit.tokenization.wordpiece import load_vocab
 class PretrainingDataset:
     """Instances from a :func:`create_pretraining_data` directory, ready for ``BertForPreTraining``.
 
-    ``dataset[i]`` is a dict of unpadded numpy ``int64`` arrays: ``input_ids``, ``token_type_ids``,
-    ``attention_mask`` (ones), ``labels`` (the original id at masked-LM positions, ``-100``
-    elsewhere) and a scalar ``next_sentence_label`` (0 = B follows A, 1 = B is random, as Hugging
-    Face). Batch them with :func:`collate_pretraining`. Works as a ``torch.utils.data.Dataset``
-    (``__len__``/``__getitem__``), memory-mapped (every shard listed in the manifest), so DataLoader
-    workers share the page cache.
+    ``dataset[i]`` is a dict of unpadded numpy ``int64`` arrays (docs/pretraining-data.md, "On disk"); batch
+    them with :func:`collate_pretraining`. The shards are memory-mapped, so DataLoader workers share the page
+    cache.
 
     Static masking: the stored masks; ``epoch`` and ``seed`` are ignored. Dynamic masking: masks are
     drawn from ``numpy.random.default_rng([seed, epoch, index])`` on every access, so they are the same

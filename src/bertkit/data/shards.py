@@ -1,20 +1,7 @@
 """Pre-training instances on disk: plain ``.npy`` arrays per shard, memory-mapped on read, plus a manifest.
 
-One directory holds::
-
-    manifest.json                          config used, counts, tokenizer hash, shards (with sha256 of each file)
-    vocab.txt                              the vocabulary the ids refer to (one token a line, line number = id)
-    shard-00000.input_ids.npy              all instances' token ids back to back: [CLS] A [SEP] B [SEP]
-    shard-00000.offsets.npy                int64 (n + 1,): instance i is input_ids[offsets[i]:offsets[i + 1]]
-    shard-00000.type_start.npy             int32 (n,): first position of segment B (token_type_ids 1 from here)
-    shard-00000.next_sentence_labels.npy   uint8 (n,): 0 = B follows A, 1 = B is not the next segment
-    shard-00000.masked_positions.npy       static masking only: positions of the masked-LM targets, back to back
-    shard-00000.masked_offsets.npy         static masking only: int64 (n + 1,), as ``offsets``
-    shard-00000.masked_labels.npy          static masking only: original ids at those positions
-
-Token ids are ``uint16`` when the vocabulary has at most 65,536 entries, else ``int32``; positions are
-``int32``. No pickle anywhere (``np.save(..., allow_pickle=False)``), so the files are safe to share and
-identical bytes for identical inputs.
+The files and their dtypes are listed in docs/pretraining-data.md ("On disk"). No pickle anywhere
+(``np.save(..., allow_pickle=False)``), so the files are safe to share and identical bytes for identical inputs.
 """
 
 from __future__ import annotations

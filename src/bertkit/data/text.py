@@ -59,22 +59,10 @@ _OPENERS = "\"'“‘«([¿¡"
 
 
 def split_sentences(paragraph: str) -> list[str]:
-    """Split one paragraph of prose into sentences with a few documented rules.
-
-    A sentence ends at ``.``, ``!``, ``?`` or ``…`` (runs such as ``?!`` or ``...`` count as one),
-    optionally followed by closing quotes or brackets, then whitespace, when the next word (after any
-    opening quotes or brackets) starts with an upper-case letter or a digit. It does not end there when
-
-    * the word before a ``.`` is a known abbreviation (:data:`ABBREVIATIONS`: ``Mr.``, ``Dr.``,
-      ``e.g.``, ``No.``, ``Jan.``), except ``etc.``, ``Inc.``, ``Ltd.``, ``Co.`` and ``al.``, which
-      often end sentences;
-    * the word before a ``.`` is a single letter (an initial: ``J. R. R. Tolkien``, ``H. americanus``)
-      or a dotted acronym (``U.S.``, ``Ph.D.``);
-    * a digit follows a ``.`` that closes a title-like abbreviation (``No. 4``, ``pp. 12``).
-
-    Decimals (``3.14``) and dotted names (``example.com``) never split, as no whitespace follows the
-    period. ``"Stop!" he said.`` stays one sentence because ``he`` is lower-case.
-    """
+    """Split one paragraph of prose into sentences, by the rules docs/pretraining-data.md ("Sentence
+    splitter") lists: at ``. ! ? …`` before an upper-case word or a digit, except after an abbreviation
+    (:data:`ABBREVIATIONS`), an initial or a dotted acronym, or a digit after a title-like abbreviation
+    (``No. 4``)."""
     text = paragraph.strip()
     if not text:
         return []
@@ -260,11 +248,9 @@ def plan_work_units(
     """Cut the corpus into work units of about ``unit_bytes``, in file order, deterministically.
 
     Consecutive files are grouped until a unit holds at least ``unit_bytes`` and two files (so that
-    "random next" segments can come from another document). A file larger than ``unit_bytes`` is cut
-    into parts at the first boundary after each multiple of ``unit_bytes``: a blank line for
-    ``"sentences"`` (a document break) and ``"prose"`` (a paragraph break, so a very large book
-    becomes several documents), a `` = Title = `` line for ``"wikitext"``. The plan depends only on
-    the files and these two arguments, never on the number of workers. A corpus of empty files is an error.
+    "random next" segments can come from another document); a larger file is cut at the first document
+    boundary after each multiple of ``unit_bytes`` (docs/pretraining-data.md, "Parallel, streaming,
+    deterministic"). The plan never depends on the number of workers. A corpus of empty files is an error.
     """
     if unit_bytes < 1:
         raise BertkitError(f"unit_bytes must be positive, got {unit_bytes}")

@@ -1,25 +1,12 @@
 """BERT's basic tokenizer: clean up, normalise and split text into words, remembering where each came from.
 
 This is the text side of Hugging Face's BertTokenizerFast (its Rust ``BertNormalizer`` followed by
-``BertPreTokenizer``), reproduced character for character:
+``BertPreTokenizer``), reproduced character for character; docs/tokenizer.md ("Behaviour, and why") lists
+the steps and where they differ from Google's ``tokenization.py``.
 
-1. clean up: drop NUL, U+FFFD and control/format/private-use characters; every whitespace character
-   becomes a space;
-2. surround CJK ideographs with spaces (``tokenize_chinese_chars``);
-3. strip accents (NFD, then drop non-spacing marks) when ``strip_accents`` is true, or when it is None and
-   ``do_lower_case`` is true;
-4. lower-case;
-5. split on spaces and isolate every punctuation character (ASCII punctuation counts, as in BERT).
-
-Where this differs from Google's original Python ``tokenization.py`` (and from HF's slow BertTokenizer),
-it follows the fast tokenizer, because that is what checkpoints are used with today: accents are stripped
-*before* lower-casing, lower-casing is per character (a final capital sigma becomes σ, never ς), the
-Unicode categories are frozen at Unicode 8.0 and unassigned code points are kept (see ``_unicode_tables``).
-
-Every step above maps one input character to zero or more output characters, independently of its
-neighbours. So normalisation is one ``str.translate`` table, built lazily per character, and every
-output character can point back to the input character it came from: that is how offsets into the
-original text are kept.
+Every step maps one input character to zero or more output characters, independently of its neighbours, so
+normalisation is one ``str.translate`` table and every output character can point back to the input
+character it came from: that is how offsets into the original text are kept.
 """
 
 from __future__ import annotations

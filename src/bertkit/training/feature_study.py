@@ -1,11 +1,8 @@
 """The paper's feature-based NER study (section 5.3, Table 7): a BiLSTM tagger on frozen BERT activations.
 
-Activations of the first WordPiece of every CoNLL-2003 word are extracted once (``features.py``), for
-all L + 1 layers (embeddings first), kept in fp16 on disk; then a two-layer BiLSTM and a linear tagger
-are trained on six combinations of layers and scored with conlleval on dev. The taggers train in the one
-training loop (``training/loop.py``, through ``finetune_run.run_finetuning``), as every other recipe does: its
-batching, seeding, clipping, metrics.jsonl and non-finite checks; see ``TAGGER_TRAINING`` for what differs
-from BERT fine-tuning.
+Activations of the first WordPiece of every CoNLL-2003 word are extracted once, for all L + 1 layers, kept in
+fp16 on disk; then a BiLSTM tagger is trained (``finetune_run.run_finetuning``) on each of six combinations of
+layers and scored with conlleval on dev (docs/token-tasks.md).
 """
 
 from __future__ import annotations
@@ -106,10 +103,8 @@ class LayerCombination(nn.Module):
         return self.gamma * torch.einsum("k,...kh->...h", self.weights.softmax(0), x)
 
 
-# How the taggers train, beside the settings a user sets (StudySettings): Adam without weight decay (AdamW with
-# 0 is Adam), no warm-up, the loop's linear decay to 0, and the global gradient norm clipped at 5, as is usual for
-# LSTM taggers (Lample et al. 2016); eps 1e-8 is torch.optim.Adam's, which the study used before it moved onto
-# the loop.
+# How the taggers train, beside the settings a user sets (StudySettings): Adam (AdamW without weight decay), no
+# warm-up, and the global gradient norm clipped at 5, as is usual for LSTM taggers (Lample et al. 2016).
 TAGGER_TRAINING = {"weight_decay": 0.0, "warmup_ratio": 0.0, "max_grad_norm": 5.0, "adam_epsilon": 1e-8,
                    "optim": "adamw"}
 

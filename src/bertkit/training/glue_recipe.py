@@ -1,13 +1,10 @@
 """The GLUE recipe: ``finetune glue`` (the grid of rates and seeds on one task) and ``predict glue`` (submission files).
 
-The paper's protocol (section 4.1, appendix A.3): batch 32, 3 epochs, Adam with warm-up over the first
-10% of steps then linear decay, dropout 0.1, max_seq_length 128; pick the learning rate on dev from
-{2e-5, 3e-5, 4e-5, 5e-5}, with several restarts (seeds). ``finetune_glue`` runs one configuration by
-default and any grid on request (``sequence_grid``).
-
-The paper's rates suit BERT-BASE/LARGE. Small models under-train with them (MiniLM at 2e-5 for 3 epochs
-stays near the majority class on RTE and CoLA), and Google tuned its BERT miniatures (Turc et al. 2019)
-over {3e-5, 5e-5, 1e-4, 3e-4}: the default rate is 1e-4 below 768 wide (``settings.default_lr``).
+The paper's protocol (section 4.1, appendix A.3): batch 32, 3 epochs, warm-up over 10% of steps then linear
+decay, max_seq_length 128, the learning rate picked on dev from {2e-5, 3e-5, 4e-5, 5e-5} with restarts.
+``finetune_glue`` runs one configuration by default and any grid on request (``sequence_grid``). The paper's
+rates suit BERT-BASE/LARGE; below 768 wide the default is 1e-4, the rate Google's BERT miniatures most often
+selected (Turc et al. 2019; ``settings.default_lr``).
 """
 
 from __future__ import annotations

@@ -6,18 +6,8 @@ layout (label names in ``id2label``) with its tokenizer under ``out_dir/model``,
 report that is also written to ``out_dir/report.json``. ``predict ner|squad|swag`` run a fine-tuned checkpoint
 through the same prediction and scoring code.
 
-The paper's settings (Devlin et al. 2018) are the defaults where it states them:
-- CoNLL-2003 NER (section 5.3): tag of each word read at its first WordPiece, no CRF; the paper gives
-  no NER hyper-parameters beyond its fine-tuning grid, so batch 32, 3 epochs, max_seq_length 128.
-- SQuAD v1.1 (section 4.2): 3 epochs, lr 5e-5, batch 32; windows 384 tokens, stride 128, questions of
-  at most 64 tokens (run_squad.py); n-best 20, answers of at most 30 tokens.
-- SQuAD v2.0 (section 4.3): 2 epochs, lr 5e-5, batch 48; the null-answer threshold is the one that
-  maximises F1 on the predicted file (``best_f1_thresh``): the paper "selected on the dev set", which
-  makes the reported dev score optimistic, and the report says so.
-- SWAG (section 4.4): 3 epochs, lr 2e-5, batch 16.
-
-The paper's learning rates suit BERT-BASE/LARGE; models narrower than 768 default to 1e-4 (the rate
-Google's BERT miniatures most often selected, Turc et al. 2019). Any rate can be given.
+The defaults are the paper's settings where it states them (sections 4.2-4.4 and 5.3), listed with the rest in
+docs/token-tasks.md.
 """
 
 from __future__ import annotations
