@@ -46,15 +46,11 @@ class RowInfo(NamedTuple):
 
 
 class BatchEncoding(dict):
-    """The tokenizer's output: a plain ``dict`` (``input_ids``, ``token_type_ids``, ``attention_mask``, and
-    ``special_tokens_mask`` / ``offset_mapping`` / ``length`` when asked for). Keys can also be read as
-    attributes.
+    """The tokenizer's output: a plain ``dict`` whose keys can also be read as attributes.
 
-    As transformers' BatchEncoding from a fast tokenizer, the tokenizer's own output also answers, per row:
-    ``tokens``, ``word_ids``, ``sequence_ids``, ``char_to_token``, ``token_to_chars`` and
-    ``word_to_tokens``. Those taking ``batch_or_*_index`` read one argument as the index into row 0 and two
-    as (row, index). Character positions are those of ``offset_mapping``, which these compute when it was
-    not asked for.
+    As transformers' BatchEncoding from a fast tokenizer, the tokenizer's own output also answers the
+    token/word/character maps per row (docs/tokenizer.md, "Token, word and character maps"); those taking
+    ``batch_or_*_index`` read one argument as the index into row 0 and two as (row, index).
     """
 
     # Set by the tokenizer (not keys, so they never reach the model): one RowInfo per row, whether the input

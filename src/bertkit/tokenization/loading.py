@@ -1,13 +1,8 @@
 """What a tokenizer directory holds -> BertTokenizer's constructor arguments.
 
-Two layouts are read:
-
-- ``vocab.txt`` + ``tokenizer_config.json`` (+ ``special_tokens_map.json``, ``added_tokens.json``): every
-  published BERT checkpoint, and what ``BertTokenizer.save_pretrained`` writes;
-- ``tokenizer.json`` + ``tokenizer_config.json`` without ``vocab.txt``: what transformers 5 saves. The
-  vocabulary, ``[UNK]``, the ``##`` prefix and the word-length limit come from its WordPiece ``model``, the
-  casing from its ``BertNormalizer``, tokens added after training from its ``added_tokens``; a setting
-  tokenizer_config.json gives wins, as in transformers 5. Any other model or normalizer is refused.
+Two layouts are read: ``vocab.txt`` + ``tokenizer_config.json`` (+ ``special_tokens_map.json``,
+``added_tokens.json``), as every published BERT checkpoint and ``save_pretrained`` have them, and the
+``tokenizer.json`` + ``tokenizer_config.json`` that transformers 5 saves (docs/tokenizer.md, "Loading and saving").
 """
 
 from __future__ import annotations

@@ -147,14 +147,8 @@ class BertTokenizer:
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> BertTokenizer:
-        """Load a tokenizer directory: ``vocab.txt`` + ``tokenizer_config.json`` (+ ``special_tokens_map.json``,
-        ``added_tokens.json``), or, without ``vocab.txt``, the ``tokenizer.json`` + ``tokenizer_config.json``
-        that transformers 5 saves (its WordPiece model and BertNormalizer settings; see ``loading``).
-
-        Settings (``do_lower_case``, ``strip_accents``, ``tokenize_chinese_chars``, ``model_max_length``,
-        ``max_input_chars_per_word``, ``clean_up_tokenization_spaces``, special tokens) come from the files; keyword
-        arguments override them.
-        """
+        """Load a tokenizer directory (the layouts ``loading`` reads); keyword arguments override the settings
+        its files hold."""
         from bertkit.hub import resolve_directory
 
         path = resolve_directory(path, "tokenizer directory")
@@ -345,28 +339,11 @@ class BertTokenizer:
         return_overflowing_tokens: bool = False,
         stride: int = 0,
     ) -> BatchEncoding:
-        """Encode one text / pair, or a batch of them.
-
-        Returns a BatchEncoding (a dict) with ``input_ids``, ``token_type_ids``, ``attention_mask`` and, when
-        asked, ``special_tokens_mask``, ``offset_mapping`` ((start, end) into the original text; (0, 0)
-        for [CLS]/[SEP]/[PAD]) and ``length`` (tokens per row, padding included). A str gives lists of ints,
-        a list of str gives lists of lists; with ``return_tensors="pt"`` / ``"np"`` every value is a (B, T)
-        tensor / int64 array ((B, T, 2) for offsets, (B,) for length), B = 1 for a single text.
-        ``return_token_type_ids=False`` / ``return_attention_mask=False`` leave those keys out (None or True:
-        included). The BatchEncoding also maps tokens to words and characters: ``word_ids(i)``,
-        ``sequence_ids(i)``, ``tokens(i)``, ``char_to_token``, ``token_to_chars``, ``word_to_tokens``.
-
-        truncation: None (default) = Hugging Face's default, i.e. ``longest_first`` only when ``max_length``
-        is given and ``padding`` is False; True = ``longest_first``; or ``"only_first"``/``"only_second"``.
-        ``max_length`` defaults to ``model_max_length`` when truncating or padding to ``"max_length"``.
-        padding: False, True/``"longest"`` (to the longest in the batch) or ``"max_length"``; with
-        ``pad_to_multiple_of`` the padded length is rounded up to a multiple of it.
-        is_split_into_words: each text is a list of words (NER); word ids index them, offsets are
-        relative to each word, as in Hugging Face.
-        return_overflowing_tokens: the truncated text (the single text, or the one ``only_first`` /
-        ``only_second`` names) is cut into windows that overlap by ``stride`` tokens, each its own row;
-        ``overflow_to_sample_mapping`` gives each row's input index. The output is then always batched.
-        A sequence longer than ``model_max_length`` is not an error here: the model checks its positions.
+        """Encode one text / pair, or a batch of them, as BertTokenizerFast's ``__call__``: a BatchEncoding (a dict)
+        with ``input_ids``, ``token_type_ids``, ``attention_mask`` and the keys asked for. A str gives lists of
+        ints, a list of str lists of lists, ``return_tensors="pt"`` / ``"np"`` (B, T) tensors / int64 arrays.
+        docs/tokenizer.md gives every argument's meaning (truncation, padding, pre-split words, overflowing
+        windows). A sequence longer than ``model_max_length`` is not an error here: the model checks its positions.
         """
         texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
         strategy = resolve_truncation(truncation, max_length, padding)
@@ -475,15 +452,9 @@ class BertTokenizer:
         skip_special_tokens: bool = False,
         clean_up_tokenization_spaces: bool | None = None,
     ) -> str:
-        """Ids -> text, as BertTokenizerFast: special tokens are kept unless ``skip_special_tokens=True``.
-
-        ``##`` pieces are joined to the previous token, other tokens separated by a space, and the WordPiece
-        decoder's clean-up drops the space before ``. ? ! ,`` and a few English contractions, token by token
-        (so ``"don ' t"`` stays). ``clean_up_tokenization_spaces=True`` then applies transformers' clean-up to
-        the whole string (``"don ' t"`` -> ``"don't"``); None takes the tokenizer's setting (from
-        ``tokenizer_config.json``, default False as in transformers 5). ``skip_special_tokens`` drops every
-        special token ([CLS], [SEP], [PAD], [MASK], [UNK], additional ones). The text is the normalised one
-        (lower-cased, accents stripped for uncased models): use offsets to recover original text.
+        """Ids -> text, as BertTokenizerFast (docs/tokenizer.md, "Decode"): special tokens are kept unless
+        ``skip_special_tokens=True``; ``clean_up_tokenization_spaces`` None takes the tokenizer's setting. The text
+        is the normalised one (lower-cased, accents stripped for uncased models): use offsets to recover the original.
         """
         skip = self._special_id_set if skip_special_tokens else frozenset()
         text = self.convert_tokens_to_string([self._token_of(i) for i in _as_id_list(ids) if i not in skip])
