@@ -1,8 +1,4 @@
-"""One fine-tuning run: one phase of the one training loop on featurised examples, its checkpoints removed after.
-
-Every fine-tuning recipe (the GLUE grid, classify, the token tasks, the feature-based study) trains through
-``run_finetuning``.
-"""
+"""One fine-tuning run: one phase of the one training loop on featurised examples, its checkpoints removed after."""
 
 from __future__ import annotations
 
@@ -37,7 +33,7 @@ class Fit(NamedTuple):
 def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict],
                    s: TrainingSettings, evaluate: Callable[[nn.Module], dict[str, float]] | None,
                    fingerprint: dict, resume: bool = False) -> Fit:
-    """One fine-tuning run (one phase of the one loop) on featurised examples: the one fit path of every recipe.
+    """One fine-tuning run (one phase of the one loop) on featurised examples.
 
     ``s.batch_size`` is the global batch; each micro-step sees batch_size / gradient_accumulation_steps.
     The run's checkpoints are removed at the end (the caller keeps the model); metrics.jsonl stays in
