@@ -388,10 +388,7 @@ class BertModel(PretrainedMixin, nn.Module):
 
     def compile_layers(self, **compile_kwargs: Any) -> BertModel:
         """Compile each encoder layer in place with ``torch.compile`` (optional; needs a C++ compiler on CPU).
-
-        Layers, not the whole model: the unpadded token count changes every batch, so layers are compiled with
-        ``dynamic=True`` and the layout bookkeeping stays eager. State-dict names are unchanged.
-        """
+        Layers, not the whole model, so the layout bookkeeping stays eager; state-dict names are unchanged."""
         device = self.position_ids.device.type
         require_compiler(device)
         # On the CPU the unpadded token count changes every batch: dynamic from the start. On a GPU the rectangle

@@ -70,9 +70,8 @@ NON_SEPARATOR_SPACE_RE = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 class _CharTable(dict):
     """code point -> normalised text, filled on first use; usable as a `str.translate` table.
 
-    Lookups of known characters stay in C (`dict` subscript). A miss computes and stores the entry: the
-    table holds at most one entry per distinct character ever seen, so it needs no bound. Concurrent
-    misses from several threads compute the same value, so no lock is needed.
+    At most one entry per distinct character ever seen, so it needs no bound; concurrent misses compute the
+    same value, so it needs no lock.
     """
 
     def __init__(self, compute: Callable[[int], str], prefill: Iterable[int]):
@@ -175,9 +174,7 @@ class BasicTokenizer:
         """Words of one whitespace-free ``chunk`` and where their characters came from.
 
         Returns ``(words, source)``: each word with the position of its first character, and ``source[j]``
-        = the index in ``chunk`` of character ``j`` of the normalised chunk. ``source`` is None in the
-        common case where every word maps one to one onto ``chunk``: positions are then indices into
-        ``chunk`` itself.
+        = the index in ``chunk`` of character ``j`` of the normalised chunk, or None where the two are the same.
         """
         if chunk.isascii():
             if chunk.isalnum():  # letters and digits map one to one
@@ -218,13 +215,9 @@ class BasicTokenizer:
         return unicodedata.normalize("NFD", cleaned) != cleaned.translate(self._nfd)
 
     def _normalize_reordering(self, text: str) -> tuple[str, list[int]]:
-        """The split form of ``text`` and its source indices, with Hugging Face's whole-text NFD.
-
-        Follows BertNormalizer step by step: clean-up and CJK padding, NFD with canonical ordering, strip
-        marks, lower-case, then punctuation padding. Alignment after reordering follows tokenizers: the
-        first character of each decomposition takes the next source character in text order, the other
-        characters of a decomposition repeat the last source taken (so "ê" + U+1D165 -> "e" U+1D165 spans
-        both source characters, and U+0308 U+1D165 -> U+1D165 spans only the first).
+        """The split form of ``text`` and its source indices, with Hugging Face's whole-text NFD, step by step as
+        BertNormalizer. Alignment follows tokenizers (docs/tokenizer.md, "NFD reorders combining marks"): the first
+        character of each decomposition takes the next source character, the others repeat the last one taken.
         """
         pre: list[str] = []  # after clean-up and CJK padding
         pre_source: list[int] = []

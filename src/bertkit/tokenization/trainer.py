@@ -2,10 +2,9 @@
 
 The algorithm of Hugging Face ``tokenizers``' ``WordPieceTrainer``: byte-pair merges over characters where
 every piece after a word's first carries ``##``, most frequent pair first (Sennrich et al., 2016; the BERT
-paper only says "WordPiece embeddings (Wu et al., 2016) with a 30,000 token vocabulary"). Sized for a ~100 MB
-corpus in pure Python: (1-2) word counts, with the basic tokenizer run once per distinct whitespace chunk,
-in ``num_workers`` processes; (3) the alphabet; (4) merges with incrementally updated pair counts and a lazy
-max-heap. docs/pretraining-data.md, section 1, has the details and the figures against ``tokenizers``.
+paper only says "WordPiece embeddings (Wu et al., 2016) with a 30,000 token vocabulary"). Steps: (1-2) word
+counts, in ``num_workers`` processes; (3) the alphabet; (4) merges with incrementally updated pair counts and a
+lazy max-heap. docs/pretraining-data.md, section 1, has the details.
 """
 
 from __future__ import annotations
