@@ -35,9 +35,8 @@ class BatchPlan:
 
     ``collate`` turns a list of examples into a batch of tensors; a dataset that draws something per epoch
     (dynamic masking) gets ``set_epoch(epoch)`` before use. The epoch's order is cut into *global* micro-batches
-    of ``batch_size x world_size`` examples, of which process ``rank`` reads its contiguous slice, so 2 processes
-    x 16 see what 1 process x 32 sees, micro-step for micro-step. A short last batch is split as evenly as it goes
-    (a rank may get none). ``len(plan)`` counts global micro-batches.
+    of ``batch_size x world_size`` examples, of which process ``rank`` reads its contiguous slice
+    (docs/distributed.md, "Data"). ``len(plan)`` counts global micro-batches.
     """
 
     def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
@@ -90,10 +89,9 @@ class BatchPlan:
 class EpochBatches(torch.utils.data.Dataset):
     """Micro-batch ``i`` of one epoch for this rank, as ``(weight, batch)``: what the DataLoader's workers make.
 
-    ``weight`` = this rank's share of the global micro-batch x world_size: 1.0 whenever the batch splits
-    evenly, so DDP's average of the ranks' losses is the mean over the global batch. A rank whose share of a
-    short last batch is empty gets one example of it at weight 0 (its backward pass must still take part in
-    the gradient all-reduce; it adds nothing to the gradient).
+    ``weight`` = this rank's share of the global micro-batch x world_size (1.0 when it splits evenly), so DDP's
+    average of the ranks' losses is the global batch's mean. A rank whose share is empty gets one example at
+    weight 0: its backward pass must still take part in the gradient all-reduce.
     """
 
     def __init__(self, plan: BatchPlan, epoch: int):
