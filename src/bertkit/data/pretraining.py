@@ -1,10 +1,9 @@
 """Pre-training data: documents -> next-sentence pairs -> masked-LM instances (BERT paper, section 3.1).
 
-google-research/bert ``create_pretraining_data.py`` (the reference), streamed and parallel: the corpus is cut
-into work units (:func:`~bertkit.data.text.plan_work_units`), each read, tokenised, paired
-(:func:`create_instances_from_document`) and masked (:func:`mask_tokens`) by one worker with seeds derived from
-``(seed, unit index)`` and written as one shard, so output bytes never depend on ``num_workers`` and memory is
-bounded by a unit. docs/pretraining-data.md gives every option and the deliberate differences from the reference.
+google-research/bert ``create_pretraining_data.py`` (the reference), streamed and parallel: each work unit
+(:func:`~bertkit.data.text.plan_work_units`) is read, tokenised, paired and masked by one worker with seeds
+derived from ``(seed, unit index)`` and written as one shard, so output bytes never depend on ``num_workers``.
+docs/pretraining-data.md gives every option and the deliberate differences from the reference.
 """
 
 from __future__ import annotations

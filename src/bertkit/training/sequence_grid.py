@@ -1,10 +1,5 @@
-"""The (learning rate, seed) grid of sequence-classifier runs, shared by ``finetune glue`` and ``finetune classify``.
-
-Each run fine-tunes a fresh head from the same checkpoint, is scored on dev after every epoch, and the single run
-with the best dev score is saved to ``output_dir/best``; ``summarize_grid`` gives each rate's mean and standard
-deviation over seeds and the rate with the best mean (paper section 4.1 and appendix A.3: pick the rate on dev,
-with restarts).
-"""
+"""The (learning rate, seed) grid of sequence-classifier runs, each a fresh head from the same checkpoint; the rate
+is picked on dev, with restarts (paper section 4.1 and appendix A.3)."""
 
 from __future__ import annotations
 
