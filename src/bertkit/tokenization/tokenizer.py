@@ -1,8 +1,7 @@
 """BertTokenizer: text -> BERT input ids, with character offsets, token for token as BertTokenizerFast.
 
-The class holds the vocabulary, the special tokens and the settings, reads and writes tokenizer directories
-(``loading``) and answers transformers' calls; ``text.TextEncoder`` reads each text, ``batch`` makes the model
-rows and ``encoding.BatchEncoding`` is the output.
+The class holds the vocabulary, the special tokens and the settings; docs/tokenizer.md says which module does
+the rest.
 """
 
 from __future__ import annotations
