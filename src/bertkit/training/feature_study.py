@@ -103,8 +103,9 @@ class LayerCombination(nn.Module):
         return self.gamma * torch.einsum("k,...kh->...h", self.weights.softmax(0), x)
 
 
-# How the taggers train, beside the settings a user sets (StudySettings): Adam (AdamW without weight decay), no
-# warm-up, and the global gradient norm clipped at 5, as is usual for LSTM taggers (Lample et al. 2016).
+# How the taggers train, beside the settings a user sets (StudySettings): Adam (AdamW without weight decay, eps as
+# torch.optim.Adam's), no warm-up, the loop's linear decay to 0, and the global gradient norm clipped at 5, as is
+# usual for LSTM taggers (Lample et al. 2016).
 TAGGER_TRAINING = {"weight_decay": 0.0, "warmup_ratio": 0.0, "max_grad_norm": 5.0, "adam_epsilon": 1e-8,
                    "optim": "adamw"}
 
