@@ -3,7 +3,7 @@
 ``modeling.py`` computes every per-token layer on whatever ``TokenLayout`` says are the real tokens:
 the padded (B, T) rectangle (as transformers does), or the N real tokens of a right-padded batch (padding
 dropped after the embeddings). Attention, the one operation
-that mixes tokens, goes through ``self_attention``, which scatters q/k/v into per-sequence rectangles for
+that mixes tokens, goes through ``self_attention``, which gathers q/k/v into per-sequence rectangles for
 PyTorch's ``scaled_dot_product_attention``; sequences of very different lengths are split into a few
 groups of similar length (``AttentionGroup``, laid out together by an ``AttentionPlan``), so long ragged
 batches (SQuAD windows) spend little attention work on padding either. MosaicBERT keeps the same machinery in
@@ -71,7 +71,7 @@ class AttentionPlan:
 
 
 # Grouping sequences by length for attention: an extra group is formed only when it saves more than this many
-# (query x key) positions, about what one more gather/scatter and SDPA call cost on a CPU core.
+# (query x key) positions, about what one more SDPA call and its copies cost on a CPU core.
 _GROUP_OVERHEAD = 4096
 _SPLIT_DEPTH = 2  # binary splits: at most 2**2 = 4 groups
 
@@ -153,7 +153,7 @@ class TokenLayout:
 
     - padded: hidden states are the caller's (B, T) rectangle; attention masks padded keys.
     - unpadded: only the N real tokens are kept, as (N, H); every per-token layer (projections, FFN,
-      LayerNorm: ~97% of the FLOPs at T=128) skips padding entirely. Attention alone scatters q/k/v into
+      LayerNorm: ~97% of the FLOPs at T=128) skips padding entirely. Attention alone gathers q/k/v into
       rectangles, one per group of sequences of similar length (``AttentionGroup``), so it too computes
       little padding: at 384 tokens attention is a third of the work, and one batch-wide rectangle would
       spend most of it on padding.
