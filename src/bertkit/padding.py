@@ -12,7 +12,7 @@ layout is one module.
 
 Two roundings change no output and are off (1) unless asked for (``BertModel.key_multiple`` and
 ``token_multiple``, which ``bertkit.inference.prepare_model`` sets for CPU inference, where its kernels are faster
-on such shapes): each attention rectangle's keys padded with masked zeros up to a multiple, and the unpadded
+on such shapes): each attention rectangle's keys padded with masked keys up to a multiple, and the unpadded
 layout's N rounded up with rows that belong to no sequence (``TokenLayout.pack`` appends them after the
 embeddings, ``unpack`` drops them from every state returned).
 
