@@ -1,10 +1,8 @@
 """The feature-based approach (paper section 5.3): frozen per-layer activations, out to disk or into a tagger.
 
-``extract_features`` is google-research/bert's ``extract_features.py``: one text (or ``text_a ||| text_b``)
-per line; for every token the hidden states of the requested layers, as google's JSON lines or packed into
-safetensors. Layer indices index the L + 1 hidden states (0 = embeddings), negative ones from the end, so
-``-1,-2,-3,-4`` are google's. Unlike google's script, values carry 9 significant digits (float32 round-trips)
-and no computation is spent on padding. The paper's Table 7 study is ``training/feature_study.py``.
+``extract_features`` is google-research/bert's ``extract_features.py``; docs/token-tasks.md
+("bertkit extract-features") gives the formats and where they differ from google's. The paper's Table 7 study
+is ``training/feature_study.py``.
 """
 
 from __future__ import annotations
@@ -155,11 +153,10 @@ def extract_features(
 ) -> dict[str, Any]:
     """Write the ``layers`` hidden states of every token of ``texts`` to ``out`` (.jsonl or .safetensors).
 
-    A safetensors shard holds ``layer.<index>`` (N, H) per layer, ``input_ids`` and ``token_type_ids`` (N,),
-    ``offsets`` (line j is rows ``offsets[j]:offsets[j + 1]``) and ``line_index``; ``read_features`` reads
-    either format. Work proceeds ``chunk_size`` lines at a time. Under torchrun the batches are shared and rank 0
-    writes what one process would (other ranks return ``{"rank", "lines"}``). Existing shard files beside
-    ``out`` are replaced only with ``overwrite``. On the CPU the model runs as ``for_cpu_inference`` prepares it.
+    Layer indices index the L + 1 hidden states (0 = embeddings), negative ones from the end; ``read_features``
+    reads either format back. Work proceeds ``chunk_size`` lines at a time. Under torchrun the batches are shared
+    and rank 0 writes what one process would (other ranks return ``{"rank", "lines"}``). Existing shard files
+    beside ``out`` are replaced only with ``overwrite``.
     """
     from tqdm.auto import tqdm
 

@@ -11,7 +11,7 @@ Where this differs from the paper's text (not from its released code, which it f
   speed-ups are a transform applied to a copy by ``bertkit.inference.prepare_model``.
 - Padding is not computed on: by default (``layout="auto"``) padding tokens are dropped after the embeddings and
   every per-token layer runs on the real tokens only; attention, the one op that mixes tokens, is
-  ``padding.self_attention`` (``TokenLayout``), which scatters q/k/v into per-sequence rectangles for SDPA.
+  ``padding.self_attention`` (``TokenLayout``), which gathers q/k/v into per-sequence rectangles for SDPA.
   ``layout="padded"`` computes on the rectangle as transformers does; real positions agree within rounding.
 - ``output_attentions=True`` writes attention out (``attention_probs``) on the padded rectangle, as
   transformers' "eager" attention; otherwise the fused SDPA kernel runs.
@@ -388,10 +388,7 @@ class BertModel(PretrainedMixin, nn.Module):
 
     def compile_layers(self, **compile_kwargs: Any) -> BertModel:
         """Compile each encoder layer in place with ``torch.compile`` (optional; needs a C++ compiler on CPU).
-
-        Layers, not the whole model: the unpadded token count changes every batch, so layers are compiled with
-        ``dynamic=True`` and the layout bookkeeping stays eager. State-dict names are unchanged.
-        """
+        Layers, not the whole model, so the layout bookkeeping stays eager; state-dict names are unchanged."""
         device = self.position_ids.device.type
         require_compiler(device)
         # On the CPU the unpadded token count changes every batch: dynamic from the start. On a GPU the rectangle

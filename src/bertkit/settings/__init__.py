@@ -17,7 +17,6 @@ from __future__ import annotations
 from bertkit.settings.data import (
     CreateDataSettings,
     DownloadSettings,
-    MergeDataSettings,
     TokenizerSettings,
 )
 from bertkit.settings.fields import (
@@ -80,7 +79,6 @@ __all__ = [
     "Int8Settings",
     "LR_SCHEDULES",
     "MINIATURE_GRID",
-    "MergeDataSettings",
     "NerSettings",
     "OverwriteSettings",
     "PAPER_GRID",

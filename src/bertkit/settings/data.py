@@ -1,5 +1,4 @@
-"""Settings of the data commands: ``train-tokenizer``, ``create-pretraining-data``,
-``merge-pretraining-data`` and ``download-example-model``."""
+"""Settings of the data commands: ``train-tokenizer``, ``create-pretraining-data`` and ``download-example-model``."""
 
 from __future__ import annotations
 
@@ -62,12 +61,6 @@ class CreateDataSettings(PretrainingConfig):
     """Directory for the shards and manifest.json."""
     num_workers: int = flag(2, aliases=("--workers",))
     """Processes creating instances."""
-    num_shards: int | None = None
-    """Split the work into K parts for K processes or machines (each gets every K-th unit of work); this run
-    makes part --shard-index into --output-dir, and merge-pretraining-data joins the parts. Under torchrun:
-    one part per process (K = WORLD_SIZE), written to OUTPUT_DIR.part-RANK-of-K."""
-    shard_index: int | None = None
-    """The part this run makes, 0 .. K-1 (with --num-shards)."""
     # Not from OverwriteSettings: a frozen dataclass (as PretrainingConfig is) cannot inherit a non-frozen one.
     overwrite: bool = False
     """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
@@ -79,33 +72,9 @@ class CreateDataSettings(PretrainingConfig):
         if not self.files:
             raise BertkitError("files: give at least one text file to make instances from")
         _at_least_one(self, "num_workers")
-        # Under torchrun the command line fills both in (bertkit.cli, one part per process): settings read no
-        # environment.
-        shards, index = self.num_shards, self.shard_index
-        if (shards is None) != (index is None):
-            raise BertkitError("--num-shards and --shard-index go together (this run makes part INDEX of NUM_SHARDS)")
-        if shards is not None and (shards < 1 or not 0 <= index < shards):  # type: ignore[operator]
-            raise BertkitError(f"--shard-index {index} must be in [0, --num-shards {shards})")
 
     def pretraining_config(self) -> PretrainingConfig:
         return PretrainingConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PretrainingConfig)})
-
-
-@dataclass(kw_only=True)
-class MergeDataSettings(OverwriteSettings):
-    """Join the parts of a split create-pretraining-data run (--num-shards K) into one data directory, byte
-    for byte what one run over the whole corpus writes. The parts are left in place (shards are hard-linked
-    where the filesystem allows, else copied)."""
-
-    parts: list[Path] = flag(positional=True)
-    """The K part directories (any order)."""
-    output_dir: Path = flag(aliases=("--out",))
-    """Directory for the joined shards and manifest.json."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        if not self.parts:
-            raise BertkitError("parts: give the part directories to join (made with --num-shards/--shard-index)")
 
 
 @dataclass(kw_only=True)

@@ -1,10 +1,7 @@
 """Records from users' files: JSON lines, CSV/TSV with a header row, or plain text (one item per line).
 
-Every record comes with its 1-based line number, so an error names ``file:line``. The format is
-``--input-format``'s, or (``auto``) the suffix's; a suffix naming none is an error, not a guess. A blank line
-is an error except at the end of a file (a skipped input would shift every later output). Files are read line
-by line: a line over ``max_line_bytes`` (a CSV record counts as one), a NUL byte or bytes that are not UTF-8
-stop the read naming the file and line.
+Every record comes with its 1-based line number, so an error names ``file:line``. The formats and what is
+refused (blank lines, NUL bytes, over-long lines, bytes that are not UTF-8): docs/inference.md, "Your own files".
 """
 
 from __future__ import annotations

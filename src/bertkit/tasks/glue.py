@@ -17,8 +17,7 @@ google-research/bert `run_classifier.py` and Hugging Face's `glue_processors`:
     AX      (diagnostic, test only) header; index, sentence1, sentence2; scored with an MNLI model
 
 Files are UTF-8 with no quoting (a literal ``"`` is text): rows are split on tab only. Matched and mismatched
-MNLI are two entries ("mnli", "mnli-mm") sharing the training file, as in Hugging Face's processors. Features
-are not padded (`collate` pads each batch to its longest).
+MNLI are two entries ("mnli", "mnli-mm") sharing the training file, as in Hugging Face's processors.
 """
 
 from __future__ import annotations
