@@ -10,11 +10,7 @@ One node, 4 processes (copy-paste; add your data and settings)::
     torchrun --standalone --nproc_per_node 4 -m bertkit pretrain --data runs/data128 --vocab runs/vocab \\
         --output-dir runs/pretrain --max-steps 10000 --batch-size 256
 
-Two nodes of 8 GPUs each (run the same line on both; HOST is node 0's address)::
-
-    torchrun --nnodes 2 --nproc_per_node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id bert1 \\
-        -m bertkit pretrain --data /shared/data128 --vocab /shared/vocab --output-dir /shared/runs/p \\
-        --max-steps 100000 --batch-size 4096 --bf16
+Several nodes: docs/distributed.md.
 """
 
 from __future__ import annotations
