@@ -347,7 +347,7 @@ def test_only_health_is_open_however_the_path_is_spelt(app, path):
     (["--api-key", " k"], "the API key from --api-key is not printable ASCII without spaces"),
     (["--port", "70000"], "port must be in [0, 65535], got 70000"),
     (["--max-wait-ms", "nan"], "max_wait_ms must be in [0, 10000], got nan"),
-    (["--graceful-shutdown-s", "inf"], "graceful_shutdown_s must be a finite number >= 0, got inf"),
+    (["--graceful-shutdown-s", "inf"], "graceful_shutdown_s must be a finite non-negative number, got inf"),
 ])
 def test_serve_settings_that_would_open_or_mislabel_the_server_are_refused(ckpts, monkeypatch, capsys, flags, said):
     import bertkit.inference.serve as serve_module

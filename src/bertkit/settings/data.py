@@ -13,9 +13,10 @@ from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
     OverwriteSettings,
     ProgressSettings,
-    _at_least_one,
-    coerce_paths,
+    Settings,
+    at_least_one,
     flag,
+    nonempty,
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -27,26 +28,20 @@ from bertkit.settings.fields import (
 class TokenizerSettings(OverwriteSettings, ProgressSettings):
     """Learn a WordPiece vocabulary (the algorithm of tokenizers' WordPieceTrainer)."""
 
-    files: list[Path] = flag(positional=True)
+    files: list[Path] = flag(positional=True, check=nonempty)
     """Raw text files."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for vocab.txt and tokenizer_config.json."""
-    vocab_size: int = 30522
+    vocab_size: int = flag(30522, check=at_least_one)
     """Entries in the vocabulary, special tokens included (BERT's is 30,522)."""
-    min_frequency: int = 2
+    min_frequency: int = flag(2, check=at_least_one)
     """Stop merging when the best pair occurs fewer times than this."""
     cased: bool = False
     """Keep case and accents (default: lower-case and strip accents, as uncased BERT)."""
     errors: Literal["strict", "replace"] = "strict"
     """Non-UTF-8 bytes: stop naming file and line (strict), or replace them with U+FFFD."""
-    num_workers: int = flag(2, aliases=("--workers",))
+    num_workers: int = flag(2, aliases=("--workers",), check=at_least_one)
     """Processes counting words."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        if not self.files:
-            raise BertkitError("files: give at least one text file to learn the vocabulary from")
-        _at_least_one(self, "vocab_size", "min_frequency", "num_workers")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,13 +49,13 @@ class CreateDataSettings(PretrainingConfig):
     """Documents -> masked-LM + next-sentence instances, sharded and memory-mapped. The fields inherited from
     PretrainingConfig decide the output bytes (they are stored in the manifest); these decide how to run."""
 
-    files: list[Path] = flag(positional=True)
+    files: list[Path] = flag(positional=True, check=nonempty)
     """Text files: one sentence per line with blank lines between documents (google's format), or prose."""
     vocab: Path
     """The tokenizer: its directory (vocab.txt + tokenizer_config.json) or its vocab.txt."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the shards and manifest.json."""
-    num_workers: int = flag(2, aliases=("--workers",))
+    num_workers: int = flag(2, aliases=("--workers",), check=at_least_one)
     """Processes creating instances."""
     num_shards: int | None = None
     """Split the work into K parts for K processes or machines (each gets every K-th unit of work); this run
@@ -76,9 +71,7 @@ class CreateDataSettings(PretrainingConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.files:
-            raise BertkitError("files: give at least one text file to make instances from")
-        _at_least_one(self, "num_workers")
+        Settings.__post_init__(self)  # a frozen dataclass cannot inherit Settings; its checks all the same
         # Under torchrun the command line fills both in (bertkit.cli, one part per process): settings read no
         # environment.
         shards, index = self.num_shards, self.shard_index
@@ -97,15 +90,10 @@ class MergeDataSettings(OverwriteSettings):
     for byte what one run over the whole corpus writes. The parts are left in place (shards are hard-linked
     where the filesystem allows, else copied)."""
 
-    parts: list[Path] = flag(positional=True)
+    parts: list[Path] = flag(positional=True, check=nonempty)
     """The K part directories (any order)."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the joined shards and manifest.json."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        if not self.parts:
-            raise BertkitError("parts: give the part directories to join (made with --num-shards/--shard-index)")
 
 
 @dataclass(kw_only=True)
@@ -114,6 +102,3 @@ class DownloadSettings(OverwriteSettings):
 
     output_dir: Path = flag(positional=True)
     """Directory to unpack the checkpoint into."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)

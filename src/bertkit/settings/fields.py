@@ -1,9 +1,8 @@
-"""Validation helpers and the field groups several commands share, each declared once.
+"""The one field helper, the one validation every settings class runs, and the field groups several commands share.
 
-``flag`` is the one field helper: extra flag spellings, a positional argument, a parser of its own.
-``coerce_paths`` makes every field typed ``Path`` a Path, read from the type hints. The mixins
-(``OverwriteSettings``, ``ProgressSettings``, ``Int8Settings``) carry one field group each, so its help is
-written once.
+``flag`` declares a field's details (flag spellings, a parser, its ``check``); ``Settings`` checks every field when
+an object is built (each Path made a Path, each value of its declared type, then each field's ``check``). The
+mixins (``OverwriteSettings``, ``ProgressSettings``, ``Int8Settings``) carry one field group each.
 """
 
 from __future__ import annotations
@@ -222,9 +221,19 @@ def at_least_one(name: str, value: Any) -> None:
         raise BertkitError(f"{name} must be at least 1, got {value}")
 
 
+def nonempty(name: str, value: Any) -> None:
+    if not value:
+        raise BertkitError(f"{name}: give at least one")
+
+
 def share(name: str, value: Any) -> None:
     if value is not None and not 0 <= value < 1:
         raise BertkitError(f"{name} must be in [0, 1), got {value!r}")
+
+
+def strict_share(name: str, value: Any) -> None:
+    if value is not None and not 0 < value < 1:
+        raise BertkitError(f"{name} must be in (0, 1), got {value!r}")
 
 
 def step_interval(name: str, value: Any) -> None:
@@ -265,11 +274,23 @@ def parse_one_lr(text: str) -> float:
         raise BertkitError(f"{text!r} is not a number (e.g. 1e-4)") from None
 
 
-def _at_least_one(obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if value is not None and value < 1:
-            raise BertkitError(f"{name} must be at least 1, got {value}")
+def between(low: float, high: float) -> Callable[[str, Any], None]:
+    def check(name: str, value: Any) -> None:
+        if value is not None and not low <= value <= high:
+            raise BertkitError(f"{name} must be in [{low}, {high}], got {value!r}")
+
+    return check
+
+
+@dataclass(kw_only=True)
+class Settings:
+    """A command's settings: plain data, checked once when built (every Path field made a Path, every value of its
+    declared type, then each field's ``check``). A subclass with checks across fields adds them in its
+    ``__post_init__`` after ``super().__post_init__()``."""
+
+    def __post_init__(self) -> None:
+        coerce_paths(self)
+        check_fields(self)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -278,15 +299,16 @@ def _at_least_one(obj: Any, *names: str) -> None:
 
 
 @dataclass(kw_only=True)
-class OverwriteSettings:
-    """For commands that write an output directory: whether an earlier run's files there may be replaced."""
+class OverwriteSettings(Settings):
+    """For commands that write an output: whether an earlier run's output may be replaced."""
 
     overwrite: bool = flag(False, trainer=False, how_to_run=True)
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
+    """Replace what an earlier run wrote: an output file, or in an output directory only the files bertkit recorded
+    there."""
 
 
 @dataclass(kw_only=True)
-class ProgressSettings:
+class ProgressSettings(Settings):
     """For commands that show progress bars."""
 
     progress: bool = flag(True, trainer=False, how_to_run=True)
@@ -294,7 +316,7 @@ class ProgressSettings:
 
 
 @dataclass(kw_only=True)
-class Int8Settings:
+class Int8Settings(Settings):
     """For commands that apply a model: int8 inference on the CPU (docs/inference.md, section int8), and bf16, whose
     default depends on it."""
 
@@ -311,28 +333,24 @@ class Int8Settings:
     """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
     Default: 256 built-in English sentences."""
 
-    def check_int8(self) -> None:
-        """Refuse --calibration-file without --int8. Whether int8 can run on the device (the CPU, an x86 quantized
-        engine, bf16 instructions with an explicit --bf16) is ``bertkit._hardware.resolve_device``'s to say, when the command
-        runs."""
+    def __post_init__(self) -> None:
+        """Refuse --calibration-file without --int8 (whether int8 can run here is ``resolve_device``'s to say)."""
+        super().__post_init__()
         if self.calibration_file is not None and not self.int8:
             raise BertkitError(f"--calibration-file {self.calibration_file} calibrates int8 inference: add --int8 (with a "
                                "float checkpoint; a `bertkit quantize` directory was calibrated when it was written)")
 
 
 @dataclass(kw_only=True)
-class SquadWindowSettings:
+class SquadWindowSettings(Settings):
     """For the SQuAD commands (finetune and predict): how contexts are cut into windows and answers read off.
     (Each command sets its own ``max_seq_length``, the window length, over its base class's default.)"""
 
-    doc_stride: int = 128
+    doc_stride: int = flag(128, check=at_least_one)
     """Tokens between the starts of consecutive context windows."""
-    max_query_length: int = 64
+    max_query_length: int = flag(64, check=at_least_one)
     """Questions are cut to this many tokens."""
-    n_best_size: int = 20
+    n_best_size: int = flag(20, check=at_least_one)
     """Candidate starts and ends considered per window."""
-    max_answer_length: int = 30
+    max_answer_length: int = flag(30, check=at_least_one)
     """Longest answer, in tokens."""
-
-    def check_windows(self) -> None:
-        _at_least_one(self, "doc_stride", "max_query_length", "n_best_size", "max_answer_length")

@@ -22,10 +22,7 @@ from bertkit.settings.fields import (
     OverwriteSettings,
     ProgressSettings,
     SquadWindowSettings,
-    _at_least_one,
     at_least_one,
-    check_fields,
-    coerce_paths,
     default_lr,
     flag,
     in_seed_range,
@@ -36,6 +33,7 @@ from bertkit.settings.fields import (
     redefault,
     share,
     step_interval,
+    strict_share,
     zero_or_more,
 )
 from bertkit.tasks.files import MAX_LINE_BYTES
@@ -143,8 +141,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     equals an uninterrupted run's. A GLUE grid re-runs the (rate, seed) runs that had finished."""
 
     def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        check_fields(self)
+        super().__post_init__()
         if self.bf16 and self.fp16:
             raise BertkitError("bf16 and fp16 are both set; choose one autocast type")
         if self.eval_strategy is None:
@@ -295,9 +292,9 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """Training JSON. Default: train on most articles of --predict-file and score the held-out ones."""
     version: Literal["1.1", "2.0"] = "1.1"
     """2.0 adds unanswerable questions (the no-answer threshold is chosen on the predicted file)."""
-    max_seq_length: int = 384
+    max_seq_length: int = flag(384, check=at_least_one)
     """Tokens per window (question + context chunk)."""
-    heldout_fraction: float = 1 / 6
+    heldout_fraction: float = flag(1 / 6, check=strict_share)
     """Without --train-file: the share of articles held out for scoring."""
     split_seed: int = 0
     """Without --train-file: the seed of the article split."""
@@ -309,9 +306,6 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
             if getattr(self, name) is None:
                 setattr(self, name, value)
         super().__post_init__()
-        if not 0 < self.heldout_fraction < 1:
-            raise BertkitError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
-        self.check_windows()
 
 
 @redefault(num_train_epochs=3.0, batch_size=16)
@@ -340,7 +334,7 @@ class PretrainSettings(TrainingSettings):
     """Model shape: a preset (tiny, mini, small, medium, base, large), a config.json path, or a BertConfig."""
     phase2_data: Path | None = None
     """Longer instances (e.g. 512 tokens) for the last (1 - phase1_fraction) of the steps."""
-    phase1_fraction: float = 0.9
+    phase1_fraction: float = flag(0.9, check=strict_share)
     """Share of the steps spent on --data when --phase2-data is given."""
     init_from: Path | None = None
     """Continue pre-training from this checkpoint (Hugging Face layout, e.g. a released BERT for domain
@@ -373,8 +367,6 @@ class PretrainSettings(TrainingSettings):
         super().__post_init__()
         if self.max_steps < 1:
             raise BertkitError(f"max_steps must be at least 1, got {self.max_steps}")
-        if not 0 < self.phase1_fraction < 1:
-            raise BertkitError(f"phase1_fraction must be in (0, 1), got {self.phase1_fraction}")
 
 
 @dataclass(kw_only=True)
@@ -385,18 +377,19 @@ class DemoSettings(OverwriteSettings, ProgressSettings):
     """The example checkpoint (bertkit download-example-model DIR) for the similarity stage; omitted: skipped."""
     output_dir: Path = flag(Path("runs/demo"), aliases=("--out",))
     """Directory for everything the demo makes."""
-    steps: int = 2000
+    steps: int = flag(2000, check=at_least_one)
     """Pre-training steps (600 shows the mechanics; the fine-tuning stage gains from about 2,000)."""
     seed: int = 0
     """Seed of every stage."""
 
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        _at_least_one(self, "steps")
-
 
 STUDY_COMBINATIONS = ("embeddings", "second_to_last_hidden", "last_hidden", "weighted_sum_last_four",
                       "concat_last_four", "weighted_sum_all_layers")  # the rows of the paper's Table 7
+
+
+def _combination(name: str, value: str) -> None:
+    if value not in STUDY_COMBINATIONS:
+        raise BertkitError(f"unknown layer combination {value!r}; choose from {list(STUDY_COMBINATIONS)}")
 
 
 @dataclass(kw_only=True)
@@ -411,25 +404,25 @@ class StudySettings(OverwriteSettings, ProgressSettings):
     """Checkpoint whose frozen layers feed the tagger."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for report.json and the cached activations/."""
-    combinations: tuple[str, ...] = STUDY_COMBINATIONS
+    combinations: tuple[str, ...] = flag(STUDY_COMBINATIONS, check=_combination)
     """Comma list of layer combinations (the rows of Table 7)."""
-    lstm_hidden: int | None = None
+    lstm_hidden: int | None = flag(None, check=at_least_one)
     """BiLSTM width per direction. Default: hidden_size // 2."""
-    lstm_layers: int = 2
+    lstm_layers: int = flag(2, check=at_least_one)
     """BiLSTM layers."""
-    dropout: float = 0.25
+    dropout: float = flag(0.25, check=share)
     """Dropout on the BiLSTM's input and between its layers."""
-    num_train_epochs: int = flag(3, aliases=("--epochs",))
+    num_train_epochs: int = flag(3, aliases=("--epochs",), check=at_least_one)
     """Passes over the training sentences."""
-    batch_size: int = 32
+    batch_size: int = flag(32, check=at_least_one)
     """Sentences per batch."""
-    learning_rate: float = flag(1e-3, aliases=("--lr",), parse=parse_one_lr)
+    learning_rate: float = flag(1e-3, aliases=("--lr",), parse=parse_one_lr, check=positive)
     """Adam's learning rate for the tagger."""
-    max_seq_length: int = 128
+    max_seq_length: int = flag(128, check=at_least_one)
     """Tokens per sentence when extracting activations."""
-    extract_batch_size: int = 64
+    extract_batch_size: int = flag(64, check=at_least_one)
     """Sentences per batch when extracting activations."""
-    max_train_samples: int | None = None
+    max_train_samples: int | None = flag(None, check=at_least_one)
     """Train on the first N training sentences (reduced runs)."""
     tag_scheme: Literal["iob1", "iob2"] = "iob2"
     """The files' tagging scheme."""
@@ -437,16 +430,3 @@ class StudySettings(OverwriteSettings, ProgressSettings):
     """Seed of the tagger's weights and the data order."""
     device: str = "cpu"
     """cpu, cuda, ..."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        for name in self.combinations:
-            if name not in STUDY_COMBINATIONS:
-                raise BertkitError(f"unknown layer combination {name!r}; choose from {list(STUDY_COMBINATIONS)}")
-        for name in ("lstm_layers", "num_train_epochs", "batch_size", "learning_rate", "max_seq_length",
-                     "extract_batch_size"):
-            if getattr(self, name) <= 0:
-                raise BertkitError(f"{name} must be positive, got {getattr(self, name)}")
-        if not 0 <= self.dropout < 1:
-            raise BertkitError(f"dropout must be in [0, 1), got {self.dropout}")
-        _at_least_one(self, "lstm_hidden", "max_train_samples")
