@@ -60,7 +60,7 @@ def test_every_commands_help_renders():
 def test_every_settings_field_is_reachable_from_the_command_line(name, parser, cls):
     dests = {a.dest for a in parser._actions}
     for f in dataclasses.fields(cls):
-        if on_command_line(cls, f):
+        if on_command_line(f):
             assert f.name in dests, f"{name}: settings field {f.name} has no flag"
 
 
@@ -265,7 +265,7 @@ HIDDEN_FIELDS = {
 
 @pytest.mark.parametrize("name,parser,cls", ALL, ids=[c[0] for c in ALL])
 def test_only_known_fields_are_hidden_from_the_command_line(name, parser, cls):
-    hidden = {f.name for f in dataclasses.fields(cls) if not on_command_line(cls, f)}
+    hidden = {f.name for f in dataclasses.fields(cls) if not on_command_line(f)}
     assert hidden <= set(HIDDEN_FIELDS), f"{name}: {sorted(hidden - set(HIDDEN_FIELDS))} have no flag"
 
 

@@ -113,7 +113,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
 
     for f in sorted(dataclasses.fields(cls), key=order):
         meta = f.metadata
-        if not on_command_line(cls, f):
+        if not on_command_line(f):
             continue
         convert, choices, many = _converter(hints[f.name], meta.get("parse"))
         default = f.default if f.default is not dataclasses.MISSING else (
@@ -176,7 +176,7 @@ def build_settings(cls: type, args: argparse.Namespace) -> Any:
     values: dict[str, Any] = {}
     if "_config_file" in vars(args):
         values = read_settings_file(args._config_file)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if on_command_line(f)}
     # a file may name a setting as its flag does (model for --model, out for --out), as the command line can
     aliases = {a[2:].replace("-", "_"): f.name for f in fields.values() for a in f.metadata.get("aliases", ())
                if a.startswith("--") and a[2:].replace("-", "_") not in fields}
@@ -207,7 +207,7 @@ def build_settings(cls: type, args: argparse.Namespace) -> Any:
                                f"{_describe(hints[name])}{grid}")
         values[name] = value
     values.update(given)
-    missing = [_flag_name(n) for n, f in fields.items() if n not in values and on_command_line(cls, f)
+    missing = [_flag_name(n) for n, f in fields.items() if n not in values
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise BertkitError(f"missing required setting(s) {', '.join(missing)} (on the command line or in --config)")

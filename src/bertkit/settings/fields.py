@@ -77,11 +77,11 @@ def checkpoint_fields(settings: Any) -> tuple[str, ...]:
 
 
 def flag(default: Any = dataclasses.MISSING, *, aliases: tuple[str, ...] = (), positional: bool = False,
-         parse: Any = None, cli: bool | tuple[str, ...] = True, check: Callable[[str, Any], None] | None = None,
+         parse: Any = None, cli: bool = True, check: Callable[[str, Any], None] | None = None,
          hf: Any = dataclasses.MISSING, trainer: bool = True, checkpoint: bool = False,
          how_to_run: bool = False) -> Any:
     """A settings field with its details, declared once: extra flag spellings, a positional argument, a parser;
-    ``cli``: on the command line (or only for the commands whose settings' ``kind`` is listed); ``check(name,
+    ``cli`` False: not on the command line (nor in --config); ``check(name,
     value)``: its validation, run when the settings are built; for the training knobs, ``hf``: transformers'
     default where it differs (``bertkit.TrainingArguments`` takes it), ``trainer`` False: not a TrainingArguments
     argument, ``checkpoint``: a resumed checkpoint must share it, ``how_to_run``: a resumed run may change it."""
@@ -94,10 +94,9 @@ def flag(default: Any = dataclasses.MISSING, *, aliases: tuple[str, ...] = (), p
     return field(default=default, metadata=meta)
 
 
-def on_command_line(cls: type, f: dataclasses.Field) -> bool:
-    """Whether the field ``f`` of the settings class ``cls`` is a flag of its command."""
-    cli = f.metadata.get("cli", True)
-    return cli if isinstance(cli, bool) else getattr(cls, "kind", None) in cli
+def on_command_line(f: dataclasses.Field) -> bool:
+    """Whether the settings field ``f`` is a flag of its command (a field ``redefault`` hid is not)."""
+    return f.init and f.metadata.get("cli", True)
 
 
 def redefault(cls: type | None = None, /, *, hidden: tuple[str, ...] = (), **values: Any) -> Any:

@@ -42,7 +42,6 @@ from bertkit.tasks.files import MAX_LINE_BYTES
 # The training knobs: each declared once, for the command line and bertkit.TrainingArguments alike
 # -------------------------------------------------------------------------------------------------
 
-FINETUNE = ("finetune",)  # the commands (settings ``kind``) a knob is a flag of, when not every training command
 STRATEGIES = Literal["no", "steps", "epoch"]
 
 
@@ -53,14 +52,12 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     differs, transformers' default (``hf``), which ``bertkit.TrainingArguments`` takes. The loop reads this object
     (``bertkit.training.loop``), whichever front end built it."""
 
-    kind: ClassVar[str | None] = None  # which command family the flags are for: "pretrain" or "finetune"
-
     output_dir: Path = flag(aliases=("--out",), hf=None)
     """Directory for this run's model, metrics.jsonl, checkpoints and report."""
     learning_rate: float | None = flag(None, hf=5e-5, aliases=("--lr",), parse=parse_one_lr, check=positive,
                                        checkpoint=True)
     """Peak learning rate. Default: the paper's rate for the task on models 768 wide and up, 1e-4 below."""
-    num_train_epochs: float | None = flag(None, hf=3.0, aliases=("--epochs",), cli=FINETUNE, check=positive)
+    num_train_epochs: float | None = flag(None, hf=3.0, aliases=("--epochs",), check=positive)
     """Passes over the training data (fractions allowed). Default: the task's (the paper's) number."""
     max_steps: int = flag(-1, check=lambda name, v: at_least_one(name, None if v == -1 else v))
     """Optimiser steps in all; overrides num_train_epochs when given (-1: not given)."""
@@ -119,7 +116,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     skip_nonfinite: int = flag(0, check=zero_or_more)
     """Skip up to N optimiser steps whose loss or gradient is NaN or infinite (their batches are dropped and
     counted in metrics.jsonl). Default 0: the first one stops the run, naming the step and last checkpoint."""
-    max_train_samples: int | None = flag(None, trainer=False, cli=FINETUNE, check=at_least_one)
+    max_train_samples: int | None = flag(None, trainer=False, check=at_least_one)
     """Train on the first N training examples (quick runs). Default: all."""
     device: str = flag("auto", trainer=False, how_to_run=True)
     """Where to train: auto (CUDA when present, else cpu), cpu, cuda, cuda:1, ... Under torchrun, auto and
@@ -173,7 +170,6 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
 class FinetuneSettings(TrainingSettings):
     """Fine-tuning a pre-trained checkpoint on a task."""
 
-    kind: ClassVar[str] = "finetune"
     paper_learning_rate: ClassVar[float] = 2e-5
 
     model_name_or_path: Path = flag(aliases=("--model",))
@@ -319,12 +315,10 @@ class SwagSettings(FinetuneSettings):
 
 
 @redefault(max_steps=dataclasses.MISSING, learning_rate=1e-4, warmup_ratio=0.01, batch_size=32, logging_steps=10,
-           seed=42)
+           seed=42, hidden=("num_train_epochs", "max_train_samples"))  # pre-training runs --max-steps on its own data
 class PretrainSettings(TrainingSettings):
     """Masked LM + next-sentence pre-training (section 3.1, appendix A.2): Adam(W) at 1e-4, warm-up over
     1% of the steps (the paper's 10,000 of 1,000,000), optionally 90% of steps at 128 tokens then 512."""
-
-    kind: ClassVar[str] = "pretrain"
 
     data: Path
     """Instances from create-pretraining-data (phase 1, e.g. 128 tokens)."""
