@@ -1,8 +1,7 @@
 """``bertkit <command>``: the only place that parses flags.
 
-Every command is a settings dataclass (``bertkit.settings``) and a library call. The flags are
-derived from the dataclass by ``bertkit.cli_flags``: one field, one flag (``learning_rate`` ->
-``--learning-rate``), help from the field's docstring; ``--config FILE`` holds the same fields. Each command prints its result as one JSON object on stdout, so scripts can read it.
+Every command is a settings dataclass (``bertkit.settings``), whose fields ``bertkit.cli_flags`` makes its flags, and
+a library call. Each command prints its result as one JSON object on stdout, so scripts can read it.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from bertkit import __version__
 from bertkit import settings as st
 from bertkit.cli_flags import add_settings_flags, build_settings, normalize_argv
 from bertkit.errors import BertkitError
+from bertkit.settings.fields import path_fields
 
 
 @dataclass(frozen=True)
@@ -245,9 +245,8 @@ FAMILY_HELP = {"finetune": "fine-tune a pre-trained BERT on a task (paper sectio
 
 
 class _Parser(argparse.ArgumentParser):
-    """A command's parser: its epilog may be a function, called only when the help is shown (``bertkit serve``'s
-    lists the server's routes, which takes importing the server). A flag must be spelled out: with argparse's
-    prefix matching, ``--input FILE`` (another command's flag) was read as ``--input-format``."""
+    """A command's parser: its epilog may be a function, called only when the help is shown (serve's imports the
+    server). No prefix matching: ``--input FILE``, another command's flag, would be read as ``--input-format``."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
@@ -279,9 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _claim(name: str, s: Any):
-    """Lock and mark the command's output directory (bertkit.outputs): refused if it holds anything but an
-    earlier run bertkit may replace (--overwrite) or continue (--resume). The lock is held until the process
-    exits, so a second command is refused while the first's process (or its torchrun job's rank 0) lives."""
+    """Lock and mark the command's output directory (bertkit.outputs) until the process exits: refused if it holds
+    anything but an earlier run bertkit may replace (--overwrite) or continue (--resume)."""
     from bertkit.outputs import output_dir, refuse_existing_file
 
     paths, inputs = _paths(s)
@@ -296,18 +294,17 @@ def _claim(name: str, s: Any):
 
 
 def _paths(s: Any) -> tuple[list[str], dict[str, Any]]:
-    """The settings that are paths (they compare by where they lead, not as typed: --resume may run from another
-    working directory), and of them the command's inputs: every one but the output, never written into or cleared."""
-    paths = [f.name for f in dataclasses.fields(s) if _is_path(getattr(s, f.name))]
+    """The settings that are paths (compared by where they lead: --resume may run from another working directory),
+    and of them the command's inputs: every one but the output, never written into or cleared."""
+    paths = [name for name in path_fields(type(s)) if getattr(s, name)]
     return paths, {k: getattr(s, k) for k in paths if k not in ("output_dir", "output_file")}
 
 
 @contextlib.contextmanager
 def _lock_early(name: str, s: Any):
     """The output directory locked from the start, before torch is imported and the device resolved (seconds on a
-    busy machine): a second command started while this one runs is refused, however late it would claim. On rank 0
-    only for the commands that split over torchrun's processes (RANK read here: training.distributed imports
-    torch); ``_claim`` takes the lock over, and a command that fails before then leaves nothing behind."""
+    busy machine), so that a second command is refused however late it would claim; under torchrun on rank 0 only
+    (RANK read here: training.distributed imports torch). ``_claim`` takes the lock over."""
     if getattr(s, "output_dir", None) is None or hasattr(s, "output_file") or (
             hasattr(s, "ddp_timeout") and os.environ.get("RANK", "0") not in ("", "0")):
         yield
@@ -321,15 +318,10 @@ def _lock_early(name: str, s: Any):
         release_unclaimed(s.output_dir)
 
 
-def _is_path(value: Any) -> bool:
-    return isinstance(value, Path) or (isinstance(value, (list, tuple)) and bool(value)
-                                       and all(isinstance(v, Path) for v in value))
-
-
 @contextlib.contextmanager
 def _launch(name: str, s: Any):
-    """Run a command in one process, or in torchrun's process group for the commands that split over
-    processes (their settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
+    """Run a command in one process, or in torchrun's process group for the commands that split over processes
+    (their settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
     Yields whether this process is rank 0 (the one that reports)."""
     from bertkit.training.distributed import agree, info_from_env, process_group
 

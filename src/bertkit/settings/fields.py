@@ -25,9 +25,8 @@ from bertkit.errors import BertkitError
 
 
 def coerce_paths(settings: Any) -> None:
-    """Every field typed ``Path``, ``Path | None`` or ``list[Path]`` made a Path, whatever the caller passed (a str
-    from Python or from --config JSON): one place, read from the type hints, instead of a line per field."""
-    for name, kind in _path_fields(type(settings)).items():
+    """Every field typed ``Path``, ``Path | None`` or ``list[Path]`` made a Path (a str from Python or JSON)."""
+    for name, kind in path_fields(type(settings)).items():
         value = getattr(settings, name)
         if value is None:
             continue
@@ -36,7 +35,7 @@ def coerce_paths(settings: Any) -> None:
 
 
 @functools.cache
-def _path_fields(cls: type) -> dict[str, str]:
+def path_fields(cls: type) -> dict[str, str]:
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
@@ -57,11 +56,9 @@ SMALL_MODEL_LR = 1e-4  # the rate the miniatures most often selected
 
 
 def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """What a resumed run must share with the run it continues, as JSON values (paths as typed): ``fields`` of
-    ``settings``, by default every field but those declared ``how_to_run`` (they change how a run is carried out,
-    not its results: a --resume may change them, e.g. more processes, another --ddp-timeout, FSDP instead of DDP).
-    The one fingerprint of both resume checks: the output directory's marker (``bertkit.outputs``) and the training
-    checkpoint (the fields declared ``checkpoint``, ``checkpoint_fields``)."""
+    """What a resumed run must share with the run it continues, as JSON values: ``fields``, by default every field
+    but those declared ``how_to_run`` (a --resume may change how a run is carried out, not its results). The one
+    fingerprint of the output directory's marker and of the training checkpoint (``checkpoint_fields``)."""
     if fields is None:
         fields = tuple(f.name for f in dataclasses.fields(settings) if not f.metadata.get("how_to_run"))
     values = {name: str(v) if isinstance(v := getattr(settings, name), Path) else v for name in fields}
@@ -69,10 +66,8 @@ def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> 
 
 
 def checkpoint_fields(settings: Any) -> tuple[str, ...]:
-    """The training fields a checkpoint's optimiser state and schedule depend on (declared ``checkpoint``): what the
-    loop checks on resume, beside what its caller adds (the model, data and step counts). Fewer than the output
-    directory's marker compares: the loop also runs each (rate, seed) of a GLUE grid in a directory of its own, and
-    the Trainer, whose output_dir, cadence and epochs differ from run to run or are checked by the caller."""
+    """The training fields a checkpoint's optimiser state and schedule depend on (declared ``checkpoint``): fewer
+    than the marker compares, as a GLUE grid's runs and the Trainer's differ in output_dir, cadence and epochs."""
     return tuple(f.name for f in dataclasses.fields(settings) if f.metadata.get("checkpoint"))
 
 
@@ -133,8 +128,8 @@ def _annotation(hint: Any, default: Any) -> Any:
 
 
 def check_fields(settings: Any) -> None:
-    """Each field holds a value of its declared type (``learning_rate="1e-4"`` or ``seed=2.5`` named here, not met
-    later deep in the optimiser), then passes its own ``check``: the first value refused is the one named."""
+    """Each field holds a value of its declared type (``seed=2.5`` is named here, not met deep in the loop), then
+    passes its own ``check``."""
     hints = typing.get_type_hints(type(settings))
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
@@ -316,18 +311,14 @@ class ProgressSettings(Settings):
 
 @dataclass(kw_only=True)
 class Int8Settings(Settings):
-    """For commands that apply a model: int8 inference on the CPU (docs/inference.md, section int8), and bf16, whose
-    default depends on it."""
+    """For commands that apply a model: int8 inference on the CPU, and bf16, whose default depends on it."""
 
     int8: bool | None = None
-    """Run the encoder's projections in int8 on the CPU (SmoothQuant-smoothed dynamic int8, docs/inference.md
-    section int8): outputs close to fp32's, not equal; not on a GPU. On CPUs with AVX512-BF16 or AMX what stays float
-    runs in bf16, as OpenVINO's int8 does (faster, as close to fp32); --no-bf16 runs it in fp32. Default: int8 for a
-    `bertkit quantize` directory (which runs in nothing else: --no-int8 is refused there), fp32 otherwise."""
+    """Run the encoder's projections in int8 on the CPU (docs/inference.md, section int8): outputs close to fp32's,
+    not equal. Default: int8 for a `bertkit quantize` directory (which runs in nothing else), fp32 otherwise."""
     bf16: bool | None = None
-    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs); --no-bf16 keeps fp32. Default: on for int8
-    (--int8, or an int8 directory) on CPUs with bf16 instructions (what int8 leaves float runs in bf16, as OpenVINO's
-    int8 does), off otherwise."""
+    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs). Default: on for int8 on CPUs with bf16
+    instructions (what int8 leaves float runs in bf16), off otherwise."""
     calibration_file: Path | None = None
     """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
     Default: 256 built-in English sentences."""

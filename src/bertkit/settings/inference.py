@@ -27,8 +27,7 @@ from bertkit.tasks.files import MAX_LINE_BYTES
 @dataclass(kw_only=True)
 class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
     """Shared by `predict glue|ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, written in the files
-    the finetune recipe writes (and scored when the file holds gold answers). --int8 applies to prediction only:
-    the finetune commands train, which an int8 model cannot (fine-tune in fp32, then predict with --int8)."""
+    the finetune recipe writes (and scored when the file holds gold answers)."""
 
     model_name_or_path: Path = flag(aliases=("--model",))
     """A fine-tuned checkpoint (e.g. OUTPUT_DIR/model or OUTPUT_DIR/best of a `bertkit finetune` run)."""
@@ -234,8 +233,7 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
 
 @dataclass(kw_only=True)
 class RequestLimits(Settings):
-    """What one request to ``bertkit serve`` may be and cost, checked together (the server's ``serve_wire.Limits``
-    is this with its refusals)."""
+    """What one request to ``bertkit serve`` may be and cost (the server's ``serve_wire.Limits``)."""
 
     max_items: int = flag(64, check=at_least_one)
     """Inputs per request (more: 422)."""
@@ -244,16 +242,13 @@ class RequestLimits(Settings):
     max_body_bytes: int = flag(1_000_000, check=at_least_one)
     """Request body size (more: 413)."""
     max_concurrent_requests: int = flag(64, check=at_least_one)
-    """Inputs admitted and not yet answered; a request that would go over gets 429 with Retry-After at once.
-    64 is ~8 s of MiniLM work on 2 cores at 300-word texts (docs/inference.md): size it as your model's
-    inputs/s times the longest wait you accept."""
+    """Inputs admitted and not yet answered; a request that would go over gets 429 with Retry-After at once (size it
+    as your model's inputs/s times the longest wait you accept: docs/inference.md, Limits)."""
     max_json_depth: int = flag(16, check=at_least_one)
     """Nesting of lists and objects in a request body (deeper: 413, refused before the JSON is parsed)."""
     max_windows_per_request: int = flag(256, check=at_least_one)
-    """Model sequences one request may cost: question-answering windows (a long context with a small doc_stride
-    makes many), multiple-choice choices, fill-mask [MASK] tokens, one per input otherwise (more: 422). One model
-    call carries at most this many too. 256 windows of 512 tokens are about two minutes of MiniLM on a loaded
-    2-core machine (docs/inference.md, Limits): lower it where requests must be short."""
+    """Model sequences one request may cost: question-answering windows, multiple-choice choices, fill-mask [MASK]
+    tokens, one per input otherwise (more: 422); one model call carries at most this many too."""
     max_top_k: int = flag(100, check=at_least_one)
     """top_k of any task: candidates per [MASK] (fill-mask), answers per question, labels (more: 422)."""
     max_candidates: int = flag(1000, check=at_least_one)

@@ -1,12 +1,8 @@
 """Settings of the commands that train: ``pretrain``, ``finetune TASK``, ``feature-study`` and ``demo``.
 
-``TrainingSettings`` holds what every training command shares (the optimiser, the schedule, logging and
-checkpoints), named as in transformers' ``TrainingArguments`` / ``run_glue.py`` where the concept is the
-same (``learning_rate``, ``num_train_epochs``, ``gradient_accumulation_steps``, ``warmup_ratio``, ...).
-Each task adds its own fields beside them and overrides the defaults the paper gives for that task.
-
-Batch sizes are global: ``batch_size`` sequences make one optimiser step, whatever the number of
-processes and gradient-accumulation steps they are split into (the paper states global batches).
+``TrainingSettings`` holds what every training command shares; each task adds its own fields and the paper's
+defaults for it. Batch sizes are global, as the paper states them: ``batch_size`` sequences make one optimiser step,
+however many processes and gradient-accumulation steps they are split into.
 """
 
 from __future__ import annotations
@@ -47,10 +43,9 @@ STRATEGIES = Literal["no", "steps", "epoch"]
 
 @dataclass(kw_only=True)
 class TrainingSettings(OverwriteSettings, ProgressSettings):
-    """Every knob of the one training loop, each declared once: its name (transformers' where the concept is the
-    same), type, default, help (the docstring), check, the commands whose flag it is (``cli``) and, where it
-    differs, transformers' default (``hf``), which ``bertkit.TrainingArguments`` takes. The loop reads this object
-    (``bertkit.training.loop``), whichever front end built it."""
+    """Every knob of the one training loop, each declared once (transformers' name where the concept is the same,
+    and its default as ``hf`` where it differs, which ``bertkit.TrainingArguments`` takes). The loop reads this
+    object, whichever front end built it."""
 
     output_dir: Path = flag(aliases=("--out",), hf=None)
     """Directory for this run's model, metrics.jsonl, checkpoints and report."""
@@ -209,8 +204,7 @@ class SequenceClassificationSettings(FinetuneSettings):
     """Seed of each restart (a comma list runs one training per seed)."""
 
     def __post_init__(self) -> None:
-        # One value (Python, --config JSON) or a grid: a tuple from here on, as the flags give it (coerced
-        # while the object is built, as coerce_paths turns str into Path).
+        # One value (Python, --config JSON) or a grid: a tuple from here on, as the flags give it.
         lrs, seeds = self.learning_rate, self.seed
         lrs = (lrs,) if isinstance(lrs, (int, float)) else lrs
         self.learning_rate = tuple(lrs) if lrs is not None else None
@@ -225,8 +219,8 @@ class SequenceClassificationSettings(FinetuneSettings):
 
 @dataclass(kw_only=True)
 class GlueSettings(SequenceClassificationSettings):
-    """GLUE (section 4.1): batch 32, 3 epochs, max_seq_length 128. The paper picks the learning rate on dev
-    from 2e-5..5e-5 with several restarts; here one run by default, the grid with --learning-rate paper."""
+    """GLUE (section 4.1): batch 32, 3 epochs, max_seq_length 128; one run by default, the paper's grid of rates
+    and restarts with --learning-rate paper --seeds 1,2,3."""
 
     task: str
     """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
@@ -296,9 +290,7 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """Without --train-file: the seed of the article split."""
 
     def __post_init__(self) -> None:
-        if self.version not in SQUAD_PAPER:
-            raise BertkitError(f"version {self.version!r} must be '1.1' or '2.0'")
-        for name, value in SQUAD_PAPER[self.version].items():  # the paper's per-version defaults, then checked
+        for name, value in SQUAD_PAPER.get(self.version, {}).items():  # the paper's per-version defaults, then checked
             if getattr(self, name) is None:
                 setattr(self, name, value)
         super().__post_init__()
@@ -331,22 +323,16 @@ class PretrainSettings(TrainingSettings):
     phase1_fraction: float = flag(0.9, check=strict_share)
     """Share of the steps spent on --data when --phase2-data is given."""
     init_from: Path | None = None
-    """Continue pre-training from this checkpoint (Hugging Face layout, e.g. a released BERT for domain
-    adaptation) instead of random weights; its config.json replaces --config-name, and heads it lacks start
-    fresh (they are listed in the log)."""
+    """Continue pre-training from this checkpoint (e.g. a released BERT, for domain adaptation) instead of random
+    weights; its config.json replaces --config-name, and heads it lacks start fresh."""
     nsp: bool = True
-    """Train next-sentence prediction beside the masked LM; --no-nsp trains the masked LM alone (the model
-    is then a BertForMaskedLM, without pooler or NSP head)."""
+    """Train next-sentence prediction beside the masked LM; --no-nsp trains the masked LM alone (a BertForMaskedLM)."""
     mlm_bias_init: Literal["zeros", "unigram"] = "zeros"
-    """Initial masked-LM output bias: zeros (google-research/bert), or unigram: the log-frequency of the
-    training targets (counted on every 50th instance), so a new model starts at the prediction a reader of no
-    context makes instead of spending its first thousand steps learning token frequencies (with --init-from,
-    the checkpoint's bias is kept)."""
+    """Initial masked-LM output bias: zeros (google-research/bert), or unigram: the log-frequency of the training
+    targets, so a new model does not spend its first thousand steps learning token frequencies."""
     position_init: Literal["normal", "sinusoidal"] = "normal"
     """Initial position embeddings: normal (google-research/bert's truncated normal), or sinusoidal: the
-    Transformer's sine/cosine table (Vaswani et al. 2017) scaled to the word embeddings' size, which gives a
-    new model relative positions from the first step; the table stays a learned parameter (with
-    --init-from, the checkpoint's table is kept)."""
+    Transformer's sine/cosine table (Vaswani et al. 2017) scaled to the word embeddings, still learned."""
     eval_data: Path | None = None
     """Held-out instances for MLM and NSP accuracy."""
     eval_instances: int = flag(2000, check=at_least_one)
