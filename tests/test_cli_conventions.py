@@ -153,18 +153,6 @@ def test_settings_file_values_are_type_checked(tmp_path, capsys):
     assert (glue.learning_rate, glue.seed) == (st.PAPER_GRID, (1, 2))
 
 
-def test_a_settings_file_names_a_setting_as_its_flag_does(tmp_path, capsys):
-    """--model and --out are aliases of model_name_or_path and output_dir on the command line; a settings file
-    takes the same names (it said "unknown settings ['model']"), and refuses both names of one setting."""
-    cfg = tmp_path / "run.json"
-    cfg.write_text(json.dumps({"model": "m", "out": "o", "data_dir": "d"}))
-    s = _settings(["finetune", "ner", "--config", str(cfg)])
-    assert (s.model_name_or_path, s.output_dir, s.data_dir) == (Path("m"), Path("o"), Path("d"))
-    cfg.write_text(json.dumps({"model": "m", "model_name_or_path": "n", "out": "o", "data_dir": "d"}))
-    assert main(["finetune", "ner", "--config", str(cfg)]) == 2
-    assert f"--config {cfg}: model and model_name_or_path are the same setting; give it once" in capsys.readouterr().err
-
-
 @pytest.mark.parametrize("argv,message", [
     (["train-tokenizer", "a.txt", "--out", "o", "--vocab-size", "0"], "vocab_size must be at least 1, got 0"),
     (["train-tokenizer", "a.txt", "--out", "o", "--workers", "0"], "num_workers must be at least 1, got 0"),

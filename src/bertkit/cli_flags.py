@@ -177,14 +177,6 @@ def build_settings(cls: type, args: argparse.Namespace) -> Any:
     if "_config_file" in vars(args):
         values = read_settings_file(args._config_file)
     fields = {f.name: f for f in dataclasses.fields(cls) if on_command_line(f)}
-    # a file may name a setting as its flag does (model for --model, out for --out), as the command line can
-    aliases = {a[2:].replace("-", "_"): f.name for f in fields.values() for a in f.metadata.get("aliases", ())
-               if a.startswith("--") and a[2:].replace("-", "_") not in fields}
-    for alias in [k for k in values if k in aliases]:
-        if aliases[alias] in values:
-            raise BertkitError(f"--config {args._config_file}: {alias} and {aliases[alias]} are the same setting; "
-                               "give it once")
-        values[aliases[alias]] = values.pop(alias)
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise BertkitError(f"--config {args._config_file}: unknown settings {unknown}; known: {sorted(fields)}")

@@ -205,11 +205,6 @@ def non_negative(name: str, value: Any) -> None:
         raise BertkitError(f"{name} must be a finite non-negative number, got {value!r}")
 
 
-def zero_or_more(name: str, value: Any) -> None:
-    if value is not None and not value >= 0:
-        raise BertkitError(f"{name} must be >= 0, got {value!r}")
-
-
 def at_least_one(name: str, value: Any) -> None:
     if value is not None and value < 1:
         raise BertkitError(f"{name} must be at least 1, got {value}")
@@ -228,11 +223,6 @@ def share(name: str, value: Any) -> None:
 def strict_share(name: str, value: Any) -> None:
     if value is not None and not 0 < value < 1:
         raise BertkitError(f"{name} must be in (0, 1), got {value!r}")
-
-
-def step_interval(name: str, value: Any) -> None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise BertkitError(f"{name} must be > 0 (a step count, or below 1 a share of all steps), got {value!r}")
 
 
 def in_seed_range(name: str, value: Any) -> None:

@@ -28,9 +28,7 @@ from bertkit.settings.fields import (
     positive,
     redefault,
     share,
-    step_interval,
     strict_share,
-    zero_or_more,
 )
 from bertkit.tasks.files import MAX_LINE_BYTES
 
@@ -62,7 +60,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     """Micro-batches per optimiser step: each is batch_size / gradient_accumulation_steps sequences."""
     warmup_ratio: float | None = flag(0.1, hf=None, check=share, checkpoint=True)
     """Share of all optimiser steps over which the learning rate rises linearly from 0."""
-    warmup_steps: float | None = flag(None, hf=0, check=zero_or_more, checkpoint=True)
+    warmup_steps: float | None = flag(None, hf=0, check=non_negative, checkpoint=True)
     """Warm-up as a step count (below 1: a share of all steps, as transformers 5 reads it); when above 0 it
     overrides --warmup-ratio."""
     lr_scheduler_type: Literal["linear", "cosine", "constant_with_warmup"] = flag("linear", checkpoint=True)
@@ -93,22 +91,22 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     logging_strategy: STRATEGIES = "steps"
     """When to write a training record to metrics.jsonl: every --logging-steps steps, at each epoch's end, or
     only at the last step."""
-    logging_steps: float = flag(50, hf=500, check=step_interval)
+    logging_steps: float = flag(50, hf=500, check=positive)
     """Write a training record every N optimiser steps (below 1: a share of all steps)."""
     eval_strategy: STRATEGIES | None = flag(None, hf="no")
     """When to evaluate: every --eval-steps steps (or --logging-steps), at each epoch's end (and the run's), or
     never. Default: steps when --eval-steps is given, else epoch."""
-    eval_steps: float | None = flag(None, check=step_interval)
+    eval_steps: float | None = flag(None, check=positive)
     """With eval_strategy steps: evaluate every N optimiser steps (below 1: a share of all steps)."""
     save_strategy: STRATEGIES = "steps"
     """When to save a resumable checkpoint: every --save-steps steps, at each epoch's end, or never (also not at
     the end). A checkpoint is written at the end of the run unless no."""
-    save_steps: float | None = flag(None, hf=500, check=step_interval)
+    save_steps: float | None = flag(None, hf=500, check=positive)
     """Save a resumable checkpoint every N optimiser steps (below 1: a share of all steps). Default: at the end
     only."""
     save_total_limit: int | None = flag(2, hf=None, check=at_least_one)
     """Keep the newest N checkpoints (None: all)."""
-    skip_nonfinite: int = flag(0, check=zero_or_more)
+    skip_nonfinite: int = flag(0, check=non_negative)
     """Skip up to N optimiser steps whose loss or gradient is NaN or infinite (their batches are dropped and
     counted in metrics.jsonl). Default 0: the first one stops the run, naming the step and last checkpoint."""
     max_train_samples: int | None = flag(None, trainer=False, check=at_least_one)
@@ -121,7 +119,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     layer) instead of replicating the model (DDP). For models whose training state does not fit one device."""
     gradient_checkpointing: bool = flag(False, hf=None, how_to_run=True)
     """Recompute each encoder layer's activations in the backward pass: less memory, about a third more compute."""
-    dataloader_num_workers: int | None = flag(None, hf=0, check=zero_or_more, how_to_run=True)
+    dataloader_num_workers: int | None = flag(None, hf=0, check=non_negative, how_to_run=True)
     """Processes collating batches ahead of the step. Default: 2 on CUDA, 0 on the CPU (where workers would
     take cores from the step itself)."""
     ddp_timeout: float = flag(1800.0, hf=1800, check=positive, how_to_run=True)
