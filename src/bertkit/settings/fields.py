@@ -301,8 +301,11 @@ class ProgressSettings(Settings):
 
 @dataclass(kw_only=True)
 class Int8Settings(Settings):
-    """For commands that apply a model: int8 inference on the CPU, and bf16, whose default depends on it."""
+    """For commands that apply a model: where, and int8 inference on the CPU and bf16, whose default depends on it."""
 
+    device: str = "cpu"
+    """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8); under torchrun a bare cuda (or
+    auto) is each process's own GPU."""
     int8: bool | None = None
     """Run the encoder's projections in int8 on the CPU (docs/inference.md, section int8): outputs close to fp32's,
     not equal. Default: int8 for a `bertkit quantize` directory (which runs in nothing else), fp32 otherwise."""

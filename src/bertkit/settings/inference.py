@@ -39,8 +39,6 @@ class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
     """Sequences per batch."""
     max_predict_samples: int | None = flag(None, check=at_least_one)
     """Predict only the first N examples (sentences, questions)."""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
 
 
 @redefault(batch_size=128)
@@ -109,8 +107,6 @@ class ExtractSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     """Sequences per batch."""
     dtype: Literal["float32", "float16"] = "float32"
     """Value type in safetensors output."""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N or auto; under torchrun a bare cuda (or auto) is each process's own GPU."""
     ddp_timeout: float = flag(1800.0, check=positive)
     """Under torchrun: seconds a process waits for the others before the run stops with an error."""
 
@@ -222,8 +218,6 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     sentence-transformers directory's 1_Pooling says, else mean)."""
     raw_scores: bool = False
     """rerank: write the cross-encoder's logit (l1 - l0 for two labels) instead of its sigmoid."""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -297,8 +291,6 @@ class ServeSettings(RequestLimits, Int8Settings):
     every connection (requests still open then are cut off) and for the model call under way."""
     max_length: int | None = None
     """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     """uvicorn's log level."""
     served_model_name: str | None = None

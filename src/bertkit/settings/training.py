@@ -69,7 +69,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     weight_decay: float = flag(0.01, hf=0.0, check=non_negative, checkpoint=True)
     """Decoupled weight decay (not on biases and LayerNorm weights, as in the paper's code)."""
     optim: Literal["adamw", "lamb", "adamw_torch", "adamw_torch_fused"] = flag(
-        "adamw", hf="adamw_torch_fused", aliases=("--optimizer",), checkpoint=True)
+        "adamw", hf="adamw_torch_fused", checkpoint=True)
     """adamw (the paper's Adam with weight decay; transformers' adamw_torch and adamw_torch_fused are the same
     torch.optim.AdamW) or lamb (large-batch pre-training, You et al. 2019)."""
     adam_beta1: float = flag(0.9, check=share, checkpoint=True)
