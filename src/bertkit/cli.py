@@ -19,13 +19,16 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertkit import __version__
 from bertkit import settings as st
 from bertkit.cli_flags import add_settings_flags, build_settings, normalize_argv
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import path_fields
+
+if TYPE_CHECKING:
+    from bertkit.training.distributed import DistInfo
 
 
 @dataclass(frozen=True)
@@ -301,12 +304,11 @@ def _paths(s: Any) -> tuple[list[str], dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def _lock_early(name: str, s: Any):
-    """The output directory locked from the start, before torch is imported and the device resolved (seconds on a
-    busy machine), so that a second command is refused however late it would claim; under torchrun on rank 0 only
-    (RANK read here: training.distributed imports torch). ``_claim`` takes the lock over."""
+def _lock_early(name: str, s: Any, info: DistInfo):
+    """The output directory locked before the device is resolved (seconds on a busy machine), so that a second
+    command is refused however late it would claim; under torchrun on rank 0 only. ``_claim`` takes the lock over."""
     if getattr(s, "output_dir", None) is None or hasattr(s, "output_file") or (
-            hasattr(s, "ddp_timeout") and os.environ.get("RANK", "0") not in ("", "0")):
+            hasattr(s, "ddp_timeout") and not info.is_main):
         yield
         return
     from bertkit.outputs import lock_output_dir, release_unclaimed
@@ -319,14 +321,14 @@ def _lock_early(name: str, s: Any):
 
 
 @contextlib.contextmanager
-def _launch(name: str, s: Any):
+def _launch(name: str, s: Any, info: DistInfo):
     """Run a command in one process, or in torchrun's process group for the commands that split over processes
     (their settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
     Yields whether this process is rank 0 (the one that reports)."""
-    from bertkit.training.distributed import agree, info_from_env, process_group
+    from bertkit.training.distributed import agree, process_group
 
     if not hasattr(s, "ddp_timeout"):
-        if info_from_env().enabled and not hasattr(s, "num_shards"):  # create-pretraining-data splits by rank
+        if info.enabled and not hasattr(s, "num_shards"):  # create-pretraining-data splits by rank
             raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
                                "pretrain, finetune, extract-features and create-pretraining-data over several "
                                "processes)")
@@ -357,29 +359,23 @@ def _refuse_fp32_of_an_int8_directory(s: Any) -> Any:
     return s
 
 
-def _resolve_device(s: Any) -> Any:
+def _resolve_device(s: Any, info: DistInfo) -> Any:
     """The settings with their device resolved (``bertkit._hardware.resolve_device``), before any data is read or
     the output directory claimed: a device, or an int8 request, that cannot run here is refused first."""
     if not hasattr(s, "device"):
         return s
     from bertkit._hardware import resolve_device
-    from bertkit.training.distributed import info_from_env
 
-    device = resolve_device(s.device, info_from_env().local_rank, int8=getattr(s, "int8", False),
+    device = resolve_device(s.device, info.local_rank, int8=getattr(s, "int8", False),
                             bf16=getattr(s, "bf16", False))
     return dataclasses.replace(s, device=device)
 
 
-def _part_per_process(s: Any) -> Any:
+def _part_per_process(s: Any, info: DistInfo) -> Any:
     """create-pretraining-data under torchrun without --num-shards/--shard-index: one part per process (K =
     WORLD_SIZE, part RANK) written to OUTPUT_DIR.part-RANK-of-K. Decided before the output directory is
     claimed, so that each process claims its own part."""
-    if not hasattr(s, "num_shards") or s.num_shards is not None or s.shard_index is not None:
-        return s
-    from bertkit.training.distributed import info_from_env
-
-    info = info_from_env()
-    if not info.enabled:
+    if not hasattr(s, "num_shards") or s.num_shards is not None or s.shard_index is not None or not info.enabled:
         return s
     shards, index = info.world_size, info.rank
     out = Path(s.output_dir)
@@ -394,14 +390,18 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     name = f"{args.command} {args.family}" if "family" in vars(args) else args.command
     try:
-        s = _part_per_process(build_settings(COMMANDS[name].settings, args))
-        with _lock_early(name, s):
-            s = _resolve_device(_refuse_fp32_of_an_int8_directory(s))
+        s = build_settings(COMMANDS[name].settings, args)
+        from bertkit.training.distributed import info_from_env
+
+        info = info_from_env()  # where this process stands under torchrun, read once
+        s = _part_per_process(s, info)
+        with _lock_early(name, s, info):
+            s = _resolve_device(_refuse_fp32_of_an_int8_directory(s), info)
             if getattr(s, "torch_compile", False):  # before any data is read or featurised
                 from bertkit.modeling import require_compiler
 
                 require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
-            with _launch(name, s) as is_main:
+            with _launch(name, s, info) as is_main:
                 result = COMMANDS[name](s)
         if not is_main:  # under torchrun, rank 0 reports
             result = None
