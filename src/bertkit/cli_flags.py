@@ -1,9 +1,7 @@
 """Command-line flags derived from settings dataclasses: one field, one flag.
 
-``learning_rate`` -> ``--learning-rate`` (underscores accepted too), help from the field's docstring, the
-default shown, choices from ``Literal`` types, values checked against the field's type with the field named
-in the error. ``--config FILE`` (JSON) holds the same fields; flags given on the command line win. ``bertkit.cli`` declares the commands; this module only turns classes into parsers
-and parsed flags back into settings objects.
+``learning_rate`` -> ``--learning-rate`` (underscores accepted too), help from the field's docstring, the default
+shown, choices from ``Literal`` types. ``--config FILE`` (JSON) holds the same fields; flags on the command line win.
 """
 
 from __future__ import annotations

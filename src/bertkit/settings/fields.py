@@ -84,8 +84,6 @@ def flag(default: Any = dataclasses.MISSING, *, aliases: tuple[str, ...] = (), p
             "trainer": trainer, "checkpoint": checkpoint, "how_to_run": how_to_run}
     if hf is not dataclasses.MISSING:
         meta["hf"] = hf
-    if isinstance(default, (list, dict, set)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -178,8 +176,6 @@ def _accepts(kind: Any, value: Any) -> bool:
         return any(_accepts(k, value) for k in args)
     if origin in (list, tuple):
         return isinstance(value, (list, tuple)) and all(_accepts(args[0], v) for v in value)
-    if origin is dict:
-        return isinstance(value, dict)
     raise AssertionError(f"no check for the annotation {kind!r}")
 
 

@@ -5,12 +5,10 @@ for transformers runs as it is. Any other transformers field is refused by name 
 at transformers' own default (then it changes nothing); a name neither library knows is refused with the nearest
 known names. Nothing is silently ignored.
 
-The fields the training loop reads are not declared here: ``TrainingArguments`` is ``TrainingSettings`` (each
-knob declared once, for the command line too) at transformers' defaults, plus the fields only the Trainer reads.
-bertkit adds choices transformers lacks: ``warmup_ratio`` (transformers 4's name; v5 reads ``warmup_steps`` < 1
-as a ratio, which works here too), ``optim="lamb"``, ``skip_nonfinite`` and
-``train_sampling_strategy="group_by_length"``, bertkit's length-grouped order (batches of similar length,
-shuffled; less padding, so faster), not transformers' ``LengthGroupedSampler``.
+``TrainingArguments`` is ``TrainingSettings`` (each knob declared once, for the command line too) at transformers'
+defaults, plus the fields only the Trainer reads. bertkit adds ``warmup_ratio`` (transformers 4's name),
+``optim="lamb"``, ``skip_nonfinite`` and ``train_sampling_strategy="group_by_length"`` (bertkit's length-grouped
+order, not transformers' ``LengthGroupedSampler``).
 """
 
 from __future__ import annotations
