@@ -3,8 +3,7 @@ body size, on 127.0.0.1 only. Bounded: one request per kind (plus a warm-up), ea
 stopped after its kind (SIGTERM, then SIGKILL after 60 s), each request at most ``--client-timeout`` s.
 
 Kinds: the largest request each limit admits (question-answering at max_windows_per_request windows,
-fill-mask at max_candidates candidates, multiple-choice at max_windows_per_request choices, text-classification
-at max_items texts near max_body_bytes) and the attacks the limits refuse (a 330 KB question-answering body at
+fill-mask at max_candidates candidates, text-classification at max_items texts near max_body_bytes) and the attacks the limits refuse (a 330 KB question-answering body at
 doc_stride 1, fill-mask top_k 100,000 on 20 masks, a body nested 500,000 lists deep). MiniLM's encoder with a
 seeded random head per task; the server's peak RSS is read from /proc (VmHWM, reset before the request).
 
@@ -71,11 +70,6 @@ def kinds() -> list[tuple[str, str, str, bytes]]:
                      "parameters": {"top_k": 5}}).encode()),
         ("fill-mask attack: top_k 100,000 on 20 masks (refused)", "BertForMaskedLM", "fill-mask",
          json.dumps({"inputs": " ".join(["[MASK]"] * 20), "parameters": {"top_k": 100_000}}).encode()),
-        ("multiple-choice: 8 contexts x 32 choices (256 sequences of ~400 tokens)", "BertForMultipleChoice",
-         "multiple-choice", json.dumps({"inputs": [{"context": text(380, c), "choices": [text(10, s) for s in range(32)]}
-                                                   for c in range(8)]}).encode()),
-        ("multiple-choice attack: 1 context x 256 choices (refused)", "BertForMultipleChoice", "multiple-choice",
-         json.dumps({"inputs": {"context": text(380), "choices": [text(10, s) for s in range(256)]}}).encode()),
         ("text-classification: 64 texts of 2,500 words (~1 MB body)", "BertForSequenceClassification",
          "text-classification", json.dumps({"inputs": [text(2500, s)[:15_000] for s in range(64)]}).encode()),
         ("nesting attack: 499,000 lists deep (refused)", "BertForSequenceClassification", "text-classification",
@@ -106,8 +100,7 @@ def main() -> None:
                          port, args.threads)
             try:
                 url = f"http://127.0.0.1:{port}/predict"
-                warm = {"question-answering": {"question": "q", "context": "c"}, "fill-mask": "a [MASK] .",
-                        "multiple-choice": {"context": "c", "choices": ["a", "b"]}}.get(task, "warm")
+                warm = {"question-answering": {"question": "q", "context": "c"}, "fill-mask": "a [MASK] ."}.get(task, "warm")
                 httpx.post(url, json={"inputs": warm}, timeout=60).raise_for_status()
                 Path(f"/proc/{proc.pid}/clear_refs").write_text("5")  # resets VmHWM, the peak RSS
                 before = rss_mb(proc.pid, "VmRSS")

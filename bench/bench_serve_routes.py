@@ -1,5 +1,5 @@
 """The same embeddings through each route of ``bertkit serve``: TEI's /embed, OpenAI's /v1/embeddings as floats
-and as base64, with an API key and /metrics counting. What does each wire format cost over the model call?
+and as base64, with an API key. What does each wire format cost over the model call?
 
 One ``bertkit serve`` process (MiniLM, sentence-embedding, ``BERTKIT_API_KEY`` set) gets, per route, the same
 ``--requests`` SST-2 dev sentences (one per request) from ``--concurrency`` clients at once; every answer is

@@ -76,7 +76,7 @@ def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, uninter
     """Two SIGKILLs, each inside a checkpoint write (a half-written state.pt; after resuming, a checkpoint
     renamed into place before the old ones are pruned), then --resume: the uninterrupted run's losses and
     weights, bit for bit."""
-    from bertkit.training.checkpoint import checkpoint_dirs
+    from bertkit.training.checkpoint import STEP_LAYOUT
     from killing import child_env, launch_paused, run_here, torn_checkpoint_left
 
     env = child_env()
@@ -86,7 +86,7 @@ def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, uninter
         assert launch_paused(_pretrain_args(tiny_setup, killed, *extra)[3:], where, nth, tmp_path / "stop", env)
         assert torn_checkpoint_left(killed) == (where == "state")
         if where == "renamed":  # killed before pruning: one checkpoint more than --save-total-limit 2
-            assert [p.name for p in checkpoint_dirs(killed)] == ["step-00000010", "step-00000020", "step-00000030"]
+            assert [p.name for p in STEP_LAYOUT.dirs(killed)] == ["step-00000010", "step-00000020", "step-00000030"]
     assert run_here(_pretrain_args(tiny_setup, killed, "--resume")[3:]) == 0
     assert _losses(killed) == _losses(full)
     assert (full / "final" / "model.safetensors").read_bytes() == (killed / "final" / "model.safetensors").read_bytes()

@@ -122,7 +122,7 @@ def test_token_ids_are_embedded_as_sent_and_equal_the_texts_embeddings(embedder)
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0)
     answer = client.embeddings.create(model="m", input=ids, encoding_format="float")
     np.testing.assert_allclose(np.asarray([d.embedding for d in answer.data]), np.asarray(pipe(TEXTS[:2])), atol=1e-5)
-    one = httpx.post(f"{url}/embeddings", headers=AUTH, json={"input": ids[0]}).json()  # /embeddings: the same route
+    one = httpx.post(f"{url}/v1/embeddings", headers=AUTH, json={"input": ids[0]}).json()
     np.testing.assert_allclose(one["data"][0]["embedding"], pipe(TEXTS[0]), atol=1e-5)
     assert one["usage"]["prompt_tokens"] == len(ids[0])
 
@@ -174,29 +174,22 @@ def test_every_route_but_health_needs_the_key_and_refuses_before_reading_the_bod
     assert KEY not in caplog.text
 
 
-def test_the_app_its_openapi_page_the_cli_help_and_the_metrics_labels_come_from_the_route_registry(embedder, capsys):
-    """A route is one object: adding one to ``ROUTES`` serves it, documents it and counts it, with nothing else
-    to keep in step (there were four tables keyed by the same string)."""
+def test_the_app_its_openapi_page_and_the_cli_help_come_from_the_route_registry(embedder, capsys):
+    """A route is one object: adding one to ``ROUTES`` serves it and documents it, with nothing else to keep in
+    step (there were four tables keyed by the same string)."""
     from bertkit import cli
     from bertkit.inference.serve import ROUTES
 
     url, _ = embedder
-    declared = {(r.method, path) for r in ROUTES for path in r.paths}
-    assert len(declared) == sum(len(r.paths) for r in ROUTES)  # no path declared twice
+    declared = {(r.method, r.path) for r in ROUTES}
+    assert len(declared) == len(ROUTES)  # no path declared twice
     openapi = httpx.get(f"{url}/openapi.json", headers=AUTH).json()["paths"]
     assert {(m.upper(), path) for path, ops in openapi.items() for m in ops} == declared
-    assert all(openapi[path][r.method.lower()]["summary"] == r.help for r in ROUTES for path in r.paths)
+    assert all(openapi[r.path][r.method.lower()]["summary"] == r.help for r in ROUTES)
     with pytest.raises(SystemExit):
         cli.main(["serve", "--help"])
     help_text = capsys.readouterr().out
-    assert all(f"{r.method:4} {', '.join(r.paths)}" in help_text and r.help in help_text for r in ROUTES), help_text
-    before = _samples(url, AUTH)
-    for path in ("/tokenize", "/embeddings", "/not-a-route"):
-        httpx.post(f"{url}{path}", headers=AUTH, json={"inputs": "a", "input": "a"})
-    after = _samples(url, AUTH)
-    moved = {dict(labels)["route"] for (name, labels), v in after.items()
-             if name == "bertkit_requests_total" and v != before.get((name, labels), 0)}
-    assert moved >= {"/tokenize", "/embeddings", "other"} and "/not-a-route" not in moved
+    assert all(f"{r.method:4} {r.path}" in help_text and r.help in help_text for r in ROUTES), help_text
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -254,12 +247,9 @@ def test_rerank_scores_equal_transformers_sigmoid_of_the_cross_encoders_logit(re
     assert {g["index"]: g["score"] for g in got} == pytest.approx(dict(enumerate(expected)), abs=1e-5)
 
 
-def test_a_two_label_classifier_reranks_by_the_probability_of_its_relevant_label(classifier):
-    url, pipe = classifier
-    got = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS}).json()
-    expected = pipe([(QUERY, t) for t in TEXTS])
-    assert {g["index"]: g["score"] for g in got} == pytest.approx(
-        {i: e["scores"]["relevant"] for i, e in enumerate(expected)}, abs=1e-5)
+def test_rerank_on_a_classifier_server_answers_424_naming_the_rerank_task(classifier):
+    r = httpx.post(f"{classifier[0]}/rerank", json={"query": QUERY, "texts": TEXTS})
+    assert r.status_code == 424 and "start it with --task rerank" in r.json()["error"], r.text
 
 
 @pytest.mark.parametrize("body, status, message", [
@@ -338,33 +328,28 @@ def _samples(url: str, headers: dict | None = None) -> dict[tuple, float]:
 def test_metrics_parse_and_the_counters_move_by_the_requests_sent(reranker):
     url, pipe = reranker
     before = _samples(url)
-    ok = ("bertkit_requests_total", (("route", "/rerank"), ("status", "200")))
-    refused = ("bertkit_requests_total", (("route", "/rerank"), ("status", "422")))
     for _ in range(3):
         assert httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS[:2]}).status_code == 200
     assert httpx.post(f"{url}/rerank", json={"query": QUERY}).status_code == 422
     after = _samples(url)
-    assert after[ok] - before.get(ok, 0) == 3 and after[refused] - before.get(refused, 0) == 1
-    assert after[("bertkit_refusals_total", (("status", "422"),))] - before.get(
-        ("bertkit_refusals_total", (("status", "422"),)), 0) == 1
-    assert after[("bertkit_inputs_total", ())] - before.get(("bertkit_inputs_total", ()), 0) == 6
     tokens = 3 * sum(len(pipe.tokenizer(QUERY, t)["input_ids"]) for t in TEXTS[:2])
-    assert after[("bertkit_tokens_total", ())] - before.get(("bertkit_tokens_total", ()), 0) == tokens
-    calls = ("bertkit_batch_size_count", ())
-    assert after[calls] - before.get(calls, 0) == 3
-    assert after[("bertkit_queue_duration_seconds_count", ())] - before.get(
-        ("bertkit_queue_duration_seconds_count", ()), 0) == 3
-    assert after[("bertkit_admitted_inputs", ())] == 0
-    latency = ("bertkit_request_duration_seconds_count", (("route", "/rerank"),))
-    assert after[latency] - before.get(latency, 0) == 4
+    moved = {name: after[(name, ())] - before[(name, ())] for name in (
+        "bertkit_requests_total", "bertkit_errors_total", "bertkit_items_total", "bertkit_tokens_total",
+        "bertkit_batches_total", "bertkit_refused_total")}
+    assert moved == {"bertkit_requests_total": 4, "bertkit_errors_total": 1, "bertkit_items_total": 6,
+                     "bertkit_tokens_total": tokens, "bertkit_batches_total": 3, "bertkit_refused_total": 0}
+    assert after[("bertkit_model_seconds_total", ())] > before[("bertkit_model_seconds_total", ())]
+    assert after[("bertkit_admitted_inputs", ())] == after[("bertkit_queued_requests", ())] == 0
+    assert after[("bertkit_largest_batch", ())] >= 2
+    assert httpx.get(f"{url}/metadata").json()["stats"]["items"] == after[("bertkit_items_total", ())]
 
 
 def test_two_apps_in_one_process_count_apart(embedder, reranker):
     before = _samples(embedder[0], AUTH)
     httpx.post(f"{reranker[0]}/rerank", json={"query": QUERY, "texts": TEXTS[:1]})
     after = _samples(embedder[0], AUTH)
-    key = ("bertkit_inputs_total", ())
-    assert after.get(key, 0) == before.get(key, 0)
+    key = ("bertkit_items_total", ())
+    assert after[key] == before[key]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -380,8 +365,8 @@ def test_a_model_call_carries_at_most_max_batch_tokens_padded_tokens():
         batcher = Batcher(lambda items, options: (seen.append(list(items)), items)[1], max_batch_size=64,
                           max_wait_ms=0, max_inputs=64, stats=Stats(), max_tokens=1000)
         # 10 inputs of 100 tokens fit (1000); one of 300 tokens makes 4 x 300 > 1000 with three others
-        jobs = [batcher.admit([i], {}, None, longest=100) for i in range(10)]
-        jobs += [batcher.admit([10 + i], {}, None, longest=300 if i == 0 else 10) for i in range(4)]
+        jobs = [batcher.admit([i], {}, longest=100) for i in range(10)]
+        jobs += [batcher.admit([10 + i], {}, longest=300 if i == 0 else 10) for i in range(4)]
         batcher.start()
         await asyncio.gather(*(j.future for j in jobs))
         await batcher.stop()
@@ -500,8 +485,7 @@ def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when
             assert first.result().status_code == 200
         until(lambda: stats()["admission"]["admitted_inputs"] == 0)
         assert stats()["stats"]["items"] == 3  # the first request's pairs only: the departed client's never ran
-        r = httpx.post(f"{server.url}/rerank", headers={"X-Request-Timeout": "30"},
-                       json={"query": QUERY, "texts": TEXTS[:2]})
+        r = httpx.post(f"{server.url}/rerank", json={"query": QUERY, "texts": TEXTS[:2]})
         assert r.status_code == 200 and len(r.json()) == 2
     finally:
         gate.release()
@@ -654,7 +638,7 @@ def test_a_model_of_the_qnli_recipe_reranks_by_the_probability_of_entailment(tmp
     got = pipeline("rerank", d, progress=False)({"query": QUERY, "texts": TEXTS})
     assert [g["index"] for g in got] == list(np.argsort(expected)[::-1])
     assert {g["index"]: g["score"] for g in got} == pytest.approx(dict(enumerate(expected)), abs=1e-6)
-    server = Server(create_app(classify, str(d), max_wait_ms=1))  # /rerank on a text-classification server
+    server = Server(create_app(pipeline("rerank", d, progress=False), str(d), max_wait_ms=1))
     try:
         served = httpx.post(f"{server.url}/rerank", json={"query": QUERY, "texts": TEXTS}).json()
     finally:
@@ -665,15 +649,8 @@ def test_a_model_of_the_qnli_recipe_reranks_by_the_probability_of_entailment(tmp
 def test_a_two_label_head_whose_names_do_not_say_which_is_relevant_is_refused_not_guessed(tmp_path):
     from bertkit import pipeline
     from bertkit.errors import BertkitError
-    from bertkit.inference.serve import create_app
 
     d = _glue_cross_encoder(tmp_path, None, {0: "negative", 1: "positive"})
     with pytest.raises(BertkitError, match=r"rerank cannot tell which of this model's two labels \['negative', "
                                            r"'positive'\] is the relevant one: name them"):
         pipeline("rerank", d)
-    server = Server(create_app(pipeline("text-classification", d, progress=False), str(d), max_wait_ms=1))
-    try:
-        r = httpx.post(f"{server.url}/rerank", json={"query": QUERY, "texts": TEXTS})
-    finally:
-        server.stop()
-    assert r.status_code == 424 and "cannot tell which of this model's two labels" in r.json()["error"], r.text

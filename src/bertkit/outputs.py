@@ -1,23 +1,19 @@
 """Output directories and files that never cost a user their earlier work.
 
-bertkit deletes or replaces only a file it can prove it wrote: a regular file reached without a symlink and
-recorded when written (its size and sha256), or a file inside a directory it made for one write; never a
-command's own inputs. One question, ``_proves``, answers that for every removal and replacement.
+bertkit deletes or replaces only a file it can prove it wrote (``_proves``): a regular file reached without a
+symlink and recorded when written (size and sha256), or one inside a directory it made for one write; never a
+command's own inputs.
 
-- **Atomic writes** (``atomic_target``): a temporary file beside the target, fsynced, checked if asked, renamed
-  over it. A kill leaves the old file or the new one; a symlink at the name is replaced, never followed.
-- **The record** (``register``; the atomic writers call it, ``torch.save`` and tensorboard callers call it
-  themselves): the process keeps its own, and each claimed directory a journal (``.bertkit-files.jsonl``) that
-  a line is appended to as a file is written, so a SIGKILLed run's files are recorded too. A file bertkit
-  appends to (``metrics.jsonl``) is recorded once, ``appends``: it stays bertkit's while the recorded bytes are
-  its start. A directory made for one write a kill may cut short (a checkpoint's) is recorded once, scratch.
-- **The run marker** (``.bertkit-run.json``): command, settings, starting directory and ``files``, the journal
-  folded in when the run ends. A non-empty directory without a marker, or another run's, is refused.
-  ``--overwrite`` is all or nothing: every file there is checked first, and the recorded ones still as written
-  are removed only if nothing else is there; otherwise nothing is removed and the refusal names what stays.
-- **The lock** (``flock`` on ``.bertkit-lock``, taken before anything is checked or removed): a claim of the
-  directory, of one inside or around it, and a single-file command writing into it are refused naming the
-  holder. A command holds it until its process exits; the kernel drops it then, so a crash leaves no stale lock.
+- **Atomic writes** (``atomic_target``): a temporary file beside the target, fsynced, renamed over it; a symlink
+  at the name is replaced, never followed.
+- **The record** (``register``, which the atomic writers call): the process keeps its own, and each claimed
+  directory a journal (``.bertkit-files.jsonl``, one line appended per file) so a SIGKILLed run's files are
+  recorded too. A file bertkit appends to is recorded once (``appends``); a directory made for one write a kill
+  may cut short (a checkpoint's) once, as scratch.
+- **The run marker** (``.bertkit-run.json``): command, settings, starting directory and the journal folded in.
+  ``--overwrite`` is all or nothing: the recorded files still as written are removed only if nothing else is there.
+- **The lock** (``bertkit.dir_lock``), taken before anything is checked or removed: against claims of the
+  directory, of one inside or around it, and files written into it.
 """
 
 from __future__ import annotations
@@ -26,8 +22,8 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
-import re
 import stat
 import tempfile
 from collections.abc import Collection, Iterable, Iterator, Mapping
@@ -35,11 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from bertkit import dir_lock
+from bertkit.dir_lock import LOCK
 from bertkit.errors import BertkitError
 
-MARKER, LOCK, JOURNAL = ".bertkit-run.json", ".bertkit-lock", ".bertkit-files.jsonl"
+logger = logging.getLogger("bertkit")
+MARKER, JOURNAL = ".bertkit-run.json", ".bertkit-files.jsonl"
 _RESERVED = {LOCK, JOURNAL}  # bertkit's bookkeeping at any depth (a nested claim's), never a user's file
-_LOCK_LINE = re.compile(r"pid \d+ \(bertkit [^\n]*\)")
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once: files bertkit creates get the permissions a plain open() would have given
 
@@ -48,32 +46,31 @@ _WRITTEN: dict[str, dict] = {}  # real path below / -> its entry (with "id": dev
 _HASHES: dict[tuple[int, ...], str] = {}  # identity -> sha256: a rename keeps it, so a file is hashed once
 _ACTIVE: list[OutputDir] = []  # the directories this process has claimed and not released
 _JOINED: list[tuple[Path, Path]] = []  # (directory, journal) of a parent process's claims, in its workers
-_LOCKS: dict[str, IO] = {}  # real directory -> the lock this process holds on it
-_MADE_LOCKS: set[str] = set()  # the lock files this process created (the only ones it may remove)
 _EARLY: dict[str, bool] = {}  # real directory -> whether lock_output_dir made it, until a claim takes the lock over
 
 
 # -- Atomic files ---------------------------------------------------------------------------------------------------
 
 
+def fsync(path: str | os.PathLike) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(directory: Path) -> None:
     with contextlib.suppress(OSError):  # some filesystems do not open or sync directories; a rename stays atomic
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync(directory)
 
 
 @contextlib.contextmanager
 def atomic_target(path: str | os.PathLike, verify: Any = None, *, appends: bool = False) -> Iterator[Path]:
-    """A temporary path beside ``path`` to write (by ``atomic_write`` or a library such as safetensors'
-    ``save_file``); on success it is fsynced, checked by ``verify(tmp)`` if given (raise to refuse it), renamed
-    over ``path``, the directory fsynced, and the file ``register``-ed (``appends``: to be appended to).
-
-    On any error (a refused check included) the temporary file is removed and ``path`` is untouched. A full
-    disk becomes a ``BertkitError`` naming the file. Inside a claimed directory, a file there is replaced only
-    if bertkit ``owns`` it: one a user saved meanwhile, or changed since, is refused by name.
+    """A temporary path beside ``path`` to write (by ``atomic_write`` or a library's own writer); on success it is
+    fsynced, checked by ``verify(tmp)`` if given (raise to refuse it), renamed over ``path`` and ``register``-ed
+    (``appends``: to be appended to). On any error ``path`` is untouched. Inside a claimed directory a file there
+    is replaced only if bertkit ``owns`` it: one a user saved meanwhile, or changed since, is refused by name.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,11 +85,7 @@ def atomic_target(path: str | os.PathLike, verify: Any = None, *, appends: bool 
         # mkstemp's 0600 would make every model file private; set after writing, since a library may have
         # replaced the file (safetensors' save_file creates it anew, 0600 again).
         os.chmod(tmp, 0o666 & ~_UMASK)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync(tmp)
         if verify is not None:
             verify(Path(tmp))
         os.replace(tmp, path)  # replaces a symlink at `path` itself, never writes through it
@@ -181,8 +174,7 @@ def _record(real: Path, entry: dict) -> None:
         rel = _within(real, directory)
         if rel is not None and rel != MARKER and Path(rel).name not in _RESERVED:
             line = (json.dumps({"path": rel, **entry}, ensure_ascii=False) + "\n").encode("utf-8")
-            fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o666 & ~_UMASK)
+            fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
             try:
                 os.write(fd, line)  # one write of one line with O_APPEND: workers' lines never interleave
             finally:
@@ -190,9 +182,8 @@ def _record(real: Path, entry: dict) -> None:
 
 
 def register(path: str | os.PathLike, sha256: str | None = None, *, appends: bool = False) -> None:
-    """Record that bertkit wrote the regular file ``path`` (``sha256`` if already known; ``appends``: bertkit
-    appends to it from now on, and whatever follows the bytes recorded now is its too). Call it after a write
-    that does not go through ``atomic_target`` (``torch.save``, a library's own writer)."""
+    """Record that bertkit wrote the regular file ``path`` (``sha256`` if already known; ``appends``: whatever
+    follows the bytes recorded now is bertkit's too), after a write that does not go through ``atomic_target``."""
     real = _real(path)
     if (st := _regular(real)) is None:
         return
@@ -204,13 +195,12 @@ def register(path: str | os.PathLike, sha256: str | None = None, *, appends: boo
 
 
 def register_scratch(directory: str | os.PathLike) -> None:
-    """Record ``directory``, just made (``mkdir`` refuses an existing one) for one write a kill may cut short:
-    whatever is inside it is this run's, so a torn file left there can be removed although never recorded."""
+    """Record ``directory``, just made for one write a kill may cut short: whatever is inside it is this run's."""
     _record(_real(directory), {"scratch": True})
 
 
 def register_tree(directory: str | os.PathLike) -> None:
-    """``register`` every regular file under ``directory`` (which this process has just written, whole)."""
+    """``register`` every regular file under ``directory``, which this process has just written."""
     for root, dirs, files in os.walk(directory):
         dirs.sort()
         for name in sorted(files):
@@ -218,8 +208,7 @@ def register_tree(directory: str | os.PathLike) -> None:
 
 
 def claims_for_workers() -> list[tuple[str, str]]:
-    """This process's claims, for its worker processes to ``join_claims``: their writes are then recorded in the
-    directories' journals as they happen (a killed run's shards are its own, not a stranger's)."""
+    """This process's claims, for its worker processes to ``join_claims``: their writes go to the same journals."""
     return [(str(d), str(j)) for d, j in _records()]
 
 
@@ -229,8 +218,8 @@ def join_claims(claims: Iterable[tuple[str, str]]) -> None:
 
 def _proves(records: Mapping[str, Any], rel: str, path: Path, st: os.stat_result) -> bool:
     """Whether ``records`` (relative path -> entry) prove the regular file ``path`` (at ``rel``) bertkit's: inside
-    a scratch directory, this process's write unchanged since, or the same size and sha256 (for a file bertkit
-    appends to, the recorded bytes as its start)."""
+    a scratch directory, this process's write unchanged since, or the recorded size and sha256 (of its start, for
+    a file bertkit appends to)."""
     if any(isinstance(e := records.get(p.as_posix()), dict) and e.get("scratch") is True
            for p in Path(rel).parents if p.parts):
         return True
@@ -243,8 +232,8 @@ def _proves(records: Mapping[str, Any], rel: str, path: Path, st: os.stat_result
 
 
 def owns(path: str | os.PathLike) -> bool:
-    """Whether bertkit may remove or replace ``path``: a regular file (not a symlink) this process wrote, or one an
-    active claim recorded (this run or the run it resumes), still as written, or a file in a scratch directory."""
+    """Whether bertkit may remove or replace ``path``: a regular file (not a symlink) this process or an active claim
+    (this run or the run it resumes) recorded, still as written, or a file in a scratch directory."""
     real = _real(path)
     if (st := _regular(real)) is None:
         return False
@@ -262,8 +251,8 @@ def remove_owned(path: str | os.PathLike) -> bool:
 
 
 def remove_owned_tree(directory: str | os.PathLike) -> list[str]:
-    """Remove the files under ``directory`` that bertkit ``owns``, then the directories left empty (the
-    directory itself too); symlinks are never followed. Returns what was left (relative paths)."""
+    """Remove the files under ``directory`` that bertkit ``owns``, then the directories left empty; symlinks are
+    never followed. Returns what was left (relative paths), named in a warning."""
     directory = Path(directory)
     if directory.is_symlink() or not directory.is_dir():
         return []
@@ -271,12 +260,15 @@ def remove_owned_tree(directory: str | os.PathLike) -> list[str]:
     for root, _, _ in os.walk(directory, topdown=False):
         with contextlib.suppress(OSError):
             os.rmdir(root)  # only if empty
+    if left:
+        logger.warning("kept %s: it holds %d file(s) bertkit cannot prove it wrote (e.g. %s)", directory, len(left),
+                       ", ".join(left[:3]))
     return left
 
 
 def _listing(directory: Path, every: bool = False) -> list[str]:
     """Every file and symlink under ``directory`` (relative, sorted; os.walk enters no symlinked directory), without
-    bertkit's own marker, lock and journal (a nested claim's too) unless ``every``."""
+    bertkit's marker, lock and journal unless ``every``."""
     out = []
     for root, dirs, files in os.walk(directory):
         for name in files + [d for d in dirs if Path(root, d).is_symlink()]:
@@ -290,12 +282,10 @@ def _listing(directory: Path, every: bool = False) -> list[str]:
 
 
 def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag: str = "--output-dir") -> None:
-    """A command never writes into, or clears, its own inputs: ``output`` (a directory when ``is_dir``) equal to
-    an input or holding one is refused, and so is a directory inside an input directory that a bertkit run
-    made (its marker there: a model, pre-training data, another run). A plain directory of the user's may hold
-    the output beside the files read from it, as a new file: an output file that exists inside an input
-    directory is refused, --overwrite or not (it may be the model's own weights or vocabulary). ``inputs`` maps
-    each setting to its path(s); a hub-style name that is no path here is none."""
+    """A command never writes into, or clears, its own inputs (``inputs``: setting -> path or paths): ``output`` (a
+    directory when ``is_dir``) equal to or holding an input is refused, and so is a directory inside an input
+    directory a bertkit run made. An output file may be written beside the inputs as a new file, never over an
+    existing one inside an input directory (the model's own weights or vocabulary), --overwrite or not."""
     out = output.resolve()
     for name, value in inputs.items():
         for path in [Path(v).resolve() for v in (value if isinstance(value, (list, tuple)) else [value])
@@ -316,9 +306,8 @@ def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag
 
 def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
                          inputs: Mapping[str, Any] | None = None) -> None:
-    """For commands whose output is one file: an existing file is replaced only when the user says so, never
-    when it is one of the command's ``inputs``, a file another bertkit run recorded, or inside a directory
-    another process holds."""
+    """For commands whose output is one file: an existing file is replaced only when the user says so, never when
+    it is one of the command's ``inputs``, a file another bertkit run recorded, or inside a held directory."""
     path = Path(path)
     refuse_inputs(path, inputs or {}, is_dir=False, flag="the output file")
     if path.exists() and not overwrite:
@@ -326,7 +315,7 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
     if path.is_dir():
         raise BertkitError(f"{path} is a directory; give a file name (e.g. {path / 'features.jsonl'})")
     real = _real(path)
-    _refuse_held_around(real, path)
+    dir_lock.refuse_held_near(real, path)
     for parent in real.parents if path.exists() else ():
         try:
             marker = read_marker(parent)
@@ -357,8 +346,8 @@ def read_marker(directory: Path) -> dict | None:
 
 
 def _recorded(directory: Path, marker: dict | None) -> dict[str, Any]:
-    """The files the marker and the journal (a killed run's, or this one's) record: path -> entry. A path's last
-    journal line wins; a torn last line (a kill, or a worker writing the next) is left out."""
+    """The files the marker and the journal record: path -> entry. A path's last journal line wins; a torn last
+    line (a kill, or a worker writing the next) is left out."""
     entries = dict((marker or {}).get("files", {}))
     with contextlib.suppress(FileNotFoundError):
         fd = os.open(directory / JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # a symlink: ELOOP
@@ -379,7 +368,7 @@ def _safe_relative(rel: Any) -> bool:
 
 def _overwrite(directory: Path, marker: dict, recorded: dict[str, Any]) -> None:
     """--overwrite, all or nothing: the earlier run's files are removed only if nothing else would be left (no file
-    of the user's, none changed since it was written); otherwise nothing is removed and the refusal names them."""
+    of the user's, none changed since written); otherwise the refusal names them."""
     outside = sorted(str(rel) for rel in recorded if not _safe_relative(rel))
     if outside:
         raise BertkitError(
@@ -421,16 +410,15 @@ class OutputDir:
         """The files this run and the earlier runs it continues recorded (path -> size, sha256)."""
         return _recorded(self.path, {"files": self.inherited})
 
-    def record(self, finished: bool) -> None:
+    def record(self) -> None:
         files = {rel: entry for rel, entry in sorted(self.recorded().items())
                  if _safe_relative(rel) and os.path.lexists(self.path / rel)}
         atomic_write_json(self.path / MARKER, {"command": self.command, "fingerprint": self.fingerprint,
-                                               "cwd": self.cwd, "finished": finished, "files": files})
+                                               "cwd": self.cwd, "files": files})
 
     def release(self, finished: bool, keep_lock: bool = False) -> None:
-        """Record the run's files (the journal folded into the marker) and drop the lock, or with ``keep_lock``
-        hold it until this process exits (a command's). A run that failed before writing anything into a
-        directory it created leaves no trace."""
+        """Fold the journal into the marker and drop the lock, or with ``keep_lock`` hold it until this process
+        exits (a command's). A run that failed before writing anything into a directory it created leaves none."""
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         if not finished and self.created and self.path.is_dir() and not _listing(self.path):
@@ -441,86 +429,18 @@ class OutputDir:
                 self.path.rmdir()
         try:
             if self.path.is_dir() and (self.path / LOCK).exists():
-                self.record(finished)
+                self.record()
                 with contextlib.suppress(FileNotFoundError):
                     (self.path / JOURNAL).unlink()
         finally:
             if not (keep_lock and self.path.is_dir()):  # else the kernel drops the flock when this process exits
-                _unlock(self.real)
-
-
-def _lock(directory: Path, command: str) -> IO:
-    """``directory``'s lock, taken without waiting (or the one this process holds); refused naming the holder.
-    The file is opened without following a symlink and must be bertkit's plain one-line file."""
-    real = str(directory.resolve())
-    if (f := _LOCKS.get(real)) is None or f.closed:
-        path = directory / LOCK
-        st = os.lstat(path) if os.path.lexists(path) else None
-        if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):  # bertkit would write through it
-            raise BertkitError(f"{path} is a symbolic link, a hard link or not a regular file: not bertkit's lock, "
-                               "so this is not a directory bertkit wrote; choose another output directory")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666 & ~_UMASK)
-        if st is None:
-            _MADE_LOCKS.add(real)
-        f = os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
-        if (holder := _holder(f.fileno(), exclusive=True)) is not None:
-            f.close()
-            raise BertkitError(f"{directory} is in use by {holder}; wait for it to finish or choose another "
-                               "output directory") from None
-        if (previous := f.read().strip()) and not _LOCK_LINE.fullmatch(previous):
-            f.close()
-            raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "
-                               "not truncate it: choose another output directory")
-        _LOCKS[real] = f
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()} (bertkit {command})")
-    f.flush()
-    return f
-
-
-def _unlock(real: Path | str) -> None:
-    if (f := _LOCKS.pop(str(real), None)) is not None:
-        f.close()  # closing the descriptor drops the flock (the pid it names is a past holder's)
-
-
-def _holder(fd: int, exclusive: bool) -> str | None:
-    """None once this process has the lock open at ``fd``; else who holds it (the line the holder wrote)."""
-    import fcntl
-
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
-    return None
-
-
-def _held_by_another(directory: Path) -> str | None:
-    """Who holds ``directory``'s lock, if another process does; else None."""
-    if (f := _LOCKS.get(str(directory))) is not None and not f.closed:
-        return None  # this process's own: a command's nested run (the demo's pre-training)
-    try:
-        fd = os.open(directory / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        return _holder(fd, exclusive=False) if stat.S_ISREG(os.fstat(fd).st_mode) else None
-    finally:
-        os.close(fd)  # drops the shared lock the probe took
-
-
-def _refuse_held_around(real: Path, path: Path) -> None:
-    """A write inside a directory another process holds would replace or remove its files."""
-    for parent in real.parents:
-        if (holder := _held_by_another(parent)) is not None:
-            raise BertkitError(f"{parent} is in use by {holder}, and {path} is inside it; wait for it to finish "
-                               "or choose another output")
+                dir_lock.unlock(self.real)
 
 
 def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dict, paths: Collection[str]) -> None:
-    """--resume continues the run the marker describes, not another one: `finetune glue --task cola --resume`
-    into an SST-2 run would otherwise start afresh there and replace its report and best model. The settings
-    named in ``paths`` compare as the absolute paths they meant where each run started."""
+    """--resume continues the run the marker describes, not another one (`--task cola` into an SST-2 run would
+    replace its report and best model). The settings named in ``paths`` compare as the absolute paths they meant
+    where each run started."""
     def absolute(settings: dict, cwd: str) -> dict:
         return {k: (v if k not in paths or v is None else str(Path(cwd, v).resolve()) if isinstance(v, str)
                     else [str(Path(cwd, x).resolve()) for x in v]) for k, v in settings.items()}
@@ -539,15 +459,10 @@ def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dic
 def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *,
                      overwrite: bool = False, resume: bool = False, resumable: bool = True,
                      paths: Collection[str] = (), inputs: Mapping[str, Any] | None = None) -> OutputDir:
-    """Take ``path`` for one run of ``command``: refuse it if it is, holds or lies inside one of the command's
-    ``inputs`` (setting -> path or paths), lock it (refused if another process holds it, or one inside or
-    around it), then check whose files are there:
-
-    - none: claimed;
-    - a marker of the same command and settings, and ``resume``: the run continues there (other settings are
-      refused, naming them; the ``fingerprint`` entries named in ``paths`` compare as absolute paths);
-    - a bertkit marker otherwise: refused, unless ``overwrite`` (``_overwrite``: all or nothing);
-    - files without a marker (a user's, or another tool's): always refused.
+    """Take ``path`` for one run of ``command`` (refused if it is, holds or lies inside one of its ``inputs``), lock
+    it, then check whose files are there: none, claimed; a marker of the same command and settings and
+    ``resume``, the run continues there; a bertkit marker otherwise, refused unless ``overwrite`` (all or
+    nothing); files without a marker (a user's), always refused.
     """
     directory = Path(path)
     if active := [c for c in _ACTIVE if c.real == directory.resolve()]:  # its lock is this process's: say so here
@@ -555,7 +470,7 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
                            "run already; choose another output directory")
     created = _make(directory, inputs)
     created = _EARLY.pop(str(directory.resolve()), False) or created  # lock_output_dir made it
-    lock = _lock(directory, command)
+    lock = dir_lock.lock(directory, command)
     try:
         marker = read_marker(directory)
         present = _listing(directory)
@@ -582,50 +497,42 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
         claim = OutputDir(directory, command, fingerprint or {}, os.getcwd(), directory.resolve(), inherited,
                           created, lock)
         atomic_write_text(directory / JOURNAL, "")  # this run's journal; the earlier one is in `inherited`
-        claim.record(finished=False)
+        claim.record()
         _ACTIVE.append(claim)
         return claim
     except BaseException:
         _drop_stray_lock(directory)
-        _unlock(directory.resolve())
+        dir_lock.unlock(directory.resolve())
         raise
 
 
 def _drop_stray_lock(directory: Path) -> None:
-    """On a refusal, the lock file this command made in a directory that holds no bertkit run (a user's) is
-    removed while still held: a refused command leaves nothing of its own in a directory that is not its. A lock
-    file that was there before (an earlier run's) stays."""
+    """On a refusal, the lock file this command made in a directory that holds no bertkit run (a user's) is removed
+    while still held; one that was there before (an earlier run's) stays."""
     with contextlib.suppress(BertkitError, OSError):
-        if str(directory.resolve()) in _MADE_LOCKS and read_marker(directory) is None:
-            (directory / LOCK).unlink()
-            _MADE_LOCKS.discard(str(directory.resolve()))
+        if read_marker(directory) is None:
+            dir_lock.remove_made(directory)
 
 
 def _make(directory: Path, inputs: Mapping[str, Any] | None) -> bool:
-    """``directory`` made if need be, once it is known to be no input, no file, and nowhere near a directory another
-    process holds; returns whether it was made."""
+    """``directory`` made if need be, once known to be no input, no file, and nowhere near a held directory;
+    returns whether it was made."""
     refuse_inputs(directory, inputs or {}, is_dir=True)
     if directory.exists() and not directory.is_dir():
         raise BertkitError(f"{directory} is a file; the output must be a directory")
-    real = directory.resolve()
-    _refuse_held_around(real, directory)
-    for root, _, files in os.walk(real):  # a claim around a held directory would remove its files
-        if LOCK in files and Path(root) != real and (holder := _held_by_another(Path(root))) is not None:
-            raise BertkitError(f"{root}, inside {directory}, is in use by {holder}; wait for it to finish or "
-                               "choose another output directory")
+    dir_lock.refuse_held_near(directory.resolve(), directory, inside=True)
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     return created
 
 
 def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, Any] | None = None) -> None:
-    """Lock ``path`` for a command that will claim it, before the slow part of its start-up (torch's import, its
-    device), so that a second command started meanwhile is refused at once, whenever it would reach its claim.
-    Refused as ``claim_output_dir`` would be; ``release_unclaimed`` undoes it if the command fails before."""
+    """Lock ``path`` for a command that will claim it, before the slow part of its start-up (torch's import), so a
+    second command started meanwhile is refused at once; ``release_unclaimed`` undoes it if the command fails."""
     directory = Path(path)
     created = _make(directory, inputs)
     try:
-        _lock(directory, command)
+        dir_lock.lock(directory, command)
     except BaseException:
         if created:
             directory.rmdir()
@@ -634,23 +541,21 @@ def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, 
 
 
 def release_unclaimed(path: str | os.PathLike) -> None:
-    """After a command that failed between ``lock_output_dir`` and its claim: its lock dropped, and the directory
-    removed if the lock made it."""
+    """After a command failed between ``lock_output_dir`` and its claim: the lock dropped, the directory it made removed."""
     real = str(Path(path).resolve())
     if (made := _EARLY.pop(real, None)) is not None:  # no claim took the lock over
         _drop_stray_lock(Path(path))  # still locked: nobody else has opened it
         if made:
             with contextlib.suppress(OSError):
                 Path(path).rmdir()
-        _unlock(real)
+        dir_lock.unlock(real)
 
 
 @contextlib.contextmanager
 def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *, overwrite: bool = False,
                resume: bool = False, resumable: bool = True, paths: Collection[str] = (),
                inputs: Mapping[str, Any] | None = None, keep_lock: bool = False) -> Iterator[OutputDir]:
-    """``claim_output_dir`` as a context: the marker records the run's files on the way out, even on errors;
-    ``keep_lock``: the lock is held until the process exits (``OutputDir.release``)."""
+    """``claim_output_dir`` as a context: the marker records the run's files on the way out, even on errors."""
     claim = claim_output_dir(path, command, fingerprint, overwrite=overwrite, resume=resume, resumable=resumable,
                              paths=paths, inputs=inputs)
     finished = False

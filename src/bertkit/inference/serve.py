@@ -1,20 +1,10 @@
-"""``bertkit serve``: a pipeline behind HTTP, with dynamic batching and admission control.
+"""``bertkit serve``: a pipeline behind HTTP (FastAPI + uvicorn; docs/inference.md says why), with dynamic
+batching and admission control (``serve_batching``).
 
-Why FastAPI + uvicorn: both are widely used and well kept, asyncio-native (thousands of waiting requests
-cost no threads), and what most people who serve transformers models already run; the request handling
-is ours and small (we parse and check the JSON ourselves, so every error message names its limit).
-LitServe would bring its own batching loop and worker processes; one process owning one model, with the
-batching of ``serve_batching``, is simpler to reason about and is what makes bertkit's unpadded batches pay off.
-
-Each route is one ``Route`` object (``ROUTES``: path, method, help, body parsing, rendering), declared beside its
-wire format: the Inference API's and TEI's /predict, /embed, /similarity in ``serve_wire``, OpenAI's and TEI's
-others in ``serve_tei``, the server's own (/health, /ready, /metadata, /metrics) here. The app, the OpenAPI page,
-the start-up line, the CLI's help and the /metrics route labels are all built from that one list.
-
-This module is the HTTP side: the API key (``Authorization: Bearer KEY`` on every route but /health, checked
-from the headers before the body is read), the body's size and arrival time, ``X-Request-Timeout`` (504), a
-client's disconnect (its work dropped, its admission freed), draining on SIGTERM (``graceful_shutdown_s``), and
-TEI's timing headers on computed answers. docs/inference.md describes every route, limit and answer.
+The app, its OpenAPI page, the start-up line and the CLI's help are built from one list of ``Route`` objects
+(``ROUTES``: ``serve_wire``'s, ``serve_tei``'s and the server's own here). This module is the HTTP side: the API
+key, the body's size and arrival time, a client's disconnect, draining on SIGTERM, TEI's timing headers.
+docs/inference.md describes every route, limit and answer.
 """
 
 from __future__ import annotations
@@ -24,7 +14,6 @@ import copy
 import hmac
 import json
 import logging
-import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,28 +21,22 @@ from typing import Any
 
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.inference import serve_tei, serve_wire
-from bertkit.inference.serve_batching import Batcher, Job, Stats, _expired, fix_mmap_threshold, model_call
+from bertkit.inference.serve_batching import Batcher, Job, Stats, fix_mmap_threshold, model_call
 from bertkit.inference.serve_wire import EMBEDDING_TASKS, Call, Limits, RequestError, Route, load_json
 from bertkit.settings.inference import check_api_key, check_served_name
 
 logger = logging.getLogger("bertkit")
 
-_ERROR_TYPES = {429: "overloaded", 503: "unhealthy", 504: "timeout", 500: "backend", 424: "backend"}
+_ERROR_TYPES = {429: "overloaded", 503: "unhealthy", 500: "backend", 424: "backend"}
 
 
 def require_serving() -> None:
     try:
         import fastapi  # noqa: F401
-        import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
-        raise BertkitError(f"bertkit serve needs FastAPI, uvicorn and prometheus_client ({e.name} is missing): "
+        raise BertkitError(f"bertkit serve needs FastAPI and uvicorn ({e.name} is missing): "
                            "pip install \"bertkit[serve]\"") from None
-
-
-# ---------------------------------------------------------------------------------------------------
-# the server's own routes
-# ---------------------------------------------------------------------------------------------------
 
 
 def _health(server: _Server) -> Any:
@@ -76,7 +59,6 @@ def _ready(server: _Server) -> Any:
 
 
 def _metadata(server: _Server) -> dict[str, Any]:
-    """The model (named as everywhere else: --served-model-name, else its directory), limits, admission, counters."""
     pipe, batcher, stats = server.pipe, server.batcher, server.stats
     labels = None
     if getattr(pipe.config, "id2label", None) and pipe.task in ("text-classification", "token-classification"):
@@ -92,10 +74,18 @@ def _metadata(server: _Server) -> dict[str, Any]:
 
 
 def _prometheus(server: _Server) -> Any:
-    from fastapi.responses import Response
+    """``stats`` as Prometheus counters (``bertkit_<name>_total``), the admission state as gauges."""
+    from fastapi.responses import PlainTextResponse
 
-    body, content_type = server.metrics.exposition()
-    return Response(body, media_type=content_type)
+    batcher = server.batcher
+    counters = {k: v for k, v in vars(server.stats).items() if k not in ("started", "largest_batch")}
+    gauges = {"admitted_inputs": batcher.inputs, "queued_requests": len(batcher.jobs),
+              "largest_batch": server.stats.largest_batch}
+    lines = [line for name, value in counters.items()
+             for line in (f"# TYPE bertkit_{name} counter", f"bertkit_{name}_total {value}")]
+    lines += [line for name, value in gauges.items()
+              for line in (f"# TYPE bertkit_{name} gauge", f"bertkit_{name} {value}")]
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
 ROUTES: tuple[Route, ...] = (
@@ -110,12 +100,7 @@ ROUTES: tuple[Route, ...] = (
 
 def routes_help() -> str:
     """The route list, one line per route: ``bertkit serve --help`` shows it."""
-    return "routes:\n" + "\n".join(f"  {r.method:4} {', '.join(r.paths):28} {r.help}" for r in ROUTES)
-
-
-# ---------------------------------------------------------------------------------------------------
-# HTTP
-# ---------------------------------------------------------------------------------------------------
+    return "routes:\n" + "\n".join(f"  {r.method:4} {r.path:28} {r.help}" for r in ROUTES)
 
 
 def _error_response(e: RequestError) -> Any:
@@ -140,19 +125,6 @@ async def _read_body(request: Any, limits: Limits) -> bytes:
     return b"".join(chunks)
 
 
-def _request_timeout(request: Any) -> float | None:
-    raw = request.headers.get("x-request-timeout")
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= 86_400:
-        raise RequestError(400, f"X-Request-Timeout must be a number of seconds in (0, 86400], got {raw!r}")
-    return value
-
-
 async def _client_gone(request: Any) -> None:
     # The body is read, so the next ASGI message is http.disconnect: sent when the client closes.
     while (await request.receive())["type"] != "http.disconnect":
@@ -160,34 +132,22 @@ async def _client_gone(request: Any) -> None:
 
 
 async def _job_result(batcher: Batcher, job: Job, request: Any) -> list[Any] | None:
-    """The job's results; None if the client went away first. Dropped unless computed or running."""
+    """The job's results; None if the client went away first (its job dropped unless computed or running)."""
     gone = asyncio.ensure_future(_client_gone(request))
-    done: set = set()
-    ran_out = False
     try:
-        left = None if job.deadline is None else max(0.0, job.deadline - asyncio.get_running_loop().time())
-        done, _ = await asyncio.wait({job.future, gone}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-        # Told by the wait, not by the clock: asyncio fires a timer up to its clock resolution early, so
-        # loop.time() can still read just short of the deadline when the wait has run out.
-        ran_out = not done
+        await asyncio.wait({job.future, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
-        if not job.future.done():  # the client went, the deadline passed, or this task was cancelled
-            batcher.drop(job, "expired" if ran_out else "abandoned")
-    if job.future.done():
-        return job.future.result()
-    if gone in done:
-        return None
-    raise _expired(job.timeout, computed=job.state != "dropped")
+        if not job.future.done():  # the client went, or this task was cancelled
+            batcher.drop(job)
+    return job.future.result() if job.future.done() else None
 
 
 class _Server:
-    """What the routes of one app share: its pipeline, limits, counters and metrics, the name it gives the model,
-    and the batcher, which the app makes when it starts (on the event loop it serves from)."""
+    """What the routes of one app share; the batcher is made when the app starts, on the loop it serves from."""
 
-    def __init__(self, app: Any, pipe: Any, limits: Limits, stats: Stats, default_normalize: bool,
-                 model_name: str, metrics: Any):
-        self.app, self.pipe, self.limits, self.stats, self.metrics = app, pipe, limits, stats, metrics
+    def __init__(self, app: Any, pipe: Any, limits: Limits, stats: Stats, default_normalize: bool, model_name: str):
+        self.app, self.pipe, self.limits, self.stats = app, pipe, limits, stats
         self.default_normalize = default_normalize
         self.model_name = model_name  # --served-model-name (else the directory): every answer that names the model
         self.batcher: Batcher | None = None
@@ -218,7 +178,7 @@ class _Server:
         except RequestError as e:
             if e.status in (429, 503):
                 self.stats.refused += 1
-            elif e.status != 504:
+            else:
                 self.stats.errors += 1
             return _error_response(e)
         except BertkitError as e:  # an option's value the pipeline refuses (top_k=0, ...)
@@ -237,12 +197,10 @@ class _Server:
             self.batcher.check_room()
 
     async def _parse_and_admit(self, request: Any, route: Route) -> tuple[Call, Job | None, float]:
-        """(the parsed call, its admitted job or None for a route without the model, seconds spent parsing).
-
-        Counted as arriving meanwhile, so that the batcher does not close a batch this request could join."""
+        """(the parsed call, its admitted job or None, seconds spent parsing). Counted as arriving meanwhile, so that
+        the batcher does not close a batch this request could join."""
         self.batcher.arriving += 1
         try:
-            timeout = _request_timeout(request)
             try:  # a deadline for the whole body: a client that declares 1 MB and sends a byte is not waited on
                 body = await asyncio.wait_for(_read_body(request, self.limits), self.limits.body_timeout_s)
             except asyncio.TimeoutError:
@@ -254,7 +212,7 @@ class _Server:
             call = await asyncio.get_running_loop().run_in_executor(
                 self.parser, lambda: route.parse(load_json(body, self.limits), self.pipe, self.limits))
             t_parsed = time.perf_counter()
-            job = self.batcher.admit(call.items, call.options, timeout, call.cost, max(
+            job = self.batcher.admit(call.items, call.options, call.cost, max(
                 call.tokens, default=self.pipe.max_length), sum(call.tokens)) if route.model else None
         finally:
             self.batcher.arriving -= 1
@@ -264,7 +222,6 @@ class _Server:
     def _timing(self, call: Call, job: Job, t0: float, parsing: float) -> dict[str, str]:
         """TEI's response headers: times in milliseconds, the characters and tokens the request computed."""
         queued = job.started_at - job.queued_at
-        self.metrics.queue_time.observe(queued)
 
         def ms(seconds: float) -> str:
             return str(round(seconds * 1000))
@@ -284,37 +241,29 @@ class _BearerKey:
         self.app, self.key = app, key.encode()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        from fastapi.responses import JSONResponse
+
         if scope["type"] == "http" and scope["path"] != "/health":
             given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
             scheme, _, token = given.partition(b" ")  # the scheme's case does not matter (RFC 9110 11.1)
             if not (hmac.compare_digest(token.strip(), self.key) and scheme.lower() == b"bearer"):
-                body = json.dumps({"error": "this server needs an API key: send the header Authorization: Bearer "
-                                            "<key> (--api-key or BERTKIT_API_KEY at its start)",
-                                   "error_type": "unauthorized"}).encode()
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", b"Bearer")]})
-                await send({"type": "http.response.body", "body": body})
-                return
+                refusal = JSONResponse({"error": "this server needs an API key: send the header Authorization: "
+                                                 "Bearer <key> (--api-key or BERTKIT_API_KEY at its start)",
+                                        "error_type": "unauthorized"}, 401, {"WWW-Authenticate": "Bearer"})
+                return await refusal(scope, receive, send)
         await self.app(scope, receive, send)
 
 
 def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_ms: float = 5.0,
                limits: Limits | None = None, max_batch_tokens: int | None = None, api_key: str | None = None,
                served_model_name: str | None = None) -> Any:
-    """The FastAPI application serving ``pipe`` on ``ROUTES``.
-
-    ``max_batch_tokens`` bounds a model call's padded tokens (sequences x the longest; None: no bound),
-    ``api_key`` makes every route but /health need ``Authorization: Bearer <api_key>``, ``served_model_name``
-    (default: ``model_dir``) names the model in OpenAI's answers, /info and /metadata. ``app.state.draining = True``
-    makes it refuse new requests with 503 while admitted ones finish (set by ``serve`` on SIGTERM);
-    ``app.state.stats`` holds the counters, ``app.state.metrics`` the Prometheus ones."""
+    """The FastAPI application serving ``pipe`` on ``ROUTES`` (the arguments are ``bertkit serve``'s flags).
+    ``app.state.draining = True`` refuses new requests with 503 while admitted ones finish (``serve`` sets it on
+    SIGTERM); ``app.state.stats`` holds the counters."""
     require_serving()
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI, Request
-
-    from bertkit.inference.serve_metrics import CountRequests, Metrics
 
     limits = limits or Limits()
     _check_server_args(pipe, max_batch_tokens, api_key, served_model_name)
@@ -327,7 +276,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     async def lifespan(app: Any):
         server.batcher = Batcher(model_call(pipe, per_token), max_batch_size, max_wait_ms,
                                  limits.max_concurrent_requests, stats, max_cost=limits.max_windows_per_request,
-                                 max_tokens=max_batch_tokens, on_call=metrics.model_call)
+                                 max_tokens=max_batch_tokens)
         server.batcher.start()
         yield
         stopping.set()
@@ -338,12 +287,8 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     app = FastAPI(title=f"bertkit {pipe.task}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.draining = False
     app.state.stats = stats
-    metrics = Metrics(lambda: server.batcher.inputs if server.batcher else 0,
-                      lambda: len(server.batcher.jobs) if server.batcher else 0,
-                      routes=[path for route in ROUTES for path in route.paths])
-    app.state.metrics = metrics
     name = model_dir if served_model_name is None else served_model_name
-    server = _Server(app, pipe, limits, stats, default_normalize, name, metrics)
+    server = _Server(app, pipe, limits, stats, default_normalize, name)
 
     def handler(route: Route) -> Any:
         async def handle(request: Request) -> Any:
@@ -355,18 +300,19 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
         return handle
 
     for route in ROUTES:
-        for path in route.paths:
-            app.add_api_route(path, handler(route), methods=[route.method], summary=route.help)
-    if api_key is not None:  # inside the counting, so that a 401 is counted too
+        app.add_api_route(route.path, handler(route), methods=[route.method], summary=route.help)
+    if api_key is not None:
         app.add_middleware(_BearerKey, key=api_key)
-    app.add_middleware(CountRequests, metrics=metrics)
     return app
 
 
 def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | None,
                        served_model_name: str | None) -> None:
-    """Refuse a token bound no input of max_length fits in, an API key no header can carry, and an empty served
-    name (the model's path would be shown in its place)."""
+    """Refuse a task no client API has, a token bound no input of max_length fits in, an API key no header can carry,
+    and an empty served name (the model's path would be shown in its place)."""
+    if pipe.task == "multiple-choice":
+        raise BertkitError("bertkit serve does not serve multiple-choice (no client API has the task): run it with "
+                           "bertkit predict or bertkit.pipeline(\"multiple-choice\", ...)")
     if max_batch_tokens is not None and max_batch_tokens < pipe.max_length:
         raise BertkitError(f"max_batch_tokens {max_batch_tokens} is below max_length {pipe.max_length}: one input "
                            "of max_length tokens could never be computed; raise --max-batch-tokens or lower --max-length")
@@ -404,35 +350,21 @@ def _server_pipelines(pipe: Any, stopping: threading.Event) -> tuple[Any, Any]:
     return pipe, per_token
 
 
-def warm_int8(pipe: Any) -> None:
-    """Build an int8 pipeline's compiled activation quantization now, before the server accepts requests: it is
-    compiled once per process, on the first call with enough activations (``quantization.kernels.COMPILE_FROM``),
-    which took about 3 s inside whichever request first brought a batch of some 700 tokens (MiniLM). One
-    forward pass of that size (under the pipeline's bf16 setting, whose dtype the kernel is compiled for) pays it
-    at start-up instead. A no-op for float pipelines and on fbgemm (AVX2)."""
-    from bertkit._hardware import int8_kernel
-
-    if pipe.quantize != "int8" or int8_kernel().name != "onednn":  # fbgemm quantizes inside its kernel
-        return
+def warm_up(pipe: Any) -> None:
+    """One forward pass of 16 x 128 tokens before the server accepts requests, so that what a process's first large
+    call pays (int8's compiled activation quantization: about 3 s for MiniLM) is paid at start-up, not in a request."""
     import torch
 
-    from bertkit.quantization.kernels import COMPILE_FROM
-
-    length = min(pipe.max_length, 128)
-    rows = -(-COMPILE_FROM // (length * pipe.config.hidden_size))  # rows * length * hidden >= COMPILE_FROM
-    ids = torch.full((rows, length), pipe.tokenizer.unk_token_id, dtype=torch.long)
+    ids = torch.full((16, min(pipe.max_length, 128)), pipe.tokenizer.unk_token_id, device=pipe.device)
     t0 = time.perf_counter()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=pipe.bf16):
+    with torch.inference_mode(), torch.autocast(pipe.device.type, dtype=torch.bfloat16, enabled=pipe.bf16):
         pipe.model(input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids))
-    logger.info("int8: activation quantization compiled before serving (%.1f s, once per process)",
-                time.perf_counter() - t0)
+    logger.info("warmed up before serving (%.1f s)", time.perf_counter() - t0)
 
 
 def serve(s: Any) -> dict[str, Any]:
-    """``bertkit serve``: load the pipeline, then serve until SIGTERM or Ctrl-C; returns the counters.
-
-    On SIGTERM (or the first Ctrl-C) the server stops accepting connections, answers what it admitted
-    (waiting at most ``graceful_shutdown_s``), and returns."""
+    """``bertkit serve``: load the pipeline, serve until SIGTERM or Ctrl-C (then answer what was admitted, waiting at
+    most ``graceful_shutdown_s``), and return the counters."""
     require_serving()
     import signal
 
@@ -444,7 +376,7 @@ def serve(s: Any) -> dict[str, Any]:
     fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **int8_options(s))
-    warm_int8(pipe)
+    warm_up(pipe)
     app = create_app(pipe, str(s.model_name_or_path), max_batch_size=s.max_batch_size, max_wait_ms=s.max_wait_ms,
                      limits=Limits.from_settings(s), max_batch_tokens=s.max_batch_tokens, api_key=s.api_key,
                      served_model_name=s.served_model_name)
@@ -456,7 +388,7 @@ def serve(s: Any) -> dict[str, Any]:
 
     server = Server(uvicorn.Config(app, host=s.host, port=s.port, log_level=s.log_level, access_log=False,
                                    timeout_graceful_shutdown=s.graceful_shutdown_s))
-    paths = "; ".join(f"{m} {', '.join(p for r in ROUTES if r.method == m for p in r.paths)}" for m in ("POST", "GET"))
+    paths = "; ".join(f"{m} {', '.join(r.path for r in ROUTES if r.method == m)}" for m in ("POST", "GET"))
     logger.info("serving %s from %s (%s%s on %s) on http://%s:%d (%s); %s", s.task, s.model_name_or_path,
                 "int8, the rest in " if pipe.quantize else "", pipe.precision.dtype, pipe.device, s.host, s.port, paths,
                 "every route but /health is protected by an API key" if s.api_key is not None else

@@ -1,13 +1,12 @@
 """The batching and admission of ``bertkit serve``: requests admitted up to a bound of inputs (429 beyond it),
 gathered into model calls bounded in inputs, model sequences and padded tokens, and run on one model thread;
-work whose client left or whose deadline passed is dropped before the model. ``serve`` is the HTTP side.
+work whose client left is dropped before the model. ``serve`` is the HTTP side.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import json
 import logging
 import math
@@ -19,76 +18,46 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from bertkit.inference.serve_tei import Encoded
-from bertkit.inference.serve_wire import EMBEDDING_TASKS, RequestError
+from bertkit.inference.serve_wire import RequestError
 
 logger = logging.getLogger("bertkit")
 
 
 @dataclass
 class Stats:
+    """The server's counters: /metadata shows them, /metrics exposes them, ``serve`` returns them."""
+
     requests: int = 0  # requests to the routes that parse a body (/predict, /embed, /v1/embeddings, /rerank, ...)
     items: int = 0  # inputs the model computed
+    tokens: int = 0  # their tokens, where counted
     batches: int = 0  # pipeline calls
+    model_seconds: float = 0.0  # time inside them
     largest_batch: int = 0
     refused: int = 0  # requests answered 429/503: the admission bound reached, or draining
     abandoned: int = 0  # inputs dropped before the model: their client disconnected
-    expired: int = 0  # inputs dropped before the model: their X-Request-Timeout passed
     errors: int = 0  # other 4xx/5xx answers
     started: float = field(default_factory=time.time)
 
 
-# ---------------------------------------------------------------------------------------------------
-# memory
-# ---------------------------------------------------------------------------------------------------
-
-TRIM_EVERY_S = 10.0  # how often, at most, freed memory is handed back to the system after a model call
-
-
-def _libc_function(name: str) -> Callable[..., int] | None:
-    """The C library's function ``name``, or None where it has none (glibc's malloc tuning: musl and macOS
-    allocators return memory themselves)."""
-    library = ctypes.util.find_library("c")
-    try:
-        return getattr(ctypes.CDLL(library), name, None) if library else None
-    except OSError:
-        return None
-
-
-def _malloc_trim() -> Callable[[], object] | None:
-    """glibc's ``malloc_trim(0)``, or None elsewhere."""
-    trim = _libc_function("malloc_trim")
-    return None if trim is None else (lambda: trim(0))
-
-
-# A model call's activations are freed after it, but glibc keeps freed blocks in its arenas (one per thread that
-# allocated: the model thread, the parser threads) and raises its mmap threshold as large blocks come and go, so
-# under mixed traffic a server's resident memory climbs to its worst mix of calls and stays there (measured: 790
-# -> 921 MiB over a 20-minute soak at twice capacity, flat after minute 10). Trimming hands the free pages back.
-MALLOC_TRIM = _malloc_trim()
-
+# glibc keeps freed blocks in per-thread arenas and raises its mmap threshold as large blocks come and go, so under
+# mixed traffic resident memory climbs to the worst mix of calls (a 20-minute soak at twice capacity: 790 -> 921
+# MiB). Both fixes below held it flat (469 -> 481 MiB); musl and macOS return memory themselves and lack them.
+try:
+    _LIBC = ctypes.CDLL(None)  # the process's own symbols, the C library's among them
+except (OSError, TypeError):  # Windows has no such handle
+    _LIBC = None
+TRIM_EVERY_S = 10.0  # how often, at most, freed heap memory is handed back after a model call
+MALLOC_TRIM = (lambda: _LIBC.malloc_trim(0)) if hasattr(_LIBC, "malloc_trim") else None
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
-MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value, held fixed
 
 
-def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD_BYTES) -> bool:
-    """Hold glibc's mmap threshold at ``nbytes`` for this process; True when it was set.
-
-    glibc starts at 128 KiB but raises the threshold (up to 32 MiB) each time an mmapped block is freed, so after a
-    few model calls their activations come from the heap, whose freed space fragments as calls of other shapes come
-    and go; resident memory then follows the worst mix of calls (trimming only helps between calls, so it swings
-    with the work in flight: 530-817 MiB in a soak). Setting the threshold explicitly turns that adjustment off:
-    every block above it is its own mapping, returned to the system the moment it is freed. Left alone when the
-    user chose a threshold through GLIBC_TUNABLES or MALLOC_MMAP_THRESHOLD_, and off glibc (False)."""
+def fix_mmap_threshold(nbytes: int = 128 * 1024) -> bool:
+    """Hold glibc's mmap threshold at ``nbytes`` (its starting value), so that every activation block above it is
+    its own mapping, returned the moment it is freed; True when set. Left alone when the user chose a threshold
+    (GLIBC_TUNABLES, MALLOC_MMAP_THRESHOLD_), and off glibc."""
     if "mmap_threshold" in os.environ.get("GLIBC_TUNABLES", "") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return False
-    mallopt = _libc_function("mallopt")
-    return mallopt is not None and mallopt(M_MMAP_THRESHOLD, int(nbytes)) == 1
-
-
-# ---------------------------------------------------------------------------------------------------
-# batching and admission
-# ---------------------------------------------------------------------------------------------------
+    return hasattr(_LIBC, "mallopt") and _LIBC.mallopt(M_MMAP_THRESHOLD, int(nbytes)) == 1
 
 
 @dataclass(eq=False)
@@ -98,16 +67,14 @@ class Job:
     items: list[Any]
     options: dict[str, Any]
     future: asyncio.Future
-    deadline: float | None = None  # the event loop's clock
-    timeout: float | None = None
-    cost: int = 1  # model sequences (windows, choices, [MASK]s): a call carries at most max_windows_per_request
+    cost: int = 1  # model sequences (windows, [MASK]s): a call carries at most max_windows_per_request
     longest: int = 0  # tokens of its longest sequence (max_length where not counted): bounds a call's padded tokens
     tokens: int = 0  # its sequences' tokens, where counted
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float | None = None  # its model call's start and end (perf_counter)
     finished_at: float | None = None
     state: str = "queued"  # queued -> running -> done, or queued -> dropped
-    wanted: bool = True  # False once its client has gone or its deadline passed
+    wanted: bool = True  # False once its client has gone
     released: bool = False  # its inputs no longer count against the admission bound
 
 
@@ -118,12 +85,11 @@ class Batcher:
 
     def __init__(self, run: Callable[[list[Any], dict[str, Any]], list[Any]], max_batch_size: int,
                  max_wait_ms: float, max_inputs: int, stats: Stats, max_cost: int | None = None,
-                 max_tokens: int | None = None, on_call: Callable[[int, int, int, float], None] | None = None):
+                 max_tokens: int | None = None):
         self.run = run
         self.max_batch_size = max_batch_size
         self.max_cost = max_cost
         self.max_tokens = max_tokens  # padded tokens (sequences x the longest) one call may carry
-        self.on_call = on_call  # (inputs, tokens, padded tokens, seconds) of each model call: the metrics
         self.max_wait = max_wait_ms / 1000.0
         self.max_inputs = max_inputs
         self.stats = stats
@@ -173,26 +139,24 @@ class Batcher:
                                     f"inputs admitted and not answered{has}); retry after {wait} s",
                                {"Retry-After": str(wait)})
 
-    def admit(self, items: list[Any], options: dict[str, Any], timeout: float | None, cost: int | None = None,
-              longest: int = 0, tokens: int = 0) -> Job:
+    def admit(self, items: list[Any], options: dict[str, Any], cost: int | None = None, longest: int = 0,
+              tokens: int = 0) -> Job:
         n = len(items)
         self.check_room(n)
-        loop = asyncio.get_running_loop()
-        job = Job(items, options, loop.create_future(), None if timeout is None else loop.time() + timeout, timeout,
-                  n if cost is None else cost, longest, tokens)
+        job = Job(items, options, asyncio.get_running_loop().create_future(), n if cost is None else cost, longest,
+                  tokens)
         self.inputs += n
         self.jobs.append(job)
         self.wake.set()
         return job
 
-    def drop(self, job: Job, reason: str) -> None:
-        """The job's client has gone or its deadline passed: never compute it. One already in a model call
-        finishes there (its result is discarded), but its inputs stop counting against the admission bound now:
-        nobody waits for them, so they must not turn the next request away."""
+    def drop(self, job: Job) -> None:
+        """The job's client has gone: never compute it. One already in a model call finishes there, but its inputs
+        stop counting against the admission bound now, so that they do not turn the next request away."""
         job.wanted = False
         if job.state == "queued":
             job.state = "dropped"
-            setattr(self.stats, reason, getattr(self.stats, reason) + len(job.items))
+            self.stats.abandoned += len(job.items)
         self._release(job)
 
     def _release(self, job: Job) -> None:
@@ -200,21 +164,13 @@ class Batcher:
             job.released = True
             self.inputs -= len(job.items)
 
-    def _live(self, job: Job, now: float) -> bool:
-        if job.state == "queued" and job.deadline is not None and now >= job.deadline:
-            self.drop(job, "expired")
-            if not job.future.done():
-                job.future.set_exception(_expired(job.timeout, computed=False))
-        return job.state == "queued"
-
     def _head(self) -> tuple[list[Job], bool]:
         """The live jobs at the head of the queue that fit in one call, and whether that call is full."""
-        now = asyncio.get_running_loop().time()
         batch: list[Job] = []
         size = cost = longest = 0
         limit, tokens = self.max_cost or math.inf, self.max_tokens or math.inf
         for job in self.jobs:
-            if not self._live(job, now):
+            if job.state != "queued":
                 continue
             if batch and (size + len(job.items) > self.max_batch_size or cost + job.cost > limit
                           or (cost + job.cost) * max(longest, job.longest) > tokens):
@@ -251,15 +207,11 @@ class Batcher:
             for job in batch:
                 groups.setdefault(json.dumps(job.options, sort_keys=True), []).append(job)
             for jobs in groups.values():
-                await self._run([j for j in jobs if self._live(j, loop.time())])  # re-checked: time has passed
+                await self._run([j for j in jobs if j.state == "queued"])  # re-checked: a client may have left
 
     async def _run(self, jobs: list[Job]) -> None:
-        """One pipeline call for ``jobs``; each job's future gets its own slice of the results.
-
-        If the shared call fails and several requests were in it, the input that made it fail may be any one
-        of them (a fill-mask text whose [MASK] falls past max_length, ...): each is then run alone, so only the
-        request that caused the error gets it and the others their results.
-        """
+        """One pipeline call for ``jobs``, each job's future getting its slice of the results. If a shared call
+        fails, each job runs alone, so that only the request whose input caused the error gets it."""
         if not jobs:
             return
         loop = asyncio.get_running_loop()
@@ -277,8 +229,8 @@ class Batcher:
                     job.state = "queued"
                 for job in jobs:
                     if not job.wanted:  # its request ended while the shared call ran
-                        self.drop(job, "abandoned")
-                    elif self._live(job, loop.time()):
+                        self.drop(job)
+                    else:
                         await self._run([job])
                 return
             self._finish(jobs[0], exception=e)
@@ -288,11 +240,10 @@ class Batcher:
         rate = len(items) / max(elapsed, 1e-6)
         self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
         self.stats.items += len(items)
+        self.stats.tokens += sum(j.tokens for j in jobs)
         self.stats.batches += 1
+        self.stats.model_seconds += elapsed
         self.stats.largest_batch = max(self.stats.largest_batch, len(items))
-        if self.on_call is not None:
-            self.on_call(len(items), sum(j.tokens for j in jobs),
-                         sum(j.cost for j in jobs) * max(j.longest for j in jobs), elapsed)
         at = 0
         for job in jobs:
             job.finished_at = t1
@@ -312,47 +263,13 @@ class Batcher:
                 job.future.set_result(results)
 
 
-def _expired(timeout: float | None, computed: bool) -> RequestError:
-    what = ("its computation was under way and its result is discarded" if computed
-            else "it was not computed")
-    return RequestError(504, f"the request's deadline (X-Request-Timeout {timeout:g} s) passed before its "
-                             f"result was ready; {what}")
-
-
 def model_call(pipe: Any, per_token: Any = None) -> Callable[[list[Any], dict[str, Any]], list[Any]]:
-    """What the model thread runs for a batch. Classifiers give their logits, so that every scoring an
-    answer may ask for (softmax, sigmoid, raw scores) is computed from the same call; a reranker's (query, text)
-    pairs (option ``pairs``) too. Embedding inputs may come encoded (``serve_tei.Encoded``: token ids, or texts
-    tokenized while parsing); option ``pooling="none"`` runs them on ``per_token``, the pipeline's copy that
-    gives every token's state (/embed_all)."""
-    if pipe.task in EMBEDDING_TASKS:
-        def embed(items: list[Any], options: dict[str, Any]) -> list[Any]:
-            rows = [x.row() if isinstance(x, Encoded) else pipe.encode(pipe.check_input(x, i))[0]
-                    for i, x in enumerate(items)]
-            return (per_token if options.get("pooling") == "none" else pipe).run_rows(rows)
+    """What the model thread runs for a batch: rows encoded while parsing (option ``rows``) give the model's
+    outputs (logits, vectors; ``rows="per_token"``: every token's state, from ``per_token``), for the route to
+    render; any other input runs through the pipeline with the request's options."""
+    def call(items: list[Any], options: dict[str, Any]) -> list[Any]:
+        if "rows" in options:
+            return (per_token if options["rows"] == "per_token" else pipe).run_rows(items)
+        return pipe.run(items, **options)
 
-        return embed
-    if pipe.task == "rerank":
-        return lambda items, options: (pipe.run_rows([row for q, t in items for row in pipe.encode_pair((q, t))])
-                                       if options.get("pairs") else pipe.run(items, **options))
-    if pipe.task == "text-classification":
-        return lambda items, options: pipe.run_rows(
-            [row for i, x in enumerate(items) for row in pipe.encode(pipe.check_input(x, i))])
-    if pipe.task == "multiple-choice":
-        return lambda items, options: [r for chunk in _by_choices(items, pipe.batch_size) for r in pipe.run(chunk)]
-    return lambda items, options: pipe.run(items, **options)
-
-
-def _by_choices(items: list[dict[str, Any]], most: int) -> list[list[dict[str, Any]]]:
-    """Multiple-choice inputs in runs of at most ``most`` choices together. The pipeline batches inputs, each
-    carrying all its choices, so a batch of 32 inputs of 8 choices is one forward over 256 sequences (2 GB of
-    attention for MiniLM at 400 tokens); cut this way a forward holds no more sequences than other tasks'."""
-    chunks: list[list[dict[str, Any]]] = []
-    size = most
-    for item in items:
-        if size + len(item["choices"]) > most:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(item)
-        size += len(item["choices"])
-    return chunks
+    return call

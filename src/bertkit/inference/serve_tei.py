@@ -1,25 +1,20 @@
 """The routes that OpenAI's and text-embeddings-inference's (TEI) clients call on ``bertkit serve``:
-``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/decode``, ``/embed_all``, ``/info`` and
-TEI's ``POST /`` (TEI's), each one ``Route`` in ``ROUTES``. Each request is parsed, checked and costed into a
-``serve_wire.Call`` as strictly as the Inference API's routes are (an unknown field, a value of the wrong type or
-out of range: 422 naming it), and each answer rendered from the model's outputs.
+``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/decode``, ``/embed``, ``/embed_all``,
+``/info`` and TEI's ``POST /``, each one ``Route`` in ``ROUTES``, parsed as strictly as ``serve_wire``'s.
 
-Inputs of the embedding routes are tokenized here, on the parser thread (``Encoded`` rows), so that the model
-thread gets rows ready to run and each request's tokens are known before it is admitted: they bound a model
-call (``max_batch_tokens``) and are what ``usage`` and ``x-compute-tokens`` report.
+Their inputs are encoded here, on the parser thread, so that the model thread gets rows ready to run and each
+request's tokens are known before it is admitted (``max_batch_tokens``, ``usage``, ``x-compute-tokens``).
 """
 
 from __future__ import annotations
 
 import base64
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError
-from bertkit.inference.pipelines import ranked, relevant_label
+from bertkit.inference.pipelines import ranked
 from bertkit.inference.serve_wire import (
     EMBEDDING_TASKS,
     PREDICT,
@@ -28,59 +23,12 @@ from bertkit.inference.serve_wire import (
     RequestError,
     Route,
     _embedding,
-    check_values,
+    encode,
+    fields,
     fitted,
     need_embedding,
     refuse_empty,
 )
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """One input already encoded: token ids a client sent, or a text tokenized while its request was parsed."""
-
-    input_ids: list[int]
-    token_type_ids: list[int]
-
-    def row(self) -> dict[str, Any]:
-        return {"input_ids": self.input_ids, "token_type_ids": self.token_type_ids}
-
-
-def relevant(pipe: Any) -> int | None:
-    """Which logit of ``pipe``'s model scores relevance (``pipelines.relevant_label``): the rerank task's, or a
-    text-classification model's with one logit or two labels named so; 424 for any other pipeline."""
-    if pipe.task == "rerank":
-        return pipe.relevant
-    try:
-        if pipe.task == "text-classification":
-            return relevant_label(pipe.config)
-        raise BertkitError(f"this server runs {pipe.task}")
-    except BertkitError as e:
-        raise RequestError(424, f"/rerank needs a cross-encoder (start the server with --task rerank, or serve a "
-                                f"text-classification model with one logit or two labels): {e}") from None
-
-
-# ---------------------------------------------------------------------------------------------------
-# requests
-# ---------------------------------------------------------------------------------------------------
-
-
-def _fields(data: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...], pipe: Any,
-            limits: Limits) -> dict[str, Any]:
-    """The body's fields, every required one present, none unknown, each optional one's value checked
-    (``serve_wire.check_values``); a JSON null is the field's default."""
-    if not isinstance(data, dict):
-        raise RequestError(422, f"the body of {path} must be a JSON object with {', '.join(required)}")
-    unknown = sorted(set(data) - set(required) - set(optional))
-    if unknown:
-        raise RequestError(422, f"unknown field(s) {', '.join(unknown)}; {path} takes "
-                                f"{', '.join((*required, *sorted(optional)))}")
-    missing = [k for k in required if data.get(k) is None]
-    if missing:
-        raise RequestError(422, f"{path} needs the field(s) {', '.join(missing)}")
-    fields = {k: v for k, v in data.items() if v is not None}
-    check_values({k: v for k, v in fields.items() if k not in required}, pipe, limits)
-    return fields
 
 
 def _is_ids(v: Any) -> bool:
@@ -98,14 +46,6 @@ def _texts(raw: Any, name: str, limits: Limits) -> list[str]:
     return texts
 
 
-def _encode_text(pipe: Any, text: str, index: int, truncate: bool) -> Encoded:
-    enc = pipe.tokenizer(text, truncation=True, max_length=pipe.max_length)
-    refuse_empty(pipe, enc["input_ids"], index)
-    if not truncate:
-        fitted(len(pipe.tokenizer(text)["input_ids"]), f"input {index}", pipe, truncate)
-    return Encoded(enc["input_ids"], enc["token_type_ids"])
-
-
 def _in_vocabulary(pipe: Any, ids: list[int], what: str) -> None:
     vocab = len(pipe.tokenizer)
     bad = next((x for x in ids if not 0 <= x < vocab), None)
@@ -113,13 +53,13 @@ def _in_vocabulary(pipe: Any, ids: list[int], what: str) -> None:
         raise RequestError(422, f"{what} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
 
 
-def _encode_ids(pipe: Any, ids: list[int], index: int) -> Encoded:
+def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
     """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include."""
     _in_vocabulary(pipe, ids, f"input {index}")
     refuse_empty(pipe, ids, index)  # [CLS] [SEP] sent as ids is the empty text sent as a string
     if len(ids) > pipe.max_length:
         raise RequestError(422, f"input {index} has {len(ids)} token ids, over max_length {pipe.max_length}")
-    return Encoded(list(ids), [0] * len(ids))
+    return {"input_ids": list(ids), "token_type_ids": [0] * len(ids)}
 
 
 def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
@@ -127,7 +67,7 @@ def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
     encoding = data.pop("encoding_format", None) if isinstance(data, dict) else None  # base64 too, unlike /predict
     if encoding not in (None, "float", "base64"):
         raise RequestError(422, f'encoding_format must be "float" or "base64", got {repr(encoding)[:80]}')
-    f = _fields(data, "/v1/embeddings", ("input",), ("model", "encoding_format", "dimensions", "user"), pipe, limits)
+    f = fields(data, "/v1/embeddings", ("input",), ("model", "encoding_format", "dimensions", "user"), pipe, limits)
     raw = f["input"]
     if isinstance(raw, str) or _is_ids(raw):
         raw = [raw]  # one text, or one text's token ids
@@ -139,7 +79,7 @@ def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
     for i, x in enumerate(raw):
         if isinstance(x, str):
             limits.check_chars(len(x), f"input {i}")
-            items.append(_encode_text(pipe, x, i, truncate=True))  # bertkit truncates texts at max_length
+            items.append(encode(pipe, x, i, truncate=True))  # bertkit truncates texts at max_length
             chars += len(x)
         elif _is_ids(x):
             items.append(_encode_ids(pipe, x, i))
@@ -147,12 +87,15 @@ def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
             raise RequestError(422, f"input {i} is {type(x).__name__} {str(x)[:60]!r}; input holds strings or "
                                     "non-empty lists of token ids (ints)")
     answer = {"normalize": True, "dimensions": f.get("dimensions"), "encoding_format": encoding or "float"}
-    return Call(items, {}, answer, cost=len(items), tokens=[len(e.input_ids) for e in items], chars=chars)
+    return Call(items, {"rows": True}, answer, cost=len(items), tokens=[len(e["input_ids"]) for e in items],
+                chars=chars)
 
 
 def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
-    label = relevant(pipe)
-    f = _fields(data, "/rerank", ("query", "texts"), ("raw_scores", "return_text", "truncate", "truncation_direction"),
+    if pipe.task != "rerank":
+        raise RequestError(424, f"/rerank needs a cross-encoder; this server runs {pipe.task}: start it with --task "
+                                "rerank")
+    f = fields(data, "/rerank", ("query", "texts"), ("raw_scores", "return_text", "truncate", "truncation_direction"),
                 pipe, limits)
     if not isinstance(f["query"], str):
         raise RequestError(422, f"query must be a string, got {str(f['query'])[:80]!r}")
@@ -162,22 +105,20 @@ def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
                                 "this vocabulary does not know), so no text can be ranked by its relevance to it; "
                                 "send the query's text")
     texts = _texts(f["texts"], "texts", limits)
-    tokens, chars = [], 0
     for i, text in enumerate(texts):
-        n = len(f["query"]) + len(text)
-        limits.check_chars(n, f"the query with text {i}")
-        count = len(pipe.tokenizer(f["query"], text)["input_ids"])
-        tokens.append(fitted(count, f"the query with text {i}", pipe, f.get("truncate", True)))
-        chars += n
+        limits.check_chars(len(f["query"]) + len(text), f"the query with text {i}")
+        if not f.get("truncate", True):
+            fitted(len(pipe.tokenizer(f["query"], text)["input_ids"]), f"the query with text {i}", pipe, False)
+    rows = pipe.encode({"query": f["query"], "texts": texts})
     answer = {k: f.get(k, False) for k in ("raw_scores", "return_text")}
-    answer["texts"], answer["relevant"] = texts, label
+    answer["texts"] = texts
     # One model sequence per (query, text) pair: admission, max_items and the model call's bounds count pairs.
-    return Call([(f["query"], t) for t in texts], {"pairs": True}, answer, cost=len(texts), tokens=tokens,
-                chars=chars)
+    return Call(rows, {"rows": True}, answer, cost=len(texts), tokens=[len(r["input_ids"]) for r in rows],
+                chars=sum(len(f["query"]) + len(t) for t in texts))
 
 
 def _tokenize(data: Any, pipe: Any, limits: Limits) -> Call:
-    f = _fields(data, "/tokenize", ("inputs",), ("add_special_tokens", "prompt_name"), pipe, limits)
+    f = fields(data, "/tokenize", ("inputs",), ("add_special_tokens", "prompt_name"), pipe, limits)
     texts = _texts(f["inputs"], "inputs", limits)
     out = []
     for text in texts:
@@ -192,7 +133,7 @@ def _tokenize(data: Any, pipe: Any, limits: Limits) -> Call:
 
 
 def _decode(data: Any, pipe: Any, limits: Limits) -> Call:
-    f = _fields(data, "/decode", ("ids",), ("skip_special_tokens",), pipe, limits)
+    f = fields(data, "/decode", ("ids",), ("skip_special_tokens",), pipe, limits)
     ids = [f["ids"]] if _is_ids(f["ids"]) else f["ids"]
     if not (isinstance(ids, list) and ids and all(_is_ids(x) for x in ids)):
         raise RequestError(422, f"ids must be a non-empty list of token ids (ints) or a list of them, got "
@@ -210,23 +151,18 @@ def _embed(data: Any, pipe: Any, limits: Limits, path: str = "/embed", per_token
     token's state, bounded by max_candidates since each is a vector of the answer)."""
     need_embedding(pipe, path)
     extra = () if per_token else ("normalize", "dimensions")
-    f = _fields(data, path, ("inputs",), ("truncate", "truncation_direction", "prompt_name", *extra), pipe, limits)
+    f = fields(data, path, ("inputs",), ("truncate", "truncation_direction", "prompt_name", *extra), pipe, limits)
     texts = _texts(f["inputs"], "inputs", limits)
-    items = [_encode_text(pipe, t, i, f.get("truncate", True)) for i, t in enumerate(texts)]
-    tokens = [len(e.input_ids) for e in items]
+    items = [encode(pipe, t, i, f.get("truncate", True)) for i, t in enumerate(texts)]
+    tokens = [len(e["input_ids"]) for e in items]
     if not per_token:
         answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
-        return Call(items, {}, answer, cost=len(items), tokens=tokens, chars=sum(map(len, texts)))
+        return Call(items, {"rows": True}, answer, cost=len(items), tokens=tokens, chars=sum(map(len, texts)))
     if sum(tokens) > limits.max_candidates:
         raise RequestError(422, f"this request's answer would hold {sum(tokens)} token states, over max_candidates "
                                 f"{limits.max_candidates}; send fewer or shorter inputs")
-    return Call(items, {"pooling": "none"}, {}, cost=len(items), candidates=sum(tokens), tokens=tokens,
+    return Call(items, {"rows": "per_token"}, {}, cost=len(items), candidates=sum(tokens), tokens=tokens,
                 chars=sum(map(len, texts)))
-
-
-# ---------------------------------------------------------------------------------------------------
-# answers
-# ---------------------------------------------------------------------------------------------------
 
 
 def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any]:
@@ -243,7 +179,7 @@ def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any
 
 def _ranked(server: Any, call: Call, results: list[Any]) -> list[dict[str, Any]]:
     a = call.answer
-    return ranked(results, a["relevant"], a["texts"], a["raw_scores"], a["return_text"])
+    return ranked(results, server.pipe.relevant, a["texts"], a["raw_scores"], a["return_text"])
 
 
 def _info(server: Any) -> dict[str, Any]:
@@ -284,7 +220,7 @@ ROUTES = (
           lambda data, pipe, limits: _root(pipe).parse(data, pipe, limits),
           lambda server, call, results: _root(server.pipe).render(server, call, results)),
     Route("/v1/embeddings", "OpenAI's: {input, model, dimensions, encoding_format} -> unit vectors", _openai,
-          _openai_answer, aliases=("/embeddings",)),
+          _openai_answer),
     RERANK,
     Route("/tokenize", "TEI's: texts -> their tokens", _tokenize, _result, model=False),
     Route("/decode", "TEI's: token ids -> texts", _decode, _result, model=False),

@@ -1,11 +1,7 @@
 """The wire format of ``bertkit serve``: what a route is (``Route``), what one request may be and cost
-(``Limits``), and the routes of Hugging Face's Inference API and TEI that share its body (/predict,
-/similarity): a request parsed, checked and costed (``parse_request``), a pipeline's results rendered as the
-answer (``render``). ``serve_tei`` holds OpenAI's and TEI's other routes; ``serve`` the HTTP side.
-
-Every field of a body and of an input, and every parameter, must be one the route takes, with a value of its
-type and in its range, or the request is refused by name; what a request would cost the model (windows,
-choices, [MASK]s) and its answer (candidates) is counted from token counts before it is admitted.
+(``Limits``), and the Inference API's /predict and TEI's /similarity, which share a body. Every field and
+parameter must be one the route takes, with a value in its range, or the request is refused naming it; what a
+request would cost (model sequences, answer candidates) is counted from token counts before it is admitted.
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ _ANSWER_PARAMS = {"text-classification": ("top_k", "function_to_apply"),
                   "token-classification": ("aggregation_strategy", "ignore_labels"),
                   "question-answering": ("align_to_words", "max_seq_len"),
                   **{t: _EMBED_FIELDS for t in EMBEDDING_TASKS}}
-# Inference API parameter names that bertkit's pipelines spell differently.
+# Inference API parameter names that bertkit's pipelines spell differently: the wire takes the Inference API's.
 _RENAMED = {"question-answering": {"max_answer_len": "max_answer_length", "max_question_len": "max_question_length",
                                    "handle_impossible_answer": "allow_no_answer"}}
 
@@ -51,12 +47,10 @@ class RequestError(Exception):
 
 
 class Limits(RequestLimits):
-    """What one request may be and cost (``RequestLimits``, whose fields ``bertkit serve``'s flags are), with the
-    refusals the routes share."""
+    """``RequestLimits`` (``bertkit serve``'s flags) with the refusals the routes share."""
 
     @classmethod
     def from_settings(cls, settings: Any) -> Limits:
-        """The limits of a ``ServeSettings`` (or anything with the same fields)."""
         return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(RequestLimits)})
 
     def check_items(self, n: int, name: str = "inputs") -> None:
@@ -78,17 +72,11 @@ def _chars(item: Any) -> int:
     return 0
 
 
-
-# ---------------------------------------------------------------------------------------------------
-# requests
-# ---------------------------------------------------------------------------------------------------
-
-
 @dataclass
 class Call:
-    """A parsed request: the inputs, the pipeline's call options (they split batches), the options that
-    shape the answer, whether one input was sent, whether the answer takes TEI's shape, and what it costs:
-    model sequences (QA windows, multiple-choice choices, [MASK]s, one per other input) and answer candidates."""
+    """A parsed request: the inputs (rows already encoded where option ``rows`` is set), the call's options (they
+    split batches), the options that shape the answer, whether one input was sent, whether the answer takes TEI's
+    shape, and what it costs: model sequences (QA windows, [MASK]s, one per other input) and answer candidates."""
 
     items: list[Any]
     options: dict[str, Any]
@@ -103,12 +91,9 @@ class Call:
 
 @dataclass(frozen=True)
 class Route:
-    """One route of ``bertkit serve``, declared once, beside its wire format (``serve.ROUTES`` lists them all):
-    its path (and aliases), its line in the route list (the CLI's help, the OpenAPI page), and what it does.
-    A POST route parses a request's JSON into a ``Call`` (``parse(data, pipe, limits)``, on the parser thread;
-    every refusal a ``RequestError`` naming what is wrong), which the batcher admits and the model computes unless
-    ``model`` is False (answered from the tokenizer alone), and renders the answer (``render(server, call,
-    results)``, the model's outputs in the call's order). A GET route answers from the server (``get(server)``)."""
+    """One route, declared once beside its wire format (``serve.ROUTES`` lists them): its path, its help line (CLI
+    help, OpenAPI page), and for a POST how a body becomes a ``Call`` (on the parser thread) and the model's outputs
+    its answer (``model`` False: answered from the tokenizer alone); a GET answers from the server."""
 
     path: str
     help: str
@@ -116,39 +101,28 @@ class Route:
     render: Callable[[Any, Call, list[Any]], Any] | None = None
     get: Callable[[Any], Any] | None = None
     model: bool = True
-    aliases: tuple[str, ...] = ()
 
     @property
     def method(self) -> str:
         return "GET" if self.get else "POST"
 
-    @property
-    def paths(self) -> tuple[str, ...]:
-        return (self.path, *self.aliases)
-
 
 # Tasks whose input is one model sequence, a text or (text, text_pair): their tokens are counted while parsing
-# (the others' sequences count as max_length each against max_batch_tokens).
-_ONE_SEQUENCE = ("text-classification", "token-classification", "fill-mask", *EMBEDDING_TASKS)
+# (the others' sequences count as max_length each against max_batch_tokens). ``_ROWS``' inputs are encoded while
+# parsing and the model's outputs rendered by the route; the others run through the pipeline, which decodes them.
+_ROWS = ("text-classification", *EMBEDDING_TASKS)
+_ONE_SEQUENCE = (*_ROWS, "token-classification", "fill-mask")
 
 
-def json_depth(body: bytes) -> int:
-    """How deeply the lists and objects of a JSON text nest, brackets inside strings not counted: measured
-    on the bytes before parsing (Python's parser recurses once per level and fails at about 1,000). Linear in
-    the body, with no regular expression to backtrack: a quote is a string's end unless an odd run of
-    backslashes precedes it."""
-    a = np.frombuffer(body, dtype=np.uint8)
-    if not a.size:
-        return 0
-    at = np.arange(a.size, dtype=np.int32)
-    last_plain = np.maximum.accumulate(np.where(a == 0x5C, -1, at))  # the last non-backslash at or before i
-    escaped = np.zeros(a.size, dtype=bool)
-    escaped[1:] = (at[:-1] - last_plain[:-1]) % 2 == 1  # an odd run of backslashes just before i
-    quote = (a == 0x22) & ~escaped
-    inside = (np.cumsum(quote, dtype=np.int32) - quote) % 2 == 1  # after an odd number of quotes: in a string
-    step = np.isin(a, (0x5B, 0x7B)).astype(np.int32) - np.isin(a, (0x5D, 0x7D))
-    step[inside] = 0
-    return int(np.cumsum(step).max(initial=0))
+def json_depth(value: Any) -> int:
+    """How deeply the lists and objects of a parsed JSON value nest."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (list, dict)):
+            deepest = max(deepest, depth)
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -175,20 +149,22 @@ def _integer(text: str) -> int:
 
 
 def load_json(body: bytes, limits: Limits) -> Any:
-    if len(body) > limits.max_body_bytes:
-        raise RequestError(413, f"request body of {len(body)} bytes exceeds max_body_bytes {limits.max_body_bytes}")
-    depth = json_depth(body)
-    if depth > limits.max_json_depth:
-        raise RequestError(413, f"the body nests lists and objects {depth} deep, over max_json_depth "
-                                f"{limits.max_json_depth}")
+    """The body's JSON: strict (no key twice, no NaN), and nested at most max_json_depth deep."""
     try:
-        return json.loads(body, object_pairs_hook=_object, parse_constant=_constant, parse_int=_integer)
+        data = json.loads(body, object_pairs_hook=_object, parse_constant=_constant, parse_int=_integer)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RequestError(400, f"the body is not valid JSON: {e}") from None
+    except RecursionError:  # Python's parser recurses once per level and gives up near 1,000
+        depth = "about 1,000 or more"
+    else:
+        depth = json_depth(data)
+        if depth <= limits.max_json_depth:
+            return data
+    raise RequestError(413, f"the body nests lists and objects {depth} deep, over max_json_depth "
+                            f"{limits.max_json_depth}")
 
 
-def _default(method: Callable[..., Any], name: str) -> Any:
-    """A pipeline method's default for an option (written once, in the pipeline's signature)."""
+def _default(method: Callable[..., Any], name: str) -> Any:  # written once, in the pipeline's signature
     return inspect.signature(method).parameters[name].default
 
 
@@ -237,11 +213,8 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
         "max_seq_len": (lambda v: v == n, f"{n}, this server's max_length (set with --max-length at start)"),
         "doc_stride": int_in(1, n, " (at most max_length)"),
         "max_question_len": int_in(1, n - 4, " (max_length - 4 leaves the context room)"),
-        "max_question_length": int_in(1, n - 4, " (max_length - 4 leaves the context room)"),
         "max_answer_len": int_in(1, n, " (at most max_length)"),
-        "max_answer_length": int_in(1, n, " (at most max_length)"),
         "handle_impossible_answer": boolean,
-        "allow_no_answer": boolean,
         "null_threshold": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
                            "a finite number"),
     }
@@ -257,26 +230,35 @@ def check_values(values: dict[str, Any], pipe: Any, limits: Limits) -> None:
 
 
 def parse_request(data: Any, pipe: Any, limits: Limits, similarity: bool = False) -> Call:
-    """The request's inputs (checked by the pipeline), options and cost; ``similarity``: /similarity's body, whose
-    inputs are always a sentence similarity's and whose fields are inputs and parameters only.
-
-    Every field and parameter must be one the route takes, with a value in its range; a JSON ``null`` is the
-    default. What a request would cost (model sequences, answer candidates) is counted here, before admission."""
+    """/predict's body (``similarity``: /similarity's, always a sentence similarity) as a checked and costed call;
+    a JSON ``null`` is the default."""
     task = pipe.task
     if similarity:
         need_embedding(pipe, "/similarity")
-    top = {"parameters"} if similarity else {*_TEI_FIELDS.get(task, ()), "parameters"}
-    params, fields = _read_fields(data, pipe, top)
-    merged = {**params, **fields}
-    check_values(merged, pipe, limits)
+    top = () if similarity else _TEI_FIELDS.get(task, ())
+    f = fields(data, "/similarity" if similarity else "/predict", ("inputs",), (*top, "parameters"), pipe, limits)
+    params = f.pop("parameters", {})
+    if not isinstance(params, dict):
+        raise RequestError(422, f"parameters must be an object, got {type(params).__name__} {str(params)[:40]}")
     renamed = _RENAMED.get(task, {})
+    allowed = {*pipe.call_options, *_ANSWER_PARAMS.get(task, ()), *renamed} - set(renamed.values())
+    bad = sorted(set(params) - allowed)
+    if bad:
+        raise RequestError(422, f"{task} takes no parameter(s) {', '.join(bad)}; it takes "
+                                f"{', '.join(sorted(allowed)) or 'none'}")
+    params = {k: v for k, v in params.items() if v is not None}  # null: the default, as the Inference API's clients
+    twice = sorted(set(f) & set(params))
+    if twice:
+        raise RequestError(422, f"{twice[0]} is given both at the top level and in parameters; send it once")
+    check_values(params, pipe, limits)
+    merged = {**params, **f}
     answer = {k: v for k, v in merged.items() if k in top or k in _ANSWER_PARAMS.get(task, ())
               and k not in pipe.call_options}
     options = {renamed.get(k, k): v for k, v in params.items() if renamed.get(k, k) in pipe.call_options}
     if task == "question-answering" and "top_k" in options:
         answer["top_k"] = options["top_k"]
 
-    raw = data["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
+    raw = f["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
     if similarity or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
         raw, answer["similarity"] = _similarity_inputs(raw, pipe), True
     single = not isinstance(raw, list)
@@ -284,9 +266,11 @@ def parse_request(data: Any, pipe: Any, limits: Limits, similarity: bool = False
     if not items:
         raise RequestError(422, "inputs is an empty list")
     limits.check_items(len(items))
-    checked, counted, chars = _check_inputs(items, pipe, limits, answer)
+    checked, counted, chars = _check_inputs(items, pipe, limits, answer.get("truncate", True))
     cost, candidates = _cost(pipe, checked, options, limits)
-    tei = task == "text-classification" and any(f in data for f in _TEI_FIELDS[task])
+    if task in _ROWS:
+        options = {"rows": True}
+    tei = task == "text-classification" and any(k in data for k in top)
     return Call(checked, options, answer, single, tei, cost, candidates, counted, chars)
 
 
@@ -300,35 +284,22 @@ def need_embedding(pipe: Any, path: str, one_vector: bool = False) -> None:
                                 'pooling="none" (per-token states are POST /embed_all)')
 
 
-def _read_fields(data: Any, pipe: Any, top: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(parameters, top-level fields) of the body, nulls dropped; 422 on an unknown name or one given twice.
-
-    Names only: their values are checked afterwards, all in one place (``_parameter_checks``)."""
-    task = pipe.task
-    if not isinstance(data, dict) or "inputs" not in data:
-        raise RequestError(422, 'the body must be a JSON object {"inputs": ..., "parameters": {...}}')
-    unknown = sorted(set(data) - top - {"inputs"})
+def fields(data: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...], pipe: Any,
+           limits: Limits) -> dict[str, Any]:
+    """The body's fields, every required one present, none unknown, each optional one's value checked
+    (``check_values``; ``parameters`` is its route's to check); a JSON null is the field's default."""
+    if not isinstance(data, dict):
+        raise RequestError(422, f"the body of {path} must be a JSON object with {', '.join(required)}")
+    unknown = sorted(set(data) - set(required) - set(optional))
     if unknown:
-        raise RequestError(422, f"unknown field(s) {', '.join(unknown)}; the body holds inputs"
-                                f"{''.join(', ' + f for f in sorted(top))}")
-    params = data.get("parameters")
-    params = {} if params is None else params
-    if not isinstance(params, dict):
-        raise RequestError(422, f"parameters must be an object, got {type(params).__name__} {str(params)[:40]}")
-    renamed = _RENAMED.get(task, {})
-    allowed = set(pipe.call_options) | set(_ANSWER_PARAMS.get(task, ())) | set(renamed)
-    bad = sorted(set(params) - allowed)
-    if bad:
-        raise RequestError(422, f"{task} takes no parameter(s) {', '.join(bad)}; it takes "
-                                f"{', '.join(sorted(allowed)) or 'none'}")
-    params = {k: v for k, v in params.items() if v is not None}  # null: the default, as the Inference API's clients
-    fields = {k: v for k, v in data.items() if k not in ("inputs", "parameters") and v is not None}
-    twice = sorted(set(fields) & set(params)) + sorted(k for k in params if renamed.get(k) in params)
-    if twice:
-        k = twice[0]
-        raise RequestError(422, f"{k} and {renamed[k]} are the same parameter; send one" if k in renamed else
-                                f"{k} is given both at the top level and in parameters; send it once")
-    return params, fields
+        raise RequestError(422, f"unknown field(s) {', '.join(unknown)}; {path} takes "
+                                f"{', '.join((*required, *sorted(optional)))}")
+    missing = [k for k in required if data.get(k) is None]
+    if missing:
+        raise RequestError(422, f"{path} needs the field(s) {', '.join(missing)}")
+    out = {k: v for k, v in data.items() if v is not None}
+    check_values({k: v for k, v in out.items() if k not in required and k != "parameters"}, pipe, limits)
+    return out
 
 
 def _similarity_inputs(raw: Any, pipe: Any) -> list[str]:
@@ -339,16 +310,13 @@ def _similarity_inputs(raw: Any, pipe: Any) -> list[str]:
             and others and all(isinstance(x, str) for x in others)):
         raise RequestError(422, 'sentence similarity takes inputs {"source_sentence": str, "sentences": '
                                 f'[str, ...]}} and no other field, got {str(raw)[:80]!r}')
-    if getattr(pipe, "pooling", None) == "none":
-        raise RequestError(422, "sentence similarity needs one vector per text; this server's pipeline has "
-                                'pooling="none"')
+    need_embedding(pipe, "sentence similarity", one_vector=True)
     return [raw["source_sentence"], *others]
 
 
-def _check_inputs(items: list[Any], pipe: Any, limits: Limits, answer: dict[str, Any]) -> tuple[list[Any], list[int],
-                                                                                             int]:
-    """(checked inputs, token count of each one-sequence input, characters in all): each input is refused here,
-    as a 422 naming its index, rather than inside a batch it would share with other requests."""
+def _check_inputs(items: list[Any], pipe: Any, limits: Limits, truncate: bool) -> tuple[list[Any], list[int], int]:
+    """(checked inputs, encoded for ``_ROWS`` tasks; token count of each one-sequence input; characters in all):
+    each input is refused here, naming its index, rather than inside a batch shared with other requests."""
     task = pipe.task
     checked: list[Any] = []
     counted: list[int] = []
@@ -362,14 +330,27 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, answer: dict[str,
             read = pipe.check_input(item, i)  # a field it does not read, a wrong type: a 422 here, not in a batch
         except BertkitError as e:
             raise RequestError(422, str(e)) from None
-        if task in _ONE_SEQUENCE:  # counted for max_batch_tokens, x-compute-tokens and /metrics
-            encoded = pipe.tokenizer(*read) if isinstance(read, tuple) else pipe.tokenizer(read)
-            if task in EMBEDDING_TASKS:
-                refuse_empty(pipe, encoded["input_ids"], i)
-            counted.append(fitted(len(encoded["input_ids"]), f"input {i}", pipe, answer.get("truncate", True)))
+        if task in _ROWS:
+            item = encode(pipe, read, i, truncate, empty_ok=task not in EMBEDDING_TASKS)
+            counted.append(len(item["input_ids"]))
+        elif task in _ONE_SEQUENCE:  # counted for max_batch_tokens, x-compute-tokens and /metrics
+            counted.append(fitted(len(pipe.tokenizer(read)["input_ids"]), f"input {i}", pipe, truncate))
         chars += n
         checked.append(item)
     return checked, counted, chars
+
+
+def encode(pipe: Any, text: str | tuple[str, str | None], index: int, truncate: bool,
+           empty_ok: bool = False) -> dict[str, Any]:
+    """The model's row for a text or (text, text_pair), cut at max_length (422 instead when ``truncate`` is off);
+    422 for an empty text unless ``empty_ok``."""
+    read = (text, None) if isinstance(text, str) else text
+    row = pipe.encode(read)[0]
+    if not empty_ok:
+        refuse_empty(pipe, row["input_ids"], index)
+    if not truncate:
+        fitted(len(pipe.tokenizer(*read)["input_ids"]), f"input {index}", pipe, truncate)
+    return row
 
 
 def fitted(tokens: int, what: str, pipe: Any, truncate: bool) -> int:
@@ -381,8 +362,8 @@ def fitted(tokens: int, what: str, pipe: Any, truncate: bool) -> int:
 
 
 def refuse_empty(pipe: Any, ids: list[int], index: int) -> None:
-    """422 for a text with no token of its own ("", spaces): it would get the embedding of [CLS] [SEP] alone, the
-    same for every such text, as if it were its own (OpenAI and TEI refuse an empty input too)."""
+    """422 for a text with no token of its own ("", spaces), whose embedding would be [CLS] [SEP]'s (as OpenAI and
+    TEI refuse it)."""
     if set(ids) <= set(pipe.tokenizer.all_special_ids):
         raise RequestError(422, f"input {index} is empty: it has no token but the special ones, and its embedding "
                                 "would be theirs, the same for every empty text; send text, or leave it out")
@@ -413,12 +394,6 @@ def _cost(pipe: Any, items: list[Any], options: dict[str, Any], limits: Limits) 
         elif task == "rerank":
             n = len(item["texts"])
             what = f"(query, text) pairs (input {i} has {n})"
-        elif task == "multiple-choice":
-            n = len(item["choices"])
-            what = f"choices, each a sequence (input {i} has {n})"
-            if n > pipe.batch_size:  # one forward computes all of an input's choices together
-                raise RequestError(422, f"input {i} has {n} choices, over {pipe.batch_size}, the sequences one forward "
-                                        "computes (--max-batch-size): all choices of an input are scored together")
         else:
             n, what = 1, "inputs"
         cost += n
@@ -430,11 +405,6 @@ def _cost(pipe: Any, items: list[Any], options: dict[str, Any], limits: Limits) 
                                     f"{'[MASK]s' if task == 'fill-mask' else 'questions'}), over max_candidates "
                                     f"{limits.max_candidates}; lower top_k or send fewer inputs")
     return cost, candidates
-
-
-# ---------------------------------------------------------------------------------------------------
-# answers
-# ---------------------------------------------------------------------------------------------------
 
 
 def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei: bool) -> list[dict[str, Any]]:

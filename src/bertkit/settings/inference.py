@@ -241,8 +241,8 @@ class RequestLimits(Settings):
     max_json_depth: int = flag(16, check=at_least_one)
     """Nesting of lists and objects in a request body (deeper: 413, refused before the JSON is parsed)."""
     max_windows_per_request: int = flag(256, check=at_least_one)
-    """Model sequences one request may cost: question-answering windows, multiple-choice choices, fill-mask [MASK]
-    tokens, one per input otherwise (more: 422); one model call carries at most this many too."""
+    """Model sequences one request may cost: question-answering windows, fill-mask [MASK] tokens, one per input
+    otherwise (more: 422); one model call carries at most this many too."""
     max_top_k: int = flag(100, check=at_least_one)
     """top_k of any task: candidates per [MASK] (fill-mask), answers per question, labels (more: 422)."""
     max_candidates: int = flag(1000, check=at_least_one)
@@ -272,15 +272,14 @@ class ServeSettings(RequestLimits, Int8Settings):
     model_name_or_path: Path = flag(aliases=("--model",))
     """Checkpoint directory with the task's head (config.json, model.safetensors, vocab.txt)."""
     task: Literal["text-classification", "token-classification", "question-answering", "fill-mask",
-                  "multiple-choice", "feature-extraction", "sentence-embedding", "rerank"]
-    """The pipeline to serve (rerank: a cross-encoder, a text-classification checkpoint with one logit or two labels)."""
+                  "feature-extraction", "sentence-embedding", "rerank"]
+    """The pipeline to serve (rerank: a cross-encoder, a sequence classifier with one logit or two labels)."""
     host: str = "127.0.0.1"
     """Address to listen on (0.0.0.0: every interface)."""
     port: int = flag(8000, check=between(0, 65535))
     """TCP port."""
     max_batch_size: int = flag(32, check=at_least_one)
-    """Inputs gathered from concurrent requests into one model call; also the most choices one multiple-choice
-    input may have (they are scored in one forward; more: 422)."""
+    """Inputs gathered from concurrent requests into one model call."""
     max_wait_ms: float = flag(5.0, check=between(0, 10_000))
     """How long the first waiting request waits for others to join its batch."""
     max_batch_tokens: int = flag(16_384, check=at_least_one)

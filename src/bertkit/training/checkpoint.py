@@ -2,11 +2,8 @@
 
 A checkpoint is a directory holding ``state.pt`` (model, optimiser, scheduler, scaler, every rank's RNG state,
 the loop's position and the run's fingerprint) and, for ``from_pretrained``, the model in the Hugging Face
-layout. It is written under a temporary name, fsynced and renamed into place, so a kill mid-write never leaves
+layout. It is written into a scratch directory, fsynced and renamed into place, so a kill mid-write never leaves
 a partial checkpoint; only files this run (or the run it resumes) recorded as written are ever removed.
-
-The model weights' key table to and from the Hugging Face layout is ``bertkit.checkpoint_io``; this module is
-the training loop's side: what ``resume`` needs to continue a run bit for bit.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.outputs import fsync_dir, register, register_scratch, register_tree, remove_owned_tree
+from bertkit.outputs import fsync, fsync_dir, register_scratch, register_tree, remove_owned_tree
 from bertkit.training.distributed import DistInfo
 
 logger = logging.getLogger("bertkit")
@@ -57,9 +54,6 @@ class CheckpointLayout:
 
 STEP_LAYOUT = CheckpointLayout()
 HF_LAYOUT = CheckpointLayout(subdir="", prefix="checkpoint-", digits=0)
-
-def checkpoint_dirs(out_dir: Path, layout: CheckpointLayout = STEP_LAYOUT) -> list[Path]:
-    return layout.dirs(out_dir)
 
 
 def _disk_full(e: BaseException) -> bool:
@@ -110,10 +104,8 @@ def _scratch_dir(root: Path, final: Path) -> Path:
 
 def _write_files(tmp: Path, state: dict, model: nn.Module | None,
                  write_extra: Callable[[Path], None] | None) -> None:
-    torch.save(state, tmp / STATE_FILE)
-    with open(tmp / STATE_FILE, "rb") as f:
-        os.fsync(f.fileno())
-    register(tmp / STATE_FILE)  # torch writes it itself: recorded, so a killed run's --overwrite removes it
+    torch.save(state, tmp / STATE_FILE)  # a file of the scratch directory: a killed run's, removable as such
+    fsync(tmp / STATE_FILE)
     if model is not None and hasattr(model, "save_pretrained"):
         model.save_pretrained(tmp)
     if write_extra is not None:
@@ -121,7 +113,7 @@ def _write_files(tmp: Path, state: dict, model: nn.Module | None,
 
 
 def _disk_full_error(out_dir: Path, layout: CheckpointLayout, tmp: Path, state: dict) -> BertkitError:
-    previous = checkpoint_dirs(out_dir, layout)
+    previous = layout.dirs(out_dir)
     needed = sum(t.numel() * t.element_size() for t in state["model"].values()) * 3  # weights + 2 Adam moments
     free = shutil.disk_usage(layout.root(out_dir)).free
     return BertkitError(
@@ -132,16 +124,14 @@ def _disk_full_error(out_dir: Path, layout: CheckpointLayout, tmp: Path, state: 
 
 
 def _rename_into_place(tmp: Path, final: Path, root: Path) -> None:
-    left = remove_owned_tree(final)  # a checkpoint of this step this run (or the run it resumes) wrote, rewritten
+    remove_owned_tree(final)  # a checkpoint of this step this run (or the run it resumes) wrote, rewritten
     if os.path.lexists(final):  # files changed since (a damaged checkpoint) or a user's: kept, moved aside
         aside = Path(tempfile.mkdtemp(prefix=f".replaced-{final.name}-", dir=root))
         final.rename(aside / final.name)
-        logger.warning("%s held %d file(s) this run cannot prove are its own as written (e.g. %s): moved to %s",
-                       final, len(left), ", ".join(left[:3]), aside)
-    register_tree(tmp)  # whatever else wrote into it (the extra files of a hook)
+        logger.warning("moved what was left of %s to %s", final, aside)
     tmp.rename(final)
+    register_tree(final)  # each file under its final name: the directory is no scratch, a user may add to it
     fsync_dir(root)
-    register_tree(final)  # the same files under their final names
 
 
 def remove_torn_writes(out_dir: Path, layout: CheckpointLayout) -> None:
@@ -152,21 +142,14 @@ def remove_torn_writes(out_dir: Path, layout: CheckpointLayout) -> None:
     for tmp in sorted(root.glob(f".tmp-{layout.prefix}*")) if root.is_dir() else []:
         if tmp.is_symlink() or not tmp.is_dir():
             continue
-        left = remove_owned_tree(tmp)
-        if left:
-            logger.warning("left %s: it holds %d file(s) bertkit cannot prove it wrote (e.g. %s)", tmp, len(left),
-                           ", ".join(left[:3]))
-        else:
+        if not remove_owned_tree(tmp):
             logger.info("removed %s, a checkpoint write a kill cut short", tmp)
 
 
 def _rotate(out_dir: Path, layout: CheckpointLayout, keep: int, protect: Callable[[Path], bool] | None) -> None:
-    kept = [p for p in checkpoint_dirs(out_dir, layout) if not (protect and protect(p))]
+    kept = [p for p in layout.dirs(out_dir) if not (protect and protect(p))]
     for old in kept[:-keep]:
-        left = remove_owned_tree(old)  # only the files recorded as written by this run or the one it resumes
-        if left:
-            logger.warning("kept %s: it holds %d file(s) this run did not write (e.g. %s)", old, len(left),
-                           ", ".join(left[:3]))
+        remove_owned_tree(old)  # only the files recorded as written by this run or the one it resumes
 
 
 def rng_state(device: str) -> dict:
@@ -200,7 +183,7 @@ def read_checkpoint(out_dir: Path, fingerprint: dict, layout: CheckpointLayout =
                     only: Path | None = None) -> tuple[Path, dict]:
     """The newest intact checkpoint (or ``only``); a damaged newest one (a torn write) falls back to the previous."""
     damaged = []
-    for path in [only] if only is not None else reversed(checkpoint_dirs(out_dir, layout)):
+    for path in [only] if only is not None else reversed(layout.dirs(out_dir)):
         try:
             state = read_state(path)
         except (RuntimeError, EOFError, KeyError, OSError, ValueError) as e:
@@ -249,7 +232,7 @@ def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLay
                          resume: bool | Path) -> tuple[Path, dict] | None:
     """The checkpoint a run continues from and its state: the one ``resume`` names, or with ``resume=True`` the
     newest intact one; None for a fresh run, which refuses a directory that already holds checkpoints."""
-    existing = checkpoint_dirs(out_dir, layout)
+    existing = layout.dirs(out_dir)
     if isinstance(resume, Path):
         return read_checkpoint(out_dir, fingerprint, layout, only=resume)
     if resume and existing:

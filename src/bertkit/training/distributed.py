@@ -1,9 +1,9 @@
 """Several processes, one training run: PyTorch's own engine (torchrun launches, torch.distributed talks).
 
-Every training command runs unchanged under ``torchrun``; bertkit reads the launcher's environment
-(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), joins the process group (gloo on CPU, NCCL on CUDA), pins each
-process to its device, and leaves the group on exit and on error. Without torchrun nothing here runs and
-a command is the single process it always was.
+Every training command runs unchanged under ``torchrun``: bertkit reads the launcher's environment
+(``info_from_env``), joins the process group (gloo on CPU, NCCL on CUDA) with each process pinned to its
+device, and leaves it on exit and on error. Without torchrun nothing here runs. docs/distributed.md says what
+N processes change (the global batch, each rank's slice of it, rank 0 alone writing, DDP or ``--fsdp``).
 
 One node, 4 processes (copy-paste; add your data and settings)::
 
@@ -15,20 +15,6 @@ Two nodes of 8 GPUs each (run the same line on both; HOST is node 0's address)::
     torchrun --nnodes 2 --nproc_per_node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id bert1 \\
         -m bertkit pretrain --data /shared/data128 --vocab /shared/vocab --output-dir /shared/runs/p \\
         --max-steps 100000 --batch-size 4096 --bf16
-
-Fine-tuning is the same: ``torchrun --standalone --nproc_per_node 2 -m bertkit finetune glue --task sst2 ...``.
-
-What changes with N processes (docs/distributed.md has the full story):
-- ``--batch-size`` stays the GLOBAL batch; each process feeds batch / (N x accumulation) per micro-step.
-- Each process reads a disjoint slice of every global micro-batch of the epoch (``BatchPlan`` with
-  ``rank``/``world_size``), so N x b equals one process with N x b, example for example.
-- DDP by default (gradients averaged in the backward pass; no all-reduce on the non-final micro-steps of
-  gradient accumulation), or ``--fsdp``: FSDP2 ``fully_shard`` per encoder layer and the root, so
-  parameters, gradients and optimiser state are split over the processes.
-- Only rank 0 writes: metrics.jsonl, checkpoints (with every rank's RNG state), plots, the final model;
-  logged training metrics are averaged over the ranks.
-- A process that dies takes the run down: the others fail in their next collective (or after
-  ``--ddp-timeout`` seconds at most) and exit non-zero; ``--resume`` continues from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -53,8 +39,6 @@ from bertkit.errors import BertkitError
 
 logger = logging.getLogger("bertkit")
 
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -74,14 +58,11 @@ class DistInfo:
         return self.world_size > 1
 
 
-def launched_by_torchrun(env: Mapping[str, str] | None = None) -> bool:
-    env = os.environ if env is None else env
-    return all(k in env for k in TORCHRUN_VARS)
-
-
 def info_from_env(env: Mapping[str, str] | None = None) -> DistInfo:
+    """The place torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) gives this process; rank 0 of 1
+    without torchrun."""
     env = os.environ if env is None else env
-    if not launched_by_torchrun(env):
+    if not all(k in env for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
         return DistInfo()
     try:
         info = DistInfo(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]))
@@ -94,11 +75,12 @@ def info_from_env(env: Mapping[str, str] | None = None) -> DistInfo:
 
 
 def current() -> DistInfo:
-    """This process's place in the initialised process group (rank 0 of 1 when there is none)."""
+    """This process's place in the initialised process group (rank 0 of 1 when there is none); its local rank is
+    torchrun's (``info_from_env``), or its rank in a group made without torchrun."""
     if not (dist.is_available() and dist.is_initialized()):
         return DistInfo()
-    rank = dist.get_rank()
-    return DistInfo(rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank)))
+    rank, launched = dist.get_rank(), info_from_env()
+    return DistInfo(rank, dist.get_world_size(), launched.local_rank if launched.enabled else rank)
 
 
 def process_device(spec: str) -> str:
@@ -106,9 +88,14 @@ def process_device(spec: str) -> str:
     return resolve_device(spec, current().local_rank)
 
 
-def _join(info: DistInfo, device: str, timeout_s: float, flag: str) -> str:
-    """Join the group torchrun describes (gloo on CPU, NCCL on CUDA, each process pinned to its GPU); returns
-    this process's device. ``flag`` names the timeout setting in the error."""
+def _join(device: str, timeout_s: float, flag: str) -> tuple[DistInfo, str, bool]:
+    """Join the group torchrun describes (gloo on CPU, NCCL on CUDA, each process pinned to its GPU), unless there
+    is none or this process is in one already (a test made it): (this process's place, its device, whether it
+    joined now). ``flag`` names the timeout setting in the error."""
+    info = info_from_env()
+    if not info.enabled or dist.is_initialized():
+        info = current() if dist.is_initialized() else info
+        return info, resolve_device(device, info.local_rank), False
     if timeout_s <= 0:
         raise BertkitError(f"{flag} must be a positive number of seconds, got {timeout_s}")
     dev = resolve_device(device, info.local_rank)
@@ -119,24 +106,18 @@ def _join(info: DistInfo, device: str, timeout_s: float, flag: str) -> str:
                             device_id=torch.device(dev) if cuda else None)
     logger.info("rank %d of %d (local rank %d) on %s, backend %s", info.rank, info.world_size, info.local_rank,
                 dev, dist.get_backend())
-    return dev
+    return info, dev, True
 
 
 @contextlib.contextmanager
-def process_group(device: str = "auto", timeout_s: float = 1800.0,
-                  env: Mapping[str, str] | None = None) -> Iterator[tuple[DistInfo, str]]:
+def process_group(device: str = "auto", timeout_s: float = 1800.0) -> Iterator[tuple[DistInfo, str]]:
     """Join torchrun's process group for the duration of a command; yields (this process's place, its device).
-
-    Not under torchrun (or already in a group, as when a test made one): nothing to join. The group is
-    destroyed on the way out, on errors too, so a failed rank never leaves its peers a half-open group.
-    ``timeout_s`` bounds how long a collective waits for a peer that stopped answering.
-    """
-    info = info_from_env(env)
-    if not info.enabled or dist.is_initialized():
-        info = current() if dist.is_initialized() else info
-        yield info, resolve_device(device, info.local_rank)
+    The group is destroyed on the way out, on errors too, so a failed rank never leaves its peers a half-open
+    group; ``timeout_s`` bounds how long a collective waits for a peer that stopped answering."""
+    info, dev, joined = _join(device, timeout_s, "--ddp-timeout")
+    if not joined:
+        yield info, dev
         return
-    dev = _join(info, device, timeout_s, "--ddp-timeout")
     try:
         yield info, dev
         # Every rank reaches the end before any tears its connections down: gloo aborts a process (SIGABRT)
@@ -147,18 +128,13 @@ def process_group(device: str = "auto", timeout_s: float = 1800.0,
 
 
 def join_for_process(device: str = "auto", timeout_s: float = 1800.0) -> tuple[DistInfo, str]:
-    """Join torchrun's process group for the rest of this process's life: (this process's place, its device).
-
-    For the Python API (``bertkit.Trainer``), where no command wraps the run as ``process_group`` does: a script
-    launched by torchrun joins on its first Trainer, as transformers' TrainingArguments does, and every later
-    Trainer of the script uses the same group. At exit, a process leaving normally waits for its peers (a
-    barrier: gloo aborts a process whose peer closes the connection under it), then leaves the group; after an
+    """Join torchrun's process group for the rest of this process's life, for the Python API (``bertkit.Trainer``)
+    where no command wraps the run: a script under torchrun joins on its first Trainer, as transformers'
+    TrainingArguments does. At exit a process waits for its peers (the barrier above), then leaves; after an
     uncaught error it leaves at once (its peers fail in their next collective, as under a command)."""
-    info = info_from_env()
-    if not info.enabled or dist.is_initialized():
-        info = current() if dist.is_initialized() else info
-        return info, resolve_device(device, info.local_rank)
-    dev = _join(info, device, timeout_s, "ddp_timeout")
+    info, dev, joined = _join(device, timeout_s, "ddp_timeout")
+    if not joined:
+        return info, dev
     failed: list[bool] = []
     previous_hook = sys.excepthook
 
@@ -183,11 +159,7 @@ def agree(ok: bool, what: str) -> bool:
     """Every rank learns whether every rank got through a step (such as claiming the output directory on
     rank 0): a failure on one rank becomes an error on all instead of a hang in the next collective.
     Returns False on a rank that failed itself (it raises its own error); raises on the others."""
-    info = current()
-    if not info.enabled:
-        return ok
-    flags: list[Any] = [None] * info.world_size
-    dist.all_gather_object(flags, bool(ok))
+    flags = all_gather(bool(ok))
     if ok and not all(flags):
         bad = [r for r, f in enumerate(flags) if not f]
         raise BertkitError(f"{what} failed on rank(s) {bad} (their message is above); all ranks stop")
@@ -204,27 +176,26 @@ def all_gather(obj: Any) -> list[Any]:
     return out
 
 
-def sum_over_ranks(value: int, device: str) -> int:
-    """``value`` summed over every rank (itself in one process)."""
+def _all_reduce(value: float, op: Any, device: str) -> float:
     if not current().enabled:
         return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return int(t.item())
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=op)
+    return t.item()
+
+
+def sum_over_ranks(value: int, device: str) -> int:
+    """``value`` summed over every rank (itself in one process)."""
+    return int(_all_reduce(value, dist.ReduceOp.SUM, device))
 
 
 def any_rank(flag: bool, device: str) -> bool:
     """True when ``flag`` is true on some rank: one decision every rank takes the same way."""
-    if not current().enabled:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return bool(_all_reduce(flag, dist.ReduceOp.MAX, device))
 
 
-# -------------------------------------------------------------------------------------------------
-# The model across processes: DDP or FSDP2
-# -------------------------------------------------------------------------------------------------
+
+# -- The model across processes: DDP or FSDP2 ----------------------------------------------------------------
 
 
 def encoder_layers(model: nn.Module) -> list[nn.Module]:
@@ -296,8 +267,7 @@ class Replicas:
         """Full (unsharded) model and optimiser state dicts on CPU, the same for every world size and strategy.
         FSDP gathers them (a collective: every rank calls this); rank 0 receives them, the others get ``{}``."""
         if not self.fsdp:
-            # Views of the parameters (keep_vars, detached), as state_dict() gave before the MLM head listed its
-            # tied decoder as a copy: torch.save then writes the shared word embeddings once.
+            # Views of the parameters (keep_vars): torch.save then writes the tied word embeddings once.
             state = {k: v.detach() for k, v in self.model.state_dict(keep_vars=True).items()}
             return state, optimizer.state_dict()
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict

@@ -9,18 +9,13 @@ uninterrupted run would have produced (on CPU; GPU kernels may not be bitwise de
 
 A run is a list of ``Phase`` objects run back to back under one learning-rate schedule: fine-tuning is
 one phase; the paper's pre-training is two (90% of steps at 128 tokens, then 512; appendix A.2).
-
-Its parts live beside it: the data order in ``batch_plan.py``, checkpoint files and RNG state in
-``checkpoint.py``, the global-batch token-loss normalisation in ``token_loss.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
-import os
 import random
 import time
 from collections.abc import Callable
@@ -33,18 +28,12 @@ from torch import nn
 
 from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError, NonFiniteError
-from bertkit.outputs import atomic_write_text, owns, register
 from bertkit.settings import TrainingSettings, checkpoint_fields, resume_fingerprint
-from bertkit.training.batch_plan import (
-    Batch,
-    BatchPlan,
-    epoch_loader,
-)
+from bertkit.training.batch_plan import Batch, BatchPlan, epoch_loader
 from bertkit.training.callbacks import TrainerControl
 from bertkit.training.checkpoint import (
     STEP_LAYOUT,
     CheckpointLayout,
-    checkpoint_dirs,
     checkpoint_to_resume,
     restore_rank_state,
     rng_state,
@@ -52,6 +41,7 @@ from bertkit.training.checkpoint import (
 )
 from bertkit.training.distributed import DistInfo, Replicas, all_gather, any_rank, current
 from bertkit.training.optim import build_optimizer, linear_warmup_decay
+from bertkit.training.run_log import RunLog
 from bertkit.training.token_loss import accepts_num_items, logged_loss, objective, step_targets, target_count
 
 logger = logging.getLogger("bertkit")
@@ -83,26 +73,17 @@ class TrainResult:
     skipped_nonfinite: int = 0
 
 
-def _to(batch: Batch, device: str) -> Batch:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
 @dataclass
 class LoopHooks:
-    """What a caller driving the loop from outside (``bertkit.Trainer``) adds to it; each is off by default.
+    """What ``bertkit.Trainer`` adds to the loop; each is off by default. ``write_extra(dir)`` adds files (the
+    tokenizer) to a checkpoint before it is renamed into place; ``protect(path)`` marks a checkpoint
+    ``save_total_limit`` must keep (the best one); ``on_record(record)`` sees every logged record; ``event(name,
+    position)`` is called where transformers' Trainer calls its callbacks' ``on_<name>``.
 
-    ``write_extra(dir)`` adds files (the tokenizer) to a checkpoint before it is renamed into place;
-    ``protect(path)`` marks a checkpoint ``save_total_limit`` must keep (the best one); ``on_record(record)``
-    sees every train and eval record as it is logged; ``event(name, position)`` is called where transformers'
-    Trainer calls its callbacks' ``on_<name>`` (epoch_begin, step_begin, substep_end, pre_optimizer_step,
-    optimizer_step, step_end, epoch_end, save: after the checkpoint is in place).
-
-    ``control`` is what the loop does next, with transformers' ``TrainerControl`` rules: at each step's end (and
-    each epoch's) the loop sets the flags its settings (the strategies and step counts) call for (as transformers' ``DefaultFlowCallback``), then
-    calls ``event``, then logs, evaluates and saves as the flags then say, clearing each flag as it acts; a step's
-    beginning clears should_log/should_evaluate/should_save, an epoch's should_epoch_stop. A flag set by any event
-    (should_save in on_evaluate, say) is honoured, and should_epoch_stop/should_training_stop end the epoch/run
-    after the micro-batch in hand."""
+    ``control`` follows transformers' ``TrainerControl`` rules: at a step's (or epoch's) end the loop sets the flags
+    its strategies call for (as ``DefaultFlowCallback``), calls ``event``, then logs, evaluates and saves as the
+    flags then say, clearing each as it acts; should_epoch_stop/should_training_stop end the epoch/run after the
+    micro-batch in hand."""
 
     layout: CheckpointLayout = STEP_LAYOUT
     write_extra: Callable[[Path], None] | None = None
@@ -119,11 +100,6 @@ def _save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn
     hooks = hooks or LoopHooks()
     return save_checkpoint(out_dir, state, step, keep, model, layout=hooks.layout, write_extra=hooks.write_extra,
                            protect=hooks.protect)
-
-
-# -------------------------------------------------------------------------------------------------
-# The loop
-# -------------------------------------------------------------------------------------------------
 
 
 def train(
@@ -186,9 +162,8 @@ class _Run:
     evaluate: Callable | None
     batch_metrics: Callable | None
     pos: Position
-    history: list[dict]
+    log_file: RunLog
     window: dict
-    board: Any = None
     bar: Any = None
     last_eval: dict | None = None
     window_n: int = 0
@@ -222,10 +197,6 @@ class _Run:
         return self.args.output_dir
 
     @property
-    def metrics_path(self) -> Path:
-        return self.args.output_dir / "metrics.jsonl"
-
-    @property
     def cuda(self) -> bool:
         return torch.device(self.device).type == "cuda"
 
@@ -254,12 +225,14 @@ class _Run:
         if args.torch_compile:
             _compile(replicas, model)
         run = cls(args, info, device, phases, total, fingerprint, model, replicas, optimizer, scheduler, scaler,
-                  evaluate, batch_metrics, Position(), [], {}, hooks=hooks, **cadence(args, phases))
+                  evaluate, batch_metrics, Position(), RunLog(out_dir, info.is_main), {}, hooks=hooks,
+                  **cadence(args, phases))
         if found is not None:
             run.restore(*found)
         else:
             run.begin()
-        run.board = _tensorboard(out_dir) if args.report_to == "tensorboard" and info.is_main else None
+        if args.report_to == "tensorboard":
+            run.log_file.open_tensorboard()
         run.bar = _progress(total, run.pos.step, args.progress and info.is_main)
         run.window_n = int(run.window.pop("_n", 0))
         run.logged_at = run.pos.step
@@ -286,22 +259,16 @@ class _Run:
                     "sample position (step %d; phase %d, epoch %d, global micro-batch %d), but the ranks' random "
                     "states were re-seeded, so dropout differs from an uninterrupted run", info.world_size,
                     written_by, pos.step, pos.phase, pos.epoch, pos.batch)
-        self.history = [r for r in _read_jsonl(self.metrics_path) if r["step"] <= pos.step]  # drop records after it
-        if info.is_main:
-            _write_jsonl(self.metrics_path, self.history)
+        self.log_file.resume(pos.step)
 
     def begin(self) -> None:
         """Seed a fresh run and start its metrics.jsonl."""
-        info, seed, metrics_path = self.info, self.args.seed, self.metrics_path
+        info, seed = self.info, self.args.seed
         # One seed per rank (seed + rank): the weights are equal on every rank anyway (the caller seeded them
         # and DDP broadcasts rank 0's), but dropout must draw differently on each.
         torch.manual_seed(seed + info.rank)
         random.seed(seed + info.rank)
-        if info.is_main:
-            if os.path.lexists(metrics_path) and not owns(metrics_path):
-                raise BertkitError(f"{metrics_path} exists and this run did not write it; bertkit does not "
-                                   "replace it: pass --resume to continue that run, or choose a new output directory")
-            atomic_write_text(metrics_path, "", appends=True)  # appended to: bertkit's as a whole
+        self.log_file.start()
 
     # -- one epoch: its remaining micro-batches, then its end ---------------------------------------------------
     def run_epoch(self, phase: Phase, phase_end: int) -> None:
@@ -316,7 +283,8 @@ class _Run:
         for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, self.workers, self.cuda):
             if pos.step >= phase_end:
                 break
-            if self.micro_step(phase, weight, _to(batch, self.device)):  # the last micro-batch of a step
+            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+            if self.micro_step(phase, weight, batch):  # the last micro-batch of a step
                 self.optimizer_step(phase)
             else:
                 self.event("substep_end")
@@ -326,7 +294,7 @@ class _Run:
         if not (ended or control.should_epoch_stop or control.should_training_stop or pos.step >= self.total):
             return  # a phase's last step within an epoch: the next phase starts its own epochs
         # not evaluated before a kill at this step, nor at this step's end
-        control.should_evaluate |= self.args.eval_strategy == "epoch" and not self.evaluated_at(pos.step)
+        control.should_evaluate |= self.args.eval_strategy == "epoch" and not self.log_file.evaluated_at(pos.step)
         control.should_save |= (self.args.save_strategy == "epoch" and pos.step < self.total
                                 and not control.should_training_stop)
         self.event("epoch_end")
@@ -431,7 +399,7 @@ class _Run:
         where = f"step {pos.step + 1} ({phase.name}, epoch {pos.epoch}, batch {pos.batch - 1})"
         self.optimizer.zero_grad(set_to_none=True)
         if pos.skipped >= self.args.skip_nonfinite:
-            last = checkpoint_dirs(self.out_dir, self.hooks.layout)
+            last = self.hooks.layout.dirs(self.out_dir)
             raise NonFiniteError(
                 f"training stopped at {where}: {self.spoiled}. Last good checkpoint: "
                 f"{last[-1] if last else 'none (no checkpoint written yet)'}. "
@@ -459,23 +427,9 @@ class _Run:
         self.logged_at = pos.step
 
     def log(self, record: dict) -> None:
-        self.history.append(record)
+        self.log_file.write(record)
         if self.hooks.on_record is not None:
             self.hooks.on_record(record)
-        if self.info.is_main:
-            line = json.dumps(record) + "\n"
-            with self.metrics_path.open("a") as f:  # appended, by design: a torn last line is dropped on resume
-                f.write(line)
-            if self.board is not None:
-                for k, v in record.items():
-                    if isinstance(v, (int, float)) and k not in ("step", "epoch"):
-                        self.board.add_scalar(f"{record['split']}/{k}", v, record["step"])
-                self.board.flush()
-                _register_board(self.board)
-
-    def evaluated_at(self, step: int) -> bool:
-        """Whether the newest record is an evaluation at ``step`` (after a resume: one the interrupted run made)."""
-        return bool(self.history) and self.history[-1]["split"] == "eval" and self.history[-1]["step"] == step
 
     def run_eval(self) -> None:
         if self.evaluate is None:
@@ -509,15 +463,14 @@ class _Run:
 
     def finish(self) -> TrainResult:
         self.bar.close()
-        if self.args.eval_strategy != "no" and self.evaluate is not None and not self.evaluated_at(self.pos.step):
+        step = self.pos.step
+        if self.args.eval_strategy != "no" and self.evaluate is not None and not self.log_file.evaluated_at(step):
             self.run_eval()
         if self.args.save_strategy != "no" and self.saved_at != self.pos.step:
             self.checkpoint()
         self.replicas.finish()
-        if self.board is not None:
-            self.board.close()
-            _register_board(self.board)
-        return TrainResult(self.pos.step, self.history, self.last_eval, self.pos.skipped)
+        self.log_file.close()
+        return TrainResult(self.pos.step, self.log_file.history, self.last_eval, self.pos.skipped)
 
 
 def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) -> dict[str, Any]:
@@ -600,21 +553,6 @@ def _over_ranks(window: dict, n: int, seqs: int, tokens: int) -> tuple[dict, int
     return sums, sum(p[1] for p in parts), sum(p[2] for p in parts), sum(p[3] for p in parts)
 
 
-def _register_board(board) -> None:
-    """tensorboard writes its event file itself: record it as this run's (its name carries this process's pid)."""
-    for path in Path(board.get_logdir()).glob(f"events.out.tfevents.*.{os.getpid()}.*"):
-        register(path)
-
-
-def _tensorboard(out_dir: Path):
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ModuleNotFoundError:
-        raise BertkitError("--report-to tensorboard needs the tensorboard package: pip install 'bertkit[tensorboard]' "
-                           "(or pip install tensorboard), or leave --report-to at none") from None
-    return SummaryWriter(str(out_dir / "tensorboard"))
-
-
 def _autocast(args: TrainingSettings, device: str):
     """bf16 or fp16 autocast (fp16 pairs with the GradScaler in ``train``); weights stay fp32."""
     return torch.autocast(torch.device(device).type, dtype=torch.float16 if args.fp16 else torch.bfloat16,
@@ -626,24 +564,3 @@ def _progress(total: int, initial: int, enabled: bool):
 
     return tqdm(total=total, initial=initial, disable=not enabled, unit="step", dynamic_ncols=True)
 
-
-def _read_jsonl(path: Path) -> list[dict]:
-    """metrics.jsonl; a torn last line (a kill mid-append) is dropped with a warning, a bad line elsewhere is an error."""
-    if not path.is_file():
-        return []
-    lines = [(i, line) for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
-    records = []
-    for n, (lineno, line) in enumerate(lines):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if n == len(lines) - 1:
-                logger.warning("%s line %d is torn (a write interrupted by a kill); dropping it", path, lineno)
-                break
-            raise BertkitError(f"{path} line {lineno} is not JSON ({line[:60]!r}); the metrics of this run are "
-                               "damaged: move the file away to resume without its history") from None
-    return records
-
-
-def _write_jsonl(path: Path, records: list[dict]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records), appends=True)

@@ -10,7 +10,6 @@ of 512 to learn the positional embeddings").
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 from collections.abc import Callable
@@ -87,20 +86,6 @@ def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int,
     if not has_nsp:  # MLM-only (--no-nsp): there is no NSP score
         del scores["nsp_loss"], scores["nsp_acc"]
     return scores
-
-
-def last_logged_eval(metrics: Path, up_to_step: int) -> dict | None:
-    """The latest held-out evaluation in ``metrics.jsonl`` at or before ``up_to_step`` (torn lines skipped)."""
-    found = None
-    if metrics.is_file():
-        for line in metrics.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if record.get("split") == "eval" and record.get("step", 0) <= up_to_step:
-                found = {k: v for k, v in record.items() if k not in ("split", "step", "epoch")}
-    return found
 
 
 def unigram_log_prior(dataset: PretrainingDataset, vocab_size: int, every: int = 50) -> torch.Tensor:
@@ -224,8 +209,9 @@ def write_pretraining_results(s: PretrainSettings, model: Any, tokenizer: BertTo
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)
     last_eval = result.last_eval
-    if last_eval is None:  # a resumed run whose last evaluation happened before the restart
-        last_eval = last_logged_eval(s.output_dir / "metrics.jsonl", result.step)
+    if last_eval is None:  # a resumed run whose last evaluation happened before the restart: in its history
+        evals = [r for r in result.history if r["split"] == "eval"]
+        last_eval = {k: v for k, v in evals[-1].items() if k not in ("split", "step", "epoch")} if evals else None
     atomic_write_json(s.output_dir / "summary.json",
                       {"steps": result.step, "last_eval": last_eval, "final_model": str(final)})
     plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")

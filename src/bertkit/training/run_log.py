@@ -1,0 +1,90 @@
+"""A training run's log: ``metrics.jsonl``, one JSON record a line, and with ``--report-to tensorboard`` the same
+scalars as TensorBoard events. Rank 0 alone writes; every rank keeps the history.
+
+metrics.jsonl is appended to a record at a time, so a run can be followed as it goes; it is recorded as bertkit's
+once, when it is started (``appends``), so whatever the run appends later is its own too. A line torn by a kill
+is dropped on resume with a warning."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from bertkit.errors import BertkitError
+from bertkit.outputs import atomic_write_text, owns, register
+
+logger = logging.getLogger("bertkit")
+
+
+class RunLog:
+    def __init__(self, out_dir: Path, writes: bool):
+        self.path, self.writes = out_dir / "metrics.jsonl", writes
+        self.history: list[dict] = []  # every record of the run (a resumed run's earlier ones first)
+        self.board = None
+
+    def start(self) -> None:
+        """A fresh run's metrics.jsonl: empty; a file there that this run did not write is refused."""
+        if self.writes:
+            if os.path.lexists(self.path) and not owns(self.path):
+                raise BertkitError(f"{self.path} exists and this run did not write it; bertkit does not replace it: "
+                                   "pass --resume to continue that run, or choose a new output directory")
+            atomic_write_text(self.path, "", appends=True)
+
+    def resume(self, step: int) -> None:
+        """The history up to ``step`` (the checkpoint's); the records after it (a killed run's) are dropped."""
+        self.history = [r for r in _read_jsonl(self.path) if r["step"] <= step]
+        if self.writes:
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.history), appends=True)
+
+    def open_tensorboard(self) -> None:
+        if not self.writes:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ModuleNotFoundError:
+            raise BertkitError("--report-to tensorboard needs the tensorboard package: pip install "
+                               "'bertkit[tensorboard]' (or pip install tensorboard), or leave --report-to at none") from None
+        self.board = SummaryWriter(str(self.path.parent / "tensorboard"))
+        # tensorboard writes its event file itself (named with this process's pid), appending: recorded once too
+        for path in Path(self.board.get_logdir()).glob(f"events.out.tfevents.*.{os.getpid()}.*"):
+            register(path, appends=True)
+
+    def write(self, record: dict) -> None:
+        self.history.append(record)
+        if not self.writes:
+            return
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.board is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k not in ("step", "epoch"):
+                    self.board.add_scalar(f"{record['split']}/{k}", v, record["step"])
+            self.board.flush()
+
+    def evaluated_at(self, step: int) -> bool:
+        """Whether the newest record is an evaluation at ``step`` (after a resume: one the interrupted run made)."""
+        return bool(self.history) and self.history[-1]["split"] == "eval" and self.history[-1]["step"] == step
+
+    def close(self) -> None:
+        if self.board is not None:
+            self.board.close()
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    """metrics.jsonl; a torn last line (a kill mid-append) is dropped with a warning, a bad line elsewhere is an error."""
+    if not path.is_file():
+        return []
+    lines = [(i, line) for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
+    records = []
+    for n, (lineno, line) in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if n == len(lines) - 1:
+                logger.warning("%s line %d is torn (a write interrupted by a kill); dropping it", path, lineno)
+                break
+            raise BertkitError(f"{path} line {lineno} is not JSON ({line[:60]!r}); the metrics of this run are "
+                               "damaged: move the file away to resume without its history") from None
+    return records
