@@ -165,6 +165,8 @@ def test_settings_file_values_are_type_checked(tmp_path, capsys):
     (["demo", "--steps", "0"], "steps must be at least 1, got 0"),
     (["finetune", "squad", "--predict-file", "p", "--model", "m", "--out", "o", "--doc-stride", "0"],
      "doc_stride must be at least 1, got 0"),
+    (["finetune", "squad", "--predict-file", "p", "--model", "m", "--out", "o", "--max-seq-length", "0"],
+     "max_seq_length must be at least 1, got 0"),  # squad's own default once dropped the shared field's check
 ])
 def test_every_settings_class_validates_itself(argv, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
