@@ -7,9 +7,6 @@ The data set for pre-training was made with:
 
     .venv/bin/python bench/bench_pretraining_data.py --vocab runs/vocab-30522 --output runs/pretrain-data-full
     .venv/bin/python bench/bench_pretraining_data.py --max-files 100 --output /tmp/pd     # a quick look
-    # the same corpus as 2 shards made by 2 concurrent processes (1 worker each), then merged;
-    # the merged manifest must equal the one-process run's (compared when --compare-with names its output)
-    .venv/bin/python bench/bench_pretraining_data.py --workers 1 --num-shards 2 --output /tmp/pd2 --compare-with /tmp/pd1
 
 Prints one JSON line.
 """
@@ -29,43 +26,14 @@ def create(args: argparse.Namespace, files: list[str]) -> None:
     from bertkit.data import create_pretraining_data
     from bertkit.tokenization import BertTokenizer
 
-    if args.num_shards > 1 and args.shard_index is None:  # start every shard at once, then merge them
-        return create_sharded(args, files)
     tok = BertTokenizer.from_pretrained(args.vocab or args.model)
-    out = args.output if args.shard_index is None else Path(f"{args.output}.part{args.shard_index}")
     summary = create_pretraining_data(
-        files, tok, out, max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
+        files, tok, args.output, max_seq_length=args.max_seq_length, dupe_factor=args.dupe_factor,
         masking=args.masking, whole_word_mask=args.whole_word_mask,
         seed=args.seed, num_workers=args.workers, progress=False, overwrite=True,
-        num_shards=args.num_shards, shard_index=args.shard_index or 0,
     )
     print(json.dumps({"counts": summary.get("counts"), "tokenizer": summary["tokenizer"],
                       "create_seconds": summary["seconds"]}))
-
-
-def create_sharded(args: argparse.Namespace, files: list[str]) -> None:
-    """K concurrent shard processes (as K machines would run them), then merge_pretraining_data."""
-    import shutil
-    import subprocess
-    import time
-
-    from bertkit.data.pretraining import merge_pretraining_data
-
-    t0 = time.perf_counter()
-    base = [sys.executable, __file__, "--_child"] + [a for a in sys.argv[1:] if a != "--_child"]
-    procs = [subprocess.Popen(base + ["--shard-index", str(i)], stdout=subprocess.PIPE, text=True)
-             for i in range(args.num_shards)]
-    outs = [json.loads(p.communicate()[0].splitlines()[-1]) for p in procs]
-    if any(p.returncode for p in procs):
-        raise RuntimeError(f"a shard process failed: exit codes {[p.returncode for p in procs]}")
-    created = time.perf_counter() - t0
-    shutil.rmtree(args.output, ignore_errors=True)  # this bench's own output from an earlier run
-    t1 = time.perf_counter()
-    merge_pretraining_data([f"{args.output}.part{i}" for i in range(args.num_shards)], args.output)
-    manifest = json.loads((args.output / "manifest.json").read_text())
-    print(json.dumps({"counts": manifest["counts"], "tokenizer": outs[0]["tokenizer"], "create_seconds": created,
-                      "merge_seconds": time.perf_counter() - t1, "shard_create_seconds": [o["create_seconds"]
-                                                                                        for o in outs]}))
 
 
 def main() -> None:
@@ -81,8 +49,6 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--max-files", type=int, default=None)
-    p.add_argument("--num-shards", type=int, default=1, help="concurrent shard processes, then merged")
-    p.add_argument("--shard-index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--compare-with", type=Path, default=None,
                    help="an earlier output of this bench: the manifests' shard hashes must be equal")
     p.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
@@ -114,8 +80,6 @@ def main() -> None:
         "peak_rss_mb": result["peak_rss_mb"],
         "output": str(args.output),
         "output_mb": round(sum(f.stat().st_size for f in args.output.iterdir()) / 2**20, 1),
-        "num_shards": args.num_shards,
-        **({"shard_create_seconds": result["shard_create_seconds"]} if args.num_shards > 1 else {}),
         **({"same_output_as": str(args.compare_with), "same_output": same_output(args.output, args.compare_with)}
            if args.compare_with else {}),
     }))

@@ -20,6 +20,7 @@ from bertkit.data.config import PretrainingConfig
 from bertkit.data.pairs import create_instances_from_document
 from bertkit.data.shards import read_manifest
 from bertkit.data.text import iter_documents, plan_work_units, split_sentences
+from bertkit.outputs import sha256_of
 from bertkit.tokenization import BertTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,7 +173,8 @@ def test_same_seed_same_bytes_any_worker_count(tok, tmp_path):
     assert different.keys() == same.keys()
     assert different["vocab.txt"] == same["vocab.txt"]
     assert all(different[k] != same[k] for k in same if k.endswith("input_ids.npy"))
-    PretrainingDataset(tmp_path / "a", verify=True)  # every file matches its sha256 in the manifest
+    entries = [e for shard in a["shards"] for e in shard["files"].values()]  # the manifest's sha256 of each file
+    assert all(sha256_of(tmp_path / "a" / e["file"]) == e["sha256"] for e in entries)
 
 
 @needs_corpus
@@ -308,10 +310,13 @@ def test_errors(tok, tmp_path):
     with pytest.raises(ValueError, match="two or more sentences"):
         create_pretraining_data([singles], tok, tmp_path / "o5", **kwargs)
 
-    no_mask = BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "<mask>", "a"])},
-                            mask_token="<mask>")
-    with pytest.raises(ValueError, match=r"lacks the special tokens \['\[MASK\]'\]"):
-        create_pretraining_data([good], no_mask, tmp_path / "o6", **kwargs)
+    # The tokenizer's own special tokens are used, whatever their names ("<mask>" here).
+    other = BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "<mask>", "a"])},
+                          mask_token="<mask>")
+    create_pretraining_data([good], other, tmp_path / "o6", dupe_factor=10, **kwargs)
+    ds = PretrainingDataset(tmp_path / "o6")
+    masked = np.concatenate([ds[i]["input_ids"][ds[i]["labels"] != -100] for i in range(len(ds))])
+    assert 4 in masked and set(masked.tolist()) <= {1, 4, 5}  # [UNK] kept, <mask>, or "a" drawn at random
 
     with pytest.raises(ValueError, match="max_seq_length=4"):
         create_pretraining_data([good], tok, tmp_path / "o7", max_seq_length=4, **kwargs)

@@ -317,7 +317,7 @@ def test_a_constant_regression_validation_column_is_refused_before_training(tiny
     assert not (out / "runs").exists()
 
 
-# -- export onnx, convert-tf-checkpoint, merge-pretraining-data: corrupt or mismatched inputs -----------
+# -- export onnx, convert-tf-checkpoint: corrupt or mismatched inputs -----------
 
 
 def test_export_reads_a_config_that_is_not_json_or_names_one_architecture_as_a_string(tiny_dirs, tmp_path):
@@ -357,58 +357,6 @@ def test_a_corrupt_tensorflow_index_or_config_is_named_not_a_parser_traceback(ti
     with pytest.raises(BertkitError, match=r"bert_config\.json is not valid JSON"):
         convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json",
                               tiny_dirs["clf"] / "vocab.txt", tmp_path / "out")
-
-
-@pytest.fixture(scope="module")
-def parts(tiny_dirs, tmp_path_factory) -> list[Path]:
-    """The two parts of a 2-way split create-pretraining-data run over four small documents."""
-    from bertkit.cli import main
-
-    root = tmp_path_factory.mktemp("parts")
-    words = ["a good film", "a dull film", "fine films", "bad"]
-    docs = []
-    for i in range(4):
-        docs.append(root / f"doc{i}.txt")
-        docs[-1].write_text(" ".join(f"This is {words[(i + j) % 4]} and {words[j % 4]}." for j in range(30)) + "\n")
-    for i in range(2):
-        assert main(["create-pretraining-data", *map(str, docs), "--vocab", str(tiny_dirs["clf"]), "--out",
-                     str(root / f"part{i}"), "--num-shards", "2", "--shard-index", str(i), "--max-seq-length", "16",
-                     "--unit-bytes", "500", "--dupe-factor", "1", "--no-progress", "--num-workers", "1"]) == 0
-    return [root / "part0", root / "part1"]
-
-
-def _copy_parts(parts: list[Path], to: Path) -> list[Path]:
-    out = []
-    for p in parts:
-        (to / p.name).mkdir(parents=True)
-        for f in p.iterdir():
-            (to / p.name / f.name).write_bytes(f.read_bytes())
-        out.append(to / p.name)
-    return out
-
-
-def test_merge_names_a_broken_part_json_and_checks_every_shard_before_linking_any(parts, tmp_path):
-    from bertkit.data.pretraining import merge_pretraining_data
-
-    broken = _copy_parts(parts, tmp_path / "a")
-    (broken[1] / "part.json").write_text('{"part": ')
-    with pytest.raises(BertkitError, match=r"part1/part\.json is not valid JSON"):
-        merge_pretraining_data(broken, tmp_path / "out_a")
-    (broken[1] / "part.json").write_text('{"format": 1}')
-    with pytest.raises(BertkitError, match=r"part1/part\.json lacks config, input_files, .*make that part again"):
-        merge_pretraining_data(broken, tmp_path / "out_a")
-
-    truncated = _copy_parts(parts, tmp_path / "b")
-    shard = sorted(truncated[1].glob("shard-*.npy"))[0]
-    shard.write_bytes(shard.read_bytes()[:-8])
-    with pytest.raises(BertkitError, match=rf"{shard.name}: its sha256 differs from .*part\.json"):
-        merge_pretraining_data(truncated, tmp_path / "out_b")
-    shard.unlink()
-    with pytest.raises(BertkitError, match=rf"{shard.name} is listed in .*part\.json but missing"):
-        merge_pretraining_data(truncated, tmp_path / "out_b")
-    assert not list((tmp_path / "out_b").glob("shard-*"))  # nothing linked: the merge can run again once fixed
-    result = merge_pretraining_data(_copy_parts(parts, tmp_path / "c"), tmp_path / "out_b")
-    assert result["counts"]["instances"] > 0
 
 
 def test_a_device_this_machine_lacks_or_a_misspelt_one_is_named(tiny_dirs):

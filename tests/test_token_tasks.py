@@ -176,7 +176,15 @@ def test_iob2_labels_complete_every_type():
     assert ner.label_list(sents) == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 
 
-def test_conlleval_file_on_a_hand_made_file(tmp_path):
+def _conlleval_file(path):
+    """Score a ``word ... gold pred`` file as ``conlleval < file`` does: the last two columns, sentence by sentence."""
+    sentences = [[line.split() for line in block.splitlines()] for block in path.read_text().split("\n\n")]
+    sentences = [[cols for cols in s if cols[0] != "-DOCSTART-"] for s in sentences]
+    sentences = [s for s in sentences if s]
+    return ner.conlleval([[c[-2] for c in s] for s in sentences], [[c[-1] for c in s] for s in sentences])
+
+
+def test_conlleval_on_a_hand_made_file(tmp_path):
     # Gold: [EU]ORG, [Peter Blackburn]PER, [BRUSSELS]LOC  -> 3 entities.
     # Predicted: [EU]ORG correct; [Peter]PER only (wrong span); [BRUSSELS]ORG (wrong type); [lamb]MISC spurious.
     text = """-DOCSTART- O O
@@ -192,7 +200,7 @@ BRUSSELS B-LOC B-ORG
 """
     path = tmp_path / "pred.txt"
     path.write_text(text)
-    scores = ner.conlleval_file(path)
+    scores = _conlleval_file(path)
     # 1 correct of 4 guessed and 3 gold: P 25, R 33.33, F1 = 2PR/(P+R) = 28.57; 3 of 6 tags right.
     assert (scores["correct"], scores["found_guessed"], scores["found_gold"]) == (1, 4, 3)
     assert scores["precision"] == pytest.approx(25.0)
@@ -202,12 +210,12 @@ BRUSSELS B-LOC B-ORG
     assert scores["per_type"]["ORG"]["correct"] == 1 and scores["per_type"]["ORG"]["found_guessed"] == 2
 
 
-def test_write_conll_round_trips_through_conlleval_file(tmp_path):
+def test_write_conll_round_trips_through_conlleval(tmp_path):
     sents = [ner.NerSentence(("EU", "rejects"), ("B-ORG", "O"), 1), ner.NerSentence(("Peter",), ("B-PER",), 4)]
     pred = [["B-ORG", "O"], ["B-LOC"]]
     path = ner.write_conll(tmp_path / "p.txt", sents, pred)
     assert path.read_text() == "EU B-ORG B-ORG\nrejects O O\n\nPeter B-PER B-LOC\n\n"
-    assert ner.conlleval_file(path) == ner.conlleval([s.tags for s in sents], pred)
+    assert _conlleval_file(path) == ner.conlleval([s.tags for s in sents], pred)
 
 
 def test_finetune_ner_end_to_end(conll_dir, encoder_dir, tmp_path):
@@ -218,7 +226,7 @@ def test_finetune_ner_end_to_end(conll_dir, encoder_dir, tmp_path):
     assert report["labels"] == ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
     # The written prediction files score exactly what the report says.
     for split in ("dev", "test"):
-        assert to_fractions(ner.conlleval_file(out / f"predictions_{split}.txt")) == report[split]
+        assert to_fractions(_conlleval_file(out / f"predictions_{split}.txt")) == report[split]
     assert report["dev_per_epoch"][-1]["f1"] == report["dev"]["f1"]
     # The saved model carries its tag names and reproduces the test predictions.
     model = BertForTokenClassification.from_pretrained(out / "model")

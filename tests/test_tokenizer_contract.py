@@ -342,17 +342,16 @@ def test_tokenizer_json_refusals_name_the_value(minilm_dir, tmp_path):
     def normalizer(data):
         return {**data, "normalizer": {"type": "NFKC"}}
 
-    for n, (edit, message) in enumerate([(bpe, "holds a BPE model .*not WordPiece"),
-                                         (prefix, "continuing_subword_prefix is '@@'"),
-                                         (normalizer, "the normalizer is NFKC, not BertNormalizer")]):
+    for n, (edit, message) in enumerate([(bpe, "model.type is 'BPE', not 'WordPiece'"),
+                                         (prefix, "model.continuing_subword_prefix is '@@', not '##'"),
+                                         (normalizer, "normalizer.type is 'NFKC', not 'BertNormalizer'")]):
         with pytest.raises(ValueError, match=message):
             BertTokenizer.from_pretrained(_json_only_dir(tmp_path / str(n), minilm_dir, edit))
-    # The config and tokenizer.json disagree on casing: named, and settled by an argument.
+    # The config and tokenizer.json disagree on casing: the config wins, as in transformers 5.
     d = _json_only_dir(tmp_path / "cased", minilm_dir, do_lower_case=False)
-    with pytest.raises(ValueError, match=r"sets do_lower_case=False but .*tokenizer.json says True"):
-        BertTokenizer.from_pretrained(d)
-    ref = transformers.BertTokenizerFast.from_pretrained(d)  # follows tokenizer_config.json
-    ours = BertTokenizer.from_pretrained(d, do_lower_case=False)
+    ref = transformers.BertTokenizerFast.from_pretrained(d)
+    ours = BertTokenizer.from_pretrained(d)
+    assert not ours.do_lower_case
     assert ours("Hello World, hello world")["input_ids"] == ref("Hello World, hello world")["input_ids"]
     with pytest.raises(FileNotFoundError, match="nor tokenizer.json"):
         BertTokenizer.from_pretrained(_empty(tmp_path / "none"))

@@ -155,10 +155,22 @@ def test_length_groups_split_ragged_batches_and_keep_uniform_ones_whole():
         assert max(lengths[i] for i in a) <= min(lengths[i] for i in b)
 
 
+def test_attention_rectangles_are_gathered_from_each_sequences_own_tokens():
+    """A rectangle's rows past a sequence's end (its padding and the keys rounded up) repeat its last token: finite
+    keys that its mask hides, so no buffer is zeroed first; each row of the output buffer goes back to its token."""
+    lengths = torch.tensor([3, 1, 5])
+    plan = padding._attention_plan(lengths, torch.cumsum(lengths, 0) - lengths, kv_multiple=4)
+    (group,) = plan.groups
+    assert group.shape == (3, 5) and group.kv_length == 8 and plan.rect_rows == 24 and plan.out_rows == 15
+    assert plan.rect_index.tolist() == [0, 1, 2, 2, 2, 2, 2, 2] + [3] * 8 + [4, 5, 6, 7, 8, 8, 8, 8]
+    assert group.key_mask.reshape(3, 8).sum(1).tolist() == [3, 1, 5]
+    assert plan.gather.tolist() == [0, 1, 2, 5, 10, 11, 12, 13, 14]
+
+
 @pytest.mark.parametrize("layout", ["unpadded", "padded"])
 @pytest.mark.parametrize("multiple", [8, 16])
 def test_keys_rounded_up_for_the_cpu_kernel_change_no_output(grouping, layout, multiple):
-    """CPU inference (``prepare_model``) pads each attention rectangle's keys with masked zeros up to a multiple of
+    """CPU inference (``prepare_model``) pads each attention rectangle's keys with masked keys up to a multiple of
     the CPU kernel's vector (``BertModel.key_multiple``): the same states as without, for ragged batches (length
     groups, one rectangle) and for one unpadded sequence (the padded layout without a mask), queries never padded."""
     torch.manual_seed(0)

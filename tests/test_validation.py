@@ -88,23 +88,13 @@ def test_bad_config_values_name_file_field_and_value(saved, change, message):
     assert str(saved / "config.json") in str(info.value)
 
 
-@pytest.mark.parametrize("change,message", [
-    (dict(vocab_size=2**40), r"BertConfig describes 1\.76e\+13 parameters, more than any BERT has \(limit 1e\+12\): "
-                             r"the embeddings \(vocab_size 1099511627776 "),
-    (dict(num_hidden_layers=2**31, hidden_size=16), r"the layers \(num_hidden_layers 2147483648 of hidden_size 16"),
-])
-def test_a_config_no_bert_could_have_is_refused_when_read(saved, change, message):
-    _edit_config(saved, **change)
-    with pytest.raises(BertkitError, match=message):
-        BertForSequenceClassification.from_pretrained(saved)
-
-
 def test_the_largest_real_encoders_are_still_valid_configs():
     assert BertConfig.preset("large") and BertConfig(hidden_size=5120, num_hidden_layers=48, num_attention_heads=40,
                                                       intermediate_size=20480, vocab_size=250_002)  # ~15B: XLM-R XXL+
 
 
 @pytest.mark.parametrize("change,message", [
+    (dict(vocab_size=2**40), r"vocab_size is 1099511627776 but the weights have 30"),
     (dict(num_hidden_layers=200_000), r"num_hidden_layers is 200000 but the weights have 1 \(encoder\.layer\.0 to 0; no encoder\.layer\.1\)"),
     (dict(vocab_size=31, num_hidden_layers=3),
      r"vocab_size is 31 but the weights have 30 \(embeddings\.word_embeddings\.weight \(30, 16\)\); "
@@ -224,7 +214,7 @@ def test_stsb_scores_must_be_finite_in_0_to_5(tmp_path, score):
 
 def test_a_glue_file_without_its_header_is_refused(tmp_path):
     root = _glue_file(tmp_path, "SST-2", "dev", "a fine film\t1\na bad film\t0\n")
-    with pytest.raises(BertkitError, match="dev.tsv line 1 is a data row, not the header"):
+    with pytest.raises(BertkitError, match="dev.tsv line 1 is not the header sst-2 files start with"):
         glue.read_glue("sst2", root, "dev")
     ok = _glue_file(tmp_path, "SST-2", "dev", "sentence\tlabel\na fine film\t1\n")
     assert [e.text_a for e in glue.read_glue("sst2", ok, "dev")] == ["a fine film"]

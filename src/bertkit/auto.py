@@ -8,7 +8,6 @@ with the tokenizer (``bertkit.tokenization``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +15,6 @@ from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.heads import MODEL_CLASSES
 from bertkit.modeling import BertModel
-
-
-def _check_model_type(path: str | Path) -> Path:
-    """The checkpoint directory, once its config.json says model_type "bert" (or says none, as Google's)."""
-    from bertkit.hub import resolve_directory
-
-    directory = resolve_directory(path)
-    config = directory / "config.json" if directory.is_dir() else directory
-    if config.is_file():
-        try:
-            model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type", "bert")
-        except (json.JSONDecodeError, AttributeError):
-            model_type = "bert"  # BertConfig.from_json_file reports the damage with line and column
-        if model_type != "bert":
-            raise BertkitError(f"{config} is a {model_type!r} checkpoint (model_type {model_type!r}); bertkit "
-                               "implements BERT (model_type 'bert') only: load it with transformers")
-    return directory
 
 
 class AutoConfig:
@@ -43,13 +25,7 @@ class AutoConfig:
 
     @staticmethod
     def from_pretrained(path: str | Path, **overrides: Any) -> BertConfig:
-        return BertConfig.from_pretrained(_check_model_type(path), **overrides)
-
-    @staticmethod
-    def for_model(model_type: str, **fields: Any) -> BertConfig:
-        if model_type != "bert":
-            raise BertkitError(f"model_type {model_type!r}: bertkit implements BERT (model_type 'bert') only")
-        return BertConfig(**fields)
+        return BertConfig.from_pretrained(path, **overrides)
 
 
 class _AutoModel:
@@ -63,7 +39,7 @@ class _AutoModel:
 
     @classmethod
     def from_pretrained(cls, path: str | Path | None, **kwargs: Any):
-        return cls.model_class.from_pretrained(None if path is None else _check_model_type(path), **kwargs)
+        return cls.model_class.from_pretrained(path, **kwargs)
 
     @classmethod
     def from_config(cls, config: BertConfig, **kwargs: Any):

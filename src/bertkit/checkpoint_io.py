@@ -1,22 +1,14 @@
 """Checkpoints in the Hugging Face layout: the published names, strict loading, safe saving.
 
 A checkpoint directory holds ``config.json`` and ``model.safetensors`` (or transformers' older
-``pytorch_model.bin``, read only with ``torch.load(weights_only=True)``), plus the tokenizer's ``vocab.txt``
-and ``tokenizer_config.json``. bertkit's modules carry the published names themselves
-(``bert.encoder.layer.3.attention.self.query.weight``), so a state dict is a checkpoint's as it is: the
-encoder's names are listed below, and a head's are the names of the modules its class builds. The only
-renames are the published formats' own: the ``bert.`` prefix, TF-era ``LayerNorm.gamma``/``beta`` and the
-tied decoder's copies.
+``pytorch_model.bin``, read only with ``torch.load(weights_only=True)``). bertkit's modules carry the published
+names, so a state dict is a checkpoint's as it is; the only renames are the published formats' own: the
+``bert.`` prefix, TF-era ``LayerNorm.gamma``/``beta`` and the tied decoder's copies.
 
-Loading is strict: a key the model needs that the file lacks, a key in the file that belongs to none of the
-model's modules, or a tensor whose shape does not fit the config is an error that lists every such key. Two
-cases are not errors because users rely on them, and each is reported in one log line:
-- a task head (or the pooler) absent from a pre-trained checkpoint is initialised fresh
-  (fine-tuning starts exactly so);
-- weights of BERT heads the model does not have (e.g. the pre-training heads of ``bert-base-uncased`` when
-  loading a classifier) are dropped.
-A weight that is not floating-point (int32, bool) for a floating-point parameter, or one holding NaN or infinite
-values, is an error too.
+Loading is strict: a missing key, a key belonging to none of the model's modules, a shape that does not fit
+the config, a weight that is not floating-point or holds NaN/inf is an error listing every such key. Logged,
+not errors: a task head (or pooler) absent from a pre-trained checkpoint is initialised fresh, and weights of
+BERT heads the model does not have (``bert-base-uncased``'s pre-training heads under a classifier) are dropped.
 """
 
 from __future__ import annotations
@@ -45,11 +37,7 @@ PICKLE_WEIGHTS_NAME = "pytorch_model.bin"  # transformers' format before safeten
 INT8_WEIGHTS_NAME = "model.int8.safetensors"
 CONFIG_NAME = "config.json"
 
-# ---------------------------------------------------------------------------------------------------
-# The published names: bertkit's modules carry them (``encoder.layer.3.attention.self.query``, ...), so a
-# state dict is a checkpoint's as it is. Encoder names are relative to the encoder; head models prefix
-# "bert." to them. "{i}" is the layer index.
-# ---------------------------------------------------------------------------------------------------
+# The encoder's published names, relative to the encoder (head models prefix "bert."); "{i}" is the layer index.
 _ENCODER = ["embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
             "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"]
 _LAYER = [f"encoder.layer.{{i}}.{module}.{p}"
@@ -61,21 +49,17 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 
 # The MLM decoder is tied to the word embeddings and its bias to cls.predictions.bias (paper's code:
 # output_weights = embedding table): state dicts list them, as transformers' do, but checkpoints need not.
-TIED_KEYS = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-             "cls.predictions.decoder.bias": "cls.predictions.bias"}
-# Published names that carry no information of their own: the tied decoder, and the position-id buffer old
-# checkpoints store. Accepted on load, never written.
+TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+# Accepted on load, never written: the tied decoder, and the position-id buffer old checkpoints store.
 IGNORED_KEYS = (*TIED_KEYS, "embeddings.position_ids")
-# The top-level modules of transformers' BERT heads (heads.py builds the same): a checkpoint key under one of
-# them that the model does not have is another head's, dropped; a key under none of them is unexpected.
+# The top-level modules of BERT heads: a key under one that the model lacks is another head's, dropped.
 FAMILY_HEADS = ("cls.", "classifier.", "qa_outputs.")
 
 def _expand(names: list[str], num_layers: int) -> list[str]:
     return [n.format(i=i) for n in names for i in (range(num_layers) if "{i}" in n else (0,))]
 
 
-# int8 directories and ``keep_fp32`` name an encoder layer's projections by kind (``bertkit.quantization``):
-# the modules each kind is, under the published names.
+# The modules of each kind of projection int8 directories name (``bertkit.quantization``).
 _PROJECTION_MODULES = {"qkv": ("attention.self.query", "attention.self.key", "attention.self.value"),
                        "attn_out": ("attention.output.dense",), "ffn_in": ("intermediate.dense",),
                        "ffn_out": ("output.dense",)}
@@ -154,9 +138,8 @@ _SIZES = (
 
 
 def check_config_fits_weights(config: BertConfig, shapes: dict[str, tuple[int, ...]], source: str) -> None:
-    """Refuse a config whose sizes are not the weights' (read from their shapes), naming every such field, its
-    value and the weights': before the model is built, so a config.json saying vocab_size 2**40 or 200,000
-    layers for a small checkpoint is an error here, not an allocation of the config's size first."""
+    """Refuse a config whose sizes are not the weights', naming each field and both values: before the model is
+    built, so a damaged config.json (vocab_size 2**40) is an error, not an allocation of its size."""
     canonical = {_strip_encoder_prefix(_normalise_published_key(k)): v for k, v in shapes.items()}
     found: dict[str, tuple[int, int, str]] = {}  # field -> (config's value, weights' value, the tensor read)
     for key, dims in _SIZES:
@@ -208,10 +191,8 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
         "use the fp32 directory it was quantized from")
 
 
-# While from_pretrained builds a model whose weights it is about to load, the constructors skip their
-# truncated-normal draws and PyTorch's own default ones (new_linear, new_embedding): together they were most
-# of a load (about 1 s for MiniLM on one core, then 0.05 s more) and loading overwrites them. What the
-# checkpoint lacks (a new head, a missing pooler) is initialised after loading.
+# While from_pretrained builds a model it is about to load, constructors skip their random draws (the weights would
+# overwrite them); what the checkpoint lacks is initialised after loading.
 _BUILDING_TO_LOAD: ContextVar[bool] = ContextVar("bertkit_building_to_load", default=False)
 
 
@@ -221,9 +202,7 @@ def initialise_on_construction() -> bool:
 
 
 def new_linear(in_features: int, out_features: int, bias: bool = True) -> torch.nn.Linear:
-    """``nn.Linear``; inside ``from_pretrained`` without PyTorch's own default draw (``skip_init``): loading,
-    or ``_initialise_unloaded`` for what the checkpoint lacks, sets every value. The draws were most of a
-    MiniLM load's remaining time."""
+    """``nn.Linear``; inside ``from_pretrained`` without its default draw (loading sets every value)."""
     if initialise_on_construction():
         return torch.nn.Linear(in_features, out_features, bias=bias)
     return torch.nn.utils.skip_init(torch.nn.Linear, in_features, out_features, bias=bias)
@@ -255,8 +234,6 @@ def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
 def _weights_fitting(config: BertConfig, directory: Path | None, state_dict: dict[str, Tensor] | None,
                      source: str) -> dict[str, Tensor]:
     """The weights to load (``state_dict``, else the directory's), once their shapes are known to fit ``config``."""
-    # The sizes first (from model.safetensors' header, before its tensors load), and before the model is built:
-    # nothing of the config's size is allocated for a config.json that does not belong to the weights.
     shapes = read_weight_shapes(directory) if state_dict is None else None
     if shapes is not None:
         check_config_fits_weights(config, shapes, source)
@@ -287,12 +264,10 @@ def _resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor]) 
 
 
 class PretrainedMixin(TransformersModelCalls):
-    """``from_pretrained`` / ``save_pretrained`` for ``BertModel`` and every head model.
+    """``from_pretrained`` / ``save_pretrained`` for ``BertModel`` and every head model (encoder in ``self.bert``).
 
-    A head model keeps its encoder in ``self.bert``; ``BertModel`` is its own encoder. The head's checkpoint
-    keys are the names of the modules it builds (transformers' names: ``classifier.weight``), so a new head
-    declares nothing else here; ``output_names`` says which fields of its output an exported graph returns.
-    """
+    A head's checkpoint keys are the names of the modules it builds; ``output_names`` are the output fields an
+    exported graph returns."""
 
     config: BertConfig
     # The output tensors of an exported graph, in tuple order, under transformers' names (inference/export.py).
@@ -303,9 +278,7 @@ class PretrainedMixin(TransformersModelCalls):
         return getattr(self, "bert", self)
 
     def _published_keys(self) -> tuple[list[str], list[str]]:
-        """(encoder keys, head keys): the published names of this model's weights, as its state dict has them
-        (tied copies left out). The encoder's are the published list, so a missing one is named; a head's are
-        its modules' own."""
+        """(encoder keys, head keys): this model's published weight names (tied copies left out)."""
         enc = self._encoder()
         if enc is self:
             base = _ENCODER + _LAYER + (_POOLER if self.pooler is not None else [])  # type: ignore[attr-defined]
@@ -321,21 +294,14 @@ class PretrainedMixin(TransformersModelCalls):
                         device: torch.device | str | None = None, attn_implementation: str | None = None,
                         add_pooling_layer: bool | None = None, ignore_mismatched_sizes: bool = False,
                         **config_overrides: Any):
-        """Build the model from a Hugging Face-layout directory, in eval mode (as transformers returns it:
-        dropout off; call ``.train()`` to fine-tune, which bertkit's training loop does itself).
+        """Build the model from a Hugging Face-layout directory (or Hub id, ``bertkit.hub``), in eval mode, as
+        transformers does.
 
-        Keyword arguments that are ``BertConfig`` fields override the stored config (``num_labels=3``,
-        ``id2label=``, ``label2id=``, ``problem_type=``, ``output_hidden_states=``, ``output_attentions=``);
-        with ``config=`` they are applied to a copy of it. Any other keyword is an error naming it.
-        ``state_dict`` (e.g. a transformers model's ``state_dict()``) replaces the directory's weights and
-        goes through the same checks (``path`` may then be None, with ``config=``). ``dtype`` (a torch
-        dtype, its name, or ``"auto"`` for the stored weights' dtype) and ``device`` place the model.
-        ``attn_implementation``: ``"sdpa"`` (default: fused attention on the real tokens only) or ``"eager"``
-        (attention written out on the padded rectangle, as transformers' eager). ``add_pooling_layer=False``
-        (``BertModel`` only) leaves the pooler out. ``ignore_mismatched_sizes=True`` re-initialises head
-        weights whose shape differs from the checkpoint's (another label count) and logs which. A Hub id
-        (``"bert-base-uncased"``) is read from huggingface_hub's cache or downloaded when that package is
-        installed and the Hub reachable (``bertkit.hub``).
+        Keywords that are ``BertConfig`` fields override the stored config (or a copy of ``config=``); any other
+        is an error. ``state_dict`` replaces the directory's weights, with the same checks (``path`` may then be
+        None). ``dtype`` (a dtype, its name or ``"auto"``) and ``device`` place the model; ``attn_implementation``
+        is ``"sdpa"`` (default) or ``"eager"``; ``ignore_mismatched_sizes=True`` re-initialises head weights of
+        another shape (another label count), logging which.
         """
         if "torch_dtype" in config_overrides:  # transformers' name before 4.56; ported code still passes it
             if dtype is not None:
@@ -370,11 +336,8 @@ class PretrainedMixin(TransformersModelCalls):
 
     def load_published_state_dict(self, published: dict[str, Tensor], source: str = "state dict", *,
                                   ignore_mismatched_sizes: bool = False) -> set[str]:
-        """Load weights named as Hugging Face names them (with or without the ``bert.`` prefix); returns the
-        names (this model's) of the parameters loaded.
-
-        ``ignore_mismatched_sizes``: a head weight whose shape differs (a classifier for another label count)
-        keeps its fresh initialisation and is listed in a warning, as transformers does; the encoder must match."""
+        """Load weights under the published names (with or without ``bert.``); returns the names loaded.
+        ``ignore_mismatched_sizes``: a head weight of another shape stays fresh, with a warning."""
         tensors = self._canonical_published(published)
 
         encoder_keys, head_keys = self._published_keys()
@@ -399,7 +362,7 @@ class PretrainedMixin(TransformersModelCalls):
                     dtype_errors.append(f"{key}: {str(value.dtype).removeprefix('torch.')}")
                     continue
                 if value.is_floating_point() and value.numel() and not bool(torch.isfinite(torch.stack(
-                        torch.aminmax(value))).all()):  # NaN propagates to both; 7x faster than isfinite(value)
+                        torch.aminmax(value))).all()):  # NaN propagates to both; no full-size mask
                     nonfinite.append(f"{key} ({int((~torch.isfinite(value)).sum())} of {value.numel()})")
                     continue
                 new_state[key] = value
@@ -441,10 +404,8 @@ class PretrainedMixin(TransformersModelCalls):
         return set(new_state)
 
     def _is_unexpected(self, key: str) -> bool:
-        """Whether a checkpoint key this model does not load is an error: a name in the encoder that is not a
-        published one, a weight of a module this model has but that module does not, or a key under none of the
-        family's modules (``foo.bar``). A key of a BERT head this model does not have (``cls.*`` when loading a
-        classifier), or of the pooler for a model without one, is dropped."""
+        """Whether a key this model does not load is an error (not a published encoder name, a weight its own
+        module lacks, or under no BERT head) rather than another head's or an absent pooler's, dropped."""
         bare = _strip_encoder_prefix(key)
         if bare.startswith(("embeddings.", "encoder.", "pooler.")):
             return bare not in _expand(_ENCODER + _LAYER + _POOLER, self.config.num_hidden_layers)
@@ -456,8 +417,7 @@ class PretrainedMixin(TransformersModelCalls):
         raise NotImplementedError
 
     def _initialise_unloaded(self, loaded: set[str]) -> None:
-        """Initialise every module holding a parameter the checkpoint did not provide, in module order (so
-        a seed always gives the same new head); the loaded parameters stay as loaded."""
+        """Initialise, in module order (a seed gives the same new head), every module the checkpoint left unset."""
         for prefix, module in self.named_modules():  # type: ignore[attr-defined]
             own = [f"{prefix}.{name}" if prefix else name for name, _ in module.named_parameters(recurse=False)]
             if not is_tied_decoder(prefix) and any(name not in loaded for name in own):
@@ -473,29 +433,11 @@ class PretrainedMixin(TransformersModelCalls):
             out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
         return out
 
-    def convert_published_state_dict(self, published: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Published names -> this model's state-dict names: the inverse of ``published_state_dict()``.
-
-        The names are the same but for the ``bert.`` prefix and TF-era ``gamma``/``beta``; the tied decoder's entries are added from what they are tied
-        to. Keys it does not know are passed through unchanged, so a strict ``load_state_dict`` still lists
-        them. Nothing is checked here."""
-        out = {k: v for k, v in self._canonical_published(published).items()
-               if _strip_encoder_prefix(k) != "embeddings.position_ids"}
-        own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]
-        for tied, target in TIED_KEYS.items():
-            if tied in own and tied not in out and target in out:
-                out[tied] = out[target]
-        return out
-
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False):
-        """``nn.Module.load_state_dict``. The names are transformers' (a transformers model's ``state_dict()``
-        loads as it is, strictly); a checkpoint's (without the ``bert.`` prefix or the tied decoder's copies, or
-        with TF-era names) is converted first (``convert_published_state_dict``)."""
-        own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
-        if any(k not in own for k in state_dict) or any(k not in state_dict for k in TIED_KEYS if k in own):
-            state_dict = self.convert_published_state_dict(dict(state_dict))
+        """``nn.Module.load_state_dict`` (transformers' names, as ``state_dict()`` gives them; a checkpoint's go
+        through ``from_pretrained(state_dict=...)``), tying the MLM decoder again after ``assign=True``."""
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)  # type: ignore[misc]
-        if assign:  # the parameters are the state dict's tensors now: tie them again
+        if assign:  # the parameters are the state dict's tensors now
             self._tie_decoder()
         return result
 
@@ -507,8 +449,7 @@ class PretrainedMixin(TransformersModelCalls):
 
     # -- saving ---------------------------------------------------------------------------------------
     def published_state_dict(self) -> dict[str, Tensor]:
-        """This model's weights under the published names, as a checkpoint holds them: the state dict without
-        the tied decoder's copies, detached, contiguous, on the CPU."""
+        """The weights as a checkpoint holds them: without the tied decoder's copies, contiguous, on the CPU."""
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         encoder_keys, head_keys = self._published_keys()
         absent = [key for key in encoder_keys + head_keys if key not in own]
@@ -521,11 +462,7 @@ class PretrainedMixin(TransformersModelCalls):
         return {key: own[key].detach().contiguous().cpu() for key in encoder_keys + head_keys}
 
     def save_pretrained(self, path: str | Path) -> Path:
-        """Write config.json and model.safetensors in the Hugging Face layout; returns the directory.
-
-        Files are written to temporary names and renamed, so an interrupted save never leaves a
-        half-written checkpoint under the final name.
-        """
+        """Write config.json and model.safetensors (each renamed into place once written); returns the directory."""
         directory = Path(path)
         if directory.exists() and not directory.is_dir():
             raise BertkitError(f"save_pretrained({str(path)!r}): {directory} is a file, not a directory; a "

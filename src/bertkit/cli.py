@@ -82,21 +82,10 @@ def _create_data(s) -> dict:
 
     tokenizer = BertTokenizer.from_pretrained(tokenizer_dir(s.vocab))
     config = dataclasses.asdict(s.pretraining_config())
-    split = {"num_shards": s.num_shards, "shard_index": s.shard_index} if s.num_shards else {}
     result = create_pretraining_data([str(f) for f in s.files], tokenizer, s.output_dir, **config,
-                                     num_workers=s.num_workers, progress=s.progress, overwrite=s.overwrite, **split)
+                                     num_workers=s.num_workers, progress=s.progress, overwrite=s.overwrite)
     return {"output_dir": result["output_dir"], "counts": result["counts"], "shards": len(result["shards"]),
-            "seconds": round(result["seconds"], 1), "instances_per_second": round(result["instances_per_second"], 1),
-            **({"part": f"{s.shard_index} of {s.num_shards}: join the parts with bertkit merge-pretraining-data"}
-               if split else {})}
-
-
-def _merge_data(s) -> dict:
-    from bertkit.data.pretraining import merge_pretraining_data
-
-    result = merge_pretraining_data(s.parts, s.output_dir)
-    return {"output_dir": result["output_dir"], "counts": result["counts"], "shards": len(result["shards"]),
-            "parts": result["parts"]}
+            "seconds": round(result["seconds"], 1), "instances_per_second": round(result["instances_per_second"], 1)}
 
 
 def _pretrain(s) -> dict:
@@ -202,8 +191,6 @@ COMMANDS: dict[str, Command] = {
                                st.TokenizerSettings, _train_tokenizer),
     "create-pretraining-data": Command("text files -> masked-LM + next-sentence instances (memory-mapped shards)",
                                        st.CreateDataSettings, _create_data),
-    "merge-pretraining-data": Command("join the parts of a split create-pretraining-data run (--num-shards)",
-                                      st.MergeDataSettings, _merge_data),
     "pretrain": Command("pre-train BERT (masked LM + next sentence) -> OUTPUT_DIR/final, metrics.jsonl, metrics.png",
                         st.PretrainSettings, _pretrain),
     "finetune glue": Command("GLUE sentence / pair classification and regression", st.GlueSettings,
@@ -328,10 +315,9 @@ def _launch(name: str, s: Any, info: DistInfo):
     from bertkit.training.distributed import agree, process_group
 
     if not hasattr(s, "ddp_timeout"):
-        if info.enabled and not hasattr(s, "num_shards"):  # create-pretraining-data splits by rank
+        if info.enabled:
             raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
-                               "pretrain, finetune, extract-features and create-pretraining-data over several "
-                               "processes)")
+                               "pretrain, finetune and extract-features over several processes)")
         with _claim(name, s):
             yield True
         return
@@ -371,18 +357,6 @@ def _resolve_device(s: Any, info: DistInfo) -> Any:
     return dataclasses.replace(s, device=device)
 
 
-def _part_per_process(s: Any, info: DistInfo) -> Any:
-    """create-pretraining-data under torchrun without --num-shards/--shard-index: one part per process (K =
-    WORLD_SIZE, part RANK) written to OUTPUT_DIR.part-RANK-of-K. Decided before the output directory is
-    claimed, so that each process claims its own part."""
-    if not hasattr(s, "num_shards") or s.num_shards is not None or s.shard_index is not None or not info.enabled:
-        return s
-    shards, index = info.world_size, info.rank
-    out = Path(s.output_dir)
-    return dataclasses.replace(s, num_shards=shards, shard_index=index,
-                               output_dir=out.with_name(f"{out.name}.part-{index:05d}-of-{shards:05d}"))
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
@@ -394,7 +368,6 @@ def main(argv: list[str] | None = None) -> int:
         from bertkit.training.distributed import info_from_env
 
         info = info_from_env()  # where this process stands under torchrun, read once
-        s = _part_per_process(s, info)
         with _lock_early(name, s, info):
             s = _resolve_device(_refuse_fp32_of_an_int8_directory(s), info)
             if getattr(s, "torch_compile", False):  # before any data is read or featurised

@@ -16,9 +16,8 @@ from bertkit.errors import BertkitError
 
 
 class TupleAccess:
-    """transformers' ``ModelOutput`` habits: ``out[0]``, ``out["logits"]``, ``out.to_tuple()``, ``keys()``,
-    ``items()``, ``values()``. The tuple holds the fields transformers' output class has, in its order,
-    leaving out those that are None (as it does)."""
+    """transformers' ``ModelOutput`` habits (``out[0]``, ``out["logits"]``, ``to_tuple()``, ``keys()``): the
+    fields transformers' output class has, in its order, those that are None left out."""
 
     tuple_fields: ClassVar[tuple[str, ...]] = ()
 
@@ -52,9 +51,8 @@ class TupleAccess:
 
 
 def tied_output_embeddings(word_embeddings: nn.Embedding, bias: nn.Parameter) -> nn.Linear:
-    """The MLM decoder as transformers shows it (``get_output_embeddings()``): a ``Linear(H, V)`` whose weight
-    *is* the word-embedding matrix and whose bias is the head's output bias (tied, as google-research/bert
-    ties them), built around the model's own parameters on each call, so it never holds a copy."""
+    """The MLM decoder: a ``Linear(H, V)`` whose weight *is* the word-embedding matrix and whose bias is the
+    head's output bias (tied, as google-research/bert ties them); it holds no copy."""
     linear = nn.Linear.__new__(nn.Linear)
     nn.Module.__init__(linear)
     linear.in_features, linear.out_features = word_embeddings.embedding_dim, word_embeddings.num_embeddings
@@ -63,10 +61,8 @@ def tied_output_embeddings(word_embeddings: nn.Embedding, bias: nn.Parameter) ->
 
 
 class TransformersModelCalls:
-    """The model methods people port from transformers (``num_parameters``, ``get_input_embeddings``,
-    ``resize_token_embeddings``, ``gradient_checkpointing_enable``, ``device``, ...), for ``PretrainedMixin``'s
-    models: they reach the encoder through ``self._encoder()`` and re-tie the MLM decoder with
-    ``self._tie_decoder()``."""
+    """The model methods people port from transformers (``num_parameters``, ``resize_token_embeddings``,
+    ``gradient_checkpointing_enable``, ``device``, ...), for ``PretrainedMixin``'s models."""
 
     @property
     def base_model(self):
@@ -115,14 +111,9 @@ class TransformersModelCalls:
 
     def resize_token_embeddings(self, new_num_tokens: int | None = None,
                                 pad_to_multiple_of: int | None = None) -> torch.nn.Embedding:
-        """Grow (or shrink) the vocabulary to ``new_num_tokens`` rows, e.g. ``len(tokenizer)`` after
-        ``tokenizer.add_tokens(...)``; returns the word embeddings.
-
-        Existing rows are kept. New rows start at the mean of the old ones, as transformers does by default
-        (``mean_resizing``: a new token then does not dominate the MLM softmax before training; Hewitt 2021);
-        transformers adds noise of std ~1e-6 around that mean, bertkit does not. The MLM output bias (the
-        decoder is tied to the embeddings) gets zeros for new tokens. ``config.vocab_size`` follows.
-        """
+        """Grow (or shrink) the vocabulary to ``new_num_tokens`` rows (e.g. ``len(tokenizer)``); returns the word
+        embeddings. New rows start at the mean of the old ones (transformers' ``mean_resizing``, without its
+        1e-6 noise), the MLM bias at zero; ``config.vocab_size`` follows."""
         old = self.get_input_embeddings()
         n = old.num_embeddings if new_num_tokens is None else int(new_num_tokens)
         if pad_to_multiple_of is not None:

@@ -1,9 +1,7 @@
 """BertConfig: the typed, self-validating description of a BERT network.
 
-Field names are exactly the keys of the published checkpoints' ``config.json`` (Google's
-``bert_config.json`` and Hugging Face's ``config.json``), so a config round-trips as a plain dict:
-``BertConfig.from_dict(json.load(f)).to_dict()`` keeps every key it was given, including ones bertkit
-does not use (``_name_or_path``, ``transformers_version``, ...), which live in ``extra``.
+Field names are the published ``config.json`` keys, so a config round-trips as a plain dict, keys bertkit does
+not use (``transformers_version``, ...) included: they live in ``extra``.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.outputs import atomic_write_text
 
 SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
@@ -23,24 +21,20 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 DEFAULT_ID2LABEL = {0: "LABEL_0", 1: "LABEL_1"}
 # Written to config.json only when they differ from these defaults (runtime switches, not the network's shape).
 _RUNTIME_DEFAULTS = {"output_hidden_states": False, "output_attentions": False, "return_dict": True}
-# More parameters than any BERT has (BERT-LARGE 340M; the largest published encoders about 10^10): a config beyond
-# it is a typo or a damaged file (vocab_size 2**40), refused when it is read, not in the allocator.
-MAX_PARAMETERS = 10**12
+# The fields __post_init__ checks, by what they must hold (a config.json written by hand may hold "0.1" or null).
+_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+          "max_position_embeddings", "type_vocab_size")  # positive ints
+_PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")  # in [0, 1)
+_POSITIVE_FLOATS = ("initializer_range", "layer_norm_eps")
+_SWITCHES = ("output_hidden_states", "output_attentions", "return_dict")
 
 
 def encoder_parameter_count(config: BertConfig) -> int:
     """Closed-form parameter count of BertModel with its pooler (the paper's 110M for BASE, 340M for LARGE)."""
     H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    return _embedding_parameters(config) + L * _layer_parameters(H, I) + H * H + H
-
-
-def _embedding_parameters(config: BertConfig) -> int:
-    return (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * config.hidden_size \
-        + 2 * config.hidden_size
-
-
-def _layer_parameters(H: int, I: int) -> int:  # noqa: E741 - the paper's letters
-    return 3 * H * H + 3 * H + H * H + H + 2 * H + H * I + I + I * H + H + 2 * H
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * H + 2 * H
+    layer = 4 * H * H + 4 * H + 2 * H + 2 * H * I + I + H + 2 * H  # q, k, v, out; LN; FFN in and out; LN
+    return embeddings + L * layer + H * H + H
 
 
 @dataclass
@@ -79,94 +73,54 @@ class BertConfig:
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        # Types first: a config.json written by hand may hold "0.1" or null where a number belongs. Then the
-        # sizes (the parameter count before anything is allocated), then the other values, then the labels.
-        self._check_types()
-        self._check_sizes()
-        self._check_values()
-        self._normalise_labels()
-
-    def _check_types(self) -> None:
-        """Each field that a config.json could spell wrongly holds a value of its type."""
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range", "layer_norm_eps",
-                     "classifier_dropout"):
+        for name in (*_PROBABILITIES, *_POSITIVE_FLOATS):
             value = getattr(self, name)
             if value is None and name == "classifier_dropout":
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise BertkitError(f"BertConfig.{name} must be a finite number, got {value!r}"
                                    + (" (a string: write it without quotes)" if isinstance(value, str) else ""))
-        for name in ("hidden_act", "position_embedding_type"):
-            if not isinstance(getattr(self, name), str):
-                raise BertkitError(f"BertConfig.{name} must be a string, got {getattr(self, name)!r}")
-        if isinstance(self.pad_token_id, bool) or not isinstance(self.pad_token_id, int):
-            raise BertkitError(f"BertConfig.pad_token_id must be an int, got {self.pad_token_id!r}")
-        if self.id2label is not None and not isinstance(self.id2label, dict):
-            raise BertkitError(f"BertConfig.id2label must be a mapping like {{\"0\": \"NEGATIVE\", \"1\": "
-                               f"\"POSITIVE\"}}, got a {type(self.id2label).__name__}: {self.id2label!r}")
-
-    def _check_sizes(self) -> None:
-        """Sizes are positive, their parameter count is one a BERT can have, and the heads divide the width."""
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            if name in _PROBABILITIES and not 0.0 <= value < 1.0:
+                raise BertkitError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+            if name in _POSITIVE_FLOATS and value <= 0:
+                raise BertkitError(f"BertConfig.{name} must be positive, got {value!r}")
+        for name in (*_SIZES, "pad_token_id"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise BertkitError(f"BertConfig.{name} must be a positive int, got {value!r}")
-        count = encoder_parameter_count(self)
-        if count > MAX_PARAMETERS:
-            embeddings = _embedding_parameters(self)
-            layers = count - embeddings
-            part = (f"the embeddings (vocab_size {self.vocab_size} + max_position_embeddings "
-                    f"{self.max_position_embeddings} + type_vocab_size {self.type_vocab_size}, x hidden_size "
-                    f"{self.hidden_size}) hold {embeddings:.3g}" if embeddings >= layers else
-                    f"the layers (num_hidden_layers {self.num_hidden_layers} of hidden_size {self.hidden_size}, "
-                    f"intermediate_size {self.intermediate_size}) hold {layers:.3g}")
-            raise BertkitError(f"BertConfig describes {count:.3g} parameters, more than any BERT has (limit "
-                               f"{MAX_PARAMETERS:.0e}): {part}; is a size mistyped or the config.json damaged?")
+            if isinstance(value, bool) or not isinstance(value, int) or value < (name != "pad_token_id"):
+                raise BertkitError(f"BertConfig.{name} must be a {'positive' if name in _SIZES else 'non-negative'} "
+                                   f"int, got {value!r}")
+        for name in _SWITCHES:
+            if not isinstance(getattr(self, name), bool):
+                raise BertkitError(f"BertConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if self.hidden_size % self.num_attention_heads:
             raise BertkitError(
                 f"BertConfig.hidden_size {self.hidden_size} is not divisible by num_attention_heads "
                 f"{self.num_attention_heads}; choose a head count that divides it (e.g. hidden_size // 64)"
             )
-
-    def _check_values(self) -> None:
-        """Activation, dropouts, position embeddings, initialiser, padding id and output switches are ones
-        bertkit implements, in range."""
         if self.hidden_act not in SUPPORTED_ACTIVATIONS:
             raise BertkitError(f"BertConfig.hidden_act {self.hidden_act!r} is not one of {SUPPORTED_ACTIVATIONS}")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
-            value = getattr(self, name)
-            if value is not None and not 0.0 <= value < 1.0:
-                raise BertkitError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
         if self.position_embedding_type != "absolute":
             raise BertkitError(
                 f"BertConfig.position_embedding_type {self.position_embedding_type!r} is not supported; "
                 "bertkit implements the paper's learned absolute positions ('absolute')"
             )
-        if self.initializer_range <= 0 or self.layer_norm_eps <= 0:
-            raise BertkitError(
-                f"BertConfig.initializer_range ({self.initializer_range}) and layer_norm_eps "
-                f"({self.layer_norm_eps}) must be positive"
-            )
-        if not 0 <= self.pad_token_id < self.vocab_size:
+        if self.pad_token_id >= self.vocab_size:
             raise BertkitError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
-        for name in ("output_hidden_states", "output_attentions", "return_dict"):
-            if not isinstance(getattr(self, name), bool):
-                raise BertkitError(f"BertConfig.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.id2label is not None and not isinstance(self.id2label, dict):
+            raise BertkitError(f"BertConfig.id2label must be a mapping like {{\"0\": \"NEGATIVE\", \"1\": "
+                               f"\"POSITIVE\"}}, got a {type(self.id2label).__name__}: {self.id2label!r}")
+        self._normalise_labels()
 
     def _normalise_labels(self) -> None:
         """id2label with int keys 0..n-1 (transformers' two default labels when none are named), and a known
         problem_type."""
-        if self.id2label is None:
-            self.id2label = dict(DEFAULT_ID2LABEL)  # transformers' default: a two-label head, LABEL_0 and LABEL_1
-        if self.id2label is not None:
-            # config.json stores keys as strings ("0": "NEGATIVE"); keep ints inside Python.
-            try:
-                self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
-            except (TypeError, ValueError):
-                raise BertkitError(f"BertConfig.id2label keys must be label ids 0..n-1, got {list(self.id2label)}") from None
-            if sorted(self.id2label) != list(range(len(self.id2label))):
-                raise BertkitError(f"BertConfig.id2label keys must be 0..n-1, got {sorted(self.id2label)}")
+        labels = DEFAULT_ID2LABEL if self.id2label is None else self.id2label  # keys are strings in config.json
+        try:
+            self.id2label = {int(k): str(v) for k, v in labels.items()}
+        except (TypeError, ValueError):
+            raise BertkitError(f"BertConfig.id2label keys must be label ids 0..n-1, got {list(self.id2label)}") from None
+        if sorted(self.id2label) != list(range(len(self.id2label))):
+            raise BertkitError(f"BertConfig.id2label keys must be 0..n-1, got {sorted(self.id2label)}")
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise BertkitError(f"BertConfig.problem_type {self.problem_type!r} is not one of {PROBLEM_TYPES}")
 
@@ -202,11 +156,10 @@ class BertConfig:
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:
         model_type = data.get("model_type", "bert")
         if model_type != "bert":
-            raise BertkitError(f"config model_type is {model_type!r}; bertkit loads BERT checkpoints (model_type 'bert')")
+            raise BertkitError(f"a {model_type!r} checkpoint (model_type {model_type!r}); bertkit implements BERT "
+                               "(model_type 'bert') only: load it with transformers")
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        # Keys of a config.json that bertkit does not use are kept (in ``extra``); a keyword argument that is
-        # not a field is a mistake (a typo, or a transformers loading option such as device_map) and would
-        # otherwise end up in config.json on the next save.
+        # Unknown config.json keys are kept (``extra``); an unknown keyword is a mistake (a typo, device_map).
         unknown = sorted(set(overrides) - known - {"num_labels", "label2id"})
         if unknown:
             raise BertkitError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: "
@@ -255,14 +208,9 @@ class BertConfig:
         if not path.is_file():
             raise MissingFileError(
                 f"config file {path} does not exist; a checkpoint directory needs config.json "
-                "(save one with BertConfig.save_json or pick a preset with BertConfig.preset)"
+                "(save one with BertConfig.save_pretrained or pick a preset with BertConfig.preset)"
             )
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise BertkitError(f"{path} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from e
-        if not isinstance(data, dict):
-            raise BertkitError(f"{path} must hold a JSON object, got {type(data).__name__}")
+        data = read_json_object(path, "write the config as one JSON object, or re-save the checkpoint")
         try:
             return cls.from_dict(data, **overrides)
         except BertkitError as e:
@@ -271,16 +219,13 @@ class BertConfig:
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
-    def save_json(self, path: str | Path) -> None:
-        atomic_write_text(path, self.to_json_string())
-
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write ``config.json`` into ``directory`` (created if needed), as transformers' ``save_pretrained``."""
         directory = Path(directory)
         if directory.exists() and not directory.is_dir():
             raise BertkitError(f"{directory} is a file; save_pretrained writes config.json into a directory")
         directory.mkdir(parents=True, exist_ok=True)
-        self.save_json(directory / "config.json")
+        atomic_write_text(directory / "config.json", self.to_json_string())
         return directory
 
     # ---- presets -------------------------------------------------------------------------------------

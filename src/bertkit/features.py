@@ -1,22 +1,8 @@
 """The feature-based approach (paper section 5.3): frozen per-layer activations, out to disk or into a tagger.
 
-One entry point here:
-
-- ``extract_features``: google-research/bert's ``extract_features.py`` on bertkit. One text per input line,
-  or a pair written ``text_a ||| text_b``; for every token ([CLS] and [SEP] included) the hidden states of
-  the requested layers. ``.jsonl`` output is google's format (one JSON object per line:
-  ``{"linex_index", "features": [{"token", "layers": [{"index", "values"}]}]}``); ``.safetensors`` output
-  packs the same numbers into tensors for inputs too large for JSON.
-- the paper's Table 7 study, which feeds these activations to a BiLSTM tagger, lives in
-  ``training/feature_study.py`` (it trains; this module only extracts).
-
-Layer indices index the L + 1 hidden states (0 = embedding output, L = last layer), and negative ones
-count from the end, so ``-1,-2,-3,-4`` name the same layers as in google's script. Google's script
-cannot output the embeddings: its index 0 is the first Transformer layer, bertkit's 1.
-
-Differences from google's script: values are written with 9 significant digits (float32 round-trips
-exactly; google rounds to 6 decimals), and no computation is spent on padding (sequences are batched by
-length and the encoder drops padding tokens; see ``padding.TokenLayout``).
+``extract_features`` is google-research/bert's ``extract_features.py``; docs/token-tasks.md
+("bertkit extract-features") gives the formats and where they differ from google's. The paper's Table 7 study
+is ``training/feature_study.py``.
 """
 
 from __future__ import annotations
@@ -49,11 +35,6 @@ logger = logging.getLogger("bertkit")
 
 _PAIR = re.compile(r"^(.*) \|\|\| (.*)$")
 _PAD = {"input_ids": 0, "token_type_ids": 0}
-
-
-# -------------------------------------------------------------------------------------------------
-# Extraction
-# -------------------------------------------------------------------------------------------------
 
 
 def read_texts(path: str | os.PathLike) -> list[tuple[str, str | None]]:
@@ -92,19 +73,15 @@ def encode_texts(tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_se
 
 
 def length_batches(encoded: Sequence[dict], indices: Sequence[int], batch_size: int) -> list[list[int]]:
-    """``indices`` sorted by length (stable) and cut into batches: little padding per batch, and the same
-    batches whichever process runs them (so output is independent of how many processes share the work)."""
+    """``indices`` sorted by length (stable) and cut into batches, the same whichever process runs them."""
     return plan_batches({i: len(encoded[i]["input_ids"]) for i in indices}, batch_size, indices=indices)
 
 
 @torch.no_grad()
 def run_batches(model: BertModel, encoded: Sequence[dict], batches: Sequence[Sequence[int]], layers: Sequence[int],
                 device: str = "cpu", bar: Any = None, bf16: bool = False) -> dict[int, np.ndarray]:
-    """float32 (len(layers), T_i, H) per example of ``batches``, keyed by example index.
-
-    The encoder computes on real tokens only (``layout="auto"``), under bf16 autocast with ``bf16``; ``layers``
-    are positions in the L + 1 hidden states.
-    """
+    """float32 (len(layers), T_i, H) per example of ``batches``, by example index (``layers``: positions in
+    the L + 1 hidden states; bf16 autocast with ``bf16``)."""
 
     def call(batch: dict[str, torch.Tensor], rows: Sequence[dict]) -> list[np.ndarray]:
         states = model(batch["input_ids"], token_type_ids=batch["token_type_ids"],
@@ -122,13 +99,6 @@ def hidden_states_for(model: BertModel, encoded: Sequence[dict], indices: Sequen
     """``run_batches`` over length-sorted batches of ``indices``; the states in ``indices`` order."""
     out = run_batches(model, encoded, length_batches(encoded, indices, batch_size), layers, device, bar)
     return [out[i] for i in indices]
-
-
-def _process_share() -> tuple[int, int]:
-    """(rank, world size) under torchrun's process group, (0, 1) otherwise."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
 
 
 def _values(vec: np.ndarray) -> str:
@@ -183,19 +153,15 @@ def extract_features(
 ) -> dict[str, Any]:
     """Write the ``layers`` hidden states of every token of ``texts`` to ``out`` (.jsonl or .safetensors).
 
-    safetensors shards hold, per shard: ``layer.<index>`` (N, H) for each requested index as given,
-    ``input_ids`` and ``token_type_ids`` (N,), ``offsets`` (lines + 1,) so that line j's tokens are rows
-    ``offsets[j]:offsets[j + 1]``, and ``line_index`` (lines,); ``read_features`` reads either format.
-    Work proceeds ``chunk_size`` lines at a time, so memory stays bounded on large inputs. Under torchrun
-    (an initialised process group) the batches are shared among the processes and rank 0 writes the output,
-    byte for byte the one a single process writes; other ranks return ``{"rank", "lines"}``. Shard files beside
-    ``out`` that already exist are replaced only with ``overwrite`` (the command line checks ``out`` itself).
-    ``bf16`` runs the model under bf16 autocast (the states are written as float32 or ``dtype`` either way). On
-    the CPU the model runs as ``prepare_model`` makes it for inference there (``for_cpu_inference``).
+    Layer indices index the L + 1 hidden states (0 = embeddings), negative ones from the end; ``read_features``
+    reads either format back. Work proceeds ``chunk_size`` lines at a time. Under torchrun the batches are shared
+    and rank 0 writes what one process would (other ranks return ``{"rank", "lines"}``). Existing shard files
+    beside ``out`` are replaced only with ``overwrite``.
     """
     from tqdm.auto import tqdm
 
     from bertkit.inference.prepare import for_cpu_inference
+    from bertkit.training.distributed import current
 
     out = Path(out)
     _check_request(model, out, dtype, max_seq_length)
@@ -208,7 +174,7 @@ def extract_features(
     plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
     for path in (f for f in files if f != out):  # the command line checks ``out`` itself
         refuse_existing_file(path, overwrite)
-    rank, world = _process_share()
+    rank, world = current().rank, current().world_size
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     bar = tqdm(total=len(encoded), disable=not (progress and rank == 0), unit="line", dynamic_ncols=True)
@@ -266,9 +232,7 @@ def _check_request(model: BertModel, out: Path, dtype: str, max_seq_length: int)
 
 def _plan_output(out: Path, encoded: Sequence[dict], per_token_bytes: int, max_shard_bytes: int, chunk_size: int,
                  batch_size: int) -> tuple[list[range], list[Path], list[list[list[int]]], list[list[list[list[int]]]]]:
-    """(the lines of each output file, the files, each file's work units, each unit's batches).
-
-    A work unit is ``chunk_size`` lines of one output file, so memory stays bounded on large inputs."""
+    """(the lines of each output file, the files, each file's work units of ``chunk_size`` lines, their batches)."""
     if out.suffix == ".jsonl":
         plan = [range(len(encoded))]
     else:
@@ -312,10 +276,8 @@ def _write_safetensors(files: list[Path], plan: list[range], units: list[list[li
 
 
 def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
-    """Yield ``{"line_index", "tokens" (jsonl) or "input_ids" (safetensors), "layers": {index: (T, H) array}}``.
-
-    ``path`` is what ``extract_features`` was given; safetensors shards next to it are found by name.
-    """
+    """Yield ``{"line_index", "tokens" (jsonl) or "input_ids" (safetensors), "layers": {index: (T, H)}}`` from
+    what ``extract_features`` wrote to ``path`` (its shards found by name)."""
     path = Path(path)
     if path.suffix == ".jsonl":
         if not path.is_file():

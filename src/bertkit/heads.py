@@ -1,14 +1,11 @@
 """Task heads on the BERT encoder: thin, alike, one output dataclass each.
 
-Every head model holds the encoder as ``self.bert``, takes the encoder's inputs plus optional labels,
-computes its loss only when labels are given, and returns one small dataclass. Heads follow the paper's
-section 3 / Figure 4: [CLS]'s pooled state for sentence and pair tasks, the token states for tagging and
-span extraction. Module and weight names are transformers' (``cls.predictions.transform.dense``,
-``cls.seq_relationship``, ``classifier``, ``qa_outputs``), so state dicts are interchangeable.
+Every head model holds the encoder as ``self.bert``, computes its loss only when labels are given, and
+returns one small dataclass (paper section 3 / Figure 4: [CLS]'s pooled state for sentence and pair tasks, the
+token states for tagging and span extraction). Module names are transformers', so state dicts interchange.
 
-A head is declared here and nowhere else: its modules' names are its checkpoint keys (``checkpoint_io`` reads
-them off the model), its ``output_names`` what an exported graph returns, and ``MODEL_CLASSES`` (by
-``config.json``'s ``architectures``) and the ``AutoModelFor<Task>`` classes are derived from the classes.
+A head is declared here and nowhere else: its modules' names are its checkpoint keys, its ``output_names``
+what an exported graph returns; ``MODEL_CLASSES`` and the ``AutoModelFor<Task>`` classes derive from it.
 """
 
 from __future__ import annotations
@@ -41,9 +38,8 @@ class PreTrainingOutput(TupleAccess):
     loss: Tensor | None  # mlm_loss + nsp_loss, for the labels given (the MLM part over num_items_in_batch if given)
     mlm_loss: Tensor | None
     nsp_loss: Tensor | None
-    # Without labels: (B, T, V). With labels: (N, V), only the N positions whose label is not -100, in
-    # row-major order; the paper's code also scores only the masked positions, which saves the V-wide
-    # GEMM on the ~85% of tokens that carry no loss.
+    # Without labels (B, T, V); with labels (N, V): only the N labelled positions, as the paper's code (it
+    # saves the V-wide GEMM on the ~85% of tokens that carry no loss).
     prediction_logits: Tensor
     seq_relationship_logits: Tensor | None  # (B, 2): 0 = B follows A, 1 = B is random
     hidden_states: tuple[Tensor, ...] | None = None
@@ -54,8 +50,7 @@ class PreTrainingOutput(TupleAccess):
 
 @dataclass
 class MaskedLMOutput(TupleAccess):
-    """transformers' ``MaskedLMOutput`` (loss, logits, ...). ``logits`` as in ``PreTrainingOutput``: (B, T, V)
-    without labels, only the labelled positions' (N, V) with them (the training fast path)."""
+    """transformers' ``MaskedLMOutput``; ``logits`` as ``PreTrainingOutput.prediction_logits``."""
 
     loss: Tensor | None  # mean over labelled tokens, or their sum over num_items_in_batch if given
     logits: Tensor
@@ -116,10 +111,8 @@ class BertPredictionHeadTransform(nn.Module):
 
 
 def _tied_copies_as_their_own_tensors(module: nn.Module, state_dict: dict, prefix: str, _metadata: Any) -> None:
-    """``state_dict()`` lists the tied decoder (``decoder.weight`` / ``decoder.bias``) as copies, not as views of
-    the word embeddings and ``bias``: code that saves a state dict with safetensors (transformers' ``Trainer`` does
-    for every model that is not a ``PreTrainedModel``) refuses tensors that share memory. The copies live only as
-    long as the dict; ``keep_vars=True`` (which asks for the Parameters themselves) is left alone."""
+    """``state_dict()`` lists the tied decoder as copies: safetensors (transformers' ``Trainer`` saves with it)
+    refuses tensors that share memory. ``keep_vars=True`` (the Parameters themselves) is left alone."""
     for name in ("decoder.weight", "decoder.bias"):
         value = state_dict.get(prefix + name)
         if value is not None and not isinstance(value, nn.Parameter):
@@ -127,13 +120,8 @@ def _tied_copies_as_their_own_tensors(module: nn.Module, state_dict: dict, prefi
 
 
 class BertLMPredictionHead(nn.Module):
-    """Transform, then a decoder tied to the word embeddings plus its own bias (``cls.predictions``).
-
-    Tying the output projection to the input embeddings follows google-research/bert's
-    ``get_masked_lm_output``: ``decoder`` is a ``Linear(H, V)`` whose weight *is* the word-embedding matrix
-    and whose bias *is* ``bias`` (transformers ties them the same way, so both state dicts list
-    ``cls.predictions.decoder.weight``; saved checkpoints leave the tied copies out). ``tie`` makes the link.
-    """
+    """Transform, then ``decoder``: a ``Linear(H, V)`` whose weight *is* the word-embedding matrix and whose bias
+    *is* ``bias`` (google-research/bert's ``get_masked_lm_output``; transformers ties them the same way)."""
 
     def __init__(self, config: BertConfig, word_embeddings: nn.Embedding):
         super().__init__()
@@ -166,9 +154,8 @@ class BertPreTrainingHeads(nn.Module):
 
 
 def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels") -> Tensor:
-    """``labels`` as class indices for a cross-entropy over ``num_classes``: each in [0, num_classes) or -100
-    (no loss). Anything else is refused naming the value, instead of torch's "Target 5 is out of bounds" from
-    inside the loss (a label column with more classes than the head has, or labels not mapped to ids)."""
+    """``labels``, once each is a class id in [0, num_classes) or -100 (no loss): anything else is refused
+    naming the value, instead of torch's "Target 5 is out of bounds" from inside the loss."""
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise BertkitError(f"{name} must hold class ids (an integer tensor), got dtype {labels.dtype}; a float "
                            "label is a regression target (problem_type='regression' with num_labels=1)")
@@ -185,11 +172,9 @@ def check_class_labels(labels: Tensor, num_classes: int, name: str = "labels") -
 def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | float | None) -> tuple[Tensor, Tensor]:
     """(mean cross-entropy over the targets not -100, the loss to optimise).
 
-    The second is the mean too, unless ``num_items_in_batch`` is given (transformers' name): then it is the
-    sum over this batch's targets divided by that count, the targets of the whole global batch. When
-    micro-batches (gradient accumulation, or processes) hold different numbers of targets, the mean of
-    per-micro-batch means weights each token by 1/its micro-batch's count; summing and dividing by the
-    global count gives every token the same weight, so the gradient equals the whole batch's."""
+    The second is the mean too, unless ``num_items_in_batch`` (transformers' name: the targets of the whole
+    global batch) is given: then it is this batch's sum over that count, so every token of the global batch
+    weighs the same however micro-batches and processes split it."""
     check_class_labels(target, logits.shape[-1])
     total = F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
     count = int((target != IGNORE_INDEX).sum())
@@ -242,11 +227,6 @@ class _HeadModel(PretrainedMixin, nn.Module):
         """The output dataclass, or its tuple for ``return_dict=False`` (default: ``config.return_dict``)."""
         return result if (self.config.return_dict if return_dict is None else return_dict) else result.to_tuple()
 
-    @property
-    def _classifier_dropout(self) -> float:
-        c = self.config
-        return c.classifier_dropout if c.classifier_dropout is not None else c.hidden_dropout_prob
-
 
 class _ClassifierHeadModel(_HeadModel):
     """A fine-tuning head that is dropout then one Linear, under transformers' names (``dropout``,
@@ -256,7 +236,8 @@ class _ClassifierHeadModel(_HeadModel):
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
-        self.dropout = nn.Dropout(self._classifier_dropout)
+        p = config.classifier_dropout
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if p is None else p)
         outputs = config.num_labels if self.classifier_outputs is None else self.classifier_outputs
         self.classifier = new_linear(config.hidden_size, outputs)
         self._init_head()
@@ -436,11 +417,9 @@ class BertForQuestionAnswering(_HeadModel):
                            output_hidden_states, output_attentions)
         logits = out.token_layout.to_batch(self.qa_outputs(out.tokens))  # (B, T, 2)
         if attention_mask is not None:
-            # SQuAD windows are ~half padding, and the encoder skips it. google-research/bert and transformers
-            # run the span softmax over padding positions too, which makes their loss depend on how much
-            # padding a batch has; here padding positions get the dtype's lowest finite logit (effectively
-            # -inf), so the softmax covers real tokens only, in every layout: the loss does not depend on a
-            # speed setting. Answers never lie in padding, so decoding is unchanged.
+            # google-research/bert and transformers run the span softmax over padding too, so their loss depends
+            # on a batch's padding; here padding gets the lowest finite logit, so the loss is the same in every
+            # layout. Answers never lie in padding, so decoding is unchanged.
             pad = (attention_mask == 0).unsqueeze(-1)  # (B, T, 1)
             logits = logits.masked_fill(pad, torch.finfo(logits.dtype).min)
         start_logits, end_logits = logits.unbind(-1)  # 2 x (B, T)

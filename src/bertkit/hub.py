@@ -1,9 +1,8 @@
 """Hugging Face Hub ids where a checkpoint directory is expected (``bert-base-uncased``, ``org/name``).
 
-bertkit reads local directories. When the path given does not exist and looks like a Hub id, the files are
-taken from huggingface_hub's local cache, else downloaded with ``snapshot_download`` if that package is
-installed and the Hub answers; otherwise the error says how to get the files. Offline, this fails within
-seconds (a short connection probe first) instead of waiting on the Hub client's retries.
+A path that does not exist and looks like a Hub id is taken from huggingface_hub's cache, else downloaded
+when that package is installed and the Hub answers (probed first, so offline fails in seconds); otherwise the
+error says how to get the files.
 """
 
 from __future__ import annotations
@@ -45,10 +44,8 @@ def _hub_reachable(endpoint: str) -> bool:
 
 
 def resolve_directory(path: str | os.PathLike, what: str = "checkpoint directory") -> Path:
-    """``path`` itself when it exists; for a Hub id, the snapshot directory (cache, else download).
-
-    Raises MissingFileError naming the path, and for a Hub id, how to download it.
-    """
+    """``path`` itself when it exists; for a Hub id, the snapshot directory (cache, else download), or a
+    MissingFileError saying how to download it."""
     directory = Path(path)
     if directory.is_dir() or not looks_like_hub_id(path):
         return directory  # the caller reports a missing directory in its own words

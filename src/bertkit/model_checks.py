@@ -19,9 +19,7 @@ from bertkit.padding import is_tracing
 def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: Tensor | None,
                  attention_mask: Tensor | None, position_ids: Tensor | None,
                  inputs_embeds: Tensor | None = None) -> tuple[int, int]:
-    """Shapes and id ranges checked where inputs enter, so a mistake is a clear error, not wrong outputs
-    (a (1, T) mask broadcast over a (B, T) batch) or torch's "index out of range in self". One min/max
-    pass per tensor; skipped while tracing or compiling (export), where values are symbolic. Returns (B, T)."""
+    """Shapes and id ranges, one min/max pass per tensor (skipped while tracing: values are symbolic). Returns (B, T)."""
     if (input_ids is None) == (inputs_embeds is None):
         raise BertkitError("pass exactly one of input_ids (B, T) and inputs_embeds (B, T, H)")
     if inputs_embeds is not None:
@@ -66,12 +64,9 @@ def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: T
 
 
 def check_mask_values(mask: Tensor, name: str = "attention_mask") -> None:
-    """Refuse a mask holding anything but 0 and 1 (bool, or 0/1 as int or float: transformers users pass float
-    masks), naming the value: 0.5 would otherwise be read as 1, and an additive mask (0 / -10000) as its inverse.
-
-    One product and one reduction per call: ``m * (m - 1)`` is zero exactly where ``m`` is 0 or 1 (a float
-    product of two non-zero numbers is not zero, NaN included; an integer one wraps, but ``m`` and ``m - 1`` share
-    no factor of two, so only 0 and 1 wrap to zero)."""
+    """Refuse a mask holding anything but 0 and 1 (an additive mask would be read as its inverse), naming the
+    value. ``m * (m - 1)`` is zero exactly where ``m`` is 0 or 1 (an integer product wraps, but ``m`` and
+    ``m - 1`` share no factor of two)."""
     if mask.dtype == torch.bool:
         return
     if mask.is_complex() or bool(torch.any(mask * (mask - 1))):
@@ -92,9 +87,8 @@ def require_compiler(device_type: str = "cpu") -> None:
 
 
 def check_fits_in_memory(config: BertConfig) -> None:
-    """Refuse to build, on the CPU, a model whose parameters alone exceed this machine's memory, naming the sizes:
-    the allocator would fail (or the kernel kill the process) only after every layer before it was built. Not
-    checked on the meta device (building for shapes only) or an accelerator (its own allocator says it clearly)."""
+    """Refuse to build on the CPU a model whose parameters alone exceed this machine's memory (the kernel would
+    kill the process only after building every layer before it); the meta device and accelerators are not checked."""
     if torch.get_default_device().type != "cpu":
         return
     memory = physical_memory_bytes()

@@ -6,27 +6,17 @@ LayerNorm and dropout; L post-LayerNorm Transformer encoder layers (Vaswani et a
 feed-forward blocks; a pooler (dense + tanh) over the first token, [CLS].
 
 Where this differs from the paper's text (not from its released code, which it follows):
-- Module and parameter names are transformers' (``encoder.layer.3.attention.self.query``, ...), so a state
-  dict moves between the two libraries as it is and recipes that address modules by name work unchanged.
-  Every projection is a plain ``nn.Linear`` that peft, hooks and ``torch.compile`` see as it is. Speed-ups for
-  CPU inference (weights reordered for oneDNN, q/k/v as one GEMM, attention's keys rounded up) are a transform
-  that ``bertkit.inference.prepare_model`` applies to a copy of the model (``inference/prepare.py``).
-- Padding is not computed on. By default the encoder drops padding tokens after the embeddings and runs
-  every per-token layer on the real tokens only; attention, the one operation that mixes tokens, goes
-  through one function, ``self_attention``, which scatters q/k/v into per-sequence rectangles for
-  PyTorch's ``scaled_dot_product_attention``. Both live in ``padding.py`` (``TokenLayout``), apart
-  from this forward pass. ``layout="padded"`` computes on the padded rectangle as transformers
-  does; at real positions both agree within float rounding. On a GPU the default computes the rectangle
-  except where dropping padding is faster there: in half-precision inference, with PyTorch's variable-length
-  attention kernel (``padding.varlen_attention``), and in exact fp32 on long batches
-  (``padding.gpu_keeps_rectangle``). Where ``key_multiple`` / ``token_multiple`` are set (``prepare_model``
-  does, for CPU inference), attention's keys and the layers' rows are rounded up with masked zeros and rows in
-  no sequence (``TokenLayout.pack`` / ``unpack``); no output holds them.
-- ``output_attentions=True`` computes attention explicitly (``attention_probs``) on the padded rectangle so
-  the probabilities can be returned, as transformers' "eager" attention does; without it the fused SDPA
-  kernel runs and the probabilities are never materialised.
+- Module and parameter names are transformers' (``encoder.layer.3.attention.self.query``, ...), so state dicts
+  move between the two libraries as they are. Every projection is a plain ``nn.Linear``; CPU inference
+  speed-ups are a transform applied to a copy by ``bertkit.inference.prepare_model``.
+- Padding is not computed on: by default (``layout="auto"``) padding tokens are dropped after the embeddings and
+  every per-token layer runs on the real tokens only; attention, the one op that mixes tokens, is
+  ``padding.self_attention`` (``TokenLayout``), which gathers q/k/v into per-sequence rectangles for SDPA.
+  ``layout="padded"`` computes on the rectangle as transformers does; real positions agree within rounding.
+- ``output_attentions=True`` writes attention out (``attention_probs``) on the padded rectangle, as
+  transformers' "eager" attention; otherwise the fused SDPA kernel runs.
 - Initialisation is a truncated normal with std ``initializer_range`` (0.02), cut at two standard
-  deviations, as google-research/bert's ``create_initializer`` does; the paper does not state it.
+  deviations, as google-research/bert's ``create_initializer``; the paper does not state it.
 
 Shape legend: B batch, T sequence length, H hidden size, nh heads, hs head size (H / nh), I intermediate
 size, L layers.
@@ -89,11 +79,9 @@ class BertEmbeddings(nn.Module):
 
 
 class BertSelfAttention(nn.Module):
-    """Multi-head self-attention (Vaswani et al. 2017, section 3.2.2): the query, key and value projections
-    under transformers' names, so recipes that address them (peft's ``target_modules=["query", "value"]``)
-    find them; attention itself is ``self_attention`` (``padding.py``) or, for ``output_attentions``,
-    ``attention_probs``. An int8 model (``bertkit.quantization``) and a model prepared for CPU inference
-    (``bertkit.inference.prepare``) replace the three with one module, ``qkv``, computing all three."""
+    """Multi-head self-attention (Vaswani et al. 2017, section 3.2.2) with transformers' projection names (so
+    peft's ``target_modules=["query", "value"]`` finds them). int8 and CPU-inference copies replace the three
+    with one module, ``qkv``."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -192,10 +180,8 @@ class BertEncoder(nn.Module):
 
 
 def attention_probs(qkv: Tensor, key_mask: Tensor | None, num_heads: int, dropout_p: float) -> tuple[Tensor, Tensor]:
-    """Attention written out (Vaswani et al. 2017, eq. 1): softmax(q k^T / sqrt(hs)) v, also returning the
-    probabilities. Only for ``output_attentions``: SDPA computes the same without materialising them.
-    ``key_mask`` (B, 1, 1, T) is True at real keys. As in transformers, the probabilities returned are
-    those after attention dropout (identical in eval mode)."""
+    """softmax(q k^T / sqrt(hs)) v written out (Vaswani et al. 2017, eq. 1), with the probabilities (after
+    dropout, as transformers returns them); ``key_mask`` (B, 1, 1, T) is True at real keys."""
     B, T, three_h = qkv.shape
     hs = three_h // (3 * num_heads)
     q, k, v = qkv.view(B, T, 3, num_heads, hs).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
@@ -263,10 +249,8 @@ class BertModelOutput(TupleAccess):
 
 
 def _flatten_output(out: BertModelOutput) -> tuple[list[Any], str]:
-    """A pytree node (torch.export returns the dataclass as is). A padded layout is rebuilt from the token
-    states' shape, so an exported graph outputs tensors only (the ONNX exporter takes nothing else); its
-    mask is attention's business and no reader of the output needs it. An unpadded layout (eager only) is
-    a child of its own."""
+    """A pytree node for torch.export: a plain padded layout is rebuilt from the token states' shape, so an
+    exported graph outputs tensors only (as ONNX needs); an unpadded one (eager only) is a child of its own."""
     if out.token_layout.is_padded and out.token_layout.extra_rows == 0 and not out.token_layout.zero_padding:
         return [out.tokens, out.pooler_output, out.layer_tokens, out.attentions], "padded"
     return [out.tokens, out.pooler_output, out.layer_tokens, out.attentions, out.token_layout], "layout"
@@ -308,9 +292,8 @@ class BertModel(PretrainedMixin, nn.Module):
         # "sdpa" (default): PyTorch's fused attention on real tokens; "eager": attention written out on the padded
         # rectangle, as transformers' eager implementation (what output_attentions=True uses anyway).
         self.attn_implementation = "sdpa"
-        # Rounding that changes no output (1: none), set for CPU inference by bertkit.inference.prepare_model:
-        # attention's keys padded with masked zeros up to a multiple of key_multiple, and the unpadded layout's
-        # rows up to a multiple of token_multiple (padding.py, TokenLayout).
+        # Rounding up with masked zeros that changes no output (1: none), set by prepare_model for CPU inference:
+        # attention's keys to a multiple of key_multiple, the unpadded rows to one of token_multiple.
         self.key_multiple = 1
         self.token_multiple = 1
         if initialise_on_construction():  # not when from_pretrained is about to load the weights
@@ -332,22 +315,12 @@ class BertModel(PretrainedMixin, nn.Module):
         return_dict: bool | None = None,
         layout: str | None = None,
     ) -> BertModelOutput | tuple[Tensor, ...]:
-        """Encode a batch. Positional arguments are in transformers' order (input_ids, attention_mask,
-        token_type_ids, position_ids, inputs_embeds); the rest are keywords only, so a call written for
-        transformers can never bind a tensor to another meaning.
+        """Encode a batch; positional arguments in transformers' order, the rest keywords only.
 
-        ``layout="auto"`` drops padding before the first layer whenever the batch has any (right-padded
-        rows), computing every per-token layer on real tokens only; outputs at real positions equal the
-        padded computation's within float rounding, and are zero at padding. On a GPU it does so only where
-        that is faster there (half-precision inference; exact fp32 on batches of ``GPU_UNPAD_MIN_LENGTH``
-        positions or more), computing the rectangle otherwise, with the same zeros at padding in what it returns. ``"padded"`` computes on the rectangle as
-        transformers does.
-
-        As in transformers: ``inputs_embeds`` (B, T, H) instead of ``input_ids`` replaces the word-embedding
-        lookup; ``output_attentions`` returns each layer's attention probabilities (B, nh, T, T), computed
-        on the padded rectangle with attention written out (slower: only when asked); ``return_dict=False``
-        returns ``to_tuple()`` (last_hidden_state, pooler_output, then hidden states / attentions if asked).
-        The three switches default to ``config.output_hidden_states`` / ``output_attentions`` / ``return_dict``.
+        ``layout="auto"`` drops padding before the first layer (on a GPU only where that is faster there,
+        ``padding.gpu_keeps_rectangle``); outputs are zero at padding. ``"padded"`` computes on the rectangle.
+        ``inputs_embeds``, ``output_attentions`` (B, nh, T, T) per layer, ``return_dict=False`` and the config's
+        defaults for the three switches are transformers'.
         """
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
@@ -415,16 +388,7 @@ class BertModel(PretrainedMixin, nn.Module):
 
     def compile_layers(self, **compile_kwargs: Any) -> BertModel:
         """Compile each encoder layer in place with ``torch.compile`` (optional; needs a C++ compiler on CPU).
-
-        Layers, not the whole model: dropping padding gives data-dependent shapes (the token count N changes
-        every batch), so each layer is compiled with ``dynamic=True`` and the layout bookkeeping stays eager.
-        Weights and state_dict names are unchanged. The unpadded layout's attention is left eager (see
-        ``self_attention``).
-        Off by default: on the CPU this project measures on it was not a win once padding is gone (figures
-        and commands in BENCHMARKS.md, section torch.compile), and the first batch pays the compilation.
-        Compiling the padded model whole was slower than eager on ragged text (it computes the padding), so
-        bertkit does not offer it.
-        """
+        Layers, not the whole model, so the layout bookkeeping stays eager; state-dict names are unchanged."""
         device = self.position_ids.device.type
         require_compiler(device)
         # On the CPU the unpadded token count changes every batch: dynamic from the start. On a GPU the rectangle
@@ -436,5 +400,5 @@ class BertModel(PretrainedMixin, nn.Module):
 
 
 __all__ = ["BertModel", "BertModelOutput", "BertEncoder", "BertLayer", "BertAttention", "BertSelfAttention",
-           "BertSelfOutput", "BertIntermediate", "BertOutput", "BertEmbeddings", "BertPooler", "TokenLayout",
-           "self_attention", "init_bert_weights", "activation"]
+           "BertSelfOutput", "BertIntermediate", "BertOutput", "BertEmbeddings", "BertPooler",
+           "init_bert_weights", "activation"]

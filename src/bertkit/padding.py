@@ -3,7 +3,7 @@
 ``modeling.py`` computes every per-token layer on whatever ``TokenLayout`` says are the real tokens:
 the padded (B, T) rectangle (as transformers does), or the N real tokens of a right-padded batch (padding
 dropped after the embeddings). Attention, the one operation
-that mixes tokens, goes through ``self_attention``, which scatters q/k/v into per-sequence rectangles for
+that mixes tokens, goes through ``self_attention``, which gathers q/k/v into per-sequence rectangles for
 PyTorch's ``scaled_dot_product_attention``; sequences of very different lengths are split into a few
 groups of similar length (``AttentionGroup``, laid out together by an ``AttentionPlan``), so long ragged
 batches (SQuAD windows) spend little attention work on padding either. MosaicBERT keeps the same machinery in
@@ -12,7 +12,7 @@ layout is one module.
 
 Two roundings change no output and are off (1) unless asked for (``BertModel.key_multiple`` and
 ``token_multiple``, which ``bertkit.inference.prepare_model`` sets for CPU inference, where its kernels are faster
-on such shapes): each attention rectangle's keys padded with masked zeros up to a multiple, and the unpadded
+on such shapes): each attention rectangle's keys padded with masked keys up to a multiple, and the unpadded
 layout's N rounded up with rows that belong to no sequence (``TokenLayout.pack`` appends them after the
 embeddings, ``unpack`` drops them from every state returned).
 
@@ -58,19 +58,20 @@ class AttentionGroup:
 @dataclass
 class AttentionPlan:
     """How the unpadded layout's attention runs: every group's rectangle lies in one key buffer and every group's
-    output in one output buffer, so a layer moves its tokens in with one scatter (``scatter`` (N,): token i's row
-    in the key buffer) and back with one gather (``gather`` (N,): its row in the output buffer), whatever the
-    number of groups; only the attention kernel runs per group."""
+    output in one output buffer, so a layer moves its tokens in with one gather (``rect_index`` (rect_rows,): the
+    stored token each rectangle row holds) and back with another (``gather`` (N,): each token's row in the output
+    buffer), whatever the number of groups; only the attention kernel runs per group. A rectangle's rows past a
+    sequence's end repeat its last token: finite keys that its mask hides, and never a buffer to zero first."""
 
     groups: tuple[AttentionGroup, ...]
-    scatter: Tensor
+    rect_index: Tensor
     gather: Tensor
     rect_rows: int
     out_rows: int
 
 
 # Grouping sequences by length for attention: an extra group is formed only when it saves more than this many
-# (query x key) positions, about what one more gather/scatter and SDPA call cost on a CPU core.
+# (query x key) positions, about what one more SDPA call and its copies cost on a CPU core.
 _GROUP_OVERHEAD = 4096
 _SPLIT_DEPTH = 2  # binary splits: at most 2**2 = 4 groups
 
@@ -109,8 +110,7 @@ def _attention_plan(lengths: Tensor, starts: Tensor, kv_multiple: int = 1) -> At
     host_lengths = lengths.tolist()
     device = lengths.device
     n = sum(host_lengths)
-    scatter = torch.empty(n, dtype=torch.long, device=device)
-    gather = torch.empty(n, dtype=torch.long, device=device)
+    rect_index, gather = [], torch.empty(n, dtype=torch.long, device=device)
     groups, rect_rows, out_rows = [], 0, 0
     for members in _split_by_length(host_lengths):
         member_lengths = [host_lengths[i] for i in members]
@@ -118,18 +118,19 @@ def _attention_plan(lengths: Tensor, starts: Tensor, kv_multiple: int = 1) -> At
         T_kv = round_up_tokens(T_b, kv_multiple)
         idx = torch.tensor(members, device=device)
         lens, first = lengths[idx], starts[idx]  # (S_b,)
+        positions = torch.arange(T_kv, device=device)
+        rect_index.append((first[:, None] + torch.minimum(positions, lens[:, None] - 1)).reshape(-1))  # (S_b * T_kv,)
         offsets = torch.cumsum(lens, 0) - lens
         intra = torch.arange(n_b, device=device) - torch.repeat_interleave(offsets, lens, output_size=n_b)
         rows = torch.arange(S_b, device=device)
         tokens = torch.repeat_interleave(first, lens, output_size=n_b) + intra  # (n_b,) among the stored tokens
-        scatter[tokens] = torch.repeat_interleave(rows * T_kv + rect_rows, lens, output_size=n_b) + intra
         gather[tokens] = torch.repeat_interleave(rows * T_b + out_rows, lens, output_size=n_b) + intra
         key_mask = None
         if min(member_lengths) != T_kv:
-            key_mask = (torch.arange(T_kv, device=device)[None, :] < lens[:, None])[:, None, None, :]
+            key_mask = (positions[None, :] < lens[:, None])[:, None, None, :]
         groups.append(AttentionGroup((S_b, T_b), T_kv, key_mask, rect_rows, out_rows))
         rect_rows, out_rows = rect_rows + S_b * T_kv, out_rows + S_b * T_b
-    return AttentionPlan(tuple(groups), scatter, gather, rect_rows, out_rows)
+    return AttentionPlan(tuple(groups), torch.cat(rect_index), gather, rect_rows, out_rows)
 
 
 def round_up_tokens(n: int, multiple: int) -> int:
@@ -152,7 +153,7 @@ class TokenLayout:
 
     - padded: hidden states are the caller's (B, T) rectangle; attention masks padded keys.
     - unpadded: only the N real tokens are kept, as (N, H); every per-token layer (projections, FFN,
-      LayerNorm: ~97% of the FLOPs at T=128) skips padding entirely. Attention alone scatters q/k/v into
+      LayerNorm: ~97% of the FLOPs at T=128) skips padding entirely. Attention alone gathers q/k/v into
       rectangles, one per group of sequences of similar length (``AttentionGroup``), so it too computes
       little padding: at 384 tokens attention is a third of the work, and one batch-wide rectangle would
       spend most of it on padding.
@@ -355,14 +356,14 @@ def _attend_groups(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: 
     if layout.is_padded:
         return _attend_padded(qkv, layout.key_mask, num_heads, dropout_p, layout.key_multiple)
     plan = layout.attention
-    real = layout.unpack(qkv)  # (N, 3H)
-    keys = real.new_zeros(plan.rect_rows, real.size(-1)).index_copy_(0, plan.scatter, real)  # every group's rectangle
-    out = real.new_empty(plan.out_rows, real.size(-1) // 3)
+    keys = layout.unpack(qkv).index_select(0, plan.rect_index)  # (rect_rows, 3H): every group's rectangle
+    outs = []
     for g in plan.groups:
         S_b, T_b = g.shape
         rect = keys[g.rect_offset:g.rect_offset + S_b * g.kv_length].view(S_b, g.kv_length, -1)
         y = _sdpa(rect, g.key_mask, num_heads, dropout_p, T_b)  # (S_b, nh, T_b, hs)
-        out[g.out_offset:g.out_offset + S_b * T_b].view(S_b, T_b, num_heads, -1).copy_(y.transpose(1, 2))
+        outs.append(y.transpose(1, 2).reshape(S_b * T_b, -1))  # a view: the CPU kernel writes (S_b, T_b, nh, hs)
+    out = outs[0] if len(outs) == 1 else torch.cat(outs)  # (out_rows, H)
     return layout.pack(out.index_select(0, plan.gather))  # (N, H), in the stored order
 
 

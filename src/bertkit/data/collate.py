@@ -1,8 +1,7 @@
 """The padding collate every fine-tuning task shares: one sequence per row, padded to the batch's longest.
 
-Why no sequence packing (Krell et al. 2021): the encoder already drops padding before its layers
-(``TokenLayout`` in padding.py), so a padded batch costs what a packed one does; packing was removed
-after it measured no faster than the unpadded layout on CPU.
+No sequence packing (Krell et al. 2021): the encoder drops padding before its layers (``TokenLayout`` in
+padding.py), so a padded batch costs what a packed one does.
 """
 
 from __future__ import annotations
@@ -33,11 +32,9 @@ MODEL_INPUT_KEYS = (
 def collate(features: Sequence[Mapping[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Pad a list of features to the longest in the batch and stack them into tensors.
 
-    Shared by every task (glue, ner, squad, swag, pre-training), so it is generic: sequence-valued keys are padded
-    along their LAST axis (so SWAG's (4, T) choices pad to (B, 4, T_max)) with ``pad_token_id`` for
-    ``input_ids``, ``IGNORE_INDEX`` (-100) for token-level ``labels`` (the index cross-entropy ignores) and 0 otherwise, which
-    zeroes ``attention_mask`` on padding. Scalar keys (sequence labels, span positions) are stacked;
-    float labels give a float tensor (regression), ints a long tensor.
+    Sequence-valued keys are padded along their LAST axis (SWAG's (4, T) choices pad to (B, 4, T_max)) with
+    ``pad_token_id`` for ``input_ids``, ``IGNORE_INDEX`` for token-level ``labels`` and 0 otherwise. Scalar keys
+    (sequence labels, span positions) are stacked; float labels give a float tensor (regression), ints a long one.
     """
     if not features:
         raise BertkitError("collate got an empty batch")

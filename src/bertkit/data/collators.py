@@ -1,11 +1,7 @@
 """transformers' data collators, for ``bertkit.Trainer`` and any DataLoader: lists of examples -> batches.
 
 Each takes what transformers' takes (a tokenizer with ``pad``, ``pad_token_id``, ...; bertkit's or
-transformers') and returns the same tensors: ``DataCollatorWithPadding`` pads to the batch's longest,
-``DataCollatorForTokenClassification`` pads the labels too (with -100), ``DataCollatorForLanguageModeling``
-draws the masked-LM targets (the paper's 80/10/10, section 3.1 and appendix A.1; whole-word masking as an
-option), ``DefaultDataCollator`` stacks examples that are already of one length,
-``DataCollatorForMultipleChoice`` pads every choice of every example to one length: (batch, choices, length).
+transformers') and returns the same tensors.
 """
 
 from __future__ import annotations

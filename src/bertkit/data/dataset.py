@@ -11,21 +11,17 @@ import numpy as np
 
 from bertkit.data.masking import MaskingTables, mask_tokens
 from bertkit.data.shards import BASE_FIELDS, MASK_FIELDS, VOCAB, read_manifest
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import MissingFileError
 from bertkit.heads import IGNORE_INDEX  # positions without a masked-LM target (the loss skips them)
-from bertkit.outputs import sha256_of
 from bertkit.tokenization.wordpiece import load_vocab
 
 
 class PretrainingDataset:
     """Instances from a :func:`create_pretraining_data` directory, ready for ``BertForPreTraining``.
 
-    ``dataset[i]`` is a dict of unpadded numpy ``int64`` arrays: ``input_ids``, ``token_type_ids``,
-    ``attention_mask`` (ones), ``labels`` (the original id at masked-LM positions, ``-100``
-    elsewhere) and a scalar ``next_sentence_label`` (0 = B follows A, 1 = B is random, as Hugging
-    Face). Batch them with :func:`collate_pretraining`. Works as a ``torch.utils.data.Dataset``
-    (``__len__``/``__getitem__``), memory-mapped (every shard listed in the manifest), so DataLoader
-    workers share the page cache. ``verify=True`` re-hashes every file against the manifest first.
+    ``dataset[i]`` is a dict of unpadded numpy ``int64`` arrays (docs/pretraining-data.md, "On disk"); batch
+    them with :func:`collate_pretraining`. The shards are memory-mapped, so DataLoader workers share the page
+    cache.
 
     Static masking: the stored masks; ``epoch`` and ``seed`` are ignored. Dynamic masking: masks are
     drawn from ``numpy.random.default_rng([seed, epoch, index])`` on every access, so they are the same
@@ -36,7 +32,7 @@ class PretrainingDataset:
         batch = collate_pretraining([ds[i] for i in range(32)], pad_id=0)
     """
 
-    def __init__(self, data_dir: str | os.PathLike, epoch: int = 0, seed: int | None = None, verify: bool = False):
+    def __init__(self, data_dir: str | os.PathLike, epoch: int = 0, seed: int | None = None):
         self.path = Path(data_dir)
         self.manifest = read_manifest(self.path)
         cfg = self.manifest["config"]
@@ -49,12 +45,13 @@ class PretrainingDataset:
             max_predictions=cfg["max_predictions_per_seq"],
             whole_word=cfg["whole_word_mask"],
         )
-        self.tables = MaskingTables.from_vocab(load_vocab(self.path / VOCAB)) if self.dynamic else None
-        self._shards = self._open(verify)
+        special_ids = self.manifest["tokenizer"]["special_token_ids"]
+        self.tables = MaskingTables.from_vocab(load_vocab(self.path / VOCAB), special_ids) if self.dynamic else None
+        self._shards = self._open()
         sizes = [len(s["next_sentence_labels"]) for s in self._shards]
         self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
 
-    def _open(self, verify: bool) -> list[dict[str, np.ndarray]]:
+    def _open(self) -> list[dict[str, np.ndarray]]:
         """Every shard's arrays, memory-mapped."""
         shards = []
         for shard in self.manifest["shards"]:
@@ -64,8 +61,6 @@ class PretrainingDataset:
                 path = self.path / entry["file"]
                 if not path.is_file():
                     raise MissingFileError(f"{path} is listed in the manifest but missing")
-                if verify and sha256_of(path) != entry["sha256"]:
-                    raise BertkitError(f"{path}: sha256 differs from the manifest; the file was changed")
                 arrays[field] = np.load(path, mmap_mode="r", allow_pickle=False)
             shards.append(arrays)
         return shards
@@ -76,7 +71,7 @@ class PretrainingDataset:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._shards = self._open(verify=False)
+        self._shards = self._open()
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from bertkit.tokenization.wordpiece import SPECIAL_TOKENS
 
 
 @dataclass(frozen=True)
@@ -20,11 +18,12 @@ class MaskingTables:
     is_continuation: np.ndarray  # bool per id: the token starts with "##"
 
     @classmethod
-    def from_vocab(cls, tokens: Sequence[str]) -> MaskingTables:
-        specials = set(SPECIAL_TOKENS)
-        ids = np.array([i for i, t in enumerate(tokens) if t not in specials], dtype=np.int64)
+    def from_vocab(cls, tokens: Sequence[str], special_ids: Mapping[str, int]) -> MaskingTables:
+        """``special_ids``: each special token's id by role (pad, unk, cls, sep, mask), as the manifest has them."""
+        specials = set(special_ids.values())
+        ids = np.array([i for i in range(len(tokens)) if i not in specials], dtype=np.int64)
         cont = np.array([t.startswith("##") for t in tokens], dtype=bool)
-        return cls(tokens.index("[MASK]"), ids, cont)
+        return cls(special_ids["mask"], ids, cont)
 
 
 def mask_tokens(

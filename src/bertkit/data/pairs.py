@@ -1,7 +1,5 @@
-"""Next-sentence pairs: documents -> (segment A, segment B, is-random-next), as google-research/bert makes them.
-
-See ``data/pretraining.py`` for the pipeline and the deliberate differences from the reference.
-"""
+"""Next-sentence pairs: documents -> (segment A, segment B, is-random-next), as google-research/bert makes them
+(the deliberate differences from it: docs/pretraining-data.md)."""
 
 from __future__ import annotations
 
@@ -29,7 +27,7 @@ def create_instances_from_document(
     config: PretrainingConfig,
     rng: random.Random,
 ) -> list[PairInstance]:
-    """All A/B pairs from one document (a list of tokenised sentences); see the module docstring."""
+    """All A/B pairs from one document (a list of tokenised sentences)."""
     document = documents[document_index]
     max_num_tokens = config.max_seq_length - 3
 

@@ -1,20 +1,7 @@
 """Pre-training instances on disk: plain ``.npy`` arrays per shard, memory-mapped on read, plus a manifest.
 
-One directory holds::
-
-    manifest.json                          config used, counts, tokenizer hash, shards (with sha256 of each file)
-    vocab.txt                              the vocabulary the ids refer to (one token a line, line number = id)
-    shard-00000.input_ids.npy              all instances' token ids back to back: [CLS] A [SEP] B [SEP]
-    shard-00000.offsets.npy                int64 (n + 1,): instance i is input_ids[offsets[i]:offsets[i + 1]]
-    shard-00000.type_start.npy             int32 (n,): first position of segment B (token_type_ids 1 from here)
-    shard-00000.next_sentence_labels.npy   uint8 (n,): 0 = B follows A, 1 = B is not the next segment
-    shard-00000.masked_positions.npy       static masking only: positions of the masked-LM targets, back to back
-    shard-00000.masked_offsets.npy         static masking only: int64 (n + 1,), as ``offsets``
-    shard-00000.masked_labels.npy          static masking only: original ids at those positions
-
-Token ids are ``uint16`` when the vocabulary has at most 65,536 entries, else ``int32``; positions are
-``int32``. No pickle anywhere (``np.save(..., allow_pickle=False)``), so the files are safe to share and
-identical bytes for identical inputs.
+The files and their dtypes are listed in docs/pretraining-data.md ("On disk"). No pickle anywhere
+(``np.save(..., allow_pickle=False)``), so the files are safe to share and identical bytes for identical inputs.
 """
 
 from __future__ import annotations
@@ -56,8 +43,8 @@ def save_shard(output_dir: str | os.PathLike, name: str, arrays: dict[str, np.nd
     return info
 
 
-def write_manifest(output_dir: str | os.PathLike, manifest: dict, name: str = MANIFEST) -> Path:
-    path = Path(output_dir) / name
+def write_manifest(output_dir: str | os.PathLike, manifest: dict) -> Path:
+    path = Path(output_dir) / MANIFEST
     atomic_write_text(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return path
 
@@ -75,31 +62,27 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
     return manifest
 
 
-def remove_shards(output_dir: str | os.PathLike, manifests: tuple[str, ...] = (MANIFEST,), *,
-                  earlier_runs: bool = False) -> list[str]:
-    """Delete the shard files and ``manifests`` in ``output_dir`` that this process wrote
-    (``bertkit.outputs.owns``: a failed run cleaning up after itself). With ``earlier_runs`` (``--overwrite``,
-    asked for by the user) also those an earlier bertkit run wrote there and nobody changed since: a manifest in
-    the directory records them with the same sha256 (a manifest is removed once every file it lists is gone).
-    Returns the names of those left (a user's, or changed since)."""
+def remove_shards(output_dir: str | os.PathLike, *, earlier_runs: bool = False) -> list[str]:
+    """Delete the shard files and manifest in ``output_dir`` that this process wrote (``bertkit.outputs.owns``: a
+    failed run cleaning up after itself). With ``earlier_runs`` (``--overwrite``, asked for by the user) also those
+    an earlier bertkit run wrote there and nobody changed since: the manifest records them with their sha256 (it is
+    removed once every file it lists is gone). Returns the names of those left (a user's, or changed since)."""
     out = Path(output_dir)
+    manifest = out / MANIFEST
     listed: dict[str, str] = {}
-    for name in manifests if earlier_runs else ():
-        data = _read_own_json(out / name)
-        for shard in data.get("shards", []) if isinstance(data.get("shards"), list) else []:
-            for entry in (shard.get("files") or {}).values() if isinstance(shard, dict) else []:
-                if isinstance(entry, dict) and isinstance(entry.get("file"), str) and "/" not in entry["file"]:
-                    listed[entry["file"]] = str(entry.get("sha256"))
+    data = _read_own_json(manifest) if earlier_runs else {}
+    for shard in data.get("shards", []) if isinstance(data.get("shards"), list) else []:
+        for entry in (shard.get("files") or {}).values() if isinstance(shard, dict) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("file"), str) and "/" not in entry["file"]:
+                listed[entry["file"]] = str(entry.get("sha256"))
     for path in sorted(out.glob("shard-*.npy")):
         proven = path.name in listed and path.is_file() and not path.is_symlink() and sha256_of(path) == listed[path.name]
         if not remove_owned(path) and proven:
             path.unlink()
-    for name in manifests:
-        path = out / name
-        gone = not any((out / f).exists() for f in listed)
-        if not remove_owned(path) and earlier_runs and _read_own_json(path) and gone:
-            path.unlink()  # bertkit's manifest of shards that are all gone
-    return sorted(p.name for p in out.glob("shard-*.npy")) + [n for n in manifests if (out / n).exists()]
+    gone = not any((out / f).exists() for f in listed)
+    if not remove_owned(manifest) and data and gone:
+        manifest.unlink()  # bertkit's manifest of shards that are all gone
+    return sorted(p.name for p in out.glob("shard-*.npy")) + ([MANIFEST] if manifest.exists() else [])
 
 
 def _read_own_json(path: Path) -> dict:

@@ -1,38 +1,10 @@
 """Corpus reading: files -> documents -> sentences, streaming, with the clean-up BERT's data needs.
 
-A *document* is a list of sentence strings; next-sentence pairs never cross documents. Three input
-formats (``input_format``):
-
-``"sentences"``
-    google-research/bert's format: one sentence per line, a blank line between documents. Lines are
-    taken as they are (stripped); nothing is filtered.
-``"prose"``
-    raw books and articles: blank lines separate paragraphs, hard-wrapped lines inside a paragraph are
-    joined, and :func:`split_sentences` cuts each paragraph into sentences. **One file is one
-    document** (a whole book, like BookCorpus in the BERT paper, or one Wikipedia article), except
-    that a file larger than the work-unit size is cut at paragraph breaks (see :func:`plan_work_units`).
-``"wikitext"``
-    WikiText raw: a top-level heading line `` = Title = `` starts a new document, sub-headings
-    `` = = Section = = `` are dropped, every other non-blank line is a paragraph.
-``"auto"`` (default)
-    ``"wikitext"`` when the first 64 KiB of the file hold at least two top-level heading lines,
-    otherwise ``"prose"``. Google's one-sentence-per-line format is never guessed: name it.
-
-Clean-up in ``"prose"`` and ``"wikitext"`` (the BERT paper, section 3.1: "we extract only the text
-passages and ignore lists, tables, and headers"):
-
-* Project Gutenberg licence text: if a ``*** START OF THE/THIS PROJECT GUTENBERG ...`` line occurs in
-  the first 1,000 lines, everything up to it is dropped; reading stops at ``*** END OF THE/THIS
-  PROJECT GUTENBERG`` (or an ``End of (the) Project Gutenberg ...`` line).
-* Wikipedia citation markers ``[12]``, ``[3,4]``, ``[a]``, ``[citation needed]`` are removed;
-  reference-list lines (starting with ``[12]``) are dropped.
-* A paragraph is kept only if it ends like prose: its last character, after any closing quotes,
-  brackets, ``_`` or ``*``, is one of ``. ! ? : ; …``. This drops headings ("Early life",
-  "CHAPTER IV"), table rows, list fragments and the title line of reference sections. Paragraphs
-  that look like table markup (``|-`` or two runs of dashes) are dropped as well.
-
-Bytes that are not UTF-8 raise a ``ValueError`` naming the file, line and byte offset, unless the
-caller passes ``errors="replace"`` (U+FFFD for bad bytes) or ``errors="ignore"``.
+A *document* is a list of sentence strings; next-sentence pairs never cross documents. The input formats
+(``"sentences"``: google's one sentence per line; ``"prose"``: one file, one document; ``"wikitext"``; ``"auto"``)
+and the clean-up rules (the paper, section 3.1: "we extract only the text passages and ignore lists, tables, and
+headers") are described in docs/pretraining-data.md, section 2. Bytes that are not UTF-8 raise a ``ValueError``
+naming the file, line and byte offset unless ``errors`` is ``"replace"`` or ``"ignore"``.
 """
 
 from __future__ import annotations
@@ -87,22 +59,10 @@ _OPENERS = "\"'“‘«([¿¡"
 
 
 def split_sentences(paragraph: str) -> list[str]:
-    """Split one paragraph of prose into sentences with a few documented rules.
-
-    A sentence ends at ``.``, ``!``, ``?`` or ``…`` (runs such as ``?!`` or ``...`` count as one),
-    optionally followed by closing quotes or brackets, then whitespace, when the next word (after any
-    opening quotes or brackets) starts with an upper-case letter or a digit. It does not end there when
-
-    * the word before a ``.`` is a known abbreviation (:data:`ABBREVIATIONS`: ``Mr.``, ``Dr.``,
-      ``e.g.``, ``No.``, ``Jan.``), except ``etc.``, ``Inc.``, ``Ltd.``, ``Co.`` and ``al.``, which
-      often end sentences;
-    * the word before a ``.`` is a single letter (an initial: ``J. R. R. Tolkien``, ``H. americanus``)
-      or a dotted acronym (``U.S.``, ``Ph.D.``);
-    * a digit follows a ``.`` that closes a title-like abbreviation (``No. 4``, ``pp. 12``).
-
-    Decimals (``3.14``) and dotted names (``example.com``) never split, as no whitespace follows the
-    period. ``"Stop!" he said.`` stays one sentence because ``he`` is lower-case.
-    """
+    """Split one paragraph of prose into sentences, by the rules docs/pretraining-data.md ("Sentence
+    splitter") lists: at ``. ! ? …`` before an upper-case word or a digit, except after an abbreviation
+    (:data:`ABBREVIATIONS`), an initial or a dotted acronym, or a digit after a title-like abbreviation
+    (``No. 4``)."""
     text = paragraph.strip()
     if not text:
         return []
@@ -178,7 +138,7 @@ def iter_documents(
 ) -> Iterator[list[str]]:
     """Yield the documents of one file (or of its byte range ``[start, end)``) as lists of sentences.
 
-    Documents with no sentence left after clean-up are skipped. See the module docstring for what each
+    Documents with no sentence left after clean-up are skipped. docs/pretraining-data.md says what each
     ``input_format`` means.
     """
     if input_format not in INPUT_FORMATS:
@@ -288,11 +248,9 @@ def plan_work_units(
     """Cut the corpus into work units of about ``unit_bytes``, in file order, deterministically.
 
     Consecutive files are grouped until a unit holds at least ``unit_bytes`` and two files (so that
-    "random next" segments can come from another document). A file larger than ``unit_bytes`` is cut
-    into parts at the first boundary after each multiple of ``unit_bytes``: a blank line for
-    ``"sentences"`` (a document break) and ``"prose"`` (a paragraph break, so a very large book
-    becomes several documents), a `` = Title = `` line for ``"wikitext"``. The plan depends only on
-    the files and these two arguments, never on the number of workers. A corpus of empty files is an error.
+    "random next" segments can come from another document); a larger file is cut at the first document
+    boundary after each multiple of ``unit_bytes`` (docs/pretraining-data.md, "Parallel, streaming,
+    deterministic"). The plan never depends on the number of workers. A corpus of empty files is an error.
     """
     if unit_bytes < 1:
         raise BertkitError(f"unit_bytes must be positive, got {unit_bytes}")

@@ -168,7 +168,7 @@ def _calibrating_int8(model_dir: str | Path | None) -> str:
 # full vector cost several times as much: on an AVX-512 EPYC core, 32 sequences x 12 heads of size 32 take 1.39 ms
 # with 25 keys and 0.82 ms with the same 25 queries over 32 keys, the 7 extra ones masked (55 -> 64 keys: 4.0 ->
 # 2.6 ms; 127 -> 128: 16.0 -> 9.8 ms; the same in bf16, and at head size 64). Only the keys' length matters, so
-# the keys (and values) are padded with masked zeros up to a multiple of the vector, and the queries are not.
+# the keys (and values) are padded with masked keys up to a multiple of the vector, and the queries are not.
 _CPU_KEY_MULTIPLE = {"AVX512": 16, "AVX2": 8}
 
 # Under bf16 on CPUs with AVX512-BF16 or AMX, oneDNN builds a GEMM kernel for every new row count and keeps only

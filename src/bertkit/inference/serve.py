@@ -352,7 +352,7 @@ def _server_pipelines(pipe: Any, stopping: threading.Event) -> tuple[Any, Any]:
 
 def warm_up(pipe: Any) -> None:
     """One forward pass of 16 x 128 tokens before the server accepts requests, so that what a process's first large
-    call pays (int8's compiled activation quantization: about 3 s for MiniLM) is paid at start-up, not in a request."""
+    call pays (int8's compiled activation quantization) is paid at start-up, not in a request."""
     import torch
 
     ids = torch.full((16, min(pipe.max_length, 128)), pipe.tokenizer.unk_token_id, device=pipe.device)

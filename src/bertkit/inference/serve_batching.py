@@ -40,8 +40,8 @@ class Stats:
 
 
 # glibc keeps freed blocks in per-thread arenas and raises its mmap threshold as large blocks come and go, so under
-# mixed traffic resident memory climbs to the worst mix of calls (a 20-minute soak at twice capacity: 790 -> 921
-# MiB). Both fixes below held it flat (469 -> 481 MiB); musl and macOS return memory themselves and lack them.
+# mixed traffic resident memory climbs to the worst mix of calls; the two fixes below hold it flat (docs/inference.md,
+# the soak). musl and macOS return memory themselves and lack them.
 try:
     _LIBC = ctypes.CDLL(None)  # the process's own symbols, the C library's among them
 except (OSError, TypeError):  # Windows has no such handle

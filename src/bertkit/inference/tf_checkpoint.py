@@ -4,15 +4,8 @@ A TF checkpoint (``bert_model.ckpt``) is a *tensor bundle*: ``bert_model.ckpt.in
 SSTable mapping each variable name to a ``BundleEntryProto`` (dtype, shape, shard, offset, size, crc32c),
 and ``bert_model.ckpt.data-00000-of-00001`` holds the raw little-endian tensor bytes at those offsets.
 Both are read here directly (``read_tf_checkpoint``): a few dozen lines of SSTable and protobuf wire
-format instead of a 500 MB runtime dependency.
-
-Variable names are Google's (``bert/encoder/layer_3/attention/self/query/kernel``); ``TF_KEY_TABLE`` maps
-them to the published Hugging Face names the rest of bertkit reads (``bertkit.checkpoint_io``).
-Dense kernels are stored (in, out) in TF and (out, in) in PyTorch, so they are transposed. Optimizer
-slots (``adam_m``/``adam_v``) and ``global_step`` are skipped; any other unknown variable is an error.
-
-    bertkit convert-tf-checkpoint --tf-checkpoint uncased_L-12_H-768_A-12/bert_model.ckpt \\
-        --config uncased_L-12_H-768_A-12/bert_config.json --vocab uncased_L-12_H-768_A-12/vocab.txt --out bert-base
+format instead of a 500 MB runtime dependency. ``TF_KEY_TABLE`` maps Google's variable names to the published
+ones; docs/inference.md ("Google's TensorFlow checkpoints") has the command and what is converted.
 """
 
 from __future__ import annotations
@@ -228,10 +221,8 @@ def _entry(value: bytes) -> BundleEntry:
 
 
 def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> dict[str, np.ndarray]:
-    """Variables of a TF checkpoint (``prefix`` as TensorFlow names it: ``.../bert_model.ckpt``) as arrays.
-
-    ``skip`` names variables not to read (their bytes are never touched), e.g. optimizer slots.
-    """
+    """Variables of a TF checkpoint (``prefix`` as TensorFlow names it: ``.../bert_model.ckpt``) as arrays;
+    ``skip`` names variables not to read (their bytes are never touched), e.g. optimizer slots."""
     prefix = Path(prefix)
     if prefix.name.endswith(".index") or ".data-" in prefix.name:  # a user passing one of the files
         prefix = prefix.with_name(prefix.name.split(".index")[0].split(".data-")[0])
@@ -334,10 +325,8 @@ _ARCHITECTURE = (("cls/squad/output_weights", "BertForQuestionAnswering"),
 
 
 def tf_to_published(variables: dict[str, np.ndarray], num_layers: int) -> dict[str, torch.Tensor]:
-    """Google-named arrays -> a state dict under the published names (kernels transposed).
-
-    Every encoder variable must be present; any variable the table does not know is an error.
-    """
+    """Google-named arrays -> a state dict under the published names (kernels transposed). Every encoder variable
+    must be present; any variable the table does not know is an error."""
     rows = []
     for g, h, t in TF_KEY_TABLE:
         if "{i}" in g:
@@ -377,11 +366,10 @@ def _guess_lower_case(vocab: Path) -> bool:
 def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vocab: str | Path,
                           output_dir: str | Path, *, do_lower_case: bool | None = None) -> dict[str, Any]:
     """Convert a google-research/bert checkpoint to a Hugging Face-layout directory: config.json,
-    model.safetensors (heads included when present), vocab.txt, tokenizer_config.json.
+    model.safetensors (heads included when present), vocab.txt, tokenizer_config.json; returns a summary.
 
-    The weights are loaded into the matching bertkit model (strictly: every shape checked against the
-    config) before anything is written. ``do_lower_case`` None guesses from the vocabulary (an uncased one
-    has no upper-case tokens). Returns a summary.
+    The weights are loaded strictly into the matching bertkit model before anything is written.
+    ``do_lower_case`` None guesses from the vocabulary (an uncased one has no upper-case tokens).
     """
     from bertkit.config import BertConfig
     from bertkit.heads import MODEL_CLASSES

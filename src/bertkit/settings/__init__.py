@@ -11,7 +11,6 @@ from __future__ import annotations
 from bertkit.settings.data import (
     CreateDataSettings,
     DownloadSettings,
-    MergeDataSettings,
     TokenizerSettings,
 )
 from bertkit.settings.fields import (
@@ -61,7 +60,6 @@ __all__ = [
     "ExtractSettings",
     "GlueSettings",
     "LR_SCHEDULES",
-    "MergeDataSettings",
     "NerSettings",
     "OPTIMIZERS",
     "PAPER_GRID",

@@ -236,8 +236,6 @@ class ClassifySettings(SequenceClassificationSettings):
     """Training data: .csv, .tsv or .jsonl (another suffix: --input-format)."""
     validation_file: Path
     """Scored after each epoch (the report's numbers); same columns as --train-file."""
-    test_file: Path | None = None
-    """Inputs to predict with the best run (labels not needed): written to OUTPUT_DIR/test_predictions.jsonl."""
     text_column: str = "text"
     """Column (or JSONL field) holding the text."""
     text_pair_column: str | None = None
@@ -247,7 +245,7 @@ class ClassifySettings(SequenceClassificationSettings):
     problem_type: Literal["auto", "classification", "regression"] = "auto"
     """auto: regression when every training label is a number and some are not integers, else classification."""
     input_format: Literal["auto", "jsonl", "csv", "tsv"] = "auto"
-    """How to read the train, validation and test files; auto: by each one's suffix (.csv, .tsv, .jsonl)."""
+    """How to read the train and validation files; auto: by each one's suffix (.csv, .tsv, .jsonl)."""
     max_line_bytes: int = flag(MAX_LINE_BYTES, check=at_least_one)
     """The longest line (CSV: record) the files may hold, in bytes; a longer one stops the run naming it."""
 

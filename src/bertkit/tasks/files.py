@@ -1,17 +1,7 @@
 """Records from users' files: JSON lines, CSV/TSV with a header row, or plain text (one item per line).
 
-The readers of ``bertkit predict TASK`` and ``bertkit finetune classify``; every record comes with its
-1-based line number, so an error can name ``file:line``. The format is the one ``--input-format`` names,
-or (``auto``) the one the file's suffix names; a suffix that names none is an error, not a guess.
-
-A blank line is an error, except at the end of a file (its trailing newlines, empty lines only): an input
-silently skipped would shift every later output's position against the file. A line of whitespace is an error
-wherever it is (it is a row whose text is missing, not a line ending). In CSV a row of empty fields (``,,``) is a
-row; the callers refuse it when a field they read is blank.
-
-Files are read line by line, never whole: a line longer than ``max_line_bytes`` (1 MiB by default; a CSV record
-spanning lines counts as one) or holding a NUL byte (the mark of a binary file, not text) stops the read naming
-its file and line, as does a line that is not UTF-8. A 1 GB file of one line costs a 1 MiB read, not 1 GB.
+Every record comes with its 1-based line number, so an error names ``file:line``. The formats and what is
+refused (blank lines, NUL bytes, over-long lines, bytes that are not UTF-8): docs/inference.md, "Your own files".
 """
 
 from __future__ import annotations
@@ -28,8 +18,7 @@ from bertkit.errors import BertkitError
 
 FORMATS = ("jsonl", "csv", "tsv", "text")
 SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".txt": "text"}
-# The longest line (or CSV record) a user's file may hold, in bytes: far above any real text row (a 1 MiB line is
-# about 200,000 words), far below what one line of a binary file or a file without line breaks would cost to read.
+# The longest line (or CSV record) a user's file may hold: far above any real text row, far below a binary file.
 MAX_LINE_BYTES = 2**20
 
 
@@ -45,9 +34,8 @@ def file_format(path: Path, input_format: str = "auto") -> str:
     return SUFFIXES[path.suffix.lower()]
 
 
-# Fields and columns that hold one text of a pair in the files people have (transformers' text/text_pair, GLUE's
-# sentence1/sentence2, question1/question2, question/sentence, premise/hypothesis): one of them beside the text
-# a command reads, and unused, is almost surely the second text of a pair it was not told about.
+# Columns that hold one text of a pair in common files: one beside the text a command reads, unused, is almost
+# surely the second text of a pair it was not told about.
 PAIR_TEXT_NAMES = ("text_pair", "text_b", "sentence2", "question2", "hypothesis", "text", "text_a", "sentence",
                    "sentence1", "question1", "question", "premise")
 
@@ -67,12 +55,8 @@ def _blank_line(path: Path, line: int, whitespace: bool = False) -> BertkitError
 
 
 class _Lines:
-    """The lines of a file opened in binary mode, decoded as UTF-8 one at a time with their line ends kept.
-
-    Each is checked as it is read: at most ``limit`` bytes (read with ``readline(limit + 1)``, so a file of one
-    huge line costs ``limit`` bytes, not its size), no NUL byte, valid UTF-8; ``record_bytes`` counts the bytes
-    since the caller last reset it, so a CSV record spanning lines (a quoted field with newlines) is bounded too.
-    """
+    """A binary file's lines, each checked as read (at most ``limit`` bytes, no NUL, UTF-8) and decoded with
+    its line end; ``record_bytes`` bounds a CSV record spanning lines too."""
 
     def __init__(self, f: BinaryIO, path: Path, limit: int):
         self.f, self.path, self.limit = f, path, limit
@@ -134,8 +118,7 @@ def _csv_rows(reader: Any, lines: _Lines, path: Path, fmt: str) -> Iterator[tupl
 
 
 def read_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
-    """(line number, text without its line end) of a text file, blank lines included, checked as ``read_records``
-    checks them: read one line at a time, each at most ``max_line_bytes``, no NUL byte, UTF-8."""
+    """(line number, text without its line end) of a text file, blank lines included, each line checked."""
     with open(path, "rb") as f:
         lines = _Lines(f, path, max_line_bytes)
         for number, text in enumerate(lines, 1):
@@ -144,10 +127,7 @@ def read_lines(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tup
 
 
 def read_records(path: Path, fmt: str, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
-    """(line number, raw record): a dict (CSV/TSV/JSONL object), a str (text line or JSON string) or other.
-
-    Read line by line: a line longer than ``max_line_bytes``, a NUL byte or bytes that are not UTF-8 stop the
-    read with an error naming the file and line (``BertkitError``)."""
+    """(line number, raw record): a dict (CSV/TSV/JSONL object), a str (text line or JSON string) or other."""
     blank: int | None = None  # the first empty line since the last record; an error if a record follows
     with open(path, "rb") as f:
         lines = _Lines(f, path, max_line_bytes)

@@ -16,16 +16,8 @@ google-research/bert `run_classifier.py` and Hugging Face's `glue_processors`:
     WNLI    header; index, sentence1, sentence2, label         header; index, sentence1, sentence2
     AX      (diagnostic, test only) header; index, sentence1, sentence2; scored with an MNLI model
 
-Files are UTF-8 with no quoting (a literal ``"`` is text), so rows are split on tab only, never with
-csv quoting rules; the byte-order mark MRPC files start with is dropped (``files.read_lines``).
-
-Matched and mismatched MNLI are two registry entries ("mnli", "mnli-mm") sharing the training file, as
-in Hugging Face's processors, so every entry has exactly one dev and one test file and one submission
-file name.
-
-Features are NOT padded: `featurize` returns each example at its own length and `collate` pads a batch
-to that batch's longest sequence, which on GLUE (median SST-2 length ~ 13 tokens) saves most of the
-compute that padding to max_seq_length would waste.
+Files are UTF-8 with no quoting (a literal ``"`` is text): rows are split on tab only. Matched and mismatched
+MNLI are two entries ("mnli", "mnli-mm") sharing the training file, as in Hugging Face's processors.
 """
 
 from __future__ import annotations
@@ -47,9 +39,8 @@ from bertkit.tasks.files import read_lines
 
 @dataclass(frozen=True)
 class GlueExample:
-    """One row. ``id`` is the file's own index/id column (what a GLUE submission must echo), or the
-    0-based data-row number for files that have none (CoLA and SST-2 train/dev, MRPC train/dev).
-    ``line`` is the 1-based line in the source file, for tracing a prediction back to its row."""
+    """One row. ``id`` is the file's index/id column (what a submission echoes), else the 0-based row number;
+    ``line`` the 1-based line in the file."""
 
     id: str
     text_a: str
@@ -72,12 +63,8 @@ class _Layout:
 
 @dataclass(frozen=True)
 class GlueTask:
-    """One registry entry: how to read the task's files, its labels, its metric, its submission name.
-
-    ``labels`` is None for regression (STS-B). ``metric(predictions, references)`` takes label indices
-    (floats for regression) and returns the GLUE leaderboard's numbers as fractions in [0, 1] (-1..1 for
-    correlations). ``text_columns`` names the header columns fed to the model (one or two segments).
-    """
+    """One registry entry: how to read the task's files, its labels (None for regression), its metric (the
+    leaderboard's numbers as fractions) and its submission name."""
 
     name: str
     data_dir: str
@@ -99,26 +86,7 @@ class GlueTask:
         return 1 if self.labels is None else len(self.labels)
 
     def metric(self, predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
-        kind = self.metric_kind
-        if kind == "mcc":
-            return {"mcc": metrics.matthews_corrcoef(references, predictions)}
-        if kind == "acc":
-            return {"accuracy": metrics.accuracy(references, predictions)}
-        if kind == "acc_macro_f1":  # users' classes (finetune classify) when there are more than two
-            return {
-                "accuracy": metrics.accuracy(references, predictions),
-                "macro_f1": metrics.f1_macro(references, predictions),
-            }
-        if kind == "f1_acc":
-            return {
-                "f1": metrics.f1_binary(references, predictions, positive=1),
-                "accuracy": metrics.accuracy(references, predictions),
-            }
-        assert kind == "corr", kind
-        return {
-            "pearson": metrics.pearson(predictions, references),
-            "spearman": metrics.spearman(predictions, references),
-        }
+        return {name: score(references, predictions) for name, score in METRICS[self.metric_kind].items()}
 
     def read(self, path: str | os.PathLike, *, labeled: bool) -> list[GlueExample]:
         """Read one file of this task; ``labeled=False`` for the test files (which have no label column)."""
@@ -128,6 +96,15 @@ class GlueTask:
         return _read_tsv(self, Path(path), layout)
 
 
+# Each metric kind's scores: name -> score(references, predictions). "acc_macro_f1" is for users' classes
+# (finetune classify) when there are more than two.
+METRICS: dict[str, dict[str, Any]] = {
+    "mcc": {"mcc": metrics.matthews_corrcoef},
+    "acc": {"accuracy": metrics.accuracy},
+    "acc_macro_f1": {"accuracy": metrics.accuracy, "macro_f1": metrics.f1_macro},
+    "f1_acc": {"f1": metrics.f1_binary, "accuracy": metrics.accuracy},
+    "corr": {"pearson": metrics.pearson, "spearman": metrics.spearman},
+}
 _BIN = ("0", "1")
 _NLI2 = ("entailment", "not_entailment")
 _MNLI = ("contradiction", "entailment", "neutral")
@@ -204,25 +181,21 @@ def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
     examples: list[GlueExample] = []
     # Rows end at \n only: a stray \r inside a sentence must not split it and misreport the columns.
     for lineno, line in read_lines(path):
+        cols = line.split("\t")
         if lineno == 1 and layout.header:
-            _check_header(task, line, layout, path)
+            # a file that lost its header would silently lose its first example (read as the header)
+            missing = [c for c in task.text_columns if c not in cols]
+            if missing:
+                raise BertkitError(f"{path} line 1 is not the header {task.name} files start with (no column "
+                                   f"{', '.join(missing)}); restore the header line as the GLUE download has it")
             continue
         if not line.strip():
-            raise BertkitError(
-                f"malformed row in {path} line {lineno}: empty line; GLUE files have none, remove it"
-            )
-        cols = line.split("\t")
+            raise BertkitError(f"malformed row in {path} line {lineno}: empty line; GLUE files have none, remove it")
         if len(cols) not in layout.n_columns:
-            want = " or ".join(str(n) for n in layout.n_columns)
-            hint = (
-                ""
-                if layout.label is not None
-                else " (a test file: is this a train/dev file read with labeled=False?)"
-            )
-            raise BertkitError(
-                f"malformed row in {path} line {lineno}: expected {want} tab-separated columns for "
-                f"{task.name}, got {len(cols)}{hint}"
-            )
+            hint = "" if layout.label is not None else " (a test file: is this a train/dev file read with labeled=False?)"
+            raise BertkitError(f"malformed row in {path} line {lineno}: expected "
+                               f"{' or '.join(map(str, layout.n_columns))} tab-separated columns for {task.name}, "
+                               f"got {len(cols)}{hint}")
         label = None
         if layout.label is not None:
             label = cols[layout.label]
@@ -239,21 +212,6 @@ def _read_tsv(task: GlueTask, path: Path, layout: _Layout) -> list[GlueExample]:
     if not examples:
         raise BertkitError(f"{path} holds no examples (an empty {task.name} file); every split must have rows")
     return examples
-
-
-def _check_header(task: GlueTask, line: str, layout: _Layout, path: Path) -> None:
-    """The first line of a file with a header must be the header: a file that lost it would silently lose
-    its first example (read as the header)."""
-    cols = line.split("\t")
-    if layout.label is not None and len(cols) > layout.label:
-        try:
-            _check_label(task, cols[layout.label], path, 1)
-        except BertkitError:
-            return  # not a valid label: a header
-    elif layout.id is None or len(cols) <= layout.id or not cols[layout.id].strip().isdigit():
-        return
-    raise BertkitError(f"{path} line 1 is a data row, not the header {task.name} files start with; restore the "
-                       "header line (as the GLUE download has it) so that the first example is not lost")
 
 
 def _check_label(task: GlueTask, label: str, path: Path, lineno: int) -> None:
@@ -276,10 +234,7 @@ def _check_label(task: GlueTask, label: str, path: Path, lineno: int) -> None:
 
 
 def read_glue(task: str | GlueTask, data_dir: str | os.PathLike, split: str) -> list[GlueExample]:
-    """Read ``split`` ("train", "dev" or "test") of ``task`` from ``data_dir``.
-
-    ``data_dir`` is the root the GLUE download script writes (holding ``SST-2/``, ``MNLI/``, ...).
-    """
+    """Read ``split`` ("train", "dev" or "test") of ``task`` from ``data_dir``, the GLUE download's root."""
     t = get_task(task)
     if split not in t.files:
         raise BertkitError(f"GLUE {t.name} has no split {split!r}; it has {sorted(t.files)}")
@@ -289,16 +244,9 @@ def read_glue(task: str | GlueTask, data_dir: str | os.PathLike, split: str) -> 
 def featurize(
     examples: Sequence[GlueExample], tokenizer: Any, max_seq_length: int, task: str | GlueTask
 ) -> list[dict[str, Any]]:
-    """Tokenize into ``[CLS] a [SEP] (b [SEP])`` without padding.
-
-    Pairs longer than ``max_seq_length`` are cut one token at a time from the longer segment
-    ("longest_first"), the rule of google-research/bert's ``_truncate_seq_pair``: it keeps the most of
-    both segments, which matters on RTE/QNLI where the premise is long and the hypothesis short.
-
-    Returns one dict per example with ``input_ids``, ``token_type_ids``, ``attention_mask`` (lists of
-    ints) and ``labels`` (class index, or float for regression) when the example has a label. The key is
-    ``labels`` because that is the keyword the heads take, so ``model(**collate(batch))`` works.
-    """
+    """Tokenize into ``[CLS] a [SEP] (b [SEP])`` without padding, long pairs cut from the longer segment
+    (google-research/bert's ``_truncate_seq_pair``); ``labels`` (class index, or float for regression) when
+    the example has one."""
     t = get_task(task)
     n_special = len(t.text_columns) + 1  # [CLS] and one [SEP] per segment
     if max_seq_length < n_special + 1:
@@ -327,13 +275,8 @@ def featurize(
 def write_submission(
     task: str | GlueTask, predictions: Sequence[Any], ids: Sequence[str], path: str | os.PathLike
 ) -> Path:
-    """Write a GLUE-server submission file: header ``index\\tprediction``, one row per test example.
-
-    Classification predictions are class indices and are written as the label names the server expects
-    ("entailment", "1"); STS-B scores are written with three decimals, like the gold files. ``ids`` are
-    the test examples' ``id`` values, in any order. If ``path`` is a directory, the task's standard
-    file name (``SST-2.tsv``, ``MNLI-m.tsv``, ...) is used inside it. Returns the path written.
-    """
+    """Write a GLUE-server submission file (``index\\tprediction`` rows: label names, or STS-B scores to three
+    decimals); a directory ``path`` gets the task's standard file name. Returns the path written."""
     t = get_task(task)
     if len(predictions) != len(ids):
         raise BertkitError(f"{len(predictions)} predictions but {len(ids)} ids; pass one id per prediction")

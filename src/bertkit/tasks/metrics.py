@@ -1,16 +1,9 @@
 """Classification and regression metrics for the GLUE tasks, in plain numpy.
 
-Why not sklearn/scipy: they are test-only dependencies of bertkit (see pyproject), and the handful of
-formulas GLUE needs fit on one screen. `tests/test_glue_data.py` checks every function here against
-`sklearn.metrics` / `scipy.stats` on random and degenerate inputs, so the numbers are the ones a
-GLUE leaderboard (whose scorer uses those libraries) would compute.
-
-Degenerate inputs follow the reference libraries rather than raising, because an early checkpoint that
-predicts one class (or a constant score) is normal and its evaluation must not crash a training run:
-Matthews correlation is 0.0 when either side is constant (sklearn); F1 is 0.0 when there is no positive
-prediction and no positive label (sklearn's ``zero_division`` default); Pearson/Spearman are NaN when
-either side is constant (scipy, undefined correlation) or holds a NaN or infinite value. NaN means "no
-score": nothing here turns it into a number, and callers treat a non-finite metric as a failed run.
+sklearn and scipy are test-only dependencies; `tests/test_glue_data.py` checks every function here against
+them. Degenerate inputs follow them rather than raising (an early checkpoint predicting one class must not
+crash a run): MCC and F1 are 0.0 where sklearn's are; Pearson/Spearman are NaN for a constant or non-finite
+side. NaN means "no score": nothing here turns it into a number.
 """
 
 from __future__ import annotations
@@ -41,10 +34,7 @@ def accuracy(y_true: ArrayLike, y_pred: ArrayLike) -> float:
 
 
 def f1_binary(y_true: ArrayLike, y_pred: ArrayLike, positive: int = 1) -> float:
-    """F1 of the ``positive`` class (sklearn ``f1_score`` with ``average="binary"``).
-
-    Written as 2·TP / (2·TP + FP + FN), which equals 2PR/(P+R) and stays defined when P or R is 0/0.
-    """
+    """F1 of the ``positive`` class (sklearn ``f1_score``), as 2·TP / (2·TP + FP + FN): defined where P or R is 0/0."""
     t, p = _pair(y_true, y_pred)
     tp = np.sum((p == positive) & (t == positive))
     fp = np.sum((p == positive) & (t != positive))
@@ -54,21 +44,13 @@ def f1_binary(y_true: ArrayLike, y_pred: ArrayLike, positive: int = 1) -> float:
 
 
 def f1_macro(y_true: ArrayLike, y_pred: ArrayLike) -> float:
-    """Unweighted mean of each class's F1 (sklearn ``f1_score`` with ``average="macro"``).
-
-    The classes are those in ``y_true`` or ``y_pred``, as sklearn takes them: a class that is neither gold
-    nor predicted anywhere (one the dev set lacks) does not pull the mean towards 0.
-    """
+    """Unweighted mean of the F1 of each class in ``y_true`` or ``y_pred`` (sklearn ``average="macro"``)."""
     t, p = _pair(y_true, y_pred)
     return float(np.mean([f1_binary(t, p, positive=k) for k in np.unique(np.concatenate([t, p]))]))
 
 
 def matthews_corrcoef(y_true: ArrayLike, y_pred: ArrayLike) -> float:
-    """Matthews correlation, multi-class form (Gorodkin 2004), as sklearn computes it.
-
-    CoLA's official metric. For two classes this is (TP·TN − FP·FN) / sqrt(...); the confusion-matrix
-    form below is the same number and also covers the k-class case.
-    """
+    """Matthews correlation, multi-class form (Gorodkin 2004) as sklearn computes it: CoLA's metric."""
     t, p = _pair(y_true, y_pred)
     classes, idx = np.unique(np.concatenate([t, p]), return_inverse=True)
     k = classes.size

@@ -1,18 +1,9 @@
 """CoNLL-2003 named-entity recognition: read, convert tag schemes, featurize, score like conlleval.
 
-Labels go on the FIRST WordPiece of each word; the other pieces and the special tokens get -100, the
-index cross-entropy ignores (Devlin et al. 2018, section 5.3: "we use the representation of the first
-sub-token as the input to the token-level classifier"). Predictions are read back at the same
-positions, so a word gets exactly one tag.
-
-Long sentences are SPLIT, not truncated: a sentence whose pieces do not fit ``max_seq_length`` is cut
-at word boundaries into consecutive windows, each a feature of its own. Truncation would drop the tail
-words, and every entity there would count as missed in the evaluation. A single word longer than a
-whole window keeps only its first pieces (its label sits on the first one, so nothing is lost).
-
-Scoring ports the conlleval Perl script (CoNLL-2000/2003, version 2004-01-26) chunk by chunk: its
-`startOfChunk`/`endOfChunk` rules are what make ``I-PER`` after ``O`` or after ``I-LOC`` start a new
-entity, and its overall and per-type precision/recall/F1 (in percent) are the numbers papers report.
+Labels go on the first WordPiece of each word, -100 elsewhere (Devlin et al. 2018, section 5.3), and
+predictions are read back there. Long sentences are split at word boundaries into windows, not truncated
+(truncation would count the tail's entities as missed). Scoring ports the conlleval Perl script (version
+2004-01-26) chunk by chunk, its overall and per-type precision/recall/F1 in percent.
 """
 
 from __future__ import annotations
@@ -43,10 +34,7 @@ def _split_tag(tag: str) -> tuple[str, str]:
 
 
 def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
-    """IOB1 (B- only between two adjacent same-type entities) -> IOB2 (every entity starts with B-).
-
-    An ``I-X`` starts an entity when the previous tag is ``O`` or of another type, and becomes ``B-X``.
-    """
+    """IOB1 (B- only between adjacent same-type entities) -> IOB2: an ``I-X`` after ``O`` or another type is ``B-X``."""
     out, prev = [], "O"
     for tag in tags:
         prefix, kind = _split_tag(tag)
@@ -58,14 +46,9 @@ def iob1_to_iob2(tags: Sequence[str]) -> list[str]:
 
 
 def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "iob2") -> list[NerSentence]:
-    """Read a CoNLL file: one ``word ... tag`` line per token (CoNLL-2003: ``word POS chunk NER``),
-    blank lines between sentences, ``-DOCSTART-`` lines skipped. The first column is the word, the
-    last the tag; every token line must have as many columns as the first one.
-
-    ``tag_scheme`` says what the file holds. IOB1 is converted to IOB2. An IOB2 file is checked: an
-    ``I-X`` that does not continue an ``X`` entity is an error naming the line, since it usually means
-    the file is really IOB1 (the original 2003 release is).
-    """
+    """Read a CoNLL file: ``word ... tag`` per token line, blank lines between sentences, ``-DOCSTART-``
+    skipped. IOB1 is converted to IOB2; in an IOB2 file an ``I-X`` that starts an entity is an error naming
+    the line (the file is likely IOB1, as the original 2003 release)."""
     path = Path(path)
     if tag_scheme not in ("iob1", "iob2"):
         raise BertkitError(f"tag_scheme {tag_scheme!r} must be 'iob1' or 'iob2'")
@@ -101,8 +84,7 @@ def read_conll(path: str | os.PathLike, tag_scheme: Literal["iob1", "iob2"] = "i
 
 
 def _check_token_line(path: Path, lineno: int, raw: str, cols: list[str], n_columns: int | None) -> int:
-    """The file's column count, once this token line is known to have it (the first line sets it, at least
-    two) and to end in a tag of the form O, B-TYPE or I-TYPE."""
+    """The file's column count (the first token line's, at least two), once this line has it and ends in a tag."""
     if n_columns is None:
         if len(cols) < 2:
             raise BertkitError(
@@ -137,13 +119,8 @@ def _sentence(path: Path, words: list[str], tags: list[str], lines: list[int], t
 
 
 def label_list(sentences: Sequence[NerSentence]) -> list[str]:
-    """The IOB2 tag set of the entity types seen: "O" first, then by type, B- before I-.
-
-    Fixed so that a checkpoint's label indices mean the same thing on every run and machine. Every type
-    gets both tags even when the data shows only B- (all its entities one word long), so a dev sentence
-    with a longer entity of that type can be scored instead of rejected. The one label builder of bertkit
-    (fine-tuning, the feature-based study and feature extraction all use it).
-    """
+    """The IOB2 tag set of the entity types seen: "O" first, then by type, B- before I- (both for every type,
+    even one seen only as B-), so label indices mean the same on every run."""
     types = sorted({_split_tag(t)[1] for s in sentences for t in s.tags if t != "O"})
     return ["O", *(f"{p}-{t}" for t in types for p in ("B", "I"))]
 
@@ -151,13 +128,9 @@ def label_list(sentences: Sequence[NerSentence]) -> list[str]:
 def featurize_ner(
     sentences: Sequence[NerSentence], tokenizer: Any, labels: Sequence[str], max_seq_length: int = 128
 ) -> list[dict[str, Any]]:
-    """One feature per window of a sentence (usually one window): ``[CLS] pieces [SEP]``, unpadded.
-
-    Each feature has ``input_ids``, ``token_type_ids``, ``attention_mask``, ``labels`` (tag index on
-    first pieces, -100 elsewhere) and, for `align_predictions`, ``sentence_index``, ``num_words`` and
-    ``word_ids`` (the sentence-level word index on each first piece, None elsewhere). A word that WordPiece turns
-    into nothing (e.g. a lone control character) is given one ``[UNK]`` so it still gets a tag.
-    """
+    """One unpadded ``[CLS] pieces [SEP]`` feature per window of a sentence, with ``labels`` and, for
+    `align_predictions`, ``sentence_index``, ``num_words`` and ``word_ids`` (on first pieces). A word
+    WordPiece turns into nothing gets one ``[UNK]``, so it still gets a tag."""
     if max_seq_length < 3:
         raise BertkitError(f"max_seq_length {max_seq_length} leaves no room for a word; use at least 3")
     label_to_id = {label: i for i, label in enumerate(labels)}
@@ -209,11 +182,7 @@ def align_predictions(
     labels: Sequence[str],
     num_sentences: int | None = None,
 ) -> list[list[str]]:
-    """Per-token predicted label indices (one row per feature, padding allowed) -> tags per word.
-
-    Reads each word's tag at its first piece and stitches windows of one sentence back together.
-    Returns one tag list per sentence, in sentence order.
-    """
+    """Per-token predicted label indices (a row per feature) -> one tag list per sentence, windows stitched."""
     if len(features) != len(predictions):
         raise BertkitError(
             f"{len(features)} features but {len(predictions)} prediction rows; pass one per feature"
@@ -268,9 +237,7 @@ def _prf(correct: int, guessed: int, gold: int) -> dict[str, float]:
 
 
 class _ChunkCounter:
-    """conlleval's counters, fed one (gold, guessed) tag pair at a time: chunks in the gold tags
-    (``found_correct``), in the guess (``found_guessed``) and in both with the same span and type
-    (``correct_chunk``), overall and per type. The Perl script's variable names."""
+    """conlleval's counters (the Perl script's names), fed one (gold, guessed) tag pair at a time."""
 
     def __init__(self) -> None:
         self.correct_chunk = self.found_correct = self.found_guessed = 0
@@ -322,12 +289,8 @@ class _ChunkCounter:
 
 
 def conlleval(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """Entity-level scores exactly as conlleval computes them, sentence by sentence.
-
-    Returns ``{"precision", "recall", "f1", "accuracy"`` (token tag accuracy), ``"found_gold"``,
-    ``"found_guessed"``, ``"correct"``, ``"per_type": {TYPE: {"precision", "recall", "f1",
-    "found_gold", "found_guessed", "correct"}}}``; scores in percent, like the script's report.
-    """
+    """Entity-level scores as conlleval computes them, in percent: precision, recall, f1, accuracy (per
+    token), found_gold, found_guessed, correct, and per_type {TYPE: the same less accuracy}."""
     if len(gold) != len(predicted):
         raise BertkitError(f"{len(gold)} gold sentences but {len(predicted)} predicted; pass one per sentence")
     counter = _ChunkCounter()
@@ -364,27 +327,3 @@ def write_conll(path: Path, sentences: Sequence[NerSentence], predicted: Sequenc
             f.write("\n")
     return path
 
-
-def conlleval_file(path: str | Path) -> dict[str, Any]:
-    """Score a ``word ... gold pred`` file as ``conlleval < file`` does (the last two columns are compared)."""
-    path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(f"predictions file not found: {path}")
-    gold: list[list[str]] = [[]]
-    pred: list[list[str]] = [[]]
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            cols = line.split()
-            if not cols or cols[0] == "-DOCSTART-":
-                if gold[-1]:
-                    gold.append([])
-                    pred.append([])
-                continue
-            if len(cols) < 3:
-                raise BertkitError(f"{path} line {lineno}: expected 'word ... gold predicted', got {line!r}")
-            gold[-1].append(cols[-2])
-            pred[-1].append(cols[-1])
-    if not gold[-1]:
-        gold.pop()
-        pred.pop()
-    return conlleval(gold, pred)

@@ -1,10 +1,8 @@
 """SQuAD v1.1 / v2.0: read, featurize into sliding windows, post-process logits, evaluate.
 
 Featurization and post-processing follow google-research/bert `run_squad.py` (Devlin et al. 2018,
-section 4.2-4.3), with one deliberate change: answers are aligned through the tokenizer's character
-offsets instead of run_squad's whitespace tokens + `_improve_answer_span` + `get_final_text`. Offsets
-map every WordPiece straight to a character span of the original context, so the text we return is a
-slice of the context (no re-tokenization heuristics, no lost accents or casing).
+section 4.2-4.3), except that answers are aligned through the tokenizer's character offsets instead of
+run_squad's `_improve_answer_span` / `get_final_text`: the text returned is a slice of the context.
 
     window   = [CLS] question (<= max_query_length tokens) [SEP] context tokens [SEP]   (<= max_seq_length)
     windows  slide over the context by doc_stride tokens; a token that sits in several windows is
@@ -13,10 +11,6 @@ slice of the context (no re-tokenization heuristics, no lost accents or casing).
              only predicted where that flag is set.
     labels   start/end token of the first gold answer; (0, 0), i.e. [CLS], when the answer is not
              wholly inside the window or the question is unanswerable (v2.0).
-
-Evaluation (``squad_eval.py``) re-implements the official `evaluate-v1.1.py`
-and `evaluate-v2.0.py` line for line (normalisation, max over gold answers, v2.0 no-answer handling and
-`find_best_thresh`), so scores here are the leaderboard's.
 """
 
 from __future__ import annotations
@@ -103,11 +97,8 @@ def _answers(qa: Mapping[str, Any], key: str, context: str, where: str) -> tuple
 
 def squad_examples(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]], source: str = "SQuAD data"
                    ) -> list[SquadExample]:
-    """Flatten articles -> paragraphs -> questions into examples, checking structure and every answer offset.
-
-    A wrong ``answer_start`` would silently train on the wrong span, and two questions with one id would
-    silently lose a prediction, so both are errors here, naming ``source`` and where in it.
-    """
+    """Flatten articles -> paragraphs -> questions into examples; a wrong ``answer_start`` or a repeated
+    question id (a wrong span trained on, a prediction lost) is an error naming where in ``source``."""
     examples = []
     seen: dict[str, str] = {}
     for a_i, article in enumerate(_articles(dataset)):
@@ -146,14 +137,9 @@ def split_squad_articles(
 ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
     """Split articles into (train, held-out) by title, for fine-tuning when only a dev file exists.
 
-    Splitting by article, not by question, keeps every paragraph's questions on one side, so held-out
-    scores are not inflated by having trained on the same passage. The rule is deterministic and
-    independent of file order: rank articles by sha256(f"{seed}:{title}") and hold out the first
-    round(n * heldout_fraction). Both lists keep the file's article order.
-
-    On the shared ``dev-v1.1.json`` (48 articles, 10,570 questions) the defaults give 40 training
-    articles (9,083 questions) and these 8 held-out ones (1,487 questions): 1973_oil_crisis,
-    Amazon_rainforest, Fresno,_California, Genghis_Khan, Pharmacy, Chloroplast, Imperialism, Force.
+    By article, so no held-out passage was trained on; deterministic and independent of file order: articles
+    ranked by sha256(f"{seed}:{title}"), the first round(n * heldout_fraction) held out. Both lists keep the
+    file's order.
     """
     articles = list(_articles(dataset))
     if not 0 < heldout_fraction < 1:
@@ -184,11 +170,8 @@ def _encode_no_specials(tokenizer: Any, text: str) -> tuple[list[int], list[tupl
 def char_span_to_token_span(
     offsets: Sequence[tuple[int, int]], start: int, end: int
 ) -> tuple[int, int] | None:
-    """Token indices (inclusive) of the tokens covering characters [start, end), or None if none do.
-
-    The first token ending after ``start`` and the last token starting before ``end``: an answer that
-    begins or ends inside a WordPiece gets the whole piece, which is the closest a token span can get.
-    """
+    """Token indices (inclusive) of the tokens covering characters [start, end) (a WordPiece cut by an answer
+    is taken whole), or None if none do."""
     ends = [e for _, e in offsets]
     starts = [s for s, _ in offsets]
     first = bisect.bisect_right(ends, start)
@@ -232,8 +215,7 @@ def _check_windows(max_seq_length: int, doc_stride: int, max_query_length: int) 
 
 def count_windows(question: str, context: str, tokenizer: Any, *, max_seq_length: int, doc_stride: int,
                   max_query_length: int) -> int:
-    """How many windows ``featurize_squad`` cuts one question's context into, without building them: what a
-    server bounds before it accepts the work (a long context at doc_stride 1 makes one window per token)."""
+    """How many windows ``featurize_squad`` cuts one question's context into, without building them."""
     _check_windows(max_seq_length, doc_stride, max_query_length)
     q_tokens = min(len(_encode_no_specials(tokenizer, question)[0]), max_query_length)
     return len(_doc_spans(len(_encode_no_specials(tokenizer, context)[0]), max_seq_length - q_tokens - 3,
@@ -247,13 +229,8 @@ def featurize_squad(
     doc_stride: int = 128,
     max_query_length: int = 64,
 ) -> list[dict[str, Any]]:
-    """Turn examples into windows (one or more features per example), unpadded.
-
-    Each feature has the model inputs ``input_ids``, ``token_type_ids``, ``attention_mask``,
-    ``start_positions``, ``end_positions`` and, for post-processing, ``example_index``,
-    ``offset_mapping`` (character span in the context per token, None for question/special tokens)
-    and ``token_is_max_context`` (per token).
-    """
+    """Turn examples into unpadded windows: the model inputs and, for post-processing, ``example_index``,
+    ``offset_mapping`` (each token's span in the context, None outside it) and ``token_is_max_context``."""
     _check_windows(max_seq_length, doc_stride, max_query_length)
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
     context_cache: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
@@ -303,8 +280,7 @@ class SquadPredictions:
     predictions: dict[str, str]
     nbest: dict[str, list[dict[str, Any]]]
     null_odds: dict[str, float] | None  # v2.0: null score minus best span score, per question
-    # Character span (start, end) in the context of each n-best entry, in ``nbest`` order; None for the
-    # null answer and the "empty" placeholders. Not written to the official files (pipelines read it).
+    # Each n-best entry's character span in the context (None for null/"empty"); not written (pipelines read it).
     spans: dict[str, list[tuple[int, int] | None]] = field(default_factory=dict)
 
     def write(self, output_dir: str | os.PathLike) -> dict[str, Path]:
@@ -340,16 +316,11 @@ def postprocess_predictions(
     version_2_with_negative: bool = False,
     null_score_diff_threshold: float = 0.0,
 ) -> SquadPredictions:
-    """Logits per feature -> answer text per question, as run_squad.py's ``write_predictions``.
+    """Logits per feature -> answer text per question, as run_squad.py's ``write_predictions``. For v2.0 a
+    question is unanswerable when the null score minus the best span's exceeds ``null_score_diff_threshold``.
 
-    Candidate spans: the n_best_size highest start and end logits of every window, kept if both ends
-    are context tokens, the start is a max-context token, end >= start and the span has at most
-    max_answer_length tokens; ranked by start + end logit, de-duplicated by text. For v2.0 the null
-    score is the lowest [CLS] start + end logit over the question's windows, and the question is
-    predicted unanswerable when null score - best span score > null_score_diff_threshold.
-
-    ``start_logits[i]`` / ``end_logits[i]`` belong to ``features[i]`` and may be padded past the
-    feature's length (padding is ignored; run_squad.py let it take n-best slots).
+    ``start_logits[i]`` / ``end_logits[i]`` belong to ``features[i]``; padding past its length is ignored
+    (run_squad.py let it take n-best slots).
     """
     by_example = _features_by_example(features, start_logits, end_logits)
     predictions: dict[str, str] = {}

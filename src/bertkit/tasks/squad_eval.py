@@ -1,8 +1,5 @@
-"""SQuAD v1.1 / v2.0 scoring, as the official ``evaluate-v1.1.py`` and ``evaluate-v2.0.py`` compute it.
-
-Re-implemented line for line (answer normalisation, max over gold answers, v2.0's no-answer handling and
-``find_best_thresh``), so scores here are the leaderboard's. The official scripts' function names are kept
-where a function is theirs.
+"""SQuAD v1.1 / v2.0 scoring: the official ``evaluate-v1.1.py`` and ``evaluate-v2.0.py`` line for line (their
+function names kept), so scores here are the leaderboard's.
 """
 
 from __future__ import annotations
@@ -43,10 +40,7 @@ def exact_match_v1(prediction: str, ground_truth: str) -> bool:
 def evaluate_v1(
     dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]], predictions: Mapping[str, str]
 ) -> dict[str, float]:
-    """evaluate-v1.1.py: {"exact_match", "f1"} in percent over ALL questions of ``dataset``.
-
-    As in the official script, a question missing from ``predictions`` scores 0 (with a warning).
-    """
+    """evaluate-v1.1.py: {"exact_match", "f1"} in percent over all questions; a missing one scores 0 (warned)."""
     f1 = exact_match = total = 0.0
     missing = []
     for article in _articles(dataset):
@@ -96,11 +90,8 @@ def find_best_thresh(
     na_probs: Mapping[str, float],
     qid_to_has_ans: Mapping[str, bool],
 ) -> tuple[float, float]:
-    """evaluate-v2.0.py: the no-answer threshold maximising the score, and that score (percent).
-
-    Start from "answer nothing" (every unanswerable question right), then, in order of increasing
-    na_prob, switch questions to their predicted answer and keep the best running total.
-    """
+    """evaluate-v2.0.py: (the best score in percent, the no-answer threshold giving it), switching questions
+    from "no answer" to their prediction in order of increasing na_prob."""
     cur_score = best_score = sum(1 for k in qid_to_has_ans if not qid_to_has_ans[k])
     best_thresh = 0.0
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
@@ -122,12 +113,8 @@ def evaluate_v2(
     na_probs: Mapping[str, float] | None = None,
     na_prob_thresh: float = 1.0,
 ) -> dict[str, float]:
-    """evaluate-v2.0.py: exact/f1/total, HasAns_* and NoAns_* breakdowns (percent), and, when
-    ``na_probs`` (e.g. null_odds.json) is given, best_exact/best_f1 with their thresholds.
-
-    A question whose na_prob exceeds ``na_prob_thresh`` counts as answered "no answer". Every question
-    needs a prediction: the official script crashes (KeyError) on a missing one; this raises ValueError.
-    """
+    """evaluate-v2.0.py: exact/f1/total with HasAns_* / NoAns_* (percent) and, given ``na_probs``, best_exact /
+    best_f1 with their thresholds. A missing prediction is an error (the official script's KeyError)."""
     articles = _articles(dataset)
     qid_to_has_ans = {
         qa["id"]: bool(qa["answers"]) for a in articles for p in a["paragraphs"] for qa in p["qas"]

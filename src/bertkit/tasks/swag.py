@@ -1,17 +1,8 @@
 """SWAG (Zellers et al., 2018): read the swagaf CSV files and featurize the four endings.
 
-The files (`train.csv`, `val.csv`, `test.csv` in rowanz/swagaf `data/`) are comma-separated with
-quoting, a header, and a leading unnamed index column:
-
-    ,video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label
-
-`test.csv` has no ``label`` column. Columns are found by header name, so the unnamed column (or its
-absence) does not matter.
-
-Each example becomes four sequences ``[CLS] sent1 [SEP] sent2 + " " + ending_i [SEP]`` (Devlin et al.
-2018, section 4.4; Hugging Face's run_swag.py): the context is the first sentence, and each candidate
-is the second sentence's beginning completed by one ending. The head scores each sequence and a softmax
-over the four picks the ending.
+The files (rowanz/swagaf `data/`) are CSV with a header; columns are found by name (`test.csv` has no
+``label``). Each example becomes four sequences ``[CLS] sent1 [SEP] sent2 + " " + ending_i [SEP]`` (Devlin
+et al. 2018, section 4.4; Hugging Face's run_swag.py).
 """
 
 from __future__ import annotations
@@ -79,13 +70,8 @@ def read_swag(path: str | os.PathLike) -> list[SwagExample]:
 def featurize_swag(
     examples: Sequence[SwagExample], tokenizer: Any, max_seq_length: int = 128
 ) -> list[dict[str, Any]]:
-    """Four ``[CLS] sent1 [SEP] sent2 ending_i [SEP]`` sequences per example, as (4, T) int64 arrays.
-
-    T is the longest of the example's four sequences (the others are padded with the tokenizer's pad
-    id and attention 0), not max_seq_length: `collate` pads across the batch later. Pairs longer than
-    ``max_seq_length`` are cut from the longer segment first ("longest_first", as run_swag.py).
-    ``labels`` (the true ending's index) is present when the example has one.
-    """
+    """Four ``[CLS] sent1 [SEP] sent2 ending_i [SEP]`` sequences per example, as (4, T) int64 arrays padded to
+    the longest of the four (long pairs cut from the longer segment, as run_swag.py), with ``labels`` if known."""
     if max_seq_length < 4:
         raise BertkitError(f"max_seq_length {max_seq_length} leaves no room for text; use at least 4")
     features = []

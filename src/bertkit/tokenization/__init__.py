@@ -5,11 +5,7 @@
     enc = tok("Who wrote it?", "It was written by ...", max_length=128, truncation="only_second",
               padding="max_length", return_tensors="pt", return_offsets_mapping=True)
 
-Modules: ``basic`` (clean-up, lower-casing, accents, punctuation/CJK split), ``wordpiece`` (vocab.txt,
-greedy longest-match-first), ``text`` (one text -> ids and offsets), ``batch`` (special tokens, truncation,
-padding), ``encoding`` (``BatchEncoding``), ``loading`` (tokenizer directories: vocab.txt or transformers'
-tokenizer.json), ``tokenizer`` (the ``BertTokenizer`` that puts them together; ``BertTokenizerFast`` is the
-same class), ``auto`` (``AutoTokenizer``), ``trainer`` (learn a vocabulary from a corpus).
+What each module does, and why the tokenizer behaves as it does: docs/tokenizer.md.
 """
 
 from bertkit.tokenization.auto import AutoTokenizer

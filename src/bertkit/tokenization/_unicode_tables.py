@@ -1,20 +1,11 @@
 """Frozen Unicode tables that pin the tokenizer to Hugging Face's BertTokenizerFast, character for character.
 
-BERT's basic tokenizer asks three questions of every character: is it a control character (dropped), is it
-punctuation (split off), and, when stripping accents, is it a non-spacing mark (dropped after NFD). The
-original Python BERT answered them with `unicodedata`, whose answers change with the Python version.
-Hugging Face's Rust tokenizers answers them with the `unicode_categories` crate, whose tables are those of
-Unicode 8.0 (2015): a mark or punctuation sign added since (e.g. U+2E43 DASH WITH LEFT UPTURN, Unicode 9.0)
-is an ordinary letter there, and a character that changed category since (U+166D, U+111C9, U+1734) keeps
-its Unicode 8.0 category. Unassigned code points (Cn) are *not* treated as control characters by it.
-
-So these tables are data, not `unicodedata` calls: the sets below are those Unicode 8.0 categories exactly
-as BertTokenizerFast applies them, ranges inclusive. They were read off `tokenizers` 0.23.3 by passing
-every code point through its BertNormalizer (cased and uncased) and BertPreTokenizer, and are checked
-the same way, code point by code point, in tests/test_tokenizer_parity.py (`test_every_code_point_*`). Lower-casing and NFD come
-from Python (`str.lower` per character, `unicodedata.normalize`); the two short exception tables at the
-end cover what Rust knows and Python 3.11's Unicode 14.0 does not (case pairs added in Unicode 16-17),
-and the one decomposition (Unicode 13.0) that Hugging Face's NFD crate predates.
+Hugging Face's Rust tokenizers classifies characters (control, punctuation, non-spacing mark) with Unicode 8.0
+tables, and `unicodedata` changes with the Python version, so these are data: the Unicode 8.0 categories
+exactly as BertTokenizerFast applies them, ranges inclusive, read off `tokenizers` 0.23.3 and checked code
+point by code point in tests/test_tokenizer_parity.py (`test_every_code_point_*`). The two short exception
+tables at the end cover where Python's lower-casing and NFD differ from Hugging Face's (case pairs of Unicode
+16-17, one Unicode 13.0 decomposition). docs/tokenizer.md ("Unicode tables frozen at Unicode 8.0") says why.
 """
 
 # fmt: off

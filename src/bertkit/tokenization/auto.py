@@ -1,10 +1,7 @@
 """``AutoTokenizer.from_pretrained(path)``, as code written against transformers calls it, for BERT directories.
 
-bertkit has one tokenizer, BERT's WordPiece (``BertTokenizer``). AutoTokenizer reads what the directory says
-it holds, in transformers' order: ``tokenizer_class`` in tokenizer_config.json, else ``tokenizer_class`` in
-config.json, else config.json's ``model_type``. A BERT tokenizer is loaded with ``BertTokenizer``; anything
-else (RobertaTokenizer, model_type "gpt2", ...) is an error that names it, never a BERT tokenizer on a
-vocabulary it does not fit.
+It reads what the directory says it holds, in transformers' order (``tokenizer_class`` in tokenizer_config.json,
+else in config.json, else config.json's ``model_type``): a BERT tokenizer loads; any other is an error naming it.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """BERT's basic tokenizer: clean up, normalise and split text into words, remembering where each came from.
 
 This is the text side of Hugging Face's BertTokenizerFast (its Rust ``BertNormalizer`` followed by
-``BertPreTokenizer``), reproduced character for character:
+``BertPreTokenizer``), reproduced character for character; docs/tokenizer.md ("Behaviour, and why") lists
+the steps and where they differ from Google's ``tokenization.py``.
 
-1. clean up: drop NUL, U+FFFD and control/format/private-use characters; every whitespace character
-   becomes a space;
-2. surround CJK ideographs with spaces (``tokenize_chinese_chars``);
-3. strip accents (NFD, then drop non-spacing marks) when ``strip_accents`` is true, or when it is None and
-   ``do_lower_case`` is true;
-4. lower-case;
-5. split on spaces and isolate every punctuation character (ASCII punctuation counts, as in BERT).
-
-Where this differs from Google's original Python ``tokenization.py`` (and from HF's slow BertTokenizer),
-it follows the fast tokenizer, because that is what checkpoints are used with today: accents are stripped
-*before* lower-casing, lower-casing is per character (a final capital sigma becomes σ, never ς), the
-Unicode categories are frozen at Unicode 8.0 and unassigned code points are kept (see ``_unicode_tables``).
-
-Every step above maps one input character to zero or more output characters, independently of its
-neighbours. So normalisation is one ``str.translate`` table, built lazily per character, and every
-output character can point back to the input character it came from: that is how offsets into the
-original text are kept.
+Every step maps one input character to zero or more output characters, independently of its neighbours, so
+normalisation is one ``str.translate`` table and every output character can point back to the input
+character it came from: that is how offsets into the original text are kept.
 """
 
 from __future__ import annotations
@@ -83,9 +70,8 @@ NON_SEPARATOR_SPACE_RE = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 class _CharTable(dict):
     """code point -> normalised text, filled on first use; usable as a `str.translate` table.
 
-    Lookups of known characters stay in C (`dict` subscript). A miss computes and stores the entry: the
-    table holds at most one entry per distinct character ever seen, so it needs no bound. Concurrent
-    misses from several threads compute the same value, so no lock is needed.
+    At most one entry per distinct character ever seen, so it needs no bound; concurrent misses compute the
+    same value, so it needs no lock.
     """
 
     def __init__(self, compute: Callable[[int], str], prefill: Iterable[int]):
@@ -188,9 +174,7 @@ class BasicTokenizer:
         """Words of one whitespace-free ``chunk`` and where their characters came from.
 
         Returns ``(words, source)``: each word with the position of its first character, and ``source[j]``
-        = the index in ``chunk`` of character ``j`` of the normalised chunk. ``source`` is None in the
-        common case where every word maps one to one onto ``chunk``: positions are then indices into
-        ``chunk`` itself.
+        = the index in ``chunk`` of character ``j`` of the normalised chunk, or None where the two are the same.
         """
         if chunk.isascii():
             if chunk.isalnum():  # letters and digits map one to one
@@ -231,13 +215,9 @@ class BasicTokenizer:
         return unicodedata.normalize("NFD", cleaned) != cleaned.translate(self._nfd)
 
     def _normalize_reordering(self, text: str) -> tuple[str, list[int]]:
-        """The split form of ``text`` and its source indices, with Hugging Face's whole-text NFD.
-
-        Follows BertNormalizer step by step: clean-up and CJK padding, NFD with canonical ordering, strip
-        marks, lower-case, then punctuation padding. Alignment after reordering follows tokenizers: the
-        first character of each decomposition takes the next source character in text order, the other
-        characters of a decomposition repeat the last source taken (so "ê" + U+1D165 -> "e" U+1D165 spans
-        both source characters, and U+0308 U+1D165 -> U+1D165 spans only the first).
+        """The split form of ``text`` and its source indices, with Hugging Face's whole-text NFD, step by step as
+        BertNormalizer. Alignment follows tokenizers (docs/tokenizer.md, "NFD reorders combining marks"): the first
+        character of each decomposition takes the next source character, the others repeat the last one taken.
         """
         pre: list[str] = []  # after clean-up and CJK padding
         pre_source: list[int] = []

@@ -2,14 +2,8 @@
 
 The tokenizer's ``__call__`` and ``pad`` run these on the ids ``text.TextEncoder`` gives. The rules are those
 of Hugging Face's BertTokenizerFast (its Rust ``TemplateProcessing``, ``truncate_encodings`` and padding), so
-that features built here match features built there:
-
-- single text: ``[CLS] A [SEP]``, pair: ``[CLS] A [SEP] B [SEP]``; token_type_ids 0 up to and including
-  the first ``[SEP]``, 1 after (BERT paper, section 3, "segment embeddings");
-- truncation removes tokens from the right; ``longest_first`` shares the budget as described in
-  ``truncation_lengths``; ``only_first``/``only_second`` must leave at least one token of the sequence
-  they cut, else ValueError (Hugging Face raises "Sequence to truncate too short");
-- padding on the right with ``[PAD]``, token type 0, attention 0, special-token mask 1, offsets (0, 0).
+that features built here match features built there; docs/tokenizer.md ("Pairs", "Truncation", "Padding")
+states them.
 """
 
 from __future__ import annotations
@@ -88,11 +82,8 @@ def check_lengths(max_length: int | None, pad_to_multiple_of: int | None, stride
 def resolve_truncation(
     truncation: bool | str | None, max_length: int | None, padding: bool | str
 ) -> str | None:
-    """The truncation strategy to apply, or None.
-
-    ``None`` (the default) is Hugging Face's default: truncate with ``longest_first`` when ``max_length``
-    is given and padding is off, else do not truncate. ``True`` means ``longest_first``.
-    """
+    """The truncation strategy to apply, or None. ``None`` is Hugging Face's default: ``longest_first`` when
+    ``max_length`` is given and padding is off, else none. ``True`` means ``longest_first``."""
     if truncation is None:
         return "longest_first" if max_length is not None and padding is False else None
     if truncation is True:
@@ -123,10 +114,7 @@ def truncation_lengths(
     """How many tokens of A (and B) to keep so that the encoded input has at most ``max_length`` tokens.
 
     ``num_special`` is the number of special tokens that will be added (2 for a single text, 3 for a pair,
-    0 without special tokens). Mirrors ``tokenizers``' ``truncate_encodings``; in ``longest_first``, with
-    ``n1 <= n2`` the shorter and longer lengths and ``t`` the budget: the shorter keeps everything and the
-    longer gets the rest (but never less than the shorter's length), and when even that does not fit both
-    get ``t // 2``, the longer one ``t // 2 + t % 2`` (the second text when both are equally long).
+    0 without special tokens). Mirrors ``tokenizers``' ``truncate_encodings`` (docs/tokenizer.md, "Truncation").
     """
     if max_length < num_special:
         # Hugging Face silently skips truncation here; an input that cannot fit is a caller error.
@@ -261,16 +249,12 @@ def pad_rows(rows: list[Row], padding: str | None, max_length: int | None, multi
     the longest row (``"longest"``), rounded up to ``multiple``; None: no padding. Longer rows are left alone."""
     if padding is None or not rows:
         return
-    from bertkit.padding import pad_batch  # here, so that tokenizing without padding does not pay for torch
-
     length = max_length if padding == "max_length" else max(len(r["input_ids"]) for r in rows)
     if multiple is not None:
         length = -(-length // multiple) * multiple
-    fills = {key: pad_id if key == "input_ids" else PAD_VALUES[key] for key in rows[0]}
-    padded = pad_batch(rows, fills, width=length, return_tensors=None)
-    for b, row in enumerate(rows):
-        for key in fills:
-            row[key][:] = padded[key][b]
+    for row in rows:
+        for key, values in row.items():
+            values += [pad_id if key == "input_ids" else PAD_VALUES[key]] * (length - len(values))
 
 
 def examples_of(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], bool]:

@@ -4,7 +4,6 @@ characters of the texts they came from (``word_ids``, ``char_to_token``, ...), a
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from bertkit.errors import BertkitError
@@ -47,24 +46,19 @@ class RowInfo(NamedTuple):
 
 
 class BatchEncoding(dict):
-    """The tokenizer's output: a plain ``dict`` (``input_ids``, ``token_type_ids``, ``attention_mask``, and
-    ``special_tokens_mask`` / ``offset_mapping`` / ``length`` when asked for). Keys can also be read as
-    attributes.
+    """The tokenizer's output: a plain ``dict`` whose keys can also be read as attributes.
 
-    As transformers' BatchEncoding from a fast tokenizer, the tokenizer's own output also answers, per row:
-    ``tokens``, ``word_ids``, ``sequence_ids``, ``char_to_token``, ``token_to_chars`` and
-    ``word_to_tokens``. Those taking ``batch_or_*_index`` read one argument as the index into row 0 and two
-    as (row, index). Character positions are those of ``offset_mapping``, which these compute when it was
-    not asked for.
+    As transformers' BatchEncoding from a fast tokenizer, the tokenizer's own output also answers the
+    token/word/character maps per row (docs/tokenizer.md, "Token, word and character maps"); those taking
+    ``batch_or_*_index`` read one argument as the index into row 0 and two as (row, index).
     """
 
-    # Set by the tokenizer (not keys, so they never reach the model): one RowInfo per row, the "##" piece
-    # ids, whether the input was batched, and how to get token strings and offsets back.
+    # Set by the tokenizer (not keys, so they never reach the model): one RowInfo per row, whether the input
+    # was batched, and the tokenizer with its is_split_into_words (for token strings, "##" pieces and offsets).
     _row_info: list[RowInfo] | None = None
-    _continuation_ids: frozenset[int] = frozenset()
     _batched: bool = True
-    _token_strings: Callable[[list[int]], list[str]] | None = None
-    _segment_of: Callable[[Any], Any] | None = None  # an input text -> its tokens' ids and offsets
+    _tokenizer: Any = None
+    _split: bool = False
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -104,7 +98,7 @@ class BatchEncoding(dict):
                 continue
             seq += [s] * n
             if given is None:
-                given = word_index(row[start:start + n], self._continuation_ids)
+                given = word_index(row[start:start + n], self._tokenizer._continuation_ids)
             words += given
             start += n
             if info.special:
@@ -127,8 +121,7 @@ class BatchEncoding(dict):
     def tokens(self, batch_index: int = 0) -> list[str]:
         """The token strings of row ``batch_index``, special tokens and padding included."""
         self._info(batch_index, "tokens()")
-        assert self._token_strings is not None
-        return self._token_strings(self._ids(batch_index))
+        return self._tokenizer.convert_ids_to_tokens(self._ids(batch_index))
 
     def _sequence_range(self, batch_index: int, sequence_index: int) -> range:
         """Token positions of text ``sequence_index`` in the row; the whole row when it has no such text
@@ -151,13 +144,12 @@ class BatchEncoding(dict):
         cache = self.__dict__.setdefault("_offset_rows", {})
         if batch_index not in cache:
             info = self._info(batch_index, "char_to_token/token_to_chars")
-            assert self._segment_of is not None
             edge = [(0, 0)] if info.special else []
             out = list(edge)
             for text, start, n in ((info.text_a, info.start_a, info.len_a),
                                    (info.text_b, info.start_b, info.len_b)):
                 if n is not None:
-                    out += self._segment_of(text).offsets[start:start + n] + edge
+                    out += self._tokenizer._segment(text, True, self._split).offsets[start:start + n] + edge
             cache[batch_index] = out + [(0, 0)] * (len(self._ids(batch_index)) - len(out))
         return cache[batch_index]
 

@@ -1,17 +1,8 @@
 """What a tokenizer directory holds -> BertTokenizer's constructor arguments.
 
-Two layouts are read:
-
-- ``vocab.txt`` + ``tokenizer_config.json`` (+ ``special_tokens_map.json``, ``added_tokens.json``): every
-  published BERT checkpoint, and what ``BertTokenizer.save_pretrained`` writes;
-- ``tokenizer.json`` + ``tokenizer_config.json`` without ``vocab.txt``: what transformers 5 saves. The
-  vocabulary, ``[UNK]``, the ``##`` prefix and the word-length limit come from its WordPiece ``model``, the
-  casing from its ``BertNormalizer``, tokens added after training from its ``added_tokens``. A model that
-  is not WordPiece (BPE: RoBERTa, GPT-2; Unigram: ALBERT, T5) is refused with its name.
-
-Where tokenizer_config.json and tokenizer.json both give a setting and disagree, loading stops and names
-both values (transformers 5 would take tokenizer_config.json's without a word); a keyword argument to
-``from_pretrained`` settles it.
+Two layouts are read: ``vocab.txt`` + ``tokenizer_config.json`` (+ ``special_tokens_map.json``,
+``added_tokens.json``), as every published BERT checkpoint and ``save_pretrained`` have them, and the
+``tokenizer.json`` + ``tokenizer_config.json`` that transformers 5 saves (docs/tokenizer.md, "Loading and saving").
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError, read_json_object
 
-__all__ = ["read_json", "read_settings", "read_tokenizer_json", "merge_tokenizer_json", "check_fits_model"]
+__all__ = ["read_json", "read_settings", "read_tokenizer_json", "check_fits_model"]
 
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
@@ -31,9 +22,18 @@ TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKEN_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 _DEFAULT_SPECIAL = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                     "mask_token": "[MASK]"}
-# What the other tokenizer.json model types usually belong to, for the error message.
-_MODEL_FAMILIES = {"BPE": "RoBERTa, GPT-2, BART, ...", "Unigram": "ALBERT, T5, XLNet, ...",
-                   "WordLevel": "a whole-word vocabulary"}
+# What makes a tokenizer.json BERT's: (part, key, the value it must have).
+_BERT_TOKENIZER_JSON = (("model", "type", "WordPiece"), ("model", "continuing_subword_prefix", "##"),
+                        ("normalizer", "type", "BertNormalizer"), ("normalizer", "clean_text", True))
+# tokenizer.json's settings: (part, key, the constructor argument it gives, tokenizers' default).
+_TOKENIZER_JSON_SETTINGS = (("model", "unk_token", "unk_token", "[UNK]"),
+                            ("model", "max_input_chars_per_word", "max_input_chars_per_word", 100),
+                            ("normalizer", "lowercase", "do_lower_case", True),
+                            ("normalizer", "strip_accents", "strip_accents", None),
+                            ("normalizer", "handle_chinese_chars", "tokenize_chinese_chars", True))
+# The type of each setting tokenizer_config.json / tokenizer.json may give (special tokens: str).
+_KINDS = {"do_lower_case": (bool,), "tokenize_chinese_chars": (bool,), "strip_accents": (bool, type(None)),
+          "model_max_length": (int, float), "max_input_chars_per_word": (int,), "clean_up_tokenization_spaces": (bool,)}
 
 
 def read_json(file: Path) -> dict[str, Any]:
@@ -55,10 +55,7 @@ def read_settings(path: Path) -> dict[str, Any]:
         if config.get(key, "right") != "right":
             raise BertkitError(f"{config_file} sets {key}={config[key]!r}; bertkit pads and truncates on the "
                                f"right only (BERT's layout): remove the key or set it to \"right\"")
-    kinds = {"do_lower_case": (bool,), "tokenize_chinese_chars": (bool,), "strip_accents": (bool, type(None)),
-             "model_max_length": (int, float), "max_input_chars_per_word": (int,),
-             "clean_up_tokenization_spaces": (bool,)}
-    for key, types in kinds.items():
+    for key, types in _KINDS.items():
         if key in config:
             settings[key] = _typed(config[key], types, f"{config_file}: {key}")
     for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):
@@ -102,40 +99,23 @@ def token_content(value: Any, key: str) -> str:
     raise BertkitError(f"{key} in the tokenizer config must be a string or {{'content': ...}}, got {value!r}")
 
 
-def read_tokenizer_json(file: Path) -> tuple[dict[str, int], dict[str, Any], list[str]]:
-    """(``{token: id}`` with added tokens, settings, added special tokens) from a BERT ``tokenizer.json``."""
+def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str, int], dict[str, Any]]:
+    """(``{token: id}`` with added tokens, constructor arguments) from a BERT ``tokenizer.json``: its WordPiece
+    model and BertNormalizer give the defaults, ``settings`` (tokenizer_config.json's) win, as in transformers 5.
+    Added special tokens none of the named ones become ``additional_special_tokens`` when the config lists none."""
     data = read_json(file)
-    model = data.get("model")
-    kind = model.get("type") if isinstance(model, dict) else None
-    if kind != "WordPiece":
-        family = f" ({_MODEL_FAMILIES[kind]})" if kind in _MODEL_FAMILIES else ""
-        raise BertkitError(f"{file} holds a {kind} model{family}, not WordPiece: it is not a BERT tokenizer, and "
-                           "bertkit reads only BERT's WordPiece; use the tokenizer library of that model")
-    vocab = model.get("vocab")
+    parts = {part: data[part] if isinstance(data.get(part), dict) else {} for part in ("model", "normalizer")}
+    for part, key, want in _BERT_TOKENIZER_JSON:
+        got = parts[part].get(key, None if key == "type" else want)
+        if got != want:
+            raise BertkitError(f"{file}: {part}.{key} is {got!r}, not {want!r}, so it is not BERT's WordPiece "
+                               "tokenizer, the only kind bertkit reads; use the tokenizer library of that model")
+    vocab = parts["model"].get("vocab")
     if not isinstance(vocab, dict) or not vocab:
         raise BertkitError(f"{file}: model.vocab must be a non-empty {{token: id}} object, got "
                            f"{type(vocab).__name__}")
-    prefix = model.get("continuing_subword_prefix", "##")
-    if prefix != "##":
-        raise BertkitError(f"{file}: model.continuing_subword_prefix is {prefix!r}; BERT's WordPiece (and "
-                           "bertkit) marks continuation pieces with '##'")
-    settings: dict[str, Any] = {
-        "unk_token": _typed(model.get("unk_token", "[UNK]"), (str,), f"{file}: model.unk_token"),
-        "max_input_chars_per_word": _typed(model.get("max_input_chars_per_word", 100), (int,),
-                                           f"{file}: model.max_input_chars_per_word"),
-    }
-    normalizer = data.get("normalizer")
-    norm_kind = normalizer.get("type") if isinstance(normalizer, dict) else None
-    if norm_kind != "BertNormalizer":
-        raise BertkitError(f"{file}: the normalizer is {norm_kind}, not BertNormalizer, so this WordPiece "
-                           "tokenizer does not normalise text as BERT does; bertkit supports BERT's only")
-    if normalizer.get("clean_text", True) is not True:
-        raise BertkitError(f"{file}: normalizer.clean_text is {normalizer['clean_text']!r}; bertkit always "
-                           "cleans text as BERT does (control characters dropped, whitespace made spaces)")
-    for key, name, default, types in (("do_lower_case", "lowercase", True, (bool,)),
-                                      ("strip_accents", "strip_accents", None, (bool, type(None))),
-                                      ("tokenize_chinese_chars", "handle_chinese_chars", True, (bool,))):
-        settings[key] = _typed(normalizer.get(name, default), types, f"{file}: normalizer.{name}")
+    merged = {arg: _typed(parts[part].get(key, default), _KINDS.get(arg, (str,)), f"{file}: {part}.{key}")
+              for part, key, arg, default in _TOKENIZER_JSON_SETTINGS}
     tokens = dict(vocab)
     added, special = [], []
     for entry in data.get("added_tokens") or ():
@@ -147,31 +127,13 @@ def read_tokenizer_json(file: Path) -> tuple[dict[str, int], dict[str, Any], lis
                                f"{tokens[content]}")
         (special if entry.get("special") else added).append((i, content))
     if added:
-        settings["added_tokens"] = [t for _, t in sorted(added)]
-    return tokens, settings, [t for _, t in sorted(special)]
-
-
-def merge_tokenizer_json(from_json: dict[str, Any], special: list[str], settings: dict[str, Any],
-                         overrides: dict[str, Any], json_file: Path, config_file: Path) -> dict[str, Any]:
-    """tokenizer.json's settings under tokenizer_config.json's: a setting both give must agree, unless a
-    keyword argument decides it. Added special tokens that are none of the named ones become
-    ``additional_special_tokens`` when the config lists none."""
-    merged = dict(from_json)
-    for key, value in settings.items():
-        if key in from_json and from_json[key] != value and key not in overrides:
-            raise BertkitError(
-                f"{config_file} sets {key}={value!r} but {json_file} says {from_json[key]!r} (its "
-                f"{'model' if key in ('unk_token', 'max_input_chars_per_word') else 'normalizer'}); make the "
-                f"files agree, or pass {key}= to from_pretrained to choose (transformers 5 would follow "
-                f"{CONFIG_FILE})"
-            )
-        merged[key] = value
-    if "additional_special_tokens" not in merged:
-        named = {merged.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
-        extra = [t for t in special if t not in named]
-        if extra:
-            merged["additional_special_tokens"] = extra
-    return merged
+        merged["added_tokens"] = [t for _, t in sorted(added)]
+    merged.update(settings)
+    named = {merged.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
+    extra = [t for _, t in sorted(special) if t not in named]
+    if extra and "additional_special_tokens" not in merged:
+        merged["additional_special_tokens"] = extra
+    return tokens, merged
 
 
 def check_fits_model(vocab_size_needed: int, path: Path, source: Path) -> None:

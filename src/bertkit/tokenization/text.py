@@ -1,21 +1,12 @@
 """One text -> WordPiece ids, with character offsets when asked: the part of the tokenizer that reads text.
 
-1. special and added tokens written in the text (``[MASK]``, ``[SEP]``, ...) are cut out first, matched
-   exactly and case-sensitively anywhere, as Hugging Face does for its "added tokens" (tokens added with
-   ``add_tokens`` case-insensitively by an uncased tokenizer, as Hugging Face matches them on normalised text);
+1. special and added tokens written in the text (``[MASK]``, ``[SEP]``, ...) are cut out first, as Hugging
+   Face does for its "added tokens";
 2. the rest is split on whitespace into chunks; each chunk goes through the basic tokenizer (``basic``)
-   and WordPiece (``wordpiece``).
+   and WordPiece (``wordpiece``), memoised per chunk (docs/tokenizer.md, "Speed design").
 
-Speed, in pure Python: step 2 is memoised per chunk (the whitespace-delimited piece of the original text,
-e.g. ``"world,"``), mapping it to its ids and their offsets relative to the chunk. Text is Zipfian, so
-most chunks are dictionary hits and a sentence costs one C-level ``str.split`` plus one dict lookup per
-chunk; misses run the per-character path once. Caches are bounded (``CACHE_SIZE`` entries each) and
-never change results, which depend only on the text and the configuration.
-
-Offsets are character offsets into the original string, as BertTokenizerFast reports them: a token
-spans from the first to the last original character its normalised characters came from (so ``"é"``
-lower-cased and stripped to ``"e"`` spans the ``"é"``, a ``##`` piece spans only its own characters,
-``[UNK]`` spans its whole word).
+Offsets are character offsets into the original string, as BertTokenizerFast reports them (docs/tokenizer.md,
+"Offsets").
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """BertTokenizer: text -> BERT input ids, with character offsets, token for token as BertTokenizerFast.
 
-The class holds the vocabulary, the special tokens and the settings, reads and writes tokenizer directories
-(``loading``), and answers transformers' calls. The work is done by three parts, each in its own module:
-
-1. ``text.TextEncoder``: one text -> WordPiece ids and character offsets (special and added tokens cut out,
-   then the basic tokenizer and WordPiece per whitespace chunk, memoised);
-2. ``batch``: those ids -> model rows: ``[CLS]``/``[SEP]`` and segment ids, truncation or overflowing windows,
-   padding, lists or tensors;
-3. ``encoding.BatchEncoding``: the output, which also maps tokens back to words and characters.
-
-Added special tokens and padding get the offsets ``(0, 0)``.
+The class holds the vocabulary, the special tokens and the settings; docs/tokenizer.md says which module does
+the rest.
 """
 
 from __future__ import annotations
@@ -43,7 +35,6 @@ from bertkit.tokenization.loading import (
     SPECIAL_TOKENS_MAP_FILE,
     TOKENIZER_FILE,
     check_fits_model,
-    merge_tokenizer_json,
     read_settings,
     read_tokenizer_json,
 )
@@ -100,8 +91,6 @@ class BertTokenizer:
         else:
             tokens = load_vocab(vocab)
         self._tokens = tokens
-        self.vocab: dict[str, int] = {t: i for i, t in enumerate(tokens)}  # duplicates: last id wins, as HF
-        self.ids_to_tokens: dict[int, str] = dict(enumerate(tokens))
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
@@ -115,7 +104,7 @@ class BertTokenizer:
         self.max_input_chars_per_word = max_input_chars_per_word
         self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
 
-        missing = [t for t in (*self._special_list(), *added_tokens) if t not in self.vocab]
+        missing = [t for t in (*self._special_list(), *added_tokens) if t not in tokens]
         if missing:
             raise BertkitError(
                 f"the vocabulary ({len(tokens)} tokens) lacks the special tokens {missing}; add them to the "
@@ -125,18 +114,16 @@ class BertTokenizer:
         self._build()
 
     def _special_list(self) -> list[str]:
-        return [self.unk_token, self.sep_token, self.pad_token, self.cls_token, self.mask_token,
-                *self.additional_special_tokens]
+        return [*(getattr(self, key) for key in SPECIAL_TOKEN_KEYS), *self.additional_special_tokens]
 
     def _build(self) -> None:
         """Derived tables and caches (rebuilt after unpickling rather than shipped to DataLoader workers)."""
+        self.vocab: dict[str, int] = {t: i for i, t in enumerate(self._tokens)}  # duplicates: last id wins, as HF
+        self.ids_to_tokens: dict[int, str] = dict(enumerate(self._tokens))
         self.all_special_tokens: list[str] = list(dict.fromkeys(self._special_list()))
         self.all_special_ids: list[int] = [self.vocab[t] for t in self.all_special_tokens]
-        self.unk_token_id = self.vocab[self.unk_token]
-        self.sep_token_id = self.vocab[self.sep_token]
-        self.pad_token_id = self.vocab[self.pad_token]
-        self.cls_token_id = self.vocab[self.cls_token]
-        self.mask_token_id = self.vocab[self.mask_token]
+        for key in SPECIAL_TOKEN_KEYS:  # unk_token_id, sep_token_id, ...
+            setattr(self, f"{key}_id", self.vocab[getattr(self, key)])
         basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
         wordpiece = WordPiece(self.vocab, self.unk_token, self.max_input_chars_per_word)
         self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
@@ -151,8 +138,6 @@ class BertTokenizer:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.vocab = {t: i for i, t in enumerate(self._tokens)}
-        self.ids_to_tokens = dict(enumerate(self._tokens))
         self._build()
 
     # ------------------------------------------------------------------------------------------------
@@ -161,14 +146,8 @@ class BertTokenizer:
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> BertTokenizer:
-        """Load a tokenizer directory: ``vocab.txt`` + ``tokenizer_config.json`` (+ ``special_tokens_map.json``,
-        ``added_tokens.json``), or, without ``vocab.txt``, the ``tokenizer.json`` + ``tokenizer_config.json``
-        that transformers 5 saves (its WordPiece model and BertNormalizer settings; see ``loading``).
-
-        Settings (``do_lower_case``, ``strip_accents``, ``tokenize_chinese_chars``, ``model_max_length``,
-        ``max_input_chars_per_word``, ``clean_up_tokenization_spaces``, special tokens) come from the files; keyword
-        arguments override them.
-        """
+        """Load a tokenizer directory (the layouts ``loading`` reads); keyword arguments override the settings
+        its files hold."""
         from bertkit.hub import resolve_directory
 
         path = resolve_directory(path, "tokenizer directory")
@@ -183,8 +162,7 @@ class BertTokenizer:
         if vocab.is_file():
             source = vocab
         elif json_file.is_file():
-            vocab, from_json, special = read_tokenizer_json(json_file)
-            settings = merge_tokenizer_json(from_json, special, settings, overrides, json_file, path / CONFIG_FILE)
+            vocab, settings = read_tokenizer_json(json_file, settings)
         else:
             raise MissingFileError(
                 f"{vocab} not found (nor {TOKENIZER_FILE}): a BERT tokenizer directory needs {VOCAB_FILE} (and "
@@ -261,9 +239,8 @@ class BertTokenizer:
         added = 0
         for token in dict.fromkeys(tokens):
             if token not in self.vocab:
-                self.vocab[token] = len(self._tokens)
-                self.ids_to_tokens[len(self._tokens)] = token
                 self._tokens.append(token)
+                self.vocab[token] = len(self._tokens) - 1  # for the next token's check; _build remakes it
                 added += 1
             elif not special_tokens:
                 continue  # already a WordPiece token: Hugging Face leaves it to WordPiece too
@@ -361,28 +338,11 @@ class BertTokenizer:
         return_overflowing_tokens: bool = False,
         stride: int = 0,
     ) -> BatchEncoding:
-        """Encode one text / pair, or a batch of them.
-
-        Returns a BatchEncoding (a dict) with ``input_ids``, ``token_type_ids``, ``attention_mask`` and, when
-        asked, ``special_tokens_mask``, ``offset_mapping`` ((start, end) into the original text; (0, 0)
-        for [CLS]/[SEP]/[PAD]) and ``length`` (tokens per row, padding included). A str gives lists of ints,
-        a list of str gives lists of lists; with ``return_tensors="pt"`` / ``"np"`` every value is a (B, T)
-        tensor / int64 array ((B, T, 2) for offsets, (B,) for length), B = 1 for a single text.
-        ``return_token_type_ids=False`` / ``return_attention_mask=False`` leave those keys out (None or True:
-        included). The BatchEncoding also maps tokens to words and characters: ``word_ids(i)``,
-        ``sequence_ids(i)``, ``tokens(i)``, ``char_to_token``, ``token_to_chars``, ``word_to_tokens``.
-
-        truncation: None (default) = Hugging Face's default, i.e. ``longest_first`` only when ``max_length``
-        is given and ``padding`` is False; True = ``longest_first``; or ``"only_first"``/``"only_second"``.
-        ``max_length`` defaults to ``model_max_length`` when truncating or padding to ``"max_length"``.
-        padding: False, True/``"longest"`` (to the longest in the batch) or ``"max_length"``; with
-        ``pad_to_multiple_of`` the padded length is rounded up to a multiple of it.
-        is_split_into_words: each text is a list of words (NER); word ids index them, offsets are
-        relative to each word, as in Hugging Face.
-        return_overflowing_tokens: the truncated text (the single text, or the one ``only_first`` /
-        ``only_second`` names) is cut into windows that overlap by ``stride`` tokens, each its own row;
-        ``overflow_to_sample_mapping`` gives each row's input index. The output is then always batched.
-        A sequence longer than ``model_max_length`` is not an error here: the model checks its positions.
+        """Encode one text / pair, or a batch of them, as BertTokenizerFast's ``__call__``: a BatchEncoding (a dict)
+        with ``input_ids``, ``token_type_ids``, ``attention_mask`` and the keys asked for. A str gives lists of
+        ints, a list of str lists of lists, ``return_tensors="pt"`` / ``"np"`` (B, T) tensors / int64 arrays.
+        docs/tokenizer.md gives every argument's meaning (truncation, padding, pre-split words, overflowing
+        windows). A sequence longer than ``model_max_length`` is not an error here: the model checks its positions.
         """
         texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
         strategy = resolve_truncation(truncation, max_length, padding)
@@ -409,10 +369,8 @@ class BertTokenizer:
         if return_overflowing_tokens:
             out["overflow_to_sample_mapping"] = as_tensor(sample_mapping, return_tensors)
         # What word_ids, tokens, char_to_token... of the output need (attributes, not keys).
-        out._row_info, out._continuation_ids = infos, self._continuation_ids
+        out._row_info, out._tokenizer, out._split = infos, self, is_split_into_words
         out._batched = batched or return_tensors is not None  # values are per-row (lists of lists, or (B, T))
-        out._token_strings = self.convert_ids_to_tokens
-        out._segment_of = functools.partial(self._segment, with_offsets=True, split=is_split_into_words)  # picklable
         return out
 
     def _segment(self, text: Any, with_offsets: bool, split: bool) -> Segment:
@@ -493,15 +451,9 @@ class BertTokenizer:
         skip_special_tokens: bool = False,
         clean_up_tokenization_spaces: bool | None = None,
     ) -> str:
-        """Ids -> text, as BertTokenizerFast: special tokens are kept unless ``skip_special_tokens=True``.
-
-        ``##`` pieces are joined to the previous token, other tokens separated by a space, and the WordPiece
-        decoder's clean-up drops the space before ``. ? ! ,`` and a few English contractions, token by token
-        (so ``"don ' t"`` stays). ``clean_up_tokenization_spaces=True`` then applies transformers' clean-up to
-        the whole string (``"don ' t"`` -> ``"don't"``); None takes the tokenizer's setting (from
-        ``tokenizer_config.json``, default False as in transformers 5). ``skip_special_tokens`` drops every
-        special token ([CLS], [SEP], [PAD], [MASK], [UNK], additional ones). The text is the normalised one
-        (lower-cased, accents stripped for uncased models): use offsets to recover original text.
+        """Ids -> text, as BertTokenizerFast (docs/tokenizer.md, "Decode"): special tokens are kept unless
+        ``skip_special_tokens=True``; ``clean_up_tokenization_spaces`` None takes the tokenizer's setting. The text
+        is the normalised one (lower-cased, accents stripped for uncased models): use offsets to recover the original.
         """
         skip = self._special_id_set if skip_special_tokens else frozenset()
         text = self.convert_tokens_to_string([self._token_of(i) for i in _as_id_list(ids) if i not in skip])

@@ -1,28 +1,10 @@
 """Learn a WordPiece vocabulary from raw text files.
 
-The algorithm is the one Hugging Face ``tokenizers`` uses for its ``WordPieceTrainer``: byte-pair
-encoding over characters where every piece after the first of a word carries the ``##`` prefix, merging
-the most frequent adjacent pair each step (Sennrich et al., 2016; the BERT paper, section 3, only says
-"WordPiece embeddings (Wu et al., 2016) with a 30,000 token vocabulary"). The learned vocabulary is
-then used by greedy longest-match-first WordPiece, exactly like Google's.
-
-Steps, each sized for a ~100 MB corpus in pure Python:
-
-1. Count whitespace chunks per file (``str.split`` + ``Counter``, in C), in ``num_workers`` processes.
-2. Run bertkit's :class:`~bertkit.tokenization.basic.BasicTokenizer` (clean-up, lower-casing, accent
-   stripping, punctuation and CJK splitting) once per *distinct* chunk, again in parallel, and add up
-   word counts. This equals basic-tokenizing every line, because the basic tokenizer splits on
-   whitespace before anything else (only characters Python calls whitespace but BERT calls control,
-   U+001C..U+001F, differ: BERT deletes them, we split on them).
-3. Keep the ``limit_alphabet`` most frequent characters; words with any other character are left
-   out (WordPiece would map them to ``[UNK]`` anyway).
-4. Merge pairs on the table of distinct words, with pair counts updated incrementally from the words
-   that contain the merged pair and a lazy max-heap (stale entries are re-pushed when popped). Ties go
-   to the pair with the smaller symbol ids, as in ``tokenizers``. Merging stops at ``vocab_size`` or when
-   the best pair occurs fewer than ``min_frequency`` times.
-
-Vocabulary order: the special tokens, the alphabet, ``##`` + every character seen inside a word, then
-the merged pieces in the order learned.
+The algorithm of Hugging Face ``tokenizers``' ``WordPieceTrainer``: byte-pair merges over characters where
+every piece after a word's first carries ``##``, most frequent pair first (Sennrich et al., 2016; the BERT
+paper only says "WordPiece embeddings (Wu et al., 2016) with a 30,000 token vocabulary"). Steps: (1-2) word
+counts, in ``num_workers`` processes; (3) the alphabet; (4) merges with incrementally updated pair counts and a
+lazy max-heap. docs/pretraining-data.md, section 1, has the details.
 """
 
 from __future__ import annotations
@@ -39,9 +21,7 @@ from bertkit._parallel import spawn_pool
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.textfiles import iter_lines
-from bertkit.tokenization.wordpiece import SPECIAL_TOKENS
-
-CONTINUATION_PREFIX = "##"
+from bertkit.tokenization.wordpiece import PREFIX, SPECIAL_TOKENS
 
 
 def train_wordpiece_vocab(
@@ -53,7 +33,6 @@ def train_wordpiece_vocab(
     strip_accents: bool | None = None,
     tokenize_chinese_chars: bool = True,
     limit_alphabet: int = 1000,
-    special_tokens: Sequence[str] = SPECIAL_TOKENS,
     errors: str = "strict",
     num_workers: int = 2,
     progress: bool = True,
@@ -81,7 +60,6 @@ def train_wordpiece_vocab(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
         limit_alphabet=limit_alphabet,
-        special_tokens=special_tokens,
         progress=progress,
     )
 
@@ -147,7 +125,6 @@ def learn_wordpiece(
     min_frequency: int = 2,
     *,
     limit_alphabet: int = 1000,
-    special_tokens: Sequence[str] = SPECIAL_TOKENS,
     progress: bool = False,
 ) -> list[str]:
     """Learn the vocabulary from a table of word counts (module docstring, steps 3-4)."""
@@ -155,13 +132,11 @@ def learn_wordpiece(
         raise BertkitError(f"min_frequency must be at least 1, got {min_frequency}")
     if limit_alphabet < 1:
         raise BertkitError(f"limit_alphabet must be at least 1, got {limit_alphabet}")
-    if len(set(special_tokens)) != len(special_tokens):
-        raise BertkitError(f"special_tokens has duplicates: {list(special_tokens)}")
 
-    vocab, words = _alphabet(word_counts, vocab_size, limit_alphabet, special_tokens)
+    vocab, words = _alphabet(word_counts, vocab_size, limit_alphabet)
     # Symbols are the vocabulary entries; words are lists of symbol ids.
     symbol_id = {s: i for i, s in enumerate(vocab)}
-    prefix = CONTINUATION_PREFIX
+    prefix = PREFIX
     seqs = [[symbol_id[w[0]]] + [symbol_id[prefix + ch] for ch in w[1:]] for w in words]
     counts = [word_counts[w] for w in words]
     del words
@@ -197,7 +172,7 @@ def learn_wordpiece(
 
 
 def _alphabet(
-    word_counts: Mapping[str, int], vocab_size: int, limit_alphabet: int, special_tokens: Sequence[str]
+    word_counts: Mapping[str, int], vocab_size: int, limit_alphabet: int
 ) -> tuple[list[str], list[str]]:
     """Step 3: (the starting vocabulary, the words spelled in its alphabet, sorted). The vocabulary is the special
     tokens, the ``limit_alphabet`` most frequent characters and ``##`` + each character seen inside a word."""
@@ -211,13 +186,13 @@ def _alphabet(
 
     words = sorted(w for w in word_counts if set(w) <= alphabet_set)
     inner_chars = sorted({ch for w in words for ch in w[1:]})
-    vocab = list(special_tokens)
+    vocab = list(SPECIAL_TOKENS)
     vocab += [ch for ch in alphabet if ch not in vocab]
-    vocab += [CONTINUATION_PREFIX + ch for ch in inner_chars if CONTINUATION_PREFIX + ch not in vocab]
+    vocab += [PREFIX + ch for ch in inner_chars if PREFIX + ch not in vocab]
     if len(vocab) > vocab_size:
         raise BertkitError(
-            f"vocab_size {vocab_size} is smaller than the {len(special_tokens)} special tokens plus the "
-            f"{len(vocab) - len(special_tokens)}-entry character alphabet; raise vocab_size or lower "
+            f"vocab_size {vocab_size} is smaller than the {len(SPECIAL_TOKENS)} special tokens plus the "
+            f"{len(vocab) - len(SPECIAL_TOKENS)}-entry character alphabet; raise vocab_size or lower "
             f"limit_alphabet (now {limit_alphabet})"
         )
     return vocab, words

@@ -2,10 +2,9 @@
 
 BERT (Devlin et al., 2018, section 3) uses WordPiece embeddings (Wu et al., 2016): a word is cut into the
 longest vocabulary entry that starts it, then the longest ``##``-prefixed entry that continues it, and so
-on. A word that cannot be covered this way, or that is longer than ``max_input_chars_per_word`` (100)
-characters, becomes a single ``[UNK]``: there is no backtracking and no character fallback. This is
-Google's ``WordpieceTokenizer`` and Hugging Face's ``models.WordPiece``, whose rules (length counted in
-characters of the normalised word, the whole word's span for ``[UNK]``) are followed here.
+on. A word that cannot be covered this way, or longer than ``max_input_chars_per_word``, becomes a single
+``[UNK]``: no backtracking, no character fallback (Google's ``WordpieceTokenizer``, Hugging Face's
+``models.WordPiece``).
 """
 
 from __future__ import annotations
@@ -77,12 +76,10 @@ def write_vocab_file(tokens: list[str], path: str | os.PathLike) -> Path:
 
 
 class Memo(dict):
-    """A dict that fills itself with ``compute(key)`` on a miss and empties itself when full.
+    """A dict that fills itself with ``compute(key)`` on a miss and empties itself when full (``maxsize``).
 
-    Hits are a C-level dict lookup (``memo[key]``), which is what makes cached tokenization fast. Bounded
-    by ``maxsize`` entries; clearing everything when full is crude but keeps every operation O(1) and the
-    results never depend on what is cached. Safe to share between threads: a race at worst computes the
-    same value twice.
+    Hits stay a C-level dict lookup; clearing everything when full keeps every operation O(1). Safe to share
+    between threads: a race at worst computes the same value twice.
     """
 
     def __init__(self, compute: Callable[[Any], Any], maxsize: int):

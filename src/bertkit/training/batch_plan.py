@@ -33,18 +33,14 @@ def micro_batch_size(global_batch: int, world_size: int, grad_accum: int) -> int
 class BatchPlan:
     """Which examples make up each micro-batch of each epoch: a pure function of (seed, epoch).
 
-    ``dataset`` is any sequence of examples; ``collate`` turns a list of them into a batch of tensors.
-    Datasets that draw something per epoch (dynamic masking) get ``set_epoch(epoch)`` before use.
-
-    With several processes (``world_size`` > 1) the epoch's order is cut into *global* micro-batches of
-    ``batch_size x world_size`` examples, and process ``rank`` reads its contiguous slice of each: the
-    union over the ranks is exactly the epoch, and 2 processes x 16 see the examples 1 process x 32 sees,
-    micro-step for micro-step. A short last batch is split as evenly as it goes (sizes differ by at most
-    one; a rank may get none when it is shorter than ``world_size``). ``len(plan)`` counts global micro-batches.
+    ``collate`` turns a list of examples into a batch of tensors; a dataset that draws something per epoch
+    (dynamic masking) gets ``set_epoch(epoch)`` before use. The epoch's order is cut into *global* micro-batches
+    of ``batch_size x world_size`` examples, of which process ``rank`` reads its contiguous slice
+    (docs/distributed.md, "Data"). ``len(plan)`` counts global micro-batches.
     """
 
     def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
-                 seed: int, shuffle: bool = True, drop_last: bool = False, rank: int = 0, world_size: int = 1,
+                 seed: int, shuffle: bool = True, rank: int = 0, world_size: int = 1,
                  order: Callable[[int], Sequence[int]] | None = None):
         if batch_size < 1:
             raise BertkitError(f"batch_size must be >= 1, got {batch_size}")
@@ -53,15 +49,14 @@ class BatchPlan:
         if not 0 <= rank < world_size:
             raise BertkitError(f"rank {rank} is not in [0, world_size {world_size})")
         self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
-        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.shuffle, self.seed = shuffle, seed
         self.rank, self.world_size = rank, world_size
         # ``order(epoch)``: the epoch's permutation of the examples, for a caller that must reproduce another
         # library's order (bertkit.Trainer: transformers' seeded RandomSampler); still a pure function of epoch
         self.order = order
 
     def __len__(self) -> int:
-        n, per_step = len(self.dataset), self.batch_size * self.world_size
-        return n // per_step if self.drop_last else math.ceil(n / per_step)
+        return math.ceil(len(self.dataset) / (self.batch_size * self.world_size))
 
     def global_batches(self, epoch: int) -> list[list[int]]:
         """Every rank's examples of each micro-step of ``epoch`` (one list per global micro-batch)."""
@@ -94,10 +89,9 @@ class BatchPlan:
 class EpochBatches(torch.utils.data.Dataset):
     """Micro-batch ``i`` of one epoch for this rank, as ``(weight, batch)``: what the DataLoader's workers make.
 
-    ``weight`` = this rank's share of the global micro-batch x world_size: 1.0 whenever the batch splits
-    evenly, so DDP's average of the ranks' losses is the mean over the global batch. A rank whose share of a
-    short last batch is empty gets one example of it at weight 0 (its backward pass must still take part in
-    the gradient all-reduce; it adds nothing to the gradient).
+    ``weight`` = this rank's share of the global micro-batch x world_size (1.0 when it splits evenly), so DDP's
+    average of the ranks' losses is the global batch's mean. A rank whose share is empty gets one example at
+    weight 0: its backward pass must still take part in the gradient all-reduce.
     """
 
     def __init__(self, plan: BatchPlan, epoch: int):

@@ -1,11 +1,9 @@
 """``finetune classify``: a sequence classifier (or regressor) fine-tuned on users' own labelled CSV, TSV or JSONL
-files, through the same grid as GLUE (``sequence_grid``); predictions for a test file come from the
-text-classification pipeline.
+files, through the same grid as GLUE (``sequence_grid``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Sequence
@@ -13,21 +11,19 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.outputs import atomic_write_json
 from bertkit.settings import ClassifySettings, first
 from bertkit.tasks import glue
-from bertkit.training.distributed import current, process_device
 from bertkit.training.sequence_grid import fit_sequence_classifier
 
 logger = logging.getLogger("bertkit")
 
 
-def read_labelled(path: Path, s: ClassifySettings, *, labelled: bool = True) -> list[glue.GlueExample]:
+def read_labelled(path: Path, s: ClassifySettings) -> list[glue.GlueExample]:
     """Rows of a CSV/TSV/JSONL file as examples (id = the row's position), read and checked as ``bertkit predict``
     reads its inputs (``inference.files.read_inputs``): a bad row names its file and line."""
     from bertkit.inference.files import Columns, read_inputs
 
-    columns = Columns(text=s.text_column, text_pair=s.text_pair_column, label=s.label_column if labelled else None)
+    columns = Columns(text=s.text_column, text_pair=s.text_pair_column, label=s.label_column)
     items, _ = read_inputs(path, "text-classification", columns, s.input_format, max_line_bytes=s.max_line_bytes,
                            rows=True)
     return [glue.GlueExample(id=str(i), text_a=x["text"], text_b=x.get("text_pair"), label=x.get("label"),
@@ -107,7 +103,8 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
 
 
 def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
-    """``bertkit finetune classify``: fit_sequence_classifier on the user's files; predictions for --test-file."""
+    """``bertkit finetune classify``: fit_sequence_classifier on the user's files. Their best run's predictions for
+    other files come from ``bertkit predict text-classification --model OUTPUT_DIR/best``."""
     train_examples = first(read_labelled(s.train_file, s), s.max_train_samples)
     dev_examples = first(read_labelled(s.validation_file, s), s.max_eval_samples)
     task = classify_task(train_examples, s.problem_type, s.train_file.stem, s.text_pair_column is not None,
@@ -126,21 +123,4 @@ def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
             raise BertkitError(f"{s.validation_file}: every label is {dev_examples[0].label}, so the correlations "
                                "regression is scored by (Pearson, Spearman) are undefined; validate on rows with "
                                "differing scores")
-    test_examples = read_labelled(s.test_file, s, labelled=False) if s.test_file is not None else None
-    report = fit_sequence_classifier(task, train_examples, dev_examples, s)
-    if not current().is_main:
-        return report
-    if test_examples is not None:
-        from bertkit.inference import pipeline
-        from bertkit.outputs import atomic_write
-
-        pipe = pipeline("text-classification", s.output_dir / "best", device=process_device(s.device), bf16=s.bf16,
-                        batch_size=s.eval_batch_size, max_length=s.max_seq_length, progress=s.progress)
-        results = pipe([(e.text_a, e.text_b) if e.text_b is not None else e.text_a for e in test_examples])
-        out = s.output_dir / "test_predictions.jsonl"
-        with atomic_write(out) as f:
-            for e, r in zip(test_examples, results):
-                f.write(json.dumps({"id": int(e.id), "line": e.line, **r}, ensure_ascii=False) + "\n")
-        report["test_predictions"] = str(out)
-        atomic_write_json(s.output_dir / "report.json", report)
-    return report
+    return fit_sequence_classifier(task, train_examples, dev_examples, s)

@@ -1,11 +1,8 @@
 """The paper's feature-based NER study (section 5.3, Table 7): a BiLSTM tagger on frozen BERT activations.
 
-Activations of the first WordPiece of every CoNLL-2003 word are extracted once (``features.py``), for
-all L + 1 layers (embeddings first), kept in fp16 on disk; then a two-layer BiLSTM and a linear tagger
-are trained on six combinations of layers and scored with conlleval on dev. The taggers train in the one
-training loop (``training/loop.py``, through ``finetune_run.run_finetuning``), as every other recipe does: its
-batching, seeding, clipping, metrics.jsonl and non-finite checks; see ``TAGGER_TRAINING`` for what differs
-from BERT fine-tuning.
+Activations of the first WordPiece of every CoNLL-2003 word are extracted once, for all L + 1 layers, kept in
+fp16 on disk; then a BiLSTM tagger is trained (``finetune_run.run_finetuning``) on each of six combinations of
+layers and scored with conlleval on dev (docs/token-tasks.md).
 """
 
 from __future__ import annotations
@@ -106,10 +103,9 @@ class LayerCombination(nn.Module):
         return self.gamma * torch.einsum("k,...kh->...h", self.weights.softmax(0), x)
 
 
-# How the taggers train, beside the settings a user sets (StudySettings): Adam without weight decay (AdamW with
-# 0 is Adam), no warm-up, the loop's linear decay to 0, and the global gradient norm clipped at 5, as is usual for
-# LSTM taggers (Lample et al. 2016); eps 1e-8 is torch.optim.Adam's, which the study used before it moved onto
-# the loop.
+# How the taggers train, beside the settings a user sets (StudySettings): Adam (AdamW without weight decay, eps as
+# torch.optim.Adam's), no warm-up, the loop's linear decay to 0, and the global gradient norm clipped at 5, as is
+# usual for LSTM taggers (Lample et al. 2016).
 TAGGER_TRAINING = {"weight_decay": 0.0, "warmup_ratio": 0.0, "max_grad_norm": 5.0, "adam_epsilon": 1e-8,
                    "optim": "adamw"}
 
@@ -278,27 +274,23 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
     def evaluate(module: nn.Module) -> dict[str, Any]:
         scores = to_fractions(ner.conlleval([x.tags for x in dev_sentences],
                                             _tag(module, dev_x, dev_acts.offsets, labels, s.batch_size, args.device)))
-        record: dict[str, Any] = {"f1": scores["f1"], "precision": scores["precision"], "recall": scores["recall"]}
+        record: dict[str, Any] = {k: scores[k] for k in ("f1", "precision", "recall")}
         if mode == "scalar_mix":
             record["layer_weights"] = [round(w, 4) for w in module.combination.weights.detach().softmax(0).tolist()]
             record["gamma"] = round(module.combination.gamma.detach().item(), 4)
         return record
 
     collate = functools.partial(_batch, train_x, train_acts.offsets, tag_ids=train_tags)
-    result, seconds = run_finetuning(tagger, list(range(n)), collate, args, evaluate,
-                                     fingerprint={"feature_study": name, "layers": layers})
-    train_loss = [r["loss"] for r in result.history if r["split"] == "train"]
-    evals = [r for r in result.history if r["split"] == "eval"]
-    per_epoch = []
-    for epoch, (loss, ev) in enumerate(zip(train_loss, evals)):
-        record = {"epoch": epoch + 1, "train_loss": loss, "dev_f1": ev["f1"], "dev_precision": ev["precision"],
-                  "dev_recall": ev["recall"]}
-        record.update({k: ev[k] for k in ("layer_weights", "gamma") if k in ev})
-        per_epoch.append(record)
-    logger.info("feature-study %s: dev F1 %.4f (%.0fs)", name, per_epoch[-1]["dev_f1"], seconds)
+    run = run_finetuning(tagger, list(range(n)), collate, args, evaluate,
+                         fingerprint={"feature_study": name, "layers": layers})
+    train_loss = [r["loss"] for r in run.result.history if r["split"] == "train"]
+    per_epoch = [{"epoch": epoch + 1, "train_loss": loss, **{f"dev_{k}": ev[k] for k in ("f1", "precision", "recall")},
+                  **{k: ev[k] for k in ("layer_weights", "gamma") if k in ev}}
+                 for epoch, (loss, ev) in enumerate(zip(train_loss, run.per_epoch))]
+    logger.info("feature-study %s: dev F1 %.4f (%.0fs)", name, per_epoch[-1]["dev_f1"], run.seconds)
     return {"combination": name, "layers": layers, "dev_f1": per_epoch[-1]["dev_f1"],
             "best_epoch_dev_f1": max(r["dev_f1"] for r in per_epoch), "per_epoch": per_epoch,
-            "seconds": round(seconds, 1)}
+            "seconds": round(run.seconds, 1)}
 
 
 def feature_study(s: StudySettings) -> dict[str, Any]:
@@ -351,6 +343,3 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(f"| {name} | {100 * f1:.1f} | {paper if paper is not None else '-'} |")
     return "\n".join(lines)
 
-
-__all__ = ["COMBINATIONS", "LayerCombination", "BiLSTMTagger", "combination_layers", "extract_word_activations",
-           "StudySettings", "feature_study", "format_table", "train_tagger", "WordActivations"]

@@ -1,14 +1,11 @@
-"""One fine-tuning run: one phase of the one training loop on featurised examples, its checkpoints removed after.
-
-Every fine-tuning recipe (the GLUE grid, classify, the token tasks, the feature-based study) trains through
-``run_finetuning``.
-"""
+"""One fine-tuning run: one phase of the one training loop on featurised examples, its checkpoints removed after."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from torch import nn
 
@@ -23,10 +20,20 @@ from bertkit.training.plot import plot_metrics
 logger = logging.getLogger("bertkit")
 
 
+class Fit(NamedTuple):
+    result: TrainResult
+    seconds: float  # wall time of the run
+
+    @property
+    def per_epoch(self) -> list[dict]:
+        """The evaluation records of the run, as metrics.jsonl holds them (without the split)."""
+        return [{k: v for k, v in r.items() if k != "split"} for r in self.result.history if r["split"] == "eval"]
+
+
 def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict],
                    s: TrainingSettings, evaluate: Callable[[nn.Module], dict[str, float]] | None,
-                   fingerprint: dict, resume: bool = False) -> tuple[TrainResult, float]:
-    """One fine-tuning run (one phase of the one loop) on featurised examples; returns its result and wall seconds.
+                   fingerprint: dict, resume: bool = False) -> Fit:
+    """One fine-tuning run (one phase of the one loop) on featurised examples.
 
     ``s.batch_size`` is the global batch; each micro-step sees batch_size / gradient_accumulation_steps.
     The run's checkpoints are removed at the end (the caller keeps the model); metrics.jsonl stays in
@@ -50,4 +57,4 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
                            s.output_dir / "checkpoints", len(left), ", ".join(left[:3]))
     if info.is_main:  # the learning curves, as pre-training draws them
         plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
-    return result, seconds
+    return Fit(result, seconds)

@@ -1,14 +1,10 @@
 """The GLUE recipe: ``finetune glue`` (the grid of rates and seeds on one task) and ``predict glue`` (submission files).
 
-The paper's protocol (section 4.1, appendix A.3): batch 32, 3 epochs, Adam with warm-up over the first
-10% of steps then linear decay, dropout 0.1, max_seq_length 128; pick the learning rate on dev from
-{2e-5, 3e-5, 4e-5, 5e-5}, with several restarts (seeds). ``finetune_glue`` runs one configuration by
-default and any grid of rates and seeds on request, reporting the mean and standard deviation over seeds
-of each rate and the best one.
-
-The paper's rates suit BERT-BASE/LARGE. Small models under-train with them (MiniLM at 2e-5 for 3 epochs
-stays near the majority class on RTE and CoLA), and Google tuned its BERT miniatures (Turc et al. 2019)
-over {3e-5, 5e-5, 1e-4, 3e-4}: the default rate is 1e-4 below 768 wide (``settings.default_lr``).
+The paper's protocol (section 4.1, appendix A.3): batch 32, 3 epochs, warm-up over 10% of steps then linear
+decay, max_seq_length 128, the learning rate picked on dev from {2e-5, 3e-5, 4e-5, 5e-5} with restarts.
+``finetune_glue`` runs one configuration by default and any grid on request (``sequence_grid``). The paper's
+rates suit BERT-BASE/LARGE; below 768 wide the default is 1e-4, the rate Google's BERT miniatures most often
+selected (Turc et al. 2019; ``settings.default_lr``).
 """
 
 from __future__ import annotations
@@ -20,23 +16,15 @@ import numpy as np
 from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
-from bertkit.inference.predict import for_prediction, predict
-from bertkit.outputs import atomic_write_json
-from bertkit.quantization import load_for_inference
+from bertkit.inference.predict import predict
 from bertkit.settings import GlueSettings, PredictGlueSettings, first
 from bertkit.tasks import glue
-from bertkit.tokenization import BertTokenizer
 from bertkit.training.sequence_grid import fit_sequence_classifier
+from bertkit.training.token_tasks import load_finetuned, prediction_report
 
 
 def finetune_glue(s: GlueSettings) -> dict[str, Any]:
-    """Fine-tune ``s.model_name_or_path`` on one GLUE task for every (rate, seed); returns the report (report.json).
-
-    Every run evaluates on dev after each epoch; a run's score is its final-epoch dev score. The report
-    gives each rate's mean and standard deviation over seeds and the rate with the best mean; the single
-    run with the best dev score (over all rates and seeds) is saved to ``output_dir/best`` in the Hugging
-    Face layout with its label names and tokenizer.
-    """
+    """Fine-tune ``s.model_name_or_path`` on one GLUE task for every (rate, seed) (``fit_sequence_classifier``)."""
     task = glue.get_task(s.task)
     train_examples = first(glue.read_glue(task, s.data_dir, "train"), s.max_train_samples)
     dev_examples = first(glue.read_glue(task, s.data_dir, "dev"), s.max_eval_samples)
@@ -46,13 +34,10 @@ def finetune_glue(s: GlueSettings) -> dict[str, Any]:
 def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     """Predict ``s.split`` with a fine-tuned checkpoint; write the GLUE-submission TSV (and dev scores if labelled)."""
     task = glue.get_task(s.task)
-    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
-    model = load_for_inference(BertForSequenceClassification, s.model_name_or_path)
-    expected = task.num_labels
-    if model.config.num_labels != expected:
+    model, tokenizer, precision = load_finetuned(BertForSequenceClassification, s, "glue")
+    if model.config.num_labels != task.num_labels:
         raise BertkitError(f"{s.model_name_or_path} has {model.config.num_labels} outputs but {task.name} needs "
-                           f"{expected}; is it a checkpoint fine-tuned on this task?")
-    model, precision = for_prediction(model, tokenizer, s)
+                           f"{task.num_labels}; is it a checkpoint fine-tuned on this task?")
     examples = first(glue.read_glue(task, s.data_dir, s.split), s.max_predict_samples)
     features = glue.featurize(examples, tokenizer, s.max_seq_length, task)
     logits = np.stack(predict(model, features, lambda b: collate(b, tokenizer.pad_token_id),
@@ -60,9 +45,7 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
     s.output_dir.mkdir(parents=True, exist_ok=True)
     path = glue.write_submission(task, preds.tolist(), [e.id for e in examples], s.output_dir)
-    result: dict[str, Any] = {"task": task.name, "split": s.split, "examples": len(examples), "file": str(path),
-                              **precision.record()}
+    report: dict[str, Any] = {"task": task.name, "split": s.split, "examples": len(examples), "file": str(path)}
     if s.split != "test":
-        result["scores"] = task.metric(preds, np.asarray([f["labels"] for f in features]))
-    atomic_write_json(s.output_dir / "report.json", result)
-    return result
+        report["scores"] = task.metric(preds, np.asarray([f["labels"] for f in features]))
+    return prediction_report(s, precision, report)

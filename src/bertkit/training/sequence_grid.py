@@ -1,17 +1,12 @@
-"""The (learning rate, seed) grid of sequence-classifier runs, shared by ``finetune glue`` and ``finetune classify``.
-
-Each run fine-tunes a fresh head from the same checkpoint, is scored on dev after every epoch, and the single run
-with the best dev score is saved to ``output_dir/best``; ``summarize_grid`` gives each rate's mean and standard
-deviation over seeds and the rate with the best mean (paper section 4.1 and appendix A.3: pick the rate on dev,
-with restarts).
-"""
+"""The (learning rate, seed) grid of sequence-classifier runs, each a fresh head from the same checkpoint; the rate
+is picked on dev, with restarts (paper section 4.1 and appendix A.3)."""
 
 from __future__ import annotations
 
 import logging
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,16 +29,13 @@ from bertkit.training.finetune_run import run_finetuning
 logger = logging.getLogger("bertkit")
 
 
-def _primary(task: glue.GlueTask, scores: dict[str, float]) -> float:
-    """The number the grid is selected on: the task's first GLUE metric (MCC, accuracy, F1, Pearson)."""
-    return next(iter(scores.values()))
-
-
 def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.GlueExample],
                             dev_examples: Sequence[glue.GlueExample], s: SequenceClassificationSettings,
                             ) -> dict[str, Any]:
     """The grid of (rate, seed) runs on labelled examples of ``task`` (a GLUE task or one read from users'
-    files), each scored on dev after every epoch; the best single run saved to ``output_dir/best``."""
+    files), each scored on dev after every epoch and selected on its final-epoch score (the task's first metric:
+    MCC, accuracy, F1, Pearson); the best single run saved to ``output_dir/best``. A run that diverges or whose
+    dev score is not finite is marked ``failed`` and skipped; one failure does not end the grid."""
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     train_features = glue.featurize(train_examples, tokenizer, s.max_seq_length, task)
     dev_features = glue.featurize(dev_examples, tokenizer, s.max_seq_length, task)
@@ -55,75 +47,54 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
     def scores_of(model: nn.Module) -> dict[str, float]:
         logits = np.stack(predict(model, dev_features, collate, batch_size=s.eval_batch_size, bf16=s.bf16,
                                   device=process_device(s.device)))
-        preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
-        return task.metric(preds, dev_refs)
+        return task.metric(logits[:, 0] if task.is_regression else logits.argmax(-1), dev_refs)
 
-    hidden_size = BertConfig.from_json_file(Path(s.model_name_or_path) / "config.json").hidden_size
-    lrs = s.grid(hidden_size)
+    labels = list(task.labels) if task.labels is not None else ["score"]
+    lrs = s.grid(BertConfig.from_json_file(Path(s.model_name_or_path) / "config.json").hidden_size)
     s.output_dir.mkdir(parents=True, exist_ok=True)
-    runs, best_run_score = [], -float("inf")
-    for lr in lrs:
-        for seed in s.seed:
-            record, model = _grid_run(task, lr, seed, s, train_features, collate, scores_of)
-            if record is None:  # under torchrun, rank 0 scores, saves and reports
+    runs, best_score = [], -float("inf")
+    for lr, seed in ((lr, seed) for lr in lrs for seed in s.seed):
+        torch.manual_seed(seed)  # the fresh head's initialisation depends on the seed, as in the paper's restarts
+        # A checkpoint fine-tuned for another label count (or for regression) gets a fresh head of this task's
+        # shape, as the pre-trained encoder's missing head does (both logged by from_pretrained).
+        model = BertForSequenceClassification.from_pretrained(
+            s.model_name_or_path, id2label=dict(enumerate(labels)), ignore_mismatched_sizes=True,
+            problem_type="regression" if task.is_regression else "single_label_classification")
+        record: dict[str, Any] = {"lr": lr, "seed": seed}
+        try:
+            run = run_finetuning(model, train_features, collate,
+                                 s.training(output_dir=s.output_dir / "runs" / f"lr{lr:g}-seed{seed}",
+                                            learning_rate=lr, seed=seed),
+                                 scores_of, {"model": str(s.model_name_or_path), "task": task.name}, s.resume)
+        except NonFiniteError as e:
+            record.update(dev=None, failed=str(e))
+        else:
+            if not current().is_main:  # under torchrun, rank 0 scores, saves and reports
                 continue
-            runs.append(record)
-            if record.get("failed"):
-                continue
-            primary = _primary(task, record["dev"])
-            if primary > best_run_score:
-                best_run_score = primary
-                _save_best(model, tokenizer, task, s.output_dir / "best", record)
+            score = run.result.last_eval or {}
+            record.update(dev=score, per_epoch=run.per_epoch, steps=run.result.step)
+            primary = next(iter(score.values()), float("nan"))
+            if not math.isfinite(primary):
+                record["failed"] = f"dev {next(iter(score), 'score')} is {primary} (not finite): no score"
+        runs.append(record)
+        if record.get("failed"):
+            logger.warning("%s lr=%g seed=%d failed: %s", task.name, lr, seed, record["failed"])
+            continue
+        logger.info("%s lr=%g seed=%d dev=%s", task.name, lr, seed, score)
+        if primary > best_score:
+            best_score = primary
+            # Which inputs the model was trained on, for `bertkit predict` to refuse a file of pairs it is not
+            # told about (config.json keeps the key; transformers ignores it).
+            model.config.extra["text_pair"] = len(task.text_columns) == 2
+            model.save_pretrained(s.output_dir / "best")
+            tokenizer.save_pretrained(s.output_dir / "best")
+            atomic_write_json(s.output_dir / "best" / "training_run.json", record)
     if not current().is_main:
         return {}
     report = summarize_grid(task, runs)
     report.update(task=task.name, model=str(s.model_name_or_path), settings={**s.as_dict(), "learning_rate": lrs})
     atomic_write_json(s.output_dir / "report.json", report)
     return report
-
-
-def _grid_run(task: glue.GlueTask, lr: float, seed: int, s: SequenceClassificationSettings,
-              train_features: Sequence[dict], collate: Callable[[list], dict],
-              scores_of: Callable[[nn.Module], dict[str, float]]) -> tuple[dict[str, Any] | None, nn.Module]:
-    """One (rate, seed) run of the grid: its record (marked ``failed`` when it diverged or its dev score is not
-    finite) and the fine-tuned model; the record is None on ranks other than 0 of a run that did not fail."""
-    labels = list(task.labels) if task.labels is not None else ["score"]
-    torch.manual_seed(seed)  # the fresh head's initialisation depends on the seed, as in the paper's restarts
-    # A checkpoint fine-tuned for another label count (or for regression) gets a fresh head of this task's
-    # shape, as the pre-trained encoder's missing head does (both logged by from_pretrained).
-    model = BertForSequenceClassification.from_pretrained(
-        s.model_name_or_path, id2label=dict(enumerate(labels)), ignore_mismatched_sizes=True,
-        problem_type="regression" if task.is_regression else "single_label_classification")
-    run = s.training(output_dir=s.output_dir / "runs" / f"lr{lr:g}-seed{seed}", learning_rate=lr, seed=seed)
-    try:
-        result, _ = run_finetuning(model, train_features, collate, run, scores_of,
-                                   {"model": str(s.model_name_or_path), "task": task.name}, s.resume)
-    except NonFiniteError as e:  # one diverged run does not end the grid; it is skipped and reported
-        logger.warning("%s lr=%g seed=%d failed: %s", task.name, lr, seed, e)
-        return {"lr": lr, "seed": seed, "dev": None, "failed": str(e)}, model
-    if not current().is_main:
-        return None, model
-    per_epoch = [{k: v for k, v in r.items() if k not in ("split",)} for r in result.history
-                 if r["split"] == "eval"]
-    score = result.last_eval or {}
-    record = {"lr": lr, "seed": seed, "dev": score, "per_epoch": per_epoch, "steps": result.step}
-    primary = _primary(task, score) if score else float("nan")
-    if not math.isfinite(primary):
-        record["failed"] = f"dev {next(iter(score), 'score')} is {primary} (not finite): no score"
-        logger.warning("%s lr=%g seed=%d: %s", task.name, lr, seed, record["failed"])
-        return record, model
-    logger.info("%s lr=%g seed=%d dev=%s", task.name, lr, seed, score)
-    return record, model
-
-
-def _save_best(model: nn.Module, tokenizer: BertTokenizer, task: glue.GlueTask, best_dir: Path,
-               record: dict[str, Any]) -> None:
-    # Which inputs the model was trained on, for `bertkit predict` to refuse a file of pairs it is not told
-    # about (config.json keeps the key; transformers ignores it).
-    model.config.extra["text_pair"] = len(task.text_columns) == 2
-    model.save_pretrained(best_dir)
-    tokenizer.save_pretrained(best_dir)
-    atomic_write_json(best_dir / "training_run.json", record)
 
 
 def summarize_grid(task: glue.GlueTask, runs: list[dict]) -> dict[str, Any]:

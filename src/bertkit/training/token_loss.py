@@ -28,12 +28,8 @@ def target_count(batch: Batch) -> int | None:
 def step_targets(plan: BatchPlan, epoch: int, batch: int, accum: int, first: Batch, device: str) -> int | None:
     """The labelled tokens of a whole optimiser step: the ``accum`` micro-batches from (epoch, batch) on, every
     rank's, of which ``first`` (this rank's micro-batch at (epoch, batch)) is in hand; None for per-sequence losses.
-
-    A token-averaged loss must be divided by this global count, not averaged per micro-batch: when the
-    micro-batches of a step (accumulation, or processes) hold different numbers of targets, a mean of means
-    gives the tokens of a sparse micro-batch more weight, and 2 x 16 would not train as 1 x 32. The later
-    micro-batches are collated once more here, for their labels (what transformers' Trainer reads ahead for
-    ``num_items_in_batch`` too); the count of the step's ranks is one all-reduce."""
+    The later micro-batches are collated once more here for their labels (transformers' Trainer reads ahead for
+    ``num_items_in_batch`` too); the ranks' counts are summed in one all-reduce."""
     count = target_count(first)
     if count is None:
         return None

@@ -1,23 +1,13 @@
-"""Fine-tuning recipes for the token-level and span tasks: NER, SQuAD v1.1/v2.0, SWAG.
+"""Fine-tuning recipes for the token-level and span tasks: NER, SQuAD v1.1/v2.0, SWAG, and their predict commands.
 
-Each recipe has the shape of ``glue_recipe.finetune_glue``: read and featurize with ``bertkit.tasks``,
-build the head, run ONE phase of the one training loop (``training.loop.train``), evaluate with the
-task's official-equivalent scorer, save the model in the Hugging Face layout (label names in
-``id2label``) with its tokenizer under ``out_dir/model``, write predictions, and return a report that
-is also written to ``out_dir/report.json``.
+Each recipe reads and featurizes with ``bertkit.tasks``, trains the head through the one fit path
+(``finetune_run.run_finetuning``), scores with the task's official-equivalent scorer, saves the model in the Hugging Face
+layout (label names in ``id2label``) with its tokenizer under ``out_dir/model``, writes predictions, and returns a
+report that is also written to ``out_dir/report.json``. ``predict ner|squad|swag`` run a fine-tuned checkpoint
+through the same prediction and scoring code.
 
-The paper's settings (Devlin et al. 2018) are the defaults where it states them:
-- CoNLL-2003 NER (section 5.3): tag of each word read at its first WordPiece, no CRF; the paper gives
-  no NER hyper-parameters beyond its fine-tuning grid, so batch 32, 3 epochs, max_seq_length 128.
-- SQuAD v1.1 (section 4.2): 3 epochs, lr 5e-5, batch 32; windows 384 tokens, stride 128, questions of
-  at most 64 tokens (run_squad.py); n-best 20, answers of at most 30 tokens.
-- SQuAD v2.0 (section 4.3): 2 epochs, lr 5e-5, batch 48; the null-answer threshold is the one that
-  maximises F1 on the predicted file (``best_f1_thresh``): the paper "selected on the dev set", which
-  makes the reported dev score optimistic, and the report says so.
-- SWAG (section 4.4): 3 epochs, lr 2e-5, batch 16.
-
-The paper's learning rates suit BERT-BASE/LARGE; models narrower than 768 default to 1e-4 (the rate
-Google's BERT miniatures most often selected, Turc et al. 2019). Any rate can be given.
+The defaults are the paper's settings where it states them (sections 4.2-4.4 and 5.3), listed with the rest in
+docs/token-tasks.md.
 """
 
 from __future__ import annotations
@@ -40,7 +30,9 @@ from bertkit.inference.predict import EVAL_BATCH_SIZE, for_prediction, predict
 from bertkit.outputs import atomic_write, atomic_write_json
 from bertkit.quantization import load_for_inference
 from bertkit.settings import (
+    FinetuneSettings,
     NerSettings,
+    PredictBenchmarkSettings,
     PredictNerSettings,
     PredictSquadSettings,
     PredictSwagSettings,
@@ -53,7 +45,6 @@ from bertkit.tasks.metrics import to_fractions
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distributed import current, process_device
 from bertkit.training.finetune_run import run_finetuning
-from bertkit.training.loop import TrainResult
 
 logger = logging.getLogger("bertkit")
 
@@ -62,39 +53,58 @@ N_BEST_SIZE = 20
 MAX_ANSWER_LENGTH = 30
 NULL_THRESHOLD = 0.0
 
-def _per_epoch(result: TrainResult) -> list[dict]:
-    return [{k: v for k, v in r.items() if k != "split"} for r in result.history if r["split"] == "eval"]
+
+def _outputs(model: nn.Module, features: Sequence[dict], pad_id: int, batch_size: int, bf16: bool, device: str,
+             output: Callable[[Any], torch.Tensor] = lambda o: o.logits) -> list[np.ndarray]:
+    return predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16, device=device,
+                   output=output)
 
 
-def _fit(cls: type[nn.Module], s: NerSettings | SquadSettings | SwagSettings, features: Sequence[dict], pad: int,
-         evaluate: Callable[[nn.Module], dict[str, float]] | None, task: str,
-         **model_kwargs: Any) -> tuple[nn.Module, dict[str, Any]] | None:
-    """The head ``cls`` on the checkpoint, trained on ``features`` (one phase of the one loop); the model and the
-    report's training part, or None on the ranks but 0 of a torchrun (rank 0 predicts, saves and reports)."""
+def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequence[dict], evaluate, task: str,
+              finish: Callable[[nn.Module, BertTokenizer, dict], dict], tokenizer: BertTokenizer, subset: str,
+              **model_kwargs: Any) -> dict[str, Any]:
+    """Train the head ``cls`` (``finetune_run.run_finetuning``); on rank 0, ``finish`` adds the scores and prediction files to
+    the report, and the model is saved (HF layout, with its tokenizer) under ``output_dir/model``."""
     torch.manual_seed(s.seed)  # the fresh head's initialisation depends on the seed
     model = cls.from_pretrained(s.model_name_or_path, **model_kwargs)
     lr = s.learning_rate_for(model.config.hidden_size)
     s.output_dir.mkdir(parents=True, exist_ok=True)
-    result, seconds = run_finetuning(model, features, lambda b: collate(b, pad), s.training(learning_rate=lr),
-                                     evaluate, {"model": str(s.model_name_or_path), "task": task}, s.resume)
-    if not current().is_main:
-        return None
-    return model, {"task": task, "model": str(s.model_name_or_path), "lr": lr, "epochs": s.num_train_epochs,
-                   "batch_size": s.batch_size, "steps": result.step, "train_seconds": round(seconds, 1),
-                   "per_epoch": _per_epoch(result)}
-
-
-def _finish(model: nn.Module, tokenizer: BertTokenizer, s: Any, report: dict, files: dict, subset: str) -> dict:
-    """Save the model (HF layout, with its tokenizer) under ``output_dir/model`` and write report.json."""
+    run = run_finetuning(model, train_features, lambda b: collate(b, tokenizer.pad_token_id),
+                         s.training(learning_rate=lr), evaluate, {"model": str(s.model_name_or_path), "task": task},
+                         s.resume)
+    if not current().is_main:  # under torchrun, rank 0 predicts, saves and reports
+        return {}
+    report = {"task": task, "model": str(s.model_name_or_path), "lr": lr, "epochs": s.num_train_epochs,
+              "batch_size": s.batch_size, "steps": run.result.step, "train_seconds": round(run.seconds, 1),
+              "per_epoch": run.per_epoch}
+    files = finish(model, tokenizer, report)
     model_dir = model.save_pretrained(s.output_dir / "model")
     tokenizer.save_pretrained(model_dir)
     report.update(subset=None if s.max_train_samples is None else f"the first {subset}",
                   files={**files, "model": str(model_dir)}, settings=s.as_dict())
-    return _write_report(s.output_dir, report)
+    atomic_write_json(s.output_dir / "report.json", report)
+    return report
 
 
-def _write_report(out_dir: Path, report: dict) -> dict:
-    atomic_write_json(out_dir / "report.json", report)
+def load_finetuned(cls: type[nn.Module], s: PredictBenchmarkSettings, task: str) -> tuple[nn.Module, BertTokenizer, Any]:
+    """A checkpoint fine-tuned for ``task``, ready to predict (``for_prediction``), its tokenizer and precision."""
+    from bertkit.inference.base import published_keys
+
+    path = s.model_name_or_path
+    head = "qa_outputs.weight" if cls is BertForQuestionAnswering else "classifier.weight"
+    if not (path / "config.json").is_file():
+        raise BertkitError(f"{path / 'config.json'} not found: pass the model directory a finetune {task} run wrote")
+    if head not in {k.removeprefix("bert.") for k in published_keys(path)}:
+        raise BertkitError(f"{path} has no {task} head ({head} is missing); pass a checkpoint fine-tuned with "
+                           f"`bertkit finetune {task}`")
+    tokenizer = BertTokenizer.from_pretrained(path)
+    model, precision = for_prediction(load_for_inference(cls, path), tokenizer, s)
+    return model, tokenizer, precision
+
+
+def prediction_report(s: PredictBenchmarkSettings, precision: Any, report: dict) -> dict[str, Any]:
+    report = {"model": str(s.model_name_or_path), **report, **precision.record()}
+    atomic_write_json(s.output_dir / "report.json", report)
     return report
 
 
@@ -107,22 +117,16 @@ NER_SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
 
 
 def predict_ner(model: nn.Module, sentences: Sequence[ner.NerSentence], features: Sequence[dict],
-                labels: Sequence[str], *, pad_id: int, batch_size: int = EVAL_BATCH_SIZE,
-                bf16: bool = False,
+                labels: Sequence[str], *, pad_id: int, batch_size: int = EVAL_BATCH_SIZE, bf16: bool = False,
                 device: str = "cpu") -> list[list[str]]:
     """One predicted tag per word of every sentence (read at each word's first WordPiece)."""
-    rows = predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16,
-                   device=device, output=lambda o: o.logits)
+    rows = _outputs(model, features, pad_id, batch_size, bf16, device)
     return ner.align_predictions(features, [r.argmax(-1) for r in rows], labels, num_sentences=len(sentences))
 
 
 def ner_scores(sentences: Sequence[ner.NerSentence], predicted: Sequence[Sequence[str]]) -> dict[str, Any]:
     """conlleval's overall precision/recall/F1/accuracy plus its per-type block, as fractions in [0, 1]."""
     return to_fractions(ner.conlleval([s.tags for s in sentences], predicted))
-
-
-def _flat(scores: dict[str, Any]) -> dict[str, float]:
-    return {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
 
 
 def finetune_ner(s: NerSettings) -> dict[str, Any]:
@@ -138,35 +142,46 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
     labels = ner.label_list(data["train"])  # from all of train, so a subset run keeps the same head
     feats = {split: ner.featurize_ner(sents, tokenizer, labels, s.max_seq_length)
              for split, sents in (("train", train_sentences), ("dev", data["dev"]), ("test", data["test"]))}
-    pad = tokenizer.pad_token_id
 
-    def tags_of(model: nn.Module, split: str) -> list[list[str]]:
-        return predict_ner(model, data[split], feats[split], labels, pad_id=pad, batch_size=s.eval_batch_size,
-                           bf16=s.bf16, device=process_device(s.device))
-
-    last_dev: dict[str, Any] = {}
+    def scored(model: nn.Module, split: str) -> tuple[list[list[str]], dict[str, Any]]:
+        tags = predict_ner(model, data[split], feats[split], labels, pad_id=tokenizer.pad_token_id,
+                           batch_size=s.eval_batch_size, bf16=s.bf16, device=process_device(s.device))
+        return tags, ner_scores(data[split], tags)
 
     def evaluate(model: nn.Module) -> dict[str, float]:
-        last_dev["tags"] = tags_of(model, "dev")
-        last_dev["scores"] = ner_scores(data["dev"], last_dev["tags"])
-        return _flat(last_dev["scores"])
+        scores = scored(model, "dev")[1]
+        return {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
 
-    fitted = _fit(BertForTokenClassification, s, feats["train"], pad, evaluate, "ner",
-                  id2label=dict(enumerate(labels)))
-    if fitted is None:
-        return {}
-    model, report = fitted
-    if "tags" not in last_dev:  # resumed after the final evaluation had already run: score dev again
-        evaluate(model)
-    test_tags = tags_of(model, "test")
-    test_scores = ner_scores(data["test"], test_tags)
-    files = {"dev": str(ner.write_conll(s.output_dir / "predictions_dev.txt", data["dev"], last_dev["tags"])),
-             "test": str(ner.write_conll(s.output_dir / "predictions_test.txt", data["test"], test_tags))}
-    report.update(labels=labels, train_sentences=len(train_sentences), train_features=len(feats["train"]),
-                  dev=last_dev["scores"], test=test_scores, dev_per_epoch=report.pop("per_epoch"))
-    logger.info("ner dev F1 %.4f test F1 %.4f", report["dev"]["f1"], report["test"]["f1"])
-    return _finish(model, tokenizer, s, report, files,
-                   f"{len(train_sentences)} of the {len(data['train'])} training sentences")
+    def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict) -> dict[str, str]:
+        (dev_tags, dev), (test_tags, test) = scored(model, "dev"), scored(model, "test")
+        report.update(labels=labels, train_sentences=len(train_sentences), train_features=len(feats["train"]),
+                      dev=dev, test=test, dev_per_epoch=report.pop("per_epoch"))
+        logger.info("ner dev F1 %.4f test F1 %.4f", dev["f1"], test["f1"])
+        return {"dev": str(ner.write_conll(s.output_dir / "predictions_dev.txt", data["dev"], dev_tags)),
+                "test": str(ner.write_conll(s.output_dir / "predictions_test.txt", data["test"], test_tags))}
+
+    return _finetune(BertForTokenClassification, s, feats["train"], evaluate, "ner", finish, tokenizer,
+                     f"{len(train_sentences)} of the {len(data['train'])} training sentences",
+                     id2label=dict(enumerate(labels)))
+
+
+def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
+    """Tag ``s.data_file`` with a fine-tuned checkpoint: predictions.txt (word gold pred) and conlleval scores."""
+    model, tokenizer, precision = load_finetuned(BertForTokenClassification, s, "ner")
+    names = model.config.id2label
+    if not names:
+        raise BertkitError(f"{s.model_name_or_path}/config.json has no id2label: the tag names are unknown; "
+                           "use a checkpoint written by `bertkit finetune ner`")
+    labels = [names[i] for i in range(len(names))]
+    sentences = first(ner.read_conll(s.data_file, s.tag_scheme), s.max_predict_samples)
+    # Gold tags the model does not know get ids past its outputs: featurize accepts them, none is predicted.
+    gold = sorted({t for sent in sentences for t in sent.tags} - set(labels))
+    features = ner.featurize_ner(sentences, tokenizer, labels + gold, s.max_seq_length)
+    tags = predict_ner(model, sentences, features, labels + gold, pad_id=tokenizer.pad_token_id,
+                       batch_size=s.batch_size, bf16=precision.bf16, device=precision.device)
+    path = ner.write_conll(s.output_dir / "predictions.txt", sentences, tags)
+    return prediction_report(s, precision, {"task": "ner", "data_file": str(s.data_file), "sentences": len(sentences),
+                                     "scores": ner_scores(sentences, tags), "files": {"predictions": str(path)}})
 
 
 # -------------------------------------------------------------------------------------------------
@@ -191,13 +206,12 @@ def _squad_split(s: SquadSettings, dataset: dict) -> tuple[list, list, dict | No
 
 def predict_squad(model: nn.Module, examples: Sequence[squad.SquadExample], features: Sequence[dict], *,
                   pad_id: int, version: str = "1.1", n_best_size: int = N_BEST_SIZE,
-                  max_answer_length: int = MAX_ANSWER_LENGTH,
-                  null_threshold: float = NULL_THRESHOLD,
+                  max_answer_length: int = MAX_ANSWER_LENGTH, null_threshold: float = NULL_THRESHOLD,
                   batch_size: int = EVAL_BATCH_SIZE, bf16: bool = False, device: str = "cpu"
                   ) -> tuple[squad.SquadPredictions, list[np.ndarray]]:
     """Start/end logits per window, post-processed into answers; also returns the logits for re-thresholding."""
-    rows = predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16, device=device,
-                   output=lambda o: torch.stack([o.start_logits, o.end_logits], -1))
+    rows = _outputs(model, features, pad_id, batch_size, bf16, device,
+                    output=lambda o: torch.stack([o.start_logits, o.end_logits], -1))
     return postprocess_squad(examples, features, rows, version, n_best_size, max_answer_length, null_threshold), rows
 
 
@@ -223,7 +237,7 @@ def squad_finetuning_examples(s: SquadSettings) -> tuple[list[squad.SquadExample
             bad = [e.qas_id for e in examples if e.is_impossible or not e.answers]
             if bad:
                 raise BertkitError(f"the {name} data holds {len(bad)} unanswerable questions (e.g. {bad[:3]}), "
-                                 "which SQuAD v1.1 does not have; pass version '2.0' (--version 2.0)")
+                                   "which SQuAD v1.1 does not have; pass version '2.0' (--version 2.0)")
     return train_examples, eval_examples, eval_articles, split
 
 
@@ -266,29 +280,49 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     shape = {"max_seq_length": s.max_seq_length, "doc_stride": s.doc_stride, "max_query_length": s.max_query_length}
     train_features = squad.featurize_squad(train_examples, tokenizer, **shape)
     eval_features = squad.featurize_squad(eval_examples, tokenizer, **shape)
-    pad = tokenizer.pad_token_id
+
+    def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict) -> dict[str, str]:
+        del report["per_epoch"]
+        t0 = time.perf_counter()
+        preds, rows = predict_squad(model, eval_examples, eval_features, pad_id=tokenizer.pad_token_id,
+                                    version=s.version, n_best_size=s.n_best_size,
+                                    max_answer_length=s.max_answer_length, batch_size=s.eval_batch_size,
+                                    bf16=s.bf16, device=process_device(s.device))
+        preds, scores = score_squad_finetuning(s, eval_articles, eval_examples, eval_features, preds, rows)
+        report.update(evaluated_on=split["note"] if split else f"{s.predict_file} (all {len(eval_examples)} questions)",
+                      scores=scores, split=split, predict_seconds=round(time.perf_counter() - t0, 1),
+                      train_questions=len(train_examples), train_features=len(train_features),
+                      eval_questions=len(eval_examples), eval_features=len(eval_features))
+        headline = ("exact_match", "f1") if s.version == "1.1" else ("exact", "f1")
+        logger.info("squad%s EM %.4f F1 %.4f on %s", s.version, scores[headline[0]], scores[headline[1]],
+                    report["evaluated_on"])
+        return {k: str(v) for k, v in preds.write(s.output_dir).items()}
 
     # No per-epoch evaluation: scoring ~10k questions costs a sizeable share of an epoch on a CPU.
-    fitted = _fit(BertForQuestionAnswering, s, train_features, pad, None, f"squad{s.version}")
-    if fitted is None:
-        return {}
-    model, report = fitted
-    del report["per_epoch"]
-    post = {"version": s.version, "n_best_size": s.n_best_size, "max_answer_length": s.max_answer_length}
-    t0 = time.perf_counter()
-    preds, rows = predict_squad(model, eval_examples, eval_features, pad_id=pad, batch_size=s.eval_batch_size,
-                                bf16=s.bf16, device=process_device(s.device), **post)
-    preds, scores = score_squad_finetuning(s, eval_articles, eval_examples, eval_features, preds, rows)
-    predict_seconds = time.perf_counter() - t0
-    report.update(evaluated_on=split["note"] if split else f"{s.predict_file} (all {len(eval_examples)} questions)",
-                  scores=scores, split=split, predict_seconds=round(predict_seconds, 1),
-                  train_questions=len(train_examples), train_features=len(train_features),
-                  eval_questions=len(eval_examples), eval_features=len(eval_features))
-    headline = ("exact_match", "f1") if s.version == "1.1" else ("exact", "f1")
-    logger.info("squad%s EM %.4f F1 %.4f on %s", s.version, scores[headline[0]], scores[headline[1]],
-                report["evaluated_on"])
-    return _finish(model, tokenizer, s, report, {k: str(v) for k, v in preds.write(s.output_dir).items()},
-                   f"{len(train_examples)} of the {len(all_train_examples)} training questions")
+    return _finetune(BertForQuestionAnswering, s, train_features, None, f"squad{s.version}", finish, tokenizer,
+                     f"{len(train_examples)} of the {len(all_train_examples)} training questions")
+
+
+def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
+    """Answer ``s.predict_file``: run_squad.py's prediction files, scored where the file has answers."""
+    model, tokenizer, precision = load_finetuned(BertForQuestionAnswering, s, "squad")
+    dataset = squad.load_squad(s.predict_file)
+    examples = first(squad.squad_examples(dataset["data"], source=str(s.predict_file)), s.max_predict_samples)
+    features = squad.featurize_squad(examples, tokenizer, max_seq_length=s.max_seq_length, doc_stride=s.doc_stride,
+                                     max_query_length=s.max_query_length)
+    preds, _ = predict_squad(model, examples, features, pad_id=tokenizer.pad_token_id, version=s.version,
+                             n_best_size=s.n_best_size, max_answer_length=s.max_answer_length,
+                             null_threshold=s.null_threshold, batch_size=s.batch_size, bf16=precision.bf16,
+                             device=precision.device)
+    report: dict[str, Any] = {"task": f"squad{s.version}", "predict_file": str(s.predict_file),
+                              "questions": len(examples),
+                              "files": {k: str(v) for k, v in preds.write(s.output_dir).items()}}
+    if any(e.answers or e.is_impossible for e in examples):  # gold answers given: the official scores
+        wanted = {e.qas_id for e in examples}
+        articles = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in wanted]}
+                                         for p in a["paragraphs"]]} for a in dataset["data"]]
+        report["scores"] = official_scores(s.version, articles, preds)
+    return prediction_report(s, precision, report)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -296,12 +330,10 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
 # -------------------------------------------------------------------------------------------------
 
 
-def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int,
-                 batch_size: int = EVAL_BATCH_SIZE,
+def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int, batch_size: int = EVAL_BATCH_SIZE,
                  bf16: bool = False, device: str = "cpu") -> np.ndarray:
     """(N, 4) ending scores."""
-    return np.stack(predict(model, features, lambda b: collate(b, pad_id), batch_size=batch_size, bf16=bf16,
-                            device=device, output=lambda o: o.logits))
+    return np.stack(_outputs(model, features, pad_id, batch_size, bf16, device))
 
 
 def swag_accuracy(examples: Sequence[swag.SwagExample], scores: np.ndarray) -> float | None:
@@ -312,10 +344,11 @@ def swag_accuracy(examples: Sequence[swag.SwagExample], scores: np.ndarray) -> f
 
 
 def write_swag_predictions(path: Path, examples: Sequence[swag.SwagExample], scores: np.ndarray) -> Path:
-    """predictions.jsonl: per example its CSV line, video id, the four ending scores, predicted and gold ending."""
+    """predictions.jsonl: per example its CSV line, video id, the four ending scores (unrounded: the argmax is
+    theirs), predicted and gold ending."""
     with atomic_write(path) as f:
         for ex, row in zip(examples, scores, strict=True):
-            f.write(json.dumps({"line": ex.line, "video_id": ex.video_id, "scores": [float(x) for x in row],  # unrounded: the argmax is theirs
+            f.write(json.dumps({"line": ex.line, "video_id": ex.video_id, "scores": [float(x) for x in row],
                                 "prediction": int(row.argmax()), "label": ex.label}) + "\n")
     return path
 
@@ -334,103 +367,30 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
     eval_examples = first(swag.read_swag(s.predict_file), s.max_eval_samples)
     train_features = swag.featurize_swag(train_examples, tokenizer, s.max_seq_length)
     eval_features = swag.featurize_swag(eval_examples, tokenizer, s.max_seq_length)
-    pad = tokenizer.pad_token_id
-    last: dict[str, np.ndarray] = {}
 
-    def evaluate(model: nn.Module) -> dict[str, float]:
-        last["scores"] = predict_swag(model, eval_features, pad_id=pad, batch_size=s.eval_batch_size, bf16=s.bf16,
-                                      device=process_device(s.device))
-        return {"accuracy": swag_accuracy(eval_examples, last["scores"])}
+    def scores_of(model: nn.Module) -> np.ndarray:
+        return predict_swag(model, eval_features, pad_id=tokenizer.pad_token_id, batch_size=s.eval_batch_size,
+                            bf16=s.bf16, device=process_device(s.device))
+
+    def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict) -> dict[str, str]:
+        scores = scores_of(model)
+        report.update(train_examples=len(train_examples), eval_examples=len(eval_examples),
+                      accuracy=swag_accuracy(eval_examples, scores))
+        return {"predictions": str(write_swag_predictions(s.output_dir / "predictions.jsonl", eval_examples, scores))}
 
     labelled = all(e.label is not None for e in eval_examples)
-    fitted = _fit(BertForMultipleChoice, s, train_features, pad, evaluate if labelled else None, "swag")
-    if fitted is None:
-        return {}
-    model, report = fitted
-    if "scores" not in last:
-        evaluate(model)
-    pred_path = write_swag_predictions(s.output_dir / "predictions.jsonl", eval_examples, last["scores"])
-    report.update(train_examples=len(train_examples), eval_examples=len(eval_examples),
-                  accuracy=swag_accuracy(eval_examples, last["scores"]))
-    return _finish(model, tokenizer, s, report, {"predictions": str(pred_path)},
-                   f"{len(train_examples)} of the {len(all_train)} training examples")
-
-
-# -------------------------------------------------------------------------------------------------
-# predict ner|squad|swag: a fine-tuned checkpoint over a benchmark file, through the recipes' own code
-# -------------------------------------------------------------------------------------------------
-
-
-def _checkpoint(cls: type[nn.Module], path: Path, task: str) -> tuple[nn.Module, BertTokenizer]:
-    from bertkit.inference.base import published_keys
-
-    head = {BertForTokenClassification: "classifier.weight", BertForQuestionAnswering: "qa_outputs.weight",
-            BertForMultipleChoice: "classifier.weight"}[cls]
-    if not (path / "config.json").is_file():
-        raise BertkitError(f"{path / 'config.json'} not found: pass the model directory a finetune {task} run wrote")
-    if head not in {k.removeprefix("bert.") for k in published_keys(path)}:
-        raise BertkitError(f"{path} has no {task} head ({head} is missing); pass a checkpoint fine-tuned with "
-                           f"`bertkit finetune {task}`")
-    return load_for_inference(cls, path), BertTokenizer.from_pretrained(path)
-
-
-def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
-    """Tag ``s.data_file`` with a fine-tuned checkpoint: predictions.txt (word gold pred) and conlleval scores."""
-    model, tokenizer = _checkpoint(BertForTokenClassification, s.model_name_or_path, "ner")
-    model, precision = for_prediction(model, tokenizer, s)
-    names = model.config.id2label
-    if not names:
-        raise BertkitError(f"{s.model_name_or_path}/config.json has no id2label: the tag names are unknown; "
-                           "use a checkpoint written by `bertkit finetune ner`")
-    labels = [names[i] for i in range(len(names))]
-    sentences = first(ner.read_conll(s.data_file, s.tag_scheme), s.max_predict_samples)
-    # Gold tags the model does not know get ids past its outputs: featurize accepts them, none is predicted.
-    gold = sorted({t for sent in sentences for t in sent.tags} - set(labels))
-    features = ner.featurize_ner(sentences, tokenizer, labels + gold, s.max_seq_length)
-    tags = predict_ner(model, sentences, features, labels + gold, pad_id=tokenizer.pad_token_id,
-                       batch_size=s.batch_size, bf16=precision.bf16, device=precision.device)
-    scores = ner_scores(sentences, tags)
-    path = ner.write_conll(s.output_dir / "predictions.txt", sentences, tags)
-    report = {"task": "ner", "model": str(s.model_name_or_path), "data_file": str(s.data_file),
-              "sentences": len(sentences), "scores": scores, "files": {"predictions": str(path)},
-              **precision.record()}
-    return _write_report(s.output_dir, report)
-
-
-def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
-    """Answer ``s.predict_file``: run_squad.py's prediction files, scored where the file has answers."""
-    model, tokenizer = _checkpoint(BertForQuestionAnswering, s.model_name_or_path, "squad")
-    model, precision = for_prediction(model, tokenizer, s)
-    dataset = squad.load_squad(s.predict_file)
-    examples = first(squad.squad_examples(dataset["data"], source=str(s.predict_file)), s.max_predict_samples)
-    features = squad.featurize_squad(examples, tokenizer, max_seq_length=s.max_seq_length, doc_stride=s.doc_stride,
-                                     max_query_length=s.max_query_length)
-    preds, _ = predict_squad(model, examples, features, pad_id=tokenizer.pad_token_id, version=s.version,
-                             n_best_size=s.n_best_size, max_answer_length=s.max_answer_length,
-                             null_threshold=s.null_threshold, batch_size=s.batch_size, bf16=precision.bf16,
-                             device=precision.device)
-    files = {k: str(v) for k, v in preds.write(s.output_dir).items()}
-    report: dict[str, Any] = {"task": f"squad{s.version}", "model": str(s.model_name_or_path),
-                              "predict_file": str(s.predict_file), "questions": len(examples), "files": files,
-                              **precision.record()}
-    if any(e.answers or e.is_impossible for e in examples):  # gold answers given: the official scores
-        wanted = {e.qas_id for e in examples}
-        articles = [{**a, "paragraphs": [{**p, "qas": [q for q in p["qas"] if q["id"] in wanted]}
-                                         for p in a["paragraphs"]]} for a in dataset["data"]]
-        report["scores"] = official_scores(s.version, articles, preds)
-    return _write_report(s.output_dir, report)
+    return _finetune(BertForMultipleChoice, s, train_features,
+                     (lambda m: {"accuracy": swag_accuracy(eval_examples, scores_of(m))}) if labelled else None,
+                     "swag", finish, tokenizer, f"{len(train_examples)} of the {len(all_train)} training examples")
 
 
 def predict_swag_file(s: PredictSwagSettings) -> dict[str, Any]:
     """Score the endings of ``s.predict_file``: predictions.jsonl, and accuracy when it has labels."""
-    model, tokenizer = _checkpoint(BertForMultipleChoice, s.model_name_or_path, "swag")
-    model, precision = for_prediction(model, tokenizer, s)
+    model, tokenizer, precision = load_finetuned(BertForMultipleChoice, s, "swag")
     examples = first(swag.read_swag(s.predict_file), s.max_predict_samples)
-    features = swag.featurize_swag(examples, tokenizer, s.max_seq_length)
-    scores = predict_swag(model, features, pad_id=tokenizer.pad_token_id, batch_size=s.batch_size, bf16=precision.bf16,
+    scores = predict_swag(model, swag.featurize_swag(examples, tokenizer, s.max_seq_length),
+                          pad_id=tokenizer.pad_token_id, batch_size=s.batch_size, bf16=precision.bf16,
                           device=precision.device)
     path = write_swag_predictions(s.output_dir / "predictions.jsonl", examples, scores)
-    report = {"task": "swag", "model": str(s.model_name_or_path), "predict_file": str(s.predict_file),
-              "examples": len(examples), "accuracy": swag_accuracy(examples, scores), "files": {"predictions": str(path)},
-              **precision.record()}
-    return _write_report(s.output_dir, report)
+    return prediction_report(s, precision, {"task": "swag", "predict_file": str(s.predict_file), "examples": len(examples),
+                                     "accuracy": swag_accuracy(examples, scores), "files": {"predictions": str(path)}})

@@ -8,23 +8,12 @@ Code written for transformers' Trainer runs after changing the import::
                       data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=accuracy)
     trainer.train(); trainer.evaluate(); trainer.predict(test)
 
-``TrainingArguments`` are the loop's ``TrainingSettings`` at transformers' defaults (one declaration per knob),
-so the Trainer hands them to the loop as they are and adds ``LoopHooks``: the loop does the
-optimisation (AdamW with no decay on biases and LayerNorm weights, linear warm-up and decay, clipping, bf16
-autocast, accumulation), writes ``checkpoint-N`` directories atomically (the model in the Hugging Face
-layout, the tokenizer, ``trainer_state.json`` and bertkit's ``state.pt`` with the optimiser, schedule, RNG
-states and data position) and resumes from one exactly. With ``train_sampling_strategy="random"`` (the
-default) the examples come in transformers' order for the same seed (a RandomSampler over a generator
-seeded with ``data_seed`` or ``seed`` plus the epoch, as accelerate's seedable sampler), so the same
-checkpoint trained by either library gives the same losses step by step (tests/test_trainer.py).
-
-Callbacks see transformers' events in transformers' order with its state, and every ``TrainerControl`` flag
-is honoured (the loop acts on it: ``LoopHooks``). Where it differs from transformers
-(docs/coming-from-transformers.md, "Trainer"): output_dir is claimed as the commands claim theirs (locked, its
-files recorded), and one that holds checkpoints is refused unless resuming; a run resumed with other settings,
-model or training data (``data_fingerprint``) is refused; with gradient accumulation an epoch's micro-batches
-that do not fill a step carry into the next epoch instead of making a short step; the last step is always
-logged.
+``TrainingArguments`` are the loop's ``TrainingSettings`` at transformers' defaults (one declaration per knob):
+the Trainer hands them to the loop as they are and adds ``LoopHooks`` (checkpoint-N directories with the
+tokenizer and ``trainer_state.json``, callbacks at transformers' events, ``TrainerControl`` honoured, the best
+checkpoint kept). With ``train_sampling_strategy="random"`` the examples come in transformers' order for the same
+seed, so the same checkpoint trained by either library gives the same losses step by step (tests/test_trainer.py).
+Where it differs from transformers on purpose: docs/coming-from-transformers.md, "Trainer".
 """
 
 from __future__ import annotations
@@ -92,7 +81,7 @@ class Trainer:
                  data_collator: Callable | None = None, train_dataset: Any = None, eval_dataset: Any = None,
                  processing_class: Any = None, model_init: Callable | None = None,
                  compute_metrics: Callable[[EvalPrediction], dict] | None = None,
-                 callbacks: Sequence[TrainerCallback | type] | None = None, *, tokenizer: Any = None, **unknown: Any):
+                 callbacks: Sequence[TrainerCallback | type] | None = None, **unknown: Any):
         if unknown:
             raise BertkitError(f"Trainer got arguments bertkit does not implement: {sorted(unknown)}; "
                                "see docs/coming-from-transformers.md")
@@ -100,8 +89,6 @@ class Trainer:
             raise BertkitError("model_init (hyper-parameter search) is not implemented; pass model=")
         if model is None:
             raise BertkitError("Trainer needs a model")
-        if tokenizer is not None and processing_class is not None and tokenizer is not processing_class:
-            raise BertkitError("give the tokenizer once: processing_class= (or tokenizer=, its older name)")
         self.args = args if args is not None else TrainingArguments()
         if not isinstance(self.args, TrainingArguments):
             raise BertkitError(f"args must be bertkit.TrainingArguments, got {type(self.args).__module__}."
@@ -109,7 +96,7 @@ class Trainer:
                                "TrainingArguments`")
         set_seed(self.args.seed)  # as transformers' Trainer does on creation
         self.model = model
-        self.processing_class = processing_class if processing_class is not None else tokenizer
+        self.processing_class = processing_class
         if data_collator is None:
             data_collator = (DataCollatorWithPadding(self.processing_class)
                              if self.processing_class is not None and hasattr(self.processing_class, "pad")
@@ -380,7 +367,7 @@ class Trainer:
     # -- the loop's hooks ------------------------------------------------------------------------------------
     def _evaluate_in_loop(self, module: nn.Module) -> dict[str, float]:
         return {k: v for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval")
-                for k, v in self._metrics(self._examples(dataset, what), module, prefix).items()}
+                for k, v in self._prediction_output(dataset, what, prefix, module, check=False).metrics.items()}
 
     def _loop_event(self, name: str, pos: Position) -> None:
         """The loop at one of transformers' callback points: on_<name>, with the state as transformers has it there
@@ -431,9 +418,7 @@ class Trainer:
         if isinstance(dataset, Mapping):
             return {k: v for prefix, _, part in self._eval_sets(dataset, metric_key_prefix)
                     for k, v in self.evaluate(part, ignore_keys, prefix).items()}
-        examples = self._examples(dataset, "eval_dataset")
-        self._check_batch(examples, "eval_dataset", need_labels=False)
-        metrics = self._metrics(examples, self.model, metric_key_prefix)
+        metrics = self._prediction_output(dataset, "eval_dataset", metric_key_prefix).metrics
         if self.state.epoch is not None:
             metrics["epoch"] = self.state.epoch  # transformers returns it among the metrics
         self.log(metrics)
@@ -443,18 +428,20 @@ class Trainer:
     def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None,
                 metric_key_prefix: str = "test") -> PredictionOutput:
         """Logits (numpy, rows in the dataset's order), the labels when the data has them, and the metrics."""
-        examples = self._examples(test_dataset, "test_dataset")
-        self._check_batch(examples, "test_dataset", need_labels=False)
-        t0 = time.perf_counter()
-        preds, labels, loss = self._predictions(examples)
-        metrics = self._score(preds, labels, loss, len(examples), time.perf_counter() - t0, metric_key_prefix)
-        self._event("on_predict", metrics=metrics)
-        return PredictionOutput(preds, labels, metrics)
+        output = self._prediction_output(test_dataset, "test_dataset", metric_key_prefix)
+        self._event("on_predict", metrics=output.metrics)
+        return output
 
-    def _metrics(self, examples: Sequence, module: nn.Module, prefix: str) -> dict[str, float]:
+    def _prediction_output(self, dataset: Any, what: str, prefix: str, module: nn.Module | None = None,
+                           check: bool = True) -> PredictionOutput:
+        """The one evaluation of evaluate(), predict() and the loop's evaluations: predictions, labels, metrics."""
+        examples = self._examples(dataset, what)
+        if check:
+            self._check_batch(examples, what, need_labels=False)
         t0 = time.perf_counter()
         preds, labels, loss = self._predictions(examples, module)
-        return self._score(preds, labels, loss, len(examples), time.perf_counter() - t0, prefix)
+        return PredictionOutput(preds, labels, self._score(preds, labels, loss, len(examples),
+                                                           time.perf_counter() - t0, prefix))
 
     def _score(self, preds: Any, labels: Any, loss: float | None, n: int, seconds: float,
                prefix: str) -> dict[str, float]:
@@ -505,15 +492,15 @@ class Trainer:
                                                   self.args.per_device_eval_batch_size),
                          pad=self._collate, device=self.device, bf16=self.args.bf16, model=module, gather=True)
         order = np.argsort(np.asarray([i for idx, _ in parts for i in idx], dtype=np.int64), kind="stable")
-        outputs = [p[0] for _, p in parts]
-        labels = [p[1] for _, p in parts if p[1]]
+
+        def columns(batches: list[list[np.ndarray]]) -> Any:
+            """Each batch's arrays joined column by column, in row order: one array, or a tuple of several."""
+            joined = [_concat([b[j] for b in batches])[order] for j in range(len(batches[0]))] if batches else []
+            return None if not joined else joined[0] if len(joined) == 1 else tuple(joined)
+
         loss_sum, loss_n = sum(p[2] for _, p in parts), sum(p[3] for _, p in parts)
-        columns = [_concat([o[j] for o in outputs])[order] for j in range(len(outputs[0]))] if outputs else []
-        preds = columns[0] if len(columns) == 1 else tuple(columns)
-        label_columns = [_concat([row[j] for row in labels])[order] for j in range(len(labels[0]))] if labels else []
-        label_ids = (None if not labels else label_columns[0] if len(label_columns) == 1
-                     else tuple(label_columns))
-        return preds, label_ids, (loss_sum / loss_n if loss_n else None)
+        return (columns([p[0] for _, p in parts]), columns([p[1] for _, p in parts if p[1]]),
+                loss_sum / loss_n if loss_n else None)
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""
