@@ -14,7 +14,7 @@ import pytest
 
 from bertkit import __version__
 from bertkit import settings as st
-from bertkit.cli import COMMANDS, FAMILIES, build_parser, build_settings, main, normalize_argv, tokenizer_dir
+from bertkit.cli import COMMANDS, build_parser, build_settings, main, normalize_argv, tokenizer_dir
 from bertkit.settings.fields import on_command_line
 
 
@@ -25,10 +25,10 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def _all_commands() -> list[tuple[str, argparse.ArgumentParser, type]]:
     top = _subparsers(build_parser())
-    out = [(name, top[name], cls) for name, (_, cls, _) in COMMANDS.items()]
-    for family, tasks in FAMILIES.items():
-        sub = _subparsers(top[family])
-        out += [(f"{family} {task}", sub[task], cls) for task, (_, cls, _) in tasks.items()]
+    out = []
+    for name, command in COMMANDS.items():
+        family, _, task = name.partition(" ")
+        out.append((name, _subparsers(top[family])[task] if task else top[name], command.settings))
     return out
 
 
@@ -60,16 +60,15 @@ def test_every_commands_help_renders():
 def test_every_settings_field_is_reachable_from_the_command_line(name, parser, cls):
     dests = {a.dest for a in parser._actions}
     for f in dataclasses.fields(cls):
-        if on_command_line(cls, f):
+        if on_command_line(f):
             assert f.name in dests, f"{name}: settings field {f.name} has no flag"
 
 
 def _settings(argv: list[str]):
     argv = normalize_argv(argv)
     args = build_parser().parse_args(argv)
-    table = FAMILIES[args.command] if args.command in FAMILIES else COMMANDS
-    _, cls, _ = table[args.family] if args.command in FAMILIES else table[args.command]
-    return build_settings(cls, args)
+    name = f"{args.command} {args.family}" if "family" in vars(args) else args.command
+    return build_settings(COMMANDS[name].settings, args)
 
 
 def test_trainer_names_parse_to_the_right_fields(tmp_path):
@@ -154,26 +153,6 @@ def test_settings_file_values_are_type_checked(tmp_path, capsys):
     assert (glue.learning_rate, glue.seed) == (st.PAPER_GRID, (1, 2))
 
 
-def test_a_settings_file_names_a_setting_as_its_flag_does(tmp_path, capsys):
-    """--model and --out are aliases of model_name_or_path and output_dir on the command line; a settings file
-    takes the same names (it said "unknown settings ['model']"), and refuses both names of one setting."""
-    cfg = tmp_path / "run.json"
-    cfg.write_text(json.dumps({"model": "m", "out": "o", "data_dir": "d"}))
-    s = _settings(["finetune", "ner", "--config", str(cfg)])
-    assert (s.model_name_or_path, s.output_dir, s.data_dir) == (Path("m"), Path("o"), Path("d"))
-    cfg.write_text(json.dumps({"model": "m", "model_name_or_path": "n", "out": "o", "data_dir": "d"}))
-    assert main(["finetune", "ner", "--config", str(cfg)]) == 2
-    assert f"--config {cfg}: model and model_name_or_path are the same setting; give it once" in capsys.readouterr().err
-
-
-def test_yaml_settings_file(tmp_path):
-    pytest.importorskip("yaml")
-    cfg = tmp_path / "run.yaml"
-    cfg.write_text("data: d\nvocab: v\noutput-dir: o\nmax_steps: 7\nlearning_rate: 5.0e-4\n")
-    s = _settings(["pretrain", "--config", str(cfg), "--max-steps", "9"])
-    assert (s.max_steps, s.learning_rate, s.output_dir) == (9, 5e-4, Path("o"))
-
-
 @pytest.mark.parametrize("argv,message", [
     (["train-tokenizer", "a.txt", "--out", "o", "--vocab-size", "0"], "vocab_size must be at least 1, got 0"),
     (["train-tokenizer", "a.txt", "--out", "o", "--workers", "0"], "num_workers must be at least 1, got 0"),
@@ -186,6 +165,8 @@ def test_yaml_settings_file(tmp_path):
     (["demo", "--steps", "0"], "steps must be at least 1, got 0"),
     (["finetune", "squad", "--predict-file", "p", "--model", "m", "--out", "o", "--doc-stride", "0"],
      "doc_stride must be at least 1, got 0"),
+    (["finetune", "squad", "--predict-file", "p", "--model", "m", "--out", "o", "--max-seq-length", "0"],
+     "max_seq_length must be at least 1, got 0"),  # squad's own default once dropped the shared field's check
 ])
 def test_every_settings_class_validates_itself(argv, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -274,7 +255,7 @@ HIDDEN_FIELDS = {
 
 @pytest.mark.parametrize("name,parser,cls", ALL, ids=[c[0] for c in ALL])
 def test_only_known_fields_are_hidden_from_the_command_line(name, parser, cls):
-    hidden = {f.name for f in dataclasses.fields(cls) if not on_command_line(cls, f)}
+    hidden = {f.name for f in dataclasses.fields(cls) if not on_command_line(f)}
     assert hidden <= set(HIDDEN_FIELDS), f"{name}: {sorted(hidden - set(HIDDEN_FIELDS))} have no flag"
 
 

@@ -119,7 +119,7 @@ def test_predict_refuses_non_finite_outputs_naming_the_first_bad_row():
     ("learning_rate", 0.0, "learning_rate must be a finite positive number, got 0.0"),
     ("warmup_ratio", float("nan"), r"warmup_ratio must be in \[0, 1\), got nan"),
     ("warmup_ratio", 1.0, r"warmup_ratio must be in \[0, 1\), got 1.0"),
-    ("warmup_steps", -1, "warmup_steps must be >= 0, got -1"),
+    ("warmup_steps", -1, "warmup_steps must be a finite non-negative number, got -1"),
     ("weight_decay", -0.01, "weight_decay must be a finite non-negative number, got -0.01"),
     ("weight_decay", float("inf"), "weight_decay must be a finite non-negative number, got inf"),
     ("adam_beta1", 1.0, r"adam_beta1 must be in \[0, 1\), got 1.0"),
@@ -127,7 +127,7 @@ def test_predict_refuses_non_finite_outputs_naming_the_first_bad_row():
     ("adam_epsilon", 0.0, "adam_epsilon must be a finite positive number, got 0.0"),
     ("max_grad_norm", float("nan"), "max_grad_norm must be a finite non-negative number, got nan"),
     ("max_grad_norm", -1.0, "max_grad_norm must be a finite non-negative number, got -1.0"),
-    ("skip_nonfinite", -1, "skip_nonfinite must be >= 0, got -1"),
+    ("skip_nonfinite", -1, "skip_nonfinite must be a finite non-negative number, got -1"),
     ("num_train_epochs", float("inf"), "num_train_epochs must be a finite positive number, got inf"),
 ])
 def test_hyper_parameters_are_checked_before_any_work(tmp_path, field, value, message):

@@ -435,11 +435,11 @@ import bertkit.cli as cli
 waiting, go = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 resolve = cli._resolve_device
 
-def slow(s):  # as torch's import on a busy machine: seconds between the command's start and its claim
+def slow(*args):  # as a busy machine: seconds between the command's start and its claim
     waiting.touch()
     while not go.exists():
         time.sleep(0.02)
-    return resolve(s)
+    return resolve(*args)
 
 cli._resolve_device = slow
 sys.exit(cli.main(sys.argv[3:]))

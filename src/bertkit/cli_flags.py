@@ -1,10 +1,7 @@
 """Command-line flags derived from settings dataclasses: one field, one flag.
 
-``learning_rate`` -> ``--learning-rate`` (underscores accepted too), help from the field's docstring, the
-default shown, choices from ``Literal`` types, values checked against the field's type with the field named
-in the error. ``--config FILE`` (JSON, or YAML when PyYAML is installed) holds the same fields; flags given
-on the command line win. ``bertkit.cli`` declares the commands; this module only turns classes into parsers
-and parsed flags back into settings objects.
+``learning_rate`` -> ``--learning-rate`` (underscores accepted too), help from the field's docstring, the default
+shown, choices from ``Literal`` types. ``--config FILE`` (JSON) holds the same fields; flags on the command line win.
 """
 
 from __future__ import annotations
@@ -114,7 +111,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
 
     for f in sorted(dataclasses.fields(cls), key=order):
         meta = f.metadata
-        if not on_command_line(cls, f):
+        if not on_command_line(f):
             continue
         convert, choices, many = _converter(hints[f.name], meta.get("parse"))
         default = f.default if f.default is not dataclasses.MISSING else (
@@ -139,12 +136,12 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
     if "--config" in {a for f in dataclasses.fields(cls) for a in f.metadata.get("aliases", ())}:
         return  # the command has its own --config (convert-tf-checkpoint's bert_config.json)
     parser.add_argument("--config", dest="_config_file", type=Path, default=argparse.SUPPRESS, metavar="FILE",
-                        help="a JSON (or YAML) file of these settings; flags on the command line win")
+                        help="a JSON file of these settings; flags on the command line win")
 
 
 def read_settings_file(path: Path) -> dict[str, Any]:
     if path.is_dir():
-        raise BertkitError(f"--config {path} is a directory; give the JSON or YAML file of settings")
+        raise BertkitError(f"--config {path} is a directory; give the JSON file of settings")
     if not path.is_file():
         raise MissingFileError(f"--config {path}: no such settings file (pretrain's model shape is --config-name)")
     try:
@@ -152,26 +149,12 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise BertkitError(f"--config {path} is not UTF-8 text (byte {e.start}: {e.object[e.start:e.start + 1]!r}); "
                            "save it as UTF-8") from None
-    if path.suffix in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError:
-            raise BertkitError(f"--config {path}: reading YAML needs PyYAML: pip install pyyaml "
-                               "(or write the same settings as JSON)") from None
-        try:
-            values = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise BertkitError(f"--config {path}: not valid YAML ({' '.join(str(e).split())})") from None
-    else:
-        try:
-            values = json.loads(text, object_pairs_hook=functools.partial(_unique_keys, path))
-        except json.JSONDecodeError as e:
-            raise BertkitError(f"--config {path}: not valid JSON ({e})") from None
+    try:
+        values = json.loads(text, object_pairs_hook=functools.partial(_unique_keys, path))
+    except json.JSONDecodeError as e:
+        raise BertkitError(f"--config {path}: not valid JSON ({e})") from None
     if not isinstance(values, dict):
-        raise BertkitError(f"--config {path}: expected a mapping of setting names to values")
-    odd = [k for k in values if not isinstance(k, str)]
-    if odd:
-        raise BertkitError(f"--config {path}: setting names are words, got {odd[0]!r}; write name: value")
+        raise BertkitError(f"--config {path}: expected a JSON object of setting names to values")
     return {k.replace("-", "_"): v for k, v in values.items()}
 
 
@@ -191,15 +174,7 @@ def build_settings(cls: type, args: argparse.Namespace) -> Any:
     values: dict[str, Any] = {}
     if "_config_file" in vars(args):
         values = read_settings_file(args._config_file)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    # a file may name a setting as its flag does (model for --model, out for --out), as the command line can
-    aliases = {a[2:].replace("-", "_"): f.name for f in fields.values() for a in f.metadata.get("aliases", ())
-               if a.startswith("--") and a[2:].replace("-", "_") not in fields}
-    for alias in [k for k in values if k in aliases]:
-        if aliases[alias] in values:
-            raise BertkitError(f"--config {args._config_file}: {alias} and {aliases[alias]} are the same setting; "
-                               "give it once")
-        values[aliases[alias]] = values.pop(alias)
+    fields = {f.name: f for f in dataclasses.fields(cls) if on_command_line(f)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise BertkitError(f"--config {args._config_file}: unknown settings {unknown}; known: {sorted(fields)}")
@@ -222,7 +197,7 @@ def build_settings(cls: type, args: argparse.Namespace) -> Any:
                                f"{_describe(hints[name])}{grid}")
         values[name] = value
     values.update(given)
-    missing = [_flag_name(n) for n, f in fields.items() if n not in values and on_command_line(cls, f)
+    missing = [_flag_name(n) for n, f in fields.items() if n not in values
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise BertkitError(f"missing required setting(s) {', '.join(missing)} (on the command line or in --config)")

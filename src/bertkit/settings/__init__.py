@@ -1,15 +1,9 @@
-"""Every command's settings, each defined once: one typed tree from which the command line is derived.
+"""Every command's settings, each field declared once: its flag, config-file key and help (its attribute docstring)
+come from it (``bertkit.cli_flags``), and ``bertkit.TrainingArguments`` from ``training.TrainingSettings``.
 
-The command line (``bertkit.cli``) turns each field into one flag, its attribute docstring into the help, and
-its default into the shown default, so a default is written here and nowhere else. ``fields`` holds the one
-field helper (``flag``: flag spellings, the field's check, the commands it is a flag of and, for a training knob,
-transformers' default), the checks and the field groups several commands share; ``training``, ``inference`` and
-``data`` hold the commands' settings. ``training.TrainingSettings`` declares every knob of the training loop once:
-``bertkit.TrainingArguments`` is derived from it. Every public name is importable from here.
-
-Why not jsonargparse, tyro or simple-parsing: they do this well, but the core depends on torch, numpy,
-safetensors and tqdm only, and the generator bertkit needs (dataclass field -> argparse flag) is one
-module, ``bertkit.cli_flags``. Nothing here imports torch: ``bertkit --help`` stays fast.
+``fields`` holds the field helper ``flag``, the checks and the field groups several commands share; ``training``,
+``inference`` and ``data`` the commands' settings. Nothing here imports torch: ``bertkit --help`` stays fast.
+(jsonargparse or tyro would generate the flags too, but the core depends on torch, numpy, safetensors and tqdm only.)
 """
 
 from __future__ import annotations
@@ -21,19 +15,10 @@ from bertkit.settings.data import (
 )
 from bertkit.settings.fields import (
     LR_SCHEDULES,
-    MINIATURE_GRID,
     PAPER_GRID,
-    SMALL_MODEL_LR,
-    Int8Settings,
-    OverwriteSettings,
-    ProgressSettings,
-    SquadWindowSettings,
     checkpoint_fields,
-    coerce_paths,
     default_lr,
-    flag,
     parse_lr_grid,
-    parse_one_lr,
     resume_fingerprint,
 )
 from bertkit.settings.inference import (
@@ -50,7 +35,6 @@ from bertkit.settings.inference import (
     ServeSettings,
 )
 from bertkit.settings.training import (
-    SQUAD_PAPER,
     STUDY_COMBINATIONS,
     ClassifySettings,
     DemoSettings,
@@ -76,11 +60,8 @@ __all__ = [
     "ExtractSettings",
     "FinetuneSettings",
     "GlueSettings",
-    "Int8Settings",
     "LR_SCHEDULES",
-    "MINIATURE_GRID",
     "NerSettings",
-    "OverwriteSettings",
     "PAPER_GRID",
     "PredictBenchmarkSettings",
     "PredictFileSettings",
@@ -90,24 +71,17 @@ __all__ = [
     "PredictSwagSettings",
     "QuantizeSettings",
     "PretrainSettings",
-    "ProgressSettings",
-    "SMALL_MODEL_LR",
-    "SQUAD_PAPER",
     "STUDY_COMBINATIONS",
     "SequenceClassificationSettings",
     "ServeSettings",
     "SquadSettings",
-    "SquadWindowSettings",
     "StudySettings",
     "SwagSettings",
     "TokenizerSettings",
     "TrainingSettings",
     "checkpoint_fields",
-    "coerce_paths",
     "default_lr",
     "first",
-    "flag",
     "parse_lr_grid",
-    "parse_one_lr",
     "resume_fingerprint",
 ]

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Literal
 
 from bertkit.data.config import PretrainingConfig
-from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
     OverwriteSettings,
     ProgressSettings,
-    _at_least_one,
-    coerce_paths,
+    Settings,
+    at_least_one,
     flag,
+    nonempty,
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -26,26 +26,20 @@ from bertkit.settings.fields import (
 class TokenizerSettings(OverwriteSettings, ProgressSettings):
     """Learn a WordPiece vocabulary (the algorithm of tokenizers' WordPieceTrainer)."""
 
-    files: list[Path] = flag(positional=True)
+    files: list[Path] = flag(positional=True, check=nonempty)
     """Raw text files."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for vocab.txt and tokenizer_config.json."""
-    vocab_size: int = 30522
+    vocab_size: int = flag(30522, check=at_least_one)
     """Entries in the vocabulary, special tokens included (BERT's is 30,522)."""
-    min_frequency: int = 2
+    min_frequency: int = flag(2, check=at_least_one)
     """Stop merging when the best pair occurs fewer times than this."""
     cased: bool = False
     """Keep case and accents (default: lower-case and strip accents, as uncased BERT)."""
     errors: Literal["strict", "replace"] = "strict"
     """Non-UTF-8 bytes: stop naming file and line (strict), or replace them with U+FFFD."""
-    num_workers: int = flag(2, aliases=("--workers",))
+    num_workers: int = flag(2, aliases=("--workers",), check=at_least_one)
     """Processes counting words."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        if not self.files:
-            raise BertkitError("files: give at least one text file to learn the vocabulary from")
-        _at_least_one(self, "vocab_size", "min_frequency", "num_workers")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,13 +47,13 @@ class CreateDataSettings(PretrainingConfig):
     """Documents -> masked-LM + next-sentence instances, sharded and memory-mapped. The fields inherited from
     PretrainingConfig decide the output bytes (they are stored in the manifest); these decide how to run."""
 
-    files: list[Path] = flag(positional=True)
+    files: list[Path] = flag(positional=True, check=nonempty)
     """Text files: one sentence per line with blank lines between documents (google's format), or prose."""
     vocab: Path
     """The tokenizer: its directory (vocab.txt + tokenizer_config.json) or its vocab.txt."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the shards and manifest.json."""
-    num_workers: int = flag(2, aliases=("--workers",))
+    num_workers: int = flag(2, aliases=("--workers",), check=at_least_one)
     """Processes creating instances."""
     # Not from OverwriteSettings: a frozen dataclass (as PretrainingConfig is) cannot inherit a non-frozen one.
     overwrite: bool = False
@@ -69,9 +63,7 @@ class CreateDataSettings(PretrainingConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.files:
-            raise BertkitError("files: give at least one text file to make instances from")
-        _at_least_one(self, "num_workers")
+        Settings.__post_init__(self)  # a frozen dataclass cannot inherit Settings; its checks all the same
 
     def pretraining_config(self) -> PretrainingConfig:
         return PretrainingConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PretrainingConfig)})
@@ -83,6 +75,3 @@ class DownloadSettings(OverwriteSettings):
 
     output_dir: Path = flag(positional=True)
     """Directory to unpack the checkpoint into."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)

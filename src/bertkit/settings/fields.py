@@ -1,9 +1,8 @@
-"""Validation helpers and the field groups several commands share, each declared once.
+"""The one field helper, the one validation every settings class runs, and the field groups several commands share.
 
-``flag`` is the one field helper: extra flag spellings, a positional argument, a parser of its own.
-``coerce_paths`` makes every field typed ``Path`` a Path, read from the type hints. The mixins
-(``OverwriteSettings``, ``ProgressSettings``, ``Int8Settings``) carry one field group each, so its help is
-written once.
+``flag`` declares a field's details (flag spellings, a parser, its ``check``); ``Settings`` checks every field when
+an object is built (each Path made a Path, each value of its declared type, then each field's ``check``). The
+mixins (``OverwriteSettings``, ``ProgressSettings``, ``Int8Settings``) carry one field group each.
 """
 
 from __future__ import annotations
@@ -26,9 +25,8 @@ from bertkit.errors import BertkitError
 
 
 def coerce_paths(settings: Any) -> None:
-    """Every field typed ``Path``, ``Path | None`` or ``list[Path]`` made a Path, whatever the caller passed (a str
-    from Python or from --config JSON): one place, read from the type hints, instead of a line per field."""
-    for name, kind in _path_fields(type(settings)).items():
+    """Every field typed ``Path``, ``Path | None`` or ``list[Path]`` made a Path (a str from Python or JSON)."""
+    for name, kind in path_fields(type(settings)).items():
         value = getattr(settings, name)
         if value is None:
             continue
@@ -37,7 +35,7 @@ def coerce_paths(settings: Any) -> None:
 
 
 @functools.cache
-def _path_fields(cls: type) -> dict[str, str]:
+def path_fields(cls: type) -> dict[str, str]:
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
@@ -57,11 +55,9 @@ SMALL_MODEL_LR = 1e-4  # the rate the miniatures most often selected
 
 
 def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """What a resumed run must share with the run it continues, as JSON values (paths as typed): ``fields`` of
-    ``settings``, by default every field but those declared ``how_to_run`` (they change how a run is carried out,
-    not its results: a --resume may change them, e.g. more processes, another --ddp-timeout).
-    The one fingerprint of both resume checks: the output directory's marker (``bertkit.outputs``) and the training
-    checkpoint (the fields declared ``checkpoint``, ``checkpoint_fields``)."""
+    """What a resumed run must share with the run it continues, as JSON values: ``fields``, by default every field
+    but those declared ``how_to_run`` (a --resume may change how a run is carried out, not its results). The one
+    fingerprint of the output directory's marker and of the training checkpoint (``checkpoint_fields``)."""
     if fields is None:
         fields = tuple(f.name for f in dataclasses.fields(settings) if not f.metadata.get("how_to_run"))
     values = {name: str(v) if isinstance(v := getattr(settings, name), Path) else v for name in fields}
@@ -69,19 +65,17 @@ def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> 
 
 
 def checkpoint_fields(settings: Any) -> tuple[str, ...]:
-    """The training fields a checkpoint's optimiser state and schedule depend on (declared ``checkpoint``): what the
-    loop checks on resume, beside what its caller adds (the model, data and step counts). Fewer than the output
-    directory's marker compares: the loop also runs each (rate, seed) of a GLUE grid in a directory of its own, and
-    the Trainer, whose output_dir, cadence and epochs differ from run to run or are checked by the caller."""
+    """The training fields a checkpoint's optimiser state and schedule depend on (declared ``checkpoint``): fewer
+    than the marker compares, as a GLUE grid's runs and the Trainer's differ in output_dir, cadence and epochs."""
     return tuple(f.name for f in dataclasses.fields(settings) if f.metadata.get("checkpoint"))
 
 
 def flag(default: Any = dataclasses.MISSING, *, aliases: tuple[str, ...] = (), positional: bool = False,
-         parse: Any = None, cli: bool | tuple[str, ...] = True, check: Callable[[str, Any], None] | None = None,
+         parse: Any = None, cli: bool = True, check: Callable[[str, Any], None] | None = None,
          hf: Any = dataclasses.MISSING, trainer: bool = True, checkpoint: bool = False,
          how_to_run: bool = False) -> Any:
     """A settings field with its details, declared once: extra flag spellings, a positional argument, a parser;
-    ``cli``: on the command line (or only for the commands whose settings' ``kind`` is listed); ``check(name,
+    ``cli`` False: not on the command line (nor in --config); ``check(name,
     value)``: its validation, run when the settings are built; for the training knobs, ``hf``: transformers'
     default where it differs (``bertkit.TrainingArguments`` takes it), ``trainer`` False: not a TrainingArguments
     argument, ``checkpoint``: a resumed checkpoint must share it, ``how_to_run``: a resumed run may change it."""
@@ -89,15 +83,12 @@ def flag(default: Any = dataclasses.MISSING, *, aliases: tuple[str, ...] = (), p
             "trainer": trainer, "checkpoint": checkpoint, "how_to_run": how_to_run}
     if hf is not dataclasses.MISSING:
         meta["hf"] = hf
-    if isinstance(default, (list, dict, set)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
-def on_command_line(cls: type, f: dataclasses.Field) -> bool:
-    """Whether the field ``f`` of the settings class ``cls`` is a flag of its command."""
-    cli = f.metadata.get("cli", True)
-    return cli if isinstance(cli, bool) else getattr(cls, "kind", None) in cli
+def on_command_line(f: dataclasses.Field) -> bool:
+    """Whether the settings field ``f`` is a flag of its command (a field ``redefault`` hid is not)."""
+    return f.init and f.metadata.get("cli", True)
 
 
 def redefault(cls: type | None = None, /, *, hidden: tuple[str, ...] = (), **values: Any) -> Any:
@@ -134,8 +125,8 @@ def _annotation(hint: Any, default: Any) -> Any:
 
 
 def check_fields(settings: Any) -> None:
-    """Each field holds a value of its declared type (``learning_rate="1e-4"`` or ``seed=2.5`` named here, not met
-    later deep in the optimiser), then passes its own ``check``: the first value refused is the one named."""
+    """Each field holds a value of its declared type (``seed=2.5`` is named here, not met deep in the loop), then
+    passes its own ``check``."""
     hints = typing.get_type_hints(type(settings))
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
@@ -184,8 +175,6 @@ def _accepts(kind: Any, value: Any) -> bool:
         return any(_accepts(k, value) for k in args)
     if origin in (list, tuple):
         return isinstance(value, (list, tuple)) and all(_accepts(args[0], v) for v in value)
-    if origin is dict:
-        return isinstance(value, dict)
     raise AssertionError(f"no check for the annotation {kind!r}")
 
 
@@ -211,14 +200,14 @@ def non_negative(name: str, value: Any) -> None:
         raise BertkitError(f"{name} must be a finite non-negative number, got {value!r}")
 
 
-def zero_or_more(name: str, value: Any) -> None:
-    if value is not None and not value >= 0:
-        raise BertkitError(f"{name} must be >= 0, got {value!r}")
-
-
 def at_least_one(name: str, value: Any) -> None:
     if value is not None and value < 1:
         raise BertkitError(f"{name} must be at least 1, got {value}")
+
+
+def nonempty(name: str, value: Any) -> None:
+    if not value:
+        raise BertkitError(f"{name}: give at least one")
 
 
 def share(name: str, value: Any) -> None:
@@ -226,9 +215,9 @@ def share(name: str, value: Any) -> None:
         raise BertkitError(f"{name} must be in [0, 1), got {value!r}")
 
 
-def step_interval(name: str, value: Any) -> None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise BertkitError(f"{name} must be > 0 (a step count, or below 1 a share of all steps), got {value!r}")
+def strict_share(name: str, value: Any) -> None:
+    if value is not None and not 0 < value < 1:
+        raise BertkitError(f"{name} must be in (0, 1), got {value!r}")
 
 
 def in_seed_range(name: str, value: Any) -> None:
@@ -264,11 +253,23 @@ def parse_one_lr(text: str) -> float:
         raise BertkitError(f"{text!r} is not a number (e.g. 1e-4)") from None
 
 
-def _at_least_one(obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if value is not None and value < 1:
-            raise BertkitError(f"{name} must be at least 1, got {value}")
+def between(low: float, high: float) -> Callable[[str, Any], None]:
+    def check(name: str, value: Any) -> None:
+        if value is not None and not low <= value <= high:
+            raise BertkitError(f"{name} must be in [{low}, {high}], got {value!r}")
+
+    return check
+
+
+@dataclass(kw_only=True)
+class Settings:
+    """A command's settings: plain data, checked once when built (every Path field made a Path, every value of its
+    declared type, then each field's ``check``). A subclass with checks across fields adds them in its
+    ``__post_init__`` after ``super().__post_init__()``."""
+
+    def __post_init__(self) -> None:
+        coerce_paths(self)
+        check_fields(self)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -277,15 +278,16 @@ def _at_least_one(obj: Any, *names: str) -> None:
 
 
 @dataclass(kw_only=True)
-class OverwriteSettings:
-    """For commands that write an output directory: whether an earlier run's files there may be replaced."""
+class OverwriteSettings(Settings):
+    """For commands that write an output: whether an earlier run's output may be replaced."""
 
     overwrite: bool = flag(False, trainer=False, how_to_run=True)
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
+    """Replace what an earlier run wrote: an output file, or in an output directory only the files bertkit recorded
+    there."""
 
 
 @dataclass(kw_only=True)
-class ProgressSettings:
+class ProgressSettings(Settings):
     """For commands that show progress bars."""
 
     progress: bool = flag(True, trainer=False, how_to_run=True)
@@ -293,45 +295,40 @@ class ProgressSettings:
 
 
 @dataclass(kw_only=True)
-class Int8Settings:
-    """For commands that apply a model: int8 inference on the CPU (docs/inference.md, section int8), and bf16, whose
-    default depends on it."""
+class Int8Settings(Settings):
+    """For commands that apply a model: where, and int8 inference on the CPU and bf16, whose default depends on it."""
 
+    device: str = "cpu"
+    """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8); under torchrun a bare cuda (or
+    auto) is each process's own GPU."""
     int8: bool | None = None
-    """Run the encoder's projections in int8 on the CPU (SmoothQuant-smoothed dynamic int8, docs/inference.md
-    section int8): outputs close to fp32's, not equal; not on a GPU. On CPUs with AVX512-BF16 or AMX what stays float
-    runs in bf16, as OpenVINO's int8 does (faster, as close to fp32); --no-bf16 runs it in fp32. Default: int8 for a
-    `bertkit quantize` directory (which runs in nothing else: --no-int8 is refused there), fp32 otherwise."""
+    """Run the encoder's projections in int8 on the CPU (docs/inference.md, section int8): outputs close to fp32's,
+    not equal. Default: int8 for a `bertkit quantize` directory (which runs in nothing else), fp32 otherwise."""
     bf16: bool | None = None
-    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs); --no-bf16 keeps fp32. Default: on for int8
-    (--int8, or an int8 directory) on CPUs with bf16 instructions (what int8 leaves float runs in bf16, as OpenVINO's
-    int8 does), off otherwise."""
+    """bfloat16 autocast (CPUs with AVX-512 BF16 or AMX, recent GPUs). Default: on for int8 on CPUs with bf16
+    instructions (what int8 leaves float runs in bf16), off otherwise."""
     calibration_file: Path | None = None
     """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
     Default: 256 built-in English sentences."""
 
-    def check_int8(self) -> None:
-        """Refuse --calibration-file without --int8. Whether int8 can run on the device (the CPU, an x86 quantized
-        engine, bf16 instructions with an explicit --bf16) is ``bertkit._hardware.resolve_device``'s to say, when the command
-        runs."""
+    def __post_init__(self) -> None:
+        """Refuse --calibration-file without --int8 (whether int8 can run here is ``resolve_device``'s to say)."""
+        super().__post_init__()
         if self.calibration_file is not None and not self.int8:
             raise BertkitError(f"--calibration-file {self.calibration_file} calibrates int8 inference: add --int8 (with a "
                                "float checkpoint; a `bertkit quantize` directory was calibrated when it was written)")
 
 
 @dataclass(kw_only=True)
-class SquadWindowSettings:
+class SquadWindowSettings(Settings):
     """For the SQuAD commands (finetune and predict): how contexts are cut into windows and answers read off.
     (Each command sets its own ``max_seq_length``, the window length, over its base class's default.)"""
 
-    doc_stride: int = 128
+    doc_stride: int = flag(128, check=at_least_one)
     """Tokens between the starts of consecutive context windows."""
-    max_query_length: int = 64
+    max_query_length: int = flag(64, check=at_least_one)
     """Questions are cut to this many tokens."""
-    n_best_size: int = 20
+    n_best_size: int = flag(20, check=at_least_one)
     """Candidate starts and ends considered per window."""
-    max_answer_length: int = 30
+    max_answer_length: int = flag(30, check=at_least_one)
     """Longest answer, in tokens."""
-
-    def check_windows(self) -> None:
-        _at_least_one(self, "doc_stride", "max_query_length", "n_best_size", "max_answer_length")

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -13,10 +11,15 @@ from bertkit.errors import BertkitError
 from bertkit.settings.fields import (
     Int8Settings,
     OverwriteSettings,
+    ProgressSettings,
+    Settings,
     SquadWindowSettings,
-    _at_least_one,
-    coerce_paths,
+    at_least_one,
+    between,
     flag,
+    non_negative,
+    positive,
+    redefault,
 )
 from bertkit.tasks.files import MAX_LINE_BYTES
 
@@ -24,29 +27,21 @@ from bertkit.tasks.files import MAX_LINE_BYTES
 @dataclass(kw_only=True)
 class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
     """Shared by `predict glue|ner|squad|swag`: a fine-tuned checkpoint over a benchmark file, written in the files
-    the finetune recipe writes (and scored when the file holds gold answers). --int8 applies to prediction only:
-    the finetune commands train, which an int8 model cannot (fine-tune in fp32, then predict with --int8)."""
+    the finetune recipe writes (and scored when the file holds gold answers)."""
 
     model_name_or_path: Path = flag(aliases=("--model",))
     """A fine-tuned checkpoint (e.g. OUTPUT_DIR/model or OUTPUT_DIR/best of a `bertkit finetune` run)."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for the prediction files (or the GLUE submission file) and report.json."""
-    max_seq_length: int = 128
+    max_seq_length: int = flag(128, check=at_least_one)
     """Tokens per input; longer inputs are truncated (SQuAD: windowed)."""
-    batch_size: int = 64
+    batch_size: int = flag(64, check=at_least_one)
     """Sequences per batch."""
-    max_predict_samples: int | None = None
+    max_predict_samples: int | None = flag(None, check=at_least_one)
     """Predict only the first N examples (sentences, questions)."""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        _at_least_one(self, "max_seq_length", "batch_size", "max_predict_samples")
-        self.check_int8()
 
 
-@dataclass(kw_only=True)
+@redefault(batch_size=128)
 class PredictGlueSettings(PredictBenchmarkSettings):
     """Predict a GLUE split with a fine-tuned checkpoint and write the GLUE-submission TSV."""
 
@@ -56,8 +51,6 @@ class PredictGlueSettings(PredictBenchmarkSettings):
     """The GLUE root holding SST-2/, MRPC/, ..."""
     split: Literal["test", "dev"] = "test"
     """The file to predict; dev also prints its scores."""
-    batch_size: int = 128
-    """Sequences per batch."""
 
 
 @dataclass(kw_only=True)
@@ -80,15 +73,11 @@ class PredictSquadSettings(PredictBenchmarkSettings, SquadWindowSettings):
     """The SQuAD JSON (dev-v1.1.json, dev-v2.0.json, or your own in that format)."""
     version: Literal["1.1", "2.0"] = "1.1"
     """2.0: questions may have no answer (null answers below --null-threshold)."""
-    max_seq_length: int = 384
+    max_seq_length: int = flag(384, check=at_least_one)
     """Tokens per window (question + context chunk)."""
     null_threshold: float = 0.0
     """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
     report gives the threshold chosen on dev)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.check_windows()
 
 
 @dataclass(kw_only=True)
@@ -101,7 +90,7 @@ class PredictSwagSettings(PredictBenchmarkSettings):
 
 
 @dataclass(kw_only=True)
-class ExtractSettings(Int8Settings):
+class ExtractSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     """Per-token hidden states of chosen layers (google-research/bert's extract_features.py)."""
 
     model_name_or_path: Path = flag(aliases=("--model",))
@@ -112,33 +101,23 @@ class ExtractSettings(Int8Settings):
     """FILE.jsonl (google's format) or FILE.safetensors."""
     layers: tuple[int, ...] = (-1, -2, -3, -4)
     """Hidden states to write: 0 = embeddings .. L = last, negative from the end (write --layers=-1,-2)."""
-    max_seq_length: int = 128
+    max_seq_length: int = flag(128, check=at_least_one)
     """Tokens per input; longer inputs are truncated."""
-    batch_size: int = 32
+    batch_size: int = flag(32, check=at_least_one)
     """Sequences per batch."""
     dtype: Literal["float32", "float16"] = "float32"
     """Value type in safetensors output."""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N or auto; under torchrun a bare cuda (or auto) is each process's own GPU."""
-    ddp_timeout: float = 1800.0
+    ddp_timeout: float = flag(1800.0, check=positive)
     """Under torchrun: seconds a process waits for the others before the run stops with an error."""
-    progress: bool = True
-    """Show a progress bar."""
-    overwrite: bool = False
-    """Replace --output-file if it exists."""
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.ddp_timeout) and self.ddp_timeout > 0):
-            raise BertkitError(f"ddp_timeout must be a positive number of seconds, got {self.ddp_timeout}")
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
         if not self.layers:
             raise BertkitError("layers: give at least one layer index (e.g. --layers=-1)")
-        _at_least_one(self, "max_seq_length", "batch_size")
-        self.check_int8()
+        super().__post_init__()
 
 
 @dataclass(kw_only=True)
-class ExportOnnxSettings:
+class ExportOnnxSettings(OverwriteSettings):
     """Write a checkpoint (encoder and its head) as one ONNX file with dynamic batch and sequence axes;
     checked against bertkit's own outputs with onnxruntime when it is installed."""
 
@@ -155,8 +134,6 @@ class ExportOnnxSettings:
     """Quantize the graph with ONNX Runtime's own dynamic int8 quantizer (needs onnxruntime): for deployments
     on ONNX Runtime, about 2x its fp32 graph on x86 CPUs, less close to fp32 than bertkit's --int8 elsewhere
     (docs/inference.md, Export)."""
-    overwrite: bool = False
-    """Replace an existing output file."""
 
 
 @dataclass(kw_only=True)
@@ -172,19 +149,18 @@ class QuantizeSettings(OverwriteSettings):
     calibration_file: Path | None = None
     """A text file, one sentence per line (a few hundred, like the inputs), to calibrate on. Default: 256 built-in
     English sentences."""
-    max_seq_length: int = 128
+    max_seq_length: int = flag(128, check=at_least_one)
     """Calibration sentences are cut to this many tokens."""
 
-    def __post_init__(self):
-        coerce_paths(self)
-        _at_least_one(self, "max_seq_length")
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.model.resolve() == self.output_dir.resolve():
             raise BertkitError(f"--output-dir {self.output_dir} is the --model directory: write the int8 model to "
                                "a directory of its own (the float checkpoint stays as it is)")
 
 
 @dataclass(kw_only=True)
-class ConvertTfSettings:
+class ConvertTfSettings(OverwriteSettings):
     """Convert a google-research/bert TensorFlow checkpoint (pre-training heads included) to the Hugging Face
     layout bertkit and transformers read. No TensorFlow needed."""
 
@@ -198,12 +174,10 @@ class ConvertTfSettings:
     """Directory to write config.json, model.safetensors, vocab.txt and tokenizer_config.json to."""
     do_lower_case: Literal["auto", "true", "false"] = "auto"
     """Lower-case input text (uncased models); auto: guessed from the vocabulary (uncased ones have no capitals)."""
-    overwrite: bool = False
-    """Replace what an earlier bertkit run wrote to the output directory (only files bertkit recorded there)."""
 
 
 @dataclass(kw_only=True)
-class PredictFileSettings(Int8Settings):
+class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     """Apply a model to your own file (JSONL, CSV/TSV with a header, or one text per line) -> JSONL, one
     record per input in input order."""
 
@@ -231,79 +205,55 @@ class PredictFileSettings(Int8Settings):
     """multiple-choice: the choices (a JSON list of strings; in CSV/TSV a cell holding one)."""
     id_column: str | None = None
     """Column copied to each output record's id (default: the input's 0-based position)."""
-    max_line_bytes: int = MAX_LINE_BYTES
+    max_line_bytes: int = flag(MAX_LINE_BYTES, check=at_least_one)
     """The longest line (CSV: record) --input may hold, in bytes; a longer one stops the run naming it."""
-    batch_size: int = 32
+    batch_size: int = flag(32, check=at_least_one)
     """Sequences per batch (inputs are grouped by length, so batches carry little padding)."""
     max_length: int | None = None
     """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
-    top_k: int = 1
+    top_k: int = flag(1, check=at_least_one)
     """fill-mask: tokens per [MASK]; question-answering: answers per question."""
     pooling: Literal["auto", "mean", "cls"] = "auto"
     """feature-extraction / sentence-embedding: how token states become one vector (auto: as a
     sentence-transformers directory's 1_Pooling says, else mean)."""
     raw_scores: bool = False
     """rerank: write the cross-encoder's logit (l1 - l0 for two labels) instead of its sigmoid."""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
-    progress: bool = True
-    """Show a progress bar."""
-    overwrite: bool = False
-    """Replace --output-file if it exists."""
 
     def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        for name in ("batch_size", "top_k", "max_line_bytes"):
-            if getattr(self, name) < 1:
-                raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
+        super().__post_init__()
         if self.output_file.resolve() == self.input.resolve():
             raise BertkitError(f"--output-file {self.output_file} is the input file; choose another name")
-        self.check_int8()
 
 
 @dataclass(kw_only=True)
-class RequestLimits:
-    """What one request to ``bertkit serve`` may be and cost, checked together (the server's ``serve_wire.Limits``
-    is this with its refusals)."""
+class RequestLimits(Settings):
+    """What one request to ``bertkit serve`` may be and cost (the server's ``serve_wire.Limits``)."""
 
-    max_items: int = 64
+    max_items: int = flag(64, check=at_least_one)
     """Inputs per request (more: 422)."""
-    max_text_chars: int = 20_000
+    max_text_chars: int = flag(20_000, check=at_least_one)
     """Characters per input, all its texts together (more: 422)."""
-    max_body_bytes: int = 1_000_000
+    max_body_bytes: int = flag(1_000_000, check=at_least_one)
     """Request body size (more: 413)."""
-    max_concurrent_requests: int = 64
-    """Inputs admitted and not yet answered; a request that would go over gets 429 with Retry-After at once.
-    64 is ~8 s of MiniLM work on 2 cores at 300-word texts (docs/inference.md): size it as your model's
-    inputs/s times the longest wait you accept."""
-    max_json_depth: int = 16
+    max_concurrent_requests: int = flag(64, check=at_least_one)
+    """Inputs admitted and not yet answered; a request that would go over gets 429 with Retry-After at once (size it
+    as your model's inputs/s times the longest wait you accept: docs/inference.md, Limits)."""
+    max_json_depth: int = flag(16, check=at_least_one)
     """Nesting of lists and objects in a request body (deeper: 413, refused before the JSON is parsed)."""
-    max_windows_per_request: int = 256
-    """Model sequences one request may cost: question-answering windows (a long context with a small doc_stride
-    makes many), fill-mask [MASK] tokens, one per input otherwise (more: 422). One model
-    call carries at most this many too. 256 windows of 512 tokens are about two minutes of MiniLM on a loaded
-    2-core machine (docs/inference.md, Limits): lower it where requests must be short."""
-    max_top_k: int = 100
+    max_windows_per_request: int = flag(256, check=at_least_one)
+    """Model sequences one request may cost: question-answering windows, fill-mask [MASK] tokens, one per input
+    otherwise (more: 422); one model call carries at most this many too."""
+    max_top_k: int = flag(100, check=at_least_one)
     """top_k of any task: candidates per [MASK] (fill-mask), answers per question, labels (more: 422)."""
-    max_candidates: int = 1000
+    max_candidates: int = flag(1000, check=at_least_one)
     """Candidates one answer may hold over all its inputs: fill-mask top_k x [MASK]s, question-answering top_k x
     questions, /embed_all token states (more: 422)."""
-    body_timeout_s: float = 10.0
+    body_timeout_s: float = flag(10.0, check=positive)
     """Seconds a request's body may take to arrive once its headers have (slower: 408, connection closed)."""
 
     def __post_init__(self) -> None:
-        self.check_request_limits()
-
-    def check_request_limits(self) -> None:
-        """Refuse request limits that are not positive, or that together would refuse every request of the largest
-        allowed size."""
-        for f in dataclasses.fields(RequestLimits):
-            value = getattr(self, f.name)
-            if f.name == "body_timeout_s":
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                    raise BertkitError(f"body_timeout_s must be a finite number of seconds > 0, got {value!r}")
-            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise BertkitError(f"{f.name} must be an int >= 1, got {value!r}")
+        """Refuse limits that together would refuse every request of the largest allowed size."""
+        super().__post_init__()
         if self.max_windows_per_request < self.max_items:
             raise BertkitError(f"max_windows_per_request {self.max_windows_per_request} is below max_items "
                                f"{self.max_items}: every input costs at least one model sequence, so a request of "
@@ -326,22 +276,20 @@ class ServeSettings(RequestLimits, Int8Settings):
     """The pipeline to serve (rerank: a cross-encoder, a sequence classifier with one logit or two labels)."""
     host: str = "127.0.0.1"
     """Address to listen on (0.0.0.0: every interface)."""
-    port: int = 8000
+    port: int = flag(8000, check=between(0, 65535))
     """TCP port."""
-    max_batch_size: int = 32
+    max_batch_size: int = flag(32, check=at_least_one)
     """Inputs gathered from concurrent requests into one model call."""
-    max_wait_ms: float = 5.0
+    max_wait_ms: float = flag(5.0, check=between(0, 10_000))
     """How long the first waiting request waits for others to join its batch."""
-    max_batch_tokens: int = 16_384
+    max_batch_tokens: int = flag(16_384, check=at_least_one)
     """Padded tokens one model call may carry (its sequences x the longest; TEI's name and default): 32 sequences
     of 512 tokens, or more of shorter ones (up to --max-batch-size inputs). A request with more runs alone."""
-    graceful_shutdown_s: float = 30.0
+    graceful_shutdown_s: float = flag(30.0, check=non_negative)
     """On SIGTERM, how long admitted requests may take to finish before the server stops anyway: a deadline for
     every connection (requests still open then are cut off) and for the model call under way."""
     max_length: int | None = None
     """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N or auto (CUDA when present, else cpu; the CPU with --int8)."""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     """uvicorn's log level."""
     served_model_name: str | None = None
@@ -353,17 +301,7 @@ class ServeSettings(RequestLimits, Int8Settings):
     An empty key from either is refused: it would leave the routes open."""
 
     def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        for name in ("max_batch_size", "max_batch_tokens"):
-            if getattr(self, name) < 1:
-                raise BertkitError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not 0 <= self.port <= 65535:
-            raise BertkitError(f"port must be in [0, 65535], got {self.port}")
-        if not (0 <= self.max_wait_ms <= 10_000):
-            raise BertkitError(f"max_wait_ms must be in [0, 10000], got {self.max_wait_ms}")
-        self.check_request_limits()
-        if not (math.isfinite(self.graceful_shutdown_s) and self.graceful_shutdown_s >= 0):
-            raise BertkitError(f"graceful_shutdown_s must be a finite number >= 0, got {self.graceful_shutdown_s}")
+        super().__post_init__()
         if not self.host or self.host != self.host.strip() or not self.host.isprintable():
             # uvicorn binds "" to every interface: a templated but unset --host "$HOST" must not open the server
             raise BertkitError(f"host {self.host!r} is not an address: give 127.0.0.1 (this machine only) or "
@@ -372,7 +310,6 @@ class ServeSettings(RequestLimits, Int8Settings):
             check_api_key(self.api_key, "--api-key")
         if self.served_model_name is not None:
             check_served_name(self.served_model_name, "--served-model-name")
-        self.check_int8()
 
 
 API_KEY_VARIABLE = "BERTKIT_API_KEY"

@@ -1,12 +1,8 @@
 """Settings of the commands that train: ``pretrain``, ``finetune TASK``, ``feature-study`` and ``demo``.
 
-``TrainingSettings`` holds what every training command shares (the optimiser, the schedule, logging and
-checkpoints), named as in transformers' ``TrainingArguments`` / ``run_glue.py`` where the concept is the
-same (``learning_rate``, ``num_train_epochs``, ``gradient_accumulation_steps``, ``warmup_ratio``, ...).
-Each task adds its own fields beside them and overrides the defaults the paper gives for that task.
-
-Batch sizes are global: ``batch_size`` sequences make one optimiser step, whatever the number of
-processes and gradient-accumulation steps they are split into (the paper states global batches).
+``TrainingSettings`` holds what every training command shares; each task adds its own fields and the paper's
+defaults for it. Batch sizes are global, as the paper states them: ``batch_size`` sequences make one optimiser step,
+however many processes and gradient-accumulation steps they are split into.
 """
 
 from __future__ import annotations
@@ -22,10 +18,7 @@ from bertkit.settings.fields import (
     OverwriteSettings,
     ProgressSettings,
     SquadWindowSettings,
-    _at_least_one,
     at_least_one,
-    check_fields,
-    coerce_paths,
     default_lr,
     flag,
     in_seed_range,
@@ -35,8 +28,7 @@ from bertkit.settings.fields import (
     positive,
     redefault,
     share,
-    step_interval,
-    zero_or_more,
+    strict_share,
 )
 from bertkit.tasks.files import MAX_LINE_BYTES
 
@@ -44,25 +36,21 @@ from bertkit.tasks.files import MAX_LINE_BYTES
 # The training knobs: each declared once, for the command line and bertkit.TrainingArguments alike
 # -------------------------------------------------------------------------------------------------
 
-FINETUNE = ("finetune",)  # the commands (settings ``kind``) a knob is a flag of, when not every training command
 STRATEGIES = Literal["no", "steps", "epoch"]
 
 
 @dataclass(kw_only=True)
 class TrainingSettings(OverwriteSettings, ProgressSettings):
-    """Every knob of the one training loop, each declared once: its name (transformers' where the concept is the
-    same), type, default, help (the docstring), check, the commands whose flag it is (``cli``) and, where it
-    differs, transformers' default (``hf``), which ``bertkit.TrainingArguments`` takes. The loop reads this object
-    (``bertkit.training.loop``), whichever front end built it."""
-
-    kind: ClassVar[str | None] = None  # which command family the flags are for: "pretrain" or "finetune"
+    """Every knob of the one training loop, each declared once (transformers' name where the concept is the same,
+    and its default as ``hf`` where it differs, which ``bertkit.TrainingArguments`` takes). The loop reads this
+    object, whichever front end built it."""
 
     output_dir: Path = flag(aliases=("--out",), hf=None)
     """Directory for this run's model, metrics.jsonl, checkpoints and report."""
     learning_rate: float | None = flag(None, hf=5e-5, aliases=("--lr",), parse=parse_one_lr, check=positive,
                                        checkpoint=True)
     """Peak learning rate. Default: the paper's rate for the task on models 768 wide and up, 1e-4 below."""
-    num_train_epochs: float | None = flag(None, hf=3.0, aliases=("--epochs",), cli=FINETUNE, check=positive)
+    num_train_epochs: float | None = flag(None, hf=3.0, aliases=("--epochs",), check=positive)
     """Passes over the training data (fractions allowed). Default: the task's (the paper's) number."""
     max_steps: int = flag(-1, check=lambda name, v: at_least_one(name, None if v == -1 else v))
     """Optimiser steps in all; overrides num_train_epochs when given (-1: not given)."""
@@ -72,7 +60,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     """Micro-batches per optimiser step: each is batch_size / gradient_accumulation_steps sequences."""
     warmup_ratio: float | None = flag(0.1, hf=None, check=share, checkpoint=True)
     """Share of all optimiser steps over which the learning rate rises linearly from 0."""
-    warmup_steps: float | None = flag(None, hf=0, check=zero_or_more, checkpoint=True)
+    warmup_steps: float | None = flag(None, hf=0, check=non_negative, checkpoint=True)
     """Warm-up as a step count (below 1: a share of all steps, as transformers 5 reads it); when above 0 it
     overrides --warmup-ratio."""
     lr_scheduler_type: Literal["linear", "cosine", "constant_with_warmup"] = flag("linear", checkpoint=True)
@@ -81,7 +69,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     weight_decay: float = flag(0.01, hf=0.0, check=non_negative, checkpoint=True)
     """Decoupled weight decay (not on biases and LayerNorm weights, as in the paper's code)."""
     optim: Literal["adamw", "adamw_torch", "adamw_torch_fused"] = flag(
-        "adamw", hf="adamw_torch_fused", aliases=("--optimizer",), checkpoint=True)
+        "adamw", hf="adamw_torch_fused", checkpoint=True)
     """adamw, the paper's Adam with weight decay (transformers' adamw_torch and adamw_torch_fused name the same
     torch.optim.AdamW)."""
     adam_beta1: float = flag(0.9, check=share, checkpoint=True)
@@ -103,32 +91,32 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     logging_strategy: STRATEGIES = "steps"
     """When to write a training record to metrics.jsonl: every --logging-steps steps, at each epoch's end, or
     only at the last step."""
-    logging_steps: float = flag(50, hf=500, check=step_interval)
+    logging_steps: float = flag(50, hf=500, check=positive)
     """Write a training record every N optimiser steps (below 1: a share of all steps)."""
     eval_strategy: STRATEGIES | None = flag(None, hf="no")
     """When to evaluate: every --eval-steps steps (or --logging-steps), at each epoch's end (and the run's), or
     never. Default: steps when --eval-steps is given, else epoch."""
-    eval_steps: float | None = flag(None, check=step_interval)
+    eval_steps: float | None = flag(None, check=positive)
     """With eval_strategy steps: evaluate every N optimiser steps (below 1: a share of all steps)."""
     save_strategy: STRATEGIES = "steps"
     """When to save a resumable checkpoint: every --save-steps steps, at each epoch's end, or never (also not at
     the end). A checkpoint is written at the end of the run unless no."""
-    save_steps: float | None = flag(None, hf=500, check=step_interval)
+    save_steps: float | None = flag(None, hf=500, check=positive)
     """Save a resumable checkpoint every N optimiser steps (below 1: a share of all steps). Default: at the end
     only."""
     save_total_limit: int | None = flag(2, hf=None, check=at_least_one)
     """Keep the newest N checkpoints (None: all)."""
-    skip_nonfinite: int = flag(0, check=zero_or_more)
+    skip_nonfinite: int = flag(0, check=non_negative)
     """Skip up to N optimiser steps whose loss or gradient is NaN or infinite (their batches are dropped and
     counted in metrics.jsonl). Default 0: the first one stops the run, naming the step and last checkpoint."""
-    max_train_samples: int | None = flag(None, trainer=False, cli=FINETUNE, check=at_least_one)
+    max_train_samples: int | None = flag(None, trainer=False, check=at_least_one)
     """Train on the first N training examples (quick runs). Default: all."""
     device: str = flag("auto", trainer=False, how_to_run=True)
     """Where to train: auto (CUDA when present, else cpu), cpu, cuda, cuda:1, ... Under torchrun, auto and
     cuda mean each process's own GPU (cuda:LOCAL_RANK)."""
     gradient_checkpointing: bool = flag(False, hf=None, how_to_run=True)
     """Recompute each encoder layer's activations in the backward pass: less memory, about a third more compute."""
-    dataloader_num_workers: int | None = flag(None, hf=0, check=zero_or_more, how_to_run=True)
+    dataloader_num_workers: int | None = flag(None, hf=0, check=non_negative, how_to_run=True)
     """Processes collating batches ahead of the step. Default: 2 on CUDA, 0 on the CPU (where workers would
     take cores from the step itself)."""
     ddp_timeout: float = flag(1800.0, hf=1800, check=positive, how_to_run=True)
@@ -140,8 +128,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     equals an uninterrupted run's. A GLUE grid re-runs the (rate, seed) runs that had finished."""
 
     def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        check_fields(self)
+        super().__post_init__()
         if self.bf16 and self.fp16:
             raise BertkitError("bf16 and fp16 are both set; choose one autocast type")
         if self.eval_strategy is None:
@@ -173,7 +160,6 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
 class FinetuneSettings(TrainingSettings):
     """Fine-tuning a pre-trained checkpoint on a task."""
 
-    kind: ClassVar[str] = "finetune"
     paper_learning_rate: ClassVar[float] = 2e-5
 
     model_name_or_path: Path = flag(aliases=("--model",))
@@ -213,8 +199,7 @@ class SequenceClassificationSettings(FinetuneSettings):
     """Seed of each restart (a comma list runs one training per seed)."""
 
     def __post_init__(self) -> None:
-        # One value (Python, --config JSON) or a grid: a tuple from here on, as the flags give it (coerced
-        # while the object is built, as coerce_paths turns str into Path).
+        # One value (Python, --config JSON) or a grid: a tuple from here on, as the flags give it.
         lrs, seeds = self.learning_rate, self.seed
         lrs = (lrs,) if isinstance(lrs, (int, float)) else lrs
         self.learning_rate = tuple(lrs) if lrs is not None else None
@@ -229,8 +214,8 @@ class SequenceClassificationSettings(FinetuneSettings):
 
 @dataclass(kw_only=True)
 class GlueSettings(SequenceClassificationSettings):
-    """GLUE (section 4.1): batch 32, 3 epochs, max_seq_length 128. The paper picks the learning rate on dev
-    from 2e-5..5e-5 with several restarts; here one run by default, the grid with --learning-rate paper."""
+    """GLUE (section 4.1): batch 32, 3 epochs, max_seq_length 128; one run by default, the paper's grid of rates
+    and restarts with --learning-rate paper --seeds 1,2,3."""
 
     task: str
     """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""
@@ -290,23 +275,18 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """Training JSON. Default: train on most articles of --predict-file and score the held-out ones."""
     version: Literal["1.1", "2.0"] = "1.1"
     """2.0 adds unanswerable questions (the no-answer threshold is chosen on the predicted file)."""
-    max_seq_length: int = 384
+    max_seq_length: int = flag(384, check=at_least_one)
     """Tokens per window (question + context chunk)."""
-    heldout_fraction: float = 1 / 6
+    heldout_fraction: float = flag(1 / 6, check=strict_share)
     """Without --train-file: the share of articles held out for scoring."""
     split_seed: int = 0
     """Without --train-file: the seed of the article split."""
 
     def __post_init__(self) -> None:
-        if self.version not in SQUAD_PAPER:
-            raise BertkitError(f"version {self.version!r} must be '1.1' or '2.0'")
-        for name, value in SQUAD_PAPER[self.version].items():  # the paper's per-version defaults, then checked
+        for name, value in SQUAD_PAPER.get(self.version, {}).items():  # the paper's per-version defaults, then checked
             if getattr(self, name) is None:
                 setattr(self, name, value)
         super().__post_init__()
-        if not 0 < self.heldout_fraction < 1:
-            raise BertkitError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
-        self.check_windows()
 
 
 @redefault(num_train_epochs=3.0, batch_size=16)
@@ -320,12 +300,10 @@ class SwagSettings(FinetuneSettings):
 
 
 @redefault(max_steps=dataclasses.MISSING, learning_rate=1e-4, warmup_ratio=0.01, batch_size=32, logging_steps=10,
-           seed=42)
+           seed=42, hidden=("num_train_epochs", "max_train_samples"))  # pre-training runs --max-steps on its own data
 class PretrainSettings(TrainingSettings):
     """Masked LM + next-sentence pre-training (section 3.1, appendix A.2): Adam(W) at 1e-4, warm-up over
     1% of the steps (the paper's 10,000 of 1,000,000), optionally 90% of steps at 128 tokens then 512."""
-
-    kind: ClassVar[str] = "pretrain"
 
     data: Path
     """Instances from create-pretraining-data (phase 1, e.g. 128 tokens)."""
@@ -335,25 +313,19 @@ class PretrainSettings(TrainingSettings):
     """Model shape: a preset (tiny, mini, small, medium, base, large), a config.json path, or a BertConfig."""
     phase2_data: Path | None = None
     """Longer instances (e.g. 512 tokens) for the last (1 - phase1_fraction) of the steps."""
-    phase1_fraction: float = 0.9
+    phase1_fraction: float = flag(0.9, check=strict_share)
     """Share of the steps spent on --data when --phase2-data is given."""
     init_from: Path | None = None
-    """Continue pre-training from this checkpoint (Hugging Face layout, e.g. a released BERT for domain
-    adaptation) instead of random weights; its config.json replaces --config-name, and heads it lacks start
-    fresh (they are listed in the log)."""
+    """Continue pre-training from this checkpoint (e.g. a released BERT, for domain adaptation) instead of random
+    weights; its config.json replaces --config-name, and heads it lacks start fresh."""
     nsp: bool = True
-    """Train next-sentence prediction beside the masked LM; --no-nsp trains the masked LM alone (the model
-    is then a BertForMaskedLM, without pooler or NSP head)."""
+    """Train next-sentence prediction beside the masked LM; --no-nsp trains the masked LM alone (a BertForMaskedLM)."""
     mlm_bias_init: Literal["zeros", "unigram"] = "zeros"
-    """Initial masked-LM output bias: zeros (google-research/bert), or unigram: the log-frequency of the
-    training targets (counted on every 50th instance), so a new model starts at the prediction a reader of no
-    context makes instead of spending its first thousand steps learning token frequencies (with --init-from,
-    the checkpoint's bias is kept)."""
+    """Initial masked-LM output bias: zeros (google-research/bert), or unigram: the log-frequency of the training
+    targets, so a new model does not spend its first thousand steps learning token frequencies."""
     position_init: Literal["normal", "sinusoidal"] = "normal"
     """Initial position embeddings: normal (google-research/bert's truncated normal), or sinusoidal: the
-    Transformer's sine/cosine table (Vaswani et al. 2017) scaled to the word embeddings' size, which gives a
-    new model relative positions from the first step; the table stays a learned parameter (with
-    --init-from, the checkpoint's table is kept)."""
+    Transformer's sine/cosine table (Vaswani et al. 2017) scaled to the word embeddings, still learned."""
     eval_data: Path | None = None
     """Held-out instances for MLM and NSP accuracy."""
     eval_instances: int = flag(2000, check=at_least_one)
@@ -368,8 +340,6 @@ class PretrainSettings(TrainingSettings):
         super().__post_init__()
         if self.max_steps < 1:
             raise BertkitError(f"max_steps must be at least 1, got {self.max_steps}")
-        if not 0 < self.phase1_fraction < 1:
-            raise BertkitError(f"phase1_fraction must be in (0, 1), got {self.phase1_fraction}")
 
 
 @dataclass(kw_only=True)
@@ -380,18 +350,19 @@ class DemoSettings(OverwriteSettings, ProgressSettings):
     """The example checkpoint (bertkit download-example-model DIR) for the similarity stage; omitted: skipped."""
     output_dir: Path = flag(Path("runs/demo"), aliases=("--out",))
     """Directory for everything the demo makes."""
-    steps: int = 2000
+    steps: int = flag(2000, check=at_least_one)
     """Pre-training steps (600 shows the mechanics; the fine-tuning stage gains from about 2,000)."""
     seed: int = 0
     """Seed of every stage."""
 
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        _at_least_one(self, "steps")
-
 
 STUDY_COMBINATIONS = ("embeddings", "second_to_last_hidden", "last_hidden", "weighted_sum_last_four",
                       "concat_last_four", "weighted_sum_all_layers")  # the rows of the paper's Table 7
+
+
+def _combination(name: str, value: str) -> None:
+    if value not in STUDY_COMBINATIONS:
+        raise BertkitError(f"unknown layer combination {value!r}; choose from {list(STUDY_COMBINATIONS)}")
 
 
 @dataclass(kw_only=True)
@@ -406,25 +377,25 @@ class StudySettings(OverwriteSettings, ProgressSettings):
     """Checkpoint whose frozen layers feed the tagger."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory for report.json and the cached activations/."""
-    combinations: tuple[str, ...] = STUDY_COMBINATIONS
+    combinations: tuple[str, ...] = flag(STUDY_COMBINATIONS, check=_combination)
     """Comma list of layer combinations (the rows of Table 7)."""
-    lstm_hidden: int | None = None
+    lstm_hidden: int | None = flag(None, check=at_least_one)
     """BiLSTM width per direction. Default: hidden_size // 2."""
-    lstm_layers: int = 2
+    lstm_layers: int = flag(2, check=at_least_one)
     """BiLSTM layers."""
-    dropout: float = 0.25
+    dropout: float = flag(0.25, check=share)
     """Dropout on the BiLSTM's input and between its layers."""
-    num_train_epochs: int = flag(3, aliases=("--epochs",))
+    num_train_epochs: int = flag(3, aliases=("--epochs",), check=at_least_one)
     """Passes over the training sentences."""
-    batch_size: int = 32
+    batch_size: int = flag(32, check=at_least_one)
     """Sentences per batch."""
-    learning_rate: float = flag(1e-3, aliases=("--lr",), parse=parse_one_lr)
+    learning_rate: float = flag(1e-3, aliases=("--lr",), parse=parse_one_lr, check=positive)
     """Adam's learning rate for the tagger."""
-    max_seq_length: int = 128
+    max_seq_length: int = flag(128, check=at_least_one)
     """Tokens per sentence when extracting activations."""
-    extract_batch_size: int = 64
+    extract_batch_size: int = flag(64, check=at_least_one)
     """Sentences per batch when extracting activations."""
-    max_train_samples: int | None = None
+    max_train_samples: int | None = flag(None, check=at_least_one)
     """Train on the first N training sentences (reduced runs)."""
     tag_scheme: Literal["iob1", "iob2"] = "iob2"
     """The files' tagging scheme."""
@@ -432,16 +403,3 @@ class StudySettings(OverwriteSettings, ProgressSettings):
     """Seed of the tagger's weights and the data order."""
     device: str = "cpu"
     """cpu, cuda, ..."""
-
-    def __post_init__(self) -> None:
-        coerce_paths(self)  # str -> Path for every field typed Path (the type hints say which)
-        for name in self.combinations:
-            if name not in STUDY_COMBINATIONS:
-                raise BertkitError(f"unknown layer combination {name!r}; choose from {list(STUDY_COMBINATIONS)}")
-        for name in ("lstm_layers", "num_train_epochs", "batch_size", "learning_rate", "max_seq_length",
-                     "extract_batch_size"):
-            if getattr(self, name) <= 0:
-                raise BertkitError(f"{name} must be positive, got {getattr(self, name)}")
-        if not 0 <= self.dropout < 1:
-            raise BertkitError(f"dropout must be in [0, 1), got {self.dropout}")
-        _at_least_one(self, "lstm_hidden", "max_train_samples")

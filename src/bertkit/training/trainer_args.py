@@ -1,16 +1,14 @@
 """``TrainingArguments``: transformers' Trainer settings that bertkit's Trainer implements, checked on creation.
 
 Field names, meanings and defaults are transformers' (v5), so ``TrainingArguments(output_dir=..., ...)`` written
-for transformers runs as it is. Any other transformers field is refused with its name and what to use
-instead (``REFUSED``), unless it is given at transformers' own default (then it changes nothing); a name
-neither library knows is refused with the nearest known names. Nothing is silently ignored.
+for transformers runs as it is. Any other transformers field is refused by name (``REFUSED``), unless it is given
+at transformers' own default (then it changes nothing); a name neither library knows is refused with the nearest
+known names. Nothing is silently ignored.
 
-The fields the training loop reads are not declared here: ``TrainingArguments`` is ``TrainingSettings`` (each
-knob declared once, for the command line too) at transformers' defaults, plus the fields only the Trainer reads.
-bertkit adds choices transformers lacks: ``warmup_ratio`` (transformers 4's name; v5 reads ``warmup_steps`` < 1
-as a ratio, which works here too), ``skip_nonfinite`` and
-``train_sampling_strategy="group_by_length"``, bertkit's length-grouped order (batches of similar length,
-shuffled; less padding, so faster), not transformers' ``LengthGroupedSampler``.
+``TrainingArguments`` is ``TrainingSettings`` (each knob declared once, for the command line too) at transformers'
+defaults, plus the fields only the Trainer reads. bertkit adds ``warmup_ratio`` (transformers 4's name),
+``skip_nonfinite`` and ``train_sampling_strategy="group_by_length"`` (bertkit's length-grouped order, not
+transformers' ``LengthGroupedSampler``).
 """
 
 from __future__ import annotations
@@ -24,91 +22,59 @@ from bertkit.errors import BertkitError
 from bertkit.settings import TrainingSettings
 from bertkit.settings.fields import at_least_one, flag, in_seed_range, redefault
 
-_DIST = "bertkit runs data-parallel under torchrun on its own (docs/distributed.md); drop this argument"
-_HUB = "save with trainer.save_model(DIR) and upload DIR with huggingface_hub"
-_LOG = "bertkit logs to OUTPUT_DIR/metrics.jsonl and trainer.state.log_history; drop this argument"
-_EVAL = "predictions are gathered on the CPU batch by batch; drop this argument"
-_NO = "not implemented in bertkit's Trainer; drop this argument"
-
-# Every transformers TrainingArguments field bertkit does not implement: (transformers' default, what to do
-# instead). tests/test_trainer.py checks this table against the installed transformers' dataclass.
+# Every transformers TrainingArguments field bertkit does not implement, under transformers' default: given at that
+# default it changes nothing and is accepted; any other value is refused, with ADVICE where bertkit has another way.
+# tests/test_trainer.py checks the names and defaults against the installed transformers.
 _FACTORY = object()  # a default transformers builds per instance (a list or dict): any value given is refused
-REFUSED: dict[str, tuple[Any, str]] = {
-    "lr_scheduler_kwargs": (None, "bertkit's schedules take no extra arguments; use lr_scheduler_type"),
-    "optim_args": (None, "bertkit's AdamW takes adam_beta1, adam_beta2, adam_epsilon and weight_decay"),
-    "optim_target_modules": (None, _NO),
-    "average_tokens_across_devices": (True, "bertkit always divides token losses by the step's global target count"),
-    "label_smoothing_factor": (0.0, "subclass the model's loss instead; " + _NO),
-    "bf16_full_eval": (False, "evaluation runs under the same bf16 autocast as training when bf16=True"),
-    "fp16_full_eval": (False, "evaluation runs in fp32 (under bf16 autocast when bf16=True); drop this argument"),
-    "tf32": (None, "set torch.backends.cuda.matmul.allow_tf32 yourself"),
-    "activation_checkpointing": (None, "use gradient_checkpointing=True"),
-    "activation_checkpointing_kwargs": (None, "use gradient_checkpointing=True"),
-    "gradient_checkpointing_kwargs": (None, "use gradient_checkpointing=True (per encoder layer, no options)"),
-    "torch_compile_backend": (None, "torch_compile=True compiles each encoder layer with the default backend"),
-    "torch_compile_mode": (None, "torch_compile=True compiles each encoder layer with the default mode"),
-    "use_liger_kernel": (False, _NO),
-    "liger_kernel_config": (None, _NO),
-    "use_cache": (False, "BERT has no generation cache; drop this argument"),
-    "neftune_noise_alpha": (None, _NO),
-    "torch_empty_cache_steps": (None, _NO),
-    "auto_find_batch_size": (False, "choose per_device_train_batch_size yourself; " + _NO),
-    "logging_first_step": (False, "use logging_steps=1 to log every step"),
-    "log_on_each_node": (True, "only rank 0 logs in bertkit; drop this argument"),
-    "logging_nan_inf_filter": (True, "bertkit stops on a non-finite loss, naming the step; skip_nonfinite=N "
-                                     "skips up to N such steps instead"),
-    "include_num_input_tokens_seen": ("no", "bertkit logs tokens_per_s in metrics.jsonl; drop this argument"),
-    "log_level": ("passive", "set logging.getLogger('bertkit') yourself"),
-    "log_level_replica": ("warning", _DIST),
-    "project": ("huggingface", _LOG),
-    "trackio_space_id": (None, _LOG),
-    "trackio_bucket_id": (None, _LOG),
-    "trackio_static_space_id": (None, _LOG),
-    "eval_delay": (0, "choose eval_steps so the first evaluation comes when you want it"),
-    "prediction_loss_only": (False, "use evaluate() and read eval_loss"),
-    "eval_on_start": (False, "call trainer.evaluate() before trainer.train()"),
-    "eval_do_concat_batches": (True, _EVAL),
-    "eval_use_gather_object": (False, _EVAL),
-    "eval_accumulation_steps": (None, _EVAL),
-    "include_for_metrics": (_FACTORY, "EvalPrediction carries predictions and label_ids; " + _NO),
-    "batch_eval_metrics": (False, "compute_metrics is called once on the whole evaluation set; " + _NO),
-    "save_only_model": (False, "checkpoints hold the model files and bertkit's state.pt (optimizer, RNG, position) "
-                               "together; use trainer.save_model() for the model alone"),
-    "save_on_each_node": (False, _DIST),
-    "enable_jit_checkpoint": (False, _NO),
-    "push_to_hub": (False, _HUB),
-    "hub_token": (None, _HUB),
-    "hub_private_repo": (None, _HUB),
-    "hub_model_id": (None, _HUB),
-    "hub_strategy": ("every_save", _HUB),
-    "hub_always_push": (False, _HUB),
-    "hub_revision": (None, _HUB),
-    "ignore_data_skip": (False, "bertkit resumes at the exact batch, without replaying the data; drop this argument"),
-    "restore_callback_states_from_checkpoint": (False, _NO),
-    "full_determinism": (False, "bertkit's data order and RNG states are seeded and checkpointed already; "
-                                "drop this argument"),
-    "accelerator_config": (None, "bertkit does not use accelerate; drop this argument"),
-    "parallelism_config": (None, _DIST),
-    "dataloader_drop_last": (False, _NO),
-    "dataloader_pin_memory": (True, "bertkit pins memory whenever it trains on CUDA; drop this argument"),
-    "dataloader_persistent_workers": (False, _NO),
-    "dataloader_prefetch_factor": (None, "bertkit prefetches 4 batches per worker; drop this argument"),
-    "dataloader_multiprocessing_context": (None, _NO),
-    "dataloader_in_order": (True, "bertkit's batches always arrive in order; drop this argument"),
-    "length_column_name": ("length", "train_sampling_strategy='group_by_length' reads the lengths of input_ids"),
-    "ddp_find_unused_parameters": (None, _DIST),
-    "ddp_bucket_cap_mb": (None, _DIST),
-    "ddp_broadcast_buffers": (None, _DIST),
-    "ddp_static_graph": (None, _DIST),
-    "ddp_backend": (None, _DIST),
-    "fsdp": (None, _DIST),
-    "fsdp_config": (None, _DIST),
-    "deepspeed": (None, "bertkit does not use DeepSpeed; " + _DIST),
-    "debug": ("", _NO),
-    "skip_memory_metrics": (True, _NO),
-    "resume_from_checkpoint": (None, "pass it to trainer.train(resume_from_checkpoint=...), as transformers "
-                                     "does (the argument is only read by example scripts)"),
-    "local_rank": (-1, "torchrun sets LOCAL_RANK; drop this argument"),
+_NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
+    (None, ("lr_scheduler_kwargs", "optim_args", "optim_target_modules", "tf32", "activation_checkpointing",
+            "activation_checkpointing_kwargs", "gradient_checkpointing_kwargs", "torch_compile_backend",
+            "torch_compile_mode", "liger_kernel_config", "neftune_noise_alpha", "torch_empty_cache_steps",
+            "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id", "eval_accumulation_steps", "hub_token",
+            "hub_private_repo", "hub_model_id", "hub_revision", "accelerator_config", "parallelism_config",
+            "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "ddp_find_unused_parameters",
+            "ddp_bucket_cap_mb", "ddp_broadcast_buffers", "ddp_static_graph", "ddp_backend", "fsdp", "fsdp_config",
+            "deepspeed", "resume_from_checkpoint")),
+    (True, ("average_tokens_across_devices", "log_on_each_node", "logging_nan_inf_filter", "eval_do_concat_batches",
+            "dataloader_pin_memory", "dataloader_in_order", "skip_memory_metrics")),
+    (False, ("bf16_full_eval", "fp16_full_eval", "use_liger_kernel", "use_cache", "auto_find_batch_size",
+             "logging_first_step", "prediction_loss_only", "eval_on_start", "eval_use_gather_object",
+             "batch_eval_metrics", "save_only_model", "save_on_each_node", "enable_jit_checkpoint", "push_to_hub",
+             "hub_always_push", "ignore_data_skip", "restore_callback_states_from_checkpoint", "full_determinism",
+             "dataloader_drop_last", "dataloader_persistent_workers")),
+    (0.0, ("label_smoothing_factor",)),
+    (0, ("eval_delay",)),
+    (-1, ("local_rank",)),
+    ("", ("debug",)),
+    ("no", ("include_num_input_tokens_seen",)),
+    ("passive", ("log_level",)),
+    ("warning", ("log_level_replica",)),
+    ("huggingface", ("project",)),
+    ("every_save", ("hub_strategy",)),
+    ("length", ("length_column_name",)),
+    (_FACTORY, ("include_for_metrics",)),
+)
+REFUSED: dict[str, Any] = {name: default for default, names in _NOT_IMPLEMENTED for name in names}
+_HUB = "save with trainer.save_model(DIR) and upload DIR with huggingface_hub"
+_DIST = "bertkit runs data-parallel under torchrun on its own (docs/distributed.md)"
+ADVICE = {  # by the start of the name
+    "gradient_checkpointing_kwargs": "use gradient_checkpointing=True (per encoder layer, no options)",
+    "activation_checkpointing": "use gradient_checkpointing=True",
+    "torch_compile": "torch_compile=True compiles each encoder layer with the default backend and mode",
+    "tf32": "set torch.backends.cuda.matmul.allow_tf32 yourself",
+    "logging_first_step": "use logging_steps=1 to log every step",
+    "logging_nan_inf_filter": "bertkit stops on a non-finite loss, naming the step; skip_nonfinite=N skips up to N",
+    "log_level": "set logging.getLogger('bertkit') yourself",
+    "eval_on_start": "call trainer.evaluate() before trainer.train()",
+    "save_only_model": "use trainer.save_model() for the model alone",
+    "push_to_hub": _HUB,
+    "hub_": _HUB,
+    "fsdp": _DIST,
+    "ddp_": _DIST,
+    "local_rank": _DIST,
+    "deepspeed": _DIST,
+    "parallelism_config": _DIST,
+    "resume_from_checkpoint": "pass it to trainer.train(resume_from_checkpoint=...), as transformers does",
 }
 
 
@@ -193,10 +159,10 @@ def _checked_init(self: TrainingArguments, output_dir: str | Path | None = None,
         if name in known:
             continue
         if name in REFUSED:
-            default, advice = REFUSED[name]
-            if default is not _FACTORY and _same(kwargs[name], default):
+            if REFUSED[name] is not _FACTORY and _same(kwargs[name], REFUSED[name]):
                 del kwargs[name]  # transformers' own default: the behaviour bertkit has anyway
                 continue
+            advice = next((a for start, a in ADVICE.items() if name.startswith(start)), "drop this argument")
             raise BertkitError(f"TrainingArguments: {name}={kwargs[name]!r} is a transformers argument bertkit "
                                f"does not implement: {advice}")
         near = difflib.get_close_matches(name, sorted(known | set(REFUSED)), n=3)
