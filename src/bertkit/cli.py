@@ -211,8 +211,7 @@ def _demo(s) -> None:
 def _export_onnx(s) -> dict:
     from bertkit.inference.export import export_onnx
 
-    return export_onnx(s.model, s.output_file, opset=s.opset, overwrite=True, verify=s.verify,  # _claim checked
-                       int8=s.int8)
+    return export_onnx(s.model, s.output_file, opset=s.opset, overwrite=True, verify=s.verify)  # _claim checked
 
 
 @command("quantize", "a float checkpoint -> an int8 model directory (x86 CPUs): smaller, loads without calibrating",

@@ -149,12 +149,7 @@ class ExportOnnxSettings:
     opset: int = 17
     """ONNX opset version."""
     verify: bool = True
-    """Run the file in onnxruntime (if installed) and require outputs within 1e-4 of bertkit's (with --int8:
-    each output vector within cosine 0.9 of bertkit's fp32 one)."""
-    int8: bool = False
-    """Quantize the graph with ONNX Runtime's own dynamic int8 quantizer (needs onnxruntime): for deployments
-    on ONNX Runtime, about 2x its fp32 graph on x86 CPUs, less close to fp32 than bertkit's --int8 elsewhere
-    (docs/inference.md, Export)."""
+    """Run the file in onnxruntime (if installed) and require outputs within 1e-4 of bertkit's."""
     overwrite: bool = False
     """Replace an existing output file."""
 
