@@ -11,7 +11,6 @@ checkpoint -> such a directory); ``load_for_inference`` is what every command an
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import torch
@@ -44,9 +43,7 @@ INT8_FORMAT_VERSION = 2
 # How to write a directory again (for one this bertkit refuses): the command, with the directory's own path.
 _REWRITE = "write it again: bertkit quantize --model FLOAT_CHECKPOINT --output-dir {} --overwrite"
 
-logger = logging.getLogger("bertkit")
 # An int8 file's projections: (layer index, projection) -> {"weight": ..., "weight_scale": ..., "inv_scale": ...}
-# (no inv_scale: a per-token projection, written by the --fast of earlier versions).
 _SavedProjections = dict[tuple[int, str], dict[str, Tensor]]
 
 
@@ -140,8 +137,7 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
     names; a head model's directory loads as ``BertModel`` too (the head is left out), as from_pretrained
     does. Every tensor is checked before the model is built (a NaN or inf weight, a scale out of range is refused,
     naming it), and the int8 weights are packed for this machine's kernel: a directory written on one x86 CPU runs
-    on another. Per-token projections (``--fast`` of earlier versions) run as float Linear layers from their int8
-    weights."""
+    on another."""
     directory = Path(model_dir)
     weights = directory / INT8_WEIGHTS_NAME
     if not weights.is_file():
@@ -149,36 +145,26 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
                                "(or save_int8); a float checkpoint loads with from_pretrained, and "
                                "pipeline(..., quantize='int8') or --int8 quantize it at load")
     raw = read_config_json(directory)
-    tokenwise_names = _read_quantization_config(directory, raw)
+    _check_quantization_config(directory, raw)
     check_int8_kernel()
     model_class = model_class or _int8_model_class(directory, raw)
-    saved, published = _read_int8_tensors(directory, weights, tokenwise_names)
+    saved, published = _read_int8_tensors(directory, weights)
     config = BertConfig.from_json_file(directory / CONFIG_NAME)
     model = model_class.from_pretrained(None, config=config, state_dict=published)
     _install_int8(encoder_of(model), saved, weights)
-    if tokenwise_names:
-        logger.info("%s holds %d per-token projections (written by `bertkit quantize --fast`, which is gone): they "
-                    "run as float layers from their int8 weights", directory, len(tokenwise_names))
     return model.eval()
 
 
-def _read_quantization_config(directory: Path, raw: dict) -> list[str]:
-    """config.json's ``quantization_config``, checked: its method and format version; returns the per-token
-    projections it lists."""
+def _check_quantization_config(directory: Path, raw: dict) -> None:
+    """config.json's ``quantization_config``, checked: its method and format version."""
     method = raw.get("quantization_config") if isinstance(raw.get("quantization_config"), dict) else {}
     if method.get("quant_method") != QUANT_METHOD or method.get("format_version") != INT8_FORMAT_VERSION:
         raise BertkitError(f"{directory / CONFIG_NAME} does not describe a {QUANT_METHOD} model of format "
                            f"{INT8_FORMAT_VERSION} (quantization_config: {method or 'absent'}); "
                            + _REWRITE.format(directory))
-    tokenwise_names = method.get("per_token_projections", [])
-    if not isinstance(tokenwise_names, list) or not all(isinstance(n, str) for n in tokenwise_names):
-        raise BertkitError(f"{directory / CONFIG_NAME}: per_token_projections must be a list of names like "
-                           f"'layers.0.ffn_out', got {tokenwise_names!r}; " + _REWRITE.format(directory))
-    return tokenwise_names
 
 
-def _read_int8_tensors(directory: Path, weights: Path,
-                       tokenwise_names: list[str]) -> tuple[_SavedProjections, dict[str, Tensor]]:
+def _read_int8_tensors(directory: Path, weights: Path) -> tuple[_SavedProjections, dict[str, Tensor]]:
     """``weights``' tensors, checked: each int8 projection's by (layer index, projection), and the others by their
     published names, with empty float stand-ins for the int8 projections' weights."""
     from safetensors import SafetensorError
@@ -203,15 +189,11 @@ def _read_int8_tensors(directory: Path, weights: Path,
         else:
             raise BertkitError(f"{weights} holds {key!r}, which is not an int8 projection's tensor "
                                "(int8.layers.<i>.<projection>.<weight|weight_scale|inv_scale>)")
-    absent = sorted(set(tokenwise_names) - {f"layers.{i}.{kind}" for i, kind in saved})
-    if absent:
-        raise BertkitError(f"{directory / CONFIG_NAME} lists per-token projections {', '.join(absent[:4])} that "
-                           f"{weights.name} does not hold; the file and config.json do not belong together")
     # The int8 projections' float weights are not stored: zero stand-ins of their shape (one zero, expanded: no
     # memory) let the key table load the rest (and check it against the config, finite values included: an
     # uninitialised stand-in could hold NaN); the int8 layers then replace them.
     for (i, kind), parts in saved.items():
-        expected = {"weight", "weight_scale"} | (set() if f"layers.{i}.{kind}" in tokenwise_names else {"inv_scale"})
+        expected = {"weight", "weight_scale", "inv_scale"}
         if set(parts) != expected:
             raise BertkitError(f"{weights}: int8 projection layers.{i}.{kind} has {sorted(parts)}, expected "
                                f"{', '.join(sorted(expected))}; " + _REWRITE.format(directory))
@@ -223,8 +205,7 @@ def _read_int8_tensors(directory: Path, weights: Path,
 
 
 def _install_int8(encoder: BertModel, saved: _SavedProjections, weights: Path) -> None:
-    """Put ``saved``'s projections into ``encoder``'s layers: ``Int8Linear``, or for a per-token projection (no
-    ``inv_scale``) a float ``nn.Linear`` holding its int8 weights times their scales."""
+    """Put ``saved``'s projections into ``encoder``'s layers as ``Int8Linear``."""
     for (i, kind), parts in sorted(saved.items()):
         if i >= len(_layers(encoder)):
             raise BertkitError(f"{weights} holds int8 layers.{i}.{kind} but the config has "
@@ -235,24 +216,9 @@ def _install_int8(encoder: BertModel, saved: _SavedProjections, weights: Path) -
                                f"makes it {tuple(stand_in.weight.shape)}; the file and config.json do not belong "
                                "together")
         bias = stand_in.bias.detach() if stand_in.bias is not None else None
-        name = f"{weights.name}: int8.layers.{i}.{kind}"
-        if "inv_scale" in parts:
-            layer = Int8Linear.from_saved(name, parts["weight"], parts["weight_scale"], parts["inv_scale"], bias)
-        else:
-            layer = Int8Linear.from_saved(name, parts["weight"], parts["weight_scale"],
-                                          torch.ones(parts["weight"].shape[1]), bias)
-            layer = _as_float(layer)
+        layer = Int8Linear.from_saved(f"{weights.name}: int8.layers.{i}.{kind}", parts["weight"],
+                                      parts["weight_scale"], parts["inv_scale"], bias)
         set_projection(_layers(encoder)[i], kind, layer)
-
-
-def _as_float(layer: Int8Linear) -> nn.Linear:
-    """``layer`` (no smoothing) as a float ``nn.Linear``: its int8 weights times their scales."""
-    linear = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
-    with torch.no_grad():
-        linear.weight.copy_(layer.weight.to(torch.float32) * layer.weight_scale[:, None])
-        if layer.bias is not None:
-            linear.bias.copy_(layer.bias)
-    return linear.eval()
 
 
 def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibration_file: str | Path | None = None,
