@@ -667,8 +667,9 @@ def test_a_directory_of_format_1_is_refused_with_the_command_that_rewrites_it(qu
 
 def test_a_directory_with_projections_without_smoothing_is_refused_with_the_command_that_rewrites_it(
         classifier_dir, quantized_classifier, tmp_path, capsys):
-    """An int8 projection without its smoothing factors (what the deleted `bertkit quantize --fast` wrote for every
-    ffn_out) is not read as something else: the directory is refused, naming the projection and the command."""
+    """What the deleted `bertkit quantize --fast` wrote (every ffn_out int8, without smoothing factors) is not read
+    as something else: the directory is refused, naming the tensor and the command; so is a projection without its
+    smoothing factors."""
     from safetensors.torch import load_file, save_file
 
     from bertkit.quantization import load_int8
@@ -682,9 +683,15 @@ def test_a_directory_with_projections_without_smoothing_is_refused_with_the_comm
     save_file(tensors, str(fast / "model.int8.safetensors"))
     config["quantization_config"].update(per_token_projections=["layers.0.ffn_out"])
     (fast / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(BertkitError, match=r"int8 projection layers.0.ffn_out has \['weight', 'weight_scale'\], "
-                                           rf"expected inv_scale, weight, weight_scale; write it again: bertkit "
-                                           rf"quantize --model FLOAT_CHECKPOINT --output-dir {fast} --overwrite"):
+    with pytest.raises(BertkitError, match=r"holds 'int8.layers.0.ffn_out.weight(_scale)?', which is not an int8 projection's "
+                                           r"tensor .*<qkv\|attn_out\|ffn_in>.*write it again: bertkit quantize "
+                                           rf"--model FLOAT_CHECKPOINT --output-dir {fast} --overwrite"):
+        load_int8(fast)
+    del tensors["int8.layers.0.ffn_out.weight"], tensors["int8.layers.0.ffn_out.weight_scale"]
+    del tensors["int8.layers.1.qkv.inv_scale"]
+    save_file(tensors, str(fast / "model.int8.safetensors"))
+    with pytest.raises(BertkitError, match=r"int8 projection layers.1.qkv has \['weight', 'weight_scale'\], "
+                                           r"expected inv_scale, weight, weight_scale; write it again"):
         load_int8(fast)
     with pytest.raises(SystemExit):  # an unknown flag
         main(["quantize", "--model", str(classifier_dir), "--output-dir", str(tmp_path / "f2"), "--fast"])

@@ -273,7 +273,8 @@ def test_question_answering_long_context_and_no_answer(tmp_path_factory, minilm_
     always = qa(item, allow_no_answer=True, null_threshold=-1e9)
     assert never["answer"] == o["answer"]
     assert always["answer"] == "" and always["start"] is None and 0 < always["score"] <= 1
-    with pytest.raises(BertkitError, match="must be"):
+    with pytest.raises(BertkitError, match=r"question-answering input 0 is dict .*; expected \{'question': str, "
+                                           r"'context': str\}"):
         qa([{"question": "who?"}])
 
 

@@ -81,6 +81,9 @@ class Pipeline:
     # Published weight names the checkpoint must hold for this task (its head); none for the bare encoder.
     required_keys: ClassVar[tuple[str, ...]] = ()
     input_kind: ClassVar[type | tuple[type, ...]] = str
+    # The fields of a dict input, each a str or (list) a non-empty list of str; none: an input is one str.
+    fields: ClassVar[dict[str, type]] = {}
+    optional: ClassVar[tuple[str, ...]] = ()  # fields that may be absent (or None)
     # Keyword options a call accepts (``pipe(texts, top_k=3)``); encode and decode take what they use.
     call_options: ClassVar[tuple[str, ...]] = ()
     missing_head_fix: ClassVar[str] = ("fine-tune it for this task first (bertkit finetune ...), or embed with the "
@@ -142,18 +145,26 @@ class Pipeline:
         raise NotImplementedError
 
     def forward(self, batch: dict[str, Tensor], rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
-        raise NotImplementedError
+        """The head's logits, one array per row (sequence and multiple-choice heads)."""
+        return list(self.model(**batch).logits.float().cpu().numpy())
 
     def decode(self, item: Any, rows: list[dict[str, Any]], outputs: list[np.ndarray], **options: Any) -> Any:
         raise NotImplementedError
 
     def check_input(self, item: Any, index: int) -> Any:
-        """The input as the pipeline reads it; a wrong type is an error naming the input's index."""
-        if not isinstance(item, self.input_kind):
-            kinds = self.input_kind if isinstance(self.input_kind, tuple) else (self.input_kind,)
-            raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected "
-                               f"a {' or '.join(k.__name__ for k in kinds)}")
-        return item
+        """The input as the pipeline reads it (``fields``); a wrong type is an error naming the input's index."""
+        if not self.fields:
+            if not isinstance(item, str):
+                raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected "
+                                   "a str")
+            return item
+        refuse_unknown_keys(item, tuple(self.fields), index, self.task)
+        if isinstance(item, dict) and all(_has(item.get(k), kind) or (k in self.optional and item.get(k) is None)
+                                          for k, kind in self.fields.items()):
+            return item
+        shape = ", ".join(f"{k!r}: {'[str, ...]' if kind is list else 'str'}" for k, kind in self.fields.items())
+        raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:80]!r}; expected "
+                           f"{{{shape}}}{' (lists non-empty)' if list in self.fields.values() else ''}")
 
     # -- running --------------------------------------------------------------------------------------
     def __call__(self, inputs: Any, **options: Any) -> Any:
@@ -170,7 +181,8 @@ class Pipeline:
         return self.run(list(inputs), **options)
 
     def is_single(self, inputs: Any) -> bool:
-        return isinstance(inputs, (str, dict))
+        kinds = self.input_kind if isinstance(self.input_kind, tuple) else (self.input_kind,)
+        return isinstance(inputs, (str, dict, *kinds))
 
     def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
         """Results for ``inputs``, in their order. All rows of all inputs are batched together by length."""
@@ -207,6 +219,21 @@ class Pipeline:
                                     "(NaN or inf): the checkpoint's weights are broken; no result was produced")
         bar.close()
         return results
+
+
+def refuse_unknown_keys(item: Any, known: tuple[str, ...], index: int, task: str) -> None:
+    """A dict input holding a key the task does not read is refused, naming it: ``{"text": a, "text_pairr": b}``
+    would otherwise be answered as the single text ``a``, a silently wrong answer. (The server's 422 is this.)"""
+    unknown = sorted(str(k) for k in item if k not in known) if isinstance(item, dict) else []
+    if unknown:
+        raise BertkitError(f"{task} input {index} has unknown field(s) {', '.join(unknown)}; a {task} input holds "
+                           f"{', '.join(known)} (a misspelling?)")
+
+
+def _has(value: Any, kind: type) -> bool:
+    if kind is list:
+        return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
+    return isinstance(value, kind)
 
 
 def _choices(row: dict[str, Any]) -> int:

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError
 from bertkit.heads import MODEL_CLASSES, BertForMultipleChoice
+from bertkit.quantization.saved import model_class_of
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -48,15 +48,7 @@ class TupleOutputModel(nn.Module):
 
 def load_for_export(model_dir: str | Path) -> nn.Module:
     """The model class the checkpoint was saved as (config.json ``architectures``; the bare encoder if none)."""
-    directory = Path(model_dir)
-    config_file = directory / "config.json"
-    config = read_config_json(directory)
-    archs = config.get("architectures") or ["BertModel"]
-    arch = archs if isinstance(archs, str) else archs[0] if isinstance(archs, list) else None
-    if arch not in MODEL_CLASSES:
-        raise BertkitError(f"{config_file} names architecture {archs!r}; bertkit exports "
-                           f"{', '.join(MODEL_CLASSES)} (edit 'architectures' if the weights are one of these)")
-    return MODEL_CLASSES[arch].from_pretrained(directory).eval()
+    return model_class_of(Path(model_dir)).from_pretrained(model_dir).eval()
 
 
 TRACE_TEXTS = ("BERT reads text in both directions at once.", "Short one.")

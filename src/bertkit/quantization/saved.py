@@ -16,11 +16,11 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from bertkit import heads
 from bertkit._hardware import check_int8_kernel
 from bertkit.checkpoint_io import CONFIG_NAME, INT8_WEIGHTS_NAME, encoder_published_names, read_config_json
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
+from bertkit.heads import MODEL_CLASSES
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.quantization.calibration import read_calibration_file
@@ -34,7 +34,7 @@ from bertkit.quantization.projections import (
     int8_projections,
     set_projection,
 )
-from bertkit.quantization.quantize import INT8_PROJECTIONS, quantize_int8_on_texts
+from bertkit.quantization.quantize import quantize_int8_on_texts
 from bertkit.tokenization import BertTokenizer
 
 # config.json's ``quantization_config.quant_method`` of a saved int8 model, and the layout's version.
@@ -55,14 +55,8 @@ def is_int8_checkpoint(model_dir: str | Path) -> bool:
 def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "built-in") -> Path:
     """Write an int8 model (``quantize_int8``'s result) to ``output_dir`` for ``load_int8``; returns the directory.
 
-    ``model.int8.safetensors`` holds each int8 projection as its int8 weight (out, in), the weight's scale
-    per output channel and the smoothing factors (``int8.layers.3.qkv.weight``, ``.weight_scale``,
-    ``.inv_scale``), and every other tensor under its published name, in float32 (the embeddings, biases,
-    LayerNorms, the pooler and the head). ``config.json`` is the model's, with ``quantization_config``
-    saying how it was made (``calibration``: what it was calibrated on, recorded as given). The weights are
-    stored as integers and scales, not as one engine's packed form, so the directory runs on any x86 CPU:
-    ``load_int8`` packs them for the engine it finds. The tokenizer is not written (``bertkit quantize``
-    copies it).
+    The layout is the module docstring's; ``calibration`` (what it was calibrated on) is recorded as given in
+    ``quantization_config``. The tokenizer is not written (``bertkit quantize`` copies it).
     """
     encoder = encoder_of(model)
     int8 = {(i, kind): get_projection(layer, kind) for i, layer in enumerate(_layers(encoder)) for kind in PROJECTIONS
@@ -121,13 +115,14 @@ def _quantization_config(int8: dict[tuple[int, str], nn.Module], calibration: st
     }
 
 
-def _int8_model_class(directory: Path, raw: dict) -> type[nn.Module]:
-    name = (raw.get("architectures") or ["BertModel"])[0]
-    found = BertModel if name == "BertModel" else getattr(heads, name, None)
-    if not (isinstance(found, type) and issubclass(found, nn.Module)):
-        raise BertkitError(f"{directory / CONFIG_NAME} names architecture {name!r}, which bertkit does not have; "
-                           "pass model_class= (BertModel or a bertkit head class)")
-    return found
+def model_class_of(directory: Path) -> type[nn.Module]:
+    """The bertkit class config.json's ``architectures`` names (the bare encoder when it names none)."""
+    archs = read_config_json(directory).get("architectures") or ["BertModel"]
+    name = archs if isinstance(archs, str) else archs[0] if isinstance(archs, list) else None
+    if name not in MODEL_CLASSES:
+        raise BertkitError(f"{directory / CONFIG_NAME} names architecture {archs!r}; bertkit has "
+                           f"{', '.join(MODEL_CLASSES)} (edit 'architectures' if the weights are one of these)")
+    return MODEL_CLASSES[name]
 
 
 def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None) -> nn.Module:
@@ -147,7 +142,7 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
     raw = read_config_json(directory)
     _check_quantization_config(directory, raw)
     check_int8_kernel()
-    model_class = model_class or _int8_model_class(directory, raw)
+    model_class = model_class or model_class_of(directory)
     saved, published = _read_int8_tensors(directory, weights)
     config = BertConfig.from_json_file(directory / CONFIG_NAME)
     model = model_class.from_pretrained(None, config=config, state_dict=published)
@@ -188,7 +183,8 @@ def _read_int8_tensors(directory: Path, weights: Path) -> tuple[_SavedProjection
             saved.setdefault((int(parts[2]), parts[3]), {})[parts[4]] = value
         else:
             raise BertkitError(f"{weights} holds {key!r}, which is not an int8 projection's tensor "
-                               "(int8.layers.<i>.<projection>.<weight|weight_scale|inv_scale>)")
+                               f"(int8.layers.<i>.<{'|'.join(PROJECTIONS)}>.<weight|weight_scale|inv_scale>); "
+                               + _REWRITE.format(directory))
     # The int8 projections' float weights are not stored: zero stand-ins of their shape (one zero, expanded: no
     # memory) let the key table load the rest (and check it against the config, finite values included: an
     # uninitialised stand-in could hold NaN); the int8 layers then replace them.
@@ -231,7 +227,7 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     if is_int8_checkpoint(source):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
-    model_class = _int8_model_class(source, read_config_json(source))
+    model_class = model_class_of(source)
     texts = read_calibration_file(calibration_file) if calibration_file is not None else None
     tokenizer = BertTokenizer.from_pretrained(source)
     model = model_class.from_pretrained(source)
@@ -242,7 +238,7 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     float_file = next((source / n for n in ("model.safetensors", "pytorch_model.bin") if (source / n).is_file()), None)
     kernel = check_int8_kernel()
     return {"model": str(source), "output_dir": str(out), "architecture": model_class.__name__,
-            "int8_projections": len(int8_projections(quantized)), "projections": list(INT8_PROJECTIONS),
+            "int8_projections": len(int8_projections(quantized)), "projections": list(PROJECTIONS),
             "kernel": kernel.name, "activation_bits": kernel.activation_bits, "calibration": calibration,
             "bytes": {"float": float_file.stat().st_size if float_file else None,
                       "int8": (out / INT8_WEIGHTS_NAME).stat().st_size}}
