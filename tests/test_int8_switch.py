@@ -215,7 +215,7 @@ def test_the_pipeline_quantizes_after_eval_on_the_builtin_sentences(minilm_dir, 
     """The pipeline's model is quantize_int8 calibrated on the built-in sentences: the same outputs, exactly,
     as quantizing by hand, on every call (no dependence on the texts the pipeline happens to see first)."""
     _, int8 = embedders
-    assert len(CALIBRATION_SENTENCES) == 256
+    assert len(CALIBRATION_SENTENCES) == 64
     by_hand = quantize_int8(BertModel.from_pretrained(minilm_dir).eval(),
                             calibration=calibration_batches(tok, CALIBRATION_SENTENCES, max_length=int8.max_length))
     texts = sentences["stsb"][:64]

@@ -62,7 +62,7 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
 def quantize_int8_on_texts(model: nn.Module, tokenizer: BertTokenizer,
                            calibration_texts: Sequence[str | tuple[str, str]] | None = None, *,
                            max_length: int = 128, batch_size: int = 32) -> nn.Module:
-    """``quantize_int8`` calibrated on ``calibration_texts``, or, when None, on the 256 built-in English sentences
+    """``quantize_int8`` calibrated on ``calibration_texts``, or, when None, on the 64 built-in English sentences
     (``bertkit.calibration_text``): the same on every call and every machine, and on MiniLM as close to fp32 as
     calibrating on SST-2's own training sentences (docs/inference.md)."""
     if calibration_texts is None:

@@ -309,7 +309,7 @@ class Int8Settings:
     int8 does), off otherwise."""
     calibration_file: Path | None = None
     """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
-    Default: 256 built-in English sentences."""
+    Default: 64 built-in English sentences."""
 
     def check_int8(self) -> None:
         """Refuse --calibration-file without --int8. Whether int8 can run on the device (the CPU, an x86 quantized

@@ -165,7 +165,7 @@ class QuantizeSettings(OverwriteSettings):
     output_dir: Path = flag(aliases=("--out",))
     """Directory to write config.json, model.int8.safetensors and the tokenizer files to."""
     calibration_file: Path | None = None
-    """A text file, one sentence per line (a few hundred, like the inputs), to calibrate on. Default: 256 built-in
+    """A text file, one sentence per line (a few hundred, like the inputs), to calibrate on. Default: 64 built-in
     English sentences."""
     max_seq_length: int = 128
     """Calibration sentences are cut to this many tokens."""
