@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import INT8_WEIGHTS_NAME
+from bertkit.checkpoint_io import INT8_WEIGHTS_NAME, WEIGHTS_NAME, read_weights
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.inference.runner import run_length_sorted
@@ -32,21 +32,17 @@ _PROGRESS_ROWS = 512
 
 def published_keys(model_dir: Path) -> set[str]:
     """Names of the tensors in a checkpoint directory, read from the file header only (no weights loaded)."""
-    st = model_dir / "model.safetensors"
-    if not st.is_file() and is_int8_checkpoint(model_dir):  # bertkit quantize's: the head is stored as published
-        st = model_dir / INT8_WEIGHTS_NAME
-    if st.is_file():
-        from safetensors import SafetensorError, safe_open
+    st = model_dir / (INT8_WEIGHTS_NAME if is_int8_checkpoint(model_dir) else WEIGHTS_NAME)  # int8: the head as published
+    if not st.is_file():
+        return set(read_weights(model_dir))  # transformers' torch pickle
+    from safetensors import SafetensorError, safe_open
 
-        try:
-            with safe_open(str(st), framework="pt") as f:
-                return set(f.keys())
-        except SafetensorError as e:  # the same words as loading the weights gives
-            raise BertkitError(f"{st} could not be read as safetensors ({e}); the file is truncated or corrupt "
-                               f"(size {st.stat().st_size} bytes): copy or download it again") from e
-    from bertkit.checkpoint_io import read_weights
-
-    return set(read_weights(model_dir))
+    try:
+        with safe_open(str(st), framework="pt") as f:
+            return set(f.keys())
+    except SafetensorError as e:  # the same words as loading the weights gives
+        raise BertkitError(f"{st} could not be read as safetensors ({e}); the file is truncated or corrupt "
+                           f"(size {st.stat().st_size} bytes): copy or download it again") from e
 
 
 def pad_rows(rows: Sequence[dict[str, Any]], pad_id: int) -> dict[str, Tensor]:
@@ -80,7 +76,6 @@ class Pipeline:
     model_class: ClassVar[type[nn.Module]]
     # Published weight names the checkpoint must hold for this task (its head); none for the bare encoder.
     required_keys: ClassVar[tuple[str, ...]] = ()
-    input_kind: ClassVar[type | tuple[type, ...]] = str
     # The fields of a dict input, each a str or (list) a non-empty list of str; none: an input is one str.
     fields: ClassVar[dict[str, type]] = {}
     optional: ClassVar[tuple[str, ...]] = ()  # fields that may be absent (or None)
@@ -88,6 +83,11 @@ class Pipeline:
     call_options: ClassVar[tuple[str, ...]] = ()
     missing_head_fix: ClassVar[str] = ("fine-tune it for this task first (bertkit finetune ...), or embed with the "
                                        "feature-extraction pipeline, which needs only the encoder")
+
+    @property
+    def input_kinds(self) -> tuple[type, ...]:
+        """What one input is: a dict of ``fields``, or a str."""
+        return (dict,) if self.fields else (str,)
 
     def __init__(self, model: nn.Module, tokenizer: BertTokenizer, *, device: str | torch.device = "cpu",
                  bf16: bool | None = None, batch_size: int = 32, max_length: int | None = None,
@@ -175,14 +175,13 @@ class Pipeline:
             raise BertkitError(f"{self.task} inputs are a {type(inputs).__name__}, which has no order, so the "
                                "results could not be matched to them; pass a list")
         if isinstance(inputs, (bytes, bytearray)) or not isinstance(inputs, Iterable):
-            kinds = self.input_kind if isinstance(self.input_kind, tuple) else (self.input_kind,)
-            raise BertkitError(f"{self.task} pipeline takes a {' or '.join(k.__name__ for k in kinds)} or a list "
-                               f"of them, got {type(inputs).__name__} {str(inputs)[:60]!r}")
+            kinds = " or ".join(k.__name__ for k in self.input_kinds)
+            raise BertkitError(f"{self.task} pipeline takes a {kinds} or a list of them, got {type(inputs).__name__} "
+                               f"{str(inputs)[:60]!r}")
         return self.run(list(inputs), **options)
 
     def is_single(self, inputs: Any) -> bool:
-        kinds = self.input_kind if isinstance(self.input_kind, tuple) else (self.input_kind,)
-        return isinstance(inputs, (str, dict, *kinds))
+        return isinstance(inputs, (str, dict, *self.input_kinds))
 
     def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
         """Results for ``inputs``, in their order. All rows of all inputs are batched together by length."""

@@ -122,7 +122,7 @@ class TextOrPairPipeline(Pipeline):
     """A pipeline reading one text or a (text, text_pair): a str, a ``(text, text_pair)`` tuple or ``{"text": ...,
     "text_pair": ...}``, encoded as one row ``[CLS] text [SEP] (text_pair [SEP])``."""
 
-    input_kind = (str, dict, tuple)
+    input_kinds = (str, dict, tuple)
     fields = {"text": str, "text_pair": str}
     optional = ("text_pair",)
 
@@ -225,7 +225,6 @@ class RerankPipeline(TextClassificationPipeline):
     """
 
     task = "rerank"
-    input_kind = dict
     fields = {"query": str, "texts": list}
     optional = ()
     call_options = ("raw_scores", "return_text")
@@ -359,7 +358,6 @@ class QuestionAnsweringPipeline(Pipeline):
     task = "question-answering"
     model_class = BertForQuestionAnswering
     required_keys = ("qa_outputs.weight",)
-    input_kind = dict
     fields = {"question": str, "context": str}
     call_options = ("top_k", "doc_stride", "max_question_length", "max_answer_length", "allow_no_answer",
                     "null_threshold")
@@ -407,7 +405,6 @@ class MultipleChoicePipeline(Pipeline):
     task = "multiple-choice"
     model_class = BertForMultipleChoice
     required_keys = ("classifier.weight",)
-    input_kind = dict
     fields = {"context": str, "choices": list}
 
     def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:
@@ -483,16 +480,13 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
 
     def forward(self, batch, rows) -> list[np.ndarray]:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        lay, x = out.token_layout, out.tokens.float()
         if self.pooling == "none":
-            v = lay.to_batch(x)
-            if self.normalize:
-                v = F.normalize(v, dim=-1)
-            return _per_row(v, rows)
-        v = pool_tokens(out, batch["attention_mask"], self.pooling)  # (B, H): sentence-transformers' Pooling
+            v = out.token_layout.to_batch(out.tokens.float())  # (B, T, H)
+        else:
+            v = pool_tokens(out, batch["attention_mask"], self.pooling)  # (B, H): sentence-transformers' Pooling
         if self.normalize:
             v = F.normalize(v, dim=-1)
-        return list(v.cpu().numpy())
+        return _per_row(v, rows) if self.pooling == "none" else list(v.float().cpu().numpy())
 
     def decode(self, item, rows, outputs, **_: Any) -> list[float] | list[list[float]]:
         return outputs[0].tolist()
