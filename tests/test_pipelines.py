@@ -273,7 +273,8 @@ def test_question_answering_long_context_and_no_answer(tmp_path_factory, minilm_
     always = qa(item, allow_no_answer=True, null_threshold=-1e9)
     assert never["answer"] == o["answer"]
     assert always["answer"] == "" and always["start"] is None and 0 < always["score"] <= 1
-    with pytest.raises(BertkitError, match="must be"):
+    with pytest.raises(BertkitError, match=r"question-answering input 0 is dict .*; expected \{'question': str, "
+                                           r"'context': str\}"):
         qa([{"question": "who?"}])
 
 
@@ -373,8 +374,13 @@ def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp
     with pytest.raises(BertkitError, match=r"unknown field\(s\) top_k; .* holds question, context"):
         bertkit.pipeline("question-answering", qa_dir)({"question": "Who?", "context": "Ann came.", "top_k": 3})
     mc_dir, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMultipleChoice")
+    mc = bertkit.pipeline("multiple-choice", mc_dir)
     with pytest.raises(BertkitError, match=r"unknown field\(s\) label;"):
-        bertkit.pipeline("multiple-choice", mc_dir)({"context": "c", "choices": ["a", "b"], "label": 0})
+        mc({"context": "c", "choices": ["a", "b"], "label": 0})
+    for bad in ({"context": "c", "choices": []}, {"context": "c", "choices": ["a", 1]}, {"context": "c"}, "c"):
+        with pytest.raises(BertkitError, match=r"multiple-choice input 0 is \w+ .*; expected \{'context': str, "
+                                               r"'choices': \[str, \.\.\.\]\} \(lists non-empty\)"):
+            mc(bad)
 
 
 def test_a_sentence_transformers_directory_pools_as_its_1_pooling_says(minilm_dir, tmp_path, caplog):

@@ -116,7 +116,7 @@ def test_pipeline_takes_the_model_as_a_keyword_as_transformers_does(tiny_dirs):
     for pipe in (pipeline("text-classification", model=tiny_dirs["clf"]),
                  pipeline(task="text-classification", model=str(tiny_dirs["clf"])),
                  pipeline(model=tiny_dirs["clf"]),  # the task from config.json's architectures
-                 pipeline("sentiment-analysis", model_dir=tiny_dirs["clf"]),
+                 pipeline("sentiment-analysis", model=tiny_dirs["clf"]),
                  pipeline("text-classification", model=BertForSequenceClassification.from_pretrained(tiny_dirs["clf"]),
                           tokenizer=BertTokenizer.from_pretrained(tiny_dirs["clf"]))):
         assert isinstance(pipe, TextClassificationPipeline)
@@ -127,8 +127,6 @@ def test_pipeline_takes_the_model_as_a_keyword_as_transformers_does(tiny_dirs):
         pipeline(str(tiny_dirs["clf"]), "text-classification")
     with pytest.raises(BertkitError, match="pipeline model must be a checkpoint directory .* got int"):
         pipeline("text-classification", model=5)
-    with pytest.raises(BertkitError, match="model= or model_dir="):
-        pipeline("text-classification", model=tiny_dirs["clf"], model_dir=tiny_dirs["clf"])
 
 
 @pytest.mark.parametrize("inputs, message", [

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError
+from bertkit.heads import BertForPreTraining
 from bertkit.inference.base import Pipeline
 from bertkit.inference.pipelines import (
     FeatureExtractionPipeline,
@@ -31,6 +31,7 @@ from bertkit.inference.pipelines import (
     TextClassificationPipeline,
     TokenClassificationPipeline,
 )
+from bertkit.quantization.saved import model_class_of
 from bertkit.tokenization import BertTokenizer
 
 TASKS: dict[str, type[Pipeline]] = {
@@ -47,46 +48,31 @@ TASKS: dict[str, type[Pipeline]] = {
 }
 
 
-# The task a checkpoint's head serves, from config.json's "architectures" (for pipeline(model=...) without a task).
-TASK_OF_ARCHITECTURE = {
-    "BertForSequenceClassification": "text-classification",
-    "BertForTokenClassification": "token-classification",
-    "BertForQuestionAnswering": "question-answering",
-    "BertForMultipleChoice": "multiple-choice",
-    "BertForMaskedLM": "fill-mask",
-    "BertForPreTraining": "fill-mask",
-    "BertModel": "feature-extraction",
-}
+# The task a checkpoint's head serves, by its class (config.json's "architectures"), for pipeline(model=...) alone:
+# the first task above whose pipeline runs that class (a pre-training checkpoint fills masks).
+TASK_OF_ARCHITECTURE: dict[type[nn.Module], str] = {
+    BertForPreTraining: "fill-mask", **{c.model_class: c.task for c in reversed(TASKS.values())}}
 
 
 def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | None = None, *,
              tokenizer: str | os.PathLike | BertTokenizer | None = None, device: str | torch.device = "cpu",
              bf16: bool | None = None, batch_size: int = 32, max_length: int | None = None, progress: bool | None = None,
-             model_dir: str | os.PathLike | None = None, quantize: str | None = None,
+             quantize: str | None = None,
              calibration_texts: Sequence[str | tuple[str, str]] | None = None, **options: Any) -> Pipeline:
     """The ``task`` pipeline over ``model``, as transformers' ``pipeline(task, model)`` is called.
 
-    ``model`` is a checkpoint directory (config.json, model.safetensors, vocab.txt; ``model_dir=`` is the same),
-    or a bertkit model already built, with ``tokenizer=`` (a ``BertTokenizer`` or its directory). Without a task,
-    the checkpoint's head names it (config.json ``architectures``: a sequence classifier gives
-    text-classification, ...). ``bf16=True`` runs the model under bfloat16 autocast (CPUs with AVX-512 BF16 /
-    AMX, recent GPUs; scores are still computed in float32/64), ``bf16=False`` in the weights' dtype; left unset,
-    it is on for int8 on CPUs with bf16 instructions and off otherwise (``.bf16`` says which). ``quantize="int8"``
-    runs the encoder's projections in int8 on the CPU (``bertkit.quantization``, docs/inference.md section int8;
-    on CPUs with bf16 instructions what stays float runs in bf16 unless ``bf16=False``, as OpenVINO runs its int8
-    models there: faster, and as close to fp32): the
-    model is quantized once, after ``.eval()``, calibrated on ``calibration_texts`` (a few hundred texts like
-    the inputs; strings or ``(text, text_pair)`` tuples) or, by default, on 256 built-in English sentences; a
-    model object passed in stays fp32 (a quantized copy runs). int8 refuses a GPU, ``bf16=True`` on a CPU without
-    bf16 instructions and a PyTorch with neither oneDNN's quantized Linear nor the x86/fbgemm engine. ``batch_size`` sequences run at once, grouped by length; ``max_length``
-    (default: the model's positions) caps each sequence: texts are truncated, QA contexts windowed.
+    ``model`` is a checkpoint directory (config.json, model.safetensors, vocab.txt), or a bertkit model already
+    built, with ``tokenizer=`` (a ``BertTokenizer`` or its directory). Without a task, the checkpoint's head names
+    it (config.json ``architectures``). ``bf16=True`` runs the model under bfloat16 autocast, ``bf16=False`` in the
+    weights' dtype; left unset, it is on for int8 on CPUs with bf16 instructions and off otherwise (``.bf16`` says
+    which). ``quantize="int8"`` runs the encoder's projections in int8 on the CPU (docs/inference.md section int8):
+    a quantized copy, made once, calibrated on ``calibration_texts`` (a few hundred texts like the inputs; strings
+    or ``(text, text_pair)`` tuples) or by default on 64 built-in English sentences. ``batch_size`` sequences run
+    at once, grouped by length; ``max_length`` (default: the model's positions) caps each sequence: texts are
+    truncated, QA contexts windowed.
     ``progress`` draws a bar (None: only for long inputs). ``options`` go to the task's pipeline (e.g.
     ``pooling="cls"``, ``normalize=True`` for embeddings).
     """
-    if model_dir is not None:
-        if model is not None:
-            raise BertkitError("pass the checkpoint once: model= or model_dir= (the same argument), not both")
-        model = model_dir
     tasks = ", ".join(TASKS)
     if task is not None and not (isinstance(task, str) and task in TASKS):
         hint = ""
@@ -123,17 +109,11 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Non
 
 def _task_of(model: str | os.PathLike | nn.Module) -> str:
     """The pipeline task a checkpoint's head serves (config.json ``architectures``, or the model's class)."""
-    if isinstance(model, nn.Module):
-        arch = type(model).__name__
-        where = f"a {arch}"
-    else:
-        archs = read_config_json(model).get("architectures") or ["BertModel"]
-        arch = archs[0] if isinstance(archs, list) and archs else None
-        where = f"{Path(model) / 'config.json'} (architectures {archs!r})"
-    if arch not in TASK_OF_ARCHITECTURE:
-        raise BertkitError(f"no task given and {where} does not say which; pass one: pipeline(task, model) with "
-                           f"task one of {', '.join(TASKS)}")
-    return TASK_OF_ARCHITECTURE[arch]
+    cls = type(model) if isinstance(model, nn.Module) else model_class_of(Path(model))
+    if cls not in TASK_OF_ARCHITECTURE:
+        raise BertkitError(f"no task given and a {cls.__name__} does not say which; pass one: pipeline(task, model) "
+                           f"with task one of {', '.join(TASKS)}")
+    return TASK_OF_ARCHITECTURE[cls]
 
 
 __all__ = ["TASKS", "FeatureExtractionPipeline", "FillMaskPipeline", "MultipleChoicePipeline", "Pipeline",

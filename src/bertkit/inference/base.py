@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import INT8_WEIGHTS_NAME
+from bertkit.checkpoint_io import INT8_WEIGHTS_NAME, WEIGHTS_NAME, read_weights
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.inference.runner import run_length_sorted
@@ -32,21 +32,17 @@ _PROGRESS_ROWS = 512
 
 def published_keys(model_dir: Path) -> set[str]:
     """Names of the tensors in a checkpoint directory, read from the file header only (no weights loaded)."""
-    st = model_dir / "model.safetensors"
-    if not st.is_file() and is_int8_checkpoint(model_dir):  # bertkit quantize's: the head is stored as published
-        st = model_dir / INT8_WEIGHTS_NAME
-    if st.is_file():
-        from safetensors import SafetensorError, safe_open
+    st = model_dir / (INT8_WEIGHTS_NAME if is_int8_checkpoint(model_dir) else WEIGHTS_NAME)  # int8: the head as published
+    if not st.is_file():
+        return set(read_weights(model_dir))  # transformers' torch pickle
+    from safetensors import SafetensorError, safe_open
 
-        try:
-            with safe_open(str(st), framework="pt") as f:
-                return set(f.keys())
-        except SafetensorError as e:  # the same words as loading the weights gives
-            raise BertkitError(f"{st} could not be read as safetensors ({e}); the file is truncated or corrupt "
-                               f"(size {st.stat().st_size} bytes): copy or download it again") from e
-    from bertkit.checkpoint_io import read_weights
-
-    return set(read_weights(model_dir))
+    try:
+        with safe_open(str(st), framework="pt") as f:
+            return set(f.keys())
+    except SafetensorError as e:  # the same words as loading the weights gives
+        raise BertkitError(f"{st} could not be read as safetensors ({e}); the file is truncated or corrupt "
+                           f"(size {st.stat().st_size} bytes): copy or download it again") from e
 
 
 def pad_rows(rows: Sequence[dict[str, Any]], pad_id: int) -> dict[str, Tensor]:
@@ -80,11 +76,18 @@ class Pipeline:
     model_class: ClassVar[type[nn.Module]]
     # Published weight names the checkpoint must hold for this task (its head); none for the bare encoder.
     required_keys: ClassVar[tuple[str, ...]] = ()
-    input_kind: ClassVar[type | tuple[type, ...]] = str
+    # The fields of a dict input, each a str or (list) a non-empty list of str; none: an input is one str.
+    fields: ClassVar[dict[str, type]] = {}
+    optional: ClassVar[tuple[str, ...]] = ()  # fields that may be absent (or None)
     # Keyword options a call accepts (``pipe(texts, top_k=3)``); encode and decode take what they use.
     call_options: ClassVar[tuple[str, ...]] = ()
     missing_head_fix: ClassVar[str] = ("fine-tune it for this task first (bertkit finetune ...), or embed with the "
                                        "feature-extraction pipeline, which needs only the encoder")
+
+    @property
+    def input_kinds(self) -> tuple[type, ...]:
+        """What one input is: a dict of ``fields``, or a str."""
+        return (dict,) if self.fields else (str,)
 
     def __init__(self, model: nn.Module, tokenizer: BertTokenizer, *, device: str | torch.device = "cpu",
                  bf16: bool | None = None, batch_size: int = 32, max_length: int | None = None,
@@ -142,18 +145,26 @@ class Pipeline:
         raise NotImplementedError
 
     def forward(self, batch: dict[str, Tensor], rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
-        raise NotImplementedError
+        """The head's logits, one array per row (sequence and multiple-choice heads)."""
+        return list(self.model(**batch).logits.float().cpu().numpy())
 
     def decode(self, item: Any, rows: list[dict[str, Any]], outputs: list[np.ndarray], **options: Any) -> Any:
         raise NotImplementedError
 
     def check_input(self, item: Any, index: int) -> Any:
-        """The input as the pipeline reads it; a wrong type is an error naming the input's index."""
-        if not isinstance(item, self.input_kind):
-            kinds = self.input_kind if isinstance(self.input_kind, tuple) else (self.input_kind,)
-            raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected "
-                               f"a {' or '.join(k.__name__ for k in kinds)}")
-        return item
+        """The input as the pipeline reads it (``fields``); a wrong type is an error naming the input's index."""
+        if not self.fields:
+            if not isinstance(item, str):
+                raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected "
+                                   "a str")
+            return item
+        refuse_unknown_keys(item, tuple(self.fields), index, self.task)
+        if isinstance(item, dict) and all(_has(item.get(k), kind) or (k in self.optional and item.get(k) is None)
+                                          for k, kind in self.fields.items()):
+            return item
+        shape = ", ".join(f"{k!r}: {'[str, ...]' if kind is list else 'str'}" for k, kind in self.fields.items())
+        raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:80]!r}; expected "
+                           f"{{{shape}}}{' (lists non-empty)' if list in self.fields.values() else ''}")
 
     # -- running --------------------------------------------------------------------------------------
     def __call__(self, inputs: Any, **options: Any) -> Any:
@@ -164,13 +175,13 @@ class Pipeline:
             raise BertkitError(f"{self.task} inputs are a {type(inputs).__name__}, which has no order, so the "
                                "results could not be matched to them; pass a list")
         if isinstance(inputs, (bytes, bytearray)) or not isinstance(inputs, Iterable):
-            kinds = self.input_kind if isinstance(self.input_kind, tuple) else (self.input_kind,)
-            raise BertkitError(f"{self.task} pipeline takes a {' or '.join(k.__name__ for k in kinds)} or a list "
-                               f"of them, got {type(inputs).__name__} {str(inputs)[:60]!r}")
+            kinds = " or ".join(k.__name__ for k in self.input_kinds)
+            raise BertkitError(f"{self.task} pipeline takes a {kinds} or a list of them, got {type(inputs).__name__} "
+                               f"{str(inputs)[:60]!r}")
         return self.run(list(inputs), **options)
 
     def is_single(self, inputs: Any) -> bool:
-        return isinstance(inputs, (str, dict))
+        return isinstance(inputs, (str, dict, *self.input_kinds))
 
     def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
         """Results for ``inputs``, in their order. All rows of all inputs are batched together by length."""
@@ -207,6 +218,21 @@ class Pipeline:
                                     "(NaN or inf): the checkpoint's weights are broken; no result was produced")
         bar.close()
         return results
+
+
+def refuse_unknown_keys(item: Any, known: tuple[str, ...], index: int, task: str) -> None:
+    """A dict input holding a key the task does not read is refused, naming it: ``{"text": a, "text_pairr": b}``
+    would otherwise be answered as the single text ``a``, a silently wrong answer. (The server's 422 is this.)"""
+    unknown = sorted(str(k) for k in item if k not in known) if isinstance(item, dict) else []
+    if unknown:
+        raise BertkitError(f"{task} input {index} has unknown field(s) {', '.join(unknown)}; a {task} input holds "
+                           f"{', '.join(known)} (a misspelling?)")
+
+
+def _has(value: Any, kind: type) -> bool:
+    if kind is list:
+        return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
+    return isinstance(value, kind)
 
 
 def _choices(row: dict[str, Any]) -> int:

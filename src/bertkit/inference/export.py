@@ -11,8 +11,6 @@ is (the output dataclasses are pytree nodes); ``torch.jit.trace`` and ONNX need 
 
 from __future__ import annotations
 
-import logging
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -21,10 +19,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError
 from bertkit.heads import MODEL_CLASSES, BertForMultipleChoice
-from bertkit.outputs import register_scratch, remove_owned_tree
+from bertkit.quantization.saved import model_class_of
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -51,15 +48,7 @@ class TupleOutputModel(nn.Module):
 
 def load_for_export(model_dir: str | Path) -> nn.Module:
     """The model class the checkpoint was saved as (config.json ``architectures``; the bare encoder if none)."""
-    directory = Path(model_dir)
-    config_file = directory / "config.json"
-    config = read_config_json(directory)
-    archs = config.get("architectures") or ["BertModel"]
-    arch = archs if isinstance(archs, str) else archs[0] if isinstance(archs, list) else None
-    if arch not in MODEL_CLASSES:
-        raise BertkitError(f"{config_file} names architecture {archs!r}; bertkit exports "
-                           f"{', '.join(MODEL_CLASSES)} (edit 'architectures' if the weights are one of these)")
-    return MODEL_CLASSES[arch].from_pretrained(directory).eval()
+    return model_class_of(Path(model_dir)).from_pretrained(model_dir).eval()
 
 
 TRACE_TEXTS = ("BERT reads text in both directions at once.", "Short one.")
@@ -84,9 +73,6 @@ def _require_onnx() -> None:
                            "(or pip install onnx onnxruntime)") from None
 
 
-# An int8 export's outputs against bertkit fp32's: the least cosine (over a token's or sequence's vector) that
-# a correct quantized graph keeps; ONNX Runtime's dynamic int8 measured 0.964 on SST-2 sentences (BENCHMARKS.md).
-INT8_MIN_COSINE = 0.9
 # Attention is exported as ONNX's fused pattern of torch's scaled_dot_product_attention, which the exporter
 # writes from opset 14 on; below it stops with UnsupportedOperatorError (opsets 10-13) or a dynamic-Slice error.
 MIN_OPSET = 14
@@ -100,17 +86,11 @@ def supported_opsets() -> range:
 
 
 def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, overwrite: bool = False,
-                verify: bool = True, int8: bool = False) -> dict[str, Any]:
+                verify: bool = True) -> dict[str, Any]:
     """Write the checkpoint in ``model_dir`` (encoder and head) as one ONNX file with dynamic batch and
     sequence axes; returns a summary. With ``verify`` and onnxruntime installed, the file is run on a batch
     of another size and length than the traced one, and the largest difference from bertkit's outputs is
     reported (and must be < 1e-4).
-
-    ``int8``: the graph then goes through ONNX Runtime's own dynamic quantizer (``quantize_dynamic``: int8
-    weights per output channel, activations quantized per call), for deployments that must run ONNX Runtime:
-    on the machine in BENCHMARKS.md it ran 2.3x its fp32 graph on one thread, at a minimum sentence cosine of
-    0.964 to fp32 (bertkit's own int8, ``--int8`` elsewhere, keeps 0.99). Verified against bertkit's fp32
-    outputs by the cosine of each output vector (at least ``INT8_MIN_COSINE``) instead of 1e-4.
     """
     from bertkit.outputs import atomic_target, refuse_existing_file
     from bertkit.tokenization import BertTokenizer
@@ -123,8 +103,6 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
         raise BertkitError(f"--opset {opset} is not one bertkit can export: the supported opsets are {opsets.start} "
                            f"to {opsets.stop - 1} (from {MIN_OPSET}, the first with the attention operator, to the "
                            f"newest this torch {torch.__version__} knows)")
-    if int8:
-        _require_quantizer()
     model = load_for_export(model_dir)
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     wrapper = TupleOutputModel(model).eval()
@@ -135,25 +113,13 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
     def check(path: Path) -> None:
         """The new file, still under its temporary name: an existing ``out`` is replaced only once this passes."""
         if verify:
-            checked.update(_verify(path, out, wrapper, example_inputs(model, tokenizer, CHECK_TEXTS), int8))
+            checked.update(_verify(path, out, wrapper, example_inputs(model, tokenizer, CHECK_TEXTS)))
 
     with atomic_target(out, verify=check) as tmp:
-        _write_graph(tmp, out, wrapper, inputs, _dynamic_axes(model, wrapper, inputs), opset, int8)
-    result: dict[str, Any] = {"onnx": str(out), "model_class": type(model).__name__, "inputs": list(INPUT_NAMES),
-                              "outputs": list(wrapper.output_names), "opset": opset, "bytes": out.stat().st_size,
-                              "seconds": round(time.perf_counter() - t0, 1)}
-    if int8:
-        result["quantization"] = "onnxruntime quantize_dynamic: int8 weights per output channel, dynamic activations"
-    return {**result, **checked}
-
-
-def _require_quantizer() -> None:
-    """Refuse an int8 export before the model loads when ONNX Runtime's quantizer cannot be imported."""
-    try:
-        from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: F401
-    except ImportError:
-        raise BertkitError("an int8 ONNX export uses ONNX Runtime's quantizer: pip install 'bertkit[onnx]' "
-                           "(or pip install onnxruntime)") from None
+        _write_graph(tmp, wrapper, inputs, _dynamic_axes(model, wrapper, inputs), opset)
+    return {"onnx": str(out), "model_class": type(model).__name__, "inputs": list(INPUT_NAMES),
+            "outputs": list(wrapper.output_names), "opset": opset, "bytes": out.stat().st_size,
+            "seconds": round(time.perf_counter() - t0, 1), **checked}
 
 
 def _dynamic_axes(model: nn.Module, wrapper: TupleOutputModel,
@@ -169,61 +135,31 @@ def _dynamic_axes(model: nn.Module, wrapper: TupleOutputModel,
     return dynamic_axes
 
 
-def _write_graph(tmp: Path, out: Path, wrapper: TupleOutputModel, inputs: tuple[Tensor, ...],
-                 dynamic_axes: dict[str, dict[int, str]], opset: int, int8: bool) -> None:
-    """Trace ``wrapper`` on ``inputs`` into the ONNX file ``tmp`` (``out``'s temporary name), through ONNX
-    Runtime's dynamic quantizer when ``int8``."""
+def _write_graph(tmp: Path, wrapper: TupleOutputModel, inputs: tuple[Tensor, ...],
+                 dynamic_axes: dict[str, dict[int, str]], opset: int) -> None:
+    """Trace ``wrapper`` on ``inputs`` into the ONNX file ``tmp``."""
     with torch.no_grad(), warnings.catch_warnings():
         # Tracing turns shape arithmetic into Python ints and says so; the graph keeps the shapes symbolic
-        # (verified below on other shapes), so the warnings would only alarm the user.
+        # (verified on other shapes), so the warnings would only alarm the user.
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
         # The TorchScript-based exporter: it needs only torch (the torch.export-based one needs onnxscript)
         # and writes one self-contained file.
-        def export_to(path: Path) -> None:
-            torch.onnx.export(wrapper, inputs, str(path), input_names=list(INPUT_NAMES),
-                              output_names=list(wrapper.output_names), dynamic_axes=dynamic_axes, opset_version=opset,
-                              dynamo=False)
-
-        if not int8:
-            export_to(tmp)
-            return
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        # The float graph goes to a scratch directory this run makes new (mkdtemp) and records as its own, so the
-        # removal afterwards, whether the export or the quantizer succeeded or failed, goes through the ownership
-        # check every other removal does: a file that is not this run's (or a symlink) is left in place.
-        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".fp32", dir=out.parent))
-        register_scratch(scratch)
-        float_graph = scratch / "model.fp32.onnx"
-        try:
-            export_to(float_graph)
-            logging.disable(logging.WARNING)  # its quantizer logs a line per float tensor and general advice
-            try:
-                quantize_dynamic(str(float_graph), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
-            finally:
-                logging.disable(logging.NOTSET)
-        finally:
-            remove_owned_tree(scratch)
+        torch.onnx.export(wrapper, inputs, str(tmp), input_names=list(INPUT_NAMES),
+                          output_names=list(wrapper.output_names), dynamic_axes=dynamic_axes, opset_version=opset,
+                          dynamo=False)
 
 
-def _verify(path: Path, out: Path, wrapper: TupleOutputModel, check: tuple[Tensor, ...], int8: bool) -> dict[str, Any]:
+def _verify(path: Path, out: Path, wrapper: TupleOutputModel, check: tuple[Tensor, ...]) -> dict[str, Any]:
     """Run the graph at ``path`` on ``check`` (other shapes than the traced ones) against bertkit; raise if it
     is wrong (``out``, if it exists, then stays as it was)."""
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
         return {"verified": "skipped: onnxruntime not installed (pip install onnxruntime)"}
-    kept = f" ({out} was left as it was)" if out.exists() else ""
-    if int8:
-        cosine, diff = min_cosine(path, wrapper, check)
-        if not cosine >= INT8_MIN_COSINE:
-            raise BertkitError(f"{out}: the int8 graph's outputs reach only cosine {cosine:.3f} to bertkit's fp32 "
-                               f"outputs (limit {INT8_MIN_COSINE}); ONNX Runtime's quantizer does not suit this "
-                               f"model: export without --int8{kept}")
-        return {"verified_min_cosine": cosine, "verified_max_abs_diff": diff}
     diff = max_abs_difference(path, wrapper, check)
     if not diff < 1e-4:
+        kept = f" ({out} was left as it was)" if out.exists() else ""
         raise BertkitError(f"{out}: onnxruntime's outputs differ from bertkit's by {diff:.2e} (limit 1e-4); "
                            f"the export is wrong: please report it with the model's config.json{kept}")
     return {"verified_max_abs_diff": diff}
@@ -239,32 +175,16 @@ def run_onnx(session, inputs: tuple[Tensor, ...]) -> list:
     return session.run(None, {n: t.numpy() for n, t in zip(INPUT_NAMES, inputs)})
 
 
-def _compared_outputs(path: str | Path, wrapper: TupleOutputModel,
-                      inputs: tuple[Tensor, ...]) -> list[tuple[Tensor, Tensor]]:
-    """(bertkit, onnxruntime) for each output, at real (unpadded) positions."""
+def max_abs_difference(path: str | Path, wrapper: TupleOutputModel, inputs: tuple[Tensor, ...]) -> float:
+    """Largest |onnxruntime - bertkit| over all outputs, at real (unpadded) positions."""
     with torch.no_grad():
         ours = wrapper(*inputs)
     theirs = run_onnx(onnx_session(path), inputs)
     mask = inputs[2].bool()
-    pairs = []
+    diffs = []
     for a, b in zip(ours, theirs):
         b = torch.from_numpy(b)
         if a.dim() >= 2 and a.shape[:2] == mask.shape:
             a, b = a[mask], b[mask]
-        pairs.append((a, b))
-    return pairs
-
-
-def max_abs_difference(path: str | Path, wrapper: TupleOutputModel, inputs: tuple[Tensor, ...]) -> float:
-    """Largest |onnxruntime - bertkit| over all outputs, at real (unpadded) positions."""
-    return max(float((a - b).abs().max()) for a, b in _compared_outputs(path, wrapper, inputs))
-
-
-def min_cosine(path: str | Path, wrapper: TupleOutputModel, inputs: tuple[Tensor, ...]) -> tuple[float, float]:
-    """(least cosine, largest |difference|) between onnxruntime's and bertkit's outputs, each output vector
-    (a token's hidden state or logits, a sequence's pooled vector or logits) compared along its last axis."""
-    pairs = _compared_outputs(path, wrapper, inputs)
-    cosine = min(float(torch.nn.functional.cosine_similarity(a.flatten(0, -2) if a.dim() > 1 else a[None],
-                                                             b.flatten(0, -2) if b.dim() > 1 else b[None], dim=-1).min())
-                 for a, b in pairs)
-    return cosine, max(float((a - b).abs().max()) for a, b in pairs)
+        diffs.append(float((a - b).abs().max()))
+    return max(diffs)

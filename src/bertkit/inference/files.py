@@ -1,34 +1,12 @@
 """Users' files in, predictions out: ``bertkit predict TASK --input FILE --output-file FILE``.
 
-Inputs are read as ``--input-format`` says, by default (``auto``) by the file's suffix:
-
-- ``.jsonl`` (or ``.json``, ``.ndjson``): one JSON object per line, fields named by the column settings
-  (``text``, ``text_pair``, ``question``, ``context``, ``choices``); a line may also be a bare JSON string;
-- ``.csv`` / ``.tsv``: a header row naming the columns, then one input per row (CSV quoted as RFC 4180,
-  so a quoted field may hold commas and newlines; TSV unquoted, as GLUE's files);
-- ``.txt``: one text per line, nothing else on it.
-
-``rerank`` reads one (query, passage) pair per record, from ``--query-column`` (``query``) and ``--text-column``
-(``text``), and writes its relevance score as the ``rerank`` pipeline computes it (the sigmoid of a one-logit
-cross-encoder's logit, or P(label 1) of a two-label one; ``--raw-scores``: the logit, or l1 - l0).
-
-Another suffix needs ``--input-format``. fill-mask inputs must hold the tokenizer's mask token (``[MASK]``).
-
-Every input gives one JSON line in the output, in input order: ``{"id": ..., **result}`` where the result
-is the pipeline's (``label``/``score``/``scores`` for text-classification, ``entities``/``words`` for
-token-classification, ``answer``/``start``/``end``/``score`` for question-answering, ...); list results
-are put under a name (``predictions`` for fill-mask, ``embedding`` for the embeddings). ``id`` is the
-``--id-column`` value when given, else the input's 0-based position.
-
-A malformed input stops the run with the file and line (``data.csv:17``) before anything is written; the
-output appears atomically once every prediction is made. Malformed includes a text field that is empty or only
-whitespace (a missing value, not a text to classify), a NUL byte (a binary file) and a line longer than
-``--max-line-bytes`` (1 MiB; the file is read line by line, never whole).
-
-A record holding a second text the command was not told to read (a ``text_pair`` field, or a column such as
-``sentence2``, ``question`` or ``hypothesis`` beside the text) would be classified on its first text alone: with a
-checkpoint fine-tuned on pairs (its config.json says ``"text_pair": true``, or names a GLUE pair task as its
-``finetuning_task``) that is refused, otherwise it is a warning naming the field and ``--text-pair-column``.
+Inputs are JSONL (one object or bare string a line), CSV/TSV with a header, or plain text (one text a line), by
+``--input-format`` or the file's suffix; the fields each task reads are ``FIELDS``, renamed by the column flags.
+Every input gives one JSON line, ``{"id": ..., **result}``, in input order; the output appears atomically once
+every prediction is made. A malformed input (an empty text, a NUL byte, a line over ``--max-line-bytes``, a
+fill-mask text without the mask token) stops the run with its file and line before anything is written. A second
+text no flag names is refused for a checkpoint fine-tuned on pairs, and a warning otherwise. docs/inference.md,
+"Your own files", says it for users.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -118,51 +118,31 @@ class FillMaskPipeline(Pipeline):
 # ---------------------------------------------------------------------------------------------------
 
 
-def refuse_unknown_keys(item: Any, known: tuple[str, ...], index: int, task: str) -> None:
-    """A dict input holding a key the task does not read is refused, naming it: ``{"text": a, "text_pairr": b}``
-    would otherwise be answered as the single text ``a``, a silently wrong answer. (The server's 422 is this.)"""
-    unknown = sorted(str(k) for k in item if k not in known) if isinstance(item, dict) else []
-    if unknown:
-        raise BertkitError(f"{task} input {index} has unknown field(s) {', '.join(unknown)}; a {task} input holds "
-                           f"{', '.join(known)} (a misspelling?)")
+class TextOrPairPipeline(Pipeline):
+    """A pipeline reading one text or a (text, text_pair): a str, a ``(text, text_pair)`` tuple or ``{"text": ...,
+    "text_pair": ...}``, encoded as one row ``[CLS] text [SEP] (text_pair [SEP])``."""
 
-
-def _text_and_pair(item: Any, index: int, task: str) -> tuple[str, str | None]:
-    if isinstance(item, str):
-        return item, None
-    refuse_unknown_keys(item, ("text", "text_pair"), index, task)
-    if isinstance(item, dict) and isinstance(item.get("text"), str):
-        pair = item.get("text_pair")
-        if pair is not None and not isinstance(pair, str):
-            raise BertkitError(f"{task} input {index}: text_pair must be a str, got {type(pair).__name__}")
-        return item["text"], pair
-    if isinstance(item, tuple) and len(item) == 2 and all(isinstance(x, str) for x in item):
-        return item[0], item[1]
-    raise BertkitError(f"{task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected a str, a "
-                       "(text, text_pair) tuple or {'text': ..., 'text_pair': ...}")
-
-
-class TextOrPairInputs:
-    """What a pipeline reading one text or a (text, text_pair) takes and encodes: a str, a ``(text, text_pair)``
-    tuple or ``{"text": ..., "text_pair": ...}``, as one row ``[CLS] text [SEP] (text_pair [SEP])``."""
-
-    input_kind: ClassVar[type | tuple[type, ...]] = (str, dict, tuple)
-    task: ClassVar[str]
-    tokenizer: Any
-    max_length: int
-
-    def is_single(self, inputs: Any) -> bool:
-        return isinstance(inputs, (str, dict, tuple))
+    input_kinds = (str, dict, tuple)
+    fields = {"text": str, "text_pair": str}
+    optional = ("text_pair",)
 
     def check_input(self, item: Any, index: int) -> tuple[str, str | None]:
-        return _text_and_pair(item, index, self.task)
+        if isinstance(item, str):
+            return item, None
+        if isinstance(item, tuple) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            return item
+        if isinstance(item, dict):
+            item = super().check_input(item, index)
+            return item["text"], item.get("text_pair")
+        raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected a str, "
+                           "a (text, text_pair) tuple or {'text': ..., 'text_pair': ...}")
 
     def encode(self, item: tuple[str, str | None], **_: Any) -> list[dict[str, Any]]:
         enc = self.tokenizer(item[0], item[1], truncation=True, max_length=self.max_length)
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
 
 
-class TextClassificationPipeline(TextOrPairInputs, Pipeline):
+class TextClassificationPipeline(TextOrPairPipeline):
     """A text or a pair -> ``{"label", "score", "scores"}`` (softmax per label name, from the config's
     ``id2label``); multi-label models give sigmoid ``scores`` and the ``labels`` above 0.5; regression
     models (one output, e.g. STS-B) give ``{"value"}``."""
@@ -170,9 +150,6 @@ class TextClassificationPipeline(TextOrPairInputs, Pipeline):
     task = "text-classification"
     model_class = BertForSequenceClassification
     required_keys = ("classifier.weight",)
-
-    def forward(self, batch, rows) -> list[np.ndarray]:
-        return list(self.model(**batch).logits.float().cpu().numpy())
 
     def decode(self, item, rows, outputs, **_: Any) -> dict[str, Any]:
         logits = outputs[0]
@@ -248,23 +225,16 @@ class RerankPipeline(TextClassificationPipeline):
     """
 
     task = "rerank"
-    input_kind = dict
+    fields = {"query": str, "texts": list}
+    optional = ()
     call_options = ("raw_scores", "return_text")
 
     def __init__(self, model, tokenizer, **kwargs: Any):
         self.relevant = relevant_label(model.config)
         super().__init__(model, tokenizer, **kwargs)
 
-    def is_single(self, inputs: Any) -> bool:
-        return isinstance(inputs, dict)
-
     def check_input(self, item: Any, index: int) -> dict:
-        texts = item.get("texts") if isinstance(item, dict) else None
-        if not (isinstance(item, dict) and set(item) == {"query", "texts"} and isinstance(item["query"], str)
-                and isinstance(texts, list) and texts and all(isinstance(t, str) for t in texts)):
-            raise BertkitError(f"rerank input {index} is {type(item).__name__} {str(item)[:60]!r}; expected "
-                               '{"query": str, "texts": [str, ...]} (at least one text)')
-        return item
+        return Pipeline.check_input(self, item, index)
 
     def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:
         return [row for text in item["texts"] for row in self.encode_pair((item["query"], text))]
@@ -388,17 +358,9 @@ class QuestionAnsweringPipeline(Pipeline):
     task = "question-answering"
     model_class = BertForQuestionAnswering
     required_keys = ("qa_outputs.weight",)
-    input_kind = dict
+    fields = {"question": str, "context": str}
     call_options = ("top_k", "doc_stride", "max_question_length", "max_answer_length", "allow_no_answer",
                     "null_threshold")
-
-    def check_input(self, item: Any, index: int) -> dict:
-        refuse_unknown_keys(item, ("question", "context"), index, self.task)
-        if not (isinstance(item, dict) and isinstance(item.get("question"), str)
-                and isinstance(item.get("context"), str)):
-            raise BertkitError(f"question-answering input {index} must be {{'question': str, 'context': str}}, "
-                               f"got {str(item)[:80]!r}")
-        return item
 
     def _example(self, item: dict) -> squad.SquadExample:
         return squad.SquadExample(qas_id="q", title="", question=item["question"], context=item["context"],
@@ -443,25 +405,13 @@ class MultipleChoicePipeline(Pipeline):
     task = "multiple-choice"
     model_class = BertForMultipleChoice
     required_keys = ("classifier.weight",)
-    input_kind = dict
-
-    def check_input(self, item: Any, index: int) -> dict:
-        refuse_unknown_keys(item, ("context", "choices"), index, self.task)
-        choices = item.get("choices") if isinstance(item, dict) else None
-        if not (isinstance(item, dict) and isinstance(item.get("context"), str) and isinstance(choices, list)
-                and choices and all(isinstance(c, str) for c in choices)):
-            raise BertkitError(f"multiple-choice input {index} must be {{'context': str, 'choices': [str, ...]}} "
-                               f"with at least one choice, got {str(item)[:80]!r}")
-        return item
+    fields = {"context": str, "choices": list}
 
     def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:
         n = len(item["choices"])
         enc = self.tokenizer([item["context"]] * n, item["choices"], truncation="longest_first",
                              max_length=self.max_length)
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
-
-    def forward(self, batch, rows) -> list[np.ndarray]:
-        return list(self.model(**batch).logits.float().cpu().numpy())
 
     def decode(self, item: dict, rows, outputs, **_: Any) -> dict[str, Any]:
         p = softmax(outputs[0])
@@ -492,7 +442,7 @@ def saved_pooling(directory: Path) -> str | None:
     return pooling.modes[0]
 
 
-class FeatureExtractionPipeline(TextOrPairInputs, Pipeline):
+class FeatureExtractionPipeline(TextOrPairPipeline):
     """A text (or ``(text, text_pair)``) -> its embedding, a list of floats.
 
     ``pooling="mean"`` averages the last layer's token states over the real tokens ([CLS] and [SEP]
@@ -530,16 +480,13 @@ class FeatureExtractionPipeline(TextOrPairInputs, Pipeline):
 
     def forward(self, batch, rows) -> list[np.ndarray]:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        lay, x = out.token_layout, out.tokens.float()
         if self.pooling == "none":
-            v = lay.to_batch(x)
-            if self.normalize:
-                v = F.normalize(v, dim=-1)
-            return _per_row(v, rows)
-        v = pool_tokens(out, batch["attention_mask"], self.pooling)  # (B, H): sentence-transformers' Pooling
+            v = out.token_layout.to_batch(out.tokens.float())  # (B, T, H)
+        else:
+            v = pool_tokens(out, batch["attention_mask"], self.pooling)  # (B, H): sentence-transformers' Pooling
         if self.normalize:
             v = F.normalize(v, dim=-1)
-        return list(v.cpu().numpy())
+        return _per_row(v, rows) if self.pooling == "none" else list(v.float().cpu().numpy())
 
     def decode(self, item, rows, outputs, **_: Any) -> list[float] | list[list[float]]:
         return outputs[0].tolist()

@@ -196,28 +196,11 @@ class BundleEntry:
 
 
 def _entry(value: bytes) -> BundleEntry:
-    dtype = shard = offset = size = 0
-    shape: list[int] = []
-    sliced = False
-    checksum = None
-    for number, v in _fields(value):
-        if number == 1:
-            dtype = v
-        elif number == 2:  # TensorShapeProto: repeated Dim dim = 2 { int64 size = 1 }
-            for n, dim in _fields(v):
-                if n == 2:
-                    shape.append(next((s for k, s in _fields(dim) if k == 1), 0))
-        elif number == 3:
-            shard = v
-        elif number == 4:
-            offset = v
-        elif number == 5:
-            size = v
-        elif number == 6:  # fixed32 crc32c, masked
-            checksum = v
-        elif number == 7:
-            sliced = True
-    return BundleEntry(dtype, tuple(shape), shard, offset, size, sliced, checksum)
+    f = dict(_fields(value))  # each field of a BundleEntryProto appears once
+    # TensorShapeProto: repeated Dim dim = 2 { int64 size = 1 }
+    shape = tuple(next((v for k, v in _fields(dim) if k == 1), 0) for n, dim in _fields(f.get(2, b"")) if n == 2)
+    return BundleEntry(dtype=f.get(1, 0), shape=shape, shard=f.get(3, 0), offset=f.get(4, 0), size=f.get(5, 0),
+                       sliced=7 in f, crc32c=f.get(6))  # 6: fixed32 crc32c, masked; 7: slices
 
 
 def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> dict[str, np.ndarray]:

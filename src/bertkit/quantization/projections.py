@@ -16,8 +16,10 @@ from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
 from bertkit.quantization.kernels import Int8Linear
 
-# The encoder layer's projections that can be int8, in forward order.
-PROJECTIONS = ("qkv", "attn_out", "ffn_in", "ffn_out")
+# The encoder layer's projections made int8, in forward order. ``ffn_out`` stays float: its input (after GELU)
+# spans 0.01 to 30 between tokens, which one activation scale per call cannot hold; int8 too, 7-bit activations
+# missed cosine 0.99 on STS-B (docs/inference.md, section int8).
+PROJECTIONS = ("qkv", "attn_out", "ffn_in")
 
 
 def _layers(encoder: BertModel) -> nn.ModuleList:

@@ -13,23 +13,24 @@ from bertkit.errors import BertkitError
 from bertkit.quantization.calibration import activation_absmax, calibration_batches, smoothing_scale
 from bertkit.quantization.device import check_int8_support
 from bertkit.quantization.kernels import Int8Linear
-from bertkit.quantization.projections import _layers, encoder_of, float_projection, set_projection
+from bertkit.quantization.projections import (
+    PROJECTIONS,
+    _layers,
+    encoder_of,
+    float_projection,
+    set_projection,
+)
 from bertkit.tokenization import BertTokenizer
 
-# The projections made int8 in every layer. ``ffn_out`` stays fp32: its input (after GELU) spans 0.01 to 30
-# between tokens, which one activation scale per call cannot hold; with it int8 too, 7-bit activations missed
-# cosine 0.99 on STS-B, and per-token scales for it (the deleted `--fast`) moved a fine-tuned SQuAD model by
-# +0.81 EM and ran slower than this set under bf16 on AMX (docs/inference.md, section int8).
-INT8_PROJECTIONS = ("qkv", "attn_out", "ffn_in")
 # SmoothQuant's migration strength: 0.5, 0.7 and 0.85 measured on MiniLM; 0.7 gave the highest minimum cosine.
 ALPHA = 0.7
 # What pipelines' ``quantize=`` takes (``None``: the model as loaded).
 QUANTIZE_MODES = ("int8",)
 
 
-def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor]], inplace: bool = False) -> nn.Module:
-    """A copy of ``model`` (or ``model`` itself with ``inplace=True``) whose encoder projections ``qkv``,
-    ``attn_out`` and ``ffn_in`` are ``Int8Linear`` on this machine's int8 kernel; in eval mode, for inference.
+def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor]]) -> nn.Module:
+    """A copy of ``model`` whose encoder projections ``qkv``, ``attn_out`` and ``ffn_in`` are ``Int8Linear`` on
+    this machine's int8 kernel; in eval mode, for inference.
 
     ``model`` is a bertkit ``BertModel`` or head model in float32 on the CPU. ``calibration``: encoder input
     batches (``calibration_batches(tokenizer, texts)``, a few hundred texts like the model's inputs) from which
@@ -38,7 +39,7 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     result for a 0.1 s load."""
     encoder = encoder_of(model)
     check_int8_support(model)
-    targets = [(i, kind) for i in range(len(_layers(encoder))) for kind in INT8_PROJECTIONS]
+    targets = [(i, kind) for i in range(len(_layers(encoder))) for kind in PROJECTIONS]
     for i, kind in targets:
         module = float_projection(_layers(encoder)[i], kind)
         if type(module) is not nn.Linear:
@@ -48,7 +49,7 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
         raise BertkitError("quantize_int8 needs calibration batches: calibration_batches(tokenizer, texts) with a few "
                            "hundred texts like the model's inputs (quantize_int8_on_texts uses built-in sentences)")
     absmax = activation_absmax(encoder, calibration, targets)
-    target_model = model if inplace else copy.deepcopy(model)
+    target_model = copy.deepcopy(model)
     target_encoder = encoder_of(target_model)
     for i, kind in targets:
         layer = _layers(target_encoder)[i]
@@ -61,7 +62,7 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
 def quantize_int8_on_texts(model: nn.Module, tokenizer: BertTokenizer,
                            calibration_texts: Sequence[str | tuple[str, str]] | None = None, *,
                            max_length: int = 128, batch_size: int = 32) -> nn.Module:
-    """``quantize_int8`` calibrated on ``calibration_texts``, or, when None, on the 256 built-in English sentences
+    """``quantize_int8`` calibrated on ``calibration_texts``, or, when None, on the 64 built-in English sentences
     (``bertkit.calibration_text``): the same on every call and every machine, and on MiniLM as close to fp32 as
     calibrating on SST-2's own training sentences (docs/inference.md)."""
     if calibration_texts is None:

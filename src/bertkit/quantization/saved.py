@@ -11,17 +11,16 @@ checkpoint -> such a directory); ``load_for_inference`` is what every command an
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from bertkit import heads
 from bertkit._hardware import check_int8_kernel
 from bertkit.checkpoint_io import CONFIG_NAME, INT8_WEIGHTS_NAME, encoder_published_names, read_config_json
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
+from bertkit.heads import MODEL_CLASSES
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.quantization.calibration import read_calibration_file
@@ -35,7 +34,7 @@ from bertkit.quantization.projections import (
     int8_projections,
     set_projection,
 )
-from bertkit.quantization.quantize import INT8_PROJECTIONS, quantize_int8_on_texts
+from bertkit.quantization.quantize import quantize_int8_on_texts
 from bertkit.tokenization import BertTokenizer
 
 # config.json's ``quantization_config.quant_method`` of a saved int8 model, and the layout's version.
@@ -44,9 +43,7 @@ INT8_FORMAT_VERSION = 2
 # How to write a directory again (for one this bertkit refuses): the command, with the directory's own path.
 _REWRITE = "write it again: bertkit quantize --model FLOAT_CHECKPOINT --output-dir {} --overwrite"
 
-logger = logging.getLogger("bertkit")
 # An int8 file's projections: (layer index, projection) -> {"weight": ..., "weight_scale": ..., "inv_scale": ...}
-# (no inv_scale: a per-token projection, written by the --fast of earlier versions).
 _SavedProjections = dict[tuple[int, str], dict[str, Tensor]]
 
 
@@ -58,14 +55,8 @@ def is_int8_checkpoint(model_dir: str | Path) -> bool:
 def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "built-in") -> Path:
     """Write an int8 model (``quantize_int8``'s result) to ``output_dir`` for ``load_int8``; returns the directory.
 
-    ``model.int8.safetensors`` holds each int8 projection as its int8 weight (out, in), the weight's scale
-    per output channel and the smoothing factors (``int8.layers.3.qkv.weight``, ``.weight_scale``,
-    ``.inv_scale``), and every other tensor under its published name, in float32 (the embeddings, biases,
-    LayerNorms, the pooler and the head). ``config.json`` is the model's, with ``quantization_config``
-    saying how it was made (``calibration``: what it was calibrated on, recorded as given). The weights are
-    stored as integers and scales, not as one engine's packed form, so the directory runs on any x86 CPU:
-    ``load_int8`` packs them for the engine it finds. The tokenizer is not written (``bertkit quantize``
-    copies it).
+    The layout is the module docstring's; ``calibration`` (what it was calibrated on) is recorded as given in
+    ``quantization_config``. The tokenizer is not written (``bertkit quantize`` copies it).
     """
     encoder = encoder_of(model)
     int8 = {(i, kind): get_projection(layer, kind) for i, layer in enumerate(_layers(encoder)) for kind in PROJECTIONS
@@ -124,13 +115,14 @@ def _quantization_config(int8: dict[tuple[int, str], nn.Module], calibration: st
     }
 
 
-def _int8_model_class(directory: Path, raw: dict) -> type[nn.Module]:
-    name = (raw.get("architectures") or ["BertModel"])[0]
-    found = BertModel if name == "BertModel" else getattr(heads, name, None)
-    if not (isinstance(found, type) and issubclass(found, nn.Module)):
-        raise BertkitError(f"{directory / CONFIG_NAME} names architecture {name!r}, which bertkit does not have; "
-                           "pass model_class= (BertModel or a bertkit head class)")
-    return found
+def model_class_of(directory: Path) -> type[nn.Module]:
+    """The bertkit class config.json's ``architectures`` names (the bare encoder when it names none)."""
+    archs = read_config_json(directory).get("architectures") or ["BertModel"]
+    name = archs if isinstance(archs, str) else archs[0] if isinstance(archs, list) else None
+    if name not in MODEL_CLASSES:
+        raise BertkitError(f"{directory / CONFIG_NAME} names architecture {archs!r}; bertkit has "
+                           f"{', '.join(MODEL_CLASSES)} (edit 'architectures' if the weights are one of these)")
+    return MODEL_CLASSES[name]
 
 
 def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None) -> nn.Module:
@@ -140,8 +132,7 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
     names; a head model's directory loads as ``BertModel`` too (the head is left out), as from_pretrained
     does. Every tensor is checked before the model is built (a NaN or inf weight, a scale out of range is refused,
     naming it), and the int8 weights are packed for this machine's kernel: a directory written on one x86 CPU runs
-    on another. Per-token projections (``--fast`` of earlier versions) run as float Linear layers from their int8
-    weights."""
+    on another."""
     directory = Path(model_dir)
     weights = directory / INT8_WEIGHTS_NAME
     if not weights.is_file():
@@ -149,36 +140,26 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
                                "(or save_int8); a float checkpoint loads with from_pretrained, and "
                                "pipeline(..., quantize='int8') or --int8 quantize it at load")
     raw = read_config_json(directory)
-    tokenwise_names = _read_quantization_config(directory, raw)
+    _check_quantization_config(directory, raw)
     check_int8_kernel()
-    model_class = model_class or _int8_model_class(directory, raw)
-    saved, published = _read_int8_tensors(directory, weights, tokenwise_names)
+    model_class = model_class or model_class_of(directory)
+    saved, published = _read_int8_tensors(directory, weights)
     config = BertConfig.from_json_file(directory / CONFIG_NAME)
     model = model_class.from_pretrained(None, config=config, state_dict=published)
     _install_int8(encoder_of(model), saved, weights)
-    if tokenwise_names:
-        logger.info("%s holds %d per-token projections (written by `bertkit quantize --fast`, which is gone): they "
-                    "run as float layers from their int8 weights", directory, len(tokenwise_names))
     return model.eval()
 
 
-def _read_quantization_config(directory: Path, raw: dict) -> list[str]:
-    """config.json's ``quantization_config``, checked: its method and format version; returns the per-token
-    projections it lists."""
+def _check_quantization_config(directory: Path, raw: dict) -> None:
+    """config.json's ``quantization_config``, checked: its method and format version."""
     method = raw.get("quantization_config") if isinstance(raw.get("quantization_config"), dict) else {}
     if method.get("quant_method") != QUANT_METHOD or method.get("format_version") != INT8_FORMAT_VERSION:
         raise BertkitError(f"{directory / CONFIG_NAME} does not describe a {QUANT_METHOD} model of format "
                            f"{INT8_FORMAT_VERSION} (quantization_config: {method or 'absent'}); "
                            + _REWRITE.format(directory))
-    tokenwise_names = method.get("per_token_projections", [])
-    if not isinstance(tokenwise_names, list) or not all(isinstance(n, str) for n in tokenwise_names):
-        raise BertkitError(f"{directory / CONFIG_NAME}: per_token_projections must be a list of names like "
-                           f"'layers.0.ffn_out', got {tokenwise_names!r}; " + _REWRITE.format(directory))
-    return tokenwise_names
 
 
-def _read_int8_tensors(directory: Path, weights: Path,
-                       tokenwise_names: list[str]) -> tuple[_SavedProjections, dict[str, Tensor]]:
+def _read_int8_tensors(directory: Path, weights: Path) -> tuple[_SavedProjections, dict[str, Tensor]]:
     """``weights``' tensors, checked: each int8 projection's by (layer index, projection), and the others by their
     published names, with empty float stand-ins for the int8 projections' weights."""
     from safetensors import SafetensorError
@@ -202,16 +183,13 @@ def _read_int8_tensors(directory: Path, weights: Path,
             saved.setdefault((int(parts[2]), parts[3]), {})[parts[4]] = value
         else:
             raise BertkitError(f"{weights} holds {key!r}, which is not an int8 projection's tensor "
-                               "(int8.layers.<i>.<projection>.<weight|weight_scale|inv_scale>)")
-    absent = sorted(set(tokenwise_names) - {f"layers.{i}.{kind}" for i, kind in saved})
-    if absent:
-        raise BertkitError(f"{directory / CONFIG_NAME} lists per-token projections {', '.join(absent[:4])} that "
-                           f"{weights.name} does not hold; the file and config.json do not belong together")
+                               f"(int8.layers.<i>.<{'|'.join(PROJECTIONS)}>.<weight|weight_scale|inv_scale>); "
+                               + _REWRITE.format(directory))
     # The int8 projections' float weights are not stored: zero stand-ins of their shape (one zero, expanded: no
     # memory) let the key table load the rest (and check it against the config, finite values included: an
     # uninitialised stand-in could hold NaN); the int8 layers then replace them.
     for (i, kind), parts in saved.items():
-        expected = {"weight", "weight_scale"} | (set() if f"layers.{i}.{kind}" in tokenwise_names else {"inv_scale"})
+        expected = {"weight", "weight_scale", "inv_scale"}
         if set(parts) != expected:
             raise BertkitError(f"{weights}: int8 projection layers.{i}.{kind} has {sorted(parts)}, expected "
                                f"{', '.join(sorted(expected))}; " + _REWRITE.format(directory))
@@ -223,8 +201,7 @@ def _read_int8_tensors(directory: Path, weights: Path,
 
 
 def _install_int8(encoder: BertModel, saved: _SavedProjections, weights: Path) -> None:
-    """Put ``saved``'s projections into ``encoder``'s layers: ``Int8Linear``, or for a per-token projection (no
-    ``inv_scale``) a float ``nn.Linear`` holding its int8 weights times their scales."""
+    """Put ``saved``'s projections into ``encoder``'s layers as ``Int8Linear``."""
     for (i, kind), parts in sorted(saved.items()):
         if i >= len(_layers(encoder)):
             raise BertkitError(f"{weights} holds int8 layers.{i}.{kind} but the config has "
@@ -235,24 +212,9 @@ def _install_int8(encoder: BertModel, saved: _SavedProjections, weights: Path) -
                                f"makes it {tuple(stand_in.weight.shape)}; the file and config.json do not belong "
                                "together")
         bias = stand_in.bias.detach() if stand_in.bias is not None else None
-        name = f"{weights.name}: int8.layers.{i}.{kind}"
-        if "inv_scale" in parts:
-            layer = Int8Linear.from_saved(name, parts["weight"], parts["weight_scale"], parts["inv_scale"], bias)
-        else:
-            layer = Int8Linear.from_saved(name, parts["weight"], parts["weight_scale"],
-                                          torch.ones(parts["weight"].shape[1]), bias)
-            layer = _as_float(layer)
+        layer = Int8Linear.from_saved(f"{weights.name}: int8.layers.{i}.{kind}", parts["weight"],
+                                      parts["weight_scale"], parts["inv_scale"], bias)
         set_projection(_layers(encoder)[i], kind, layer)
-
-
-def _as_float(layer: Int8Linear) -> nn.Linear:
-    """``layer`` (no smoothing) as a float ``nn.Linear``: its int8 weights times their scales."""
-    linear = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
-    with torch.no_grad():
-        linear.weight.copy_(layer.weight.to(torch.float32) * layer.weight_scale[:, None])
-        if layer.bias is not None:
-            linear.bias.copy_(layer.bias)
-    return linear.eval()
 
 
 def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibration_file: str | Path | None = None,
@@ -265,7 +227,7 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     if is_int8_checkpoint(source):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
-    model_class = _int8_model_class(source, read_config_json(source))
+    model_class = model_class_of(source)
     texts = read_calibration_file(calibration_file) if calibration_file is not None else None
     tokenizer = BertTokenizer.from_pretrained(source)
     model = model_class.from_pretrained(source)
@@ -276,7 +238,7 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     float_file = next((source / n for n in ("model.safetensors", "pytorch_model.bin") if (source / n).is_file()), None)
     kernel = check_int8_kernel()
     return {"model": str(source), "output_dir": str(out), "architecture": model_class.__name__,
-            "int8_projections": len(int8_projections(quantized)), "projections": list(INT8_PROJECTIONS),
+            "int8_projections": len(int8_projections(quantized)), "projections": list(PROJECTIONS),
             "kernel": kernel.name, "activation_bits": kernel.activation_bits, "calibration": calibration,
             "bytes": {"float": float_file.stat().st_size if float_file else None,
                       "int8": (out / INT8_WEIGHTS_NAME).stat().st_size}}

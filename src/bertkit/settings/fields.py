@@ -309,7 +309,7 @@ class Int8Settings(Settings):
     instructions (what int8 leaves float runs in bf16), off otherwise."""
     calibration_file: Path | None = None
     """With --int8: a text file, one sentence per line (a few hundred, like the inputs), to calibrate int8 on.
-    Default: 256 built-in English sentences."""
+    Default: 64 built-in English sentences."""
 
     def __post_init__(self) -> None:
         """Refuse --calibration-file without --int8 (whether int8 can run here is ``resolve_device``'s to say)."""

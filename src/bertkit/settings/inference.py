@@ -128,12 +128,7 @@ class ExportOnnxSettings(OverwriteSettings):
     opset: int = 17
     """ONNX opset version."""
     verify: bool = True
-    """Run the file in onnxruntime (if installed) and require outputs within 1e-4 of bertkit's (with --int8:
-    each output vector within cosine 0.9 of bertkit's fp32 one)."""
-    int8: bool = False
-    """Quantize the graph with ONNX Runtime's own dynamic int8 quantizer (needs onnxruntime): for deployments
-    on ONNX Runtime, about 2x its fp32 graph on x86 CPUs, less close to fp32 than bertkit's --int8 elsewhere
-    (docs/inference.md, Export)."""
+    """Run the file in onnxruntime (if installed) and require outputs within 1e-4 of bertkit's."""
 
 
 @dataclass(kw_only=True)
@@ -147,7 +142,7 @@ class QuantizeSettings(OverwriteSettings):
     output_dir: Path = flag(aliases=("--out",))
     """Directory to write config.json, model.int8.safetensors and the tokenizer files to."""
     calibration_file: Path | None = None
-    """A text file, one sentence per line (a few hundred, like the inputs), to calibrate on. Default: 256 built-in
+    """A text file, one sentence per line (a few hundred, like the inputs), to calibrate on. Default: 64 built-in
     English sentences."""
     max_seq_length: int = flag(128, check=at_least_one)
     """Calibration sentences are cut to this many tokens."""
