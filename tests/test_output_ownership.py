@@ -214,6 +214,20 @@ def test_a_refused_command_removes_only_a_lock_file_it_made(tmp_path):
     assert not (made / LOCK).exists() and (earlier / LOCK).exists()
 
 
+
+def test_a_lock_file_replaced_after_it_was_made_is_not_removed(tmp_path):
+    """remove_made removes the lock file this process created only while the path is still that file."""
+    from bertkit import dir_lock
+
+    dir_lock.lock(tmp_path, "pretrain")
+    other = tmp_path / "other"
+    other.write_text("someone else's")
+    os.replace(other, tmp_path / LOCK)
+    dir_lock.remove_made(tmp_path)
+    assert (tmp_path / LOCK).read_text() == "someone else's"
+    dir_lock.unlock(tmp_path.resolve())
+
+
 # 4. A command's inputs are never its output -------------------------------------------------------------------------
 
 

@@ -58,12 +58,17 @@ def unlock(real: Path | str) -> None:
 
 
 def remove_made(directory: Path) -> None:
-    """Remove ``directory``'s lock file if this process created it (while still holding it)."""
+    """Remove ``directory``'s lock file if this process created it and the path is still that file (the one it
+    holds open: same device and inode), so a file put in its place since is left alone."""
     real = str(directory.resolve())
-    if real in _MADE:
+    f = _HELD.get(real)
+    if real in _MADE and f is not None and not f.closed:
+        held = os.fstat(f.fileno())
         with contextlib.suppress(FileNotFoundError):
-            (directory / LOCK).unlink()
-        _MADE.discard(real)
+            now = os.lstat(directory / LOCK)
+            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+                (directory / LOCK).unlink()
+    _MADE.discard(real)
 
 
 def _holder(fd: int, exclusive: bool) -> str | None:
