@@ -338,3 +338,21 @@ def test_a_lone_last_part_joins_the_last_work_unit(tmp_path):
         files[-1].write_text(f"Sentence {i} one.\nSentence {i} two.\n")  # 34 bytes each
     units = plan_work_units(files, unit_bytes=60)
     assert len(units) == 1 and [p.path for p in units[0].parts] == [str(f) for f in files]
+
+
+def test_overwrite_removes_a_manifest_only_with_every_shard_it_lists_found_unchanged(static_dir, tmp_path):
+    """An earlier run's shards go when their sha256 matches its manifest; the manifest goes only if every file it
+    lists was found so and removed (one whose shards someone already deleted proves nothing, and stays)."""
+    import shutil
+
+    from bertkit.data.shards import remove_shards
+
+    whole, partial = tmp_path / "whole", tmp_path / "partial"
+    for d in (whole, partial):
+        shutil.copytree(static_dir, d)  # copies: not written by this process, proven only by the manifest
+    first = sorted(partial.glob("shard-*.npy"))[0]
+    first.unlink()
+    assert remove_shards(whole, earlier_runs=True) == []
+    assert not (whole / "manifest.json").exists() and (whole / "vocab.txt").exists()
+    assert remove_shards(partial, earlier_runs=True) == ["manifest.json"]
+    assert not any(partial.glob("shard-*.npy"))

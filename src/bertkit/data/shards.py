@@ -66,7 +66,7 @@ def remove_shards(output_dir: str | os.PathLike, *, earlier_runs: bool = False) 
     """Delete the shard files and manifest in ``output_dir`` that this process wrote (``bertkit.outputs.owns``: a
     failed run cleaning up after itself). With ``earlier_runs`` (``--overwrite``, asked for by the user) also those
     an earlier bertkit run wrote there and nobody changed since: the manifest records them with their sha256 (it is
-    removed once every file it lists is gone). Returns the names of those left (a user's, or changed since)."""
+    removed once every file it lists was found unchanged and removed). Returns the names of those left (a user's, or changed since)."""
     out = Path(output_dir)
     manifest = out / MANIFEST
     listed: dict[str, str] = {}
@@ -75,13 +75,18 @@ def remove_shards(output_dir: str | os.PathLike, *, earlier_runs: bool = False) 
         for entry in (shard.get("files") or {}).values() if isinstance(shard, dict) else []:
             if isinstance(entry, dict) and isinstance(entry.get("file"), str) and "/" not in entry["file"]:
                 listed[entry["file"]] = str(entry.get("sha256"))
+    removed: set[str] = set()
     for path in sorted(out.glob("shard-*.npy")):
         proven = path.name in listed and path.is_file() and not path.is_symlink() and sha256_of(path) == listed[path.name]
-        if not remove_owned(path) and proven:
-            path.unlink()
-    gone = not any((out / f).exists() for f in listed)
-    if not remove_owned(manifest) and data and gone:
-        manifest.unlink()  # bertkit's manifest of shards that are all gone
+        if not remove_owned(path):
+            if not proven:
+                continue
+            path.unlink()  # an earlier run's, as its manifest recorded it
+        removed.add(path.name)
+    # The manifest proves itself only through its shards: it goes once every file it lists was found as it
+    # recorded and removed here (a manifest whose shards were already gone, or changed, stays).
+    if not remove_owned(manifest) and listed and removed >= listed.keys():
+        manifest.unlink()
     return sorted(p.name for p in out.glob("shard-*.npy")) + ([MANIFEST] if manifest.exists() else [])
 
 
