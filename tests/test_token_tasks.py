@@ -240,6 +240,25 @@ def test_finetune_ner_end_to_end(conll_dir, encoder_dir, tmp_path):
     assert not (out / "checkpoints").exists()
 
 
+
+def test_finetune_ner_predicts_dev_once_per_evaluation(conll_dir, encoder_dir, tmp_path, monkeypatch):
+    """The final evaluation's dev tags are the report's and predictions_dev.txt's: dev is not predicted again."""
+    passes = []
+    real = tt.predict_ner
+
+    def counted(model, sentences, *args, **kwargs):
+        passes.append(len(sentences))
+        return real(model, sentences, *args, **kwargs)
+
+    monkeypatch.setattr(tt, "predict_ner", counted)
+    out = tmp_path / "ner"
+    report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=encoder_dir, output_dir=out,
+                                            num_train_epochs=2, batch_size=2, learning_rate=1e-3, progress=False))
+    dev, test = (len(ner.read_conll(conll_dir / f)) for f in ("valid.txt", "test.txt"))
+    assert passes == [dev, dev, test]
+    assert report["dev_per_epoch"][-1]["f1"] == report["dev"]["f1"]
+    assert to_fractions(_conlleval_file(out / "predictions_dev.txt")) == report["dev"]
+
 def test_finetune_ner_subset_is_reported(conll_dir, encoder_dir, tmp_path):
     report = tt.finetune_ner(tt.NerSettings(data_dir=conll_dir, model_name_or_path=encoder_dir, output_dir=tmp_path,
                                             num_train_epochs=1, batch_size=2, max_train_samples=2, progress=False))

@@ -60,24 +60,40 @@ def _outputs(model: nn.Module, features: Sequence[dict], pad_id: int, batch_size
                    output=output)
 
 
-def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequence[dict], evaluate, task: str,
-              finish: Callable[[nn.Module, BertTokenizer, dict], dict], tokenizer: BertTokenizer, subset: str,
-              **model_kwargs: Any) -> dict[str, Any]:
+def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequence[dict],
+              dev: Callable[[nn.Module], tuple[Any, dict]] | None, task: str,
+              finish: Callable[[nn.Module, BertTokenizer, dict, Any], dict], tokenizer: BertTokenizer, subset: str,
+              *, evaluate: bool = True, **model_kwargs: Any) -> dict[str, Any]:
     """Train the head ``cls`` (``finetune_run.run_finetuning``); on rank 0, ``finish`` adds the scores and prediction files to
-    the report, and the model is saved (HF layout, with its tokenizer) under ``output_dir/model``."""
+    the report, and the model is saved (HF layout, with its tokenizer) under ``output_dir/model``.
+
+    ``dev(model)`` gives the dev predictions and the metrics the loop logs; with ``evaluate`` the loop calls it after
+    every epoch. ``finish`` receives the trained model's dev predictions: the final evaluation's when this process
+    ran it on the final weights (no second pass over dev), else made afresh (None without ``dev``)."""
     torch.manual_seed(s.seed)  # the fresh head's initialisation depends on the seed
     model = cls.from_pretrained(s.model_name_or_path, **model_kwargs)
     lr = s.learning_rate_for(model.config.hidden_size)
     s.output_dir.mkdir(parents=True, exist_ok=True)
+    newest: list[Any] = []  # the predictions of this process's newest evaluation
+
+    def evaluated(m: nn.Module) -> dict:
+        predictions, metrics = dev(m)
+        newest[:] = [predictions]
+        return metrics
+
     run = run_finetuning(model, train_features, lambda b: collate(b, tokenizer.pad_token_id),
-                         s.training(learning_rate=lr), evaluate, {"model": str(s.model_name_or_path), "task": task},
-                         s.resume)
+                         s.training(learning_rate=lr), evaluated if dev is not None and evaluate else None,
+                         {"model": str(s.model_name_or_path), "task": task}, s.resume)
     if not current().is_main:  # under torchrun, rank 0 predicts, saves and reports
         return {}
     report = {"task": task, "model": str(s.model_name_or_path), "lr": lr, "epochs": s.num_train_epochs,
               "batch_size": s.batch_size, "steps": run.result.step, "train_seconds": round(run.seconds, 1),
               "per_epoch": run.per_epoch}
-    files = finish(model, tokenizer, report)
+    # This process's evaluations are the newest records, so its last one ran on the final weights exactly when the
+    # newest evaluation record is at the final step (a resumed run may have evaluated there before the kill).
+    final = bool(newest) and bool(run.per_epoch) and run.per_epoch[-1]["step"] == run.result.step
+    dev_predictions = newest[0] if final else dev(model)[0] if dev is not None else None
+    files = finish(model, tokenizer, report, dev_predictions)
     model_dir = model.save_pretrained(s.output_dir / "model")
     tokenizer.save_pretrained(model_dir)
     report.update(subset=None if s.max_train_samples is None else f"the first {subset}",
@@ -148,19 +164,19 @@ def finetune_ner(s: NerSettings) -> dict[str, Any]:
                            batch_size=s.eval_batch_size, bf16=s.bf16, device=process_device(s.device))
         return tags, ner_scores(data[split], tags)
 
-    def evaluate(model: nn.Module) -> dict[str, float]:
-        scores = scored(model, "dev")[1]
-        return {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
+    def dev(model: nn.Module) -> tuple[list[list[str]], dict[str, float]]:
+        tags, scores = scored(model, "dev")
+        return tags, {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
 
-    def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict) -> dict[str, str]:
-        (dev_tags, dev), (test_tags, test) = scored(model, "dev"), scored(model, "test")
+    def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict, dev_tags: list[list[str]]) -> dict[str, str]:
+        dev, (test_tags, test) = ner_scores(data["dev"], dev_tags), scored(model, "test")
         report.update(labels=labels, train_sentences=len(train_sentences), train_features=len(feats["train"]),
                       dev=dev, test=test, dev_per_epoch=report.pop("per_epoch"))
         logger.info("ner dev F1 %.4f test F1 %.4f", dev["f1"], test["f1"])
         return {"dev": str(ner.write_conll(s.output_dir / "predictions_dev.txt", data["dev"], dev_tags)),
                 "test": str(ner.write_conll(s.output_dir / "predictions_test.txt", data["test"], test_tags))}
 
-    return _finetune(BertForTokenClassification, s, feats["train"], evaluate, "ner", finish, tokenizer,
+    return _finetune(BertForTokenClassification, s, feats["train"], dev, "ner", finish, tokenizer,
                      f"{len(train_sentences)} of the {len(data['train'])} training sentences",
                      id2label=dict(enumerate(labels)))
 
@@ -281,7 +297,7 @@ def finetune_squad(s: SquadSettings) -> dict[str, Any]:
     train_features = squad.featurize_squad(train_examples, tokenizer, **shape)
     eval_features = squad.featurize_squad(eval_examples, tokenizer, **shape)
 
-    def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict) -> dict[str, str]:
+    def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict, _: None) -> dict[str, str]:
         del report["per_epoch"]
         t0 = time.perf_counter()
         preds, rows = predict_squad(model, eval_examples, eval_features, pad_id=tokenizer.pad_token_id,
@@ -372,16 +388,19 @@ def finetune_swag(s: SwagSettings) -> dict[str, Any]:
         return predict_swag(model, eval_features, pad_id=tokenizer.pad_token_id, batch_size=s.eval_batch_size,
                             bf16=s.bf16, device=process_device(s.device))
 
-    def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict) -> dict[str, str]:
+    labelled = all(e.label is not None for e in eval_examples)
+
+    def dev(model: nn.Module) -> tuple[np.ndarray, dict[str, float]]:
         scores = scores_of(model)
+        return scores, {"accuracy": swag_accuracy(eval_examples, scores)} if labelled else {}
+
+    def finish(model: nn.Module, tokenizer: BertTokenizer, report: dict, scores: np.ndarray) -> dict[str, str]:
         report.update(train_examples=len(train_examples), eval_examples=len(eval_examples),
                       accuracy=swag_accuracy(eval_examples, scores))
         return {"predictions": str(write_swag_predictions(s.output_dir / "predictions.jsonl", eval_examples, scores))}
 
-    labelled = all(e.label is not None for e in eval_examples)
-    return _finetune(BertForMultipleChoice, s, train_features,
-                     (lambda m: {"accuracy": swag_accuracy(eval_examples, scores_of(m))}) if labelled else None,
-                     "swag", finish, tokenizer, f"{len(train_examples)} of the {len(all_train)} training examples")
+    return _finetune(BertForMultipleChoice, s, train_features, dev, "swag", finish, tokenizer,
+                     f"{len(train_examples)} of the {len(all_train)} training examples", evaluate=labelled)
 
 
 def predict_swag_file(s: PredictSwagSettings) -> dict[str, Any]:
