@@ -60,6 +60,13 @@ def _module_type(entry: dict[str, Any]) -> str:
     return str(entry.get("type", "")).rsplit(".", 1)[-1]
 
 
+
+def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, single: bool) -> Any:
+    """``rows`` as sentence-transformers returns them: a tensor, an array, or a list of row tensors; one row for a
+    single input."""
+    result: Any = rows if convert_to_tensor else rows.numpy() if convert_to_numpy else list(rows)
+    return result[0] if single else result
+
 class SentenceTransformer(nn.Module):
     """A BERT encoder + pooling (+ Normalize). ``forward`` takes a tokenized batch and returns the sentence
     embeddings (B, D); ``encode`` takes texts."""
@@ -234,13 +241,7 @@ class SentenceTransformer(nn.Module):
             vectors = F.normalize(vectors, p=2, dim=1)
         if precision != "float32" and len(texts):
             vectors = torch.from_numpy(quantize_embeddings(vectors, precision))
-        if convert_to_tensor:
-            result: Any = vectors
-        elif convert_to_numpy:
-            result = vectors.numpy()
-        else:
-            result = list(vectors)
-        return result[0] if single else result
+        return as_requested(vectors, convert_to_tensor, convert_to_numpy, single)
 
     def encode_query(self, sentences: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
                      **kwargs: Any) -> Any:

@@ -30,7 +30,7 @@ from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.outputs import atomic_write_json
-from bertkit.sentence.model import MODULES, SBERT_CONFIG, ST_CONFIG, _module_type, _read_json
+from bertkit.sentence.model import MODULES, SBERT_CONFIG, ST_CONFIG, _module_type, _read_json, as_requested
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
 
@@ -232,13 +232,7 @@ class CrossEncoder(nn.Module):
             scores = scores.squeeze(-1)
         if apply_softmax and scores.ndim > 1:
             scores = torch.softmax(scores, dim=1)
-        if convert_to_tensor:
-            result: Any = scores
-        elif convert_to_numpy:
-            result = scores.numpy()
-        else:
-            result = list(scores)
-        return result[0] if single else result
+        return as_requested(scores, convert_to_tensor, convert_to_numpy, single)
 
     @torch.inference_mode()
     def _scores(self, pairs: list[Sequence[str]], batch_size: int, progress: bool) -> Tensor:
