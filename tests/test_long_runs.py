@@ -154,7 +154,8 @@ def test_gradient_checkpointing_gives_the_same_gradients_with_dropout_on():
 
 
 def test_device_auto_and_torchrun_environment(monkeypatch):
-    from bertkit.training.distributed import info_from_env, resolve_device
+    from bertkit._parallel import info_from_env
+    from bertkit.training.distributed import resolve_device
 
     assert resolve_device("auto") == ("cuda:0" if torch.cuda.is_available() else "cpu")
     assert resolve_device("cpu", local_rank=3) == "cpu"

@@ -407,7 +407,7 @@ def test_a_commands_lock_holds_until_its_process_exits(tmp_path, tiny_checkpoint
 _TORCHRUN_HOLDER = """
 import pathlib, sys, time
 from bertkit.cli import main
-from bertkit.training.distributed import info_from_env
+from bertkit._parallel import info_from_env
 code = main(sys.argv[2:])
 if info_from_env().rank == 0:  # the job is still there: rank 0 tearing down, torchrun waiting for it
     pathlib.Path(sys.argv[1]).write_text(str(code))

@@ -1,11 +1,17 @@
-"""One process-pool helper for the CPU-parallel data jobs (vocabulary learning, pre-training instances)."""
+"""Processes, without importing torch: where torchrun placed this one (read before the CLI's slow start-up, so the
+output directory is locked at once), and one process-pool helper for the CPU-parallel data jobs (vocabulary
+learning, pre-training instances)."""
 
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
+
+from bertkit.errors import BertkitError
 
 
 @contextmanager
@@ -26,3 +32,37 @@ def spawn_pool(num_workers: int, num_units: int, initializer: Callable[..., None
     finally:
         pool.terminate()
         pool.join()
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process stands in the run: its rank among ``world_size`` and on its node."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 logs, writes files and shows the progress bar."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def info_from_env(env: Mapping[str, str] | None = None) -> DistInfo:
+    """The place torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) gives this process; rank 0 of 1
+    without torchrun."""
+    env = os.environ if env is None else env
+    if not all(k in env for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        return DistInfo()
+    try:
+        info = DistInfo(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]))
+    except ValueError:
+        raise BertkitError(f"RANK={env['RANK']!r} WORLD_SIZE={env['WORLD_SIZE']!r} LOCAL_RANK={env['LOCAL_RANK']!r}: "
+                           "torchrun sets these to integers; unset them to run one process") from None
+    if not 0 <= info.rank < info.world_size:
+        raise BertkitError(f"RANK {info.rank} is not in [0, WORLD_SIZE {info.world_size})")
+    return info

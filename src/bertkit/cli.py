@@ -28,7 +28,7 @@ from bertkit.errors import BertkitError
 from bertkit.settings.fields import path_fields
 
 if TYPE_CHECKING:
-    from bertkit.training.distributed import DistInfo
+    from bertkit._parallel import DistInfo
 
 
 @dataclass(frozen=True)
@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     name = f"{args.command} {args.family}" if "family" in vars(args) else args.command
     try:
         s = build_settings(COMMANDS[name].settings, args)
-        from bertkit.training.distributed import info_from_env
+        from bertkit._parallel import info_from_env
 
         info = info_from_env()  # where this process stands under torchrun, read once
         with _lock_early(name, s, info):

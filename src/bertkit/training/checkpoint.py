@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError
 from bertkit.outputs import fsync, fsync_dir, register_scratch, register_tree, remove_owned_tree
-from bertkit.training.distributed import DistInfo
 
 logger = logging.getLogger("bertkit")
 

@@ -18,10 +18,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import os
 import sys
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -31,43 +29,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from bertkit._hardware import resolve_device
+from bertkit._parallel import DistInfo, info_from_env
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger("bertkit")
-
-
-@dataclass(frozen=True)
-class DistInfo:
-    """Where this process stands in the run: its rank among ``world_size`` and on its node."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        """Rank 0 logs, writes files and shows the progress bar."""
-        return self.rank == 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.world_size > 1
-
-
-def info_from_env(env: Mapping[str, str] | None = None) -> DistInfo:
-    """The place torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) gives this process; rank 0 of 1
-    without torchrun."""
-    env = os.environ if env is None else env
-    if not all(k in env for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
-        return DistInfo()
-    try:
-        info = DistInfo(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]))
-    except ValueError:
-        raise BertkitError(f"RANK={env['RANK']!r} WORLD_SIZE={env['WORLD_SIZE']!r} LOCAL_RANK={env['LOCAL_RANK']!r}: "
-                           "torchrun sets these to integers; unset them to run one process") from None
-    if not 0 <= info.rank < info.world_size:
-        raise BertkitError(f"RANK {info.rank} is not in [0, WORLD_SIZE {info.world_size})")
-    return info
 
 
 def current() -> DistInfo:

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
+from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.settings import TrainingSettings, checkpoint_fields, resume_fingerprint
 from bertkit.training.batch_plan import Batch, BatchPlan, epoch_loader
@@ -41,7 +42,7 @@ from bertkit.training.checkpoint import (
     rng_state,
     save_checkpoint,
 )
-from bertkit.training.distributed import DistInfo, accumulating, all_gather, any_rank, current, replicate
+from bertkit.training.distributed import accumulating, all_gather, any_rank, current, replicate
 from bertkit.training.optim import build_optimizer, linear_warmup_decay
 from bertkit.training.run_log import RunLog
 from bertkit.training.token_loss import accepts_num_items, logged_loss, objective, step_targets, target_count
