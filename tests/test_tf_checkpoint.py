@@ -154,8 +154,6 @@ def test_reader_sees_every_variable_and_refuses_mismatches(tf_checkpoint, tmp_pa
     assert "global_step" in variables and variables["global_step"].dtype == np.int64
     assert variables["bert/encoder/layer_1/intermediate/dense/kernel"].shape == (H, I)  # (in, out) in TF
     assert len(read_sstable(d / "bert_model.ckpt.index")) == len(variables) + 1  # + the bundle header
-    with pytest.raises(BertkitError, match="encoder layers past num_hidden_layers 1"):
-        tf_to_published({k: v for k, v in variables.items() if "adam" not in k and k != "global_step"}, 1)
     with pytest.raises(BertkitError, match="not a TensorFlow checkpoint index"):
         (tmp_path / "x.ckpt.index").write_bytes(b"not a table" * 10)
         read_tf_checkpoint(tmp_path / "x.ckpt")
@@ -167,7 +165,7 @@ def test_reader_sees_every_variable_and_refuses_mismatches(tf_checkpoint, tmp_pa
 
 
 def _google_names(published: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    """The published names back to Google's, written out by hand (independent of TF_KEY_TABLE)."""
+    """The published names back to Google's, written out by hand (independent of ``published_name``)."""
     out = {}
     for name, t in published.items():
         g = name.replace("bert.encoder.layer.", "bert/encoder/layer_").replace(".", "/")
@@ -211,10 +209,18 @@ def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path, t
         a, b = model(ids), converted(ids)
     torch.testing.assert_close(b.prediction_logits, a.prediction_logits, atol=0, rtol=0)
     torch.testing.assert_close(b.seq_relationship_logits, a.seq_relationship_logits, atol=0, rtol=0)
-    with pytest.raises(BertkitError, match="lacks encoder variables"):
+    with pytest.raises(BertkitError, match=r"missing keys: \['bert.encoder.layer.1.output.dense.weight'"):
         write_bundle(tmp_path / "partial.ckpt", {k: v for k, v in google.items() if "layer_1/output/dense" not in k})
         convert_tf_checkpoint(tmp_path / "partial.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
                               tmp_path / "partial")
+    # a config with fewer layers than the checkpoint: the layers past it are named, nothing is written
+    (tmp_path / "one_layer.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    with pytest.raises(BertkitError, match=r"unexpected keys: \['bert.encoder.layer.1.attention"):
+        convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "one_layer.json", tmp_path / "vocab.txt",
+                              tmp_path / "one_layer")
+    assert not (tmp_path / "one_layer").exists() and not (tmp_path / "partial").exists()
+    with pytest.raises(BertkitError, match=r"variables bertkit does not know: \['cls/squad/extra'\]"):
+        tf_to_published({**google, "cls/squad/extra": np.zeros(2, np.float32)})
 
 
 def test_crc32c_matches_the_standard_check_value_and_a_bitwise_reference():

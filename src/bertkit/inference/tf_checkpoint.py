@@ -4,7 +4,7 @@ A TF checkpoint (``bert_model.ckpt``) is a *tensor bundle*: ``bert_model.ckpt.in
 SSTable mapping each variable name to a ``BundleEntryProto`` (dtype, shape, shard, offset, size, crc32c),
 and ``bert_model.ckpt.data-00000-of-00001`` holds the raw little-endian tensor bytes at those offsets.
 Both are read here directly (``read_tf_checkpoint``): a few dozen lines of SSTable and protobuf wire
-format instead of a 500 MB runtime dependency. ``TF_KEY_TABLE`` maps Google's variable names to the published
+format instead of a 500 MB runtime dependency. ``published_name`` maps Google's variable names to the published
 ones; docs/inference.md ("Google's TensorFlow checkpoints") has the command and what is converted.
 """
 
@@ -267,39 +267,17 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
 # Google's variable names -> the published (Hugging Face) names
 # ---------------------------------------------------------------------------------------------------
 
-# (Google name, Hugging Face name, transpose). "{i}" is the layer index. Dense kernels are (in, out) in TF.
-_DENSE = (("kernel", "weight", True), ("bias", "bias", False))
-_NORM = (("gamma", "weight", False), ("beta", "bias", False))
-TF_KEY_TABLE: list[tuple[str, str, bool]] = [
-    ("bert/embeddings/word_embeddings", "bert.embeddings.word_embeddings.weight", False),
-    ("bert/embeddings/token_type_embeddings", "bert.embeddings.token_type_embeddings.weight", False),
-    ("bert/embeddings/position_embeddings", "bert.embeddings.position_embeddings.weight", False),
-    *[(f"bert/embeddings/LayerNorm/{g}", f"bert.embeddings.LayerNorm.{h}", t) for g, h, t in _NORM],
-    *[(f"bert/encoder/layer_{{i}}/{g_scope}/{g}", f"bert.encoder.layer.{{i}}.{h_scope}.{h}", t)
-      for g_scope, h_scope, params in (
-          ("attention/self/query", "attention.self.query", _DENSE),
-          ("attention/self/key", "attention.self.key", _DENSE),
-          ("attention/self/value", "attention.self.value", _DENSE),
-          ("attention/output/dense", "attention.output.dense", _DENSE),
-          ("attention/output/LayerNorm", "attention.output.LayerNorm", _NORM),
-          ("intermediate/dense", "intermediate.dense", _DENSE),
-          ("output/dense", "output.dense", _DENSE),
-          ("output/LayerNorm", "output.LayerNorm", _NORM))
-      for g, h, t in params],
-    *[(f"bert/pooler/dense/{g}", f"bert.pooler.dense.{h}", t) for g, h, t in _DENSE],
-    # Pre-training heads (run_pretraining.py): the MLM decoder is the word embedding matrix itself.
-    *[(f"cls/predictions/transform/dense/{g}", f"cls.predictions.transform.dense.{h}", t) for g, h, t in _DENSE],
-    *[(f"cls/predictions/transform/LayerNorm/{g}", f"cls.predictions.transform.LayerNorm.{h}", t) for g, h, t in _NORM],
-    ("cls/predictions/output_bias", "cls.predictions.bias", False),
-    # output_weights are created (num_outputs, hidden) in Google's code: already PyTorch's layout.
-    ("cls/seq_relationship/output_weights", "cls.seq_relationship.weight", False),
-    ("cls/seq_relationship/output_bias", "cls.seq_relationship.bias", False),
-    # Fine-tuned heads: run_classifier.py and run_squad.py.
-    ("output_weights", "classifier.weight", False),
-    ("output_bias", "classifier.bias", False),
-    ("cls/squad/output_weights", "qa_outputs.weight", False),
-    ("cls/squad/output_bias", "qa_outputs.bias", False),
-]
+# Google's scopes are the published modules ("bert/encoder/layer_3/output/dense" -> "bert.encoder.layer.3.output.
+# dense") and its leaves their parameters; dense kernels are (in, out) in TF, so transposed.
+_LEAVES = {"kernel": "weight", "bias": "bias", "gamma": "weight", "beta": "bias"}
+# Variables Google's code creates outside that pattern: the MLM output bias (the decoder is the word embedding matrix
+# itself), and the (num_outputs, hidden) output_weights of the NSP, run_classifier.py's and run_squad.py's heads,
+# already PyTorch's layout.
+_HEADS = {"cls/predictions/output_bias": "cls.predictions.bias",
+          "cls/seq_relationship/output_weights": "cls.seq_relationship.weight",
+          "cls/seq_relationship/output_bias": "cls.seq_relationship.bias",
+          "output_weights": "classifier.weight", "output_bias": "classifier.bias",
+          "cls/squad/output_weights": "qa_outputs.weight", "cls/squad/output_bias": "qa_outputs.bias"}
 # Optimizer state and bookkeeping in training checkpoints: carries no model weights.
 _SKIP = re.compile(r"(^|/)(adam_m|adam_v|Adam|Adam_1|Momentum)$|^global_step$|^good_steps$|^loss_scale")
 _ARCHITECTURE = (("cls/squad/output_weights", "BertForQuestionAnswering"),
@@ -307,33 +285,30 @@ _ARCHITECTURE = (("cls/squad/output_weights", "BertForQuestionAnswering"),
                  ("cls/predictions/output_bias", "BertForPreTraining"))
 
 
-def tf_to_published(variables: dict[str, np.ndarray], num_layers: int) -> dict[str, torch.Tensor]:
-    """Google-named arrays -> a state dict under the published names (kernels transposed). Every encoder variable
-    must be present; any variable the table does not know is an error."""
-    rows = []
-    for g, h, t in TF_KEY_TABLE:
-        if "{i}" in g:
-            rows += [(g.format(i=i), h.format(i=i), t) for i in range(num_layers)]
-        else:
-            rows.append((g, h, t))
-    known = {g for g, _, _ in rows}
-    unknown = sorted(k for k in variables if k not in known and not _SKIP.search(k))
+def published_name(name: str) -> tuple[str, bool] | None:
+    """The published name of Google's variable ``name`` and whether it is transposed; None for a name no BERT
+    module has."""
+    if name in _HEADS:
+        return _HEADS[name], False
+    if not name.startswith(("bert/", "cls/predictions/transform/dense/", "cls/predictions/transform/LayerNorm/")):
+        return None
+    scope, _, leaf = name.rpartition("/")
+    module = re.sub(r"/layer_(\d+)/", r"/layer/\1/", scope + "/").strip("/").replace("/", ".")
+    if leaf.endswith("_embeddings"):
+        return f"{module}.{leaf}.weight", False
+    return (f"{module}.{_LEAVES[leaf]}", leaf == "kernel") if leaf in _LEAVES else None
+
+
+def tf_to_published(variables: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """Google-named arrays -> a state dict under the published names (kernels transposed); a variable no BERT
+    module has is an error. Which encoder weights are missing, or past the config's layers, the strict load says."""
+    names = {g: published_name(g) for g in variables if not _SKIP.search(g)}
+    unknown = sorted(g for g, n in names.items() if n is None)
     if unknown:
-        extra_layers = [k for k in unknown if re.match(r"bert/encoder/layer_\d+/", k)]
-        hint = (f" ({len(extra_layers)} are encoder layers past num_hidden_layers {num_layers}: is the config the "
-                "checkpoint's?)" if extra_layers else "")
         raise BertkitError(f"the checkpoint holds variables bertkit does not know: {unknown[:8]}"
-                           f"{' ...' if len(unknown) > 8 else ''}{hint}")
-    missing = [g for g, h, _ in rows if g not in variables and h.startswith("bert.") and not h.startswith("bert.pooler")]
-    if missing:
-        raise BertkitError(f"the checkpoint lacks encoder variables {missing[:8]}{' ...' if len(missing) > 8 else ''}"
-                           f"; is it a google-research/bert checkpoint with {num_layers} layers?")
-    out = {}
-    for g, h, transpose in rows:
-        if g in variables:
-            arr = variables[g]
-            out[h] = torch.from_numpy(np.ascontiguousarray(arr.T if transpose else arr))
-    return out
+                           f"{' ...' if len(unknown) > 8 else ''}")
+    return {h: torch.from_numpy(np.ascontiguousarray(variables[g].T if t else variables[g]))
+            for g, (h, t) in names.items()}
 
 
 def _guess_lower_case(vocab: Path) -> bool:
@@ -374,7 +349,7 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
         raise BertkitError(f"{bert_config} must hold a JSON object, got {type(raw_config).__name__}")
     config = BertConfig.from_dict(raw_config)
     variables = read_tf_checkpoint(tf_checkpoint, skip=_SKIP)
-    published = tf_to_published(variables, config.num_hidden_layers)
+    published = tf_to_published(variables)
     arch = next((a for g, a in _ARCHITECTURE if g in variables), "BertModel")
     num_labels = int(published["classifier.weight"].shape[0]) if "classifier.weight" in published else None
     if num_labels is not None and config.num_labels != num_labels:  # run_classifier.py saves no label names
