@@ -10,7 +10,6 @@ ones; docs/inference.md ("Google's TensorFlow checkpoints") has the command and 
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import struct
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.errors import BertkitError, MissingFileError
+from bertkit.errors import BertkitError, MissingFileError, read_json_object
 
 logger = logging.getLogger("bertkit")
 
@@ -341,13 +340,7 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
                 if (output_dir / n).exists()]
     if existing:  # bertkit never replaces files it did not create (the CLI's --overwrite removes its own first)
         raise BertkitError(f"{output_dir} already holds {', '.join(existing)}; choose a new output directory")
-    try:
-        raw_config = json.loads(bert_config.read_text(encoding="utf-8"))
-    except ValueError as e:  # not JSON (or not UTF-8)
-        raise BertkitError(f"{bert_config} is not valid JSON ({e}); pass the checkpoint's bert_config.json") from None
-    if not isinstance(raw_config, dict):
-        raise BertkitError(f"{bert_config} must hold a JSON object, got {type(raw_config).__name__}")
-    config = BertConfig.from_dict(raw_config)
+    config = BertConfig.from_dict(read_json_object(bert_config, "pass the checkpoint's bert_config.json"))
     variables = read_tf_checkpoint(tf_checkpoint, skip=_SKIP)
     published = tf_to_published(variables)
     arch = next((a for g, a in _ARCHITECTURE if g in variables), "BertModel")
