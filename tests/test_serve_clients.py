@@ -225,7 +225,7 @@ def test_rerank_ranks_as_the_rerank_pipeline_and_scores_as_tei(reranker):
     assert [g["text"] for g in got] == [TEXTS[e["index"]] for e in expected]
     assert [g["score"] for g in got] == pytest.approx([e["score"] for e in expected], abs=1e-5)
     # the score is the sigmoid of the one logit; raw_scores gives the logit itself
-    logits = pipe.run_rows([pipe.encode_pair((QUERY, t))[0] for t in TEXTS])
+    logits = pipe.run_rows(pipe.encode({"query": QUERY, "texts": TEXTS}))
     raw = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS, "raw_scores": True}).json()
     assert {g["index"]: g["score"] for g in raw} == pytest.approx({i: float(x[0]) for i, x in enumerate(logits)},
                                                                   abs=1e-5)

@@ -50,11 +50,6 @@ def _labels(config) -> list[str]:
     return [config.id2label[i] for i in range(n)] if config.id2label else [f"LABEL_{i}" for i in range(n)]
 
 
-# ---------------------------------------------------------------------------------------------------
-# fill-mask
-# ---------------------------------------------------------------------------------------------------
-
-
 class FillMaskPipeline(Pipeline):
     """Text with one or more ``[MASK]`` tokens -> the ``top_k`` most likely tokens for each.
 
@@ -111,11 +106,6 @@ class FillMaskPipeline(Pipeline):
                                    "sequence": sequence})
             per_mask.append(candidates)
         return per_mask[0] if len(per_mask) == 1 else per_mask
-
-
-# ---------------------------------------------------------------------------------------------------
-# text-classification
-# ---------------------------------------------------------------------------------------------------
 
 
 class TextOrPairPipeline(Pipeline):
@@ -193,23 +183,18 @@ def relevant_label(config) -> int | None:
                        "recipe does), or serve it as text-classification")
 
 
-def rerank_scores(logits: np.ndarray, relevant: int | None, raw_scores: bool = False) -> np.ndarray:
-    """A cross-encoder's relevance scores from its (N, labels) logits, one per (query, text) pair, in float64.
+def ranked(logits: Sequence[np.ndarray], relevant: int | None, texts: Sequence[str], raw_scores: bool,
+           return_text: bool) -> list[dict[str, Any]]:
+    """A cross-encoder's texts by relevance, best first: ``[{"index", "score"}, ...]`` (``"text"`` too with
+    ``return_text``), as TEI's /rerank answers; ``logits`` are each (query, text) pair's.
 
     One logit (``relevant`` None): its sigmoid (TEI's /rerank, sentence-transformers' CrossEncoder). Two labels:
     the probability of label ``relevant`` (``relevant_label``), softmax over the two, which is the sigmoid of
     l_relevant - l_other (TEI refuses /rerank on a two-label model, typing it a classifier). ``raw_scores``: the
     logit, or that difference for two labels, so that raw and probability scores rank alike."""
-    x = np.asarray(logits, dtype=np.float64).reshape(len(logits), -1)  # (N, labels)
+    x = np.stack([np.asarray(v, dtype=np.float64).reshape(-1) for v in logits])  # (N, labels)
     z = x[:, 0] if relevant is None else x[:, relevant] - x[:, 1 - relevant]
-    return z if raw_scores else 1.0 / (1.0 + np.exp(-z))
-
-
-def ranked(logits: Sequence[np.ndarray], relevant: int | None, texts: Sequence[str], raw_scores: bool,
-           return_text: bool) -> list[dict[str, Any]]:
-    """The texts by ``rerank_scores``, best first: ``[{"index", "score"}, ...]`` (``"text"`` too with
-    ``return_text``), as TEI's /rerank answers."""
-    scores = rerank_scores(np.stack([np.asarray(x) for x in logits]), relevant, raw_scores)
+    scores = z if raw_scores else 1.0 / (1.0 + np.exp(-z))
     order = sorted(range(len(scores)), key=lambda i: -scores[i])
     return [{"index": i, "score": float(scores[i]), **({"text": texts[i]} if return_text else {})} for i in order]
 
@@ -218,7 +203,7 @@ class RerankPipeline(TextClassificationPipeline):
     """A query and texts -> the texts ranked by relevance, ``[{"index", "score"}, ...]`` best first (``"text"``
     too with ``return_text=True``), as TEI's /rerank answers. The model is a cross-encoder: a sequence
     classifier over (query, text) with one logit or two labels named as ``relevant_label`` reads them, scored by
-    ``rerank_scores``.
+    ``ranked``.
 
         rank = bertkit.pipeline("rerank", "my_cross_encoder")
         rank({"query": "What is Paris?", "texts": ["Paris is the capital of France.", "Berlin is in Germany."]})
@@ -237,20 +222,11 @@ class RerankPipeline(TextClassificationPipeline):
         return Pipeline.check_input(self, item, index)
 
     def encode(self, item: dict, **_: Any) -> list[dict[str, Any]]:
-        return [row for text in item["texts"] for row in self.encode_pair((item["query"], text))]
-
-    def encode_pair(self, pair: tuple[str, str]) -> list[dict[str, Any]]:
-        """One (query, text) pair's row, as the server's /rerank sends them."""
-        return super().encode(pair)
+        return [row for text in item["texts"] for row in TextOrPairPipeline.encode(self, (item["query"], text))]
 
     def decode(self, item: dict, rows, outputs, raw_scores: bool = False, return_text: bool = False,
                **_: Any) -> list[dict[str, Any]]:
         return ranked(outputs, self.relevant, item["texts"], raw_scores, return_text)
-
-
-# ---------------------------------------------------------------------------------------------------
-# token-classification
-# ---------------------------------------------------------------------------------------------------
 
 
 def _split_tag(tag: str) -> tuple[str, str | None]:
@@ -338,11 +314,6 @@ class TokenClassificationPipeline(Pipeline):
         return {"words": words, "entities": group_entities(words, item)}
 
 
-# ---------------------------------------------------------------------------------------------------
-# question-answering
-# ---------------------------------------------------------------------------------------------------
-
-
 class QuestionAnsweringPipeline(Pipeline):
     """``{"question", "context"}`` -> ``{"answer", "start", "end", "score", "nbest"}``.
 
@@ -393,11 +364,6 @@ class QuestionAnsweringPipeline(Pipeline):
         return {**best, "nbest": nbest[:top_k]}
 
 
-# ---------------------------------------------------------------------------------------------------
-# multiple-choice
-# ---------------------------------------------------------------------------------------------------
-
-
 class MultipleChoicePipeline(Pipeline):
     """``{"context", "choices": [...]}`` -> ``{"choice", "text", "score", "scores"}``: each choice scored as
     ``[CLS] context [SEP] choice [SEP]`` (SWAG, paper section 4.4), softmax over the choices."""
@@ -418,10 +384,6 @@ class MultipleChoicePipeline(Pipeline):
         best = int(np.argmax(p))
         return {"choice": best, "text": item["choices"][best], "score": float(p[best]), "scores": p.tolist()}
 
-
-# ---------------------------------------------------------------------------------------------------
-# feature-extraction / sentence-embedding
-# ---------------------------------------------------------------------------------------------------
 
 POOLINGS = (*POOLING_MODES, "none")
 
