@@ -11,7 +11,7 @@ import bertkit.heads as H
 from bertkit import BertModel, BertTokenizer
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.inference.export import INPUT_NAMES, TupleOutputModel, export_onnx, onnx_session, run_onnx
+from bertkit.inference.export import INPUT_NAMES, TupleOutputModel, export_onnx
 
 TINY = dict(vocab_size=211, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -92,6 +92,16 @@ def test_tuple_output_refuses_foreign_modules():
         TupleOutputModel(torch.nn.Linear(2, 2))
 
 
+def _session(path):
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def _run(session, inputs):
+    return session.run(None, {n: t.numpy() for n, t in zip(INPUT_NAMES, inputs)})
+
+
 def test_onnx_export_equals_bertkit_on_real_text(tmp_path, minilm_dir, data_dir):
     """MiniLM (encoder + pooler) through onnxruntime on SST-2 dev sentences, padded batches: within 1e-4 of
     bertkit's own (unpadded) outputs at every real position."""
@@ -104,12 +114,12 @@ def test_onnx_export_equals_bertkit_on_real_text(tmp_path, minilm_dir, data_dir)
         texts = [r["sentence"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][:96]
     tok = BertTokenizer.from_pretrained(minilm_dir)
     model = BertModel.from_pretrained(minilm_dir).eval()
-    session = onnx_session(out)
+    session = _session(out)
     worst = 0.0
     for i in range(0, len(texts), 32):
         enc = tok(texts[i:i + 32], padding=True, return_tensors="pt")
         inputs = tuple(enc[k] for k in INPUT_NAMES)
-        hidden, pooled = (torch.from_numpy(a) for a in run_onnx(session, inputs))
+        hidden, pooled = (torch.from_numpy(a) for a in _run(session, inputs))
         with torch.no_grad():
             ref = model(**dict(zip(INPUT_NAMES, inputs)))
         m = inputs[2].bool()
@@ -129,14 +139,14 @@ def test_onnx_export_of_heads(tmp_path, minilm_dir, cls, tiny_model):
     tok.save_pretrained(tmp_path / "m")
     result = export_onnx(tmp_path / "m", tmp_path / "m.onnx")
     assert result["model_class"] == cls.__name__ and result["verified_max_abs_diff"] < 1e-4
-    session = onnx_session(tmp_path / "m.onnx")
+    session = _session(tmp_path / "m.onnx")
     enc = tok(["a longer sentence with several words in it", "short"], padding=True, return_tensors="pt")
     inputs = tuple(enc[k] for k in INPUT_NAMES)
     if cls is H.BertForMultipleChoice:
         inputs = tuple(t[None].expand(2, -1, -1).contiguous() for t in inputs)  # batch 2 of 2 choices
     with torch.no_grad():
         want = TupleOutputModel(model)(*inputs)
-    got = tuple(torch.from_numpy(a) for a in run_onnx(session, inputs))
+    got = tuple(torch.from_numpy(a) for a in _run(session, inputs))
     _assert_outputs_equal(want, got, inputs[2])
 
 

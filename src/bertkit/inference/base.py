@@ -1,11 +1,5 @@
-"""What every pipeline shares: loading, batching by length, running the model, input order restored.
-
-A pipeline turns each input (a text, a pair, a question with its context, ...) into one or more encoded
-rows, runs all rows through the model in batches of similar length, and turns each input's rows back
-into one JSON-able result. Rows are sorted by length before batching and results put back in input
-order, so a batch holds sequences of nearly one length: the padding the model sees is small, and the
-encoder drops what there is (its unpadded layout, ``padding.TokenLayout``). A server or a ``predict``
-command calls ``run(list_of_inputs)`` and gets ``list_of_results`` in the same order.
+"""What every pipeline shares: loading, checking inputs, running their rows through the one evaluation loop
+(``runner``: batched by length, input order restored), turning each input's rows back into one result.
 """
 
 from __future__ import annotations

@@ -165,21 +165,14 @@ def _verify(path: Path, out: Path, wrapper: TupleOutputModel, check: tuple[Tenso
     return {"verified_max_abs_diff": diff}
 
 
-def onnx_session(path: str | Path):
-    import onnxruntime as ort
-
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-
-def run_onnx(session, inputs: tuple[Tensor, ...]) -> list:
-    return session.run(None, {n: t.numpy() for n, t in zip(INPUT_NAMES, inputs)})
-
-
 def max_abs_difference(path: str | Path, wrapper: TupleOutputModel, inputs: tuple[Tensor, ...]) -> float:
     """Largest |onnxruntime - bertkit| over all outputs, at real (unpadded) positions."""
+    import onnxruntime as ort
+
     with torch.no_grad():
         ours = wrapper(*inputs)
-    theirs = run_onnx(onnx_session(path), inputs)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    theirs = session.run(None, {n: t.numpy() for n, t in zip(INPUT_NAMES, inputs)})
     mask = inputs[2].bool()
     diffs = []
     for a, b in zip(ours, theirs):

@@ -1,12 +1,6 @@
 """Users' files in, predictions out: ``bertkit predict TASK --input FILE --output-file FILE``.
 
-Inputs are JSONL (one object or bare string a line), CSV/TSV with a header, or plain text (one text a line), by
-``--input-format`` or the file's suffix; the fields each task reads are ``FIELDS``, renamed by the column flags.
-Every input gives one JSON line, ``{"id": ..., **result}``, in input order; the output appears atomically once
-every prediction is made. A malformed input (an empty text, a NUL byte, a line over ``--max-line-bytes``, a
-fill-mask text without the mask token) stops the run with its file and line before anything is written. A second
-text no flag names is refused for a checkpoint fine-tuned on pairs, and a warning otherwise. docs/inference.md,
-"Your own files", says it for users.
+What is read, what is refused and what is written: docs/inference.md, "Your own files".
 """
 
 from __future__ import annotations
