@@ -35,19 +35,12 @@ from bertkit.quantization.saved import model_class_of
 from bertkit.tokenization import BertTokenizer
 
 TASKS: dict[str, type[Pipeline]] = {
-    "fill-mask": FillMaskPipeline,
-    "text-classification": TextClassificationPipeline,
-    "sentiment-analysis": TextClassificationPipeline,  # transformers' alias
-    "rerank": RerankPipeline,  # a cross-encoder (a text-classification checkpoint with one logit or two labels)
-    "token-classification": TokenClassificationPipeline,
-    "ner": TokenClassificationPipeline,  # transformers' alias
-    "question-answering": QuestionAnsweringPipeline,
-    "multiple-choice": MultipleChoicePipeline,
-    "feature-extraction": FeatureExtractionPipeline,
-    "sentence-embedding": SentenceEmbeddingPipeline,
+    **{c.task: c for c in (FillMaskPipeline, TextClassificationPipeline, RerankPipeline, TokenClassificationPipeline,
+                           QuestionAnsweringPipeline, MultipleChoicePipeline, FeatureExtractionPipeline,
+                           SentenceEmbeddingPipeline)},
+    "sentiment-analysis": TextClassificationPipeline,  # transformers' aliases
+    "ner": TokenClassificationPipeline,
 }
-
-
 # The task a checkpoint's head serves, by its class (config.json's "architectures"), for pipeline(model=...) alone:
 # the first task above whose pipeline runs that class (a pre-training checkpoint fills masks).
 TASK_OF_ARCHITECTURE: dict[type[nn.Module], str] = {

@@ -17,19 +17,20 @@ from bertkit.tasks.files import MAX_LINE_BYTES, file_format, read_records, secon
 
 logger = logging.getLogger("bertkit")
 
-# What each task reads from a record, and under which key a list result is written.
-FIELDS = {
-    "text-classification": ("text", "text_pair"),
-    "token-classification": ("text",),
-    "fill-mask": ("text",),
-    "feature-extraction": ("text", "text_pair"),
-    "sentence-embedding": ("text", "text_pair"),
-    "question-answering": ("question", "context"),
-    "multiple-choice": ("context", "choices"),
-    "rerank": ("query", "text"),
-}
-OPTIONAL = {"text_pair"}
+# Under which key a list result is written.
 LIST_RESULT = {"fill-mask": "predictions", "feature-extraction": "embedding", "sentence-embedding": "embedding"}
+
+
+def task_fields(task: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The fields a record of ``task`` holds, as its pipeline declares them ("text" for a pipeline of bare texts),
+    and those it may lack; a rerank record holds one (query, passage) pair."""
+    from bertkit.inference import TASKS
+
+    if task not in TASKS:
+        raise BertkitError(f"predict has no task {task!r}; choose one of {', '.join(TASKS)}")
+    if task == "rerank":
+        return ("query", "text"), ()
+    return tuple(TASKS[task].fields) or ("text",), TASKS[task].optional
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,14 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     ``line`` and, when ``columns.label`` names one, its ``label``.
     """
     path = Path(path)
-    fmt = _input_format(path, task, columns, input_format, rows)
-    takes_pairs = "text_pair" in FIELDS[task] and columns.text_pair is None
+    fields, optional = task_fields(task)
+    fmt = _input_format(path, task, fields, columns, input_format, rows)
+    takes_pairs = "text_pair" in fields and columns.text_pair is None
     unnamed_pair: tuple[int, list[str]] | None = None  # the first line holding a second text no flag names
     inputs: list[Any] = []
     ids: list[Any] = []
     for line, record in read_records(path, fmt, max_line_bytes):
-        if isinstance(record, str) and FIELDS[task][0] == "text" and not columns.text_pair and not rows:
+        if isinstance(record, str) and fields[0] == "text" and not columns.text_pair and not rows:
             _check_text(path, line, "text", record, fmt)
             if task == "fill-mask" and mask_token not in record:
                 raise _no_mask(path, line, record, mask_token)
@@ -78,7 +80,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
             continue
         if not isinstance(record, dict):
             raise BertkitError(f"{path}:{line}: expected an object with fields "
-                               f"{', '.join(str(columns.name(f)) for f in FIELDS[task] if columns.name(f))}, "
+                               f"{', '.join(str(columns.name(f)) for f in fields if columns.name(f))}, "
                                f"got {type(record).__name__}")
         if takes_pairs and unnamed_pair is None:
             found = second_text_fields(record, used=(columns.text, columns.id, columns.label))
@@ -86,7 +88,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
                 unnamed_pair = (line, found)
                 if pair_model:
                     raise BertkitError(_unnamed_pair(path, line, found, fmt, refused=True))
-        item = _record_item(path, line, record, task, columns, fmt, mask_token, rows)
+        item = _record_item(path, line, record, task, fields, optional, columns, fmt, mask_token, rows)
         if rows:
             item["line"] = line
             if columns.label is not None:
@@ -105,11 +107,10 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     return inputs, ids
 
 
-def _input_format(path: Path, task: str, columns: Columns, input_format: str, rows: bool) -> str:
+def _input_format(path: Path, task: str, fields: tuple[str, ...], columns: Columns, input_format: str,
+                  rows: bool) -> str:
     """The format ``path`` is read as, once the task, the file and the columns are known to fit together; checked
     before any line is read."""
-    if task not in FIELDS:
-        raise BertkitError(f"predict has no task {task!r}; choose one of {', '.join(FIELDS)}")
     if path.is_dir():
         raise BertkitError(f"--input {path} is a directory; pass the file of inputs")
     if not path.is_file():
@@ -119,23 +120,23 @@ def _input_format(path: Path, task: str, columns: Columns, input_format: str, ro
                            f"--query-column ({columns.query!r}) and its passage from --text-column "
                            f"({columns.text!r}); name the passage's column with --text-column")
     fmt = file_format(path, input_format)
-    if fmt == "text" and (task in ("question-answering", "multiple-choice", "rerank") or columns.text_pair or rows):
+    if fmt == "text" and (fields[0] != "text" or columns.text_pair or rows):
         raise BertkitError(f"{path}: a plain-text file holds one text per line; {task}"
                            f"{' with pairs' if columns.text_pair else ''} needs a JSONL, CSV or TSV file with named "
                            "columns (name the format with --input-format)")
     return fmt
 
 
-def _record_item(path: Path, line: int, record: dict[str, Any], task: str, columns: Columns, fmt: str,
-                 mask_token: str, rows: bool) -> dict[str, Any]:
-    """The pipeline input of one record: each field ``task`` reads, from the column ``columns`` names, checked."""
+def _record_item(path: Path, line: int, record: dict[str, Any], task: str, fields: tuple[str, ...],
+                 optional: tuple[str, ...], columns: Columns, fmt: str, mask_token: str, rows: bool) -> dict[str, Any]:
+    """The pipeline input of one record: each of ``fields``, from the column ``columns`` names, checked."""
     item: dict[str, Any] = {}
-    for field in FIELDS[task]:
+    for field in fields:
         name = columns.name(field)
         if name is None:
             continue
         if name not in record:
-            if field in OPTIONAL and fmt == "jsonl" and not rows:
+            if field in optional and fmt == "jsonl" and not rows:
                 continue
             have = ", ".join(map(str, record)) or "none"
             raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
