@@ -242,33 +242,20 @@ def group_entities(words: Sequence[dict[str, Any]], text: str) -> list[dict[str,
     """Word tags -> entity spans. IOB2, IOB1 and BIOES all read right: an entity starts at B/S, at a type
     change, or after O, and ends before O, B or S, at E, or at a type change; its score is the mean of its
     words' scores and ``word`` the exact input substring from its first word's start to its last's end."""
-    entities: list[dict[str, Any]] = []
-    current: dict[str, Any] | None = None
-
-    def close() -> None:
-        nonlocal current
-        if current is not None:
-            scores = current.pop("_scores")
-            current["score"] = float(np.mean(scores))
-            current["word"] = text[current["start"]:current["end"]]
-            entities.append(current)
-            current = None
-
+    groups: list[tuple[str, list[dict[str, Any]]]] = []  # (type, its words), one per entity
+    inside = False
     for w in words:
         prefix, kind = _split_tag(w["tag"])
         if kind is None:
-            close()
+            inside = False
             continue
-        if current is None or prefix in "BS" or kind != current["entity_group"]:
-            close()
-            current = {"entity_group": kind, "start": w["start"], "end": w["end"], "_scores": [w["score"]]}
-        else:
-            current["end"] = w["end"]
-            current["_scores"].append(w["score"])
-        if prefix in "ES":
-            close()
-    close()
-    return [{k: e[k] for k in ("entity_group", "score", "word", "start", "end")} for e in entities]
+        if not inside or prefix in "BS" or kind != groups[-1][0]:
+            groups.append((kind, []))
+        groups[-1][1].append(w)
+        inside = prefix not in "ES"
+    return [{"entity_group": kind, "score": float(np.mean([w["score"] for w in ws])),
+             "word": text[ws[0]["start"]:ws[-1]["end"]], "start": ws[0]["start"], "end": ws[-1]["end"]}
+            for kind, ws in groups]
 
 
 class TokenClassificationPipeline(Pipeline):
@@ -308,9 +295,7 @@ class TokenClassificationPipeline(Pipeline):
                 continue
             best = int(np.argmax(probs[i]))
             words.append({"start": s, "end": e, "tag": names[best], "score": float(probs[i, best])})
-        for w in words:
-            w["word"] = item[w["start"]:w["end"]]
-        words = [{k: w[k] for k in ("word", "start", "end", "tag", "score")} for w in words]
+        words = [{"word": item[w["start"]:w["end"]], **w} for w in words]
         return {"words": words, "entities": group_entities(words, item)}
 
 
