@@ -163,7 +163,7 @@ class Pipeline:
     # -- running --------------------------------------------------------------------------------------
     def __call__(self, inputs: Any, **options: Any) -> Any:
         """One input gives one result; a list of inputs gives the list of results, in input order."""
-        if self.is_single(inputs):
+        if isinstance(inputs, (str, dict, *self.input_kinds)):
             return self.run([inputs], **options)[0]
         if isinstance(inputs, (set, frozenset)):
             raise BertkitError(f"{self.task} inputs are a {type(inputs).__name__}, which has no order, so the "
@@ -173,9 +173,6 @@ class Pipeline:
             raise BertkitError(f"{self.task} pipeline takes a {kinds} or a list of them, got {type(inputs).__name__} "
                                f"{str(inputs)[:60]!r}")
         return self.run(list(inputs), **options)
-
-    def is_single(self, inputs: Any) -> bool:
-        return isinstance(inputs, (str, dict, *self.input_kinds))
 
     def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
         """Results for ``inputs``, in their order. All rows of all inputs are batched together by length."""

@@ -1,12 +1,5 @@
 """The one evaluation loop: prediction, evaluation (``Trainer``, pre-training, the feature study), pipelines and
-feature extraction all run their rows here.
-
-``evaluate`` runs a model over batches of rows (each batch a list of row indices): without gradients, the model
-in eval mode for the run, each batch padded by the caller's ``pad``, moved to the device and run under bf16
-autocast when asked, non-finite outputs refused; under torchrun it gathers every process's results.
-``run_length_sorted`` plans the batches by length, so a batch holds sequences of nearly one length: the padding
-the model sees is small, and the encoder drops what there is (its unpadded layout, ``padding.TokenLayout``); its
-results come back one per row, in row order.
+feature extraction all run their rows here (``evaluate``), batched by length when asked (``run_length_sorted``).
 """
 
 from __future__ import annotations
