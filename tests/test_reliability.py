@@ -109,20 +109,20 @@ def test_pipeline_without_a_usable_task_or_model_names_the_tasks(args, message):
 
 def test_pipeline_takes_the_model_as_a_keyword_as_transformers_does(tiny_dirs):
     from bertkit import BertForSequenceClassification, BertTokenizer, pipeline
-    from bertkit.inference import FeatureExtractionPipeline, TextClassificationPipeline
+    from bertkit.inference import TextClassificationPipeline
 
     texts = ["a good film", "dull films", ""]
     expected = pipeline("text-classification", tiny_dirs["clf"])(texts)
     for pipe in (pipeline("text-classification", model=tiny_dirs["clf"]),
                  pipeline(task="text-classification", model=str(tiny_dirs["clf"])),
-                 pipeline(model=tiny_dirs["clf"]),  # the task from config.json's architectures
                  pipeline("sentiment-analysis", model=tiny_dirs["clf"]),
                  pipeline("text-classification", model=BertForSequenceClassification.from_pretrained(tiny_dirs["clf"]),
                           tokenizer=BertTokenizer.from_pretrained(tiny_dirs["clf"]))):
         assert isinstance(pipe, TextClassificationPipeline)
         assert pipe(texts) == expected
     assert [r["label"] for r in expected] == [max(r["scores"], key=r["scores"].get) for r in expected]
-    assert isinstance(pipeline(model=tiny_dirs["enc"]), FeatureExtractionPipeline)
+    with pytest.raises(BertkitError, match=r"^pipeline\(model=\.\.\.\) needs a task: .*; pass one of fill-mask, "):
+        pipeline(model=tiny_dirs["enc"])  # an encoder extracts features or embeds sentences: which is not guessed
     with pytest.raises(BertkitError, match=r"the arguments are \(task, model\)"):
         pipeline(str(tiny_dirs["clf"]), "text-classification")
     with pytest.raises(BertkitError, match="pipeline model must be a checkpoint directory .* got int"):

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.heads import BertForPreTraining
 from bertkit.inference.base import Pipeline
 from bertkit.inference.pipelines import (
     FeatureExtractionPipeline,
@@ -31,7 +29,6 @@ from bertkit.inference.pipelines import (
     TextClassificationPipeline,
     TokenClassificationPipeline,
 )
-from bertkit.quantization.saved import model_class_of
 from bertkit.tokenization import BertTokenizer
 
 TASKS: dict[str, type[Pipeline]] = {
@@ -41,10 +38,6 @@ TASKS: dict[str, type[Pipeline]] = {
     "sentiment-analysis": TextClassificationPipeline,  # transformers' aliases
     "ner": TokenClassificationPipeline,
 }
-# The task a checkpoint's head serves, by its class (config.json's "architectures"), for pipeline(model=...) alone:
-# the first task above whose pipeline runs that class (a pre-training checkpoint fills masks).
-TASK_OF_ARCHITECTURE: dict[type[nn.Module], str] = {
-    BertForPreTraining: "fill-mask", **{c.model_class: c.task for c in reversed(TASKS.values())}}
 
 
 def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | None = None, *,
@@ -55,9 +48,8 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Non
     """The ``task`` pipeline over ``model``, as transformers' ``pipeline(task, model)`` is called.
 
     ``model`` is a checkpoint directory (config.json, model.safetensors, vocab.txt), or a bertkit model already
-    built, with ``tokenizer=`` (a ``BertTokenizer`` or its directory). Without a task, the checkpoint's head names
-    it (config.json ``architectures``). ``bf16=True`` runs the model under bfloat16 autocast, ``bf16=False`` in the
-    weights' dtype; left unset, it is on for int8 on CPUs with bf16 instructions and off otherwise (``.bf16`` says
+    built, with ``tokenizer=`` (a ``BertTokenizer`` or its directory). ``bf16=True`` runs the model under bfloat16
+    autocast, ``bf16=False`` in the weights' dtype; left unset, it is on for int8 on CPUs with bf16 instructions and off otherwise (``.bf16`` says
     which). ``quantize="int8"`` runs the encoder's projections in int8 on the CPU (docs/inference.md section int8):
     a quantized copy, made once, calibrated on ``calibration_texts`` (a few hundred texts like the inputs; strings
     or ``(text, text_pair)`` tuples) or by default on 64 built-in English sentences. ``batch_size`` sequences run
@@ -72,6 +64,9 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Non
         if isinstance(task, (str, os.PathLike)) and isinstance(model, str) and model in TASKS:
             hint = f" (the arguments are (task, model): pipeline({model!r}, {str(task)!r}))"
         raise BertkitError(f"unknown pipeline task {task!r}{hint}; choose one of {tasks}")
+    if task is None and model is not None:
+        raise BertkitError(f"pipeline(model=...) needs a task: a head serves several (a sequence classifier classifies "
+                           f"or reranks, an encoder extracts features or sentence embeddings); pass one of {tasks}")
     if model is None:
         called = f"pipeline({task!r})" if task is not None else "pipeline()"
         raise BertkitError(f"{called} needs a model: pipeline(task, model=\"checkpoint_dir\"), the directory "
@@ -80,8 +75,6 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Non
     if not isinstance(model, (str, os.PathLike, nn.Module)):
         raise BertkitError(f"pipeline model must be a checkpoint directory (a str or Path) or a bertkit model, got "
                            f"{type(model).__name__} {str(model)[:60]!r}")
-    if task is None:
-        task = _task_of(model)
     kwargs = dict(device=device, bf16=bf16, batch_size=batch_size, max_length=max_length, progress=progress,
                   quantize=quantize, calibration_texts=calibration_texts, **options)
     cls = TASKS[task]
@@ -100,15 +93,6 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Non
     return cls.from_pretrained(model, **kwargs)
 
 
-def _task_of(model: str | os.PathLike | nn.Module) -> str:
-    """The pipeline task a checkpoint's head serves (config.json ``architectures``, or the model's class)."""
-    cls = type(model) if isinstance(model, nn.Module) else model_class_of(Path(model))
-    if cls not in TASK_OF_ARCHITECTURE:
-        raise BertkitError(f"no task given and a {cls.__name__} does not say which; pass one: pipeline(task, model) "
-                           f"with task one of {', '.join(TASKS)}")
-    return TASK_OF_ARCHITECTURE[cls]
-
-
 __all__ = ["TASKS", "FeatureExtractionPipeline", "FillMaskPipeline", "MultipleChoicePipeline", "Pipeline",
            "QuestionAnsweringPipeline", "RerankPipeline", "SentenceEmbeddingPipeline", "TextClassificationPipeline",
-           "TokenClassificationPipeline", "TASK_OF_ARCHITECTURE", "pipeline"]
+           "TokenClassificationPipeline", "pipeline"]
