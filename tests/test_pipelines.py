@@ -373,6 +373,9 @@ def test_a_dict_input_with_a_key_the_task_does_not_read_is_refused_naming_it(tmp
     qa_dir, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
     with pytest.raises(BertkitError, match=r"unknown field\(s\) top_k; .* holds question, context"):
         bertkit.pipeline("question-answering", qa_dir)({"question": "Who?", "context": "Ann came.", "top_k": 3})
+    for top_k in (0, True, "3"):  # an option is checked once per call, before the model runs
+        with pytest.raises(BertkitError, match=rf"^top_k must be a positive int, got {top_k!r}$"):
+            bertkit.pipeline("question-answering", qa_dir)({"question": "Who?", "context": "Ann came."}, top_k=top_k)
     mc_dir, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMultipleChoice")
     mc = bertkit.pipeline("multiple-choice", mc_dir)
     with pytest.raises(BertkitError, match=r"unknown field\(s\) label;"):

@@ -152,7 +152,12 @@ class Pipeline:
                 raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected "
                                    "a str")
             return item
-        refuse_unknown_keys(item, tuple(self.fields), index, self.task)
+        # A key the task does not read is refused, naming it: {"text": a, "text_pairr": b} would otherwise be
+        # answered as the single text a, a silently wrong answer. (The server's 422 is this.)
+        unknown = sorted(str(k) for k in item if k not in self.fields) if isinstance(item, dict) else []
+        if unknown:
+            raise BertkitError(f"{self.task} input {index} has unknown field(s) {', '.join(unknown)}; a {self.task} "
+                               f"input holds {', '.join(self.fields)} (a misspelling?)")
         if isinstance(item, dict) and all(_has(item.get(k), kind) or (k in self.optional and item.get(k) is None)
                                           for k, kind in self.fields.items()):
             return item
@@ -180,6 +185,9 @@ class Pipeline:
         if unknown:
             raise BertkitError(f"{self.task} pipeline does not take {', '.join(unknown)}; its options are "
                                f"{', '.join(self.call_options) or 'none'}")
+        top_k = options.get("top_k", 1)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise BertkitError(f"top_k must be a positive int, got {top_k!r}")
         items = [self.check_input(x, i) for i, x in enumerate(inputs)]
         per_input = [self.encode(x, **options) for x in items]
         flat = [(i, r) for i, rows in enumerate(per_input) for r in rows]
@@ -209,15 +217,6 @@ class Pipeline:
                                     "(NaN or inf): the checkpoint's weights are broken; no result was produced")
         bar.close()
         return results
-
-
-def refuse_unknown_keys(item: Any, known: tuple[str, ...], index: int, task: str) -> None:
-    """A dict input holding a key the task does not read is refused, naming it: ``{"text": a, "text_pairr": b}``
-    would otherwise be answered as the single text ``a``, a silently wrong answer. (The server's 422 is this.)"""
-    unknown = sorted(str(k) for k in item if k not in known) if isinstance(item, dict) else []
-    if unknown:
-        raise BertkitError(f"{task} input {index} has unknown field(s) {', '.join(unknown)}; a {task} input holds "
-                           f"{', '.join(known)} (a misspelling?)")
 
 
 def _has(value: Any, kind: type) -> bool:

@@ -85,8 +85,6 @@ class FillMaskPipeline(Pipeline):
         return [p.cpu().numpy() for p in probs.split(counts)]
 
     def decode(self, item: str, rows, outputs, top_k: int = 5, **_: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise BertkitError(f"top_k must be a positive int, got {top_k!r}")
         ids, masks, probs = rows[0]["input_ids"], rows[0]["masks"], outputs[0]
         tok = self.tokenizer
         per_mask = []
@@ -332,8 +330,6 @@ class QuestionAnsweringPipeline(Pipeline):
 
     def decode(self, item: dict, rows, outputs, top_k: int = 1, max_answer_length: int = 30,
                allow_no_answer: bool = False, null_threshold: float = 0.0, **_: Any) -> dict[str, Any]:
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise BertkitError(f"top_k must be a positive int, got {top_k!r}")
         preds = squad.postprocess_predictions(
             [self._example(item)], rows, [o[:, 0] for o in outputs], [o[:, 1] for o in outputs],
             n_best_size=max(20, top_k), max_answer_length=max_answer_length,
