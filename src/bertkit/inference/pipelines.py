@@ -1,13 +1,7 @@
 """Task pipelines: fill-mask, text classification, reranking, token classification, question answering,
-multiple choice, sentence embeddings. Each turns plain inputs into JSON-able results (str, int, float, lists, dicts).
-
-    import bertkit
-    clf = bertkit.pipeline("text-classification", "runs/sst2/model", bf16=True)
-    clf(["a gorgeous film", "dull and overlong"])
-    # [{'label': 'positive', 'score': 0.98, 'scores': {...}}, {'label': 'negative', ...}]
-
-Batching, length bucketing, order and the non-finite check live in ``base.Pipeline`` (``runner``); SQuAD windows and
-answer decoding are ``tasks.squad``'s (the same code that scores the benchmark).
+multiple choice, sentence embeddings (``bertkit.pipeline``). Each turns plain inputs into JSON-able results; what
+they share (batching, order, the non-finite check) is ``base.Pipeline``'s, SQuAD windows and answer decoding
+``tasks.squad``'s (the same code that scores the benchmark).
 """
 
 from __future__ import annotations

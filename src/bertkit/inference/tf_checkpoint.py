@@ -221,8 +221,7 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
     num_shards = int(header.get(1, 1))
     if header.get(2, 0) != 0:
         raise BertkitError(f"{index}: the checkpoint was written big-endian; bertkit reads little-endian bundles")
-    shards: dict[int, Any] = {}
-    shard_files: dict[int, Path] = {}
+    shards: dict[int, tuple[Path, np.memmap]] = {}
     out: dict[str, np.ndarray] = {}
     try:
         for name, e in entries.items():
@@ -238,13 +237,13 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
                 if not data_file.is_file():
                     raise MissingFileError(f"{data_file} not found: a checkpoint needs its .index and every "
                                            ".data-* shard in the same directory")
-                shards[e.shard] = np.memmap(data_file, dtype=np.uint8, mode="r")
-                shard_files[e.shard] = data_file
-            buf = shards[e.shard][e.offset:e.offset + e.size]
+                shards[e.shard] = data_file, np.memmap(data_file, dtype=np.uint8, mode="r")
+            data_file, data = shards[e.shard]
+            buf = data[e.offset:e.offset + e.size]
             if len(buf) != e.size:
                 raise BertkitError(f"{index}: variable {name} lies past the end of its data file (truncated copy?)")
             if e.crc32c is not None and (actual := crc32c(buf)) != (expected := _unmask(e.crc32c)):
-                raise BertkitError(f"{shard_files[e.shard]}: variable {name} fails its checksum (crc32c {actual:#010x}, "
+                raise BertkitError(f"{data_file}: variable {name} fails its checksum (crc32c {actual:#010x}, "
                                    f"{index.name} records {expected:#010x}): the data file is corrupt; copy the "
                                    "checkpoint again")
             dtype = _DTYPES[e.dtype]
