@@ -71,13 +71,9 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     inputs: list[Any] = []
     ids: list[Any] = []
     for line, record in read_records(path, fmt, max_line_bytes):
-        if isinstance(record, str) and fields[0] == "text" and not columns.text_pair and not rows:
-            _check_text(path, line, "text", record, fmt)
-            if task == "fill-mask" and mask_token not in record:
-                raise _no_mask(path, line, record, mask_token)
-            inputs.append(record)
-            ids.append(len(ids))
-            continue
+        bare = isinstance(record, str) and fields[0] == "text" and not columns.text_pair and not rows
+        if bare:  # a text file's line, a JSON string: the text alone, checked as a text field is
+            record = {columns.text: record}
         if not isinstance(record, dict):
             raise BertkitError(f"{path}:{line}: expected an object with fields "
                                f"{', '.join(str(columns.name(f)) for f in fields if columns.name(f))}, "
@@ -93,13 +89,13 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
             item["line"] = line
             if columns.label is not None:
                 item["label"] = _label(path, line, columns.label, record, fmt)
-        if columns.id is not None:
+        if columns.id is not None and not bare:
             if columns.id not in record:
                 raise BertkitError(f"{path}:{line}: no {columns.id!r} id column")
             ids.append(record[columns.id])
         else:
             ids.append(len(ids))
-        inputs.append(item)
+        inputs.append(item["text"] if bare else item)
     if not inputs:
         raise BertkitError(f"{path} holds no inputs (every line is empty, or only a header)")
     if unnamed_pair is not None:
