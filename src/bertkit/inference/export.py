@@ -1,12 +1,7 @@
-"""Export: the encoder plus its head as a graph (torch.export, torch.jit.trace, ONNX).
+"""Export: the encoder plus its head as a graph (torch.export, torch.jit.trace, ONNX); docs/inference.md, "Export".
 
-Under tracing the encoder takes its padded layout (``padding.is_tracing``): dropping padding gives
-data-dependent shapes, which a static graph cannot hold, so an exported model computes on the padded
-rectangle as transformers does. ``torch.export.export(model, ...)`` works on every bertkit model as it
-is (the output dataclasses are pytree nodes); ``torch.jit.trace`` and ONNX need plain tuples, which
-``TupleOutputModel`` gives.
-
-    bertkit export onnx --model runs/sst2/model --out sst2.onnx
+Under tracing the encoder computes on the padded rectangle (``padding.is_tracing``), since dropping padding gives
+data-dependent shapes a static graph cannot hold; ``TupleOutputModel`` gives the tuples jit.trace and ONNX need.
 """
 
 from __future__ import annotations
