@@ -24,9 +24,7 @@ from bertkit.errors import BertkitError, MissingFileError, read_json_object
 
 logger = logging.getLogger("bertkit")
 
-# ---------------------------------------------------------------------------------------------------
-# Protobuf wire format and the SSTable (LevelDB table) the .index file is
-# ---------------------------------------------------------------------------------------------------
+# -- Protobuf wire format and the SSTable (LevelDB table) the .index file is ------------------------------------------
 
 _TABLE_MAGIC = 0xDB4775248B80FB57  # LevelDB's table magic number, the last 8 bytes of the file
 _FOOTER = 48
@@ -115,9 +113,7 @@ def _corrupt(path: Path, e: Exception) -> BertkitError:
                         "files again (TensorFlow writes them together)")
 
 
-# ---------------------------------------------------------------------------------------------------
-# CRC-32C (Castagnoli), as TensorFlow checksums each tensor's bytes
-# ---------------------------------------------------------------------------------------------------
+# -- CRC-32C (Castagnoli), as TensorFlow checksums each tensor's bytes ------------------------------------------------
 
 _CRC32C_POLY = 0x82F63B78  # reflected Castagnoli polynomial
 
@@ -261,9 +257,7 @@ def read_tf_checkpoint(prefix: str | Path, skip: re.Pattern | None = None) -> di
     return out
 
 
-# ---------------------------------------------------------------------------------------------------
-# Google's variable names -> the published (Hugging Face) names
-# ---------------------------------------------------------------------------------------------------
+# -- Google's variable names -> the published (Hugging Face) names ----------------------------------------------------
 
 # Google's scopes are the published modules ("bert/encoder/layer_3/output/dense" -> "bert.encoder.layer.3.output.
 # dense") and its leaves their parameters; dense kernels are (in, out) in TF, so transposed.
