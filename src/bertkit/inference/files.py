@@ -95,7 +95,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
             ids.append(record[columns.id])
         else:
             ids.append(len(ids))
-        inputs.append(item["text"] if bare else item)
+        inputs.append(item["text"] if bare or fields == ("text",) else item)  # what the task's pipeline takes
     if not inputs:
         raise BertkitError(f"{path} holds no inputs (every line is empty, or only a header)")
     if unnamed_pair is not None:
@@ -270,8 +270,6 @@ def predict_file(s: Any) -> dict[str, Any]:
     inputs, ids = read_inputs(s.input, s.task, columns, s.input_format, **mask, max_line_bytes=s.max_line_bytes,
                               pair_model=pair_model)  # checked before the model loads
     check_writable(s.output_file)  # and where the predictions go: before the model runs, not after
-    if s.task in ("token-classification", "fill-mask"):
-        inputs = [x if isinstance(x, str) else x["text"] for x in inputs]
     options = {"top_k": s.top_k} if s.task in ("fill-mask", "question-answering") else {}
     if s.task == "rerank":  # one (query, passage) pair per record: the pipeline's query with one text
         inputs = [{"query": x["query"], "texts": [x["text"]]} for x in inputs]
