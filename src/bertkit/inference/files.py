@@ -46,9 +46,6 @@ class Columns:
     id: str | None = None
     label: str | None = None  # finetune classify's label column (read with ``rows=True``)
 
-    def name(self, field: str) -> str | None:
-        return getattr(self, field)
-
 
 def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns(), input_format: str = "auto",
                 mask_token: str = "[MASK]", *, max_line_bytes: int = MAX_LINE_BYTES,
@@ -76,7 +73,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
             record = {columns.text: record}
         if not isinstance(record, dict):
             raise BertkitError(f"{path}:{line}: expected an object with fields "
-                               f"{', '.join(str(columns.name(f)) for f in fields if columns.name(f))}, "
+                               f"{', '.join(str(getattr(columns, f)) for f in fields if getattr(columns, f))}, "
                                f"got {type(record).__name__}")
         if takes_pairs and unnamed_pair is None:
             found = second_text_fields(record, used=(columns.text, columns.id, columns.label))
@@ -128,7 +125,7 @@ def _record_item(path: Path, line: int, record: dict[str, Any], task: str, field
     """The pipeline input of one record: each of ``fields``, from the column ``columns`` names, checked."""
     item: dict[str, Any] = {}
     for field in fields:
-        name = columns.name(field)
+        name = getattr(columns, field)  # the column or field holding it
         if name is None:
             continue
         if name not in record:
