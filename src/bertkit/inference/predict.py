@@ -1,4 +1,9 @@
-"""Prediction over featurised examples: what the fine-tuning recipes score dev with and the predict commands run."""
+"""Prediction over featurised examples: what the fine-tuning recipes score dev with and the predict commands run.
+
+``predict`` runs a model over task features in length-sorted batches (``inference.runner``) and refuses
+non-finite outputs; ``for_prediction`` makes a loaded fine-tuned model ready for it (device, bf16, int8) through
+``prepare_model``, as the pipelines make theirs.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.inference.prepare import Precision, prepare_model
 from bertkit.inference.runner import run_length_sorted
+from bertkit.settings import PredictBenchmarkSettings
+from bertkit.tokenization import BertTokenizer
 
 # Sequences per prediction batch in a direct call (the commands pass their settings').
 EVAL_BATCH_SIZE = 64
@@ -35,3 +43,14 @@ def predict(model: nn.Module, features: Sequence[dict], collate: Callable[[list]
     return run_length_sorted(call, features, batch_size=batch_size, pad=pad, device=device, bf16=bf16, model=model,
                              nonfinite=lambda i: f"the model's output for example {i} (0-based, input order) is not "
                              "finite (NaN or inf): the model has diverged; no predictions or scores were written")
+
+
+def for_prediction(model: nn.Module, tokenizer: BertTokenizer, s: PredictBenchmarkSettings
+                   ) -> tuple[nn.Module, Precision]:
+    """A loaded fine-tuned ``model`` made ready by ``prepare_model`` as pipelines make theirs: on ``s.device`` in
+    eval mode and, with --int8, quantized on the built-in sentences or --calibration-file's, cut to
+    --max-seq-length; a model that is int8 already (a `bertkit quantize` directory) runs as it is, on the CPU.
+    Callers run it under ``precision.bf16``: --bf16 / --no-bf16 as given, else on for int8 on a bf16 CPU."""
+    return prepare_model(model, s.model_name_or_path, device=s.device, bf16=s.bf16,
+                         quantize="int8" if s.int8 else None, calibration_file=s.calibration_file,
+                         tokenizer=tokenizer, max_length=s.max_seq_length)

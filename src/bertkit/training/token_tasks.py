@@ -26,8 +26,7 @@ from torch import nn
 from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
-from bertkit.inference.predict import EVAL_BATCH_SIZE, predict
-from bertkit.inference.prepare import prepare_model
+from bertkit.inference.predict import EVAL_BATCH_SIZE, for_prediction, predict
 from bertkit.outputs import atomic_write, atomic_write_json
 from bertkit.quantization import load_for_inference
 from bertkit.settings import (
@@ -104,8 +103,7 @@ def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequenc
 
 
 def load_finetuned(cls: type[nn.Module], s: PredictBenchmarkSettings, task: str) -> tuple[nn.Module, BertTokenizer, Any]:
-    """A checkpoint fine-tuned for ``task``, made ready to predict by ``prepare_model`` as pipelines make theirs (a
-    `bertkit quantize` directory runs in int8 as it is; --int8 quantizes it), its tokenizer and precision."""
+    """A checkpoint fine-tuned for ``task``, ready to predict (``for_prediction``), its tokenizer and precision."""
     from bertkit.inference.base import published_keys
 
     path = s.model_name_or_path
@@ -116,9 +114,7 @@ def load_finetuned(cls: type[nn.Module], s: PredictBenchmarkSettings, task: str)
         raise BertkitError(f"{path} has no {task} head ({head} is missing); pass a checkpoint fine-tuned with "
                            f"`bertkit finetune {task}`")
     tokenizer = BertTokenizer.from_pretrained(path)
-    model, precision = prepare_model(load_for_inference(cls, path), path, device=s.device, bf16=s.bf16,
-                                     quantize="int8" if s.int8 else None, calibration_file=s.calibration_file,
-                                     tokenizer=tokenizer, max_length=s.max_seq_length)
+    model, precision = for_prediction(load_for_inference(cls, path), tokenizer, s)
     return model, tokenizer, precision
 
 
