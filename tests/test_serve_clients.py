@@ -21,7 +21,7 @@ pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install 
 pytest.importorskip("prometheus_client", reason='bertkit serve needs prometheus_client: pip install "bertkit[serve]"')
 httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
 
-from serve_helpers import MODEL, Gate, Server, until  # noqa: E402  (uvicorn on a free loopback port, in a thread)
+from serve_helpers import MODEL, Gate, Server, metrics, until  # noqa: E402  (uvicorn on a free loopback port, in a thread)
 
 KEY = "bk-test-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -238,7 +238,7 @@ def test_rerank_scores_equal_transformers_sigmoid_of_the_cross_encoders_logit(re
     transformers = pytest.importorskip("transformers")
     url, _ = reranker
     got = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS}).json()
-    directory = httpx.get(f"{url}/metadata").json()["model"]  # the checkpoint the server loaded
+    directory = httpx.get(f"{url}/info").json()["model_id"]  # the checkpoint the server loaded
     model = transformers.BertForSequenceClassification.from_pretrained(directory).eval()
     tokenizer = transformers.BertTokenizerFast.from_pretrained(directory)
     with torch.no_grad():
@@ -341,7 +341,6 @@ def test_metrics_parse_and_the_counters_move_by_the_requests_sent(reranker):
     assert after[("bertkit_model_seconds_total", ())] > before[("bertkit_model_seconds_total", ())]
     assert after[("bertkit_admitted_inputs", ())] == after[("bertkit_queued_requests", ())] == 0
     assert after[("bertkit_largest_batch", ())] >= 2
-    assert httpx.get(f"{url}/metadata").json()["stats"]["items"] == after[("bertkit_items_total", ())]
 
 
 def test_two_apps_in_one_process_count_apart(embedder, reranker):
@@ -458,9 +457,6 @@ def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when
     server = Server(create_app(pipe, "ce", max_batch_size=4, max_wait_ms=1,
                                limits=Limits(max_items=3, max_concurrent_requests=6)))
 
-    def stats() -> dict:
-        return httpx.get(f"{server.url}/metadata").json()
-
     def rerank(texts: list[str], timeout: float = 60) -> httpx.Response:
         return httpx.post(f"{server.url}/rerank", json={"query": QUERY, "texts": texts}, timeout=timeout)
 
@@ -470,7 +466,7 @@ def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when
             first = pool.submit(rerank, TEXTS[:3])
             assert gate.entered.wait(30)  # three pairs in the model
             gone = pool.submit(rerank, TEXTS[1:4], 0.5)  # three more queued, by a client that gives up at 0.5 s
-            until(lambda: stats()["admission"]["admitted_inputs"] == 6)
+            until(lambda: metrics(server.url)["admitted_inputs"] == 6)
             r = rerank(TEXTS[:1])  # the bound of 6 pairs is reached
             assert r.status_code == 429 and "max_concurrent_requests 6" in r.json()["error"]
             assert int(r.headers["retry-after"]) >= 1
@@ -479,12 +475,12 @@ def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when
             assert httpx.post(f"{server.url}/tokenize", json={"inputs": "x"}).status_code == 200  # no model needed
             with pytest.raises(httpx.TimeoutException):
                 gone.result()
-            until(lambda: stats()["stats"]["abandoned"] == 3)  # dropped while the model is still held
-            assert stats()["admission"]["admitted_inputs"] == 3
+            until(lambda: metrics(server.url)["abandoned"] == 3)  # dropped while the model is still held
+            assert metrics(server.url)["admitted_inputs"] == 3
             gate.release()
             assert first.result().status_code == 200
-        until(lambda: stats()["admission"]["admitted_inputs"] == 0)
-        assert stats()["stats"]["items"] == 3  # the first request's pairs only: the departed client's never ran
+        until(lambda: metrics(server.url)["admitted_inputs"] == 0)
+        assert metrics(server.url)["items"] == 3  # the first request's pairs only: the departed client's never ran
         r = httpx.post(f"{server.url}/rerank", json={"query": QUERY, "texts": TEXTS[:2]})
         assert r.status_code == 200 and len(r.json()) == 2
     finally:
@@ -596,13 +592,11 @@ def test_an_empty_text_is_refused_on_every_embedding_route_naming_its_index(embe
 
 
 def test_no_route_shows_the_models_path_once_a_served_name_is_given(embedder):
-    """/metadata showed the model's directory although --served-model-name was given."""
     url, pipe = embedder
-    app_routes = ("/health", "/ready", "/metadata", "/info", "/metrics", "/openapi.json")
+    app_routes = ("/health", "/ready", "/info", "/metrics", "/openapi.json")
     for path in app_routes:
         r = httpx.get(f"{url}{path}", headers=AUTH)
         assert r.status_code == 200 and str(MODEL) not in r.text, (path, r.text[:300])
-    assert httpx.get(f"{url}/metadata", headers=AUTH).json()["model"] == "bertkit-minilm"
     assert httpx.get(f"{url}/info", headers=AUTH).json()["model_id"] == "bertkit-minilm"
 
 

@@ -58,27 +58,12 @@ def _ready(server: _Server) -> Any:
     return {"status": "ready", **body}
 
 
-def _metadata(server: _Server) -> dict[str, Any]:
-    pipe, batcher, stats = server.pipe, server.batcher, server.stats
-    labels = None
-    if getattr(pipe.config, "id2label", None) and pipe.task in ("text-classification", "token-classification"):
-        labels = [pipe.config.id2label[i] for i in sorted(pipe.config.id2label, key=int)]
-    return {"model": server.model_name, "task": pipe.task, "labels": labels, "max_length": pipe.max_length,
-            "device": str(pipe.device), "bf16": pipe.bf16, "quantize": pipe.quantize,
-            "batching": {"max_batch_size": batcher.max_batch_size, "max_wait_ms": batcher.max_wait * 1000},
-            "limits": vars(server.limits),
-            "admission": {"admitted_inputs": batcher.inputs, "queued_requests": len(batcher.jobs),
-                          "model_inputs_per_s": None if batcher.rate is None else round(batcher.rate, 1)},
-            "stats": {k: v for k, v in vars(stats).items() if k != "started"},
-            "uptime_s": round(time.time() - stats.started, 1)}
-
-
 def _prometheus(server: _Server) -> Any:
     """``stats`` as Prometheus counters (``bertkit_<name>_total``), the admission state as gauges."""
     from fastapi.responses import PlainTextResponse
 
     batcher = server.batcher
-    counters = {k: v for k, v in vars(server.stats).items() if k not in ("started", "largest_batch")}
+    counters = {k: v for k, v in vars(server.stats).items() if k != "largest_batch"}
     gauges = {"admitted_inputs": batcher.inputs, "queued_requests": len(batcher.jobs),
               "largest_batch": server.stats.largest_batch}
     lines = [line for name, value in counters.items()
@@ -93,8 +78,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/health", "liveness, from the event loop alone (the only route without the API key)", get=_health),
     Route("/ready", "readiness: 503 with Retry-After while the admission bound is reached or the server drains",
           get=_ready),
-    Route("/metadata", "bertkit's own: the model, limits, admission state, counters", get=_metadata),
-    Route("/metrics", "Prometheus' text format", get=_prometheus),
+    Route("/metrics", "Prometheus' text format: the counters and the admission state", get=_prometheus),
 )
 
 
@@ -282,7 +266,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
         stopping.set()
         server.parser.shutdown(wait=False, cancel_futures=True)
         await server.batcher.stop()
-        logger.info("bertkit serve stopped: %s", json.dumps({k: v for k, v in vars(stats).items() if k != "started"}))
+        logger.info("bertkit serve stopped: %s", json.dumps(vars(stats)))
 
     app = FastAPI(title=f"bertkit {pipe.task}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.draining = False
@@ -403,4 +387,4 @@ def serve(s: Any) -> dict[str, Any]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return {k: v for k, v in vars(app.state.stats).items() if k != "started"}
+    return dict(vars(app.state.stats))

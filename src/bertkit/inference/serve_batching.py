@@ -25,7 +25,7 @@ logger = logging.getLogger("bertkit")
 
 @dataclass
 class Stats:
-    """The server's counters: /metadata shows them, /metrics exposes them, ``serve`` returns them."""
+    """The server's counters: /metrics exposes them, ``serve`` returns them."""
 
     requests: int = 0  # requests to the routes that parse a body (/predict, /embed, /v1/embeddings, /rerank, ...)
     items: int = 0  # inputs the model computed
@@ -36,7 +36,6 @@ class Stats:
     refused: int = 0  # requests answered 429/503: the admission bound reached, or draining
     abandoned: int = 0  # inputs dropped before the model: their client disconnected
     errors: int = 0  # other 4xx/5xx answers
-    started: float = field(default_factory=time.time)
 
 
 # glibc keeps freed blocks in per-thread arenas and raises its mmap threshold as large blocks come and go, so under
