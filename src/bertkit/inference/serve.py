@@ -124,7 +124,7 @@ async def _job_result(batcher: Batcher, job: Job, request: Any) -> list[Any] | N
         gone.cancel()
         if not job.future.done():  # the client went, or this task was cancelled
             batcher.drop(job)
-    return job.future.result() if job.future.done() else None
+    return None if job.future.cancelled() else job.future.result()
 
 
 class _Server:
