@@ -1,7 +1,7 @@
 """`bertkit serve` behind the clients the embedding and retrieval stacks ship, over loopback: OpenAI's Python
 client on /v1/embeddings, huggingface_hub's InferenceClient on TEI's ``POST /``, haystack's and llama-index's
 OpenAI/TEI embedders and TEI reranker, and prometheus_client's parser on /metrics. Each answer is compared with
-bertkit's own pipeline on the same inputs; the API key, TEI's routes (/rerank, /tokenize, /decode, /embed_all,
+bertkit's own pipeline on the same inputs; the API key, TEI's routes (/rerank, /tokenize,
 /info) and response headers, and the token bound of a model call are checked here too. The real MiniLM
 checkpoint is the embedding model; the classifier and the cross-encoder are MiniLM with a seeded random head.
 """
@@ -154,8 +154,8 @@ def test_every_route_but_health_needs_the_key_and_refuses_before_reading_the_bod
     app = create_app(pipe, str(MODEL), api_key=KEY)
     routes = sorted({(method, r.path) for r in app.routes for method in getattr(r, "methods", ()) or ()
                      if method != "HEAD" and r.path != "/health"})
-    assert {("POST", "/rerank"), ("POST", "/tokenize"), ("POST", "/decode"), ("POST", "/embed_all"),
-            ("POST", "/predict"), ("POST", "/similarity"), ("GET", "/ready")} <= set(routes), routes
+    assert {("POST", "/rerank"), ("POST", "/tokenize"), ("POST", "/predict"), ("POST", "/similarity"),
+            ("GET", "/ready")} <= set(routes), routes
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": f"Bearer {KEY}x"}):
         for method, path in routes:
             r = httpx.request(method, f"{url}{path}", headers=headers, json={"input": "x"})
@@ -193,7 +193,7 @@ def test_the_app_its_openapi_page_and_the_cli_help_come_from_the_route_registry(
 
 
 # ---------------------------------------------------------------------------------------------------
-# TEI: POST /, /rerank, /tokenize, /decode, /embed_all, /info, headers
+# TEI: POST /, /rerank, /tokenize, /info, headers
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -271,7 +271,7 @@ def test_embedding_routes_on_a_reranker_and_rerank_on_an_embedder_answer_424(rer
     assert httpx.post(f"{embedder[0]}/rerank", headers=AUTH, json={"query": "q", "texts": ["x"]}).status_code == 424
 
 
-def test_tokenize_decode_and_embed_all_answer_as_tei(embedder):
+def test_tokenize_answers_as_tei(embedder):
     url, pipe = embedder
     text = "Héllo, world!"
     tokens = httpx.post(f"{url}/tokenize", headers=AUTH, json={"inputs": text}).json()
@@ -282,17 +282,6 @@ def test_tokenize_decode_and_embed_all_answer_as_tei(embedder):
     assert tokens[0][1]["text"] == "Héllo"
     plain = httpx.post(f"{url}/tokenize", headers=AUTH, json={"inputs": [text, "a"], "add_special_tokens": False})
     assert [len(x) for x in plain.json()] == [len(ids) - 2, 1]
-    assert httpx.post(f"{url}/decode", headers=AUTH, json={"ids": ids}).json() == ["hello, world!"]
-    kept = httpx.post(f"{url}/decode", headers=AUTH, json={"ids": [ids], "skip_special_tokens": False}).json()
-    assert kept == ["[CLS] hello, world! [SEP]"]
-    states = httpx.post(f"{url}/embed_all", headers=AUTH, json={"inputs": TEXTS[:2]}).json()
-    per_token = type(pipe)(pipe.model, pipe.tokenizer, pooling="none", normalize=False)
-    for got, want in zip(states, per_token(TEXTS[:2])):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
-    big = httpx.post(f"{url}/embed_all", headers=AUTH, json={"inputs": ["word " * 400] * 3})
-    assert big.status_code == 422 and "1206 token states, over max_candidates 1000" in big.json()["error"]
-    bad = httpx.post(f"{url}/decode", headers=AUTH, json={"ids": [1, "2"]})
-    assert bad.status_code == 422 and "ids must be a non-empty list of token ids" in bad.json()["error"]
 
 
 def test_info_has_teis_fields_and_answers_carry_teis_headers(embedder, reranker):
@@ -580,7 +569,6 @@ def test_the_start_up_line_says_whether_the_routes_are_protected(monkeypatch, ca
     ("/embed", {"inputs": ["", "a text"]}, 0),
     ("/", {"inputs": "\t"}, 0),
     ("/predict", {"inputs": ["a text", "b", " "]}, 2),
-    ("/embed_all", {"inputs": ["a text", ""]}, 1),
     ("/similarity", {"inputs": {"source_sentence": "a text", "sentences": ["b", ""]}}, 2),
 ])
 def test_an_empty_text_is_refused_on_every_embedding_route_naming_its_index(embedder, path, body, index):

@@ -254,11 +254,11 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     stats = Stats()
     default_normalize = bool(getattr(pipe, "normalize", False))
     stopping = threading.Event()
-    pipe, per_token = _server_pipelines(pipe, stopping)
+    pipe = _server_pipeline(pipe, stopping)
 
     @asynccontextmanager
     async def lifespan(app: Any):
-        server.batcher = Batcher(model_call(pipe, per_token), max_batch_size, max_wait_ms,
+        server.batcher = Batcher(model_call(pipe), max_batch_size, max_wait_ms,
                                  limits.max_concurrent_requests, stats, max_cost=limits.max_windows_per_request,
                                  max_tokens=max_batch_tokens)
         server.batcher.start()
@@ -306,32 +306,23 @@ def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | N
         check_served_name(served_model_name, "served_model_name")
 
 
-def _server_pipelines(pipe: Any, stopping: threading.Event) -> tuple[Any, Any]:
-    """(the server's own copy of ``pipe``, its every-token twin for /embed_all or None), both stopping at their
-    next forward batch once ``stopping`` is set."""
-    pipe = copy.copy(pipe)  # the server's own: its forward stops at shutdown, embeddings are normalised per request
-    per_token = None
-    if pipe.task in EMBEDDING_TASKS:  # normalised per request (TEI's normalize): the model returns raw vectors
+def _server_pipeline(pipe: Any, stopping: threading.Event) -> Any:
+    """The server's own copy of ``pipe``: it stops at its next forward batch once ``stopping`` is set, and leaves
+    normalising embeddings to each request (TEI's ``normalize``)."""
+    pipe = copy.copy(pipe)
+    if pipe.task in EMBEDDING_TASKS:
         pipe.normalize = False
-        per_token = copy.copy(pipe)  # /embed_all: every token's state, from the same model
-        per_token.pooling = "none"
+    forward = pipe.forward
 
-    def stop_at_shutdown(p: Any) -> None:
-        forward = p.forward
+    def forward_until_stopped(batch: Any, rows: Any) -> Any:
+        # Checked before each forward batch: once shutdown's grace period is over, a long model call ends at
+        # its next batch instead of holding the process until it completes.
+        if stopping.is_set():
+            raise RequestError(503, "the server stopped before this request's model call finished")
+        return forward(batch, rows)
 
-        def forward_until_stopped(batch: Any, rows: Any) -> Any:
-            # Checked before each forward batch: once shutdown's grace period is over, a long model call ends at
-            # its next batch instead of holding the process until it completes.
-            if stopping.is_set():
-                raise RequestError(503, "the server stopped before this request's model call finished")
-            return forward(batch, rows)
-
-        p.forward = forward_until_stopped
-
-    for p in (pipe, per_token):
-        if p is not None:
-            stop_at_shutdown(p)
-    return pipe, per_token
+    pipe.forward = forward_until_stopped
+    return pipe
 
 
 def warm_up(pipe: Any) -> None:

@@ -238,13 +238,11 @@ class Batcher:
             job.future.set_result(results)
 
 
-def model_call(pipe: Any, per_token: Any = None) -> Callable[[list[Any], dict[str, Any]], list[Any]]:
+def model_call(pipe: Any) -> Callable[[list[Any], dict[str, Any]], list[Any]]:
     """What the model thread runs for a batch: rows encoded while parsing (option ``rows``) give the model's
-    outputs (logits, vectors; ``rows="per_token"``: every token's state, from ``per_token``), for the route to
-    render; any other input runs through the pipeline with the request's options."""
+    outputs (logits, vectors) for the route to render; any other input runs through the pipeline with the
+    request's options."""
     def call(items: list[Any], options: dict[str, Any]) -> list[Any]:
-        if "rows" in options:
-            return (per_token if options["rows"] == "per_token" else pipe).run_rows(items)
-        return pipe.run(items, **options)
+        return pipe.run_rows(items) if "rows" in options else pipe.run(items, **options)
 
     return call

@@ -1,6 +1,6 @@
 """The routes that OpenAI's and text-embeddings-inference's (TEI) clients call on ``bertkit serve``:
-``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/decode``, ``/embed``, ``/embed_all``,
-``/info`` and TEI's ``POST /``, each one ``Route`` in ``ROUTES``, parsed as strictly as ``serve_wire``'s.
+``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/embed``, ``/info`` and TEI's
+``POST /``, each one ``Route`` in ``ROUTES``, parsed as strictly as ``serve_wire``'s.
 
 Their inputs are encoded here, on the parser thread, so that the model thread gets rows ready to run and each
 request's tokens are known before it is admitted (``max_batch_tokens``, ``usage``, ``x-compute-tokens``).
@@ -9,7 +9,6 @@ request's tokens are known before it is admitted (``max_batch_tokens``, ``usage`
 from __future__ import annotations
 
 import base64
-import functools
 from typing import Any
 
 import numpy as np
@@ -46,16 +45,12 @@ def _texts(raw: Any, name: str, limits: Limits) -> list[str]:
     return texts
 
 
-def _in_vocabulary(pipe: Any, ids: list[int], what: str) -> None:
+def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
+    """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include."""
     vocab = len(pipe.tokenizer)
     bad = next((x for x in ids if not 0 <= x < vocab), None)
     if bad is not None:
-        raise RequestError(422, f"{what} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
-
-
-def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
-    """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include."""
-    _in_vocabulary(pipe, ids, f"input {index}")
+        raise RequestError(422, f"input {index} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
     refuse_empty(pipe, ids, index)  # [CLS] [SEP] sent as ids is the empty text sent as a string
     if len(ids) > pipe.max_length:
         raise RequestError(422, f"input {index} has {len(ids)} token ids, over max_length {pipe.max_length}")
@@ -132,36 +127,15 @@ def _tokenize(data: Any, pipe: Any, limits: Limits) -> Call:
     return Call([], {}, {"result": out}, chars=sum(map(len, texts)))
 
 
-def _decode(data: Any, pipe: Any, limits: Limits) -> Call:
-    f = fields(data, "/decode", ("ids",), ("skip_special_tokens",), pipe, limits)
-    ids = [f["ids"]] if _is_ids(f["ids"]) else f["ids"]
-    if not (isinstance(ids, list) and ids and all(_is_ids(x) for x in ids)):
-        raise RequestError(422, f"ids must be a non-empty list of token ids (ints) or a list of them, got "
-                                f"{str(f['ids'])[:80]!r}")
-    limits.check_items(len(ids), "sequences")
-    for i, seq in enumerate(ids):
-        _in_vocabulary(pipe, seq, f"ids {i}")
-        limits.check_chars(len(seq), f"ids {i}", "ids")
-    skip = f.get("skip_special_tokens", True)
-    return Call([], {}, {"result": [pipe.tokenizer.decode(seq, skip_special_tokens=skip) for seq in ids]})
-
-
-def _embed(data: Any, pipe: Any, limits: Limits, path: str = "/embed", per_token: bool = False) -> Call:
-    """TEI's /embed (a vector per text, normalised unless ``normalize: false``) or /embed_all (``per_token``: every
-    token's state, bounded by max_candidates since each is a vector of the answer)."""
-    need_embedding(pipe, path)
-    extra = () if per_token else ("normalize", "dimensions")
-    f = fields(data, path, ("inputs",), ("truncate", "truncation_direction", "prompt_name", *extra), pipe, limits)
+def _embed(data: Any, pipe: Any, limits: Limits) -> Call:
+    """TEI's /embed: a vector per text, normalised unless ``normalize: false``."""
+    need_embedding(pipe, "/embed")
+    f = fields(data, "/embed", ("inputs",), ("truncate", "truncation_direction", "prompt_name", "normalize",
+                                             "dimensions"), pipe, limits)
     texts = _texts(f["inputs"], "inputs", limits)
     items = [encode(pipe, t, i, f.get("truncate", True)) for i, t in enumerate(texts)]
-    tokens = [len(e["input_ids"]) for e in items]
-    if not per_token:
-        answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
-        return Call(items, {"rows": True}, answer, cost=len(items), tokens=tokens, chars=sum(map(len, texts)))
-    if sum(tokens) > limits.max_candidates:
-        raise RequestError(422, f"this request's answer would hold {sum(tokens)} token states, over max_candidates "
-                                f"{limits.max_candidates}; send fewer or shorter inputs")
-    return Call(items, {"rows": "per_token"}, {}, cost=len(items), candidates=sum(tokens), tokens=tokens,
+    answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
+    return Call(items, {"rows": True}, answer, cost=len(items), tokens=[len(e["input_ids"]) for e in items],
                 chars=sum(map(len, texts)))
 
 
@@ -223,10 +197,6 @@ ROUTES = (
           _openai_answer),
     RERANK,
     Route("/tokenize", "TEI's: texts -> their tokens", _tokenize, _result, model=False),
-    Route("/decode", "TEI's: token ids -> texts", _decode, _result, model=False),
     EMBED,
-    Route("/embed_all", "TEI's: texts -> every token's state", functools.partial(_embed, path="/embed_all",
-                                                                                  per_token=True),
-          lambda server, call, results: [np.asarray(r, dtype=np.float32).tolist() for r in results]),
     Route("/info", "TEI's: the model and this server's limits", get=_info),
 )

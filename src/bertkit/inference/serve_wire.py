@@ -281,7 +281,7 @@ def need_embedding(pipe: Any, path: str, one_vector: bool = False) -> None:
                                 "--task feature-extraction or sentence-embedding, or use /predict")
     if one_vector and pipe.pooling == "none":
         raise RequestError(422, f"{path} gives one vector per input; this server's pipeline has "
-                                'pooling="none" (per-token states are POST /embed_all)')
+                                'pooling="none"')
 
 
 def fields(data: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...], pipe: Any,
