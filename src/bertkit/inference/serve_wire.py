@@ -76,7 +76,7 @@ def _chars(item: Any) -> int:
 class Call:
     """A parsed request: the inputs (rows already encoded where option ``rows`` is set), the call's options (they
     split batches), the options that shape the answer, whether one input was sent, whether the answer takes TEI's
-    shape, and what it costs: model sequences (QA windows, [MASK]s, one per other input) and answer candidates."""
+    shape, and what it costs in model sequences (QA windows, [MASK]s, one per other input)."""
 
     items: list[Any]
     options: dict[str, Any]
@@ -84,7 +84,6 @@ class Call:
     single: bool = False
     tei: bool = False
     cost: int = 0
-    candidates: int = 0
     tokens: list[int] = field(default_factory=list)  # each model sequence's tokens, where counted (TEI's tasks)
     chars: int = 0
 
@@ -266,12 +265,11 @@ def parse_request(data: Any, pipe: Any, limits: Limits, similarity: bool = False
     if not items:
         raise RequestError(422, "inputs is an empty list")
     limits.check_items(len(items))
-    checked, counted, chars = _check_inputs(items, pipe, limits, answer.get("truncate", True))
-    cost, candidates = _cost(pipe, checked, options, limits)
+    checked, counted, chars, cost = _check_inputs(items, pipe, limits, options, answer.get("truncate", True))
     if task in _ROWS:
         options = {"rows": True}
     tei = task == "text-classification" and any(k in data for k in top)
-    return Call(checked, options, answer, single, tei, cost, candidates, counted, chars)
+    return Call(checked, options, answer, single, tei, cost, counted, chars)
 
 
 def need_embedding(pipe: Any, path: str, one_vector: bool = False) -> None:
@@ -314,13 +312,18 @@ def _similarity_inputs(raw: Any, pipe: Any) -> list[str]:
     return [raw["source_sentence"], *others]
 
 
-def _check_inputs(items: list[Any], pipe: Any, limits: Limits, truncate: bool) -> tuple[list[Any], list[int], int]:
-    """(checked inputs, encoded for ``_ROWS`` tasks; token count of each one-sequence input; characters in all):
-    each input is refused here, naming its index, rather than inside a batch shared with other requests."""
+def _check_inputs(items: list[Any], pipe: Any, limits: Limits, options: dict[str, Any],
+                  truncate: bool) -> tuple[list[Any], list[int], int, int]:
+    """(checked inputs, encoded for ``_ROWS`` tasks; token count of each one-sequence input; characters in all; model
+    sequences: QA windows, [MASK]s, one per other input): each input is refused here, naming its index, rather than
+    inside a batch shared with other requests, and so is a request over max_windows_per_request or max_candidates,
+    counted before any window is built (a question's windows from its token counts, ``squad.count_windows``)."""
+    from bertkit.tasks import squad
+
     task = pipe.task
     checked: list[Any] = []
     counted: list[int] = []
-    chars = 0
+    chars = cost = candidates = 0
     for i, item in enumerate(items):
         if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
             item = item[0] if len(item) == 1 else tuple(item)
@@ -337,7 +340,34 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, truncate: bool) -
             counted.append(fitted(len(pipe.tokenizer(read)["input_ids"]), f"input {i}", pipe, truncate))
         chars += n
         checked.append(item)
-    return checked, counted, chars
+        sequences, what = 1, "inputs"
+        if task == "question-answering":
+            stride = options.get("doc_stride", _default(pipe.encode, "doc_stride"))
+            question = options.get("max_question_length", _default(pipe.encode, "max_question_length"))
+            sequences = squad.count_windows(item["question"], item["context"], pipe.tokenizer,
+                                            max_seq_length=pipe.max_length, doc_stride=stride,
+                                            max_query_length=question)
+            candidates += options.get("top_k", _default(pipe.decode, "top_k"))
+            what = f"windows (input {i} alone makes {sequences} at doc_stride {stride}; a larger doc_stride makes fewer)"
+        elif task == "fill-mask":
+            try:
+                sequences = len(pipe.encode(item)[0]["masks"])  # the [MASK]s within max_length, as the model sees them
+            except BertkitError as e:
+                raise RequestError(422, f"input {i}: {e}") from None
+            candidates += sequences * options.get("top_k", _default(pipe.decode, "top_k"))
+            what = f"[MASK] tokens (input {i} has {sequences})"
+        elif task == "rerank":
+            sequences = len(item["texts"])
+            what = f"(query, text) pairs (input {i} has {sequences})"
+        cost += sequences
+        if cost > limits.max_windows_per_request:
+            raise RequestError(422, f"this request would cost {cost}+ model sequences, over max_windows_per_request "
+                                    f"{limits.max_windows_per_request}: {what}; send it in smaller requests")
+        if candidates > limits.max_candidates:
+            raise RequestError(422, f"this request's answer would hold {candidates}+ candidates (top_k x "
+                                    f"{'[MASK]s' if task == 'fill-mask' else 'questions'}), over max_candidates "
+                                    f"{limits.max_candidates}; lower top_k or send fewer inputs")
+    return checked, counted, chars, cost
 
 
 def encode(pipe: Any, text: str | tuple[str, str | None], index: int, truncate: bool,
@@ -367,44 +397,6 @@ def refuse_empty(pipe: Any, ids: list[int], index: int) -> None:
     if set(ids) <= set(pipe.tokenizer.all_special_ids):
         raise RequestError(422, f"input {index} is empty: it has no token but the special ones, and its embedding "
                                 "would be theirs, the same for every empty text; send text, or leave it out")
-
-
-def _cost(pipe: Any, items: list[Any], options: dict[str, Any], limits: Limits) -> tuple[int, int]:
-    """(model sequences, answer candidates) of a request's checked inputs; over a limit: 422 naming it. Counted
-    before any window is built: a question's windows from its token counts (``squad.count_windows``)."""
-    from bertkit.tasks import squad
-
-    task, most = pipe.task, limits.max_windows_per_request
-    cost = candidates = 0
-    for i, item in enumerate(items):
-        if task == "question-answering":
-            stride = options.get("doc_stride", _default(pipe.encode, "doc_stride"))
-            question = options.get("max_question_length", _default(pipe.encode, "max_question_length"))
-            n = squad.count_windows(item["question"], item["context"], pipe.tokenizer, max_seq_length=pipe.max_length,
-                                    doc_stride=stride, max_query_length=question)
-            candidates += options.get("top_k", _default(pipe.decode, "top_k"))
-            what = f"windows (input {i} alone makes {n} at doc_stride {stride}; a larger doc_stride makes fewer)"
-        elif task == "fill-mask":
-            try:
-                n = len(pipe.encode(item)[0]["masks"])  # the [MASK]s within max_length, as the model call sees them
-            except BertkitError as e:
-                raise RequestError(422, f"input {i}: {e}") from None
-            candidates += n * options.get("top_k", _default(pipe.decode, "top_k"))
-            what = f"[MASK] tokens (input {i} has {n})"
-        elif task == "rerank":
-            n = len(item["texts"])
-            what = f"(query, text) pairs (input {i} has {n})"
-        else:
-            n, what = 1, "inputs"
-        cost += n
-        if cost > most:
-            raise RequestError(422, f"this request would cost {cost}+ model sequences, over max_windows_per_request "
-                                    f"{most}: {what}; send it in smaller requests")
-        if candidates > limits.max_candidates:
-            raise RequestError(422, f"this request's answer would hold {candidates}+ candidates (top_k x "
-                                    f"{'[MASK]s' if task == 'fill-mask' else 'questions'}), over max_candidates "
-                                    f"{limits.max_candidates}; lower top_k or send fewer inputs")
-    return cost, candidates
 
 
 def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei: bool) -> list[dict[str, Any]]:
