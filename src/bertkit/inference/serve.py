@@ -1,10 +1,8 @@
-"""``bertkit serve``: a pipeline behind HTTP (FastAPI + uvicorn; docs/inference.md says why), with dynamic
-batching and admission control (``serve_batching``).
+"""``bertkit serve``: a pipeline behind HTTP (FastAPI + uvicorn), batched and admitted by ``serve_batching``.
 
 The app, its OpenAPI page, the start-up line and the CLI's help are built from one list of ``Route`` objects
-(``ROUTES``: ``serve_wire``'s, ``serve_tei``'s and the server's own here). This module is the HTTP side: the API
-key, the body's size and arrival time, a client's disconnect, draining on SIGTERM, TEI's timing headers.
-docs/inference.md describes every route, limit and answer.
+(``ROUTES``). This module is the HTTP side: the API key, the body's size and arrival time, a client's disconnect,
+draining on SIGTERM, TEI's timing headers. docs/inference.md describes every route, limit and answer.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """The wire format of ``bertkit serve``: what a route is (``Route``), what one request may be and cost
-(``Limits``), and the Inference API's /predict and TEI's /similarity, which share a body. Every field and
-parameter must be one the route takes, with a value in its range, or the request is refused naming it; what a
-request would cost (model sequences, answer candidates) is counted from token counts before it is admitted.
-"""
+(``Limits``), and the Inference API's /predict and TEI's /similarity, which share a body."""
 
 from __future__ import annotations
 
@@ -57,9 +54,9 @@ class Limits(RequestLimits):
         if n > self.max_items:
             raise RequestError(422, f"{n} {name} exceed max_items {self.max_items} per request")
 
-    def check_chars(self, n: int, what: str, unit: str = "characters") -> None:
+    def check_chars(self, n: int, what: str) -> None:
         if n > self.max_text_chars:
-            raise RequestError(422, f"{what} has {n} {unit}, over max_text_chars {self.max_text_chars}")
+            raise RequestError(422, f"{what} has {n} characters, over max_text_chars {self.max_text_chars}")
 
 
 def _chars(item: Any) -> int:
@@ -75,24 +72,23 @@ def _chars(item: Any) -> int:
 @dataclass
 class Call:
     """A parsed request: the inputs (rows already encoded where option ``rows`` is set), the call's options (they
-    split batches), the options that shape the answer, whether one input was sent, whether the answer takes TEI's
-    shape, and what it costs in model sequences (QA windows, [MASK]s, one per other input)."""
+    split batches), the options that shape the answer, and what it costs."""
 
     items: list[Any]
     options: dict[str, Any]
     answer: dict[str, Any]
     single: bool = False
     tei: bool = False
-    cost: int = 0
-    tokens: list[int] = field(default_factory=list)  # each model sequence's tokens, where counted (TEI's tasks)
+    cost: int = 0  # model sequences: QA windows, [MASK]s, one per other input
+    tokens: list[int] = field(default_factory=list)  # each model sequence's tokens, where counted
     chars: int = 0
 
 
 @dataclass(frozen=True)
 class Route:
-    """One route, declared once beside its wire format (``serve.ROUTES`` lists them): its path, its help line (CLI
-    help, OpenAPI page), and for a POST how a body becomes a ``Call`` (on the parser thread) and the model's outputs
-    its answer (``model`` False: answered from the tokenizer alone); a GET answers from the server."""
+    """One route (``serve.ROUTES`` lists them): its path, its help line (CLI help, OpenAPI page), and for a POST how a
+    body becomes a ``Call`` (on the parser thread) and the model's outputs its answer (``model`` False: answered from
+    the tokenizer alone); a GET answers from the server."""
 
     path: str
     help: str
@@ -106,9 +102,8 @@ class Route:
         return "GET" if self.get else "POST"
 
 
-# Tasks whose input is one model sequence, a text or (text, text_pair): their tokens are counted while parsing
-# (the others' sequences count as max_length each against max_batch_tokens). ``_ROWS``' inputs are encoded while
-# parsing and the model's outputs rendered by the route; the others run through the pipeline, which decodes them.
+# ``_ROWS``' inputs are encoded while parsing and the model's outputs rendered by the route; the others run through
+# the pipeline. ``_ONE_SEQUENCE``'s tokens are counted while parsing (other sequences count as max_length).
 _ROWS = ("text-classification", *EMBEDDING_TASKS)
 _ONE_SEQUENCE = (*_ROWS, "token-classification", "fill-mask")
 
@@ -138,9 +133,8 @@ def _constant(name: str) -> Any:
 
 
 def _integer(text: str) -> int:
-    # Python refuses to convert an integer of over 4,300 digits (a ValueError from inside json, a 500), and an
-    # interpreter without that limit takes quadratic time on a longer one: refused here, before int() sees it. A
-    # shorter one reaches the checks, which name the field it is too large for.
+    # Python refuses an integer of over 4,300 digits from inside json (a 500), and one without that limit takes
+    # quadratic time on it: refused here, before int() sees it.
     if len(text) > 4300:
         raise RequestError(400, f"the body is not valid: a number of {len(text.lstrip('-'))} digits "
                                 f"({text[:20]}...); no field takes an integer that large")
@@ -196,7 +190,6 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
         "truncate": boolean,
         "normalize": boolean,
         "add_special_tokens": boolean,
-        "skip_special_tokens": boolean,
         "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
         "user": (lambda v: isinstance(v, str), "a string"),
         "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
@@ -315,9 +308,8 @@ def _similarity_inputs(raw: Any, pipe: Any) -> list[str]:
 def _check_inputs(items: list[Any], pipe: Any, limits: Limits, options: dict[str, Any],
                   truncate: bool) -> tuple[list[Any], list[int], int, int]:
     """(checked inputs, encoded for ``_ROWS`` tasks; token count of each one-sequence input; characters in all; model
-    sequences: QA windows, [MASK]s, one per other input): each input is refused here, naming its index, rather than
-    inside a batch shared with other requests, and so is a request over max_windows_per_request or max_candidates,
-    counted before any window is built (a question's windows from its token counts, ``squad.count_windows``)."""
+    sequences): each input is refused here, naming its index, not inside a batch shared with other requests, and so
+    is a request over a limit of cost, counted before any window is built (``squad.count_windows``)."""
     from bertkit.tasks import squad
 
     task = pipe.task
@@ -454,11 +446,8 @@ def render(server: Any, call: Call, results: list[Any]) -> Any:
     if task == "text-classification":
         out = [_classification(pipe.config, r, a, call.tei) for r in results]
         return (out[0] if call.tei else out) if call.single else out
-    if task in EMBEDDING_TASKS and a.get("similarity"):  # cosine of the source sentence with each other one
-        v = np.asarray(results, dtype=np.float64)
-        if a.get("dimensions"):  # the cosines of the truncated vectors it asks for, as its embeddings would be
-            v = v[:, :a["dimensions"]]
-        v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    if task in EMBEDDING_TASKS and a.get("similarity"):  # cosines of the source sentence's unit vector with the others'
+        v = np.asarray(_embedding(results, {**a, "normalize": True}, True), dtype=np.float64)
         return (v[1:] @ v[0]).tolist()
     if task in EMBEDDING_TASKS:
         return [_embedding(r, a, server.default_normalize) for r in results]  # one text too gives a list of one
