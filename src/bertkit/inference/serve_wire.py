@@ -23,7 +23,7 @@ _EMBED_FIELDS = ("normalize", "truncate", "truncation_direction", "prompt_name",
 # level for feature-extraction. On a text-classification body they select TEI's answer.
 _TEI_FIELDS = {"text-classification": ("raw_scores", "truncate", "truncation_direction"),
                **{t: _EMBED_FIELDS for t in EMBEDDING_TASKS}}
-# Inference API parameters that shape the answer, not the model call: requests differing in them share a batch.
+# Inference API parameters besides the pipeline's call options: they shape the answer, so requests share a batch.
 _ANSWER_PARAMS = {"text-classification": ("top_k", "function_to_apply"),
                   "token-classification": ("aggregation_strategy", "ignore_labels"),
                   "question-answering": ("align_to_words", "max_seq_len"),
@@ -243,14 +243,9 @@ def parse_request(data: Any, pipe: Any, limits: Limits, similarity: bool = False
     if twice:
         raise RequestError(422, f"{twice[0]} is given both at the top level and in parameters; send it once")
     check_values(params, pipe, limits)
-    merged = {**params, **f}
-    answer = {k: v for k, v in merged.items() if k in top or k in _ANSWER_PARAMS.get(task, ())
-              and k not in pipe.call_options}
-    options = {renamed.get(k, k): v for k, v in params.items() if renamed.get(k, k) in pipe.call_options}
-    if task == "question-answering" and "top_k" in options:
-        answer["top_k"] = options["top_k"]
-
-    raw = f["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
+    raw = f.pop("inputs")  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
+    answer = {renamed.get(k, k): v for k, v in {**params, **f}.items()}  # render reads what it needs
+    options = {k: v for k, v in answer.items() if k in pipe.call_options}
     if similarity or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
         raw, answer["similarity"] = _similarity_inputs(raw, pipe), True
     single = not isinstance(raw, list)
