@@ -1,7 +1,6 @@
 """The batching and admission of ``bertkit serve``: requests admitted up to a bound of inputs (429 beyond it),
 gathered into model calls bounded in inputs, model sequences and padded tokens, and run on one model thread;
-work whose client left is dropped before the model. ``serve`` is the HTTP side.
-"""
+work whose client left is dropped before the model."""
 
 from __future__ import annotations
 

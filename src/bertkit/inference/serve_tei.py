@@ -1,9 +1,7 @@
 """The routes that OpenAI's and text-embeddings-inference's (TEI) clients call on ``bertkit serve``:
 ``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/embed``, ``/info`` and TEI's
-``POST /``, each one ``Route`` in ``ROUTES``, parsed as strictly as ``serve_wire``'s.
-
-Their inputs are encoded here, on the parser thread, so that the model thread gets rows ready to run and each
-request's tokens are known before it is admitted (``max_batch_tokens``, ``usage``, ``x-compute-tokens``).
+``POST /``, each one ``Route`` in ``ROUTES``, parsed as strictly as ``serve_wire``'s. Their inputs are encoded on
+the parser thread, so that each request's tokens are known before it is admitted.
 """
 
 from __future__ import annotations
@@ -105,8 +103,7 @@ def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
         if not f.get("truncate", True):
             fitted(len(pipe.tokenizer(f["query"], text)["input_ids"]), f"the query with text {i}", pipe, False)
     rows = pipe.encode({"query": f["query"], "texts": texts})
-    answer = {k: f.get(k, False) for k in ("raw_scores", "return_text")}
-    answer["texts"] = texts
+    answer = {"texts": texts, "raw_scores": f.get("raw_scores", False), "return_text": f.get("return_text", False)}
     # One model sequence per (query, text) pair: admission, max_items and the model call's bounds count pairs.
     return Call(rows, {"rows": True}, answer, cost=len(texts), tokens=[len(r["input_ids"]) for r in rows],
                 chars=sum(len(f["query"]) + len(t) for t in texts))
@@ -151,11 +148,6 @@ def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
-def _ranked(server: Any, call: Call, results: list[Any]) -> list[dict[str, Any]]:
-    a = call.answer
-    return ranked(results, server.pipe.relevant, a["texts"], a["raw_scores"], a["return_text"])
-
-
 def _info(server: Any) -> dict[str, Any]:
     """TEI's ``GET /info``: the model and this server's limits, under TEI's names."""
     from bertkit import __version__
@@ -181,14 +173,10 @@ def _root(pipe: Any) -> Route:
     return EMBED if pipe.task in EMBEDDING_TASKS else RERANK if pipe.task == "rerank" else PREDICT
 
 
-def _result(server: Any, call: Call, results: list[Any]) -> Any:
-    return call.answer["result"]  # computed from the tokenizer while parsing
-
-
 EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false", _embed,
               lambda server, call, results: [_embedding(r, call.answer, True) for r in results])
 RERANK = Route("/rerank", "TEI's: {query, texts} -> the texts by relevance, best first (a cross-encoder)", _rerank,
-               _ranked)
+               lambda server, call, results: ranked(results, server.pipe.relevant, **call.answer))
 ROUTES = (
     Route("/", "TEI's: /embed on an embedding server, /rerank on a reranker, /predict otherwise",
           lambda data, pipe, limits: _root(pipe).parse(data, pipe, limits),
@@ -196,7 +184,8 @@ ROUTES = (
     Route("/v1/embeddings", "OpenAI's: {input, model, dimensions, encoding_format} -> unit vectors", _openai,
           _openai_answer),
     RERANK,
-    Route("/tokenize", "TEI's: texts -> their tokens", _tokenize, _result, model=False),
+    Route("/tokenize", "TEI's: texts -> their tokens", _tokenize, lambda server, call, results: call.answer["result"],
+          model=False),
     EMBED,
     Route("/info", "TEI's: the model and this server's limits", get=_info),
 )
