@@ -145,7 +145,7 @@ class _Server:
         try:
             self._refuse_early(request, route)
             call, job, parsing = await self._parse_and_admit(request, route)
-            if job is None:  # tokenize, decode: answered from the tokenizer alone
+            if job is None:  # /tokenize: answered from the tokenizer alone
                 return JSONResponse(route.render(self, call, []))
             results = await _job_result(self.batcher, job, request)
             if results is None:

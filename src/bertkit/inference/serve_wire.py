@@ -172,7 +172,6 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
     def int_in(lo: int, hi: int, why: str = "") -> tuple[Callable[[Any], bool], str]:
         return (lambda v: _is_int(v) and lo <= v <= hi), f"an int in [{lo}, {hi}]{why}"
 
-    boolean = (lambda v: isinstance(v, bool), "true or false")
     top_k = limits.max_top_k
     if pipe.task == "fill-mask" and len(pipe.tokenizer) < top_k:
         top_k_check = int_in(1, len(pipe.tokenizer), " (the vocabulary's size)")
@@ -185,11 +184,8 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
     return {
         "top_k": top_k_check,
         "function_to_apply": (lambda v: v in ("softmax", "sigmoid", "none"), '"softmax", "sigmoid" or "none"'),
-        "raw_scores": boolean,
-        "return_text": boolean,
-        "truncate": boolean,
-        "normalize": boolean,
-        "add_special_tokens": boolean,
+        **dict.fromkeys(("raw_scores", "return_text", "truncate", "normalize", "add_special_tokens",
+                         "handle_impossible_answer"), (lambda v: isinstance(v, bool), "true or false")),
         "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
         "user": (lambda v: isinstance(v, str), "a string"),
         "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
@@ -206,7 +202,6 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
         "doc_stride": int_in(1, n, " (at most max_length)"),
         "max_question_len": int_in(1, n - 4, " (max_length - 4 leaves the context room)"),
         "max_answer_len": int_in(1, n, " (at most max_length)"),
-        "handle_impossible_answer": boolean,
         "null_threshold": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
                            "a finite number"),
     }
