@@ -161,16 +161,12 @@ def _default(method: Callable[..., Any], name: str) -> Any:  # written once, in 
     return inspect.signature(method).parameters[name].default
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[Any], bool], str]]:
     """Every parameter a route takes, with the test its value must pass and the words that say what it must be."""
     n = pipe.max_length
 
     def int_in(lo: int, hi: int, why: str = "") -> tuple[Callable[[Any], bool], str]:
-        return (lambda v: _is_int(v) and lo <= v <= hi), f"an int in [{lo}, {hi}]{why}"
+        return (lambda v: type(v) is int and lo <= v <= hi), f"an int in [{lo}, {hi}]{why}"  # a bool is no int
 
     top_k = limits.max_top_k
     if pipe.task == "fill-mask" and len(pipe.tokenizer) < top_k:
