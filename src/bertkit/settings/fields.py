@@ -50,8 +50,7 @@ def path_fields(cls: type) -> dict[str, str]:
 
 LR_SCHEDULES = ("linear", "cosine", "constant_with_warmup")  # transformers' lr_scheduler_type names
 PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)  # the paper's fine-tuning grid (appendix A.3), for BERT-BASE and up
-MINIATURE_GRID = (3e-5, 5e-5, 1e-4, 3e-4)  # the grid Google tuned its BERT miniatures over (Turc et al. 2019)
-SMALL_MODEL_LR = 1e-4  # the rate the miniatures most often selected
+SMALL_MODEL_LR = 1e-4  # the rate Google's BERT miniatures most often selected (Turc et al. 2019)
 
 
 def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -231,20 +230,18 @@ def default_lr(hidden_size: int, paper_lr: float) -> float:
 
 
 def parse_lr_grid(text: str) -> tuple[float, ...]:
-    """``2e-5`` (one run), ``2e-5,3e-5`` (a grid), or ``paper`` / ``miniature`` (the published grids)."""
-    named = {"paper": PAPER_GRID, "miniature": MINIATURE_GRID}
-    if text.strip().lower() in named:
-        return named[text.strip().lower()]
+    """``2e-5`` (one run), ``2e-5,3e-5`` (a grid), or ``paper`` (the paper's grid)."""
+    if text.strip().lower() == "paper":
+        return PAPER_GRID
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise BertkitError(f"{text!r}: give a number, a comma list of numbers, 'paper' "
-                           f"{PAPER_GRID} or 'miniature' {MINIATURE_GRID}") from None
+        raise BertkitError(f"{text!r}: give a number, a comma list of numbers, or 'paper' {PAPER_GRID}") from None
 
 
 def parse_one_lr(text: str) -> float:
     """One learning rate: commands other than ``finetune glue`` train once, so a list is refused here."""
-    if "," in text or text.strip().lower() in ("paper", "miniature"):
+    if "," in text or text.strip().lower() == "paper":
         raise BertkitError(f"{text!r}: this command trains once, so give one learning rate (e.g. 1e-4); "
                            "a grid of rates runs only in `bertkit finetune glue`")
     try:

@@ -147,12 +147,6 @@ class QuantizeSettings(OverwriteSettings):
     max_seq_length: int = flag(128, check=at_least_one)
     """Calibration sentences are cut to this many tokens."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.model.resolve() == self.output_dir.resolve():
-            raise BertkitError(f"--output-dir {self.output_dir} is the --model directory: write the int8 model to "
-                               "a directory of its own (the float checkpoint stays as it is)")
-
 
 @dataclass(kw_only=True)
 class ConvertTfSettings(OverwriteSettings):
@@ -161,7 +155,7 @@ class ConvertTfSettings(OverwriteSettings):
 
     tf_checkpoint: Path
     """Checkpoint prefix, e.g. uncased_L-12_H-768_A-12/bert_model.ckpt (beside .index and .data-* files)."""
-    bert_config: Path = flag(aliases=("--config", "--bert-config-file"))
+    bert_config: Path = flag(aliases=("--bert-config-file",))
     """The checkpoint's bert_config.json."""
     vocab: Path = flag(aliases=("--vocab-file",))
     """The checkpoint's vocab.txt."""
@@ -213,11 +207,6 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     sentence-transformers directory's 1_Pooling says, else mean)."""
     raw_scores: bool = False
     """rerank: write the cross-encoder's logit (l1 - l0 for two labels) instead of its sigmoid."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.output_file.resolve() == self.input.resolve():
-            raise BertkitError(f"--output-file {self.output_file} is the input file; choose another name")
 
 
 @dataclass(kw_only=True)

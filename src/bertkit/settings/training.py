@@ -69,9 +69,8 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     weight_decay: float = flag(0.01, hf=0.0, check=non_negative, checkpoint=True)
     """Decoupled weight decay (not on biases and LayerNorm weights, as in the paper's code)."""
     optim: Literal["adamw", "adamw_torch", "adamw_torch_fused"] = flag(
-        "adamw", hf="adamw_torch_fused", checkpoint=True)
-    """adamw, the paper's Adam with weight decay (transformers' adamw_torch and adamw_torch_fused name the same
-    torch.optim.AdamW)."""
+        "adamw", hf="adamw_torch_fused", cli=False, checkpoint=True)
+    """Accepted from transformers' scripts: all three name the one torch.optim.AdamW."""
     adam_beta1: float = flag(0.9, check=share, checkpoint=True)
     """Adam's first-moment decay."""
     adam_beta2: float = flag(0.999, check=share, checkpoint=True)
@@ -193,8 +192,8 @@ class SequenceClassificationSettings(FinetuneSettings):
     here one run by default, the grid with --learning-rate paper."""
 
     learning_rate: tuple[float, ...] | None = flag(None, aliases=("--lr",), parse=parse_lr_grid, check=positive)
-    """One rate, a comma list (a grid: one run per rate and seed), or 'paper' (2e-5,3e-5,4e-5,5e-5) or
-    'miniature' (3e-5,5e-5,1e-4,3e-4). Default: one run at 2e-5 on models 768 wide and up, 1e-4 below."""
+    """One rate, a comma list (a grid: one run per rate and seed), or 'paper' (2e-5,3e-5,4e-5,5e-5). Default: one
+    run at 2e-5 on models 768 wide and up, 1e-4 below."""
     seed: tuple[int, ...] = flag((1,), aliases=("--seeds",), check=in_seed_range)
     """Seed of each restart (a comma list runs one training per seed)."""
 
