@@ -103,17 +103,13 @@ def _predict_file(task: str, s) -> dict:
 
 def _extract(s) -> dict:
     from bertkit.features import extract_features, read_texts
-    from bertkit.inference.prepare import prepare_model
+    from bertkit.inference.predict import for_prediction
     from bertkit.modeling import BertModel
     from bertkit.tokenization import BertTokenizer
-    from bertkit.training.distributed import current
 
     texts = read_texts(s.input)
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
-    # a `bertkit quantize` directory loads in int8; under torchrun a bare cuda is this process's GPU
-    model, precision = prepare_model(BertModel, s.model_name_or_path, device=s.device, bf16=s.bf16,
-                                     quantize="int8" if s.int8 else None, calibration_file=s.calibration_file,
-                                     tokenizer=tokenizer, max_length=s.max_seq_length, local_rank=current().local_rank)
+    model, precision = for_prediction(BertModel, tokenizer, s)  # s.device is this process's own (_resolve_device)
     report = extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
                               batch_size=s.batch_size, dtype=s.dtype, device=str(precision.device),
                               progress=s.progress, overwrite=s.overwrite, bf16=precision.bf16)

@@ -189,39 +189,31 @@ def _describe(kind: Any) -> str:
 # -- the checks fields name (``flag(check=...)``): each refuses with the field's name, the value and the range ------
 
 
-def positive(name: str, value: Any) -> None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise BertkitError(f"{name} must be a finite positive number, got {value!r}")
+def in_range(ok: Callable[[Any], bool], what: str) -> Callable[[str, Any], None]:
+    """A field's check: None passes (not given), any other value must satisfy ``ok``, or the field is ``what``."""
+
+    def check(name: str, value: Any) -> None:
+        if value is not None and not ok(value):
+            raise BertkitError(f"{name} must be {what}, got {value!r}")
+
+    return check
 
 
-def non_negative(name: str, value: Any) -> None:
-    if value is not None and not (math.isfinite(value) and value >= 0):
-        raise BertkitError(f"{name} must be a finite non-negative number, got {value!r}")
+positive = in_range(lambda v: math.isfinite(v) and v > 0, "a finite positive number")
+non_negative = in_range(lambda v: math.isfinite(v) and v >= 0, "a finite non-negative number")
+at_least_one = in_range(lambda v: v >= 1, "at least 1")
+share = in_range(lambda v: 0 <= v < 1, "in [0, 1)")
+strict_share = in_range(lambda v: 0 < v < 1, "in (0, 1)")
+in_seed_range = in_range(lambda v: 0 <= v < 2**32, "in [0, 2**32)")  # numpy's and transformers' set_seed range
 
 
-def at_least_one(name: str, value: Any) -> None:
-    if value is not None and value < 1:
-        raise BertkitError(f"{name} must be at least 1, got {value}")
+def between(low: float, high: float) -> Callable[[str, Any], None]:
+    return in_range(lambda v: low <= v <= high, f"in [{low}, {high}]")
 
 
 def nonempty(name: str, value: Any) -> None:
     if not value:
         raise BertkitError(f"{name}: give at least one")
-
-
-def share(name: str, value: Any) -> None:
-    if value is not None and not 0 <= value < 1:
-        raise BertkitError(f"{name} must be in [0, 1), got {value!r}")
-
-
-def strict_share(name: str, value: Any) -> None:
-    if value is not None and not 0 < value < 1:
-        raise BertkitError(f"{name} must be in (0, 1), got {value!r}")
-
-
-def in_seed_range(name: str, value: Any) -> None:
-    if value is not None and not 0 <= value < 2**32:  # numpy's and transformers' set_seed range
-        raise BertkitError(f"{name} must be in [0, 2**32), got {value!r}")
 
 
 def default_lr(hidden_size: int, paper_lr: float) -> float:
@@ -248,14 +240,6 @@ def parse_one_lr(text: str) -> float:
         return float(text)
     except ValueError:
         raise BertkitError(f"{text!r} is not a number (e.g. 1e-4)") from None
-
-
-def between(low: float, high: float) -> Callable[[str, Any], None]:
-    def check(name: str, value: Any) -> None:
-        if value is not None and not low <= value <= high:
-            raise BertkitError(f"{name} must be in [{low}, {high}], got {value!r}")
-
-    return check
 
 
 @dataclass(kw_only=True)

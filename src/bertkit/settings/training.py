@@ -21,6 +21,7 @@ from bertkit.settings.fields import (
     at_least_one,
     default_lr,
     flag,
+    in_range,
     in_seed_range,
     non_negative,
     parse_lr_grid,
@@ -52,7 +53,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     """Peak learning rate. Default: the paper's rate for the task on models 768 wide and up, 1e-4 below."""
     num_train_epochs: float | None = flag(None, hf=3.0, aliases=("--epochs",), check=positive)
     """Passes over the training data (fractions allowed). Default: the task's (the paper's) number."""
-    max_steps: int = flag(-1, check=lambda name, v: at_least_one(name, None if v == -1 else v))
+    max_steps: int = flag(-1, check=in_range(lambda v: v == -1 or v >= 1, "at least 1 (or -1: not given)"))
     """Optimiser steps in all; overrides num_train_epochs when given (-1: not given)."""
     batch_size: int | None = flag(None, trainer=False, check=at_least_one)
     """GLOBAL batch: sequences per optimiser step, split over gradient-accumulation steps (and processes)."""
@@ -69,7 +70,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     weight_decay: float = flag(0.01, hf=0.0, check=non_negative, checkpoint=True)
     """Decoupled weight decay (not on biases and LayerNorm weights, as in the paper's code)."""
     optim: Literal["adamw", "adamw_torch", "adamw_torch_fused"] = flag(
-        "adamw", hf="adamw_torch_fused", cli=False, checkpoint=True)
+        "adamw", hf="adamw_torch_fused", cli=False, how_to_run=True)
     """Accepted from transformers' scripts: all three name the one torch.optim.AdamW."""
     adam_beta1: float = flag(0.9, check=share, checkpoint=True)
     """Adam's first-moment decay."""
