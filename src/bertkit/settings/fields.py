@@ -19,7 +19,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bertkit.errors import BertkitError
 
@@ -302,9 +302,12 @@ class Int8Settings(Settings):
 
 @dataclass(kw_only=True)
 class SquadWindowSettings(Settings):
-    """For the SQuAD commands (finetune and predict): how contexts are cut into windows and answers read off.
-    (Each command sets its own ``max_seq_length``, the window length, over its base class's default.)"""
+    """For the SQuAD commands (finetune and predict): the version, how contexts are cut into windows of
+    ``max_seq_length`` tokens (384 here, the question included) and how answers are read off."""
 
+    version: Literal["1.1", "2.0"] = "1.1"
+    """2.0: questions may have no answer (the no-answer threshold: chosen on --predict-file by finetune,
+    --null-threshold in predict)."""
     doc_stride: int = flag(128, check=at_least_one)
     """Tokens between the starts of consecutive context windows."""
     max_query_length: int = flag(64, check=at_least_one)

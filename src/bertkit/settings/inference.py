@@ -64,17 +64,13 @@ class PredictNerSettings(PredictBenchmarkSettings):
     """The file's tagging scheme."""
 
 
-@dataclass(kw_only=True)
+@redefault(max_seq_length=384)
 class PredictSquadSettings(PredictBenchmarkSettings, SquadWindowSettings):
     """Answer a SQuAD JSON file with a fine-tuned QA checkpoint: predictions.json and nbest_predictions.json
     (null_odds.json for 2.0) in run_squad.py's formats, and the official scores where answers are given."""
 
     predict_file: Path = flag(aliases=("--input",))
     """The SQuAD JSON (dev-v1.1.json, dev-v2.0.json, or your own in that format)."""
-    version: Literal["1.1", "2.0"] = "1.1"
-    """2.0: questions may have no answer (null answers below --null-threshold)."""
-    max_seq_length: int = flag(384, check=at_least_one)
-    """Tokens per window (question + context chunk)."""
     null_threshold: float = 0.0
     """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
     report gives the threshold chosen on dev)."""
@@ -178,7 +174,7 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     """Inputs: .jsonl (objects, or strings), .csv/.tsv (a header row naming the columns) or .txt (one per line)."""
     input_format: Literal["auto", "jsonl", "csv", "tsv", "text"] = "auto"
     """How to read --input; auto: by its suffix (.jsonl/.json/.ndjson, .csv, .tsv, .txt; another is an error)."""
-    output_file: Path = flag(aliases=("--output", "--out"))
+    output_file: Path = flag(aliases=("--out",))
     """The JSONL file to write: {"id": ..., <the pipeline's result>} per input."""
     text_column: str = "text"
     """Column (CSV/TSV) or field (JSONL) holding the text."""

@@ -165,7 +165,7 @@ class FinetuneSettings(TrainingSettings):
     model_name_or_path: Path = flag(aliases=("--model",))
     """Pre-trained checkpoint directory (Hugging Face layout: config.json, model.safetensors, vocab.txt)."""
     max_seq_length: int = flag(128, check=at_least_one)
-    """Tokens per input after WordPiece, [CLS] and [SEP] included; longer inputs are truncated."""
+    """Tokens per input after WordPiece, [CLS] and [SEP] included; longer inputs are truncated (SQuAD: windowed)."""
     eval_batch_size: int = flag(64, check=at_least_one)
     """Sequences per batch when predicting."""
     max_eval_samples: int | None = flag(None, check=at_least_one)
@@ -262,7 +262,7 @@ class NerSettings(FinetuneSettings):
 SQUAD_PAPER = {"1.1": {"num_train_epochs": 3.0, "batch_size": 32}, "2.0": {"num_train_epochs": 2.0, "batch_size": 48}}
 
 
-@dataclass(kw_only=True)
+@redefault(max_seq_length=384)
 class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """SQuAD v1.1 (section 4.2: 3 epochs, lr 5e-5, batch 32) and v2.0 (section 4.3: 2 epochs, batch 48).
     Without --train-file the predict file is split by article, and every report says so."""
@@ -273,10 +273,6 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """The SQuAD JSON to predict and score (dev-v1.1.json, dev-v2.0.json)."""
     train_file: Path | None = None
     """Training JSON. Default: train on most articles of --predict-file and score the held-out ones."""
-    version: Literal["1.1", "2.0"] = "1.1"
-    """2.0 adds unanswerable questions (the no-answer threshold is chosen on the predicted file)."""
-    max_seq_length: int = flag(384, check=at_least_one)
-    """Tokens per window (question + context chunk)."""
     heldout_fraction: float = flag(1 / 6, check=strict_share)
     """Without --train-file: the share of articles held out for scoring."""
     split_seed: int = 0
