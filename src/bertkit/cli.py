@@ -165,8 +165,7 @@ def _serve(s) -> dict:
 def _convert_tf(s) -> dict:
     from bertkit.inference.tf_checkpoint import convert_tf_checkpoint
 
-    lower = {"auto": None, "true": True, "false": False}[s.do_lower_case]
-    return convert_tf_checkpoint(s.tf_checkpoint, s.bert_config, s.vocab, s.output_dir, do_lower_case=lower)
+    return convert_tf_checkpoint(s.tf_checkpoint, s.bert_config, s.vocab, s.output_dir, do_lower_case=s.do_lower_case)
 
 
 PREDICT_TASKS = {"text-classification": "labels and scores per text or pair",

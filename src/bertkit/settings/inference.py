@@ -157,8 +157,8 @@ class ConvertTfSettings(OverwriteSettings):
     """The checkpoint's vocab.txt."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory to write config.json, model.safetensors, vocab.txt and tokenizer_config.json to."""
-    do_lower_case: Literal["auto", "true", "false"] = "auto"
-    """Lower-case input text (uncased models); auto: guessed from the vocabulary (uncased ones have no capitals)."""
+    do_lower_case: bool | None = None
+    """Lower-case input text (uncased models). Default: guessed from the vocabulary (uncased ones have no capitals)."""
 
 
 @dataclass(kw_only=True)
