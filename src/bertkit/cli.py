@@ -77,11 +77,11 @@ def tokenizer_dir(path: Path) -> Path:
 
 
 def _create_data(s) -> dict:
-    from bertkit.data.pretraining import create_pretraining_data
+    from bertkit.data import PretrainingConfig, create_pretraining_data
     from bertkit.tokenization import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(tokenizer_dir(s.vocab))
-    config = dataclasses.asdict(s.pretraining_config())
+    config = {f.name: getattr(s, f.name) for f in dataclasses.fields(PretrainingConfig)}  # what the data depends on
     result = create_pretraining_data([str(f) for f in s.files], tokenizer, s.output_dir, **config,
                                      num_workers=s.num_workers, progress=s.progress, overwrite=s.overwrite)
     return {"output_dir": result["output_dir"], "counts": result["counts"], "shards": len(result["shards"]),
