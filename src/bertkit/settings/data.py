@@ -16,10 +16,6 @@ from bertkit.settings.fields import (
     nonempty,
 )
 
-# -------------------------------------------------------------------------------------------------
-# Commands that do not train
-# -------------------------------------------------------------------------------------------------
-
 
 @dataclass(kw_only=True)
 class TokenizerSettings(OverwriteSettings, ProgressSettings):
