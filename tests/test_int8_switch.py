@@ -633,7 +633,7 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
              (["quantize", "--model", str(classifier_dir), "--output-dir", str(quantized_classifier)],
               "already holds the output of a `bertkit quantize` run"),
              (["quantize", "--model", str(classifier_dir), "--output-dir", str(classifier_dir)],
-              "is the --model directory"),
+              f"--output-dir {classifier_dir} is the command's own input --model"),
              (["predict", "glue", "--task", "sst2", "--data-dir", str(tmp_path), "--model", str(quantized_classifier),
                "--out", str(tmp_path / "p"), "--int8", "--calibration-file", str(tmp_path / "other/vocab.txt")],
               "int8 already"),
