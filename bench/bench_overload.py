@@ -49,7 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_serve import SST2, free_port, make_classifier, percentile, start
+from bench_serve import SST2, free_port, make_classifier, percentile, server_stats, start
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -334,14 +334,14 @@ def main() -> None:
         try:
             import httpx
 
-            meta = httpx.get(f"http://127.0.0.1:{port}/metadata", timeout=30).json()
-            args.max_concurrent_requests_effective = meta["limits"]["max_concurrent_requests"]
+            ready = httpx.get(f"http://127.0.0.1:{port}/ready", timeout=30).json()
+            args.max_concurrent_requests_effective = ready["max_concurrent_requests"]
             if args.soak:
                 work = soak(port, proc.pid, args, long_texts)
                 out = asyncio.run(asyncio.wait_for(work, 60 * args.soak_minutes + args.max_seconds))
             else:
                 out = asyncio.run(asyncio.wait_for(run(port, args, long_texts, sentences[0]), args.max_seconds))
-            out["server_stats"] = httpx.get(f"http://127.0.0.1:{port}/metadata", timeout=30).json()["stats"]
+            out["server_stats"] = server_stats(f"http://127.0.0.1:{port}")
             rss = peak_rss_mb(proc.pid)
         finally:
             proc.terminate()
@@ -351,7 +351,7 @@ def main() -> None:
     shape = ({"words_per_text": args.soak_words, "texts_per_request": args.soak_texts_per_request} if args.soak
              else {"words_per_text": args.words})
     print(json.dumps({"bench": "soak" if args.soak else "overload", "model": str(args.model),
-                      "task": "text-classification", **shape, "max_concurrent_requests": meta["limits"].get("max_concurrent_requests"),
+                      "task": "text-classification", **shape, "max_concurrent_requests": ready["max_concurrent_requests"],
                       "max_batch_size": args.max_batch_size, "server_threads": args.server_threads, **out,
                       "server_peak_rss_mb": rss, "load_average_before": [round(x, 2) for x in load_before],
                       "load_average_after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),

@@ -232,15 +232,21 @@ async def load(url: str, texts: list[str], concurrency: int) -> tuple[float, lis
     return wall, latencies, results  # type: ignore[return-value]
 
 
-def model_runs(url: str) -> tuple[int, int] | None:
-    """(inputs, model calls) so far, from bertkit serve's /metadata; None for a server without it."""
+def server_stats(url: str) -> dict[str, float] | None:
+    """bertkit serve's /metrics by name (``bertkit_items_total`` as ``items``); None for a server without it."""
     import httpx
 
-    r = httpx.get(f"{url}/metadata", timeout=10)
-    if r.status_code != 200:
+    r = httpx.get(f"{url}/metrics", timeout=10)
+    if r.status_code != 200 or "bertkit_items_total" not in r.text:
         return None
-    stats = r.json()["stats"]
-    return stats["items"], stats["batches"]
+    lines = (line.split() for line in r.text.splitlines() if not line.startswith("#"))
+    return {name.removeprefix("bertkit_").removesuffix("_total"): float(value) for name, value in lines}
+
+
+def model_runs(url: str) -> tuple[int, int] | None:
+    """(inputs, model calls) so far, from bertkit serve's /metrics; None for a server without it."""
+    stats = server_stats(url)
+    return None if stats is None else (int(stats["items"]), int(stats["batches"]))
 
 
 def percentile(values: list[float], q: float) -> float:

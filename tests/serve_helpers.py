@@ -64,3 +64,13 @@ def until(condition: Callable[[], object], seconds: float = 20) -> None:
     while not condition():
         assert time.time() < deadline, "the server did not get there"
         time.sleep(0.02)
+
+
+def metrics(url: str, **kwargs) -> dict[str, float]:
+    """The server's ``/metrics`` by name: ``bertkit_items_total`` as ``items``, the gauge ``bertkit_admitted_inputs``
+    as ``admitted_inputs``."""
+    import httpx
+
+    lines = httpx.get(f"{url}/metrics", **kwargs).text.splitlines()
+    return {name.removeprefix("bertkit_").removesuffix("_total"): float(value)
+            for name, value in (line.split() for line in lines if not line.startswith("#"))}

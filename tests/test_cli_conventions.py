@@ -52,8 +52,7 @@ def test_every_commands_help_renders():
         text = " ".join(raw.split())
         assert raw.startswith("usage:"), name
         assert "80% become [MASK]" in text or name != "create-pretraining-data"  # a bare "80%" broke its help
-        # convert-tf-checkpoint's --config names Google's bert_config.json, not a settings file
-        assert "--config FILE" in text or (name == "convert-tf-checkpoint" and "--config BERT_CONFIG" in text), name
+        assert "--config FILE" in text, name
 
 
 @pytest.mark.parametrize("name,parser,cls", ALL, ids=[c[0] for c in ALL])
@@ -132,16 +131,18 @@ def test_a_list_learning_rate_is_refused_where_no_grid_runs(argv, rates, capsys)
 def test_settings_file_values_are_type_checked(tmp_path, capsys):
     cfg = tmp_path / "run.json"
     base = ["finetune", "ner", "--data-dir", "d", "--model", "m", "--out", "o", "--config", str(cfg)]
-    for values, message in (({"learning_rate": [1e-4, 2e-4]}, "learning_rate (0.0001, 0.0002): expected a number or None "
-                                                              "(a list runs a grid only in `finetune glue`)"),
-                            ({"learning_rate": "1e-4,2e-4"}, "learning_rate: '1e-4,2e-4': this command trains once"),
-                            ({"batch_size": 16.5}, "batch_size 16.5: expected an int"),
-                            ({"bf16": "yes"}, "bf16 'yes': expected a bool"),
-                            ({"tag_scheme": "bio"}, "tag_scheme 'bio': expected one of 'iob1', 'iob2'"),
-                            ({"num_train_epochs": "two"}, "num_train_epochs: could not convert string to float")):
+    for values, message in (({"learning_rate": [1e-4, 2e-4]}, "learning_rate must be a number or None, got "
+                                                              "(0.0001, 0.0002) (tuple)"),
+                            ({"learning_rate": "1e-4,2e-4"},
+                             f"--config {cfg}: learning_rate: '1e-4,2e-4': this command trains once"),
+                            ({"batch_size": 16.5}, "batch_size must be an int, got 16.5 (float)"),
+                            ({"bf16": "yes"}, "bf16 must be a bool, got 'yes' (str)"),
+                            ({"tag_scheme": "bio"}, "tag_scheme 'bio' is not one of ('iob1', 'iob2')"),
+                            ({"num_train_epochs": "two"},
+                             f"--config {cfg}: num_train_epochs: could not convert string to float")):
         cfg.write_text(json.dumps(values))
         assert main(base) == 2
-        assert f"--config {cfg}: {message}" in capsys.readouterr().err
+        assert f"bertkit finetune ner: error: {message}" in capsys.readouterr().err
     # GLUE takes one value or a list for its grid fields, from a file as from the command line
     cfg.write_text(json.dumps({"learning_rate": 3e-5, "seed": 4}))
     glue = _settings(["finetune", "glue", "--task", "rte", "--data-dir", "d", "--model", "m", "--out", "o",
@@ -250,6 +251,7 @@ HIDDEN_FIELDS = {
     "num_train_epochs": "pre-training runs --max-steps; the shared field does not apply",
     "max_train_samples": "pre-training data is made smaller with create-pretraining-data",
     "task": "predict TASK: the command's name sets it",
+    "optim": "one optimiser, AdamW: the field takes transformers' names for it from TrainingArguments",
 }
 
 

@@ -83,6 +83,6 @@ def test_grid_summary_and_defaults():
     assert report["best"]["lr"] == 3e-4
     assert report["best"]["mcc"]["mean"] == pytest.approx(0.40)
     assert report["configs"][0]["mcc"]["std"] == pytest.approx(0.0707107, abs=1e-6)
-    assert parse_lr_grid("paper") == (2e-5, 3e-5, 4e-5, 5e-5) and parse_lr_grid("miniature")[-1] == 3e-4
+    assert parse_lr_grid("paper") == (2e-5, 3e-5, 4e-5, 5e-5)
     assert parse_lr_grid("3e-5") == (3e-5,) and parse_lr_grid("1e-4,2e-4") == (1e-4, 2e-4)
     assert default_lr(768, 2e-5) == 2e-5 and default_lr(384, 2e-5) == 1e-4

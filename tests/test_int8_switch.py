@@ -373,8 +373,7 @@ def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embed
     assert (fresh.compiled is not None and fresh.checked) is (KERNEL.name == "onednn"), (KERNEL, fresh.compiled)
     texts = sentences["stsb"][:6]
     with TestClient(apps[0]) as client:
-        metadata = client.get("/metadata").json()
-        assert (metadata["quantize"], metadata["bf16"]) == ("int8", bertkit._hardware.cpu_has_bf16())
+        assert client.get("/info").json()["model_dtype"] == "int8"
         served = client.post("/embed", json={"inputs": texts, "normalize": False}).json()
     np.testing.assert_allclose(served, embedders[1](texts), rtol=0, atol=1e-5)
 
@@ -634,7 +633,7 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
              (["quantize", "--model", str(classifier_dir), "--output-dir", str(quantized_classifier)],
               "already holds the output of a `bertkit quantize` run"),
              (["quantize", "--model", str(classifier_dir), "--output-dir", str(classifier_dir)],
-              "is the --model directory"),
+              f"--output-dir {classifier_dir} is the command's own input --model"),
              (["predict", "glue", "--task", "sst2", "--data-dir", str(tmp_path), "--model", str(quantized_classifier),
                "--out", str(tmp_path / "p"), "--int8", "--calibration-file", str(tmp_path / "other/vocab.txt")],
               "int8 already"),

@@ -25,7 +25,7 @@ pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install 
 pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
 httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
 
-from serve_helpers import MODEL, Gate, Server, until  # noqa: E402 (after the skips: Server runs uvicorn)
+from serve_helpers import MODEL, Gate, Server, metrics, until  # noqa: E402 (after the skips: Server runs uvicorn)
 
 SST2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "glue" / "SST-2" / "dev.tsv"
 
@@ -86,11 +86,12 @@ def _close(a: list[dict], b: dict) -> bool:
         abs(d["score"] - b["scores"][d["label"]]) < 1e-5 for d in a)
 
 
-def test_health_metadata_and_outputs_equal_the_pipeline(served):
+def test_health_info_and_outputs_equal_the_pipeline(served):
     server, pipe = served
     assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
-    meta = httpx.get(f"{server.url}/metadata").json()
-    assert (meta["task"], meta["labels"], meta["max_length"]) == ("text-classification", ["negative", "positive"], 512)
+    info = httpx.get(f"{server.url}/info").json()
+    assert (info["task"], info["model_type"]["classifier"]["id2label"], info["max_input_length"]) == (
+        "text-classification", {"0": "negative", "1": "positive"}, 512)
     texts = _sentences(8)
     expected = pipe(texts)
     got = httpx.post(f"{server.url}/predict", json={"inputs": texts}).json()
@@ -109,7 +110,7 @@ def test_concurrent_requests_are_batched_together_and_each_gets_its_own_result(s
     server, pipe = served
     texts = _sentences(48)
     expected = pipe(texts)
-    before = httpx.get(f"{server.url}/metadata").json()["stats"]
+    before = metrics(server.url)
 
     def ask(text: str) -> dict:
         return httpx.post(f"{server.url}/predict", json={"inputs": text}, timeout=60).json()[0]
@@ -117,7 +118,7 @@ def test_concurrent_requests_are_batched_together_and_each_gets_its_own_result(s
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         got = list(pool.map(ask, texts))
     assert all(_close(g, e) for g, e in zip(got, expected))
-    after = httpx.get(f"{server.url}/metadata").json()["stats"]
+    after = metrics(server.url)
     requests, batches = after["requests"] - before["requests"], after["batches"] - before["batches"]
     assert requests == 48 and batches < requests / 2, (requests, batches)  # gathered, not one by one
     assert after["largest_batch"] > 1
@@ -152,7 +153,7 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
 
         with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
             futures = [pool.submit(ask, t) for t in texts]
-            until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 12)
+            until(lambda: metrics(server.url)["admitted_inputs"] == 12)
             slow.send_rest()
             got = [f.result() for f in futures]
         raw = slow.response()
@@ -160,7 +161,7 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
         assert [r.status_code for r in got] == [200] * 11 + [422]
         assert all(_close(r.json()[0], e) for r, e in zip(got, expected))
         assert got[-1].json()["error"] == "input 'a POISON sentence' is refused by the pipeline"
-        stats = httpx.get(f"{server.url}/metadata").json()["stats"]
+        stats = metrics(server.url)
         assert stats["largest_batch"] == 1 and stats["errors"] == 1  # the shared call failed; each ran alone
     finally:
         server.stop()
@@ -227,7 +228,7 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture
 def held(tiny_dir):
-    """(server, gate, metadata stats getter) for a tiny classifier: at most 8 inputs admitted, 4 per call."""
+    """(server, gate, /metrics getter) for a tiny classifier: at most 8 inputs admitted, 4 per call."""
     from bertkit.inference.pipelines import TextClassificationPipeline
     from bertkit.inference.serve import Limits, create_app
 
@@ -243,7 +244,7 @@ def held(tiny_dir):
                                limits=Limits(max_items=8, max_concurrent_requests=8)))
 
     def stats() -> dict:
-        return httpx.get(f"{server.url}/metadata", timeout=10).json()["stats"]
+        return metrics(server.url, timeout=10)
 
     try:
         yield server, gate, stats
@@ -356,17 +357,17 @@ def test_a_lone_request_does_not_wait_for_companions_and_a_batch_waits_for_one_b
     try:
         for text in _sentences(3):
             assert _post(server.url, text, timeout=5).status_code == 200
-        stats = httpx.get(f"{server.url}/metadata", timeout=10).json()["stats"]
+        stats = metrics(server.url, timeout=10)
         assert (stats["items"], stats["batches"]) == (3, 3)
         slow = SlowRequest(server.port)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             fast = pool.submit(_post, server.url, "a quick one", 30)
-            until(lambda: httpx.get(f"{server.url}/metadata").json()["admission"]["admitted_inputs"] == 1)
+            until(lambda: metrics(server.url)["admitted_inputs"] == 1)
             slow.send_rest()
             assert fast.result().status_code == 200
         raw = slow.response()
         assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
-        stats = httpx.get(f"{server.url}/metadata", timeout=10).json()["stats"]
+        stats = metrics(server.url, timeout=10)
         assert (stats["items"], stats["batches"]) == (5, 4)  # the two shared one call
     finally:
         server.stop()
@@ -395,7 +396,7 @@ def test_sigterm_drains_the_admitted_requests_then_the_server_exits(tiny_dir):
         slow = SlowRequest(port)
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             inflight = [pool.submit(_post, url, t, 30) for t in _sentences(3)]
-            until(lambda: httpx.get(f"{url}/metadata").json()["admission"]["admitted_inputs"] == 3)
+            until(lambda: metrics(url)["admitted_inputs"] == 3)
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.3)
             slow.send_rest()  # read after SIGTERM: admitted (it passed the drain check), then all four run

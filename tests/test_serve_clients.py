@@ -1,7 +1,7 @@
 """`bertkit serve` behind the clients the embedding and retrieval stacks ship, over loopback: OpenAI's Python
 client on /v1/embeddings, huggingface_hub's InferenceClient on TEI's ``POST /``, haystack's and llama-index's
 OpenAI/TEI embedders and TEI reranker, and prometheus_client's parser on /metrics. Each answer is compared with
-bertkit's own pipeline on the same inputs; the API key, TEI's routes (/rerank, /tokenize, /decode, /embed_all,
+bertkit's own pipeline on the same inputs; the API key, TEI's routes (/rerank, /tokenize,
 /info) and response headers, and the token bound of a model call are checked here too. The real MiniLM
 checkpoint is the embedding model; the classifier and the cross-encoder are MiniLM with a seeded random head.
 """
@@ -21,7 +21,7 @@ pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install 
 pytest.importorskip("prometheus_client", reason='bertkit serve needs prometheus_client: pip install "bertkit[serve]"')
 httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
 
-from serve_helpers import MODEL, Gate, Server, until  # noqa: E402  (uvicorn on a free loopback port, in a thread)
+from serve_helpers import MODEL, Gate, Server, metrics, until  # noqa: E402  (uvicorn on a free loopback port, in a thread)
 
 KEY = "bk-test-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -154,8 +154,8 @@ def test_every_route_but_health_needs_the_key_and_refuses_before_reading_the_bod
     app = create_app(pipe, str(MODEL), api_key=KEY)
     routes = sorted({(method, r.path) for r in app.routes for method in getattr(r, "methods", ()) or ()
                      if method != "HEAD" and r.path != "/health"})
-    assert {("POST", "/rerank"), ("POST", "/tokenize"), ("POST", "/decode"), ("POST", "/embed_all"),
-            ("POST", "/predict"), ("POST", "/similarity"), ("GET", "/ready")} <= set(routes), routes
+    assert {("POST", "/rerank"), ("POST", "/tokenize"), ("POST", "/predict"), ("POST", "/similarity"),
+            ("GET", "/ready")} <= set(routes), routes
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": f"Bearer {KEY}x"}):
         for method, path in routes:
             r = httpx.request(method, f"{url}{path}", headers=headers, json={"input": "x"})
@@ -193,7 +193,7 @@ def test_the_app_its_openapi_page_and_the_cli_help_come_from_the_route_registry(
 
 
 # ---------------------------------------------------------------------------------------------------
-# TEI: POST /, /rerank, /tokenize, /decode, /embed_all, /info, headers
+# TEI: POST /, /rerank, /tokenize, /info, headers
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -238,7 +238,7 @@ def test_rerank_scores_equal_transformers_sigmoid_of_the_cross_encoders_logit(re
     transformers = pytest.importorskip("transformers")
     url, _ = reranker
     got = httpx.post(f"{url}/rerank", json={"query": QUERY, "texts": TEXTS}).json()
-    directory = httpx.get(f"{url}/metadata").json()["model"]  # the checkpoint the server loaded
+    directory = httpx.get(f"{url}/info").json()["model_id"]  # the checkpoint the server loaded
     model = transformers.BertForSequenceClassification.from_pretrained(directory).eval()
     tokenizer = transformers.BertTokenizerFast.from_pretrained(directory)
     with torch.no_grad():
@@ -271,7 +271,7 @@ def test_embedding_routes_on_a_reranker_and_rerank_on_an_embedder_answer_424(rer
     assert httpx.post(f"{embedder[0]}/rerank", headers=AUTH, json={"query": "q", "texts": ["x"]}).status_code == 424
 
 
-def test_tokenize_decode_and_embed_all_answer_as_tei(embedder):
+def test_tokenize_answers_as_tei(embedder):
     url, pipe = embedder
     text = "Héllo, world!"
     tokens = httpx.post(f"{url}/tokenize", headers=AUTH, json={"inputs": text}).json()
@@ -282,17 +282,6 @@ def test_tokenize_decode_and_embed_all_answer_as_tei(embedder):
     assert tokens[0][1]["text"] == "Héllo"
     plain = httpx.post(f"{url}/tokenize", headers=AUTH, json={"inputs": [text, "a"], "add_special_tokens": False})
     assert [len(x) for x in plain.json()] == [len(ids) - 2, 1]
-    assert httpx.post(f"{url}/decode", headers=AUTH, json={"ids": ids}).json() == ["hello, world!"]
-    kept = httpx.post(f"{url}/decode", headers=AUTH, json={"ids": [ids], "skip_special_tokens": False}).json()
-    assert kept == ["[CLS] hello, world! [SEP]"]
-    states = httpx.post(f"{url}/embed_all", headers=AUTH, json={"inputs": TEXTS[:2]}).json()
-    per_token = type(pipe)(pipe.model, pipe.tokenizer, pooling="none", normalize=False)
-    for got, want in zip(states, per_token(TEXTS[:2])):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
-    big = httpx.post(f"{url}/embed_all", headers=AUTH, json={"inputs": ["word " * 400] * 3})
-    assert big.status_code == 422 and "1206 token states, over max_candidates 1000" in big.json()["error"]
-    bad = httpx.post(f"{url}/decode", headers=AUTH, json={"ids": [1, "2"]})
-    assert bad.status_code == 422 and "ids must be a non-empty list of token ids" in bad.json()["error"]
 
 
 def test_info_has_teis_fields_and_answers_carry_teis_headers(embedder, reranker):
@@ -341,7 +330,6 @@ def test_metrics_parse_and_the_counters_move_by_the_requests_sent(reranker):
     assert after[("bertkit_model_seconds_total", ())] > before[("bertkit_model_seconds_total", ())]
     assert after[("bertkit_admitted_inputs", ())] == after[("bertkit_queued_requests", ())] == 0
     assert after[("bertkit_largest_batch", ())] >= 2
-    assert httpx.get(f"{url}/metadata").json()["stats"]["items"] == after[("bertkit_items_total", ())]
 
 
 def test_two_apps_in_one_process_count_apart(embedder, reranker):
@@ -458,9 +446,6 @@ def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when
     server = Server(create_app(pipe, "ce", max_batch_size=4, max_wait_ms=1,
                                limits=Limits(max_items=3, max_concurrent_requests=6)))
 
-    def stats() -> dict:
-        return httpx.get(f"{server.url}/metadata").json()
-
     def rerank(texts: list[str], timeout: float = 60) -> httpx.Response:
         return httpx.post(f"{server.url}/rerank", json={"query": QUERY, "texts": texts}, timeout=timeout)
 
@@ -470,7 +455,7 @@ def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when
             first = pool.submit(rerank, TEXTS[:3])
             assert gate.entered.wait(30)  # three pairs in the model
             gone = pool.submit(rerank, TEXTS[1:4], 0.5)  # three more queued, by a client that gives up at 0.5 s
-            until(lambda: stats()["admission"]["admitted_inputs"] == 6)
+            until(lambda: metrics(server.url)["admitted_inputs"] == 6)
             r = rerank(TEXTS[:1])  # the bound of 6 pairs is reached
             assert r.status_code == 429 and "max_concurrent_requests 6" in r.json()["error"]
             assert int(r.headers["retry-after"]) >= 1
@@ -479,12 +464,12 @@ def test_rerank_is_admitted_by_pairs_refused_with_429_when_full_and_dropped_when
             assert httpx.post(f"{server.url}/tokenize", json={"inputs": "x"}).status_code == 200  # no model needed
             with pytest.raises(httpx.TimeoutException):
                 gone.result()
-            until(lambda: stats()["stats"]["abandoned"] == 3)  # dropped while the model is still held
-            assert stats()["admission"]["admitted_inputs"] == 3
+            until(lambda: metrics(server.url)["abandoned"] == 3)  # dropped while the model is still held
+            assert metrics(server.url)["admitted_inputs"] == 3
             gate.release()
             assert first.result().status_code == 200
-        until(lambda: stats()["admission"]["admitted_inputs"] == 0)
-        assert stats()["stats"]["items"] == 3  # the first request's pairs only: the departed client's never ran
+        until(lambda: metrics(server.url)["admitted_inputs"] == 0)
+        assert metrics(server.url)["items"] == 3  # the first request's pairs only: the departed client's never ran
         r = httpx.post(f"{server.url}/rerank", json={"query": QUERY, "texts": TEXTS[:2]})
         assert r.status_code == 200 and len(r.json()) == 2
     finally:
@@ -584,7 +569,6 @@ def test_the_start_up_line_says_whether_the_routes_are_protected(monkeypatch, ca
     ("/embed", {"inputs": ["", "a text"]}, 0),
     ("/", {"inputs": "\t"}, 0),
     ("/predict", {"inputs": ["a text", "b", " "]}, 2),
-    ("/embed_all", {"inputs": ["a text", ""]}, 1),
     ("/similarity", {"inputs": {"source_sentence": "a text", "sentences": ["b", ""]}}, 2),
 ])
 def test_an_empty_text_is_refused_on_every_embedding_route_naming_its_index(embedder, path, body, index):
@@ -596,13 +580,11 @@ def test_an_empty_text_is_refused_on_every_embedding_route_naming_its_index(embe
 
 
 def test_no_route_shows_the_models_path_once_a_served_name_is_given(embedder):
-    """/metadata showed the model's directory although --served-model-name was given."""
     url, pipe = embedder
-    app_routes = ("/health", "/ready", "/metadata", "/info", "/metrics", "/openapi.json")
+    app_routes = ("/health", "/ready", "/info", "/metrics", "/openapi.json")
     for path in app_routes:
         r = httpx.get(f"{url}{path}", headers=AUTH)
         assert r.status_code == 200 and str(MODEL) not in r.text, (path, r.text[:300])
-    assert httpx.get(f"{url}/metadata", headers=AUTH).json()["model"] == "bertkit-minilm"
     assert httpx.get(f"{url}/info", headers=AUTH).json()["model_id"] == "bertkit-minilm"
 
 

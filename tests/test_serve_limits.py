@@ -24,7 +24,7 @@ pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install 
 pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
 httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
 
-from serve_helpers import MODEL, Gate, Server, until  # noqa: E402 (after the skips: Server runs uvicorn)
+from serve_helpers import MODEL, Gate, Server, metrics, until  # noqa: E402 (after the skips: Server runs uvicorn)
 
 pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason=f"no checkpoint at {MODEL}")
 
@@ -352,11 +352,6 @@ def test_limits_are_checked_and_the_settings_defaults_are_the_servers():
         ServeSettings(model_name_or_path="m", task="text-classification", graceful_shutdown_s=float("nan"))
 
 
-def test_the_metadata_lists_every_limit(servers):
-    meta = httpx.get(f"{servers('clf')}/metadata").json()["limits"]
-    assert {"max_json_depth", "max_windows_per_request", "max_top_k", "max_candidates", "body_timeout_s"} <= set(meta)
-
-
 def test_a_flood_of_oversized_requests_leaves_nothing_admitted(servers):
     url = servers("qa")
     body = {"inputs": {"question": "q", "context": "w " * 4000}, "parameters": {"doc_stride": 1}}
@@ -364,12 +359,12 @@ def test_a_flood_of_oversized_requests_leaves_nothing_admitted(servers):
     def post(_: int) -> int:
         return httpx.post(f"{url}/predict", json=body, timeout=60).status_code
 
-    before = httpx.get(f"{url}/metadata").json()["stats"]["items"]
+    before = metrics(url)["items"]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         codes = list(pool.map(post, range(24)))
     assert set(codes) <= {422, 429}, codes
     assert httpx.get(f"{url}/ready").json()["admitted_inputs"] == 0
-    assert httpx.get(f"{url}/metadata").json()["stats"]["items"] == before  # none of them reached the model
+    assert metrics(url)["items"] == before  # none of them reached the model
 
 
 def test_every_parameter_a_route_takes_has_a_check():

@@ -126,7 +126,7 @@ def tf_checkpoint(tmp_path_factory):
 def test_tensorflow_checkpoint_converts_to_equal_outputs(tf_checkpoint, tmp_path):
     d, ref, (ids, types, mask) = tf_checkpoint
     out = tmp_path / "converted"
-    assert main(["convert-tf-checkpoint", "--tf-checkpoint", str(d / "bert_model.ckpt"), "--config",
+    assert main(["convert-tf-checkpoint", "--tf-checkpoint", str(d / "bert_model.ckpt"), "--bert-config",
                  str(d / "bert_config.json"), "--vocab", str(d / "vocab.txt"), "--out", str(out)]) == 0
     assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
     assert json.loads((out / "tokenizer_config.json").read_text())["do_lower_case"] is True  # uncased vocab

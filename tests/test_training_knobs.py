@@ -23,7 +23,7 @@ ROWS = [(f"the movie was {w}", int(w == "good")) for w in ("good", "bad") * 8]  
 # Every knob both front ends share, set alike in both (their defaults differ: bertkit's on the command line,
 # transformers' in TrainingArguments); each case then changes one of them. A new knob needs an entry here.
 BASE = {"learning_rate": 1e-3, "num_train_epochs": 3.0, "max_steps": -1, "gradient_accumulation_steps": 1,
-        "warmup_ratio": 0.1, "warmup_steps": 0, "lr_scheduler_type": "linear", "weight_decay": 0.01, "optim": "adamw",
+        "warmup_ratio": 0.1, "warmup_steps": 0, "lr_scheduler_type": "linear", "weight_decay": 0.01,
         "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-6, "max_grad_norm": 1.0, "bf16": False, "seed": 1,
         "logging_strategy": "steps", "logging_steps": 50, "eval_strategy": "epoch", "eval_steps": None,
         "save_strategy": "steps", "save_steps": 4, "save_total_limit": 2, "skip_nonfinite": 0,

@@ -77,11 +77,11 @@ def tokenizer_dir(path: Path) -> Path:
 
 
 def _create_data(s) -> dict:
-    from bertkit.data.pretraining import create_pretraining_data
+    from bertkit.data import PretrainingConfig, create_pretraining_data
     from bertkit.tokenization import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(tokenizer_dir(s.vocab))
-    config = dataclasses.asdict(s.pretraining_config())
+    config = {f.name: getattr(s, f.name) for f in dataclasses.fields(PretrainingConfig)}  # what the data depends on
     result = create_pretraining_data([str(f) for f in s.files], tokenizer, s.output_dir, **config,
                                      num_workers=s.num_workers, progress=s.progress, overwrite=s.overwrite)
     return {"output_dir": result["output_dir"], "counts": result["counts"], "shards": len(result["shards"]),
@@ -103,17 +103,13 @@ def _predict_file(task: str, s) -> dict:
 
 def _extract(s) -> dict:
     from bertkit.features import extract_features, read_texts
-    from bertkit.inference.prepare import prepare_model
+    from bertkit.inference.predict import for_prediction
     from bertkit.modeling import BertModel
     from bertkit.tokenization import BertTokenizer
-    from bertkit.training.distributed import current
 
     texts = read_texts(s.input)
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
-    # a `bertkit quantize` directory loads in int8; under torchrun a bare cuda is this process's GPU
-    model, precision = prepare_model(BertModel, s.model_name_or_path, device=s.device, bf16=s.bf16,
-                                     quantize="int8" if s.int8 else None, calibration_file=s.calibration_file,
-                                     tokenizer=tokenizer, max_length=s.max_seq_length, local_rank=current().local_rank)
+    model, precision = for_prediction(BertModel, tokenizer, s)  # s.device is this process's own (_resolve_device)
     report = extract_features(model, tokenizer, texts, s.output_file, layers=s.layers, max_seq_length=s.max_seq_length,
                               batch_size=s.batch_size, dtype=s.dtype, device=str(precision.device),
                               progress=s.progress, overwrite=s.overwrite, bf16=precision.bf16)
@@ -169,8 +165,7 @@ def _serve(s) -> dict:
 def _convert_tf(s) -> dict:
     from bertkit.inference.tf_checkpoint import convert_tf_checkpoint
 
-    lower = {"auto": None, "true": True, "false": False}[s.do_lower_case]
-    return convert_tf_checkpoint(s.tf_checkpoint, s.bert_config, s.vocab, s.output_dir, do_lower_case=lower)
+    return convert_tf_checkpoint(s.tf_checkpoint, s.bert_config, s.vocab, s.output_dir, do_lower_case=s.do_lower_case)
 
 
 PREDICT_TASKS = {"text-classification": "labels and scores per text or pair",

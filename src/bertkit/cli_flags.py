@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.settings.fields import _accepts, _describe, _not_none, on_command_line
+from bertkit.settings.fields import _not_none, on_command_line
 
 
 @functools.cache  # one parse per module: inspect.getsource(class) re-parses the whole module on every call
@@ -133,8 +133,6 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         else:
             parser.add_argument(*names, dest=f.name, type=convert, choices=choices, help=help_text,
                                 default=argparse.SUPPRESS, metavar=f.name.upper() if choices is None else None)
-    if "--config" in {a for f in dataclasses.fields(cls) for a in f.metadata.get("aliases", ())}:
-        return  # the command has its own --config (convert-tf-checkpoint's bert_config.json)
     parser.add_argument("--config", dest="_config_file", type=Path, default=argparse.SUPPRESS, metavar="FILE",
                         help="a JSON file of these settings; flags on the command line win")
 
@@ -189,13 +187,7 @@ def build_settings(cls: type, args: argparse.Namespace) -> Any:
                 value = tuple(value)
         except (ValueError, argparse.ArgumentTypeError) as e:  # BertkitError, float("abc"), a comma list
             raise BertkitError(f"--config {args._config_file}: {name}: {e}") from None
-        if typing.get_origin(_not_none(hints[name])) is tuple and isinstance(value, (int, float)):
-            value = (value,)  # one value where a list is allowed (GLUE's learning_rate and seed)
-        if not _accepts(hints[name], value):
-            grid = " (a list runs a grid only in `finetune glue`)" if isinstance(value, tuple) else ""
-            raise BertkitError(f"--config {args._config_file}: {name} {value!r}: expected "
-                               f"{_describe(hints[name])}{grid}")
-        values[name] = value
+        values[name] = value  # its type is checked with the flags' values, when the settings are built
     values.update(given)
     missing = [_flag_name(n) for n, f in fields.items() if n not in values
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]

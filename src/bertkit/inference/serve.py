@@ -1,10 +1,8 @@
-"""``bertkit serve``: a pipeline behind HTTP (FastAPI + uvicorn; docs/inference.md says why), with dynamic
-batching and admission control (``serve_batching``).
+"""``bertkit serve``: a pipeline behind HTTP (FastAPI + uvicorn), batched and admitted by ``serve_batching``.
 
 The app, its OpenAPI page, the start-up line and the CLI's help are built from one list of ``Route`` objects
-(``ROUTES``: ``serve_wire``'s, ``serve_tei``'s and the server's own here). This module is the HTTP side: the API
-key, the body's size and arrival time, a client's disconnect, draining on SIGTERM, TEI's timing headers.
-docs/inference.md describes every route, limit and answer.
+(``ROUTES``). This module is the HTTP side: the API key, the body's size and arrival time, a client's disconnect,
+draining on SIGTERM, TEI's timing headers. docs/inference.md describes every route, limit and answer.
 """
 
 from __future__ import annotations
@@ -58,27 +56,12 @@ def _ready(server: _Server) -> Any:
     return {"status": "ready", **body}
 
 
-def _metadata(server: _Server) -> dict[str, Any]:
-    pipe, batcher, stats = server.pipe, server.batcher, server.stats
-    labels = None
-    if getattr(pipe.config, "id2label", None) and pipe.task in ("text-classification", "token-classification"):
-        labels = [pipe.config.id2label[i] for i in sorted(pipe.config.id2label, key=int)]
-    return {"model": server.model_name, "task": pipe.task, "labels": labels, "max_length": pipe.max_length,
-            "device": str(pipe.device), "bf16": pipe.bf16, "quantize": pipe.quantize,
-            "batching": {"max_batch_size": batcher.max_batch_size, "max_wait_ms": batcher.max_wait * 1000},
-            "limits": vars(server.limits),
-            "admission": {"admitted_inputs": batcher.inputs, "queued_requests": len(batcher.jobs),
-                          "model_inputs_per_s": None if batcher.rate is None else round(batcher.rate, 1)},
-            "stats": {k: v for k, v in vars(stats).items() if k != "started"},
-            "uptime_s": round(time.time() - stats.started, 1)}
-
-
 def _prometheus(server: _Server) -> Any:
     """``stats`` as Prometheus counters (``bertkit_<name>_total``), the admission state as gauges."""
     from fastapi.responses import PlainTextResponse
 
     batcher = server.batcher
-    counters = {k: v for k, v in vars(server.stats).items() if k not in ("started", "largest_batch")}
+    counters = {k: v for k, v in vars(server.stats).items() if k != "largest_batch"}
     gauges = {"admitted_inputs": batcher.inputs, "queued_requests": len(batcher.jobs),
               "largest_batch": server.stats.largest_batch}
     lines = [line for name, value in counters.items()
@@ -93,8 +76,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/health", "liveness, from the event loop alone (the only route without the API key)", get=_health),
     Route("/ready", "readiness: 503 with Retry-After while the admission bound is reached or the server drains",
           get=_ready),
-    Route("/metadata", "bertkit's own: the model, limits, admission state, counters", get=_metadata),
-    Route("/metrics", "Prometheus' text format", get=_prometheus),
+    Route("/metrics", "Prometheus' text format: the counters and the admission state", get=_prometheus),
 )
 
 
@@ -140,7 +122,7 @@ async def _job_result(batcher: Batcher, job: Job, request: Any) -> list[Any] | N
         gone.cancel()
         if not job.future.done():  # the client went, or this task was cancelled
             batcher.drop(job)
-    return job.future.result() if job.future.done() else None
+    return None if job.future.cancelled() else job.future.result()
 
 
 class _Server:
@@ -163,7 +145,7 @@ class _Server:
         try:
             self._refuse_early(request, route)
             call, job, parsing = await self._parse_and_admit(request, route)
-            if job is None:  # tokenize, decode: answered from the tokenizer alone
+            if job is None:  # /tokenize: answered from the tokenizer alone
                 return JSONResponse(route.render(self, call, []))
             results = await _job_result(self.batcher, job, request)
             if results is None:
@@ -270,11 +252,11 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     stats = Stats()
     default_normalize = bool(getattr(pipe, "normalize", False))
     stopping = threading.Event()
-    pipe, per_token = _server_pipelines(pipe, stopping)
+    pipe = _server_pipeline(pipe, stopping)
 
     @asynccontextmanager
     async def lifespan(app: Any):
-        server.batcher = Batcher(model_call(pipe, per_token), max_batch_size, max_wait_ms,
+        server.batcher = Batcher(model_call(pipe), max_batch_size, max_wait_ms,
                                  limits.max_concurrent_requests, stats, max_cost=limits.max_windows_per_request,
                                  max_tokens=max_batch_tokens)
         server.batcher.start()
@@ -282,7 +264,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
         stopping.set()
         server.parser.shutdown(wait=False, cancel_futures=True)
         await server.batcher.stop()
-        logger.info("bertkit serve stopped: %s", json.dumps({k: v for k, v in vars(stats).items() if k != "started"}))
+        logger.info("bertkit serve stopped: %s", json.dumps(vars(stats)))
 
     app = FastAPI(title=f"bertkit {pipe.task}", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.draining = False
@@ -322,32 +304,23 @@ def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | N
         check_served_name(served_model_name, "served_model_name")
 
 
-def _server_pipelines(pipe: Any, stopping: threading.Event) -> tuple[Any, Any]:
-    """(the server's own copy of ``pipe``, its every-token twin for /embed_all or None), both stopping at their
-    next forward batch once ``stopping`` is set."""
-    pipe = copy.copy(pipe)  # the server's own: its forward stops at shutdown, embeddings are normalised per request
-    per_token = None
-    if pipe.task in EMBEDDING_TASKS:  # normalised per request (TEI's normalize): the model returns raw vectors
+def _server_pipeline(pipe: Any, stopping: threading.Event) -> Any:
+    """The server's own copy of ``pipe``: it stops at its next forward batch once ``stopping`` is set, and leaves
+    normalising embeddings to each request (TEI's ``normalize``)."""
+    pipe = copy.copy(pipe)
+    if pipe.task in EMBEDDING_TASKS:
         pipe.normalize = False
-        per_token = copy.copy(pipe)  # /embed_all: every token's state, from the same model
-        per_token.pooling = "none"
+    forward = pipe.forward
 
-    def stop_at_shutdown(p: Any) -> None:
-        forward = p.forward
+    def forward_until_stopped(batch: Any, rows: Any) -> Any:
+        # Checked before each forward batch: once shutdown's grace period is over, a long model call ends at
+        # its next batch instead of holding the process until it completes.
+        if stopping.is_set():
+            raise RequestError(503, "the server stopped before this request's model call finished")
+        return forward(batch, rows)
 
-        def forward_until_stopped(batch: Any, rows: Any) -> Any:
-            # Checked before each forward batch: once shutdown's grace period is over, a long model call ends at
-            # its next batch instead of holding the process until it completes.
-            if stopping.is_set():
-                raise RequestError(503, "the server stopped before this request's model call finished")
-            return forward(batch, rows)
-
-        p.forward = forward_until_stopped
-
-    for p in (pipe, per_token):
-        if p is not None:
-            stop_at_shutdown(p)
-    return pipe, per_token
+    pipe.forward = forward_until_stopped
+    return pipe
 
 
 def warm_up(pipe: Any) -> None:
@@ -403,4 +376,4 @@ def serve(s: Any) -> dict[str, Any]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return {k: v for k, v in vars(app.state.stats).items() if k != "started"}
+    return dict(vars(app.state.stats))

@@ -1,13 +1,11 @@
 """The batching and admission of ``bertkit serve``: requests admitted up to a bound of inputs (429 beyond it),
 gathered into model calls bounded in inputs, model sequences and padded tokens, and run on one model thread;
-work whose client left is dropped before the model. ``serve`` is the HTTP side.
-"""
+work whose client left is dropped before the model."""
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
-import json
 import logging
 import math
 import os
@@ -25,7 +23,7 @@ logger = logging.getLogger("bertkit")
 
 @dataclass
 class Stats:
-    """The server's counters: /metadata shows them, /metrics exposes them, ``serve`` returns them."""
+    """The server's counters: /metrics exposes them, ``serve`` returns them."""
 
     requests: int = 0  # requests to the routes that parse a body (/predict, /embed, /v1/embeddings, /rerank, ...)
     items: int = 0  # inputs the model computed
@@ -36,7 +34,6 @@ class Stats:
     refused: int = 0  # requests answered 429/503: the admission bound reached, or draining
     abandoned: int = 0  # inputs dropped before the model: their client disconnected
     errors: int = 0  # other 4xx/5xx answers
-    started: float = field(default_factory=time.time)
 
 
 # glibc keeps freed blocks in per-thread arenas and raises its mmap threshold as large blocks come and go, so under
@@ -62,7 +59,8 @@ def fix_mmap_threshold(nbytes: int = 128 * 1024) -> bool:
 
 @dataclass(eq=False)
 class Job:
-    """One admitted request: its inputs, the pipeline options it runs with, and where its results go."""
+    """One admitted request: its inputs, the pipeline options it runs with, and its future (cancelled once its client
+    has gone)."""
 
     items: list[Any]
     options: dict[str, Any]
@@ -73,15 +71,12 @@ class Job:
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float | None = None  # its model call's start and end (perf_counter)
     finished_at: float | None = None
-    state: str = "queued"  # queued -> running -> done, or queued -> dropped
-    wanted: bool = True  # False once its client has gone
-    released: bool = False  # its inputs no longer count against the admission bound
 
 
 class Batcher:
-    """Admits requests up to ``max_inputs`` inputs, gathers them into calls of ``run`` (at most
-    ``max_batch_size`` inputs unless one request alone has more, and at most ``max_cost`` model sequences), and
-    runs them on one model thread."""
+    """Admits requests up to ``max_inputs`` inputs, gathers those with the same options into calls of ``run`` (at
+    most ``max_batch_size`` inputs unless one request alone has more, ``max_cost`` model sequences and
+    ``max_tokens`` padded tokens), and runs them on one model thread."""
 
     def __init__(self, run: Callable[[list[Any], dict[str, Any]], list[Any]], max_batch_size: int,
                  max_wait_ms: float, max_inputs: int, stats: Stats, max_cost: int | None = None,
@@ -89,7 +84,7 @@ class Batcher:
         self.run = run
         self.max_batch_size = max_batch_size
         self.max_cost = max_cost
-        self.max_tokens = max_tokens  # padded tokens (sequences x the longest) one call may carry
+        self.max_tokens = max_tokens
         self.max_wait = max_wait_ms / 1000.0
         self.max_inputs = max_inputs
         self.stats = stats
@@ -153,25 +148,20 @@ class Batcher:
     def drop(self, job: Job) -> None:
         """The job's client has gone: never compute it. One already in a model call finishes there, but its inputs
         stop counting against the admission bound now, so that they do not turn the next request away."""
-        job.wanted = False
-        if job.state == "queued":
-            job.state = "dropped"
-            self.stats.abandoned += len(job.items)
-        self._release(job)
-
-    def _release(self, job: Job) -> None:
-        if not job.released:
-            job.released = True
+        if job.future.cancel():
             self.inputs -= len(job.items)
+            if job.started_at is None:
+                self.stats.abandoned += len(job.items)
 
     def _head(self) -> tuple[list[Job], bool]:
-        """The live jobs at the head of the queue that fit in one call, and whether that call is full."""
+        """The live jobs nearest the head of the queue with the first one's options that fit in one call, and whether
+        that call is full."""
         batch: list[Job] = []
         size = cost = longest = 0
         limit, tokens = self.max_cost or math.inf, self.max_tokens or math.inf
         for job in self.jobs:
-            if job.state != "queued":
-                continue
+            if job.future.cancelled() or batch and job.options != batch[0].options:
+                continue  # requests with other call options (top_k of fill-mask, ...) wait for a call of their own
             if batch and (size + len(job.items) > self.max_batch_size or cost + job.cost > limit
                           or (cost + job.cost) * max(longest, job.longest) > tokens):
                 return batch, True
@@ -199,50 +189,34 @@ class Batcher:
                     await asyncio.wait_for(self.wake.wait(), end - loop.time())
                 except asyncio.TimeoutError:
                     break
-            batch, _ = self._head()
-            taken = set(batch)
-            self.jobs = deque(j for j in self.jobs if j.state == "queued" and j not in taken)
-            # Requests with other call options (top_k of fill-mask, ...) cannot share a call: one per option set.
-            groups: dict[str, list[Job]] = {}
-            for job in batch:
-                groups.setdefault(json.dumps(job.options, sort_keys=True), []).append(job)
-            for jobs in groups.values():
-                await self._run([j for j in jobs if j.state == "queued"])  # re-checked: a client may have left
+            batch = self._head()[0]
+            self.jobs = deque(j for j in self.jobs if not j.future.cancelled() and j not in batch)
+            await self._run(batch)
 
     async def _run(self, jobs: list[Job]) -> None:
         """One pipeline call for ``jobs``, each job's future getting its slice of the results. If a shared call
         fails, each job runs alone, so that only the request whose input caused the error gets it."""
-        if not jobs:
-            return
-        loop = asyncio.get_running_loop()
-        for job in jobs:
-            job.state = "running"
-        items = [x for j in jobs for x in j.items]
         t0 = time.perf_counter()
         for job in jobs:
             job.started_at = t0
+        items = [x for j in jobs for x in j.items]
         try:
-            results = await loop.run_in_executor(self.executor, self.run, items, jobs[0].options)
+            results = await asyncio.get_running_loop().run_in_executor(self.executor, self.run, items,
+                                                                       jobs[0].options)
         except Exception as e:  # noqa: BLE001 (handed to the waiting request, which answers it as an HTTP error)
-            if len(jobs) > 1:
-                for job in jobs:
-                    job.state = "queued"
-                for job in jobs:
-                    if not job.wanted:  # its request ended while the shared call ran
-                        self.drop(job)
-                    else:
-                        await self._run([job])
-                return
-            self._finish(jobs[0], exception=e)
+            if len(jobs) == 1:
+                return self._finish(jobs[0], exception=e)
+            for job in jobs:
+                if not job.future.cancelled():  # its client may have gone while the shared call ran
+                    await self._run([job])
             return
         t1 = time.perf_counter()
-        elapsed = t1 - t0
-        rate = len(items) / max(elapsed, 1e-6)
+        rate = len(items) / max(t1 - t0, 1e-6)
         self.rate = rate if self.rate is None else 0.7 * self.rate + 0.3 * rate
         self.stats.items += len(items)
         self.stats.tokens += sum(j.tokens for j in jobs)
         self.stats.batches += 1
-        self.stats.model_seconds += elapsed
+        self.stats.model_seconds += t1 - t0
         self.stats.largest_batch = max(self.stats.largest_batch, len(items))
         at = 0
         for job in jobs:
@@ -254,22 +228,20 @@ class Batcher:
             self.executor.submit(MALLOC_TRIM)  # on the model thread, after the call: a few ms every TRIM_EVERY_S
 
     def _finish(self, job: Job, results: list[Any] | None = None, exception: BaseException | None = None) -> None:
-        job.state = "done"
-        self._release(job)
-        if job.wanted and not job.future.done():
-            if exception is not None:
-                job.future.set_exception(exception)
-            else:
-                job.future.set_result(results)
+        if job.future.done():  # its client has gone: drop released its inputs
+            return
+        self.inputs -= len(job.items)
+        if exception is not None:
+            job.future.set_exception(exception)
+        else:
+            job.future.set_result(results)
 
 
-def model_call(pipe: Any, per_token: Any = None) -> Callable[[list[Any], dict[str, Any]], list[Any]]:
+def model_call(pipe: Any) -> Callable[[list[Any], dict[str, Any]], list[Any]]:
     """What the model thread runs for a batch: rows encoded while parsing (option ``rows``) give the model's
-    outputs (logits, vectors; ``rows="per_token"``: every token's state, from ``per_token``), for the route to
-    render; any other input runs through the pipeline with the request's options."""
+    outputs (logits, vectors) for the route to render; any other input runs through the pipeline with the
+    request's options."""
     def call(items: list[Any], options: dict[str, Any]) -> list[Any]:
-        if "rows" in options:
-            return (per_token if options["rows"] == "per_token" else pipe).run_rows(items)
-        return pipe.run(items, **options)
+        return pipe.run_rows(items) if "rows" in options else pipe.run(items, **options)
 
     return call

@@ -1,15 +1,12 @@
 """The routes that OpenAI's and text-embeddings-inference's (TEI) clients call on ``bertkit serve``:
-``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/decode``, ``/embed``, ``/embed_all``,
-``/info`` and TEI's ``POST /``, each one ``Route`` in ``ROUTES``, parsed as strictly as ``serve_wire``'s.
-
-Their inputs are encoded here, on the parser thread, so that the model thread gets rows ready to run and each
-request's tokens are known before it is admitted (``max_batch_tokens``, ``usage``, ``x-compute-tokens``).
+``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/embed``, ``/info`` and TEI's
+``POST /``, each one ``Route`` in ``ROUTES``, parsed as strictly as ``serve_wire``'s. Their inputs are encoded on
+the parser thread, so that each request's tokens are known before it is admitted.
 """
 
 from __future__ import annotations
 
 import base64
-import functools
 from typing import Any
 
 import numpy as np
@@ -46,16 +43,12 @@ def _texts(raw: Any, name: str, limits: Limits) -> list[str]:
     return texts
 
 
-def _in_vocabulary(pipe: Any, ids: list[int], what: str) -> None:
+def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
+    """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include."""
     vocab = len(pipe.tokenizer)
     bad = next((x for x in ids if not 0 <= x < vocab), None)
     if bad is not None:
-        raise RequestError(422, f"{what} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
-
-
-def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
-    """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include."""
-    _in_vocabulary(pipe, ids, f"input {index}")
+        raise RequestError(422, f"input {index} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
     refuse_empty(pipe, ids, index)  # [CLS] [SEP] sent as ids is the empty text sent as a string
     if len(ids) > pipe.max_length:
         raise RequestError(422, f"input {index} has {len(ids)} token ids, over max_length {pipe.max_length}")
@@ -110,8 +103,7 @@ def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
         if not f.get("truncate", True):
             fitted(len(pipe.tokenizer(f["query"], text)["input_ids"]), f"the query with text {i}", pipe, False)
     rows = pipe.encode({"query": f["query"], "texts": texts})
-    answer = {k: f.get(k, False) for k in ("raw_scores", "return_text")}
-    answer["texts"] = texts
+    answer = {"texts": texts, "raw_scores": f.get("raw_scores", False), "return_text": f.get("return_text", False)}
     # One model sequence per (query, text) pair: admission, max_items and the model call's bounds count pairs.
     return Call(rows, {"rows": True}, answer, cost=len(texts), tokens=[len(r["input_ids"]) for r in rows],
                 chars=sum(len(f["query"]) + len(t) for t in texts))
@@ -132,36 +124,15 @@ def _tokenize(data: Any, pipe: Any, limits: Limits) -> Call:
     return Call([], {}, {"result": out}, chars=sum(map(len, texts)))
 
 
-def _decode(data: Any, pipe: Any, limits: Limits) -> Call:
-    f = fields(data, "/decode", ("ids",), ("skip_special_tokens",), pipe, limits)
-    ids = [f["ids"]] if _is_ids(f["ids"]) else f["ids"]
-    if not (isinstance(ids, list) and ids and all(_is_ids(x) for x in ids)):
-        raise RequestError(422, f"ids must be a non-empty list of token ids (ints) or a list of them, got "
-                                f"{str(f['ids'])[:80]!r}")
-    limits.check_items(len(ids), "sequences")
-    for i, seq in enumerate(ids):
-        _in_vocabulary(pipe, seq, f"ids {i}")
-        limits.check_chars(len(seq), f"ids {i}", "ids")
-    skip = f.get("skip_special_tokens", True)
-    return Call([], {}, {"result": [pipe.tokenizer.decode(seq, skip_special_tokens=skip) for seq in ids]})
-
-
-def _embed(data: Any, pipe: Any, limits: Limits, path: str = "/embed", per_token: bool = False) -> Call:
-    """TEI's /embed (a vector per text, normalised unless ``normalize: false``) or /embed_all (``per_token``: every
-    token's state, bounded by max_candidates since each is a vector of the answer)."""
-    need_embedding(pipe, path)
-    extra = () if per_token else ("normalize", "dimensions")
-    f = fields(data, path, ("inputs",), ("truncate", "truncation_direction", "prompt_name", *extra), pipe, limits)
+def _embed(data: Any, pipe: Any, limits: Limits) -> Call:
+    """TEI's /embed: a vector per text, normalised unless ``normalize: false``."""
+    need_embedding(pipe, "/embed")
+    f = fields(data, "/embed", ("inputs",), ("truncate", "truncation_direction", "prompt_name", "normalize",
+                                             "dimensions"), pipe, limits)
     texts = _texts(f["inputs"], "inputs", limits)
     items = [encode(pipe, t, i, f.get("truncate", True)) for i, t in enumerate(texts)]
-    tokens = [len(e["input_ids"]) for e in items]
-    if not per_token:
-        answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
-        return Call(items, {"rows": True}, answer, cost=len(items), tokens=tokens, chars=sum(map(len, texts)))
-    if sum(tokens) > limits.max_candidates:
-        raise RequestError(422, f"this request's answer would hold {sum(tokens)} token states, over max_candidates "
-                                f"{limits.max_candidates}; send fewer or shorter inputs")
-    return Call(items, {"rows": "per_token"}, {}, cost=len(items), candidates=sum(tokens), tokens=tokens,
+    answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
+    return Call(items, {"rows": True}, answer, cost=len(items), tokens=[len(e["input_ids"]) for e in items],
                 chars=sum(map(len, texts)))
 
 
@@ -175,11 +146,6 @@ def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any
     tokens = sum(call.tokens)
     return {"object": "list", "data": data, "model": server.model_name,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
-
-
-def _ranked(server: Any, call: Call, results: list[Any]) -> list[dict[str, Any]]:
-    a = call.answer
-    return ranked(results, server.pipe.relevant, a["texts"], a["raw_scores"], a["return_text"])
 
 
 def _info(server: Any) -> dict[str, Any]:
@@ -207,14 +173,10 @@ def _root(pipe: Any) -> Route:
     return EMBED if pipe.task in EMBEDDING_TASKS else RERANK if pipe.task == "rerank" else PREDICT
 
 
-def _result(server: Any, call: Call, results: list[Any]) -> Any:
-    return call.answer["result"]  # computed from the tokenizer while parsing
-
-
 EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false", _embed,
               lambda server, call, results: [_embedding(r, call.answer, True) for r in results])
 RERANK = Route("/rerank", "TEI's: {query, texts} -> the texts by relevance, best first (a cross-encoder)", _rerank,
-               _ranked)
+               lambda server, call, results: ranked(results, server.pipe.relevant, **call.answer))
 ROUTES = (
     Route("/", "TEI's: /embed on an embedding server, /rerank on a reranker, /predict otherwise",
           lambda data, pipe, limits: _root(pipe).parse(data, pipe, limits),
@@ -222,11 +184,8 @@ ROUTES = (
     Route("/v1/embeddings", "OpenAI's: {input, model, dimensions, encoding_format} -> unit vectors", _openai,
           _openai_answer),
     RERANK,
-    Route("/tokenize", "TEI's: texts -> their tokens", _tokenize, _result, model=False),
-    Route("/decode", "TEI's: token ids -> texts", _decode, _result, model=False),
+    Route("/tokenize", "TEI's: texts -> their tokens", _tokenize, lambda server, call, results: call.answer["result"],
+          model=False),
     EMBED,
-    Route("/embed_all", "TEI's: texts -> every token's state", functools.partial(_embed, path="/embed_all",
-                                                                                  per_token=True),
-          lambda server, call, results: [np.asarray(r, dtype=np.float32).tolist() for r in results]),
     Route("/info", "TEI's: the model and this server's limits", get=_info),
 )

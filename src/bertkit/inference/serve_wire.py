@@ -1,8 +1,5 @@
 """The wire format of ``bertkit serve``: what a route is (``Route``), what one request may be and cost
-(``Limits``), and the Inference API's /predict and TEI's /similarity, which share a body. Every field and
-parameter must be one the route takes, with a value in its range, or the request is refused naming it; what a
-request would cost (model sequences, answer candidates) is counted from token counts before it is admitted.
-"""
+(``Limits``), and the Inference API's /predict and TEI's /similarity, which share a body."""
 
 from __future__ import annotations
 
@@ -26,7 +23,7 @@ _EMBED_FIELDS = ("normalize", "truncate", "truncation_direction", "prompt_name",
 # level for feature-extraction. On a text-classification body they select TEI's answer.
 _TEI_FIELDS = {"text-classification": ("raw_scores", "truncate", "truncation_direction"),
                **{t: _EMBED_FIELDS for t in EMBEDDING_TASKS}}
-# Inference API parameters that shape the answer, not the model call: requests differing in them share a batch.
+# Inference API parameters besides the pipeline's call options: they shape the answer, so requests share a batch.
 _ANSWER_PARAMS = {"text-classification": ("top_k", "function_to_apply"),
                   "token-classification": ("aggregation_strategy", "ignore_labels"),
                   "question-answering": ("align_to_words", "max_seq_len"),
@@ -57,9 +54,9 @@ class Limits(RequestLimits):
         if n > self.max_items:
             raise RequestError(422, f"{n} {name} exceed max_items {self.max_items} per request")
 
-    def check_chars(self, n: int, what: str, unit: str = "characters") -> None:
+    def check_chars(self, n: int, what: str) -> None:
         if n > self.max_text_chars:
-            raise RequestError(422, f"{what} has {n} {unit}, over max_text_chars {self.max_text_chars}")
+            raise RequestError(422, f"{what} has {n} characters, over max_text_chars {self.max_text_chars}")
 
 
 def _chars(item: Any) -> int:
@@ -75,25 +72,23 @@ def _chars(item: Any) -> int:
 @dataclass
 class Call:
     """A parsed request: the inputs (rows already encoded where option ``rows`` is set), the call's options (they
-    split batches), the options that shape the answer, whether one input was sent, whether the answer takes TEI's
-    shape, and what it costs: model sequences (QA windows, [MASK]s, one per other input) and answer candidates."""
+    split batches), the options that shape the answer, and what it costs."""
 
     items: list[Any]
     options: dict[str, Any]
     answer: dict[str, Any]
     single: bool = False
     tei: bool = False
-    cost: int = 0
-    candidates: int = 0
-    tokens: list[int] = field(default_factory=list)  # each model sequence's tokens, where counted (TEI's tasks)
+    cost: int = 0  # model sequences: QA windows, [MASK]s, one per other input
+    tokens: list[int] = field(default_factory=list)  # each model sequence's tokens, where counted
     chars: int = 0
 
 
 @dataclass(frozen=True)
 class Route:
-    """One route, declared once beside its wire format (``serve.ROUTES`` lists them): its path, its help line (CLI
-    help, OpenAPI page), and for a POST how a body becomes a ``Call`` (on the parser thread) and the model's outputs
-    its answer (``model`` False: answered from the tokenizer alone); a GET answers from the server."""
+    """One route (``serve.ROUTES`` lists them): its path, its help line (CLI help, OpenAPI page), and for a POST how a
+    body becomes a ``Call`` (on the parser thread) and the model's outputs its answer (``model`` False: answered from
+    the tokenizer alone); a GET answers from the server."""
 
     path: str
     help: str
@@ -107,9 +102,8 @@ class Route:
         return "GET" if self.get else "POST"
 
 
-# Tasks whose input is one model sequence, a text or (text, text_pair): their tokens are counted while parsing
-# (the others' sequences count as max_length each against max_batch_tokens). ``_ROWS``' inputs are encoded while
-# parsing and the model's outputs rendered by the route; the others run through the pipeline, which decodes them.
+# ``_ROWS``' inputs are encoded while parsing and the model's outputs rendered by the route; the others run through
+# the pipeline. ``_ONE_SEQUENCE``'s tokens are counted while parsing (other sequences count as max_length).
 _ROWS = ("text-classification", *EMBEDDING_TASKS)
 _ONE_SEQUENCE = (*_ROWS, "token-classification", "fill-mask")
 
@@ -139,9 +133,8 @@ def _constant(name: str) -> Any:
 
 
 def _integer(text: str) -> int:
-    # Python refuses to convert an integer of over 4,300 digits (a ValueError from inside json, a 500), and an
-    # interpreter without that limit takes quadratic time on a longer one: refused here, before int() sees it. A
-    # shorter one reaches the checks, which name the field it is too large for.
+    # Python refuses an integer of over 4,300 digits from inside json (a 500), and one without that limit takes
+    # quadratic time on it: refused here, before int() sees it.
     if len(text) > 4300:
         raise RequestError(400, f"the body is not valid: a number of {len(text.lstrip('-'))} digits "
                                 f"({text[:20]}...); no field takes an integer that large")
@@ -168,18 +161,13 @@ def _default(method: Callable[..., Any], name: str) -> Any:  # written once, in 
     return inspect.signature(method).parameters[name].default
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[Any], bool], str]]:
     """Every parameter a route takes, with the test its value must pass and the words that say what it must be."""
     n = pipe.max_length
 
     def int_in(lo: int, hi: int, why: str = "") -> tuple[Callable[[Any], bool], str]:
-        return (lambda v: _is_int(v) and lo <= v <= hi), f"an int in [{lo}, {hi}]{why}"
+        return (lambda v: type(v) is int and lo <= v <= hi), f"an int in [{lo}, {hi}]{why}"  # a bool is no int
 
-    boolean = (lambda v: isinstance(v, bool), "true or false")
     top_k = limits.max_top_k
     if pipe.task == "fill-mask" and len(pipe.tokenizer) < top_k:
         top_k_check = int_in(1, len(pipe.tokenizer), " (the vocabulary's size)")
@@ -192,12 +180,8 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
     return {
         "top_k": top_k_check,
         "function_to_apply": (lambda v: v in ("softmax", "sigmoid", "none"), '"softmax", "sigmoid" or "none"'),
-        "raw_scores": boolean,
-        "return_text": boolean,
-        "truncate": boolean,
-        "normalize": boolean,
-        "add_special_tokens": boolean,
-        "skip_special_tokens": boolean,
+        **dict.fromkeys(("raw_scores", "return_text", "truncate", "normalize", "add_special_tokens",
+                         "handle_impossible_answer"), (lambda v: isinstance(v, bool), "true or false")),
         "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
         "user": (lambda v: isinstance(v, str), "a string"),
         "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
@@ -214,7 +198,6 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
         "doc_stride": int_in(1, n, " (at most max_length)"),
         "max_question_len": int_in(1, n - 4, " (max_length - 4 leaves the context room)"),
         "max_answer_len": int_in(1, n, " (at most max_length)"),
-        "handle_impossible_answer": boolean,
         "null_threshold": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
                            "a finite number"),
     }
@@ -251,14 +234,9 @@ def parse_request(data: Any, pipe: Any, limits: Limits, similarity: bool = False
     if twice:
         raise RequestError(422, f"{twice[0]} is given both at the top level and in parameters; send it once")
     check_values(params, pipe, limits)
-    merged = {**params, **f}
-    answer = {k: v for k, v in merged.items() if k in top or k in _ANSWER_PARAMS.get(task, ())
-              and k not in pipe.call_options}
-    options = {renamed.get(k, k): v for k, v in params.items() if renamed.get(k, k) in pipe.call_options}
-    if task == "question-answering" and "top_k" in options:
-        answer["top_k"] = options["top_k"]
-
-    raw = f["inputs"]  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
+    raw = f.pop("inputs")  # a list is always several inputs: a pair is {"text", "text_pair"} or [[a, b]]
+    answer = {renamed.get(k, k): v for k, v in {**params, **f}.items()}  # render reads what it needs
+    options = {k: v for k, v in answer.items() if k in pipe.call_options}
     if similarity or task in EMBEDDING_TASKS and isinstance(raw, dict) and "source_sentence" in raw:
         raw, answer["similarity"] = _similarity_inputs(raw, pipe), True
     single = not isinstance(raw, list)
@@ -266,12 +244,11 @@ def parse_request(data: Any, pipe: Any, limits: Limits, similarity: bool = False
     if not items:
         raise RequestError(422, "inputs is an empty list")
     limits.check_items(len(items))
-    checked, counted, chars = _check_inputs(items, pipe, limits, answer.get("truncate", True))
-    cost, candidates = _cost(pipe, checked, options, limits)
+    checked, counted, chars, cost = _check_inputs(items, pipe, limits, options, answer.get("truncate", True))
     if task in _ROWS:
         options = {"rows": True}
     tei = task == "text-classification" and any(k in data for k in top)
-    return Call(checked, options, answer, single, tei, cost, candidates, counted, chars)
+    return Call(checked, options, answer, single, tei, cost, counted, chars)
 
 
 def need_embedding(pipe: Any, path: str, one_vector: bool = False) -> None:
@@ -281,7 +258,7 @@ def need_embedding(pipe: Any, path: str, one_vector: bool = False) -> None:
                                 "--task feature-extraction or sentence-embedding, or use /predict")
     if one_vector and pipe.pooling == "none":
         raise RequestError(422, f"{path} gives one vector per input; this server's pipeline has "
-                                'pooling="none" (per-token states are POST /embed_all)')
+                                'pooling="none"')
 
 
 def fields(data: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...], pipe: Any,
@@ -314,13 +291,17 @@ def _similarity_inputs(raw: Any, pipe: Any) -> list[str]:
     return [raw["source_sentence"], *others]
 
 
-def _check_inputs(items: list[Any], pipe: Any, limits: Limits, truncate: bool) -> tuple[list[Any], list[int], int]:
-    """(checked inputs, encoded for ``_ROWS`` tasks; token count of each one-sequence input; characters in all):
-    each input is refused here, naming its index, rather than inside a batch shared with other requests."""
+def _check_inputs(items: list[Any], pipe: Any, limits: Limits, options: dict[str, Any],
+                  truncate: bool) -> tuple[list[Any], list[int], int, int]:
+    """(checked inputs, encoded for ``_ROWS`` tasks; token count of each one-sequence input; characters in all; model
+    sequences): each input is refused here, naming its index, not inside a batch shared with other requests, and so
+    is a request over a limit of cost, counted before any window is built (``squad.count_windows``)."""
+    from bertkit.tasks import squad
+
     task = pipe.task
     checked: list[Any] = []
     counted: list[int] = []
-    chars = 0
+    chars = cost = candidates = 0
     for i, item in enumerate(items):
         if isinstance(item, list):  # JSON has no tuples: [text, text_pair]; TEI's batches write a text as [text]
             item = item[0] if len(item) == 1 else tuple(item)
@@ -337,7 +318,34 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, truncate: bool) -
             counted.append(fitted(len(pipe.tokenizer(read)["input_ids"]), f"input {i}", pipe, truncate))
         chars += n
         checked.append(item)
-    return checked, counted, chars
+        sequences, what = 1, "inputs"
+        if task == "question-answering":
+            stride = options.get("doc_stride", _default(pipe.encode, "doc_stride"))
+            question = options.get("max_question_length", _default(pipe.encode, "max_question_length"))
+            sequences = squad.count_windows(item["question"], item["context"], pipe.tokenizer,
+                                            max_seq_length=pipe.max_length, doc_stride=stride,
+                                            max_query_length=question)
+            candidates += options.get("top_k", _default(pipe.decode, "top_k"))
+            what = f"windows (input {i} alone makes {sequences} at doc_stride {stride}; a larger doc_stride makes fewer)"
+        elif task == "fill-mask":
+            try:
+                sequences = len(pipe.encode(item)[0]["masks"])  # the [MASK]s within max_length, as the model sees them
+            except BertkitError as e:
+                raise RequestError(422, f"input {i}: {e}") from None
+            candidates += sequences * options.get("top_k", _default(pipe.decode, "top_k"))
+            what = f"[MASK] tokens (input {i} has {sequences})"
+        elif task == "rerank":
+            sequences = len(item["texts"])
+            what = f"(query, text) pairs (input {i} has {sequences})"
+        cost += sequences
+        if cost > limits.max_windows_per_request:
+            raise RequestError(422, f"this request would cost {cost}+ model sequences, over max_windows_per_request "
+                                    f"{limits.max_windows_per_request}: {what}; send it in smaller requests")
+        if candidates > limits.max_candidates:
+            raise RequestError(422, f"this request's answer would hold {candidates}+ candidates (top_k x "
+                                    f"{'[MASK]s' if task == 'fill-mask' else 'questions'}), over max_candidates "
+                                    f"{limits.max_candidates}; lower top_k or send fewer inputs")
+    return checked, counted, chars, cost
 
 
 def encode(pipe: Any, text: str | tuple[str, str | None], index: int, truncate: bool,
@@ -367,44 +375,6 @@ def refuse_empty(pipe: Any, ids: list[int], index: int) -> None:
     if set(ids) <= set(pipe.tokenizer.all_special_ids):
         raise RequestError(422, f"input {index} is empty: it has no token but the special ones, and its embedding "
                                 "would be theirs, the same for every empty text; send text, or leave it out")
-
-
-def _cost(pipe: Any, items: list[Any], options: dict[str, Any], limits: Limits) -> tuple[int, int]:
-    """(model sequences, answer candidates) of a request's checked inputs; over a limit: 422 naming it. Counted
-    before any window is built: a question's windows from its token counts (``squad.count_windows``)."""
-    from bertkit.tasks import squad
-
-    task, most = pipe.task, limits.max_windows_per_request
-    cost = candidates = 0
-    for i, item in enumerate(items):
-        if task == "question-answering":
-            stride = options.get("doc_stride", _default(pipe.encode, "doc_stride"))
-            question = options.get("max_question_length", _default(pipe.encode, "max_question_length"))
-            n = squad.count_windows(item["question"], item["context"], pipe.tokenizer, max_seq_length=pipe.max_length,
-                                    doc_stride=stride, max_query_length=question)
-            candidates += options.get("top_k", _default(pipe.decode, "top_k"))
-            what = f"windows (input {i} alone makes {n} at doc_stride {stride}; a larger doc_stride makes fewer)"
-        elif task == "fill-mask":
-            try:
-                n = len(pipe.encode(item)[0]["masks"])  # the [MASK]s within max_length, as the model call sees them
-            except BertkitError as e:
-                raise RequestError(422, f"input {i}: {e}") from None
-            candidates += n * options.get("top_k", _default(pipe.decode, "top_k"))
-            what = f"[MASK] tokens (input {i} has {n})"
-        elif task == "rerank":
-            n = len(item["texts"])
-            what = f"(query, text) pairs (input {i} has {n})"
-        else:
-            n, what = 1, "inputs"
-        cost += n
-        if cost > most:
-            raise RequestError(422, f"this request would cost {cost}+ model sequences, over max_windows_per_request "
-                                    f"{most}: {what}; send it in smaller requests")
-        if candidates > limits.max_candidates:
-            raise RequestError(422, f"this request's answer would hold {candidates}+ candidates (top_k x "
-                                    f"{'[MASK]s' if task == 'fill-mask' else 'questions'}), over max_candidates "
-                                    f"{limits.max_candidates}; lower top_k or send fewer inputs")
-    return cost, candidates
 
 
 def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei: bool) -> list[dict[str, Any]]:
@@ -462,11 +432,8 @@ def render(server: Any, call: Call, results: list[Any]) -> Any:
     if task == "text-classification":
         out = [_classification(pipe.config, r, a, call.tei) for r in results]
         return (out[0] if call.tei else out) if call.single else out
-    if task in EMBEDDING_TASKS and a.get("similarity"):  # cosine of the source sentence with each other one
-        v = np.asarray(results, dtype=np.float64)
-        if a.get("dimensions"):  # the cosines of the truncated vectors it asks for, as its embeddings would be
-            v = v[:, :a["dimensions"]]
-        v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    if task in EMBEDDING_TASKS and a.get("similarity"):  # cosines of the source sentence's unit vector with the others'
+        v = np.asarray(_embedding(results, {**a, "normalize": True}, True), dtype=np.float64)
         return (v[1:] @ v[0]).tolist()
     if task in EMBEDDING_TASKS:
         return [_embedding(r, a, server.default_normalize) for r in results]  # one text too gives a list of one

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -16,10 +15,6 @@ from bertkit.settings.fields import (
     flag,
     nonempty,
 )
-
-# -------------------------------------------------------------------------------------------------
-# Commands that do not train
-# -------------------------------------------------------------------------------------------------
 
 
 @dataclass(kw_only=True)
@@ -64,9 +59,6 @@ class CreateDataSettings(PretrainingConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         Settings.__post_init__(self)  # a frozen dataclass cannot inherit Settings; its checks all the same
-
-    def pretraining_config(self) -> PretrainingConfig:
-        return PretrainingConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PretrainingConfig)})
 
 
 @dataclass(kw_only=True)

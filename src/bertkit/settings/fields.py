@@ -19,7 +19,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bertkit.errors import BertkitError
 
@@ -50,8 +50,7 @@ def path_fields(cls: type) -> dict[str, str]:
 
 LR_SCHEDULES = ("linear", "cosine", "constant_with_warmup")  # transformers' lr_scheduler_type names
 PAPER_GRID = (2e-5, 3e-5, 4e-5, 5e-5)  # the paper's fine-tuning grid (appendix A.3), for BERT-BASE and up
-MINIATURE_GRID = (3e-5, 5e-5, 1e-4, 3e-4)  # the grid Google tuned its BERT miniatures over (Turc et al. 2019)
-SMALL_MODEL_LR = 1e-4  # the rate the miniatures most often selected
+SMALL_MODEL_LR = 1e-4  # the rate Google's BERT miniatures most often selected (Turc et al. 2019)
 
 
 def resume_fingerprint(settings: Any, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -190,39 +189,31 @@ def _describe(kind: Any) -> str:
 # -- the checks fields name (``flag(check=...)``): each refuses with the field's name, the value and the range ------
 
 
-def positive(name: str, value: Any) -> None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise BertkitError(f"{name} must be a finite positive number, got {value!r}")
+def in_range(ok: Callable[[Any], bool], what: str) -> Callable[[str, Any], None]:
+    """A field's check: None passes (not given), any other value must satisfy ``ok``, or the field is ``what``."""
+
+    def check(name: str, value: Any) -> None:
+        if value is not None and not ok(value):
+            raise BertkitError(f"{name} must be {what}, got {value!r}")
+
+    return check
 
 
-def non_negative(name: str, value: Any) -> None:
-    if value is not None and not (math.isfinite(value) and value >= 0):
-        raise BertkitError(f"{name} must be a finite non-negative number, got {value!r}")
+positive = in_range(lambda v: math.isfinite(v) and v > 0, "a finite positive number")
+non_negative = in_range(lambda v: math.isfinite(v) and v >= 0, "a finite non-negative number")
+at_least_one = in_range(lambda v: v >= 1, "at least 1")
+share = in_range(lambda v: 0 <= v < 1, "in [0, 1)")
+strict_share = in_range(lambda v: 0 < v < 1, "in (0, 1)")
+in_seed_range = in_range(lambda v: 0 <= v < 2**32, "in [0, 2**32)")  # numpy's and transformers' set_seed range
 
 
-def at_least_one(name: str, value: Any) -> None:
-    if value is not None and value < 1:
-        raise BertkitError(f"{name} must be at least 1, got {value}")
+def between(low: float, high: float) -> Callable[[str, Any], None]:
+    return in_range(lambda v: low <= v <= high, f"in [{low}, {high}]")
 
 
 def nonempty(name: str, value: Any) -> None:
     if not value:
         raise BertkitError(f"{name}: give at least one")
-
-
-def share(name: str, value: Any) -> None:
-    if value is not None and not 0 <= value < 1:
-        raise BertkitError(f"{name} must be in [0, 1), got {value!r}")
-
-
-def strict_share(name: str, value: Any) -> None:
-    if value is not None and not 0 < value < 1:
-        raise BertkitError(f"{name} must be in (0, 1), got {value!r}")
-
-
-def in_seed_range(name: str, value: Any) -> None:
-    if value is not None and not 0 <= value < 2**32:  # numpy's and transformers' set_seed range
-        raise BertkitError(f"{name} must be in [0, 2**32), got {value!r}")
 
 
 def default_lr(hidden_size: int, paper_lr: float) -> float:
@@ -231,34 +222,24 @@ def default_lr(hidden_size: int, paper_lr: float) -> float:
 
 
 def parse_lr_grid(text: str) -> tuple[float, ...]:
-    """``2e-5`` (one run), ``2e-5,3e-5`` (a grid), or ``paper`` / ``miniature`` (the published grids)."""
-    named = {"paper": PAPER_GRID, "miniature": MINIATURE_GRID}
-    if text.strip().lower() in named:
-        return named[text.strip().lower()]
+    """``2e-5`` (one run), ``2e-5,3e-5`` (a grid), or ``paper`` (the paper's grid)."""
+    if text.strip().lower() == "paper":
+        return PAPER_GRID
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise BertkitError(f"{text!r}: give a number, a comma list of numbers, 'paper' "
-                           f"{PAPER_GRID} or 'miniature' {MINIATURE_GRID}") from None
+        raise BertkitError(f"{text!r}: give a number, a comma list of numbers, or 'paper' {PAPER_GRID}") from None
 
 
 def parse_one_lr(text: str) -> float:
     """One learning rate: commands other than ``finetune glue`` train once, so a list is refused here."""
-    if "," in text or text.strip().lower() in ("paper", "miniature"):
+    if "," in text or text.strip().lower() == "paper":
         raise BertkitError(f"{text!r}: this command trains once, so give one learning rate (e.g. 1e-4); "
                            "a grid of rates runs only in `bertkit finetune glue`")
     try:
         return float(text)
     except ValueError:
         raise BertkitError(f"{text!r} is not a number (e.g. 1e-4)") from None
-
-
-def between(low: float, high: float) -> Callable[[str, Any], None]:
-    def check(name: str, value: Any) -> None:
-        if value is not None and not low <= value <= high:
-            raise BertkitError(f"{name} must be in [{low}, {high}], got {value!r}")
-
-    return check
 
 
 @dataclass(kw_only=True)
@@ -321,9 +302,12 @@ class Int8Settings(Settings):
 
 @dataclass(kw_only=True)
 class SquadWindowSettings(Settings):
-    """For the SQuAD commands (finetune and predict): how contexts are cut into windows and answers read off.
-    (Each command sets its own ``max_seq_length``, the window length, over its base class's default.)"""
+    """For the SQuAD commands (finetune and predict): the version, how contexts are cut into windows of
+    ``max_seq_length`` tokens (384 here, the question included) and how answers are read off."""
 
+    version: Literal["1.1", "2.0"] = "1.1"
+    """2.0: questions may have no answer (the no-answer threshold: chosen on --predict-file by finetune,
+    --null-threshold in predict)."""
     doc_stride: int = flag(128, check=at_least_one)
     """Tokens between the starts of consecutive context windows."""
     max_query_length: int = flag(64, check=at_least_one)

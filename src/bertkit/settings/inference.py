@@ -64,17 +64,13 @@ class PredictNerSettings(PredictBenchmarkSettings):
     """The file's tagging scheme."""
 
 
-@dataclass(kw_only=True)
+@redefault(max_seq_length=384)
 class PredictSquadSettings(PredictBenchmarkSettings, SquadWindowSettings):
     """Answer a SQuAD JSON file with a fine-tuned QA checkpoint: predictions.json and nbest_predictions.json
     (null_odds.json for 2.0) in run_squad.py's formats, and the official scores where answers are given."""
 
     predict_file: Path = flag(aliases=("--input",))
     """The SQuAD JSON (dev-v1.1.json, dev-v2.0.json, or your own in that format)."""
-    version: Literal["1.1", "2.0"] = "1.1"
-    """2.0: questions may have no answer (null answers below --null-threshold)."""
-    max_seq_length: int = flag(384, check=at_least_one)
-    """Tokens per window (question + context chunk)."""
     null_threshold: float = 0.0
     """2.0: predict no answer when the null score beats the best span by more than this (finetune squad's
     report gives the threshold chosen on dev)."""
@@ -147,12 +143,6 @@ class QuantizeSettings(OverwriteSettings):
     max_seq_length: int = flag(128, check=at_least_one)
     """Calibration sentences are cut to this many tokens."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.model.resolve() == self.output_dir.resolve():
-            raise BertkitError(f"--output-dir {self.output_dir} is the --model directory: write the int8 model to "
-                               "a directory of its own (the float checkpoint stays as it is)")
-
 
 @dataclass(kw_only=True)
 class ConvertTfSettings(OverwriteSettings):
@@ -161,14 +151,14 @@ class ConvertTfSettings(OverwriteSettings):
 
     tf_checkpoint: Path
     """Checkpoint prefix, e.g. uncased_L-12_H-768_A-12/bert_model.ckpt (beside .index and .data-* files)."""
-    bert_config: Path = flag(aliases=("--config", "--bert-config-file"))
+    bert_config: Path = flag(aliases=("--bert-config-file",))
     """The checkpoint's bert_config.json."""
     vocab: Path = flag(aliases=("--vocab-file",))
     """The checkpoint's vocab.txt."""
     output_dir: Path = flag(aliases=("--out",))
     """Directory to write config.json, model.safetensors, vocab.txt and tokenizer_config.json to."""
-    do_lower_case: Literal["auto", "true", "false"] = "auto"
-    """Lower-case input text (uncased models); auto: guessed from the vocabulary (uncased ones have no capitals)."""
+    do_lower_case: bool | None = None
+    """Lower-case input text (uncased models). Default: guessed from the vocabulary (uncased ones have no capitals)."""
 
 
 @dataclass(kw_only=True)
@@ -184,7 +174,7 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     """Inputs: .jsonl (objects, or strings), .csv/.tsv (a header row naming the columns) or .txt (one per line)."""
     input_format: Literal["auto", "jsonl", "csv", "tsv", "text"] = "auto"
     """How to read --input; auto: by its suffix (.jsonl/.json/.ndjson, .csv, .tsv, .txt; another is an error)."""
-    output_file: Path = flag(aliases=("--output", "--out"))
+    output_file: Path = flag(aliases=("--out",))
     """The JSONL file to write: {"id": ..., <the pipeline's result>} per input."""
     text_column: str = "text"
     """Column (CSV/TSV) or field (JSONL) holding the text."""
@@ -213,11 +203,6 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     sentence-transformers directory's 1_Pooling says, else mean)."""
     raw_scores: bool = False
     """rerank: write the cross-encoder's logit (l1 - l0 for two labels) instead of its sigmoid."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.output_file.resolve() == self.input.resolve():
-            raise BertkitError(f"--output-file {self.output_file} is the input file; choose another name")
 
 
 @dataclass(kw_only=True)

@@ -21,6 +21,7 @@ from bertkit.settings.fields import (
     at_least_one,
     default_lr,
     flag,
+    in_range,
     in_seed_range,
     non_negative,
     parse_lr_grid,
@@ -52,7 +53,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     """Peak learning rate. Default: the paper's rate for the task on models 768 wide and up, 1e-4 below."""
     num_train_epochs: float | None = flag(None, hf=3.0, aliases=("--epochs",), check=positive)
     """Passes over the training data (fractions allowed). Default: the task's (the paper's) number."""
-    max_steps: int = flag(-1, check=lambda name, v: at_least_one(name, None if v == -1 else v))
+    max_steps: int = flag(-1, check=in_range(lambda v: v == -1 or v >= 1, "at least 1 (or -1: not given)"))
     """Optimiser steps in all; overrides num_train_epochs when given (-1: not given)."""
     batch_size: int | None = flag(None, trainer=False, check=at_least_one)
     """GLOBAL batch: sequences per optimiser step, split over gradient-accumulation steps (and processes)."""
@@ -69,9 +70,8 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     weight_decay: float = flag(0.01, hf=0.0, check=non_negative, checkpoint=True)
     """Decoupled weight decay (not on biases and LayerNorm weights, as in the paper's code)."""
     optim: Literal["adamw", "adamw_torch", "adamw_torch_fused"] = flag(
-        "adamw", hf="adamw_torch_fused", checkpoint=True)
-    """adamw, the paper's Adam with weight decay (transformers' adamw_torch and adamw_torch_fused name the same
-    torch.optim.AdamW)."""
+        "adamw", hf="adamw_torch_fused", cli=False, how_to_run=True)
+    """Accepted from transformers' scripts: all three name the one torch.optim.AdamW."""
     adam_beta1: float = flag(0.9, check=share, checkpoint=True)
     """Adam's first-moment decay."""
     adam_beta2: float = flag(0.999, check=share, checkpoint=True)
@@ -165,7 +165,7 @@ class FinetuneSettings(TrainingSettings):
     model_name_or_path: Path = flag(aliases=("--model",))
     """Pre-trained checkpoint directory (Hugging Face layout: config.json, model.safetensors, vocab.txt)."""
     max_seq_length: int = flag(128, check=at_least_one)
-    """Tokens per input after WordPiece, [CLS] and [SEP] included; longer inputs are truncated."""
+    """Tokens per input after WordPiece, [CLS] and [SEP] included; longer inputs are truncated (SQuAD: windowed)."""
     eval_batch_size: int = flag(64, check=at_least_one)
     """Sequences per batch when predicting."""
     max_eval_samples: int | None = flag(None, check=at_least_one)
@@ -193,8 +193,8 @@ class SequenceClassificationSettings(FinetuneSettings):
     here one run by default, the grid with --learning-rate paper."""
 
     learning_rate: tuple[float, ...] | None = flag(None, aliases=("--lr",), parse=parse_lr_grid, check=positive)
-    """One rate, a comma list (a grid: one run per rate and seed), or 'paper' (2e-5,3e-5,4e-5,5e-5) or
-    'miniature' (3e-5,5e-5,1e-4,3e-4). Default: one run at 2e-5 on models 768 wide and up, 1e-4 below."""
+    """One rate, a comma list (a grid: one run per rate and seed), or 'paper' (2e-5,3e-5,4e-5,5e-5). Default: one
+    run at 2e-5 on models 768 wide and up, 1e-4 below."""
     seed: tuple[int, ...] = flag((1,), aliases=("--seeds",), check=in_seed_range)
     """Seed of each restart (a comma list runs one training per seed)."""
 
@@ -262,7 +262,7 @@ class NerSettings(FinetuneSettings):
 SQUAD_PAPER = {"1.1": {"num_train_epochs": 3.0, "batch_size": 32}, "2.0": {"num_train_epochs": 2.0, "batch_size": 48}}
 
 
-@dataclass(kw_only=True)
+@redefault(max_seq_length=384)
 class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """SQuAD v1.1 (section 4.2: 3 epochs, lr 5e-5, batch 32) and v2.0 (section 4.3: 2 epochs, batch 48).
     Without --train-file the predict file is split by article, and every report says so."""
@@ -273,10 +273,6 @@ class SquadSettings(FinetuneSettings, SquadWindowSettings):
     """The SQuAD JSON to predict and score (dev-v1.1.json, dev-v2.0.json)."""
     train_file: Path | None = None
     """Training JSON. Default: train on most articles of --predict-file and score the held-out ones."""
-    version: Literal["1.1", "2.0"] = "1.1"
-    """2.0 adds unanswerable questions (the no-answer threshold is chosen on the predicted file)."""
-    max_seq_length: int = flag(384, check=at_least_one)
-    """Tokens per window (question + context chunk)."""
     heldout_fraction: float = flag(1 / 6, check=strict_share)
     """Without --train-file: the share of articles held out for scoring."""
     split_seed: int = 0
