@@ -39,11 +39,6 @@ def published_keys(model_dir: Path) -> set[str]:
                            f"(size {st.stat().st_size} bytes): copy or download it again") from e
 
 
-def pad_rows(rows: Sequence[dict[str, Any]], pad_id: int) -> dict[str, Tensor]:
-    """Right-pad encoded rows to the longest: (B, T) tensors, or (B, C, T) when each row holds C choices."""
-    return pad_batch(rows, {"input_ids": pad_id, "token_type_ids": 0}, attention_mask=True)
-
-
 def int8_options(settings: Any) -> dict[str, Any]:
     """The pipeline keywords of a command's ``--int8`` and ``--calibration-file`` (``Int8Settings``)."""
     if not settings.int8:
@@ -207,10 +202,11 @@ class Pipeline:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(rows), desc=self.task, unit="seq", disable=not show, leave=False)
+        pad_values = {"input_ids": self.tokenizer.pad_token_id, "token_type_ids": 0}  # (B, T), or (B, C, T) for choices
         # Longest first: the first batch is the largest, so running out of memory shows at once. Rows with
         # different numbers of choices (multiple-choice) never share a batch: it must be one (B, C, T) tensor.
-        results = run_length_sorted(self.forward, rows, batch_size=self.batch_size,
-                                    pad=lambda batch: pad_rows(batch, self.tokenizer.pad_token_id), device=self.device,
+        results = run_length_sorted(self.forward, rows, batch_size=self.batch_size, device=self.device,
+                                    pad=lambda batch: pad_batch(batch, pad_values, attention_mask=True),
                                     bf16=self.bf16, lengths=[_row_length(r) for r in rows],
                                     longest_first=True, groups=[_choices(r) for r in rows], bar=bar,
                                     nonfinite=lambda i: f"the model's output for {self.task} row {i} is not finite "

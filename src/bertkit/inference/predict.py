@@ -1,8 +1,4 @@
 """Prediction over featurised examples: what the fine-tuning recipes score dev with and the predict commands run.
-
-``predict`` runs a model over task features in length-sorted batches (``inference.runner``) and refuses
-non-finite outputs; ``for_prediction`` makes a loaded fine-tuned model ready for it (device, bf16, int8) through
-``prepare_model``, as the pipelines make theirs.
 """
 
 from __future__ import annotations
