@@ -136,7 +136,8 @@ def _record_item(path: Path, line: int, record: dict[str, Any], task: str, field
                                f"(it has {have}); name it with --{field.replace('_', '-')}-column")
         value = _field_value(path, line, field, name, record[name], fmt)
         if task == "fill-mask" and mask_token not in value:
-            raise _no_mask(path, line, value, mask_token)
+            raise BertkitError(f"{path}:{line}: no {mask_token} in {value[:60]!r}; fill-mask predicts the token at "
+                               f"each {mask_token}: write one where a word is to be predicted")
         item[field] = value
     return item
 
@@ -156,8 +157,13 @@ def _field_value(path: Path, line: int, field: str, name: str, value: Any, fmt: 
         raise BertkitError(f"{path}:{line}: {name!r} must be "
                            f"{'a non-empty list of strings' if field == 'choices' else 'a string'}, "
                            f"got {json.dumps(value)[:60]}")
+    # An empty or whitespace-only text is a missing value (a spreadsheet's empty cell, a null exported as ""): a
+    # prediction for it would be a guess.
     for i, text in enumerate(value if field == "choices" else [value]):
-        _check_text(path, line, name if field != "choices" else f"{name}[{i}]", text, fmt)
+        if not text.strip():
+            where = name if field != "choices" else f"{name}[{i}]"
+            raise BertkitError(f"{path}:{line}: {where!r} is {'empty' if not text else 'only whitespace'}; every input "
+                               f"needs its text: fill in or remove that {'row' if fmt in ('csv', 'tsv') else 'line'}")
     return value
 
 
@@ -176,14 +182,6 @@ def _label(path: Path, line: int, name: str, record: dict[str, Any], fmt: str) -
     return value.strip()
 
 
-def _check_text(path: Path, line: int, name: str, text: str, fmt: str) -> None:
-    """A text an input reads must hold something: an empty or whitespace-only field is a missing value (a
-    spreadsheet's empty cell, a null exported as ""), and a prediction for it would be a guess."""
-    if not text.strip():
-        raise BertkitError(f"{path}:{line}: {name!r} is {'empty' if not text else 'only whitespace'}; every input "
-                           f"needs its text: fill in or remove that {'row' if fmt in ('csv', 'tsv') else 'line'}")
-
-
 def _unnamed_pair(path: Path, line: int, found: list[str], fmt: str, *, refused: bool) -> str:
     kind = "field" if fmt == "jsonl" else "column"
     names = ", ".join(map(repr, found))
@@ -193,11 +191,6 @@ def _unnamed_pair(path: Path, line: int, found: list[str], fmt: str, *, refused:
                 "classify a first text alone)")
     return (f"{path}:{line}: the inputs hold a second text ({kind} {names}) that no flag names, so each is "
             f"classified on its first text alone; pass --text-pair-column {found[0]} to read pairs")
-
-
-def _no_mask(path: Path, line: int, text: str, mask_token: str) -> BertkitError:
-    return BertkitError(f"{path}:{line}: no {mask_token} in {text[:60]!r}; fill-mask predicts the token at each "
-                        f"{mask_token}: write one where a word is to be predicted")
 
 
 def trained_on_pairs(model: str | os.PathLike) -> bool:
