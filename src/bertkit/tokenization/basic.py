@@ -12,6 +12,7 @@ character it came from: that is how offsets into the original text are kept.
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 import sys
 import unicodedata
@@ -222,20 +223,13 @@ class BasicTokenizer:
             decomposed = ch if ord(ch) in NFD_EXCLUDED else unicodedata.normalize("NFD", ch)
             items.append((decomposed[0], True))
             items.extend((c, False) for c in decomposed[1:])
-        j = 0
-        while j < len(items):  # canonical ordering: stable sort of each run of non-zero combining classes
-            if unicodedata.combining(items[j][0]):
-                k = j + 1
-                while k < len(items) and unicodedata.combining(items[k][0]):
-                    k += 1
-                items[j:k] = sorted(items[j:k], key=lambda item: unicodedata.combining(item[0]))
-                j = k
-            else:
-                j += 1
+        ordered: list[tuple[str, bool]] = []  # canonical ordering: stable sort of each run of combining marks
+        for marks, run in itertools.groupby(items, key=lambda item: unicodedata.combining(item[0]) != 0):
+            ordered += sorted(run, key=lambda item: unicodedata.combining(item[0])) if marks else run
         out: list[str] = []
         source: list[int] = []
         taken = 0
-        for ch, starts in items:
+        for ch, starts in ordered:
             if starts:
                 taken += 1
             i = pre_source[taken - 1]
