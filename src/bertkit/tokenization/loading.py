@@ -20,6 +20,7 @@ SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
 ADDED_TOKENS_FILE = "added_tokens.json"
 TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKEN_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+_SPECIAL_SETTINGS = (*SPECIAL_TOKEN_KEYS, "additional_special_tokens")
 _DEFAULT_SPECIAL = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                     "mask_token": "[MASK]"}
 # What makes a tokenizer.json BERT's: (part, key, the value it must have).
@@ -58,22 +59,15 @@ def read_settings(path: Path) -> dict[str, Any]:
     for key, types in _KINDS.items():
         if key in config:
             settings[key] = _typed(config[key], types, f"{config_file}: {key}")
-    for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):
-        if config.get(key) is not None:
-            settings[key] = config[key]
+    special = {k: v for k, v in config.items() if k in _SPECIAL_SETTINGS and v is not None}
     extra = config.get("extra_special_tokens")  # transformers 5's name for additional_special_tokens
-    if extra and "additional_special_tokens" not in settings:
-        settings["additional_special_tokens"] = list(extra.values() if isinstance(extra, dict) else extra)
+    if extra and "additional_special_tokens" not in special:
+        special["additional_special_tokens"] = list(extra.values() if isinstance(extra, dict) else extra)
     # Hugging Face lets special_tokens_map.json override the config's special tokens
-    settings.update({k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items()
-                     if k in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens")})
-    for key in SPECIAL_TOKEN_KEYS:
-        if key in settings:
-            settings[key] = token_content(settings[key], key)
-    if "additional_special_tokens" in settings:
-        settings["additional_special_tokens"] = [
-            token_content(t, "additional_special_tokens") for t in settings["additional_special_tokens"]
-        ]
+    special.update({k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items() if k in _SPECIAL_SETTINGS})
+    for key, value in special.items():
+        many = key == "additional_special_tokens"
+        settings[key] = [token_content(t, key) for t in value] if many else token_content(value, key)
     if isinstance(settings.get("model_max_length"), float):  # HF writes 1e30 for "no limit"
         settings["model_max_length"] = int(settings["model_max_length"])
     added = read_json(path / ADDED_TOKENS_FILE)  # bertkit writes them into vocab.txt as well, at the same ids
