@@ -223,9 +223,9 @@ class BasicTokenizer:
             decomposed = ch if ord(ch) in NFD_EXCLUDED else unicodedata.normalize("NFD", ch)
             items.append((decomposed[0], True))
             items.extend((c, False) for c in decomposed[1:])
-        ordered: list[tuple[str, bool]] = []  # canonical ordering: stable sort of each run of combining marks
-        for marks, run in itertools.groupby(items, key=lambda item: unicodedata.combining(item[0]) != 0):
-            ordered += sorted(run, key=lambda item: unicodedata.combining(item[0])) if marks else run
+        ordered: list[tuple[str, bool]] = []  # canonical ordering: a stable sort of each run of combining marks
+        for _, run in itertools.groupby(items, key=lambda item: unicodedata.combining(item[0]) != 0):
+            ordered += sorted(run, key=lambda item: unicodedata.combining(item[0]))  # a run of starters stays as is
         out: list[str] = []
         source: list[int] = []
         taken = 0

@@ -32,9 +32,11 @@ _TOKENIZER_JSON_SETTINGS = (("model", "unk_token", "unk_token", "[UNK]"),
                             ("normalizer", "lowercase", "do_lower_case", True),
                             ("normalizer", "strip_accents", "strip_accents", None),
                             ("normalizer", "handle_chinese_chars", "tokenize_chinese_chars", True))
-# The type of each setting tokenizer_config.json / tokenizer.json may give (special tokens: str).
-_KINDS = {"do_lower_case": (bool,), "tokenize_chinese_chars": (bool,), "strip_accents": (bool, type(None)),
-          "model_max_length": (int, float), "max_input_chars_per_word": (int,), "clean_up_tokenization_spaces": (bool,)}
+# The settings tokenizer_config.json holds (save_pretrained writes them, in this order), with the types it or
+# tokenizer.json may give for each (special tokens: str).
+SETTING_TYPES = {"do_lower_case": (bool,), "strip_accents": (bool, type(None)), "tokenize_chinese_chars": (bool,),
+                 "model_max_length": (int, float), "max_input_chars_per_word": (int,),
+                 "clean_up_tokenization_spaces": (bool,)}
 
 
 def read_json(file: Path) -> dict[str, Any]:
@@ -56,7 +58,7 @@ def read_settings(path: Path) -> dict[str, Any]:
         if config.get(key, "right") != "right":
             raise BertkitError(f"{config_file} sets {key}={config[key]!r}; bertkit pads and truncates on the "
                                f"right only (BERT's layout): remove the key or set it to \"right\"")
-    for key, types in _KINDS.items():
+    for key, types in SETTING_TYPES.items():
         if key in config:
             settings[key] = _typed(config[key], types, f"{config_file}: {key}")
     special = {k: v for k, v in config.items() if k in _SPECIAL_SETTINGS and v is not None}
@@ -108,7 +110,7 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str,
     if not isinstance(vocab, dict) or not vocab:
         raise BertkitError(f"{file}: model.vocab must be a non-empty {{token: id}} object, got "
                            f"{type(vocab).__name__}")
-    merged = {arg: _typed(parts[part].get(key, default), _KINDS.get(arg, (str,)), f"{file}: {part}.{key}")
+    merged = {arg: _typed(parts[part].get(key, default), SETTING_TYPES.get(arg, (str,)), f"{file}: {part}.{key}")
               for part, key, arg, default in _TOKENIZER_JSON_SETTINGS}
     tokens = dict(vocab)
     added, special = [], []

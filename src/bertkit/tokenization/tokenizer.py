@@ -32,6 +32,7 @@ from bertkit.tokenization.encoding import BatchEncoding
 from bertkit.tokenization.loading import (
     ADDED_TOKENS_FILE,
     CONFIG_FILE,
+    SETTING_TYPES,
     SPECIAL_TOKEN_KEYS,
     SPECIAL_TOKENS_MAP_FILE,
     TOKENIZER_FILE,
@@ -185,16 +186,7 @@ class BertTokenizer:
         special_map = {k: getattr(self, k) for k in SPECIAL_TOKEN_KEYS}
         if self.additional_special_tokens:
             special_map["additional_special_tokens"] = self.additional_special_tokens
-        config = {
-            "tokenizer_class": "BertTokenizer",
-            "do_lower_case": self.do_lower_case,
-            "strip_accents": self.strip_accents,
-            "tokenize_chinese_chars": self.tokenize_chinese_chars,
-            "model_max_length": self.model_max_length,
-            "max_input_chars_per_word": self.max_input_chars_per_word,
-            "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces,
-            **special_map,
-        }
+        config = {"tokenizer_class": "BertTokenizer", **{k: getattr(self, k) for k in SETTING_TYPES}, **special_map}
         written = [write_vocab_file(self._tokens, path / VOCAB_FILE)]
         files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map)]
         if self.added_tokens:  # Hugging Face's file for them: {token: id}
