@@ -41,7 +41,7 @@ def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
 def test_read_labeled_csv_with_quotes_and_commas(tmp_path):
     path = _write_csv(tmp_path / "val.csv", HEADER, ROWS)
     first, second = swag.read_swag(path)
-    assert (first.video_id, first.fold_ind, first.label, first.line) == ("anetv_jkn6uvmqwh4", "3416", 0, 2)
+    assert (first.video_id, first.label, first.line) == ("anetv_jkn6uvmqwh4", 0, 2)
     assert (
         first.sent2 == "A drum line"
         and first.endings[0] == "passes by walking down the street playing their instruments."
@@ -96,7 +96,7 @@ def test_featurize_four_choices(tmp_path, tok):
 
 
 def test_featurize_truncates_and_handles_unlabeled(tok):
-    ex = swag.SwagExample("v", "1", " ".join(["long"] * 50), "He", ("a", "b", "c", "d"), None, 2)
+    ex = swag.SwagExample("v", " ".join(["long"] * 50), "He", ("a", "b", "c", "d"), None, 2)
     (f,) = swag.featurize_swag([ex], tok, max_seq_length=16)
     assert f["input_ids"].shape == (4, 16) and "labels" not in f
     # longest_first cut the long first segment; the short candidate survives whole.

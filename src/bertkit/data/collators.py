@@ -195,12 +195,11 @@ class DataCollatorForLanguageModeling:
     piece, as Google's later release of the BERT models did). Their pieces are all replaced by [MASK] unless
     ``mask_replace_prob`` / ``random_replace_prob`` are given, which then apply to each piece (as Google's
     whole-word masking does; transformers overrides them with 1 and 0 and warns).
-    ``mlm=False`` gives causal-LM labels (the inputs, padding at -100). ``seed`` None draws from torch's
-    global generator (what a seeded Trainer run fixes).
+    ``seed`` None draws from torch's global generator (what a seeded Trainer run fixes). transformers'
+    ``mlm=False`` (causal-LM labels) is left out: no BERT head predicts the next token.
     """
 
     tokenizer: Any
-    mlm: bool = True
     whole_word_mask: bool = False
     mlm_probability: float = 0.15
     mask_replace_prob: float | None = None
@@ -213,11 +212,9 @@ class DataCollatorForLanguageModeling:
 
     def __post_init__(self) -> None:
         _needs_pad_token(self.tokenizer, "DataCollatorForLanguageModeling")
-        if self.mlm and getattr(self.tokenizer, "mask_token", None) is None:
-            raise BertkitError("DataCollatorForLanguageModeling: the tokenizer has no mask token; pass mlm=False "
-                               "for causal-LM labels, or use a tokenizer with [MASK]")
-        if self.whole_word_mask and not self.mlm:
-            raise BertkitError("whole_word_mask needs mlm=True")
+        if getattr(self.tokenizer, "mask_token", None) is None:
+            raise BertkitError("DataCollatorForLanguageModeling: the tokenizer has no mask token; use a tokenizer "
+                               "with [MASK]")
         if self.whole_word_mask and self.mask_replace_prob is None and self.random_replace_prob is None:
             self.mask_replace_prob, self.random_replace_prob = 1.0, 0.0  # transformers' whole-word masking
         self.mask_replace_prob = 0.8 if self.mask_replace_prob is None else self.mask_replace_prob
@@ -246,12 +243,7 @@ class DataCollatorForLanguageModeling:
             batch = {"input_ids": batch["input_ids"]}
         special = batch.pop("special_tokens_mask", None)
         batch.pop("offset_mapping", None)
-        if self.mlm:
-            batch["input_ids"], batch["labels"] = self.mask_tokens(batch["input_ids"], special)
-        else:
-            labels = batch["input_ids"].clone()
-            labels[labels == self.tokenizer.pad_token_id] = IGNORE_INDEX
-            batch["labels"] = labels
+        batch["input_ids"], batch["labels"] = self.mask_tokens(batch["input_ids"], special)
         return batch
 
     def mask_tokens(self, inputs: torch.Tensor, special_tokens_mask: Any = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,6 +9,7 @@ naming the file, line and byte offset unless ``errors`` is ``"replace"`` or ``"i
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -169,19 +170,10 @@ def _blocks(lines: Iterator[str]) -> Iterator[list[str]]:
 
 
 def _strip_gutenberg(lines: Iterator[str], look_for_start: bool) -> Iterator[str]:
-    if look_for_start:
-        head: list[str] = []
-        for line in lines:
-            if _GUTENBERG_START.match(line):
-                head = []  # the licence header is dropped
-                break
-            head.append(line)
-            if len(head) >= _GUTENBERG_HEADER_LINES:
-                break
-        for line in head:
-            if _GUTENBERG_END.match(line):
-                return
-            yield line
+    if look_for_start:  # the licence header, up to a START marker among the first lines, is dropped
+        head = list(itertools.islice(lines, _GUTENBERG_HEADER_LINES))
+        start = next((i + 1 for i, line in enumerate(head) if _GUTENBERG_START.match(line)), 0)
+        lines = itertools.chain(head[start:], lines)
     for line in lines:
         if _GUTENBERG_END.match(line):
             return

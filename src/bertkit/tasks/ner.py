@@ -9,6 +9,7 @@ predictions are read back there. Long sentences are split at word boundaries int
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,9 +242,9 @@ class _ChunkCounter:
 
     def __init__(self) -> None:
         self.correct_chunk = self.found_correct = self.found_guessed = 0
-        self.per_correct: dict[str, int] = {}
-        self.per_found_correct: dict[str, int] = {}
-        self.per_found_guessed: dict[str, int] = {}
+        self.per_correct: Counter[str] = Counter()
+        self.per_found_correct: Counter[str] = Counter()
+        self.per_found_guessed: Counter[str] = Counter()
         self.in_correct = False
         self.last_c, self.last_ct, self.last_g, self.last_gt = "O", "", "O", ""
 
@@ -256,33 +257,33 @@ class _ChunkCounter:
             if end_c and end_g and last_gt == last_ct:
                 self.in_correct = False
                 self.correct_chunk += 1
-                self.per_correct[last_ct] = self.per_correct.get(last_ct, 0) + 1
+                self.per_correct[last_ct] += 1
             elif end_c != end_g or gt != ct:
                 self.in_correct = False
         if start_c and start_g and gt == ct:
             self.in_correct = True
         if start_c:
             self.found_correct += 1
-            self.per_found_correct[ct] = self.per_found_correct.get(ct, 0) + 1
+            self.per_found_correct[ct] += 1
         if start_g:
             self.found_guessed += 1
-            self.per_found_guessed[gt] = self.per_found_guessed.get(gt, 0) + 1
+            self.per_found_guessed[gt] += 1
         self.last_c, self.last_ct, self.last_g, self.last_gt = c, ct, g, gt
 
     def finish(self) -> None:
         """The end of the input closes a chunk both sides still have open."""
         if self.in_correct:
             self.correct_chunk += 1
-            self.per_correct[self.last_ct] = self.per_correct.get(self.last_ct, 0) + 1
+            self.per_correct[self.last_ct] += 1
 
     def per_type(self) -> dict[str, dict[str, Any]]:
         """Each entity type's scores and counts, types in sorted order."""
         return {
             t: {
-                **_prf(self.per_correct.get(t, 0), self.per_found_guessed.get(t, 0), self.per_found_correct.get(t, 0)),
-                "found_gold": self.per_found_correct.get(t, 0),
-                "found_guessed": self.per_found_guessed.get(t, 0),
-                "correct": self.per_correct.get(t, 0),
+                **_prf(self.per_correct[t], self.per_found_guessed[t], self.per_found_correct[t]),
+                "found_gold": self.per_found_correct[t],
+                "found_guessed": self.per_found_guessed[t],
+                "correct": self.per_correct[t],
             }
             for t in sorted(set(self.per_found_correct) | set(self.per_found_guessed))
         }

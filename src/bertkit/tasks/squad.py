@@ -49,7 +49,6 @@ class SquadExample:
     context: str
     answers: tuple[SquadAnswer, ...]  # empty for v2.0 unanswerable questions; several on dev sets
     is_impossible: bool = False
-    plausible_answers: tuple[SquadAnswer, ...] = ()  # v2.0: what an unanswerable question seems to ask for
 
 
 def load_squad(path: str | os.PathLike) -> dict[str, Any]:
@@ -122,7 +121,6 @@ def squad_examples(dataset: Mapping[str, Any] | Sequence[Mapping[str, Any]], sou
                         context=context,
                         answers=_answers(qa, "answers", context, f"{where_p} question {qid}"),
                         is_impossible=bool(qa.get("is_impossible", False)),
-                        plausible_answers=_answers(qa, "plausible_answers", context, f"{where_p} question {qid}"),
                     )
                 )
     return examples

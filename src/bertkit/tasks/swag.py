@@ -20,13 +20,12 @@ from bertkit.tasks.files import read_records
 
 NUM_CHOICES = 4
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
-_REQUIRED = ("video-id", "fold-ind", "sent1", "sent2", "ending0", "ending1", "ending2", "ending3")
+_REQUIRED = ("video-id", "sent1", "sent2", "ending0", "ending1", "ending2", "ending3")
 
 
 @dataclass(frozen=True)
 class SwagExample:
     video_id: str
-    fold_ind: str
     sent1: str
     sent2: str
     endings: tuple[str, str, str, str]
@@ -56,7 +55,6 @@ def read_swag(path: str | os.PathLike) -> list[SwagExample]:
         examples.append(
             SwagExample(
                 video_id=row["video-id"],
-                fold_ind=row["fold-ind"],
                 sent1=row["sent1"],
                 sent2=row["sent2"],
                 endings=tuple(row[f"ending{i}"] for i in range(NUM_CHOICES)),  # type: ignore[arg-type]

@@ -49,24 +49,16 @@ class AutoTokenizer:
 
 
 def _check_is_bert(directory: Path) -> None:
-    """Raise unless the directory's files name a BERT tokenizer (tokenizer_class or model_type)."""
-    tokenizer_config = read_json(directory / CONFIG_FILE)
-    model_config = read_json(directory / MODEL_CONFIG_FILE)
-    for file, config in ((CONFIG_FILE, tokenizer_config), (MODEL_CONFIG_FILE, model_config)):
-        name = config.get("tokenizer_class")
-        if name is not None:
-            if name in BERT_TOKENIZER_CLASSES:
-                return
-            raise BertkitError(f"{directory / file} names tokenizer_class {name!r}; bertkit's AutoTokenizer "
-                               f"loads BERT tokenizers only ({' or '.join(BERT_TOKENIZER_CLASSES)}): use "
-                               f"transformers for {name}")
-    model_type = model_config.get("model_type")
-    if model_type == "bert":
-        return
-    if model_type is not None:
-        raise BertkitError(f"{directory / MODEL_CONFIG_FILE} has model_type {model_type!r}; bertkit's AutoTokenizer "
-                           "loads BERT tokenizers only (model_type 'bert'): use transformers for that model")
-    raise BertkitError(f"{directory} does not say which tokenizer it holds (no tokenizer_class in {CONFIG_FILE}, "
-                       f"no {MODEL_CONFIG_FILE} with model_type): load it with BertTokenizer.from_pretrained if it "
-                       "is BERT's, or add \"tokenizer_class\": \"BertTokenizer\" to its tokenizer_config.json")
-
+    """Raise unless the first name the directory's files give, in transformers' order, is BERT's."""
+    tokenizer_config, model_config = read_json(directory / CONFIG_FILE), read_json(directory / MODEL_CONFIG_FILE)
+    named = ((CONFIG_FILE, "tokenizer_class", tokenizer_config, BERT_TOKENIZER_CLASSES),
+             (MODEL_CONFIG_FILE, "tokenizer_class", model_config, BERT_TOKENIZER_CLASSES),
+             (MODEL_CONFIG_FILE, "model_type", model_config, ("bert",)))
+    file, key, name, bert = next(((f, k, c[k], b) for f, k, c, b in named if c.get(k) is not None), (None,) * 4)
+    if name is None:
+        raise BertkitError(f"{directory} does not say which tokenizer it holds (no tokenizer_class in {CONFIG_FILE}, "
+                           f"no {MODEL_CONFIG_FILE} with model_type): load it with BertTokenizer.from_pretrained if it "
+                           "is BERT's, or add \"tokenizer_class\": \"BertTokenizer\" to its tokenizer_config.json")
+    if name not in bert:
+        raise BertkitError(f"{directory / file} names {key} {name!r}; bertkit's AutoTokenizer loads BERT tokenizers "
+                           f"only ({key} {' or '.join(map(repr, bert))}): use transformers for that model")

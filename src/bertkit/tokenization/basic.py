@@ -12,9 +12,11 @@ character it came from: that is how offsets into the original text are kept.
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
+import sys
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from bertkit.tokenization._unicode_tables import (
     CJK,
@@ -25,6 +27,7 @@ from bertkit.tokenization._unicode_tables import (
     PUNCTUATION,
     WHITESPACE,
 )
+from bertkit.tokenization.wordpiece import Memo
 
 __all__ = ["BasicTokenizer", "CHUNK_RE", "NON_SEPARATOR_SPACE_RE"]
 
@@ -67,24 +70,6 @@ _ASCII_WORD_RE = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
 NON_SEPARATOR_SPACE_RE = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 
 
-class _CharTable(dict):
-    """code point -> normalised text, filled on first use; usable as a `str.translate` table.
-
-    At most one entry per distinct character ever seen, so it needs no bound; concurrent misses compute the
-    same value, so it needs no lock.
-    """
-
-    def __init__(self, compute: Callable[[int], str], prefill: Iterable[int]):
-        super().__init__()
-        self._compute = compute
-        for cp in prefill:
-            self[cp] = compute(cp)
-
-    def __missing__(self, cp: int) -> str:
-        value = self[cp] = self._compute(cp)
-        return value
-
-
 class BasicTokenizer:
     """Clean, normalise and split text into words (no vocabulary involved).
 
@@ -106,14 +91,14 @@ class BasicTokenizer:
         self._build_tables()
 
     def _build_tables(self) -> None:
-        # `_split` maps a character to its normalised form with every punctuation/CJK character padded by
-        # spaces, so that `text.translate(_split).split()` is the whole basic tokenizer. `_clean` only
+        # code point -> text tables for `str.translate`, filled on first use (one entry per distinct character,
+        # so unbounded). `_split` maps a character to its normalised form with every punctuation/CJK character
+        # padded by spaces, so that `text.translate(_split).split()` is the whole basic tokenizer. `_clean` only
         # drops control characters (to tell when NFD reorders marks).
-        self._split = _CharTable(self._split_form, range(128))
-        self._clean = _CharTable(lambda cp: "" if cp in _CONTROL else chr(cp), range(128))
-        self._nfd = _CharTable(
-            lambda cp: chr(cp) if cp in NFD_EXCLUDED else unicodedata.normalize("NFD", chr(cp)), range(128)
-        )
+        self._split = Memo(self._split_form, sys.maxsize)
+        self._clean = Memo(lambda cp: "" if cp in _CONTROL else chr(cp), sys.maxsize)
+        self._nfd = Memo(lambda cp: chr(cp) if cp in NFD_EXCLUDED else unicodedata.normalize("NFD", chr(cp)),
+                         sys.maxsize)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -238,20 +223,13 @@ class BasicTokenizer:
             decomposed = ch if ord(ch) in NFD_EXCLUDED else unicodedata.normalize("NFD", ch)
             items.append((decomposed[0], True))
             items.extend((c, False) for c in decomposed[1:])
-        j = 0
-        while j < len(items):  # canonical ordering: stable sort of each run of non-zero combining classes
-            if unicodedata.combining(items[j][0]):
-                k = j + 1
-                while k < len(items) and unicodedata.combining(items[k][0]):
-                    k += 1
-                items[j:k] = sorted(items[j:k], key=lambda item: unicodedata.combining(item[0]))
-                j = k
-            else:
-                j += 1
+        ordered: list[tuple[str, bool]] = []  # canonical ordering: a stable sort of each run of combining marks
+        for _, run in itertools.groupby(items, key=lambda item: unicodedata.combining(item[0]) != 0):
+            ordered += sorted(run, key=lambda item: unicodedata.combining(item[0]))  # a run of starters stays as is
         out: list[str] = []
         source: list[int] = []
         taken = 0
-        for ch, starts in items:
+        for ch, starts in ordered:
             if starts:
                 taken += 1
             i = pre_source[taken - 1]

@@ -15,7 +15,8 @@ from bertkit.errors import BertkitError
 from bertkit.tokenization.encoding import BatchEncoding, RowInfo, word_index
 
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
-# What each column of an encoded row pads with (``input_ids`` with the tokenizer's pad id).
+# What each column of an encoded row pads with (``input_ids`` with the tokenizer's pad id): the columns ``pad``
+# pads; any other key of its input (labels, ...) passes through unchanged.
 PAD_VALUES = {"input_ids": 0, "token_type_ids": 0, "attention_mask": 0, "special_tokens_mask": 1, "offset_mapping": (0, 0)}
 Row = dict[str, list]
 

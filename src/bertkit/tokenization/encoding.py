@@ -81,15 +81,15 @@ class BatchEncoding(dict):
                                "elsewhere, e.g. by pad())")
         return self._row_info[batch_index]
 
-    def _ids(self, batch_index: int) -> list[int]:
-        ids = self["input_ids"]
-        row = ids[batch_index] if self._batched else ids
+    def _row(self, key: str, batch_index: int) -> list[Any]:
+        """Row ``batch_index`` of column ``key`` as a list (the column itself when one text was encoded)."""
+        row = self[key][batch_index] if self._batched else self[key]
         return row.tolist() if hasattr(row, "tolist") else list(row)
 
     def _segments(self, batch_index: int) -> tuple[list[Any], list[Any]]:
         """(sequence id, word id) of every token of row ``batch_index``: None for special tokens and padding."""
         info = self._info(batch_index, "word_ids/sequence_ids")
-        row = self._ids(batch_index)
+        row = self._row("input_ids", batch_index)
         seq: list[Any] = [None] if info.special else []
         words: list[Any] = [None] if info.special else []
         start = len(seq)
@@ -121,7 +121,7 @@ class BatchEncoding(dict):
     def tokens(self, batch_index: int = 0) -> list[str]:
         """The token strings of row ``batch_index``, special tokens and padding included."""
         self._info(batch_index, "tokens()")
-        return self._tokenizer.convert_ids_to_tokens(self._ids(batch_index))
+        return self._tokenizer.convert_ids_to_tokens(self._row("input_ids", batch_index))
 
     def _sequence_range(self, batch_index: int, sequence_index: int) -> range:
         """Token positions of text ``sequence_index`` in the row; the whole row when it has no such text
@@ -133,14 +133,12 @@ class BatchEncoding(dict):
         if sequence_index == 1 and info.len_b is not None:
             start = first + info.len_a + first
             return range(start, start + info.len_b)
-        return range(len(self._ids(batch_index)))
+        return range(len(self._row("input_ids", batch_index)))
 
     def _offsets(self, batch_index: int) -> list[tuple[int, int]]:
         """The offset_mapping row, computed from the input texts when it was not asked for."""
         if "offset_mapping" in self:
-            offsets = self["offset_mapping"]
-            row = offsets[batch_index] if self._batched else offsets
-            return [tuple(o) for o in (row.tolist() if hasattr(row, "tolist") else row)]
+            return [tuple(o) for o in self._row("offset_mapping", batch_index)]
         cache = self.__dict__.setdefault("_offset_rows", {})
         if batch_index not in cache:
             info = self._info(batch_index, "char_to_token/token_to_chars")
@@ -150,7 +148,7 @@ class BatchEncoding(dict):
                                    (info.text_b, info.start_b, info.len_b)):
                 if n is not None:
                     out += self._tokenizer._segment(text, True, self._split).offsets[start:start + n] + edge
-            cache[batch_index] = out + [(0, 0)] * (len(self._ids(batch_index)) - len(out))
+            cache[batch_index] = out + [(0, 0)] * (len(self._row("input_ids", batch_index)) - len(out))
         return cache[batch_index]
 
     def char_to_token(self, batch_or_char_index: int, char_index: int | None = None,

@@ -20,6 +20,7 @@ SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
 ADDED_TOKENS_FILE = "added_tokens.json"
 TOKENIZER_FILE = "tokenizer.json"
 SPECIAL_TOKEN_KEYS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+_SPECIAL_SETTINGS = (*SPECIAL_TOKEN_KEYS, "additional_special_tokens")
 _DEFAULT_SPECIAL = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                     "mask_token": "[MASK]"}
 # What makes a tokenizer.json BERT's: (part, key, the value it must have).
@@ -31,9 +32,11 @@ _TOKENIZER_JSON_SETTINGS = (("model", "unk_token", "unk_token", "[UNK]"),
                             ("normalizer", "lowercase", "do_lower_case", True),
                             ("normalizer", "strip_accents", "strip_accents", None),
                             ("normalizer", "handle_chinese_chars", "tokenize_chinese_chars", True))
-# The type of each setting tokenizer_config.json / tokenizer.json may give (special tokens: str).
-_KINDS = {"do_lower_case": (bool,), "tokenize_chinese_chars": (bool,), "strip_accents": (bool, type(None)),
-          "model_max_length": (int, float), "max_input_chars_per_word": (int,), "clean_up_tokenization_spaces": (bool,)}
+# The settings tokenizer_config.json holds (save_pretrained writes them, in this order), with the types it or
+# tokenizer.json may give for each (special tokens: str).
+SETTING_TYPES = {"do_lower_case": (bool,), "strip_accents": (bool, type(None)), "tokenize_chinese_chars": (bool,),
+                 "model_max_length": (int, float), "max_input_chars_per_word": (int,),
+                 "clean_up_tokenization_spaces": (bool,)}
 
 
 def read_json(file: Path) -> dict[str, Any]:
@@ -55,25 +58,18 @@ def read_settings(path: Path) -> dict[str, Any]:
         if config.get(key, "right") != "right":
             raise BertkitError(f"{config_file} sets {key}={config[key]!r}; bertkit pads and truncates on the "
                                f"right only (BERT's layout): remove the key or set it to \"right\"")
-    for key, types in _KINDS.items():
+    for key, types in SETTING_TYPES.items():
         if key in config:
             settings[key] = _typed(config[key], types, f"{config_file}: {key}")
-    for key in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens"):
-        if config.get(key) is not None:
-            settings[key] = config[key]
+    special = {k: v for k, v in config.items() if k in _SPECIAL_SETTINGS and v is not None}
     extra = config.get("extra_special_tokens")  # transformers 5's name for additional_special_tokens
-    if extra and "additional_special_tokens" not in settings:
-        settings["additional_special_tokens"] = list(extra.values() if isinstance(extra, dict) else extra)
+    if extra and "additional_special_tokens" not in special:
+        special["additional_special_tokens"] = list(extra.values() if isinstance(extra, dict) else extra)
     # Hugging Face lets special_tokens_map.json override the config's special tokens
-    settings.update({k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items()
-                     if k in (*SPECIAL_TOKEN_KEYS, "additional_special_tokens")})
-    for key in SPECIAL_TOKEN_KEYS:
-        if key in settings:
-            settings[key] = token_content(settings[key], key)
-    if "additional_special_tokens" in settings:
-        settings["additional_special_tokens"] = [
-            token_content(t, "additional_special_tokens") for t in settings["additional_special_tokens"]
-        ]
+    special.update({k: v for k, v in read_json(path / SPECIAL_TOKENS_MAP_FILE).items() if k in _SPECIAL_SETTINGS})
+    for key, value in special.items():
+        many = key == "additional_special_tokens"
+        settings[key] = [token_content(t, key) for t in value] if many else token_content(value, key)
     if isinstance(settings.get("model_max_length"), float):  # HF writes 1e30 for "no limit"
         settings["model_max_length"] = int(settings["model_max_length"])
     added = read_json(path / ADDED_TOKENS_FILE)  # bertkit writes them into vocab.txt as well, at the same ids
@@ -114,7 +110,7 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str,
     if not isinstance(vocab, dict) or not vocab:
         raise BertkitError(f"{file}: model.vocab must be a non-empty {{token: id}} object, got "
                            f"{type(vocab).__name__}")
-    merged = {arg: _typed(parts[part].get(key, default), _KINDS.get(arg, (str,)), f"{file}: {part}.{key}")
+    merged = {arg: _typed(parts[part].get(key, default), SETTING_TYPES.get(arg, (str,)), f"{file}: {part}.{key}")
               for part, key, arg, default in _TOKENIZER_JSON_SETTINGS}
     tokens = dict(vocab)
     added, special = [], []

@@ -16,6 +16,7 @@ from bertkit.errors import BertkitError, MissingFileError
 from bertkit.outputs import atomic_write_json
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import (
+    PAD_VALUES,
     Segment,
     as_tensor,
     check_lengths,
@@ -31,6 +32,7 @@ from bertkit.tokenization.encoding import BatchEncoding
 from bertkit.tokenization.loading import (
     ADDED_TOKENS_FILE,
     CONFIG_FILE,
+    SETTING_TYPES,
     SPECIAL_TOKEN_KEYS,
     SPECIAL_TOKENS_MAP_FILE,
     TOKENIZER_FILE,
@@ -52,8 +54,6 @@ _CLEANUP = (
 # transformers' `clean_up_tokenization`, applied to the whole decoded string when
 # clean_up_tokenization_spaces is on: the same but for " do not".
 _CLEANUP_TEXT = tuple(pair for pair in _CLEANUP if pair[0] != " do not")
-# The columns ``pad`` pads; any other key of its input (labels, ...) passes through unchanged.
-_PADDED_KEYS = ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask", "offset_mapping")
 
 
 class BertTokenizer:
@@ -186,16 +186,7 @@ class BertTokenizer:
         special_map = {k: getattr(self, k) for k in SPECIAL_TOKEN_KEYS}
         if self.additional_special_tokens:
             special_map["additional_special_tokens"] = self.additional_special_tokens
-        config = {
-            "tokenizer_class": "BertTokenizer",
-            "do_lower_case": self.do_lower_case,
-            "strip_accents": self.strip_accents,
-            "tokenize_chinese_chars": self.tokenize_chinese_chars,
-            "model_max_length": self.model_max_length,
-            "max_input_chars_per_word": self.max_input_chars_per_word,
-            "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces,
-            **special_map,
-        }
+        config = {"tokenizer_class": "BertTokenizer", **{k: getattr(self, k) for k in SETTING_TYPES}, **special_map}
         written = [write_vocab_file(self._tokens, path / VOCAB_FILE)]
         files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map)]
         if self.added_tokens:  # Hugging Face's file for them: {token: id}
@@ -404,7 +395,7 @@ class BertTokenizer:
         examples, batched = examples_of(encoded_inputs)
         if any("input_ids" not in e for e in examples):
             raise BertkitError("pad needs input_ids in every example (the tokenizer's output)")
-        rows = [{k: list(e[k]) for k in _PADDED_KEYS if k in e} for e in examples]
+        rows = [{k: list(e[k]) for k in PAD_VALUES if k in e} for e in examples]
         for i, row in enumerate(rows):
             row.setdefault("attention_mask", [1] * len(row["input_ids"]))
             n = len(row["input_ids"])
@@ -419,7 +410,7 @@ class BertTokenizer:
         check_lengths(max_length, pad_to_multiple_of, 0, False)
         pad_rows(rows, pad, max_length, pad_to_multiple_of, self.pad_token_id)
         out = to_batch_encoding(rows, batched, return_tensors)
-        for key in dict.fromkeys(k for e in examples for k in e if k not in _PADDED_KEYS):
+        for key in dict.fromkeys(k for e in examples for k in e if k not in PAD_VALUES):
             lacking = [i for i, e in enumerate(examples) if key not in e]
             if lacking:
                 raise BertkitError(f"pad: example {lacking[0]} of the batch has no {key!r} but example "
@@ -480,9 +471,6 @@ class BertTokenizer:
                 token = token.replace(dirty, clean)
             pieces.append(token)
         return "".join(pieces)
-
-
-
 
 
 def _tokens_from_mapping(vocab: Mapping[str, int]) -> list[str]:

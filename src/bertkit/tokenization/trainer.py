@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -202,17 +202,13 @@ def _count_pairs(
     seqs: list[list[int]], counts: list[int]
 ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], set[int]]]:
     """(each adjacent symbol pair's count over the corpus, the words holding it): what step 4 updates per merge."""
-    pair_counts: dict[tuple[int, int], int] = {}
-    where: dict[tuple[int, int], set[int]] = {}
+    pair_counts: dict[tuple[int, int], int] = defaultdict(int)
+    where: dict[tuple[int, int], set[int]] = defaultdict(set)
     for w, seq in enumerate(seqs):
         n = counts[w]
         for pair in zip(seq, seq[1:], strict=False):
-            pair_counts[pair] = pair_counts.get(pair, 0) + n
-            bucket = where.get(pair)
-            if bucket is None:
-                where[pair] = {w}
-            else:
-                bucket.add(w)
+            pair_counts[pair] += n
+            where[pair].add(w)
     return pair_counts, where
 
 
@@ -246,14 +242,10 @@ def _merge_pair(
         for pair in zip(seq, seq[1:], strict=False):
             pair_counts[pair] -= n
         for pair in zip(merged, merged[1:], strict=False):
-            pair_counts[pair] = pair_counts.get(pair, 0) + n
+            pair_counts[pair] += n
             if pair[0] == new or pair[1] == new:
                 touched.add(pair)
-                bucket = where.get(pair)
-                if bucket is None:
-                    where[pair] = {w}
-                else:
-                    bucket.add(w)
+                where[pair].add(w)
         seqs[w] = merged
     pair_counts.pop((a, b), None)
     return touched
