@@ -171,9 +171,9 @@ def test_combination_layers_for_a_six_layer_model():
         fs.combination_layers("concat_last_four", 4)
 
 
-def test_select_and_concat_on_known_tensors():
+def test_one_layer_and_concat_on_known_tensors():
     x = _layered(4)
-    assert torch.equal(fs.LayerCombination("select", 1, 3)(x[..., 2:3, :]), torch.full((1, 2, 3), 3.0))
+    assert torch.equal(fs.LayerCombination("concat", 1, 3)(x[..., 2:3, :]), torch.full((1, 2, 3), 3.0))
     cat = fs.LayerCombination("concat", 4, 3)
     assert cat.output_size == 12
     assert cat(x)[0, 0].tolist() == [1.0] * 3 + [2.0] * 3 + [3.0] * 3 + [4.0] * 3  # layers in the order given

@@ -29,7 +29,7 @@ from bertkit.heads import IGNORE_INDEX
 from bertkit.inference.runner import run_length_sorted
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_target, atomic_write, atomic_write_json, atomic_write_text
-from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings
+from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings, first
 from bertkit.tasks import ner
 from bertkit.tasks.metrics import to_fractions
 from bertkit.training.finetune_run import run_finetuning
@@ -43,14 +43,15 @@ MAX_SEQ_LENGTH = 128
 EXTRACT_BATCH_SIZE = 64
 
 
-# name -> (how to combine, which hidden states as offsets from the end, or "encoder" for layers 1..L)
-COMBINATIONS: dict[str, tuple[str, Any]] = {
-    "embeddings": ("select", "embeddings"),
-    "second_to_last_hidden": ("select", (-2,)),
-    "last_hidden": ("select", (-1,)),
-    "weighted_sum_last_four": ("scalar_mix", (-4, -3, -2, -1)),
-    "concat_last_four": ("concat", (-4, -3, -2, -1)),
-    "weighted_sum_all_layers": ("scalar_mix", "encoder"),
+# name -> (how to combine, which of the L + 1 hidden states: a slice of them). Taking one layer is the
+# concatenation of one. The paper's "all 12 layers" are the Transformer layers; the embeddings are their own row.
+COMBINATIONS: dict[str, tuple[str, slice]] = {
+    "embeddings": ("concat", slice(0, 1)),
+    "second_to_last_hidden": ("concat", slice(-2, -1)),
+    "last_hidden": ("concat", slice(-1, None)),
+    "weighted_sum_last_four": ("scalar_mix", slice(-4, None)),
+    "concat_last_four": ("concat", slice(-4, None)),
+    "weighted_sum_all_layers": ("scalar_mix", slice(1, None)),
 }
 assert tuple(COMBINATIONS) == STUDY_COMBINATIONS  # the settings name the same rows
 
@@ -64,40 +65,28 @@ def combination_layers(name: str, num_states: int) -> list[int]:
     if name not in COMBINATIONS:
         raise BertkitError(f"unknown layer combination {name!r}; choose from {list(COMBINATIONS)}")
     which = COMBINATIONS[name][1]
-    if which == "embeddings":
-        return [0]
-    if which == "encoder":
-        return list(range(1, num_states))  # "all 12 layers" in the paper: the Transformer layers
-    if num_states < len(which) + 1:
-        raise BertkitError(f"{name} needs {len(which)} Transformer layers; this model has {num_states - 1}")
-    return [num_states + i for i in which]
+    if which.start < 0 and num_states + which.start < 1:  # counted from the end: Transformer layers only
+        raise BertkitError(f"{name} needs {-which.start} Transformer layers; this model has {num_states - 1}")
+    return list(range(num_states))[which]
 
 
 class LayerCombination(nn.Module):
     """(B, T, k, H) activations of k chosen layers -> (B, T, D) tagger input.
 
-    ``select`` (k = 1) takes the layer; ``concat`` joins the k layers in order (D = kH); ``scalar_mix`` is
-    ELMo's (Peters et al. 2018, eq. 1): gamma * sum_j softmax(w)_j h_j, with w (k,) and gamma learned
-    and initialised to 0 (equal weights) and 1.
+    ``concat`` joins the k layers in order (D = kH); ``scalar_mix`` is ELMo's (Peters et al. 2018, eq. 1):
+    gamma * sum_j softmax(w)_j h_j, with w (k,) and gamma learned and initialised to 0 (equal weights) and 1.
     """
 
     def __init__(self, mode: str, num_layers: int, hidden_size: int):
         super().__init__()
-        if mode not in ("select", "concat", "scalar_mix"):
-            raise BertkitError(f"mode {mode!r} must be 'select', 'concat' or 'scalar_mix'")
-        if mode == "select" and num_layers != 1:
-            raise BertkitError(f"'select' takes one layer, got {num_layers}")
-        self.mode, self.num_layers = mode, num_layers
+        assert mode in ("concat", "scalar_mix"), mode
+        self.mode = mode
         self.output_size = hidden_size * num_layers if mode == "concat" else hidden_size
         if mode == "scalar_mix":
             self.weights = nn.Parameter(torch.zeros(num_layers))
             self.gamma = nn.Parameter(torch.ones(()))
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.size(-2) != self.num_layers:
-            raise BertkitError(f"expected {self.num_layers} layers on dim -2, got shape {tuple(x.shape)}")
-        if self.mode == "select":
-            return x[..., 0, :]
         if self.mode == "concat":
             return x.flatten(-2)  # (B, T, k * H), layers in the order given
         return self.gamma * torch.einsum("k,...kh->...h", self.weights.softmax(0), x)
@@ -106,8 +95,7 @@ class LayerCombination(nn.Module):
 # How the taggers train, beside the settings a user sets (StudySettings): Adam (AdamW without weight decay, eps as
 # torch.optim.Adam's), no warm-up, the loop's linear decay to 0, and the global gradient norm clipped at 5, as is
 # usual for LSTM taggers (Lample et al. 2016).
-TAGGER_TRAINING = {"weight_decay": 0.0, "warmup_ratio": 0.0, "max_grad_norm": 5.0, "adam_epsilon": 1e-8,
-                   "optim": "adamw"}
+TAGGER_TRAINING = {"weight_decay": 0.0, "warmup_ratio": 0.0, "max_grad_norm": 5.0, "adam_epsilon": 1e-8}
 
 
 @dataclass
@@ -151,9 +139,6 @@ class WordActivations:
 
     values: np.ndarray
     offsets: np.ndarray
-
-    def sentence(self, i: int, layers: Sequence[int]) -> np.ndarray:
-        return self.values[self.offsets[i]:self.offsets[i + 1]][:, layers]
 
 
 @torch.no_grad()
@@ -209,11 +194,9 @@ def _activations(s: StudySettings, model: BertModel, tokenizer: Any, split: str,
     if path.is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("digest") == digest:
         logger.info("reusing activations %s", path)
         return WordActivations(np.load(path, mmap_mode="r"), np.load(folder / f"{split}.offsets.npy"))
-    t0 = time.perf_counter()
     acts = extract_word_activations(model, tokenizer, sentences, path, max_seq_length=s.max_seq_length,
                                     batch_size=s.extract_batch_size, device=s.device, progress=s.progress)
-    atomic_write_text(stamp, json.dumps({"digest": digest, "model": str(s.model_name_or_path), "sentences": len(sentences),
-                                 "words": int(acts.offsets[-1]), "seconds": round(time.perf_counter() - t0, 1)}))
+    atomic_write_text(stamp, json.dumps({"digest": digest}))
     return acts
 
 
@@ -288,8 +271,7 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
                   **{k: ev[k] for k in ("layer_weights", "gamma") if k in ev}}
                  for epoch, (loss, ev) in enumerate(zip(train_loss, run.per_epoch))]
     logger.info("feature-study %s: dev F1 %.4f (%.0fs)", name, per_epoch[-1]["dev_f1"], run.seconds)
-    return {"combination": name, "layers": layers, "dev_f1": per_epoch[-1]["dev_f1"],
-            "best_epoch_dev_f1": max(r["dev_f1"] for r in per_epoch), "per_epoch": per_epoch,
+    return {"combination": name, "layers": layers, "dev_f1": per_epoch[-1]["dev_f1"], "per_epoch": per_epoch,
             "seconds": round(run.seconds, 1)}
 
 
@@ -297,7 +279,7 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
     """Table 7 on CoNLL-2003 dev: extract activations once, train a BiLSTM tagger per combination.
 
     Writes ``activations/`` (fp16 .npy, reused by later runs on the same model and data) and ``report.json``
-    with the dev F1 table (last epoch; the best epoch alongside), settings and timings.
+    with the dev F1 table (last epoch; every epoch's in ``runs``), settings and timings.
     """
     from bertkit.tokenization import BertTokenizer
 
@@ -308,7 +290,7 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
         combination_layers(name, num_states)  # fail before the long extraction
     train_all = ner.read_conll(s.data_dir / "train.txt", s.tag_scheme)
     dev = ner.read_conll(s.data_dir / "valid.txt", s.tag_scheme)
-    train = train_all if s.max_train_samples is None else train_all[: s.max_train_samples]
+    train = first(train_all, s.max_train_samples)
     labels = ner.label_list(train_all)
     label_id = {t: i for i, t in enumerate(labels)}
     s.output_dir.mkdir(parents=True, exist_ok=True)
@@ -317,15 +299,14 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
     dev_acts = _activations(s, model, tokenizer, "dev", dev)
     extract_seconds = time.perf_counter() - t0
     train_tags = [np.asarray([label_id[t] for t in x.tags]) for x in train]
-    rows = []
-    for name in s.combinations:
-        rows.append(train_tagger(name, s, train_acts, dev_acts, train_tags, dev, labels, model.config.hidden_size))
+    rows = [train_tagger(name, s, train_acts, dev_acts, train_tags, dev, labels, model.config.hidden_size)
+            for name in s.combinations]
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(s).items()}
     settings["lstm_hidden"] = s.lstm_hidden or model.config.hidden_size // 2
     report = {
         "task": "feature_based_ner", "model": str(s.model_name_or_path), "split": "CoNLL-2003 dev (valid.txt)",
         "table": {r["combination"]: r["dev_f1"] for r in rows}, "runs": rows,
-        "paper_table7_bert_base": {k: v / 100 for k, v in PAPER_TABLE7.items()}, "train_sentences": len(train), "dev_sentences": len(dev),
+        "train_sentences": len(train), "dev_sentences": len(dev),
         "extract_seconds": round(extract_seconds, 1), "total_seconds": round(time.perf_counter() - t0, 1),
         "subset": None if len(train) == len(train_all) else
         f"the first {len(train)} of the {len(train_all)} training sentences",
