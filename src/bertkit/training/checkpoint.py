@@ -256,8 +256,8 @@ def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLay
         return read_checkpoint(out_dir, fingerprint, layout)
     if existing:
         raise BertkitError(
-            f"{out_dir} already holds checkpoints ({existing[-1].name}); pass --resume (resume=True) to "
-            "continue that run, or choose another output directory")
+            f"{out_dir} already holds checkpoints ({existing[-1].name}) of an earlier run; continue it with --resume "
+            "(Trainer: train(resume_from_checkpoint=True)), or choose another output directory")
     return None
 
 

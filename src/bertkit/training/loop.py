@@ -96,15 +96,6 @@ class LoopHooks:
     control: TrainerControl = field(default_factory=TrainerControl)
 
 
-def _save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None,
-                     hooks: LoopHooks | None = None) -> Path:
-    """``save_checkpoint`` with a caller's ``LoopHooks`` (layout, extra files, protected checkpoints): where
-    the loop writes every checkpoint, looked up here at each call (tests patch it to stop a run after one)."""
-    hooks = hooks or LoopHooks()
-    return save_checkpoint(out_dir, state, step, keep, model, layout=hooks.layout, write_extra=hooks.write_extra,
-                           protect=hooks.protect)
-
-
 def train(
     model: nn.Module,
     phases: list[Phase],
@@ -176,6 +167,7 @@ class _Run:
     micro: int = 0
     spoiled: str | None = None  # why the current optimiser step's gradient cannot be used
     grad_norm: float | None = None  # the last optimiser step's gradient norm, before clipping
+    step_lr: float = 0.0  # the learning rate the last optimiser step used (what transformers logs)
     # Token-level losses (masked LM, tagging) are divided by the labelled tokens of the whole optimiser step
     # (all micro-batches, all ranks: ``step_targets``) when the model takes transformers' num_items_in_batch.
     token_losses: bool = False
@@ -368,6 +360,7 @@ class _Run:
         self.scaler.step(self.optimizer)
         self.event("optimizer_step")
         self.scaler.update()
+        self.step_lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         pos.step += 1
@@ -418,7 +411,7 @@ class _Run:
         dt = time.perf_counter() - self.t0
         sums, n, seqs, tokens = _over_ranks(self.window, self.window_n, self.seqs, self.tokens)
         record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
-                  "lr": self.scheduler.get_last_lr()[0], **{k: v / n for k, v in sums.items()},
+                  "lr": self.step_lr, **{k: v / n for k, v in sums.items()},
                   "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
         if self.grad_norm is not None:
             record["grad_norm"] = self.grad_norm
@@ -451,12 +444,13 @@ class _Run:
         rng = all_gather(rng_state(self.device))
         windows = all_gather({**self.window, "_n": self.window_n})
         if self.info.is_main:
-            _save_checkpoint(self.out_dir, {
+            save_checkpoint(self.out_dir, {
                 "model": model_state(self.model), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
                 "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
                 "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
-            }, self.pos.step, self.args.save_total_limit or 2**62, self.model, self.hooks)
+            }, self.pos.step, self.args.save_total_limit or 2**62, self.model, layout=self.hooks.layout,
+                write_extra=self.hooks.write_extra, protect=self.hooks.protect)
         self.saved_at = self.pos.step
         self.event("save")
 

@@ -55,7 +55,6 @@ from bertkit.training.callbacks import (
 from bertkit.training.checkpoint import HF_LAYOUT, STATE_FILE, refuse_other_run, remove_torn_writes
 from bertkit.training.distributed import current, join_for_process
 from bertkit.training.loop import LoopHooks, Phase, Position, run_fingerprint, train
-from bertkit.training.optim import linear_warmup_decay
 from bertkit.training.trainer_args import TrainingArguments
 
 TRAINER_STATE = "trainer_state.json"
@@ -226,10 +225,6 @@ class Trainer:
         per_epoch = max(1, math.ceil(len(plan) / accum))
         total = args.max_steps if args.max_steps > 0 else max(1, math.ceil(args.num_train_epochs * per_epoch))
         resume = self._resume_point(out, resume_from_checkpoint)
-        if resume is None and HF_LAYOUT.dirs(out):
-            raise BertkitError(f"{out} already holds checkpoints ({HF_LAYOUT.dirs(out)[-1].name}) of an earlier run; "
-                               "continue it with trainer.train(resume_from_checkpoint=True), or choose another "
-                               "output_dir")
         # the loop reads the arguments themselves: fp16 alone is decided for the device first (``_fp16``)
         settings = args if _fp16(args.fp16, self.device) == args.fp16 else dataclasses.replace(args, fp16=False)
         fingerprint = self._fingerprint(examples, total, info.world_size)
@@ -238,7 +233,6 @@ class Trainer:
 
         self.state = self._new_state(total, per_epoch, resume)
         self.control = TrainerControl()
-        self._lr = _learning_rates(args.learning_rate, args.warmup_for(total), total, args.lr_scheduler_type)
         self._micro_per_epoch = len(plan)
         start_step = self.state.global_step
         # rank 0 claims output_dir (bertkit.outputs): locked against a second run, and every file written there
@@ -381,7 +375,7 @@ class Trainer:
         step = record["step"]
         if record["split"] == "train":
             norm = {"grad_norm": record["grad_norm"]} if "grad_norm" in record else {}
-            self.log({"loss": record["loss"], **norm, "learning_rate": self._lr(step)})
+            self.log({"loss": record["loss"], **norm, "learning_rate": record["lr"]})
             return
         metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
         self.log(metrics)
@@ -576,9 +570,3 @@ def _mean_train_loss(history: list[dict[str, Any]]) -> float:
     losses = [(r["step"], r["loss"]) for r in history if r.get("split") == "train" and "loss" in r]
     steps_before = [0] + [s for s, _ in losses[:-1]]
     return sum(v * (s - p) for (s, v), p in zip(losses, steps_before)) / max(1, losses[-1][0]) if losses else 0.0
-
-def _learning_rates(lr: float, warmup: int, total: int, shape: str) -> Callable[[int], float]:
-    """The learning rate optimiser step ``step`` (1-based) used: what transformers logs as learning_rate."""
-    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
-    factor = linear_warmup_decay(probe, warmup, total, shape).lr_lambdas[0]
-    return lambda step: lr * factor(step - 1)
