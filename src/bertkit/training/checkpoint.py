@@ -1,9 +1,6 @@
-"""Training checkpoints on disk: where they live, writing them atomically, reading back the newest intact one.
-
-A checkpoint is a directory holding ``state.pt`` (model, optimiser, scheduler, scaler, every rank's RNG state,
-the loop's position and the run's fingerprint) and, for ``from_pretrained``, the model in the Hugging Face
-layout. It is written into a scratch directory, fsynced and renamed into place, so a kill mid-write never leaves
-a partial checkpoint; only files this run (or the run it resumes) recorded as written are ever removed.
+"""Training checkpoints on disk: ``state.pt`` (model, optimiser, scheduler, scaler, every rank's RNG state, the
+loop's position, the run's fingerprint) and the model in the Hugging Face layout, written into a scratch directory
+and renamed into place; only files this run (or the run it resumes) recorded as written are ever removed.
 """
 
 from __future__ import annotations
@@ -66,12 +63,9 @@ def _disk_full(e: BaseException) -> bool:
 def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None, *,
                     layout: CheckpointLayout = STEP_LAYOUT, write_extra: Callable[[Path], None] | None = None,
                     protect: Callable[[Path], bool] | None = None) -> Path:
-    """Write ``state`` (and ``model`` in the Hugging Face layout, for ``from_pretrained``) to a temporary
-    directory, fsync, and rename it: a kill mid-write never leaves a partial checkpoint, and a failed write
-    (a full disk) leaves the previous checkpoints as they were.
-
-    ``write_extra(dir)`` adds files (the tokenizer) before the rename; of the checkpoints ``protect`` does not
-    claim (the best one), the newest ``keep`` are kept."""
+    """Write ``state`` (and ``model``, for ``from_pretrained``) to a temporary directory, fsync, and rename it:
+    a kill or a full disk mid-write leaves the previous checkpoints as they were. ``write_extra(dir)`` adds files
+    before the rename; of the checkpoints ``protect`` does not claim, the newest ``keep`` are kept."""
     root = layout.root(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = layout.path(out_dir, step)
@@ -135,9 +129,8 @@ def _rename_into_place(tmp: Path, final: Path, root: Path) -> None:
 
 
 def remove_torn_writes(out_dir: Path, layout: CheckpointLayout) -> None:
-    """Remove the temporary directories (``.tmp-<checkpoint>``) of checkpoint writes a kill cut short, where this
-    run's claim on the output directory (or the run it continues) recorded them as its own; anything else in
-    them, or a directory of that name bertkit did not make, is left and named."""
+    """Remove the files of checkpoint writes a kill cut short (``.tmp-<checkpoint>``) that this run's claim on the
+    output directory recorded as its own; anything else is left."""
     root = layout.root(out_dir)
     for tmp in sorted(root.glob(f".tmp-{layout.prefix}*")) if root.is_dir() else []:
         if tmp.is_symlink() or not tmp.is_dir():
@@ -153,8 +146,7 @@ def _rotate(out_dir: Path, layout: CheckpointLayout, keep: int, protect: Callabl
 
 
 def model_state(model: nn.Module) -> dict:
-    """The model's state dict as ``state.pt`` holds it: views of the parameters (keep_vars), so torch.save
-    writes the tied word embeddings once."""
+    """The model's state dict as views of the parameters (keep_vars): torch.save writes tied embeddings once."""
     return {k: v.detach() for k, v in model.state_dict(keep_vars=True).items()}
 
 
@@ -189,10 +181,10 @@ def read_state(path: Path) -> dict:
     except pickle.UnpicklingError as e:
         raise BertkitError(f"{path / STATE_FILE} holds Python code, not only tensors, so bertkit will not load it "
                            f"(it did not write it): {str(e).splitlines()[0]}") from None
-    for key in ("model", "optimizer", "scheduler", "scaler", "position", "fingerprint", "rank_rng", "world_size",
-                "windows"):
-        if key not in state:
-            raise KeyError(key)
+    missing = {"model", "optimizer", "scheduler", "scaler", "position", "fingerprint", "rank_rng", "world_size",
+               "windows"} - state.keys()
+    if missing:
+        raise KeyError(sorted(missing))
     return state
 
 
@@ -217,9 +209,8 @@ def read_checkpoint(out_dir: Path, fingerprint: dict, layout: CheckpointLayout =
 
 
 def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -> None:
-    """Refuse to resume from the checkpoint ``path`` when the run that wrote it had another fingerprint (``saved``,
-    or read from its state.pt with the tensors memory-mapped, not read: a check before anything is written). A
-    state.pt that cannot be read is left to ``read_checkpoint``, which names the damage."""
+    """Refuse to resume from ``path`` when the run that wrote it had another fingerprint (``saved``, or read from
+    its state.pt memory-mapped: a check before anything is written; damage is left to ``read_checkpoint``)."""
     if saved is None:
         try:
             saved = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)["fingerprint"]
@@ -247,8 +238,8 @@ def _differences(saved: dict, now: dict, prefix: str = "") -> dict[str, tuple]:
 
 def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLayout,
                          resume: bool | Path) -> tuple[Path, dict] | None:
-    """The checkpoint a run continues from and its state: the one ``resume`` names, or with ``resume=True`` the
-    newest intact one; None for a fresh run, which refuses a directory that already holds checkpoints."""
+    """The checkpoint a run continues from (the one ``resume`` names, or the newest intact one) and its state;
+    None for a fresh run."""
     existing = layout.dirs(out_dir)
     if isinstance(resume, Path):
         return read_checkpoint(out_dir, fingerprint, layout, only=resume)
@@ -262,12 +253,8 @@ def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLay
 
 
 def restore_rank_state(state: dict, info: DistInfo, seed: int, step: int, device: str) -> dict:
-    """This rank's RNG state and logging window from a checkpoint; returns the window.
-
-    Same world size: each rank continues with its own RNG state (bit-exact). Another world size: the
-    sample position is world-size independent (global micro-batches), but there is no RNG state for the new
-    ranks, so each is re-seeded from (seed, rank, step): dropout draws differ from an uninterrupted run.
-    """
+    """This rank's RNG state and logging window from a checkpoint; returns the window. With another world size
+    there is no RNG state for the new ranks: each is re-seeded from (seed, rank, step)."""
     ranks, windows = state["rank_rng"], state["windows"]
     if len(ranks) == info.world_size:
         set_rng_state(ranks[info.rank], device)

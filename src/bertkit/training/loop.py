@@ -78,15 +78,12 @@ class TrainResult:
 
 @dataclass
 class LoopHooks:
-    """What ``bertkit.Trainer`` adds to the loop; each is off by default. ``write_extra(dir)`` adds files (the
-    tokenizer) to a checkpoint before it is renamed into place; ``protect(path)`` marks a checkpoint
-    ``save_total_limit`` must keep (the best one); ``on_record(record)`` sees every logged record; ``event(name,
-    position)`` is called where transformers' Trainer calls its callbacks' ``on_<name>``.
+    """What ``bertkit.Trainer`` adds to the loop. ``write_extra(dir)`` adds files to a checkpoint before it is
+    renamed into place; ``protect(path)`` marks one ``save_total_limit`` must keep (the best); ``on_record`` sees
+    every logged record; ``event(name, position)`` is called where transformers calls ``on_<name>``.
 
-    ``control`` follows transformers' ``TrainerControl`` rules: at a step's (or epoch's) end the loop sets the flags
-    its strategies call for (as ``DefaultFlowCallback``), calls ``event``, then logs, evaluates and saves as the
-    flags then say, clearing each as it acts; should_epoch_stop/should_training_stop end the epoch/run after the
-    micro-batch in hand."""
+    ``control`` follows transformers' rules: at a step's (or epoch's) end the loop sets the flags its strategies
+    call for, calls ``event``, then logs, evaluates and saves as the flags then say, clearing each as it acts."""
 
     layout: CheckpointLayout = STEP_LAYOUT
     write_extra: Callable[[Path], None] | None = None
@@ -109,16 +106,12 @@ def train(
 ) -> TrainResult:
     """Train ``model`` (whose forward returns an object with ``.loss``) through ``phases``.
 
-    ``evaluate(model)`` returns held-out metrics; ``batch_metrics(batch, output)`` returns extra
-    per-batch training scalars (accuracies) averaged over each logging window. ``fingerprint`` adds
-    caller facts (model config, data) that ``resume`` must find unchanged. Returns the run's history.
+    ``evaluate(model)`` returns held-out metrics; ``batch_metrics(batch, output)`` extra training scalars,
+    averaged over each logging window. ``fingerprint`` adds caller facts (model config, data) that ``resume``
+    (True: the newest checkpoint, or one directory) must find unchanged.
 
-    Under torchrun (an initialised process group) every rank calls this with the same arguments and plans
-    built for its rank (``BatchPlan(rank=, world_size=)``); the model is replicated (DDP), rank 0 alone writes
-    metrics.jsonl and checkpoints, and ``evaluate`` runs on every rank.
-
-    ``resume`` may name one checkpoint directory instead of the newest; ``hooks`` (``LoopHooks``) are what
-    ``bertkit.Trainer`` adds: its checkpoint layout, callbacks, early stopping and epoch-end saves.
+    Under torchrun every rank calls this with plans built for its rank (``BatchPlan(rank=, world_size=)``); the
+    model is replicated (DDP), rank 0 alone writes, and ``evaluate`` runs on every rank.
     """
     hooks = hooks or LoopHooks()
     run = _Run.start(model, phases, args, evaluate, batch_metrics, fingerprint, resume, hooks)
@@ -138,9 +131,8 @@ def train(
 
 @dataclass
 class _Run:
-    """What one ``train`` call holds between micro-steps: the model and its optimiser, where the run is
-    (``pos``), the logging window, and the run's history. Its methods are the loop's pieces: restore or
-    start (``start``), a micro-step, an optimiser step (with logging, evaluation and saving), the end."""
+    """What one ``train`` call holds between micro-steps: the model and its optimiser, where the run is (``pos``),
+    the logging window and the run's history."""
 
     args: TrainingSettings
     info: DistInfo
@@ -237,8 +229,7 @@ class _Run:
         return run
 
     def restore(self, path: Path, state: dict) -> None:
-        """Continue from the checkpoint at ``path``: optimiser, schedule, scaler, position, this rank's RNG state
-        and logging window, and metrics.jsonl cut back to the checkpoint's step."""
+        """Continue from the checkpoint at ``path``, metrics.jsonl cut back to its step."""
         info = self.info
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -268,9 +259,7 @@ class _Run:
     # -- one epoch: its remaining micro-batches, then its end ---------------------------------------------------
     def run_epoch(self, phase: Phase, phase_end: int) -> None:
         """The micro-batches of the current epoch from ``pos.batch`` on, until the phase's last step; then the
-        epoch's end: at the data's end, when ``control`` stops the epoch or the run, and at the run's last step
-        (transformers ends a cut-short epoch too), its evaluation (when not evaluating every ``eval_steps``) and
-        its checkpoint (save_strategy "epoch"), as ``control`` then says."""
+        epoch's end (also of one ``control`` or the run's last step cuts short, as in transformers)."""
         pos, control = self.pos, self.control
         if pos.batch < len(phase.plan):
             control.should_epoch_stop = False
@@ -440,7 +429,7 @@ class _Run:
                 f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_eval.items()))
 
     def checkpoint(self) -> None:
-        """Write the checkpoint of this step (rank 0), then tell ``event("save")``: it sees the checkpoint in place."""
+        """Write the checkpoint of this step (rank 0), then ``event("save")``."""
         rng = all_gather(rng_state(self.device))
         windows = all_gather({**self.window, "_n": self.window_n})
         if self.info.is_main:
@@ -472,9 +461,8 @@ def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) 
 
 
 def cadence(args: TrainingSettings, phases: list[Phase]) -> dict[str, int | None]:
-    """Every how many optimiser steps the run logs, evaluates and saves, from the strategies: "steps" counts
-    (below 1, a share of the run's steps), "epoch" (evaluation and saving at each epoch's end, in ``run_epoch``)
-    or "no" (the last step is logged all the same)."""
+    """Every how many optimiser steps the run logs, evaluates and saves ("epoch" evaluation and saving happen in
+    ``run_epoch``; the last step is always logged)."""
     total = sum(p.steps for p in phases)
     per_epoch = max(1, math.ceil(len(phases[0].plan) / args.gradient_accumulation_steps))
     log_every = {"steps": args.steps_of(args.logging_steps, total), "epoch": per_epoch, "no": total + 1}
@@ -529,8 +517,7 @@ def _clip_grad_norm(module: nn.Module, max_norm: float) -> float:
 
 
 def _over_ranks(window: dict, n: int, seqs: int, tokens: int) -> tuple[dict, int, int, int]:
-    """The logging window summed over the ranks: losses and accuracies become means over every rank's
-    micro-batches, throughput the whole run's."""
+    """The logging window summed over the ranks."""
     parts = all_gather((window, n, seqs, tokens))
     if len(parts) == 1:
         return window, n, seqs, tokens
