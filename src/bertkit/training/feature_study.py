@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils.rnn import pad_sequence
 
 from bertkit.errors import BertkitError
 from bertkit.features import hidden_states_for
@@ -204,19 +205,12 @@ def _batch(acts: np.ndarray, offsets: np.ndarray, sentence_ids: Sequence[int], t
            ) -> dict[str, Tensor]:
     """The tagger's inputs: ``features`` (B, T, k, H) float32, ``attention_mask`` (B, T) and, with ``tag_ids``,
     ``labels`` (B, T) padded with IGNORE_INDEX."""
-    lengths = [int(offsets[i + 1] - offsets[i]) for i in sentence_ids]
-    B, T = len(sentence_ids), max(lengths)
-    x = np.zeros((B, T, *acts.shape[1:]), dtype=np.float32)
-    mask = np.zeros((B, T), dtype=np.int64)
-    y = np.full((B, T), IGNORE_INDEX, dtype=np.int64) if tag_ids is not None else None
-    for row, (i, n) in enumerate(zip(sentence_ids, lengths)):
-        x[row, :n] = acts[offsets[i]:offsets[i + 1]]
-        mask[row, :n] = 1
-        if y is not None:
-            y[row, :n] = tag_ids[i]
-    batch = {"features": torch.from_numpy(x), "attention_mask": torch.from_numpy(mask)}
-    if y is not None:
-        batch["labels"] = torch.from_numpy(y)
+    rows = [torch.from_numpy(acts[offsets[i]:offsets[i + 1]].astype(np.float32)) for i in sentence_ids]
+    batch = {"features": pad_sequence(rows, batch_first=True),
+             "attention_mask": pad_sequence([torch.ones(len(r), dtype=torch.long) for r in rows], batch_first=True)}
+    if tag_ids is not None:
+        batch["labels"] = pad_sequence([torch.as_tensor(tag_ids[i], dtype=torch.long) for i in sentence_ids],
+                                       batch_first=True, padding_value=IGNORE_INDEX)
     return batch
 
 

@@ -72,8 +72,13 @@ class Position:
 class TrainResult:
     step: int
     history: list[dict] = field(default_factory=list)  # every metrics.jsonl record of this run
-    last_eval: dict | None = None
     skipped_nonfinite: int = 0
+
+    @property
+    def last_eval(self) -> dict | None:
+        """The newest evaluation's metrics (after a resume, perhaps one the interrupted run made)."""
+        evals = [r for r in self.history if r["split"] == "eval"]
+        return {k: v for k, v in evals[-1].items() if k not in ("split", "step", "epoch")} if evals else None
 
 
 @dataclass
@@ -151,7 +156,6 @@ class _Run:
     log_file: RunLog
     window: dict
     bar: Any = None
-    last_eval: dict | None = None
     window_n: int = 0
     seqs: int = 0
     tokens: int = 0
@@ -421,12 +425,12 @@ class _Run:
             return
         self.model.eval()
         with torch.no_grad(), _autocast(self.args, self.device):
-            self.last_eval = self.evaluate(self.model)
+            metrics = self.evaluate(self.model)
         self.model.train()
-        self.log({"split": "eval", "step": self.pos.step, "epoch": self.pos.epoch, **self.last_eval})
+        self.log({"split": "eval", "step": self.pos.step, "epoch": self.pos.epoch, **metrics})
         if self.info.is_main:
             logger.info("eval at step %d: %s", self.pos.step, ", ".join(
-                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_eval.items()))
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
 
     def checkpoint(self) -> None:
         """Write the checkpoint of this step (rank 0), then ``event("save")``."""
@@ -451,7 +455,7 @@ class _Run:
         if self.args.save_strategy != "no" and self.saved_at != self.pos.step:
             self.checkpoint()
         self.log_file.close()
-        return TrainResult(self.pos.step, self.log_file.history, self.last_eval, self.pos.skipped)
+        return TrainResult(self.pos.step, self.log_file.history, self.pos.skipped)
 
 
 def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) -> dict[str, Any]:

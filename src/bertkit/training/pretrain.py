@@ -201,12 +201,8 @@ def write_pretraining_results(s: PretrainSettings, model: Any, tokenizer: BertTo
     final = s.output_dir / "final"
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)
-    last_eval = result.last_eval
-    if last_eval is None:  # a resumed run whose last evaluation happened before the restart: in its history
-        evals = [r for r in result.history if r["split"] == "eval"]
-        last_eval = {k: v for k, v in evals[-1].items() if k not in ("split", "step", "epoch")} if evals else None
     atomic_write_json(s.output_dir / "summary.json",
-                      {"steps": result.step, "last_eval": last_eval, "final_model": str(final)})
+                      {"steps": result.step, "last_eval": result.last_eval, "final_model": str(final)})
     plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
 
 
