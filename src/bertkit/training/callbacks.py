@@ -64,10 +64,8 @@ class TrainerControl:
 
 class TrainerCallback:
     """Subclass and override the events you need; each gets ``(args, state, control, **kwargs)`` (kwargs: model,
-    processing_class; metrics for on_evaluate and on_predict, logs for on_log) where and in the order
-    transformers' Trainer calls it (tests/test_trainer.py runs one callback under both), and may set any of
-    ``control``'s flags (or return a ``TrainerControl``): they are honoured as transformers honours them. on_save
-    sees the checkpoint-N directory in place, whole. Not called: on_push_begin (bertkit does not push to the Hub)."""
+    processing_class; metrics for on_evaluate and on_predict, logs for on_log) where transformers' Trainer calls it,
+    and may set ``control``'s flags (or return a ``TrainerControl``). Not called: on_push_begin."""
 
     def on_init_end(self, args, state, control, **kwargs): pass
     def on_train_begin(self, args, state, control, **kwargs): pass

@@ -51,12 +51,8 @@ _ROWS_PER_CLASS_WARNING = 2.0
 def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool,
                   source: str | Path | None = None) -> glue.GlueTask:
     """The task the labels describe: class names (sorted, numerically when they are all integers) or regression.
-
-    ``source`` (the training file) names where a bad label is. A label column of numbers holding a NaN or an
-    infinity is refused (a missing value written as ``nan`` would otherwise become a class of its own), as are
-    two spellings of one class number (``1`` and ``1.0``); a classification with nearly one class per row
-    is logged as a warning with the likely fix.
-    """
+    A numeric label column holding a NaN or an infinity is refused (a missing value written ``nan`` would become a
+    class), as are two spellings of one class number (``1`` and ``1.0``); ``source`` names where."""
     where = f"{source}:" if source is not None else "line "
     labels = [e.label for e in train]
     values = [_number(x) for x in labels]

@@ -1,16 +1,12 @@
-"""The paper's feature-based NER study (section 5.3, Table 7): a BiLSTM tagger on frozen BERT activations.
-
-Activations of the first WordPiece of every CoNLL-2003 word are extracted once, for all L + 1 layers, kept in
-fp16 on disk; then a BiLSTM tagger is trained (``finetune_run.run_finetuning``) on each of six combinations of
-layers and scored with conlleval on dev (docs/token-tasks.md).
+"""The paper's feature-based NER study (section 5.3, Table 7): a BiLSTM tagger, trained on each of six combinations
+of frozen BERT layers' activations (each word's first WordPiece, all L + 1 layers, extracted once to fp16 on disk)
+and scored with conlleval on dev (docs/token-tasks.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -29,7 +25,7 @@ from bertkit.features import hidden_states_for
 from bertkit.heads import IGNORE_INDEX
 from bertkit.inference.runner import run_length_sorted
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_target, atomic_write, atomic_write_json, atomic_write_text
+from bertkit.outputs import atomic_target, atomic_write_json
 from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings, first
 from bertkit.tasks import ner
 from bertkit.tasks.metrics import to_fractions
@@ -135,8 +131,7 @@ class BiLSTMTagger(nn.Module):
 
 @dataclass
 class WordActivations:
-    """First-WordPiece activations of every word of a split: ``values`` (words, L + 1, H) fp16 and
-    ``offsets`` (sentences + 1,): sentence i's words are rows ``offsets[i]:offsets[i + 1]``."""
+    """``values`` (words, L + 1, H) fp16; sentence i's words are rows ``offsets[i]:offsets[i + 1]``."""
 
     values: np.ndarray
     offsets: np.ndarray
@@ -148,18 +143,18 @@ def extract_word_activations(model: BertModel, tokenizer: Any, sentences: Sequen
                              batch_size: int = EXTRACT_BATCH_SIZE,
                              device: str = "cpu", progress: bool = True) -> WordActivations:
     """All L + 1 hidden states at each word's first WordPiece, written to ``path`` (.npy, fp16) and memory-mapped.
-
-    Each sentence is encoded alone (``ner.featurize_ner`` windows: long ones split at word boundaries).
-    """
+    Each sentence is encoded alone (``ner.featurize_ner`` windows: long ones split at word boundaries)."""
     labels = ner.label_list(sentences)
     features = ner.featurize_ner(sentences, tokenizer, labels, max_seq_length)
     num_states, H = model.config.num_hidden_layers + 1, model.config.hidden_size
-    offsets = np.concatenate([[0], np.cumsum([len(s.words) for s in sentences])]).astype(np.int64)
+    offsets = _offsets(sentences)
     with atomic_target(path) as tmp:  # never through a symlink; a kill leaves no half-written array under its name
         _fill_word_activations(model, features, offsets, tmp, num_states, H, batch_size, device, progress)
-    with atomic_write(path.with_name(path.stem + ".offsets.npy"), "wb") as f:
-        np.save(f, offsets)
     return WordActivations(np.load(path, mmap_mode="r"), offsets)
+
+
+def _offsets(sentences: Sequence[ner.NerSentence]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum([len(s.words) for s in sentences])]).astype(np.int64)
 
 
 def _fill_word_activations(model: BertModel, features: list[dict], offsets: np.ndarray, tmp: Path, num_states: int,
@@ -185,20 +180,10 @@ def _fill_word_activations(model: BertModel, features: list[dict], offsets: np.n
 
 def _activations(s: StudySettings, model: BertModel, tokenizer: Any, split: str,
                  sentences: Sequence[ner.NerSentence]) -> WordActivations:
-    """Extract once: reuse ``out_dir/activations/<split>.npy`` when it was made from the same model and data."""
-    folder = s.output_dir / "activations"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{split}.npy"
-    digest = hashlib.sha256(json.dumps([[list(x.words) for x in sentences], str(s.model_name_or_path.resolve()),
-                                        s.max_seq_length]).encode()).hexdigest()
-    stamp = folder / f"{split}.json"
-    if path.is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("digest") == digest:
-        logger.info("reusing activations %s", path)
-        return WordActivations(np.load(path, mmap_mode="r"), np.load(folder / f"{split}.offsets.npy"))
-    acts = extract_word_activations(model, tokenizer, sentences, path, max_seq_length=s.max_seq_length,
-                                    batch_size=s.extract_batch_size, device=s.device, progress=s.progress)
-    atomic_write_text(stamp, json.dumps({"digest": digest}))
-    return acts
+    (s.output_dir / "activations").mkdir(parents=True, exist_ok=True)
+    return extract_word_activations(model, tokenizer, sentences, s.output_dir / "activations" / f"{split}.npy",
+                                    max_seq_length=s.max_seq_length, batch_size=s.extract_batch_size, device=s.device,
+                                    progress=s.progress)
 
 
 def _batch(acts: np.ndarray, offsets: np.ndarray, sentence_ids: Sequence[int], tag_ids: Sequence[np.ndarray] | None
@@ -270,11 +255,8 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
 
 
 def feature_study(s: StudySettings) -> dict[str, Any]:
-    """Table 7 on CoNLL-2003 dev: extract activations once, train a BiLSTM tagger per combination.
-
-    Writes ``activations/`` (fp16 .npy, reused by later runs on the same model and data) and ``report.json``
-    with the dev F1 table (last epoch; every epoch's in ``runs``), settings and timings.
-    """
+    """Table 7 on CoNLL-2003 dev: writes ``activations/`` and ``report.json`` with the dev F1 table (last epoch;
+    every epoch's in ``runs``), settings and timings."""
     from bertkit.tokenization import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)

@@ -33,12 +33,8 @@ class Fit(NamedTuple):
 def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict],
                    s: TrainingSettings, evaluate: Callable[[nn.Module], dict[str, float]] | None,
                    fingerprint: dict, resume: bool = False) -> Fit:
-    """One fine-tuning run (one phase of the one loop) on featurised examples.
-
-    ``s.batch_size`` is the global batch; each micro-step sees batch_size / gradient_accumulation_steps.
-    The run's checkpoints are removed at the end (the caller keeps the model); metrics.jsonl stays in
-    ``s.output_dir``. ``resume`` continues from the newest checkpoint a killed run of the same settings left.
-    """
+    """One fine-tuning run on featurised examples (``s.batch_size`` is the global batch). Its checkpoints are
+    removed at the end (the caller keeps the model); ``resume`` continues a killed run of the same settings."""
     if s.batch_size is None or s.num_train_epochs is None or s.learning_rate is None:
         raise BertkitError("run_finetuning needs batch_size, num_train_epochs and learning_rate resolved, got "
                            f"{s.batch_size}, {s.num_train_epochs}, {s.learning_rate}")

@@ -184,10 +184,6 @@ class _Run:
             self.hooks.event(name, self.pos)
 
     @property
-    def out_dir(self) -> Path:
-        return self.args.output_dir
-
-    @property
     def cuda(self) -> bool:
         return torch.device(self.device).type == "cuda"
 
@@ -388,7 +384,7 @@ class _Run:
         where = f"step {pos.step + 1} ({phase.name}, epoch {pos.epoch}, batch {pos.batch - 1})"
         self.optimizer.zero_grad(set_to_none=True)
         if pos.skipped >= self.args.skip_nonfinite:
-            last = self.hooks.layout.dirs(self.out_dir)
+            last = self.hooks.layout.dirs(self.args.output_dir)
             raise NonFiniteError(
                 f"training stopped at {where}: {self.spoiled}. Last good checkpoint: "
                 f"{last[-1] if last else 'none (no checkpoint written yet)'}. "
@@ -437,7 +433,7 @@ class _Run:
         rng = all_gather(rng_state(self.device))
         windows = all_gather({**self.window, "_n": self.window_n})
         if self.info.is_main:
-            save_checkpoint(self.out_dir, {
+            save_checkpoint(self.args.output_dir, {
                 "model": model_state(self.model), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
                 "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,

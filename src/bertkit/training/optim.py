@@ -24,11 +24,8 @@ ADAM_EPSILON = 1e-6
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: decayed matrices and embeddings, and undecayed biases and LayerNorm parameters.
-
-    Google's optimizer excludes names containing "bias" or "LayerNorm"; in this code base those are
-    exactly the one-dimensional parameters, which is the rule used here (it needs no name matching).
-    """
+    """Decayed matrices and embeddings, and undecayed biases and LayerNorm parameters (Google's rule by name;
+    here exactly the one-dimensional parameters)."""
     decay, no_decay = [], []
     for p in model.parameters():
         if p.requires_grad:

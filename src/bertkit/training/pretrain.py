@@ -1,10 +1,6 @@
-"""Pre-training BERT from scratch: masked LM + next-sentence prediction on prepared instances.
-
-The instances come from ``bertkit create-pretraining-data`` (``bertkit.data.pretraining``). The recipe
-is the paper's (section 3.1, appendix A.2): Adam(W) at lr 1e-4 with betas 0.9/0.999 and weight decay
-0.01, linear warm-up then linear decay, and optionally two phases: 90% of the steps on 128-token
-instances, the rest on 512-token ones ("to speed up pretraing ... the rest 10% of the steps of sequence
-of 512 to learn the positional embeddings").
+"""Pre-training BERT from scratch: masked LM + next-sentence prediction on ``bertkit create-pretraining-data``'s
+instances, with the paper's recipe (section 3.1, appendix A.2), optionally in two phases: 90% of the steps on
+128-token instances, the rest on 512-token ones ("to learn the positional embeddings").
 """
 
 from __future__ import annotations
@@ -69,9 +65,8 @@ def collate_instances(items: list, pad_id: int, nsp: bool = True) -> dict:
 
 def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int, pad_id: int, limit: int,
                          device: str = "cpu") -> dict[str, float]:
-    """Held-out MLM loss/accuracy (per predicted token) and NSP loss/accuracy (per instance), on the first ``limit``
-    instances, through the one evaluation loop (``inference.runner``) under the caller's autocast. Under torchrun
-    every rank evaluates all of them, so every rank has the metrics without a collective."""
+    """Held-out MLM and NSP loss and accuracy on the first ``limit`` instances, under the caller's autocast. Under
+    torchrun every rank evaluates all of them, so every rank has the metrics without a collective."""
     n = min(limit, len(dataset))
     has_nsp = hasattr(getattr(model, "cls", None), "seq_relationship")  # BertForPreTraining, not BertForMaskedLM
     pad = functools.partial(collate_instances, pad_id=pad_id, nsp=has_nsp)
@@ -208,10 +203,7 @@ def write_pretraining_results(s: PretrainSettings, model: Any, tokenizer: BertTo
 
 def pretrain(s: PretrainSettings) -> TrainResult:
     """Pre-train ``BertForPreTraining`` (``BertForMaskedLM`` with ``nsp=False``) from scratch, or from
-    ``init_from``; the final model goes to ``output_dir/final``.
-
-    Metrics (train and held-out) stream to ``output_dir/metrics.jsonl`` and are drawn to ``metrics.png``.
-    """
+    ``init_from``, into ``output_dir`` (``write_pretraining_results``)."""
     tokenizer = BertTokenizer.from_pretrained(s.vocab.parent if s.vocab.is_file() else s.vocab)
     config = pretraining_config(s, tokenizer)
     pad = tokenizer.pad_token_id
