@@ -71,7 +71,12 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
     final = layout.path(out_dir, step)
     tmp = _scratch_dir(root, final)
     try:
-        _write_files(tmp, state, model, write_extra)
+        torch.save(state, tmp / STATE_FILE)  # a file of the scratch directory: a killed run's, removable as such
+        fsync(tmp / STATE_FILE)
+        if model is not None and hasattr(model, "save_pretrained"):
+            model.save_pretrained(tmp)
+        if write_extra is not None:
+            write_extra(tmp)
     except (OSError, RuntimeError, BertkitError) as e:
         shutil.rmtree(tmp, ignore_errors=True)  # made by this call just now (mkdir refuses an existing one)
         if not (_disk_full(e) or (isinstance(e, BertkitError) and isinstance(e.__cause__, OSError)
@@ -94,16 +99,6 @@ def _scratch_dir(root: Path, final: Path) -> Path:
         tmp.mkdir()
     register_scratch(tmp)  # a kill mid-write leaves it: the run that resumes (or --overwrite) may remove it
     return tmp
-
-
-def _write_files(tmp: Path, state: dict, model: nn.Module | None,
-                 write_extra: Callable[[Path], None] | None) -> None:
-    torch.save(state, tmp / STATE_FILE)  # a file of the scratch directory: a killed run's, removable as such
-    fsync(tmp / STATE_FILE)
-    if model is not None and hasattr(model, "save_pretrained"):
-        model.save_pretrained(tmp)
-    if write_extra is not None:
-        write_extra(tmp)
 
 
 def _disk_full_error(out_dir: Path, layout: CheckpointLayout, tmp: Path, state: dict) -> BertkitError:

@@ -1,14 +1,11 @@
 """One training loop for pre-training and fine-tuning: deterministic, resumable bit for bit, logged.
 
-The loop owns the optimiser, the schedule, gradient accumulation and clipping, bf16 autocast, logging to
-``metrics.jsonl``, periodic evaluation and atomic checkpoints; callers own the model, the data and the
-evaluation. Data order is a pure function of (seed, epoch) through ``BatchPlan``, so a checkpoint only
-needs to remember *where* it was: (phase, epoch, batch). With the model, optimiser, scheduler and RNG
-states that is enough for ``resume=True`` to continue with exactly the losses and weights an
-uninterrupted run would have produced (on CPU; GPU kernels may not be bitwise deterministic).
-
-A run is a list of ``Phase`` objects run back to back under one learning-rate schedule: fine-tuning is
-one phase; the paper's pre-training is two (90% of steps at 128 tokens, then 512; appendix A.2).
+The loop owns the optimiser, the schedule, accumulation and clipping, autocast, ``metrics.jsonl``, periodic
+evaluation and atomic checkpoints; callers own the model, the data and the evaluation. Data order is a pure
+function of (seed, epoch) (``BatchPlan``), so with the model, optimiser, scheduler and RNG states a checkpoint's
+position (phase, epoch, batch) lets ``resume=True`` continue to exactly an uninterrupted run's weights (on CPU).
+A run is a list of ``Phase`` objects under one learning-rate schedule: fine-tuning is one, the paper's
+pre-training two (128 tokens, then 512).
 """
 
 from __future__ import annotations

@@ -116,9 +116,7 @@ def prediction_report(s: PredictBenchmarkSettings, precision: Any, report: dict)
     return report
 
 
-# -------------------------------------------------------------------------------------------------
-# NER (CoNLL-2003)
-# -------------------------------------------------------------------------------------------------
+# -- NER (CoNLL-2003) -------------------------------------------------------------------------------------------------
 
 
 NER_SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
@@ -189,9 +187,7 @@ def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
                                      "scores": ner_scores(sentences, tags), "files": {"predictions": str(path)}})
 
 
-# -------------------------------------------------------------------------------------------------
-# SQuAD v1.1 / v2.0
-# -------------------------------------------------------------------------------------------------
+# -- SQuAD v1.1 / v2.0 ------------------------------------------------------------------------------------------------
 
 def _squad_split(s: SquadSettings, dataset: dict) -> tuple[list, list, dict | None]:
     """(training articles, evaluation articles, a description of the split or None)."""
@@ -325,9 +321,7 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
     return prediction_report(s, precision, report)
 
 
-# -------------------------------------------------------------------------------------------------
-# SWAG
-# -------------------------------------------------------------------------------------------------
+# -- SWAG -------------------------------------------------------------------------------------------------------------
 
 
 def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int, batch_size: int = EVAL_BATCH_SIZE,
