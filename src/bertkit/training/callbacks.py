@@ -106,13 +106,10 @@ class EarlyStoppingCallback(TrainerCallback):
         if value is None:
             return
         better = np.greater if args.greater_is_better else np.less
-        if np.isnan(value):  # never an improvement (nor the best: the Trainer skips it)
-            self.early_stopping_patience_counter += 1
-        elif state.best_metric is None or (better(value, state.best_metric)
-                                         and abs(value - state.best_metric) > self.early_stopping_threshold):
-            self.early_stopping_patience_counter = 0
-        else:
-            self.early_stopping_patience_counter += 1
+        improved = not np.isnan(value) and (  # a NaN never improves (nor is the best: the Trainer skips it)
+            state.best_metric is None
+            or (better(value, state.best_metric) and abs(value - state.best_metric) > self.early_stopping_threshold))
+        self.early_stopping_patience_counter = 0 if improved else self.early_stopping_patience_counter + 1
         if self.early_stopping_patience_counter >= self.early_stopping_patience:
             control.should_training_stop = True
 

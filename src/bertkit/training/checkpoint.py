@@ -183,29 +183,9 @@ def read_state(path: Path) -> dict:
     return state
 
 
-def read_checkpoint(out_dir: Path, fingerprint: dict, layout: CheckpointLayout = STEP_LAYOUT,
-                    only: Path | None = None) -> tuple[Path, dict]:
-    """The newest intact checkpoint (or ``only``); a damaged newest one (a torn write) falls back to the previous."""
-    damaged = []
-    for path in [only] if only is not None else reversed(layout.dirs(out_dir)):
-        try:
-            state = read_state(path)
-        except (RuntimeError, EOFError, KeyError, OSError, ValueError) as e:
-            if isinstance(e, BertkitError):
-                raise
-            damaged.append(f"{path / STATE_FILE} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-            logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
-            continue
-        break
-    else:
-        raise BertkitError(f"no intact checkpoint to resume from in {layout.root(out_dir)}: {'; '.join(damaged)}")
-    refuse_other_run(path, fingerprint, state["fingerprint"])
-    return path, state
-
-
 def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -> None:
     """Refuse to resume from ``path`` when the run that wrote it had another fingerprint (``saved``, or read from
-    its state.pt memory-mapped: a check before anything is written; damage is left to ``read_checkpoint``)."""
+    its state.pt memory-mapped: a check before anything is written; damage is left to ``checkpoint_to_resume``)."""
     if saved is None:
         try:
             saved = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)["fingerprint"]
@@ -233,17 +213,27 @@ def _differences(saved: dict, now: dict, prefix: str = "") -> dict[str, tuple]:
 
 def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLayout,
                          resume: bool | Path) -> tuple[Path, dict] | None:
-    """The checkpoint a run continues from (the one ``resume`` names, or the newest intact one) and its state;
-    None for a fresh run."""
+    """The checkpoint a run continues from (the one ``resume`` names, or the newest intact one: a damaged newest
+    one falls back to the one before) and its state; None for a fresh run."""
     existing = layout.dirs(out_dir)
-    if isinstance(resume, Path):
-        return read_checkpoint(out_dir, fingerprint, layout, only=resume)
-    if resume and existing:
-        return read_checkpoint(out_dir, fingerprint, layout)
-    if existing:
+    if not resume and existing:
         raise BertkitError(
             f"{out_dir} already holds checkpoints ({existing[-1].name}) of an earlier run; continue it with --resume "
             "(Trainer: train(resume_from_checkpoint=True)), or choose another output directory")
+    damaged = []
+    for path in [resume] if isinstance(resume, Path) else reversed(existing):  # none when not resuming
+        try:
+            state = read_state(path)
+        except (RuntimeError, EOFError, KeyError, OSError, ValueError) as e:
+            if isinstance(e, BertkitError):
+                raise
+            damaged.append(f"{path / STATE_FILE} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+            logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
+            continue
+        refuse_other_run(path, fingerprint, state["fingerprint"])
+        return path, state
+    if damaged:
+        raise BertkitError(f"no intact checkpoint to resume from in {layout.root(out_dir)}: {'; '.join(damaged)}")
     return None
 
 

@@ -178,14 +178,6 @@ def _fill_word_activations(model: BertModel, features: list[dict], offsets: np.n
     del values
 
 
-def _activations(s: StudySettings, model: BertModel, tokenizer: Any, split: str,
-                 sentences: Sequence[ner.NerSentence]) -> WordActivations:
-    (s.output_dir / "activations").mkdir(parents=True, exist_ok=True)
-    return extract_word_activations(model, tokenizer, sentences, s.output_dir / "activations" / f"{split}.npy",
-                                    max_seq_length=s.max_seq_length, batch_size=s.extract_batch_size, device=s.device,
-                                    progress=s.progress)
-
-
 def _batch(acts: np.ndarray, offsets: np.ndarray, sentence_ids: Sequence[int], tag_ids: Sequence[np.ndarray] | None
            ) -> dict[str, Tensor]:
     """The tagger's inputs: ``features`` (B, T, k, H) float32, ``attention_mask`` (B, T) and, with ``tag_ids``,
@@ -269,10 +261,12 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
     train = first(train_all, s.max_train_samples)
     labels = ner.label_list(train_all)
     label_id = {t: i for i, t in enumerate(labels)}
-    s.output_dir.mkdir(parents=True, exist_ok=True)
+    (s.output_dir / "activations").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    train_acts = _activations(s, model, tokenizer, "train", train)
-    dev_acts = _activations(s, model, tokenizer, "dev", dev)
+    train_acts, dev_acts = (extract_word_activations(
+        model, tokenizer, sentences, s.output_dir / "activations" / f"{split}.npy", max_seq_length=s.max_seq_length,
+        batch_size=s.extract_batch_size, device=s.device, progress=s.progress)
+        for split, sentences in (("train", train), ("dev", dev)))
     extract_seconds = time.perf_counter() - t0
     train_tags = [np.asarray([label_id[t] for t in x.tags]) for x in train]
     rows = [train_tagger(name, s, train_acts, dev_acts, train_tags, dev, labels, model.config.hidden_size)
