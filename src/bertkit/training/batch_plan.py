@@ -63,12 +63,11 @@ class BatchPlan:
             order = list(range(n))
         return [order[i:i + per_step] for i in range(0, len(self) * per_step, per_step)]
 
-    def shard(self, chunk: list[int], rank: int | None = None) -> list[int]:
-        """``rank``'s contiguous slice of one global micro-batch (this plan's rank by default)."""
-        rank = self.rank if rank is None else rank
+    def shard(self, chunk: list[int]) -> list[int]:
+        """This rank's contiguous slice of one global micro-batch."""
         base, extra = divmod(len(chunk), self.world_size)
-        start = rank * base + min(rank, extra)
-        return chunk[start:start + base + (rank < extra)]
+        start = self.rank * base + min(self.rank, extra)
+        return chunk[start:start + base + (self.rank < extra)]
 
     def batches(self, epoch: int) -> list[list[int]]:
         """This rank's micro-batches of ``epoch`` (all of them in one process)."""

@@ -209,8 +209,7 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
                  train_tags: Sequence[np.ndarray], dev_sentences: Sequence[ner.NerSentence], labels: Sequence[str],
                  hidden_size: int) -> dict[str, Any]:
     """Train one BiLSTM tagger on combination ``name``; dev conlleval after every epoch."""
-    num_states = train_acts.values.shape[1]
-    layers = combination_layers(name, num_states)
+    layers = combination_layers(name, train_acts.values.shape[1])
     mode = COMBINATIONS[name][0]
     # Only this combination's layers, in memory as fp16: 0.4 GB per layer for CoNLL-2003 train at H=384 ... x k.
     train_x = np.ascontiguousarray(train_acts.values[:, layers])

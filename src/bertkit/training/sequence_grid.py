@@ -3,6 +3,7 @@ is picked on dev, with restarts (paper section 4.1 and appendix A.3)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import statistics
@@ -40,8 +41,7 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
     dev_features = glue.featurize(dev_examples, tokenizer, s.max_seq_length, task)
     dev_refs = np.asarray([f["labels"] for f in dev_features])
 
-    def collate(batch: list) -> dict:
-        return pad_batch(batch, tokenizer.pad_token_id)
+    collate = functools.partial(pad_batch, pad_token_id=tokenizer.pad_token_id)
 
     def scores_of(model: nn.Module) -> dict[str, float]:
         logits = np.stack(predict(model, dev_features, collate, batch_size=s.eval_batch_size, bf16=s.bf16,

@@ -120,8 +120,7 @@ class Trainer:
                 return c
         return None
 
-    def remove_callback(self, callback: TrainerCallback | type) -> None:
-        self.pop_callback(callback)
+    remove_callback = pop_callback
 
     def _event(self, name: str, **kwargs: Any) -> None:
         for c in self.callbacks:
