@@ -101,12 +101,14 @@ def _unbatched(item: Any) -> Any:
     return item  # EpochBatches items are whole batches already (a module-level function: workers pickle it)
 
 
-def epoch_loader(plan: BatchPlan, epoch: int, start: int, num_workers: int, pin_memory: bool
+def epoch_loader(plan: BatchPlan, epoch: int, start: int, num_workers: int | None, cuda: bool
                  ) -> torch.utils.data.DataLoader:
-    """Micro-batches ``start``.. of ``epoch`` through a DataLoader (with workers, collated ahead of the step)."""
+    """Micro-batches ``start``.. of ``epoch`` through a DataLoader (with workers, collated ahead of the step).
+    ``num_workers`` None: 2 on CUDA, 0 on the CPU (where workers would take cores from the step itself)."""
+    num_workers = (2 if cuda else 0) if num_workers is None else num_workers
     return torch.utils.data.DataLoader(
         EpochBatches(plan, epoch), batch_size=None, sampler=range(start, len(plan)), collate_fn=_unbatched,
-        num_workers=num_workers, pin_memory=pin_memory, prefetch_factor=4 if num_workers else None,
+        num_workers=num_workers, pin_memory=cuda, prefetch_factor=4 if num_workers else None,
         # its own generator: a DataLoader iterator otherwise draws its worker seed from the global RNG, which
         # would shift dropout's random stream wherever an epoch starts (and differently after a resume)
         generator=torch.Generator().manual_seed(plan.seed * 100_003 + epoch))

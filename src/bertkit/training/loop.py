@@ -184,11 +184,6 @@ class _Run:
     def cuda(self) -> bool:
         return torch.device(self.device).type == "cuda"
 
-    @property
-    def workers(self) -> int:
-        n = self.args.dataloader_num_workers
-        return n if n is not None else (2 if self.cuda else 0)
-
     # -- start: check, build the optimiser, restore a checkpoint or seed a fresh run --------------------------
     @classmethod
     def start(cls, model: nn.Module, phases: list[Phase], args: TrainingSettings, evaluate, batch_metrics,
@@ -261,7 +256,8 @@ class _Run:
         if pos.batch < len(phase.plan):
             control.should_epoch_stop = False
             self.event("epoch_begin")
-        for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, self.workers, self.cuda):
+        for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, self.args.dataloader_num_workers,
+                                          self.cuda):
             if pos.step >= phase_end:
                 break
             batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}

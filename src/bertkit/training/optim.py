@@ -23,11 +23,9 @@ ADAM_EPSILON = 1e-6
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Decayed matrices and embeddings, and undecayed biases and LayerNorm parameters (Google's rule by name;
     here exactly the one-dimensional parameters)."""
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
 
 def _fused_ok(model: nn.Module) -> bool:
