@@ -289,7 +289,6 @@ def format_table(report: dict[str, Any]) -> str:
     """The report's dev F1 table as Markdown (percent, as the paper prints it), with BERT-BASE's beside it."""
     lines = ["| layers | dev F1 | paper (BERT-BASE) |", "|---|---:|---:|"]
     for name, f1 in report["table"].items():
-        paper = PAPER_TABLE7.get(name)
-        lines.append(f"| {name} | {100 * f1:.1f} | {paper if paper is not None else '-'} |")
+        lines.append(f"| {name} | {100 * f1:.1f} | {PAPER_TABLE7.get(name, '-')} |")
     return "\n".join(lines)
 

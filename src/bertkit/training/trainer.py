@@ -317,7 +317,7 @@ class Trainer:
         for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval"):
             examples = self._examples(dataset, what)
             sample = [examples[i] for i in range(min(len(examples), self.args.per_device_eval_batch_size))]
-            preds, labels, loss = self._predictions(sample, events=False)
+            preds, labels, _ = self._predictions(sample, events=False)
             if labels is None and metric_key(name).startswith(f"{prefix}_"):
                 why = "load_best_model_at_end compares" if self.args.load_best_model_at_end else "it is"
                 raise BertkitError(
@@ -325,7 +325,8 @@ class Trainer:
                     f"its batches hold {sorted(self._collate(sample[:1]))} and {type(self.model).__name__} takes "
                     f"labels as {self.label_names}: add a 'label' (or 'labels') column to {what}, or set neither "
                     "load_best_model_at_end nor metric_for_best_model")
-            keys += list(self._score(preds, labels, loss, len(sample), 1.0, prefix))  # the names evaluation gives
+            returned = self._computed_metrics(preds, labels) if self.compute_metrics else {}
+            keys += [f"{prefix}_loss"] + [k if k.startswith(f"{prefix}_") else f"{prefix}_{k}" for k in returned]
         if metric_key(name) not in keys:
             raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
                                f"returns {keys}; name one of them (without or with the eval_ prefix)")
