@@ -296,11 +296,11 @@ def test_a_held_directory_is_refused_to_commands_inside_around_and_into_it(tmp_p
 
 def test_checkpoint_rotation_and_cleanup_leave_a_users_file_in_place(tmp_path):
     """Was: `shutil.rmtree` of old checkpoints (and of finetune's checkpoints/) took a user's file with them."""
-    from bertkit.training.loop import _save_checkpoint
+    from bertkit.training.checkpoint import save_checkpoint
 
-    first = _save_checkpoint(tmp_path, {"model": {}}, 1, keep=1)
+    first = save_checkpoint(tmp_path, {"model": {}}, 1, keep=1)
     (first / "my-notes.txt").write_text("mine")
-    second = _save_checkpoint(tmp_path, {"model": {}}, 2, keep=1)
+    second = save_checkpoint(tmp_path, {"model": {}}, 2, keep=1)
     assert (first / "my-notes.txt").read_text() == "mine" and not (first / "state.pt").exists()
     assert sorted(p.name for p in first.iterdir()) == ["my-notes.txt"]
     (second / "also-mine.txt").write_text("mine")

@@ -66,7 +66,7 @@ class Stopped(Exception):
 def _stop_after_checkpoint(monkeypatch, step: int) -> None:
     from bertkit.training import loop
 
-    real = loop._save_checkpoint
+    real = loop.save_checkpoint
 
     def save_then_stop(out_dir, state, at, *args, **kwargs):
         path = real(out_dir, state, at, *args, **kwargs)
@@ -74,7 +74,7 @@ def _stop_after_checkpoint(monkeypatch, step: int) -> None:
             raise Stopped(path)
         return path
 
-    monkeypatch.setattr(loop, "_save_checkpoint", save_then_stop)
+    monkeypatch.setattr(loop, "save_checkpoint", save_then_stop)
 
 
 def _stop_in_step(monkeypatch, step: int) -> None:

@@ -295,7 +295,7 @@ def test_a_run_resumes_from_another_directory_with_paths_relative_to_it(tiny_set
                 "--out", prefix + "out", "--max-steps", "6", "--save-steps", "2", "--logging-steps", "1",
                 "--batch-size", "8", "--lr", "1e-3", "--no-progress"]
 
-    real_save = loop._save_checkpoint
+    real_save = loop.save_checkpoint
 
     def save_then_stop(out_dir, state, step, *rest, **kwargs):
         path = real_save(out_dir, state, step, *rest, **kwargs)
@@ -305,7 +305,7 @@ def test_a_run_resumes_from_another_directory_with_paths_relative_to_it(tiny_set
 
     monkeypatch.chdir(run_dir)
     with monkeypatch.context() as mp:
-        mp.setattr(loop, "_save_checkpoint", save_then_stop)
+        mp.setattr(loop, "save_checkpoint", save_then_stop)
         with pytest.raises(_Stopped):
             main(args(""))
 

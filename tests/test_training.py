@@ -13,7 +13,7 @@ from bertkit.data.collate import collate
 from bertkit.errors import BertkitError
 from bertkit.settings import TrainingSettings
 from bertkit.training.batch_plan import BatchPlan, micro_batch_size
-from bertkit.training.loop import Phase, train
+from bertkit.training.loop import Phase, TrainResult, train
 from bertkit.training.optim import build_optimizer, linear_warmup_decay, parameter_groups
 
 CFG = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24,
@@ -165,3 +165,13 @@ def test_resuming_an_optimiser_state_of_another_parameter_layout_is_refused_nami
     with pytest.raises(BertkitError, match=r"parameter groups of \[\d+, \d+\] tensors.*start a new run"):
         load_optimizer_state(optimizer, state)
     load_optimizer_state(optimizer, torch.optim.AdamW(parameter_groups(model, 0.01)).state_dict())
+
+
+def test_a_runs_last_evaluation_is_read_from_its_history():
+    """Was: a run resumed from its final checkpoint, whose last evaluation the killed run had made, returned
+    last_eval None, and the GLUE grid marked it failed ("dev score is nan")."""
+    history = [{"split": "eval", "step": 4, "epoch": 0, "accuracy": 0.5},
+               {"split": "train", "step": 8, "epoch": 1, "loss": 0.3},
+               {"split": "eval", "step": 8, "epoch": 1, "accuracy": 0.75, "f1": 0.7}]
+    assert TrainResult(8, history).last_eval == {"accuracy": 0.75, "f1": 0.7}
+    assert TrainResult(8, history[1:2]).last_eval is None

@@ -1,8 +1,6 @@
-"""Which examples make up each micro-batch: the data order of a run, a pure function of (seed, epoch).
-
-Because the order is recomputed, never stored, a checkpoint only needs to remember *where* it was (phase,
-epoch, batch) to continue with the batches an uninterrupted run would have seen; with several processes the
-order is cut into global micro-batches, so that position does not depend on the number of processes.
+"""Which examples make up each micro-batch: a pure function of (seed, epoch), so a checkpoint only remembers where
+it was (phase, epoch, batch); the order is cut into global micro-batches, so that position does not depend on the
+number of processes.
 """
 
 from __future__ import annotations
@@ -31,13 +29,11 @@ def micro_batch_size(global_batch: int, world_size: int, grad_accum: int) -> int
 
 
 class BatchPlan:
-    """Which examples make up each micro-batch of each epoch: a pure function of (seed, epoch).
-
-    ``collate`` turns a list of examples into a batch of tensors; a dataset that draws something per epoch
-    (dynamic masking) gets ``set_epoch(epoch)`` before use. The epoch's order is cut into *global* micro-batches
-    of ``batch_size x world_size`` examples, of which process ``rank`` reads its contiguous slice
-    (docs/distributed.md, "Data"). ``len(plan)`` counts global micro-batches.
-    """
+    """Which examples make up each micro-batch of each epoch. ``collate`` turns a list of examples into a batch of
+    tensors; a dataset that draws something per epoch (dynamic masking) gets ``set_epoch(epoch)`` before use. Each
+    *global* micro-batch holds ``batch_size x world_size`` examples, of which process ``rank`` reads its contiguous
+    slice; ``len(plan)`` counts them. ``order(epoch)``, when given, is the epoch's permutation (bertkit.Trainer:
+    transformers' seeded RandomSampler's)."""
 
     def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
                  seed: int, shuffle: bool = True, rank: int = 0, world_size: int = 1,
@@ -51,8 +47,6 @@ class BatchPlan:
         self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
         self.shuffle, self.seed = shuffle, seed
         self.rank, self.world_size = rank, world_size
-        # ``order(epoch)``: the epoch's permutation of the examples, for a caller that must reproduce another
-        # library's order (bertkit.Trainer: transformers' seeded RandomSampler); still a pure function of epoch
         self.order = order
 
     def __len__(self) -> int:
@@ -69,12 +63,11 @@ class BatchPlan:
             order = list(range(n))
         return [order[i:i + per_step] for i in range(0, len(self) * per_step, per_step)]
 
-    def shard(self, chunk: list[int], rank: int | None = None) -> list[int]:
-        """``rank``'s contiguous slice of one global micro-batch (this plan's rank by default)."""
-        rank = self.rank if rank is None else rank
+    def shard(self, chunk: list[int]) -> list[int]:
+        """This rank's contiguous slice of one global micro-batch."""
         base, extra = divmod(len(chunk), self.world_size)
-        start = rank * base + min(rank, extra)
-        return chunk[start:start + base + (rank < extra)]
+        start = self.rank * base + min(self.rank, extra)
+        return chunk[start:start + base + (self.rank < extra)]
 
     def batches(self, epoch: int) -> list[list[int]]:
         """This rank's micro-batches of ``epoch`` (all of them in one process)."""
@@ -87,11 +80,9 @@ class BatchPlan:
 
 
 class EpochBatches(torch.utils.data.Dataset):
-    """Micro-batch ``i`` of one epoch for this rank, as ``(weight, batch)``: what the DataLoader's workers make.
-
-    ``weight`` = this rank's share of the global micro-batch x world_size (1.0 when it splits evenly), so DDP's
-    average of the ranks' losses is the global batch's mean. A rank whose share is empty gets one example at
-    weight 0: its backward pass must still take part in the gradient all-reduce.
+    """Micro-batch ``i`` of one epoch for this rank, as ``(weight, batch)``: ``weight`` = this rank's share of the
+    global micro-batch x world_size, so DDP's average of the ranks' losses is the global batch's mean. A rank whose
+    share is empty gets one example at weight 0: its backward pass must still take part in the all-reduce.
     """
 
     def __init__(self, plan: BatchPlan, epoch: int):
@@ -110,13 +101,14 @@ def _unbatched(item: Any) -> Any:
     return item  # EpochBatches items are whole batches already (a module-level function: workers pickle it)
 
 
-def epoch_loader(plan: BatchPlan, epoch: int, start: int, num_workers: int, pin_memory: bool
+def epoch_loader(plan: BatchPlan, epoch: int, start: int, num_workers: int | None, cuda: bool
                  ) -> torch.utils.data.DataLoader:
-    """Micro-batches ``start``.. of ``epoch`` through a DataLoader: with workers, batches are collated ahead
-    of the step (prefetch) while the order stays the plan's, so resume positions are unchanged."""
+    """Micro-batches ``start``.. of ``epoch`` through a DataLoader (with workers, collated ahead of the step).
+    ``num_workers`` None: 2 on CUDA, 0 on the CPU (where workers would take cores from the step itself)."""
+    num_workers = (2 if cuda else 0) if num_workers is None else num_workers
     return torch.utils.data.DataLoader(
         EpochBatches(plan, epoch), batch_size=None, sampler=range(start, len(plan)), collate_fn=_unbatched,
-        num_workers=num_workers, pin_memory=pin_memory, prefetch_factor=4 if num_workers else None,
+        num_workers=num_workers, pin_memory=cuda, prefetch_factor=4 if num_workers else None,
         # its own generator: a DataLoader iterator otherwise draws its worker seed from the global RNG, which
         # would shift dropout's random stream wherever an epoch starts (and differently after a resume)
         generator=torch.Generator().manual_seed(plan.seed * 100_003 + epoch))

@@ -64,10 +64,8 @@ class TrainerControl:
 
 class TrainerCallback:
     """Subclass and override the events you need; each gets ``(args, state, control, **kwargs)`` (kwargs: model,
-    processing_class; metrics for on_evaluate and on_predict, logs for on_log) where and in the order
-    transformers' Trainer calls it (tests/test_trainer.py runs one callback under both), and may set any of
-    ``control``'s flags (or return a ``TrainerControl``): they are honoured as transformers honours them. on_save
-    sees the checkpoint-N directory in place, whole. Not called: on_push_begin (bertkit does not push to the Hub)."""
+    processing_class; metrics for on_evaluate and on_predict, logs for on_log) where transformers' Trainer calls it,
+    and may set ``control``'s flags (or return a ``TrainerControl``). Not called: on_push_begin."""
 
     def on_init_end(self, args, state, control, **kwargs): pass
     def on_train_begin(self, args, state, control, **kwargs): pass
@@ -108,13 +106,10 @@ class EarlyStoppingCallback(TrainerCallback):
         if value is None:
             return
         better = np.greater if args.greater_is_better else np.less
-        if np.isnan(value):  # never an improvement (nor the best: the Trainer skips it)
-            self.early_stopping_patience_counter += 1
-        elif state.best_metric is None or (better(value, state.best_metric)
-                                         and abs(value - state.best_metric) > self.early_stopping_threshold):
-            self.early_stopping_patience_counter = 0
-        else:
-            self.early_stopping_patience_counter += 1
+        improved = not np.isnan(value) and (  # a NaN never improves (nor is the best: the Trainer skips it)
+            state.best_metric is None
+            or (better(value, state.best_metric) and abs(value - state.best_metric) > self.early_stopping_threshold))
+        self.early_stopping_patience_counter = 0 if improved else self.early_stopping_patience_counter + 1
         if self.early_stopping_patience_counter >= self.early_stopping_patience:
             control.should_training_stop = True
 

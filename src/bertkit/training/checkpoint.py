@@ -1,9 +1,6 @@
-"""Training checkpoints on disk: where they live, writing them atomically, reading back the newest intact one.
-
-A checkpoint is a directory holding ``state.pt`` (model, optimiser, scheduler, scaler, every rank's RNG state,
-the loop's position and the run's fingerprint) and, for ``from_pretrained``, the model in the Hugging Face
-layout. It is written into a scratch directory, fsynced and renamed into place, so a kill mid-write never leaves
-a partial checkpoint; only files this run (or the run it resumes) recorded as written are ever removed.
+"""Training checkpoints on disk: ``state.pt`` (model, optimiser, scheduler, scaler, every rank's RNG state, the
+loop's position, the run's fingerprint) and the model in the Hugging Face layout, written into a scratch directory
+and renamed into place; only files this run (or the run it resumes) recorded as written are ever removed.
 """
 
 from __future__ import annotations
@@ -66,18 +63,20 @@ def _disk_full(e: BaseException) -> bool:
 def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None, *,
                     layout: CheckpointLayout = STEP_LAYOUT, write_extra: Callable[[Path], None] | None = None,
                     protect: Callable[[Path], bool] | None = None) -> Path:
-    """Write ``state`` (and ``model`` in the Hugging Face layout, for ``from_pretrained``) to a temporary
-    directory, fsync, and rename it: a kill mid-write never leaves a partial checkpoint, and a failed write
-    (a full disk) leaves the previous checkpoints as they were.
-
-    ``write_extra(dir)`` adds files (the tokenizer) before the rename; of the checkpoints ``protect`` does not
-    claim (the best one), the newest ``keep`` are kept."""
+    """Write ``state`` (and ``model``, for ``from_pretrained``) to a temporary directory, fsync, and rename it:
+    a kill or a full disk mid-write leaves the previous checkpoints as they were. ``write_extra(dir)`` adds files
+    before the rename; of the checkpoints ``protect`` does not claim, the newest ``keep`` are kept."""
     root = layout.root(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = layout.path(out_dir, step)
     tmp = _scratch_dir(root, final)
     try:
-        _write_files(tmp, state, model, write_extra)
+        torch.save(state, tmp / STATE_FILE)  # a file of the scratch directory: a killed run's, removable as such
+        fsync(tmp / STATE_FILE)
+        if model is not None and hasattr(model, "save_pretrained"):
+            model.save_pretrained(tmp)
+        if write_extra is not None:
+            write_extra(tmp)
     except (OSError, RuntimeError, BertkitError) as e:
         shutil.rmtree(tmp, ignore_errors=True)  # made by this call just now (mkdir refuses an existing one)
         if not (_disk_full(e) or (isinstance(e, BertkitError) and isinstance(e.__cause__, OSError)
@@ -100,16 +99,6 @@ def _scratch_dir(root: Path, final: Path) -> Path:
         tmp.mkdir()
     register_scratch(tmp)  # a kill mid-write leaves it: the run that resumes (or --overwrite) may remove it
     return tmp
-
-
-def _write_files(tmp: Path, state: dict, model: nn.Module | None,
-                 write_extra: Callable[[Path], None] | None) -> None:
-    torch.save(state, tmp / STATE_FILE)  # a file of the scratch directory: a killed run's, removable as such
-    fsync(tmp / STATE_FILE)
-    if model is not None and hasattr(model, "save_pretrained"):
-        model.save_pretrained(tmp)
-    if write_extra is not None:
-        write_extra(tmp)
 
 
 def _disk_full_error(out_dir: Path, layout: CheckpointLayout, tmp: Path, state: dict) -> BertkitError:
@@ -135,9 +124,8 @@ def _rename_into_place(tmp: Path, final: Path, root: Path) -> None:
 
 
 def remove_torn_writes(out_dir: Path, layout: CheckpointLayout) -> None:
-    """Remove the temporary directories (``.tmp-<checkpoint>``) of checkpoint writes a kill cut short, where this
-    run's claim on the output directory (or the run it continues) recorded them as its own; anything else in
-    them, or a directory of that name bertkit did not make, is left and named."""
+    """Remove the files of checkpoint writes a kill cut short (``.tmp-<checkpoint>``) that this run's claim on the
+    output directory recorded as its own; anything else is left."""
     root = layout.root(out_dir)
     for tmp in sorted(root.glob(f".tmp-{layout.prefix}*")) if root.is_dir() else []:
         if tmp.is_symlink() or not tmp.is_dir():
@@ -153,8 +141,7 @@ def _rotate(out_dir: Path, layout: CheckpointLayout, keep: int, protect: Callabl
 
 
 def model_state(model: nn.Module) -> dict:
-    """The model's state dict as ``state.pt`` holds it: views of the parameters (keep_vars), so torch.save
-    writes the tied word embeddings once."""
+    """The model's state dict as views of the parameters (keep_vars): torch.save writes tied embeddings once."""
     return {k: v.detach() for k, v in model.state_dict(keep_vars=True).items()}
 
 
@@ -189,37 +176,16 @@ def read_state(path: Path) -> dict:
     except pickle.UnpicklingError as e:
         raise BertkitError(f"{path / STATE_FILE} holds Python code, not only tensors, so bertkit will not load it "
                            f"(it did not write it): {str(e).splitlines()[0]}") from None
-    for key in ("model", "optimizer", "scheduler", "scaler", "position", "fingerprint", "rank_rng", "world_size",
-                "windows"):
-        if key not in state:
-            raise KeyError(key)
+    missing = {"model", "optimizer", "scheduler", "scaler", "position", "fingerprint", "rank_rng", "world_size",
+               "windows"} - state.keys()
+    if missing:
+        raise KeyError(sorted(missing))
     return state
 
 
-def read_checkpoint(out_dir: Path, fingerprint: dict, layout: CheckpointLayout = STEP_LAYOUT,
-                    only: Path | None = None) -> tuple[Path, dict]:
-    """The newest intact checkpoint (or ``only``); a damaged newest one (a torn write) falls back to the previous."""
-    damaged = []
-    for path in [only] if only is not None else reversed(layout.dirs(out_dir)):
-        try:
-            state = read_state(path)
-        except (RuntimeError, EOFError, KeyError, OSError, ValueError) as e:
-            if isinstance(e, BertkitError):
-                raise
-            damaged.append(f"{path / STATE_FILE} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-            logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
-            continue
-        break
-    else:
-        raise BertkitError(f"no intact checkpoint to resume from in {layout.root(out_dir)}: {'; '.join(damaged)}")
-    refuse_other_run(path, fingerprint, state["fingerprint"])
-    return path, state
-
-
 def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -> None:
-    """Refuse to resume from the checkpoint ``path`` when the run that wrote it had another fingerprint (``saved``,
-    or read from its state.pt with the tensors memory-mapped, not read: a check before anything is written). A
-    state.pt that cannot be read is left to ``read_checkpoint``, which names the damage."""
+    """Refuse to resume from ``path`` when the run that wrote it had another fingerprint (``saved``, or read from
+    its state.pt memory-mapped: a check before anything is written; damage is left to ``checkpoint_to_resume``)."""
     if saved is None:
         try:
             saved = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)["fingerprint"]
@@ -247,27 +213,33 @@ def _differences(saved: dict, now: dict, prefix: str = "") -> dict[str, tuple]:
 
 def checkpoint_to_resume(out_dir: Path, fingerprint: dict, layout: CheckpointLayout,
                          resume: bool | Path) -> tuple[Path, dict] | None:
-    """The checkpoint a run continues from and its state: the one ``resume`` names, or with ``resume=True`` the
-    newest intact one; None for a fresh run, which refuses a directory that already holds checkpoints."""
+    """The checkpoint a run continues from (the one ``resume`` names, or the newest intact one: a damaged newest
+    one falls back to the one before) and its state; None for a fresh run."""
     existing = layout.dirs(out_dir)
-    if isinstance(resume, Path):
-        return read_checkpoint(out_dir, fingerprint, layout, only=resume)
-    if resume and existing:
-        return read_checkpoint(out_dir, fingerprint, layout)
-    if existing:
+    if not resume and existing:
         raise BertkitError(
-            f"{out_dir} already holds checkpoints ({existing[-1].name}); pass --resume (resume=True) to "
-            "continue that run, or choose another output directory")
+            f"{out_dir} already holds checkpoints ({existing[-1].name}) of an earlier run; continue it with --resume "
+            "(Trainer: train(resume_from_checkpoint=True)), or choose another output directory")
+    damaged = []
+    for path in [resume] if isinstance(resume, Path) else reversed(existing):  # none when not resuming
+        try:
+            state = read_state(path)
+        except (RuntimeError, EOFError, KeyError, OSError, ValueError) as e:
+            if isinstance(e, BertkitError):
+                raise
+            damaged.append(f"{path / STATE_FILE} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+            logger.warning("checkpoint %s is damaged (%s); falling back to the one before it", path, damaged[-1])
+            continue
+        refuse_other_run(path, fingerprint, state["fingerprint"])
+        return path, state
+    if damaged:
+        raise BertkitError(f"no intact checkpoint to resume from in {layout.root(out_dir)}: {'; '.join(damaged)}")
     return None
 
 
 def restore_rank_state(state: dict, info: DistInfo, seed: int, step: int, device: str) -> dict:
-    """This rank's RNG state and logging window from a checkpoint; returns the window.
-
-    Same world size: each rank continues with its own RNG state (bit-exact). Another world size: the
-    sample position is world-size independent (global micro-batches), but there is no RNG state for the new
-    ranks, so each is re-seeded from (seed, rank, step): dropout draws differ from an uninterrupted run.
-    """
+    """This rank's RNG state and logging window from a checkpoint; returns the window. With another world size
+    there is no RNG state for the new ranks: each is re-seeded from (seed, rank, step)."""
     ranks, windows = state["rank_rng"], state["windows"]
     if len(ranks) == info.world_size:
         set_rng_state(ranks[info.rank], device)

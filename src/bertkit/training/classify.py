@@ -51,26 +51,21 @@ _ROWS_PER_CLASS_WARNING = 2.0
 def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: str, pairs: bool,
                   source: str | Path | None = None) -> glue.GlueTask:
     """The task the labels describe: class names (sorted, numerically when they are all integers) or regression.
-
-    ``source`` (the training file) names where a bad label is. A label column of numbers holding a NaN or an
-    infinity is refused (a missing value written as ``nan`` would otherwise become a class of its own), as are
-    two spellings of one class number (``1`` and ``1.0``); a classification with nearly one class per row
-    is logged as a warning with the likely fix.
-    """
+    A numeric label column holding a NaN or an infinity is refused (a missing value written ``nan`` would become a
+    class), as are two spellings of one class number (``1`` and ``1.0``); ``source`` names where."""
     where = f"{source}:" if source is not None else "line "
     labels = [e.label for e in train]
     values = [_number(x) for x in labels]
-    if all(v is not None for v in values):  # a numeric column: every value must be a usable number
+    numeric = all(v is not None for v in values)
+    if numeric:  # a numeric column: every value must be a usable number
         bad = next((e for e, v in zip(train, values) if not math.isfinite(v)), None)
         if bad is not None:
             raise BertkitError(f"{where}{bad.line}: label {bad.label!r} is not a finite number; the label column "
                                "holds numbers, so a NaN or infinity is a missing or broken value, not a class: fix "
                                "or remove that row")
-    numeric = all(_is_number(x) for x in labels)
-    regression = problem_type == "regression" or (
-        problem_type == "auto" and numeric and any(float(x) != int(float(x)) for x in labels))
+    regression = problem_type == "regression" or (problem_type == "auto" and numeric and any(v != int(v) for v in values))
     if problem_type == "regression" and not numeric:
-        bad = next(e for e in train if not _is_number(e.label))
+        bad = next(e for e, v in zip(train, values) if v is None)
         raise BertkitError(f"--problem-type regression needs numeric labels; {where}{bad.line} has {bad.label!r}")
     if regression:
         names = None
@@ -79,7 +74,7 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
         if len(distinct) < 2:
             raise BertkitError(f"the training labels hold only {sorted(distinct)}: classification needs at least "
                                "two classes (pass --problem-type regression for a numeric score)")
-        integral = all(_is_number(x) and float(x) == int(float(x)) for x in distinct)
+        integral = numeric and all(v == int(v) for v in values)
         if integral:
             first_spelling: dict[float, glue.GlueExample] = {}
             for e in train:
@@ -88,7 +83,7 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
                     raise BertkitError(f"{source or name}: labels {other.label!r} (line {other.line}) and {e.label!r} "
                                        f"(line {e.line}) are the same number written two ways, so they would be two "
                                        "classes; write each class one way")
-        names = tuple(sorted(distinct, key=(lambda x: float(x)) if integral else None))
+        names = tuple(sorted(distinct, key=float if integral else None))
         if len(names) > 2 and len(labels) / len(names) < _ROWS_PER_CLASS_WARNING:
             fix = ("the labels are numbers: if they are a score, pass --problem-type regression" if numeric else
                    "check that --label-column names the label column (not a text column)")

@@ -1,9 +1,6 @@
-"""Several processes, one training run: PyTorch's own engine (torchrun launches, torch.distributed talks).
-
-Every training command runs unchanged under ``torchrun``: bertkit reads the launcher's environment
-(``info_from_env``), joins the process group (gloo on CPU, NCCL on CUDA) with each process pinned to its
-device, and leaves it on exit and on error. Without torchrun nothing here runs. docs/distributed.md says what
-N processes change (the global batch, each rank's slice of it, rank 0 alone writing, the model replicated by DDP).
+"""Several processes, one training run: every training command runs unchanged under ``torchrun``, which bertkit
+joins (gloo on CPU, NCCL on CUDA, each process pinned to its device) and leaves on exit and on error.
+docs/distributed.md says what N processes change.
 
 One node, 4 processes (copy-paste; add your data and settings)::
 
@@ -36,8 +33,7 @@ logger = logging.getLogger("bertkit")
 
 
 def current() -> DistInfo:
-    """This process's place in the initialised process group (rank 0 of 1 when there is none); its local rank is
-    torchrun's (``info_from_env``), or its rank in a group made without torchrun."""
+    """This process's place in the initialised process group (rank 0 of 1 when there is none)."""
     if not (dist.is_available() and dist.is_initialized()):
         return DistInfo()
     rank, launched = dist.get_rank(), info_from_env()
@@ -50,9 +46,8 @@ def process_device(spec: str) -> str:
 
 
 def _join(device: str, timeout_s: float, flag: str) -> tuple[DistInfo, str, bool]:
-    """Join the group torchrun describes (gloo on CPU, NCCL on CUDA, each process pinned to its GPU), unless there
-    is none or this process is in one already (a test made it): (this process's place, its device, whether it
-    joined now). ``flag`` names the timeout setting in the error."""
+    """Join the group torchrun describes, unless there is none or this process is in one already: (this
+    process's place, its device, whether it joined now). ``flag`` names the timeout setting in the error."""
     info = info_from_env()
     if not info.enabled or dist.is_initialized():
         info = current() if dist.is_initialized() else info
@@ -73,8 +68,7 @@ def _join(device: str, timeout_s: float, flag: str) -> tuple[DistInfo, str, bool
 @contextlib.contextmanager
 def process_group(device: str = "auto", timeout_s: float = 1800.0) -> Iterator[tuple[DistInfo, str]]:
     """Join torchrun's process group for the duration of a command; yields (this process's place, its device).
-    The group is destroyed on the way out, on errors too, so a failed rank never leaves its peers a half-open
-    group; ``timeout_s`` bounds how long a collective waits for a peer that stopped answering."""
+    The group is destroyed on the way out, on errors too; ``timeout_s`` bounds a collective's wait for a peer."""
     info, dev, joined = _join(device, timeout_s, "--ddp-timeout")
     if not joined:
         yield info, dev
@@ -89,10 +83,8 @@ def process_group(device: str = "auto", timeout_s: float = 1800.0) -> Iterator[t
 
 
 def join_for_process(device: str = "auto", timeout_s: float = 1800.0) -> tuple[DistInfo, str]:
-    """Join torchrun's process group for the rest of this process's life, for the Python API (``bertkit.Trainer``)
-    where no command wraps the run: a script under torchrun joins on its first Trainer, as transformers'
-    TrainingArguments does. At exit a process waits for its peers (the barrier above), then leaves; after an
-    uncaught error it leaves at once (its peers fail in their next collective, as under a command)."""
+    """Join torchrun's process group for the rest of this process's life (``bertkit.Trainer``, which no command
+    wraps). At exit a process waits for its peers, then leaves; after an uncaught error it leaves at once."""
     info, dev, joined = _join(device, timeout_s, "ddp_timeout")
     if not joined:
         return info, dev
@@ -117,8 +109,7 @@ def join_for_process(device: str = "auto", timeout_s: float = 1800.0) -> tuple[D
 
 
 def agree(ok: bool, what: str) -> bool:
-    """Every rank learns whether every rank got through a step (such as claiming the output directory on
-    rank 0): a failure on one rank becomes an error on all instead of a hang in the next collective.
+    """Whether every rank got through a step: a failure on one rank becomes an error on all instead of a hang.
     Returns False on a rank that failed itself (it raises its own error); raises on the others."""
     flags = all_gather(bool(ok))
     if ok and not all(flags):
@@ -159,8 +150,7 @@ def any_rank(flag: bool, device: str) -> bool:
 
 
 def replicate(model: nn.Module, device: str) -> nn.Module:
-    """``model`` on ``device`` as the training loop runs it: the model itself in one process; under torchrun,
-    wrapped in DDP (the same parameters), which averages the gradients over the ranks."""
+    """``model`` on ``device`` as the loop runs it: itself in one process; under torchrun wrapped in DDP."""
     model.to(device)
     if not current().enabled:
         return model

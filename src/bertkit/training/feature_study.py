@@ -1,16 +1,12 @@
-"""The paper's feature-based NER study (section 5.3, Table 7): a BiLSTM tagger on frozen BERT activations.
-
-Activations of the first WordPiece of every CoNLL-2003 word are extracted once, for all L + 1 layers, kept in
-fp16 on disk; then a BiLSTM tagger is trained (``finetune_run.run_finetuning``) on each of six combinations of
-layers and scored with conlleval on dev (docs/token-tasks.md).
+"""The paper's feature-based NER study (section 5.3, Table 7): a BiLSTM tagger, trained on each of six combinations
+of frozen BERT layers' activations (each word's first WordPiece, all L + 1 layers, extracted once to fp16 on disk)
+and scored with conlleval on dev (docs/token-tasks.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -22,14 +18,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils.rnn import pad_sequence
 
 from bertkit.errors import BertkitError
 from bertkit.features import hidden_states_for
 from bertkit.heads import IGNORE_INDEX
 from bertkit.inference.runner import run_length_sorted
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_target, atomic_write, atomic_write_json, atomic_write_text
-from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings
+from bertkit.outputs import atomic_target, atomic_write_json
+from bertkit.settings import STUDY_COMBINATIONS, StudySettings, TrainingSettings, first
 from bertkit.tasks import ner
 from bertkit.tasks.metrics import to_fractions
 from bertkit.training.finetune_run import run_finetuning
@@ -43,14 +40,15 @@ MAX_SEQ_LENGTH = 128
 EXTRACT_BATCH_SIZE = 64
 
 
-# name -> (how to combine, which hidden states as offsets from the end, or "encoder" for layers 1..L)
-COMBINATIONS: dict[str, tuple[str, Any]] = {
-    "embeddings": ("select", "embeddings"),
-    "second_to_last_hidden": ("select", (-2,)),
-    "last_hidden": ("select", (-1,)),
-    "weighted_sum_last_four": ("scalar_mix", (-4, -3, -2, -1)),
-    "concat_last_four": ("concat", (-4, -3, -2, -1)),
-    "weighted_sum_all_layers": ("scalar_mix", "encoder"),
+# name -> (how to combine, which of the L + 1 hidden states: a slice of them). Taking one layer is the
+# concatenation of one. The paper's "all 12 layers" are the Transformer layers; the embeddings are their own row.
+COMBINATIONS: dict[str, tuple[str, slice]] = {
+    "embeddings": ("concat", slice(0, 1)),
+    "second_to_last_hidden": ("concat", slice(-2, -1)),
+    "last_hidden": ("concat", slice(-1, None)),
+    "weighted_sum_last_four": ("scalar_mix", slice(-4, None)),
+    "concat_last_four": ("concat", slice(-4, None)),
+    "weighted_sum_all_layers": ("scalar_mix", slice(1, None)),
 }
 assert tuple(COMBINATIONS) == STUDY_COMBINATIONS  # the settings name the same rows
 
@@ -64,40 +62,28 @@ def combination_layers(name: str, num_states: int) -> list[int]:
     if name not in COMBINATIONS:
         raise BertkitError(f"unknown layer combination {name!r}; choose from {list(COMBINATIONS)}")
     which = COMBINATIONS[name][1]
-    if which == "embeddings":
-        return [0]
-    if which == "encoder":
-        return list(range(1, num_states))  # "all 12 layers" in the paper: the Transformer layers
-    if num_states < len(which) + 1:
-        raise BertkitError(f"{name} needs {len(which)} Transformer layers; this model has {num_states - 1}")
-    return [num_states + i for i in which]
+    if which.start < 0 and num_states + which.start < 1:  # counted from the end: Transformer layers only
+        raise BertkitError(f"{name} needs {-which.start} Transformer layers; this model has {num_states - 1}")
+    return list(range(num_states))[which]
 
 
 class LayerCombination(nn.Module):
     """(B, T, k, H) activations of k chosen layers -> (B, T, D) tagger input.
 
-    ``select`` (k = 1) takes the layer; ``concat`` joins the k layers in order (D = kH); ``scalar_mix`` is
-    ELMo's (Peters et al. 2018, eq. 1): gamma * sum_j softmax(w)_j h_j, with w (k,) and gamma learned
-    and initialised to 0 (equal weights) and 1.
+    ``concat`` joins the k layers in order (D = kH); ``scalar_mix`` is ELMo's (Peters et al. 2018, eq. 1):
+    gamma * sum_j softmax(w)_j h_j, with w (k,) and gamma learned and initialised to 0 (equal weights) and 1.
     """
 
     def __init__(self, mode: str, num_layers: int, hidden_size: int):
         super().__init__()
-        if mode not in ("select", "concat", "scalar_mix"):
-            raise BertkitError(f"mode {mode!r} must be 'select', 'concat' or 'scalar_mix'")
-        if mode == "select" and num_layers != 1:
-            raise BertkitError(f"'select' takes one layer, got {num_layers}")
-        self.mode, self.num_layers = mode, num_layers
+        assert mode in ("concat", "scalar_mix"), mode
+        self.mode = mode
         self.output_size = hidden_size * num_layers if mode == "concat" else hidden_size
         if mode == "scalar_mix":
             self.weights = nn.Parameter(torch.zeros(num_layers))
             self.gamma = nn.Parameter(torch.ones(()))
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.size(-2) != self.num_layers:
-            raise BertkitError(f"expected {self.num_layers} layers on dim -2, got shape {tuple(x.shape)}")
-        if self.mode == "select":
-            return x[..., 0, :]
         if self.mode == "concat":
             return x.flatten(-2)  # (B, T, k * H), layers in the order given
         return self.gamma * torch.einsum("k,...kh->...h", self.weights.softmax(0), x)
@@ -106,8 +92,7 @@ class LayerCombination(nn.Module):
 # How the taggers train, beside the settings a user sets (StudySettings): Adam (AdamW without weight decay, eps as
 # torch.optim.Adam's), no warm-up, the loop's linear decay to 0, and the global gradient norm clipped at 5, as is
 # usual for LSTM taggers (Lample et al. 2016).
-TAGGER_TRAINING = {"weight_decay": 0.0, "warmup_ratio": 0.0, "max_grad_norm": 5.0, "adam_epsilon": 1e-8,
-                   "optim": "adamw"}
+TAGGER_TRAINING = {"weight_decay": 0.0, "warmup_ratio": 0.0, "max_grad_norm": 5.0, "adam_epsilon": 1e-8}
 
 
 @dataclass
@@ -146,14 +131,10 @@ class BiLSTMTagger(nn.Module):
 
 @dataclass
 class WordActivations:
-    """First-WordPiece activations of every word of a split: ``values`` (words, L + 1, H) fp16 and
-    ``offsets`` (sentences + 1,): sentence i's words are rows ``offsets[i]:offsets[i + 1]``."""
+    """``values`` (words, L + 1, H) fp16; sentence i's words are rows ``offsets[i]:offsets[i + 1]``."""
 
     values: np.ndarray
     offsets: np.ndarray
-
-    def sentence(self, i: int, layers: Sequence[int]) -> np.ndarray:
-        return self.values[self.offsets[i]:self.offsets[i + 1]][:, layers]
 
 
 @torch.no_grad()
@@ -162,18 +143,18 @@ def extract_word_activations(model: BertModel, tokenizer: Any, sentences: Sequen
                              batch_size: int = EXTRACT_BATCH_SIZE,
                              device: str = "cpu", progress: bool = True) -> WordActivations:
     """All L + 1 hidden states at each word's first WordPiece, written to ``path`` (.npy, fp16) and memory-mapped.
-
-    Each sentence is encoded alone (``ner.featurize_ner`` windows: long ones split at word boundaries).
-    """
+    Each sentence is encoded alone (``ner.featurize_ner`` windows: long ones split at word boundaries)."""
     labels = ner.label_list(sentences)
     features = ner.featurize_ner(sentences, tokenizer, labels, max_seq_length)
     num_states, H = model.config.num_hidden_layers + 1, model.config.hidden_size
-    offsets = np.concatenate([[0], np.cumsum([len(s.words) for s in sentences])]).astype(np.int64)
+    offsets = _offsets(sentences)
     with atomic_target(path) as tmp:  # never through a symlink; a kill leaves no half-written array under its name
         _fill_word_activations(model, features, offsets, tmp, num_states, H, batch_size, device, progress)
-    with atomic_write(path.with_name(path.stem + ".offsets.npy"), "wb") as f:
-        np.save(f, offsets)
     return WordActivations(np.load(path, mmap_mode="r"), offsets)
+
+
+def _offsets(sentences: Sequence[ner.NerSentence]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum([len(s.words) for s in sentences])]).astype(np.int64)
 
 
 def _fill_word_activations(model: BertModel, features: list[dict], offsets: np.ndarray, tmp: Path, num_states: int,
@@ -197,43 +178,16 @@ def _fill_word_activations(model: BertModel, features: list[dict], offsets: np.n
     del values
 
 
-def _activations(s: StudySettings, model: BertModel, tokenizer: Any, split: str,
-                 sentences: Sequence[ner.NerSentence]) -> WordActivations:
-    """Extract once: reuse ``out_dir/activations/<split>.npy`` when it was made from the same model and data."""
-    folder = s.output_dir / "activations"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{split}.npy"
-    digest = hashlib.sha256(json.dumps([[list(x.words) for x in sentences], str(s.model_name_or_path.resolve()),
-                                        s.max_seq_length]).encode()).hexdigest()
-    stamp = folder / f"{split}.json"
-    if path.is_file() and stamp.is_file() and json.loads(stamp.read_text()).get("digest") == digest:
-        logger.info("reusing activations %s", path)
-        return WordActivations(np.load(path, mmap_mode="r"), np.load(folder / f"{split}.offsets.npy"))
-    t0 = time.perf_counter()
-    acts = extract_word_activations(model, tokenizer, sentences, path, max_seq_length=s.max_seq_length,
-                                    batch_size=s.extract_batch_size, device=s.device, progress=s.progress)
-    atomic_write_text(stamp, json.dumps({"digest": digest, "model": str(s.model_name_or_path), "sentences": len(sentences),
-                                 "words": int(acts.offsets[-1]), "seconds": round(time.perf_counter() - t0, 1)}))
-    return acts
-
-
 def _batch(acts: np.ndarray, offsets: np.ndarray, sentence_ids: Sequence[int], tag_ids: Sequence[np.ndarray] | None
            ) -> dict[str, Tensor]:
     """The tagger's inputs: ``features`` (B, T, k, H) float32, ``attention_mask`` (B, T) and, with ``tag_ids``,
     ``labels`` (B, T) padded with IGNORE_INDEX."""
-    lengths = [int(offsets[i + 1] - offsets[i]) for i in sentence_ids]
-    B, T = len(sentence_ids), max(lengths)
-    x = np.zeros((B, T, *acts.shape[1:]), dtype=np.float32)
-    mask = np.zeros((B, T), dtype=np.int64)
-    y = np.full((B, T), IGNORE_INDEX, dtype=np.int64) if tag_ids is not None else None
-    for row, (i, n) in enumerate(zip(sentence_ids, lengths)):
-        x[row, :n] = acts[offsets[i]:offsets[i + 1]]
-        mask[row, :n] = 1
-        if y is not None:
-            y[row, :n] = tag_ids[i]
-    batch = {"features": torch.from_numpy(x), "attention_mask": torch.from_numpy(mask)}
-    if y is not None:
-        batch["labels"] = torch.from_numpy(y)
+    rows = [torch.from_numpy(acts[offsets[i]:offsets[i + 1]].astype(np.float32)) for i in sentence_ids]
+    batch = {"features": pad_sequence(rows, batch_first=True),
+             "attention_mask": pad_sequence([torch.ones(len(r), dtype=torch.long) for r in rows], batch_first=True)}
+    if tag_ids is not None:
+        batch["labels"] = pad_sequence([torch.as_tensor(tag_ids[i], dtype=torch.long) for i in sentence_ids],
+                                       batch_first=True, padding_value=IGNORE_INDEX)
     return batch
 
 
@@ -255,8 +209,7 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
                  train_tags: Sequence[np.ndarray], dev_sentences: Sequence[ner.NerSentence], labels: Sequence[str],
                  hidden_size: int) -> dict[str, Any]:
     """Train one BiLSTM tagger on combination ``name``; dev conlleval after every epoch."""
-    num_states = train_acts.values.shape[1]
-    layers = combination_layers(name, num_states)
+    layers = combination_layers(name, train_acts.values.shape[1])
     mode = COMBINATIONS[name][0]
     # Only this combination's layers, in memory as fp16: 0.4 GB per layer for CoNLL-2003 train at H=384 ... x k.
     train_x = np.ascontiguousarray(train_acts.values[:, layers])
@@ -288,17 +241,13 @@ def train_tagger(name: str, s: StudySettings, train_acts: WordActivations, dev_a
                   **{k: ev[k] for k in ("layer_weights", "gamma") if k in ev}}
                  for epoch, (loss, ev) in enumerate(zip(train_loss, run.per_epoch))]
     logger.info("feature-study %s: dev F1 %.4f (%.0fs)", name, per_epoch[-1]["dev_f1"], run.seconds)
-    return {"combination": name, "layers": layers, "dev_f1": per_epoch[-1]["dev_f1"],
-            "best_epoch_dev_f1": max(r["dev_f1"] for r in per_epoch), "per_epoch": per_epoch,
+    return {"combination": name, "layers": layers, "dev_f1": per_epoch[-1]["dev_f1"], "per_epoch": per_epoch,
             "seconds": round(run.seconds, 1)}
 
 
 def feature_study(s: StudySettings) -> dict[str, Any]:
-    """Table 7 on CoNLL-2003 dev: extract activations once, train a BiLSTM tagger per combination.
-
-    Writes ``activations/`` (fp16 .npy, reused by later runs on the same model and data) and ``report.json``
-    with the dev F1 table (last epoch; the best epoch alongside), settings and timings.
-    """
+    """Table 7 on CoNLL-2003 dev: writes ``activations/`` and ``report.json`` with the dev F1 table (last epoch;
+    every epoch's in ``runs``), settings and timings."""
     from bertkit.tokenization import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
@@ -308,24 +257,25 @@ def feature_study(s: StudySettings) -> dict[str, Any]:
         combination_layers(name, num_states)  # fail before the long extraction
     train_all = ner.read_conll(s.data_dir / "train.txt", s.tag_scheme)
     dev = ner.read_conll(s.data_dir / "valid.txt", s.tag_scheme)
-    train = train_all if s.max_train_samples is None else train_all[: s.max_train_samples]
+    train = first(train_all, s.max_train_samples)
     labels = ner.label_list(train_all)
     label_id = {t: i for i, t in enumerate(labels)}
-    s.output_dir.mkdir(parents=True, exist_ok=True)
+    (s.output_dir / "activations").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    train_acts = _activations(s, model, tokenizer, "train", train)
-    dev_acts = _activations(s, model, tokenizer, "dev", dev)
+    train_acts, dev_acts = (extract_word_activations(
+        model, tokenizer, sentences, s.output_dir / "activations" / f"{split}.npy", max_seq_length=s.max_seq_length,
+        batch_size=s.extract_batch_size, device=s.device, progress=s.progress)
+        for split, sentences in (("train", train), ("dev", dev)))
     extract_seconds = time.perf_counter() - t0
     train_tags = [np.asarray([label_id[t] for t in x.tags]) for x in train]
-    rows = []
-    for name in s.combinations:
-        rows.append(train_tagger(name, s, train_acts, dev_acts, train_tags, dev, labels, model.config.hidden_size))
+    rows = [train_tagger(name, s, train_acts, dev_acts, train_tags, dev, labels, model.config.hidden_size)
+            for name in s.combinations]
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(s).items()}
     settings["lstm_hidden"] = s.lstm_hidden or model.config.hidden_size // 2
     report = {
         "task": "feature_based_ner", "model": str(s.model_name_or_path), "split": "CoNLL-2003 dev (valid.txt)",
         "table": {r["combination"]: r["dev_f1"] for r in rows}, "runs": rows,
-        "paper_table7_bert_base": {k: v / 100 for k, v in PAPER_TABLE7.items()}, "train_sentences": len(train), "dev_sentences": len(dev),
+        "train_sentences": len(train), "dev_sentences": len(dev),
         "extract_seconds": round(extract_seconds, 1), "total_seconds": round(time.perf_counter() - t0, 1),
         "subset": None if len(train) == len(train_all) else
         f"the first {len(train)} of the {len(train_all)} training sentences",
@@ -339,7 +289,6 @@ def format_table(report: dict[str, Any]) -> str:
     """The report's dev F1 table as Markdown (percent, as the paper prints it), with BERT-BASE's beside it."""
     lines = ["| layers | dev F1 | paper (BERT-BASE) |", "|---|---:|---:|"]
     for name, f1 in report["table"].items():
-        paper = PAPER_TABLE7.get(name)
-        lines.append(f"| {name} | {100 * f1:.1f} | {paper if paper is not None else '-'} |")
+        lines.append(f"| {name} | {100 * f1:.1f} | {PAPER_TABLE7.get(name, '-')} |")
     return "\n".join(lines)
 

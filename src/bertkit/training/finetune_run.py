@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -16,8 +15,6 @@ from bertkit.training.batch_plan import BatchPlan, micro_batch_size, steps_for_e
 from bertkit.training.distributed import current
 from bertkit.training.loop import Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics
-
-logger = logging.getLogger("bertkit")
 
 
 class Fit(NamedTuple):
@@ -33,12 +30,8 @@ class Fit(NamedTuple):
 def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable[[list], dict],
                    s: TrainingSettings, evaluate: Callable[[nn.Module], dict[str, float]] | None,
                    fingerprint: dict, resume: bool = False) -> Fit:
-    """One fine-tuning run (one phase of the one loop) on featurised examples.
-
-    ``s.batch_size`` is the global batch; each micro-step sees batch_size / gradient_accumulation_steps.
-    The run's checkpoints are removed at the end (the caller keeps the model); metrics.jsonl stays in
-    ``s.output_dir``. ``resume`` continues from the newest checkpoint a killed run of the same settings left.
-    """
+    """One fine-tuning run on featurised examples (``s.batch_size`` is the global batch). Its checkpoints are
+    removed at the end (the caller keeps the model); ``resume`` continues a killed run of the same settings."""
     if s.batch_size is None or s.num_train_epochs is None or s.learning_rate is None:
         raise BertkitError("run_finetuning needs batch_size, num_train_epochs and learning_rate resolved, got "
                            f"{s.batch_size}, {s.num_train_epochs}, {s.learning_rate}")
@@ -46,15 +39,10 @@ def run_finetuning(model: nn.Module, features: Sequence[dict], collate: Callable
     micro = micro_batch_size(s.batch_size, info.world_size, s.gradient_accumulation_steps)
     plan = BatchPlan(features, micro, collate, shuffle=True, seed=s.seed, rank=info.rank, world_size=info.world_size)
     steps = s.max_steps if s.max_steps > 0 else steps_for_epochs(plan, s.num_train_epochs, s.gradient_accumulation_steps)
-    ours = resume or not (s.output_dir / "checkpoints").exists()  # train() refuses anyone else's
     t0 = time.perf_counter()
     result = train(model, [Phase(plan, steps)], s, evaluate=evaluate, fingerprint=fingerprint, resume=resume)
     seconds = time.perf_counter() - t0
-    if ours and info.is_main:  # only checkpoints this run (or the killed run it continued) made
-        left = remove_owned_tree(s.output_dir / "checkpoints")  # only files recorded as this run's
-        if left:
-            logger.warning("kept %s: %d file(s) there were not written by this run (e.g. %s)",
-                           s.output_dir / "checkpoints", len(left), ", ".join(left[:3]))
-    if info.is_main:  # the learning curves, as pre-training draws them
+    if info.is_main:  # the checkpoints go (only files recorded as bertkit's; others are named), the curves stay
+        remove_owned_tree(s.output_dir / "checkpoints")
         plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
     return Fit(result, seconds)

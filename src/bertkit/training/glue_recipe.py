@@ -1,10 +1,5 @@
-"""The GLUE recipe: ``finetune glue`` (the grid of rates and seeds on one task) and ``predict glue`` (submission files).
-
-The paper's protocol (section 4.1, appendix A.3): batch 32, 3 epochs, warm-up over 10% of steps then linear
-decay, max_seq_length 128, the learning rate picked on dev from {2e-5, 3e-5, 4e-5, 5e-5} with restarts.
-``finetune_glue`` runs one configuration by default and any grid on request (``sequence_grid``). The paper's
-rates suit BERT-BASE/LARGE; below 768 wide the default is 1e-4, the rate Google's BERT miniatures most often
-selected (Turc et al. 2019; ``settings.default_lr``).
+"""The GLUE recipe (paper section 4.1, appendix A.3): ``finetune glue``, one configuration by default and any grid of
+rates and seeds on request (``sequence_grid``), and ``predict glue`` (submission files).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """One training loop for pre-training and fine-tuning: deterministic, resumable bit for bit, logged.
 
-The loop owns the optimiser, the schedule, gradient accumulation and clipping, bf16 autocast, logging to
-``metrics.jsonl``, periodic evaluation and atomic checkpoints; callers own the model, the data and the
-evaluation. Data order is a pure function of (seed, epoch) through ``BatchPlan``, so a checkpoint only
-needs to remember *where* it was: (phase, epoch, batch). With the model, optimiser, scheduler and RNG
-states that is enough for ``resume=True`` to continue with exactly the losses and weights an
-uninterrupted run would have produced (on CPU; GPU kernels may not be bitwise deterministic).
-
-A run is a list of ``Phase`` objects run back to back under one learning-rate schedule: fine-tuning is
-one phase; the paper's pre-training is two (90% of steps at 128 tokens, then 512; appendix A.2).
+The loop owns the optimiser, the schedule, accumulation and clipping, autocast, ``metrics.jsonl``, periodic
+evaluation and atomic checkpoints; callers own the model, the data and the evaluation. Data order is a pure
+function of (seed, epoch) (``BatchPlan``), so with the model, optimiser, scheduler and RNG states a checkpoint's
+position (phase, epoch, batch) lets ``resume=True`` continue to exactly an uninterrupted run's weights (on CPU).
+A run is a list of ``Phase`` objects under one learning-rate schedule: fine-tuning is one, the paper's
+pre-training two (128 tokens, then 512).
 """
 
 from __future__ import annotations
@@ -72,21 +69,23 @@ class Position:
 class TrainResult:
     step: int
     history: list[dict] = field(default_factory=list)  # every metrics.jsonl record of this run
-    last_eval: dict | None = None
     skipped_nonfinite: int = 0
+
+    @property
+    def last_eval(self) -> dict | None:
+        """The newest evaluation's metrics (after a resume, perhaps one the interrupted run made)."""
+        evals = [r for r in self.history if r["split"] == "eval"]
+        return {k: v for k, v in evals[-1].items() if k not in ("split", "step", "epoch")} if evals else None
 
 
 @dataclass
 class LoopHooks:
-    """What ``bertkit.Trainer`` adds to the loop; each is off by default. ``write_extra(dir)`` adds files (the
-    tokenizer) to a checkpoint before it is renamed into place; ``protect(path)`` marks a checkpoint
-    ``save_total_limit`` must keep (the best one); ``on_record(record)`` sees every logged record; ``event(name,
-    position)`` is called where transformers' Trainer calls its callbacks' ``on_<name>``.
+    """What ``bertkit.Trainer`` adds to the loop. ``write_extra(dir)`` adds files to a checkpoint before it is
+    renamed into place; ``protect(path)`` marks one ``save_total_limit`` must keep (the best); ``on_record`` sees
+    every logged record; ``event(name, position)`` is called where transformers calls ``on_<name>``.
 
-    ``control`` follows transformers' ``TrainerControl`` rules: at a step's (or epoch's) end the loop sets the flags
-    its strategies call for (as ``DefaultFlowCallback``), calls ``event``, then logs, evaluates and saves as the
-    flags then say, clearing each as it acts; should_epoch_stop/should_training_stop end the epoch/run after the
-    micro-batch in hand."""
+    ``control`` follows transformers' rules: at a step's (or epoch's) end the loop sets the flags its strategies
+    call for, calls ``event``, then logs, evaluates and saves as the flags then say, clearing each as it acts."""
 
     layout: CheckpointLayout = STEP_LAYOUT
     write_extra: Callable[[Path], None] | None = None
@@ -94,15 +93,6 @@ class LoopHooks:
     on_record: Callable[[dict], None] | None = None
     event: Callable[[str, Position], None] | None = None
     control: TrainerControl = field(default_factory=TrainerControl)
-
-
-def _save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None,
-                     hooks: LoopHooks | None = None) -> Path:
-    """``save_checkpoint`` with a caller's ``LoopHooks`` (layout, extra files, protected checkpoints): where
-    the loop writes every checkpoint, looked up here at each call (tests patch it to stop a run after one)."""
-    hooks = hooks or LoopHooks()
-    return save_checkpoint(out_dir, state, step, keep, model, layout=hooks.layout, write_extra=hooks.write_extra,
-                           protect=hooks.protect)
 
 
 def train(
@@ -118,16 +108,12 @@ def train(
 ) -> TrainResult:
     """Train ``model`` (whose forward returns an object with ``.loss``) through ``phases``.
 
-    ``evaluate(model)`` returns held-out metrics; ``batch_metrics(batch, output)`` returns extra
-    per-batch training scalars (accuracies) averaged over each logging window. ``fingerprint`` adds
-    caller facts (model config, data) that ``resume`` must find unchanged. Returns the run's history.
+    ``evaluate(model)`` returns held-out metrics; ``batch_metrics(batch, output)`` extra training scalars,
+    averaged over each logging window. ``fingerprint`` adds caller facts (model config, data) that ``resume``
+    (True: the newest checkpoint, or one directory) must find unchanged.
 
-    Under torchrun (an initialised process group) every rank calls this with the same arguments and plans
-    built for its rank (``BatchPlan(rank=, world_size=)``); the model is replicated (DDP), rank 0 alone writes
-    metrics.jsonl and checkpoints, and ``evaluate`` runs on every rank.
-
-    ``resume`` may name one checkpoint directory instead of the newest; ``hooks`` (``LoopHooks``) are what
-    ``bertkit.Trainer`` adds: its checkpoint layout, callbacks, early stopping and epoch-end saves.
+    Under torchrun every rank calls this with plans built for its rank (``BatchPlan(rank=, world_size=)``); the
+    model is replicated (DDP), rank 0 alone writes, and ``evaluate`` runs on every rank.
     """
     hooks = hooks or LoopHooks()
     run = _Run.start(model, phases, args, evaluate, batch_metrics, fingerprint, resume, hooks)
@@ -147,9 +133,8 @@ def train(
 
 @dataclass
 class _Run:
-    """What one ``train`` call holds between micro-steps: the model and its optimiser, where the run is
-    (``pos``), the logging window, and the run's history. Its methods are the loop's pieces: restore or
-    start (``start``), a micro-step, an optimiser step (with logging, evaluation and saving), the end."""
+    """What one ``train`` call holds between micro-steps: the model and its optimiser, where the run is (``pos``),
+    the logging window and the run's history."""
 
     args: TrainingSettings
     info: DistInfo
@@ -168,7 +153,6 @@ class _Run:
     log_file: RunLog
     window: dict
     bar: Any = None
-    last_eval: dict | None = None
     window_n: int = 0
     seqs: int = 0
     tokens: int = 0
@@ -176,6 +160,7 @@ class _Run:
     micro: int = 0
     spoiled: str | None = None  # why the current optimiser step's gradient cannot be used
     grad_norm: float | None = None  # the last optimiser step's gradient norm, before clipping
+    step_lr: float = 0.0  # the learning rate the last optimiser step used (what transformers logs)
     # Token-level losses (masked LM, tagging) are divided by the labelled tokens of the whole optimiser step
     # (all micro-batches, all ranks: ``step_targets``) when the model takes transformers' num_items_in_batch.
     token_losses: bool = False
@@ -196,17 +181,8 @@ class _Run:
             self.hooks.event(name, self.pos)
 
     @property
-    def out_dir(self) -> Path:
-        return self.args.output_dir
-
-    @property
     def cuda(self) -> bool:
         return torch.device(self.device).type == "cuda"
-
-    @property
-    def workers(self) -> int:
-        n = self.args.dataloader_num_workers
-        return n if n is not None else (2 if self.cuda else 0)
 
     # -- start: check, build the optimiser, restore a checkpoint or seed a fresh run --------------------------
     @classmethod
@@ -245,8 +221,7 @@ class _Run:
         return run
 
     def restore(self, path: Path, state: dict) -> None:
-        """Continue from the checkpoint at ``path``: optimiser, schedule, scaler, position, this rank's RNG state
-        and logging window, and metrics.jsonl cut back to the checkpoint's step."""
+        """Continue from the checkpoint at ``path``, metrics.jsonl cut back to its step."""
         info = self.info
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -276,14 +251,13 @@ class _Run:
     # -- one epoch: its remaining micro-batches, then its end ---------------------------------------------------
     def run_epoch(self, phase: Phase, phase_end: int) -> None:
         """The micro-batches of the current epoch from ``pos.batch`` on, until the phase's last step; then the
-        epoch's end: at the data's end, when ``control`` stops the epoch or the run, and at the run's last step
-        (transformers ends a cut-short epoch too), its evaluation (when not evaluating every ``eval_steps``) and
-        its checkpoint (save_strategy "epoch"), as ``control`` then says."""
+        epoch's end (also of one ``control`` or the run's last step cuts short, as in transformers)."""
         pos, control = self.pos, self.control
         if pos.batch < len(phase.plan):
             control.should_epoch_stop = False
             self.event("epoch_begin")
-        for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, self.workers, self.cuda):
+        for weight, batch in epoch_loader(phase.plan, pos.epoch, pos.batch, self.args.dataloader_num_workers,
+                                          self.cuda):
             if pos.step >= phase_end:
                 break
             batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
@@ -368,6 +342,7 @@ class _Run:
         self.scaler.step(self.optimizer)
         self.event("optimizer_step")
         self.scaler.update()
+        self.step_lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         pos.step += 1
@@ -402,7 +377,7 @@ class _Run:
         where = f"step {pos.step + 1} ({phase.name}, epoch {pos.epoch}, batch {pos.batch - 1})"
         self.optimizer.zero_grad(set_to_none=True)
         if pos.skipped >= self.args.skip_nonfinite:
-            last = self.hooks.layout.dirs(self.out_dir)
+            last = self.hooks.layout.dirs(self.args.output_dir)
             raise NonFiniteError(
                 f"training stopped at {where}: {self.spoiled}. Last good checkpoint: "
                 f"{last[-1] if last else 'none (no checkpoint written yet)'}. "
@@ -418,7 +393,7 @@ class _Run:
         dt = time.perf_counter() - self.t0
         sums, n, seqs, tokens = _over_ranks(self.window, self.window_n, self.seqs, self.tokens)
         record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
-                  "lr": self.scheduler.get_last_lr()[0], **{k: v / n for k, v in sums.items()},
+                  "lr": self.step_lr, **{k: v / n for k, v in sums.items()},
                   "seqs_per_s": seqs / dt, "tokens_per_s": tokens / dt}
         if self.grad_norm is not None:
             record["grad_norm"] = self.grad_norm
@@ -439,24 +414,25 @@ class _Run:
             return
         self.model.eval()
         with torch.no_grad(), _autocast(self.args, self.device):
-            self.last_eval = self.evaluate(self.model)
+            metrics = self.evaluate(self.model)
         self.model.train()
-        self.log({"split": "eval", "step": self.pos.step, "epoch": self.pos.epoch, **self.last_eval})
+        self.log({"split": "eval", "step": self.pos.step, "epoch": self.pos.epoch, **metrics})
         if self.info.is_main:
             logger.info("eval at step %d: %s", self.pos.step, ", ".join(
-                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in self.last_eval.items()))
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
 
     def checkpoint(self) -> None:
-        """Write the checkpoint of this step (rank 0), then tell ``event("save")``: it sees the checkpoint in place."""
+        """Write the checkpoint of this step (rank 0), then ``event("save")``."""
         rng = all_gather(rng_state(self.device))
         windows = all_gather({**self.window, "_n": self.window_n})
         if self.info.is_main:
-            _save_checkpoint(self.out_dir, {
+            save_checkpoint(self.args.output_dir, {
                 "model": model_state(self.model), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "rank_rng": rng, "world_size": self.info.world_size,
                 "position": dataclasses.asdict(self.pos), "fingerprint": self.fingerprint,
                 "windows": windows,  # partial logging-window sums: resumed logs equal uninterrupted ones
-            }, self.pos.step, self.args.save_total_limit or 2**62, self.model, self.hooks)
+            }, self.pos.step, self.args.save_total_limit or 2**62, self.model, layout=self.hooks.layout,
+                write_extra=self.hooks.write_extra, protect=self.hooks.protect)
         self.saved_at = self.pos.step
         self.event("save")
 
@@ -468,7 +444,7 @@ class _Run:
         if self.args.save_strategy != "no" and self.saved_at != self.pos.step:
             self.checkpoint()
         self.log_file.close()
-        return TrainResult(self.pos.step, self.log_file.history, self.last_eval, self.pos.skipped)
+        return TrainResult(self.pos.step, self.log_file.history, self.pos.skipped)
 
 
 def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) -> dict[str, Any]:
@@ -478,9 +454,8 @@ def run_fingerprint(args: TrainingSettings, fingerprint: dict[str, Any] | None) 
 
 
 def cadence(args: TrainingSettings, phases: list[Phase]) -> dict[str, int | None]:
-    """Every how many optimiser steps the run logs, evaluates and saves, from the strategies: "steps" counts
-    (below 1, a share of the run's steps), "epoch" (evaluation and saving at each epoch's end, in ``run_epoch``)
-    or "no" (the last step is logged all the same)."""
+    """Every how many optimiser steps the run logs, evaluates and saves ("epoch" evaluation and saving happen in
+    ``run_epoch``; the last step is always logged)."""
     total = sum(p.steps for p in phases)
     per_epoch = max(1, math.ceil(len(phases[0].plan) / args.gradient_accumulation_steps))
     log_every = {"steps": args.steps_of(args.logging_steps, total), "epoch": per_epoch, "no": total + 1}
@@ -535,8 +510,7 @@ def _clip_grad_norm(module: nn.Module, max_norm: float) -> float:
 
 
 def _over_ranks(window: dict, n: int, seqs: int, tokens: int) -> tuple[dict, int, int, int]:
-    """The logging window summed over the ranks: losses and accuracies become means over every rank's
-    micro-batches, throughput the whole run's."""
+    """The logging window summed over the ranks."""
     parts = all_gather((window, n, seqs, tokens))
     if len(parts) == 1:
         return window, n, seqs, tokens

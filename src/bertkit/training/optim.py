@@ -1,8 +1,5 @@
-"""The optimiser and the learning-rate schedule of the paper.
-
-Pre-training (paper, appendix A.2): Adam with lr 1e-4, beta1 0.9, beta2 0.999, L2 weight decay 0.01,
-warm-up over the first 10,000 steps, then linear decay. As in google-research/bert, the decay is
-decoupled (AdamW, Loshchilov & Hutter) and not applied to biases and LayerNorm parameters.
+"""The paper's optimiser and learning-rate schedule (appendix A.2): Adam with L2 weight decay, decoupled as in
+google-research/bert (AdamW) and not applied to biases and LayerNorm parameters; warm-up, then linear decay.
 """
 
 from __future__ import annotations
@@ -24,16 +21,11 @@ ADAM_EPSILON = 1e-6
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: decayed matrices and embeddings, and undecayed biases and LayerNorm parameters.
-
-    Google's optimizer excludes names containing "bias" or "LayerNorm"; in this code base those are
-    exactly the one-dimensional parameters, which is the rule used here (it needs no name matching).
-    """
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    """Decayed matrices and embeddings, and undecayed biases and LayerNorm parameters (Google's rule by name;
+    here exactly the one-dimensional parameters)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
 
 def _fused_ok(model: nn.Module) -> bool:
@@ -53,11 +45,8 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float = WEIGHT_DE
 
 def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: int,
                         shape: str = "linear") -> LambdaLR:
-    """lr rises linearly from 0 over ``warmup_steps``, then follows ``shape`` to ``total_steps``.
-
-    linear: falls linearly to 0 (the paper's); cosine: half a cosine period to 0 (transformers'
-    ``get_cosine_schedule_with_warmup``); constant_with_warmup: stays at the peak.
-    """
+    """lr rises linearly from 0 over ``warmup_steps``, then follows ``shape`` to ``total_steps`` (transformers'
+    names): linear to 0 (the paper's), cosine (half a period to 0) or constant_with_warmup."""
     if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
         raise BertkitError(f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}) and total > 0")
     if shape not in LR_SCHEDULES:

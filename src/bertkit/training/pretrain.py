@@ -1,10 +1,6 @@
-"""Pre-training BERT from scratch: masked LM + next-sentence prediction on prepared instances.
-
-The instances come from ``bertkit create-pretraining-data`` (``bertkit.data.pretraining``). The recipe
-is the paper's (section 3.1, appendix A.2): Adam(W) at lr 1e-4 with betas 0.9/0.999 and weight decay
-0.01, linear warm-up then linear decay, and optionally two phases: 90% of the steps on 128-token
-instances, the rest on 512-token ones ("to speed up pretraing ... the rest 10% of the steps of sequence
-of 512 to learn the positional embeddings").
+"""Pre-training BERT from scratch: masked LM + next-sentence prediction on ``bertkit create-pretraining-data``'s
+instances, with the paper's recipe (section 3.1, appendix A.2), optionally in two phases: 90% of the steps on
+128-token instances, the rest on 512-token ones ("to learn the positional embeddings").
 """
 
 from __future__ import annotations
@@ -37,17 +33,26 @@ from bertkit.training.plot import plot_metrics
 logger = logging.getLogger("bertkit")
 
 
+def _counts(batch: dict, out: Any) -> dict[str, float]:
+    """One batch's sums: MLM targets, their loss and correct predictions; NSP instances, their loss and correct ones."""
+    target = batch["labels"][batch["labels"] != IGNORE_INDEX]
+    counts = {"mlm": target.numel(), "mlm_loss": out.mlm_loss.item() * target.numel(),
+              "mlm_acc": int((out.prediction_logits.argmax(-1) == target).sum())}
+    if out.nsp_loss is not None:  # BertForPreTraining, not BertForMaskedLM (--no-nsp)
+        nsp = batch["next_sentence_label"]
+        counts.update(nsp=len(nsp), nsp_loss=out.nsp_loss.item() * len(nsp),
+                      nsp_acc=int((out.seq_relationship_logits.argmax(-1) == nsp).sum()))
+    return counts
+
+
+def _means(counts: dict[str, float]) -> dict[str, float]:
+    """mlm_loss, mlm_acc (per predicted token) and nsp_loss, nsp_acc (per instance) from ``_counts``' sums."""
+    return {k: v / max(1, counts[k.split("_")[0]]) for k, v in counts.items() if "_" in k}
+
+
 def mlm_nsp_batch_metrics(batch: dict, out: Any) -> dict[str, float]:
-    """MLM accuracy over the predicted positions and NSP accuracy, for one batch."""
-    metrics: dict[str, float] = {}
-    if out.mlm_loss is not None:
-        target = batch["labels"][batch["labels"] != IGNORE_INDEX]
-        metrics["mlm_loss"] = out.mlm_loss.item()
-        metrics["mlm_acc"] = (out.prediction_logits.argmax(-1) == target).float().mean().item() if target.numel() else 0.0
-    if out.nsp_loss is not None:
-        metrics["nsp_loss"] = out.nsp_loss.item()
-        metrics["nsp_acc"] = (out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).float().mean().item()
-    return metrics
+    """MLM loss and accuracy over the predicted positions and NSP loss and accuracy, for one batch."""
+    return _means(_counts(batch, out))
 
 
 def collate_instances(items: list, pad_id: int, nsp: bool = True) -> dict:
@@ -60,32 +65,15 @@ def collate_instances(items: list, pad_id: int, nsp: bool = True) -> dict:
 
 def evaluate_pretraining(model: BertForPreTraining, dataset, *, batch_size: int, pad_id: int, limit: int,
                          device: str = "cpu") -> dict[str, float]:
-    """Held-out MLM loss/accuracy (per predicted token) and NSP loss/accuracy (per instance), on the first ``limit``
-    instances, through the one evaluation loop (``inference.runner``) under the caller's autocast. Under torchrun
-    every rank evaluates all of them, so every rank has the metrics without a collective."""
+    """Held-out MLM and NSP loss and accuracy on the first ``limit`` instances, under the caller's autocast. Under
+    torchrun every rank evaluates all of them, so every rank has the metrics without a collective."""
     n = min(limit, len(dataset))
     has_nsp = hasattr(getattr(model, "cls", None), "seq_relationship")  # BertForPreTraining, not BertForMaskedLM
-
-    def sums(batch: dict, items: list) -> tuple[int, int, float, int, float]:
-        """(MLM correct, MLM targets, MLM loss x targets, NSP correct, NSP loss x instances) of one batch."""
-        out = model(**batch)
-        target = batch["labels"][batch["labels"] != IGNORE_INDEX]
-        mlm_correct = int((out.prediction_logits.argmax(-1) == target).sum())
-        mlm = (mlm_correct, target.numel(), out.mlm_loss.item() * target.numel())
-        if out.nsp_loss is None:
-            return (*mlm, 0, 0.0)
-        nsp_correct = int((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
-        return (*mlm, nsp_correct, out.nsp_loss.item() * len(items))
-
-    per_batch = evaluate(sums, dataset, in_order(range(n), batch_size), device=device, bf16=None, model=model,
-                         pad=lambda items: collate_instances(items, pad_id, nsp=has_nsp))
-    mlm_correct, mlm_total, mlm_loss_sum, nsp_correct, nsp_loss_sum = (
-        [sum(column) for column in zip(*(r for _, r in per_batch))] or [0, 0, 0.0, 0, 0.0])
-    scores = {"mlm_loss": mlm_loss_sum / max(1, mlm_total), "mlm_acc": mlm_correct / max(1, mlm_total),
-              "nsp_loss": nsp_loss_sum / max(1, n), "nsp_acc": nsp_correct / max(1, n), "instances": n}
-    if not has_nsp:  # MLM-only (--no-nsp): there is no NSP score
-        del scores["nsp_loss"], scores["nsp_acc"]
-    return scores
+    pad = functools.partial(collate_instances, pad_id=pad_id, nsp=has_nsp)
+    per_batch = evaluate(lambda batch, _: _counts(batch, model(**batch)), dataset, in_order(range(n), batch_size),
+                         device=device, bf16=None, model=model, pad=pad)
+    totals = {k: sum(c[k] for _, c in per_batch) for k in per_batch[0][1]}
+    return {**_means(totals), "instances": n}
 
 
 def unigram_log_prior(dataset: PretrainingDataset, vocab_size: int, every: int = 50) -> torch.Tensor:
@@ -208,21 +196,14 @@ def write_pretraining_results(s: PretrainSettings, model: Any, tokenizer: BertTo
     final = s.output_dir / "final"
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)
-    last_eval = result.last_eval
-    if last_eval is None:  # a resumed run whose last evaluation happened before the restart: in its history
-        evals = [r for r in result.history if r["split"] == "eval"]
-        last_eval = {k: v for k, v in evals[-1].items() if k not in ("split", "step", "epoch")} if evals else None
     atomic_write_json(s.output_dir / "summary.json",
-                      {"steps": result.step, "last_eval": last_eval, "final_model": str(final)})
+                      {"steps": result.step, "last_eval": result.last_eval, "final_model": str(final)})
     plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
 
 
 def pretrain(s: PretrainSettings) -> TrainResult:
     """Pre-train ``BertForPreTraining`` (``BertForMaskedLM`` with ``nsp=False``) from scratch, or from
-    ``init_from``; the final model goes to ``output_dir/final``.
-
-    Metrics (train and held-out) stream to ``output_dir/metrics.jsonl`` and are drawn to ``metrics.png``.
-    """
+    ``init_from``, into ``output_dir`` (``write_pretraining_results``)."""
     tokenizer = BertTokenizer.from_pretrained(s.vocab.parent if s.vocab.is_file() else s.vocab)
     config = pretraining_config(s, tokenizer)
     pad = tokenizer.pad_token_id

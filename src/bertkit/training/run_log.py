@@ -1,9 +1,6 @@
-"""A training run's log: ``metrics.jsonl``, one JSON record a line, and with ``--report-to tensorboard`` the same
-scalars as TensorBoard events. Rank 0 alone writes; every rank keeps the history.
-
-metrics.jsonl is appended to a record at a time, so a run can be followed as it goes; it is recorded as bertkit's
-once, when it is started (``appends``), so whatever the run appends later is its own too. A line torn by a kill
-is dropped on resume with a warning."""
+"""A training run's log: ``metrics.jsonl``, one JSON record a line appended as the run goes (recorded as bertkit's
+once, at the start), and with ``--report-to tensorboard`` the same scalars as TensorBoard events. Rank 0 alone
+writes; every rank keeps the history."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ is picked on dev, with restarts (paper section 4.1 and appendix A.3)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import statistics
@@ -32,17 +33,15 @@ logger = logging.getLogger("bertkit")
 def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.GlueExample],
                             dev_examples: Sequence[glue.GlueExample], s: SequenceClassificationSettings,
                             ) -> dict[str, Any]:
-    """The grid of (rate, seed) runs on labelled examples of ``task`` (a GLUE task or one read from users'
-    files), each scored on dev after every epoch and selected on its final-epoch score (the task's first metric:
-    MCC, accuracy, F1, Pearson); the best single run saved to ``output_dir/best``. A run that diverges or whose
-    dev score is not finite is marked ``failed`` and skipped; one failure does not end the grid."""
+    """The grid of (rate, seed) runs on ``task``'s examples, each scored on dev after every epoch and selected on
+    its final-epoch score (the task's first metric); the best run saved to ``output_dir/best``. A run that
+    diverges or whose dev score is not finite is marked ``failed``; one failure does not end the grid."""
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     train_features = glue.featurize(train_examples, tokenizer, s.max_seq_length, task)
     dev_features = glue.featurize(dev_examples, tokenizer, s.max_seq_length, task)
     dev_refs = np.asarray([f["labels"] for f in dev_features])
 
-    def collate(batch: list) -> dict:
-        return pad_batch(batch, tokenizer.pad_token_id)
+    collate = functools.partial(pad_batch, pad_token_id=tokenizer.pad_token_id)
 
     def scores_of(model: nn.Module) -> dict[str, float]:
         logits = np.stack(predict(model, dev_features, collate, batch_size=s.eval_batch_size, bf16=s.bf16,
@@ -98,11 +97,8 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
 
 
 def summarize_grid(task: glue.GlueTask, runs: list[dict]) -> dict[str, Any]:
-    """Mean and standard deviation over seeds per learning rate, and the best learning rate on dev.
-
-    Runs marked ``failed`` (diverged, or a non-finite dev metric) are left out of every mean and listed
-    under ``skipped``; if every run failed there is no best configuration, and that is an error.
-    """
+    """Mean and standard deviation over seeds per learning rate, and the best learning rate on dev. Runs marked
+    ``failed`` are left out of every mean and listed under ``skipped``; if every run failed, that is an error."""
     ok = [r for r in runs if not r.get("failed")]
     skipped = [{"lr": r["lr"], "seed": r["seed"], "reason": r["failed"]} for r in runs if r.get("failed")]
     if not ok:

@@ -1,9 +1,6 @@
-"""Token-level losses over a whole optimiser step: one global count of labelled tokens, not a mean of means.
-
-A masked-LM or tagging loss averaged per micro-batch weighs the tokens of a sparse micro-batch more than
-those of a dense one, so gradient accumulation and several processes would not train as one big batch does.
-Here the loss of a step is divided by the labelled tokens of all its micro-batches on all ranks (the model
-takes that count as transformers' ``num_items_in_batch``), and the micro-batches' losses are summed.
+"""Token-level losses over a whole optimiser step: divided by the labelled tokens of all its micro-batches on all
+ranks (transformers' ``num_items_in_batch``), not a mean of per-micro-batch means, which would weigh the tokens of
+a sparse micro-batch more, so that accumulation and several processes train as one big batch does.
 """
 
 from __future__ import annotations
@@ -26,10 +23,9 @@ def target_count(batch: Batch) -> int | None:
 
 
 def step_targets(plan: BatchPlan, epoch: int, batch: int, accum: int, first: Batch, device: str) -> int | None:
-    """The labelled tokens of a whole optimiser step: the ``accum`` micro-batches from (epoch, batch) on, every
-    rank's, of which ``first`` (this rank's micro-batch at (epoch, batch)) is in hand; None for per-sequence losses.
-    The later micro-batches are collated once more here for their labels (transformers' Trainer reads ahead for
-    ``num_items_in_batch`` too); the ranks' counts are summed in one all-reduce."""
+    """The labelled tokens of the ``accum`` micro-batches from (epoch, batch) on, every rank's, of which ``first``
+    is in hand (the later ones are collated once more for their labels, as transformers reads ahead); None for
+    per-sequence losses."""
     count = target_count(first)
     if count is None:
         return None
@@ -50,10 +46,9 @@ def accepts_num_items(model: nn.Module) -> bool:
 
 
 def objective(out: Any, weight: float, accum: int, token_level: bool) -> Any:
-    """The loss this micro-batch back-propagates. Per-sequence losses: its mean, weighted by the micro-batch's
-    share of the global batch (``weight``), over the accumulation steps. Per-token losses were already divided
-    by the step's global target count (``num_items_in_batch``), so they are summed as they are; a next-sentence
-    part (pre-training) is per sequence and weighted as above."""
+    """The loss this micro-batch back-propagates: per-sequence losses weighted by the micro-batch's share of the
+    global batch (``weight``) over the accumulation steps; per-token ones (already divided by the step's target
+    count) as they are, a next-sentence part weighted as per-sequence."""
     if not token_level:
         return out.loss / accum if weight == 1.0 else out.loss * weight / accum
     if weight == 0:

@@ -1,13 +1,7 @@
-"""Fine-tuning recipes for the token-level and span tasks: NER, SQuAD v1.1/v2.0, SWAG, and their predict commands.
-
-Each recipe reads and featurizes with ``bertkit.tasks``, trains the head through the one fit path
-(``finetune_run.run_finetuning``), scores with the task's official-equivalent scorer, saves the model in the Hugging Face
-layout (label names in ``id2label``) with its tokenizer under ``out_dir/model``, writes predictions, and returns a
-report that is also written to ``out_dir/report.json``. ``predict ner|squad|swag`` run a fine-tuned checkpoint
-through the same prediction and scoring code.
-
-The defaults are the paper's settings where it states them (sections 4.2-4.4 and 5.3), listed with the rest in
-docs/token-tasks.md.
+"""Fine-tuning recipes for the token-level and span tasks (NER, SQuAD v1.1/v2.0, SWAG) and their predict commands,
+which run a fine-tuned checkpoint through the same prediction and scoring code. Each recipe trains through
+``finetune_run.run_finetuning``, scores with the task's official-equivalent scorer, saves the model and tokenizer
+under ``out_dir/model`` and writes predictions and ``report.json``. Defaults: docs/token-tasks.md.
 """
 
 from __future__ import annotations
@@ -64,12 +58,10 @@ def _finetune(cls: type[nn.Module], s: FinetuneSettings, train_features: Sequenc
               dev: Callable[[nn.Module], tuple[Any, dict]] | None, task: str,
               finish: Callable[[nn.Module, BertTokenizer, dict, Any], dict], tokenizer: BertTokenizer, subset: str,
               *, evaluate: bool = True, **model_kwargs: Any) -> dict[str, Any]:
-    """Train the head ``cls`` (``finetune_run.run_finetuning``); on rank 0, ``finish`` adds the scores and prediction files to
-    the report, and the model is saved (HF layout, with its tokenizer) under ``output_dir/model``.
-
-    ``dev(model)`` gives the dev predictions and the metrics the loop logs; with ``evaluate`` the loop calls it after
-    every epoch. ``finish`` receives the trained model's dev predictions: the final evaluation's when this process
-    ran it on the final weights (no second pass over dev), else made afresh (None without ``dev``)."""
+    """Train the head ``cls``; on rank 0, ``finish`` adds the scores and prediction files to the report and the model
+    is saved under ``output_dir/model``. ``dev(model)`` gives the dev predictions and the metrics the loop logs
+    (after every epoch, with ``evaluate``); ``finish`` receives the final weights' dev predictions (the final
+    evaluation's when this process ran it: no second pass over dev)."""
     torch.manual_seed(s.seed)  # the fresh head's initialisation depends on the seed
     model = cls.from_pretrained(s.model_name_or_path, **model_kwargs)
     lr = s.learning_rate_for(model.config.hidden_size)
@@ -124,9 +116,7 @@ def prediction_report(s: PredictBenchmarkSettings, precision: Any, report: dict)
     return report
 
 
-# -------------------------------------------------------------------------------------------------
-# NER (CoNLL-2003)
-# -------------------------------------------------------------------------------------------------
+# -- NER (CoNLL-2003) -------------------------------------------------------------------------------------------------
 
 
 NER_SPLITS = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
@@ -146,11 +136,8 @@ def ner_scores(sentences: Sequence[ner.NerSentence], predicted: Sequence[Sequenc
 
 
 def finetune_ner(s: NerSettings) -> dict[str, Any]:
-    """Fine-tune on CoNLL-2003 NER: dev F1 after every epoch, dev and test at the end; returns the report.
-
-    Writes ``model/`` (HF layout, tag names in id2label, tokenizer), ``predictions_dev.txt`` and
-    ``predictions_test.txt`` (``word gold pred``, conlleval's input), ``metrics.jsonl``, ``report.json``.
-    """
+    """Fine-tune on CoNLL-2003 NER: dev F1 after every epoch, dev and test at the end, and their predictions in
+    conlleval's input (``predictions_{dev,test}.txt``: word gold pred)."""
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     data = {split: ner.read_conll(s.data_dir / name, s.tag_scheme) for split, name in NER_SPLITS.items()}
     data["dev"] = first(data["dev"], s.max_eval_samples)
@@ -200,9 +187,7 @@ def predict_ner_file(s: PredictNerSettings) -> dict[str, Any]:
                                      "scores": ner_scores(sentences, tags), "files": {"predictions": str(path)}})
 
 
-# -------------------------------------------------------------------------------------------------
-# SQuAD v1.1 / v2.0
-# -------------------------------------------------------------------------------------------------
+# -- SQuAD v1.1 / v2.0 ------------------------------------------------------------------------------------------------
 
 def _squad_split(s: SquadSettings, dataset: dict) -> tuple[list, list, dict | None]:
     """(training articles, evaluation articles, a description of the split or None)."""
@@ -241,9 +226,8 @@ def postprocess_squad(examples, features, rows: Sequence[np.ndarray], version: s
 
 def squad_finetuning_examples(s: SquadSettings) -> tuple[list[squad.SquadExample], list[squad.SquadExample],
                                                               list[dict], dict | None]:
-    """The training questions (all of them), the evaluation questions and their articles (the predict file, or
-    its held-out articles when there is no training file), and how the file was split (None when it was not).
-    SQuAD v1.1 has no unanswerable questions: data that holds some is refused, naming a few."""
+    """The training questions, the evaluation questions and their articles (the predict file, or its held-out
+    articles without a training file), and how the file was split (None when it was not)."""
     dataset = squad.load_squad(s.predict_file)
     train_articles, eval_articles, split = _squad_split(s, dataset)
     train_examples = squad.squad_examples(train_articles, source=str(s.train_file or s.predict_file))
@@ -267,9 +251,8 @@ def official_scores(version: str, articles: Sequence[dict], preds: squad.SquadPr
 def score_squad_finetuning(s: SquadSettings, articles: Sequence[dict], examples: Sequence[squad.SquadExample],
                            features: Sequence[dict], preds: squad.SquadPredictions, rows: Sequence[np.ndarray]
                            ) -> tuple[squad.SquadPredictions, dict[str, Any]]:
-    """The official scores of the predictions. For v2.0 the answers are post-processed again at the null
-    threshold that maximises F1 on these same predictions (``best_f1_thresh``, as the paper selects it on dev),
-    and the scores at threshold 0 are kept beside them; returns the predictions scored and the scores."""
+    """The official scores; for v2.0 at the null threshold that maximises F1 on these same predictions (as the
+    paper selects it on dev), those at threshold 0 beside them. Returns the predictions scored and the scores."""
     if s.version == "1.1":
         return preds, official_scores(s.version, articles, preds)
     at_zero = squad_eval.evaluate_v2(articles, preds.predictions, na_probs=preds.null_odds)
@@ -284,11 +267,8 @@ def score_squad_finetuning(s: SquadSettings, articles: Sequence[dict], examples:
 
 
 def finetune_squad(s: SquadSettings) -> dict[str, Any]:
-    """Fine-tune on SQuAD and score the predict file (or its held-out articles); returns the report.
-
-    Writes ``model/``, ``predictions.json``, ``nbest_predictions.json`` (and ``null_odds.json`` for v2.0)
-    in run_squad.py's formats, ``metrics.jsonl`` and ``report.json``.
-    """
+    """Fine-tune on SQuAD and score the predict file (or its held-out articles), writing the predictions in
+    run_squad.py's formats."""
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     all_train_examples, eval_examples, eval_articles, split = squad_finetuning_examples(s)
     train_examples = first(all_train_examples, s.max_train_samples)
@@ -341,9 +321,7 @@ def predict_squad_file(s: PredictSquadSettings) -> dict[str, Any]:
     return prediction_report(s, precision, report)
 
 
-# -------------------------------------------------------------------------------------------------
-# SWAG
-# -------------------------------------------------------------------------------------------------
+# -- SWAG -------------------------------------------------------------------------------------------------------------
 
 
 def predict_swag(model: nn.Module, features: Sequence[dict], *, pad_id: int, batch_size: int = EVAL_BATCH_SIZE,
@@ -360,8 +338,7 @@ def swag_accuracy(examples: Sequence[swag.SwagExample], scores: np.ndarray) -> f
 
 
 def write_swag_predictions(path: Path, examples: Sequence[swag.SwagExample], scores: np.ndarray) -> Path:
-    """predictions.jsonl: per example its CSV line, video id, the four ending scores (unrounded: the argmax is
-    theirs), predicted and gold ending."""
+    """predictions.jsonl: per example its CSV line, video id, ending scores, predicted and gold ending."""
     with atomic_write(path) as f:
         for ex, row in zip(examples, scores, strict=True):
             f.write(json.dumps({"line": ex.line, "video_id": ex.video_id, "scores": [float(x) for x in row],
@@ -370,11 +347,8 @@ def write_swag_predictions(path: Path, examples: Sequence[swag.SwagExample], sco
 
 
 def finetune_swag(s: SwagSettings) -> dict[str, Any]:
-    """Fine-tune on SWAG: accuracy on the predict file after every epoch (when labelled); returns the report.
-
-    Writes ``model/``, ``predictions.jsonl`` (per example: CSV line, video id, scores, predicted and gold
-    ending), ``metrics.jsonl`` and ``report.json``.
-    """
+    """Fine-tune on SWAG: accuracy on the predict file after every epoch (when labelled), and its
+    ``predictions.jsonl``."""
     tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)
     all_train = swag.read_swag(s.train_file)
     if any(e.label is None for e in all_train):

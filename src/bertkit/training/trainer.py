@@ -8,12 +8,9 @@ Code written for transformers' Trainer runs after changing the import::
                       data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=accuracy)
     trainer.train(); trainer.evaluate(); trainer.predict(test)
 
-``TrainingArguments`` are the loop's ``TrainingSettings`` at transformers' defaults (one declaration per knob):
-the Trainer hands them to the loop as they are and adds ``LoopHooks`` (checkpoint-N directories with the
-tokenizer and ``trainer_state.json``, callbacks at transformers' events, ``TrainerControl`` honoured, the best
-checkpoint kept). With ``train_sampling_strategy="random"`` the examples come in transformers' order for the same
-seed, so the same checkpoint trained by either library gives the same losses step by step (tests/test_trainer.py).
-Where it differs from transformers on purpose: docs/coming-from-transformers.md, "Trainer".
+The Trainer hands its ``TrainingArguments`` (the loop's ``TrainingSettings``) to the loop as they are and adds
+``LoopHooks``: checkpoint-N directories with the tokenizer and ``trainer_state.json``, callbacks at transformers'
+events, the best checkpoint kept. Where it differs on purpose: docs/coming-from-transformers.md, "Trainer".
 """
 
 from __future__ import annotations
@@ -55,7 +52,6 @@ from bertkit.training.callbacks import (
 from bertkit.training.checkpoint import HF_LAYOUT, STATE_FILE, refuse_other_run, remove_torn_writes
 from bertkit.training.distributed import current, join_for_process
 from bertkit.training.loop import LoopHooks, Phase, Position, run_fingerprint, train
-from bertkit.training.optim import linear_warmup_decay
 from bertkit.training.trainer_args import TrainingArguments
 
 TRAINER_STATE = "trainer_state.json"
@@ -67,11 +63,6 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-# -------------------------------------------------------------------------------------------------
-# The Trainer
-# -------------------------------------------------------------------------------------------------
 
 
 class Trainer:
@@ -129,8 +120,7 @@ class Trainer:
                 return c
         return None
 
-    def remove_callback(self, callback: TrainerCallback | type) -> None:
-        self.pop_callback(callback)
+    remove_callback = pop_callback
 
     def _event(self, name: str, **kwargs: Any) -> None:
         for c in self.callbacks:
@@ -150,17 +140,15 @@ class Trainer:
 
     # -- data ----------------------------------------------------------------------------------------------
     def _examples(self, dataset: Any, what: str, training: bool = False) -> Sequence:
-        """The dataset as a sequence of checked example dicts (training/trainer_data.py)."""
         keep = {*self._forward_args, "label", "label_ids", *self.label_names} if self.args.remove_unused_columns \
             else None
         return trainer_data.examples(dataset, what, keep=keep, model=self.model, training=training)
 
     def _check_batch(self, examples: Sequence, what: str, need_labels: bool) -> None:
-        """Collate one example before anything is written: the collator must work, every key must be an argument
-        of the model's forward, and training needs labels."""
+        """Collate one example before anything is written: every key must be an argument of the model's forward,
+        and training needs labels. It must not use up random draws (torch's, a masking collator's generator; one
+        made on first use, as transformers' collators make it, is dropped again)."""
         first = examples[0]
-        # the trial collation must not use up random draws (a masking collator's seeded generator, torch's); a
-        # generator made on first use (transformers' collators) is dropped again, to be made afresh
         generator = getattr(self.data_collator, "generator", "absent")
         saved = (torch.get_rng_state(), generator.get_state() if isinstance(generator, torch.Generator) else None)
         try:
@@ -210,8 +198,8 @@ class Trainer:
 
     # -- training ------------------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | Path | bool | None = None, **unknown: Any) -> TrainOutput:
-        """Train on ``train_dataset``; ``resume_from_checkpoint`` True continues from the newest checkpoint-N in
-        output_dir, a path from that checkpoint. Returns the steps, the mean training loss and the run's metrics."""
+        """Train on ``train_dataset``, or continue (``resume_from_checkpoint``: True for the newest checkpoint-N in
+        output_dir, or its path)."""
         if unknown:
             raise BertkitError(f"train() got arguments bertkit does not implement: {sorted(unknown)}")
         args, info = self.args, current()
@@ -226,23 +214,17 @@ class Trainer:
         per_epoch = max(1, math.ceil(len(plan) / accum))
         total = args.max_steps if args.max_steps > 0 else max(1, math.ceil(args.num_train_epochs * per_epoch))
         resume = self._resume_point(out, resume_from_checkpoint)
-        if resume is None and HF_LAYOUT.dirs(out):
-            raise BertkitError(f"{out} already holds checkpoints ({HF_LAYOUT.dirs(out)[-1].name}) of an earlier run; "
-                               "continue it with trainer.train(resume_from_checkpoint=True), or choose another "
-                               "output_dir")
         # the loop reads the arguments themselves: fp16 alone is decided for the device first (``_fp16``)
         settings = args if _fp16(args.fp16, self.device) == args.fp16 else dataclasses.replace(args, fp16=False)
         fingerprint = self._fingerprint(examples, total, info.world_size)
-        if isinstance(resume, Path):  # checked before anything is written (the loop checks it again, reading it all)
+        if resume is not None:  # checked before anything is written (the loop checks it again, reading it all)
             refuse_other_run(resume, run_fingerprint(settings, fingerprint))
 
         self.state = self._new_state(total, per_epoch, resume)
         self.control = TrainerControl()
-        self._lr = _learning_rates(args.learning_rate, args.warmup_for(total), total, args.lr_scheduler_type)
         self._micro_per_epoch = len(plan)
         start_step = self.state.global_step
-        # rank 0 claims output_dir (bertkit.outputs): locked against a second run, and every file written there
-        # recorded, so a later run may remove what this one wrote (old checkpoints, a write a kill cut short)
+        # rank 0 claims output_dir (bertkit.outputs): a later run may remove what this one wrote, nothing else
         with output_dir(out, "Trainer", resume=True) if info.is_main else contextlib.nullcontext():
             if info.is_main:
                 remove_torn_writes(out, HF_LAYOUT)
@@ -250,7 +232,7 @@ class Trainer:
             self._event("on_train_begin")
             result = train(self.model, [Phase(plan, total)], settings,
                            evaluate=self._evaluate_in_loop if self.eval_dataset is not None else None,
-                           fingerprint=fingerprint, resume=resume if resume is not None else False,
+                           fingerprint=fingerprint, resume=resume or False,
                            hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                            protect=self._is_best, on_record=self._on_record, event=self._loop_event,
                                            control=self.control))
@@ -269,9 +251,8 @@ class Trainer:
         return TrainOutput(result.step, loss, {**metrics, "epoch": self.state.epoch})
 
     def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
-        """What a resumed run must share with the run it continues (the loop refuses a checkpoint otherwise, naming
-        each field that differs): the training data's content (``data_fingerprint``), the model's config, the
-        collator's settings and the arguments that change the result (the loop adds the optimiser's and seed)."""
+        """What a resumed run must share with the run it continues, beside the loop's settings: the training data's
+        content (``data_fingerprint``), the model's config and the collator's settings."""
         args = self.args
         config = getattr(self.model, "config", None)
         collator = {k: v for k, v in sorted(getattr(self.data_collator, "__dict__", {}).items())
@@ -284,41 +265,39 @@ class Trainer:
             "data_collator": {type(self.data_collator).__qualname__: collator},
             "model": config.to_dict() if hasattr(config, "to_dict") else None}}
 
-    def _new_state(self, total: int, per_epoch: int, resume: Path | bool | None) -> TrainerState:
-        """The run's TrainerState; resuming, its history, best checkpoint, step and epoch as the checkpoint saved them."""
+    def _new_state(self, total: int, per_epoch: int, resume: Path | None) -> TrainerState:
+        """The run's TrainerState; resuming, as the checkpoint saved it."""
         info = current()
         state = TrainerState(max_steps=total, num_train_epochs=total / per_epoch,
                              train_batch_size=self.args.per_device_train_batch_size,
                              is_local_process_zero=info.local_rank == 0, is_world_process_zero=info.is_main)
-        if isinstance(resume, Path) and (resume / TRAINER_STATE).is_file():
+        if resume is not None:
             saved = json.loads((resume / TRAINER_STATE).read_text(encoding="utf-8"))
             for key in ("log_history", "best_metric", "best_global_step", "best_model_checkpoint", "global_step",
                         "epoch"):
                 setattr(state, key, saved.get(key))
         return state
 
-    def _resume_point(self, out: Path, resume: str | Path | bool | None) -> Path | bool | None:
+    def _resume_point(self, out: Path, resume: str | Path | bool | None) -> Path | None:
+        """The checkpoint to continue from: the one named, or for True the newest whole one in output_dir (with
+        state.pt and trainer_state.json: a stray or emptied directory is passed over, with a warning)."""
         if resume is None or resume is False:
             return None
         if resume is True:
             found = HF_LAYOUT.dirs(out)
-            if not found:
-                raise BertkitError(f"resume_from_checkpoint=True, but {out} holds no checkpoint-N directory to "
-                                   "resume from; train without it, or point output_dir at the run to continue")
-            skipped = []
-            for path in reversed(found):  # the newest whole one: a stray or emptied directory is passed over
-                missing = [name for name in (STATE_FILE, TRAINER_STATE) if not (path / name).is_file()]
-                if not missing:
-                    if skipped:
-                        logger.warning("resuming from %s, the newest whole checkpoint; skipped %s", path,
-                                       "; ".join(skipped))
-                    return path
-                skipped.append(f"{path.name} (it has no {' or '.join(missing)}: not a checkpoint bertkit wrote whole)")
-            raise BertkitError(f"resume_from_checkpoint=True, but no checkpoint in {out} is whole: "
-                               f"{'; '.join(skipped)}; give resume_from_checkpoint a checkpoint directory, or "
-                               "train without it into another output_dir")
+            whole = [p for p in found if (p / STATE_FILE).is_file() and (p / TRAINER_STATE).is_file()]
+            if not whole:
+                raise BertkitError(f"resume_from_checkpoint=True, but {out} holds no checkpoint-N directory with "
+                                   f"{STATE_FILE} and {TRAINER_STATE} to resume from ({len(found)} without them); "
+                                   "train without it into another output_dir, or give a checkpoint directory")
+            skipped = [p.name for p in found[found.index(whole[-1]) + 1:]]
+            if skipped:
+                logger.warning("resuming from %s, the newest whole checkpoint; skipped %s (it has no %s or %s: not a "
+                               "checkpoint bertkit wrote whole)", whole[-1], ", ".join(skipped), STATE_FILE,
+                               TRAINER_STATE)
+            return whole[-1]
         path = Path(resume)
-        if not (path / "state.pt").is_file():
+        if not (path / STATE_FILE).is_file():
             raise BertkitError(f"resume_from_checkpoint {path} is not a checkpoint bertkit wrote (it has no "
                                "state.pt); give a checkpoint-N directory of a bertkit Trainer run")
         if path.resolve().parent != out.resolve():
@@ -327,10 +306,8 @@ class Trainer:
         return path
 
     def _check_metric(self) -> None:
-        """metric_for_best_model (load_best_model_at_end's eval_loss by default) must be one evaluation returns:
-        checked on one evaluation batch before training writes anything (transformers finds out at the first
-        evaluation). Every such metric needs the eval set's labels: without them there is no eval_loss, and
-        compute_metrics is not called."""
+        """metric_for_best_model must be one evaluation returns (which needs the eval set's labels): checked on one
+        evaluation batch before training writes anything (transformers finds out at the first evaluation)."""
         name = self.args.metric_for_best_model
         if name is None:
             return
@@ -356,8 +333,7 @@ class Trainer:
 
     @staticmethod
     def _eval_sets(dataset: Any, prefix: str) -> list[tuple[str, str, Any]]:
-        """(metric prefix, name in messages, dataset) for each evaluation set: a dict of datasets is evaluated set
-        by set, its metrics prefixed ``eval_{name}_``, as transformers does."""
+        """(metric prefix, name in messages, dataset) for each evaluation set (a dict's prefixed ``eval_{name}_``)."""
         if not isinstance(dataset, Mapping):
             return [(prefix, "eval_dataset", dataset)]
         if not dataset:
@@ -370,8 +346,7 @@ class Trainer:
                 for k, v in self._prediction_output(dataset, what, prefix, module, check=False).metrics.items()}
 
     def _loop_event(self, name: str, pos: Position) -> None:
-        """The loop at one of transformers' callback points: on_<name>, with the state as transformers has it there
-        (the step and epoch move at a step's end; epoch: the epochs done plus the share of this one's micro-batches)."""
+        """on_<name> at the loop's point where transformers calls it; the step and epoch move at a step's end."""
         if name == "step_end":
             self.state.global_step = pos.step
             self.state.epoch = pos.epoch + pos.batch / self._micro_per_epoch
@@ -381,7 +356,7 @@ class Trainer:
         step = record["step"]
         if record["split"] == "train":
             norm = {"grad_norm": record["grad_norm"]} if "grad_norm" in record else {}
-            self.log({"loss": record["loss"], **norm, "learning_rate": self._lr(step)})
+            self.log({"loss": record["loss"], **norm, "learning_rate": record["lr"]})
             return
         metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
         self.log(metrics)
@@ -403,8 +378,7 @@ class Trainer:
         return self.state.best_model_checkpoint is not None and Path(self.state.best_model_checkpoint).name == path.name
 
     def _write_checkpoint_extras(self, directory: Path) -> None:
-        """The tokenizer and trainer_state.json beside the model and state.pt, before the checkpoint is renamed
-        into place (so a checkpoint-N directory is always whole)."""
+        """The tokenizer and trainer_state.json, before the checkpoint is renamed into place."""
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
         atomic_write_text(directory / TRAINER_STATE, json.dumps(dataclasses.asdict(self.state), indent=2) + "\n")
@@ -412,8 +386,7 @@ class Trainer:
     # -- evaluation and prediction ---------------------------------------------------------------------------
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
-        """eval_loss (when the data has labels) and compute_metrics' metrics, prefixed ``eval_``; for a dict of
-        datasets, each set's metrics prefixed ``eval_{name}_``."""
+        """eval_loss (when the data has labels) and compute_metrics' metrics, prefixed ``eval_``."""
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
         if isinstance(dataset, Mapping):
             return {k: v for prefix, _, part in self._eval_sets(dataset, metric_key_prefix)
@@ -464,17 +437,14 @@ class Trainer:
 
     def _predictions(self, examples: Sequence, module: nn.Module | None = None,
                      events: bool = True) -> tuple[Any, Any, float | None]:
-        """Every example through the model, in batches of per_device_eval_batch_size: (logits, labels, mean loss),
-        rows in the dataset's order. Rows of different lengths (token tasks) are padded with -100, as transformers
-        does. Under torchrun each rank computes every world_size-th example and every rank gets all of them back
-        (as transformers' Trainer gathers them), so metrics see the whole dataset once. on_prediction_step after
-        each batch (not for ``events=False``: a check)."""
+        """(logits, labels, mean loss) of every example, rows in the dataset's order, padded with -100 to one
+        length (token tasks), as transformers does. Under torchrun each rank computes every world_size-th example
+        and every rank gets all of them back, so metrics see the whole dataset once."""
         module = module if module is not None else self.model
         info = current()
 
         def step(batch: dict, rows: list) -> tuple[list[np.ndarray], list[np.ndarray], float, int]:
-            """One batch's output arrays, label arrays (one per label name, as transformers: QA has start and end
-            positions), summed loss x rows and rows with a loss."""
+            """One batch's output arrays, label arrays (one per label name), loss x rows and rows with a loss."""
             out = module(**batch)
             loss = getattr(out, "loss", None)
             fields = [getattr(out, f) for f in ("logits", "start_logits", "end_logits", "prediction_logits")
@@ -494,7 +464,6 @@ class Trainer:
         order = np.argsort(np.asarray([i for idx, _ in parts for i in idx], dtype=np.int64), kind="stable")
 
         def columns(batches: list[list[np.ndarray]]) -> Any:
-            """Each batch's arrays joined column by column, in row order: one array, or a tuple of several."""
             joined = [_concat([b[j] for b in batches])[order] for j in range(len(batches[0]))] if batches else []
             return None if not joined else joined[0] if len(joined) == 1 else tuple(joined)
 
@@ -513,15 +482,9 @@ class Trainer:
             self.processing_class.save_pretrained(directory)
 
 
-# -------------------------------------------------------------------------------------------------
-# Helpers
-# -------------------------------------------------------------------------------------------------
-
-
 def _fp16(requested: bool, device: str) -> bool:
-    """fp16 autocast on a GPU only. On a CPU the run trains in fp32, as transformers' Trainer does there
-    (accelerate enables fp16 autocast on GPUs only): PyTorch's float16 CPU kernels run a MiniLM step 31x slower
-    than fp32 on an AVX2 CPU, and 1.4x slower even with AVX512-FP16 (Sapphire Rapids)."""
+    """fp16 autocast on a GPU only; on a CPU fp32, as transformers' Trainer (float16 CPU kernels ran a MiniLM step
+    31x slower than fp32 on an AVX2 CPU, 1.4x even with AVX512-FP16)."""
     if not requested or torch.device(device).type != "cpu":
         return requested
     logger.warning("fp16=True on the CPU: training runs in fp32, as transformers' Trainer does there (float16 "
@@ -531,11 +494,9 @@ def _fp16(requested: bool, device: str) -> bool:
 
 
 def data_fingerprint(examples: Sequence) -> str:
-    """A hash of the training data as the model is fed it: BLAKE2b over every example in the dataset's order, each
-    as its columns (those left after remove_unused_columns) sorted by name with their values (numbers, strings,
-    lists as they are; tensors and arrays as dtype, shape and bytes). It reads each example once (a datasets.Dataset
-    1,000 rows at a time), in less time than an epoch's reading of them: SST-2's 67,349 tokenized rows hash in a
-    third of the time reading them one by one takes."""
+    """BLAKE2b over every example as the model is fed it, in the dataset's order: its columns sorted by name with
+    their values (tensors and arrays as dtype, shape and bytes). A datasets.Dataset is read 1,000 rows at a time
+    (SST-2's 67,349 rows in a third of the time of one by one)."""
     digest = hashlib.blake2b(digest_size=16)
     if trainer_data.is_hf_dataset(examples):
         plain = examples.with_format(None)  # python values, whatever format the user set
@@ -576,9 +537,3 @@ def _mean_train_loss(history: list[dict[str, Any]]) -> float:
     losses = [(r["step"], r["loss"]) for r in history if r.get("split") == "train" and "loss" in r]
     steps_before = [0] + [s for s, _ in losses[:-1]]
     return sum(v * (s - p) for (s, v), p in zip(losses, steps_before)) / max(1, losses[-1][0]) if losses else 0.0
-
-def _learning_rates(lr: float, warmup: int, total: int, shape: str) -> Callable[[int], float]:
-    """The learning rate optimiser step ``step`` (1-based) used: what transformers logs as learning_rate."""
-    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
-    factor = linear_warmup_decay(probe, warmup, total, shape).lr_lambdas[0]
-    return lambda step: lr * factor(step - 1)

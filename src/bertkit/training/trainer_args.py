@@ -1,14 +1,7 @@
-"""``TrainingArguments``: transformers' Trainer settings that bertkit's Trainer implements, checked on creation.
-
-Field names, meanings and defaults are transformers' (v5), so ``TrainingArguments(output_dir=..., ...)`` written
-for transformers runs as it is. Any other transformers field is refused by name (``REFUSED``), unless it is given
-at transformers' own default (then it changes nothing); a name neither library knows is refused with the nearest
-known names. Nothing is silently ignored.
-
-``TrainingArguments`` is ``TrainingSettings`` (each knob declared once, for the command line too) at transformers'
-defaults, plus the fields only the Trainer reads. bertkit adds ``warmup_ratio`` (transformers 4's name),
-``skip_nonfinite`` and ``train_sampling_strategy="group_by_length"`` (bertkit's length-grouped order, not
-transformers' ``LengthGroupedSampler``).
+"""``TrainingArguments``: ``TrainingSettings`` (each knob declared once, for the command line too) at transformers'
+(v5) defaults, plus the fields only the Trainer reads. Any other transformers field is refused by name
+(``REFUSED``) unless given at transformers' default (then it changes nothing); a name neither library knows is
+refused with the nearest known names. Nothing is silently ignored.
 """
 
 from __future__ import annotations
@@ -22,9 +15,8 @@ from bertkit.errors import BertkitError
 from bertkit.settings import TrainingSettings
 from bertkit.settings.fields import at_least_one, flag, in_seed_range, redefault
 
-# Every transformers TrainingArguments field bertkit does not implement, under transformers' default: given at that
-# default it changes nothing and is accepted; any other value is refused, with ADVICE where bertkit has another way.
-# tests/test_trainer.py checks the names and defaults against the installed transformers.
+# Every transformers TrainingArguments field bertkit does not implement, under transformers' default (checked against
+# the installed transformers by tests/test_trainer.py); any other value is refused, with ADVICE where there is one.
 _FACTORY = object()  # a default transformers builds per instance (a list or dict): any value given is refused
 _NOT_IMPLEMENTED: tuple[tuple[Any, tuple[str, ...]], ...] = (
     (None, ("lr_scheduler_kwargs", "optim_args", "optim_target_modules", "tf32", "activation_checkpointing",
@@ -84,8 +76,7 @@ _KNOBS = dataclasses.fields(TrainingSettings)
 @redefault(hidden=tuple(f.name for f in _KNOBS if not f.metadata.get("trainer", True)),
            **{f.name: f.metadata["hf"] for f in _KNOBS if f.metadata.get("trainer", True) and "hf" in f.metadata})
 class TrainingArguments(TrainingSettings):
-    """What to train with: the loop's knobs (``TrainingSettings``) at transformers' defaults, and the fields only
-    the Trainer reads.
+    """The loop's knobs at transformers' defaults, and the fields only the Trainer reads.
 
     >>> args = TrainingArguments(output_dir="out", learning_rate=2e-5, num_train_epochs=2, eval_strategy="epoch")
     """
@@ -126,8 +117,7 @@ class TrainingArguments(TrainingSettings):
         self._check_best_model()
 
     def _check_best_model(self) -> None:
-        """load_best_model_at_end needs an evaluation at each checkpoint; the metric and its direction default as
-        in transformers (the loss, lower is better)."""
+        """load_best_model_at_end needs an evaluation at each checkpoint; the metric defaults as in transformers."""
         if self.load_best_model_at_end:
             if self.eval_strategy == "no":
                 raise BertkitError("load_best_model_at_end needs evaluations: set eval_strategy to 'steps' or "
@@ -152,8 +142,7 @@ _dataclass_init = TrainingArguments.__init__
 
 
 def _checked_init(self: TrainingArguments, output_dir: str | Path | None = None, **kwargs: Any) -> None:
-    """The dataclass's __init__, after refusing transformers fields bertkit does not implement (by name, with
-    what to use instead) and names neither library has (with the nearest known ones)."""
+    """The dataclass's __init__, after refusing the fields it does not know (``REFUSED``, or with the nearest)."""
     known = {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
     for name in list(kwargs):
         if name in known:

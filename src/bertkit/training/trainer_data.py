@@ -1,11 +1,6 @@
-"""The data as it enters ``bertkit.Trainer``: checked once, before anything trains, so that a dataset a notebook
-makes in the ordinary way (labels as strings or pandas floats, a NaN, per-token labels of the wrong length, an
-IterableDataset) is named with its row and the fix instead of failing in PyTorch, numpy or the loss.
-
-``examples(...)`` gives the dataset as a sequence of example dicts: without the columns the model's forward does
-not take (transformers' ``remove_unused_columns``), with labels read as transformers' models take them (string
-labels through the model's ``label2id``, whole-number float labels as class ids). The label columns are read once
-(a ``datasets.Dataset`` column at a time; other datasets example by example).
+"""The data as it enters ``bertkit.Trainer``, checked once before anything trains: a dataset made in the ordinary
+way (labels as strings or pandas floats, a NaN, per-token labels of the wrong length, an IterableDataset) is named
+with its row and the fix instead of failing in PyTorch, numpy or the loss.
 """
 
 from __future__ import annotations
@@ -28,9 +23,9 @@ LABEL_COLUMNS = ("label", "labels", "label_ids")  # what the collators hand the 
 
 
 def examples(dataset: Any, what: str, *, keep: set[str] | None, model: Any, training: bool) -> Sequence:
-    """``dataset`` as a sequence of example dicts for the Trainer's ``what`` (train_dataset, eval_dataset, ...).
-    ``keep``: the columns to keep (None: all, remove_unused_columns=False); ``training``: refuse labels that give
-    nothing to learn from."""
+    """``dataset`` as a sequence of example dicts, only the ``keep`` columns (None: all), labels read as
+    transformers' models take them (strings through ``label2id``, whole-number floats as class ids); ``training``
+    refuses labels that give nothing to learn from."""
     if dataset is None:
         raise BertkitError(f"{what} needs a dataset; pass Trainer({what}=...)")
     if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
@@ -60,8 +55,7 @@ def is_hf_dataset(dataset: Any) -> bool:
 
 
 class _Examples(Sequence):
-    """A map-style dataset whose examples lose the keys the model does not take (transformers'
-    RemoveColumnsCollator, applied per example) and whose labels are read by ``readers``."""
+    """A map-style dataset whose examples lose the keys not kept and whose labels are read by ``readers``."""
 
     def __init__(self, dataset: Any, keep: set[str] | None, readers: dict[str, Callable[[Any], Any]]):
         self.dataset, self.keep, self.readers = dataset, keep, readers
