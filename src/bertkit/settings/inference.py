@@ -227,7 +227,7 @@ class RequestLimits(Settings):
     """top_k of any task: candidates per [MASK] (fill-mask), answers per question, labels (more: 422)."""
     max_candidates: int = flag(1000, check=at_least_one)
     """Candidates one answer may hold over all its inputs: fill-mask top_k x [MASK]s, question-answering top_k x
-    questions, /embed_all token states (more: 422)."""
+    questions (more: 422)."""
     body_timeout_s: float = flag(10.0, check=positive)
     """Seconds a request's body may take to arrive once its headers have (slower: 408, connection closed)."""
 
@@ -273,8 +273,7 @@ class ServeSettings(RequestLimits, Int8Settings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     """uvicorn's log level."""
     served_model_name: str | None = None
-    """The model's name in OpenAI answers (``model``), /info (``model_id``) and /metadata (``model``), which then do
-    not show the model's path; default: --model-name-or-path."""
+    """The model's name in OpenAI answers (``model``), and /info (``model_id``), which then do not show the model's path; default: --model-name-or-path."""
     api_key: str | None = field(default=None, repr=False, metadata=flag().metadata)
     """Every route but /health then needs the header ``Authorization: Bearer KEY`` (401 otherwise). Prefer the
     environment variable BERTKIT_API_KEY, which keeps the key out of process listings (this flag wins over it).
