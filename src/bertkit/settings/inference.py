@@ -273,7 +273,8 @@ class ServeSettings(RequestLimits, Int8Settings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     """uvicorn's log level."""
     served_model_name: str | None = None
-    """The model's name in OpenAI answers (``model``), and /info (``model_id``), which then do not show the model's path; default: --model-name-or-path."""
+    """The model's name in OpenAI answers (``model``) and /info (``model_id``), which then do not show the model's
+    path; default: --model-name-or-path."""
     api_key: str | None = field(default=None, repr=False, metadata=flag().metadata)
     """Every route but /health then needs the header ``Authorization: Bearer KEY`` (401 otherwise). Prefer the
     environment variable BERTKIT_API_KEY, which keeps the key out of process listings (this flag wins over it).
