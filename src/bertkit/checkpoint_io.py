@@ -339,59 +339,48 @@ class PretrainedMixin(TransformersModelCalls):
         """Load weights under the published names (with or without ``bert.``); returns the names loaded.
         ``ignore_mismatched_sizes``: a head weight of another shape stays fresh, with a warning."""
         tensors = self._canonical_published(published)
-
         encoder_keys, head_keys = self._published_keys()
+        heads = set(head_keys)
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         new_state: dict[str, Tensor] = {}
-        missing_encoder, fresh, shape_errors, dtype_errors, nonfinite = [], [], [], [], []
-        for keys, required in ((encoder_keys, True), (head_keys, False)):
-            for key in keys:
-                if key not in tensors:
-                    # The pooler is optional like a head: MLM-only checkpoints do not carry it.
-                    optional = not required or key.startswith(("pooler.", "bert.pooler."))
-                    (fresh if optional else missing_encoder).append(key)
-                    continue
-                value = tensors[key]
-                if value.shape != own[key].shape and ignore_mismatched_sizes and not required:
-                    fresh.append(f"{key} (file {tuple(value.shape)}, model {tuple(own[key].shape)})")
-                    continue
-                if value.shape != own[key].shape:
-                    shape_errors.append(f"{key}: file {tuple(value.shape)}, model {tuple(own[key].shape)}")
-                    continue
-                if own[key].is_floating_point() and not value.is_floating_point():
-                    dtype_errors.append(f"{key}: {str(value.dtype).removeprefix('torch.')}")
-                    continue
-                if value.is_floating_point() and value.numel() and not bool(torch.isfinite(torch.stack(
-                        torch.aminmax(value))).all()):  # NaN propagates to both; no full-size mask
-                    nonfinite.append(f"{key} ({int((~torch.isfinite(value)).sum())} of {value.numel()})")
-                    continue
+        fresh: list[str] = []
+        missing, shapes, not_float, nonfinite = [], [], [], []
+        for key in encoder_keys + head_keys:
+            value, model = tensors.get(key), own[key]
+            if value is None:  # a head, or the pooler (MLM-only checkpoints lack it), starts fresh; the encoder may not
+                (fresh if key in heads or key.startswith(("pooler.", "bert.pooler.")) else missing).append(key)
+            elif value.shape != model.shape and ignore_mismatched_sizes and key in heads:
+                fresh.append(f"{key} (file {tuple(value.shape)}, model {tuple(model.shape)})")
+            elif value.shape != model.shape:
+                shapes.append(f"{key}: file {tuple(value.shape)}, model {tuple(model.shape)}")
+            elif model.is_floating_point() and not value.is_floating_point():
+                not_float.append(f"{key}: {str(value.dtype).removeprefix('torch.')}")
+            elif value.is_floating_point() and value.numel() and not bool(torch.isfinite(torch.stack(
+                    torch.aminmax(value))).all()):  # NaN propagates to both; no full-size mask
+                nonfinite.append(f"{key} ({int((~torch.isfinite(value)).sum())} of {value.numel()})")
+            else:
                 new_state[key] = value
-        used = set(encoder_keys) | set(head_keys)
+        used = set(encoder_keys) | heads
         leftovers = sorted(k for k in tensors if k not in used and _strip_encoder_prefix(k) not in IGNORED_KEYS)
         unknown = [k for k in leftovers if self._is_unexpected(k)]
         other_heads = [k for k in leftovers if k not in unknown]
 
-        problems = []
-        if missing_encoder:
-            problems.append(f"missing keys: {missing_encoder}")
-        if unknown:
-            problems.append(f"unexpected keys: {unknown}")
-        if shape_errors:
-            problems.append(
-                f"shape mismatches: {shape_errors} (the config says hidden_size={self.config.hidden_size}, "
-                f"num_hidden_layers={self.config.num_hidden_layers}, vocab_size={self.config.vocab_size}, "
-                f"num_labels={self.config.num_labels}; fix config.json or pass matching overrides, or "
-                "ignore_mismatched_sizes=True to start mismatched head weights afresh)"
-            )
-        if dtype_errors:
-            problems.append(f"weights that are not floating-point: {dtype_errors[:5]}"
-                            + (f" and {len(dtype_errors) - 5} more" if len(dtype_errors) > 5 else "")
-                            + " (a model's weights are float32, float16 or bfloat16; the file was not written from "
-                            "a model's state dict, or was cast: save it again from the model)")
-        if nonfinite:
-            problems.append(f"weights holding NaN or infinite values: {nonfinite[:5]}"
-                            + (f" and {len(nonfinite) - 5} more" if len(nonfinite) > 5 else "")
-                            + " (the file is damaged or was saved from a diverged run: load an earlier checkpoint)")
+        def some(found: list[str]) -> str:
+            return f"{found[:5]}" + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+
+        problems = [f"{what}: {found if full else some(found)}{why}" for what, found, full, why in (
+            ("missing keys", missing, True, ""),
+            ("unexpected keys", unknown, True, ""),
+            ("shape mismatches", shapes, True,
+             f" (the config says hidden_size={self.config.hidden_size}, num_hidden_layers="
+             f"{self.config.num_hidden_layers}, vocab_size={self.config.vocab_size}, num_labels="
+             f"{self.config.num_labels}; fix config.json or pass matching overrides, or ignore_mismatched_sizes=True "
+             "to start mismatched head weights afresh)"),
+            ("weights that are not floating-point", not_float, False,
+             " (a model's weights are float32, float16 or bfloat16; the file was not written from a model's state "
+             "dict, or was cast: save it again from the model)"),
+            ("weights holding NaN or infinite values", nonfinite, False,
+             " (the file is damaged or was saved from a diverged run: load an earlier checkpoint)")) if found]
         if problems:
             raise BertkitError(f"{source} does not match {type(self).__name__}: " + "; ".join(problems))
         if fresh:
