@@ -108,26 +108,6 @@ def _strip_encoder_prefix(key: str) -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _unreadable(st_path: Path, e: Exception) -> BertkitError:
-    return BertkitError(f"{st_path} could not be read as safetensors ({e}); the file is truncated or corrupt "
-                        f"(size {st_path.stat().st_size} bytes): copy or download it again")
-
-
-def read_weight_shapes(directory: Path) -> dict[str, tuple[int, ...]] | None:
-    """The tensor shapes in ``directory``'s model.safetensors, read from its header alone (no tensor is loaded),
-    or None when the directory has no such file (a pickle's shapes are known only once it is loaded)."""
-    st_path = directory / WEIGHTS_NAME
-    if not st_path.is_file():
-        return None
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(st_path), framework="pt") as f:
-            return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}  # noqa: SIM118 - not a dict
-    except SafetensorError as e:
-        raise _unreadable(st_path, e) from e
-
-
 # Which config.json sizes each published encoder tensor's dimensions are: (tensor, ((field, dimension), ...)).
 _SIZES = (
     ("embeddings.word_embeddings.weight", (("vocab_size", 0), ("hidden_size", 1))),
@@ -137,10 +117,11 @@ _SIZES = (
 )
 
 
-def check_config_fits_weights(config: BertConfig, shapes: dict[str, tuple[int, ...]], source: str) -> None:
+def check_config_fits_weights(config: BertConfig, weights: dict[str, Tensor], source: str) -> None:
     """Refuse a config whose sizes are not the weights', naming each field and both values: before the model is
     built, so a damaged config.json (vocab_size 2**40) is an error, not an allocation of its size."""
-    canonical = {_strip_encoder_prefix(_normalise_published_key(k)): v for k, v in shapes.items()}
+    canonical = {_strip_encoder_prefix(_normalise_published_key(k)): tuple(v.shape) for k, v in weights.items()
+                 if isinstance(v, Tensor)}
     found: dict[str, tuple[int, int, str]] = {}  # field -> (config's value, weights' value, the tensor read)
     for key, dims in _SIZES:
         shape = canonical.get(key)
@@ -172,7 +153,8 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
         try:
             return load_file(str(st_path))
         except SafetensorError as e:
-            raise _unreadable(st_path, e) from e
+            raise BertkitError(f"{st_path} could not be read as safetensors ({e}); the file is truncated or corrupt "
+                               f"(size {st_path.stat().st_size} bytes): copy or download it again") from e
     if bin_path.is_file():
         # weights_only=True refuses arbitrary pickled objects: a checkpoint must not be able to run code.
         import pickle
@@ -229,19 +211,6 @@ def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
     if not directory.is_dir():
         raise MissingFileError(f"checkpoint directory {directory} does not exist")
     return directory
-
-
-def _weights_fitting(config: BertConfig, directory: Path | None, state_dict: dict[str, Tensor] | None,
-                     source: str) -> dict[str, Tensor]:
-    """The weights to load (``state_dict``, else the directory's), once their shapes are known to fit ``config``."""
-    shapes = read_weight_shapes(directory) if state_dict is None else None
-    if shapes is not None:
-        check_config_fits_weights(config, shapes, source)
-    weights = state_dict if state_dict is not None else read_weights(directory)
-    if shapes is None:
-        check_config_fits_weights(config, {k: tuple(v.shape) for k, v in weights.items()
-                                           if isinstance(v, Tensor)}, source)
-    return weights
 
 
 def _resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor]) -> torch.dtype | None:
@@ -317,7 +286,8 @@ class PretrainedMixin(TransformersModelCalls):
         elif config_overrides:
             config = BertConfig.from_dict(config.to_dict(), **config_overrides)
         source = "state_dict" if state_dict is not None else str(directory)
-        weights = _weights_fitting(config, directory, state_dict, source)
+        weights = state_dict if state_dict is not None else read_weights(directory)
+        check_config_fits_weights(config, weights, source)
         if add_pooling_layer is not None and "add_pooling_layer" not in inspect.signature(cls).parameters:
             raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")
         building = _BUILDING_TO_LOAD.set(True)
