@@ -396,15 +396,9 @@ class PretrainedMixin(TransformersModelCalls):
         """``nn.Module.load_state_dict`` (transformers' names, as ``state_dict()`` gives them; a checkpoint's go
         through ``from_pretrained(state_dict=...)``), tying the MLM decoder again after ``assign=True``."""
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)  # type: ignore[misc]
-        if assign:  # the parameters are the state dict's tensors now
-            self._tie_decoder()
+        if assign and (mlm := self._mlm_head()) is not None:  # the parameters are the state dict's tensors now
+            mlm.tie(self.get_input_embeddings())
         return result
-
-    def _tie_decoder(self) -> None:
-        """Point the MLM decoder at the current word embeddings and output bias (after either is replaced)."""
-        heads = getattr(self, "cls", None)
-        if heads is not None and hasattr(heads, "predictions"):
-            heads.predictions.tie(self.get_input_embeddings())
 
     # -- saving ---------------------------------------------------------------------------------------
     def published_state_dict(self) -> dict[str, Tensor]:
