@@ -65,11 +65,6 @@ _PROJECTION_MODULES = {"qkv": ("attention.self.query", "attention.self.key", "at
                        "ffn_out": ("output.dense",)}
 
 
-def is_tied_decoder(module_name: str) -> bool:
-    """Whether ``module_name`` is the MLM decoder, whose weight is the word embeddings' (nothing to initialise)."""
-    return module_name == "cls.predictions.decoder"
-
-
 def read_config_json(directory: str | Path) -> dict[str, Any]:
     """A checkpoint directory's config.json as a dict, or an error naming the file and the fix."""
     config_file = Path(directory) / CONFIG_NAME
@@ -376,10 +371,12 @@ class PretrainedMixin(TransformersModelCalls):
         raise NotImplementedError
 
     def _initialise_unloaded(self, loaded: set[str]) -> None:
-        """Initialise, in module order (a seed gives the same new head), every module the checkpoint left unset."""
+        """Initialise, in module order (a seed gives the same new head), every module with a parameter not in
+        ``loaded``: one the checkpoint left unset, or a new head's."""
         for prefix, module in self.named_modules():  # type: ignore[attr-defined]
             own = [f"{prefix}.{name}" if prefix else name for name, _ in module.named_parameters(recurse=False)]
-            if not is_tied_decoder(prefix) and any(name not in loaded for name in own):
+            # The MLM decoder's weight is the word embeddings' (nothing to initialise).
+            if prefix != "cls.predictions.decoder" and any(name not in loaded for name in own):
                 self._init_weights(module)
 
     def _canonical_published(self, published: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, is_tied_decoder, new_linear
+from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_linear
 from bertkit.compat import TupleAccess, tied_output_embeddings
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
@@ -209,9 +209,7 @@ class _HeadModel(PretrainedMixin, nn.Module):
         self.bert = BertModel(config, add_pooling_layer=self.uses_pooler)
         self.build_head(config)
         if initialise_on_construction():  # else from_pretrained initialises what the checkpoint lacks
-            for name, module in self.named_modules():
-                if not name.startswith("bert") and not is_tied_decoder(name):  # the decoder is the embeddings
-                    self._init_weights(module)
+            self._initialise_unloaded({name for name, _ in self.bert.named_parameters(prefix="bert")})
 
     def build_head(self, config: BertConfig) -> None:
         """Make the head's modules, under transformers' names (they are its checkpoint keys)."""
