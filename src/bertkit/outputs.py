@@ -495,9 +495,10 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
                     f"file(s)); {fixes}pass --overwrite to replace it (only the files bertkit wrote there are "
                     "removed), or choose another output directory")
         claim = OutputDir(directory, command, fingerprint or {}, os.getcwd(), directory.resolve(), inherited,
-                          _EARLY.pop(str(directory.resolve())), lock)
+                          _EARLY[str(directory.resolve())], lock)
         atomic_write_text(directory / JOURNAL, "")  # this run's journal; the earlier one is in `inherited`
         claim.record()
+        del _EARLY[str(directory.resolve())]  # the claim holds the lock now
         _ACTIVE.append(claim)
         return claim
     except BaseException:
