@@ -98,6 +98,17 @@ def _strip_encoder_prefix(key: str) -> str:
     return key[len("bert."):] if key.startswith("bert.") else key
 
 
+def _canonical(published: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
+    """Published names made canonical: LayerNorm.gamma -> weight, and the encoder's keys under ``prefix`` ("bert."
+    in a head model) whichever prefix the file used."""
+    out: dict[str, Tensor] = {}
+    for key, value in published.items():
+        key = _normalise_published_key(key)
+        bare = _strip_encoder_prefix(key)
+        out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------
 # Reading weight files
 # ---------------------------------------------------------------------------------------------------
@@ -115,8 +126,7 @@ _SIZES = (
 def check_config_fits_weights(config: BertConfig, weights: dict[str, Tensor], source: str) -> None:
     """Refuse a config whose sizes are not the weights', naming each field and both values: before the model is
     built, so a damaged config.json (vocab_size 2**40) is an error, not an allocation of its size."""
-    canonical = {_strip_encoder_prefix(_normalise_published_key(k)): tuple(v.shape) for k, v in weights.items()
-                 if isinstance(v, Tensor)}
+    canonical = {k: tuple(v.shape) for k, v in _canonical(weights).items() if isinstance(v, Tensor)}
     found: dict[str, tuple[int, int, str]] = {}  # field -> (config's value, weights' value, the tensor read)
     for key, dims in _SIZES:
         shape = canonical.get(key)
@@ -303,7 +313,7 @@ class PretrainedMixin(TransformersModelCalls):
                                   ignore_mismatched_sizes: bool = False) -> set[str]:
         """Load weights under the published names (with or without ``bert.``); returns the names loaded.
         ``ignore_mismatched_sizes``: a head weight of another shape stays fresh, with a warning."""
-        tensors = self._canonical_published(published)
+        tensors = _canonical(published, "bert." if self._encoder() is not self else "")
         encoder_keys, head_keys = self._published_keys()
         heads = set(head_keys)
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
@@ -378,16 +388,6 @@ class PretrainedMixin(TransformersModelCalls):
             # The MLM decoder's weight is the word embeddings' (nothing to initialise).
             if prefix != "cls.predictions.decoder" and any(name not in loaded for name in own):
                 self._init_weights(module)
-
-    def _canonical_published(self, published: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Published names made canonical: LayerNorm.gamma -> weight, and the encoder prefix to this model's."""
-        prefix = "bert." if self._encoder() is not self else ""
-        out: dict[str, Tensor] = {}
-        for key, value in published.items():
-            key = _normalise_published_key(key)
-            bare = _strip_encoder_prefix(key)
-            out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
-        return out
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False):
         """``nn.Module.load_state_dict`` (transformers' names, as ``state_dict()`` gives them; a checkpoint's go
