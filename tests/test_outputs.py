@@ -208,6 +208,23 @@ def test_a_run_that_fails_before_writing_leaves_no_directory_behind(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_claim_that_fails_while_claiming_leaves_no_directory_and_no_lock(tmp_path, monkeypatch):
+    """A full disk while the claim writes its journal: the directory it made is gone and its lock dropped, so the
+    next claim of the same path is taken (the failed one held nothing)."""
+    from bertkit import outputs
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(outputs, "atomic_write_text", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        claim_output_dir(tmp_path / "run", "pretrain")
+    assert not (tmp_path / "run").exists()
+    monkeypatch.undo()
+    claim_output_dir(tmp_path / "run", "pretrain").release(True)
+    assert json.loads((tmp_path / "run" / MARKER).read_text())["command"] == "pretrain"
+
+
 def test_path_settings_compare_as_absolute_paths(tmp_path, monkeypatch):
     """The marker records the directory a run started in; --resume from elsewhere compares the settings named in
     ``paths`` as the absolute paths they meant."""

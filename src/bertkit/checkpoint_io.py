@@ -65,11 +65,6 @@ _PROJECTION_MODULES = {"qkv": ("attention.self.query", "attention.self.key", "at
                        "ffn_out": ("output.dense",)}
 
 
-def is_tied_decoder(module_name: str) -> bool:
-    """Whether ``module_name`` is the MLM decoder, whose weight is the word embeddings' (nothing to initialise)."""
-    return module_name == "cls.predictions.decoder"
-
-
 def read_config_json(directory: str | Path) -> dict[str, Any]:
     """A checkpoint directory's config.json as a dict, or an error naming the file and the fix."""
     config_file = Path(directory) / CONFIG_NAME
@@ -103,29 +98,20 @@ def _strip_encoder_prefix(key: str) -> str:
     return key[len("bert."):] if key.startswith("bert.") else key
 
 
+def _canonical(published: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
+    """Published names made canonical: LayerNorm.gamma -> weight, and the encoder's keys under ``prefix`` ("bert."
+    in a head model) whichever prefix the file used."""
+    out: dict[str, Tensor] = {}
+    for key, value in published.items():
+        key = _normalise_published_key(key)
+        bare = _strip_encoder_prefix(key)
+        out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------
 # Reading weight files
 # ---------------------------------------------------------------------------------------------------
-
-
-def _unreadable(st_path: Path, e: Exception) -> BertkitError:
-    return BertkitError(f"{st_path} could not be read as safetensors ({e}); the file is truncated or corrupt "
-                        f"(size {st_path.stat().st_size} bytes): copy or download it again")
-
-
-def read_weight_shapes(directory: Path) -> dict[str, tuple[int, ...]] | None:
-    """The tensor shapes in ``directory``'s model.safetensors, read from its header alone (no tensor is loaded),
-    or None when the directory has no such file (a pickle's shapes are known only once it is loaded)."""
-    st_path = directory / WEIGHTS_NAME
-    if not st_path.is_file():
-        return None
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(st_path), framework="pt") as f:
-            return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}  # noqa: SIM118 - not a dict
-    except SafetensorError as e:
-        raise _unreadable(st_path, e) from e
 
 
 # Which config.json sizes each published encoder tensor's dimensions are: (tensor, ((field, dimension), ...)).
@@ -137,10 +123,10 @@ _SIZES = (
 )
 
 
-def check_config_fits_weights(config: BertConfig, shapes: dict[str, tuple[int, ...]], source: str) -> None:
+def check_config_fits_weights(config: BertConfig, weights: dict[str, Tensor], source: str) -> None:
     """Refuse a config whose sizes are not the weights', naming each field and both values: before the model is
     built, so a damaged config.json (vocab_size 2**40) is an error, not an allocation of its size."""
-    canonical = {_strip_encoder_prefix(_normalise_published_key(k)): v for k, v in shapes.items()}
+    canonical = {k: tuple(v.shape) for k, v in _canonical(weights).items() if isinstance(v, Tensor)}
     found: dict[str, tuple[int, int, str]] = {}  # field -> (config's value, weights' value, the tensor read)
     for key, dims in _SIZES:
         shape = canonical.get(key)
@@ -172,7 +158,8 @@ def read_weights(directory: Path) -> dict[str, Tensor]:
         try:
             return load_file(str(st_path))
         except SafetensorError as e:
-            raise _unreadable(st_path, e) from e
+            raise BertkitError(f"{st_path} could not be read as safetensors ({e}); the file is truncated or corrupt "
+                               f"(size {st_path.stat().st_size} bytes): copy or download it again") from e
     if bin_path.is_file():
         # weights_only=True refuses arbitrary pickled objects: a checkpoint must not be able to run code.
         import pickle
@@ -229,19 +216,6 @@ def _checkpoint_directory(path: str | Path | None, config: BertConfig | None,
     if not directory.is_dir():
         raise MissingFileError(f"checkpoint directory {directory} does not exist")
     return directory
-
-
-def _weights_fitting(config: BertConfig, directory: Path | None, state_dict: dict[str, Tensor] | None,
-                     source: str) -> dict[str, Tensor]:
-    """The weights to load (``state_dict``, else the directory's), once their shapes are known to fit ``config``."""
-    shapes = read_weight_shapes(directory) if state_dict is None else None
-    if shapes is not None:
-        check_config_fits_weights(config, shapes, source)
-    weights = state_dict if state_dict is not None else read_weights(directory)
-    if shapes is None:
-        check_config_fits_weights(config, {k: tuple(v.shape) for k, v in weights.items()
-                                           if isinstance(v, Tensor)}, source)
-    return weights
 
 
 def _resolve_dtype(dtype: torch.dtype | str | None, weights: dict[str, Tensor]) -> torch.dtype | None:
@@ -317,7 +291,8 @@ class PretrainedMixin(TransformersModelCalls):
         elif config_overrides:
             config = BertConfig.from_dict(config.to_dict(), **config_overrides)
         source = "state_dict" if state_dict is not None else str(directory)
-        weights = _weights_fitting(config, directory, state_dict, source)
+        weights = state_dict if state_dict is not None else read_weights(directory)
+        check_config_fits_weights(config, weights, source)
         if add_pooling_layer is not None and "add_pooling_layer" not in inspect.signature(cls).parameters:
             raise BertkitError(f"add_pooling_layer is a BertModel argument; {cls.__name__} decides its pooler")
         building = _BUILDING_TO_LOAD.set(True)
@@ -338,60 +313,49 @@ class PretrainedMixin(TransformersModelCalls):
                                   ignore_mismatched_sizes: bool = False) -> set[str]:
         """Load weights under the published names (with or without ``bert.``); returns the names loaded.
         ``ignore_mismatched_sizes``: a head weight of another shape stays fresh, with a warning."""
-        tensors = self._canonical_published(published)
-
+        tensors = _canonical(published, "bert." if self._encoder() is not self else "")
         encoder_keys, head_keys = self._published_keys()
+        heads = set(head_keys)
         own = self.state_dict(keep_vars=True)  # type: ignore[attr-defined]  # views: no tied-decoder copy
         new_state: dict[str, Tensor] = {}
-        missing_encoder, fresh, shape_errors, dtype_errors, nonfinite = [], [], [], [], []
-        for keys, required in ((encoder_keys, True), (head_keys, False)):
-            for key in keys:
-                if key not in tensors:
-                    # The pooler is optional like a head: MLM-only checkpoints do not carry it.
-                    optional = not required or key.startswith(("pooler.", "bert.pooler."))
-                    (fresh if optional else missing_encoder).append(key)
-                    continue
-                value = tensors[key]
-                if value.shape != own[key].shape and ignore_mismatched_sizes and not required:
-                    fresh.append(f"{key} (file {tuple(value.shape)}, model {tuple(own[key].shape)})")
-                    continue
-                if value.shape != own[key].shape:
-                    shape_errors.append(f"{key}: file {tuple(value.shape)}, model {tuple(own[key].shape)}")
-                    continue
-                if own[key].is_floating_point() and not value.is_floating_point():
-                    dtype_errors.append(f"{key}: {str(value.dtype).removeprefix('torch.')}")
-                    continue
-                if value.is_floating_point() and value.numel() and not bool(torch.isfinite(torch.stack(
-                        torch.aminmax(value))).all()):  # NaN propagates to both; no full-size mask
-                    nonfinite.append(f"{key} ({int((~torch.isfinite(value)).sum())} of {value.numel()})")
-                    continue
+        fresh: list[str] = []
+        missing, shapes, not_float, nonfinite = [], [], [], []
+        for key in encoder_keys + head_keys:
+            value, model = tensors.get(key), own[key]
+            if value is None:  # a head, or the pooler (MLM-only checkpoints lack it), starts fresh; the encoder may not
+                (fresh if key in heads or key.startswith(("pooler.", "bert.pooler.")) else missing).append(key)
+            elif value.shape != model.shape and ignore_mismatched_sizes and key in heads:
+                fresh.append(f"{key} (file {tuple(value.shape)}, model {tuple(model.shape)})")
+            elif value.shape != model.shape:
+                shapes.append(f"{key}: file {tuple(value.shape)}, model {tuple(model.shape)}")
+            elif model.is_floating_point() and not value.is_floating_point():
+                not_float.append(f"{key}: {str(value.dtype).removeprefix('torch.')}")
+            elif value.is_floating_point() and value.numel() and not bool(torch.isfinite(torch.stack(
+                    torch.aminmax(value))).all()):  # NaN propagates to both; no full-size mask
+                nonfinite.append(f"{key} ({int((~torch.isfinite(value)).sum())} of {value.numel()})")
+            else:
                 new_state[key] = value
-        used = set(encoder_keys) | set(head_keys)
+        used = set(encoder_keys) | heads
         leftovers = sorted(k for k in tensors if k not in used and _strip_encoder_prefix(k) not in IGNORED_KEYS)
         unknown = [k for k in leftovers if self._is_unexpected(k)]
         other_heads = [k for k in leftovers if k not in unknown]
 
-        problems = []
-        if missing_encoder:
-            problems.append(f"missing keys: {missing_encoder}")
-        if unknown:
-            problems.append(f"unexpected keys: {unknown}")
-        if shape_errors:
-            problems.append(
-                f"shape mismatches: {shape_errors} (the config says hidden_size={self.config.hidden_size}, "
-                f"num_hidden_layers={self.config.num_hidden_layers}, vocab_size={self.config.vocab_size}, "
-                f"num_labels={self.config.num_labels}; fix config.json or pass matching overrides, or "
-                "ignore_mismatched_sizes=True to start mismatched head weights afresh)"
-            )
-        if dtype_errors:
-            problems.append(f"weights that are not floating-point: {dtype_errors[:5]}"
-                            + (f" and {len(dtype_errors) - 5} more" if len(dtype_errors) > 5 else "")
-                            + " (a model's weights are float32, float16 or bfloat16; the file was not written from "
-                            "a model's state dict, or was cast: save it again from the model)")
-        if nonfinite:
-            problems.append(f"weights holding NaN or infinite values: {nonfinite[:5]}"
-                            + (f" and {len(nonfinite) - 5} more" if len(nonfinite) > 5 else "")
-                            + " (the file is damaged or was saved from a diverged run: load an earlier checkpoint)")
+        def some(found: list[str]) -> str:
+            return f"{found[:5]}" + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+
+        problems = [f"{what}: {found if full else some(found)}{why}" for what, found, full, why in (
+            ("missing keys", missing, True, ""),
+            ("unexpected keys", unknown, True, ""),
+            ("shape mismatches", shapes, True,
+             f" (the config says hidden_size={self.config.hidden_size}, num_hidden_layers="
+             f"{self.config.num_hidden_layers}, vocab_size={self.config.vocab_size}, num_labels="
+             f"{self.config.num_labels}; fix config.json or pass matching overrides, or ignore_mismatched_sizes=True "
+             "to start mismatched head weights afresh)"),
+            ("weights that are not floating-point", not_float, False,
+             " (a model's weights are float32, float16 or bfloat16; the file was not written from a model's state "
+             "dict, or was cast: save it again from the model)"),
+            ("weights holding NaN or infinite values", nonfinite, False,
+             " (the file is damaged or was saved from a diverged run: load an earlier checkpoint)")) if found]
         if problems:
             raise BertkitError(f"{source} does not match {type(self).__name__}: " + "; ".join(problems))
         if fresh:
@@ -417,35 +381,21 @@ class PretrainedMixin(TransformersModelCalls):
         raise NotImplementedError
 
     def _initialise_unloaded(self, loaded: set[str]) -> None:
-        """Initialise, in module order (a seed gives the same new head), every module the checkpoint left unset."""
+        """Initialise, in module order (a seed gives the same new head), every module with a parameter not in
+        ``loaded``: one the checkpoint left unset, or a new head's."""
         for prefix, module in self.named_modules():  # type: ignore[attr-defined]
             own = [f"{prefix}.{name}" if prefix else name for name, _ in module.named_parameters(recurse=False)]
-            if not is_tied_decoder(prefix) and any(name not in loaded for name in own):
+            # The MLM decoder's weight is the word embeddings' (nothing to initialise).
+            if prefix != "cls.predictions.decoder" and any(name not in loaded for name in own):
                 self._init_weights(module)
-
-    def _canonical_published(self, published: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Published names made canonical: LayerNorm.gamma -> weight, and the encoder prefix to this model's."""
-        prefix = "bert." if self._encoder() is not self else ""
-        out: dict[str, Tensor] = {}
-        for key, value in published.items():
-            key = _normalise_published_key(key)
-            bare = _strip_encoder_prefix(key)
-            out[prefix + bare if bare.startswith(("embeddings.", "encoder.", "pooler.")) else key] = value
-        return out
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False):
         """``nn.Module.load_state_dict`` (transformers' names, as ``state_dict()`` gives them; a checkpoint's go
         through ``from_pretrained(state_dict=...)``), tying the MLM decoder again after ``assign=True``."""
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)  # type: ignore[misc]
-        if assign:  # the parameters are the state dict's tensors now
-            self._tie_decoder()
+        if assign and (mlm := self._mlm_head()) is not None:  # the parameters are the state dict's tensors now
+            mlm.tie(self.get_input_embeddings())
         return result
-
-    def _tie_decoder(self) -> None:
-        """Point the MLM decoder at the current word embeddings and output bias (after either is replaced)."""
-        heads = getattr(self, "cls", None)
-        if heads is not None and hasattr(heads, "predictions"):
-            heads.predictions.tie(self.get_input_embeddings())
 
     # -- saving ---------------------------------------------------------------------------------------
     def published_state_dict(self) -> dict[str, Tensor]:

@@ -76,8 +76,7 @@ class TransformersModelCalls:
         return sum(p.numel() for p in params if p.requires_grad or not only_trainable)
 
     def _mlm_head(self):
-        heads = getattr(self, "cls", None)
-        return getattr(heads, "predictions", None) if heads is not None else None
+        return getattr(getattr(self, "cls", None), "predictions", None)
 
     def get_output_embeddings(self) -> torch.nn.Linear | None:
         """The MLM decoder, tied to the word embeddings (its weight *is* theirs); None without an MLM head."""
@@ -105,9 +104,7 @@ class TransformersModelCalls:
         if mlm is not None and mlm.bias.numel() != embeddings.num_embeddings:
             raise BertkitError(f"embeddings have {embeddings.num_embeddings} rows but the MLM bias "
                                f"{mlm.bias.numel()}: use resize_token_embeddings to change the vocabulary size")
-        self._encoder().embeddings.word_embeddings = embeddings
-        self._tie_decoder()
-        self._set_vocab_size(embeddings.num_embeddings)
+        self._use_word_embeddings(embeddings)
 
     def resize_token_embeddings(self, new_num_tokens: int | None = None,
                                 pad_to_multiple_of: int | None = None) -> torch.nn.Embedding:
@@ -122,7 +119,6 @@ class TransformersModelCalls:
             n = -(-n // pad_to_multiple_of) * pad_to_multiple_of
         if n == old.num_embeddings:
             return old
-        self._check_vocab_size(n)
         new = torch.nn.Embedding(n, old.embedding_dim, padding_idx=old.padding_idx, device=old.weight.device,
                                  dtype=old.weight.dtype)
         keep = min(n, old.num_embeddings)
@@ -131,22 +127,22 @@ class TransformersModelCalls:
             if n > keep:
                 new.weight[keep:] = old.weight.float().mean(0).to(old.weight.dtype)
         new.weight.requires_grad_(old.weight.requires_grad)
-        self._encoder().embeddings.word_embeddings = new
-        mlm = self._mlm_head()
-        if mlm is not None:
-            bias = torch.zeros(n, device=mlm.bias.device, dtype=mlm.bias.dtype)
-            bias[:keep] = mlm.bias.detach()[:keep]
-            mlm.bias = torch.nn.Parameter(bias, requires_grad=mlm.bias.requires_grad)
-        self._tie_decoder()
-        self._set_vocab_size(n)
+        self._use_word_embeddings(new, resize_mlm_bias=True)
         return new
 
-    def _check_vocab_size(self, n: int) -> None:
+    def _use_word_embeddings(self, embeddings: torch.nn.Embedding, resize_mlm_bias: bool = False) -> None:
+        """Swap in ``embeddings`` (the MLM bias cut or zero-extended to their rows with ``resize_mlm_bias``), tie
+        the MLM decoder to them again, and set ``config.vocab_size`` to their rows."""
+        n = embeddings.num_embeddings
         if not self.config.pad_token_id < n:
             raise BertkitError(f"a vocabulary of {n} tokens does not hold pad_token_id {self.config.pad_token_id}")
-
-    def _set_vocab_size(self, n: int) -> None:
-        self._check_vocab_size(n)
+        self._encoder().embeddings.word_embeddings = embeddings
+        if (mlm := self._mlm_head()) is not None:
+            if resize_mlm_bias:
+                bias = torch.zeros(n, device=mlm.bias.device, dtype=mlm.bias.dtype)
+                bias[:min(n, mlm.bias.numel())] = mlm.bias.detach()[:n]
+                mlm.bias = torch.nn.Parameter(bias, requires_grad=mlm.bias.requires_grad)
+            mlm.tie(embeddings)
         self.config.vocab_size = n
         if self._encoder().config is not self.config:
             self._encoder().config.vocab_size = n

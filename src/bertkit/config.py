@@ -16,7 +16,8 @@ from typing import Any
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.outputs import atomic_write_text
 
-SUPPORTED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+# hidden_act -> nn.GELU's ``approximate`` (None: ReLU). "gelu" is the paper's code's exact erf GELU.
+ACTIVATIONS = {"gelu": "none", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "relu": None}
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 DEFAULT_ID2LABEL = {0: "LABEL_0", 1: "LABEL_1"}
 # Written to config.json only when they differ from these defaults (runtime switches, not the network's shape).
@@ -49,8 +50,7 @@ class BertConfig:
     num_hidden_layers: int = 12
     num_attention_heads: int = 12
     intermediate_size: int = 3072
-    # "gelu" is the exact erf GELU of the paper's code; "gelu_new"/"gelu_pytorch_tanh" the tanh approximation.
-    hidden_act: str = "gelu"
+    hidden_act: str = "gelu"  # one of ACTIVATIONS
     hidden_dropout_prob: float = 0.1
     attention_probs_dropout_prob: float = 0.1
     max_position_embeddings: int = 512
@@ -97,8 +97,8 @@ class BertConfig:
                 f"BertConfig.hidden_size {self.hidden_size} is not divisible by num_attention_heads "
                 f"{self.num_attention_heads}; choose a head count that divides it (e.g. hidden_size // 64)"
             )
-        if self.hidden_act not in SUPPORTED_ACTIVATIONS:
-            raise BertkitError(f"BertConfig.hidden_act {self.hidden_act!r} is not one of {SUPPORTED_ACTIVATIONS}")
+        if self.hidden_act not in ACTIVATIONS:
+            raise BertkitError(f"BertConfig.hidden_act {self.hidden_act!r} is not one of {tuple(ACTIVATIONS)}")
         if self.position_embedding_type != "absolute":
             raise BertkitError(
                 f"BertConfig.position_embedding_type {self.position_embedding_type!r} is not supported; "

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, is_tied_decoder, new_linear
+from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_linear
 from bertkit.compat import TupleAccess, tied_output_embeddings
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
@@ -198,7 +198,8 @@ def masked_lm_loss(head: BertLMPredictionHead, out: BertModelOutput, labels: Ten
 
 
 class _HeadModel(PretrainedMixin, nn.Module):
-    """Common construction: the encoder (with or without pooler), head initialisation, config."""
+    """Common construction: the encoder (with or without pooler), then the head's own modules (``build_head``),
+    initialised."""
 
     uses_pooler = True
 
@@ -206,13 +207,13 @@ class _HeadModel(PretrainedMixin, nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config, add_pooling_layer=self.uses_pooler)
+        self.build_head(config)
+        if initialise_on_construction():  # else from_pretrained initialises what the checkpoint lacks
+            self._initialise_unloaded({name for name, _ in self.bert.named_parameters(prefix="bert")})
 
-    def _init_head(self) -> None:
-        if not initialise_on_construction():  # from_pretrained initialises what the checkpoint lacks
-            return
-        for name, module in self.named_modules():
-            if not name.startswith("bert") and not is_tied_decoder(name):  # the decoder is the embeddings
-                self._init_weights(module)
+    def build_head(self, config: BertConfig) -> None:
+        """Make the head's modules, under transformers' names (they are its checkpoint keys)."""
+        raise NotImplementedError
 
     def _init_weights(self, module: nn.Module) -> None:
         init_bert_weights(module, self.config.initializer_range)
@@ -234,13 +235,11 @@ class _ClassifierHeadModel(_HeadModel):
 
     classifier_outputs: int | None = None
 
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
+    def build_head(self, config: BertConfig) -> None:
         p = config.classifier_dropout
         self.dropout = nn.Dropout(config.hidden_dropout_prob if p is None else p)
         outputs = config.num_labels if self.classifier_outputs is None else self.classifier_outputs
         self.classifier = new_linear(config.hidden_size, outputs)
-        self._init_head()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -253,10 +252,8 @@ class BertForPreTraining(_HeadModel):
 
     output_names = ("prediction_logits", "seq_relationship_logits")
 
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
+    def build_head(self, config: BertConfig) -> None:
         self.cls = BertPreTrainingHeads(config, self.bert.embeddings.word_embeddings, nsp=True)
-        self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
@@ -285,10 +282,8 @@ class BertForMaskedLM(_HeadModel):
     output_names = ("prediction_logits",)  # an exported graph names it as BertForPreTraining does
     uses_pooler = False
 
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
+    def build_head(self, config: BertConfig) -> None:
         self.cls = BertPreTrainingHeads(config, self.bert.embeddings.word_embeddings, nsp=False)
-        self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
@@ -308,10 +303,8 @@ class BertForNextSentencePrediction(_HeadModel):
 
     output_names = ("logits",)
 
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
+    def build_head(self, config: BertConfig) -> None:
         self.cls = BertPreTrainingHeads(config, None, nsp=True)
-        self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
@@ -402,10 +395,8 @@ class BertForQuestionAnswering(_HeadModel):
     output_names = ("start_logits", "end_logits")
     uses_pooler = False
 
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
+    def build_head(self, config: BertConfig) -> None:
         self.qa_outputs = new_linear(config.hidden_size, 2)
-        self._init_head()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,

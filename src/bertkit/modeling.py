@@ -35,7 +35,7 @@ from torch.utils.checkpoint import checkpoint
 
 from bertkit.checkpoint_io import PretrainedMixin, initialise_on_construction, new_embedding, new_linear
 from bertkit.compat import TupleAccess
-from bertkit.config import BertConfig
+from bertkit.config import ACTIVATIONS, BertConfig
 from bertkit.errors import BertkitError
 from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler
 from bertkit.padding import TokenLayout, is_tracing, self_attention, token_layout
@@ -46,15 +46,10 @@ from bertkit.padding import TokenLayout, is_tracing, self_attention, token_layou
 
 
 def activation(name: str) -> nn.Module:
-    """The feed-forward non-linearity, as a module (transformers' ``intermediate_act_fn``). The paper (section
-    3.1) uses GELU; Google's code the exact erf form."""
-    if name == "gelu":
-        return nn.GELU()
-    if name in ("gelu_new", "gelu_pytorch_tanh"):
-        return nn.GELU(approximate="tanh")
-    if name == "relu":
-        return nn.ReLU()
-    raise BertkitError(f"unsupported hidden_act {name!r}")
+    """The feed-forward non-linearity ``hidden_act`` names, as a module (transformers' ``intermediate_act_fn``);
+    the paper (section 3.1) uses GELU."""
+    approximate = ACTIVATIONS[name]
+    return nn.ReLU() if approximate is None else nn.GELU(approximate=approximate)
 
 
 class BertEmbeddings(nn.Module):

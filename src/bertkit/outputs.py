@@ -468,9 +468,9 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
     if active := [c for c in _ACTIVE if c.real == directory.resolve()]:  # its lock is this process's: say so here
         raise BertkitError(f"{directory} is the output directory of this process's `bertkit {active[0].command}` "
                            "run already; choose another output directory")
-    created = _make(directory, inputs)
-    created = _EARLY.pop(str(directory.resolve()), False) or created  # lock_output_dir made it
-    lock = dir_lock.lock(directory, command)
+    if str(directory.resolve()) not in _EARLY:  # the command line locks it early, before torch's import
+        lock_output_dir(directory, command, inputs)
+    lock = dir_lock.lock(directory, command)  # the one lock_output_dir took (this process's)
     try:
         marker = read_marker(directory)
         present = _listing(directory)
@@ -495,14 +495,14 @@ def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | 
                     f"file(s)); {fixes}pass --overwrite to replace it (only the files bertkit wrote there are "
                     "removed), or choose another output directory")
         claim = OutputDir(directory, command, fingerprint or {}, os.getcwd(), directory.resolve(), inherited,
-                          created, lock)
+                          _EARLY[str(directory.resolve())], lock)
         atomic_write_text(directory / JOURNAL, "")  # this run's journal; the earlier one is in `inherited`
         claim.record()
+        del _EARLY[str(directory.resolve())]  # the claim holds the lock now
         _ACTIVE.append(claim)
         return claim
     except BaseException:
-        _drop_stray_lock(directory)
-        dir_lock.unlock(directory.resolve())
+        release_unclaimed(directory)
         raise
 
 
@@ -514,23 +514,17 @@ def _drop_stray_lock(directory: Path) -> None:
             dir_lock.remove_made(directory)
 
 
-def _make(directory: Path, inputs: Mapping[str, Any] | None) -> bool:
-    """``directory`` made if need be, once known to be no input, no file, and nowhere near a held directory;
-    returns whether it was made."""
+def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, Any] | None = None) -> None:
+    """Make and lock ``path`` for a claim, once it is known to be no input, no file, and nowhere near a held
+    directory. The command line calls it before the slow part of its start-up (torch's import), so a second command
+    started meanwhile is refused at once; ``release_unclaimed`` undoes it if the command fails before its claim."""
+    directory = Path(path)
     refuse_inputs(directory, inputs or {}, is_dir=True)
     if directory.exists() and not directory.is_dir():
         raise BertkitError(f"{directory} is a file; the output must be a directory")
     dir_lock.refuse_held_near(directory.resolve(), directory, inside=True)
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
-    return created
-
-
-def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, Any] | None = None) -> None:
-    """Lock ``path`` for a command that will claim it, before the slow part of its start-up (torch's import), so a
-    second command started meanwhile is refused at once; ``release_unclaimed`` undoes it if the command fails."""
-    directory = Path(path)
-    created = _make(directory, inputs)
     try:
         dir_lock.lock(directory, command)
     except BaseException:
