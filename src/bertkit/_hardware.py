@@ -242,9 +242,3 @@ def onednn_linear() -> bool:
         return False
     return bool(torch.allclose(y, torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)), atol=1e-4, rtol=1e-5))
 
-
-@functools.cache
-def onednn_bf16_linear() -> bool:
-    """``onednn_linear`` for bf16 inference: only where the CPU has bf16 instructions (``cpu_has_bf16``); elsewhere
-    bf16 runs emulated, and ``F.linear`` over bf16 weights."""
-    return onednn_linear() and cpu_has_bf16()

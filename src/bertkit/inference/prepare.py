@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit import _hardware, quantization
-from bertkit._hardware import onednn_bf16_linear, onednn_linear, resolve_device, warn_if_bf16_is_emulated
+from bertkit._hardware import onednn_linear, resolve_device, warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
 
@@ -83,9 +83,9 @@ def check_request(device: str | torch.device = "cpu", *, bf16: bool | None = Non
         if calibrating:
             raise BertkitError("calibration_texts calibrate int8 inference: pass them with quantize='int8'")
         return torch.device(resolve_device(device, local_rank))
-    if quantize not in quantization.QUANTIZE_MODES:
-        raise BertkitError(f"quantize {quantize!r} is not one of {quantization.QUANTIZE_MODES}: quantize='int8' runs "
-                           "the encoder in int8 on the CPU, quantize=None (the default) as loaded")
+    if quantize != "int8":
+        raise BertkitError(f"quantize {quantize!r} is not 'int8': quantize='int8' runs the encoder in int8 on the "
+                           "CPU, quantize=None (the default) as loaded")
     return torch.device(resolve_device(device, local_rank, int8=True, bf16=bf16 is True))
 
 
@@ -214,7 +214,8 @@ class PreparedLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.source = (weight.detach(), None if bias is None else bias.detach())
         self.activation = activation  # fused into the product (then the block's own is nn.Identity), or None
-        self.onednn = onednn_bf16_linear() if dtype == torch.bfloat16 else onednn_linear()
+        # oneDNN's bf16 Linear only where the CPU has bf16 instructions; elsewhere bf16 runs emulated
+        self.onednn = onednn_linear() and (dtype == torch.float32 or _hardware.cpu_has_bf16())
         weight = weight.detach().to(dtype)
         # the reordering's batch-size hint only picks the layout: any number of rows runs (1,024: ~32 sentences)
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, 1024) if self.onednn else weight
@@ -256,11 +257,10 @@ def _weights(module: nn.Module | None) -> tuple[Tensor, Tensor | None] | None:
 def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
     """A copy of ``model`` that computes what it does, for inference on this CPU (under bf16 autocast with
     ``bf16``). In every fp32 bertkit encoder in it, each layer's plain ``nn.Linear`` projections become
-    ``PreparedLinear`` modules; query, key and value one module, ``qkv``, computing the three in one GEMM; in fp32
-    on oneDNN the feed-forward's activation fused into its first product (``intermediate_act_fn`` then
-    ``nn.Identity``, as ``torch.ao``'s ``fuse_modules`` leaves it). Attention's keys are rounded up to
-    ``cpu_key_multiple`` and, in bf16, the layers' rows to ``BF16_TOKEN_MULTIPLE``. Projections that are int8
-    or not plain ``nn.Linear`` (peft's wrappers, hooked modules) stay as they are; ``model`` is unchanged. A model
+    ``PreparedLinear`` modules, query, key and value one module (``qkv``, one GEMM), and in fp32 the feed-forward's
+    activation is fused into its first product where oneDNN runs it (``_prepare_dense``). Attention's keys are
+    rounded up to ``cpu_key_multiple`` and, in bf16, the layers' rows to ``BF16_TOKEN_MULTIPLE``. Projections that
+    are not plain ``nn.Linear`` (peft's wrappers, hooked modules) stay as they are; ``model`` is unchanged. A model
     prepared for the other precision is prepared again from the weights it was made from (a pipeline's model given
     to another pipeline); one prepared for this precision already, or without a float32 bertkit encoder, is
     returned as it is."""
@@ -285,41 +285,32 @@ def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
             elif isinstance(attn.qkv, PreparedLinear):
                 attn.qkv = PreparedLinear(*attn.qkv.source, dtype)
             for block in (layer.attention.output, layer.intermediate, layer.output):
-                _fuse_int8_activation(block, fuse=not bf16)
-                weights = _weights(block.dense)
-                if weights is None:
-                    continue
-                act = getattr(block, "intermediate_act_fn", None)
-                if isinstance(block.dense, PreparedLinear) and block.dense.activation is not None:
-                    act = block.dense.activation  # fused when prepared before
-                fuse = (act is not None and not bf16 and onednn_linear()
-                        and (type(act).__name__, getattr(act, "approximate", None)) in _ONEDNN_ACTIVATIONS)
-                block.dense = PreparedLinear(*weights, dtype, act if fuse else None)
-                if act is not None:
-                    block.intermediate_act_fn = nn.Identity() if fuse else act
+                _prepare_dense(block, dtype)
     return model
 
 
-def _fuse_int8_activation(block: nn.Module, fuse: bool) -> None:
-    """The feed-forward's activation fused into its int8 first product where that runs on oneDNN's kernel (AVX512-VNNI
-    and AMX: ``_hardware.int8_kernel``), for fp32 float parts (``Int8Linear.fused_with``); ``block`` is left as it
-    is elsewhere. Measured on a Sapphire Rapids core (AMX), one thread, MiniLM, float parts in fp32: the int8 model
-    ran 1.07x (SST-2 sentences), 1.11x (question/sentence pairs) and 1.12x (SQuAD windows) as fast, its pooled
-    outputs equal to 5 digits. Not under bf16 (as ``PreparedLinear``): there the fused GELU is of the unrounded
-    product, which moved pooled outputs by cosine 0.9987, and its speed was not measured. fbgemm (the AVX2 class)
-    has no such post-operation. A block fused before (a model prepared for fp32, now for bf16) is split again
-    without ``fuse``."""
-    act = getattr(block, "intermediate_act_fn", None)
+def _prepare_dense(block: nn.Module, dtype: torch.dtype) -> None:
+    """``block.dense`` made a ``PreparedLinear`` (a plain float one) or left int8, with the block's activation
+    (``intermediate_act_fn``) fused into it in fp32 where oneDNN computes the product: its float Linear
+    (``_hardware.onednn_linear``) or its int8 kernel (``Int8Linear.fused_with``; fbgemm, the AVX2 class, has no
+    post-operation). Measured 1.1-1.6x a float feed-forward product and 1.07-1.12x the whole int8 model on a Sapphire
+    Rapids core (BENCHMARKS.md). Not in bf16: a fused GELU rounds once, not twice as autocast does, which moved the
+    int8 model's pooled outputs by cosine 0.9987. A block fused before (prepared for fp32, now for bf16) is split
+    again."""
     dense = block.dense
-    if act is None or not isinstance(dense, quantization.Int8Linear) or dense.kernel.name != "onednn":
-        return
-    if dense.activation is not None:
-        if not fuse:
-            block.dense, block.intermediate_act_fn = dense.fused_with(None, ("none", "")), dense.activation
-        return
-    if not fuse:
-        return
-    post_op = _ONEDNN_ACTIVATIONS.get((type(act).__name__, getattr(act, "approximate", None)))
-    if post_op is not None:
-        block.dense = dense.fused_with(act, post_op)
-        block.intermediate_act_fn = nn.Identity()
+    act = getattr(dense, "activation", None) or getattr(block, "intermediate_act_fn", None)  # fused before, or not
+    post_op = None if act is None or dtype != torch.float32 else _ONEDNN_ACTIVATIONS.get(
+        (type(act).__name__, getattr(act, "approximate", None)))
+    if isinstance(dense, quantization.Int8Linear):
+        if act is None or dense.kernel.name != "onednn":
+            return
+        fused = post_op is not None
+        block.dense = dense.fused_with(act if fused else None, post_op or ("none", ""))
+    else:
+        weights = _weights(dense)
+        if weights is None:
+            return
+        fused = post_op is not None and onednn_linear()
+        block.dense = PreparedLinear(*weights, dtype, act if fused else None)
+    if act is not None:
+        block.intermediate_act_fn = nn.Identity() if fused else act

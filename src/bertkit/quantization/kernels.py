@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
 
-from bertkit._hardware import Int8Kernel, check_int8_kernel
+from bertkit._hardware import X86_ENGINES, Int8Kernel, check_int8_kernel
 from bertkit.errors import BertkitError
-from bertkit.quantization.device import packing
 
 log = logging.getLogger(__name__)
 _TINY = torch.finfo(torch.float32).tiny
@@ -104,6 +105,23 @@ def check_saved(name: str, value: Tensor, low: float, high: float) -> None:
         raise BertkitError(f"{name} must be finite and within [{low:g}, {high:g}]; entry {first} of {value.numel()} "
                            f"is {float(value.reshape(-1)[first])!r} ({int(bad.sum())} such): the file is damaged; write "
                            "it again: bertkit quantize --model FLOAT_CHECKPOINT --output-dir DIR --overwrite")
+
+
+@contextmanager
+def packing() -> Iterator[None]:
+    """While fbgemm's weights are packed: the x86 quantized engine set (the kernels are chosen at packing), and
+    torch.ao's deprecation warnings silenced (known: ``_hardware.int8_kernel`` says when it is used)."""
+    before = torch.backends.quantized.engine
+    torch.backends.quantized.engine = next(e for e in X86_ENGINES if e in torch.backends.quantized.supported_engines)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated",
+                                    category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated",
+                                    category=UserWarning)
+            yield
+    finally:
+        torch.backends.quantized.engine = before
 
 
 class Int8Linear(nn.Module):
