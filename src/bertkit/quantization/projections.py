@@ -64,28 +64,15 @@ def float_projection(layer: nn.Module, kind: str) -> nn.Module:
     return fused
 
 
-def set_projection(layer: nn.Module, kind: str, module: nn.Module) -> None:
-    """Put ``module`` in place of projection ``kind``. For ``qkv`` a float ``nn.Linear(H, 3H)`` is split back
-    into query, key and value; anything else (an int8 module) replaces the three."""
-    if kind != "qkv":
-        parent, _, name = _path(kind).rpartition(".")
-        setattr(layer.get_submodule(parent), name, module)
-        return
-    attn = layer.attention.self
-    if type(module) is nn.Linear:
-        H = module.in_features
-        for i, name in enumerate(("query", "key", "value")):
-            linear = torch.nn.utils.skip_init(nn.Linear, H, module.out_features // 3, bias=module.bias is not None)
-            rows = slice(i * linear.out_features, (i + 1) * linear.out_features)
-            with torch.no_grad():
-                linear.weight.copy_(module.weight[rows])
-                if linear.bias is not None:
-                    linear.bias.copy_(module.bias[rows])
-            setattr(attn, name, linear)
-        attn.qkv = None
-    else:
+def set_projection(layer: nn.Module, kind: str, module: Int8Linear) -> None:
+    """Put the int8 ``module`` in place of projection ``kind`` (for ``qkv``, of query, key and value)."""
+    if kind == "qkv":
+        attn = layer.attention.self
         attn.qkv = module
         attn.query = attn.key = attn.value = None
+        return
+    parent, _, name = _path(kind).rpartition(".")
+    setattr(layer.get_submodule(parent), name, module)
 
 
 def encoder_of(model: nn.Module) -> BertModel:

@@ -17,7 +17,13 @@ import torch
 from torch import Tensor, nn
 
 from bertkit._hardware import check_int8_kernel
-from bertkit.checkpoint_io import CONFIG_NAME, INT8_WEIGHTS_NAME, encoder_published_names, read_config_json
+from bertkit.checkpoint_io import (
+    CONFIG_NAME,
+    INT8_WEIGHTS_NAME,
+    TIED_KEYS,
+    encoder_published_names,
+    read_config_json,
+)
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import MODEL_CLASSES
@@ -81,25 +87,18 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
 
 
 def _int8_tensors(model: nn.Module, encoder: BertModel, int8: dict[tuple[int, str], nn.Module]) -> dict[str, Tensor]:
-    """What ``save_int8`` writes to the safetensors file: each int8 projection's integers and scales, and every
-    other tensor of ``model`` under its published name (the int8 projections' float weights left out)."""
+    """What ``save_int8`` writes to the safetensors file: each int8 projection's integers and scales, its bias under
+    its published name(s), and every other tensor of ``model`` under its published name, which is its state-dict key
+    (the modules carry transformers' names; the tied decoder's copies left out)."""
+    prefix = "" if encoder is model else "bert."
     tensors: dict[str, Tensor] = {}
     for (i, kind), module in int8.items():
         tensors.update({f"int8.layers.{i}.{kind}.{k}": getattr(module, k) for k in ("weight", "weight_scale", "inv_scale")})
-        # A float stand-in with the real bias lets the key table name everything else; its weight is dropped.
-        stand_in = torch.nn.utils.skip_init(nn.Linear, module.in_features, module.out_features,
-                                            bias=module.bias is not None)
-        if stand_in.bias is not None:
-            stand_in.bias.data.copy_(module.bias)
-        set_projection(_layers(encoder)[i], kind, stand_in)
-    try:
-        published = model.published_state_dict()
-    finally:
-        for (i, kind), module in int8.items():
-            set_projection(_layers(encoder)[i], kind, module)
-    prefix = "" if encoder is model else "bert."
-    dropped = {prefix + n for i, kind in int8 for n in encoder_published_names(f"layers.{i}.{kind}.weight")}
-    tensors.update({k: v for k, v in published.items() if k not in dropped})
+        names = encoder_published_names(f"layers.{i}.{kind}.bias")
+        tensors.update({prefix + n: b for n, b in zip(names, module.bias.chunk(len(names)), strict=True)})
+    int8_modules = {name for name, m in model.named_modules() if isinstance(m, Int8Linear)}
+    tensors.update({k: v for k, v in model.state_dict().items()
+                    if k not in TIED_KEYS and k.rpartition(".")[0] not in int8_modules})
     return tensors
 
 
