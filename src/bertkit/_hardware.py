@@ -137,15 +137,25 @@ def resolve_device(spec: str | torch.device, local_rank: int = 0, *, int8: bool 
     this machine does not have is an error naming it (PyTorch's own would be an AssertionError from inside
     ``.to``). With ``int8``: the CPU (``auto`` means it), or an error naming why int8 cannot run here and the fix
     (bf16 on a CPU without bf16 instructions, a GPU or MPS device, a PyTorch with no int8 kernel for this CPU)."""
-    if int8:
-        return _int8_device(spec, bf16)
     spec = str(spec).strip()
+    if int8 and bf16 and not cpu_has_bf16():
+        # int8 with bf16 runs what stays float (attention, GELU, LayerNorm, the projections kept fp32) in bf16
+        raise BertkitError("int8 with bf16 runs the layers int8 leaves in float in bf16, and this CPU has no bf16 "
+                           "instructions (AVX512-BF16 or AMX: emulated, several times slower): drop bf16, int8 alone "
+                           "is the fast path here (docs/inference.md, section int8)")
     if spec == "auto":
-        spec = "cuda" if torch.cuda.is_available() else "cpu"
+        spec = "cuda" if torch.cuda.is_available() and not int8 else "cpu"  # int8 runs on the CPU only
     try:
         dev = torch.device(spec)
     except (RuntimeError, TypeError):
         raise BertkitError(f"device {spec!r} is not a device: use auto, cpu, cuda or cuda:N") from None
+    if int8:
+        if dev.type != "cpu":
+            raise BertkitError(f"int8 runs on the CPU only (its kernels, oneDNN's and fbgemm's, are for x86 CPUs), "
+                               f"device is {spec!r}; use device cpu for int8, or run the fp32 model (or bf16) on "
+                               "the GPU")
+        check_int8_kernel()
+        return str(dev)
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
@@ -158,26 +168,6 @@ def resolve_device(spec: str | torch.device, local_rank: int = 0, *, int8: bool 
         return f"cuda:{local_rank if dev.index is None else dev.index}"
     if dev.type == "mps" and not torch.backends.mps.is_available():
         raise BertkitError(f"device {spec!r}: PyTorch sees no MPS device here; use cpu (or auto)")
-    return str(dev)
-
-
-def _int8_device(spec: str | torch.device, bf16: bool) -> str:
-    if bf16 and not cpu_has_bf16():
-        # int8 with bf16 runs what stays float (attention, GELU, LayerNorm, the projections kept fp32) in bf16
-        raise BertkitError("int8 with bf16 runs the layers int8 leaves in float in bf16, and this CPU has no bf16 "
-                           "instructions (AVX512-BF16 or AMX: emulated, several times slower): drop bf16, int8 alone "
-                           "is the fast path here (docs/inference.md, section int8)")
-    if isinstance(spec, str) and spec.strip() == "auto":
-        spec = "cpu"  # int8 runs on the CPU only, so that is the device auto picks for it
-    try:
-        dev = torch.device(spec)
-    except (RuntimeError, TypeError):
-        raise BertkitError(f"device {spec!r} is not a device: int8 runs on cpu") from None
-    if dev.type != "cpu":
-        raise BertkitError(f"int8 runs on the CPU only (its kernels, oneDNN's and fbgemm's, are for x86 CPUs), "
-                           f"device is {str(spec)!r}; use device cpu for int8, or run the fp32 model (or bf16) "
-                           "on the GPU")
-    check_int8_kernel()
     return str(dev)
 
 
