@@ -1,22 +1,11 @@
 """One way to make a model ready to run: its device, bf16 autocast or int8, its CPU inference transform, and a
 record of which it got.
 
-Every command, pipeline and the server that applies a model goes through ``prepare_model``: the device comes from
-``bertkit._hardware.resolve_device`` (the one function that decides it), a float model asked to run in int8 is
-quantized here (calibrated on the given texts, a calibration file, or the built-in sentences), and a model that
-is int8 already (a `bertkit quantize` directory) runs as it is, on the CPU. ``check_request`` refuses what cannot
-run before any weights load.
-
-bf16 left unset (None) is decided here too (``default_bf16``): an int8 model runs what stays float in it
-(attention, GELU, LayerNorm, the projections kept fp32) in bf16 on CPUs with bf16 instructions, as OpenVINO
-runs its int8 models on them; everything else runs as loaded, fp32 in fp32.
-
-On the CPU the model that runs is a copy made for inference (``for_cpu_inference``), as ``torch.ao``'s conversions
-and OpenVINO's passes make theirs: each encoder projection becomes a ``PreparedLinear`` owning its weight prepared
-once (reordered for oneDNN's Linear, in bf16 when running under bf16 autocast), query, key and value one such
-module, and attention's keys and the layers' rows are rounded up to what the CPU kernels run fastest. It computes
-what the model does, within fp32 rounding (in bf16, the bits autocast gives). The model passed in is left as it
-is (plain ``nn.Linear`` modules, for training, peft and hooks); the copy is a snapshot of its weights.
+Every command, pipeline and the server applies a model through ``prepare_model``: the device is
+``bertkit._hardware.resolve_device``'s answer, a float model asked to run in int8 is quantized here, a `bertkit
+quantize` directory runs as it is, and bf16 left unset is decided here (``default_bf16``). On the CPU the model
+that runs is a copy made for inference (``for_cpu_inference``), as ``torch.ao``'s conversions and OpenVINO's
+passes make theirs; the model passed in stays plain ``nn.Linear`` modules, for training, peft and hooks.
 """
 
 from __future__ import annotations
@@ -63,13 +52,9 @@ class Precision:
 
 def default_bf16(quantize: str | None, device: torch.device) -> bool:
     """bf16 when the caller left it unset: on for an int8 model on a CPU with bf16 instructions (AVX512-BF16 or
-    AMX), off otherwise (fp32 models stay fp32: their default is transformers' numbers).
-
-    Measured on an AVX512-BF16 EPYC (BENCHMARKS.md, "every bertkit int8 mode"; RESULTS.md, "int8 accuracy"): the
-    int8 model's float parts in bf16 ran 1.06-1.33x as fast as in fp32 at every input length and thread count, at
-    the same cosine to fp32 (0.9976 / 0.9991 / 0.9992 against 0.9975 / 0.9992 / 0.9993), and kept every fine-tuned
-    metric within 0.20 points of fp32 (0.33 with the float parts in fp32). Without bf16 instructions bf16 is
-    emulated, several times slower, so it stays off there."""
+    AMX), as OpenVINO runs its int8 models there; off otherwise (fp32 models stay fp32: transformers' numbers). The
+    int8 model's float parts in bf16 ran 1.06-1.33x as fast at the same cosine to fp32 and within 0.20 points of
+    every fine-tuned metric (BENCHMARKS.md, RESULTS.md "int8 accuracy"); emulated bf16 is several times slower."""
     return quantize == "int8" and device.type == "cpu" and _hardware.cpu_has_bf16()  # looked up here: tests patch it
 
 
@@ -112,7 +97,8 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
     int8_already = quantization.is_int8_model(model)
     if int8_already:
         if calibrating:
-            raise BertkitError(_calibrating_int8(model_dir))
+            raise BertkitError(f"{model_dir or 'the model'} is int8 already (calibrated when it was quantized); "
+                               "calibration_texts apply when quantizing a float checkpoint: pass that with them")
         quantize = "int8"
     dev = check_request(device, bf16=bf16, quantize=quantize, calibrating=calibrating, local_rank=local_rank)
     model = model.eval() if int8_already else model.to(dev).eval()
@@ -151,35 +137,20 @@ def _checked_bf16(bf16: Any) -> bool | None:
                        f"{bf16!r} ({type(bf16).__name__})")
 
 
-def _calibrating_int8(model_dir: str | Path | None) -> str:
-    if model_dir is None:
-        return ("the model is int8 already (calibrated when it was quantized); calibration_texts apply when "
-                "quantizing a float model: pass the float checkpoint with them")
-    return (f"{model_dir} is int8 already (written by `bertkit quantize`, calibrated then); a calibration file or "
-            "texts apply when quantizing a float checkpoint")
-
-
 # ---------------------------------------------------------------------------------------------------
 # CPU inference: a copy of the model with its encoder's projections prepared once
 # ---------------------------------------------------------------------------------------------------
 
-# PyTorch's CPU attention kernel (the flash kernel behind scaled_dot_product_attention) runs its key loop in
-# vectors of Vectorized<float>::size() keys, 16 with AVX-512 and 8 with AVX2, and the keys left over past the last
-# full vector cost several times as much: on an AVX-512 EPYC core, 32 sequences x 12 heads of size 32 take 1.39 ms
-# with 25 keys and 0.82 ms with the same 25 queries over 32 keys, the 7 extra ones masked (55 -> 64 keys: 4.0 ->
-# 2.6 ms; 127 -> 128: 16.0 -> 9.8 ms; the same in bf16, and at head size 64). Only the keys' length matters, so
-# the keys (and values) are padded with masked keys up to a multiple of the vector, and the queries are not.
+# PyTorch's CPU flash attention walks the keys in vectors of 16 (AVX-512) or 8 (AVX2), and the keys past the last
+# full vector cost several times as much (25 keys: 1.39 ms, 32 with 7 masked: 0.82 ms; BENCHMARKS.md, "Keys rounded
+# up"). Only the keys' length matters, so keys and values are padded with masked keys, the queries are not.
 _CPU_KEY_MULTIPLE = {"AVX512": 16, "AVX2": 8}
 
-# Under bf16 on CPUs with AVX512-BF16 or AMX, oneDNN builds a GEMM kernel for every new row count and keeps only
-# the most recent ones (1,024 by default), so in the unpadded layout every new token count N costs a build per
-# Linear shape, and a long-running process that meets every N up to B*T keeps rebuilding them. Rounding N up to a
-# multiple of 64 bounds the counts to ceil(N_max / 64) (64 counts, 256 kernels for MiniLM's four shapes, for
-# batches of 32 x 128 tokens) while adding at most 63 rows: 4% more rows on average for the pipelines' batches of
-# 32 SST-2 sentences (~800 tokens), against 8% for 128 and 15% / 30% for batches of 8. A single first pass over
-# length-sorted batches still meets a new count in most batches (19 of 28 on SST-2 dev), so there the saving was
-# within noise (BENCHMARKS.md, "bf16 first pass"). Not in fp32: a repeat pass is no faster there (no per-shape
-# build to save), so the extra rows would be pure cost.
+# Under bf16 with AVX512-BF16 or AMX, oneDNN builds a GEMM kernel for every new row count (3-5 ms for one of MiniLM's
+# Linear shapes on a Sapphire Rapids core, against 1-2 ms to run it) and keeps only the 1,024 most recent, so a
+# long-running process that meets every token count N up to B*T keeps rebuilding them. Rounding N up to a multiple
+# of 64 bounds the counts to ceil(N_max / 64) for at most 63 rows more (4% on batches of 32 SST-2 sentences). Not in
+# fp32, which builds nothing per shape: there the rows would be pure cost.
 BF16_TOKEN_MULTIPLE = 64
 
 # oneDNN's fused post-operations for the feed-forward activations (``_linear_pointwise``'s attr and algorithm).
@@ -195,19 +166,16 @@ def cpu_key_multiple() -> int:
 
 
 class PreparedLinear(nn.Module):
-    """``x W^T + b`` for CPU inference, in ``dtype``, over a weight prepared once: reordered into oneDNN's blocked
-    layout for its Linear (``torch.ops.mkldnn._linear_pointwise``, the kernel Inductor's CPU backend calls) where
-    ``_hardware.onednn_linear`` says it runs and agrees with ``F.linear``, else a copy in ``dtype`` for ``F.linear``.
-    At MiniLM's shapes on one core oneDNN ran 6-19% faster than ATen's ``addmm`` (MKL) in fp32, 1.1-1.6x with the
-    feed-forward's GELU fused into it (``activation``, fp32 only), and 3-11% faster in bf16; a bf16 copy made once
-    saves autocast's cast of every weight on every call, 10-17% of a bf16 forward on short inputs (BENCHMARKS.md,
-    "Linear layers on oneDNN"). The input is cast to ``dtype``, as autocast casts it, so in bf16 the output is
-    autocast's: bit for bit over the bf16 copy, within bf16 rounding on oneDNN's reordered weight (its kernel may
-    block a long sum differently from ``addmm``'s). bf16 fuses no activation (a fused GELU rounds once, not twice).
+    """``x W^T + b`` for CPU inference, in ``dtype``, over a weight prepared once: reordered for oneDNN's Linear
+    (``torch.ops.mkldnn._linear_pointwise``, the kernel Inductor's CPU backend calls) where the probe
+    ``_hardware.onednn_linear`` says it runs, else a copy in ``dtype`` for ``F.linear``. oneDNN ran 6-19% faster than
+    ATen's ``addmm`` in fp32 (1.1-1.6x with the GELU fused, ``activation``) and 3-11% in bf16; the bf16 copy saves
+    autocast's cast of every weight on every call (BENCHMARKS.md, "Linear layers on oneDNN"). The input is cast to
+    ``dtype`` as autocast casts it, so in bf16 the output is autocast's (within bf16 rounding on oneDNN's weight).
 
-    Inference only: the weights are a snapshot, outside the state dict, without gradients. ``source`` keeps the
-    float32 weight and bias it was made from (the memory the model's own Linear held), from which ``copy.deepcopy``
-    and ``for_cpu_inference`` make it again (the reordered weight is an opaque tensor nothing can copy)."""
+    Inference only: the weights are a snapshot, outside the state dict. ``source`` keeps the float32 weight and bias
+    it was made from, from which ``copy.deepcopy`` and ``for_cpu_inference`` make it again (the reordered weight is
+    an opaque tensor nothing can copy)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, dtype: torch.dtype, activation: nn.Module | None = None):
         super().__init__()

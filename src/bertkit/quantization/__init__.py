@@ -1,15 +1,14 @@
 """int8 inference on x86 CPUs: the encoder's projections with int8 weights and int8 activations.
 
-Most BERT inference runs on CPUs without bf16 instructions, where an int8 GEMM is 2-4x cheaper than fp32 and the
-projections are ~97% of the encoder's FLOPs. Per encoder layer ``quantize_int8`` makes ``qkv``, ``attn_out`` and
-``ffn_in`` ``Int8Linear`` (weights int8 per output channel; activations one scale per call, after SmoothQuant's
-smoothing measured on calibration text); everything else stays float. One kernel per CPU class, chosen by
-``bertkit._hardware.int8_kernel``. Accuracy, kernels and figures: docs/inference.md, section int8.
+Where the CPU has no bf16 instructions an int8 GEMM is 2-4x cheaper than fp32, and the projections are ~97% of the
+encoder's FLOPs. ``quantize_int8`` makes each layer's ``qkv``, ``attn_out`` and ``ffn_in`` an ``Int8Linear``
+(weights per output channel; activations one scale per call, after SmoothQuant's smoothing measured on calibration
+text); everything else stays float. Accuracy, kernels and figures: docs/inference.md, section int8.
 
     model = quantize_int8(model, calibration=calibration_batches(tokenizer, texts[:256]))  # a quantized copy
 
-Modules: ``kernels`` (``Int8Linear``), ``projections`` (finding and swapping a layer's projections),
-``calibration`` (batches, SmoothQuant's factors), ``quantize``, ``saved`` (the ``bertkit quantize`` directory).
+Modules: ``kernels`` (``Int8Linear``), ``projections`` (a layer's projections), ``calibration`` (batches,
+SmoothQuant's factors), ``quantize``, ``saved`` (the ``bertkit quantize`` directory).
 """
 
 from bertkit.quantization.calibration import calibration_batches, read_calibration_file

@@ -1,16 +1,11 @@
 """``Int8Linear``: the int8 module that replaces an encoder projection, on this machine's one int8 kernel.
 
 y = Q(x * inv_scale) @ Q(W / inv_scale)^T + b: int8 weights with one scale per output channel, activations
-quantized with one scale and zero point per call, after SmoothQuant's per-channel division (``inv_scale``). The
-module holds the integers and scales (its state dict, what ``save_int8`` writes) and owns their packing for the
-kernel ``bertkit._hardware.int8_kernel`` chose for this CPU class, made when the module is built or loaded:
-
-- ``onednn`` (AVX512-VNNI or AMX; 7 bits where torch.ao is gone): oneDNN's quantized Linear
-  (``torch.ops.onednn.qlinear_pointwise``, the kernel Inductor's x86 int8 path calls). The activations are
-  quantized here (``quantize_activations``), compiled by Inductor into one pass on calls large enough to pay for
-  it; scales, the zero point and the bias are applied inside the kernel, which writes bf16 under bf16 autocast, and
-  so is the feed-forward's GELU where ``for_cpu_inference`` fuses it (``fused_with``).
-- ``fbgemm`` (AVX2 without VNNI): torch.ao's dynamic Linear at 7 bits, which quantizes the activations itself.
+quantized with one scale and zero point per call after SmoothQuant's per-channel division (``inv_scale``). The
+module holds the integers and scales (its state dict) and packs them for the kernel ``_hardware.int8_kernel``
+chose: oneDNN's quantized Linear (``torch.ops.onednn.qlinear_pointwise``, Inductor's x86 int8 kernel), fed codes
+from ``quantize_activations`` and applying scales, bias and a fused activation inside; or fbgemm's dynamic Linear
+(AVX2), which quantizes the activations itself.
 """
 
 from __future__ import annotations
@@ -55,11 +50,11 @@ COMPILE_FROM = 1 << 18
 
 
 class _Compiled:
-    """``quantize_activations`` compiled by Inductor (``dynamic=True``: one kernel for every token count) from
-    its first call on at least ``COMPILE_FROM`` activations; eager below that, inside a ``torch.jit`` trace or the
-    caller's own ``torch.compile`` (traced into its graph), and where compiling fails (no C++ compiler), which is
-    logged once. The first compiled result is checked against the eager one: Inductor's cache has served a kernel
-    built under another ``ATEN_CPU_CAPABILITY`` that computed a wrong range, which nothing else would notice."""
+    """``quantize_activations`` compiled by Inductor (``dynamic=True``: one kernel for every token count) from its
+    first call on ``COMPILE_FROM`` activations; eager below that, when traced or inside the caller's own
+    ``torch.compile``, and where compiling fails (no C++ compiler; logged once). The first compiled result is
+    checked against the eager one: Inductor's cache has served a kernel built under another
+    ``ATEN_CPU_CAPABILITY`` that computed a wrong range, which nothing else would notice."""
 
     def __init__(self, fn: Callable):
         self.fn = fn
@@ -164,10 +159,8 @@ class Int8Linear(nn.Module):
 
     def fused_with(self, activation: nn.Module | None, post_op: tuple[str, str]) -> Int8Linear:
         """A copy whose output is ``activation`` of this layer's, computed by oneDNN's kernel as its post-operation
-        ``post_op`` (``qlinear_pointwise``'s attr and algorithm, e.g. ("gelu", "none")) before it writes the output:
-        one pass over the feed-forward's widest tensor saved, 1.07-1.12x the int8 model on a Sapphire Rapids core
-        (``bertkit.inference.prepare.for_cpu_inference`` decides, for fp32 float parts). oneDNN's kernel only;
-        ``None`` and ("none", "") give the layer without an activation again."""
+        ``post_op`` (``qlinear_pointwise``'s attr and algorithm, e.g. ("gelu", "none")); ``None`` and ("none", "")
+        give the layer without one (``inference.prepare._prepare_dense`` decides). oneDNN's kernel only."""
         if self.kernel.name != "onednn":
             raise ValueError(f"Int8Linear fuses an activation on oneDNN's kernel only, this one runs {self.kernel.name}")
         fused = copy.deepcopy(self)
