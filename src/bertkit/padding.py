@@ -203,11 +203,6 @@ class TokenLayout:
     def is_padded(self) -> bool:
         return self.flat_index is None
 
-    @property
-    def groups(self) -> tuple[AttentionGroup, ...]:
-        """The unpadded layout's attention groups (none when padded)."""
-        return () if self.attention is None else self.attention.groups
-
     def pack(self, x: Tensor) -> Tensor:
         """The N real tokens' states (N, D) -> the rows the layers compute on (N + extra_rows, D): zero rows
         appended to round N up. Identity when there are none."""

@@ -44,8 +44,7 @@ class Precision:
 
     def record(self) -> dict[str, Any]:
         """What a prediction report says about precision (as pipelines' ``.quantize`` and ``.bf16`` and serve's
-        /metadata): int8 or not (with its calibration), and the dtype what is not int8 ran in ("bfloat16" under
-        bf16 autocast)."""
+        /metadata): int8 or not, with its calibration, and the dtype what is not int8 ran in."""
         calibration = {} if self.quantize is None else {"calibration": self.calibration}
         return {"quantize": self.quantize, **calibration, "float_dtype": self.dtype}
 
@@ -80,14 +79,10 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
                   calibration_file: str | Path | None = None, tokenizer: Any = None, max_length: int | None = None,
                   local_rank: int = 0) -> tuple[nn.Module, Precision]:
     """``model`` (a loaded model, or a model class to load from ``model_dir``: a `bertkit quantize` directory loads
-    in int8) on its device in eval mode, with the record of its precision; on the CPU, its copy made for inference
-    there (``for_cpu_inference``).
-
-    ``quantize="int8"`` quantizes a float model as pipelines always have (``quantize_int8_on_texts`` on
-    ``calibration_texts``, the lines of ``calibration_file``, or the built-in sentences, cut to ``max_length``
-    tokens by ``tokenizer``); an int8 model runs as it is and refuses a calibration (it was calibrated when
-    quantized). ``model_dir`` names the model in that refusal. ``bf16`` None: ``default_bf16`` decides (the
-    returned ``Precision`` says what it chose)."""
+    in int8) on its device in eval mode, on the CPU as its copy made for inference (``for_cpu_inference``), with the
+    record of its precision. ``quantize="int8"`` quantizes a float model (``quantize_int8_on_texts`` on
+    ``calibration_texts``, ``calibration_file``'s lines, or the built-in sentences); an int8 model runs as it is
+    and refuses a calibration. ``bf16`` None: ``default_bf16`` decides."""
     if isinstance(model, type):
         if model_dir is None:
             raise BertkitError(f"prepare_model got the class {model.__name__}: pass model_dir to load it from")
@@ -143,8 +138,8 @@ def _checked_bf16(bf16: Any) -> bool | None:
 
 # PyTorch's CPU flash attention walks the keys in vectors of 16 (AVX-512) or 8 (AVX2), and the keys past the last
 # full vector cost several times as much (25 keys: 1.39 ms, 32 with 7 masked: 0.82 ms; BENCHMARKS.md, "Keys rounded
-# up"). Only the keys' length matters, so keys and values are padded with masked keys, the queries are not.
-_CPU_KEY_MULTIPLE = {"AVX512": 16, "AVX2": 8}
+# up"). Only the keys' length matters, so keys and values are padded with masked keys, the queries are not
+# (``cpu_key_multiple``).
 
 # Under bf16 with AVX512-BF16 or AMX, oneDNN builds a GEMM kernel for every new row count (3-5 ms for one of MiniLM's
 # Linear shapes on a Sapphire Rapids core, against 1-2 ms to run it) and keeps only the 1,024 most recent, so a
@@ -162,7 +157,7 @@ def cpu_key_multiple() -> int:
     """What attention's keys are rounded up to on this CPU: its attention kernel's vector width (16 on AVX-512, 8 on
     AVX2); 1 (no rounding) on CPUs whose width was not measured."""
     capability = torch.backends.cpu.get_cpu_capability()
-    return next((m for prefix, m in _CPU_KEY_MULTIPLE.items() if capability.startswith(prefix)), 1)
+    return 16 if capability.startswith("AVX512") else 8 if capability == "AVX2" else 1
 
 
 class PreparedLinear(nn.Module):

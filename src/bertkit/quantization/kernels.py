@@ -13,8 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -102,23 +101,6 @@ def check_saved(name: str, value: Tensor, low: float, high: float) -> None:
                            "it again: bertkit quantize --model FLOAT_CHECKPOINT --output-dir DIR --overwrite")
 
 
-@contextmanager
-def packing() -> Iterator[None]:
-    """While fbgemm's weights are packed: the x86 quantized engine set (the kernels are chosen at packing), and
-    torch.ao's deprecation warnings silenced (known: ``_hardware.int8_kernel`` says when it is used)."""
-    before = torch.backends.quantized.engine
-    torch.backends.quantized.engine = next(e for e in X86_ENGINES if e in torch.backends.quantized.supported_engines)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated",
-                                    category=DeprecationWarning)
-            warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated",
-                                    category=UserWarning)
-            yield
-    finally:
-        torch.backends.quantized.engine = before
-
-
 class Int8Linear(nn.Module):
     """An encoder projection in int8 (see the module docstring). Built by ``from_float`` (quantizing a float
     ``nn.Linear`` whose inputs are divided by the smoothing factors ``scale``) or ``from_saved``; inference only."""
@@ -177,11 +159,22 @@ class Int8Linear(nn.Module):
             self._rowsum = self.weight.to(torch.float32).sum(1) * self.weight_scale
             self._zero_points = torch.zeros(self.out_features, dtype=torch.int64)
             return
-        scales = self.weight_scale.to(torch.float64)
-        with packing():  # re-quantizing int8 * scale with the same scale returns the same integers
-            qweight = torch.quantize_per_channel(self.weight.to(torch.float32) * self.weight_scale[:, None], scales,
-                                                 torch.zeros(self.out_features, dtype=torch.int64), 0, torch.qint8)
-            self._packed = torch.ops.quantized.linear_prepack(qweight, self.bias)
+        # fbgemm's kernels are chosen at packing, under an x86 engine; torch.ao's deprecation warnings are known
+        before = torch.backends.quantized.engine
+        torch.backends.quantized.engine = next(e for e in X86_ENGINES if e in torch.backends.quantized.supported_engines)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated",
+                                        category=DeprecationWarning)
+                warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated",
+                                        category=UserWarning)
+                # re-quantizing int8 * scale with the same scale returns the same integers
+                qweight = torch.quantize_per_channel(self.weight.to(torch.float32) * self.weight_scale[:, None],
+                                                     self.weight_scale.to(torch.float64),
+                                                     torch.zeros(self.out_features, dtype=torch.int64), 0, torch.qint8)
+                self._packed = torch.ops.quantized.linear_prepack(qweight, self.bias)
+        finally:
+            torch.backends.quantized.engine = before
 
     def _load_from_state_dict(self, *args, **kwargs) -> None:
         super()._load_from_state_dict(*args, **kwargs)

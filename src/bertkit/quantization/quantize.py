@@ -78,17 +78,7 @@ def quantize_int8_on_texts(model: nn.Module, tokenizer: BertTokenizer,
     """``quantize_int8`` calibrated on ``calibration_texts``, or, when None, on the 64 built-in English sentences
     (``bertkit.calibration_text``): the same on every call and every machine, and on MiniLM as close to fp32 as
     calibrating on SST-2's own training sentences (docs/inference.md)."""
-    if calibration_texts is None:
-        calibration_texts = CALIBRATION_SENTENCES
-    elif isinstance(calibration_texts, (str, bytes)) or not isinstance(calibration_texts, Sequence):
-        raise BertkitError(f"calibration_texts must be a list of texts (or (text, text_pair) tuples), got "
-                           f"{type(calibration_texts).__name__} {str(calibration_texts)[:60]!r}")
-    bad = next((t for t in calibration_texts if not (isinstance(t, str) or (
-        isinstance(t, tuple) and len(t) == 2 and all(isinstance(x, str) for x in t)))), None)
-    if bad is not None:
-        raise BertkitError(f"calibration_texts holds {type(bad).__name__} {str(bad)[:60]!r}; give strings or "
-                           "(text, text_pair) tuples")
     check_int8_support(model)  # before the tokenizer runs over the texts
-    calibration = calibration_batches(tokenizer, list(calibration_texts), batch_size=batch_size,
-                                      max_length=max_length)
+    texts = CALIBRATION_SENTENCES if calibration_texts is None else calibration_texts
+    calibration = calibration_batches(tokenizer, texts, batch_size=batch_size, max_length=max_length)
     return quantize_int8(model, calibration=calibration)
