@@ -204,17 +204,14 @@ class PreparedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.dtype}, {kernel}, post_op={self.post_op[0]}"
 
 
-def _plain(module: nn.Module | None) -> bool:
-    """An ``nn.Linear`` itself, no subclass, wrapper (peft) or hook of its own: one whose call is ``F.linear``."""
-    return type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
-
-
 def _weights(module: nn.Module | None) -> tuple[Tensor, Tensor | None] | None:
-    """The float32 weight and bias a projection computes with: a plain ``nn.Linear``'s, or what a ``PreparedLinear``
-    was made from; None for anything else (int8, peft, hooked modules: left as they are)."""
+    """The float32 weight and bias a projection computes with: a plain ``nn.Linear``'s (no subclass, wrapper or hook
+    of its own: its call is ``F.linear``), or what a ``PreparedLinear`` was made from; None for anything else (int8,
+    peft's wrappers, hooked modules: left as they are)."""
     if isinstance(module, PreparedLinear):
         return module.source
-    return (module.weight, module.bias) if _plain(module) else None
+    plain = type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
+    return (module.weight, module.bias) if plain else None
 
 
 def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
