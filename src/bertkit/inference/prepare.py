@@ -43,8 +43,8 @@ class Precision:
         return self.dtype == "bfloat16"
 
     def record(self) -> dict[str, Any]:
-        """What a prediction report says about precision (as pipelines' ``.quantize`` and ``.bf16`` and serve's
-        /metadata): int8 or not, with its calibration, and the dtype what is not int8 ran in."""
+        """What a prediction report says about precision (as pipelines' ``.quantize`` and ``.bf16``): int8 or not,
+        with its calibration, and the dtype what is not int8 ran in."""
         calibration = {} if self.quantize is None else {"calibration": self.calibration}
         return {"quantize": self.quantize, **calibration, "float_dtype": self.dtype}
 
