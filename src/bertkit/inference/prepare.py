@@ -265,7 +265,8 @@ def _prepare_dense(block: nn.Module, dtype: torch.dtype) -> None:
         if act is None or dense.kernel.name != "onednn":
             return
         fused = post_op is not None
-        block.dense = dense.fused_with(act if fused else None, post_op or ("none", ""))
+        if fused or dense.activation is not None:  # to fuse, or to split a layer fused before
+            block.dense = dense.fused_with(act if fused else None, post_op or ("none", ""))
     else:
         weights = _weights(dense)
         if weights is None:
