@@ -166,8 +166,7 @@ def bertkit_engines(model_dir: Path, calibration: list[Batch]) -> dict[str, Call
     engines = {"bertkit-fp32": lambda b: fp32(**b).last_hidden_state, "bertkit-bf16": under_bf16(bf16),
                "bertkit-int8": lambda b: int8(**b).last_hidden_state}
     if onednn_linear():  # the Linear layers on ATen's addmm (MKL in fp32), as before oneDNN's was the default
-        with patch.object(prepare, "onednn_linear", lambda: False), \
-                patch.object(prepare, "onednn_bf16_linear", lambda: False):
+        with patch.object(prepare, "onednn_linear", lambda: False):
             fp32_aten, bf16_aten = (prepare.for_cpu_inference(plain, bf16=x) for x in (False, True))
         engines["bertkit-fp32-aten"] = lambda b: fp32_aten(**b).last_hidden_state
         engines["bertkit-bf16-aten"] = under_bf16(bf16_aten)

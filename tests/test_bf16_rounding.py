@@ -94,7 +94,7 @@ def test_rounding_rows_change_no_output_or_gradient(grouped, monkeypatch):
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         results[multiple] = (out, grads)
     (a, ga), (b, gb) = results[1], results[M]
-    assert len(padding.TokenLayout.unpadded(mask, M).groups) == (4 if grouped else 1)
+    assert len(padding.TokenLayout.unpadded(mask, M).attention.groups) == (4 if grouped else 1)
     exact = {"atol": 0, "rtol": 0} if _gemm_rows_alone(sum(lengths), M) else {"atol": 1e-6, "rtol": 1e-5}
     torch.testing.assert_close(b.loss, a.loss, **exact)
     torch.testing.assert_close(b.prediction_logits, a.prediction_logits, **exact)

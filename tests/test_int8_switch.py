@@ -250,12 +250,12 @@ def test_refuses_gpu_bf16_other_modes_and_stray_calibration(minilm_dir, tok, tmp
     for wrong in ("false", 1):  # not read by truthiness ("false" would have run bf16)
         with pytest.raises(BertkitError, match=rf"bf16 must be True, False or None.*got {wrong!r}"):
             pipeline("feature-extraction", absent, quantize="int8", bf16=wrong)
-    with pytest.raises(BertkitError, match=r"quantize 'int4' is not one of \('int8',\)"):
+    with pytest.raises(BertkitError, match=r"quantize 'int4' is not 'int8'"):
         pipeline("feature-extraction", absent, quantize="int4")
     with pytest.raises(BertkitError, match=r"calibration_texts calibrate int8 inference: pass them with quantize"):
         pipeline("feature-extraction", absent, calibration_texts=["a sentence"])
     model = BertModel.from_pretrained(minilm_dir)
-    with pytest.raises(BertkitError, match=r"calibration_texts must be a list of texts.*str"):
+    with pytest.raises(BertkitError, match=r"calibration texts must be a list of texts.*str"):
         pipeline("feature-extraction", model, tokenizer=tok, quantize="int8", calibration_texts="one sentence")
     with pytest.raises(BertkitError, match=r"calibration_batches needs at least one text"):
         pipeline("feature-extraction", model, tokenizer=tok, quantize="int8", calibration_texts=[])
@@ -715,4 +715,21 @@ def test_a_damaged_int8_directory_is_refused_naming_the_tensor(quantized_classif
     tensors[key][3] = value
     save_file(tensors, str(broken / "model.int8.safetensors"))
     with pytest.raises(BertkitError, match=rf"{message}.*bertkit quantize --model FLOAT_CHECKPOINT --output-dir"):
+        load_int8(broken)
+
+
+def test_an_int8_layer_the_config_lacks_is_refused(quantized_classifier, tmp_path):
+    """A file holding an int8 projection of a layer past the config's is refused before the model is built, naming
+    the counts (the config and the file do not belong together)."""
+    from safetensors.torch import load_file, save_file
+
+    from bertkit.quantization import load_int8
+
+    broken, _ = _copy(quantized_classifier, tmp_path / "broken")
+    tensors = load_file(str(broken / "model.int8.safetensors"))
+    layers = json.loads((broken / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"]
+    for part in ("weight", "weight_scale", "inv_scale"):
+        tensors[f"int8.layers.{layers + 3}.ffn_in.{part}"] = tensors[f"int8.layers.0.ffn_in.{part}"].clone()
+    save_file(tensors, str(broken / "model.int8.safetensors"))
+    with pytest.raises(BertkitError, match=rf"num_hidden_layers is {layers} but the weights have {layers + 4}"):
         load_int8(broken)

@@ -47,7 +47,7 @@ def test_unpadded_equals_padded_outputs_losses_and_gradients(grouping):
     model = BertForPreTraining(CFG)
     ids, tt, mask, labels = _padded_batch(torch.Generator().manual_seed(0))
     nsp = torch.tensor([0, 1, 1, 0])
-    assert len(padding.TokenLayout.unpadded(mask).groups) == (1 if grouping == "one-rectangle" else 4)
+    assert len(padding.TokenLayout.unpadded(mask).attention.groups) == (1 if grouping == "one-rectangle" else 4)
     results = {}
     for layout in ("padded", "unpadded"):
         model.zero_grad()
@@ -184,7 +184,7 @@ def test_keys_rounded_up_for_the_cpu_kernel_change_no_output(grouping, layout, m
     model.bert.key_multiple = multiple
     with torch.no_grad():
         if layout == "unpadded":
-            groups = padding.TokenLayout.unpadded(mask, key_multiple=multiple).groups
+            groups = padding.TokenLayout.unpadded(mask, key_multiple=multiple).attention.groups
             assert all(g.kv_length % multiple == 0 and g.kv_length >= g.shape[1] for g in groups)
             assert {g.shape[1] for g in groups} <= set(LENGTHS)  # the queries are the real lengths
         rounded = model.bert(ids, mask, tt, layout=layout).last_hidden_state

@@ -73,17 +73,16 @@ class Int8Kernel:
 @functools.cache
 def int8_kernel() -> Int8Kernel | None:
     """The one int8 path for this CPU class, chosen by measurement (BENCHMARKS.md, "int8 kernels"); None where
-    this PyTorch has no exact int8 kernel for this CPU (``check_int8_kernel`` says so).
+    this PyTorch has no exact int8 kernel here.
 
-    - AVX512-VNNI or AMX (with or without bf16): oneDNN's quantized Linear at 8-bit activations, where
-      ``vpdpbusd`` / AMX sum the products straight into int32 (1.02-1.07x fbgemm on a VNNI EPYC, 1.13-1.18x with
-      AMX). It runs the activations' quantization compiled (``quantization.kernels``).
-    - AVX2 without VNNI: fbgemm at 7-bit activations. AVX2's ``vpmaddubsw`` sums two products into int16, which
-      8-bit codes overflow (2 x 255 x 127 > 32767), 7-bit ones cannot; oneDNN at 7 bits, also exact there, ran at
-      0.83-0.87x fbgemm. Where this PyTorch no longer ships torch.ao's kernel, oneDNN at 7 bits.
+    - AVX512-VNNI or AMX: oneDNN's quantized Linear at 8-bit activations (``vpdpbusd`` / AMX sum into int32):
+      1.02-1.07x fbgemm on a VNNI EPYC, 1.13-1.18x with AMX.
+    - AVX2 without VNNI: fbgemm at 7-bit activations. ``vpmaddubsw`` sums two products into int16, which 8-bit
+      codes overflow (2 x 255 x 127 > 32767) and 7-bit ones cannot; oneDNN at 7 bits ran 0.83-0.87x, and is the
+      path where this PyTorch no longer ships torch.ao's kernel.
 
-    Decided by running the kernels (``onednn_int8_exact``), not by the CPU flags: oneDNN may be held to a narrower
-    ISA than the CPU has (``ONEDNN_MAX_CPU_ISA``), and the tests take their expectations from this function."""
+    Decided by running the kernels, not by the CPU flags: oneDNN may be held to a narrower ISA than the CPU has
+    (``ONEDNN_MAX_CPU_ISA``), and the tests take their expectations from here."""
     if onednn_int8_exact(127):
         return Int8Kernel("onednn", 8)
     if fbgemm_int8():
@@ -94,11 +93,9 @@ def int8_kernel() -> Int8Kernel | None:
 
 
 def cpu_class() -> str:
-    """The CPU class whose paths this process runs, as the probes that choose them see it: ``"avx512-bf16"`` (bf16
-    instructions, AVX512-BF16 or AMX: ``cpu_has_bf16``), ``"avx512-vnni"`` (oneDNN's int8 exact at 8 bits),
-    ``"avx2"`` (int8 at 7 bits, AVX2 without VNNI), else PyTorch's kernel capability in lower case. A process held
-    to a narrower ISA (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``, how an AVX2-only CPU is emulated) is
-    of that narrower class, as every path it picks is; what benchmarks report beside their figures."""
+    """The CPU class whose paths this process runs, as the probes that choose them see it (what benchmarks report):
+    ``"avx512-bf16"`` (``cpu_has_bf16``), ``"avx512-vnni"`` (int8 exact at 8 bits), ``"avx2"``, else PyTorch's kernel
+    capability in lower case. A process held to a narrower ISA (how an AVX2-only CPU is emulated) is of that class."""
     if cpu_has_bf16():
         return "avx512-bf16"
     kernel = int8_kernel()
@@ -137,15 +134,25 @@ def resolve_device(spec: str | torch.device, local_rank: int = 0, *, int8: bool 
     this machine does not have is an error naming it (PyTorch's own would be an AssertionError from inside
     ``.to``). With ``int8``: the CPU (``auto`` means it), or an error naming why int8 cannot run here and the fix
     (bf16 on a CPU without bf16 instructions, a GPU or MPS device, a PyTorch with no int8 kernel for this CPU)."""
-    if int8:
-        return _int8_device(spec, bf16)
     spec = str(spec).strip()
+    if int8 and bf16 and not cpu_has_bf16():
+        # int8 with bf16 runs what stays float (attention, GELU, LayerNorm, the projections kept fp32) in bf16
+        raise BertkitError("int8 with bf16 runs the layers int8 leaves in float in bf16, and this CPU has no bf16 "
+                           "instructions (AVX512-BF16 or AMX: emulated, several times slower): drop bf16, int8 alone "
+                           "is the fast path here (docs/inference.md, section int8)")
     if spec == "auto":
-        spec = "cuda" if torch.cuda.is_available() else "cpu"
+        spec = "cuda" if torch.cuda.is_available() and not int8 else "cpu"  # int8 runs on the CPU only
     try:
         dev = torch.device(spec)
     except (RuntimeError, TypeError):
         raise BertkitError(f"device {spec!r} is not a device: use auto, cpu, cuda or cuda:N") from None
+    if int8:
+        if dev.type != "cpu":
+            raise BertkitError(f"int8 runs on the CPU only (its kernels, oneDNN's and fbgemm's, are for x86 CPUs), "
+                               f"device is {spec!r}; use device cpu for int8, or run the fp32 model (or bf16) on "
+                               "the GPU")
+        check_int8_kernel()
+        return str(dev)
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
@@ -161,26 +168,6 @@ def resolve_device(spec: str | torch.device, local_rank: int = 0, *, int8: bool 
     return str(dev)
 
 
-def _int8_device(spec: str | torch.device, bf16: bool) -> str:
-    if bf16 and not cpu_has_bf16():
-        # int8 with bf16 runs what stays float (attention, GELU, LayerNorm, the projections kept fp32) in bf16
-        raise BertkitError("int8 with bf16 runs the layers int8 leaves in float in bf16, and this CPU has no bf16 "
-                           "instructions (AVX512-BF16 or AMX: emulated, several times slower): drop bf16, int8 alone "
-                           "is the fast path here (docs/inference.md, section int8)")
-    if isinstance(spec, str) and spec.strip() == "auto":
-        spec = "cpu"  # int8 runs on the CPU only, so that is the device auto picks for it
-    try:
-        dev = torch.device(spec)
-    except (RuntimeError, TypeError):
-        raise BertkitError(f"device {spec!r} is not a device: int8 runs on cpu") from None
-    if dev.type != "cpu":
-        raise BertkitError(f"int8 runs on the CPU only (its kernels, oneDNN's and fbgemm's, are for x86 CPUs), "
-                           f"device is {str(spec)!r}; use device cpu for int8, or run the fp32 model (or bf16) "
-                           "on the GPU")
-    check_int8_kernel()
-    return str(dev)
-
-
 def _probe_operands(levels: int) -> tuple[Tensor, Tensor]:
     """Codes (17, 64) and int8 weights (16, 64) for the exactness probes: runs of equal extreme values, of both
     signs, are what saturate a pairwise int16 sum (127*127 + 127*127 > 32767), and oneDNN may run a narrower
@@ -192,12 +179,10 @@ def _probe_operands(levels: int) -> tuple[Tensor, Tensor]:
 
 
 def _probe(probe):
-    """A hardware probe: run once per process (cached: a model's every layer asks) and in plain fp32 arithmetic on
-    the CPU, whatever context its first caller is in, often a model's forward pass. Under bf16 autocast ``F.linear``
-    computed the reference in bf16 (a dtype error); under a caller's ``torch.set_default_device("cuda")`` the
-    probe's tensors would be made there. The contexts here are the calling thread's own; the default dtype (a
-    process-wide setting, which a caller's ``set_default_dtype(torch.float64)`` changes) is not touched: every
-    float tensor the probes make names float32."""
+    """A hardware probe: run once per process (cached: every layer asks) in plain fp32 on the CPU, whatever context
+    its first caller is in, often a forward pass (under bf16 autocast the reference would be bf16; under
+    ``torch.set_default_device("cuda")`` the tensors would be made there). Every float tensor the probes make names
+    float32, as a caller may have changed the default dtype."""
     @functools.wraps(probe)
     def run(*args, **kwargs):
         with torch.autocast("cpu", enabled=False), torch.no_grad(), torch.device("cpu"):
@@ -224,11 +209,10 @@ def onednn_int8_exact(levels: int) -> bool:
 
 @_probe
 def onednn_linear() -> bool:
-    """Whether oneDNN's Linear (``torch.ops.mkldnn._linear_pointwise`` over a weight reordered once by
+    """Whether oneDNN's Linear (``torch.ops.mkldnn._linear_pointwise`` over a weight reordered by
     ``_reorder_linear_weight``: the kernels Inductor's CPU backend calls) runs here and agrees with ``F.linear``
-    within fp32 rounding, the GELU fused into it included: where CPU inference runs its projections on it
-    (``bertkit.inference.prepare.PreparedLinear``), and elsewhere on ``F.linear`` (a build without oneDNN, a
-    non-x86 CPU)."""
+    within fp32 rounding, fused GELU included: where ``inference.prepare.PreparedLinear`` runs on it, else on
+    ``F.linear`` (a build without oneDNN, a non-x86 CPU)."""
     if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
         return False
     g = torch.Generator().manual_seed(0)
@@ -242,9 +226,3 @@ def onednn_linear() -> bool:
         return False
     return bool(torch.allclose(y, torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)), atol=1e-4, rtol=1e-5))
 
-
-@functools.cache
-def onednn_bf16_linear() -> bool:
-    """``onednn_linear`` for bf16 inference: only where the CPU has bf16 instructions (``cpu_has_bf16``); elsewhere
-    bf16 runs emulated, and ``F.linear`` over bf16 weights."""
-    return onednn_linear() and cpu_has_bf16()

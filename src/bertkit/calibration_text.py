@@ -1,13 +1,8 @@
-"""The built-in calibration text for int8 inference: 64 English sentences written for bertkit.
-
-``quantize_int8`` measures, per input channel of each encoder projection, the largest activation a model
-produces (SmoothQuant's max|X_j|); that needs text, and a pipeline or command switched to int8 without texts of
-the user's own calibrates on these. They mix what BERT models are used on (reviews, news, captions, questions,
-instructions, dialogue, science, finance, sport, narration), written for this purpose, so they ship under the
-package's licence; fixed text makes a quantized model the same on every call and every machine. Measured on
-MiniLM (min cosine to fp32 over 1,000 STS-B / 872 SST-2 dev sentences), these 64 give what 256 gave: 0.9990 /
-0.9975 (256: 0.9992 / 0.9977) at 8 bits, 0.9975 / 0.9928 (0.9977 / 0.9931) at 7; 128 of them gave 0.9971 /
-0.9933 at 7, so the differences are those between any two calibration sets.
+"""The built-in calibration text for int8 inference: 64 English sentences written for bertkit (so they ship under
+its licence), mixing what BERT models are used on: reviews, news, captions, questions, instructions, dialogue,
+science, finance, sport, narration. ``quantize_int8`` measures each projection input's largest activation on them
+when a user gives no texts of their own; fixed text makes a quantized model the same on every call and machine. On
+MiniLM these 64 gave the min cosine to fp32 that 256 gave (docs/inference.md, section int8).
 """
 
 from __future__ import annotations

@@ -1,23 +1,18 @@
-"""Variable-length layouts: how the sequences of a batch lie in memory, kept apart from the forward pass.
+"""Variable-length layouts: how the sequences of a batch lie in memory, kept apart from the forward pass (as
+MosaicBERT keeps ``bert_padding.py`` beside its layers).
 
-``modeling.py`` computes every per-token layer on whatever ``TokenLayout`` says are the real tokens:
-the padded (B, T) rectangle (as transformers does), or the N real tokens of a right-padded batch (padding
-dropped after the embeddings). Attention, the one operation
-that mixes tokens, goes through ``self_attention``, which gathers q/k/v into per-sequence rectangles for
-PyTorch's ``scaled_dot_product_attention``; sequences of very different lengths are split into a few
-groups of similar length (``AttentionGroup``, laid out together by an ``AttentionPlan``), so long ragged
-batches (SQuAD windows) spend little attention work on padding either. MosaicBERT keeps the same machinery in
-``bert_padding.py`` beside its layers, for the same reason: the forward pass reads as the paper, the memory
-layout is one module.
+``modeling.py`` computes every per-token layer on whatever ``TokenLayout`` says are the real tokens: the padded
+(B, T) rectangle (as transformers does), or the N real tokens of a right-padded batch. Attention, the one operation
+that mixes tokens, goes through ``self_attention``, which gathers q/k/v into per-sequence rectangles for PyTorch's
+``scaled_dot_product_attention``, splitting sequences of very different lengths into a few groups of similar
+length (``AttentionPlan``), so long ragged batches (SQuAD windows) spend little attention work on padding either.
 
-Two roundings change no output and are off (1) unless asked for (``BertModel.key_multiple`` and
-``token_multiple``, which ``bertkit.inference.prepare_model`` sets for CPU inference, where its kernels are faster
-on such shapes): each attention rectangle's keys padded with masked keys up to a multiple, and the unpadded
-layout's N rounded up with rows that belong to no sequence (``TokenLayout.pack`` appends them after the
-embeddings, ``unpack`` drops them from every state returned).
+Two roundings change no output and are off (1) unless ``bertkit.inference.prepare`` sets them for CPU inference
+(``BertModel.key_multiple``, ``token_multiple``): attention's keys padded with masked keys up to a multiple, and
+the unpadded layout's N rounded up with rows in no sequence (``TokenLayout.pack`` / ``unpack``).
 
-The padded batches themselves are built here too, by ``pad_batch``: every collate, the pipelines, feature
-extraction and the tokenizer's ``pad`` call it, so there is one rule for pad values and widths.
+``pad_batch`` builds the padded batches: every collate, the pipelines, feature extraction and the tokenizer's
+``pad`` call it, so there is one rule for pad values and widths.
 
 Shape legend: B batch, T sequence length, N real tokens, H hidden size, nh heads, hs head size.
 """
@@ -149,25 +144,17 @@ def is_tracing() -> bool:
 
 @dataclass
 class TokenLayout:
-    """Where the tokens of each sequence are, for the two ways bertkit stores a batch.
+    """Where the tokens of each sequence are: the padded (B, T) rectangle, whose attention masks padded keys, or
+    only the N real tokens as (N, H), so every per-token layer (~97% of the FLOPs at T=128) skips padding and
+    attention gathers them into a rectangle per group of similar length.
 
-    - padded: hidden states are the caller's (B, T) rectangle; attention masks padded keys.
-    - unpadded: only the N real tokens are kept, as (N, H); every per-token layer (projections, FFN,
-      LayerNorm: ~97% of the FLOPs at T=128) skips padding entirely. Attention alone gathers q/k/v into
-      rectangles, one per group of sequences of similar length (``AttentionGroup``), so it too computes
-      little padding: at 384 tokens attention is a third of the work, and one batch-wide rectangle would
-      spend most of it on padding.
-
-    ``flat_index`` (N,) are the real tokens' positions in the flattened (B*T) input (None: padded);
-    ``key_mask`` (B, 1, 1, T) is the padded layout's mask (None: no padding); ``attention`` the unpadded
-    layout's ``AttentionPlan`` (its length groups: ``groups``); ``first_token`` (B,) indexes each sequence's
-    first token ([CLS]) among the stored tokens; ``extra_rows`` the rows that round N up inside the layers
-    (``pack``), in no sequence and no attention group: they attend to nothing, nothing attends to them, and
-    ``unpack`` drops them. ``zero_padding``: a padded layout that ``to_batch`` gives zeros at padding, as the
-    unpadded one does (where ``layout="auto"`` computes the rectangle on a GPU, its outputs read the same).
-    ``key_multiple``: the padded layout's attention pads its keys with masked zeros up to a multiple of it (the
-    unpadded layout's plan has its own rounded up already). ``cu_seqlens``: an unpadded layout whose attention is
-    PyTorch's variable-length kernel (``varlen``) instead of a plan of groups.
+    ``flat_index`` (N,) are the real tokens' positions in the flattened (B*T) input (None: padded); ``key_mask``
+    (B, 1, 1, T) is the padded layout's mask (None: no padding); ``attention`` the unpadded layout's plan;
+    ``first_token`` (B,) indexes each sequence's [CLS] among the stored tokens; ``extra_rows`` the rows that round N
+    up (``pack``), which attend to nothing, nothing attends to, and ``unpack`` drops. ``zero_padding``: a padded
+    layout whose ``to_batch`` gives zeros at padding, as the unpadded one does (where "auto" keeps the rectangle on
+    a GPU). ``key_multiple``: the padded layout's keys are rounded up to a multiple of it. ``cu_seqlens``: an
+    unpadded layout whose attention is PyTorch's variable-length kernel (``varlen``) instead of a plan.
     """
 
     batch_shape: tuple[int, int]
@@ -215,11 +202,6 @@ class TokenLayout:
     @property
     def is_padded(self) -> bool:
         return self.flat_index is None
-
-    @property
-    def groups(self) -> tuple[AttentionGroup, ...]:
-        """The unpadded layout's attention groups (none when padded)."""
-        return () if self.attention is None else self.attention.groups
 
     def pack(self, x: Tensor) -> Tensor:
         """The N real tokens' states (N, D) -> the rows the layers compute on (N + extra_rows, D): zero rows
@@ -301,15 +283,9 @@ GPU_UNPAD_MIN_LENGTH = 256
 
 def gpu_keeps_rectangle(device: torch.device, dtype: torch.dtype, T: int) -> bool:
     """On a CUDA device, whether ``"auto"`` computes on the padded rectangle (as transformers does): whenever the
-    matrix products run in reduced precision (TF32, fp16/bf16 autocast, half weights ``dtype``), and in exact
-    fp32 for batches shorter than ``GPU_UNPAD_MIN_LENGTH``.
-
-    Dropping padding reads the sequences' lengths back to the host to lay out attention (``AttentionPlan``),
-    which stalls the queue of kernels the CPU otherwise fills ahead of the GPU; only when the GPU's work per
-    batch is long does the padding saved outweigh the stall. Measured on an H100 with BERT-BASE (BENCHMARKS.md,
-    "On a GPU"): on SQuAD windows of 384 in exact fp32, dropping padding ran 1.6-1.7x faster in inference and
-    fine-tuning; in TF32 and bf16 the rectangle ran 1.0-2.2x faster on every workload, and on SST-2 batches
-    (under 70 tokens) in fp32 it fine-tuned 1.5x faster and inferred as fast."""
+    products run in reduced precision (TF32, fp16/bf16), and in exact fp32 below ``GPU_UNPAD_MIN_LENGTH``. Dropping
+    padding reads the lengths back to the host (``AttentionPlan``), which stalls the GPU's queue of kernels; it paid
+    only on long fp32 batches (1.6-1.7x on SQuAD windows, H100, BENCHMARKS.md "On a GPU")."""
     if device.type != "cuda":
         return False
     return (dtype in (torch.float16, torch.bfloat16) or torch.is_autocast_enabled("cuda")

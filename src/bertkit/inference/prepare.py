@@ -1,22 +1,11 @@
 """One way to make a model ready to run: its device, bf16 autocast or int8, its CPU inference transform, and a
 record of which it got.
 
-Every command, pipeline and the server that applies a model goes through ``prepare_model``: the device comes from
-``bertkit._hardware.resolve_device`` (the one function that decides it), a float model asked to run in int8 is
-quantized here (calibrated on the given texts, a calibration file, or the built-in sentences), and a model that
-is int8 already (a `bertkit quantize` directory) runs as it is, on the CPU. ``check_request`` refuses what cannot
-run before any weights load.
-
-bf16 left unset (None) is decided here too (``default_bf16``): an int8 model runs what stays float in it
-(attention, GELU, LayerNorm, the projections kept fp32) in bf16 on CPUs with bf16 instructions, as OpenVINO
-runs its int8 models on them; everything else runs as loaded, fp32 in fp32.
-
-On the CPU the model that runs is a copy made for inference (``for_cpu_inference``), as ``torch.ao``'s conversions
-and OpenVINO's passes make theirs: each encoder projection becomes a ``PreparedLinear`` owning its weight prepared
-once (reordered for oneDNN's Linear, in bf16 when running under bf16 autocast), query, key and value one such
-module, and attention's keys and the layers' rows are rounded up to what the CPU kernels run fastest. It computes
-what the model does, within fp32 rounding (in bf16, the bits autocast gives). The model passed in is left as it
-is (plain ``nn.Linear`` modules, for training, peft and hooks); the copy is a snapshot of its weights.
+Every command, pipeline and the server applies a model through ``prepare_model``: the device is
+``bertkit._hardware.resolve_device``'s answer, a float model asked to run in int8 is quantized here, a `bertkit
+quantize` directory runs as it is, and bf16 left unset is decided here (``default_bf16``). On the CPU the model
+that runs is a copy made for inference (``for_cpu_inference``), as ``torch.ao``'s conversions and OpenVINO's
+passes make theirs; the model passed in stays plain ``nn.Linear`` modules, for training, peft and hooks.
 """
 
 from __future__ import annotations
@@ -33,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit import _hardware, quantization
-from bertkit._hardware import onednn_bf16_linear, onednn_linear, resolve_device, warn_if_bf16_is_emulated
+from bertkit._hardware import onednn_linear, resolve_device, warn_if_bf16_is_emulated
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
 
@@ -54,22 +43,17 @@ class Precision:
         return self.dtype == "bfloat16"
 
     def record(self) -> dict[str, Any]:
-        """What a prediction report says about precision (as pipelines' ``.quantize`` and ``.bf16`` and serve's
-        /metadata): int8 or not (with its calibration), and the dtype what is not int8 ran in ("bfloat16" under
-        bf16 autocast)."""
+        """What a prediction report says about precision (as pipelines' ``.quantize`` and ``.bf16``): int8 or not,
+        with its calibration, and the dtype what is not int8 ran in."""
         calibration = {} if self.quantize is None else {"calibration": self.calibration}
         return {"quantize": self.quantize, **calibration, "float_dtype": self.dtype}
 
 
 def default_bf16(quantize: str | None, device: torch.device) -> bool:
     """bf16 when the caller left it unset: on for an int8 model on a CPU with bf16 instructions (AVX512-BF16 or
-    AMX), off otherwise (fp32 models stay fp32: their default is transformers' numbers).
-
-    Measured on an AVX512-BF16 EPYC (BENCHMARKS.md, "every bertkit int8 mode"; RESULTS.md, "int8 accuracy"): the
-    int8 model's float parts in bf16 ran 1.06-1.33x as fast as in fp32 at every input length and thread count, at
-    the same cosine to fp32 (0.9976 / 0.9991 / 0.9992 against 0.9975 / 0.9992 / 0.9993), and kept every fine-tuned
-    metric within 0.20 points of fp32 (0.33 with the float parts in fp32). Without bf16 instructions bf16 is
-    emulated, several times slower, so it stays off there."""
+    AMX), as OpenVINO runs its int8 models there; off otherwise (fp32 models stay fp32: transformers' numbers). The
+    int8 model's float parts in bf16 ran 1.06-1.33x as fast at the same cosine to fp32 and within 0.20 points of
+    every fine-tuned metric (BENCHMARKS.md, RESULTS.md "int8 accuracy"); emulated bf16 is several times slower."""
     return quantize == "int8" and device.type == "cpu" and _hardware.cpu_has_bf16()  # looked up here: tests patch it
 
 
@@ -83,9 +67,9 @@ def check_request(device: str | torch.device = "cpu", *, bf16: bool | None = Non
         if calibrating:
             raise BertkitError("calibration_texts calibrate int8 inference: pass them with quantize='int8'")
         return torch.device(resolve_device(device, local_rank))
-    if quantize not in quantization.QUANTIZE_MODES:
-        raise BertkitError(f"quantize {quantize!r} is not one of {quantization.QUANTIZE_MODES}: quantize='int8' runs "
-                           "the encoder in int8 on the CPU, quantize=None (the default) as loaded")
+    if quantize != "int8":
+        raise BertkitError(f"quantize {quantize!r} is not 'int8': quantize='int8' runs the encoder in int8 on the "
+                           "CPU, quantize=None (the default) as loaded")
     return torch.device(resolve_device(device, local_rank, int8=True, bf16=bf16 is True))
 
 
@@ -95,14 +79,10 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
                   calibration_file: str | Path | None = None, tokenizer: Any = None, max_length: int | None = None,
                   local_rank: int = 0) -> tuple[nn.Module, Precision]:
     """``model`` (a loaded model, or a model class to load from ``model_dir``: a `bertkit quantize` directory loads
-    in int8) on its device in eval mode, with the record of its precision; on the CPU, its copy made for inference
-    there (``for_cpu_inference``).
-
-    ``quantize="int8"`` quantizes a float model as pipelines always have (``quantize_int8_on_texts`` on
-    ``calibration_texts``, the lines of ``calibration_file``, or the built-in sentences, cut to ``max_length``
-    tokens by ``tokenizer``); an int8 model runs as it is and refuses a calibration (it was calibrated when
-    quantized). ``model_dir`` names the model in that refusal. ``bf16`` None: ``default_bf16`` decides (the
-    returned ``Precision`` says what it chose)."""
+    in int8) on its device in eval mode, on the CPU as its copy made for inference (``for_cpu_inference``), with the
+    record of its precision. ``quantize="int8"`` quantizes a float model (``quantize_int8_on_texts`` on
+    ``calibration_texts``, ``calibration_file``'s lines, or the built-in sentences); an int8 model runs as it is
+    and refuses a calibration. ``bf16`` None: ``default_bf16`` decides."""
     if isinstance(model, type):
         if model_dir is None:
             raise BertkitError(f"prepare_model got the class {model.__name__}: pass model_dir to load it from")
@@ -112,7 +92,8 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
     int8_already = quantization.is_int8_model(model)
     if int8_already:
         if calibrating:
-            raise BertkitError(_calibrating_int8(model_dir))
+            raise BertkitError(f"{model_dir or 'the model'} is int8 already (calibrated when it was quantized); "
+                               "calibration_texts apply when quantizing a float checkpoint: pass that with them")
         quantize = "int8"
     dev = check_request(device, bf16=bf16, quantize=quantize, calibrating=calibrating, local_rank=local_rank)
     model = model.eval() if int8_already else model.to(dev).eval()
@@ -151,35 +132,20 @@ def _checked_bf16(bf16: Any) -> bool | None:
                        f"{bf16!r} ({type(bf16).__name__})")
 
 
-def _calibrating_int8(model_dir: str | Path | None) -> str:
-    if model_dir is None:
-        return ("the model is int8 already (calibrated when it was quantized); calibration_texts apply when "
-                "quantizing a float model: pass the float checkpoint with them")
-    return (f"{model_dir} is int8 already (written by `bertkit quantize`, calibrated then); a calibration file or "
-            "texts apply when quantizing a float checkpoint")
-
-
 # ---------------------------------------------------------------------------------------------------
 # CPU inference: a copy of the model with its encoder's projections prepared once
 # ---------------------------------------------------------------------------------------------------
 
-# PyTorch's CPU attention kernel (the flash kernel behind scaled_dot_product_attention) runs its key loop in
-# vectors of Vectorized<float>::size() keys, 16 with AVX-512 and 8 with AVX2, and the keys left over past the last
-# full vector cost several times as much: on an AVX-512 EPYC core, 32 sequences x 12 heads of size 32 take 1.39 ms
-# with 25 keys and 0.82 ms with the same 25 queries over 32 keys, the 7 extra ones masked (55 -> 64 keys: 4.0 ->
-# 2.6 ms; 127 -> 128: 16.0 -> 9.8 ms; the same in bf16, and at head size 64). Only the keys' length matters, so
-# the keys (and values) are padded with masked keys up to a multiple of the vector, and the queries are not.
-_CPU_KEY_MULTIPLE = {"AVX512": 16, "AVX2": 8}
+# PyTorch's CPU flash attention walks the keys in vectors of 16 (AVX-512) or 8 (AVX2), and the keys past the last
+# full vector cost several times as much (25 keys: 1.39 ms, 32 with 7 masked: 0.82 ms; BENCHMARKS.md, "Keys rounded
+# up"). Only the keys' length matters, so keys and values are padded with masked keys, the queries are not
+# (``cpu_key_multiple``).
 
-# Under bf16 on CPUs with AVX512-BF16 or AMX, oneDNN builds a GEMM kernel for every new row count and keeps only
-# the most recent ones (1,024 by default), so in the unpadded layout every new token count N costs a build per
-# Linear shape, and a long-running process that meets every N up to B*T keeps rebuilding them. Rounding N up to a
-# multiple of 64 bounds the counts to ceil(N_max / 64) (64 counts, 256 kernels for MiniLM's four shapes, for
-# batches of 32 x 128 tokens) while adding at most 63 rows: 4% more rows on average for the pipelines' batches of
-# 32 SST-2 sentences (~800 tokens), against 8% for 128 and 15% / 30% for batches of 8. A single first pass over
-# length-sorted batches still meets a new count in most batches (19 of 28 on SST-2 dev), so there the saving was
-# within noise (BENCHMARKS.md, "bf16 first pass"). Not in fp32: a repeat pass is no faster there (no per-shape
-# build to save), so the extra rows would be pure cost.
+# Under bf16 with AVX512-BF16 or AMX, oneDNN builds a GEMM kernel for every new row count (3-5 ms for one of MiniLM's
+# Linear shapes on a Sapphire Rapids core, against 1-2 ms to run it) and keeps only the 1,024 most recent, so a
+# long-running process that meets every token count N up to B*T keeps rebuilding them. Rounding N up to a multiple
+# of 64 bounds the counts to ceil(N_max / 64) for at most 63 rows more (4% on batches of 32 SST-2 sentences). Not in
+# fp32, which builds nothing per shape: there the rows would be pure cost.
 BF16_TOKEN_MULTIPLE = 64
 
 # oneDNN's fused post-operations for the feed-forward activations (``_linear_pointwise``'s attr and algorithm).
@@ -191,30 +157,28 @@ def cpu_key_multiple() -> int:
     """What attention's keys are rounded up to on this CPU: its attention kernel's vector width (16 on AVX-512, 8 on
     AVX2); 1 (no rounding) on CPUs whose width was not measured."""
     capability = torch.backends.cpu.get_cpu_capability()
-    return next((m for prefix, m in _CPU_KEY_MULTIPLE.items() if capability.startswith(prefix)), 1)
+    return 16 if capability.startswith("AVX512") else 8 if capability == "AVX2" else 1
 
 
 class PreparedLinear(nn.Module):
-    """``x W^T + b`` for CPU inference, in ``dtype``, over a weight prepared once: reordered into oneDNN's blocked
-    layout for its Linear (``torch.ops.mkldnn._linear_pointwise``, the kernel Inductor's CPU backend calls) where
-    ``_hardware.onednn_linear`` says it runs and agrees with ``F.linear``, else a copy in ``dtype`` for ``F.linear``.
-    At MiniLM's shapes on one core oneDNN ran 6-19% faster than ATen's ``addmm`` (MKL) in fp32, 1.1-1.6x with the
-    feed-forward's GELU fused into it (``activation``, fp32 only), and 3-11% faster in bf16; a bf16 copy made once
-    saves autocast's cast of every weight on every call, 10-17% of a bf16 forward on short inputs (BENCHMARKS.md,
-    "Linear layers on oneDNN"). The input is cast to ``dtype``, as autocast casts it, so in bf16 the output is
-    autocast's: bit for bit over the bf16 copy, within bf16 rounding on oneDNN's reordered weight (its kernel may
-    block a long sum differently from ``addmm``'s). bf16 fuses no activation (a fused GELU rounds once, not twice).
+    """``x W^T + b`` for CPU inference, in ``dtype``, over a weight prepared once: reordered for oneDNN's Linear
+    (``torch.ops.mkldnn._linear_pointwise``, the kernel Inductor's CPU backend calls) where the probe
+    ``_hardware.onednn_linear`` says it runs, else a copy in ``dtype`` for ``F.linear``. oneDNN ran 6-19% faster than
+    ATen's ``addmm`` in fp32 (1.1-1.6x with the GELU fused, ``activation``) and 3-11% in bf16; the bf16 copy saves
+    autocast's cast of every weight on every call (BENCHMARKS.md, "Linear layers on oneDNN"). The input is cast to
+    ``dtype`` as autocast casts it, so in bf16 the output is autocast's (within bf16 rounding on oneDNN's weight).
 
-    Inference only: the weights are a snapshot, outside the state dict, without gradients. ``source`` keeps the
-    float32 weight and bias it was made from (the memory the model's own Linear held), from which ``copy.deepcopy``
-    and ``for_cpu_inference`` make it again (the reordered weight is an opaque tensor nothing can copy)."""
+    Inference only: the weights are a snapshot, outside the state dict. ``source`` keeps the float32 weight and bias
+    it was made from, from which ``copy.deepcopy`` and ``for_cpu_inference`` make it again (the reordered weight is
+    an opaque tensor nothing can copy)."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None, dtype: torch.dtype, activation: nn.Module | None = None):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.source = (weight.detach(), None if bias is None else bias.detach())
         self.activation = activation  # fused into the product (then the block's own is nn.Identity), or None
-        self.onednn = onednn_bf16_linear() if dtype == torch.bfloat16 else onednn_linear()
+        # oneDNN's bf16 Linear only where the CPU has bf16 instructions; elsewhere bf16 runs emulated
+        self.onednn = onednn_linear() and (dtype == torch.float32 or _hardware.cpu_has_bf16())
         weight = weight.detach().to(dtype)
         # the reordering's batch-size hint only picks the layout: any number of rows runs (1,024: ~32 sentences)
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, 1024) if self.onednn else weight
@@ -240,27 +204,23 @@ class PreparedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.dtype}, {kernel}, post_op={self.post_op[0]}"
 
 
-def _plain(module: nn.Module | None) -> bool:
-    """An ``nn.Linear`` itself, no subclass, wrapper (peft) or hook of its own: one whose call is ``F.linear``."""
-    return type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
-
-
 def _weights(module: nn.Module | None) -> tuple[Tensor, Tensor | None] | None:
-    """The float32 weight and bias a projection computes with: a plain ``nn.Linear``'s, or what a ``PreparedLinear``
-    was made from; None for anything else (int8, peft, hooked modules: left as they are)."""
+    """The float32 weight and bias a projection computes with: a plain ``nn.Linear``'s (no subclass, wrapper or hook
+    of its own: its call is ``F.linear``), or what a ``PreparedLinear`` was made from; None for anything else (int8,
+    peft's wrappers, hooked modules: left as they are)."""
     if isinstance(module, PreparedLinear):
         return module.source
-    return (module.weight, module.bias) if _plain(module) else None
+    plain = type(module) is nn.Linear and not module._forward_hooks and not module._forward_pre_hooks
+    return (module.weight, module.bias) if plain else None
 
 
 def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
     """A copy of ``model`` that computes what it does, for inference on this CPU (under bf16 autocast with
     ``bf16``). In every fp32 bertkit encoder in it, each layer's plain ``nn.Linear`` projections become
-    ``PreparedLinear`` modules; query, key and value one module, ``qkv``, computing the three in one GEMM; in fp32
-    on oneDNN the feed-forward's activation fused into its first product (``intermediate_act_fn`` then
-    ``nn.Identity``, as ``torch.ao``'s ``fuse_modules`` leaves it). Attention's keys are rounded up to
-    ``cpu_key_multiple`` and, in bf16, the layers' rows to ``BF16_TOKEN_MULTIPLE``. Projections that are int8
-    or not plain ``nn.Linear`` (peft's wrappers, hooked modules) stay as they are; ``model`` is unchanged. A model
+    ``PreparedLinear`` modules, query, key and value one module (``qkv``, one GEMM), and in fp32 the feed-forward's
+    activation is fused into its first product where oneDNN runs it (``_prepare_dense``). Attention's keys are
+    rounded up to ``cpu_key_multiple`` and, in bf16, the layers' rows to ``BF16_TOKEN_MULTIPLE``. Projections that
+    are not plain ``nn.Linear`` (peft's wrappers, hooked modules) stay as they are; ``model`` is unchanged. A model
     prepared for the other precision is prepared again from the weights it was made from (a pipeline's model given
     to another pipeline); one prepared for this precision already, or without a float32 bertkit encoder, is
     returned as it is."""
@@ -285,41 +245,33 @@ def for_cpu_inference(model: nn.Module, bf16: bool) -> nn.Module:
             elif isinstance(attn.qkv, PreparedLinear):
                 attn.qkv = PreparedLinear(*attn.qkv.source, dtype)
             for block in (layer.attention.output, layer.intermediate, layer.output):
-                _fuse_int8_activation(block, fuse=not bf16)
-                weights = _weights(block.dense)
-                if weights is None:
-                    continue
-                act = getattr(block, "intermediate_act_fn", None)
-                if isinstance(block.dense, PreparedLinear) and block.dense.activation is not None:
-                    act = block.dense.activation  # fused when prepared before
-                fuse = (act is not None and not bf16 and onednn_linear()
-                        and (type(act).__name__, getattr(act, "approximate", None)) in _ONEDNN_ACTIVATIONS)
-                block.dense = PreparedLinear(*weights, dtype, act if fuse else None)
-                if act is not None:
-                    block.intermediate_act_fn = nn.Identity() if fuse else act
+                _prepare_dense(block, dtype)
     return model
 
 
-def _fuse_int8_activation(block: nn.Module, fuse: bool) -> None:
-    """The feed-forward's activation fused into its int8 first product where that runs on oneDNN's kernel (AVX512-VNNI
-    and AMX: ``_hardware.int8_kernel``), for fp32 float parts (``Int8Linear.fused_with``); ``block`` is left as it
-    is elsewhere. Measured on a Sapphire Rapids core (AMX), one thread, MiniLM, float parts in fp32: the int8 model
-    ran 1.07x (SST-2 sentences), 1.11x (question/sentence pairs) and 1.12x (SQuAD windows) as fast, its pooled
-    outputs equal to 5 digits. Not under bf16 (as ``PreparedLinear``): there the fused GELU is of the unrounded
-    product, which moved pooled outputs by cosine 0.9987, and its speed was not measured. fbgemm (the AVX2 class)
-    has no such post-operation. A block fused before (a model prepared for fp32, now for bf16) is split again
-    without ``fuse``."""
-    act = getattr(block, "intermediate_act_fn", None)
+def _prepare_dense(block: nn.Module, dtype: torch.dtype) -> None:
+    """``block.dense`` made a ``PreparedLinear`` (a plain float one) or left int8, with the block's activation
+    (``intermediate_act_fn``) fused into it in fp32 where oneDNN computes the product: its float Linear
+    (``_hardware.onednn_linear``) or its int8 kernel (``Int8Linear.fused_with``; fbgemm, the AVX2 class, has no
+    post-operation). Measured 1.1-1.6x a float feed-forward product and 1.07-1.12x the whole int8 model on a Sapphire
+    Rapids core (BENCHMARKS.md). Not in bf16: a fused GELU rounds once, not twice as autocast does, which moved the
+    int8 model's pooled outputs by cosine 0.9987. A block fused before (prepared for fp32, now for bf16) is split
+    again."""
     dense = block.dense
-    if act is None or not isinstance(dense, quantization.Int8Linear) or dense.kernel.name != "onednn":
-        return
-    if dense.activation is not None:
-        if not fuse:
-            block.dense, block.intermediate_act_fn = dense.fused_with(None, ("none", "")), dense.activation
-        return
-    if not fuse:
-        return
-    post_op = _ONEDNN_ACTIVATIONS.get((type(act).__name__, getattr(act, "approximate", None)))
-    if post_op is not None:
-        block.dense = dense.fused_with(act, post_op)
-        block.intermediate_act_fn = nn.Identity()
+    act = getattr(dense, "activation", None) or getattr(block, "intermediate_act_fn", None)  # fused before, or not
+    post_op = None if act is None or dtype != torch.float32 else _ONEDNN_ACTIVATIONS.get(
+        (type(act).__name__, getattr(act, "approximate", None)))
+    if isinstance(dense, quantization.Int8Linear):
+        if act is None or dense.kernel.name != "onednn":
+            return
+        fused = post_op is not None
+        if fused or dense.activation is not None:  # to fuse, or to split a layer fused before
+            block.dense = dense.fused_with(act if fused else None, post_op or ("none", ""))
+    else:
+        weights = _weights(dense)
+        if weights is None:
+            return
+        fused = post_op is not None and onednn_linear()
+        block.dense = PreparedLinear(*weights, dtype, act if fused else None)
+    if act is not None:
+        block.intermediate_act_fn = nn.Identity() if fused else act

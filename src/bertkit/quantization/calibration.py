@@ -66,6 +66,14 @@ def activation_absmax(encoder: BertModel, calibration: Iterable[Mapping[str, Ten
 def calibration_batches(tokenizer: BertTokenizer, texts: Sequence[str | tuple[str, str]], *, batch_size: int = 32,
                         max_length: int = 128) -> list[dict[str, Tensor]]:
     """``texts`` (strings, or (text, text_pair) tuples) as encoder input batches for ``quantize_int8``."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+        raise BertkitError(f"calibration texts must be a list of texts (or (text, text_pair) tuples), got "
+                           f"{type(texts).__name__} {str(texts)[:60]!r}")
+    bad = next((t for t in texts if not (isinstance(t, str) or (
+        isinstance(t, tuple) and len(t) == 2 and all(isinstance(x, str) for x in t)))), None)
+    if bad is not None:
+        raise BertkitError(f"calibration texts hold {type(bad).__name__} {str(bad)[:60]!r}; give strings or "
+                           "(text, text_pair) tuples")
     if not texts:
         raise BertkitError("calibration_batches needs at least one text (a few hundred is right)")
     out = []

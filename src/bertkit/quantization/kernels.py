@@ -1,30 +1,25 @@
 """``Int8Linear``: the int8 module that replaces an encoder projection, on this machine's one int8 kernel.
 
 y = Q(x * inv_scale) @ Q(W / inv_scale)^T + b: int8 weights with one scale per output channel, activations
-quantized with one scale and zero point per call, after SmoothQuant's per-channel division (``inv_scale``). The
-module holds the integers and scales (its state dict, what ``save_int8`` writes) and owns their packing for the
-kernel ``bertkit._hardware.int8_kernel`` chose for this CPU class, made when the module is built or loaded:
-
-- ``onednn`` (AVX512-VNNI or AMX; 7 bits where torch.ao is gone): oneDNN's quantized Linear
-  (``torch.ops.onednn.qlinear_pointwise``, the kernel Inductor's x86 int8 path calls). The activations are
-  quantized here (``quantize_activations``), compiled by Inductor into one pass on calls large enough to pay for
-  it; scales, the zero point and the bias are applied inside the kernel, which writes bf16 under bf16 autocast, and
-  so is the feed-forward's GELU where ``for_cpu_inference`` fuses it (``fused_with``).
-- ``fbgemm`` (AVX2 without VNNI): torch.ao's dynamic Linear at 7 bits, which quantizes the activations itself.
+quantized with one scale and zero point per call after SmoothQuant's per-channel division (``inv_scale``). The
+module holds the integers and scales (its state dict) and packs them for the kernel ``_hardware.int8_kernel``
+chose: oneDNN's quantized Linear (``torch.ops.onednn.qlinear_pointwise``, Inductor's x86 int8 kernel), fed codes
+from ``quantize_activations`` and applying scales, bias and a fused activation inside; or fbgemm's dynamic Linear
+(AVX2), which quantizes the activations itself.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import warnings
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
-from bertkit._hardware import Int8Kernel, check_int8_kernel
+from bertkit._hardware import X86_ENGINES, Int8Kernel, check_int8_kernel
 from bertkit.errors import BertkitError
-from bertkit.quantization.device import packing
 
 log = logging.getLogger(__name__)
 _TINY = torch.finfo(torch.float32).tiny
@@ -54,11 +49,11 @@ COMPILE_FROM = 1 << 18
 
 
 class _Compiled:
-    """``quantize_activations`` compiled by Inductor (``dynamic=True``: one kernel for every token count) from
-    its first call on at least ``COMPILE_FROM`` activations; eager below that, inside a ``torch.jit`` trace or the
-    caller's own ``torch.compile`` (traced into its graph), and where compiling fails (no C++ compiler), which is
-    logged once. The first compiled result is checked against the eager one: Inductor's cache has served a kernel
-    built under another ``ATEN_CPU_CAPABILITY`` that computed a wrong range, which nothing else would notice."""
+    """``quantize_activations`` compiled by Inductor (``dynamic=True``: one kernel for every token count) from its
+    first call on ``COMPILE_FROM`` activations; eager below that, when traced or inside the caller's own
+    ``torch.compile``, and where compiling fails (no C++ compiler; logged once). The first compiled result is
+    checked against the eager one: Inductor's cache has served a kernel built under another
+    ``ATEN_CPU_CAPABILITY`` that computed a wrong range, which nothing else would notice."""
 
     def __init__(self, fn: Callable):
         self.fn = fn
@@ -146,10 +141,8 @@ class Int8Linear(nn.Module):
 
     def fused_with(self, activation: nn.Module | None, post_op: tuple[str, str]) -> Int8Linear:
         """A copy whose output is ``activation`` of this layer's, computed by oneDNN's kernel as its post-operation
-        ``post_op`` (``qlinear_pointwise``'s attr and algorithm, e.g. ("gelu", "none")) before it writes the output:
-        one pass over the feed-forward's widest tensor saved, 1.07-1.12x the int8 model on a Sapphire Rapids core
-        (``bertkit.inference.prepare.for_cpu_inference`` decides, for fp32 float parts). oneDNN's kernel only;
-        ``None`` and ("none", "") give the layer without an activation again."""
+        ``post_op`` (``qlinear_pointwise``'s attr and algorithm, e.g. ("gelu", "none")); ``None`` and ("none", "")
+        give the layer without one (``inference.prepare._prepare_dense`` decides). oneDNN's kernel only."""
         if self.kernel.name != "onednn":
             raise ValueError(f"Int8Linear fuses an activation on oneDNN's kernel only, this one runs {self.kernel.name}")
         fused = copy.deepcopy(self)
@@ -166,11 +159,22 @@ class Int8Linear(nn.Module):
             self._rowsum = self.weight.to(torch.float32).sum(1) * self.weight_scale
             self._zero_points = torch.zeros(self.out_features, dtype=torch.int64)
             return
-        scales = self.weight_scale.to(torch.float64)
-        with packing():  # re-quantizing int8 * scale with the same scale returns the same integers
-            qweight = torch.quantize_per_channel(self.weight.to(torch.float32) * self.weight_scale[:, None], scales,
-                                                 torch.zeros(self.out_features, dtype=torch.int64), 0, torch.qint8)
-            self._packed = torch.ops.quantized.linear_prepack(qweight, self.bias)
+        # fbgemm's kernels are chosen at packing, under an x86 engine; torch.ao's deprecation warnings are known
+        before = torch.backends.quantized.engine
+        torch.backends.quantized.engine = next(e for e in X86_ENGINES if e in torch.backends.quantized.supported_engines)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated",
+                                        category=DeprecationWarning)
+                warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated",
+                                        category=UserWarning)
+                # re-quantizing int8 * scale with the same scale returns the same integers
+                qweight = torch.quantize_per_channel(self.weight.to(torch.float32) * self.weight_scale[:, None],
+                                                     self.weight_scale.to(torch.float64),
+                                                     torch.zeros(self.out_features, dtype=torch.int64), 0, torch.qint8)
+                self._packed = torch.ops.quantized.linear_prepack(qweight, self.bias)
+        finally:
+            torch.backends.quantized.engine = before
 
     def _load_from_state_dict(self, *args, **kwargs) -> None:
         super()._load_from_state_dict(*args, **kwargs)

@@ -1,7 +1,7 @@
 """The projections of an encoder layer that can be int8: finding them, naming them, swapping them.
 
-int8 directories name them as bertkit always has (``layers.3.qkv``); the modules carry transformers' names (the
-key table in ``checkpoint_io`` maps one to the other). "qkv" is the three modules query, key and value:
+int8 directories name them ``layers.3.qkv``; the modules carry transformers' names (``checkpoint_io`` maps one
+to the other). "qkv" is the three modules query, key and value:
 quantized, they become one int8 module, ``attention.self.qkv`` (one GEMM), and query/key/value are None.
 ``int8_projections`` and ``is_int8_model`` say what a model holds.
 """
@@ -34,15 +34,10 @@ def _path(kind: str) -> str:
 
 def get_projection(layer: nn.Module, kind: str) -> nn.Module | None:
     """The module computing projection ``kind`` of an encoder layer; for ``qkv`` the int8 module, or None
-    while query, key and value are separate modules (``qkv_linears``)."""
+    while query, key and value are separate modules."""
     if kind == "qkv":
         return layer.attention.self.qkv
     return layer.get_submodule(_path(kind))
-
-
-def qkv_linears(layer: nn.Module) -> tuple[nn.Module, nn.Module, nn.Module]:
-    attn = layer.attention.self
-    return attn.query, attn.key, attn.value
 
 
 def float_projection(layer: nn.Module, kind: str) -> nn.Module:
@@ -51,7 +46,8 @@ def float_projection(layer: nn.Module, kind: str) -> nn.Module:
     module = get_projection(layer, kind)
     if module is not None:
         return module
-    linears = qkv_linears(layer)
+    attn = layer.attention.self
+    linears = (attn.query, attn.key, attn.value)
     odd = next((m for m in linears if type(m) is not nn.Linear), None)
     if odd is not None:
         return odd
@@ -64,28 +60,15 @@ def float_projection(layer: nn.Module, kind: str) -> nn.Module:
     return fused
 
 
-def set_projection(layer: nn.Module, kind: str, module: nn.Module) -> None:
-    """Put ``module`` in place of projection ``kind``. For ``qkv`` a float ``nn.Linear(H, 3H)`` is split back
-    into query, key and value; anything else (an int8 module) replaces the three."""
-    if kind != "qkv":
-        parent, _, name = _path(kind).rpartition(".")
-        setattr(layer.get_submodule(parent), name, module)
-        return
-    attn = layer.attention.self
-    if type(module) is nn.Linear:
-        H = module.in_features
-        for i, name in enumerate(("query", "key", "value")):
-            linear = torch.nn.utils.skip_init(nn.Linear, H, module.out_features // 3, bias=module.bias is not None)
-            rows = slice(i * linear.out_features, (i + 1) * linear.out_features)
-            with torch.no_grad():
-                linear.weight.copy_(module.weight[rows])
-                if linear.bias is not None:
-                    linear.bias.copy_(module.bias[rows])
-            setattr(attn, name, linear)
-        attn.qkv = None
-    else:
+def set_projection(layer: nn.Module, kind: str, module: Int8Linear) -> None:
+    """Put the int8 ``module`` in place of projection ``kind`` (for ``qkv``, of query, key and value)."""
+    if kind == "qkv":
+        attn = layer.attention.self
         attn.qkv = module
         attn.query = attn.key = attn.value = None
+        return
+    parent, _, name = _path(kind).rpartition(".")
+    setattr(layer.get_submodule(parent), name, module)
 
 
 def encoder_of(model: nn.Module) -> BertModel:

@@ -8,10 +8,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from torch import Tensor, nn
 
+from bertkit._hardware import check_int8_kernel
 from bertkit.calibration_text import CALIBRATION_SENTENCES
 from bertkit.errors import BertkitError
 from bertkit.quantization.calibration import activation_absmax, calibration_batches, smoothing_scale
-from bertkit.quantization.device import check_int8_support
 from bertkit.quantization.kernels import Int8Linear
 from bertkit.quantization.projections import (
     PROJECTIONS,
@@ -24,8 +24,21 @@ from bertkit.tokenization import BertTokenizer
 
 # SmoothQuant's migration strength: 0.5, 0.7 and 0.85 measured on MiniLM; 0.7 gave the highest minimum cosine.
 ALPHA = 0.7
-# What pipelines' ``quantize=`` takes (``None``: the model as loaded).
-QUANTIZE_MODES = ("int8",)
+
+
+def check_int8_support(model: nn.Module) -> None:
+    """Refuse, naming what is wrong and the fix, a model or machine that cannot run int8 (where it runs is
+    ``_hardware.resolve_device``'s answer, ``int8=True``)."""
+    check_int8_kernel()
+    params = list(model.parameters())
+    devices = sorted({p.device.type for p in params})
+    if devices != ["cpu"]:
+        raise BertkitError(f"int8 runs on the CPU only, the model is on {', '.join(devices)}; quantize the model "
+                           "on the CPU (model.to('cpu')) and run it there")
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params if p.is_floating_point()})
+    if dtypes != ["float32"]:
+        raise BertkitError(f"int8 quantization starts from float32 weights, the model holds {', '.join(dtypes)}; "
+                           "load it in float32 (model.float())")
 
 
 def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor]]) -> nn.Module:
@@ -65,17 +78,7 @@ def quantize_int8_on_texts(model: nn.Module, tokenizer: BertTokenizer,
     """``quantize_int8`` calibrated on ``calibration_texts``, or, when None, on the 64 built-in English sentences
     (``bertkit.calibration_text``): the same on every call and every machine, and on MiniLM as close to fp32 as
     calibrating on SST-2's own training sentences (docs/inference.md)."""
-    if calibration_texts is None:
-        calibration_texts = CALIBRATION_SENTENCES
-    elif isinstance(calibration_texts, (str, bytes)) or not isinstance(calibration_texts, Sequence):
-        raise BertkitError(f"calibration_texts must be a list of texts (or (text, text_pair) tuples), got "
-                           f"{type(calibration_texts).__name__} {str(calibration_texts)[:60]!r}")
-    bad = next((t for t in calibration_texts if not (isinstance(t, str) or (
-        isinstance(t, tuple) and len(t) == 2 and all(isinstance(x, str) for x in t)))), None)
-    if bad is not None:
-        raise BertkitError(f"calibration_texts holds {type(bad).__name__} {str(bad)[:60]!r}; give strings or "
-                           "(text, text_pair) tuples")
     check_int8_support(model)  # before the tokenizer runs over the texts
-    calibration = calibration_batches(tokenizer, list(calibration_texts), batch_size=batch_size,
-                                      max_length=max_length)
+    texts = CALIBRATION_SENTENCES if calibration_texts is None else calibration_texts
+    calibration = calibration_batches(tokenizer, texts, batch_size=batch_size, max_length=max_length)
     return quantize_int8(model, calibration=calibration)

@@ -1,11 +1,10 @@
-"""The saved int8 directory: ``save_int8`` writes it, ``load_int8`` reads it, ``bertkit quantize`` makes one.
+"""The saved int8 directory: ``save_int8`` writes it, ``load_int8`` reads it, ``bertkit quantize``
+(``quantize_checkpoint``) makes one, ``load_for_inference`` is what every command and pipeline loads a model with.
 
 A directory holds ``model.int8.safetensors`` (each int8 projection's integers and scales under
-``int8.layers.<i>.<projection>.``, every other tensor under its published name, in float32) and the model's
-``config.json`` with a ``quantization_config`` saying how it was made (``QUANT_METHOD``, format
-``INT8_FORMAT_VERSION``). The weights are integers and scales, not one engine's packing, so a directory
-written on one x86 CPU runs on another. ``quantize_checkpoint`` is the ``bertkit quantize`` command (a float
-checkpoint -> such a directory); ``load_for_inference`` is what every command and pipeline loads a model with.
+``int8.layers.<i>.<projection>.``, every other tensor under its published name, in float32) and ``config.json``
+with a ``quantization_config`` (``QUANT_METHOD``, format ``INT8_FORMAT_VERSION``). Integers and scales, not one
+engine's packing, so a directory written on one x86 CPU runs on another.
 """
 
 from __future__ import annotations
@@ -17,7 +16,13 @@ import torch
 from torch import Tensor, nn
 
 from bertkit._hardware import check_int8_kernel
-from bertkit.checkpoint_io import CONFIG_NAME, INT8_WEIGHTS_NAME, encoder_published_names, read_config_json
+from bertkit.checkpoint_io import (
+    CONFIG_NAME,
+    INT8_WEIGHTS_NAME,
+    TIED_KEYS,
+    encoder_published_names,
+    read_config_json,
+)
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import MODEL_CLASSES
@@ -81,25 +86,18 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
 
 
 def _int8_tensors(model: nn.Module, encoder: BertModel, int8: dict[tuple[int, str], nn.Module]) -> dict[str, Tensor]:
-    """What ``save_int8`` writes to the safetensors file: each int8 projection's integers and scales, and every
-    other tensor of ``model`` under its published name (the int8 projections' float weights left out)."""
+    """What ``save_int8`` writes to the safetensors file: each int8 projection's integers and scales, its bias under
+    its published name(s), and every other tensor of ``model`` under its published name, which is its state-dict key
+    (the modules carry transformers' names; the tied decoder's copies left out)."""
+    prefix = "" if encoder is model else "bert."
     tensors: dict[str, Tensor] = {}
     for (i, kind), module in int8.items():
         tensors.update({f"int8.layers.{i}.{kind}.{k}": getattr(module, k) for k in ("weight", "weight_scale", "inv_scale")})
-        # A float stand-in with the real bias lets the key table name everything else; its weight is dropped.
-        stand_in = torch.nn.utils.skip_init(nn.Linear, module.in_features, module.out_features,
-                                            bias=module.bias is not None)
-        if stand_in.bias is not None:
-            stand_in.bias.data.copy_(module.bias)
-        set_projection(_layers(encoder)[i], kind, stand_in)
-    try:
-        published = model.published_state_dict()
-    finally:
-        for (i, kind), module in int8.items():
-            set_projection(_layers(encoder)[i], kind, module)
-    prefix = "" if encoder is model else "bert."
-    dropped = {prefix + n for i, kind in int8 for n in encoder_published_names(f"layers.{i}.{kind}.weight")}
-    tensors.update({k: v for k, v in published.items() if k not in dropped})
+        names = encoder_published_names(f"layers.{i}.{kind}.bias")
+        tensors.update({prefix + n: b for n, b in zip(names, module.bias.chunk(len(names)), strict=True)})
+    int8_modules = {name for name, m in model.named_modules() if isinstance(m, Int8Linear)}
+    tensors.update({k: v for k, v in model.state_dict().items()
+                    if k not in TIED_KEYS and k.rpartition(".")[0] not in int8_modules})
     return tensors
 
 
@@ -126,21 +124,22 @@ def model_class_of(directory: Path) -> type[nn.Module]:
 
 
 def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None) -> nn.Module:
-    """The int8 model ``save_int8`` / ``bertkit quantize`` wrote to ``model_dir``, in eval mode on the CPU.
-
-    ``model_class`` (``BertModel`` or a head class) defaults to the one config.json's ``architectures``
-    names; a head model's directory loads as ``BertModel`` too (the head is left out), as from_pretrained
-    does. Every tensor is checked before the model is built (a NaN or inf weight, a scale out of range is refused,
-    naming it), and the int8 weights are packed for this machine's kernel: a directory written on one x86 CPU runs
-    on another."""
+    """The int8 model ``save_int8`` / ``bertkit quantize`` wrote to ``model_dir``, in eval mode on the CPU, as
+    ``model_class`` (default: config.json's ``architectures``; a head model's directory loads as ``BertModel`` too).
+    Every tensor is checked before the model is built (a NaN or inf weight, a scale out of range is refused, naming
+    it), and the integers are packed for this machine's kernel."""
     directory = Path(model_dir)
     weights = directory / INT8_WEIGHTS_NAME
     if not weights.is_file():
         raise MissingFileError(f"{weights} not found: load_int8 reads a directory written by `bertkit quantize` "
                                "(or save_int8); a float checkpoint loads with from_pretrained, and "
                                "pipeline(..., quantize='int8') or --int8 quantize it at load")
-    raw = read_config_json(directory)
-    _check_quantization_config(directory, raw)
+    method = read_config_json(directory).get("quantization_config")
+    method = method if isinstance(method, dict) else {}
+    if method.get("quant_method") != QUANT_METHOD or method.get("format_version") != INT8_FORMAT_VERSION:
+        raise BertkitError(f"{directory / CONFIG_NAME} does not describe a {QUANT_METHOD} model of format "
+                           f"{INT8_FORMAT_VERSION} (quantization_config: {method or 'absent'}); "
+                           + _REWRITE.format(directory))
     check_int8_kernel()
     model_class = model_class or model_class_of(directory)
     saved, published = _read_int8_tensors(directory, weights)
@@ -148,15 +147,6 @@ def load_int8(model_dir: str | Path, model_class: type[nn.Module] | None = None)
     model = model_class.from_pretrained(None, config=config, state_dict=published)
     _install_int8(encoder_of(model), saved, weights)
     return model.eval()
-
-
-def _check_quantization_config(directory: Path, raw: dict) -> None:
-    """config.json's ``quantization_config``, checked: its method and format version."""
-    method = raw.get("quantization_config") if isinstance(raw.get("quantization_config"), dict) else {}
-    if method.get("quant_method") != QUANT_METHOD or method.get("format_version") != INT8_FORMAT_VERSION:
-        raise BertkitError(f"{directory / CONFIG_NAME} does not describe a {QUANT_METHOD} model of format "
-                           f"{INT8_FORMAT_VERSION} (quantization_config: {method or 'absent'}); "
-                           + _REWRITE.format(directory))
 
 
 def _read_int8_tensors(directory: Path, weights: Path) -> tuple[_SavedProjections, dict[str, Tensor]]:
@@ -202,10 +192,7 @@ def _read_int8_tensors(directory: Path, weights: Path) -> tuple[_SavedProjection
 
 def _install_int8(encoder: BertModel, saved: _SavedProjections, weights: Path) -> None:
     """Put ``saved``'s projections into ``encoder``'s layers as ``Int8Linear``."""
-    for (i, kind), parts in sorted(saved.items()):
-        if i >= len(_layers(encoder)):
-            raise BertkitError(f"{weights} holds int8 layers.{i}.{kind} but the config has "
-                               f"{len(_layers(encoder))} layers; the file and config.json do not belong together")
+    for (i, kind), parts in sorted(saved.items()):  # layers the config lacks were refused by from_pretrained
         stand_in = float_projection(_layers(encoder)[i], kind)
         if tuple(parts["weight"].shape) != tuple(stand_in.weight.shape):
             raise BertkitError(f"{weights}: int8 layers.{i}.{kind} is {tuple(parts['weight'].shape)}, the config "
@@ -219,10 +206,9 @@ def _install_int8(encoder: BertModel, saved: _SavedProjections, weights: Path) -
 
 def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibration_file: str | Path | None = None,
                         max_length: int = 128) -> dict:
-    """``bertkit quantize``: the float checkpoint in ``model_dir`` (head chosen by its ``architectures``),
-    quantized as pipelines quantize it (calibrated on ``calibration_file``'s lines, else the built-in
-    sentences), written to ``output_dir`` with its tokenizer by ``save_int8``. Returns a report: the files' sizes and
-    what was quantized. The caller owns ``output_dir`` (the command claims it)."""
+    """``bertkit quantize``: the float checkpoint in ``model_dir`` quantized as pipelines quantize it (calibrated on
+    ``calibration_file``'s lines, else the built-in sentences) and written with its tokenizer to ``output_dir``,
+    which the caller owns (the command claims it). Returns a report: what was quantized, the files' sizes."""
     source = Path(model_dir)
     if is_int8_checkpoint(source):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
