@@ -131,8 +131,13 @@ def test_token_ids_are_embedded_as_sent_and_equal_the_texts_embeddings(embedder)
     ({"input": "x", "encoding": "float"}, "unknown field(s) encoding"),
     ({"model": "m"}, "needs the field(s) input"),
     ({"input": []}, "input must be a string, a non-empty list"),
-    ({"input": [[1, 2], "a", 3]}, "input 2 is int"),
+    ({"input": [[101, 7592, 102], "a", 3]}, "input 2 is int"),
     ({"input": [[101, 99999999]]}, "token id 99999999, outside this model's vocabulary"),
+    # "hello world" as tiktoken's cl100k ids, what LangChain's OpenAIEmbeddings sends: in range, but not a sequence
+    # of this model's, which would embed as some other text without an error
+    ({"input": [[15339, 1917]]}, "does not start with [CLS] (101) and end with [SEP] (102): token ids are this "
+                                 "model's"),
+    ({"input": [101, 7592, 2088]}, "check_embedding_ctx_length=False"),
     ({"input": "x", "encoding_format": "int8"}, 'encoding_format must be "float" or "base64"'),
     ({"input": "x", "dimensions": 385}, "dimensions must be an int in [1, 384]"),
     ({"input": ["x"] * 17}, "17 inputs exceed max_items 16"),

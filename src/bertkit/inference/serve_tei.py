@@ -43,12 +43,23 @@ def _texts(raw: Any, name: str, limits: Limits) -> list[str]:
     return texts
 
 
+FOREIGN_IDS = ("token ids are this model's, the whole sequence as /tokenize gives it; a client that tokenizes with "
+               "another tokenizer must send text (LangChain's OpenAIEmbeddings sends tiktoken's ids unless "
+               "check_embedding_ctx_length=False)")
+
+
 def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
-    """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include."""
-    vocab = len(pipe.tokenizer)
+    """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include. Ids of
+    another tokenizer (tiktoken's, from OpenAI clients) would embed as a wrong text without an error, so a sequence
+    that is not framed by [CLS] ... [SEP] is refused: no id sequence of this model's lacks them."""
+    vocab, tok = len(pipe.tokenizer), pipe.tokenizer
     bad = next((x for x in ids if not 0 <= x < vocab), None)
     if bad is not None:
-        raise RequestError(422, f"input {index} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
+        raise RequestError(422, f"input {index} holds token id {bad}, outside this model's vocabulary [0, {vocab}): "
+                                f"{FOREIGN_IDS}")
+    if ids[0] != tok.cls_token_id or ids[-1] != tok.sep_token_id:
+        raise RequestError(422, f"input {index} does not start with {tok.cls_token} ({tok.cls_token_id}) and end "
+                                f"with {tok.sep_token} ({tok.sep_token_id}): {FOREIGN_IDS}")
     refuse_empty(pipe, ids, index)  # [CLS] [SEP] sent as ids is the empty text sent as a string
     if len(ids) > pipe.max_length:
         raise RequestError(422, f"input {index} has {len(ids)} token ids, over max_length {pipe.max_length}")
