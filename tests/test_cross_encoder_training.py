@@ -14,6 +14,8 @@ pytest.importorskip("sentence_transformers.cross_encoder")
 datasets = pytest.importorskip("datasets")
 
 STEPS = 3
+LEARNING_RATE = 1e-4
+SHIFT_INVARIANT = ("ListNetLoss", "LambdaLoss")
 
 
 def _dataset(loss: str, rows: list[dict]) -> list[dict]:
@@ -57,7 +59,7 @@ def _train(lib: str, model_dir, out_dir, loss_name: str, train_rows: list[dict],
 
     batch = 4 if loss_name in ("LambdaLoss", "ListNetLoss") else 8
     args = CrossEncoderTrainingArguments(
-        output_dir=str(out_dir), per_device_train_batch_size=batch, max_steps=STEPS, learning_rate=1e-4,
+        output_dir=str(out_dir), per_device_train_batch_size=batch, max_steps=STEPS, learning_rate=LEARNING_RATE,
         logging_steps=1, save_strategy="no", report_to="none", seed=42, use_cpu=True, disable_tqdm=True)
     samples = [{"query": r["query"], "positive": [r["positive"]], "negative": r["negatives"]} for r in held_out]
     evaluator = evaluation.CrossEncoderRerankingEvaluator(samples, at_k=5, name="squad", batch_size=16)
@@ -85,4 +87,19 @@ def test_training_script_gives_sentence_transformers_numbers(loss, tmp_path, min
     assert want_losses[0] != pytest.approx(want_losses[-1], rel=1e-3)  # the steps did train
     assert got_metrics.keys() == want_metrics.keys() and "squad_ndcg@5" in got_metrics
     np.testing.assert_allclose([got_metrics[k] for k in want_metrics], list(want_metrics.values()), atol=1e-6)
-    np.testing.assert_allclose(got_scores, want_scores, atol=1e-5, rtol=0)
+    if loss in SHIFT_INVARIANT:
+        # a listwise loss does not change when every score of a list moves together, so the classifier bias's
+        # gradient is zero up to rounding, and Adam turns that rounding noise into steps of up to the learning rate
+        # either way: the two trainings may end with biases up to 2 x STEPS x lr apart. Compared without that
+        # common shift, the scores agree as closely as the other losses' do.
+        got_logits, want_logits = _logit(got_scores), _logit(want_scores)
+        shift = float(np.mean(got_logits - want_logits))
+        assert abs(shift) <= 2 * STEPS * LEARNING_RATE * 1.01, shift
+        np.testing.assert_allclose(got_logits - shift, want_logits, atol=4e-5, rtol=0)
+    else:
+        np.testing.assert_allclose(got_scores, want_scores, atol=1e-5, rtol=0)
+
+
+def _logit(p) -> np.ndarray:
+    p = np.asarray(p, dtype=np.float64)
+    return np.log(p / (1 - p))
