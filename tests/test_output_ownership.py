@@ -319,14 +319,14 @@ def test_create_pretraining_data_overwrite_removes_only_shards_it_can_prove(tmp_
     out = tmp_path / "data"
     out.mkdir()
     (out / "shard-99999.input_ids.npy").write_bytes(b"the user's array")
-    with pytest.raises(BertkitError, match=r"cannot prove it wrote \(e.g. shard-99999.input_ids.npy"):
+    with pytest.raises(BertkitError, match=r"this process did not write \(e.g. shard-99999.input_ids.npy"):
         create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0,
                                 progress=False, overwrite=True)
     assert (out / "shard-99999.input_ids.npy").read_bytes() == b"the user's array"
     (out / "shard-99999.input_ids.npy").unlink()
     create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0, progress=False)
     create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0, progress=False,
-                            overwrite=True, seed=7)  # its own shards (recorded in its manifest): replaced
+                            overwrite=True, seed=7)  # shards this process wrote: replaced
 
 
 # 6. --overwrite is all or nothing; a command's lock lasts as long as its process ----------------------------------

@@ -340,19 +340,30 @@ def test_a_lone_last_part_joins_the_last_work_unit(tmp_path):
     assert len(units) == 1 and [p.path for p in units[0].parts] == [str(f) for f in files]
 
 
-def test_overwrite_removes_a_manifest_only_with_every_shard_it_lists_found_unchanged(static_dir, tmp_path):
-    """An earlier run's shards go when their sha256 matches its manifest; the manifest goes only if every file it
-    lists was found so and removed (one whose shards someone already deleted proves nothing, and stays)."""
+def test_overwrite_removes_only_shards_bertkit_owns(static_dir, tmp_path, capsys):
+    """overwrite=True replaces this process's shards (above) or, on the command line, the shards of the earlier run
+    its output directory records; another run's shards are never removed on the word of the manifest beside them."""
     import shutil
+    import subprocess
+    import sys
 
-    from bertkit.data.shards import remove_shards
+    from bertkit.cli import main
 
-    whole, partial = tmp_path / "whole", tmp_path / "partial"
-    for d in (whole, partial):
-        shutil.copytree(static_dir, d)  # copies: not written by this process, proven only by the manifest
-    first = sorted(partial.glob("shard-*.npy"))[0]
-    first.unlink()
-    assert remove_shards(whole, earlier_runs=True) == []
-    assert not (whole / "manifest.json").exists() and (whole / "vocab.txt").exists()
-    assert remove_shards(partial, earlier_runs=True) == ["manifest.json"]
-    assert not any(partial.glob("shard-*.npy"))
+    copied = tmp_path / "copied"
+    shutil.copytree(static_dir, copied)  # a copy: not written by this process, and no run of this directory's
+    before = {p.name: sha256_of(p) for p in copied.iterdir()}
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"Sentence {i} of a document here.\nAnother sentence {i} follows it.\n\n"
+                            for i in range(40)))
+    with pytest.raises(ValueError, match="this process did not write"):
+        create_pretraining_data([text], BertTokenizer.from_pretrained(MODEL), copied, overwrite=True,
+                                num_workers=0, progress=False)
+    assert {p.name: sha256_of(p) for p in copied.iterdir()} == before
+
+    args = ["create-pretraining-data", str(text), "--vocab", str(MODEL / "vocab.txt"), "--output-dir",
+            str(tmp_path / "cli"), "--no-progress"]
+    subprocess.run([sys.executable, "-m", "bertkit", *args, "--dupe-factor", "1"], check=True,
+                   capture_output=True)  # another process's run
+    assert main([*args, "--dupe-factor", "2"]) == 2 and "--overwrite" in capsys.readouterr().err
+    assert main([*args, "--dupe-factor", "2", "--overwrite"]) == 0
+    assert read_manifest(tmp_path / "cli")["config"]["dupe_factor"] == 2

@@ -68,7 +68,7 @@ def create_pretraining_data(
     ``tokenizer`` is a :class:`bertkit.tokenization.BertTokenizer`. ``config_fields`` are the fields of
     :class:`PretrainingConfig` (they decide the output bytes; ``max_seq_length=512``, ``dupe_factor=10``, ...);
     the other arguments say how to run: ``num_workers`` processes (0 or 1: in this process), a tqdm bar unless
-    ``progress=False``, and ``overwrite`` to replace an earlier run's shards in ``output_dir``. Read the result
+    ``progress=False``, and ``overwrite`` to replace shards this process wrote in ``output_dir``. Read the result
     with :class:`PretrainingDataset`.
     """
     config = PretrainingConfig(**config_fields)
@@ -94,17 +94,19 @@ def _fresh_output_dir(out: Path, vocab: list[str], overwrite: bool) -> Path:
     """``out`` without an earlier run's shards (refused unless ``overwrite``), ready for this run's vocabulary
     (written once the shards are made).
 
-    ``overwrite`` removes only the shards bertkit can prove it wrote (``remove_shards``); a vocab.txt there is
-    replaced only if bertkit wrote it, or it already holds this vocabulary."""
+    ``overwrite`` removes only the shards bertkit owns (``remove_shards``): this process's, or those of the earlier
+    run the command line's ``--overwrite`` cleared with its output directory. A vocab.txt there is replaced only if
+    bertkit wrote it, or it already holds this vocabulary."""
     out.mkdir(parents=True, exist_ok=True)
     if any(out.glob("shard-*.npy")) or (out / MANIFEST).exists():
         if not overwrite:
             raise BertkitError(f"{out} already holds pre-training shards; pass --overwrite (overwrite=True) or choose a new directory")
-        left = remove_shards(out, earlier_runs=True)  # --overwrite: the user asked
+        left = remove_shards(out)
         if left:
-            raise BertkitError(f"{out} holds {len(left)} pre-training file(s) bertkit cannot prove it wrote (e.g. "
-                               f"{', '.join(left[:3])}: not recorded, or changed since); bertkit leaves them alone: "
-                               "move them or choose a new directory")
+            raise BertkitError(f"{out} holds {len(left)} pre-training file(s) this process did not write (e.g. "
+                               f"{', '.join(left[:3])}); bertkit leaves them alone: remove them yourself, run "
+                               "`bertkit create-pretraining-data --overwrite` (it replaces an earlier run of that "
+                               "command), or choose a new directory")
     text = "".join(t + "\n" for t in vocab)
     existing = out / VOCAB
     if (existing.is_symlink() or existing.exists()) and not owns(existing) and not (

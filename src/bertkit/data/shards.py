@@ -62,39 +62,10 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
     return manifest
 
 
-def remove_shards(output_dir: str | os.PathLike, *, earlier_runs: bool = False) -> list[str]:
-    """Delete the shard files and manifest in ``output_dir`` that this process wrote (``bertkit.outputs.owns``: a
-    failed run cleaning up after itself). With ``earlier_runs`` (``--overwrite``, asked for by the user) also those
-    an earlier bertkit run wrote there and nobody changed since: the manifest records them with their sha256 (it is
-    removed once every file it lists was found unchanged and removed). Returns the names of those left (a user's, or changed since)."""
+def remove_shards(output_dir: str | os.PathLike) -> list[str]:
+    """Delete the shard files and manifest in ``output_dir`` that bertkit owns (``bertkit.outputs.owns``: written by
+    this process, or by the run of the command's claimed directory). Returns the names of those left."""
     out = Path(output_dir)
-    manifest = out / MANIFEST
-    listed: dict[str, str] = {}
-    data = _read_own_json(manifest) if earlier_runs else {}
-    for shard in data.get("shards", []) if isinstance(data.get("shards"), list) else []:
-        for entry in (shard.get("files") or {}).values() if isinstance(shard, dict) else []:
-            if isinstance(entry, dict) and isinstance(entry.get("file"), str) and "/" not in entry["file"]:
-                listed[entry["file"]] = str(entry.get("sha256"))
-    removed: set[str] = set()
-    for path in sorted(out.glob("shard-*.npy")):
-        proven = path.name in listed and path.is_file() and not path.is_symlink() and sha256_of(path) == listed[path.name]
-        if not remove_owned(path):
-            if not proven:
-                continue
-            path.unlink()  # an earlier run's, as its manifest recorded it
-        removed.add(path.name)
-    # The manifest proves itself only through its shards: it goes once every file it lists was found as it
-    # recorded and removed here (a manifest whose shards were already gone, or changed, stays).
-    if not remove_owned(manifest) and listed and removed >= listed.keys():
-        manifest.unlink()
-    return sorted(p.name for p in out.glob("shard-*.npy")) + ([MANIFEST] if manifest.exists() else [])
-
-
-def _read_own_json(path: Path) -> dict:
-    if path.is_symlink() or not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else {}
+    for path in [*sorted(out.glob("shard-*.npy")), out / MANIFEST]:
+        remove_owned(path)
+    return sorted(p.name for p in out.glob("shard-*.npy")) + ([MANIFEST] if (out / MANIFEST).exists() else [])
