@@ -32,9 +32,12 @@ def lock(directory: Path, command: str) -> IO:
         if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):  # bertkit would write through it
             raise BertkitError(f"{path} is a symbolic link, a hard link or not a regular file: not bertkit's lock, "
                                "so this is not a directory bertkit wrote; choose another output directory")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
-        if st is None:
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        try:  # O_EXCL: created by this very call, the one lock file this process may remove later
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
             _MADE.add(real)
+        except FileExistsError:  # an earlier run's, or another process's made meanwhile: used, never removed
+            fd = os.open(path, flags)
         f = os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
         if (holder := _holder(f.fileno(), exclusive=True)) is not None:
             f.close()
