@@ -174,14 +174,18 @@ def test_data_regenerated_at_the_same_path_does_not_resume_silently(tiny_setup, 
     from bertkit.training.pretrain import pretrain
 
     data = tmp_path / "data"
-    shutil.copytree(tiny_setup / "data", data)
     root = tmp_path
     shutil.copytree(tiny_setup / "vocab", root / "vocab")
-    pretrain(_settings(root, tmp_path / "run", max_steps=10))
     tok = BertTokenizer.from_pretrained(root / "vocab")
-    create_pretraining_data([tiny_setup / "corpus" / "train.txt"], tok, data, max_seq_length=32,
-                            max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=4,
-                            num_workers=1, progress=False, overwrite=True)  # same path, other masks
+
+    def make(seed: int, overwrite: bool) -> None:  # made here: overwrite replaces only what bertkit wrote
+        create_pretraining_data([tiny_setup / "corpus" / "train.txt"], tok, data, max_seq_length=32,
+                                max_predictions_per_seq=5, dupe_factor=1, input_format="sentences", seed=seed,
+                                num_workers=1, progress=False, overwrite=overwrite)
+
+    make(3, overwrite=False)
+    pretrain(_settings(root, tmp_path / "run", max_steps=10))
+    make(4, overwrite=True)  # same path, other masks
     with pytest.raises(ValueError, match="other settings or data.*'data'"):
         pretrain(_settings(root, tmp_path / "run", max_steps=10, resume=True))
 
