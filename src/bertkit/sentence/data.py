@@ -85,14 +85,18 @@ class SentenceExamples(Sequence):
 
 class SentenceCollator:
     """Examples -> ``input_ids``, ``token_type_ids``, ``attention_mask`` (B, C, T) padded with ``pad_id``,
-    ``prompt_length`` (B, C), ``label`` (B,) and ``index`` (B,)."""
+    ``widths`` (each column's longest row, C ints: the loss runs each column on its own width, so a short query
+    column is not computed at a long passage column's width), ``prompt_length`` (C ints: each column's prompt, the
+    same for every row), ``label`` (B,) and ``index`` (B,). The ints stay on the host: reading them from the
+    device would stall its queue of kernels at every step."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
 
-    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Tensor]:
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         B, C = len(examples), len(examples[0]["input_ids"])
-        T = max(len(ids) for e in examples for ids in e["input_ids"])
+        widths = [max(len(e["input_ids"][c]) for e in examples) for c in range(C)]
+        T = max(widths)
         input_ids = torch.full((B, C, T), self.pad_id, dtype=torch.long)
         token_type_ids = torch.zeros(B, C, T, dtype=torch.long)
         attention_mask = torch.zeros(B, C, T, dtype=torch.long)
@@ -103,7 +107,7 @@ class SentenceCollator:
                 attention_mask[b, c, :len(ids)] = 1
         labels = [e["label"] for e in examples]
         return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
-                "prompt_length": torch.as_tensor([e["prompt_length"] for e in examples], dtype=torch.long),
+                "widths": widths, "prompt_length": list(examples[0]["prompt_length"]),
                 "label": torch.stack(labels) if isinstance(labels[0], Tensor) else torch.tensor(labels),
                 "index": torch.tensor([e["index"] for e in examples], dtype=torch.long)}
 

@@ -284,21 +284,23 @@ class SentenceTransformer(nn.Module):
 
             self.bert = for_cpu_inference(plain, bf16=False)
         order = np.argsort([-len(t) for t in texts], kind="stable")
-        out = torch.empty(len(texts), self.pooling.output_dimension)
+        batches = [order[start:start + batch_size] for start in range(0, len(texts), batch_size)]
+        device = self.device
+        out = torch.empty(len(texts), self.pooling.output_dimension, device=device)  # read back once, at the end
         from tqdm.auto import tqdm
 
+        from bertkit.inference.runner import prepared_ahead
+
         try:
-            for start in tqdm(range(0, len(texts), batch_size), desc="Batches", disable=not progress):
-                rows = order[start:start + batch_size]
-                batch = self.tokenize([texts[i] for i in rows], prompt)
-                device = self.device
-                out[torch.as_tensor(rows)] = self.embed(batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                                                        batch["token_type_ids"].to(device),
-                                                        batch["prompt_length"]).float().cpu()
+            ahead = prepared_ahead(lambda rows: {**self.tokenize([texts[i] for i in rows], prompt),
+                                                 "rows": torch.as_tensor(rows)}, batches, device)
+            for batch in tqdm(ahead, total=len(batches), desc="Batches", disable=not progress):
+                out[batch["rows"]] = self.embed(
+                    batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["prompt_length"]).float()
         finally:
             self.bert = plain
             self.train(was_training)
-        return out
+        return out.cpu()
 
     # -- save -------------------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -54,12 +54,11 @@ class LossModel(nn.Module):
         super().__init__()
         self.loss = loss
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, prompt_length: Tensor,
-                label: Tensor, index: Tensor) -> LossOutput:
-        columns = input_ids.shape[1]  # input_ids (B, C, T)
-        features = [{"input_ids": input_ids[:, c], "attention_mask": attention_mask[:, c],
-                     "token_type_ids": token_type_ids[:, c], "prompt_length": int(prompt_length[0, c]), "index": index}
-                    for c in range(columns)]
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, widths: list[int],
+                prompt_length: list[int], label: Tensor, index: Tensor) -> LossOutput:
+        features = [{"input_ids": input_ids[:, c, :w], "attention_mask": attention_mask[:, c, :w],
+                     "token_type_ids": token_type_ids[:, c, :w], "prompt_length": prompt_length[c], "index": index}
+                    for c, w in enumerate(widths)]  # input_ids (B, C, T) -> C x (B, width)
         return LossOutput(self.loss(features, label if self.loss.needs_label else None))
 
     def save_pretrained(self, path: str | Path) -> Path:
@@ -131,6 +130,9 @@ class SentenceTransformerTrainer(Trainer):
             raise BertkitError("the loss was built with another model than the trainer's; build it with "
                                "losses.X(model) of the model passed to the trainer")
         return loss
+
+    def _collate(self, examples: list) -> dict:
+        return self.data_collator(examples)  # its host-side ints (column widths, prompt lengths) too
 
     # -- the base Trainer's data order, with sentence-transformers' no-duplicates sampler -----------------------
     def _order(self, examples: Sequence) -> Callable[[int], Sequence[int]]:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bertkit._hardware import host_workers
 from bertkit.errors import BertkitError
 
 Batch = dict[str, Tensor]
@@ -104,8 +105,8 @@ def _unbatched(item: Any) -> Any:
 def epoch_loader(plan: BatchPlan, epoch: int, start: int, num_workers: int | None, cuda: bool
                  ) -> torch.utils.data.DataLoader:
     """Micro-batches ``start``.. of ``epoch`` through a DataLoader (with workers, collated ahead of the step).
-    ``num_workers`` None: 2 on CUDA, 0 on the CPU (where workers would take cores from the step itself)."""
-    num_workers = (2 if cuda else 0) if num_workers is None else num_workers
+    ``num_workers`` None: ``host_workers`` (sized to the machine on CUDA, 0 on the CPU)."""
+    num_workers = host_workers("cuda" if cuda else "cpu") if num_workers is None else num_workers
     return torch.utils.data.DataLoader(
         EpochBatches(plan, epoch), batch_size=None, sampler=range(start, len(plan)), collate_fn=_unbatched,
         num_workers=num_workers, pin_memory=cuda, prefetch_factor=4 if num_workers else None,

@@ -195,9 +195,10 @@ class CrossEncoder(nn.Module):
 
     def scores(self, batch: dict[str, Tensor]) -> Tensor:
         """(N, num_labels) logits of a ``pair_batch`` (moved to the model's device)."""
-        device = self.device
-        return self.model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                          batch["token_type_ids"].to(device)).logits
+        from bertkit.inference.runner import to_device
+
+        batch = to_device(batch, self.device)
+        return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
         """sentence-transformers' ``model(features)``: the features with ``scores`` (N, num_labels) added."""
@@ -240,16 +241,21 @@ class CrossEncoder(nn.Module):
         was_training = self.training
         self.eval()
         order = np.argsort([-(len(a) + len(b)) for a, b in pairs], kind="stable")
-        out = torch.empty(len(pairs), self.num_labels)
+        batches = [order[start:start + batch_size] for start in range(0, len(pairs), batch_size)]
+        device = self.device
+        out = torch.empty(len(pairs), self.num_labels, device=device)  # read back once, at the end
         from tqdm.auto import tqdm
 
+        from bertkit.inference.runner import prepared_ahead
+
         try:
-            for start in tqdm(range(0, len(pairs), batch_size), desc="Batches", disable=not progress):
-                rows = order[start:start + batch_size]
-                out[torch.as_tensor(rows)] = self.scores(self.preprocess([pairs[i] for i in rows])).float().cpu()
+            ahead = prepared_ahead(lambda rows: {**self.preprocess([pairs[i] for i in rows]), "rows": torch.as_tensor(rows)},
+                                   batches, device)
+            for batch in tqdm(ahead, total=len(batches), desc="Batches", disable=not progress):
+                out[batch["rows"]] = self.scores(batch).float()
         finally:
             self.train(was_training)
-        return out
+        return out.cpu()
 
     def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
              batch_size: int = 32, show_progress_bar: bool | None = None, activation_fn: Callable | None = None,
