@@ -111,7 +111,12 @@ def test_string_labels_advice_leads_to_a_model_the_loss_accepts(tmp_path, minilm
     import re
 
     from bertkit.errors import BertkitError
-    from bertkit.sentence.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments, losses
+    from bertkit.sentence.cross_encoder import (
+        CrossEncoder,
+        CrossEncoderTrainer,
+        CrossEncoderTrainingArguments,
+        losses,
+    )
 
     rows = [{"query": f"question {i}", "text": f"passage {i % 3}", "label": str(i % 2)} for i in range(8)]
     model = CrossEncoder(cross_encoder_directory(minilm_dir, tmp_path / "ce"), max_length=16)

@@ -334,8 +334,9 @@ def test_evaluators_and_mining_use_sentence_transformers_prompts(models):
     """A model with "query" and "passage" prompts: the retrieval evaluator and mining embed queries and documents
     with sentence-transformers 6's prompts (no passage prompt: "document" comes first), so the same metrics and
     negatives."""
-    from bertkit.sentence import evaluation
     from sentence_transformers.sentence_transformer import evaluation as st_evaluation
+
+    from bertkit.sentence import evaluation
 
     ours, ref = models
     queries = {"q0": "Who eats food?", "q1": "Where does the horse run?", "q2": "What do you think of the film?"}

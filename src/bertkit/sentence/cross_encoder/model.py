@@ -234,7 +234,7 @@ class CrossEncoder(nn.Module):
                 raise BertkitError(f"predict() takes (text, text) pairs; {where} is {str(pair)[:80]!r}")
             side = next((k for k, text in enumerate(pair) if not isinstance(text, str)), None)
             if side is not None:
-                raise BertkitError(f"predict() {where} ({str(pair)[:80]}) has {type(pair[side]).__name__} "
+                raise BertkitError(f"predict() {where} {str(pair)[:80]} has {type(pair[side]).__name__} "
                                    f"{str(pair[side])[:40]!r} as its {('first', 'second')[side]} text; a pair holds two "
                                    "strings: fill in or drop the row (a number: str(...) it)")
         if device is not None:
