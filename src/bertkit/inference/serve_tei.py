@@ -160,19 +160,23 @@ def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any
 
 
 def _info(server: Any) -> dict[str, Any]:
-    """TEI's ``GET /info``: the model and this server's limits, under TEI's names."""
+    """TEI's ``GET /info``: the model and this server's limits, under TEI's names; an embedding server's also say the
+    prompt put before every text and the width of its vectors (``embedding_dimension``)."""
     from bertkit import __version__
 
     pipe, limits, config = server.pipe, server.limits, server.pipe.config
     labels = {str(i): config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(config.num_labels)}
-    if pipe.task in EMBEDDING_TASKS:
+    embedding: dict[str, Any] = {}
+    if pipe.task in EMBEDDING_TASKS:  # what the pipeline uses: the directory's prompts and truncate_dim included
         model_type: dict[str, Any] = {"embedding": {"pooling": pipe.pooling}}
+        embedding = {"prompts": pipe.prompts or None, "default_prompt_name": pipe.default_prompt_name,
+                     "default_prompt": pipe.prompt or None, "embedding_dimension": pipe.dimension}
     else:
         kind = "reranker" if pipe.task == "rerank" else "classifier"
         model_type = {kind: {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}}
     dtype = "int8" if pipe.quantize == "int8" else "bfloat16" if pipe.bf16 else "float32"
     return {"model_id": server.model_name, "model_sha": None, "model_dtype": dtype, "model_type": model_type,
-            "task": pipe.task, "prompts": None, "default_prompt_name": None, "default_prompt": None,
+            "task": pipe.task, "prompts": None, "default_prompt_name": None, "default_prompt": None, **embedding,
             "max_concurrent_requests": limits.max_concurrent_requests, "max_input_length": pipe.max_length,
             "max_batch_tokens": server.batcher.max_tokens, "max_batch_requests": server.batcher.max_batch_size,
             "max_client_batch_size": limits.max_items, "auto_truncate": True, "tokenization_workers": 1,

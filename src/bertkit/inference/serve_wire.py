@@ -185,9 +185,10 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
         "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
         "user": (lambda v: isinstance(v, str), "a string"),
         "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
-        "prompt_name": (lambda v: False, "null (bertkit's pipelines have no prompts)"),
+        "prompt_name": (lambda v: False, "null (a prompt per request is not implemented; the server puts the model's "
+                                         "default prompt, /info's default_prompt, before every text)"),
         "encoding_format": (lambda v: v == "float", '"float"'),
-        "dimensions": int_in(1, pipe.config.hidden_size, " (the model's hidden size)"),
+        "dimensions": int_in(1, getattr(pipe, "dimension", 0), " (the width of this server's vectors)"),
         "aggregation_strategy": (lambda v: v == "first", '"first" (each word takes its first piece\'s tag, as '
                                                           "bertkit's NER models are trained)"),
         "ignore_labels": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
