@@ -288,8 +288,7 @@ def _paths(s: Any) -> tuple[list[str], dict[str, Any]]:
 def _lock_early(name: str, s: Any, info: DistInfo):
     """The output directory locked before the device is resolved (seconds on a busy machine), so that a second
     command is refused however late it would claim; under torchrun on rank 0 only. ``_claim`` takes the lock over."""
-    if getattr(s, "output_dir", None) is None or hasattr(s, "output_file") or (
-            hasattr(s, "ddp_timeout") and not info.is_main):
+    if getattr(s, "output_dir", None) is None or hasattr(s, "output_file") or not info.is_main:
         yield
         return
     from bertkit.outputs import lock_output_dir, release_unclaimed
@@ -309,9 +308,6 @@ def _launch(name: str, s: Any, info: DistInfo):
     from bertkit.training.distributed import agree, process_group
 
     if not hasattr(s, "ddp_timeout"):
-        if info.enabled:
-            raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
-                               "pretrain, finetune and extract-features over several processes)")
         with _claim(name, s):
             yield True
         return
@@ -325,6 +321,15 @@ def _launch(name: str, s: Any, info: DistInfo):
         if not agree(error is None, "claiming the output directory on rank 0") and error is not None:
             raise error
         yield info.is_main
+
+
+def _refuse_torchrun_for_one_process(name: str, s: Any, info: DistInfo) -> None:
+    """Refuse, before anything is locked or read, a command that runs in one process (its settings have no
+    ``ddp_timeout``) launched by torchrun: every rank would run it whole, and the sibling ranks would be told that
+    its output directory is in use by rank 0."""
+    if info.enabled and not hasattr(s, "ddp_timeout"):
+        raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
+                           "pretrain, finetune and extract-features over several processes)")
 
 
 def _refuse_fp32_of_an_int8_directory(s: Any) -> Any:
@@ -362,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         from bertkit._parallel import info_from_env
 
         info = info_from_env()  # where this process stands under torchrun, read once
+        _refuse_torchrun_for_one_process(name, s, info)
         with _lock_early(name, s, info):
             s = _resolve_device(_refuse_fp32_of_an_int8_directory(s), info)
             if getattr(s, "torch_compile", False):  # before any data is read or featurised
