@@ -332,6 +332,23 @@ def _refuse_torchrun_for_one_process(name: str, s: Any, info: DistInfo) -> None:
                            "pretrain, finetune and extract-features over several processes)")
 
 
+def _refuse_sequences_beyond_the_model(s: Any) -> None:
+    """Refuse --max-seq-length / --max-length above the model's positions at once, before anything is locked, read or
+    trained (``BertConfig.check_sequence_length``): every command that applies a model takes one of the two. A model
+    whose config.json is not there yet (a Hub id not downloaded, a missing directory) is checked where it loads."""
+    length = next((getattr(s, f) for f in ("max_seq_length", "max_length") if getattr(s, f, None) is not None), None)
+    model = getattr(s, "model_name_or_path", None) or getattr(s, "model", None)
+    if length is None or model is None:
+        return
+    from bertkit.config import BertConfig
+    from bertkit.hub import resolve_directory
+
+    config_file = resolve_directory(model) / "config.json"
+    if config_file.is_file():
+        flag = "--max-seq-length" if hasattr(s, "max_seq_length") else "--max-length"
+        BertConfig.from_json_file(config_file).check_sequence_length(length, flag, str(model))
+
+
 def _refuse_fp32_of_an_int8_directory(s: Any) -> Any:
     """The settings, unless they ask a `bertkit quantize` directory for fp32 (--no-int8): it holds no float weights
     to run, and running it in int8 anyway would ignore the flag."""
@@ -368,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
 
         info = info_from_env()  # where this process stands under torchrun, read once
         _refuse_torchrun_for_one_process(name, s, info)
+        _refuse_sequences_beyond_the_model(s)
         with _lock_early(name, s, info):
             s = _resolve_device(_refuse_fp32_of_an_int8_directory(s), info)
             if getattr(s, "torch_compile", False):  # before any data is read or featurised

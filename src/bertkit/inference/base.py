@@ -84,13 +84,12 @@ class Pipeline:
                  calibration_texts: Sequence[str | tuple[str, str]] | None = None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
-        limit = min(tokenizer.model_max_length, model.config.max_position_embeddings)
         if max_length is None:
-            max_length = limit
-        if not 8 <= max_length <= limit:
-            raise BertkitError(f"max_length {max_length} is outside [8, {limit}] (the model has "
-                               f"{model.config.max_position_embeddings} positions, the tokenizer's "
-                               f"model_max_length is {tokenizer.model_max_length})")
+            max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
+        model.config.check_sequence_length(max_length, "max_length")
+        if not 8 <= max_length <= tokenizer.model_max_length:
+            raise BertkitError(f"max_length {max_length} is outside [8, {tokenizer.model_max_length}] (8 to the "
+                               "tokenizer's model_max_length)")
         # int8 already (load_int8, or quantize_int8 by the caller) runs as such; quantize="int8" makes a quantized
         # copy, calibrated on the given texts or the built-in sentences
         self.model, self.precision = prepare_model(model, device=device, bf16=bf16, quantize=quantize,
