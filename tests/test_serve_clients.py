@@ -337,6 +337,24 @@ def test_metrics_parse_and_the_counters_move_by_the_requests_sent(reranker):
     assert after[("bertkit_largest_batch", ())] >= 2
 
 
+def test_a_request_refused_by_the_api_key_is_counted_as_any_other_refusal(embedder):
+    """Was: a 422 moved bertkit_requests_total and bertkit_errors_total, a 401 from the API key moved neither. One
+    rule now: a request to a route that parses a body counts in requests, and its refusal once more in errors (or
+    refused, for 429/503); the GET routes count nothing, refused or not."""
+    url, _ = embedder
+    names = ("bertkit_requests_total", "bertkit_errors_total", "bertkit_refused_total")
+    before = _samples(url, AUTH)
+    sent = [httpx.post(f"{url}/v1/embeddings", json={"input": "a"}),  # no key
+            httpx.post(f"{url}/embed", headers={"Authorization": "Bearer wrong"}, json={"inputs": "a"}),
+            httpx.post(f"{url}/v1/embeddings", headers=AUTH, json={"input": "a", "dimensions": 0}),
+            httpx.get(f"{url}/info")]  # a GET route: refused, not counted
+    assert [r.status_code for r in sent] == [401, 401, 422, 401]
+    assert [r.json()["error_type"] for r in sent] == ["unauthorized", "unauthorized", "validation", "unauthorized"]
+    after = _samples(url, AUTH)
+    assert {n: after[(n, ())] - before[(n, ())] for n in names} == {
+        "bertkit_requests_total": 3, "bertkit_errors_total": 3, "bertkit_refused_total": 0}
+
+
 def test_two_apps_in_one_process_count_apart(embedder, reranker):
     before = _samples(embedder[0], AUTH)
     httpx.post(f"{reranker[0]}/rerank", json={"query": QUERY, "texts": TEXTS[:1]})
