@@ -173,13 +173,23 @@ class _Server:
         return _error_response(e)
 
     def _refuse_early(self, request: Any, route: Route) -> None:
-        """The refusals that need no body: a draining server (503), a query string (422), no room (429)."""
+        """The refusals that need no body: a draining server (503), a query string (422), a compressed body (415), no
+        room (429)."""
         if self.app.state.draining:
             raise RequestError(503, "the server is shutting down; send the request to another replica",
                                {"Retry-After": "1"})
         if request.url.query:  # POST /predict?top_k=3 would otherwise be answered as if top_k were not sent
             raise RequestError(422, f"{route.path} takes no query parameters, got {request.url.query[:80]!r}; send "
                                     'them in the body: {"inputs": ..., "parameters": {...}}')
+        encoding = request.headers.get("content-encoding", "").strip()
+        if encoding.lower() not in ("", "identity"):
+            # Read as JSON, a gzip body was "not valid JSON". Not decoded: TEI decodes none (its router has no
+            # decompression layer), no client of these APIs compresses a request, and max_body_bytes must keep
+            # bounding the bytes parsed (1 MB of gzip can expand a thousandfold).
+            raise RequestError(415, f"the request body is encoded (Content-Encoding: {encoding[:40]}); this server "
+                                    "reads JSON bodies as sent, uncompressed, as TEI does: send it without "
+                                    "Content-Encoding (or turn off request compression in the client or proxy)",
+                               {"Accept-Encoding": "identity"})
         if route.model:  # when full, refuse before reading and parsing the body
             self.batcher.check_room()
 
