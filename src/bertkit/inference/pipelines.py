@@ -24,7 +24,7 @@ from bertkit.heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
-from bertkit.inference.base import Pipeline, softmax
+from bertkit.inference.base import Pipeline, refuse_empty_text, softmax
 from bertkit.modeling import BertModel
 from bertkit.sentence.directory import SentenceDirectory, read_directory
 from bertkit.sentence.pooling import MODES as POOLING_MODES
@@ -107,9 +107,10 @@ class TextOrPairPipeline(Pipeline):
 
     def check_input(self, item: Any, index: int) -> tuple[str, str | None]:
         if isinstance(item, str):
+            refuse_empty_text(self.tokenizer, item, f"{self.task} input {index}")
             return item, None
         if isinstance(item, tuple) and len(item) == 2 and all(isinstance(x, str) for x in item):
-            return item
+            return super().check_input({"text": item[0], "text_pair": item[1]}, index)["text"], item[1]
         if isinstance(item, dict):
             item = super().check_input(item, index)
             return item["text"], item.get("text_pair")
