@@ -71,7 +71,7 @@ ENCODE_CASES = [
     (TEXTS[2], {"convert_to_tensor": True}),
     (TEXTS, {"convert_to_numpy": False}),
     (TEXTS[2], {"convert_to_numpy": False}),
-    (TEXTS, {"normalize_embeddings": True, "batch_size": 1}),
+    (TEXTS[:3], {"normalize_embeddings": True, "batch_size": 1}),
     (TEXTS, {"truncate_dim": 32, "normalize_embeddings": True, "batch_size": 4}),
     (TEXTS, {"prompt": "Represent this: "}),
     (TEXTS, {"prompt_name": "passage", "convert_to_tensor": True}),
@@ -131,8 +131,7 @@ def test_a_text_pair_is_refused_by_name(models):
 
 
 @pytest.mark.parametrize(("prompts", "default_prompt_name"), [
-    (PROMPTS, None), (PROMPTS, "passage"), ({**PROMPTS, "document": "document: "}, None),
-    ({**PROMPTS, "document": "document: "}, "passage"), ({"passage": "p: "}, "passage"), ({}, None)])
+    (PROMPTS, "passage"), ({**PROMPTS, "document": "document: "}, None), ({"passage": "p: "}, "passage"), ({}, None)])
 def test_query_and_document_prompts_are_sentence_transformers(tmp_path, minilm_dir, prompts, default_prompt_name):
     """encode_query / encode_document choose sentence-transformers 6's prompt: "query", and "document" before
     "passage" or "corpus"; both models carry the placeholders "query" and "document" (""), which also keep a default
@@ -159,9 +158,9 @@ def test_model_attributes_and_similarity_calls(models):
         assert ours.get_embedding_dimension() == ref.get_embedding_dimension() == 16
         _same(ours.encode(TEXTS[:2]), ref.encode(TEXTS[:2]))
     assert ours.get_embedding_dimension() == 384
-    features = ours.tokenize(TEXTS[:2])
-    want = ref.preprocess(TEXTS[:2])
-    assert torch.equal(features["input_ids"], want["input_ids"])
+    features, want = ours.preprocess(TEXTS[:2]), ref.preprocess(TEXTS[:2])
+    assert torch.equal(features["input_ids"], want["input_ids"]) and torch.equal(ours.tokenize(TEXTS[:2])["input_ids"],
+                                                                                 want["input_ids"])
     _same(ours(features)["sentence_embedding"].detach(), ref(want)["sentence_embedding"].detach())
 
 
@@ -229,16 +228,16 @@ def test_directories_saved_by_one_library_load_in_the_other(models, tmp_path):
     theirs = st.SentenceTransformer(str(tmp_path / "bertkit"), device="cpu")
     assert (theirs.truncate_dim, theirs.prompts, theirs.max_seq_length, theirs.similarity_fn_name) == (
         16, ours.prompts, 256, "dot")
-    _same(theirs.encode(TEXTS), truncated.encode(TEXTS))
+    _same(theirs.encode(TEXTS[:3]), truncated.encode(TEXTS[:3]))
     reopened = SentenceTransformer(tmp_path / "bertkit")
     assert reopened.truncate_dim == 16 and reopened.get_embedding_dimension() == 16
-    _same(reopened.encode(TEXTS), truncated.encode(TEXTS), atol=0)
+    _same(reopened.encode(TEXTS[:3]), truncated.encode(TEXTS[:3]), atol=0)
 
     st_truncated = st.SentenceTransformer(ours.name_or_path, device="cpu", truncate_dim=24)
     st_truncated.save(str(tmp_path / "st"))
     mine = SentenceTransformer(tmp_path / "st")
     assert (mine.truncate_dim, mine.prompts, mine.max_seq_length, mine.normalize) == (24, ref.prompts, 256, True)
-    _same(mine.encode(TEXTS, prompt_name="query"), st_truncated.encode(TEXTS, prompt_name="query"))
+    _same(mine.encode(TEXTS[:3], prompt_name="query"), st_truncated.encode(TEXTS[:3], prompt_name="query"))
 
 
 def test_pipeline_predict_and_serve_give_encodes_vectors(tmp_path, minilm_dir):

@@ -394,7 +394,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
 
     def __init__(self, model, tokenizer, *, pooling: str | None = None, normalize: bool | None = None,
                  truncate_dim: int | None = None, directory: SentenceDirectory | None = None, **kwargs: Any):
-        saved = directory or SentenceDirectory(Path(), Path())
+        saved = directory if directory is not None else SentenceDirectory(Path(), Path())  # a model object: defaults
         pooling = pooling or (saved.pooling.modes[0] if saved.pooling is not None else "mean")
         if pooling not in POOLINGS:
             raise BertkitError(f"pooling {pooling!r} is not one of {POOLINGS}")

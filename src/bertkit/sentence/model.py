@@ -210,6 +210,8 @@ class SentenceTransformer(nn.Module):
         batch["prompt_length"] = self.prompt_length(prompt)
         return batch
 
+    preprocess = tokenize  # sentence-transformers 6's name
+
     def prompt_length(self, prompt: str | None) -> int:
         """How many leading tokens (with [CLS]) the prompt takes: what Pooling leaves out when include_prompt is False."""
         if not prompt:
