@@ -14,7 +14,8 @@ same run, and the achieved useful FLOP/s is given as a share of it.
 
 On a GPU (``--device cuda``) each step is what both training loops run: forward under autocast, backward, the
 gradient norm clipped at 1.0 (both libraries' default), fused AdamW. ``--compile`` adds each library compiled
-(bertkit: ``compile_layers``, what ``--compile`` runs; transformers: ``torch.compile`` of the whole model), and
+(bertkit: ``compile_layers``, what ``--compile`` runs, and ``torch.compile`` of the whole model as
+``bertkit_compiled_model``; transformers: ``torch.compile`` of the whole model), and
 ``--rounds`` interleaves the variants. Beside the useful FLOPs it reports model FLOPs utilisation (MFU): 6 x
 parameters x positions (every position of the batch, B x T) plus attention (12 x L x H x T^2 per sequence:
 QK^T and AV, forward and backward), over the GPU's dense bf16 peak (``--peak-tflops``; H100 and H200 SXM:
@@ -178,6 +179,9 @@ def main() -> None:
         compiled.load_state_dict(ours.state_dict())
         compiled.bert.compile_layers()
         variants["bertkit_compiled"] = make_step(compiled, device, args.bf16)
+        whole = BertForPreTraining(cfg).to(device)  # the whole model compiled, as transformers' variant
+        whole.load_state_dict(ours.state_dict())
+        variants["bertkit_compiled_model"] = make_step(torch.compile(whole), device, args.bf16)
     t = time_steps(variants, batches, args.steps, args.warmup, args.rounds, device)
     gpu = device == "cuda"
     peak = args.peak_tflops * 1e12 if gpu else gemm_peak()

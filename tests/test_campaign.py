@@ -386,7 +386,7 @@ SERVE_REFUSALS = [
     ("a list in a list", "/v1/embeddings", {"input": [["a"]]}, 422, "input 0 is list"),
     ("encoding_format FLOAT", "/v1/embeddings", {"input": "a", "encoding_format": "FLOAT"}, 422, "encoding_format"),
     ("model 3", "/v1/embeddings", {"input": "a", "model": 3}, 422, "model must be a string"),
-    ("text of unknown words", "/v1/embeddings", {"input": "zzzz"}, 422, "input 0 is empty"),
+    ("text of zero-width spaces", "/v1/embeddings", {"input": "\u200b\u200b"}, 422, "input 0 is empty"),
     ("truncate false, too long", "/embed", {"inputs": "good " * 30, "truncate": False}, 422,
      "input 0 has 32 tokens, over max_length 16"),
     ("truncation_direction Left", "/embed", {"inputs": "good", "truncation_direction": "Left"}, 422,
@@ -422,8 +422,9 @@ def test_a_body_that_is_not_the_json_asked_for_is_a_4xx(app, body, status, said)
 
 
 @pytest.mark.parametrize("body, status, said", [
-    ({"query": "", "texts": ["a film", "bad"]}, 422, "query has no token but the special ones"),  # ranked on nothing
-    ({"query": "  ", "texts": ["a film"]}, 422, "query has no token but the special ones"),
+    ({"query": "", "texts": ["a film", "bad"]}, 422, "query is empty: '' holds no token"),  # ranked on nothing
+    ({"query": "  ", "texts": ["a film"]}, 422, "query is empty: '  ' holds no token"),
+    ({"query": "good", "texts": ["a film", "\t"]}, 422, "text 1 is empty: '\\t' holds no token"),
     ({"query": ["good"], "texts": ["bad"]}, 422, "query must be a string"),
     ({"query": "good", "texts": []}, 422, "texts must be a string or a non-empty list"),
     ({"query": "good", "texts": ["bad " * 200], "truncate": False}, 422, "over max_length 128"),

@@ -72,6 +72,35 @@ def test_missing_and_unexpected_keys_listed(saved):
     assert "unexpected keys: ['encoder.layer.1.attention.self.rotary.weight']" in str(e.value)
 
 
+def test_a_stray_layer_tensor_is_named_with_advice_that_loads(saved):
+    """Was: one tensor of a layer 3 in a 2-layer checkpoint got "num_hidden_layers is 2 but the weights have 4: fix
+    config.json", advice that fails next on the missing layer 2 and the rest of layer 3."""
+    clean = load_file(saved / "model.safetensors")
+    state = dict(clean, **{"encoder.layer.3.output.dense.weight": torch.zeros(16, 24)})
+    save_file(state, saved / "model.safetensors")
+    with pytest.raises(ValueError) as e:
+        BertModel.from_pretrained(saved)
+    assert str(e.value) == (
+        f"{saved}: the weights hold layers 0 to 1 whole, as config.json's num_hidden_layers 2 says, and stray tensors "
+        "beyond them (layer 3: 1 of its 16 tensors): encoder.layer.3.output.dense.weight. Raising num_hidden_layers "
+        "does not load them: 4 would leave layer 2 missing and layer 3 incomplete. Remove the stray tensors from the "
+        "weights file (a 2-layer model never writes them), or pair the weights with the config.json they were saved "
+        "with")
+    whole = {k.replace("layer.1.", "layer.3.").replace("encoder.", "bert.encoder."): v.clone()  # a head's names
+             for k, v in clean.items() if "layer.1." in k}
+    save_file({**clean, **whole}, saved / "model.safetensors")
+    with pytest.raises(ValueError, match=r"\(layer 3: whole\): bert\.encoder\.layer\.3\.attention\.output\.LayerNorm"
+                                         r"\.bias, .* and 11 more\. Raising num_hidden_layers does not load them: 4 "
+                                         r"would leave layer 2 missing\. Remove"):
+        BertModel.from_pretrained(saved)
+    save_file(clean, saved / "model.safetensors")  # the advice: the stray tensors removed, the checkpoint loads
+    assert BertModel.from_pretrained(saved).config.num_hidden_layers == 2
+    save_file({**clean, **{k.replace("layer.1.", "layer.2."): v.clone() for k, v in clean.items() if "layer.1." in k}},
+              saved / "model.safetensors")  # layers 0 to 2 whole: the count is the weights', and said so
+    with pytest.raises(ValueError, match=r"num_hidden_layers is 2 but the weights have 3 \(encoder\.layer\.0 to 2\)"):
+        BertModel.from_pretrained(saved)
+
+
 def test_a_head_is_its_modules_and_only_other_modules_weights_are_dropped(tmp_path, caplog):
     """A head's checkpoint keys are its modules' names (no table lists them): a key of a module the model does
     not have is another head's and is dropped with a log line; a key inside one of the model's own modules that

@@ -355,3 +355,31 @@ def test_library_defaults_are_named_constants_not_restated_literals():
                 if value in defaults.get(arg.arg, ()):
                     restated.append(f"{path.name}:{fn.lineno} {fn.name}({arg.arg}={value!r})")
     assert not restated, "settings defaults restated as literals (name a module constant): " + ", ".join(restated)
+
+
+SEQUENCE_COMMANDS = [name for name, _, cls in ALL
+                     if {"max_seq_length", "max_length"} & {f.name for f in dataclasses.fields(cls)}
+                     and {"model_name_or_path", "model"} & {f.name for f in dataclasses.fields(cls)}]
+
+
+@pytest.mark.parametrize("name", SEQUENCE_COMMANDS)
+def test_a_sequence_length_beyond_the_models_positions_is_refused_at_once(name, tiny_checkpoint, tmp_path, capsys):
+    """Was: --max-seq-length above the model's positions was accepted; the command locked its output directory,
+    read its data and failed at the first long batch with the forward pass's advice to truncate in the tokenizer.
+    Now every command that applies a model refuses it before anything else, naming both numbers and the fix."""
+    model = tiny_checkpoint(tmp_path / "model", tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"],
+                            max_position_embeddings=16)
+    cls = COMMANDS[name].settings
+    flag = "--max-seq-length" if "max_seq_length" in {f.name for f in dataclasses.fields(cls)} else "--max-length"
+    values = {"task": "sst2" if name.endswith("glue") else "feature-extraction"}
+    argv = [*name.split(), flag, "17"]
+    for f in dataclasses.fields(cls):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            value = model if f.name in ("model_name_or_path", "model") else values.get(f.name, tmp_path / f.name)
+            argv += [f"--{f.name.replace('_', '-')}", str(value)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (f"bertkit {name}: error: {flag} 17 exceeds max_position_embeddings 16 of "
+                                            f"{model}: it has no position embedding beyond 16 tokens; pass {flag} 16 "
+                                            "or less"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # nothing locked, made or written

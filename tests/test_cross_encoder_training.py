@@ -103,3 +103,35 @@ def test_training_script_gives_sentence_transformers_numbers(loss, tmp_path, min
 def _logit(p) -> np.ndarray:
     p = np.asarray(p, dtype=np.float64)
     return np.log(p / (1 - p))
+
+
+def test_string_labels_advice_leads_to_a_model_the_loss_accepts(tmp_path, minilm_dir):
+    """"0"/"1" labels with BinaryCrossEntropyLoss: the error's advice, followed, trains (the advice used to be to name
+    the labels when loading, id2label of two labels, which BinaryCrossEntropyLoss refuses: it needs one)."""
+    import re
+
+    from bertkit.errors import BertkitError
+    from bertkit.sentence.cross_encoder import (
+        CrossEncoder,
+        CrossEncoderTrainer,
+        CrossEncoderTrainingArguments,
+        losses,
+    )
+
+    rows = [{"query": f"question {i}", "text": f"passage {i % 3}", "label": str(i % 2)} for i in range(8)]
+    model = CrossEncoder(cross_encoder_directory(minilm_dir, tmp_path / "ce"), max_length=16)
+    args = CrossEncoderTrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=2,
+                                         save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True)
+
+    def train(dataset):
+        trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=dataset,
+                                      loss=losses.BinaryCrossEntropyLoss(model))
+        return trainer.train()
+
+    with pytest.raises(BertkitError, match=re.escape(
+            "label holds strings ['0', '1'], and the model takes a number per example (its loss scores, it has no "
+            "label names); make them numbers: dataset.cast_column('label', Value('float32')) (from datasets "
+            "import Value), or float() each")):
+        train(datasets.Dataset.from_list(rows))
+    advised = datasets.Dataset.from_list(rows).cast_column("label", datasets.Value("float32"))
+    assert train(advised).global_step == 2

@@ -260,3 +260,56 @@ def test_half_precision_inference_drops_padding_with_the_varlen_kernel(tiny_mode
     model.train()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         assert model(input_ids=ids, attention_mask=mask).token_layout.cu_seqlens is None
+
+
+def _sentence_runs(directory, ce_directory, device: str, out) -> dict:
+    """encode, CrossEncoder.predict and one epoch of each trainer (fp32, dropout off) on ``device``."""
+    from bertkit.sentence import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+        losses,
+    )
+    from bertkit.sentence.cross_encoder import (
+        CrossEncoder,
+        CrossEncoderTrainer,
+        CrossEncoderTrainingArguments,
+    )
+    from bertkit.sentence.cross_encoder import losses as ce_losses
+
+    texts = [("the movie was great " * (1 + i % 7)).strip() + f" number {i}" for i in range(40)]
+    pairs = [(f"question {i}?", texts[(i * 7) % 40]) for i in range(40)]
+    model = SentenceTransformer(directory, device=device)
+    vectors = model.encode(texts, batch_size=8)  # five batches: tokenized ahead on a thread on the GPU
+    rows = [{"anchor": f"question {i}?", "positive": t} for i, t in enumerate(texts[:32])]
+    args = dict(output_dir=str(out / f"st-{device}"), per_device_train_batch_size=8, num_train_epochs=1,
+                learning_rate=1e-4, save_strategy="no", report_to="none", seed=3, disable_tqdm=True,
+                use_cpu=device == "cpu", logging_steps=1)
+    trained = SentenceTransformerTrainer(model=model, args=SentenceTransformerTrainingArguments(**args),
+                                         train_dataset=rows, loss=losses.MultipleNegativesRankingLoss(model)).train()
+    ce = CrossEncoder(ce_directory, device=device)
+    scores = ce.predict(pairs, batch_size=8)
+    labelled = [{"query": q, "doc": d, "label": float(i % 2)} for i, (q, d) in enumerate(pairs[:32])]
+    ce_args = CrossEncoderTrainingArguments(**{**args, "output_dir": str(out / f"ce-{device}")})
+    ce_trained = CrossEncoderTrainer(model=ce, args=ce_args, train_dataset=labelled,
+                                     loss=ce_losses.BinaryCrossEntropyLoss(ce)).train()
+    return {"vectors": vectors, "scores": scores, "loss": trained.training_loss, "ce_loss": ce_trained.training_loss}
+
+
+def test_sentence_encode_predict_and_training_on_the_gpu_equal_the_cpu(tiny_checkpoint, minilm_tokenizer_dir,
+                                                                          tmp_path):
+    """The GPU's feeding path (encode and predict tokenize ahead on a thread and copy from pinned memory; training
+    collates in loader workers, a cross-encoder's word pieces stay on the host) gives the CPU's vectors, scores,
+    in the inputs' order, and training losses."""
+    directory = str(tiny_checkpoint(tmp_path / "enc", tokenizer=minilm_tokenizer_dir, hidden_dropout_prob=0.0,
+                                    attention_probs_dropout_prob=0.0))
+    ce_directory = str(tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", tokenizer=minilm_tokenizer_dir,
+                                       labels=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    torch.manual_seed(0)
+    cpu = _sentence_runs(directory, ce_directory, "cpu", tmp_path)
+    torch.manual_seed(0)
+    gpu = _sentence_runs(directory, ce_directory, "cuda", tmp_path)
+    np.testing.assert_allclose(gpu["vectors"], cpu["vectors"], atol=1e-5)
+    np.testing.assert_allclose(gpu["scores"], cpu["scores"], atol=1e-5)
+    assert gpu["loss"] == pytest.approx(cpu["loss"], rel=1e-4)
+    assert gpu["ce_loss"] == pytest.approx(cpu["ce_loss"], rel=1e-4)

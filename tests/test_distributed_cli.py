@@ -202,3 +202,42 @@ def test_spawned_workers_run_again_only_after_an_abort(tmp_path):
     assert (tmp_path / "aborted.rank0").is_file() and (tmp_path / "aborted.rank1").is_file()
     with pytest.raises(mp.ProcessRaisedException, match="a worker's own error"):
         spawn_gloo_workers(_abort_once_worker, lambda: (str(tmp_path / "other"), "raise"), 2)
+
+
+@pytest.mark.parametrize("command", ["train-tokenizer", "create-pretraining-data"])
+def test_a_one_process_command_under_torchrun_is_refused_before_its_sibling_holds_the_lock(
+        tmp_path, monkeypatch, capsys, command):
+    """Was: rank 1 of a `torchrun ... train-tokenizer` was told that its output directory "is in use" by rank 0
+    (which had locked it first) instead of that the command runs in one process. The sibling is played by a
+    second open of the lock file holding its flock, as rank 0's process holds it."""
+    import fcntl
+
+    from bertkit import BertTokenizer
+    from bertkit.cli import main
+    from bertkit.dir_lock import LOCK
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("A first sentence.\nA second one.\n\nAnother document.\n")
+    BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])}).save_pretrained(
+        tmp_path / "vocab")
+    out = tmp_path / "out"
+    out.mkdir()
+    sibling = open(out / LOCK, "w")
+    sibling.write(f"pid {os.getpid()} (bertkit {command})")
+    sibling.flush()
+    fcntl.flock(sibling.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    args = {"train-tokenizer": [str(corpus), "--vocab-size", "200"],
+            "create-pretraining-data": [str(corpus), "--vocab", str(tmp_path / "vocab")]}[command]
+    try:
+        code = main([command, *args, "--output-dir", str(out), "--no-progress"])
+    finally:
+        sibling.close()
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"bertkit {command}: error: bertkit {command} runs in one process: launch it without torchrun (torchrun runs "
+        "pretrain, finetune and extract-features over several processes)"), err
+    assert sorted(p.name for p in out.iterdir()) == [LOCK]  # nothing written

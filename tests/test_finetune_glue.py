@@ -46,7 +46,7 @@ def test_finetune_and_predict_glue_cli(tmp_path, glue_model, capsys):
     out = tmp_path / "run"
     code = main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(glue_model),
                  "--out", str(out), "--lr", "1e-2,1e-3", "--seeds", "1,2", "--epochs", "10", "--batch-size", "8",
-                 "--no-progress"])
+                 "--max-seq-length", "32", "--no-progress"])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["metric"] == "accuracy" and len(report["runs"]) == 4
@@ -56,7 +56,7 @@ def test_finetune_and_predict_glue_cli(tmp_path, glue_model, capsys):
     assert best.config.id2label == {0: "0", 1: "1"}
 
     code = main(["predict", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(out / "best"),
-                 "--out", str(tmp_path / "sub")])
+                 "--out", str(tmp_path / "sub"), "--max-seq-length", "32"])
     assert code == 0
     lines = (tmp_path / "sub" / "SST-2.tsv").read_text().splitlines()
     assert lines[0] == "index\tprediction" and len(lines) == 1 + len(WORDS)
@@ -71,7 +71,7 @@ def test_malformed_row_names_file_and_line(tmp_path, glue_model, capsys):
     lines[5] = "no label column here"
     path.write_text("\n".join(lines) + "\n")
     code = main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(glue_model),
-                 "--out", str(tmp_path / "run"), "--no-progress"])
+                 "--out", str(tmp_path / "run"), "--max-seq-length", "32", "--no-progress"])
     assert code == 2
     assert f"{path} line 6" in capsys.readouterr().err
 

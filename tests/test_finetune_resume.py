@@ -50,7 +50,8 @@ def short_setup(tmp_path_factory, tiny_checkpoint) -> Path:
 def _args(root: Path, out: Path, *extra: str, epochs: int = 3) -> list[str]:
     return [sys.executable, "-m", "bertkit", "finetune", "ner", "--data-dir", str(root / "conll"), "--model",
             str(root / "model"), "--output-dir", str(out), "--num-train-epochs", str(epochs), "--batch-size", "4",
-            "--learning-rate", "1e-3", "--save-steps", "3", "--logging-steps", "1", "--no-progress", *extra]
+            "--learning-rate", "1e-3", "--save-steps", "3", "--logging-steps", "1", "--max-seq-length", "64",
+            "--no-progress", *extra]
 
 
 def _same_result(full: Path, killed: Path) -> None:

@@ -731,5 +731,7 @@ def test_an_int8_layer_the_config_lacks_is_refused(quantized_classifier, tmp_pat
     for part in ("weight", "weight_scale", "inv_scale"):
         tensors[f"int8.layers.{layers + 3}.ffn_in.{part}"] = tensors[f"int8.layers.0.ffn_in.{part}"].clone()
     save_file(tensors, str(broken / "model.int8.safetensors"))
-    with pytest.raises(BertkitError, match=rf"num_hidden_layers is {layers} but the weights have {layers + 4}"):
+    with pytest.raises(BertkitError, match=rf"the weights hold layers 0 to {layers - 1} whole, as config.json's "
+                                           rf"num_hidden_layers {layers} says, and stray tensors beyond them \(layer "
+                                           rf"{layers + 3}: 1 of its 16 tensors\)"):  # not "raise it to {layers + 4}"
         load_int8(broken)

@@ -313,7 +313,8 @@ def _classify_args(tmp_path, tiny_checkpoint) -> list[str]:
     train = tmp_path / "train.csv"
     train.write_text("text,label\n" + "a good film,pos\ndull,neg\nfine film,pos\nbad,neg\n" * 2, encoding="utf-8")
     return ["finetune", "classify", "--model", str(model), "--train-file", str(train), "--validation-file",
-            str(train), "--num-train-epochs", "1", "--batch-size", "4", "--no-progress", "--device", "cpu"]
+            str(train), "--num-train-epochs", "1", "--batch-size", "4", "--max-seq-length", "64", "--no-progress",
+            "--device", "cpu"]
 
 
 def _snapshot(directory) -> dict[str, bytes]:

@@ -392,7 +392,7 @@ def test_a_sentence_transformers_directory_pools_as_its_1_pooling_says(minilm_di
     st = pytest.importorskip("sentence_transformers")
     from sentence_transformers import models
 
-    from bertkit.inference.pipelines import saved_pooling
+    from bertkit.sentence.directory import read_directory
 
     d = tmp_path / "cls-model"
     word = models.Transformer(str(minilm_dir))
@@ -401,7 +401,7 @@ def test_a_sentence_transformers_directory_pools_as_its_1_pooling_says(minilm_di
     model.save(str(d))
     texts = ["A man is playing a guitar.", "The new movie is awesome, the best I have seen this year.", "fine"]
     want = model.encode(texts, normalize_embeddings=True)
-    assert saved_pooling(d) == "cls" and saved_pooling(minilm_dir) is None
+    assert read_directory(d).pooling.modes == ("cls",) and read_directory(minilm_dir).pooling is None
     got = np.asarray(bertkit.pipeline("sentence-embedding", model=str(d), progress=False)(texts))
     np.testing.assert_allclose(got, want, atol=2e-5)
     mean = np.asarray(bertkit.pipeline("sentence-embedding", model=str(d), pooling="mean", progress=False)(texts))

@@ -194,6 +194,44 @@ def test_data_regenerated_at_the_same_path_does_not_resume_silently(tiny_setup, 
         pretrain(_settings(root, tmp_path / "run", max_steps=10, resume=True))
 
 
+def test_a_shard_replaced_after_the_manifest_is_refused_before_training(tiny_setup, tmp_path, monkeypatch, capsys):
+    """Was: `pretrain` trained on a shard file replaced after the manifest recorded its sha256 (here the same shape
+    and dtype, every id moved by one), since nothing checked the files once the opt-in verification was removed.
+    Now opening the data checks each file once; a DataLoader worker's copy does not hash them again."""
+    import pickle
+    import shutil
+
+    import numpy as np
+
+    from bertkit.cli import main
+    from bertkit.data import PretrainingDataset
+    from bertkit.data import dataset as dataset_module
+    from bertkit.data.shards import read_manifest
+
+    shutil.copytree(tiny_setup / "data", tmp_path / "data")
+    shutil.copytree(tiny_setup / "vocab", tmp_path / "vocab")
+    shard = tmp_path / "data" / "shard-00000.input_ids.npy"
+    ids = np.load(shard)
+    np.save(shard, ((ids.astype(np.int64) + 1) % 1500).astype(ids.dtype))
+    out = tmp_path / "run"
+    assert main(_pretrain_args(tmp_path, out)[3:]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"bertkit pretrain: error: {shard} is not the file manifest.json recorded when the data was written (its "
+        "sha256 differs): it was replaced or changed since, so its instances are not the manifest's; put the original "
+        "file back, or write the data again into a new directory (bertkit create-pretraining-data ... --output-dir "
+        "NEW_DIR) and train on that")
+    assert not (out / "checkpoints").exists() and not (out / "final").exists()
+
+    hashed: list[str] = []
+    real = dataset_module.sha256_of
+    monkeypatch.setattr(dataset_module, "sha256_of", lambda path: hashed.append(path.name) or real(path))
+    listed = sorted(e["file"] for shard in read_manifest(tiny_setup / "data")["shards"] for e in shard["files"].values())
+    first = PretrainingDataset(tiny_setup / "data")[0]
+    assert sorted(hashed) == listed  # every file once
+    copy = pickle.loads(pickle.dumps(PretrainingDataset(tiny_setup / "data")))
+    assert len(hashed) == 2 * len(listed) and np.array_equal(copy[0]["input_ids"], first["input_ids"])
+
+
 def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tiny_setup, tmp_path, monkeypatch):
     import torch
 

@@ -16,9 +16,11 @@ from bertkit.errors import BertkitError
 from bertkit.inference.files import Columns, check_writable, read_inputs
 from bertkit.tasks.files import read_records
 from bertkit.tasks.glue import GlueExample
+from bertkit.tokenization import BertTokenizer
 from bertkit.training.classify import classify_task
 
 MODEL = Path(os.environ.get("BERTKIT_TEST_MODEL", "models/minilm"))
+TOK = BertTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad"])  # what the file reader needs
 needs_model = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason=f"no checkpoint at {MODEL} (make model)")
 
 
@@ -111,7 +113,7 @@ def test_pipeline_takes_the_model_as_a_keyword_as_transformers_does(tiny_dirs):
     from bertkit import BertForSequenceClassification, BertTokenizer, pipeline
     from bertkit.inference import TextClassificationPipeline
 
-    texts = ["a good film", "dull films", ""]
+    texts = ["a good film", "dull films", "film"]
     expected = pipeline("text-classification", tiny_dirs["clf"])(texts)
     for pipe in (pipeline("text-classification", model=tiny_dirs["clf"]),
                  pipeline(task="text-classification", model=str(tiny_dirs["clf"])),
@@ -144,11 +146,41 @@ def test_a_pipeline_given_none_a_number_or_nested_lists_names_what_it_takes(tiny
         pipeline("text-classification", tiny_dirs["clf"])(inputs)
 
 
+def test_an_empty_text_is_refused_in_every_field_of_every_task_and_a_text_of_unknown_characters_is_not(
+        tiny_dirs, tiny_checkpoint, tmp_path):
+    """One rule for an empty text (bertkit.inference.base.refuse_empty_text), which `predict` and every serve route
+    apply through the pipeline: no token of its own. Was: the pipeline answered "" with [CLS] [SEP]'s output while
+    the server refused a text of emoji ([CLS] [UNK] [SEP]) as empty."""
+    from bertkit import pipeline
+
+    clf = pipeline("text-classification", tiny_dirs["clf"])
+    qa = pipeline("question-answering", tiny_checkpoint(tmp_path / "qa", "BertForQuestionAnswering",
+                                                        tokenizer=tiny_dirs["clf"]))
+    mc = pipeline("multiple-choice", tiny_checkpoint(tmp_path / "mc", "BertForMultipleChoice",
+                                                     tokenizer=tiny_dirs["clf"]))
+    for pipe, inputs, where, text in (
+            (clf, ["good", ""], "text-classification input 1", ""),
+            (clf, ["good", "\u200b \u200d"], "text-classification input 1", "\u200b \u200d"),
+            (clf, [("good film", " ")], "text-classification input 0's text_pair", " "),
+            (clf, [{"text": "\t", "text_pair": "good"}], "text-classification input 0's text", "\t"),
+            (qa, [{"question": "\x07", "context": "a good film"}], "question-answering input 0's question", "\x07"),
+            (mc, [{"context": "a film", "choices": ["good", "  "]}], "multiple-choice input 0's choices[1]", "  ")):
+        with pytest.raises(BertkitError) as e:
+            pipe(inputs)
+        assert str(e.value) == (f"{where} is empty: {text!r} holds no token (it is blank, or only control or "
+                                "zero-width characters), so the model would read [CLS] and [SEP] alone in its "
+                                "place, the same for every empty text; send text, or leave it out")
+    emoji = "\U0001F600 \U0001F389"  # [UNK] [UNK]: tokens the model reads
+    assert clf(emoji) == clf("[UNK] [UNK]")
+    assert clf(["good", emoji])[1]["scores"] == pytest.approx(clf(emoji)["scores"], abs=1e-6)
+
+
 def test_a_pipeline_over_10000_inputs_keeps_their_order_and_an_empty_batch_gives_nothing(tiny_dirs):
     from bertkit import pipeline
 
     pipe = pipeline("text-classification", tiny_dirs["clf"], batch_size=256, progress=False)
-    texts = [" ".join(["good", "bad", "film", "dull"][(i * 7 + j) % 4] for j in range(i % 9)) for i in range(10_000)]
+    words = ["good", "bad", "film", "dull"]
+    texts = [" ".join(words[(i * 7 + j) % 4] for j in range(1 + i % 9)) for i in range(10_000)]  # none empty
     results = pipe(texts)
     assert len(results) == 10_000 and pipe([]) == []
     for i in (0, 1, 8, 5_000, 9_999):
@@ -179,7 +211,7 @@ def test_a_truncated_safetensors_file_names_it_before_any_weight_loads(tiny_dirs
 def test_a_byte_order_mark_and_crlf_line_ends_are_not_part_of_any_text(tmp_path, name, content):
     path = tmp_path / name
     path.write_bytes(content.encode("utf-8"))
-    inputs, _ = read_inputs(path, "text-classification")
+    inputs, _ = read_inputs(path, "text-classification", tokenizer=TOK)
     assert [x if isinstance(x, str) else x["text"] for x in inputs] == ["good", "bad"]
 
 
@@ -187,18 +219,19 @@ def test_an_unclosed_csv_quote_is_refused_naming_its_line_not_read_as_one_field_
     path = tmp_path / "u.csv"
     path.write_text('text,n\ngood,1\n"never closed,2\nthird,3\nfourth,4\n', encoding="utf-8")
     with pytest.raises(BertkitError, match=r"u\.csv:3: not valid CSV from this line on \(unexpected end of data\)"):
-        read_inputs(path, "text-classification")
+        read_inputs(path, "text-classification", tokenizer=TOK)
     path.write_text('text\n"a"b\n', encoding="utf-8")  # text after a closing quote
     with pytest.raises(BertkitError, match=r"u\.csv:2: not valid CSV"):
         list(read_records(path, "csv"))
     path.write_text('text,n\n"two\nlines",1\n"say ""hi""",2\n', encoding="utf-8")  # what RFC 4180 allows still reads
-    assert read_inputs(path, "text-classification", Columns())[0] == [{"text": "two\nlines"}, {"text": 'say "hi"'}]
+    assert read_inputs(path, "text-classification", Columns(), tokenizer=TOK)[0] == [{"text": "two\nlines"},
+                                                                                       {"text": 'say "hi"'}]
 
 
 def test_an_input_directory_and_an_unwritable_output_are_refused_naming_them(tmp_path):
     (tmp_path / "inputs.csv").mkdir()
     with pytest.raises(BertkitError, match=r"inputs\.csv is a directory; pass the file"):
-        read_inputs(tmp_path / "inputs.csv", "text-classification")
+        read_inputs(tmp_path / "inputs.csv", "text-classification", tokenizer=TOK)
     (tmp_path / "afile").write_text("x")
     with pytest.raises(BertkitError, match=r"out\.jsonl: .*afile is not a directory"):
         check_writable(tmp_path / "afile" / "out.jsonl")
@@ -251,7 +284,7 @@ def test_predict_on_pairs_it_was_not_told_about_warns_and_a_pair_trained_model_r
 
 def test_predict_refuses_a_whitespace_row_a_nul_byte_and_a_line_over_the_limit_with_exit_2(tiny_dirs, tmp_path,
                                                                                            capsys):
-    cases = {"ws.csv": (b"text,n\ngood,1\n   ,2\n", "ws.csv:3: 'text' is only whitespace"),
+    cases = {"ws.csv": (b"text,n\ngood,1\n   ,2\n", "ws.csv:3: 'text' is empty: '   ' holds no token"),
              "nul.txt": (b"good\n" + b"\x00" * 3_000_000 + b"\n", "nul.txt:2: a NUL byte"),
              "long.txt": (b"good\n" + b"w " * 1_500_000 + b"\n", "long.txt:2: this line is longer than 1,000,000 bytes")}
     for name, (content, message) in cases.items():
@@ -271,7 +304,7 @@ def test_finetune_classify_marks_a_pair_model_in_its_config(tiny_dirs, tmp_path)
     for pair, out in ((["--text-pair-column", "text_pair"], tmp_path / "pair"), ([], tmp_path / "single")):
         assert main(["finetune", "classify", "--model", str(tiny_dirs["clf"]), "--train-file", str(train),
                      "--validation-file", str(train), "--output-dir", str(out), "--num-train-epochs", "1",
-                     "--batch-size", "2", "--no-progress", *pair]) == 0
+                     "--batch-size", "2", "--max-seq-length", "64", "--no-progress", *pair]) == 0
     assert json.loads((tmp_path / "pair" / "best" / "config.json").read_text())["text_pair"] is True
     assert json.loads((tmp_path / "single" / "best" / "config.json").read_text())["text_pair"] is False
 
@@ -291,14 +324,14 @@ def test_finetune_classify_gives_a_fresh_head_to_a_checkpoint_fine_tuned_for_oth
     train = _csv(tmp_path / "train.csv", ["0.5", "1.5", "2.2", "2.5", "0.1", "3.0"])  # regression from a 2-class head
     assert main(["finetune", "classify", "--model", str(tiny_dirs["clf"]), "--train-file", str(train),
                  "--validation-file", str(train), "--output-dir", str(tmp_path / "reg"), "--num-train-epochs", "1",
-                 "--batch-size", "3", "--no-progress"]) == 0
+                 "--batch-size", "3", "--max-seq-length", "64", "--no-progress"]) == 0
     config = json.loads((tmp_path / "reg" / "best" / "config.json").read_text())
     assert config["problem_type"] == "regression" and len(config["id2label"]) == 1
 
     train = _csv(tmp_path / "three.csv", ["a", "b", "c", "a", "b", "c"])  # three classes from a 2-class head
     assert main(["finetune", "classify", "--model", str(tiny_dirs["clf"]), "--train-file", str(train),
                  "--validation-file", str(train), "--output-dir", str(tmp_path / "three"), "--num-train-epochs", "1",
-                 "--batch-size", "3", "--no-progress"]) == 0
+                 "--batch-size", "3", "--max-seq-length", "64", "--no-progress"]) == 0
     config = json.loads((tmp_path / "three" / "best" / "config.json").read_text())
     assert config["id2label"] == {"0": "a", "1": "b", "2": "c"}
 
@@ -310,7 +343,8 @@ def test_a_constant_regression_validation_column_is_refused_before_training(tiny
     dev = _csv(tmp_path / "dev.csv", ["1.5", "1.5", "1.5"])
     out = tmp_path / "run"
     assert main(["finetune", "classify", "--model", str(tiny_dirs["enc"]), "--train-file", str(train),
-                 "--validation-file", str(dev), "--output-dir", str(out), "--no-progress"]) == 2
+                 "--validation-file", str(dev), "--output-dir", str(out), "--max-seq-length", "64",
+                 "--no-progress"]) == 2
     assert "dev.csv: every label is 1.5, so the correlations regression is scored by" in capsys.readouterr().err
     assert not (out / "runs").exists()
 

@@ -1,9 +1,10 @@
 """bertkit.sentence's trainer and arguments: what a user can get wrong is named before anything is written, the
-no-duplicates order keeps repeated texts apart, and a trained model is saved as a sentence-transformers directory."""
+no-duplicates sampler makes sentence-transformers' batches, and a trained model is saved as a sentence-transformers directory."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import (
@@ -13,7 +14,7 @@ from bertkit.sentence import (
     evaluation,
     losses,
 )
-from bertkit.sentence.data import SentenceExamples, no_duplicates_order
+from bertkit.sentence.data import SentenceExamples, no_duplicates_batches
 from bertkit.sentence.training_args import BatchSamplers
 from sentence_helpers import st_directory
 
@@ -52,27 +53,46 @@ def test_bad_input_is_named_before_anything_is_written(model, tmp_path):
                                    optimizers=(object(), None))
     with pytest.raises(BertkitError, match=r"relevant document id\(s\) are not in the corpus, e.g. \['d9'\]"):
         evaluation.InformationRetrievalEvaluator({"q": "a question"}, {"d1": "a doc"}, {"q": {"d1", "d9"}})
-    # duplicates the no-duplicates sampler cannot keep apart: refused before the first step
-    trainer = SentenceTransformerTrainer(
-        model=model, args=_args(tmp_path, per_device_train_batch_size=4, batch_sampler=BatchSamplers.NO_DUPLICATES),
-        loss=mnrl, train_dataset=[{"anchor": f"q{i}", "positive": "the same paragraph" if i < 3 else f"p{i}"}
-                                  for i in range(8)])  # 3 rows share a text, 2 batches of 4 can hold only 2 of them
-    with pytest.raises(BertkitError, match="cannot keep 'the same paragraph' out of a batch.*in 3 rows"):
-        trainer.train()
     assert not (tmp_path / "out").exists()
 
 
-def test_no_duplicates_order_keeps_repeats_apart(model):
-    """Every row once per epoch, no batch repeating a text, also where the greedy pass alone gets stuck (seeds
-    whose last rows all share paragraphs are repaired by swaps)."""
-    pairs = [{"anchor": f"question {i}", "positive": f"paragraph {i // 3}"} for i in range(24)]
-    examples = SentenceExamples(pairs, model, losses.MultipleNegativesRankingLoss(model), None, "train_dataset")
-    for seed in range(20):
-        order = no_duplicates_order(examples, 4, seed)
-        assert sorted(order) == list(range(24))
-        for start in range(0, 24, 4):
-            paragraphs = [pairs[i]["positive"] for i in order[start:start + 4]]
-            assert len(set(paragraphs)) == len(paragraphs)
+def test_no_duplicates_batches_are_sentence_transformers(model):
+    """The no-duplicates sampler's batches are sentence-transformers' NoDuplicatesBatchSampler's, row for row, also
+    where duplicates cannot be kept apart in full batches (a smaller batch then, where bertkit used to refuse)."""
+    st_sampler = pytest.importorskip("sentence_transformers.base.sampler")
+    datasets = pytest.importorskip("datasets")
+    mnrl = losses.MultipleNegativesRankingLoss(model)
+    for pairs in ([{"anchor": f"question {i}", "positive": f"paragraph {i // 3}"} for i in range(24)],
+                  [{"anchor": f"q{i}", "positive": "the same paragraph" if i < 3 else f"p{i}"} for i in range(8)]):
+        examples = SentenceExamples(pairs, model, mnrl, None, "train_dataset")
+        dataset = datasets.Dataset.from_list(pairs)
+        short = 0
+        for seed in range(12):
+            want = list(st_sampler.NoDuplicatesBatchSampler(dataset, 4, drop_last=False, generator=torch.Generator(),
+                                                            seed=seed))
+            got = no_duplicates_batches(examples, 4, seed)
+            assert got == want
+            short += sum(len(b) < 4 for b in got[:-1])
+            for batch in got:
+                paragraphs = [pairs[i]["positive"] for i in batch]
+                assert len(set(paragraphs)) == len(paragraphs)
+        assert short > 0  # some seeds need a smaller batch before the last
+
+
+def test_no_duplicates_trains_where_duplicates_cannot_be_kept_apart(model, tmp_path):
+    """3 rows share a paragraph and 8 rows make 2 batches of 4: sentence-transformers trains on smaller batches (the
+    first ceil(8 / 4) of them each epoch); so does bertkit, where it used to refuse."""
+    pairs = [{"anchor": f"q{i}", "positive": "the same paragraph" if i < 3 else f"p{i}"} for i in range(8)]
+    args = _args(tmp_path, per_device_train_batch_size=4, batch_sampler=BatchSamplers.NO_DUPLICATES, max_steps=3,
+                 learning_rate=1e-5, save_strategy="no", logging_steps=1, seed=3, warmup_steps=10)
+    trainer = SentenceTransformerTrainer(model=model, args=args, loss=losses.MultipleNegativesRankingLoss(model),
+                                         train_dataset=pairs)
+    assert [len(b) for b in no_duplicates_batches(trainer.train_dataset, 4, 3)] == [4, 3, 1]
+    assert trainer.train().global_step == 3
+    # warmup_steps past the run's 3 steps (refused before): each step's rate is step / 10 of the peak throughout, as
+    # transformers' schedule gives it
+    rates = [r["learning_rate"] for r in trainer.state.log_history if "learning_rate" in r]
+    assert rates == pytest.approx([0.0, 1e-6, 2e-6])
 
 
 def test_training_saves_a_sentence_transformers_directory(model, tmp_path):

@@ -337,6 +337,24 @@ def test_metrics_parse_and_the_counters_move_by_the_requests_sent(reranker):
     assert after[("bertkit_largest_batch", ())] >= 2
 
 
+def test_a_request_refused_by_the_api_key_is_counted_as_any_other_refusal(embedder):
+    """Was: a 422 moved bertkit_requests_total and bertkit_errors_total, a 401 from the API key moved neither. One
+    rule now: a request to a route that parses a body counts in requests, and its refusal once more in errors (or
+    refused, for 429/503); the GET routes count nothing, refused or not."""
+    url, _ = embedder
+    names = ("bertkit_requests_total", "bertkit_errors_total", "bertkit_refused_total")
+    before = _samples(url, AUTH)
+    sent = [httpx.post(f"{url}/v1/embeddings", json={"input": "a"}),  # no key
+            httpx.post(f"{url}/embed", headers={"Authorization": "Bearer wrong"}, json={"inputs": "a"}),
+            httpx.post(f"{url}/v1/embeddings", headers=AUTH, json={"input": "a", "dimensions": 0}),
+            httpx.get(f"{url}/info")]  # a GET route: refused, not counted
+    assert [r.status_code for r in sent] == [401, 401, 422, 401]
+    assert [r.json()["error_type"] for r in sent] == ["unauthorized", "unauthorized", "validation", "unauthorized"]
+    after = _samples(url, AUTH)
+    assert {n: after[(n, ())] - before[(n, ())] for n in names} == {
+        "bertkit_requests_total": 3, "bertkit_errors_total": 3, "bertkit_refused_total": 0}
+
+
 def test_two_apps_in_one_process_count_apart(embedder, reranker):
     before = _samples(embedder[0], AUTH)
     httpx.post(f"{reranker[0]}/rerank", json={"query": QUERY, "texts": TEXTS[:1]})
@@ -568,20 +586,49 @@ def test_the_start_up_line_says_whether_the_routes_are_protected(monkeypatch, ca
     assert KEY not in caplog.text
 
 
-@pytest.mark.parametrize("path, body, index", [
-    ("/v1/embeddings", {"input": ["a text", ""]}, 1),
-    ("/v1/embeddings", {"input": "  "}, 0),
-    ("/embed", {"inputs": ["", "a text"]}, 0),
-    ("/", {"inputs": "\t"}, 0),
-    ("/predict", {"inputs": ["a text", "b", " "]}, 2),
-    ("/similarity", {"inputs": {"source_sentence": "a text", "sentences": ["b", ""]}}, 2),
+@pytest.mark.parametrize("path, body, texts", [
+    ("/v1/embeddings", {"input": ["a text", ""]}, ["a text", ""]),
+    ("/v1/embeddings", {"input": "  "}, ["  "]),
+    ("/embed", {"inputs": ["", "a text"]}, ["", "a text"]),
+    ("/", {"inputs": "\t"}, ["\t"]),
+    ("/predict", {"inputs": ["a text", "b", "\u200b"]}, ["a text", "b", "\u200b"]),  # a zero-width space alone
+    ("/similarity", {"inputs": {"source_sentence": "a text", "sentences": ["b", ""]}}, ["a text", "b", ""]),
 ])
-def test_an_empty_text_is_refused_on_every_embedding_route_naming_its_index(embedder, path, body, index):
-    """An empty string got the vector of [CLS] [SEP] as if it were the text's (OpenAI and TEI refuse it)."""
-    url, _ = embedder
+def test_an_empty_text_is_refused_on_every_route_in_the_pipelines_words(embedder, path, body, texts):
+    """An empty string got the vector of [CLS] [SEP] as if it were the text's (OpenAI and TEI refuse it). The server
+    refuses it by the pipeline's one rule, in its words: the same input index, the same message."""
+    from bertkit.errors import BertkitError
+
+    url, pipe = embedder
     r = httpx.post(f"{url}{path}", headers=AUTH, json=body)
     assert r.status_code == 422 and r.json()["error_type"] == "validation", r.text
-    assert r.json()["error"].startswith(f"input {index} is empty: it has no token but the special ones"), r.text
+    with pytest.raises(BertkitError) as refused:
+        pipe(texts)
+    assert r.json()["error"] == str(refused.value)
+    assert " is empty: " in r.json()["error"]
+
+
+def test_a_text_of_emoji_is_embedded_as_the_pipeline_embeds_it_not_refused_as_empty(embedder, reranker):
+    """Was: refused on /v1/embeddings as "empty" ([UNK] is a special token) although it is [CLS] [UNK] [UNK] [SEP]
+    and the pipeline embedded it; likewise a query of unknown characters on /rerank. One rule now: a text is empty
+    when the tokenizer keeps no token of it, and [UNK] is a token the model reads."""
+    url, pipe = embedder
+    text = "\U0001F600 \U0001F389"
+    tok = pipe.tokenizer
+    assert tok(text)["input_ids"] == [tok.cls_token_id, tok.unk_token_id, tok.unk_token_id, tok.sep_token_id]
+    expected = pipe(text)
+    r = httpx.post(f"{url}/v1/embeddings", headers=AUTH, json={"input": text})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(r.json()["data"][0]["embedding"], expected, atol=1e-5)
+    np.testing.assert_allclose(httpx.post(f"{url}/embed", headers=AUTH, json={"inputs": text}).json()[0], expected,
+                               atol=1e-5)
+    ids = tok(text)["input_ids"]
+    np.testing.assert_allclose(httpx.post(f"{url}/v1/embeddings", headers=AUTH, json={"input": ids}).json()["data"][0][
+        "embedding"], expected, atol=1e-5)
+    rr_url, rr_pipe = reranker
+    got = httpx.post(f"{rr_url}/rerank", json={"query": text, "texts": TEXTS[:2]})
+    assert got.status_code == 200, got.text
+    assert [a["index"] for a in got.json()] == [a["index"] for a in rr_pipe({"query": text, "texts": TEXTS[:2]})]
 
 
 def test_no_route_shows_the_models_path_once_a_served_name_is_given(embedder):

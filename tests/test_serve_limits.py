@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import json
 import os
 import platform
 import socket
@@ -129,6 +130,27 @@ def test_a_field_or_parameter_the_route_does_not_know_or_out_of_range_is_refused
 def test_a_query_parameter_is_refused_not_ignored(servers):
     r = httpx.post(f"{servers('clf')}/predict?top_k=1", json={"inputs": "a"}, timeout=30)
     assert r.status_code == 422 and "/predict takes no query parameters, got 'top_k=1'" in r.json()["error"]
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "GZIP", "br", "deflate, gzip"])
+def test_a_compressed_body_is_refused_with_415_naming_its_encoding(servers, encoding):
+    """Was: a gzip body (Content-Encoding: gzip, as a compressing proxy sends it) was answered 400 "not valid JSON".
+    Now 415 names the encoding and Accept-Encoding says what is read (RFC 9110 15.5.16), before the body is read."""
+    import gzip
+
+    url = servers("clf")
+    body = json.dumps({"inputs": "a"}).encode()
+    r = httpx.post(f"{url}/predict", content=gzip.compress(body),
+                   headers={"content-type": "application/json", "content-encoding": encoding}, timeout=30)
+    assert r.status_code == 415 and r.headers["accept-encoding"] == "identity", r.text
+    assert r.json() == {"error": f"the request body is encoded (Content-Encoding: {encoding}); this server reads "
+                                 "JSON bodies as sent, uncompressed, as TEI does: send it without "
+                                 "Content-Encoding (or turn off request compression in the client or proxy)",
+                        "error_type": "validation"}
+    for same in ("identity", "Identity"):  # the body as sent: read
+        r = httpx.post(f"{url}/predict", content=body, timeout=30,
+                       headers={"content-type": "application/json", "content-encoding": same})
+        assert r.status_code == 200, r.text
 
 
 def test_null_is_the_default_and_the_inference_api_names_still_work(servers):

@@ -49,28 +49,31 @@ def test_schedule_warmup_then_linear_decay():
     assert ratio.warmup_for(1000) == 100 and steps.warmup_for(1000) == 10
     assert TrainingSettings(output_dir="x", warmup_steps=0.05).warmup_for(1000) == 50  # below 1: a share
     with pytest.raises(ValueError, match="warmup_steps"):
-        linear_warmup_decay(opt, 11, 10)
-
+        linear_warmup_decay(opt, -1, 10)
 
 
 @pytest.mark.parametrize("shape", ["linear", "cosine", "constant_with_warmup"])
-def test_schedule_shapes_match_transformers(shape):
-    """Each --lr-scheduler-type gives transformers' factor at every step (its get_scheduler, same names)."""
+@pytest.mark.parametrize("warmup", [3, 25])
+def test_schedule_shapes_match_transformers(shape, warmup):
+    """Each --lr-scheduler-type gives transformers' factor at every step (its get_scheduler, same names), a warm-up
+    longer than the run included (it rises the whole run at 1/warmup a step)."""
     transformers = pytest.importorskip("transformers")
     rates = {}
     for impl in ("bertkit", "transformers"):
         p = torch.nn.Parameter(torch.zeros(1))
         opt = torch.optim.SGD([p], lr=1.0)
-        sched = (linear_warmup_decay(opt, 3, 17, shape) if impl == "bertkit" else
-                 transformers.get_scheduler(shape, opt, num_warmup_steps=3, num_training_steps=17))
+        sched = (linear_warmup_decay(opt, warmup, 17, shape) if impl == "bertkit" else
+                 transformers.get_scheduler(shape, opt, num_warmup_steps=warmup, num_training_steps=17))
         rates[impl] = []
         for _ in range(18):  # steps 0..17: past the end transformers' cosine rises again, bertkit's stays at 0
             rates[impl].append(sched.get_last_lr()[0])
             opt.step()
             sched.step()
     assert rates["bertkit"] == pytest.approx(rates["transformers"], abs=1e-12)
-    if shape == "cosine":
+    if shape == "cosine" and warmup == 3:
         assert rates["bertkit"][3] == 1.0 and rates["bertkit"][10] == pytest.approx(0.5)
+    if warmup == 25:
+        assert rates["bertkit"][16] == pytest.approx(16 / 25)
     with pytest.raises(ValueError, match="choose one of linear, cosine, constant_with_warmup"):
         linear_warmup_decay(opt, 3, 17, "step")
 

@@ -103,7 +103,7 @@ def sst2(tmp_path, tiny_checkpoint):
 def _from_cli(seen: dict, sst2, out, knobs: dict) -> dict:
     data, model = sst2
     argv = ["finetune", "glue", "--task", "sst2", "--data-dir", str(data), "--model", str(model), "--out", str(out),
-            "--batch-size", "8", "--no-progress", "--device", "cpu"]
+            "--batch-size", "8", "--max-seq-length", "32", "--no-progress", "--device", "cpu"]
     for name, value in knobs.items():
         argv += _flag(name, value)
     with pytest.raises(_Reached):

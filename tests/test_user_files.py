@@ -13,11 +13,21 @@ import numpy as np
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.inference.files import Columns, read_inputs
+from bertkit.inference import files
+from bertkit.inference.files import Columns
 from bertkit.settings import ClassifySettings
 from bertkit.tasks.files import file_format, read_records
 from bertkit.tasks.glue import GlueExample
+from bertkit.tokenization import BertTokenizer
 from bertkit.training.classify import classify_task, read_labelled
+
+# A model's tokenizer (its vocabulary only: the reader needs no weights).
+TOK = BertTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<mask>", "good", "bad", "film"])
+
+
+def read_inputs(path, task, *args, tokenizer=TOK, **kwargs):
+    """``files.read_inputs`` with this module's tokenizer unless another is given."""
+    return files.read_inputs(path, task, *args, tokenizer=tokenizer, **kwargs)
 
 
 def test_the_format_is_the_flags_or_the_suffixs_and_an_unknown_suffix_is_an_error(tmp_path):
@@ -82,12 +92,21 @@ def test_blank_lines_at_the_end_are_a_files_trailing_newlines_and_a_row_of_empty
     ("w.jsonl", '"good"\n"   "\n', 2),  # a bare JSON string
     ("w.jsonl", '{"text": "good"}\n{"text": ""}\n', 2),
     ("w.txt", "good\nbad\n \t \n\n", 3),  # a whitespace line at the end is a row, not a line ending
+    ("w.txt", "good\n\u200b\u200d\n", 2),  # zero-width characters alone: the tokenizer keeps none (the pipeline's rule)
+    ("w.jsonl", '{"text": "good"}\n{"text": "\\u0007\\u00ad"}\n', 2),  # a control character and a soft hyphen
 ])
 def test_a_blank_or_whitespace_text_is_refused_naming_file_and_line_in_every_format(tmp_path, name, content, line):
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
     with pytest.raises(BertkitError, match=rf"/{path.name.replace('.', '[.]')}:{line}: .*(empty|whitespace)"):
         read_inputs(path, "text-classification", Columns(id="id" if "id," in content else None))
+
+
+def test_a_text_of_characters_the_vocabulary_lacks_is_read_not_refused_as_empty(tmp_path):
+    """Emoji are [UNK] to this vocabulary: a token the model reads, so the text is not empty (the pipeline's rule)."""
+    path = tmp_path / "e.txt"
+    path.write_text("good\n\U0001F600 \U0001F389\n", encoding="utf-8")
+    assert read_inputs(path, "text-classification") == (["good", "\U0001F600 \U0001F389"], [0, 1])
 
 
 @pytest.mark.parametrize("content, line", [
@@ -97,7 +116,7 @@ def test_a_blank_or_whitespace_text_is_refused_naming_file_and_line_in_every_for
 def test_a_blank_question_or_context_is_refused(tmp_path, content, line):
     path = tmp_path / "qa.jsonl"
     path.write_text(content, encoding="utf-8")
-    with pytest.raises(BertkitError, match=rf"qa\.jsonl:{line}: '(question|context)' is (empty|only whitespace)"):
+    with pytest.raises(BertkitError, match=rf"qa\.jsonl:{line}: '(question|context)' is empty: "):
         read_inputs(path, "question-answering")
 
 
@@ -111,8 +130,8 @@ def _classify(tmp_path: Path, **kwargs) -> ClassifySettings:
 def test_finetune_classify_refuses_a_blank_text_naming_file_and_line(tmp_path, content, line):
     (tmp_path / "t.csv").write_text(content, encoding="utf-8")
     s = _classify(tmp_path, text_pair_column="text_b" if "text_b" in content else None)
-    with pytest.raises(BertkitError, match=rf"t\.csv:{line}: 'text(_b)?' is (empty|only whitespace)"):
-        read_labelled(tmp_path / "t.csv", s)
+    with pytest.raises(BertkitError, match=rf"t\.csv:{line}: 'text(_b)?' is empty: "):
+        read_labelled(tmp_path / "t.csv", s, TOK)
 
 
 # -- a second text no flag names ----------------------------------------------------------------------
@@ -155,7 +174,7 @@ def test_a_file_with_one_text_and_other_columns_gives_no_warning(tmp_path, caplo
 def test_finetune_classify_warns_of_a_second_text_no_flag_names(tmp_path, caplog):
     (tmp_path / "t.csv").write_text("text,text_pair,label\na,b,1\nc,d,0\n", encoding="utf-8")
     with caplog.at_level(logging.WARNING, logger="bertkit"):
-        read_labelled(tmp_path / "t.csv", _classify(tmp_path))
+        read_labelled(tmp_path / "t.csv", _classify(tmp_path), TOK)
     assert "t.csv:2: the inputs hold a second text (column 'text_pair')" in caplog.text
     assert "--text-pair-column text_pair" in caplog.text
 
@@ -238,7 +257,7 @@ def test_fill_mask_rows_must_hold_the_mask_token(tmp_path, name, content, line):
         read_inputs(path, "fill-mask")
     first = 2 if name.endswith(".csv") else 1  # the first input's line
     with pytest.raises(BertkitError, match=rf"m\.{path.suffix[1:]}:{first}: no <mask> in"):
-        read_inputs(path, "fill-mask", mask_token="<mask>")  # the tokenizer's token, not a fixed string
+        read_inputs(path, "fill-mask", tokenizer=BertTokenizer(TOK.vocab, mask_token="<mask>"))  # the tokenizer's
 
 
 def _examples(labels: list[str]) -> list[GlueExample]:

@@ -51,6 +51,26 @@ def test_a_sequence_longer_than_the_positions_is_refused(model):
         model(input_ids=torch.ones(1, 9, dtype=torch.long))
 
 
+def test_a_max_length_beyond_the_positions_is_refused_by_every_api_that_takes_one(model):
+    """Was: int8 calibration (quantize_int8_on_texts, quantize_checkpoint, pipelines with quantize="int8") took a
+    max_length above the positions and failed in the forward pass with advice to truncate in the tokenizer; the
+    pipeline and extract_features refused it each in their own words. Now one check, one message."""
+    from bertkit.features import extract_features
+    from bertkit.inference.pipelines import FeatureExtractionPipeline
+    from bertkit.quantization import quantize_int8_on_texts
+
+    tok = BertTokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])})
+    said = ("max_length 9 exceeds max_position_embeddings 8 of this model: it has no position embedding beyond 8 "
+            "tokens; pass max_length 8 or less")
+    with pytest.raises(BertkitError, match=f"^{said}$"):
+        FeatureExtractionPipeline(model, tok, max_length=9)
+    with pytest.raises(BertkitError, match=f"^{said}$"):
+        quantize_int8_on_texts(model, tok, ["a a a a a a a a a a"], max_length=9)
+    with pytest.raises(BertkitError, match=f"^{said.replace('max_length', 'max_seq_length')}$"):
+        extract_features(model, tok, [("a", None)], "unused.jsonl", max_seq_length=9)
+    assert FeatureExtractionPipeline(model, tok, max_length=8).max_length == 8
+
+
 def test_valid_inputs_still_give_the_same_outputs(model):
     ids = torch.tensor([[2, 5, 6, 3], [2, 7, 3, 0]])
     mask = (ids != 0).long()

@@ -135,17 +135,57 @@ def check_config_fits_weights(config: BertConfig, weights: dict[str, Tensor], so
         for field, dim in dims:
             if field not in found and shape[dim] != getattr(config, field):
                 found[field] = (getattr(config, field), shape[dim], f"{key} {shape}")
-    layers = {int(k.split(".")[2]) for k in canonical if k.startswith("encoder.layer.") and k.split(".")[2].isdigit()}
-    n = max(layers) + 1 if layers else None
-    if n is not None and n != config.num_hidden_layers:
-        found["num_hidden_layers"] = (config.num_hidden_layers, n, f"encoder.layer.0 to {n - 1}"
-                                      + (f"; no encoder.layer.{n}" if n < config.num_hidden_layers else ""))
+    layers = _layer_tensors(weights)
+    complete = [i for i in sorted(layers) if len(layers[i]) == len(_LAYER)]
+    n = len(complete)
+    if complete == list(range(n)) and len(layers) == n:  # layers 0 to n-1, each whole: n is the weights' count
+        if n and n != config.num_hidden_layers:
+            found["num_hidden_layers"] = (config.num_hidden_layers, n, f"encoder.layer.0 to {n - 1}"
+                                          + (f"; no encoder.layer.{n}" if n < config.num_hidden_layers else ""))
+    else:
+        _refuse_stray_layers(config.num_hidden_layers, layers, source)
     if found:
         raise BertkitError(f"{source}: the config does not match the weights: "
                            + "; ".join(f"{field} is {ours} but the weights have {theirs} ({key})"
                                        for field, (ours, theirs, key) in found.items())
                            + "; fix config.json (or the overrides passed) to the weights' sizes, or pair the weights "
                              "with the config.json they were saved with")
+
+
+def _layer_tensors(weights: dict[str, Tensor]) -> dict[int, dict[str, str]]:
+    """The encoder layers the weights hold tensors of: {layer index: {its canonical name: the name in the file}},
+    counting only the tensors a layer has (``_LAYER``; anything else is the strict loading's to name)."""
+    names = {n.format(i="{i}") for n in _LAYER}
+    out: dict[int, dict[str, str]] = {}
+    for key, value in weights.items():
+        bare = _strip_encoder_prefix(_normalise_published_key(key))
+        parts = bare.split(".", 3)
+        if isinstance(value, Tensor) and len(parts) == 4 and parts[:2] == ["encoder", "layer"] and parts[2].isdigit() \
+                and f"encoder.layer.{{i}}.{parts[3]}" in names:
+            out.setdefault(int(parts[2]), {})[bare] = key
+    return out
+
+
+def _refuse_stray_layers(num_layers: int, layers: dict[int, dict[str, str]], source: str) -> None:
+    """Refuse weights whose layers 0 to ``num_layers`` - 1 are whole but which hold tensors of a layer beyond them,
+    naming those tensors and why no num_hidden_layers fits (a count from the highest index would ask for layers the
+    file lacks). Other gaps (a layer of the config missing a tensor) are the strict loading's to name, key by key."""
+    beyond = sorted(i for i in layers if i >= num_layers)
+    if not beyond or any(len(layers.get(i, {})) != len(_LAYER) for i in range(num_layers)):
+        return
+    stray = [key for i in beyond for key in sorted(layers[i].values())]
+    shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+    whole = len(_LAYER)
+    held = "; ".join(f"layer {i}: " + ("whole" if len(layers[i]) == whole else f"{len(layers[i])} of its {whole} "
+                                                                                  "tensors") for i in beyond)
+    lacking = " and ".join(f"layer {i} " + ("missing" if i not in layers else "incomplete")
+                           for i in range(num_layers, beyond[-1] + 1) if len(layers.get(i, {})) != whole)
+    raise BertkitError(
+        f"{source}: the weights hold layers 0 to {num_layers - 1} whole, as config.json's num_hidden_layers "
+        f"{num_layers} says, and stray tensors beyond them ({held}): {shown}. Raising num_hidden_layers does not "
+        f"load them: {beyond[-1] + 1} would leave {lacking}. Remove the stray tensors from the weights file (a "
+        f"{num_layers}-layer model never writes them), or pair the weights with the config.json they were saved "
+        "with")
 
 
 def read_weights(directory: Path) -> dict[str, Tensor]:

@@ -297,8 +297,7 @@ def _lock_early(name: str, s: Any, info: DistInfo):
     """The output directory's staging directory made and locked before the device is resolved (seconds on a busy
     machine), so that a second command is refused however late it would claim; under torchrun on rank 0 only.
     ``_claim`` takes it over; a command that fails before its claim removes it."""
-    if getattr(s, "output_dir", None) is None or hasattr(s, "output_file") or (
-            hasattr(s, "ddp_timeout") and not info.is_main):
+    if getattr(s, "output_dir", None) is None or hasattr(s, "output_file") or not info.is_main:
         yield None
         return
     from bertkit.runs import lock_output_dir
@@ -320,9 +319,6 @@ def _launch(name: str, s: Any, info: DistInfo, stage: Any):
     from bertkit.training.distributed import agree, process_group
 
     if not hasattr(s, "ddp_timeout"):
-        if info.enabled:
-            raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
-                               "pretrain, finetune and extract-features over several processes)")
         with _claim(name, s, stage) as (s, shown):
             yield True, s, shown
         return
@@ -340,6 +336,32 @@ def _launch(name: str, s: Any, info: DistInfo, stage: Any):
 
             s = dataclasses.replace(s, output_dir=staging_dir_of(s.output_dir))
         yield info.is_main, s, shown
+
+
+def _refuse_torchrun_for_one_process(name: str, s: Any, info: DistInfo) -> None:
+    """Refuse, before anything is locked or read, a command that runs in one process (its settings have no
+    ``ddp_timeout``) launched by torchrun: every rank would run it whole, and the sibling ranks would be told that
+    its output directory is in use by rank 0."""
+    if info.enabled and not hasattr(s, "ddp_timeout"):
+        raise BertkitError(f"bertkit {name} runs in one process: launch it without torchrun (torchrun runs "
+                           "pretrain, finetune and extract-features over several processes)")
+
+
+def _refuse_sequences_beyond_the_model(s: Any) -> None:
+    """Refuse --max-seq-length / --max-length above the model's positions at once, before anything is locked, read or
+    trained (``BertConfig.check_sequence_length``): every command that applies a model takes one of the two. A model
+    whose config.json is not there yet (a Hub id not downloaded, a missing directory) is checked where it loads."""
+    length = next((getattr(s, f) for f in ("max_seq_length", "max_length") if getattr(s, f, None) is not None), None)
+    model = getattr(s, "model_name_or_path", None) or getattr(s, "model", None)
+    if length is None or model is None:
+        return
+    from bertkit.config import BertConfig
+    from bertkit.hub import resolve_directory
+
+    config_file = resolve_directory(model) / "config.json"
+    if config_file.is_file():
+        flag = "--max-seq-length" if hasattr(s, "max_seq_length") else "--max-length"
+        BertConfig.from_json_file(config_file).check_sequence_length(length, flag, str(model))
 
 
 def _refuse_fp32_of_an_int8_directory(s: Any) -> Any:
@@ -377,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         from bertkit._parallel import info_from_env
 
         info = info_from_env()  # where this process stands under torchrun, read once
+        _refuse_torchrun_for_one_process(name, s, info)
+        _refuse_sequences_beyond_the_model(s)
         with _lock_early(name, s, info) as stage:
             s = _resolve_device(_refuse_fp32_of_an_int8_directory(s), info)
             if getattr(s, "torch_compile", False):  # before any data is read or featurised

@@ -151,6 +151,15 @@ class BertConfig:
             labels = [f"LABEL_{i}" for i in range(labels)]
         return dataclasses.replace(self, id2label=dict(enumerate(labels)), extra=dict(self.extra))
 
+    def check_sequence_length(self, length: int, name: str = "max_length", model: str = "this model") -> None:
+        """Refuse a sequence length above ``max_position_embeddings``, naming both numbers and the fix: the one check
+        of every command's --max-seq-length / --max-length, pipeline and feature extraction, made before the text
+        is read (the forward pass would refuse the first sequence that long, after the work before it)."""
+        if length > self.max_position_embeddings:
+            raise BertkitError(f"{name} {length} exceeds max_position_embeddings {self.max_position_embeddings} of "
+                               f"{model}: it has no position embedding beyond {self.max_position_embeddings} tokens; "
+                               f"pass {name} {self.max_position_embeddings} or less")
+
     # ---- dict / JSON ---------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> BertConfig:

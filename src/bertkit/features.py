@@ -225,10 +225,7 @@ def _check_request(model: BertModel, out: Path, dtype: str, max_seq_length: int)
         raise BertkitError(f"output {out} must end in .jsonl (google's JSON lines) or .safetensors (tensors)")
     if dtype not in ("float32", "float16"):
         raise BertkitError(f"dtype {dtype!r} must be 'float32' or 'float16'")
-    limit = model.config.max_position_embeddings
-    if max_seq_length > limit:
-        raise BertkitError(f"max_seq_length {max_seq_length} exceeds max_position_embeddings {limit} of this "
-                         f"checkpoint; use --max-seq-length {limit} or less")
+    model.config.check_sequence_length(max_seq_length, "max_seq_length")
 
 
 def _plan_output(out: Path, encoded: Sequence[dict], per_token_bytes: int, max_shard_bytes: int, chunk_size: int,

@@ -177,8 +177,9 @@ def token_loss(logits: Tensor, target: Tensor, num_items_in_batch: Tensor | floa
     weighs the same however micro-batches and processes split it."""
     check_class_labels(target, logits.shape[-1])
     total = F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="sum")
-    count = int((target != IGNORE_INDEX).sum())
-    mean = total / count if count else total * 0  # 0 (not NaN) when no token carries a label
+    # The count stays on the device (no read back: it would stall a GPU's queue and break a compiled graph);
+    # with no labelled token the sum is 0, and so is the mean (not NaN).
+    mean = total / (target != IGNORE_INDEX).sum().clamp(min=1)
     return mean, (mean if num_items_in_batch is None else total / num_items_in_batch)
 
 

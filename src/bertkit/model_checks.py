@@ -47,19 +47,23 @@ def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: T
         raise BertkitError(f"position_ids has shape {tuple(position_ids.shape)}; expected {shape} or (1, {shape[1]})")
     if is_tracing() or shape[0] == 0:
         return shape
-    for name, t, limit, what in (("input_ids", input_ids, config.vocab_size, "vocab_size"),
-                                 ("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size"),
-                                 ("position_ids", position_ids, config.max_position_embeddings,
-                                  "max_position_embeddings")):
-        if t is None:
-            continue
-        lo, hi = (int(v) for v in torch.aminmax(t))
+    ranges = [(name, t, limit, what) for name, t, limit, what in (
+        ("input_ids", input_ids, config.vocab_size, "vocab_size"),
+        ("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size"),
+        ("position_ids", position_ids, config.max_position_embeddings, "max_position_embeddings")) if t is not None]
+    # Every range and the mask's values in one read back: on a GPU each read back waits for the queued kernels.
+    parts = [v.long().view(1) for _, t, _, _ in ranges for v in torch.aminmax(t)]
+    if attention_mask is not None and attention_mask.dtype != torch.bool and not attention_mask.is_complex():
+        parts.append(torch.any(attention_mask * (attention_mask - 1)).long().view(1))
+    values = torch.cat(parts).tolist() if parts else []
+    for i, (name, _, limit, what) in enumerate(ranges):
+        lo, hi = values[2 * i], values[2 * i + 1]
         if lo < 0 or hi >= limit:
             bad = lo if lo < 0 else hi
             raise BertkitError(f"{name} holds {bad}, outside [0, {limit - 1}] ({what} {limit} of this model); "
                                "was the input made with this model's tokenizer?")
-    if attention_mask is not None:
-        check_mask_values(attention_mask)
+    if attention_mask is not None and (attention_mask.is_complex() or (len(values) > 2 * len(ranges) and values[-1])):
+        check_mask_values(attention_mask)  # names the value
     return shape
 
 

@@ -251,6 +251,11 @@ def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dty
     as the variable-length kernel (``varlen_attention``)."""
     if layout == "padded" or attention_mask is None:
         return TokenLayout.padded(attention_mask, (B, T), key_multiple=key_multiple)
+    if layout == "auto" and attention_dropout > 0 and gpu_keeps_rectangle(attention_mask.device, dtype, T):
+        # Training on a GPU keeps the rectangle however the rows are padded: nothing is read back to the host
+        # (which would stall the queue of kernels at every forward pass); an unpadded batch gets an all-True mask.
+        return TokenLayout((B, T), attention_mask.bool()[:, None, None, :], zero_padding=True,
+                           key_multiple=key_multiple)
     full, right_padded = torch.stack((attention_mask.all(), attention_mask[:, 0].all())).tolist()  # one read back
     if full or not right_padded:
         # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.

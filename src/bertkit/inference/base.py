@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -22,6 +23,21 @@ from bertkit.tokenization import BertTokenizer
 
 # Rows at or above which a progress bar is drawn when ``progress`` is None (auto): a few seconds of work.
 _PROGRESS_ROWS = 512
+# A printable ASCII character other than a space: BERT's tokenizer keeps every one (a word piece or punctuation).
+_KEPT = re.compile(r"[!-~]")
+
+
+def refuse_empty_text(tokenizer: Any, text: str, where: str, fix: str = "send text, or leave it out") -> None:
+    """The one rule for an empty text, wherever bertkit applies a model to text: the pipelines (every task, every
+    text of an input), so ``predict`` (whose files are checked by line as they are read) and every ``serve`` route.
+    A text is empty when the tokenizer keeps no token of it: "", whitespace, or only characters it drops (control
+    and zero-width characters, accents alone where it strips accents). Its result would be that of [CLS] [SEP]
+    alone, the same for every empty text, so it is refused naming ``where``. A character the vocabulary lacks is
+    not empty: it is [UNK], a token the model reads (a text of emoji is [CLS] [UNK] [SEP])."""
+    if _KEPT.search(text) is None and not tokenizer(text, add_special_tokens=False)["input_ids"]:
+        raise BertkitError(f"{where} is empty: {text[:40]!r} holds no token (it is blank, or only control or "
+                           "zero-width characters), so the model would read [CLS] and [SEP] alone in its place, the "
+                           f"same for every empty text; {fix}")
 
 
 def published_keys(model_dir: Path) -> set[str]:
@@ -84,13 +100,12 @@ class Pipeline:
                  calibration_texts: Sequence[str | tuple[str, str]] | None = None):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a positive int, got {batch_size!r}")
-        limit = min(tokenizer.model_max_length, model.config.max_position_embeddings)
         if max_length is None:
-            max_length = limit
-        if not 8 <= max_length <= limit:
-            raise BertkitError(f"max_length {max_length} is outside [8, {limit}] (the model has "
-                               f"{model.config.max_position_embeddings} positions, the tokenizer's "
-                               f"model_max_length is {tokenizer.model_max_length})")
+            max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
+        model.config.check_sequence_length(max_length, "max_length")
+        if not 8 <= max_length <= tokenizer.model_max_length:
+            raise BertkitError(f"max_length {max_length} is outside [8, {tokenizer.model_max_length}] (8 to the "
+                               "tokenizer's model_max_length)")
         # int8 already (load_int8, or quantize_int8 by the caller) runs as such; quantize="int8" makes a quantized
         # copy, calibrated on the given texts or the built-in sentences
         self.model, self.precision = prepare_model(model, device=device, bf16=bf16, quantize=quantize,
@@ -141,11 +156,13 @@ class Pipeline:
         raise NotImplementedError
 
     def check_input(self, item: Any, index: int) -> Any:
-        """The input as the pipeline reads it (``fields``); a wrong type is an error naming the input's index."""
+        """The input as the pipeline reads it (``fields``); a wrong type or an empty text (``refuse_empty_text``) is
+        an error naming the input's index."""
         if not self.fields:
             if not isinstance(item, str):
                 raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected "
                                    "a str")
+            refuse_empty_text(self.tokenizer, item, f"{self.task} input {index}")
             return item
         # A key the task does not read is refused, naming it: {"text": a, "text_pairr": b} would otherwise be
         # answered as the single text a, a silently wrong answer. (The server's 422 is this.)
@@ -155,6 +172,10 @@ class Pipeline:
                                f"input holds {', '.join(self.fields)} (a misspelling?)")
         if isinstance(item, dict) and all(_has(item.get(k), kind) or (k in self.optional and item.get(k) is None)
                                           for k, kind in self.fields.items()):
+            for field, value in item.items():
+                for j, text in enumerate([value] if isinstance(value, str) else value or []):
+                    where = f"{self.task} input {index}'s {field}" + (f"[{j}]" if isinstance(value, list) else "")
+                    refuse_empty_text(self.tokenizer, text, where)
             return item
         shape = ", ".join(f"{k!r}: {'[str, ...]' if kind is list else 'str'}" for k, kind in self.fields.items())
         raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:80]!r}; expected "

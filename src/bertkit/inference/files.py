@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
+from bertkit.inference.base import refuse_empty_text
 from bertkit.tasks.files import MAX_LINE_BYTES, file_format, read_records, second_text_fields
 
 logger = logging.getLogger("bertkit")
@@ -47,13 +48,14 @@ class Columns:
     label: str | None = None  # finetune classify's label column (read with ``rows=True``)
 
 
-def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns(), input_format: str = "auto",
-                mask_token: str = "[MASK]", *, max_line_bytes: int = MAX_LINE_BYTES,
-                pair_model: bool = False, rows: bool = False) -> tuple[list[Any], list[Any]]:
+def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns(), input_format: str = "auto", *,
+                tokenizer: Any, max_line_bytes: int = MAX_LINE_BYTES, pair_model: bool = False,
+                rows: bool = False) -> tuple[list[Any], list[Any]]:
     """The pipeline inputs in ``path`` and their ids, in file order; a bad record names its file and line.
 
-    ``input_format``: jsonl, csv, tsv, text, or auto (by suffix). ``mask_token``: what every fill-mask text must
-    hold (the model's tokenizer's), checked here so that a text without one is refused before the model loads.
+    ``input_format``: jsonl, csv, tsv, text, or auto (by suffix). ``tokenizer`` (the model's; no weights are
+    needed) decides, before the model loads, what the pipeline would refuse: an empty text (``refuse_empty_text``,
+    the pipelines' one rule) and a fill-mask text without its mask token.
     ``max_line_bytes``: the longest line read (see ``bertkit.tasks.files``). A record holding a second text that
     ``columns`` does not name (``text_pair``, ``sentence2``, ...) is refused when ``pair_model`` (the model was
     fine-tuned on pairs), else logged as a warning, once, naming the first line that holds one. ``rows`` (finetune
@@ -81,7 +83,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
                 unnamed_pair = (line, found)
                 if pair_model:
                     raise BertkitError(_unnamed_pair(path, line, found, fmt, refused=True))
-        item = _record_item(path, line, record, task, fields, optional, columns, fmt, mask_token, rows)
+        item = _record_item(path, line, record, task, fields, optional, columns, fmt, tokenizer, rows)
         if rows:
             item["line"] = line
             if columns.label is not None:
@@ -121,7 +123,7 @@ def _input_format(path: Path, task: str, fields: tuple[str, ...], columns: Colum
 
 
 def _record_item(path: Path, line: int, record: dict[str, Any], task: str, fields: tuple[str, ...],
-                 optional: tuple[str, ...], columns: Columns, fmt: str, mask_token: str, rows: bool) -> dict[str, Any]:
+                 optional: tuple[str, ...], columns: Columns, fmt: str, tokenizer: Any, rows: bool) -> dict[str, Any]:
     """The pipeline input of one record: each of ``fields``, from the column ``columns`` names, checked."""
     item: dict[str, Any] = {}
     for field in fields:
@@ -134,17 +136,17 @@ def _record_item(path: Path, line: int, record: dict[str, Any], task: str, field
             have = ", ".join(map(str, record)) or "none"
             raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
                                f"(it has {have}); name it with --{field.replace('_', '-')}-column")
-        value = _field_value(path, line, field, name, record[name], fmt)
-        if task == "fill-mask" and mask_token not in value:
-            raise BertkitError(f"{path}:{line}: no {mask_token} in {value[:60]!r}; fill-mask predicts the token at "
-                               f"each {mask_token}: write one where a word is to be predicted")
+        value = _field_value(path, line, field, name, record[name], fmt, tokenizer)
+        if task == "fill-mask" and tokenizer.mask_token not in value:
+            raise BertkitError(f"{path}:{line}: no {tokenizer.mask_token} in {value[:60]!r}; fill-mask predicts the "
+                               f"token at each {tokenizer.mask_token}: write one where a word is to be predicted")
         item[field] = value
     return item
 
 
-def _field_value(path: Path, line: int, field: str, name: str, value: Any, fmt: str) -> Any:
-    """A field's value, checked: a string holding some text, or for ``choices`` a non-empty list of them (in a
-    CSV or TSV cell, written as a JSON list)."""
+def _field_value(path: Path, line: int, field: str, name: str, value: Any, fmt: str, tokenizer: Any) -> Any:
+    """A field's value, checked: a string that is not empty (``refuse_empty_text``), or for ``choices`` a non-empty
+    list of them (in a CSV or TSV cell, written as a JSON list)."""
     if field == "choices" and fmt != "jsonl" and isinstance(value, str):
         try:
             value = json.loads(value)  # a CSV cell holding a JSON list
@@ -157,13 +159,12 @@ def _field_value(path: Path, line: int, field: str, name: str, value: Any, fmt: 
         raise BertkitError(f"{path}:{line}: {name!r} must be "
                            f"{'a non-empty list of strings' if field == 'choices' else 'a string'}, "
                            f"got {json.dumps(value)[:60]}")
-    # An empty or whitespace-only text is a missing value (a spreadsheet's empty cell, a null exported as ""): a
-    # prediction for it would be a guess.
+    # An empty text is a missing value (a spreadsheet's empty cell, a null exported as ""): a prediction for it would
+    # be a guess.
     for i, text in enumerate(value if field == "choices" else [value]):
-        if not text.strip():
-            where = name if field != "choices" else f"{name}[{i}]"
-            raise BertkitError(f"{path}:{line}: {where!r} is {'empty' if not text else 'only whitespace'}; every input "
-                               f"needs its text: fill in or remove that {'row' if fmt in ('csv', 'tsv') else 'line'}")
+        where = name if field != "choices" else f"{name}[{i}]"
+        refuse_empty_text(tokenizer, text, f"{path}:{line}: {where!r}", "every input needs its text: fill in or remove "
+                          f"that {'row' if fmt in ('csv', 'tsv') else 'line'}")
     return value
 
 
@@ -253,11 +254,9 @@ def predict_file(s: Any) -> dict[str, Any]:
     columns = Columns(text=s.text_column, text_pair=s.text_pair_column, query=s.query_column,
                       question=s.question_column,
                       context=s.context_column, choices=s.choices_column, id=s.id_column)
-    mask: dict[str, str] = {}
-    if s.task == "fill-mask":  # texts must hold the model's mask token: its tokenizer (no weights) names it
-        mask["mask_token"] = BertTokenizer.from_pretrained(s.model_name_or_path).mask_token
     pair_model = s.task == "text-classification" and trained_on_pairs(s.model_name_or_path)
-    inputs, ids = read_inputs(s.input, s.task, columns, s.input_format, **mask, max_line_bytes=s.max_line_bytes,
+    inputs, ids = read_inputs(s.input, s.task, columns, s.input_format, max_line_bytes=s.max_line_bytes,
+                              tokenizer=BertTokenizer.from_pretrained(s.model_name_or_path),  # no weights yet
                               pair_model=pair_model)  # checked before the model loads
     check_writable(s.output_file)  # and where the predictions go: before the model runs, not after
     options = {"top_k": s.top_k} if s.task in ("fill-mask", "question-answering") else {}

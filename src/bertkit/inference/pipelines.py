@@ -24,8 +24,9 @@ from bertkit.heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
-from bertkit.inference.base import Pipeline, softmax
+from bertkit.inference.base import Pipeline, refuse_empty_text, softmax
 from bertkit.modeling import BertModel
+from bertkit.sentence.directory import SentenceDirectory, read_directory
 from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
 from bertkit.tasks import squad
@@ -106,9 +107,10 @@ class TextOrPairPipeline(Pipeline):
 
     def check_input(self, item: Any, index: int) -> tuple[str, str | None]:
         if isinstance(item, str):
+            refuse_empty_text(self.tokenizer, item, f"{self.task} input {index}")
             return item, None
         if isinstance(item, tuple) and len(item) == 2 and all(isinstance(x, str) for x in item):
-            return item
+            return super().check_input({"text": item[0], "text_pair": item[1]}, index)["text"], item[1]
         if isinstance(item, dict):
             item = super().check_input(item, index)
             return item["text"], item.get("text_pair")
@@ -359,20 +361,14 @@ class MultipleChoicePipeline(Pipeline):
 POOLINGS = (*POOLING_MODES, "none")
 
 
-def saved_pooling(directory: Path) -> str | None:
-    """The pooling a sentence-transformers directory declares (modules.json, 1_Pooling/config.json), or None
-    for a plain checkpoint. Several modes concatenated are refused: a pipeline returns one vector of one mode."""
-    if not (directory / "modules.json").is_file():
-        return None
-    from bertkit.sentence.model import SentenceTransformer  # the one reader of that layout
-
-    _, pooling, _ = SentenceTransformer._read_modules(directory)
-    if pooling is None:
-        return None
-    if len(pooling.modes) != 1:
-        raise BertkitError(f"{directory}/1_Pooling concatenates the poolings {list(pooling.modes)}; a pipeline "
+def sentence_directory(directory: Path) -> SentenceDirectory:
+    """What a sentence-transformers directory declares (``bertkit.sentence.directory``), once a pipeline can honour
+    it: several pooling modes concatenated are refused (a pipeline returns one vector of one mode)."""
+    saved = read_directory(directory)
+    if saved.pooling is not None and len(saved.pooling.modes) != 1:
+        raise BertkitError(f"{directory}/1_Pooling concatenates the poolings {list(saved.pooling.modes)}; a pipeline "
                            "returns one: load this model with bertkit.sentence.SentenceTransformer")
-    return pooling.modes[0]
+    return saved
 
 
 class FeatureExtractionPipeline(TextOrPairPipeline):
@@ -381,10 +377,15 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     ``pooling="mean"`` averages the last layer's token states over the real tokens ([CLS] and [SEP]
     included, as sentence-transformers does), ``"cls"`` takes [CLS]'s state, ``"max"`` and
     ``"mean_sqrt_len_tokens"`` are sentence-transformers' other single modes, ``"none"`` returns every
-    token's state (a list per token). Left unset, a sentence-transformers directory pools as its 1_Pooling says
-    (a CLS-pooled model mean-pooled would give other vectors, silently) and any other checkpoint by the mean.
-    ``normalize=True`` scales each vector to unit L2 norm (cosine similarity becomes a dot product). Pooling runs
-    on the encoder's unpadded tokens.
+    token's state (a list per token). ``truncate_dim`` keeps a vector's first dimensions (Matryoshka), then
+    ``normalize=True`` scales it to unit L2 norm (cosine similarity becomes a dot product). Pooling runs on the
+    encoder's unpadded tokens.
+
+    A sentence-transformers directory (``directory``, as ``from_pretrained`` reads it) gives what its model's
+    ``encode`` gives: its 1_Pooling's mode, its max_seq_length as ``max_length``, its truncate_dim, its default
+    prompt before each text (left out of the pooling where 1_Pooling says so), its do_lower_case, and normalised
+    vectors where it has a Normalize module; an argument given explicitly wins. Left unset, another checkpoint pools
+    by the mean.
     """
 
     task = "feature-extraction"
@@ -392,31 +393,57 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     default_normalize = False
 
     def __init__(self, model, tokenizer, *, pooling: str | None = None, normalize: bool | None = None,
-                 **kwargs: Any):
-        pooling = pooling or "mean"
+                 truncate_dim: int | None = None, directory: SentenceDirectory | None = None, **kwargs: Any):
+        saved = directory if directory is not None else SentenceDirectory(Path(), Path())  # a model object: defaults
+        pooling = pooling or (saved.pooling.modes[0] if saved.pooling is not None else "mean")
         if pooling not in POOLINGS:
             raise BertkitError(f"pooling {pooling!r} is not one of {POOLINGS}")
+        if kwargs.get("max_length") is None:
+            kwargs["max_length"] = saved.max_seq_length
         super().__init__(model, tokenizer, **kwargs)
         self.pooling = pooling
-        self.normalize = self.default_normalize if normalize is None else bool(normalize)
+        self.normalize = (self.default_normalize or saved.normalize) if normalize is None else bool(normalize)
+        width = model.config.hidden_size
+        truncate_dim = saved.truncate_dim if truncate_dim is None else truncate_dim
+        if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
+                                         or not 1 <= truncate_dim <= width):
+            raise BertkitError(f"truncate_dim {truncate_dim!r} must be a whole number in [1, {width}] (the model's "
+                               "hidden size)")
+        self.truncate_dim = truncate_dim
+        self.lowercase, self.prompts = saved.do_lower_case, saved.prompts
+        self.default_prompt_name, self.prompt = saved.default_prompt_name, saved.default_prompt or ""
+        include_prompt = saved.pooling is None or saved.pooling.include_prompt
+        self.prompt_length = 0 if include_prompt or not self.prompt else \
+            len(tokenizer(self.prompt.lower() if self.lowercase else self.prompt)["input_ids"]) - 1  # with [CLS]
+
+    @property
+    def dimension(self) -> int:
+        """The width of the vectors this pipeline returns (every token's, for pooling "none")."""
+        width = self.config.hidden_size
+        return width if self.pooling == "none" or self.truncate_dim is None else self.truncate_dim
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
-        saved = saved_pooling(Path(model_dir))
+        saved = sentence_directory(Path(model_dir))
         asked = kwargs.get("pooling")
-        if saved is not None and asked is None:
-            kwargs["pooling"] = saved
-        elif saved is not None and asked not in (saved, "none"):
+        if saved.pooling is not None and asked not in (None, saved.pooling.modes[0], "none"):
             logger.warning("%s pools by %r (1_Pooling); pooling=%r was asked for, so its vectors are not the "
-                           "model's sentence embeddings", model_dir, saved, asked)
-        return super().from_pretrained(model_dir, **kwargs)
+                           "model's sentence embeddings", model_dir, saved.pooling.modes[0], asked)
+        return super().from_pretrained(model_dir, directory=saved, **kwargs)
+
+    def encode(self, item: tuple[str, str | None], **options: Any) -> list[dict[str, Any]]:
+        text, pair = self.prompt + item[0], item[1]
+        if self.lowercase:  # sentence_bert_config.json's do_lower_case, as sentence-transformers applies it
+            text, pair = text.lower(), pair.lower() if pair is not None else None
+        return super().encode((text, pair), **options)
 
     def forward(self, batch, rows) -> list[np.ndarray]:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         if self.pooling == "none":
             v = out.token_layout.to_batch(out.tokens.float())  # (B, T, H)
         else:
-            v = pool_tokens(out, batch["attention_mask"], self.pooling)  # (B, H): sentence-transformers' Pooling
+            # (B, H): sentence-transformers' Pooling, then its truncate_dim
+            v = pool_tokens(out, batch["attention_mask"], self.pooling, self.prompt_length)[:, :self.dimension]
         if self.normalize:
             v = F.normalize(v, dim=-1)
         return _per_row(v, rows) if self.pooling == "none" else list(v.float().cpu().numpy())

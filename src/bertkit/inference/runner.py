@@ -5,7 +5,9 @@ feature extraction all run their rows here (``evaluate``), batched by length whe
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -45,6 +47,42 @@ def in_order(indices: Sequence[int], batch_size: int) -> list[list[int]]:
     return [list(indices[i:i + batch_size]) for i in range(0, len(indices), batch_size)]
 
 
+# Batches prepared ahead of the one the device is computing.
+AHEAD = 2
+
+
+def to_device(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+    """``batch``'s tensors on ``device`` (its other values as they are). To a GPU through pinned memory and
+    without waiting: a copy from pageable memory would first wait for every kernel already queued."""
+    if device.type != "cuda":
+        return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
+    return {k: (v if v.is_cuda else v.pin_memory().to(device, non_blocking=True)) if isinstance(v, Tensor) else v
+            for k, v in batch.items()}
+
+
+def prepared_ahead(prepare: Callable[[Sequence[int]], Mapping[str, Any]], batches: Sequence[Sequence[int]],
+                   device: str | torch.device) -> Iterator[dict[str, Any]]:
+    """``prepare(indices)`` (tokenize and pad a batch on the host) for each of ``batches`` in order, its tensors on
+    ``device``. On a GPU, a thread prepares the next ``AHEAD`` batches while the device computes (pure-Python
+    tokenization holds the interpreter, but the thread driving the GPU mostly waits for it), so the device does
+    not wait for text; on a CPU, where both would share the cores, each in turn."""
+    device = torch.device(device)
+    if device.type != "cuda" or len(batches) < 2:
+        for idx in batches:
+            yield to_device(prepare(idx), device)
+        return
+    def pinned(idx: Sequence[int]) -> dict[str, Any]:
+        return {k: v.pin_memory() if isinstance(v, Tensor) else v for k, v in prepare(idx).items()}
+
+    with ThreadPoolExecutor(1, thread_name_prefix="bertkit-prepare") as pool:
+        queued = deque(pool.submit(pinned, idx) for idx in batches[:AHEAD])
+        for i in range(len(batches)):
+            batch = queued.popleft().result()
+            if i + AHEAD < len(batches):
+                queued.append(pool.submit(pinned, batches[i + AHEAD]))
+            yield to_device(batch, device)
+
+
 def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], *, pad: Pad,
              device: str | torch.device = "cpu", bf16: bool | None = False, model: nn.Module | None = None,
              nonfinite: Callable[[int], str] | None = None, bar: Any = None, gather: bool = False
@@ -70,7 +108,7 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
         with torch.no_grad():
             for idx in batches:
                 batch_rows = [rows[i] for i in idx]
-                batch = {k: v.to(device) for k, v in pad(batch_rows).items()}
+                batch = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in pad(batch_rows).items()}
                 with precision:
                     result = call(batch, batch_rows)
                 bad = [i for i, o in zip(idx, result) if (np.isnan(o) | np.isposinf(o)).any()] if nonfinite else []

@@ -25,7 +25,7 @@ from bertkit.settings.inference import check_api_key, check_served_name
 
 logger = logging.getLogger("bertkit")
 
-_ERROR_TYPES = {429: "overloaded", 503: "unhealthy", 500: "backend", 424: "backend"}
+_ERROR_TYPES = {429: "overloaded", 503: "unhealthy", 500: "backend", 424: "backend", 401: "unauthorized"}
 
 
 def require_serving() -> None:
@@ -154,27 +154,42 @@ class _Server:
         except ClientDisconnect:
             return Response(status_code=499)
         except asyncio.CancelledError:  # uvicorn cancels what is still open when shutdown's grace period ends
-            self.stats.refused += 1
-            return _error_response(RequestError(503, "the server shut down (its graceful_shutdown_s passed) before "
-                                                     "this request was answered", {"Connection": "close"}))
+            return self.refuse(RequestError(503, "the server shut down (its graceful_shutdown_s passed) before "
+                                                 "this request was answered", {"Connection": "close"}))
         except RequestError as e:
-            if e.status in (429, 503):
-                self.stats.refused += 1
-            else:
-                self.stats.errors += 1
-            return _error_response(e)
+            return self.refuse(e)
         except BertkitError as e:  # an option's value the pipeline refuses (top_k=0, ...)
+            return self.refuse(RequestError(500 if isinstance(e, NonFiniteError) else 422, str(e)))
+
+    def refuse(self, e: RequestError) -> Any:
+        """The answer to a refused request, counted by /metrics' one rule for refusals (docs/inference.md): once, in
+        ``refused`` when the server could not take it (429, 503: send it again later), else in ``errors`` (every
+        other 4xx/5xx, the API key's 401 included), beside the ``requests`` it counts in as every request to a POST
+        route does."""
+        if e.status in (429, 503):
+            self.stats.refused += 1
+        else:
             self.stats.errors += 1
-            return _error_response(RequestError(500 if isinstance(e, NonFiniteError) else 422, str(e)))
+        return _error_response(e)
 
     def _refuse_early(self, request: Any, route: Route) -> None:
-        """The refusals that need no body: a draining server (503), a query string (422), no room (429)."""
+        """The refusals that need no body: a draining server (503), a query string (422), a compressed body (415), no
+        room (429)."""
         if self.app.state.draining:
             raise RequestError(503, "the server is shutting down; send the request to another replica",
                                {"Retry-After": "1"})
         if request.url.query:  # POST /predict?top_k=3 would otherwise be answered as if top_k were not sent
             raise RequestError(422, f"{route.path} takes no query parameters, got {request.url.query[:80]!r}; send "
                                     'them in the body: {"inputs": ..., "parameters": {...}}')
+        encoding = request.headers.get("content-encoding", "").strip()
+        if encoding.lower() not in ("", "identity"):
+            # Read as JSON, a gzip body was "not valid JSON". Not decoded: TEI decodes none (its router has no
+            # decompression layer), no client of these APIs compresses a request, and max_body_bytes must keep
+            # bounding the bytes parsed (1 MB of gzip can expand a thousandfold).
+            raise RequestError(415, f"the request body is encoded (Content-Encoding: {encoding[:40]}); this server "
+                                    "reads JSON bodies as sent, uncompressed, as TEI does: send it without "
+                                    "Content-Encoding (or turn off request compression in the client or proxy)",
+                               {"Accept-Encoding": "identity"})
         if route.model:  # when full, refuse before reading and parsing the body
             self.batcher.check_room()
 
@@ -217,22 +232,25 @@ class _Server:
 
 class _BearerKey:
     """ASGI middleware: every route but /health needs ``Authorization: Bearer KEY``, checked from the headers alone,
-    before the body is read (401 otherwise), in constant time. The key is never logged or echoed."""
+    before the body is read (401 otherwise), in constant time. The key is never logged or echoed. A refused request
+    to a POST route is counted as the route would count any other refusal (``_Server.refuse``)."""
 
-    def __init__(self, app: Any, key: str):
-        self.app, self.key = app, key.encode()
+    def __init__(self, app: Any, key: str, server: _Server):
+        self.app, self.key, self.server = app, key.encode(), server
+        self.counted = {r.path for r in ROUTES if r.method == "POST"}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        from fastapi.responses import JSONResponse
-
         if scope["type"] == "http" and scope["path"] != "/health":
             given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
             scheme, _, token = given.partition(b" ")  # the scheme's case does not matter (RFC 9110 11.1)
             if not (hmac.compare_digest(token.strip(), self.key) and scheme.lower() == b"bearer"):
-                refusal = JSONResponse({"error": "this server needs an API key: send the header Authorization: "
-                                                 "Bearer <key> (--api-key or BERTKIT_API_KEY at its start)",
-                                        "error_type": "unauthorized"}, 401, {"WWW-Authenticate": "Bearer"})
-                return await refusal(scope, receive, send)
+                refusal = RequestError(401, "this server needs an API key: send the header Authorization: Bearer "
+                                            "<key> (--api-key or BERTKIT_API_KEY at its start)",
+                                       {"WWW-Authenticate": "Bearer"})
+                if scope["method"] == "POST" and scope["path"] in self.counted:
+                    self.server.stats.requests += 1
+                    return await self.server.refuse(refusal)(scope, receive, send)
+                return await _error_response(refusal)(scope, receive, send)
         await self.app(scope, receive, send)
 
 
@@ -284,7 +302,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     for route in ROUTES:
         app.add_api_route(route.path, handler(route), methods=[route.method], summary=route.help)
     if api_key is not None:
-        app.add_middleware(_BearerKey, key=api_key)
+        app.add_middleware(_BearerKey, key=api_key, server=server)
     return app
 
 

@@ -25,7 +25,9 @@ logger = logging.getLogger("bertkit")
 class Stats:
     """The server's counters: /metrics exposes them, ``serve`` returns them."""
 
-    requests: int = 0  # requests to the routes that parse a body (/predict, /embed, /v1/embeddings, /rerank, ...)
+    # requests to the routes that parse a body (/predict, /embed, /v1/embeddings, /rerank, ...), however answered
+    # (the API key's 401 included); a refused one counts once more, in refused or in errors
+    requests: int = 0
     items: int = 0  # inputs the model computed
     tokens: int = 0  # their tokens, where counted
     batches: int = 0  # pipeline calls
@@ -33,7 +35,7 @@ class Stats:
     largest_batch: int = 0
     refused: int = 0  # requests answered 429/503: the admission bound reached, or draining
     abandoned: int = 0  # inputs dropped before the model: their client disconnected
-    errors: int = 0  # other 4xx/5xx answers
+    errors: int = 0  # other 4xx/5xx answers (401, 408, 413, 415, 422, 424, 500)
 
 
 # glibc keeps freed blocks in per-thread arenas and raises its mmap threshold as large blocks come and go, so under

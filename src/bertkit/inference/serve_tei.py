@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.errors import BertkitError
+from bertkit.inference.base import refuse_empty_text
 from bertkit.inference.pipelines import ranked
 from bertkit.inference.serve_wire import (
     EMBEDDING_TASKS,
@@ -24,7 +26,7 @@ from bertkit.inference.serve_wire import (
     fields,
     fitted,
     need_embedding,
-    refuse_empty,
+    read_input,
 )
 
 
@@ -60,7 +62,9 @@ def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
     if ids[0] != tok.cls_token_id or ids[-1] != tok.sep_token_id:
         raise RequestError(422, f"input {index} does not start with {tok.cls_token} ({tok.cls_token_id}) and end "
                                 f"with {tok.sep_token} ({tok.sep_token_id}): {FOREIGN_IDS}")
-    refuse_empty(pipe, ids, index)  # [CLS] [SEP] sent as ids is the empty text sent as a string
+    if len(ids) == 2:  # [CLS] [SEP]: the ids of an empty text, refused as the text is
+        raise RequestError(422, f"input {index} is empty: its token ids are [CLS] and [SEP] alone, the same for every "
+                                "empty text; send the ids of a text, or leave it out")
     if len(ids) > pipe.max_length:
         raise RequestError(422, f"input {index} has {len(ids)} token ids, over max_length {pipe.max_length}")
     return {"input_ids": list(ids), "token_type_ids": [0] * len(ids)}
@@ -83,7 +87,7 @@ def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
     for i, x in enumerate(raw):
         if isinstance(x, str):
             limits.check_chars(len(x), f"input {i}")
-            items.append(encode(pipe, x, i, truncate=True))  # bertkit truncates texts at max_length
+            items.append(encode(pipe, read_input(pipe, x, i), i, truncate=True))  # cut at max_length, as bertkit does
             chars += len(x)
         elif _is_ids(x):
             items.append(_encode_ids(pipe, x, i))
@@ -103,12 +107,12 @@ def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
                 pipe, limits)
     if not isinstance(f["query"], str):
         raise RequestError(422, f"query must be a string, got {str(f['query'])[:80]!r}")
-    if set(pipe.tokenizer(f["query"], add_special_tokens=False)["input_ids"]) <= set(pipe.tokenizer.all_special_ids):
-        # every text would be scored against nothing, and the order of the answer would mean nothing
-        raise RequestError(422, "query has no token but the special ones (it is empty, or holds only characters "
-                                "this vocabulary does not know), so no text can be ranked by its relevance to it; "
-                                "send the query's text")
     texts = _texts(f["texts"], "texts", limits)
+    try:  # an empty query: every text would be scored against nothing, and the order would mean nothing
+        for where, text in (("query", f["query"]), *((f"text {i}", t) for i, t in enumerate(texts))):
+            refuse_empty_text(pipe.tokenizer, text, where)
+    except BertkitError as e:
+        raise RequestError(422, str(e)) from None
     for i, text in enumerate(texts):
         limits.check_chars(len(f["query"]) + len(text), f"the query with text {i}")
         if not f.get("truncate", True):
@@ -141,7 +145,7 @@ def _embed(data: Any, pipe: Any, limits: Limits) -> Call:
     f = fields(data, "/embed", ("inputs",), ("truncate", "truncation_direction", "prompt_name", "normalize",
                                              "dimensions"), pipe, limits)
     texts = _texts(f["inputs"], "inputs", limits)
-    items = [encode(pipe, t, i, f.get("truncate", True)) for i, t in enumerate(texts)]
+    items = [encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True)) for i, t in enumerate(texts)]
     answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
     return Call(items, {"rows": True}, answer, cost=len(items), tokens=[len(e["input_ids"]) for e in items],
                 chars=sum(map(len, texts)))
@@ -160,19 +164,23 @@ def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any
 
 
 def _info(server: Any) -> dict[str, Any]:
-    """TEI's ``GET /info``: the model and this server's limits, under TEI's names."""
+    """TEI's ``GET /info``: the model and this server's limits, under TEI's names; an embedding server's also say the
+    prompt put before every text and the width of its vectors (``embedding_dimension``)."""
     from bertkit import __version__
 
     pipe, limits, config = server.pipe, server.limits, server.pipe.config
     labels = {str(i): config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(config.num_labels)}
-    if pipe.task in EMBEDDING_TASKS:
+    embedding: dict[str, Any] = {}
+    if pipe.task in EMBEDDING_TASKS:  # what the pipeline uses: the directory's prompts and truncate_dim included
         model_type: dict[str, Any] = {"embedding": {"pooling": pipe.pooling}}
+        embedding = {"prompts": pipe.prompts or None, "default_prompt_name": pipe.default_prompt_name,
+                     "default_prompt": pipe.prompt or None, "embedding_dimension": pipe.dimension}
     else:
         kind = "reranker" if pipe.task == "rerank" else "classifier"
         model_type = {kind: {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}}
     dtype = "int8" if pipe.quantize == "int8" else "bfloat16" if pipe.bf16 else "float32"
     return {"model_id": server.model_name, "model_sha": None, "model_dtype": dtype, "model_type": model_type,
-            "task": pipe.task, "prompts": None, "default_prompt_name": None, "default_prompt": None,
+            "task": pipe.task, "prompts": None, "default_prompt_name": None, "default_prompt": None, **embedding,
             "max_concurrent_requests": limits.max_concurrent_requests, "max_input_length": pipe.max_length,
             "max_batch_tokens": server.batcher.max_tokens, "max_batch_requests": server.batcher.max_batch_size,
             "max_client_batch_size": limits.max_items, "auto_truncate": True, "tokenization_workers": 1,

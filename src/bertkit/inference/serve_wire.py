@@ -185,9 +185,10 @@ def _parameter_checks(pipe: Any, limits: Limits) -> dict[str, tuple[Callable[[An
         "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
         "user": (lambda v: isinstance(v, str), "a string"),
         "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
-        "prompt_name": (lambda v: False, "null (bertkit's pipelines have no prompts)"),
+        "prompt_name": (lambda v: False, "null (a prompt per request is not implemented; the server puts the model's "
+                                         "default prompt, /info's default_prompt, before every text)"),
         "encoding_format": (lambda v: v == "float", '"float"'),
-        "dimensions": int_in(1, pipe.config.hidden_size, " (the model's hidden size)"),
+        "dimensions": int_in(1, getattr(pipe, "dimension", 0), " (the width of this server's vectors)"),
         "aggregation_strategy": (lambda v: v == "first", '"first" (each word takes its first piece\'s tag, as '
                                                           "bertkit's NER models are trained)"),
         "ignore_labels": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
@@ -307,12 +308,9 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, options: dict[str
             item = item[0] if len(item) == 1 else tuple(item)
         n = _chars(item)
         limits.check_chars(n, f"input {i}")
-        try:
-            read = pipe.check_input(item, i)  # a field it does not read, a wrong type: a 422 here, not in a batch
-        except BertkitError as e:
-            raise RequestError(422, str(e)) from None
+        read = read_input(pipe, item, i)
         if task in _ROWS:
-            item = encode(pipe, read, i, truncate, empty_ok=task not in EMBEDDING_TASKS)
+            item = encode(pipe, read, i, truncate)
             counted.append(len(item["input_ids"]))
         elif task in _ONE_SEQUENCE:  # counted for max_batch_tokens, x-compute-tokens and /metrics
             counted.append(fitted(len(pipe.tokenizer(read)["input_ids"]), f"input {i}", pipe, truncate))
@@ -348,14 +346,19 @@ def _check_inputs(items: list[Any], pipe: Any, limits: Limits, options: dict[str
     return checked, counted, chars, cost
 
 
-def encode(pipe: Any, text: str | tuple[str, str | None], index: int, truncate: bool,
-           empty_ok: bool = False) -> dict[str, Any]:
-    """The model's row for a text or (text, text_pair), cut at max_length (422 instead when ``truncate`` is off);
-    422 for an empty text unless ``empty_ok``."""
-    read = (text, None) if isinstance(text, str) else text
+def read_input(pipe: Any, item: Any, index: int) -> Any:
+    """The input as the pipeline reads it (``Pipeline.check_input``), or a 422 naming what is wrong with it (a field
+    it does not read, a wrong type, an empty text): refused here, not in a batch shared with other requests."""
+    try:
+        return pipe.check_input(item, index)
+    except BertkitError as e:
+        raise RequestError(422, str(e)) from None
+
+
+def encode(pipe: Any, read: tuple[str, str | None], index: int, truncate: bool) -> dict[str, Any]:
+    """The model's row for a (text, text_pair) ``read_input`` gave, cut at max_length (422 instead when ``truncate``
+    is off)."""
     row = pipe.encode(read)[0]
-    if not empty_ok:
-        refuse_empty(pipe, row["input_ids"], index)
     if not truncate:
         fitted(len(pipe.tokenizer(*read)["input_ids"]), f"input {index}", pipe, truncate)
     return row
@@ -367,14 +370,6 @@ def fitted(tokens: int, what: str, pipe: Any, truncate: bool) -> int:
         raise RequestError(422, f"{what} has {tokens} tokens, over max_length {pipe.max_length}; send truncate: true "
                                 "to cut it, or shorten it")
     return min(tokens, pipe.max_length)
-
-
-def refuse_empty(pipe: Any, ids: list[int], index: int) -> None:
-    """422 for a text with no token of its own ("", spaces), whose embedding would be [CLS] [SEP]'s (as OpenAI and
-    TEI refuse it)."""
-    if set(ids) <= set(pipe.tokenizer.all_special_ids):
-        raise RequestError(422, f"input {index} is empty: it has no token but the special ones, and its embedding "
-                                "would be theirs, the same for every empty text; send text, or leave it out")
 
 
 def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei: bool) -> list[dict[str, Any]]:

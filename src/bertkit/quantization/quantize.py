@@ -79,6 +79,7 @@ def quantize_int8_on_texts(model: nn.Module, tokenizer: BertTokenizer,
     (``bertkit.calibration_text``): the same on every call and every machine, and on MiniLM as close to fp32 as
     calibrating on SST-2's own training sentences (docs/inference.md)."""
     check_int8_support(model)  # before the tokenizer runs over the texts
+    model.config.check_sequence_length(max_length, "max_length")
     texts = CALIBRATION_SENTENCES if calibration_texts is None else calibration_texts
     calibration = calibration_batches(tokenizer, texts, batch_size=batch_size, max_length=max_length)
     return quantize_int8(model, calibration=calibration)

@@ -1,5 +1,5 @@
 """Training data for the sentence losses: a dataset's text columns, tokenized per row, padded into one
-(B, C, T) batch (C columns), and sentence-transformers' no-duplicates batch order.
+(B, C, T) batch (C columns), and sentence-transformers' no-duplicates batches.
 
 Columns are the loss's inputs in the dataset's order (anchor, positive, negatives...); a column named "label",
 "labels", "score" or "scores" is the label, "dataset_name" is left out.
@@ -85,14 +85,18 @@ class SentenceExamples(Sequence):
 
 class SentenceCollator:
     """Examples -> ``input_ids``, ``token_type_ids``, ``attention_mask`` (B, C, T) padded with ``pad_id``,
-    ``prompt_length`` (B, C), ``label`` (B,) and ``index`` (B,)."""
+    ``widths`` (each column's longest row, C ints: the loss runs each column on its own width, so a short query
+    column is not computed at a long passage column's width), ``prompt_length`` (C ints: each column's prompt, the
+    same for every row), ``label`` (B,) and ``index`` (B,). The ints stay on the host: reading them from the
+    device would stall its queue of kernels at every step."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
 
-    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Tensor]:
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         B, C = len(examples), len(examples[0]["input_ids"])
-        T = max(len(ids) for e in examples for ids in e["input_ids"])
+        widths = [max(len(e["input_ids"][c]) for e in examples) for c in range(C)]
+        T = max(widths)
         input_ids = torch.full((B, C, T), self.pad_id, dtype=torch.long)
         token_type_ids = torch.zeros(B, C, T, dtype=torch.long)
         attention_mask = torch.zeros(B, C, T, dtype=torch.long)
@@ -103,20 +107,18 @@ class SentenceCollator:
                 attention_mask[b, c, :len(ids)] = 1
         labels = [e["label"] for e in examples]
         return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
-                "prompt_length": torch.as_tensor([e["prompt_length"] for e in examples], dtype=torch.long),
+                "widths": widths, "prompt_length": list(examples[0]["prompt_length"]),
                 "label": torch.stack(labels) if isinstance(labels[0], Tensor) else torch.tensor(labels),
                 "index": torch.tensor([e["index"] for e in examples], dtype=torch.long)}
 
 
-def no_duplicates_order(examples: SentenceExamples, batch_size: int, seed: int) -> list[int]:
-    """sentence-transformers' NoDuplicatesBatchSampler order: one shuffle (``seed``), then each batch takes, in
-    shuffled order, the next rows that share no text with the rows already in it; rows that do wait for a later
-    batch. Where that leaves rows that cannot fill whole batches (sentence-transformers then trains on several
-    short batches; bertkit's batches are all full but the last), each such row is swapped with a row of an earlier
-    batch that takes it without a repeat; a row no batch can take (a text in more rows than there are batches) is
-    an error naming the text."""
-    n = len(examples)
-    rest = torch.randperm(n, generator=torch.Generator().manual_seed(seed), dtype=torch.int32).tolist()
+def no_duplicates_batches(examples: SentenceExamples, batch_size: int, seed: int) -> list[list[int]]:
+    """sentence-transformers' NoDuplicatesBatchSampler batches of one epoch: one shuffle (``seed``), then each batch
+    takes, in shuffled order, the next rows that share no text with the rows already in it; rows that do wait for a
+    later batch. Where the rows left cannot fill a batch without a repeat, the batch is smaller: every row comes
+    once, and there may be more batches than ``ceil(len / batch_size)`` (an epoch trains on that many, the first,
+    as transformers' Trainer runs sentence-transformers' sampler)."""
+    rest = torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed), dtype=torch.int32).tolist()
     texts = {i: examples.row_texts(i) for i in rest}
     batches: list[list[int]] = []
     while rest:
@@ -130,34 +132,6 @@ def no_duplicates_order(examples: SentenceExamples, batch_size: int, seed: int) 
                 continue
             batch.append(i)
             seen |= texts[i]
-        if len(batch) < batch_size and waiting:  # the greedy pass is stuck: repair with swaps into earlier batches
-            return _repaired([*(i for b in batches for i in b), *batch, *waiting], texts, batch_size)
         batches.append(batch)
         rest = waiting
-    return [i for b in batches for i in b]
-
-
-def _repaired(order: list[int], texts: dict[int, set[str]], batch_size: int) -> list[int]:
-    """``order`` cut into batches of ``batch_size``, each row that repeats a text of its batch swapped with a row
-    of another batch where neither repeats anything."""
-    batches = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
-
-    def fits(row: int, batch: list[int], leaving: int | None = None) -> bool:
-        return not any(texts[row] & texts[j] for j in batch if j != leaving and j != row)
-
-    for b, batch in enumerate(batches):
-        for pos, row in enumerate(batch):
-            if fits(row, batch):
-                continue
-            swap = next(((o, q) for o, other in enumerate(batches) if o != b for q, cand in enumerate(other)
-                         if fits(row, other, leaving=cand) and fits(cand, batch, leaving=row)), None)
-            if swap is None:
-                shared = sorted(texts[row] & set().union(*(texts[j] for j in batch if j != row)))
-                raise BertkitError(
-                    f"batch_sampler 'no_duplicates' cannot keep {shared[0][:80]!r} out of a batch it is already in: it "
-                    f"is in {sum(shared[0] in t for t in texts.values())} rows, and no batch of {batch_size} can swap "
-                    "one away; drop the duplicate rows, lower per_device_train_batch_size, or use batch_sampler "
-                    "'batch_sampler'")
-            o, q = swap
-            batch[pos], batches[o][q] = batches[o][q], row
-    return [i for b in batches for i in b]
+    return batches

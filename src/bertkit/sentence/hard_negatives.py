@@ -70,6 +70,16 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     rows = [dataset[i] for i in range(len(dataset))] if not hasattr(dataset, "column_names") else None
     queries_all = [r[anchor_column_name] for r in rows] if rows is not None else list(dataset[anchor_column_name])
     positives_all = [r[positive_column_name] for r in rows] if rows is not None else list(dataset[positive_column_name])
+    for column, values in ((anchor_column_name, queries_all), (positive_column_name, positives_all)):
+        bad = next((i for i, v in enumerate(values) if not isinstance(v, str)), None)
+        if bad is not None:
+            raise BertkitError(f"mine_hard_negatives: row {bad}, column {column!r} is {type(values[bad]).__name__} "
+                               f"{str(values[bad])[:60]!r}, not a text; fill it in or drop the row "
+                               "(dataset.filter(lambda row: row[...] is not None))")
+    bad = next((i for i, v in enumerate(corpus or ()) if not isinstance(v, str)), None)
+    if bad is not None:
+        raise BertkitError(f"mine_hard_negatives: corpus[{bad}] is {type(corpus[bad]).__name__} "
+                           f"{str(corpus[bad])[:60]!r}, not a text; drop it from the corpus")
     max_rows = max(Counter(queries_all).values())  # sentence-transformers sizes the search by rows per anchor
     filtered = absolute_margin is not None or relative_margin is not None or max_score is not None
     if range_max is None:  # room for skipped candidates when filters drop some, and for the positives

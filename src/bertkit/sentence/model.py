@@ -5,18 +5,17 @@ written to sentence-transformers' directory layout.
     emb = model.encode(["A man is eating food.", "A man rides a horse."], normalize_embeddings=True)
     model.similarity(emb, emb)
 
-The directory: ``modules.json`` lists the modules (Transformer at "" or "0_Transformer", Pooling at 1_Pooling,
-Normalize at 2_Normalize); ``sentence_bert_config.json`` holds max_seq_length and do_lower_case;
-``config_sentence_transformers.json`` the prompts, default_prompt_name and similarity_fn_name. A plain Hugging
-Face checkpoint (no modules.json) gets mean pooling and no normalisation, as sentence-transformers gives it. A
-module bertkit does not implement (Dense, a custom module) is refused by name.
+What the directory declares (modules, pooling, max_seq_length, prompts, similarity function, truncate_dim) is read
+by ``bertkit.sentence.directory``. A plain Hugging Face checkpoint (no modules.json) gets mean pooling and no
+normalisation, as sentence-transformers gives it. A module bertkit does not implement (Dense, a custom module) is
+refused by name.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json, staged
+from bertkit.sentence.directory import MODULES, SBERT_CONFIG, ST_CONFIG, read_directory
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
@@ -36,10 +36,10 @@ from bertkit.tokenization import AutoTokenizer
 
 logger = logging.getLogger("bertkit")
 
-MODULES = "modules.json"
-ST_CONFIG = "config_sentence_transformers.json"
-SBERT_CONFIG = "sentence_bert_config.json"
-_TYPES = {"Transformer", "Pooling", "Normalize"}
+# sentence-transformers 6's prompts every model has (``SentenceTransformer._default_prompts``), placeholders that
+# become "" unless the caller or the directory sets them: encode_query and encode_document then use no prompt (not
+# the default prompt), and encode_document picks "document" before "passage" or "corpus"
+DEFAULT_PROMPTS: dict[str, str | None] = {"query": None, "document": None}
 
 # sentence-transformers' constructor arguments bertkit does not implement, with what to do instead
 _REFUSED_INIT = {
@@ -56,9 +56,42 @@ _REFUSED_INIT = {
 }
 
 
-def _module_type(entry: dict[str, Any]) -> str:
-    return str(entry.get("type", "")).rsplit(".", 1)[-1]
+def texts_of(inputs: Any) -> tuple[list[str], bool]:
+    """``encode``'s inputs as texts, and whether they were one input, read as sentence-transformers 6 reads a text
+    model's: a list, tuple or string array (or a ``datasets`` column) is a batch; a str or a dict ``{"text": str}``
+    (its text modality, as a row of a dataset whose one column is "text") is one input. What it cannot embed as a
+    text is refused naming the input: a dict with other keys (a dataset row with more columns), a (text, text) pair
+    (which it encodes as one sequence; bertkit.sentence does not), a chat message, a non-string."""
+    single = isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable) or \
+        (isinstance(inputs, np.ndarray) and (inputs.ndim == 0 or inputs.dtype.kind not in "UO"))
+    items = [inputs] if single else list(inputs)
+    return [_text(x, "input" if single else f"input {i}") for i, x in enumerate(items)], single
 
+
+def _text(item: Any, where: str) -> str:
+    if isinstance(item, str):
+        return str(item)  # a numpy string as the plain str the tokenizer takes
+    if isinstance(item, Mapping):
+        keys = list(item)
+        if keys == ["text"]:
+            if isinstance(item["text"], str):
+                return item["text"]
+            raise BertkitError(f"encode() {where} holds 'text' {type(item['text']).__name__} "
+                               f"{str(item['text'])[:60]!r}; give the text as a string (join pre-split words: "
+                               "pre-tokenized input is not implemented)")
+        if {"role", "content"} <= set(keys):
+            raise BertkitError(f"encode() {where} is a chat message ({keys}); this model embeds texts: pass the "
+                               "message's content")
+        column = next((k for k in keys if isinstance(item[k], str)), "text")
+        raise BertkitError(f"encode() {where} is a dict with the keys {keys}; a dict input is {{'text': ...}} and "
+                           "nothing else (sentence-transformers 6 refuses other keys too), so a dataset row with other "
+                           f"columns is not embedded whole: embed its column, encode(row[{column!r}]) or "
+                           f"encode(dataset[{column!r}])")
+    if isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item):
+        raise BertkitError(f"encode() {where} is the text pair {str(item)[:80]}; embedding a pair as one sequence is "
+                           "not implemented in bertkit.sentence: embed each text, or score the pair with a CrossEncoder")
+    raise BertkitError(f"encode() {where} is {type(item).__name__} {str(item)[:60]!r}; encode takes strings (or "
+                       "{'text': str}), one or a list of them")
 
 
 def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, single: bool) -> Any:
@@ -87,9 +120,11 @@ class SentenceTransformer(nn.Module):
             raise FileNotFoundError(f"sentence-transformers directory {path} does not exist; pass a directory with "
                                     f"{MODULES} (or a BERT checkpoint directory with config.json)")
         self.name_or_path = str(path)
-        encoder_dir, pooling, self.normalize = self._read_modules(path)
-        self.bert = BertModel.from_pretrained(encoder_dir)
-        self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
+        saved = read_directory(path)
+        self.normalize = saved.normalize
+        self.bert = BertModel.from_pretrained(saved.encoder_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(saved.encoder_dir)
+        pooling = saved.pooling
         if pooling is None:
             logger.warning("%s has no %s: mean pooling, no normalisation (as sentence-transformers builds it)",
                            path, MODULES)
@@ -98,50 +133,33 @@ class SentenceTransformer(nn.Module):
             raise BertkitError(f"{path}: 1_Pooling says {pooling.embedding_dimension} dimensions but the encoder's "
                                f"hidden_size is {self.bert.config.hidden_size}; the directory is inconsistent")
         self.pooling = pooling
-        sbert = _read_json(encoder_dir / SBERT_CONFIG) or _read_json(path / SBERT_CONFIG) or {}
         positions = self.bert.config.max_position_embeddings
-        self.max_seq_length = int(sbert.get("max_seq_length") or min(self.tokenizer.model_max_length, positions))
+        self.max_seq_length = saved.max_seq_length or min(self.tokenizer.model_max_length, positions)
         if self.max_seq_length > positions:
             raise BertkitError(f"{path}: max_seq_length {self.max_seq_length} exceeds max_position_embeddings "
                                f"{positions} of this checkpoint; lower it in {SBERT_CONFIG}")
-        self.do_lower_case = bool(sbert.get("do_lower_case", False))
-        st = _read_json(path / ST_CONFIG) or {}
-        self.prompts: dict[str, str] = dict(st.get("prompts") or {}) if prompts is None else dict(prompts)
+        self.do_lower_case = saved.do_lower_case
+        # as sentence-transformers 6: the caller's prompts over the placeholders, the directory's where neither set
+        # one (an empty prompt is set), "" for those left; the caller's default_prompt_name, else the directory's
+        merged: dict[str, str | None] = {**DEFAULT_PROMPTS, **(prompts or {})}
+        merged.update({name: text for name, text in saved.prompts.items() if merged.get(name) is None})
+        self.prompts: dict[str, str] = {name: text or "" for name, text in merged.items()}
         self.default_prompt_name = default_prompt_name if default_prompt_name is not None \
-            else st.get("default_prompt_name")
+            else saved.default_prompt_name
         if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
             raise BertkitError(f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts "
                                f"{sorted(self.prompts)}")
-        self.similarity_fn_name = similarity_function(similarity_fn_name or st.get("similarity_fn_name") or "cosine")
-        self.truncate_dim = self._check_dim(truncate_dim, "truncate_dim")
-        self.bert.eval()
+        self.similarity_fn_name = similarity_function(similarity_fn_name or saved.similarity_fn_name or "cosine")
+        self.truncate_dim = self._check_dim(truncate_dim if truncate_dim is not None else saved.truncate_dim,
+                                            "truncate_dim")
+        self.eval()  # as loaded models are: encode, which puts back the mode it found, must not turn dropout on
         if device is not None:
             self.to(device)
-
-    # -- reading the directory --------------------------------------------------------------------------------
-    @staticmethod
-    def _read_modules(path: Path) -> tuple[Path, Pooling | None, bool]:
-        """(the encoder's directory, the pooling, whether embeddings are normalised) from modules.json."""
-        modules = _read_json(path / MODULES)
-        if modules is None:
-            return path, None, False
-        types = [_module_type(m) for m in modules]
-        unknown = [t for t in types if t not in _TYPES]
-        if unknown or types[:2] != ["Transformer", "Pooling"] or types[2:] not in ([], ["Normalize"]):
-            raise BertkitError(f"{path / MODULES} lists the modules {types}; bertkit implements Transformer, Pooling "
-                               "and an optional Normalize, in that order (not "
-                               f"{unknown or types}); use sentence-transformers for this model")
-        encoder_dir = path / modules[0].get("path", "")
-        pooling_file = path / modules[1]["path"] / "config.json"
-        config = _read_json(pooling_file)
-        if config is None:
-            raise FileNotFoundError(f"{pooling_file} is missing; {path / MODULES} lists a Pooling module there")
-        return encoder_dir, Pooling.from_config(config, str(pooling_file)), len(types) == 3
 
     def _check_dim(self, dim: int | None, name: str) -> int | None:
         if dim is None:
             return None
-        full = self.get_sentence_embedding_dimension()
+        full = self.pooling.output_dimension
         if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= full:
             raise BertkitError(f"{name} {dim!r} must be a whole number in [1, {full}] (this model's dimension)")
         return dim
@@ -151,10 +169,22 @@ class SentenceTransformer(nn.Module):
     def device(self) -> torch.device:
         return self.bert.embeddings.word_embeddings.weight.device
 
-    def get_sentence_embedding_dimension(self) -> int:
+    def get_embedding_dimension(self) -> int:
         """The width of the embeddings ``encode`` returns (``truncate_dim`` when set)."""
         full = self.pooling.output_dimension
-        return min(full, self.truncate_dim) if getattr(self, "truncate_dim", None) else full
+        return min(full, self.truncate_dim) if self.truncate_dim else full
+
+    get_sentence_embedding_dimension = get_embedding_dimension  # sentence-transformers' name before 6
+
+    @contextmanager
+    def truncate_embeddings(self, truncate_dim: int | None) -> Iterator[None]:
+        """``with model.truncate_embeddings(64):`` encode gives 64 dimensions inside the block."""
+        before = self.truncate_dim
+        self.truncate_dim = self._check_dim(truncate_dim, "truncate_dim")
+        try:
+            yield
+        finally:
+            self.truncate_dim = before
 
     def get_max_seq_length(self) -> int:
         return self.max_seq_length
@@ -180,6 +210,8 @@ class SentenceTransformer(nn.Module):
         batch["prompt_length"] = self.prompt_length(prompt)
         return batch
 
+    preprocess = tokenize  # sentence-transformers 6's name
+
     def prompt_length(self, prompt: str | None) -> int:
         """How many leading tokens (with [CLS]) the prompt takes: what Pooling leaves out when include_prompt is False."""
         if not prompt:
@@ -200,17 +232,21 @@ class SentenceTransformer(nn.Module):
         return {**features, "sentence_embedding": emb}
 
     # -- encode ----------------------------------------------------------------------------------------------------
-    def encode(self, sentences: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
+    def encode(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
                batch_size: int = 32, show_progress_bar: bool | None = None,
                output_value: str | None = "sentence_embedding", precision: str = "float32",
                convert_to_numpy: bool = True, convert_to_tensor: bool = False, device: str | None = None,
                normalize_embeddings: bool = False, truncate_dim: int | None = None, **unknown: Any) -> Any:
         """Embed texts: a (N, D) numpy array by default, a tensor with ``convert_to_tensor``, a list of tensors
-        with both conversions off; one string gives one vector. Texts run longest first in batches of
-        ``batch_size`` and come back in their order. ``prompt`` (or ``prompt_name``, a key of ``prompts``) is put
-        before each text; ``truncate_dim`` keeps the first dimensions, before ``normalize_embeddings`` scales each
-        to unit length; ``precision`` quantizes the result as ``quantize_embeddings`` does (int8/uint8 buckets from
-        these embeddings)."""
+        with both conversions off; one input gives one vector, an empty list an empty result (as
+        sentence-transformers 6: ``np.array([])``, ``torch.tensor([])``, ``[]``). An input is a string or
+        sentence-transformers 6's text dict ``{"text": ...}`` (``texts_of``); a list, tuple or array of them is a
+        batch. Texts run longest first in batches of ``batch_size`` and come back in their order. ``prompt`` (or
+        ``prompt_name``, a key of ``prompts``) is put before each text; ``truncate_dim`` keeps the first dimensions,
+        before ``normalize_embeddings`` scales each to unit length; ``precision`` quantizes the result as
+        ``quantize_embeddings`` does (int8/uint8 buckets from these embeddings)."""
+        if "sentences" in unknown and inputs is None:  # sentence-transformers' name before 6
+            inputs = unknown.pop("sentences")
         if unknown:
             extra = {"pool", "chunk_size"} & set(unknown)
             raise BertkitError(f"encode() got arguments bertkit does not implement: {sorted(unknown)}"
@@ -223,15 +259,13 @@ class SentenceTransformer(nn.Module):
             raise BertkitError(f"precision {precision!r} is not one of {PRECISIONS}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
-        single = isinstance(sentences, str)
-        texts = [sentences] if single else list(sentences)
-        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
-        if bad is not None:
-            raise BertkitError(f"encode() takes strings; input {bad} is {type(texts[bad]).__name__}")
+        texts, single = texts_of(inputs)
         prompt = self._resolve_prompt(prompt, prompt_name)
         dim = self._check_dim(truncate_dim, "truncate_dim") if truncate_dim is not None else self.truncate_dim
         if device is not None:
             self.to(device)
+        if not texts:
+            return torch.tensor([]) if convert_to_tensor else np.array([]) if convert_to_numpy else []
         if show_progress_bar is None:
             show_progress_bar = logger.getEffectiveLevel() <= logging.INFO and len(texts) > 10 * batch_size
         vectors = self._embed_texts(texts, prompt, batch_size, bool(show_progress_bar))
@@ -239,24 +273,25 @@ class SentenceTransformer(nn.Module):
             vectors = vectors[:, :dim]
         if normalize_embeddings:
             vectors = F.normalize(vectors, p=2, dim=1)
-        if precision != "float32" and len(texts):
+        if precision != "float32":
             vectors = torch.from_numpy(quantize_embeddings(vectors, precision))
         return as_requested(vectors, convert_to_tensor, convert_to_numpy, single)
 
-    def encode_query(self, sentences: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
+    def encode_query(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
                      **kwargs: Any) -> Any:
-        """``encode`` for queries: without a prompt given, the model's "query" prompt if it has one."""
+        """``encode`` for queries: without a prompt given, the model's "query" prompt (every model has one, "" unless
+        set, which also keeps ``default_prompt_name`` out, as in sentence-transformers 6)."""
         if prompt_name is None and prompt is None and "query" in self.prompts:
             prompt_name = "query"
-        return self.encode(sentences, prompt_name=prompt_name, prompt=prompt, **kwargs)
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
 
-    def encode_document(self, sentences: str | Sequence[str], prompt_name: str | None = None,
-                        prompt: str | None = None, **kwargs: Any) -> Any:
-        """``encode`` for documents: without a prompt given, the model's "document", "passage" or "corpus"
-        prompt, the first it has."""
+    def encode_document(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
+                        **kwargs: Any) -> Any:
+        """``encode`` for documents: without a prompt given, the model's "document", "passage" or "corpus" prompt,
+        the first it has: "document", which every model has ("" unless set), as in sentence-transformers 6."""
         if prompt_name is None and prompt is None:
             prompt_name = next((n for n in ("document", "passage", "corpus") if n in self.prompts), None)
-        return self.encode(sentences, prompt_name=prompt_name, prompt=prompt, **kwargs)
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
 
     def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
         if prompt is not None:
@@ -284,28 +319,31 @@ class SentenceTransformer(nn.Module):
 
             self.bert = for_cpu_inference(plain, bf16=False)
         order = np.argsort([-len(t) for t in texts], kind="stable")
-        out = torch.empty(len(texts), self.pooling.output_dimension)
+        batches = [order[start:start + batch_size] for start in range(0, len(texts), batch_size)]
+        device = self.device
+        out = torch.empty(len(texts), self.pooling.output_dimension, device=device)  # read back once, at the end
         from tqdm.auto import tqdm
 
+        from bertkit.inference.runner import prepared_ahead
+
         try:
-            for start in tqdm(range(0, len(texts), batch_size), desc="Batches", disable=not progress):
-                rows = order[start:start + batch_size]
-                batch = self.tokenize([texts[i] for i in rows], prompt)
-                device = self.device
-                out[torch.as_tensor(rows)] = self.embed(batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                                                        batch["token_type_ids"].to(device),
-                                                        batch["prompt_length"]).float().cpu()
+            ahead = prepared_ahead(lambda rows: {**self.tokenize([texts[i] for i in rows], prompt),
+                                                 "rows": torch.as_tensor(rows)}, batches, device)
+            for batch in tqdm(ahead, total=len(batches), desc="Batches", disable=not progress):
+                out[batch["rows"]] = self.embed(
+                    batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["prompt_length"]).float()
         finally:
             self.bert = plain
             self.train(was_training)
-        return out
+        return out.cpu()
 
     # -- save -------------------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write the model in sentence-transformers' layout (the encoder and tokenizer at the top, 1_Pooling,
-        2_Normalize when normalising, modules.json and the two configs); sentence-transformers opens it. The
-        directory is written beside ``path`` and moved into place whole (``bertkit.outputs.staged``): a kill or a
-        full disk leaves what was there before, never a directory that loads with other settings."""
+        2_Normalize when normalising, modules.json and the two configs, truncate_dim where sentence-transformers 6
+        writes it); sentence-transformers opens it. The directory is written beside ``path`` and moved into place
+        whole (``bertkit.outputs.staged``): a kill or a full disk leaves what was there before, never a directory that
+        loads with other settings."""
         directory = Path(path)
         with staged(directory) as out:
             self.bert.save_pretrained(out)
@@ -322,17 +360,10 @@ class SentenceTransformer(nn.Module):
             atomic_write_json(out / ST_CONFIG, {
                 "__version__": {"bertkit": __version__, "pytorch": torch.__version__},
                 "model_type": "SentenceTransformer", "prompts": self.prompts,
-                "default_prompt_name": self.default_prompt_name, "similarity_fn_name": self.similarity_fn_name})
+                "default_prompt_name": self.default_prompt_name, "similarity_fn_name": self.similarity_fn_name,
+                **({"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {})})
             atomic_write_json(out / MODULES, modules)  # last: it names the modules written before it
         return directory
 
     save_pretrained = save
 
-
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise BertkitError(f"{path} is not valid JSON ({e}); restore it from the model's source") from None

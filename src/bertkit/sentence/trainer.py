@@ -13,7 +13,7 @@ eval_dataset plus the evaluator's metrics, prefixed ``eval_``.
 
 from __future__ import annotations
 
-import math
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.data import SentenceCollator, SentenceExamples, no_duplicates_order
+from bertkit.sentence.data import SentenceCollator, SentenceExamples, no_duplicates_batches
 from bertkit.sentence.losses import CoSENTLoss, SentenceLoss
 from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.training_args import BatchSamplers, SentenceTransformerTrainingArguments
@@ -54,12 +54,11 @@ class LossModel(nn.Module):
         super().__init__()
         self.loss = loss
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, prompt_length: Tensor,
-                label: Tensor, index: Tensor) -> LossOutput:
-        columns = input_ids.shape[1]  # input_ids (B, C, T)
-        features = [{"input_ids": input_ids[:, c], "attention_mask": attention_mask[:, c],
-                     "token_type_ids": token_type_ids[:, c], "prompt_length": int(prompt_length[0, c]), "index": index}
-                    for c in range(columns)]
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, widths: list[int],
+                prompt_length: list[int], label: Tensor, index: Tensor) -> LossOutput:
+        features = [{"input_ids": input_ids[:, c, :w], "attention_mask": attention_mask[:, c, :w],
+                     "token_type_ids": token_type_ids[:, c, :w], "prompt_length": prompt_length[c], "index": index}
+                    for c, w in enumerate(widths)]  # input_ids (B, C, T) -> C x (B, width)
         return LossOutput(self.loss(features, label if self.loss.needs_label else None))
 
     def save_pretrained(self, path: str | Path) -> Path:
@@ -132,18 +131,16 @@ class SentenceTransformerTrainer(Trainer):
                                "losses.X(model) of the model passed to the trainer")
         return loss
 
-    # -- the base Trainer's data order, with sentence-transformers' no-duplicates sampler -----------------------
-    def _order(self, examples: Sequence) -> Callable[[int], Sequence[int]]:
+    def _collate(self, examples: list) -> dict:
+        return self.data_collator(examples)  # its host-side ints (column widths, prompt lengths) too
+
+    # -- the base Trainer's batches, or sentence-transformers' no-duplicates sampler's ---------------------------
+    def _batches(self, examples: Sequence) -> Callable[[int], list[list[int]]]:
         if self.args.batch_sampler is not BatchSamplers.NO_DUPLICATES:
-            return super()._order(examples)
+            return super()._batches(examples)
         examples = self.train_dataset  # the SentenceExamples (the base Trainer passes a column-dropping view)
         size, seed = self.args.per_device_train_batch_size * current().world_size, self.args.seed
-        # every epoch's order is drawn now: duplicates that cannot be kept apart are refused before any step
-        steps = self.args.max_steps if self.args.max_steps > 0 else math.ceil(
-            self.args.num_train_epochs * math.ceil(len(examples) / size) / self.args.gradient_accumulation_steps)
-        epochs = math.ceil(steps * self.args.gradient_accumulation_steps * size / len(examples)) + 1
-        orders = {e: no_duplicates_order(examples, size, seed + e) for e in range(epochs)}
-        return lambda epoch: orders[epoch] if epoch in orders else no_duplicates_order(examples, size, seed + epoch)
+        return functools.lru_cache(maxsize=2)(lambda epoch: no_duplicates_batches(examples, size, seed + epoch))
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def _evaluator_metrics(self, _: EvalPrediction) -> dict[str, float]:

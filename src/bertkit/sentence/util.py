@@ -1,6 +1,8 @@
 """Similarity functions and exact semantic search, with sentence-transformers' names (``sentence_transformers.util``).
 
-Every function takes lists, numpy arrays or tensors, one vector or a batch of them, and returns a float tensor.
+Every function takes lists, numpy arrays or tensors, one vector or a batch of them, and returns a float tensor
+(integer embeddings, int8 or uint8, are computed in float32). Embeddings of different widths, or a pairwise call on
+different numbers of embeddings, are refused with both shapes.
 """
 
 from __future__ import annotations
@@ -17,52 +19,94 @@ from bertkit.errors import BertkitError
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
 
 
-def _batch(x: Any) -> Tensor:
-    """A (N, D) tensor from a list, array or tensor of one vector (D,) or several."""
+def _tensor(x: Any, name: str) -> Tensor:
+    """``x`` (a list, array or tensor of one vector (D,) or several (N, D)) as a tensor that similarities can be
+    computed in: float32 for integer embeddings (``quantize_embeddings``' int8/uint8, whose products overflow in
+    their own type) and for floats narrower than 32 bits (as sentence-transformers 6, whose bf16 products tie)."""
     if not isinstance(x, Tensor):
-        x = torch.as_tensor(np.asarray(x))
-    return x.unsqueeze(0) if x.dim() == 1 else x
+        if isinstance(x, list) and x and all(isinstance(v, Tensor) for v in x):
+            x = torch.stack(x)
+        else:
+            x = torch.as_tensor(np.asarray(x))
+    if x.dim() not in (1, 2):
+        raise BertkitError(f"{name} has the shape {tuple(x.shape)}; give one embedding (D,) or a batch (N, D)")
+    if not torch.is_floating_point(x) or torch.finfo(x.dtype).bits < 32:
+        if x.dtype in (torch.bool, torch.complex64, torch.complex128):
+            raise BertkitError(f"{name} is {x.dtype}; give float or integer embeddings")
+        x = x.float()
+    return x
+
+
+def _pair(a: Any, b: Any) -> tuple[Tensor, Tensor]:
+    """(a, b) as tensors of the same width; a mismatch is named with both shapes."""
+    a, b = _tensor(a, "a"), _tensor(b, "b")
+    if a.shape[-1] != b.shape[-1]:
+        raise BertkitError(f"the embeddings have {a.shape[-1]} and {b.shape[-1]} dimensions (shapes {tuple(a.shape)} "
+                           f"and {tuple(b.shape)}); compare embeddings of one model, with the same truncate_dim")
+    return a, b
+
+
+def _batches(a: Any, b: Any) -> tuple[Tensor, Tensor]:
+    """(a, b) as (N, D) and (M, D): for the (N, M) similarity matrices."""
+    a, b = _pair(a, b)
+    return (a.unsqueeze(0) if a.dim() == 1 else a), (b.unsqueeze(0) if b.dim() == 1 else b)
+
+
+def _rows(a: Any, b: Any) -> tuple[Tensor, Tensor]:
+    """(a, b) for the pairwise similarities: as many rows each (one vector goes with every row of the other)."""
+    a, b = _pair(a, b)
+    if a.dim() == b.dim() == 2 and len(a) != len(b) and 1 not in (len(a), len(b)):
+        raise BertkitError(f"pairwise similarity compares a[i] with b[i]: a has {len(a)} embeddings and b {len(b)} "
+                           f"(shapes {tuple(a.shape)} and {tuple(b.shape)}); give as many of each, or use the "
+                           "(N, M) matrix: cos_sim / dot_score / model.similarity")
+    return a, b
 
 
 def normalize_embeddings(embeddings: Tensor) -> Tensor:
-    return F.normalize(embeddings, p=2, dim=1)
+    return F.normalize(embeddings, p=2, dim=-1)
 
 
 def cos_sim(a: Any, b: Any) -> Tensor:
     """(N, M) cosine similarities of every row of ``a`` with every row of ``b``."""
-    return normalize_embeddings(_batch(a)) @ normalize_embeddings(_batch(b)).T
+    a, b = _batches(a, b)
+    return normalize_embeddings(a) @ normalize_embeddings(b).T
 
 
 def dot_score(a: Any, b: Any) -> Tensor:
     """(N, M) dot products."""
-    return _batch(a) @ _batch(b).T
+    a, b = _batches(a, b)
+    return a @ b.T
 
 
 def euclidean_sim(a: Any, b: Any) -> Tensor:
     """(N, M) negative Euclidean distances (higher is more similar, as sentence-transformers)."""
-    return -torch.cdist(_batch(a), _batch(b), p=2.0)
+    return -torch.cdist(*_batches(a, b), p=2.0)
 
 
 def manhattan_sim(a: Any, b: Any) -> Tensor:
     """(N, M) negative Manhattan distances."""
-    return -torch.cdist(_batch(a), _batch(b), p=1.0)
+    return -torch.cdist(*_batches(a, b), p=1.0)
 
 
 def pairwise_cos_sim(a: Any, b: Any) -> Tensor:
-    """(N,) cosine similarity of ``a[i]`` with ``b[i]``."""
-    return (normalize_embeddings(_batch(a)) * normalize_embeddings(_batch(b))).sum(-1)
+    """(N,) cosine similarity of ``a[i]`` with ``b[i]`` (a scalar for two vectors)."""
+    a, b = _rows(a, b)
+    return (normalize_embeddings(a) * normalize_embeddings(b)).sum(-1)
 
 
 def pairwise_dot_score(a: Any, b: Any) -> Tensor:
-    return (_batch(a) * _batch(b)).sum(-1)
+    a, b = _rows(a, b)
+    return (a * b).sum(-1)
 
 
 def pairwise_euclidean_sim(a: Any, b: Any) -> Tensor:
-    return -torch.sqrt(((_batch(a) - _batch(b)) ** 2).sum(-1))
+    a, b = _rows(a, b)
+    return -torch.sqrt(((a - b) ** 2).sum(-1))
 
 
 def pairwise_manhattan_sim(a: Any, b: Any) -> Tensor:
-    return -(_batch(a) - _batch(b)).abs().sum(-1)
+    a, b = _rows(a, b)
+    return -(a - b).abs().sum(-1)
 
 
 # sentence-transformers' SimilarityFunction values -> (matrix function, pairwise function)
@@ -90,10 +134,7 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
     """For each query, the ``top_k`` corpus entries by ``score_function``: a list per query of
     ``{"corpus_id": int, "score": float}``, best first (exact search, chunked to bound memory).
     Ties keep the lower corpus id first."""
-    queries, corpus = _batch(query_embeddings), _batch(corpus_embeddings)
-    if queries.shape[-1] != corpus.shape[-1]:
-        raise BertkitError(f"query embeddings have {queries.shape[-1]} dimensions and corpus embeddings "
-                           f"{corpus.shape[-1]}; encode both with the same model (and truncate_dim)")
+    queries, corpus = _batches(query_embeddings, corpus_embeddings)
     if top_k < 1:
         raise BertkitError(f"top_k must be >= 1, got {top_k}")
     k = min(top_k, len(corpus))

@@ -195,7 +195,8 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     batch_size: int = flag(32, check=at_least_one)
     """Sequences per batch (inputs are grouped by length, so batches carry little padding)."""
     max_length: int | None = None
-    """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
+    """Tokens per sequence (default: the model's positions, or a sentence-transformers directory's max_seq_length);
+    texts are truncated, QA contexts windowed."""
     top_k: int = flag(1, check=at_least_one)
     """fill-mask: tokens per [MASK]; question-answering: answers per question."""
     pooling: Literal["auto", "mean", "cls"] = "auto"
@@ -269,7 +270,8 @@ class ServeSettings(RequestLimits, Int8Settings):
     """On SIGTERM, how long admitted requests may take to finish before the server stops anyway: a deadline for
     every connection (requests still open then are cut off) and for the model call under way."""
     max_length: int | None = None
-    """Tokens per sequence (default: the model's positions); texts are truncated, QA contexts windowed."""
+    """Tokens per sequence (default: the model's positions, or a sentence-transformers directory's max_seq_length);
+    texts are truncated, QA contexts windowed."""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     """uvicorn's log level."""
     served_model_name: str | None = None

@@ -116,9 +116,10 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     cuda mean each process's own GPU (cuda:LOCAL_RANK)."""
     gradient_checkpointing: bool = flag(False, hf=None, how_to_run=True)
     """Recompute each encoder layer's activations in the backward pass: less memory, about a third more compute."""
-    dataloader_num_workers: int | None = flag(None, hf=0, check=non_negative, how_to_run=True)
-    """Processes collating batches ahead of the step. Default: 2 on CUDA, 0 on the CPU (where workers would
-    take cores from the step itself)."""
+    dataloader_num_workers: int | None = flag(None, check=non_negative, how_to_run=True)
+    """Processes tokenizing and collating batches ahead of the step. Default (also through TrainingArguments,
+    where transformers defaults to 0): on CUDA every core but two, 2 to 4, so that the GPU never waits for the
+    host; 0 on the CPU, where workers would take cores from the step itself."""
     ddp_timeout: float = flag(1800.0, hf=1800, check=positive, how_to_run=True)
     """Under torchrun: seconds a process waits for a peer in a collective before it gives up (exit non-zero)."""
     report_to: Literal["none", "tensorboard"] = flag("none", how_to_run=True)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bertkit._hardware import host_workers
 from bertkit.errors import BertkitError
 
 Batch = dict[str, Tensor]
@@ -32,12 +33,13 @@ class BatchPlan:
     """Which examples make up each micro-batch of each epoch. ``collate`` turns a list of examples into a batch of
     tensors; a dataset that draws something per epoch (dynamic masking) gets ``set_epoch(epoch)`` before use. Each
     *global* micro-batch holds ``batch_size x world_size`` examples, of which process ``rank`` reads its contiguous
-    slice; ``len(plan)`` counts them. ``order(epoch)``, when given, is the epoch's permutation (bertkit.Trainer:
-    transformers' seeded RandomSampler's)."""
+    slice; ``len(plan)`` counts them. ``draw(epoch)``, when given, gives the epoch's global micro-batches
+    (bertkit.Trainer: transformers' seeded RandomSampler's permutation cut into batches, or sentence-transformers'
+    no-duplicates sampler, whose batches may be short), of which the first ``len(plan)`` are trained on."""
 
     def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
                  seed: int, shuffle: bool = True, rank: int = 0, world_size: int = 1,
-                 order: Callable[[int], Sequence[int]] | None = None):
+                 draw: Callable[[int], list[list[int]]] | None = None):
         if batch_size < 1:
             raise BertkitError(f"batch_size must be >= 1, got {batch_size}")
         if len(dataset) == 0:
@@ -47,7 +49,7 @@ class BatchPlan:
         self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
         self.shuffle, self.seed = shuffle, seed
         self.rank, self.world_size = rank, world_size
-        self.order = order
+        self.draw = draw
 
     def __len__(self) -> int:
         return math.ceil(len(self.dataset) / (self.batch_size * self.world_size))
@@ -55,9 +57,11 @@ class BatchPlan:
     def global_batches(self, epoch: int) -> list[list[int]]:
         """Every rank's examples of each micro-step of ``epoch`` (one list per global micro-batch)."""
         n, per_step = len(self.dataset), self.batch_size * self.world_size
-        if self.order is not None:
-            order = [int(i) for i in self.order(epoch)]
-        elif self.shuffle:
+        if self.draw is not None:
+            drawn = [[int(i) for i in batch] for batch in self.draw(epoch)[:len(self)]]
+            assert len(drawn) == len(self) and all(drawn), "a partition of the rows has ceil(rows / batch) batches"
+            return drawn
+        if self.shuffle:
             order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch)).tolist()
         else:
             order = list(range(n))
@@ -104,8 +108,8 @@ def _unbatched(item: Any) -> Any:
 def epoch_loader(plan: BatchPlan, epoch: int, start: int, num_workers: int | None, cuda: bool
                  ) -> torch.utils.data.DataLoader:
     """Micro-batches ``start``.. of ``epoch`` through a DataLoader (with workers, collated ahead of the step).
-    ``num_workers`` None: 2 on CUDA, 0 on the CPU (where workers would take cores from the step itself)."""
-    num_workers = (2 if cuda else 0) if num_workers is None else num_workers
+    ``num_workers`` None: ``host_workers`` (sized to the machine on CUDA, 0 on the CPU)."""
+    num_workers = host_workers("cuda" if cuda else "cpu") if num_workers is None else num_workers
     return torch.utils.data.DataLoader(
         EpochBatches(plan, epoch), batch_size=None, sampler=range(start, len(plan)), collate_fn=_unbatched,
         num_workers=num_workers, pin_memory=cuda, prefetch_factor=4 if num_workers else None,

@@ -18,14 +18,15 @@ from bertkit.training.sequence_grid import fit_sequence_classifier
 logger = logging.getLogger("bertkit")
 
 
-def read_labelled(path: Path, s: ClassifySettings) -> list[glue.GlueExample]:
+def read_labelled(path: Path, s: ClassifySettings, tokenizer: Any) -> list[glue.GlueExample]:
     """Rows of a CSV/TSV/JSONL file as examples (id = the row's position), read and checked as ``bertkit predict``
-    reads its inputs (``inference.files.read_inputs``): a bad row names its file and line."""
+    reads its inputs (``inference.files.read_inputs``, with the model's ``tokenizer``): a bad row names its file and
+    line."""
     from bertkit.inference.files import Columns, read_inputs
 
     columns = Columns(text=s.text_column, text_pair=s.text_pair_column, label=s.label_column)
-    items, _ = read_inputs(path, "text-classification", columns, s.input_format, max_line_bytes=s.max_line_bytes,
-                           rows=True)
+    items, _ = read_inputs(path, "text-classification", columns, s.input_format, tokenizer=tokenizer,
+                           max_line_bytes=s.max_line_bytes, rows=True)
     return [glue.GlueExample(id=str(i), text_a=x["text"], text_b=x.get("text_pair"), label=x.get("label"),
                              line=x["line"]) for i, x in enumerate(items)]
 
@@ -100,8 +101,11 @@ def classify_task(train: Sequence[glue.GlueExample], problem_type: str, name: st
 def finetune_classify(s: ClassifySettings) -> dict[str, Any]:
     """``bertkit finetune classify``: fit_sequence_classifier on the user's files. Their best run's predictions for
     other files come from ``bertkit predict text-classification --model OUTPUT_DIR/best``."""
-    train_examples = first(read_labelled(s.train_file, s), s.max_train_samples)
-    dev_examples = first(read_labelled(s.validation_file, s), s.max_eval_samples)
+    from bertkit.tokenization import BertTokenizer
+
+    tokenizer = BertTokenizer.from_pretrained(s.model_name_or_path)  # the model's: its weights load later
+    train_examples = first(read_labelled(s.train_file, s, tokenizer), s.max_train_samples)
+    dev_examples = first(read_labelled(s.validation_file, s, tokenizer), s.max_eval_samples)
     task = classify_task(train_examples, s.problem_type, s.train_file.stem, s.text_pair_column is not None,
                          source=s.train_file)
     if task.labels is not None:

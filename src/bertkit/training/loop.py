@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
 from bertkit._parallel import DistInfo
@@ -260,7 +260,9 @@ class _Run:
                                           self.cuda):
             if pos.step >= phase_end:
                 break
-            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+            if weight > 0:  # throughput, counted on the host before the batch moves
+                self.seqs, self.tokens = self.seqs + _rows(batch), self.tokens + _real_tokens(batch)
+            batch = {k: v.to(self.device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
             if self.micro_step(phase, weight, batch):  # the last micro-batch of a step
                 self.optimizer_step(phase)
             else:
@@ -300,10 +302,12 @@ class _Run:
                 with _autocast(args, self.device):
                     out = (self.module(**batch) if self.num_items is None
                            else self.module(**batch, num_items_in_batch=self.num_items))
+                # Backward first, then read the loss: reading it waits for the device, and before backward is
+                # queued that wait would leave the device idle while the host queues backward. A non-finite loss
+                # spoils the step, which is dropped whole (its gradients zeroed), as under DDP.
+                self.scaler.scale(objective(out, weight, accum, self.num_items is not None)).backward()
                 loss = logged_loss(out, self.num_items, target_count(batch))
                 finite = math.isfinite(out.loss.item())
-                if finite or self.info.enabled:
-                    self.scaler.scale(objective(out, weight, accum, self.num_items is not None)).backward()
                 if finite and weight > 0:
                     self.window["loss"] = self.window.get("loss", 0.0) + loss
                     for k, v in (self.batch_metrics(batch, out) if self.batch_metrics else {}).items():
@@ -316,11 +320,6 @@ class _Run:
                         # A mean over no target is nan: the data, not the learning rate, is the cause.
                         self.spoiled += (" because every label of this batch is -100 (ignored by the loss), so it "
                                          "has nothing to learn from; drop such rows or check how the labels were made")
-        if weight > 0:  # throughput: rows and real tokens (a model without input_ids, e.g. the feature
-            # study's tagger on activations, marks its rows with attention_mask)
-            rows = batch["input_ids"] if "input_ids" in batch else batch["attention_mask"]
-            self.seqs += rows.shape[0]
-            self.tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else rows.numel()
         return sync
 
     # -- one optimiser step, then what falls due: log, evaluate, save -------------------------------------------
@@ -502,6 +501,22 @@ def _compile(model: nn.Module) -> None:
         raise BertkitError(f"compile needs a bertkit model; {type(model).__name__} has no encoder "
                            "with compile_layers()")
     encoder.compile_layers()
+
+
+def _rows(batch: Batch) -> int:
+    """The batch's rows (a model without input_ids, e.g. the feature study's tagger on activations, marks its rows
+    with attention_mask; a cross-encoder's input_ids are lists of word pieces)."""
+    rows = batch["input_ids"] if "input_ids" in batch else batch["attention_mask"]
+    return rows.shape[0] if isinstance(rows, Tensor) else len(rows)
+
+
+def _real_tokens(batch: Batch) -> int:
+    if "attention_mask" in batch:
+        return int(batch["attention_mask"].sum())
+    ids = batch["input_ids"]
+    if isinstance(ids, Tensor):
+        return ids.numel()
+    return sum(len(piece) for row in ids for piece in row)  # word-piece lists (a cross-encoder's texts)
 
 
 def _clip_grad_norm(module: nn.Module, max_norm: float) -> float:

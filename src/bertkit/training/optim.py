@@ -46,9 +46,10 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float = WEIGHT_DE
 def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: int,
                         shape: str = "linear") -> LambdaLR:
     """lr rises linearly from 0 over ``warmup_steps``, then follows ``shape`` to ``total_steps`` (transformers'
-    names): linear to 0 (the paper's), cosine (half a period to 0) or constant_with_warmup."""
-    if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
-        raise BertkitError(f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}) and total > 0")
+    names): linear to 0 (the paper's), cosine (half a period to 0) or constant_with_warmup. Warm-up longer than the
+    run rises for the whole run at the same slope and ends below the peak, as transformers' schedules do."""
+    if total_steps <= 0 or warmup_steps < 0:
+        raise BertkitError(f"need warmup_steps >= 0 ({warmup_steps}) and total_steps > 0 ({total_steps})")
     if shape not in LR_SCHEDULES:
         raise BertkitError(f"unknown learning-rate schedule {shape!r}; choose one of {', '.join(LR_SCHEDULES)}")
 

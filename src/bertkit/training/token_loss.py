@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from bertkit.training.batch_plan import Batch, BatchPlan
 from bertkit.training.distributed import sum_over_ranks
@@ -17,7 +17,8 @@ def target_count(batch: Batch) -> int | None:
     """Labelled tokens in ``batch`` when its loss is per token (masked LM, tagging: labels (B, T) like
     input_ids, -100 where no loss); None for a per-sequence loss (classification, regression, spans)."""
     labels, ids = batch.get("labels"), batch.get("input_ids")
-    if labels is None or ids is None or labels.shape != ids.shape or labels.is_floating_point():
+    if not isinstance(labels, Tensor) or not isinstance(ids, Tensor) or labels.shape != ids.shape \
+            or labels.is_floating_point():
         return None
     return int((labels != -100).sum())
 

@@ -174,6 +174,16 @@ class Trainer:
     def _collate(self, examples: list) -> dict:
         return {k: v for k, v in self.data_collator(examples).items() if isinstance(v, torch.Tensor)}
 
+    def _batches(self, examples: Sequence) -> Callable[[int], list[list[int]]]:
+        """The global micro-batches of each epoch: the epoch's order (``_order``) cut into batches."""
+        order, size = self._order(examples), self.args.per_device_train_batch_size * current().world_size
+
+        def batches(epoch: int) -> list[list[int]]:
+            rows = list(order(epoch))
+            return [rows[s:s + size] for s in range(0, len(rows), size)]
+
+        return batches
+
     def _order(self, examples: Sequence) -> Callable[[int], Sequence[int]]:
         n, strategy = len(examples), self.args.train_sampling_strategy
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
@@ -210,7 +220,7 @@ class Trainer:
         if args.eval_strategy != "no":
             self._check_metric()
         plan = BatchPlan(examples, args.per_device_train_batch_size, self._collate, seed=args.seed,
-                         order=self._order(examples), rank=info.rank, world_size=info.world_size)
+                         draw=self._batches(examples), rank=info.rank, world_size=info.world_size)
         accum = args.gradient_accumulation_steps
         per_epoch = max(1, math.ceil(len(plan) / accum))
         total = args.max_steps if args.max_steps > 0 else max(1, math.ceil(args.num_train_epochs * per_epoch))

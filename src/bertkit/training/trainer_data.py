@@ -136,15 +136,30 @@ def _string_labels(values: list, key: str, what: str, config: Any) -> Callable[[
     """String labels through the model's label2id (transformers' models take ids only), or an error naming them."""
     seen = sorted(set(values))
     label2id = dict(getattr(config, "label2id", None) or {})
+    shown = f"{seen[:10]}{' ...' if len(seen) > 10 else ''}"
+    if not _classifies(config):
+        # a score: a one-output head (regression, a cross-encoder) or a sentence loss, which take numbers only
+        numbers = all(_is_number(v) for v in seen)
+        fix = (f"dataset.cast_column({key!r}, Value('float32')) (from datasets import Value), or float() each"
+               if numbers else f"dataset.class_encode_column({key!r}) gives them the ids 0..{len(seen) - 1}, or map "
+               "each to its number")
+        raise BertkitError(f"{what}: {key} holds strings {shown}, and the model takes a number per example (its loss "
+                           f"scores, it has no label names); make them numbers: {fix}")
     if not set(seen) <= set(label2id):
         names = sorted(label2id, key=label2id.get) if label2id else None
         suggested = {i: s for i, s in enumerate(seen)}
         raise BertkitError(
-            f"{what}: {key} holds strings {seen[:10]}{' ...' if len(seen) > 10 else ''}, but the model's config "
-            f"names its labels {names}; name them when loading the model (from_pretrained(..., id2label="
-            f"{suggested}, label2id={ {s: i for i, s in suggested.items()} })), or map {key} to ids "
-            f"(dataset.class_encode_column({key!r}))")
+            f"{what}: {key} holds strings {shown}, but the model's config names its labels {names}; name them when "
+            f"loading the model (from_pretrained(..., id2label={suggested}, label2id="
+            f"{ {s: i for i, s in suggested.items()} })), or map {key} to ids (dataset.class_encode_column({key!r}))")
     return lambda v: label2id[v]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def _some_label(values: list, key: str, what: str) -> None:

@@ -1,9 +1,9 @@
-"""Training data for the cross-encoder losses: each row's texts as word pieces (tokenized once), padded into one
-(B, C, T) batch with each text's length, and the labels.
+"""Training data for the cross-encoder losses: each row's texts as word pieces (tokenized once, in the loader's
+workers), batched as lists, and the labels.
 
 Columns are the loss's inputs in the dataset's order: (anchor, candidate, more candidates...) for the pairwise
-losses; (query, list of documents) with a list of labels per row for the listwise ones, whose C is 1 + the
-batch's largest document count (length -1 where a row has fewer). A column named "label", "labels", "score" or
+losses; (query, list of documents) with a list of labels per row for the listwise ones (their labels padded
+to the batch's largest document count with NaN). A column named "label", "labels", "score" or
 "scores" is the label, "dataset_name" is left out.
 """
 
@@ -59,33 +59,25 @@ class CrossEncoderExamples(Sequence):
         return set(self.texts_of(i))
 
 
-def collate(examples: list[dict[str, Any]], pad_id: int = 0) -> dict[str, Tensor]:
-    """Examples -> ``input_ids`` (B, C, T) padded with ``pad_id``, ``lengths`` (B, C) (-1: no text there) and
-    ``label``: (B,), or (B, C - 1) padded with NaN for lists."""
-    B, C = len(examples), max(len(e["input_ids"]) for e in examples)
-    T = max(1, max(len(ids) for e in examples for ids in e["input_ids"]))
-    input_ids = torch.full((B, C, T), pad_id, dtype=torch.long)
-    lengths = torch.full((B, C), -1, dtype=torch.long)
-    for b, e in enumerate(examples):
-        for c, ids in enumerate(e["input_ids"]):
-            input_ids[b, c, :len(ids)] = torch.as_tensor(ids, dtype=torch.long)
-            lengths[b, c] = len(ids)
+def collate(examples: list[dict[str, Any]], pad_id: int = 0) -> dict[str, Any]:
+    """Examples -> ``input_ids`` (per row, each text's word pieces: lists, which stay on the host, where the loss
+    assembles its pair rows; sending them to a GPU and reading them back would stall it at every step) and
+    ``label``: (B,), or (B, C - 1) padded with NaN for lists. ``pad_id`` is kept for callers that pass it."""
     labels = [e["label"] for e in examples]
     if isinstance(labels[0], list):
-        label = torch.full((B, C - 1), float("nan"))
+        label = torch.full((len(examples), max(len(e["input_ids"]) for e in examples) - 1), float("nan"))
         for b, row in enumerate(labels):
             label[b, :len(row)] = torch.as_tensor(row, dtype=torch.float32)
     else:
         label = torch.stack(labels) if isinstance(labels[0], Tensor) else torch.tensor(labels)
-    return {"input_ids": input_ids, "lengths": lengths, "label": label}
+    return {"input_ids": [e["input_ids"] for e in examples], "label": label}
 
 
-def columns_of(input_ids: Tensor, lengths: Tensor, label: Tensor, listwise: bool) -> tuple[list, Any]:
-    """A collated batch back into the loss's ``(inputs, labels)``: one list of word-piece lists per column, or
+def columns_of(input_ids: list[list[list[int]]], label: Tensor, listwise: bool) -> tuple[list, Any]:
+    """A collated batch as the loss's ``(inputs, labels)``: one list of word-piece lists per column, or
     (queries, document lists) and a label tensor per row for a listwise loss."""
-    ids, lens = input_ids.tolist(), lengths.tolist()
     if not listwise:
-        return [[ids[b][c][:lens[b][c]] for b in range(len(ids))] for c in range(len(ids[0]))], label
-    queries = [row[0][:n[0]] for row, n in zip(ids, lens)]
-    docs = [[row[c][:n[c]] for c in range(1, len(row)) if n[c] >= 0] for row, n in zip(ids, lens)]
+        return [[row[c] for row in input_ids] for c in range(len(input_ids[0]))], label
+    queries = [row[0] for row in input_ids]
+    docs = [row[1:] for row in input_ids]
     return [queries, docs], [label[b, :len(d)] for b, d in enumerate(docs)]

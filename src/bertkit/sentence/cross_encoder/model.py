@@ -30,7 +30,8 @@ from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.outputs import atomic_write_json, staged
-from bertkit.sentence.model import MODULES, SBERT_CONFIG, ST_CONFIG, _module_type, _read_json, as_requested
+from bertkit.sentence.directory import MODULES, SBERT_CONFIG, ST_CONFIG, module_types, read_json
+from bertkit.sentence.model import as_requested
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
 
@@ -104,19 +105,28 @@ class CrossEncoder(nn.Module):
         if not local_files_only:
             raise BertkitError("bertkit.sentence loads local directories only; download the model and pass its path")
         path = Path(model_name_or_path)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"cross-encoder directory {path} has no config.json; pass a directory saved by "
-                                    "CrossEncoder.save, sentence-transformers or transformers (or a BERT checkpoint)")
-        modules = _read_json(path / MODULES)
-        if modules is not None and ([_module_type(m) for m in modules] != ["Transformer"]
-                                    or modules[0].get("path", "") not in ("", ".")):
-            raise BertkitError(f"{path / MODULES} lists the modules {[_module_type(m) for m in modules]}; bertkit's "
-                               "CrossEncoder implements one Transformer module at the top of the directory (a sequence "
-                               "classifier); use sentence-transformers for this model")
+        modules = read_json(path / MODULES)
+        types = module_types(modules) if modules is not None else ["Transformer"]
+        encoder_dir, sbert = path, read_json(path / SBERT_CONFIG) or {}
+        if types[:2] == ["Transformer", "Pooling"]:  # an embedder: its transformer with a new classifier
+            # sentence-transformers' words; it reads neither the embedder's max_seq_length nor its prompts
+            logger.warning("Converting SentenceTransformer model %s to CrossEncoder.", path)
+            encoder_dir, sbert = path / modules[0].get("path", ""), {}
+        elif types != ["Transformer"] or (modules or [{}])[0].get("path", "") not in ("", "."):
+            raise BertkitError(f"{path / MODULES} lists the modules {types}; bertkit's CrossEncoder implements one "
+                               "Transformer module at the top of the directory (a sequence classifier), or loads a "
+                               "SentenceTransformer's (Transformer, Pooling...) with a new classifier; use "
+                               "sentence-transformers for this model")
+        if not (encoder_dir / "config.json").is_file():
+            raise FileNotFoundError(f"cross-encoder directory {encoder_dir} has no config.json; pass a directory saved "
+                                    "by CrossEncoder.save, sentence-transformers or transformers (or a BERT checkpoint)")
+        # as sentence-transformers: a checkpoint that is no sequence classifier gets a new one-label head
+        architectures = (read_json(encoder_dir / "config.json") or {}).get("architectures") or []
+        if num_labels is None and not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+            num_labels = 1
         overrides = {} if num_labels is None else {"num_labels": num_labels}
-        self.model = BertForSequenceClassification.from_pretrained(path, **overrides)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        sbert = _read_json(path / SBERT_CONFIG) or {}
+        self.model = BertForSequenceClassification.from_pretrained(encoder_dir, **overrides)
+        self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
         positions = self.model.config.max_position_embeddings
         limit = max_length or sbert.get("max_seq_length") or min(self.tokenizer.model_max_length, positions)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 3 <= limit <= positions:
@@ -126,7 +136,7 @@ class CrossEncoder(nn.Module):
         # where sentence-transformers recorded the activation: config_sentence_transformers.json (v5 and later),
         # config.json's "sentence_transformers" (v4), its "sbert_ce_default_activation_function" (before v4)
         extra = self.model.config.extra
-        saved = ((_read_json(path / ST_CONFIG) or {}).get("activation_fn")
+        saved = ((read_json(path / ST_CONFIG) or {}).get("activation_fn")
                  or (extra.get("sentence_transformers") or {}).get("activation_fn")
                  or extra.get("sbert_ce_default_activation_function"))
         if activation_fn is not None:
@@ -135,6 +145,7 @@ class CrossEncoder(nn.Module):
             self.activation_fn = activation_from_name(saved, str(path))
         else:
             self.activation_fn = nn.Sigmoid() if self.num_labels == 1 else nn.Identity()
+        self.eval()  # as loaded models are: predict, which puts back the mode it found, must not turn dropout on
         if device is not None:
             self.to(device)
 
@@ -195,9 +206,10 @@ class CrossEncoder(nn.Module):
 
     def scores(self, batch: dict[str, Tensor]) -> Tensor:
         """(N, num_labels) logits of a ``pair_batch`` (moved to the model's device)."""
-        device = self.device
-        return self.model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                          batch["token_type_ids"].to(device)).logits
+        from bertkit.inference.runner import to_device
+
+        batch = to_device(batch, self.device)
+        return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:
         """sentence-transformers' ``model(features)``: the features with ``scores`` (N, num_labels) added."""
@@ -215,11 +227,17 @@ class CrossEncoder(nn.Module):
         _refuse("predict", unknown, _REFUSED_CALL)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
-        single = len(inputs) > 0 and isinstance(inputs[0], str)
+        single = len(inputs) > 0 and not isinstance(inputs[0], (list, tuple))
         pairs = [inputs] if single else list(inputs)
-        bad = next((i for i, p in enumerate(pairs) if isinstance(p, str) or len(p) != 2), None)
-        if bad is not None:
-            raise BertkitError(f"predict() takes (text, text) pairs; input {bad} is {str(pairs[bad])[:80]!r}")
+        for i, pair in enumerate(pairs):
+            where = "the input" if single else f"input {i}"
+            if isinstance(pair, str) or not isinstance(pair, Sequence) or len(pair) != 2:
+                raise BertkitError(f"predict() takes (text, text) pairs; {where} is {str(pair)[:80]!r}")
+            side = next((k for k, text in enumerate(pair) if not isinstance(text, str)), None)
+            if side is not None:
+                raise BertkitError(f"predict() {where} {str(pair)[:80]} has {type(pair[side]).__name__} "
+                                   f"{str(pair[side])[:40]!r} as its {('first', 'second')[side]} text; a pair holds two "
+                                   "strings: fill in or drop the row (a number: str(...) it)")
         if device is not None:
             self.to(device)
         if show_progress_bar is None:
@@ -240,16 +258,21 @@ class CrossEncoder(nn.Module):
         was_training = self.training
         self.eval()
         order = np.argsort([-(len(a) + len(b)) for a, b in pairs], kind="stable")
-        out = torch.empty(len(pairs), self.num_labels)
+        batches = [order[start:start + batch_size] for start in range(0, len(pairs), batch_size)]
+        device = self.device
+        out = torch.empty(len(pairs), self.num_labels, device=device)  # read back once, at the end
         from tqdm.auto import tqdm
 
+        from bertkit.inference.runner import prepared_ahead
+
         try:
-            for start in tqdm(range(0, len(pairs), batch_size), desc="Batches", disable=not progress):
-                rows = order[start:start + batch_size]
-                out[torch.as_tensor(rows)] = self.scores(self.preprocess([pairs[i] for i in rows])).float().cpu()
+            ahead = prepared_ahead(lambda rows: {**self.preprocess([pairs[i] for i in rows]), "rows": torch.as_tensor(rows)},
+                                   batches, device)
+            for batch in tqdm(ahead, total=len(batches), desc="Batches", disable=not progress):
+                out[batch["rows"]] = self.scores(batch).float()
         finally:
             self.train(was_training)
-        return out
+        return out.cpu()
 
     def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
              batch_size: int = 32, show_progress_bar: bool | None = None, activation_fn: Callable | None = None,
@@ -260,6 +283,11 @@ class CrossEncoder(nn.Module):
         if self.num_labels != 1:
             raise BertkitError(f"rank() needs a one-label cross-encoder; this one has {self.num_labels} labels: use "
                                "predict() on (query, document) pairs")
+        bad = next(((f"document {i}", d) for i, d in enumerate(documents) if not isinstance(d, str)),
+                   ("the query", query) if not isinstance(query, str) else None)
+        if bad is not None:
+            raise BertkitError(f"rank() {bad[0]} is {type(bad[1]).__name__} {str(bad[1])[:60]!r}; the query and "
+                               "each document are strings: fill in or drop it")
         scores = self.predict([(query, d) for d in documents], batch_size=batch_size,
                               show_progress_bar=show_progress_bar, activation_fn=activation_fn,
                               convert_to_tensor=True, device=device).tolist()

@@ -41,8 +41,8 @@ class CrossEncoderLossModel(nn.Module):
         super().__init__()
         self.loss = loss
 
-    def forward(self, input_ids: Tensor, lengths: Tensor, label: Tensor) -> LossOutput:
-        inputs, labels = columns_of(input_ids, lengths, label, self.loss.listwise)
+    def forward(self, input_ids: list[list[list[int]]], label: Tensor) -> LossOutput:
+        inputs, labels = columns_of(input_ids, label, self.loss.listwise)
         return LossOutput(self.loss(inputs, labels if self.loss.needs_label else None))
 
     def save_pretrained(self, path: str | Path) -> Path:

@@ -1,0 +1,364 @@
+"""Each public call of bertkit.sentence beside sentence-transformers 6's, on the same weights (all-MiniLM-L6-v2's, as
+a sentence-transformers directory with max_seq_length 256) and the same inputs: every input type ``encode`` takes
+(a str, a list, a tuple, a string array, a ``{"text": ...}`` dict, a dataset row and column), every output type
+(numpy, tensor, list of tensors), normalisation, precision, truncate_dim, prompts and batch sizes, the edge values
+(an empty list, texts past max_seq_length), the similarity functions, quantization, evaluators, mining, cross-encoders,
+and directories saved by one library and loaded by the other. Outputs are equal within float rounding, or bertkit
+refuses the call by name. The embedding pipeline, ``bertkit predict`` and ``bertkit serve`` give ``encode``'s
+vectors for the directory (its max_seq_length and truncate_dim), and /info says what they use."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.sentence import CrossEncoder, SentenceTransformer, quantize_embeddings, util
+from sentence_helpers import st_directory
+
+st = pytest.importorskip("sentence_transformers", reason="the reference: pip install -e '.[test-references]'")
+st_util = pytest.importorskip("sentence_transformers.util")
+datasets = pytest.importorskip("datasets")
+
+LONG = "Sentence embeddings put similar sentences close together and different ones apart. " * 35  # ~455 tokens
+TEXTS = ["A man is eating food.", "A man is riding a horse on a sunny beach.", "hi", LONG,
+         "Ünïcödé accents and CJK 漢字 too", "The new movie is awesome"]
+PROMPTS = {"query": "query: ", "passage": "passage: "}
+
+
+@pytest.fixture(scope="module")
+def st_dir(tmp_path_factory, minilm_dir):
+    return st_directory(minilm_dir, tmp_path_factory.mktemp("calls") / "all-MiniLM-L6-v2",
+                        st_config={"prompts": PROMPTS})
+
+
+@pytest.fixture(scope="module")
+def models(st_dir):
+    return SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+
+
+def _same(got, want, atol: float = 2e-5) -> None:
+    """The same kind of result (array, tensor, list of tensors), dtype and shape, and the same numbers."""
+    assert type(got) is type(want), (type(got), type(want))
+    if isinstance(want, list):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            _same(g, w, atol)
+        return
+    assert got.dtype == want.dtype and tuple(got.shape) == tuple(want.shape), (got.dtype, want.dtype, got.shape,
+                                                                               want.shape)
+    g, w = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if want.dtype in (np.int8, np.uint8, torch.int8, torch.uint8):
+        # measured on TEXTS: 13 of 2,304 int8 values one bucket apart (values on a bucket's edge, moved by the two
+        # encoders' float rounding); the binary precisions equal
+        assert np.abs(g - w).max(initial=0) <= 1 and (g != w).mean() < 0.01
+    else:
+        np.testing.assert_allclose(g, w, atol=atol, rtol=0)
+
+
+ENCODE_CASES = [
+    (TEXTS[0], {}),
+    (TEXTS, {}),
+    (tuple(TEXTS[:3]), {}),
+    (np.array(TEXTS[:3]), {}),
+    ({"text": TEXTS[1]}, {}),  # sentence-transformers 6's text input
+    ([{"text": TEXTS[0]}, TEXTS[1]], {}),
+    (TEXTS, {"convert_to_tensor": True}),
+    (TEXTS[2], {"convert_to_tensor": True}),
+    (TEXTS, {"convert_to_numpy": False}),
+    (TEXTS[2], {"convert_to_numpy": False}),
+    (TEXTS[:3], {"normalize_embeddings": True, "batch_size": 1}),
+    (TEXTS, {"truncate_dim": 32, "normalize_embeddings": True, "batch_size": 4}),
+    (TEXTS, {"prompt": "Represent this: "}),
+    (TEXTS, {"prompt_name": "passage", "convert_to_tensor": True}),
+    (TEXTS, {"precision": "int8"}),
+    (TEXTS, {"precision": "uint8", "convert_to_tensor": True}),
+    (TEXTS, {"precision": "binary"}),
+    (TEXTS, {"precision": "ubinary", "truncate_dim": 64}),
+    ([], {}),
+    ([], {"convert_to_tensor": True}),
+    ([], {"convert_to_numpy": False}),
+]
+
+
+@pytest.mark.parametrize(("inputs", "kwargs"), ENCODE_CASES, ids=lambda v: str(v)[:30])
+def test_encode_gives_sentence_transformers_results(models, inputs, kwargs):
+    ours, ref = models
+    _same(ours.encode(inputs, **kwargs), ref.encode(inputs, **kwargs))
+
+
+def test_a_dataset_row_and_column_embed_their_text(models):
+    """``encode(dataset[0])`` on a dataset of one "text" column embeds the text, as sentence-transformers 6 does
+    (bertkit used to embed the dict's keys); a row with other columns is refused by both, and bertkit names the fix."""
+    ours, ref = models
+    texts = datasets.Dataset.from_list([{"text": t} for t in TEXTS[:3]])
+    _same(ours.encode(texts[0]), ref.encode(texts[0]))
+    _same(ours.encode(texts["text"]), ref.encode(texts["text"]))
+    np.testing.assert_allclose(ours.encode(texts[1]), ours.encode(TEXTS[1]), atol=0)
+    labelled = datasets.Dataset.from_list([{"sentence": TEXTS[0], "label": 1}])
+    with pytest.raises(ValueError):
+        ref.encode(labelled[0])
+    with pytest.raises(BertkitError, match=r"input is a dict with the keys \['sentence', 'label'\].*"
+                                           r"encode\(row\['sentence'\]\) or encode\(dataset\['sentence'\]\)"):
+        ours.encode(labelled[0])
+
+
+@pytest.mark.parametrize(("inputs", "message"), [
+    ({"text": "a", "label": 1}, r"input is a dict with the keys \['text', 'label'\]"),
+    ([TEXTS[0], None], "input 1 is NoneType"),
+    (5, "input is int"),
+    ({"text": None}, "holds 'text' NoneType"),
+    ({}, r"input is a dict with the keys \[\]"),
+    ([{"role": "user", "content": "hi"}], "chat message"),
+])
+def test_what_sentence_transformers_refuses_bertkit_refuses_by_name(models, inputs, message):
+    ours, ref = models
+    with pytest.raises(ValueError):
+        ref.encode(inputs)
+    with pytest.raises(BertkitError, match=message):
+        ours.encode(inputs)
+
+
+def test_a_text_pair_is_refused_by_name(models):
+    """sentence-transformers embeds (a, b) as one sequence; bertkit.sentence does not implement it and says so."""
+    ours, _ = models
+    with pytest.raises(BertkitError, match="input 0 is the text pair .* not implemented"):
+        ours.encode([("a question", "a passage")])
+
+
+@pytest.mark.parametrize(("prompts", "default_prompt_name"), [
+    (PROMPTS, "passage"), ({**PROMPTS, "document": "document: "}, None), ({"passage": "p: "}, "passage"), ({}, None)])
+def test_query_and_document_prompts_are_sentence_transformers(tmp_path, minilm_dir, prompts, default_prompt_name):
+    """encode_query / encode_document choose sentence-transformers 6's prompt: "query", and "document" before
+    "passage" or "corpus"; both models carry the placeholders "query" and "document" (""), which also keep a default
+    prompt out. bertkit used to pick "passage" for a model with "query" and "passage" prompts."""
+    d = st_directory(minilm_dir, tmp_path / "m", max_seq_length=64,
+                     st_config={"prompts": prompts, "default_prompt_name": default_prompt_name})
+    ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+    assert ours.prompts == ref.prompts and ours.default_prompt_name == ref.default_prompt_name
+    for call in ("encode", "encode_query", "encode_document"):
+        _same(getattr(ours, call)(TEXTS[:3]), getattr(ref, call)(TEXTS[:3]))
+    given = {"query": "q: ", "other": "o: "}  # the caller's prompts over the directory's, merged as in st 6
+    assert SentenceTransformer(d, prompts=given).prompts == st.SentenceTransformer(str(d), prompts=given).prompts
+
+
+def test_model_attributes_and_similarity_calls(models):
+    ours, ref = models
+    assert ours.max_seq_length == ref.max_seq_length == 256 == ours.get_max_seq_length()
+    assert ours.get_embedding_dimension() == ref.get_embedding_dimension() == 384
+    assert ours.similarity_fn_name == ref.similarity_fn_name == "cosine"
+    a, b = ours.encode(TEXTS[:4]), ref.encode(TEXTS[:4])
+    _same(ours.similarity(a, a), ref.similarity(b, b))
+    _same(ours.similarity_pairwise(a, a[::-1].copy()), ref.similarity_pairwise(b, b[::-1].copy()))
+    with ours.truncate_embeddings(16), ref.truncate_embeddings(16):
+        assert ours.get_embedding_dimension() == ref.get_embedding_dimension() == 16
+        _same(ours.encode(TEXTS[:2]), ref.encode(TEXTS[:2]))
+    assert ours.get_embedding_dimension() == 384
+    features, want = ours.preprocess(TEXTS[:2]), ref.preprocess(TEXTS[:2])
+    assert torch.equal(features["input_ids"], want["input_ids"]) and torch.equal(ours.tokenize(TEXTS[:2])["input_ids"],
+                                                                                 want["input_ids"])
+    _same(ours(features)["sentence_embedding"].detach(), ref(want)["sentence_embedding"].detach())
+
+
+UTIL = ["cos_sim", "dot_score", "euclidean_sim", "manhattan_sim", "pairwise_cos_sim", "pairwise_dot_score",
+        "pairwise_euclidean_sim", "pairwise_manhattan_sim"]
+
+
+@pytest.mark.parametrize("name", UTIL)
+def test_util_similarities_are_sentence_transformers(models, name):
+    """Every input form (numpy, tensor, list of rows, one vector); int8 embeddings computed in float32, where
+    sentence-transformers' dot product overflows in int8 and its other functions raise PyTorch's errors; mismatched
+    shapes named with both shapes."""
+    ours, _ = models
+    emb = ours.encode(TEXTS)
+    mine, theirs = getattr(util, name), getattr(st_util, name)
+    for a, b in ((emb, emb[::-1].copy()), (torch.from_numpy(emb), torch.from_numpy(emb)), (list(emb), list(emb)),
+                 (emb[0], emb[1]), (emb[:1], emb)):
+        if name.startswith("pairwise") and isinstance(a, list):
+            continue  # sentence-transformers' pairwise functions do not take a list of arrays
+        _same(mine(a, b), theirs(a, b), atol=1e-4)
+    q = quantize_embeddings(emb, "int8")
+    assert q.dtype == np.int8
+    _same(mine(q, q), theirs(q.astype(np.float32), q.astype(np.float32)), atol=1e-3)
+    with pytest.raises(BertkitError, match=r"384 and 32 dimensions \(shapes \(6, 384\) and \(6, 32\)\).*truncate_dim"):
+        mine(emb, emb[:, :32])
+    with pytest.raises(BertkitError, match=r"shape \(1, 6, 384\); give one embedding \(D,\) or a batch \(N, D\)"):
+        mine(emb[None], emb)
+    if name.startswith("pairwise"):
+        with pytest.raises(BertkitError, match=r"a has 6 embeddings and b 4 \(shapes \(6, 384\) and \(4, 384\)\)"):
+            mine(emb, emb[:4])
+
+
+def test_similarity_on_int8_embeddings(models):
+    """model.similarity on int8 embeddings (encode(precision="int8")) computes, in float32, what the float call on
+    the same values gives; sentence-transformers raises PyTorch's error (cosine) or overflows in int8 (dot)."""
+    ours, ref = models
+    q = ours.encode(TEXTS, precision="int8")
+    _same(ours.similarity(q, q), ref.similarity(q.astype(np.float32), q.astype(np.float32)), atol=1e-4)
+    with pytest.raises(RuntimeError):
+        ref.similarity(q, q)
+    assert st_util.dot_score(q, q).dtype == torch.int8  # its overflow, which bertkit does not repeat
+    assert util.dot_score(q, q)[0, 0] == float((q[0].astype(np.int64) ** 2).sum())
+
+
+def test_semantic_search_and_quantization(models):
+    ours, _ = models
+    emb = ours.encode(TEXTS)
+    got = util.semantic_search(emb[:2], emb, top_k=3)
+    want = st_util.semantic_search(torch.from_numpy(emb[:2]), torch.from_numpy(emb), top_k=3)
+    assert [[h["corpus_id"] for h in hits] for hits in got] == [[h["corpus_id"] for h in hits] for hits in want]
+    np.testing.assert_allclose([[h["score"] for h in hits] for hits in got],
+                               [[h["score"] for h in hits] for hits in want], atol=1e-5)
+    for precision in ("int8", "uint8", "binary", "ubinary"):
+        _same(quantize_embeddings(emb, precision), st.quantize_embeddings(emb, precision=precision))
+
+
+def test_directories_saved_by_one_library_load_in_the_other(models, tmp_path):
+    """truncate_dim, written where sentence-transformers 6 writes it (config_sentence_transformers.json) and read back
+    (bertkit neither wrote nor read it: a model saved at 16 dimensions loaded at 384); prompts, max_seq_length, the
+    similarity function and the vectors, both ways."""
+    ours, ref = models
+    truncated = SentenceTransformer(ours.name_or_path, truncate_dim=16, similarity_fn_name="dot")
+    truncated.save(tmp_path / "bertkit")
+    assert json.loads((tmp_path / "bertkit" / "config_sentence_transformers.json").read_text())["truncate_dim"] == 16
+    theirs = st.SentenceTransformer(str(tmp_path / "bertkit"), device="cpu")
+    assert (theirs.truncate_dim, theirs.prompts, theirs.max_seq_length, theirs.similarity_fn_name) == (
+        16, ours.prompts, 256, "dot")
+    _same(theirs.encode(TEXTS[:3]), truncated.encode(TEXTS[:3]))
+    reopened = SentenceTransformer(tmp_path / "bertkit")
+    assert reopened.truncate_dim == 16 and reopened.get_embedding_dimension() == 16
+    _same(reopened.encode(TEXTS[:3]), truncated.encode(TEXTS[:3]), atol=0)
+
+    st_truncated = st.SentenceTransformer(ours.name_or_path, device="cpu", truncate_dim=24)
+    st_truncated.save(str(tmp_path / "st"))
+    mine = SentenceTransformer(tmp_path / "st")
+    assert (mine.truncate_dim, mine.prompts, mine.max_seq_length, mine.normalize) == (24, ref.prompts, 256, True)
+    _same(mine.encode(TEXTS[:3], prompt_name="query"), st_truncated.encode(TEXTS[:3], prompt_name="query"))
+
+
+def test_pipeline_predict_and_serve_give_encodes_vectors(tmp_path, minilm_dir):
+    """The sentence-embedding pipeline, `bertkit predict` and `bertkit serve` (/v1/embeddings, /embed) cut a text at
+    the directory's max_seq_length (256, not the tokenizer's 512: cosine 0.89 on this 455-token text before) and
+    keep its truncate_dim; /info reports both."""
+    import bertkit
+    from bertkit.inference.files import predict_file
+    from bertkit.settings.inference import PredictFileSettings
+
+    d = st_directory(minilm_dir, tmp_path / "m", st_config={"truncate_dim": 128})
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    want = ref.encode(TEXTS, normalize_embeddings=True)
+    assert want.shape == (6, 128)
+    pipe = bertkit.pipeline("sentence-embedding", str(d), progress=False)
+    assert (pipe.max_length, pipe.dimension) == (256, 128)
+    np.testing.assert_allclose(np.asarray(pipe(TEXTS)), want, atol=2e-5)
+
+    (tmp_path / "in.txt").write_text("\n".join(t.replace("\n", " ") for t in TEXTS) + "\n", encoding="utf-8")
+    predict_file(PredictFileSettings(task="sentence-embedding", model_name_or_path=d, input=tmp_path / "in.txt",
+                                     output_file=tmp_path / "out.jsonl", progress=False))
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    np.testing.assert_allclose(np.asarray([r["embedding"] for r in rows]), want, atol=2e-5)
+
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn")
+    from bertkit.inference.serve import create_app
+    from serve_helpers import Server
+
+    server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=1))
+    try:
+        info = httpx.get(f"{server.url}/info").json()
+        assert (info["max_input_length"], info["embedding_dimension"]) == (256, 128)
+        openai = httpx.post(f"{server.url}/v1/embeddings", json={"input": TEXTS, "model": "m"}).json()
+        np.testing.assert_allclose(np.asarray([e["embedding"] for e in openai["data"]]), want, atol=2e-5)
+        tei = httpx.post(f"{server.url}/embed", json={"inputs": TEXTS[2:4], "dimensions": 64}).json()
+        np.testing.assert_allclose(np.asarray(tei), ref.encode(TEXTS[2:4], truncate_dim=64, normalize_embeddings=True),
+                                   atol=2e-5)
+        wide = httpx.post(f"{server.url}/embed", json={"inputs": TEXTS[:1], "dimensions": 129})
+        assert wide.status_code == 422 and "dimensions must be an int in [1, 128]" in wide.json()["error"]
+    finally:
+        server.stop()
+
+
+def test_pipeline_honours_the_directorys_default_prompt_and_lower_casing(tmp_path, minilm_dir):
+    import bertkit
+
+    d = st_directory(minilm_dir, tmp_path / "m", max_seq_length=64,
+                     st_config={"prompts": PROMPTS, "default_prompt_name": "query"},
+                     pooling={"word_embedding_dimension": 384, "pooling_mode_mean_tokens": True,
+                              "include_prompt": False})
+    sbert = json.loads((d / "sentence_bert_config.json").read_text())
+    (d / "sentence_bert_config.json").write_text(json.dumps({**sbert, "do_lower_case": True}))
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    got = np.asarray(bertkit.pipeline("sentence-embedding", str(d), progress=False)(["Cased TEXT", TEXTS[1]]))
+    np.testing.assert_allclose(got, ref.encode(["Cased TEXT", TEXTS[1]], normalize_embeddings=True), atol=2e-5)
+
+
+def test_cross_encoder_on_an_embedders_directory(st_dir, minilm_dir, caplog):
+    """CrossEncoder(an embedder's directory) loads its transformer with a new one-label classifier and
+    sentence-transformers' warning, where bertkit refused; with the same classifier weights it scores as
+    sentence-transformers' does. A plain checkpoint gets one label too (bertkit gave it two)."""
+    st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
+    with caplog.at_level(logging.WARNING):
+        ours = CrossEncoder(st_dir)
+    assert f"Converting SentenceTransformer model {st_dir} to CrossEncoder." in caplog.text
+    ref = st_ce.CrossEncoder(str(st_dir), device="cpu")
+    assert (ours.num_labels, ours.max_length, type(ours.activation_fn)) == (ref.num_labels, ref.max_seq_length,
+                                                                            type(ref.activation_fn))
+    ours.model.classifier.load_state_dict(ref[0].model.classifier.state_dict())
+    pairs = [(TEXTS[0], TEXTS[1]), (TEXTS[2], LONG), (TEXTS[4], TEXTS[5])]
+    _same(ours.predict(pairs), ref.predict(pairs, show_progress_bar=False), atol=1e-5)
+    assert [r["corpus_id"] for r in ours.rank(TEXTS[0], TEXTS[1:])] == \
+        [r["corpus_id"] for r in ref.rank(TEXTS[0], TEXTS[1:], show_progress_bar=False)]
+    plain, ref_plain = CrossEncoder(minilm_dir), st_ce.CrossEncoder(str(minilm_dir), device="cpu")
+    assert (plain.num_labels, type(plain.activation_fn)) == (ref_plain.num_labels, type(ref_plain.activation_fn)) == \
+        (1, torch.nn.Sigmoid)
+
+
+@pytest.mark.parametrize(("pair", "message"), [
+    ((TEXTS[0], None), r"input 1 \(.*\) has NoneType 'None' as its second text"),
+    ((3.5, TEXTS[0]), r"input 1 \(.*\) has float '3.5' as its first text"),
+])
+def test_cross_encoder_predict_names_a_bad_pair(st_dir, pair, message):
+    ours = CrossEncoder(st_dir)
+    with pytest.raises(BertkitError, match=message):
+        ours.predict([(TEXTS[0], TEXTS[1]), pair])
+    with pytest.raises(BertkitError, match=r"rank\(\) document 1 is NoneType"):
+        ours.rank(TEXTS[0], [TEXTS[1], None])
+
+
+def test_evaluators_and_mining_use_sentence_transformers_prompts(models):
+    """A model with "query" and "passage" prompts: the retrieval evaluator and mining embed queries and documents
+    with sentence-transformers 6's prompts (no passage prompt: "document" comes first), so the same metrics and
+    negatives."""
+    from sentence_transformers.sentence_transformer import evaluation as st_evaluation
+
+    from bertkit.sentence import evaluation
+
+    ours, ref = models
+    queries = {"q0": "Who eats food?", "q1": "Where does the horse run?", "q2": "What do you think of the film?"}
+    corpus = {f"d{i}": t for i, t in enumerate(TEXTS)}
+    relevant = {"q0": {"d0"}, "q1": {"d1"}, "q2": {"d5"}}
+    got = evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, name="tiny")(ours)
+    want = st_evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, name="tiny", show_progress_bar=False,
+                                                       write_csv=False)(ref)
+    assert got.keys() == want.keys()
+    np.testing.assert_allclose([got[k] for k in want], [want[k] for k in want], atol=1e-6)
+    pairs = datasets.Dataset.from_list([{"anchor": q, "positive": corpus[next(iter(relevant[k]))]}
+                                        for k, q in queries.items()])
+    mined = util.mine_hard_negatives(pairs, ours, corpus=list(corpus.values()), num_negatives=2, verbose=False)
+    assert mined.to_list() == st_util.mine_hard_negatives(pairs, ref, corpus=list(corpus.values()), num_negatives=2,
+                                                          verbose=False).to_list()
+
+
+def test_a_missing_text_in_mining_names_its_row_and_column(models):
+    """A None among the anchors named "input 4" of encode; now its row and column in the dataset."""
+    ours, _ = models
+    pairs = [{"anchor": f"question {i}", "positive": f"passage {i}"} for i in range(6)]
+    pairs[4]["positive"] = None
+    with pytest.raises(BertkitError, match=r"row 4, column 'positive' is NoneType 'None', not a text"):
+        util.mine_hard_negatives(datasets.Dataset.from_list(pairs), ours, verbose=False)
+    with pytest.raises(BertkitError, match=r"corpus\[1\] is int '7', not a text"):
+        util.mine_hard_negatives(pairs[:4], ours, corpus=["a text", 7], verbose=False)
