@@ -99,27 +99,29 @@ def test_kill_a_rank_then_resume_at_the_same_and_at_another_world_size(tiny_data
     proc = subprocess.Popen(_pretrain(tiny_data, killed, "--ddp-timeout", "60"), env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + HANG
-    while not (killed / "checkpoints" / "step-00000008").exists():
+    from killing import in_progress
+
+    while not (in_progress(killed) / "checkpoints" / "step-00000008").exists():  # the run is beside its directory
         assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read()[-2000:]}"
         assert time.time() < deadline
         time.sleep(0.02)
     os.kill(_worker_pids(proc.pid)[1], signal.SIGKILL)  # rank 1 dies; rank 0 must not wait for it forever
     _, err = proc.communicate(timeout=HANG)
     assert proc.returncode != 0
-    steps_done = max(s for s, _ in _losses(killed))
-    assert steps_done < STEPS and not (killed / "final").exists()
+    steps_done = max(s for s, _ in _losses(in_progress(killed)))
+    assert steps_done < STEPS and not killed.exists()  # nothing in its place until it is complete
 
     saved = tmp_path / "saved"  # the killed run as it stands, resumed again by one process below
-    shutil.copytree(killed, saved)
+    shutil.copytree(in_progress(killed), saved)
 
     again = run_torchrun(["-m", "bertkit", *_args(tiny_data, killed, "--resume")], _env(), HANG)
     assert again.returncode == 0, again.stderr[-3000:]
     assert _losses(killed) == _losses(full)  # every step's logged loss (averaged over the ranks), exactly
     assert (killed / "final" / "model.safetensors").read_bytes() == (full / "final" / "model.safetensors").read_bytes()
 
-    other = killed  # the same directory (the run marker holds its path), back as the kill left it
+    other = killed  # the same directory (the run's record holds its settings), back as the kill left it
     shutil.rmtree(killed)
-    shutil.copytree(saved, killed)
+    shutil.copytree(saved, in_progress(killed).parent / f".{killed.name}.bertkit-staging")
     with caplog.at_level(logging.WARNING, logger="bertkit"):
         assert main(_args(tiny_data, other, "--resume")) == 0
     assert "resuming with 1 process(es) a run checkpointed with 2" in caplog.text

@@ -1,5 +1,6 @@
-"""bertkit deletes or replaces only what it can prove it wrote: a path inside its directory, recorded when written
-with its size and sha256, never through a symlink; never a command's own inputs; a lock holds against every command.
+"""bertkit deletes or replaces only what it can prove it wrote: a path inside its directory, recorded in the manifest
+written last with its size and sha256, never through a symlink; never a command's own inputs; a lock holds against
+every command.
 
 Each test is a way an earlier version lost a user's file (the comment says how)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -17,24 +19,9 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.outputs import (
-    LOCK,
-    MARKER,
-    atomic_write_text,
-    claim_output_dir,
-    output_dir,
-    refuse_existing_file,
-    register,
-    remove_owned_tree,
-)
-
-
-def _kill(claim) -> None:
-    """As if the claiming process were SIGKILLed: its lock dropped, its claim gone, its marker unfinished."""
-    from bertkit.outputs import _ACTIVE
-
-    _ACTIVE.remove(claim)
-    claim.lock.close()
+from bertkit.outputs import LOCK, MARKER, atomic_write_text, owns, remove_owned_tree, staging_dir_of
+from bertkit.runs import claim_output_dir, output_dir, refuse_existing_file
+from killing import killed_run
 
 
 def _entry(data: bytes) -> dict:
@@ -46,34 +33,34 @@ def _entry(data: bytes) -> dict:
 
 def test_overwrite_of_a_killed_run_keeps_a_file_the_user_saved_after_it_started(tmp_path):
     """Was: every file newer than the killed run's start was taken for its own, the user's notebook too."""
-    claim = claim_output_dir(tmp_path, "pretrain")  # never released: as if SIGKILLed
-    atomic_write_text(tmp_path / "checkpoints" / "step-1" / "state.pt", "weights")
+    killed_run(tmp_path, "pretrain", {"checkpoints/step-1/state.pt": "weights"})
     (tmp_path / "analysis.ipynb").write_text("the user's notebook, saved while the run went on")
-    _kill(claim)
-    with pytest.raises(BertkitError, match=r"1 other file\(s\) remain \(e.g. analysis.ipynb\)"):
+    with pytest.raises(BertkitError, match=r"1 file\(s\) bertkit did not write there \(e.g. analysis.ipynb\)"):
         claim_output_dir(tmp_path, "pretrain", overwrite=True)
     assert (tmp_path / "analysis.ipynb").read_text().startswith("the user's notebook")
-    assert (tmp_path / "checkpoints" / "step-1" / "state.pt").read_text() == "weights"  # refused: nothing removed
+    assert (staging_dir_of(tmp_path) / "checkpoints" / "step-1" / "state.pt").read_text() == "weights"  # refused
     (tmp_path / "analysis.ipynb").unlink()
-    with output_dir(tmp_path, "pretrain", overwrite=True):
-        assert not (tmp_path / "checkpoints").exists()  # the killed run's own file was recorded as it was written
+    with output_dir(tmp_path, "pretrain", overwrite=True) as claim:
+        assert not (claim.path / "checkpoints").exists()  # the killed run's files: all bertkit's, in its staging
 
 
 def test_a_file_present_at_resume_is_not_recorded_and_survives_a_later_overwrite(tmp_path):
     """Was: --resume listed the whole directory into the marker, the user's file with it."""
-    with output_dir(tmp_path, "pretrain", {"seed": 1}):
-        atomic_write_text(tmp_path / "metrics.jsonl", "{}\n")
+    with output_dir(tmp_path, "pretrain", {"seed": 1}) as claim:
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
     (tmp_path / "notes.txt").write_text("mine")
-    with output_dir(tmp_path, "pretrain", {"seed": 1}, resume=True):
-        atomic_write_text(tmp_path / "summary.json", "{}")
+    with output_dir(tmp_path, "pretrain", {"seed": 1}, resume=True) as claim:
+        atomic_write_text(claim.path / "summary.json", "{}")
     assert sorted(json.loads((tmp_path / MARKER).read_text())["files"]) == ["metrics.jsonl", "summary.json"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"  # carried into the continued run's directory
     with pytest.raises(BertkitError, match=r"remain \(e.g. notes.txt\)"):
         claim_output_dir(tmp_path, "pretrain", {"seed": 2}, overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "mine"
     assert (tmp_path / "metrics.jsonl").exists() and (tmp_path / "summary.json").exists()  # refused: all kept
     (tmp_path / "notes.txt").unlink()
     with output_dir(tmp_path, "pretrain", {"seed": 2}, overwrite=True):
-        assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "summary.json").exists()
+        pass
+    assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "summary.json").exists()
 
 
 def test_a_file_changed_since_the_run_wrote_it_is_the_users_and_is_named(tmp_path):
@@ -88,46 +75,36 @@ def test_a_file_changed_since_the_run_wrote_it_is_the_users_and_is_named(tmp_pat
     assert (tmp_path / "metrics.jsonl").read_text() == "{}\n"  # refused: nothing removed
 
 
-def test_a_file_the_user_saves_where_the_run_will_write_is_not_replaced(tmp_path):
-    """Was: the run's atomic write replaced whatever a user had saved under that name meanwhile."""
-    with pytest.raises(BertkitError, match=r"report.json is not a file this run wrote"), \
-            output_dir(tmp_path, "finetune glue") as claim:
-        atomic_write_text(claim.path / "metrics.jsonl", "{}\n", appends=True)
-        atomic_write_text(claim.path / "metrics.jsonl", "{}\n{}\n", appends=True)  # its own file: replaced
-        (claim.path / "report.json").write_text("the user's report")
+def test_a_file_the_user_saves_where_the_run_will_write_is_not_replaced(tmp_path, caplog):
+    """Was: the run's atomic write replaced whatever a user had saved under that name meanwhile. Now the run is
+    written beside the directory; a file the user saves there meanwhile is carried into the finished run's
+    directory, or, where the run made a file of the same name, kept beside it and named."""
+    with caplog.at_level(logging.WARNING, logger="bertkit"), output_dir(tmp_path / "out", "finetune glue") as claim:
         atomic_write_text(claim.path / "report.json", "{}")
-    assert (tmp_path / "report.json").read_text() == "the user's report"
-    with output_dir(tmp_path, "finetune glue", resume=True) as claim:  # the earlier run's files: replaced
-        with open(claim.path / "metrics.jsonl", "a") as f:
-            f.write('{"torn')  # a kill mid-append, after the last record
-        atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
+        (tmp_path / "out").mkdir()
+        (tmp_path / "out" / "report.json").write_text("the user's report")
+        (tmp_path / "out" / "notes.txt").write_text("the user's notes")
+    assert (tmp_path / "out" / "report.json").read_text() == "{}"
+    assert (tmp_path / "out" / "notes.txt").read_text() == "the user's notes"
+    kept = [p for p in tmp_path.rglob("report.json") if p.parent != tmp_path / "out"]
+    assert [p.read_text() for p in kept] == ["the user's report"] and str(kept[0].parent.parent) in caplog.text
 
 
-def test_files_written_by_libraries_are_registered_and_appended_files_are_recorded_once(tmp_path):
-    """torch.save and tensorboard do not go through atomic_target: ``register`` records them. A file written to
-    be appended to is recorded once: what follows the recorded bytes is the run's too (a killed run's log)."""
-    claim = claim_output_dir(tmp_path, "pretrain")
-    (tmp_path / "state.pt").write_bytes(b"torch's own writer")
-    register(tmp_path / "state.pt")
-    atomic_write_text(tmp_path / "metrics.jsonl", '{"step": 1}\n', appends=True)
-    for step in (2, 3):
-        with open(tmp_path / "metrics.jsonl", "a") as f:
-            f.write(f'{{"step": {step}}}\n')
-    entries = [json.loads(x) for x in (tmp_path / ".bertkit-files.jsonl").read_text().splitlines()]
-    assert entries == [{"path": "state.pt", **_entry(b"torch's own writer")},
-                       {"path": "metrics.jsonl", **_entry(b'{"step": 1}\n'), "appends": True}]
-    _kill(claim)
-    (tmp_path / "report.json").write_text("the user's")  # beside them: nothing is removed
-    with pytest.raises(BertkitError, match=r"2 file\(s\) of an earlier .*remain \(e.g. report.json\)"):
-        claim_output_dir(tmp_path, "pretrain", overwrite=True)
-    assert (tmp_path / "metrics.jsonl").read_text().count("step") == 3
-    (tmp_path / "report.json").unlink()
-    with output_dir(tmp_path, "pretrain", overwrite=True):
-        assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "state.pt").exists()
-    with output_dir(tmp_path, "pretrain", overwrite=True) as claim:  # appended to by someone else: not the start
-        (tmp_path / "metrics.jsonl").write_text("the user's log, not bertkit's\n")
-        with pytest.raises(BertkitError, match="metrics.jsonl is not a file this run wrote"):
-            atomic_write_text(tmp_path / "metrics.jsonl", "", appends=True)
+def test_a_run_in_place_records_the_files_it_appends_to_once(tmp_path):
+    """A run that writes into its directory as it goes (the Trainer's) records a file it appends to once, when it
+    starts: what follows the recorded bytes is the run's too, so a killed run's log is still provably its own; a
+    file replaced by the user's is not."""
+    killed_run(tmp_path, "Trainer", {"metrics.jsonl": '{"step": 1}\n'}, in_place=True)
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 2}\n')  # appended after it was recorded (by the run, before its kill)
+    assert json.loads((tmp_path / MARKER).read_text())["files"] == {
+        "metrics.jsonl": {**_entry(b'{"step": 1}\n'), "appends": True}}
+    with output_dir(tmp_path, "Trainer", in_place=True):  # the killed run's log is provably bertkit's
+        assert owns(tmp_path / "metrics.jsonl")
+    (tmp_path / "metrics.jsonl").write_text("the user's log, not bertkit's\n")
+    assert not owns(tmp_path / "metrics.jsonl")
+    (tmp_path / "metrics.jsonl").write_text("the user's log, not bertkit's\n")
+    assert not owns(tmp_path / "metrics.jsonl")
 
 
 def test_a_marker_listing_names_without_hashes_is_refused_and_nothing_is_removed(tmp_path):
@@ -179,23 +156,27 @@ def test_a_recorded_path_through_a_symlinked_directory_is_not_followed(tmp_path)
 # 3. The lock file is never followed ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["staged", "in-place"])
 @pytest.mark.parametrize("kind", ["symlink", "hardlink"])
-def test_a_lock_file_that_links_elsewhere_is_refused_and_its_target_untouched(tmp_path, kind):
+def test_a_lock_file_that_links_elsewhere_is_refused_and_its_target_untouched(tmp_path, kind, in_place):
     """Was: a `.bertkit-lock` symlink was opened, its target truncated and overwritten with a pid."""
     precious = tmp_path / "precious.txt"
     precious.write_text("the user's data")
     out = tmp_path / "out"
     out.mkdir()
     (out / LOCK).symlink_to(precious) if kind == "symlink" else os.link(precious, out / LOCK)
-    with pytest.raises(BertkitError, match="symbolic link" if kind == "symlink" else "hard link"):
-        claim_output_dir(out, "pretrain")
+    said = ("symbolic link" if kind == "symlink" else "hard link") if in_place else "did not write there"
+    with pytest.raises(BertkitError, match=said):
+        claim_output_dir(out, "pretrain", in_place=in_place)
     assert precious.read_text() == "the user's data"
 
 
-def test_a_lock_file_holding_something_else_is_not_truncated(tmp_path):
+@pytest.mark.parametrize("in_place", [False, True], ids=["staged", "in-place"])
+def test_a_lock_file_holding_something_else_is_not_truncated(tmp_path, in_place):
     (tmp_path / LOCK).write_text("not bertkit's")
-    with pytest.raises(BertkitError, match="holds something bertkit did not write"):
-        claim_output_dir(tmp_path, "pretrain")
+    with pytest.raises(BertkitError, match="holds something bertkit did not write" if in_place else
+                       r"1 file\(s\) bertkit did not write there \(e.g. .bertkit-lock\)"):
+        claim_output_dir(tmp_path, "pretrain", in_place=in_place)
     assert (tmp_path / LOCK).read_text() == "not bertkit's"
 
 
@@ -213,19 +194,6 @@ def test_a_refused_command_removes_only_a_lock_file_it_made(tmp_path):
         assert (d / "notes.txt").read_text() == "mine"
     assert not (made / LOCK).exists() and (earlier / LOCK).exists()
 
-
-
-def test_a_lock_file_replaced_after_it_was_made_is_not_removed(tmp_path):
-    """remove_made removes the lock file this process created only while the path is still that file."""
-    from bertkit import dir_lock
-
-    dir_lock.lock(tmp_path, "pretrain")
-    other = tmp_path / "other"
-    other.write_text("someone else's")
-    os.replace(other, tmp_path / LOCK)
-    dir_lock.remove_made(tmp_path)
-    assert (tmp_path / LOCK).read_text() == "someone else's"
-    dir_lock.unlock(tmp_path.resolve())
 
 
 # 4. A command's inputs are never its output -------------------------------------------------------------------------
@@ -259,39 +227,45 @@ def test_an_output_file_that_is_the_input_is_refused(tmp_path, capsys, minilm_di
 # 5. A lock holds against every command ------------------------------------------------------------------------------
 
 
-def _holder(directory):
+def _holder(directory, finished: bool):
+    """A process holding ``directory``: its run under way (in its staging directory), or finished and moved into
+    place, the lock kept until the process exits (a command's)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; from bertkit.outputs import claim_output_dir, atomic_write_text;"
+        [sys.executable, "-c", "import sys, time; from bertkit.outputs import atomic_write_text; from bertkit.runs import claim_output_dir;"
          f"c = claim_output_dir({str(directory)!r}, 'finetune glue');"
-         f"atomic_write_text({str(directory / 'report.json')!r}, 'theirs');"
+         "atomic_write_text(c.path / 'report.json', 'theirs');"
+         f"c.release(True, keep_lock=True) if {finished} else None;"
          "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
 
 
-def test_a_held_directory_is_refused_to_commands_inside_around_and_into_it(tmp_path):
+@pytest.mark.parametrize("finished", [False, True], ids=["running", "finished"])
+def test_a_held_directory_is_refused_to_commands_inside_around_and_into_it(tmp_path, finished):
     """Was: a single-file command with --overwrite wrote into a running command's directory, and a claim of the
     directory around it removed its files; both exited 0 and the running command lost its report."""
     held = tmp_path / "outer" / "run"
     with output_dir(tmp_path / "outer", "pretrain") as claim:  # an earlier run around it, finished
-        atomic_write_text(claim.path / "run" / "report.json", "old")
-    (held / "report.json").unlink()
-    proc = _holder(held)
+        atomic_write_text(claim.path / "run" / "old.json", "old")
+    (held / "old.json").unlink()
+    proc = _holder(held, finished)
     try:
         for attempt in (lambda: claim_output_dir(tmp_path / "outer", "pretrain", overwrite=True),
                         lambda: claim_output_dir(held / "inner", "pretrain"),
                         lambda: claim_output_dir(held, "finetune glue", overwrite=True),
+                        lambda: claim_output_dir(held, "Trainer", in_place=True),
                         lambda: refuse_existing_file(held / "report.json", overwrite=True),
                         lambda: refuse_existing_file(held / "model.onnx", overwrite=True)):
             with pytest.raises(BertkitError, match=rf"in use by pid {proc.pid} \(bertkit finetune glue\)"):
                 attempt()
-        assert (held / "report.json").read_text() == "theirs"
+        assert (held / "report.json").read_text() == "theirs" if finished else not (held / "report.json").exists()
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     time.sleep(0.1)
-    with pytest.raises(BertkitError, match="is a file of the `bertkit finetune glue` run"):  # its file, not ours
-        refuse_existing_file(held / "report.json", overwrite=True)
+    if finished:
+        with pytest.raises(BertkitError, match="is a file of the `bertkit finetune glue` run"):  # its file, not ours
+            refuse_existing_file(held / "report.json", overwrite=True)
 
 
 def test_checkpoint_rotation_and_cleanup_leave_a_users_file_in_place(tmp_path):
@@ -319,14 +293,14 @@ def test_create_pretraining_data_overwrite_removes_only_shards_it_can_prove(tmp_
     out = tmp_path / "data"
     out.mkdir()
     (out / "shard-99999.input_ids.npy").write_bytes(b"the user's array")
-    with pytest.raises(BertkitError, match=r"this process did not write \(e.g. shard-99999.input_ids.npy"):
+    with pytest.raises(BertkitError, match=r"1 file\(s\) bertkit did not write there \(e.g. shard-99999.input_ids.npy"):
         create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0,
                                 progress=False, overwrite=True)
     assert (out / "shard-99999.input_ids.npy").read_bytes() == b"the user's array"
     (out / "shard-99999.input_ids.npy").unlink()
     create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0, progress=False)
     create_pretraining_data([corpus], tok, out, max_seq_length=32, dupe_factor=1, num_workers=0, progress=False,
-                            overwrite=True, seed=7)  # shards this process wrote: replaced
+                            overwrite=True, seed=7)  # shards its manifest proves bertkit's: replaced
 
 
 # 6. --overwrite is all or nothing; a command's lock lasts as long as its process ----------------------------------
@@ -499,15 +473,25 @@ def test_a_command_started_while_another_runs_is_refused_however_late_it_would_c
 # 7. One claim of a directory per process; a record proves a file by its bytes only -----------------------------------
 
 
-def test_a_directory_this_process_has_claimed_is_not_claimed_again(tmp_path):
-    """Two claims of one directory in one process would share its journal: the second's start empties it, and the
-    first run's files would no longer be provably its own. The lock is this process's, so the refusal is the claim's."""
-    with output_dir(tmp_path, "pretrain") as claim:
+@pytest.mark.parametrize("first_in_place", [False, True], ids=["staged", "in-place"])
+def test_a_directory_this_process_has_claimed_is_not_claimed_again(tmp_path, first_in_place):
+    """Two claims of one directory in one process would write one run over the other; the lock is this process's,
+    so the refusal is the claim's. Once the first has finished, the directory may be claimed again."""
+    command = "Trainer" if first_in_place else "pretrain"
+    with output_dir(tmp_path, command, in_place=first_in_place) as claim:
         atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
-        with pytest.raises(BertkitError, match="output directory of this process's `bertkit pretrain` run already"):
-            claim_output_dir(tmp_path, "Trainer", resume=True)
-        assert (tmp_path / LOCK).read_text().endswith("(bertkit pretrain)")  # the first claim's lock is kept
-    assert sorted(json.loads((tmp_path / MARKER).read_text())["files"]) == ["metrics.jsonl"]
+        for in_place in (False, True):
+            with pytest.raises(BertkitError, match=f"output directory of this process's `bertkit {command}` run "
+                                                   "already"):
+                claim_output_dir(tmp_path, "Trainer" if in_place else "pretrain", resume=True, in_place=in_place)
+        lock = tmp_path / LOCK if first_in_place else staging_dir_of(tmp_path) / LOCK
+        assert lock.read_text().endswith(f"(bertkit {command})")  # the first claim's lock is kept
+    if not first_in_place:
+        assert sorted(json.loads((tmp_path / MARKER).read_text())["files"]) == ["metrics.jsonl"]
+        with output_dir(tmp_path, command, resume=True, keep_lock=True):
+            pass
+        with output_dir(tmp_path, command, resume=True):  # a finished run's kept lock: this process may go on
+            pass
 
 
 def test_a_received_marker_naming_a_files_inode_and_size_proves_nothing(tmp_path):

@@ -1,4 +1,5 @@
-"""Never lose a user's files: atomic writes, run markers, --overwrite that removes only bertkit's files, a lock."""
+"""Never lose a user's files: atomic writes, runs staged beside their directory and swapped into place with a
+manifest written last, --overwrite that removes only bertkit's files and only once the new run is complete, a lock."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import pytest
 
 from bertkit.cli import COMMANDS, main
 from bertkit.errors import BertkitError
-from bertkit.outputs import _ACTIVE, MARKER, atomic_write_text, claim_output_dir, output_dir
+from bertkit.outputs import MARKER, atomic_write_text, staging_dir_of
+from bertkit.runs import claim_output_dir, output_dir
+from killing import killed_run
 
 COMMAND_NAMES = list(COMMANDS)
 
@@ -65,7 +68,8 @@ PAIRS = {"same-command": ("pretrain", "pretrain"), "other-command": ("train-toke
 
 @pytest.mark.parametrize("first,second", PAIRS.values(), ids=PAIRS.keys())
 def test_a_second_command_into_one_directory(tmp_path, first, second):
-    """The second command into the first's output is refused; --overwrite removes exactly the first's files."""
+    """The second command into the first's output is refused; --overwrite removes exactly the first's files, once
+    the second run is complete (while it runs the first one is still there, whole)."""
     with output_dir(tmp_path, first, {"a": 1}) as claim:
         (claim.path / "sub").mkdir()
         atomic_write_text(claim.path / "sub" / "made.txt", "bertkit's")
@@ -73,9 +77,12 @@ def test_a_second_command_into_one_directory(tmp_path, first, second):
         claim_output_dir(tmp_path, second, {"a": 2})
     assert "--overwrite" in str(info.value)
     assert (tmp_path / "sub" / "made.txt").read_text() == "bertkit's"  # refused: nothing touched
-    with output_dir(tmp_path, second, {"a": 2}, overwrite=True):
-        assert not (tmp_path / "sub").exists()
+    with output_dir(tmp_path, second, {"a": 2}, overwrite=True) as claim:
+        assert (tmp_path / "sub" / "made.txt").read_text() == "bertkit's" and claim.path != tmp_path
+        atomic_write_text(claim.path / "new.txt", "the second run's")
+    assert not (tmp_path / "sub").exists() and (tmp_path / "new.txt").read_text() == "the second run's"
     assert json.loads((tmp_path / MARKER).read_text())["command"] == second
+    assert not staging_dir_of(tmp_path).exists()
 
 
 def test_every_command_marks_its_directory_and_guards_it(tmp_path):
@@ -132,19 +139,44 @@ def test_resume_with_other_settings_is_refused_before_anything_is_touched(tmp_pa
         pass  # the same settings continue
 
 
-def test_overwrite_after_a_killed_run_removes_what_it_made(tmp_path):
-    claim = claim_output_dir(tmp_path, "pretrain")  # never released: as if SIGKILLed
-    (tmp_path / "checkpoints").mkdir()
-    atomic_write_text(tmp_path / "checkpoints" / "state.pt", "x")
-    _ACTIVE.remove(claim)  # as if SIGKILLed: the process, and its claim, are gone
-    claim.lock.close()
-    with output_dir(tmp_path, "pretrain", overwrite=True):
-        assert not (tmp_path / "checkpoints").exists()
+def test_a_killed_run_leaves_the_earlier_one_whole_and_its_own_files_are_recognised(tmp_path):
+    """A run killed mid-write (here: --overwrite over an earlier run) leaves the earlier run as it was and its own
+    files in its staging directory; a plain run refuses them naming --resume and --overwrite, --overwrite removes
+    them, a command that cannot be resumed removes them unasked."""
+    with output_dir(tmp_path, "pretrain") as claim:
+        atomic_write_text(claim.path / "metrics.jsonl", "{}\n")
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    killed_run(tmp_path, "pretrain", {"checkpoints/step-1/state.pt": "x"}, overwrite=True)
+    staging = staging_dir_of(tmp_path)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before and not (tmp_path / "checkpoints").exists()
+    assert (staging / "checkpoints" / "step-1" / "state.pt").read_text() == "x"
+    with pytest.raises(BertkitError, match=r"was cut short; its files are in .*pass --resume to continue it, or "
+                                           r"--overwrite to start again"):
+        claim_output_dir(tmp_path, "pretrain")
+    assert (staging / "checkpoints" / "step-1" / "state.pt").read_text() == "x"
+    with output_dir(tmp_path, "pretrain", overwrite=True) as claim:
+        assert not (claim.path / "checkpoints").exists()  # the killed run's files are gone, the earlier run kept
+        assert (tmp_path / "metrics.jsonl").read_bytes() == before
+    assert not (tmp_path / "metrics.jsonl").exists() and not staging.exists()
+    killed_run(tmp_path, "quantize", {"model.int8.safetensors": "half"}, resumable=False)
+    with output_dir(tmp_path, "quantize", overwrite=True):  # bertkit's own temporary files never refuse a run
+        pass
+    assert not staging.exists()
+
+
+def test_resume_continues_a_killed_run_in_its_staging_directory(tmp_path):
+    killed_run(tmp_path / "out", "pretrain", {"checkpoints/step-1/state.pt": "x"})
+    assert not (tmp_path / "out").exists()  # nothing of a run that never finished looks complete
+    with output_dir(tmp_path / "out", "pretrain", resume=True) as claim:
+        assert (claim.path / "checkpoints" / "step-1" / "state.pt").read_text() == "x"
+        atomic_write_text(claim.path / "final.txt", "done")
+    assert sorted(json.loads((tmp_path / "out" / MARKER).read_text())["files"]) == [
+        "checkpoints/step-1/state.pt", "final.txt"]
 
 
 def test_a_second_process_is_refused_and_a_dead_ones_lock_is_taken_over(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from bertkit.outputs import claim_output_dir;"
+        [sys.executable, "-c", "import sys, time; from bertkit.runs import claim_output_dir;"
          f"c = claim_output_dir({str(tmp_path)!r}, 'pretrain'); print('ready', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -188,19 +220,26 @@ def test_commands_into_a_model_or_another_runs_directory_are_refused(tmp_path, m
     assert (run / "checkpoints" / "step-00000010" / "state.pt").read_text() == "state"
 
 
-def test_a_run_that_fails_before_writing_leaves_no_directory_behind(tmp_path):
-    """The claim made the directory and nothing was written: no empty directory with a marker and lock."""
+def test_a_run_that_fails_leaves_nothing_that_looks_complete(tmp_path):
+    """A failed run makes no directory: nothing at all if it wrote nothing, or it cannot be resumed; a resumable
+    run's files stay in its staging directory for --resume."""
     with pytest.raises(BertkitError, match="late"), output_dir(tmp_path / "new", "pretrain"):
         raise BertkitError("failed late")
-    assert not (tmp_path / "new").exists()
-    # a directory the user made stays, and so does a run that wrote something
-    (tmp_path / "mine").mkdir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    (tmp_path / "mine").mkdir()  # a directory the user made stays
     with pytest.raises(BertkitError), output_dir(tmp_path / "mine", "pretrain"):
         raise BertkitError("failed")
-    assert (tmp_path / "mine").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    with pytest.raises(BertkitError), output_dir(tmp_path / "q", "quantize", resumable=False) as claim:
+        atomic_write_text(claim.path / "model.int8.safetensors", "x")
+        raise BertkitError("failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
     with pytest.raises(BertkitError), output_dir(tmp_path / "wrote", "pretrain") as claim:
         atomic_write_text(claim.path / "log.txt", "x")
         raise BertkitError("failed")
+    assert not (tmp_path / "wrote").exists() and (staging_dir_of(tmp_path / "wrote") / "log.txt").read_text() == "x"
+    with output_dir(tmp_path / "wrote", "pretrain", resume=True):
+        pass
     assert json.loads((tmp_path / "wrote" / MARKER).read_text())["files"] == {
         "log.txt": {"size": 1, "sha256": hashlib.sha256(b"x").hexdigest()}}
     assert main(["finetune", "glue", "--task", "mrpc", "--data-dir", str(tmp_path / "no-glue"), "--model",
@@ -209,17 +248,17 @@ def test_a_run_that_fails_before_writing_leaves_no_directory_behind(tmp_path):
 
 
 def test_a_claim_that_fails_while_claiming_leaves_no_directory_and_no_lock(tmp_path, monkeypatch):
-    """A full disk while the claim writes its journal: the directory it made is gone and its lock dropped, so the
-    next claim of the same path is taken (the failed one held nothing)."""
-    from bertkit import outputs
+    """A full disk while the claim writes its record: the staging directory it made is gone and its lock dropped,
+    so the next claim of the same path is taken (the failed one held nothing)."""
+    from bertkit import runs
 
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(outputs, "atomic_write_text", disk_full)
+    monkeypatch.setattr(runs, "atomic_write_json", disk_full)
     with pytest.raises(OSError, match="No space"):
         claim_output_dir(tmp_path / "run", "pretrain")
-    assert not (tmp_path / "run").exists()
+    assert sorted(tmp_path.iterdir()) == []
     monkeypatch.undo()
     claim_output_dir(tmp_path / "run", "pretrain").release(True)
     assert json.loads((tmp_path / "run" / MARKER).read_text())["command"] == "pretrain"
@@ -232,7 +271,7 @@ def test_path_settings_compare_as_absolute_paths(tmp_path, monkeypatch):
     a.mkdir(parents=True)
     monkeypatch.chdir(a)
     with output_dir("out", "pretrain", {"data": "data", "files": ["x.txt"], "seed": 1}, paths=("data", "files")) as c:
-        (c.path / "log.txt").write_text("x")
+        atomic_write_text(c.path / "log.txt", "x")
     assert json.loads((out / MARKER).read_text())["cwd"] == str(a.resolve())
 
     monkeypatch.chdir(tmp_path)

@@ -56,13 +56,15 @@ def test_killed_run_resumes_bit_for_bit(tiny_setup, uninterrupted, tmp_path):
     proc = subprocess.Popen(_pretrain_args(tiny_setup, killed), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not (killed / "checkpoints" / "step-00000020").exists():
+    from killing import in_progress
+
+    while not (in_progress(killed) / "checkpoints" / "step-00000020").exists():  # the run is beside its directory
         assert proc.poll() is None, "the run finished before it could be killed"
         assert time.time() < deadline
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)  # a real kill: no handler, no cleanup
     proc.wait()
-    done_before = max(s for s, _, _ in _losses(killed))
+    done_before = max(s for s, _, _ in _losses(in_progress(killed)))
     assert done_before < 60
 
     subprocess.run(_pretrain_args(tiny_setup, killed, "--resume"), check=True, env=env, capture_output=True)
@@ -77,7 +79,7 @@ def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, uninter
     renamed into place before the old ones are pruned), then --resume: the uninterrupted run's losses and
     weights, bit for bit."""
     from bertkit.training.checkpoint import STEP_LAYOUT
-    from killing import child_env, launch_paused, run_here, torn_checkpoint_left
+    from killing import child_env, in_progress, launch_paused, run_here, torn_checkpoint_left
 
     env = child_env()
     full, killed = uninterrupted, tmp_path / "killed"
@@ -86,7 +88,9 @@ def test_killed_inside_checkpoint_writes_resumes_bit_for_bit(tiny_setup, uninter
         assert launch_paused(_pretrain_args(tiny_setup, killed, *extra)[3:], where, nth, tmp_path / "stop", env)
         assert torn_checkpoint_left(killed) == (where == "state")
         if where == "renamed":  # killed before pruning: one checkpoint more than --save-total-limit 2
-            assert [p.name for p in STEP_LAYOUT.dirs(killed)] == ["step-00000010", "step-00000020", "step-00000030"]
+            assert [p.name for p in STEP_LAYOUT.dirs(in_progress(killed))] == [
+                "step-00000010", "step-00000020", "step-00000030"]
+        assert not killed.exists()  # a run never finished: nothing in its place that looks complete
     assert run_here(_pretrain_args(tiny_setup, killed, "--resume")[3:]) == 0
     assert _losses(killed) == _losses(full)
     assert (full / "final" / "model.safetensors").read_bytes() == (killed / "final" / "model.safetensors").read_bytes()
@@ -244,7 +248,7 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tiny_setup, tmp_
 
     monkeypatch.setattr(loop.torch, "save", save)
     out = tmp_path / "run"
-    with pytest.raises(ValueError, match=r"the disk is full: could not write .*\.tmp-step-00000020/state.pt") as info:
+    with pytest.raises(ValueError, match=r"the disk is full: could not write the checkpoint .*/step-00000020 ") as info:
         pretrain(_settings(tiny_setup, out))
     assert "step-00000010 is intact" in str(info.value)
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-00000010"]  # temporary files removed

@@ -155,7 +155,8 @@ def test_random_negatives_come_from_other_documents(tok):
 
 
 def file_bytes(d: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+    """The data files (not bertkit's bookkeeping: its lock and the manifest that names the run)."""
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if not p.name.startswith(".bertkit-")}
 
 
 @needs_corpus
@@ -324,7 +325,7 @@ def test_errors(tok, tmp_path):
         create_pretraining_data([tmp_path / "nope.txt"], tok, tmp_path / "o8", **kwargs)
 
     create_pretraining_data([good], tok, tmp_path / "o9", **kwargs)
-    with pytest.raises(ValueError, match="already holds pre-training shards"):
+    with pytest.raises(ValueError, match="already holds the output of a `bertkit create-pretraining-data` run"):
         create_pretraining_data([good], tok, tmp_path / "o9", **kwargs)
     create_pretraining_data([good], tok, tmp_path / "o9", overwrite=True, **kwargs)
     assert len(PretrainingDataset(tmp_path / "o9")) > 0
@@ -341,8 +342,8 @@ def test_a_lone_last_part_joins_the_last_work_unit(tmp_path):
 
 
 def test_overwrite_removes_only_shards_bertkit_owns(static_dir, tmp_path, capsys):
-    """overwrite=True replaces this process's shards (above) or, on the command line, the shards of the earlier run
-    its output directory records; another run's shards are never removed on the word of the manifest beside them."""
+    """overwrite=True (--overwrite) replaces the shards of the earlier run its output directory's manifest records;
+    shards without it are never removed on the word of the shards' own manifest.json."""
     import shutil
     import subprocess
     import sys
@@ -350,12 +351,12 @@ def test_overwrite_removes_only_shards_bertkit_owns(static_dir, tmp_path, capsys
     from bertkit.cli import main
 
     copied = tmp_path / "copied"
-    shutil.copytree(static_dir, copied)  # a copy: not written by this process, and no run of this directory's
+    shutil.copytree(static_dir, copied, ignore=shutil.ignore_patterns(".bertkit-*"))  # shards, no run manifest
     before = {p.name: sha256_of(p) for p in copied.iterdir()}
     text = tmp_path / "text.txt"
     text.write_text("".join(f"Sentence {i} of a document here.\nAnother sentence {i} follows it.\n\n"
                             for i in range(40)))
-    with pytest.raises(ValueError, match="this process did not write"):
+    with pytest.raises(ValueError, match=r"holds \d+ file\(s\) bertkit did not write there"):
         create_pretraining_data([text], BertTokenizer.from_pretrained(MODEL), copied, overwrite=True,
                                 num_workers=0, progress=False)
     assert {p.name: sha256_of(p) for p in copied.iterdir()} == before

@@ -1,6 +1,6 @@
-"""A training run's log (metrics.jsonl and TensorBoard events) is recorded as bertkit's once, when it starts: what
-the run appends afterwards is its own too, so a killed run's log is removed by --overwrite, and nothing is
-recorded again per record."""
+"""A training run's log (metrics.jsonl and TensorBoard events): in a staged run all of it is bertkit's; in a run written
+in place (the Trainer's) each is recorded as bertkit's once, when it starts, so a killed run's log is still provably
+its own, and nothing is recorded again per record."""
 
 from __future__ import annotations
 
@@ -8,39 +8,40 @@ import json
 
 import pytest
 
-from bertkit.outputs import _ACTIVE, JOURNAL, claim_output_dir, output_dir
+from bertkit.outputs import MARKER, owns
+from bertkit.runs import output_dir
 from bertkit.training.run_log import RunLog
 
 
-def test_a_killed_runs_metrics_and_tensorboard_events_are_recorded_once_and_removed_by_overwrite(tmp_path):
+def test_a_run_in_places_metrics_and_tensorboard_events_are_recorded_once(tmp_path):
     pytest.importorskip("tensorboard")
-    claim = claim_output_dir(tmp_path, "pretrain")
-    log = RunLog(tmp_path, writes=True)
-    log.start()
-    log.open_tensorboard()
-    for step in (1, 2, 3):
-        log.write({"split": "train", "step": step, "epoch": 0, "loss": 1.0 / step})
+    with output_dir(tmp_path, "Trainer", in_place=True):
+        log = RunLog(tmp_path, writes=True)
+        log.start()
+        log.open_tensorboard()
+        recorded = json.loads((tmp_path / MARKER).read_text())["files"]
+        for step in (1, 2, 3):
+            log.write({"split": "train", "step": step, "epoch": 0, "loss": 1.0 / step})
+        log.close()
     events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     assert len(events) == 1 and events[0].stat().st_size > 0
-    recorded = [json.loads(line)["path"] for line in (tmp_path / JOURNAL).read_text().splitlines()]
-    assert sorted(recorded) == ["metrics.jsonl", f"tensorboard/{events[0].name}"]  # once each, not per record
-    log.close()  # its writer thread stopped; the claim is never released: as if SIGKILLed after the last record
-    _ACTIVE.remove(claim)
-    claim.lock.close()
-    with output_dir(tmp_path, "pretrain", overwrite=True):
-        assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "tensorboard").exists()
+    assert sorted(recorded) == ["metrics.jsonl", f"tensorboard/{events[0].name}"]
+    assert json.loads((tmp_path / MARKER).read_text())["files"] == recorded  # once each, not per record
+    assert owns(tmp_path / "metrics.jsonl") and owns(events[0])  # grown since, from the recorded start
 
 
 def test_resume_keeps_the_records_up_to_the_checkpoint_and_drops_a_torn_last_line(tmp_path):
-    with output_dir(tmp_path, "pretrain"):
-        log = RunLog(tmp_path, writes=True)
+    with output_dir(tmp_path, "pretrain") as claim:
+        log = RunLog(claim.path, writes=True)
         log.start()
         for step in (1, 2, 3):
             log.write({"split": "train", "step": step, "loss": 0.5})
-        with open(tmp_path / "metrics.jsonl", "a") as f:
+        with open(claim.path / "metrics.jsonl", "a") as f:
             f.write('{"split": "train", "st')  # a kill mid-append
-    with output_dir(tmp_path, "pretrain", resume=True):
-        log = RunLog(tmp_path, writes=True)
+    with output_dir(tmp_path, "pretrain", resume=True) as claim:
+        log = RunLog(claim.path, writes=True)
         log.resume(2)
         assert [r["step"] for r in log.history] == [1, 2]
-        assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+        assert [json.loads(x)["step"] for x in (claim.path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+        assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 3  # the finished run's, until this one is
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]

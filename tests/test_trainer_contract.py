@@ -138,12 +138,6 @@ def _trainer(checkpoint: Path, out: Path, train=TRAIN, eval_rows=TEST, collator=
                            compute_metrics=accuracy)
 
 
-def _as_a_new_process(monkeypatch) -> None:
-    """Forget what this process wrote (its files and scratch directories): the next run proves ownership as a new
-    process would, from the records the output directory holds."""
-    monkeypatch.setattr(outputs, "_WRITTEN", {})
-
-
 def test_load_best_model_at_end_without_eval_labels_is_refused_before_training(checkpoint, tmp_path):
     unlabelled = [{"text": r["text"]} for r in TEST]
     trainer = _trainer(checkpoint, tmp_path / "run", eval_rows=unlabelled, eval_strategy="steps", eval_steps=2,
@@ -192,36 +186,37 @@ def test_resuming_on_other_data_of_the_same_size_is_refused_naming_it(checkpoint
 
 def test_a_killed_checkpoint_write_leaves_nothing_a_later_run_keeps(checkpoint, tmp_path, monkeypatch):
     import bertkit.training.checkpoint as ckpt
+    from bertkit import dir_lock
 
     out = tmp_path / "run"
     real_save = torch.save
 
     def killed_at_4(obj, path, *args, **kwargs):
         real_save(obj, path, *args, **kwargs)
-        if Path(path).parent.name.startswith(".tmp-checkpoint-4"):
+        if Path(path).parent.name == ".checkpoint-4.bertkit-staging":
             raise Killed  # the process dies after state.pt, before the rename
 
     monkeypatch.setattr(ckpt.torch, "save", killed_at_4)
+    monkeypatch.setattr(outputs.Stage, "abort", lambda self, keep=False: dir_lock.unlock(self.path))  # no clean-up
     with pytest.raises(Killed):
         _trainer(checkpoint, out).train()
-    monkeypatch.setattr(ckpt.torch, "save", real_save)
-    assert (out / ".tmp-checkpoint-4" / "state.pt").is_file()
-    (out / ".tmp-checkpoint-5").mkdir()
-    (out / ".tmp-checkpoint-5" / "notes.txt").write_text("mine")  # a user's directory of that name: kept
-    _as_a_new_process(monkeypatch)
+    monkeypatch.undo()
+    assert (out / ".checkpoint-4.bertkit-staging" / "state.pt").is_file()
+    user = out / ".checkpoint-9.bertkit-staging"
+    user.mkdir()
+    (user / "notes.txt").write_text("mine")  # a user's directory of that name (no .bertkit-partial): kept
     _trainer(checkpoint, out, save_steps=3).train(resume_from_checkpoint=True)  # checkpoint-4 is never written again
-    assert sorted(p.name for p in out.glob(".tmp-*")) == [".tmp-checkpoint-5"]
-    assert (out / ".tmp-checkpoint-5" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.glob(".checkpoint-*")) == [user.name]
+    assert (user / "notes.txt").read_text() == "mine"
 
 
-def test_save_total_limit_holds_across_killed_runs(checkpoint, tmp_path, monkeypatch):
+def test_save_total_limit_holds_across_killed_runs(checkpoint, tmp_path):
     out = tmp_path / "run"
     for kill in (3, 5, 7):  # each run killed, the next resumes as a new process
         trainer = _trainer(checkpoint, out, save_total_limit=2)
         trainer.add_callback(KillAt(kill))
         with pytest.raises(Killed):
             trainer.train(resume_from_checkpoint=True if kill > 3 else None)
-        _as_a_new_process(monkeypatch)
         assert len(list(out.glob("checkpoint-*"))) <= 2
     _trainer(checkpoint, out, save_total_limit=2).train(resume_from_checkpoint=True)
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]

@@ -26,7 +26,7 @@ from torch import Tensor
 from bertkit.compat import TransformersModelCalls
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
-from bertkit.outputs import atomic_target, atomic_write_text
+from bertkit.outputs import atomic_target, atomic_write_text, staged
 
 logger = logging.getLogger("bertkit")
 
@@ -452,17 +452,19 @@ class PretrainedMixin(TransformersModelCalls):
         return {key: own[key].detach().contiguous().cpu() for key in encoder_keys + head_keys}
 
     def save_pretrained(self, path: str | Path) -> Path:
-        """Write config.json and model.safetensors (each renamed into place once written); returns the directory."""
+        """Write config.json and model.safetensors; returns the directory. The directory is written beside
+        ``path`` and moved into place whole (``bertkit.outputs.staged``): a kill or a full disk leaves what was
+        there before."""
         directory = Path(path)
         if directory.exists() and not directory.is_dir():
             raise BertkitError(f"save_pretrained({str(path)!r}): {directory} is a file, not a directory; a "
                                "checkpoint is a directory (config.json, model.safetensors): pass a directory path")
-        directory.mkdir(parents=True, exist_ok=True)
         config = self.config.to_dict()
         config["architectures"] = [type(self).__name__]
         from safetensors.torch import save_file
 
-        with atomic_target(directory / WEIGHTS_NAME) as tmp:
-            save_file(self.published_state_dict(), str(tmp), metadata={"format": "pt"})
-        atomic_write_text(directory / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
+        state = self.published_state_dict()
+        with staged(directory) as out, atomic_target(out / WEIGHTS_NAME) as tmp:
+            save_file(state, str(tmp), metadata={"format": "pt"})
+            atomic_write_text(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
         return directory

@@ -261,20 +261,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _claim(name: str, s: Any):
-    """Lock and mark the command's output directory (bertkit.outputs) until the process exits: refused if it holds
-    anything but an earlier run bertkit may replace (--overwrite) or continue (--resume)."""
-    from bertkit.outputs import output_dir, refuse_existing_file
+def _shown(result: Any) -> Any:
+    return result
+
+
+@contextlib.contextmanager
+def _claim(name: str, s: Any, stage: Any):
+    """Claim the command's output directory (bertkit.runs), locked until the process exits: refused if it holds
+    anything but an earlier run bertkit may replace (--overwrite) or continue (--resume). Yields the settings the
+    command runs with (its output written to the staging directory beside the one named, moved into place when it
+    finishes) and what turns the staging directory's name in its result into the output directory's."""
+    from bertkit.runs import output_dir, refuse_existing_file
 
     paths, inputs = _paths(s)
     if hasattr(s, "output_file"):  # one file, not a directory
         refuse_existing_file(Path(s.output_file), s.overwrite, inputs=inputs)
-        return contextlib.nullcontext()
-    if getattr(s, "output_dir", None) is None:
-        return contextlib.nullcontext()
-    return output_dir(s.output_dir, name, st.resume_fingerprint(s),
-                      overwrite=s.overwrite, resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"),
-                      paths=paths, inputs=inputs, keep_lock=True)
+    if hasattr(s, "output_file") or getattr(s, "output_dir", None) is None:
+        yield s, _shown
+        return
+    with output_dir(s.output_dir, name, st.resume_fingerprint(s), overwrite=s.overwrite,
+                    resume=getattr(s, "resume", False), resumable=hasattr(s, "resume"), paths=paths, inputs=inputs,
+                    keep_lock=True, stage=stage) as claim:
+        yield dataclasses.replace(s, output_dir=claim.path), claim.shown
 
 
 def _paths(s: Any) -> tuple[list[str], dict[str, Any]]:
@@ -286,41 +294,48 @@ def _paths(s: Any) -> tuple[list[str], dict[str, Any]]:
 
 @contextlib.contextmanager
 def _lock_early(name: str, s: Any, info: DistInfo):
-    """The output directory locked before the device is resolved (seconds on a busy machine), so that a second
-    command is refused however late it would claim; under torchrun on rank 0 only. ``_claim`` takes the lock over."""
+    """The output directory's staging directory made and locked before the device is resolved (seconds on a busy
+    machine), so that a second command is refused however late it would claim; under torchrun on rank 0 only.
+    ``_claim`` takes it over; a command that fails before its claim removes it."""
     if getattr(s, "output_dir", None) is None or hasattr(s, "output_file") or not info.is_main:
-        yield
+        yield None
         return
-    from bertkit.outputs import lock_output_dir, release_unclaimed
+    from bertkit.runs import lock_output_dir
 
-    lock_output_dir(s.output_dir, name, _paths(s)[1])
+    stage = lock_output_dir(s.output_dir, name, _paths(s)[1], resume=getattr(s, "resume", False),
+                            overwrite=s.overwrite, resumable=hasattr(s, "resume"))
     try:
-        yield
+        yield stage
     finally:
-        release_unclaimed(s.output_dir)
+        stage.abort(keep=stage.record is not None)  # nothing once the claim has released it
 
 
 @contextlib.contextmanager
-def _launch(name: str, s: Any, info: DistInfo):
+def _launch(name: str, s: Any, info: DistInfo, stage: Any):
     """Run a command in one process, or in torchrun's process group for the commands that split over processes
     (their settings have ``ddp_timeout``): rank 0 claims the output directory, and if that fails every rank stops.
-    Yields whether this process is rank 0 (the one that reports)."""
+    Yields whether this process is rank 0 (the one that reports), the settings to run with (every rank's output
+    directory the staging directory rank 0 writes) and what names it as the output directory in the result."""
     from bertkit.training.distributed import agree, process_group
 
     if not hasattr(s, "ddp_timeout"):
-        with _claim(name, s):
-            yield True
+        with _claim(name, s, stage) as (s, shown):
+            yield True, s, shown
         return
     with process_group(s.device, s.ddp_timeout) as (info, _), contextlib.ExitStack() as stack:
-        error = None
+        error, shown = None, _shown
         if info.is_main:
             try:
-                stack.enter_context(_claim(name, s))
+                s, shown = stack.enter_context(_claim(name, s, stage))
             except (BertkitError, OSError) as e:
                 error = e
         if not agree(error is None, "claiming the output directory on rank 0") and error is not None:
             raise error
-        yield info.is_main
+        if not info.is_main and getattr(s, "output_dir", None) is not None:
+            from bertkit.outputs import staging_dir_of
+
+            s = dataclasses.replace(s, output_dir=staging_dir_of(s.output_dir))
+        yield info.is_main, s, shown
 
 
 def _refuse_torchrun_for_one_process(name: str, s: Any, info: DistInfo) -> None:
@@ -386,14 +401,14 @@ def main(argv: list[str] | None = None) -> int:
         info = info_from_env()  # where this process stands under torchrun, read once
         _refuse_torchrun_for_one_process(name, s, info)
         _refuse_sequences_beyond_the_model(s)
-        with _lock_early(name, s, info):
+        with _lock_early(name, s, info) as stage:
             s = _resolve_device(_refuse_fp32_of_an_int8_directory(s), info)
             if getattr(s, "torch_compile", False):  # before any data is read or featurised
                 from bertkit.modeling import require_compiler
 
                 require_compiler(s.device.split(":")[0])  # "cuda:1" -> "cuda"
-            with _launch(name, s, info) as is_main:
-                result = COMMANDS[name](s)
+            with _launch(name, s, info, stage) as (is_main, s, shown):
+                result = shown(COMMANDS[name](s))
         if not is_main:  # under torchrun, rank 0 reports
             result = None
     except BertkitError as e:

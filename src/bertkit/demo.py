@@ -217,7 +217,7 @@ def _pretraining_stage(out_dir: Path, vocab_dir: Path, vocab_len: int, pretrain_
                        progress: bool, say: Callable[[str], None]) -> tuple[Any, Path, list[dict[str, Any]]]:
     """(the model's config, the run's directory, the held-out curve) of a small BERT pre-trained from scratch."""
     from bertkit import BertConfig
-    from bertkit.outputs import output_dir
+    from bertkit.runs import output_dir
     from bertkit.settings import PretrainSettings
     from bertkit.training.pretrain import pretrain
 
@@ -225,11 +225,11 @@ def _pretraining_stage(out_dir: Path, vocab_dir: Path, vocab_len: int, pretrain_
     config = BertConfig.preset("tiny", vocab_size=vocab_len, max_position_embeddings=64)
     run_dir = out_dir / "pretrain"
     # An earlier demo's pre-training run is replaced (its recorded files only); anything else there is refused.
-    with output_dir(run_dir, "demo pretrain", {"steps": pretrain_steps, "seed": seed}, overwrite=True):
+    with output_dir(run_dir, "demo pretrain", {"steps": pretrain_steps, "seed": seed}, overwrite=True) as claim:
         result = pretrain(PretrainSettings(
             data=out_dir / "instances-train", vocab=vocab_dir, config_name=config, max_steps=pretrain_steps,
             batch_size=32, eval_data=out_dir / "instances-heldout", eval_steps=max(1, pretrain_steps // 6),
-            eval_instances=1000, output_dir=run_dir, learning_rate=1e-3, warmup_ratio=0.05, seed=seed,
+            eval_instances=1000, output_dir=claim.path, learning_rate=1e-3, warmup_ratio=0.05, seed=seed,
             logging_steps=50, progress=progress))
     say("  step   held-out MLM acc   NSP acc")
     curve = [r for r in result.history if r["split"] == "eval"]

@@ -1,14 +1,19 @@
-"""Which process may write into an output directory: an ``flock`` on ``.bertkit-lock`` inside it.
+"""Which process may write a directory: an ``flock`` on ``.bertkit-lock`` inside the directory it writes.
+
+bertkit writes a directory TARGET whole into its staging directory ``.TARGET.bertkit-staging`` beside it, locked
+there, and renames it into place when complete (``bertkit.outputs``): the lock file moves with it, so the lock
+holds the same before and after. A run that writes into TARGET as it goes (the Trainer's) locks TARGET itself.
+Either way a second writer takes its own lock first and then looks at the other place, so one of two writers that
+start together is always refused.
 
 The lock is taken without waiting; the file holds one line naming its holder ("pid 12 (bertkit pretrain)") for
 another command's refusal to name. A command holds it until its process exits, when the kernel drops it, so a
 crash leaves no stale lock. The file is opened without following a symlink and is written to only if it is
-bertkit's plain one-line file. ``bertkit.outputs`` takes it before it checks or removes anything.
+bertkit's plain one-line file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import stat
@@ -18,9 +23,19 @@ from typing import IO
 from bertkit.errors import BertkitError
 
 LOCK = ".bertkit-lock"
+STAGING = ".bertkit-staging"
 _LINE = re.compile(r"pid \d+ \(bertkit [^\n]*\)")
-_HELD: dict[str, IO] = {}  # real directory -> the lock this process holds on it
-_MADE: set[str] = set()  # real directories whose lock file this process created (the only ones it may remove)
+_HELD: dict[str, IO] = {}  # real directory -> the lock this process holds on it (an open descriptor: the flock)
+_KEPT: set[str] = set()  # of those, the finished runs' (a command's, held until the process exits)
+
+
+def staging_path(target: Path) -> Path:
+    """Where ``target`` is written before it is renamed into place: ``.NAME.bertkit-staging`` beside it."""
+    return target.parent / f".{target.name}{STAGING}"
+
+
+def is_staging(path: Path) -> bool:
+    return path.name.startswith(".") and path.name.endswith(STAGING) and len(path.name) > len(STAGING) + 1
 
 
 def lock(directory: Path, command: str) -> IO:
@@ -32,12 +47,7 @@ def lock(directory: Path, command: str) -> IO:
         if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):  # bertkit would write through it
             raise BertkitError(f"{path} is a symbolic link, a hard link or not a regular file: not bertkit's lock, "
                                "so this is not a directory bertkit wrote; choose another output directory")
-        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-        try:  # O_EXCL: created by this very call, the one lock file this process may remove later
-            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
-            _MADE.add(real)
-        except FileExistsError:  # an earlier run's, or another process's made meanwhile: used, never removed
-            fd = os.open(path, flags)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
         f = os.fdopen(fd, "r+", encoding="utf-8", errors="replace")
         if (holder := _holder(f.fileno(), exclusive=True)) is not None:
             f.close()
@@ -48,6 +58,7 @@ def lock(directory: Path, command: str) -> IO:
             raise BertkitError(f"{path} holds something bertkit did not write ({previous[:40]!r}); bertkit will "
                                "not truncate it: choose another output directory")
         _HELD[real] = f
+    _KEPT.discard(real)
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()} (bertkit {command})")
@@ -55,23 +66,50 @@ def lock(directory: Path, command: str) -> IO:
     return f
 
 
-def unlock(real: Path | str) -> None:
-    if (f := _HELD.pop(str(real), None)) is not None:
+def is_lock_line(text: str) -> bool:
+    """Whether ``text`` is what bertkit writes into a lock file (nothing, or its holder's line)."""
+    return not text or bool(_LINE.fullmatch(text))
+
+
+def unlock(directory: Path | str) -> None:
+    _KEPT.discard(str(Path(directory).resolve()))
+    if (f := _HELD.pop(str(Path(directory).resolve()), None)) is not None:
         f.close()  # closing the descriptor drops the flock (the pid it names is a past holder's)
 
 
-def remove_made(directory: Path) -> None:
-    """Remove ``directory``'s lock file if this process created it and the path is still that file (the one it
-    holds open: same device and inode), so a file put in its place since is left alone."""
-    real = str(directory.resolve())
-    f = _HELD.get(real)
-    if real in _MADE and f is not None and not f.closed:
-        held = os.fstat(f.fileno())
-        with contextlib.suppress(FileNotFoundError):
-            now = os.lstat(directory / LOCK)
-            if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-                (directory / LOCK).unlink()
-    _MADE.discard(real)
+def holds(directory: Path) -> bool:
+    """Whether this process holds ``directory``'s lock."""
+    f = _HELD.get(str(directory.resolve()))
+    return f is not None and not f.closed
+
+
+def keep(directory: Path) -> None:
+    """The run in ``directory`` has finished; its lock is held until this process exits (against other processes),
+    and this process may claim the directory again."""
+    _KEPT.add(str(directory.resolve()))
+
+
+def writing_here(directory: Path) -> bool:
+    """Whether a run of this process is writing ``directory`` (its lock held and the run not finished)."""
+    return holds(directory) and str(directory.resolve()) not in _KEPT
+
+
+def holder_command(directory: Path) -> str:
+    """The command this process named when it took ``directory``'s lock ("" if it holds none)."""
+    f = _HELD.get(str(directory.resolve()))
+    line = os.pread(f.fileno(), 200, 0).decode("utf-8", "replace") if f is not None and not f.closed else ""
+    match = re.fullmatch(r"pid \d+ \(bertkit (.*)\)", line)
+    return match.group(1) if match else ""
+
+
+def moved(old: Path, new: Path) -> None:
+    """The locked directory ``old`` was renamed to ``new`` (its lock file with it: the flock is the same)."""
+    if (f := _HELD.pop(str(old), None)) is not None:
+        unlock(new)  # the lock of a directory this one replaced (its file is gone with it)
+        _HELD[str(new.resolve())] = f
+        if old in _KEPT:
+            _KEPT.discard(old)
+            _KEPT.add(str(new.resolve()))
 
 
 def _holder(fd: int, exclusive: bool) -> str | None:
@@ -85,9 +123,8 @@ def _holder(fd: int, exclusive: bool) -> str | None:
     return None
 
 
-def held_by_another(directory: Path) -> str | None:
-    """Who holds ``directory``'s lock, if another process does; else None."""
-    if (f := _HELD.get(str(directory))) is not None and not f.closed:
+def _held_at(directory: Path) -> str | None:
+    if holds(directory):
         return None  # this process's own: a command's nested run (the demo's pre-training)
     try:
         fd = os.open(directory / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -99,6 +136,12 @@ def held_by_another(directory: Path) -> str | None:
         os.close(fd)  # drops the shared lock the probe took
 
 
+def held_by_another(directory: Path) -> str | None:
+    """Who holds ``directory``'s lock, or its staging directory's (a write of it under way), if another process
+    does; else None."""
+    return _held_at(directory) or (None if is_staging(directory) else _held_at(staging_path(directory)))
+
+
 def refuse_held_near(real: Path, path: Path, *, inside: bool = False) -> None:
     """A write into a directory another process holds would replace or remove its files: refuse ``path`` (real:
     ``real``) inside one, and with ``inside`` a directory ``path`` holding one."""
@@ -107,6 +150,6 @@ def refuse_held_near(real: Path, path: Path, *, inside: bool = False) -> None:
             raise BertkitError(f"{parent} is in use by {holder}, and {path} is inside it; wait for it to finish "
                                "or choose another output")
     for root, _, files in os.walk(real) if inside else ():
-        if LOCK in files and Path(root) != real and (holder := held_by_another(Path(root))) is not None:
+        if LOCK in files and Path(root) != real and (holder := _held_at(Path(root))) is not None:
             raise BertkitError(f"{root}, inside {path}, is in use by {holder}; wait for it to finish or "
                                "choose another output directory")

@@ -21,6 +21,18 @@ class MissingFileError(BertkitError, FileNotFoundError):
     """A file or directory the user named (or that a command needs) does not exist."""
 
 
+class WriteError(BertkitError, OSError):
+    """A write the file system refused (full, read-only, not permitted): one line on the command line, and still
+    an ``OSError`` with its ``errno`` for callers that catch those."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.errno, self.strerror, self.message = code, message, message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class NonFiniteError(BertkitError):
     """A loss, gradient or model output that is NaN or infinite: never turned into a score or saved weights."""
 

@@ -23,8 +23,9 @@ from bertkit.errors import BertkitError, MissingFileError
 from bertkit.inference import runner
 from bertkit.inference.runner import plan_batches
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_target, atomic_write, refuse_existing_file
+from bertkit.outputs import atomic_target, atomic_write
 from bertkit.padding import pad_batch
+from bertkit.runs import refuse_existing_file
 
 # The defaults of a direct call (the command passes its settings'): google-research/bert's extract_features.py.
 LAST_FOUR_LAYERS = (-1, -2, -3, -4)

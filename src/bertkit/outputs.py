@@ -1,55 +1,114 @@
-"""Output directories and files that never cost a user their earlier work.
+"""How bertkit writes: a file or a directory is staged, then swapped, so what is there is the earlier one or the new
+one, whole, and never a user's file lost.
 
-bertkit deletes or replaces only a file it can prove it wrote (``_proves``): a regular file reached without a
-symlink and recorded when written (size and sha256), or one inside a directory it made for one write; never a
-command's own inputs.
+- **A file** (``atomic_target`` and the writers on it) is written to a temporary file beside it
+  (``.NAME.<random>.<pid>.bertkit-tmp``), fsynced and renamed over it; a symlink at the name is replaced, never
+  followed. A dead writer's temporary file is removed by the next command writing that name.
+- **A directory** (``staged``: ``save_pretrained``, ``SentenceTransformer.save``, checkpoints, a command's run) is
+  written whole into its staging directory beside it (``.NAME.bertkit-staging``: locked while written, marked by
+  ``.bertkit-partial``), then made visible in one step: renamed into place, or exchanged with the directory there
+  (``renameat2(RENAME_EXCHANGE)``), whose other files were linked into the new one first (a save adds to a
+  directory, as transformers' does; the files it writes replace theirs). The next write of the name removes what a
+  kill left in the staging directory: its name and its ``.bertkit-partial`` say it is bertkit's.
+- **A manifest** (``.bertkit-run.json``, written last into a run's or a checkpoint's directory: each file's size
+  and sha256) is what proves a file bertkit's, the one proof asked before anything is removed or replaced
+  (``bertkit.runs`` decides which directory a command may write and what it replaces).
+- **The lock** (``bertkit.dir_lock``) on the staging directory moves with it into place, so a second writer of the
+  name, or of a directory inside or around it, is refused from the first one's start to its process's exit.
 
-- **Atomic writes** (``atomic_target``): a temporary file beside the target, fsynced, renamed over it; a symlink
-  at the name is replaced, never followed.
-- **The record** (``register``, which the atomic writers call): the process keeps its own, and each claimed
-  directory a journal (``.bertkit-files.jsonl``, one line appended per file) so a SIGKILLed run's files are
-  recorded too. A file bertkit appends to is recorded once (``appends``); a directory made for one write a kill
-  may cut short (a checkpoint's) once, as scratch.
-- **The run marker** (``.bertkit-run.json``): command, settings, starting directory and the journal folded in.
-  ``--overwrite`` is all or nothing: the recorded files still as written are removed only if nothing else is there.
-- **The lock** (``bertkit.dir_lock``), taken before anything is checked or removed: against claims of the
-  directory, of one inside or around it, and files written into it.
+No state is kept in the process but the locks it holds: ownership is a property of the directory.
 """
-
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import hashlib
 import json
 import logging
 import os
+import re
+import shutil
 import stat
 import tempfile
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from bertkit import dir_lock
-from bertkit.dir_lock import LOCK
-from bertkit.errors import BertkitError
+from bertkit.dir_lock import LOCK, staging_path
+from bertkit.errors import BertkitError, WriteError
 
 logger = logging.getLogger("bertkit")
-MARKER, JOURNAL = ".bertkit-run.json", ".bertkit-files.jsonl"
-_RESERVED = {LOCK, JOURNAL}  # bertkit's bookkeeping at any depth (a nested claim's), never a user's file
+MARKER = ".bertkit-run.json"  # a finished run's manifest (a checkpoint's: its files only)
+PARTIAL = ".bertkit-partial"  # in a staging directory: a write under way or cut short (for a run: which one)
+TMP_SUFFIX = ".bertkit-tmp"
+BOOKKEEPING = (LOCK, MARKER, PARTIAL)  # bertkit's own files at any depth, never counted as a user's
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once: files bertkit creates get the permissions a plain open() would have given
 
-_ROOT = Path("/")
-_WRITTEN: dict[str, dict] = {}  # real path below / -> its entry (with "id": dev, inode, size, mtime), or scratch
-_HASHES: dict[tuple[int, ...], str] = {}  # identity -> sha256: a rename keeps it, so a file is hashed once
-_ACTIVE: list[OutputDir] = []  # the directories this process has claimed and not released
-_JOINED: list[tuple[Path, Path]] = []  # (directory, journal) of a parent process's claims, in its workers
-_EARLY: dict[str, bool] = {}  # real directory -> whether lock_output_dir made it, until a claim takes the lock over
+
+# -- Errors a file system gives a write ---------------------------------------------------------------------------
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_REFUSED = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
-# -- Atomic files ---------------------------------------------------------------------------------------------------
+def _errno_of(e: BaseException) -> int | None:
+    if isinstance(e, OSError):
+        return e.errno
+    text = str(e)
+    if match := re.search(r"\(os error (\d+)\)", text):  # safetensors' writer: "I/O error: ... (os error 28)"
+        return int(match.group(1))
+    if isinstance(e, RuntimeError) and ("unexpected pos" in text or "PytorchStreamWriter failed" in text):
+        return errno.ENOSPC  # torch's zip writer reports a short write (a full disk) in these words only
+    return None
+
+
+def disk_full(e: BaseException) -> bool:
+    return _errno_of(e) in _FULL
+
+
+def write_error(e: BaseException, path: Path) -> WriteError | None:
+    """The one-line error for a write to ``path`` that the file system refused (full, read-only, not permitted),
+    raised where bertkit writes (``writing``); None for any other error, which keeps its own. A path in a staging
+    directory is named by the directory it is written as."""
+    code = _errno_of(e)
+    path = _visible(path)
+    if isinstance(e, WriteError) or code is None:
+        return None
+    if code in _FULL:
+        return WriteError(code, f"no space left on the device while writing {path}: {os.strerror(code)}; free "
+                                "some space and run again (nothing was replaced: what was there before is intact)")
+    if code in _REFUSED:
+        return WriteError(code, f"cannot write {path}: {os.strerror(code)}; choose a directory you can write to "
+                                "(nothing was replaced: what was there before is intact)")
+    return None
+
+
+def _visible(path: Path) -> Path:
+    """``path``, or the directory it is written as where it lies in a staging directory (``.NAME.bertkit-staging``
+    is written as ``NAME``)."""
+    parts = Path(path).parts
+    for i, part in enumerate(parts):
+        if dir_lock.is_staging(Path(part)):
+            return Path(*parts[:i], part[1:-len(dir_lock.STAGING)])
+    return Path(path)
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Errors of a write of ``path`` the file system refused become ``write_error``'s one line; others pass."""
+    try:
+        yield
+    except BaseException as e:
+        if (error := write_error(e, path)) is not None:
+            raise error from e
+        raise
+
+
+# -- Files --------------------------------------------------------------------------------------------------------
 
 
 def fsync(path: str | os.PathLike) -> None:
@@ -66,61 +125,89 @@ def fsync_dir(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_target(path: str | os.PathLike, verify: Any = None, *, appends: bool = False) -> Iterator[Path]:
+def atomic_target(path: str | os.PathLike, verify: Any = None) -> Iterator[Path]:
     """A temporary path beside ``path`` to write (by ``atomic_write`` or a library's own writer); on success it is
-    fsynced, checked by ``verify(tmp)`` if given (raise to refuse it), renamed over ``path`` and ``register``-ed
-    (``appends``: to be appended to). On any error ``path`` is untouched. Inside a claimed directory a file there
-    is replaced only if bertkit ``owns`` it: one a user saved meanwhile, or changed since, is refused by name.
-    """
+    fsynced, checked by ``verify(tmp)`` if given (raise to refuse it) and renamed over ``path``. On any error
+    ``path`` is untouched, and a full or read-only file system is one ``BertkitError``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mine = path.name in (MARKER, *_RESERVED) or not os.path.lexists(path) or owns(path)
-    if not mine and any(_within(_real(path), c.real) for c in _ACTIVE):  # outside a claim the caller decides
-        raise BertkitError(f"{path} is not a file this run wrote (saved there meanwhile, or changed since it was "
-                           "written); bertkit does not replace it: move it away and run again")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
-        yield Path(tmp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{os.getpid()}{TMP_SUFFIX}", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
+        yield tmp
         # mkstemp's 0600 would make every model file private; set after writing, since a library may have
         # replaced the file (safetensors' save_file creates it anew, 0600 again).
         os.chmod(tmp, 0o666 & ~_UMASK)
         fsync(tmp)
         if verify is not None:
-            verify(Path(tmp))
+            verify(tmp)
         os.replace(tmp, path)  # replaces a symlink at `path` itself, never writes through it
     except BaseException as e:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-            raise BertkitError(f"no space left on the device while writing {path}; free some space and run again "
-                               "(nothing was replaced: the previous file, if any, is intact)") from e
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if (error := write_error(e, path)) is not None:
+            raise error from e
         raise
     fsync_dir(path.parent)
-    register(path, appends=appends)
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8", *,
-                 appends: bool = False) -> Iterator[IO]:
+def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """``open(path, mode)`` made atomic (see ``atomic_target``)."""
     binary = "b" in mode
-    with atomic_target(path, appends=appends) as tmp, open(tmp, mode, encoding=None if binary else encoding,
-                                                           newline=None if binary else "") as f:
+    with atomic_target(path) as tmp, open(tmp, mode, encoding=None if binary else encoding,
+                                          newline=None if binary else "") as f:
         yield f
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8", *, appends: bool = False) -> Path:
-    with atomic_write(path, "w", encoding=encoding, appends=appends) as f:
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
+    with atomic_write(path, "w", encoding=encoding) as f:
         f.write(text)
     return Path(path)
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any, indent: int = 2) -> Path:
-    return atomic_write_text(path, json.dumps(data, indent=indent, ensure_ascii=False, default=str) + "\n")
+    """``data`` as JSON; written into a directory being staged, the paths in it that lead through a staging
+    directory name the directory it becomes (a report names its files where they will be)."""
+    text = json.dumps(data, indent=indent, ensure_ascii=False, default=str)
+    return atomic_write_text(path, (as_placed(text) if staging_of(Path(path)) is not None else text) + "\n")
 
 
-# -- The record of what bertkit wrote, and the one proof --------------------------------------------------------------
+_STAGED_NAME = re.compile(r"(?<=/)\.([^/\"\\]+)" + re.escape(dir_lock.STAGING) + r"(?=[/\"\\])")
+
+
+def as_placed(text: str) -> str:
+    """JSON ``text`` with each path through a staging directory naming the directory it becomes."""
+    return _STAGED_NAME.sub(r"\1", text) if dir_lock.STAGING in text else text
+
+
+def remove_dead_temporaries(path: Path) -> None:
+    """The temporary files a killed write of ``path`` left beside it (their name ends in the writer's pid)."""
+    for tmp in path.parent.glob(f".{glob_escape(path.name)}.*{TMP_SUFFIX}"):
+        pid = tmp.name[:-len(TMP_SUFFIX)].rpartition(".")[2]
+        if pid.isdigit() and not _alive(int(pid)) and (st := _regular(tmp)) is not None and st.st_nlink == 1:
+            tmp.unlink()
+            logger.info("removed %s, a write of %s a kill cut short", tmp, path)
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# -- Proofs: the manifests a directory holds ------------------------------------------------------------------------
 
 
 def sha256_of(path: str | os.PathLike, size: int | None = None) -> str:
@@ -133,12 +220,6 @@ def sha256_of(path: str | os.PathLike, size: int | None = None) -> str:
     return digest.hexdigest()
 
 
-def _real(path: str | os.PathLike) -> Path:
-    """``path`` with its directory's symlinks resolved and its last component kept as it is."""
-    path = Path(os.path.abspath(path))
-    return Path(os.path.realpath(path.parent)) / path.name
-
-
 def _regular(path: Path) -> os.stat_result | None:
     """``path``'s own status if it is a regular file (not a symlink), else None."""
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
@@ -148,216 +229,7 @@ def _regular(path: Path) -> os.stat_result | None:
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns  # a tuple: no JSON record (a marker's) ever equals it
-
-
-def _within(path: Path, directory: Path) -> str | None:
-    """``path`` relative to ``directory`` (both real), or None when it is not inside it."""
-    try:
-        rel = path.relative_to(directory)
-    except ValueError:
-        return None
-    return rel.as_posix() if rel.parts else None
-
-
-def _records() -> Iterator[tuple[Path, Path]]:
-    """(directory, journal) of each claim whose journal a write in this process goes to."""
-    yield from ((c.real, c.real / JOURNAL) for c in _ACTIVE)
-    yield from _JOINED
-
-
-def _record(real: Path, entry: dict) -> None:
-    """``entry`` for the file or directory ``real``, in this process's record and each claim's journal."""
-    _WRITTEN[_within(real, _ROOT)] = entry
-    entry = {k: v for k, v in entry.items() if k != "id"}
-    for directory, journal in _records():
-        rel = _within(real, directory)
-        if rel is not None and rel != MARKER and Path(rel).name not in _RESERVED:
-            line = (json.dumps({"path": rel, **entry}, ensure_ascii=False) + "\n").encode("utf-8")
-            fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-            try:
-                os.write(fd, line)  # one write of one line with O_APPEND: workers' lines never interleave
-            finally:
-                os.close(fd)
-
-
-def register(path: str | os.PathLike, sha256: str | None = None, *, appends: bool = False) -> None:
-    """Record that bertkit wrote the regular file ``path`` (``sha256`` if already known; ``appends``: whatever
-    follows the bytes recorded now is bertkit's too), after a write that does not go through ``atomic_target``."""
-    real = _real(path)
-    if (st := _regular(real)) is None:
-        return
-    ident = _identity(st)
-    if sha256 or appends or any(_within(real, d) for d, _ in _records()):  # outside a claim: hashed if need be
-        _HASHES[ident] = sha256 or _HASHES.get(ident) or sha256_of(real)
-    _record(real, {"size": st.st_size, "sha256": _HASHES.get(ident), **({"appends": True} if appends else {}),
-                   "id": ident})
-
-
-def register_scratch(directory: str | os.PathLike) -> None:
-    """Record ``directory``, just made for one write a kill may cut short: whatever is inside it is this run's."""
-    _record(_real(directory), {"scratch": True})
-
-
-def register_tree(directory: str | os.PathLike) -> None:
-    """``register`` every regular file under ``directory``, which this process has just written."""
-    for root, dirs, files in os.walk(directory):
-        dirs.sort()
-        for name in sorted(files):
-            register(Path(root, name))
-
-
-def claims_for_workers() -> list[tuple[str, str]]:
-    """This process's claims, for its worker processes to ``join_claims``: their writes go to the same journals."""
-    return [(str(d), str(j)) for d, j in _records()]
-
-
-def join_claims(claims: Iterable[tuple[str, str]]) -> None:
-    _JOINED[:] = [(Path(d), Path(j)) for d, j in claims]
-
-
-def _proves(records: Mapping[str, Any], rel: str, path: Path, st: os.stat_result) -> bool:
-    """Whether ``records`` (relative path -> entry) prove the regular file ``path`` (at ``rel``) bertkit's: inside
-    a scratch directory, this process's write unchanged since, or the recorded size and sha256 (of its start, for
-    a file bertkit appends to)."""
-    if any(isinstance(e := records.get(p.as_posix()), dict) and e.get("scratch") is True
-           for p in Path(rel).parents if p.parts):
-        return True
-    entry = records.get(rel)
-    if not isinstance(entry, dict) or not isinstance(size := entry.get("size"), int) or not entry.get("sha256"):
-        return isinstance(entry, dict) and entry.get("id") == _identity(st)
-    grown = entry.get("appends") is True and st.st_size > size
-    return entry.get("id") == _identity(st) or (
-        (st.st_size == size or grown) and sha256_of(path, size) == entry["sha256"])
-
-
-def owns(path: str | os.PathLike) -> bool:
-    """Whether bertkit may remove or replace ``path``: a regular file (not a symlink) this process or an active claim
-    (this run or the run it resumes) recorded, still as written, or a file in a scratch directory."""
-    real = _real(path)
-    if (st := _regular(real)) is None:
-        return False
-    records = [(_ROOT, _WRITTEN), *((c.real, c.recorded()) for c in _ACTIVE)]
-    return any((rel := _within(real, root)) is not None and _proves(rec, rel, real, st) for root, rec in records)
-
-
-def remove_owned(path: str | os.PathLike) -> bool:
-    """Remove ``path`` if bertkit ``owns`` it; returns whether it did (anything else is left in place)."""
-    if not owns(path):
-        return False
-    os.unlink(_real(path))
-    _WRITTEN.pop(_within(_real(path), _ROOT), None)
-    return True
-
-
-def remove_owned_tree(directory: str | os.PathLike) -> list[str]:
-    """Remove the files under ``directory`` that bertkit ``owns``, then the directories left empty; symlinks are
-    never followed. Returns what was left (relative paths), named in a warning."""
-    directory = Path(directory)
-    if directory.is_symlink() or not directory.is_dir():
-        return []
-    left = [rel for rel in _listing(directory, every=True) if not remove_owned(directory / rel)]
-    for root, _, _ in os.walk(directory, topdown=False):
-        with contextlib.suppress(OSError):
-            os.rmdir(root)  # only if empty
-    if left:
-        logger.warning("kept %s: it holds %d file(s) bertkit cannot prove it wrote (e.g. %s)", directory, len(left),
-                       ", ".join(left[:3]))
-    return left
-
-
-def _listing(directory: Path, every: bool = False) -> list[str]:
-    """Every file and symlink under ``directory`` (relative, sorted; os.walk enters no symlinked directory), without
-    bertkit's marker, lock and journal unless ``every``."""
-    out = []
-    for root, dirs, files in os.walk(directory):
-        for name in files + [d for d in dirs if Path(root, d).is_symlink()]:
-            rel = Path(root, name).relative_to(directory).as_posix()
-            if every or (rel != MARKER and name not in _RESERVED):
-                out.append(rel)
-    return sorted(out)
-
-
-# -- A command's inputs and single output files ---------------------------------------------------------------------
-
-
-def refuse_inputs(output: Path, inputs: Mapping[str, Any], *, is_dir: bool, flag: str = "--output-dir") -> None:
-    """A command never writes into, or clears, its own inputs (``inputs``: setting -> path or paths): ``output`` (a
-    directory when ``is_dir``) equal to or holding an input is refused, and so is a directory inside an input
-    directory a bertkit run made. An output file may be written beside the inputs as a new file, never over an
-    existing one inside an input directory (the model's own weights or vocabulary), --overwrite or not."""
-    out = output.resolve()
-    for name, value in inputs.items():
-        for path in [Path(v).resolve() for v in (value if isinstance(value, (list, tuple)) else [value])
-                     if v is not None and str(v) != "" and os.path.exists(v)]:
-            if out == path:
-                how = "is"
-            elif out in path.parents:
-                how = "holds"
-            elif is_dir and path in out.parents and (path / MARKER).is_file():
-                how = "is inside"
-            elif not is_dir and path in out.parents and os.path.lexists(output):
-                how = "would replace a file of"  # a model directory's own weights or vocab.txt: the input lost
-            else:
-                continue
-            raise BertkitError(f"{flag} {output} {how} the command's own input --{name.replace('_', '-')} {path}; "
-                               "bertkit never writes into or clears a command's inputs: choose an output outside them")
-
-
-def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
-                         inputs: Mapping[str, Any] | None = None) -> None:
-    """For commands whose output is one file: an existing file is replaced only when the user says so, never when
-    it is one of the command's ``inputs``, a file another bertkit run recorded, or inside a held directory."""
-    path = Path(path)
-    refuse_inputs(path, inputs or {}, is_dir=False, flag="the output file")
-    if path.exists() and not overwrite:
-        raise BertkitError(f"{path} already exists; pass {flag} to replace it, or choose another output file")
-    if path.is_dir():
-        raise BertkitError(f"{path} is a directory; give a file name (e.g. {path / 'features.jsonl'})")
-    real = _real(path)
-    dir_lock.refuse_held_near(real, path)
-    for parent in real.parents if path.exists() else ():
-        try:
-            marker = read_marker(parent)
-        except BertkitError:  # a marker bertkit cannot read records nothing
-            continue
-        if marker is not None and _within(real, parent) in _recorded(parent, marker):
-            raise BertkitError(f"{path} is a file of the `bertkit {marker['command']}` run in {parent}; bertkit "
-                               "does not replace another run's files: choose another output file")
-
-
-# -- Output directories ------------------------------------------------------------------------------------------------
-
-
-def read_marker(directory: Path) -> dict | None:
-    path = directory / MARKER
-    if not os.path.lexists(path):
-        return None
-    try:
-        marker = json.loads(path.read_text(encoding="utf-8")) if not path.is_symlink() else None
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
-        marker = None
-    if not (isinstance(marker, dict) and isinstance(marker.get("command"), str)
-            and isinstance(marker.get("files"), dict) and isinstance(marker.get("cwd"), str)):
-        raise BertkitError(f"{path} is not a run marker this bertkit wrote (damaged, or from another version); "
-                           "bertkit cannot tell which files there are its own, so it removes none: clear the "
-                           "directory yourself or choose another output directory")
-    return marker
-
-
-def _recorded(directory: Path, marker: dict | None) -> dict[str, Any]:
-    """The files the marker and the journal record: path -> entry. A path's last journal line wins; a torn last
-    line (a kill, or a worker writing the next) is left out."""
-    entries = dict((marker or {}).get("files", {}))
-    with contextlib.suppress(FileNotFoundError):
-        fd = os.open(directory / JOURNAL, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # a symlink: ELOOP
-        with os.fdopen(fd, "rb") as f:
-            data = f.read()
-        for line in data[:data.rfind(b"\n") + 1].splitlines():
-            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
-                if isinstance(entry := json.loads(line), dict) and isinstance(entry.get("path"), str):
-                    entries[entry.pop("path")] = entry
-    return entries
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _safe_relative(rel: Any) -> bool:
@@ -366,195 +238,438 @@ def _safe_relative(rel: Any) -> bool:
             and all(p not in ("", ".", "..") for p in rel.split("/")))
 
 
-def _overwrite(directory: Path, marker: dict, recorded: dict[str, Any]) -> None:
-    """--overwrite, all or nothing: the earlier run's files are removed only if nothing else would be left (no file
-    of the user's, none changed since written); otherwise the refusal names them."""
-    outside = sorted(str(rel) for rel in recorded if not _safe_relative(rel))
+def _entries(directory: Path) -> Iterator[tuple[str, Path]]:
+    """(relative path, path) of every file and symlink under ``directory``, never entering a symlinked directory."""
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files) + sorted(d for d in dirs if Path(root, d).is_symlink()):
+            path = Path(root, name)
+            yield path.relative_to(directory).as_posix(), path
+
+
+def listing(directory: Path) -> list[str]:
+    """Every file and symlink under ``directory`` but bertkit's bookkeeping (relative, sorted)."""
+    return [rel for rel, path in _entries(directory) if not _bookkeeping(path)]
+
+
+def _bookkeeping(path: Path) -> bool:
+    """Whether ``path`` is a file of bertkit's own bookkeeping: its name, a plain file, and a lock's content."""
+    if path.name not in BOOKKEEPING or (st := _regular(path)) is None or st.st_nlink != 1:
+        return False
+    return path.name != LOCK or dir_lock.is_lock_line(path.read_text(encoding="utf-8", errors="replace").strip())
+
+
+def read_marker(directory: Path) -> dict | None:
+    """The manifest of ``directory`` (a finished run's, or a checkpoint's), or None; one bertkit cannot read is
+    refused (it proves nothing, so nothing is removed on its word)."""
+    path = directory / MARKER
+    if not os.path.lexists(path):
+        return None
+    try:
+        marker = json.loads(path.read_text(encoding="utf-8")) if not path.is_symlink() else None
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        marker = None
+    if not (isinstance(marker, dict) and isinstance(marker.get("files"), dict)
+            and isinstance(marker.get("command", ""), str) and isinstance(marker.get("cwd", ""), str)):
+        raise BertkitError(f"{path} is not a run marker this bertkit wrote (damaged, or from another version); "
+                           "bertkit cannot tell which files there are its own, so it removes none: clear the "
+                           "directory yourself or choose another output directory")
+    outside = sorted(str(rel) for rel in marker["files"] if not _safe_relative(rel))
     if outside:
         raise BertkitError(
-            f"{directory / MARKER} names {len(outside)} path(s) outside {directory} (e.g. {', '.join(map(repr, outside[:3]))}); "
+            f"{path} names {len(outside)} path(s) outside {directory} (e.g. {', '.join(map(repr, outside[:3]))}); "
             "bertkit never writes such a marker, so it removes nothing on its word: clear the directory yourself "
             "or choose another output directory")
-    present = _listing(directory)  # reached without a symlink: a link on the way proves nothing
-    removable = [rel for rel in present if (st := _regular(directory / rel)) and _proves(recorded, rel, directory / rel, st)]
-    left = [rel for rel in present if rel not in removable]
-    if left:
-        changed = [rel for rel in left if rel in recorded]
-        why = (f"{len(changed)} of them written by that run but changed since, so yours now (e.g. "
-               f"{', '.join(changed[:3])}); " if changed else "")
-        raise BertkitError(
-            f"{directory} holds the {len(removable)} file(s) of an earlier `bertkit {marker['command']}` run, and "
-            f"{len(left)} other file(s) remain (e.g. {', '.join(left[:3])}); {why}bertkit leaves files it did not "
-            "create alone, so nothing was removed: move them or choose another output directory")
-    for rel in removable:
+    return marker
+
+
+def recorded_files(directory: Path) -> dict[str, dict]:
+    """What the manifests under ``directory`` record: relative path -> entry (a nested one's paths prefixed)."""
+    entries: dict[str, dict] = {}
+    for rel, path in _entries(directory):
+        if path.name == MARKER and (marker := read_marker(path.parent)) is not None:
+            prefix = "" if rel == MARKER else rel[:-len(MARKER)]
+            entries.update({prefix + k: v for k, v in marker["files"].items() if isinstance(v, dict)})
+    return entries
+
+
+def _proves(entry: dict | None, path: Path, st: os.stat_result) -> bool:
+    """Whether a manifest's ``entry`` proves the regular file ``path`` bertkit's: its size and sha256 (of its
+    start, for a file bertkit appends to) as recorded."""
+    if not isinstance(entry, dict) or not isinstance(size := entry.get("size"), int) or not entry.get("sha256"):
+        return False
+    grown = entry.get("appends") is True and st.st_size > size
+    return (st.st_size == size or grown) and sha256_of(path, size) == entry["sha256"]
+
+
+def proven_files(directory: Path) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """The files under ``directory`` its manifests prove bertkit's (relative path -> identity now), and every other
+    file and symlink (a link on the way proves nothing)."""
+    recorded = recorded_files(directory)
+    proven: dict[str, tuple[int, ...]] = {}
+    others = []
+    for rel in listing(directory):
+        st = _regular(directory / rel)
+        if st is not None and _proves(recorded.get(rel), directory / rel, st):
+            proven[rel] = _identity(st)
+        else:
+            others.append(rel)
+    return proven, others
+
+
+def _manifest_files(directory: Path) -> dict[str, dict]:
+    """Each regular file under ``directory`` (this process's staging directory: all of it bertkit's) with its size and
+    sha256; a file a nested manifest (a checkpoint's) records at its size is not read again."""
+    known = recorded_files(directory)
+    files = {}
+    for rel in listing(directory):
+        if (st := _regular(directory / rel)) is not None:
+            entry = known.get(rel)
+            files[rel] = ({"size": st.st_size, "sha256": entry["sha256"]} if entry and entry.get("size") == st.st_size
+                          else {"size": st.st_size, "sha256": sha256_of(directory / rel)})
+    return files
+
+
+def owns(path: str | os.PathLike) -> bool:
+    """Whether bertkit may replace ``path``: a regular file inside a directory this process is staging, or one a
+    manifest around it records, still as written."""
+    path = Path(path)
+    if (st := _regular(path)) is None:
+        return False
+    if staging_of(path) is not None:
+        return True
+    for directory in path.parents:
+        with contextlib.suppress(BertkitError):
+            if (marker := read_marker(directory)) is not None and _proves(
+                    marker["files"].get(path.relative_to(directory).as_posix()), path, st):
+                return True
+    return False
+
+
+def remove_owned_tree(directory: str | os.PathLike) -> list[str]:
+    """Remove the files under ``directory`` its manifests prove bertkit's (and its bookkeeping), then the directories
+    left empty; symlinks are never followed. Returns what was left (relative paths), named in a warning."""
+    directory = Path(directory)
+    if directory.is_symlink() or not directory.is_dir():
+        return []
+    proven, left = proven_files(directory)
+    for rel in proven:
         (directory / rel).unlink()
-    for sub in sorted({p for rel in removable for p in Path(rel).parents if p.parts}, key=lambda p: -len(p.parts)):
+    for _, path in list(_entries(directory)):
+        if _bookkeeping(path):  # a manifest proves nothing of what is left: no record of the user's files
+            path.unlink()
+    _remove_empty_dirs(directory)
+    if left:
+        logger.warning("kept %s: it holds %d file(s) bertkit cannot prove it wrote (e.g. %s)", directory, len(left),
+                       ", ".join(left[:3]))
+    return left
+
+
+def _remove_empty_dirs(directory: Path) -> None:
+    for root, _, _ in os.walk(directory, topdown=False):
         with contextlib.suppress(OSError):
-            (directory / sub).rmdir()  # only if empty (a nested claim's lock keeps its directory)
+            os.rmdir(root)  # only if empty
+
+
+# -- Staged directories ---------------------------------------------------------------------------------------------
+
+
+def staging_of(path: Path) -> Path | None:
+    """The staging directory this process holds that ``path`` lies in, if any."""
+    real = Path(os.path.realpath(path.parent)) / path.name
+    return next((p for p in (real, *real.parents) if dir_lock.is_staging(p) and dir_lock.holds(p)), None)
+
+
+def staging_dir_of(path: str | os.PathLike) -> Path:
+    """Where a run of the output directory ``path`` is written before it is moved into place."""
+    return staging_path(target_of(path))
+
+
+def _replaced_path(target: Path) -> Path:
+    return target.parent / f".{target.name}.bertkit-replaced"
+
+
+def target_of(path: str | os.PathLike) -> Path:
+    """The directory a write of ``path`` makes or replaces: its parents' symlinks resolved, and the path itself if it
+    is a symlink to a directory (the data goes where the link leads, as a plain write would put it)."""
+    path = Path(os.path.abspath(path))
+    if path.is_symlink() and path.is_dir():
+        return Path(os.path.realpath(path))
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
+def clear_staging(directory: Path) -> None:
+    """Remove everything in ``directory`` (a staging directory: bertkit's) but its lock and its mark (which stays
+    until the directory goes, so that a kill at any moment leaves it recognisable)."""
+    for entry in os.scandir(directory):
+        if entry.name in (LOCK, PARTIAL):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)  # never follows a symlink inside
+        else:
+            os.unlink(entry.path)
+
+
+def _read_partial(directory: Path) -> dict | None:
+    path = directory / PARTIAL
+    if _regular(path) is None:
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+_EXCHANGE_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap the directories at ``a`` and ``b`` in one step (Linux's renameat2 RENAME_EXCHANGE). Where the system
+    has no such call, in three renames through ``.NAME.bertkit-replaced``, which a kill leaves to be put back by
+    the next write (``_recover``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = getattr(libc, "renameat2", None)
+    if call is not None:
+        at_cwd, rename_exchange = -100, 2
+        if call(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), rename_exchange) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in _EXCHANGE_UNSUPPORTED:
+            raise OSError(code, os.strerror(code), str(b))
+    aside = _replaced_path(b)
+    os.rename(b, aside)
+    os.rename(a, b)
+    os.rename(aside, a)
+
+
+def _recover(target: Path, stage: Path) -> None:
+    """Put back what a kill left of an exchange without renameat2: ``target`` missing, its old content aside."""
+    aside = _replaced_path(target)
+    if os.path.isdir(aside) and not os.path.islink(aside):
+        if not os.path.lexists(target):
+            os.rename(aside, target)
+        elif not os.path.lexists(stage):
+            os.rename(aside, stage)
+
+
+def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> None:
+    """What else ``target`` holds (a user's files, where this write made none of the same name; not the ``replaced``
+    files of an earlier run), hard-linked into ``stage`` before the swap: it is in place at every moment."""
+    for root, dirs, _ in os.walk(target):
+        for name in dirs:  # an empty directory of the user's (the others are made for what they hold)
+            with contextlib.suppress(OSError):
+                if not Path(root, name).is_symlink() and not os.listdir(Path(root, name)):
+                    (stage / Path(root, name).relative_to(target)).mkdir(parents=True, exist_ok=True)
+    for rel, path in _entries(target):
+        dst = stage / rel
+        if rel in replaced or os.path.lexists(dst) or (path.name in (LOCK, PARTIAL) and _bookkeeping(path)):
+            continue
+        with contextlib.suppress(OSError):  # no hard links here: carried after the swap instead (_dispose)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(path), dst) if path.is_symlink() else os.link(path, dst)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    with contextlib.suppress(OSError):
+        x, y = os.lstat(a), os.lstat(b)
+        return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino) or (
+            stat.S_ISLNK(x.st_mode) and stat.S_ISLNK(y.st_mode) and os.readlink(a) == os.readlink(b))
+    return False
+
+
+def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[int, ...]] | None = None) -> None:
+    """The directory ``target`` replaced, now at ``old``: its files its manifests prove bertkit's removed (``proven``:
+    those proven already, by identity), and with ``merge`` (a save that adds to a directory) those the new one
+    replaces; every other file is carried into ``target`` where its name is free. What is left (a file of a user's
+    where the new run put one of the same name) is kept beside ``target``, named in a warning."""
+    if proven is None:
+        proven = proven_files(old)[0]
+    else:
+        proven = {rel: ident for rel, ident in proven.items()
+                  if (st := _regular(old / rel)) is not None and _identity(st) == ident}
+    left = []  # bookkeeping last: a manifest keeps proving what is left until it goes (a kill meanwhile)
+    for rel, path in sorted(_entries(old), key=lambda entry: entry[1].name in BOOKKEEPING):
+        dst = target / rel
+        if rel in proven or (path.name in (LOCK, PARTIAL) and _bookkeeping(path)) or (
+                os.path.lexists(dst) and (merge or _bookkeeping(path) or _same_file(path, dst))):
+            path.unlink()
+            continue
+        if not os.path.lexists(dst):
+            with contextlib.suppress(OSError):
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(path, dst)
+                continue
+        left.append(rel)
+    _remove_empty_dirs(old)
+    if os.path.lexists(old):
+        kept = Path(tempfile.mkdtemp(prefix=f"{target.name}.replaced-", dir=target.parent))
+        os.rename(old, kept / target.name)
+        logger.warning("%s was replaced; %d file(s) of it bertkit cannot prove it wrote, whose names the new one "
+                       "uses, were kept in %s (e.g. %s)", target, len(left), kept, ", ".join(left[:3]))
 
 
 @dataclass
-class OutputDir:
-    """A claimed output directory: locked for this process, its marker recording the files made."""
+class Stage:
+    """A staging directory this process made (or took over from a killed write) and holds the lock of."""
 
+    target: Path
     path: Path
-    command: str
-    fingerprint: dict
-    cwd: str  # where the run started: its relative paths are relative to this
-    real: Path
-    inherited: dict  # the files earlier runs of this claim recorded (--resume)
-    created: bool  # the claim made the directory
-    lock: IO | None = None
+    record: dict | None = None  # the .bertkit-partial of the write a kill cut short, when this one continues it
 
-    def recorded(self) -> dict[str, Any]:
-        """The files this run and the earlier runs it continues recorded (path -> size, sha256)."""
-        return _recorded(self.path, {"files": self.inherited})
-
-    def record(self) -> None:
-        files = {rel: entry for rel, entry in sorted(self.recorded().items())
-                 if _safe_relative(rel) and os.path.lexists(self.path / rel)}
-        atomic_write_json(self.path / MARKER, {"command": self.command, "fingerprint": self.fingerprint,
-                                               "cwd": self.cwd, "files": files})
-
-    def release(self, finished: bool, keep_lock: bool = False) -> None:
-        """Fold the journal into the marker and drop the lock, or with ``keep_lock`` hold it until this process
-        exits (a command's). A run that failed before writing anything into a directory it created leaves none."""
-        if self in _ACTIVE:
-            _ACTIVE.remove(self)
-        if not finished and self.created and self.path.is_dir() and not _listing(self.path):
-            for name in (MARKER, LOCK, JOURNAL):
-                with contextlib.suppress(FileNotFoundError):
-                    (self.path / name).unlink()
-            with contextlib.suppress(OSError):
-                self.path.rmdir()
+    @classmethod
+    def open(cls, target: Path, what: str, partial: dict,
+             keep: Callable[[dict], bool] = lambda record: False) -> Stage:
+        """Make and lock ``target``'s staging directory, marked with ``partial`` (what is being written). What a
+        killed write left there is removed first, unless ``keep(its partial record)`` says this write continues
+        it; what a kill left of a directory a swap replaced is carried back first."""
+        path = staging_path(target)
+        for held in (path, target):
+            if dir_lock.writing_here(held):
+                raise BertkitError(f"{target} is the output directory of this process's `bertkit "
+                                   f"{dir_lock.holder_command(held)}` run already; choose another output directory")
+        if os.path.ismount(target):
+            raise BertkitError(f"{target} is a mount point: bertkit writes a directory beside its name and renames it "
+                               f"into place, which a mount point does not allow; write into a directory inside it "
+                               f"(e.g. {target / 'out'})")
+        with writing(target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _recover(target, path)
+            try:
+                path.mkdir()
+                made = True
+            except PermissionError as e:
+                if not os.access(target, os.W_OK):
+                    raise
+                raise WriteError(e.errno, f"cannot write {path} (Permission denied): bertkit writes {target} beside "
+                                          f"its name first, then renames it into place, so it needs to write in "
+                                          f"{target.parent}; choose a directory there you can write to") from e
+            except FileExistsError:
+                made = False
+                if path.is_symlink() or not path.is_dir():
+                    raise BertkitError(f"{path} is in the way: bertkit writes {target} there first, then renames "
+                                       "it into place; move it away") from None
         try:
-            if self.path.is_dir() and (self.path / LOCK).exists():
-                self.record()
+            with writing(target):
+                dir_lock.lock(path, what)
+        except BaseException as e:
+            if made and (isinstance(e, WriteError) or not isinstance(e, BertkitError)):  # not: held meanwhile
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+        stage = cls(target, path)
+        try:
+            if not made:
+                record = _read_partial(path)
+                if record is None:  # no .bertkit-partial: the replaced directory a kill left mid-swap
+                    done = _read_partial(target) or {}  # the mark of the write that replaced it: a save adds
+                    dir_lock.unlock(path)
+                    _dispose(path, target, merge="write" in done)
+                    with contextlib.suppress(FileNotFoundError):
+                        (target / PARTIAL).unlink()
+                    return cls.open(target, what, partial, keep)
+                if keep(record):
+                    stage.record = record
+                else:
+                    logger.info("removing %s, a write of %s a kill cut short", path, target)
+                    clear_staging(path)
+            if (holder := dir_lock.held_by_another(target)) is not None:
+                raise BertkitError(f"{target} is in use by {holder}; wait for it to finish or choose another output")
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                (target / PARTIAL).unlink()  # the mark a kill left on a finished write, once swapped
+            if stage.record is None and _regular(path / PARTIAL) is not None:
+                atomic_write_json(path / PARTIAL, partial)
+            elif stage.record is None:  # made in place: a kill mid-write leaves it unreadable, still the mark
+                with open(path / PARTIAL, "x", encoding="utf-8") as f:
+                    f.write(json.dumps(partial, default=str))
+        except BaseException as e:
+            stage.abort(keep=not made)
+            if (error := write_error(e, target)) is not None:
+                raise error from e
+            raise
+        return stage
+
+    def commit(self, *, manifest: dict | None, merge: bool, keep_lock: bool = False,
+               proven: Mapping[str, tuple[int, ...]] | None = None) -> None:
+        """Make the staging directory ``target``: its manifest (``manifest`` and the files) written last, then
+        renamed into place, or exchanged with the directory there, which is then disposed of (``_dispose``)."""
+        path, target = self.path, self.target
+        run = manifest is not None and "command" in manifest
+        with writing(target):
+            if manifest is not None:
+                atomic_write_json(path / MARKER, {**manifest, "files": _manifest_files(path)})
+            real = str(path.resolve())
+            try:
+                os.rename(path, target)  # a new name, or over an empty directory: one step
+                replaced = False
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not target.is_dir() or target.is_symlink():
+                    raise
+                _link_others(target, path, proven or {})
+                _exchange(path, target)
+                replaced = True
+        dir_lock.moved(real, target)
+        fsync_dir(target.parent)
+        if replaced:  # its mark tells a write after a kill here which kind this was (Stage.open)
+            _dispose(path, target, merge, proven)
+        (target / PARTIAL).unlink()
+        if keep_lock:
+            dir_lock.keep(target)
+        else:
+            if not run:
                 with contextlib.suppress(FileNotFoundError):
-                    (self.path / JOURNAL).unlink()
+                    (target / LOCK).unlink()  # a save leaves no lock file behind; a run keeps its own
+            dir_lock.unlock(target)
+
+    def abort(self, keep: bool = False) -> None:
+        """The write failed: the staging directory removed (or with ``keep``, kept to be continued), unlocked.
+        Nothing once it is no longer held (swapped into place, or aborted already)."""
+        if not dir_lock.holds(self.path):
+            return
+        try:
+            if not keep:
+                with contextlib.suppress(OSError):
+                    clear_staging(self.path)
+                    for name in (PARTIAL, LOCK):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(self.path / name)
+                    os.rmdir(self.path)
         finally:
-            if not (keep_lock and self.path.is_dir()):  # else the kernel drops the flock when this process exits
-                dir_lock.unlock(self.real)
-
-
-def _refuse_other_settings(directory: Path, command: str, marker: dict, now: dict, paths: Collection[str]) -> None:
-    """--resume continues the run the marker describes, not another one (`--task cola` into an SST-2 run would
-    replace its report and best model). The settings named in ``paths`` compare as the absolute paths they meant
-    where each run started."""
-    def absolute(settings: dict, cwd: str) -> dict:
-        return {k: (v if k not in paths or v is None else str(Path(cwd, v).resolve()) if isinstance(v, str)
-                    else [str(Path(cwd, x).resolve()) for x in v]) for k, v in settings.items()}
-
-    earlier, now = absolute(marker.get("fingerprint") or {}, marker["cwd"]), absolute(now, os.getcwd())
-    changed = sorted(k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k))
-    if changed:
-        shown = "; ".join(f"--{k.replace('_', '-')} {earlier.get(k)!r} then, {now.get(k)!r} now" for k in changed[:4])
-        more = f" (and {len(changed) - 4} more)" if len(changed) > 4 else ""
-        raise BertkitError(
-            f"cannot --resume in {directory}: its `bertkit {command}` run had other settings ({shown}{more}); "
-            "resume with the original settings, pass --overwrite to replace that run (only the files bertkit "
-            "wrote there are removed), or choose another output directory")
-
-
-def claim_output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *,
-                     overwrite: bool = False, resume: bool = False, resumable: bool = True,
-                     paths: Collection[str] = (), inputs: Mapping[str, Any] | None = None) -> OutputDir:
-    """Take ``path`` for one run of ``command`` (refused if it is, holds or lies inside one of its ``inputs``), lock
-    it, then check whose files are there: none, claimed; a marker of the same command and settings and
-    ``resume``, the run continues there; a bertkit marker otherwise, refused unless ``overwrite`` (all or
-    nothing); files without a marker (a user's), always refused.
-    """
-    directory = Path(path)
-    if active := [c for c in _ACTIVE if c.real == directory.resolve()]:  # its lock is this process's: say so here
-        raise BertkitError(f"{directory} is the output directory of this process's `bertkit {active[0].command}` "
-                           "run already; choose another output directory")
-    if str(directory.resolve()) not in _EARLY:  # the command line locks it early, before torch's import
-        lock_output_dir(directory, command, inputs)
-    lock = dir_lock.lock(directory, command)  # the one lock_output_dir took (this process's)
-    try:
-        marker = read_marker(directory)
-        present = _listing(directory)
-        recorded = _recorded(directory, marker)
-        inherited: dict[str, Any] = {}
-        if marker is None and present:
-            raise BertkitError(
-                f"{directory} already holds {len(present)} file(s) bertkit did not write there (e.g. "
-                f"{', '.join(present[:3])}); bertkit never replaces files it did not create: choose an empty "
-                "or new output directory")
-        if marker is not None and (present or recorded):
-            same = marker["command"] == command
-            if resume and same:
-                _refuse_other_settings(directory, command, marker, fingerprint or {}, paths)
-                inherited = {rel: e for rel, e in recorded.items() if _safe_relative(rel)}
-            elif overwrite:
-                _overwrite(directory, marker, recorded)
-            else:
-                fixes = "pass --resume to continue it, " if same and resumable else ""
-                raise BertkitError(
-                    f"{directory} already holds the output of a `bertkit {marker['command']}` run ({len(present)} "
-                    f"file(s)); {fixes}pass --overwrite to replace it (only the files bertkit wrote there are "
-                    "removed), or choose another output directory")
-        claim = OutputDir(directory, command, fingerprint or {}, os.getcwd(), directory.resolve(), inherited,
-                          _EARLY[str(directory.resolve())], lock)
-        atomic_write_text(directory / JOURNAL, "")  # this run's journal; the earlier one is in `inherited`
-        claim.record()
-        del _EARLY[str(directory.resolve())]  # the claim holds the lock now
-        _ACTIVE.append(claim)
-        return claim
-    except BaseException:
-        release_unclaimed(directory)
-        raise
-
-
-def _drop_stray_lock(directory: Path) -> None:
-    """On a refusal, the lock file this command made in a directory that holds no bertkit run (a user's) is removed
-    while still held; one that was there before (an earlier run's) stays."""
-    with contextlib.suppress(BertkitError, OSError):
-        if read_marker(directory) is None:
-            dir_lock.remove_made(directory)
-
-
-def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, Any] | None = None) -> None:
-    """Make and lock ``path`` for a claim, once it is known to be no input, no file, and nowhere near a held
-    directory. The command line calls it before the slow part of its start-up (torch's import), so a second command
-    started meanwhile is refused at once; ``release_unclaimed`` undoes it if the command fails before its claim."""
-    directory = Path(path)
-    refuse_inputs(directory, inputs or {}, is_dir=True)
-    if directory.exists() and not directory.is_dir():
-        raise BertkitError(f"{directory} is a file; the output must be a directory")
-    dir_lock.refuse_held_near(directory.resolve(), directory, inside=True)
-    created = not directory.exists()
-    directory.mkdir(parents=True, exist_ok=True)
-    try:
-        dir_lock.lock(directory, command)
-    except BaseException:
-        if created:
-            directory.rmdir()
-        raise
-    _EARLY[str(directory.resolve())] = created
-
-
-def release_unclaimed(path: str | os.PathLike) -> None:
-    """After a command failed between ``lock_output_dir`` and its claim: the lock dropped, the directory it made removed."""
-    real = str(Path(path).resolve())
-    if (made := _EARLY.pop(real, None)) is not None:  # no claim took the lock over
-        _drop_stray_lock(Path(path))  # still locked: nobody else has opened it
-        if made:
-            with contextlib.suppress(OSError):
-                Path(path).rmdir()
-        dir_lock.unlock(real)
+            dir_lock.unlock(self.path)
 
 
 @contextlib.contextmanager
-def output_dir(path: str | os.PathLike, command: str, fingerprint: dict | None = None, *, overwrite: bool = False,
-               resume: bool = False, resumable: bool = True, paths: Collection[str] = (),
-               inputs: Mapping[str, Any] | None = None, keep_lock: bool = False) -> Iterator[OutputDir]:
-    """``claim_output_dir`` as a context: the marker records the run's files on the way out, even on errors."""
-    claim = claim_output_dir(path, command, fingerprint, overwrite=overwrite, resume=resume, resumable=resumable,
-                             paths=paths, inputs=inputs)
-    finished = False
-    try:
-        yield claim
-        finished = True
-    finally:
-        claim.release(finished, keep_lock)
+def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = False) -> Iterator[Path]:
+    """A directory to write ``target``'s whole content into, made ``target`` in one step when the block ends without
+    an error (renamed into place, or exchanged with the directory there: its other files are kept, the files this
+    write makes replace theirs). On an error nothing changes at ``target`` (a full or read-only file system is one
+    ``BertkitError``); a kill leaves only the staging directory, removed by the next write of ``target``. Inside a
+    directory this process is staging, ``target`` itself is written: the outer swap makes it visible; so is a mount
+    point, which cannot be swapped (each file is still replaced whole). With ``manifest`` (a checkpoint) it is always
+    staged, and a manifest of its files is written last."""
+    target = target_of(target)
+    if not manifest and (staging_of(target) is not None or os.path.ismount(target)):
+        with writing(target):
+            target.mkdir(parents=True, exist_ok=True)
+        yield target
+        return
+    stage = Stage.open(target, what, {"write": what})
+    with writing(target):
+        try:
+            yield stage.path
+            stage.commit(manifest={} if manifest else None, merge=True)
+        except BaseException:
+            if dir_lock.holds(stage.path):  # not yet swapped into place
+                stage.abort()
+            raise
+
+
+def remove_killed_writes(directory: Path, prefix: str = "") -> None:
+    """Remove the staging directories in ``directory`` (of targets named ``prefix``...) that writes a kill cut short
+    left; one another process is writing is left alone."""
+    for path in sorted(directory.glob(f".{glob_escape(prefix)}*{dir_lock.STAGING}")) if directory.is_dir() else []:
+        if (path.is_symlink() or not path.is_dir() or _read_partial(path) is None
+                or dir_lock.held_by_another(path) is not None):
+            continue  # not one bertkit marked as its write, or one under way
+        target = directory / path.name[1:-len(dir_lock.STAGING)]
+        with contextlib.suppress(BertkitError):  # held meanwhile, or not bertkit's: left alone
+            Stage.open(target, "cleanup", {}).abort()

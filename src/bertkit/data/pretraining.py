@@ -20,29 +20,21 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from bertkit import runs
 from bertkit._parallel import spawn_pool
 from bertkit.data.config import PretrainingConfig
 from bertkit.data.masking import MaskingTables, mask_tokens
 from bertkit.data.pairs import PairInstance, create_instances_from_document
 from bertkit.data.shards import (
     FORMAT,
-    MANIFEST,
     VOCAB,
-    remove_shards,
     save_shard,
     shard_name,
     write_manifest,
 )
 from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
 from bertkit.errors import BertkitError
-from bertkit.outputs import (
-    atomic_write_text,
-    claims_for_workers,
-    join_claims,
-    owns,
-    register,
-    sha256_of,
-)
+from bertkit.outputs import atomic_write_text, sha256_of
 
 logger = logging.getLogger(__name__)
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")  # the manifest records each one's id
@@ -68,7 +60,9 @@ def create_pretraining_data(
     ``tokenizer`` is a :class:`bertkit.tokenization.BertTokenizer`. ``config_fields`` are the fields of
     :class:`PretrainingConfig` (they decide the output bytes; ``max_seq_length=512``, ``dupe_factor=10``, ...);
     the other arguments say how to run: ``num_workers`` processes (0 or 1: in this process), a tqdm bar unless
-    ``progress=False``, and ``overwrite`` to replace shards this process wrote in ``output_dir``. Read the result
+    ``progress=False``, and ``overwrite`` to replace an earlier run in ``output_dir`` (``bertkit.runs``: only the
+    files its manifest proves bertkit's, once this one is complete). The directory is written beside
+    ``output_dir`` and moved into place whole: a failure or a kill leaves no partial set of shards. Read the result
     with :class:`PretrainingDataset`.
     """
     config = PretrainingConfig(**config_fields)
@@ -76,71 +70,37 @@ def create_pretraining_data(
     if not input_files:
         raise BertkitError("no input files: pass at least one text file")
     units = plan_work_units(input_files, config.input_format, config.unit_bytes)
-    out = _fresh_output_dir(Path(output_dir), vocab, overwrite)
 
     started = time.perf_counter()
-    shards, counts = _make_shards(_Job(config, tokenizer, str(out)), units, num_workers, progress,
-                                  num_files=len(input_files))
-    atomic_write_text(out / VOCAB, "".join(t + "\n" for t in vocab))  # only now: a refused corpus leaves nothing
+    with runs.output_dir(output_dir, "create-pretraining-data", dataclasses.asdict(config), overwrite=overwrite,
+                            resumable=False) as claim:
+        out = claim.path
+        shards, counts = _make_shards(_Job(config, tokenizer, str(out)), units, num_workers, progress,
+                                      num_files=len(input_files))
+        atomic_write_text(out / VOCAB, "".join(t + "\n" for t in vocab))
+        manifest = _manifest(config, input_files, tokenizer, vocab, out, counts, shards)
+        write_manifest(out, manifest)
     seconds = time.perf_counter() - started
-    manifest = _manifest(config, input_files, tokenizer, vocab, out, counts, shards)
-    write_manifest(out, manifest)
     rate = counts["instances"] / seconds if seconds > 0 else float("inf")
-    return {**manifest, "output_dir": str(out), "seconds": seconds, "instances_per_second": rate,
+    return {**manifest, "output_dir": str(output_dir), "seconds": seconds, "instances_per_second": rate,
             "num_workers": num_workers}
-
-
-def _fresh_output_dir(out: Path, vocab: list[str], overwrite: bool) -> Path:
-    """``out`` without an earlier run's shards (refused unless ``overwrite``), ready for this run's vocabulary
-    (written once the shards are made).
-
-    ``overwrite`` removes only the shards bertkit owns (``remove_shards``): this process's, or those of the earlier
-    run the command line's ``--overwrite`` cleared with its output directory. A vocab.txt there is replaced only if
-    bertkit wrote it, or it already holds this vocabulary."""
-    out.mkdir(parents=True, exist_ok=True)
-    if any(out.glob("shard-*.npy")) or (out / MANIFEST).exists():
-        if not overwrite:
-            raise BertkitError(f"{out} already holds pre-training shards; pass --overwrite (overwrite=True) or choose a new directory")
-        left = remove_shards(out)
-        if left:
-            raise BertkitError(f"{out} holds {len(left)} pre-training file(s) this process did not write (e.g. "
-                               f"{', '.join(left[:3])}); bertkit leaves them alone: remove them yourself, run "
-                               "`bertkit create-pretraining-data --overwrite` (it replaces an earlier run of that "
-                               "command), or choose a new directory")
-    text = "".join(t + "\n" for t in vocab)
-    existing = out / VOCAB
-    if (existing.is_symlink() or existing.exists()) and not owns(existing) and not (
-            existing.is_file() and existing.read_bytes() == text.encode("utf-8")):
-        raise BertkitError(f"{existing} is not a vocabulary bertkit wrote for this run; bertkit does not replace it: "
-                           "choose a new directory")
-    return out
 
 
 def _make_shards(job: _Job, units: list[WorkUnit], num_workers: int, progress: bool, *,
                  num_files: int) -> tuple[list[dict], dict]:
     """Each unit's shard record, in unit order whichever worker made it, and the counts summed over the units,
-    checked for a corpus of ``num_files`` files. On any failure the shards made so far are
-    removed: a directory never keeps an incomplete set."""
-    out, results = Path(job.output_dir), []
-    try:
-        bar = tqdm(total=sum(u.num_bytes for u in units), unit="B", unit_scale=True, desc="instances",
-                   disable=not progress)
-        with spawn_pool(num_workers, len(units), _init_worker, (job,)) as pool:
-            stream = pool.imap(_run_unit, units) if pool else (job.run(u) for u in units)
-            for unit, result in zip(units, stream, strict=True):
-                for entry in result["shard"]["files"].values():  # a worker wrote it: record it as this run's
-                    register(out / entry["file"], entry["sha256"])
-                results.append(result)
-                bar.update(unit.num_bytes)
-        bar.close()
-        counts = {k: sum(r["counts"][k] for r in results) for k in COUNTS}
-        _check_counts(counts, num_files, job.config.input_format)
-    except BaseException:
-        left = remove_shards(out)  # only what this run (or its workers) wrote
-        if left:
-            logger.warning("%s: left %d shard file(s) in place that this run cannot prove it wrote (e.g. %s)",
-                           out, len(left), ", ".join(left[:3]))
-        raise
+    checked for a corpus of ``num_files`` files."""
+    results = []
+    bar = tqdm(total=sum(u.num_bytes for u in units), unit="B", unit_scale=True, desc="instances",
+               disable=not progress)
+    with spawn_pool(num_workers, len(units), _init_worker, (job,)) as pool:
+        stream = pool.imap(_run_unit, units) if pool else (job.run(u) for u in units)
+        for unit, result in zip(units, stream, strict=True):
+            results.append(result)
+            bar.update(unit.num_bytes)
+    bar.close()
+    counts = {k: sum(r["counts"][k] for r in results) for k in COUNTS}
+    _check_counts(counts, num_files, job.config.input_format)
     return [r["shard"] for r in results], counts
 
 
@@ -205,7 +165,6 @@ class _Job:
         self.tables = MaskingTables.from_vocab(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer.vocab)))),
                                                self.special_ids)
         self.token_dtype = _token_dtype(len(tokenizer.vocab))
-        self.claims = claims_for_workers()  # workers record their shards in the claimed directory as they write
 
     def tokenize(self, sentences: list[str]) -> list[list[int]]:
         """Ids of each sentence; sentences with no token (e.g. only control characters) are dropped."""
@@ -287,7 +246,6 @@ _WORKER_JOB: _Job | None = None
 def _init_worker(job: _Job) -> None:
     global _WORKER_JOB
     _WORKER_JOB = job
-    join_claims(job.claims)
 
 
 def _run_unit(unit: WorkUnit) -> dict:

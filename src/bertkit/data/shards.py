@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.outputs import atomic_write, atomic_write_text, remove_owned, sha256_of
+from bertkit.outputs import atomic_write, atomic_write_text, sha256_of
 
 FORMAT = "bertkit-pretraining-v1"
 MANIFEST = "manifest.json"
@@ -60,12 +60,3 @@ def read_manifest(data_dir: str | os.PathLike) -> dict:
     if manifest.get("format") != FORMAT:
         raise BertkitError(f"{path}: format {manifest.get('format')!r} is not {FORMAT!r}")
     return manifest
-
-
-def remove_shards(output_dir: str | os.PathLike) -> list[str]:
-    """Delete the shard files and manifest in ``output_dir`` that bertkit owns (``bertkit.outputs.owns``: written by
-    this process, or by the run of the command's claimed directory). Returns the names of those left."""
-    out = Path(output_dir)
-    for path in [*sorted(out.glob("shard-*.npy")), out / MANIFEST]:
-        remove_owned(path)
-    return sorted(p.name for p in out.glob("shard-*.npy")) + ([MANIFEST] if (out / MANIFEST).exists() else [])

@@ -87,7 +87,8 @@ def export_onnx(model_dir: str | Path, out: str | Path, *, opset: int = 17, over
     of another size and length than the traced one, and the largest difference from bertkit's outputs is
     reported (and must be < 1e-4).
     """
-    from bertkit.outputs import atomic_target, refuse_existing_file
+    from bertkit.outputs import atomic_target
+    from bertkit.runs import refuse_existing_file
     from bertkit.tokenization import BertTokenizer
 
     out = Path(out)

@@ -27,7 +27,7 @@ from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import MODEL_CLASSES
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_target, atomic_write_text
+from bertkit.outputs import atomic_target, atomic_write_text, staged
 from bertkit.quantization.calibration import read_calibration_file
 from bertkit.quantization.kernels import Int8Linear
 from bertkit.quantization.projections import (
@@ -75,13 +75,12 @@ def save_int8(model: nn.Module, output_dir: str | Path, *, calibration: str = "b
     config["architectures"] = [type(model).__name__]
     config["quantization_config"] = _quantization_config(int8, calibration)
     directory = Path(output_dir)
-    directory.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file
 
-    with atomic_target(directory / INT8_WEIGHTS_NAME) as tmp:
+    with staged(directory) as out, atomic_target(out / INT8_WEIGHTS_NAME) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata={"format": "pt",
                                                                                        "bertkit": QUANT_METHOD})
-    atomic_write_text(directory / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(out / CONFIG_NAME, json.dumps(config, indent=2, sort_keys=True) + "\n")
     return directory
 
 
@@ -208,7 +207,7 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
                         max_length: int = 128) -> dict:
     """``bertkit quantize``: the float checkpoint in ``model_dir`` quantized as pipelines quantize it (calibrated on
     ``calibration_file``'s lines, else the built-in sentences) and written with its tokenizer to ``output_dir``,
-    which the caller owns (the command claims it). Returns a report: what was quantized, the files' sizes."""
+    beside it first, then moved into place whole. Returns a report: what was quantized, the files' sizes."""
     source = Path(model_dir)
     if is_int8_checkpoint(source):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
@@ -219,8 +218,10 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     model = model_class.from_pretrained(source)
     quantized = quantize_int8_on_texts(model, tokenizer, texts, max_length=max_length)
     calibration = "built-in" if calibration_file is None else f"{Path(calibration_file).name} ({len(texts or [])} texts)"
-    out = save_int8(quantized, output_dir, calibration=calibration)
-    tokenizer.save_pretrained(out)
+    out = Path(output_dir)
+    with staged(out) as staging:  # the model and its tokenizer appear together, or not at all
+        save_int8(quantized, staging, calibration=calibration)
+        tokenizer.save_pretrained(staging)
     float_file = next((source / n for n in ("model.safetensors", "pytorch_model.bin") if (source / n).is_file()), None)
     kernel = check_int8_kernel()
     return {"model": str(source), "output_dir": str(out), "architecture": model_class.__name__,

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_write_json
+from bertkit.outputs import atomic_write_json, staged
 from bertkit.sentence.directory import MODULES, SBERT_CONFIG, ST_CONFIG, read_directory
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
@@ -341,27 +341,28 @@ class SentenceTransformer(nn.Module):
     def save(self, path: str | Path) -> Path:
         """Write the model in sentence-transformers' layout (the encoder and tokenizer at the top, 1_Pooling,
         2_Normalize when normalising, modules.json and the two configs, truncate_dim where sentence-transformers 6
-        writes it); sentence-transformers opens it."""
+        writes it); sentence-transformers opens it. The directory is written beside ``path`` and moved into place
+        whole (``bertkit.outputs.staged``): a kill or a full disk leaves what was there before, never a directory that
+        loads with other settings."""
         directory = Path(path)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.bert.save_pretrained(directory)
-        self.tokenizer.save_pretrained(directory)
-        (directory / "1_Pooling").mkdir(exist_ok=True)
-        atomic_write_json(directory / "1_Pooling" / "config.json", self.pooling.to_config())
-        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-        if self.normalize:
-            (directory / "2_Normalize").mkdir(exist_ok=True)
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
-                            "type": "sentence_transformers.models.Normalize"})
-        atomic_write_json(directory / MODULES, modules)
-        atomic_write_json(directory / SBERT_CONFIG, {"max_seq_length": self.max_seq_length,
-                                                     "do_lower_case": self.do_lower_case})
-        atomic_write_json(directory / ST_CONFIG, {
-            "__version__": {"bertkit": __version__, "pytorch": torch.__version__},
-            "model_type": "SentenceTransformer", "prompts": self.prompts,
-            "default_prompt_name": self.default_prompt_name, "similarity_fn_name": self.similarity_fn_name,
-            **({"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {})})
+        with staged(directory) as out:
+            self.bert.save_pretrained(out)
+            self.tokenizer.save_pretrained(out)
+            atomic_write_json(out / "1_Pooling" / "config.json", self.pooling.to_config())
+            modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                       {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+            if self.normalize:
+                (out / "2_Normalize").mkdir(exist_ok=True)
+                modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
+                                "type": "sentence_transformers.models.Normalize"})
+            atomic_write_json(out / SBERT_CONFIG, {"max_seq_length": self.max_seq_length,
+                                                   "do_lower_case": self.do_lower_case})
+            atomic_write_json(out / ST_CONFIG, {
+                "__version__": {"bertkit": __version__, "pytorch": torch.__version__},
+                "model_type": "SentenceTransformer", "prompts": self.prompts,
+                "default_prompt_name": self.default_prompt_name, "similarity_fn_name": self.similarity_fn_name,
+                **({"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {})})
+            atomic_write_json(out / MODULES, modules)  # last: it names the modules written before it
         return directory
 
     save_pretrained = save

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.outputs import atomic_write_json
+from bertkit.outputs import atomic_write_json, staged
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import (
     PAD_VALUES,
@@ -180,20 +180,21 @@ class BertTokenizer:
         return tokenizer
 
     def save_pretrained(self, path: str | os.PathLike) -> list[Path]:
-        """Write ``vocab.txt``, ``tokenizer_config.json`` and ``special_tokens_map.json``; returns their paths."""
+        """Write ``vocab.txt``, ``tokenizer_config.json`` and ``special_tokens_map.json``; returns their paths. The
+        files are written beside ``path`` and moved in together (``bertkit.outputs.staged``)."""
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         special_map = {k: getattr(self, k) for k in SPECIAL_TOKEN_KEYS}
         if self.additional_special_tokens:
             special_map["additional_special_tokens"] = self.additional_special_tokens
         config = {"tokenizer_class": "BertTokenizer", **{k: getattr(self, k) for k in SETTING_TYPES}, **special_map}
-        written = [write_vocab_file(self._tokens, path / VOCAB_FILE)]
         files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map)]
         if self.added_tokens:  # Hugging Face's file for them: {token: id}
             files.append((ADDED_TOKENS_FILE, {t: self.vocab[t] for t in self.added_tokens}))
-        for name, data in files:
-            written.append(atomic_write_json(path / name, data))  # never through a symlink already there
-        return written
+        with staged(path) as out:
+            write_vocab_file(self._tokens, out / VOCAB_FILE)
+            for name, data in files:
+                atomic_write_json(out / name, data)
+        return [path / VOCAB_FILE, *(path / name for name, _ in files)]
 
     # ------------------------------------------------------------------------------------------------
     # Vocabulary

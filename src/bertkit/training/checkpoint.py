@@ -1,17 +1,14 @@
 """Training checkpoints on disk: ``state.pt`` (model, optimiser, scheduler, scaler, every rank's RNG state, the
-loop's position, the run's fingerprint) and the model in the Hugging Face layout, written into a scratch directory
-and renamed into place; only files this run (or the run it resumes) recorded as written are ever removed.
+loop's position, the run's fingerprint) and the model in the Hugging Face layout, written into a staging directory
+and renamed into place with a manifest of its files; rotation removes only the files a manifest proves bertkit's.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 import pickle
 import random
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +18,7 @@ from torch import nn
 
 from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError
-from bertkit.outputs import fsync, fsync_dir, register_scratch, register_tree, remove_owned_tree
+from bertkit.outputs import disk_full, fsync, remove_killed_writes, remove_owned_tree, staged
 
 logger = logging.getLogger("bertkit")
 
@@ -53,85 +50,44 @@ STEP_LAYOUT = CheckpointLayout()
 HF_LAYOUT = CheckpointLayout(subdir="", prefix="checkpoint-", digits=0)
 
 
-def _disk_full(e: BaseException) -> bool:
-    # torch's zip writer reports a full disk as "[enforce fail at inline_container.cc] unexpected pos" or
-    # "PytorchStreamWriter failed writing file", not as ENOSPC.
-    return (isinstance(e, OSError) and e.errno == errno.ENOSPC) or (
-        isinstance(e, RuntimeError) and ("unexpected pos" in str(e) or "PytorchStreamWriter failed" in str(e)))
-
-
 def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.Module | None = None, *,
                     layout: CheckpointLayout = STEP_LAYOUT, write_extra: Callable[[Path], None] | None = None,
                     protect: Callable[[Path], bool] | None = None) -> Path:
-    """Write ``state`` (and ``model``, for ``from_pretrained``) to a temporary directory, fsync, and rename it:
-    a kill or a full disk mid-write leaves the previous checkpoints as they were. ``write_extra(dir)`` adds files
-    before the rename; of the checkpoints ``protect`` does not claim, the newest ``keep`` are kept."""
-    root = layout.root(out_dir)
-    root.mkdir(parents=True, exist_ok=True)
+    """Write ``state`` (and ``model``, for ``from_pretrained``) into a staging directory beside the checkpoint, its
+    manifest last, and rename it into place (``bertkit.outputs.staged``): a kill or a full disk mid-write leaves the
+    previous checkpoints as they were. ``write_extra(dir)`` adds files before the rename; of the checkpoints
+    ``protect`` does not claim, the newest ``keep`` are kept."""
     final = layout.path(out_dir, step)
-    tmp = _scratch_dir(root, final)
     try:
-        torch.save(state, tmp / STATE_FILE)  # a file of the scratch directory: a killed run's, removable as such
-        fsync(tmp / STATE_FILE)
-        if model is not None and hasattr(model, "save_pretrained"):
-            model.save_pretrained(tmp)
-        if write_extra is not None:
-            write_extra(tmp)
-    except (OSError, RuntimeError, BertkitError) as e:
-        shutil.rmtree(tmp, ignore_errors=True)  # made by this call just now (mkdir refuses an existing one)
-        if not (_disk_full(e) or (isinstance(e, BertkitError) and isinstance(e.__cause__, OSError)
-                                  and _disk_full(e.__cause__))):
+        with staged(final, "checkpoint", manifest=True) as tmp:
+            torch.save(state, tmp / STATE_FILE)  # a file of the staging directory: removed with it if cut short
+            fsync(tmp / STATE_FILE)
+            if model is not None and hasattr(model, "save_pretrained"):
+                model.save_pretrained(tmp)
+            if write_extra is not None:
+                write_extra(tmp)
+    except BertkitError as e:
+        if e.__cause__ is None or not disk_full(e.__cause__):
             raise
-        raise _disk_full_error(out_dir, layout, tmp, state) from e
-    _rename_into_place(tmp, final, root)
+        raise _disk_full_error(out_dir, layout, final, state) from e.__cause__
     _rotate(out_dir, layout, keep, protect)
     return final
 
 
-def _scratch_dir(root: Path, final: Path) -> Path:
-    """A new temporary directory beside ``final``, recorded as this run's scratch."""
-    tmp = root / f".tmp-{final.name}"
-    # A temporary directory a kill left: only the files this run (or the run it resumes) recorded are removed;
-    # if anything else is there, this checkpoint is written under a fresh name beside it.
-    if remove_owned_tree(tmp) or os.path.lexists(tmp):
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
-    else:
-        tmp.mkdir()
-    register_scratch(tmp)  # a kill mid-write leaves it: the run that resumes (or --overwrite) may remove it
-    return tmp
-
-
-def _disk_full_error(out_dir: Path, layout: CheckpointLayout, tmp: Path, state: dict) -> BertkitError:
+def _disk_full_error(out_dir: Path, layout: CheckpointLayout, final: Path, state: dict) -> BertkitError:
     previous = layout.dirs(out_dir)
     needed = sum(t.numel() * t.element_size() for t in state["model"].values()) * 3  # weights + 2 Adam moments
     free = shutil.disk_usage(layout.root(out_dir)).free
     return BertkitError(
-        f"the disk is full: could not write {tmp / STATE_FILE} (a checkpoint needs about {needed / 1e6:.0f} MB, "
+        f"the disk is full: could not write the checkpoint {final} (it needs about {needed / 1e6:.0f} MB, "
         f"{free / 1e6:.0f} MB are free); the temporary files were removed and the previous checkpoint "
         f"{previous[-1] if previous else '(none)'} is intact: free some space and run again with --resume"
     )
 
 
-def _rename_into_place(tmp: Path, final: Path, root: Path) -> None:
-    remove_owned_tree(final)  # a checkpoint of this step this run (or the run it resumes) wrote, rewritten
-    if os.path.lexists(final):  # files changed since (a damaged checkpoint) or a user's: kept, moved aside
-        aside = Path(tempfile.mkdtemp(prefix=f".replaced-{final.name}-", dir=root))
-        final.rename(aside / final.name)
-        logger.warning("moved what was left of %s to %s", final, aside)
-    tmp.rename(final)
-    register_tree(final)  # each file under its final name: the directory is no scratch, a user may add to it
-    fsync_dir(root)
-
-
 def remove_torn_writes(out_dir: Path, layout: CheckpointLayout) -> None:
-    """Remove the files of checkpoint writes a kill cut short (``.tmp-<checkpoint>``) that this run's claim on the
-    output directory recorded as its own; anything else is left."""
-    root = layout.root(out_dir)
-    for tmp in sorted(root.glob(f".tmp-{layout.prefix}*")) if root.is_dir() else []:
-        if tmp.is_symlink() or not tmp.is_dir():
-            continue
-        if not remove_owned_tree(tmp):
-            logger.info("removed %s, a checkpoint write a kill cut short", tmp)
+    """Remove the checkpoint writes a kill cut short (their staging directories, which no process holds)."""
+    remove_killed_writes(layout.root(out_dir), layout.prefix)
 
 
 def _rotate(out_dir: Path, layout: CheckpointLayout, keep: int, protect: Callable[[Path], bool] | None) -> None:

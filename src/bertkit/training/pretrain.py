@@ -197,7 +197,7 @@ def write_pretraining_results(s: PretrainSettings, model: Any, tokenizer: BertTo
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)
     atomic_write_json(s.output_dir / "summary.json",
-                      {"steps": result.step, "last_eval": result.last_eval, "final_model": str(final)})
+                      {"steps": result.step, "last_eval": result.last_eval, "final_model": final.name})
     plot_metrics(s.output_dir / "metrics.jsonl", s.output_dir / "metrics.png")
 
 

@@ -1,6 +1,7 @@
-"""A training run's log: ``metrics.jsonl``, one JSON record a line appended as the run goes (recorded as bertkit's
-once, at the start), and with ``--report-to tensorboard`` the same scalars as TensorBoard events. Rank 0 alone
-writes; every rank keeps the history."""
+"""A training run's log: ``metrics.jsonl``, one JSON record a line appended as the run goes, and with
+``--report-to tensorboard`` the same scalars as TensorBoard events. In a run written in place (the Trainer's) each
+is recorded as bertkit's once, when it starts (``bertkit.runs.record``). Rank 0 alone writes; every rank keeps
+the history."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import os
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.outputs import atomic_write_text, owns, register
+from bertkit.outputs import atomic_write_text, owns
+from bertkit.runs import record
 
 logger = logging.getLogger("bertkit")
 
@@ -27,13 +29,16 @@ class RunLog:
             if os.path.lexists(self.path) and not owns(self.path):
                 raise BertkitError(f"{self.path} exists and this run did not write it; bertkit does not replace it: "
                                    "pass --resume to continue that run, or choose a new output directory")
-            atomic_write_text(self.path, "", appends=True)
+            record(self.path, appends=True, data=b"")  # before it is written: a kill leaves it recorded
+            atomic_write_text(self.path, "")
 
     def resume(self, step: int) -> None:
         """The history up to ``step`` (the checkpoint's); the records after it (a killed run's) are dropped."""
         self.history = [r for r in _read_jsonl(self.path) if r["step"] <= step]
         if self.writes:
-            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.history), appends=True)
+            text = "".join(json.dumps(r) + "\n" for r in self.history)
+            record(self.path, appends=True, data=text.encode("utf-8"))
+            atomic_write_text(self.path, text)
 
     def open_tensorboard(self) -> None:
         if not self.writes:
@@ -46,7 +51,7 @@ class RunLog:
         self.board = SummaryWriter(str(self.path.parent / "tensorboard"))
         # tensorboard writes its event file itself (named with this process's pid), appending: recorded once too
         for path in Path(self.board.get_logdir()).glob(f"events.out.tfevents.*.{os.getpid()}.*"):
-            register(path, appends=True)
+            record(path, appends=True)
 
     def write(self, record: dict) -> None:
         self.history.append(record)

@@ -37,7 +37,8 @@ from bertkit._hardware import cpu_has_bf16
 from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
 from bertkit.inference.runner import evaluate, in_order
-from bertkit.outputs import atomic_write_text, output_dir
+from bertkit.outputs import atomic_write_text
+from bertkit.runs import output_dir
 from bertkit.training import trainer_data
 from bertkit.training.batch_plan import BatchPlan
 from bertkit.training.callbacks import (
@@ -234,8 +235,9 @@ class Trainer:
         self.control = TrainerControl()
         self._micro_per_epoch = len(plan)
         start_step = self.state.global_step
-        # rank 0 claims output_dir (bertkit.outputs): a later run may remove what this one wrote, nothing else
-        with output_dir(out, "Trainer", resume=True) if info.is_main else contextlib.nullcontext():
+        # rank 0 locks output_dir and writes into it as it goes, as transformers' Trainer does (bertkit.runs):
+        # each checkpoint is staged and renamed into place with its manifest; metrics.jsonl is recorded there
+        with output_dir(out, "Trainer", in_place=True) if info.is_main else contextlib.nullcontext():
             if info.is_main:
                 remove_torn_writes(out, HF_LAYOUT)
             t0 = time.perf_counter()

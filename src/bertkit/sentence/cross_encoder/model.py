@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
-from bertkit.outputs import atomic_write_json
+from bertkit.outputs import atomic_write_json, staged
 from bertkit.sentence.directory import MODULES, SBERT_CONFIG, ST_CONFIG, module_types, read_json
 from bertkit.sentence.model import as_requested
 from bertkit.tokenization import AutoTokenizer
@@ -299,24 +299,26 @@ class CrossEncoder(nn.Module):
     def save(self, path: str | Path) -> Path:
         """Write the model as sentence-transformers writes a CrossEncoder: the Hugging Face checkpoint and tokenizer
         (its model_max_length is ``max_length``, which ``bertkit serve`` reads too) at the top, modules.json, and the
-        activation in config_sentence_transformers.json."""
+        activation in config_sentence_transformers.json. Written beside ``path`` and moved into place whole
+        (``bertkit.outputs.staged``)."""
         directory = Path(path)
-        self.model.save_pretrained(directory)
-        saved_limit = self.tokenizer.model_max_length
-        self.tokenizer.model_max_length = self.max_length
-        try:
-            self.tokenizer.save_pretrained(directory)
-        finally:
-            self.tokenizer.model_max_length = saved_limit
-        atomic_write_json(directory / MODULES, [{"idx": 0, "name": "0", "path": "",
-                                                 "type": "sentence_transformers.base.modules.transformer.Transformer"}])
-        atomic_write_json(directory / SBERT_CONFIG, {
-            "transformer_task": "sequence-classification",
-            "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
-            "module_output_name": "scores"})
-        atomic_write_json(directory / ST_CONFIG, {
-            "__version__": {"bertkit": __version__, "pytorch": torch.__version__}, "model_type": "CrossEncoder",
-            "activation_fn": fullname(self.activation_fn), "prompts": {}, "default_prompt_name": None})
+        with staged(directory) as out:
+            self.model.save_pretrained(out)
+            saved_limit = self.tokenizer.model_max_length
+            self.tokenizer.model_max_length = self.max_length
+            try:
+                self.tokenizer.save_pretrained(out)
+            finally:
+                self.tokenizer.model_max_length = saved_limit
+            atomic_write_json(out / SBERT_CONFIG, {
+                "transformer_task": "sequence-classification",
+                "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
+                "module_output_name": "scores"})
+            atomic_write_json(out / ST_CONFIG, {
+                "__version__": {"bertkit": __version__, "pytorch": torch.__version__}, "model_type": "CrossEncoder",
+                "activation_fn": fullname(self.activation_fn), "prompts": {}, "default_prompt_name": None})
+            atomic_write_json(out / MODULES, [{"idx": 0, "name": "0", "path": "", "type":
+                                               "sentence_transformers.base.modules.transformer.Transformer"}])
         return directory
 
     save_pretrained = save
