@@ -162,7 +162,7 @@ def train_args(cls, out: Path, batch: int, opts: SimpleNamespace, **extra):
     return cls(output_dir=str(out), per_device_train_batch_size=batch, num_train_epochs=1, learning_rate=5e-5,
                warmup_steps=0.1, logging_steps=10, save_strategy="no", eval_strategy="no", report_to="none",
                seed=opts.seed, disable_tqdm=True, bf16=opts.bf16, **({"use_cpu": True} if opts.device == "cpu" else {}),
-               **extra)
+               **({"torch_compile": True} if opts.compile else {}), **extra)
 
 
 def embed_train(L: SimpleNamespace, model_dir: Path, data: list[dict], opts: SimpleNamespace, callbacks=()) -> dict:
@@ -325,8 +325,8 @@ def device_time(event) -> float:
 
 # -- the profile ---------------------------------------------------------------------------------------------------
 
-def profile(row: str, model_dir: Path, data: list, opts: SimpleNamespace) -> dict:
-    """bertkit's script of ``row`` under torch.profiler: training rows for ``--profile-steps`` steps after 2
+def profile(row: str, model_dir: Path, data: list, opts: SimpleNamespace, lib: str = "bertkit") -> dict:
+    """``lib``'s script of ``row`` under torch.profiler: training rows for ``--profile-steps`` steps after 2
     warm-up steps; encode and predict for ``--profile-steps`` batches after a one-batch warm-up."""
     from torch.profiler import ProfilerActivity, schedule
     from torch.profiler import profile as torch_profile
@@ -334,11 +334,14 @@ def profile(row: str, model_dir: Path, data: list, opts: SimpleNamespace) -> dic
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if opts.device == "cuda" else [])
     active, warm = opts.profile_steps, 2
     batch = opts.batch[row]
-    L = imports("bertkit")
+    L = imports(lib)
     fresh(opts)
     torch.manual_seed(opts.seed)
     if row.endswith("_train"):
-        from bertkit.training.callbacks import TrainerCallback
+        if lib == "bertkit":
+            from bertkit.training.callbacks import TrainerCallback
+        else:
+            from transformers import TrainerCallback
 
         marks: list[float] = []
 
@@ -369,7 +372,7 @@ def profile(row: str, model_dir: Path, data: list, opts: SimpleNamespace) -> dic
     calls = {name: sum(e.count for e in events if e.key.startswith(name))
              for name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
                           "cudaLaunchKernel", "aten::item", "aten::_local_scalar_dense")}
-    record = {"bench": "gpu_sentence_profile", "row": row, "library": "bertkit", "device": opts.device_name,
+    record = {"bench": "gpu_sentence_profile", "row": row, "library": lib, "device": opts.device_name,
               "profiled": f"{recorded} {'steps' if row.endswith('_train') else 'batches'} of {batch}",
               "wall_ms": round(wall * 1e3, 1) if wall else None, "kernel_ms": round(kernel_us / 1e3, 1),
               "kernel_source": kernel_source,
@@ -380,9 +383,9 @@ def profile(row: str, model_dir: Path, data: list, opts: SimpleNamespace) -> dic
               "cpu_self_total_ms": round(sum(e.self_cpu_time_total for e in cpu_ops) / 1e3, 1)}
     out = os.environ.get("OUT")
     if out:
-        trace = Path(opts.tmp) / f"trace_{row}.json"
+        trace = Path(opts.tmp) / f"trace_{row}_{lib}.json"
         prof.export_chrome_trace(str(trace))
-        target = Path(out) / f"trace_{row}.json.gz"
+        target = Path(out) / f"trace_{row}_{lib}.json.gz"
         with open(trace, "rb") as src, gzip.open(target, "wb", compresslevel=6) as dst:
             shutil.copyfileobj(src, dst)
         if target.stat().st_size > 15 * 2**20:
@@ -409,6 +412,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--no-host-split", action="store_true", help="skip the tokenize_s measurement")
     p.add_argument("--profile", default=None, help="comma-separated rows: also profile bertkit's script of each")
     p.add_argument("--profile-steps", type=int, default=5)
+    p.add_argument("--profile-libs", default="bertkit", help="comma-separated: whose scripts --profile runs "
+                   "(bertkit, sentence_transformers)")
+    p.add_argument("--compile", action="store_true", help="torch_compile=True in both libraries' training arguments")
+    p.add_argument("--sdpa", default=None, help="comma-separated SDPA backends both libraries may use "
+                   "(flash, efficient, cudnn, math; default: PyTorch's choice)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--seed", type=int, default=42)
     args = p.parse_args(argv)
@@ -433,14 +441,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     transformers.logging.set_verbosity_error()  # no progress bars for loading and saving weights
     transformers.logging.disable_progress_bar()
-    meta = {"device": device_name, "layers": shape["num_hidden_layers"], "hidden": shape["hidden_size"],
+    if args.sdpa:  # a process-wide switch: both libraries' runs see the same backends
+        allowed = set(args.sdpa.split(","))
+        unknown_backends = allowed - {"flash", "efficient", "cudnn", "math"}
+        if unknown_backends:
+            raise ValueError(f"--sdpa {sorted(unknown_backends)} unknown: give some of flash, efficient, cudnn, math")
+        torch.backends.cuda.enable_flash_sdp("flash" in allowed)
+        torch.backends.cuda.enable_mem_efficient_sdp("efficient" in allowed)
+        torch.backends.cuda.enable_cudnn_sdp("cudnn" in allowed)
+        torch.backends.cuda.enable_math_sdp("math" in allowed)
+    meta = {"device": device_name, "sdpa": args.sdpa or "default", "compile": args.compile, "layers": shape["num_hidden_layers"], "hidden": shape["hidden_size"],
             "rounds": args.rounds, "torch": torch.__version__, "transformers": transformers.__version__,
             "sentence_transformers_version": sentence_transformers.__version__}
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         opts = SimpleNamespace(device=args.device, bf16=not args.no_bf16, seed=args.seed, rounds=args.rounds,
                                batch=batch, tmp=Path(tmp), host_split=not args.no_host_split,
-                               profile_steps=args.profile_steps, device_name=device_name)
+                               profile_steps=args.profile_steps, device_name=device_name, compile=args.compile)
         embedder, ce = checkpoints(Path(tmp), args.vocab, shape, args.seed)
         if args.device == "cuda":  # the CUDA context and cuBLAS are made here, not inside the first timed run
             torch.ones(256, 256, device="cuda") @ torch.ones(256, 256, device="cuda")
@@ -449,7 +466,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for row in rows:
             records.append(guarded(run_row, row, dirs[row], data[row], opts, meta))
         for row in profiled:
-            records.append(guarded(profile, row, dirs[row], data[row], opts))
+            for lib in args.profile_libs.split(","):
+                records.append(guarded(profile, row, dirs[row], data[row], opts, lib))
     return records
 
 

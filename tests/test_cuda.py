@@ -313,3 +313,36 @@ def test_sentence_encode_predict_and_training_on_the_gpu_equal_the_cpu(tiny_chec
     np.testing.assert_allclose(gpu["scores"], cpu["scores"], atol=1e-5)
     assert gpu["loss"] == pytest.approx(cpu["loss"], rel=1e-4)
     assert gpu["ce_loss"] == pytest.approx(cpu["ce_loss"], rel=1e-4)
+
+
+def test_training_rectangle_masks_with_one_aligned_bias_and_pair_widths_round_under_autocast(
+        tiny_model, tiny_checkpoint, minilm_tokenizer_dir, tmp_path):
+    """Training under bf16 autocast keeps the rectangle and masks padding with one additive bias in bf16 made per
+    pass (``padding.additive_bias``), giving the states of the boolean mask (attention dropout ~0 here, so the
+    training layout runs without dropping anything); a cross-encoder's pair batches round their width up to
+    ``GPU_HALF_WIDTH_MULTIPLE`` there (bounded cuDNN graphs), and score the pairs as unrounded ones do."""
+    from bertkit.sentence import CrossEncoder
+    from bertkit.sentence.cross_encoder.model import GPU_HALF_WIDTH_MULTIPLE
+
+    model = tiny_model(hidden_dropout_prob=0.0, attention_probs_dropout_prob=1e-9).to(CUDA)
+    ids = torch.randint(1, 99, (3, 40), device=CUDA)
+    mask = torch.ones_like(ids)
+    mask[1, 25:] = 0
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        model.train()
+        rect = model(input_ids=ids, attention_mask=mask)
+        bias = rect.token_layout.attn_bias
+        assert rect.token_layout.is_padded and bias.dtype == torch.bfloat16 and bias.stride(0) % 16 == 0
+        model.eval()
+        want = model(input_ids=ids, attention_mask=mask, layout="padded")
+    real = mask.bool()
+    torch.testing.assert_close(rect.last_hidden_state[real].float(), want.last_hidden_state[real].float(),
+                               atol=2e-2, rtol=0)
+    ce = CrossEncoder(str(tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification",
+                                          tokenizer=minilm_tokenizer_dir, labels=1)), device="cuda")
+    pairs = (["a short question"] * 2, ["a passage", "another passage with a few more words in it"])
+    plain = ce.pair_batch(*pairs)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        rounded = ce.pair_batch(*pairs)
+        assert rounded["input_ids"].shape[1] == GPU_HALF_WIDTH_MULTIPLE > plain["input_ids"].shape[1]
+        torch.testing.assert_close(ce.scores(rounded).float(), ce.scores(plain).float(), atol=2e-2, rtol=0)

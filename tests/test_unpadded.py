@@ -239,3 +239,45 @@ def test_a_rectangle_with_zero_padding_reads_as_the_unpadded_layout(tiny_model):
     assert (rect.last_hidden_state[~mask.bool()] != 0).all(dim=-1).any()
     torch.testing.assert_close(zeroed, unpadded, atol=1e-5, rtol=0)
     assert (zeroed[~mask.bool()] == 0).all()
+
+
+def test_the_additive_bias_masks_as_the_boolean_mask_does():
+    """``padding.additive_bias`` (what the GPU's training rectangle hands SDPA, made once per pass) gives SDPA's
+    result with the boolean mask it replaces, at every real query, and its rows are 16-element aligned (else
+    SDPA's GPU kernels copy it to alignment in every layer)."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(3, len(LENGTHS), 4, max(LENGTHS), 8, generator=gen)
+    key_mask = (torch.arange(max(LENGTHS))[None, :] < torch.tensor(LENGTHS)[:, None])[:, None, None, :]
+    bias = padding.additive_bias(key_mask, torch.float32)
+    assert bias.dtype == torch.float32 and bias.stride(0) % 16 == 0 and bias.shape == key_mask.shape
+    assert bias[~key_mask].eq(torch.finfo(torch.float32).min).all() and bias[key_mask].eq(0).all()
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+    got = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the dtype attention computes in under autocast: none on CPU
+        assert padding.additive_bias(key_mask, torch.float32).dtype == torch.float32
+
+
+def test_the_stacked_qkv_product_equals_the_three_projections_and_wrapped_ones_run_as_modules():
+    """``BertSelfAttention.project``: one product over the stacked weights gives the three projections' outputs and
+    their gradients; a projection with a hook (as peft's LoRA wraps one) runs as its module, hook included."""
+    from bertkit import BertModel
+
+    torch.manual_seed(0)
+    attn = BertModel(CFG).encoder.layer[0].attention.self
+    x = torch.randn(5, CFG.hidden_size, requires_grad=True)
+    fused = attn.project(x)
+    (fused * torch.arange(fused.numel()).view_as(fused).sin()).sum().backward()
+    grads = [m.weight.grad.clone() for m in (attn.query, attn.key, attn.value)] + [x.grad.clone()]
+    for m in (attn.query, attn.key, attn.value):
+        m.weight.grad = m.bias.grad = None
+    x.grad = None
+    three = torch.cat((attn.query(x), attn.key(x), attn.value(x)), -1)
+    (three * torch.arange(three.numel()).view_as(three).sin()).sum().backward()
+    torch.testing.assert_close(fused, three, atol=1e-6, rtol=0)
+    for got, want in zip(grads, [m.weight.grad for m in (attn.query, attn.key, attn.value)] + [x.grad]):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    calls = []
+    attn.value.register_forward_hook(lambda module, args, out: calls.append(out.shape) or out * 0)
+    hooked = attn.project(x)
+    assert calls == [(5, CFG.hidden_size)] and hooked[:, 2 * CFG.hidden_size:].eq(0).all()

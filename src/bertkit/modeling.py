@@ -92,7 +92,13 @@ class BertSelfAttention(nn.Module):
         """q, k and v side by side: (..., H) -> (..., 3H)."""
         if self.qkv is not None:
             return self.qkv(x)
-        return torch.cat((self.query(x), self.key(x), self.value(x)), -1)  # (..., 3H)
+        parts = (self.query, self.key, self.value)
+        if all(type(m) is nn.Linear and m.bias is not None and not (m._forward_hooks or m._forward_pre_hooks)
+               for m in parts):
+            # One product with the three weights stacked (in training too: the weights' gradients come back through
+            # the stacking): one GEMM instead of three and no (..., 3H) copy of the outputs
+            return F.linear(x, torch.cat([m.weight for m in parts]), torch.cat([m.bias for m in parts]))
+        return torch.cat([m(x) for m in parts], -1)  # wrapped projections (peft's LoRA, hooks) run as modules
 
     def forward(self, x: Tensor, layout: TokenLayout, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
         """(context like x, attention probabilities (B, nh, T, T) or None); probabilities need the padded layout."""

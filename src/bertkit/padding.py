@@ -166,6 +166,7 @@ class TokenLayout:
     zero_padding: bool = False
     key_multiple: int = 1
     cu_seqlens: Tensor | None = None  # (B + 1,) int32: where each sequence starts among the stored tokens
+    attn_bias: Tensor | None = None  # (B, 1, 1, T): key_mask as SDPA's additive bias (0 / min), made once a pass
 
     @classmethod
     def padded(cls, attention_mask: Tensor | None, shape: tuple[int, int], zero_padding: bool = False,
@@ -254,8 +255,9 @@ def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dty
     if layout == "auto" and attention_dropout > 0 and gpu_keeps_rectangle(attention_mask.device, dtype, T):
         # Training on a GPU keeps the rectangle however the rows are padded: nothing is read back to the host
         # (which would stall the queue of kernels at every forward pass); an unpadded batch gets an all-True mask.
-        return TokenLayout((B, T), attention_mask.bool()[:, None, None, :], zero_padding=True,
-                           key_multiple=key_multiple)
+        key_mask = attention_mask.bool()[:, None, None, :]
+        return TokenLayout((B, T), key_mask, zero_padding=True, key_multiple=key_multiple,
+                           attn_bias=additive_bias(key_mask, dtype))
     full, right_padded = torch.stack((attention_mask.all(), attention_mask[:, 0].all())).tolist()  # one read back
     if full or not right_padded:
         # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
@@ -265,6 +267,17 @@ def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dty
     if layout == "auto" and gpu_keeps_rectangle(attention_mask.device, dtype, T):
         return TokenLayout.padded(attention_mask, (B, T), zero_padding=True)  # zeros at padding, as "auto" gives
     return TokenLayout.unpadded(attention_mask, token_multiple, key_multiple)
+
+
+def additive_bias(key_mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """``key_mask`` (B, 1, 1, T) as the additive bias SDPA's GPU kernels take: 0 at real keys, the dtype's minimum
+    at padding, in the dtype attention computes in (autocast's, else ``dtype``), its rows 16-element aligned.
+    Handed a boolean mask, SDPA converts it to this in every layer, and pads it to alignment there too (a few
+    kernels per layer, for a step that is launch-bound on the GPU); made once per forward pass instead."""
+    B, _, _, T = key_mask.shape
+    dt = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else dtype
+    bias = torch.full((B, 1, 1, -(-T // 16) * 16), torch.finfo(dt).min, dtype=dt, device=key_mask.device)
+    return bias[..., :T].masked_fill_(key_mask, 0)  # a view into aligned rows
 
 
 def varlen_attention(device: torch.device, dtype: torch.dtype) -> bool:
@@ -307,7 +320,8 @@ def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: 
     pre-training step with the break). Elsewhere attention stays eager (``_attend_groups``).
     """
     if layout.is_padded and qkv.is_cuda:
-        return _attend_padded(qkv, layout.key_mask, num_heads, dropout_p, layout.key_multiple)
+        mask = layout.key_mask if layout.attn_bias is None else layout.attn_bias
+        return _attend_padded(qkv, mask, num_heads, dropout_p, layout.key_multiple)
     if layout.cu_seqlens is not None:
         return _attend_varlen(qkv, layout, num_heads, dropout_p)
     return _attend_groups(qkv, layout, num_heads, dropout_p)
