@@ -89,7 +89,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     return inputs, ids
 
 
-def _input_format(path: Path, task: type[Task], fields: tuple[str, ...], columns: Columns, input_format: str,
+def _input_format(path: Path, task: Task, fields: tuple[str, ...], columns: Columns, input_format: str,
                   rows: bool) -> str:
     """The format ``path`` is read as, once the task, the file and the columns are known to fit together; checked
     before any line is read."""
@@ -106,7 +106,7 @@ def _input_format(path: Path, task: type[Task], fields: tuple[str, ...], columns
     return fmt
 
 
-def _record_item(path: Path, line: int, record: dict[str, Any], task: type[Task], fields: tuple[str, ...],
+def _record_item(path: Path, line: int, record: dict[str, Any], task: Task, fields: tuple[str, ...],
                  optional: tuple[str, ...], columns: Columns, fmt: str, tokenizer: Any, rows: bool) -> dict[str, Any]:
     """The pipeline input of one record: each of ``fields``, from the column ``columns`` names, checked."""
     item: dict[str, Any] = {}

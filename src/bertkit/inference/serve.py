@@ -21,7 +21,7 @@ from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.inference import serve_tei
 from bertkit.inference.serve_batching import Batcher, Job, Stats, fix_mmap_threshold, model_call
 from bertkit.inference.serve_wire import PREDICT, Call, Limits, RequestError, Route, load_json
-from bertkit.inference.tasks import SERVED, Task, task_named, task_routes
+from bertkit.inference.tasks import SERVED, TASK_ROUTES, Task, task_named
 from bertkit.settings.inference import check_api_key, check_served_name
 
 logger = logging.getLogger("bertkit")
@@ -73,7 +73,7 @@ def _prometheus(server: _Server) -> Any:
 
 
 ROUTES: tuple[Route, ...] = (
-    PREDICT, serve_tei.ROOT, *task_routes(), serve_tei.TOKENIZE, serve_tei.INFO,
+    PREDICT, serve_tei.ROOT, *TASK_ROUTES, serve_tei.TOKENIZE, serve_tei.INFO,
     Route("/health", "liveness, from the event loop alone (the only route without the API key)", get=_health),
     Route("/ready", "readiness: 503 with Retry-After while the admission bound is reached or the server drains",
           get=_ready),
@@ -129,7 +129,7 @@ async def _job_result(batcher: Batcher, job: Job, request: Any) -> list[Any] | N
 class _Server:
     """What the routes of one app share; the batcher is made when the app starts, on the loop it serves from."""
 
-    def __init__(self, app: Any, pipe: Any, task: type[Task], limits: Limits, stats: Stats, default_normalize: bool,
+    def __init__(self, app: Any, pipe: Any, task: Task, limits: Limits, stats: Stats, default_normalize: bool,
                  model_name: str):
         self.app, self.pipe, self.task, self.limits, self.stats = app, pipe, task, limits, stats
         self.default_normalize = default_normalize
@@ -280,7 +280,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     stats = Stats()
     default_normalize = bool(getattr(pipe, "normalize", False))
     stopping = threading.Event()
-    pipe = _server_pipeline(pipe, task, stopping)
+    pipe = _server_pipeline(pipe, stopping)
 
     @asynccontextmanager
     async def lifespan(app: Any):
@@ -316,7 +316,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     return app
 
 
-def _check_server_args(pipe: Any, task: type[Task], max_batch_tokens: int | None, api_key: str | None,
+def _check_server_args(pipe: Any, task: Task, max_batch_tokens: int | None, api_key: str | None,
                        served_model_name: str | None) -> None:
     """Refuse a task that is not served (``Task.not_served``), a token bound no input of max_length fits in, an API
     key no header can carry, and an empty served name (the model's path would be shown in its place)."""
@@ -331,11 +331,12 @@ def _check_server_args(pipe: Any, task: type[Task], max_batch_tokens: int | None
         check_served_name(served_model_name, "served_model_name")
 
 
-def _server_pipeline(pipe: Any, task: type[Task], stopping: threading.Event) -> Any:
-    """The server's own copy of ``pipe``, as its task serves it (``Task.for_serving``: an embedding pipeline leaves
-    normalising to each request, TEI's ``normalize``); it stops at its next forward batch once ``stopping`` is set."""
+def _server_pipeline(pipe: Any, stopping: threading.Event) -> Any:
+    """The server's own copy of ``pipe``: it stops at its next forward batch once ``stopping`` is set, and leaves
+    normalising embeddings to each request (TEI's ``normalize``)."""
     pipe = copy.copy(pipe)
-    task.for_serving(pipe)
+    if hasattr(pipe, "normalize"):
+        pipe.normalize = False
     forward = pipe.forward
 
     def forward_until_stopped(batch: Any, rows: Any) -> Any:

@@ -38,9 +38,9 @@ def _labels(config: Any) -> dict[str, str]:
 
 
 class Task:
-    """A pipeline task. A subclass declares its own ``name``, ``help`` and ``pipeline`` (checked when the class is
-    defined); everything else has the default of a task whose input is one model sequence and whose answer is the
-    pipeline's result as it is."""
+    """A pipeline task (``TASK_LIST`` holds one of each). A subclass declares its own ``name``, ``help`` and
+    ``pipeline`` (checked when the class is defined); everything else has the default of a task whose input is one
+    model sequence and whose answer is the pipeline's result as it is."""
 
     name: ClassVar[str]
     help: ClassVar[str]  # `bertkit predict --help`'s line: what the task writes
@@ -49,6 +49,8 @@ class Task:
     not_served: ClassVar[str] = ""  # why `bertkit serve` refuses the task, if it does
 
     # -- bertkit predict TASK: files in, JSON lines out ------------------------------------------------------------
+    # (fields, those it may lack) of a record in the task's files, where they are not the pipeline's input's
+    records: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
     result_key: ClassVar[str] = "result"  # the key of a result that is a list (a dict's keys are written as they are)
     predict_options: ClassVar[tuple[str, ...]] = ()  # the settings (PredictFileSettings) passed to each call
     pair_head: ClassVar[bool] = False  # a head fine-tuned on pairs: a second text that no flag names is refused
@@ -78,72 +80,56 @@ class Task:
         if any(not r.needs for r in cls.routes):
             raise TypeError(f"task {cls.name}: a route of its own must say what other servers answer (Route.needs)")
 
-    @classmethod
-    def pipeline_class(cls) -> type:
-        module, _, attr = cls.pipeline.partition(":")
+    def pipeline_class(self) -> type:
+        module, _, attr = self.pipeline.partition(":")
         return getattr(importlib.import_module(module), attr)
 
     # -- predict --------------------------------------------------------------------------------------------------
-    @classmethod
-    def record_fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def record_fields(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The fields a record of the task's files holds ("text" for a pipeline of bare texts), and those it may
-        lack: the pipeline's own."""
-        p = cls.pipeline_class()
-        return tuple(p.fields) or ("text",), p.optional
+        lack: the pipeline's own, unless the task's records differ (``records``)."""
+        p = self.pipeline_class()
+        return self.records or (tuple(p.fields) or ("text",), p.optional)
 
-    @classmethod
-    def check_columns(cls, columns: Any) -> None:
+    def check_columns(self, columns: Any) -> None:
         """Refuse columns the task cannot read, before the file is."""
 
-    @classmethod
-    def check_text(cls, where: str, text: str, tokenizer: Any) -> None:
+    def check_text(self, where: str, text: str, tokenizer: Any) -> None:
         """Refuse a record's text the pipeline would refuse, before the model loads."""
 
-    @classmethod
-    def load_options(cls, s: Any) -> dict[str, Any]:
+    def load_options(self, s: Any) -> dict[str, Any]:
         """The pipeline's construction options from predict's settings."""
         return {}
 
-    @classmethod
-    def call_inputs(cls, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
+    def call_inputs(self, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
         """The pipeline's inputs and call options for the records read."""
-        return inputs, {k: getattr(s, k) for k in cls.predict_options}
+        return inputs, {k: getattr(s, k) for k in self.predict_options}
 
-    @classmethod
-    def record(cls, id_: Any, result: Any) -> dict[str, Any]:
+    def record(self, id_: Any, result: Any) -> dict[str, Any]:
         """One line of predict's output."""
-        return {"id": id_, **result} if isinstance(result, dict) else {"id": id_, cls.result_key: result}
+        return {"id": id_, **result} if isinstance(result, dict) else {"id": id_, self.result_key: result}
 
     # -- serve ----------------------------------------------------------------------------------------------------
-    @classmethod
-    def for_serving(cls, pipe: Any) -> None:
-        """Adjust the server's own copy of the pipeline."""
-
-    @classmethod
-    def checks(cls, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
+    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
         """Parameter checks this task narrows (``serve_wire._parameter_checks`` has every parameter's)."""
         return {}
 
-    @classmethod
-    def cost(cls, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
+    def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         """(model sequences, answer candidates, what the sequences are, for the refusal) of one checked input."""
         return 1, 0, "inputs"
 
-    @classmethod
-    def render(cls, server: Any, call: Call, results: list[Any]) -> Any:
+    def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         """/predict's answer: the Inference API's shape for the task."""
-        out = [cls.render_one(r, call.answer) for r in results]
+        out = [self.render_one(r, call.answer) for r in results]
         return out[0] if call.single else out
 
-    @classmethod
-    def render_one(cls, result: Any, answer: dict[str, Any]) -> Any:
+    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
         return result
 
-    @classmethod
-    def info(cls, pipe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    def info(self, pipe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """TEI's /info: (``model_type``, the other fields this task fills in)."""
         labels = _labels(pipe.config)
-        return {cls.model_type: {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}}, {}
+        return {self.model_type: {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}}, {}
 
 
 class FillMask(Task):
@@ -155,19 +141,16 @@ class FillMask(Task):
     counted = True
     candidates_per = "[MASK]s"
 
-    @classmethod
-    def check_text(cls, where: str, text: str, tokenizer: Any) -> None:
+    def check_text(self, where: str, text: str, tokenizer: Any) -> None:
         if tokenizer.mask_token not in text:
             raise BertkitError(f"{where}: no {tokenizer.mask_token} in {text[:60]!r}; fill-mask predicts the token at "
                                f"each {tokenizer.mask_token}: write one where a word is to be predicted")
 
-    @classmethod
-    def checks(cls, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
+    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
         vocab = len(pipe.tokenizer)
         return {"top_k": int_in(1, vocab, " (the vocabulary's size)")} if vocab < limits.max_top_k else {}
 
-    @classmethod
-    def cost(cls, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
+    def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         try:
             masks = len(pipe.encode(item)[0]["masks"])  # the [MASK]s within max_length, as the model sees them
         except BertkitError as e:
@@ -187,8 +170,7 @@ class TextClassification(Task):
     answer_params = ("top_k", "function_to_apply")
     encoded = counted = True
 
-    @classmethod
-    def render(cls, server: Any, call: Call, results: list[Any]) -> Any:
+    def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         out = [_classification(server.pipe.config, r, call.answer, call.tei) for r in results]
         return (out[0] if call.tei else out) if call.single else out
 
@@ -230,32 +212,25 @@ class Rerank(Task):
     name = "rerank"
     help = "a relevance score per (query, passage) record"
     pipeline = "bertkit.inference.pipelines:RerankPipeline"
+    records = ("query", "text"), ()
     predict_options = ("raw_scores",)
     routes = (serve_tei.RERANK,)
     root = serve_tei.RERANK
     model_type = "reranker"
 
-    @classmethod
-    def record_fields(cls) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        return ("query", "text"), ()
-
-    @classmethod
-    def check_columns(cls, columns: Any) -> None:
+    def check_columns(self, columns: Any) -> None:
         if columns.text_pair:
             raise BertkitError(f"--text-pair-column {columns.text_pair}: rerank reads each record's query from "
                                f"--query-column ({columns.query!r}) and its passage from --text-column "
                                f"({columns.text!r}); name the passage's column with --text-column")
 
-    @classmethod
-    def call_inputs(cls, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
+    def call_inputs(self, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
         return [{"query": x["query"], "texts": [x["text"]]} for x in inputs], {"raw_scores": s.raw_scores}
 
-    @classmethod
-    def record(cls, id_: Any, result: Any) -> dict[str, Any]:
+    def record(self, id_: Any, result: Any) -> dict[str, Any]:
         return {"id": id_, "score": result[0]["score"]}
 
-    @classmethod
-    def cost(cls, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
+    def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         n = len(item["texts"])
         return n, 0, f"(query, text) pairs (input {index} has {n})"
 
@@ -269,16 +244,14 @@ class TokenClassification(Task):
     answer_params = ("aggregation_strategy", "ignore_labels")
     counted = True
 
-    @classmethod
-    def checks(cls, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
+    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
         tags = list((getattr(pipe.config, "id2label", None) or {}).values())
         if not tags:
             return {}
         return {"ignore_labels": label_names_check(
             {"O", *tags, *(t.split("-", 1)[1] if len(t) > 2 and t[1] in "-_" else t for t in tags)})}
 
-    @classmethod
-    def render_one(cls, result: Any, answer: dict[str, Any]) -> Any:
+    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
         ignore = set(answer.get("ignore_labels") or ())
         return [e for e in result["entities"] if e["entity_group"] not in ignore]
 
@@ -293,8 +266,7 @@ class QuestionAnswering(Task):
                "handle_impossible_answer": "allow_no_answer"}
     candidates_per = "questions"
 
-    @classmethod
-    def cost(cls, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
+    def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         from bertkit.tasks import squad
 
         stride = options.get("doc_stride", _default(pipe.encode, "doc_stride"))
@@ -304,8 +276,7 @@ class QuestionAnswering(Task):
         return windows, options.get("top_k", _default(pipe.decode, "top_k")), (
             f"windows (input {index} alone makes {windows} at doc_stride {stride}; a larger doc_stride makes fewer)")
 
-    @classmethod
-    def render_one(cls, result: Any, answer: dict[str, Any]) -> Any:
+    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
         def one(r: dict[str, Any]) -> dict[str, Any]:  # transformers' keys; no answer is "" at 0..0
             return {"score": r["score"], "start": r["start"] or 0, "end": r["end"] or 0, "answer": r["answer"]}
 
@@ -330,24 +301,17 @@ class FeatureExtraction(Task):
     routes = (SIMILARITY, serve_tei.OPENAI, serve_tei.EMBED)
     root = serve_tei.EMBED
 
-    @classmethod
-    def load_options(cls, s: Any) -> dict[str, Any]:
+    def load_options(self, s: Any) -> dict[str, Any]:
         return {"pooling": None if s.pooling == "auto" else s.pooling}
 
-    @classmethod
-    def for_serving(cls, pipe: Any) -> None:
-        pipe.normalize = False  # each request's normalize (TEI's) decides
-
-    @classmethod
-    def render(cls, server: Any, call: Call, results: list[Any]) -> Any:
+    def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         a = call.answer
         if a.get("similarity"):  # cosines of the source sentence's unit vector with the others'
             v = np.asarray(embedding(results, {**a, "normalize": True}, True), dtype=np.float64)
             return (v[1:] @ v[0]).tolist()
         return [embedding(r, a, server.default_normalize) for r in results]  # one text too gives a list of one
 
-    @classmethod
-    def info(cls, pipe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    def info(self, pipe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         # what the pipeline uses: the directory's prompts and truncate_dim included
         return {"embedding": {"pooling": pipe.pooling}}, {
             "prompts": pipe.prompts or None, "default_prompt_name": pipe.default_prompt_name,
@@ -360,21 +324,19 @@ class SentenceEmbedding(FeatureExtraction):
     pipeline = "bertkit.inference.pipelines:SentenceEmbeddingPipeline"
 
 
-TASK_LIST: tuple[type[Task], ...] = (FillMask, TextClassification, Rerank, TokenClassification, QuestionAnswering,
-                                     MultipleChoice, FeatureExtraction, SentenceEmbedding)
+TASK_LIST: tuple[Task, ...] = (FillMask(), TextClassification(), Rerank(), TokenClassification(), QuestionAnswering(),
+                               MultipleChoice(), FeatureExtraction(), SentenceEmbedding())
 # Every name a task answers to, its own first (in TASK_LIST's order), then the aliases.
-TASKS: dict[str, type[Task]] = {**{t.name: t for t in TASK_LIST}, **{a: t for t in TASK_LIST for a in t.aliases}}
+TASKS: dict[str, Task] = {**{t.name: t for t in TASK_LIST}, **{a: t for t in TASK_LIST for a in t.aliases}}
 if len(TASKS) != sum(1 + len(t.aliases) for t in TASK_LIST):
     raise TypeError(f"two tasks share a name: {[n for t in TASK_LIST for n in (t.name, *t.aliases)]}")
-SERVED: tuple[type[Task], ...] = tuple(t for t in TASK_LIST if not t.not_served)
+SERVED: tuple[Task, ...] = tuple(t for t in TASK_LIST if not t.not_served)
 
 
-def task_routes() -> tuple[Route, ...]:
-    """The routes the served tasks declare, each once, in ``TASK_LIST``'s order."""
-    return tuple(dict.fromkeys(r for t in SERVED for r in t.routes))
+TASK_ROUTES: tuple[Route, ...] = tuple(dict.fromkeys(r for t in SERVED for r in t.routes))  # each once, in order
 
 
-def task_named(name: Any, where: str = "predict") -> type[Task]:
+def task_named(name: Any, where: str = "predict") -> Task:
     """The task ``name`` names, or the error that lists them."""
     if not (isinstance(name, str) and name in TASKS):
         raise BertkitError(f"{where} has no task {name!r}; choose one of {', '.join(TASKS)}")
