@@ -235,7 +235,6 @@ class Rerank(Task):
         return n, 0, f"(query, text) pairs (input {index} has {n})"
 
 
-
 class TokenClassification(Task):
     name = "token-classification"
     help = "word tags and entity spans with character offsets"
