@@ -275,8 +275,8 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     from fastapi import FastAPI, Request
 
     limits = limits or Limits()
-    task = task_named(pipe.task, "bertkit serve")
-    _check_server_args(pipe, task, max_batch_tokens, api_key, served_model_name)
+    task = served_task(pipe.task)
+    _check_server_args(pipe, max_batch_tokens, api_key, served_model_name)
     stats = Stats()
     default_normalize = bool(getattr(pipe, "normalize", False))
     stopping = threading.Event()
@@ -316,12 +316,18 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     return app
 
 
-def _check_server_args(pipe: Any, task: Task, max_batch_tokens: int | None, api_key: str | None,
-                       served_model_name: str | None) -> None:
-    """Refuse a task that is not served (``Task.not_served``), a token bound no input of max_length fits in, an API
-    key no header can carry, and an empty served name (the model's path would be shown in its place)."""
+def served_task(name: str) -> Task:
+    """The task ``name`` names, refused unless the server serves it (``Task.not_served``: no client API has it)."""
+    task = task_named(name, "bertkit serve")
     if task.not_served:
         raise BertkitError(task.not_served)
+    return task
+
+
+def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | None,
+                       served_model_name: str | None) -> None:
+    """Refuse a token bound no input of max_length fits in, an API key no header can carry, and an empty served name
+    (the model's path would be shown in its place)."""
     if max_batch_tokens is not None and max_batch_tokens < pipe.max_length:
         raise BertkitError(f"max_batch_tokens {max_batch_tokens} is below max_length {pipe.max_length}: one input "
                            "of max_length tokens could never be computed; raise --max-batch-tokens or lower --max-length")
@@ -373,9 +379,7 @@ def serve(s: Any) -> dict[str, Any]:
     from bertkit.inference import pipeline
     from bertkit.inference.base import int8_options
 
-    task = task_named(s.task, "bertkit serve")  # before the model loads
-    if task.not_served:
-        raise BertkitError(task.not_served)
+    served_task(s.task)  # refused before the model loads
     fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **int8_options(s))
