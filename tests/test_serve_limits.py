@@ -393,19 +393,16 @@ def test_every_parameter_a_route_takes_has_a_check():
     """A parameter accepted with no check of its value would pass a wrong one through silently."""
     from types import SimpleNamespace
 
-    from bertkit.inference import pipelines
-    from bertkit.inference.serve_wire import _ANSWER_PARAMS, _RENAMED, _TEI_FIELDS, Limits, _parameter_checks
+    from bertkit.inference.serve_wire import Limits, _parameter_checks
+    from bertkit.inference.tasks import TASK_LIST
 
-    classes = [c for c in vars(pipelines).values() if isinstance(c, type) and issubclass(c, pipelines.Pipeline)
-               and c.task]
-    for cls in classes:
-        fake = SimpleNamespace(task=cls.task, max_length=128, tokenizer=[0] * 30522,
+    for task in TASK_LIST:
+        fake = SimpleNamespace(task=task.name, max_length=128, tokenizer=[0] * 30522,
                                config=SimpleNamespace(hidden_size=32, id2label={0: "O"}))
-        checks = _parameter_checks(fake, Limits())
-        renamed = _RENAMED.get(cls.task, {})
-        accepted = ({*cls.call_options, *_ANSWER_PARAMS.get(cls.task, ()), *renamed, *_TEI_FIELDS.get(cls.task, ())}
-                    - set(renamed.values()))
-        assert accepted <= set(checks), (cls.task, sorted(accepted - set(checks)))
+        checks = _parameter_checks(SimpleNamespace(pipe=fake, limits=Limits(), task=task))
+        accepted = ({*task.pipeline_class().call_options, *task.answer_params, *task.renamed, *task.body_fields}
+                    - set(task.renamed.values()))
+        assert accepted <= set(checks), (task.name, sorted(accepted - set(checks)))
 
 
 def test_sentence_similarity_honours_dimensions(servers, tiny):

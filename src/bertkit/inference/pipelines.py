@@ -24,6 +24,7 @@ from bertkit.heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline, refuse_empty_text, softmax
 from bertkit.modeling import BertModel
 from bertkit.sentence.directory import SentenceDirectory, read_directory
@@ -53,7 +54,7 @@ class FillMaskPipeline(Pipeline):
     the vocabulary-wide output layer.
     """
 
-    task = "fill-mask"
+    task = tasks.FillMask.name
     model_class = BertForMaskedLM
     required_keys = ("cls.predictions.bias", "cls.predictions.transform.dense.weight")
     call_options = ("top_k",)
@@ -127,7 +128,7 @@ class TextClassificationPipeline(TextOrPairPipeline):
     ``id2label``); multi-label models give sigmoid ``scores`` and the ``labels`` above 0.5; regression
     models (one output, e.g. STS-B) give ``{"value"}``."""
 
-    task = "text-classification"
+    task = tasks.TextClassification.name
     model_class = BertForSequenceClassification
     required_keys = ("classifier.weight",)
 
@@ -199,7 +200,7 @@ class RerankPipeline(TextClassificationPipeline):
         rank({"query": "What is Paris?", "texts": ["Paris is the capital of France.", "Berlin is in Germany."]})
     """
 
-    task = "rerank"
+    task = tasks.Rerank.name
     fields = {"query": str, "texts": list}
     optional = ()
     call_options = ("raw_scores", "return_text")
@@ -258,7 +259,7 @@ class TokenClassificationPipeline(Pipeline):
     (``group_entities``). Text past ``max_length`` tokens is cut off and tagged no further.
     """
 
-    task = "token-classification"
+    task = tasks.TokenClassification.name
     model_class = BertForTokenClassification
     required_keys = ("classifier.weight",)
 
@@ -301,7 +302,7 @@ class QuestionAnsweringPipeline(Pipeline):
     ``null_threshold``.
     """
 
-    task = "question-answering"
+    task = tasks.QuestionAnswering.name
     model_class = BertForQuestionAnswering
     required_keys = ("qa_outputs.weight",)
     fields = {"question": str, "context": str}
@@ -341,7 +342,7 @@ class MultipleChoicePipeline(Pipeline):
     """``{"context", "choices": [...]}`` -> ``{"choice", "text", "score", "scores"}``: each choice scored as
     ``[CLS] context [SEP] choice [SEP]`` (SWAG, paper section 4.4), softmax over the choices."""
 
-    task = "multiple-choice"
+    task = tasks.MultipleChoice.name
     model_class = BertForMultipleChoice
     required_keys = ("classifier.weight",)
     fields = {"context": str, "choices": list}
@@ -388,7 +389,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     by the mean.
     """
 
-    task = "feature-extraction"
+    task = tasks.FeatureExtraction.name
     model_class = BertModel
     default_normalize = False
 
@@ -455,5 +456,5 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
 class SentenceEmbeddingPipeline(FeatureExtractionPipeline):
     """``feature-extraction`` with unit-normalised vectors by default (sentence-transformers' models)."""
 
-    task = "sentence-embedding"
+    task = tasks.SentenceEmbedding.name
     default_normalize = True

@@ -1,7 +1,7 @@
 """``bertkit serve``: a pipeline behind HTTP (FastAPI + uvicorn), batched and admitted by ``serve_batching``.
 
 The app, its OpenAPI page, the start-up line and the CLI's help are built from one list of ``Route`` objects
-(``ROUTES``). This module is the HTTP side: the API key, the body's size and arrival time, a client's disconnect,
+(``ROUTES``): the routes every server has, and those the tasks declare (``tasks.Task.routes``). This module is the HTTP side: the API key, the body's size and arrival time, a client's disconnect,
 draining on SIGTERM, TEI's timing headers. docs/inference.md describes every route, limit and answer.
 """
 
@@ -18,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bertkit.errors import BertkitError, NonFiniteError
-from bertkit.inference import serve_tei, serve_wire
+from bertkit.inference import serve_tei
 from bertkit.inference.serve_batching import Batcher, Job, Stats, fix_mmap_threshold, model_call
-from bertkit.inference.serve_wire import EMBEDDING_TASKS, Call, Limits, RequestError, Route, load_json
+from bertkit.inference.serve_wire import PREDICT, Call, Limits, RequestError, Route, load_json
+from bertkit.inference.tasks import SERVED, TASK_ROUTES, Task, task_named
 from bertkit.settings.inference import check_api_key, check_served_name
 
 logger = logging.getLogger("bertkit")
@@ -72,7 +73,7 @@ def _prometheus(server: _Server) -> Any:
 
 
 ROUTES: tuple[Route, ...] = (
-    *serve_wire.ROUTES, *serve_tei.ROUTES,
+    PREDICT, serve_tei.ROOT, *TASK_ROUTES, serve_tei.TOKENIZE, serve_tei.INFO,
     Route("/health", "liveness, from the event loop alone (the only route without the API key)", get=_health),
     Route("/ready", "readiness: 503 with Retry-After while the admission bound is reached or the server drains",
           get=_ready),
@@ -128,8 +129,9 @@ async def _job_result(batcher: Batcher, job: Job, request: Any) -> list[Any] | N
 class _Server:
     """What the routes of one app share; the batcher is made when the app starts, on the loop it serves from."""
 
-    def __init__(self, app: Any, pipe: Any, limits: Limits, stats: Stats, default_normalize: bool, model_name: str):
-        self.app, self.pipe, self.limits, self.stats = app, pipe, limits, stats
+    def __init__(self, app: Any, pipe: Any, task: Task, limits: Limits, stats: Stats, default_normalize: bool,
+                 model_name: str):
+        self.app, self.pipe, self.task, self.limits, self.stats = app, pipe, task, limits, stats
         self.default_normalize = default_normalize
         self.model_name = model_name  # --served-model-name (else the directory): every answer that names the model
         self.batcher: Batcher | None = None
@@ -207,7 +209,7 @@ class _Server:
             # answering /health and reading other requests meanwhile.
             t_parse = time.perf_counter()
             call = await asyncio.get_running_loop().run_in_executor(
-                self.parser, lambda: route.parse(load_json(body, self.limits), self.pipe, self.limits))
+                self.parser, lambda: self._parse(route, load_json(body, self.limits)))
             t_parsed = time.perf_counter()
             job = self.batcher.admit(call.items, call.options, call.cost, max(
                 call.tokens, default=self.pipe.max_length), sum(call.tokens)) if route.model else None
@@ -215,6 +217,13 @@ class _Server:
             self.batcher.arriving -= 1
             self.batcher.wake.set()  # the batch being gathered may have been waiting for this request
         return call, job, t_parsed - t_parse
+
+    def _parse(self, route: Route, data: Any) -> Call:
+        """``route``'s call for the body ``data``; 424 on a route that another task declares."""
+        if route.needs and route not in self.task.routes:
+            tasks = " or ".join(t.name for t in SERVED if route in t.routes)
+            raise RequestError(424, f"{route.path} {route.needs.format(task=self.task.name, tasks=tasks)}")
+        return route.parse(data, self)
 
     def _timing(self, call: Call, job: Job, t0: float, parsing: float) -> dict[str, str]:
         """TEI's response headers: times in milliseconds, the characters and tokens the request computed."""
@@ -266,6 +275,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     from fastapi import FastAPI, Request
 
     limits = limits or Limits()
+    task = served_task(pipe.task)
     _check_server_args(pipe, max_batch_tokens, api_key, served_model_name)
     stats = Stats()
     default_normalize = bool(getattr(pipe, "normalize", False))
@@ -288,7 +298,7 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     app.state.draining = False
     app.state.stats = stats
     name = model_dir if served_model_name is None else served_model_name
-    server = _Server(app, pipe, limits, stats, default_normalize, name)
+    server = _Server(app, pipe, task, limits, stats, default_normalize, name)
 
     def handler(route: Route) -> Any:
         async def handle(request: Request) -> Any:
@@ -306,13 +316,18 @@ def create_app(pipe: Any, model_dir: str, *, max_batch_size: int = 32, max_wait_
     return app
 
 
+def served_task(name: str) -> Task:
+    """The task ``name`` names, refused unless the server serves it (``Task.not_served``: no client API has it)."""
+    task = task_named(name, "bertkit serve")
+    if task.not_served:
+        raise BertkitError(task.not_served)
+    return task
+
+
 def _check_server_args(pipe: Any, max_batch_tokens: int | None, api_key: str | None,
                        served_model_name: str | None) -> None:
-    """Refuse a task no client API has, a token bound no input of max_length fits in, an API key no header can carry,
-    and an empty served name (the model's path would be shown in its place)."""
-    if pipe.task == "multiple-choice":
-        raise BertkitError("bertkit serve does not serve multiple-choice (no client API has the task): run it with "
-                           "bertkit predict or bertkit.pipeline(\"multiple-choice\", ...)")
+    """Refuse a token bound no input of max_length fits in, an API key no header can carry, and an empty served name
+    (the model's path would be shown in its place)."""
     if max_batch_tokens is not None and max_batch_tokens < pipe.max_length:
         raise BertkitError(f"max_batch_tokens {max_batch_tokens} is below max_length {pipe.max_length}: one input "
                            "of max_length tokens could never be computed; raise --max-batch-tokens or lower --max-length")
@@ -326,7 +341,7 @@ def _server_pipeline(pipe: Any, stopping: threading.Event) -> Any:
     """The server's own copy of ``pipe``: it stops at its next forward batch once ``stopping`` is set, and leaves
     normalising embeddings to each request (TEI's ``normalize``)."""
     pipe = copy.copy(pipe)
-    if pipe.task in EMBEDDING_TASKS:
+    if hasattr(pipe, "normalize"):
         pipe.normalize = False
     forward = pipe.forward
 
@@ -364,6 +379,7 @@ def serve(s: Any) -> dict[str, Any]:
     from bertkit.inference import pipeline
     from bertkit.inference.base import int8_options
 
+    served_task(s.task)  # refused before the model loads
     fix_mmap_threshold()  # the server's process only: its memory stays flat under mixed traffic (serve_batching)
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.max_batch_size,
                     max_length=s.max_length, progress=False, **int8_options(s))

@@ -1,7 +1,8 @@
 """The routes that OpenAI's and text-embeddings-inference's (TEI) clients call on ``bertkit serve``:
 ``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/embed``, ``/info`` and TEI's
-``POST /``, each one ``Route`` in ``ROUTES``, parsed as strictly as ``serve_wire``'s. Their inputs are encoded on
-the parser thread, so that each request's tokens are known before it is admitted.
+``POST /``, each one ``Route``, parsed as strictly as ``serve_wire``'s. The routes of one kind of model (/embed,
+/rerank, ...) are declared by the tasks that answer them (``tasks.Task.routes``). Their inputs are encoded on the
+parser thread, so that each request's tokens are known before it is admitted.
 """
 
 from __future__ import annotations
@@ -12,20 +13,17 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.inference.base import refuse_empty_text
-from bertkit.inference.pipelines import ranked
 from bertkit.inference.serve_wire import (
-    EMBEDDING_TASKS,
-    PREDICT,
+    NEEDS_EMBEDDING,
     Call,
     Limits,
     RequestError,
     Route,
-    _embedding,
+    embedding,
     encode,
     fields,
     fitted,
-    need_embedding,
+    one_vector,
     read_input,
 )
 
@@ -70,12 +68,13 @@ def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
     return {"input_ids": list(ids), "token_type_ids": [0] * len(ids)}
 
 
-def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
-    need_embedding(pipe, "/v1/embeddings", one_vector=True)
+def _openai(data: Any, server: Any) -> Call:
+    pipe, limits = server.pipe, server.limits
+    one_vector(pipe, "/v1/embeddings")
     encoding = data.pop("encoding_format", None) if isinstance(data, dict) else None  # base64 too, unlike /predict
     if encoding not in (None, "float", "base64"):
         raise RequestError(422, f'encoding_format must be "float" or "base64", got {repr(encoding)[:80]}')
-    f = fields(data, "/v1/embeddings", ("input",), ("model", "encoding_format", "dimensions", "user"), pipe, limits)
+    f = fields(data, "/v1/embeddings", ("input",), ("model", "encoding_format", "dimensions", "user"), server)
     raw = f["input"]
     if isinstance(raw, str) or _is_ids(raw):
         raw = [raw]  # one text, or one text's token ids
@@ -99,12 +98,12 @@ def _openai(data: Any, pipe: Any, limits: Limits) -> Call:
                 chars=chars)
 
 
-def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
-    if pipe.task != "rerank":
-        raise RequestError(424, f"/rerank needs a cross-encoder; this server runs {pipe.task}: start it with --task "
-                                "rerank")
+def _rerank(data: Any, server: Any) -> Call:
+    from bertkit.inference.base import refuse_empty_text
+
+    pipe, limits = server.pipe, server.limits
     f = fields(data, "/rerank", ("query", "texts"), ("raw_scores", "return_text", "truncate", "truncation_direction"),
-                pipe, limits)
+               server)
     if not isinstance(f["query"], str):
         raise RequestError(422, f"query must be a string, got {str(f['query'])[:80]!r}")
     texts = _texts(f["texts"], "texts", limits)
@@ -124,8 +123,9 @@ def _rerank(data: Any, pipe: Any, limits: Limits) -> Call:
                 chars=sum(len(f["query"]) + len(t) for t in texts))
 
 
-def _tokenize(data: Any, pipe: Any, limits: Limits) -> Call:
-    f = fields(data, "/tokenize", ("inputs",), ("add_special_tokens", "prompt_name"), pipe, limits)
+def _tokenize(data: Any, server: Any) -> Call:
+    pipe, limits = server.pipe, server.limits
+    f = fields(data, "/tokenize", ("inputs",), ("add_special_tokens", "prompt_name"), server)
     texts = _texts(f["inputs"], "inputs", limits)
     out = []
     for text in texts:
@@ -139,11 +139,11 @@ def _tokenize(data: Any, pipe: Any, limits: Limits) -> Call:
     return Call([], {}, {"result": out}, chars=sum(map(len, texts)))
 
 
-def _embed(data: Any, pipe: Any, limits: Limits) -> Call:
+def _embed(data: Any, server: Any) -> Call:
     """TEI's /embed: a vector per text, normalised unless ``normalize: false``."""
-    need_embedding(pipe, "/embed")
+    pipe, limits = server.pipe, server.limits
     f = fields(data, "/embed", ("inputs",), ("truncate", "truncation_direction", "prompt_name", "normalize",
-                                             "dimensions"), pipe, limits)
+                                             "dimensions"), server)
     texts = _texts(f["inputs"], "inputs", limits)
     items = [encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True)) for i, t in enumerate(texts)]
     answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
@@ -154,7 +154,7 @@ def _embed(data: Any, pipe: Any, limits: Limits) -> Call:
 def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any]:
     a, data = call.answer, []
     for i, r in enumerate(results):
-        v = _embedding(r, a, True)  # dimensions kept, then normalised (OpenAI's and TEI's order)
+        v = embedding(r, a, True)  # dimensions kept, then normalised (OpenAI's and TEI's order)
         if a["encoding_format"] == "base64":  # little-endian float32, as OpenAI's answers
             v = base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode("ascii")
         data.append({"object": "embedding", "embedding": v, "index": i})
@@ -164,47 +164,37 @@ def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any
 
 
 def _info(server: Any) -> dict[str, Any]:
-    """TEI's ``GET /info``: the model and this server's limits, under TEI's names; an embedding server's also say the
-    prompt put before every text and the width of its vectors (``embedding_dimension``)."""
+    """TEI's ``GET /info``: the model and this server's limits, under TEI's names; what the model is (``model_type``),
+    and for an embedding server the prompt put before every text and the width of its vectors, are its task's
+    (``Task.info``)."""
     from bertkit import __version__
 
-    pipe, limits, config = server.pipe, server.limits, server.pipe.config
-    labels = {str(i): config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(config.num_labels)}
-    embedding: dict[str, Any] = {}
-    if pipe.task in EMBEDDING_TASKS:  # what the pipeline uses: the directory's prompts and truncate_dim included
-        model_type: dict[str, Any] = {"embedding": {"pooling": pipe.pooling}}
-        embedding = {"prompts": pipe.prompts or None, "default_prompt_name": pipe.default_prompt_name,
-                     "default_prompt": pipe.prompt or None, "embedding_dimension": pipe.dimension}
-    else:
-        kind = "reranker" if pipe.task == "rerank" else "classifier"
-        model_type = {kind: {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}}
+    pipe, limits = server.pipe, server.limits
+    model_type, described = server.task.info(pipe)
     dtype = "int8" if pipe.quantize == "int8" else "bfloat16" if pipe.bf16 else "float32"
     return {"model_id": server.model_name, "model_sha": None, "model_dtype": dtype, "model_type": model_type,
-            "task": pipe.task, "prompts": None, "default_prompt_name": None, "default_prompt": None, **embedding,
+            "task": pipe.task, "prompts": None, "default_prompt_name": None, "default_prompt": None, **described,
             "max_concurrent_requests": limits.max_concurrent_requests, "max_input_length": pipe.max_length,
             "max_batch_tokens": server.batcher.max_tokens, "max_batch_requests": server.batcher.max_batch_size,
             "max_client_batch_size": limits.max_items, "auto_truncate": True, "tokenization_workers": 1,
             "version": __version__, "sha": None, "docker_label": None}
 
 
-def _root(pipe: Any) -> Route:
-    """What TEI's ``POST /`` is on this server: /embed for an embedding model, /rerank for a reranker, else /predict."""
-    return EMBED if pipe.task in EMBEDDING_TASKS else RERANK if pipe.task == "rerank" else PREDICT
+def _ranked(server: Any, call: Call, results: list[Any]) -> list[dict[str, Any]]:
+    a = call.answer  # the reranker's own decoding of its (query, text) logits
+    return server.pipe.decode({"texts": a["texts"]}, [], results, raw_scores=a["raw_scores"],
+                              return_text=a["return_text"])
 
 
+ROOT = Route("/", "TEI's: /embed on an embedding server, /rerank on a reranker, /predict otherwise",
+             lambda data, server: server.task.root.parse(data, server),
+             lambda server, call, results: server.task.root.render(server, call, results))
 EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false", _embed,
-              lambda server, call, results: [_embedding(r, call.answer, True) for r in results])
+              lambda server, call, results: [embedding(r, call.answer, True) for r in results], needs=NEEDS_EMBEDDING)
+OPENAI = Route("/v1/embeddings", "OpenAI's: {input, model, dimensions, encoding_format} -> unit vectors", _openai,
+               _openai_answer, needs=NEEDS_EMBEDDING)
 RERANK = Route("/rerank", "TEI's: {query, texts} -> the texts by relevance, best first (a cross-encoder)", _rerank,
-               lambda server, call, results: ranked(results, server.pipe.relevant, **call.answer))
-ROUTES = (
-    Route("/", "TEI's: /embed on an embedding server, /rerank on a reranker, /predict otherwise",
-          lambda data, pipe, limits: _root(pipe).parse(data, pipe, limits),
-          lambda server, call, results: _root(server.pipe).render(server, call, results)),
-    Route("/v1/embeddings", "OpenAI's: {input, model, dimensions, encoding_format} -> unit vectors", _openai,
-          _openai_answer),
-    RERANK,
-    Route("/tokenize", "TEI's: texts -> their tokens", _tokenize, lambda server, call, results: call.answer["result"],
-          model=False),
-    EMBED,
-    Route("/info", "TEI's: the model and this server's limits", get=_info),
-)
+               _ranked, needs="needs a cross-encoder; this server runs {task}: start it with --task {tasks}")
+TOKENIZE = Route("/tokenize", "TEI's: texts -> their tokens", _tokenize,
+                 lambda server, call, results: call.answer["result"], model=False)
+INFO = Route("/info", "TEI's: the model and this server's limits", get=_info)

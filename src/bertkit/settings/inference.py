@@ -252,9 +252,9 @@ class ServeSettings(RequestLimits, Int8Settings):
 
     model_name_or_path: Path = flag(aliases=("--model",))
     """Checkpoint directory with the task's head (config.json, model.safetensors, vocab.txt)."""
-    task: Literal["text-classification", "token-classification", "question-answering", "fill-mask",
-                  "feature-extraction", "sentence-embedding", "rerank"]
-    """The pipeline to serve (rerank: a cross-encoder, a sequence classifier with one logit or two labels)."""
+    task: str
+    """The pipeline to serve, one of the served tasks (bertkit.inference.tasks; rerank: a cross-encoder, a sequence
+    classifier with one logit or two labels)."""
     host: str = "127.0.0.1"
     """Address to listen on (0.0.0.0: every interface)."""
     port: int = flag(8000, check=between(0, 65535))

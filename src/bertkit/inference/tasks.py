@@ -1,0 +1,399 @@
+"""The pipeline tasks, each one class that declares everything about it: its name and help line, the pipeline that
+runs it, what ``bertkit predict TASK`` reads and writes, and how ``bertkit serve`` parses, costs and answers it and
+on which routes. ``TASK_LIST`` names them once; ``bertkit.pipeline``, the predict commands, serve's ``--task``
+choices and routes, and the wire's per-task parameters all come from it, and no other module switches on a task's
+name. A new task is one class here, added to ``TASK_LIST``.
+
+Importing this module loads no torch (the command line reads it for its help): a task names its pipeline as
+``"module:Class"``, imported when the task runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from bertkit.errors import BertkitError
+from bertkit.inference import serve_tei
+from bertkit.inference.serve_wire import (
+    EMBED_FIELDS,
+    PREDICT,
+    SIMILARITY,
+    Call,
+    RequestError,
+    Route,
+    _default,
+    embedding,
+    int_in,
+    label_names_check,
+)
+
+
+def _labels(config: Any) -> dict[str, str]:
+    return {str(i): config.id2label[i] if config.id2label else f"LABEL_{i}" for i in range(config.num_labels)}
+
+
+class Task:
+    """A pipeline task (``TASK_LIST`` holds one of each). A subclass declares its own ``name``, ``help`` and
+    ``pipeline`` (checked when the class is defined); everything else has the default of a task whose input is one
+    model sequence and whose answer is the pipeline's result as it is."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]  # `bertkit predict --help`'s line: what the task writes
+    pipeline: ClassVar[str]  # "module:Class" of the pipeline that runs it, imported when it runs
+    aliases: ClassVar[tuple[str, ...]] = ()  # transformers' other names for it
+    not_served: ClassVar[str] = ""  # why `bertkit serve` refuses the task, if it does
+
+    # -- bertkit predict TASK: files in, JSON lines out ------------------------------------------------------------
+    # (fields, those it may lack) of a record in the task's files, where they are not the pipeline's input's
+    records: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
+    result_key: ClassVar[str] = "result"  # the key of a result that is a list (a dict's keys are written as they are)
+    predict_options: ClassVar[tuple[str, ...]] = ()  # the settings (PredictFileSettings) passed to each call
+    pair_head: ClassVar[bool] = False  # a head fine-tuned on pairs: a second text that no flag names is refused
+
+    # -- bertkit serve: the wire ------------------------------------------------------------------------------------
+    body_fields: ClassVar[tuple[str, ...]] = ()  # TEI's fields a /predict body may hold beside inputs and parameters
+    answer_params: ClassVar[tuple[str, ...]] = ()  # Inference API parameters that shape the answer, not the call
+    renamed: ClassVar[dict[str, str]] = {}  # Inference API parameter names -> the pipeline's, where they differ
+    encoded: ClassVar[bool] = False  # inputs encoded while parsing, the model's outputs rendered here (not decoded)
+    counted: ClassVar[bool] = False  # one model sequence per input, whose tokens are counted while parsing
+    candidates_per: ClassVar[str] = ""  # what top_k counts candidates of, where an answer holds top_k x something
+    routes: ClassVar[tuple[Route, ...]] = ()  # the routes only this kind of model answers (others answer 424)
+    root: ClassVar[Route] = PREDICT  # what TEI's POST / is on its server
+    model_type: ClassVar[str] = "classifier"  # what TEI's /info calls the model
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [k for k in ("name", "help", "pipeline") if not isinstance(cls.__dict__.get(k), str)
+                   or not cls.__dict__[k]]
+        if missing:
+            raise TypeError(f"task class {cls.__name__} must declare its own {', '.join(missing)} (non-empty str)")
+        module, _, attr = cls.pipeline.partition(":")
+        if not (module.startswith("bertkit.") and attr.isidentifier()):
+            raise TypeError(f"task {cls.name}: pipeline {cls.pipeline!r} must be 'bertkit.module:PipelineClass'")
+        if cls.root is not PREDICT and cls.root not in cls.routes:
+            raise TypeError(f"task {cls.name}: its root route {cls.root.path} is not one of its routes")
+        if any(not r.needs for r in cls.routes):
+            raise TypeError(f"task {cls.name}: a route of its own must say what other servers answer (Route.needs)")
+
+    def pipeline_class(self) -> type:
+        module, _, attr = self.pipeline.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    # -- predict --------------------------------------------------------------------------------------------------
+    def record_fields(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The fields a record of the task's files holds ("text" for a pipeline of bare texts), and those it may
+        lack: the pipeline's own, unless the task's records differ (``records``)."""
+        p = self.pipeline_class()
+        return self.records or (tuple(p.fields) or ("text",), p.optional)
+
+    def check_columns(self, columns: Any) -> None:
+        """Refuse columns the task cannot read, before the file is."""
+
+    def check_text(self, where: str, text: str, tokenizer: Any) -> None:
+        """Refuse a record's text the pipeline would refuse, before the model loads."""
+
+    def load_options(self, s: Any) -> dict[str, Any]:
+        """The pipeline's construction options from predict's settings."""
+        return {}
+
+    def call_inputs(self, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
+        """The pipeline's inputs and call options for the records read."""
+        return inputs, {k: getattr(s, k) for k in self.predict_options}
+
+    def record(self, id_: Any, result: Any) -> dict[str, Any]:
+        """One line of predict's output."""
+        return {"id": id_, **result} if isinstance(result, dict) else {"id": id_, self.result_key: result}
+
+    # -- serve ----------------------------------------------------------------------------------------------------
+    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
+        """Parameter checks this task narrows (``serve_wire._parameter_checks`` has every parameter's)."""
+        return {}
+
+    def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
+        """(model sequences, answer candidates, what the sequences are, for the refusal) of one checked input."""
+        return 1, 0, "inputs"
+
+    def render(self, server: Any, call: Call, results: list[Any]) -> Any:
+        """/predict's answer: the Inference API's shape for the task."""
+        out = [self.render_one(r, call.answer) for r in results]
+        return out[0] if call.single else out
+
+    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
+        return result
+
+    def info(self, pipe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """TEI's /info: (``model_type``, the other fields this task fills in)."""
+        labels = _labels(pipe.config)
+        return {self.model_type: {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}}, {}
+
+
+class FillMask(Task):
+    name = "fill-mask"
+    help = "top-k tokens for each [MASK]"
+    pipeline = "bertkit.inference.pipelines:FillMaskPipeline"
+    result_key = "predictions"
+    predict_options = ("top_k",)
+    counted = True
+    candidates_per = "[MASK]s"
+
+    def check_text(self, where: str, text: str, tokenizer: Any) -> None:
+        if tokenizer.mask_token not in text:
+            raise BertkitError(f"{where}: no {tokenizer.mask_token} in {text[:60]!r}; fill-mask predicts the token at "
+                               f"each {tokenizer.mask_token}: write one where a word is to be predicted")
+
+    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
+        vocab = len(pipe.tokenizer)
+        return {"top_k": int_in(1, vocab, " (the vocabulary's size)")} if vocab < limits.max_top_k else {}
+
+    def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
+        try:
+            masks = len(pipe.encode(item)[0]["masks"])  # the [MASK]s within max_length, as the model sees them
+        except BertkitError as e:
+            raise RequestError(422, f"input {index}: {e}") from None
+        top_k = options.get("top_k", _default(pipe.decode, "top_k"))
+        return masks, masks * top_k, f"[MASK] tokens (input {index} has {masks})"
+
+
+class TextClassification(Task):
+    name = "text-classification"
+    help = "labels and scores per text or pair"
+    pipeline = "bertkit.inference.pipelines:TextClassificationPipeline"
+    aliases = ("sentiment-analysis",)
+    pair_head = True
+    # TEI's fields, which select TEI's answer; InferenceClient sends top_k and function_to_apply
+    body_fields = ("raw_scores", "truncate", "truncation_direction")
+    answer_params = ("top_k", "function_to_apply")
+    encoded = counted = True
+
+    def render(self, server: Any, call: Call, results: list[Any]) -> Any:
+        out = [_classification(server.pipe.config, r, call.answer, call.tei) for r in results]
+        return (out[0] if call.tei else out) if call.single else out
+
+
+def _classification(config: Any, logits: np.ndarray, answer: dict[str, Any], tei: bool) -> list[dict[str, Any]]:
+    """``[{label, score}]`` best first, scored as transformers' pipeline does (TEI: softmax, or sigmoid for
+    one label; ``raw_scores``: the logits)."""
+    x = logits.astype(np.float64)
+    n = len(x)
+    fn = answer.get("function_to_apply")
+    if answer.get("raw_scores"):
+        fn = "none"
+    elif fn is None and tei:
+        fn = "softmax" if n > 1 else "sigmoid"
+    elif fn is None:  # transformers' TextClassificationPipeline.postprocess
+        if config.problem_type == "regression":
+            fn = "none"
+        elif config.problem_type == "multi_label_classification" or n == 1:
+            fn = "sigmoid"
+        else:
+            fn = "softmax"
+    if fn == "softmax":
+        e = np.exp(x - x.max())
+        scores = e / e.sum()
+    elif fn == "sigmoid":
+        scores = 1.0 / (1.0 + np.exp(-x))
+    else:
+        scores = x
+    names = list(_labels(config).values())
+    out = sorted(({"label": names[i], "score": float(scores[i])} for i in range(n)), key=lambda d: -d["score"])
+    key = ("score", "label") if tei else ("label", "score")
+    out = [{k: d[k] for k in key} for d in out]
+    return out[:answer["top_k"]] if answer.get("top_k") else out
+
+
+class Rerank(Task):
+    """A record of predict's files holds one (query, passage) pair: the pipeline's query with one text."""
+
+    name = "rerank"
+    help = "a relevance score per (query, passage) record"
+    pipeline = "bertkit.inference.pipelines:RerankPipeline"
+    records = ("query", "text"), ()
+    predict_options = ("raw_scores",)
+    routes = (serve_tei.RERANK,)
+    root = serve_tei.RERANK
+    model_type = "reranker"
+
+    def check_columns(self, columns: Any) -> None:
+        if columns.text_pair:
+            raise BertkitError(f"--text-pair-column {columns.text_pair}: rerank reads each record's query from "
+                               f"--query-column ({columns.query!r}) and its passage from --text-column "
+                               f"({columns.text!r}); name the passage's column with --text-column")
+
+    def call_inputs(self, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
+        return [{"query": x["query"], "texts": [x["text"]]} for x in inputs], {"raw_scores": s.raw_scores}
+
+    def record(self, id_: Any, result: Any) -> dict[str, Any]:
+        return {"id": id_, "score": result[0]["score"]}
+
+    def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
+        n = len(item["texts"])
+        return n, 0, f"(query, text) pairs (input {index} has {n})"
+
+
+class TokenClassification(Task):
+    name = "token-classification"
+    help = "word tags and entity spans with character offsets"
+    pipeline = "bertkit.inference.pipelines:TokenClassificationPipeline"
+    aliases = ("ner",)
+    answer_params = ("aggregation_strategy", "ignore_labels")
+    counted = True
+
+    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
+        tags = list((getattr(pipe.config, "id2label", None) or {}).values())
+        if not tags:
+            return {}
+        return {"ignore_labels": label_names_check(
+            {"O", *tags, *(t.split("-", 1)[1] if len(t) > 2 and t[1] in "-_" else t for t in tags)})}
+
+    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
+        ignore = set(answer.get("ignore_labels") or ())
+        return [e for e in result["entities"] if e["entity_group"] not in ignore]
+
+
+class QuestionAnswering(Task):
+    name = "question-answering"
+    help = "answer spans in contexts of any length"
+    pipeline = "bertkit.inference.pipelines:QuestionAnsweringPipeline"
+    predict_options = ("top_k",)
+    answer_params = ("align_to_words", "max_seq_len")
+    renamed = {"max_answer_len": "max_answer_length", "max_question_len": "max_question_length",
+               "handle_impossible_answer": "allow_no_answer"}
+    candidates_per = "questions"
+
+    def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
+        from bertkit.tasks import squad
+
+        stride = options.get("doc_stride", _default(pipe.encode, "doc_stride"))
+        question = options.get("max_question_length", _default(pipe.encode, "max_question_length"))
+        windows = squad.count_windows(item["question"], item["context"], pipe.tokenizer,
+                                      max_seq_length=pipe.max_length, doc_stride=stride, max_query_length=question)
+        return windows, options.get("top_k", _default(pipe.decode, "top_k")), (
+            f"windows (input {index} alone makes {windows} at doc_stride {stride}; a larger doc_stride makes fewer)")
+
+    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
+        def one(r: dict[str, Any]) -> dict[str, Any]:  # transformers' keys; no answer is "" at 0..0
+            return {"score": r["score"], "start": r["start"] or 0, "end": r["end"] or 0, "answer": r["answer"]}
+
+        return one(result) if (answer.get("top_k") or 1) == 1 else [one(r) for r in result["nbest"]]
+
+
+class MultipleChoice(Task):
+    name = "multiple-choice"
+    help = "the best choice and its score"
+    pipeline = "bertkit.inference.pipelines:MultipleChoicePipeline"
+    not_served = ("bertkit serve does not serve multiple-choice (no client API has the task): run it with bertkit "
+                  "predict or bertkit.pipeline(\"multiple-choice\", ...)")
+
+
+class FeatureExtraction(Task):
+    name = "feature-extraction"
+    help = "one vector per input (mean or CLS pooling)"
+    pipeline = "bertkit.inference.pipelines:FeatureExtractionPipeline"
+    result_key = "embedding"
+    body_fields = answer_params = EMBED_FIELDS  # InferenceClient sends TEI's fields at the top level
+    encoded = counted = True
+    routes = (SIMILARITY, serve_tei.OPENAI, serve_tei.EMBED)
+    root = serve_tei.EMBED
+
+    def load_options(self, s: Any) -> dict[str, Any]:
+        return {"pooling": None if s.pooling == "auto" else s.pooling}
+
+    def render(self, server: Any, call: Call, results: list[Any]) -> Any:
+        a = call.answer
+        if a.get("similarity"):  # cosines of the source sentence's unit vector with the others'
+            v = np.asarray(embedding(results, {**a, "normalize": True}, True), dtype=np.float64)
+            return (v[1:] @ v[0]).tolist()
+        return [embedding(r, a, server.default_normalize) for r in results]  # one text too gives a list of one
+
+    def info(self, pipe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        # what the pipeline uses: the directory's prompts and truncate_dim included
+        return {"embedding": {"pooling": pipe.pooling}}, {
+            "prompts": pipe.prompts or None, "default_prompt_name": pipe.default_prompt_name,
+            "default_prompt": pipe.prompt or None, "embedding_dimension": pipe.dimension}
+
+
+class SentenceEmbedding(FeatureExtraction):
+    name = "sentence-embedding"
+    help = "unit-length sentence vectors"
+    pipeline = "bertkit.inference.pipelines:SentenceEmbeddingPipeline"
+
+
+TASK_LIST: tuple[Task, ...] = (FillMask(), TextClassification(), Rerank(), TokenClassification(), QuestionAnswering(),
+                               MultipleChoice(), FeatureExtraction(), SentenceEmbedding())
+# Every name a task answers to, its own first (in TASK_LIST's order), then the aliases.
+TASKS: dict[str, Task] = {**{t.name: t for t in TASK_LIST}, **{a: t for t in TASK_LIST for a in t.aliases}}
+if len(TASKS) != sum(1 + len(t.aliases) for t in TASK_LIST):
+    raise TypeError(f"two tasks share a name: {[n for t in TASK_LIST for n in (t.name, *t.aliases)]}")
+SERVED: tuple[Task, ...] = tuple(t for t in TASK_LIST if not t.not_served)
+
+
+TASK_ROUTES: tuple[Route, ...] = tuple(dict.fromkeys(r for t in SERVED for r in t.routes))  # each once, in order
+
+
+def task_named(name: Any, where: str = "predict") -> Task:
+    """The task ``name`` names, or the error that lists them."""
+    if not (isinstance(name, str) and name in TASKS):
+        raise BertkitError(f"{where} has no task {name!r}; choose one of {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def pipeline(task: str | None = None, model: Any = None, *, tokenizer: Any = None, device: Any = "cpu",
+             bf16: bool | None = None, batch_size: int = 32, max_length: int | None = None, progress: bool | None = None,
+             quantize: str | None = None, calibration_texts: Sequence[str | tuple[str, str]] | None = None,
+             **options: Any) -> Any:
+    """The ``task`` pipeline over ``model``, as transformers' ``pipeline(task, model)`` is called.
+
+    ``model`` is a checkpoint directory (config.json, model.safetensors, vocab.txt), or a bertkit model already
+    built, with ``tokenizer=`` (a ``BertTokenizer`` or its directory). ``bf16=True`` runs the model under bfloat16
+    autocast, ``bf16=False`` in the weights' dtype; left unset, it is on for int8 on CPUs with bf16 instructions and off otherwise (``.bf16`` says
+    which). ``quantize="int8"`` runs the encoder's projections in int8 on the CPU (docs/inference.md section int8):
+    a quantized copy, made once, calibrated on ``calibration_texts`` (a few hundred texts like the inputs; strings
+    or ``(text, text_pair)`` tuples) or by default on 64 built-in English sentences. ``batch_size`` sequences run
+    at once, grouped by length; ``max_length`` (default: the model's positions, or a sentence-transformers
+    directory's max_seq_length) caps each sequence: texts are
+    truncated, QA contexts windowed.
+    ``progress`` draws a bar (None: only for long inputs). ``options`` go to the task's pipeline (e.g.
+    ``pooling="cls"``, ``normalize=True`` for embeddings).
+    """
+    from torch import nn
+
+    from bertkit.tokenization import BertTokenizer
+
+    tasks = ", ".join(TASKS)
+    if task is not None and not (isinstance(task, str) and task in TASKS):
+        hint = ""
+        if isinstance(task, (str, os.PathLike)) and isinstance(model, str) and model in TASKS:
+            hint = f" (the arguments are (task, model): pipeline({model!r}, {str(task)!r}))"
+        raise BertkitError(f"unknown pipeline task {task!r}{hint}; choose one of {tasks}")
+    if task is None and model is not None:
+        raise BertkitError(f"pipeline(model=...) needs a task: a head serves several (a sequence classifier classifies "
+                           f"or reranks, an encoder extracts features or sentence embeddings); pass one of {tasks}")
+    if model is None:
+        called = f"pipeline({task!r})" if task is not None else "pipeline()"
+        raise BertkitError(f"{called} needs a model: pipeline(task, model=\"checkpoint_dir\"), the directory "
+                           f"written by save_pretrained (config.json, model.safetensors, vocab.txt), with task one "
+                           f"of {tasks}")
+    if not isinstance(model, (str, os.PathLike, nn.Module)):
+        raise BertkitError(f"pipeline model must be a checkpoint directory (a str or Path) or a bertkit model, got "
+                           f"{type(model).__name__} {str(model)[:60]!r}")
+    kwargs = dict(device=device, bf16=bf16, batch_size=batch_size, max_length=max_length, progress=progress,
+                  quantize=quantize, calibration_texts=calibration_texts, **options)
+    cls = TASKS[task].pipeline_class()
+    if isinstance(model, nn.Module):
+        if not isinstance(model, cls.model_class):
+            raise BertkitError(f"the {task} pipeline runs a {cls.model_class.__name__}, got a {type(model).__name__}; "
+                               f"load the checkpoint as {cls.model_class.__name__}.from_pretrained(...)")
+        if tokenizer is None:
+            raise BertkitError("pipeline(task, model=<a model object>) needs tokenizer= (a BertTokenizer or the "
+                               "checkpoint directory holding vocab.txt)")
+        if not isinstance(tokenizer, BertTokenizer):
+            tokenizer = BertTokenizer.from_pretrained(tokenizer)
+        return cls(model, tokenizer, **kwargs)
+    if tokenizer is not None:
+        raise BertkitError("tokenizer= goes with a model object; a checkpoint directory brings its own vocab.txt")
+    return cls.from_pretrained(model, **kwargs)
