@@ -328,7 +328,7 @@ class SparseEncoder(Prompted, nn.Sequential):
         if dense is not None:
             return dense
         indices, values = torch.cat([i for i, _ in found], 1), torch.cat([v for _, v in found])
-        return torch.sparse_coo_tensor(indices, values, (len(texts), V)).coalesce()
+        return torch.sparse_coo_tensor(indices, values, (len(texts), V), check_invariants=False).coalesce()
 
     # -- reading sparse vectors ------------------------------------------------------------------------------------
     @staticmethod
