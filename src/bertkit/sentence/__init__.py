@@ -20,6 +20,7 @@ _EXPORTS = {
     "CrossEncoder": "bertkit.sentence.cross_encoder.model",
     "CrossEncoderTrainer": "bertkit.sentence.cross_encoder.trainer",
     "CrossEncoderTrainingArguments": "bertkit.sentence.cross_encoder.training_args",
+    "SparseEncoder": "bertkit.sentence.sparse_encoder.model",
 }
 __all__ = list(_EXPORTS)
 __getattr__ = _lazy_getattr("bertkit.sentence", _EXPORTS)

@@ -30,16 +30,12 @@ from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json, staged
 from bertkit.sentence.directory import MODULES, SBERT_CONFIG, ST_CONFIG, read_directory
 from bertkit.sentence.pooling import Pooling
+from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 from bertkit.tokenization import AutoTokenizer
 
 logger = logging.getLogger("bertkit")
-
-# sentence-transformers 6's prompts every model has (``SentenceTransformer._default_prompts``), placeholders that
-# become "" unless the caller or the directory sets them: encode_query and encode_document then use no prompt (not
-# the default prompt), and encode_document picks "document" before "passage" or "corpus"
-DEFAULT_PROMPTS: dict[str, str | None] = {"query": None, "document": None}
 
 # sentence-transformers' constructor arguments bertkit does not implement, with what to do instead
 _REFUSED_INIT = {
@@ -100,7 +96,7 @@ def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, 
     result: Any = rows if convert_to_tensor else rows.numpy() if convert_to_numpy else list(rows)
     return result[0] if single else result
 
-class SentenceTransformer(nn.Module):
+class SentenceTransformer(Prompted, nn.Module):
     """A BERT encoder + pooling (+ Normalize). ``forward`` takes a tokenized batch and returns the sentence
     embeddings (B, D); ``encode`` takes texts."""
 
@@ -139,16 +135,7 @@ class SentenceTransformer(nn.Module):
             raise BertkitError(f"{path}: max_seq_length {self.max_seq_length} exceeds max_position_embeddings "
                                f"{positions} of this checkpoint; lower it in {SBERT_CONFIG}")
         self.do_lower_case = saved.do_lower_case
-        # as sentence-transformers 6: the caller's prompts over the placeholders, the directory's where neither set
-        # one (an empty prompt is set), "" for those left; the caller's default_prompt_name, else the directory's
-        merged: dict[str, str | None] = {**DEFAULT_PROMPTS, **(prompts or {})}
-        merged.update({name: text for name, text in saved.prompts.items() if merged.get(name) is None})
-        self.prompts: dict[str, str] = {name: text or "" for name, text in merged.items()}
-        self.default_prompt_name = default_prompt_name if default_prompt_name is not None \
-            else saved.default_prompt_name
-        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
-            raise BertkitError(f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts "
-                               f"{sorted(self.prompts)}")
+        self._set_prompts(prompts, default_prompt_name, saved.prompts, saved.default_prompt_name)
         self.similarity_fn_name = similarity_function(similarity_fn_name or saved.similarity_fn_name or "cosine")
         self.truncate_dim = self._check_dim(truncate_dim if truncate_dim is not None else saved.truncate_dim,
                                             "truncate_dim")
@@ -276,33 +263,6 @@ class SentenceTransformer(nn.Module):
         if precision != "float32":
             vectors = torch.from_numpy(quantize_embeddings(vectors, precision))
         return as_requested(vectors, convert_to_tensor, convert_to_numpy, single)
-
-    def encode_query(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
-                     **kwargs: Any) -> Any:
-        """``encode`` for queries: without a prompt given, the model's "query" prompt (every model has one, "" unless
-        set, which also keeps ``default_prompt_name`` out, as in sentence-transformers 6)."""
-        if prompt_name is None and prompt is None and "query" in self.prompts:
-            prompt_name = "query"
-        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
-
-    def encode_document(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
-                        **kwargs: Any) -> Any:
-        """``encode`` for documents: without a prompt given, the model's "document", "passage" or "corpus" prompt,
-        the first it has: "document", which every model has ("" unless set), as in sentence-transformers 6."""
-        if prompt_name is None and prompt is None:
-            prompt_name = next((n for n in ("document", "passage", "corpus") if n in self.prompts), None)
-        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
-
-    def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
-        if prompt is not None:
-            return prompt
-        name = prompt_name if prompt_name is not None else self.default_prompt_name
-        if name is None:
-            return None
-        if name not in self.prompts:
-            raise BertkitError(f"prompt_name {name!r} is not one of this model's prompts {sorted(self.prompts)}; "
-                               "pass prompt='...' or add it to prompts")
-        return self.prompts[name]
 
     @torch.inference_mode()
     def _embed_texts(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool) -> Tensor:

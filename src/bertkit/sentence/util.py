@@ -22,19 +22,29 @@ from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (
 def _tensor(x: Any, name: str) -> Tensor:
     """``x`` (a list, array or tensor of one vector (D,) or several (N, D)) as a tensor that similarities can be
     computed in: float32 for integer embeddings (``quantize_embeddings``' int8/uint8, whose products overflow in
-    their own type) and for floats narrower than 32 bits (as sentence-transformers 6, whose bf16 products tie)."""
+    their own type) and for floats narrower than 32 bits (as sentence-transformers 6, whose bf16 products tie).
+    Sparse COO tensors (a ``SparseEncoder``'s, or a list of its rows) stay sparse, coalesced, in float32."""
     if not isinstance(x, Tensor):
         if isinstance(x, list) and x and all(isinstance(v, Tensor) for v in x):
-            x = torch.stack(x)
+            x = torch.stack([v.coalesce() if v.is_sparse else v for v in x])
         else:
             x = torch.as_tensor(np.asarray(x))
     if x.dim() not in (1, 2):
         raise BertkitError(f"{name} has the shape {tuple(x.shape)}; give one embedding (D,) or a batch (N, D)")
+    if x.is_sparse:
+        return x.coalesce().float()
     if not torch.is_floating_point(x) or torch.finfo(x.dtype).bits < 32:
         if x.dtype in (torch.bool, torch.complex64, torch.complex128):
             raise BertkitError(f"{name} is {x.dtype}; give float or integer embeddings")
         x = x.float()
     return x
+
+
+def _same_layout(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """Both sparse when either is (sentence-transformers' ``_match_layouts``: the dense one is mostly zeros)."""
+    if a.is_sparse != b.is_sparse:
+        return (a, b.to_sparse().coalesce()) if a.is_sparse else (a.to_sparse().coalesce(), b)
+    return a, b
 
 
 def _pair(a: Any, b: Any) -> tuple[Tensor, Tensor]:
@@ -63,50 +73,67 @@ def _rows(a: Any, b: Any) -> tuple[Tensor, Tensor]:
 
 
 def normalize_embeddings(embeddings: Tensor) -> Tensor:
-    return F.normalize(embeddings, p=2, dim=-1)
+    """Each row at unit length (rows of zeros stay zero); a sparse tensor stays sparse."""
+    if not embeddings.is_sparse:
+        return F.normalize(embeddings, p=2, dim=-1)
+    embeddings = embeddings.coalesce()
+    indices, values = embeddings.indices(), embeddings.values()
+    if embeddings.dim() == 1:
+        return torch.sparse_coo_tensor(indices, F.normalize(values, p=2, dim=0), embeddings.size())
+    norms = values.new_zeros(embeddings.size(0)).index_add_(0, indices[0], values ** 2).sqrt()[indices[0]]
+    scaled = torch.where(norms > 0, values / torch.where(norms > 0, norms, 1), values)
+    return torch.sparse_coo_tensor(indices, scaled, embeddings.size()).coalesce()
 
 
 def cos_sim(a: Any, b: Any) -> Tensor:
     """(N, M) cosine similarities of every row of ``a`` with every row of ``b``."""
-    a, b = _batches(a, b)
+    a, b = _same_layout(*_batches(a, b))
+    if a.is_sparse:
+        return torch.mm(normalize_embeddings(a), normalize_embeddings(b).T).to_dense()
     return normalize_embeddings(a) @ normalize_embeddings(b).T
 
 
 def dot_score(a: Any, b: Any) -> Tensor:
     """(N, M) dot products."""
-    a, b = _batches(a, b)
-    return a @ b.T
+    a, b = _same_layout(*_batches(a, b))
+    return torch.mm(a, b.T).to_dense() if a.is_sparse else a @ b.T
 
 
 def euclidean_sim(a: Any, b: Any) -> Tensor:
     """(N, M) negative Euclidean distances (higher is more similar, as sentence-transformers)."""
-    return -torch.cdist(*_batches(a, b), p=2.0)
+    a, b = _same_layout(*_batches(a, b))
+    if a.is_sparse:  # |a|^2 - 2 a.b + |b|^2 over the stored entries, as sentence-transformers computes it
+        a_sq = torch.sparse.sum(a * a, dim=1).to_dense().unsqueeze(1)  # (N, 1)
+        b_sq = torch.sparse.sum(b * b, dim=1).to_dense().unsqueeze(0)  # (1, M)
+        return -(a_sq - 2 * torch.mm(a, b.T).to_dense() + b_sq).clamp(min=0).sqrt()
+    return -torch.cdist(a, b, p=2.0)
 
 
 def manhattan_sim(a: Any, b: Any) -> Tensor:
-    """(N, M) negative Manhattan distances."""
-    return -torch.cdist(*_batches(a, b), p=1.0)
+    """(N, M) negative Manhattan distances (sparse embeddings are compared dense)."""
+    a, b = _batches(a, b)
+    return -torch.cdist(a.to_dense(), b.to_dense(), p=1.0)
 
 
 def pairwise_cos_sim(a: Any, b: Any) -> Tensor:
     """(N,) cosine similarity of ``a[i]`` with ``b[i]`` (a scalar for two vectors)."""
-    a, b = _rows(a, b)
-    return (normalize_embeddings(a) * normalize_embeddings(b)).sum(-1)
+    a, b = _same_layout(*_rows(a, b))
+    return (normalize_embeddings(a) * normalize_embeddings(b)).sum(-1).to_dense()
 
 
 def pairwise_dot_score(a: Any, b: Any) -> Tensor:
-    a, b = _rows(a, b)
-    return (a * b).sum(-1)
+    a, b = _same_layout(*_rows(a, b))
+    return (a * b).sum(-1).to_dense()
 
 
 def pairwise_euclidean_sim(a: Any, b: Any) -> Tensor:
-    a, b = _rows(a, b)
-    return -torch.sqrt(((a - b) ** 2).sum(-1))
+    a, b = _same_layout(*_rows(a, b))
+    return -((a - b) ** 2).sum(-1).to_dense().sqrt()
 
 
 def pairwise_manhattan_sim(a: Any, b: Any) -> Tensor:
-    a, b = _rows(a, b)
-    return -(a - b).abs().sum(-1)
+    a, b = _same_layout(*_rows(a, b))
+    return -(a - b).abs().sum(-1).to_dense()
 
 
 # sentence-transformers' SimilarityFunction values -> (matrix function, pairwise function)

@@ -1,0 +1,62 @@
+"""Prompts as sentence-transformers 6 applies them, shared by ``SentenceTransformer`` and ``SparseEncoder``: the
+model's named prompts (every model has "query" and "document", "" unless set), the default prompt, and which
+prompt ``encode_query`` / ``encode_document`` put before a text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bertkit.errors import BertkitError
+
+# sentence-transformers 6's prompts every model has (``SentenceTransformer._default_prompts``), placeholders that
+# become "" unless the caller or the directory sets them: encode_query and encode_document then use no prompt (not
+# the default prompt), and encode_document picks "document" before "passage" or "corpus"
+DEFAULT_PROMPTS: dict[str, str | None] = {"query": None, "document": None}
+
+
+class Prompted:
+    """``prompts``, ``default_prompt_name``; ``encode_query`` / ``encode_document`` over the class's ``encode``."""
+
+    prompts: dict[str, str]
+    default_prompt_name: str | None
+    encode: Any
+
+    def _set_prompts(self, given: dict[str, str] | None, default_prompt_name: str | None,
+                     saved: dict[str, str | None], saved_default: str | None) -> None:
+        """As sentence-transformers 6: the caller's prompts over the placeholders, the directory's where neither
+        set one (an empty prompt is set), "" for those left; the caller's default_prompt_name, else the
+        directory's."""
+        merged: dict[str, str | None] = {**DEFAULT_PROMPTS, **(given or {})}
+        merged.update({name: text for name, text in saved.items() if merged.get(name) is None})
+        self.prompts = {name: text or "" for name, text in merged.items()}
+        self.default_prompt_name = default_prompt_name if default_prompt_name is not None else saved_default
+        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+            raise BertkitError(f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts "
+                               f"{sorted(self.prompts)}")
+
+    def encode_query(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
+                     **kwargs: Any) -> Any:
+        """``encode`` for queries: without a prompt given, the model's "query" prompt (every model has one, "" unless
+        set, which also keeps ``default_prompt_name`` out, as in sentence-transformers 6)."""
+        if prompt_name is None and prompt is None and "query" in self.prompts:
+            prompt_name = "query"
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
+
+    def encode_document(self, inputs: Any = None, prompt_name: str | None = None, prompt: str | None = None,
+                        **kwargs: Any) -> Any:
+        """``encode`` for documents: without a prompt given, the model's "document", "passage" or "corpus" prompt,
+        the first it has: "document", which every model has ("" unless set), as in sentence-transformers 6."""
+        if prompt_name is None and prompt is None:
+            prompt_name = next((n for n in ("document", "passage", "corpus") if n in self.prompts), None)
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
+
+    def _resolve_prompt(self, prompt: str | None, prompt_name: str | None) -> str | None:
+        if prompt is not None:
+            return prompt
+        name = prompt_name if prompt_name is not None else self.default_prompt_name
+        if name is None:
+            return None
+        if name not in self.prompts:
+            raise BertkitError(f"prompt_name {name!r} is not one of this model's prompts {sorted(self.prompts)}; "
+                               "pass prompt='...' or add it to prompts")
+        return self.prompts[name]

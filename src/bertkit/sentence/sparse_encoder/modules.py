@@ -1,0 +1,392 @@
+"""The modules of sentence-transformers 6's sparse encoders, under its class names, configuration files and
+parameter names (``model.bert.…``, ``model.cls.predictions.…``, ``sub_modules.query.0.weight``), so a state dict
+or a ``learning_rate_mapping`` written for sentence-transformers addresses the same tensors here.
+
+- ``Transformer`` (``transformer_task="fill-mask"``; ``MLMTransformer``, sentence-transformers 5's name, reads the
+  same files): bertkit's ``BertForMaskedLM`` as ``model``, its tokenizer, ``max_seq_length``.
+- ``SpladePooling``: the masked-LM head's vocabulary logits -> one weight per word piece, log(1 + relu(logit))
+  (log1p twice for "log1p_relu"), the maximum or the sum over a text's tokens (SPLADE v2, arXiv:2109.10086,
+  eq. 1-2). The head is applied here, to the real tokens only, a block of rows at a time (``chunk_size``): the
+  logits, 30,522 floats a token for BERT's vocabulary, are never held for a whole batch.
+- ``SparseStaticEmbedding``: the inference-free query side: a weight per word piece (an IDF), given to each piece
+  the text holds; no transformer runs (arXiv:2504.14839's opensearch models).
+- ``Router``: a list of modules per route ("query", "document"), picked by the task as sentence-transformers picks.
+
+Each module reads and writes its own directory, as sentence-transformers' ``load`` / ``save`` do.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from bertkit.checkpoint_io import read_weights
+from bertkit.errors import BertkitError
+from bertkit.heads import BertForMaskedLM
+from bertkit.modeling import BertModelOutput
+from bertkit.outputs import atomic_write_json
+from bertkit.sentence.directory import SBERT_CONFIG, read_json
+from bertkit.tokenization import AutoTokenizer
+
+# The head's row block when chunk_size is unset, on the CPU: the decoder's (rows, H) x (H, V) product ran at 78
+# GFLOPS on 64 rows and 48 on 1,024 (one EPYC core, MiniLM's 384 x 30,522), whose logits stay in the caches.
+CPU_ROWS = 64
+# What sentence-transformers 6 writes for its fill-mask Transformer, beside max_seq_length and do_lower_case.
+_FILL_MASK = {"transformer_task": "fill-mask",
+              "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
+              "module_output_name": "token_embeddings"}
+
+
+def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise BertkitError(f"SpladePooling {name} {value!r} is not one of {list(choices)}")
+
+
+class SpladePooling(nn.Module):
+    """``pooling_strategy`` "max" (SPLADE v2 and later) or "sum" (the first SPLADE); ``activation_function``
+    "relu" (log(1 + relu(x))) or "log1p_relu" (log(1 + log(1 + relu(x))), opensearch's). ``chunk_size``: token
+    positions per block of the head's logits (rows = chunk_size x batch size), as sentence-transformers'; None
+    leaves it to bertkit (``CPU_ROWS`` rows on the CPU, the whole batch elsewhere)."""
+
+    st_type: ClassVar[str] = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
+    STRATEGIES: ClassVar[tuple[str, ...]] = ("max", "sum")
+    ACTIVATIONS: ClassVar[tuple[str, ...]] = ("relu", "log1p_relu")
+
+    def __init__(self, pooling_strategy: str = "max", activation_function: str = "relu",
+                 embedding_dimension: int | None = None, chunk_size: int | None = None):
+        super().__init__()
+        _check_choice("pooling_strategy", pooling_strategy, self.STRATEGIES)
+        _check_choice("activation_function", activation_function, self.ACTIVATIONS)
+        if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                       or chunk_size < 1):
+            raise BertkitError(f"SpladePooling chunk_size {chunk_size!r} must be a whole number >= 1 (or None)")
+        self.pooling_strategy, self.activation_function = pooling_strategy, activation_function
+        self.embedding_dimension, self.chunk_size = embedding_dimension, chunk_size
+
+    @classmethod
+    def load(cls, directory: Path) -> SpladePooling:
+        config = read_json(directory / "config.json")
+        if config is None:
+            raise FileNotFoundError(f"{directory / 'config.json'} is missing: a SpladePooling module's settings")
+        dim = config.get("embedding_dimension", config.get("word_embedding_dimension"))
+        return cls(config.get("pooling_strategy", "max"), config.get("activation_function", "relu"), dim)
+
+    def save(self, directory: Path) -> None:
+        atomic_write_json(directory / "config.json", {
+            "pooling_strategy": self.pooling_strategy, "activation_function": self.activation_function,
+            "embedding_dimension": self.embedding_dimension})
+
+    def activate(self, logits: Tensor) -> Tensor:
+        x = logits.relu().log1p()
+        return x.log1p() if self.activation_function == "log1p_relu" else x
+
+    def forward(self, out: BertModelOutput, attention_mask: Tensor, head: nn.Module) -> Tensor:
+        """(B, V): ``head`` (the masked-LM head: token states -> vocabulary logits) on ``out``'s real tokens,
+        activated and pooled per text. The activation is monotonic, so max pooling takes the maximum logit first
+        and activates the (B, V) maxima only: the same numbers as activating every token's logits."""
+        mask = attention_mask.bool()
+        hidden = out.token_layout.select(out.tokens, mask)  # (N, H): each text's tokens together, in order
+        lengths = mask.sum(1).tolist()
+        B, N = len(lengths), hidden.shape[0]
+        rows = self.chunk_size * B if self.chunk_size else CPU_ROWS if hidden.device.type == "cpu" else max(N, 1)
+        ends = torch.tensor(lengths).cumsum(0).tolist()
+        starts = [e - n for e, n in zip(ends, lengths)]
+        if self.pooling_strategy == "sum":
+            text_of = torch.repeat_interleave(torch.arange(B, device=hidden.device),
+                                              torch.tensor(lengths, device=hidden.device))  # (N,)
+            pooled = None
+            for a in range(0, N, rows):
+                part = self.activate(head(hidden[a:a + rows])).float()  # (R, V)
+                if pooled is None:
+                    pooled = part.new_zeros(B, part.shape[-1])
+                pooled = pooled.index_add(0, text_of[a:a + rows], part)
+            return pooled
+        maxima: list[list[Tensor]] = [[] for _ in range(B)]  # each text's maxima, one per block it spans
+        first = 0  # the first text not wholly in earlier blocks
+        for a in range(0, N, rows):
+            b = min(a + rows, N)
+            logits = head(hidden[a:b]).float()  # (R, V)
+            while first < B and ends[first] <= a:
+                first += 1
+            k = first
+            while k < B and starts[k] < b:
+                maxima[k].append(logits[max(starts[k], a) - a:min(ends[k], b) - a].amax(0))
+                k += 1
+        pooled = torch.stack([m[0] if len(m) == 1 else torch.stack(m).amax(0) for m in maxima])  # (B, V)
+        return self.activate(pooled)
+
+    def extra_repr(self) -> str:
+        return f"pooling_strategy={self.pooling_strategy!r}, activation_function={self.activation_function!r}"
+
+
+class Transformer(nn.Module):
+    """A fill-mask transformer: ``model`` (bertkit's ``BertForMaskedLM``), its tokenizer, ``max_seq_length`` (where
+    texts are cut) and ``do_lower_case``. ``Transformer(path, transformer_task="fill-mask")`` opens a checkpoint
+    directory, as sentence-transformers' does; a checkpoint without a masked-LM head, or whose vocabulary is not
+    its tokenizer's, is refused before the weights load."""
+
+    st_type: ClassVar[str] = "sentence_transformers.base.modules.transformer.Transformer"
+
+    def __init__(self, model_name_or_path: str | Path, *, transformer_task: str = "fill-mask",
+                 max_seq_length: int | None = None, do_lower_case: bool = False):
+        super().__init__()
+        if transformer_task != "fill-mask":
+            raise BertkitError(f"Transformer(transformer_task={transformer_task!r}): a bertkit SparseEncoder runs the "
+                               "fill-mask task only (SPLADE); for dense embeddings use bertkit.sentence."
+                               "SentenceTransformer")
+        path = Path(model_name_or_path)
+        self.model = load_masked_lm(path)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        vocab, words = self.model.config.vocab_size, len(self.tokenizer)
+        if vocab != words:
+            raise BertkitError(f"{path}: the model's vocabulary has {vocab} entries (config.json vocab_size) but its "
+                               f"tokenizer {words}; each SPLADE dimension is a word piece, so they must be the "
+                               "same: use the checkpoint's own tokenizer, or resize the embeddings to the tokenizer")
+        positions = self.model.config.max_position_embeddings
+        self.max_seq_length = max_seq_length or min(self.tokenizer.model_max_length, positions)
+        if self.max_seq_length > positions:
+            raise BertkitError(f"{path}: max_seq_length {self.max_seq_length} exceeds max_position_embeddings "
+                               f"{positions} of this checkpoint; lower it in {SBERT_CONFIG}")
+        self.do_lower_case = bool(do_lower_case)
+
+    @classmethod
+    def load(cls, directory: Path) -> Transformer:
+        sbert = read_json(directory / SBERT_CONFIG) or {}
+        task = sbert.get("transformer_task", "fill-mask")
+        length = sbert.get("max_seq_length")
+        if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+            raise BertkitError(f"{directory / SBERT_CONFIG}: max_seq_length {length!r} must be a whole number >= 1")
+        return cls(directory, transformer_task=task, max_seq_length=length,
+                   do_lower_case=bool(sbert.get("do_lower_case", False)))
+
+    def save(self, directory: Path) -> None:
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        atomic_write_json(directory / SBERT_CONFIG, {**_FILL_MASK, "max_seq_length": self.max_seq_length,
+                                                     "do_lower_case": self.do_lower_case})
+
+    @property
+    def auto_model(self) -> BertForMaskedLM:  # sentence-transformers' older name
+        return self.model
+
+    @property
+    def head(self) -> nn.Module:
+        """The masked-LM head: token states (..., H) -> vocabulary logits (..., V)."""
+        return self.model.cls.predictions
+
+    def tokenize(self, texts: Sequence[str], prompt: str | None = None) -> dict[str, Tensor]:
+        texts = [(prompt or "") + t for t in texts]
+        if self.do_lower_case:
+            texts = [t.lower() for t in texts]
+        return dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
+                                   return_tensors="pt"))
+
+    def forward(self, features: dict[str, Tensor]) -> BertModelOutput:
+        return self.model.bert(features["input_ids"], features["attention_mask"], features.get("token_type_ids"))
+
+
+class MLMTransformer(Transformer):
+    """sentence-transformers 5's name for the fill-mask Transformer; its directories read the same."""
+
+
+def load_masked_lm(path: Path) -> BertForMaskedLM:
+    """``path``'s ``BertForMaskedLM``, refused when the checkpoint has no masked-LM head (``cls.predictions``):
+    SPLADE's weights are that head's logits, and a head drawn at random would give random word pieces."""
+    weights = read_weights(path)
+    if not any(k.startswith(("cls.predictions.", "bert.cls.predictions.")) for k in weights):
+        from bertkit.checkpoint_io import read_config_json
+
+        architectures = read_config_json(path).get("architectures")
+        raise BertkitError(f"{path} has no masked-LM head (no cls.predictions weights; architectures "
+                           f"{architectures}): a SPLADE encoder's weights are that head's vocabulary logits. Start "
+                           "from a checkpoint saved with its head (BertForMaskedLM or BertForPreTraining, e.g. one "
+                           "`bertkit pretrain` wrote); sentence-transformers' CSR encoder for such a model "
+                           "(Pooling + SparseAutoEncoder) is not implemented in bertkit")
+    return BertForMaskedLM.from_pretrained(path, state_dict=weights)
+
+
+class SparseStaticEmbedding(nn.Module):
+    """``weight`` (V,): a word piece's weight; a text's embedding holds it at each piece the text has (counted
+    once, special tokens not added), as sentence-transformers' module. Texts are cut at the tokenizer's
+    ``model_max_length``."""
+
+    st_type: ClassVar[str] = \
+        "sentence_transformers.sparse_encoder.modules.sparse_static_embedding.SparseStaticEmbedding"
+
+    def __init__(self, tokenizer: Any, weight: Tensor | None = None, frozen: bool = False):
+        super().__init__()
+        self.tokenizer = tokenizer
+        if weight is None:
+            weight = torch.ones(len(tokenizer))
+        if weight.dim() != 1 or weight.shape[0] != len(tokenizer):
+            raise BertkitError(f"SparseStaticEmbedding weight has the shape {tuple(weight.shape)} but its tokenizer "
+                               f"has {len(tokenizer)} word pieces; give one weight per word piece")
+        self.weight = nn.Parameter(weight.float(), requires_grad=not frozen)
+        self.frozen = bool(frozen)
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.tokenizer.model_max_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        self.tokenizer.model_max_length = value
+
+    @classmethod
+    def from_json(cls, json_path: str | Path, tokenizer: Any, frozen: bool = False) -> SparseStaticEmbedding:
+        """Weights from a JSON object {word piece: weight} (an idf.json); pieces it leaves out weigh 0."""
+        idf = read_json(Path(json_path))
+        if not isinstance(idf, dict):
+            raise FileNotFoundError(f"{json_path} is not a JSON object of word-piece weights (an idf.json)")
+        vocab = tokenizer.get_vocab()
+        unknown = [t for t in idf if t not in vocab]
+        if unknown:
+            raise BertkitError(f"{json_path}: {len(unknown)} word piece(s) are not in the tokenizer's vocabulary, "
+                               f"e.g. {unknown[:5]}; the weights belong to another tokenizer")
+        weight = torch.zeros(len(tokenizer))
+        weight[torch.tensor([vocab[t] for t in idf], dtype=torch.long)] = torch.tensor(list(idf.values()),
+                                                                                      dtype=torch.float32)
+        return cls(tokenizer, weight, frozen)
+
+    @classmethod
+    def load(cls, directory: Path) -> SparseStaticEmbedding:
+        config = read_json(directory / "config.json") or {}
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        if config.get("path") is not None:
+            raise BertkitError(f"{directory / 'config.json'} points at weights elsewhere ({config['path']!r}); "
+                               "bertkit reads the module's own weight file: load it with "
+                               "SparseStaticEmbedding.from_json(path, tokenizer) and save the model")
+        weights = read_weights(directory)
+        if set(weights) != {"weight"}:
+            raise BertkitError(f"{directory}: a SparseStaticEmbedding's weights are one tensor 'weight', found "
+                               f"{sorted(weights)[:5]}")
+        return cls(tokenizer, weights["weight"], bool(config.get("frozen", False)))
+
+    def save(self, directory: Path) -> None:
+        from safetensors.torch import save_file
+
+        self.tokenizer.save_pretrained(directory)
+        save_file({"weight": self.weight.detach().contiguous().cpu()}, str(directory / "model.safetensors"))
+        atomic_write_json(directory / "config.json", {"frozen": self.frozen})
+
+    def tokenize(self, texts: Sequence[str], prompt: str | None = None) -> dict[str, Tensor]:
+        texts = [(prompt or "") + t for t in texts]
+        return dict(self.tokenizer(texts, padding=True, truncation=True, add_special_tokens=False,
+                                   return_tensors="pt"))
+
+    def forward(self, features: dict[str, Tensor]) -> Tensor:
+        ids, mask = features["input_ids"], features["attention_mask"]
+        present = self.weight.new_zeros(ids.shape[0], self.weight.shape[0])  # (B, V)
+        present.scatter_(1, ids, mask.to(present.dtype))  # padding writes 0 at [PAD]'s column, as in the reference
+        return present * self.weight
+
+    def extra_repr(self) -> str:
+        return f"dim={self.weight.shape[0]}, frozen={self.frozen}"
+
+
+class Router(nn.Module):
+    """Routes (``sub_modules``: name -> modules) picked by the task: ``route_mappings`` {(task, modality): route}
+    first, then the route named as the task, then ``default_route`` (the first route when unset and
+    ``allow_empty_key``), as sentence-transformers' Router. Texts are the "text" modality."""
+
+    st_type: ClassVar[str] = "sentence_transformers.base.modules.router.Router"
+    CONFIG: ClassVar[str] = "router_config.json"
+
+    def __init__(self, sub_modules: dict[str, list[nn.Module]], default_route: str | None = None,
+                 allow_empty_key: bool = True, route_mappings: dict[tuple[str | None, str | None], str] | None = None):
+        super().__init__()
+        if not sub_modules:
+            raise BertkitError("Router needs at least one route")
+        if default_route is not None and default_route not in sub_modules:
+            raise BertkitError(f"Router default_route {default_route!r} is not one of its routes {list(sub_modules)}")
+        bad = {k: v for k, v in (route_mappings or {}).items() if v not in sub_modules}
+        if bad:
+            raise BertkitError(f"Router route_mappings {bad} name routes it does not have ({list(sub_modules)})")
+        self.sub_modules = nn.ModuleDict({name: nn.ModuleList(mods) for name, mods in sub_modules.items()})
+        self.default_route = default_route if default_route is not None or not allow_empty_key \
+            else next(iter(sub_modules))
+        self.allow_empty_key = allow_empty_key
+        self.route_mappings = dict(route_mappings or {})
+
+    @classmethod
+    def for_query_document(cls, query_modules: list[nn.Module], document_modules: list[nn.Module],
+                           default_route: str | None = "document", allow_empty_key: bool = True) -> Router:
+        return cls({"query": query_modules, "document": document_modules}, default_route, allow_empty_key)
+
+    def route(self, task: str | None) -> str:
+        """The route a text of ``task`` ("query", "document" or None) goes through."""
+        for key in ((task, "text"), (task, None), (None, "text"), (None, None)):
+            if key in self.route_mappings:
+                return self.route_mappings[key]
+        if task and task in self.sub_modules:
+            return task
+        if task is not None:
+            raise BertkitError(f"the Router has no route for task {task!r}; its routes are {list(self.sub_modules)}")
+        if self.default_route is None:
+            raise BertkitError(f"the Router has no default route: pass task= (one of {list(self.sub_modules)}) or "
+                               "use encode_query / encode_document")
+        return self.default_route
+
+    @classmethod
+    def load(cls, directory: Path, load_module: Any) -> Router:
+        """``load_module(type_name, directory)`` loads each route's modules from their directories."""
+        config = read_json(directory / cls.CONFIG) or read_json(directory / "config.json")
+        if not isinstance(config, dict) or "types" not in config or "structure" not in config:
+            raise FileNotFoundError(f"{directory / cls.CONFIG} is missing or lists no 'types' and 'structure'; a "
+                                    "Router's directory names its modules there")
+        modules = {}
+        for name, type_name in config["types"].items():
+            if "/" in name or "\\" in name or name in ("", ".", ".."):
+                raise BertkitError(f"{directory / cls.CONFIG}: module directory {name!r} is not a plain name")
+            modules[name] = load_module(type_name, directory / name)
+        params = dict(config.get("parameters") or {})
+        mappings = {}
+        for key, route in (params.pop("route_mappings", None) or {}).items():
+            mappings[ast.literal_eval(key)] = route
+        routes = {route: [modules[name] for name in names] for route, names in config["structure"].items()}
+        return cls(routes, route_mappings=mappings, **params)
+
+    def save(self, directory: Path, save_module: Any) -> None:
+        """Each module into its own directory ("{route}_{index}_{class}", a module shared by routes once), then
+        router_config.json, as sentence-transformers writes them."""
+        names: dict[int, str] = {}
+        types, structure = {}, {}
+        for route, mods in self.sub_modules.items():
+            structure[route] = []
+            for i, module in enumerate(mods):
+                if id(module) not in names:
+                    names[id(module)] = name = f"{route}_{i}_{type(module).__name__}"
+                    types[name] = module.st_type
+                    (directory / name).mkdir(exist_ok=True)
+                    save_module(module, directory / name)
+                structure[route].append(names[id(module)])
+        params = {"default_route": self.default_route, "allow_empty_key": self.allow_empty_key,
+                  "route_mappings": {str(k): v for k, v in self.route_mappings.items()}}
+        atomic_write_json(directory / self.CONFIG, {"types": types, "structure": structure, "parameters": params},
+                          indent=4)
+
+    @property
+    def tokenizer(self) -> Any:
+        return next(mods[0].tokenizer for mods in self.sub_modules.values())
+
+    def extra_repr(self) -> str:
+        return f"default_route={self.default_route!r}" + (f", route_mappings={self.route_mappings}"
+                                                          if self.route_mappings else "")
+
+
+def route_of(modules: Sequence[nn.Module], where: str) -> list[nn.Module]:
+    """``modules`` (a route, or a model's modules) checked to be one of the two pipelines bertkit runs: a fill-mask
+    ``Transformer`` then ``SpladePooling``, or a ``SparseStaticEmbedding`` alone."""
+    kinds = [type(m).__name__ for m in modules]
+    if (len(modules) == 2 and isinstance(modules[0], Transformer) and isinstance(modules[1], SpladePooling)) or \
+            (len(modules) == 1 and isinstance(modules[0], SparseStaticEmbedding)):
+        return list(modules)
+    raise BertkitError(f"{where} lists the modules {kinds}; bertkit's SparseEncoder runs Transformer (fill-mask) + "
+                       "SpladePooling, or SparseStaticEmbedding, on each route (a Router's routes, or the model's "
+                       "modules). Other modules (SparseAutoEncoder, Dense, Pooling: sentence-transformers' CSR "
+                       "encoders) are not implemented: use sentence-transformers for this model")

@@ -1,0 +1,268 @@
+"""bertkit.sentence.SparseEncoder beside sentence-transformers 6's on the same weights: MiniLM's encoder with a
+masked-LM head drawn by transformers (seed 0; its bias set to -3.5, so a text activates some hundreds of the
+30,522 word pieces, as a trained SPLADE model's few), in each directory layout sentence-transformers writes. Same
+sparse vectors (indices identical, values within 1e-5), each directory read both ways, the same parameter names,
+decode / similarity / sparsity, the same evaluator metrics; bad input refused by name. Texts: SQuAD dev."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit.errors import BertkitError
+
+st = pytest.importorskip("sentence_transformers")
+transformers = pytest.importorskip("transformers")
+from sentence_transformers.sparse_encoder.modules import (  # noqa: E402
+    MLMTransformer,
+    Router,
+    SparseStaticEmbedding,
+    SpladePooling,
+)
+from sentence_transformers.sparse_encoder.modules import Transformer as STTransformer  # noqa: E402
+
+LAYOUTS = ("checkpoint", "splade", "mlm_transformer", "inference_free")
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def _squad(data_dir: Path):
+    path = data_dir / "squad" / "dev-v1.1.json"
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    return json.loads(path.read_text())["data"]
+
+
+@pytest.fixture(scope="module")
+def texts(data_dir):
+    articles = _squad(data_dir)
+    paragraphs = [p["context"] for p in articles[0]["paragraphs"][:6]]
+    questions = [q["question"] for p in articles[0]["paragraphs"][:8] for q in p["qas"][:3]]
+    return paragraphs + questions
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory, minilm_dir):
+    """{layout: directory}: the masked-LM checkpoint, and the sparse directories sentence-transformers writes."""
+    transformers.logging.set_verbosity_error()
+    root = tmp_path_factory.mktemp("sparse")
+    torch.manual_seed(0)
+    mlm = transformers.BertForMaskedLM.from_pretrained(str(minilm_dir))
+    with torch.no_grad():
+        mlm.cls.predictions.bias.fill_(-3.5)
+    checkpoint = root / "checkpoint"
+    mlm.save_pretrained(checkpoint)
+    for name in TOKENIZER_FILES:
+        shutil.copy(minilm_dir / name, checkpoint / name)
+    dirs = {"checkpoint": checkpoint}
+    st.SparseEncoder(str(checkpoint), device="cpu").save(str(root / "splade"))
+    dirs["splade"] = root / "splade"
+    st.SparseEncoder(modules=[MLMTransformer(str(checkpoint)), SpladePooling("sum")], device="cpu").save(
+        str(root / "mlm_transformer"))
+    dirs["mlm_transformer"] = root / "mlm_transformer"
+    document = STTransformer(str(checkpoint), transformer_task="fill-mask")
+    torch.manual_seed(1)
+    query = SparseStaticEmbedding(tokenizer=document.tokenizer, weight=torch.rand(30522) * (torch.rand(30522) < 0.5))
+    router = Router.for_query_document(query_modules=[query],
+                                       document_modules=[document, SpladePooling("max", "log1p_relu")])
+    st.SparseEncoder(modules=[router], similarity_fn_name="dot", device="cpu").save(str(root / "inference_free"))
+    dirs["inference_free"] = root / "inference_free"
+    return dirs
+
+
+def _assert_same_vectors(got: torch.Tensor, want: torch.Tensor, summed: bool = False) -> None:
+    """Indices identical; values within 1e-5 (measured: 8e-6 at most, max pooling). Sum pooling adds a paragraph's
+    ~150 token weights, each within 1e-6 of the reference's: within 5e-5 (measured: 2.0e-5)."""
+    assert got.is_sparse and got.shape == want.shape
+    got, want = got.coalesce(), want.coalesce()
+    assert torch.equal(got.indices(), want.indices())
+    torch.testing.assert_close(got.values(), want.values().float(), atol=5e-5 if summed else 1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_same_sparse_vectors_as_sentence_transformers(layout, layouts, texts):
+    from bertkit.sentence import SparseEncoder
+
+    ours, theirs = SparseEncoder(layouts[layout]), st.SparseEncoder(str(layouts[layout]), device="cpu")
+    summed = layout == "mlm_transformer"
+    for method in ("encode_query", "encode_document"):
+        want = getattr(theirs, method)(texts)
+        # several batches: the copies prepared for the CPU; one batch: the model as it is
+        _assert_same_vectors(getattr(ours, method)(texts, batch_size=8), want, summed)
+        _assert_same_vectors(getattr(ours, method)(texts, batch_size=64), want, summed)
+    want = theirs.encode_document(texts, max_active_dims=20, convert_to_sparse_tensor=False)
+    got = ours.encode_document(texts, max_active_dims=20, convert_to_sparse_tensor=False)
+    assert not got.is_sparse and (got != 0).sum(1).tolist() == (want != 0).sum(1).tolist()
+    torch.testing.assert_close(got, want, atol=5e-5 if summed else 1e-5, rtol=1e-5)
+    one = ours.encode_query(texts[-1])
+    assert one.shape == (30522,) and one.is_sparse
+    _assert_same_vectors(one, theirs.encode_query(texts[-1]))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS[1:])
+def test_directories_read_both_ways(layout, layouts, texts, tmp_path):
+    """bertkit reads sentence-transformers' directory, keeps its parameter names and values, writes one that
+    sentence-transformers reads back to the same vectors."""
+    from bertkit.sentence import SparseEncoder
+
+    ours, theirs = SparseEncoder(layouts[layout]), st.SparseEncoder(str(layouts[layout]), device="cpu")
+    want = dict(theirs.named_parameters())
+    got = dict(ours.named_parameters())
+    assert list(got) == list(want)  # a learning_rate_mapping's patterns select the same tensors
+    assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, atol=0, rtol=0)
+    ours.save(tmp_path / "saved")
+    again = st.SparseEncoder(str(tmp_path / "saved"), device="cpu")
+    assert [type(m).__name__ for m in again] == [type(m).__name__ for m in theirs if type(m).__name__ != "MLMTransformer"] \
+        or layout == "mlm_transformer"
+    for method in ("encode_query", "encode_document"):
+        _assert_same_vectors(getattr(again, method)(texts[-6:]), getattr(theirs, method)(texts[-6:]))
+    assert again.max_seq_length == theirs.max_seq_length
+    mine = SparseEncoder(tmp_path / "saved")
+    assert dict(mine.named_parameters()).keys() == want.keys()
+    assert mine.max_seq_length == ours.max_seq_length == theirs.max_seq_length
+
+
+def test_decode_similarity_sparsity_as_sentence_transformers(layouts, texts):
+    from bertkit.sentence import SparseEncoder
+
+    ours, theirs = SparseEncoder(layouts["splade"]), st.SparseEncoder(str(layouts["splade"]), device="cpu")
+    q, d = theirs.encode_query(texts[-8:]), theirs.encode_document(texts[:4])
+    assert ours.similarity_fn_name == theirs.similarity_fn_name == "dot"
+    assert ours.decode(q, top_k=7) == theirs.decode(q, top_k=7)
+    assert ours.decode(d[0]) == theirs.decode(d[0])
+    assert ours.sparsity(q) == theirs.sparsity(q) and ours.sparsity(d.to_dense()) == theirs.sparsity(d.to_dense())
+    assert ours.sparsity(q)["active_dims"] > 10  # the texts do activate word pieces
+    inter = ours.intersection(q[0], d)
+    torch.testing.assert_close(inter.to_dense(), theirs.intersection(q[0], d).to_dense())
+    for name in ("dot", "cosine", "euclidean", "manhattan"):
+        ours.similarity_fn_name = theirs.similarity_fn_name = name
+        # dot products of ~2,500 shared word pieces: float32 rounding of two summation orders (measured 2.2e-6)
+        torch.testing.assert_close(ours.similarity(q, d), theirs.similarity(q, d), atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(ours.similarity(q.to_dense(), d), theirs.similarity(q.to_dense(), d),
+                                   atol=1e-4, rtol=1e-5)
+        pairs = torch.stack([d[i] for i in (0, 1, 2, 3)]), torch.stack([q[i] for i in (0, 1, 2, 3)])
+        torch.testing.assert_close(ours.similarity_pairwise(*pairs), theirs.similarity_pairwise(*pairs),
+                                   atol=1e-4, rtol=1e-5)
+    assert ours.similarity(q, d).shape == (8, 4)
+
+
+@pytest.mark.parametrize("layout", ["splade", "inference_free"])
+@pytest.mark.parametrize("max_active_dims", [None, 48])
+def test_information_retrieval_evaluator_metrics(layout, max_active_dims, layouts, data_dir):
+    from sentence_transformers.sparse_encoder.evaluation import (
+        SparseInformationRetrievalEvaluator as Reference,
+    )
+
+    from bertkit.sentence import SparseEncoder
+    from bertkit.sentence.sparse_encoder.evaluation import SparseInformationRetrievalEvaluator
+
+    held_out = _squad(data_dir)[1]["paragraphs"][:12]
+    corpus = {f"p{i}": p["context"] for i, p in enumerate(held_out)}
+    queries = {f"q{i}-{j}": q["question"] for i, p in enumerate(held_out) for j, q in enumerate(p["qas"][:2])}
+    relevant = {qid: {f"p{qid[1:].split('-')[0]}"} for qid in queries}
+    want = Reference(queries, corpus, relevant, name="squad", max_active_dims=max_active_dims)(
+        st.SparseEncoder(str(layouts[layout]), device="cpu"))
+    got = SparseInformationRetrievalEvaluator(queries, corpus, relevant, name="squad",
+                                              max_active_dims=max_active_dims)(SparseEncoder(layouts[layout]))
+    assert list(got) == list(want)
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, abs=1e-6), key
+    assert {"squad_dot_ndcg@10", "squad_query_active_dims", "squad_corpus_sparsity_ratio", "squad_avg_flops"} <= set(got)
+    assert got["squad_avg_flops"] > 0
+
+
+@pytest.mark.parametrize("strategy,activation", [("max", "relu"), ("sum", "log1p_relu")])
+def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_path, tiny_checkpoint, minilm_dir):
+    """Blocks of the head's rows (chunk_size; blocks that split a text) give what the whole batch gives, which is
+    the reference's formula on the full (B, T, V) logits."""
+    from bertkit.sentence import SparseEncoder
+    from bertkit.sentence.sparse_encoder.modules import SpladePooling as Pooling
+    from bertkit.sentence.sparse_encoder.modules import Transformer
+
+    directory = tiny_checkpoint(tmp_path / "tiny", "BertForPreTraining", tokenizer=minilm_dir)  # a bertkit checkpoint
+    transformer = Transformer(directory)
+    texts = ["The weather is lovely today.", "He drove to the stadium in a red car after a long lunch.", "Hi"]
+    batch = transformer.tokenize(texts)
+    with torch.no_grad():
+        logits = transformer.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
+        x = (logits * batch["attention_mask"].unsqueeze(-1)).relu().log1p()
+        x = x.log1p() if activation == "log1p_relu" else x
+        want = x.amax(1) if strategy == "max" else x.sum(1)
+        for chunk in (None, 1, 3, 100):
+            model = SparseEncoder(modules=[transformer, Pooling(strategy, activation, chunk_size=chunk)])
+            got = model(dict(batch))["sentence_embedding"]
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    opened = SparseEncoder(directory)  # a checkpoint with a masked-LM head: a new SPLADE model, max and relu
+    assert [type(m).__name__ for m in opened] == ["Transformer", "SpladePooling"]
+    assert (opened[1].pooling_strategy, opened[1].activation_function) == ("max", "relu")
+    assert opened.get_embedding_dimension() == 30522
+
+
+# -- bad input: refused by name, before any work, nothing written ------------------------------------------------
+
+def _listing(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+
+
+def test_checkpoint_without_masked_lm_head_is_refused(minilm_dir):
+    from bertkit.sentence import SparseEncoder
+
+    before = _listing(minilm_dir)
+    with pytest.raises(BertkitError, match=r"no masked-LM head .*architectures \['BertModel'\]"):
+        SparseEncoder(minilm_dir)
+    assert _listing(minilm_dir) == before
+
+
+def test_vocabulary_other_than_the_tokenizers_is_refused(layouts, tmp_path):
+    from bertkit.sentence import SparseEncoder
+
+    broken = tmp_path / "other-vocab"
+    shutil.copytree(layouts["checkpoint"], broken)
+    (broken / "tokenizer.json").unlink()
+    words = (broken / "vocab.txt").read_text().splitlines()
+    (broken / "vocab.txt").write_text("\n".join(words[:30000]) + "\n")
+    before = _listing(broken)
+    with pytest.raises(BertkitError, match="vocabulary has 30522 entries .* but its tokenizer 30000"):
+        SparseEncoder(broken)
+    assert _listing(broken) == before
+
+
+def test_bad_arguments_are_refused(layouts, tmp_path):
+    from bertkit.sentence import SparseEncoder
+    from bertkit.sentence.sparse_encoder.modules import SpladePooling as Pooling
+
+    model = SparseEncoder(layouts["splade"])
+    with pytest.raises(BertkitError, match=r"2 empty text\(s\) \(at \[1, 2\]\)"):
+        model.encode(["a text", "", "  \n"])
+    for k in (0, 30523, True, 2.5):
+        with pytest.raises(BertkitError, match=r"max_active_dims .* must be a whole number in \[1, 30522\]"):
+            model.encode(["a text"], max_active_dims=k)
+        with pytest.raises(BertkitError, match="max_active_dims"):
+            SparseEncoder(layouts["splade"], max_active_dims=k)
+    with pytest.raises(BertkitError, match="pooling_strategy 'mean' is not one of"):
+        Pooling("mean")
+    with pytest.raises(BertkitError, match="activation_function 'gelu' is not one of"):
+        Pooling("max", "gelu")
+    with pytest.raises(BertkitError, match="convert_to_numpy=...\\) is not an argument of sparse encoders"):
+        model.encode(["a text"], convert_to_numpy=True)
+    with pytest.raises(BertkitError, match="backend=...\\) is not implemented"):
+        SparseEncoder(layouts["splade"], backend="onnx")
+    with pytest.raises(BertkitError, match="multi-process encoding"):
+        model.encode(["a text"], device=["cpu", "cpu"])
+    bad = tmp_path / "bad-pooling"
+    shutil.copytree(layouts["splade"], bad)
+    (bad / "1_SpladePooling" / "config.json").write_text(json.dumps({"pooling_strategy": "mean"}))
+    with pytest.raises(BertkitError, match="pooling_strategy 'mean' is not one of \\['max', 'sum'\\]"):
+        SparseEncoder(bad)
+    modules = json.loads((bad / "modules.json").read_text())
+    modules[1]["type"] = "sentence_transformers.sparse_encoder.modules.sparse_auto_encoder.SparseAutoEncoder"
+    (bad / "modules.json").write_text(json.dumps(modules))
+    before = _listing(bad)
+    with pytest.raises(BertkitError, match=r"lists \['SparseAutoEncoder'\], which bertkit's SparseEncoder does not"):
+        SparseEncoder(bad)
+    assert _listing(bad) == before
