@@ -106,9 +106,9 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
     results: list[tuple[list[int], Any]] = []
     try:
         with torch.no_grad():
-            for idx in batches:
+            # On a GPU the next batches are padded on a thread into pinned memory while this one computes
+            for idx, batch in zip(batches, prepared_ahead(lambda idx: pad([rows[i] for i in idx]), batches, device)):
                 batch_rows = [rows[i] for i in idx]
-                batch = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in pad(batch_rows).items()}
                 with precision:
                     result = call(batch, batch_rows)
                 bad = [i for i, o in zip(idx, result) if (np.isnan(o) | np.isposinf(o)).any()] if nonfinite else []
