@@ -15,9 +15,10 @@ else ``encode_query``'s (its query prompt and route: an inference-free model's s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,7 +43,7 @@ class _Side:
 
     name: str
     prompt: str
-    limit: int  # tokens a text keeps: the route's input module's max_seq_length
+    limit: int  # tokens a text keeps: max_length, or the route's input module's max_seq_length where lower
     static: bool  # SparseStaticEmbedding: no special tokens, no transformer
     lower: bool
     embed: Callable[[dict[str, Tensor]], Tensor]
@@ -88,12 +89,14 @@ class SparseEmbeddingPipeline(Pipeline):
             prompt = model.prompts.get(side, "") or ""
             if isinstance(route[0], SparseStaticEmbedding):
                 static = route[0].to(self.device).eval()
-                self.sides[side] = _Side(side, prompt, static.max_seq_length, True, False, lambda b, m=static: m(b))
+                self.sides[side] = _Side(side, prompt, min(static.max_seq_length, self.max_length), True, False,
+                                         lambda b, m=static: m(b))
             else:
                 transformer, pooling = route
                 bert = self.model if transformer is document else prepare_model(
                     transformer.model.bert, device=self.device, bf16=self.bf16)[0]
-                limit = self.max_length if transformer is document else transformer.max_seq_length
+                limit = self.max_length if transformer is document else min(transformer.max_seq_length,
+                                                                            self.max_length)
                 self.sides[side] = _Side(side, prompt, limit, False, transformer.do_lower_case,
                                          self._splade(bert, transformer.head, pooling))
 
