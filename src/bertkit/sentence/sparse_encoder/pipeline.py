@@ -176,8 +176,11 @@ class SparseEmbeddingPipeline(Pipeline):
     def decode(self, item: Any, rows: Any, outputs: list[np.ndarray], return_tokens: bool = False,
                **_: Any) -> list[dict[str, Any]]:
         index, value = outputs[0]
-        if not return_tokens:
-            return [{"index": int(i), "value": float(v)} for i, v in zip(index, value)]
-        order = np.argsort(-value, kind="stable")
-        tokens = self.tokenizer.convert_ids_to_tokens(index[order].astype(np.int64).tolist())
-        return [{"token": t, "value": float(v)} for t, v in zip(tokens, value[order])]
+        if return_tokens:
+            order = np.argsort(-value, kind="stable")
+            index, value = index[order], value[order]
+        pieces = index.astype(np.int64).tolist()  # Python ints and floats at C speed: hundreds per text
+        if return_tokens:
+            pieces = self.tokenizer.convert_ids_to_tokens(pieces)
+        key = "token" if return_tokens else "index"
+        return [{key: k, "value": v} for k, v in zip(pieces, value.tolist())]
