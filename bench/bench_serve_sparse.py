@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+
 from bench_serve_routes import free_port, load, sentences, start
 from bench_sparse import splade_directory
 
