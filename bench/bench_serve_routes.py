@@ -45,10 +45,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(model: Path, port: int) -> subprocess.Popen:
+def start(model: Path, port: int, task: str = "sentence-embedding") -> subprocess.Popen:
     import httpx
 
-    cmd = [sys.executable, "-m", "bertkit", "serve", "--model", str(model), "--task", "sentence-embedding",
+    cmd = [sys.executable, "-m", "bertkit", "serve", "--model", str(model), "--task", task,
            "--port", str(port), "--log-level", "warning", "--served-model-name", "minilm"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, BERTKIT_API_KEY=KEY))
@@ -76,7 +76,7 @@ def vector(route: str, answer) -> np.ndarray:
 async def load(url: str, route: str, texts: list[str], concurrency: int) -> tuple[float, list[float], list, list]:
     import httpx
 
-    path, fmt = ("/embed", None) if route == "embed" else ("/v1/embeddings", route.split("-")[1])
+    path, fmt = (f"/{route}", None) if route in ("embed", "embed_sparse") else ("/v1/embeddings", route.split("-")[1])
     latencies: list[float] = []
     answers: list = [None] * len(texts)
     inference: list[float] = []

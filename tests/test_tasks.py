@@ -12,7 +12,7 @@ import pytest
 
 from bertkit.errors import BertkitError
 from bertkit.inference import serve_tei
-from bertkit.inference.serve_wire import PREDICT, Route
+from bertkit.inference.serve_wire import PREDICT
 from bertkit.inference.tasks import SERVED, TASK_LIST, TASKS, Task
 
 
@@ -26,7 +26,7 @@ def test_the_command_line_the_pipelines_and_the_server_list_the_declared_tasks()
 
     names = [t.name for t in TASK_LIST]
     assert names == ["fill-mask", "text-classification", "rerank", "token-classification", "question-answering",
-                     "multiple-choice", "feature-extraction", "sentence-embedding"]
+                     "multiple-choice", "feature-extraction", "sentence-embedding", "sparse-embedding"]
     top = _sub(build_parser())
     assert list(_sub(top["predict"])) == ["glue", "ner", "squad", "swag", *names]
     assert [COMMANDS[f"predict {t.name}"].help for t in TASK_LIST] == [
@@ -38,7 +38,7 @@ def test_the_command_line_the_pipelines_and_the_server_list_the_declared_tasks()
     # serve's routes: those of every server, then each route a served task declares, once
     declared = [r for t in SERVED for r in t.routes]
     assert [r.path for r in ROUTES] == ["/predict", "/", "/rerank", "/similarity", "/v1/embeddings", "/embed",
-                                       "/tokenize", "/info", "/health", "/ready", "/metrics"]
+                                       "/embed_sparse", "/tokenize", "/info", "/health", "/ready", "/metrics"]
     assert set(declared) <= set(ROUTES) and all(r.needs for r in declared)
     assert {r for r in ROUTES if r.needs} == set(declared)
 
@@ -64,10 +64,6 @@ def test_the_command_line_reads_the_tasks_without_loading_torch():
     assert loaded == "False"
 
 
-EMBED_SPARSE = Route("/embed_sparse", "TEI's: texts -> sparse vectors", needs="needs a sparse encoder; this server "
-                     "runs {task}: start it with --task {tasks}")
-
-
 @pytest.mark.parametrize("body, message", [
     ({"help": "x", "pipeline": "bertkit.inference.pipelines:FeatureExtractionPipeline"}, "must declare its own name"),
     ({"name": "x", "pipeline": "bertkit.inference.pipelines:FeatureExtractionPipeline"}, "must declare its own help"),
@@ -86,19 +82,18 @@ def test_a_subclass_of_a_task_must_name_itself():
         type("Inherited", (type(TASK_LIST[-1]),), {})
 
 
-def test_a_sparse_embedding_task_is_one_class():
+def test_the_sparse_embedding_task_is_one_class():
     """What the sparse-embedding task needs of the design: a list of {index, value} per input in predict's files and a
-    route of its own that is TEI's POST / on its server, declared in the class alone."""
+    route of its own that is TEI's POST / on its server, declared in its class alone (no other module names it)."""
+    import ast
+    from pathlib import Path
 
-    class SparseEmbedding(Task):
-        name = "sparse-embedding"
-        help = "(index, value) pairs of the active dimensions"
-        pipeline = "bertkit.sentence.sparse:SparseEmbeddingPipeline"
-        result_key = "sparse_embedding"
-        routes = (EMBED_SPARSE,)
-        root = EMBED_SPARSE
-
-    task = SparseEmbedding()
+    task = TASKS["sparse-embedding"]
     assert task.record(3, [{"index": 2017, "value": 0.5}]) == {"id": 3, "sparse_embedding": [{"index": 2017,
                                                                                               "value": 0.5}]}
-    assert task.root is EMBED_SPARSE and task.cost(None, "a text", {}, 0) == (1, 0, "inputs")
+    assert task.routes == (task.root,) and task.root.path == "/embed_sparse" and task.root.needs
+    assert task.cost(None, "a text", {}, 0) == (1, 0, "inputs")
+    src = Path(__file__).resolve().parents[1] / "src" / "bertkit"
+    naming = sorted(str(p.relative_to(src)) for p in src.rglob("*.py") if any(
+        isinstance(n, ast.Constant) and n.value == "sparse-embedding" for n in ast.walk(ast.parse(p.read_text()))))
+    assert naming == ["inference/tasks.py"]

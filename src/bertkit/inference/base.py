@@ -144,6 +144,12 @@ class Pipeline:
         model = load_for_inference(cls.model_class, directory)
         return cls(model, tokenizer, **kwargs)
 
+    @classmethod
+    def tokenizer_of(cls, model_dir: str | Path) -> BertTokenizer:
+        """The tokenizer a checkpoint directory's pipeline reads its texts with, loaded without the weights (``bertkit
+        predict`` checks a file's texts with it before the model loads)."""
+        return BertTokenizer.from_pretrained(model_dir)
+
     # -- the three task-specific steps ----------------------------------------------------------------
     def encode(self, item: Any, **options: Any) -> list[dict[str, Any]]:
         raise NotImplementedError

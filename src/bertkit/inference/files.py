@@ -223,7 +223,6 @@ def predict_file(s: Any) -> dict[str, Any]:
     from bertkit.inference import pipeline
     from bertkit.inference.base import int8_options
     from bertkit.outputs import atomic_write
-    from bertkit.tokenization import BertTokenizer
 
     columns = Columns(text=s.text_column, text_pair=s.text_pair_column, query=s.query_column,
                       question=s.question_column,
@@ -231,7 +230,7 @@ def predict_file(s: Any) -> dict[str, Any]:
     task = task_named(s.task)
     pair_model = task.pair_head and trained_on_pairs(s.model_name_or_path)
     inputs, ids = read_inputs(s.input, s.task, columns, s.input_format, max_line_bytes=s.max_line_bytes,
-                              tokenizer=BertTokenizer.from_pretrained(s.model_name_or_path),  # no weights yet
+                              tokenizer=task.pipeline_class().tokenizer_of(s.model_name_or_path),  # no weights yet
                               pair_model=pair_model)  # checked before the model loads
     check_writable(s.output_file)  # and where the predictions go: before the model runs, not after
     inputs, options = task.call_inputs(inputs, s)

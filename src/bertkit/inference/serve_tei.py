@@ -32,7 +32,7 @@ def _is_ids(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
 
 
-def _texts(raw: Any, name: str, limits: Limits) -> list[str]:
+def texts_of(raw: Any, name: str, limits: Limits) -> list[str]:
     """A str or a non-empty list of str, within max_items and max_text_chars."""
     texts = [raw] if isinstance(raw, str) else raw
     if not (isinstance(texts, list) and texts and all(isinstance(t, str) for t in texts)):
@@ -106,7 +106,7 @@ def _rerank(data: Any, server: Any) -> Call:
                server)
     if not isinstance(f["query"], str):
         raise RequestError(422, f"query must be a string, got {str(f['query'])[:80]!r}")
-    texts = _texts(f["texts"], "texts", limits)
+    texts = texts_of(f["texts"], "texts", limits)
     try:  # an empty query: every text would be scored against nothing, and the order would mean nothing
         for where, text in (("query", f["query"]), *((f"text {i}", t) for i, t in enumerate(texts))):
             refuse_empty_text(pipe.tokenizer, text, where)
@@ -126,7 +126,7 @@ def _rerank(data: Any, server: Any) -> Call:
 def _tokenize(data: Any, server: Any) -> Call:
     pipe, limits = server.pipe, server.limits
     f = fields(data, "/tokenize", ("inputs",), ("add_special_tokens", "prompt_name"), server)
-    texts = _texts(f["inputs"], "inputs", limits)
+    texts = texts_of(f["inputs"], "inputs", limits)
     out = []
     for text in texts:
         enc = pipe.tokenizer(text, add_special_tokens=f.get("add_special_tokens", True), return_offsets_mapping=True,
@@ -144,7 +144,7 @@ def _embed(data: Any, server: Any) -> Call:
     pipe, limits = server.pipe, server.limits
     f = fields(data, "/embed", ("inputs",), ("truncate", "truncation_direction", "prompt_name", "normalize",
                                              "dimensions"), server)
-    texts = _texts(f["inputs"], "inputs", limits)
+    texts = texts_of(f["inputs"], "inputs", limits)
     items = [encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True)) for i, t in enumerate(texts)]
     answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
     return Call(items, {"rows": True}, answer, cost=len(items), tokens=[len(e["input_ids"]) for e in items],

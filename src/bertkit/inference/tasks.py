@@ -28,8 +28,10 @@ from bertkit.inference.serve_wire import (
     Route,
     _default,
     embedding,
+    fields,
     int_in,
     label_names_check,
+    read_input,
 )
 
 
@@ -323,8 +325,54 @@ class SentenceEmbedding(FeatureExtraction):
     pipeline = "bertkit.inference.pipelines:SentenceEmbeddingPipeline"
 
 
+class SparseEmbedding(Task):
+    """SPLADE vectors of a sparse encoder (``bertkit.sentence.SparseEncoder``), on TEI's ``POST /embed_sparse``: its
+    body (``inputs``, ``truncate``, ``truncation_direction``, ``prompt_name``) and its answer, a list of
+    ``{"index", "value"}`` per input, the active word pieces in index order. A text is embedded as
+    ``encode_document`` does unless ``prompt_name`` is "query" (``encode_query``: the query prompt, an inference-free
+    model's static query route). ``truncate`` unset cuts at max_length, as /info's ``auto_truncate`` says."""
+
+    name = "sparse-embedding"
+    help = "(index, value) pairs of the active word pieces (SPLADE)"
+    pipeline = "bertkit.sentence.sparse_encoder.pipeline:SparseEmbeddingPipeline"
+    result_key = "sparse_embedding"
+    predict_options = ("prompt_name", "return_tokens")
+    counted = True
+    model_type = "embedding"
+    routes = (Route("/embed_sparse", "TEI's: texts -> [[{index, value}, ...]] (SPLADE); prompt_name \"query\" embeds "
+                    "queries", lambda data, server: server.task.parse_sparse(data, server),
+                    lambda server, call, results: [server.pipe.decode(None, [], [r]) for r in results],
+                    needs="needs a sparse encoder; this server runs {task}: start it with --task {tasks}"),)
+    root = routes[0]
+
+    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
+        return {"prompt_name": (lambda v: v in ("query", "document"), '"query" (encode_query\'s vectors) or '
+                                '"document" (encode_document\'s, the default)'),
+                "return_tokens": (lambda v: isinstance(v, bool), "true or false")}
+
+    def parse_sparse(self, data: Any, server: Any) -> Call:
+        """/embed_sparse's body: each text encoded for its side here (422 for one over max_length with ``truncate``
+        false, as TEI answers), before the request is admitted."""
+        pipe, limits = server.pipe, server.limits
+        f = fields(data, "/embed_sparse", ("inputs",), ("truncate", "truncation_direction", "prompt_name"), server)
+        texts = serve_tei.texts_of(f["inputs"], "inputs", limits)
+        side, rows = f.get("prompt_name"), []
+        for i, text in enumerate(texts):
+            read = read_input(pipe, text, i)
+            tokens, limit = pipe.length(read, side)
+            if not f.get("truncate", True) and tokens > limit:
+                raise RequestError(422, f"input {i} has {tokens} tokens, over max_length {limit}; send truncate: "
+                                        "true to cut it, or shorten it")
+            rows.extend(pipe.encode(read, prompt_name=side))
+        return Call(rows, {"rows": True}, {}, cost=len(rows), tokens=[len(r["input_ids"]) for r in rows],
+                    chars=sum(map(len, texts)))
+
+    def info(self, pipe: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {"embedding": {"pooling": "splade"}}, {"embedding_dimension": pipe.encoder.get_embedding_dimension()}
+
+
 TASK_LIST: tuple[Task, ...] = (FillMask(), TextClassification(), Rerank(), TokenClassification(), QuestionAnswering(),
-                               MultipleChoice(), FeatureExtraction(), SentenceEmbedding())
+                               MultipleChoice(), FeatureExtraction(), SentenceEmbedding(), SparseEmbedding())
 # Every name a task answers to, its own first (in TASK_LIST's order), then the aliases.
 TASKS: dict[str, Task] = {**{t.name: t for t in TASK_LIST}, **{a: t for t in TASK_LIST for a in t.aliases}}
 if len(TASKS) != sum(1 + len(t.aliases) for t in TASK_LIST):

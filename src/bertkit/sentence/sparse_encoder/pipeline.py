@@ -1,0 +1,186 @@
+"""``bertkit.pipeline("sparse-embedding", DIR)``: a sparse encoder's vectors through the pipelines' one loop (batched
+by length, in input order), so that ``bertkit predict sparse-embedding`` and ``bertkit serve``'s ``/embed_sparse``
+run it as they run every task.
+
+    embed = bertkit.pipeline("sparse-embedding", "models/my-splade")
+    embed("The weather is lovely today.")           # [{"index": 1996, "value": 0.41}, ...], index order
+    embed("sunny weather", prompt_name="query")     # encode_query's vector
+    embed("sunny weather", return_tokens=True)      # [{"token": "weather", "value": 2.1}, ...], largest first
+
+``DIR`` is whatever ``SparseEncoder`` opens (a sentence-transformers sparse directory in any layout it reads, or a
+checkpoint with a masked-LM head, which becomes a new SPLADE model). A text is a document unless ``prompt_name`` is
+"query": the vector is then ``SparseEncoder.encode_document``'s (its document prompt, a Router's "document" route),
+else ``encode_query``'s (its query prompt and route: an inference-free model's static weights), the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from bertkit.errors import BertkitError
+from bertkit.inference import tasks
+from bertkit.inference.base import Pipeline
+from bertkit.inference.prepare import PreparedLinear, check_request, prepare_model
+from bertkit.sentence.directory import MODULES, read_json
+from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims
+from bertkit.sentence.sparse_encoder.modules import Router, SparseStaticEmbedding, Transformer
+from bertkit.tokenization import BertTokenizer
+
+SIDES = ("document", "query")  # what prompt_name selects: encode_document's vectors (the default), encode_query's
+
+
+@dataclass
+class _Side:
+    """How the texts of one side become vectors: the prompt put before each, where they are cut, and the embedder
+    (a padded batch -> (B, V)) of the side's route."""
+
+    name: str
+    prompt: str
+    limit: int  # tokens a text keeps: max_length, or the route's input module's max_seq_length where lower
+    static: bool  # SparseStaticEmbedding: no special tokens, no transformer
+    lower: bool
+    embed: Callable[[dict[str, Tensor]], Tensor]
+
+
+class SparseEmbeddingPipeline(Pipeline):
+    """A text -> its sparse vector, ``[{"index", "value"}, ...]`` in index order (TEI's /embed_sparse), or with
+    ``return_tokens=True`` ``[{"token", "value"}, ...]`` largest first (``SparseEncoder.decode``). ``prompt_name``
+    "query" gives ``encode_query``'s vector, "document" or None ``encode_document``'s. The model's
+    ``max_active_dims`` applies (``max_active_dims=`` overrides it)."""
+
+    task = tasks.SparseEmbedding.name
+    model_class = SparseEncoder
+    call_options = ("prompt_name", "return_tokens")
+
+    def __init__(self, model: SparseEncoder, tokenizer: BertTokenizer, *, max_active_dims: int | None = None,
+                 **kwargs: Any):
+        if kwargs.get("quantize"):
+            raise BertkitError(f"quantize={kwargs['quantize']!r} is not implemented for sparse-embedding (its "
+                               "vectors are the masked-LM head's float logits): run it in float32 or with bf16")
+        routes = {}
+        for side in SIDES:
+            try:
+                routes[side] = model._route(side)
+            except BertkitError as e:  # a Router without that route: the side is refused when asked for
+                routes[side] = e
+        encoders = [r[0] for r in routes.values() if isinstance(r, list) and isinstance(r[0], Transformer)]
+        if not encoders:
+            raise BertkitError(f"{model.name_or_path or 'this SparseEncoder'} runs no transformer on its routes "
+                               "(SparseStaticEmbedding only): there is no model to serve; encode with it directly")
+        document = encoders[0]
+        if kwargs.get("max_length") is None:
+            kwargs["max_length"] = document.max_seq_length
+        super().__init__(document.model.bert, tokenizer, **kwargs)  # self.model: the encoder prepared for inference
+        self.encoder = model
+        self.max_active_dims = model._check_active_dims(max_active_dims) if max_active_dims is not None \
+            else model.max_active_dims
+        self.sides: dict[str, _Side | BertkitError] = {}
+        for side, route in routes.items():
+            if isinstance(route, BertkitError):
+                self.sides[side] = route
+                continue
+            prompt = model.prompts.get(side, "") or ""
+            if isinstance(route[0], SparseStaticEmbedding):
+                static = route[0].to(self.device).eval()
+                self.sides[side] = _Side(side, prompt, min(static.max_seq_length, self.max_length), True, False,
+                                         lambda b, m=static: m(b))
+            else:
+                transformer, pooling = route
+                bert = self.model if transformer is document else prepare_model(
+                    transformer.model.bert, device=self.device, bf16=self.bf16)[0]
+                limit = self.max_length if transformer is document else min(transformer.max_seq_length,
+                                                                            self.max_length)
+                self.sides[side] = _Side(side, prompt, limit, False, transformer.do_lower_case,
+                                         self._splade(bert, transformer.head, pooling))
+
+    def _splade(self, bert: nn.Module, head: nn.Module, pooling: nn.Module) -> Callable[[dict[str, Tensor]], Tensor]:
+        head = head.to(self.device).eval()
+        if self.device.type == "cpu" and head.decoder.weight.dtype == torch.float32:
+            # the vocabulary product on oneDNN's reordered weight, made once (what SparseEncoder.encode prepares)
+            head = nn.Sequential(head.transform, PreparedLinear(head.decoder.weight, head.bias, torch.float32))
+
+        def embed(batch: dict[str, Tensor]) -> Tensor:
+            mask = batch["attention_mask"]
+            return pooling(bert(batch["input_ids"], mask, batch["token_type_ids"]), mask, head)
+
+        return embed
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
+        """Open ``model_dir`` as ``SparseEncoder`` does (a directory without a masked-LM head, or a dense model's, is
+        refused there, by name); a request the device cannot run is refused first."""
+        check_request(kwargs.get("device", "cpu"), bf16=kwargs.get("bf16"), quantize=kwargs.get("quantize"),
+                      calibrating=kwargs.get("calibration_texts") is not None)
+        model = SparseEncoder(model_dir)
+        return cls(model, model.tokenizer, **kwargs)
+
+    @classmethod
+    def tokenizer_of(cls, model_dir: str | Path) -> BertTokenizer:
+        """The tokenizer of ``model_dir``'s first module (a Router's first route's), read without the weights."""
+        directory = Path(model_dir)
+        listed = read_json(directory / MODULES)
+        if listed:
+            directory = directory / listed[0].get("path", "")
+            router = read_json(directory / Router.CONFIG)
+            if isinstance(router, dict) and router.get("types"):
+                directory = directory / next(iter(router["types"]))
+        return super().tokenizer_of(directory)
+
+    def side(self, prompt_name: str | None) -> _Side:
+        """The side ``prompt_name`` selects (None: "document")."""
+        if prompt_name is not None and prompt_name not in SIDES:
+            raise BertkitError(f"prompt_name {prompt_name!r} is not one of {SIDES}: \"query\" embeds a text as "
+                               "encode_query does, \"document\" (the default) as encode_document does")
+        side = self.sides[prompt_name or "document"]
+        if isinstance(side, BertkitError):
+            raise side
+        return side
+
+    def length(self, text: str, prompt_name: str | None = None) -> tuple[int, int]:
+        """(tokens of ``text`` as its side reads it, before any cut; where the side cuts)."""
+        side = self.side(prompt_name)
+        text = (side.prompt + text).lower() if side.lower else side.prompt + text
+        return len(self.tokenizer(text, add_special_tokens=not side.static)["input_ids"]), side.limit
+
+    def encode(self, item: str, prompt_name: str | None = None, **_: Any) -> list[dict[str, Any]]:
+        side = self.side(prompt_name)
+        text = side.prompt + item  # as the route's input module tokenizes (Transformer / SparseStaticEmbedding)
+        if side.lower:
+            text = text.lower()
+        enc = self.tokenizer(text, add_special_tokens=not side.static, truncation=True, max_length=side.limit)
+        return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"], "side": side.name}]
+
+    def forward(self, batch: dict[str, Tensor], rows: Any) -> list[np.ndarray]:
+        """One (2, n) float64 array per row: its active dimensions (ascending) over their values. A batch may mix
+        queries and documents (the server's batches do): each side's rows run through their own route."""
+        names = [r["side"] for r in rows]
+        out: list[np.ndarray] = [np.empty((2, 0))] * len(rows)
+        for name in dict.fromkeys(names):
+            at = [i for i, n in enumerate(names) if n == name]
+            part = batch if len(at) == len(rows) else {k: v[at] for k, v in batch.items()}
+            emb = select_max_active_dims(self.sides[name].embed(part).float(), self.max_active_dims)  # (b, V)
+            nz = emb.nonzero()  # (n, 2): (row, dimension), row-major
+            pairs = torch.stack([nz[:, 1].double(), emb[nz[:, 0], nz[:, 1]].double()]).cpu().numpy()  # (2, n)
+            counts = torch.bincount(nz[:, 0], minlength=len(at)).cumsum(0)[:-1].cpu().numpy()
+            for i, p in zip(at, np.split(pairs, counts, axis=1)):
+                out[i] = p
+        return out
+
+    def decode(self, item: Any, rows: Any, outputs: list[np.ndarray], return_tokens: bool = False,
+               **_: Any) -> list[dict[str, Any]]:
+        index, value = outputs[0]
+        if return_tokens:
+            order = np.argsort(-value, kind="stable")
+            index, value = index[order], value[order]
+        pieces = index.astype(np.int64).tolist()  # Python ints and floats at C speed: hundreds per text
+        if return_tokens:
+            pieces = self.tokenizer.convert_ids_to_tokens(pieces)
+        key = "token" if return_tokens else "index"
+        return [{key: k, "value": v} for k, v in zip(pieces, value.tolist())]

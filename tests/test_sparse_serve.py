@@ -1,0 +1,255 @@
+"""The sparse-embedding task: ``bertkit.pipeline("sparse-embedding", DIR)``, ``bertkit predict sparse-embedding`` and
+``bertkit serve --task sparse-embedding`` (TEI's /embed_sparse) give ``SparseEncoder.encode_document``'s vectors
+(``prompt_name`` "query": ``encode_query``'s) in every layout test_sparse_encoder.py's fixture writes: indices
+identical, values within 1e-5. The wire is TEI's documented shape; bad input is refused by name before any work."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit.errors import BertkitError
+
+pytest.importorskip("sentence_transformers")
+import test_sparse_encoder  # noqa: E402  (tests/ is on sys.path under pytest)
+
+LAYOUTS = test_sparse_encoder.LAYOUTS
+layouts, texts = test_sparse_encoder.layouts, test_sparse_encoder.texts  # its fixtures: the same directories and texts
+
+SIDES = (("document", "encode_document"), ("query", "encode_query"))
+
+
+def _expected(encoder, method: str, texts: list[str]) -> list[list[tuple[int, float]]]:
+    """``method``'s vectors as (index, value) pairs per text, in index order."""
+    coo = getattr(encoder, method)(texts).coalesce()
+    rows, dims = coo.indices()
+    return [list(zip(dims[rows == i].tolist(), coo.values()[rows == i].tolist())) for i in range(len(texts))]
+
+
+def _assert_same(got: list[list[dict]], want: list[list[tuple[int, float]]], summed: bool = False) -> None:
+    """Indices identical, values within 1e-5 (sum pooling adds a paragraph's ~150 token weights: 5e-5, as
+    test_sparse_encoder.py's bound)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert [d["index"] for d in g] == [i for i, _ in w]
+        assert all(set(d) == {"index", "value"} and type(d["index"]) is int for d in g)
+        torch.testing.assert_close(torch.tensor([d["value"] for d in g], dtype=torch.float64),
+                                   torch.tensor([v for _, v in w], dtype=torch.float64),
+                                   atol=5e-5 if summed else 1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_pipeline_gives_encode_document_and_encode_query_vectors(layout, layouts, texts):
+    from bertkit import pipeline
+    from bertkit.sentence import SparseEncoder
+
+    encoder = SparseEncoder(layouts[layout])
+    pipe = pipeline("sparse-embedding", layouts[layout], batch_size=8)
+    for side, method in SIDES:
+        want = _expected(encoder, method, texts)
+        assert sum(map(len, want)) > 4 * len(texts)  # the texts do activate word pieces
+        _assert_same(pipe(texts, prompt_name=side), want, layout == "mlm_transformer")
+    _assert_same(pipe(texts), _expected(encoder, "encode_document", texts), layout == "mlm_transformer")
+    one = pipe(texts[0], return_tokens=True)  # SparseEncoder.decode's pairs, largest first
+    values = [d["value"] for d in one]
+    assert values == sorted(values, reverse=True)
+    decoded = dict(encoder.decode(encoder.encode_document(texts[0])))  # (values within 1e-5 may swap near-ties)
+    assert sorted(d["token"] for d in one) == sorted(decoded)
+    torch.testing.assert_close(torch.tensor(values), torch.tensor([decoded[d["token"]] for d in one]),
+                               atol=5e-5, rtol=1e-5)
+
+
+def test_an_inference_free_model_embeds_queries_with_its_static_weights(layouts, texts):
+    """The query route of the inference-free layout runs no transformer: a query's vector holds exactly its word
+    pieces (no special tokens), each at the static weight the table gives it."""
+    from bertkit import pipeline
+    from bertkit.sentence import SparseEncoder
+
+    encoder = SparseEncoder(layouts["inference_free"])
+    pipe = pipeline("sparse-embedding", layouts["inference_free"])
+    query = texts[-1]
+    got = pipe(query, prompt_name="query")
+    ids = sorted(set(encoder.tokenizer(query, add_special_tokens=False)["input_ids"]))
+    weight = encoder[0].sub_modules["query"][0].weight
+    assert [d["index"] for d in got] == [i for i in ids if weight[i] != 0]
+    assert [d["value"] for d in got] == [weight[d["index"]].item() for d in got]
+    assert len(pipe(query)) > len(got)  # as a document, the transformer expands it
+
+
+def test_the_max_active_dims_of_the_model_and_of_the_pipeline(layouts, texts, tmp_path):
+    from bertkit import pipeline
+    from bertkit.sentence import SparseEncoder
+
+    encoder = SparseEncoder(layouts["splade"], max_active_dims=12)
+    encoder.save(tmp_path / "capped")
+    want = _expected(SparseEncoder(tmp_path / "capped"), "encode_document", texts)
+    assert all(len(w) == 12 for w in want)
+    _assert_same(pipeline("sparse-embedding", tmp_path / "capped")(texts), want)
+    assert [len(v) for v in pipeline("sparse-embedding", layouts["splade"], max_active_dims=5)(texts[:3])] == [5] * 3
+
+
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("layout", ["splade", "inference_free"])
+def test_predict_writes_the_pipelines_vectors(layout, layouts, texts, tmp_path):
+    from bertkit import pipeline
+    from bertkit.cli import main
+
+    (tmp_path / "in.txt").write_text("\n".join(texts[:10]) + "\n", encoding="utf-8")
+    base = ["predict", "sparse-embedding", "--model", str(layouts[layout]), "--input", str(tmp_path / "in.txt"),
+            "--batch-size", "4", "--no-progress"]
+    assert main([*base, "--output-file", str(tmp_path / "docs.jsonl")]) == 0
+    assert main([*base, "--prompt-name", "query", "--output-file", str(tmp_path / "queries.jsonl")]) == 0
+    assert main([*base, "--return-tokens", "--output-file", str(tmp_path / "tokens.jsonl")]) == 0
+    pipe = pipeline("sparse-embedding", layouts[layout], batch_size=4)
+    for name, options in (("docs", {}), ("queries", {"prompt_name": "query"}), ("tokens", {"return_tokens": True})):
+        assert _read(tmp_path / f"{name}.jsonl") == [{"id": i, "sparse_embedding": v}
+                                                     for i, v in enumerate(pipe(texts[:10], **options))]
+
+
+# -- bertkit serve ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def served(layouts):
+    """{layout: server}: the splade and inference-free layouts behind bertkit serve."""
+    pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+    from bertkit.inference.serve_wire import Limits
+    from serve_helpers import Server
+
+    servers = {}
+    for layout in ("splade", "inference_free", "mlm_transformer"):
+        pipe = pipeline("sparse-embedding", layouts[layout], batch_size=8, max_length=128)
+        servers[layout] = Server(create_app(pipe, str(layouts[layout]), max_batch_size=8, max_wait_ms=2,
+                                            limits=Limits(max_items=64)))
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+@pytest.mark.parametrize("layout", ["splade", "inference_free", "mlm_transformer"])
+def test_embed_sparse_answers_encode_document_and_encode_query(layout, layouts, served, texts):
+    """TEI's answer: a list of [{"index", "value"}] per input, one text too; prompt_name "query" selects the query
+    side. The server cuts at its max_length (128 here), as encode does at max_seq_length 128."""
+    import httpx
+
+    from bertkit.sentence import SparseEncoder
+
+    encoder = SparseEncoder(layouts[layout])
+    encoder.max_seq_length = 128
+    url = served[layout].url
+    summed = layout == "mlm_transformer"
+    for side, method in SIDES:
+        body = {"inputs": texts[:12], **({"prompt_name": side} if side == "query" else {})}
+        r = httpx.post(f"{url}/embed_sparse", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        _assert_same(r.json(), _expected(encoder, method, texts[:12]), summed)
+    one = httpx.post(f"{url}/embed_sparse", json={"inputs": texts[0], "prompt_name": "document"}, timeout=60)
+    assert one.status_code == 200 and len(one.json()) == 1
+    _assert_same(one.json(), _expected(encoder, "encode_document", texts[:1]), summed)
+    root = httpx.post(f"{url}/", json={"inputs": [texts[1]]}, timeout=60)  # TEI's POST / on this server
+    assert root.json() == httpx.post(f"{url}/embed_sparse", json={"inputs": [texts[1]]}, timeout=60).json()
+
+
+def test_the_wire_is_teis_documented_shape(served, texts):
+    """TEI's README example body, and its answer: a JSON list per input of objects with exactly an int "index" and a
+    float "value", indices ascending; /info says what TEI's does for a SPLADE model."""
+    import httpx
+
+    url = served["splade"].url
+    r = httpx.post(f"{url}/embed_sparse", json={"inputs": "I like you.", "truncate": False,
+                                                "truncation_direction": "right", "prompt_name": None}, timeout=60)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    body = r.json()
+    assert isinstance(body, list) and len(body) == 1 and body[0]
+    assert all(set(v) == {"index", "value"} and type(v["index"]) is int and type(v["value"]) is float and
+               v["value"] > 0 for v in body[0])
+    assert [v["index"] for v in body[0]] == sorted({v["index"] for v in body[0]})
+    assert int(r.headers["x-compute-tokens"]) == 6  # [CLS] i like you . [SEP]
+    info = httpx.get(f"{url}/info").json()
+    assert info["model_type"] == {"embedding": {"pooling": "splade"}} and info["task"] == "sparse-embedding"
+    assert info["embedding_dimension"] == 30522 and info["max_input_length"] == 128 and info["auto_truncate"]
+    # the Inference API's /predict runs the same pipeline
+    p = httpx.post(f"{url}/predict", json={"inputs": "I like you.", "parameters": {"return_tokens": True}},
+                   timeout=60).json()
+    assert sorted(d["token"] for d in p) == sorted(served_tokens(body[0]))
+
+
+def served_tokens(pairs: list[dict]) -> list[str]:
+    from bertkit.tokenization import BertTokenizer
+    from serve_helpers import MODEL
+
+    return BertTokenizer.from_pretrained(MODEL).convert_ids_to_tokens([p["index"] for p in pairs])
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"inputs": []}, 422, "inputs must be a string or a non-empty list of strings"),
+    ({"inputs": ["fine", "   "]}, 422, "sparse-embedding input 1 is empty"),
+    ({"inputs": "x " * 200, "truncate": False}, 422, "input 0 has 202 tokens, over max_length 128; send truncate"),
+    ({"inputs": "x", "prompt_name": "passage"}, 422, 'prompt_name must be "query" (encode_query\'s vectors) or'),
+    ({"inputs": "x", "normalize": True}, 422, "unknown field(s) normalize; /embed_sparse takes inputs, prompt_name"),
+    ({"inputs": "x", "pooling": "splade"}, 422, "unknown field(s) pooling"),
+    ({"inputs": "x", "truncation_direction": "left"}, 422, 'truncation_direction must be "right"'),
+    ({"inputs": [[1, 2]]}, 422, "inputs must be a string or a non-empty list of strings"),
+])
+def test_embed_sparse_refuses_bad_bodies_by_name(served, body, status, message):
+    import httpx
+
+    r = httpx.post(f"{served['splade'].url}/embed_sparse", json=body, timeout=60)
+    assert r.status_code == status and message in r.json()["error"], r.text
+
+
+def test_a_long_input_is_cut_when_truncate_is_unset(served, layouts):
+    import httpx
+
+    from bertkit.sentence import SparseEncoder
+
+    encoder = SparseEncoder(layouts["splade"])
+    encoder.max_seq_length = 128
+    text = "the weather in paris is lovely " * 60
+    r = httpx.post(f"{served['splade'].url}/embed_sparse", json={"inputs": text}, timeout=60)
+    assert r.status_code == 200
+    _assert_same(r.json(), _expected(encoder, "encode_document", [text]))
+
+
+def test_other_servers_answer_424_on_embed_sparse(tmp_path, minilm_dir):
+    pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
+    from fastapi.testclient import TestClient
+
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+
+    app = create_app(pipeline("sentence-embedding", minilm_dir), str(minilm_dir))
+    with TestClient(app) as client:
+        r = client.post("/embed_sparse", json={"inputs": "x"})
+    assert r.status_code == 424 and r.json()["error"] == (
+        "/embed_sparse needs a sparse encoder; this server runs sentence-embedding: start it with --task "
+        "sparse-embedding")
+
+
+def test_bad_models_and_inputs_are_refused_before_any_work(minilm_dir, layouts, tmp_path):
+    from bertkit import pipeline
+    from bertkit.cli import main
+
+    with pytest.raises(BertkitError, match=r"has no masked-LM head \(no cls.predictions weights"):
+        pipeline("sparse-embedding", minilm_dir)  # MiniLM as published: an encoder without its head
+    with pytest.raises(FileNotFoundError, match="sparse encoder directory .* does not exist"):
+        pipeline("sparse-embedding", tmp_path / "absent")
+    pipe = pipeline("sparse-embedding", layouts["splade"])
+    with pytest.raises(BertkitError, match="sparse-embedding input 1 is empty"):
+        pipe(["a text", "\u200b "])
+    with pytest.raises(BertkitError, match=r"prompt_name 'passage' is not one of \('document', 'query'\)"):
+        pipe("a text", prompt_name="passage")
+    with pytest.raises(BertkitError, match="quantize='int8' is not implemented for sparse-embedding"):
+        pipeline("sparse-embedding", layouts["splade"], quantize="int8")
+    (tmp_path / "in.txt").write_text("a text\n\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert main(["predict", "sparse-embedding", "--model", str(minilm_dir), "--input", str(tmp_path / "in.txt"),
+                 "--output-file", str(out), "--no-progress"]) != 0
+    assert not out.exists()
