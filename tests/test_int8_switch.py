@@ -683,7 +683,7 @@ def test_a_directory_with_projections_without_smoothing_is_refused_with_the_comm
     with pytest.raises(BertkitError, match=r"int8 projection layers.1.qkv has \['weight', 'weight_scale'\], "
                                            r"expected inv_scale, weight, weight_scale; write it again"):
         load_int8(fast)
-    tensors["int8.layers.0.pooler.weight"] = tensors["int8.layers.0.ffn_out.weight"]
+    tensors["int8.layers.0.pooler.weight"] = tensors["int8.layers.0.ffn_out.weight"].clone()
     save_file(tensors, str(fast / "model.int8.safetensors"))
     with pytest.raises(BertkitError, match=r"holds 'int8.layers.0.pooler.weight', which is not an int8 projection's "
                                            r"tensor .*<qkv\|attn_out\|ffn_in\|ffn_out>.*write it again: bertkit quantize "
