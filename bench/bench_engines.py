@@ -1,9 +1,11 @@
-"""bertkit against the other CPU inference engines for a BERT encoder, at three input lengths, each engine's
+"""bertkit against the other CPU inference engines for a BERT encoder, at four input lengths, each engine's
 speed beside its accuracy.
 
 Workloads (MiniLM, ``models/minilm``; batches in file order, each padded to its longest row, as a user's file or a
 server's batch arrives):
 - ``short``: SST-2 dev sentences (``--sentences``, all 872 by default; 25 tokens on average), batch 32, max_length 128;
+- ``questions``: SQuAD dev questions alone (``--questions`` of them, 1,024 by default; about 14 tokens), batch 32,
+  max_length 128: the shortest texts, where the passes between the products weigh most;
 - ``pairs``: SQuAD dev questions each paired with the context sentence that holds the answer, which is how QNLI was
   built (GLUE's QNLI files are not in the shared data); ``--pairs`` of them (about 54 tokens), batch 32, max 128;
 - ``windows``: SQuAD dev question + context, truncated to 384 tokens as SQuAD fine-tuning does (the first window of
@@ -39,7 +41,7 @@ the figure to compare there (at two, it also counts the time a pool's threads sp
 the thread pools of the engine that ran last (which wait by spinning) have gone to sleep: measured without that
 pause, bertkit's two-thread passes ran up to 1.7x slower than alone. The load average before and after is printed.
 
-    python bench/bench_engines.py --threads 1,2 --rounds 5 [--workloads short,pairs,windows] [--engines a,b]
+    python bench/bench_engines.py --threads 1,2 --rounds 5 [--workloads short,questions,pairs,windows] [--engines a,b]
 
 Every line names the CPU class bertkit chose its paths for (``cpu_class``, from ``bertkit._hardware``) and the ISA
 limits in force. An AVX2-only CPU is emulated on an AVX-512 one by holding every library to AVX2 (``ISA_LIMITS``):
@@ -111,6 +113,11 @@ def question_sentence_pairs(data: Path, n: int) -> list[tuple[str, str]]:
     return pairs
 
 
+def squad_questions(data: Path, n: int) -> list[str]:
+    squad = json.loads((data / "squad/dev-v1.1.json").read_text(encoding="utf-8"))
+    return [qa["question"] for art in squad["data"] for para in art["paragraphs"] for qa in para["qas"]][:n]
+
+
 def squad_windows(data: Path, n: int) -> list[tuple[str, str]]:
     squad = json.loads((data / "squad/dev-v1.1.json").read_text(encoding="utf-8"))
     rows = [(qa["question"], para["context"]) for art in squad["data"] for para in art["paragraphs"]
@@ -131,9 +138,11 @@ def encode(tok: BertTokenizer, rows: list, batch_size: int, max_length: int) -> 
     return batches
 
 
-def workloads(tok: BertTokenizer, data: Path, sentences: int, pairs: int, windows: int) -> dict[str, list[Batch]]:
+def workloads(tok: BertTokenizer, data: Path, sentences: int, questions: int, pairs: int,
+              windows: int) -> dict[str, list[Batch]]:
     return {
         "short": encode(tok, sst2(data, "dev")[:sentences], 32, 128),
+        "questions": encode(tok, squad_questions(data, questions), 32, 128),
         "pairs": encode(tok, question_sentence_pairs(data, pairs), 32, 128),
         "windows": encode(tok, squad_windows(data, windows), 16, 384),
     }
@@ -396,9 +405,10 @@ def main() -> None:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--sentences", type=int, default=872, help="SST-2 dev sentences in the short workload (872: all)")
+    p.add_argument("--questions", type=int, default=1024, help="SQuAD dev questions in the questions workload")
     p.add_argument("--pairs", type=int, default=512, help="question/sentence pairs in the pairs workload")
     p.add_argument("--windows", type=int, default=128, help="SQuAD windows in the windows workload")
-    p.add_argument("--workloads", default="short,pairs,windows")
+    p.add_argument("--workloads", default="short,questions,pairs,windows")
     p.add_argument("--engines", default=None, help="comma list: only these engines (bertkit-fp32 always runs)")
     p.add_argument("--no-mkl", action="store_true", help="skip the CT2_USE_MKL=1 rows")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -409,7 +419,7 @@ def main() -> None:
         return worker(args)
 
     tok = BertTokenizer.from_pretrained(args.model)
-    data = workloads(tok, args.data, args.sentences, args.pairs, args.windows)
+    data = workloads(tok, args.data, args.sentences, args.questions, args.pairs, args.windows)
     data = {w: data[w] for w in args.workloads.split(",")}
     from bertkit.quantization import calibration_batches
     calibration = calibration_batches(tok, sst2(args.data, "train")[:256])

@@ -98,11 +98,14 @@ def on_fbgemm(monkeypatch):
     monkeypatch.setattr(kernels, "check_int8_kernel", lambda: FBGEMM)
 
 
-def test_qkv_attn_out_and_ffn_in_become_int8_on_this_machines_kernel(fp32, int8):
-    assert int8_projections(int8) == [f"layers.{i}.{k}" for i in range(6) for k in ("qkv", "attn_out", "ffn_in")]
+def test_every_projection_becomes_int8_on_this_machines_kernel(fp32, int8):
+    assert int8_projections(int8) == [f"layers.{i}.{k}" for i in range(6)
+                                      for k in ("qkv", "attn_out", "ffn_in", "ffn_out")]
     assert int8_projections(fp32) == []  # the fp32 model is untouched (a copy was quantized)
     layer = int8.encoder.layer[0]
-    assert type(layer.output.dense) is nn.Linear and isinstance(layer.attention.self.qkv, Int8Linear)
+    assert isinstance(layer.output.dense, Int8Linear) and isinstance(layer.attention.self.qkv, Int8Linear)
+    # ffn_out's activations take one scale per token, the others one per call
+    assert [m.per_token for m in int8.modules() if isinstance(m, Int8Linear)] == [False, False, False, True] * 6
     assert layer.attention.self.query is None  # q, k and v: one int8 module (one GEMM)
     assert {m.kernel for m in int8.modules() if isinstance(m, Int8Linear)} == {KERNEL}
     assert type(int8.pooler.dense) is nn.Linear and not int8.training
@@ -192,6 +195,35 @@ def test_on_avx2_onednn_is_not_exact_at_8_bits_and_is_its_formula_at_7():
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["False", "True", "onednn", "63", "True"], run.stdout
+
+
+@pytest.mark.parametrize("kernel", [KERNEL, FBGEMM])
+def test_a_per_token_layer_is_its_formula_with_each_tokens_own_scale(kernel, monkeypatch):
+    """A per-token Int8Linear (``ffn_out``) computes y = (lo_t + step_t * codes_t) @ Q(W / inv_scale)^T + b with each
+    token's own range: every token within half a step of its own range of the float product, whatever the other
+    tokens (a token 1,000x smaller than the rest keeps its precision, and its output does not move when they
+    change); on the AVX2 class (fbgemm, one scale per call) it runs oneDNN's kernel at that class's 7 bits."""
+    if kernel.name == "fbgemm" and not fbgemm_int8():
+        pytest.skip("this PyTorch has no fbgemm kernel")
+    monkeypatch.setattr(kernels, "check_int8_kernel", lambda: kernel)
+    torch.manual_seed(0)
+    linear, smooth = nn.Linear(96, 24), torch.rand(96) + 0.5
+    layer = Int8Linear.from_float(linear, smooth, per_token=True)
+    assert layer.per_token and layer.kernel == Int8Kernel("onednn", kernel.activation_bits)
+    scales = torch.logspace(-3, 1, 4500)[:, None]  # rows spanning four orders of magnitude
+    small, large = torch.randn(5, 96) * scales[::900], torch.randn(4500, 96) * scales - 0.1 * scales
+    assert large.numel() >= kernels.COMPILE_FROM > small.numel()
+    w = layer.weight.double() * layer.weight_scale.double()[:, None]
+    with torch.inference_mode():
+        for x in (small, large):
+            rows = (x * layer.inv_scale).double()
+            step = (rows.amax(1) - rows.amin(1)) / (2 * kernel.levels + 1)  # (T,) each token's own
+            error = (layer(x).double() - rows @ w.t() - linear.bias.double()).abs().amax(1)
+            assert bool((error <= step * w.abs().sum(1).max() / 2 * 1.001 + 1e-5).all()), (kernel, error.max())
+        alone, with_others = layer(small[:1]), layer(torch.cat([small[:1], small[1:] * 1000]))[:1]
+        assert torch.equal(alone, with_others)
+        assert torch.equal(pickle.loads(pickle.dumps(layer))(small), layer(small))
+        assert torch.isnan(layer(torch.cat([small[:1], torch.full((1, 96), float("nan"))]))[1]).all()
 
 
 @pytest.mark.parametrize("kernel", [KERNEL, FBGEMM])

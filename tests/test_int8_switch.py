@@ -535,8 +535,8 @@ def test_quantize_writes_a_smaller_directory_that_loads_as_the_int8_pipeline_run
     assert config["id2label"] == {"0": "negative", "1": "positive"}
     assert config["quantization_config"]["quant_method"] == "bertkit-int8"
     assert config["quantization_config"]["calibration"] == "built-in"
-    # 6 layers x qkv, attn_out, ffn_in (every ffn_out stays fp32)
-    assert len(config["quantization_config"]["int8_projections"]) == 18
+    # 6 layers x qkv, attn_out, ffn_in, ffn_out
+    assert len(config["quantization_config"]["int8_projections"]) == 24
     # measured: 69.7 MB against 90.9 MB (the embeddings, a third of MiniLM, stay float32)
     size = (quantized_classifier / "model.int8.safetensors").stat().st_size
     assert size < 0.8 * (classifier_dir / "model.safetensors").stat().st_size
@@ -623,9 +623,9 @@ def test_a_saved_int8_model_refuses_what_it_cannot_do(classifier_dir, quantized_
         if not f.name.startswith("."):
             (other / f.name).write_bytes(f.read_bytes())
     config = json.loads((other / "config.json").read_text(encoding="utf-8"))
-    config["quantization_config"]["format_version"] = 3
+    config["quantization_config"]["format_version"] = 4
     (other / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(BertkitError, match=r"does not describe a bertkit-int8 model of format 2 .*write it again: "
+    with pytest.raises(BertkitError, match=r"does not describe a bertkit-int8 model of format 3 .*write it again: "
                                            rf"bertkit quantize --model FLOAT_CHECKPOINT --output-dir {other} --overwrite"):
         load_int8(other)
     cases = [(["quantize", "--model", str(quantized_classifier), "--output-dir", str(tmp_path / "q2")],
@@ -654,43 +654,40 @@ def _copy(directory: Path, to: Path) -> tuple[Path, dict]:
     return to, json.loads((to / "config.json").read_text(encoding="utf-8"))
 
 
-def test_a_directory_of_format_1_is_refused_with_the_command_that_rewrites_it(quantized_classifier, tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_directory_of_an_earlier_format_is_refused_with_the_command_that_rewrites_it(quantized_classifier, tmp_path,
+                                                                                      version):
+    """Format 2 kept every ffn_out float: read as format 3 it would run a second int8 recipe; it is written again."""
     from bertkit.quantization import load_int8
 
-    old, config = _copy(quantized_classifier, tmp_path / "format-1")
-    config["quantization_config"]["format_version"] = 1
+    old, config = _copy(quantized_classifier, tmp_path / f"format-{version}")
+    config["quantization_config"]["format_version"] = version
     (old / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(BertkitError, match=rf"of format 2 .*bertkit quantize --model FLOAT_CHECKPOINT --output-dir {old} "):
+    with pytest.raises(BertkitError, match=rf"of format 3 .*bertkit quantize --model FLOAT_CHECKPOINT --output-dir {old} "):
         load_int8(old)
 
 
 def test_a_directory_with_projections_without_smoothing_is_refused_with_the_command_that_rewrites_it(
         classifier_dir, quantized_classifier, tmp_path, capsys):
-    """What the deleted `bertkit quantize --fast` wrote (every ffn_out int8, without smoothing factors) is not read
-    as something else: the directory is refused, naming the tensor and the command; so is a projection without its
-    smoothing factors."""
+    """A projection without its smoothing factors (what the deleted `bertkit quantize --fast` wrote for ffn_out), or
+    a tensor that is no projection's, is not read as something else: the directory is refused, naming the tensor and
+    the command."""
     from safetensors.torch import load_file, save_file
 
     from bertkit.quantization import load_int8
 
     fast, config = _copy(quantized_classifier, tmp_path / "fast")
     tensors = load_file(str(fast / "model.int8.safetensors"))
-    w = tensors.pop("bert.encoder.layer.0.output.dense.weight")
-    scale = (w.abs().amax(1) / 127).clamp(min=1e-30)
-    tensors["int8.layers.0.ffn_out.weight"] = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
-    tensors["int8.layers.0.ffn_out.weight_scale"] = scale
-    save_file(tensors, str(fast / "model.int8.safetensors"))
-    config["quantization_config"].update(per_token_projections=["layers.0.ffn_out"])
-    (fast / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(BertkitError, match=r"holds 'int8.layers.0.ffn_out.weight(_scale)?', which is not an int8 projection's "
-                                           r"tensor .*<qkv\|attn_out\|ffn_in>.*write it again: bertkit quantize "
-                                           rf"--model FLOAT_CHECKPOINT --output-dir {fast} --overwrite"):
-        load_int8(fast)
-    del tensors["int8.layers.0.ffn_out.weight"], tensors["int8.layers.0.ffn_out.weight_scale"]
     del tensors["int8.layers.1.qkv.inv_scale"]
     save_file(tensors, str(fast / "model.int8.safetensors"))
     with pytest.raises(BertkitError, match=r"int8 projection layers.1.qkv has \['weight', 'weight_scale'\], "
                                            r"expected inv_scale, weight, weight_scale; write it again"):
+        load_int8(fast)
+    tensors["int8.layers.0.pooler.weight"] = tensors["int8.layers.0.ffn_out.weight"].clone()
+    save_file(tensors, str(fast / "model.int8.safetensors"))
+    with pytest.raises(BertkitError, match=r"holds 'int8.layers.0.pooler.weight', which is not an int8 projection's "
+                                           r"tensor .*<qkv\|attn_out\|ffn_in\|ffn_out>.*write it again: bertkit quantize "
+                                           rf"--model FLOAT_CHECKPOINT --output-dir {fast} --overwrite"):
         load_int8(fast)
     with pytest.raises(SystemExit):  # an unknown flag
         main(["quantize", "--model", str(classifier_dir), "--output-dir", str(tmp_path / "f2"), "--fast"])

@@ -57,6 +57,39 @@ def test_prepared_model_matches_the_plain_one(tiny_model, act, layout):
     torch.testing.assert_close(ours[real], ref[real], atol=1e-5, rtol=0)
 
 
+def test_optimize_for_inference_is_the_copy_pipelines_run(tiny_model, tmp_path):
+    """``bertkit.optimize_for_inference``, the one public call for the inference copy: what a pipeline runs (the
+    same module types and the same outputs, bit for bit), the plain model's outputs within fp32 rounding, the model
+    passed in left plain; an int8 model stays int8; anything but a model is refused."""
+    import bertkit
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.quantization import Int8Linear, quantize_int8
+
+    model = tiny_model().eval()
+    ids, mask = _inputs()
+    real = mask.bool()
+    fast = bertkit.optimize_for_inference(model)
+    assert isinstance(fast, BertModel) and fast is not model and not fast.training
+    from_pipeline, _ = prepare_model(model)  # what every pipeline, predict and serve run
+    assert [type(m) for m in fast.modules()] == [type(m) for m in from_pipeline.modules()]
+    assert isinstance(fast.encoder.layer[0].attention.self.qkv, PreparedLinear)
+    assert not any(isinstance(m, PreparedLinear) for m in model.modules())
+    with torch.no_grad():
+        ours = fast(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert torch.equal(ours, from_pipeline(input_ids=ids, attention_mask=mask).last_hidden_state)
+        torch.testing.assert_close(ours[real], model(input_ids=ids, attention_mask=mask).last_hidden_state[real],
+                                   atol=1e-5, rtol=0)
+    head = BertForSequenceClassification(model.config).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(bertkit.optimize_for_inference(head)(ids, mask).logits, head(ids, mask).logits,
+                                   atol=1e-5, rtol=0)
+    int8 = quantize_int8(model, calibration=[{"input_ids": ids, "attention_mask": mask}])
+    fast8 = bertkit.optimize_for_inference(int8)
+    assert sum(isinstance(m, Int8Linear) for m in fast8.modules()) == 4 * model.config.num_hidden_layers
+    with pytest.raises(bertkit.errors.BertkitError, match="takes a loaded model .*got str"):
+        bertkit.optimize_for_inference("models/minilm")
+
+
 def test_the_public_fallback_where_onednn_does_not_run(tiny_model):
     """Without oneDNN's Linear (a build without it, a non-x86 CPU: the probe says no) the prepared projections run
     ``F.linear``, nothing is fused, and the states are the plain model's."""

@@ -25,6 +25,7 @@ _EXPORTS = {
     "BertTokenizerFast": "bertkit.tokenization",
     "AutoTokenizer": "bertkit.tokenization",
     "pipeline": "bertkit.inference",
+    "optimize_for_inference": "bertkit.inference.prepare",
     "AutoConfig": "bertkit.auto",
     "AutoModel": "bertkit.auto",
     "AutoModelForPreTraining": "bertkit.auto",

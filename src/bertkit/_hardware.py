@@ -127,6 +127,17 @@ def check_int8_kernel() -> Int8Kernel:
     return kernel
 
 
+def check_onednn_int8(activation_bits: int) -> Int8Kernel:
+    """oneDNN's quantized Linear at ``activation_bits``, which the per-token projections run on every class (fbgemm's
+    dynamic Linear takes one activation scale per call), or an error naming why it cannot run here and the fix."""
+    kernel = Int8Kernel("onednn", activation_bits)
+    if not onednn_int8_exact(kernel.levels):
+        raise BertkitError(f"int8 runs its per-token projections on oneDNN's quantized Linear "
+                           f"(torch.ops.onednn.qlinear_pointwise), which this PyTorch build does not compute exactly at "
+                           f"{activation_bits}-bit activations here; run the fp32 model here (without int8)")
+    return kernel
+
+
 def host_workers(device_type: str) -> int:
     """Loader processes that tokenize and collate training batches ahead of the step: none on a CPU, where they
     would take cores from the step itself; on a GPU every core but two (the process driving the device and its

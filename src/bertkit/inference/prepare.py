@@ -121,6 +121,22 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
     return model, Precision(dev, "bfloat16" if bf16 else "float32", quantize, calibration)
 
 
+def optimize_for_inference(model: nn.Module, *, device: str | torch.device = "cpu", bf16: bool = False) -> nn.Module:
+    """The copy of ``model`` that pipelines, ``predict`` and ``serve`` run (``prepare_model``): in eval mode on
+    ``device``, and on the CPU its inference copy (``for_cpu_inference``: query, key and value one GEMM, weights
+    prepared once for oneDNN, the GELU fused): the same outputs within fp32 rounding, about twice as fast on short
+    texts. ``model`` keeps its plain ``nn.Linear`` modules (for training, peft and hooks). An int8 model
+    (``quantize_int8``, ``load_int8``) stays int8. With ``bf16=True`` the copy is made for bf16: call it inside
+    ``torch.autocast("cpu", dtype=torch.bfloat16)``, as pipelines do.
+
+        model = bertkit.optimize_for_inference(BertModel.from_pretrained("models/minilm"))
+    """
+    if not isinstance(model, nn.Module):
+        raise BertkitError(f"optimize_for_inference takes a loaded model (BertModel.from_pretrained(...)), got "
+                           f"{type(model).__name__}")
+    return prepare_model(model, device=device, bf16=bf16)[0]
+
+
 def _checked_bf16(bf16: Any) -> bool | None:
     """``bf16`` as True, False or None (unset); anything else (a string such as "false", a number) is refused
     rather than read by its truthiness."""

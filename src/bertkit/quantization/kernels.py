@@ -1,11 +1,14 @@
 """``Int8Linear``: the int8 module that replaces an encoder projection, on this machine's one int8 kernel.
 
 y = Q(x * inv_scale) @ Q(W / inv_scale)^T + b: int8 weights with one scale per output channel, activations
-quantized with one scale and zero point per call after SmoothQuant's per-channel division (``inv_scale``). The
+quantized after SmoothQuant's per-channel division (``inv_scale``) with one scale and zero point per call, or, for a
+``per_token`` projection (``ffn_out``, whose input spans three orders of magnitude between tokens), per token. The
 module holds the integers and scales (its state dict) and packs them for the kernel ``_hardware.int8_kernel``
 chose: oneDNN's quantized Linear (``torch.ops.onednn.qlinear_pointwise``, Inductor's x86 int8 kernel), fed codes
 from ``quantize_activations`` and applying scales, bias and a fused activation inside; or fbgemm's dynamic Linear
-(AVX2), which quantizes the activations itself.
+(AVX2), which quantizes the activations itself. A per-token projection runs oneDNN's kernel at the class's width
+on every class (fbgemm's takes one scale per call) on codes from ``quantize_per_token``, and applies each token's
+scale and zero point to the product.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from bertkit._hardware import X86_ENGINES, Int8Kernel, check_int8_kernel
+from bertkit._hardware import X86_ENGINES, Int8Kernel, check_int8_kernel, check_onednn_int8
 from bertkit.errors import BertkitError
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,17 @@ def quantize_activations(x: Tensor, inv_scale: Tensor, levels: int) -> tuple[Ten
     # in place on this call's own copy: eagerly, fresh large buffers cost page faults on every call
     codes = x.sub_(zero).div_(step).round_().clamp_(-levels, levels).add_(levels + 1)
     return codes.to(torch.uint8), zero, step
+
+
+def quantize_per_token(x: Tensor, inv_scale: Tensor, steps: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``x * inv_scale`` (T, in) as uint8 codes 0..``steps``, each row with its own low end ``lo`` and step (T, 1),
+    float32: ``x * inv_scale ~= lo + step * codes``, every row on every level whatever its range. ``x`` has at least
+    one row; a row holding NaN gives NaN ``lo`` (and so NaN outputs)."""
+    x = x * inv_scale  # float32: inv_scale is
+    lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
+    step = ((hi * 0.5 - lo * 0.5) * (2 / steps)).clamp_(min=_TINY)  # halved: a +-3e38 range does not overflow
+    codes = x.sub_(lo).div_(step).round_().clamp_(0, steps)
+    return codes.to(torch.uint8), lo, step
 
 
 # Calls on fewer activations than this quantize eagerly: compiling costs seconds once per process (a few with a
@@ -77,7 +91,7 @@ class _Compiled:
         if not self.checked:
             expected = self.fn(x, *args)
             codes_agree = int((result[0].int() - expected[0].int()).abs().max()) <= 1  # a rounding tie at most
-            if not (codes_agree and torch.allclose(torch.stack(result[1:]), torch.stack(expected[1:]), rtol=1e-5)):
+            if not (codes_agree and all(torch.allclose(r, e, rtol=1e-5) for r, e in zip(result[1:], expected[1:]))):
                 self.failed = True
                 log.warning("int8: the compiled activation quantization disagreed with its eager definition (a stale "
                             "Inductor cache, TORCHINDUCTOR_CACHE_DIR?); quantizing eagerly from now on")
@@ -87,7 +101,9 @@ class _Compiled:
 
 
 compiled_quantize_activations = _Compiled(quantize_activations)
-_ZERO_POINTS = {127: torch.tensor(128), 63: torch.tensor(64)}  # levels -> the codes' uint8 zero point
+compiled_quantize_per_token = _Compiled(quantize_per_token)
+_ZERO_POINTS = {127: torch.tensor(128), 63: torch.tensor(64), 0: torch.tensor(0)}  # the codes' uint8 zero points
+_ONE = torch.tensor(1.0)
 
 
 def check_saved(name: str, value: Tensor, low: float, high: float) -> None:
@@ -103,10 +119,13 @@ def check_saved(name: str, value: Tensor, low: float, high: float) -> None:
 
 class Int8Linear(nn.Module):
     """An encoder projection in int8 (see the module docstring). Built by ``from_float`` (quantizing a float
-    ``nn.Linear`` whose inputs are divided by the smoothing factors ``scale``) or ``from_saved``; inference only."""
+    ``nn.Linear`` whose inputs are divided by the smoothing factors ``scale``) or ``from_saved``; inference only.
+    ``per_token``: its activations take one scale per token (``projections.PER_TOKEN`` says which)."""
 
-    def __init__(self, weight: Tensor, weight_scale: Tensor, inv_scale: Tensor, bias: Tensor | None):
+    def __init__(self, weight: Tensor, weight_scale: Tensor, inv_scale: Tensor, bias: Tensor | None,
+                 per_token: bool = False):
         super().__init__()
+        self.per_token = per_token
         self.out_features, self.in_features = weight.shape
         self.register_buffer("weight", weight.contiguous())  # (out, in) int8
         self.register_buffer("weight_scale", weight_scale.to(torch.float32))  # (out,)
@@ -118,17 +137,17 @@ class Int8Linear(nn.Module):
         self._pack()
 
     @classmethod
-    def from_float(cls, linear: nn.Linear, scale: Tensor) -> Int8Linear:
+    def from_float(cls, linear: nn.Linear, scale: Tensor, per_token: bool = False) -> Int8Linear:
         """``linear`` with its input channel j divided by ``scale[j]`` > 0 and its weight's column j multiplied by
         it (exact in real arithmetic), the weight then quantized symmetrically per output channel."""
         w = linear.weight.detach().to(torch.float32) * scale[None, :]  # (out, in)
         weight_scale = (w.abs().amax(1) / 127).clamp(min=_TINY)
         weight = torch.round(w / weight_scale[:, None]).clamp(-127, 127).to(torch.int8)
-        return cls(weight, weight_scale, (1.0 / scale).to(torch.float32), linear.bias)
+        return cls(weight, weight_scale, (1.0 / scale).to(torch.float32), linear.bias, per_token)
 
     @classmethod
     def from_saved(cls, name: str, weight: Tensor, weight_scale: Tensor, inv_scale: Tensor,
-                   bias: Tensor | None) -> Int8Linear:
+                   bias: Tensor | None, per_token: bool = False) -> Int8Linear:
         """The layer ``save_int8`` wrote under ``name``, checked: shapes, dtypes and scales in range."""
         if (weight.dtype != torch.int8 or weight.dim() != 2 or weight_scale.shape != (weight.shape[0],)
                 or inv_scale.shape != (weight.shape[1],)):
@@ -137,7 +156,7 @@ class Int8Linear(nn.Module):
                                f"{tuple(inv_scale.shape)}: the file is not one `bertkit quantize` wrote, or damaged")
         check_saved(f"{name}.weight_scale", weight_scale, _TINY, 1e4)
         check_saved(f"{name}.inv_scale", inv_scale, 1 / SMOOTHING_BOUND * (1 - 1e-6), SMOOTHING_BOUND * (1 + 1e-6))
-        return cls(weight, weight_scale, inv_scale, bias)
+        return cls(weight, weight_scale, inv_scale, bias, per_token)
 
     def fused_with(self, activation: nn.Module | None, post_op: tuple[str, str]) -> Int8Linear:
         """A copy whose output is ``activation`` of this layer's, computed by oneDNN's kernel as its post-operation
@@ -153,6 +172,8 @@ class Int8Linear(nn.Module):
         """Pack the integers for this machine's kernel: an opaque copy, never saved, remade after a state-dict load
         or an unpickle."""
         self.kernel: Int8Kernel = check_int8_kernel()
+        if self.per_token and self.kernel.name != "onednn":
+            self.kernel = check_onednn_int8(self.kernel.activation_bits)
         if self.kernel.name == "onednn":
             self._packed = torch.ops.onednn.qlinear_prepack(self.weight, None)
             # what the activations' zero point adds to each output: zero * sum_j W[o, j], weights in float units
@@ -194,7 +215,16 @@ class Int8Linear(nn.Module):
         x = x.reshape(-1, self.in_features)
         if x.shape[0] == 0:  # no tokens: there is no range to take
             return x.new_zeros(*shape[:-1], self.out_features, dtype=torch.float32)
-        if self.kernel.name == "fbgemm":  # reduce_range: 7-bit activations, quantized inside the kernel
+        if self.per_token:
+            # lo + step * codes per token: the product of the codes, scaled per token, plus lo times each output's
+            # weight sum, plus the bias
+            q, lo, step = compiled_quantize_per_token(x, self.inv_scale, 2 * self.kernel.levels + 1)
+            y = torch.ops.onednn.qlinear_pointwise.tensor(
+                q, _ONE, _ZERO_POINTS[0], self._packed, self.weight_scale, self._zero_points, None, 1.0, 0,
+                torch.float32, "none", [], "")
+            offset = lo * self._rowsum if self.bias is None else torch.addcmul(self.bias, lo, self._rowsum)
+            y = torch.addcmul(offset, y, step)
+        elif self.kernel.name == "fbgemm":  # reduce_range: 7-bit activations, quantized inside the kernel
             y = torch.ops.quantized.linear_dynamic(x * self.inv_scale, self._packed, True)
             if self.activation is not None:  # fused on oneDNN; a layer fused there and loaded here applies it after
                 y = self.activation(y)
@@ -217,8 +247,9 @@ class Int8Linear(nn.Module):
         return super().train(False)
 
     def extra_repr(self) -> str:
+        per = "per token" if self.per_token else "per call"
         return (f"in_features={self.in_features}, out_features={self.out_features}, int8 weights per output channel, "
-                f"{self.kernel.activation_bits}-bit activations on {self.kernel.name}, post_op={self.post_op[0]}")
+                f"{self.kernel.activation_bits}-bit activations {per} on {self.kernel.name}, post_op={self.post_op[0]}")
 
 
 NOT_FOR_TRAINING = ("an int8 model is for inference only (its int8 kernels have no backward): train or fine-tune "

@@ -16,10 +16,12 @@ from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
 from bertkit.quantization.kernels import Int8Linear
 
-# The encoder layer's projections made int8, in forward order. ``ffn_out`` stays float: its input (after GELU)
-# spans 0.01 to 30 between tokens, which one activation scale per call cannot hold; int8 too, 7-bit activations
-# missed cosine 0.99 on STS-B (docs/inference.md, section int8).
-PROJECTIONS = ("qkv", "attn_out", "ffn_in")
+# The encoder layer's projections made int8, in forward order: all four, as CTranslate2 and ONNX Runtime quantize
+# them. ``ffn_out``'s input (after GELU) spans 0.01 to 30 between tokens, which one activation scale per call cannot
+# hold (min cosine 0.986 on STS-B at 7 bits): its activations take one scale per token (``PER_TOKEN``), which keeps
+# the embeddings within cosine 0.998 of fp32 (docs/inference.md, section int8).
+PROJECTIONS = ("qkv", "attn_out", "ffn_in", "ffn_out")
+PER_TOKEN = ("ffn_out",)
 
 
 def _layers(encoder: BertModel) -> nn.ModuleList:

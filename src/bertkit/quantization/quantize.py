@@ -14,6 +14,7 @@ from bertkit.errors import BertkitError
 from bertkit.quantization.calibration import activation_absmax, calibration_batches, smoothing_scale
 from bertkit.quantization.kernels import Int8Linear
 from bertkit.quantization.projections import (
+    PER_TOKEN,
     PROJECTIONS,
     _layers,
     encoder_of,
@@ -42,13 +43,12 @@ def check_int8_support(model: nn.Module) -> None:
 
 
 def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor]]) -> nn.Module:
-    """A copy of ``model`` whose encoder projections ``qkv``, ``attn_out`` and ``ffn_in`` are ``Int8Linear`` on
-    this machine's int8 kernel; in eval mode, for inference.
+    """A copy of ``model`` whose encoder projections ``qkv``, ``attn_out``, ``ffn_in`` and ``ffn_out`` are
+    ``Int8Linear`` on this machine's int8 kernel (``ffn_out``'s activations per token); in eval mode, for inference.
 
     ``model`` is a bertkit ``BertModel`` or head model in float32 on the CPU. ``calibration``: encoder input
     batches (``calibration_batches(tokenizer, texts)``, a few hundred texts like the model's inputs) from which
-    the smoothing factors are measured. Embeddings, LayerNorms, attention, ``ffn_out``, the pooler and heads stay
-    float. Quantizing MiniLM on 256 sentences takes about a second; ``save_int8`` (``bertkit quantize``) keeps the
+    the smoothing factors are measured. Embeddings, LayerNorms, attention, the pooler and heads stay float. Quantizing MiniLM on 256 sentences takes about a second; ``save_int8`` (``bertkit quantize``) keeps the
     result for a 0.1 s load."""
     encoder = encoder_of(model)
     check_int8_support(model)
@@ -67,8 +67,8 @@ def quantize_int8(model: nn.Module, *, calibration: Iterable[Mapping[str, Tensor
     for i, kind in targets:
         layer = _layers(target_encoder)[i]
         linear = float_projection(layer, kind)
-        set_projection(layer, kind, Int8Linear.from_float(linear, smoothing_scale(absmax[(i, kind)], linear.weight,
-                                                                                 ALPHA)))
+        scale = smoothing_scale(absmax[(i, kind)], linear.weight, ALPHA)
+        set_projection(layer, kind, Int8Linear.from_float(linear, scale, per_token=kind in PER_TOKEN))
     return target_model.eval()
 
 

@@ -31,6 +31,7 @@ from bertkit.outputs import atomic_target, atomic_write_text, staged
 from bertkit.quantization.calibration import read_calibration_file
 from bertkit.quantization.kernels import Int8Linear
 from bertkit.quantization.projections import (
+    PER_TOKEN,
     PROJECTIONS,
     _layers,
     encoder_of,
@@ -44,7 +45,7 @@ from bertkit.tokenization import BertTokenizer
 
 # config.json's ``quantization_config.quant_method`` of a saved int8 model, and the layout's version.
 QUANT_METHOD = "bertkit-int8"
-INT8_FORMAT_VERSION = 2
+INT8_FORMAT_VERSION = 3
 # How to write a directory again (for one this bertkit refuses): the command, with the directory's own path.
 _REWRITE = "write it again: bertkit quantize --model FLOAT_CHECKPOINT --output-dir {} --overwrite"
 
@@ -105,7 +106,8 @@ def _quantization_config(int8: dict[tuple[int, str], nn.Module], calibration: st
     return {
         "quant_method": QUANT_METHOD, "format_version": INT8_FORMAT_VERSION,
         "weights": "int8, symmetric, one scale per output channel",
-        "activations": "uint8, one scale per call over the whole input (dynamic), 8 or 7 bits as the CPU runs them",
+        "activations": "uint8, dynamic, 8 or 7 bits as the CPU runs them: one scale per call over the whole input, "
+                       "one per token for " + ", ".join(PER_TOKEN),
         "smoothing": "SmoothQuant: inputs times inv_scale, weights already times its inverse",
         "int8_projections": [f"layers.{i}.{kind}" for i, kind in int8],
         "calibration": calibration,
@@ -199,7 +201,7 @@ def _install_int8(encoder: BertModel, saved: _SavedProjections, weights: Path) -
                                "together")
         bias = stand_in.bias.detach() if stand_in.bias is not None else None
         layer = Int8Linear.from_saved(f"{weights.name}: int8.layers.{i}.{kind}", parts["weight"],
-                                      parts["weight_scale"], parts["inv_scale"], bias)
+                                      parts["weight_scale"], parts["inv_scale"], bias, per_token=kind in PER_TOKEN)
         set_projection(_layers(encoder)[i], kind, layer)
 
 
