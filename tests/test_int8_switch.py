@@ -123,22 +123,21 @@ def test_int8_embeddings_within_cosine_099_of_fp32(embedders, sentences):
 
 
 @pytest.mark.skipif(not bertkit._hardware.cpu_has_bf16(), reason="int8 with bf16 needs AVX512-BF16 or AMX")
-def test_int8_runs_its_float_parts_in_bf16_by_default_on_a_bf16_cpu(minilm_dir, embedders, sentences):
-    """On a CPU with bf16 instructions quantize='int8' runs what stays float (attention, GELU, LayerNorm, the
-    projections kept fp32) under bf16 autocast unless bf16=False, as OpenVINO runs its int8 there: the default
-    equals bf16=True exactly, bf16=False keeps those parts fp32 (other numbers, by about bf16's rounding), and
-    both stay within the int8 bars of fp32."""
+def test_int8_runs_its_float_parts_in_bf16_when_asked_on_a_bf16_cpu(minilm_dir, embedders, sentences):
+    """quantize='int8' with bf16=True runs what stays float (attention, GELU, LayerNorm) under bf16 autocast; the
+    default keeps those parts fp32 (other numbers, by about bf16's rounding), and both stay within the int8 bars
+    of fp32."""
     fp32, default = embedders
     # the default pipeline's own int8 model, run again with bf16 asked for and refused
     asked, float32 = (pipeline("feature-extraction", default.model, tokenizer=default.tokenizer, bf16=b)
                       for b in (True, False))
-    assert (default.bf16, asked.bf16, float32.bf16, fp32.bf16) == (True, True, False, False)
-    assert default.precision.record()["float_dtype"] == "bfloat16" and fp32.precision.record() == {"quantize": None, "float_dtype": "float32"}
+    assert (default.bf16, asked.bf16, float32.bf16, fp32.bf16) == (False, True, False, False)
+    assert asked.precision.record()["float_dtype"] == "bfloat16" and fp32.precision.record() == {"quantize": None, "float_dtype": "float32"}
     assert all(p.quantize == "int8" and int8_projections(p.model) for p in (default, asked, float32))
     for name in ("stsb", "sst2"):
-        ours, theirs = default(sentences[name]), float32(sentences[name])
+        ours, theirs = asked(sentences[name]), default(sentences[name])
         few = sentences[name][:32]  # the same batches (int8's activation scales are per call)
-        np.testing.assert_array_equal(default(few), asked(few))
+        np.testing.assert_array_equal(default(few), float32(few))
         assert not np.allclose(ours, theirs, rtol=0, atol=1e-4), name  # bf16 ran: not the fp32 float parts
         # measured: cosine to the fp32 float parts' min 0.9990 (STS-B) / 0.9984 (SST-2)
         assert _cosines(ours, theirs).min() >= 0.995, name
@@ -172,19 +171,16 @@ def test_bf16_instructions_are_asked_of_the_cpu_and_of_onednn(monkeypatch):
     assert not bertkit._hardware.cpu_has_bf16()  # oneDNN held to AVX2 on a CPU that has AMX
 
 
-def test_int8_keeps_its_float_parts_fp32_on_a_cpu_without_bf16(embedders, sentences, monkeypatch):
-    """Where bf16 would be emulated (several times slower) the default is off: the same int8 model, fp32 float
-    parts, the same numbers as bf16=False; an fp32 model stays fp32 on every CPU."""
-    from bertkit.inference.prepare import default_bf16
-
-    cpu, int8 = torch.device("cpu"), embedders[1]
-    assert not default_bf16(None, cpu) and not default_bf16("int8", torch.device("meta"))
+def test_int8_keeps_its_float_parts_fp32_unless_bf16_is_asked_for(embedders, sentences, monkeypatch):
+    """bf16 left unset is off for an int8 model on every CPU (with bf16 instructions or without): the same
+    numbers as bf16=False; an fp32 model stays fp32."""
+    int8 = embedders[1]
     float32 = pipeline("feature-extraction", int8.model, tokenizer=int8.tokenizer, bf16=False)
-    monkeypatch.setattr(bertkit._hardware, "cpu_has_bf16", lambda: False)
-    assert not default_bf16("int8", cpu)
-    default = pipeline("feature-extraction", int8.model, tokenizer=int8.tokenizer)
-    assert not default.bf16 and default.precision.record()["float_dtype"] == "float32"
-    np.testing.assert_array_equal(default(sentences["stsb"][:32]), float32(sentences["stsb"][:32]))
+    for has_bf16 in (True, False):
+        monkeypatch.setattr(bertkit._hardware, "cpu_has_bf16", lambda has=has_bf16: has)
+        default = pipeline("feature-extraction", int8.model, tokenizer=int8.tokenizer)
+        assert not default.bf16 and default.precision.record()["float_dtype"] == "float32"
+        np.testing.assert_array_equal(default(sentences["stsb"][:32]), float32(sentences["stsb"][:32]))
 
 
 def test_fitted_classifier_gives_fp32s_labels(classifiers, sentences):
@@ -317,8 +313,7 @@ def test_predict_int8_equals_the_int8_pipeline(classifier_dir, classifiers, sent
             "--text-column", "sentence", "--no-progress", "--int8"]
     assert main([*base, "--output-file", str(tmp_path / "default.jsonl")]) == 0
     summary = json.loads(capsys.readouterr().out)  # says what ran, as report.json of the benchmark commands does
-    assert (summary["quantize"], summary["float_dtype"]) == (
-        "int8", "bfloat16" if bertkit._hardware.cpu_has_bf16() else "float32")
+    assert (summary["quantize"], summary["float_dtype"]) == ("int8", "float32")
     assert main([*base, "--output-file", str(tmp_path / "own.jsonl"), "--calibration-file", str(calibration)]) == 0
     capsys.readouterr()
     read = [[{k: v for k, v in json.loads(line).items() if k != "id"}
@@ -349,9 +344,8 @@ def test_extract_features_int8_close_to_fp32(minilm_dir, sentences, tmp_path, ca
         # measured: each of the 82 tokens' last-layer state within cosine 0.9990 of fp32's, mean 0.9994 (the float
         # parts in bf16; in fp32 0.9991, mean 0.9994)
         assert cos.min() >= 0.98 and cos.mean() >= 0.995, (cos.min(), cos.mean())
-    # the float parts in bf16 by default on a CPU with bf16 instructions (as predict and serve run them), else fp32
-    same = all(np.array_equal(a["layers"][-1], b["layers"][-1]) for a, b in zip(int8, kept))
-    assert same is not bertkit._hardware.cpu_has_bf16()
+    # the float parts in fp32 by default on every CPU (as predict and serve run them): --no-bf16 changes nothing
+    assert all(np.array_equal(a["layers"][-1], b["layers"][-1]) for a, b in zip(int8, kept))
 
 
 def test_serve_int8_answers_with_the_int8_pipelines_embeddings(minilm_dir, embedders, sentences, monkeypatch,
@@ -429,7 +423,7 @@ def test_predict_glue_int8_close_to_fp32(classifier_dir, data_dir, sentences, tm
     assert int8_projections(quantized[0][1])
     assert (fp32["quantize"], int8["quantize"], int8["calibration"]) == (None, "int8", str(calibration))
     # the float parts: bf16 by default on a CPU with bf16 instructions, fp32 with --no-bf16
-    assert int8["float_dtype"] == ("bfloat16" if bertkit._hardware.cpu_has_bf16() else "float32")
+    assert int8["float_dtype"] == "float32"
     kept = _benchmark(capsys, *base, "--out", tmp_path / "kept", "--int8", "--calibration-file", calibration, "--no-bf16")
     assert kept["float_dtype"] == "float32" and abs(kept["scores"]["accuracy"] - fp32["scores"]["accuracy"]) <= 2 / 64
     labels = [[line.split("\t")[1] for line in (tmp_path / run / "SST-2.tsv").read_text().splitlines()[1:]]
@@ -559,9 +553,8 @@ def test_a_saved_int8_model_runs_in_the_commands_as_with_int8(classifier_dir, qu
     at_load = _benchmark(capsys, *base, "--model", classifier_dir, "--out", tmp_path / "at-load", "--int8")
     saved = _benchmark(capsys, *base, "--model", quantized_classifier, "--out", tmp_path / "saved")
     assert (saved["quantize"], saved["calibration"]) == ("int8", "built-in")
-    # a saved int8 directory's float parts run as --int8's: bf16 where the CPU has bf16 instructions
-    assert saved["float_dtype"] == at_load["float_dtype"] == ("bfloat16" if bertkit._hardware.cpu_has_bf16()
-                                                              else "float32")
+    # a saved int8 directory's float parts run as --int8's: fp32 unless bf16 is asked for
+    assert saved["float_dtype"] == at_load["float_dtype"] == "float32"
     assert saved["scores"] == at_load["scores"]
     assert ((tmp_path / "saved/SST-2.tsv").read_text(encoding="utf-8")
             == (tmp_path / "at-load/SST-2.tsv").read_text(encoding="utf-8"))

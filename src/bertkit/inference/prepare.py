@@ -3,7 +3,7 @@ record of which it got.
 
 Every command, pipeline and the server applies a model through ``prepare_model``: the device is
 ``bertkit._hardware.resolve_device``'s answer, a float model asked to run in int8 is quantized here, a `bertkit
-quantize` directory runs as it is, and bf16 left unset is decided here (``default_bf16``). On the CPU the model
+quantize` directory runs as it is, and bf16 left unset is off. On the CPU the model
 that runs is a copy made for inference (``for_cpu_inference``), as ``torch.ao``'s conversions and OpenVINO's
 passes make theirs; the model passed in stays plain ``nn.Linear`` modules, for training, peft and hooks.
 """
@@ -39,7 +39,7 @@ class Precision:
 
     @property
     def bf16(self) -> bool:
-        """Whether the model runs under bf16 autocast (asked for, or ``default_bf16``'s choice)."""
+        """Whether the model runs under bf16 autocast (asked for; unset is off)."""
         return self.dtype == "bfloat16"
 
     def record(self) -> dict[str, Any]:
@@ -47,14 +47,6 @@ class Precision:
         with its calibration, and the dtype what is not int8 ran in."""
         calibration = {} if self.quantize is None else {"calibration": self.calibration}
         return {"quantize": self.quantize, **calibration, "float_dtype": self.dtype}
-
-
-def default_bf16(quantize: str | None, device: torch.device) -> bool:
-    """bf16 when the caller left it unset: on for an int8 model on a CPU with bf16 instructions (AVX512-BF16 or
-    AMX), as OpenVINO runs its int8 models there; off otherwise (fp32 models stay fp32: transformers' numbers). The
-    int8 model's float parts in bf16 ran 1.06-1.33x as fast at the same cosine to fp32 and within 0.20 points of
-    every fine-tuned metric (BENCHMARKS.md, RESULTS.md "int8 accuracy"); emulated bf16 is several times slower."""
-    return quantize == "int8" and device.type == "cpu" and _hardware.cpu_has_bf16()  # looked up here: tests patch it
 
 
 def check_request(device: str | torch.device = "cpu", *, bf16: bool | None = None, quantize: str | None = None,
@@ -82,7 +74,7 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
     in int8) on its device in eval mode, on the CPU as its copy made for inference (``for_cpu_inference``), with the
     record of its precision. ``quantize="int8"`` quantizes a float model (``quantize_int8_on_texts`` on
     ``calibration_texts``, ``calibration_file``'s lines, or the built-in sentences); an int8 model runs as it is
-    and refuses a calibration. ``bf16`` None: ``default_bf16`` decides."""
+    and refuses a calibration. ``bf16`` None: off."""
     if isinstance(model, type):
         if model_dir is None:
             raise BertkitError(f"prepare_model got the class {model.__name__}: pass model_dir to load it from")
@@ -109,7 +101,9 @@ def prepare_model(model: nn.Module | type[nn.Module], model_dir: str | Path | No
         calibration = (str(calibration_file) if calibration_file is not None
                        else "texts" if calibration_texts is not None else "built-in")
     if bf16 is None:
-        bf16 = default_bf16(quantize, dev)
+        # Unset is off, int8 too: with every projection int8, bf16 float parts (attention, GELU, LayerNorm) ran no
+        # faster than fp32 ones on an AVX-512 BF16 EPYC (0.96-1.00x, BENCHMARKS.md "int8 on short texts")
+        bf16 = False
     elif bf16:
         warn_if_bf16_is_emulated(dev.type)
         # autocast cannot mix bf16 with float16 weights: PyTorch fails inside the first layer with a bare error
@@ -144,7 +138,7 @@ def _checked_bf16(bf16: Any) -> bool | None:
         return bf16
     if isinstance(bf16, np.bool_):  # numpy's bool, from a config or an array
         return bool(bf16)
-    raise BertkitError(f"bf16 must be True, False or None (unset: on for int8 on CPUs with bf16 instructions), got "
+    raise BertkitError(f"bf16 must be True, False or None (unset: off), got "
                        f"{bf16!r} ({type(bf16).__name__})")
 
 

@@ -398,7 +398,7 @@ def pipeline(task: str | None = None, model: Any = None, *, tokenizer: Any = Non
 
     ``model`` is a checkpoint directory (config.json, model.safetensors, vocab.txt), or a bertkit model already
     built, with ``tokenizer=`` (a ``BertTokenizer`` or its directory). ``bf16=True`` runs the model under bfloat16
-    autocast, ``bf16=False`` in the weights' dtype; left unset, it is on for int8 on CPUs with bf16 instructions and off otherwise (``.bf16`` says
+    autocast, ``bf16=False`` or unset in the weights' dtype (``.bf16`` says
     which). ``quantize="int8"`` runs the encoder's projections in int8 on the CPU (docs/inference.md section int8):
     a quantized copy, made once, calibrated on ``calibration_texts`` (a few hundred texts like the inputs; strings
     or ``(text, text_pair)`` tuples) or by default on 64 built-in English sentences. ``batch_size`` sequences run
