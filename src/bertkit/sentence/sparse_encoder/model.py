@@ -446,10 +446,12 @@ def _embedder(route: list[nn.Module], prepared: bool) -> Callable[[dict[str, Any
         from bertkit.inference.prepare import PreparedLinear, for_cpu_inference
 
         bert = for_cpu_inference(bert, bf16=False)
-        head = nn.Sequential(head.transform, PreparedLinear(head.decoder.weight, head.bias, torch.float32))
+        decoder = PreparedLinear(head.decoder.weight, head.bias, torch.float32)
+    else:
+        decoder = None
 
     def embed(features: dict[str, Any]) -> Tensor:
         mask = features["attention_mask"]
-        return pooling(bert(features["input_ids"], mask, features.get("token_type_ids")), mask, head)
+        return pooling(bert(features["input_ids"], mask, features.get("token_type_ids")), mask, head, decoder)
 
     return embed
