@@ -116,8 +116,12 @@ def test_training_script_gives_sentence_transformers_numbers(kind, checkpoint, s
     # the warm-up: weight x (step / 2) ** 2 for steps 0 and 1 of 6 (warmup_ratio 1/3), then the weight; exact
     for name, value in WEIGHTS.items():
         assert [s[name] for s in got] == [s[name] for s in want] == [0.0, value / 4] + [value] * (STEPS - 2)
+    # relative 1e-5, and 1e-6 absolute: a near-zero cross-entropy (0.027 at a step of the MNRL run) is the
+    # difference of two much larger numbers (the positive's dot product and the log-sum-exp), whose float32
+    # rounding then shows as a larger relative difference (measured there: 4.8e-7 absolute, 1.8e-5 relative, with
+    # the sparse backward of max pooling; 3e-6 relative at the other steps)
     for term in terms:
-        np.testing.assert_allclose([s[term] for s in got], [s[term] for s in want], rtol=1e-5, atol=0, err_msg=term)
+        np.testing.assert_allclose([s[term] for s in got], [s[term] for s in want], rtol=1e-5, atol=1e-6, err_msg=term)
     assert want[-1]["base_loss"] != pytest.approx(want[0]["base_loss"], rel=1e-3)  # the steps did train
     assert want[-1]["document_regularizer_loss"] > 0
     assert torch.equal(got_vectors != 0, want_vectors != 0)
