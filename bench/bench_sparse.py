@@ -8,6 +8,12 @@ directory (fill-mask Transformer + SpladePooling max/relu) that both libraries l
 ``encode_document`` in batches of 32 (both libraries sort by length). Rounds alternate the two libraries; the median
 of ``--rounds`` is reported, with the worst vector disagreement (indices must be identical).
 
+Training (``--train-steps``, 0 to skip): the same script with each library's import, SpladeLoss over
+SparseMultipleNegativesRankingLoss on (question, paragraph) pairs of SQuAD dev, batches of ``--train-batch``,
+``max_seq_length`` 128, dropout as the checkpoint has it (0.1), bf16 off; the seconds of each optimiser step after the
+first (forward, backward, AdamW) are timed by a callback, and their median is reported per library, with the spread
+(slowest minus fastest step) over the steps of all rounds.
+
     python bench/bench_sparse.py --threads 1,2 --rounds 3
 
 Prints one JSON line.
@@ -45,6 +51,40 @@ def splade_directory(minilm: Path, out: Path) -> Path:
     return out / "splade"
 
 
+def train_step_seconds(lib: str, checkpoint: Path, pairs: list[dict], steps: int, batch: int) -> list[float]:
+    """Each optimiser step's seconds after the first, training with ``lib``'s import."""
+    import datasets
+
+    if lib == "sentence-transformers":
+        import sentence_transformers as S
+        from sentence_transformers.sparse_encoder import losses
+        from transformers import TrainerCallback
+    else:
+        import bertkit.sentence as S
+        from bertkit.sentence.sparse_encoder import losses
+        from bertkit.training.callbacks import TrainerCallback
+    times: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            times.append(time.perf_counter() - self.start)
+
+    model = S.SparseEncoder(str(checkpoint), device="cpu")
+    model.max_seq_length = 128
+    loss = losses.SpladeLoss(model, loss=losses.SparseMultipleNegativesRankingLoss(model),
+                             document_regularizer_weight=3e-5, query_regularizer_weight=5e-5)
+    with tempfile.TemporaryDirectory() as out:
+        args = S.SparseEncoderTrainingArguments(
+            output_dir=out, per_device_train_batch_size=batch, max_steps=steps + 1, learning_rate=2e-5,
+            save_strategy="no", report_to="none", seed=42, use_cpu=True, disable_tqdm=True, logging_steps=steps + 1)
+        S.SparseEncoderTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(pairs), loss=loss,
+                               callbacks=[Timer()]).train()
+    return times[1:]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=REPO / "models" / "minilm")
@@ -53,6 +93,9 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=256)
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--train-steps", type=int, default=4)
+    parser.add_argument("--train-batch", type=int, default=16)
+    parser.add_argument("--skip-encode", action="store_true")
     args = parser.parse_args()
 
     from sentence_transformers import SparseEncoder as Reference
@@ -69,8 +112,23 @@ def main() -> None:
                    "bertkit": SparseEncoder(directory)}
         result = {"bench": "sparse_encode", "texts": len(texts), "paragraphs": len(paragraphs),
                   "questions": len(questions), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+        pairs = [{"question": q["question"], "paragraph": p["context"]}
+                 for a in articles for p in a["paragraphs"] for q in p["qas"][:1]][:args.train_batch * (args.train_steps + 1)]
         for threads in [int(t) for t in args.threads.split(",")]:
             torch.set_num_threads(threads)
+            if args.train_steps:
+                steps: dict[str, list[float]] = {name: [] for name in engines}
+                for _ in range(args.rounds):
+                    for name in engines:
+                        steps[name] += train_step_seconds(name, directory, pairs, args.train_steps, args.train_batch)
+                median = {name: statistics.median(s) for name, s in steps.items()}
+                result[f"train_threads_{threads}"] = {
+                    "batch": args.train_batch, "steps_timed": len(steps["bertkit"]),
+                    **{f"{name}_step_s": round(median[name], 3) for name in engines},
+                    **{f"{name}_spread_s": round(max(s) - min(s), 3) for name, s in steps.items()},
+                    "speedup": round(median["sentence-transformers"] / median["bertkit"], 2)}
+            if args.skip_encode:
+                continue
             seconds: dict[str, list[float]] = {name: [] for name in engines}
             vectors = {}
             for _ in range(args.rounds):

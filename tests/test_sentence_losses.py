@@ -38,6 +38,10 @@ CASES = [
     ("CoSENTLoss", {}, 2, torch.tensor([0.1, 0.9, 0.5, 0.5, 0.0, 1.0])),
     ("CosineSimilarityLoss", {}, 2, torch.tensor([0.1, 0.9, 0.5, 0.5, 0.0, 1.0])),
     ("TripletLoss", {}, 3, None),
+    ("MarginMSELoss", {}, 3, torch.tensor([0.3, -1.2, 2.0, 0.0, 5.1, -0.4])),  # one margin per row
+    ("MarginMSELoss", {}, 4, torch.arange(18.0).reshape(6, 3).sin() * 4),  # the teacher's 3 scores per row
+    ("DistillKLDivLoss", {}, 3, torch.arange(12.0).reshape(6, 2).cos() * 3),
+    ("DistillKLDivLoss", {"temperature": 2.0, "teacher_temperature": 0.5}, 4, torch.arange(18.0).reshape(6, 3).cos()),
 ]
 
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
+from sparse_helpers import masked_lm_checkpoint
 
 st = pytest.importorskip("sentence_transformers")
 transformers = pytest.importorskip("transformers")
@@ -26,7 +27,6 @@ from sentence_transformers.sparse_encoder.modules import (  # noqa: E402
 from sentence_transformers.sparse_encoder.modules import Transformer as STTransformer  # noqa: E402
 
 LAYOUTS = ("checkpoint", "splade", "mlm_transformer", "inference_free")
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 def _squad(data_dir: Path):
@@ -47,16 +47,8 @@ def texts(data_dir):
 @pytest.fixture(scope="module")
 def layouts(tmp_path_factory, minilm_dir):
     """{layout: directory}: the masked-LM checkpoint, and the sparse directories sentence-transformers writes."""
-    transformers.logging.set_verbosity_error()
     root = tmp_path_factory.mktemp("sparse")
-    torch.manual_seed(0)
-    mlm = transformers.BertForMaskedLM.from_pretrained(str(minilm_dir))
-    with torch.no_grad():
-        mlm.cls.predictions.bias.fill_(-3.5)
-    checkpoint = root / "checkpoint"
-    mlm.save_pretrained(checkpoint)
-    for name in TOKENIZER_FILES:
-        shutil.copy(minilm_dir / name, checkpoint / name)
+    checkpoint = masked_lm_checkpoint(minilm_dir, root / "checkpoint")
     dirs = {"checkpoint": checkpoint}
     st.SparseEncoder(str(checkpoint), device="cpu").save(str(root / "splade"))
     dirs["splade"] = root / "splade"

@@ -21,6 +21,8 @@ _EXPORTS = {
     "CrossEncoderTrainer": "bertkit.sentence.cross_encoder.trainer",
     "CrossEncoderTrainingArguments": "bertkit.sentence.cross_encoder.training_args",
     "SparseEncoder": "bertkit.sentence.sparse_encoder.model",
+    "SparseEncoderTrainer": "bertkit.sentence.sparse_encoder.trainer",
+    "SparseEncoderTrainingArguments": "bertkit.sentence.sparse_encoder.training_args",
 }
 __all__ = list(_EXPORTS)
 __getattr__ = _lazy_getattr("bertkit.sentence", _EXPORTS)

@@ -17,8 +17,9 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
@@ -48,18 +49,36 @@ class LossOutput:
 
 class LossModel(nn.Module):
     """The loss as the training loop drives it: a padded batch of the C text columns in, the loss out. Saving
-    it writes the sentence model's directory (checkpoints are sentence-transformers directories)."""
+    it writes the sentence model's directory (checkpoints are sentence-transformers directories). A loss that
+    returns its terms by name (SpladeLoss) is trained on their sum, and each term's mean since the last log is
+    logged beside the loss (``components``), as sentence-transformers' trainer does."""
 
     def __init__(self, loss: SentenceLoss):
         super().__init__()
         self.loss = loss
+        self._sums: dict[str, dict[str, Tensor]] = {"train": {}, "eval": {}}  # split -> term -> sum (detached)
+        self._counts = {"train": 0, "eval": 0}
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, widths: list[int],
                 prompt_length: list[int], label: Tensor, index: Tensor) -> LossOutput:
         features = [{"input_ids": input_ids[:, c, :w], "attention_mask": attention_mask[:, c, :w],
                      "token_type_ids": token_type_ids[:, c, :w], "prompt_length": prompt_length[c], "index": index}
                     for c, w in enumerate(widths)]  # input_ids (B, C, T) -> C x (B, width)
-        return LossOutput(self.loss(features, label if self.loss.needs_label else None))
+        value = self.loss(features, label if self.loss.needs_label else None)
+        if isinstance(value, dict):
+            split = "train" if self.training else "eval"
+            sums = self._sums[split]
+            for name, term in value.items():  # kept on the device: no read-back until logged
+                sums[name] = sums[name] + term.detach() if name in sums else term.detach()
+            self._counts[split] += 1
+            value = torch.stack(list(value.values())).sum()
+        return LossOutput(value)
+
+    def components(self, split: str) -> dict[str, float]:
+        """Each term's mean over the batches since the last call (then reset); {} for a loss of one term."""
+        sums, count = self._sums[split], self._counts[split]
+        self._sums[split], self._counts[split] = {}, 0
+        return {name: (total / count).item() for name, total in sums.items()} if count else {}
 
     def save_pretrained(self, path: str | Path) -> Path:
         return self.loss.model.save(path)
@@ -96,17 +115,21 @@ class SentenceTransformerTrainer(Trainer):
     """Train a ``SentenceTransformer`` with a bertkit.sentence loss on a dataset whose columns are the loss's
     inputs in order; see the module docstring. Without ``loss``, CoSENTLoss (sentence-transformers' default)."""
 
+    model_class: ClassVar[type[nn.Module]] = SentenceTransformer
+    training_args_class: ClassVar[type[SentenceTransformerTrainingArguments]] = SentenceTransformerTrainingArguments
+
     def __init__(self, model: SentenceTransformer | None = None, args: SentenceTransformerTrainingArguments | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None,
                  loss: SentenceLoss | Callable[[SentenceTransformer], SentenceLoss] | None = None,
                  evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
-        args = checked_arguments(type(self).__name__, model, "bertkit.sentence.SentenceTransformer",
-                                 SentenceTransformer, args, SentenceTransformerTrainingArguments, unknown)
+        args = checked_arguments(type(self).__name__, model, f"bertkit.sentence.{self.model_class.__name__}",
+                                 self.model_class, args, self.training_args_class, unknown)
         loss = self._loss(model, loss)
         check_batch_holds_negatives(loss, args)
         self.sentence_model, self.loss, self.evaluator = model, loss, evaluator
-        if model.bert.pooler is not None:  # dense + tanh over [CLS]: no part of a sentence embedding, so it gets no
-            model.bert.pooler.requires_grad_(False)  # gradient, which DDP (torchrun) refuses; AdamW leaves it as is
+        pooler = getattr(getattr(model, "bert", None), "pooler", None)
+        if pooler is not None:  # dense + tanh over [CLS]: no part of a sentence embedding, so it gets no
+            pooler.requires_grad_(False)  # gradient, which DDP (torchrun) refuses; AdamW leaves it as is
         train = SentenceExamples(train_dataset, model, loss, args.prompts, "train_dataset") \
             if train_dataset is not None else None
         dev = SentenceExamples(eval_dataset, model, loss, args.prompts, "eval_dataset") \
@@ -115,10 +138,12 @@ class SentenceTransformerTrainer(Trainer):
                          train_dataset=train, eval_dataset=dev, callbacks=callbacks,
                          compute_metrics=self._evaluator_metrics if evaluator is not None else None)
 
-    @staticmethod
-    def _loss(model: SentenceTransformer, loss: Any) -> SentenceLoss:
+    def get_default_loss(self, model: SentenceTransformer) -> SentenceLoss:
+        return CoSENTLoss(model)
+
+    def _loss(self, model: SentenceTransformer, loss: Any) -> SentenceLoss:
         if loss is None:
-            loss = CoSENTLoss(model)
+            loss = self.get_default_loss(model)
         elif isinstance(loss, dict):
             raise BertkitError("a loss per dataset is not implemented: bertkit.sentence trains on one dataset with one loss")
         elif not isinstance(loss, nn.Module) and callable(loss):
@@ -141,6 +166,14 @@ class SentenceTransformerTrainer(Trainer):
         examples = self.train_dataset  # the SentenceExamples (the base Trainer passes a column-dropping view)
         size, seed = self.args.per_device_train_batch_size * current().world_size, self.args.seed
         return functools.lru_cache(maxsize=2)(lambda epoch: no_duplicates_batches(examples, size, seed + epoch))
+
+    def log(self, logs: dict[str, float]) -> None:
+        """The record, with the loss's terms' means beside "loss" / "eval_loss" for a loss that names them."""
+        split = "train" if "loss" in logs else "eval" if "eval_loss" in logs else None
+        if split is not None and isinstance(self.model, LossModel):
+            prefix = "eval_" if split == "eval" else ""
+            logs = {**logs, **{prefix + k: v for k, v in self.model.components(split).items()}}
+        super().log(logs)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def _evaluator_metrics(self, _: EvalPrediction) -> dict[str, float]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bertkit.errors import BertkitError
 from bertkit.training.trainer_args import TrainingArguments
@@ -42,15 +42,17 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
     """bertkit's ``TrainingArguments`` with ``batch_sampler`` and ``prompts`` (a string for every column, or
     ``{column: prompt}``), as sentence-transformers names them."""
 
+    refused_fields: ClassVar[dict[str, tuple[Any, str]]] = _REFUSED  # sentence-transformers' fields: (default, advice)
+
     def __init__(self, output_dir: str | Path | None = None, *,
                  batch_sampler: BatchSamplers | str = BatchSamplers.BATCH_SAMPLER,
                  prompts: str | dict[str, str] | None = None, **kwargs: Any):
-        for name, (default, advice) in _REFUSED.items():
+        for name, (default, advice) in self.refused_fields.items():
             if name in kwargs:
                 value = kwargs.pop(name)
                 if getattr(value, "value", value) not in (default, None):
-                    raise BertkitError(f"SentenceTransformerTrainingArguments: {name}={value!r} is not implemented in "
-                                       f"bertkit: {advice}")
+                    raise BertkitError(f"{type(self).__name__}: {name}={value!r} is not implemented in bertkit: "
+                                       f"{advice}")
         sampler = getattr(batch_sampler, "value", batch_sampler)
         if not isinstance(sampler, str) or sampler not in {s.value for s in BatchSamplers}:
             raise BertkitError(f"batch_sampler {batch_sampler!r} is not implemented: give one of "

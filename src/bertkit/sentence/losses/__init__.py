@@ -2,6 +2,7 @@
 
 from bertkit.sentence.losses.base import SentenceLoss
 from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
+from bertkit.sentence.losses.distill import DistillKLDivLoss, MarginMSELoss
 from bertkit.sentence.losses.gist import GISTEmbedLoss
 from bertkit.sentence.losses.matryoshka import MatryoshkaLoss
 from bertkit.sentence.losses.multiple_negatives import (
@@ -12,4 +13,4 @@ from bertkit.sentence.losses.pairs import CoSENTLoss, CosineSimilarityLoss, Trip
 
 __all__ = ["SentenceLoss", "MultipleNegativesRankingLoss", "MultipleNegativesSymmetricRankingLoss",
            "CachedMultipleNegativesRankingLoss", "MatryoshkaLoss", "CoSENTLoss", "CosineSimilarityLoss",
-           "TripletLoss", "TripletDistanceMetric", "GISTEmbedLoss"]
+           "TripletLoss", "TripletDistanceMetric", "GISTEmbedLoss", "MarginMSELoss", "DistillKLDivLoss"]

@@ -225,7 +225,23 @@ class SparseEncoder(Prompted, nn.Sequential):
                                "vocabulary size), or None to keep every active dimension")
         return k
 
+    @property
+    def do_lower_case(self) -> bool:
+        """Whether texts are lower-cased before tokenizing (the first route's Transformer's setting)."""
+        return bool(getattr(self._route_lists()[0][0], "do_lower_case", False))
+
+    @staticmethod
+    def prompt_length(prompt: str | None) -> int:
+        """0: SpladePooling pools a prompt's tokens with the text's (the training data's prompt bookkeeping)."""
+        return 0
+
     # -- the forward pass ------------------------------------------------------------------------------------------
+    def embed(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
+              prompt_length: int = 0, task: str | None = None) -> Tensor:
+        """(B, V) sparse embeddings of a tokenized batch, dense and with their graph (what the losses train)."""
+        features = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        return _embedder(self._route(task), prepared=False)(features)
+
     def tokenize(self, texts: Sequence[str], prompt: str | None = None, task: str | None = None) -> dict[str, Any]:
         """The batch ``task``'s route tokenizes (its input module's ``tokenize``), with ``task`` recorded."""
         return {**self._route(task)[0].tokenize(texts, prompt), "task": task}
@@ -430,10 +446,12 @@ def _embedder(route: list[nn.Module], prepared: bool) -> Callable[[dict[str, Any
         from bertkit.inference.prepare import PreparedLinear, for_cpu_inference
 
         bert = for_cpu_inference(bert, bf16=False)
-        head = nn.Sequential(head.transform, PreparedLinear(head.decoder.weight, head.bias, torch.float32))
+        decoder = PreparedLinear(head.decoder.weight, head.bias, torch.float32)
+    else:
+        decoder = None
 
     def embed(features: dict[str, Any]) -> Tensor:
         mask = features["attention_mask"]
-        return pooling(bert(features["input_ids"], mask, features.get("token_type_ids")), mask, head)
+        return pooling(bert(features["input_ids"], mask, features.get("token_type_ids")), mask, head, decoder)
 
     return embed

@@ -85,43 +85,103 @@ class SpladePooling(nn.Module):
         x = logits.relu().log1p()
         return x.log1p() if self.activation_function == "log1p_relu" else x
 
-    def forward(self, out: BertModelOutput, attention_mask: Tensor, head: nn.Module) -> Tensor:
-        """(B, V): ``head`` (the masked-LM head: token states -> vocabulary logits) on ``out``'s real tokens,
-        activated and pooled per text. The activation is monotonic, so max pooling takes the maximum logit first
-        and activates the (B, V) maxima only: the same numbers as activating every token's logits."""
+    def forward(self, out: BertModelOutput, attention_mask: Tensor, head: nn.Module,
+                decoder: nn.Module | None = None) -> Tensor:
+        """(B, V): ``head`` (the masked-LM head: ``transform``, then ``decoder`` to the vocabulary logits) on
+        ``out``'s real tokens, activated and pooled per text; ``decoder``: what computes the logits instead of
+        ``head.decoder`` (the copy ``_embedder`` prepares for CPU inference). The activation is monotonic, so max
+        pooling takes each text's maximum logit per word piece and activates the (B, V) maxima only
+        (``_MaxLogits``): the numbers of activating every token's logits first."""
         mask = attention_mask.bool()
         hidden = out.token_layout.select(out.tokens, mask)  # (N, H): each text's tokens together, in order
         lengths = mask.sum(1).tolist()
-        B, N = len(lengths), hidden.shape[0]
-        rows = self.chunk_size * B if self.chunk_size else CPU_ROWS if hidden.device.type == "cpu" else max(N, 1)
+        N = hidden.shape[0]
+        rows = self.chunk_size * len(lengths) if self.chunk_size else CPU_ROWS if hidden.device.type == "cpu" \
+            else max(N, 1)
+        decoder = decoder if decoder is not None else head.decoder
+        states = head.transform(hidden)  # (N, H)
+        if self.pooling_strategy == "max":
+            weight, bias = head.decoder.weight, head.bias
+            backward = torch.is_grad_enabled() and (states.requires_grad or weight.requires_grad or bias.requires_grad)
+            return self.activate(_MaxLogits.apply(states, weight, bias, decoder, lengths, rows, backward))
+        text_of = torch.repeat_interleave(torch.arange(len(lengths), device=hidden.device),
+                                          torch.tensor(lengths, device=hidden.device))  # (N,)
+        pooled = None
+        for a in range(0, N, rows):
+            part = self.activate(decoder(states[a:a + rows])).float()  # (R, V)
+            if pooled is None:
+                pooled = part.new_zeros(len(lengths), part.shape[-1])
+            pooled = pooled.index_add(0, text_of[a:a + rows], part)
+        return pooled
+
+    def extra_repr(self) -> str:
+        return f"pooling_strategy={self.pooling_strategy!r}, activation_function={self.activation_function!r}"
+
+
+class _MaxLogits(torch.autograd.Function):
+    """Each text's maximum logit per word piece, (B, V), from the (N, H) transformed states of the texts' tokens
+    (``lengths`` of them each, in order), ``rows`` states at a time: the (N, V) logits are never held whole, in
+    the forward pass or for the backward.
+
+    The backward pass is sparse. A maximum's gradient goes to the one token that holds it (as torch.max's), and
+    the activation's is 0 wherever the maximum logit is <= 0 (relu): only the K active (text, word piece) pairs,
+    some hundreds a text, carry one. So the decoder's gradients are K rows, not the (N, V) x (V, H) products a
+    dense backward computes: dstates[n] += g W[v], dW[v] += g states[n], dbias[v] += g for each active (b, v)
+    with n its token. For MiniLM's 384 x 30,522 decoder that dense backward cost twice the decoder's forward, as
+    much as the encoder's forward and backward together."""
+
+    @staticmethod
+    def forward(ctx: Any, states: Tensor, weight: Tensor, bias: Tensor, decoder: nn.Module, lengths: list[int],
+                rows: int, backward: bool) -> Tensor:
+        """``backward``: whether a backward pass will follow (then each maximum's token is kept)."""
+        B, N = len(lengths), states.shape[0]
         ends = torch.tensor(lengths).cumsum(0).tolist()
         starts = [e - n for e, n in zip(ends, lengths)]
-        if self.pooling_strategy == "sum":
-            text_of = torch.repeat_interleave(torch.arange(B, device=hidden.device),
-                                              torch.tensor(lengths, device=hidden.device))  # (N,)
-            pooled = None
-            for a in range(0, N, rows):
-                part = self.activate(head(hidden[a:a + rows])).float()  # (R, V)
-                if pooled is None:
-                    pooled = part.new_zeros(B, part.shape[-1])
-                pooled = pooled.index_add(0, text_of[a:a + rows], part)
-            return pooled
-        maxima: list[list[Tensor]] = [[] for _ in range(B)]  # each text's maxima, one per block it spans
+        keep = backward
+        pooled = at = None
         first = 0  # the first text not wholly in earlier blocks
         for a in range(0, N, rows):
             b = min(a + rows, N)
-            logits = head(hidden[a:b]).float()  # (R, V)
+            logits = decoder(states[a:b]).float()  # (R, V)
+            if pooled is None:
+                pooled = logits.new_full((B, logits.shape[1]), -torch.inf)
+                at = torch.zeros(pooled.shape, dtype=torch.long, device=pooled.device) if keep else None
             while first < B and ends[first] <= a:
                 first += 1
             k = first
             while k < B and starts[k] < b:
-                maxima[k].append(logits[max(starts[k], a) - a:min(ends[k], b) - a].amax(0))
+                lo, hi = max(starts[k], a), min(ends[k], b)
+                if keep:
+                    value, index = logits[lo - a:hi - a].max(0)
+                    if lo == starts[k]:
+                        pooled[k], at[k] = value, index + lo
+                    else:  # the text began in an earlier block
+                        better = value > pooled[k]
+                        pooled[k] = torch.where(better, value, pooled[k])
+                        at[k] = torch.where(better, index + lo, at[k])
+                else:
+                    value = logits[lo - a:hi - a].amax(0)
+                    pooled[k] = value if lo == starts[k] else torch.maximum(pooled[k], value)
                 k += 1
-        pooled = torch.stack([m[0] if len(m) == 1 else torch.stack(m).amax(0) for m in maxima])  # (B, V)
-        return self.activate(pooled)
+        if keep:
+            ctx.save_for_backward(states, weight, at)
+        return pooled
 
-    def extra_repr(self) -> str:
-        return f"pooling_strategy={self.pooling_strategy!r}, activation_function={self.activation_function!r}"
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        states, weight, at = ctx.saved_tensors
+        text, piece = grad.nonzero(as_tuple=True)  # the K (b, v) pairs with a gradient
+        g = grad[text, piece].unsqueeze(1)  # (K, 1)
+        token = at[text, piece]  # (K,): the row of states that holds each maximum
+        d_states = d_weight = d_bias = None
+        if ctx.needs_input_grad[0]:
+            d_states = torch.zeros(states.shape, dtype=torch.float32, device=states.device)
+            d_states = d_states.index_add_(0, token, g * weight[piece].float()).to(states.dtype)
+        if ctx.needs_input_grad[1]:
+            d_weight = torch.zeros_like(weight).index_add_(0, piece, (g * states[token].float()).to(weight.dtype))
+        if ctx.needs_input_grad[2]:
+            d_bias = torch.zeros(weight.shape[0], dtype=grad.dtype, device=grad.device).index_add_(0, piece, g[:, 0])
+        return d_states, d_weight, d_bias, None, None, None, None
 
 
 class Transformer(nn.Module):

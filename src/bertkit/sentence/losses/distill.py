@@ -1,0 +1,107 @@
+"""Distillation from a teacher's scores (a cross-encoder's, usually): MarginMSELoss (Hofstätter et al., 2021,
+arXiv:2010.02666) and DistillKLDivLoss (Lin et al., 2020, arXiv:2010.11386), as sentence-transformers 6 computes
+them. The sparse losses of the same names are these on a SparseEncoder's embeddings."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from bertkit.errors import BertkitError
+from bertkit.sentence.losses.base import SentenceLoss
+from bertkit.sentence.util import pairwise_dot_score
+
+logger = logging.getLogger("bertkit")
+
+
+def _labels(name: str, labels: Tensor | None, what: str) -> Tensor:
+    if labels is None:
+        raise BertkitError(f"{name} needs the teacher's scores as the label column ('label' or 'score'): {what}")
+    return labels
+
+
+class MarginMSELoss(SentenceLoss):
+    """Columns (query, positive, negative_1, ..., negative_n) and the teacher's margins: the mean squared error
+    between the student's margins sim(q, pos) - sim(q, neg_i) and the teacher's. The label is the n margins, one
+    margin for n = 1, or the teacher's n + 1 scores (positive first), from which the margins are taken."""
+
+    columns = (3, None)
+    needs_label = True
+
+    def __init__(self, model: nn.Module, similarity_fct: Callable[[Tensor, Tensor], Tensor] = pairwise_dot_score):
+        super().__init__(model)
+        self.similarity_fct = similarity_fct
+        self.loss_fct = nn.MSELoss()
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        query, positive, negatives = embeddings[0], embeddings[1], embeddings[2:]
+        B, n = query.shape[0], len(negatives)
+        labels = _labels(type(self).__name__, labels, "the margins")
+        if labels.shape == (B, n + 1):  # the teacher's scores, positive first
+            labels = labels[:, :1] - labels[:, 1:]
+        if labels.shape == (B,):
+            labels = labels.unsqueeze(1)
+        if labels.shape != (B, n):
+            raise BertkitError(f"{type(self).__name__}: labels of the shape {tuple(labels.shape)} for {B} rows and "
+                               f"{n} negative column(s); give per row the {n} margin(s) sim(q, pos) - sim(q, neg_i), "
+                               f"or the teacher's {n + 1} scores (positive first)")
+        scores = self.similarity_fct(query, positive)  # (B,)
+        margins = torch.stack([scores - self.similarity_fct(query, neg) for neg in negatives], dim=1)  # (B, n)
+        return self.loss_fct(margins, labels.detach().to(margins.dtype))
+
+
+class DistillKLDivLoss(SentenceLoss):
+    """Columns (query, candidate_1, ..., candidate_n), n >= 2, and the teacher's n scores per row: the KL divergence
+    from the teacher's softmax over the candidates (scores / teacher_temperature) to the student's (similarities
+    / student_temperature), times student_temperature squared, averaged over the rows."""
+
+    columns = (3, None)
+    needs_label = True
+
+    def __init__(self, model: nn.Module, similarity_fct: Callable[[Tensor, Tensor], Tensor] = pairwise_dot_score,
+                 temperature: float = 1.0, student_temperature: float | None = None,
+                 teacher_temperature: float | None = None):
+        super().__init__(model)
+        self.similarity_fct, self.temperature = similarity_fct, temperature
+        self.student_temperature = student_temperature if student_temperature is not None else temperature
+        self.teacher_temperature = teacher_temperature if teacher_temperature is not None else temperature
+        for name in ("temperature", "student_temperature", "teacher_temperature"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise BertkitError(f"{type(self).__name__}: {name} must be a positive finite number, got {value!r}")
+        self.loss_fct = nn.KLDivLoss(reduction="batchmean")
+        self._checked_teacher = False
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        name = type(self).__name__
+        query, candidates = embeddings[0], embeddings[1:]
+        B, n = query.shape[0], len(candidates)
+        labels = _labels(name, labels, f"{n} scores per row")
+        if labels.shape != (B, n):
+            raise BertkitError(f"{name}: teacher scores of the shape {tuple(labels.shape)}; give {n} per row (one per "
+                               f"candidate column), ({B}, {n}) for this batch")
+        student = torch.stack([self.similarity_fct(query, c) for c in candidates], dim=1) / self.student_temperature
+        teacher = torch.softmax(labels.detach().to(student.dtype) / self.teacher_temperature, dim=1)  # (B, n)
+        if not self._checked_teacher:  # once: reading the scores back stalls an accelerator
+            self._checked_teacher = True
+            self._check_teacher(teacher, labels)
+        return self.loss_fct(torch.log_softmax(student, dim=1), teacher) * self.student_temperature ** 2
+
+    def _check_teacher(self, teacher: Tensor, scores: Tensor) -> None:
+        """NaN scores would make every gradient NaN: refused. Scores so spread that the softmax gives some
+        candidates exactly 0 leave them without gradient: warned, with the temperature that avoids it."""
+        scores = scores.detach().float()
+        if scores.isnan().any():
+            raise BertkitError(f"{type(self).__name__}: the teacher scores hold NaN, which would make the loss and every "
+                               "gradient NaN; check the label column holding them")
+        collapsed = int((teacher == 0).sum())
+        if collapsed and not scores.isinf().any():  # an infinite score excludes a candidate on purpose
+            spread = (scores.max(dim=-1).values - scores.min(dim=-1).values).max().item()
+            logger.warning("%s: teacher_temperature=%s gives %d of %d teacher probabilities exactly 0 (no gradient "
+                           "for those candidates); the widest row spans %.1f: raise teacher_temperature above %.3g",
+                           type(self).__name__, self.teacher_temperature, collapsed, teacher.numel(), spread,
+                           spread / 100)
