@@ -102,13 +102,13 @@ class SparseEmbeddingPipeline(Pipeline):
 
     def _splade(self, bert: nn.Module, head: nn.Module, pooling: nn.Module) -> Callable[[dict[str, Tensor]], Tensor]:
         head = head.to(self.device).eval()
-        if self.device.type == "cpu" and head.decoder.weight.dtype == torch.float32:
-            # the vocabulary product on oneDNN's reordered weight, made once (what SparseEncoder.encode prepares)
-            head = nn.Sequential(head.transform, PreparedLinear(head.decoder.weight, head.bias, torch.float32))
+        # the vocabulary product on oneDNN's reordered weight, made once (what SparseEncoder.encode prepares)
+        decoder = (PreparedLinear(head.decoder.weight, head.bias, torch.float32)
+                   if self.device.type == "cpu" and head.decoder.weight.dtype == torch.float32 else None)
 
         def embed(batch: dict[str, Tensor]) -> Tensor:
             mask = batch["attention_mask"]
-            return pooling(bert(batch["input_ids"], mask, batch["token_type_ids"]), mask, head)
+            return pooling(bert(batch["input_ids"], mask, batch["token_type_ids"]), mask, head, decoder)
 
         return embed
 
