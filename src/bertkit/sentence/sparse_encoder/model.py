@@ -398,7 +398,7 @@ class SparseEncoder(Prompted, nn.Sequential):
                                f"{tuple(a.shape)} and {tuple(b.shape)}")
         both = (a * b if b.dim() == 1 else torch.stack([a * row for row in b])).coalesce()
         keep = both.values() > 0
-        return torch.sparse_coo_tensor(both.indices()[:, keep], both.values()[keep], both.size())
+        return torch.sparse_coo_tensor(both.indices()[:, keep], both.values()[keep], both.size(), check_invariants=False)
 
     # -- save -------------------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
