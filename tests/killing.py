@@ -102,7 +102,7 @@ def launch_paused(cli_args: list[str], where: str, nth: int, sentinel: Path, env
 
 def in_progress(run_dir: Path) -> Path:
     """Where a command's run into ``run_dir`` is while unfinished: its staging directory (once finished, ``run_dir``)."""
-    from bertkit.outputs import staging_dir_of
+    from bertkit.staging import staging_dir_of
 
     staging = staging_dir_of(run_dir)
     return staging if staging.is_dir() else run_dir
@@ -162,7 +162,7 @@ def run_here(cli_args: list[str]) -> int:
 # not a Python start-up (the child runs on one thread: the parent's OpenMP pool does not survive a fork).
 
 _STEPS = ("os.open", "builtins.open", "io.open", "os.mkdir", "os.rename", "os.replace", "os.link", "os.symlink",
-          "os.unlink", "os.remove", "os.rmdir", "os.chmod", "outputs._exchange", "torch.save", "save_file")
+          "os.unlink", "os.remove", "os.rmdir", "os.chmod", "staging._exchange", "torch.save", "save_file")
 NEVER_FULL = ("os.unlink", "os.remove", "os.rmdir", "os.chmod")  # a full disk fails no removal
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -184,9 +184,9 @@ def _install(fault: str, at: int, counter: list) -> None:
     import safetensors.torch
     import torch
 
-    from bertkit import outputs
+    from bertkit import staging
 
-    modules = {"os": os, "builtins": builtins, "io": io, "outputs": outputs, "torch": torch}
+    modules = {"os": os, "builtins": builtins, "io": io, "staging": staging, "torch": torch}
 
     def hooked(name, real):
         def call(*args, **kwargs):

@@ -75,7 +75,7 @@ def test_conll_predictions(tmp_path):
 
 def test_pretraining_shard(tmp_path):
     from bertkit.data.shards import save_shard
-    from bertkit.outputs import sha256_of as sha256_file
+    from bertkit.manifests import sha256_of as sha256_file
 
     out = tmp_path / "out"
     precious = _trap(out, "shard-00000.input_ids.npy", tmp_path)

@@ -19,8 +19,10 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.outputs import LOCK, MARKER, atomic_write_text, owns, remove_owned_tree, staging_dir_of
+from bertkit.manifests import owns, remove_owned_tree
+from bertkit.outputs import LOCK, MARKER, atomic_write_text
 from bertkit.runs import claim_output_dir, output_dir, refuse_existing_file
+from bertkit.staging import staging_dir_of
 from killing import killed_run
 
 

@@ -20,7 +20,7 @@ from bertkit.data.config import PretrainingConfig
 from bertkit.data.pairs import create_instances_from_document
 from bertkit.data.shards import read_manifest
 from bertkit.data.text import iter_documents, plan_work_units, split_sentences
-from bertkit.outputs import sha256_of
+from bertkit.manifests import sha256_of
 from bertkit.tokenization import BertTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

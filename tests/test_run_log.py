@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from bertkit.outputs import MARKER, owns
+from bertkit.manifests import owns
+from bertkit.outputs import MARKER
 from bertkit.runs import output_dir
 from bertkit.training.run_log import RunLog
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import bertkit
-from bertkit import outputs
+from bertkit import staging
 from bertkit.errors import BertkitError
 from trainer_helpers import TEST, TRAIN, KillAt, Killed, accuracy, tiny_classifier
 
@@ -197,7 +197,7 @@ def test_a_killed_checkpoint_write_leaves_nothing_a_later_run_keeps(checkpoint, 
             raise Killed  # the process dies after state.pt, before the rename
 
     monkeypatch.setattr(ckpt.torch, "save", killed_at_4)
-    monkeypatch.setattr(outputs.Stage, "abort", lambda self, keep=False: dir_lock.unlock(self.path))  # no clean-up
+    monkeypatch.setattr(staging.Stage, "abort", lambda self, keep=False: dir_lock.unlock(self.path))  # no clean-up
     with pytest.raises(Killed):
         _trainer(checkpoint, out).train()
     monkeypatch.undo()

@@ -26,7 +26,8 @@ from torch import Tensor
 from bertkit.compat import TransformersModelCalls
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
-from bertkit.outputs import atomic_target, atomic_write_text, staged
+from bertkit.outputs import atomic_target, atomic_write_text
+from bertkit.staging import staged
 
 logger = logging.getLogger("bertkit")
 
@@ -453,7 +454,7 @@ class PretrainedMixin(TransformersModelCalls):
 
     def save_pretrained(self, path: str | Path) -> Path:
         """Write config.json and model.safetensors; returns the directory. The directory is written beside
-        ``path`` and moved into place whole (``bertkit.outputs.staged``): a kill or a full disk leaves what was
+        ``path`` and moved into place whole (``bertkit.staging.staged``): a kill or a full disk leaves what was
         there before."""
         directory = Path(path)
         if directory.exists() and not directory.is_dir():

@@ -1,5 +1,5 @@
 """Which directory a command may write, and what it may replace there: a command's output directory is a run,
-claimed for it and written beside it (``bertkit.outputs.staged``), with a manifest written last that proves its
+claimed for it and written beside it (``bertkit.staging.staged``), with a manifest written last that proves its
 files bertkit's.
 
 - **A claim** (``output_dir``; ``lock_output_dir`` first on the command line, before torch's import) takes the
@@ -31,25 +31,19 @@ from typing import Any
 from bertkit import dir_lock
 from bertkit.dir_lock import LOCK, staging_path
 from bertkit.errors import BertkitError
+from bertkit.manifests import listing, proven_files, read_marker, recorded_files, sha256_of
 from bertkit.outputs import (
     BOOKKEEPING,
     MARKER,
     PARTIAL,
     TMP_SUFFIX,
-    Stage,
     as_placed,
     atomic_write_json,
-    clear_staging,
-    listing,
-    proven_files,
-    read_marker,
-    recorded_files,
     remove_dead_temporaries,
-    sha256_of,
     staging_of,
-    target_of,
     writing,
 )
+from bertkit.staging import Stage, clear_staging, target_of
 
 logger = logging.getLogger("bertkit")
 

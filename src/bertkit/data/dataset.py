@@ -13,7 +13,7 @@ from bertkit.data.masking import MaskingTables, mask_tokens
 from bertkit.data.shards import BASE_FIELDS, MANIFEST, MASK_FIELDS, VOCAB, read_manifest
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import IGNORE_INDEX  # positions without a masked-LM target (the loss skips them)
-from bertkit.outputs import sha256_of
+from bertkit.manifests import sha256_of
 from bertkit.tokenization.wordpiece import load_vocab
 
 

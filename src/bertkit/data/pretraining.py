@@ -34,7 +34,8 @@ from bertkit.data.shards import (
 )
 from bertkit.data.text import WorkUnit, iter_documents, plan_work_units
 from bertkit.errors import BertkitError
-from bertkit.outputs import atomic_write_text, sha256_of
+from bertkit.manifests import sha256_of
+from bertkit.outputs import atomic_write_text
 
 logger = logging.getLogger(__name__)
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")  # the manifest records each one's id

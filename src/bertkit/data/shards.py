@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.outputs import atomic_write, atomic_write_text, sha256_of
+from bertkit.manifests import sha256_of
+from bertkit.outputs import atomic_write, atomic_write_text
 
 FORMAT = "bertkit-pretraining-v1"
 MANIFEST = "manifest.json"

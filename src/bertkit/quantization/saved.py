@@ -27,7 +27,7 @@ from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
 from bertkit.heads import MODEL_CLASSES
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_target, atomic_write_text, staged
+from bertkit.outputs import atomic_target, atomic_write_text
 from bertkit.quantization.calibration import read_calibration_file
 from bertkit.quantization.kernels import Int8Linear
 from bertkit.quantization.projections import (
@@ -41,6 +41,7 @@ from bertkit.quantization.projections import (
     set_projection,
 )
 from bertkit.quantization.quantize import quantize_int8_on_texts
+from bertkit.staging import staged
 from bertkit.tokenization import BertTokenizer
 
 # config.json's ``quantization_config.quant_method`` of a saved int8 model, and the layout's version.

@@ -27,12 +27,13 @@ from torch import Tensor, nn
 from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_write_json, staged
+from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import MODULES, SBERT_CONFIG, ST_CONFIG, read_directory
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
+from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 
 logger = logging.getLogger("bertkit")
@@ -302,7 +303,7 @@ class SentenceTransformer(Prompted, nn.Module):
         """Write the model in sentence-transformers' layout (the encoder and tokenizer at the top, 1_Pooling,
         2_Normalize when normalising, modules.json and the two configs, truncate_dim where sentence-transformers 6
         writes it); sentence-transformers opens it. The directory is written beside ``path`` and moved into place
-        whole (``bertkit.outputs.staged``): a kill or a full disk leaves what was there before, never a directory that
+        whole (``bertkit.staging.staged``): a kill or a full disk leaves what was there before, never a directory that
         loads with other settings."""
         directory = Path(path)
         with staged(directory) as out:

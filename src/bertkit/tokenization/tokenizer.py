@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.outputs import atomic_write_json, staged
+from bertkit.outputs import atomic_write_json
+from bertkit.staging import staged
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import (
     PAD_VALUES,
@@ -181,7 +182,7 @@ class BertTokenizer:
 
     def save_pretrained(self, path: str | os.PathLike) -> list[Path]:
         """Write ``vocab.txt``, ``tokenizer_config.json`` and ``special_tokens_map.json``; returns their paths. The
-        files are written beside ``path`` and moved in together (``bertkit.outputs.staged``)."""
+        files are written beside ``path`` and moved in together (``bertkit.staging.staged``)."""
         path = Path(path)
         special_map = {k: getattr(self, k) for k in SPECIAL_TOKEN_KEYS}
         if self.additional_special_tokens:

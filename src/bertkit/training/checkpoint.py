@@ -18,7 +18,9 @@ from torch import nn
 
 from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError
-from bertkit.outputs import disk_full, fsync, remove_killed_writes, remove_owned_tree, staged
+from bertkit.manifests import remove_owned_tree
+from bertkit.outputs import disk_full, fsync
+from bertkit.staging import remove_killed_writes, staged
 
 logger = logging.getLogger("bertkit")
 
@@ -54,7 +56,7 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
                     layout: CheckpointLayout = STEP_LAYOUT, write_extra: Callable[[Path], None] | None = None,
                     protect: Callable[[Path], bool] | None = None) -> Path:
     """Write ``state`` (and ``model``, for ``from_pretrained``) into a staging directory beside the checkpoint, its
-    manifest last, and rename it into place (``bertkit.outputs.staged``): a kill or a full disk mid-write leaves the
+    manifest last, and rename it into place (``bertkit.staging.staged``): a kill or a full disk mid-write leaves the
     previous checkpoints as they were. ``write_extra(dir)`` adds files before the rename; of the checkpoints
     ``protect`` does not claim, the newest ``keep`` are kept."""
     final = layout.path(out_dir, step)

@@ -9,7 +9,7 @@ from typing import NamedTuple
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.outputs import remove_owned_tree
+from bertkit.manifests import remove_owned_tree
 from bertkit.settings import TrainingSettings
 from bertkit.training.batch_plan import BatchPlan, micro_batch_size, steps_for_epochs
 from bertkit.training.distributed import current

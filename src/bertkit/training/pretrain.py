@@ -22,7 +22,8 @@ from bertkit.data.shards import MANIFEST
 from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from bertkit.inference.runner import evaluate, in_order
-from bertkit.outputs import atomic_write_json, sha256_of
+from bertkit.manifests import sha256_of
+from bertkit.outputs import atomic_write_json
 from bertkit.settings import PretrainSettings
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.batch_plan import BatchPlan, micro_batch_size

@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.outputs import atomic_write_text, owns
+from bertkit.manifests import owns
+from bertkit.outputs import atomic_write_text
 from bertkit.runs import record
 
 logger = logging.getLogger("bertkit")

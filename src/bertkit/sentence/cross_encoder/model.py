@@ -29,9 +29,10 @@ from torch import Tensor, nn
 from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
-from bertkit.outputs import atomic_write_json, staged
+from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import MODULES, SBERT_CONFIG, ST_CONFIG, module_types, read_json
 from bertkit.sentence.model import as_requested
+from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
 
@@ -308,7 +309,7 @@ class CrossEncoder(nn.Module):
         """Write the model as sentence-transformers writes a CrossEncoder: the Hugging Face checkpoint and tokenizer
         (its model_max_length is ``max_length``, which ``bertkit serve`` reads too) at the top, modules.json, and the
         activation in config_sentence_transformers.json. Written beside ``path`` and moved into place whole
-        (``bertkit.outputs.staged``)."""
+        (``bertkit.staging.staged``)."""
         directory = Path(path)
         with staged(directory) as out:
             self.model.save_pretrained(out)

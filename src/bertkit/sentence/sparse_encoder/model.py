@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from bertkit import __version__
 from bertkit.errors import BertkitError
-from bertkit.outputs import atomic_write_json, staged
+from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import MODULES, ST_CONFIG, module_types, read_json
 from bertkit.sentence.model import _REFUSED_INIT, texts_of
 from bertkit.sentence.prompts import Prompted
@@ -41,6 +41,7 @@ from bertkit.sentence.sparse_encoder.modules import (
     route_of,
 )
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
+from bertkit.staging import staged
 
 logger = logging.getLogger("bertkit")
 
@@ -404,7 +405,7 @@ class SparseEncoder(Prompted, nn.Sequential):
     def save(self, path: str | Path) -> Path:
         """Write the model in sentence-transformers 6's layout: the Transformer (or the Router) at the top, each
         other module in "{index}_{class}", modules.json and config_sentence_transformers.json; sentence-transformers
-        opens it. Staged beside ``path`` and moved into place whole (``bertkit.outputs.staged``)."""
+        opens it. Staged beside ``path`` and moved into place whole (``bertkit.staging.staged``)."""
         directory = Path(path)
         with staged(directory) as out:
             listed = []

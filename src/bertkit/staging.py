@@ -1,0 +1,347 @@
+"""How bertkit writes a directory (``staged``: ``save_pretrained``, ``SentenceTransformer.save``, checkpoints, a
+command's run): whole, into its staging directory beside it (``.NAME.bertkit-staging``: locked while written, marked
+by ``.bertkit-partial``), then made visible in one step: renamed into place, or exchanged with the directory there
+(``renameat2(RENAME_EXCHANGE)``), whose other files were linked into the new one first (a save adds to a directory,
+as transformers' does; the files it writes replace theirs). The next write of the name removes what a kill left in
+the staging directory: its name and its ``.bertkit-partial`` say it is bertkit's. The lock (``bertkit.dir_lock``)
+on the staging directory moves with it into place, so a second writer of the name, or of a directory inside or
+around it, is refused from the first one's start to its process's exit.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertkit import dir_lock
+from bertkit.dir_lock import LOCK, staging_path
+from bertkit.errors import BertkitError, WriteError
+from bertkit.manifests import (
+    files_under,
+    identity,
+    is_bookkeeping,
+    manifest_files,
+    proven_files,
+    remove_empty_dirs,
+)
+from bertkit.outputs import (
+    BOOKKEEPING,
+    MARKER,
+    PARTIAL,
+    atomic_write_json,
+    fsync_dir,
+    glob_escape,
+    regular_stat,
+    staging_of,
+    write_error,
+    writing,
+)
+
+logger = logging.getLogger("bertkit")
+
+# -- Staged directories ---------------------------------------------------------------------------------------------
+
+
+def staging_dir_of(path: str | os.PathLike) -> Path:
+    """Where a run of the output directory ``path`` is written before it is moved into place."""
+    return staging_path(target_of(path))
+
+
+def _replaced_path(target: Path) -> Path:
+    return target.parent / f".{target.name}.bertkit-replaced"
+
+
+def target_of(path: str | os.PathLike) -> Path:
+    """The directory a write of ``path`` makes or replaces: its parents' symlinks resolved, and the path itself if it
+    is a symlink to a directory (the data goes where the link leads, as a plain write would put it)."""
+    path = Path(os.path.abspath(path))
+    if path.is_symlink() and path.is_dir():
+        return Path(os.path.realpath(path))
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
+def clear_staging(directory: Path) -> None:
+    """Remove everything in ``directory`` (a staging directory: bertkit's) but its lock and its mark (which stays
+    until the directory goes, so that a kill at any moment leaves it recognisable)."""
+    for entry in os.scandir(directory):
+        if entry.name in (LOCK, PARTIAL):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)  # never follows a symlink inside
+        else:
+            os.unlink(entry.path)
+
+
+def _read_partial(directory: Path) -> dict | None:
+    path = directory / PARTIAL
+    if regular_stat(path) is None:
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+_EXCHANGE_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap the directories at ``a`` and ``b`` in one step (Linux's renameat2 RENAME_EXCHANGE). Where the system
+    has no such call, in three renames through ``.NAME.bertkit-replaced``, which a kill leaves to be put back by
+    the next write (``_recover``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = getattr(libc, "renameat2", None)
+    if call is not None:
+        at_cwd, rename_exchange = -100, 2
+        if call(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), rename_exchange) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in _EXCHANGE_UNSUPPORTED:
+            raise OSError(code, os.strerror(code), str(b))
+    aside = _replaced_path(b)
+    os.rename(b, aside)
+    os.rename(a, b)
+    os.rename(aside, a)
+
+
+def _recover(target: Path, stage: Path) -> None:
+    """Put back what a kill left of an exchange without renameat2: ``target`` missing, its old content aside."""
+    aside = _replaced_path(target)
+    if os.path.isdir(aside) and not os.path.islink(aside):
+        if not os.path.lexists(target):
+            os.rename(aside, target)
+        elif not os.path.lexists(stage):
+            os.rename(aside, stage)
+
+
+def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> None:
+    """What else ``target`` holds (a user's files, where this write made none of the same name; not the ``replaced``
+    files of an earlier run), hard-linked into ``stage`` before the swap: it is in place at every moment."""
+    for root, dirs, _ in os.walk(target):
+        for name in dirs:  # an empty directory of the user's (the others are made for what they hold)
+            with contextlib.suppress(OSError):
+                if not Path(root, name).is_symlink() and not os.listdir(Path(root, name)):
+                    (stage / Path(root, name).relative_to(target)).mkdir(parents=True, exist_ok=True)
+    for rel, path in files_under(target):
+        dst = stage / rel
+        if rel in replaced or os.path.lexists(dst) or (path.name in (LOCK, PARTIAL) and is_bookkeeping(path)):
+            continue
+        with contextlib.suppress(OSError):  # no hard links here: carried after the swap instead (_dispose)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(path), dst) if path.is_symlink() else os.link(path, dst)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    with contextlib.suppress(OSError):
+        x, y = os.lstat(a), os.lstat(b)
+        return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino) or (
+            stat.S_ISLNK(x.st_mode) and stat.S_ISLNK(y.st_mode) and os.readlink(a) == os.readlink(b))
+    return False
+
+
+def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[int, ...]] | None = None) -> None:
+    """The directory ``target`` replaced, now at ``old``: its files its manifests prove bertkit's removed (``proven``:
+    those proven already, by identity), and with ``merge`` (a save that adds to a directory) those the new one
+    replaces; every other file is carried into ``target`` where its name is free. What is left (a file of a user's
+    where the new run put one of the same name) is kept beside ``target``, named in a warning."""
+    if proven is None:
+        proven = proven_files(old)[0]
+    else:
+        proven = {rel: ident for rel, ident in proven.items()
+                  if (st := regular_stat(old / rel)) is not None and identity(st) == ident}
+    left = []  # bookkeeping last: a manifest keeps proving what is left until it goes (a kill meanwhile)
+    for rel, path in sorted(files_under(old), key=lambda entry: entry[1].name in BOOKKEEPING):
+        dst = target / rel
+        if rel in proven or (path.name in (LOCK, PARTIAL) and is_bookkeeping(path)) or (
+                os.path.lexists(dst) and (merge or is_bookkeeping(path) or _same_file(path, dst))):
+            path.unlink()
+            continue
+        if not os.path.lexists(dst):
+            with contextlib.suppress(OSError):
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(path, dst)
+                continue
+        left.append(rel)
+    remove_empty_dirs(old)
+    if os.path.lexists(old):
+        kept = Path(tempfile.mkdtemp(prefix=f"{target.name}.replaced-", dir=target.parent))
+        os.rename(old, kept / target.name)
+        logger.warning("%s was replaced; %d file(s) of it bertkit cannot prove it wrote, whose names the new one "
+                       "uses, were kept in %s (e.g. %s)", target, len(left), kept, ", ".join(left[:3]))
+
+
+@dataclass
+class Stage:
+    """A staging directory this process made (or took over from a killed write) and holds the lock of."""
+
+    target: Path
+    path: Path
+    record: dict | None = None  # the .bertkit-partial of the write a kill cut short, when this one continues it
+
+    @classmethod
+    def open(cls, target: Path, what: str, partial: dict,
+             keep: Callable[[dict], bool] = lambda record: False) -> Stage:
+        """Make and lock ``target``'s staging directory, marked with ``partial`` (what is being written). What a
+        killed write left there is removed first, unless ``keep(its partial record)`` says this write continues
+        it; what a kill left of a directory a swap replaced is carried back first."""
+        path = staging_path(target)
+        for held in (path, target):
+            if dir_lock.writing_here(held):
+                raise BertkitError(f"{target} is the output directory of this process's `bertkit "
+                                   f"{dir_lock.holder_command(held)}` run already; choose another output directory")
+        if os.path.ismount(target):
+            raise BertkitError(f"{target} is a mount point: bertkit writes a directory beside its name and renames it "
+                               f"into place, which a mount point does not allow; write into a directory inside it "
+                               f"(e.g. {target / 'out'})")
+        with writing(target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _recover(target, path)
+            try:
+                path.mkdir()
+                made = True
+            except PermissionError as e:
+                if not os.access(target, os.W_OK):
+                    raise
+                raise WriteError(e.errno, f"cannot write {path} (Permission denied): bertkit writes {target} beside "
+                                          f"its name first, then renames it into place, so it needs to write in "
+                                          f"{target.parent}; choose a directory there you can write to") from e
+            except FileExistsError:
+                made = False
+                if path.is_symlink() or not path.is_dir():
+                    raise BertkitError(f"{path} is in the way: bertkit writes {target} there first, then renames "
+                                       "it into place; move it away") from None
+        try:
+            with writing(target):
+                dir_lock.lock(path, what)
+        except BaseException as e:
+            if made and (isinstance(e, WriteError) or not isinstance(e, BertkitError)):  # not: held meanwhile
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+        stage = cls(target, path)
+        try:
+            if not made:
+                record = _read_partial(path)
+                if record is None:  # no .bertkit-partial: the replaced directory a kill left mid-swap
+                    done = _read_partial(target) or {}  # the mark of the write that replaced it: a save adds
+                    dir_lock.unlock(path)
+                    _dispose(path, target, merge="write" in done)
+                    with contextlib.suppress(FileNotFoundError):
+                        (target / PARTIAL).unlink()
+                    return cls.open(target, what, partial, keep)
+                if keep(record):
+                    stage.record = record
+                else:
+                    logger.info("removing %s, a write of %s a kill cut short", path, target)
+                    clear_staging(path)
+            if (holder := dir_lock.held_by_another(target)) is not None:
+                raise BertkitError(f"{target} is in use by {holder}; wait for it to finish or choose another output")
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                (target / PARTIAL).unlink()  # the mark a kill left on a finished write, once swapped
+            if stage.record is None and regular_stat(path / PARTIAL) is not None:
+                atomic_write_json(path / PARTIAL, partial)
+            elif stage.record is None:  # made in place: a kill mid-write leaves it unreadable, still the mark
+                with open(path / PARTIAL, "x", encoding="utf-8") as f:
+                    f.write(json.dumps(partial, default=str))
+        except BaseException as e:
+            stage.abort(keep=not made)
+            if (error := write_error(e, target)) is not None:
+                raise error from e
+            raise
+        return stage
+
+    def commit(self, *, manifest: dict | None, merge: bool, keep_lock: bool = False,
+               proven: Mapping[str, tuple[int, ...]] | None = None) -> None:
+        """Make the staging directory ``target``: its manifest (``manifest`` and the files) written last, then
+        renamed into place, or exchanged with the directory there, which is then disposed of (``_dispose``)."""
+        path, target = self.path, self.target
+        run = manifest is not None and "command" in manifest
+        with writing(target):
+            if manifest is not None:
+                atomic_write_json(path / MARKER, {**manifest, "files": manifest_files(path)})
+            real = str(path.resolve())
+            try:
+                os.rename(path, target)  # a new name, or over an empty directory: one step
+                replaced = False
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not target.is_dir() or target.is_symlink():
+                    raise
+                _link_others(target, path, proven or {})
+                _exchange(path, target)
+                replaced = True
+        dir_lock.moved(real, target)
+        fsync_dir(target.parent)
+        if replaced:  # its mark tells a write after a kill here which kind this was (Stage.open)
+            _dispose(path, target, merge, proven)
+        (target / PARTIAL).unlink()
+        if keep_lock:
+            dir_lock.keep(target)
+        else:
+            if not run:
+                with contextlib.suppress(FileNotFoundError):
+                    (target / LOCK).unlink()  # a save leaves no lock file behind; a run keeps its own
+            dir_lock.unlock(target)
+
+    def abort(self, keep: bool = False) -> None:
+        """The write failed: the staging directory removed (or with ``keep``, kept to be continued), unlocked.
+        Nothing once it is no longer held (swapped into place, or aborted already)."""
+        if not dir_lock.holds(self.path):
+            return
+        try:
+            if not keep:
+                with contextlib.suppress(OSError):
+                    clear_staging(self.path)
+                    for name in (PARTIAL, LOCK):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(self.path / name)
+                    os.rmdir(self.path)
+        finally:
+            dir_lock.unlock(self.path)
+
+
+@contextlib.contextmanager
+def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = False) -> Iterator[Path]:
+    """A directory to write ``target``'s whole content into, made ``target`` in one step when the block ends without
+    an error (renamed into place, or exchanged with the directory there: its other files are kept, the files this
+    write makes replace theirs). On an error nothing changes at ``target`` (a full or read-only file system is one
+    ``BertkitError``); a kill leaves only the staging directory, removed by the next write of ``target``. Inside a
+    directory this process is staging, ``target`` itself is written: the outer swap makes it visible; so is a mount
+    point, which cannot be swapped (each file is still replaced whole). With ``manifest`` (a checkpoint) it is always
+    staged, and a manifest of its files is written last."""
+    target = target_of(target)
+    if not manifest and (staging_of(target) is not None or os.path.ismount(target)):
+        with writing(target):
+            target.mkdir(parents=True, exist_ok=True)
+        yield target
+        return
+    stage = Stage.open(target, what, {"write": what})
+    with writing(target):
+        try:
+            yield stage.path
+            stage.commit(manifest={} if manifest else None, merge=True)
+        except BaseException:
+            if dir_lock.holds(stage.path):  # not yet swapped into place
+                stage.abort()
+            raise
+
+
+def remove_killed_writes(directory: Path, prefix: str = "") -> None:
+    """Remove the staging directories in ``directory`` (of targets named ``prefix``...) that writes a kill cut short
+    left; one another process is writing is left alone."""
+    for path in sorted(directory.glob(f".{glob_escape(prefix)}*{dir_lock.STAGING}")) if directory.is_dir() else []:
+        if (path.is_symlink() or not path.is_dir() or _read_partial(path) is None
+                or dir_lock.held_by_another(path) is not None):
+            continue  # not one bertkit marked as its write, or one under way
+        target = directory / path.name[1:-len(dir_lock.STAGING)]
+        with contextlib.suppress(BertkitError):  # held meanwhile, or not bertkit's: left alone
+            Stage.open(target, "cleanup", {}).abort()
