@@ -83,6 +83,21 @@ def prepared_ahead(prepare: Callable[[Sequence[int]], Mapping[str, Any]], batche
             yield to_device(batch, device)
 
 
+def longest_first(items: Sequence[Any], batch_size: int, prepare: Callable[[list[Any]], Mapping[str, Any]],
+                  device: str | torch.device, progress: bool = False, length: Callable[[Any], int] = len
+                  ) -> Iterator[dict[str, Any]]:
+    """``prepare`` of ``items`` in batches of ``batch_size``, longest first (similar lengths together, and the
+    largest batch first, so running out of memory shows at once), on ``device`` through ``prepared_ahead``; each
+    batch with ``rows`` (B,), its items' positions in ``items``. A progress bar over the batches with ``progress``."""
+    from tqdm.auto import tqdm
+
+    order = np.argsort([-length(x) for x in items], kind="stable")
+    batches = [order[start:start + batch_size] for start in range(0, len(items), batch_size)]
+    ahead = prepared_ahead(lambda rows: {**prepare([items[i] for i in rows]), "rows": torch.as_tensor(rows)},
+                           batches, device)
+    yield from tqdm(ahead, total=len(batches), desc="Batches", disable=not progress)
+
+
 def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], *, pad: Pad,
              device: str | torch.device = "cpu", bf16: bool | None = False, model: nn.Module | None = None,
              nonfinite: Callable[[int], str] | None = None, bar: Any = None, gather: bool = False

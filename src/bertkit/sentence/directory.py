@@ -24,6 +24,19 @@ SBERT_CONFIG = "sentence_bert_config.json"
 _TYPES = {"Transformer", "Pooling", "Normalize"}
 
 
+def write_st_config(directory: Path, model_type: str, **fields: Any) -> None:
+    """``config_sentence_transformers.json``: the versions that wrote it, ``model_type`` (SentenceTransformer,
+    SparseEncoder, CrossEncoder) and the model's own ``fields`` (prompts, similarity, ...), as given."""
+    import torch
+
+    from bertkit import __version__
+    from bertkit.outputs import atomic_write_json
+
+    atomic_write_json(directory / ST_CONFIG, {"__version__": {"bertkit": __version__, "pytorch": torch.__version__},
+                                              "model_type": model_type,
+                                              **fields})
+
+
 def module_types(modules: list[dict[str, Any]]) -> list[str]:
     """The modules' class names ("Transformer", "Pooling", ...) whatever package path recorded them."""
     return [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]

@@ -24,11 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
-from bertkit.sentence.directory import MODULES, SBERT_CONFIG, ST_CONFIG, read_directory
+from bertkit.sentence.directory import MODULES, SBERT_CONFIG, read_directory, write_st_config
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
@@ -279,18 +278,11 @@ class SentenceTransformer(Prompted, nn.Module):
             from bertkit.inference.prepare import for_cpu_inference
 
             self.bert = for_cpu_inference(plain, bf16=False)
-        order = np.argsort([-len(t) for t in texts], kind="stable")
-        batches = [order[start:start + batch_size] for start in range(0, len(texts), batch_size)]
-        device = self.device
-        out = torch.empty(len(texts), self.pooling.output_dimension, device=device)  # read back once, at the end
-        from tqdm.auto import tqdm
-
-        from bertkit.inference.runner import prepared_ahead
+        out = torch.empty(len(texts), self.pooling.output_dimension, device=self.device)  # read back once, at the end
+        from bertkit.inference.runner import longest_first
 
         try:
-            ahead = prepared_ahead(lambda rows: {**self.tokenize([texts[i] for i in rows], prompt),
-                                                 "rows": torch.as_tensor(rows)}, batches, device)
-            for batch in tqdm(ahead, total=len(batches), desc="Batches", disable=not progress):
+            for batch in longest_first(texts, batch_size, lambda b: self.tokenize(b, prompt), self.device, progress):
                 out[batch["rows"]] = self.embed(
                     batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["prompt_length"]).float()
         finally:
@@ -318,11 +310,9 @@ class SentenceTransformer(Prompted, nn.Module):
                                 "type": "sentence_transformers.models.Normalize"})
             atomic_write_json(out / SBERT_CONFIG, {"max_seq_length": self.max_seq_length,
                                                    "do_lower_case": self.do_lower_case})
-            atomic_write_json(out / ST_CONFIG, {
-                "__version__": {"bertkit": __version__, "pytorch": torch.__version__},
-                "model_type": "SentenceTransformer", "prompts": self.prompts,
-                "default_prompt_name": self.default_prompt_name, "similarity_fn_name": self.similarity_fn_name,
-                **({"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {})})
+            write_st_config(out, "SentenceTransformer", prompts=self.prompts,
+                            default_prompt_name=self.default_prompt_name, similarity_fn_name=self.similarity_fn_name,
+                            **({"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {}))
             atomic_write_json(out / MODULES, modules)  # last: it names the modules written before it
         return directory
 

@@ -22,15 +22,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.outputs import atomic_write_json
-from bertkit.sentence.directory import MODULES, SBERT_CONFIG, ST_CONFIG, module_types, read_json
+from bertkit.sentence.directory import (
+    MODULES,
+    SBERT_CONFIG,
+    ST_CONFIG,
+    module_types,
+    read_json,
+    write_st_config,
+)
 from bertkit.sentence.model import as_requested
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
@@ -266,18 +271,12 @@ class CrossEncoder(nn.Module):
         """(N, num_labels) float32 logits on the CPU, in the pairs' order; batches of similar length."""
         was_training = self.training
         self.eval()
-        order = np.argsort([-(len(a) + len(b)) for a, b in pairs], kind="stable")
-        batches = [order[start:start + batch_size] for start in range(0, len(pairs), batch_size)]
-        device = self.device
-        out = torch.empty(len(pairs), self.num_labels, device=device)  # read back once, at the end
-        from tqdm.auto import tqdm
-
-        from bertkit.inference.runner import prepared_ahead
+        out = torch.empty(len(pairs), self.num_labels, device=self.device)  # read back once, at the end
+        from bertkit.inference.runner import longest_first
 
         try:
-            ahead = prepared_ahead(lambda rows: {**self.preprocess([pairs[i] for i in rows]), "rows": torch.as_tensor(rows)},
-                                   batches, device)
-            for batch in tqdm(ahead, total=len(batches), desc="Batches", disable=not progress):
+            for batch in longest_first(pairs, batch_size, self.preprocess, self.device, progress,
+                                       length=lambda pair: len(pair[0]) + len(pair[1])):
                 out[batch["rows"]] = self.scores(batch).float()
         finally:
             self.train(was_training)
@@ -323,9 +322,8 @@ class CrossEncoder(nn.Module):
                 "transformer_task": "sequence-classification",
                 "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
                 "module_output_name": "scores"})
-            atomic_write_json(out / ST_CONFIG, {
-                "__version__": {"bertkit": __version__, "pytorch": torch.__version__}, "model_type": "CrossEncoder",
-                "activation_fn": fullname(self.activation_fn), "prompts": {}, "default_prompt_name": None})
+            write_st_config(out, "CrossEncoder", activation_fn=fullname(self.activation_fn), prompts={},
+                            default_prompt_name=None)
             atomic_write_json(out / MODULES, [{"idx": 0, "name": "0", "path": "", "type":
                                                "sentence_transformers.base.modules.transformer.Transformer"}])
         return directory

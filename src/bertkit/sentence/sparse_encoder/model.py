@@ -22,14 +22,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_json
-from bertkit.sentence.directory import MODULES, ST_CONFIG, module_types, read_json
+from bertkit.sentence.directory import MODULES, ST_CONFIG, module_types, read_json, write_st_config
 from bertkit.sentence.model import _REFUSED_INIT, texts_of
 from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.sparse_encoder.modules import (
@@ -321,19 +319,13 @@ class SparseEncoder(Prompted, nn.Sequential):
         self.eval()
         device = self.device
         embed = _embedder(route, prepared=device.type == "cpu" and len(texts) > batch_size)
-        order = np.argsort([-len(t) for t in texts], kind="stable")
-        batches = [order[start:start + batch_size] for start in range(0, len(texts), batch_size)]
         V = self.get_embedding_dimension()
         dense = None if sparse else torch.zeros(len(texts), V, device=device)
         found: list[tuple[Tensor, Tensor]] = []  # (indices (2, n), values (n,)) per batch
-        from tqdm.auto import tqdm
-
-        from bertkit.inference.runner import prepared_ahead
+        from bertkit.inference.runner import longest_first
 
         try:
-            ahead = prepared_ahead(lambda rows: {**route[0].tokenize([texts[i] for i in rows], prompt),
-                                                 "rows": torch.as_tensor(rows)}, batches, device)
-            for batch in tqdm(ahead, total=len(batches), desc="Batches", disable=not progress):
+            for batch in longest_first(texts, batch_size, lambda b: route[0].tokenize(b, prompt), device, progress):
                 emb = select_max_active_dims(embed(batch).float(), k)  # (B, V)
                 if dense is not None:
                     dense[batch["rows"]] = emb
@@ -414,11 +406,9 @@ class SparseEncoder(Prompted, nn.Sequential):
                 (out / sub).mkdir(exist_ok=True)
                 _save_module(module, out / sub)
                 listed.append({"idx": i, "name": str(i), "path": sub, "type": module.st_type})
-            atomic_write_json(out / ST_CONFIG, {
-                "__version__": {"bertkit": __version__, "pytorch": torch.__version__},
-                "model_type": "SparseEncoder", "prompts": self.prompts,
-                "default_prompt_name": self.default_prompt_name, "similarity_fn_name": self._similarity_fn_name,
-                **({"max_active_dims": self.max_active_dims} if self.max_active_dims is not None else {})})
+            write_st_config(out, "SparseEncoder", prompts=self.prompts, default_prompt_name=self.default_prompt_name,
+                            similarity_fn_name=self._similarity_fn_name,
+                            **({"max_active_dims": self.max_active_dims} if self.max_active_dims is not None else {}))
             atomic_write_json(out / MODULES, listed)  # last: it names the modules written before it
         return directory
 
@@ -443,13 +433,23 @@ def _embedder(route: list[nn.Module], prepared: bool) -> Callable[[dict[str, Any
         return route[0]
     transformer, pooling = route
     bert, head = transformer.model.bert, transformer.head
-    if prepared and head.decoder.weight.dtype == torch.float32:
-        from bertkit.inference.prepare import PreparedLinear, for_cpu_inference
+    prepared = prepared and head.decoder.weight.dtype == torch.float32
+    if prepared:
+        from bertkit.inference.prepare import for_cpu_inference
 
         bert = for_cpu_inference(bert, bf16=False)
+    return splade_embedder(bert, head, pooling, prepared)
+
+
+def splade_embedder(bert: nn.Module, head: nn.Module, pooling: SpladePooling,
+                    prepared_decoder: bool) -> Callable[[dict[str, Any]], Tensor]:
+    """features -> (B, V): ``bert``'s states through the masked-LM ``head`` and ``pooling``; ``prepared_decoder``:
+    the vocabulary product on a copy of the decoder's weight reordered for oneDNN (fp32 on a CPU)."""
+    decoder = None
+    if prepared_decoder and head.decoder.weight.dtype == torch.float32:
+        from bertkit.inference.prepare import PreparedLinear
+
         decoder = PreparedLinear(head.decoder.weight, head.bias, torch.float32)
-    else:
-        decoder = None
 
     def embed(features: dict[str, Any]) -> Tensor:
         mask = features["attention_mask"]

@@ -27,9 +27,9 @@ from torch import Tensor, nn
 from bertkit.errors import BertkitError
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline
-from bertkit.inference.prepare import PreparedLinear, check_request, prepare_model
+from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.sentence.directory import MODULES, read_json
-from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims
+from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims, splade_embedder
 from bertkit.sentence.sparse_encoder.modules import Router, SparseStaticEmbedding, Transformer
 from bertkit.tokenization import BertTokenizer
 
@@ -101,16 +101,8 @@ class SparseEmbeddingPipeline(Pipeline):
                                          self._splade(bert, transformer.head, pooling))
 
     def _splade(self, bert: nn.Module, head: nn.Module, pooling: nn.Module) -> Callable[[dict[str, Tensor]], Tensor]:
-        head = head.to(self.device).eval()
-        # the vocabulary product on oneDNN's reordered weight, made once (what SparseEncoder.encode prepares)
-        decoder = (PreparedLinear(head.decoder.weight, head.bias, torch.float32)
-                   if self.device.type == "cpu" and head.decoder.weight.dtype == torch.float32 else None)
-
-        def embed(batch: dict[str, Tensor]) -> Tensor:
-            mask = batch["attention_mask"]
-            return pooling(bert(batch["input_ids"], mask, batch["token_type_ids"]), mask, head, decoder)
-
-        return embed
+        # the vocabulary product on oneDNN's reordered weight on a CPU, made once (as SparseEncoder.encode makes it)
+        return splade_embedder(bert, head.to(self.device).eval(), pooling, self.device.type == "cpu")
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
