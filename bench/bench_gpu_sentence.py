@@ -12,6 +12,10 @@ only thing that differs between the two runs is the import (``imports``):
   TF32 off); texts/s after a one-batch warm-up.
 - ``ce_predict``: ``CrossEncoder.predict`` of 2,000 (question, paragraph) pairs, batch 64, fp32; pairs/s after a
   one-batch warm-up.
+- ``sparse_train``: a SPLADE ``SparseEncoder`` (fill-mask Transformer + SpladePooling max/relu over the masked-LM
+  head) trained with SpladeLoss over SparseMultipleNegativesRankingLoss on the embedder's pairs, batch 32,
+  max_seq_length 256, bf16, one epoch; pairs/s.
+- ``sparse_encode``: its ``encode_document`` of 2,000 paragraphs, batch 32, fp32 (sparse tensors); texts/s.
 Defaults: 8,192 training pairs and 16,384 reranker rows (``--scale`` multiplies both), 2 rounds. The model is
 BERT-BASE's shape (L=12, H=768, A=12) on the uncased 30,522-token vocabulary (``--vocab``) with seeded random
 weights (speed does not depend on their values), saved once by transformers: the embedder directory holds a
@@ -73,8 +77,9 @@ import transformers
 
 REPO = Path(__file__).resolve().parents[1]
 LIBS = ("sentence_transformers", "bertkit")
-ROWS = ("embed_train", "rerank_train", "encode", "ce_predict")
-UNITS = {"embed_train": "pairs/s", "rerank_train": "rows/s", "encode": "texts/s", "ce_predict": "pairs/s"}
+ROWS = ("embed_train", "rerank_train", "encode", "ce_predict", "sparse_train", "sparse_encode")
+UNITS = {"embed_train": "pairs/s", "rerank_train": "rows/s", "encode": "texts/s", "ce_predict": "pairs/s",
+         "sparse_train": "pairs/s", "sparse_encode": "texts/s"}
 BASE = {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072}
 SMOKE = {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 512}
 
@@ -86,12 +91,15 @@ def imports(lib: str) -> SimpleNamespace:
         from sentence_transformers.cross_encoder import losses as ce_losses
         from sentence_transformers.sentence_transformer import losses
         from sentence_transformers.sentence_transformer.training_args import BatchSamplers
+        from sentence_transformers.sparse_encoder import losses as sparse_losses
     else:
         S = importlib.import_module("bertkit.sentence")
         from bertkit.sentence import losses
         from bertkit.sentence.cross_encoder import losses as ce_losses
+        from bertkit.sentence.sparse_encoder import losses as sparse_losses
         from bertkit.sentence.training_args import BatchSamplers
-    return SimpleNamespace(S=S, losses=losses, ce_losses=ce_losses, BatchSamplers=BatchSamplers)
+    return SimpleNamespace(S=S, losses=losses, ce_losses=ce_losses, sparse_losses=sparse_losses,
+                           BatchSamplers=BatchSamplers, name=lib)
 
 
 # -- data and checkpoints ------------------------------------------------------------------------------------------
@@ -126,12 +134,21 @@ def workloads(path: Path, n_pairs: int, n_rerank: int, n_texts: int, n_predict: 
         rerank += [{"query": q, "text": text, "label": 1.0}, {"query": q, "text": other[i % len(other)], "label": 0.0}]
     return {"embed_train": [{"question": q, "paragraph": t} for q, t, _ in pairs[:n_pairs]],
             "rerank_train": rerank, "encode": paragraphs[:n_texts],
-            "ce_predict": [(q, t) for q, t, _ in pairs[:n_predict]]}
+            "ce_predict": [(q, t) for q, t, _ in pairs[:n_predict]],
+            "sparse_train": [{"question": q, "paragraph": t} for q, t, _ in pairs[:n_pairs // 2]],
+            "sparse_encode": paragraphs[:n_texts]}
 
 
-def checkpoints(tmp: Path, vocab: Path, shape: dict, seed: int) -> tuple[Path, Path]:
-    """The embedder directory (a BertModel) and the cross-encoder directory (the same encoder and a seeded
-    1-label classifier), each with the tokenizer transformers builds from ``vocab/vocab.txt``."""
+SAMPLE_PARAGRAPH = ("Super Bowl 50 was an American football game to determine the champion of the National Football "
+                    "League (NFL) for the 2015 season. The American Football Conference (AFC) champion Denver Broncos "
+                    "defeated the National Football Conference (NFC) champion Carolina Panthers 24-10.")
+
+
+def checkpoints(tmp: Path, vocab: Path, shape: dict, seed: int) -> tuple[Path, Path, Path]:
+    """The embedder directory (a BertModel), the cross-encoder directory (the same encoder and a seeded 1-label
+    classifier) and the masked-LM directory (the same encoder and a seeded masked-LM head whose bias is set so that
+    a paragraph activates about 1% of the word pieces, some hundreds, as a trained SPLADE model's do), each with
+    the tokenizer transformers builds from ``vocab/vocab.txt``."""
     if not (vocab / "vocab.txt").is_file():
         raise FileNotFoundError(f"{vocab} holds no vocab.txt: give --vocab a directory with the uncased vocabulary")
     words = (vocab / "vocab.txt").read_text(encoding="utf-8").splitlines()
@@ -150,10 +167,19 @@ def checkpoints(tmp: Path, vocab: Path, shape: dict, seed: int) -> tuple[Path, P
         vocab_size=len(words), max_position_embeddings=512, num_labels=1, **shape))
     head.bert.load_state_dict(encoder.state_dict())
     head.save_pretrained(ce)
-    for d in (embedder, ce):
+    torch.manual_seed(seed + 2)
+    mlm_dir = tmp / "masked-lm"
+    mlm = transformers.BertForMaskedLM(config)
+    mlm.bert.load_state_dict(encoder.state_dict(), strict=False)  # the masked-LM model has no pooler
+    with torch.no_grad():  # the bias at the 99th percentile of a paragraph's largest logit per word piece
+        ids = tok(SAMPLE_PARAGRAPH, return_tensors="pt")
+        largest = mlm.eval()(**ids).logits[0].max(0).values  # (V,)
+        mlm.cls.predictions.bias.sub_(torch.quantile(largest, 0.99))
+    mlm.save_pretrained(mlm_dir)
+    for d in (embedder, ce, mlm_dir):
         tok.save_pretrained(d)
         shutil.copyfile(vocab / "vocab.txt", d / "vocab.txt")
-    return embedder, ce
+    return embedder, ce, mlm_dir
 
 
 # -- the scripts ---------------------------------------------------------------------------------------------------
@@ -162,7 +188,8 @@ def train_args(cls, out: Path, batch: int, opts: SimpleNamespace, **extra):
     return cls(output_dir=str(out), per_device_train_batch_size=batch, num_train_epochs=1, learning_rate=5e-5,
                warmup_steps=0.1, logging_steps=10, save_strategy="no", eval_strategy="no", report_to="none",
                seed=opts.seed, disable_tqdm=True, bf16=opts.bf16, **({"use_cpu": True} if opts.device == "cpu" else {}),
-               **({"torch_compile": True} if opts.compile else {}), **extra)
+               **({"torch_compile": True} if opts.compile and cls.__module__.split(".")[0] in opts.compile else {}),
+               **extra)
 
 
 def embed_train(L: SimpleNamespace, model_dir: Path, data: list[dict], opts: SimpleNamespace, callbacks=()) -> dict:
@@ -221,7 +248,38 @@ def ce_predict(L: SimpleNamespace, model_dir: Path, pairs: list[tuple], opts: Si
     return {"seconds": seconds, "output": torch.as_tensor(out), "model": model}
 
 
-SCRIPTS = {"embed_train": embed_train, "rerank_train": rerank_train, "encode": encode, "ce_predict": ce_predict}
+def sparse_train(L: SimpleNamespace, model_dir: Path, data: list[dict], opts: SimpleNamespace, callbacks=()) -> dict:
+    from datasets import Dataset
+
+    model = L.S.SparseEncoder(str(model_dir), device=opts.device)
+    model.max_seq_length = 256
+    args = train_args(L.S.SparseEncoderTrainingArguments, opts.tmp / "sparse", opts.batch["sparse_train"], opts)
+    loss = L.sparse_losses.SpladeLoss(model, loss=L.sparse_losses.SparseMultipleNegativesRankingLoss(model),
+                                      document_regularizer_weight=3e-5, query_regularizer_weight=5e-5)
+    trainer = L.S.SparseEncoderTrainer(model=model, args=args, train_dataset=Dataset.from_list(data), loss=loss,
+                                       callbacks=list(callbacks))
+    start = time.perf_counter()
+    result = trainer.train()
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, **losses_of(trainer, result), "model": model}
+
+
+def sparse_encode(L: SimpleNamespace, model_dir: Path, texts: list[str], opts: SimpleNamespace, profiler=None) -> dict:
+    model = L.S.SparseEncoder(str(model_dir), device=opts.device)
+    model.max_seq_length = 256
+    batch = opts.batch["sparse_encode"]
+    model.encode_document(texts[:batch], batch_size=batch)  # warm-up
+    with profiler if profiler is not None else nullcontext():
+        sync(opts)
+        start = time.perf_counter()
+        out = model.encode_document(texts, batch_size=batch)
+        sync(opts)
+        seconds = time.perf_counter() - start
+    return {"seconds": seconds, "output": out.coalesce().cpu(), "model": model}
+
+
+SCRIPTS = {"embed_train": embed_train, "rerank_train": rerank_train, "encode": encode, "ce_predict": ce_predict,
+           "sparse_train": sparse_train, "sparse_encode": sparse_encode}
 
 
 def sync(opts: SimpleNamespace) -> None:
@@ -238,7 +296,7 @@ def losses_of(trainer, result) -> dict:
 def tokenize_seconds(model, row: str, data: list, batch: int) -> float:
     """The library's tokenization of the row's texts alone, in the row's batches, with the model the run used:
     ``preprocess`` where the model has it (sentence-transformers; bertkit's CrossEncoder), else ``tokenize``."""
-    if row == "embed_train":
+    if row in ("embed_train", "sparse_train"):
         batches = [[d[col] for d in data[i:i + batch]] for col in ("question", "paragraph")
                    for i in range(0, len(data), batch)]
     else:
@@ -278,7 +336,8 @@ def run_row(row: str, model_dir: Path, data: list, opts: SimpleNamespace, meta: 
                 res["tokenize_s"] = tokenize_seconds(model, row, data, opts.batch[row])
             del model
             if "output" in res:
-                outputs[lib] = res.pop("output").float().cpu()
+                out = res.pop("output")
+                outputs[lib] = out if out.is_sparse else out.float().cpu()
             if opts.device == "cuda":
                 memory[lib]["allocated"] = max(memory[lib]["allocated"], torch.cuda.max_memory_allocated() / 2**30)
                 memory[lib]["reserved"] = max(memory[lib]["reserved"], torch.cuda.max_memory_reserved() / 2**30)
@@ -304,6 +363,12 @@ def run_row(row: str, model_dir: Path, data: list, opts: SimpleNamespace, meta: 
             record[f"{lib}_steps"] = last["steps"]
             record[f"{lib}_loss_mean"] = last["loss_mean"]
             record[f"{lib}_loss_last_logged"] = last["loss_last_logged"]
+    elif outputs[st].is_sparse:  # a vector's word pieces must be the same ones, their weights close
+        same = torch.equal(outputs[st].indices(), outputs[bk].indices())
+        record["same_indices"] = same
+        record["max_abs_diff"] = float((outputs[st].values() - outputs[bk].values()).abs().amax(0, keepdim=True).sum()) \
+            if same else None
+        record["active_dims"] = round(outputs[bk].values().numel() / outputs[bk].shape[0], 1)
     else:
         record["max_abs_diff"] = float((outputs[st] - outputs[bk]).abs().max())
     if any(r["tf32_after"] for lib in LIBS for r in runs[lib]):
@@ -414,7 +479,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--profile-steps", type=int, default=5)
     p.add_argument("--profile-libs", default="bertkit", help="comma-separated: whose scripts --profile runs "
                    "(bertkit, sentence_transformers)")
-    p.add_argument("--compile", action="store_true", help="torch_compile=True in both libraries' training arguments")
+    p.add_argument("--compile", nargs="?", const=",".join(LIBS), default="",
+                   help="torch_compile=True in the training arguments of these libraries (comma-separated; "
+                   "alone: both)")
     p.add_argument("--sdpa", default=None, help="comma-separated SDPA backends both libraries may use "
                    "(flash, efficient, cudnn, math; default: PyTorch's choice)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -431,10 +498,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         torch.set_num_threads(args.threads)
     if args.smoke:
         sizes, shape = (64, 64, 64, 64), SMOKE
-        batch = {"embed_train": 16, "rerank_train": 16, "encode": 32, "ce_predict": 16}
+        batch = {"embed_train": 16, "rerank_train": 16, "encode": 32, "ce_predict": 16, "sparse_train": 8,
+                 "sparse_encode": 16}
     else:
         sizes = (round(8192 * args.scale), 2 * round(8192 * args.scale), 2000, 2000)
-        shape, batch = BASE, {"embed_train": 64, "rerank_train": 32, "encode": 128, "ce_predict": 64}
+        shape, batch = BASE, {"embed_train": 64, "rerank_train": 32, "encode": 128, "ce_predict": 64,
+                              "sparse_train": 32, "sparse_encode": 32}
     data = workloads(args.data / "squad" / "dev-v1.1.json", *sizes)
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     import sentence_transformers
@@ -458,11 +527,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
         opts = SimpleNamespace(device=args.device, bf16=not args.no_bf16, seed=args.seed, rounds=args.rounds,
                                batch=batch, tmp=Path(tmp), host_split=not args.no_host_split,
                                profile_steps=args.profile_steps, device_name=device_name, compile=args.compile)
-        embedder, ce = checkpoints(Path(tmp), args.vocab, shape, args.seed)
+        compiled = [lib for lib in args.compile.split(",") if lib]
+        if set(compiled) - set(LIBS):
+            raise ValueError(f"--compile {args.compile!r}: give some of {', '.join(LIBS)}")
+        opts.compile = {"bertkit" if lib == "bertkit" else "sentence_transformers" for lib in compiled}
+        embedder, ce, mlm = checkpoints(Path(tmp), args.vocab, shape, args.seed)
         if args.device == "cuda":  # the CUDA context and cuBLAS are made here, not inside the first timed run
             torch.ones(256, 256, device="cuda") @ torch.ones(256, 256, device="cuda")
             torch.cuda.synchronize()
-        dirs = {"embed_train": embedder, "encode": embedder, "rerank_train": ce, "ce_predict": ce}
+        dirs = {"embed_train": embedder, "encode": embedder, "rerank_train": ce, "ce_predict": ce,
+                "sparse_train": mlm, "sparse_encode": mlm}
         for row in rows:
             records.append(guarded(run_row, row, dirs[row], data[row], opts, meta))
         for row in profiled:

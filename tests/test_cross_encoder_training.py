@@ -135,3 +135,24 @@ def test_string_labels_advice_leads_to_a_model_the_loss_accepts(tmp_path, minilm
         train(datasets.Dataset.from_list(rows))
     advised = datasets.Dataset.from_list(rows).cast_column("label", datasets.Value("float32"))
     assert train(advised).global_step == 2
+
+
+def test_torch_compile_compiles_the_encoder_a_loss_wraps(tmp_path, minilm_dir):
+    """torch_compile=True on a cross-encoder's or a sparse encoder's trainer compiles the layers of the encoder the
+    loss holds (the loop is handed the loss, not a model with ``.bert``; it used to refuse them), and refuses a
+    model that holds no bertkit encoder, by name."""
+    import torch
+
+    from bertkit.errors import BertkitError
+    from bertkit.sentence.cross_encoder import CrossEncoder, losses
+    from bertkit.sentence.cross_encoder.trainer import CrossEncoderLossModel
+    from bertkit.training.loop import _compile
+
+    model = CrossEncoder(cross_encoder_directory(minilm_dir, tmp_path / "ce"), max_length=16)
+    wrapped = CrossEncoderLossModel(losses.BinaryCrossEntropyLoss(model))
+    layers = [m for m in wrapped.modules() if type(m).__name__ == "BertLayer"]
+    assert len(layers) == 6 and not any(layer._compiled_call_impl for layer in layers)
+    _compile(wrapped)
+    assert all(layer._compiled_call_impl is not None for layer in layers)
+    with pytest.raises(BertkitError, match="Linear holds no encoder with compile_layers"):
+        _compile(torch.nn.Linear(2, 2))

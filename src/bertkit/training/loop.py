@@ -496,11 +496,14 @@ def _optimisation(model: nn.Module, args: TrainingSettings, total: int, device: 
 
 
 def _compile(model: nn.Module) -> None:
-    encoder = getattr(model, "bert", model)
-    if not hasattr(encoder, "compile_layers"):
-        raise BertkitError(f"compile needs a bertkit model; {type(model).__name__} has no encoder "
+    """Compile the layers of every bertkit encoder in ``model`` (a sentence-transformers loss wraps its model, a
+    cross-encoder or a sparse encoder keeps its encoder deeper than ``.bert``)."""
+    encoders = [m for m in model.modules() if hasattr(m, "compile_layers")]
+    if not encoders:
+        raise BertkitError(f"compile needs a bertkit model; {type(model).__name__} holds no encoder "
                            "with compile_layers()")
-    encoder.compile_layers()
+    for encoder in encoders:
+        encoder.compile_layers()
 
 
 def _rows(batch: Batch) -> int:
