@@ -351,8 +351,12 @@ class SparseEncoder(Prompted, nn.Sequential):
         rows = embeddings.unsqueeze(0) if embeddings.dim() == 1 else embeddings
         if rows.shape[0] == 0 or rows.shape[1] == 0:
             return {"active_dims": 0.0, "sparsity_ratio": 1.0}
-        csr = rows.cpu().to_sparse_csr()
-        active = torch.mean((csr.crow_indices()[1:] - csr.crow_indices()[:-1]).float()).item()
+        if rows.is_sparse:  # counted on the stored entries (not through CSR, which warns that it is in beta)
+            rows = rows.coalesce()
+            counts = torch.bincount(rows.indices()[0][rows.values() != 0], minlength=rows.shape[0])
+        else:
+            counts = (rows != 0).sum(1)
+        active = counts.float().mean().item()
         return {"active_dims": active, "sparsity_ratio": 1.0 - active / rows.shape[1]}
 
     def decode(self, embeddings: Tensor, top_k: int | None = None) -> list[Any]:
