@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 MODEL   ?= models/minilm
 PIP     := $(BIN)/pip install -q -c constraints.txt
 
-.PHONY: demo test test-slow bench lint model clean pretrain-1h
+.PHONY: demo test test-slow bench lint model clean pretrain-1h splade
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +31,12 @@ demo: $(STAMP) $(MODEL)/config.json
 CORPUS  ?= ../shared/data/corpus
 pretrain-1h: $(STAMP)
 	examples/pretrain-1h/run.sh $(CORPUS) runs/pretrain-1h
+
+# SPLADE trained from that pre-trained model on SQuAD, against BM25 and dense embedders, then served
+# (examples/splade; resumable: run it again).
+splade: $(STAMP) $(MODEL)/config.json
+	$(BIN)/python examples/splade/splade_squad.py --model runs/pretrain-1h/model/final --miner $(MODEL) \
+	    --out runs/splade --serve
 
 # Two pytest workers (pytest-xdist), a test file each at a time, so a file's module fixtures are built once:
 # most tests wait on Python, process start-up and files, not on both cores. TEST_WORKERS=0 runs in one process.

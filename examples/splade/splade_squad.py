@@ -50,6 +50,9 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])")
+# A full stop after these ends no sentence: initials ("J. R. R."), titles and common abbreviations.
+ABBREVIATION = re.compile(r"(?:\b[A-Z]|\b(?:Dr|Mr|Mrs|Ms|St|Jr|Sr|Mt|Gen|Col|Lt|Sgt|Rev|Prof|Gov|Sen|Rep|Inc|Co|Ltd|"
+                          r"No|vs|Vol|Fig|ca|c|approx|U\.S|U\.K|e\.g|i\.e))\.$")
 
 
 # -- data ----------------------------------------------------------------------------------------------------------
@@ -58,6 +61,8 @@ def sentences_of(context: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the context's sentences."""
     spans, start = [], 0
     for m in SENTENCE_END.finditer(context):
+        if ABBREVIATION.search(context[start:m.start()]):
+            continue  # "Dr. Smith", "J. R. R. Tolkien": the sentence goes on
         spans.append((start, m.start()))
         start = m.end()
     spans.append((start, len(context)))
