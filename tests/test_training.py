@@ -138,6 +138,33 @@ def test_batch_plan_is_a_function_of_seed_and_epoch():
         BatchPlan([], 3, list, seed=0)
 
 
+def test_a_token_loss_run_draws_each_epochs_batches_once(tmp_path):
+    """The loop asks for the epoch's batches at every step (the step's target count); they are drawn once an epoch:
+    drawing them shuffles the whole dataset (215,145 rows in examples/pretrain-1h: most of a small model's step on
+    a GPU). The masked-LM run over 3 epochs of 4 steps calls the sampler 3 times."""
+    from bertkit.heads import BertForMaskedLM
+
+    torch.manual_seed(0)
+    rows = [{"input_ids": torch.randint(5, 50, (8,)), "labels": torch.where(torch.rand(8) < 0.3,
+                                                                           torch.randint(5, 50, (8,)), -100)}
+            for _ in range(16)]
+    drawn = []
+
+    def draw(epoch):
+        drawn.append(epoch)
+        order = torch.randperm(16, generator=torch.Generator().manual_seed(epoch)).tolist()
+        return [order[i:i + 4] for i in range(0, 16, 4)]
+
+    def collate(batch):
+        return {k: torch.stack([r[k] for r in batch]) for k in ("input_ids", "labels")}
+
+    plan = BatchPlan(rows, 4, collate, seed=0, draw=draw)
+    model = BertForMaskedLM(CFG)
+    train(model, [Phase(plan, 12)], TrainingSettings(output_dir=tmp_path, learning_rate=1e-3, progress=False,
+                                                     warmup_ratio=0, save_strategy="no"))
+    assert drawn == [0, 1, 2]
+
+
 def test_training_settings_validation():
     with pytest.raises(ValueError, match="optim 'sgd' is not one of"):
         TrainingSettings(output_dir="x", optim="sgd")

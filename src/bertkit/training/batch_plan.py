@@ -50,12 +50,19 @@ class BatchPlan:
         self.shuffle, self.seed = shuffle, seed
         self.rank, self.world_size = rank, world_size
         self.draw = draw
+        self._epoch: tuple[int, list[list[int]]] | None = None  # the last epoch's batches, drawn once
 
     def __len__(self) -> int:
         return math.ceil(len(self.dataset) / (self.batch_size * self.world_size))
 
     def global_batches(self, epoch: int) -> list[list[int]]:
-        """Every rank's examples of each micro-step of ``epoch`` (one list per global micro-batch)."""
+        """Every rank's examples of each micro-step of ``epoch`` (one list per global micro-batch; not to be
+        modified: the loop asks for them at every step, and they are drawn once an epoch)."""
+        if self._epoch is None or self._epoch[0] != epoch:
+            self._epoch = (epoch, self._draw(epoch))
+        return self._epoch[1]
+
+    def _draw(self, epoch: int) -> list[list[int]]:
         n, per_step = len(self.dataset), self.batch_size * self.world_size
         if self.draw is not None:
             drawn = [[int(i) for i in batch] for batch in self.draw(epoch)[:len(self)]]

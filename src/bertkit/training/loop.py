@@ -262,8 +262,9 @@ class _Run:
                 break
             if weight > 0:  # throughput, counted on the host before the batch moves
                 self.seqs, self.tokens = self.seqs + _rows(batch), self.tokens + _real_tokens(batch)
+            targets = target_count(batch)  # on the host too: on a GPU, counting there would wait for the device
             batch = {k: v.to(self.device, non_blocking=True) if isinstance(v, Tensor) else v for k, v in batch.items()}
-            if self.micro_step(phase, weight, batch):  # the last micro-batch of a step
+            if self.micro_step(phase, weight, batch, targets):  # the last micro-batch of a step
                 self.optimizer_step(phase)
             else:
                 self.event("substep_end")
@@ -283,8 +284,9 @@ class _Run:
         self.save_if_due()
 
     # -- one micro-batch: forward and backward ------------------------------------------------------------
-    def micro_step(self, phase: Phase, weight: float, batch: Batch) -> bool:
-        """Forward and backward one micro-batch; True when it completes an optimiser step's gradient."""
+    def micro_step(self, phase: Phase, weight: float, batch: Batch, targets: int | None) -> bool:
+        """Forward and backward one micro-batch (``targets``: its labelled tokens, ``target_count``); True when it
+        completes an optimiser step's gradient."""
         args, pos, accum = self.args, self.pos, self.args.gradient_accumulation_steps
         pos.batch += 1
         self.micro += 1
@@ -293,8 +295,8 @@ class _Run:
             self.control.should_log = self.control.should_evaluate = self.control.should_save = False
             self.event("step_begin")
         if (self.micro - 1) % accum == 0 and self.token_losses:
-            targets = step_targets(phase.plan, pos.epoch, pos.batch - 1, accum, batch, self.device)
-            self.num_items = None if targets is None else max(targets, 1) / self.info.world_size
+            step = step_targets(phase.plan, pos.epoch, pos.batch - 1, accum, targets, self.device)
+            self.num_items = None if step is None else max(step, 1) / self.info.world_size
         # Under DDP every rank runs every backward pass, a spoiled one too: skipping one would leave the
         # others waiting in the gradient all-reduce. The step is then dropped on all ranks.
         if self.spoiled is None or self.info.enabled:
@@ -306,7 +308,7 @@ class _Run:
                 # queued that wait would leave the device idle while the host queues backward. A non-finite loss
                 # spoils the step, which is dropped whole (its gradients zeroed), as under DDP.
                 self.scaler.scale(objective(out, weight, accum, self.num_items is not None)).backward()
-                loss = logged_loss(out, self.num_items, target_count(batch))
+                loss = logged_loss(out, self.num_items, targets)
                 finite = math.isfinite(out.loss.item())
                 if finite and weight > 0:
                     self.window["loss"] = self.window.get("loss", 0.0) + loss
