@@ -44,8 +44,10 @@ def test_bad_input_is_named_before_anything_is_written(model, tmp_path):
     with pytest.raises(BertkitError, match="a batch of 1 holds none: set per_device_train_batch_size to 2"):
         SentenceTransformerTrainer(model=model, args=_args(tmp_path, per_device_train_batch_size=1), loss=mnrl,
                                    train_dataset=PAIRS)
-    with pytest.raises(BertkitError, match="router_mapping"):
-        _args(tmp_path, router_mapping={"anchor": "query"})
+    with pytest.raises(BertkitError, match=r"router_mapping=\{'anchor': 'query'\} maps columns to a Router's routes, "
+                                           "and a bertkit SentenceTransformer has no Router: drop router_mapping"):
+        SentenceTransformerTrainer(model=model, args=_args(tmp_path, router_mapping={"anchor": "query"}), loss=mnrl,
+                                   train_dataset=PAIRS)
     with pytest.raises(BertkitError, match="group_by_label"):
         _args(tmp_path, batch_sampler=BatchSamplers.GROUP_BY_LABEL)
     with pytest.raises(BertkitError, match="optimizers"):
@@ -64,7 +66,7 @@ def test_no_duplicates_batches_are_sentence_transformers(model):
     mnrl = losses.MultipleNegativesRankingLoss(model)
     for pairs in ([{"anchor": f"question {i}", "positive": f"paragraph {i // 3}"} for i in range(24)],
                   [{"anchor": f"q{i}", "positive": "the same paragraph" if i < 3 else f"p{i}"} for i in range(8)]):
-        examples = SentenceExamples(pairs, model, mnrl, None, "train_dataset")
+        examples = SentenceExamples(pairs, model, mnrl, None, {}, "train_dataset")
         dataset = datasets.Dataset.from_list(pairs)
         short = 0
         for seed in range(12):
