@@ -22,9 +22,13 @@ PAIRS = [{"anchor": f"question {i}", "positive": f"paragraph {i // 2}"} for i in
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory, minilm_dir):
-    return SentenceTransformer(st_directory(minilm_dir, tmp_path_factory.mktemp("st") / "m", dropout=0.0,
-                                            max_seq_length=32))
+def model_dir(tmp_path_factory, minilm_dir):
+    return st_directory(minilm_dir, tmp_path_factory.mktemp("st") / "m", dropout=0.0, max_seq_length=32)
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    return SentenceTransformer(model_dir)
 
 
 def _args(tmp_path, **kwargs):
@@ -108,3 +112,38 @@ def test_training_saves_a_sentence_transformers_directory(model, tmp_path):
     SentenceTransformerTrainer(model=model, args=args, train_dataset=PAIRS, loss=loss).save_model(tmp_path / "saved")
     again = SentenceTransformer(tmp_path / "saved")
     assert abs(again.encode(["question 1"], truncate_dim=32) - model.encode(["question 1"], truncate_dim=32)).max() == 0
+
+
+@pytest.mark.parametrize("mapping", [{}, {r"0\.model\.encoder\.layer\.[0-2]\.": 1e-4, r"LayerNorm": 3e-5},
+                                     {r"\.0\.": 1e-4}])
+def test_learning_rate_mapping_selects_sentence_transformers_parameters(mapping, model_dir, tmp_path):
+    r"""The dense trainer's optimiser groups are sentence-transformers': a pattern is matched against its parameter
+    names (``model.0.model.…``, not bertkit's ``model.bert.…``; r"\.0\." matches every encoder parameter there,
+    and would match layer 0 alone under bertkit's), and each parameter has the same rate and weight decay (the
+    pooler aside, which bertkit does not train: no part of a sentence embedding)."""
+    st = pytest.importorskip("sentence_transformers")
+    datasets = pytest.importorskip("datasets")
+    from sentence_transformers.sentence_transformer import losses as st_losses
+
+    import bertkit.sentence
+
+    rates = {}
+    for lib, S, L in (("sentence_transformers", st, st_losses), ("bertkit", bertkit.sentence, losses)):
+        encoder = S.SentenceTransformer(str(model_dir), device="cpu")
+        loss = L.MultipleNegativesRankingLoss(encoder)
+        args = S.SentenceTransformerTrainingArguments(output_dir=str(tmp_path / lib), learning_rate=2e-5,
+                                                      weight_decay=0.1, report_to="none", use_cpu=True,
+                                                      learning_rate_mapping=mapping)
+        trainer = S.SentenceTransformerTrainer(model=encoder, args=args, train_dataset=datasets.Dataset.from_list(PAIRS),
+                                               loss=loss)
+        if lib == "sentence_transformers":
+            groups, name = trainer.create_optimizer().param_groups, str
+        else:
+            groups, name = trainer._parameter_groups(), trainer._st_name  # what the loop builds AdamW over
+        names = {id(p): n for n, p in loss.named_parameters()}
+        rates[lib] = {name(names[id(p)]): (g.get("lr", 2e-5), g["weight_decay"]) for g in groups for p in g["params"]}
+    want = {n: r for n, r in rates["sentence_transformers"].items() if ".pooler." not in n}
+    assert rates["bertkit"] == want and len(want) == 101
+    assert want["model.0.model.encoder.layer.1.attention.self.query.weight"] == ((1e-4, 0.1) if mapping else (2e-5, 0.1))
+    assert want["model.0.model.encoder.layer.4.output.LayerNorm.bias"] == \
+        ((3e-5 if "LayerNorm" in mapping else 1e-4 if mapping else 2e-5), 0.0)
