@@ -147,3 +147,21 @@ def test_learning_rate_mapping_selects_sentence_transformers_parameters(mapping,
     assert want["model.0.model.encoder.layer.1.attention.self.query.weight"] == ((1e-4, 0.1) if mapping else (2e-5, 0.1))
     assert want["model.0.model.encoder.layer.4.output.LayerNorm.bias"] == \
         ((3e-5 if "LayerNorm" in mapping else 1e-4 if mapping else 2e-5), 0.0)
+
+
+def test_resuming_with_other_learning_rates_is_refused(model, tmp_path):
+    """A checkpoint's optimiser state holds the rates of its groups: a run resumed with another learning_rate_mapping
+    is refused, naming it, before anything is written; with the same one it resumes."""
+    def trainer(rate: float) -> SentenceTransformerTrainer:
+        args = _args(tmp_path, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-5, save_steps=1,
+                     learning_rate_mapping={r"LayerNorm": rate})
+        return SentenceTransformerTrainer(model=model, args=args, loss=losses.MultipleNegativesRankingLoss(model),
+                                          train_dataset=PAIRS)
+
+    trainer(1e-4).train()
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    with pytest.raises(BertkitError, match=r"other settings or data \(field: \(checkpoint, now\)\) "
+                                           r"\{'learning_rate_mapping.LayerNorm': \(0.0001, 0.0002\)\}"):
+        trainer(2e-4).train(resume_from_checkpoint=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == written
+    assert trainer(1e-4).train(resume_from_checkpoint=True).global_step == 2

@@ -155,6 +155,13 @@ class SentenceTransformerTrainer(Trainer):
         """sentence-transformers' groups: over the loss's parameters, under its names (``learning_rate_mapping``)."""
         return parameter_groups(self.loss, self.args.weight_decay, self.args.learning_rate_mapping, self._st_name)
 
+    def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
+        """The base Trainer's, with the learning rates per pattern (a checkpoint's optimiser state holds the rates it
+        was saved with: resuming with others would keep those)."""
+        mapping = self.args.learning_rate_mapping
+        return {**super()._fingerprint(examples, total, world_size), **({"learning_rate_mapping": mapping} if mapping
+                                                                         else {})}
+
     def _st_name(self, path: str) -> str:
         """A path in the loss (``model.bert.…``) as sentence-transformers names it (``model.0.model.…``)."""
         for ours, theirs in self.sentence_model.st_paths.items():
