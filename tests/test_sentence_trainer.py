@@ -22,9 +22,13 @@ PAIRS = [{"anchor": f"question {i}", "positive": f"paragraph {i // 2}"} for i in
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory, minilm_dir):
-    return SentenceTransformer(st_directory(minilm_dir, tmp_path_factory.mktemp("st") / "m", dropout=0.0,
-                                            max_seq_length=32))
+def model_dir(tmp_path_factory, minilm_dir):
+    return st_directory(minilm_dir, tmp_path_factory.mktemp("st") / "m", dropout=0.0, max_seq_length=32)
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    return SentenceTransformer(model_dir)
 
 
 def _args(tmp_path, **kwargs):
@@ -44,8 +48,10 @@ def test_bad_input_is_named_before_anything_is_written(model, tmp_path):
     with pytest.raises(BertkitError, match="a batch of 1 holds none: set per_device_train_batch_size to 2"):
         SentenceTransformerTrainer(model=model, args=_args(tmp_path, per_device_train_batch_size=1), loss=mnrl,
                                    train_dataset=PAIRS)
-    with pytest.raises(BertkitError, match="router_mapping"):
-        _args(tmp_path, router_mapping={"anchor": "query"})
+    with pytest.raises(BertkitError, match=r"router_mapping=\{'anchor': 'query'\} maps columns to a Router's routes, "
+                                           "and a bertkit SentenceTransformer has no Router: drop router_mapping"):
+        SentenceTransformerTrainer(model=model, args=_args(tmp_path, router_mapping={"anchor": "query"}), loss=mnrl,
+                                   train_dataset=PAIRS)
     with pytest.raises(BertkitError, match="group_by_label"):
         _args(tmp_path, batch_sampler=BatchSamplers.GROUP_BY_LABEL)
     with pytest.raises(BertkitError, match="optimizers"):
@@ -64,7 +70,7 @@ def test_no_duplicates_batches_are_sentence_transformers(model):
     mnrl = losses.MultipleNegativesRankingLoss(model)
     for pairs in ([{"anchor": f"question {i}", "positive": f"paragraph {i // 3}"} for i in range(24)],
                   [{"anchor": f"q{i}", "positive": "the same paragraph" if i < 3 else f"p{i}"} for i in range(8)]):
-        examples = SentenceExamples(pairs, model, mnrl, None, "train_dataset")
+        examples = SentenceExamples(pairs, model, mnrl, None, {}, "train_dataset")
         dataset = datasets.Dataset.from_list(pairs)
         short = 0
         for seed in range(12):
@@ -106,3 +112,56 @@ def test_training_saves_a_sentence_transformers_directory(model, tmp_path):
     SentenceTransformerTrainer(model=model, args=args, train_dataset=PAIRS, loss=loss).save_model(tmp_path / "saved")
     again = SentenceTransformer(tmp_path / "saved")
     assert abs(again.encode(["question 1"], truncate_dim=32) - model.encode(["question 1"], truncate_dim=32)).max() == 0
+
+
+@pytest.mark.parametrize("mapping", [{}, {r"0\.model\.encoder\.layer\.[0-2]\.": 1e-4, r"LayerNorm": 3e-5},
+                                     {r"\.0\.": 1e-4}])
+def test_learning_rate_mapping_selects_sentence_transformers_parameters(mapping, model_dir, tmp_path):
+    r"""The dense trainer's optimiser groups are sentence-transformers': a pattern is matched against its parameter
+    names (``model.0.model.…``, not bertkit's ``model.bert.…``; r"\.0\." matches every encoder parameter there,
+    and would match layer 0 alone under bertkit's), and each parameter has the same rate and weight decay (the
+    pooler aside, which bertkit does not train: no part of a sentence embedding)."""
+    st = pytest.importorskip("sentence_transformers")
+    datasets = pytest.importorskip("datasets")
+    from sentence_transformers.sentence_transformer import losses as st_losses
+
+    import bertkit.sentence
+
+    rates = {}
+    for lib, S, L in (("sentence_transformers", st, st_losses), ("bertkit", bertkit.sentence, losses)):
+        encoder = S.SentenceTransformer(str(model_dir), device="cpu")
+        loss = L.MultipleNegativesRankingLoss(encoder)
+        args = S.SentenceTransformerTrainingArguments(output_dir=str(tmp_path / lib), learning_rate=2e-5,
+                                                      weight_decay=0.1, report_to="none", use_cpu=True,
+                                                      learning_rate_mapping=mapping)
+        trainer = S.SentenceTransformerTrainer(model=encoder, args=args, train_dataset=datasets.Dataset.from_list(PAIRS),
+                                               loss=loss)
+        if lib == "sentence_transformers":
+            groups, name = trainer.create_optimizer().param_groups, str
+        else:
+            groups, name = trainer._parameter_groups(), trainer._st_name  # what the loop builds AdamW over
+        names = {id(p): n for n, p in loss.named_parameters()}
+        rates[lib] = {name(names[id(p)]): (g.get("lr", 2e-5), g["weight_decay"]) for g in groups for p in g["params"]}
+    want = {n: r for n, r in rates["sentence_transformers"].items() if ".pooler." not in n}
+    assert rates["bertkit"] == want and len(want) == 101
+    assert want["model.0.model.encoder.layer.1.attention.self.query.weight"] == ((1e-4, 0.1) if mapping else (2e-5, 0.1))
+    assert want["model.0.model.encoder.layer.4.output.LayerNorm.bias"] == \
+        ((3e-5 if "LayerNorm" in mapping else 1e-4 if mapping else 2e-5), 0.0)
+
+
+def test_resuming_with_other_learning_rates_is_refused(model, tmp_path):
+    """A checkpoint's optimiser state holds the rates of its groups: a run resumed with another learning_rate_mapping
+    is refused, naming it, before anything is written; with the same one it resumes."""
+    def trainer(rate: float) -> SentenceTransformerTrainer:
+        args = _args(tmp_path, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-5, save_steps=1,
+                     learning_rate_mapping={r"LayerNorm": rate})
+        return SentenceTransformerTrainer(model=model, args=args, loss=losses.MultipleNegativesRankingLoss(model),
+                                          train_dataset=PAIRS)
+
+    trainer(1e-4).train()
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    with pytest.raises(BertkitError, match=r"other settings or data \(field: \(checkpoint, now\)\) "
+                                           r"\{'learning_rate_mapping.LayerNorm': \(0.0001, 0.0002\)\}"):
+        trainer(2e-4).train(resume_from_checkpoint=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == written
+    assert trainer(1e-4).train(resume_from_checkpoint=True).global_step == 2

@@ -2,7 +2,9 @@
 the masked-LM checkpoint of sparse_helpers (dropout off) as a new SPLADE model, SQuAD dev questions against their
 paragraphs, each of SpladeLoss's wrapped losses for a few steps. Same terms (base loss, document and query
 regularisers) at every step, same regulariser weights during the warm-up sentence-transformers' trainer adds by
-itself, same vectors after training. Bad input refused by name before any work."""
+itself, same vectors after training. The inference-free layout (a Router: static query weights, SPLADE documents)
+trains with router_mapping and learning_rate_mapping: same terms, same learning rate per parameter, same weights,
+and each library opens the directory the other saved. Bad input refused by name before any work."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
+from bertkit.sentence import SparseEncoder
 from sparse_helpers import masked_lm_checkpoint
 
 st = pytest.importorskip("sentence_transformers")
@@ -66,9 +69,8 @@ def _rows(kind: str, squad) -> list[dict]:
             for i, (q, p, n, _) in enumerate(squad)]
 
 
-def _train(lib: str, model_dir, out_dir, rows, kind: str):
-    """The training script; ``lib`` picks the import, nothing else differs. Returns each step's terms and the
-    regulariser weights the loss held, and the vectors of a few texts after training."""
+def _library(lib: str):
+    """(the sentence package, the sparse losses, BatchSamplers) of ``lib``: the one line a ported script changes."""
     if lib == "sentence_transformers":
         import sentence_transformers as S
         from sentence_transformers.sentence_transformer.training_args import BatchSamplers
@@ -77,6 +79,14 @@ def _train(lib: str, model_dir, out_dir, rows, kind: str):
         import bertkit.sentence as S
         from bertkit.sentence.sparse_encoder import losses
         from bertkit.sentence.training_args import BatchSamplers
+    return S, losses, BatchSamplers
+
+
+def _train(lib: str, model_dir, out_dir, rows, kind: str, **arguments):
+    """The training script; ``lib`` picks the import, nothing else differs (``arguments``: more training arguments).
+    Returns each step's terms and the regulariser weights the loss held, the vectors of a few texts after training
+    (documents, then queries) and the model."""
+    S, losses, BatchSamplers = _library(lib)
     model = S.SparseEncoder(str(model_dir), device="cpu")
     model.max_seq_length = MAX_LENGTH
     steps = []
@@ -97,19 +107,25 @@ def _train(lib: str, model_dir, out_dir, rows, kind: str):
     args = S.SparseEncoderTrainingArguments(
         output_dir=str(out_dir), per_device_train_batch_size=BATCH, max_steps=STEPS, learning_rate=2e-5,
         logging_steps=1, save_strategy="no", report_to="none", seed=42, use_cpu=True, disable_tqdm=True,
-        batch_sampler=BatchSamplers.NO_DUPLICATES if kind == "mnrl" else BatchSamplers.BATCH_SAMPLER)
+        batch_sampler=BatchSamplers.NO_DUPLICATES if kind == "mnrl" else BatchSamplers.BATCH_SAMPLER, **arguments)
     trainer = S.SparseEncoderTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows), loss=loss)
     trainer.train()
+    return steps, _vectors(model, rows), model
+
+
+def _vectors(model, rows) -> torch.Tensor:
+    """A few texts as documents, and as queries (an inference-free model's other route), dense."""
     texts = [r[c] for r in rows[:4] for c in list(r)[:2]]
-    return steps, model.encode_document(texts, convert_to_sparse_tensor=False)
+    return torch.cat([model.encode_document(texts, convert_to_sparse_tensor=False),
+                      model.encode_query(texts, convert_to_sparse_tensor=False)])
 
 
 @pytest.mark.slow  # about a minute a loss on two shared cores: make test-slow
 @pytest.mark.parametrize("kind", ["mnrl", "margin_mse", "kl_div", "cosent"])
 def test_training_script_gives_sentence_transformers_numbers(kind, checkpoint, squad, tmp_path):
     rows = _rows(kind, squad)
-    want, want_vectors = _train("sentence_transformers", checkpoint, tmp_path / "st", rows, kind)
-    got, got_vectors = _train("bertkit", checkpoint, tmp_path / "bk", rows, kind)
+    want, want_vectors, _ = _train("sentence_transformers", checkpoint, tmp_path / "st", rows, kind)
+    got, got_vectors, _ = _train("bertkit", checkpoint, tmp_path / "bk", rows, kind)
     assert len(want) == len(got) == STEPS
     terms = ["base_loss", "document_regularizer_loss", "query_regularizer_loss"]
     assert [sorted(s) for s in got] == [sorted(s) for s in want] and set(terms) <= set(want[0])
@@ -126,6 +142,96 @@ def test_training_script_gives_sentence_transformers_numbers(kind, checkpoint, s
     assert want[-1]["document_regularizer_loss"] > 0
     assert torch.equal(got_vectors != 0, want_vectors != 0)
     torch.testing.assert_close(got_vectors, want_vectors, atol=1e-4, rtol=1e-4)
+
+
+ROUTES = {"query": "query", "positive": "document", "negative": "document"}
+# "query" also matches the document encoder's attention.self.query; the later, narrower pattern takes the static
+# query weights from it (a later pattern wins): sentence-transformers' order of groups
+RATES = {r"query": 1e-4, r"sub_modules\.query\.": 1e-3}
+
+
+@pytest.fixture(scope="module")
+def inference_free(checkpoint, tmp_path_factory):
+    """sentence-transformers' inference-free layout (a Router: SparseStaticEmbedding queries with weights in
+    [0.5, 1.5), SPLADE documents), as it writes it."""
+    from sentence_transformers.sparse_encoder.modules import Router, SparseStaticEmbedding, SpladePooling
+    from sentence_transformers.sparse_encoder.modules import Transformer as STTransformer
+
+    document = STTransformer(str(checkpoint), transformer_task="fill-mask")
+    query = SparseStaticEmbedding(tokenizer=document.tokenizer,
+                                  weight=torch.rand(30522, generator=torch.Generator().manual_seed(1)) + 0.5)
+    router = Router.for_query_document(query_modules=[query], document_modules=[document, SpladePooling("max")])
+    out = tmp_path_factory.mktemp("router") / "inference_free"
+    st.SparseEncoder(modules=[router], device="cpu").save(str(out))
+    return out
+
+
+@pytest.mark.slow  # about a minute and a half on two shared cores: make test-slow
+def test_inference_free_training_gives_sentence_transformers_numbers(inference_free, squad, tmp_path):
+    """router_mapping sends the question column through the static query weights and the paragraphs through
+    SPLADE; learning_rate_mapping gives the static weights (and, first, every parameter named "query") their own
+    rates; weight decay 0.1, which sentence-transformers (transformers' rule) applies to the static weights."""
+    rows = _rows("mnrl", squad)
+    arguments = {"router_mapping": ROUTES, "learning_rate_mapping": RATES, "weight_decay": 0.1}
+    want, want_vectors, theirs = _train("sentence_transformers", inference_free, tmp_path / "st", rows, "mnrl",
+                                        **arguments)
+    got, got_vectors, ours = _train("bertkit", inference_free, tmp_path / "bk", rows, "mnrl", **arguments)
+    assert len(want) == len(got) == STEPS
+    for term in ["base_loss", "document_regularizer_loss", "query_regularizer_loss"]:
+        np.testing.assert_allclose([s[term] for s in got], [s[term] for s in want], rtol=1e-5, atol=1e-6, err_msg=term)
+    want_weights, got_weights = dict(theirs.named_parameters()), dict(ours.named_parameters())
+    assert list(got_weights) == list(want_weights)
+    # Within 1e-5, but for a word piece whose maximum logit in a text falls within float rounding of 0 at some step:
+    # relu gives it a gradient in one library and none in the other, and Adam turns either into a step of about the
+    # learning rate on its row of the decoder, tied to the input embeddings (measured: one row, "##bank", 2.1e-5
+    # apart; every other parameter within 1.6e-6)
+    for name, value in want_weights.items():
+        apart = (got_weights[name] - value).abs()
+        if name.endswith("word_embeddings.weight"):
+            assert (apart > 1e-5).any(1).sum() <= 2 and apart.max() < 1e-4, name
+        else:
+            assert apart.max() <= 1e-5, name
+    static = "0.sub_modules.query.0.weight"
+    moved = (want_weights[static] - SparseEncoder(inference_free).state_dict()[static]).abs().max().item()
+    assert moved > 2e-3  # at 1e-3 a step: the mapping's rate, not learning_rate's 2e-5
+    assert torch.equal(got_vectors != 0, want_vectors != 0)
+    torch.testing.assert_close(got_vectors, want_vectors, atol=1e-4, rtol=1e-4)
+    # each library opens the directory the other wrote, to the same vectors
+    ours.save(tmp_path / "bk_saved")
+    theirs.save(str(tmp_path / "st_saved"))
+    torch.testing.assert_close(_vectors(st.SparseEncoder(str(tmp_path / "bk_saved"), device="cpu"), rows), got_vectors,
+                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(_vectors(SparseEncoder(tmp_path / "st_saved"), rows), want_vectors, atol=1e-5, rtol=1e-5)
+
+
+def _groups(lib: str, model_dir, tmp_path, mapping: dict) -> list[tuple[float, float, list[str]]]:
+    """The optimiser's groups a trainer builds, as (learning rate, weight decay, parameter names): for
+    sentence-transformers its AdamW's, for bertkit those its loop builds AdamW over (at learning_rate where a group
+    sets none)."""
+    S, losses, _ = _library(lib)
+    model = S.SparseEncoder(str(model_dir), device="cpu")
+    loss = losses.SpladeLoss(model, losses.SparseMultipleNegativesRankingLoss(model), 3e-5, 5e-5)
+    args = S.SparseEncoderTrainingArguments(output_dir=str(tmp_path / lib), learning_rate=2e-5, weight_decay=0.1,
+                                            report_to="none", use_cpu=True, router_mapping=ROUTES,
+                                            learning_rate_mapping=mapping)
+    rows = datasets.Dataset.from_list([{"query": "a question", "positive": "a passage", "negative": "another"}] * 4)
+    trainer = S.SparseEncoderTrainer(model=model, args=args, train_dataset=rows, loss=loss)
+    built = trainer.create_optimizer().param_groups if lib == "sentence_transformers" else trainer._parameter_groups()
+    names = {id(p): n for n, p in loss.named_parameters()}
+    return [(g.get("lr", 2e-5), g["weight_decay"], [names[id(p)] for p in g["params"]]) for g in built]
+
+
+@pytest.mark.parametrize("mapping", [{}, {r"sub_modules\.query\.": 1e-3}, {**RATES, "LayerNorm": 0.0}])
+def test_learning_rates_per_parameter_are_sentence_transformers(mapping, inference_free, tmp_path):
+    """The same groups, in the same order, with the same parameters at the same rate and weight decay."""
+    want = _groups("sentence_transformers", inference_free, tmp_path, mapping)
+    got = _groups("bertkit", inference_free, tmp_path, mapping)
+    assert got == want
+    rate = {n: lr for lr, _, names in got for n in names}
+    assert rate["model.0.sub_modules.query.0.weight"] == (1e-3 if mapping else 2e-5)
+    decay = {n: wd for _, wd, names in got for n in names}
+    assert decay["model.0.sub_modules.query.0.weight"] == 0.1  # a one-dimensional weight, decayed by name
+    assert decay["model.0.sub_modules.document.0.model.cls.predictions.bias"] == 0.0
 
 
 # -- the warm-up schedule alone ------------------------------------------------------------------------------------
@@ -232,20 +338,13 @@ def test_losses_are_trained_inside_splade_loss(sparse_model, tmp_path):
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
 
-def test_what_bertkit_does_not_implement_is_refused_by_name(sparse_model, tmp_path, layouts_inference_free):
-    from bertkit.sentence import SparseEncoder, SparseEncoderTrainer, SparseEncoderTrainingArguments
+def test_what_bertkit_does_not_implement_is_refused_by_name(sparse_model, tmp_path):
+    from bertkit.sentence import SparseEncoderTrainer
     from bertkit.sentence.sparse_encoder import losses
 
     for name in ("CSRLoss", "CachedSpladeLoss", "SparseTripletLoss", "SparseMSELoss", "SparseAnglELoss"):
         with pytest.raises(BertkitError, match=f"losses.{name} is not implemented in bertkit: "):
             getattr(losses, name)
-    with pytest.raises(BertkitError, match="router_mapping=.* is not implemented in bertkit"):
-        SparseEncoderTrainingArguments(output_dir=str(tmp_path), router_mapping={"query": "query"})
-    with pytest.raises(BertkitError, match="learning_rate_mapping=.* is not implemented in bertkit"):
-        SparseEncoderTrainingArguments(output_dir=str(tmp_path), learning_rate_mapping={r"SparseStatic.*": 1e-3})
-    router = SparseEncoder(layouts_inference_free)
-    with pytest.raises(BertkitError, match="training an inference-free SparseEncoder"):
-        SparseEncoderTrainer(model=router, args=SparseEncoderTrainingArguments(output_dir=str(tmp_path / "o")))
     from bertkit.sentence.losses import MatryoshkaLoss
 
     matryoshka = MatryoshkaLoss(sparse_model, losses.SparseMultipleNegativesRankingLoss(sparse_model), [64])
@@ -255,15 +354,68 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(sparse_model, tmp_pa
         SparseEncoderTrainer(model=torch.nn.Linear(1, 1))
 
 
-@pytest.fixture(scope="module")
-def layouts_inference_free(checkpoint, tmp_path_factory):
-    """sentence-transformers' inference-free layout (a Router: SparseStaticEmbedding queries, SPLADE documents)."""
-    from sentence_transformers.sparse_encoder.modules import Router, SparseStaticEmbedding, SpladePooling
-    from sentence_transformers.sparse_encoder.modules import Transformer as STTransformer
+def test_bad_router_and_learning_rate_mappings_are_refused_by_name(inference_free, sparse_model, tmp_path):
+    """Each refused when the arguments or the trainer are made, naming the value and the fix; nothing written.
+    sentence-transformers refuses a Router model without router_mapping and a pattern that matches no parameter
+    too (the latter when training starts); an unknown route it refuses at the first step, an unknown column and a
+    negative rate it takes."""
+    from bertkit.sentence import SparseEncoderTrainer, SparseEncoderTrainingArguments
+    from bertkit.sentence.sparse_encoder import losses
 
-    document = STTransformer(str(checkpoint), transformer_task="fill-mask")
-    query = SparseStaticEmbedding(tokenizer=document.tokenizer, weight=torch.ones(30522))
-    router = Router.for_query_document(query_modules=[query], document_modules=[document, SpladePooling("max")])
-    out = tmp_path_factory.mktemp("router") / "inference_free"
-    st.SparseEncoder(modules=[router], device="cpu").save(str(out))
-    return out
+    out = tmp_path / "out"
+    rows = datasets.Dataset.from_list([{"query": "a question", "positive": "a passage", "negative": "another"}] * 4)
+    router = SparseEncoder(inference_free)
+
+    def trainer(model=router, **arguments):
+        args = SparseEncoderTrainingArguments(output_dir=str(out), report_to="none", use_cpu=True, **arguments)
+        loss = losses.SpladeLoss(model, losses.SparseMultipleNegativesRankingLoss(model), 3e-5, None)
+        return SparseEncoderTrainer(model=model, args=args, train_dataset=rows, loss=loss)
+
+    with pytest.raises(BertkitError, match=r"this SparseEncoder has a Router \(routes \['query', 'document'\]\): "
+                                           "give router_mapping in the training arguments"):
+        trainer()
+    with pytest.raises(BertkitError, match=r"router_mapping names the column\(s\) \['question'\], which are not text "
+                                           r"columns of train_dataset \(its text columns: \['query', 'positive', "
+                                           r"'negative'\]"):
+        trainer(router_mapping={"question": "query", "positive": "document"})
+    with pytest.raises(BertkitError, match=r"the Router has no route for the train_dataset column\(s\) "
+                                           r"\{'query': 'queries'\}.*its routes are \['query', 'document'\]"):
+        trainer(router_mapping={"query": "queries", "positive": "document"})
+    no_default = SparseEncoder(inference_free)
+    no_default[0].default_route = None
+    with pytest.raises(BertkitError, match=r"column\(s\) \{'positive': None, 'negative': None\} \(None: not mapped, and the Router "
+                                           r"has no default route\)"):
+        trainer(no_default, router_mapping={"query": "query"})
+    with pytest.raises(BertkitError, match=r"router_mapping=\{'query': 'query'\} maps columns to a Router's routes, "
+                                           "and a bertkit SparseEncoder has no Router: drop router_mapping"):
+        trainer(sparse_model, router_mapping={"query": "query"})
+    with pytest.raises(BertkitError, match="a mapping per dataset is not implemented"):
+        SparseEncoderTrainingArguments(output_dir=str(out), router_mapping={"squad": {"query": "query"}})
+    # sentence-transformers' docs write the class name; a parameter's name is its module path, in both libraries
+    by_class = {r"SparseStaticEmbedding\.*": 1e-3}
+    with pytest.raises(BertkitError, match=re.escape(
+            f"the pattern {next(iter(by_class))!r} matches no parameter name (re.search on names such as "
+            "'model.0.sub_modules.query.0.weight'); a name is a module path, not a class: the SparseStaticEmbedding at "
+            f"'model.0.sub_modules.query.0' is matched by {re.escape('model.0.sub_modules.query.0.')!r}")):
+        trainer(router_mapping=ROUTES, learning_rate_mapping=by_class)
+    theirs = st.SparseEncoder(str(inference_free), device="cpu")
+    st_args = st.SparseEncoderTrainingArguments(output_dir=str(tmp_path / "st"), report_to="none", use_cpu=True,
+                                                router_mapping=ROUTES, learning_rate_mapping=by_class)
+    st_loss = st.sparse_encoder.losses.SpladeLoss(theirs, st.sparse_encoder.losses.SparseMultipleNegativesRankingLoss(
+        theirs), 3e-5, None)
+    with pytest.raises(ValueError, match=re.escape(f"No parameters found matching the pattern '{next(iter(by_class))}'")):
+        st.SparseEncoderTrainer(model=theirs, args=st_args, train_dataset=rows, loss=st_loss).create_optimizer()
+    with pytest.raises(ValueError, match="you did not provide a `router_mapping`"):
+        st.SparseEncoderTrainer(model=theirs, args=st.SparseEncoderTrainingArguments(
+            output_dir=str(tmp_path / "st"), report_to="none", use_cpu=True), train_dataset=rows, loss=st_loss)
+    for rate in (-1e-3, math.nan, math.inf, "1e-3", True):
+        with pytest.raises(BertkitError, match=r"learning_rate_mapping: the learning rate of 'query' must be a finite "
+                                               "number >= 0, got"):
+            SparseEncoderTrainingArguments(output_dir=str(out), learning_rate_mapping={"query": rate})
+    with pytest.raises(BertkitError, match=r"learning_rate_mapping: 'query\(' is not a regular expression"):
+        SparseEncoderTrainingArguments(output_dir=str(out), learning_rate_mapping={"query(": 1e-3})
+    assert not out.exists()
+    # as in sentence-transformers, each mapping may come as JSON text (a command line's)
+    args = SparseEncoderTrainingArguments(output_dir=str(out), router_mapping='{"query": "query"}',
+                                          learning_rate_mapping='{"query": 0.001}')
+    assert (args.router_mapping, args.learning_rate_mapping) == ({"query": "query"}, {"query": 1e-3})

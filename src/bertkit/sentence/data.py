@@ -49,34 +49,41 @@ def loss_columns(dataset: Any, loss: Any, what: str) -> tuple[str | None, list[s
 
 
 class SentenceExamples(Sequence):
-    """``dataset`` as examples the loss wrapper takes: per row, each text column's token ids (with its prompt),
-    the label (0 when the dataset has none and the loss needs none) and the row's index (which tells a gathering
-    loss the stand-in row of a process with no share of a short batch)."""
+    """``dataset`` as examples the loss wrapper takes: per row, each text column's token ids (with its prompt, as
+    the model's ``tokenize`` gives them for the column's task), the label (0 when the dataset has none and the loss
+    needs none) and the row's index (which tells a gathering loss the stand-in row of a process with no share of a
+    short batch). ``router_mapping`` ({column: task}) gives a column its task, the Router route it goes through
+    (None: the Router's default); a column it names that ``dataset`` does not have as a text column is refused."""
 
-    def __init__(self, dataset: Any, model: Any, loss: Any, prompts: str | dict[str, str] | None, what: str):
+    def __init__(self, dataset: Any, model: Any, loss: Any, prompts: str | dict[str, str] | None,
+                 router_mapping: dict[str, str], what: str):
         self.label, self.texts = loss_columns(dataset, loss, what)
+        unknown = [c for c in router_mapping if c not in self.texts]
+        if unknown:
+            raise BertkitError(f"router_mapping names the column(s) {unknown}, which are not text columns of {what} "
+                               f"(its text columns: {self.texts}): map those, e.g. {{{self.texts[0]!r}: 'query', "
+                               f"{self.texts[-1]!r}: 'document'}}")
         self.dataset, self.model = dataset, model
         self.prompts = [prompts if isinstance(prompts, str) else (prompts or {}).get(c) for c in self.texts]
         self.prompt_lengths = [model.prompt_length(p) for p in self.prompts]
+        self.tasks = [router_mapping.get(c) for c in self.texts]
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         row = self.dataset[i]
-        tok, model = self.model.tokenizer, self.model
         ids, types = [], []
-        for column, prompt in zip(self.texts, self.prompts):
+        for column, prompt, task in zip(self.texts, self.prompts, self.tasks):
             text = row[column]
             if not isinstance(text, str):
                 raise BertkitError(f"row {i}, column {column!r}: expected a text, got {type(text).__name__}")
-            text = (prompt or "") + text
-            enc = tok(text.lower() if model.do_lower_case else text, truncation=True, max_length=model.max_seq_length)
-            ids.append(enc["input_ids"])
-            types.append(enc["token_type_ids"])
+            enc = self.model.tokenize([text], prompt, **({"task": task} if task is not None else {}))
+            ids.append(enc["input_ids"][0].tolist())
+            types.append(enc["token_type_ids"][0].tolist())
         label = row[self.label] if self.label is not None else 0
-        return {"input_ids": ids, "token_type_ids": types, "prompt_length": self.prompt_lengths, "label": label,
-                "index": i}
+        return {"input_ids": ids, "token_type_ids": types, "prompt_length": self.prompt_lengths, "task": self.tasks,
+                "label": label, "index": i}
 
     def row_texts(self, i: int) -> set[str]:
         row = self.dataset[i]
@@ -86,9 +93,9 @@ class SentenceExamples(Sequence):
 class SentenceCollator:
     """Examples -> ``input_ids``, ``token_type_ids``, ``attention_mask`` (B, C, T) padded with ``pad_id``,
     ``widths`` (each column's longest row, C ints: the loss runs each column on its own width, so a short query
-    column is not computed at a long passage column's width), ``prompt_length`` (C ints: each column's prompt, the
-    same for every row), ``label`` (B,) and ``index`` (B,). The ints stay on the host: reading them from the
-    device would stall its queue of kernels at every step."""
+    column is not computed at a long passage column's width), ``prompt_length`` and ``task`` (C each: each
+    column's prompt and task, the same for every row), ``label`` (B,) and ``index`` (B,). The ints stay on the
+    host: reading them from the device would stall its queue of kernels at every step."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
@@ -107,7 +114,7 @@ class SentenceCollator:
                 attention_mask[b, c, :len(ids)] = 1
         labels = [e["label"] for e in examples]
         return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
-                "widths": widths, "prompt_length": list(examples[0]["prompt_length"]),
+                "widths": widths, "prompt_length": list(examples[0]["prompt_length"]), "task": list(examples[0]["task"]),
                 "label": torch.stack(labels) if isinstance(labels[0], Tensor) else torch.tensor(labels),
                 "index": torch.tensor([e["index"] for e in examples], dtype=torch.long)}
 

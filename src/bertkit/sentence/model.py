@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -99,6 +99,10 @@ def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, 
 class SentenceTransformer(Prompted, nn.Module):
     """A BERT encoder + pooling (+ Normalize). ``forward`` takes a tokenized batch and returns the sentence
     embeddings (B, D); ``encode`` takes texts."""
+
+    # sentence-transformers' path of a module (its encoder is module "0", a Transformer holding the BertModel as
+    # ``model``): under these names a learning_rate_mapping written for sentence-transformers selects parameters
+    st_paths: ClassVar[dict[str, str]] = {"bert": "0.model"}
 
     def __init__(self, model_name_or_path: str | Path, device: str | None = None, *,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,

@@ -7,8 +7,11 @@
 
 The loss is what the loop trains: a module whose forward takes one padded (B, C, T) batch of the dataset's C
 text columns and returns the loss, so optimisation, schedules, accumulation, bf16, checkpoints (each a
-sentence-transformers directory) and exact resume are the loop's. Evaluation is ``eval_loss`` on the
-eval_dataset plus the evaluator's metrics, prefixed ``eval_``.
+sentence-transformers directory) and exact resume are the loop's. The optimiser's groups are
+sentence-transformers': transformers' weight-decay rule over the loss's parameters, and a group at its own rate
+for each ``learning_rate_mapping`` pattern, matched against the loss's parameter names (sentence-transformers'
+names: ``model.0.…``). Evaluation is ``eval_loss`` on the eval_dataset plus the evaluator's metrics, prefixed
+``eval_``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.training_args import BatchSamplers, SentenceTransformerTrainingArguments
 from bertkit.training.callbacks import EvalPrediction
 from bertkit.training.distributed import current
+from bertkit.training.optim import parameter_groups
 from bertkit.training.trainer import Trainer
 
 _REFUSED = {
@@ -60,10 +64,10 @@ class LossModel(nn.Module):
         self._counts = {"train": 0, "eval": 0}
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, widths: list[int],
-                prompt_length: list[int], label: Tensor, index: Tensor) -> LossOutput:
+                prompt_length: list[int], task: list[str | None], label: Tensor, index: Tensor) -> LossOutput:
         features = [{"input_ids": input_ids[:, c, :w], "attention_mask": attention_mask[:, c, :w],
-                     "token_type_ids": token_type_ids[:, c, :w], "prompt_length": prompt_length[c], "index": index}
-                    for c, w in enumerate(widths)]  # input_ids (B, C, T) -> C x (B, width)
+                     "token_type_ids": token_type_ids[:, c, :w], "prompt_length": prompt_length[c], "task": task[c],
+                     "index": index} for c, w in enumerate(widths)]  # input_ids (B, C, T) -> C x (B, width)
         value = self.loss(features, label if self.loss.needs_label else None)
         if isinstance(value, dict):
             split = "train" if self.training else "eval"
@@ -130,13 +134,40 @@ class SentenceTransformerTrainer(Trainer):
         pooler = getattr(getattr(model, "bert", None), "pooler", None)
         if pooler is not None:  # dense + tanh over [CLS]: no part of a sentence embedding, so it gets no
             pooler.requires_grad_(False)  # gradient, which DDP (torchrun) refuses; AdamW leaves it as is
-        train = SentenceExamples(train_dataset, model, loss, args.prompts, "train_dataset") \
-            if train_dataset is not None else None
-        dev = SentenceExamples(eval_dataset, model, loss, args.prompts, "eval_dataset") \
-            if eval_dataset is not None else None
+        self._check_router_mapping(model, args.router_mapping)
+        train, dev = (self._examples_of(data, args, name) if data is not None else None
+                      for data, name in ((train_dataset, "train_dataset"), (eval_dataset, "eval_dataset")))
         super().__init__(model=LossModel(loss), args=args, data_collator=SentenceCollator(model.tokenizer.pad_token_id),
                          train_dataset=train, eval_dataset=dev, callbacks=callbacks,
                          compute_metrics=self._evaluator_metrics if evaluator is not None else None)
+        self._parameter_groups()  # each learning_rate_mapping pattern matches a parameter, before any work
+
+    def _check_router_mapping(self, model: SentenceTransformer, mapping: dict[str, str]) -> None:
+        """A SentenceTransformer has no Router: no route to map a column to."""
+        if mapping:
+            raise BertkitError(f"router_mapping={mapping!r} maps columns to a Router's routes, and a bertkit "
+                               f"{type(model).__name__} has no Router: drop router_mapping")
+
+    def _examples_of(self, dataset: Any, args: SentenceTransformerTrainingArguments, what: str) -> SentenceExamples:
+        return SentenceExamples(dataset, self.sentence_model, self.loss, args.prompts, args.router_mapping, what)
+
+    def _parameter_groups(self) -> list[dict]:
+        """sentence-transformers' groups: over the loss's parameters, under its names (``learning_rate_mapping``)."""
+        return parameter_groups(self.loss, self.args.weight_decay, self.args.learning_rate_mapping, self._st_name)
+
+    def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
+        """The base Trainer's, with the learning rates per pattern (a checkpoint's optimiser state holds the rates it
+        was saved with: resuming with others would keep those)."""
+        mapping = self.args.learning_rate_mapping
+        return {**super()._fingerprint(examples, total, world_size), **({"learning_rate_mapping": mapping} if mapping
+                                                                         else {})}
+
+    def _st_name(self, path: str) -> str:
+        """A path in the loss (``model.bert.…``) as sentence-transformers names it (``model.0.model.…``)."""
+        for ours, theirs in self.sentence_model.st_paths.items():
+            if path == f"model.{ours}" or path.startswith(f"model.{ours}."):
+                return f"model.{theirs}{path[len(ours) + 6:]}"
+        return path
 
     def get_default_loss(self, model: SentenceTransformer) -> SentenceLoss:
         return CoSENTLoss(model)
@@ -184,7 +215,7 @@ class SentenceTransformerTrainer(Trainer):
         """eval_loss on the eval dataset and the evaluator's metrics, prefixed ``eval_``; with no eval dataset, the
         evaluator's metrics alone."""
         if eval_dataset is not None:
-            eval_dataset = SentenceExamples(eval_dataset, self.sentence_model, self.loss, self.args.prompts, "eval_dataset")
+            eval_dataset = self._examples_of(eval_dataset, self.args, "eval_dataset")
         if eval_dataset is None and self.eval_dataset is None:
             if self.evaluator is None:
                 raise BertkitError("evaluate() needs an eval_dataset or an evaluator")

@@ -1,9 +1,14 @@
 """``SentenceTransformerTrainingArguments``: bertkit's ``TrainingArguments`` (transformers' fields bertkit
-implements) plus sentence-transformers' own: ``batch_sampler`` (``BatchSamplers``) and ``prompts``. Its other
-fields (multi-dataset sampling, router and learning-rate mappings) are refused by name with what to do instead."""
+implements) plus sentence-transformers' own: ``batch_sampler`` (``BatchSamplers``), ``prompts``, ``router_mapping``
+(``{column: route}``: the Router route each text column goes through) and ``learning_rate_mapping`` (``{pattern:
+rate}``: a learning rate for the parameters whose name the regular expression matches). Multi-dataset sampling is
+refused by name with what to do instead."""
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,22 +36,61 @@ class MultiDatasetBatchSamplers(str, Enum):
 
 
 _REFUSED = {
-    "router_mapping": ({}, "bertkit.sentence models have no Router module; drop this argument"),
-    "learning_rate_mapping": ({}, "one learning rate for the whole model: use learning_rate"),
     "multi_dataset_batch_sampler": ("proportional", "bertkit.sentence trains on one dataset: concatenate them "
                                                     "(datasets.concatenate_datasets) and drop this argument"),
 }
 
 
+def _mapping(name: str, value: Any) -> dict:
+    """A mapping field: a dict, or its JSON text (as sentence-transformers reads one from a command line)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            pass
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise BertkitError(f"{name} must be a dict (or its JSON text) keyed by strings, got {value!r}")
+    return dict(value)
+
+
+def _router_mapping(value: Any) -> dict[str, str]:
+    mapping = _mapping("router_mapping", value)
+    if any(isinstance(v, dict) for v in mapping.values()):
+        raise BertkitError(f"router_mapping {mapping!r} maps dataset names: a mapping per dataset is not implemented "
+                           "(bertkit.sentence trains on one dataset); give {column: route}")
+    if not all(isinstance(v, str) for v in mapping.values()):
+        raise BertkitError(f"router_mapping must map each text column to a route name, e.g. {{'query': 'query', "
+                           f"'positive': 'document'}}, got {mapping!r}")
+    return mapping
+
+
+def _learning_rate_mapping(value: Any) -> dict[str, float]:
+    mapping = _mapping("learning_rate_mapping", value)
+    for pattern, rate in mapping.items():
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise BertkitError(f"learning_rate_mapping: {pattern!r} is not a regular expression ({e})") from None
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < math.inf:
+            raise BertkitError(f"learning_rate_mapping: the learning rate of {pattern!r} must be a finite number >= 0, "
+                               f"got {rate!r}")
+    return {pattern: float(rate) for pattern, rate in mapping.items()}
+
+
 class SentenceTransformerTrainingArguments(TrainingArguments):
-    """bertkit's ``TrainingArguments`` with ``batch_sampler`` and ``prompts`` (a string for every column, or
-    ``{column: prompt}``), as sentence-transformers names them."""
+    """bertkit's ``TrainingArguments`` with ``batch_sampler``, ``prompts`` (a string for every column, or
+    ``{column: prompt}``), ``router_mapping`` and ``learning_rate_mapping`` (checked here: a regular expression and
+    a finite rate >= 0 each; matched against the loss's parameter names when the trainer is made), as
+    sentence-transformers names them."""
 
     refused_fields: ClassVar[dict[str, tuple[Any, str]]] = _REFUSED  # sentence-transformers' fields: (default, advice)
 
     def __init__(self, output_dir: str | Path | None = None, *,
                  batch_sampler: BatchSamplers | str = BatchSamplers.BATCH_SAMPLER,
-                 prompts: str | dict[str, str] | None = None, **kwargs: Any):
+                 prompts: str | dict[str, str] | None = None, router_mapping: dict[str, str] | str | None = None,
+                 learning_rate_mapping: dict[str, float] | str | None = None, **kwargs: Any):
         for name, (default, advice) in self.refused_fields.items():
             if name in kwargs:
                 value = kwargs.pop(name)
@@ -69,7 +113,10 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
                                "are not implemented: bertkit.sentence trains on one dataset)")
         self.batch_sampler = BatchSamplers(sampler)
         self.prompts = prompts
+        self.router_mapping = _router_mapping(router_mapping)
+        self.learning_rate_mapping = _learning_rate_mapping(learning_rate_mapping)
         super().__init__(output_dir, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**super().to_dict(), "batch_sampler": self.batch_sampler.value, "prompts": self.prompts}
+        return {**super().to_dict(), "batch_sampler": self.batch_sampler.value, "prompts": self.prompts,
+                "router_mapping": self.router_mapping, "learning_rate_mapping": self.learning_rate_mapping}

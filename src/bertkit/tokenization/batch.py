@@ -277,9 +277,12 @@ def as_tensor(values: Any, return_tensors: str | None, empty_shape: tuple[int, .
     """``values`` as a torch tensor (``"pt"``), a numpy array (``"np"``) or as they are (None). ``empty_shape``:
     the int64 zeros' shape to return instead, for rows without tokens (their nested lists carry no width)."""
     if return_tensors == "pt":
+        import numpy as np
         import torch  # imported here so that tokenizing without tensors does not pay for torch
 
-        return torch.tensor(values) if empty_shape is None else torch.zeros(empty_shape, dtype=torch.long)
+        # through numpy: torch.tensor reads nested lists item by item (15 us for one row of 100, numpy's 3.5)
+        return torch.from_numpy(np.asarray(values, dtype=np.int64)) if empty_shape is None \
+            else torch.zeros(empty_shape, dtype=torch.long)
     if return_tensors == "np":
         import numpy as np
 

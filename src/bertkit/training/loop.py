@@ -82,7 +82,8 @@ class TrainResult:
 class LoopHooks:
     """What ``bertkit.Trainer`` adds to the loop. ``write_extra(dir)`` adds files to a checkpoint before it is
     renamed into place; ``protect(path)`` marks one ``save_total_limit`` must keep (the best); ``on_record`` sees
-    every logged record; ``event(name, position)`` is called where transformers calls ``on_<name>``.
+    every logged record; ``event(name, position)`` is called where transformers calls ``on_<name>``;
+    ``param_groups``: the optimiser's (``optim.parameter_groups``; by default the model's, at one rate).
 
     ``control`` follows transformers' rules: at a step's (or epoch's) end the loop sets the flags its strategies
     call for, calls ``event``, then logs, evaluates and saves as the flags then say, clearing each as it acts."""
@@ -93,6 +94,7 @@ class LoopHooks:
     on_record: Callable[[dict], None] | None = None
     event: Callable[[str, Position], None] | None = None
     control: TrainerControl = field(default_factory=TrainerControl)
+    param_groups: list[dict] | None = None
 
 
 def train(
@@ -200,7 +202,7 @@ class _Run:
         if found is not None:
             model.load_state_dict(found[1]["model"])
         module = replicate(model, device)
-        optimizer, scheduler, scaler = _optimisation(model, args, total, device)
+        optimizer, scheduler, scaler = _optimisation(model, args, total, device, hooks.param_groups)
         if args.torch_compile:
             _compile(model)
         run = cls(args, info, device, phases, total, fingerprint, model, module, optimizer, scheduler, scaler,
@@ -488,10 +490,12 @@ def _prepare_model(model: nn.Module, args: TrainingSettings, device: str) -> Non
         encoder.gradient_checkpointing = True
 
 
-def _optimisation(model: nn.Module, args: TrainingSettings, total: int, device: str) -> tuple[Any, Any, Any]:
-    """The optimiser, its learning-rate schedule over the run's ``total`` steps, and the fp16 gradient scaler."""
+def _optimisation(model: nn.Module, args: TrainingSettings, total: int, device: str,
+                  groups: list[dict] | None) -> tuple[Any, Any, Any]:
+    """The optimiser (over ``groups``, or the model's), its learning-rate schedule over the run's ``total`` steps
+    (each group's rate times the same factor), and the fp16 gradient scaler."""
     optimizer = build_optimizer(model, args.learning_rate, args.weight_decay,
-                                (args.adam_beta1, args.adam_beta2), args.adam_epsilon)
+                                (args.adam_beta1, args.adam_beta2), args.adam_epsilon, groups)
     scheduler = linear_warmup_decay(optimizer, args.warmup_for(total), total, args.lr_scheduler_type)
     scaler = torch.amp.GradScaler(torch.device(device).type, enabled=args.fp16)
     return optimizer, scheduler, scaler

@@ -5,6 +5,8 @@ google-research/bert (AdamW) and not applied to biases and LayerNorm parameters;
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -20,12 +22,45 @@ ADAM_BETAS = (0.9, 0.999)
 ADAM_EPSILON = 1e-6
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decayed matrices and embeddings, and undecayed biases and LayerNorm parameters (Google's rule by name;
-    here exactly the one-dimensional parameters)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+# transformers' Trainer.get_decay_parameter_names: no weight decay for a LayerNorm's parameters or a name like these
+_NO_DECAY = re.compile(r"bias|layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.)")
+
+
+def parameter_groups(model: nn.Module, weight_decay: float, learning_rates: dict[str, float] | None = None,
+                     rename: Callable[[str], str] = str) -> list[dict]:
+    """AdamW's parameter groups as transformers' Trainer builds them: the decayed parameters, then the undecayed
+    (biases and norms, by transformers' rule: for BERT, exactly its one-dimensional parameters). Then, for each
+    pattern of ``learning_rates`` in order (sentence-transformers' ``learning_rate_mapping``), the parameters whose
+    name (``rename``'s of the module path) it matches (``re.search``) leave the groups before and form two of their
+    own at its rate, decayed and undecayed, as sentence-transformers builds them: a later pattern wins. A pattern
+    that matches no parameter is refused, as sentence-transformers refuses it."""
+    names = {n: rename(n) for n, _ in model.named_parameters()}
+    trained = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    undecayed = {f"{prefix}.{n}" if prefix else n for prefix, module in model.named_modules()
+                 for n, _ in module.named_parameters(recurse=False) if isinstance(module, nn.LayerNorm)}
+    undecayed |= {n for n, shown in names.items() if _NO_DECAY.search(shown.lower())}
+    groups = [([n for n in trained if n not in undecayed], {"weight_decay": weight_decay}),
+              ([n for n in trained if n in undecayed], {"weight_decay": 0.0})]
+    for pattern, lr in (learning_rates or {}).items():
+        matched = {n for n, shown in names.items() if re.search(pattern, shown)}
+        if not matched:
+            raise BertkitError(f"learning_rate_mapping: the pattern {pattern!r} matches no parameter name (re.search "
+                               f"on names such as {next(iter(names.values()))!r})"
+                               f"{_class_hint(model, pattern, rename)}")
+        groups = [([n for n in group if n not in matched], options) for group, options in groups]
+        groups += [([n for n in trained if n in matched and (n in undecayed) == skip],
+                    {"lr": lr, "weight_decay": 0.0 if skip else weight_decay}) for skip in (False, True)]
+    return [{"params": [trained[n] for n in group], **options} for group, options in groups
+            if group or "lr" not in options]  # sentence-transformers keeps the first two, even empty
+
+
+def _class_hint(model: nn.Module, pattern: str, rename: Callable[[str], str]) -> str:
+    """Where ``pattern`` matches a module's class name (as sentence-transformers' docs write
+    ``SparseStaticEmbedding\\.*``, which matches no parameter there either), the pattern of that module's path."""
+    owner = next((p for p, m in model.named_modules() if p and re.search(pattern, type(m).__name__)), None)
+    return "" if owner is None else (f"; a name is a module path, not a class: the "
+                                     f"{type(model.get_submodule(owner)).__name__} at {rename(owner)!r} is matched "
+                                     f"by {re.escape(rename(owner) + '.')!r}")
 
 
 def _fused_ok(model: nn.Module) -> bool:
@@ -35,12 +70,14 @@ def _fused_ok(model: nn.Module) -> bool:
 
 
 def build_optimizer(model: nn.Module, lr: float, weight_decay: float = WEIGHT_DECAY,
-                    betas: tuple[float, float] = ADAM_BETAS, eps: float = ADAM_EPSILON) -> Optimizer:
-    """AdamW over ``parameter_groups``. eps 1e-6 is google-research/bert's value."""
+                    betas: tuple[float, float] = ADAM_BETAS, eps: float = ADAM_EPSILON,
+                    groups: list[dict] | None = None) -> Optimizer:
+    """AdamW over ``groups`` (default ``parameter_groups(model, weight_decay)``), at ``lr`` where a group sets no
+    rate of its own. eps 1e-6 is google-research/bert's value."""
     # The fused kernel updates every tensor in one pass (CPU and CUDA); on CPU the default per-tensor
     # loop spends more time in the update of BERT's 23M-entry embedding tables than in some layers.
-    return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps,
-                             fused=_fused_ok(model))
+    groups = groups if groups is not None else parameter_groups(model, weight_decay)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=_fused_ok(model))
 
 
 def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: int,

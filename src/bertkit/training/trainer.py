@@ -247,7 +247,7 @@ class Trainer:
                            fingerprint=fingerprint, resume=resume or False,
                            hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                            protect=self._is_best, on_record=self._on_record, event=self._loop_event,
-                                           control=self.control))
+                                           control=self.control, param_groups=self._parameter_groups()))
         seconds = time.perf_counter() - t0
         self.state.global_step = result.step
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
@@ -261,6 +261,10 @@ class Trainer:
         self.log(metrics)
         self._event("on_train_end")
         return TrainOutput(result.step, loss, {**metrics, "epoch": self.state.epoch})
+
+    def _parameter_groups(self) -> list[dict] | None:
+        """The optimiser's parameter groups; None: the loop's (the model's, at one rate, transformers' decay rule)."""
+        return None
 
     def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
         """What a resumed run must share with the run it continues, beside the loop's settings: the training data's

@@ -70,6 +70,10 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
                          eval_dataset=dev, callbacks=callbacks,
                          compute_metrics=self._evaluator_metrics if evaluator is not None else None)
 
+    def _parameter_groups(self) -> None:
+        """The base Trainer's (the loop's: the model's, at one rate): learning_rate_mapping is refused here."""
+        return Trainer._parameter_groups(self)
+
     @staticmethod
     def _loss(model: CrossEncoder, loss: Any) -> CrossEncoderLoss:
         if loss is None:

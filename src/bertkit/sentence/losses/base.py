@@ -23,25 +23,33 @@ MERGE_SLACK = 1.25
 
 
 def embed_columns(model: nn.Module, features: Sequence[dict[str, Any]]) -> list[Tensor]:
-    """Each column's (B, D) embeddings. Columns with the same prompt length and similar widths run as one batch
-    (C x B rows, padded to the longest), the others one forward each: a GPU computes on the padded rectangle in
-    half precision, where a 20-token query column padded to its 256-token passages' width would cost as much as
-    the passages (sentence-transformers, too, runs each column at its own width)."""
-    lengths = {int(f.get("prompt_length", 0)) for f in features}
+    """Each column's (B, D) embeddings. Columns with the same prompt length and task (a Router's route: a sparse
+    model's) and similar widths run as one batch (C x B rows, padded to the longest), the others one forward each:
+    a GPU computes on the padded rectangle in half precision, where a 20-token query column padded to its 256-token
+    passages' width would cost as much as the passages (sentence-transformers, too, runs each column at its own
+    width)."""
+    kinds = {(int(f.get("prompt_length", 0)), f.get("task")) for f in features}
     widths = [f["input_ids"].shape[1] for f in features]
     rows = [f["input_ids"].shape[0] for f in features]
     width = max(widths)
     merged_cost = width * sum(rows)
-    if len(lengths) > 1 or merged_cost > MERGE_SLACK * sum(w * r for w, r in zip(widths, rows)):
-        return [model.embed(f["input_ids"], f["attention_mask"], f.get("token_type_ids"), int(f.get("prompt_length", 0)))
-                for f in features]
+    if len(kinds) > 1 or merged_cost > MERGE_SLACK * sum(w * r for w, r in zip(widths, rows)):
+        return [_embed(model, f["input_ids"], f["attention_mask"], f.get("token_type_ids"),
+                       int(f.get("prompt_length", 0)), f.get("task")) for f in features]
 
     def cat(key: str) -> Tensor:
         return torch.cat([F.pad(f[key], (0, width - f[key].shape[1])) for f in features])  # (C*B, T)
 
     types = cat("token_type_ids") if all("token_type_ids" in f for f in features) else None
-    merged = model.embed(cat("input_ids"), cat("attention_mask"), types, lengths.pop())  # (C*B, D)
+    merged = _embed(model, cat("input_ids"), cat("attention_mask"), types, *kinds.pop())  # (C*B, D)
     return list(merged.split(rows))
+
+
+def _embed(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None,
+           prompt_length: int, task: str | None) -> Tensor:
+    """``model.embed``, with the task where a column has one (only a sparse model's Router takes it)."""
+    return model.embed(input_ids, attention_mask, token_type_ids, prompt_length,
+                       **({"task": task} if task is not None else {}))
 
 
 class SentenceLoss(nn.Module):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -99,6 +99,8 @@ def _read_modules(path: Path) -> tuple[list[nn.Module], dict[str, Any]]:
 class SparseEncoder(Prompted, nn.Sequential):
     """Modules "0", "1" as sentence-transformers' (``model[0]`` is the Transformer or the Router). ``forward`` takes
     a tokenized batch and adds ``sentence_embedding`` (B, V); ``encode`` takes texts."""
+
+    st_paths: ClassVar[dict[str, str]] = {}  # its module paths are sentence-transformers' (SentenceTransformer's are not)
 
     def __init__(self, model_name_or_path: str | Path | None = None, *, modules: Sequence[nn.Module] | None = None,
                  device: str | None = None, prompts: dict[str, str] | None = None,

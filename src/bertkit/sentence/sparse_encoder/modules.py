@@ -273,7 +273,8 @@ def load_masked_lm(path: Path) -> BertForMaskedLM:
 class SparseStaticEmbedding(nn.Module):
     """``weight`` (V,): a word piece's weight; a text's embedding holds it at each piece the text has (counted
     once, special tokens not added), as sentence-transformers' module. Texts are cut at the tokenizer's
-    ``model_max_length``."""
+    ``model_max_length``, as there: ``max_seq_length`` starts at it, and setting it (``model.max_seq_length = 64``)
+    changes what the module reports, not where it cuts, in both libraries."""
 
     st_type: ClassVar[str] = \
         "sentence_transformers.sparse_encoder.modules.sparse_static_embedding.SparseStaticEmbedding"
@@ -288,14 +289,7 @@ class SparseStaticEmbedding(nn.Module):
                                f"has {len(tokenizer)} word pieces; give one weight per word piece")
         self.weight = nn.Parameter(weight.float(), requires_grad=not frozen)
         self.frozen = bool(frozen)
-
-    @property
-    def max_seq_length(self) -> int:
-        return self.tokenizer.model_max_length
-
-    @max_seq_length.setter
-    def max_seq_length(self, value: int) -> None:
-        self.tokenizer.model_max_length = value
+        self.max_seq_length = tokenizer.model_max_length
 
     @classmethod
     def from_json(cls, json_path: str | Path, tokenizer: Any, frozen: bool = False) -> SparseStaticEmbedding:
@@ -378,19 +372,24 @@ class Router(nn.Module):
                            default_route: str | None = "document", allow_empty_key: bool = True) -> Router:
         return cls({"query": query_modules, "document": document_modules}, default_route, allow_empty_key)
 
-    def route(self, task: str | None) -> str:
-        """The route a text of ``task`` ("query", "document" or None) goes through."""
+    def resolve(self, task: str | None) -> str | None:
+        """The route a text of ``task`` ("query", "document" or None) goes through; None where there is none."""
         for key in ((task, "text"), (task, None), (None, "text"), (None, None)):
             if key in self.route_mappings:
                 return self.route_mappings[key]
         if task and task in self.sub_modules:
             return task
-        if task is not None:
+        return self.default_route if task is None else None
+
+    def route(self, task: str | None) -> str:
+        """``resolve``'s route, refused where there is none."""
+        route = self.resolve(task)
+        if route is None and task is not None:
             raise BertkitError(f"the Router has no route for task {task!r}; its routes are {list(self.sub_modules)}")
-        if self.default_route is None:
+        if route is None:
             raise BertkitError(f"the Router has no default route: pass task= (one of {list(self.sub_modules)}) or "
                                "use encode_query / encode_document")
-        return self.default_route
+        return route
 
     @classmethod
     def load(cls, directory: Path, load_module: Any) -> Router:

@@ -43,7 +43,8 @@ class _Side:
 
     name: str
     prompt: str
-    limit: int  # tokens a text keeps: max_length, or the route's input module's max_seq_length where lower
+    limit: int  # tokens a text keeps: max_length, or where the route cuts where lower (a Transformer at its
+    # max_seq_length, the static query weights at their tokenizer's model_max_length)
     static: bool  # SparseStaticEmbedding: no special tokens, no transformer
     lower: bool
     embed: Callable[[dict[str, Tensor]], Tensor]
@@ -89,8 +90,8 @@ class SparseEmbeddingPipeline(Pipeline):
             prompt = model.prompts.get(side, "") or ""
             if isinstance(route[0], SparseStaticEmbedding):
                 static = route[0].to(self.device).eval()
-                self.sides[side] = _Side(side, prompt, min(static.max_seq_length, self.max_length), True, False,
-                                         lambda b, m=static: m(b))
+                self.sides[side] = _Side(side, prompt, min(static.tokenizer.model_max_length, self.max_length), True,
+                                         False, lambda b, m=static: m(b))  # where encode_query cuts, or max_length
             else:
                 transformer, pooling = route
                 bert = self.model if transformer is document else prepare_model(

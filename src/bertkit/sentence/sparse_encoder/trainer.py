@@ -1,4 +1,4 @@
-"""``SparseEncoderTrainer``: sentence-transformers' sparse trainer on ``SentenceTransformerTrainer`` and bertkit's
+r"""``SparseEncoderTrainer``: sentence-transformers' sparse trainer on ``SentenceTransformerTrainer`` and bertkit's
 one training loop.
 
     model = SparseEncoder("models/my-mlm")               # a checkpoint with a masked-LM head: a new SPLADE model
@@ -11,7 +11,11 @@ What differs from the dense trainer, and only that: the model is a ``SparseEncod
 the losses see), the default loss is SpladeLoss over SparseMultipleNegativesRankingLoss with sentence-transformers'
 weights, SpladeLoss's terms are logged beside the loss, and a SpladeLoss gets the regulariser warm-up
 (``callbacks.SpladeRegularizerWeightSchedulerCallback``) unless one is given, as sentence-transformers' trainer
-adds it. Checkpoints are SparseEncoder directories. Training an inference-free (Router) model is refused by name.
+adds it. Checkpoints are SparseEncoder directories. An inference-free model (a Router: static query weights, SPLADE
+documents) needs ``router_mapping``, each text column's route, as in sentence-transformers:
+
+    args = SparseEncoderTrainingArguments(output_dir="out", router_mapping={"query": "query", "positive": "document"},
+                                          learning_rate_mapping={r"sub_modules\.query\.": 1e-3})
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.sentence.data import SentenceExamples
 from bertkit.sentence.losses import SentenceLoss
 from bertkit.sentence.sparse_encoder.callbacks import SpladeRegularizerWeightSchedulerCallback
 from bertkit.sentence.sparse_encoder.losses import (
@@ -47,15 +52,33 @@ class SparseEncoderTrainer(SentenceTransformerTrainer):
                  train_dataset: Any = None, eval_dataset: Any = None,
                  loss: SentenceLoss | Callable[[SparseEncoder], SentenceLoss] | None = None,
                  evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
-        if isinstance(model, SparseEncoder) and isinstance(model[0], Router):
-            raise BertkitError("training an inference-free SparseEncoder (a Router with query and document routes) is "
-                               "not implemented in bertkit (it needs router_mapping and a learning rate per route); "
-                               "train a SPLADE model (Transformer + SpladePooling), or this one with "
-                               "sentence-transformers")
         super().__init__(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset, loss=loss,
                          evaluator=evaluator, callbacks=callbacks, **unknown)
         if isinstance(self.loss, SpladeLoss):
             self._add_warmup(self.loss)
+
+    def _check_router_mapping(self, model: SparseEncoder, mapping: dict[str, str]) -> None:
+        """A Router model needs ``router_mapping`` (sentence-transformers refuses it without); a model without one
+        takes none."""
+        if not isinstance(model[0], Router):
+            return super()._check_router_mapping(model, mapping)
+        if not mapping:
+            raise BertkitError(f"this SparseEncoder has a Router (routes {list(model[0].sub_modules)}): give "
+                               "router_mapping in the training arguments, each text column's route, e.g. "
+                               "{'query': 'query', 'positive': 'document', 'negative': 'document'}")
+
+    def _examples_of(self, dataset: Any, args: SparseEncoderTrainingArguments, what: str) -> SentenceExamples:
+        """The dense trainer's, once each text column has a route (a column router_mapping leaves out: the
+        Router's default)."""
+        examples = super()._examples_of(dataset, args, what)
+        router = self.sentence_model[0]
+        lost = {c: t for c, t in zip(examples.texts, examples.tasks)
+                if isinstance(router, Router) and router.resolve(t) is None}
+        if lost:
+            raise BertkitError(f"router_mapping: the Router has no route for the {what} column(s) {lost} (None: not "
+                               f"mapped, and the Router has no default route); its routes are "
+                               f"{list(router.sub_modules)}")
+        return examples
 
     def get_default_loss(self, model: SparseEncoder) -> SpladeLoss:
         logger.info("no loss given: SpladeLoss over SparseMultipleNegativesRankingLoss (query_regularizer_weight 5e-5, "
