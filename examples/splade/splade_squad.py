@@ -13,7 +13,11 @@ Steps (each skipped when its output is there, so a stopped run continues where i
    from its 30 closest sentences, at most 95% of the positive's score (a margin against unlabelled positives).
 3. SPLADE (``splade/``): ``SparseEncoder(--model)`` (a checkpoint with a masked-LM head starts a SPLADE model: the
    head's vocabulary logits, log(1 + relu), max-pooled over the tokens) trained with SpladeLoss over
-   SparseMultipleNegativesRankingLoss on (question, positive, negative), FLOPS regularisers on both sides.
+   SparseMultipleNegativesRankingLoss on (question, positive, negative), FLOPS regularisers on both sides. It starts
+   sparse: a head that saw little pre-training puts most word pieces above 0 for every text (a dense vector of
+   ~30,000 weights, whose dot products make the ranking loss's logits thousands apart), so its decoder bias is first
+   lowered by one constant until the training sentences activate ``--start-active`` word pieces on average (the
+   ranking of a text's word pieces is the head's own).
 4. With ``--dense-baseline``, a dense model from the same checkpoint (``dense/``): ``SentenceTransformer(--model)``
    (mean pooling) trained with MultipleNegativesRankingLoss on the same triplets, epochs and batches: what the
    same pre-training and data give without the sparse head.
@@ -174,6 +178,8 @@ def train(kind: str, checkpoint: Path, triplets: list[dict], out: Path, args: ar
     if kind == "splade":
         model = S.SparseEncoder(str(checkpoint))
         model.max_seq_length = args.max_seq_length
+        if args.start_active:
+            start_sparse(model, [t["positive"] for t in triplets[:128]], args.start_active)
         loss = sparse_losses.SpladeLoss(model, loss=sparse_losses.SparseMultipleNegativesRankingLoss(model),
                                         query_regularizer_weight=args.query_regularizer,
                                         document_regularizer_weight=args.document_regularizer)
@@ -189,6 +195,30 @@ def train(kind: str, checkpoint: Path, triplets: list[dict], out: Path, args: ar
     trainer.train(resume_from_checkpoint=resume or None)
     model.save(str(final))
     return final
+
+
+def start_sparse(model, texts: list[str], active: int) -> None:
+    """Lower the masked-LM decoder's bias by one constant so that ``texts`` activate ``active`` word pieces on
+    average (bisection on the shift; the order of each text's logits is untouched)."""
+    decoder = next(m for name, m in model.named_modules() if name.endswith("predictions.decoder"))
+
+    def mean_active(shift: float) -> float:
+        with torch.no_grad():
+            decoder.bias.sub_(shift)
+            got = model.sparsity(model.encode_document(texts, batch_size=64))["active_dims"]
+            decoder.bias.add_(shift)
+        return got
+
+    low, high = 0.0, 1.0
+    while mean_active(high) > active:
+        low, high = high, high * 2
+    for _ in range(12):
+        mid = (low + high) / 2
+        low, high = (mid, high) if mean_active(mid) > active else (low, mid)
+    with torch.no_grad():
+        decoder.bias.sub_(high)
+    print(f"SPLADE starts sparse: decoder bias lowered by {high:.3f}, {mean_active(0.0):.0f} active word pieces "
+          f"a training sentence", flush=True)
 
 
 def evaluate(systems: dict[str, Path], queries: dict, corpus: dict, relevant: dict) -> dict:
@@ -310,6 +340,8 @@ def main() -> None:
     p.add_argument("--max-seq-length", type=int, default=64)
     p.add_argument("--query-regularizer", type=float, default=5e-5, help="FLOPS weight on queries")
     p.add_argument("--document-regularizer", type=float, default=3e-5, help="FLOPS weight on documents")
+    p.add_argument("--start-active", type=int, default=256,
+                   help="word pieces a training sentence activates when SPLADE training starts (0: the head as is)")
     p.add_argument("--dense-baseline", action="store_true",
                    help="also train a dense model from --model on the same triplets")
     p.add_argument("--serve", action="store_true", help="also serve both models and query them over HTTP")
