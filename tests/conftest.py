@@ -3,6 +3,7 @@ pre-training inputs, and the factories of tiny random models and checkpoints (``
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shutil
@@ -27,10 +28,13 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 # time waiting on the disk (tests/test_campaign_writes.py: 92 s on /tmp, 51 s on /dev/shm). No test can observe an
 # fsync (a SIGKILL leaves the page cache as it is; a power cut is not simulated), so the tests' temporary directories
 # (pytest's tmp_path, and those of the processes they start) go to /dev/shm where it is a writable tmpfs with room.
-# A TMPDIR set by the caller is kept.
+# A TMPDIR set by the caller is kept, and so is the place of torch.compile's kernel cache (by default under the
+# temporary directory: moved, every compiled test would start cold).
 if "TMPDIR" not in os.environ and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
     _shm = os.statvfs("/dev/shm")
     if _shm.f_bavail * _shm.f_frsize >= 4 << 30:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                              os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
         os.environ["TMPDIR"] = tempfile.tempdir = "/dev/shm"
 DATA = Path(os.environ.get("BERTKIT_DATA", REPO.parent / "shared" / "data"))
 
@@ -40,6 +44,13 @@ DATA = Path(os.environ.get("BERTKIT_DATA", REPO.parent / "shared" / "data"))
 # the short files fill in around them. Within a file the order is unchanged.
 _LONGEST_FILES = ("test_int8.py", "test_int8_switch.py", "test_trainer.py", "test_distributed_cli.py",
                   "test_predict_files.py", "test_pretrain_resume.py", "test_token_loss_equivalence.py")
+
+
+def pytest_configure(config):
+    # pytest-xdist (3.x) hands out files with the most tests first unless told not to (--loadscope-reorder, its
+    # default), which would undo the order above: a 2-test file of 60 s would wait behind every 20-case file.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):
