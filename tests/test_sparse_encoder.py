@@ -1,4 +1,4 @@
-"""bertkit.sentence.SparseEncoder beside sentence-transformers 6's on the same weights: MiniLM's encoder with a
+"""bertkit.sentence.SparseEncoder beside sentence-transformers 6's on the same weights: MiniLM's first 2 layers with a
 masked-LM head drawn by transformers (seed 0; its bias set to -3.5, so a text activates some hundreds of the
 30,522 word pieces, as a trained SPLADE model's few), in each directory layout sentence-transformers writes. Same
 sparse vectors (indices identical, values within 1e-5), each directory read both ways, the same parameter names,
@@ -47,10 +47,10 @@ def texts(data_dir):
 
 
 @pytest.fixture(scope="module")
-def layouts(tmp_path_factory, minilm_dir):
+def layouts(tmp_path_factory, minilm_2_layers):
     """{layout: directory}: the masked-LM checkpoint, and the sparse directories sentence-transformers writes."""
     root = tmp_path_factory.mktemp("sparse")
-    checkpoint = masked_lm_checkpoint(minilm_dir, root / "checkpoint")
+    checkpoint = masked_lm_checkpoint(minilm_2_layers, root / "checkpoint")
     dirs = {"checkpoint": checkpoint}
     st.SparseEncoder(str(checkpoint), device="cpu").save(str(root / "splade"))
     dirs["splade"] = root / "splade"
