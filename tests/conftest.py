@@ -42,7 +42,7 @@ DATA = Path(os.environ.get("BERTKIT_DATA", REPO.parent / "shared" / "data"))
 # suite's 490 s), run first. `make test` hands whole files to its two workers in collection order
 # (`--dist loadfile`), so a long file collected last leaves one worker running it alone at the end; started first,
 # the short files fill in around them. Within a file the order is unchanged.
-_LONGEST_FILES = ("test_int8.py", "test_int8_switch.py", "test_trainer.py", "test_distributed_cli.py",
+_LONGEST_FILES = ("test_campaign_writes.py", "test_int8.py", "test_int8_switch.py", "test_trainer.py", "test_distributed_cli.py",
                   "test_predict_files.py", "test_pretrain_resume.py", "test_token_loss_equivalence.py")
 
 
