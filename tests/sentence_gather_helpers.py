@@ -70,13 +70,13 @@ def compare(model_dir: str, data_dir: str) -> dict:
     from bertkit.sentence import SentenceTransformer
 
     model = SentenceTransformer(model_dir)
-    model.max_seq_length = 48
+    model.max_seq_length = 32
     model.train()
     for m in model.modules():  # dropout off: the ranks would draw other masks than one process
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
     guide = SentenceTransformer(model_dir)  # the same checkpoint: a guide that vets some negatives and not others
-    guide.max_seq_length = 48
+    guide.max_seq_length = 32
     columns = triples(Path(data_dir))
     rank, world = dist.get_rank(), dist.get_world_size()
     results = {}

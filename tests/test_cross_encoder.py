@@ -1,5 +1,5 @@
-"""bertkit.sentence.cross_encoder against sentence-transformers' CrossEncoder on the same checkpoint (MiniLM with a
-seeded classifier): the same scores from predict and rank, a saved directory that sentence-transformers opens with
+"""bertkit.sentence.cross_encoder against sentence-transformers' CrossEncoder on the same checkpoint (MiniLM's first
+2 layers with a seeded classifier: what is compared is the code, not MiniLM's numbers): the same scores from predict and rank, a saved directory that sentence-transformers opens with
 the same scores, the same loss values on the same SQuAD pairs, the same reranking metrics on fixed scores (ties
 included); and the refusals of what bertkit does not implement."""
 
@@ -22,8 +22,8 @@ LONG = "Paris is the capital and most populous city of France, on the Seine. " *
 
 
 @pytest.fixture(scope="module")
-def directory(minilm_dir, tmp_path_factory):
-    return cross_encoder_directory(minilm_dir, tmp_path_factory.mktemp("ce"))
+def directory(minilm_2_layers, tmp_path_factory):
+    return cross_encoder_directory(minilm_2_layers, tmp_path_factory.mktemp("ce"))
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +61,8 @@ def test_predict_and_rank_give_sentence_transformers_scores(directory, rows, tmp
     assert CrossEncoder(tmp_path / "saved").max_length == 32
 
 
-def test_several_labels_predict_softmax_as_sentence_transformers(minilm_dir, tmp_path, rows):
-    d = cross_encoder_directory(minilm_dir, tmp_path / "three", num_labels=3)
+def test_several_labels_predict_softmax_as_sentence_transformers(minilm_2_layers, tmp_path, rows):
+    d = cross_encoder_directory(minilm_2_layers, tmp_path / "three", num_labels=3)
     pairs = _pairs(rows)[:5]
     want_model, got_model = st_ce.CrossEncoder(str(d)), CrossEncoder(d)
     for kwargs in ({}, {"apply_softmax": True}):
@@ -195,10 +195,10 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows):
             (directory / "config_sentence_transformers.json").unlink()
 
 
-def test_the_activation_older_sentence_transformers_recorded_in_config_json_is_read(minilm_dir, tmp_path):
+def test_the_activation_older_sentence_transformers_recorded_in_config_json_is_read(minilm_2_layers, tmp_path):
     import json
 
-    d = cross_encoder_directory(minilm_dir, tmp_path / "old")
+    d = cross_encoder_directory(minilm_2_layers, tmp_path / "old")
     config = json.loads((d / "config.json").read_text())
     config["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity"  # before v4
     (d / "config.json").write_text(json.dumps(config))

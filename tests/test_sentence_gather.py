@@ -15,11 +15,11 @@ from sentence_gather_helpers import CASES, worker
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory, minilm_dir, data_dir):
+def results(tmp_path_factory, minilm_2_layers, data_dir):
     from launch_helpers import spawn_gloo_workers
 
     out = tmp_path_factory.mktemp("gather") / "results.pt"
-    spawn_gloo_workers(worker, lambda: (2, free_port(), str(minilm_dir), str(data_dir), str(out)), 2)
+    spawn_gloo_workers(worker, lambda: (2, free_port(), str(minilm_2_layers), str(data_dir), str(out)), 2)
     return torch.load(out, weights_only=False)
 
 

@@ -217,8 +217,36 @@ open(spec["history"], "w").write(json.dumps(trainer.state.log_history))
 """
 
 
+def _trainer_spec(checkpoint: Path, directory: Path, name: str) -> Path:
+    """The spec _TRAINER_SCRIPT reads: 8 steps, a checkpoint every 3, dropout on; the run and its log in ``directory``."""
+    path = directory / f"{name}.json"
+    path.write_text(json.dumps({
+        "checkpoint": str(checkpoint), "train": TRAIN, "history": str(directory / f"{name}-history.json"),
+        "args": dict(output_dir=str(directory / name), learning_rate=1e-3, per_device_train_batch_size=4,
+                     max_steps=8, logging_steps=1, save_steps=3, report_to="none", use_cpu=True, seed=3,
+                     disable_tqdm=True)}))
+    return path
+
+
+def _run_trainer_script(*argv: str) -> None:
+    from killing import child_env
+
+    done = subprocess.run([sys.executable, "-c", "import sys; sys.argv[1:1] = ['-', '0', '-']\n" + _TRAINER_SCRIPT,
+                           *argv], env=child_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_trainer_run(checkpoint, tmp_path_factory) -> Path:
+    """The directory of the run nobody killed (``whole``), which each kill below is compared with."""
+    directory = tmp_path_factory.mktemp("trainer-whole")
+    _run_trainer_script(str(_trainer_spec(checkpoint, directory, "whole")))
+    return directory
+
+
 @pytest.mark.parametrize("where", ["state", "renamed"])
-def test_a_trainer_killed_with_sigkill_resumes_to_the_uninterrupted_run(checkpoint, tmp_path, where):
+def test_a_trainer_killed_with_sigkill_resumes_to_the_uninterrupted_run(checkpoint, uninterrupted_trainer_run, tmp_path,
+                                                                        where):
     """A ``bertkit.Trainer`` script SIGKILLed in the middle of its second checkpoint (a half-written state file, or
     just after the rename) resumes with ``train(resume_from_checkpoint=True)`` to the same loss at every step and the
     same weights as the run nobody killed (dropout on: the RNG states resume too). Every run is its own process on
@@ -227,33 +255,19 @@ def test_a_trainer_killed_with_sigkill_resumes_to_the_uninterrupted_run(checkpoi
 
     from killing import child_env, launch_paused
 
-    def spec(name: str) -> Path:
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps({
-            "checkpoint": str(checkpoint), "train": TRAIN, "history": str(tmp_path / f"{name}-history.json"),
-            "args": dict(output_dir=str(tmp_path / name), learning_rate=1e-3, per_device_train_batch_size=4,
-                         max_steps=8, logging_steps=1, save_steps=3, report_to="none", use_cpu=True, seed=3,
-                         disable_tqdm=True)}))
-        return path
-
-    def run(*argv: str) -> None:
-        done = subprocess.run([sys.executable, "-c", "import sys; sys.argv[1:1] = ['-', '0', '-']\n" + _TRAINER_SCRIPT,
-                               *argv], env=child_env(), capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-
-    run(str(spec("whole")))
-    killed = spec("killed")
+    killed = _trainer_spec(checkpoint, tmp_path, "killed")
     assert launch_paused([str(killed)], where, 2, tmp_path / "sentinel", child_env(), script=_TRAINER_SCRIPT)
     assert not (tmp_path / "killed-history.json").exists()
-    run(str(killed), "resume")
+    _run_trainer_script(str(killed), "resume")
 
-    def losses(name: str) -> list[tuple[int, float]]:
-        history = json.loads((tmp_path / f"{name}-history.json").read_text())
+    def losses(directory: Path, name: str) -> list[tuple[int, float]]:
+        history = json.loads((directory / f"{name}-history.json").read_text())
         return [(h["step"], h["loss"]) for h in history if "loss" in h]
 
-    assert len(losses("whole")) == 8 and losses("killed")[-5:] == losses("whole")[-5:]  # steps 4-8 (or 7-8) again
-    final = [safetensors.torch.load_file(tmp_path / name / "checkpoint-8" / "model.safetensors")
-             for name in ("whole", "killed")]
+    whole = losses(uninterrupted_trainer_run, "whole")
+    assert len(whole) == 8 and losses(tmp_path, "killed")[-5:] == whole[-5:]  # steps 4-8 (or 7-8) again
+    final = [safetensors.torch.load_file(directory / name / "checkpoint-8" / "model.safetensors")
+             for directory, name in ((uninterrupted_trainer_run, "whole"), (tmp_path, "killed"))]
     assert final[0].keys() == final[1].keys()
     for key in final[0]:
         torch.testing.assert_close(final[0][key], final[1][key], rtol=0, atol=0, msg=key)
