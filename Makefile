@@ -53,7 +53,7 @@ bench: $(STAMP) $(MODEL)/config.json
 	$(BIN)/python bench/bench_tokenizer.py --model $(MODEL)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench examples
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info src/*.egg-info

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import re
@@ -293,8 +292,10 @@ def serve_both(splade: Path, dense: Path, query: str) -> dict:
                         break
                 except OSError:
                     if server.poll() is not None:
-                        raise SystemExit(f"bertkit serve on port {port} exited with {server.returncode}")
+                        raise SystemExit(f"bertkit serve on port {port} exited with {server.returncode}") from None
                     time.sleep(0.2)
+            else:
+                raise SystemExit(f"bertkit serve on port {port} did not answer /health within 120 s")
         (sparse_port, _), (dense_port, _) = servers
         served = post(sparse_port, "/embed_sparse", {"inputs": [query]})[0]
         want = SparseEncoder(str(splade)).encode_query([query]).coalesce()
