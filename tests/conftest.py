@@ -3,11 +3,9 @@ pre-training inputs, and the factories of tiny random models and checkpoints (``
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +21,6 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ["OMP_NUM_THREADS"] = _threads
     os.environ["MKL_NUM_THREADS"] = _threads
 
-# bertkit fsyncs every file it writes before renaming it into place, and the tests write thousands: on this machine's
-# virtual disk (ext4) an fsync costs about 8 ms, on a tmpfs 0.02 ms, and the write-fault probes spent most of their
-# time waiting on the disk (tests/test_campaign_writes.py: 92 s on /tmp, 51 s on /dev/shm). No test can observe an
-# fsync (a SIGKILL leaves the page cache as it is; a power cut is not simulated), so the tests' temporary directories
-# (pytest's tmp_path, and those of the processes they start) go to /dev/shm where it is a writable tmpfs with room.
-# A TMPDIR set by the caller is kept, and so is the place of torch.compile's kernel cache (by default under the
-# temporary directory: moved, every compiled test would start cold).
-if "TMPDIR" not in os.environ and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
-    _shm = os.statvfs("/dev/shm")
-    if _shm.f_bavail * _shm.f_frsize >= 4 << 30:
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
-                              os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
-        os.environ["TMPDIR"] = tempfile.tempdir = "/dev/shm"
 DATA = Path(os.environ.get("BERTKIT_DATA", REPO.parent / "shared" / "data"))
 
 # The files whose tests take longest (`pytest --durations=0`, summed per file: 17-70 s each, about 45% of the

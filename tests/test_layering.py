@@ -10,6 +10,7 @@ purpose.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "bertkit"
@@ -55,6 +56,7 @@ def _lazy_exports(tree: ast.Module) -> dict[str, str]:
     return {}
 
 
+@functools.cache  # parsed once: the tests only read the edges
 def _modules() -> dict[str, set[str]]:
     names = _module_names()
     trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in names.items()}

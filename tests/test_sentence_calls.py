@@ -1,5 +1,5 @@
-"""Each public call of bertkit.sentence beside sentence-transformers 6's, on the same weights (all-MiniLM-L6-v2's, as
-a sentence-transformers directory with max_seq_length 256) and the same inputs: every input type ``encode`` takes
+"""Each public call of bertkit.sentence beside sentence-transformers 6's, on the same weights (all-MiniLM-L6-v2's first 2
+layers, as a sentence-transformers directory with max_seq_length 256: the calls are compared, not the depth) and the same inputs: every input type ``encode`` takes
 (a str, a list, a tuple, a string array, a ``{"text": ...}`` dict, a dataset row and column), every output type
 (numpy, tensor, list of tensors), normalisation, precision, truncate_dim, prompts and batch sizes, the edge values
 (an empty list, texts past max_seq_length), the similarity functions, quantization, evaluators, mining, cross-encoders,
@@ -31,8 +31,8 @@ PROMPTS = {"query": "query: ", "passage": "passage: "}
 
 
 @pytest.fixture(scope="module")
-def st_dir(tmp_path_factory, minilm_dir):
-    return st_directory(minilm_dir, tmp_path_factory.mktemp("calls") / "all-MiniLM-L6-v2",
+def st_dir(tmp_path_factory, minilm_2_layers):
+    return st_directory(minilm_2_layers, tmp_path_factory.mktemp("calls") / "all-MiniLM-L6-v2",
                         st_config={"prompts": PROMPTS})
 
 
@@ -132,11 +132,11 @@ def test_a_text_pair_is_refused_by_name(models):
 
 @pytest.mark.parametrize(("prompts", "default_prompt_name"), [
     (PROMPTS, "passage"), ({**PROMPTS, "document": "document: "}, None), ({"passage": "p: "}, "passage"), ({}, None)])
-def test_query_and_document_prompts_are_sentence_transformers(tmp_path, minilm_dir, prompts, default_prompt_name):
+def test_query_and_document_prompts_are_sentence_transformers(tmp_path, minilm_2_layers, prompts, default_prompt_name):
     """encode_query / encode_document choose sentence-transformers 6's prompt: "query", and "document" before
     "passage" or "corpus"; both models carry the placeholders "query" and "document" (""), which also keep a default
     prompt out. bertkit used to pick "passage" for a model with "query" and "passage" prompts."""
-    d = st_directory(minilm_dir, tmp_path / "m", max_seq_length=64,
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=64,
                      st_config={"prompts": prompts, "default_prompt_name": default_prompt_name})
     ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
     assert ours.prompts == ref.prompts and ours.default_prompt_name == ref.default_prompt_name
@@ -240,7 +240,7 @@ def test_directories_saved_by_one_library_load_in_the_other(models, tmp_path):
     _same(mine.encode(TEXTS[:3], prompt_name="query"), st_truncated.encode(TEXTS[:3], prompt_name="query"))
 
 
-def test_pipeline_predict_and_serve_give_encodes_vectors(tmp_path, minilm_dir):
+def test_pipeline_predict_and_serve_give_encodes_vectors(tmp_path, minilm_2_layers):
     """The sentence-embedding pipeline, `bertkit predict` and `bertkit serve` (/v1/embeddings, /embed) cut a text at
     the directory's max_seq_length (256, not the tokenizer's 512: cosine 0.89 on this 455-token text before) and
     keep its truncate_dim; /info reports both."""
@@ -248,7 +248,7 @@ def test_pipeline_predict_and_serve_give_encodes_vectors(tmp_path, minilm_dir):
     from bertkit.inference.files import predict_file
     from bertkit.settings.inference import PredictFileSettings
 
-    d = st_directory(minilm_dir, tmp_path / "m", st_config={"truncate_dim": 128})
+    d = st_directory(minilm_2_layers, tmp_path / "m", st_config={"truncate_dim": 128})
     ref = st.SentenceTransformer(str(d), device="cpu")
     want = ref.encode(TEXTS, normalize_embeddings=True)
     assert want.shape == (6, 128)
@@ -282,10 +282,10 @@ def test_pipeline_predict_and_serve_give_encodes_vectors(tmp_path, minilm_dir):
         server.stop()
 
 
-def test_pipeline_honours_the_directorys_default_prompt_and_lower_casing(tmp_path, minilm_dir):
+def test_pipeline_honours_the_directorys_default_prompt_and_lower_casing(tmp_path, minilm_2_layers):
     import bertkit
 
-    d = st_directory(minilm_dir, tmp_path / "m", max_seq_length=64,
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=64,
                      st_config={"prompts": PROMPTS, "default_prompt_name": "query"},
                      pooling={"word_embedding_dimension": 384, "pooling_mode_mean_tokens": True,
                               "include_prompt": False})
@@ -296,7 +296,7 @@ def test_pipeline_honours_the_directorys_default_prompt_and_lower_casing(tmp_pat
     np.testing.assert_allclose(got, ref.encode(["Cased TEXT", TEXTS[1]], normalize_embeddings=True), atol=2e-5)
 
 
-def test_cross_encoder_on_an_embedders_directory(st_dir, minilm_dir, caplog):
+def test_cross_encoder_on_an_embedders_directory(st_dir, minilm_2_layers, caplog):
     """CrossEncoder(an embedder's directory) loads its transformer with a new one-label classifier and
     sentence-transformers' warning, where bertkit refused; with the same classifier weights it scores as
     sentence-transformers' does. A plain checkpoint gets one label too (bertkit gave it two)."""
@@ -312,7 +312,7 @@ def test_cross_encoder_on_an_embedders_directory(st_dir, minilm_dir, caplog):
     _same(ours.predict(pairs), ref.predict(pairs, show_progress_bar=False), atol=1e-5)
     assert [r["corpus_id"] for r in ours.rank(TEXTS[0], TEXTS[1:])] == \
         [r["corpus_id"] for r in ref.rank(TEXTS[0], TEXTS[1:], show_progress_bar=False)]
-    plain, ref_plain = CrossEncoder(minilm_dir), st_ce.CrossEncoder(str(minilm_dir), device="cpu")
+    plain, ref_plain = CrossEncoder(minilm_2_layers), st_ce.CrossEncoder(str(minilm_2_layers), device="cpu")
     assert (plain.num_labels, type(plain.activation_fn)) == (ref_plain.num_labels, type(ref_plain.activation_fn)) == \
         (1, torch.nn.Sigmoid)
 
