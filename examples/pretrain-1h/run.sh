@@ -34,9 +34,12 @@ if [ -f "$HELDOUT" ]; then
       --output-dir "$R/heldout" --max-seq-length 128 --dupe-factor 1 --no-progress --overwrite
   EVAL=(--eval-data "$R/heldout")
 fi
+# A run cut short before it finished left its files in bertkit's staging directory beside the model's
+# (.model.bertkit-staging): continued from its last checkpoint, or started again when it wrote none.
+STAGED=$R/.model.bertkit-staging
 RESUME=()
-[ -d "$R/model/checkpoints" ] && RESUME=(--resume)
-[ -d "$R/model" ] && [ ! -d "$R/model/checkpoints" ] && RESUME=(--overwrite)  # stopped before its first checkpoint
+if [ -d "$R/model/checkpoints" ] || [ -d "$STAGED/checkpoints" ]; then RESUME=(--resume)
+elif [ -d "$R/model" ] || [ -d "$STAGED" ]; then RESUME=(--overwrite); fi
 [ -f "$R/model/final/config.json" ] || $BK pretrain --config "$HERE/pretrain.json" --config-name "$HERE/config.json" \
     --data "$R/data" --vocab "$R/vocab" --output-dir "$R/model" "${EVAL[@]}" "${RESUME[@]}" "${EXTRA[@]}"
 if [ -f "$HELDOUT" ]; then

@@ -7,6 +7,7 @@ different numbers of embeddings, are refused with both shapes.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -85,18 +86,26 @@ def normalize_embeddings(embeddings: Tensor) -> Tensor:
     return torch.sparse_coo_tensor(indices, scaled, embeddings.size()).coalesce()
 
 
+def _sparse_products(a: Tensor, b: Tensor) -> Tensor:
+    """(N, M) dot products of two sparse batches, dense. PyTorch computes a sparse product through CSR and warns,
+    on every call, that CSR is in beta: a warning about its internals that the caller can do nothing about."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.mm(a, b.T).to_dense()
+
+
 def cos_sim(a: Any, b: Any) -> Tensor:
     """(N, M) cosine similarities of every row of ``a`` with every row of ``b``."""
     a, b = _same_layout(*_batches(a, b))
     if a.is_sparse:
-        return torch.mm(normalize_embeddings(a), normalize_embeddings(b).T).to_dense()
+        return _sparse_products(normalize_embeddings(a), normalize_embeddings(b))
     return normalize_embeddings(a) @ normalize_embeddings(b).T
 
 
 def dot_score(a: Any, b: Any) -> Tensor:
     """(N, M) dot products."""
     a, b = _same_layout(*_batches(a, b))
-    return torch.mm(a, b.T).to_dense() if a.is_sparse else a @ b.T
+    return _sparse_products(a, b) if a.is_sparse else a @ b.T
 
 
 def euclidean_sim(a: Any, b: Any) -> Tensor:
@@ -105,7 +114,7 @@ def euclidean_sim(a: Any, b: Any) -> Tensor:
     if a.is_sparse:  # |a|^2 - 2 a.b + |b|^2 over the stored entries, as sentence-transformers computes it
         a_sq = torch.sparse.sum(a * a, dim=1).to_dense().unsqueeze(1)  # (N, 1)
         b_sq = torch.sparse.sum(b * b, dim=1).to_dense().unsqueeze(0)  # (1, M)
-        return -(a_sq - 2 * torch.mm(a, b.T).to_dense() + b_sq).clamp(min=0).sqrt()
+        return -(a_sq - 2 * _sparse_products(a, b) + b_sq).clamp(min=0).sqrt()
     return -torch.cdist(a, b, p=2.0)
 
 
