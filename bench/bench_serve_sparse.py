@@ -3,8 +3,11 @@ once as ``--task sentence-embedding`` (TEI's /embed: mean-pooled unit vectors) a
 sparse-embedding`` (TEI's /embed_sparse: SPLADE's active word pieces), each sent the same ``--requests`` SST-2 dev
 sentences (one per request) from ``--concurrency`` clients, the two servers in turn, ``--rounds`` times.
 
-Model: MiniLM's encoder with a masked-LM head drawn by transformers (bench_sparse.py's ``splade_directory``: seed 0,
-bias -3.5, some hundreds of active word pieces per text). Every sparse answer is checked against
+Model (``--shape``): ``minilm``, MiniLM's encoder with a masked-LM head drawn by transformers (bench_sparse.py's
+``splade_directory``: seed 0, bias -3.5, some hundreds of active word pieces per text); ``base``, BERT-BASE's shape
+(12 layers, 768 wide, MiniLM's 30,522-piece vocabulary) with every weight drawn by transformers (seed 0) and the
+head's bias set so the texts activate ``--active`` word pieces on average. The head's vocabulary product is a fixed
+H x 30,522 a token while the encoder grows as L x 12 H^2, so the shape decides the ratio. Every sparse answer is checked against
 ``SparseEncoder.encode_document`` (indices identical, values within 1e-5). Prints one JSON line: requests/s of each
 route (the median round), and ``sparse_cost_ratio``, the dense rate over the sparse one.
 
@@ -17,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -24,9 +28,31 @@ from pathlib import Path
 import torch
 
 from bench_serve_routes import free_port, load, sentences, start
-from bench_sparse import splade_directory
+from bench_sparse import TOKENIZER_FILES, splade_directory
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def base_shape_directory(minilm: Path, out: Path, texts: list[str], active: int) -> None:
+    """A BertForMaskedLM of BERT-BASE's shape with drawn weights, its head's bias set so ``texts`` activate
+    ``active`` word pieces each on average (a drawn head's logits are centred on 0: half the vocabulary otherwise)."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                     intermediate_size=3072)
+    mlm = transformers.BertForMaskedLM(config).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(minilm))
+    with torch.no_grad():
+        mlm.cls.predictions.bias.zero_()
+        batch = tokenizer(texts[:64], padding=True, truncation=True, max_length=128, return_tensors="pt")
+        logits = mlm(**batch).logits.masked_fill(~batch["attention_mask"].bool()[..., None], -torch.inf)
+        pooled = logits.amax(1)  # (texts, V): each text's largest logit per word piece
+        mlm.cls.predictions.bias.fill_(-pooled.topk(active, dim=1).values[:, -1].mean().item())
+    mlm.save_pretrained(out)
+    for name in TOKENIZER_FILES:
+        shutil.copy(minilm / name, out / name)
 
 
 def main() -> None:
@@ -35,13 +61,18 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shape", choices=("minilm", "base"), default="minilm")
+    parser.add_argument("--active", type=int, default=300, help="--shape base: active word pieces a text")
     args = parser.parse_args()
 
     from bertkit.sentence import SparseEncoder
 
     texts = sentences(args.requests)
     with tempfile.TemporaryDirectory() as tmp:
-        splade_directory(args.model, Path(tmp))
+        if args.shape == "minilm":
+            splade_directory(args.model, Path(tmp))
+        else:
+            base_shape_directory(args.model, Path(tmp) / "checkpoint", texts, args.active)
         checkpoint = Path(tmp) / "checkpoint"  # the same directory behind both servers
         want = SparseEncoder(checkpoint).encode_document(texts).coalesce()
         rows, dims = want.indices()
@@ -67,7 +98,7 @@ def main() -> None:
                 proc.wait(60)
     dense, sparse = (statistics.median(rates[r]) for r in ("embed", "embed_sparse"))
     print(json.dumps({"bench": "serve_sparse", "requests": len(texts), "concurrency": args.concurrency,
-                      "rounds": args.rounds, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                      "rounds": args.rounds, "shape": args.shape, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
                       "embed_req_per_s": round(dense, 1), "embed_sparse_req_per_s": round(sparse, 1),
                       "sparse_cost_ratio": round(dense / sparse, 3),
                       "active_dims_per_text": round(len(dims) / len(texts), 1)}))

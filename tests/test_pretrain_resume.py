@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,6 +45,20 @@ def uninterrupted(tiny_setup, tmp_path_factory) -> Path:
     full = tmp_path_factory.mktemp("uninterrupted") / "full"
     assert run_here(_pretrain_args(tiny_setup, full)[3:]) == 0
     return full
+
+
+def test_a_checkpoint_opens_as_the_model_it_holds(uninterrupted):
+    """A checkpoint holds the tokenizer beside the weights (as transformers' Trainer checkpoints do): it opens as
+    a model and tokenizer, and the last one is the final model."""
+    from bertkit import BertForMaskedLM, BertTokenizer
+
+    last = uninterrupted / "checkpoints" / "step-00000060"
+    final = uninterrupted / "final"
+    assert BertTokenizer.from_pretrained(last).vocab == BertTokenizer.from_pretrained(final).vocab
+    ids = BertTokenizer.from_pretrained(last)("The standard library.", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        got, want = (BertForMaskedLM.from_pretrained(d).eval()(input_ids=ids).logits for d in (last, final))
+    assert torch.equal(got, want)
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ from bertkit.settings import PretrainSettings
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.batch_plan import BatchPlan, micro_batch_size
 from bertkit.training.distributed import current, process_device
-from bertkit.training.loop import Phase, TrainResult, train
+from bertkit.training.loop import LoopHooks, Phase, TrainResult, train
 from bertkit.training.plot import plot_metrics
 
 logger = logging.getLogger("bertkit")
@@ -213,8 +213,11 @@ def pretrain(s: PretrainSettings) -> TrainResult:
     phases = pretraining_phases(s, config, collate, rank=info.rank, world_size=info.world_size)
     evaluate = held_out_evaluator(s, pad)
     model = initial_model(s, config, phases[0])
+    # Each checkpoint gets the tokenizer too: a checkpoint opens as a model (fine-tuned, served, made a SPLADE
+    # encoder) as transformers' Trainer checkpoints do, not only the final model.
     result = train(model, phases, s.training(), evaluate=evaluate, batch_metrics=mlm_nsp_batch_metrics,
-                   fingerprint=resume_fingerprint(s, config, phases), resume=s.resume)
+                   fingerprint=resume_fingerprint(s, config, phases), resume=s.resume,
+                   hooks=LoopHooks(write_extra=tokenizer.save_pretrained))
     if info.is_main:  # under torchrun, rank 0 writes the results
         write_pretraining_results(s, model, tokenizer, result)
     return result
