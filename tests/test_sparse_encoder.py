@@ -176,6 +176,117 @@ def test_information_retrieval_evaluator_metrics(layout, max_active_dims, layout
     assert got["squad_avg_flops"] > 0
 
 
+def _same_metrics(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for key, value in want.items():
+        assert got[key] == pytest.approx(float(value), abs=1e-6), key
+
+
+@pytest.mark.parametrize("max_active_dims", [None, 48])
+def test_embedding_similarity_evaluator_metrics(max_active_dims, layouts, data_dir):
+    """STS-B dev's first 24 pairs: correlations per similarity function and the mean sparsity of the two sides."""
+    import csv
+
+    from sentence_transformers.sparse_encoder.evaluation import (
+        SparseEmbeddingSimilarityEvaluator as Reference,
+    )
+
+    from bertkit.sentence import SparseEncoder
+    from bertkit.sentence.sparse_encoder.evaluation import SparseEmbeddingSimilarityEvaluator
+
+    path = data_dir / "glue" / "STS-B" / "dev.tsv"
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    with path.open(encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:25]
+    args = [r[7] for r in rows], [r[8] for r in rows], [float(r[9]) for r in rows]
+    kwargs = {"name": "sts", "max_active_dims": max_active_dims} | (
+        {} if max_active_dims is None else {"similarity_fn_names": ["dot", "cosine", "euclidean", "manhattan"]})
+    want = Reference(*args, **kwargs)(st.SparseEncoder(str(layouts["splade"]), device="cpu"))
+    evaluator = SparseEmbeddingSimilarityEvaluator(*args, **kwargs)
+    got = evaluator(SparseEncoder(layouts["splade"]))
+    _same_metrics(got, want)
+    assert evaluator.primary_metric == ("sts_spearman_dot" if max_active_dims is None else "sts_spearman_max")
+    # the texts activate more than 48 word pieces each: max_active_dims keeps 48
+    assert got["sts_active_dims"] > 48 if max_active_dims is None else got["sts_active_dims"] == 48
+    assert got["sts_sparsity_ratio"] == pytest.approx(1 - got["sts_active_dims"] / 30522)
+
+
+@pytest.mark.parametrize("max_active_dims", [None, 48])
+def test_triplet_evaluator_metrics(max_active_dims, layouts, texts):
+    """Inference-free layout (anchors through the static query side): each question, its paragraph, and the next
+    paragraph; accuracies per similarity function (with margins), each side's sparsity."""
+    from sentence_transformers.sparse_encoder.evaluation import SparseTripletEvaluator as Reference
+
+    from bertkit.sentence import SparseEncoder
+    from bertkit.sentence.sparse_encoder.evaluation import SparseTripletEvaluator
+
+    paragraphs, questions = texts[:3], texts[3:]  # questions i // 3 of paragraph i % 3; 5 of them
+    picked = range(0, 9, 2)
+    args = ([questions[i] for i in picked], [paragraphs[i // 3] for i in picked],
+            [paragraphs[(i // 3 + 1) % 3] for i in picked])
+    kwargs = {"name": "squad", "max_active_dims": max_active_dims} | (
+        {} if max_active_dims is None else {"similarity_fn_names": ["dot", "cosine"], "margin": {"dot": 2.0}})
+    want = Reference(*args, **kwargs)(st.SparseEncoder(str(layouts["inference_free"]), device="cpu"))
+    got = SparseTripletEvaluator(*args, **kwargs)(SparseEncoder(layouts["inference_free"]))
+    _same_metrics(got, want)
+    assert [k for k in got if "active_dims" in k] == [f"squad_{side}_active_dims" for side in
+                                                      ("anchor", "positive", "negative")]
+    # the static query side weighs a question's own word pieces only (half of them drawn 0: 3.4 of ~10, measured);
+    # SPLADE's paragraphs activate thousands (3136.4 here, measured), or max_active_dims of them
+    assert got["squad_anchor_active_dims"] == pytest.approx(17 / 5)
+    assert got["squad_positive_active_dims"] == pytest.approx(max_active_dims or 3136.4, abs=0.01)
+
+
+@pytest.mark.parametrize("max_active_dims,batched", [(48, True), (None, False)])
+def test_reranking_evaluator_metrics(max_active_dims, batched, layouts, texts):
+    """Each question against its paragraph and one or two others (cosine, at_k 2); unbatched, the candidates'
+    sparsity is the mean of each sample's mean, as sentence-transformers reports it then."""
+    from sentence_transformers.sparse_encoder.evaluation import SparseRerankingEvaluator as Reference
+
+    from bertkit.sentence import SparseEncoder
+    from bertkit.sentence.sparse_encoder.evaluation import SparseRerankingEvaluator
+
+    paragraphs, questions = texts[:3], texts[3:]
+    samples = [{"query": questions[i], "positive": [paragraphs[i // 3]],
+                "negative": [paragraphs[(i // 3 + j) % 3] for j in range(1, 3 if i < 3 else 2)]} for i in range(0, 9, 2)]
+    kwargs = {"name": "squad", "at_k": 2, "max_active_dims": max_active_dims, "use_batched_encoding": batched}
+    want = Reference(samples, **kwargs)(st.SparseEncoder(str(layouts["splade"]), device="cpu"))
+    got = SparseRerankingEvaluator(samples, **kwargs)(SparseEncoder(layouts["splade"]))
+    _same_metrics(got, want)
+    assert 0 < got["squad_map"] < 1
+    if max_active_dims:
+        assert got["squad_corpus_active_dims"] == max_active_dims
+        return
+    # samples of 3 and of 2 candidates: the mean over samples of each one's mean is not the mean over candidates
+    active = [SparseEncoder.sparsity(v)["active_dims"] for v in SparseEncoder(layouts["splade"]).encode_document(paragraphs)]
+    per_sample = [[active[paragraphs.index(c)] for c in x["positive"] + x["negative"]] for x in samples]
+    assert got["squad_corpus_active_dims"] == pytest.approx(sum(sum(a) / len(a) for a in per_sample) / len(samples))
+    assert abs(got["squad_corpus_active_dims"] - sum(map(sum, per_sample)) / sum(map(len, per_sample))) > 1
+
+
+def test_sparse_evaluators_not_implemented_are_refused_by_name():
+    """Every sparse evaluator sentence-transformers has: bertkit's, or refused naming what to use instead."""
+    from sentence_transformers.sparse_encoder import evaluation as reference
+
+    from bertkit.sentence import evaluation as dense
+    from bertkit.sentence.sparse_encoder import evaluation
+
+    refused = []
+    for name in reference.__all__:
+        if name in evaluation.__all__:  # built on bertkit's dense evaluator, as sentence-transformers' on its own
+            assert issubclass(getattr(evaluation, name), getattr(dense, getattr(reference, name).__mro__[1].__name__))
+            continue
+        with pytest.raises(BertkitError, match=f"evaluation.{name} is not implemented in bertkit: "):
+            getattr(evaluation, name)
+        refused.append(name)
+    assert sorted(evaluation.__all__) == ["SparseEmbeddingSimilarityEvaluator", "SparseInformationRetrievalEvaluator",
+                                          "SparseRerankingEvaluator", "SparseTripletEvaluator"]
+    assert len(refused) == len(reference.__all__) - 4
+    with pytest.raises(AttributeError, match="has no attribute 'SparseNoSuchEvaluator'"):
+        evaluation.SparseNoSuchEvaluator  # noqa: B018
+
+
 @pytest.mark.parametrize("strategy,activation", [("max", "relu"), ("sum", "log1p_relu")])
 def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_path, tiny_checkpoint, minilm_dir):
     """Blocks of the head's rows (chunk_size; blocks that split a text) give what the whole batch gives, which is

@@ -12,14 +12,11 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, prefixed
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
-def _prefixed(metrics: dict[str, float], name: str) -> dict[str, float]:
-    return {f"{name}_{k}" if name else k: float(v) for k, v in metrics.items()}
-
-
-class InformationRetrievalEvaluator:
+class InformationRetrievalEvaluator(EmbeddingEvaluator):
     """``queries`` {qid: text}, ``corpus`` {cid: text}, ``relevant_docs`` {qid: {cid, ...}}; queries without
     relevant documents are left out (as sentence-transformers does), a relevant id missing from the corpus is an
     error. Metric keys: ``{name}_{similarity}_{metric}@{k}``."""
@@ -63,8 +60,8 @@ class InformationRetrievalEvaluator:
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         functions = self.score_functions or {model.similarity_fn_name: SIMILARITY_FUNCTIONS[model.similarity_fn_name][0]}
-        q = self.embed(model, self.queries, "query")
-        c = self.embed(model, self.corpus, "document")
+        q = self.embed(model, self.queries, "query", prompt=self.query_prompt, prompt_name=self.query_prompt_name)
+        c = self.embed(model, self.corpus, "document", prompt=self.corpus_prompt, prompt_name=self.corpus_prompt_name)
         metrics: dict[str, float] = {}
         for fn_name, fn in functions.items():
             ranked = self.rank(fn(q, c))
@@ -74,15 +71,7 @@ class InformationRetrievalEvaluator:
             functions, key=lambda f: metrics[f"{f}_ndcg@{max(self.ndcg_at_k)}"])
         self.primary_metric = f"{self.name}_{main}_ndcg@{max(self.ndcg_at_k)}" if self.name \
             else f"{main}_ndcg@{max(self.ndcg_at_k)}"
-        return _prefixed(metrics, self.name)
-
-    def embed(self, model: Any, texts: list[str], kind: str) -> torch.Tensor:
-        """The queries' (``kind`` "query") or the corpus' ("document") embeddings, as one tensor."""
-        encode = model.encode_query if kind == "query" else model.encode_document
-        prompt, prompt_name = (self.query_prompt, self.query_prompt_name) if kind == "query" else \
-            (self.corpus_prompt, self.corpus_prompt_name)
-        return encode(texts, prompt=prompt, prompt_name=prompt_name, batch_size=self.batch_size,
-                      show_progress_bar=self.show_progress_bar, convert_to_tensor=True, truncate_dim=self.truncate_dim)
+        return prefixed(metrics, self.name)
 
     def rank(self, scores: torch.Tensor) -> list[list[str]]:
         """Each query's top max_k corpus ids: by score, ties by corpus id (sentence-transformers' order)."""

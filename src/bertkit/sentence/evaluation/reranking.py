@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, prefixed
 from bertkit.sentence.util import cos_sim
 
 
@@ -38,11 +39,12 @@ def ndcg_at_k(relevant: np.ndarray, scores: np.ndarray, k: int) -> float:
     return dcg / ideal
 
 
-class RerankingEvaluator:
+class RerankingEvaluator(EmbeddingEvaluator):
     """``samples``: a list (or dict) of ``{"query": str, "positive": [str, ...], "negative": [str, ...]}``
     (one string is one candidate); samples without positives or negatives are left out. Metric keys:
     ``{name}_map``, ``{name}_mrr@{at_k}``, ``{name}_ndcg@{at_k}``. Queries are encoded as queries, candidates as
-    documents (the model's prompts for each)."""
+    documents (the model's prompts for each). The candidates of all samples are encoded in one call whatever
+    ``use_batched_encoding`` says (sentence-transformers' per-sample encoding gives the same numbers)."""
 
     def __init__(self, samples: list[dict[str, Any]] | dict[Any, dict[str, Any]], at_k: int = 10, name: str = "",
                  write_csv: bool = True, similarity_fct: Callable[[Any, Any], torch.Tensor] = cos_sim,
@@ -64,17 +66,17 @@ class RerankingEvaluator:
             raise BertkitError("RerankingEvaluator: no sample has both a positive and a negative")
         self.at_k, self.name, self.similarity_fct = at_k, name, similarity_fct
         self.batch_size, self.show_progress_bar, self.truncate_dim = batch_size, show_progress_bar, truncate_dim
+        self.use_batched_encoding = use_batched_encoding
         self.primary_metric = f"{name}_ndcg@{at_k}" if name else f"ndcg@{at_k}"
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
-        kwargs = {"batch_size": self.batch_size, "show_progress_bar": self.show_progress_bar,
-                  "convert_to_tensor": True, "truncate_dim": self.truncate_dim}
-        queries = model.encode_query([s["query"] for s in self.samples], **kwargs)
-        docs = model.encode_document([d for s in self.samples for d in (*s["positive"], *s["negative"])], **kwargs)
+        queries = self.embed(model, [s["query"] for s in self.samples], "query")
+        docs = self.embed(model, [d for s in self.samples for d in (*s["positive"], *s["negative"])], "document")
         ap, mrr, ndcg, start = [], [], [], 0
         for query, sample in zip(queries, self.samples):
             n_pos, n = len(sample["positive"]), len(sample["positive"]) + len(sample["negative"])
-            scores = self.similarity_fct(query, docs[start:start + n]).reshape(-1)
+            rows = torch.arange(start, start + n, device=docs.device)  # index_select: a sparse tensor has no slices
+            scores = self.similarity_fct(query, docs.index_select(0, rows)).reshape(-1)
             start += n
             relevant = np.r_[np.ones(n_pos), np.zeros(n - n_pos)]
             ranked = torch.argsort(-scores, stable=True)[:self.at_k].tolist()
@@ -85,4 +87,4 @@ class RerankingEvaluator:
             ap.append(average_precision(relevant, scores))
         metrics = {"map": float(np.mean(ap)), f"mrr@{self.at_k}": float(np.mean(mrr)),
                    f"ndcg@{self.at_k}": float(np.mean(ndcg))}
-        return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}
+        return prefixed(metrics, self.name)

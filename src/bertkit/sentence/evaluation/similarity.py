@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, prefixed
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
@@ -33,7 +34,7 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return pearson(_ranks(np.asarray(a, np.float64)), _ranks(np.asarray(b, np.float64)))
 
 
-class EmbeddingSimilarityEvaluator:
+class EmbeddingSimilarityEvaluator(EmbeddingEvaluator):
     """``pearson_{fn}`` and ``spearman_{fn}`` for each similarity function (by default the model's)."""
 
     def __init__(self, sentences1: list[str], sentences2: list[str], scores: list[float], batch_size: int = 16,
@@ -54,13 +55,11 @@ class EmbeddingSimilarityEvaluator:
         self.primary_metric: str | None = None
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
-        kwargs = {"batch_size": self.batch_size, "show_progress_bar": self.show_progress_bar,
-                  "convert_to_numpy": True, "truncate_dim": self.truncate_dim}
-        e1, e2 = model.encode(self.sentences1, **kwargs), model.encode(self.sentences2, **kwargs)
+        e1, e2 = self.embed(model, self.sentences1), self.embed(model, self.sentences2)
         names = self.similarity_fn_names or [model.similarity_fn_name]
         metrics: dict[str, float] = {}
         for fn in names:
-            sims = SIMILARITY_FUNCTIONS[fn][1](e1, e2).numpy()
+            sims = SIMILARITY_FUNCTIONS[fn][1](e1, e2).cpu().numpy()
             metrics[f"pearson_{fn}"] = pearson(self.scores, sims)
             metrics[f"spearman_{fn}"] = spearman(self.scores, sims)
         if len(names) > 1:
@@ -69,4 +68,4 @@ class EmbeddingSimilarityEvaluator:
         main = f"spearman_{self.main_similarity}" if self.main_similarity else (
             "spearman_max" if len(names) > 1 else f"spearman_{names[0]}")
         self.primary_metric = f"{self.name}_{main}" if self.name else main
-        return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}
+        return prefixed(metrics, self.name)

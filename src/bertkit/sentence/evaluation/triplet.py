@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, prefixed
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
-class TripletEvaluator:
+class TripletEvaluator(EmbeddingEvaluator):
     """``{name}_{fn}_accuracy``: the fraction of triplets with sim(anchor, positive) > sim(anchor, negative) +
     margin[fn], for each of ``similarity_fn_names`` (by default the model's), and ``max_accuracy`` over several.
     Anchors are encoded as queries, positives and negatives as documents (the model's prompts for each)."""
@@ -45,11 +46,9 @@ class TripletEvaluator:
         self.primary_metric: str | None = None
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
-        kwargs = {"batch_size": self.batch_size, "show_progress_bar": self.show_progress_bar,
-                  "convert_to_numpy": True, "truncate_dim": self.truncate_dim}
-        anchors = model.encode_query(self.anchors, **kwargs)
-        positives = model.encode_document(self.positives, **kwargs)
-        negatives = model.encode_document(self.negatives, **kwargs)
+        anchors = self.embed(model, self.anchors, "query")
+        positives = self.embed(model, self.positives, "document")
+        negatives = self.embed(model, self.negatives, "document")
         names = self.similarity_fn_names or [model.similarity_fn_name]
         metrics: dict[str, float] = {}
         for fn in names:
@@ -61,4 +60,4 @@ class TripletEvaluator:
         main = f"{self.main_similarity_function}_accuracy" if self.main_similarity_function else (
             "max_accuracy" if len(names) > 1 else f"{names[0]}_accuracy")
         self.primary_metric = f"{self.name}_{main}" if self.name else main
-        return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}
+        return prefixed(metrics, self.name)

@@ -10,10 +10,16 @@ from typing import Any
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.information_retrieval import InformationRetrievalEvaluator, _prefixed
+from bertkit.sentence.evaluation.information_retrieval import InformationRetrievalEvaluator
+from bertkit.sentence.sparse_encoder.evaluation.base import SparseEvaluator, sparsity
 
 
-class SparseInformationRetrievalEvaluator(InformationRetrievalEvaluator):
+def _active_share(embeddings: torch.Tensor) -> torch.Tensor:
+    """(V,): the share of the rows that have each dimension active."""
+    return torch.bincount(embeddings.indices()[1], minlength=embeddings.shape[1]).float() / embeddings.shape[0]
+
+
+class SparseInformationRetrievalEvaluator(SparseEvaluator, InformationRetrievalEvaluator):
     """``InformationRetrievalEvaluator``'s arguments (without ``truncate_dim``) and ``max_active_dims`` (None: the
     model's). Metric keys: the dense evaluator's, then ``{name}_query_active_dims``, ``_query_sparsity_ratio``,
     ``_corpus_active_dims``, ``_corpus_sparsity_ratio`` and ``_avg_flops``."""
@@ -26,25 +32,8 @@ class SparseInformationRetrievalEvaluator(InformationRetrievalEvaluator):
         super().__init__(queries, corpus, relevant_docs, *args, **kwargs)
         self.max_active_dims = max_active_dims
         self.sparsity_stats: dict[str, float] = {}
-        self._counts: dict[str, torch.Tensor] = {}
 
-    def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
-        self.sparsity_stats, self._counts = {}, {}
-        metrics = super().__call__(model, output_path, epoch, steps)
-        query, corpus = self._counts["query"] / len(self.queries), self._counts["document"] / len(self.corpus)
-        self.sparsity_stats["avg_flops"] = float(torch.dot(query, corpus))
-        return {**metrics, **_prefixed(self.sparsity_stats, self.name)}
-
-    def embed(self, model: Any, texts: list[str], kind: str) -> torch.Tensor:
-        encode = model.encode_query if kind == "query" else model.encode_document
-        prompt, prompt_name = (self.query_prompt, self.query_prompt_name) if kind == "query" else \
-            (self.corpus_prompt, self.corpus_prompt_name)
-        embeddings = encode(texts, prompt=prompt, prompt_name=prompt_name, batch_size=self.batch_size,
-                            show_progress_bar=self.show_progress_bar, convert_to_sparse_tensor=True,
-                            save_to_cpu=True, max_active_dims=self.max_active_dims).coalesce()
-        prefix = "query" if kind == "query" else "corpus"
-        for key, value in model.sparsity(embeddings).items():
-            self.sparsity_stats[f"{prefix}_{key}"] = value
-        # how many texts have each dimension active (V,)
-        self._counts[kind] = torch.bincount(embeddings.indices()[1], minlength=embeddings.shape[1]).float()
-        return embeddings
+    def sparsity_of(self, model: Any, embedded: list[torch.Tensor]) -> dict[str, float]:
+        queries, corpus = embedded
+        return {**sparsity(model, queries, "query"), **sparsity(model, corpus, "corpus"),
+                "avg_flops": float(torch.dot(_active_share(queries), _active_share(corpus)))}

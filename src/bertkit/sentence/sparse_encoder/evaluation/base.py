@@ -1,0 +1,49 @@
+"""What the sparse evaluators share: the dense evaluator's ``embed`` hook replaced by sparse encoding, each
+embedding kept until the evaluator has read its sparsity (``sparsity_of``), as sentence-transformers reports it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+
+from bertkit.sentence.evaluation.base import encoder, prefixed
+
+
+class SparseEvaluator(ABC):
+    """Placed before a dense evaluator (``class SparseTripletEvaluator(SparseEvaluator, TripletEvaluator)``): the
+    dense evaluator's metrics on sparse (N, V) embeddings on the CPU (each row's ``max_active_dims`` largest
+    weights; None: the model's), then ``sparsity_of``'s statistics of the embeddings, under the same name
+    prefix. ``sparsity_stats`` keeps the last call's statistics."""
+
+    max_active_dims: int | None
+    batch_size: int
+    show_progress_bar: bool
+    name: str
+
+    def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
+        self._embedded: list[torch.Tensor] = []
+        try:
+            metrics = super().__call__(model, output_path, epoch, steps)  # type: ignore[misc]
+            self.sparsity_stats = self.sparsity_of(model, self._embedded)
+        finally:
+            self._embedded = []
+        return {**metrics, **prefixed(self.sparsity_stats, self.name)}
+
+    def embed(self, model: Any, texts: list[str], kind: str | None = None, **prompt: Any) -> torch.Tensor:
+        embeddings = encoder(model, kind)(texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
+                                          convert_to_sparse_tensor=True, save_to_cpu=True,
+                                          max_active_dims=self.max_active_dims, **prompt).coalesce()
+        self._embedded.append(embeddings)
+        return embeddings
+
+    @abstractmethod
+    def sparsity_of(self, model: Any, embedded: list[torch.Tensor]) -> dict[str, float]:
+        """The statistics of ``embedded``, the embeddings of each ``embed`` call in the order the dense evaluator
+        made them: each sparse evaluator says which is which."""
+
+
+def sparsity(model: Any, embeddings: torch.Tensor, prefix: str) -> dict[str, float]:
+    """``model.sparsity`` (mean active dimensions, sparsity ratio), its keys prefixed ``{prefix}_``."""
+    return prefixed(model.sparsity(embeddings), prefix)
