@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,19 @@ class WriteError(BertkitError, OSError):
 
 class NonFiniteError(BertkitError):
     """A loss, gradient or model output that is NaN or infinite: never turned into a score or saved weights."""
+
+
+def refusing_getattr(module: str, refused: dict[str, str]) -> Callable[[str], Any]:
+    """A module's ``__getattr__`` for the names a reference library's module has and bertkit does not implement:
+    each raises a BertkitError with what to use (``refused[name]``); any other name is Python's AttributeError."""
+
+    def __getattr__(name: str) -> Any:
+        if name in refused:
+            raise BertkitError(f"{module.removeprefix('bertkit.sentence.')}.{name} is not implemented in bertkit: "
+                               f"{refused[name]}")
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
 def not_utf8(path: str | os.PathLike) -> BertkitError:

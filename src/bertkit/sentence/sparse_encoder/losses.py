@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, refusing_getattr
 from bertkit.sentence.losses.base import SentenceLoss, embed_columns
 from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
 from bertkit.sentence.losses.distill import DistillKLDivLoss, MarginMSELoss
@@ -53,10 +53,7 @@ _REFUSED = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _REFUSED:
-        raise BertkitError(f"sparse_encoder.losses.{name} is not implemented in bertkit: {_REFUSED[name]}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = refusing_getattr(__name__, _REFUSED)
 
 
 def _inside_splade(name: str) -> BertkitError:

@@ -4,9 +4,7 @@ refused by name with what to use (``_REFUSED``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from bertkit.errors import BertkitError
+from bertkit.errors import refusing_getattr
 from bertkit.sentence.sparse_encoder.evaluation.information_retrieval import (
     SparseInformationRetrievalEvaluator,
 )
@@ -37,7 +35,4 @@ _REFUSED = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _REFUSED:
-        raise BertkitError(f"sparse_encoder.evaluation.{name} is not implemented in bertkit: {_REFUSED[name]}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = refusing_getattr(__name__, _REFUSED)
