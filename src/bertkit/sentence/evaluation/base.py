@@ -4,15 +4,9 @@ named."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
-
-
-def encoder(model: Any, kind: str | None) -> Callable[..., Any]:
-    """The model's ``encode_query`` (``kind`` "query"), ``encode_document`` ("document") or ``encode`` (None)."""
-    return {"query": model.encode_query, "document": model.encode_document, None: model.encode}[kind]
 
 
 def prefixed(metrics: dict[str, float], name: str) -> dict[str, float]:
@@ -30,5 +24,10 @@ class EmbeddingEvaluator:
     def embed(self, model: Any, texts: list[str], kind: str | None = None, **prompt: Any) -> torch.Tensor:
         """``texts``' (N, D) embeddings, encoded as queries (``kind`` "query"), documents ("document") or plain texts
         (None): the model's prompt for that kind, unless ``prompt`` gives ``prompt`` or ``prompt_name``."""
-        return encoder(model, kind)(texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
-                                    convert_to_tensor=True, truncate_dim=self.truncate_dim, **prompt)
+        encode = {"query": model.encode_query, "document": model.encode_document, None: model.encode}[kind]
+        return encode(texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
+                      **self.encode_options(), **prompt)
+
+    def encode_options(self) -> dict[str, Any]:
+        """What ``embed`` asks of ``encode`` besides the texts, batch size, progress bar and prompt."""
+        return {"convert_to_tensor": True, "truncate_dim": self.truncate_dim}

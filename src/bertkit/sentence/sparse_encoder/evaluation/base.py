@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from bertkit.sentence.evaluation.base import encoder, prefixed
+from bertkit.sentence.evaluation.base import prefixed
 
 
 class SparseEvaluator(ABC):
@@ -18,8 +18,6 @@ class SparseEvaluator(ABC):
     prefix. ``sparsity_stats`` keeps the last call's statistics."""
 
     max_active_dims: int | None
-    batch_size: int
-    show_progress_bar: bool
     name: str
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
@@ -32,11 +30,12 @@ class SparseEvaluator(ABC):
         return {**metrics, **prefixed(self.sparsity_stats, self.name)}
 
     def embed(self, model: Any, texts: list[str], kind: str | None = None, **prompt: Any) -> torch.Tensor:
-        embeddings = encoder(model, kind)(texts, batch_size=self.batch_size, show_progress_bar=self.show_progress_bar,
-                                          convert_to_sparse_tensor=True, save_to_cpu=True,
-                                          max_active_dims=self.max_active_dims, **prompt).coalesce()
+        embeddings = super().embed(model, texts, kind, **prompt).coalesce()  # type: ignore[misc]
         self._embedded.append(embeddings)
         return embeddings
+
+    def encode_options(self) -> dict[str, Any]:
+        return {"convert_to_sparse_tensor": True, "save_to_cpu": True, "max_active_dims": self.max_active_dims}
 
     @abstractmethod
     def sparsity_of(self, model: Any, embedded: list[torch.Tensor]) -> dict[str, float]:
