@@ -282,6 +282,36 @@ def test_pipeline_predict_and_serve_give_encodes_vectors(tmp_path, minilm_2_laye
         server.stop()
 
 
+def test_a_normalize_module_scales_before_truncate_dim_in_the_pipeline_and_the_server(tmp_path, minilm_2_layers):
+    """A directory with 2_Normalize and truncate_dim: encode() normalises the whole vector, then keeps its first 128
+    dimensions (not unit-length). The feature-extraction pipeline (and `bertkit predict`) and /embed with
+    normalize: false gave the cut vector normalised instead (values up to 0.26 off on these texts); /embed's default
+    normalises after the cut, as encode(normalize_embeddings=True)."""
+    import bertkit
+
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn")
+    from bertkit.inference.serve import create_app
+    from serve_helpers import Server
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", st_config={"truncate_dim": 128})
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    want = ref.encode(TEXTS)
+    assert want.shape == (6, 128) and np.linalg.norm(want, axis=1).max() < 0.99
+    pipe = bertkit.pipeline("feature-extraction", str(d), progress=False)
+    np.testing.assert_allclose(np.asarray(pipe(TEXTS)), want, atol=2e-5)
+    server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=1))
+    try:
+        raw = httpx.post(f"{server.url}/embed", json={"inputs": TEXTS, "normalize": False}).json()
+        np.testing.assert_allclose(np.asarray(raw), want, atol=2e-5)
+        short = httpx.post(f"{server.url}/embed", json={"inputs": TEXTS, "normalize": False, "dimensions": 64}).json()
+        np.testing.assert_allclose(np.asarray(short), ref.encode(TEXTS, truncate_dim=64), atol=2e-5)
+        unit = httpx.post(f"{server.url}/embed", json={"inputs": TEXTS}).json()
+        np.testing.assert_allclose(np.asarray(unit), ref.encode(TEXTS, normalize_embeddings=True), atol=2e-5)
+    finally:
+        server.stop()
+
+
 def test_pipeline_honours_the_directorys_default_prompt_and_lower_casing(tmp_path, minilm_2_layers):
     import bertkit
 

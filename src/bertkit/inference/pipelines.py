@@ -379,14 +379,16 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     included, as sentence-transformers does), ``"cls"`` takes [CLS]'s state, ``"max"`` and
     ``"mean_sqrt_len_tokens"`` are sentence-transformers' other single modes, ``"none"`` returns every
     token's state (a list per token). ``truncate_dim`` keeps a vector's first dimensions (Matryoshka), then
-    ``normalize=True`` scales it to unit L2 norm (cosine similarity becomes a dot product). Pooling runs on the
-    encoder's unpadded tokens.
+    ``normalize=True`` scales it to unit L2 norm (cosine similarity becomes a dot product): encode's
+    ``normalize_embeddings``. Pooling runs on the encoder's unpadded tokens.
 
     A sentence-transformers directory (``directory``, as ``from_pretrained`` reads it) gives what its model's
     ``encode`` gives: its 1_Pooling's mode, its max_seq_length as ``max_length``, its truncate_dim, its default
-    prompt before each text (left out of the pooling where 1_Pooling says so), its do_lower_case, and normalised
-    vectors where it has a Normalize module; an argument given explicitly wins. Left unset, another checkpoint pools
-    by the mean.
+    prompt before each text (left out of the pooling where 1_Pooling says so), its do_lower_case, and its Normalize
+    module, part of the model as in sentence-transformers: it scales the pooled vector before truncate_dim keeps its
+    first dimensions (so a truncated vector is not unit-length unless ``normalize`` asks; ``normalize=False`` does
+    not undo it, as ``normalize_embeddings=False`` does not). Any other argument given explicitly wins. Left unset,
+    another checkpoint pools by the mean.
     """
 
     task = tasks.FeatureExtraction.name
@@ -403,7 +405,8 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
             kwargs["max_length"] = saved.max_seq_length
         super().__init__(model, tokenizer, **kwargs)
         self.pooling = pooling
-        self.normalize = (self.default_normalize or saved.normalize) if normalize is None else bool(normalize)
+        self.normalize = self.default_normalize if normalize is None else bool(normalize)
+        self.normalize_module = saved.normalize  # 2_Normalize: before truncate_dim, as the model's own forward
         width = model.config.hidden_size
         truncate_dim = saved.truncate_dim if truncate_dim is None else truncate_dim
         if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
@@ -443,8 +446,11 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         if self.pooling == "none":
             v = out.token_layout.to_batch(out.tokens.float())  # (B, T, H)
         else:
-            # (B, H): sentence-transformers' Pooling, then its truncate_dim
-            v = pool_tokens(out, batch["attention_mask"], self.pooling, self.prompt_length)[:, :self.dimension]
+            # (B, H): sentence-transformers' Pooling (and Normalize), then its truncate_dim
+            v = pool_tokens(out, batch["attention_mask"], self.pooling, self.prompt_length)
+            if self.normalize_module:
+                v = F.normalize(v, dim=-1)
+            v = v[:, :self.dimension]
         if self.normalize:
             v = F.normalize(v, dim=-1)
         return _per_row(v, rows) if self.pooling == "none" else list(v.float().cpu().numpy())
