@@ -240,6 +240,24 @@ def test_directories_saved_by_one_library_load_in_the_other(models, tmp_path):
     _same(mine.encode(TEXTS[:3], prompt_name="query"), st_truncated.encode(TEXTS[:3], prompt_name="query"))
 
 
+def test_similarity_fn_name_set_to_sentence_transformers_enum_computes_and_saves_by_its_name(st_dir, tmp_path):
+    """model.similarity_fn_name = SimilarityFunction.EUCLIDEAN (sentence-transformers' enum, which its setter reads as
+    "euclidean"): bertkit kept the enum, so similarity() raised KeyError and save() wrote
+    "SimilarityFunction.EUCLIDEAN", which sentence-transformers then loaded as cosine."""
+    ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+    for model in (ours, ref):
+        model.similarity_fn_name = st.SimilarityFunction.EUCLIDEAN
+    assert ours.similarity_fn_name == "euclidean"
+    emb = ours.encode(TEXTS[:3])
+    _same(ours.similarity(emb, emb), ref.similarity(emb, emb), atol=1e-4)
+    ours.save(tmp_path / "bertkit")
+    assert json.loads((tmp_path / "bertkit" / "config_sentence_transformers.json").read_text())[
+        "similarity_fn_name"] == "euclidean"
+    assert st.SentenceTransformer(str(tmp_path / "bertkit"), device="cpu").similarity_fn_name == "euclidean"
+    with pytest.raises(BertkitError, match="similarity_fn_name 'maxsim' is not one of"):
+        ours.similarity_fn_name = "maxsim"
+
+
 def test_pipeline_predict_and_serve_give_encodes_vectors(tmp_path, minilm_2_layers):
     """The sentence-embedding pipeline, `bertkit predict` and `bertkit serve` (/v1/embeddings, /embed) cut a text at
     the directory's max_seq_length (256, not the tokenizer's 512: cosine 0.89 on this 455-token text before) and

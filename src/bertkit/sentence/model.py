@@ -140,7 +140,7 @@ class SentenceTransformer(Prompted, nn.Module):
                                f"{positions} of this checkpoint; lower it in {SBERT_CONFIG}")
         self.do_lower_case = saved.do_lower_case
         self._set_prompts(prompts, default_prompt_name, saved.prompts, saved.default_prompt_name)
-        self.similarity_fn_name = similarity_function(similarity_fn_name or saved.similarity_fn_name or "cosine")
+        self.similarity_fn_name = similarity_fn_name or saved.similarity_fn_name or "cosine"
         self.truncate_dim = self._check_dim(truncate_dim if truncate_dim is not None else saved.truncate_dim,
                                             "truncate_dim")
         self.eval()  # as loaded models are: encode, which puts back the mode it found, must not turn dropout on
@@ -179,6 +179,18 @@ class SentenceTransformer(Prompted, nn.Module):
 
     def get_max_seq_length(self) -> int:
         return self.max_seq_length
+
+    @property
+    def similarity_fn_name(self) -> str:
+        """"cosine", "dot", "euclidean" or "manhattan": what ``similarity`` computes and ``save`` writes."""
+        return self._similarity_fn_name
+
+    @similarity_fn_name.setter
+    def similarity_fn_name(self, value: Any) -> None:
+        # checked and kept by its name, however given (sentence-transformers' SimilarityFunction enum too), as
+        # sentence-transformers' setter: an enum kept as such was written as "SimilarityFunction.EUCLIDEAN", which
+        # sentence-transformers then read as cosine
+        self._similarity_fn_name = similarity_function(value)
 
     @property
     def similarity(self):
