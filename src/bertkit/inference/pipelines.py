@@ -27,7 +27,7 @@ from bertkit.heads import (
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline, refuse_empty_text, softmax
 from bertkit.modeling import BertModel
-from bertkit.sentence.directory import SentenceDirectory, read_directory
+from bertkit.sentence.directory import SentenceDirectory, declared_max_seq_length, read_directory
 from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
 from bertkit.tasks import squad
@@ -208,6 +208,14 @@ class RerankPipeline(TextClassificationPipeline):
     def __init__(self, model, tokenizer, **kwargs: Any):
         self.relevant = relevant_label(model.config)
         super().__init__(model, tokenizer, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
+        """A cross-encoder directory's pairs are cut where its ``CrossEncoder`` cuts them: at the max_seq_length its
+        sentence_bert_config.json declares, else the tokenizer's model_max_length (``max_length`` given wins)."""
+        if kwargs.get("max_length") is None:
+            kwargs["max_length"] = declared_max_seq_length(model_dir)
+        return super().from_pretrained(model_dir, **kwargs)
 
     def check_input(self, item: Any, index: int) -> dict:
         return Pipeline.check_input(self, item, index)
