@@ -344,6 +344,29 @@ def test_pipeline_honours_the_directorys_default_prompt_and_lower_casing(tmp_pat
     np.testing.assert_allclose(got, ref.encode(["Cased TEXT", TEXTS[1]], normalize_embeddings=True), atol=2e-5)
 
 
+@pytest.mark.parametrize("mode", ["max", "mean", "cls"])
+def test_a_prompt_longer_than_max_seq_length_leaves_the_sep_to_pool(tmp_path, minilm_2_layers, mode):
+    """include_prompt False and a prompt of 10 word pieces with max_seq_length 8: sentence-transformers measures the
+    prompt cut as a text is (7 tokens with [CLS]) and pools the [SEP] left; bertkit left out 10, so max pooling gave
+    -inf, mean zeros and cls an IndexError, in encode and in the pipeline (its default prompt)."""
+    import bertkit
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=8,
+                     st_config={"prompts": {"query": "represent this sentence for searching relevant passages: "},
+                                "default_prompt_name": "query"},
+                     pooling={"word_embedding_dimension": 384, f"pooling_mode_{MODE_KEYS[mode]}": True,
+                              "include_prompt": False}, normalize=False)
+    ref, ours = st.SentenceTransformer(str(d), device="cpu"), SentenceTransformer(d)
+    want = ref.encode(TEXTS[:3])
+    assert np.isfinite(want).all() and np.abs(want).max() > 0.1
+    _same(ours.encode(TEXTS[:3]), want)
+    got = bertkit.pipeline("feature-extraction", str(d), progress=False)(TEXTS[:3])
+    np.testing.assert_allclose(np.asarray(got), want, atol=2e-5)
+
+
+MODE_KEYS = {"max": "max_tokens", "mean": "mean_tokens", "cls": "cls_token"}
+
+
 def test_cross_encoder_on_an_embedders_directory(st_dir, minilm_2_layers, caplog):
     """CrossEncoder(an embedder's directory) loads its transformer with a new one-label classifier and
     sentence-transformers' warning, where bertkit refused; with the same classifier weights it scores as

@@ -30,6 +30,7 @@ from bertkit.modeling import BertModel
 from bertkit.sentence.directory import SentenceDirectory, declared_max_seq_length, read_directory
 from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
+from bertkit.sentence.prompts import prompt_tokens
 from bertkit.tasks import squad
 
 logger = logging.getLogger("bertkit")
@@ -426,7 +427,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         self.default_prompt_name, self.prompt = saved.default_prompt_name, saved.default_prompt or ""
         include_prompt = saved.pooling is None or saved.pooling.include_prompt
         self.prompt_length = 0 if include_prompt or not self.prompt else \
-            len(tokenizer(self.prompt.lower() if self.lowercase else self.prompt)["input_ids"]) - 1  # with [CLS]
+            prompt_tokens(tokenizer, self.prompt.lower() if self.lowercase else self.prompt, self.max_length)
 
     @property
     def dimension(self) -> int:

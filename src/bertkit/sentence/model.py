@@ -29,7 +29,7 @@ from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import MODULES, SBERT_CONFIG, read_directory, write_st_config
 from bertkit.sentence.pooling import Pooling
-from bertkit.sentence.prompts import Prompted
+from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 from bertkit.staging import staged
@@ -219,7 +219,7 @@ class SentenceTransformer(Prompted, nn.Module):
         """How many leading tokens (with [CLS]) the prompt takes: what Pooling leaves out when include_prompt is False."""
         if not prompt:
             return 0
-        return len(self.tokenizer(prompt.lower() if self.do_lower_case else prompt)["input_ids"]) - 1
+        return prompt_tokens(self.tokenizer, prompt.lower() if self.do_lower_case else prompt, self.max_seq_length)
 
     def embed(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
               prompt_length: int = 0) -> Tensor:
