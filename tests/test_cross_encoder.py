@@ -209,3 +209,25 @@ def test_the_activation_older_sentence_transformers_recorded_in_config_json_is_r
     assert json.loads((tmp_path / "saved" / "config_sentence_transformers.json").read_text())["activation_fn"] == \
         "torch.nn.modules.linear.Identity"
     assert isinstance(CrossEncoder(tmp_path / "saved").activation_fn, torch.nn.Identity)
+
+
+def test_rerank_pipeline_cuts_pairs_at_the_max_seq_length_the_directory_declares(directory, tmp_path):
+    """A cross-encoder directory whose sentence_bert_config.json declares max_seq_length 24 (its tokenizer says 512):
+    sentence-transformers' and bertkit's CrossEncoder cut pairs at 24; the rerank pipeline (`bertkit serve --task
+    rerank`) cut them at 512, so its scores for a long pair were another text's."""
+    import json
+
+    import bertkit
+
+    CrossEncoder(directory).save(tmp_path / "ce")
+    sbert = json.loads((tmp_path / "ce" / "sentence_bert_config.json").read_text())
+    (tmp_path / "ce" / "sentence_bert_config.json").write_text(json.dumps({**sbert, "max_seq_length": 24}))
+    want_model = st_ce.CrossEncoder(str(tmp_path / "ce"))
+    assert want_model.max_length == CrossEncoder(tmp_path / "ce").max_length == 24
+    texts = ["Paris is in France.", LONG, "Berlin is the capital of Germany."]
+    want = want_model.predict([("Where is Paris?", t) for t in texts], activation_fn=torch.nn.Identity())
+    pipe = bertkit.pipeline("rerank", tmp_path / "ce", progress=False)
+    assert pipe.max_length == 24
+    got = {r["index"]: r["score"] for r in pipe({"query": "Where is Paris?", "texts": texts}, raw_scores=True)}
+    np.testing.assert_allclose([got[i] for i in range(3)], want, atol=2e-5, rtol=0)
+    assert bertkit.pipeline("rerank", tmp_path / "ce", max_length=64, progress=False).max_length == 64

@@ -240,6 +240,24 @@ def test_directories_saved_by_one_library_load_in_the_other(models, tmp_path):
     _same(mine.encode(TEXTS[:3], prompt_name="query"), st_truncated.encode(TEXTS[:3], prompt_name="query"))
 
 
+def test_similarity_fn_name_set_to_sentence_transformers_enum_computes_and_saves_by_its_name(st_dir, tmp_path):
+    """model.similarity_fn_name = SimilarityFunction.EUCLIDEAN (sentence-transformers' enum, which its setter reads as
+    "euclidean"): bertkit kept the enum, so similarity() raised KeyError and save() wrote
+    "SimilarityFunction.EUCLIDEAN", which sentence-transformers then loaded as cosine."""
+    ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+    for model in (ours, ref):
+        model.similarity_fn_name = st.SimilarityFunction.EUCLIDEAN
+    assert ours.similarity_fn_name == "euclidean"
+    emb = ours.encode(TEXTS[:3])
+    _same(ours.similarity(emb, emb), ref.similarity(emb, emb), atol=1e-4)
+    ours.save(tmp_path / "bertkit")
+    assert json.loads((tmp_path / "bertkit" / "config_sentence_transformers.json").read_text())[
+        "similarity_fn_name"] == "euclidean"
+    assert st.SentenceTransformer(str(tmp_path / "bertkit"), device="cpu").similarity_fn_name == "euclidean"
+    with pytest.raises(BertkitError, match="similarity_fn_name 'maxsim' is not one of"):
+        ours.similarity_fn_name = "maxsim"
+
+
 def test_pipeline_predict_and_serve_give_encodes_vectors(tmp_path, minilm_2_layers):
     """The sentence-embedding pipeline, `bertkit predict` and `bertkit serve` (/v1/embeddings, /embed) cut a text at
     the directory's max_seq_length (256, not the tokenizer's 512: cosine 0.89 on this 455-token text before) and
@@ -282,6 +300,36 @@ def test_pipeline_predict_and_serve_give_encodes_vectors(tmp_path, minilm_2_laye
         server.stop()
 
 
+def test_a_normalize_module_scales_before_truncate_dim_in_the_pipeline_and_the_server(tmp_path, minilm_2_layers):
+    """A directory with 2_Normalize and truncate_dim: encode() normalises the whole vector, then keeps its first 128
+    dimensions (not unit-length). The feature-extraction pipeline (and `bertkit predict`) and /embed with
+    normalize: false gave the cut vector normalised instead (values up to 0.26 off on these texts); /embed's default
+    normalises after the cut, as encode(normalize_embeddings=True)."""
+    import bertkit
+
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn")
+    from bertkit.inference.serve import create_app
+    from serve_helpers import Server
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", st_config={"truncate_dim": 128})
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    want = ref.encode(TEXTS)
+    assert want.shape == (6, 128) and np.linalg.norm(want, axis=1).max() < 0.99
+    pipe = bertkit.pipeline("feature-extraction", str(d), progress=False)
+    np.testing.assert_allclose(np.asarray(pipe(TEXTS)), want, atol=2e-5)
+    server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=1))
+    try:
+        raw = httpx.post(f"{server.url}/embed", json={"inputs": TEXTS, "normalize": False}).json()
+        np.testing.assert_allclose(np.asarray(raw), want, atol=2e-5)
+        short = httpx.post(f"{server.url}/embed", json={"inputs": TEXTS, "normalize": False, "dimensions": 64}).json()
+        np.testing.assert_allclose(np.asarray(short), ref.encode(TEXTS, truncate_dim=64), atol=2e-5)
+        unit = httpx.post(f"{server.url}/embed", json={"inputs": TEXTS}).json()
+        np.testing.assert_allclose(np.asarray(unit), ref.encode(TEXTS, normalize_embeddings=True), atol=2e-5)
+    finally:
+        server.stop()
+
+
 def test_pipeline_honours_the_directorys_default_prompt_and_lower_casing(tmp_path, minilm_2_layers):
     import bertkit
 
@@ -294,6 +342,29 @@ def test_pipeline_honours_the_directorys_default_prompt_and_lower_casing(tmp_pat
     ref = st.SentenceTransformer(str(d), device="cpu")
     got = np.asarray(bertkit.pipeline("sentence-embedding", str(d), progress=False)(["Cased TEXT", TEXTS[1]]))
     np.testing.assert_allclose(got, ref.encode(["Cased TEXT", TEXTS[1]], normalize_embeddings=True), atol=2e-5)
+
+
+@pytest.mark.parametrize("mode", ["max", "mean", "cls"])
+def test_a_prompt_longer_than_max_seq_length_leaves_the_sep_to_pool(tmp_path, minilm_2_layers, mode):
+    """include_prompt False and a prompt of 10 word pieces with max_seq_length 8: sentence-transformers measures the
+    prompt cut as a text is (7 tokens with [CLS]) and pools the [SEP] left; bertkit left out 10, so max pooling gave
+    -inf, mean zeros and cls an IndexError, in encode and in the pipeline (its default prompt)."""
+    import bertkit
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=8,
+                     st_config={"prompts": {"query": "represent this sentence for searching relevant passages: "},
+                                "default_prompt_name": "query"},
+                     pooling={"word_embedding_dimension": 384, f"pooling_mode_{MODE_KEYS[mode]}": True,
+                              "include_prompt": False}, normalize=False)
+    ref, ours = st.SentenceTransformer(str(d), device="cpu"), SentenceTransformer(d)
+    want = ref.encode(TEXTS[:3])
+    assert np.isfinite(want).all() and np.abs(want).max() > 0.1
+    _same(ours.encode(TEXTS[:3]), want)
+    got = bertkit.pipeline("feature-extraction", str(d), progress=False)(TEXTS[:3])
+    np.testing.assert_allclose(np.asarray(got), want, atol=2e-5)
+
+
+MODE_KEYS = {"max": "max_tokens", "mean": "mean_tokens", "cls": "cls_token"}
 
 
 def test_cross_encoder_on_an_embedders_directory(st_dir, minilm_2_layers, caplog):

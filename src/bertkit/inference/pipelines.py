@@ -27,9 +27,10 @@ from bertkit.heads import (
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline, refuse_empty_text, softmax
 from bertkit.modeling import BertModel
-from bertkit.sentence.directory import SentenceDirectory, read_directory
+from bertkit.sentence.directory import SentenceDirectory, declared_max_seq_length, read_directory
 from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
+from bertkit.sentence.prompts import prompt_tokens
 from bertkit.tasks import squad
 
 logger = logging.getLogger("bertkit")
@@ -209,6 +210,14 @@ class RerankPipeline(TextClassificationPipeline):
         self.relevant = relevant_label(model.config)
         super().__init__(model, tokenizer, **kwargs)
 
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
+        """A cross-encoder directory's pairs are cut where its ``CrossEncoder`` cuts them: at the max_seq_length its
+        sentence_bert_config.json declares, else the tokenizer's model_max_length (``max_length`` given wins)."""
+        if kwargs.get("max_length") is None:
+            kwargs["max_length"] = declared_max_seq_length(model_dir)
+        return super().from_pretrained(model_dir, **kwargs)
+
     def check_input(self, item: Any, index: int) -> dict:
         return Pipeline.check_input(self, item, index)
 
@@ -379,14 +388,16 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     included, as sentence-transformers does), ``"cls"`` takes [CLS]'s state, ``"max"`` and
     ``"mean_sqrt_len_tokens"`` are sentence-transformers' other single modes, ``"none"`` returns every
     token's state (a list per token). ``truncate_dim`` keeps a vector's first dimensions (Matryoshka), then
-    ``normalize=True`` scales it to unit L2 norm (cosine similarity becomes a dot product). Pooling runs on the
-    encoder's unpadded tokens.
+    ``normalize=True`` scales it to unit L2 norm (cosine similarity becomes a dot product): encode's
+    ``normalize_embeddings``. Pooling runs on the encoder's unpadded tokens.
 
     A sentence-transformers directory (``directory``, as ``from_pretrained`` reads it) gives what its model's
     ``encode`` gives: its 1_Pooling's mode, its max_seq_length as ``max_length``, its truncate_dim, its default
-    prompt before each text (left out of the pooling where 1_Pooling says so), its do_lower_case, and normalised
-    vectors where it has a Normalize module; an argument given explicitly wins. Left unset, another checkpoint pools
-    by the mean.
+    prompt before each text (left out of the pooling where 1_Pooling says so), its do_lower_case, and its Normalize
+    module, part of the model as in sentence-transformers: it scales the pooled vector before truncate_dim keeps its
+    first dimensions (so a truncated vector is not unit-length unless ``normalize`` asks; ``normalize=False`` does
+    not undo it, as ``normalize_embeddings=False`` does not). Any other argument given explicitly wins. Left unset,
+    another checkpoint pools by the mean.
     """
 
     task = tasks.FeatureExtraction.name
@@ -403,7 +414,8 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
             kwargs["max_length"] = saved.max_seq_length
         super().__init__(model, tokenizer, **kwargs)
         self.pooling = pooling
-        self.normalize = (self.default_normalize or saved.normalize) if normalize is None else bool(normalize)
+        self.normalize = self.default_normalize if normalize is None else bool(normalize)
+        self.normalize_module = saved.normalize  # 2_Normalize: before truncate_dim, as the model's own forward
         width = model.config.hidden_size
         truncate_dim = saved.truncate_dim if truncate_dim is None else truncate_dim
         if truncate_dim is not None and (isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int)
@@ -415,7 +427,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         self.default_prompt_name, self.prompt = saved.default_prompt_name, saved.default_prompt or ""
         include_prompt = saved.pooling is None or saved.pooling.include_prompt
         self.prompt_length = 0 if include_prompt or not self.prompt else \
-            len(tokenizer(self.prompt.lower() if self.lowercase else self.prompt)["input_ids"]) - 1  # with [CLS]
+            prompt_tokens(tokenizer, self.prompt.lower() if self.lowercase else self.prompt, self.max_length)
 
     @property
     def dimension(self) -> int:
@@ -443,8 +455,11 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         if self.pooling == "none":
             v = out.token_layout.to_batch(out.tokens.float())  # (B, T, H)
         else:
-            # (B, H): sentence-transformers' Pooling, then its truncate_dim
-            v = pool_tokens(out, batch["attention_mask"], self.pooling, self.prompt_length)[:, :self.dimension]
+            # (B, H): sentence-transformers' Pooling (and Normalize), then its truncate_dim
+            v = pool_tokens(out, batch["attention_mask"], self.pooling, self.prompt_length)
+            if self.normalize_module:
+                v = F.normalize(v, dim=-1)
+            v = v[:, :self.dimension]
         if self.normalize:
             v = F.normalize(v, dim=-1)
         return _per_row(v, rows) if self.pooling == "none" else list(v.float().cpu().numpy())

@@ -94,7 +94,7 @@ def read_directory(path: str | Path) -> SentenceDirectory:
     sbert_file = encoder_dir / SBERT_CONFIG if (encoder_dir / SBERT_CONFIG).is_file() else path / SBERT_CONFIG
     sbert = read_json(sbert_file) or {}
     st = read_json(path / ST_CONFIG) or {}
-    max_seq_length = _whole(sbert.get("max_seq_length"), "max_seq_length", sbert_file)
+    max_seq_length = declared_max_seq_length(sbert_file.parent)
     truncate_dim = _whole(st.get("truncate_dim"), "truncate_dim", path / ST_CONFIG)
     prompts = st.get("prompts") or {}
     if not (isinstance(prompts, dict) and all(isinstance(v, str) or v is None for v in prompts.values())):
@@ -102,6 +102,14 @@ def read_directory(path: str | Path) -> SentenceDirectory:
     return SentenceDirectory(path, encoder_dir, Pooling.from_config(pooling, str(pooling_file)), len(types) == 3,
                              max_seq_length, bool(sbert.get("do_lower_case", False)), dict(prompts),
                              st.get("default_prompt_name"), st.get("similarity_fn_name"), truncate_dim)
+
+
+def declared_max_seq_length(directory: str | Path) -> int | None:
+    """The max_seq_length ``directory``'s sentence_bert_config.json declares, None where it declares none: where a
+    Transformer module cuts its texts (or a cross-encoder its pairs), over the tokenizer's model_max_length, as
+    sentence-transformers reads it."""
+    sbert_file = Path(directory) / SBERT_CONFIG
+    return _whole((read_json(sbert_file) or {}).get("max_seq_length"), "max_seq_length", sbert_file)
 
 
 def _whole(value: Any, name: str, where: Path) -> int | None:

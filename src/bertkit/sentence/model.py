@@ -29,7 +29,7 @@ from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import MODULES, SBERT_CONFIG, read_directory, write_st_config
 from bertkit.sentence.pooling import Pooling
-from bertkit.sentence.prompts import Prompted
+from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 from bertkit.staging import staged
@@ -140,7 +140,7 @@ class SentenceTransformer(Prompted, nn.Module):
                                f"{positions} of this checkpoint; lower it in {SBERT_CONFIG}")
         self.do_lower_case = saved.do_lower_case
         self._set_prompts(prompts, default_prompt_name, saved.prompts, saved.default_prompt_name)
-        self.similarity_fn_name = similarity_function(similarity_fn_name or saved.similarity_fn_name or "cosine")
+        self.similarity_fn_name = similarity_fn_name or saved.similarity_fn_name or "cosine"
         self.truncate_dim = self._check_dim(truncate_dim if truncate_dim is not None else saved.truncate_dim,
                                             "truncate_dim")
         self.eval()  # as loaded models are: encode, which puts back the mode it found, must not turn dropout on
@@ -181,6 +181,18 @@ class SentenceTransformer(Prompted, nn.Module):
         return self.max_seq_length
 
     @property
+    def similarity_fn_name(self) -> str:
+        """"cosine", "dot", "euclidean" or "manhattan": what ``similarity`` computes and ``save`` writes."""
+        return self._similarity_fn_name
+
+    @similarity_fn_name.setter
+    def similarity_fn_name(self, value: Any) -> None:
+        # checked and kept by its name, however given (sentence-transformers' SimilarityFunction enum too), as
+        # sentence-transformers' setter: an enum kept as such was written as "SimilarityFunction.EUCLIDEAN", which
+        # sentence-transformers then read as cosine
+        self._similarity_fn_name = similarity_function(value)
+
+    @property
     def similarity(self):
         """``model.similarity(a, b)``: the (N, M) similarity matrix by ``similarity_fn_name``."""
         return SIMILARITY_FUNCTIONS[self.similarity_fn_name][0]
@@ -207,7 +219,7 @@ class SentenceTransformer(Prompted, nn.Module):
         """How many leading tokens (with [CLS]) the prompt takes: what Pooling leaves out when include_prompt is False."""
         if not prompt:
             return 0
-        return len(self.tokenizer(prompt.lower() if self.do_lower_case else prompt)["input_ids"]) - 1
+        return prompt_tokens(self.tokenizer, prompt.lower() if self.do_lower_case else prompt, self.max_seq_length)
 
     def embed(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
               prompt_length: int = 0) -> Tensor:

@@ -1,6 +1,7 @@
 """Prompts as sentence-transformers 6 applies them, shared by ``SentenceTransformer`` and ``SparseEncoder``: the
-model's named prompts (every model has "query" and "document", "" unless set), the default prompt, and which
-prompt ``encode_query`` / ``encode_document`` put before a text."""
+model's named prompts (every model has "query" and "document", "" unless set), the default prompt, which prompt
+``encode_query`` / ``encode_document`` put before a text, and how many of a prompted text's tokens are the prompt's
+(``prompt_tokens``, what a Pooling with include_prompt False leaves out)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,13 @@ from bertkit.errors import BertkitError
 # become "" unless the caller or the directory sets them: encode_query and encode_document then use no prompt (not
 # the default prompt), and encode_document picks "document" before "passage" or "corpus"
 DEFAULT_PROMPTS: dict[str, str | None] = {"query": None, "document": None}
+
+
+def prompt_tokens(tokenizer: Any, prompt: str, max_length: int) -> int:
+    """The leading tokens of a text after ``prompt`` that are the prompt's, [CLS] included: as sentence-transformers
+    measures them, on the prompt tokenized as a text is, cut at ``max_length`` less its closing [SEP] (a prompt longer
+    than max_length leaves the [SEP] to pool, not nothing)."""
+    return min(len(tokenizer(prompt)["input_ids"]), max_length) - 1
 
 
 class Prompted:

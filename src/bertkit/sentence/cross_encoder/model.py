@@ -32,6 +32,7 @@ from bertkit.sentence.directory import (
     MODULES,
     SBERT_CONFIG,
     ST_CONFIG,
+    declared_max_seq_length,
     module_types,
     read_json,
     write_st_config,
@@ -119,11 +120,11 @@ class CrossEncoder(nn.Module):
         path = Path(model_name_or_path)
         modules = read_json(path / MODULES)
         types = module_types(modules) if modules is not None else ["Transformer"]
-        encoder_dir, sbert = path, read_json(path / SBERT_CONFIG) or {}
+        encoder_dir, declared = path, declared_max_seq_length(path)
         if types[:2] == ["Transformer", "Pooling"]:  # an embedder: its transformer with a new classifier
             # sentence-transformers' words; it reads neither the embedder's max_seq_length nor its prompts
             logger.warning("Converting SentenceTransformer model %s to CrossEncoder.", path)
-            encoder_dir, sbert = path / modules[0].get("path", ""), {}
+            encoder_dir, declared = path / modules[0].get("path", ""), None
         elif types != ["Transformer"] or (modules or [{}])[0].get("path", "") not in ("", "."):
             raise BertkitError(f"{path / MODULES} lists the modules {types}; bertkit's CrossEncoder implements one "
                                "Transformer module at the top of the directory (a sequence classifier), or loads a "
@@ -140,7 +141,7 @@ class CrossEncoder(nn.Module):
         self.model = BertForSequenceClassification.from_pretrained(encoder_dir, **overrides)
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
         positions = self.model.config.max_position_embeddings
-        limit = max_length or sbert.get("max_seq_length") or min(self.tokenizer.model_max_length, positions)
+        limit = max_length or declared or min(self.tokenizer.model_max_length, positions)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 3 <= limit <= positions:
             raise BertkitError(f"max_length {limit!r} must be a whole number in [3, {positions}] (a pair needs 3 "
                                f"special tokens; this checkpoint has {positions} positions)")
