@@ -167,3 +167,16 @@ def test_pad_refuses_an_example_whose_columns_differ_in_length(toks):
                    return_tensors="pt")["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     with pytest.raises(BertkitError, match=r"example 1 has 3 input_ids but attention_mask of length 2"):
         tok.pad([good, {**good, "attention_mask": [1, 1]}])
+
+
+
+@pytest.mark.parametrize("side", ["padding_side", "truncation_side"])
+def test_setting_a_side_to_left_is_refused_not_ignored(minilm_dir, side):
+    # transformers honours `tok.padding_side = "left"` ([0, ..., 101, 1037, 102]); bertkit kept the attribute
+    # and went on padding and truncating on the right.
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    with pytest.raises(BertkitError, match=f"{side}='left'.*right only"):
+        setattr(ours, side, "left")
+    setattr(ours, side, "right")  # the one value it has is accepted
+    assert getattr(ours, side) == "right"
+    assert ours(["hello world", "a"], padding=True)["input_ids"] == [[101, 7592, 2088, 102], [101, 1037, 102, 0]]

@@ -279,9 +279,24 @@ class BertTokenizer:
             return self._token_of(int(ids))
         return [self._token_of(int(i)) for i in _as_id_list(ids)]
 
-    # What transformers' data collators read besides pad(): BERT pads and truncates on the right only.
-    padding_side = "right"
-    truncation_side = "right"
+    # What transformers' data collators read besides pad(): BERT pads and truncates on the right only, so
+    # setting either to "left" (as transformers allows) is refused rather than kept and ignored.
+    @property
+    def padding_side(self) -> str:
+        return "right"
+
+    @padding_side.setter
+    def padding_side(self, value: str) -> None:
+        _refuse_side("padding_side", value)
+
+    @property
+    def truncation_side(self) -> str:
+        return "right"
+
+    @truncation_side.setter
+    def truncation_side(self, value: str) -> None:
+        _refuse_side("truncation_side", value)
+
     is_fast = True  # answers as BertTokenizerFast does (offsets, word_ids)
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
 
@@ -485,6 +500,12 @@ def _tokens_from_mapping(vocab: Mapping[str, int]) -> list[str]:
             )
         tokens[i] = token
     return tokens  # type: ignore[return-value]
+
+
+def _refuse_side(name: str, value: object) -> None:
+    if value != "right":
+        raise BertkitError(f"{name}={value!r}: bertkit pads and truncates on the right only (BERT's layout; the "
+                           "encoder's unpadded path expects right padding); leave it \"right\"")
 
 
 def _as_id_list(ids: Any) -> list[int]:
