@@ -320,6 +320,22 @@ def test_tuple_access_and_return_dict_false_match_transformers(tmp_path):
     torch.testing.assert_close(a[1], b[1], **TOL)
 
 
+
+def test_regression_losses_with_one_and_several_targets(tmp_path):
+    # problem_type="regression" with num_labels=2 (two scores per example): transformers takes the MSE of the
+    # (B, 2) logits against (B, 2) labels; bertkit flattened the labels and failed inside mse_loss.
+    inputs = _batch()
+    for num_labels, labels in [(1, torch.tensor([0.5, -1.0, 2.0])), (1, torch.tensor([[0.5], [-1.0], [2.0]])),
+                               (2, torch.tensor([[0.5, 1.0], [-1.0, 0.0], [2.0, 3.0]]))]:
+        ours, hf = _pair("BertForSequenceClassification", tmp_path, num_labels=num_labels)
+        ours.config.problem_type = hf.config.problem_type = "regression"
+        with torch.no_grad():
+            a, b = ours(**inputs, labels=labels).loss, hf(**inputs, labels=labels).loss
+        torch.testing.assert_close(a, b, **TOL)
+        assert b.item() > 0.5  # the targets are far from a random head's outputs
+    with pytest.raises(BertkitError, match=r"labels of shape \(3,\) for logits of shape \(3, 2\)"):
+        ours(**inputs, labels=torch.tensor([0.5, -1.0, 2.0]))
+
 def test_outputs_index_like_transformers(minilm_dir):
     """out[0], out["logits"], out.to_tuple(): transformers' fields and order, None fields left out."""
     tok = BertTokenizer.from_pretrained(minilm_dir)

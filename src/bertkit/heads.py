@@ -350,8 +350,13 @@ class BertForSequenceClassification(_ClassifierHeadModel):
                 "regression" if self.config.num_labels == 1 else
                 "single_label_classification" if labels.dtype in (torch.long, torch.int) else
                 "multi_label_classification")
-            if kind == "regression":
+            if kind == "regression" and self.config.num_labels == 1:
                 loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1))
+            elif kind == "regression":  # several targets per example, as transformers: (B, C) against (B, C)
+                if labels.shape != logits.shape:
+                    raise BertkitError(f"regression labels of shape {tuple(labels.shape)} for logits of shape "
+                                       f"{tuple(logits.shape)}: give {self.config.num_labels} targets per example")
+                loss = F.mse_loss(logits, labels.to(logits.dtype))
             elif kind == "single_label_classification":
                 loss = F.cross_entropy(logits, check_class_labels(labels.view(-1), logits.shape[-1]))
             else:
