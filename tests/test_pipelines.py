@@ -101,6 +101,10 @@ def test_fill_mask_several_masks_and_errors(tmp_path_factory, minilm_dir, hf_tok
     text = "the [MASK] sat on the [MASK] ."
     out = fill(text, top_k=3)
     assert len(out) == 2 and all(len(c) == 3 for c in out)
+    # transformers keeps the special tokens in a several-mask sequence: "[CLS] the x sat on the [MASK]. [SEP]"
+    ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu", top_k=3)(text)
+    assert [[c["sequence"] for c in m] for m in out] == [[c["sequence"] for c in m] for m in ref]
+    assert out[1][0]["sequence"].startswith("[CLS] the [MASK] sat on the ")
     enc = hf_tok(text, return_tensors="pt")
     with torch.no_grad():
         probs = hf_model(**enc).logits[0].softmax(-1)

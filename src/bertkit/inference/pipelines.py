@@ -84,14 +84,13 @@ class FillMaskPipeline(Pipeline):
     def decode(self, item: str, rows, outputs, top_k: int = 5, **_: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
         ids, masks, probs = rows[0]["input_ids"], rows[0]["masks"], outputs[0]
         tok = self.tokenizer
-        drop = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
         per_mask = []
         for m, p in zip(masks, probs):
             candidates = []
             for t in np.argsort(-p, kind="stable")[:top_k].tolist():
                 filled = [*ids[:m], t, *ids[m + 1:]]
-                if len(masks) > 1:  # the other masks stay visible, as transformers shows them
-                    filled = [i for i in filled if i not in drop]
+                # With several masks the other masks stay visible, and so do [CLS] and [SEP], as transformers
+                # decodes the sequence then ("[CLS] the cat sat on the [MASK]. [SEP]")
                 candidates.append({"score": float(p[t]), "token": t,  # a special token shows, as transformers
                                    "token_str": tok.decode([t], skip_special_tokens=False),
                                    "sequence": tok.decode(filled, skip_special_tokens=len(masks) == 1)})
