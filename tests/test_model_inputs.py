@@ -3,6 +3,9 @@ PyTorch's embedding RuntimeError or an IndexError deep in the padding code."""
 
 from __future__ import annotations
 
+import copy
+import json
+
 import pytest
 import torch
 
@@ -102,11 +105,33 @@ def test_float_labels_on_several_outputs_are_multi_label_as_in_transformers():
     problem_type; bertkit used them as class ids and failed on the shape."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    ours = BertForSequenceClassification(CONFIG).eval()
+    state = BertForSequenceClassification(CONFIG).state_dict()
     ids, labels = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 3]]), torch.tensor([[1.0, 0.0], [1.0, 1.0]])
-    for target in (labels, labels.argmax(-1)):  # a fresh reference each time: transformers writes problem_type back
+    for target, kind in ((labels, "multi_label_classification"), (labels.argmax(-1), "single_label_classification")):
+        ours = BertForSequenceClassification(copy.deepcopy(CONFIG)).eval()  # its own config: forward writes to it
         theirs = transformers.BertForSequenceClassification(transformers.BertConfig(**CONFIG.to_dict())).eval()
-        theirs.load_state_dict(ours.state_dict())
+        ours.load_state_dict(state)
+        theirs.load_state_dict(state)
         with torch.no_grad():
             torch.testing.assert_close(ours(ids, labels=target).loss, theirs(ids, labels=target).loss)
-    assert ours.config.problem_type is None  # bertkit infers it per call and writes nothing back
+        # both write the inferred problem_type back, so the saved config tells a reloaded pipeline sigmoid or softmax
+        assert ours.config.problem_type == theirs.config.problem_type == kind
+
+
+def test_a_model_trained_on_multi_hot_targets_saves_multi_label_and_its_pipeline_scores_by_sigmoid(tmp_path,
+                                                                                                    tiny_model):
+    """A model trained on float multi-hot labels with no problem_type in its config: the saved config says
+    multi_label_classification (as transformers' forward writes it), so the reloaded text-classification pipeline
+    scores each label by a sigmoid; it saved none before, and the pipeline's softmax made the scores sum to 1."""
+    from bertkit import BertTokenizer, pipeline
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "red", "green", "blue"]
+    model = tiny_model("BertForSequenceClassification", labels=["red", "blue"], vocab_size=len(vocab))
+    model(torch.tensor([[2, 5, 3], [2, 7, 3]]), labels=torch.tensor([[1.0, 0.0], [1.0, 1.0]])).loss.backward()
+    model.save_pretrained(tmp_path)
+    BertTokenizer({t: i for i, t in enumerate(vocab)}).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["problem_type"] == "multi_label_classification"
+    scores = pipeline("text-classification", str(tmp_path))("green red")["scores"]
+    with torch.no_grad():
+        logits = model.eval()(torch.tensor([[2, 6, 5, 3]])).logits[0]
+    torch.testing.assert_close(torch.tensor([scores["red"], scores["blue"]]), torch.sigmoid(logits))

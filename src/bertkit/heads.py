@@ -345,11 +345,15 @@ class BertForSequenceClassification(_ClassifierHeadModel):
         loss = None
         if labels is not None:
             # transformers' inference when the config names none: one output is a regression, integer labels
-            # are class ids, float labels over several outputs are multi-label targets (without writing it back)
-            kind = self.config.problem_type or (
-                "regression" if self.config.num_labels == 1 else
-                "single_label_classification" if labels.dtype in (torch.long, torch.int) else
-                "multi_label_classification")
+            # are class ids, float labels over several outputs are multi-label targets. Written back, as
+            # transformers does: a model trained on multi-hot targets saves multi_label_classification, so that
+            # its reloaded pipeline scores with a sigmoid, not a softmax over labels that are not exclusive.
+            if self.config.problem_type is None:
+                self.config.problem_type = (
+                    "regression" if self.config.num_labels == 1 else
+                    "single_label_classification" if labels.dtype in (torch.long, torch.int) else
+                    "multi_label_classification")
+            kind = self.config.problem_type
             if kind == "regression" and self.config.num_labels == 1:
                 loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).view(-1))
             elif kind == "regression":  # several targets per example, as transformers: (B, C) against (B, C)
