@@ -1,4 +1,4 @@
-"""Worker for tests/test_sentence_gather.py, in processes started by torch.multiprocessing (spawn) on gloo: each
+"""Worker for tests/test_sentence_gather.py, in processes started by launch_helpers.spawn_gloo_workers on gloo: each
 rank computes the gathering losses on its slice of a batch, the gradients are averaged over the ranks as DDP
 averages them, and rank 0 compares loss and gradients with one process on the whole batch."""
 
