@@ -62,8 +62,7 @@ def _read_lines(path: Path, every: int) -> list[str]:
         lines = f.read().split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the text after the final newline
-    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
-    return lines[::every]
+    return [line[:-1] if line.endswith("\r") else line for line in lines[::every]]
 
 
 def iter_groups(data: Path, every: int = 1) -> Iterator[tuple[str, list[str], list[tuple[str, str]]]]:
@@ -71,7 +70,7 @@ def iter_groups(data: Path, every: int = 1) -> Iterator[tuple[str, list[str], li
     for task, splits in GLUE_COLUMNS.items():
         for split, (header, cols) in splits.items():
             path = data / "glue" / task / f"{split}.tsv"
-            rows = [line.split("\t") for line in _read_lines(path, 1)[int(header) :]][::every]
+            rows = [line.split("\t") for line in _read_lines(path, 1)[int(header) :][::every]]
             singles = [row[c] for row in rows for c in cols]
             pairs = [(row[cols[0]], row[cols[1]]) for row in rows] if len(cols) == 2 else []
             yield f"glue/{task}/{split}", singles, pairs

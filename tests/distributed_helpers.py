@@ -1,4 +1,4 @@
-"""Worker functions for tests/test_distributed.py: run in processes started by torch.multiprocessing (spawn),
+"""Worker functions for tests/test_distributed.py: run in processes started by launch_helpers.spawn_gloo_workers,
 so they live in an importable module of their own, not in the test file."""
 
 from __future__ import annotations

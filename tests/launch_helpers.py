@@ -42,19 +42,26 @@ def run_torchrun(args: list[str], env: dict, timeout: float, fresh: Path | None 
 
 
 def spawn_gloo_workers(worker, make_args, nprocs: int) -> None:
-    """``torch.multiprocessing.start_processes(worker, make_args(), nprocs, spawn)`` for workers in a gloo group;
-    once more, with a warning, when a worker died of SIGABRT (gloo's abort: its message goes to the test's
+    """``torch.multiprocessing.start_processes(worker, make_args(), nprocs, forkserver)`` for workers in a gloo
+    group; once more, with a warning, when a worker died of SIGABRT (gloo's abort: its message goes to the test's
     stderr). ``make_args`` is called for each try, so the second gets a fresh port. A worker's Python error, or a
-    second abort, fails as it is."""
+    second abort, fails as it is.
+
+    The workers are forked from a server that imported torch once for every group this pytest process starts
+    (multiprocessing's forkserver: a fresh process, never the test process with its threads), not spawned: a spawned
+    worker's Python start-up and torch import took 2 s of CPU. They see the environment the server started with
+    (the first group's), and set what they need themselves (threads, MASTER_ADDR and MASTER_PORT)."""
     import torch.multiprocessing as mp
 
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "torch.distributed"])  # read when the server starts (the first group)
     try:
-        mp.start_processes(worker, args=make_args(), nprocs=nprocs, join=True, start_method="spawn")
+        mp.start_processes(worker, args=make_args(), nprocs=nprocs, join=True, start_method="forkserver")
     except mp.ProcessExitedException as e:
         if e.signal_name != "SIGABRT":
             raise
-        warnings.warn(f"a gloo worker died of SIGABRT ({e}); spawned again once", stacklevel=2)
-        mp.start_processes(worker, args=make_args(), nprocs=nprocs, join=True, start_method="spawn")
+        warnings.warn(f"a gloo worker died of SIGABRT ({e}); started again once", stacklevel=2)
+        mp.start_processes(worker, args=make_args(), nprocs=nprocs, join=True, start_method="forkserver")
 
 
 def _abort_once_worker(rank: int, marker: str, failing: str) -> None:

@@ -1,7 +1,8 @@
 """`bertkit predict TASK` on users' files and `bertkit finetune classify` on users' CSV: real text, real model.
 
 Predictions from a file equal the Python pipeline's on the same inputs, in order, whatever the format;
-bad rows name file and line; classify learns SST-2 sentiment from 400 rows of CSV.
+bad rows name file and line; classify learns SST-2 sentiment from 400 rows of CSV. The paths compared run MiniLM's
+first 2 layers (conftest's ``minilm_2_layers``: real weights, a third of the time); learning takes all 6.
 """
 
 from __future__ import annotations
@@ -32,15 +33,17 @@ def _tsv(name: str, split: str) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def classifier(tmp_path_factory) -> Path:
-    """MiniLM with a seeded two-label head (its predictions are arbitrary but fixed: enough to compare paths)."""
+def classifier(tmp_path_factory, minilm_2_layers) -> Path:
+    """MiniLM's first 2 layers with a seeded two-label head (its predictions are arbitrary but fixed: enough to
+    compare paths)."""
     from bertkit.heads import BertForSequenceClassification
     from bertkit.tokenization import BertTokenizer
 
     out = tmp_path_factory.mktemp("clf")
     torch.manual_seed(0)
-    BertForSequenceClassification.from_pretrained(MODEL, id2label={0: "negative", 1: "positive"}).save_pretrained(out)
-    BertTokenizer.from_pretrained(MODEL).save_pretrained(out)
+    BertForSequenceClassification.from_pretrained(minilm_2_layers, id2label={0: "negative", 1: "positive"}
+                                                  ).save_pretrained(out)
+    BertTokenizer.from_pretrained(minilm_2_layers).save_pretrained(out)
     return out
 
 
@@ -74,7 +77,7 @@ def test_predict_text_classification_from_csv_jsonl_and_text_equals_the_pipeline
     assert [{k: v for k, v in r.items() if k != "id"} for r in got_txt] == expected
 
 
-def test_predict_pairs_and_question_answering_from_jsonl(classifier, tmp_path):
+def test_predict_pairs_and_question_answering_from_jsonl(classifier, tmp_path, minilm_2_layers):
     from bertkit import pipeline
     from bertkit.heads import BertForQuestionAnswering
     from bertkit.tokenization import BertTokenizer
@@ -92,8 +95,8 @@ def test_predict_pairs_and_question_answering_from_jsonl(classifier, tmp_path):
         pytest.skip(f"SQuAD dev not found at {SQUAD}")
     qa_dir = tmp_path / "qa"
     torch.manual_seed(0)
-    BertForQuestionAnswering.from_pretrained(MODEL).save_pretrained(qa_dir)
-    BertTokenizer.from_pretrained(MODEL).save_pretrained(qa_dir)
+    BertForQuestionAnswering.from_pretrained(minilm_2_layers).save_pretrained(qa_dir)
+    BertTokenizer.from_pretrained(minilm_2_layers).save_pretrained(qa_dir)
     article = json.loads(SQUAD.read_text(encoding="utf-8"))["data"][0]["paragraphs"][0]
     items = [{"question": q["question"], "context": article["context"]} for q in article["qas"][:6]]
     (tmp_path / "qa.jsonl").write_text("".join(json.dumps(x) + "\n" for x in items), encoding="utf-8")
@@ -193,11 +196,11 @@ def test_finetune_classify_learns_sentiment_from_a_csv_and_serves_its_label_name
     assert sum(p["label"] == y for p, y in zip(test, refs)) / 200 == pytest.approx(accuracy)
 
 
-def test_finetune_classify_regression_on_sts_b_and_unknown_labels(tmp_path, capsys):
+def test_finetune_classify_regression_on_sts_b_and_unknown_labels(tmp_path, capsys, minilm_2_layers):
     if not (GLUE / "STS-B" / "train.tsv").is_file():
         pytest.skip("STS-B not found")
     out = tmp_path / "stsb"
-    args = ["finetune", "classify", "--model", str(MODEL), "--text-column", "sentence1", "--text-pair-column",
+    args = ["finetune", "classify", "--model", str(minilm_2_layers), "--text-column", "sentence1", "--text-pair-column",
             "sentence2", "--label-column", "score", "--max-train-samples", "64", "--max-eval-samples", "32",
             "--num-train-epochs", "1", "--max-seq-length", "64", "--no-progress"]
     assert main([*args, "--train-file", str(GLUE / "STS-B" / "train.tsv"), "--validation-file",
@@ -208,13 +211,13 @@ def test_finetune_classify_regression_on_sts_b_and_unknown_labels(tmp_path, caps
 
     (tmp_path / "train.csv").write_text("text,label\ngood,yes\nbad,no\n", encoding="utf-8")
     (tmp_path / "dev.csv").write_text("text,label\nfine,yes\nawful,maybe\n", encoding="utf-8")
-    assert main(["finetune", "classify", "--model", str(MODEL), "--train-file", str(tmp_path / "train.csv"),
+    assert main(["finetune", "classify", "--model", str(minilm_2_layers), "--train-file", str(tmp_path / "train.csv"),
                  "--validation-file", str(tmp_path / "dev.csv"), "--output-dir", str(tmp_path / "x"),
                  "--no-progress"]) == 2
     assert "dev.csv:3: label 'maybe' never occurs in" in capsys.readouterr().err
 
 
-def test_finetune_classify_on_three_classes_reports_macro_f1_and_reads_input_format(tmp_path, capsys):
+def test_finetune_classify_on_three_classes_reports_macro_f1_and_reads_input_format(tmp_path, capsys, minilm_2_layers):
     from bertkit import pipeline
 
     sk = pytest.importorskip("sklearn.metrics")
@@ -229,7 +232,7 @@ def test_finetune_classify_on_three_classes_reports_macro_f1_and_reads_input_for
             f.write("a\tb\tlevel\n" + "".join(f"{r['sentence1']}\t{r['sentence2']}\t{level(r['score'])}\n"
                                              for r in _tsv("STS-B", split)[:n]))
     out = tmp_path / "run"
-    args = ["finetune", "classify", "--model", str(MODEL), "--train-file", str(tmp_path / "train.data"),
+    args = ["finetune", "classify", "--model", str(minilm_2_layers), "--train-file", str(tmp_path / "train.data"),
             "--validation-file", str(tmp_path / "dev.data"),
             "--text-column", "a", "--text-pair-column", "b", "--label-column", "level", "--output-dir", str(out),
             "--num-train-epochs", "1", "--max-seq-length", "64", "--no-progress"]

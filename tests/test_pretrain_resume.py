@@ -166,10 +166,9 @@ def test_a_truncated_checkpoint_and_a_torn_metrics_line_fall_back_and_resume_exa
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # bit-exact comparisons: one thread, as the resume test's OMP_NUM_THREADS=1
     try:
-        pretrain(_settings(tiny_setup, tmp_path / "a"))
-        reference = _weights(tmp_path / "a")
-        out = tmp_path / "b"
+        out = tmp_path / "run"
         pretrain(_settings(tiny_setup, out))
+        reference = _weights(out)  # the run uninterrupted, read before its newest checkpoint is damaged
         state = out / "checkpoints" / "step-00000030" / "state.pt"
         state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # a torn write of the newest checkpoint
         with open(out / "metrics.jsonl", "a") as f:

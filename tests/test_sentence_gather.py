@@ -2,7 +2,7 @@
 loss and the gradients of 1 process x 32, for every loss with in-batch negatives; each anchor keeps its own
 positive and hard negatives after the gather; uneven shares and a rank with no share (a stand-in row) too.
 
-Two processes on gloo (CPU, 127.0.0.1, a free port), spawned as tests/test_distributed.py spawns them.
+Two processes on gloo (CPU, 127.0.0.1, a free port), started as tests/test_distributed.py starts them.
 """
 
 from __future__ import annotations

@@ -48,11 +48,11 @@ def test_the_pipeline_gives_encode_document_and_encode_query_vectors(layout, lay
 
     encoder = SparseEncoder(layouts[layout])
     pipe = pipeline("sparse-embedding", layouts[layout], batch_size=8)
+    want = {method: _expected(encoder, method, texts) for _, method in SIDES}
     for side, method in SIDES:
-        want = _expected(encoder, method, texts)
-        assert sum(map(len, want)) > 4 * len(texts)  # the texts do activate word pieces
-        _assert_same(pipe(texts, prompt_name=side), want, layout == "mlm_transformer")
-    _assert_same(pipe(texts), _expected(encoder, "encode_document", texts), layout == "mlm_transformer")
+        assert sum(map(len, want[method])) > 4 * len(texts)  # the texts do activate word pieces
+        _assert_same(pipe(texts, prompt_name=side), want[method], layout == "mlm_transformer")
+    _assert_same(pipe(texts), want["encode_document"], layout == "mlm_transformer")
     one = pipe(texts[0], return_tokens=True)  # SparseEncoder.decode's pairs, largest first
     values = [d["value"] for d in one]
     assert values == sorted(values, reverse=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -200,12 +199,14 @@ def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(checkpoint, tmp
         torch.testing.assert_close(hf(**enc).logits, whole.model(**enc).logits, rtol=1e-4, atol=1e-5)
 
 
-# A Trainer script run in a child process (argv: spec.json, then "resume" or nothing): the rows, the checkpoint and
-# the settings come from the spec; its log history is written to spec's "history" path when train() returns.
+# A Trainer script, run in a child process when it is to be killed, else in this one (argv: spec.json, then "resume"
+# or nothing): the rows, the checkpoint and the settings come from the spec; its log history is written to spec's
+# "history" path when train() returns.
 _TRAINER_SCRIPT = r"""
 import json, sys
 import bertkit
-spec = json.loads(open(sys.argv[4]).read())
+from pathlib import Path
+spec = json.loads(Path(sys.argv[4]).read_text())
 tokenizer = bertkit.AutoTokenizer.from_pretrained(spec["checkpoint"])
 model = bertkit.AutoModelForSequenceClassification.from_pretrained(
     spec["checkpoint"], hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
@@ -213,7 +214,7 @@ rows = [{**tokenizer(r["text"], truncation=True), "label": r["label"]} for r in 
 args = bertkit.TrainingArguments(**spec["args"])
 trainer = bertkit.Trainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
 trainer.train(resume_from_checkpoint=True if sys.argv[5:] == ["resume"] else None)
-open(spec["history"], "w").write(json.dumps(trainer.state.log_history))
+Path(spec["history"]).write_text(json.dumps(trainer.state.log_history))
 """
 
 
@@ -229,11 +230,17 @@ def _trainer_spec(checkpoint: Path, directory: Path, name: str) -> Path:
 
 
 def _run_trainer_script(*argv: str) -> None:
-    from killing import child_env
-
-    done = subprocess.run([sys.executable, "-c", "import sys; sys.argv[1:1] = ['-', '0', '-']\n" + _TRAINER_SCRIPT,
-                           *argv], env=child_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    """_TRAINER_SCRIPT in this process on one thread, as a child of killing.child_env() runs it (OMP_NUM_THREADS=1),
+    so that its losses and weights compare bit for bit with the killed child's (as killing.run_here runs a command):
+    only the run that is killed needs a process of its own."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sys, "argv", ["-c", "-", "0", "-", *argv])  # the script reads its spec from sys.argv[4]
+            exec(compile(_TRAINER_SCRIPT, "<trainer script>", "exec"), {"__name__": "__main__"})
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -249,8 +256,8 @@ def test_a_trainer_killed_with_sigkill_resumes_to_the_uninterrupted_run(checkpoi
                                                                         where):
     """A ``bertkit.Trainer`` script SIGKILLed in the middle of its second checkpoint (a half-written state file, or
     just after the rename) resumes with ``train(resume_from_checkpoint=True)`` to the same loss at every step and the
-    same weights as the run nobody killed (dropout on: the RNG states resume too). Every run is its own process on
-    one thread, as a user's would be."""
+    same weights as the run nobody killed (dropout on: the RNG states resume too). The killed run is a process of
+    its own; the run nobody killed and the resume run in this process, on one thread as the killed one does."""
     import safetensors.torch
 
     from killing import child_env, launch_paused
@@ -860,11 +867,17 @@ def test_a_trainer_script_under_torchrun_equals_one_process(tmp_path):
     the process group, the ranks train on halves of each batch (the same losses and weights), evaluation and
     predict() are split over the ranks and gathered back in order (the same metrics and predictions), the best
     checkpoint is the same, and rank 0 alone writes."""
+    from launch_helpers import run_torchrun
+    from trainer_torchrun_script import main as run_script
+
     script = Path(__file__).with_name("trainer_torchrun_script.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    subprocess.run([sys.executable, str(script), str(tmp_path / "one"), str(tmp_path / "one.pt"), "16"],
-                   check=True, env=env, capture_output=True)
-    from launch_helpers import run_torchrun
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each torchrun worker (OMP_NUM_THREADS=1)
+    try:
+        run_script(str(tmp_path / "one"), str(tmp_path / "one.pt"), 16)  # one process: this one
+    finally:
+        torch.set_num_threads(threads)
 
     two = run_torchrun([str(script), str(tmp_path / "two"), str(tmp_path / "two.pt"), "8"], env, 300,
                        fresh=tmp_path / "two")

@@ -1,5 +1,6 @@
 """Worker functions for tests/test_token_loss_equivalence.py: real, variable-length data trained in one process
-or in spawned processes (torch.multiprocessing needs them importable, so they live in a module of their own)."""
+or in processes started by launch_helpers.spawn_gloo_workers (torch.multiprocessing needs them importable, so they
+live in a module of their own)."""
 
 from __future__ import annotations
 
