@@ -93,11 +93,12 @@ def linear_warmup_decay(optimizer: Optimizer, warmup_steps: int, total_steps: in
     def factor(step: int) -> float:
         if step < warmup_steps:
             return step / warmup_steps  # as google-research/bert and transformers: the first update has lr 0
-        done = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        if shape == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * done))
         if shape == "constant_with_warmup":
             return 1.0
-        return 1.0 - done
+        if shape == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))))
+        # transformers' expression, equal to the last bit (1 - (step - warmup) / (total - warmup) is one bit off at a
+        # third of the steps, in the rate the run logs)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
     return LambdaLR(optimizer, factor)
