@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -252,6 +253,24 @@ def test_save_pretrained_to_a_file_names_it_and_keeps_it(tiny_model, tmp_path):
     with pytest.raises(BertkitError, match="notes.txt"):
         tiny_model().save_pretrained(f)
     assert f.read_text() == "mine"
+
+
+@pytest.mark.parametrize("where", [".", "sub"])
+def test_a_save_into_the_directory_a_script_works_in_leaves_it_working_there(tiny_model, tmp_path, monkeypatch,
+                                                                            where):
+    """The save swaps a new directory in; the process's working directory (the saved one, or one inside it) follows,
+    so the next save and every relative path still work, and the user's files are where they were."""
+    out = tmp_path / "model"
+    (out / "sub").mkdir(parents=True)
+    (out / "notes.txt").write_bytes(b"mine\n")
+    (out / "sub" / "data.txt").write_bytes(b"also mine\n")
+    monkeypatch.chdir(out / where)
+    tiny_model().save_pretrained(out)
+    assert os.getcwd() == str((out / where).resolve())
+    bertkit.BertTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]).save_pretrained(".")
+    assert Path("vocab.txt" if where == "." else "data.txt").is_file()
+    assert (out / "notes.txt").read_bytes() == b"mine\n" and (out / "sub" / "data.txt").read_bytes() == b"also mine\n"
+    assert bertkit.BertModel.from_pretrained(out).config.hidden_size == 32
 
 
 # ---------------------------------------------------------------------------------------------------

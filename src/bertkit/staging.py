@@ -181,6 +181,16 @@ def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[in
                        "uses, were kept in %s (e.g. %s)", target, len(left), kept, ", ".join(left[:3]))
 
 
+def _working_directory() -> Path | None:
+    """This process's working directory, or None where it is gone already. A directory swapped into place at or
+    around it leaves the process in the one replaced, which is then removed: ``commit`` moves it into the new one
+    (``save_pretrained(".")`` twice, or a save of the directory a script runs in, then a relative path)."""
+    try:
+        return Path(os.getcwd())
+    except OSError:
+        return None
+
+
 @dataclass
 class Stage:
     """A staging directory this process made (or took over from a killed write) and holds the lock of."""
@@ -266,6 +276,7 @@ class Stage:
         renamed into place, or exchanged with the directory there, which is then disposed of (``_dispose``)."""
         path, target = self.path, self.target
         run = manifest is not None and "command" in manifest
+        cwd = _working_directory()
         with writing(target):
             if manifest is not None:
                 atomic_write_json(path / MARKER, {**manifest, "files": manifest_files(path)})
@@ -280,6 +291,9 @@ class Stage:
                 _exchange(path, target)
                 replaced = True
         dir_lock.moved(real, target)
+        if cwd is not None and (cwd == target or target in cwd.parents):
+            with contextlib.suppress(OSError):  # the process works in the new directory, as after a write in place
+                os.chdir(cwd)
         fsync_dir(target.parent)
         if replaced:  # its mark tells a write after a kill here which kind this was (Stage.open)
             _dispose(path, target, merge, proven)
