@@ -94,7 +94,7 @@ def test_extracted_features(tmp_path, tiny, name):
     out = tmp_path / "out"
     precious = _trap(out, name, tmp_path)
     extract_features(model, tok, [("the cat sat", None), ("peter on the mat", "paris")], out / name, layers=(-1,),
-                     max_seq_length=16, progress=False)
+                     max_seq_length=16, progress=False, overwrite=True)  # a file there is replaced only when asked
     _untouched(precious, out / name)
     first = next(read_features(out / name))
     with torch.no_grad():
