@@ -579,6 +579,24 @@ def test_export_onnx_from_python_never_replaces_the_weights_it_exports(ckpts, tm
     assert (model / "model.safetensors").read_bytes() == before
 
 
+@pytest.mark.parametrize("where", ["equal", "holding"])
+def test_quantize_checkpoint_from_python_never_writes_over_the_model_it_quantizes(ckpts, tmp_path, where):
+    """quantize_checkpoint(model_dir, model_dir) replaced the float model's config.json (and tokenizer files) with
+    the int8 model's: only the command line passed the model as an input the output must not be."""
+    import shutil
+
+    from bertkit.quantization import quantize_checkpoint
+
+    model = shutil.copytree(ckpts["clf"], tmp_path / "float" / "model")
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    out = model if where == "equal" else model.parent
+    how = "is" if where == "equal" else "holds"
+    with pytest.raises(BertkitError, match=f"output_dir {out} {how} the command's own input --model {model}"):
+        quantize_checkpoint(model, out)
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    assert sorted(p.name for p in out.iterdir()) == sorted(before if where == "equal" else ["model"])
+
+
 def test_a_refused_output_directory_of_the_users_is_left_as_it_was(ckpts, tmp_path, capsys):
     """The refusal left a .bertkit-lock behind in the user's directory."""
     mine = tmp_path / "mine"
