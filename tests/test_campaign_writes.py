@@ -365,6 +365,26 @@ def test_a_read_only_directory_is_one_clear_error_and_changes_nothing(models, tm
                     p.chmod(0o755 if p.is_dir() else 0o644)
 
 
+def test_a_directory_its_owner_made_read_only_is_not_swapped_out_by_a_save(tiny_model, tmp_path):
+    """Was: in a writable parent the save was staged beside the read-only directory and swapped in, replacing the
+    user's config.json (a save into it in place fails), leaving the directory writable, then raised a WriteError
+    saying nothing was replaced."""
+    if os.geteuid() == 0:
+        pytest.skip("root writes through any permission")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.json").write_bytes(b'{"mine": true}')
+    (mine / "config.json").chmod(0o444)
+    mine.chmod(0o555)
+    try:
+        with pytest.raises(WriteError, match=f"cannot write {mine}: Permission denied; choose a directory you can"):
+            tiny_model().save_pretrained(mine)
+        assert snapshot(mine) == {"config.json": b'{"mine": true}'} and mine.stat().st_mode & 0o777 == 0o555
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    finally:
+        mine.chmod(0o755)
+
+
 def test_a_mount_point_is_saved_into_file_by_file_and_refused_as_a_commands_output(models, tmp_path, capsys):
     """A mount point cannot be swapped: a save into it replaces its files one by one (each whole, as before), and a
     command's output directory there is refused by name, pointing at a directory inside it."""

@@ -214,6 +214,10 @@ class Stage:
             raise BertkitError(f"{target} is a mount point: bertkit writes a directory beside its name and renames it "
                                f"into place, which a mount point does not allow; write into a directory inside it "
                                f"(e.g. {target / 'out'})")
+        if target.is_dir() and not target.is_symlink() and not os.access(target, os.W_OK | os.X_OK):
+            # a directory its owner made read-only is kept as such: a write into it in place would fail
+            raise WriteError(errno.EACCES, f"cannot write {target}: {os.strerror(errno.EACCES)}; choose a directory "
+                                           "you can write to (nothing was replaced: what was there before is intact)")
         with writing(target):
             target.parent.mkdir(parents=True, exist_ok=True)
             _recover(target, path)
