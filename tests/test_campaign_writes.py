@@ -365,6 +365,25 @@ def test_a_read_only_directory_is_one_clear_error_and_changes_nothing(models, tm
                     p.chmod(0o755 if p.is_dir() else 0o644)
 
 
+@pytest.mark.parametrize("empty", [False, True], ids=["with-files", "empty"])
+def test_a_directory_a_save_replaces_keeps_its_permissions_and_owner(tiny_model, tmp_path, empty):
+    """Was: the directory swapped in had the process's default mode and owner: a private 0700 directory became
+    readable by all (0755), a team's setgid directory lost its bit, and root's save took a user's directory."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    if not empty:
+        (mine / "notes.txt").write_bytes(b"mine")
+    mine.chmod(0o2700)
+    if os.geteuid() == 0:
+        os.chown(mine, 4321, 8765)
+    before = os.stat(mine)
+    tiny_model().save_pretrained(mine)
+    after = os.stat(mine)
+    assert oct(after.st_mode & 0o7777) == oct(0o2700) and (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid)
+    assert after.st_ino != before.st_ino  # swapped in, not written in place
+    assert sorted(p.name for p in mine.iterdir()) == ["config.json", "model.safetensors", *([] if empty else ["notes.txt"])]
+
+
 def test_a_directory_its_owner_made_read_only_is_not_swapped_out_by_a_save(tiny_model, tmp_path):
     """Was: in a writable parent the save was staged beside the read-only directory and swapped in, replacing the
     user's config.json (a save into it in place fails), leaving the directory writable, then raised a WriteError

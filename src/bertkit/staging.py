@@ -142,6 +142,26 @@ def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> None
             os.symlink(os.readlink(path), dst) if path.is_symlink() else os.link(path, dst)
 
 
+def _take_mode(target: Path, stage: Path) -> int | None:
+    """``stage`` made to replace the directory ``target`` takes its permission bits (with the owner's rights until
+    the write is finished) and, where this process may set them, its owner and group: a private 0700 directory stays
+    private, a team's setgid directory the team's. Returns ``target``'s mode (None: no directory there)."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    try:
+        os.chown(stage, st.st_uid, st.st_gid)
+    except PermissionError:  # another user's directory: its group, where this user is in it
+        with contextlib.suppress(PermissionError):
+            os.chown(stage, -1, st.st_gid)
+    mode = stat.S_IMODE(st.st_mode)
+    os.chmod(stage, mode | stat.S_IRWXU)  # after chown, which clears the setgid bit
+    return mode
+
+
 def _same_file(a: Path, b: Path) -> bool:
     with contextlib.suppress(OSError):
         x, y = os.lstat(a), os.lstat(b)
@@ -285,6 +305,7 @@ class Stage:
             if manifest is not None:
                 atomic_write_json(path / MARKER, {**manifest, "files": manifest_files(path)})
             real = str(path.resolve())
+            mode = _take_mode(target, path)
             try:
                 os.rename(path, target)  # a new name, or over an empty directory: one step
                 replaced = False
@@ -302,6 +323,8 @@ class Stage:
         if replaced:  # its mark tells a write after a kill here which kind this was (Stage.open)
             _dispose(path, target, merge, proven)
         (target / PARTIAL).unlink()
+        if mode is not None and mode & stat.S_IRWXU != stat.S_IRWXU:
+            os.chmod(target, mode)  # without the owner's rights it needed to finish
         if keep_lock:
             dir_lock.keep(target)
         else:
