@@ -17,6 +17,7 @@ import contextlib
 import functools
 import io
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -384,24 +385,29 @@ def test_a_directory_a_save_replaces_keeps_its_permissions_and_owner(tiny_model,
     assert sorted(p.name for p in mine.iterdir()) == ["config.json", "model.safetensors", *([] if empty else ["notes.txt"])]
 
 
-def test_a_directory_its_owner_made_read_only_is_not_swapped_out_by_a_save(tiny_model, tmp_path):
+@pytest.mark.parametrize("where", [".", "sub"], ids=["the-directory", "a-directory-in-it"])
+def test_a_directory_its_owner_made_read_only_is_not_swapped_out_by_a_save(tiny_model, tmp_path, where):
     """Was: in a writable parent the save was staged beside the read-only directory and swapped in, replacing the
     user's config.json (a save into it in place fails), leaving the directory writable, then raised a WriteError
-    saying nothing was replaced."""
+    saying nothing was replaced; with a read-only directory inside it, the swap was made, the old directory could not
+    be removed, and every later save failed the same way, each saying nothing was replaced."""
     if os.geteuid() == 0:
         pytest.skip("root writes through any permission")
     mine = tmp_path / "mine"
-    mine.mkdir()
-    (mine / "config.json").write_bytes(b'{"mine": true}')
-    (mine / "config.json").chmod(0o444)
-    mine.chmod(0o555)
+    (mine / "sub").mkdir(parents=True)
+    (mine / where / "config.json").write_bytes(b'{"mine": true}')
+    (mine / where / "config.json").chmod(0o444)
+    (mine / where).chmod(0o555)
+    said = f"cannot write {mine}{'' if where == '.' else f' ({mine / where} in it is read-only'}"
     try:
-        with pytest.raises(WriteError, match=f"cannot write {mine}: Permission denied; choose a directory you can"):
-            tiny_model().save_pretrained(mine)
-        assert snapshot(mine) == {"config.json": b'{"mine": true}'} and mine.stat().st_mode & 0o777 == 0o555
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+        for _ in range(2):
+            with pytest.raises(WriteError, match=re.escape(said)):
+                tiny_model().save_pretrained(mine)
+            assert snapshot(mine) == {f"{where}/config.json".removeprefix("./"): b'{"mine": true}'}
+            assert (mine / where).stat().st_mode & 0o777 == 0o555
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
     finally:
-        mine.chmod(0o755)
+        (mine / where).chmod(0o755)
 
 
 def test_a_mount_point_is_saved_into_file_by_file_and_refused_as_a_commands_output(models, tmp_path, capsys):

@@ -142,6 +142,18 @@ def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> None
             os.symlink(os.readlink(path), dst) if path.is_symlink() else os.link(path, dst)
 
 
+def _read_only_dir(target: Path) -> Path | None:
+    """The first directory at or under ``target`` (never through a symlink) this process may not change, if any: a
+    write of ``target`` would replace it, or leave the old one's entries it cannot remove (root may change any)."""
+    if target.is_symlink() or not target.is_dir():
+        return None
+    for root, dirs, _ in os.walk(target):
+        for path in (Path(root), *(Path(root, d) for d in dirs)):
+            if not path.is_symlink() and not os.access(path, os.W_OK | os.X_OK):
+                return path
+    return None
+
+
 def _take_mode(target: Path, stage: Path) -> int | None:
     """``stage`` made to replace the directory ``target`` takes its permission bits (with the owner's rights until
     the write is finished) and, where this process may set them, its owner and group: a private 0700 directory stays
@@ -234,10 +246,12 @@ class Stage:
             raise BertkitError(f"{target} is a mount point: bertkit writes a directory beside its name and renames it "
                                f"into place, which a mount point does not allow; write into a directory inside it "
                                f"(e.g. {target / 'out'})")
-        if target.is_dir() and not target.is_symlink() and not os.access(target, os.W_OK | os.X_OK):
+        if (blocked := _read_only_dir(target)) is not None:
             # a directory its owner made read-only is kept as such: a write into it in place would fail
-            raise WriteError(errno.EACCES, f"cannot write {target}: {os.strerror(errno.EACCES)}; choose a directory "
-                                           "you can write to (nothing was replaced: what was there before is intact)")
+            inside = "" if blocked == target else f" ({blocked} in it is read-only: the old directory is removed)"
+            raise WriteError(errno.EACCES, f"cannot write {target}{inside}: {os.strerror(errno.EACCES)}; choose a "
+                                           "directory you can write to (nothing was replaced: what was there before "
+                                           "is intact)")
         with writing(target):
             target.parent.mkdir(parents=True, exist_ok=True)
             _recover(target, path)
