@@ -373,16 +373,19 @@ def test_a_directory_a_save_replaces_keeps_its_permissions_and_owner(tiny_model,
     mine = tmp_path / "mine"
     mine.mkdir()
     if not empty:
-        (mine / "notes.txt").write_bytes(b"mine")
-    mine.chmod(0o2700)
-    if os.geteuid() == 0:
-        os.chown(mine, 4321, 8765)
-    before = os.stat(mine)
+        (mine / "private").mkdir()
+        (mine / "private" / "notes.txt").write_bytes(b"mine")
+    for d in [mine, *mine.iterdir()]:
+        d.chmod(0o2700)
+        if os.geteuid() == 0:
+            os.chown(d, 4321, 8765)
+    before = {d: os.stat(d) for d in [mine, *mine.iterdir()]}
     tiny_model().save_pretrained(mine)
-    after = os.stat(mine)
-    assert oct(after.st_mode & 0o7777) == oct(0o2700) and (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid)
-    assert after.st_ino != before.st_ino  # swapped in, not written in place
-    assert sorted(p.name for p in mine.iterdir()) == ["config.json", "model.safetensors", *([] if empty else ["notes.txt"])]
+    for d, was in before.items():
+        now = os.stat(d)
+        assert oct(now.st_mode & 0o7777) == oct(0o2700) and (now.st_uid, now.st_gid) == (was.st_uid, was.st_gid), d
+        assert now.st_ino != was.st_ino  # swapped in, not written in place
+    assert snapshot(mine).keys() == {"config.json", "model.safetensors", *([] if empty else ["private/notes.txt"])}
 
 
 @pytest.mark.parametrize("where", [".", "sub"], ids=["the-directory", "a-directory-in-it"])

@@ -140,6 +140,12 @@ def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> None
         with contextlib.suppress(OSError):  # no hard links here: carried after the swap instead (_dispose)
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(os.readlink(path), dst) if path.is_symlink() else os.link(path, dst)
+    for root, dirs, _ in os.walk(target):  # each directory of the user's keeps its permissions (a private one stays so)
+        for name in dirs:
+            mine, made = Path(root, name), stage / Path(root, name).relative_to(target)
+            if not mine.is_symlink() and made.is_dir() and not made.is_symlink():
+                with contextlib.suppress(OSError):
+                    _take_mode(mine, made)
 
 
 def _read_only_dir(target: Path) -> Path | None:
