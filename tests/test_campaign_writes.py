@@ -17,6 +17,7 @@ import contextlib
 import functools
 import io
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -363,6 +364,53 @@ def test_a_read_only_directory_is_one_clear_error_and_changes_nothing(models, tm
             else:
                 for p in [place, *place.rglob("*")]:
                     p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+@pytest.mark.parametrize("empty", [False, True], ids=["with-files", "empty"])
+def test_a_directory_a_save_replaces_keeps_its_permissions_and_owner(tiny_model, tmp_path, empty):
+    """Was: the directory swapped in had the process's default mode and owner: a private 0700 directory became
+    readable by all (0755), a team's setgid directory lost its bit, and root's save took a user's directory."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    if not empty:
+        (mine / "private").mkdir()
+        (mine / "private" / "notes.txt").write_bytes(b"mine")
+    for d in [mine, *mine.iterdir()]:
+        d.chmod(0o2700)
+        if os.geteuid() == 0:
+            os.chown(d, 4321, 8765)
+    before = {d: os.stat(d) for d in [mine, *mine.iterdir()]}
+    tiny_model().save_pretrained(mine)
+    for d, was in before.items():
+        now = os.stat(d)
+        assert oct(now.st_mode & 0o7777) == oct(0o2700) and (now.st_uid, now.st_gid) == (was.st_uid, was.st_gid), d
+        assert now.st_ino != was.st_ino  # swapped in, not written in place
+    assert snapshot(mine).keys() == {"config.json", "model.safetensors", *([] if empty else ["private/notes.txt"])}
+
+
+@pytest.mark.parametrize("where", [".", "sub"], ids=["the-directory", "a-directory-in-it"])
+def test_a_directory_its_owner_made_read_only_is_not_swapped_out_by_a_save(tiny_model, tmp_path, where):
+    """Was: in a writable parent the save was staged beside the read-only directory and swapped in, replacing the
+    user's config.json (a save into it in place fails), leaving the directory writable, then raised a WriteError
+    saying nothing was replaced; with a read-only directory inside it, the swap was made, the old directory could not
+    be removed, and every later save failed the same way, each saying nothing was replaced."""
+    if os.geteuid() == 0:
+        pytest.skip("root writes through any permission")
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / where / "config.json").write_bytes(b'{"mine": true}')
+    (mine / where / "config.json").chmod(0o444)
+    (mine / where).chmod(0o555)
+    said = f"cannot write {mine}{'' if where == '.' else f' ({mine / where} in it is read-only'}"
+    try:
+        for _ in range(2):
+            with pytest.raises(WriteError, match=re.escape(said)):
+                tiny_model().save_pretrained(mine)
+            assert snapshot(mine) == {f"{where}/config.json".removeprefix("./"): b'{"mine": true}'}
+            assert (mine / where).stat().st_mode & 0o777 == 0o555
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    finally:
+        (mine / where).chmod(0o755)
 
 
 def test_a_mount_point_is_saved_into_file_by_file_and_refused_as_a_commands_output(models, tmp_path, capsys):

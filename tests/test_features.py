@@ -18,6 +18,7 @@ import torch
 
 from bertkit import BertModel, BertTokenizer
 from bertkit import features as fx
+from bertkit.errors import BertkitError
 from bertkit.inference.prepare import for_cpu_inference
 from bertkit.tasks import ner
 from bertkit.training import feature_study as fs
@@ -128,6 +129,18 @@ def test_one_shard_is_the_named_file_and_fp16_is_allowed(tiny, tmp_path):
     assert result["files"] == [str(tmp_path / "x.safetensors")]
     rec = next(fx.read_features(tmp_path / "x.safetensors"))
     assert rec["layers"][-1].dtype == np.float16
+
+
+@pytest.mark.parametrize("name", ["mine.jsonl", "mine.safetensors"])
+def test_an_existing_output_file_is_replaced_only_with_overwrite(tiny, tmp_path, name):
+    _, model, tok = tiny
+    out = tmp_path / name
+    out.write_bytes(b"my own results\n")
+    with pytest.raises(BertkitError, match=f"{name} already exists; pass overwrite=True"):
+        fx.extract_features(model, tok, TEXTS[:1], out, layers=[-1], progress=False)
+    assert out.read_bytes() == b"my own results\n"
+    fx.extract_features(model, tok, TEXTS[:1], out, layers=[-1], progress=False, overwrite=True)
+    assert next(fx.read_features(out))["layers"][-1].shape[1] == model.config.hidden_size
 
 
 def test_extraction_errors_name_the_fix(tiny, tmp_path):

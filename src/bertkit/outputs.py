@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from bertkit import dir_lock
 from bertkit.dir_lock import LOCK
-from bertkit.errors import WriteError
+from bertkit.errors import BertkitError, WriteError
 
 logger = logging.getLogger("bertkit")
 MARKER = ".bertkit-run.json"  # a finished run's manifest (a checkpoint's: its files only)
@@ -109,12 +109,31 @@ def fsync_dir(directory: Path) -> None:
         fsync(directory)
 
 
+_KINDS = {stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFIFO: "a named pipe",
+          stat.S_IFSOCK: "a socket"}
+
+
+def refuse_special(path: Path) -> None:
+    """A file is written by renaming a new one over its name: refused where the name is a device, a pipe or a
+    socket, or a symlink to one, which the rename would replace (``--out /dev/null`` run as root replaced /dev/null
+    itself, and ``--out /dev/stdout`` the link every process writes its output through)."""
+    try:
+        kind = _KINDS.get(stat.S_IFMT(os.stat(path).st_mode))  # through a symlink: /dev/stdout is one
+    except OSError:
+        return
+    if kind is not None:
+        raise BertkitError(f"{path} {'leads to' if os.path.islink(path) else 'is'} {kind}, not a file: bertkit writes its output to a new file and renames it "
+                           "into place, which would replace it; give the name of a file, new or to be replaced")
+
+
 @contextlib.contextmanager
 def atomic_target(path: str | os.PathLike, verify: Any = None) -> Iterator[Path]:
     """A temporary path beside ``path`` to write (by ``atomic_write`` or a library's own writer); on success it is
     fsynced, checked by ``verify(tmp)`` if given (raise to refuse it) and renamed over ``path``. On any error
-    ``path`` is untouched, and a full or read-only file system is one ``BertkitError``."""
+    ``path`` is untouched, and a full or read-only file system is one ``BertkitError``; a device, pipe or socket at
+    ``path`` is refused before anything is written (``refuse_special``)."""
     path = Path(path)
+    refuse_special(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,7 @@ from bertkit.outputs import (
     TMP_SUFFIX,
     as_placed,
     atomic_write_json,
+    refuse_special,
     remove_dead_temporaries,
     staging_of,
     writing,
@@ -80,6 +81,7 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
     it is one of the command's ``inputs``, a file a bertkit run's manifest records, or inside a held directory."""
     path = Path(path)
     refuse_inputs(path, inputs or {}, is_dir=False, flag="the output file")
+    refuse_special(path)
     if path.exists() and not overwrite:
         raise BertkitError(f"{path} already exists; pass {flag} to replace it, or choose another output file")
     if path.is_dir():

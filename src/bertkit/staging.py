@@ -140,6 +140,44 @@ def _link_others(target: Path, stage: Path, replaced: Mapping[str, Any]) -> None
         with contextlib.suppress(OSError):  # no hard links here: carried after the swap instead (_dispose)
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(os.readlink(path), dst) if path.is_symlink() else os.link(path, dst)
+    for root, dirs, _ in os.walk(target):  # each directory of the user's keeps its permissions (a private one stays so)
+        for name in dirs:
+            mine, made = Path(root, name), stage / Path(root, name).relative_to(target)
+            if not mine.is_symlink() and made.is_dir() and not made.is_symlink():
+                with contextlib.suppress(OSError):
+                    _take_mode(mine, made)
+
+
+def _read_only_dir(target: Path) -> Path | None:
+    """The first directory at or under ``target`` (never through a symlink) this process may not change, if any: a
+    write of ``target`` would replace it, or leave the old one's entries it cannot remove (root may change any)."""
+    if target.is_symlink() or not target.is_dir():
+        return None
+    for root, dirs, _ in os.walk(target):
+        for path in (Path(root), *(Path(root, d) for d in dirs)):
+            if not path.is_symlink() and not os.access(path, os.W_OK | os.X_OK):
+                return path
+    return None
+
+
+def _take_mode(target: Path, stage: Path) -> int | None:
+    """``stage`` made to replace the directory ``target`` takes its permission bits (with the owner's rights until
+    the write is finished) and, where this process may set them, its owner and group: a private 0700 directory stays
+    private, a team's setgid directory the team's. Returns ``target``'s mode (None: no directory there)."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    try:
+        os.chown(stage, st.st_uid, st.st_gid)
+    except PermissionError:  # another user's directory: its group, where this user is in it
+        with contextlib.suppress(PermissionError):
+            os.chown(stage, -1, st.st_gid)
+    mode = stat.S_IMODE(st.st_mode)
+    os.chmod(stage, mode | stat.S_IRWXU)  # after chown, which clears the setgid bit
+    return mode
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -181,6 +219,16 @@ def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[in
                        "uses, were kept in %s (e.g. %s)", target, len(left), kept, ", ".join(left[:3]))
 
 
+def _working_directory() -> Path | None:
+    """This process's working directory, or None where it is gone already. A directory swapped into place at or
+    around it leaves the process in the one replaced, which is then removed: ``commit`` moves it into the new one
+    (``save_pretrained(".")`` twice, or a save of the directory a script runs in, then a relative path)."""
+    try:
+        return Path(os.getcwd())
+    except OSError:
+        return None
+
+
 @dataclass
 class Stage:
     """A staging directory this process made (or took over from a killed write) and holds the lock of."""
@@ -204,6 +252,12 @@ class Stage:
             raise BertkitError(f"{target} is a mount point: bertkit writes a directory beside its name and renames it "
                                f"into place, which a mount point does not allow; write into a directory inside it "
                                f"(e.g. {target / 'out'})")
+        if (blocked := _read_only_dir(target)) is not None:
+            # a directory its owner made read-only is kept as such: a write into it in place would fail
+            inside = "" if blocked == target else f" ({blocked} in it is read-only: the old directory is removed)"
+            raise WriteError(errno.EACCES, f"cannot write {target}{inside}: {os.strerror(errno.EACCES)}; choose a "
+                                           "directory you can write to (nothing was replaced: what was there before "
+                                           "is intact)")
         with writing(target):
             target.parent.mkdir(parents=True, exist_ok=True)
             _recover(target, path)
@@ -266,10 +320,12 @@ class Stage:
         renamed into place, or exchanged with the directory there, which is then disposed of (``_dispose``)."""
         path, target = self.path, self.target
         run = manifest is not None and "command" in manifest
+        cwd = _working_directory()
         with writing(target):
             if manifest is not None:
                 atomic_write_json(path / MARKER, {**manifest, "files": manifest_files(path)})
             real = str(path.resolve())
+            mode = _take_mode(target, path)
             try:
                 os.rename(path, target)  # a new name, or over an empty directory: one step
                 replaced = False
@@ -280,10 +336,15 @@ class Stage:
                 _exchange(path, target)
                 replaced = True
         dir_lock.moved(real, target)
+        if cwd is not None and (cwd == target or target in cwd.parents):
+            with contextlib.suppress(OSError):  # the process works in the new directory, as after a write in place
+                os.chdir(cwd)
         fsync_dir(target.parent)
         if replaced:  # its mark tells a write after a kill here which kind this was (Stage.open)
             _dispose(path, target, merge, proven)
         (target / PARTIAL).unlink()
+        if mode is not None and mode & stat.S_IRWXU != stat.S_IRWXU:
+            os.chmod(target, mode)  # without the owner's rights it needed to finish
         if keep_lock:
             dir_lock.keep(target)
         else:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
+from bertkit.staging import staged
 
 logger = logging.getLogger("bertkit")
 
@@ -347,8 +348,9 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     if len(tokenizer) != config.vocab_size:
         raise BertkitError(f"{vocab} has {len(tokenizer)} tokens but {bert_config} says vocab_size "
                            f"{config.vocab_size}; pass the vocab.txt that came with this checkpoint")
-    model.save_pretrained(output_dir)  # config.json (architectures: [arch]) and model.safetensors
-    tokenizer.save_pretrained(output_dir)
+    with staged(output_dir) as out:  # the model and its tokenizer appear together, or not at all
+        model.save_pretrained(out)  # config.json (architectures: [arch]) and model.safetensors
+        tokenizer.save_pretrained(out)
     logger.info("converted %d variables of %s to %s (%s, do_lower_case=%s)", len(published), tf_checkpoint,
                 output_dir, arch, tokenizer.do_lower_case)
     return {"output_dir": str(output_dir), "architecture": arch, "tensors": len(published),

@@ -41,7 +41,8 @@ from bertkit.quantization.projections import (
     set_projection,
 )
 from bertkit.quantization.quantize import quantize_int8_on_texts
-from bertkit.staging import staged
+from bertkit.runs import refuse_inputs
+from bertkit.staging import staged, target_of
 from bertkit.tokenization import BertTokenizer
 
 # config.json's ``quantization_config.quant_method`` of a saved int8 model, and the layout's version.
@@ -212,6 +213,7 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     ``calibration_file``'s lines, else the built-in sentences) and written with its tokenizer to ``output_dir``,
     beside it first, then moved into place whole. Returns a report: what was quantized, the files' sizes."""
     source = Path(model_dir)
+    refuse_inputs(target_of(output_dir), {"model": source}, is_dir=True, flag="output_dir")
     if is_int8_checkpoint(source):
         raise BertkitError(f"{source} is an int8 model already (written by `bertkit quantize`); quantize the float "
                            "checkpoint it came from")
