@@ -108,8 +108,10 @@ def test_float_labels_on_several_outputs_are_multi_label_as_in_transformers():
     state = BertForSequenceClassification(CONFIG).state_dict()
     ids, labels = torch.tensor([[1, 5, 7, 2], [1, 6, 2, 3]]), torch.tensor([[1.0, 0.0], [1.0, 1.0]])
     for target, kind in ((labels, "multi_label_classification"), (labels.argmax(-1), "single_label_classification")):
-        ours = BertForSequenceClassification(copy.deepcopy(CONFIG)).eval()  # its own config: forward writes to it
-        theirs = transformers.BertForSequenceClassification(transformers.BertConfig(**CONFIG.to_dict())).eval()
+        config = copy.deepcopy(CONFIG)  # its own: forward writes the problem_type it infers (so did earlier tests here)
+        config.problem_type = None
+        ours = BertForSequenceClassification(config).eval()
+        theirs = transformers.BertForSequenceClassification(transformers.BertConfig(**config.to_dict())).eval()
         ours.load_state_dict(state)
         theirs.load_state_dict(state)
         with torch.no_grad():
