@@ -46,3 +46,23 @@ def test_resume_keeps_the_records_up_to_the_checkpoint_and_drops_a_torn_last_lin
         assert [json.loads(x)["step"] for x in (claim.path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
         assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 3  # the finished run's, until this one is
     assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_a_symlink_put_in_place_of_metrics_during_a_run_is_not_written_through(tmp_path):
+    """A link swapped in for metrics.jsonl mid-run: the next record is refused naming the file, and the file the link
+    points to (the user's) keeps its bytes; the run had appended to it."""
+    from bertkit.errors import BertkitError
+
+    out, theirs = tmp_path / "run", tmp_path / "notes.txt"
+    out.mkdir()
+    theirs.write_text("the user's notes\n")
+    with output_dir(out, "Trainer", in_place=True):
+        log = RunLog(out, writes=True)
+        log.start()
+        log.write({"split": "train", "step": 1, "epoch": 0, "loss": 1.0})
+        (out / "metrics.jsonl").unlink()
+        (out / "metrics.jsonl").symlink_to(theirs)
+        with pytest.raises(BertkitError, match="metrics.jsonl is no longer the file this run writes"):
+            log.write({"split": "train", "step": 2, "epoch": 0, "loss": 0.5})
+    assert theirs.read_text() == "the user's notes\n"
+    assert [r["step"] for r in log.history] == [1, 2]  # kept in memory for the summary

@@ -58,7 +58,14 @@ class RunLog:
         self.history.append(record)
         if not self.writes:
             return
-        with self.path.open("a") as f:
+        # Not through a symbolic link put at its name during the run: that would append to a file bertkit did not write.
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            raise BertkitError(f"{self.path} is no longer the file this run writes ({e.strerror}): something replaced it "
+                               "during the run; bertkit does not write through it. Put the run's metrics.jsonl back, "
+                               "or continue the run with --resume into a new output directory") from None
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         if self.board is not None:
             for k, v in record.items():
