@@ -57,6 +57,21 @@ _CLEANUP = (
 _CLEANUP_TEXT = tuple(pair for pair in _CLEANUP if pair[0] != " do not")
 
 
+class _RightOnly:
+    """A tokenizer attribute that reads "right" and refuses any other value set to it, naming itself."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> str:
+        return "right"
+
+    def __set__(self, obj: Any, value: object) -> None:
+        if value != "right":
+            raise BertkitError(f"{self.name}={value!r}: bertkit pads and truncates on the right only (BERT's layout; "
+                               "the encoder's unpadded path expects right padding); leave it \"right\"")
+
+
 class BertTokenizer:
     """BERT's WordPiece tokenizer, with the behaviour of Hugging Face's BertTokenizerFast.
 
@@ -281,21 +296,8 @@ class BertTokenizer:
 
     # What transformers' data collators read besides pad(): BERT pads and truncates on the right only, so
     # setting either to "left" (as transformers allows) is refused rather than kept and ignored.
-    @property
-    def padding_side(self) -> str:
-        return "right"
-
-    @padding_side.setter
-    def padding_side(self, value: str) -> None:
-        _refuse_side("padding_side", value)
-
-    @property
-    def truncation_side(self) -> str:
-        return "right"
-
-    @truncation_side.setter
-    def truncation_side(self, value: str) -> None:
-        _refuse_side("truncation_side", value)
+    padding_side = _RightOnly()
+    truncation_side = _RightOnly()
 
     is_fast = True  # answers as BertTokenizerFast does (offsets, word_ids)
     model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
@@ -500,12 +502,6 @@ def _tokens_from_mapping(vocab: Mapping[str, int]) -> list[str]:
             )
         tokens[i] = token
     return tokens  # type: ignore[return-value]
-
-
-def _refuse_side(name: str, value: object) -> None:
-    if value != "right":
-        raise BertkitError(f"{name}={value!r}: bertkit pads and truncates on the right only (BERT's layout; the "
-                           "encoder's unpadded path expects right padding); leave it \"right\"")
 
 
 def _as_id_list(ids: Any) -> list[int]:
