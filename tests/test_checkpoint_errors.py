@@ -166,3 +166,48 @@ def test_paper_parameter_counts(name, params):
     assert abs(count / 1e6 - params) / params < 0.02, count
     with torch.device("meta"):  # the real model's modules, without memory or initialisation
         assert BertModel(cfg).num_parameters() == count  # the closed form counts what the model holds
+
+
+def _shard(directory, weights_name: str, save) -> dict[str, torch.Tensor]:
+    """Rewrite ``directory``'s model.safetensors as two shards and the index transformers' save_pretrained(
+    max_shard_size=...) writes beside them; returns the state dict."""
+    state = load_file(directory / "model.safetensors")
+    (directory / "model.safetensors").unlink()
+    stem, ext = weights_name.rsplit(".", 1)
+    names = sorted(state)
+    files = [f"{stem}-0000{i}-of-00002.{ext}" for i in (1, 2)]
+    halves = (names[: len(names) // 2], names[len(names) // 2:])
+    for file, keys in zip(files, halves):
+        save({k: state[k] for k in keys}, directory / file)
+    index = {"metadata": {"total_size": 0}, "weight_map": {k: f for f, keys in zip(files, halves) for k in keys}}
+    (directory / f"{weights_name}.index.json").write_text(json.dumps(index))
+    return state
+
+
+@pytest.mark.parametrize("weights_name, save", [("model.safetensors", lambda d, p: save_file(d, p)),
+                                                 ("pytorch_model.bin", lambda d, p: torch.save(d, p))],
+                         ids=["safetensors", "pickle"])
+def test_a_sharded_checkpoint_loads_every_shard_and_refuses_a_missing_one(saved, weights_name, save):
+    whole = BertModel.from_pretrained(saved)
+    state = _shard(saved, weights_name, save)
+    sharded = BertModel.from_pretrained(saved)
+    for name, tensor in whole.state_dict().items():
+        assert torch.equal(sharded.state_dict()[name], tensor), name
+    assert set(state) <= set(sharded.state_dict())
+
+    index = saved / f"{weights_name}.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"]["encoder.layer.9.output.dense.bias"] = next(iter(data["weight_map"].values()))
+    index.write_text(json.dumps(data))  # a tensor the index lists and no shard holds: a damaged checkpoint
+    with pytest.raises(ValueError, match=r"lists 1 tensors that none of its shards holds \(encoder.layer.9"):
+        BertModel.from_pretrained(saved)
+    data["weight_map"]["encoder.layer.9.output.dense.bias"] = "../elsewhere.bin"
+    index.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"shard files outside its directory \(\['../elsewhere.bin'\]\)"):
+        BertModel.from_pretrained(saved)
+    del data["weight_map"]["encoder.layer.9.output.dense.bias"]
+    index.write_text(json.dumps(data))
+    second = sorted(set(data["weight_map"].values()))[1]
+    (saved / second).unlink()  # a partial download: refused by the shard's name, not loaded with layers missing
+    with pytest.raises(FileNotFoundError, match=rf"lists 2 shard files and 1 are not in .*\({second}\)"):
+        BertModel.from_pretrained(saved)

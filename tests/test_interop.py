@@ -313,6 +313,19 @@ def test_transformers_trainer_checkpoints_loads_the_best_and_saves_a_bertkit_mlm
         assert torch.equal(again.state_dict()[key], value), key
 
 
+def test_a_checkpoint_transformers_saved_in_shards_loads_with_its_outputs(tmp_path):
+    """``save_pretrained(max_shard_size=...)`` writes shards and ``model.safetensors.index.json`` (BERT-LARGE
+    checkpoints on the Hub come so): bertkit reads every shard, with transformers' outputs."""
+    ours, hf = _pair(H.BertForPreTraining)
+    hf.save_pretrained(tmp_path, max_shard_size="40KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file() and len(list(tmp_path.glob("model-*"))) > 2
+    loaded = H.BertForPreTraining.from_pretrained(tmp_path)
+    batch = _batch()
+    real = batch["attention_mask"].bool()  # bertkit gives zeros at padding (docs/coming-from-transformers.md)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).prediction_logits[real], hf(**batch).prediction_logits[real], **TOL)
+
+
 def test_bertkits_own_checkpoints_keep_the_tied_decoder_as_a_view(tmp_path):
     """Only ``state_dict()`` for others lists the tied decoder as a copy: the training loop's checkpoint state
     shares the word-embedding storage (torch.save writes it once) and loading reads the model's views."""

@@ -46,6 +46,13 @@ def test_init_from_a_checkpoint_keeps_its_encoder_and_reports_the_fresh_heads(ti
     assert encoder and all(torch.equal(final["bert." + k] if "bert." + k in final else final[k], released[k])
                            for k in encoder)
     assert "initialised fresh" in caplog.text and "cls.predictions" in caplog.text
+    # the same checkpoint in transformers' older torch pickle: the run fingerprints the file it has
+    torch.save(released, tmp_path / "released" / "pytorch_model.bin")
+    (tmp_path / "released" / "model.safetensors").unlink()
+    pretrain(_settings(tiny, tmp_path / "run-pickle", init_from=tmp_path / "released", max_steps=1))
+    assert torch.equal(load_file(tmp_path / "run-pickle" / "final" / "model.safetensors")["bert.encoder.layer.0."
+                                                                                        "output.dense.weight"],
+                       released["encoder.layer.0.output.dense.weight"])
     # a checkpoint whose vocabulary is not the data's is refused with the fix
     BertModel(BertConfig.preset("tiny", vocab_size=999)).save_pretrained(tmp_path / "other-vocab")
     with pytest.raises(BertkitError, match="with the tokenizer it was trained with"):

@@ -1,7 +1,8 @@
 """Checkpoints in the Hugging Face layout: the published names, strict loading, safe saving.
 
 A checkpoint directory holds ``config.json`` and ``model.safetensors`` (or transformers' older
-``pytorch_model.bin``, read only with ``torch.load(weights_only=True)``). bertkit's modules carry the published
+``pytorch_model.bin``, read only with ``torch.load(weights_only=True)``; either may be shards with an
+``.index.json``, as ``save_pretrained(max_shard_size=...)`` writes them). bertkit's modules carry the published
 names, so a state dict is a checkpoint's as it is; the only renames are the published formats' own: the
 ``bert.`` prefix, TF-era ``LayerNorm.gamma``/``beta`` and the tied decoder's copies.
 
@@ -189,34 +190,79 @@ def _refuse_stray_layers(num_layers: int, layers: dict[int, dict[str, str]], sou
         "with")
 
 
-def read_weights(directory: Path) -> dict[str, Tensor]:
-    """The state dict stored in ``directory`` (safetensors first, else transformers' torch pickle, safely)."""
-    st_path, bin_path = directory / WEIGHTS_NAME, directory / PICKLE_WEIGHTS_NAME
-    if st_path.is_file():
+def weight_files(directory: Path) -> list[Path]:
+    """The files a checkpoint's float weights are in: ``model.safetensors``, or the shards its
+    ``model.safetensors.index.json`` lists (transformers' ``save_pretrained(max_shard_size=...)``), else the torch
+    pickle ``pytorch_model.bin`` or its shards."""
+    return _stored_weights(directory)[0]
+
+
+def _stored_weights(directory: Path) -> tuple[list[Path], set[str] | None]:
+    """``weight_files`` and, for a sharded checkpoint, the tensor names its index lists (None for one file). Every
+    listed shard must be there: a partial download is refused, not loaded as a model missing layers."""
+    fix = "copy or download the checkpoint again"
+    for name in (WEIGHTS_NAME, PICKLE_WEIGHTS_NAME):
+        if (directory / name).is_file():
+            return [directory / name], None
+        index = directory / (name + ".index.json")
+        if index.is_file():
+            weight_map = read_json_object(index, fix).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise BertkitError(f"{index} has no \"weight_map\" of tensor names to shard files, as the index "
+                                   f"save_pretrained writes has; {fix}")
+            shards = sorted(set(map(str, weight_map.values())))
+            outside = [s for s in shards if Path(s).name != s or s in (".", "..")]
+            if outside:
+                raise BertkitError(f"{index} lists shard files outside its directory ({outside[:3]}); bertkit reads "
+                                   "only shards beside the index")
+            missing = [s for s in shards if not (directory / s).is_file()]
+            if missing:
+                raise MissingFileError(f"{index} lists {len(shards)} shard files and {len(missing)} are not in "
+                                       f"{directory} ({', '.join(missing[:3])}): the checkpoint is incomplete; "
+                                       "download or copy the missing shards")
+            return [directory / s for s in shards], set(weight_map)
+    raise MissingFileError(
+        f"no float weights in {directory}: expected {WEIGHTS_NAME} (or {PICKLE_WEIGHTS_NAME}, or either's shards with "
+        "its .index.json); point at a directory written by save_pretrained, or fetch the example with `bertkit "
+        f"download-example-model DIR`. An int8 model written by `bertkit quantize` ({INT8_WEIGHTS_NAME}) runs with "
+        "pipeline(task, directory), bertkit predict/serve/extract-features or "
+        "bertkit.quantization.load_int8(directory); to fine-tune or convert it, use the fp32 directory it was "
+        "quantized from")
+
+
+def _read_weight_file(path: Path) -> dict[str, Tensor]:
+    if path.name.endswith(".safetensors"):
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         try:
-            return load_file(str(st_path))
+            return load_file(str(path))
         except SafetensorError as e:
-            raise BertkitError(f"{st_path} could not be read as safetensors ({e}); the file is truncated or corrupt "
-                               f"(size {st_path.stat().st_size} bytes): copy or download it again") from e
-    if bin_path.is_file():
-        # weights_only=True refuses arbitrary pickled objects: a checkpoint must not be able to run code.
-        import pickle
+            raise BertkitError(f"{path} could not be read as safetensors ({e}); the file is truncated or corrupt "
+                               f"(size {path.stat().st_size} bytes): copy or download it again") from e
+    # weights_only=True refuses arbitrary pickled objects: a checkpoint must not be able to run code.
+    import pickle
 
-        try:
-            return torch.load(bin_path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:
-            raise BertkitError(f"{bin_path} holds Python code, not only tensors, so bertkit will not load it; "
-                               f"convert it to {WEIGHTS_NAME} with a tool you trust ({str(e).splitlines()[0]})"
-                               ) from None
-    raise MissingFileError(
-        f"no float weights in {directory}: expected {WEIGHTS_NAME} (or {PICKLE_WEIGHTS_NAME}); point at a directory "
-        "written by save_pretrained, or fetch the example with `bertkit download-example-model DIR`. An int8 model "
-        f"written by `bertkit quantize` ({INT8_WEIGHTS_NAME}) runs with pipeline(task, directory), bertkit "
-        "predict/serve/extract-features or bertkit.quantization.load_int8(directory); to fine-tune or convert it, "
-        "use the fp32 directory it was quantized from")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise BertkitError(f"{path} holds Python code, not only tensors, so bertkit will not load it; "
+                           f"convert it to {WEIGHTS_NAME} with a tool you trust ({str(e).splitlines()[0]})") from None
+
+
+def read_weights(directory: Path) -> dict[str, Tensor]:
+    """The state dict stored in ``directory`` (``weight_files``: safetensors first, else transformers' torch pickle,
+    read safely; a sharded checkpoint shard by shard)."""
+    files, listed = _stored_weights(directory)
+    weights: dict[str, Tensor] = {}
+    for path in files:
+        weights.update(_read_weight_file(path))
+    lacking = sorted(listed - set(weights)) if listed is not None else []
+    if lacking:  # the index names every tensor: one it lists that no shard holds is a damaged checkpoint
+        raise BertkitError(f"the index in {directory} lists {len(lacking)} tensors that none of its shards holds "
+                           f"({', '.join(lacking[:3])}): a shard was replaced or truncated; copy or download the "
+                           "checkpoint again")
+    return weights
 
 
 # While from_pretrained builds a model it is about to load, constructors skip their random draws (the weights would

@@ -22,6 +22,7 @@ from bertkit.checkpoint_io import (
     TIED_KEYS,
     encoder_published_names,
     read_config_json,
+    weight_files,
 )
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError, MissingFileError
@@ -227,12 +228,11 @@ def quantize_checkpoint(model_dir: str | Path, output_dir: str | Path, *, calibr
     with staged(out) as staging:  # the model and its tokenizer appear together, or not at all
         save_int8(quantized, staging, calibration=calibration)
         tokenizer.save_pretrained(staging)
-    float_file = next((source / n for n in ("model.safetensors", "pytorch_model.bin") if (source / n).is_file()), None)
     kernel = check_int8_kernel()
     return {"model": str(source), "output_dir": str(out), "architecture": model_class.__name__,
             "int8_projections": len(int8_projections(quantized)), "projections": list(PROJECTIONS),
             "kernel": kernel.name, "activation_bits": kernel.activation_bits, "calibration": calibration,
-            "bytes": {"float": float_file.stat().st_size if float_file else None,
+            "bytes": {"float": sum(f.stat().st_size for f in weight_files(source)),
                       "int8": (out / INT8_WEIGHTS_NAME).stat().st_size}}
 
 

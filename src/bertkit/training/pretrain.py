@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.checkpoint_io import WEIGHTS_NAME
+from bertkit.checkpoint_io import weight_files
 from bertkit.config import PRESETS, BertConfig
 from bertkit.data.dataset import PretrainingDataset, collate_pretraining
 from bertkit.data.shards import MANIFEST
@@ -180,6 +180,12 @@ def initial_model(s: PretrainSettings, config: BertConfig, first_phase: Phase) -
     return model
 
 
+def _weights_digest(directory: Path) -> str | list[str]:
+    """The sha256 of a checkpoint's weights file (a list, one per shard, for a sharded checkpoint)."""
+    digests = [sha256_of(f) for f in weight_files(directory)]
+    return digests[0] if len(digests) == 1 else digests
+
+
 def resume_fingerprint(s: PretrainSettings, config: BertConfig, phases: list[Phase]) -> dict:
     """What a checkpoint must have been trained with for ``resume`` to continue it."""
     fresh = s.init_from is None  # with --init-from the checkpoint's MLM bias and positions are kept
@@ -189,7 +195,7 @@ def resume_fingerprint(s: PretrainSettings, config: BertConfig, phases: list[Pha
             "data": [sha256_of(Path(p.plan.dataset.path) / MANIFEST) for p in phases],
             "mlm_bias_init": s.mlm_bias_init if fresh else None,
             "position_init": s.position_init if fresh else None, "nsp": s.nsp,
-            "init_from": None if fresh else sha256_of(s.init_from / WEIGHTS_NAME)}
+            "init_from": None if fresh else _weights_digest(s.init_from)}
 
 
 def write_pretraining_results(s: PretrainSettings, model: Any, tokenizer: BertTokenizer, result: TrainResult) -> None:
