@@ -31,10 +31,14 @@ def plot_metrics(metrics_path: Path, png_path: Path) -> Path | None:
             if pts:
                 ax.plot(*zip(*pts), style, label=split, markersize=3)
         ax.set_title(key)
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))  # 1e-4, not 0.00010: fits the margin
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
+    # fixed margins in inches (tight_layout measures every tick label: half the cost of the whole plot)
+    width = 4 * len(panels)
+    fig.subplots_adjust(left=0.55 / width, right=1 - 0.15 / width, bottom=0.5 / 3.2, top=1 - 0.3 / 3.2,
+                        wspace=0.8 / 3.4)
     from bertkit.outputs import atomic_target
 
     with atomic_target(png_path) as tmp:  # never half a PNG, never through a symlink; recorded as the run's
