@@ -103,8 +103,28 @@ def test_losses_equal_sentence_transformers_on_the_same_pairs(directory, rows):
     ]
     for scheme in ("NoWeightingScheme", "NDCGLoss1Scheme", "NDCGLoss2Scheme", "LambdaRankScheme"):
         cases.append(("lambda", {"weighting_scheme": scheme}, [[queries, docs], graded]))
+    # a teacher's numbers to distil: a score per pair (MSE), margins or scores per row (MarginMSE)
+    teacher = torch.linspace(-3.0, 5.0, 2 * len(rows))
+    second = [r["negatives"][1] for r in rows]
+    margins = torch.stack([teacher[:len(rows)], teacher[len(rows):]], 1)  # (B, 2): one per negative column
+    scores = torch.cat([teacher[:len(rows), None] + 1, margins], 1)  # (B, 3): positive first
+    tied = [torch.tensor([1.0, *[0.0] * (len(d) - 2), 1.0]) for d in docs]  # ties: ranks averaged / label order
+    cases += [
+        ("mse", {}, [pairs, teacher]),
+        ("mse", {"activation_fn": torch.nn.Sigmoid()}, [pairs, bce_labels]),
+        ("margin", {}, [[queries, positives, hard], teacher[:len(rows)]]),
+        ("margin", {}, [[queries, positives, hard, second], margins]),
+        ("margin", {}, [[queries, positives, hard, second], scores]),
+        ("ranknet", {"k": 2}, [[queries, docs], graded]),
+        ("plistmle", {}, [[queries, docs], graded]),
+        ("plistmle", {"respect_input_order": False, "mini_batch_size": 3}, [[queries, docs], tied]),
+        ("listmle", {"activation_fn": torch.nn.Sigmoid()}, [[queries, docs], graded]),
+        ("adrmse", {}, [[queries, docs], graded]),
+        ("adrmse", {"alpha": 3.0}, [[queries, docs], tied]),
+    ]
     names = {"bce": "BinaryCrossEntropyLoss", "mnrl": "MultipleNegativesRankingLoss", "listnet": "ListNetLoss",
-             "lambda": "LambdaLoss"}
+             "lambda": "LambdaLoss", "mse": "MSELoss", "margin": "MarginMSELoss", "ranknet": "RankNetLoss",
+             "plistmle": "PListMLELoss", "listmle": "ListMLELoss", "adrmse": "ADRMSELoss"}
     for name, kwargs, (inputs, labels) in cases:
         def build(module, model, name=name, kwargs=kwargs):
             args = {k: getattr(module, v)() if k == "weighting_scheme" else v for k, v in kwargs.items()}
@@ -113,6 +133,29 @@ def test_losses_equal_sentence_transformers_on_the_same_pairs(directory, rows):
         want = build(st_losses, want_model)(inputs, labels)
         got = build(losses, got_model)(inputs, labels)
         assert got.item() == pytest.approx(want.item(), rel=1e-5), (name, kwargs)
+
+
+def test_cross_entropy_trains_a_model_with_several_labels_as_sentence_transformers(minilm_2_layers, tmp_path, rows):
+    """The default loss of a three-label model (an NLI-style classifier of pairs) is CrossEntropyLoss, with class
+    indices as labels and torch's keyword arguments; a label that is no class is refused naming the classes."""
+    from bertkit.sentence.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
+
+    d = cross_encoder_directory(minilm_2_layers, tmp_path / "three", num_labels=3)
+    (want_model, got_model) = _both(d)
+    pairs = [[r["query"] for r in rows] * 2, [r["positive"] for r in rows] + [r["negatives"][0] for r in rows]]
+    labels = torch.arange(len(pairs[0])) % 3
+    for kwargs in ({}, {"label_smoothing": 0.1, "weight": torch.tensor([1.0, 2.0, 0.5])}):
+        want = st_losses.CrossEntropyLoss(want_model, **kwargs)(pairs, labels)
+        got = losses.CrossEntropyLoss(got_model, **kwargs)(pairs, labels)
+        assert got.item() == pytest.approx(want.item(), rel=1e-5), kwargs
+    with pytest.raises(BertkitError, match=r"label 3 is not a class of this model, whose 3 labels are 0 to 2"):
+        losses.CrossEntropyLoss(got_model)(pairs, labels + 1)
+    trainer = CrossEncoderTrainer(model=got_model, args=CrossEncoderTrainingArguments(output_dir=str(tmp_path / "run")),
+                                  train_dataset=[{"q": "a", "d": "b", "label": 2}])
+    assert type(trainer.loss) is losses.CrossEntropyLoss  # sentence-transformers' default for several labels
+    with pytest.raises(BertkitError, match=r"CachedMultipleNegativesRankingLoss is not implemented in bertkit: use "
+                                           r"MultipleNegativesRankingLoss"):
+        _ = losses.CachedMultipleNegativesRankingLoss
 
 
 def test_mnrl_draws_its_in_batch_negatives_as_sentence_transformers(directory, rows):

@@ -15,7 +15,8 @@ datasets = pytest.importorskip("datasets")
 
 STEPS = 3
 LEARNING_RATE = 1e-4
-SHIFT_INVARIANT = ("ListNetLoss", "LambdaLoss")
+LISTWISE = ("ListNetLoss", "LambdaLoss", "PListMLELoss")
+SHIFT_INVARIANT = (*LISTWISE, "MarginMSELoss")  # losses of score differences only
 
 
 def _dataset(loss: str, rows: list[dict]) -> list[dict]:
@@ -24,6 +25,12 @@ def _dataset(loss: str, rows: list[dict]) -> list[dict]:
                 for r in rows for t in (r["positive"], r["negatives"][0])]
     if loss == "MultipleNegativesRankingLoss":  # (anchor, positive, hard negative)
         return [{"query": r["query"], "positive": r["positive"], "negative": r["negatives"][0]} for r in rows]
+    if loss == "CrossEntropyLoss":  # three classes: the answer's sentence, another sentence, another question's
+        return [{"query": r["query"], "text": t, "label": c} for i, r in enumerate(rows)
+                for c, t in enumerate((r["positive"], r["negatives"][0], rows[i - 1]["positive"]))]
+    if loss == "MarginMSELoss":  # a teacher's margins, one per negative column (a list a row)
+        return [{"query": r["query"], "positive": r["positive"], "negative_1": r["negatives"][0],
+                 "negative_2": r["negatives"][1], "label": [2.0 + 0.1 * i, 3.0 - 0.1 * i]} for i, r in enumerate(rows)]
     # listwise: the answer sentence first, 2-4 documents a question, graded labels
     return [{"query": r["query"], "docs": [r["positive"], *r["negatives"][:1 + i % 3]],
              "labels": [1.0, *[0.5 / (j + 1) for j in range(min(len(r["negatives"]), 1 + i % 3))]]}
@@ -57,12 +64,13 @@ def _train(lib: str, model_dir, out_dir, loss_name: str, train_rows: list[dict],
             step_losses.append(value.item())
             return value
 
-    batch = 4 if loss_name in ("LambdaLoss", "ListNetLoss") else 8
+    batch = 4 if loss_name in LISTWISE else 8
     args = CrossEncoderTrainingArguments(
         output_dir=str(out_dir), per_device_train_batch_size=batch, max_steps=STEPS, learning_rate=LEARNING_RATE,
         logging_steps=1, save_strategy="no", report_to="none", seed=42, use_cpu=True, disable_tqdm=True)
     samples = [{"query": r["query"], "positive": [r["positive"]], "negative": r["negatives"]} for r in held_out]
-    evaluator = evaluation.CrossEncoderRerankingEvaluator(samples, at_k=5, name="squad", batch_size=16)
+    evaluator = evaluation.CrossEncoderRerankingEvaluator(samples, at_k=5, name="squad", batch_size=16) \
+        if loss_name != "CrossEntropyLoss" else None  # reranking needs one relevance score a pair
     # MNRL with all the batch's other candidates as negatives: a draw of fewer (num_negatives=4, the default) comes
     # from torch's global generator, which the two trainers leave in different states (test_cross_encoder.py
     # compares such draws from one state)
@@ -70,22 +78,23 @@ def _train(lib: str, model_dir, out_dir, loss_name: str, train_rows: list[dict],
     trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(
         _dataset(loss_name, train_rows)), loss=Recorded(model, **kwargs), evaluator=evaluator)
     trainer.train()
-    return step_losses, evaluator(model), model.predict([(r["query"], r["positive"]) for r in held_out])
+    return (step_losses, evaluator(model) if evaluator else {},
+            model.predict([(r["query"], r["positive"]) for r in held_out]))
 
 
 @pytest.mark.slow  # 20-40 s each: make test-slow
 @pytest.mark.parametrize("loss", ["BinaryCrossEntropyLoss", "MultipleNegativesRankingLoss", "ListNetLoss",
-                                  "LambdaLoss"])
+                                  "LambdaLoss", "PListMLELoss", "CrossEntropyLoss", "MarginMSELoss"])
 def test_training_script_gives_sentence_transformers_numbers(loss, tmp_path, minilm_dir, data_dir):
     train_rows, held_out = squad_rerank(data_dir, 0, 24), squad_rerank(data_dir, 1, 12)
-    model_dir = cross_encoder_directory(minilm_dir, tmp_path / "minilm-ce")
+    model_dir = cross_encoder_directory(minilm_dir, tmp_path / "minilm-ce", num_labels=3 if loss == "CrossEntropyLoss" else 1)
     want_losses, want_metrics, want_scores = _train("sentence_transformers", model_dir, tmp_path / "st", loss,
                                                     train_rows, held_out)
     got_losses, got_metrics, got_scores = _train("bertkit", model_dir, tmp_path / "bk", loss, train_rows, held_out)
     assert len(want_losses) == len(got_losses) == STEPS
     np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5, atol=0)
     assert want_losses[0] != pytest.approx(want_losses[-1], rel=1e-3)  # the steps did train
-    assert got_metrics.keys() == want_metrics.keys() and "squad_ndcg@5" in got_metrics
+    assert got_metrics.keys() == want_metrics.keys() and ("squad_ndcg@5" in got_metrics or loss == "CrossEntropyLoss")
     np.testing.assert_allclose([got_metrics[k] for k in want_metrics], list(want_metrics.values()), atol=1e-6)
     if loss in SHIFT_INVARIANT:
         # a listwise loss does not change when every score of a list moves together, so the classifier bias's

@@ -52,6 +52,8 @@ class CrossEncoderExamples(Sequence):
             if len(label) != len(ids) - 1:
                 raise BertkitError(f"row {i} has {len(ids) - 1} documents and {len(label)} labels; give one label "
                                    "per document")
+        elif isinstance(label, (list, tuple)):  # several numbers a row (MarginMSELoss's margins): one tensor
+            label = torch.tensor(label, dtype=torch.float32)
         return {"input_ids": ids, "label": label}
 
     def row_texts(self, i: int) -> set[str]:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, refusing_getattr
 from bertkit.sentence.cross_encoder.model import CrossEncoder, fullname
 
 Text = str | list[int]
@@ -36,24 +36,40 @@ class CrossEncoderLoss(nn.Module):
     needs_label: ClassVar[bool] = False
     listwise: ClassVar[bool] = False
     in_batch_negatives: ClassVar[bool] = False
+    one_label: ClassVar[bool] = True  # scores one relevance logit a pair (all but CrossEntropyLoss)
 
     def __init__(self, model: CrossEncoder, mini_batch_size: int | None = None):
         super().__init__()
         if not isinstance(model, CrossEncoder):
             raise BertkitError(f"{type(self).__name__} needs a bertkit.sentence.cross_encoder.CrossEncoder, got "
                                f"{type(model).__name__}")
-        if model.num_labels != 1:
+        if self.one_label and model.num_labels != 1:
             raise BertkitError(f"{type(self).__name__} needs a model with 1 output label; this one has "
                                f"{model.num_labels}: load it with CrossEncoder(path, num_labels=1)")
         if mini_batch_size is not None and (isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int)):
             raise BertkitError(f"mini_batch_size must be a whole number or None, got {mini_batch_size!r}")
         self.model, self.mini_batch_size = model, mini_batch_size
 
-    def logits(self, firsts: Sequence[Text], seconds: Sequence[Text], chunk: int | None = None) -> Tensor:
-        """(N,) logits of the pairs, through the model in slices of ``chunk`` pairs (all at once without)."""
+    def scores(self, firsts: Sequence[Text], seconds: Sequence[Text], chunk: int | None = None) -> Tensor:
+        """(N, num_labels) logits of the pairs, through the model in slices of ``chunk`` pairs (all at once
+        without)."""
         chunk = chunk if chunk and chunk > 0 else len(firsts)
-        return torch.cat([self.model.scores(self.model.pair_batch(firsts[s:s + chunk], seconds[s:s + chunk])).view(-1)
+        return torch.cat([self.model.scores(self.model.pair_batch(firsts[s:s + chunk], seconds[s:s + chunk]))
                           for s in range(0, len(firsts), chunk)])
+
+    def logits(self, firsts: Sequence[Text], seconds: Sequence[Text], chunk: int | None = None) -> Tensor:
+        """(N,) logits of the pairs of a one-label model (``scores``)."""
+        return self.scores(firsts, seconds, chunk).view(-1)
+
+    def pair_columns(self, inputs: Sequence[Sequence[Text]]) -> None:
+        if len(inputs) != 2:
+            raise BertkitError(f"{type(self).__name__} takes two text columns, got {len(inputs)}")
+
+    def labels_per_pair(self, labels: Tensor | None, pairs: int) -> Tensor:
+        if labels is None or labels.numel() != pairs:
+            raise BertkitError(f"{type(self).__name__} needs one label per pair: {pairs} pairs, "
+                               f"{0 if labels is None else labels.numel()} labels")
+        return labels.view(-1)
 
     def describe_columns(self) -> str:
         lo, hi = self.columns
@@ -84,13 +100,9 @@ class BinaryCrossEntropyLoss(CrossEncoderLoss):
         self.bce_with_logits_loss = nn.BCEWithLogitsLoss(pos_weight=pos_weight)
 
     def forward(self, inputs: Sequence[Sequence[Text]], labels: Tensor) -> Tensor:
-        if len(inputs) != 2:
-            raise BertkitError(f"BinaryCrossEntropyLoss takes two text columns, got {len(inputs)}")
+        self.pair_columns(inputs)
         logits = self.activation_fn(self.logits(inputs[0], inputs[1]))
-        if labels is None or labels.numel() != logits.shape[0]:
-            raise BertkitError(f"BinaryCrossEntropyLoss needs one label per pair: {logits.shape[0]} pairs, "
-                               f"{0 if labels is None else labels.numel()} labels")
-        return self.bce_with_logits_loss(logits, labels.view(-1).float().to(logits.device))
+        return self.bce_with_logits_loss(logits, self.labels_per_pair(labels, len(logits)).float().to(logits.device))
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"activation_fn": fullname(self.activation_fn),
@@ -144,6 +156,92 @@ class MultipleNegativesRankingLoss(CrossEncoderLoss):
         return {"scale": self.scale, "num_negatives": self.num_negatives, "activation_fn": fullname(self.activation_fn)}
 
 
+class CrossEntropyLoss(CrossEncoderLoss):
+    """(text, text) pairs with a class index per pair, for a model with several labels (NLI's entailment, neutral,
+    contradiction): cross-entropy over its logits after ``activation_fn`` (identity by default). Keyword arguments
+    go to torch's ``nn.CrossEntropyLoss`` (``weight``, ``label_smoothing``, ``ignore_index``, ...), as
+    sentence-transformers passes them. The default loss of a model with more than one label."""
+
+    needs_label = True
+    one_label = False
+
+    def __init__(self, model: CrossEncoder, activation_fn: nn.Module = _IDENTITY, **kwargs: Any):
+        super().__init__(model)
+        self.activation_fn = activation_fn
+        self.ce_loss = nn.CrossEntropyLoss(**kwargs)
+
+    def forward(self, inputs: Sequence[Sequence[Text]], labels: Tensor) -> Tensor:
+        self.pair_columns(inputs)
+        logits = self.activation_fn(self.scores(inputs[0], inputs[1]))  # (N, num_labels)
+        labels = labels.to(logits.device)
+        if not labels.is_floating_point():
+            labels = self.labels_per_pair(labels, len(logits))
+            classes = logits.shape[1]
+            bad = labels[(labels != self.ce_loss.ignore_index) & ((labels < 0) | (labels >= classes))]
+            if bad.numel():
+                raise BertkitError(f"CrossEntropyLoss: label {int(bad[0])} is not a class of this model, whose "
+                                   f"{classes} labels are 0 to {classes - 1} (config.json's id2label: "
+                                   f"{self.model.config.id2label}); map the dataset's labels to those indices")
+        return self.ce_loss(logits, labels)
+
+
+class MSELoss(CrossEncoderLoss):
+    """(text, text) pairs with a target score per pair (a teacher's logit, to distil it): the mean squared error of
+    the logit after ``activation_fn`` (identity by default). Keyword arguments go to torch's ``nn.MSELoss``."""
+
+    needs_label = True
+
+    def __init__(self, model: CrossEncoder, activation_fn: nn.Module = _IDENTITY, **kwargs: Any):
+        super().__init__(model)
+        self.activation_fn = activation_fn
+        self.loss_fct = nn.MSELoss(**kwargs)
+
+    def forward(self, inputs: Sequence[Sequence[Text]], labels: Tensor) -> Tensor:
+        self.pair_columns(inputs)
+        logits = self.activation_fn(self.logits(inputs[0], inputs[1]))
+        return self.loss_fct(logits, self.labels_per_pair(labels, len(logits)).detach().float().to(logits.device))
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"activation_fn": fullname(self.activation_fn)}
+
+
+class MarginMSELoss(CrossEncoderLoss):
+    """(query, positive, negative...) rows (Hofstaetter et al., 2021): the mean squared error between the model's
+    margins, logit(query, positive) - logit(query, negative_i), and a teacher's. A row's label is its margins (one
+    number per negative column) or the teacher's scores (positive first, then each negative's)."""
+
+    columns = (3, None)
+    needs_label = True
+
+    def __init__(self, model: CrossEncoder, activation_fn: nn.Module = _IDENTITY, **kwargs: Any):
+        super().__init__(model)
+        self.activation_fn = activation_fn
+        self.loss_fct = nn.MSELoss(**kwargs)
+
+    def forward(self, inputs: Sequence[Sequence[Text]], labels: Tensor | Sequence[Tensor]) -> Tensor:
+        anchors, negatives = inputs[0], len(inputs) - 2
+        batch = len(anchors)
+        labels = torch.stack(list(labels)) if isinstance(labels, (list, tuple)) else labels
+        if labels.shape == (batch, negatives + 1):  # teacher scores: positive first
+            labels = labels[:, :1] - labels[:, 1:]
+        if labels.shape == (batch,):
+            labels = labels.unsqueeze(1)
+        if labels.shape != (batch, negatives):
+            raise BertkitError(f"MarginMSELoss: labels of shape {tuple(labels.shape)} for {batch} rows with "
+                               f"{negatives} negative column(s); give each row its {negatives} margin(s) "
+                               f"(teacher's positive score - its negative's) or its {negatives + 1} scores, positive "
+                               "first")
+        # every pair of the step in one pass: the candidates column by column, as the reference's calls
+        logits = self.activation_fn(self.logits(list(anchors) * (negatives + 1),
+                                                [c for column in inputs[1:] for c in column]))
+        logits = logits.reshape(negatives + 1, batch).T  # (B, 1 + negatives)
+        margins = logits[:, :1] - logits[:, 1:]
+        return self.loss_fct(margins, labels.detach().float().to(margins.device))
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"activation_fn": fullname(self.activation_fn)}
+
+
 class _ListwiseLoss(CrossEncoderLoss):
     """A query and its documents per row, one label per document: the (B, D) logits and labels, padded where a
     row has fewer documents (logits -1e16, labels -inf, as sentence-transformers pads them)."""
@@ -151,7 +249,8 @@ class _ListwiseLoss(CrossEncoderLoss):
     needs_label = True
     listwise = True
 
-    def matrices(self, inputs: Sequence[Any], labels: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+    def matrices(self, inputs: Sequence[Any], labels: Sequence[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """(logits, labels, mask), each (B, D): mask is True where a row has a document."""
         name = type(self).__name__
         if isinstance(labels, Tensor):
             raise BertkitError(f"{name} needs a list of labels per row (one per document), got one value per row")
@@ -175,7 +274,9 @@ class _ListwiseLoss(CrossEncoderLoss):
         logit_matrix[rows, cols] = logits
         label_matrix = torch.full((batch, width), float("-inf"), device=device)
         label_matrix[rows, cols] = torch.cat([torch.as_tensor(x, dtype=torch.float32) for x in labels]).to(device)
-        return logit_matrix, label_matrix
+        mask = torch.zeros((batch, width), dtype=torch.bool, device=device)
+        mask[rows, cols] = True
+        return logit_matrix, label_matrix, mask
 
 
 class ListNetLoss(_ListwiseLoss):
@@ -187,7 +288,7 @@ class ListNetLoss(_ListwiseLoss):
         self.activation_fn = activation_fn or nn.Identity()
 
     def forward(self, inputs: Sequence[Any], labels: Sequence[Tensor]) -> Tensor:
-        logits, target = self.matrices(inputs, labels)
+        logits, target, _ = self.matrices(inputs, labels)
         return F.cross_entropy(logits, target.softmax(dim=1))
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -251,7 +352,7 @@ class LambdaLoss(_ListwiseLoss):
         self.activation_fn = activation_fn or nn.Identity()
 
     def forward(self, inputs: Sequence[Any], labels: Sequence[Tensor]) -> Tensor:
-        logits, target = self.matrices(inputs, labels)
+        logits, target, _ = self.matrices(inputs, labels)
         width, device = logits.shape[1], logits.device
         logits_sorted, by_prediction = logits.sort(descending=True, dim=-1)
         target_sorted, _ = target.sort(descending=True, dim=-1)
@@ -284,6 +385,125 @@ class LambdaLoss(_ListwiseLoss):
                 "mini_batch_size": self.mini_batch_size}
 
 
-__all__ = ["CrossEncoderLoss", "BinaryCrossEntropyLoss", "MultipleNegativesRankingLoss", "LambdaLoss", "ListNetLoss",
-           "BaseWeightingScheme", "NoWeightingScheme", "NDCGLoss1Scheme", "NDCGLoss2Scheme", "LambdaRankScheme",
-           "NDCGLoss2PPScheme"]
+class RankNetLoss(LambdaLoss):
+    """RankNet (Burges et al., 2005): LambdaLoss's pairwise logistic losses without weights."""
+
+    def __init__(self, model: CrossEncoder, k: int | None = None, sigma: float = 1.0, eps: float = 1e-10,
+                 reduction_log: Literal["natural", "binary"] = "binary", activation_fn: nn.Module | None = _IDENTITY,
+                 mini_batch_size: int | None = None):
+        super().__init__(model, NoWeightingScheme(), k, sigma, eps, reduction_log, activation_fn, mini_batch_size)
+
+    def get_config_dict(self) -> dict[str, Any]:
+        config = super().get_config_dict()
+        del config["weighting_scheme"]
+        return config
+
+
+class PListMLELambdaWeight(nn.Module):
+    """Position-aware ListMLE's weight of each rank, 2^(n - rank) - 1 for a list of n documents (exponents above
+    127 shifted down so the float stays finite), or ``rank_discount_fn(mask)``."""
+
+    def __init__(self, rank_discount_fn: Any = None):
+        super().__init__()
+        self.rank_discount_fn = rank_discount_fn
+
+    def forward(self, mask: Tensor) -> Tensor:
+        if self.rank_discount_fn is not None:
+            return self.rank_discount_fn(mask)
+        count = mask.sum(dim=1, keepdim=True)
+        ranks = torch.arange(1, mask.size(1) + 1, device=mask.device).expand_as(mask)
+        scale = (count - 127).clamp_min(0)
+        return (torch.pow(2.0, count - ranks - scale) - torch.pow(2.0, -scale)) * mask
+
+
+_RANK_WEIGHT = PListMLELambdaWeight()  # stateless: one instance, the default of every PListMLELoss
+
+
+class PListMLELoss(_ListwiseLoss):
+    """Position-aware ListMLE (Lan et al., 2014): the negative log-likelihood of the documents' order under the
+    Plackett-Luce model of the logits, each rank weighted by ``lambda_weight`` (None: ListMLE). The order is the
+    documents' order in the row (``respect_input_order``), else the labels' descending order."""
+
+    def __init__(self, model: CrossEncoder, lambda_weight: PListMLELambdaWeight | None = _RANK_WEIGHT,
+                 activation_fn: nn.Module | None = _IDENTITY, mini_batch_size: int | None = None,
+                 respect_input_order: bool = True):
+        super().__init__(model, mini_batch_size)
+        self.lambda_weight, self.respect_input_order = lambda_weight, respect_input_order
+        self.activation_fn = activation_fn or nn.Identity()
+        self.eps = 1e-10
+
+    def forward(self, inputs: Sequence[Any], labels: Sequence[Tensor]) -> Tensor:
+        logits, target, mask = self.matrices(inputs, labels)
+        if not self.respect_input_order:
+            order = target.sort(descending=True, dim=1)[1]
+            logits, mask_sorted = torch.gather(logits, 1, order), torch.gather(mask, 1, order)
+        else:
+            mask_sorted = mask
+        scores = logits.masked_fill(~mask_sorted, torch.finfo(logits.dtype).min)
+        log_normalizers = torch.flip(torch.logcumsumexp(torch.flip(scores, [1]), dim=1), [1])
+        log_probs = logits - log_normalizers
+        if self.lambda_weight is not None:
+            weight = self.lambda_weight(mask)
+            log_probs = log_probs * (weight / (weight.sum(dim=1, keepdim=True) + self.eps))
+        per_query = -log_probs.masked_fill(~mask_sorted, 0.0).sum(dim=1)
+        return per_query.mean()
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"lambda_weight": None if self.lambda_weight is None else fullname(self.lambda_weight),
+                "activation_fn": fullname(self.activation_fn), "mini_batch_size": self.mini_batch_size,
+                "respect_input_order": self.respect_input_order}
+
+
+class ListMLELoss(PListMLELoss):
+    """ListMLE (Xia et al., 2008): PListMLELoss without rank weights."""
+
+    def __init__(self, model: CrossEncoder, activation_fn: nn.Module | None = _IDENTITY,
+                 mini_batch_size: int | None = None, respect_input_order: bool = True):
+        super().__init__(model, None, activation_fn, mini_batch_size, respect_input_order)
+
+    def get_config_dict(self) -> dict[str, Any]:
+        config = super().get_config_dict()
+        del config["lambda_weight"]
+        return config
+
+
+class ADRMSELoss(_ListwiseLoss):
+    """ADR-MSE (Schlatt et al., 2025, Rank-DistiLLM): the squared error between each document's rank by its label
+    (ties averaged) and its differentiable rank by the logits (sigmoids of ``alpha`` x the score differences),
+    discounted by 1 / log2(1 + rank), over every document of the batch."""
+
+    def __init__(self, model: CrossEncoder, alpha: float = 1.0, activation_fn: nn.Module | None = _IDENTITY,
+                 mini_batch_size: int | None = None):
+        super().__init__(model, mini_batch_size)
+        self.alpha, self.activation_fn = alpha, activation_fn or nn.Identity()
+
+    def forward(self, inputs: Sequence[Any], labels: Sequence[Tensor]) -> Tensor:
+        logits, target, mask = self.matrices(inputs, labels)
+        target = target.masked_fill(~mask, 0.0)
+        later = mask.unsqueeze(1)  # (B, 1, D): document j exists
+        greater = ((target.unsqueeze(1) > target.unsqueeze(2)) & later).sum(dim=-1).float()
+        equal = ((target.unsqueeze(1) == target.unsqueeze(2)) & later).sum(dim=-1).float()
+        true_ranks = greater + (equal + 1.0) / 2.0
+        pairwise = torch.sigmoid(self.alpha * (logits.unsqueeze(1) - logits.unsqueeze(2))) * later.float()
+        approx_ranks = 1.0 + pairwise.sum(dim=2) - 0.5 * mask.float()
+        loss = (true_ranks - approx_ranks) ** 2 / torch.log2(true_ranks + 1.0) * mask.float()
+        return loss.sum() / mask.sum()
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"alpha": self.alpha, "activation_fn": fullname(self.activation_fn),
+                "mini_batch_size": self.mini_batch_size}
+
+
+# sentence-transformers' cross-encoder losses bertkit does not implement, with what to use
+_REFUSED = {
+    "CachedMultipleNegativesRankingLoss": "use MultipleNegativesRankingLoss, which gives its numbers (GradCache "
+                                          "only bounds the memory of a large batch); lower the batch size if it "
+                                          "does not fit",
+}
+__getattr__ = refusing_getattr(__name__, _REFUSED)
+
+
+__all__ = ["CrossEncoderLoss", "BinaryCrossEntropyLoss", "CrossEntropyLoss", "MSELoss", "MarginMSELoss",
+           "MultipleNegativesRankingLoss", "LambdaLoss", "RankNetLoss", "ListNetLoss", "PListMLELoss",
+           "PListMLELambdaWeight", "ListMLELoss", "ADRMSELoss", "BaseWeightingScheme", "NoWeightingScheme",
+           "NDCGLoss1Scheme", "NDCGLoss2Scheme", "LambdaRankScheme", "NDCGLoss2PPScheme"]

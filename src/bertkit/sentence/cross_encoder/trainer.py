@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
 from bertkit.sentence.cross_encoder.data import CrossEncoderExamples, collate, columns_of
-from bertkit.sentence.cross_encoder.losses import BinaryCrossEntropyLoss, CrossEncoderLoss
+from bertkit.sentence.cross_encoder.losses import BinaryCrossEntropyLoss, CrossEncoderLoss, CrossEntropyLoss
 from bertkit.sentence.cross_encoder.model import CrossEncoder
 from bertkit.sentence.cross_encoder.training_args import CrossEncoderTrainingArguments
 from bertkit.sentence.trainer import (
@@ -51,8 +51,8 @@ class CrossEncoderLossModel(nn.Module):
 
 class CrossEncoderTrainer(SentenceTransformerTrainer):
     """Train a ``CrossEncoder`` with a cross-encoder loss on a dataset whose columns are the loss's inputs in
-    order; see the module docstring. Without ``loss``, BinaryCrossEntropyLoss (sentence-transformers' default for
-    one label)."""
+    order; see the module docstring. Without ``loss``, sentence-transformers' default: BinaryCrossEntropyLoss for one
+    label, CrossEntropyLoss for several."""
 
     def __init__(self, model: CrossEncoder | None = None, args: CrossEncoderTrainingArguments | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None,
@@ -76,11 +76,8 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
 
     @staticmethod
     def _loss(model: CrossEncoder, loss: Any) -> CrossEncoderLoss:
-        if loss is None:
-            if model.num_labels != 1:
-                raise BertkitError(f"the model has {model.num_labels} labels, whose default loss (CrossEntropyLoss) "
-                                   "bertkit does not implement; load it with num_labels=1 and give a loss")
-            loss = BinaryCrossEntropyLoss(model)
+        if loss is None:  # sentence-transformers' defaults
+            loss = BinaryCrossEntropyLoss(model) if model.num_labels == 1 else CrossEntropyLoss(model)
         elif isinstance(loss, dict):
             raise BertkitError("a loss per dataset is not implemented: bertkit.sentence trains on one dataset with one loss")
         elif not isinstance(loss, nn.Module) and callable(loss):
