@@ -42,15 +42,50 @@ CASES = [
     ("MarginMSELoss", {}, 4, torch.arange(18.0).reshape(6, 3).sin() * 4),  # the teacher's 3 scores per row
     ("DistillKLDivLoss", {}, 3, torch.arange(12.0).reshape(6, 2).cos() * 3),
     ("DistillKLDivLoss", {"temperature": 2.0, "teacher_temperature": 0.5}, 4, torch.arange(18.0).reshape(6, 3).cos()),
+    ("AnglELoss", {}, 2, torch.tensor([0.1, 0.9, 0.5, 0.5, 0.0, 1.0])),
+    ("AnglELoss", {"scale": 5.0}, 4, torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])),  # anchor x each candidate
+    ("ContrastiveLoss", {}, 2, torch.tensor([1, 0, 1, 1, 0, 0])),
+    ("ContrastiveLoss", {"distance_metric": "EUCLIDEAN", "margin": 6.0, "size_average": False}, 2,
+     torch.tensor([1, 0, 1, 1, 0, 0])),
+    ("OnlineContrastiveLoss", {}, 2, torch.tensor([1, 0, 1, 1, 0, 0])),
+    ("OnlineContrastiveLoss", {"distance_metric": "MANHATTAN", "margin": 20.0}, 2, torch.tensor([1, 0, 1, 1, 0, 0])),
+    ("OnlineContrastiveLoss", {}, 2, torch.ones(6)),  # no dissimilar pair: the similar ones beyond their mean
 ]
 
 
 @pytest.mark.parametrize("name,kwargs,columns,labels", CASES)
 def test_loss_equals_sentence_transformers(name, kwargs, columns, labels):
     embeddings = _embeddings(columns)
-    want = getattr(st_losses, name)(_Dim(), **kwargs).compute_loss_from_embeddings(embeddings, labels)
-    got = getattr(losses, name)(_Dim(), **kwargs).compute_loss_from_embeddings(embeddings, labels)
+
+    def build(module):  # a distance is each library's own SiameseDistanceMetric member of that name
+        args = {k: getattr(module.SiameseDistanceMetric, v) if k == "distance_metric" else v for k, v in kwargs.items()}
+        return getattr(module, name)(_Dim(), **args)
+
+    want = build(st_losses).compute_loss_from_embeddings(embeddings, labels)
+    got = build(losses).compute_loss_from_embeddings(embeddings, labels)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_embedding_distillation_and_angle_similarity_equal_sentence_transformers():
+    """A teacher's embeddings as labels, one for every column (B, D) or one per column (B, C, D); AnglE's
+    similarity on an odd width (padded with a zero)."""
+    embeddings, teacher = _embeddings(3), _embeddings(3, dim=16)[::-1]
+    for metric in ("mse", "l2", "cosine"):
+        for labels, per_column in ((teacher[0], [teacher[0]] * 3), (torch.stack(teacher, 1), teacher)):
+            want = st_losses.EmbedDistillLoss(_Dim(), distance_metric=metric).compute_loss_from_embeddings(
+                embeddings, per_column)
+            got = losses.EmbedDistillLoss(_Dim(), distance_metric=metric).compute_loss_from_embeddings(embeddings, labels)
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    want = st_losses.MSELoss(_Dim()).compute_loss_from_embeddings(embeddings, [teacher[1]] * 3)
+    torch.testing.assert_close(losses.MSELoss(_Dim()).compute_loss_from_embeddings(embeddings, teacher[1]), want)
+    with pytest.raises(BertkitError, match=r"the teacher's embeddings are \(6, 8\) and the student's \(6, 16\)"):
+        losses.MSELoss(_Dim()).compute_loss_from_embeddings(embeddings, teacher[1][:, :8])
+    with pytest.raises(BertkitError, match="projection_dim=8"):
+        losses.MSELoss(_Dim(), projection_dim=8)
+    odd = _embeddings(2, dim=15)
+    torch.testing.assert_close(losses.AnglELoss(_Dim()).similarity_fct(*odd), st.util.pairwise_angle_sim(*odd))
+    with pytest.raises(BertkitError, match=r"BatchHardTripletLoss is not implemented in bertkit: needs batches grouped"):
+        _ = losses.BatchHardTripletLoss
 
 
 def test_mnrl_dot_product_and_triplet_cosine():

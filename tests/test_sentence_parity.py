@@ -82,6 +82,55 @@ def test_training_script_gives_sentence_transformers_numbers(tmp_path, minilm_di
     torch.testing.assert_close(got_emb, want_emb, atol=1e-5, rtol=0)
 
 
+def _steps(lib: str, model_dir, out_dir, loss_name: str, rows: list[dict]) -> list[float]:
+    """Three steps of a labelled-data training script (default sampler); ``lib`` picks the import."""
+    if lib == "sentence_transformers":
+        import sentence_transformers as S
+        from sentence_transformers.sentence_transformer import losses
+    else:
+        import bertkit.sentence as S
+        from bertkit.sentence import losses
+    model = S.SentenceTransformer(str(model_dir), device="cpu")
+    step_losses = []
+
+    class Recorded(getattr(losses, loss_name)):
+        def forward(self, features, labels):
+            value = super().forward(features, labels)
+            step_losses.append(value.item())
+            return value
+
+    args = S.SentenceTransformerTrainingArguments(
+        output_dir=str(out_dir), per_device_train_batch_size=4, max_steps=3, learning_rate=1e-4, logging_steps=1,
+        save_strategy="no", report_to="none", seed=42, use_cpu=True, disable_tqdm=True)
+    S.SentenceTransformerTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows),
+                                 loss=Recorded(model)).train()
+    return step_losses
+
+
+@pytest.mark.slow  # 5-10 s each
+@pytest.mark.parametrize("loss", ["ContrastiveLoss", "OnlineContrastiveLoss", "AnglELoss", "MSELoss"])
+def test_labelled_losses_train_as_sentence_transformers(loss, tmp_path, minilm_dir, data_dir):
+    """0/1 pairs (the contrastive losses), scored pairs (AnglE) and a teacher's embeddings (MSELoss, the list label
+    per row): the same loss at every step."""
+    from bertkit.sentence import SentenceTransformer
+
+    pairs, _ = _squad(data_dir)
+    pairs = [(p["question"], p["paragraph"][:200]) for p in pairs[:12]]
+    model_dir = st_directory(minilm_dir, tmp_path / "minilm", dropout=0.0, max_seq_length=64)
+    if loss == "MSELoss":
+        teacher = SentenceTransformer(minilm_dir).encode([q for q, _ in pairs]).tolist()
+        rows = [{"text": c, "label": t} for (_, c), t in zip(pairs, teacher)]
+    elif loss == "AnglELoss":
+        rows = [{"a": q, "b": c, "label": (i % 5) / 4} for i, (q, c) in enumerate(pairs)]
+    else:
+        rows = [{"a": q, "b": c if i % 2 else pairs[(i + 3) % len(pairs)][1], "label": i % 2}
+                for i, (q, c) in enumerate(pairs)]
+    want = _steps("sentence_transformers", model_dir, tmp_path / "st", loss, rows)
+    got = _steps("bertkit", model_dir, tmp_path / "bk", loss, rows)
+    assert len(got) == len(want) == 3 and any(want)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
 class _Fixed:
     """A model whose encode returns fixed embeddings (by text), for comparing evaluators alone."""
 

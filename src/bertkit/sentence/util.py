@@ -145,6 +145,18 @@ def pairwise_manhattan_sim(a: Any, b: Any) -> Tensor:
     return -(a - b).abs().sum(-1).to_dense()
 
 
+def pairwise_angle_sim(a: Any, b: Any) -> Tensor:
+    """(N,) AnglE similarity (Li and Li, 2023, arXiv:2309.12871): |cos + sin| of the angle between ``a[i]`` and
+    ``b[i]`` read as complex vectors (dimensions i and i + D/2 paired; an odd D padded with a zero), after L2
+    normalisation."""
+    a, b = (x.to_dense().float() for x in _rows(a, b))
+    if a.shape[1] % 2:
+        a, b = F.pad(a, (0, 1)), F.pad(b, (0, 1))
+    a, b = F.normalize(a, p=2, dim=1), F.normalize(b, p=2, dim=1)
+    (a_re, a_im), (b_re, b_im) = a.chunk(2, dim=1), b.chunk(2, dim=1)
+    return ((a * b).sum(1) + (a_im * b_re - a_re * b_im).sum(1)).abs()
+
+
 # sentence-transformers' SimilarityFunction values -> (matrix function, pairwise function)
 SIMILARITY_FUNCTIONS: dict[str, tuple[Callable[[Any, Any], Tensor], Callable[[Any, Any], Tensor]]] = {
     "cosine": (cos_sim, pairwise_cos_sim),

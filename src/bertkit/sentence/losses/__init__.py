@@ -1,16 +1,50 @@
 """Training losses with sentence-transformers' names and numbers (``sentence_transformers.losses``)."""
 
+from bertkit.errors import refusing_getattr
 from bertkit.sentence.losses.base import SentenceLoss
 from bertkit.sentence.losses.cached import CachedMultipleNegativesRankingLoss
-from bertkit.sentence.losses.distill import DistillKLDivLoss, MarginMSELoss
+from bertkit.sentence.losses.distill import DistillKLDivLoss, EmbedDistillLoss, MarginMSELoss, MSELoss
 from bertkit.sentence.losses.gist import GISTEmbedLoss
 from bertkit.sentence.losses.matryoshka import MatryoshkaLoss
 from bertkit.sentence.losses.multiple_negatives import (
     MultipleNegativesRankingLoss,
     MultipleNegativesSymmetricRankingLoss,
 )
-from bertkit.sentence.losses.pairs import CoSENTLoss, CosineSimilarityLoss, TripletDistanceMetric, TripletLoss
+from bertkit.sentence.losses.pairs import (
+    AnglELoss,
+    ContrastiveLoss,
+    CoSENTLoss,
+    CosineSimilarityLoss,
+    OnlineContrastiveLoss,
+    SiameseDistanceMetric,
+    TripletDistanceMetric,
+    TripletLoss,
+)
 
 __all__ = ["SentenceLoss", "MultipleNegativesRankingLoss", "MultipleNegativesSymmetricRankingLoss",
-           "CachedMultipleNegativesRankingLoss", "MatryoshkaLoss", "CoSENTLoss", "CosineSimilarityLoss",
-           "TripletLoss", "TripletDistanceMetric", "GISTEmbedLoss", "MarginMSELoss", "DistillKLDivLoss"]
+           "CachedMultipleNegativesRankingLoss", "MatryoshkaLoss", "CoSENTLoss", "AnglELoss", "CosineSimilarityLoss",
+           "ContrastiveLoss", "OnlineContrastiveLoss", "SiameseDistanceMetric", "TripletLoss", "TripletDistanceMetric",
+           "GISTEmbedLoss", "MarginMSELoss", "DistillKLDivLoss", "EmbedDistillLoss", "MSELoss"]
+
+_GROUPED = ("needs batches grouped by label (batch_sampler=GROUP_BY_LABEL, which bertkit does not implement): mine "
+            "(anchor, positive, negative) triplets and use TripletLoss, or pairs and MultipleNegativesRankingLoss")
+# sentence-transformers' losses bertkit does not implement, with what to use
+_REFUSED = {
+    "BatchAllTripletLoss": _GROUPED, "BatchHardTripletLoss": _GROUPED, "BatchSemiHardTripletLoss": _GROUPED,
+    "BatchHardSoftMarginTripletLoss": _GROUPED,
+    "SoftmaxLoss": "train a pair classifier with bertkit.sentence.cross_encoder (CrossEncoder(path, num_labels=3), "
+                   "CrossEntropyLoss), or the embedder on NLI triplets with MultipleNegativesRankingLoss",
+    "AdaptiveLayerLoss": "use MatryoshkaLoss for embeddings that can be cut short",
+    "Matryoshka2dLoss": "use MatryoshkaLoss for embeddings that can be cut short",
+    "CachedGISTEmbedLoss": "use GISTEmbedLoss with a batch that fits in memory",
+    "CachedMultipleNegativesSymmetricRankingLoss": "use MultipleNegativesSymmetricRankingLoss with a batch that fits "
+                                                   "in memory",
+    "MegaBatchMarginLoss": "use MultipleNegativesRankingLoss (in-batch negatives) or TripletLoss on mined triplets",
+    "DenoisingAutoEncoderLoss": "adapt the encoder to a domain with masked-LM pre-training (bertkit pretrain "
+                                "--init-from), then train the embedder",
+    "ContrastiveTensionLoss": "use MultipleNegativesRankingLoss on (text, text) rows of the same text (SimCSE)",
+    "ContrastiveTensionLossInBatchNegatives": "use MultipleNegativesRankingLoss on (text, text) rows of the same text "
+                                              "(SimCSE)",
+    "GlobalOrthogonalRegularizationLoss": "not implemented; train without it",
+}
+__getattr__ = refusing_getattr(__name__, _REFUSED)

@@ -1,6 +1,8 @@
 """Distillation from a teacher's scores (a cross-encoder's, usually): MarginMSELoss (Hofstätter et al., 2021,
 arXiv:2010.02666) and DistillKLDivLoss (Lin et al., 2020, arXiv:2010.11386), as sentence-transformers 6 computes
-them. The sparse losses of the same names are these on a SparseEncoder's embeddings."""
+them. The sparse losses of the same names are these on a SparseEncoder's embeddings. From a teacher's embeddings
+(Reimers and Gurevych, 2020, arXiv:2004.09813: a multilingual student of an English teacher): EmbedDistillLoss
+and MSELoss."""
 
 from __future__ import annotations
 
@@ -105,3 +107,56 @@ class DistillKLDivLoss(SentenceLoss):
                            "for those candidates); the widest row spans %.1f: raise teacher_temperature above %.3g",
                            type(self).__name__, self.teacher_temperature, collapsed, teacher.numel(), spread,
                            spread / 100)
+
+
+class EmbedDistillLoss(SentenceLoss):
+    """Any number of text columns and the teacher's embedding of each row as the label, (B, D), or one per column,
+    (B, C, D): each column's mean distance to its teacher embedding ("mse", "l2" or "cosine"), averaged over the
+    columns. The student's width must be the teacher's: a learnt projection (``projection_dim``) is not
+    implemented."""
+
+    columns = (1, None)
+    needs_label = True
+    DISTANCES = ("mse", "l2", "cosine")
+
+    def __init__(self, model: nn.Module, distance_metric: str = "cosine", projection_dim: int | None = None):
+        super().__init__(model)
+        if distance_metric not in self.DISTANCES:
+            raise BertkitError(f"{type(self).__name__} distance_metric must be one of {list(self.DISTANCES)}, got "
+                               f"{distance_metric!r}")
+        if projection_dim is not None:
+            raise BertkitError(f"{type(self).__name__}(projection_dim={projection_dim!r}) is not implemented in "
+                               "bertkit: distil from a teacher of the student's width, or truncate the teacher's "
+                               "embeddings to it")
+        self.distance_metric, self.projection_dim = distance_metric, projection_dim
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        name = type(self).__name__
+        labels = _labels(name, labels, "a list of floats per row, the teacher's embedding of the row's text").detach()
+        if labels.dim() == 2:
+            teachers = [labels] * len(embeddings)
+        elif labels.dim() == 3 and labels.shape[1] == len(embeddings):
+            teachers = list(labels.unbind(1))
+        else:
+            raise BertkitError(f"{name}: labels of shape {tuple(labels.shape)}; give each row the teacher's embedding "
+                               f"(B, D) or one per text column (B, {len(embeddings)}, D)")
+        losses = []
+        for student, teacher in zip(embeddings, teachers):
+            if teacher.shape != student.shape:
+                raise BertkitError(f"{name}: the teacher's embeddings are {tuple(teacher.shape)} and the student's "
+                                   f"{tuple(student.shape)}; the widths must match")
+            teacher = teacher.to(device=student.device, dtype=student.dtype)
+            if self.distance_metric == "mse":
+                losses.append(nn.functional.mse_loss(student, teacher))
+            elif self.distance_metric == "l2":
+                losses.append(torch.norm(student - teacher, dim=-1).mean())
+            else:
+                losses.append((1 - nn.functional.cosine_similarity(student, teacher, dim=-1)).mean())
+        return torch.stack(losses).mean()
+
+
+class MSELoss(EmbedDistillLoss):
+    """EmbedDistillLoss with the mean squared error (sentence-transformers' multilingual distillation)."""
+
+    def __init__(self, model: nn.Module, projection_dim: int | None = None):
+        super().__init__(model, "mse", projection_dim)

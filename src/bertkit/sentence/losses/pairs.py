@@ -1,7 +1,9 @@
-"""Losses on scored pairs (CoSENTLoss, CosineSimilarityLoss) and on triplets (TripletLoss)."""
+"""Losses on scored pairs (CoSENTLoss, AnglELoss, CosineSimilarityLoss), on labelled pairs (ContrastiveLoss,
+OnlineContrastiveLoss) and on triplets (TripletLoss)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from enum import Enum
 
@@ -10,7 +12,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.sentence.losses.base import SentenceLoss, check_labels
-from bertkit.sentence.util import pairwise_cos_sim, pairwise_euclidean_sim, pairwise_manhattan_sim
+from bertkit.sentence.util import (
+    pairwise_angle_sim,
+    pairwise_cos_sim,
+    pairwise_euclidean_sim,
+    pairwise_manhattan_sim,
+)
 
 
 class CoSENTLoss(SentenceLoss):
@@ -34,6 +41,26 @@ class CoSENTLoss(SentenceLoss):
         suffix = torch.logcumsumexp(-scores.flip(0), dim=0).flip(0)
         suffix = torch.cat((suffix, scores.new_full((1,), -torch.inf)))
         return torch.logsumexp(torch.cat((scores.new_zeros(1), scores + suffix[higher])), dim=0)
+
+
+class AnglELoss(CoSENTLoss):
+    """CoSENTLoss on the AnglE similarity (``pairwise_angle_sim``; Li and Li, 2023). On (anchor, positive,
+    negatives...) rows the anchor is paired with each candidate: the positive with the row's label, each negative
+    with 1 - label, as sentence-transformers pairs them."""
+
+    columns = (2, None)
+
+    def __init__(self, model: nn.Module, scale: float = 20.0):
+        super().__init__(model, scale, similarity_fct=pairwise_angle_sim)
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        candidates = len(embeddings) - 1
+        if candidates > 1:
+            anchor = embeddings[0]
+            labels = check_labels(type(self).__name__, labels, anchor.shape[0])
+            labels = torch.cat([labels, (1 - labels).repeat(candidates - 1)])
+            embeddings = [anchor.repeat(candidates, 1), torch.cat(embeddings[1:])]
+        return super().compute_loss_from_embeddings(embeddings, labels)
 
 
 class CosineSimilarityLoss(SentenceLoss):
@@ -79,3 +106,64 @@ class TripletLoss(SentenceLoss):
         anchor, positive, negative = embeddings
         d_pos, d_neg = self.distance_metric(anchor, positive), self.distance_metric(anchor, negative)
         return F.relu(d_pos - d_neg + self.triplet_margin).mean()
+
+
+class SiameseDistanceMetric(Enum):
+    """Distances for ContrastiveLoss and OnlineContrastiveLoss (sentence-transformers' names)."""
+
+    EUCLIDEAN = "euclidean"
+    MANHATTAN = "manhattan"
+    COSINE_DISTANCE = "cosine_distance"
+
+    def __call__(self, x: Tensor, y: Tensor) -> Tensor:
+        if self is SiameseDistanceMetric.COSINE_DISTANCE:
+            return 1 - F.cosine_similarity(x, y)
+        return F.pairwise_distance(x, y, p=2 if self is SiameseDistanceMetric.EUCLIDEAN else 1)
+
+
+def _binary_labels(loss: str, labels: Tensor | None, rows: int, effect: str) -> Tensor:
+    labels = check_labels(loss, labels, rows)
+    if labels.ne(0).logical_and(labels.ne(1)).any():
+        warnings.warn(f"{loss} expects binary labels (0 or 1): {effect}", UserWarning, stacklevel=4)
+    return labels
+
+
+class ContrastiveLoss(SentenceLoss):
+    """Columns (text1, text2) and a 0/1 label (Hadsell et al., 2006): a similar pair's squared distance, a
+    dissimilar pair's squared shortfall from ``margin``, halved; mean (``size_average``) or sum."""
+
+    needs_label = True
+
+    def __init__(self, model: nn.Module, distance_metric: Callable[[Tensor, Tensor], Tensor] =
+                 SiameseDistanceMetric.COSINE_DISTANCE, margin: float = 0.5, size_average: bool = True):
+        super().__init__(model)
+        self.distance_metric, self.margin, self.size_average = distance_metric, margin, size_average
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        labels = _binary_labels(type(self).__name__, labels, embeddings[0].shape[0],
+                                "others weight the similar term by the label and the dissimilar one by 1 - label")
+        distances = self.distance_metric(embeddings[0], embeddings[1])
+        losses = 0.5 * (labels.float() * distances.pow(2)
+                        + (1 - labels).float() * F.relu(self.margin - distances).pow(2))
+        return losses.mean() if self.size_average else losses.sum()
+
+
+class OnlineContrastiveLoss(SentenceLoss):
+    """ContrastiveLoss on the batch's hard pairs only: the similar pairs farther apart than the closest dissimilar
+    one, and the dissimilar pairs closer than the farthest similar one; summed."""
+
+    needs_label = True
+
+    def __init__(self, model: nn.Module, distance_metric: Callable[[Tensor, Tensor], Tensor] =
+                 SiameseDistanceMetric.COSINE_DISTANCE, margin: float = 0.5):
+        super().__init__(model)
+        self.distance_metric, self.margin = distance_metric, margin
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        labels = _binary_labels(type(self).__name__, labels, embeddings[0].shape[0],
+                                "pairs with another label are left out of the loss")
+        distances = self.distance_metric(embeddings[0], embeddings[1])
+        negatives, positives = distances[labels == 0], distances[labels == 1]
+        hard_negatives = negatives[negatives < (positives.max() if len(positives) else negatives.mean())]
+        hard_positives = positives[positives > (negatives.min() if len(negatives) else positives.mean())]
+        return hard_positives.pow(2).sum() + F.relu(self.margin - hard_negatives).pow(2).sum()
