@@ -222,6 +222,42 @@ def test_save_total_limit_holds_across_killed_runs(checkpoint, tmp_path):
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]
 
 
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_save_total_limit_counts_the_best_checkpoint_as_transformers_does(checkpoint, tmp_path, limit):
+    """save_total_limit is the number of checkpoints in all, the best and the newest among them (transformers'
+    rotate_checkpoints); bertkit kept save_total_limit others beside the best: one more than asked."""
+    kept = {}
+    for lib in (transformers, bertkit):
+        out, kept[lib.__name__] = tmp_path / lib.__name__, []
+
+        def steer(name, state, control, out=out, seen=kept[lib.__name__]):
+            if name == "on_save":  # after transformers' rotation, and bertkit's
+                seen.append((state.global_step, sorted(p.name for p in out.glob("checkpoint-*"))))
+
+        # the loss read as greater-is-better: the best checkpoint is an early one, so it differs from the newest
+        _run(lib, checkpoint, out, steer=steer, max_steps=6, eval_steps=1, save_steps=1, learning_rate=3e-3,
+             load_best_model_at_end=True, metric_for_best_model="eval_loss", greater_is_better=True,
+             save_total_limit=limit)
+    assert kept["bertkit"] == kept["transformers"]
+    assert [len(names) for _, names in kept["bertkit"]] == [min(step, max(limit, 2)) for step in range(1, 7)]
+
+
+def test_a_stray_checkpoint_directory_never_makes_rotation_remove_the_newest(checkpoint, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(Killed):
+        trainer = _trainer(checkpoint, out, save_total_limit=1)
+        trainer.add_callback(KillAt(5))
+        trainer.train()
+    (out / "checkpoint-999").mkdir()  # empty: resuming passes over it, with a warning
+    trainer = _trainer(checkpoint, out, save_total_limit=1)
+    trainer.train(resume_from_checkpoint=True)
+    # checkpoint-999 sorted newest, so rotation took checkpoint-8, just written, for an old one and removed it
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-8", "checkpoint-999"]
+    saved = bertkit.AutoModelForSequenceClassification.from_pretrained(out / "checkpoint-8")
+    for (name, a), (_, b) in zip(trainer.model.state_dict().items(), saved.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+
 def test_resume_passes_over_a_stray_checkpoint_directory(checkpoint, tmp_path, caplog):
     out = tmp_path / "run"
     with pytest.raises(Killed):
