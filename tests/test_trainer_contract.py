@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -146,6 +149,35 @@ def test_load_best_model_at_end_without_eval_labels_is_refused_before_training(c
                                            r"load_best_model_at_end.*'label'"):
         trainer.train()
     assert not (tmp_path / "run").exists()
+
+
+def _hidden_states_trainer(lib, checkpoint: Path, out: Path):
+    tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
+    model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint, output_hidden_states=True)
+    rows = [{**tokenizer(r["text"]), "label": r["label"]} for r in TEST]
+    args = lib.TrainingArguments(output_dir=str(out), use_cpu=True, report_to="none", max_steps=2,
+                                 eval_strategy="epoch", save_strategy="no", disable_tqdm=True)
+    return lib.Trainer(model=model, args=args, train_dataset=rows, eval_dataset=rows, processing_class=tokenizer), rows
+
+
+def test_hidden_states_in_predictions_are_refused_unless_ignored(checkpoint, tmp_path):
+    """With output_hidden_states, transformers' predictions are (logits, hidden_states): a compute_metrics reading
+    predictions[0] gets the logits there. bertkit gave the logits alone, so predictions[0] was the first row."""
+    trainer, rows = _hidden_states_trainer(transformers, checkpoint, tmp_path / "hf")
+    theirs = trainer.predict(rows).predictions
+    assert isinstance(theirs, tuple) and len(theirs) == 2 and theirs[0].shape == (len(TEST), 2)
+    trainer, rows = _hidden_states_trainer(bertkit, checkpoint, tmp_path / "bk")
+    for call, fix in ((partial(trainer.predict, rows), "predict(ignore_keys=['hidden_states'])"),
+                      (trainer.evaluate, "evaluate(ignore_keys=['hidden_states'])"),
+                      (trainer.train, "train(ignore_keys_for_eval=['hidden_states'])")):
+        with pytest.raises(BertkitError, match=re.escape(
+                "(logits, hidden_states) and bertkit returns the logits alone, so predictions[0] would be the "
+                f"logits there and the first row here; pass {fix}")):
+            call()
+    assert not (tmp_path / "bk").exists()  # refused before anything was written
+    ours = trainer.predict(rows, ignore_keys=["hidden_states"]).predictions
+    np.testing.assert_allclose(ours, theirs[0], rtol=1e-5, atol=1e-6)
+    assert trainer.train(ignore_keys_for_eval=["hidden_states"]).global_step == 2
 
 
 def test_a_nan_metric_never_becomes_the_best(checkpoint, tmp_path, caplog):

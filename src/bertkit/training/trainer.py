@@ -208,7 +208,8 @@ class Trainer:
         return grouped
 
     # -- training ------------------------------------------------------------------------------------------
-    def train(self, resume_from_checkpoint: str | Path | bool | None = None, **unknown: Any) -> TrainOutput:
+    def train(self, resume_from_checkpoint: str | Path | bool | None = None,
+              ignore_keys_for_eval: list[str] | None = None, **unknown: Any) -> TrainOutput:
         """Train on ``train_dataset``, or continue (``resume_from_checkpoint``: True for the newest checkpoint-N in
         output_dir, or its path)."""
         if unknown:
@@ -217,7 +218,9 @@ class Trainer:
         out = Path(args.output_dir)
         examples = self._examples(self.train_dataset, "train_dataset", training=True)
         self._check_batch(examples, "train_dataset", need_labels=True)
+        self._ignore_keys_for_eval = ignore_keys_for_eval
         if args.eval_strategy != "no":
+            self._check_outputs(ignore_keys_for_eval, "train(ignore_keys_for_eval=...)")
             self._check_metric()
         plan = BatchPlan(examples, args.per_device_train_batch_size, self._collate, seed=args.seed,
                          draw=self._batches(examples), rank=info.rank, world_size=info.world_size)
@@ -321,6 +324,23 @@ class Trainer:
                                "directory that holds it, so the run continues where it was written")
         return path
 
+    def _check_outputs(self, ignore_keys: list[str] | None, fix: str) -> None:
+        """transformers hands predict() and compute_metrics every output but the loss and ``ignore_keys``: with the
+        config's output_hidden_states or output_attentions set, a tuple (logits, hidden_states, ...), whose [0] is
+        the logits. bertkit gives the logits alone, whose [0] is the first row: refused unless ignore_keys names
+        what transformers would add, so a compute_metrics written for either is never silently fed the other."""
+        config = getattr(self.model, "config", None)
+        extra = {flag: name for flag, name in (("output_hidden_states", "hidden_states"),
+                                                ("output_attentions", "attentions"))
+                 if getattr(config, flag, False) and name not in (ignore_keys or ())}
+        if extra:
+            raise BertkitError(
+                f"the model's config sets {' and '.join(f'{f}=True' for f in extra)}: transformers' Trainer would "
+                f"return predictions as a tuple (logits, {', '.join(extra.values())}) and bertkit returns the logits "
+                "alone, so predictions[0] would be the logits there and the first row here; pass "
+                f"{fix.replace('...', repr(list(extra.values())))} to take the logits alone, or set "
+                f"{' and '.join(f'model.config.{f} = False' for f in extra)}")
+
     def _check_metric(self) -> None:
         """metric_for_best_model must be one evaluation returns (which needs the eval set's labels): checked on one
         evaluation batch before training writes anything (transformers finds out at the first evaluation)."""
@@ -358,6 +378,7 @@ class Trainer:
 
     # -- the loop's hooks ------------------------------------------------------------------------------------
     def _evaluate_in_loop(self, module: nn.Module) -> dict[str, float]:
+        self._check_outputs(self._ignore_keys_for_eval, "train(ignore_keys_for_eval=...)")  # a callback's evaluation
         return {k: v for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval")
                 for k, v in self._prediction_output(dataset, what, prefix, module, check=False).metrics.items()}
 
@@ -407,6 +428,7 @@ class Trainer:
         if isinstance(dataset, Mapping):
             return {k: v for prefix, _, part in self._eval_sets(dataset, metric_key_prefix)
                     for k, v in self.evaluate(part, ignore_keys, prefix).items()}
+        self._check_outputs(ignore_keys, "evaluate(ignore_keys=...)")
         metrics = self._prediction_output(dataset, "eval_dataset", metric_key_prefix).metrics
         if self.state.epoch is not None:
             metrics["epoch"] = self.state.epoch  # transformers returns it among the metrics
@@ -417,6 +439,7 @@ class Trainer:
     def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None,
                 metric_key_prefix: str = "test") -> PredictionOutput:
         """Logits (numpy, rows in the dataset's order), the labels when the data has them, and the metrics."""
+        self._check_outputs(ignore_keys, "predict(ignore_keys=...)")
         output = self._prediction_output(test_dataset, "test_dataset", metric_key_prefix)
         self._event("on_predict", metrics=output.metrics)
         return output
