@@ -155,6 +155,39 @@ def test_masked_lm_with_either_librarys_collator_gives_transformers_numbers(chec
     np.testing.assert_allclose(losses(bertkit, transformers.DataCollatorForLanguageModeling), theirs, rtol=1e-5)
 
 
+def test_masked_lm_predictions_are_transformers_per_token_logits(checkpoint, tmp_path):
+    """predict() on a masked-LM model: (B, T, V) logits beside the (B, T) labels, as transformers gives them. Was: the
+    head's labelled-position logits (N, V), twice (as logits and prediction_logits), cut to the first B rows."""
+    mlm = tmp_path / "mlm"
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(transformers.AutoConfig.from_pretrained(checkpoint)).save_pretrained(mlm)
+    transformers.AutoTokenizer.from_pretrained(checkpoint).save_pretrained(mlm)
+
+    def masked_accuracy(p):
+        scored = p.label_ids != -100
+        return {"accuracy": float((p.predictions.argmax(-1)[scored] == p.label_ids[scored]).mean()),
+                "masked": int(scored.sum())}
+
+    outputs = []
+    for lib in (transformers, bertkit):
+        tokenizer = lib.AutoTokenizer.from_pretrained(mlm)
+        rows = [dict(tokenizer(r["text"])) for r in TEST]
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), per_device_eval_batch_size=4,
+                                     report_to="none", use_cpu=True, disable_tqdm=True)
+        trainer = lib.Trainer(model=lib.AutoModelForMaskedLM.from_pretrained(mlm), args=args,
+                              processing_class=tokenizer, compute_metrics=masked_accuracy,
+                              data_collator=lib.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.3, seed=0))
+        outputs.append(trainer.predict(rows))
+    theirs, ours = outputs
+    assert ours.predictions.shape == theirs.predictions.shape == (len(TEST), 15, 30522)
+    np.testing.assert_array_equal(ours.label_ids, theirs.label_ids)
+    scored = theirs.label_ids != -100
+    np.testing.assert_allclose(ours.predictions[scored], theirs.predictions[scored], atol=1e-5)
+    assert ours.metrics["test_masked"] == theirs.metrics["test_masked"] == 36
+    assert ours.metrics["test_accuracy"] == theirs.metrics["test_accuracy"]
+    assert ours.metrics["test_loss"] == pytest.approx(theirs.metrics["test_loss"], rel=1e-5)
+
+
 def _bertkit_trainer(checkpoint: Path, out: Path, callbacks=(), train=TRAIN, dropout: float = 0.0, **overrides):
     tokenizer = bertkit.AutoTokenizer.from_pretrained(checkpoint)
     model = bertkit.AutoModelForSequenceClassification.from_pretrained(

@@ -488,8 +488,9 @@ class Trainer:
             loss = getattr(out, "loss", None)
             fields = [getattr(out, f) for f in ("logits", "start_logits", "end_logits", "prediction_logits")
                       if getattr(out, f, None) is not None]
-            if "prediction_logits" in type(out).__dict__ and "logits" in type(out).__dict__:
-                fields = fields[:1]
+            fields = list({id(f): f for f in fields}.values())  # a masked-LM's prediction_logits is its logits
+            if getattr(out, "prediction_logits", None) is not None and "labels" in batch:
+                fields = [_at_every_token(f, batch["labels"]) for f in fields]
             result = ([f.float().cpu().numpy() for f in fields],
                       [batch[k].cpu().numpy() for k in self.label_names if k in batch],
                       0.0 if loss is None else float(loss) * len(rows), 0 if loss is None else len(rows))
@@ -557,6 +558,17 @@ def _hashable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return str(value.dtype), value.shape, value.tobytes()
     return value.item() if isinstance(value, np.generic) else value
+
+
+def _at_every_token(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """A masked-LM head given labels returns the labelled positions' logits alone, (N, V) row-major (heads.py);
+    transformers' predictions are (B, T, V), as the labels (B, T) they are scored against: each row goes back to its
+    position, zeros at the unlabelled ones (which a metric leaves out with the -100 labels)."""
+    if logits.ndim != 2 or labels.ndim != 2:
+        return logits
+    full = logits.new_zeros(*labels.shape, logits.shape[-1])  # (B, T, V)
+    full[labels != -100] = logits
+    return full
 
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:
