@@ -486,11 +486,11 @@ class Trainer:
             """One batch's output arrays, label arrays (one per label name), loss x rows and rows with a loss."""
             out = module(**batch)
             loss = getattr(out, "loss", None)
-            fields = [getattr(out, f) for f in ("logits", "start_logits", "end_logits", "prediction_logits")
-                      if getattr(out, f, None) is not None]
+            fields = [getattr(out, f) for f in ("logits", "start_logits", "end_logits", "prediction_logits",
+                                                "seq_relationship_logits") if getattr(out, f, None) is not None]
             fields = list({id(f): f for f in fields}.values())  # a masked-LM's prediction_logits is its logits
-            if getattr(out, "prediction_logits", None) is not None and "labels" in batch:
-                fields = [_at_every_token(f, batch["labels"]) for f in fields]
+            if (mlm := getattr(out, "prediction_logits", None)) is not None and "labels" in batch:
+                fields = [_at_every_token(f, batch["labels"]) if f is mlm else f for f in fields]
             result = ([f.float().cpu().numpy() for f in fields],
                       [batch[k].cpu().numpy() for k in self.label_names if k in batch],
                       0.0 if loss is None else float(loss) * len(rows), 0 if loss is None else len(rows))
