@@ -98,6 +98,20 @@ def test_callbacks_see_what_transformers_callbacks_see(checkpoint, tmp_path, ove
     assert [e for e in ours if e[0] == "on_save"] and all(e[3] for e in ours if e[0] == "on_save")
 
 
+@pytest.mark.parametrize("length", [dict(max_steps=6), dict(num_train_epochs=1.5)], ids=["max_steps", "epochs"])
+def test_the_state_callbacks_see_counts_epochs_as_transformers_does(checkpoint, tmp_path, length):
+    """state.num_train_epochs is the number of epochs the run begins (2 for 6 steps of 4 an epoch, or 1.5 epochs),
+    as transformers sets it; bertkit gave the fraction, 1.5."""
+    seen = {"transformers": [], "bertkit": []}
+    for lib in (transformers, bertkit):
+        def steer(name, state, control, found=seen[lib.__name__]):
+            if name == "on_train_begin":
+                found.append((state.max_steps, state.num_train_epochs))
+
+        _run(lib, checkpoint, tmp_path / lib.__name__, steer=steer, eval_strategy="no", save_strategy="no", **length)
+    assert seen["bertkit"] == seen["transformers"] == [(6, 2)]
+
+
 def _steer(name, state, control):
     """Each flag at its own step (16 rows, batches of 4: 4 steps an epoch; nothing scheduled but the log at 8)."""
     if name == "on_step_end" and state.global_step == 1:

@@ -287,7 +287,7 @@ class Trainer:
     def _new_state(self, total: int, per_epoch: int, resume: Path | None) -> TrainerState:
         """The run's TrainerState; resuming, as the checkpoint saved it."""
         info = current()
-        state = TrainerState(max_steps=total, num_train_epochs=total / per_epoch,
+        state = TrainerState(max_steps=total, num_train_epochs=-(-total // per_epoch),  # the epochs begun, as transformers
                              train_batch_size=self.args.per_device_train_batch_size,
                              is_local_process_zero=info.local_rank == 0, is_world_process_zero=info.is_main)
         if resume is not None:
