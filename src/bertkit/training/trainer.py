@@ -57,6 +57,11 @@ from bertkit.training.trainer_args import TrainingArguments
 
 TRAINER_STATE = "trainer_state.json"
 logger = logging.getLogger("bertkit")
+# transformers' Trainer methods its subclasses override to change training or prediction, which bertkit's Trainer
+# never calls (the loop trains on the model's own loss): an override is refused, never silently skipped
+NOT_CALLED = ("compute_loss", "training_step", "prediction_step", "create_optimizer", "create_scheduler",
+              "create_optimizer_and_scheduler", "get_train_dataloader", "get_eval_dataloader", "get_test_dataloader",
+              "evaluation_loop", "get_decay_parameter_names")
 
 
 def set_seed(seed: int) -> None:
@@ -77,6 +82,14 @@ class Trainer:
         if unknown:
             raise BertkitError(f"Trainer got arguments bertkit does not implement: {sorted(unknown)}; "
                                "see docs/coming-from-transformers.md")
+        overridden = [name for cls in type(self).__mro__ if not cls.__module__.startswith("bertkit.")
+                      for name in NOT_CALLED if name in vars(cls)]
+        if overridden:
+            raise BertkitError(
+                f"{type(self).__name__} overrides {', '.join(overridden)}, which transformers' Trainer calls and "
+                "bertkit's never does (its loop trains on the loss the model's forward returns), so the override "
+                "would be skipped without a word: compute a custom loss in the model's forward (a subclass of the "
+                "head), or train with transformers' Trainer")
         if model_init is not None:
             raise BertkitError("model_init (hyper-parameter search) is not implemented; pass model=")
         if model is None:
