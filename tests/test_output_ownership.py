@@ -182,9 +182,10 @@ def test_a_lock_file_holding_something_else_is_not_truncated(tmp_path, in_place)
     assert (tmp_path / LOCK).read_text() == "not bertkit's"
 
 
-def test_a_refused_command_removes_only_a_lock_file_it_made(tmp_path):
+@pytest.mark.parametrize("in_place", [False, True], ids=["staged", "in-place"])
+def test_a_refused_command_removes_only_a_lock_file_it_made(tmp_path, in_place):
     """A refusal drops the lock file the command created in a user's directory, but not one that was there before
-    (an earlier run's), which it did not create."""
+    (an earlier run's), which it did not create. Was (in place, the Trainer's output_dir): the lock file stayed."""
     made, earlier = tmp_path / "made", tmp_path / "earlier"
     for d in (made, earlier):
         d.mkdir()
@@ -192,9 +193,10 @@ def test_a_refused_command_removes_only_a_lock_file_it_made(tmp_path):
     (earlier / LOCK).write_text("pid 1 (bertkit pretrain)")
     for d in (made, earlier):
         with pytest.raises(BertkitError):
-            claim_output_dir(d, "pretrain")
+            claim_output_dir(d, "pretrain", in_place=in_place)
         assert (d / "notes.txt").read_text() == "mine"
     assert not (made / LOCK).exists() and (earlier / LOCK).exists()
+    assert sorted(p.name for p in made.iterdir()) == ["notes.txt"]
 
 
 

@@ -108,3 +108,18 @@ def test_the_shipped_one_hour_recipe_is_valid_settings_and_a_bert(tmp_path):
     assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (2, 128, 2)
     assert config.hidden_dropout_prob == config.attention_probs_dropout_prob == 0.0
     assert (config.vocab_size, config.max_position_embeddings) == (8192, 512)
+
+
+@pytest.mark.parametrize("chosen", [dict(mlm_bias_init="unigram"), dict(position_init="sinusoidal"),
+                                    dict(mlm_bias_init="unigram", position_init="sinusoidal")])
+def test_a_new_weights_initialisation_with_init_from_is_refused(tmp_path, chosen):
+    """Was: with --init-from the checkpoint's weights were loaded and the chosen initialisation silently not applied."""
+    from bertkit.errors import BertkitError
+    from bertkit.settings import PretrainSettings
+
+    common = dict(data=tmp_path, vocab=tmp_path, output_dir=tmp_path / "out", max_steps=10, init_from=tmp_path / "m")
+    flags = " and ".join(f"--{k.replace('_', '-')} {v}" for k, v in chosen.items())
+    with pytest.raises(BertkitError, match=f"^{flags} initialise new weights, but --init-from {tmp_path / 'm'} "):
+        PretrainSettings(**common, **chosen)
+    assert PretrainSettings(**common, mlm_bias_init="zeros", position_init="normal").init_from == tmp_path / "m"
+    assert PretrainSettings(**{**common, "init_from": None}, **chosen).init_from is None

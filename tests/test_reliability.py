@@ -336,6 +336,24 @@ def test_finetune_classify_gives_a_fresh_head_to_a_checkpoint_fine_tuned_for_oth
     assert config["id2label"] == {"0": "a", "1": "b", "2": "c"}
 
 
+def test_finetune_classify_with_eval_strategy_no_scores_dev_once_at_the_end(tiny_dirs, tmp_path):
+    """The grid picks its run on dev: with --eval-strategy no (no evaluation during training) dev is scored once on
+    the final weights, as an evaluation at the last step scores it. Was: the run was marked failed ("dev score is
+    nan") after training, and the command failed with every run."""
+    from bertkit.cli import main
+
+    train = _csv(tmp_path / "train.csv", ["pos", "neg", "pos", "neg", "pos", "neg"])
+    reports = {}
+    for strategy in ("no", "epoch"):
+        out = tmp_path / strategy
+        assert main(["finetune", "classify", "--model", str(tiny_dirs["clf"]), "--train-file", str(train),
+                     "--validation-file", str(train), "--output-dir", str(out), "--max-steps", "3", "--batch-size",
+                     "2", "--max-seq-length", "64", "--no-progress", "--eval-strategy", strategy]) == 0
+        reports[strategy] = json.loads((out / "report.json").read_text())["runs"][0]
+    assert reports["no"]["per_epoch"] == [] and "failed" not in reports["no"]
+    assert reports["no"]["dev"] == reports["epoch"]["dev"] == {"accuracy": reports["epoch"]["per_epoch"][-1]["accuracy"]}
+
+
 def test_a_constant_regression_validation_column_is_refused_before_training(tiny_dirs, tmp_path, capsys):
     from bertkit.cli import main
 

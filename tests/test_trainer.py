@@ -155,6 +155,50 @@ def test_masked_lm_with_either_librarys_collator_gives_transformers_numbers(chec
     np.testing.assert_allclose(losses(bertkit, transformers.DataCollatorForLanguageModeling), theirs, rtol=1e-5)
 
 
+@pytest.mark.parametrize("head", ["MaskedLM", "PreTraining"])
+def test_masked_lm_predictions_are_transformers_per_token_logits(checkpoint, tmp_path, head):
+    """predict() on a masked-LM model: (B, T, V) logits beside the (B, T) labels (and the next-sentence logits), as
+    transformers gives them. Was: the head's labelled-position logits (N, V), twice (as logits and prediction_logits),
+    cut to the first B rows; and no next-sentence logits, so predictions[0] was the first row of the MLM logits."""
+    model_dir = tmp_path / head
+    torch.manual_seed(0)
+    getattr(transformers, f"BertFor{head}")(transformers.AutoConfig.from_pretrained(checkpoint)).save_pretrained(model_dir)
+    transformers.AutoTokenizer.from_pretrained(checkpoint).save_pretrained(model_dir)
+
+    def masked_accuracy(p):
+        logits, labels = (p.predictions[0], p.label_ids[0]) if head == "PreTraining" else p
+        scored = labels != -100
+        return {"accuracy": float((logits.argmax(-1)[scored] == labels[scored]).mean()), "masked": int(scored.sum())}
+
+    outputs = []
+    for lib in (transformers, bertkit):
+        tokenizer = lib.AutoTokenizer.from_pretrained(model_dir)
+        rows = [dict(tokenizer(r["text"])) for r in TEST] if head == "MaskedLM" else [
+            {**tokenizer(r["text"], r["text"][::-1]), "next_sentence_label": r["label"]} for r in TEST]
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), per_device_eval_batch_size=4,
+                                     report_to="none", use_cpu=True, disable_tqdm=True)
+        trainer = lib.Trainer(model=getattr(lib, f"AutoModelFor{head}").from_pretrained(model_dir), args=args,
+                              processing_class=tokenizer, compute_metrics=masked_accuracy,
+                              data_collator=lib.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.3, seed=0))
+        outputs.append(trainer.predict(rows))
+    theirs, ours = outputs
+    if head == "PreTraining":  # (MLM logits, next-sentence logits) and (MLM labels, next-sentence labels)
+        assert [p.shape for p in ours.predictions] == [p.shape for p in theirs.predictions] == [
+            (len(TEST), 44, 30522), (len(TEST), 2)]
+        np.testing.assert_allclose(ours.predictions[1], theirs.predictions[1], atol=1e-5)
+        np.testing.assert_array_equal(ours.label_ids[1], theirs.label_ids[1])
+    else:
+        assert ours.predictions.shape == theirs.predictions.shape == (len(TEST), 15, 30522)
+    ours, theirs = ((*((o.predictions[0], o.label_ids[0]) if head == "PreTraining" else (o.predictions, o.label_ids)),
+                     o.metrics) for o in (ours, theirs))
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    scored = theirs[1] != -100
+    np.testing.assert_allclose(ours[0][scored], theirs[0][scored], atol=1e-5)
+    assert ours[2]["test_masked"] == theirs[2]["test_masked"] == {"MaskedLM": 36, "PreTraining": 105}[head]
+    assert ours[2]["test_accuracy"] == theirs[2]["test_accuracy"]
+    assert ours[2]["test_loss"] == pytest.approx(theirs[2]["test_loss"], rel=1e-5)
+
+
 def _bertkit_trainer(checkpoint: Path, out: Path, callbacks=(), train=TRAIN, dropout: float = 0.0, **overrides):
     tokenizer = bertkit.AutoTokenizer.from_pretrained(checkpoint)
     model = bertkit.AutoModelForSequenceClassification.from_pretrained(

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -95,6 +98,20 @@ def test_callbacks_see_what_transformers_callbacks_see(checkpoint, tmp_path, ove
     assert [e for e in ours if e[0] == "on_save"] and all(e[3] for e in ours if e[0] == "on_save")
 
 
+@pytest.mark.parametrize("length", [dict(max_steps=6), dict(num_train_epochs=1.5)], ids=["max_steps", "epochs"])
+def test_the_state_callbacks_see_counts_epochs_as_transformers_does(checkpoint, tmp_path, length):
+    """state.num_train_epochs is the number of epochs the run begins (2 for 6 steps of 4 an epoch, or 1.5 epochs),
+    as transformers sets it; bertkit gave the fraction, 1.5."""
+    seen = {"transformers": [], "bertkit": []}
+    for lib in (transformers, bertkit):
+        def steer(name, state, control, found=seen[lib.__name__]):
+            if name == "on_train_begin":
+                found.append((state.max_steps, state.num_train_epochs))
+
+        _run(lib, checkpoint, tmp_path / lib.__name__, steer=steer, eval_strategy="no", save_strategy="no", **length)
+    assert seen["bertkit"] == seen["transformers"] == [(6, 2)]
+
+
 def _steer(name, state, control):
     """Each flag at its own step (16 rows, batches of 4: 4 steps an epoch; nothing scheduled but the log at 8)."""
     if name == "on_step_end" and state.global_step == 1:
@@ -146,6 +163,68 @@ def test_load_best_model_at_end_without_eval_labels_is_refused_before_training(c
                                            r"load_best_model_at_end.*'label'"):
         trainer.train()
     assert not (tmp_path / "run").exists()
+
+
+def test_a_subclass_overriding_a_method_bertkit_never_calls_is_refused(checkpoint, tmp_path):
+    """The class-weighted loss recipe: transformers trains on the override's loss; bertkit's loop trained on the
+    model's own loss, the override skipped without a word."""
+    losses = {}
+    for lib in (transformers, bertkit):
+        class Weighted(lib.Trainer):
+            def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+                labels = inputs.pop("labels")
+                out = model(**inputs)
+                loss = torch.nn.functional.cross_entropy(out.logits, labels, weight=torch.tensor([1.0, 5.0]))
+                return (loss, out) if return_outputs else loss
+
+        class Logged(lib.Trainer):  # log is called by both: an override of it is honoured
+            seen = losses.setdefault(lib.__name__, [])
+
+            def log(self, logs, *args):
+                self.seen.extend([logs["loss"]] if "loss" in logs else [])
+                super().log(logs, *args)
+
+        tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
+        rows = [{**tokenizer(r["text"]), "label": r["label"]} for r in TRAIN]
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), use_cpu=True, report_to="none",
+                                     max_steps=2, logging_steps=1, save_strategy="no", disable_tqdm=True, seed=3)
+        model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint)
+        if lib is bertkit:
+            with pytest.raises(BertkitError, match=r"^Weighted overrides compute_loss, which transformers' Trainer "
+                                                   r"calls and bertkit's never does"):
+                Weighted(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
+        Logged(model=model, args=args, train_dataset=rows, processing_class=tokenizer).train()
+    np.testing.assert_allclose(losses["bertkit"], losses["transformers"], rtol=1e-5)
+    assert len(losses["bertkit"]) == 2
+
+
+def _hidden_states_trainer(lib, checkpoint: Path, out: Path):
+    tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
+    model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint, output_hidden_states=True)
+    rows = [{**tokenizer(r["text"]), "label": r["label"]} for r in TEST]
+    args = lib.TrainingArguments(output_dir=str(out), use_cpu=True, report_to="none", max_steps=2,
+                                 eval_strategy="epoch", save_strategy="no", disable_tqdm=True)
+    return lib.Trainer(model=model, args=args, train_dataset=rows, eval_dataset=rows, processing_class=tokenizer), rows
+
+
+def test_hidden_states_in_predictions_are_refused_unless_ignored(checkpoint, tmp_path):
+    """With output_hidden_states, transformers' predictions are (logits, hidden_states): a compute_metrics reading
+    predictions[0] gets the logits there. bertkit gave the logits alone, so predictions[0] was the first row."""
+    trainer, rows = _hidden_states_trainer(transformers, checkpoint, tmp_path / "hf")
+    theirs = trainer.predict(rows).predictions
+    assert isinstance(theirs, tuple) and len(theirs) == 2 and theirs[0].shape == (len(TEST), 2)
+    trainer, rows = _hidden_states_trainer(bertkit, checkpoint, tmp_path / "bk")
+    for call, fix in ((partial(trainer.predict, rows), "predict(ignore_keys=['hidden_states'])"),
+                      (trainer.evaluate, "evaluate(ignore_keys=['hidden_states'])"),
+                      (trainer.train, "train(ignore_keys_for_eval=['hidden_states'])")):
+        with pytest.raises(BertkitError, match=re.escape(
+                "(logits, hidden_states) and bertkit returns the logits alone, so predictions[0] would be the "
+                f"logits there and the first row here; pass {fix}")):
+            call()
+    assert not (tmp_path / "bk").exists()  # refused before anything was written
+    ours = trainer.predict(rows, ignore_keys=["hidden_states"]).predictions
+    np.testing.assert_allclose(ours, theirs[0], rtol=1e-5, atol=1e-6)
+    assert trainer.train(ignore_keys_for_eval=["hidden_states"]).global_step == 2
 
 
 def test_a_nan_metric_never_becomes_the_best(checkpoint, tmp_path, caplog):
@@ -220,6 +299,42 @@ def test_save_total_limit_holds_across_killed_runs(checkpoint, tmp_path):
         assert len(list(out.glob("checkpoint-*"))) <= 2
     _trainer(checkpoint, out, save_total_limit=2).train(resume_from_checkpoint=True)
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-6", "checkpoint-8"]
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_save_total_limit_counts_the_best_checkpoint_as_transformers_does(checkpoint, tmp_path, limit):
+    """save_total_limit is the number of checkpoints in all, the best and the newest among them (transformers'
+    rotate_checkpoints); bertkit kept save_total_limit others beside the best: one more than asked."""
+    kept = {}
+    for lib in (transformers, bertkit):
+        out, kept[lib.__name__] = tmp_path / lib.__name__, []
+
+        def steer(name, state, control, out=out, seen=kept[lib.__name__]):
+            if name == "on_save":  # after transformers' rotation, and bertkit's
+                seen.append((state.global_step, sorted(p.name for p in out.glob("checkpoint-*"))))
+
+        # the loss read as greater-is-better: the best checkpoint is an early one, so it differs from the newest
+        _run(lib, checkpoint, out, steer=steer, max_steps=6, eval_steps=1, save_steps=1, learning_rate=3e-3,
+             load_best_model_at_end=True, metric_for_best_model="eval_loss", greater_is_better=True,
+             save_total_limit=limit)
+    assert kept["bertkit"] == kept["transformers"]
+    assert [len(names) for _, names in kept["bertkit"]] == [min(step, max(limit, 2)) for step in range(1, 7)]
+
+
+def test_a_stray_checkpoint_directory_never_makes_rotation_remove_the_newest(checkpoint, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(Killed):
+        trainer = _trainer(checkpoint, out, save_total_limit=1)
+        trainer.add_callback(KillAt(5))
+        trainer.train()
+    (out / "checkpoint-999").mkdir()  # empty: resuming passes over it, with a warning
+    trainer = _trainer(checkpoint, out, save_total_limit=1)
+    trainer.train(resume_from_checkpoint=True)
+    # checkpoint-999 sorted newest, so rotation took checkpoint-8, just written, for an old one and removed it
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-8", "checkpoint-999"]
+    saved = bertkit.AutoModelForSequenceClassification.from_pretrained(out / "checkpoint-8")
+    for (name, a), (_, b) in zip(trainer.model.state_dict().items(), saved.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
 
 
 def test_resume_passes_over_a_stray_checkpoint_directory(checkpoint, tmp_path, caplog):

@@ -308,6 +308,7 @@ def _claim_in_place(directory: Path, command: str, inputs: Mapping[str, Any] | N
     created = not os.path.lexists(directory)
     with writing(directory):
         directory.mkdir(parents=True, exist_ok=True)
+    lock_made = not os.path.lexists(directory / LOCK)
     dir_lock.lock(directory, command)
     try:
         if (holder := dir_lock.held_by_another(directory)) is not None:
@@ -323,10 +324,12 @@ def _claim_in_place(directory: Path, command: str, inputs: Mapping[str, Any] | N
             raise BertkitError(f"{directory} already holds the output of a `bertkit {marker.get('command')}` run; "
                                "choose another output directory")
     except BaseException:
+        if lock_made:  # a refusal leaves nothing of bertkit's in a directory of the user's (removed while held)
+            with contextlib.suppress(OSError):
+                (directory / LOCK).unlink()
         dir_lock.unlock(directory)
         if created:
             with contextlib.suppress(OSError):
-                (directory / LOCK).unlink()
                 directory.rmdir()
         raise
     return OutputDir(directory, directory, command, {}, os.getcwd(), in_place=True, created=created)

@@ -105,7 +105,7 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     """Save a resumable checkpoint every N optimiser steps (below 1: a share of all steps). Default: at the end
     only."""
     save_total_limit: int | None = flag(2, hf=None, check=at_least_one)
-    """Keep the newest N checkpoints (None: all)."""
+    """Keep N checkpoints in all: the newest, and the best among them when the best is kept (None: all)."""
     skip_nonfinite: int = flag(0, check=non_negative)
     """Skip up to N optimiser steps whose loss or gradient is NaN or infinite (their batches are dropped and
     counted in metrics.jsonl). Default 0: the first one stops the run, naming the step and last checkpoint."""
@@ -337,6 +337,13 @@ class PretrainSettings(TrainingSettings):
         super().__post_init__()
         if self.max_steps < 1:
             raise BertkitError(f"max_steps must be at least 1, got {self.max_steps}")
+        chosen = [f"--{k.replace('_', '-')} {v}" for k, v, new_only in (
+            ("mlm_bias_init", self.mlm_bias_init, "unigram"), ("position_init", self.position_init, "sinusoidal"))
+            if v == new_only]
+        if self.init_from is not None and chosen:  # else silently not applied: from_pretrained keeps the weights
+            raise BertkitError(f"{' and '.join(chosen)} initialise new weights, but --init-from {self.init_from} "
+                               "starts from the checkpoint's (its masked-LM bias and position embeddings are kept; "
+                               "a masked-LM head it lacks starts at zeros): drop them, or drop --init-from")
 
 
 @dataclass(kw_only=True)

@@ -19,7 +19,7 @@ from torch import nn
 from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError
 from bertkit.manifests import remove_owned_tree
-from bertkit.outputs import disk_full, fsync
+from bertkit.outputs import MARKER, disk_full, fsync
 from bertkit.staging import remove_killed_writes, staged
 
 logger = logging.getLogger("bertkit")
@@ -57,8 +57,8 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
                     protect: Callable[[Path], bool] | None = None) -> Path:
     """Write ``state`` (and ``model``, for ``from_pretrained``) into a staging directory beside the checkpoint, its
     manifest last, and rename it into place (``bertkit.staging.staged``): a kill or a full disk mid-write leaves the
-    previous checkpoints as they were. ``write_extra(dir)`` adds files before the rename; of the checkpoints
-    ``protect`` does not claim, the newest ``keep`` are kept."""
+    previous checkpoints as they were. ``write_extra(dir)`` adds files before the rename; then ``keep`` checkpoints
+    are kept (``_rotate``)."""
     final = layout.path(out_dir, step)
     try:
         with staged(final, "checkpoint", manifest=True) as tmp:
@@ -72,7 +72,7 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
         if e.__cause__ is None or not disk_full(e.__cause__):
             raise
         raise _disk_full_error(out_dir, layout, final, state) from e.__cause__
-    _rotate(out_dir, layout, keep, protect)
+    _rotate(out_dir, layout, final, keep, protect)
     return final
 
 
@@ -92,9 +92,16 @@ def remove_torn_writes(out_dir: Path, layout: CheckpointLayout) -> None:
     remove_killed_writes(layout.root(out_dir), layout.prefix)
 
 
-def _rotate(out_dir: Path, layout: CheckpointLayout, keep: int, protect: Callable[[Path], bool] | None) -> None:
-    kept = [p for p in layout.dirs(out_dir) if not (protect and protect(p))]
-    for old in kept[:-keep]:
+def _rotate(out_dir: Path, layout: CheckpointLayout, final: Path, keep: int,
+            protect: Callable[[Path], bool] | None) -> None:
+    """transformers' ``save_total_limit``: ``keep`` checkpoints in all, among them always ``final`` (the one just
+    written) and the one ``protect`` claims (the best), so two when those differ and ``keep`` is 1; the others go
+    oldest first. A directory without a checkpoint manifest (a user's empty ``checkpoint-999``) is not bertkit's: it
+    is neither counted nor removed, and never makes the checkpoint just written look old."""
+    ours = [p for p in layout.dirs(out_dir) if (p / MARKER).is_file()]
+    kept = {final, *(p for p in ours if protect is not None and protect(p))}
+    others = [p for p in ours if p not in kept]
+    for old in others[:max(0, len(others) - max(0, keep - len(kept)))]:
         remove_owned_tree(old)  # only the files recorded as written by this run or the one it resumes
 
 

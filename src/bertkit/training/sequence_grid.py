@@ -70,7 +70,9 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
         else:
             if not current().is_main:  # under torchrun, rank 0 scores, saves and reports
                 continue
-            score = run.result.last_eval or {}
+            # the final step's evaluation (the loop makes one there), or with --eval-strategy no one now: the grid
+            # picks its run on dev
+            score = (run.result.last_eval if s.eval_strategy != "no" else scores_of(model)) or {}
             record.update(dev=score, per_epoch=run.per_epoch, steps=run.result.step)
             primary = next(iter(score.values()), float("nan"))
             if not math.isfinite(primary):

@@ -57,6 +57,11 @@ from bertkit.training.trainer_args import TrainingArguments
 
 TRAINER_STATE = "trainer_state.json"
 logger = logging.getLogger("bertkit")
+# transformers' Trainer methods its subclasses override to change training or prediction, which bertkit's Trainer
+# never calls (the loop trains on the model's own loss): an override is refused, never silently skipped
+NOT_CALLED = ("compute_loss", "training_step", "prediction_step", "create_optimizer", "create_scheduler",
+              "create_optimizer_and_scheduler", "get_train_dataloader", "get_eval_dataloader", "get_test_dataloader",
+              "evaluation_loop", "get_decay_parameter_names")
 
 
 def set_seed(seed: int) -> None:
@@ -77,6 +82,14 @@ class Trainer:
         if unknown:
             raise BertkitError(f"Trainer got arguments bertkit does not implement: {sorted(unknown)}; "
                                "see docs/coming-from-transformers.md")
+        overridden = [name for cls in type(self).__mro__ if not cls.__module__.startswith("bertkit.")
+                      for name in NOT_CALLED if name in vars(cls)]
+        if overridden:
+            raise BertkitError(
+                f"{type(self).__name__} overrides {', '.join(overridden)}, which transformers' Trainer calls and "
+                "bertkit's never does (its loop trains on the loss the model's forward returns), so the override "
+                "would be skipped without a word: compute a custom loss in the model's forward (a subclass of the "
+                "head), or train with transformers' Trainer")
         if model_init is not None:
             raise BertkitError("model_init (hyper-parameter search) is not implemented; pass model=")
         if model is None:
@@ -208,7 +221,8 @@ class Trainer:
         return grouped
 
     # -- training ------------------------------------------------------------------------------------------
-    def train(self, resume_from_checkpoint: str | Path | bool | None = None, **unknown: Any) -> TrainOutput:
+    def train(self, resume_from_checkpoint: str | Path | bool | None = None,
+              ignore_keys_for_eval: list[str] | None = None, **unknown: Any) -> TrainOutput:
         """Train on ``train_dataset``, or continue (``resume_from_checkpoint``: True for the newest checkpoint-N in
         output_dir, or its path)."""
         if unknown:
@@ -217,7 +231,9 @@ class Trainer:
         out = Path(args.output_dir)
         examples = self._examples(self.train_dataset, "train_dataset", training=True)
         self._check_batch(examples, "train_dataset", need_labels=True)
+        self._ignore_keys_for_eval = ignore_keys_for_eval
         if args.eval_strategy != "no":
+            self._check_outputs(ignore_keys_for_eval, "train(ignore_keys_for_eval=...)")
             self._check_metric()
         plan = BatchPlan(examples, args.per_device_train_batch_size, self._collate, seed=args.seed,
                          draw=self._batches(examples), rank=info.rank, world_size=info.world_size)
@@ -284,7 +300,7 @@ class Trainer:
     def _new_state(self, total: int, per_epoch: int, resume: Path | None) -> TrainerState:
         """The run's TrainerState; resuming, as the checkpoint saved it."""
         info = current()
-        state = TrainerState(max_steps=total, num_train_epochs=total / per_epoch,
+        state = TrainerState(max_steps=total, num_train_epochs=-(-total // per_epoch),  # the epochs begun, as transformers
                              train_batch_size=self.args.per_device_train_batch_size,
                              is_local_process_zero=info.local_rank == 0, is_world_process_zero=info.is_main)
         if resume is not None:
@@ -320,6 +336,23 @@ class Trainer:
             raise BertkitError(f"resume_from_checkpoint {path} is not in output_dir {out}; set output_dir to the "
                                "directory that holds it, so the run continues where it was written")
         return path
+
+    def _check_outputs(self, ignore_keys: list[str] | None, fix: str) -> None:
+        """transformers hands predict() and compute_metrics every output but the loss and ``ignore_keys``: with the
+        config's output_hidden_states or output_attentions set, a tuple (logits, hidden_states, ...), whose [0] is
+        the logits. bertkit gives the logits alone, whose [0] is the first row: refused unless ignore_keys names
+        what transformers would add, so a compute_metrics written for either is never silently fed the other."""
+        config = getattr(self.model, "config", None)
+        extra = {flag: name for flag, name in (("output_hidden_states", "hidden_states"),
+                                                ("output_attentions", "attentions"))
+                 if getattr(config, flag, False) and name not in (ignore_keys or ())}
+        if extra:
+            raise BertkitError(
+                f"the model's config sets {' and '.join(f'{f}=True' for f in extra)}: transformers' Trainer would "
+                f"return predictions as a tuple (logits, {', '.join(extra.values())}) and bertkit returns the logits "
+                "alone, so predictions[0] would be the logits there and the first row here; pass "
+                f"{fix.replace('...', repr(list(extra.values())))} to take the logits alone, or set "
+                f"{' and '.join(f'model.config.{f} = False' for f in extra)}")
 
     def _check_metric(self) -> None:
         """metric_for_best_model must be one evaluation returns (which needs the eval set's labels): checked on one
@@ -358,6 +391,7 @@ class Trainer:
 
     # -- the loop's hooks ------------------------------------------------------------------------------------
     def _evaluate_in_loop(self, module: nn.Module) -> dict[str, float]:
+        self._check_outputs(self._ignore_keys_for_eval, "train(ignore_keys_for_eval=...)")  # a callback's evaluation
         return {k: v for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval")
                 for k, v in self._prediction_output(dataset, what, prefix, module, check=False).metrics.items()}
 
@@ -407,6 +441,7 @@ class Trainer:
         if isinstance(dataset, Mapping):
             return {k: v for prefix, _, part in self._eval_sets(dataset, metric_key_prefix)
                     for k, v in self.evaluate(part, ignore_keys, prefix).items()}
+        self._check_outputs(ignore_keys, "evaluate(ignore_keys=...)")
         metrics = self._prediction_output(dataset, "eval_dataset", metric_key_prefix).metrics
         if self.state.epoch is not None:
             metrics["epoch"] = self.state.epoch  # transformers returns it among the metrics
@@ -417,6 +452,7 @@ class Trainer:
     def predict(self, test_dataset: Any, ignore_keys: list[str] | None = None,
                 metric_key_prefix: str = "test") -> PredictionOutput:
         """Logits (numpy, rows in the dataset's order), the labels when the data has them, and the metrics."""
+        self._check_outputs(ignore_keys, "predict(ignore_keys=...)")
         output = self._prediction_output(test_dataset, "test_dataset", metric_key_prefix)
         self._event("on_predict", metrics=output.metrics)
         return output
@@ -463,10 +499,11 @@ class Trainer:
             """One batch's output arrays, label arrays (one per label name), loss x rows and rows with a loss."""
             out = module(**batch)
             loss = getattr(out, "loss", None)
-            fields = [getattr(out, f) for f in ("logits", "start_logits", "end_logits", "prediction_logits")
-                      if getattr(out, f, None) is not None]
-            if "prediction_logits" in type(out).__dict__ and "logits" in type(out).__dict__:
-                fields = fields[:1]
+            fields = [getattr(out, f) for f in ("logits", "start_logits", "end_logits", "prediction_logits",
+                                                "seq_relationship_logits") if getattr(out, f, None) is not None]
+            fields = list({id(f): f for f in fields}.values())  # a masked-LM's prediction_logits is its logits
+            if (mlm := getattr(out, "prediction_logits", None)) is not None and "labels" in batch:
+                fields = [_at_every_token(f, batch["labels"]) if f is mlm else f for f in fields]
             result = ([f.float().cpu().numpy() for f in fields],
                       [batch[k].cpu().numpy() for k in self.label_names if k in batch],
                       0.0 if loss is None else float(loss) * len(rows), 0 if loss is None else len(rows))
@@ -534,6 +571,17 @@ def _hashable(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return str(value.dtype), value.shape, value.tobytes()
     return value.item() if isinstance(value, np.generic) else value
+
+
+def _at_every_token(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """A masked-LM head given labels returns the labelled positions' logits alone, (N, V) row-major (heads.py);
+    transformers' predictions are (B, T, V), as the labels (B, T) they are scored against: each row goes back to its
+    position, zeros at the unlabelled ones (which a metric leaves out with the -100 labels)."""
+    if logits.ndim != 2 or labels.ndim != 2:
+        return logits
+    full = logits.new_zeros(*labels.shape, logits.shape[-1])  # (B, T, V)
+    full[labels != -100] = logits
+    return full
 
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:
