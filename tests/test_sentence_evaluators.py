@@ -147,3 +147,15 @@ def test_bad_evaluator_input_is_named():
         evaluation.RerankingEvaluator([{"query": "q", "positive": ["p"], "negative": []}])
     with pytest.raises(BertkitError, match=r"relevant document id\(s\) are not in the corpus, e.g. \['d2'\]; add them"):
         evaluation.InformationRetrievalEvaluator({"q": "a question"}, {"d1": "a doc"}, {"q": {"d2"}}, name="ir")
+
+
+def test_similarity_nan_gold_score_gives_nan_correlations():
+    """A NaN gold score makes both correlations NaN, as sentence-transformers (scipy) gives them: Spearman ranked the
+    NaN last and reported a number from the other pairs."""
+    g = torch.Generator().manual_seed(1)
+    table = {t: torch.randn(6, generator=g) for t in ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]}
+    args = (["a0", "a1", "a2", "a3"], ["b0", "b1", "b2", "b3"], [0.9, float("nan"), 0.2, 0.5])
+    want = st_evaluation.EmbeddingSimilarityEvaluator(*args)(_Fixed(table))
+    got = evaluation.EmbeddingSimilarityEvaluator(*args)(_Fixed(table))
+    assert np.isnan(want["spearman_cosine"]) and np.isnan(want["pearson_cosine"])
+    assert list(got) == list(want) and all(np.isnan(v) for v in got.values())
