@@ -14,8 +14,10 @@ from cross_encoder_helpers import cross_encoder_directory, squad_rerank
 st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
 st_losses = pytest.importorskip("sentence_transformers.cross_encoder.losses")
 st_evaluation = pytest.importorskip("sentence_transformers.cross_encoder.evaluation")
+st_sequential = pytest.importorskip("sentence_transformers.evaluation")
 
 from bertkit.errors import BertkitError  # noqa: E402
+from bertkit.sentence import evaluation as sentence_evaluation  # noqa: E402
 from bertkit.sentence.cross_encoder import CrossEncoder, evaluation, losses  # noqa: E402
 
 LONG = "Paris is the capital and most populous city of France, on the Seine. " * 12
@@ -197,10 +199,18 @@ def test_reranking_evaluator_gives_sentence_transformers_metrics():
             samples.append({"query": f"q{i}", "positive": positive, "negative": docs[len(positive):]})
     samples.append({"query": "none", "positive": [], "negative": ["x"]})  # nothing relevant: zeros
     for kwargs in ({"at_k": 10}, {"at_k": 2, "name": "squad"}, {"at_k": 3, "always_rerank_positives": False}):
-        want = st_evaluation.CrossEncoderRerankingEvaluator(samples, write_csv=False, **kwargs)(_Table(table))
-        got = evaluation.CrossEncoderRerankingEvaluator(samples, write_csv=False, **kwargs)(_Table(table))
+        want_evaluator = st_evaluation.CrossEncoderRerankingEvaluator(samples, write_csv=False, **kwargs)
+        got_evaluator = evaluation.CrossEncoderRerankingEvaluator(samples, write_csv=False, **kwargs)
+        want, got = want_evaluator(_Table(table)), got_evaluator(_Table(table))
         assert got.keys() == want.keys()
         np.testing.assert_allclose([got[k] for k in want], [float(v) for v in want.values()], atol=1e-12)
+        assert got_evaluator.primary_metric == want_evaluator.primary_metric  # "squad_ndcg@2" when named
+    # a named one in a SequentialEvaluator: its primary metric is among its (prefixed) results
+    want = st_sequential.SequentialEvaluator(
+        [st_evaluation.CrossEncoderRerankingEvaluator(samples, name=n, write_csv=False) for n in ("a", "b")])
+    got = sentence_evaluation.SequentialEvaluator(
+        [evaluation.CrossEncoderRerankingEvaluator(samples, name=n, write_csv=False) for n in ("a", "b")])
+    assert got(_Table(table))["sequential_score"] == pytest.approx(want(_Table(table))["sequential_score"], abs=1e-12)
 
 
 def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows):

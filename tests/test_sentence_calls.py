@@ -217,6 +217,19 @@ def test_semantic_search_and_quantization(models):
         _same(quantize_embeddings(emb, precision), st.quantize_embeddings(emb, precision=precision))
 
 
+def test_semantic_search_with_corpus_chunks_smaller_than_top_k():
+    """Chunks of the corpus smaller than top_k (which failed with torch's "selected index k out of range" once two
+    chunks held fewer than top_k entries): sentence-transformers' hits and scores."""
+    g = torch.Generator().manual_seed(0)
+    queries, corpus = torch.randn(3, 8, generator=g), torch.randn(7, 8, generator=g)
+    for top_k, chunk in ((5, 2), (7, 3), (3, 1), (10, 4)):
+        got = util.semantic_search(queries, corpus, top_k=top_k, corpus_chunk_size=chunk)
+        want = st_util.semantic_search(queries, corpus, top_k=top_k, corpus_chunk_size=chunk)
+        assert [[h["corpus_id"] for h in hits] for hits in got] == [[h["corpus_id"] for h in hits] for hits in want]
+        np.testing.assert_allclose([[h["score"] for h in hits] for hits in got],
+                                   [[h["score"] for h in hits] for hits in want], atol=1e-6)
+
+
 def test_directories_saved_by_one_library_load_in_the_other(models, tmp_path):
     """truncate_dim, written where sentence-transformers 6 writes it (config_sentence_transformers.json) and read back
     (bertkit neither wrote nor read it: a model saved at 16 dimensions loaded at 384); prompts, max_seq_length, the

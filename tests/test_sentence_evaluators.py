@@ -147,3 +147,49 @@ def test_bad_evaluator_input_is_named():
         evaluation.RerankingEvaluator([{"query": "q", "positive": ["p"], "negative": []}])
     with pytest.raises(BertkitError, match=r"relevant document id\(s\) are not in the corpus, e.g. \['d2'\]; add them"):
         evaluation.InformationRetrievalEvaluator({"q": "a question"}, {"d1": "a doc"}, {"q": {"d2"}}, name="ir")
+
+
+def test_similarity_nan_gold_score_gives_nan_correlations():
+    """A NaN gold score makes both correlations NaN, as sentence-transformers (scipy) gives them: Spearman ranked the
+    NaN last and reported a number from the other pairs."""
+    g = torch.Generator().manual_seed(1)
+    table = {t: torch.randn(6, generator=g) for t in ["a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"]}
+    args = (["a0", "a1", "a2", "a3"], ["b0", "b1", "b2", "b3"], [0.9, float("nan"), 0.2, 0.5])
+    want = st_evaluation.EmbeddingSimilarityEvaluator(*args)(_Fixed(table))
+    got = evaluation.EmbeddingSimilarityEvaluator(*args)(_Fixed(table))
+    assert np.isnan(want["spearman_cosine"]) and np.isnan(want["pearson_cosine"])
+    assert list(got) == list(want) and all(np.isnan(v) for v in got.values())
+
+
+def _scaled_table(seed: int, keys: list[str]) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(4, generator=g) * (0.2 + 2 * torch.rand((), generator=g)) for k in keys}
+
+
+def test_retrieval_primary_metric_is_chosen_at_the_first_call_and_kept():
+    """With several score functions and no main one, the primary metric is the best nDCG at the first call (the
+    first by name on a tie), then kept, as sentence-transformers keeps it: a later call where another function
+    is better reports the same primary metric, so the SequentialEvaluator's score is that function's nDCG."""
+    queries, corpus = {f"q{i}": f"q{i}" for i in range(3)}, {f"d{i}": f"d{i}" for i in range(6)}
+    relevant = {f"q{i}": {f"d{i}"} for i in range(3)}
+    tables = [_scaled_table(seed, [*queries, *corpus]) for seed in (12, 1)]  # cosine better, then dot better
+    functions = {"dot": st.util.dot_score, "cosine": st.util.cos_sim}
+    want_ir = st_evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, score_functions=functions,
+                                                          ndcg_at_k=[3], name="ir", write_csv=False)
+    got_ir = evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, score_functions=functions,
+                                                      ndcg_at_k=[3], name="ir")
+    want_seq, got_seq = st_evaluation.SequentialEvaluator([want_ir]), evaluation.SequentialEvaluator([got_ir])
+    scores = []
+    for table in tables:
+        want, got = want_seq(_Fixed(table)), got_seq(_Fixed(table))
+        assert got_ir.primary_metric == want_ir.primary_metric == "ir_cosine_ndcg@3"
+        assert got["sequential_score"] == pytest.approx(want["sequential_score"], abs=1e-6)
+        scores.append((got["ir_cosine_ndcg@3"], got["ir_dot_ndcg@3"]))
+    assert scores[0][0] > scores[0][1] + 0.1 and scores[1][1] > scores[1][0] + 0.1  # the best function did change
+    # a tie (unit vectors: the same rankings) goes to the first function by name, whatever the dict's order
+    unit = {k: v / v.norm() for k, v in tables[0].items()}
+    tied = evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, score_functions=functions)
+    tied_want = st_evaluation.InformationRetrievalEvaluator(queries, corpus, relevant, score_functions=functions,
+                                                            write_csv=False)
+    tied(_Fixed(unit)), tied_want(_Fixed(unit))
+    assert tied.primary_metric == tied_want.primary_metric == "cosine_ndcg@10"

@@ -165,3 +165,30 @@ def test_resuming_with_other_learning_rates_is_refused(model, tmp_path):
         trainer(2e-4).train(resume_from_checkpoint=True)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == written
     assert trainer(1e-4).train(resume_from_checkpoint=True).global_step == 2
+
+
+@pytest.mark.parametrize("sampler", [BatchSamplers.BATCH_SAMPLER, BatchSamplers.NO_DUPLICATES])
+def test_eval_loss_is_sentence_transformers(model_dir, sampler, tmp_path):
+    """sentence-transformers evaluates in batches its sampler draws (shuffled with ``seed``, or without duplicate
+    texts), not in the dataset's order; an in-batch-negatives loss's eval_loss depends on them. 12 and 14 pairs (a
+    short last batch, weighted by its rows) in batches of 4, three rows per paragraph: both trainers give the same
+    eval_loss, for two seeds."""
+    st = pytest.importorskip("sentence_transformers")
+    datasets = pytest.importorskip("datasets")
+    st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
+    st_sampler = pytest.importorskip("sentence_transformers.sentence_transformer.training_args").BatchSamplers
+    for n, seed in ((12, 0), (12, 7), (14, 0), (14, 7)):
+        pairs = [{"anchor": f"question {i}", "positive": f"paragraph {i // 3}"} for i in range(n)]
+        common = {"per_device_eval_batch_size": 4, "seed": seed}
+        want_model = st.SentenceTransformer(str(model_dir), device="cpu")
+        want = st.SentenceTransformerTrainer(
+            model=want_model, loss=st_losses.MultipleNegativesRankingLoss(want_model),
+            args=st.SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "st"), report_to="none", use_cpu=True,
+                                                         disable_tqdm=True, batch_sampler=st_sampler(sampler.value),
+                                                         **common),
+            eval_dataset=datasets.Dataset.from_list(pairs)).evaluate()["eval_loss"]
+        ours = SentenceTransformer(model_dir)
+        got = SentenceTransformerTrainer(model=ours, args=_args(tmp_path, **{**common, "batch_sampler": sampler}),
+                                         loss=losses.MultipleNegativesRankingLoss(ours),
+                                         eval_dataset=datasets.Dataset.from_list(pairs)).evaluate()["eval_loss"]
+        assert got == pytest.approx(want, rel=1e-5)

@@ -198,6 +198,18 @@ class SentenceTransformerTrainer(Trainer):
         size, seed = self.args.per_device_train_batch_size * current().world_size, self.args.seed
         return functools.lru_cache(maxsize=2)(lambda epoch: no_duplicates_batches(examples, size, seed + epoch))
 
+    def _eval_batches(self, dataset: Sequence) -> list[list[int]]:
+        """sentence-transformers' evaluation batches: drawn as its training batches are, by the same sampler with a
+        generator seeded with ``seed`` at each evaluation (an in-batch-negatives loss depends on them); under
+        torchrun every world_size-th batch, as accelerate deals them out."""
+        size, seed, info = self.args.per_device_eval_batch_size, self.args.seed, current()
+        if self.args.batch_sampler is BatchSamplers.NO_DUPLICATES:
+            batches = no_duplicates_batches(dataset, size, seed)
+        else:
+            rows = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed)).tolist()
+            batches = [rows[i:i + size] for i in range(0, len(rows), size)]
+        return batches[info.rank::info.world_size]
+
     def log(self, logs: dict[str, float]) -> None:
         """The record, with the loss's terms' means beside "loss" / "eval_loss" for a loss that names them."""
         split = "train" if "loss" in logs else "eval" if "eval_loss" in logs else None

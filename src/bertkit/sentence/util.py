@@ -180,8 +180,8 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
                     corpus_chunk_size: int = 500000, top_k: int = 10,
                     score_function: Callable[[Tensor, Tensor], Tensor] = cos_sim) -> list[list[dict[str, Any]]]:
     """For each query, the ``top_k`` corpus entries by ``score_function``: a list per query of
-    ``{"corpus_id": int, "score": float}``, best first (exact search, chunked to bound memory).
-    Ties keep the lower corpus id first."""
+    ``{"corpus_id": int, "score": float}``, best first (exact search, chunked to bound memory). Equal scores
+    come in ``torch.topk``'s order (sentence-transformers' order of them is its heap's: neither is by id)."""
     queries, corpus = _batches(query_embeddings, corpus_embeddings)
     if top_k < 1:
         raise BertkitError(f"top_k must be >= 1, got {top_k}")
@@ -197,7 +197,7 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
                 best_scores, best_ids = top.values, ids
             else:
                 both_scores, both_ids = torch.cat([best_scores, top.values], 1), torch.cat([best_ids, ids], 1)
-                keep = torch.topk(both_scores, k, dim=1, sorted=True).indices
+                keep = torch.topk(both_scores, min(k, both_scores.shape[1]), dim=1, sorted=True).indices
                 best_scores, best_ids = both_scores.gather(1, keep), both_ids.gather(1, keep)
         for scores_row, ids_row in zip(best_scores.tolist(), best_ids.tolist()):
             results.append([{"corpus_id": int(i), "score": float(s)} for s, i in zip(scores_row, ids_row)])

@@ -464,7 +464,7 @@ class Trainer:
         if check:
             self._check_batch(examples, what, need_labels=False)
         t0 = time.perf_counter()
-        preds, labels, loss = self._predictions(examples, module)
+        preds, labels, loss = self._predictions(examples, module, batches=self._eval_batches(dataset))
         return PredictionOutput(preds, labels, self._score(preds, labels, loss, len(examples),
                                                            time.perf_counter() - t0, prefix))
 
@@ -487,13 +487,17 @@ class Trainer:
                                "a dict of metric name -> number, e.g. {'accuracy': 0.91}")
         return returned
 
-    def _predictions(self, examples: Sequence, module: nn.Module | None = None,
-                     events: bool = True) -> tuple[Any, Any, float | None]:
-        """(logits, labels, mean loss) of every example, rows in the dataset's order, padded with -100 to one
-        length (token tasks), as transformers does. Under torchrun each rank computes every world_size-th example
-        and every rank gets all of them back, so metrics see the whole dataset once."""
-        module = module if module is not None else self.model
+    def _eval_batches(self, dataset: Sequence) -> list[list[int]]:
+        """This process's evaluation batches of ``dataset``: under torchrun every world_size-th row, in order."""
         info = current()
+        return in_order(range(info.rank, len(dataset), info.world_size), self.args.per_device_eval_batch_size)
+
+    def _predictions(self, examples: Sequence, module: nn.Module | None = None, events: bool = True,
+                     batches: list[list[int]] | None = None) -> tuple[Any, Any, float | None]:
+        """(logits, labels, mean loss) of every example, rows in the dataset's order, padded with -100 to one
+        length (token tasks), as transformers does. Computed in ``batches`` (``_eval_batches``'); under torchrun
+        every rank gets all the rows back, so metrics see the whole dataset once."""
+        module = module if module is not None else self.model
 
         def step(batch: dict, rows: list) -> tuple[list[np.ndarray], list[np.ndarray], float, int]:
             """One batch's output arrays, label arrays (one per label name), loss x rows and rows with a loss."""
@@ -511,8 +515,7 @@ class Trainer:
                 self._event("on_prediction_step")
             return result
 
-        parts = evaluate(step, examples, in_order(range(info.rank, len(examples), info.world_size),
-                                                  self.args.per_device_eval_batch_size),
+        parts = evaluate(step, examples, batches if batches is not None else self._eval_batches(examples),
                          pad=self._collate, device=self.device, bf16=self.args.bf16, model=module, gather=True)
         order = np.argsort(np.asarray([i for idx, _ in parts for i in idx], dtype=np.int64), kind="stable")
 

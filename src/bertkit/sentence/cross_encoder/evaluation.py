@@ -67,7 +67,7 @@ class CrossEncoderRerankingEvaluator:
         self.at_k = mrr_at_k if mrr_at_k is not None else at_k
         self.always_rerank_positives, self.name = always_rerank_positives, name
         self.batch_size, self.show_progress_bar, self.write_csv = batch_size, show_progress_bar, write_csv
-        self.primary_metric = f"ndcg@{self.at_k}"
+        self.primary_metric = f"{name}_ndcg@{self.at_k}" if name else f"ndcg@{self.at_k}"
 
     def _metrics(self, relevant: list[int], scores: np.ndarray) -> tuple[float, float, float]:
         ranking = np.argsort(scores)[::-1]

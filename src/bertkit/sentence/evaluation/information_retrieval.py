@@ -57,6 +57,7 @@ class InformationRetrievalEvaluator(EmbeddingEvaluator):
         self.query_prompt, self.query_prompt_name = query_prompt, query_prompt_name
         self.corpus_prompt, self.corpus_prompt_name = corpus_prompt, corpus_prompt_name
         self.primary_metric: str | None = None
+        self.main: str | None = None  # the score function whose nDCG is the primary metric
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         functions = self.score_functions or {model.similarity_fn_name: SIMILARITY_FUNCTIONS[model.similarity_fn_name][0]}
@@ -67,10 +68,12 @@ class InformationRetrievalEvaluator(EmbeddingEvaluator):
             ranked = self.rank(fn(q, c))
             for key, value in self.compute_metrics(ranked).items():
                 metrics[f"{fn_name}_{key}"] = value
-        main = similarity_function(self.main_score_function) if self.main_score_function else max(
-            functions, key=lambda f: metrics[f"{f}_ndcg@{max(self.ndcg_at_k)}"])
-        self.primary_metric = f"{self.name}_{main}_ndcg@{max(self.ndcg_at_k)}" if self.name \
-            else f"{main}_ndcg@{max(self.ndcg_at_k)}"
+        at = max(self.ndcg_at_k)
+        if self.main_score_function:
+            self.main = similarity_function(self.main_score_function)
+        elif self.main not in functions:  # the first call's best nDCG (by name on a tie), then kept through training
+            self.main = max(sorted(functions), key=lambda f: metrics[f"{f}_ndcg@{at}"])  # as sentence-transformers
+        self.primary_metric = f"{self.name}_{self.main}_ndcg@{at}" if self.name else f"{self.main}_ndcg@{at}"
         return prefixed(metrics, self.name)
 
     def rank(self, scores: torch.Tensor) -> list[list[str]]:

@@ -31,7 +31,10 @@ def pearson(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    return pearson(_ranks(np.asarray(a, np.float64)), _ranks(np.asarray(b, np.float64)))
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if np.isnan(a).any() or np.isnan(b).any():  # a NaN has no rank: NaN, as scipy's spearmanr gives it
+        return float("nan")
+    return pearson(_ranks(a), _ranks(b))
 
 
 class EmbeddingSimilarityEvaluator(EmbeddingEvaluator):
