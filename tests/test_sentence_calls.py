@@ -114,6 +114,7 @@ def test_a_dataset_row_and_column_embed_their_text(models):
     ({"text": None}, "holds 'text' NoneType"),
     ({}, r"input is a dict with the keys \[\]"),
     ([{"role": "user", "content": "hi"}], "chat message"),
+    ({"b", "a"}, r"a set of 2 texts: a set has no order"),  # its vectors could not be matched back to the texts
 ])
 def test_what_sentence_transformers_refuses_bertkit_refuses_by_name(models, inputs, message):
     ours, ref = models

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -58,6 +59,9 @@ def texts_of(inputs: Any) -> tuple[list[str], bool]:
     (its text modality, as a row of a dataset whose one column is "text") is one input. What it cannot embed as a
     text is refused naming the input: a dict with other keys (a dataset row with more columns), a (text, text) pair
     (which it encodes as one sequence; bertkit.sentence does not), a chat message, a non-string."""
+    if isinstance(inputs, AbstractSet):  # sentence-transformers refuses one too
+        raise BertkitError(f"encode() got a {type(inputs).__name__} of {len(inputs)} texts: a set has no order, so its "
+                           "vectors could not be matched back to its texts; pass a list (encode(sorted(texts)))")
     single = isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, Iterable) or \
         (isinstance(inputs, np.ndarray) and (inputs.ndim == 0 or inputs.dtype.kind not in "UO"))
     items = [inputs] if single else list(inputs)
