@@ -49,6 +49,9 @@ def test_predict_and_rank_give_sentence_transformers_scores(directory, rows, tmp
         torch.testing.assert_close(raw, want_model.predict(pairs, activation_fn=torch.nn.Identity(),
                                                            convert_to_tensor=True), atol=2e-5, rtol=0)
     assert got_model.predict(pairs[0]) == pytest.approx(float(got[0]), abs=1e-6)  # one pair: one score
+    np.testing.assert_allclose(got_model.predict(np.array(pairs), batch_size=4), want, atol=2e-6, rtol=0)  # (N, 2)
+    with pytest.raises(BertkitError, match="got a set: pass a list"):  # no order to give the scores back in
+        got_model.predict(set(pairs))
     query, docs = rows[0]["query"], [rows[0]["positive"], *rows[0]["negatives"]]
     want = want_model.rank(query, docs, top_k=3, return_documents=True)
     got = got_model.rank(query, docs, top_k=3, return_documents=True)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -242,6 +243,11 @@ class CrossEncoder(nn.Module):
         _refuse("predict", unknown, _REFUSED_CALL)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+        if isinstance(inputs, np.ndarray):  # an (N, 2) or (2,) array of strings, as sentence-transformers takes
+            inputs = inputs.tolist()
+        if not isinstance(inputs, Sequence):  # a set has no order; a generator, no length (both refused there too)
+            raise BertkitError(f"predict() takes a list of (text, text) pairs or one pair, got a {type(inputs).__name__}"
+                               ": pass a list (its scores come back in its order)")
         single = len(inputs) > 0 and not isinstance(inputs[0], (list, tuple))
         pairs = [inputs] if single else list(inputs)
         for i, pair in enumerate(pairs):
