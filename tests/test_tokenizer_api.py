@@ -152,6 +152,19 @@ def test_add_tokens_and_special_tokens_with_model_resize(minilm_dir, sentences, 
     assert logits.shape[-1] == len(ours)
 
 
+def test_an_added_token_is_never_made_from_a_words_pieces(minilm_dir):
+    """An added special token is matched exactly in the text, as in Hugging Face, whose WordPiece model never holds
+    it: the uncased "NEWTOK" is lower-cased to "newtok" but stays newt ##ok (bertkit's WordPiece made the added
+    token of it)."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    for tok in (ours, hf):
+        tok.add_special_tokens({"additional_special_tokens": ["newtok"]})
+    text = "NEWTOK Newtok newtoks, newtok"
+    assert ours(text)["input_ids"] == hf(text)["input_ids"] == [101, 25597, 6559, 25597, 6559, 30522, 1055, 1010,
+                                                                30522, 102]
+
+
 def test_hub_id_for_tokenizer_says_how_to_get_it(monkeypatch):
     import sys
 

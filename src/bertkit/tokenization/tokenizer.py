@@ -107,6 +107,9 @@ class BertTokenizer:
         else:
             tokens = load_vocab(vocab)
         self._tokens = tokens
+        # WordPiece segments words with these first tokens only: add_tokens appends tokens that are matched in the
+        # text, never produced from a word's pieces (Hugging Face keeps them out of its WordPiece model).
+        self._wordpiece_size = len(tokens)
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
@@ -141,7 +144,9 @@ class BertTokenizer:
         for key in SPECIAL_TOKEN_KEYS:  # unk_token_id, sep_token_id, ...
             setattr(self, f"{key}_id", self.vocab[getattr(self, key)])
         basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
-        wordpiece = WordPiece(self.vocab, self.unk_token, self.max_input_chars_per_word)
+        pieces = self.vocab if len(self._tokens) == self._wordpiece_size else \
+            {t: i for t, i in self.vocab.items() if i < self._wordpiece_size or t == self.unk_token}
+        wordpiece = WordPiece(pieces, self.unk_token, self.max_input_chars_per_word)
         self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
         self._special_id_set = frozenset(self.all_special_ids)
         # word_ids: a token starts a word unless it is a WordPiece continuation ("##...").
@@ -237,7 +242,8 @@ class BertTokenizer:
     def add_tokens(self, new_tokens: str | Sequence[str], special_tokens: bool = False) -> int:
         """Add tokens at the end of the vocabulary; returns how many were new (resize the model with
         ``model.resize_token_embeddings(len(tokenizer))``). As in Hugging Face, an added token is cut out of
-        the text before WordPiece wherever it occurs (case-insensitively for an uncased tokenizer); with
+        the text before WordPiece wherever it occurs (case-insensitively for an uncased tokenizer), and WordPiece
+        never makes one from a word's pieces; with
         ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
         """
         tokens = [new_tokens] if isinstance(new_tokens, str) else list(new_tokens)
