@@ -165,6 +165,20 @@ def test_an_added_token_is_never_made_from_a_words_pieces(minilm_dir):
                                                                 30522, 102]
 
 
+def test_adding_a_token_the_vocabulary_has_cuts_it_out_of_words(minilm_dir):
+    """add_tokens(["york"]) with "york" already in the vocabulary: Hugging Face cuts it out of the text wherever it
+    occurs, as any added token ("NewYorker" is new, york, er); bertkit left it to WordPiece (new ##yo ##rke ##r)."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    assert ours.add_tokens(["york"]) == 0 and len(ours) == len(hf) == 30522  # no new id: the model keeps its size
+    hf.add_tokens(["york"])
+    text = "NewYorker, yorky"
+    a, b = ours(text, return_offsets_mapping=True), hf(text, return_offsets_mapping=True)
+    assert a["input_ids"] == b["input_ids"] == [101, 2047, 2259, 9413, 1010, 2259, 1061, 102]
+    assert a["offset_mapping"] == [tuple(o) for o in b["offset_mapping"]]
+    assert a.word_ids() == b.word_ids() == [None, 0, 1, 2, 3, 4, 5, None]
+
+
 def test_hub_id_for_tokenizer_says_how_to_get_it(monkeypatch):
     import sys
 

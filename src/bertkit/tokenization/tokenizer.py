@@ -241,9 +241,9 @@ class BertTokenizer:
 
     def add_tokens(self, new_tokens: str | Sequence[str], special_tokens: bool = False) -> int:
         """Add tokens at the end of the vocabulary; returns how many were new (resize the model with
-        ``model.resize_token_embeddings(len(tokenizer))``). As in Hugging Face, an added token is cut out of
-        the text before WordPiece wherever it occurs (case-insensitively for an uncased tokenizer), and WordPiece
-        never makes one from a word's pieces; with
+        ``model.resize_token_embeddings(len(tokenizer))``). As in Hugging Face, an added token (one the vocabulary
+        had already too) is cut out of the text before WordPiece wherever it occurs, inside a word too
+        (case-insensitively for an uncased tokenizer), and WordPiece never makes one from a word's pieces; with
         ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
         """
         tokens = [new_tokens] if isinstance(new_tokens, str) else list(new_tokens)
@@ -256,8 +256,8 @@ class BertTokenizer:
                 self._tokens.append(token)
                 self.vocab[token] = len(self._tokens) - 1  # for the next token's check; _build remakes it
                 added += 1
-            elif not special_tokens:
-                continue  # already a WordPiece token: Hugging Face leaves it to WordPiece too
+            # A token the vocabulary has already is cut out of the text from now on too ("york" in "newyorker"),
+            # as Hugging Face does; it keeps its id
             target = self.additional_special_tokens if special_tokens else self.added_tokens
             if token not in target and token not in self.all_special_tokens:
                 target.append(token)
