@@ -332,6 +332,18 @@ def test_loads_what_transformers_5_saves_with_added_tokens(minilm_dir, tmp_path,
         b["input_ids"], skip_special_tokens=True)
 
 
+def test_an_added_token_of_tokenizer_json_is_not_made_from_a_words_pieces(minilm_dir, tmp_path):
+    """tokenizer.json keeps added tokens out of its WordPiece model: the special token "newtok" is matched exactly,
+    so an uncased "NEWTOK" stays newt ##ok (bertkit's WordPiece, given every token, made the special token of it)."""
+    ref = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ref.add_special_tokens({"additional_special_tokens": ["newtok"]})
+    ref.save_pretrained(tmp_path)
+    ref = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    text = "NEWTOK Newtok newtok"
+    assert ours(text)["input_ids"] == ref(text)["input_ids"] == [101, 25597, 6559, 25597, 6559, 30522, 102]
+
+
 def test_tokenizer_json_refusals_name_the_value(minilm_dir, tmp_path):
     def bpe(data):
         return {**data, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}

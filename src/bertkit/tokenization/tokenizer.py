@@ -180,10 +180,11 @@ class BertTokenizer:
         vocab: Path | dict[str, int] = path / VOCAB_FILE
         source = json_file = path / TOKENIZER_FILE
         settings = read_settings(path)
+        wordpiece_size = None  # vocab.txt: every token is WordPiece's
         if vocab.is_file():
             source = vocab
         elif json_file.is_file():
-            vocab, settings = read_tokenizer_json(json_file, settings)
+            vocab, settings, wordpiece_size = read_tokenizer_json(json_file, settings)
         else:
             raise MissingFileError(
                 f"{vocab} not found (nor {TOKENIZER_FILE}): a BERT tokenizer directory needs {VOCAB_FILE} (and "
@@ -197,6 +198,9 @@ class BertTokenizer:
                 f"cased is unknown: pass do_lower_case=True for an uncased checkpoint or False for a cased one"
             )
         tokenizer = cls(vocab, **settings)
+        if wordpiece_size is not None:  # tokenizer.json's added tokens (ids from wordpiece_size) are not WordPiece's
+            tokenizer._wordpiece_size = wordpiece_size
+            tokenizer._build()
         check_fits_model(len(tokenizer.vocab), path, source)
         return tokenizer
 
