@@ -116,8 +116,8 @@ class BertTokenizer:
         self.unk_token, self.sep_token, self.pad_token = unk_token, sep_token, pad_token
         self.cls_token, self.mask_token = cls_token, mask_token
         self.additional_special_tokens = list(additional_special_tokens)
-        # Tokens added with add_tokens: cut out of the text before WordPiece, like special tokens, but
-        # matched case-insensitively by an uncased tokenizer (Hugging Face matches them on normalised text).
+        # Tokens added with add_tokens: cut out of the text before WordPiece, like special tokens, but matched
+        # normalised in the normalised text, as Hugging Face matches them (an uncased "NAIVE" is the added "naïve").
         self.added_tokens: list[str] = list(dict.fromkeys(added_tokens))
         self.model_max_length = int(model_max_length)
         self.max_input_chars_per_word = max_input_chars_per_word
@@ -246,8 +246,9 @@ class BertTokenizer:
     def add_tokens(self, new_tokens: str | Sequence[str], special_tokens: bool = False) -> int:
         """Add tokens at the end of the vocabulary; returns how many were new (resize the model with
         ``model.resize_token_embeddings(len(tokenizer))``). As in Hugging Face, an added token (one the vocabulary
-        had already too) is cut out of the text before WordPiece wherever it occurs, inside a word too
-        (case-insensitively for an uncased tokenizer), and WordPiece never makes one from a word's pieces; with
+        had already too) is cut out of the text before WordPiece wherever its normalised form occurs in the normalised
+        text, inside a word too ("NAIVE" or "Naïve" for an uncased tokenizer's "naïve", "new\tyork" for "new york"),
+        and WordPiece never makes one from a word's pieces; with
         ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
         """
         tokens = [new_tokens] if isinstance(new_tokens, str) else list(new_tokens)
