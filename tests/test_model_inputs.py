@@ -43,7 +43,7 @@ def test_long_ids_still_run_and_int32_ids_too():
 
 @pytest.mark.parametrize(("text", "said"), [(None, "got NoneType"), (5, "got int 5"), (b"abc", "got bytes"),
                                             ([1, 2], "a list holding int 1"),
-                                            ([["a", "b"]], "pass is_split_into_words=True")])
+                                            ([["a", "b", "c"]], "pass is_split_into_words=True")])
 def test_the_tokenizer_names_what_it_takes(minilm_dir, text, said):
     from bertkit import BertTokenizer
 

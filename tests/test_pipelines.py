@@ -205,6 +205,31 @@ def test_token_classification_words_tags_and_offsets(tmp_path_factory, minilm_di
         assert "".join(w["word"] for w in o["words"]) == "".join(s.words)
 
 
+def test_token_classification_word_keeps_pieces_across_characters_the_tokenizer_drops(tmp_path_factory, minilm_dir,
+                                                                                      hf_tok):
+    """A zero-width space, soft hyphen or combining accent inside a word is dropped by the tokenizer, so the pieces
+    on either side are one word (transformers' word_ids()); the piece after it took a tag of its own before."""
+    id2label = {0: "O", 1: "B-PER", 2: "I-PER"}
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForTokenClassification", id2label=id2label,
+                            label2id={v: k for k, v in id2label.items()})
+    texts = ["hello\u200bworld", "Barbara Stre\u0301isand sings", "The cafe\u0301s of Paris"]
+    got = bertkit.pipeline("token-classification", d)(texts)
+    assert [[w["word"] for w in o["words"]] for o in got] == [
+        ["hello\u200bworld"], ["Barbara", "Stre\u0301isand", "sings"], ["The", "cafe\u0301s", "of", "Paris"]]
+    for text, o in zip(texts, got, strict=True):
+        enc = hf_tok(text, return_offsets_mapping=True, return_tensors="pt")
+        offsets = enc.pop("offset_mapping")[0].tolist()
+        with torch.no_grad():
+            p = hf_model(**enc).logits[0].double().softmax(-1)
+        word_ids = enc.word_ids()
+        firsts = [word_ids.index(w) for w in sorted({w for w in word_ids if w is not None})]
+        lasts = [len(word_ids) - 1 - word_ids[::-1].index(w) for w in sorted({w for w in word_ids if w is not None})]
+        assert [(w["start"], w["end"], w["tag"]) for w in o["words"]] == [
+            (offsets[a][0], offsets[b][1], id2label[int(p[a].argmax())]) for a, b in zip(firsts, lasts)]
+        np.testing.assert_allclose([w["score"] for w in o["words"]], [float(p[a].max()) for a in firsts], atol=1e-5,
+                                   rtol=0)
+
+
 def test_group_entities_reads_iob2_iob1_and_bioes():
     text = "Jim Smith went to New York City and Paris"
     spans = [(0, 3), (4, 9), (10, 14), (15, 17), (18, 21), (22, 26), (27, 31), (32, 35), (36, 41)]

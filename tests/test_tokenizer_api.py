@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 import torch
@@ -150,6 +151,56 @@ def test_add_tokens_and_special_tokens_with_model_resize(minilm_dir, sentences, 
     with torch.no_grad():
         logits = BertForMaskedLM.from_pretrained(tmp_path).eval()(torch.tensor([a["input_ids"][0]])).prediction_logits
     assert logits.shape[-1] == len(ours)
+
+
+def test_an_added_token_is_never_made_from_a_words_pieces(minilm_dir):
+    """An added special token is matched exactly in the text, as in Hugging Face, whose WordPiece model never holds
+    it: the uncased "NEWTOK" is lower-cased to "newtok" but stays newt ##ok (bertkit's WordPiece made the added
+    token of it)."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    for tok in (ours, hf):
+        tok.add_special_tokens({"additional_special_tokens": ["newtok"]})
+    text = "NEWTOK Newtok newtoks, newtok"
+    assert ours(text)["input_ids"] == hf(text)["input_ids"] == [101, 25597, 6559, 25597, 6559, 30522, 1055, 1010,
+                                                                30522, 102]
+
+
+def test_adding_a_token_the_vocabulary_has_cuts_it_out_of_words(minilm_dir):
+    """add_tokens(["york"]) with "york" already in the vocabulary: Hugging Face cuts it out of the text wherever it
+    occurs, as any added token ("NewYorker" is new, york, er); bertkit left it to WordPiece (new ##yo ##rke ##r)."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    assert ours.add_tokens(["york"]) == 0 and len(ours) == len(hf) == 30522  # no new id: the model keeps its size
+    hf.add_tokens(["york"])
+    text = "NewYorker, yorky"
+    a, b = ours(text, return_offsets_mapping=True), hf(text, return_offsets_mapping=True)
+    assert a["input_ids"] == b["input_ids"] == [101, 2047, 2259, 9413, 1010, 2259, 1061, 102]
+    assert a["offset_mapping"] == [tuple(o) for o in b["offset_mapping"]]
+    assert a.word_ids() == b.word_ids() == [None, 0, 1, 2, 3, 4, 5, None]
+
+
+@pytest.mark.parametrize("lower", [True, False], ids=["uncased", "cased"])
+def test_added_tokens_are_matched_in_the_normalised_text(minilm_dir, lower):
+    """Hugging Face matches an added token's normalised form in the normalised text: an uncased "NAIVE" or
+    "nai\u0308ve" is the added "naïve", "NEW\tYORK" the added "New York", "ISTANBUL" the added "İstanbul" (bertkit
+    matched the raw text case-insensitively: WordPiece read the first three, and the last raised a KeyError)."""
+    ours = BertTokenizer.from_pretrained(minilm_dir, do_lower_case=lower)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir, do_lower_case=lower)
+    added = ["naïve", "New York", "İstanbul", "中文", "x\u200by"]
+    assert ours.add_tokens(added) == hf.add_tokens(added) == 5
+    fragments = ["NAIVE", "nai\u0308ve", "Naïve", "New York", "NEW\tYORK", "new\u200byork", "new  york", "ISTANBUL",
+                 "İstanbul", "我中文字", "中 文", "xy", "x\u200by", "[MASK]", ",", "hello", "\u0301", " "]
+    rng = random.Random(0)
+    texts = ["".join(rng.choice(fragments) + rng.choice(["", " ", "\t"]) for _ in range(rng.randint(1, 6)))
+             for _ in range(300)]
+    a, b = ours(texts, return_offsets_mapping=True), hf(texts, return_offsets_mapping=True)
+    assert a["input_ids"] == b["input_ids"]
+    assert a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
+    if lower:
+        got = ours("NAIVE nai\u0308ve NEW\tYORK from ISTANBUL", return_offsets_mapping=True)
+        assert got["input_ids"] == [101, 30522, 30522, 30523, 2013, 30524, 102]
+        assert got["offset_mapping"] == [(0, 0), (0, 5), (6, 12), (13, 21), (22, 26), (27, 35), (0, 0)]
 
 
 def test_hub_id_for_tokenizer_says_how_to_get_it(monkeypatch):

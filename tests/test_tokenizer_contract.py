@@ -280,6 +280,22 @@ def test_return_flags(ours, hf, sentences, squad, return_tensors):
                     assert _plain(a) == _plain(b), flags
 
 
+def test_a_list_of_pairs_is_a_batch_of_pairs(ours, hf, squad):
+    """tokenizer([[query, passage], ...]) as rerankers' model cards call it (BGE's): each inner pair is (text,
+    text_pair). bertkit refused it, hinting is_split_into_words=True, which reads each pair as one text's words."""
+    assert ours([["what is panda?", "hi"]])["input_ids"] == [[101, 2054, 2003, 25462, 1029, 102, 7632, 102]]
+    assert ours([("what is panda?", "hi")])["token_type_ids"] == [[0, 0, 0, 0, 0, 0, 1, 1]]
+    questions, contexts = squad
+    pairs = [[q, c] for q, c in zip(questions, contexts)] + [("a", ""), ("", "b")]
+    for kw in ({"padding": True, "truncation": True, "max_length": 64, "return_tensors": "pt"},
+               {"truncation": "only_second", "max_length": 48, "stride": 8, "return_overflowing_tokens": True,
+                "return_offsets_mapping": True}):
+        a, b = ours(pairs, **kw), hf(pairs, **kw)
+        assert _plain(a) == _plain(b)
+        assert [a.sequence_ids(i) for i in range(len(b["input_ids"]))] == [
+            b.sequence_ids(i) for i in range(len(b["input_ids"]))]
+
+
 # ---------------------------------------------------------------------------------------------------
 # A directory saved by transformers 5: tokenizer.json + tokenizer_config.json, no vocab.txt
 # ---------------------------------------------------------------------------------------------------
@@ -330,6 +346,18 @@ def test_loads_what_transformers_5_saves_with_added_tokens(minilm_dir, tmp_path,
     assert a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
     assert ours.batch_decode(a["input_ids"], skip_special_tokens=True) == ref.batch_decode(
         b["input_ids"], skip_special_tokens=True)
+
+
+def test_an_added_token_of_tokenizer_json_is_not_made_from_a_words_pieces(minilm_dir, tmp_path):
+    """tokenizer.json keeps added tokens out of its WordPiece model: the special token "newtok" is matched exactly,
+    so an uncased "NEWTOK" stays newt ##ok (bertkit's WordPiece, given every token, made the special token of it)."""
+    ref = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ref.add_special_tokens({"additional_special_tokens": ["newtok"]})
+    ref.save_pretrained(tmp_path)
+    ref = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    text = "NEWTOK Newtok newtok"
+    assert ours(text)["input_ids"] == ref(text)["input_ids"] == [101, 25597, 6559, 25597, 6559, 30522, 102]
 
 
 def test_tokenizer_json_refusals_name_the_value(minilm_dir, tmp_path):

@@ -289,7 +289,8 @@ class TokenClassificationPipeline(Pipeline):
         for i, (piece, (s, e), special) in enumerate(zip(pieces, row["offsets"], row["special"])):
             if special:
                 continue
-            if piece.startswith("##") and words and words[-1]["end"] == s:
+            # one word even where a dropped character (a zero-width space, a combining accent) lies between pieces
+            if piece.startswith("##") and words:
                 words[-1]["end"] = e
                 continue
             best = int(np.argmax(probs[i]))

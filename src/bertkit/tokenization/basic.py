@@ -97,12 +97,15 @@ class BasicTokenizer:
         # drops control characters (to tell when NFD reorders marks).
         self._split = Memo(self._split_form, sys.maxsize)
         self._clean = Memo(lambda cp: "" if cp in _CONTROL else chr(cp), sys.maxsize)
+        # `normal` maps a character to BertNormalizer's output alone (CJK padded, punctuation not): what added tokens
+        # are matched in.
+        self.normal = Memo(self._normal_form, sys.maxsize)
         self._nfd = Memo(lambda cp: chr(cp) if cp in NFD_EXCLUDED else unicodedata.normalize("NFD", chr(cp)),
                          sys.maxsize)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        del state["_split"], state["_clean"], state["_nfd"]
+        del state["_split"], state["_clean"], state["_nfd"], state["normal"]
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -135,6 +138,22 @@ class BasicTokenizer:
             # final Σ into ς, which BertTokenizerFast never does.
             out = "".join(LOWERCASE_EXTRA.get(ord(c)) or c.lower() for c in out)
         return out
+
+    def _normal_form(self, cp: int) -> str:
+        out = self.normalize_char(chr(cp))
+        return f" {out} " if self.tokenize_chinese_chars and cp in _CJK else out
+
+    def normalize(self, text: str) -> tuple[str, list[int]]:
+        """``text`` as BertNormalizer leaves it (clean-up, CJK characters between spaces, accents stripped and lower
+        case as set; not split), and ``source[j]``: the index in ``text`` of normalised character ``j``."""
+        table = self.normal
+        out: list[str] = []
+        source: list[int] = []
+        for i, ch in enumerate(text):
+            piece = table[ord(ch)]
+            out.append(piece)
+            source += [i] * len(piece)
+        return "".join(out), source
 
     def _split_form(self, cp: int) -> str:
         out = self.normalize_char(chr(cp))

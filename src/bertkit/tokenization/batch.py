@@ -34,11 +34,15 @@ class Segment(NamedTuple):
 
 def split_inputs(text: Any, text_pair: Any, split: bool) -> tuple[list[Any], list[Any], bool]:
     """(texts, their pairs or Nones, whether the call was batched) from ``__call__``'s first two arguments."""
-    accepted = ("the tokenizer takes a str, a list of str, or with is_split_into_words=True a list of words (or "
-                "a list of such lists)")
+    accepted = ("the tokenizer takes a str, a list of str, a list of (text, text_pair), or with is_split_into_words=True "
+                "a list of words (or a list of such lists)")
     if not isinstance(text, (str, list, tuple)):
         raise BertkitError(f"{accepted}; got {type(text).__name__} {text!r:.60}")
     if not split and not isinstance(text, str):
+        if text_pair is None and text and all(isinstance(t, (list, tuple)) and len(t) == 2
+                                              and all(isinstance(x, str) for x in t) for t in text):
+            # [(text, text_pair), ...] or [[text, text_pair], ...]: a batch of pairs, as Hugging Face reads it
+            return [t[0] for t in text], [t[1] for t in text], True
         bad = next((t for t in text if not isinstance(t, str)), None)
         if bad is not None:
             hint = ": for pre-split words pass is_split_into_words=True" if isinstance(bad, (list, tuple)) else ""

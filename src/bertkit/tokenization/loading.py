@@ -95,10 +95,11 @@ def token_content(value: Any, key: str) -> str:
     raise BertkitError(f"{key} in the tokenizer config must be a string or {{'content': ...}}, got {value!r}")
 
 
-def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str, int], dict[str, Any]]:
-    """(``{token: id}`` with added tokens, constructor arguments) from a BERT ``tokenizer.json``: its WordPiece
-    model and BertNormalizer give the defaults, ``settings`` (tokenizer_config.json's) win, as in transformers 5.
-    Added special tokens none of the named ones become ``additional_special_tokens`` when the config lists none."""
+def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str, int], dict[str, Any], int]:
+    """(``{token: id}`` with added tokens, constructor arguments, the size of the WordPiece model's own vocabulary:
+    ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the defaults,
+    ``settings`` (tokenizer_config.json's) win, as in transformers 5. Added special tokens none of the named ones
+    become ``additional_special_tokens`` when the config lists none."""
     data = read_json(file)
     parts = {part: data[part] if isinstance(data.get(part), dict) else {} for part in ("model", "normalizer")}
     for part, key, want in _BERT_TOKENIZER_JSON:
@@ -129,7 +130,7 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str,
     extra = [t for _, t in sorted(special) if t not in named]
     if extra and "additional_special_tokens" not in merged:
         merged["additional_special_tokens"] = extra
-    return tokens, merged
+    return tokens, merged, len(vocab)
 
 
 def check_fits_model(vocab_size_needed: int, path: Path, source: Path) -> None:

@@ -12,7 +12,7 @@ Offsets are character offsets into the original string, as BertTokenizerFast rep
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from bertkit.tokenization.basic import CHUNK_RE, NON_SEPARATOR_SPACE_RE, BasicTokenizer
 from bertkit.tokenization.wordpiece import CACHE_SIZE, Memo, WordPiece
@@ -27,16 +27,18 @@ class TextEncoder:
                  special_tokens: Sequence[str], added_tokens: Sequence[str]):
         self.vocab, self.basic, self.wordpiece = vocab, basic, wordpiece
         self.chunks = Memo(self._encode_chunk, CACHE_SIZE)
-        fold = basic.do_lower_case
-        plain = [t for t in added_tokens if t not in special_tokens]
+        # Special tokens are cut out of the raw text, exactly as written; added tokens then out of what lies between,
+        # where its normalised form holds theirs (an uncased "NAIVE" or "Naïve" is the added "naïve", "new\tyork"
+        # the added "new york"), as Hugging Face matches its normalised added tokens.
         self.match_ids = {t: vocab[t] for t in special_tokens}
-        self.match_ids.update({(t.lower() if fold else t): vocab[t] for t in plain})
-        firsts = {t[0] for t in special_tokens} | {c for t in plain for c in {t[0], t[0].lower(), t[0].upper()}}
-        self.first_chars = "".join(sorted(firsts))
-        # Longest first, so that at one position the longest special token wins (leftmost-longest).
-        patterns = [(t, re.escape(t)) for t in special_tokens]
-        patterns += [(t, f"(?i:{re.escape(t)})" if fold else re.escape(t)) for t in plain]
-        self.special_re = re.compile("|".join(p for _, p in sorted(patterns, key=lambda x: len(x[0]), reverse=True)))
+        self.first_chars = "".join(sorted({t[0] for t in special_tokens}))
+        self.special_re = _longest_first(special_tokens)
+        self.added_ids: dict[str, int] = {}
+        for t in added_tokens:
+            normal = basic.normalize(t)[0]
+            if t not in self.match_ids and normal:
+                self.added_ids.setdefault(normal, vocab[t])
+        self.added_re = _longest_first(self.added_ids) if self.added_ids else None
 
     def encode(self, text: str, offsets: Offsets | None = None) -> list[int]:
         if not isinstance(text, str):
@@ -45,17 +47,32 @@ class TextEncoder:
         if any(c in text for c in self.first_chars) and self.special_re.search(text):
             pos = 0
             for m in self.special_re.finditer(text):
-                self._encode_plain(text[pos : m.start()], pos, ids, offsets)
-                token = m.group()
-                i = self.match_ids.get(token)
-                ids.append(self.match_ids[token.lower()] if i is None else i)
+                self._encode_added(text[pos : m.start()], pos, ids, offsets)
+                ids.append(self.match_ids[m.group()])
                 if offsets is not None:
                     offsets.append(m.span())
                 pos = m.end()
-            self._encode_plain(text[pos:], pos, ids, offsets)
+            self._encode_added(text[pos:], pos, ids, offsets)
         else:
-            self._encode_plain(text, 0, ids, offsets)
+            self._encode_added(text, 0, ids, offsets)
         return ids
+
+    def _encode_added(self, text: str, base: int, ids: list[int], offsets: Offsets | None) -> None:
+        """Text without special tokens: the added tokens its normalised form holds, and the plain text around them."""
+        added = self.added_re
+        if added is None or not added.search(text.translate(self.basic.normal)):
+            self._encode_plain(text, base, ids, offsets)
+            return
+        normal, source = self.basic.normalize(text)
+        pos = 0
+        for m in added.finditer(normal):
+            start, end = source[m.start()], source[m.end() - 1] + 1
+            self._encode_plain(text[pos:start], base + pos, ids, offsets)
+            ids.append(self.added_ids[m.group()])
+            if offsets is not None:
+                offsets.append((base + start, base + end))
+            pos = end
+        self._encode_plain(text[pos:], base + pos, ids, offsets)
 
     def _encode_plain(self, text: str, base: int, ids: list[int], offsets: Offsets | None) -> None:
         chunks = self.chunks
@@ -106,3 +123,8 @@ def _spans(text: str) -> Iterator[tuple[int, str]]:
         start = find(chunk, pos)
         pos = start + len(chunk)
         yield start, chunk
+
+
+def _longest_first(tokens: Iterable[str]) -> re.Pattern[str]:
+    """A pattern matching any of ``tokens``, the longest where several start at one position (leftmost-longest)."""
+    return re.compile("|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True)))

@@ -107,14 +107,17 @@ class BertTokenizer:
         else:
             tokens = load_vocab(vocab)
         self._tokens = tokens
+        # WordPiece segments words with these first tokens only: add_tokens appends tokens that are matched in the
+        # text, never produced from a word's pieces (Hugging Face keeps them out of its WordPiece model).
+        self._wordpiece_size = len(tokens)
         self.do_lower_case = bool(do_lower_case)
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
         self.unk_token, self.sep_token, self.pad_token = unk_token, sep_token, pad_token
         self.cls_token, self.mask_token = cls_token, mask_token
         self.additional_special_tokens = list(additional_special_tokens)
-        # Tokens added with add_tokens: cut out of the text before WordPiece, like special tokens, but
-        # matched case-insensitively by an uncased tokenizer (Hugging Face matches them on normalised text).
+        # Tokens added with add_tokens: cut out of the text before WordPiece, like special tokens, but matched
+        # normalised in the normalised text, as Hugging Face matches them (an uncased "NAIVE" is the added "naïve").
         self.added_tokens: list[str] = list(dict.fromkeys(added_tokens))
         self.model_max_length = int(model_max_length)
         self.max_input_chars_per_word = max_input_chars_per_word
@@ -141,7 +144,9 @@ class BertTokenizer:
         for key in SPECIAL_TOKEN_KEYS:  # unk_token_id, sep_token_id, ...
             setattr(self, f"{key}_id", self.vocab[getattr(self, key)])
         basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
-        wordpiece = WordPiece(self.vocab, self.unk_token, self.max_input_chars_per_word)
+        pieces = self.vocab if len(self._tokens) == self._wordpiece_size else \
+            {t: i for t, i in self.vocab.items() if i < self._wordpiece_size or t == self.unk_token}
+        wordpiece = WordPiece(pieces, self.unk_token, self.max_input_chars_per_word)
         self._text = TextEncoder(self.vocab, basic, wordpiece, self.all_special_tokens, self.added_tokens)
         self._special_id_set = frozenset(self.all_special_ids)
         # word_ids: a token starts a word unless it is a WordPiece continuation ("##...").
@@ -175,10 +180,11 @@ class BertTokenizer:
         vocab: Path | dict[str, int] = path / VOCAB_FILE
         source = json_file = path / TOKENIZER_FILE
         settings = read_settings(path)
+        wordpiece_size = None  # vocab.txt: every token is WordPiece's
         if vocab.is_file():
             source = vocab
         elif json_file.is_file():
-            vocab, settings = read_tokenizer_json(json_file, settings)
+            vocab, settings, wordpiece_size = read_tokenizer_json(json_file, settings)
         else:
             raise MissingFileError(
                 f"{vocab} not found (nor {TOKENIZER_FILE}): a BERT tokenizer directory needs {VOCAB_FILE} (and "
@@ -192,6 +198,9 @@ class BertTokenizer:
                 f"cased is unknown: pass do_lower_case=True for an uncased checkpoint or False for a cased one"
             )
         tokenizer = cls(vocab, **settings)
+        if wordpiece_size is not None:  # tokenizer.json's added tokens (ids from wordpiece_size) are not WordPiece's
+            tokenizer._wordpiece_size = wordpiece_size
+            tokenizer._build()
         check_fits_model(len(tokenizer.vocab), path, source)
         return tokenizer
 
@@ -236,8 +245,10 @@ class BertTokenizer:
 
     def add_tokens(self, new_tokens: str | Sequence[str], special_tokens: bool = False) -> int:
         """Add tokens at the end of the vocabulary; returns how many were new (resize the model with
-        ``model.resize_token_embeddings(len(tokenizer))``). As in Hugging Face, an added token is cut out of
-        the text before WordPiece wherever it occurs (case-insensitively for an uncased tokenizer); with
+        ``model.resize_token_embeddings(len(tokenizer))``). As in Hugging Face, an added token (one the vocabulary
+        had already too) is cut out of the text before WordPiece wherever its normalised form occurs in the normalised
+        text, inside a word too ("NAIVE" or "Naïve" for an uncased tokenizer's "naïve", "new\tyork" for "new york"),
+        and WordPiece never makes one from a word's pieces; with
         ``special_tokens=True`` it becomes an additional special token (matched exactly, skipped by decode).
         """
         tokens = [new_tokens] if isinstance(new_tokens, str) else list(new_tokens)
@@ -250,8 +261,8 @@ class BertTokenizer:
                 self._tokens.append(token)
                 self.vocab[token] = len(self._tokens) - 1  # for the next token's check; _build remakes it
                 added += 1
-            elif not special_tokens:
-                continue  # already a WordPiece token: Hugging Face leaves it to WordPiece too
+            # A token the vocabulary has already is cut out of the text from now on too ("york" in "newyorker"),
+            # as Hugging Face does; it keeps its id
             target = self.additional_special_tokens if special_tokens else self.added_tokens
             if token not in target and token not in self.all_special_tokens:
                 target.append(token)
