@@ -326,6 +326,24 @@ def test_a_checkpoint_transformers_saved_in_shards_loads_with_its_outputs(tmp_pa
         torch.testing.assert_close(loaded(**batch).prediction_logits[real], hf(**batch).prediction_logits[real], **TOL)
 
 
+def test_a_checkpoint_with_an_untied_decoder_is_refused_for_masked_lm_and_loads_as_an_encoder(tmp_path):
+    """transformers writes its own decoder where tie_word_embeddings is false; bertkit's masked-LM head is tied, so
+    reading that checkpoint as a masked LM would give other logits without a word: refused, naming the tensor. The
+    encoder loads, with transformers' hidden states."""
+    torch.manual_seed(0)
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(**TINY, tie_word_embeddings=False)).eval()
+    assert hf.cls.predictions.decoder.weight.data_ptr() != hf.bert.embeddings.word_embeddings.weight.data_ptr()
+    hf.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"a masked-LM decoder other than the tied one: \['cls.predictions.decoder."
+                                         r"weight differs from bert.embeddings.word_embeddings.weight'\]"):
+        H.BertForMaskedLM.from_pretrained(tmp_path)
+    batch = _batch()
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        torch.testing.assert_close(BertModel.from_pretrained(tmp_path)(**batch).last_hidden_state[real],
+                                   hf.bert(**batch).last_hidden_state[real], **TOL)
+
+
 def test_bertkits_own_checkpoints_keep_the_tied_decoder_as_a_view(tmp_path):
     """Only ``state_dict()`` for others lists the tied decoder as a copy: the training loop's checkpoint state
     shares the word-embedding storage (torch.save writes it once) and loading reads the model's views."""

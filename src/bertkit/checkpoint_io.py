@@ -422,6 +422,7 @@ class PretrainedMixin(TransformersModelCalls):
                 nonfinite.append(f"{key} ({int((~torch.isfinite(value)).sum())} of {value.numel()})")
             else:
                 new_state[key] = value
+        untied = self._untied_decoder(tensors)
         used = set(encoder_keys) | heads
         leftovers = sorted(k for k in tensors if k not in used and _strip_encoder_prefix(k) not in IGNORED_KEYS)
         unknown = [k for k in leftovers if self._is_unexpected(k)]
@@ -442,7 +443,11 @@ class PretrainedMixin(TransformersModelCalls):
              " (a model's weights are float32, float16 or bfloat16; the file was not written from a model's state "
              "dict, or was cast: save it again from the model)"),
             ("weights holding NaN or infinite values", nonfinite, False,
-             " (the file is damaged or was saved from a diverged run: load an earlier checkpoint)")) if found]
+             " (the file is damaged or was saved from a diverged run: load an earlier checkpoint)"),
+            ("a masked-LM decoder other than the tied one", untied, True,
+             " (saved with tie_word_embeddings false: bertkit's masked-LM head is tied to the word embeddings, as "
+             "BERT's is, so its logits would not be this checkpoint's; load the encoder or a task head from it, "
+             "which leaves the decoder out)")) if found]
         if problems:
             raise BertkitError(f"{source} does not match {type(self).__name__}: " + "; ".join(problems))
         if fresh:
@@ -453,6 +458,17 @@ class PretrainedMixin(TransformersModelCalls):
         result = torch.nn.Module.load_state_dict(self, new_state, strict=False)  # type: ignore[arg-type]
         assert not result.unexpected_keys, result.unexpected_keys
         return set(new_state)
+
+    def _untied_decoder(self, tensors: dict[str, Tensor]) -> list[str]:
+        """The decoder tensors a checkpoint stores that differ from what the tied masked-LM head computes with (the
+        word embeddings, cls.predictions.bias); only for a model with that head."""
+        own = dict(self.named_parameters())  # type: ignore[attr-defined]
+        if "cls.predictions.bias" not in own:
+            return []
+        prefix = "bert." if self._encoder() is not self else ""
+        tied_to = dict(zip(TIED_KEYS, (prefix + "embeddings.word_embeddings.weight", "cls.predictions.bias")))
+        return [f"{key} differs from {source}" for key, source in tied_to.items()
+                if key in tensors and source in tensors and not torch.equal(tensors[key], tensors[source])]
 
     def _is_unexpected(self, key: str) -> bool:
         """Whether a key this model does not load is an error (not a published encoder name, a weight its own
