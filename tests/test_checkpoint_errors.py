@@ -146,6 +146,12 @@ def test_config_validation_names_field_and_value():
         BertConfig(hidden_dropout_prob=1.5)
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
         BertConfig.preset("huge")
+    # transformers' decoder switches: its BertModel then masks attention causally; ignoring them changed the outputs
+    with pytest.raises(ValueError, match="is_decoder=true: BERT as a decoder .* is not implemented"):
+        BertConfig.from_dict({**TINY, "is_decoder": True})
+    with pytest.raises(ValueError, match="add_cross_attention=true"):
+        BertConfig.from_dict({**TINY, "add_cross_attention": True})
+    assert BertConfig.from_dict({**TINY, "is_decoder": False}).extra == {"is_decoder": False}
 
 
 def test_config_json_round_trip_keeps_unknown_keys(tmp_path):

@@ -104,6 +104,12 @@ class BertConfig:
                 f"BertConfig.position_embedding_type {self.position_embedding_type!r} is not supported; "
                 "bertkit implements the paper's learned absolute positions ('absolute')"
             )
+        decoder = [k for k in ("is_decoder", "add_cross_attention") if self.extra.get(k)]  # transformers' switches
+        if decoder:
+            raise BertkitError(f"BertConfig {' and '.join(f'{k}=true' for k in decoder)}: BERT as a decoder (causal "
+                               "attention, cross-attention) is not implemented, and its outputs would differ from the "
+                               "checkpoint's; bertkit's BERT is the paper's bidirectional encoder. If the checkpoint was "
+                               "trained as an encoder, set them to false in config.json")
         if self.pad_token_id >= self.vocab_size:
             raise BertkitError(f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
         if self.id2label is not None and not isinstance(self.id2label, dict):
