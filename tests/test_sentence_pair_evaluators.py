@@ -16,7 +16,9 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import SentenceTransformer, evaluation, util
+from bertkit.sentence.cross_encoder import CrossEncoder
 from bertkit.sentence.cross_encoder import evaluation as ce_evaluation
+from cross_encoder_helpers import cross_encoder_directory
 from sentence_helpers import st_directory
 
 st = pytest.importorskip("sentence_transformers")
@@ -266,3 +268,21 @@ def test_every_reference_name_is_implemented_or_refused(ours, reference):
         except AttributeError:
             missing.append(name)
     assert missing == []
+
+
+def test_cross_encoder_evaluators_on_minilm(minilm_2_layers, tmp_path, mrpc):
+    """On a real one-label cross-encoder the evaluators give sentence-transformers' keys and its numbers within the
+    scores' own agreement (2e-5: the thresholds are scores)."""
+    pairs, labels = [(a, b) for a, b, _ in mrpc[:16]], [label for *_, label in mrpc[:16]]
+    d = cross_encoder_directory(minilm_2_layers, tmp_path / "ce")
+    ours, ref = CrossEncoder(d), st.CrossEncoder(str(d))
+    want = st_ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels, name="mrpc", write_csv=False)(ref)
+    got = ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels, name="mrpc")(ours)
+    _assert_same(got, want, atol=2e-5)
+    gold = [float(i % 5) for i in range(16)]
+    want = st_ce_evaluation.CrossEncoderCorrelationEvaluator(pairs, gold, write_csv=False)(ref)
+    got = ce_evaluation.CrossEncoderCorrelationEvaluator(pairs, gold)(ours)
+    _assert_same(got, want, atol=2e-5)
+    three = _Scores({p: np.zeros(3) for p in pairs}, 3)
+    with pytest.raises(BertkitError, match="one score per pair; this model gives 3"):
+        ce_evaluation.CrossEncoderCorrelationEvaluator(pairs, gold)(three)

@@ -200,6 +200,9 @@ class CrossEncoderCorrelationEvaluator:
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         predicted = model.predict(self.sentence_pairs, batch_size=self.batch_size, convert_to_numpy=True,
                                   show_progress_bar=self.show_progress_bar)
+        if np.ndim(predicted) != 1:
+            raise BertkitError(f"CrossEncoderCorrelationEvaluator needs one score per pair; this model gives "
+                               f"{np.shape(predicted)[-1]} (num_labels): correlate a one-label model's scores")
         metrics = {"pearson": pearson(self.scores, predicted), "spearman": spearman(self.scores, predicted)}
         return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}
 
