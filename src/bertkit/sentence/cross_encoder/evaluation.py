@@ -4,7 +4,7 @@ carry ``documents``), ``CrossEncoderClassificationEvaluator`` (a one-label model
 ``BinaryClassificationEvaluator`` thresholds similarities; a several-label model's argmax scored by F1) and
 ``CrossEncoderCorrelationEvaluator`` (Pearson and Spearman against gold scores).
 
-Each sample is ``{"query", "positive": [...], "negative": [...]}`` or ``{"query", "positive", "documents": [...]}``
+A reranking sample is ``{"query", "positive": [...], "negative": [...]}`` or ``{"query", "positive", "documents": [...]}``
 (a first-stage ranking to rerank). AP and nDCG average over tied scores as scikit-learn's
 ``average_precision_score`` and ``ndcg_score`` do (sentence-transformers' definitions); MRR@k takes numpy's
 argsort order, as sentence-transformers does.
@@ -19,38 +19,8 @@ import numpy as np
 
 from bertkit.errors import BertkitError, refusing_getattr
 from bertkit.sentence.evaluation.binary_classification import BinaryClassificationEvaluator, binary_labels
+from bertkit.sentence.evaluation.reranking import average_precision, ndcg_at_k
 from bertkit.sentence.evaluation.similarity import pearson, spearman
-
-
-def average_precision(relevant: Sequence[int], scores: np.ndarray) -> float:
-    """scikit-learn's ``average_precision_score``: sum over distinct score thresholds of (recall step) x precision."""
-    y, s = np.asarray(relevant, dtype=np.float64), np.asarray(scores, dtype=np.float64)
-    order = np.argsort(-s, kind="mergesort")
-    y, s = y[order], s[order]
-    last = np.r_[np.flatnonzero(np.diff(s)), len(s) - 1]  # the last index of each run of equal scores
-    tp = np.cumsum(y)[last]
-    precision, recall = tp / (last + 1), tp / tp[-1]
-    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
-
-
-def _dcg(relevant: np.ndarray, scores: np.ndarray, k: int) -> float:
-    """scikit-learn's tie-averaged DCG@k: documents with equal scores share their positions' discounts evenly."""
-    discount = 1 / np.log2(np.arange(len(relevant)) + 2)
-    discount[k:] = 0
-    _, inverse, counts = np.unique(-scores, return_inverse=True, return_counts=True)
-    gains = np.zeros(len(counts))
-    np.add.at(gains, inverse, relevant)
-    ends = np.cumsum(counts) - 1
-    cumulative = np.cumsum(discount)
-    return float(np.sum(gains / counts * np.diff(np.r_[0.0, cumulative[ends]])))
-
-
-def ndcg(relevant: Sequence[int], scores: np.ndarray, k: int) -> float:
-    """scikit-learn's ``ndcg_score`` of one query at ``k`` (0 when nothing is relevant)."""
-    y = np.asarray(relevant, dtype=np.float64)
-    discount = 1 / np.log2(np.arange(len(y)) + 2)
-    ideal = float(np.sum(np.sort(y)[::-1][:k] * discount[:k]))
-    return 0.0 if ideal == 0 else _dcg(y, np.asarray(scores, dtype=np.float64), k) / ideal
 
 
 class CrossEncoderRerankingEvaluator:
@@ -75,9 +45,11 @@ class CrossEncoderRerankingEvaluator:
         self.primary_metric = f"{name}_ndcg@{self.at_k}" if name else f"ndcg@{self.at_k}"
 
     def _metrics(self, relevant: list[int], scores: np.ndarray) -> tuple[float, float, float]:
+        """MRR@k, nDCG@k and AP of one sample's ranking (at least one document relevant)."""
         ranking = np.argsort(scores)[::-1]
         mrr = next((1 / (rank + 1) for rank, i in enumerate(ranking[:self.at_k]) if relevant[i]), 0.0)
-        return mrr, ndcg(relevant, scores, self.at_k), average_precision(relevant, scores)
+        relevant_array = np.asarray(relevant)
+        return mrr, ndcg_at_k(relevant_array, scores, self.at_k), average_precision(relevant_array, scores)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         base, per_sample, pairs = [], [], []
