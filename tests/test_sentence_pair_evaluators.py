@@ -151,8 +151,14 @@ def mined_sentences(mrpc, models):
     return sentences, models[0].encode(sentences, convert_to_tensor=True)
 
 
-def test_paraphrase_mining_matches(mined_sentences):
+def test_paraphrase_mining_matches(mined_sentences, models):
     sentences, embeddings = mined_sentences
+    ours = models[0]
+    assert util.paraphrase_mining(ours, sentences[:30], top_k=2, truncate_dim=64, prompt="q: ") == \
+        util.paraphrase_mining_embeddings(ours.encode(sentences[:30], prompt="q: ", convert_to_tensor=True)[:, :64],
+                                          top_k=2)
+    with pytest.raises(BertkitError, match="corpus_chunk_size must be >= 1, got 0"):
+        util.paraphrase_mining_embeddings(embeddings, corpus_chunk_size=0)
     for kwargs in ({}, {"top_k": 3, "max_pairs": 40, "query_chunk_size": 17, "corpus_chunk_size": 23},
                    {"top_k": 1, "max_pairs": 7}, {"score_function": util.dot_score, "top_k": 5}):
         st_kwargs = kwargs | ({"score_function": st.util.dot_score} if "score_function" in kwargs else {})

@@ -237,7 +237,8 @@ def paraphrase_mining_embeddings(embeddings: Any, query_chunk_size: int = 5000, 
     pair keeps the score of the first search that finds it. As in sentence-transformers, the kept pairs are a
     min-heap of (score, i, j); once full, a pair pushed out sets a floor that no later pair at or below it passes,
     and equal scores come out in the heap's order."""
-    for value, what in ((max_pairs, "max_pairs"), (top_k, "top_k"), (query_chunk_size, "query_chunk_size")):
+    for value, what in ((max_pairs, "max_pairs"), (top_k, "top_k"), (query_chunk_size, "query_chunk_size"),
+                        (corpus_chunk_size, "corpus_chunk_size")):
         if value < 1:
             raise BertkitError(f"{what} must be >= 1, got {value}")
     embeddings = _tensor(embeddings, "embeddings")
