@@ -7,6 +7,7 @@ different numbers of embeddings, are refused with both shapes.
 
 from __future__ import annotations
 
+import heapq
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, refusing_getattr
 from bertkit.sentence.hard_negatives import mine_hard_negatives  # noqa: F401  (sentence_transformers.util's name)
+from bertkit.sentence.quantization import quantize_embeddings  # noqa: F401  (sentence_transformers.util's name)
 
 
 def _tensor(x: Any, name: str) -> Tensor:
@@ -212,3 +214,129 @@ class SimilarityFunction:
     DOT = "dot"
     EUCLIDEAN = "euclidean"
     MANHATTAN = "manhattan"
+
+
+def paraphrase_mining(model: Any, sentences: list[str], show_progress_bar: bool = False, batch_size: int = 32,
+                      query_chunk_size: int = 5000, corpus_chunk_size: int = 100000, max_pairs: int = 500000,
+                      top_k: int = 100, score_function: Callable[[Tensor, Tensor], Tensor] = cos_sim,
+                      truncate_dim: int | None = None, prompt_name: str | None = None,
+                      prompt: str | None = None) -> list[list[float | int]]:
+    """The most similar pairs of ``sentences`` as ``[score, i, j]`` (i < j), best first: ``model.encode`` each
+    sentence, then ``paraphrase_mining_embeddings``."""
+    embeddings = model.encode(sentences, show_progress_bar=show_progress_bar, batch_size=batch_size,
+                              convert_to_tensor=True, truncate_dim=truncate_dim, prompt_name=prompt_name, prompt=prompt)
+    return paraphrase_mining_embeddings(embeddings, query_chunk_size, corpus_chunk_size, max_pairs, top_k,
+                                        score_function)
+
+
+def paraphrase_mining_embeddings(embeddings: Any, query_chunk_size: int = 5000, corpus_chunk_size: int = 100000,
+                                 max_pairs: int = 500000, top_k: int = 100,
+                                 score_function: Callable[[Tensor, Tensor], Tensor] = cos_sim) -> list[list[float | int]]:
+    """Up to ``max_pairs`` pairs ``[score, i, j]`` (i < j), best first, from each embedding's ``top_k`` nearest
+    others (``semantic_search``, so chunking never changes them). ``score_function`` is taken to be symmetric: a
+    pair keeps the score of the first search that finds it. As in sentence-transformers, the kept pairs are a
+    min-heap of (score, i, j); once full, a pair pushed out sets a floor that no later pair at or below it passes,
+    and equal scores come out in the heap's order."""
+    for value, what in ((max_pairs, "max_pairs"), (top_k, "top_k"), (query_chunk_size, "query_chunk_size"),
+                        (corpus_chunk_size, "corpus_chunk_size")):
+        if value < 1:
+            raise BertkitError(f"{what} must be >= 1, got {value}")
+    embeddings = _tensor(embeddings, "embeddings")
+    embeddings = embeddings.unsqueeze(0) if embeddings.dim() == 1 else embeddings
+    kept: list[tuple[float, int, int]] = []
+    in_kept: set[tuple[int, int]] = set()
+    floor = float("-inf")
+    for start in range(0, len(embeddings), query_chunk_size):
+        hits = semantic_search(embeddings[start:start + query_chunk_size], embeddings, query_chunk_size,
+                               corpus_chunk_size, top_k + 1, score_function)
+        for i, row in enumerate(hits, start):
+            for hit in [h for h in row if h["corpus_id"] != i][:top_k]:
+                j, score = hit["corpus_id"], hit["score"]
+                pair = (i, j) if i < j else (j, i)
+                if score <= floor or pair in in_kept:
+                    continue
+                in_kept.add(pair)
+                if len(kept) < max_pairs:
+                    heapq.heappush(kept, (score, *pair))
+                else:
+                    out = heapq.heappushpop(kept, (score, *pair))
+                    in_kept.discard(out[1:])
+                    floor = out[0]
+    return [[score, i, j] for score, i, j in sorted(kept, key=lambda p: p[0], reverse=True)]
+
+
+def community_detection(embeddings: Any, threshold: float = 0.75, min_community_size: int = 10,
+                        batch_size: int = 1024, show_progress_bar: bool = False) -> list[list[int]]:
+    """Groups of at least ``min_community_size`` embeddings whose cosine similarity to a centre is >= ``threshold``,
+    largest first, each the centre's index then its members' by decreasing similarity; no embedding is in two.
+
+    Every embedding with enough neighbours is a candidate centre; candidates are taken largest first, each keeping
+    the members no earlier community took, if enough are left. As in sentence-transformers, a centre's neighbours
+    are the ``torch.topk`` of a window of at least 50 that doubles (for this and later centres) while all of it
+    passes, so equal similarities come in its order; the threshold is compared as a float32 number."""
+    if min_community_size < 1 or batch_size < 1:
+        raise BertkitError(f"min_community_size and batch_size must be >= 1, got {min_community_size} and "
+                           f"{batch_size}")
+    if not isinstance(embeddings, Tensor) and len(embeddings) == 0:
+        return []
+    x = _tensor(embeddings, "embeddings").to_dense()
+    x = x.unsqueeze(0) if x.dim() == 1 else x
+    n = len(x)
+    if n == 0 or n < min_community_size:
+        return []
+    x = normalize_embeddings(x)
+    threshold_t = torch.tensor(threshold, dtype=torch.float32, device=x.device)
+    window = min(max(2 * min_community_size, 50), n)
+    candidates: list[tuple[int, np.ndarray]] = []
+    for start in range(0, n, batch_size):
+        scores = x[start:start + batch_size] @ x.T  # (b, N)
+        enough = scores.topk(min_community_size, dim=1).values[:, -1] >= threshold_t
+        for row in enough.nonzero().flatten().tolist():
+            values, ids = scores[row].topk(window)
+            while values[-1] >= threshold_t and window < n:
+                window = min(2 * window, n)
+                values, ids = scores[row].topk(window)
+            candidates.append((start + row, ids[values >= threshold_t].cpu().numpy()))
+    candidates.sort(key=lambda c: len(c[1]), reverse=True)
+    taken = np.zeros(n, dtype=bool)
+    communities = []
+    for centre, members in candidates:
+        if taken[centre]:
+            continue
+        free = members[~taken[members]]
+        if len(free) >= min_community_size:
+            community = [centre, *free[free != centre].tolist()]
+            communities.append(community)
+            taken[community] = True
+    return sorted(communities, key=len, reverse=True)
+
+
+_INTERNAL = "it is part of sentence-transformers' own machinery, which bertkit does not reproduce"
+_MULTI_VECTOR = ("it scores multi-vector (late-interaction) embeddings, which bertkit does not implement; token "
+                 "states come from bertkit.pipeline('feature-extraction', pooling='none')")
+_REFUSED = {
+    "information_retrieval": "sentence-transformers' deprecated name for semantic_search: use semantic_search",
+    "pytorch_cos_sim": "sentence-transformers' deprecated name for cos_sim: use cos_sim",
+    "truncate_embeddings": "slice the embeddings, embeddings[..., :dim], or encode with truncate_dim=dim",
+    "batch_to_device": "move each tensor of the batch with .to(device)",
+    "select_max_active_dims": "encode with SparseEncoder.encode(..., max_active_dims=k)",
+    "to_scipy_coo": "read a sparse embedding's .coalesce().indices() and .values()",
+    "compute_count_vector": "count a sparse embedding's active dimensions with (embeddings.to_dense() != 0).sum(0)",
+    **dict.fromkeys(["maxsim", "maxsim_pairwise", "mean_maxsim", "mean_maxsim_pairwise", "cat_padded_token_embeddings",
+                     "stack_padded_token_embeddings", "repad_flattened_features"], _MULTI_VECTOR),
+    **dict.fromkeys(["all_gather", "all_gather_padded", "all_gather_with_grad", "get_rank", "get_world_size",
+                     "is_dist_initialized"], "use torch.distributed's (bertkit's losses gather across processes "
+                                             "themselves)"),
+    **dict.fromkeys(["http_get", "load_dir_path", "load_file_path", "is_sentence_transformer_model",
+                     "ORIGINAL_TRANSFORMER_MODELS"], "bertkit reads local directories only: give "
+                                                     "SentenceTransformer the directory's path"),
+    **dict.fromkeys(["LoggingHandler", "install_logger", "disable_logging", "disabled_tqdm"],
+                    "use Python's logging module (bertkit logs under the 'bertkit' logger)"),
+    **dict.fromkeys(["append_to_last_row", "check_package_availability", "check_version_requirements",
+                     "check_teacher_targets", "disable_datasets_caching", "fullname", "import_from_string",
+                     "import_module_class", "similarity_fct_name", "get_device_name", "is_accelerate_available",
+                     "is_datasets_available", "is_training_available", "save_to_hub_args_decorator",
+                     "resolve_ids"], _INTERNAL),
+}
+
+__getattr__ = refusing_getattr(__name__, _REFUSED)

@@ -1,7 +1,10 @@
-"""``CrossEncoderRerankingEvaluator``: sentence-transformers' reranking evaluator, with its arguments and metric
-keys (``map``, ``mrr@k``, ``ndcg@k``, and ``base_*`` for the order given when samples carry ``documents``).
+"""sentence-transformers' cross-encoder evaluators, with their arguments and metric keys:
+``CrossEncoderRerankingEvaluator`` (``map``, ``mrr@k``, ``ndcg@k``, and ``base_*`` for the order given when samples
+carry ``documents``), ``CrossEncoderClassificationEvaluator`` (a one-label model's scores thresholded as
+``BinaryClassificationEvaluator`` thresholds similarities; a several-label model's argmax scored by F1) and
+``CrossEncoderCorrelationEvaluator`` (Pearson and Spearman against gold scores).
 
-Each sample is ``{"query", "positive": [...], "negative": [...]}`` or ``{"query", "positive", "documents": [...]}``
+A reranking sample is ``{"query", "positive": [...], "negative": [...]}`` or ``{"query", "positive", "documents": [...]}``
 (a first-stage ranking to rerank). AP and nDCG average over tied scores as scikit-learn's
 ``average_precision_score`` and ``ndcg_score`` do (sentence-transformers' definitions); MRR@k takes numpy's
 argsort order, as sentence-transformers does.
@@ -14,38 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.errors import BertkitError
-
-
-def average_precision(relevant: Sequence[int], scores: np.ndarray) -> float:
-    """scikit-learn's ``average_precision_score``: sum over distinct score thresholds of (recall step) x precision."""
-    y, s = np.asarray(relevant, dtype=np.float64), np.asarray(scores, dtype=np.float64)
-    order = np.argsort(-s, kind="mergesort")
-    y, s = y[order], s[order]
-    last = np.r_[np.flatnonzero(np.diff(s)), len(s) - 1]  # the last index of each run of equal scores
-    tp = np.cumsum(y)[last]
-    precision, recall = tp / (last + 1), tp / tp[-1]
-    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
-
-
-def _dcg(relevant: np.ndarray, scores: np.ndarray, k: int) -> float:
-    """scikit-learn's tie-averaged DCG@k: documents with equal scores share their positions' discounts evenly."""
-    discount = 1 / np.log2(np.arange(len(relevant)) + 2)
-    discount[k:] = 0
-    _, inverse, counts = np.unique(-scores, return_inverse=True, return_counts=True)
-    gains = np.zeros(len(counts))
-    np.add.at(gains, inverse, relevant)
-    ends = np.cumsum(counts) - 1
-    cumulative = np.cumsum(discount)
-    return float(np.sum(gains / counts * np.diff(np.r_[0.0, cumulative[ends]])))
-
-
-def ndcg(relevant: Sequence[int], scores: np.ndarray, k: int) -> float:
-    """scikit-learn's ``ndcg_score`` of one query at ``k`` (0 when nothing is relevant)."""
-    y = np.asarray(relevant, dtype=np.float64)
-    discount = 1 / np.log2(np.arange(len(y)) + 2)
-    ideal = float(np.sum(np.sort(y)[::-1][:k] * discount[:k]))
-    return 0.0 if ideal == 0 else _dcg(y, np.asarray(scores, dtype=np.float64), k) / ideal
+from bertkit.errors import BertkitError, refusing_getattr
+from bertkit.sentence.evaluation.binary_classification import BinaryClassificationEvaluator, binary_labels
+from bertkit.sentence.evaluation.reranking import average_precision, ndcg_at_k
+from bertkit.sentence.evaluation.similarity import pearson, spearman
 
 
 class CrossEncoderRerankingEvaluator:
@@ -70,9 +45,11 @@ class CrossEncoderRerankingEvaluator:
         self.primary_metric = f"{name}_ndcg@{self.at_k}" if name else f"ndcg@{self.at_k}"
 
     def _metrics(self, relevant: list[int], scores: np.ndarray) -> tuple[float, float, float]:
+        """MRR@k, nDCG@k and AP of one sample's ranking (at least one document relevant)."""
         ranking = np.argsort(scores)[::-1]
         mrr = next((1 / (rank + 1) for rank, i in enumerate(ranking[:self.at_k]) if relevant[i]), 0.0)
-        return mrr, ndcg(relevant, scores, self.at_k), average_precision(relevant, scores)
+        relevant_array = np.asarray(relevant)
+        return mrr, ndcg_at_k(relevant_array, scores, self.at_k), average_precision(relevant_array, scores)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         base, per_sample, pairs = [], [], []
@@ -116,4 +93,104 @@ class CrossEncoderRerankingEvaluator:
         return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}
 
 
-__all__ = ["CrossEncoderRerankingEvaluator"]
+def f1_averages(labels: np.ndarray, predicted: np.ndarray) -> tuple[float, float, float]:
+    """scikit-learn's macro, micro and weighted ``f1_score`` over the classes in ``labels`` or ``predicted`` (a
+    class never true nor predicted correctly has F1 0)."""
+    classes = np.union1d(labels, predicted)
+    true_sums = np.array([np.sum(labels == c) for c in classes], dtype=np.float64)
+    predicted_sums = np.array([np.sum(predicted == c) for c in classes], dtype=np.float64)
+    hits = np.array([np.sum((labels == c) & (predicted == c)) for c in classes], dtype=np.float64)
+    denominators = true_sums + predicted_sums
+    f1 = np.divide(2 * hits, denominators, out=np.zeros_like(hits), where=denominators > 0)
+    micro = 2 * hits.sum() / denominators.sum()
+    return float(f1.mean()), float(micro), float(np.average(f1, weights=true_sums))
+
+
+def _pairs(sentence_pairs: Sequence[Sequence[str]], n: int, what: str, who: str) -> list[list[str]]:
+    if len(sentence_pairs) != n:
+        raise BertkitError(f"{who}: {len(sentence_pairs)} sentence_pairs and {n} {what}; give one per pair")
+    if not sentence_pairs:
+        raise BertkitError(f"{who}: no pairs to evaluate")
+    return [list(p) for p in sentence_pairs]
+
+
+def _no_prompt(prompt_name: str | None, who: str) -> None:
+    if prompt_name is not None:
+        raise BertkitError(f"{who}(prompt_name=...) is not implemented in bertkit: cross-encoder prompts are not "
+                           "implemented")
+
+
+class CrossEncoderClassificationEvaluator:
+    """For a model with one label: ``accuracy``, ``accuracy_threshold``, ``f1``, ``f1_threshold``,
+    ``precision``, ``recall`` and ``average_precision`` of its scores against 0/1 ``labels`` (the thresholds
+    searched as ``BinaryClassificationEvaluator`` searches them). For several labels: ``f1_macro``,
+    ``f1_micro`` and ``f1_weighted`` of the highest-scoring label. Keys prefixed with ``name_`` when named."""
+
+    def __init__(self, sentence_pairs: Sequence[Sequence[str]], labels: Sequence[int], *, name: str = "",
+                 prompt_name: str | None = None, batch_size: int = 32, show_progress_bar: bool | None = None,
+                 write_csv: bool = True):
+        _no_prompt(prompt_name, "CrossEncoderClassificationEvaluator")
+        self.sentence_pairs = _pairs(sentence_pairs, len(labels), "labels", "CrossEncoderClassificationEvaluator")
+        self.labels = np.asarray(labels)
+        self.name, self.batch_size, self.show_progress_bar = name, batch_size, show_progress_bar
+        self.write_csv = write_csv
+        self.primary_metric: str | None = None
+
+    def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
+        scores = model.predict(self.sentence_pairs, batch_size=self.batch_size, convert_to_numpy=True,
+                               show_progress_bar=self.show_progress_bar)
+        if model.num_labels == 1:
+            labels = binary_labels(self.labels, "CrossEncoderClassificationEvaluator with a one-label model")
+            accuracy, accuracy_threshold = BinaryClassificationEvaluator.find_best_acc_and_threshold(scores, labels, True)
+            f1, precision, recall, f1_threshold = BinaryClassificationEvaluator.find_best_f1_and_threshold(
+                scores, labels, True)
+            metrics = {"accuracy": accuracy, "accuracy_threshold": accuracy_threshold, "f1": f1,
+                       "f1_threshold": f1_threshold, "precision": precision, "recall": recall,
+                       "average_precision": average_precision(labels, scores)}
+            main = "average_precision"
+        else:
+            macro, micro, weighted = f1_averages(self.labels, np.argmax(scores, axis=1))
+            metrics, main = {"f1_macro": macro, "f1_micro": micro, "f1_weighted": weighted}, "f1_macro"
+        self.primary_metric = f"{self.name}_{main}" if self.name else main
+        return {f"{self.name}_{k}" if self.name else k: float(v) for k, v in metrics.items()}
+
+
+class CrossEncoderCorrelationEvaluator:
+    """``pearson`` and ``spearman`` correlation of the model's scores with the gold ``scores`` (Spearman's ties
+    given their average rank), keys prefixed with ``name_`` when named."""
+
+    def __init__(self, sentence_pairs: Sequence[Sequence[str]], scores: Sequence[float], name: str = "",
+                 prompt_name: str | None = None, batch_size: int = 32, show_progress_bar: bool | None = None,
+                 write_csv: bool = True):
+        _no_prompt(prompt_name, "CrossEncoderCorrelationEvaluator")
+        self.sentence_pairs = _pairs(sentence_pairs, len(scores), "scores", "CrossEncoderCorrelationEvaluator")
+        self.scores = list(scores)
+        self.name, self.batch_size, self.show_progress_bar = name, batch_size, show_progress_bar
+        self.write_csv = write_csv
+        self.primary_metric = f"{name}_spearman" if name else "spearman"
+
+    def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
+        predicted = model.predict(self.sentence_pairs, batch_size=self.batch_size, convert_to_numpy=True,
+                                  show_progress_bar=self.show_progress_bar)
+        if np.ndim(predicted) != 1:
+            raise BertkitError(f"CrossEncoderCorrelationEvaluator needs one score per pair; this model gives "
+                               f"{np.shape(predicted)[-1]} (num_labels): correlate a one-label model's scores")
+        metrics = {"pearson": pearson(self.scores, predicted), "spearman": spearman(self.scores, predicted)}
+        return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}
+
+
+__all__ = ["CrossEncoderRerankingEvaluator", "CrossEncoderClassificationEvaluator", "CrossEncoderCorrelationEvaluator"]
+
+_CLASSIFY = "sentence-transformers deprecated it: use CrossEncoderClassificationEvaluator(sentence_pairs, labels)"
+_REFUSED = {
+    "CrossEncoderNanoBEIREvaluator": "bertkit reads local files only: load the NanoBEIR datasets and run a "
+                                     "CrossEncoderRerankingEvaluator on each (bertkit.sentence.evaluation."
+                                     "SequentialEvaluator runs several)",
+    "CEBinaryAccuracyEvaluator": _CLASSIFY, "CEBinaryClassificationEvaluator": _CLASSIFY, "CEF1Evaluator": _CLASSIFY,
+    "CESoftmaxAccuracyEvaluator": _CLASSIFY,
+    "CECorrelationEvaluator": "sentence-transformers deprecated it: use CrossEncoderCorrelationEvaluator(sentence_pairs, "
+                              "scores)",
+    "CERerankingEvaluator": "sentence-transformers deprecated it: use CrossEncoderRerankingEvaluator(samples)",
+}
+
+__getattr__ = refusing_getattr(__name__, _REFUSED)

@@ -17,7 +17,9 @@ __all__ = ["SparseInformationRetrievalEvaluator", "SparseEmbeddingSimilarityEval
 
 _REFUSED = {
     "SparseBinaryClassificationEvaluator": "score the pairs with model.similarity_pairwise(model.encode(sentences1), "
-                                           "model.encode(sentences2)) and choose the threshold on them; "
+                                           "model.encode(sentences2)) and choose the threshold on them with "
+                                           "bertkit.sentence.evaluation.BinaryClassificationEvaluator's "
+                                           "find_best_acc_and_threshold and find_best_f1_and_threshold; "
                                            "SparseEmbeddingSimilarityEvaluator gives the correlation with the labels",
     "SparseMSEEvaluator": "it compares a student's embeddings with a teacher model's of the same width: compute "
                           "torch.nn.functional.mse_loss(model.encode(target_sentences, convert_to_sparse_tensor="

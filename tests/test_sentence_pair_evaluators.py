@@ -1,0 +1,294 @@
+"""BinaryClassificationEvaluator, ParaphraseMiningEvaluator, util.paraphrase_mining / community_detection and the
+cross-encoder classification and correlation evaluators against sentence-transformers' on the same inputs: MRPC
+and STS-B dev text, embedded once by MiniLM (2 layers) or given fixed embeddings and scores, with exact ties.
+Same keys, same numbers within 1e-6, same thresholds, same pairs and communities in the same order. And every
+name of sentence-transformers' evaluation, util and cross-encoder evaluation namespaces is bertkit's, or refused
+by name with what to use."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.sentence import SentenceTransformer, evaluation, util
+from bertkit.sentence.cross_encoder import CrossEncoder
+from bertkit.sentence.cross_encoder import evaluation as ce_evaluation
+from cross_encoder_helpers import cross_encoder_directory
+from sentence_helpers import st_directory
+
+st = pytest.importorskip("sentence_transformers")
+st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
+st_ce_evaluation = pytest.importorskip("sentence_transformers.cross_encoder.evaluation")
+
+FNS = ["cosine", "dot", "euclidean", "manhattan"]
+
+
+@pytest.fixture(scope="module")
+def mrpc(data_dir):
+    """MRPC dev: (sentence1, sentence2, label) rows."""
+    path = data_dir / "glue" / "MRPC" / "dev.tsv"
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    with path.open(encoding="utf-8-sig") as f:
+        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:]
+    return [(r[3], r[4], int(r[0])) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, minilm_2_layers):
+    d = st_directory(minilm_2_layers, tmp_path_factory.mktemp("pair-eval") / "m", max_seq_length=64)
+    return SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+
+
+class _Fixed:
+    """A model whose encode returns fixed embeddings (by text), for comparing the evaluators alone."""
+
+    similarity_fn_name = "cosine"
+
+    def __init__(self, table: dict[str, torch.Tensor]):
+        self.table = table
+        self.model_card_data = self  # sentence-transformers' evaluators record their metrics here
+
+    def set_evaluation_metrics(self, *_):
+        pass
+
+    def encode(self, texts, convert_to_tensor=False, **_):
+        out = torch.stack([self.table[t] for t in texts])
+        return out if convert_to_tensor else out.numpy()
+
+    encode_query = encode_document = encode
+
+
+class _Scores:
+    """A cross-encoder whose predict returns fixed scores (by pair): (N,) for one label, (N, labels) otherwise."""
+
+    def __init__(self, table: dict[tuple[str, str], np.ndarray], num_labels: int):
+        self.table, self.num_labels = table, num_labels
+        self.model_card_data = self
+
+    def set_evaluation_metrics(self, *_):
+        pass
+
+    def predict(self, pairs, **_):
+        return np.array([self.table[tuple(p)] for p in pairs], dtype=np.float32)
+
+
+def _assert_same(got: dict, want: dict, atol: float = 1e-6) -> None:
+    assert list(got) == list(want)
+    np.testing.assert_allclose([got[k] for k in want], [float(v) for v in want.values()], atol=atol, rtol=0)
+
+
+def _tables(texts: list[str]) -> list[dict[str, torch.Tensor]]:
+    """Gaussian embeddings, and small-integer ones whose scores tie across many pairs (the threshold search's
+    groups of equal scores)."""
+    g = torch.Generator().manual_seed(0)
+    gaussian = {t: torch.randn(16, generator=g) for t in texts}
+    grid = {t: torch.randint(-1, 2, (3,), generator=g).float() + torch.tensor([0.0, 0.0, 0.5]) for t in texts}
+    return [gaussian, grid]
+
+
+def test_binary_classification_evaluator_matches_on_fixed_embeddings(mrpc):
+    s1, s2, labels = (list(c) for c in zip(*mrpc[:120]))
+    for table in _tables([*s1, *s2]):
+        for kwargs in ({"similarity_fn_names": FNS, "name": "mrpc"}, {}, {"similarity_fn_names": ["manhattan"]}):
+            want_eval = st_evaluation.BinaryClassificationEvaluator(s1, s2, labels, write_csv=False, **kwargs)
+            got_eval = evaluation.BinaryClassificationEvaluator(s1, s2, labels, **kwargs)
+            want, got = want_eval(_Fixed(table)), got_eval(_Fixed(table))
+            _assert_same(got, want)
+            assert got_eval.primary_metric == want_eval.primary_metric
+    assert got_eval.primary_metric == "manhattan_ap"
+    grid = _Fixed(table).encode(s1, convert_to_tensor=True), _Fixed(table).encode(s2, convert_to_tensor=True)
+    assert len(set(util.pairwise_manhattan_sim(*grid).tolist())) <= 7  # 120 pairs, a handful of distances: ties
+
+
+@pytest.mark.parametrize("scores, labels", [
+    ([0.5, 0.5, 0.5, 0.5], [1, 0, 1, 0]),  # one group of ties: no threshold beats "all dissimilar"
+    ([0.9, 0.8, 0.8, 0.1], [0, 0, 0, 1]),  # the best accuracy is "all dissimilar", with its nextafter threshold
+    ([1.0, np.nextafter(np.float32(1.0), np.float32(2.0)), 0.2], [0, 1, 0]),  # a midpoint that rounds onto a score
+    ([0.3, 0.7, 0.7, 0.2, 0.9], [0, 1, 0, 0, 1]),
+])
+def test_threshold_search_matches_on_ties(scores, labels):
+    scores = np.asarray(scores, dtype=np.float32)
+    ours, ref = evaluation.BinaryClassificationEvaluator, st_evaluation.BinaryClassificationEvaluator
+    for high in (True, False):
+        assert ours.find_best_acc_and_threshold(scores, labels, high) == ref.find_best_acc_and_threshold(
+            scores, labels, high)
+        assert ours.find_best_f1_and_threshold(scores, labels, high) == ref.find_best_f1_and_threshold(
+            scores, labels, high)
+
+
+def test_binary_classification_evaluator_matches_on_minilm(models, mrpc):
+    ours, ref = models
+    s1, s2, labels = (list(c) for c in zip(*mrpc[:24]))
+    for kwargs in ({"similarity_fn_names": FNS, "name": "mrpc", "truncate_dim": 128},):
+        want_eval = st_evaluation.BinaryClassificationEvaluator(s1, s2, labels, write_csv=False, **kwargs)
+        got_eval = evaluation.BinaryClassificationEvaluator(s1, s2, labels, **kwargs)
+        want, got = want_eval(ref), got_eval(ours)
+        _assert_same(got, want)
+        assert got_eval.primary_metric == want_eval.primary_metric
+    assert 0.5 < got["mrpc_cosine_ap"] < 1
+
+
+def test_binary_classification_evaluator_refuses_bad_labels():
+    with pytest.raises(BertkitError, match=r"label 1 is 2 \(1 such\)"):
+        evaluation.BinaryClassificationEvaluator(["a", "b"], ["c", "d"], [0, 2])
+    with pytest.raises(BertkitError, match="every label is 0"):
+        evaluation.BinaryClassificationEvaluator(["a", "b"], ["c", "d"], [0, 0])
+    with pytest.raises(BertkitError, match="2 sentences1, 2 sentences2 and 1 labels"):
+        evaluation.BinaryClassificationEvaluator(["a", "b"], ["c", "d"], [1])
+
+
+@pytest.fixture(scope="module")
+def mined_sentences(mrpc, models):
+    """100 MRPC sentences, the last 10 repeating earlier ones, and their MiniLM embeddings."""
+    sentences = [s for a, b, _ in mrpc[:45] for s in (a, b)]
+    sentences += sentences[:6] + sentences[40:44]
+    return sentences, models[0].encode(sentences, convert_to_tensor=True)
+
+
+def test_paraphrase_mining_matches(mined_sentences, models):
+    sentences, embeddings = mined_sentences
+    ours = models[0]
+    assert util.paraphrase_mining(ours, sentences[:30], top_k=2, truncate_dim=64, prompt="q: ") == \
+        util.paraphrase_mining_embeddings(ours.encode(sentences[:30], prompt="q: ", convert_to_tensor=True)[:, :64],
+                                          top_k=2)
+    with pytest.raises(BertkitError, match="corpus_chunk_size must be >= 1, got 0"):
+        util.paraphrase_mining_embeddings(embeddings, corpus_chunk_size=0)
+    for kwargs in ({}, {"top_k": 3, "max_pairs": 40, "query_chunk_size": 17, "corpus_chunk_size": 23},
+                   {"top_k": 1, "max_pairs": 7}, {"score_function": util.dot_score, "top_k": 5}):
+        st_kwargs = kwargs | ({"score_function": st.util.dot_score} if "score_function" in kwargs else {})
+        want = st.util.paraphrase_mining_embeddings(embeddings, **st_kwargs)
+        got = util.paraphrase_mining_embeddings(embeddings, **kwargs)
+        assert [p[1:] for p in got] == [p[1:] for p in want]
+        np.testing.assert_allclose([p[0] for p in got], [p[0] for p in want], atol=1e-6, rtol=0)
+    table = dict(zip(sentences, embeddings))
+    want = st.util.paraphrase_mining(_Fixed(table), sentences, top_k=4, max_pairs=50)
+    assert util.paraphrase_mining(_Fixed(table), sentences, top_k=4, max_pairs=50) == want
+    repeats = {(k, 90 + k) for k in range(6)} | {(40 + k, 96 + k) for k in range(4)}
+    assert repeats <= {tuple(p[1:]) for p in want[:12]}  # the repeated sentences come first (so does one of MRPC's)
+    grid = _tables(sentences)[1]  # 3-dimensional small-integer embeddings: many pairs share a score
+    x = torch.stack([grid[s] for s in sentences])
+    for kwargs in ({"top_k": 10, "max_pairs": 100}, {"top_k": 4, "max_pairs": 33, "corpus_chunk_size": 40}):
+        want = st.util.paraphrase_mining_embeddings(x, **kwargs)
+        assert util.paraphrase_mining_embeddings(x, **kwargs) == want
+        assert len({p[0] for p in want}) < len(want) / 4
+
+
+def test_community_detection_matches(mined_sentences):
+    _, embeddings = mined_sentences
+    g = torch.Generator().manual_seed(0)
+    centres = torch.randn(3, 32, generator=g)
+    # 3 clusters of 70, 25 and 12 (over the 50 candidates first sorted per centre), and noise
+    clustered = torch.cat([centres[i] + 0.3 * torch.randn(n, 32, generator=g) for i, n in enumerate((70, 25, 12))]
+                          + [torch.randn(40, 32, generator=g)])[torch.randperm(147, generator=g)]
+    for x, kwargs in ((embeddings, {"threshold": 0.8, "min_community_size": 2}),
+                      (embeddings, {"threshold": 0.7, "min_community_size": 3, "batch_size": 16}),
+                      (clustered, {"threshold": 0.75, "min_community_size": 10}),
+                      (clustered.numpy(), {"threshold": 0.7, "min_community_size": 5, "batch_size": 50})):
+        want = st.util.community_detection(x, **kwargs)
+        assert util.community_detection(x, **kwargs) == want
+        assert len(want) >= 2
+    assert [len(c) for c in want][:3] == [70, 25, 12]
+    assert util.community_detection(embeddings[:3], min_community_size=5) == []
+
+
+def test_paraphrase_mining_evaluator_matches(mrpc, mined_sentences):
+    sentences, embeddings = mined_sentences
+    table = dict(zip(sentences, embeddings))
+    sentences_map = {f"s{i}": s for i, s in enumerate(dict.fromkeys(sentences))}
+    ids = {s: i for i, s in sentences_map.items()}
+    duplicates = [(ids[a], ids[b]) for a, b, label in mrpc[:45] if label]
+    chained = defaultdict(lambda: defaultdict(bool))  # as sentence-transformers needs it beside a list
+    for a, b in (("s0", "s2"), ("s2", "s4"), ("x", "s6"), ("x", "s8")):  # x: an id outside sentences_map
+        chained[a][b] = chained[b][a] = True
+    for kwargs in ({"duplicates_list": duplicates, "name": "mrpc"},
+                   {"duplicates_list": duplicates[:20], "max_pairs": 30, "top_k": 2},
+                   {"duplicates_dict": chained, "duplicates_list": duplicates[:5], "add_transitive_closure": True}):
+        want_eval = st_evaluation.ParaphraseMiningEvaluator(sentences_map, write_csv=False, **kwargs)
+        got_eval = evaluation.ParaphraseMiningEvaluator(sentences_map, **kwargs)
+        want, got = want_eval(_Fixed(table)), got_eval(_Fixed(table))
+        _assert_same(got, want)
+        assert got_eval.primary_metric == want_eval.primary_metric
+        assert got_eval.total_num_duplicates == want_eval.total_num_duplicates
+    assert 0 < want["average_precision"] < 1
+
+
+def test_cross_encoder_classification_evaluator_matches(mrpc):
+    pairs = [(a, b) for a, b, _ in mrpc[:100]]
+    labels = [label for *_, label in mrpc[:100]]
+    g = torch.Generator().manual_seed(0)
+    one = torch.rand(100, generator=g).numpy()
+    tied = np.round(one * 4) / 4  # 5 distinct scores: the thresholds fall between groups of ties
+    for scores in (one, tied):
+        table = dict(zip(pairs, scores))
+        for kwargs in ({}, {"name": "mrpc"}):
+            want_eval = st_ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels, write_csv=False, **kwargs)
+            got_eval = ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels, **kwargs)
+            want, got = want_eval(_Scores(table, 1)), got_eval(_Scores(table, 1))
+            _assert_same(got, want)
+            assert got_eval.primary_metric == want_eval.primary_metric
+    three = torch.randn(100, 3, generator=g).numpy()
+    labels3 = [(i * 7) % 4 for i in range(100)]  # class 3 never predicted, as a model with 3 labels cannot
+    table = dict(zip(pairs, three))
+    want_eval = st_ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels3, name="nli", write_csv=False)
+    got_eval = ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels3, name="nli")
+    _assert_same(got_eval(_Scores(table, 3)), want_eval(_Scores(table, 3)))
+    assert got_eval.primary_metric == want_eval.primary_metric == "nli_f1_macro"
+
+
+def test_cross_encoder_correlation_evaluator_matches(data_dir):
+    path = data_dir / "glue" / "STS-B" / "dev.tsv"
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    with path.open(encoding="utf-8") as f:
+        rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:81]
+    pairs, gold = [(r[7], r[8]) for r in rows], [float(r[9]) for r in rows]
+    g = torch.Generator().manual_seed(0)
+    predicted = np.round(np.asarray(gold) / 5 + 0.3 * torch.rand(80, generator=g).numpy(), 1)  # tied ranks
+    table = dict(zip(pairs, predicted))
+    for kwargs in ({}, {"name": "sts"}):
+        want_eval = st_ce_evaluation.CrossEncoderCorrelationEvaluator(pairs, gold, write_csv=False, **kwargs)
+        got_eval = ce_evaluation.CrossEncoderCorrelationEvaluator(pairs, gold, **kwargs)
+        want, got = want_eval(_Scores(table, 1)), got_eval(_Scores(table, 1))
+        _assert_same(got, want)
+        assert got_eval.primary_metric == want_eval.primary_metric
+    assert 0.5 < got["sts_spearman"] < 1
+
+
+@pytest.mark.parametrize("ours, reference", [
+    (evaluation, st_evaluation), (util, st.util), (ce_evaluation, st_ce_evaluation)])
+def test_every_reference_name_is_implemented_or_refused(ours, reference):
+    """Each public name of sentence-transformers' namespace is bertkit's, or a BertkitError naming it (never a
+    plain AttributeError)."""
+    missing = []
+    for name in (n for n in reference.__all__ if not n.startswith("_")):
+        try:
+            getattr(ours, name)
+        except BertkitError as e:
+            assert f".{name} is not implemented in bertkit: " in str(e)
+        except AttributeError:
+            missing.append(name)
+    assert missing == []
+
+
+def test_cross_encoder_evaluators_on_minilm(minilm_2_layers, tmp_path, mrpc):
+    """On a real one-label cross-encoder the evaluators give sentence-transformers' keys and its numbers within the
+    scores' own agreement (2e-5: the thresholds are scores)."""
+    pairs, labels = [(a, b) for a, b, _ in mrpc[:16]], [label for *_, label in mrpc[:16]]
+    d = cross_encoder_directory(minilm_2_layers, tmp_path / "ce")
+    ours, ref = CrossEncoder(d), st.CrossEncoder(str(d))
+    want = st_ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels, name="mrpc", write_csv=False)(ref)
+    got = ce_evaluation.CrossEncoderClassificationEvaluator(pairs, labels, name="mrpc")(ours)
+    _assert_same(got, want, atol=2e-5)
+    gold = [float(i % 5) for i in range(16)]
+    want = st_ce_evaluation.CrossEncoderCorrelationEvaluator(pairs, gold, write_csv=False)(ref)
+    got = ce_evaluation.CrossEncoderCorrelationEvaluator(pairs, gold)(ours)
+    _assert_same(got, want, atol=2e-5)
+    three = _Scores({p: np.zeros(3) for p in pairs}, 3)
+    with pytest.raises(BertkitError, match="one score per pair; this model gives 3"):
+        ce_evaluation.CrossEncoderCorrelationEvaluator(pairs, gold)(three)
