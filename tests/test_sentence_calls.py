@@ -447,3 +447,37 @@ def test_a_missing_text_in_mining_names_its_row_and_column(models):
         util.mine_hard_negatives(datasets.Dataset.from_list(pairs), ours, verbose=False)
     with pytest.raises(BertkitError, match=r"corpus\[1\] is int '7', not a text"):
         util.mine_hard_negatives(pairs[:4], ours, corpus=["a text", 7], verbose=False)
+
+
+def test_model_methods_beyond_encode_evaluate_checkpoint_or_are_refused_by_name(st_dir):
+    """evaluate(evaluator) is evaluator(model); gradient_checkpointing_enable() recomputes the layers in backward
+    (same loss and gradients); fit(), the multi-process pool, the Hub and peft adapter methods are refused naming
+    what to use, as AttributeErrors (hasattr sees them absent, as for any missing name)."""
+    from bertkit.errors import NotImplementedInBertkit
+    from bertkit.sentence.cross_encoder import CrossEncoder
+
+    model = SentenceTransformer(st_dir)
+    assert model.evaluate(lambda m: {"seen": m is model}, output_path="unused") == {"seen": True}
+    batch = model.tokenize(TEXTS[:3])
+
+    def loss_and_grad():
+        model.zero_grad()
+        loss = model(batch)["sentence_embedding"].square().sum()
+        loss.backward()
+        return loss.item(), model.bert.encoder.layer[0].output.dense.weight.grad.clone()
+
+    model.train()
+    plain = loss_and_grad()
+    model.gradient_checkpointing_enable()
+    assert model.bert.gradient_checkpointing
+    checkpointed = loss_and_grad()
+    assert checkpointed[0] == pytest.approx(plain[0], rel=1e-6)
+    torch.testing.assert_close(checkpointed[1], plain[1], atol=1e-6, rtol=1e-5)
+    assert not hasattr(model, "fit") and getattr(model, "push_to_hub", None) is None
+    with pytest.raises(NotImplementedInBertkit, match=r"SentenceTransformer.fit is not implemented in bertkit: train "
+                                                       r"with SentenceTransformerTrainer"):
+        model.fit(train_objectives=[])
+    with pytest.raises(NotImplementedInBertkit, match=r"CrossEncoder.start_multi_process_pool is not implemented"):
+        CrossEncoder(st_dir).start_multi_process_pool()
+    with pytest.raises(AttributeError, match="has no attribute 'colour'"):
+        _ = model.colour

@@ -34,18 +34,24 @@ class WriteError(BertkitError, OSError):
         return self.message
 
 
+class NotImplementedInBertkit(BertkitError, AttributeError):
+    """A name of a reference library's API (sentence-transformers') that bertkit does not implement: its message says
+    what to use, and it is an AttributeError, so ``hasattr`` and ``getattr(obj, name, default)`` see it as absent."""
+
+
 class NonFiniteError(BertkitError):
     """A loss, gradient or model output that is NaN or infinite: never turned into a score or saved weights."""
 
 
 def refusing_getattr(module: str, refused: dict[str, str]) -> Callable[[str], Any]:
     """A module's ``__getattr__`` for the names a reference library's module has and bertkit does not implement:
-    each raises a BertkitError with what to use (``refused[name]``); any other name is Python's AttributeError."""
+    each raises ``NotImplementedInBertkit`` with what to use (``refused[name]``); any other name is Python's
+    AttributeError."""
 
     def __getattr__(name: str) -> Any:
         if name in refused:
-            raise BertkitError(f"{module.removeprefix('bertkit.sentence.')}.{name} is not implemented in bertkit: "
-                               f"{refused[name]}")
+            raise NotImplementedInBertkit(f"{module.removeprefix('bertkit.sentence.')}.{name} is not implemented in "
+                                          f"bertkit: {refused[name]}")
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__

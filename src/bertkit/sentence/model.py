@@ -14,7 +14,7 @@ refused by name.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, NotImplementedInBertkit
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import MODULES, SBERT_CONFIG, read_directory, write_st_config
@@ -51,6 +51,48 @@ _REFUSED_INIT = {
     "config_kwargs": "edit config.json, or set dropout on model.bert after loading",
     "model_card_data": "bertkit writes no model card; drop this argument",
 }
+
+
+_TRAINER = ("train with SentenceTransformerTrainer (CrossEncoderTrainer, SparseEncoderTrainer), which fit() "
+            "wraps in sentence-transformers: docs/sentence.md")
+_ONE_PROCESS = "call encode() in one process, which uses every core through torch's threads"
+_HUB = "bertkit works offline: save(path), then upload the directory with huggingface_hub (`hf upload REPO path`)"
+_ADAPTERS = ("wrap the encoder (model.bert; a CrossEncoder's model.model) with peft's get_peft_model, and "
+             "merge_and_unload() it before saving")
+# sentence-transformers' model methods bertkit does not implement, with what to use instead
+_REFUSED_METHODS = {
+    "fit": _TRAINER, "old_fit": _TRAINER, "smart_batching_collate": _TRAINER,
+    "start_multi_process_pool": _ONE_PROCESS, "stop_multi_process_pool": _ONE_PROCESS,
+    "encode_multi_process": _ONE_PROCESS, "push_to_hub": _HUB, "save_to_hub": _HUB,
+    **dict.fromkeys(("add_adapter", "load_adapter", "set_adapter", "enable_adapters", "disable_adapters",
+                     "active_adapter", "active_adapters", "delete_adapter", "get_adapter_state_dict"), _ADAPTERS),
+}
+
+
+class ReferenceCalls:
+    """The model methods of sentence-transformers' three model classes beyond encoding, for bertkit's three
+    (SentenceTransformer, CrossEncoder, SparseEncoder): ``evaluate`` and ``gradient_checkpointing_enable``; the
+    methods bertkit does not implement (``_REFUSED_METHODS``) raise ``NotImplementedInBertkit`` naming what to use."""
+
+    def evaluate(self, evaluator: Callable[..., Any], output_path: str | None = None) -> Any:
+        """``evaluator(model)``, as sentence-transformers' ``model.evaluate``; evaluators write no files, so
+        ``output_path`` is accepted and unused."""
+        return evaluator(self)
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
+        """Recompute each encoder layer in the backward pass (the encoder's own switch)."""
+        encoders = [m for m in self.modules() if isinstance(m, BertModel)]  # type: ignore[attr-defined]
+        for encoder in encoders:
+            encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)  # type: ignore[misc]  # nn.Module's: parameters, buffers, submodules
+        except AttributeError:
+            if name in _REFUSED_METHODS:
+                raise NotImplementedInBertkit(f"{type(self).__name__}.{name} is not implemented in bertkit: "
+                                              f"{_REFUSED_METHODS[name]}") from None
+            raise
 
 
 def texts_of(inputs: Any) -> tuple[list[str], bool]:
@@ -100,7 +142,7 @@ def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, 
     result: Any = rows if convert_to_tensor else rows.numpy() if convert_to_numpy else list(rows)
     return result[0] if single else result
 
-class SentenceTransformer(Prompted, nn.Module):
+class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     """A BERT encoder + pooling (+ Normalize). ``forward`` takes a tokenized batch and returns the sentence
     embeddings (B, D); ``encode`` takes texts."""
 

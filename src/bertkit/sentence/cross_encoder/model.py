@@ -38,7 +38,7 @@ from bertkit.sentence.directory import (
     read_json,
     write_st_config,
 )
-from bertkit.sentence.model import as_requested
+from bertkit.sentence.model import ReferenceCalls, as_requested
 from bertkit.staging import staged
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.batch import truncation_lengths
@@ -106,7 +106,7 @@ def activation_from_name(name: str, where: str) -> nn.Module:
                            "activation_fn= when loading") from None
 
 
-class CrossEncoder(nn.Module):
+class CrossEncoder(ReferenceCalls, nn.Module):
     """A cross-encoder on bertkit's ``BertForSequenceClassification`` (``self.model``); see the module docstring.
     ``num_labels`` overrides the checkpoint's label count (a new classifier for a BERT checkpoint); ``max_length``
     the tokens a pair keeps (default: the tokenizer's model_max_length, capped at the position embeddings)."""

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import MODULES, ST_CONFIG, module_types, read_json, write_st_config
-from bertkit.sentence.model import _REFUSED_INIT, texts_of
+from bertkit.sentence.model import _REFUSED_INIT, ReferenceCalls, texts_of
 from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.sparse_encoder.modules import (
     MLMTransformer,
@@ -96,7 +96,7 @@ def _read_modules(path: Path) -> tuple[list[nn.Module], dict[str, Any]]:
     return [_load_module(m.get("type", ""), path / m.get("path", "")) for m in listed], st
 
 
-class SparseEncoder(Prompted, nn.Sequential):
+class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
     """Modules "0", "1" as sentence-transformers' (``model[0]`` is the Transformer or the Router). ``forward`` takes
     a tokenized batch and adds ``sentence_embedding`` (B, V); ``encode`` takes texts."""
 
