@@ -51,7 +51,9 @@ FOREIGN_IDS = ("token ids are this model's, the whole sequence as /tokenize give
 def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
     """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include. Ids of
     another tokenizer (tiktoken's, from OpenAI clients) would embed as a wrong text without an error, so a sequence
-    that is not framed by [CLS] ... [SEP] is refused: no id sequence of this model's lacks them."""
+    that is not framed by [CLS] ... [SEP] is refused: no id sequence of this model's lacks them. The model's default
+    prompt goes after [CLS], as before a text (TEI puts it before the ids' text too), so a text's ids embed as the
+    text does."""
     vocab, tok = len(pipe.tokenizer), pipe.tokenizer
     bad = next((x for x in ids if not 0 <= x < vocab), None)
     if bad is not None:
@@ -63,9 +65,11 @@ def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
     if len(ids) == 2:  # [CLS] [SEP]: the ids of an empty text, refused as the text is
         raise RequestError(422, f"input {index} is empty: its token ids are [CLS] and [SEP] alone, the same for every "
                                 "empty text; send the ids of a text, or leave it out")
+    ids = [ids[0], *pipe.prompt_ids, *ids[1:]]
     if len(ids) > pipe.max_length:
-        raise RequestError(422, f"input {index} has {len(ids)} token ids, over max_length {pipe.max_length}")
-    return {"input_ids": list(ids), "token_type_ids": [0] * len(ids)}
+        prompt = f" with the prompt's {len(pipe.prompt_ids)}" if pipe.prompt_ids else ""
+        raise RequestError(422, f"input {index} has {len(ids)} token ids{prompt}, over max_length {pipe.max_length}")
+    return {"input_ids": ids, "token_type_ids": [0] * len(ids)}
 
 
 def _openai(data: Any, server: Any) -> Call:

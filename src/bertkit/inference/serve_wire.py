@@ -316,10 +316,9 @@ def read_input(pipe: Any, item: Any, index: int) -> Any:
 
 def encode(pipe: Any, read: tuple[str, str | None], index: int, truncate: bool) -> dict[str, Any]:
     """The model's row for a (text, text_pair) ``read_input`` gave, cut at max_length (422 instead when ``truncate``
-    is off)."""
-    row = pipe.encode(read)[0]
-    if not truncate:
-        fitted(len(pipe.tokenizer(*read)["input_ids"]), f"input {index}", pipe, truncate)
+    is off): measured on the row the pipeline builds, an embedding model's prompt included."""
+    row = pipe.encode(read, truncate=truncate)[0]
+    fitted(len(row["input_ids"]), f"input {index}", pipe, truncate)
     return row
 
 
