@@ -12,7 +12,7 @@ pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install 
 httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
 
 from sentence_helpers import POOLING, st_directory  # noqa: E402
-from serve_helpers import Server  # noqa: E402
+from serve_helpers import Server, refusal  # noqa: E402
 
 TEXT = "A man is playing a guitar."
 # 15 tokens alone, 17 after the prompt's two ("query", ":"): over max_seq_length 16 only once prompted
@@ -50,7 +50,7 @@ def test_a_texts_token_ids_embed_as_the_text_with_the_default_prompt(prompted):
     long_ids = pipe.tokenizer(LONG)["input_ids"]
     r = httpx.post(f"{url}/v1/embeddings", json={"input": long_ids})
     assert r.status_code == 422, r.text
-    assert "input 0 has 17 token ids with the prompt's 2, over max_length 16" in r.json()["error"]
+    assert "input 0 has 17 token ids with the prompt's 2, over max_length 16" in refusal(r)
 
 
 @pytest.mark.parametrize("path, body", [
@@ -63,7 +63,7 @@ def test_truncate_false_counts_the_prompts_tokens(prompted, path, body):
     assert len(pipe.tokenizer(LONG)["input_ids"]) == 15
     r = httpx.post(f"{url}{path}", json=body)
     assert r.status_code == 422, r.text
-    assert "input 1 has 17 tokens, over max_length 16" in r.json()["error"]
+    assert "input 1 has 17 tokens, over max_length 16" in refusal(r)
     cut = httpx.post(f"{url}{path}", json={**body, "truncate": True})
     assert cut.status_code == 200 and cut.headers["x-compute-tokens"] == str(11 + 16), cut.text
     np.testing.assert_allclose(np.asarray(cut.json()), np.asarray(pipe([TEXT, LONG])), atol=1e-6)

@@ -195,8 +195,14 @@ ROOT = Route("/", "TEI's: /embed on an embedding server, /rerank on a reranker, 
              lambda server, call, results: server.task.root.render(server, call, results))
 EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false", _embed,
               lambda server, call, results: [embedding(r, call.answer, True) for r in results], needs=NEEDS_EMBEDDING)
+def _openai_error(message: str, kind: str) -> dict[str, Any]:
+    """OpenAI's error body: its clients show ``error.message`` (TEI's ``{"error": str}`` left them "Error code:
+    422" and no reason)."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
 OPENAI = Route("/v1/embeddings", "OpenAI's: {input, model, dimensions, encoding_format} -> unit vectors", _openai,
-               _openai_answer, needs=NEEDS_EMBEDDING)
+               _openai_answer, needs=NEEDS_EMBEDDING, error=_openai_error)
 RERANK = Route("/rerank", "TEI's: {query, texts} -> the texts by relevance, best first (a cross-encoder)", _rerank,
                _ranked, needs="needs a cross-encoder; this server runs {task}: start it with --task {tasks}")
 TOKENIZE = Route("/tokenize", "TEI's: texts -> their tokens", _tokenize,

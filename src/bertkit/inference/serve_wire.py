@@ -79,7 +79,9 @@ class Route:
     body becomes a ``Call`` (on the parser thread) and the model's outputs its answer (``model`` False: answered from
     the tokenizer alone); a GET answers from the server. ``parse`` and ``render`` read the server's ``pipe``,
     ``limits`` and ``task``. A route that only some tasks declare (``Task.routes``) says in ``needs`` what another
-    server answers (424): formatted with ``task``, the server's, and ``tasks``, those that declare it."""
+    server answers (424): formatted with ``task``, the server's, and ``tasks``, those that declare it. A refusal's body
+    is TEI's ``{"error", "error_type"}`` unless the route's clients read another (``error``: message, error type ->
+    body)."""
 
     path: str
     help: str
@@ -88,6 +90,7 @@ class Route:
     get: Callable[[Any], Any] | None = None
     model: bool = True
     needs: str = ""
+    error: Callable[[str, str], dict[str, Any]] | None = None
 
     @property
     def method(self) -> str:
