@@ -307,12 +307,21 @@ def test_tokenize_answers_as_tei(embedder):
     assert tokens[0][1]["text"] == "Héllo"
     plain = httpx.post(f"{url}/tokenize", headers=AUTH, json={"inputs": [text, "a"], "add_special_tokens": False})
     assert [len(x) for x in plain.json()] == [len(ids) - 2, 1]
+    # an escaped surrogate pair is its character; half of one is refused, as TEI's parser refuses it (was a 500:
+    # the answer echoing it could not be encoded as UTF-8)
+    pair = httpx.post(f"{url}/tokenize", headers={**AUTH, "content-type": "application/json"},
+                      content=b'{"inputs": "\\ud83d\\ude00 ok"}').json()[0]
+    assert [(t["id"], t["text"], t["start"], t["stop"]) for t in pair[1:-1]] == [(100, "\U0001f600", 0, 1),
+                                                                                  (7929, "ok", 2, 4)]
+    half = httpx.post(f"{url}/tokenize", headers={**AUTH, "content-type": "application/json"},
+                      content=b'{"inputs": ["fine", "\\ud83d ok"]}')
+    assert half.status_code == 400 and "a string holds \\ud83d, half of a UTF-16 surrogate pair" in half.json()["error"]
 
 
 def test_info_has_teis_fields_and_answers_carry_teis_headers(embedder, reranker):
     url, pipe = embedder
     info = httpx.get(f"{url}/info", headers=AUTH).json()
-    assert info["model_id"] == "bertkit-minilm" and info["model_sha"] is None
+    assert info["model_id"] == info["served_model_name"] == "bertkit-minilm" and info["model_sha"] is None
     assert info["model_type"] == {"embedding": {"pooling": "mean"}} and info["model_dtype"] == "float32"
     assert (info["max_input_length"], info["max_batch_tokens"], info["max_batch_requests"],
             info["max_client_batch_size"], info["max_concurrent_requests"]) == (512, 4096, 8, 16, 64)

@@ -176,7 +176,8 @@ def _info(server: Any) -> dict[str, Any]:
     pipe, limits = server.pipe, server.limits
     model_type, described = server.task.info(pipe)
     dtype = "int8" if pipe.quantize == "int8" else "bfloat16" if pipe.bf16 else "float32"
-    return {"model_id": server.model_name, "model_sha": None, "model_dtype": dtype, "model_type": model_type,
+    return {"model_id": server.model_name, "model_sha": None, "model_dtype": dtype,
+            "served_model_name": server.model_name, "model_type": model_type,
             "task": pipe.task, "prompts": None, "default_prompt_name": None, "default_prompt": None, **described,
             "max_concurrent_requests": limits.max_concurrent_requests, "max_input_length": pipe.max_length,
             "max_batch_tokens": server.batcher.max_tokens, "max_batch_requests": server.batcher.max_batch_size,

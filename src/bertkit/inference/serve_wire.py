@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,6 +109,25 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """A surrogate code point in a parsed JSON value's strings (keys included), else None. json.loads joins an
+    escaped pair ("\\ud83d\\ude00") into its character, so one left is half a pair: no character, which no UTF-8
+    answer can hold."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            found = _SURROGATE.search(v)
+            if found:
+                return found.group()
+        elif isinstance(v, (list, dict)):
+            stack.extend((*v.keys(), *v.values()) if isinstance(v, dict) else v)
+    return None
+
+
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
@@ -131,7 +151,7 @@ def _integer(text: str) -> int:
 
 
 def load_json(body: bytes, limits: Limits) -> Any:
-    """The body's JSON: strict (no key twice, no NaN), and nested at most max_json_depth deep."""
+    """The body's JSON: strict (no key twice, no NaN, no lone surrogate), and nested at most max_json_depth deep."""
     try:
         data = json.loads(body, object_pairs_hook=_object, parse_constant=_constant, parse_int=_integer)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -141,6 +161,11 @@ def load_json(body: bytes, limits: Limits) -> Any:
     else:
         depth = json_depth(data)
         if depth <= limits.max_json_depth:
+            half = _lone_surrogate(data)
+            if half is not None:  # Python's parser takes it; TEI's (serde_json) refuses it, as RFC 8259 8.2 allows
+                raise RequestError(400, f"the body is not valid JSON: a string holds \\u{ord(half):04x}, half of a "
+                                        "UTF-16 surrogate pair without its other half (no character); escape both "
+                                        "halves of the pair, or send the text as UTF-8")
             return data
     raise RequestError(413, f"the body nests lists and objects {depth} deep, over max_json_depth "
                             f"{limits.max_json_depth}")
