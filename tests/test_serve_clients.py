@@ -318,6 +318,25 @@ def test_tokenize_answers_as_tei(embedder):
     assert half.status_code == 400 and "a string holds \\ud83d, half of a UTF-16 surrogate pair" in half.json()["error"]
 
 
+def test_decode_answers_as_tei(embedder):
+    """TEI's /decode (was a 404): one text per sequence, as the tokenizer decodes it (tokenizers' WordPiece decoder,
+    which TEI runs), special tokens left out by default."""
+    url, pipe = embedder
+    ids = pipe.tokenizer("Héllo, world! Don't stop.")["input_ids"]
+    one = httpx.post(f"{url}/decode", headers=AUTH, json={"ids": ids})
+    assert one.status_code == 200 and one.json() == ["hello, world! don ' t stop."], one.text
+    both = httpx.post(f"{url}/decode", headers=AUTH, json={"ids": [ids, [101, 103, 102]], "skip_special_tokens": False})
+    assert both.json() == ["[CLS] hello, world! don ' t stop. [SEP]", "[CLS] [MASK] [SEP]"]
+    for body, message in (({"ids": [[101, 30522]]}, "sequence 0 holds token id 30522, outside this model's vocabulary "
+                                                    "[0, 30522)"),
+                          ({"ids": []}, "ids must be a non-empty list of token ids"),
+                          ({"ids": [[1], []]}, "ids must be a non-empty list of token ids"),
+                          ({"ids": [1], "skip_special_tokens": 0}, "skip_special_tokens must be true or false"),
+                          ({"ids": [[1]] * 17}, "17 sequences of ids exceed max_items 16")):
+        r = httpx.post(f"{url}/decode", headers=AUTH, json=body)
+        assert r.status_code == 422 and message in r.json()["error"], (body, r.text)
+
+
 def test_info_has_teis_fields_and_answers_carry_teis_headers(embedder, reranker):
     url, pipe = embedder
     info = httpx.get(f"{url}/info", headers=AUTH).json()

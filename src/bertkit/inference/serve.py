@@ -73,7 +73,7 @@ def _prometheus(server: _Server) -> Any:
 
 
 ROUTES: tuple[Route, ...] = (
-    PREDICT, serve_tei.ROOT, *TASK_ROUTES, serve_tei.TOKENIZE, serve_tei.INFO,
+    PREDICT, serve_tei.ROOT, *TASK_ROUTES, serve_tei.TOKENIZE, serve_tei.DECODE, serve_tei.INFO,
     Route("/health", "liveness, from the event loop alone (the only route without the API key)", get=_health),
     Route("/ready", "readiness: 503 with Retry-After while the admission bound is reached or the server drains",
           get=_ready),

@@ -143,6 +143,25 @@ def _tokenize(data: Any, server: Any) -> Call:
     return Call([], {}, {"result": out}, chars=sum(map(len, texts)))
 
 
+def _decode(data: Any, server: Any) -> Call:
+    """TEI's /decode: one text per sequence of token ids, special tokens left out unless ``skip_special_tokens`` is
+    false; an id outside the vocabulary is refused (the tokenizer would have no token to write)."""
+    pipe, limits = server.pipe, server.limits
+    f = fields(data, "/decode", ("ids",), ("skip_special_tokens",), server)
+    sequences = [f["ids"]] if _is_ids(f["ids"]) else f["ids"]
+    if not (isinstance(sequences, list) and sequences and all(_is_ids(x) for x in sequences)):
+        raise RequestError(422, "ids must be a non-empty list of token ids (ints) or a non-empty list of them, got "
+                                f"{str(f['ids'])[:80]!r}")
+    limits.check_items(len(sequences), "sequences of ids")
+    vocab = len(pipe.tokenizer)
+    for i, ids in enumerate(sequences):
+        bad = next((x for x in ids if not 0 <= x < vocab), None)
+        if bad is not None:
+            raise RequestError(422, f"sequence {i} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
+    skip = f.get("skip_special_tokens", True)
+    return Call([], {}, {"result": [pipe.tokenizer.decode(ids, skip_special_tokens=skip) for ids in sequences]})
+
+
 def _embed(data: Any, server: Any) -> Call:
     """TEI's /embed: a vector per text, normalised unless ``normalize: false``."""
     pipe, limits = server.pipe, server.limits
@@ -208,4 +227,6 @@ RERANK = Route("/rerank", "TEI's: {query, texts} -> the texts by relevance, best
                _ranked, needs="needs a cross-encoder; this server runs {task}: start it with --task {tasks}")
 TOKENIZE = Route("/tokenize", "TEI's: texts -> their tokens", _tokenize,
                  lambda server, call, results: call.answer["result"], model=False)
+DECODE = Route("/decode", "TEI's: token ids -> their text", _decode,
+               lambda server, call, results: call.answer["result"], model=False)
 INFO = Route("/info", "TEI's: the model and this server's limits", get=_info)
