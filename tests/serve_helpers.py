@@ -74,3 +74,10 @@ def metrics(url: str, **kwargs) -> dict[str, float]:
     lines = httpx.get(f"{url}/metrics", **kwargs).text.splitlines()
     return {name.removeprefix("bertkit_").removesuffix("_total"): float(value)
             for name, value in (line.split() for line in lines if not line.startswith("#"))}
+
+
+def refusal(response) -> str:
+    """A refusal's message: in OpenAI's error body on /v1/embeddings (``{"error": {"message", "type", ...}}``), in
+    TEI's (``{"error", "error_type"}``) on every other route."""
+    body = response.json()
+    return body["error"]["message"] if response.url.path == "/v1/embeddings" else body["error"]

@@ -173,6 +173,9 @@ def test_an_input_that_fails_inside_a_shared_batch_fails_its_own_request_only(se
     (b'{"inputs": "x", "extra": 1}', 422, "unknown field(s) extra"),
     (b'{"inputs": 42}', 422, "input 0 is int"),
     (b'{"inputs": []}', 422, "empty list"),
+    # half of a surrogate pair: Python's parser took it and the model read a text that is no Unicode
+    (b'{"inputs": "a\\ud800b"}', 400, "a string holds \\ud800, half of a UTF-16 surrogate pair"),
+    (b'{"inputs": "x", "parameters": {"\\udfff": 1}}', 400, "a string holds \\udfff"),
     (json.dumps({"inputs": ["t"] * 9}).encode(), 422, "9 inputs exceed max_items 8"),
     (json.dumps({"inputs": "y" * 2001}).encode(), 422, "2001 characters, over max_text_chars 2000"),
     (json.dumps({"inputs": "x", "parameters": {"stride": 2}}).encode(), 422, "takes no parameter(s) stride"),

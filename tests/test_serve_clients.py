@@ -23,7 +23,7 @@ pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install 
 pytest.importorskip("prometheus_client", reason='bertkit serve needs prometheus_client: pip install "bertkit[serve]"')
 httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
 
-from serve_helpers import MODEL, Gate, Server, metrics, until  # noqa: E402  (uvicorn on a free loopback port, in a thread)
+from serve_helpers import MODEL, Gate, Server, metrics, refusal, until  # noqa: E402  (uvicorn on a free loopback port, in a thread)
 
 KEY = "bk-test-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -129,6 +129,24 @@ def test_token_ids_are_embedded_as_sent_and_equal_the_texts_embeddings(embedder)
     assert one["usage"]["prompt_tokens"] == len(ids[0])
 
 
+def test_the_openai_client_shows_why_a_request_was_refused(embedder):
+    """A refusal on /v1/embeddings is OpenAI's error body, whose message the client puts in the exception: with TEI's
+    {"error": str} it said "Error code: 422" and no more."""
+    openai = pytest.importorskip("openai")
+    url, _ = embedder
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0)
+    with pytest.raises(openai.UnprocessableEntityError) as refused:
+        client.embeddings.create(model="m", input=["a text", "  "])
+    assert str(refused.value).startswith("Error code: 422 - sentence-embedding input 1 is empty: '  ' holds no token")
+    assert (refused.value.type, refused.value.code, refused.value.param) == ("validation", None, None)
+    with pytest.raises(openai.AuthenticationError) as unauthorized:
+        openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).embeddings.create(model="m", input="x")
+    assert str(unauthorized.value).startswith("Error code: 401 - this server needs an API key")
+    assert unauthorized.value.type == "unauthorized"
+    # TEI's routes keep TEI's body
+    assert httpx.post(f"{url}/embed", headers=AUTH, json={"inputs": "  "}).json()["error_type"] == "validation"
+
+
 @pytest.mark.parametrize("body, message", [
     ({"input": "x", "encoding": "float"}, "unknown field(s) encoding"),
     ({"model": "m"}, "needs the field(s) input"),
@@ -147,7 +165,7 @@ def test_token_ids_are_embedded_as_sent_and_equal_the_texts_embeddings(embedder)
 def test_a_malformed_embeddings_body_gets_a_422_naming_the_field(embedder, body, message):
     url, _ = embedder
     r = httpx.post(f"{url}/v1/embeddings", headers=AUTH, json=body)
-    assert r.status_code == 422 and message in r.json()["error"], r.text
+    assert r.status_code == 422 and message in refusal(r), r.text
 
 
 def test_every_route_but_health_needs_the_key_and_refuses_before_reading_the_body(embedder, caplog):
@@ -289,12 +307,40 @@ def test_tokenize_answers_as_tei(embedder):
     assert tokens[0][1]["text"] == "Héllo"
     plain = httpx.post(f"{url}/tokenize", headers=AUTH, json={"inputs": [text, "a"], "add_special_tokens": False})
     assert [len(x) for x in plain.json()] == [len(ids) - 2, 1]
+    # an escaped surrogate pair is its character; half of one is refused, as TEI's parser refuses it (was a 500:
+    # the answer echoing it could not be encoded as UTF-8)
+    pair = httpx.post(f"{url}/tokenize", headers={**AUTH, "content-type": "application/json"},
+                      content=b'{"inputs": "\\ud83d\\ude00 ok"}').json()[0]
+    assert [(t["id"], t["text"], t["start"], t["stop"]) for t in pair[1:-1]] == [(100, "\U0001f600", 0, 1),
+                                                                                  (7929, "ok", 2, 4)]
+    half = httpx.post(f"{url}/tokenize", headers={**AUTH, "content-type": "application/json"},
+                      content=b'{"inputs": ["fine", "\\ud83d ok"]}')
+    assert half.status_code == 400 and "a string holds \\ud83d, half of a UTF-16 surrogate pair" in half.json()["error"]
+
+
+def test_decode_answers_as_tei(embedder):
+    """TEI's /decode (was a 404): one text per sequence, as the tokenizer decodes it (tokenizers' WordPiece decoder,
+    which TEI runs), special tokens left out by default."""
+    url, pipe = embedder
+    ids = pipe.tokenizer("Héllo, world! Don't stop.")["input_ids"]
+    one = httpx.post(f"{url}/decode", headers=AUTH, json={"ids": ids})
+    assert one.status_code == 200 and one.json() == ["hello, world! don ' t stop."], one.text
+    both = httpx.post(f"{url}/decode", headers=AUTH, json={"ids": [ids, [101, 103, 102]], "skip_special_tokens": False})
+    assert both.json() == ["[CLS] hello, world! don ' t stop. [SEP]", "[CLS] [MASK] [SEP]"]
+    for body, message in (({"ids": [[101, 30522]]}, "sequence 0 holds token id 30522, outside this model's vocabulary "
+                                                    "[0, 30522)"),
+                          ({"ids": []}, "ids must be a non-empty list of token ids"),
+                          ({"ids": [[1], []]}, "ids must be a non-empty list of token ids"),
+                          ({"ids": [1], "skip_special_tokens": 0}, "skip_special_tokens must be true or false"),
+                          ({"ids": [[1]] * 17}, "17 sequences of ids exceed max_items 16")):
+        r = httpx.post(f"{url}/decode", headers=AUTH, json=body)
+        assert r.status_code == 422 and message in r.json()["error"], (body, r.text)
 
 
 def test_info_has_teis_fields_and_answers_carry_teis_headers(embedder, reranker):
     url, pipe = embedder
     info = httpx.get(f"{url}/info", headers=AUTH).json()
-    assert info["model_id"] == "bertkit-minilm" and info["model_sha"] is None
+    assert info["model_id"] == info["served_model_name"] == "bertkit-minilm" and info["model_sha"] is None
     assert info["model_type"] == {"embedding": {"pooling": "mean"}} and info["model_dtype"] == "float32"
     assert (info["max_input_length"], info["max_batch_tokens"], info["max_batch_requests"],
             info["max_client_batch_size"], info["max_concurrent_requests"]) == (512, 4096, 8, 16, 64)
@@ -351,7 +397,8 @@ def test_a_request_refused_by_the_api_key_is_counted_as_any_other_refusal(embedd
             httpx.post(f"{url}/v1/embeddings", headers=AUTH, json={"input": "a", "dimensions": 0}),
             httpx.get(f"{url}/info")]  # a GET route: refused, not counted
     assert [r.status_code for r in sent] == [401, 401, 422, 401]
-    assert [r.json()["error_type"] for r in sent] == ["unauthorized", "unauthorized", "validation", "unauthorized"]
+    kinds = [r.json()["error"]["type"] if r.url.path == "/v1/embeddings" else r.json()["error_type"] for r in sent]
+    assert kinds == ["unauthorized", "unauthorized", "validation", "unauthorized"]
     after = _samples(url, AUTH)
     assert {n: after[(n, ())] - before[(n, ())] for n in names} == {
         "bertkit_requests_total": 3, "bertkit_errors_total": 3, "bertkit_refused_total": 0}
@@ -606,11 +653,11 @@ def test_an_empty_text_is_refused_on_every_route_in_the_pipelines_words(embedder
 
     url, pipe = embedder
     r = httpx.post(f"{url}{path}", headers=AUTH, json=body)
-    assert r.status_code == 422 and r.json()["error_type"] == "validation", r.text
+    assert r.status_code == 422, r.text
     with pytest.raises(BertkitError) as refused:
         pipe(texts)
-    assert r.json()["error"] == str(refused.value)
-    assert " is empty: " in r.json()["error"]
+    assert refusal(r) == str(refused.value)
+    assert " is empty: " in refusal(r)
 
 
 def test_a_text_of_emoji_is_embedded_as_the_pipeline_embeds_it_not_refused_as_empty(embedder, reranker):

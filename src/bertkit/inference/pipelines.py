@@ -118,8 +118,9 @@ class TextOrPairPipeline(Pipeline):
         raise BertkitError(f"{self.task} input {index} is {type(item).__name__} {str(item)[:60]!r}; expected a str, "
                            "a (text, text_pair) tuple or {'text': ..., 'text_pair': ...}")
 
-    def encode(self, item: tuple[str, str | None], **_: Any) -> list[dict[str, Any]]:
-        enc = self.tokenizer(item[0], item[1], truncation=True, max_length=self.max_length)
+    def encode(self, item: tuple[str, str | None], truncate: bool = True, **_: Any) -> list[dict[str, Any]]:
+        """The row, cut at max_length; ``truncate=False`` keeps it whole (the server refuses it when too long)."""
+        enc = self.tokenizer(item[0], item[1], truncation=truncate, max_length=self.max_length if truncate else None)
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"]}]
 
 
@@ -443,6 +444,12 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
             logger.warning("%s pools by %r (1_Pooling); pooling=%r was asked for, so its vectors are not the "
                            "model's sentence embeddings", model_dir, saved.pooling.modes[0], asked)
         return super().from_pretrained(model_dir, directory=saved, **kwargs)
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The default prompt's token ids, which follow [CLS] in every text's row (none without a prompt)."""
+        prompt = self.prompt.lower() if self.lowercase else self.prompt
+        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
 
     def encode(self, item: tuple[str, str | None], **options: Any) -> list[dict[str, Any]]:
         text, pair = self.prompt + item[0], item[1]

@@ -73,7 +73,7 @@ def _prometheus(server: _Server) -> Any:
 
 
 ROUTES: tuple[Route, ...] = (
-    PREDICT, serve_tei.ROOT, *TASK_ROUTES, serve_tei.TOKENIZE, serve_tei.INFO,
+    PREDICT, serve_tei.ROOT, *TASK_ROUTES, serve_tei.TOKENIZE, serve_tei.DECODE, serve_tei.INFO,
     Route("/health", "liveness, from the event loop alone (the only route without the API key)", get=_health),
     Route("/ready", "readiness: 503 with Retry-After while the admission bound is reached or the server drains",
           get=_ready),
@@ -86,11 +86,14 @@ def routes_help() -> str:
     return "routes:\n" + "\n".join(f"  {r.method:4} {r.path:28} {r.help}" for r in ROUTES)
 
 
-def _error_response(e: RequestError) -> Any:
+def _error_response(e: RequestError, route: Route | None) -> Any:
+    """The refusal's answer, in the body its route's clients read (``Route.error``; TEI's by default)."""
     from fastapi.responses import JSONResponse
 
-    return JSONResponse({"error": e.message, "error_type": _ERROR_TYPES.get(e.status, "validation")},
-                        status_code=e.status, headers=e.headers)
+    kind = _ERROR_TYPES.get(e.status, "validation")
+    body = route.error(e.message, kind) if route is not None and route.error else {"error": e.message,
+                                                                                     "error_type": kind}
+    return JSONResponse(body, status_code=e.status, headers=e.headers)
 
 
 async def _read_body(request: Any, limits: Limits) -> bytes:
@@ -157,13 +160,13 @@ class _Server:
             return Response(status_code=499)
         except asyncio.CancelledError:  # uvicorn cancels what is still open when shutdown's grace period ends
             return self.refuse(RequestError(503, "the server shut down (its graceful_shutdown_s passed) before "
-                                                 "this request was answered", {"Connection": "close"}))
+                                                 "this request was answered", {"Connection": "close"}), route)
         except RequestError as e:
-            return self.refuse(e)
+            return self.refuse(e, route)
         except BertkitError as e:  # an option's value the pipeline refuses (top_k=0, ...)
-            return self.refuse(RequestError(500 if isinstance(e, NonFiniteError) else 422, str(e)))
+            return self.refuse(RequestError(500 if isinstance(e, NonFiniteError) else 422, str(e)), route)
 
-    def refuse(self, e: RequestError) -> Any:
+    def refuse(self, e: RequestError, route: Route) -> Any:
         """The answer to a refused request, counted by /metrics' one rule for refusals (docs/inference.md): once, in
         ``refused`` when the server could not take it (429, 503: send it again later), else in ``errors`` (every
         other 4xx/5xx, the API key's 401 included), beside the ``requests`` it counts in as every request to a POST
@@ -172,7 +175,7 @@ class _Server:
             self.stats.refused += 1
         else:
             self.stats.errors += 1
-        return _error_response(e)
+        return _error_response(e, route)
 
     def _refuse_early(self, request: Any, route: Route) -> None:
         """The refusals that need no body: a draining server (503), a query string (422), a compressed body (415), no
@@ -246,7 +249,7 @@ class _BearerKey:
 
     def __init__(self, app: Any, key: str, server: _Server):
         self.app, self.key, self.server = app, key.encode(), server
-        self.counted = {r.path for r in ROUTES if r.method == "POST"}
+        self.routes = {r.path: r for r in ROUTES}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] != "/health":
@@ -256,10 +259,11 @@ class _BearerKey:
                 refusal = RequestError(401, "this server needs an API key: send the header Authorization: Bearer "
                                             "<key> (--api-key or BERTKIT_API_KEY at its start)",
                                        {"WWW-Authenticate": "Bearer"})
-                if scope["method"] == "POST" and scope["path"] in self.counted:
+                route = self.routes.get(scope["path"])
+                if route is not None and scope["method"] == route.method == "POST":
                     self.server.stats.requests += 1
-                    return await self.server.refuse(refusal)(scope, receive, send)
-                return await _error_response(refusal)(scope, receive, send)
+                    return await self.server.refuse(refusal, route)(scope, receive, send)
+                return await _error_response(refusal, route)(scope, receive, send)
         await self.app(scope, receive, send)
 
 

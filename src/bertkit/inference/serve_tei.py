@@ -51,7 +51,9 @@ FOREIGN_IDS = ("token ids are this model's, the whole sequence as /tokenize give
 def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
     """Token ids as sent, the whole sequence as TEI reads them: [CLS] and [SEP] are the client's to include. Ids of
     another tokenizer (tiktoken's, from OpenAI clients) would embed as a wrong text without an error, so a sequence
-    that is not framed by [CLS] ... [SEP] is refused: no id sequence of this model's lacks them."""
+    that is not framed by [CLS] ... [SEP] is refused: no id sequence of this model's lacks them. The model's default
+    prompt goes after [CLS], as before a text (TEI puts it before the ids' text too), so a text's ids embed as the
+    text does."""
     vocab, tok = len(pipe.tokenizer), pipe.tokenizer
     bad = next((x for x in ids if not 0 <= x < vocab), None)
     if bad is not None:
@@ -63,9 +65,11 @@ def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
     if len(ids) == 2:  # [CLS] [SEP]: the ids of an empty text, refused as the text is
         raise RequestError(422, f"input {index} is empty: its token ids are [CLS] and [SEP] alone, the same for every "
                                 "empty text; send the ids of a text, or leave it out")
+    ids = [ids[0], *pipe.prompt_ids, *ids[1:]]
     if len(ids) > pipe.max_length:
-        raise RequestError(422, f"input {index} has {len(ids)} token ids, over max_length {pipe.max_length}")
-    return {"input_ids": list(ids), "token_type_ids": [0] * len(ids)}
+        prompt = f" with the prompt's {len(pipe.prompt_ids)}" if pipe.prompt_ids else ""
+        raise RequestError(422, f"input {index} has {len(ids)} token ids{prompt}, over max_length {pipe.max_length}")
+    return {"input_ids": ids, "token_type_ids": [0] * len(ids)}
 
 
 def _openai(data: Any, server: Any) -> Call:
@@ -139,6 +143,25 @@ def _tokenize(data: Any, server: Any) -> Call:
     return Call([], {}, {"result": out}, chars=sum(map(len, texts)))
 
 
+def _decode(data: Any, server: Any) -> Call:
+    """TEI's /decode: one text per sequence of token ids, special tokens left out unless ``skip_special_tokens`` is
+    false; an id outside the vocabulary is refused (the tokenizer would have no token to write)."""
+    pipe, limits = server.pipe, server.limits
+    f = fields(data, "/decode", ("ids",), ("skip_special_tokens",), server)
+    sequences = [f["ids"]] if _is_ids(f["ids"]) else f["ids"]
+    if not (isinstance(sequences, list) and sequences and all(_is_ids(x) for x in sequences)):
+        raise RequestError(422, "ids must be a non-empty list of token ids (ints) or a non-empty list of them, got "
+                                f"{str(f['ids'])[:80]!r}")
+    limits.check_items(len(sequences), "sequences of ids")
+    vocab = len(pipe.tokenizer)
+    for i, ids in enumerate(sequences):
+        bad = next((x for x in ids if not 0 <= x < vocab), None)
+        if bad is not None:
+            raise RequestError(422, f"sequence {i} holds token id {bad}, outside this model's vocabulary [0, {vocab})")
+    skip = f.get("skip_special_tokens", True)
+    return Call([], {}, {"result": [pipe.tokenizer.decode(ids, skip_special_tokens=skip) for ids in sequences]})
+
+
 def _embed(data: Any, server: Any) -> Call:
     """TEI's /embed: a vector per text, normalised unless ``normalize: false``."""
     pipe, limits = server.pipe, server.limits
@@ -172,7 +195,8 @@ def _info(server: Any) -> dict[str, Any]:
     pipe, limits = server.pipe, server.limits
     model_type, described = server.task.info(pipe)
     dtype = "int8" if pipe.quantize == "int8" else "bfloat16" if pipe.bf16 else "float32"
-    return {"model_id": server.model_name, "model_sha": None, "model_dtype": dtype, "model_type": model_type,
+    return {"model_id": server.model_name, "model_sha": None, "model_dtype": dtype,
+            "served_model_name": server.model_name, "model_type": model_type,
             "task": pipe.task, "prompts": None, "default_prompt_name": None, "default_prompt": None, **described,
             "max_concurrent_requests": limits.max_concurrent_requests, "max_input_length": pipe.max_length,
             "max_batch_tokens": server.batcher.max_tokens, "max_batch_requests": server.batcher.max_batch_size,
@@ -191,10 +215,18 @@ ROOT = Route("/", "TEI's: /embed on an embedding server, /rerank on a reranker, 
              lambda server, call, results: server.task.root.render(server, call, results))
 EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false", _embed,
               lambda server, call, results: [embedding(r, call.answer, True) for r in results], needs=NEEDS_EMBEDDING)
+def _openai_error(message: str, kind: str) -> dict[str, Any]:
+    """OpenAI's error body: its clients show ``error.message`` (TEI's ``{"error": str}`` left them "Error code:
+    422" and no reason)."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
 OPENAI = Route("/v1/embeddings", "OpenAI's: {input, model, dimensions, encoding_format} -> unit vectors", _openai,
-               _openai_answer, needs=NEEDS_EMBEDDING)
+               _openai_answer, needs=NEEDS_EMBEDDING, error=_openai_error)
 RERANK = Route("/rerank", "TEI's: {query, texts} -> the texts by relevance, best first (a cross-encoder)", _rerank,
                _ranked, needs="needs a cross-encoder; this server runs {task}: start it with --task {tasks}")
 TOKENIZE = Route("/tokenize", "TEI's: texts -> their tokens", _tokenize,
                  lambda server, call, results: call.answer["result"], model=False)
+DECODE = Route("/decode", "TEI's: token ids -> their text", _decode,
+               lambda server, call, results: call.answer["result"], model=False)
 INFO = Route("/info", "TEI's: the model and this server's limits", get=_info)

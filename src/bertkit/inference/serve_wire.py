@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,7 +80,9 @@ class Route:
     body becomes a ``Call`` (on the parser thread) and the model's outputs its answer (``model`` False: answered from
     the tokenizer alone); a GET answers from the server. ``parse`` and ``render`` read the server's ``pipe``,
     ``limits`` and ``task``. A route that only some tasks declare (``Task.routes``) says in ``needs`` what another
-    server answers (424): formatted with ``task``, the server's, and ``tasks``, those that declare it."""
+    server answers (424): formatted with ``task``, the server's, and ``tasks``, those that declare it. A refusal's body
+    is TEI's ``{"error", "error_type"}`` unless the route's clients read another (``error``: message, error type ->
+    body)."""
 
     path: str
     help: str
@@ -88,6 +91,7 @@ class Route:
     get: Callable[[Any], Any] | None = None
     model: bool = True
     needs: str = ""
+    error: Callable[[str, str], dict[str, Any]] | None = None
 
     @property
     def method(self) -> str:
@@ -103,6 +107,25 @@ def json_depth(value: Any) -> int:
             deepest = max(deepest, depth)
             stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
     return deepest
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """A surrogate code point in a parsed JSON value's strings (keys included), else None. json.loads joins an
+    escaped pair ("\\ud83d\\ude00") into its character, so one left is half a pair: no character, which no UTF-8
+    answer can hold."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            found = _SURROGATE.search(v)
+            if found:
+                return found.group()
+        elif isinstance(v, (list, dict)):
+            stack.extend((*v.keys(), *v.values()) if isinstance(v, dict) else v)
+    return None
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -128,7 +151,7 @@ def _integer(text: str) -> int:
 
 
 def load_json(body: bytes, limits: Limits) -> Any:
-    """The body's JSON: strict (no key twice, no NaN), and nested at most max_json_depth deep."""
+    """The body's JSON: strict (no key twice, no NaN, no lone surrogate), and nested at most max_json_depth deep."""
     try:
         data = json.loads(body, object_pairs_hook=_object, parse_constant=_constant, parse_int=_integer)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -138,6 +161,11 @@ def load_json(body: bytes, limits: Limits) -> Any:
     else:
         depth = json_depth(data)
         if depth <= limits.max_json_depth:
+            half = _lone_surrogate(data)
+            if half is not None:  # Python's parser takes it; TEI's (serde_json) refuses it, as RFC 8259 8.2 allows
+                raise RequestError(400, f"the body is not valid JSON: a string holds \\u{ord(half):04x}, half of a "
+                                        "UTF-16 surrogate pair without its other half (no character); escape both "
+                                        "halves of the pair, or send the text as UTF-8")
             return data
     raise RequestError(413, f"the body nests lists and objects {depth} deep, over max_json_depth "
                             f"{limits.max_json_depth}")
@@ -166,7 +194,8 @@ def _parameter_checks(server: Any) -> dict[str, tuple[Callable[[Any], bool], str
         "top_k": int_in(1, limits.max_top_k, " (max_top_k)"),
         "function_to_apply": (lambda v: v in ("softmax", "sigmoid", "none"), '"softmax", "sigmoid" or "none"'),
         **dict.fromkeys(("raw_scores", "return_text", "truncate", "normalize", "add_special_tokens",
-                         "handle_impossible_answer"), (lambda v: isinstance(v, bool), "true or false")),
+                         "skip_special_tokens", "handle_impossible_answer"),
+                        (lambda v: isinstance(v, bool), "true or false")),
         "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
         "user": (lambda v: isinstance(v, str), "a string"),
         "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
@@ -316,10 +345,9 @@ def read_input(pipe: Any, item: Any, index: int) -> Any:
 
 def encode(pipe: Any, read: tuple[str, str | None], index: int, truncate: bool) -> dict[str, Any]:
     """The model's row for a (text, text_pair) ``read_input`` gave, cut at max_length (422 instead when ``truncate``
-    is off)."""
-    row = pipe.encode(read)[0]
-    if not truncate:
-        fitted(len(pipe.tokenizer(*read)["input_ids"]), f"input {index}", pipe, truncate)
+    is off): measured on the row the pipeline builds, an embedding model's prompt included."""
+    row = pipe.encode(read, truncate=truncate)[0]
+    fitted(len(row["input_ids"]), f"input {index}", pipe, truncate)
     return row
 
 

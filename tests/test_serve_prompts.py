@@ -1,0 +1,69 @@
+"""`bertkit serve` on a sentence-transformers directory with a default prompt ("query: " before every text, left out
+of the mean pooling) and a max_seq_length of 16: what TEI's and OpenAI's routes count and embed is the prompted
+text, as ``encode`` embeds it. MiniLM cut to two layers (the property does not depend on depth)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason='bertkit serve needs FastAPI: pip install "bertkit[serve]"')
+pytest.importorskip("uvicorn", reason='bertkit serve needs uvicorn: pip install "bertkit[serve]"')
+httpx = pytest.importorskip("httpx", reason="the HTTP client of these tests: pip install httpx")
+
+from sentence_helpers import POOLING, st_directory  # noqa: E402
+from serve_helpers import Server, refusal  # noqa: E402
+
+TEXT = "A man is playing a guitar."
+# 15 tokens alone, 17 after the prompt's two ("query", ":"): over max_seq_length 16 only once prompted
+LONG = "one two three four five six seven eight nine ten eleven twelve thirteen"
+
+
+@pytest.fixture(scope="module")
+def prompted(minilm_2_layers, tmp_path_factory):
+    """(server URL, the sentence-embedding pipeline) of a directory whose default prompt is "query: "."""
+    from bertkit import pipeline
+    from bertkit.inference.serve import create_app
+
+    d = st_directory(minilm_2_layers, tmp_path_factory.mktemp("prompted") / "m", max_seq_length=16,
+                     pooling={**POOLING, "include_prompt": False},
+                     st_config={"prompts": {"query": "query: ", "document": ""}, "default_prompt_name": "query"})
+    pipe = pipeline("sentence-embedding", d, batch_size=8, progress=False)
+    assert (pipe.prompt, pipe.prompt_length, pipe.max_length) == ("query: ", 3, 16)
+    server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=2))
+    yield server.url, pipe
+    server.stop()
+
+
+def test_a_texts_token_ids_embed_as_the_text_with_the_default_prompt(prompted):
+    # The ids /tokenize gives for a text were embedded without the prompt, and the pooling still left out the
+    # prompt's place: the text's first two words. TEI puts the default prompt before token ids' text too.
+    url, pipe = prompted
+    ids = [t["id"] for t in httpx.post(f"{url}/tokenize", json={"inputs": TEXT}).json()[0]]
+    assert ids == pipe.tokenizer(TEXT)["input_ids"] and len(ids) == 9
+    r = httpx.post(f"{url}/v1/embeddings", json={"input": [ids, TEXT], "encoding_format": "float"})
+    assert r.status_code == 200, r.text
+    from_ids, from_text = (np.asarray(d["embedding"]) for d in r.json()["data"])
+    np.testing.assert_allclose(from_ids, pipe(TEXT), atol=1e-6)
+    np.testing.assert_allclose(from_ids, from_text, atol=1e-6)
+    assert r.json()["usage"]["prompt_tokens"] == 2 * 11  # each the text's 9 and the prompt's 2
+    long_ids = pipe.tokenizer(LONG)["input_ids"]
+    r = httpx.post(f"{url}/v1/embeddings", json={"input": long_ids})
+    assert r.status_code == 422, r.text
+    assert "input 0 has 17 token ids with the prompt's 2, over max_length 16" in refusal(r)
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/embed", {"inputs": [TEXT, LONG], "truncate": False}),
+    ("/predict", {"inputs": [TEXT, LONG], "truncate": False}),
+])
+def test_truncate_false_counts_the_prompts_tokens(prompted, path, body):
+    # The text alone fits (15 tokens); the row the model would read does not (17): it was cut without a word
+    url, pipe = prompted
+    assert len(pipe.tokenizer(LONG)["input_ids"]) == 15
+    r = httpx.post(f"{url}{path}", json=body)
+    assert r.status_code == 422, r.text
+    assert "input 1 has 17 tokens, over max_length 16" in refusal(r)
+    cut = httpx.post(f"{url}{path}", json={**body, "truncate": True})
+    assert cut.status_code == 200 and cut.headers["x-compute-tokens"] == str(11 + 16), cut.text
+    np.testing.assert_allclose(np.asarray(cut.json()), np.asarray(pipe([TEXT, LONG])), atol=1e-6)
