@@ -86,3 +86,60 @@ def test_grid_summary_and_defaults():
     assert parse_lr_grid("paper") == (2e-5, 3e-5, 4e-5, 5e-5)
     assert parse_lr_grid("3e-5") == (3e-5,) and parse_lr_grid("1e-4,2e-4") == (1e-4, 2e-4)
     assert default_lr(768, 2e-5) == 2e-5 and default_lr(384, 2e-5) == 1e-4
+
+
+def _write_rte(root):
+    d = root / "RTE"
+    d.mkdir(parents=True)
+    pairs = [("the movie was good", "the plot was great", "entailment"), ("the movie was bad", "the plot was fine",
+             "not_entailment"), ("the plot was poor", "the movie was awful", "entailment"),
+             ("the movie was fine", "the plot was bad", "not_entailment")]
+    (d / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n"
+                               + "".join(f"{i}\t{a}\t{b}\t{y}\n" for i, (a, b, y) in enumerate(pairs)))
+    (d / "test.tsv").write_text("index\tsentence1\tsentence2\n"
+                                + "".join(f"{i + 10}\t{a}\t{b}\n" for i, (a, b, _) in enumerate(pairs)))
+
+
+def test_predict_glue_reads_the_checkpoints_label_order(tmp_path, glue_model):
+    """A checkpoint whose id2label orders the task's labels its own way (roberta-large-mnli's contradiction,
+    neutral, entailment; any model fine-tuned elsewhere) is read by its label names, as run_glue.py reads it: the
+    same head with its rows swapped and its labels named in the other order writes the same submission."""
+    _write_rte(tmp_path / "glue")
+    model = BertForSequenceClassification.from_pretrained(glue_model, id2label={0: "entailment", 1: "not_entailment"})
+    with torch.no_grad():
+        model.classifier.weight.copy_(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)) * 5)
+    model.save_pretrained(tmp_path / "ordered")
+    with torch.no_grad():
+        model.classifier.weight.copy_(model.classifier.weight.flip(0))
+        model.classifier.bias.copy_(model.classifier.bias.flip(0))
+    model.config.id2label = {0: "not_entailment", 1: "entailment"}
+    model.save_pretrained(tmp_path / "swapped")
+    for name in ("tokenizer_config.json", "vocab.txt"):
+        for to in ("ordered", "swapped"):
+            (tmp_path / to / name).write_bytes((glue_model / name).read_bytes())
+    written = {}
+    for which in ("ordered", "swapped"):
+        for split in ("dev", "test"):
+            out = tmp_path / f"sub-{which}-{split}"
+            assert main(["predict", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--split", split,
+                         "--model", str(tmp_path / which), "--out", str(out), "--max-seq-length", "32"]) == 0
+            written[which, split] = ((out / "RTE.tsv").read_text(),
+                                     json.loads((out / "report.json").read_text()).get("scores"))
+    assert written["swapped", "test"] == written["ordered", "test"]
+    assert written["swapped", "dev"] == written["ordered", "dev"]
+    # the head's second row (not_entailment in the first checkpoint) wins: -0.49 against 0.34 on every pair
+    assert written["ordered", "test"][0] == "index\tprediction\n" + "".join(f"{i}\tnot_entailment\n" for i in range(10, 14))
+    assert written["ordered", "dev"][1] == {"accuracy": 0.5}
+
+
+def test_predict_glue_refuses_label_names_not_the_tasks(tmp_path, glue_model, capsys):
+    _write_rte(tmp_path / "glue")
+    model = BertForSequenceClassification.from_pretrained(glue_model, id2label={0: "negative", 1: "positive"})
+    model.save_pretrained(tmp_path / "sst")
+    for name in ("tokenizer_config.json", "vocab.txt"):
+        (tmp_path / "sst" / name).write_bytes((glue_model / name).read_bytes())
+    assert main(["predict", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--model",
+                 str(tmp_path / "sst"), "--out", str(tmp_path / "sub"), "--max-seq-length", "32"]) == 2
+    err = capsys.readouterr().err
+    assert "['negative', 'positive']" in err and "['entailment', 'not_entailment']" in err
+    assert not (tmp_path / "sub" / "RTE.tsv").exists()

@@ -88,6 +88,19 @@ class GlueTask:
     def metric(self, predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
         return {name: score(references, predictions) for name, score in METRICS[self.metric_kind].items()}
 
+    def output_order(self, id2label: Mapping[int, str], model: str | os.PathLike) -> list[int]:
+        """For each of this task's labels in order, the model output that scores it: by the checkpoint's label names,
+        in whatever order it keeps them (roberta-large-mnli's contradiction, neutral, entailment), as run_glue.py
+        reads them; in output order when it names none (transformers' LABEL_0, LABEL_1, ...)."""
+        names = [id2label[i] for i in range(len(id2label))]
+        if self.labels is None or names == [f"LABEL_{i}" for i in range(len(names))]:
+            return list(range(len(names)))
+        if sorted(names) != sorted(self.labels):
+            raise BertkitError(f"{model} names its outputs {names} but {self.name}'s labels are {list(self.labels)}; "
+                               f"is it a checkpoint fine-tuned on {self.name}? (if its outputs are {self.name}'s labels "
+                               "under other names, rename them in its config.json's id2label)")
+        return [names.index(label) for label in self.labels]
+
     def read(self, path: str | os.PathLike, *, labeled: bool) -> list[GlueExample]:
         """Read one file of this task; ``labeled=False`` for the test files (which have no label column)."""
         layout = self.labeled_layout if labeled else self.test_layout
