@@ -132,14 +132,24 @@ def test_predict_glue_reads_the_checkpoints_label_order(tmp_path, glue_model):
     assert written["ordered", "dev"][1] == {"accuracy": 0.5}
 
 
-def test_predict_glue_refuses_label_names_not_the_tasks(tmp_path, glue_model, capsys):
+def test_predict_glue_reads_other_label_names_in_output_order_with_a_warning(tmp_path, glue_model, caplog):
+    """Names that are not the task's (a sentiment model's negative, positive on SST-2): output i is label i, as
+    run_glue.py reads them, and the warning names both."""
     _write_rte(tmp_path / "glue")
-    model = BertForSequenceClassification.from_pretrained(glue_model, id2label={0: "negative", 1: "positive"})
-    model.save_pretrained(tmp_path / "sst")
-    for name in ("tokenizer_config.json", "vocab.txt"):
-        (tmp_path / "sst" / name).write_bytes((glue_model / name).read_bytes())
-    assert main(["predict", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--model",
-                 str(tmp_path / "sst"), "--out", str(tmp_path / "sub"), "--max-seq-length", "32"]) == 2
-    err = capsys.readouterr().err
-    assert "['negative', 'positive']" in err and "['entailment', 'not_entailment']" in err
-    assert not (tmp_path / "sub" / "RTE.tsv").exists()
+    outputs = {}
+    for names in ({0: "LABEL_0", 1: "LABEL_1"}, {0: "yes", 1: "no"}):
+        model = BertForSequenceClassification.from_pretrained(glue_model, id2label=names)
+        with torch.no_grad():
+            model.classifier.weight.copy_(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)) * 5)
+        model.save_pretrained(tmp_path / names[0])
+        for name in ("tokenizer_config.json", "vocab.txt"):
+            (tmp_path / names[0] / name).write_bytes((glue_model / name).read_bytes())
+        caplog.clear()
+        assert main(["predict", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--model",
+                     str(tmp_path / names[0]), "--out", str(tmp_path / f"sub-{names[0]}"), "--max-seq-length", "32"]) == 0
+        outputs[names[0]] = (tmp_path / f"sub-{names[0]}" / "RTE.tsv").read_text()
+        warned = [r.getMessage() for r in caplog.records if "names its outputs" in r.getMessage()]
+        assert warned == ([] if names[0] == "LABEL_0" else [
+            f"{tmp_path / 'yes'} names its outputs ['yes', 'no'], not rte's labels ['entailment', 'not_entailment']: "
+            "output i is read as label i (yes = entailment, no = not_entailment)"])
+    assert outputs["yes"] == outputs["LABEL_0"]
