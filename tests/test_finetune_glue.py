@@ -88,6 +88,32 @@ def test_grid_summary_and_defaults():
     assert default_lr(768, 2e-5) == 2e-5 and default_lr(384, 2e-5) == 1e-4
 
 
+def test_finetune_glue_from_a_checkpoint_naming_the_labels_in_another_order_keeps_its_head(tmp_path, glue_model,
+                                                                                           capsys):
+    """An SST-2 model whose config names its outputs "1", "0" (rows swapped to match) fine-tuned again on SST-2:
+    each head row keeps its label (its dev accuracy after a step at a vanishing rate is the model's own), as
+    run_glue.py keeps a checkpoint's label order. Relabelled in place, it started at 1 - that accuracy."""
+    _write_sst2(tmp_path / "glue")
+
+    def finetune(model, out, *flags):
+        assert main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(model),
+                     "--out", str(out), "--batch-size", "8", "--max-seq-length", "32", "--no-progress", "--eval-strategy",
+                     "no", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["best"]["accuracy"]["mean"]
+
+    first = finetune(glue_model, tmp_path / "run", "--lr", "1e-2", "--epochs", "10", "--seed", "1")
+    assert first >= 0.9
+    model = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
+    with torch.no_grad():
+        model.classifier.weight.copy_(model.classifier.weight.flip(0))
+        model.classifier.bias.copy_(model.classifier.bias.flip(0))
+    model.config.id2label = {0: "1", 1: "0"}
+    model.save_pretrained(tmp_path / "swapped")
+    for name in ("tokenizer_config.json", "vocab.txt"):
+        (tmp_path / "swapped" / name).write_bytes((tmp_path / "run" / "best" / name).read_bytes())
+    assert finetune(tmp_path / "swapped", tmp_path / "again", "--lr", "1e-12", "--max-steps", "1", "--seed", "1") == first
+
+
 def _write_rte(root):
     d = root / "RTE"
     d.mkdir(parents=True)
