@@ -269,3 +269,67 @@ def test_feature_study_end_to_end(tiny, tmp_path):
     again = fs.feature_study(dataclasses.replace(settings, output_dir=tmp_path / "again"))
     assert again["table"] == report["table"]  # seeded: the same taggers again
     assert "| last_hidden |" in fs.format_table(report)
+
+
+SHARD_BYTES = 2 * 12 * 32 * 4  # layer -1 of the tiny encoder in float32: about two lines per shard
+
+
+@pytest.mark.parametrize("first, second", [(TEXTS, TEXTS[:2]), (TEXTS[:2], TEXTS), (TEXTS, TEXTS[:3] + TEXTS[:3])],
+                         ids=["shards, then one file", "one file, then shards", "3 shards, then 2"])
+def test_features_in_another_number_of_shards_are_the_earlier_output(tiny, tmp_path, first, second):
+    """A .safetensors output is the named file or its shards: an earlier output in another number of shards is
+    refused without overwrite, and replaced whole with it; read_features never mixes two outputs' lines (it read
+    the earlier one-file output, or 3 + 2 shards' 11 lines, with line indices 0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4)."""
+    _, model, tok = tiny
+    out = tmp_path / "f.safetensors"
+    earlier = fx.extract_features(model, tok, first, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
+                                  progress=False)["files"]
+    kept = {p: Path(p).read_bytes() for p in earlier}
+    with pytest.raises(BertkitError, match=f"{Path(earlier[0]).name} already exists; pass overwrite=True"):
+        fx.extract_features(model, tok, second, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
+                            progress=False)
+    assert sorted(str(p) for p in tmp_path.iterdir()) == sorted(kept) and all(
+        Path(p).read_bytes() == b for p, b in kept.items())
+    files = fx.extract_features(model, tok, second, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
+                                progress=False, overwrite=True)["files"]
+    assert sorted(str(p) for p in tmp_path.iterdir()) == sorted(files)
+    assert [r["line_index"] for r in fx.read_features(out)] == list(range(len(second)))
+
+
+def test_reading_two_outputs_shards_at_once_is_refused(tiny, tmp_path):
+    """What a kill between placing the new shards and removing the earlier ones leaves: refused, naming the files."""
+    _, model, tok = tiny
+    fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", layers=[-1], batch_size=1,
+                        max_shard_bytes=SHARD_BYTES, progress=False)
+    fx.extract_features(model, tok, TEXTS[:2], tmp_path / "g.safetensors", layers=[-1], progress=False)
+    (tmp_path / "g.safetensors").rename(tmp_path / "f.safetensors")
+    with pytest.raises(BertkitError, match=r"f\.safetensors and its shards f-00001-of-00003\.safetensors, "):
+        list(fx.read_features(tmp_path / "f.safetensors"))
+    (tmp_path / "f.safetensors").unlink()
+    (tmp_path / "f-00002-of-00003.safetensors").unlink()
+    with pytest.raises(BertkitError, match=r"f-00002-of-00003\.safetensors is missing"):
+        list(fx.read_features(tmp_path / "f.safetensors"))
+
+
+def test_an_extraction_cut_short_leaves_the_earlier_shards_whole(tiny, tmp_path, monkeypatch):
+    """A failure (or a kill) while the third shard's states are computed: no shard of the earlier output has been
+    replaced by this run's (the first two were, before the shards were placed together at the end)."""
+    _, model, tok = tiny
+    out = tmp_path / "f.safetensors"
+    files = fx.extract_features(model, tok, TEXTS, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
+                                progress=False)["files"]
+    kept = {p: Path(p).read_bytes() for p in files}
+    calls, run = [], fx.run_batches
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError("the process dies here")
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(fx, "run_batches", failing)
+    with pytest.raises(OSError, match="dies here"):
+        fx.extract_features(model, tok, list(reversed(TEXTS)), out, layers=[-1], batch_size=1,
+                            max_shard_bytes=SHARD_BYTES, progress=False, overwrite=True)
+    assert sorted(str(p) for p in tmp_path.iterdir()) == sorted(kept)
+    assert all(Path(p).read_bytes() == b for p, b in kept.items())

@@ -86,3 +86,96 @@ def test_grid_summary_and_defaults():
     assert parse_lr_grid("paper") == (2e-5, 3e-5, 4e-5, 5e-5)
     assert parse_lr_grid("3e-5") == (3e-5,) and parse_lr_grid("1e-4,2e-4") == (1e-4, 2e-4)
     assert default_lr(768, 2e-5) == 2e-5 and default_lr(384, 2e-5) == 1e-4
+
+
+def test_finetune_glue_from_a_checkpoint_naming_the_labels_in_another_order_keeps_its_head(tmp_path, glue_model,
+                                                                                           capsys):
+    """An SST-2 model whose config names its outputs "1", "0" (rows swapped to match) fine-tuned again on SST-2:
+    each head row keeps its label (its dev accuracy after a step at a vanishing rate is the model's own), as
+    run_glue.py keeps a checkpoint's label order. Relabelled in place, it started at 1 - that accuracy."""
+    _write_sst2(tmp_path / "glue")
+
+    def finetune(model, out, *flags):
+        assert main(["finetune", "glue", "--task", "sst2", "--data-dir", str(tmp_path / "glue"), "--model", str(model),
+                     "--out", str(out), "--batch-size", "8", "--max-seq-length", "32", "--no-progress", "--eval-strategy",
+                     "no", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["best"]["accuracy"]["mean"]
+
+    first = finetune(glue_model, tmp_path / "run", "--lr", "1e-2", "--epochs", "10", "--seed", "1")
+    assert first >= 0.9
+    model = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
+    with torch.no_grad():
+        model.classifier.weight.copy_(model.classifier.weight.flip(0))
+        model.classifier.bias.copy_(model.classifier.bias.flip(0))
+    model.config.id2label = {0: "1", 1: "0"}
+    model.save_pretrained(tmp_path / "swapped")
+    for name in ("tokenizer_config.json", "vocab.txt"):
+        (tmp_path / "swapped" / name).write_bytes((tmp_path / "run" / "best" / name).read_bytes())
+    assert finetune(tmp_path / "swapped", tmp_path / "again", "--lr", "1e-12", "--max-steps", "1", "--seed", "1") == first
+
+
+def _write_rte(root):
+    d = root / "RTE"
+    d.mkdir(parents=True)
+    pairs = [("the movie was good", "the plot was great", "entailment"), ("the movie was bad", "the plot was fine",
+             "not_entailment"), ("the plot was poor", "the movie was awful", "entailment"),
+             ("the movie was fine", "the plot was bad", "not_entailment")]
+    (d / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n"
+                               + "".join(f"{i}\t{a}\t{b}\t{y}\n" for i, (a, b, y) in enumerate(pairs)))
+    (d / "test.tsv").write_text("index\tsentence1\tsentence2\n"
+                                + "".join(f"{i + 10}\t{a}\t{b}\n" for i, (a, b, _) in enumerate(pairs)))
+
+
+def test_predict_glue_reads_the_checkpoints_label_order(tmp_path, glue_model):
+    """A checkpoint whose id2label orders the task's labels its own way (roberta-large-mnli's contradiction,
+    neutral, entailment; any model fine-tuned elsewhere) is read by its label names, as run_glue.py reads it: the
+    same head with its rows swapped and its labels named in the other order writes the same submission."""
+    _write_rte(tmp_path / "glue")
+    model = BertForSequenceClassification.from_pretrained(glue_model, id2label={0: "entailment", 1: "not_entailment"})
+    with torch.no_grad():
+        model.classifier.weight.copy_(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)) * 5)
+    model.save_pretrained(tmp_path / "ordered")
+    with torch.no_grad():
+        model.classifier.weight.copy_(model.classifier.weight.flip(0))
+        model.classifier.bias.copy_(model.classifier.bias.flip(0))
+    model.config.id2label = {0: "not_entailment", 1: "entailment"}
+    model.save_pretrained(tmp_path / "swapped")
+    for name in ("tokenizer_config.json", "vocab.txt"):
+        for to in ("ordered", "swapped"):
+            (tmp_path / to / name).write_bytes((glue_model / name).read_bytes())
+    written = {}
+    for which in ("ordered", "swapped"):
+        for split in ("dev", "test"):
+            out = tmp_path / f"sub-{which}-{split}"
+            assert main(["predict", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--split", split,
+                         "--model", str(tmp_path / which), "--out", str(out), "--max-seq-length", "32"]) == 0
+            written[which, split] = ((out / "RTE.tsv").read_text(),
+                                     json.loads((out / "report.json").read_text()).get("scores"))
+    assert written["swapped", "test"] == written["ordered", "test"]
+    assert written["swapped", "dev"] == written["ordered", "dev"]
+    # the head's second row (not_entailment in the first checkpoint) wins: -0.49 against 0.34 on every pair
+    assert written["ordered", "test"][0] == "index\tprediction\n" + "".join(f"{i}\tnot_entailment\n" for i in range(10, 14))
+    assert written["ordered", "dev"][1] == {"accuracy": 0.5}
+
+
+def test_predict_glue_reads_other_label_names_in_output_order_with_a_warning(tmp_path, glue_model, caplog):
+    """Names that are not the task's (a sentiment model's negative, positive on SST-2): output i is label i, as
+    run_glue.py reads them, and the warning names both."""
+    _write_rte(tmp_path / "glue")
+    outputs = {}
+    for names in ({0: "LABEL_0", 1: "LABEL_1"}, {0: "yes", 1: "no"}):
+        model = BertForSequenceClassification.from_pretrained(glue_model, id2label=names)
+        with torch.no_grad():
+            model.classifier.weight.copy_(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)) * 5)
+        model.save_pretrained(tmp_path / names[0])
+        for name in ("tokenizer_config.json", "vocab.txt"):
+            (tmp_path / names[0] / name).write_bytes((glue_model / name).read_bytes())
+        caplog.clear()
+        assert main(["predict", "glue", "--task", "rte", "--data-dir", str(tmp_path / "glue"), "--model",
+                     str(tmp_path / names[0]), "--out", str(tmp_path / f"sub-{names[0]}"), "--max-seq-length", "32"]) == 0
+        outputs[names[0]] = (tmp_path / f"sub-{names[0]}" / "RTE.tsv").read_text()
+        warned = [r.getMessage() for r in caplog.records if "names its outputs" in r.getMessage()]
+        assert warned == ([] if names[0] == "LABEL_0" else [
+            f"{tmp_path / 'yes'} names its outputs ['yes', 'no'], not rte's labels ['entailment', 'not_entailment']: "
+            "output i is read as label i (yes = entailment, no = not_entailment)"])
+    assert outputs["yes"] == outputs["LABEL_0"]

@@ -7,6 +7,7 @@ is ``training/feature_study.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from bertkit.errors import BertkitError, MissingFileError
 from bertkit.inference import runner
 from bertkit.inference.runner import plan_batches
 from bertkit.modeling import BertModel
-from bertkit.outputs import atomic_target, atomic_write
+from bertkit.outputs import atomic_target, atomic_write, glob_escape
 from bertkit.padding import pad_batch
 from bertkit.runs import refuse_existing_file
 
@@ -135,6 +136,17 @@ def shard_paths(out: Path, n: int) -> list[Path]:
     return [out.with_name(f"{out.stem}-{k + 1:05d}-of-{n:05d}{out.suffix}") for k in range(n)]
 
 
+def existing_output(out: Path) -> list[Path]:
+    """What an earlier extraction to ``out`` left: ``out`` itself and, for .safetensors, every shard named after it
+    (in whatever number of shards), sorted."""
+    found = [out] if out.exists() or out.is_symlink() else []
+    if out.suffix == ".safetensors":
+        shard = re.compile(rf"{re.escape(out.stem)}-\d{{5}}-of-\d{{5}}{re.escape(out.suffix)}")
+        found += sorted(p for p in out.parent.glob(f"{glob_escape(out.stem)}-*-of-*{out.suffix}")
+                        if shard.fullmatch(p.name))
+    return found
+
+
 def extract_features(
     model: BertModel,
     tokenizer: Any,
@@ -173,7 +185,10 @@ def extract_features(
     encoded = encode_texts(tokenizer, texts, max_seq_length)
     per_token = len(positions) * model.config.hidden_size * np.dtype(dtype).itemsize
     plan, files, units, batches = _plan_output(out, encoded, per_token, max_shard_bytes, chunk_size, batch_size)
-    for path in files:  # ``out`` and its shards: an existing file is the user's until ``overwrite`` says otherwise
+    # ``out`` and its shards, in this run's number or another: an earlier output is replaced whole (never some of
+    # its shards left to be read with the new ones), and only when ``overwrite`` says so
+    earlier = existing_output(out)
+    for path in dict.fromkeys([*files, *earlier]):
         refuse_existing_file(path, overwrite, flag="overwrite=True")
     rank, world = current().rank, current().world_size
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -204,6 +219,8 @@ def extract_features(
     else:
         _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype),
                            _safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length))
+    for path in set(earlier) - set(files):  # the earlier output's other shards, once the new ones are in place
+        path.unlink()
     bar.close()
     return _report(files, encoded, layers, world, time.perf_counter() - t0)
 
@@ -255,22 +272,53 @@ def _write_jsonl(out: Path, units: list[list[int]], states_of: Callable[[int, in
 def _write_safetensors(files: list[Path], plan: list[range], units: list[list[list[int]]],
                        states_of: Callable[[int, int], dict[int, np.ndarray]], encoded: Sequence[dict],
                        layers: Sequence[int], np_dtype: np.dtype, meta: dict[str, str]) -> None:
+    # Every shard is written beside its name and all are renamed into place at the end: a kill while the states are
+    # computed leaves the earlier output whole, not its first shards replaced by this run's.
+    with contextlib.ExitStack() as placed:
+        for p, (shard, path) in enumerate(zip(plan, files)):
+            _write_shard(placed.enter_context(atomic_target(path)), shard, units[p], p, states_of, encoded, layers,
+                         np_dtype, meta)
+
+
+def _write_shard(tmp: Path, shard: range, units: list[list[int]], p: int,
+                 states_of: Callable[[int, int], dict[int, np.ndarray]], encoded: Sequence[dict],
+                 layers: Sequence[int], np_dtype: np.dtype, meta: dict[str, str]) -> None:
+    """Shard ``p`` (the lines ``shard``) written to ``tmp``."""
     from safetensors.numpy import save_file
 
-    for p, (shard, path) in enumerate(zip(plan, files)):
-        chunks = []
-        for u, unit in enumerate(units[p]):
-            states = states_of(p, u)
-            chunks += [states[i].astype(np_dtype) for i in unit]
-        shard_lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
-        tensors = {f"layer.{name}": np.ascontiguousarray(np.concatenate([c[k] for c in chunks], 0))
-                   for k, name in enumerate(layers)}
-        tensors["input_ids"] = np.concatenate([encoded[i]["input_ids"] for i in shard]).astype(np.int64)
-        tensors["token_type_ids"] = np.concatenate([encoded[i]["token_type_ids"] for i in shard]).astype(np.int64)
-        tensors["offsets"] = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
-        tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
-        with atomic_target(path) as tmp:
-            save_file(tensors, str(tmp), metadata=meta)
+    chunks = []
+    for u, unit in enumerate(units):
+        states = states_of(p, u)
+        chunks += [states[i].astype(np_dtype) for i in unit]
+    shard_lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
+    tensors = {f"layer.{name}": np.ascontiguousarray(np.concatenate([c[k] for c in chunks], 0))
+               for k, name in enumerate(layers)}
+    tensors["input_ids"] = np.concatenate([encoded[i]["input_ids"] for i in shard]).astype(np.int64)
+    tensors["token_type_ids"] = np.concatenate([encoded[i]["token_type_ids"] for i in shard]).astype(np.int64)
+    tensors["offsets"] = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
+    tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
+    save_file(tensors, str(tmp), metadata=meta)
+
+
+def _one_output(path: Path) -> list[Path]:
+    """The files of the one output at ``path`` (.safetensors): itself, or all its shards; two outputs' files at once
+    (what a kill between placing a new output and removing the earlier one's other shards leaves) are refused."""
+    found = existing_output(path)
+    if not found:
+        raise MissingFileError(f"no features at {path} (nor shards {path.stem}-*-of-*{path.suffix})")
+    shards = [p for p in found if p != path]
+    if len(found) > 1 and len(shards) < len(found):
+        raise BertkitError(f"{path} and its shards {', '.join(p.name for p in shards)} are two extractions' outputs; "
+                           "remove the one you do not want, or extract again with overwrite")
+    if shards:
+        counts = sorted({p.stem.rpartition("-of-")[2] for p in shards})
+        want = shard_paths(path, int(counts[-1]))
+        if len(counts) > 1 or shards != want:
+            missing = [p.name for p in want if p not in shards]
+            raise BertkitError(f"the shards of {path} are not one extraction's: {', '.join(p.name for p in shards)}"
+                               + (f" ({', '.join(missing)} is missing)" if missing else "")
+                               + "; remove the ones you do not want, or extract again with overwrite")
+    return found
 
 
 def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
@@ -291,9 +339,7 @@ def read_features(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
         return
     from safetensors.numpy import load_file
 
-    shards = [path] if path.is_file() else sorted(path.parent.glob(f"{path.stem}-*-of-*{path.suffix}"))
-    if not shards:
-        raise MissingFileError(f"no features at {path} (nor shards {path.stem}-*-of-*{path.suffix})")
+    shards = _one_output(path)
     for shard in shards:
         t = load_file(str(shard))
         names = [int(k.split(".", 1)[1]) for k in t if k.startswith("layer.")]

@@ -43,7 +43,9 @@ class PredictBenchmarkSettings(OverwriteSettings, Int8Settings):
 
 @redefault(batch_size=128)
 class PredictGlueSettings(PredictBenchmarkSettings):
-    """Predict a GLUE split with a fine-tuned checkpoint and write the GLUE-submission TSV."""
+    """Predict a GLUE split with a fine-tuned checkpoint and write the GLUE-submission TSV. The checkpoint's outputs
+    are read by its config.json id2label when it names the task's labels, in any order (as run_glue.py reads them),
+    else in output order."""
 
     task: str
     """cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte or wnli."""

@@ -22,6 +22,7 @@ MNLI are two entries ("mnli", "mnli-mm") sharing the training file, as in Huggin
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,8 @@ from bertkit.errors import BertkitError, MissingFileError
 from bertkit.outputs import atomic_write
 from bertkit.tasks import metrics
 from bertkit.tasks.files import read_lines
+
+logger = logging.getLogger("bertkit")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,19 @@ class GlueTask:
 
     def metric(self, predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
         return {name: score(references, predictions) for name, score in METRICS[self.metric_kind].items()}
+
+    def output_order(self, id2label: Mapping[int, str], model: str | os.PathLike) -> list[int]:
+        """For each of this task's labels in order, the model output that scores it, as run_glue.py reads a
+        checkpoint: by its label names when they are the task's, in whatever order it keeps them (roberta-large-mnli's
+        contradiction, neutral, entailment); else in output order (transformers' LABEL_0, LABEL_1, ...; other names,
+        such as a sentiment model's negative, positive on SST-2, with a warning naming both)."""
+        names = [id2label[i] for i in range(len(id2label))]
+        if self.labels is not None and sorted(names) == sorted(self.labels):
+            return [names.index(label) for label in self.labels]
+        if self.labels is not None and names != [f"LABEL_{i}" for i in range(len(names))]:
+            logger.warning("%s names its outputs %s, not %s's labels %s: output i is read as label i (%s)", model, names,
+                           self.name, list(self.labels), ", ".join(f"{n} = {t}" for n, t in zip(names, self.labels)))
+        return list(range(len(names)))
 
     def read(self, path: str | os.PathLike, *, labeled: bool) -> list[GlueExample]:
         """Read one file of this task; ``labeled=False`` for the test files (which have no label column)."""

@@ -33,11 +33,12 @@ def predict_glue(s: PredictGlueSettings) -> dict[str, Any]:
     if model.config.num_labels != task.num_labels:
         raise BertkitError(f"{s.model_name_or_path} has {model.config.num_labels} outputs but {task.name} needs "
                            f"{task.num_labels}; is it a checkpoint fine-tuned on this task?")
+    order = task.output_order(model.config.id2label, s.model_name_or_path)  # before any file is read or written
     examples = first(glue.read_glue(task, s.data_dir, s.split), s.max_predict_samples)
     features = glue.featurize(examples, tokenizer, s.max_seq_length, task)
     logits = np.stack(predict(model, features, lambda b: collate(b, tokenizer.pad_token_id),
                               batch_size=s.batch_size, bf16=precision.bf16, device=precision.device))
-    preds = logits[:, 0] if task.is_regression else logits.argmax(-1)
+    preds = logits[:, 0] if task.is_regression else logits[:, order].argmax(-1)
     s.output_dir.mkdir(parents=True, exist_ok=True)
     path = glue.write_submission(task, preds.tolist(), [e.id for e in examples], s.output_dir)
     report: dict[str, Any] = {"task": task.name, "split": s.split, "examples": len(examples), "file": str(path)}

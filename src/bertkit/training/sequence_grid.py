@@ -49,7 +49,15 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
         return task.metric(logits[:, 0] if task.is_regression else logits.argmax(-1), dev_refs)
 
     labels = list(task.labels) if task.labels is not None else ["score"]
-    lrs = s.grid(BertConfig.from_json_file(Path(s.model_name_or_path) / "config.json").hidden_size)
+    start = BertConfig.from_json_file(Path(s.model_name_or_path) / "config.json")
+    lrs = s.grid(start.hidden_size)
+    # A checkpoint fine-tuned on this task that keeps its labels in another order (a published MNLI model's
+    # contradiction, neutral, entailment): its head's rows move to the task's order, so each keeps its meaning, as
+    # run_glue.py keeps the model's order (relabelled in place, every prediction would start on the wrong label).
+    names = [start.id2label[i] for i in range(len(start.id2label))] if start.id2label else []
+    reorder = (task.output_order(start.id2label, s.model_name_or_path)
+               if task.labels is not None and sorted(names) == sorted(task.labels) and names != list(task.labels)
+               else None)
     s.output_dir.mkdir(parents=True, exist_ok=True)
     runs, best_score = [], -float("inf")
     for lr, seed in ((lr, seed) for lr in lrs for seed in s.seed):
@@ -59,6 +67,10 @@ def fit_sequence_classifier(task: glue.GlueTask, train_examples: Sequence[glue.G
         model = BertForSequenceClassification.from_pretrained(
             s.model_name_or_path, id2label=dict(enumerate(labels)), ignore_mismatched_sizes=True,
             problem_type="regression" if task.is_regression else "single_label_classification")
+        if reorder is not None:
+            with torch.no_grad():
+                model.classifier.weight.copy_(model.classifier.weight[reorder])
+                model.classifier.bias.copy_(model.classifier.bias[reorder])
         record: dict[str, Any] = {"lr": lr, "seed": seed}
         try:
             run = run_finetuning(model, train_features, collate,
