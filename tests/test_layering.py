@@ -141,6 +141,25 @@ def test_settings_are_plain_data():
     assert not heavy, f"importing bertkit.settings loads {heavy[:5]}"
 
 
+def test_an_eager_process_never_imports_torch_dynamo():
+    """torch.compile's machinery (torch._dynamo: 1.2 s to import, more than torch) loads only where something
+    compiles or exports: building a model and running it, the pipelines, the sentence models, the trainer and the
+    command line never import it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, bertkit.heads, bertkit.inference.pipelines, bertkit.sentence.model, "
+            "bertkit.training.trainer, bertkit.cli\n"
+            "from bertkit import BertConfig, BertForSequenceClassification\n"
+            "m = BertForSequenceClassification(BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, "
+            "num_attention_heads=4, intermediate_size=37))\n"
+            "ids = torch.tensor([[2, 5, 7, 3], [2, 9, 3, 0]])\n"
+            "m(ids, attention_mask=(ids > 0).long(), labels=torch.tensor([0, 1])).loss.backward()\n"
+            "print('torch._dynamo' in sys.modules)")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.split() == ["False"]
+
+
 def test_no_import_cycles():
     edges = _modules()
     state: dict[str, int] = {}

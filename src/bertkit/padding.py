@@ -324,7 +324,21 @@ def self_attention(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: 
         return _attend_padded(qkv, mask, num_heads, dropout_p, layout.key_multiple)
     if layout.cu_seqlens is not None:
         return _attend_varlen(qkv, layout, num_heads, dropout_p)
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting():
+        return _uncompiled_attention()(qkv, layout, num_heads, dropout_p)
     return _attend_groups(qkv, layout, num_heads, dropout_p)
+
+
+def _uncompiled_attention() -> Any:
+    """``_attend_groups`` behind ``torch.compiler.disable``, made where torch.compile or torch.export first traces
+    attention: the decorator imports torch._dynamo (1.2 s, more than torch itself), which an eager process (every
+    command, the pipelines, training) never needs."""
+    if not _UNCOMPILED:
+        _UNCOMPILED.append(torch.compiler.disable(_attend_groups))
+    return _UNCOMPILED[0]
+
+
+_UNCOMPILED: list[Any] = []
 
 
 def _attend_varlen(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
@@ -341,7 +355,6 @@ def _attend_varlen(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: 
     return varlen_attn(q, k, v, layout.cu_seqlens, layout.cu_seqlens, T, T).reshape(N, three_h // 3)
 
 
-@torch.compiler.disable
 def _attend_groups(qkv: Tensor, layout: TokenLayout, num_heads: int, dropout_p: float) -> Tensor:
     """Attention never compiled (``compile_layers`` compiles the per-token work around it). The unpadded layout's
     groups: their number, and whether each has a mask, change from batch to batch, and tracing them made
