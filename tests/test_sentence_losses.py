@@ -187,3 +187,9 @@ def test_bad_arguments_are_named(model):
         losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=0)
     with pytest.raises(BertkitError, match="needs one label per row"):
         losses.CoSENTLoss(model).compute_loss_from_embeddings(_embeddings(2), None)
+
+
+def test_importing_a_loss_bertkit_does_not_implement_names_what_to_use():
+    """A ported script's `from ... import` shows the advice (an AttributeError would become "cannot import name")."""
+    with pytest.raises(BertkitError, match="SoftmaxLoss is not implemented in bertkit: train a pair classifier"):
+        from bertkit.sentence.losses import SoftmaxLoss  # noqa: F401

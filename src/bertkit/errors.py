@@ -35,8 +35,9 @@ class WriteError(BertkitError, OSError):
 
 
 class NotImplementedInBertkit(BertkitError, AttributeError):
-    """A name of a reference library's API (sentence-transformers') that bertkit does not implement: its message says
-    what to use, and it is an AttributeError, so ``hasattr`` and ``getattr(obj, name, default)`` see it as absent."""
+    """A method of a reference library's model (sentence-transformers') that bertkit does not implement: its message
+    says what to use, and it is an AttributeError, so ``hasattr`` and ``getattr(model, name, default)`` see it as
+    absent."""
 
 
 class NonFiniteError(BertkitError):
@@ -45,13 +46,13 @@ class NonFiniteError(BertkitError):
 
 def refusing_getattr(module: str, refused: dict[str, str]) -> Callable[[str], Any]:
     """A module's ``__getattr__`` for the names a reference library's module has and bertkit does not implement:
-    each raises ``NotImplementedInBertkit`` with what to use (``refused[name]``); any other name is Python's
-    AttributeError."""
+    each raises a BertkitError with what to use (``refused[name]``), which ``from module import name`` shows as it
+    is (it would turn an AttributeError into "cannot import name"); any other name is Python's AttributeError."""
 
     def __getattr__(name: str) -> Any:
-        if name in refused:
-            raise NotImplementedInBertkit(f"{module.removeprefix('bertkit.sentence.')}.{name} is not implemented in "
-                                          f"bertkit: {refused[name]}")
+        if name in refused:  # a BertkitError, not an AttributeError: `from module import name` keeps the message
+            raise BertkitError(f"{module.removeprefix('bertkit.sentence.')}.{name} is not implemented in bertkit: "
+                               f"{refused[name]}")
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__
