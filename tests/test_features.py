@@ -136,7 +136,7 @@ def test_an_existing_output_file_is_replaced_only_with_overwrite(tiny, tmp_path,
     _, model, tok = tiny
     out = tmp_path / name
     out.write_bytes(b"my own results\n")
-    with pytest.raises(BertkitError, match=f"{name} already exists; pass overwrite=True"):
+    with pytest.raises(BertkitError, match=f"{name} already exists; pass --overwrite \\(overwrite=True from Python\\)"):
         fx.extract_features(model, tok, TEXTS[:1], out, layers=[-1], progress=False)
     assert out.read_bytes() == b"my own results\n"
     fx.extract_features(model, tok, TEXTS[:1], out, layers=[-1], progress=False, overwrite=True)
@@ -285,7 +285,7 @@ def test_features_in_another_number_of_shards_are_the_earlier_output(tiny, tmp_p
     earlier = fx.extract_features(model, tok, first, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
                                   progress=False)["files"]
     kept = {p: Path(p).read_bytes() for p in earlier}
-    with pytest.raises(BertkitError, match=f"{Path(earlier[0]).name} already exists; pass overwrite=True"):
+    with pytest.raises(BertkitError, match=f"{Path(earlier[0]).name} already exists; pass --overwrite \\(overwrite=True from Python\\)"):
         fx.extract_features(model, tok, second, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
                             progress=False)
     assert sorted(str(p) for p in tmp_path.iterdir()) == sorted(kept) and all(

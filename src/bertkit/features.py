@@ -189,7 +189,7 @@ def extract_features(
     # its shards left to be read with the new ones), and only when ``overwrite`` says so
     earlier = existing_output(out)
     for path in dict.fromkeys([*files, *earlier]):
-        refuse_existing_file(path, overwrite, flag="overwrite=True")
+        refuse_existing_file(path, overwrite, flag="--overwrite (overwrite=True from Python)")
     rank, world = current().rank, current().world_size
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
