@@ -333,3 +333,17 @@ def test_an_extraction_cut_short_leaves_the_earlier_shards_whole(tiny, tmp_path,
                             max_shard_bytes=SHARD_BYTES, progress=False, overwrite=True)
     assert sorted(str(p) for p in tmp_path.iterdir()) == sorted(kept)
     assert all(Path(p).read_bytes() == b for p, b in kept.items())
+
+
+def test_a_users_file_named_like_a_shard_is_refused_not_removed(tiny, tmp_path):
+    """overwrite=True replaces an earlier extraction's shards; a file at a shard's name that no extraction wrote is
+    the user's: refused before any work, and kept."""
+    _, model, tok = tiny
+    out = tmp_path / "f.safetensors"
+    theirs = tmp_path / "f-00009-of-00009.safetensors"
+    theirs.write_bytes(b"the user's own bytes")
+    with pytest.raises(BertkitError, match="f-00009-of-00009.safetensors is named as a shard of f.safetensors but is "
+                                           "not one bertkit wrote"):
+        fx.extract_features(model, tok, TEXTS, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
+                            progress=False, overwrite=True)
+    assert theirs.read_bytes() == b"the user's own bytes" and sorted(tmp_path.iterdir()) == [theirs]

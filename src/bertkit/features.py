@@ -190,6 +190,10 @@ def extract_features(
     earlier = existing_output(out)
     for path in dict.fromkeys([*files, *earlier]):
         refuse_existing_file(path, overwrite, flag="--overwrite (overwrite=True from Python)")
+    for path in set(earlier) - set(files):  # removed at the end: only an extraction's own shard, never a user's file
+        if not _is_feature_shard(path):
+            raise BertkitError(f"{path} is named as a shard of {out.name} but is not one bertkit wrote (no "
+                               "'bertkit-features' metadata); move it away or choose another output file")
     rank, world = current().rank, current().world_size
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -223,6 +227,17 @@ def extract_features(
         path.unlink()
     bar.close()
     return _report(files, encoded, layers, world, time.perf_counter() - t0)
+
+
+def _is_feature_shard(path: Path) -> bool:
+    """Whether ``path`` is a safetensors file an extraction wrote (its metadata says ``bertkit-features``)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as f:
+            return (f.metadata() or {}).get("format") == "bertkit-features"
+    except (SafetensorError, OSError):
+        return False
 
 
 def _safetensors_meta(layers: Sequence[int], dtype: str, hidden_size: int, max_seq_length: int) -> dict[str, str]:
