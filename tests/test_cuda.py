@@ -262,6 +262,48 @@ def test_half_precision_inference_drops_padding_with_the_varlen_kernel(tiny_mode
         assert model(input_ids=ids, attention_mask=mask).token_layout.cu_seqlens is None
 
 
+def test_a_batch_on_the_host_is_laid_out_there_without_waiting_for_the_gpu(tiny_model, tiny_checkpoint,
+                                                                           minilm_tokenizer_dir, tmp_path):
+    """Inputs still on the host (where encode and predict leave their batches) are checked and laid out there: the
+    forward pass never makes the host wait for the GPU, in each layout "auto" picks (the rectangle of a short fp32
+    batch, the plan of length groups of a long one, the variable-length kernel under bf16, training's rectangle),
+    where the same batch on the GPU waits at least once; the states are the same. encode and predict over several
+    batches wait once each, for the result."""
+    from bertkit.padding import GPU_UNPAD_MIN_LENGTH
+    from bertkit.sentence import CrossEncoder, SentenceTransformer
+
+    model = tiny_model(max_position_embeddings=GPU_UNPAD_MIN_LENGTH, hidden_dropout_prob=0.0,
+                       attention_probs_dropout_prob=1e-9).to(CUDA).eval()
+    ids = torch.randint(1, 99, (3, GPU_UNPAD_MIN_LENGTH))
+    mask = torch.ones_like(ids)
+    mask[1, 70:] = 0
+    mask[2, 9:] = 0
+    cases = {"groups": (GPU_UNPAD_MIN_LENGTH, False, False), "rectangle": (100, False, False),
+             "bf16": (GPU_UNPAD_MIN_LENGTH, True, False), "training": (100, True, True)}
+    for name, (T, bf16, train) in cases.items():
+        model.train(train)
+        host = {"input_ids": ids[:, :T].pin_memory(), "attention_mask": mask[:, :T].pin_memory()}
+        on_gpu = _to(host, CUDA)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16), torch.set_grad_enabled(train):
+            want = model(**on_gpu)  # also the warm-up: handles and kernels made before counting
+            got = model(**host)
+            assert _syncs(lambda h=host: model(**h)) == 0, name
+            assert _syncs(lambda g=on_gpu: model(**g)) >= 1, name
+        assert got.token_layout.is_padded == want.token_layout.is_padded, name
+        real = mask[:, :T].bool().to(CUDA)
+        torch.testing.assert_close(got.last_hidden_state[real].float(), want.last_hidden_state[real].float(),
+                                   atol=1e-6, rtol=0, msg=name)
+    directory = str(tiny_checkpoint(tmp_path / "enc", tokenizer=minilm_tokenizer_dir))
+    ce_directory = str(tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification", tokenizer=minilm_tokenizer_dir,
+                                       labels=1))
+    texts = [("the movie was great " * (1 + i % 9)).strip() + f" number {i}" for i in range(40)]
+    st, ce = SentenceTransformer(directory, device="cuda"), CrossEncoder(ce_directory, device="cuda")
+    st.encode(texts[:8], batch_size=8)
+    ce.predict([(t, t) for t in texts[:8]], batch_size=8)
+    assert _syncs(lambda: st.encode(texts, batch_size=8)) == 1
+    assert _syncs(lambda: ce.predict([(t, t) for t in texts], batch_size=8)) == 1
+
+
 def _sentence_runs(directory, ce_directory, device: str, out) -> dict:
     """encode, CrossEncoder.predict and one epoch of each trainer (fp32, dropout off) on ``device``."""
     from bertkit.sentence import (

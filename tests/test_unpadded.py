@@ -222,6 +222,34 @@ def test_auto_layout_rule_on_a_gpu_device():
         torch.backends.cuda.matmul.allow_tf32 = saved
 
 
+@pytest.mark.parametrize("layout", ["auto", "padded"])
+def test_a_layout_worked_out_on_the_host_moves_every_tensor_it_holds(layout):
+    """A mask still on the host gives the layout there (no read-back from the device) and ``TokenLayout.to`` then
+    moves each tensor it holds, the attention plan's and its groups' masks too; "meta" stands in for a GPU here
+    (tests/test_cuda.py runs it on one and counts the waits)."""
+    import dataclasses
+
+    mask = (torch.arange(200)[None, :] < torch.tensor([200, 9, 150, 20])[:, None]).long()
+    lay = padding.token_layout(layout, mask, 4, 200, torch.float32, torch.device("meta"))
+
+    def tensors(obj):
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if isinstance(value, torch.Tensor):
+                yield f.name, value
+            elif dataclasses.is_dataclass(value):
+                yield from tensors(value)
+            elif isinstance(value, tuple):
+                for item in value:
+                    if dataclasses.is_dataclass(item):
+                        yield from tensors(item)
+
+    held = dict(tensors(lay))
+    assert held and all(t.device.type == "meta" for t in held.values()), {k: t.device for k, t in held.items()}
+    if layout == "auto":
+        assert not lay.is_padded and any(g.key_mask is not None for g in lay.attention.groups)
+
+
 def test_a_rectangle_with_zero_padding_reads_as_the_unpadded_layout(tiny_model):
     """The rectangle ``layout="auto"`` computes on a GPU (``zero_padding``) returns zeros at padding, as the
     unpadded layout does, and the same states at real tokens; the plain padded layout keeps its numbers there."""

@@ -13,6 +13,8 @@ Where this differs from the paper's text (not from its released code, which it f
   every per-token layer runs on the real tokens only; attention, the one op that mixes tokens, is
   ``padding.self_attention`` (``TokenLayout``), which gathers q/k/v into per-sequence rectangles for SDPA.
   ``layout="padded"`` computes on the rectangle as transformers does; real positions agree within rounding.
+- Inputs may be on the host while the model is on a GPU: they are checked and laid out there (no read-back,
+  which would wait for every queued kernel) and copied over without waiting; transformers refuses them.
 - ``output_attentions=True`` writes attention out (``attention_probs``) on the padded rectangle, as
   transformers' "eager" attention; otherwise the fused SDPA kernel runs.
 - Initialisation is a truncated normal with std ``initializer_range`` (0.02), cut at two standard
@@ -38,7 +40,7 @@ from bertkit.compat import TupleAccess
 from bertkit.config import ACTIVATIONS, BertConfig
 from bertkit.errors import BertkitError
 from bertkit.model_checks import check_fits_in_memory, check_inputs, require_compiler
-from bertkit.padding import TokenLayout, is_tracing, self_attention, token_layout
+from bertkit.padding import TokenLayout, is_tracing, moved, self_attention, token_layout
 
 # ---------------------------------------------------------------------------------------------------
 # Layers
@@ -328,12 +330,17 @@ class BertModel(PretrainedMixin, nn.Module):
         return_dict = self.config.return_dict if return_dict is None else return_dict
         B, T = check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids, inputs_embeds)
         layout, eager = self._resolve_layout(layout, output_attentions, T)
+        attention_dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
+        device = self.position_ids.device
+        lay = token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype, device,
+                           self.key_multiple, self.token_multiple, attention_dropout)
+        # Inputs may come from the host (bertkit's batch runners leave them there): checked and laid out there
+        # above, with nothing read back from the device, then copied over without waiting.
+        input_ids, token_type_ids, position_ids, inputs_embeds = (
+            moved(t, device) for t in (input_ids, token_type_ids, position_ids, inputs_embeds))
         if token_type_ids is None:
             token_type_ids = (torch.zeros_like(input_ids) if input_ids is not None  # zeros_like: traces dynamically
                               else torch.zeros(B, T, dtype=torch.long, device=inputs_embeds.device))
-        attention_dropout = self.config.attention_probs_dropout_prob if self.training else 0.0
-        lay = token_layout(layout, attention_mask, B, T, self.embeddings.word_embeddings.weight.dtype,
-                           self.key_multiple, self.token_multiple, attention_dropout)
 
         x = self._embed(lay, B, T, input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H) or (N, H)
         states = [x] if output_hidden_states else None

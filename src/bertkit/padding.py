@@ -20,7 +20,7 @@ Shape legend: B batch, T sequence length, N real tokens, H hidden size, nh heads
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -204,6 +204,17 @@ class TokenLayout:
     def is_padded(self) -> bool:
         return self.flat_index is None
 
+    def to(self, device: torch.device) -> TokenLayout:
+        """This layout with its tensors on ``device`` (``token_layout`` makes it where the mask is)."""
+        plan = self.attention
+        if plan is not None:
+            groups = tuple(replace(g, key_mask=moved(g.key_mask, device)) for g in plan.groups)
+            plan = replace(plan, groups=groups, rect_index=moved(plan.rect_index, device),
+                           gather=moved(plan.gather, device))
+        return replace(self, key_mask=moved(self.key_mask, device), flat_index=moved(self.flat_index, device),
+                       attention=plan, first_token=moved(self.first_token, device),
+                       cu_seqlens=moved(self.cu_seqlens, device), attn_bias=moved(self.attn_bias, device))
+
     def pack(self, x: Tensor) -> Tensor:
         """The N real tokens' states (N, D) -> the rows the layers compute on (N + extra_rows, D): zero rows
         appended to round N up. Identity when there are none."""
@@ -242,31 +253,53 @@ class TokenLayout:
 torch.utils._pytree.register_dataclass(TokenLayout)  # part of BertModelOutput under torch.export
 
 
-def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype,
+def token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype, device: torch.device,
                  key_multiple: int = 1, token_multiple: int = 1, attention_dropout: float = 0.0) -> TokenLayout:
-    """Which tokens ``BertModel`` computes on (``layout``: "auto", "padded" or "unpadded"): the (B, T) rectangle,
-    or with ``layout`` not "padded" and right-padded rows, the real tokens only (padding dropped before the first
-    layer). On a GPU ``"auto"`` drops padding only where that pays there (``gpu_keeps_rectangle``). The two
-    multiples round attention's keys and the unpadded layout's rows up (1: not rounded; see the module's header).
-    On a GPU in half precision without ``attention_dropout`` (inference), padding is dropped and attention runs
-    as the variable-length kernel (``varlen_attention``)."""
-    if layout == "padded" or attention_mask is None:
-        return TokenLayout.padded(attention_mask, (B, T), key_multiple=key_multiple)
-    if layout == "auto" and attention_dropout > 0 and gpu_keeps_rectangle(attention_mask.device, dtype, T):
+    """Which tokens ``BertModel`` computes on ``device`` (``layout``: "auto", "padded" or "unpadded"): the (B, T)
+    rectangle, or with ``layout`` not "padded" and right-padded rows, the real tokens only (padding dropped before
+    the first layer). On a GPU ``"auto"`` drops padding only where that pays there (``gpu_keeps_rectangle``). The
+    two multiples round attention's keys and the unpadded layout's rows up (1: not rounded; see the module's
+    header). On a GPU in half precision without ``attention_dropout`` (inference), padding is dropped and attention
+    runs as the variable-length kernel (``varlen_attention``).
+
+    The layout is worked out where the mask is. A mask still on the host (bertkit's batch runners leave it there)
+    gives it without a read-back from the device, which on a GPU waits for every queued kernel (1.3x the fp32
+    predict rows' wall time, H100); its tensors then go to ``device`` without waiting (``moved``)."""
+    if layout == "auto" and attention_dropout > 0 and attention_mask is not None \
+            and gpu_keeps_rectangle(device, dtype, T):
         # Training on a GPU keeps the rectangle however the rows are padded: nothing is read back to the host
         # (which would stall the queue of kernels at every forward pass); an unpadded batch gets an all-True mask.
-        key_mask = attention_mask.bool()[:, None, None, :]
+        key_mask = moved(attention_mask, device).bool()[:, None, None, :]
         return TokenLayout((B, T), key_mask, zero_padding=True, key_multiple=key_multiple,
                            attn_bias=additive_bias(key_mask, dtype))
+    lay = _token_layout(layout, attention_mask, B, T, dtype, device, key_multiple, token_multiple, attention_dropout)
+    return lay if attention_mask is None or attention_mask.device == device else lay.to(device)
+
+
+def _token_layout(layout: str, attention_mask: Tensor | None, B: int, T: int, dtype: torch.dtype,
+                  device: torch.device, key_multiple: int, token_multiple: int, attention_dropout: float
+                  ) -> TokenLayout:
+    if layout == "padded" or attention_mask is None:
+        return TokenLayout.padded(attention_mask, (B, T), key_multiple=key_multiple)
     full, right_padded = torch.stack((attention_mask.all(), attention_mask[:, 0].all())).tolist()  # one read back
     if full or not right_padded:
         # No padding to drop, or left-padded rows (first position is padding): keep the rectangle.
         return TokenLayout.padded(None if full else attention_mask, (B, T), key_multiple=key_multiple)
-    if attention_dropout == 0 and varlen_attention(attention_mask.device, dtype):
+    if attention_dropout == 0 and varlen_attention(device, dtype):
         return TokenLayout.varlen(attention_mask)
-    if layout == "auto" and gpu_keeps_rectangle(attention_mask.device, dtype, T):
+    if layout == "auto" and gpu_keeps_rectangle(device, dtype, T):
         return TokenLayout.padded(attention_mask, (B, T), zero_padding=True)  # zeros at padding, as "auto" gives
     return TokenLayout.unpadded(attention_mask, token_multiple, key_multiple)
+
+
+def moved(t: Tensor | None, device: torch.device) -> Tensor | None:
+    """``t`` on ``device``; to a GPU from pinned memory without waiting (a copy from pageable memory first waits
+    for every kernel already queued)."""
+    if t is None or t.device == device:
+        return t
+    if device.type == "cuda" and t.device.type == "cpu":
+        return (t if t.is_pinned() else t.pin_memory()).to(device, non_blocking=True)
+    return t.to(device)
 
 
 def additive_bias(key_mask: Tensor, dtype: torch.dtype) -> Tensor:

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import NonFiniteError
+from bertkit.padding import moved
 from bertkit.training.distributed import all_gather, current
 
 # What a caller gives: rows -> the model's input tensors; (batch, rows) -> what the caller keeps of one batch (one
@@ -52,24 +53,22 @@ AHEAD = 2
 
 
 def to_device(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
-    """``batch``'s tensors on ``device`` (its other values as they are). To a GPU through pinned memory and
-    without waiting: a copy from pageable memory would first wait for every kernel already queued."""
-    if device.type != "cuda":
-        return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
-    return {k: (v if v.is_cuda else v.pin_memory().to(device, non_blocking=True)) if isinstance(v, Tensor) else v
-            for k, v in batch.items()}
+    """``batch``'s tensors on ``device`` (its other values as they are), to a GPU without waiting (``moved``)."""
+    device = torch.device(device)
+    return {k: moved(v, device) if isinstance(v, Tensor) else v for k, v in batch.items()}
 
 
 def prepared_ahead(prepare: Callable[[Sequence[int]], Mapping[str, Any]], batches: Sequence[Sequence[int]],
                    device: str | torch.device) -> Iterator[dict[str, Any]]:
-    """``prepare(indices)`` (tokenize and pad a batch on the host) for each of ``batches`` in order, its tensors on
-    ``device``. On a GPU, a thread prepares the next ``AHEAD`` batches while the device computes (pure-Python
-    tokenization holds the interpreter, but the thread driving the GPU mostly waits for it), so the device does
-    not wait for text; on a CPU, where both would share the cores, each in turn."""
+    """``prepare(indices)`` (tokenize and pad a batch on the host) for each of ``batches`` in order, left on the
+    host: a model takes its inputs there and checks and lays them out without reading anything back from the
+    device (``token_layout``). On a GPU, a thread prepares the next ``AHEAD`` batches into pinned memory while the
+    device computes (pure-Python tokenization holds the interpreter, but the thread driving the GPU mostly waits
+    for it), so the device does not wait for text; on a CPU, where both would share the cores, each in turn."""
     device = torch.device(device)
     if device.type != "cuda" or len(batches) < 2:
         for idx in batches:
-            yield to_device(prepare(idx), device)
+            yield dict(prepare(idx))
         return
     def pinned(idx: Sequence[int]) -> dict[str, Any]:
         return {k: v.pin_memory() if isinstance(v, Tensor) else v for k, v in prepare(idx).items()}
@@ -80,22 +79,25 @@ def prepared_ahead(prepare: Callable[[Sequence[int]], Mapping[str, Any]], batche
             batch = queued.popleft().result()
             if i + AHEAD < len(batches):
                 queued.append(pool.submit(pinned, batches[i + AHEAD]))
-            yield to_device(batch, device)
+            yield batch
 
 
 def longest_first(items: Sequence[Any], batch_size: int, prepare: Callable[[list[Any]], Mapping[str, Any]],
                   device: str | torch.device, progress: bool = False, length: Callable[[Any], int] = len
                   ) -> Iterator[dict[str, Any]]:
     """``prepare`` of ``items`` in batches of ``batch_size``, longest first (similar lengths together, and the
-    largest batch first, so running out of memory shows at once), on ``device`` through ``prepared_ahead``; each
-    batch with ``rows`` (B,), its items' positions in ``items``. A progress bar over the batches with ``progress``."""
+    largest batch first, so running out of memory shows at once), on the host for ``device`` through
+    ``prepared_ahead``; each batch with ``rows`` (B,), its items' positions in ``items`` (on ``device``). A progress
+    bar over the batches with ``progress``."""
     from tqdm.auto import tqdm
 
     order = np.argsort([-length(x) for x in items], kind="stable")
     batches = [order[start:start + batch_size] for start in range(0, len(items), batch_size)]
+    device = torch.device(device)
     ahead = prepared_ahead(lambda rows: {**prepare([items[i] for i in rows]), "rows": torch.as_tensor(rows)},
                            batches, device)
-    yield from tqdm(ahead, total=len(batches), desc="Batches", disable=not progress)
+    for batch in tqdm(ahead, total=len(batches), desc="Batches", disable=not progress):
+        yield {**batch, "rows": moved(batch["rows"], device)}
 
 
 def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], *, pad: Pad,
@@ -123,7 +125,7 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
         with torch.no_grad():
             # On a GPU the next batches are padded on a thread into pinned memory while this one computes
             for idx, batch in zip(batches, prepared_ahead(lambda idx: pad([rows[i] for i in idx]), batches, device)):
-                batch_rows = [rows[i] for i in idx]
+                batch, batch_rows = to_device(batch, device), [rows[i] for i in idx]
                 with precision:
                     result = call(batch, batch_rows)
                 bad = [i for i, o in zip(idx, result) if (np.isnan(o) | np.isposinf(o)).any()] if nonfinite else []

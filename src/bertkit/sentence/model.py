@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from bertkit.errors import BertkitError, NotImplementedInBertkit
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
+from bertkit.padding import moved
 from bertkit.sentence.directory import MODULES, SBERT_CONFIG, read_directory, write_st_config
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
@@ -270,8 +271,8 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     def embed(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
               prompt_length: int = 0) -> Tensor:
         """(B, D) sentence embeddings of a tokenized batch: encoder, pooling, then Normalize if the model has it."""
-        out = self.bert(input_ids, attention_mask, token_type_ids)
-        v = self.pooling(out, attention_mask, prompt_length)
+        out = self.bert(input_ids, attention_mask, token_type_ids)  # the batch may still be on the host (encode)
+        v = self.pooling(out, moved(attention_mask, out.tokens.device), prompt_length)
         return F.normalize(v, p=2, dim=-1) if self.normalize else v
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -221,10 +221,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         return self.pair_batch([p[0] for p in pairs], [p[1] for p in pairs])
 
     def scores(self, batch: dict[str, Tensor]) -> Tensor:
-        """(N, num_labels) logits of a ``pair_batch`` (moved to the model's device)."""
-        from bertkit.inference.runner import to_device
-
-        batch = to_device(batch, self.device)
+        """(N, num_labels) logits of a ``pair_batch``, on the host or the model's device (the model moves it)."""
         return self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
 
     def forward(self, features: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -30,6 +30,7 @@ from bertkit.errors import BertkitError
 from bertkit.heads import BertForMaskedLM
 from bertkit.modeling import BertModelOutput
 from bertkit.outputs import atomic_write_json
+from bertkit.padding import moved
 from bertkit.sentence.directory import SBERT_CONFIG, read_json
 from bertkit.tokenization import AutoTokenizer
 
@@ -93,8 +94,8 @@ class SpladePooling(nn.Module):
         pooling takes each text's maximum logit per word piece and activates the (B, V) maxima only
         (``_MaxLogits``): the numbers of activating every token's logits first."""
         mask = attention_mask.bool()
-        hidden = out.token_layout.select(out.tokens, mask)  # (N, H): each text's tokens together, in order
-        lengths = mask.sum(1).tolist()
+        lengths = mask.sum(1).tolist()  # nothing read back where the batch is still on the host
+        hidden = out.token_layout.select(out.tokens, moved(mask, out.tokens.device))  # (N, H): each text's tokens
         N = hidden.shape[0]
         rows = self.chunk_size * len(lengths) if self.chunk_size else CPU_ROWS if hidden.device.type == "cpu" \
             else max(N, 1)
@@ -334,7 +335,7 @@ class SparseStaticEmbedding(nn.Module):
                                    return_tensors="pt"))
 
     def forward(self, features: dict[str, Tensor]) -> Tensor:
-        ids, mask = features["input_ids"], features["attention_mask"]
+        ids, mask = (moved(features[k], self.weight.device) for k in ("input_ids", "attention_mask"))
         present = self.weight.new_zeros(ids.shape[0], self.weight.shape[0])  # (B, V)
         present.scatter_(1, ids, mask.to(present.dtype))  # padding writes 0 at [PAD]'s column, as in the reference
         return present * self.weight
