@@ -11,7 +11,7 @@ Rows (the data of ``bench_gpu_sentence.py``: SQuAD v1.1 dev, ``--model``'s token
   also assembles the pair rows (``columns_of`` + ``pair_batch``), which the loss does in the training process
   itself, on the thread that launches the GPU's kernels; rows/s.
 - ``encode``: ``SentenceTransformer.encode``'s producer (``tokenize`` over length-sorted batches of 128
-  paragraphs, through ``prepared_ahead``), one thread; texts/s.
+  paragraphs, through ``longest_first``), one thread; texts/s.
 - ``ce_predict``: ``CrossEncoder.predict``'s producer (``preprocess`` over length-sorted batches of 64 pairs), one
   thread; pairs/s. Both with ``reference``: sentence-transformers' ``preprocess`` of the same batches.
 - ``pretrain`` / ``pretrain_dynamic``: ``PretrainingDataset`` over instances ``create_pretraining_data`` makes from
@@ -66,7 +66,7 @@ from bench_gpu_sentence import workloads
 from bertkit._hardware import host_workers
 from bertkit.data.dataset import PretrainingDataset
 from bertkit.data.pretraining import create_pretraining_data
-from bertkit.inference.runner import prepared_ahead
+from bertkit.inference.runner import longest_first
 from bertkit.sentence import (
     CrossEncoder,
     SentenceTransformer,
@@ -135,7 +135,7 @@ def through_loader(plan: BatchPlan, workers: int, consume: Callable[[dict], int]
 
 
 def in_thread(batches: Iterable, rows_of: Callable[[dict], int]) -> dict:
-    """A producer run in this thread (``prepared_ahead`` on the CPU): texts per wall and per CPU second."""
+    """A producer run in this thread (``longest_first``): texts per wall and per CPU second."""
     t0, c0, rows = time.perf_counter(), time.thread_time(), 0
     for batch in batches:
         rows += rows_of(batch)
@@ -290,8 +290,7 @@ def main() -> None:
             batches = [order[s:s + 128] for s in range(0, len(texts), 128)]
 
             def encode_feed():
-                return prepared_ahead(lambda rows_: {**model.tokenize([texts[i] for i in rows_]),
-                                                     "rows": torch.as_tensor(rows_)}, batches, "cpu")
+                return longest_first(texts, 128, model.tokenize, "cpu")
             rows["encode"] = summary("encode", one_thread(encode_feed, model), default)
             rows["encode"]["reference"] = reference("SentenceTransformer", [[texts[i] for i in b] for b in batches],
                                                     args)
@@ -302,8 +301,7 @@ def main() -> None:
             batches = [order[s:s + 64] for s in range(0, len(pairs), 64)]
 
             def predict_feed():
-                return prepared_ahead(lambda rows_: {**ce.preprocess([pairs[i] for i in rows_]),
-                                                     "rows": torch.as_tensor(rows_)}, batches, "cpu")
+                return longest_first(pairs, 64, ce.preprocess, "cpu", length=lambda p: len(p[0]) + len(p[1]))
             rows["ce_predict"] = summary("ce_predict", one_thread(predict_feed, ce), default)
             rows["ce_predict"]["reference"] = reference("CrossEncoder", [[pairs[i] for i in b] for b in batches],
                                                         args)

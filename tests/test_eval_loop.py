@@ -55,3 +55,25 @@ def test_rows_come_back_in_input_order_and_a_nan_or_inf_stops_the_run_naming_its
     with pytest.raises(NonFiniteError, match="^row 4$"):
         run_length_sorted(lambda batch, r: [np.array([np.nan if x >= 4 else 0.0]) for x in r], rows, batch_size=2,
                           pad=_pad, lengths=rows, nonfinite=lambda i: f"row {i}")
+
+
+
+def test_longest_first_prepares_each_batch_when_it_is_asked_for():
+    """``longest_first`` tokenizes a batch only when the caller asks for the next one, after it queued the previous
+    one's kernels: on a GPU that is what overlaps the host's tokenizing with the device's computing. The batches
+    come longest first, each with its rows' positions."""
+    from bertkit.inference.runner import longest_first
+
+    texts = [f"text {i} " * (1 + i % 5) for i in range(10)]
+    prepared = []
+
+    def prepare(batch):
+        prepared.append(batch)
+        return {"lengths": torch.tensor([len(t) for t in batch])}
+
+    batches = longest_first(texts, 4, prepare, "cpu")
+    first = next(batches)
+    assert len(prepared) == 1 and first["lengths"].tolist() == sorted(map(len, texts), reverse=True)[:4]
+    rest = list(batches)
+    assert len(prepared) == 3 and [len(b["rows"]) for b in [first, *rest]] == [4, 4, 2]
+    assert sorted(torch.cat([first["rows"], *[b["rows"] for b in rest]]).tolist()) == list(range(10))

@@ -5,9 +5,7 @@ feature extraction all run their rows here (``evaluate``), batched by length whe
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -48,56 +46,32 @@ def in_order(indices: Sequence[int], batch_size: int) -> list[list[int]]:
     return [list(indices[i:i + batch_size]) for i in range(0, len(indices), batch_size)]
 
 
-# Batches prepared ahead of the one the device is computing.
-AHEAD = 2
-
-
 def to_device(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
     """``batch``'s tensors on ``device`` (its other values as they are), to a GPU without waiting (``moved``)."""
     device = torch.device(device)
     return {k: moved(v, device) if isinstance(v, Tensor) else v for k, v in batch.items()}
 
 
-def prepared_ahead(prepare: Callable[[Sequence[int]], Mapping[str, Any]], batches: Sequence[Sequence[int]],
-                   device: str | torch.device) -> Iterator[dict[str, Any]]:
-    """``prepare(indices)`` (tokenize and pad a batch on the host) for each of ``batches`` in order, left on the
-    host: a model takes its inputs there and checks and lays them out without reading anything back from the
-    device (``token_layout``). On a GPU, a thread prepares the next ``AHEAD`` batches into pinned memory while the
-    device computes (pure-Python tokenization holds the interpreter, but the thread driving the GPU mostly waits
-    for it), so the device does not wait for text; on a CPU, where both would share the cores, each in turn."""
-    device = torch.device(device)
-    if device.type != "cuda" or len(batches) < 2:
-        for idx in batches:
-            yield dict(prepare(idx))
-        return
-    def pinned(idx: Sequence[int]) -> dict[str, Any]:
-        return {k: v.pin_memory() if isinstance(v, Tensor) else v for k, v in prepare(idx).items()}
-
-    with ThreadPoolExecutor(1, thread_name_prefix="bertkit-prepare") as pool:
-        queued = deque(pool.submit(pinned, idx) for idx in batches[:AHEAD])
-        for i in range(len(batches)):
-            batch = queued.popleft().result()
-            if i + AHEAD < len(batches):
-                queued.append(pool.submit(pinned, batches[i + AHEAD]))
-            yield batch
-
-
 def longest_first(items: Sequence[Any], batch_size: int, prepare: Callable[[list[Any]], Mapping[str, Any]],
                   device: str | torch.device, progress: bool = False, length: Callable[[Any], int] = len
                   ) -> Iterator[dict[str, Any]]:
     """``prepare`` of ``items`` in batches of ``batch_size``, longest first (similar lengths together, and the
-    largest batch first, so running out of memory shows at once), on the host for ``device`` through
-    ``prepared_ahead``; each batch with ``rows`` (B,), its items' positions in ``items`` (on ``device``). A progress
-    bar over the batches with ``progress``."""
+    largest batch first, so running out of memory shows at once); each batch with ``rows`` (B,), its items'
+    positions in ``items`` on ``device``, the rest on the host. A progress bar over the batches with ``progress``.
+
+    Each batch is prepared (tokenized) when the caller asks for it, after it queued the previous one's work: a
+    model takes a batch on the host and queues its kernels without waiting for the GPU (``token_layout``), so on a
+    GPU the next batch is tokenized while the device computes this one. fp32 on an H100 (encode / predict, the
+    ratio to sentence-transformers): 1.40x / 1.20x this way; 1.29x / 1.17x with a thread tokenizing ahead (it held
+    the interpreter, and the thread driving the GPU waited for it between its calls); 1.27x / 1.06x with 4 loader
+    processes and 1.24x / 1.10x with 2 (forking them costs more than they save at 2,000 texts)."""
     from tqdm.auto import tqdm
 
     order = np.argsort([-length(x) for x in items], kind="stable")
     batches = [order[start:start + batch_size] for start in range(0, len(items), batch_size)]
     device = torch.device(device)
-    ahead = prepared_ahead(lambda rows: {**prepare([items[i] for i in rows]), "rows": torch.as_tensor(rows)},
-                           batches, device)
-    for batch in tqdm(ahead, total=len(batches), desc="Batches", disable=not progress):
-        yield {**batch, "rows": moved(batch["rows"], device)}
+    for rows in tqdm(batches, desc="Batches", disable=not progress):
+        yield {**prepare([items[i] for i in rows]), "rows": moved(torch.as_tensor(rows), device)}
 
 
 def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], *, pad: Pad,
@@ -123,9 +97,9 @@ def evaluate(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]], 
     results: list[tuple[list[int], Any]] = []
     try:
         with torch.no_grad():
-            # On a GPU the next batches are padded on a thread into pinned memory while this one computes
-            for idx, batch in zip(batches, prepared_ahead(lambda idx: pad([rows[i] for i in idx]), batches, device)):
-                batch, batch_rows = to_device(batch, device), [rows[i] for i in idx]
+            for idx in batches:
+                batch_rows = [rows[i] for i in idx]
+                batch = to_device(pad(batch_rows), device)
                 with precision:
                     result = call(batch, batch_rows)
                 bad = [i for i, o in zip(idx, result) if (np.isnan(o) | np.isposinf(o)).any()] if nonfinite else []
