@@ -24,6 +24,15 @@ def test_float_or_bool_ids_are_refused_naming_the_dtype(cls):
         model(torch.tensor([[1, 2]]), token_type_ids=torch.tensor([[True, False]]))
 
 
+def test_inputs_on_different_devices_are_refused_naming_each():
+    """A model takes its batch on the host or on its own device ("meta" stands in for a GPU here), never split
+    between the two: the error names where each input is."""
+    model = BertModel(CONFIG).eval()
+    ids = torch.tensor([[1, 2, 3]])
+    with pytest.raises(BertkitError, match=r"different devices \(input_ids on cpu, attention_mask on meta\)"):
+        model(ids, torch.ones(1, 3, dtype=torch.long, device="meta"))
+
+
 def test_zero_length_sequences_are_refused_and_an_empty_batch_gives_an_empty_result():
     model = BertModel(CONFIG).eval()
     with pytest.raises(BertkitError, match=r"sequences are empty \(shape \(2, 0\)\)"):

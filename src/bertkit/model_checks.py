@@ -31,6 +31,13 @@ def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: T
         raise BertkitError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
     else:
         shape = tuple(input_ids.shape)
+    given = {name: t for name, t in (("input_ids", input_ids), ("attention_mask", attention_mask),
+                                     ("token_type_ids", token_type_ids), ("position_ids", position_ids),
+                                     ("inputs_embeds", inputs_embeds)) if t is not None}
+    if len({t.device for t in given.values()}) > 1:
+        where = ", ".join(f"{name} on {t.device}" for name, t in given.items())
+        raise BertkitError(f"the inputs are on different devices ({where}); pass them all on the host or all on the "
+                           "model's device (a model on a GPU takes a batch on the host too)")
     for name, t in (("input_ids", input_ids), ("token_type_ids", token_type_ids), ("position_ids", position_ids)):
         if t is not None and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
             raise BertkitError(f"{name} must hold integer ids (torch.long), got dtype {t.dtype}; convert with "
