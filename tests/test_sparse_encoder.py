@@ -114,6 +114,10 @@ def test_directories_read_both_ways(layout, layouts, texts, tmp_path):
         torch.testing.assert_close(got[name], value, atol=0, rtol=0)
     ours.save(tmp_path / "saved")
     again = st.SparseEncoder(str(tmp_path / "saved"), device="cpu")
+    # each SpladePooling names its width, as sentence-transformers writes it once the module has run: without it
+    # sentence-transformers reports the hidden size (384) as the model's dimension until its first encode
+    assert again.get_embedding_dimension() == 30522
+    assert [m.embedding_dimension for m in again.modules() if isinstance(m, SpladePooling)] == [30522]
     assert [type(m).__name__ for m in again] == [type(m).__name__ for m in theirs if type(m).__name__ != "MLMTransformer"] \
         or layout == "mlm_transformer"
     for method in ("encode_query", "encode_document"):

@@ -126,6 +126,10 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         self.name_or_path = str(model_name_or_path) if model_name_or_path is not None else None
         for route in self._route_lists():
             route_of(route, "the SparseEncoder")
+            if isinstance(route[-1], SpladePooling) and route[-1].embedding_dimension is None:
+                # the width sentence-transformers' SpladePooling records when it first runs, and saves: a directory
+                # without it reports the hidden size as the model's dimension there until its first encode
+                route[-1].embedding_dimension = route[0].model.config.vocab_size
         self._set_prompts(prompts, default_prompt_name, saved.get("prompts") or {}, saved.get("default_prompt_name"))
         name = similarity_fn_name or saved.get("similarity_fn_name")
         self._similarity_fn_name = similarity_function(name) if name else None
