@@ -155,6 +155,22 @@ def test_decode_similarity_sparsity_as_sentence_transformers(layouts, texts):
     assert ours.similarity(q, d).shape == (8, 4)
 
 
+def test_a_route_named_text_is_the_modalitys(layouts, texts, tmp_path):
+    """sentence-transformers' Router looks for a route named as the task, then one named as the modality ("text"),
+    then takes the default route: a text without a task, or of a task without a route, goes through "text"."""
+    from bertkit.sentence import SparseEncoder
+
+    document = STTransformer(str(layouts["checkpoint"]), transformer_task="fill-mask")
+    query = SparseStaticEmbedding(tokenizer=document.tokenizer, weight=torch.ones(30522))
+    router = Router({"query": [query], "text": [document, SpladePooling("max")]}, default_route="query")
+    st.SparseEncoder(modules=[router], device="cpu").save(str(tmp_path / "text-route"))
+    ours, theirs = SparseEncoder(tmp_path / "text-route"), st.SparseEncoder(str(tmp_path / "text-route"), device="cpu")
+    one = texts[-1:]
+    for method in ("encode", "encode_document", "encode_query"):
+        _assert_same_vectors(getattr(ours, method)(one), getattr(theirs, method)(one))
+    assert ours.sparsity(ours.encode(one))["active_dims"] > 10 * ours.sparsity(ours.encode_query(one))["active_dims"]
+
+
 # each layout once and each max_active_dims once (the grid's other two cells repeat what these exercise)
 @pytest.mark.parametrize("layout,max_active_dims", [("splade", None), ("inference_free", 48)])
 def test_information_retrieval_evaluator_metrics(layout, max_active_dims, layouts, data_dir):
