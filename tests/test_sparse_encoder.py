@@ -11,6 +11,7 @@ import shutil
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -372,7 +373,8 @@ def test_bad_arguments_are_refused(layouts, tmp_path):
     model = SparseEncoder(layouts["splade"])
     with pytest.raises(BertkitError, match=r"2 empty text\(s\) \(at \[1, 2\]\)"):
         model.encode(["a text", "", "  \n"])
-    for k in (0, 30523, True, 2.5):
+    assert model.encode(["a text"], max_active_dims=np.int64(3)).coalesce().values().numel() == 3
+    for k in (0, 30523, True, 2.5, np.int64(0)):
         with pytest.raises(BertkitError, match=r"max_active_dims .* must be a whole number in \[1, 30522\]"):
             model.encode(["a text"], max_active_dims=k)
         with pytest.raises(BertkitError, match="max_active_dims"):

@@ -18,6 +18,7 @@ by name (``_REFUSED_INIT``, ``_REFUSED_ENCODE``, the modules ``route_of`` refuse
 from __future__ import annotations
 
 import logging
+import numbers
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -225,10 +226,10 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         if k is None:
             return None
         vocab = self.get_embedding_dimension()
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= vocab:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= vocab:
             raise BertkitError(f"max_active_dims {k!r} must be a whole number in [1, {vocab}] (this model's "
                                "vocabulary size), or None to keep every active dimension")
-        return k
+        return int(k)  # a numpy integer too; saved in config_sentence_transformers.json as a JSON number
 
     @property
     def do_lower_case(self) -> bool:
