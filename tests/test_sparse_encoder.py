@@ -311,7 +311,8 @@ def test_sparse_evaluators_not_implemented_are_refused_by_name():
 
 
 @pytest.mark.parametrize("strategy,activation", [("max", "relu"), ("sum", "log1p_relu")])
-def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_path, tiny_checkpoint, minilm_dir):
+def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_path, tiny_checkpoint, minilm_dir,
+                                                    caplog):
     """Blocks of the head's rows (chunk_size; blocks that split a text) give what the whole batch gives, which is
     the reference's formula on the full (B, T, V) logits."""
     from bertkit.sentence import SparseEncoder
@@ -331,7 +332,10 @@ def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_p
             model = SparseEncoder(modules=[transformer, Pooling(strategy, activation, chunk_size=chunk)])
             got = model(dict(batch))["sentence_embedding"]
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
-    opened = SparseEncoder(directory)  # a checkpoint with a masked-LM head: a new SPLADE model, max and relu
+    with caplog.at_level("WARNING", logger="bertkit"):
+        opened = SparseEncoder(directory)  # a checkpoint with a masked-LM head: a new SPLADE model, max and relu
+    # sentence-transformers builds SPLADE only for a ...ForMaskedLM architecture, CSR (not SPLADE) for this one
+    assert "architectures ['BertForPreTraining'] name no ...ForMaskedLM: sentence-transformers opens" in caplog.text
     assert [type(m).__name__ for m in opened] == ["Transformer", "SpladePooling"]
     assert (opened[1].pooling_strategy, opened[1].activation_function) == ("max", "relu")
     assert opened.get_embedding_dimension() == 30522
@@ -341,6 +345,14 @@ def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_p
 
 def _listing(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+
+
+def test_a_masked_lm_checkpoint_is_splade_in_both_libraries(layouts, caplog):
+    from bertkit.sentence import SparseEncoder
+
+    with caplog.at_level("WARNING", logger="bertkit"):
+        SparseEncoder(layouts["checkpoint"])  # architectures ['BertForMaskedLM']: sentence-transformers' SPLADE too
+    assert "ForMaskedLM" not in caplog.text
 
 
 def test_checkpoint_without_masked_lm_head_is_refused(minilm_dir):

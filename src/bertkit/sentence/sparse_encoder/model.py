@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import MODULES, ST_CONFIG, module_types, read_json, write_st_config
@@ -89,7 +90,14 @@ def _read_modules(path: Path) -> tuple[list[nn.Module], dict[str, Any]]:
     if listed is None:
         logger.info("%s has no %s: a new SPLADE model, the masked-LM head with SpladePooling('max', 'relu')",
                     path, MODULES)
-        return [Transformer(path), SpladePooling("max", "relu")], st
+        modules = [Transformer(path), SpladePooling("max", "relu")]
+        architectures = read_config_json(path).get("architectures") or []
+        if not any(str(a).endswith("ForMaskedLM") for a in architectures):
+            logger.warning("%s: config.json's architectures %s name no ...ForMaskedLM: sentence-transformers opens "
+                           "this checkpoint as a new CSR model (Pooling + SparseAutoEncoder, drawn at random), bertkit "
+                           "as SPLADE on its masked-LM head; save the model (model.save) for a directory both read as "
+                           "SPLADE", path, architectures)
+        return modules, st
     unknown = [t for t in module_types(listed) if t not in _MODULE_CLASSES]
     if unknown:
         raise BertkitError(f"{path / MODULES} lists {unknown}, which bertkit's SparseEncoder does not implement (it "
