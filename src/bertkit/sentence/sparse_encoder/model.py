@@ -10,7 +10,8 @@ sparse directories, with its API (``encode`` / ``encode_query`` / ``encode_docum
 Layouts read (``modules.json``): a fill-mask ``Transformer`` (or the older ``MLMTransformer``) then
 ``SpladePooling``; a ``Router`` whose routes are each that pair or a ``SparseStaticEmbedding`` (the inference-free
 layout: queries weighted by a static table, documents by SPLADE). A checkpoint directory without modules.json (with
-a masked-LM head) becomes Transformer + SpladePooling("max", "relu"), as sentence-transformers builds it. bertkit
+a masked-LM head) becomes Transformer + SpladePooling("max", "relu"), as sentence-transformers builds it for a
+...ForMaskedLM architecture (for the others it builds a CSR model: bertkit warns, ``_read_modules``). bertkit
 writes sentence-transformers 6's layout. What sentence-transformers 6 has and bertkit does not implement is refused
 by name (``_REFUSED_INIT``, ``_REFUSED_ENCODE``, the modules ``route_of`` refuses).
 """
