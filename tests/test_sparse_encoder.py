@@ -11,6 +11,7 @@ import shutil
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -114,6 +115,10 @@ def test_directories_read_both_ways(layout, layouts, texts, tmp_path):
         torch.testing.assert_close(got[name], value, atol=0, rtol=0)
     ours.save(tmp_path / "saved")
     again = st.SparseEncoder(str(tmp_path / "saved"), device="cpu")
+    # each SpladePooling names its width, as sentence-transformers writes it once the module has run: without it
+    # sentence-transformers reports the hidden size (384) as the model's dimension until its first encode
+    assert again.get_embedding_dimension() == 30522
+    assert [m.embedding_dimension for m in again.modules() if isinstance(m, SpladePooling)] == [30522]
     assert [type(m).__name__ for m in again] == [type(m).__name__ for m in theirs if type(m).__name__ != "MLMTransformer"] \
         or layout == "mlm_transformer"
     for method in ("encode_query", "encode_document"):
@@ -149,6 +154,22 @@ def test_decode_similarity_sparsity_as_sentence_transformers(layouts, texts):
         torch.testing.assert_close(ours.similarity_pairwise(*pairs), theirs.similarity_pairwise(*pairs),
                                    atol=1e-4, rtol=1e-5)
     assert ours.similarity(q, d).shape == (8, 4)
+
+
+def test_a_route_named_text_is_the_modalitys(layouts, texts, tmp_path):
+    """sentence-transformers' Router looks for a route named as the task, then one named as the modality ("text"),
+    then takes the default route: a text without a task, or of a task without a route, goes through "text"."""
+    from bertkit.sentence import SparseEncoder
+
+    document = STTransformer(str(layouts["checkpoint"]), transformer_task="fill-mask")
+    query = SparseStaticEmbedding(tokenizer=document.tokenizer, weight=torch.ones(30522))
+    router = Router({"query": [query], "text": [document, SpladePooling("max")]}, default_route="query")
+    st.SparseEncoder(modules=[router], device="cpu").save(str(tmp_path / "text-route"))
+    ours, theirs = SparseEncoder(tmp_path / "text-route"), st.SparseEncoder(str(tmp_path / "text-route"), device="cpu")
+    one = texts[-1:]
+    for method in ("encode", "encode_document", "encode_query"):
+        _assert_same_vectors(getattr(ours, method)(one), getattr(theirs, method)(one))
+    assert ours.sparsity(ours.encode(one))["active_dims"] > 10 * ours.sparsity(ours.encode_query(one))["active_dims"]
 
 
 # each layout once and each max_active_dims once (the grid's other two cells repeat what these exercise)
@@ -290,7 +311,8 @@ def test_sparse_evaluators_not_implemented_are_refused_by_name():
 
 
 @pytest.mark.parametrize("strategy,activation", [("max", "relu"), ("sum", "log1p_relu")])
-def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_path, tiny_checkpoint, minilm_dir):
+def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_path, tiny_checkpoint, minilm_dir,
+                                                    caplog):
     """Blocks of the head's rows (chunk_size; blocks that split a text) give what the whole batch gives, which is
     the reference's formula on the full (B, T, V) logits."""
     from bertkit.sentence import SparseEncoder
@@ -310,7 +332,10 @@ def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_p
             model = SparseEncoder(modules=[transformer, Pooling(strategy, activation, chunk_size=chunk)])
             got = model(dict(batch))["sentence_embedding"]
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
-    opened = SparseEncoder(directory)  # a checkpoint with a masked-LM head: a new SPLADE model, max and relu
+    with caplog.at_level("WARNING", logger="bertkit"):
+        opened = SparseEncoder(directory)  # a checkpoint with a masked-LM head: a new SPLADE model, max and relu
+    # sentence-transformers builds SPLADE only for a ...ForMaskedLM architecture, CSR (not SPLADE) for this one
+    assert "architectures ['BertForPreTraining'] name no ...ForMaskedLM: sentence-transformers opens" in caplog.text
     assert [type(m).__name__ for m in opened] == ["Transformer", "SpladePooling"]
     assert (opened[1].pooling_strategy, opened[1].activation_function) == ("max", "relu")
     assert opened.get_embedding_dimension() == 30522
@@ -320,6 +345,14 @@ def test_splade_pooling_chunks_give_the_same_vectors(strategy, activation, tmp_p
 
 def _listing(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+
+
+def test_a_masked_lm_checkpoint_is_splade_in_both_libraries(layouts, caplog):
+    from bertkit.sentence import SparseEncoder
+
+    with caplog.at_level("WARNING", logger="bertkit"):
+        SparseEncoder(layouts["checkpoint"])  # architectures ['BertForMaskedLM']: sentence-transformers' SPLADE too
+    assert "ForMaskedLM" not in caplog.text
 
 
 def test_checkpoint_without_masked_lm_head_is_refused(minilm_dir):
@@ -352,7 +385,8 @@ def test_bad_arguments_are_refused(layouts, tmp_path):
     model = SparseEncoder(layouts["splade"])
     with pytest.raises(BertkitError, match=r"2 empty text\(s\) \(at \[1, 2\]\)"):
         model.encode(["a text", "", "  \n"])
-    for k in (0, 30523, True, 2.5):
+    assert model.encode(["a text"], max_active_dims=np.int64(3)).coalesce().values().numel() == 3
+    for k in (0, 30523, True, 2.5, np.int64(0)):
         with pytest.raises(BertkitError, match=r"max_active_dims .* must be a whole number in \[1, 30522\]"):
             model.encode(["a text"], max_active_dims=k)
         with pytest.raises(BertkitError, match="max_active_dims"):

@@ -79,6 +79,27 @@ def test_an_inference_free_model_embeds_queries_with_its_static_weights(layouts,
     assert len(pipe(query)) > len(got)  # as a document, the transformer expands it
 
 
+def test_each_side_is_cut_where_its_route_cuts(layouts, texts, tmp_path):
+    """The document transformer cut at 16 tokens leaves the static query side as it is: encode_query cuts a query at
+    its tokenizer's model_max_length (512), so the pipeline does; a max_length given cuts both sides."""
+    from bertkit import pipeline
+    from bertkit.sentence import SparseEncoder
+
+    encoder = SparseEncoder(layouts["inference_free"])
+    encoder[0].sub_modules["document"][0].max_seq_length = 16
+    encoder.save(tmp_path / "short")
+    encoder = SparseEncoder(tmp_path / "short")
+    queries = [" ".join(texts[-3:]), texts[0]]  # 32 and 157 word pieces
+    want = _expected(encoder, "encode_query", queries)
+    pipe = pipeline("sparse-embedding", tmp_path / "short")
+    assert [pipe.length(q, "query") for q in queries] == [(32, 512), (157, 512)]
+    _assert_same(pipe(queries, prompt_name="query"), want)
+    _assert_same(pipe(texts[:2]), _expected(encoder, "encode_document", texts[:2]))
+    cut = pipeline("sparse-embedding", tmp_path / "short", max_length=8)(queries, prompt_name="query")
+    pieces = [set(encoder.tokenizer(q, add_special_tokens=False)["input_ids"][:8]) for q in queries]
+    assert [[d["index"] for d in g] for g in cut] == [[i for i, _ in w if i in p] for w, p in zip(want, pieces)]
+
+
 def test_the_max_active_dims_of_the_model_and_of_the_pipeline(layouts, texts, tmp_path):
     from bertkit import pipeline
     from bertkit.sentence import SparseEncoder

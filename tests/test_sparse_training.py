@@ -296,6 +296,33 @@ def test_bad_regulariser_weight_is_refused_by_name(sparse_model, weights):
         losses.SpladeLoss(sparse_model, losses.SparseMultipleNegativesRankingLoss(sparse_model), **weights)
 
 
+@pytest.mark.parametrize("make", [lambda m, L: L.SparseCoSENTLoss(m, scale=math.nan),
+                                  lambda m, L: L.SparseCoSENTLoss(m, scale=0),
+                                  lambda m, L: L.SparseCoSENTLoss(m, scale=-20.0),
+                                  lambda m, L: L.SparseMultipleNegativesRankingLoss(m, scale=math.inf),
+                                  lambda m, L: L.SparseDistillKLDivLoss(m, temperature=0)])
+def test_a_scale_or_temperature_that_is_not_positive_and_finite_is_refused(sparse_model, make):
+    """sentence-transformers takes them, and trains on a NaN loss (NaN, infinity), a constant one (0) or the
+    ranking inverted (a negative scale) without a word."""
+    from bertkit.sentence.sparse_encoder import losses
+
+    with pytest.raises(BertkitError, match=r"Sparse\w+Loss: (scale|temperature) must be a positive finite number"):
+        make(sparse_model, losses)
+    assert sparse_model.similarity_fn_name == "dot"  # left as it was (SparseCoSENTLoss sets "cosine")
+
+
+def test_numpy_numbers_are_weights(sparse_model):
+    import numpy as np
+
+    from bertkit.sentence.sparse_encoder import losses
+
+    loss = losses.SpladeLoss(sparse_model, losses.SparseMultipleNegativesRankingLoss(sparse_model, scale=np.float32(2)),
+                             np.float32(3e-5), np.float32(5e-5), document_regularizer_threshold=np.int64(10))
+    assert (loss.document_regularizer_weight, loss.query_regularizer_weight) == (float(np.float32(3e-5)),
+                                                                               float(np.float32(5e-5)))
+    assert loss.document_regularizer.threshold == 10
+
+
 def test_bad_threshold_and_schedule_are_refused(sparse_model):
     from bertkit.sentence.sparse_encoder import losses
     from bertkit.sentence.sparse_encoder.callbacks import SpladeRegularizerWeightSchedulerCallback

@@ -8,6 +8,8 @@ columns' embeddings in ``compute_loss_from_embeddings(embeddings, labels)``.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -97,6 +99,14 @@ def refuse(loss: str, name: str, value: Any, default: Any, advice: str) -> None:
     """A sentence-transformers loss argument bertkit does not implement: refused unless given at its default."""
     if value != default:
         raise BertkitError(f"{loss}({name}={value!r}) is not implemented in bertkit: {advice}")
+
+
+def check_positive(loss: str, name: str, value: Any) -> float:
+    """``value`` as a float, refused unless a finite number > 0 (a scale or a temperature: 0, a negative, NaN or
+    infinity gives a loss that is constant, inverted or NaN from the first step)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise BertkitError(f"{loss}: {name} must be a positive finite number, got {value!r}")
+    return float(value)
 
 
 def check_labels(loss: str, labels: Tensor | None, rows: int) -> Tensor:

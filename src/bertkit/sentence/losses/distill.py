@@ -7,14 +7,13 @@ and MSELoss."""
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.losses.base import SentenceLoss
+from bertkit.sentence.losses.base import SentenceLoss, check_positive
 from bertkit.sentence.util import pairwise_dot_score
 
 logger = logging.getLogger("bertkit")
@@ -72,9 +71,7 @@ class DistillKLDivLoss(SentenceLoss):
         self.student_temperature = student_temperature if student_temperature is not None else temperature
         self.teacher_temperature = teacher_temperature if teacher_temperature is not None else temperature
         for name in ("temperature", "student_temperature", "teacher_temperature"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise BertkitError(f"{type(self).__name__}: {name} must be a positive finite number, got {value!r}")
+            check_positive(type(self).__name__, name, getattr(self, name))
         self.loss_fct = nn.KLDivLoss(reduction="batchmean")
         self._checked_teacher = False
 

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.losses.base import SentenceLoss, refuse
+from bertkit.sentence.losses.base import SentenceLoss, check_positive, refuse
 from bertkit.sentence.util import cos_sim
 
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
@@ -32,8 +32,7 @@ class MultipleNegativesRankingLoss(SentenceLoss):
         name = type(self).__name__
         refuse(name, "hardness_mode", hardness_mode, None, "drop this argument (plain in-batch negatives)")
         refuse(name, "hardness_strength", hardness_strength, 0.0, "drop this argument (plain in-batch negatives)")
-        if not scale > 0:
-            raise BertkitError(f"{name}: scale must be > 0, got {scale!r}")
+        check_positive(name, "scale", scale)
         bad = [d for d in directions if d not in DIRECTIONS]
         if bad or "query_to_doc" not in directions:
             raise BertkitError(f"{name}: directions {tuple(directions)} must include 'query_to_doc' and be among {DIRECTIONS}")

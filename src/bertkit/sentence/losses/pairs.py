@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.sentence.losses.base import SentenceLoss, check_labels
+from bertkit.sentence.losses.base import SentenceLoss, check_labels, check_positive
 from bertkit.sentence.util import (
     pairwise_angle_sim,
     pairwise_cos_sim,
@@ -29,6 +29,7 @@ class CoSENTLoss(SentenceLoss):
     def __init__(self, model: nn.Module, scale: float = 20.0,
                  similarity_fct: Callable[[Tensor, Tensor], Tensor] = pairwise_cos_sim):
         super().__init__(model)
+        check_positive(type(self).__name__, "scale", scale)
         self.scale, self.similarity_fct = scale, similarity_fct
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -70,7 +71,7 @@ def _flops_alone() -> BertkitError:
 def _check_weight(name: str, value: Any, optional: bool) -> float | None:
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
         raise BertkitError(f"SpladeLoss: {name} must be a finite number >= 0{' or None' if optional else ''}, got "
                            f"{value!r} (SPLADE's are small: 3e-5 for documents, 5e-5 for queries)")
     return float(value)
@@ -83,7 +84,7 @@ class FlopsLoss(nn.Module):
 
     def __init__(self, model: nn.Module, threshold: float | None = None):
         super().__init__()
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, numbers.Real)
                                       or not 0 <= threshold < math.inf):
             raise BertkitError(f"FlopsLoss: threshold must be a finite number of active dimensions >= 0 or None, got "
                                f"{threshold!r}")
@@ -141,8 +142,8 @@ class SparseCoSENTLoss(CoSENTLoss):
 
     def __init__(self, model: nn.Module, scale: float = 20.0,
                  similarity_fct: Callable[[Tensor, Tensor], Tensor] = pairwise_cos_sim):
+        super().__init__(model, scale, similarity_fct)  # checked before the model is changed
         model.similarity_fn_name = "cosine"
-        super().__init__(model, scale, similarity_fct)
 
     def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
         raise _inside_splade(type(self).__name__)

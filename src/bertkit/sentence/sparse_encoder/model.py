@@ -10,7 +10,8 @@ sparse directories, with its API (``encode`` / ``encode_query`` / ``encode_docum
 Layouts read (``modules.json``): a fill-mask ``Transformer`` (or the older ``MLMTransformer``) then
 ``SpladePooling``; a ``Router`` whose routes are each that pair or a ``SparseStaticEmbedding`` (the inference-free
 layout: queries weighted by a static table, documents by SPLADE). A checkpoint directory without modules.json (with
-a masked-LM head) becomes Transformer + SpladePooling("max", "relu"), as sentence-transformers builds it. bertkit
+a masked-LM head) becomes Transformer + SpladePooling("max", "relu"), as sentence-transformers builds it for a
+...ForMaskedLM architecture (for the others it builds a CSR model: bertkit warns, ``_read_modules``). bertkit
 writes sentence-transformers 6's layout. What sentence-transformers 6 has and bertkit does not implement is refused
 by name (``_REFUSED_INIT``, ``_REFUSED_ENCODE``, the modules ``route_of`` refuses).
 """
@@ -18,6 +19,7 @@ by name (``_REFUSED_INIT``, ``_REFUSED_ENCODE``, the modules ``route_of`` refuse
 from __future__ import annotations
 
 import logging
+import numbers
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,6 +27,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import MODULES, ST_CONFIG, module_types, read_json, write_st_config
@@ -88,7 +91,14 @@ def _read_modules(path: Path) -> tuple[list[nn.Module], dict[str, Any]]:
     if listed is None:
         logger.info("%s has no %s: a new SPLADE model, the masked-LM head with SpladePooling('max', 'relu')",
                     path, MODULES)
-        return [Transformer(path), SpladePooling("max", "relu")], st
+        modules = [Transformer(path), SpladePooling("max", "relu")]
+        architectures = read_config_json(path).get("architectures") or []
+        if not any(str(a).endswith("ForMaskedLM") for a in architectures):
+            logger.warning("%s: config.json's architectures %s name no ...ForMaskedLM: sentence-transformers opens "
+                           "this checkpoint as a new CSR model (Pooling + SparseAutoEncoder, drawn at random), bertkit "
+                           "as SPLADE on its masked-LM head; save the model (model.save) for a directory both read as "
+                           "SPLADE", path, architectures)
+        return modules, st
     unknown = [t for t in module_types(listed) if t not in _MODULE_CLASSES]
     if unknown:
         raise BertkitError(f"{path / MODULES} lists {unknown}, which bertkit's SparseEncoder does not implement (it "
@@ -126,6 +136,10 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         self.name_or_path = str(model_name_or_path) if model_name_or_path is not None else None
         for route in self._route_lists():
             route_of(route, "the SparseEncoder")
+            if isinstance(route[-1], SpladePooling) and route[-1].embedding_dimension is None:
+                # the width sentence-transformers' SpladePooling records when it first runs, and saves: a directory
+                # without it reports the hidden size as the model's dimension there until its first encode
+                route[-1].embedding_dimension = route[0].model.config.vocab_size
         self._set_prompts(prompts, default_prompt_name, saved.get("prompts") or {}, saved.get("default_prompt_name"))
         name = similarity_fn_name or saved.get("similarity_fn_name")
         self._similarity_fn_name = similarity_function(name) if name else None
@@ -221,10 +235,10 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         if k is None:
             return None
         vocab = self.get_embedding_dimension()
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= vocab:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= vocab:
             raise BertkitError(f"max_active_dims {k!r} must be a whole number in [1, {vocab}] (this model's "
                                "vocabulary size), or None to keep every active dimension")
-        return k
+        return int(k)  # a numpy integer too; saved in config_sentence_transformers.json as a JSON number
 
     @property
     def do_lower_case(self) -> bool:

@@ -346,8 +346,8 @@ class SparseStaticEmbedding(nn.Module):
 
 class Router(nn.Module):
     """Routes (``sub_modules``: name -> modules) picked by the task: ``route_mappings`` {(task, modality): route}
-    first, then the route named as the task, then ``default_route`` (the first route when unset and
-    ``allow_empty_key``), as sentence-transformers' Router. Texts are the "text" modality."""
+    first, then the route named as the task, then a route named "text" (texts are the "text" modality), then
+    ``default_route`` (the first route when unset and ``allow_empty_key``), as sentence-transformers' Router."""
 
     st_type: ClassVar[str] = "sentence_transformers.base.modules.router.Router"
     CONFIG: ClassVar[str] = "router_config.json"
@@ -378,8 +378,9 @@ class Router(nn.Module):
         for key in ((task, "text"), (task, None), (None, "text"), (None, None)):
             if key in self.route_mappings:
                 return self.route_mappings[key]
-        if task and task in self.sub_modules:
-            return task
+        for name in (task, "text"):  # the task's route, then the text modality's, as sentence-transformers looks
+            if name and name in self.sub_modules:
+                return name
         return self.default_route if task is None else None
 
     def route(self, task: str | None) -> str:

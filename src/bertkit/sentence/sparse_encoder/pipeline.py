@@ -43,8 +43,8 @@ class _Side:
 
     name: str
     prompt: str
-    limit: int  # tokens a text keeps: max_length, or where the route cuts where lower (a Transformer at its
-    # max_seq_length, the static query weights at their tokenizer's model_max_length)
+    limit: int  # tokens a text keeps: where the route cuts (a Transformer at its max_seq_length, the static query
+    # weights at their tokenizer's model_max_length, as encode does), or the caller's max_length where lower
     static: bool  # SparseStaticEmbedding: no special tokens, no transformer
     lower: bool
     embed: Callable[[dict[str, Tensor]], Tensor]
@@ -76,7 +76,8 @@ class SparseEmbeddingPipeline(Pipeline):
             raise BertkitError(f"{model.name_or_path or 'this SparseEncoder'} runs no transformer on its routes "
                                "(SparseStaticEmbedding only): there is no model to serve; encode with it directly")
         document = encoders[0]
-        if kwargs.get("max_length") is None:
+        cap = kwargs.get("max_length")  # the caller's cut, for every side; unset: each route cuts where it does
+        if cap is None:
             kwargs["max_length"] = document.max_seq_length
         super().__init__(document.model.bert, tokenizer, **kwargs)  # self.model: the encoder prepared for inference
         self.encoder = model
@@ -90,14 +91,14 @@ class SparseEmbeddingPipeline(Pipeline):
             prompt = model.prompts.get(side, "") or ""
             if isinstance(route[0], SparseStaticEmbedding):
                 static = route[0].to(self.device).eval()
-                self.sides[side] = _Side(side, prompt, min(static.tokenizer.model_max_length, self.max_length), True,
-                                         False, lambda b, m=static: m(b))  # where encode_query cuts, or max_length
+                limit = min(static.tokenizer.model_max_length, cap or static.tokenizer.model_max_length)
+                self.sides[side] = _Side(side, prompt, limit, True, False, lambda b, m=static: m(b))
             else:
                 transformer, pooling = route
                 bert = self.model if transformer is document else prepare_model(
                     transformer.model.bert, device=self.device, bf16=self.bf16)[0]
                 limit = self.max_length if transformer is document else min(transformer.max_seq_length,
-                                                                            self.max_length)
+                                                                            cap or transformer.max_seq_length)
                 self.sides[side] = _Side(side, prompt, limit, False, transformer.do_lower_case,
                                          self._splade(bert, transformer.head, pooling))
 
