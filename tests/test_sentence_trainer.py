@@ -3,8 +3,12 @@ no-duplicates sampler makes sentence-transformers' batches, and a trained model 
 
 from __future__ import annotations
 
+import collections
+import sys
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import (
@@ -14,8 +18,12 @@ from bertkit.sentence import (
     evaluation,
     losses,
 )
+from bertkit.sentence.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
+from bertkit.sentence.cross_encoder import losses as ce_losses
 from bertkit.sentence.data import SentenceExamples, no_duplicates_batches
 from bertkit.sentence.training_args import BatchSamplers
+from bertkit.training.callbacks import TrainerCallback
+from cross_encoder_helpers import cross_encoder_directory
 from sentence_helpers import st_directory
 
 PAIRS = [{"anchor": f"question {i}", "positive": f"paragraph {i // 2}"} for i in range(12)]
@@ -192,3 +200,103 @@ def test_eval_loss_is_sentence_transformers(model_dir, sampler, tmp_path):
                                          loss=losses.MultipleNegativesRankingLoss(ours),
                                          eval_dataset=datasets.Dataset.from_list(pairs)).evaluate()["eval_loss"]
         assert got == pytest.approx(want, rel=1e-5)
+
+
+class _Reads(TorchDispatchMode):
+    """Every read of a tensor's value into Python (``item``, ``float``, ``int``, ``bool``: aten's
+    _local_scalar_dense; and ``tolist``), by the bertkit file nearest on the stack. On a GPU each one waits for
+    every kernel queued before it."""
+
+    def __init__(self, monkeypatch):
+        super().__init__()
+        self.where: collections.Counter = collections.Counter()
+        tolist = torch.Tensor.tolist
+
+        def counted(tensor, *args, **kwargs):
+            self.where[_asker()] += 1
+            return tolist(tensor, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, "tolist", counted)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.where[_asker()] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _asker() -> str:
+    frame = sys._getframe(2)
+    while frame is not None and "/bertkit/" not in frame.f_code.co_filename:
+        frame = frame.f_back
+    return "" if frame is None else frame.f_code.co_filename.split("/bertkit/")[-1]
+
+
+def test_a_training_step_reads_the_device_once(minilm_dir, tmp_path, monkeypatch):
+    """The loop keeps each micro-batch's loss on the device and reads the step's losses with its gradient norm in
+    one read at the step's end (it read the loss twice a micro-batch and the norm once: five waits for the device a
+    step of two micro-batches); the cross-encoder's loss reads nothing. The logged losses are those read."""
+    model = CrossEncoder(cross_encoder_directory(minilm_dir, tmp_path / "ce"), max_length=32)
+    rows = [{"query": f"question {i}", "text": f"paragraph {i // 2} says {i}", "label": float(i % 2)} for i in range(24)]
+    args = CrossEncoderTrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True,
+                                         disable_tqdm=True, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                                         max_steps=3, logging_steps=1, save_strategy="no", learning_rate=1e-4)
+    trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=rows,
+                                  loss=ce_losses.BinaryCrossEntropyLoss(model))
+    steps = []
+
+    class Steps(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            steps.append(dict(reads.where))
+
+    trainer.add_callback(Steps())
+    with _Reads(monkeypatch) as reads:
+        trainer.train()
+    assert len(steps) == 3
+    # by the step's end: what the loop (and anything under it but the forward pass) read in each step
+    per_step = [{k: v - (steps[i - 1].get(k, 0) if i else 0) for k, v in s.items()} for i, s in enumerate(steps)]
+    assert [{k: v for k, v in s.items() if k.startswith(("training/", "sentence/")) and v} for s in per_step[1:]] == \
+        [{"training/loop.py": 1}] * 2
+    logged = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    assert len(logged) == 3 and all(0.3 < x < 1.2 for x in logged)
+
+
+@pytest.mark.parametrize("trainer_kind", ["SentenceTransformerTrainer", "CrossEncoderTrainer"])
+def test_training_tokenizes_each_row_once(trainer_kind, model, minilm_dir, tmp_path, monkeypatch):
+    """Before training, the Trainer checks the labels and fingerprints the data: neither tokenizes a row (each did
+    the whole dataset, two passes of the loader's work in the main process before the first step, 14 s for
+    16,384 SQuAD pairs)."""
+    rows = [{**p, "label": float(i % 2)} for i, p in enumerate(PAIRS)]
+    if trainer_kind == "CrossEncoderTrainer":
+        encoder = CrossEncoder(cross_encoder_directory(minilm_dir, tmp_path / "ce"), max_length=32)
+        cls, tokenize = CrossEncoder, "token_ids"
+        trainer = CrossEncoderTrainer(model=encoder, loss=ce_losses.BinaryCrossEntropyLoss(encoder), train_dataset=rows,
+                                      args=CrossEncoderTrainingArguments(
+                                          output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True,
+                                          disable_tqdm=True, per_device_train_batch_size=4, save_strategy="no",
+                                          num_train_epochs=1))
+    else:
+        cls, tokenize = SentenceTransformer, "tokenize"
+        trainer = SentenceTransformerTrainer(model=model, loss=losses.CoSENTLoss(model), train_dataset=rows,
+                                             args=_args(tmp_path, per_device_train_batch_size=4, save_strategy="no",
+                                                            num_train_epochs=1))
+    calls, real = [], getattr(cls, tokenize)
+    monkeypatch.setattr(cls, tokenize, lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    assert trainer.train().global_step == 3
+    # each row's two texts once, and row 0's twice more: read to learn its columns, collated to check them
+    assert len(calls) == 2 * (len(rows) + 2)
+
+
+def test_resuming_on_other_data_is_refused(model, tmp_path):
+    """The fingerprint a checkpoint records is of the rows the examples are made from: one text changed is refused
+    on resume, naming the data, before anything is written; the same rows resume."""
+    def trainer(rows: list[dict]) -> SentenceTransformerTrainer:
+        args = _args(tmp_path, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-5, save_steps=1)
+        return SentenceTransformerTrainer(model=model, args=args, loss=losses.MultipleNegativesRankingLoss(model),
+                                          train_dataset=rows)
+
+    trainer(PAIRS).train()
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    with pytest.raises(BertkitError, match=r"other settings or data .*'trainer.train_data.rows'"):
+        trainer([*PAIRS[:-1], {**PAIRS[-1], "positive": "another paragraph"}]).train(resume_from_checkpoint=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == written
+    assert trainer(PAIRS).train(resume_from_checkpoint=True).global_step == 2

@@ -7,6 +7,8 @@ Columns are the loss's inputs in the dataset's order (anchor, positive, negative
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +16,7 @@ import torch
 from torch import Tensor
 
 from bertkit.errors import BertkitError
+from bertkit.training import trainer_data
 
 LABEL_COLUMNS = ("label", "labels", "score", "scores")
 
@@ -88,6 +91,31 @@ class SentenceExamples(Sequence):
     def row_texts(self, i: int) -> set[str]:
         row = self.dataset[i]
         return {str(row[c]) for c in self.texts}
+
+    def example_column(self, key: str) -> list:
+        """Every row's ``key`` as ``self[i]`` gives it; the label without tokenizing any row (the Trainer checks the
+        labels before training: tokenizing the whole dataset for it took as long as a pass of its loader)."""
+        if key != "label":
+            return [self[i][key] for i in range(len(self))]
+        return trainer_data.column(self.dataset, self.label) if self.label is not None else [0] * len(self)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the examples are made from, for a resumed run to find unchanged: the rows (``data_fingerprint``), the
+        columns read, the prompts and routes, and the tokenization (tokenizer, lower-casing, max_seq_length). A
+        fingerprint of the examples themselves would tokenize every row once more before training."""
+        return {"rows": trainer_data.data_fingerprint(self.dataset), "texts": self.texts, "label": self.label,
+                "prompts": self.prompts, "tasks": self.tasks, "tokenizer": tokenizer_fingerprint(self.model),
+                "do_lower_case": getattr(self.model, "do_lower_case", None),
+                "max_seq_length": getattr(self.model, "max_seq_length", None)}
+
+
+def tokenizer_fingerprint(model: Any) -> str | None:
+    """BLAKE2b of ``model.tokenizer``'s settings and vocabulary (what its pickle carries to loader workers)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        return None
+    state = tokenizer.__getstate__() if hasattr(tokenizer, "__getstate__") else vars(tokenizer)
+    return hashlib.blake2b(pickle.dumps(sorted(state.items()), protocol=4), digest_size=16).hexdigest()
 
 
 class SentenceCollator:

@@ -162,6 +162,10 @@ class SentenceTransformerTrainer(Trainer):
         return {**super()._fingerprint(examples, total, world_size), **({"learning_rate_mapping": mapping} if mapping
                                                                          else {})}
 
+    def _data_fingerprint(self, examples: Sequence) -> dict[str, Any]:
+        """What the training examples are made from (``SentenceExamples.fingerprint``): no row is tokenized for it."""
+        return self.train_dataset.fingerprint()
+
     def _st_name(self, path: str) -> str:
         """A path in the loss (``model.bert.…``) as sentence-transformers names it (``model.0.model.…``)."""
         for ours, theirs in self.sentence_model.st_paths.items():

@@ -42,7 +42,14 @@ from bertkit.training.checkpoint import (
 from bertkit.training.distributed import accumulating, all_gather, any_rank, current, replicate
 from bertkit.training.optim import build_optimizer, linear_warmup_decay
 from bertkit.training.run_log import RunLog
-from bertkit.training.token_loss import accepts_num_items, logged_loss, objective, step_targets, target_count
+from bertkit.training.token_loss import (
+    accepts_num_items,
+    logged_loss,
+    loss_to_log,
+    objective,
+    step_targets,
+    target_count,
+)
 
 logger = logging.getLogger("bertkit")
 
@@ -134,6 +141,23 @@ def train(
 
 
 @dataclass
+class _Micro:
+    """What the step's end reads of one micro-batch (``_Run.settle``): its loss, which spoils the step when it is not
+    finite, and what the logs show (``loss_to_log``), both still on the device; and its host-side facts."""
+
+    loss: Tensor
+    logged: tuple[Tensor, bool]
+    num_items: float | None
+    targets: int | None
+    counted: bool  # weight > 0: a rank's stand-in example of an empty share is not logged
+    labels: Tensor | None
+    metrics: dict[str, float]
+
+    def logged_value(self, value: float) -> float:
+        return logged_loss(value, self.num_items, self.targets) if self.logged[1] else value
+
+
+@dataclass
 class _Run:
     """What one ``train`` call holds between micro-steps: the model and its optimiser, where the run is (``pos``),
     the logging window and the run's history."""
@@ -168,6 +192,7 @@ class _Run:
     token_losses: bool = False
     num_items: float | None = None
     hooks: LoopHooks = field(default_factory=LoopHooks)
+    pending: list[_Micro] = field(default_factory=list)  # this optimiser step's micro-batches, not read yet (settle)
     log_every: int = 1  # the cadence in optimiser steps, from the strategies and step counts (``cadence``)
     eval_every: int | None = None
     save_every: int | None = None
@@ -306,32 +331,25 @@ class _Run:
                 with _autocast(args, self.device):
                     out = (self.module(**batch) if self.num_items is None
                            else self.module(**batch, num_items_in_batch=self.num_items))
-                # Backward first, then read the loss: reading it waits for the device, and before backward is
-                # queued that wait would leave the device idle while the host queues backward. A non-finite loss
-                # spoils the step, which is dropped whole (its gradients zeroed), as under DDP.
                 self.scaler.scale(objective(out, weight, accum, self.num_items is not None)).backward()
-                loss = logged_loss(out, self.num_items, targets)
-                finite = math.isfinite(out.loss.item())
-                if finite and weight > 0:
-                    self.window["loss"] = self.window.get("loss", 0.0) + loss
-                    for k, v in (self.batch_metrics(batch, out) if self.batch_metrics else {}).items():
-                        self.window[k] = self.window.get(k, 0.0) + v
-                    self.window_n += 1
-                elif not finite and self.spoiled is None:
-                    self.spoiled = f"the loss is {loss}"
-                    labels = batch.get("labels")
-                    if labels is not None and not labels.is_floating_point() and bool((labels == -100).all()):
-                        # A mean over no target is nan: the data, not the learning rate, is the cause.
-                        self.spoiled += (" because every label of this batch is -100 (ignored by the loss), so it "
-                                         "has nothing to learn from; drop such rows or check how the labels were made")
+            # The loss stays on the device until the step's end reads it with the gradient norm, in one read: a read
+            # waits for the device, and one at every micro-batch left it idle while the host queued the next.
+            self.pending.append(_Micro(out.loss.detach(), loss_to_log(out, self.num_items), self.num_items, targets,
+                                       weight > 0, batch.get("labels"),
+                                       self.batch_metrics(batch, out) if self.batch_metrics and weight > 0 else {}))
         return sync
 
     # -- one optimiser step, then what falls due: log, evaluate, save -------------------------------------------
     def optimizer_step(self, phase: Phase) -> None:
         args, pos = self.args, self.pos
+        if self.scaler.is_enabled():  # fp16: a step its loss spoils must not be unscaled (update() would not follow)
+            self.settle()
+        norm = None
         if self.spoiled is None:  # clip (or, with clipping off, only measure) the global gradient norm
             self.scaler.unscale_(self.optimizer)
             norm = _clip_grad_norm(self.model, args.max_grad_norm)
+        norm = self.settle(norm)
+        if norm is not None and self.spoiled is None:  # (a loss read with it may have spoiled the step)
             self.grad_norm = norm  # the last step's, logged as transformers' Trainer logs it
             # fp16: an overflow is the gradient scaler's to handle (it skips the step, lowers the scale)
             if not (math.isfinite(norm) or args.fp16):
@@ -357,6 +375,35 @@ class _Run:
         self.event("step_end")
         self.log_and_evaluate(phase)
         self.save_if_due()
+
+    def settle(self, norm: Tensor | None = None) -> float | None:
+        """Read the pending micro-batches' losses (and ``norm``, the step's gradient norm) from the device in one
+        read, then do what each asks: its loss into the logging window, or, the first that is not finite, spoil the
+        step (on one process the later ones of a spoiled step count for nothing, as if they had not run). Returns
+        the norm as a float."""
+        pending, self.pending = self.pending, []
+        tensors = [t for m in pending for t in (m.loss, m.logged[0])] + ([norm] if norm is not None else [])
+        if not tensors:
+            return None
+        dtype = torch.float32 if torch.device(self.device).type == "mps" else torch.float64  # exact for both
+        values = torch.stack([t.reshape(()).to(dtype) for t in tensors]).tolist()
+        for i, m in enumerate(pending):
+            if self.spoiled is not None and not self.info.enabled:
+                break
+            loss = m.logged_value(values[2 * i + 1])
+            finite = math.isfinite(values[2 * i])
+            if finite and m.counted:
+                self.window["loss"] = self.window.get("loss", 0.0) + loss
+                for k, v in m.metrics.items():
+                    self.window[k] = self.window.get(k, 0.0) + v
+                self.window_n += 1
+            elif not finite and self.spoiled is None:
+                self.spoiled = f"the loss is {loss}"
+                if m.labels is not None and not m.labels.is_floating_point() and bool((m.labels == -100).all()):
+                    # A mean over no target is nan: the data, not the learning rate, is the cause.
+                    self.spoiled += (" because every label of this batch is -100 (ignored by the loss), so it "
+                                     "has nothing to learn from; drop such rows or check how the labels were made")
+        return values[-1] if norm is not None else None
 
     def log_and_evaluate(self, phase: Phase) -> None:
         """Log the window and evaluate as ``control`` says (a log needs a step since the last one)."""
@@ -393,6 +440,7 @@ class _Run:
 
     def _log_window(self, phase: Phase) -> None:
         pos = self.pos
+        self.settle()  # an epoch's end may fall inside an optimiser step (accumulation): its micro-batches so far
         dt = time.perf_counter() - self.t0
         sums, n, seqs, tokens = _over_ranks(self.window, self.window_n, self.seqs, self.tokens)
         record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
@@ -426,6 +474,7 @@ class _Run:
 
     def checkpoint(self) -> None:
         """Write the checkpoint of this step (rank 0), then ``event("save")``."""
+        self.settle()
         rng = all_gather(rng_state(self.device))
         windows = all_gather({**self.window, "_n": self.window_n})
         if self.info.is_main:
@@ -528,9 +577,9 @@ def _real_tokens(batch: Batch) -> int:
     return sum(len(piece) for row in ids for piece in row)  # word-piece lists (a cross-encoder's texts)
 
 
-def _clip_grad_norm(module: nn.Module, max_norm: float) -> float:
-    """Clip the global gradient norm; returns the norm before clipping."""
-    return float(torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm if max_norm > 0 else math.inf))
+def _clip_grad_norm(module: nn.Module, max_norm: float) -> Tensor:
+    """Clip the global gradient norm; returns the norm before clipping, on the device (read with the losses)."""
+    return torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm if max_norm > 0 else math.inf)
 
 
 def _over_ranks(window: dict, n: int, seqs: int, tokens: int) -> tuple[dict, int, int, int]:

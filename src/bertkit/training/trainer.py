@@ -288,12 +288,16 @@ class Trainer:
         collator = {k: v for k, v in sorted(getattr(self.data_collator, "__dict__", {}).items())
                     if isinstance(v, (bool, int, float, str, type(None)))}  # its settings, not its tokenizer
         return {"trainer": {
-            "examples": len(examples), "train_data": trainer_data.data_fingerprint(examples),
+            "examples": len(examples), "train_data": self._data_fingerprint(examples),
             "per_device_train_batch_size": args.per_device_train_batch_size,
             "world_size": world_size, "max_steps": total, "train_sampling_strategy": args.train_sampling_strategy,
             "data_seed": args.data_seed, "label_names": self.label_names,
             "data_collator": {type(self.data_collator).__qualname__: collator},
             "model": config.to_dict() if hasattr(config, "to_dict") else None}}
+
+    def _data_fingerprint(self, examples: Sequence) -> Any:
+        """The training examples' content, as the model is fed them (``trainer_data.data_fingerprint``)."""
+        return trainer_data.data_fingerprint(examples)
 
     def _new_state(self, total: int, per_epoch: int, resume: Path | None) -> TrainerState:
         """The run's TrainerState; resuming, as the checkpoint saved it."""

@@ -76,15 +76,19 @@ class _Examples(Sequence):
         return item
 
 
-def _column(dataset: Any, key: str) -> list:
+def column(dataset: Any, key: str) -> list:
+    """Every example's ``key``: a datasets.Dataset's in one Arrow read; examples made per row (bertkit.sentence's,
+    tokenized as they are read) through their ``example_column``, which leaves the rest of each row unmade."""
     if is_hf_dataset(dataset):
         return dataset.select_columns([key]).with_format(None)[:][key]  # one Arrow column, read at once
+    if hasattr(dataset, "example_column"):
+        return dataset.example_column(key)
     return [dataset[i][key] for i in range(len(dataset))]
 
 
 def _label_reader(dataset: Any, key: str, what: str, model: Any, training: bool) -> Callable[[Any], Any] | None:
     """Check the ``key`` column; return how to read each of its values (None: as they are)."""
-    values = _column(dataset, key)
+    values = column(dataset, key)
     config = getattr(model, "config", None)
     if any(isinstance(v, (list, tuple, np.ndarray, torch.Tensor)) and np.ndim(v) == 1 for v in values[:1]):
         if getattr(config, "problem_type", None) != "multi_label_classification" and \
@@ -172,7 +176,7 @@ def _some_label(values: list, key: str, what: str) -> None:
 
 def _check_token_labels(dataset: Any, key: str, values: list, what: str, training: bool) -> None:
     """Per-token labels: one per input token, and not all ignored."""
-    lengths = [len(v) for v in _column(dataset, "input_ids")] if "input_ids" in dataset[0] else None
+    lengths = [len(v) for v in column(dataset, "input_ids")] if "input_ids" in dataset[0] else None
     for row, labels in enumerate(values):
         if lengths is not None and len(labels) != lengths[row]:
             raise BertkitError(f"{what}: row {row} has {len(labels)} {key} for {lengths[row]} input_ids; give one "

@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.data import loss_columns
+from bertkit.sentence.data import loss_columns, tokenizer_fingerprint
+from bertkit.training.trainer_data import column, data_fingerprint
 
 
 class CrossEncoderExamples(Sequence):
@@ -45,16 +46,36 @@ class CrossEncoderExamples(Sequence):
         return texts
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        ids = [self.model.token_ids(t) for t in self.texts_of(i)]
+        texts = self.texts_of(i)
         label = self.dataset[i][self.label] if self.label is not None else 0
+        return {"input_ids": [self.model.token_ids(t) for t in texts], "label": self._label(i, label, len(texts) - 1)}
+
+    def _label(self, i: int, label: Any, documents: int) -> Any:
         if self.listwise:
             label = [float(x) for x in label]
-            if len(label) != len(ids) - 1:
-                raise BertkitError(f"row {i} has {len(ids) - 1} documents and {len(label)} labels; give one label "
+            if len(label) != documents:
+                raise BertkitError(f"row {i} has {documents} documents and {len(label)} labels; give one label "
                                    "per document")
         elif isinstance(label, (list, tuple)):  # several numbers a row (MarginMSELoss's margins): one tensor
             label = torch.tensor(label, dtype=torch.float32)
-        return {"input_ids": ids, "label": label}
+        return label
+
+    def example_column(self, key: str) -> list:
+        """Every row's ``key`` as ``self[i]`` gives it; the label without tokenizing any row (the Trainer checks the
+        labels before training: tokenizing the whole dataset for it took as long as a pass of its loader)."""
+        if key != "label":
+            return [self[i][key] for i in range(len(self))]
+        if self.label is None:
+            return [0] * len(self)
+        documents = [len(d) for d in column(self.dataset, self.texts[1])] if self.listwise else [0] * len(self)
+        return [self._label(i, v, documents[i]) for i, v in enumerate(column(self.dataset, self.label))]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the examples are made from, for a resumed run to find unchanged: the rows (``data_fingerprint``), the
+        columns read and the tokenizer. A fingerprint of the examples themselves would tokenize every row once more
+        before training."""
+        return {"rows": data_fingerprint(self.dataset), "texts": self.texts, "label": self.label,
+                "listwise": self.listwise, "tokenizer": tokenizer_fingerprint(self.model)}
 
     def row_texts(self, i: int) -> set[str]:
         """The row's texts: what the no-duplicates sampler keeps apart within a batch."""

@@ -53,7 +53,8 @@ class CrossEncoderLoss(nn.Module):
     def scores(self, firsts: Sequence[Text], seconds: Sequence[Text], chunk: int | None = None) -> Tensor:
         """(N, num_labels) logits of the pairs, through the model in slices of ``chunk`` pairs (all at once
         without)."""
-        chunk = chunk if chunk and chunk > 0 else len(firsts)
+        if not chunk or chunk <= 0 or chunk >= len(firsts):  # one pass (no copy through torch.cat)
+            return self.model.scores(self.model.pair_batch(firsts, seconds))
         return torch.cat([self.model.scores(self.model.pair_batch(firsts[s:s + chunk], seconds[s:s + chunk]))
                           for s in range(0, len(firsts), chunk)])
 

@@ -207,14 +207,13 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         T = max(len(ids) for ids, _ in rows)
         if self.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
             T = min(-(-T // GPU_HALF_WIDTH_MULTIPLE) * GPU_HALF_WIDTH_MULTIPLE, self.config.max_position_embeddings)
+        # a handful of whole-batch operations, not three a row: this runs on the host at every training step
+        position = torch.arange(T)
+        real = position < torch.tensor([len(ids) for ids, _ in rows])[:, None]  # (N, T)
+        second = position >= torch.tensor([first for _, first in rows])[:, None]  # (N, T): the second text and its [SEP]
         input_ids = torch.full((len(rows), T), self.tokenizer.pad_token_id, dtype=torch.long)
-        token_type_ids = torch.zeros(len(rows), T, dtype=torch.long)
-        attention_mask = torch.zeros(len(rows), T, dtype=torch.long)
-        for i, (ids, first) in enumerate(rows):
-            input_ids[i, :len(ids)] = torch.as_tensor(ids)
-            token_type_ids[i, first:len(ids)] = 1
-            attention_mask[i, :len(ids)] = 1
-        return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+        input_ids[real] = torch.tensor([t for ids, _ in rows for t in ids])  # row-major, as the rows are joined
+        return {"input_ids": input_ids, "token_type_ids": (real & second).long(), "attention_mask": real.long()}
 
     def preprocess(self, pairs: Sequence[Sequence[str]]) -> dict[str, Tensor]:
         """sentence-transformers' ``model.preprocess(pairs)``: the tokenized batch of (a, b) pairs."""
