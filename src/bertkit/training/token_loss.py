@@ -51,7 +51,9 @@ def objective(out: Any, weight: float, accum: int, token_level: bool) -> Any:
     global batch (``weight``) over the accumulation steps; per-token ones (already divided by the step's target
     count) as they are, a next-sentence part weighted as per-sequence."""
     if not token_level:
-        return out.loss / accum if weight == 1.0 else out.loss * weight / accum
+        if weight == 1.0:  # x / 1 is x: no kernel (and no backward one) for the common case
+            return out.loss if accum == 1 else out.loss / accum
+        return out.loss * weight / accum
     if weight == 0:
         return out.loss * 0
     nsp = getattr(out, "nsp_loss", None)
