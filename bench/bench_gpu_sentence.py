@@ -31,10 +31,10 @@ the last logged) or the largest difference of the outputs between the libraries,
 library's own tokenization of the row's texts alone, in the row's batches, on the host (an upper bound of what
 the host adds to the run where nothing overlaps it). ``--profile ROWS`` (comma-separated) then runs bertkit's
 script of each under torch.profiler for a few steps (CPU and CUDA activity) and prints one more JSON line each:
-the top CUDA kernels
-by total time, the top CPU operators by self time, the GPU-busy fraction (summed kernel time over the profiled
-wall time), the synchronisations and copies; with ``OUT`` set it writes the chrome trace there, gzipped. A row
-that fails prints a JSON line with its error, and the next row runs.
+the top CUDA kernels by total time, the top CPU operators by self time, the aten operators dispatched a step (what
+the host launches: on a CPU, with ``--smoke``, the measure of per-step host work), the GPU-busy fraction (summed
+kernel time over the profiled wall time), the synchronisations and copies; with ``OUT`` set it writes the chrome
+trace there, gzipped. A row that fails prints a JSON line with its error, and the next row runs.
 
     python bench/bench_gpu_sentence.py --data ../shared/data --vocab models/minilm      # about 4 minutes, H100
     python bench/bench_gpu_sentence.py --scale 0.25 --rows embed_train,encode --profile encode
@@ -445,7 +445,10 @@ def profile(row: str, model_dir: Path, data: list, opts: SimpleNamespace, lib: s
               "top_kernels_ms": {e.key[:90]: [round(device_time(e) / 1e3, 2), e.count] for e in
                                  sorted(kernels, key=device_time, reverse=True)[:15]},
               "top_cpu_self_ms": {e.key[:90]: [round(e.self_cpu_time_total / 1e3, 2), e.count] for e in cpu_ops[:15]},
-              "cpu_self_total_ms": round(sum(e.self_cpu_time_total for e in cpu_ops) / 1e3, 1)}
+              "cpu_self_total_ms": round(sum(e.self_cpu_time_total for e in cpu_ops) / 1e3, 1),
+              # aten operators the host dispatches a step or batch, views included: the launch count's proxy on a CPU
+              "aten_ops_per_step": round(sum(e.count for e in cpu_ops if e.key.startswith("aten::"))
+                                         / max(recorded, 1), 1)}
     out = os.environ.get("OUT")
     if out:
         trace = Path(opts.tmp) / f"trace_{row}_{lib}.json"

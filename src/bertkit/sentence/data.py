@@ -88,9 +88,9 @@ class SentenceExamples(Sequence):
         return {"input_ids": ids, "token_type_ids": types, "prompt_length": self.prompt_lengths, "task": self.tasks,
                 "label": label, "index": i}
 
-    def row_texts(self, i: int) -> set[str]:
-        row = self.dataset[i]
-        return {str(row[c]) for c in self.texts}
+    def texts_by_row(self) -> list[set[str]]:
+        """Each row's texts (what the no-duplicates sampler keeps apart within a batch), the columns read at once."""
+        return [{str(t) for t in row} for row in zip(*(trainer_data.column(self.dataset, c) for c in self.texts))]
 
     def example_column(self, key: str) -> list:
         """Every row's ``key`` as ``self[i]`` gives it; the label without tokenizing any row (the Trainer checks the
@@ -154,7 +154,7 @@ def no_duplicates_batches(examples: SentenceExamples, batch_size: int, seed: int
     once, and there may be more batches than ``ceil(len / batch_size)`` (an epoch trains on that many, the first,
     as transformers' Trainer runs sentence-transformers' sampler)."""
     rest = torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed), dtype=torch.int32).tolist()
-    texts = {i: examples.row_texts(i) for i in rest}
+    texts = examples.texts_by_row()
     batches: list[list[int]] = []
     while rest:
         batch, seen, waiting = [], set(), []

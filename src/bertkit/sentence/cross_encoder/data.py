@@ -77,9 +77,11 @@ class CrossEncoderExamples(Sequence):
         return {"rows": data_fingerprint(self.dataset), "texts": self.texts, "label": self.label,
                 "listwise": self.listwise, "tokenizer": tokenizer_fingerprint(self.model)}
 
-    def row_texts(self, i: int) -> set[str]:
-        """The row's texts: what the no-duplicates sampler keeps apart within a batch."""
-        return set(self.texts_of(i))
+    def texts_by_row(self) -> list[set[str]]:
+        """Each row's texts (what the no-duplicates sampler keeps apart within a batch), the columns read at once."""
+        columns = [column(self.dataset, c) for c in self.texts]
+        rows = ([query, *documents] for query, documents in zip(*columns)) if self.listwise else zip(*columns)
+        return [{str(t) for t in row} for row in rows]
 
 
 def collate(examples: list[dict[str, Any]], pad_id: int = 0) -> dict[str, Any]:
