@@ -19,7 +19,7 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import CrossEncoder, SentenceTransformer, quantize_embeddings, util
-from sentence_helpers import st_directory
+from sentence_helpers import POOLING, st_directory
 
 st = pytest.importorskip("sentence_transformers", reason="the reference: pip install -e '.[test-references]'")
 st_util = pytest.importorskip("sentence_transformers.util")
@@ -269,7 +269,8 @@ def test_a_transformer_setting_bertkit_does_not_apply_is_refused_by_name(tmp_pat
     """sentence-transformers 6 gives every key of sentence_bert_config.json to its Transformer: tokenizer, model and
     config arguments, another task or output, per-task lengths for encode_query / encode_document. bertkit read
     max_seq_length and do_lower_case and ignored the rest, so each of these directories gave other vectors than
-    sentence-transformers' without a word (a query cut at 8 tokens: cosine 0.45 apart); it now names the key."""
+    sentence-transformers' without a word (a SQuAD question cut at 8 tokens: cosine 0.44 on all-MiniLM-L6-v2); it
+    now names the key."""
     d = st_directory(minilm_2_layers, tmp_path / "m")
     (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, **sbert}))
     with pytest.raises(BertkitError, match=rf"sentence_bert_config.json sets .*'{named}'.* use sentence-transformers"):
@@ -282,7 +283,8 @@ def test_a_transformer_setting_bertkit_does_not_apply_is_refused_by_name(tmp_pat
 
 def test_a_tokenizers_model_max_length_in_the_transformer_config_cuts_the_texts(tmp_path, minilm_2_layers):
     """tokenizer_args (processor_kwargs since sentence-transformers 6) {"model_max_length": 32} wins over
-    max_seq_length 256 there: bertkit cut at 256 (a LONG text 0.6 apart); both now cut at 32, and the directory
+    max_seq_length 256 there: bertkit cut at 256 (a SQuAD paragraph's cosine 0.52 on all-MiniLM-L6-v2); both now
+    cut at 32, and the directory
     that sentence-transformers 6 saves from it (max_seq_length in tokenizer_config.json) does too. Keys that change
     no vector (unpad_inputs, a trust_remote_code that sentence-transformers drops) are accepted."""
     d = st_directory(minilm_2_layers, tmp_path / "m")
@@ -296,6 +298,25 @@ def test_a_tokenizers_model_max_length_in_the_transformer_config_cuts_the_texts(
     reopened = SentenceTransformer(tmp_path / "st")
     assert reopened.max_seq_length == 32
     _same(reopened.encode(TEXTS), ref.encode(TEXTS))
+
+
+def test_poolings_concatenated_in_another_order_keep_it_through_a_save(tmp_path, minilm_2_layers):
+    """pooling_mode ["mean", "cls"] (sentence-transformers 6 concatenates the modes as listed): bertkit read it, but
+    saved only the legacy booleans, which both libraries read back as cls then mean, so the reopened model's vectors
+    had their halves swapped (values 5.7 apart on SQuAD texts with all-MiniLM-L6-v2)."""
+    d = st_directory(minilm_2_layers, tmp_path / "m", normalize=False,
+                     pooling={"embedding_dimension": 384, "pooling_mode": ["mean", "cls"]})
+    want = st.SentenceTransformer(str(d), device="cpu").encode(TEXTS)
+    SentenceTransformer(d).save(tmp_path / "bertkit")
+    reopened = SentenceTransformer(tmp_path / "bertkit")
+    assert reopened.pooling.modes == ("mean", "cls")
+    _same(reopened.encode(TEXTS), want)
+    _same(st.SentenceTransformer(str(tmp_path / "bertkit"), device="cpu").encode(TEXTS), want)
+    # modes in the booleans' order are written as the booleans alone, which sentence-transformers before 6 reads
+    legacy = st_directory(minilm_2_layers, tmp_path / "legacy", pooling={**POOLING, "pooling_mode_cls_token": True})
+    SentenceTransformer(legacy).save(tmp_path / "legacy-saved")
+    assert "pooling_mode" not in json.loads((tmp_path / "legacy-saved" / "1_Pooling" / "config.json").read_text())
+    assert SentenceTransformer(tmp_path / "legacy-saved").pooling.modes == ("cls", "mean")
 
 
 def test_a_module_of_another_package_is_not_taken_for_sentence_transformers(st_dir, tmp_path):

@@ -75,10 +75,14 @@ class Pooling:
         return cls(int(dim), modes or ("mean",), bool(config.get("include_prompt", True)))
 
     def to_config(self) -> dict[str, Any]:
-        """Both spellings: the legacy booleans older sentence-transformers read, and pooling_mode."""
+        """The legacy booleans every sentence-transformers reads, and where they cannot say the modes (another order
+        than theirs, a mode twice), pooling_mode, which sentence-transformers 6 reads before them: concatenated in
+        another order, the same model's vectors would come back with their parts swapped."""
         legacy = {key: name in self.modes for key, name in _LEGACY_KEYS.items()}
+        in_legacy_order = tuple(name for name in _LEGACY_KEYS.values() if name in self.modes)
         return {"word_embedding_dimension": self.embedding_dimension, **legacy,
                 "pooling_mode_weightedmean_tokens": False, "pooling_mode_lasttoken": False,
+                **({} if in_legacy_order == self.modes else {"pooling_mode": list(self.modes)}),
                 "include_prompt": self.include_prompt}
 
     @property
