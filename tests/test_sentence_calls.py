@@ -319,6 +319,20 @@ def test_poolings_concatenated_in_another_order_keep_it_through_a_save(tmp_path,
     assert SentenceTransformer(tmp_path / "legacy-saved").pooling.modes == ("cls", "mean")
 
 
+def test_a_tokenizers_max_len_is_its_model_max_length(tmp_path, minilm_2_layers):
+    """tokenizer_config.json's older "max_len" (64, no model_max_length): transformers reads it as model_max_length,
+    so sentence-transformers cut texts at 64 where bertkit cut them at 512 (0.65 cosine on a SQuAD paragraph with
+    all-MiniLM-L6-v2)."""
+    d = tmp_path / "m"
+    shutil.copytree(minilm_2_layers, d)
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    config.pop("model_max_length", None)
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "max_len": 64}))
+    ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+    assert ours.max_seq_length == ref.max_seq_length == ours.tokenizer.model_max_length == 64
+    _same(ours.encode(TEXTS), ref.encode(TEXTS))
+
+
 def test_a_module_of_another_package_is_not_taken_for_sentence_transformers(st_dir, tmp_path):
     """A model's own module ("custom_st.Transformer", which sentence-transformers loads only with trust_remote_code,
     running the model's code) was read as sentence-transformers' Transformer by its last name."""
