@@ -139,9 +139,7 @@ def transformer_max_seq_length(sbert: dict[str, Any], sbert_file: Path) -> int |
                            "sentence-transformers': bertkit embeds with the encoder's last layer in float32, each "
                            "text cut at max_seq_length; move a tokenizer setting (do_lower_case, strip_accents) to "
                            "tokenizer_config.json, remove what the model does not need, or use sentence-transformers")
-    length = next((sbert[k]["model_max_length"] for k in _TOKENIZER_ARGS
-                   if "model_max_length" in (sbert.get(k) or {})), sbert.get("max_seq_length"))
-    return _whole(length, "max_seq_length", sbert_file)
+    return _declared_length(sbert, sbert_file)
 
 
 def declared_max_seq_length(directory: str | Path) -> int | None:
@@ -149,7 +147,14 @@ def declared_max_seq_length(directory: str | Path) -> int | None:
     Transformer module cuts its texts (or a cross-encoder its pairs), over the tokenizer's model_max_length, as
     sentence-transformers reads it."""
     sbert_file = Path(directory) / SBERT_CONFIG
-    return _whole((read_json(sbert_file) or {}).get("max_seq_length"), "max_seq_length", sbert_file)
+    return _declared_length(read_json(sbert_file) or {}, sbert_file)
+
+
+def _declared_length(sbert: dict[str, Any], sbert_file: Path) -> int | None:
+    """A model_max_length in tokenizer_args (processor_kwargs), else max_seq_length: sentence-transformers 6 gives
+    max_seq_length to the tokenizer as its model_max_length only where its arguments set none."""
+    given = [a for a in (sbert.get(k) for k in _TOKENIZER_ARGS) if isinstance(a, dict) and "model_max_length" in a]
+    return _whole(given[0]["model_max_length"] if given else sbert.get("max_seq_length"), "max_seq_length", sbert_file)
 
 
 def _whole(value: Any, name: str, where: Path) -> int | None:
