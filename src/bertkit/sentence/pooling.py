@@ -63,6 +63,9 @@ class Pooling:
     def from_config(cls, config: dict[str, Any], where: str) -> Pooling:
         refused = [name for key, name in _REFUSED.items() if config.get(key)]
         mode = config.get("pooling_mode")
+        if mode is not None and not (isinstance(mode, str) or isinstance(mode, list)
+                                     and all(isinstance(m, str) for m in mode)):
+            raise BertkitError(f"{where}: pooling_mode {mode!r} must be a mode's name or a list of them, from {MODES}")
         if mode is not None:
             modes = (mode,) if isinstance(mode, str) else tuple(mode)
         else:
@@ -72,6 +75,8 @@ class Pooling:
             raise BertkitError(f"{where}: pooling {refused} is not implemented in bertkit (it pools with {MODES}); "
                                "use sentence-transformers for this model")
         dim = config.get("embedding_dimension", config.get("word_embedding_dimension"))
+        if dim is None:
+            raise BertkitError(f"{where} has no embedding_dimension; write the encoder's hidden_size there")
         return cls(int(dim), modes or ("mean",), bool(config.get("include_prompt", True)))
 
     def to_config(self) -> dict[str, Any]:
