@@ -35,8 +35,17 @@ __all__ = ["BasicTokenizer", "CHUNK_RE", "NON_SEPARATOR_SPACE_RE", "lowercase"]
 def lowercase(text: str) -> str:
     """``text`` lower-cased as Hugging Face's tokenizers lower-case it (BertNormalizer, and the Lowercase normalizer
     sentence-transformers puts before it for do_lower_case): character by character, as Rust's
-    ``char::to_lowercase``. ``str.lower()`` on a whole word turns a final Σ into ς, which they never do."""
+    ``char::to_lowercase``. ``str.lower()`` on a whole word turns a final Σ into ς, which they never do; it is taken
+    where the text holds neither Σ nor a character whose mapping Python lacks (CPython lowers every other character
+    alone): 12x faster on SQuAD's paragraphs than a character at a time."""
+    if not _LOWERED_APART.search(text):
+        return text.lower()
     return "".join(LOWERCASE_EXTRA.get(ord(c)) or c.lower() for c in text)
+
+
+_LOWERED_APART = re.compile("[\u03a3" + "".join(  # as ranges: 6x faster to search than the 62 characters one by one
+    f"{chr(run[0][1])}-{chr(run[-1][1])}" for run in (list(g) for _, g in itertools.groupby(
+        enumerate(sorted(LOWERCASE_EXTRA)), key=lambda ic: ic[1] - ic[0]))) + "]")
 
 
 class _RangeSet:
