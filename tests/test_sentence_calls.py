@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.sentence import CrossEncoder, SentenceTransformer, quantize_embeddings, util
-from sentence_helpers import st_directory
+from sentence_helpers import POOLING, st_directory
 
 st = pytest.importorskip("sentence_transformers", reason="the reference: pip install -e '.[test-references]'")
 st_util = pytest.importorskip("sentence_transformers.util")
@@ -254,6 +255,96 @@ def test_directories_saved_by_one_library_load_in_the_other(models, tmp_path):
     _same(mine.encode(TEXTS[:3], prompt_name="query"), st_truncated.encode(TEXTS[:3], prompt_name="query"))
 
 
+@pytest.mark.parametrize(("sbert", "named"), [
+    ({"tokenizer_args": {"do_lower_case": False}}, "tokenizer_args.do_lower_case"),
+    ({"config_args": {"num_hidden_layers": 1}}, "config_args.num_hidden_layers"),
+    ({"model_args": {"dtype": "bfloat16"}}, "model_args.dtype"),
+    ({"model_kwargs": {"trust_remote_code": True, "dtype": "float16"}}, "model_kwargs.dtype"),
+    ({"transformer_task": "fill-mask"}, "transformer_task"),
+    ({"modality_config": {"text": {"method": "forward", "method_output_name": "pooler_output"}}}, "modality_config"),
+    ({"query_length": 8, "document_length": 16}, "query_length"),
+    ({"tokenizer_name_or_path": "bert-base-cased"}, "tokenizer_name_or_path"),
+])
+def test_a_transformer_setting_bertkit_does_not_apply_is_refused_by_name(tmp_path, minilm_2_layers, sbert, named):
+    """sentence-transformers 6 gives every key of sentence_bert_config.json to its Transformer: tokenizer, model and
+    config arguments, another task or output, per-task lengths for encode_query / encode_document. bertkit read
+    max_seq_length and do_lower_case and ignored the rest, so each of these directories gave other vectors than
+    sentence-transformers' without a word (a SQuAD question cut at 8 tokens: cosine 0.44 on all-MiniLM-L6-v2); it
+    now names the key."""
+    d = st_directory(minilm_2_layers, tmp_path / "m")
+    (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, **sbert}))
+    with pytest.raises(BertkitError, match=rf"sentence_bert_config.json sets .*'{named}'.* use sentence-transformers"):
+        SentenceTransformer(d)
+    import bertkit
+
+    with pytest.raises(BertkitError, match=named):
+        bertkit.pipeline("sentence-embedding", str(d))
+
+
+def test_a_tokenizers_model_max_length_in_the_transformer_config_cuts_the_texts(tmp_path, minilm_2_layers):
+    """tokenizer_args (processor_kwargs since sentence-transformers 6) {"model_max_length": 32} wins over
+    max_seq_length 256 there: bertkit cut at 256 (a SQuAD paragraph's cosine 0.52 on all-MiniLM-L6-v2); both now
+    cut at 32, and the directory
+    that sentence-transformers 6 saves from it (max_seq_length in tokenizer_config.json) does too. Keys that change
+    no vector (unpad_inputs, a trust_remote_code that sentence-transformers drops) are accepted."""
+    d = st_directory(minilm_2_layers, tmp_path / "m")
+    (d / "sentence_bert_config.json").write_text(json.dumps({
+        "max_seq_length": 256, "do_lower_case": False, "unpad_inputs": False,
+        "tokenizer_args": {"model_max_length": 32, "trust_remote_code": True}}))
+    ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+    assert ours.max_seq_length == ref.max_seq_length == 32
+    _same(ours.encode(TEXTS), ref.encode(TEXTS))
+    ref.save(str(tmp_path / "st"))
+    reopened = SentenceTransformer(tmp_path / "st")
+    assert reopened.max_seq_length == 32
+    _same(reopened.encode(TEXTS), ref.encode(TEXTS))
+
+
+def test_poolings_concatenated_in_another_order_keep_it_through_a_save(tmp_path, minilm_2_layers):
+    """pooling_mode ["mean", "cls"] (sentence-transformers 6 concatenates the modes as listed): bertkit read it, but
+    saved only the legacy booleans, which both libraries read back as cls then mean, so the reopened model's vectors
+    had their halves swapped (values 5.7 apart on SQuAD texts with all-MiniLM-L6-v2)."""
+    d = st_directory(minilm_2_layers, tmp_path / "m", normalize=False,
+                     pooling={"embedding_dimension": 384, "pooling_mode": ["mean", "cls"]})
+    want = st.SentenceTransformer(str(d), device="cpu").encode(TEXTS)
+    SentenceTransformer(d).save(tmp_path / "bertkit")
+    reopened = SentenceTransformer(tmp_path / "bertkit")
+    assert reopened.pooling.modes == ("mean", "cls")
+    _same(reopened.encode(TEXTS), want)
+    _same(st.SentenceTransformer(str(tmp_path / "bertkit"), device="cpu").encode(TEXTS), want)
+    # modes in the booleans' order are written as the booleans alone, which sentence-transformers before 6 reads
+    legacy = st_directory(minilm_2_layers, tmp_path / "legacy", pooling={**POOLING, "pooling_mode_cls_token": True})
+    SentenceTransformer(legacy).save(tmp_path / "legacy-saved")
+    assert "pooling_mode" not in json.loads((tmp_path / "legacy-saved" / "1_Pooling" / "config.json").read_text())
+    assert SentenceTransformer(tmp_path / "legacy-saved").pooling.modes == ("cls", "mean")
+
+
+def test_a_tokenizers_max_len_is_its_model_max_length(tmp_path, minilm_2_layers):
+    """tokenizer_config.json's older "max_len" (64, no model_max_length): transformers reads it as model_max_length,
+    so sentence-transformers cut texts at 64 where bertkit cut them at 512 (0.65 cosine on a SQuAD paragraph with
+    all-MiniLM-L6-v2)."""
+    d = tmp_path / "m"
+    shutil.copytree(minilm_2_layers, d)
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    config.pop("model_max_length", None)
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "max_len": 64}))
+    ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+    assert ours.max_seq_length == ref.max_seq_length == ours.tokenizer.model_max_length == 64
+    _same(ours.encode(TEXTS), ref.encode(TEXTS))
+
+
+def test_a_module_of_another_package_is_not_taken_for_sentence_transformers(st_dir, tmp_path):
+    """A model's own module ("custom_st.Transformer", which sentence-transformers loads only with trust_remote_code,
+    running the model's code) was read as sentence-transformers' Transformer by its last name."""
+    d = tmp_path / "custom"
+    shutil.copytree(st_dir, d, symlinks=True)
+    modules = json.loads((d / "modules.json").read_text())
+    modules[0]["type"] = "custom_st.Transformer"
+    (d / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(BertkitError, match=r"lists the modules \['custom_st.Transformer', 'Pooling', 'Normalize'\]"):
+        SentenceTransformer(d)
+
+
 def test_similarity_fn_name_set_to_sentence_transformers_enum_computes_and_saves_by_its_name(st_dir, tmp_path):
     """model.similarity_fn_name = SimilarityFunction.EUCLIDEAN (sentence-transformers' enum, which its setter reads as
     "euclidean"): bertkit kept the enum, so similarity() raised KeyError and save() wrote
@@ -354,8 +445,25 @@ def test_pipeline_honours_the_directorys_default_prompt_and_lower_casing(tmp_pat
     sbert = json.loads((d / "sentence_bert_config.json").read_text())
     (d / "sentence_bert_config.json").write_text(json.dumps({**sbert, "do_lower_case": True}))
     ref = st.SentenceTransformer(str(d), device="cpu")
-    got = np.asarray(bertkit.pipeline("sentence-embedding", str(d), progress=False)(["Cased TEXT", TEXTS[1]]))
-    np.testing.assert_allclose(got, ref.encode(["Cased TEXT", TEXTS[1]], normalize_embeddings=True), atol=2e-5)
+    texts = ["Cased TEXT", TEXTS[1], GREEK]
+    got = np.asarray(bertkit.pipeline("sentence-embedding", str(d), progress=False)(texts))
+    np.testing.assert_allclose(got, ref.encode(texts, normalize_embeddings=True), atol=2e-5)
+
+
+GREEK = "Ο ΛΟΓΟΣ ΤΟΥ ΘΕΟΣ"  # each word ends in Σ: lower-cased as a whole, a final Σ becomes ς
+
+
+def test_do_lower_case_lowers_each_character_as_sentence_transformers(tmp_path, minilm_2_layers):
+    """do_lower_case in sentence_bert_config.json: sentence-transformers 6 puts tokenizers' Lowercase normalizer
+    before the tokenizer, which lowers character by character; bertkit lower-cased whole texts with str.lower(),
+    which makes a word's final Σ a ς (its own piece, "##ος"), so such a text got another vector (cosine 0.92 on
+    all-MiniLM-L6-v2) in encode, the prompt's length, and the embedding pipeline."""
+    d = st_directory(minilm_2_layers, tmp_path / "m", st_config={"prompts": {"q": "ΕΡΩΤΗΣΙΣ: "}})
+    (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": True}))
+    ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
+    _same(ours.encode([GREEK, TEXTS[0]]), ref.encode([GREEK, TEXTS[0]]))
+    assert ours.tokenize([GREEK])["input_ids"].tolist() == ref.tokenize([GREEK])["input_ids"].tolist()
+    _same(ours.encode([GREEK], prompt_name="q"), ref.encode([GREEK], prompt_name="q"))
 
 
 @pytest.mark.parametrize("mode", ["max", "mean", "cls"])

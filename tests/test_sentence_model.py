@@ -120,3 +120,8 @@ def test_bad_input_is_named(models, tmp_path, minilm_dir):
         {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]))
     with pytest.raises(BertkitError, match="Dense"):
         SentenceTransformer(d)
+    for pooling, message in (({"pooling_mode": "mean"}, "has no embedding_dimension"),
+                             ({"embedding_dimension": 384, "pooling_mode": 5}, "pooling_mode 5 must be a mode's name")):
+        d = st_directory(minilm_dir, tmp_path / f"pooling-{len(message)}", pooling=pooling)
+        with pytest.raises(BertkitError, match=message):  # a TypeError from int() or tuple() before
+            SentenceTransformer(d)

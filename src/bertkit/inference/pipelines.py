@@ -32,6 +32,7 @@ from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
 from bertkit.sentence.prompts import prompt_tokens
 from bertkit.tasks import squad
+from bertkit.tokenization.basic import lowercase
 
 logger = logging.getLogger("bertkit")
 
@@ -428,7 +429,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         self.default_prompt_name, self.prompt = saved.default_prompt_name, saved.default_prompt or ""
         include_prompt = saved.pooling is None or saved.pooling.include_prompt
         self.prompt_length = 0 if include_prompt or not self.prompt else \
-            prompt_tokens(tokenizer, self.prompt.lower() if self.lowercase else self.prompt, self.max_length)
+            prompt_tokens(tokenizer, lowercase(self.prompt) if self.lowercase else self.prompt, self.max_length)
 
     @property
     def dimension(self) -> int:
@@ -448,13 +449,13 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     @property
     def prompt_ids(self) -> list[int]:
         """The default prompt's token ids, which follow [CLS] in every text's row (none without a prompt)."""
-        prompt = self.prompt.lower() if self.lowercase else self.prompt
+        prompt = lowercase(self.prompt) if self.lowercase else self.prompt
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
 
     def encode(self, item: tuple[str, str | None], **options: Any) -> list[dict[str, Any]]:
         text, pair = self.prompt + item[0], item[1]
         if self.lowercase:  # sentence_bert_config.json's do_lower_case, as sentence-transformers applies it
-            text, pair = text.lower(), pair.lower() if pair is not None else None
+            text, pair = lowercase(text), lowercase(pair) if pair is not None else None
         return super().encode((text, pair), **options)
 
     def forward(self, batch, rows) -> list[np.ndarray]:

@@ -1,7 +1,9 @@
 """What a sentence-transformers directory declares, read in one place.
 
 ``modules.json`` lists the modules (Transformer at "" or "0_Transformer", Pooling at 1_Pooling, Normalize at
-2_Normalize); ``sentence_bert_config.json`` holds max_seq_length (where texts are cut) and do_lower_case;
+2_Normalize); ``sentence_bert_config.json`` holds max_seq_length (where texts are cut, unless its tokenizer_args
+give a model_max_length) and do_lower_case; what else it sets that would change a vector is refused
+(``transformer_max_seq_length``);
 ``config_sentence_transformers.json`` the prompts, default_prompt_name, similarity_fn_name and truncate_dim (the
 embedding's width), as sentence-transformers 6 writes them. ``SentenceTransformer``, the embedding pipelines (and
 so ``bertkit predict`` and ``bertkit serve``) and ``CrossEncoder`` read a directory through ``read_directory``, so
@@ -22,6 +24,17 @@ MODULES = "modules.json"
 ST_CONFIG = "config_sentence_transformers.json"
 SBERT_CONFIG = "sentence_bert_config.json"
 _TYPES = {"Transformer", "Pooling", "Normalize"}
+# sentence_bert_config.json: sentence-transformers 6 gives every key to its Transformer's constructor (a key it does
+# not know fails there). bertkit reads max_seq_length and do_lower_case, and a tokenizer's model_max_length (which
+# wins over max_seq_length there); the keys below either hold their only value bertkit computes or do not change a
+# vector; any other key or value would give other vectors than sentence-transformers' and is refused by name.
+_TRANSFORMER_DEFAULTS = {"transformer_task": "feature-extraction", "module_output_name": "token_embeddings",
+                         "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
+                         "processing_kwargs": {}, "query_length": None, "document_length": None,
+                         "query_expansion": None}
+_TOKENIZER_ARGS, _MODEL_ARGS = ("tokenizer_args", "processor_kwargs"), ("model_args", "model_kwargs", "config_args",
+                                                                       "config_kwargs")
+_NO_EFFECT = {"unpad_inputs", "trust_remote_code", "attn_implementation"}  # speed or loading only; the same numbers
 
 
 def write_st_config(directory: Path, model_type: str, **fields: Any) -> None:
@@ -38,8 +51,12 @@ def write_st_config(directory: Path, model_type: str, **fields: Any) -> None:
 
 
 def module_types(modules: list[dict[str, Any]]) -> list[str]:
-    """The modules' class names ("Transformer", "Pooling", ...) whatever package path recorded them."""
-    return [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    """The modules' class names ("Transformer", "Pooling", ...) whatever path in sentence-transformers recorded them
+    (``sentence_transformers.models.Pooling`` before 6). A module of another package keeps its whole path, so that
+    no reader takes it for sentence-transformers' module of that name: a model's own ``custom_st.Transformer``
+    (loaded by sentence-transformers with trust_remote_code) computes what its code says."""
+    types = [str(m.get("type", "")) for m in modules]
+    return [t.rsplit(".", 1)[-1] if t.startswith("sentence_transformers.") else t for t in types]
 
 
 def read_json(path: Path) -> Any:
@@ -94,7 +111,7 @@ def read_directory(path: str | Path) -> SentenceDirectory:
     sbert_file = encoder_dir / SBERT_CONFIG if (encoder_dir / SBERT_CONFIG).is_file() else path / SBERT_CONFIG
     sbert = read_json(sbert_file) or {}
     st = read_json(path / ST_CONFIG) or {}
-    max_seq_length = declared_max_seq_length(sbert_file.parent)
+    max_seq_length = transformer_max_seq_length(sbert, sbert_file)
     truncate_dim = _whole(st.get("truncate_dim"), "truncate_dim", path / ST_CONFIG)
     prompts = st.get("prompts") or {}
     if not (isinstance(prompts, dict) and all(isinstance(v, str) or v is None for v in prompts.values())):
@@ -104,12 +121,40 @@ def read_directory(path: str | Path) -> SentenceDirectory:
                              st.get("default_prompt_name"), st.get("similarity_fn_name"), truncate_dim)
 
 
+def transformer_max_seq_length(sbert: dict[str, Any], sbert_file: Path) -> int | None:
+    """Where an embedder's Transformer module cuts its texts, from its sentence_bert_config.json ``sbert``: a
+    model_max_length in tokenizer_args (processor_kwargs) wins over max_seq_length, as in sentence-transformers 6. A
+    key bertkit does not apply (model or config arguments, another task or output, per-task lengths) is refused with
+    what to change, as a key sentence-transformers does not know fails there."""
+    args = {k: sbert[k] if isinstance(sbert[k], dict) else {"": sbert[k]} for k in (*_TOKENIZER_ARGS, *_MODEL_ARGS)
+            if sbert.get(k)}
+    refused = {f"{k}.{a}" if a else k: v for k, given in args.items() for a, v in given.items()
+               if a not in _NO_EFFECT and (k not in _TOKENIZER_ARGS or a != "model_max_length")}
+    refused.update({k: v for k, v in sbert.items() if k in _TRANSFORMER_DEFAULTS
+                    and v not in (_TRANSFORMER_DEFAULTS[k], None)})
+    known = {"max_seq_length", "do_lower_case", *_TRANSFORMER_DEFAULTS, *_TOKENIZER_ARGS, *_MODEL_ARGS, *_NO_EFFECT}
+    refused.update({k: v for k, v in sbert.items() if k not in known})
+    if refused:
+        raise BertkitError(f"{sbert_file} sets {refused}, which bertkit does not apply, so its vectors would not be "
+                           "sentence-transformers': bertkit embeds with the encoder's last layer in float32, each "
+                           "text cut at max_seq_length; move a tokenizer setting (do_lower_case, strip_accents) to "
+                           "tokenizer_config.json, remove what the model does not need, or use sentence-transformers")
+    return _declared_length(sbert, sbert_file)
+
+
 def declared_max_seq_length(directory: str | Path) -> int | None:
     """The max_seq_length ``directory``'s sentence_bert_config.json declares, None where it declares none: where a
     Transformer module cuts its texts (or a cross-encoder its pairs), over the tokenizer's model_max_length, as
     sentence-transformers reads it."""
     sbert_file = Path(directory) / SBERT_CONFIG
-    return _whole((read_json(sbert_file) or {}).get("max_seq_length"), "max_seq_length", sbert_file)
+    return _declared_length(read_json(sbert_file) or {}, sbert_file)
+
+
+def _declared_length(sbert: dict[str, Any], sbert_file: Path) -> int | None:
+    """A model_max_length in tokenizer_args (processor_kwargs), else max_seq_length: sentence-transformers 6 gives
+    max_seq_length to the tokenizer as its model_max_length only where its arguments set none."""
+    given = [a for a in (sbert.get(k) for k in _TOKENIZER_ARGS) if isinstance(a, dict) and "model_max_length" in a]
+    return _whole(given[0]["model_max_length"] if given else sbert.get("max_seq_length"), "max_seq_length", sbert_file)
 
 
 def _whole(value: Any, name: str, where: Path) -> int | None:

@@ -63,6 +63,9 @@ class Pooling:
     def from_config(cls, config: dict[str, Any], where: str) -> Pooling:
         refused = [name for key, name in _REFUSED.items() if config.get(key)]
         mode = config.get("pooling_mode")
+        if mode is not None and not (isinstance(mode, str) or isinstance(mode, list)
+                                     and all(isinstance(m, str) for m in mode)):
+            raise BertkitError(f"{where}: pooling_mode {mode!r} must be a mode's name or a list of them, from {MODES}")
         if mode is not None:
             modes = (mode,) if isinstance(mode, str) else tuple(mode)
         else:
@@ -72,13 +75,19 @@ class Pooling:
             raise BertkitError(f"{where}: pooling {refused} is not implemented in bertkit (it pools with {MODES}); "
                                "use sentence-transformers for this model")
         dim = config.get("embedding_dimension", config.get("word_embedding_dimension"))
+        if dim is None:
+            raise BertkitError(f"{where} has no embedding_dimension; write the encoder's hidden_size there")
         return cls(int(dim), modes or ("mean",), bool(config.get("include_prompt", True)))
 
     def to_config(self) -> dict[str, Any]:
-        """Both spellings: the legacy booleans older sentence-transformers read, and pooling_mode."""
+        """The legacy booleans every sentence-transformers reads, and where they cannot say the modes (another order
+        than theirs, a mode twice), pooling_mode, which sentence-transformers 6 reads before them: concatenated in
+        another order, the same model's vectors would come back with their parts swapped."""
         legacy = {key: name in self.modes for key, name in _LEGACY_KEYS.items()}
+        in_legacy_order = tuple(name for name in _LEGACY_KEYS.values() if name in self.modes)
         return {"word_embedding_dimension": self.embedding_dimension, **legacy,
                 "pooling_mode_weightedmean_tokens": False, "pooling_mode_lasttoken": False,
+                **({} if in_legacy_order == self.modes else {"pooling_mode": list(self.modes)}),
                 "include_prompt": self.include_prompt}
 
     @property

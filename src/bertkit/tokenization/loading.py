@@ -58,6 +58,8 @@ def read_settings(path: Path) -> dict[str, Any]:
         if config.get(key, "right") != "right":
             raise BertkitError(f"{config_file} sets {key}={config[key]!r}; bertkit pads and truncates on the "
                                f"right only (BERT's layout): remove the key or set it to \"right\"")
+    if "model_max_length" not in config and "max_len" in config:  # its name in older configs, still read by HF
+        config["model_max_length"] = config["max_len"]
     for key, types in SETTING_TYPES.items():
         if key in config:
             settings[key] = _typed(config[key], types, f"{config_file}: {key}")
