@@ -33,6 +33,7 @@ from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
 from bertkit.sentence.directory import SBERT_CONFIG, read_json
 from bertkit.tokenization import AutoTokenizer
+from bertkit.tokenization.basic import lowercase
 
 # The head's row block when chunk_size is unset, on the CPU: the decoder's (rows, H) x (H, V) product ran at 78
 # GFLOPS on 64 rows and 48 on 1,024 (one EPYC core, MiniLM's 384 x 30,522), whose logits stay in the caches.
@@ -243,7 +244,7 @@ class Transformer(nn.Module):
     def tokenize(self, texts: Sequence[str], prompt: str | None = None) -> dict[str, Tensor]:
         texts = [(prompt or "") + t for t in texts]
         if self.do_lower_case:
-            texts = [t.lower() for t in texts]
+            texts = [lowercase(t) for t in texts]  # per character, as sentence-transformers' Lowercase
         return dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
                                    return_tensors="pt"))
 

@@ -32,6 +32,7 @@ from bertkit.sentence.directory import MODULES, read_json
 from bertkit.sentence.sparse_encoder.model import SparseEncoder, select_max_active_dims, splade_embedder
 from bertkit.sentence.sparse_encoder.modules import Router, SparseStaticEmbedding, Transformer
 from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.basic import lowercase
 
 SIDES = ("document", "query")  # what prompt_name selects: encode_document's vectors (the default), encode_query's
 
@@ -140,14 +141,14 @@ class SparseEmbeddingPipeline(Pipeline):
     def length(self, text: str, prompt_name: str | None = None) -> tuple[int, int]:
         """(tokens of ``text`` as its side reads it, before any cut; where the side cuts)."""
         side = self.side(prompt_name)
-        text = (side.prompt + text).lower() if side.lower else side.prompt + text
+        text = lowercase(side.prompt + text) if side.lower else side.prompt + text
         return len(self.tokenizer(text, add_special_tokens=not side.static)["input_ids"]), side.limit
 
     def encode(self, item: str, prompt_name: str | None = None, **_: Any) -> list[dict[str, Any]]:
         side = self.side(prompt_name)
         text = side.prompt + item  # as the route's input module tokenizes (Transformer / SparseStaticEmbedding)
         if side.lower:
-            text = text.lower()
+            text = lowercase(text)
         enc = self.tokenizer(text, add_special_tokens=not side.static, truncation=True, max_length=side.limit)
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"], "side": side.name}]
 
