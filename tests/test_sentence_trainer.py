@@ -255,7 +255,7 @@ def test_a_training_step_reads_the_device_once(minilm_dir, tmp_path, monkeypatch
     # by the step's end: what the loop (and anything under it but the forward pass) read in each step
     per_step = [{k: v - (steps[i - 1].get(k, 0) if i else 0) for k, v in s.items()} for i, s in enumerate(steps)]
     assert [{k: v for k, v in s.items() if k.startswith(("training/", "sentence/")) and v} for s in per_step[1:]] == \
-        [{"training/loop.py": 1}] * 2
+        [{"training/step_reads.py": 1}] * 2
     logged = [r["loss"] for r in trainer.state.log_history if "loss" in r]
     assert len(logged) == 3 and all(0.3 < x < 1.2 for x in logged)
 

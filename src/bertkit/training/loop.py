@@ -42,14 +42,8 @@ from bertkit.training.checkpoint import (
 from bertkit.training.distributed import accumulating, all_gather, any_rank, current, replicate
 from bertkit.training.optim import build_optimizer, linear_warmup_decay
 from bertkit.training.run_log import RunLog
-from bertkit.training.token_loss import (
-    accepts_num_items,
-    logged_loss,
-    loss_to_log,
-    objective,
-    step_targets,
-    target_count,
-)
+from bertkit.training.step_reads import MicroLoss, read_step
+from bertkit.training.token_loss import accepts_num_items, loss_to_log, objective, step_targets, target_count
 
 logger = logging.getLogger("bertkit")
 
@@ -141,23 +135,6 @@ def train(
 
 
 @dataclass
-class _Micro:
-    """What the step's end reads of one micro-batch (``_Run.settle``): its loss, which spoils the step when it is not
-    finite, and what the logs show (``loss_to_log``), both still on the device; and its host-side facts."""
-
-    loss: Tensor
-    logged: tuple[Tensor, bool]
-    num_items: float | None
-    targets: int | None
-    counted: bool  # weight > 0: a rank's stand-in example of an empty share is not logged
-    labels: Tensor | None
-    metrics: dict[str, float]
-
-    def logged_value(self, value: float) -> float:
-        return logged_loss(value, self.num_items, self.targets) if self.logged[1] else value
-
-
-@dataclass
 class _Run:
     """What one ``train`` call holds between micro-steps: the model and its optimiser, where the run is (``pos``),
     the logging window and the run's history."""
@@ -192,7 +169,7 @@ class _Run:
     token_losses: bool = False
     num_items: float | None = None
     hooks: LoopHooks = field(default_factory=LoopHooks)
-    pending: list[_Micro] = field(default_factory=list)  # this optimiser step's micro-batches, not read yet (settle)
+    pending: list[MicroLoss] = field(default_factory=list)  # this optimiser step's micro-batches, not read yet (settle)
     log_every: int = 1  # the cadence in optimiser steps, from the strategies and step counts (``cadence``)
     eval_every: int | None = None
     save_every: int | None = None
@@ -334,7 +311,7 @@ class _Run:
                 self.scaler.scale(objective(out, weight, accum, self.num_items is not None)).backward()
             # The loss stays on the device until the step's end reads it with the gradient norm, in one read: a read
             # waits for the device, and one at every micro-batch left it idle while the host queued the next.
-            self.pending.append(_Micro(out.loss.detach(), loss_to_log(out, self.num_items), self.num_items, targets,
+            self.pending.append(MicroLoss(out.loss.detach(), loss_to_log(out, self.num_items), self.num_items, targets,
                                        weight > 0, batch.get("labels"),
                                        self.batch_metrics(batch, out) if self.batch_metrics and weight > 0 else {}))
         return sync
@@ -377,33 +354,25 @@ class _Run:
         self.save_if_due()
 
     def settle(self, norm: Tensor | None = None) -> float | None:
-        """Read the pending micro-batches' losses (and ``norm``, the step's gradient norm) from the device in one
-        read, then do what each asks: its loss into the logging window, or, the first that is not finite, spoil the
-        step (on one process the later ones of a spoiled step count for nothing, as if they had not run). Returns
-        the norm as a float."""
+        """Read the pending micro-batches' losses (and ``norm``, the step's gradient norm) in one read
+        (``read_step``), then do what each asks: its loss into the logging window, or, the first that is not
+        finite, spoil the step (on one process the later ones of a spoiled step count for nothing, as if they had
+        not run). Returns the norm as a float."""
         pending, self.pending = self.pending, []
-        tensors = [t for m in pending for t in (m.loss, m.logged[0])] + ([norm] if norm is not None else [])
-        if not tensors:
+        read = read_step(pending, norm, self.device)
+        if read is None:
             return None
-        dtype = torch.float32 if torch.device(self.device).type == "mps" else torch.float64  # exact for both
-        values = torch.stack([t.reshape(()).to(dtype) for t in tensors]).tolist()
-        for i, m in enumerate(pending):
+        for m, (value, loss) in zip(pending, read[0]):
             if self.spoiled is not None and not self.info.enabled:
                 break
-            loss = m.logged_value(values[2 * i + 1])
-            finite = math.isfinite(values[2 * i])
-            if finite and m.counted:
+            if math.isfinite(value) and m.counted:
                 self.window["loss"] = self.window.get("loss", 0.0) + loss
                 for k, v in m.metrics.items():
                     self.window[k] = self.window.get(k, 0.0) + v
                 self.window_n += 1
-            elif not finite and self.spoiled is None:
-                self.spoiled = f"the loss is {loss}"
-                if m.labels is not None and not m.labels.is_floating_point() and bool((m.labels == -100).all()):
-                    # A mean over no target is nan: the data, not the learning rate, is the cause.
-                    self.spoiled += (" because every label of this batch is -100 (ignored by the loss), so it "
-                                     "has nothing to learn from; drop such rows or check how the labels were made")
-        return values[-1] if norm is not None else None
+            elif not math.isfinite(value) and self.spoiled is None:
+                self.spoiled = m.spoiled(loss)
+        return read[1]
 
     def log_and_evaluate(self, phase: Phase) -> None:
         """Log the window and evaluate as ``control`` says (a log needs a step since the last one)."""
