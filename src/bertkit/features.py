@@ -223,8 +223,9 @@ def extract_features(
     else:
         _write_safetensors(files, plan, units, states_of, encoded, layers, np.dtype(dtype),
                            _safetensors_meta(layers, dtype, model.config.hidden_size, max_seq_length))
-    for path in set(earlier) - set(files):  # the earlier output's other shards, once the new ones are in place
-        path.unlink()
+    for path in set(earlier) - set(files):  # the earlier output's other shards, once the new ones are in place:
+        if _is_feature_shard(path):  # checked again, so a file put there during the run is kept
+            path.unlink(missing_ok=True)
     bar.close()
     return _report(files, encoded, layers, world, time.perf_counter() - t0)
 
