@@ -104,14 +104,20 @@ def test_finetune_glue_from_a_checkpoint_naming_the_labels_in_another_order_keep
     first = finetune(glue_model, tmp_path / "run", "--lr", "1e-2", "--epochs", "10", "--seed", "1")
     assert first >= 0.9
     model = BertForSequenceClassification.from_pretrained(tmp_path / "run" / "best")
+    _save_swapped(model, {0: "1", 1: "0"}, tmp_path / "swapped", tokenizer=tmp_path / "run" / "best")
+    assert finetune(tmp_path / "swapped", tmp_path / "again", "--lr", "1e-12", "--max-steps", "1", "--seed", "1") == first
+
+
+def _save_swapped(model, id2label, out, tokenizer):
+    """``model`` with its two classifier rows swapped and its labels named ``id2label``, saved to ``out`` with the
+    tokenizer files of ``tokenizer``: the same classifier, its outputs in the other order."""
     with torch.no_grad():
         model.classifier.weight.copy_(model.classifier.weight.flip(0))
         model.classifier.bias.copy_(model.classifier.bias.flip(0))
-    model.config.id2label = {0: "1", 1: "0"}
-    model.save_pretrained(tmp_path / "swapped")
+    model.config.id2label = id2label
+    model.save_pretrained(out)
     for name in ("tokenizer_config.json", "vocab.txt"):
-        (tmp_path / "swapped" / name).write_bytes((tmp_path / "run" / "best" / name).read_bytes())
-    assert finetune(tmp_path / "swapped", tmp_path / "again", "--lr", "1e-12", "--max-steps", "1", "--seed", "1") == first
+        (out / name).write_bytes((tokenizer / name).read_bytes())
 
 
 def _write_rte(root):
@@ -135,14 +141,9 @@ def test_predict_glue_reads_the_checkpoints_label_order(tmp_path, glue_model):
     with torch.no_grad():
         model.classifier.weight.copy_(torch.randn(2, 16, generator=torch.Generator().manual_seed(0)) * 5)
     model.save_pretrained(tmp_path / "ordered")
-    with torch.no_grad():
-        model.classifier.weight.copy_(model.classifier.weight.flip(0))
-        model.classifier.bias.copy_(model.classifier.bias.flip(0))
-    model.config.id2label = {0: "not_entailment", 1: "entailment"}
-    model.save_pretrained(tmp_path / "swapped")
     for name in ("tokenizer_config.json", "vocab.txt"):
-        for to in ("ordered", "swapped"):
-            (tmp_path / to / name).write_bytes((glue_model / name).read_bytes())
+        (tmp_path / "ordered" / name).write_bytes((glue_model / name).read_bytes())
+    _save_swapped(model, {0: "not_entailment", 1: "entailment"}, tmp_path / "swapped", tokenizer=glue_model)
     written = {}
     for which in ("ordered", "swapped"):
         for split in ("dev", "test"):
