@@ -1,6 +1,6 @@
 """SPLADE from a BERT bertkit pre-trained itself: train a sparse retriever on SQuAD questions against the sentence
 that answers them, with hard negatives mined by a dense embedder, and evaluate it on held-back articles against
-BM25 and against dense embedders. Everything runs on a CPU.
+BM25 and against dense embedders. Everything runs on a CPU (or on a GPU with ``--device cuda``).
 
     python examples/splade/splade_squad.py --model runs/pretrain-1h/model/final --out runs/splade   (make splade)
 
@@ -106,7 +106,7 @@ def squad_split(path: Path, heldout_articles: int) -> tuple[list[dict], list[str
 def ranking_metrics(scores: torch.Tensor, relevant_index: torch.Tensor) -> dict[str, float]:
     """scores (Q, D), relevant_index (Q,): one relevant document a query. Its rank counts every other document
     scoring at least as high (ties against the system: a sparse model's many zero scores gain nothing)."""
-    scores = scores.float()
+    scores = scores.float().cpu()
     own = scores.gather(1, relevant_index[:, None])
     rank = (scores >= own).sum(1).double()  # 1 = first
     ndcg = torch.where(rank <= 10, 1.0 / torch.log2(rank + 1.0), torch.zeros_like(rank))
@@ -173,9 +173,9 @@ def train(kind: str, checkpoint: Path, triplets: list[dict], out: Path, args: ar
     common = dict(output_dir=str(out / f"{kind}-run"), num_train_epochs=args.epochs,
                   per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate, warmup_ratio=0.1,
                   save_strategy="epoch", save_total_limit=1, logging_steps=50, report_to="none", seed=args.seed,
-                  use_cpu=True, batch_sampler="no_duplicates")
+                  use_cpu=args.device == "cpu", batch_sampler="no_duplicates")
     if kind == "splade":
-        model = S.SparseEncoder(str(checkpoint))
+        model = S.SparseEncoder(str(checkpoint), device=args.device)
         model.max_seq_length = args.max_seq_length
         if args.start_active:
             start_sparse(model, [t["positive"] for t in triplets[:128]], args.start_active)
@@ -185,7 +185,7 @@ def train(kind: str, checkpoint: Path, triplets: list[dict], out: Path, args: ar
         trainer = S.SparseEncoderTrainer(model=model, args=S.SparseEncoderTrainingArguments(**common),
                                          train_dataset=dataset, loss=loss)
     else:
-        model = S.SentenceTransformer(str(checkpoint))
+        model = S.SentenceTransformer(str(checkpoint), device=args.device)
         model.max_seq_length = args.max_seq_length
         trainer = S.SentenceTransformerTrainer(model=model, args=S.SentenceTransformerTrainingArguments(**common),
                                                train_dataset=dataset,
@@ -349,12 +349,16 @@ def main() -> None:
                    help="also train a dense model from --model on the same triplets")
     p.add_argument("--serve", action="store_true", help="also serve both models and query them over HTTP")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="where the models train and encode (default: the GPU when there is one)")
     args = p.parse_args()
     if not (args.model / "config.json").is_file():
         raise SystemExit(f"--model {args.model} holds no config.json: pre-train one first (make pretrain-1h)")
     squad = args.data / "squad" / "dev-v1.1.json"
     if not squad.is_file():
         raise SystemExit(f"{squad} is absent: give --data the folder that holds squad/dev-v1.1.json")
+    if args.serve and not (args.miner / "config.json").is_file():
+        raise SystemExit(f"--serve serves the miner as the dense model: --miner {args.miner} holds no config.json")
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
     pairs, train_sentences, queries, corpus, relevant = squad_split(squad, args.heldout_articles)
@@ -362,8 +366,12 @@ def main() -> None:
           f"questions over {len(corpus)} sentences", flush=True)
     triplets = mine(pairs, train_sentences, args.miner, args.out, args.seed)
     print(f"{len(triplets)} triplets with a mined negative", flush=True)
-    systems = {"SPLADE (this recipe)": train("splade", args.model, triplets, args.out, args),
-               f"dense {args.miner.name} (the miner)": args.miner}
+    systems = {"SPLADE (this recipe)": train("splade", args.model, triplets, args.out, args)}
+    if (args.miner / "config.json").is_file():
+        systems[f"dense {args.miner.name} (the miner)"] = args.miner
+    else:
+        print(f"--miner {args.miner} holds no model: the mined negatives were read from {args.out / 'mined.jsonl'}, "
+              "and the miner is not evaluated", flush=True)
     if args.dense_baseline:
         systems["dense, same checkpoint and data"] = train("dense", args.model, triplets, args.out, args)
     results = evaluate(systems, queries, corpus, relevant)
