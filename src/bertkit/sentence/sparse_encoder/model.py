@@ -340,14 +340,31 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         found: list[tuple[Tensor, Tensor]] = []  # (indices (2, n), values (n,)) per batch
         from bertkit.inference.runner import longest_first
 
+        def keep(rows: Tensor, emb: Tensor, count: Tensor, ready: torch.cuda.Event | None) -> None:
+            # How many weights a batch keeps is known on the host only once its kernels ran: a batch's non-zero
+            # entries are read after the next batch is queued, waiting for this batch's count alone (nonzero()
+            # would wait for every kernel queued, and the GPU would idle while the next batch is tokenized).
+            if ready is not None:
+                ready.synchronize()
+            at = torch.nonzero_static(emb, size=int(count)).T  # (2, n): (row in batch, dimension)
+            found.append((torch.stack([rows[at[0]], at[1]]), emb[at[0], at[1]]))
+
+        pending: list[tuple[Tensor, Tensor, Tensor, torch.cuda.Event | None]] = []
         try:
             for batch in longest_first(texts, batch_size, lambda b: route[0].tokenize(b, prompt), device, progress):
                 emb = select_max_active_dims(embed(batch).float(), k)  # (B, V)
                 if dense is not None:
                     dense[batch["rows"]] = emb
                     continue
-                at = emb.nonzero().T  # (2, n): (row in batch, dimension)
-                found.append((torch.stack([batch["rows"][at[0]], at[1]]), emb[at[0], at[1]]))
+                count, ready = emb.count_nonzero(), None
+                if count.is_cuda:
+                    count, ready = count.to("cpu", non_blocking=True), torch.cuda.Event()
+                    ready.record()
+                if pending:
+                    keep(*pending.pop())
+                pending.append((batch["rows"], emb, count, ready))
+            if pending:
+                keep(*pending.pop())
         finally:
             self.train(was_training)
         if dense is not None:
