@@ -557,15 +557,17 @@ def test_a_missing_text_in_mining_names_its_row_and_column(models):
         util.mine_hard_negatives(pairs[:4], ours, corpus=["a text", 7], verbose=False)
 
 
-def test_model_methods_beyond_encode_evaluate_checkpoint_or_are_refused_by_name(st_dir):
-    """evaluate(evaluator) is evaluator(model); gradient_checkpointing_enable() recomputes the layers in backward
+def test_model_methods_beyond_encode_evaluate_checkpoint_or_are_refused_by_name(st_dir, tmp_path):
+    """evaluate(evaluator, output_path) is evaluator(model, output_path); gradient_checkpointing_enable() recomputes the layers in backward
     (same loss and gradients); fit(), the multi-process pool, the Hub and peft adapter methods are refused naming
     what to use, as AttributeErrors (hasattr sees them absent, as for any missing name)."""
     from bertkit.errors import NotImplementedInBertkit
     from bertkit.sentence.cross_encoder import CrossEncoder
 
     model = SentenceTransformer(st_dir)
-    assert model.evaluate(lambda m: {"seen": m is model}, output_path="unused") == {"seen": True}
+    assert model.evaluate(lambda m, path: {"seen": m is model, "path": path}, output_path=str(tmp_path / "e")) == {
+        "seen": True, "path": str(tmp_path / "e")}
+    assert (tmp_path / "e").is_dir()
     batch = model.tokenize(TEXTS[:3])
 
     def loss_and_grad():
