@@ -156,6 +156,9 @@ def test_model_attributes_and_similarity_calls(models):
     a, b = ours.encode(TEXTS[:4]), ref.encode(TEXTS[:4])
     _same(ours.similarity(a, a), ref.similarity(b, b))
     _same(ours.similarity_pairwise(a, a[::-1].copy()), ref.similarity_pairwise(b, b[::-1].copy()))
+    rows = a[:3].tolist()  # Python floats: float32, as sentence-transformers computes them
+    assert ours.similarity(rows, rows).dtype == ref.similarity(rows, rows).dtype == torch.float32
+    assert ours.similarity_pairwise(rows, rows).dtype == ref.similarity_pairwise(rows, rows).dtype == torch.float32
     with ours.truncate_embeddings(16), ref.truncate_embeddings(16):
         assert ours.get_embedding_dimension() == ref.get_embedding_dimension() == 16
         _same(ours.encode(TEXTS[:2]), ref.encode(TEXTS[:2]))
@@ -183,6 +186,12 @@ def test_util_similarities_are_sentence_transformers(models, name):
         if name.startswith("pairwise") and isinstance(a, list):
             continue  # sentence-transformers' pairwise functions do not take a list of arrays
         _same(mine(a, b), theirs(a, b), atol=1e-4)
+    # Python numbers are float32 (torch.tensor's default), numpy's float64 stays float64: both as sentence-transformers
+    rows = [[0.1, -2.0, 3.5], [1.0, 0.25, -0.75]]
+    for a, b in ((rows, rows[::-1]), (rows[0], rows[1]), (np.asarray(rows), np.asarray(rows[::-1]))):
+        want = theirs(a, b)
+        assert mine(a, b).dtype == want.dtype == (torch.float64 if isinstance(a, np.ndarray) else torch.float32)
+        torch.testing.assert_close(mine(a, b), want, atol=1e-6, rtol=0)
     q = quantize_embeddings(emb, "int8")
     assert q.dtype == np.int8
     _same(mine(q, q), theirs(q.astype(np.float32), q.astype(np.float32)), atol=1e-3)
