@@ -342,6 +342,46 @@ def test_a_tokenizers_max_len_is_its_model_max_length(tmp_path, minilm_2_layers)
     _same(ours.encode(TEXTS), ref.encode(TEXTS))
 
 
+def test_positions_past_512_without_a_model_max_length_cut_where_sentence_transformers_does(tmp_path, minilm_dir,
+                                                                                          tiny_checkpoint):
+    """A checkpoint of 1,024 positions whose tokenizer_config.json sets no model_max_length: transformers' tokenizer
+    has no limit, so sentence-transformers cuts at the positions (1,024) in its three models; bertkit's tokenizer
+    said 512, cutting a 700-token text there (vectors 0.03 apart, SPLADE weights 0.15). Every model and pipeline now
+    cuts at 1,024, with sentence-transformers' vectors and scores."""
+    from bertkit.inference.tasks import pipeline
+    from bertkit.sentence import SparseEncoder
+
+    dirs = {}
+    for head in ("BertModel", "BertForSequenceClassification", "BertForMaskedLM"):
+        d = tiny_checkpoint(tmp_path / head, head, tokenizer=minilm_dir, max_position_embeddings=1024, labels=1)
+        config = json.loads((d / "tokenizer_config.json").read_text())
+        config.pop("model_max_length")
+        (d / "tokenizer_config.json").write_text(json.dumps(config))
+        (d / "tokenizer.json").unlink(missing_ok=True)
+        dirs[head] = d
+    text = " ".join(["word"] * 700)
+    ours, ref = SentenceTransformer(dirs["BertModel"]), st.SentenceTransformer(str(dirs["BertModel"]), device="cpu")
+    assert ours.max_seq_length == ref.max_seq_length == 1024
+    assert ours.tokenizer.model_max_length == int(1e30)  # transformers' "no limit"
+    _same(ours.encode([text, "short"]), ref.encode([text, "short"]))
+    embed = pipeline("sentence-embedding", str(dirs["BertModel"]), normalize=False)
+    assert embed.max_length == 1024
+    _same(np.asarray(embed([text]), dtype=np.float32), ref.encode([text]))
+    ours, ref = CrossEncoder(dirs["BertForSequenceClassification"]), st.CrossEncoder(
+        str(dirs["BertForSequenceClassification"]), device="cpu")
+    assert ours.max_length == ref.max_length == 1024
+    want = float(ref.predict([("a query", text)])[0])
+    assert float(ours.predict([("a query", text)])[0]) == pytest.approx(want, abs=1e-6)
+    rerank = pipeline("rerank", str(dirs["BertForSequenceClassification"]))
+    assert rerank.max_length == 1024
+    assert rerank([{"query": "a query", "texts": [text]}])[0][0]["score"] == pytest.approx(want, abs=1e-6)
+    ours, ref = SparseEncoder(dirs["BertForMaskedLM"]), st.SparseEncoder(str(dirs["BertForMaskedLM"]), device="cpu")
+    assert ours.max_seq_length == ref.max_seq_length == 1024
+    torch.testing.assert_close(ours.encode([text], convert_to_tensor=True).to_dense(),
+                               ref.encode([text], convert_to_tensor=True).to_dense(), atol=1e-5, rtol=0)
+    assert pipeline("sparse-embedding", str(dirs["BertForMaskedLM"])).max_length == 1024
+
+
 def test_a_module_of_another_package_is_not_taken_for_sentence_transformers(st_dir, tmp_path):
     """A model's own module ("custom_st.Transformer", which sentence-transformers loads only with trust_remote_code,
     running the model's code) was read as sentence-transformers' Transformer by its last name."""
