@@ -146,9 +146,10 @@ def test_the_trainer_writes_the_evaluators_csv_as_sentence_transformers(minilm_2
     """Training with an evaluator, evaluating every 2 of 4 steps: output_dir/eval holds the same CSV, byte for byte
     (epoch and step of each evaluation, the accuracies), recorded as the run's file."""
     datasets = pytest.importorskip("datasets")
+    from sentence_transformers.sentence_transformer import losses as st_losses
+
     from bertkit.manifests import owns
     from bertkit.sentence import SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
-    from sentence_transformers.sentence_transformer import losses as st_losses
 
     directory = st_directory(minilm_2_layers, tmp_path / "m", dropout=0.0, max_seq_length=32)
     pairs = [{"anchor": f"question {i}", "positive": f"paragraph {i // 2}"} for i in range(12)]
