@@ -156,6 +156,9 @@ def test_model_attributes_and_similarity_calls(models):
     a, b = ours.encode(TEXTS[:4]), ref.encode(TEXTS[:4])
     _same(ours.similarity(a, a), ref.similarity(b, b))
     _same(ours.similarity_pairwise(a, a[::-1].copy()), ref.similarity_pairwise(b, b[::-1].copy()))
+    rows = a[:3].tolist()  # Python floats: float32, as sentence-transformers computes them
+    assert ours.similarity(rows, rows).dtype == ref.similarity(rows, rows).dtype == torch.float32
+    assert ours.similarity_pairwise(rows, rows).dtype == ref.similarity_pairwise(rows, rows).dtype == torch.float32
     with ours.truncate_embeddings(16), ref.truncate_embeddings(16):
         assert ours.get_embedding_dimension() == ref.get_embedding_dimension() == 16
         _same(ours.encode(TEXTS[:2]), ref.encode(TEXTS[:2]))
@@ -183,6 +186,12 @@ def test_util_similarities_are_sentence_transformers(models, name):
         if name.startswith("pairwise") and isinstance(a, list):
             continue  # sentence-transformers' pairwise functions do not take a list of arrays
         _same(mine(a, b), theirs(a, b), atol=1e-4)
+    # Python numbers are float32 (torch.tensor's default), numpy's float64 stays float64: both as sentence-transformers
+    rows = [[0.1, -2.0, 3.5], [1.0, 0.25, -0.75]]
+    for a, b in ((rows, rows[::-1]), (rows[0], rows[1]), (np.asarray(rows), np.asarray(rows[::-1]))):
+        want = theirs(a, b)
+        assert mine(a, b).dtype == want.dtype == (torch.float64 if isinstance(a, np.ndarray) else torch.float32)
+        torch.testing.assert_close(mine(a, b), want, atol=1e-6, rtol=0)
     q = quantize_embeddings(emb, "int8")
     assert q.dtype == np.int8
     _same(mine(q, q), theirs(q.astype(np.float32), q.astype(np.float32)), atol=1e-3)
@@ -331,6 +340,46 @@ def test_a_tokenizers_max_len_is_its_model_max_length(tmp_path, minilm_2_layers)
     ours, ref = SentenceTransformer(d), st.SentenceTransformer(str(d), device="cpu")
     assert ours.max_seq_length == ref.max_seq_length == ours.tokenizer.model_max_length == 64
     _same(ours.encode(TEXTS), ref.encode(TEXTS))
+
+
+def test_positions_past_512_without_a_model_max_length_cut_where_sentence_transformers_does(tmp_path, minilm_dir,
+                                                                                          tiny_checkpoint):
+    """A checkpoint of 1,024 positions whose tokenizer_config.json sets no model_max_length: transformers' tokenizer
+    has no limit, so sentence-transformers cuts at the positions (1,024) in its three models; bertkit's tokenizer
+    said 512, cutting a 700-token text there (vectors 0.03 apart, SPLADE weights 0.15). Every model and pipeline now
+    cuts at 1,024, with sentence-transformers' vectors and scores."""
+    from bertkit.inference.tasks import pipeline
+    from bertkit.sentence import SparseEncoder
+
+    dirs = {}
+    for head in ("BertModel", "BertForSequenceClassification", "BertForMaskedLM"):
+        d = tiny_checkpoint(tmp_path / head, head, tokenizer=minilm_dir, max_position_embeddings=1024, labels=1)
+        config = json.loads((d / "tokenizer_config.json").read_text())
+        config.pop("model_max_length")
+        (d / "tokenizer_config.json").write_text(json.dumps(config))
+        (d / "tokenizer.json").unlink(missing_ok=True)
+        dirs[head] = d
+    text = " ".join(["word"] * 700)
+    ours, ref = SentenceTransformer(dirs["BertModel"]), st.SentenceTransformer(str(dirs["BertModel"]), device="cpu")
+    assert ours.max_seq_length == ref.max_seq_length == 1024
+    assert ours.tokenizer.model_max_length == int(1e30)  # transformers' "no limit"
+    _same(ours.encode([text, "short"]), ref.encode([text, "short"]))
+    embed = pipeline("sentence-embedding", str(dirs["BertModel"]), normalize=False)
+    assert embed.max_length == 1024
+    _same(np.asarray(embed([text]), dtype=np.float32), ref.encode([text]))
+    ours, ref = CrossEncoder(dirs["BertForSequenceClassification"]), st.CrossEncoder(
+        str(dirs["BertForSequenceClassification"]), device="cpu")
+    assert ours.max_length == ref.max_length == 1024
+    want = float(ref.predict([("a query", text)])[0])
+    assert float(ours.predict([("a query", text)])[0]) == pytest.approx(want, abs=1e-6)
+    rerank = pipeline("rerank", str(dirs["BertForSequenceClassification"]))
+    assert rerank.max_length == 1024
+    assert rerank([{"query": "a query", "texts": [text]}])[0][0]["score"] == pytest.approx(want, abs=1e-6)
+    ours, ref = SparseEncoder(dirs["BertForMaskedLM"]), st.SparseEncoder(str(dirs["BertForMaskedLM"]), device="cpu")
+    assert ours.max_seq_length == ref.max_seq_length == 1024
+    torch.testing.assert_close(ours.encode([text], convert_to_tensor=True).to_dense(),
+                               ref.encode([text], convert_to_tensor=True).to_dense(), atol=1e-5, rtol=0)
+    assert pipeline("sparse-embedding", str(dirs["BertForMaskedLM"])).max_length == 1024
 
 
 def test_a_module_of_another_package_is_not_taken_for_sentence_transformers(st_dir, tmp_path):
@@ -557,15 +606,17 @@ def test_a_missing_text_in_mining_names_its_row_and_column(models):
         util.mine_hard_negatives(pairs[:4], ours, corpus=["a text", 7], verbose=False)
 
 
-def test_model_methods_beyond_encode_evaluate_checkpoint_or_are_refused_by_name(st_dir):
-    """evaluate(evaluator) is evaluator(model); gradient_checkpointing_enable() recomputes the layers in backward
+def test_model_methods_beyond_encode_evaluate_checkpoint_or_are_refused_by_name(st_dir, tmp_path):
+    """evaluate(evaluator, output_path) is evaluator(model, output_path); gradient_checkpointing_enable() recomputes the layers in backward
     (same loss and gradients); fit(), the multi-process pool, the Hub and peft adapter methods are refused naming
     what to use, as AttributeErrors (hasattr sees them absent, as for any missing name)."""
     from bertkit.errors import NotImplementedInBertkit
     from bertkit.sentence.cross_encoder import CrossEncoder
 
     model = SentenceTransformer(st_dir)
-    assert model.evaluate(lambda m: {"seen": m is model}, output_path="unused") == {"seen": True}
+    assert model.evaluate(lambda m, path: {"seen": m is model, "path": path}, output_path=str(tmp_path / "e")) == {
+        "seen": True, "path": str(tmp_path / "e")}
+    assert (tmp_path / "e").is_dir()
     batch = model.tokenize(TEXTS[:3])
 
     def loss_and_grad():

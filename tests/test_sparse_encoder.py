@@ -139,6 +139,14 @@ def test_decode_similarity_sparsity_as_sentence_transformers(layouts, texts):
     assert ours.decode(d[0]) == theirs.decode(d[0])
     assert ours.sparsity(q) == theirs.sparsity(q) and ours.sparsity(d.to_dense()) == theirs.sparsity(d.to_dense())
     assert ours.sparsity(q)["active_dims"] > 10  # the texts do activate word pieces
+    for layout in (q.to_sparse_csr(), q.to_dense().to_sparse_csc(), q[0], q.to_dense()[0]):
+        assert ours.sparsity(layout) == theirs.sparsity(layout)
+    # stored entries as sentence-transformers counts them: a duplicate summed, a stored zero counted
+    stored = torch.sparse_coo_tensor(torch.tensor([[0, 0, 1, 2], [4, 4, 7, 9]]), torch.tensor([1.0, 2.0, 0.0, 3.0]),
+                                     (3, 30522))
+    assert ours.sparsity(stored) == theirs.sparsity(stored) == {"active_dims": 1.0, "sparsity_ratio": 1 - 1 / 30522}
+    with pytest.raises(BertkitError, match="got the layout torch.sparse_bsr"):
+        ours.sparsity(q.to_dense()[:, :30520].to_sparse_bsr((2, 2)))
     inter = ours.intersection(q[0], d)
     torch.testing.assert_close(inter.to_dense(), theirs.intersection(q[0], d).to_dense())
     for name in ("dot", "cosine", "euclidean", "manhattan"):

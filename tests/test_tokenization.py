@@ -424,6 +424,10 @@ def test_load_reads_hugging_face_style_config(tmp_path: Path) -> None:
     tok = BertTokenizer.from_pretrained(tmp_path)
     assert tok.do_lower_case is False  # from the config, not guessed from a name
     assert tok.mask_token == "[MASK]" and tok.model_max_length == int(1e30)
+    # files that set no model_max_length: transformers' "no limit" (its VERY_LARGE_INTEGER), not 512
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    assert BertTokenizer.from_pretrained(tmp_path).model_max_length == 1000000000000000019884624838656
+    assert BertTokenizer.from_pretrained(tmp_path, model_max_length=128).model_max_length == 128
 
 
 def test_missing_files_are_clear_errors(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ refused by name.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
@@ -77,9 +78,11 @@ class ReferenceCalls:
     methods bertkit does not implement (``_REFUSED_METHODS``) raise ``NotImplementedInBertkit`` naming what to use."""
 
     def evaluate(self, evaluator: Callable[..., Any], output_path: str | None = None) -> Any:
-        """``evaluator(model)``, as sentence-transformers' ``model.evaluate``; evaluators write no files, so
-        ``output_path`` is accepted and unused."""
-        return evaluator(self)
+        """``evaluator(model, output_path)``, as sentence-transformers' ``model.evaluate``: the directory is made and
+        the evaluator writes its results CSV there."""
+        if output_path is not None:
+            os.makedirs(output_path, exist_ok=True)
+        return evaluator(self, output_path)
 
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
         """Recompute each encoder layer in the backward pass (the encoder's own switch)."""

@@ -17,6 +17,7 @@ names: ``model.0.…``). Evaluation is ``eval_loss`` on the eval_dataset plus th
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,7 +225,14 @@ class SentenceTransformerTrainer(Trainer):
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def _evaluator_metrics(self, _: EvalPrediction) -> dict[str, float]:
-        return dict(self.evaluator(self.sentence_model))
+        """The evaluator's metrics, called as sentence-transformers' trainer calls it: with the epoch, the step and
+        (on rank 0) ``output_dir/eval``, where it writes its results CSV."""
+        output_path = None
+        if current().is_main:
+            output_path = os.path.join(self.args.output_dir, "eval")
+            os.makedirs(output_path, exist_ok=True)
+        return dict(self.evaluator(self.sentence_model, output_path=output_path, epoch=self.state.epoch,
+                                   steps=self.state.global_step))
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:

@@ -1,7 +1,8 @@
 """Similarity functions and exact semantic search, with sentence-transformers' names (``sentence_transformers.util``).
 
 Every function takes lists, numpy arrays or tensors, one vector or a batch of them, and returns a float tensor
-(integer embeddings, int8 or uint8, are computed in float32). Embeddings of different widths, or a pairwise call on
+(integer embeddings, int8 or uint8, are computed in float32; Python numbers in float32, as ``torch.tensor`` makes
+them and sentence-transformers computes them). Embeddings of different widths, or a pairwise call on
 different numbers of embeddings, are refused with both shapes.
 """
 
@@ -31,7 +32,12 @@ def _tensor(x: Any, name: str) -> Tensor:
         if isinstance(x, list) and x and all(isinstance(v, Tensor) for v in x):
             x = torch.stack([v.coalesce() if v.is_sparse else v for v in x])
         else:
+            leaf = x
+            while isinstance(leaf, (list, tuple)) and leaf:
+                leaf = leaf[0]
             x = torch.as_tensor(np.asarray(x))
+            if x.dtype == torch.float64 and type(leaf) in (float, int):  # numpy made Python floats float64
+                x = x.float()
     if x.dim() not in (1, 2):
         raise BertkitError(f"{name} has the shape {tuple(x.shape)}; give one embedding (D,) or a batch (N, D)")
     if x.is_sparse:

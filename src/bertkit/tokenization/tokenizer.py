@@ -48,6 +48,9 @@ __all__ = ["BertTokenizer", "BertTokenizerFast"]
 
 # WordPiece decoder clean-up (tokenizers' `decoders::wordpiece::cleanup`), applied to each token with
 # the space that joins it to the previous one.
+# transformers' model_max_length for a tokenizer whose files set none (its VERY_LARGE_INTEGER): no limit of the
+# tokenizer's own, so a model's positions decide where its texts are cut (sentence-transformers caps it at them)
+NO_MODEL_MAX_LENGTH = int(1e30)
 _CLEANUP = (
     (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
     (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
@@ -168,7 +171,8 @@ class BertTokenizer:
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> BertTokenizer:
         """Load a tokenizer directory (the layouts ``loading`` reads); keyword arguments override the settings
-        its files hold."""
+        its files hold. Files that set no model_max_length give transformers' "no limit" (``NO_MODEL_MAX_LENGTH``),
+        where the constructor's default is 512."""
         from bertkit.hub import resolve_directory
 
         path = resolve_directory(path, "tokenizer directory")
@@ -192,6 +196,7 @@ class BertTokenizer:
                 f"with BertTokenizer(vocab).save_pretrained({str(path)!r})"
             )
         settings.update(overrides)
+        settings.setdefault("model_max_length", NO_MODEL_MAX_LENGTH)  # as transformers reads files that set none
         if "do_lower_case" not in settings:
             raise MissingFileError(
                 f"{path / CONFIG_FILE} not found (or it has no do_lower_case), so whether this checkpoint is "

@@ -2,7 +2,9 @@
 ``CrossEncoderRerankingEvaluator`` (``map``, ``mrr@k``, ``ndcg@k``, and ``base_*`` for the order given when samples
 carry ``documents``), ``CrossEncoderClassificationEvaluator`` (a one-label model's scores thresholded as
 ``BinaryClassificationEvaluator`` thresholds similarities; a several-label model's argmax scored by F1) and
-``CrossEncoderCorrelationEvaluator`` (Pearson and Spearman against gold scores).
+``CrossEncoderCorrelationEvaluator`` (Pearson and Spearman against gold scores). Each writes sentence-transformers'
+results CSV when given an ``output_path`` (``{class name}[_{name}]_results.csv``; the reranking one's ends
+``_results_@{at_k}.csv``), as ``bertkit.sentence.evaluation.base.ResultsCsv`` says.
 
 A reranking sample is ``{"query", "positive": [...], "negative": [...]}`` or ``{"query", "positive", "documents": [...]}``
 (a first-stage ranking to rerank). AP and nDCG average over tied scores as scikit-learn's
@@ -18,12 +20,13 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError, refusing_getattr
+from bertkit.sentence.evaluation.base import ResultsCsv
 from bertkit.sentence.evaluation.binary_classification import BinaryClassificationEvaluator, binary_labels
 from bertkit.sentence.evaluation.reranking import average_precision, ndcg_at_k
 from bertkit.sentence.evaluation.similarity import pearson, spearman
 
 
-class CrossEncoderRerankingEvaluator:
+class CrossEncoderRerankingEvaluator(ResultsCsv):
     """Rerank each sample's documents with ``model.predict`` and report MAP, MRR@at_k and nDCG@at_k (and the
     first-stage order's as ``base_*`` for ``documents`` samples), keys prefixed with ``name_`` when named."""
 
@@ -43,6 +46,7 @@ class CrossEncoderRerankingEvaluator:
         self.always_rerank_positives, self.name = always_rerank_positives, name
         self.batch_size, self.show_progress_bar, self.write_csv = batch_size, show_progress_bar, write_csv
         self.primary_metric = f"{name}_ndcg@{self.at_k}" if name else f"ndcg@{self.at_k}"
+        self.csv_file = f"CrossEncoderRerankingEvaluator{'_' + name if name else ''}_results_@{self.at_k}.csv"
 
     def _metrics(self, relevant: list[int], scores: np.ndarray) -> tuple[float, float, float]:
         """MRR@k, nDCG@k and AP of one sample's ranking (at least one document relevant)."""
@@ -86,6 +90,8 @@ class CrossEncoderRerankingEvaluator:
             at += n
         mrr, nd, ap = np.mean(results, axis=0)
         metrics = {"map": float(ap), f"mrr@{self.at_k}": float(mrr), f"ndcg@{self.at_k}": float(nd)}
+        self.write_results(output_path, ["epoch", "steps", "MAP", f"MRR@{self.at_k}", f"NDCG@{self.at_k}"],
+                           [epoch, steps, *metrics.values()])
         if base:
             b_mrr, b_nd, b_ap = np.mean(base, axis=0)
             metrics |= {"base_map": float(b_ap), f"base_mrr@{self.at_k}": float(b_mrr),
@@ -120,7 +126,7 @@ def _no_prompt(prompt_name: str | None, who: str) -> None:
                            "implemented")
 
 
-class CrossEncoderClassificationEvaluator:
+class CrossEncoderClassificationEvaluator(ResultsCsv):
     """For a model with one label: ``accuracy``, ``accuracy_threshold``, ``f1``, ``f1_threshold``,
     ``precision``, ``recall`` and ``average_precision`` of its scores against 0/1 ``labels`` (the thresholds
     searched as ``BinaryClassificationEvaluator`` searches them). For several labels: ``f1_macro``,
@@ -135,6 +141,7 @@ class CrossEncoderClassificationEvaluator:
         self.name, self.batch_size, self.show_progress_bar = name, batch_size, show_progress_bar
         self.write_csv = write_csv
         self.primary_metric: str | None = None
+        self.csv_file = f"CrossEncoderClassificationEvaluator{'_' + name if name else ''}_results.csv"
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         scores = model.predict(self.sentence_pairs, batch_size=self.batch_size, convert_to_numpy=True,
@@ -147,15 +154,18 @@ class CrossEncoderClassificationEvaluator:
             metrics = {"accuracy": accuracy, "accuracy_threshold": accuracy_threshold, "f1": f1,
                        "f1_threshold": f1_threshold, "precision": precision, "recall": recall,
                        "average_precision": average_precision(labels, scores)}
-            main = "average_precision"
+            main, columns = "average_precision", ["Accuracy", "Accuracy_Threshold", "F1", "F1_Threshold", "Precision",
+                                                  "Recall", "Average_Precision"]
         else:
             macro, micro, weighted = f1_averages(self.labels, np.argmax(scores, axis=1))
             metrics, main = {"f1_macro": macro, "f1_micro": micro, "f1_weighted": weighted}, "f1_macro"
+            columns = ["Macro_F1", "Micro_F1", "Weighted_F1"]
+        self.write_results(output_path, ["epoch", "steps", *columns], [epoch, steps, *metrics.values()])
         self.primary_metric = f"{self.name}_{main}" if self.name else main
         return {f"{self.name}_{k}" if self.name else k: float(v) for k, v in metrics.items()}
 
 
-class CrossEncoderCorrelationEvaluator:
+class CrossEncoderCorrelationEvaluator(ResultsCsv):
     """``pearson`` and ``spearman`` correlation of the model's scores with the gold ``scores`` (Spearman's ties
     given their average rank), keys prefixed with ``name_`` when named."""
 
@@ -168,6 +178,7 @@ class CrossEncoderCorrelationEvaluator:
         self.name, self.batch_size, self.show_progress_bar = name, batch_size, show_progress_bar
         self.write_csv = write_csv
         self.primary_metric = f"{name}_spearman" if name else "spearman"
+        self.csv_file = f"CrossEncoderCorrelationEvaluator{'_' + name if name else ''}_results.csv"
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         predicted = model.predict(self.sentence_pairs, batch_size=self.batch_size, convert_to_numpy=True,
@@ -176,6 +187,8 @@ class CrossEncoderCorrelationEvaluator:
             raise BertkitError(f"CrossEncoderCorrelationEvaluator needs one score per pair; this model gives "
                                f"{np.shape(predicted)[-1]} (num_labels): correlate a one-label model's scores")
         metrics = {"pearson": pearson(self.scores, predicted), "spearman": spearman(self.scores, predicted)}
+        self.write_results(output_path, ["epoch", "steps", "Pearson_Correlation", "Spearman_Correlation"],
+                           [epoch, steps, *metrics.values()])
         return {f"{self.name}_{k}" if self.name else k: v for k, v in metrics.items()}
 
 

@@ -1,12 +1,20 @@
-"""What the embedding evaluators share: how their texts become embeddings (``EmbeddingEvaluator.embed``, the one
-place; a sparse evaluator overrides it and nothing else of how texts are embedded) and how metric keys are
-named."""
+"""What the evaluators share: how their texts become embeddings (``EmbeddingEvaluator.embed``, the one place; a
+sparse evaluator overrides it and nothing else of how texts are embedded), how metric keys are named, and the
+results CSV each writes when given an ``output_path`` (``ResultsCsv``)."""
 
 from __future__ import annotations
 
+import csv
+import io
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from bertkit.errors import BertkitError
+from bertkit.outputs import atomic_write_text, writing
+from bertkit.runs import record
 
 
 def prefixed(metrics: dict[str, float], name: str) -> dict[str, float]:
@@ -31,3 +39,50 @@ class EmbeddingEvaluator:
     def encode_options(self) -> dict[str, Any]:
         """What ``embed`` asks of ``encode`` besides the texts, batch size, progress bar and prompt."""
         return {"convert_to_tensor": True, "truncate_dim": self.truncate_dim}
+
+
+class ResultsCsv:
+    """The results CSV of an evaluator called with an ``output_path``, as sentence-transformers writes it:
+    ``output_path/csv_file``, a header row then one row a call (``[epoch, steps, *values]``), appended on later calls.
+    A file already at that name is appended to only when its header row is the one this evaluator writes (another
+    file there, or one with other columns, is refused: bertkit does not write into a file it did not create) and
+    never through a symbolic link. Inside a directory a bertkit run writes (the trainer's ``eval/``) the file is
+    recorded as the run's, appends included. ``write_csv=False`` writes nothing."""
+
+    csv_file: str
+    write_csv: bool
+    csv_lineterminator = "\r\n"  # Python's csv writer's; the information-retrieval evaluator writes "\n"
+
+    def write_results(self, output_path: str | os.PathLike | None, headers: list[str], row: list[Any]) -> None:
+        if output_path is None or not self.write_csv:
+            return
+        write_results_csv(Path(output_path) / self.csv_file, headers, row, self.csv_lineterminator)
+
+
+def write_results_csv(path: Path, headers: list[str], row: list[Any], lineterminator: str = "\r\n") -> None:
+    """Append ``row`` to the results CSV ``path`` (its ``headers`` first when it is new); see ``ResultsCsv``."""
+    def line(values: list[Any]) -> str:
+        text = io.StringIO()
+        csv.writer(text, lineterminator=lineterminator).writerow(values)  # str() of each value, as ST writes them
+        return text.getvalue()
+
+    header, data = line(headers), line(row)
+    if not os.path.lexists(path):
+        record(path, appends=True, data=(header + data).encode("utf-8"))
+        atomic_write_text(path, header + data)
+        return
+    fix = "give another output_path, or move the file away"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise BertkitError(f"{path} exists and cannot be appended to ({e.strerror}); bertkit writes an evaluator's "
+                           f"results only into a plain file it wrote: {fix}") from None
+    with os.fdopen(fd, "r+", encoding="utf-8", newline="") as f:
+        first = f.readline()
+        if first != header:
+            raise BertkitError(f"{path} exists with the header {first.rstrip()!r}, not this evaluator's "
+                               f"{header.rstrip()!r}; bertkit appends results only to a file with the same columns: "
+                               f"{fix}")
+        with writing(path):
+            f.seek(0, os.SEEK_END)
+            f.write(data)

@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, prefixed
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed
 from bertkit.sentence.evaluation.reranking import average_precision
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 # The similarity functions whose score is a distance: a pair is a duplicate below the threshold, not above it
 DISTANCES = ("euclidean", "manhattan")
+# A similarity function's columns in the results CSV, in sentence-transformers' order
+CSV_METRICS = ("accuracy", "accuracy_threshold", "f1", "precision", "recall", "f1_threshold", "ap", "mcc")
 
 
 def _groups(scores: np.ndarray, labels: np.ndarray, high_score_more_similar: bool) -> tuple[np.ndarray, ...]:
@@ -61,10 +63,11 @@ def matthews_corrcoef(labels: np.ndarray, predicted: np.ndarray) -> float:
     return 0.0 if spread == 0 else float(covariance / np.sqrt(spread))
 
 
-class BinaryClassificationEvaluator(EmbeddingEvaluator):
+class BinaryClassificationEvaluator(ResultsCsv, EmbeddingEvaluator):
     """``{fn}_accuracy``, ``{fn}_accuracy_threshold``, ``{fn}_f1``, ``{fn}_f1_threshold``, ``{fn}_precision``,
     ``{fn}_recall``, ``{fn}_ap`` and ``{fn}_mcc`` for each of ``similarity_fn_names`` (by default the model's), and
-    ``max_{metric}`` of each over several. Every distinct sentence is embedded once, with ``model.encode``."""
+    ``max_{metric}`` of each over several. Every distinct sentence is embedded once, with ``model.encode``. With an
+    ``output_path``: ``binary_classification_evaluation[_{name}]_results.csv``."""
 
     def __init__(self, sentences1: Sequence[str], sentences2: Sequence[str], labels: Sequence[int], name: str = "",
                  batch_size: int = 32, show_progress_bar: bool = False, write_csv: bool = True,
@@ -83,6 +86,7 @@ class BinaryClassificationEvaluator(EmbeddingEvaluator):
         self.truncate_dim, self.write_csv = truncate_dim, write_csv
         self.similarity_fn_names = [similarity_function(n) for n in similarity_fn_names or []]
         self.primary_metric: str | None = None
+        self.csv_file = f"binary_classification_evaluation{'_' + name if name else ''}_results.csv"
 
     @staticmethod
     def find_best_acc_and_threshold(scores: Any, labels: Any, high_score_more_similar: bool) -> tuple[float, Any]:
@@ -133,6 +137,8 @@ class BinaryClassificationEvaluator(EmbeddingEvaluator):
                           "f1_threshold": f1_threshold, "precision": precision, "recall": recall,
                           "ap": average_precision(self.labels, scores if similar else -scores),
                           "mcc": matthews_corrcoef(self.labels, predicted)}
+        self.write_results(output_path, ["epoch", "steps", *(f"{fn}_{m}" for fn in names for m in CSV_METRICS)],
+                           [epoch, steps, *(per_fn[fn][m] for fn in names for m in CSV_METRICS)])
         metrics = {f"{fn}_{k}": v for fn, values in per_fn.items() for k, v in values.items()}
         if len(names) > 1:
             metrics |= {f"max_{k}": max(values[k] for values in per_fn.values()) for k in per_fn[names[0]]}

@@ -12,14 +12,17 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, prefixed
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
-class InformationRetrievalEvaluator(EmbeddingEvaluator):
+class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
     """``queries`` {qid: text}, ``corpus`` {cid: text}, ``relevant_docs`` {qid: {cid, ...}}; queries without
     relevant documents are left out (as sentence-transformers does), a relevant id missing from the corpus is an
-    error. Metric keys: ``{name}_{similarity}_{metric}@{k}``."""
+    error. Metric keys: ``{name}_{similarity}_{metric}@{k}``. With an ``output_path``:
+    ``Information-Retrieval_evaluation[_{name}]_results.csv``."""
+
+    csv_lineterminator = "\n"  # sentence-transformers joins this file's lines itself
 
     def __init__(self, queries: dict[str, str], corpus: dict[str, str], relevant_docs: dict[str, set[str]],
                  corpus_chunk_size: int = 50000, mrr_at_k: list[int] = [10], ndcg_at_k: list[int] = [10],  # noqa: B006
@@ -58,6 +61,8 @@ class InformationRetrievalEvaluator(EmbeddingEvaluator):
         self.corpus_prompt, self.corpus_prompt_name = corpus_prompt, corpus_prompt_name
         self.primary_metric: str | None = None
         self.main: str | None = None  # the score function whose nDCG is the primary metric
+        self.write_csv = write_csv
+        self.csv_file = f"Information-Retrieval_evaluation{'_' + name if name else ''}_results.csv"
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         functions = self.score_functions or {model.similarity_fn_name: SIMILARITY_FUNCTIONS[model.similarity_fn_name][0]}
@@ -68,6 +73,9 @@ class InformationRetrievalEvaluator(EmbeddingEvaluator):
             ranked = self.rank(fn(q, c))
             for key, value in self.compute_metrics(ranked).items():
                 metrics[f"{fn_name}_{key}"] = value
+        columns = [(fn, key) for fn in sorted(functions) for key in self.csv_metrics()]
+        self.write_results(output_path, ["epoch", "steps", *(f"{fn}-{key}" for fn, key in columns)],
+                           [epoch, steps, *(metrics[f"{fn}_{key.lower()}"] for fn, key in columns)])
         at = max(self.ndcg_at_k)
         if self.main_score_function:
             self.main = similarity_function(self.main_score_function)
@@ -75,6 +83,13 @@ class InformationRetrievalEvaluator(EmbeddingEvaluator):
             self.main = max(sorted(functions), key=lambda f: metrics[f"{f}_ndcg@{at}"])  # as sentence-transformers
         self.primary_metric = f"{self.name}_{self.main}_ndcg@{at}" if self.name else f"{self.main}_ndcg@{at}"
         return prefixed(metrics, self.name)
+
+    def csv_metrics(self) -> list[str]:
+        """A score function's columns in the results CSV, in sentence-transformers' order and spelling."""
+        return [*(f"Accuracy@{k}" for k in self.accuracy_at_k),
+                *(f"{m}@{k}" for k in self.precision_recall_at_k for m in ("Precision", "Recall")),
+                *(f"MRR@{k}" for k in self.mrr_at_k), *(f"NDCG@{k}" for k in self.ndcg_at_k),
+                *(f"MAP@{k}" for k in self.map_at_k)]
 
     def rank(self, scores: torch.Tensor) -> list[list[str]]:
         """Each query's top max_k corpus ids: by score, ties by corpus id (sentence-transformers' order)."""

@@ -8,7 +8,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import prefixed
+from bertkit.sentence.evaluation.base import ResultsCsv, prefixed
 from bertkit.sentence.util import paraphrase_mining
 
 
@@ -32,11 +32,12 @@ def _closure(duplicates: set[tuple[Hashable, Hashable]]) -> set[tuple[Hashable, 
     return closed
 
 
-class ParaphraseMiningEvaluator:
+class ParaphraseMiningEvaluator(ResultsCsv):
     """``average_precision``, ``f1``, ``precision``, ``recall`` and ``threshold`` of the pairs mined from
     ``sentences_map`` ({id: sentence}) against the duplicates (``duplicates_list`` of id pairs and/or
     ``duplicates_dict`` {id1: {id2: bool}}, which sentence-transformers documents as symmetric; a pair counts in
-    either direction, and pairs naming an id outside ``sentences_map`` are left out). Mining takes ``top_k`` neighbours per sentence and keeps ``max_pairs``."""
+    either direction, and pairs naming an id outside ``sentences_map`` are left out). Mining takes ``top_k`` neighbours
+    per sentence and keeps ``max_pairs``. With an ``output_path``: ``paraphrase_mining_evaluation[_{name}]_results.csv``."""
 
     def __init__(self, sentences_map: Mapping[Hashable, str],
                  duplicates_list: Iterable[tuple[Hashable, Hashable]] | None = None,
@@ -58,6 +59,7 @@ class ParaphraseMiningEvaluator:
         self.max_pairs, self.top_k, self.truncate_dim = max_pairs, top_k, truncate_dim
         self.show_progress_bar, self.batch_size, self.name, self.write_csv = show_progress_bar, batch_size, name, write_csv
         self.primary_metric = f"{name}_average_precision" if name else "average_precision"
+        self.csv_file = f"paraphrase_mining_evaluation{'_' + name if name else ''}_results.csv"
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         mined = paraphrase_mining(model, self.sentences, show_progress_bar=self.show_progress_bar,
@@ -66,7 +68,7 @@ class ParaphraseMiningEvaluator:
                                   top_k=self.top_k, truncate_dim=self.truncate_dim)
         total = self.total_num_duplicates
         found = found_before = 0
-        ap = best_f1 = best_precision = best_recall = threshold = 0.0
+        ap = best_f1 = best_precision = best_recall = threshold = 0  # ints until found, as the CSV shows them
         # Pairs of equal score are taken together: the list is read group by group, at each group's last pair
         for at, (score, i, j) in enumerate(mined):
             found += (self.ids[i], self.ids[j]) in self.duplicates
@@ -80,6 +82,8 @@ class ParaphraseMiningEvaluator:
                     best_f1, best_precision, best_recall = f1, precision, recall
                     threshold = (score + mined[min(at + 1, len(mined) - 1)][0]) / 2
             found_before = found
-        metrics = {"average_precision": ap / total if total else 0.0, "f1": best_f1, "precision": best_precision,
+        metrics = {"average_precision": ap / total if total else 0, "f1": best_f1, "precision": best_precision,
                    "recall": best_recall, "threshold": threshold}
+        self.write_results(output_path, ["epoch", "steps", "precision", "recall", "f1", "threshold", "average_precision"],
+                           [epoch, steps, *(metrics[k] for k in ("precision", "recall", "f1", "threshold", "average_precision"))])
         return prefixed(metrics, self.name)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, prefixed
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed
 from bertkit.sentence.util import cos_sim
 
 
@@ -39,12 +39,13 @@ def ndcg_at_k(relevant: np.ndarray, scores: np.ndarray, k: int) -> float:
     return dcg / ideal
 
 
-class RerankingEvaluator(EmbeddingEvaluator):
+class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
     """``samples``: a list (or dict) of ``{"query": str, "positive": [str, ...], "negative": [str, ...]}``
     (one string is one candidate); samples without positives or negatives are left out. Metric keys:
     ``{name}_map``, ``{name}_mrr@{at_k}``, ``{name}_ndcg@{at_k}``. Queries are encoded as queries, candidates as
     documents (the model's prompts for each). The candidates of all samples are encoded in one call whatever
-    ``use_batched_encoding`` says (sentence-transformers' per-sample encoding gives the same numbers)."""
+    ``use_batched_encoding`` says (sentence-transformers' per-sample encoding gives the same numbers). With an
+    ``output_path``: ``RerankingEvaluator[_{name}]_results_@{at_k}.csv``."""
 
     def __init__(self, samples: list[dict[str, Any]] | dict[Any, dict[str, Any]], at_k: int = 10, name: str = "",
                  write_csv: bool = True, similarity_fct: Callable[[Any, Any], torch.Tensor] = cos_sim,
@@ -66,7 +67,8 @@ class RerankingEvaluator(EmbeddingEvaluator):
             raise BertkitError("RerankingEvaluator: no sample has both a positive and a negative")
         self.at_k, self.name, self.similarity_fct = at_k, name, similarity_fct
         self.batch_size, self.show_progress_bar, self.truncate_dim = batch_size, show_progress_bar, truncate_dim
-        self.use_batched_encoding = use_batched_encoding
+        self.use_batched_encoding, self.write_csv = use_batched_encoding, write_csv
+        self.csv_file = f"RerankingEvaluator{'_' + name if name else ''}_results_@{at_k}.csv"
         self.primary_metric = f"{name}_ndcg@{at_k}" if name else f"ndcg@{at_k}"
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
@@ -87,4 +89,6 @@ class RerankingEvaluator(EmbeddingEvaluator):
             ap.append(average_precision(relevant, scores))
         metrics = {"map": float(np.mean(ap)), f"mrr@{self.at_k}": float(np.mean(mrr)),
                    f"ndcg@{self.at_k}": float(np.mean(ndcg))}
+        self.write_results(output_path, ["epoch", "steps", "MAP", f"MRR@{self.at_k}", f"NDCG@{self.at_k}"],
+                           [epoch, steps, *metrics.values()])
         return prefixed(metrics, self.name)

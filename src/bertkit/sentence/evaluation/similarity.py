@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, prefixed
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
@@ -37,8 +37,9 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     return pearson(_ranks(a), _ranks(b))
 
 
-class EmbeddingSimilarityEvaluator(EmbeddingEvaluator):
-    """``pearson_{fn}`` and ``spearman_{fn}`` for each similarity function (by default the model's)."""
+class EmbeddingSimilarityEvaluator(ResultsCsv, EmbeddingEvaluator):
+    """``pearson_{fn}`` and ``spearman_{fn}`` for each similarity function (by default the model's). With an
+    ``output_path``: ``similarity_evaluation[_{name}]_results.csv``."""
 
     def __init__(self, sentences1: list[str], sentences2: list[str], scores: list[float], batch_size: int = 16,
                  main_similarity: str | None = None, similarity_fn_names: list[str] | None = None, name: str = "",
@@ -56,6 +57,8 @@ class EmbeddingSimilarityEvaluator(EmbeddingEvaluator):
         self.similarity_fn_names = [similarity_function(n) for n in similarity_fn_names or []] or (
             [self.main_similarity] if self.main_similarity else [])
         self.primary_metric: str | None = None
+        self.write_csv = write_csv
+        self.csv_file = f"similarity_evaluation{'_' + name if name else ''}{'_' + precision if precision else ''}_results.csv"
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         e1, e2 = self.embed(model, self.sentences1), self.embed(model, self.sentences2)
@@ -65,6 +68,8 @@ class EmbeddingSimilarityEvaluator(EmbeddingEvaluator):
             sims = SIMILARITY_FUNCTIONS[fn][1](e1, e2).cpu().numpy()
             metrics[f"pearson_{fn}"] = pearson(self.scores, sims)
             metrics[f"spearman_{fn}"] = spearman(self.scores, sims)
+        self.write_results(output_path, ["epoch", "steps", *(f"{fn}_{m}" for fn in names for m in ("pearson", "spearman"))],
+                           [epoch, steps, *(metrics[f"{m}_{fn}"] for fn in names for m in ("pearson", "spearman"))])
         if len(names) > 1:
             metrics["pearson_max"] = max(metrics[f"pearson_{fn}"] for fn in names)
             metrics["spearman_max"] = max(metrics[f"spearman_{fn}"] for fn in names)

@@ -7,14 +7,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, prefixed
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
-class TripletEvaluator(EmbeddingEvaluator):
+class TripletEvaluator(ResultsCsv, EmbeddingEvaluator):
     """``{name}_{fn}_accuracy``: the fraction of triplets with sim(anchor, positive) > sim(anchor, negative) +
     margin[fn], for each of ``similarity_fn_names`` (by default the model's), and ``max_accuracy`` over several.
-    Anchors are encoded as queries, positives and negatives as documents (the model's prompts for each)."""
+    Anchors are encoded as queries, positives and negatives as documents (the model's prompts for each). With an
+    ``output_path``: ``triplet_evaluation[_{name}]_results.csv``."""
 
     def __init__(self, anchors: Sequence[str], positives: Sequence[str], negatives: Sequence[str],
                  main_similarity_function: str | None = None, margin: float | dict[str, float] | None = None,
@@ -42,8 +43,9 @@ class TripletEvaluator(EmbeddingEvaluator):
         else:
             raise BertkitError(f"TripletEvaluator: margin must be a number or {{similarity: number}}, got {margin!r}")
         self.name, self.batch_size, self.show_progress_bar = name, batch_size, show_progress_bar
-        self.truncate_dim = truncate_dim
+        self.truncate_dim, self.write_csv = truncate_dim, write_csv
         self.primary_metric: str | None = None
+        self.csv_file = f"triplet_evaluation{'_' + name if name else ''}_results.csv"
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         anchors = self.embed(model, self.anchors, "query")
@@ -55,6 +57,8 @@ class TripletEvaluator(EmbeddingEvaluator):
             pairwise = SIMILARITY_FUNCTIONS[fn][1]
             hits = pairwise(anchors, positives) > pairwise(anchors, negatives) + self.margin[fn]
             metrics[f"{fn}_accuracy"] = hits.float().mean().item()
+        self.write_results(output_path, ["epoch", "steps", *(f"accuracy_{fn}" for fn in names)],
+                           [epoch, steps, *metrics.values()])
         if len(names) > 1:
             metrics["max_accuracy"] = max(metrics.values())
         main = f"{self.main_similarity_function}_accuracy" if self.main_similarity_function else (

@@ -375,8 +375,9 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
     # -- reading sparse vectors ------------------------------------------------------------------------------------
     @staticmethod
     def sparsity(embeddings: Tensor) -> dict[str, float]:
-        """{"active_dims": mean non-zero dimensions per row, "sparsity_ratio": 1 - that / V} of one (V,) or a batch
-        (N, V) of embeddings, sparse or dense."""
+        """{"active_dims": mean active dimensions per row, "sparsity_ratio": 1 - that / V} of one (V,) or a batch
+        (N, V) of embeddings: dense (its non-zeros), sparse COO, CSR or CSC (its stored entries, duplicates summed,
+        a stored zero counted, as sentence-transformers counts them)."""
         if not isinstance(embeddings, Tensor):
             raise BertkitError(f"sparsity() takes a tensor, got {type(embeddings).__name__}")
         if embeddings.dim() not in (1, 2):
@@ -384,9 +385,15 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
         rows = embeddings.unsqueeze(0) if embeddings.dim() == 1 else embeddings
         if rows.shape[0] == 0 or rows.shape[1] == 0:
             return {"active_dims": 0.0, "sparsity_ratio": 1.0}
-        if rows.is_sparse:  # counted on the stored entries (not through CSR, which warns that it is in beta)
-            rows = rows.coalesce()
-            counts = torch.bincount(rows.indices()[0][rows.values() != 0], minlength=rows.shape[0])
+        if rows.layout in (torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+            if rows.layout != torch.sparse_csc:
+                raise BertkitError(f"sparsity() takes a dense, sparse COO, CSR or CSC tensor, got the layout {rows.layout}: "
+                                   "convert it with .to_dense() or .to_sparse()")
+            rows = rows.to_sparse()
+        if rows.layout == torch.sparse_csr:
+            counts = rows.crow_indices().diff()
+        elif rows.is_sparse:  # counted on the stored entries (not through CSR, which warns that it is in beta)
+            counts = torch.bincount(rows.coalesce().indices()[0], minlength=rows.shape[0])
         else:
             counts = (rows != 0).sum(1)
         active = counts.float().mean().item()

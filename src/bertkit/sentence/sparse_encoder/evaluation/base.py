@@ -8,26 +8,37 @@ from typing import Any
 
 import torch
 
-from bertkit.sentence.evaluation.base import prefixed
+from bertkit.sentence.evaluation.base import ResultsCsv, prefixed
 
 
 class SparseEvaluator(ABC):
     """Placed before a dense evaluator (``class SparseTripletEvaluator(SparseEvaluator, TripletEvaluator)``): the
     dense evaluator's metrics on sparse (N, V) embeddings on the CPU (each row's ``max_active_dims`` largest
     weights; None: the model's), then ``sparsity_of``'s statistics of the embeddings, under the same name
-    prefix. ``sparsity_stats`` keeps the last call's statistics."""
+    prefix. ``sparsity_stats`` keeps the last call's statistics. The results CSV is the dense evaluator's with the
+    statistics' columns after its own (and every line ended ``\\r\\n``), as sentence-transformers writes it."""
 
     max_active_dims: int | None
     name: str
+    csv_lineterminator = "\r\n"  # sentence-transformers rewrites the file with Python's csv writer to add the columns
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         self._embedded: list[torch.Tensor] = []
+        self._results: tuple[Any, list[str], list[Any]] | None = None
         try:
             metrics = super().__call__(model, output_path, epoch, steps)  # type: ignore[misc]
             self.sparsity_stats = self.sparsity_of(model, self._embedded)
         finally:
             self._embedded = []
+        if self._results is not None:
+            output_path, headers, row = self._results
+            ResultsCsv.write_results(self, output_path, [*headers, *self.sparsity_stats],  # type: ignore[arg-type]
+                                     [*row, *self.sparsity_stats.values()])
         return {**metrics, **prefixed(self.sparsity_stats, self.name)}
+
+    def write_results(self, output_path: Any, headers: list[str], row: list[Any]) -> None:
+        """The dense evaluator's row, kept to be written with the sparsity's columns once they are known."""
+        self._results = (output_path, headers, row)
 
     def embed(self, model: Any, texts: list[str], kind: str | None = None, **prompt: Any) -> torch.Tensor:
         embeddings = super().embed(model, texts, kind, **prompt).coalesce()  # type: ignore[misc]
