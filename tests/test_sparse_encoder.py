@@ -6,6 +6,7 @@ decode / similarity / sparsity, the same evaluator metrics; bad input refused by
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import warnings
@@ -437,3 +438,25 @@ def test_do_lower_case_lowers_each_character_as_sentence_transformers(layouts, t
     want = st.SparseEncoder(str(directory), device="cpu").encode_document(texts).to_dense()
     got = SparseEncoder(str(directory)).encode_document(texts).to_dense()
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("strategy", ["max", "sum"])
+def test_splade_pooling_reads_a_host_batch_without_the_devices_values(tiny_model, strategy):
+    """A sparse encode's batch stays on the host (a GPU model takes it there): the pooling finds each text's tokens
+    from the host's mask, so the host never waits for the device's values (it moved the mask over and selected
+    there: torch.nonzero on the GPU, a wait per batch). States and head on the meta device stand in for a GPU's,
+    whose values cannot be read; on the CPU the result is the one from a mask on the tokens' device."""
+    from bertkit.modeling import BertModelOutput
+    from bertkit.padding import TokenLayout
+    from bertkit.sentence.sparse_encoder.modules import SpladePooling
+
+    head = tiny_model("BertForMaskedLM").eval().cls.predictions
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    layout = TokenLayout.padded(mask, (2, 4))
+    pooling = SpladePooling(strategy)
+    with torch.no_grad():
+        on_meta = BertModelOutput(torch.empty(2, 4, head.transform.dense.in_features, device="meta"), None, layout)
+        assert pooling(on_meta, mask, copy.deepcopy(head).to("meta")).shape == (2, head.decoder.out_features)
+        states = torch.randn(2, 4, head.transform.dense.in_features)
+        got = pooling(BertModelOutput(states, None, layout), mask, head)
+        torch.testing.assert_close(got, pooling(BertModelOutput(states, None, layout), mask.to(states.device), head))

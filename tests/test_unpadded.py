@@ -309,3 +309,4 @@ def test_the_stacked_qkv_product_equals_the_three_projections_and_wrapped_ones_r
     attn.value.register_forward_hook(lambda module, args, out: calls.append(out.shape) or out * 0)
     hooked = attn.project(x)
     assert calls == [(5, CFG.hidden_size)] and hooked[:, 2 * CFG.hidden_size:].eq(0).all()
+

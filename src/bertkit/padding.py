@@ -239,11 +239,14 @@ class TokenLayout:
     def select(self, x: Tensor, mask: Tensor) -> Tensor:
         """Rows of stored tokens ``x`` where the caller's (B, T) boolean ``mask`` is True, row-major order.
 
-        ``mask`` must be False at padding (labels there are -100). No re-padding is needed.
+        ``mask`` must be False at padding (labels there are -100). No re-padding is needed. In the padded layout the
+        positions are found where ``mask`` is: a mask still on the host (a GPU model's batch from the host) makes the
+        host wait for nothing, where one on the GPU waits for the kernels queued before it.
         """
         if self.is_padded:
-            return x.reshape(-1, x.size(-1))[mask.reshape(-1)]
-        return x[mask.reshape(-1)[self.flat_index]]
+            index = mask.reshape(-1).nonzero().squeeze(1)
+            return x.reshape(-1, x.size(-1)).index_select(0, moved(index, x.device))
+        return x[moved(mask, x.device).reshape(-1)[self.flat_index]]
 
     def first_tokens(self, x: Tensor) -> Tensor:
         """Each sequence's first token state (the [CLS] the pooler reads): (B, D)."""

@@ -96,7 +96,7 @@ class SpladePooling(nn.Module):
         (``_MaxLogits``): the numbers of activating every token's logits first."""
         mask = attention_mask.bool()
         lengths = mask.sum(1).tolist()  # nothing read back where the batch is still on the host
-        hidden = out.token_layout.select(out.tokens, moved(mask, out.tokens.device))  # (N, H): each text's tokens
+        hidden = out.token_layout.select(out.tokens, mask)  # (N, H): each text's tokens, found on the host
         N = hidden.shape[0]
         rows = self.chunk_size * len(lengths) if self.chunk_size else CPU_ROWS if hidden.device.type == "cpu" \
             else max(N, 1)
@@ -106,8 +106,8 @@ class SpladePooling(nn.Module):
             weight, bias = head.decoder.weight, head.bias
             backward = torch.is_grad_enabled() and (states.requires_grad or weight.requires_grad or bias.requires_grad)
             return self.activate(_MaxLogits.apply(states, weight, bias, decoder, lengths, rows, backward))
-        text_of = torch.repeat_interleave(torch.arange(len(lengths), device=hidden.device),
-                                          torch.tensor(lengths, device=hidden.device))  # (N,)
+        text_of = moved(torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths)),
+                        hidden.device)  # (N,) each token's text, made on the host
         pooled = None
         for a in range(0, N, rows):
             part = self.activate(decoder(states[a:a + rows])).float()  # (R, V)
