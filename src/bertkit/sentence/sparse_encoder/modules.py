@@ -223,7 +223,7 @@ class ScreenedMaxLogits(nn.Module):
             for k, lo, hi, first in spans:
                 value = _max_rows(approx[lo - a:hi - a])
                 top[k] = value if first else torch.maximum(top[k], value)
-        pooled = torch.zeros(top.shape)  # (B, V)
+        pooled = torch.zeros(top.shape, dtype=torch.float32)  # (B, V)
         a = 0
         for k, n in enumerate(lengths):
             m = top[k].float()
