@@ -9,7 +9,9 @@ Model (``--shape``): ``minilm``, MiniLM's encoder with a masked-LM head drawn by
 head's bias set so the texts activate ``--active`` word pieces on average. The head's vocabulary product is a fixed
 H x 30,522 a token while the encoder grows as L x 12 H^2, so the shape decides the ratio. Every sparse answer is checked against
 ``SparseEncoder.encode_document`` (indices identical, values within 1e-5). Prints one JSON line: requests/s of each
-route (the median round), and ``sparse_cost_ratio``, the dense rate over the sparse one.
+route (the median round), and ``sparse_cost_ratio``, the dense rate over the sparse one; each server process's CPU
+seconds a request (Linux's /proc, the median round) and ``sparse_cpu_ratio``, sparse over dense, which a machine shared
+with other jobs disturbs less than the rates; ``load``, the 1-minute load average at the end.
 
     .venv/bin/python bench/bench_serve_sparse.py --requests 256 --concurrency 16 --rounds 3
 """
@@ -55,6 +57,12 @@ def base_shape_directory(minilm: Path, out: Path, texts: list[str], active: int)
         shutil.copy(minilm / name, out / name)
 
 
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU seconds so far (Linux's /proc): its threads together."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=ROOT / "models" / "minilm")
@@ -82,11 +90,14 @@ def main() -> None:
                 port = free_port()
                 servers[route] = (port, start(checkpoint, port, task))
             rates: dict[str, list[float]] = {route: [] for route in servers}
+            cpu: dict[str, list[float]] = {route: [] for route in servers}
             for _ in range(args.rounds):
-                for route, (port, _) in servers.items():
+                for route, (port, proc) in servers.items():
+                    before = cpu_seconds(proc.pid)
                     seconds, _, answers, _ = asyncio.run(load(f"http://127.0.0.1:{port}", route, texts,
                                                               args.concurrency))
                     rates[route].append(len(texts) / seconds)
+                    cpu[route].append((cpu_seconds(proc.pid) - before) / len(texts))
                     if route == "embed_sparse":
                         for i, answer in enumerate(answers):
                             assert [d["index"] for d in answer[0]] == dims[rows == i].tolist(), i
@@ -97,10 +108,14 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(60)
     dense, sparse = (statistics.median(rates[r]) for r in ("embed", "embed_sparse"))
+    dense_cpu, sparse_cpu = (statistics.median(cpu[r]) for r in ("embed", "embed_sparse"))
     print(json.dumps({"bench": "serve_sparse", "requests": len(texts), "concurrency": args.concurrency,
                       "rounds": args.rounds, "shape": args.shape, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
                       "embed_req_per_s": round(dense, 1), "embed_sparse_req_per_s": round(sparse, 1),
                       "sparse_cost_ratio": round(dense / sparse, 3),
+                      "embed_cpu_ms_per_req": round(dense_cpu * 1e3, 1),
+                      "embed_sparse_cpu_ms_per_req": round(sparse_cpu * 1e3, 1),
+                      "sparse_cpu_ratio": round(sparse_cpu / dense_cpu, 3), "load": round(os.getloadavg()[0], 2),
                       "active_dims_per_text": round(len(dims) / len(texts), 1)}))
 
 
