@@ -57,6 +57,14 @@ def test_predict_and_rank_give_sentence_transformers_scores(directory, rows, tmp
     got = got_model.rank(query, docs, top_k=3, return_documents=True)
     assert [(g["corpus_id"], g["text"]) for g in got] == [(w["corpus_id"], w["text"]) for w in want]
     assert [g["score"] for g in got] == pytest.approx([w["score"] for w in want], abs=2e-6)
+    # documents from a generator are ranked as the list (they were read by the check, and none were left to score)
+    from_generator = got_model.rank(query, (d for d in docs), top_k=3, return_documents=True)
+    assert [(g["corpus_id"], g["text"]) for g in from_generator] == [(w["corpus_id"], w["text"]) for w in want]
+    assert [g["score"] for g in from_generator] == pytest.approx([w["score"] for w in want], abs=2e-6)
+    for wrong in (docs[0], dict.fromkeys(docs), set(docs)):  # ranked as characters or keys; a set has no order
+        with pytest.raises(BertkitError, match=f"rank\\(\\) takes the documents as a list of strings, got a "
+                                               f"{type(wrong).__name__}"):
+            got_model.rank(query, wrong)
 
     # saved by bertkit: sentence-transformers opens it (max_length and activation included), and so does bertkit
     got_model.save(tmp_path / "saved")

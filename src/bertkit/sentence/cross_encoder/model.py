@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -294,6 +294,12 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         if self.num_labels != 1:
             raise BertkitError(f"rank() needs a one-label cross-encoder; this one has {self.num_labels} labels: use "
                                "predict() on (query, document) pairs")
+        if isinstance(documents, (str, Mapping, Set)) or not isinstance(documents, Iterable):
+            # a str would be ranked character by character, a dict by its keys (sentence-transformers does both);
+            # a set has no order for corpus_id to point into
+            raise BertkitError(f"rank() takes the documents as a list of strings, got a {type(documents).__name__} "
+                               f"{str(documents)[:60]!r}: pass a list (corpus_id is each one's index in it)")
+        documents = list(documents)  # a generator is read once: checked and scored from the same list
         bad = next(((f"document {i}", d) for i, d in enumerate(documents) if not isinstance(d, str)),
                    ("the query", query) if not isinstance(query, str) else None)
         if bad is not None:
