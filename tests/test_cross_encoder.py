@@ -301,3 +301,28 @@ def test_rerank_pipeline_cuts_pairs_at_the_max_seq_length_the_directory_declares
     got = {r["index"]: r["score"] for r in pipe({"query": "Where is Paris?", "texts": texts}, raw_scores=True)}
     np.testing.assert_allclose([got[i] for i in range(3)], want, atol=2e-5, rtol=0)
     assert bertkit.pipeline("rerank", tmp_path / "ce", max_length=64, progress=False).max_length == 64
+
+
+def test_rerank_pipeline_warns_when_the_directory_scores_by_another_activation(directory, tmp_path, caplog):
+    """A cross-encoder saved with activation_fn Identity (a model trained with MSELoss on teacher logits): its
+    CrossEncoder's rank gives the logit, the rerank pipeline (`bertkit serve --task rerank`'s /rerank, TEI's) its
+    sigmoid, 0.5049 against 0.0196 for the same pair, said nowhere. The pipeline keeps TEI's scores and warns, naming
+    raw_scores, which gives rank's numbers."""
+    import logging
+
+    import bertkit
+
+    pairs = [("Where is Paris?", "Paris is in France."), ("Where is Paris?", "Berlin is the capital of Germany.")]
+    CrossEncoder(directory, activation_fn=torch.nn.Identity()).save(tmp_path / "identity")
+    want = st_ce.CrossEncoder(str(tmp_path / "identity")).rank(pairs[0][0], [t for _, t in pairs])
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        pipe = bertkit.pipeline("rerank", tmp_path / "identity", progress=False)
+    assert "names the activation torch.nn.modules.linear.Identity" in caplog.text
+    assert "send raw_scores=true for the logit itself" in caplog.text
+    got = pipe({"query": pairs[0][0], "texts": [t for _, t in pairs]}, raw_scores=True)
+    assert [(g["index"], g["score"]) for g in got] == [(w["corpus_id"], pytest.approx(float(w["score"]), abs=2e-6))
+                                                       for w in want]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertkit"):  # the default sigmoid: the same numbers, nothing to say
+        bertkit.pipeline("rerank", directory, progress=False)
+    assert "names the activation" not in caplog.text

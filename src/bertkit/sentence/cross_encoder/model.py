@@ -32,10 +32,10 @@ from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import (
     MODULES,
     SBERT_CONFIG,
-    ST_CONFIG,
     declared_max_seq_length,
     module_types,
     read_json,
+    saved_activation,
     write_st_config,
 )
 from bertkit.sentence.model import ReferenceCalls, as_requested
@@ -147,12 +147,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             raise BertkitError(f"max_length {limit!r} must be a whole number in [3, {positions}] (a pair needs 3 "
                                f"special tokens; this checkpoint has {positions} positions)")
         self.max_length = limit
-        # where sentence-transformers recorded the activation: config_sentence_transformers.json (v5 and later),
-        # config.json's "sentence_transformers" (v4), its "sbert_ce_default_activation_function" (before v4)
-        extra = self.model.config.extra
-        saved = ((read_json(path / ST_CONFIG) or {}).get("activation_fn")
-                 or (extra.get("sentence_transformers") or {}).get("activation_fn")
-                 or extra.get("sbert_ce_default_activation_function"))
+        saved = saved_activation(path, self.model.config.extra)
         if activation_fn is not None:
             self.activation_fn = activation_fn
         elif saved:
