@@ -132,6 +132,7 @@ class SentenceTransformerTrainer(Trainer):
         loss = self._loss(model, loss)
         check_batch_holds_negatives(loss, args)
         self.sentence_model, self.loss, self.evaluator = model, loss, evaluator
+        self._evaluations_write_csv = True  # off for the check of metric_for_best_model (``_check_metric``)
         pooler = getattr(getattr(model, "bert", None), "pooler", None)
         if pooler is not None:  # dense + tanh over [CLS]: no part of a sentence embedding, so it gets no
             pooler.requires_grad_(False)  # gradient, which DDP (torchrun) refuses; AdamW leaves it as is
@@ -228,11 +229,21 @@ class SentenceTransformerTrainer(Trainer):
         """The evaluator's metrics, called as sentence-transformers' trainer calls it: with the epoch, the step and
         (on rank 0) ``output_dir/eval``, where it writes its results CSV."""
         output_path = None
-        if current().is_main:
+        if current().is_main and self._evaluations_write_csv:
             output_path = os.path.join(self.args.output_dir, "eval")
             os.makedirs(output_path, exist_ok=True)
         return dict(self.evaluator(self.sentence_model, output_path=output_path, epoch=self.state.epoch,
                                    steps=self.state.global_step))
+
+    def _check_metric(self) -> None:
+        """The base Trainer's check that metric_for_best_model is computed, which runs the evaluator once before
+        training: that run writes no row to output_dir/eval (sentence-transformers' CSV holds the evaluations alone, and
+        output_dir is not the run's yet)."""
+        self._evaluations_write_csv = False
+        try:
+            super()._check_metric()
+        finally:
+            self._evaluations_write_csv = True
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
