@@ -451,8 +451,8 @@ def test_bad_router_and_learning_rate_mappings_are_refused_by_name(inference_fre
 def test_evaluation_logs_the_terms_of_its_own_pass(checkpoint, tmp_path):
     """Evaluating every 2 steps with an evaluator and metric_for_best_model: eval_loss and each term logged beside it
     (eval_base_loss, the regularisers) are sentence-transformers'. The batch that checks metric_for_best_model before
-    training added its terms to the first evaluation's (eval_base_loss 356.7 beside an eval_loss of 224.4, where
-    sentence-transformers logs 223.0)."""
+    training added its terms to the first evaluation's (here eval_base_loss 1.174 where sentence-transformers logs
+    0.920, beside the same eval_loss)."""
     rows = [{"query": f"question {i} on topic {i % 4}", "positive": f"answer {i // 2} about topic {i % 4}"}
             for i in range(16)]
     logs = {}
