@@ -224,6 +224,25 @@ def test_reranking_evaluator_gives_sentence_transformers_metrics():
     assert got(_Table(table))["sequential_score"] == pytest.approx(want(_Table(table))["sequential_score"], abs=1e-12)
 
 
+@pytest.mark.parametrize("sample", [
+    {"query": "q", "positive": ["a man plays"], "negative": "a dog runs"},  # ranked as its 10 characters: map 0.1
+    {"query": "q", "positive": ["a man plays"], "documents": "a man plays"},
+    {"query": "q", "positive": {"a man plays"}, "negative": ["a dog runs"]},
+    {"query": "q", "positive": ["a man plays"], "negative": ["a dog runs", None]},
+])
+def test_reranking_evaluator_refuses_a_text_where_a_list_of_texts_goes(sample):
+    key = next(k for k in ("negative", "documents", "positive") if k in sample and not (
+        isinstance(sample[k], list) and all(isinstance(t, str) for t in sample[k])))
+    with pytest.raises(BertkitError, match=f"sample 0's '{key}' is {type(sample[key]).__name__} .*give a list of texts"):
+        evaluation.CrossEncoderRerankingEvaluator([sample])
+    # one positive text is one positive, in both libraries
+    one = {"query": "q", "positive": "a man plays", "negative": ["a dog runs", "a cat"]}
+    table = {("q", "a man plays"): 0.5, ("q", "a dog runs"): 0.7, ("q", "a cat"): 0.1}
+    want = st_evaluation.CrossEncoderRerankingEvaluator([one], write_csv=False)(_Table(table))
+    assert evaluation.CrossEncoderRerankingEvaluator([one], write_csv=False)(_Table(table)) == pytest.approx(
+        {k: float(v) for k, v in want.items()}, abs=1e-12)
+
+
 def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows):
     from bertkit.sentence.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
 
