@@ -16,6 +16,7 @@ names: ``model.0.…``). Evaluation is ``eval_loss`` on the eval_dataset plus th
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 from collections.abc import Callable, Sequence
@@ -246,13 +247,15 @@ class SentenceTransformerTrainer(Trainer):
 
     def _check_metric(self) -> None:
         """The base Trainer's check that metric_for_best_model is computed, which runs the evaluator once before
-        training: that run writes no row to output_dir/eval (sentence-transformers' CSV holds the evaluations alone, and
-        output_dir is not the run's yet)."""
+        training: a copy of it (the user's sees the evaluations alone, as in sentence-transformers, and keeps no state
+        from this run: the retrieval evaluator's primary metric is its first call's), writing no row to
+        output_dir/eval (sentence-transformers' CSV holds the evaluations alone, and output_dir is not the run's yet)."""
+        evaluator, self.evaluator = self.evaluator, copy.deepcopy(self.evaluator)
         self._evaluations_write_csv = False
         try:
             super()._check_metric()
         finally:
-            self._evaluations_write_csv = True
+            self.evaluator, self._evaluations_write_csv = evaluator, True
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
