@@ -57,6 +57,14 @@ def test_predict_and_rank_give_sentence_transformers_scores(directory, rows, tmp
     got = got_model.rank(query, docs, top_k=3, return_documents=True)
     assert [(g["corpus_id"], g["text"]) for g in got] == [(w["corpus_id"], w["text"]) for w in want]
     assert [g["score"] for g in got] == pytest.approx([w["score"] for w in want], abs=2e-6)
+    # documents from a generator are ranked as the list (they were read by the check, and none were left to score)
+    from_generator = got_model.rank(query, (d for d in docs), top_k=3, return_documents=True)
+    assert [(g["corpus_id"], g["text"]) for g in from_generator] == [(w["corpus_id"], w["text"]) for w in want]
+    assert [g["score"] for g in from_generator] == pytest.approx([w["score"] for w in want], abs=2e-6)
+    for wrong in (docs[0], dict.fromkeys(docs), set(docs)):  # ranked as characters or keys; a set has no order
+        with pytest.raises(BertkitError, match=f"rank\\(\\) takes the documents as a list of strings, got a "
+                                               f"{type(wrong).__name__}"):
+            got_model.rank(query, wrong)
 
     # saved by bertkit: sentence-transformers opens it (max_length and activation included), and so does bertkit
     got_model.save(tmp_path / "saved")
@@ -216,6 +224,25 @@ def test_reranking_evaluator_gives_sentence_transformers_metrics():
     assert got(_Table(table))["sequential_score"] == pytest.approx(want(_Table(table))["sequential_score"], abs=1e-12)
 
 
+@pytest.mark.parametrize("sample", [
+    {"query": "q", "positive": ["a man plays"], "negative": "a dog runs"},  # ranked as its 10 characters: map 0.1
+    {"query": "q", "positive": ["a man plays"], "documents": "a man plays"},
+    {"query": "q", "positive": {"a man plays"}, "negative": ["a dog runs"]},
+    {"query": "q", "positive": ["a man plays"], "negative": ["a dog runs", None]},
+])
+def test_reranking_evaluator_refuses_a_text_where_a_list_of_texts_goes(sample):
+    key = next(k for k in ("negative", "documents", "positive") if k in sample and not (
+        isinstance(sample[k], list) and all(isinstance(t, str) for t in sample[k])))
+    with pytest.raises(BertkitError, match=f"sample 0's '{key}' is {type(sample[key]).__name__} .*give a list of texts"):
+        evaluation.CrossEncoderRerankingEvaluator([sample])
+    # one positive text is one positive, in both libraries
+    one = {"query": "q", "positive": "a man plays", "negative": ["a dog runs", "a cat"]}
+    table = {("q", "a man plays"): 0.5, ("q", "a dog runs"): 0.7, ("q", "a cat"): 0.1}
+    want = st_evaluation.CrossEncoderRerankingEvaluator([one], write_csv=False)(_Table(table))
+    assert evaluation.CrossEncoderRerankingEvaluator([one], write_csv=False)(_Table(table)) == pytest.approx(
+        {k: float(v) for k, v in want.items()}, abs=1e-12)
+
+
 def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows):
     from bertkit.sentence.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
 
@@ -293,3 +320,28 @@ def test_rerank_pipeline_cuts_pairs_at_the_max_seq_length_the_directory_declares
     got = {r["index"]: r["score"] for r in pipe({"query": "Where is Paris?", "texts": texts}, raw_scores=True)}
     np.testing.assert_allclose([got[i] for i in range(3)], want, atol=2e-5, rtol=0)
     assert bertkit.pipeline("rerank", tmp_path / "ce", max_length=64, progress=False).max_length == 64
+
+
+def test_rerank_pipeline_warns_when_the_directory_scores_by_another_activation(directory, tmp_path, caplog):
+    """A cross-encoder saved with activation_fn Identity (a model trained with MSELoss on teacher logits): its
+    CrossEncoder's rank gives the logit, the rerank pipeline (`bertkit serve --task rerank`'s /rerank, TEI's) its
+    sigmoid, 0.5049 against 0.0196 for the same pair, said nowhere. The pipeline keeps TEI's scores and warns, naming
+    raw_scores, which gives rank's numbers."""
+    import logging
+
+    import bertkit
+
+    pairs = [("Where is Paris?", "Paris is in France."), ("Where is Paris?", "Berlin is the capital of Germany.")]
+    CrossEncoder(directory, activation_fn=torch.nn.Identity()).save(tmp_path / "identity")
+    want = st_ce.CrossEncoder(str(tmp_path / "identity")).rank(pairs[0][0], [t for _, t in pairs])
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        pipe = bertkit.pipeline("rerank", tmp_path / "identity", progress=False)
+    assert "names the activation torch.nn.modules.linear.Identity" in caplog.text
+    assert "send raw_scores=true for the logit itself" in caplog.text
+    got = pipe({"query": pairs[0][0], "texts": [t for _, t in pairs]}, raw_scores=True)
+    assert [(g["index"], g["score"]) for g in got] == [(w["corpus_id"], pytest.approx(float(w["score"]), abs=2e-6))
+                                                       for w in want]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertkit"):  # the default sigmoid: the same numbers, nothing to say
+        bertkit.pipeline("rerank", directory, progress=False)
+    assert "names the activation" not in caplog.text

@@ -142,9 +142,13 @@ def test_a_file_bertkit_did_not_write_is_refused(models, tmp_path):
     assert (tmp_path / "elsewhere.csv").read_bytes() == b"epoch,steps,accuracy_cosine\r\n"
 
 
-def test_the_trainer_writes_the_evaluators_csv_as_sentence_transformers(minilm_2_layers, tmp_path):
+@pytest.mark.parametrize("best", [{}, {"metric_for_best_model": "t_cosine_accuracy", "load_best_model_at_end": True,
+                                      "save_strategy": "steps", "save_steps": 2}])
+def test_the_trainer_writes_the_evaluators_csv_as_sentence_transformers(minilm_2_layers, tmp_path, best):
     """Training with an evaluator, evaluating every 2 of 4 steps: output_dir/eval holds the same CSV, byte for byte
-    (epoch and step of each evaluation, the accuracies), recorded as the run's file."""
+    (epoch and step of each evaluation, the accuracies), recorded as the run's file. With metric_for_best_model, the
+    evaluation that checks the metric exists before training wrote a row of its own into output_dir/eval, before the
+    run claimed the directory, which train() then refused as a file bertkit did not write there."""
     datasets = pytest.importorskip("datasets")
     from sentence_transformers.sentence_transformer import losses as st_losses
 
@@ -155,18 +159,31 @@ def test_the_trainer_writes_the_evaluators_csv_as_sentence_transformers(minilm_2
     pairs = [{"anchor": f"question {i}", "positive": f"paragraph {i // 2}"} for i in range(12)]
     anchors, positives = [r["anchor"] for r in pairs], [r["positive"] for r in pairs]
     common = {"report_to": "none", "use_cpu": True, "disable_tqdm": True, "eval_strategy": "steps", "eval_steps": 2,
-              "max_steps": 4, "per_device_train_batch_size": 4, "seed": 0}
+              "max_steps": 4, "per_device_train_batch_size": 4, "seed": 0, **best}
     data = {"train_dataset": datasets.Dataset.from_list(pairs), "eval_dataset": datasets.Dataset.from_list(pairs[:4])}
-    want_model = st.SentenceTransformer(str(directory), device="cpu")
+    def counted(library):  # the user's evaluator object, counting the calls it sees
+        class Counted(library.TripletEvaluator):
+            calls = 0
+
+            def __call__(self, *args, **kwargs):
+                self.calls += 1
+                return super().__call__(*args, **kwargs)
+
+        return Counted(anchors, positives, positives[::-1], name="t")
+
+    want_model, want_evaluator = st.SentenceTransformer(str(directory), device="cpu"), counted(st_evaluation)
     st.SentenceTransformerTrainer(
         model=want_model, loss=st_losses.MultipleNegativesRankingLoss(want_model),
         args=st.SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "st"), **common),
-        evaluator=st_evaluation.TripletEvaluator(anchors, positives, positives[::-1], name="t"), **data).train()
-    got_model = SentenceTransformer(directory)
+        evaluator=want_evaluator, **data).train()
+    got_model, got_evaluator = SentenceTransformer(directory), counted(evaluation)
     SentenceTransformerTrainer(
         model=got_model, loss=losses.MultipleNegativesRankingLoss(got_model),
         args=SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "bk"), **common),
-        evaluator=evaluation.TripletEvaluator(anchors, positives, positives[::-1], name="t"), **data).train()
+        evaluator=got_evaluator, **data).train()
+    # the evaluator sees the evaluations alone: the check of metric_for_best_model runs a copy of it (an evaluator
+    # that keeps state from its first call, as the retrieval one's primary metric, would have kept the check's)
+    assert got_evaluator.calls == want_evaluator.calls == 2
     want = (tmp_path / "st" / "eval" / "triplet_evaluation_t_results.csv").read_bytes()
     assert want.startswith(b"epoch,steps,accuracy_cosine\r\n0.6666666666666666,2,")
     assert (tmp_path / "bk" / "eval" / "triplet_evaluation_t_results.csv").read_bytes() == want

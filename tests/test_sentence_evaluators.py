@@ -149,6 +149,21 @@ def test_bad_evaluator_input_is_named():
         evaluation.InformationRetrievalEvaluator({"q": "a question"}, {"d1": "a doc"}, {"q": {"d2"}}, name="ir")
 
 
+def test_a_text_where_a_list_of_texts_goes_is_refused():
+    """A str where a list goes was read as its characters: EmbeddingSimilarityEvaluator("abc", "def", [1, 2, 3])
+    gave correlations of 3 one-letter pairs; a relevant id "12" was matched as a substring, so corpus ids "1" and "2"
+    counted as relevant (sentence-transformers does both)."""
+    for make, what in [(lambda: evaluation.EmbeddingSimilarityEvaluator("abc", "def", [1.0, 2.0, 3.0]), "sentences1"),
+                       (lambda: evaluation.TripletEvaluator(["a"], ["p"], {"n"}), "negatives"),
+                       (lambda: evaluation.BinaryClassificationEvaluator(["ab"], "x", [1]), "sentences2")]:
+        with pytest.raises(BertkitError, match=f"{what} is .*give a list of texts"):
+            make()
+    with pytest.raises(BertkitError, match=r"relevant_docs\['q'\] is str '12'; give the relevant corpus ids as a set"):
+        evaluation.InformationRetrievalEvaluator({"q": "a question"}, {"1": "a", "2": "b", "12": "c"}, {"q": "12"})
+    with pytest.raises(BertkitError, match="corpus is list; give a dict"):
+        evaluation.InformationRetrievalEvaluator({"q": "a question"}, ["a doc"], {"q": {"0"}})
+
+
 def test_similarity_nan_gold_score_gives_nan_correlations():
     """A NaN gold score makes both correlations NaN, as sentence-transformers (scipy) gives them: Spearman ranked the
     NaN last and reported a number from the other pairs."""

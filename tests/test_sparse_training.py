@@ -446,3 +446,41 @@ def test_bad_router_and_learning_rate_mappings_are_refused_by_name(inference_fre
     args = SparseEncoderTrainingArguments(output_dir=str(out), router_mapping='{"query": "query"}',
                                           learning_rate_mapping='{"query": 0.001}')
     assert (args.router_mapping, args.learning_rate_mapping) == ({"query": "query"}, {"query": 1e-3})
+
+
+def test_evaluation_logs_the_terms_of_its_own_pass(checkpoint, tmp_path):
+    """Evaluating every 2 steps with an evaluator and metric_for_best_model: eval_loss and each term logged beside it
+    (eval_base_loss, the regularisers) are sentence-transformers'. The batch that checks metric_for_best_model before
+    training added its terms to the first evaluation's (here eval_base_loss 1.174 where sentence-transformers logs
+    0.920, beside the same eval_loss)."""
+    rows = [{"query": f"question {i} on topic {i % 4}", "positive": f"answer {i // 2} about topic {i % 4}"}
+            for i in range(16)]
+    logs = {}
+    for lib in ("sentence_transformers", "bertkit"):
+        S, losses, _ = _library(lib)
+        evaluation = (__import__("sentence_transformers.sparse_encoder.evaluation", fromlist=["x"])
+                      if lib == "sentence_transformers" else __import__("bertkit.sentence.sparse_encoder.evaluation",
+                                                                        fromlist=["x"]))
+        model = S.SparseEncoder(str(checkpoint), device="cpu")
+        model.max_seq_length = MAX_LENGTH
+        loss = losses.SpladeLoss(model, losses.SparseMultipleNegativesRankingLoss(model), **WEIGHTS)
+        evaluator = evaluation.SparseEmbeddingSimilarityEvaluator(
+            [r["query"] for r in rows[:6]], [r["positive"] for r in rows[:6]], [float(i % 3) for i in range(6)],
+            name="sts")
+        args = S.SparseEncoderTrainingArguments(
+            output_dir=str(tmp_path / lib), per_device_train_batch_size=BATCH, max_steps=2, learning_rate=2e-5,
+            eval_strategy="steps", eval_steps=2, save_strategy="no", metric_for_best_model="eval_sts_spearman_dot",
+            report_to="none", seed=42, use_cpu=True, disable_tqdm=True)
+        trainer = S.SparseEncoderTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows),
+                                         eval_dataset=datasets.Dataset.from_list(rows[:8]), loss=loss,
+                                         evaluator=evaluator)
+        trainer.train()
+        logs[lib] = next(h for h in trainer.state.log_history if "eval_loss" in h)
+    want, got = logs["sentence_transformers"], logs["bertkit"]
+    terms = ["eval_loss", "eval_base_loss", "eval_document_regularizer_loss", "eval_query_regularizer_loss"]
+    assert set(terms) <= set(want) and set(terms) <= set(got)
+    # sentence-transformers logs the terms rounded to 4 decimals
+    np.testing.assert_allclose([got[k] for k in terms], [want[k] for k in terms], rtol=1e-4, atol=1e-4,
+                               err_msg=str(terms))
+    assert got["eval_base_loss"] + got["eval_document_regularizer_loss"] + got["eval_query_regularizer_loss"] == \
+        pytest.approx(got["eval_loss"], rel=1e-5)

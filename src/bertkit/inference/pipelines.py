@@ -27,7 +27,12 @@ from bertkit.heads import (
 from bertkit.inference import tasks
 from bertkit.inference.base import Pipeline, refuse_empty_text, softmax
 from bertkit.modeling import BertModel
-from bertkit.sentence.directory import SentenceDirectory, declared_max_seq_length, read_directory
+from bertkit.sentence.directory import (
+    SentenceDirectory,
+    declared_max_seq_length,
+    read_directory,
+    saved_activation,
+)
 from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
 from bertkit.sentence.prompts import prompt_tokens
@@ -217,7 +222,15 @@ class RerankPipeline(TextClassificationPipeline):
         sentence_bert_config.json declares, else the tokenizer's model_max_length (``max_length`` given wins)."""
         if kwargs.get("max_length") is None:
             kwargs["max_length"] = declared_max_seq_length(model_dir)
-        return super().from_pretrained(model_dir, **kwargs)
+        pipe = super().from_pretrained(model_dir, **kwargs)
+        named = saved_activation(Path(model_dir), pipe.model.config.extra)
+        if pipe.relevant is None and named and named.rsplit(".", 1)[-1] != "Sigmoid":
+            # TEI's /rerank scores a one-logit model by its sigmoid whatever the directory names; its CrossEncoder
+            # does not, so the two would give other numbers for the same pair without a word
+            logger.warning("%s names the activation %s (the scores of its CrossEncoder's predict and rank); the "
+                           "rerank pipeline and bertkit serve's /rerank score by the sigmoid of the logit, as TEI "
+                           "does: send raw_scores=true for the logit itself", model_dir, named)
+        return pipe
 
     def check_input(self, item: Any, index: int) -> dict:
         return Pipeline.check_input(self, item, index)

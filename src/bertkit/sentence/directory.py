@@ -50,6 +50,16 @@ def write_st_config(directory: Path, model_type: str, **fields: Any) -> None:
                                               **fields})
 
 
+def saved_activation(directory: Path, config_extra: dict[str, Any]) -> str | None:
+    """The activation a cross-encoder directory names (``torch.nn.modules.activation.Sigmoid``, ...), None where it
+    names none: where sentence-transformers recorded it, config_sentence_transformers.json (v5 and later), config.json's
+    "sentence_transformers" (v4; ``config_extra`` holds config.json's keys bertkit's config does not), its
+    "sbert_ce_default_activation_function" (before v4)."""
+    return ((read_json(Path(directory) / ST_CONFIG) or {}).get("activation_fn")
+            or (config_extra.get("sentence_transformers") or {}).get("activation_fn")
+            or config_extra.get("sbert_ce_default_activation_function"))
+
+
 def module_types(modules: list[dict[str, Any]]) -> list[str]:
     """The modules' class names ("Transformer", "Pooling", ...) whatever path in sentence-transformers recorded them
     (``sentence_transformers.models.Pooling`` before 6). A module of another package keeps its whole path, so that

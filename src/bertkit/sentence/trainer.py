@@ -16,6 +16,7 @@ names: ``model.0.…``). Evaluation is ``eval_loss`` on the eval_dataset plus th
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 from collections.abc import Callable, Sequence
@@ -132,6 +133,7 @@ class SentenceTransformerTrainer(Trainer):
         loss = self._loss(model, loss)
         check_batch_holds_negatives(loss, args)
         self.sentence_model, self.loss, self.evaluator = model, loss, evaluator
+        self._evaluations_write_csv = True  # off for the check of metric_for_best_model (``_check_metric``)
         pooler = getattr(getattr(model, "bert", None), "pooler", None)
         if pooler is not None:  # dense + tanh over [CLS]: no part of a sentence embedding, so it gets no
             pooler.requires_grad_(False)  # gradient, which DDP (torchrun) refuses; AdamW leaves it as is
@@ -228,11 +230,32 @@ class SentenceTransformerTrainer(Trainer):
         """The evaluator's metrics, called as sentence-transformers' trainer calls it: with the epoch, the step and
         (on rank 0) ``output_dir/eval``, where it writes its results CSV."""
         output_path = None
-        if current().is_main:
+        if current().is_main and self._evaluations_write_csv:
             output_path = os.path.join(self.args.output_dir, "eval")
             os.makedirs(output_path, exist_ok=True)
         return dict(self.evaluator(self.sentence_model, output_path=output_path, epoch=self.state.epoch,
                                    steps=self.state.global_step))
+
+    def _predictions(self, examples: Sequence, module: nn.Module | None = None, events: bool = True,
+                     batches: list[list[int]] | None = None) -> tuple[Any, Any, float | None]:
+        """The base Trainer's, each pass's loss terms counted from zero: the terms logged beside eval_loss are those
+        of the evaluation that computed it (the batch that checks metric_for_best_model, or a predict(), added
+        theirs to the next evaluation's: eval_base_loss 356.7 beside an eval_loss of 224.4)."""
+        if isinstance(self.model, LossModel):
+            self.model.components("eval")
+        return super()._predictions(examples, module, events, batches)
+
+    def _check_metric(self) -> None:
+        """The base Trainer's check that metric_for_best_model is computed, which runs the evaluator once before
+        training: a copy of it (the user's sees the evaluations alone, as in sentence-transformers, and keeps no state
+        from this run: the retrieval evaluator's primary metric is its first call's), writing no row to
+        output_dir/eval (sentence-transformers' CSV holds the evaluations alone, and output_dir is not the run's yet)."""
+        evaluator, self.evaluator = self.evaluator, copy.deepcopy(self.evaluator)
+        self._evaluations_write_csv = False
+        try:
+            super()._check_metric()
+        finally:
+            self.evaluator, self._evaluations_write_csv = evaluator, True
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:

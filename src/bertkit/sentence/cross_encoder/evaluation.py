@@ -42,6 +42,16 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
             if "query" not in s or "positive" not in s or ("negative" in s) == ("documents" in s):
                 raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i} has the keys {sorted(s)}; each needs "
                                    "'query', 'positive' and exactly one of 'negative' and 'documents'")
+            for key in ("positive", "negative", "documents"):
+                value = s.get(key, [])
+                if key == "positive" and isinstance(value, str):
+                    continue  # one positive, as sentence-transformers reads it
+                if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
+                    # a str would be reranked character by character (a negative "a dog runs" as 10 documents), a
+                    # set in no order
+                    raise BertkitError(f"CrossEncoderRerankingEvaluator: sample {i}'s {key!r} is "
+                                       f"{type(value).__name__} {str(value)[:60]!r}; give a list of texts "
+                                       f"([{str(value)[:20]!r}] for one)")
         self.at_k = mrr_at_k if mrr_at_k is not None else at_k
         self.always_rerank_positives, self.name = always_rerank_positives, name
         self.batch_size, self.show_progress_bar, self.write_csv = batch_size, show_progress_bar, write_csv

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,10 @@ from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import (
     MODULES,
     SBERT_CONFIG,
-    ST_CONFIG,
     declared_max_seq_length,
     module_types,
     read_json,
+    saved_activation,
     write_st_config,
 )
 from bertkit.sentence.model import ReferenceCalls, as_requested
@@ -147,12 +147,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             raise BertkitError(f"max_length {limit!r} must be a whole number in [3, {positions}] (a pair needs 3 "
                                f"special tokens; this checkpoint has {positions} positions)")
         self.max_length = limit
-        # where sentence-transformers recorded the activation: config_sentence_transformers.json (v5 and later),
-        # config.json's "sentence_transformers" (v4), its "sbert_ce_default_activation_function" (before v4)
-        extra = self.model.config.extra
-        saved = ((read_json(path / ST_CONFIG) or {}).get("activation_fn")
-                 or (extra.get("sentence_transformers") or {}).get("activation_fn")
-                 or extra.get("sbert_ce_default_activation_function"))
+        saved = saved_activation(path, self.model.config.extra)
         if activation_fn is not None:
             self.activation_fn = activation_fn
         elif saved:
@@ -294,6 +289,12 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         if self.num_labels != 1:
             raise BertkitError(f"rank() needs a one-label cross-encoder; this one has {self.num_labels} labels: use "
                                "predict() on (query, document) pairs")
+        if isinstance(documents, (str, Mapping, Set)) or not isinstance(documents, Iterable):
+            # a str would be ranked character by character, a dict by its keys (sentence-transformers does both);
+            # a set has no order for corpus_id to point into
+            raise BertkitError(f"rank() takes the documents as a list of strings, got a {type(documents).__name__} "
+                               f"{str(documents)[:60]!r}: pass a list (corpus_id is each one's index in it)")
+        documents = list(documents)  # a generator is read once: checked and scored from the same list
         bad = next(((f"document {i}", d) for i, d in enumerate(documents) if not isinstance(d, str)),
                    ("the query", query) if not isinstance(query, str) else None)
         if bad is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,16 @@ from bertkit.runs import record
 def prefixed(metrics: dict[str, float], name: str) -> dict[str, float]:
     """``{name}_{key}`` for each metric (the keys as they are for no name), as sentence-transformers names them."""
     return {f"{name}_{k}" if name else k: float(v) for k, v in metrics.items()}
+
+
+def refuse_one_text(who: str, **texts: Any) -> None:
+    """Refuse a str, dict or set given where an evaluator takes a list of texts: a str would be read as its
+    characters (sentence-transformers reads it so, where its lengths happen to agree), a dict as its keys, a set in no
+    order."""
+    for what, value in texts.items():
+        if isinstance(value, (str, bytes, Mapping, Set)):
+            raise BertkitError(f"{who}: {what} is {type(value).__name__} {str(value)[:60]!r}; give a list of texts "
+                               f"(one a pair, in the order of the others)")
 
 
 class EmbeddingEvaluator:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, refuse_one_text
 from bertkit.sentence.evaluation.reranking import average_precision
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
@@ -72,6 +72,7 @@ class BinaryClassificationEvaluator(ResultsCsv, EmbeddingEvaluator):
     def __init__(self, sentences1: Sequence[str], sentences2: Sequence[str], labels: Sequence[int], name: str = "",
                  batch_size: int = 32, show_progress_bar: bool = False, write_csv: bool = True,
                  truncate_dim: int | None = None, similarity_fn_names: list[str] | None = None):
+        refuse_one_text("BinaryClassificationEvaluator", sentences1=sentences1, sentences2=sentences2)
         if not len(sentences1) == len(sentences2) == len(labels):
             raise BertkitError(f"BinaryClassificationEvaluator: {len(sentences1)} sentences1, {len(sentences2)} "
                                f"sentences2 and {len(labels)} labels; give one label per pair")

@@ -6,6 +6,7 @@ computes them (same keys, same numbers)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,16 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
         if write_predictions:
             raise BertkitError("InformationRetrievalEvaluator(write_predictions=True) is not implemented in bertkit; "
                                "rank with bertkit.sentence.util.semantic_search and write what you need")
+        for what, value in (("queries", queries), ("corpus", corpus), ("relevant_docs", relevant_docs)):
+            if not isinstance(value, Mapping):
+                raise BertkitError(f"InformationRetrievalEvaluator: {what} is {type(value).__name__}; give a dict "
+                                   f"({'{query id: set of relevant corpus ids}' if what == 'relevant_docs' else '{id: text}'})")
+        for q, docs in relevant_docs.items():
+            if isinstance(docs, (str, bytes, Mapping)) or not isinstance(docs, Iterable):
+                # a str id would be matched as a substring: "12" holds "1" and "2"
+                raise BertkitError(f"InformationRetrievalEvaluator: relevant_docs[{q!r}] is {type(docs).__name__} "
+                                   f"{str(docs)[:40]!r}; give the relevant corpus ids as a set ({{{str(docs)[:20]!r}}} "
+                                   "for one)")
         missing = sorted({c for q, docs in relevant_docs.items() if q in queries for c in docs if c not in corpus})
         if missing:
             raise BertkitError(f"InformationRetrievalEvaluator{f' {name!r}' if name else ''}: {len(missing)} relevant "

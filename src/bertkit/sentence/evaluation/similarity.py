@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, refuse_one_text
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
@@ -45,6 +45,7 @@ class EmbeddingSimilarityEvaluator(ResultsCsv, EmbeddingEvaluator):
                  main_similarity: str | None = None, similarity_fn_names: list[str] | None = None, name: str = "",
                  show_progress_bar: bool = False, write_csv: bool = True, precision: str | None = None,
                  truncate_dim: int | None = None):
+        refuse_one_text("EmbeddingSimilarityEvaluator", sentences1=sentences1, sentences2=sentences2)
         if not len(sentences1) == len(sentences2) == len(scores):
             raise BertkitError(f"EmbeddingSimilarityEvaluator: {len(sentences1)} sentences1, {len(sentences2)} "
                                f"sentences2 and {len(scores)} scores; give one score per pair")

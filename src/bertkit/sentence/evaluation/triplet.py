@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, refuse_one_text
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
@@ -23,6 +23,7 @@ class TripletEvaluator(ResultsCsv, EmbeddingEvaluator):
                  truncate_dim: int | None = None, similarity_fn_names: list[str] | None = None,
                  main_distance_function: str | None = None):
         main_similarity_function = main_similarity_function or main_distance_function  # its older name
+        refuse_one_text("TripletEvaluator", anchors=anchors, positives=positives, negatives=negatives)
         if not len(anchors) == len(positives) == len(negatives):
             raise BertkitError(f"TripletEvaluator: {len(anchors)} anchors, {len(positives)} positives and "
                                f"{len(negatives)} negatives; give one positive and one negative per anchor")
