@@ -155,6 +155,20 @@ def test_text_classification_regression_returns_the_value(tmp_path_factory, mini
     np.testing.assert_allclose([o["value"] for o in got], [r[0] for r in ref], atol=1e-5, rtol=0)
 
 
+def test_text_classification_regression_returns_every_output(tmp_path_factory, minilm_dir, hf_tok):
+    # a regression head with several targets: each output's value by label name (the first alone was returned, the
+    # others dropped without a word; transformers' pipeline answers all of them)
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=3,
+                            id2label={0: "valence", 1: "arousal", 2: "dominance"}, problem_type="regression")
+    texts = ["a gripping, beautifully shot film", "dull.", "I would not watch it again", "Héllo, naïve café!"]
+    got = bertkit.pipeline("text-classification", d)(texts)
+    ref = _hf_logits(hf_model, hf_tok, texts)
+    assert all(set(o) == {"values"} and list(o["values"]) == ["valence", "arousal", "dominance"] for o in got)
+    np.testing.assert_allclose([list(o["values"].values()) for o in got], ref, atol=1e-5, rtol=0)
+    theirs = transformers.pipeline("text-classification", model=str(d))(texts[0], top_k=None)
+    assert {r["label"]: r["score"] for r in theirs} == pytest.approx(got[0]["values"], abs=1e-5)
+
+
 def test_results_keep_input_order_whatever_the_batching(tmp_path_factory, minilm_dir, sst2):
     d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
     texts = sst2[:50]

@@ -133,7 +133,8 @@ class TextOrPairPipeline(Pipeline):
 class TextClassificationPipeline(TextOrPairPipeline):
     """A text or a pair -> ``{"label", "score", "scores"}`` (softmax per label name, from the config's
     ``id2label``); multi-label models give sigmoid ``scores`` and the ``labels`` above 0.5; regression
-    models (one output, e.g. STS-B) give ``{"value"}``."""
+    models give ``{"value"}`` for one output (e.g. STS-B) and ``{"values"}``, each output's by label name, for
+    several (transformers' regression answers every output)."""
 
     task = tasks.TextClassification.name
     model_class = BertForSequenceClassification
@@ -143,9 +144,10 @@ class TextClassificationPipeline(TextOrPairPipeline):
         logits = outputs[0]
         kind = self.config.problem_type or ("regression" if self.config.num_labels == 1
                                             else "single_label_classification")
-        if kind == "regression":
-            return {"value": float(logits[0])}
         names = _labels(self.config)
+        if kind == "regression":
+            values = [float(v) for v in logits]
+            return {"value": values[0]} if len(values) == 1 else {"values": dict(zip(names, values))}
         if kind == "multi_label_classification":
             p = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
             return {"labels": [n for n, s in zip(names, p) if s > 0.5], "scores": dict(zip(names, map(float, p)))}
