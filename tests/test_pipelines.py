@@ -169,6 +169,22 @@ def test_text_classification_regression_returns_every_output(tmp_path_factory, m
     assert {r["label"]: r["score"] for r in theirs} == pytest.approx(got[0]["values"], abs=1e-5)
 
 
+def test_one_label_single_label_classifier_is_refused(tmp_path_factory, minilm_dir):
+    # a softmax over one label: the pipeline scored every text 1.0 ({"label": "LABEL_0", "score": 1.0}); transformers
+    # refuses the config when it loads
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=1)
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, "problem_type": "single_label_classification"}))
+    with pytest.raises(ValueError, match="requires `num_labels > 1`"):
+        transformers.BertConfig.from_pretrained(d)
+    with pytest.raises(BertkitError, match=r"'single_label_classification' needs num_labels > 1, got 1 label "
+                                           r"\['LABEL_0'\]: a softmax over one label scores every input 1.0"):
+        bertkit.pipeline("text-classification", d)
+    (d / "config.json").write_text(json.dumps({**config, "problem_type": "multi_label_classification"}))
+    assert bertkit.pipeline("text-classification", d)("a fine film")["scores"]["LABEL_0"] == pytest.approx(
+        transformers.pipeline("text-classification", model=str(d))("a fine film")[0]["score"], abs=1e-5)
+
+
 def test_results_keep_input_order_whatever_the_batching(tmp_path_factory, minilm_dir, sst2):
     d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
     texts = sst2[:50]

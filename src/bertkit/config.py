@@ -129,6 +129,12 @@ class BertConfig:
             raise BertkitError(f"BertConfig.id2label keys must be 0..n-1, got {sorted(self.id2label)}")
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise BertkitError(f"BertConfig.problem_type {self.problem_type!r} is not one of {PROBLEM_TYPES}")
+        if self.problem_type == "single_label_classification" and len(self.id2label) == 1:
+            # a softmax over one label is 1.0 whatever the input, and its cross-entropy 0 (transformers refuses it too)
+            raise BertkitError("BertConfig.problem_type 'single_label_classification' needs num_labels > 1, got 1 label "
+                               f"{list(self.id2label.values())}: a softmax over one label scores every input 1.0; set "
+                               "problem_type 'regression' (or 'multi_label_classification', a sigmoid) for one output, "
+                               "or num_labels 2 for a binary classifier")
 
     model_type = "bert"  # a class attribute, as transformers' BertConfig.model_type (not a field: never varies)
 
