@@ -120,6 +120,22 @@ def test_fill_mask_several_masks_and_errors(tmp_path_factory, minilm_dir, hf_tok
         bertkit.pipeline("fill-mask", minilm_dir)
 
 
+def test_fill_mask_refuses_a_mask_past_max_length(tmp_path_factory, minilm_dir, hf_tok):
+    # the second [MASK] lies past max_length: the answer was the first mask's candidates alone, a flat list as for a
+    # one-mask text, the second mask dropped without a word
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    fill = bertkit.pipeline("fill-mask", d, max_length=16)
+    text = "the [MASK] sat on the mat and then it went on and on and on and on and on [MASK] ."
+    with pytest.raises(BertkitError, match=r"has 2 \[MASK\] tokens, 1 of them past its first 16 tokens"):
+        fill(text)
+    short = "the [MASK] sat on the mat and [MASK] ."  # both within 16 tokens: one list per mask, transformers' numbers
+    ref = transformers.pipeline("fill-mask", model=hf_model, tokenizer=hf_tok, device="cpu", top_k=2)(short)
+    got = fill(short, top_k=2)
+    assert [[c["token"] for c in m] for m in got] == [[c["token"] for c in m] for m in ref]
+    np.testing.assert_allclose([[c["score"] for c in m] for m in got], [[c["score"] for c in m] for m in ref],
+                               atol=1e-5, rtol=0)
+
+
 # ---------------------------------------------------------------------------------------------------
 # text-classification
 # ---------------------------------------------------------------------------------------------------

@@ -76,6 +76,12 @@ class FillMaskPipeline(Pipeline):
             raise BertkitError(f"fill-mask input {item[:60]!r} has no {self.tokenizer.mask_token} token "
                                f"(within its first {self.max_length} tokens); write {self.tokenizer.mask_token} "
                                "where a word should be predicted")
+        cut = self.tokenizer(item, add_special_tokens=False)["input_ids"].count(self.tokenizer.mask_token_id) - len(masks)
+        if cut:  # answered, it would read as the text's only (or first few) masks: the list's shape changes too
+            raise BertkitError(f"fill-mask input {item[:60]!r} has {len(masks) + cut} {self.tokenizer.mask_token} "
+                               f"tokens, {cut} of them past its first {self.max_length} tokens (max_length), which "
+                               "the model does not read: shorten the text before them, or raise max_length (up to "
+                               f"{self.config.max_position_embeddings}, the model's positions)")
         return [{"input_ids": enc["input_ids"], "token_type_ids": enc["token_type_ids"], "masks": masks}]
 
     def forward(self, batch: dict[str, Tensor], rows: Sequence[dict[str, Any]]) -> list[np.ndarray]:
