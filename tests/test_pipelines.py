@@ -201,6 +201,23 @@ def test_one_label_single_label_classifier_is_refused(tmp_path_factory, minilm_d
         transformers.pipeline("text-classification", model=str(d))("a fine film")[0]["score"], abs=1e-5)
 
 
+def test_text_classification_refuses_two_labels_of_one_name(tmp_path_factory, minilm_dir):
+    # scores keyed by name: label 0's score was overwritten by label 1's ({"x": 0.335, "y": 0.333}, two of three
+    # scores; transformers' pipeline lists all three, two named "x")
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification", num_labels=3,
+                     id2label={0: "x", 1: "x", 2: "y"})
+    theirs = transformers.pipeline("text-classification", model=str(d))("a fine film", top_k=None)
+    assert sorted(r["label"] for r in theirs) == ["x", "x", "y"]
+    with pytest.raises(BertkitError, match=r"several labels one name \('x' names ids \[0, 1\]\)"):
+        bertkit.pipeline("text-classification", d)
+    config = json.loads((d / "config.json").read_text())
+    config["id2label"], config["label2id"] = {"0": "x", "1": "z", "2": "y"}, {"x": 0, "z": 1, "y": 2}
+    (d / "config.json").write_text(json.dumps(config))
+    ours = bertkit.pipeline("text-classification", d)("a fine film")["scores"]
+    theirs = transformers.pipeline("text-classification", model=str(d))("a fine film", top_k=None)
+    assert ours == pytest.approx({r["label"]: r["score"] for r in theirs}, abs=1e-5)
+
+
 def test_results_keep_input_order_whatever_the_batching(tmp_path_factory, minilm_dir, sst2):
     d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
     texts = sst2[:50]

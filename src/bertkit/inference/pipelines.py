@@ -146,6 +146,17 @@ class TextClassificationPipeline(TextOrPairPipeline):
     model_class = BertForSequenceClassification
     required_keys = ("classifier.weight",)
 
+    def __init__(self, model, tokenizer, **kwargs: Any):
+        names = _labels(model.config)
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # the scores are keyed by name: one label's would overwrite the other's
+            ids = {n: [i for i, m in enumerate(names) if m == n] for n in twice}
+            alike = "; ".join(f"{n!r} names ids {v}" for n, v in ids.items())
+            raise BertkitError(f"this model's id2label gives several labels one name ({alike}), so their scores, keyed "
+                               "by name, would be one; give each id its own name in config.json's id2label (and "
+                               "label2id)")
+        super().__init__(model, tokenizer, **kwargs)
+
     def decode(self, item, rows, outputs, **_: Any) -> dict[str, Any]:
         logits = outputs[0]
         kind = self.config.problem_type or ("regression" if self.config.num_labels == 1
