@@ -352,6 +352,32 @@ def test_question_answering_equals_the_squad_recipe(tmp_path_factory, minilm_dir
     json.dumps(got)
 
 
+def test_question_answering_top_k_changes_neither_answer_nor_scores(tmp_path_factory, minilm_dir):
+    # top_k was the recipe's n-best size too (max(20, top_k)): more candidates entered each window's search and the
+    # softmax over them, so asking for more alternatives changed the answer ("St" at score 1.0 with top_k 1,
+    # "000" at 0.035 with top_k 100) and every score
+    d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    qa = bertkit.pipeline("question-answering", d)
+    item = {"question": "What is the thing?", "context": "U.S. İstanbul café tower's İstanbul , $3,000 The "
+            "antidisestablishmentarianism Eiffel U.S. Straße (1889) don't . Straße e-mail Eiffel (1889) tower's"}
+    tok = bertkit.BertTokenizer.from_pretrained(d)
+    features = squad.featurize_squad([squad.SquadExample("q", "", item["question"], item["context"], ())], tok,
+                                     max_seq_length=512, doc_stride=128, max_query_length=64)
+    with torch.no_grad():
+        out = hf_model(**{k: torch.tensor([features[0][k]]) for k in ("input_ids", "token_type_ids",
+                                                                         "attention_mask")})
+    ref = squad.postprocess_predictions([squad.SquadExample("q", "", item["question"], item["context"], ())],
+                                        features, out.start_logits.numpy(), out.end_logits.numpy(),
+                                        n_best_size=20, max_answer_length=2)
+    answers = [qa(item, top_k=k, max_answer_length=2) for k in (1, 5, 20)]
+    for k, a in zip((1, 5, 20), answers):
+        assert a["answer"] == ref.predictions["q"] and len(a["nbest"]) == min(k, len(ref.nbest["q"]))
+        np.testing.assert_allclose([n["score"] for n in a["nbest"]],
+                                   [n["probability"] for n in ref.nbest["q"][:k]], atol=1e-6, rtol=0)
+    with pytest.raises(BertkitError, match="top_k 21 exceeds the 20 candidates the SQuAD recipe weighs"):
+        qa(item, top_k=21)
+
+
 def test_question_answering_long_context_and_no_answer(tmp_path_factory, minilm_dir, squad_all):
     d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
     qa = bertkit.pipeline("question-answering", d)

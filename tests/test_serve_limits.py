@@ -103,7 +103,8 @@ QA = {"question": "Who had an impact?", "context": CONTEXT}
     ("qa", {"inputs": QA, "parameters": {"null_threshold": True}}, "null_threshold must be a finite number"),
     ("qa", b'{"inputs": {"question": "q", "context": "c"}, "parameters": {"null_threshold": 1e400}}',
      "null_threshold must be a finite number, got inf"),
-    ("qa", {"inputs": QA, "parameters": {"top_k": -3}}, "top_k must be an int in [1, 100]"),
+    ("qa", {"inputs": QA, "parameters": {"top_k": -3}}, "top_k must be an int in [1, 20] (the SQuAD recipe's n-best"),
+    ("qa", {"inputs": QA, "parameters": {"top_k": 21}}, "top_k must be an int in [1, 20] (the SQuAD recipe's n-best"),
     ("qa", {"inputs": QA, "parameters": {"max_seq_len": 128}}, "max_seq_len must be 512"),
     ("qa", {"inputs": QA, "parameters": {"max_answer_length": 6}},  # bertkit's name: the wire takes the API's
      "question-answering takes no parameter(s) max_answer_length; it takes align_to_words, doc_stride"),

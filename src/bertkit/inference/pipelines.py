@@ -342,7 +342,8 @@ class QuestionAnsweringPipeline(Pipeline):
     is the answer's probability among the n-best candidates; ``start``/``end`` are character offsets into
     the context (``context[start:end] == answer``). With ``allow_no_answer=True`` (SQuAD 2.0 models) the
     answer is ``""`` with ``start``/``end`` None when the null score beats the best span by more than
-    ``null_threshold``.
+    ``null_threshold``. ``top_k`` returns the first of the ``n_best_size`` (20, run_squad.py's) candidates, so it
+    changes neither the answer nor a score.
     """
 
     task = tasks.QuestionAnswering.name
@@ -351,12 +352,17 @@ class QuestionAnsweringPipeline(Pipeline):
     fields = {"question": str, "context": str}
     call_options = ("top_k", "doc_stride", "max_question_length", "max_answer_length", "allow_no_answer",
                     "null_threshold")
+    n_best_size = 20  # the recipe's candidates per question: spans among each window's 20 best starts and ends
 
     def _example(self, item: dict) -> squad.SquadExample:
         return squad.SquadExample(qas_id="q", title="", question=item["question"], context=item["context"],
                                   answers=())
 
-    def encode(self, item: dict, doc_stride: int = 128, max_question_length: int = 64, **_: Any) -> list[dict]:
+    def encode(self, item: dict, doc_stride: int = 128, max_question_length: int = 64, top_k: int = 1,
+               **_: Any) -> list[dict]:
+        if top_k > self.n_best_size:  # more candidates would change which spans compete, so the answer and scores
+            raise BertkitError(f"question-answering's top_k {top_k} exceeds the {self.n_best_size} candidates the "
+                               f"SQuAD recipe weighs (its n-best size); ask for top_k {self.n_best_size} or fewer")
         return squad.featurize_squad([self._example(item)], self.tokenizer, max_seq_length=self.max_length,
                                      doc_stride=doc_stride, max_query_length=max_question_length)
 
@@ -368,7 +374,7 @@ class QuestionAnsweringPipeline(Pipeline):
                allow_no_answer: bool = False, null_threshold: float = 0.0, **_: Any) -> dict[str, Any]:
         preds = squad.postprocess_predictions(
             [self._example(item)], rows, [o[:, 0] for o in outputs], [o[:, 1] for o in outputs],
-            n_best_size=max(20, top_k), max_answer_length=max_answer_length,
+            n_best_size=self.n_best_size, max_answer_length=max_answer_length,
             version_2_with_negative=allow_no_answer, null_score_diff_threshold=null_threshold)
         nbest = [{"answer": e["text"] if span else "", "start": span[0] if span else None,
                   "end": span[1] if span else None, "score": float(e["probability"])}
