@@ -120,6 +120,16 @@ def test_fill_mask_several_masks_and_errors(tmp_path_factory, minilm_dir, hf_tok
         bertkit.pipeline("fill-mask", minilm_dir)
 
 
+def test_call_options_given_to_pipeline_are_refused(tmp_path_factory, minilm_dir):
+    # transformers' pipeline("fill-mask", model, top_k=3) answers 3 candidates per call; bertkit's failed with a bare
+    # TypeError from Pipeline.__init__
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForMaskedLM")
+    with pytest.raises(BertkitError, match=r"pipeline\('fill-mask', \.\.\., top_k=3\): top_k is an option of each "
+                                           r"call here, not of pipeline\(\) .*pipe\(inputs, top_k=3\)"):
+        bertkit.pipeline("fill-mask", d, top_k=3)
+    assert len(bertkit.pipeline("fill-mask", d)("a [MASK] b", top_k=3)) == 3
+
+
 def test_fill_mask_refuses_a_mask_past_max_length(tmp_path_factory, minilm_dir, hf_tok):
     # the second [MASK] lies past max_length: the answer was the first mask's candidates alone, a flat list as for a
     # one-mask text, the second mask dropped without a word

@@ -436,6 +436,12 @@ def pipeline(task: str | None = None, model: Any = None, *, tokenizer: Any = Non
     kwargs = dict(device=device, bf16=bf16, batch_size=batch_size, max_length=max_length, progress=progress,
                   quantize=quantize, calibration_texts=calibration_texts, **options)
     cls = TASKS[task].pipeline_class()
+    per_call = [k for k in options if k in cls.call_options]
+    if per_call:  # transformers' pipeline() keeps them as defaults of every call; bertkit takes them per call
+        given = ", ".join(f"{k}={options[k]!r}" for k in per_call)
+        raise BertkitError(f"pipeline({task!r}, ..., {given}): {', '.join(per_call)} is an option of each call here, "
+                           f"not of pipeline() (transformers keeps it as a default): pass it to the call, "
+                           f"pipe(inputs, {given})")
     if isinstance(model, nn.Module):
         if not isinstance(model, cls.model_class):
             raise BertkitError(f"the {task} pipeline runs a {cls.model_class.__name__}, got a {type(model).__name__}; "
