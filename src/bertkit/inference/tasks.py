@@ -268,7 +268,7 @@ class QuestionAnswering(Task):
     candidates_per = "questions"
 
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
-        n = pipe.n_best_size
+        n = self.pipeline_class().n_best_size
         return {"top_k": int_in(1, n, " (the SQuAD recipe's n-best size)")} if n < limits.max_top_k else {}
 
     def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
