@@ -88,10 +88,11 @@ def normalize_embeddings(embeddings: Tensor) -> Tensor:
     embeddings = embeddings.coalesce()
     indices, values = embeddings.indices(), embeddings.values()
     if embeddings.dim() == 1:
-        return torch.sparse_coo_tensor(indices, F.normalize(values, p=2, dim=0), embeddings.size())
+        return torch.sparse_coo_tensor(indices, F.normalize(values, p=2, dim=0), embeddings.size(),
+                                       check_invariants=False)  # a coalesced tensor's indices: valid, no warning
     norms = values.new_zeros(embeddings.size(0)).index_add_(0, indices[0], values ** 2).sqrt()[indices[0]]
     scaled = torch.where(norms > 0, values / torch.where(norms > 0, norms, 1), values)
-    return torch.sparse_coo_tensor(indices, scaled, embeddings.size()).coalesce()
+    return torch.sparse_coo_tensor(indices, scaled, embeddings.size(), check_invariants=False).coalesce()
 
 
 def _sparse_products(a: Tensor, b: Tensor) -> Tensor:
