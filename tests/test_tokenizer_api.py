@@ -100,6 +100,15 @@ def test_pad_and_pad_to_multiple_of(toks, sentences):
         a, b = ours(sentences[:16], **kw), hf(sentences[:16], **kw)
         assert a["input_ids"] == b["input_ids"] and a["attention_mask"] == b["attention_mask"]
         assert len(a["input_ids"][0]) % kw["pad_to_multiple_of"] == 0
+    # padded past max_length to its multiple without truncation, as transformers pads; with truncation to a
+    # length that is not a multiple, both refuse (bertkit cut at 10 and padded to 16 without a word)
+    a = ours(sentences[:4], padding="max_length", max_length=10, pad_to_multiple_of=8)
+    assert a["input_ids"] == hf(sentences[:4], padding="max_length", max_length=10, pad_to_multiple_of=8)["input_ids"]
+    for padding in (True, "max_length"):
+        with pytest.raises(ValueError, match="not a multiple of pad_to_multiple_of"):
+            hf(sentences[:4], padding=padding, truncation=True, max_length=10, pad_to_multiple_of=8)
+        with pytest.raises(BertkitError, match="max_length=10 and padding to a multiple of pad_to_multiple_of=8"):
+            ours(sentences[:4], padding=padding, truncation=True, max_length=10, pad_to_multiple_of=8)
     # pad() on per-example dicts (what a data collator does), with a label passed through.
     features = [{**ours(s, return_special_tokens_mask=True), "label": i} for i, s in enumerate(sentences[:9])]
     hf_features = [{**hf(s, return_special_tokens_mask=True), "label": i} for i, s in enumerate(sentences[:9])]

@@ -376,6 +376,12 @@ class BertTokenizer:
         if max_length is None and (strategy is not None or pad == "max_length"):
             max_length = self.model_max_length
         check_lengths(max_length, pad_to_multiple_of, stride, return_overflowing_tokens)
+        if strategy is not None and pad is not None and pad_to_multiple_of and max_length % pad_to_multiple_of:
+            # rows cut at max_length, then padded past it to the next multiple: transformers refuses this
+            raise BertkitError(f"truncation at max_length={max_length} and padding to a multiple of "
+                               f"pad_to_multiple_of={pad_to_multiple_of}: the length is not a multiple of it, so "
+                               "padded rows would be longer than the cut; give a max_length that is a multiple "
+                               "(as transformers requires), or leave one of them off")
 
         segment = functools.partial(self._segment, with_offsets=return_offsets_mapping, split=is_split_into_words)
         segments = [(segment(a), None if b is None else segment(b)) for a, b in zip(texts, pairs)]
