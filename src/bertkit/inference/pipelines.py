@@ -76,7 +76,10 @@ class FillMaskPipeline(Pipeline):
             raise BertkitError(f"fill-mask input {item[:60]!r} has no {self.tokenizer.mask_token} token "
                                f"(within its first {self.max_length} tokens); write {self.tokenizer.mask_token} "
                                "where a word should be predicted")
-        cut = self.tokenizer(item, add_special_tokens=False)["input_ids"].count(self.tokenizer.mask_token_id) - len(masks)
+        cut = 0
+        if len(enc["input_ids"]) >= self.max_length:  # the text may have been cut: count its masks whole
+            cut = self.tokenizer(item, add_special_tokens=False)["input_ids"].count(self.tokenizer.mask_token_id) \
+                - len(masks)
         if cut:  # answered, it would read as the text's only (or first few) masks: the list's shape changes too
             raise BertkitError(f"fill-mask input {item[:60]!r} has {len(masks) + cut} {self.tokenizer.mask_token} "
                                f"tokens, {cut} of them past its first {self.max_length} tokens (max_length), which "
