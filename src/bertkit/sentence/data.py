@@ -92,11 +92,9 @@ class SentenceExamples(Sequence):
         """Each row's texts (what the no-duplicates sampler keeps apart within a batch), the columns read at once."""
         return [{str(t) for t in row} for row in zip(*(trainer_data.column(self.dataset, c) for c in self.texts))]
 
-    def example_column(self, key: str) -> list:
-        """Every row's ``key`` as ``self[i]`` gives it; the label without tokenizing any row (the Trainer checks the
-        labels before training: tokenizing the whole dataset for it took as long as a pass of its loader)."""
-        if key != "label":
-            return [self[i][key] for i in range(len(self))]
+    def label_column(self) -> list:
+        """Every row's ``label`` as ``self[i]`` gives it, without tokenizing any row (the Trainer checks the labels
+        before training: tokenizing the whole dataset for it took as long as a pass of its loader)."""
         return trainer_data.column(self.dataset, self.label) if self.label is not None else [0] * len(self)
 
     def fingerprint(self) -> dict[str, Any]:

@@ -77,12 +77,12 @@ class _Examples(Sequence):
 
 
 def column(dataset: Any, key: str) -> list:
-    """Every example's ``key``: a datasets.Dataset's in one Arrow read; examples made per row (bertkit.sentence's,
-    tokenized as they are read) through their ``example_column``, which leaves the rest of each row unmade."""
+    """Every example's ``key``: a datasets.Dataset's in one Arrow read; the labels of examples made per row
+    (bertkit.sentence's, tokenized as they are read) through their ``label_column``, which tokenizes no row."""
     if is_hf_dataset(dataset):
         return dataset.select_columns([key]).with_format(None)[:][key]  # one Arrow column, read at once
-    if hasattr(dataset, "example_column"):
-        return dataset.example_column(key)
+    if key == "label" and hasattr(dataset, "label_column"):
+        return dataset.label_column()
     return [dataset[i][key] for i in range(len(dataset))]
 
 

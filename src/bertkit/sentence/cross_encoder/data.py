@@ -60,11 +60,9 @@ class CrossEncoderExamples(Sequence):
             label = torch.tensor(label, dtype=torch.float32)
         return label
 
-    def example_column(self, key: str) -> list:
-        """Every row's ``key`` as ``self[i]`` gives it; the label without tokenizing any row (the Trainer checks the
-        labels before training: tokenizing the whole dataset for it took as long as a pass of its loader)."""
-        if key != "label":
-            return [self[i][key] for i in range(len(self))]
+    def label_column(self) -> list:
+        """Every row's ``label`` as ``self[i]`` gives it, without tokenizing any row (the Trainer checks the labels
+        before training: tokenizing the whole dataset for it took as long as a pass of its loader)."""
         if self.label is None:
             return [0] * len(self)
         documents = [len(d) for d in column(self.dataset, self.texts[1])] if self.listwise else [0] * len(self)
