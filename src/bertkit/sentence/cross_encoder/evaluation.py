@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError, refusing_getattr
-from bertkit.sentence.evaluation.base import ResultsCsv
+from bertkit.sentence.evaluation.base import ResultsCsv, results_csv_name
 from bertkit.sentence.evaluation.binary_classification import BinaryClassificationEvaluator, binary_labels
 from bertkit.sentence.evaluation.reranking import average_precision, ndcg_at_k
 from bertkit.sentence.evaluation.similarity import pearson, spearman
@@ -56,7 +56,7 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
         self.always_rerank_positives, self.name = always_rerank_positives, name
         self.batch_size, self.show_progress_bar, self.write_csv = batch_size, show_progress_bar, write_csv
         self.primary_metric = f"{name}_ndcg@{self.at_k}" if name else f"ndcg@{self.at_k}"
-        self.csv_file = f"CrossEncoderRerankingEvaluator{'_' + name if name else ''}_results_@{self.at_k}.csv"
+        self.csv_file = results_csv_name("CrossEncoderRerankingEvaluator", name, tail=f"_@{self.at_k}")
 
     def _metrics(self, relevant: list[int], scores: np.ndarray) -> tuple[float, float, float]:
         """MRR@k, nDCG@k and AP of one sample's ranking (at least one document relevant)."""
@@ -151,7 +151,7 @@ class CrossEncoderClassificationEvaluator(ResultsCsv):
         self.name, self.batch_size, self.show_progress_bar = name, batch_size, show_progress_bar
         self.write_csv = write_csv
         self.primary_metric: str | None = None
-        self.csv_file = f"CrossEncoderClassificationEvaluator{'_' + name if name else ''}_results.csv"
+        self.csv_file = results_csv_name("CrossEncoderClassificationEvaluator", name)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         scores = model.predict(self.sentence_pairs, batch_size=self.batch_size, convert_to_numpy=True,
@@ -188,7 +188,7 @@ class CrossEncoderCorrelationEvaluator(ResultsCsv):
         self.name, self.batch_size, self.show_progress_bar = name, batch_size, show_progress_bar
         self.write_csv = write_csv
         self.primary_metric = f"{name}_spearman" if name else "spearman"
-        self.csv_file = f"CrossEncoderCorrelationEvaluator{'_' + name if name else ''}_results.csv"
+        self.csv_file = results_csv_name("CrossEncoderCorrelationEvaluator", name)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         predicted = model.predict(self.sentence_pairs, batch_size=self.batch_size, convert_to_numpy=True,

@@ -70,6 +70,12 @@ class ResultsCsv:
         write_results_csv(Path(output_path) / self.csv_file, headers, row, self.csv_lineterminator)
 
 
+def results_csv_name(stem: str, *parts: str | None, tail: str = "") -> str:
+    """sentence-transformers' name for an evaluator's results CSV: ``{stem}[_{part}...]_results{tail}.csv``, the
+    parts left out where empty (an evaluator without a name)."""
+    return "_".join([stem, *(p for p in parts if p)]) + f"_results{tail}.csv"
+
+
 def write_results_csv(path: Path, headers: list[str], row: list[Any], lineterminator: str = "\r\n") -> None:
     """Append ``row`` to the results CSV ``path`` (its ``headers`` first when it is new); see ``ResultsCsv``."""
     def line(values: list[Any]) -> str:

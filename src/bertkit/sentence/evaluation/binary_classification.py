@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, refuse_one_text
+from bertkit.sentence.evaluation.base import (
+    EmbeddingEvaluator,
+    ResultsCsv,
+    prefixed,
+    refuse_one_text,
+    results_csv_name,
+)
 from bertkit.sentence.evaluation.reranking import average_precision
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
@@ -87,7 +93,7 @@ class BinaryClassificationEvaluator(ResultsCsv, EmbeddingEvaluator):
         self.truncate_dim, self.write_csv = truncate_dim, write_csv
         self.similarity_fn_names = [similarity_function(n) for n in similarity_fn_names or []]
         self.primary_metric: str | None = None
-        self.csv_file = f"binary_classification_evaluation{'_' + name if name else ''}_results.csv"
+        self.csv_file = results_csv_name("binary_classification_evaluation", name)
 
     @staticmethod
     def find_best_acc_and_threshold(scores: Any, labels: Any, high_score_more_similar: bool) -> tuple[float, Any]:

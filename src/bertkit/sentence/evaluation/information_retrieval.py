@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, results_csv_name
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
@@ -73,7 +73,7 @@ class InformationRetrievalEvaluator(ResultsCsv, EmbeddingEvaluator):
         self.primary_metric: str | None = None
         self.main: str | None = None  # the score function whose nDCG is the primary metric
         self.write_csv = write_csv
-        self.csv_file = f"Information-Retrieval_evaluation{'_' + name if name else ''}_results.csv"
+        self.csv_file = results_csv_name("Information-Retrieval_evaluation", name)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         functions = self.score_functions or {model.similarity_fn_name: SIMILARITY_FUNCTIONS[model.similarity_fn_name][0]}

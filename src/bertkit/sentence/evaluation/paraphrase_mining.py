@@ -8,7 +8,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import ResultsCsv, prefixed
+from bertkit.sentence.evaluation.base import ResultsCsv, prefixed, results_csv_name
 from bertkit.sentence.util import paraphrase_mining
 
 
@@ -59,7 +59,7 @@ class ParaphraseMiningEvaluator(ResultsCsv):
         self.max_pairs, self.top_k, self.truncate_dim = max_pairs, top_k, truncate_dim
         self.show_progress_bar, self.batch_size, self.name, self.write_csv = show_progress_bar, batch_size, name, write_csv
         self.primary_metric = f"{name}_average_precision" if name else "average_precision"
-        self.csv_file = f"paraphrase_mining_evaluation{'_' + name if name else ''}_results.csv"
+        self.csv_file = results_csv_name("paraphrase_mining_evaluation", name)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         mined = paraphrase_mining(model, self.sentences, show_progress_bar=self.show_progress_bar,

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed
+from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, results_csv_name
 from bertkit.sentence.util import cos_sim
 
 
@@ -68,7 +68,7 @@ class RerankingEvaluator(ResultsCsv, EmbeddingEvaluator):
         self.at_k, self.name, self.similarity_fct = at_k, name, similarity_fct
         self.batch_size, self.show_progress_bar, self.truncate_dim = batch_size, show_progress_bar, truncate_dim
         self.use_batched_encoding, self.write_csv = use_batched_encoding, write_csv
-        self.csv_file = f"RerankingEvaluator{'_' + name if name else ''}_results_@{at_k}.csv"
+        self.csv_file = results_csv_name("RerankingEvaluator", name, tail=f"_@{at_k}")
         self.primary_metric = f"{name}_ndcg@{at_k}" if name else f"ndcg@{at_k}"
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:

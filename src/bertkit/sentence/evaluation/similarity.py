@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, refuse_one_text
+from bertkit.sentence.evaluation.base import (
+    EmbeddingEvaluator,
+    ResultsCsv,
+    prefixed,
+    refuse_one_text,
+    results_csv_name,
+)
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
@@ -59,7 +65,7 @@ class EmbeddingSimilarityEvaluator(ResultsCsv, EmbeddingEvaluator):
             [self.main_similarity] if self.main_similarity else [])
         self.primary_metric: str | None = None
         self.write_csv = write_csv
-        self.csv_file = f"similarity_evaluation{'_' + name if name else ''}{'_' + precision if precision else ''}_results.csv"
+        self.csv_file = results_csv_name("similarity_evaluation", name, precision)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         e1, e2 = self.embed(model, self.sentences1), self.embed(model, self.sentences2)

@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import EmbeddingEvaluator, ResultsCsv, prefixed, refuse_one_text
+from bertkit.sentence.evaluation.base import (
+    EmbeddingEvaluator,
+    ResultsCsv,
+    prefixed,
+    refuse_one_text,
+    results_csv_name,
+)
 from bertkit.sentence.util import SIMILARITY_FUNCTIONS, similarity_function
 
 
@@ -46,7 +52,7 @@ class TripletEvaluator(ResultsCsv, EmbeddingEvaluator):
         self.name, self.batch_size, self.show_progress_bar = name, batch_size, show_progress_bar
         self.truncate_dim, self.write_csv = truncate_dim, write_csv
         self.primary_metric: str | None = None
-        self.csv_file = f"triplet_evaluation{'_' + name if name else ''}_results.csv"
+        self.csv_file = results_csv_name("triplet_evaluation", name)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         anchors = self.embed(model, self.anchors, "query")
