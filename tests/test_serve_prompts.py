@@ -21,7 +21,7 @@ LONG = "one two three four five six seven eight nine ten eleven twelve thirteen"
 
 @pytest.fixture(scope="module")
 def prompted(minilm_2_layers, tmp_path_factory):
-    """(server URL, the sentence-embedding pipeline) of a directory whose default prompt is "query: "."""
+    """(server URL, the sentence-embedding pipeline, its directory) of a directory whose default prompt is "query: "."""
     from bertkit import pipeline
     from bertkit.inference.serve import create_app
 
@@ -29,16 +29,16 @@ def prompted(minilm_2_layers, tmp_path_factory):
                      pooling={**POOLING, "include_prompt": False},
                      st_config={"prompts": {"query": "query: ", "document": ""}, "default_prompt_name": "query"})
     pipe = pipeline("sentence-embedding", d, batch_size=8, progress=False)
-    assert (pipe.prompt, pipe.prompt_length, pipe.max_length) == ("query: ", 3, 16)
+    assert (pipe.prompt, pipe.left_out({}, pipe.prompt)["prompt_length"], pipe.max_length) == ("query: ", 3, 16)
     server = Server(create_app(pipe, str(d), max_batch_size=8, max_wait_ms=2))
-    yield server.url, pipe
+    yield server.url, pipe, d
     server.stop()
 
 
 def test_a_texts_token_ids_embed_as_the_text_with_the_default_prompt(prompted):
     # The ids /tokenize gives for a text were embedded without the prompt, and the pooling still left out the
     # prompt's place: the text's first two words. TEI puts the default prompt before token ids' text too.
-    url, pipe = prompted
+    url, pipe, _ = prompted
     ids = [t["id"] for t in httpx.post(f"{url}/tokenize", json={"inputs": TEXT}).json()[0]]
     assert ids == pipe.tokenizer(TEXT)["input_ids"] and len(ids) == 9
     r = httpx.post(f"{url}/v1/embeddings", json={"input": [ids, TEXT], "encoding_format": "float"})
@@ -59,7 +59,7 @@ def test_a_texts_token_ids_embed_as_the_text_with_the_default_prompt(prompted):
 ])
 def test_truncate_false_counts_the_prompts_tokens(prompted, path, body):
     # The text alone fits (15 tokens); the row the model would read does not (17): it was cut without a word
-    url, pipe = prompted
+    url, pipe, _ = prompted
     assert len(pipe.tokenizer(LONG)["input_ids"]) == 15
     r = httpx.post(f"{url}{path}", json=body)
     assert r.status_code == 422, r.text
@@ -67,3 +67,34 @@ def test_truncate_false_counts_the_prompts_tokens(prompted, path, body):
     cut = httpx.post(f"{url}{path}", json={**body, "truncate": True})
     assert cut.status_code == 200 and cut.headers["x-compute-tokens"] == str(11 + 16), cut.text
     np.testing.assert_allclose(np.asarray(cut.json()), np.asarray(pipe([TEXT, LONG])), atol=1e-6)
+
+
+def test_prompt_name_embeds_as_sentence_transformers_with_that_prompt(prompted):
+    """TEI's per-request ``prompt_name``: "document" (an empty prompt) and "query" (the default) requests sent at once
+    share the server's batches, and each text's vector is sentence-transformers' ``encode(prompt_name=...)``, its
+    prompt's tokens left out of the pooling. Before, any prompt_name was refused."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    st = pytest.importorskip("sentence_transformers")
+    url, pipe, directory = prompted
+    reference = st.SentenceTransformer(str(directory), device="cpu")
+    texts = [TEXT, LONG, "a woman slices an onion"]
+    want = {name: reference.encode(texts, prompt_name=name, normalize_embeddings=True) for name in ("query", "document")}
+    assert np.abs(want["query"] - want["document"]).max() > 0.05  # the prompt moves the vectors
+
+    def embed(name):
+        return httpx.post(f"{url}/embed", json={"inputs": texts, **({"prompt_name": name} if name else {})})
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(embed, ["document", "query", None] * 2))
+    for name, r in zip(["document", "query", "query"] * 2, answers):
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(np.asarray(r.json()), want[name], atol=2e-6)
+    np.testing.assert_allclose(np.asarray(pipe(texts, prompt_name="document")), want["document"], atol=2e-6)
+
+    tokens = httpx.post(f"{url}/tokenize", json={"inputs": TEXT, "prompt_name": "query"}).json()[0]
+    assert [t["text"] for t in tokens[1:4]] == ["query", ":", "A"]
+    r = httpx.post(f"{url}/embed", json={"inputs": texts, "prompt_name": "passage"})
+    assert r.status_code == 422 and "prompt_name must be one of this model's prompts" in refusal(r), r.text
+    with pytest.raises(Exception, match="prompt_name 'passage' is not one of this model's prompts: 'query', 'document'"):
+        pipe(texts, prompt_name="passage")

@@ -235,7 +235,7 @@ class Pipeline:
         results = run_length_sorted(self.forward, rows, batch_size=self.batch_size, device=self.device,
                                     pad=lambda batch: pad_batch(batch, pad_values, attention_mask=True),
                                     bf16=self.bf16, lengths=[_row_length(r) for r in rows],
-                                    longest_first=True, groups=[_choices(r) for r in rows], bar=bar,
+                                    longest_first=True, groups=[_group(r) for r in rows], bar=bar,
                                     nonfinite=lambda i: f"the model's output for {self.task} row {i} is not finite "
                                     "(NaN or inf): the checkpoint's weights are broken; no result was produced")
         bar.close()
@@ -248,9 +248,11 @@ def _has(value: Any, kind: type) -> bool:
     return isinstance(value, kind)
 
 
-def _choices(row: dict[str, Any]) -> int:
+def _group(row: dict[str, Any]) -> tuple[int, int]:
+    """Rows of one batch share this: their number of choices (multiple-choice: one (B, C, T) tensor) and the
+    length of a prompt their pooling leaves out (an embedding pipeline's, per call or per request)."""
     ids = row["input_ids"]
-    return len(ids) if ids and isinstance(ids[0], list) else 0
+    return len(ids) if ids and isinstance(ids[0], list) else 0, row.get("prompt_length", 0)
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

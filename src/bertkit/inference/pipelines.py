@@ -446,6 +446,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     task = tasks.FeatureExtraction.name
     model_class = BertModel
     default_normalize = False
+    call_options = ("prompt_name",)
 
     def __init__(self, model, tokenizer, *, pooling: str | None = None, normalize: bool | None = None,
                  truncate_dim: int | None = None, directory: SentenceDirectory | None = None, **kwargs: Any):
@@ -468,9 +469,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         self.truncate_dim = truncate_dim
         self.lowercase, self.prompts = saved.do_lower_case, saved.prompts
         self.default_prompt_name, self.prompt = saved.default_prompt_name, saved.default_prompt or ""
-        include_prompt = saved.pooling is None or saved.pooling.include_prompt
-        self.prompt_length = 0 if include_prompt or not self.prompt else \
-            prompt_tokens(tokenizer, lowercase(self.prompt) if self.lowercase else self.prompt, self.max_length)
+        self.include_prompt = saved.pooling is None or saved.pooling.include_prompt
 
     @property
     def dimension(self) -> int:
@@ -493,19 +492,40 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         prompt = lowercase(self.prompt) if self.lowercase else self.prompt
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
 
-    def encode(self, item: tuple[str, str | None], **options: Any) -> list[dict[str, Any]]:
-        text, pair = self.prompt + item[0], item[1]
+    def prompt_for(self, prompt_name: str | None) -> str:
+        """The prompt put before each text: ``prompts[prompt_name]``, or the default prompt when it is None (as
+        ``encode(prompt_name=...)`` chooses in sentence-transformers)."""
+        if prompt_name is None:
+            return self.prompt
+        if prompt_name not in self.prompts:
+            known = ", ".join(map(repr, self.prompts)) or "none (config_sentence_transformers.json has no prompts)"
+            raise BertkitError(f"prompt_name {prompt_name!r} is not one of this model's prompts: {known}")
+        return self.prompts[prompt_name]
+
+    def encode(self, item: tuple[str, str | None], prompt_name: str | None = None,
+               **options: Any) -> list[dict[str, Any]]:
+        prompt = self.prompt_for(prompt_name)
+        text, pair = prompt + item[0], item[1]
         if self.lowercase:  # sentence_bert_config.json's do_lower_case, as sentence-transformers applies it
             text, pair = lowercase(text), lowercase(pair) if pair is not None else None
-        return super().encode((text, pair), **options)
+        return [self.left_out(row, prompt) for row in super().encode((text, pair), **options)]
+
+    def left_out(self, row: dict[str, Any], prompt: str) -> dict[str, Any]:
+        """``row`` of a text after ``prompt``, with the number of its leading tokens the pooling leaves out
+        (``prompt_length``: [CLS] and the prompt's, where 1_Pooling's include_prompt is false)."""
+        if prompt and not self.include_prompt:
+            prompt = lowercase(prompt) if self.lowercase else prompt
+            row["prompt_length"] = prompt_tokens(self.tokenizer, prompt, self.max_length)
+        return row
 
     def forward(self, batch, rows) -> list[np.ndarray]:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         if self.pooling == "none":
             v = out.token_layout.to_batch(out.tokens.float())  # (B, T, H)
         else:
-            # (B, H): sentence-transformers' Pooling (and Normalize), then its truncate_dim
-            v = pool_tokens(out, batch["attention_mask"], self.pooling, self.prompt_length)
+            # (B, H): sentence-transformers' Pooling (and Normalize), then its truncate_dim; the rows of a batch
+            # share their prompt's length (run_rows batches rows of other lengths apart)
+            v = pool_tokens(out, batch["attention_mask"], self.pooling, rows[0].get("prompt_length", 0))
             if self.normalize_module:
                 v = F.normalize(v, dim=-1)
             v = v[:, :self.dimension]

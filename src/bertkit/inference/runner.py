@@ -23,12 +23,12 @@ Call = Callable[[dict[str, Tensor], Sequence[Any]], Any]
 
 
 def plan_batches(lengths: Mapping[int, int] | Sequence[int], batch_size: int, *, indices: Sequence[int] | None = None,
-                 longest_first: bool = False, groups: Sequence[int] | None = None) -> list[list[int]]:
+                 longest_first: bool = False, groups: Sequence[Any] | None = None) -> list[list[int]]:
     """``indices`` (default: all) sorted by length, stably, and cut every ``batch_size`` rows.
 
     ``longest_first``: the first batch is the largest, so running out of memory shows at once. ``groups``: rows of
-    different groups (multiple-choice rows with different numbers of choices) are sorted apart and never share a
-    batch. The plan depends only on the lengths, so every process of a distributed run computes the same one.
+    different groups (multiple-choice rows with different numbers of choices; embedding rows whose pooling leaves
+    out prompts of different lengths) are sorted apart and never share a batch. The plan depends only on the lengths, so every process of a distributed run computes the same one.
     """
     indices = range(len(lengths)) if indices is None else indices
     sign = -1 if longest_first else 1
@@ -122,7 +122,7 @@ def run_batches(call: Call, rows: Sequence[Any], batches: Sequence[Sequence[int]
 
 def run_length_sorted(call: Call, rows: Sequence[Any], *, batch_size: int, pad: Pad,
                       lengths: Sequence[int] | None = None, longest_first: bool = False,
-                      groups: Sequence[int] | None = None, **options: Any) -> list[np.ndarray]:
+                      groups: Sequence[Any] | None = None, **options: Any) -> list[np.ndarray]:
     """``run_batches`` over ``plan_batches`` of ``rows``; one output per row, in row order.
 
     ``lengths`` defaults to ``len(row["input_ids"])`` of each row."""

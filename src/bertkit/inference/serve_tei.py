@@ -69,7 +69,7 @@ def _encode_ids(pipe: Any, ids: list[int], index: int) -> dict[str, Any]:
     if len(ids) > pipe.max_length:
         prompt = f" with the prompt's {len(pipe.prompt_ids)}" if pipe.prompt_ids else ""
         raise RequestError(422, f"input {index} has {len(ids)} token ids{prompt}, over max_length {pipe.max_length}")
-    return {"input_ids": ids, "token_type_ids": [0] * len(ids)}
+    return pipe.left_out({"input_ids": ids, "token_type_ids": [0] * len(ids)}, pipe.prompt)
 
 
 def _openai(data: Any, server: Any) -> Call:
@@ -131,6 +131,9 @@ def _tokenize(data: Any, server: Any) -> Call:
     pipe, limits = server.pipe, server.limits
     f = fields(data, "/tokenize", ("inputs",), ("add_special_tokens", "prompt_name"), server)
     texts = texts_of(f["inputs"], "inputs", limits)
+    if f.get("prompt_name") is not None:  # the prompt's tokens first; start and stop count in the prompted text
+        prompt = pipe.prompt_for(f["prompt_name"])
+        texts = [prompt + t for t in texts]
     out = []
     for text in texts:
         enc = pipe.tokenizer(text, add_special_tokens=f.get("add_special_tokens", True), return_offsets_mapping=True,
@@ -163,12 +166,14 @@ def _decode(data: Any, server: Any) -> Call:
 
 
 def _embed(data: Any, server: Any) -> Call:
-    """TEI's /embed: a vector per text, normalised unless ``normalize: false``."""
+    """TEI's /embed: a vector per text, normalised unless ``normalize: false``; ``prompt_name`` puts that prompt of
+    the model's before each text, instead of the default prompt."""
     pipe, limits = server.pipe, server.limits
     f = fields(data, "/embed", ("inputs",), ("truncate", "truncation_direction", "prompt_name", "normalize",
                                              "dimensions"), server)
     texts = texts_of(f["inputs"], "inputs", limits)
-    items = [encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True)) for i, t in enumerate(texts)]
+    items = [encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True), prompt_name=f.get("prompt_name"))
+             for i, t in enumerate(texts)]
     answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
     return Call(items, {"rows": True}, answer, cost=len(items), tokens=[len(e["input_ids"]) for e in items],
                 chars=sum(map(len, texts)))

@@ -199,8 +199,7 @@ def _parameter_checks(server: Any) -> dict[str, tuple[Callable[[Any], bool], str
         "model": (lambda v: isinstance(v, str), "a string (any: this server serves one model)"),
         "user": (lambda v: isinstance(v, str), "a string"),
         "truncation_direction": (lambda v: v in ("right", "Right"), '"right" (bertkit keeps a text\'s beginning)'),
-        "prompt_name": (lambda v: False, "null (a prompt per request is not implemented; the server puts the model's "
-                                         "default prompt, /info's default_prompt, before every text)"),
+        "prompt_name": (lambda v: False, "null (this server's model has no prompts)"),
         "encoding_format": (lambda v: v == "float", '"float"'),
         "dimensions": int_in(1, getattr(pipe, "dimension", 0), " (the width of this server's vectors)"),
         "aggregation_strategy": (lambda v: v == "first", '"first" (each word takes its first piece\'s tag, as '
@@ -343,10 +342,10 @@ def read_input(pipe: Any, item: Any, index: int) -> Any:
         raise RequestError(422, str(e)) from None
 
 
-def encode(pipe: Any, read: tuple[str, str | None], index: int, truncate: bool) -> dict[str, Any]:
+def encode(pipe: Any, read: tuple[str, str | None], index: int, truncate: bool, **options: Any) -> dict[str, Any]:
     """The model's row for a (text, text_pair) ``read_input`` gave, cut at max_length (422 instead when ``truncate``
     is off): measured on the row the pipeline builds, an embedding model's prompt included."""
-    row = pipe.encode(read, truncate=truncate)[0]
+    row = pipe.encode(read, truncate=truncate, **options)[0]
     fitted(len(row["input_ids"]), f"input {index}", pipe, truncate)
     return row
 

@@ -309,6 +309,12 @@ class FeatureExtraction(Task):
     def load_options(self, s: Any) -> dict[str, Any]:
         return {"pooling": None if s.pooling == "auto" else s.pooling}
 
+    def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
+        if not pipe.prompts:
+            return {}
+        return {"prompt_name": (lambda v: isinstance(v, str) and v in pipe.prompts, "one of this model's prompts (/info's prompts: "
+                                f"{', '.join(map(repr, pipe.prompts))}), or null for the default prompt")}
+
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         a = call.answer
         if a.get("similarity"):  # cosines of the source sentence's unit vector with the others'
