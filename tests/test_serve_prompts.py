@@ -91,6 +91,9 @@ def test_prompt_name_embeds_as_sentence_transformers_with_that_prompt(prompted):
         assert r.status_code == 200, r.text
         np.testing.assert_allclose(np.asarray(r.json()), want[name], atol=2e-6)
     np.testing.assert_allclose(np.asarray(pipe(texts, prompt_name="document")), want["document"], atol=2e-6)
+    r = httpx.post(f"{url}/predict", json={"inputs": texts, "parameters": {"prompt_name": "document"}})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(np.asarray(r.json()), want["document"], atol=2e-6)
 
     tokens = httpx.post(f"{url}/tokenize", json={"inputs": TEXT, "prompt_name": "query"}).json()[0]
     assert [t["text"] for t in tokens[1:4]] == ["query", ":", "A"]

@@ -314,7 +314,7 @@ def _check_inputs(items: list[Any], server: Any, options: dict[str, Any],
         limits.check_chars(n, f"input {i}")
         read = read_input(pipe, item, i)
         if task.encoded:
-            item = encode(pipe, read, i, truncate)
+            item = encode(pipe, read, i, truncate, **options)
             counted.append(len(item["input_ids"]))
         elif task.counted:  # counted for max_batch_tokens, x-compute-tokens and /metrics
             counted.append(fitted(len(pipe.tokenizer(read)["input_ids"]), f"input {i}", pipe, truncate))
