@@ -171,6 +171,44 @@ def test_predict_never_replaces_a_file_without_overwrite(classifier, tmp_path, c
     assert main([*args, "--overwrite"]) == 0 and _read(out)[0]["label"] in ("negative", "positive")
 
 
+@pytest.mark.parametrize("task, flags, read_by", [
+    ("text-classification", ["--top-k", "3"], "fill-mask, question-answering"),  # every label's score is written
+    ("sentence-embedding", ["--query-column", "q"], "rerank"),
+    ("sentence-embedding", ["--return-tokens"], "sparse-embedding"),
+    ("rerank", ["--pooling", "cls"], "feature-extraction, sentence-embedding"),
+    ("fill-mask", ["--text-pair-column", "b"], "text-classification, feature-extraction, sentence-embedding"),
+])
+def test_a_setting_the_task_does_not_read_is_refused(classifier, tmp_path, capsys, task, flags, read_by):
+    """Another task's setting was accepted and ignored: the output was not what was asked for, without a word."""
+    (tmp_path / "in.txt").write_text("a fine film\n", encoding="utf-8")
+    args = ["predict", task, "--model", str(classifier), "--input", str(tmp_path / "in.txt"),
+            "--output-file", str(tmp_path / "out.jsonl"), "--no-progress", *flags]
+    assert main(args) == 2
+    assert f"bertkit predict {task} does not read {flags[0]} (it is for {read_by}); leave it out" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_prompt_name_embeds_with_that_prompt_as_sentence_transformers(minilm_2_layers, tmp_path):
+    """--prompt-name on a sentence-transformers directory: encode(prompt_name=...)'s vectors (it was sparse-embedding's
+    alone, and ignored here)."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_helpers import st_directory  # tests/ is on sys.path under pytest
+
+    model = st_directory(minilm_2_layers, tmp_path / "st", st_config={"prompts": {"query": "query: ", "doc": ""}})
+    texts = [r["sentence"] for r in _tsv("SST-2", "dev")[:4]]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    args = ["predict", "sentence-embedding", "--model", str(model), "--input", str(tmp_path / "in.txt"),
+            "--output-file", str(tmp_path / "out.jsonl"), "--no-progress", "--prompt-name", "query"]
+    assert main(args) == 0
+    got = torch.tensor([r["embedding"] for r in _read(tmp_path / "out.jsonl")])
+    want = st.SentenceTransformer(str(model), device="cpu").encode(texts, prompt_name="query", convert_to_tensor=True,
+                                                                   normalize_embeddings=True)
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=0)
+    assert (got - st.SentenceTransformer(str(model), device="cpu").encode(
+        texts, convert_to_tensor=True, normalize_embeddings=True)).abs().max() > 0.01  # the prompt moved them
+
+
 @pytest.mark.slow  # 20-40 s: make test-slow (make test stays near five minutes on two cores)
 def test_finetune_classify_learns_sentiment_from_a_csv_and_serves_its_label_names(tmp_path):
     from bertkit import pipeline
@@ -316,7 +354,7 @@ def test_predict_rerank_scores_each_query_passage_row_as_the_pipeline(cross_enco
     ("bad.jsonl", '{"query": "q", "text": ["p1", "p2"]}\n', [], "bad.jsonl:1: 'text' must be a string"),
     ("bad.txt", "a query\n", [], "bad.txt: a plain-text file holds one text per line; rerank needs"),
     ("ok.jsonl", '{"query": "q", "text": "p"}\n', ["--text-pair-column", "p"],
-     "--text-pair-column p: rerank reads each record's query from --query-column"),
+     "bertkit predict rerank does not read --text-pair-column (it is for text-classification, feature-extraction"),
 ])
 def test_predict_rerank_bad_rows_name_file_and_line(cross_encoder, tmp_path, capsys, name, content, flags, message):
     (tmp_path / name).write_text(content, encoding="utf-8")

@@ -5,6 +5,7 @@ What is read, what is refused and what is written: docs/inference.md, "Your own 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -14,7 +15,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError, read_json_object
 from bertkit.inference.base import refuse_empty_text
-from bertkit.inference.tasks import Task, task_named
+from bertkit.inference.tasks import TASK_LIST, Task, task_named
 from bertkit.tasks.files import MAX_LINE_BYTES, file_format, read_records, second_text_fields
 
 logger = logging.getLogger("bertkit")
@@ -97,7 +98,6 @@ def _input_format(path: Path, task: Task, fields: tuple[str, ...], columns: Colu
         raise BertkitError(f"--input {path} is a directory; pass the file of inputs")
     if not path.is_file():
         raise MissingFileError(f"input file not found: {path}")
-    task.check_columns(columns)
     fmt = file_format(path, input_format)
     if fmt == "text" and (fields[0] != "text" or columns.text_pair or rows):
         raise BertkitError(f"{path}: a plain-text file holds one text per line; {task.name}"
@@ -216,6 +216,21 @@ def check_writable(path: Path) -> None:
                            "writable directory") from None
 
 
+def refuse_unread(task: Any, s: Any) -> None:
+    """A setting another task reads, given to ``task`` with other than its default (``--top-k 3`` to
+    text-classification, ``--query-column`` to sentence-embedding): refused, naming the tasks that read it, where it
+    would be ignored and the output not what was asked for."""
+    readers: dict[str, list[str]] = {}
+    for t in TASK_LIST:
+        for name in t.settings_read():
+            readers.setdefault(name, []).append(t.name)
+    read = task.settings_read()
+    for f in dataclasses.fields(s):
+        if f.name in readers and f.name not in read and getattr(s, f.name) != f.default:
+            raise BertkitError(f"bertkit predict {task.name} does not read --{f.name.replace('_', '-')} (it is for "
+                               f"{', '.join(readers[f.name])}); leave it out")
+
+
 def predict_file(s: Any) -> dict[str, Any]:
     """``bertkit predict TASK``: run the task's pipeline over ``s.input`` and write ``s.output_file`` (JSONL)."""
     import time
@@ -228,6 +243,7 @@ def predict_file(s: Any) -> dict[str, Any]:
                       question=s.question_column,
                       context=s.context_column, choices=s.choices_column, id=s.id_column)
     task = task_named(s.task)
+    refuse_unread(task, s)
     pair_model = task.pair_head and trained_on_pairs(s.model_name_or_path)
     inputs, ids = read_inputs(s.input, s.task, columns, s.input_format, max_line_bytes=s.max_line_bytes,
                               tokenizer=task.pipeline_class().tokenizer_of(s.model_name_or_path),  # no weights yet

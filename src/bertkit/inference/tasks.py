@@ -55,6 +55,7 @@ class Task:
     records: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
     result_key: ClassVar[str] = "result"  # the key of a result that is a list (a dict's keys are written as they are)
     predict_options: ClassVar[tuple[str, ...]] = ()  # the settings (PredictFileSettings) passed to each call
+    load_settings: ClassVar[tuple[str, ...]] = ()  # the settings load_options reads
     pair_head: ClassVar[bool] = False  # a head fine-tuned on pairs: a second text that no flag names is refused
 
     # -- bertkit serve: the wire ------------------------------------------------------------------------------------
@@ -93,8 +94,11 @@ class Task:
         p = self.pipeline_class()
         return self.records or (tuple(p.fields) or ("text",), p.optional)
 
-    def check_columns(self, columns: Any) -> None:
-        """Refuse columns the task cannot read, before the file is."""
+    def settings_read(self) -> set[str]:
+        """The PredictFileSettings fields this task's predict reads (its record fields' columns, its load and call
+        options); one that another task reads, given to this one, is refused (``files.refuse_unread``)."""
+        fields, optional = self.record_fields()
+        return {f"{f}_column" for f in (*fields, *optional)} | {*self.predict_options, *self.load_settings}
 
     def check_text(self, where: str, text: str, tokenizer: Any) -> None:
         """Refuse a record's text the pipeline would refuse, before the model loads."""
@@ -220,12 +224,6 @@ class Rerank(Task):
     root = serve_tei.RERANK
     model_type = "reranker"
 
-    def check_columns(self, columns: Any) -> None:
-        if columns.text_pair:
-            raise BertkitError(f"--text-pair-column {columns.text_pair}: rerank reads each record's query from "
-                               f"--query-column ({columns.query!r}) and its passage from --text-column "
-                               f"({columns.text!r}); name the passage's column with --text-column")
-
     def call_inputs(self, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
         return [{"query": x["query"], "texts": [x["text"]]} for x in inputs], {"raw_scores": s.raw_scores}
 
@@ -305,6 +303,9 @@ class FeatureExtraction(Task):
     encoded = counted = True
     routes = (SIMILARITY, serve_tei.OPENAI, serve_tei.EMBED)
     root = serve_tei.EMBED
+
+    predict_options = ("prompt_name",)
+    load_settings = ("pooling",)
 
     def load_options(self, s: Any) -> dict[str, Any]:
         return {"pooling": None if s.pooling == "auto" else s.pooling}

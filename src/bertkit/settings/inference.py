@@ -206,9 +206,10 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     sentence-transformers directory's 1_Pooling says, else mean)."""
     raw_scores: bool = False
     """rerank: write the cross-encoder's logit (l1 - l0 for two labels) instead of its sigmoid."""
-    prompt_name: Literal["document", "query"] = "document"
-    """sparse-embedding: embed each text as SparseEncoder.encode_document does, or as encode_query ("query": the query
-    prompt, an inference-free model's query route)."""
+    prompt_name: str | None = None
+    """sentence-embedding / feature-extraction: the prompt of the sentence-transformers directory's prompts put before
+    each text (default: its default prompt); sparse-embedding: "document" (SparseEncoder.encode_document's vectors,
+    the default) or "query" (encode_query's: the query prompt, an inference-free model's query route)."""
     return_tokens: bool = False
     """sparse-embedding: write (token, value) pairs, the largest first, instead of (index, value) pairs."""
 
