@@ -6,8 +6,11 @@ The same script (tokenize with truncation, ``DataCollatorWithPadding``, ``comput
 seed and saved once, so both start from the same weights), the first ``--rows`` SST-2 train rows, one
 epoch, batch 32. bertkit runs twice: with transformers' data order (``train_sampling_strategy="random"``,
 the default, step-for-step the same batches) and with its length-grouped order (``"group_by_length"``).
+``--shape base`` trains BERT-BASE's shape (L=12, H=768, A=12) with seeded weights on ``--model``'s vocabulary
+instead of the checkpoint; ``--device cuda`` runs both Trainers on the GPU (``--bf16``: both with ``bf16=True``).
 
     python bench/bench_trainer.py --model models/minilm --threads 2
+    python bench/bench_trainer.py --model VOCAB_DIR --shape base --device cuda --bf16 --data-dir DATA/glue/SST-2
 
 Prints one JSON line: wall seconds of ``train()`` and of ``evaluate()`` per library, dev accuracy, and the
 ratios transformers / bertkit.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import functools
 import importlib
 import json
 import sys
@@ -38,11 +42,12 @@ def read_sst2(path: Path, limit: int | None) -> dict[str, list]:
     return {"sentence": [r[0] for r in rows], "label": [int(r[1]) for r in rows]}
 
 
-def guide(lib: str, model_dir: Path, train: dict, dev: dict, out: Path, seed: int, strategy: str | None) -> dict:
+def guide(lib: str, start: Path, train: dict, dev: dict, out: Path, seed: int, strategy: str | None,
+          device: str = "cpu", bf16: bool = False) -> dict:
     """The guide's script with ``lib``'s names: the only line that differs between the two runs is the import."""
     m = importlib.import_module(lib)
-    tok = m.AutoTokenizer.from_pretrained(model_dir)
-    model = m.AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=2)
+    tok = m.AutoTokenizer.from_pretrained(start)
+    model = m.AutoModelForSequenceClassification.from_pretrained(start, num_labels=2)
 
     def encode(data: dict) -> list[dict]:
         enc = tok(data["sentence"], truncation=True, max_length=128)
@@ -57,17 +62,22 @@ def guide(lib: str, model_dir: Path, train: dict, dev: dict, out: Path, seed: in
     args = m.TrainingArguments(output_dir=str(out), learning_rate=1e-4, per_device_train_batch_size=32,
                                per_device_eval_batch_size=128, num_train_epochs=1, weight_decay=0.01,
                                warmup_steps=0.1, eval_strategy="no", save_strategy="no", logging_steps=50,
-                               seed=seed, report_to="none", disable_tqdm=True, use_cpu=True, **extra)
+                               seed=seed, report_to="none", disable_tqdm=True, use_cpu=device == "cpu", bf16=bf16,
+                               **extra)
     trainer = m.Trainer(model=model, args=args, train_dataset=encode(train), eval_dataset=encode(dev),
                         data_collator=m.DataCollatorWithPadding(tok), processing_class=tok,
                         compute_metrics=compute_metrics)
+    if device != "cpu":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     result = trainer.train()
     t1 = time.perf_counter()
     metrics = trainer.evaluate()
     t2 = time.perf_counter()
+    memory = {"peak_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2)} if device != "cpu" else {}
     return {"train_s": round(t1 - t0, 2), "eval_s": round(t2 - t1, 2), "training_loss": round(result.training_loss, 5),
-            "dev_accuracy": round(metrics["eval_accuracy"], 4), "steps": result.global_step}
+            "dev_accuracy": round(metrics["eval_accuracy"], 4), "steps": result.global_step, **memory}
 
 
 def main() -> None:
@@ -78,6 +88,10 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--only", choices=["bertkit", "transformers"], default=None)
+    p.add_argument("--shape", choices=["checkpoint", "base"], default="checkpoint",
+                   help="base: BERT-BASE's shape with seeded weights on --model's vocabulary")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True) in both runs")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     train = read_sst2(args.data_dir / "train.tsv", args.rows)
@@ -88,18 +102,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         start = Path(tmp, "start")  # one set of starting weights for both libraries: the head drawn once
         torch.manual_seed(args.seed)
-        bertkit.BertForSequenceClassification.from_pretrained(args.model, num_labels=2).save_pretrained(start)
-        bertkit.BertTokenizer.from_pretrained(args.model).save_pretrained(start)
+        tokenizer = bertkit.BertTokenizer.from_pretrained(args.model)
+        if args.shape == "base":
+            config = bertkit.BertConfig(vocab_size=len(tokenizer), hidden_size=768, num_hidden_layers=12,
+                                        num_attention_heads=12, intermediate_size=3072, num_labels=2)
+            bertkit.BertForSequenceClassification(config).save_pretrained(start)
+        else:
+            bertkit.BertForSequenceClassification.from_pretrained(args.model, num_labels=2).save_pretrained(start)
+        tokenizer.save_pretrained(start)
         runs = {}
+        run = functools.partial(guide, start=start, train=train, dev=dev, seed=args.seed, device=args.device,
+                                bf16=args.bf16)
         with contextlib.redirect_stdout(sys.stderr):  # transformers' Trainer prints its logs: stdout keeps one line
             if args.only != "transformers":
-                runs["bertkit"] = guide("bertkit", start, train, dev, Path(tmp, "b"), args.seed, None)
-                runs["bertkit_grouped"] = guide("bertkit", start, train, dev, Path(tmp, "g"), args.seed,
-                                                "group_by_length")
+                runs["bertkit"] = run("bertkit", out=Path(tmp, "b"), strategy=None)
+                runs["bertkit_grouped"] = run("bertkit", out=Path(tmp, "g"), strategy="group_by_length")
             if args.only != "bertkit":
-                runs["transformers"] = guide("transformers", start, train, dev, Path(tmp, "t"), args.seed, None)
-    line = {"bench": "trainer_sst2", "model": args.model.name, "rows": len(train["label"]), "threads": args.threads,
-            "torch": torch.__version__, **runs}
+                runs["transformers"] = run("transformers", out=Path(tmp, "t"), strategy=None)
+    line = {"bench": "trainer_sst2", "model": args.model.name, "shape": args.shape, "rows": len(train["label"]),
+            "threads": args.threads, "device": args.device, "bf16": args.bf16, "torch": torch.__version__, **runs}
     if "bertkit" in runs and "transformers" in runs:
         ref = runs["transformers"]["train_s"]
         line["speedup_train"] = round(ref / runs["bertkit"]["train_s"], 2)
