@@ -141,12 +141,18 @@ class BertTokenizer:
     def _build(self) -> None:
         """Derived tables and caches (rebuilt after unpickling rather than shipped to DataLoader workers)."""
         self.vocab: dict[str, int] = {t: i for i, t in enumerate(self._tokens)}  # duplicates: last id wins, as HF
-        self.ids_to_tokens: dict[int, str] = dict(enumerate(self._tokens))
         self.all_special_tokens: list[str] = list(dict.fromkeys(self._special_list()))
         self.all_special_ids: list[int] = [self.vocab[t] for t in self.all_special_tokens]
         for key in SPECIAL_TOKEN_KEYS:  # unk_token_id, sep_token_id, ...
             setattr(self, f"{key}_id", self.vocab[getattr(self, key)])
         basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
+        # An id reads back (convert_ids_to_tokens, decode) as the text it matches: an added token's normalised
+        # form, as tokenizers stores it (an uncased tokenizer's added "[E1]" is "[e1]", "Café" "cafe").
+        read_back = list(self._tokens)
+        for t in self.added_tokens:
+            if t not in self.all_special_tokens:
+                read_back[self.vocab[t]] = basic.normalize(t)[0]
+        self.ids_to_tokens: dict[int, str] = dict(enumerate(read_back))
         pieces = self.vocab if len(self._tokens) == self._wordpiece_size else \
             {t: i for t, i in self.vocab.items() if i < self._wordpiece_size or t == self.unk_token}
         wordpiece = WordPiece(pieces, self.unk_token, self.max_input_chars_per_word)
@@ -333,7 +339,7 @@ class BertTokenizer:
     def _token_of(self, i: int) -> str:
         if not 0 <= i < len(self._tokens):
             raise BertkitError(f"token id {i} is outside the vocabulary (0..{len(self._tokens) - 1})")
-        return self._tokens[i]
+        return self.ids_to_tokens[i]
 
     # ------------------------------------------------------------------------------------------------
     # Text -> ids
