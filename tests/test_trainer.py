@@ -587,7 +587,7 @@ def test_bertkit_collators_match_transformers(minilm_dir):
 
 def test_whole_word_masking_masks_every_piece_of_a_chosen_word(minilm_dir):
     tok = bertkit.BertTokenizer.from_pretrained(minilm_dir)
-    features = [dict(tok(s)) for s in SENTENCES * 8]
+    features = [dict(tok(s, return_offsets_mapping=True)) for s in SENTENCES * 8]
     batch = bertkit.DataCollatorForLanguageModeling(tok, whole_word_mask=True, mlm_probability=0.3, seed=1)(features)
     masked = batch["labels"] != -100
     assert int(masked.sum()) > 10
@@ -597,6 +597,30 @@ def test_whole_word_masking_masks_every_piece_of_a_chosen_word(minilm_dir):
     # a masked "##" piece has its word's previous piece masked too
     assert bool(masked[:, :-1][continuation[:, 1:] & masked[:, 1:]].all())
     assert int((continuation & masked).sum()) > 0
+
+
+def test_whole_word_masking_finds_words_as_transformers_5_does(minilm_dir):
+    """transformers 5 reads words from the offsets: "don't", "stop-believing" and "東京" are one word each, so the
+    same seed masks what it masks (bertkit took BERT's "##" pieces for words: three, three and two there, and a
+    different mask at every seed on such text). Without offsets the collator says what to pass."""
+    texts = ["don't stop-believing, it's 3.5% of the U.S. market", "東京は日本の首都です e-mail me", "the plot was fun"]
+    theirs_tok = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ours_tok = bertkit.BertTokenizer.from_pretrained(minilm_dir)
+    enc = theirs_tok(texts * 4, padding="max_length", max_length=32, return_offsets_mapping=True)
+    features = [{k: enc[k][i] for k in enc} for i in range(len(texts) * 4)]  # transformers pads no offsets itself
+    for seed in range(8):
+        ours = bertkit.DataCollatorForLanguageModeling(ours_tok, whole_word_mask=True, mlm_probability=0.3,
+                                                       seed=seed)([dict(f) for f in features])
+        theirs = transformers.DataCollatorForLanguageModeling(theirs_tok, whole_word_mask=True, mlm_probability=0.3,
+                                                              seed=seed)([dict(f) for f in features])
+        assert sorted(ours) == sorted(theirs)
+        for key in theirs:
+            torch.testing.assert_close(ours[key], theirs[key], msg=f"seed {seed} {key}")
+    one = dict(theirs_tok("don't stop-believing 東京", return_offsets_mapping=True))
+    batch = bertkit.DataCollatorForLanguageModeling(ours_tok, whole_word_mask=True, mlm_probability=0.5, seed=3)([one])
+    assert batch["labels"].tolist() == [[-100, 2123, 1005, 1056, 2644, 1011, 8929, -100, -100, -100]]
+    with pytest.raises(BertkitError, match="return_offsets_mapping=True"):
+        bertkit.DataCollatorForLanguageModeling(ours_tok, whole_word_mask=True)([dict(ours_tok("don't stop"))])
 
 
 @pytest.mark.parametrize("kwargs, said", [
