@@ -279,14 +279,20 @@ def _as_py(values: Any) -> Any:
 
 def as_tensor(values: Any, return_tensors: str | None, empty_shape: tuple[int, ...] | None = None) -> Any:
     """``values`` as a torch tensor (``"pt"``), a numpy array (``"np"``) or as they are (None). ``empty_shape``:
-    the int64 zeros' shape to return instead, for rows without tokens (their nested lists carry no width)."""
+    the int64 zeros' shape to return instead, for rows without tokens (their nested lists carry no width).
+    Integers become int64; a column of floats (``pad``'s labels: regression scores, soft multi-label targets) float32
+    and one of bools bool, as transformers' ``torch.tensor`` makes them, never cut to integers."""
     if return_tensors == "pt":
         import numpy as np
         import torch  # imported here so that tokenizing without tensors does not pay for torch
 
+        if empty_shape is not None:
+            return torch.zeros(empty_shape, dtype=torch.long)
         # through numpy: torch.tensor reads nested lists item by item (15 us for one row of 100, numpy's 3.5)
-        return torch.from_numpy(np.asarray(values, dtype=np.int64)) if empty_shape is None \
-            else torch.zeros(empty_shape, dtype=torch.long)
+        arr = np.asarray(values)
+        kind = arr.dtype.kind if arr.size else "i"  # an empty column is int64, as transformers makes it
+        return torch.from_numpy(arr.astype(np.float32 if kind == "f" else bool if kind == "b" else np.int64,
+                                           copy=False))
     if return_tensors == "np":
         import numpy as np
 

@@ -438,7 +438,8 @@ class BertTokenizer:
         """Pad already-encoded inputs, as Hugging Face's ``tokenizer.pad`` (what DataCollatorWithPadding calls):
         a BatchEncoding / dict of lists, or a list of per-example dicts. ``input_ids``, ``token_type_ids``,
         ``attention_mask`` (made when absent), ``special_tokens_mask`` and ``offset_mapping`` are padded on
-        the right; other keys (labels, ...) are passed through unchanged."""
+        the right; other keys (labels, ...) are passed through unchanged (as tensors: integers int64, floats float32,
+        bools bool, as transformers makes them)."""
         examples, batched = examples_of(encoded_inputs)
         if any("input_ids" not in e for e in examples):
             raise BertkitError("pad needs input_ids in every example (the tokenizer's output)")
