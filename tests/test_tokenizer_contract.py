@@ -360,6 +360,21 @@ def test_an_added_token_of_tokenizer_json_is_not_made_from_a_words_pieces(minilm
     assert ours(text)["input_ids"] == ref(text)["input_ids"] == [101, 25597, 6559, 25597, 6559, 30522, 102]
 
 
+def test_every_special_token_of_tokenizer_json_is_cut_out_as_transformers_does(minilm_dir, tmp_path):
+    """A transformers 5 tokenizer saved after cls_token was replaced (with extra special tokens listed) keeps the old
+    [CLS] as a special token of tokenizer.json: transformers cuts it out of the text (id 101) and decode skips it;
+    bertkit took only the config's list as the extra special tokens and split it into [ cls ]."""
+    ref = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ref.add_special_tokens({"cls_token": "[unused2]", "additional_special_tokens": ["[ENT]"]})
+    ref.save_pretrained(tmp_path)
+    ref = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    text = "a [CLS] b [ENT] [PAD] c"
+    ids = ours(text)["input_ids"]
+    assert ids == ref(text)["input_ids"] == [3, 1037, 101, 1038, 30522, 0, 1039, 102]
+    assert ours.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True) == "a b c"
+
+
 def test_tokenizer_json_refusals_name_the_value(minilm_dir, tmp_path):
     def bpe(data):
         return {**data, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}

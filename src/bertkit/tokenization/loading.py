@@ -101,7 +101,8 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str,
     """(``{token: id}`` with added tokens, constructor arguments, the size of the WordPiece model's own vocabulary:
     ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the defaults,
     ``settings`` (tokenizer_config.json's) win, as in transformers 5. Added special tokens none of the named ones
-    become ``additional_special_tokens`` when the config lists none."""
+    are ``additional_special_tokens`` too (after those the config lists): transformers 5 cuts every token
+    tokenizer.json flags special out of the text, a ``[CLS]`` that a new ``cls_token`` replaced included."""
     data = read_json(file)
     parts = {part: data[part] if isinstance(data.get(part), dict) else {} for part in ("model", "normalizer")}
     for part, key, want in _BERT_TOKENIZER_JSON:
@@ -129,9 +130,10 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str,
         merged["added_tokens"] = [t for _, t in sorted(added)]
     merged.update(settings)
     named = {merged.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
-    extra = [t for _, t in sorted(special) if t not in named]
-    if extra and "additional_special_tokens" not in merged:
-        merged["additional_special_tokens"] = extra
+    listed = list(merged.get("additional_special_tokens", ()))
+    extra = [t for _, t in sorted(special) if t not in named and t not in listed]
+    if extra:
+        merged["additional_special_tokens"] = listed + extra
     return tokens, merged, len(vocab)
 
 
