@@ -21,6 +21,7 @@ from bertkit.tokenization.batch import (
     Segment,
     as_tensor,
     check_lengths,
+    column_as_tensor,
     encode_rows,
     examples_of,
     pad_rows,
@@ -469,7 +470,7 @@ class BertTokenizer:
             if return_tensors is not None and nones:
                 raise BertkitError(f"pad: example {nones[0]} of the batch has {key!r} None; give every example a "
                                    f"{key!r} value, or drop the column (to predict, leave labels out)")
-            out[key] = as_tensor(values if batched else values[0], return_tensors)
+            out[key] = column_as_tensor(values if batched else values[0], return_tensors)
         return out
 
     def encode(self, text: str, text_pair: str | None = None, **kwargs: Any) -> list[int]:
