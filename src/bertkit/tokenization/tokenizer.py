@@ -38,6 +38,7 @@ from bertkit.tokenization.loading import (
     SPECIAL_TOKEN_KEYS,
     SPECIAL_TOKENS_MAP_FILE,
     TOKENIZER_FILE,
+    added_past,
     check_fits_model,
     read_settings,
     read_tokenizer_json,
@@ -193,7 +194,9 @@ class BertTokenizer:
         settings = read_settings(path)
         wordpiece_size = None  # vocab.txt: every token is WordPiece's
         if vocab.is_file():
-            source = vocab
+            source, vocab = vocab, load_vocab(vocab)
+            own = added_past(vocab, path, settings)  # transformers' added tokens past vocab.txt, at their ids
+            wordpiece_size = own if own < len(vocab) else None
         elif json_file.is_file():
             vocab, settings, wordpiece_size = read_tokenizer_json(json_file, settings)
         else:
@@ -210,7 +213,7 @@ class BertTokenizer:
                 f"cased is unknown: pass do_lower_case=True for an uncased checkpoint or False for a cased one"
             )
         tokenizer = cls(vocab, **settings)
-        if wordpiece_size is not None:  # tokenizer.json's added tokens (ids from wordpiece_size) are not WordPiece's
+        if wordpiece_size is not None:  # added tokens (ids from wordpiece_size) are not WordPiece's, as in tokenizers
             tokenizer._wordpiece_size = wordpiece_size
             tokenizer._build()
         check_fits_model(len(tokenizer.vocab), path, source)
