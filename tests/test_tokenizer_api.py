@@ -145,9 +145,8 @@ def test_add_tokens_and_special_tokens_with_model_resize(minilm_dir, sentences, 
     assert a["offset_mapping"] == [[tuple(o) for o in r] for r in b["offset_mapping"]]
     for i in range(len(texts)):
         assert a.word_ids(i) == b.word_ids(i)
-    # (transformers decodes an uncased tokenizer's added "Bertkit" lower-cased; bertkit as it was added)
     skip = dict(skip_special_tokens=True)
-    assert ours.decode(a["input_ids"][0], **skip).lower() == hf.decode(b["input_ids"][0], **skip)
+    assert ours.decode(a["input_ids"][0], **skip) == hf.decode(b["input_ids"][0], **skip)
     # The model grows with the tokenizer; the round trip through save_pretrained keeps both.
     model = BertForMaskedLM.from_pretrained(minilm_dir)
     model.resize_token_embeddings(len(ours))
@@ -210,6 +209,30 @@ def test_added_tokens_are_matched_in_the_normalised_text(minilm_dir, lower):
         got = ours("NAIVE nai\u0308ve NEW\tYORK from ISTANBUL", return_offsets_mapping=True)
         assert got["input_ids"] == [101, 30522, 30522, 30523, 2013, 30524, 102]
         assert got["offset_mapping"] == [(0, 0), (0, 5), (6, 12), (13, 21), (22, 26), (27, 35), (0, 0)]
+
+
+@pytest.mark.parametrize("lower", [True, False], ids=["uncased", "cased"])
+def test_an_added_token_reads_back_as_its_normalised_form(minilm_dir, lower):
+    """tokenizers stores an added token normalised: an uncased tokenizer's added "[E1]" converts and decodes as
+    "[e1]", "Café" as "cafe", "中文" with the spaces BertNormalizer puts around CJK characters (bertkit gave each
+    back as it was added); special tokens read back as written."""
+    ours = BertTokenizer.from_pretrained(minilm_dir, do_lower_case=lower)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir, do_lower_case=lower)
+    for tok in (ours, hf):
+        tok.add_tokens(["[E1]", "Café", "中文", "New York", "hello"])
+        tok.add_special_tokens({"additional_special_tokens": ["[ENT]"]})
+    text = "[E1] CAFÉ 中文 new york [ENT] Hello"
+    a, b = ours(text), hf(text)
+    assert a["input_ids"] == b["input_ids"]
+    assert ours.convert_ids_to_tokens(a["input_ids"]) == hf.convert_ids_to_tokens(b["input_ids"]) == a.tokens()
+    for skip in (False, True):
+        assert ours.decode(a["input_ids"], skip_special_tokens=skip) == hf.decode(b["input_ids"],
+                                                                                  skip_special_tokens=skip)
+    if lower:
+        assert ours.convert_ids_to_tokens(a["input_ids"]) == [
+            "[CLS]", "[e1]", "cafe", " 中  文 ", "new york", "[ENT]", "hello", "[SEP]"]
+    assert ours.convert_tokens_to_ids(["[E1]", "Café"]) == hf.convert_tokens_to_ids(["[E1]", "Café"]) == [30522,
+                                                                                                        30523]
 
 
 def test_hub_id_for_tokenizer_says_how_to_get_it(monkeypatch):

@@ -360,6 +360,50 @@ def test_an_added_token_of_tokenizer_json_is_not_made_from_a_words_pieces(minilm
     assert ours(text)["input_ids"] == ref(text)["input_ids"] == [101, 25597, 6559, 25597, 6559, 30522, 102]
 
 
+def test_every_special_token_of_tokenizer_json_is_cut_out_as_transformers_does(minilm_dir, tmp_path):
+    """A transformers 5 tokenizer saved after cls_token was replaced (with extra special tokens listed) keeps the old
+    [CLS] as a special token of tokenizer.json: transformers cuts it out of the text (id 101) and decode skips it;
+    bertkit took only the config's list as the extra special tokens and split it into [ cls ]."""
+    ref = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ref.add_special_tokens({"cls_token": "[unused2]", "additional_special_tokens": ["[ENT]"]})
+    ref.save_pretrained(tmp_path)
+    ref = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    text = "a [CLS] b [ENT] [PAD] c"
+    ids = ours(text)["input_ids"]
+    assert ids == ref(text)["input_ids"] == [3, 1037, 101, 1038, 30522, 0, 1039, 102]
+    assert ours.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True) == "a b c"
+
+
+@pytest.mark.parametrize("layout", ["added_tokens.json", "added_tokens_decoder"])
+def test_added_tokens_past_vocab_txt_load_as_in_transformers(minilm_dir, tmp_path, layout):
+    """transformers 4 keeps a tokenizer's added tokens out of vocab.txt: in added_tokens.json ({token: id}, with
+    special_tokens_map.json naming the special ones) or, from 4.34, in tokenizer_config.json's added_tokens_decoder.
+    bertkit refused the first ("the vocabulary lacks the special tokens") and ignored the second, splitting "[E1]"
+    into [ e ##1 ] where transformers gives it id 30522."""
+    (tmp_path / "vocab.txt").write_bytes((minilm_dir / "vocab.txt").read_bytes())
+    config = json.loads((minilm_dir / "tokenizer_config.json").read_text())
+    if layout == "added_tokens.json":
+        (tmp_path / "added_tokens.json").write_text(json.dumps({"[E1]": 30522, "[ENT]": 30523}))
+        (tmp_path / "special_tokens_map.json").write_text(json.dumps({"additional_special_tokens": ["[ENT]"]}))
+    else:
+        entry = {"lstrip": False, "rstrip": False, "single_word": False}
+        config["added_tokens_decoder"] = {
+            "0": {**entry, "content": "[PAD]", "normalized": False, "special": True},
+            "30522": {**entry, "content": "[E1]", "normalized": True, "special": False},
+            "30523": {**entry, "content": "[ENT]", "normalized": False, "special": True}}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    ref = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    text = "x [E1] y [ENT] z unaffable"
+    assert len(ours) == len(ref) == 30524
+    ids = ours(text)["input_ids"]
+    assert ids == ref(text)["input_ids"] == [101, 1060, 30522, 1061, 30523, 1062, 14477, 20961, 3468, 102]
+    if layout == "added_tokens_decoder":  # (transformers 5 reads special_tokens_map.json's list as plain tokens)
+        assert ours.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True) == \
+            "x [e1] y z unaffable"
+
+
 def test_tokenizer_json_refusals_name_the_value(minilm_dir, tmp_path):
     def bpe(data):
         return {**data, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}

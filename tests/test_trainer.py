@@ -336,6 +336,44 @@ def test_resuming_with_other_settings_is_refused_and_writes_nothing(checkpoint, 
         _bertkit_trainer(checkpoint, tmp_path / "run").train()
 
 
+def test_float_labels_reach_a_regression_head_as_floats(checkpoint, tmp_path):
+    """DataCollatorWithPadding (tokenizer.pad) made every column int64, so regression scores 0.7 and 2.4 trained
+    and evaluated as 0 and 2 without a word (eval_loss 0.00028 where transformers gives 0.074); soft multi-label
+    targets were cut the same way. Float columns stay float32, as transformers' pad makes them."""
+    tok = bertkit.AutoTokenizer.from_pretrained(checkpoint)
+    soft = [{"input_ids": [101, 7592, 102], "labels": [0.3, 1.0]}, {"input_ids": [101, 102], "labels": [0.5, 0.0]}]
+    ours = bertkit.DataCollatorWithPadding(tok)(soft)["labels"]
+    theirs = transformers.DataCollatorWithPadding(transformers.AutoTokenizer.from_pretrained(checkpoint))(soft)["labels"]
+    assert ours.dtype == theirs.dtype == torch.float32
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    assert tok.pad([{"input_ids": [101, 102], "label": True}], return_tensors="pt")["label"].dtype == torch.bool
+
+    scorer = tmp_path / "scorer"
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.from_pretrained(checkpoint, num_labels=1)
+    transformers.BertForSequenceClassification(config).save_pretrained(scorer)
+    transformers.AutoTokenizer.from_pretrained(checkpoint).save_pretrained(scorer)
+    runs = []
+    for lib in (transformers, bertkit):
+        tokenizer = lib.AutoTokenizer.from_pretrained(scorer)
+        model = lib.AutoModelForSequenceClassification.from_pretrained(scorer)
+        rows = [{**tokenizer(r["text"], truncation=True), "label": 0.7 * r["label"] + 0.1 * len(r["text"]) % 3}
+                for r in TRAIN + TEST]
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), learning_rate=1e-3, max_steps=6,
+                                     per_device_train_batch_size=4, logging_steps=1, save_strategy="no",
+                                     report_to="none", use_cpu=True, seed=7, disable_tqdm=True)
+        trainer = lib.Trainer(model=model, args=args, train_dataset=datasets.Dataset.from_list(rows[:37]),
+                              processing_class=tokenizer, data_collator=lib.DataCollatorWithPadding(tokenizer))
+        trainer.train()
+        runs.append((_losses(trainer.state.log_history), trainer.predict(datasets.Dataset.from_list(rows[37:]))))
+    (theirs, hf_pred), (ours, bk_pred) = runs
+    np.testing.assert_allclose([x[1] for x in ours], [x[1] for x in theirs], rtol=1e-5)
+    assert bk_pred.label_ids.dtype == hf_pred.label_ids.dtype == np.float32
+    np.testing.assert_array_equal(bk_pred.label_ids, hf_pred.label_ids)
+    assert len(set(np.round(bk_pred.label_ids % 1, 3))) > 2  # scores with fractions: a truncation would show
+    assert bk_pred.metrics["test_loss"] == pytest.approx(hf_pred.metrics["test_loss"], rel=1e-5)
+
+
 def test_load_best_model_at_end_ends_on_the_best_checkpoints_weights(checkpoint, tmp_path):
     # greater_is_better on the loss makes the best checkpoint an early one, so "best" differs from "last"
     trainer = _bertkit_trainer(checkpoint, tmp_path / "best", max_steps=8, eval_strategy="steps", eval_steps=2,
@@ -587,7 +625,7 @@ def test_bertkit_collators_match_transformers(minilm_dir):
 
 def test_whole_word_masking_masks_every_piece_of_a_chosen_word(minilm_dir):
     tok = bertkit.BertTokenizer.from_pretrained(minilm_dir)
-    features = [dict(tok(s)) for s in SENTENCES * 8]
+    features = [dict(tok(s, return_offsets_mapping=True)) for s in SENTENCES * 8]
     batch = bertkit.DataCollatorForLanguageModeling(tok, whole_word_mask=True, mlm_probability=0.3, seed=1)(features)
     masked = batch["labels"] != -100
     assert int(masked.sum()) > 10
@@ -597,6 +635,30 @@ def test_whole_word_masking_masks_every_piece_of_a_chosen_word(minilm_dir):
     # a masked "##" piece has its word's previous piece masked too
     assert bool(masked[:, :-1][continuation[:, 1:] & masked[:, 1:]].all())
     assert int((continuation & masked).sum()) > 0
+
+
+def test_whole_word_masking_finds_words_as_transformers_5_does(minilm_dir):
+    """transformers 5 reads words from the offsets: "don't", "stop-believing" and "東京" are one word each, so the
+    same seed masks what it masks (bertkit took BERT's "##" pieces for words: three, three and two there, and a
+    different mask at every seed on such text). Without offsets the collator says what to pass."""
+    texts = ["don't stop-believing, it's 3.5% of the U.S. market", "東京は日本の首都です e-mail me", "the plot was fun"]
+    theirs_tok = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ours_tok = bertkit.BertTokenizer.from_pretrained(minilm_dir)
+    enc = theirs_tok(texts * 4, padding="max_length", max_length=32, return_offsets_mapping=True)
+    features = [{k: enc[k][i] for k in enc} for i in range(len(texts) * 4)]  # transformers pads no offsets itself
+    for seed in range(8):
+        ours = bertkit.DataCollatorForLanguageModeling(ours_tok, whole_word_mask=True, mlm_probability=0.3,
+                                                       seed=seed)([dict(f) for f in features])
+        theirs = transformers.DataCollatorForLanguageModeling(theirs_tok, whole_word_mask=True, mlm_probability=0.3,
+                                                              seed=seed)([dict(f) for f in features])
+        assert sorted(ours) == sorted(theirs)
+        for key in theirs:
+            torch.testing.assert_close(ours[key], theirs[key], msg=f"seed {seed} {key}")
+    one = dict(theirs_tok("don't stop-believing 東京", return_offsets_mapping=True))
+    batch = bertkit.DataCollatorForLanguageModeling(ours_tok, whole_word_mask=True, mlm_probability=0.5, seed=3)([one])
+    assert batch["labels"].tolist() == [[-100, 2123, 1005, 1056, 2644, 1011, 8929, -100, -100, -100]]
+    with pytest.raises(BertkitError, match="return_offsets_mapping=True"):
+        bertkit.DataCollatorForLanguageModeling(ours_tok, whole_word_mask=True)([dict(ours_tok("don't stop"))])
 
 
 @pytest.mark.parametrize("kwargs, said", [

@@ -208,7 +208,7 @@ def test_fp16_on_a_cpu_trains_in_fp32_as_transformers_does(checkpoint, tok, tmp_
 def test_whole_word_masking_honours_explicit_replace_shares(tok):
     """whole_word_mask=True replaced mask_replace_prob=0.5, random_replace_prob=0.3 with 1.0 and 0.0 silently."""
     texts = ["unbelievably tokenization isn't trivial for the zygote", "the quick brown fox jumps over the lazy dog"]
-    features = [dict(tok(t)) for t in texts * 64]
+    features = [dict(tok(t, return_offsets_mapping=True)) for t in texts * 64]
     collator = bertkit.DataCollatorForLanguageModeling(tok, whole_word_mask=True, mlm_probability=0.3,
                                                        mask_replace_prob=0.5, random_replace_prob=0.3, seed=0)
     assert (collator.mask_replace_prob, collator.random_replace_prob) == (0.5, 0.3)

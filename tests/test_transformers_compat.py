@@ -569,3 +569,21 @@ def test_config_like_transformers(tmp_path):
     assert json.loads(ours.to_json_string())["model_type"] == "bert" and ours.to_dict()["num_attention_heads"] == 12
     ours.save_pretrained(tmp_path / "cfg")
     assert transformers.BertConfig.from_pretrained(tmp_path / "cfg").id2label == ours.id2label
+
+
+def test_dropout_masks_are_transformers_in_the_padded_layout(minilm_dir, batch):
+    """One seed, dropout on (train mode): the padded layout draws transformers' dropout masks, so a same-seed run
+    gives its numbers; the default layout draws them over the real tokens only, other masks on a padded batch
+    (docs/coming-from-transformers.md)."""
+    ours, theirs = BertModel.from_pretrained(minilm_dir).train(), transformers.BertModel.from_pretrained(minilm_dir).train()
+    mask = batch["attention_mask"]
+    assert bool((mask == 0).any())  # a padded batch
+    torch.manual_seed(0)
+    expected = theirs(**batch).last_hidden_state
+    ours.layout = "padded"
+    torch.manual_seed(0)
+    _close(ours(**batch).last_hidden_state, expected, mask)
+    ours.layout = "auto"
+    torch.manual_seed(0)
+    unpadded = ours(**batch).last_hidden_state
+    assert float((unpadded - expected)[mask.bool()].abs().max()) > 0.1

@@ -191,10 +191,12 @@ class DataCollatorForLanguageModeling:
     a representation of every token, since it cannot tell which are targets). Draws follow transformers'
     collator call for call, so the same ``seed`` gives the same batches.
 
-    ``whole_word_mask=True`` chooses whole words (a word's "##" continuation pieces are masked with its first
-    piece, as Google's later release of the BERT models did). Their pieces are all replaced by [MASK] unless
-    ``mask_replace_prob`` / ``random_replace_prob`` are given, which then apply to each piece (as Google's
-    whole-word masking does; transformers overrides them with 1 and 0 and warns).
+    ``whole_word_mask=True`` chooses whole words, found as transformers 5 finds them: from the examples'
+    ``offset_mapping`` (tokenize with ``return_offsets_mapping=True``), a word is a run of tokens with no character
+    between them ("don't", "stop-believing" and "東京" are one word each; BERT's own "##" pieces would make three,
+    three and two). Their pieces are all replaced by [MASK] unless ``mask_replace_prob`` / ``random_replace_prob``
+    are given, which then apply to each piece (as Google's whole-word masking does; transformers overrides them
+    with 1 and 0 and warns).
     ``seed`` None draws from torch's global generator (what a seeded Trainer run fixes). transformers'
     ``mlm=False`` (causal-LM labels) is left out: no BERT head predicts the next token.
     """
@@ -242,12 +244,14 @@ class DataCollatorForLanguageModeling:
                                             pad_to_multiple_of=self.pad_to_multiple_of))
             batch = {"input_ids": batch["input_ids"]}
         special = batch.pop("special_tokens_mask", None)
-        batch.pop("offset_mapping", None)
-        batch["input_ids"], batch["labels"] = self.mask_tokens(batch["input_ids"], special)
+        offsets = batch.pop("offset_mapping", None)
+        batch["input_ids"], batch["labels"] = self.mask_tokens(batch["input_ids"], special, offsets)
         return batch
 
-    def mask_tokens(self, inputs: torch.Tensor, special_tokens_mask: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(inputs with targets replaced, labels with -100 everywhere but the targets)."""
+    def mask_tokens(self, inputs: torch.Tensor, special_tokens_mask: Any = None,
+                    offset_mapping: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs with targets replaced, labels with -100 everywhere but the targets). ``offset_mapping`` (B, T, 2)
+        is where whole-word masking finds the words."""
         labels = inputs.clone()
         probability = torch.full(labels.shape, self.mlm_probability)
         if special_tokens_mask is None:
@@ -255,10 +259,13 @@ class DataCollatorForLanguageModeling:
                                    for row in labels.tolist()]
         special = torch.as_tensor(special_tokens_mask, dtype=torch.bool)
         if self.whole_word_mask:
-            words = self._word_ids(labels, special)  # (B, T): word index, -1 on special tokens
-            starts = special | (words == torch.roll(words, 1, dims=1))  # not a word's first piece
-            starts[:, 0] = special[:, 0]
-            probability.masked_fill_(starts, 0.0)  # one draw per word, at its first piece
+            if offset_mapping is None:
+                raise BertkitError("DataCollatorForLanguageModeling(whole_word_mask=True) finds words from the "
+                                   "tokens' character offsets, as transformers 5 does, and these examples have no "
+                                   "offset_mapping: tokenize with return_offsets_mapping=True (and, with the "
+                                   "Trainer, keep the column: remove_unused_columns=False)")
+            words, first = _words(torch.as_tensor(offset_mapping), special)  # (B, T) each
+            probability.masked_fill_(~first, 0.0)  # one draw per word, at its first piece
             chosen = torch.bernoulli(probability, generator=self.generator).bool()
             same = (words[:, :, None] == words[:, None, :]) & (words[:, :, None] >= 0)
             masked = (same & chosen[:, None, :]).any(-1)  # every piece of a chosen word
@@ -278,10 +285,12 @@ class DataCollatorForLanguageModeling:
         inputs[randomized] = words[randomized]
         return inputs, labels
 
-    def _word_ids(self, ids: torch.Tensor, special: torch.Tensor) -> torch.Tensor:
-        """Word index of each token: a token whose string starts with "##" continues the word before it."""
-        tokens = self.tokenizer.convert_ids_to_tokens(ids.reshape(-1).tolist())
-        continues = torch.tensor([t.startswith("##") for t in tokens], dtype=torch.bool).reshape(ids.shape)
-        new_word = ~special & ~continues
-        words = torch.cumsum(new_word.long(), dim=1)
-        return words.masked_fill(special, -1)
+
+def _words(offsets: torch.Tensor, special: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(word index of each token, -1 on special tokens; whether it starts a word) from (B, T, 2) character offsets:
+    a token starts a word unless it begins where the token before it ends (transformers 5's rule)."""
+    starts, ends = offsets[..., 0], offsets[..., 1]
+    follows = (starts == torch.roll(ends, 1, dims=1)) & ~torch.roll(special, 1, dims=1)
+    follows[:, 0] = False
+    first = ~special & ~follows
+    return torch.cumsum(first.long(), dim=1).masked_fill(special, -1), first

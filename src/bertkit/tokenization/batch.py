@@ -278,8 +278,9 @@ def _as_py(values: Any) -> Any:
 
 
 def as_tensor(values: Any, return_tensors: str | None, empty_shape: tuple[int, ...] | None = None) -> Any:
-    """``values`` as a torch tensor (``"pt"``), a numpy array (``"np"``) or as they are (None). ``empty_shape``:
-    the int64 zeros' shape to return instead, for rows without tokens (their nested lists carry no width)."""
+    """Ids (or offsets, masks, lengths) as an int64 torch tensor (``"pt"``), a numpy array (``"np"``) or as they
+    are (None). ``empty_shape``: the int64 zeros' shape to return instead, for rows without tokens (their nested
+    lists carry no width)."""
     if return_tensors == "pt":
         import numpy as np
         import torch  # imported here so that tokenizing without tensors does not pay for torch
@@ -292,6 +293,19 @@ def as_tensor(values: Any, return_tensors: str | None, empty_shape: tuple[int, .
 
         return np.asarray(values) if empty_shape is None else np.zeros(empty_shape, dtype=np.int64)
     return values
+
+
+def column_as_tensor(values: Any, return_tensors: str | None) -> Any:
+    """A column ``pad`` passes through (labels, ...) as transformers converts it: integers int64, floats float32
+    (regression scores, soft multi-label targets: never cut to integers), bools bool; an empty column int64."""
+    if return_tensors != "pt":
+        return as_tensor(values, return_tensors)
+    import numpy as np
+    import torch
+
+    arr = np.asarray(values)
+    kind = arr.dtype.kind if arr.size else "i"
+    return torch.from_numpy(arr.astype(np.float32 if kind == "f" else bool if kind == "b" else np.int64, copy=False))
 
 
 def to_batch_encoding(rows: list[Row], batched: bool, return_tensors: str | None) -> BatchEncoding:

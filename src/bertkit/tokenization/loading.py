@@ -80,6 +80,30 @@ def read_settings(path: Path) -> dict[str, Any]:
     return settings
 
 
+def added_past(tokens: list[str], path: Path, settings: dict[str, Any]) -> int:
+    """Append to ``tokens`` (a vocab.txt's) the added tokens transformers keeps past it, at their ids:
+    ``added_tokens.json``'s and tokenizer_config.json's ``added_tokens_decoder`` (transformers 4.34 and later); a
+    special one none of the named tokens joins ``settings``' additional special tokens, the others its added tokens.
+    Returns vocab.txt's own size (WordPiece's vocabulary: the tokens appended are matched in the text only)."""
+    size = len(tokens)
+    found: dict[int, tuple[str, bool]] = {}
+    for token, i in read_json(path / ADDED_TOKENS_FILE).items():
+        found[i] = (token, False)
+    for key, entry in (read_json(path / CONFIG_FILE).get("added_tokens_decoder") or {}).items():
+        found[int(key)] = (token_content(entry, "added_tokens_decoder"), bool(entry.get("special")))
+    named = {settings.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
+    for i in sorted(i for i in found if i >= size):
+        token, special = found[i]
+        if i != len(tokens):
+            raise BertkitError(f"{path}: added token {token!r} has id {i}, but {len(tokens)} tokens come before it; "
+                               "added ids must follow vocab.txt without a gap: re-save the tokenizer")
+        tokens.append(token)
+        more = "additional_special_tokens" if special and token not in named else "added_tokens"
+        if token not in named and token not in settings.setdefault(more, []):
+            settings[more].append(token)
+    return size
+
+
 def _typed(value: Any, types: tuple[type, ...], where: str) -> Any:
     if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
         want = " or ".join("null" if t is type(None) else t.__name__ for t in types)
@@ -101,7 +125,8 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str,
     """(``{token: id}`` with added tokens, constructor arguments, the size of the WordPiece model's own vocabulary:
     ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the defaults,
     ``settings`` (tokenizer_config.json's) win, as in transformers 5. Added special tokens none of the named ones
-    become ``additional_special_tokens`` when the config lists none."""
+    are ``additional_special_tokens`` too (after those the config lists): transformers 5 cuts every token
+    tokenizer.json flags special out of the text, a ``[CLS]`` that a new ``cls_token`` replaced included."""
     data = read_json(file)
     parts = {part: data[part] if isinstance(data.get(part), dict) else {} for part in ("model", "normalizer")}
     for part, key, want in _BERT_TOKENIZER_JSON:
@@ -129,9 +154,10 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str,
         merged["added_tokens"] = [t for _, t in sorted(added)]
     merged.update(settings)
     named = {merged.get(k, _DEFAULT_SPECIAL[k]) for k in SPECIAL_TOKEN_KEYS}
-    extra = [t for _, t in sorted(special) if t not in named]
-    if extra and "additional_special_tokens" not in merged:
-        merged["additional_special_tokens"] = extra
+    listed = list(merged.get("additional_special_tokens", ()))
+    extra = [t for _, t in sorted(special) if t not in named and t not in listed]
+    if extra:
+        merged["additional_special_tokens"] = listed + extra
     return tokens, merged, len(vocab)
 
 

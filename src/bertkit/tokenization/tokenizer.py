@@ -21,6 +21,7 @@ from bertkit.tokenization.batch import (
     Segment,
     as_tensor,
     check_lengths,
+    column_as_tensor,
     encode_rows,
     examples_of,
     pad_rows,
@@ -37,6 +38,7 @@ from bertkit.tokenization.loading import (
     SPECIAL_TOKEN_KEYS,
     SPECIAL_TOKENS_MAP_FILE,
     TOKENIZER_FILE,
+    added_past,
     check_fits_model,
     read_settings,
     read_tokenizer_json,
@@ -141,12 +143,18 @@ class BertTokenizer:
     def _build(self) -> None:
         """Derived tables and caches (rebuilt after unpickling rather than shipped to DataLoader workers)."""
         self.vocab: dict[str, int] = {t: i for i, t in enumerate(self._tokens)}  # duplicates: last id wins, as HF
-        self.ids_to_tokens: dict[int, str] = dict(enumerate(self._tokens))
         self.all_special_tokens: list[str] = list(dict.fromkeys(self._special_list()))
         self.all_special_ids: list[int] = [self.vocab[t] for t in self.all_special_tokens]
         for key in SPECIAL_TOKEN_KEYS:  # unk_token_id, sep_token_id, ...
             setattr(self, f"{key}_id", self.vocab[getattr(self, key)])
         basic = BasicTokenizer(self.do_lower_case, self.strip_accents, self.tokenize_chinese_chars)
+        # An id reads back (convert_ids_to_tokens, decode) as the text it matches: an added token's normalised
+        # form, as tokenizers stores it (an uncased tokenizer's added "[E1]" is "[e1]", "Café" "cafe").
+        read_back = list(self._tokens)
+        for t in self.added_tokens:
+            if t not in self.all_special_tokens:
+                read_back[self.vocab[t]] = basic.normalize(t)[0]
+        self.ids_to_tokens: dict[int, str] = dict(enumerate(read_back))
         pieces = self.vocab if len(self._tokens) == self._wordpiece_size else \
             {t: i for t, i in self.vocab.items() if i < self._wordpiece_size or t == self.unk_token}
         wordpiece = WordPiece(pieces, self.unk_token, self.max_input_chars_per_word)
@@ -186,7 +194,9 @@ class BertTokenizer:
         settings = read_settings(path)
         wordpiece_size = None  # vocab.txt: every token is WordPiece's
         if vocab.is_file():
-            source = vocab
+            source, vocab = vocab, load_vocab(vocab)
+            own = added_past(vocab, path, settings)  # transformers' added tokens past vocab.txt, at their ids
+            wordpiece_size = own if own < len(vocab) else None
         elif json_file.is_file():
             vocab, settings, wordpiece_size = read_tokenizer_json(json_file, settings)
         else:
@@ -203,7 +213,7 @@ class BertTokenizer:
                 f"cased is unknown: pass do_lower_case=True for an uncased checkpoint or False for a cased one"
             )
         tokenizer = cls(vocab, **settings)
-        if wordpiece_size is not None:  # tokenizer.json's added tokens (ids from wordpiece_size) are not WordPiece's
+        if wordpiece_size is not None:  # added tokens (ids from wordpiece_size) are not WordPiece's, as in tokenizers
             tokenizer._wordpiece_size = wordpiece_size
             tokenizer._build()
         check_fits_model(len(tokenizer.vocab), path, source)
@@ -333,7 +343,7 @@ class BertTokenizer:
     def _token_of(self, i: int) -> str:
         if not 0 <= i < len(self._tokens):
             raise BertkitError(f"token id {i} is outside the vocabulary (0..{len(self._tokens) - 1})")
-        return self._tokens[i]
+        return self.ids_to_tokens[i]
 
     # ------------------------------------------------------------------------------------------------
     # Text -> ids
@@ -432,7 +442,8 @@ class BertTokenizer:
         """Pad already-encoded inputs, as Hugging Face's ``tokenizer.pad`` (what DataCollatorWithPadding calls):
         a BatchEncoding / dict of lists, or a list of per-example dicts. ``input_ids``, ``token_type_ids``,
         ``attention_mask`` (made when absent), ``special_tokens_mask`` and ``offset_mapping`` are padded on
-        the right; other keys (labels, ...) are passed through unchanged."""
+        the right; other keys (labels, ...) are passed through unchanged (as tensors: integers int64, floats float32,
+        bools bool, as transformers makes them)."""
         examples, batched = examples_of(encoded_inputs)
         if any("input_ids" not in e for e in examples):
             raise BertkitError("pad needs input_ids in every example (the tokenizer's output)")
@@ -462,7 +473,7 @@ class BertTokenizer:
             if return_tensors is not None and nones:
                 raise BertkitError(f"pad: example {nones[0]} of the batch has {key!r} None; give every example a "
                                    f"{key!r} value, or drop the column (to predict, leave labels out)")
-            out[key] = as_tensor(values if batched else values[0], return_tensors)
+            out[key] = column_as_tensor(values if batched else values[0], return_tensors)
         return out
 
     def encode(self, text: str, text_pair: str | None = None, **kwargs: Any) -> list[int]:
