@@ -180,6 +180,21 @@ def test_cached_loss_replays_dropout(model):
     model.eval()
 
 
+@pytest.mark.parametrize("name,labels", [("MSELoss", (7, 384)), ("EmbedDistillLoss", (7, 384)),
+                                         ("EmbedDistillLoss", (7, 2, 384))])
+def test_matryoshka_distillation_cuts_the_teacher_as_sentence_transformers(model, name, labels):
+    """MatryoshkaLoss over a distillation loss: the teacher's embeddings (the labels) are cut to each width too (they
+    were compared whole with the cut student's, and refused)."""
+    teacher = torch.randn(*labels, generator=torch.Generator().manual_seed(3))
+    ref = st.SentenceTransformer(model.name_or_path, device="cpu").eval()
+    with torch.no_grad():
+        got = losses.MatryoshkaLoss(model, getattr(losses, name)(model), [384, 64, 16])(
+            _features(model, TRIPLES[:2]), teacher)
+        want = st_losses.MatryoshkaLoss(ref, getattr(st_losses, name)(ref), [384, 64, 16])(
+            [ref.tokenize(texts) for texts in TRIPLES[:2]], teacher)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_bad_arguments_are_named(model):
     with pytest.raises(BertkitError, match=r"matryoshka_dims \[768, 64\] must be whole numbers in \[1, 384\]"):
         losses.MatryoshkaLoss(model, losses.MultipleNegativesRankingLoss(model), [768, 64])
