@@ -84,6 +84,10 @@ def test_embedding_distillation_and_angle_similarity_equal_sentence_transformers
         losses.MSELoss(_Dim(), projection_dim=8)
     odd = _embeddings(2, dim=15)
     torch.testing.assert_close(losses.AnglELoss(_Dim()).similarity_fct(*odd), st.util.pairwise_angle_sim(*odd))
+    wide = [e.double() for e in odd]  # float64 stays float64, as in every similarity function
+    got, want = losses.AnglELoss(_Dim()).similarity_fct(*wide), st.util.pairwise_angle_sim(*wide)
+    assert got.dtype == want.dtype == torch.float64
+    torch.testing.assert_close(got, want)
     with pytest.raises(BertkitError, match=r"BatchHardTripletLoss is not implemented in bertkit: needs batches grouped"):
         _ = losses.BatchHardTripletLoss
 
