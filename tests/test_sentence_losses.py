@@ -204,6 +204,10 @@ def test_bad_arguments_are_named(model):
         losses.MatryoshkaLoss(model, losses.MultipleNegativesRankingLoss(model), [768, 64])
     with pytest.raises(BertkitError, match="mini_batch_size"):
         losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=0)
+    for name, value in (("hardness_mode", "in_batch_negatives"), ("hardness_strength", 2.0),
+                        ("mini_batch_num_tokens", 4096)):  # sentence-transformers' arguments, named as MNRL's are
+        with pytest.raises(BertkitError, match=f"CachedMultipleNegativesRankingLoss\\({name}={value!r}\\) is not impl"):
+            losses.CachedMultipleNegativesRankingLoss(model, **{name: value})
     with pytest.raises(BertkitError, match="needs one label per row"):
         losses.CoSENTLoss(model).compute_loss_from_embeddings(_embeddings(2), None)
 
