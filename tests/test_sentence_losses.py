@@ -84,6 +84,10 @@ def test_embedding_distillation_and_angle_similarity_equal_sentence_transformers
         losses.MSELoss(_Dim(), projection_dim=8)
     odd = _embeddings(2, dim=15)
     torch.testing.assert_close(losses.AnglELoss(_Dim()).similarity_fct(*odd), st.util.pairwise_angle_sim(*odd))
+    wide = [e.double() for e in odd]  # float64 stays float64, as in every similarity function
+    got, want = losses.AnglELoss(_Dim()).similarity_fct(*wide), st.util.pairwise_angle_sim(*wide)
+    assert got.dtype == want.dtype == torch.float64
+    torch.testing.assert_close(got, want)
     with pytest.raises(BertkitError, match=r"BatchHardTripletLoss is not implemented in bertkit: needs batches grouped"):
         _ = losses.BatchHardTripletLoss
 
@@ -180,11 +184,30 @@ def test_cached_loss_replays_dropout(model):
     model.eval()
 
 
+@pytest.mark.parametrize("name,labels", [("MSELoss", (7, 384)), ("EmbedDistillLoss", (7, 384)),
+                                         ("EmbedDistillLoss", (7, 2, 384))])
+def test_matryoshka_distillation_cuts_the_teacher_as_sentence_transformers(model, name, labels):
+    """MatryoshkaLoss over a distillation loss: the teacher's embeddings (the labels) are cut to each width too (they
+    were compared whole with the cut student's, and refused)."""
+    teacher = torch.randn(*labels, generator=torch.Generator().manual_seed(3))
+    ref = st.SentenceTransformer(model.name_or_path, device="cpu").eval()
+    with torch.no_grad():
+        got = losses.MatryoshkaLoss(model, getattr(losses, name)(model), [384, 64, 16])(
+            _features(model, TRIPLES[:2]), teacher)
+        want = st_losses.MatryoshkaLoss(ref, getattr(st_losses, name)(ref), [384, 64, 16])(
+            [ref.tokenize(texts) for texts in TRIPLES[:2]], teacher)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_bad_arguments_are_named(model):
     with pytest.raises(BertkitError, match=r"matryoshka_dims \[768, 64\] must be whole numbers in \[1, 384\]"):
         losses.MatryoshkaLoss(model, losses.MultipleNegativesRankingLoss(model), [768, 64])
     with pytest.raises(BertkitError, match="mini_batch_size"):
         losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=0)
+    for name, value in (("hardness_mode", "in_batch_negatives"), ("hardness_strength", 2.0),
+                        ("mini_batch_num_tokens", 4096)):  # sentence-transformers' arguments, named as MNRL's are
+        with pytest.raises(BertkitError, match=f"CachedMultipleNegativesRankingLoss\\({name}={value!r}\\) is not impl"):
+            losses.CachedMultipleNegativesRankingLoss(model, **{name: value})
     with pytest.raises(BertkitError, match="needs one label per row"):
         losses.CoSENTLoss(model).compute_loss_from_embeddings(_embeddings(2), None)
 

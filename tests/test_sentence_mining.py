@@ -104,6 +104,8 @@ def test_list_of_dicts_and_refusals(models, squad):
         mine_hard_negatives(few, ours, use_faiss=True)
     with pytest.raises(BertkitError, match="cross_encoder"):
         mine_hard_negatives(few, ours, cross_encoder=object())
+    with pytest.raises(TypeError, match="positional"):  # sentence-transformers' order: cross_encoder, range_min 0,
+        mine_hard_negatives(pairs, ours, "question", "paragraph", None, None, 0, 10)  # range_max 10 (max_score here)
     with pytest.raises(BertkitError, match="range_max 4 leave 2 candidates for num_negatives 3"):
         mine_hard_negatives(pairs, ours, range_min=2, range_max=4)
     with pytest.raises(BertkitError, match=r"anchor_column_name 'query' is not a column of the dataset \['question', 'paragraph'\]"):

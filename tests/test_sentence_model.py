@@ -76,6 +76,14 @@ def test_quantization_equals_sentence_transformers(models, precision):
     if precision.endswith("int8"):
         assert np.array_equal(quantize_embeddings(floats[:2], precision, ranges=ranges),
                               st.quantize_embeddings(floats[:2], precision=precision, ranges=ranges))
+    # a list of matrices (a multi-vector model's per-token embeddings) is refused, with the recipe that gives
+    # sentence-transformers' numbers (stacked, int8 took each position's buckets across the matrices)
+    matrices = [floats[:3], floats[3:6]]
+    with pytest.raises(BertkitError, match="a list of 2 matrices"):
+        quantize_embeddings(matrices, precision)
+    rows = quantize_embeddings(np.concatenate(matrices), precision)
+    for got, want in zip(np.split(rows, [3]), st.quantize_embeddings(matrices, precision=precision), strict=True):
+        assert np.array_equal(got, want)
 
 
 def test_saved_directory_opens_in_sentence_transformers(models, tmp_path):

@@ -33,7 +33,7 @@ _REFUSED = {
 
 
 def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None = None,
-                        positive_column_name: str | None = None, corpus: list[str] | None = None,
+                        positive_column_name: str | None = None, corpus: list[str] | None = None, *,
                         range_min: int = 0, range_max: int | None = None, max_score: float | None = None,
                         min_score: float | None = None, absolute_margin: float | None = None,
                         relative_margin: float | None = None, num_negatives: int = 3, sampling_strategy: str = "top",
@@ -41,12 +41,14 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
                         corpus_prompt_name: str | None = None, corpus_prompt: str | None = None,
                         include_positives: bool = False, output_format: str = "triplet", output_scores: bool = False,
                         batch_size: int = 32, faiss_batch_size: int = 16384, verbose: bool = True,
-                        margin: float | None = None, *, rng: random.Random | None = None, **refused: Any) -> Any:
+                        margin: float | None = None, rng: random.Random | None = None, **refused: Any) -> Any:
     """``dataset`` (a ``datasets.Dataset`` or a list of dicts) with hard negatives, in the same type: "triplet"
     (anchor, positive, negative), "n-tuple" (anchor, positive, negative_1..n; rows without n negatives dropped),
     "labeled-pair" (anchor, text, label 1/0) or "labeled-list" (anchor, [texts], [labels]); ``output_scores`` adds
     (or puts in the labels' place) the similarity scores. ``margin`` is sentence-transformers' older name of
-    ``absolute_margin``. Asking for more negatives than the corpus holds beside a query's positives is an error."""
+    ``absolute_margin``. Asking for more negatives than the corpus holds beside a query's positives is an error. The
+    arguments after ``corpus`` are keywords: sentence-transformers' sixth is ``cross_encoder``, which bertkit does not
+    implement, so its positions would have given each value to its neighbour's argument."""
     for name, value in refused.items():
         if name not in _REFUSED:
             raise BertkitError(f"mine_hard_negatives got an unknown argument {name!r}")

@@ -20,6 +20,13 @@ def quantize_embeddings(embeddings: Any, precision: str, ranges: np.ndarray | No
     ``binary``/``ubinary``: one bit per dimension (> 0), packed 8 to a byte (binary shifted by -128 to int8)."""
     if precision not in PRECISIONS:
         raise BertkitError(f"precision {precision!r} is not one of {PRECISIONS}")
+    if isinstance(embeddings, list) and embeddings and np.ndim(embeddings[0]) == 2:
+        # sentence-transformers quantizes each matrix with buckets from all their rows; stacked here, the buckets
+        # would have come from each position's values across the matrices, without a word
+        raise BertkitError(f"quantize_embeddings got a list of {len(embeddings)} matrices (multi-vector embeddings), "
+                           "which bertkit does not implement; quantize their rows together, "
+                           "quantize_embeddings(np.concatenate(matrices), ...), and split the result at the matrices' "
+                           "lengths")
     if isinstance(embeddings, torch.Tensor):
         embeddings = embeddings.detach().float().cpu().numpy()
     elif isinstance(embeddings, list) and embeddings and isinstance(embeddings[0], torch.Tensor):

@@ -158,7 +158,7 @@ def pairwise_angle_sim(a: Any, b: Any) -> Tensor:
     """(N,) AnglE similarity (Li and Li, 2023, arXiv:2309.12871): |cos + sin| of the angle between ``a[i]`` and
     ``b[i]`` read as complex vectors (dimensions i and i + D/2 paired; an odd D padded with a zero), after L2
     normalisation."""
-    a, b = (x.to_dense().float() for x in _rows(a, b))
+    a, b = (x.to_dense() for x in _rows(a, b))
     if a.shape[1] % 2:
         a, b = F.pad(a, (0, 1)), F.pad(b, (0, 1))
     a, b = F.normalize(a, p=2, dim=1), F.normalize(b, p=2, dim=1)

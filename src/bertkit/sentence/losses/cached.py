@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.errors import BertkitError
+from bertkit.sentence.losses.base import refuse
 from bertkit.sentence.losses.multiple_negatives import MultipleNegativesRankingLoss
 from bertkit.sentence.util import cos_sim
 
@@ -47,10 +48,14 @@ class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
     """MultipleNegativesRankingLoss computed with GradCache in mini-batches of ``mini_batch_size`` rows."""
 
     def __init__(self, model: nn.Module, scale: float = 20.0, similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
-                 mini_batch_size: int = 32, gather_across_devices: bool = False,
-                 directions: tuple[str, ...] = ("query_to_doc",), partition_mode: str = "joint",
-                 show_progress_bar: bool = False):
-        super().__init__(model, scale, similarity_fct, gather_across_devices, directions, partition_mode)
+                 mini_batch_size: int = 32, mini_batch_num_tokens: int | None = None,
+                 gather_across_devices: bool = False, directions: tuple[str, ...] = ("query_to_doc",),
+                 partition_mode: str = "joint", show_progress_bar: bool = False, hardness_mode: str | None = None,
+                 hardness_strength: float = 0.0):
+        super().__init__(model, scale, similarity_fct, gather_across_devices, directions, partition_mode,
+                         hardness_mode, hardness_strength)
+        refuse(type(self).__name__, "mini_batch_num_tokens", mini_batch_num_tokens, None,
+               "mini-batches are mini_batch_size rows each")
         if isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int) or mini_batch_size < 1:
             raise BertkitError(f"CachedMultipleNegativesRankingLoss: mini_batch_size must be a whole number >= 1, "
                                f"got {mini_batch_size!r}")

@@ -47,12 +47,17 @@ class MatryoshkaLoss(SentenceLoss):
         return chosen
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None, *guide: list[Tensor]) -> Tensor:
-        """``guide``: GISTEmbedLoss's guide embeddings, passed on whole (the guide is not truncated)."""
+        """``guide``: GISTEmbedLoss's guide embeddings, passed on whole (the guide is not truncated). Labels that are
+        embeddings, (B, D) or (B, C, D) at the model's width (a teacher's, for MSELoss or EmbedDistillLoss), are cut
+        to each d as the embeddings are, as sentence-transformers cuts them."""
+        width = self.model.get_sentence_embedding_dimension()
+        embedding_labels = isinstance(labels, Tensor) and labels.ndim in (2, 3) and labels.shape[-1] == width
         total: Any = 0.0
         for i in self._dims():
             d, w = self.matryoshka_dims[i], self.matryoshka_weights[i]
             total = total + w * self.loss.compute_loss_from_embeddings(
-                [F.normalize(e[..., :d], p=2, dim=-1) for e in embeddings], labels, *guide)
+                [F.normalize(e[..., :d], p=2, dim=-1) for e in embeddings],
+                labels[..., :d] if embedding_labels else labels, *guide)
         return total
 
     def forward(self, sentence_features: Sequence[dict[str, Any]], labels: Tensor | None) -> Tensor:
