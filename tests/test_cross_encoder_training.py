@@ -146,6 +146,40 @@ def test_string_labels_advice_leads_to_a_model_the_loss_accepts(tmp_path, minilm
     assert train(advised).global_step == 2
 
 
+def test_labels_the_loss_cannot_learn_from_are_refused_before_training(tmp_path, minilm_dir):
+    """BinaryCrossEntropyLoss with a label outside [0, 1] (a 0-5 score, a -1 negative) trained without a word, as
+    sentence-transformers does; CrossEntropyLoss found a label that is no class only at the step whose batch held it.
+    Both are refused when the trainer is made, naming the row, and nothing is written."""
+    import re
+
+    from bertkit.errors import BertkitError
+    from bertkit.sentence.cross_encoder import (
+        CrossEncoder,
+        CrossEncoderTrainer,
+        CrossEncoderTrainingArguments,
+        losses,
+    )
+
+    args = CrossEncoderTrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_steps=2,
+                                         save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True)
+    one = CrossEncoder(cross_encoder_directory(minilm_dir, tmp_path / "one"), max_length=16)
+    rows = [{"query": f"question {i}", "text": f"passage {i % 3}", "label": [1.0, 0.0, 0.5][i % 3]} for i in range(8)]
+    for bad, value in ((5, 3.0), (6, -1)):
+        data = [*rows[:bad], {**rows[bad], "label": value}, *rows[bad + 1:]]
+        with pytest.raises(BertkitError, match=re.escape(
+                f"train_dataset: row {bad} has label {value!r}, and BinaryCrossEntropyLoss takes a label in [0, 1]")):
+            CrossEncoderTrainer(model=one, args=args, train_dataset=data, loss=losses.BinaryCrossEntropyLoss(one))
+    three = CrossEncoder(cross_encoder_directory(minilm_dir, tmp_path / "three", num_labels=3), max_length=16)
+    classes = [{**r, "label": i % 3} for i, r in enumerate(rows)]
+    classes[7]["label"] = 3
+    with pytest.raises(BertkitError, match=re.escape(
+            "train_dataset: CrossEntropyLoss: label 3 is not a class of this model, whose 3 labels are 0 to 2")):
+        CrossEncoderTrainer(model=three, args=args, train_dataset=classes)
+    assert not (tmp_path / "out").exists()
+    trainer = CrossEncoderTrainer(model=one, args=args, train_dataset=rows, loss=losses.BinaryCrossEntropyLoss(one))
+    assert trainer.train().global_step == 2  # 0, 1 and a probability between are labels
+
+
 def test_torch_compile_compiles_the_encoder_a_loss_wraps(tmp_path, minilm_dir):
     """torch_compile=True on a cross-encoder's or a sparse encoder's trainer compiles the layers of the encoder the
     loss holds (the loop is handed the loss, not a model with ``.bert``; it used to refuse them), and refuses a

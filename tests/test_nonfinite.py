@@ -135,3 +135,69 @@ def test_hyper_parameters_are_checked_before_any_work(tmp_path, field, value, me
     with pytest.raises(ValueError, match=message):
         TrainingSettings(output_dir=tmp_path / "never", **{field: value})
     assert not (tmp_path / "never").exists()
+
+
+class _Embeddings:
+    """A model whose encode gives fixed embeddings (by text)."""
+
+    similarity_fn_name = "cosine"
+
+    def __init__(self, table: dict[str, torch.Tensor]):
+        self.table = table
+
+    def encode(self, texts, convert_to_tensor=False, **_):
+        out = torch.stack([self.table[t] for t in texts])
+        return out if convert_to_tensor else out.numpy()
+
+    encode_query = encode_document = encode
+
+
+class _Scores:
+    """A one-label cross-encoder whose predict gives a fixed score (by document)."""
+
+    num_labels = 1
+
+    def __init__(self, table: dict[str, float]):
+        self.table = table
+
+    def predict(self, pairs, **_):
+        return np.array([self.table[d] for _, d in pairs], dtype=np.float32)
+
+
+def test_evaluators_refuse_non_finite_embeddings_and_scores_naming_the_input():
+    """A NaN embedding or score was ranked or thresholded into a metric like any other: the retrieval evaluator
+    reported accuracy@1 0.5 (the NaN document dropped from the ranking), the reranking evaluator MAP 0.333, the
+    cross-encoder classification evaluator accuracy 1.0 at a NaN threshold."""
+    from bertkit.sentence import evaluation
+    from bertkit.sentence.cross_encoder import evaluation as ce_evaluation
+
+    nan = float("nan")
+    table = {"q1": torch.tensor([1.0, 0, 0]), "q2": torch.tensor([0.0, 1, 0]), "d1": torch.tensor([1.0, 0.1, 0]),
+             "d2": torch.tensor([0.1, 1, 0]), "d3": torch.tensor([nan, 0, 1])}
+    retrieval = evaluation.InformationRetrievalEvaluator({"q1": "q1", "q2": "q2"}, {"a": "d1", "b": "d2", "c": "d3"},
+                                                         {"q1": {"c"}, "q2": {"b"}})
+    with pytest.raises(NonFiniteError, match=r"^InformationRetrievalEvaluator: the model's document embedding of "
+                                             r"input 2 \('d3'\) is not finite \(NaN or inf\), so no metric"):
+        retrieval(_Embeddings(table))
+    reranking = evaluation.RerankingEvaluator([{"query": "q1", "positive": ["d3"], "negative": ["d1", "d2"]}])
+    with pytest.raises(NonFiniteError, match=r"^RerankingEvaluator: the model's document embedding of input 0 "):
+        reranking(_Embeddings(table))
+    similarity = evaluation.EmbeddingSimilarityEvaluator(["q1", "q2", "d1"], ["d2", "d3", "q1"], [0.2, 0.9, 0.5])
+    with pytest.raises(NonFiniteError, match=r"^EmbeddingSimilarityEvaluator: the model's embedding of input 1 "):
+        similarity(_Embeddings(table))
+    scores = _Scores({"x": 0.9, "y": nan, "z": 0.5})
+    pairs = [("q", "x"), ("q", "y"), ("q", "z")]
+    for evaluator in (ce_evaluation.CrossEncoderClassificationEvaluator(pairs, [1, 0, 1]),
+                      ce_evaluation.CrossEncoderCorrelationEvaluator(pairs, [0.9, 0.1, 0.5]),
+                      ce_evaluation.CrossEncoderRerankingEvaluator([{"query": "q", "positive": ["x"],
+                                                                     "negative": ["y", "z"]}])):
+        with pytest.raises(NonFiniteError, match=rf"^{type(evaluator).__name__}: the model's score of input 1 "):
+            evaluator(scores)
+    # sparse embeddings (the sparse evaluators'): the row of the first value that is not finite
+    from bertkit.sentence.evaluation.base import refuse_nonfinite
+
+    sparse = torch.sparse_coo_tensor([[0, 2, 2], [5, 1, 7]], [0.5, 1.0, float("inf")], (3, 9))
+    with pytest.raises(NonFiniteError, match=r"^E: the model's embedding of input 2 \('c'\)"):
+        refuse_nonfinite(sparse, ["a", "b", "c"], "E", "embedding")
+    refuse_nonfinite(torch.tensor([[0.5, -1.0]]), ["a"], "E", "embedding")  # finite: nothing to say
+    assert retrieval(_Embeddings({**table, "d3": torch.tensor([0.0, 0, 1])}))["cosine_accuracy@1"] == 0.5

@@ -160,6 +160,23 @@ def test_fill_mask_rows_without_the_mask_token_name_file_and_line_before_the_mod
     assert not (tmp_path / "out.jsonl").exists()
 
 
+def test_question_answering_top_k_beyond_the_n_best_is_refused_before_the_model_loads(tmp_path, capsys):
+    # MiniLM has no question-answering head: the top_k error, not the head's, proves the check came before the load;
+    # the earlier predictions the user asked to replace are still there
+    (tmp_path / "qa.jsonl").write_text(json.dumps({"question": "Who went home?", "context": "Bob went home."}) + "\n",
+                                       encoding="utf-8")
+    out = tmp_path / "answers.jsonl"
+    out.write_text('{"id": 0, "answer": "Bob"}\n', encoding="utf-8")
+    args = ["predict", "question-answering", "--model", str(MODEL), "--input", str(tmp_path / "qa.jsonl"),
+            "--output-file", str(out), "--no-progress", "--overwrite"]
+    assert main([*args, "--top-k", "21"]) == 2
+    err = capsys.readouterr().err
+    assert "question-answering's top_k 21 exceeds the 20 candidates" in err and "question-answering head" not in err
+    assert main([*args, "--top-k", "20"]) == 2
+    assert "has no question-answering head" in capsys.readouterr().err  # top_k 20 passed; the model was next
+    assert out.read_text(encoding="utf-8") == '{"id": 0, "answer": "Bob"}\n'
+
+
 def test_predict_never_replaces_a_file_without_overwrite(classifier, tmp_path, capsys):
     (tmp_path / "in.txt").write_text("a fine film\n", encoding="utf-8")
     out = tmp_path / "mine.jsonl"

@@ -90,6 +90,21 @@ def test_a_nan_label_is_named_by_its_row(checkpoint, tok, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_label_that_is_no_class_is_named_by_its_row_before_training(checkpoint, tok, tmp_path):
+    """A class id the two-label head does not have (2, or a -1 for "unknown") was refused by the head at the step
+    whose batch held it: the run failed there, after the steps before it, or trained on when max_steps ended first."""
+    for value in (2, -1):
+        rows = [dict(r) for r in TRAIN]
+        rows[-1]["label"] = value
+        with pytest.raises(BertkitError, match=re.escape(
+                f"train_dataset: label {value} at row {len(rows) - 1} is not a class of BertForSequenceClassification, "
+                "whose 2 labels are 0 to 1 (or -100 for no loss)")):
+            _train(checkpoint, tok, tmp_path / "out", _dataset(tok, rows))
+    assert not (tmp_path / "out").exists()
+    rows[-1]["label"] = -100  # no loss: kept
+    assert len(_train(checkpoint, tok, tmp_path / "out", _dataset(tok, rows))) == 3
+
+
 def test_labels_that_are_all_ignored_are_named_not_blamed_on_the_learning_rate(checkpoint, tok, tmp_path):
     """All -100 stopped with "the loss is nan ... Lower --learning-rate" (sequence labels) or trained on nothing at
     loss 0.0 (token labels)."""

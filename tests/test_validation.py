@@ -265,3 +265,30 @@ def test_squad_without_id_or_context_and_with_duplicate_ids(tmp_path):
         squad.read_squad(path)
     with pytest.raises(BertkitError, match="question id 'a' is used twice"):
         squad.read_squad(_squad(tmp_path, [dict(q, id="a"), dict(q, id="a")]))
+
+
+# ---------------------------------------------------------------- pre-training data and its vocabulary
+
+
+def test_pretraining_data_made_with_another_vocabulary_is_refused_before_training(tiny_pretraining_data, tmp_path,
+                                                                                   capsys):
+    """The instances are ids: under another vocabulary of the same size (two tokens swapped) every id is valid and
+    names another word piece, so nothing else would notice; the run is refused before it trains or writes."""
+    from bertkit.cli import main
+
+    vocab = tiny_pretraining_data / "vocab"
+    tokens = (vocab / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    other = tmp_path / "other-vocab"
+    shutil.copytree(vocab, other)
+    swapped = [*tokens[:1000], tokens[1001], tokens[1000], *tokens[1002:]]
+    (other / "vocab.txt").write_text("\n".join(swapped) + "\n", encoding="utf-8")
+    args = ["pretrain", "--data", str(tiny_pretraining_data / "data"), "--config-name", "tiny", "--max-steps", "1",
+            "--batch-size", "4", "--no-progress"]
+    assert main([*args, "--vocab", str(other), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert (f"--data {tiny_pretraining_data / 'data'} was made with another vocabulary than --vocab {other} "
+            f"(1500 entries against 1500; id 1000 is {tokens[1000]!r} there, {tokens[1001]!r} here)") in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other-vocab"]  # no run directory, nothing staged
+    assert main([*args, "--vocab", str(vocab), "--eval-data", str(tiny_pretraining_data / "data"),
+                 "--out", str(tmp_path / "run")]) == 0  # the data's own vocabulary: trained
+    assert (tmp_path / "run" / "final" / "model.safetensors").is_file()

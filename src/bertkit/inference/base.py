@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -188,6 +188,18 @@ class Pipeline:
                            f"{{{shape}}}{' (lists non-empty)' if list in self.fields.values() else ''}")
 
     # -- running --------------------------------------------------------------------------------------
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Refuse call options the pipeline cannot take; no weights are needed (``bertkit predict`` checks its flags
+        with it before the model loads)."""
+        unknown = sorted(set(options) - set(cls.call_options))
+        if unknown:
+            raise BertkitError(f"{cls.task} pipeline does not take {', '.join(unknown)}; its options are "
+                               f"{', '.join(cls.call_options) or 'none'}")
+        top_k = options.get("top_k", 1)
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise BertkitError(f"top_k must be a positive int, got {top_k!r}")
+
     def __call__(self, inputs: Any, **options: Any) -> Any:
         """One input gives one result; a list of inputs gives the list of results, in input order."""
         if isinstance(inputs, (str, dict, *self.input_kinds)):
@@ -203,13 +215,7 @@ class Pipeline:
 
     def run(self, inputs: Sequence[Any], **options: Any) -> list[Any]:
         """Results for ``inputs``, in their order. All rows of all inputs are batched together by length."""
-        unknown = sorted(set(options) - set(self.call_options))
-        if unknown:
-            raise BertkitError(f"{self.task} pipeline does not take {', '.join(unknown)}; its options are "
-                               f"{', '.join(self.call_options) or 'none'}")
-        top_k = options.get("top_k", 1)
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise BertkitError(f"top_k must be a positive int, got {top_k!r}")
+        self.check_options(options)
         items = [self.check_input(x, i) for i, x in enumerate(inputs)]
         per_input = [self.encode(x, **options) for x in items]
         flat = [(i, r) for i, rows in enumerate(per_input) for r in rows]

@@ -250,6 +250,7 @@ def predict_file(s: Any) -> dict[str, Any]:
                               pair_model=pair_model)  # checked before the model loads
     check_writable(s.output_file)  # and where the predictions go: before the model runs, not after
     inputs, options = task.call_inputs(inputs, s)
+    task.pipeline_class().check_options(options)  # --top-k and the like: before the model loads, not at its first call
     pipe = pipeline(s.task, s.model_name_or_path, device=s.device, bf16=s.bf16, batch_size=s.batch_size,
                     max_length=s.max_length, progress=False, **task.load_options(s), **int8_options(s))
     from tqdm.auto import tqdm

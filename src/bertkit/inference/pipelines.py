@@ -7,7 +7,7 @@ they share (batching, order, the non-finite check) is ``base.Pipeline``'s, SQuAD
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -361,11 +361,15 @@ class QuestionAnsweringPipeline(Pipeline):
         return squad.SquadExample(qas_id="q", title="", question=item["question"], context=item["context"],
                                   answers=())
 
-    def encode(self, item: dict, doc_stride: int = 128, max_question_length: int = 64, top_k: int = 1,
-               **_: Any) -> list[dict]:
-        if top_k > self.n_best_size:  # more candidates would change which spans compete, so the answer and scores
-            raise BertkitError(f"question-answering's top_k {top_k} exceeds the {self.n_best_size} candidates the "
-                               f"SQuAD recipe weighs (its n-best size); ask for top_k {self.n_best_size} or fewer")
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        super().check_options(options)
+        top_k = options.get("top_k", 1)
+        if top_k > cls.n_best_size:  # more candidates would change which spans compete, so the answer and scores
+            raise BertkitError(f"question-answering's top_k {top_k} exceeds the {cls.n_best_size} candidates the "
+                               f"SQuAD recipe weighs (its n-best size); ask for top_k {cls.n_best_size} or fewer")
+
+    def encode(self, item: dict, doc_stride: int = 128, max_question_length: int = 64, **_: Any) -> list[dict]:
         return squad.featurize_squad([self._example(item)], self.tokenizer, max_seq_length=self.max_length,
                                      doc_stride=doc_stride, max_query_length=max_question_length)
 

@@ -18,7 +18,7 @@ import torch
 from bertkit.checkpoint_io import weight_files
 from bertkit.config import PRESETS, BertConfig
 from bertkit.data.dataset import PretrainingDataset, collate_pretraining
-from bertkit.data.shards import MANIFEST
+from bertkit.data.shards import MANIFEST, VOCAB
 from bertkit.errors import BertkitError
 from bertkit.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from bertkit.inference.runner import evaluate, in_order
@@ -26,6 +26,7 @@ from bertkit.manifests import sha256_of
 from bertkit.outputs import atomic_write_json
 from bertkit.settings import PretrainSettings
 from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.wordpiece import load_vocab
 from bertkit.training.batch_plan import BatchPlan, micro_batch_size
 from bertkit.training.distributed import current, process_device
 from bertkit.training.loop import LoopHooks, Phase, TrainResult, train
@@ -121,7 +122,27 @@ def pretraining_config(s: PretrainSettings, tokenizer: BertTokenizer) -> BertCon
                 f"pre-train from {s.init_from} with the tokenizer it was trained with (its vocab.txt)"
                 if s.init_from is not None else f"set vocab_size={len(tokenizer.vocab)}")
         )
+    refuse_data_of_another_vocabulary(s, tokenizer)
     return config
+
+
+def refuse_data_of_another_vocabulary(s: PretrainSettings, tokenizer: BertTokenizer) -> None:
+    """Instances are token ids: read with another vocabulary than the one they were made with (the vocab.txt
+    create-pretraining-data keeps beside them), each id names another word piece, and the model is trained on noise
+    without a word (a 500-entry vocabulary's ids are all valid in a 30,522-entry one)."""
+    ours = tokenizer.convert_ids_to_tokens(range(len(tokenizer)))
+    for flag, data_dir in (("--data", s.data), ("--phase2-data", s.phase2_data), ("--eval-data", s.eval_data)):
+        if data_dir is None or not (Path(data_dir) / VOCAB).is_file():
+            continue  # no data there: PretrainingDataset names what is missing
+        theirs = load_vocab(Path(data_dir) / VOCAB)
+        if theirs != ours:
+            i = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+            there, here = (repr(tokens[i]) if i < len(tokens) else "no token" for tokens in (theirs, ours))
+            raise BertkitError(
+                f"{flag} {data_dir} was made with another vocabulary than --vocab {s.vocab} ({len(theirs)} entries "
+                f"against {len(ours)}; id {i} is {there} there, {here} here), so its token ids would name "
+                f"other word pieces; pass --vocab {data_dir} (the vocabulary it was made with), or recreate the data "
+                "with this one")
 
 
 def pretraining_phases(s: PretrainSettings, config: BertConfig, collate: Any, *, rank: int,

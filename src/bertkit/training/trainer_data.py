@@ -127,6 +127,14 @@ def _label_reader(dataset: Any, key: str, what: str, model: Any, training: bool)
         say("%s: %s holds floats (%s); read as the class ids %s, for %s's %d-label classification", what, key,
             ", ".join(map(repr, sorted({float(v) for v in values})[:5])),
             ", ".join(map(str, sorted({int(v) for v in values})[:5])), type(model).__name__, config.num_labels)
+    if _classifies(config) and type(model).__name__.endswith("ForSequenceClassification"):  # (a choice index is no
+        # class) the head refuses another id only at the step whose batch holds it, hours into the run perhaps
+        n = config.num_labels
+        row = next((i for i, v in enumerate(values) if int(v) != IGNORE_INDEX and not 0 <= int(v) < n), None)
+        if row is not None:
+            raise BertkitError(f"{what}: {key} {values[row]!r} at row {row} is not a class of {type(model).__name__}, "
+                               f"whose {n} labels are 0 to {n - 1} (or {IGNORE_INDEX} for no loss): map the labels to "
+                               f"ids below {n}, or load the model with num_labels (and id2label) for every class")
     if training:
         _some_label(values, key, what)
     return int if class_ids else None

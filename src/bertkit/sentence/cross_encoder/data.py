@@ -33,6 +33,7 @@ class CrossEncoderExamples(Sequence):
             raise BertkitError(f"{what}: {loss.describe_columns()}; row 0 has {self.texts[1]!r} "
                                f"{type(first[self.texts[1]]).__name__} and {self.label!r} "
                                f"{type(first[self.label]).__name__}")
+        loss.check_labels(self.label_column(), what)
 
     def __len__(self) -> int:
         return len(self.dataset)

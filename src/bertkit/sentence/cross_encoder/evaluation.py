@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError, refusing_getattr
-from bertkit.sentence.evaluation.base import ResultsCsv, results_csv_name
+from bertkit.sentence.evaluation.base import ResultsCsv, refuse_nonfinite, results_csv_name
 from bertkit.sentence.evaluation.binary_classification import BinaryClassificationEvaluator, binary_labels
 from bertkit.sentence.evaluation.reranking import average_precision, ndcg_at_k
 from bertkit.sentence.evaluation.similarity import pearson, spearman
@@ -90,6 +90,7 @@ class CrossEncoderRerankingEvaluator(ResultsCsv):
                 pairs += [(query, d) for d in docs]
         scores = model.predict(pairs, batch_size=self.batch_size, convert_to_numpy=True,
                                show_progress_bar=self.show_progress_bar) if pairs else np.array([])
+        refuse_nonfinite(scores, pairs, "CrossEncoderRerankingEvaluator", "score")
         results, at = [], 0
         for item in per_sample:
             if item is None:
@@ -156,6 +157,7 @@ class CrossEncoderClassificationEvaluator(ResultsCsv):
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         scores = model.predict(self.sentence_pairs, batch_size=self.batch_size, convert_to_numpy=True,
                                show_progress_bar=self.show_progress_bar)
+        refuse_nonfinite(scores, self.sentence_pairs, "CrossEncoderClassificationEvaluator", "score")
         if model.num_labels == 1:
             labels = binary_labels(self.labels, "CrossEncoderClassificationEvaluator with a one-label model")
             accuracy, accuracy_threshold = BinaryClassificationEvaluator.find_best_acc_and_threshold(scores, labels, True)
@@ -193,6 +195,7 @@ class CrossEncoderCorrelationEvaluator(ResultsCsv):
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
         predicted = model.predict(self.sentence_pairs, batch_size=self.batch_size, convert_to_numpy=True,
                                   show_progress_bar=self.show_progress_bar)
+        refuse_nonfinite(predicted, self.sentence_pairs, "CrossEncoderCorrelationEvaluator", "score")
         if np.ndim(predicted) != 1:
             raise BertkitError(f"CrossEncoderCorrelationEvaluator needs one score per pair; this model gives "
                                f"{np.shape(predicted)[-1]} (num_labels): correlate a one-label model's scores")

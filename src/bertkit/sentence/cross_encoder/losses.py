@@ -72,6 +72,10 @@ class CrossEncoderLoss(nn.Module):
                                f"{0 if labels is None else labels.numel()} labels")
         return labels.view(-1)
 
+    def check_labels(self, labels: Sequence[Any], what: str) -> None:
+        """Refuse, before training, dataset labels this loss cannot learn from (``CrossEncoderExamples`` gives every
+        row's; a missing or non-numeric one is the Trainer's to name)."""
+
     def describe_columns(self) -> str:
         lo, hi = self.columns
         n = f"{lo}" if lo == hi else f"{lo} or more" if hi is None else f"{lo} to {hi}"
@@ -99,6 +103,16 @@ class BinaryCrossEntropyLoss(CrossEncoderLoss):
                                "activation_fn and pos_weight")
         self.activation_fn, self.pos_weight = activation_fn, pos_weight
         self.bce_with_logits_loss = nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+
+    def check_labels(self, labels: Sequence[Any], what: str) -> None:
+        # A target outside [0, 1] is no probability: BCE trains on it without a word (a label 3 pulls the logit up
+        # for ever), and the score learned reads as relevance no more.
+        for row, value in enumerate(labels):
+            v = value.item() if hasattr(value, "item") else value
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and not 0 <= v <= 1:
+                raise BertkitError(f"{what}: row {row} has label {v!r}, and BinaryCrossEntropyLoss takes a label in "
+                                   "[0, 1] (1 relevant, 0 not, or a probability between); rescale the labels into "
+                                   "[0, 1] (a 0-5 score divided by 5), or regress them with MSELoss")
 
     def forward(self, inputs: Sequence[Sequence[Text]], labels: Tensor) -> Tensor:
         self.pair_columns(inputs)
@@ -177,13 +191,21 @@ class CrossEntropyLoss(CrossEncoderLoss):
         labels = labels.to(logits.device)
         if not labels.is_floating_point():
             labels = self.labels_per_pair(labels, len(logits))
-            classes = logits.shape[1]
-            bad = labels[(labels != self.ce_loss.ignore_index) & ((labels < 0) | (labels >= classes))]
-            if bad.numel():
-                raise BertkitError(f"CrossEntropyLoss: label {int(bad[0])} is not a class of this model, whose "
-                                   f"{classes} labels are 0 to {classes - 1} (config.json's id2label: "
-                                   f"{self.model.config.id2label}); map the dataset's labels to those indices")
+            self._refuse_other_classes(labels, "CrossEntropyLoss")
         return self.ce_loss(logits, labels)
+
+    def check_labels(self, labels: Sequence[Any], what: str) -> None:
+        ids = [v.item() if hasattr(v, "item") else v for v in labels]
+        if ids and all(isinstance(v, int) and not isinstance(v, bool) for v in ids):  # class ids (floats: the Trainer's)
+            self._refuse_other_classes(torch.tensor(ids), f"{what}: CrossEntropyLoss")
+
+    def _refuse_other_classes(self, labels: Tensor, who: str) -> None:
+        classes = self.model.num_labels
+        bad = labels[(labels != self.ce_loss.ignore_index) & ((labels < 0) | (labels >= classes))]
+        if bad.numel():
+            raise BertkitError(f"{who}: label {int(bad[0])} is not a class of this model, whose {classes} labels are "
+                               f"0 to {classes - 1} (config.json's id2label: {self.model.config.id2label}); map the "
+                               "dataset's labels to those indices")
 
 
 class MSELoss(CrossEncoderLoss):
