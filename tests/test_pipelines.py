@@ -130,6 +130,15 @@ def test_call_options_given_to_pipeline_are_refused(tmp_path_factory, minilm_dir
     assert len(bertkit.pipeline("fill-mask", d)("a [MASK] b", top_k=3)) == 3
 
 
+def test_an_option_no_pipeline_takes_is_refused_naming_the_task(minilm_dir):
+    # transformers' aggregation_strategy (or a typo) ended in a bare TypeError from Pipeline.__init__ that named
+    # neither the task nor what it takes; the model is not loaded first
+    with pytest.raises(BertkitError, match=r"pipeline\('feature-extraction'\) does not take aggregation_strategy, "
+                                           r"poolng; it takes batch_size, .*normalize, pooling, .*; per call: prompt_name"):
+        bertkit.pipeline("feature-extraction", minilm_dir, poolng="cls", aggregation_strategy="simple")
+    assert len(bertkit.pipeline("feature-extraction", minilm_dir, pooling="cls", truncate_dim=8)("a b")) == 8
+
+
 def test_fill_mask_refuses_a_mask_past_max_length(tmp_path_factory, minilm_dir, hf_tok):
     # the second [MASK] lies past max_length: the answer was the first mask's candidates alone, a flat list as for a
     # one-mask text, the second mask dropped without a word

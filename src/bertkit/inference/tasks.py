@@ -11,6 +11,7 @@ Importing this module loads no torch (the command line reads it for its help): a
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -449,6 +450,13 @@ def pipeline(task: str | None = None, model: Any = None, *, tokenizer: Any = Non
         raise BertkitError(f"pipeline({task!r}, ..., {given}): {', '.join(per_call)} is an option of each call here, "
                            f"not of pipeline() (transformers keeps it as a default): pass it to the call, "
                            f"pipe(inputs, {given})")
+    known = {name for c in cls.__mro__ if "__init__" in vars(c) for name, p in
+             inspect.signature(vars(c)["__init__"]).parameters.items() if p.kind == p.KEYWORD_ONLY} - {"directory"}
+    unknown = sorted(set(options) - known)
+    if unknown:  # a bare TypeError from the pipeline's constructor named neither the task nor what it takes
+        calls = f"; per call: {', '.join(cls.call_options)}" if cls.call_options else ""
+        raise BertkitError(f"pipeline({task!r}) does not take {', '.join(unknown)}; it takes "
+                           f"{', '.join(sorted(known))}{calls}")
     if isinstance(model, nn.Module):
         if not isinstance(model, cls.model_class):
             raise BertkitError(f"the {task} pipeline runs a {cls.model_class.__name__}, got a {type(model).__name__}; "
