@@ -296,8 +296,8 @@ def test_report_to_an_empty_list_reports_nowhere(tmp_path):
 
 
 @pytest.mark.parametrize("labels, said", [
-    ([5, 5, 5, 5], "labels holds 5, but this head has 2 classes"),
-    ([-1, -1, -1, -1], "labels holds -1"),
+    ([5, 5, 5, 5], "label 5 at row 0 is not a class of BertForSequenceClassification, whose 2 labels are 0 to 1"),
+    ([-1, -1, -1, -1], "label -1 at row 0 is not a class"),
     ([True, False, True, False], "label holds booleans (True/False); give class ids 0/1"),
     ([[0, 1], [1, 0], [0, 1], [1, 0]], "takes one class id per example"),
 ], ids=["5 on two labels", "-1", "bools", "one-hot lists"])

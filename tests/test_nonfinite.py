@@ -185,6 +185,9 @@ def test_evaluators_refuse_non_finite_embeddings_and_scores_naming_the_input():
     similarity = evaluation.EmbeddingSimilarityEvaluator(["q1", "q2", "d1"], ["d2", "d3", "q1"], [0.2, 0.9, 0.5])
     with pytest.raises(NonFiniteError, match=r"^EmbeddingSimilarityEvaluator: the model's embedding of input 1 "):
         similarity(_Embeddings(table))
+    mining = evaluation.ParaphraseMiningEvaluator({"1": "q1", "2": "d1", "3": "d3"}, [("1", "2")])
+    with pytest.raises(NonFiniteError, match=r"^ParaphraseMiningEvaluator: the model's embedding of input 2 "):
+        mining(_Embeddings(table))
     scores = _Scores({"x": 0.9, "y": nan, "z": 0.5})
     pairs = [("q", "x"), ("q", "y"), ("q", "z")]
     for evaluator in (ce_evaluation.CrossEncoderClassificationEvaluator(pairs, [1, 0, 1]),

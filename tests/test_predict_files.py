@@ -160,7 +160,7 @@ def test_fill_mask_rows_without_the_mask_token_name_file_and_line_before_the_mod
     assert not (tmp_path / "out.jsonl").exists()
 
 
-def test_question_answering_top_k_beyond_the_n_best_is_refused_before_the_model_loads(tmp_path, capsys):
+def test_question_answering_top_k_and_max_length_are_refused_before_the_model_loads(tmp_path, capsys):
     # MiniLM has no question-answering head: the top_k error, not the head's, proves the check came before the load;
     # the earlier predictions the user asked to replace are still there
     (tmp_path / "qa.jsonl").write_text(json.dumps({"question": "Who went home?", "context": "Bob went home."}) + "\n",
@@ -172,6 +172,9 @@ def test_question_answering_top_k_beyond_the_n_best_is_refused_before_the_model_
     assert main([*args, "--top-k", "21"]) == 2
     err = capsys.readouterr().err
     assert "question-answering's top_k 21 exceeds the 20 candidates" in err and "question-answering head" not in err
+    assert main([*args, "--top-k", "20", "--max-length", "4"]) == 2  # (--max-length 4 too was refused after the load)
+    err = capsys.readouterr().err
+    assert "max_length must be at least 8 (a pipeline's shortest sequence), got 4" in err and " head" not in err
     assert main([*args, "--top-k", "20"]) == 2
     assert "has no question-answering head" in capsys.readouterr().err  # top_k 20 passed; the model was next
     assert out.read_text(encoding="utf-8") == '{"id": 0, "answer": "Bob"}\n'

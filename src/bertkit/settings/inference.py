@@ -17,11 +17,15 @@ from bertkit.settings.fields import (
     at_least_one,
     between,
     flag,
+    in_range,
     non_negative,
     positive,
     redefault,
 )
 from bertkit.tasks.files import MAX_LINE_BYTES
+
+# A pipeline's shortest sequence (its [CLS] and [SEP] and a little text): refused here, before a model loads
+pipeline_length = in_range(lambda v: v >= 8, "at least 8 (a pipeline's shortest sequence)")
 
 
 @dataclass(kw_only=True)
@@ -196,7 +200,7 @@ class PredictFileSettings(OverwriteSettings, ProgressSettings, Int8Settings):
     """The longest line (CSV: record) --input may hold, in bytes; a longer one stops the run naming it."""
     batch_size: int = flag(32, check=at_least_one)
     """Sequences per batch (inputs are grouped by length, so batches carry little padding)."""
-    max_length: int | None = None
+    max_length: int | None = flag(None, check=pipeline_length)
     """Tokens per sequence (default: the model's positions, or a sentence-transformers directory's max_seq_length);
     texts are truncated, QA contexts windowed."""
     top_k: int = flag(1, check=at_least_one)
@@ -277,7 +281,7 @@ class ServeSettings(RequestLimits, Int8Settings):
     graceful_shutdown_s: float = flag(30.0, check=non_negative)
     """On SIGTERM, how long admitted requests may take to finish before the server stops anyway: a deadline for
     every connection (requests still open then are cut off) and for the model call under way."""
-    max_length: int | None = None
+    max_length: int | None = flag(None, check=pipeline_length)
     """Tokens per sequence (default: the model's positions, or a sentence-transformers directory's max_seq_length);
     texts are truncated, QA contexts windowed."""
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"

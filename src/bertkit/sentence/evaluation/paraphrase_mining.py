@@ -8,8 +8,8 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.sentence.evaluation.base import ResultsCsv, prefixed, results_csv_name
-from bertkit.sentence.util import paraphrase_mining
+from bertkit.sentence.evaluation.base import ResultsCsv, prefixed, refuse_nonfinite, results_csv_name
+from bertkit.sentence.util import paraphrase_mining_embeddings
 
 
 def _closure(duplicates: set[tuple[Hashable, Hashable]]) -> set[tuple[Hashable, Hashable]]:
@@ -62,10 +62,11 @@ class ParaphraseMiningEvaluator(ResultsCsv):
         self.csv_file = results_csv_name("paraphrase_mining_evaluation", name)
 
     def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
-        mined = paraphrase_mining(model, self.sentences, show_progress_bar=self.show_progress_bar,
-                                  batch_size=self.batch_size, query_chunk_size=self.query_chunk_size,
-                                  corpus_chunk_size=self.corpus_chunk_size, max_pairs=self.max_pairs,
-                                  top_k=self.top_k, truncate_dim=self.truncate_dim)
+        embeddings = model.encode(self.sentences, show_progress_bar=self.show_progress_bar, batch_size=self.batch_size,
+                                  convert_to_tensor=True, truncate_dim=self.truncate_dim)  # util.paraphrase_mining's
+        refuse_nonfinite(embeddings, self.sentences, "ParaphraseMiningEvaluator", "embedding")
+        mined = paraphrase_mining_embeddings(embeddings, self.query_chunk_size, self.corpus_chunk_size, self.max_pairs,
+                                             self.top_k)
         total = self.total_num_duplicates
         found = found_before = 0
         ap = best_f1 = best_precision = best_recall = threshold = 0  # ints until found, as the CSV shows them
