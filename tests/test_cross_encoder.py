@@ -256,6 +256,10 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows):
             model.predict([("a", "b")], **kwargs)
     with pytest.raises(BertkitError, match="pairs"):
         model.predict(["a", "b", "c"])
+    for limit in (600, 2):  # refused where it is set (at predict it was the encoder's error, advising the tokenizer)
+        with pytest.raises(BertkitError, match=rf"max_length {limit} must be a whole number in \[3, 512\]"):
+            model.max_length = limit
+    assert model.max_length == 32
     with pytest.raises(BertkitError, match="prompts"):
         CrossEncoderTrainingArguments(output_dir="unused", prompts="query: ")
     with pytest.raises(BertkitError, match="LambdaLoss takes a query column, a column of document lists"):

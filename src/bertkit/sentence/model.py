@@ -185,10 +185,11 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
                                f"hidden_size is {self.bert.config.hidden_size}; the directory is inconsistent")
         self.pooling = pooling
         positions = self.bert.config.max_position_embeddings
-        self.max_seq_length = saved.max_seq_length or min(self.tokenizer.model_max_length, positions)
-        if self.max_seq_length > positions:
-            raise BertkitError(f"{path}: max_seq_length {self.max_seq_length} exceeds max_position_embeddings "
+        max_seq_length = saved.max_seq_length or min(self.tokenizer.model_max_length, positions)
+        if max_seq_length > positions:
+            raise BertkitError(f"{path}: max_seq_length {max_seq_length} exceeds max_position_embeddings "
                                f"{positions} of this checkpoint; lower it in {SBERT_CONFIG}")
+        self.max_seq_length = max_seq_length
         self.do_lower_case = saved.do_lower_case
         self._set_prompts(prompts, default_prompt_name, saved.prompts, saved.default_prompt_name)
         self.similarity_fn_name = similarity_fn_name or saved.similarity_fn_name or "cosine"
@@ -230,6 +231,20 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
 
     def get_max_seq_length(self) -> int:
         return self.max_seq_length
+
+    @property
+    def max_seq_length(self) -> int:
+        """The tokens a text is cut at, [CLS] and [SEP] included: at most the encoder's positions."""
+        return self._max_seq_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int) -> None:
+        # refused when set: at encode it was the encoder's error on a sequence, advising the tokenizer's truncation
+        positions = self.bert.config.max_position_embeddings
+        if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= positions:
+            raise BertkitError(f"max_seq_length must be a whole number in [2, {positions}] (the encoder's positions), "
+                               f"got {value!r}")
+        self._max_seq_length = value
 
     @property
     def similarity_fn_name(self) -> str:

@@ -141,12 +141,8 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         overrides = {} if num_labels is None else {"num_labels": num_labels}
         self.model = BertForSequenceClassification.from_pretrained(encoder_dir, **overrides)
         self.tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
-        positions = self.model.config.max_position_embeddings
-        limit = max_length or declared or min(self.tokenizer.model_max_length, positions)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 3 <= limit <= positions:
-            raise BertkitError(f"max_length {limit!r} must be a whole number in [3, {positions}] (a pair needs 3 "
-                               f"special tokens; this checkpoint has {positions} positions)")
-        self.max_length = limit
+        self.max_length = max_length or declared or min(self.tokenizer.model_max_length,
+                                                        self.model.config.max_position_embeddings)
         saved = saved_activation(path, self.model.config.extra)
         if activation_fn is not None:
             self.activation_fn = activation_fn
@@ -176,6 +172,20 @@ class CrossEncoder(ReferenceCalls, nn.Module):
     @property
     def device(self) -> torch.device:
         return self.model.bert.embeddings.word_embeddings.weight.device
+
+    @property
+    def max_length(self) -> int:
+        """The tokens a pair keeps, its 3 special tokens included: at most the encoder's positions."""
+        return self._max_length
+
+    @max_length.setter
+    def max_length(self, limit: int) -> None:
+        # checked where it is set (afterwards too): at predict it was the encoder's error, advising the tokenizer
+        positions = self.model.config.max_position_embeddings
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 3 <= limit <= positions:
+            raise BertkitError(f"max_length {limit!r} must be a whole number in [3, {positions}] (a pair needs 3 "
+                               f"special tokens; this checkpoint has {positions} positions)")
+        self._max_length = limit
 
     @property
     def max_seq_length(self) -> int:
