@@ -181,10 +181,11 @@ _hardware.int8_kernel.cache_clear()
 _hardware.fbgemm_int8 = lambda: False  # a PyTorch without torch.ao: oneDNN at 7 bits
 layer._pack()
 rows = (x * layer.inv_scale).double()
-zero, step = (rows.max() + rows.min()) / 2, (rows.max() - rows.min()) / 126
-q = torch.round((rows - zero) / step).clamp(-63, 63)
+lo, hi = min(float(rows.min()), 0.0), max(float(rows.max()), 0.0)  # the range widened to hold 0, 7 bits: 127 steps
+step = (hi - lo) / 127
+q = torch.round(rows / step + round(-lo / step)).clamp(0, 127) - round(-lo / step)
 w, scale = layer.weight.double().t(), layer.weight_scale.double()
-expected = step * (q @ w) * scale + zero * (w.sum(0) * scale) + linear.bias.double()
+expected = step * (q @ w) * scale + linear.bias.double()
 with torch.inference_mode():
     error = float((layer(x).double() - expected).abs().max())
 print(_hardware.onednn_int8_exact(127), _hardware.onednn_int8_exact(63), layer.kernel.name, layer.kernel.levels,
@@ -244,8 +245,7 @@ def test_a_layer_is_its_formula_and_its_packing_follows_its_integers(kernel, mon
     linear, smooth = nn.Linear(64, 24), torch.rand(64) + 0.5
     layer = Int8Linear.from_float(linear, smooth)
     assert set(layer.state_dict()) == {"weight", "weight_scale", "inv_scale", "bias"}
-    small, large = torch.randn(3, 7, 64) * 2 + 0.4, torch.randn(4500, 64) * 3 - 1  # large: the compiled path
-    assert large.numel() >= kernels.COMPILE_FROM > small.numel()
+    small, large = torch.randn(3, 7, 64) * 2 + 0.4, torch.randn(4500, 64) * 3 - 1
     with torch.inference_mode():
         for x in (small, large):
             rows = (x.reshape(-1, 64) * layer.inv_scale).double()
@@ -282,6 +282,28 @@ def test_damaged_saved_scales_are_refused(name, bad):
                                            rf"{saved[name].numel()} is {re.escape(repr(float(torch.tensor(bad))))}.*bertkit quantize --model"):
         Int8Linear.from_saved("int8.layers.0.qkv", saved["weight"], saved["weight_scale"], saved["inv_scale"],
                               linear.bias)
+
+
+@pytest.mark.parametrize("bits", [8, 7])
+def test_a_call_is_quantized_once_in_place_by_pytorchs_dynamic_quantization(bits):
+    """The per-call codes (oneDNN's projections) are PyTorch's dynamic quantization's own bytes, not a copy: its
+    range widened to hold 0, 2**bits - 1 steps, an integer zero point; every activation within half a step; a call
+    holding NaN or inf answers NaN for every output (its one scale has no range), not an error."""
+    from bertkit.quantization.kernels import quantize_per_call
+
+    torch.manual_seed(0)
+    x, inv = torch.randn(50, 64) * 3 + 5, torch.rand(64) + 0.5  # all positive after the offset: the range takes 0
+    codes, step, zero_point = quantize_per_call(x, inv, bits)
+    rows = (x * inv).double()
+    assert codes.dtype == torch.uint8 and codes.shape == x.shape
+    assert step == pytest.approx(float(rows.max().clamp(min=0) - rows.min().clamp(max=0)) / (2**bits - 1), rel=1e-6)
+    assert 0 <= zero_point < 2**bits and int(codes.max()) == 2**bits - 1
+    assert float((step * (codes.double() - zero_point) - rows).abs().max()) <= step / 2 * 1.0001
+    layer = Int8Linear.from_float(nn.Linear(64, 24), inv)
+    if layer.kernel.name == "onednn" and not layer.per_token:
+        with torch.inference_mode():
+            for bad in (float("nan"), float("inf")):
+                assert torch.isnan(layer(torch.cat([x[:3], torch.full((1, 64), bad)]))).all()
 
 
 def test_an_int8_layer_refuses_training():
@@ -408,8 +430,8 @@ def test_refuses_models_and_arguments_it_cannot_quantize(fp32, calibration, int8
 def test_a_failed_compile_quantizes_eagerly_and_says_so_once(monkeypatch, caplog):
     """A few tokens never pay for compiling; where compiling fails (no C++ compiler) the codes are computed eagerly,
     the same, with one warning."""
-    small = kernels._Compiled(kernels.quantize_activations)
-    small(torch.randn(3, 96), torch.rand(96) + 0.5, 127)
+    small = kernels._Compiled(kernels.quantize_per_token)
+    small(torch.randn(3, 96), torch.rand(96) + 0.5, 255)
     assert small.compiled is None
 
     def no_compiler(fn, **kwargs):
@@ -419,10 +441,10 @@ def test_a_failed_compile_quantizes_eagerly_and_says_so_once(monkeypatch, caplog
 
     monkeypatch.setattr(torch, "compile", no_compiler)
     x, inv = torch.randn(kernels.COMPILE_FROM // 64 + 1, 64), torch.rand(64) + 0.5
-    broken = kernels._Compiled(kernels.quantize_activations)
+    broken = kernels._Compiled(kernels.quantize_per_token)
     with caplog.at_level("WARNING", logger="bertkit.quantization.kernels"):
-        first, second = broken(x, inv, 127), broken(x, inv, 127)
-    want = kernels.quantize_activations(x, inv, 127)
+        first, second = broken(x, inv, 255), broken(x, inv, 255)
+    want = kernels.quantize_per_token(x, inv, 255)
     assert broken.failed and caplog.text.count("no working C++ compiler") == 1
     assert all(torch.equal(a, b) and torch.equal(b, c) for a, b, c in zip(first, second, want))
 
@@ -436,21 +458,21 @@ def test_a_compiled_quantization_that_disagrees_with_its_eager_definition_is_dro
     x, inv = torch.randn(kernels.COMPILE_FROM // 64 + 1, 64) * 3 - 1, torch.rand(64) + 0.5
 
     def stale(fn, dynamic):
-        return lambda *args: (lambda q, zero, step: (q // 2, zero * 2, step))(*fn(*args))
+        return lambda *args: (lambda q, lo, step: (q // 2, lo * 2, step))(*fn(*args))
 
     monkeypatch.setattr(torch, "compile", stale)
-    fused = kernels._Compiled(kernels.quantize_activations)
+    fused = kernels._Compiled(kernels.quantize_per_token)
     with caplog.at_level("WARNING", logger="bertkit.quantization.kernels"):
-        got = fused(x, inv, 127)
-    expected = kernels.quantize_activations(x, inv, 127)
+        got = fused(x, inv, 255)
+    expected = kernels.quantize_per_token(x, inv, 255)
     assert all(torch.equal(a, b) for a, b in zip(got, expected)) and fused.failed
     assert "disagreed with its eager definition" in caplog.text
-    assert torch.equal(fused(x, inv, 63)[0], kernels.quantize_activations(x, inv, 63)[0])  # eager from now on
+    assert torch.equal(fused(x, inv, 127)[0], kernels.quantize_per_token(x, inv, 127)[0])  # eager from now on
 
     calls = []
     monkeypatch.setattr(torch, "compile", lambda fn, dynamic: lambda *args: calls.append(1) or fn(*args))
-    fused = kernels._Compiled(kernels.quantize_activations)
-    fused(x, inv, 127), fused(x, inv, 127)
+    fused = kernels._Compiled(kernels.quantize_per_token)
+    fused(x, inv, 255), fused(x, inv, 255)
     assert fused.checked and not fused.failed and len(calls) == 2
 
 

@@ -84,11 +84,13 @@ def int8_kernel() -> Int8Kernel | None:
 
     Decided by running the kernels, not by the CPU flags: oneDNN may be held to a narrower ISA than the CPU has
     (``ONEDNN_MAX_CPU_ISA``), and the tests take their expectations from here."""
-    if onednn_int8_exact(127):
+    # oneDNN's kernel takes codes that PyTorch's dynamic quantization makes (kernels.quantize_per_call)
+    dynamic = hasattr(torch, "quantize_per_tensor_dynamic")
+    if dynamic and onednn_int8_exact(127):
         return Int8Kernel("onednn", 8)
     if fbgemm_int8():
         return Int8Kernel("fbgemm", 7)
-    if onednn_int8_exact(63):
+    if dynamic and onednn_int8_exact(63):
         return Int8Kernel("onednn", 7)
     return None
 

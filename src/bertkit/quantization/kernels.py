@@ -5,8 +5,8 @@ quantized after SmoothQuant's per-channel division (``inv_scale``) with one scal
 ``per_token`` projection (``ffn_out``, whose input spans three orders of magnitude between tokens), per token. The
 module holds the integers and scales (its state dict) and packs them for the kernel ``_hardware.int8_kernel``
 chose: oneDNN's quantized Linear (``torch.ops.onednn.qlinear_pointwise``, Inductor's x86 int8 kernel), fed codes
-from ``quantize_activations`` and applying scales, bias and a fused activation inside; or fbgemm's dynamic Linear
-(AVX2), which quantizes the activations itself. A per-token projection runs oneDNN's kernel at the class's width
+from ``quantize_per_call`` and applying scales, zero point, bias and a fused activation inside; or fbgemm's dynamic
+Linear (AVX2), which quantizes the activations itself. A per-token projection runs oneDNN's kernel at the class's width
 on every class (fbgemm's takes one scale per call) on codes from ``quantize_per_token``, and applies each token's
 scale and zero point to the product.
 """
@@ -31,18 +31,21 @@ _TINY = torch.finfo(torch.float32).tiny
 SMOOTHING_BOUND = 1e5
 
 
-def quantize_activations(x: Tensor, inv_scale: Tensor, levels: int) -> tuple[Tensor, Tensor, Tensor]:
-    """``x * inv_scale`` (T, in) as uint8 codes 1..2 * levels + 1 around one zero point for the call, the middle
-    of its range, with one step, its width / (2 * levels): the activations use every level whatever their offset.
-    Returns the codes, the zero point and the step (0-d, float32). ``x`` has at least one row."""
-    x = x * inv_scale  # float32: inv_scale is, so bf16 activations are promoted before their range is taken
-    lo, hi = torch.aminmax(x)
-    lo, hi = lo * 0.5, hi * 0.5  # halved: a +-3e38 range does not overflow to inf
-    zero = hi + lo
-    step = ((hi - lo) / levels).clamp_(min=_TINY)
-    # in place on this call's own copy: eagerly, fresh large buffers cost page faults on every call
-    codes = x.sub_(zero).div_(step).round_().clamp_(-levels, levels).add_(levels + 1)
-    return codes.to(torch.uint8), zero, step
+def quantize_per_call(x: Tensor, inv_scale: Tensor, activation_bits: int) -> tuple[Tensor, float, int]:
+    """``x * inv_scale`` (T, in) as uint8 codes with one step and integer zero point for the call: ``x * inv_scale
+    ~= step * (codes - zero_point)``, codes 0..255 (0..127 at 7 bits) over the call's range widened to hold 0.
+    Returns the codes, the step and the zero point. ``x`` has at least one row; a non-finite value raises
+    RuntimeError (``Int8Linear.forward`` answers NaN for the call).
+
+    PyTorch's dynamic quantization (``torch.quantize_per_tensor_dynamic``: the range and the codes in one C++ call,
+    fbgemm's vectorised loops); the codes are the quantized tensor's own bytes, viewed as uint8, not copied. It
+    replaced eight eager passes (multiply, range, shift, divide, round, clamp, offset, cast) and their Inductor-compiled
+    form: 82 against 221 us on 470 x 384 activations, 320 against 373 us (compiled) on 2,048 x 384, one thread of the
+    AVX-512 EPYC (BENCHMARKS.md, "int8 on short texts"). Quantized tensors are deprecated in PyTorch:
+    ``_hardware.int8_kernel`` checks that this one still exists before choosing oneDNN's kernel."""
+    q = torch.quantize_per_tensor_dynamic(x * inv_scale, torch.quint8, activation_bits == 7)  # float32: inv_scale is
+    codes = torch.empty(0, dtype=torch.uint8).set_(q.untyped_storage(), q.storage_offset(), q.shape, q.stride())
+    return codes, q.q_scale(), q.q_zero_point()
 
 
 def quantize_per_token(x: Tensor, inv_scale: Tensor, steps: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -50,7 +53,9 @@ def quantize_per_token(x: Tensor, inv_scale: Tensor, steps: int) -> tuple[Tensor
     float32: ``x * inv_scale ~= lo + step * codes``, every row on every level whatever its range. ``x`` has at least
     one row; a row holding NaN gives NaN ``lo`` (and so NaN outputs)."""
     x = x * inv_scale  # float32: inv_scale is
-    lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
+    # amin and amax, not aminmax: PyTorch 2.13's aminmax along a dimension ran 20x slower (1.65 ms against 77 us on
+    # 470 x 1536, one thread)
+    lo, hi = x.amin(-1, keepdim=True), x.amax(-1, keepdim=True)
     step = ((hi * 0.5 - lo * 0.5) * (2 / steps)).clamp_(min=_TINY)  # halved: a +-3e38 range does not overflow
     codes = x.sub_(lo).div_(step).round_().clamp_(0, steps)
     return codes.to(torch.uint8), lo, step
@@ -63,7 +68,7 @@ COMPILE_FROM = 1 << 18
 
 
 class _Compiled:
-    """``quantize_activations`` compiled by Inductor (``dynamic=True``: one kernel for every token count) from its
+    """``quantize_per_token`` compiled by Inductor (``dynamic=True``: one kernel for every token count) from its
     first call on ``COMPILE_FROM`` activations; eager below that, when traced or inside the caller's own
     ``torch.compile``, and where compiling fails (no C++ compiler; logged once). The first compiled result is
     checked against the eager one: Inductor's cache has served a kernel built under another
@@ -100,9 +105,9 @@ class _Compiled:
         return result
 
 
-compiled_quantize_activations = _Compiled(quantize_activations)
 compiled_quantize_per_token = _Compiled(quantize_per_token)
-_ZERO_POINTS = {127: torch.tensor(128), 63: torch.tensor(64), 0: torch.tensor(0)}  # the codes' uint8 zero points
+_DEPRECATED_CREATION = r".*quantized tensor creation functions.*deprecated"  # torch.ao's warning, known
+_ZERO = torch.tensor(0)  # the per-token codes' zero point: each token's low end is applied after the product
 _ONE = torch.tensor(1.0)
 
 
@@ -175,6 +180,9 @@ class Int8Linear(nn.Module):
         if self.per_token and self.kernel.name != "onednn":
             self.kernel = check_onednn_int8(self.kernel.activation_bits)
         if self.kernel.name == "onednn":
+            with warnings.catch_warnings():  # PyTorch warns once per process, at the first quantized tensor made
+                warnings.filterwarnings("ignore", message=_DEPRECATED_CREATION, category=UserWarning)
+                quantize_per_call(self.weight[:1].float(), _ONE, self.kernel.activation_bits)
             self._packed = torch.ops.onednn.qlinear_prepack(self.weight, None)
             # what the activations' zero point adds to each output: zero * sum_j W[o, j], weights in float units
             self._rowsum = self.weight.to(torch.float32).sum(1) * self.weight_scale
@@ -187,8 +195,7 @@ class Int8Linear(nn.Module):
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated",
                                         category=DeprecationWarning)
-                warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions.*deprecated",
-                                        category=UserWarning)
+                warnings.filterwarnings("ignore", message=_DEPRECATED_CREATION, category=UserWarning)
                 # re-quantizing int8 * scale with the same scale returns the same integers
                 qweight = torch.quantize_per_channel(self.weight.to(torch.float32) * self.weight_scale[:, None],
                                                      self.weight_scale.to(torch.float64),
@@ -220,7 +227,7 @@ class Int8Linear(nn.Module):
             # weight sum, plus the bias
             q, lo, step = compiled_quantize_per_token(x, self.inv_scale, 2 * self.kernel.levels + 1)
             y = torch.ops.onednn.qlinear_pointwise.tensor(
-                q, _ONE, _ZERO_POINTS[0], self._packed, self.weight_scale, self._zero_points, None, 1.0, 0,
+                q, _ONE, _ZERO, self._packed, self.weight_scale, self._zero_points, None, 1.0, 0,
                 torch.float32, "none", [], "")
             offset = lo * self._rowsum if self.bias is None else torch.addcmul(self.bias, lo, self._rowsum)
             y = torch.addcmul(offset, y, step)
@@ -229,17 +236,21 @@ class Int8Linear(nn.Module):
             if self.activation is not None:  # fused on oneDNN; a layer fused there and loaded here applies it after
                 y = self.activation(y)
         else:
-            levels = self.kernel.levels
-            q, zero, step = compiled_quantize_activations(x, self.inv_scale, levels)
-            offset = zero * self._rowsum if self.bias is None else torch.addcmul(self.bias, zero, self._rowsum)
+            try:
+                q, step, zero_point = quantize_per_call(x, self.inv_scale, self.kernel.activation_bits)
+            except RuntimeError:
+                if bool(torch.isfinite(x).all()):
+                    raise
+                # a NaN or inf has no range: every output of the call is NaN, as its one scale would make it
+                return x.new_full((*shape[:-1], self.out_features), float("nan"), dtype=torch.float32)
             autocast_bf16 = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
-            y = torch.ops.onednn.qlinear_pointwise.tensor(
-                q, step, _ZERO_POINTS[levels], self._packed, self.weight_scale, self._zero_points, offset, 1.0, 0,
+            y = torch.ops.onednn.qlinear_pointwise(
+                q, step, zero_point, self._packed, self.weight_scale, self._zero_points, self.bias, 1.0, 0,
                 torch.bfloat16 if autocast_bf16 else torch.float32, self.post_op[0], [], self.post_op[1])
         y = y.reshape(*shape[:-1], self.out_features)
         # The int8 kernels have no backward: without this, gradients through them would be silently wrong
         # (PyTorch only warns), so a backward pass through an int8 projection is refused instead.
-        return _NoBackward.apply(y) if torch.is_grad_enabled() and y.requires_grad else y
+        return _NoBackward.apply(y, x) if torch.is_grad_enabled() and x.requires_grad else y
 
     def train(self, mode: bool = True) -> Int8Linear:
         if mode:
@@ -257,12 +268,13 @@ NOT_FOR_TRAINING = ("an int8 model is for inference only (its int8 kernels have 
 
 
 class _NoBackward(torch.autograd.Function):
-    """Identity forward; the backward pass refuses, naming why (see ``Int8Linear.forward``)."""
+    """``y`` (computed from ``x`` by kernels autograd does not see) as a result of ``x``; the backward pass refuses,
+    naming why (see ``Int8Linear.forward``)."""
 
     @staticmethod
-    def forward(ctx, y: Tensor) -> Tensor:
+    def forward(ctx, y: Tensor, x: Tensor) -> Tensor:
         return y.view_as(y)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor]:
         raise BertkitError(NOT_FOR_TRAINING)
