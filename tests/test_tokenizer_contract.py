@@ -433,3 +433,21 @@ def _empty(root):
     root.mkdir()
     (root / "tokenizer_config.json").write_text('{"do_lower_case": true}', encoding="utf-8")
     return root
+
+
+def test_special_token_counts_maps_and_the_added_vocabulary_as_transformers(minilm_dir):
+    """run_mlm's and run_qa's arithmetic (num_special_tokens_to_add, max_len_single_sentence) and the maps of
+    special and added tokens, before and after adding tokens: AttributeError before."""
+    ours, hf = BertTokenizer.from_pretrained(minilm_dir), transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    for _ in range(2):
+        assert ours.special_tokens_map == hf.special_tokens_map
+        assert ours.get_added_vocab() == hf.get_added_vocab()
+        assert list(ours.get_added_vocab()) == list(hf.get_added_vocab())
+        for pair in (False, True):
+            assert ours.num_special_tokens_to_add(pair=pair) == hf.num_special_tokens_to_add(pair=pair)
+        assert (ours.max_len_single_sentence, ours.max_len_sentences_pair) == \
+            (hf.max_len_single_sentence, hf.max_len_sentences_pair) == (510, 509)
+        for tok in (ours, hf):
+            tok.add_tokens(["[E1]", "hello"])
+            tok.add_special_tokens({"additional_special_tokens": ["<x>"]})
+    assert list(ours.get_added_vocab().values())[-3:] == [7592, 30522, 30523]

@@ -251,6 +251,29 @@ class BertTokenizer:
         """A copy of ``{token: id}``, added tokens included (``len(tok.get_vocab()) == len(tok)``)."""
         return dict(self.vocab)
 
+    def get_added_vocab(self) -> dict[str, int]:
+        """``{token: id}`` of the tokens cut out of the text before WordPiece (the special tokens and those added),
+        in id order, as transformers' fast tokenizer lists them."""
+        added = dict.fromkeys([*self.all_special_tokens, *self.added_tokens])
+        return dict(sorted(((t, self.vocab[t]) for t in added), key=lambda item: item[1]))
+
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        """``{"unk_token": "[UNK]", ...}``: the named special tokens (transformers 5 lists no others here)."""
+        return {key: getattr(self, key) for key in SPECIAL_TOKEN_KEYS}
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        """The special tokens ``__call__`` adds: [CLS] and [SEP], and one more [SEP] for a pair."""
+        return 3 if pair else 2
+
+    @property
+    def max_len_single_sentence(self) -> int:
+        return self.model_max_length - self.num_special_tokens_to_add(pair=False)
+
+    @property
+    def max_len_sentences_pair(self) -> int:
+        return self.model_max_length - self.num_special_tokens_to_add(pair=True)
+
     def __repr__(self) -> str:
         return (
             f"BertTokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case}, "
