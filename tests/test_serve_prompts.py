@@ -101,3 +101,35 @@ def test_prompt_name_embeds_as_sentence_transformers_with_that_prompt(prompted):
     assert r.status_code == 422 and "prompt_name must be one of this model's prompts" in refusal(r), r.text
     with pytest.raises(Exception, match="prompt_name 'passage' is not one of this model's prompts: 'query', 'document'"):
         pipe(texts, prompt_name="passage")
+
+
+def test_embed_all_answers_every_tokens_state_as_sentence_transformers(prompted):
+    """TEI's /embed_all: per text, the last layer's state of every token ([CLS], the prompt's, [SEP]), unpooled and
+    unnormalised: sentence-transformers' ``encode(output_value="token_embeddings")``. Requests of /embed_all and /embed
+    sent at once share the server's batches, and each gets its own shape. Before, the route was a 404."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    st = pytest.importorskip("sentence_transformers")
+    url, pipe, directory = prompted
+    reference = st.SentenceTransformer(str(directory), device="cpu")
+    texts = [TEXT, LONG]
+    want = {name: reference.encode(texts, prompt_name=name, output_value="token_embeddings")
+            for name in ("query", "document")}
+    assert [len(v) for v in want["query"]] == [11, 16] and [len(v) for v in want["document"]] == [9, 15]
+
+    def post(body):
+        return httpx.post(f"{url}{body.pop('path')}", json=body)
+
+    bodies = [{"path": "/embed_all", "inputs": texts}, {"path": "/embed_all", "inputs": texts, "prompt_name": "document"},
+              {"path": "/embed", "inputs": texts}]
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(post, [dict(b) for b in bodies * 2]))
+    for name, r in zip(["query", "document"] * 2, answers[0:2] + answers[3:5]):
+        assert r.status_code == 200, r.text
+        assert [len(v) for v in r.json()] == [len(v) for v in want[name]]
+        for got, expected in zip(r.json(), want[name]):
+            np.testing.assert_allclose(np.asarray(got), expected.numpy(), atol=2e-5)
+    for r in (answers[2], answers[5]):
+        np.testing.assert_allclose(np.asarray(r.json()), reference.encode(texts, normalize_embeddings=True), atol=2e-6)
+    r = httpx.post(f"{url}/embed_all", json={"inputs": LONG, "truncate": False})
+    assert r.status_code == 422 and "input 0 has 17 tokens, over max_length 16" in refusal(r), r.text

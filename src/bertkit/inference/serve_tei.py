@@ -1,6 +1,6 @@
 """The routes that OpenAI's and text-embeddings-inference's (TEI) clients call on ``bertkit serve``:
-``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/embed``, ``/info`` and TEI's
-``POST /``, each one ``Route``, parsed as strictly as ``serve_wire``'s. The routes of one kind of model (/embed,
+``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/embed``, ``/embed_all``, ``/info`` and
+TEI's ``POST /``, each one ``Route``, parsed as strictly as ``serve_wire``'s. The routes of one kind of model (/embed,
 /rerank, ...) are declared by the tasks that answer them (``tasks.Task.routes``). Their inputs are encoded on the
 parser thread, so that each request's tokens are known before it is admitted.
 """
@@ -179,6 +179,19 @@ def _embed(data: Any, server: Any) -> Call:
                 chars=sum(map(len, texts)))
 
 
+def _embed_all(data: Any, server: Any) -> Call:
+    """TEI's /embed_all: per text, the last layer's state of every token ([CLS], the prompt's, the text's, [SEP]),
+    neither pooled nor normalised: sentence-transformers' ``encode(output_value="token_embeddings")``. Its rows say
+    so (``all_tokens``), so the pipeline runs them apart from pooled rows of other requests."""
+    pipe, limits = server.pipe, server.limits
+    f = fields(data, "/embed_all", ("inputs",), ("truncate", "truncation_direction", "prompt_name"), server)
+    texts = texts_of(f["inputs"], "inputs", limits)
+    items = [{**encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True), prompt_name=f.get("prompt_name")),
+              "all_tokens": True} for i, t in enumerate(texts)]
+    return Call(items, {"rows": True}, {}, cost=len(items), tokens=[len(e["input_ids"]) for e in items],
+                chars=sum(map(len, texts)))
+
+
 def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any]:
     a, data = call.answer, []
     for i, r in enumerate(results):
@@ -220,6 +233,10 @@ ROOT = Route("/", "TEI's: /embed on an embedding server, /rerank on a reranker, 
              lambda server, call, results: server.task.root.render(server, call, results))
 EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false", _embed,
               lambda server, call, results: [embedding(r, call.answer, True) for r in results], needs=NEEDS_EMBEDDING)
+EMBED_ALL = Route("/embed_all", "TEI's: texts -> every token's vector, unpooled", _embed_all,
+                  lambda server, call, results: [r.tolist() for r in results], needs=NEEDS_EMBEDDING)
+
+
 def _openai_error(message: str, kind: str) -> dict[str, Any]:
     """OpenAI's error body: its clients show ``error.message`` (TEI's ``{"error": str}`` left them "Error code:
     422" and no reason)."""
