@@ -133,3 +133,21 @@ def test_embed_all_answers_every_tokens_state_as_sentence_transformers(prompted)
         np.testing.assert_allclose(np.asarray(r.json()), reference.encode(texts, normalize_embeddings=True), atol=2e-6)
     r = httpx.post(f"{url}/embed_all", json={"inputs": LONG, "truncate": False})
     assert r.status_code == 422 and "input 0 has 17 tokens, over max_length 16" in refusal(r), r.text
+
+
+def test_inference_clients_sentence_similarity_on_the_servers_root(prompted):
+    """huggingface_hub's ``InferenceClient("http://HOST:PORT").sentence_similarity`` posts the Inference API's body
+    (``{"inputs": {"source_sentence", "sentences"}, "parameters"}``) to ``POST /``, which is /embed on an embedding
+    server: it was refused (422, "unknown field(s) parameters"). It answers the cosines of sentence-transformers'
+    vectors, as /similarity and /predict do, and /embed's body on POST / still gives vectors."""
+    st = pytest.importorskip("sentence_transformers")
+    hub = pytest.importorskip("huggingface_hub")
+    url, _, directory = prompted
+    reference = st.SentenceTransformer(str(directory), device="cpu")
+    others = [LONG, "a woman slices an onion"]
+    want = reference.similarity(reference.encode([TEXT]), reference.encode(others))[0].numpy()
+    got = hub.InferenceClient(model=url).sentence_similarity(TEXT, other_sentences=others)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    r = httpx.post(f"{url}/", json={"inputs": TEXT})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(r.json()[0], reference.encode(TEXT, normalize_embeddings=True), atol=2e-6)

@@ -15,6 +15,7 @@ import numpy as np
 from bertkit.errors import BertkitError
 from bertkit.inference.serve_wire import (
     NEEDS_EMBEDDING,
+    SIMILARITY,
     Call,
     Limits,
     RequestError,
@@ -228,9 +229,21 @@ def _ranked(server: Any, call: Call, results: list[Any]) -> list[dict[str, Any]]
                               return_text=a["return_text"])
 
 
-ROOT = Route("/", "TEI's: /embed on an embedding server, /rerank on a reranker, /predict otherwise",
-             lambda data, server: server.task.root.parse(data, server),
-             lambda server, call, results: server.task.root.render(server, call, results))
+def _root(server: Any, data: Any) -> Route:
+    """The route TEI's ``POST /`` answers as: the server's task's (``Task.root``), or /similarity for the Inference
+    API's sentence-similarity body (``inputs`` an object with ``source_sentence``) on a server that has /similarity,
+    which ``InferenceClient("http://HOST:PORT").sentence_similarity`` posts there (TEI answers it there when started
+    for sentence-similarity)."""
+    raw = data.get("inputs") if isinstance(data, dict) else None
+    if SIMILARITY in server.task.routes and isinstance(raw, dict) and "source_sentence" in raw:
+        return SIMILARITY
+    return server.task.root
+
+
+ROOT = Route("/", "TEI's: /embed on an embedding server (/similarity for a sentence-similarity body), /rerank on a "
+             "reranker, /predict otherwise", lambda data, server: _root(server, data).parse(data, server),
+             lambda server, call, results: (SIMILARITY if call.answer.get("similarity") else server.task.root).render(
+                 server, call, results))
 EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false", _embed,
               lambda server, call, results: [embedding(r, call.answer, True) for r in results], needs=NEEDS_EMBEDDING)
 EMBED_ALL = Route("/embed_all", "TEI's: texts -> every token's vector, unpooled", _embed_all,
