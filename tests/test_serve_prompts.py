@@ -151,3 +151,18 @@ def test_inference_clients_sentence_similarity_on_the_servers_root(prompted):
     r = httpx.post(f"{url}/", json={"inputs": TEXT})
     assert r.status_code == 200, r.text
     np.testing.assert_allclose(r.json()[0], reference.encode(TEXT, normalize_embeddings=True), atol=2e-6)
+
+
+def test_openais_client_without_v1_in_its_base_url_reaches_the_embeddings_route(prompted):
+    """TEI serves OpenAI's route at /embeddings as well as /v1/embeddings, so ``OpenAI(base_url="http://HOST:PORT")``
+    works against it; bertkit answered 404 there. The vectors are sentence-transformers' (default prompt, unit
+    length), as on /v1/embeddings."""
+    st = pytest.importorskip("sentence_transformers")
+    openai = pytest.importorskip("openai")
+    url, _, directory = prompted
+    want = st.SentenceTransformer(str(directory), device="cpu").encode([TEXT, LONG], normalize_embeddings=True)
+    for base in (url, f"{url}/v1"):
+        answer = openai.OpenAI(base_url=base, api_key="none", max_retries=0).embeddings.create(model="m",
+                                                                                               input=[TEXT, LONG])
+        np.testing.assert_allclose(np.asarray([d.embedding for d in answer.data]), want, atol=2e-6)
+        assert answer.usage.prompt_tokens == 11 + 16

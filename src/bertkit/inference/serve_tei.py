@@ -8,6 +8,7 @@ parser thread, so that each request's tokens are known before it is admitted.
 from __future__ import annotations
 
 import base64
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -258,6 +259,9 @@ def _openai_error(message: str, kind: str) -> dict[str, Any]:
 
 OPENAI = Route("/v1/embeddings", "OpenAI's: {input, model, dimensions, encoding_format} -> unit vectors", _openai,
                _openai_answer, needs=NEEDS_EMBEDDING, error=_openai_error)
+# TEI serves OpenAI's route at /embeddings too: the path of a client whose base_url has no /v1
+OPENAI_UNVERSIONED = dataclasses.replace(OPENAI, path="/embeddings", help="OpenAI's /v1/embeddings, for a base_url "
+                                         "without /v1 (as TEI)")
 RERANK = Route("/rerank", "TEI's: {query, texts} -> the texts by relevance, best first (a cross-encoder)", _rerank,
                _ranked, needs="needs a cross-encoder; this server runs {task}: start it with --task {tasks}")
 TOKENIZE = Route("/tokenize", "TEI's: texts -> their tokens", _tokenize,
