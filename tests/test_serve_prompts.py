@@ -101,3 +101,68 @@ def test_prompt_name_embeds_as_sentence_transformers_with_that_prompt(prompted):
     assert r.status_code == 422 and "prompt_name must be one of this model's prompts" in refusal(r), r.text
     with pytest.raises(Exception, match="prompt_name 'passage' is not one of this model's prompts: 'query', 'document'"):
         pipe(texts, prompt_name="passage")
+
+
+def test_embed_all_answers_every_tokens_state_as_sentence_transformers(prompted):
+    """TEI's /embed_all: per text, the last layer's state of every token ([CLS], the prompt's, [SEP]), unpooled and
+    unnormalised: sentence-transformers' ``encode(output_value="token_embeddings")``. Requests of /embed_all and /embed
+    sent at once share the server's batches, and each gets its own shape. Before, the route was a 404."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    st = pytest.importorskip("sentence_transformers")
+    url, pipe, directory = prompted
+    reference = st.SentenceTransformer(str(directory), device="cpu")
+    texts = [TEXT, LONG]
+    want = {name: reference.encode(texts, prompt_name=name, output_value="token_embeddings")
+            for name in ("query", "document")}
+    assert [len(v) for v in want["query"]] == [11, 16] and [len(v) for v in want["document"]] == [9, 15]
+
+    def post(body):
+        return httpx.post(f"{url}{body.pop('path')}", json=body)
+
+    bodies = [{"path": "/embed_all", "inputs": texts}, {"path": "/embed_all", "inputs": texts, "prompt_name": "document"},
+              {"path": "/embed", "inputs": texts}]
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(post, [dict(b) for b in bodies * 2]))
+    for name, r in zip(["query", "document"] * 2, answers[0:2] + answers[3:5]):
+        assert r.status_code == 200, r.text
+        assert [len(v) for v in r.json()] == [len(v) for v in want[name]]
+        for got, expected in zip(r.json(), want[name]):
+            np.testing.assert_allclose(np.asarray(got), expected.numpy(), atol=2e-5)
+    for r in (answers[2], answers[5]):
+        np.testing.assert_allclose(np.asarray(r.json()), reference.encode(texts, normalize_embeddings=True), atol=2e-6)
+    r = httpx.post(f"{url}/embed_all", json={"inputs": LONG, "truncate": False})
+    assert r.status_code == 422 and "input 0 has 17 tokens, over max_length 16" in refusal(r), r.text
+
+
+def test_inference_clients_sentence_similarity_on_the_servers_root(prompted):
+    """huggingface_hub's ``InferenceClient("http://HOST:PORT").sentence_similarity`` posts the Inference API's body
+    (``{"inputs": {"source_sentence", "sentences"}, "parameters"}``) to ``POST /``, which is /embed on an embedding
+    server: it was refused (422, "unknown field(s) parameters"). It answers the cosines of sentence-transformers'
+    vectors, as /similarity and /predict do, and /embed's body on POST / still gives vectors."""
+    st = pytest.importorskip("sentence_transformers")
+    hub = pytest.importorskip("huggingface_hub")
+    url, _, directory = prompted
+    reference = st.SentenceTransformer(str(directory), device="cpu")
+    others = [LONG, "a woman slices an onion"]
+    want = reference.similarity(reference.encode([TEXT]), reference.encode(others))[0].numpy()
+    got = hub.InferenceClient(model=url).sentence_similarity(TEXT, other_sentences=others)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    r = httpx.post(f"{url}/", json={"inputs": TEXT})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(r.json()[0], reference.encode(TEXT, normalize_embeddings=True), atol=2e-6)
+
+
+def test_openais_client_without_v1_in_its_base_url_reaches_the_embeddings_route(prompted):
+    """TEI serves OpenAI's route at /embeddings as well as /v1/embeddings, so ``OpenAI(base_url="http://HOST:PORT")``
+    works against it; bertkit answered 404 there. The vectors are sentence-transformers' (default prompt, unit
+    length), as on /v1/embeddings."""
+    st = pytest.importorskip("sentence_transformers")
+    openai = pytest.importorskip("openai")
+    url, _, directory = prompted
+    want = st.SentenceTransformer(str(directory), device="cpu").encode([TEXT, LONG], normalize_embeddings=True)
+    for base in (url, f"{url}/v1"):
+        answer = openai.OpenAI(base_url=base, api_key="none", max_retries=0).embeddings.create(model="m",
+                                                                                               input=[TEXT, LONG])
+        np.testing.assert_allclose(np.asarray([d.embedding for d in answer.data]), want, atol=2e-6)
+        assert answer.usage.prompt_tokens == 11 + 16

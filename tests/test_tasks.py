@@ -37,8 +37,9 @@ def test_the_command_line_the_pipelines_and_the_server_list_the_declared_tasks()
     assert all(t.pipeline_class().task == t.name for t in TASK_LIST)  # a pipeline's name is its task's
     # serve's routes: those of every server, then each route a served task declares, once
     declared = [r for t in SERVED for r in t.routes]
-    assert [r.path for r in ROUTES] == ["/predict", "/", "/rerank", "/similarity", "/v1/embeddings", "/embed",
-                                       "/embed_sparse", "/tokenize", "/decode", "/info", "/health", "/ready", "/metrics"]
+    assert [r.path for r in ROUTES] == ["/predict", "/", "/rerank", "/similarity", "/v1/embeddings", "/embeddings",
+                                       "/embed", "/embed_all", "/embed_sparse", "/tokenize", "/decode", "/info",
+                                       "/health", "/ready", "/metrics"]
     assert set(declared) <= set(ROUTES) and all(r.needs for r in declared)
     assert {r for r in ROUTES if r.needs} == set(declared)
 

@@ -254,11 +254,12 @@ def _has(value: Any, kind: type) -> bool:
     return isinstance(value, kind)
 
 
-def _group(row: dict[str, Any]) -> tuple[int, int]:
-    """Rows of one batch share this: their number of choices (multiple-choice: one (B, C, T) tensor) and the
-    length of a prompt their pooling leaves out (an embedding pipeline's, per call or per request)."""
+def _group(row: dict[str, Any]) -> tuple[int, int, bool]:
+    """Rows of one batch share this: their number of choices (multiple-choice: one (B, C, T) tensor), the
+    length of a prompt their pooling leaves out (an embedding pipeline's, per call or per request), and whether
+    they ask for every token's state instead of the pooled vector (``all_tokens``: TEI's /embed_all)."""
     ids = row["input_ids"]
-    return len(ids) if ids and isinstance(ids[0], list) else 0, row.get("prompt_length", 0)
+    return len(ids) if ids and isinstance(ids[0], list) else 0, row.get("prompt_length", 0), row.get("all_tokens", False)
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -524,7 +524,8 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
 
     def forward(self, batch, rows) -> list[np.ndarray]:
         out = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        if self.pooling == "none":
+        tokens = self.pooling == "none" or rows[0].get("all_tokens", False)  # a batch's rows share it (base._group)
+        if tokens:
             v = out.token_layout.to_batch(out.tokens.float())  # (B, T, H)
         else:
             # (B, H): sentence-transformers' Pooling (and Normalize), then its truncate_dim; the rows of a batch
@@ -535,7 +536,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
             v = v[:, :self.dimension]
         if self.normalize:
             v = F.normalize(v, dim=-1)
-        return _per_row(v, rows) if self.pooling == "none" else list(v.float().cpu().numpy())
+        return _per_row(v, rows) if tokens else list(v.float().cpu().numpy())
 
     def decode(self, item, rows, outputs, **_: Any) -> list[float] | list[list[float]]:
         return outputs[0].tolist()

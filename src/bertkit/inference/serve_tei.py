@@ -1,6 +1,6 @@
 """The routes that OpenAI's and text-embeddings-inference's (TEI) clients call on ``bertkit serve``:
-``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/embed``, ``/info`` and TEI's
-``POST /``, each one ``Route``, parsed as strictly as ``serve_wire``'s. The routes of one kind of model (/embed,
+``/v1/embeddings`` (OpenAI's body and answer), ``/rerank``, ``/tokenize``, ``/embed``, ``/embed_all``, ``/info`` and
+TEI's ``POST /``, each one ``Route``, parsed as strictly as ``serve_wire``'s. The routes of one kind of model (/embed,
 /rerank, ...) are declared by the tasks that answer them (``tasks.Task.routes``). Their inputs are encoded on the
 parser thread, so that each request's tokens are known before it is admitted.
 """
@@ -8,6 +8,7 @@ parser thread, so that each request's tokens are known before it is admitted.
 from __future__ import annotations
 
 import base64
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from bertkit.errors import BertkitError
 from bertkit.inference.serve_wire import (
     NEEDS_EMBEDDING,
+    SIMILARITY,
     Call,
     Limits,
     RequestError,
@@ -179,6 +181,19 @@ def _embed(data: Any, server: Any) -> Call:
                 chars=sum(map(len, texts)))
 
 
+def _embed_all(data: Any, server: Any) -> Call:
+    """TEI's /embed_all: per text, the last layer's state of every token ([CLS], the prompt's, the text's, [SEP]),
+    neither pooled nor normalised: sentence-transformers' ``encode(output_value="token_embeddings")``. Its rows say
+    so (``all_tokens``), so the pipeline runs them apart from pooled rows of other requests."""
+    pipe, limits = server.pipe, server.limits
+    f = fields(data, "/embed_all", ("inputs",), ("truncate", "truncation_direction", "prompt_name"), server)
+    texts = texts_of(f["inputs"], "inputs", limits)
+    items = [{**encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True), prompt_name=f.get("prompt_name")),
+              "all_tokens": True} for i, t in enumerate(texts)]
+    return Call(items, {"rows": True}, {}, cost=len(items), tokens=[len(e["input_ids"]) for e in items],
+                chars=sum(map(len, texts)))
+
+
 def _openai_answer(server: Any, call: Call, results: list[Any]) -> dict[str, Any]:
     a, data = call.answer, []
     for i, r in enumerate(results):
@@ -215,11 +230,27 @@ def _ranked(server: Any, call: Call, results: list[Any]) -> list[dict[str, Any]]
                               return_text=a["return_text"])
 
 
-ROOT = Route("/", "TEI's: /embed on an embedding server, /rerank on a reranker, /predict otherwise",
-             lambda data, server: server.task.root.parse(data, server),
-             lambda server, call, results: server.task.root.render(server, call, results))
+def _root(server: Any, data: Any) -> Route:
+    """The route TEI's ``POST /`` answers as: the server's task's (``Task.root``), or /similarity for the Inference
+    API's sentence-similarity body (``inputs`` an object with ``source_sentence``) on a server that has /similarity,
+    which ``InferenceClient("http://HOST:PORT").sentence_similarity`` posts there (TEI answers it there when started
+    for sentence-similarity)."""
+    raw = data.get("inputs") if isinstance(data, dict) else None
+    if SIMILARITY in server.task.routes and isinstance(raw, dict) and "source_sentence" in raw:
+        return SIMILARITY
+    return server.task.root
+
+
+ROOT = Route("/", "TEI's: /embed on an embedding server (/similarity for a sentence-similarity body), /rerank on a "
+             "reranker, /predict otherwise", lambda data, server: _root(server, data).parse(data, server),
+             lambda server, call, results: (SIMILARITY if call.answer.get("similarity") else server.task.root).render(
+                 server, call, results))
 EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false", _embed,
               lambda server, call, results: [embedding(r, call.answer, True) for r in results], needs=NEEDS_EMBEDDING)
+EMBED_ALL = Route("/embed_all", "TEI's: texts -> every token's vector, unpooled", _embed_all,
+                  lambda server, call, results: [r.tolist() for r in results], needs=NEEDS_EMBEDDING)
+
+
 def _openai_error(message: str, kind: str) -> dict[str, Any]:
     """OpenAI's error body: its clients show ``error.message`` (TEI's ``{"error": str}`` left them "Error code:
     422" and no reason)."""
@@ -228,6 +259,9 @@ def _openai_error(message: str, kind: str) -> dict[str, Any]:
 
 OPENAI = Route("/v1/embeddings", "OpenAI's: {input, model, dimensions, encoding_format} -> unit vectors", _openai,
                _openai_answer, needs=NEEDS_EMBEDDING, error=_openai_error)
+# TEI serves OpenAI's route at /embeddings too: the path of a client whose base_url has no /v1
+OPENAI_UNVERSIONED = dataclasses.replace(OPENAI, path="/embeddings", help="OpenAI's /v1/embeddings, for a base_url "
+                                         "without /v1 (as TEI)")
 RERANK = Route("/rerank", "TEI's: {query, texts} -> the texts by relevance, best first (a cross-encoder)", _rerank,
                _ranked, needs="needs a cross-encoder; this server runs {task}: start it with --task {tasks}")
 TOKENIZE = Route("/tokenize", "TEI's: texts -> their tokens", _tokenize,

@@ -302,7 +302,7 @@ class FeatureExtraction(Task):
     result_key = "embedding"
     body_fields = answer_params = EMBED_FIELDS  # InferenceClient sends TEI's fields at the top level
     encoded = counted = True
-    routes = (SIMILARITY, serve_tei.OPENAI, serve_tei.EMBED)
+    routes = (SIMILARITY, serve_tei.OPENAI, serve_tei.OPENAI_UNVERSIONED, serve_tei.EMBED, serve_tei.EMBED_ALL)
     root = serve_tei.EMBED
 
     predict_options = ("prompt_name",)
