@@ -209,7 +209,7 @@ def test_a_setting_the_task_does_not_read_is_refused(classifier, tmp_path, capsy
     assert not (tmp_path / "out.jsonl").exists()
 
 
-def test_prompt_name_embeds_with_that_prompt_as_sentence_transformers(minilm_2_layers, tmp_path):
+def test_prompt_name_embeds_with_that_prompt_as_sentence_transformers(minilm_2_layers, tmp_path, capsys):
     """--prompt-name on a sentence-transformers directory: encode(prompt_name=...)'s vectors (it was sparse-embedding's
     alone, and ignored here)."""
     st = pytest.importorskip("sentence_transformers")
@@ -227,6 +227,12 @@ def test_prompt_name_embeds_with_that_prompt_as_sentence_transformers(minilm_2_l
     torch.testing.assert_close(got, want, atol=2e-6, rtol=0)
     assert (got - st.SentenceTransformer(str(model), device="cpu").encode(
         texts, convert_to_tensor=True, normalize_embeddings=True)).abs().max() > 0.01  # the prompt moved them
+    # a name the directory lacks is refused from its files before the model loads (its weights made unreadable)
+    (model / "model.safetensors").unlink()  # a symbolic link to MiniLM's
+    (model / "model.safetensors").write_bytes(b"not weights")
+    args[args.index("query")] = "passage"
+    assert main([*args, "--overwrite"]) == 2
+    assert "prompt_name 'passage' is not one of this model's prompts: 'query', 'doc'" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # 20-40 s: make test-slow (make test stays near five minutes on two cores)

@@ -428,6 +428,14 @@ def sentence_directory(directory: Path) -> SentenceDirectory:
     return saved
 
 
+def prompt_named(prompts: Mapping[str, str], prompt_name: str) -> str:
+    """``prompts[prompt_name]`` of a sentence-transformers directory, or an error naming the prompts it has."""
+    if prompt_name not in prompts:
+        known = ", ".join(map(repr, prompts)) or "none (config_sentence_transformers.json has no prompts)"
+        raise BertkitError(f"prompt_name {prompt_name!r} is not one of this model's prompts: {known}")
+    return prompts[prompt_name]
+
+
 class FeatureExtractionPipeline(TextOrPairPipeline):
     """A text (or ``(text, text_pair)``) -> its embedding, a list of floats.
 
@@ -499,12 +507,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     def prompt_for(self, prompt_name: str | None) -> str:
         """The prompt put before each text: ``prompts[prompt_name]``, or the default prompt when it is None (as
         ``encode(prompt_name=...)`` chooses in sentence-transformers)."""
-        if prompt_name is None:
-            return self.prompt
-        if prompt_name not in self.prompts:
-            known = ", ".join(map(repr, self.prompts)) or "none (config_sentence_transformers.json has no prompts)"
-            raise BertkitError(f"prompt_name {prompt_name!r} is not one of this model's prompts: {known}")
-        return self.prompts[prompt_name]
+        return self.prompt if prompt_name is None else prompt_named(self.prompts, prompt_name)
 
     def encode(self, item: tuple[str, str | None], prompt_name: str | None = None,
                **options: Any) -> list[dict[str, Any]]:
