@@ -84,6 +84,18 @@ def test_from_pretrained_returns_eval_mode_so_model_card_code_is_deterministic(m
     _close(a, b, batch["attention_mask"])
 
 
+def test_one_row_of_position_ids_is_broadcast_as_transformers_does(minilm_dir, batch):
+    # position_ids of shape (T,): transformers broadcasts it over the batch; bertkit refused the shape
+    ours, theirs = bertkit.BertModel.from_pretrained(minilm_dir), transformers.BertModel.from_pretrained(minilm_dir)
+    positions = torch.arange(batch["input_ids"].shape[1]) + 3  # not the default: must reach the embeddings
+    with torch.no_grad():
+        for layout in ("auto", "padded"):
+            ours.layout = layout
+            a, b = ours(**batch, position_ids=positions), theirs(**batch, position_ids=positions)
+            _close(a.last_hidden_state, b.last_hidden_state, batch["attention_mask"])
+            _close(ours(**batch, position_ids=positions[None]).last_hidden_state, a.last_hidden_state)
+
+
 @pytest.mark.parametrize("name", ["BertModel", "BertForSequenceClassification", "BertForTokenClassification",
                                   "BertForQuestionAnswering", "BertForMaskedLM", "BertForPreTraining",
                                   "BertForNextSentencePrediction"])

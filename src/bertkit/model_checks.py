@@ -49,9 +49,10 @@ def check_inputs(config: BertConfig, input_ids: Tensor | None, token_type_ids: T
         if t is not None and tuple(t.shape) != shape:
             raise BertkitError(f"{name} has shape {tuple(t.shape)} but input_ids has {shape}; pass one value per "
                                "token (the tokenizer's output with padding=True gives matching shapes)")
-    if position_ids is not None and (position_ids.dim() != 2 or position_ids.shape[1] != shape[1]
-                                     or position_ids.shape[0] not in (1, shape[0])):
-        raise BertkitError(f"position_ids has shape {tuple(position_ids.shape)}; expected {shape} or (1, {shape[1]})")
+    # (T,) too, as transformers broadcasts it over the batch (the model expands it as it expands (1, T))
+    if position_ids is not None and tuple(position_ids.shape) not in (shape, (1, shape[1]), (shape[1],)):
+        raise BertkitError(f"position_ids has shape {tuple(position_ids.shape)}; expected {shape}, (1, {shape[1]}) "
+                           f"or ({shape[1]},)")
     if is_tracing() or shape[0] == 0:
         return shape
     ranges = [(name, t, limit, what) for name, t, limit, what in (
