@@ -504,6 +504,12 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         prompt = lowercase(self.prompt) if self.lowercase else self.prompt
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
 
+    @classmethod
+    def directory_prompt(cls, model_dir: str | Path, prompt_name: str) -> str:
+        """The prompt ``prompt_name`` names in a sentence-transformers directory, read from its files without the
+        weights (``bertkit predict`` checks --prompt-name with it before the model loads)."""
+        return prompt_named(sentence_directory(Path(model_dir)).prompts, prompt_name)
+
     def prompt_for(self, prompt_name: str | None) -> str:
         """The prompt put before each text: ``prompts[prompt_name]``, or the default prompt when it is None (as
         ``encode(prompt_name=...)`` chooses in sentence-transformers)."""

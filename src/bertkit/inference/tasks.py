@@ -14,7 +14,6 @@ import importlib
 import inspect
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -314,9 +313,7 @@ class FeatureExtraction(Task):
 
     def call_inputs(self, inputs: list[Any], s: Any) -> tuple[list[Any], dict[str, Any]]:
         if s.prompt_name is not None:  # one of the directory's prompts: read from its files before the model loads
-            from bertkit.inference.pipelines import prompt_named, sentence_directory
-
-            prompt_named(sentence_directory(Path(s.model_name_or_path)).prompts, s.prompt_name)
+            self.pipeline_class().directory_prompt(s.model_name_or_path, s.prompt_name)
         return super().call_inputs(inputs, s)
 
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
