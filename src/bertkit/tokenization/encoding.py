@@ -68,6 +68,11 @@ class BatchEncoding(dict):
         except KeyError:
             raise AttributeError(name) from None
 
+    @property
+    def data(self) -> dict[str, Any]:
+        """The columns as a dict (transformers' ``BatchEncoding.data``): this object, which is one."""
+        return self
+
     def to(self, device: Any) -> BatchEncoding:
         """Move every tensor to ``device`` (in place, as Hugging Face); returns self for chaining."""
         for key, value in self.items():
@@ -185,6 +190,33 @@ class BatchEncoding(dict):
             if words[t] == word_index:
                 found.append(t)
         return TokenSpan(found[0], found[-1] + 1) if found else None
+
+
+    def token_to_word(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
+        """The word token ``token_index`` belongs to (``word_ids``' entry), None for [CLS]/[SEP]/[PAD] and an index
+        past the row. ``token_to_word(t)`` reads row 0."""
+        batch_index, token_index = _row_and_index(batch_or_token_index, token_index, "token_index")
+        words = self.word_ids(batch_index)
+        return words[token_index] if token_index < len(words) else None
+
+    def char_to_word(self, batch_or_char_index: int, char_index: int | None = None,
+                     sequence_index: int = 0) -> int | None:
+        """The word of text ``sequence_index`` that covers character ``char_index`` of that text, or None (as
+        ``char_to_token``). ``char_to_word(c)`` reads row 0."""
+        batch_index, char_index = _row_and_index(batch_or_char_index, char_index, "char_index")
+        token = self.char_to_token(batch_index, char_index, sequence_index)
+        return None if token is None else self.word_ids(batch_index)[token]
+
+    def word_to_chars(self, batch_or_word_index: int, word_index: int | None = None,
+                      sequence_index: int = 0) -> CharSpan | None:
+        """The characters word ``word_index`` of text ``sequence_index`` covers (its first token's start to its
+        last token's end), or None when the text has no such word. ``word_to_chars(w)`` reads row 0."""
+        batch_index, word_index = _row_and_index(batch_or_word_index, word_index, "word_index")
+        span = self.word_to_tokens(batch_index, word_index, sequence_index)
+        if span is None:
+            return None
+        offsets = self._offsets(batch_index)
+        return CharSpan(offsets[span.start][0], offsets[span.end - 1][1])
 
 
 def _row_and_index(batch_or_index: int, index: int | None, name: str) -> tuple[int, int]:
