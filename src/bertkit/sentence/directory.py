@@ -37,6 +37,16 @@ _TOKENIZER_ARGS, _MODEL_ARGS = ("tokenizer_args", "processor_kwargs"), ("model_a
 _NO_EFFECT = {"unpad_inputs", "trust_remote_code", "attn_implementation"}  # speed or loading only; the same numbers
 
 
+def token_limit(name: str, value: Any, positions: int, least: int = 2) -> int:
+    """``value`` checked as a model's ``max_seq_length`` (``max_length``: a cross-encoder's, ``least`` 3 for a pair's
+    special tokens) where it is set, on loading and afterwards: past the encoder's positions a long text reached the
+    encoder at encode, whose error advised the tokenizer's truncation."""
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= positions:
+        raise BertkitError(f"{name} {value!r} must be a whole number in [{least}, {positions}] (the encoder's "
+                           "positions, its special tokens included)")
+    return value
+
+
 def write_st_config(directory: Path, model_type: str, **fields: Any) -> None:
     """``config_sentence_transformers.json``: the versions that wrote it, ``model_type`` (SentenceTransformer,
     SparseEncoder, CrossEncoder) and the model's own ``fields`` (prompts, similarity, ...), as given."""

@@ -30,7 +30,7 @@ from bertkit.errors import BertkitError, NotImplementedInBertkit
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
-from bertkit.sentence.directory import MODULES, SBERT_CONFIG, read_directory, write_st_config
+from bertkit.sentence.directory import MODULES, SBERT_CONFIG, read_directory, token_limit, write_st_config
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
@@ -239,12 +239,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
 
     @max_seq_length.setter
     def max_seq_length(self, value: int) -> None:
-        # refused when set: at encode it was the encoder's error on a sequence, advising the tokenizer's truncation
-        positions = self.bert.config.max_position_embeddings
-        if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= positions:
-            raise BertkitError(f"max_seq_length must be a whole number in [2, {positions}] (the encoder's positions), "
-                               f"got {value!r}")
-        self._max_seq_length = value
+        self._max_seq_length = token_limit("max_seq_length", value, self.bert.config.max_position_embeddings)
 
     @property
     def similarity_fn_name(self) -> str:

@@ -36,6 +36,7 @@ from bertkit.sentence.directory import (
     module_types,
     read_json,
     saved_activation,
+    token_limit,
     write_st_config,
 )
 from bertkit.sentence.model import ReferenceCalls, as_requested
@@ -180,12 +181,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
 
     @max_length.setter
     def max_length(self, limit: int) -> None:
-        # checked where it is set (afterwards too): at predict it was the encoder's error, advising the tokenizer
-        positions = self.model.config.max_position_embeddings
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 3 <= limit <= positions:
-            raise BertkitError(f"max_length {limit!r} must be a whole number in [3, {positions}] (a pair needs 3 "
-                               f"special tokens; this checkpoint has {positions} positions)")
-        self._max_length = limit
+        self._max_length = token_limit("max_length", limit, self.model.config.max_position_embeddings, least=3)
 
     @property
     def max_seq_length(self) -> int:

@@ -30,7 +30,14 @@ from torch import Tensor, nn
 from bertkit.checkpoint_io import read_config_json
 from bertkit.errors import BertkitError
 from bertkit.outputs import atomic_write_json
-from bertkit.sentence.directory import MODULES, ST_CONFIG, module_types, read_json, write_st_config
+from bertkit.sentence.directory import (
+    MODULES,
+    ST_CONFIG,
+    module_types,
+    read_json,
+    token_limit,
+    write_st_config,
+)
 from bertkit.sentence.model import _REFUSED_INIT, ReferenceCalls, texts_of
 from bertkit.sentence.prompts import Prompted
 from bertkit.sentence.sparse_encoder.modules import (
@@ -184,9 +191,9 @@ class SparseEncoder(ReferenceCalls, Prompted, nn.Sequential):
     @max_seq_length.setter
     def max_seq_length(self, value: int) -> None:
         for module in self._input_modules():
-            if isinstance(module, Transformer) and value > module.model.config.max_position_embeddings:
-                raise BertkitError(f"max_seq_length {value} exceeds max_position_embeddings "
-                                   f"{module.model.config.max_position_embeddings} of this checkpoint")
+            if isinstance(module, Transformer):
+                token_limit("max_seq_length", value, module.model.config.max_position_embeddings)
+        for module in self._input_modules():  # every route checked first: none is changed by a refused value
             module.max_seq_length = value
 
     def get_max_seq_length(self) -> int:
