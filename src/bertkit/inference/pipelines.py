@@ -482,6 +482,7 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         self.lowercase, self.prompts = saved.do_lower_case, saved.prompts
         self.default_prompt_name, self.prompt = saved.default_prompt_name, saved.default_prompt or ""
         self.include_prompt = saved.pooling is None or saved.pooling.include_prompt
+        self._prompt_lengths: dict[str, int] = {}  # prompt -> its tokens the pooling leaves out (left_out)
 
     @property
     def dimension(self) -> int:
@@ -527,8 +528,10 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         """``row`` of a text after ``prompt``, with the number of its leading tokens the pooling leaves out
         (``prompt_length``: [CLS] and the prompt's, where 1_Pooling's include_prompt is false)."""
         if prompt and not self.include_prompt:
-            prompt = lowercase(prompt) if self.lowercase else prompt
-            row["prompt_length"] = prompt_tokens(self.tokenizer, prompt, self.max_length)
+            if prompt not in self._prompt_lengths:  # tokenized once a prompt, not once a text
+                self._prompt_lengths[prompt] = prompt_tokens(self.tokenizer, lowercase(prompt) if self.lowercase
+                                                             else prompt, self.max_length)
+            row["prompt_length"] = self._prompt_lengths[prompt]
         return row
 
     def forward(self, batch, rows) -> list[np.ndarray]:

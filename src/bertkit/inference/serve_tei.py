@@ -167,30 +167,20 @@ def _decode(data: Any, server: Any) -> Call:
     return Call([], {}, {"result": [pipe.tokenizer.decode(ids, skip_special_tokens=skip) for ids in sequences]})
 
 
-def _embed(data: Any, server: Any) -> Call:
+def _embed(data: Any, server: Any, all_tokens: bool = False) -> Call:
     """TEI's /embed: a vector per text, normalised unless ``normalize: false``; ``prompt_name`` puts that prompt of
-    the model's before each text, instead of the default prompt."""
+    the model's before each text, instead of the default prompt. ``all_tokens``, TEI's /embed_all: per text, the last
+    layer's state of every token ([CLS], the prompt's, the text's, [SEP]), neither pooled nor normalised
+    (sentence-transformers' ``encode(output_value="token_embeddings")``); its rows say so, so the pipeline runs them
+    apart from pooled rows of other requests."""
     pipe, limits = server.pipe, server.limits
-    f = fields(data, "/embed", ("inputs",), ("truncate", "truncation_direction", "prompt_name", "normalize",
-                                             "dimensions"), server)
+    path, vector = ("/embed_all", ()) if all_tokens else ("/embed", ("normalize", "dimensions"))
+    f = fields(data, path, ("inputs",), ("truncate", "truncation_direction", "prompt_name", *vector), server)
     texts = texts_of(f["inputs"], "inputs", limits)
     items = [encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True), prompt_name=f.get("prompt_name"))
-             for i, t in enumerate(texts)]
-    answer = {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
+             | ({"all_tokens": True} if all_tokens else {}) for i, t in enumerate(texts)]
+    answer = {} if all_tokens else {"normalize": f.get("normalize", True), "dimensions": f.get("dimensions")}
     return Call(items, {"rows": True}, answer, cost=len(items), tokens=[len(e["input_ids"]) for e in items],
-                chars=sum(map(len, texts)))
-
-
-def _embed_all(data: Any, server: Any) -> Call:
-    """TEI's /embed_all: per text, the last layer's state of every token ([CLS], the prompt's, the text's, [SEP]),
-    neither pooled nor normalised: sentence-transformers' ``encode(output_value="token_embeddings")``. Its rows say
-    so (``all_tokens``), so the pipeline runs them apart from pooled rows of other requests."""
-    pipe, limits = server.pipe, server.limits
-    f = fields(data, "/embed_all", ("inputs",), ("truncate", "truncation_direction", "prompt_name"), server)
-    texts = texts_of(f["inputs"], "inputs", limits)
-    items = [{**encode(pipe, read_input(pipe, t, i), i, f.get("truncate", True), prompt_name=f.get("prompt_name")),
-              "all_tokens": True} for i, t in enumerate(texts)]
-    return Call(items, {"rows": True}, {}, cost=len(items), tokens=[len(e["input_ids"]) for e in items],
                 chars=sum(map(len, texts)))
 
 
@@ -247,7 +237,8 @@ ROOT = Route("/", "TEI's: /embed on an embedding server (/similarity for a sente
                  server, call, results))
 EMBED = Route("/embed", "TEI's: texts -> vectors, normalised unless normalize: false", _embed,
               lambda server, call, results: [embedding(r, call.answer, True) for r in results], needs=NEEDS_EMBEDDING)
-EMBED_ALL = Route("/embed_all", "TEI's: texts -> every token's vector, unpooled", _embed_all,
+EMBED_ALL = Route("/embed_all", "TEI's: texts -> every token's vector, unpooled",
+                  lambda data, server: _embed(data, server, all_tokens=True),
                   lambda server, call, results: [r.tolist() for r in results], needs=NEEDS_EMBEDDING)
 
 

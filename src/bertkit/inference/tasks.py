@@ -319,8 +319,9 @@ class FeatureExtraction(Task):
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
         if not pipe.prompts:
             return {}
-        return {"prompt_name": (lambda v: isinstance(v, str) and v in pipe.prompts, "one of this model's prompts (/info's prompts: "
-                                f"{', '.join(map(repr, pipe.prompts))}), or null for the default prompt")}
+        known = ", ".join(map(repr, pipe.prompts))
+        return {"prompt_name": (lambda v: isinstance(v, str) and v in pipe.prompts,
+                                f"one of this model's prompts (/info's prompts: {known}), or null for the default prompt")}
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         a = call.answer
