@@ -184,12 +184,11 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
             raise BertkitError(f"{path}: 1_Pooling says {pooling.embedding_dimension} dimensions but the encoder's "
                                f"hidden_size is {self.bert.config.hidden_size}; the directory is inconsistent")
         self.pooling = pooling
-        positions = self.bert.config.max_position_embeddings
-        max_seq_length = saved.max_seq_length or min(self.tokenizer.model_max_length, positions)
-        if max_seq_length > positions:
-            raise BertkitError(f"{path}: max_seq_length {max_seq_length} exceeds max_position_embeddings "
-                               f"{positions} of this checkpoint; lower it in {SBERT_CONFIG}")
-        self.max_seq_length = max_seq_length
+        try:  # the directory's, else the tokenizer's limit capped at the positions; checked by the setter
+            self.max_seq_length = saved.max_seq_length or min(self.tokenizer.model_max_length,
+                                                              self.bert.config.max_position_embeddings)
+        except BertkitError as e:
+            raise BertkitError(f"{path}: {e}; lower it in {SBERT_CONFIG}") from None
         self.do_lower_case = saved.do_lower_case
         self._set_prompts(prompts, default_prompt_name, saved.prompts, saved.default_prompt_name)
         self.similarity_fn_name = similarity_fn_name or saved.similarity_fn_name or "cosine"

@@ -191,7 +191,6 @@ class BatchEncoding(dict):
                 found.append(t)
         return TokenSpan(found[0], found[-1] + 1) if found else None
 
-
     def token_to_word(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
         """The word token ``token_index`` belongs to (``word_ids``' entry), None for [CLS]/[SEP]/[PAD] and an index
         past the row. ``token_to_word(t)`` reads row 0."""

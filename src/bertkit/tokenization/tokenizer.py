@@ -48,11 +48,11 @@ from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, un
 
 __all__ = ["BertTokenizer", "BertTokenizerFast"]
 
-# WordPiece decoder clean-up (tokenizers' `decoders::wordpiece::cleanup`), applied to each token with
-# the space that joins it to the previous one.
 # transformers' model_max_length for a tokenizer whose files set none (its VERY_LARGE_INTEGER): no limit of the
 # tokenizer's own, so a model's positions decide where its texts are cut (sentence-transformers caps it at them)
 NO_MODEL_MAX_LENGTH = int(1e30)
+# WordPiece decoder clean-up (tokenizers' `decoders::wordpiece::cleanup`), applied to each token with
+# the space that joins it to the previous one.
 _CLEANUP = (
     (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
     (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
