@@ -92,6 +92,7 @@ def main() -> None:
                    help="base: BERT-BASE's shape with seeded weights on --model's vocabulary")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True) in both runs")
+    p.add_argument("--rounds", type=int, default=1, help="interleaved rounds; the figures are the last (warm) one's")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     train = read_sst2(args.data_dir / "train.tsv", args.rows)
@@ -110,17 +111,23 @@ def main() -> None:
         else:
             bertkit.BertForSequenceClassification.from_pretrained(args.model, num_labels=2).save_pretrained(start)
         tokenizer.save_pretrained(start)
-        runs = {}
+        runs, rounds = {}, {}
         run = functools.partial(guide, start=start, train=train, dev=dev, seed=args.seed, device=args.device,
                                 bf16=args.bf16)
+        plan = []
+        if args.only != "transformers":
+            plan += [("bertkit", "bertkit", None), ("bertkit_grouped", "bertkit", "group_by_length")]
+        if args.only != "bertkit":
+            plan += [("transformers", "transformers", None)]
         with contextlib.redirect_stdout(sys.stderr):  # transformers' Trainer prints its logs: stdout keeps one line
-            if args.only != "transformers":
-                runs["bertkit"] = run("bertkit", out=Path(tmp, "b"), strategy=None)
-                runs["bertkit_grouped"] = run("bertkit", out=Path(tmp, "g"), strategy="group_by_length")
-            if args.only != "bertkit":
-                runs["transformers"] = run("transformers", out=Path(tmp, "t"), strategy=None)
+            for r in range(args.rounds):  # interleaved, so that a GPU's warm-up falls on no one library alone
+                for name, lib, strategy in plan:
+                    runs[name] = run(lib, out=Path(tmp, f"{name}-{r}"), strategy=strategy)
+                    rounds.setdefault(name, []).append(runs[name]["train_s"])
     line = {"bench": "trainer_sst2", "model": args.model.name, "shape": args.shape, "rows": len(train["label"]),
             "threads": args.threads, "device": args.device, "bf16": args.bf16, "torch": torch.__version__, **runs}
+    if args.rounds > 1:
+        line["train_s_rounds"] = rounds
     if "bertkit" in runs and "transformers" in runs:
         ref = runs["transformers"]["train_s"]
         line["speedup_train"] = round(ref / runs["bertkit"]["train_s"], 2)
