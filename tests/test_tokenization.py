@@ -400,7 +400,9 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
     cased = BertTokenizer(VOCAB, do_lower_case=False, model_max_length=128)
     written = cased.save_pretrained(tmp_path / "tok")
     assert sorted(p.name for p in written) == [
+        "added_tokens.json",
         "special_tokens_map.json",
+        "tokenizer.json",
         "tokenizer_config.json",
         "vocab.txt",
     ]

@@ -1,19 +1,23 @@
-"""What a tokenizer directory holds -> BertTokenizer's constructor arguments.
+"""What a tokenizer directory holds -> BertTokenizer's constructor arguments, and the ``tokenizer.json`` it writes.
 
 Two layouts are read: ``vocab.txt`` + ``tokenizer_config.json`` (+ ``special_tokens_map.json``,
-``added_tokens.json``), as every published BERT checkpoint and ``save_pretrained`` have them, and the
-``tokenizer.json`` + ``tokenizer_config.json`` that transformers 5 saves (docs/tokenizer.md, "Loading and saving").
+``added_tokens.json``), as every published BERT checkpoint has them, and the ``tokenizer.json`` +
+``tokenizer_config.json`` that transformers 5 saves; ``tokenizer.json`` is read first where both are, as
+transformers reads it (docs/tokenizer.md, "Loading and saving").
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertkit.errors import BertkitError, read_json_object
 
-__all__ = ["read_json", "read_settings", "read_tokenizer_json", "check_fits_model"]
+if TYPE_CHECKING:
+    from bertkit.tokenization.tokenizer import BertTokenizer
+
+__all__ = ["read_json", "read_settings", "read_tokenizer_json", "tokenizer_json", "check_fits_model"]
 
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
@@ -121,9 +125,9 @@ def token_content(value: Any, key: str) -> str:
     raise BertkitError(f"{key} in the tokenizer config must be a string or {{'content': ...}}, got {value!r}")
 
 
-def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str, int], dict[str, Any], int]:
-    """(``{token: id}`` with added tokens, constructor arguments, the size of the WordPiece model's own vocabulary:
-    ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the defaults,
+def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str], dict[str, Any], int]:
+    """(the tokens in id order, added tokens included, constructor arguments, the size of the WordPiece model's own
+    vocabulary: ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the defaults,
     ``settings`` (tokenizer_config.json's) win, as in transformers 5. Added special tokens none of the named ones
     are ``additional_special_tokens`` too (after those the config lists): transformers 5 cuts every token
     tokenizer.json flags special out of the text, a ``[CLS]`` that a new ``cls_token`` replaced included."""
@@ -140,15 +144,15 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str,
                            f"{type(vocab).__name__}")
     merged = {arg: _typed(parts[part].get(key, default), SETTING_TYPES.get(arg, (str,)), f"{file}: {part}.{key}")
               for part, key, arg, default in _TOKENIZER_JSON_SETTINGS}
-    tokens = dict(vocab)
+    ids = dict(vocab)
     added, special = [], []
     for entry in data.get("added_tokens") or ():
         content, i = entry.get("content"), entry.get("id")
         if not isinstance(content, str) or not isinstance(i, int):
             raise BertkitError(f"{file}: an added_tokens entry needs a string content and an int id, got {entry!r}")
-        if tokens.setdefault(content, i) != i:
+        if ids.setdefault(content, i) != i:
             raise BertkitError(f"{file}: added token {content!r} has id {i} but the vocabulary gives it "
-                               f"{tokens[content]}")
+                               f"{ids[content]}")
         (special if entry.get("special") else added).append((i, content))
     if added:
         merged["added_tokens"] = [t for _, t in sorted(added)]
@@ -158,7 +162,57 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[dict[str,
     extra = [t for _, t in sorted(special) if t not in named and t not in listed]
     if extra:
         merged["additional_special_tokens"] = listed + extra
-    return tokens, merged, len(vocab)
+    return _in_id_order(ids, file), merged, 1 + max(vocab.values())
+
+
+def _in_id_order(ids: dict[str, Any], file: Path) -> list[str]:
+    """The tokens of ``{token: id}`` in id order. An id no token has is the blank token's: a vocab.txt that lists the
+    blank line twice (as bertkit and transformers read it) gives a tokenizer.json without one of its ids."""
+    bad = {t: i for t, i in ids.items() if type(i) is not int or not 0 <= i < 2 * len(ids)}
+    if bad:
+        raise BertkitError(f"{file}: token ids must be integers from 0 to {2 * len(ids) - 1} (the file has {len(ids)} "
+                           f"tokens), got {dict(list(bad.items())[:5])}; re-save the tokenizer")
+    tokens: list[str | None] = [None] * (1 + max(ids.values()))
+    for token, i in ids.items():
+        if tokens[i] is not None:
+            raise BertkitError(f"{file}: tokens {tokens[i]!r} and {token!r} both have id {i}; each token needs its "
+                               "own id: re-save the tokenizer")
+        tokens[i] = token
+    return ["" if t is None else t for t in tokens]
+
+
+def tokenizer_json(tok: BertTokenizer) -> dict[str, Any]:
+    """The ``tokenizer.json`` (the tokenizers library's serialisation) that transformers 5's BertTokenizer writes for
+    ``tok``'s vocabulary, settings and tokens: its WordPiece model holds the tokens WordPiece makes words of, every
+    special and added token is an ``added_tokens`` entry (special ones matched as written, the others normalised,
+    as ``tok`` matches them), and [CLS] A [SEP] (B [SEP]) is its post-processor. ``read_tokenizer_json`` reads it."""
+    def entry(token: str, special: bool) -> dict[str, Any]:
+        return {"id": tok.vocab[token], "content": token, "single_word": False, "lstrip": False, "rstrip": False,
+                "normalized": not special, "special": special}
+
+    def special(token: str, type_id: int) -> dict[str, Any]:
+        return {"SpecialToken": {"id": token, "type_id": type_id}}
+
+    added = {t: entry(t, special=False) for t in tok.added_tokens}
+    added.update((t, entry(t, special=True)) for t in tok.all_special_tokens)
+    cls, sep = tok.cls_token, tok.sep_token
+    single = [special(cls, 0), {"Sequence": {"id": "A", "type_id": 0}}, special(sep, 0)]
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": sorted(added.values(), key=lambda e: e["id"]),
+        "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": tok.tokenize_chinese_chars,
+                       "strip_accents": tok.strip_accents, "lowercase": tok.do_lower_case},
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": single,
+            "pair": [*single, {"Sequence": {"id": "B", "type_id": 1}}, special(sep, 1)],
+            "special_tokens": {t: {"id": t, "ids": [tok.vocab[t]], "tokens": [t]} for t in sorted({cls, sep})}},
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+        "model": {"type": "WordPiece", "unk_token": tok.unk_token, "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": tok.max_input_chars_per_word,
+                  "vocab": {t: i for i, t in enumerate(tok._tokens[:tok._wordpiece_size])}},
+    }
 
 
 def check_fits_model(vocab_size_needed: int, path: Path, source: Path) -> None:

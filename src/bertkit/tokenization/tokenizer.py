@@ -42,6 +42,7 @@ from bertkit.tokenization.loading import (
     check_fits_model,
     read_settings,
     read_tokenizer_json,
+    tokenizer_json,
 )
 from bertkit.tokenization.text import TextEncoder
 from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, unique_tokens, write_vocab_file
@@ -189,16 +190,14 @@ class BertTokenizer:
                 f"tokenizer directory {path} does not exist; pass the checkpoint directory that holds "
                 f"{VOCAB_FILE} (or {TOKENIZER_FILE}) and {CONFIG_FILE}"
             )
-        vocab: Path | dict[str, int] = path / VOCAB_FILE
+        vocab: Path | list[str] = path / VOCAB_FILE
         source = json_file = path / TOKENIZER_FILE
         settings = read_settings(path)
-        wordpiece_size = None  # vocab.txt: every token is WordPiece's
-        if vocab.is_file():
-            source, vocab = vocab, load_vocab(vocab)
-            own = added_past(vocab, path, settings)  # transformers' added tokens past vocab.txt, at their ids
-            wordpiece_size = own if own < len(vocab) else None
-        elif json_file.is_file():
+        if json_file.is_file():  # first, as transformers and sentence-transformers read it: the same ids as theirs
             vocab, settings, wordpiece_size = read_tokenizer_json(json_file, settings)
+        elif vocab.is_file():
+            source, vocab = vocab, load_vocab(vocab)
+            wordpiece_size = added_past(vocab, path, settings)  # transformers' added tokens past it, at their ids
         else:
             raise MissingFileError(
                 f"{vocab} not found (nor {TOKENIZER_FILE}): a BERT tokenizer directory needs {VOCAB_FILE} (and "
@@ -213,23 +212,26 @@ class BertTokenizer:
                 f"cased is unknown: pass do_lower_case=True for an uncased checkpoint or False for a cased one"
             )
         tokenizer = cls(vocab, **settings)
-        if wordpiece_size is not None:  # added tokens (ids from wordpiece_size) are not WordPiece's, as in tokenizers
+        if wordpiece_size < len(tokenizer):  # added tokens (ids from wordpiece_size) are not WordPiece's, as in HF
             tokenizer._wordpiece_size = wordpiece_size
             tokenizer._build()
         check_fits_model(len(tokenizer.vocab), path, source)
         return tokenizer
 
     def save_pretrained(self, path: str | os.PathLike) -> list[Path]:
-        """Write ``vocab.txt``, ``tokenizer_config.json`` and ``special_tokens_map.json``; returns their paths. The
-        files are written beside ``path`` and moved in together (``bertkit.staging.staged``)."""
+        """Write ``vocab.txt``, ``tokenizer_config.json``, ``special_tokens_map.json``, ``tokenizer.json`` and
+        ``added_tokens.json``; returns their paths. The files are written beside ``path`` and moved in together
+        (``bertkit.staging.staged``). tokenizer.json is the file transformers and sentence-transformers read first
+        (and bertkit too): one left in ``path`` by another tokenizer would give their ids, not this tokenizer's."""
         path = Path(path)
         special_map = {k: getattr(self, k) for k in SPECIAL_TOKEN_KEYS}
         if self.additional_special_tokens:
             special_map["additional_special_tokens"] = self.additional_special_tokens
         config = {"tokenizer_class": "BertTokenizer", **{k: getattr(self, k) for k in SETTING_TYPES}, **special_map}
-        files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map)]
-        if self.added_tokens:  # Hugging Face's file for them: {token: id}
-            files.append((ADDED_TOKENS_FILE, {t: self.vocab[t] for t in self.added_tokens}))
+        # added_tokens.json ({token: id}, Hugging Face's file for them) is written when empty too: transformers reads
+        # it beside tokenizer.json, so one left by an earlier save would bring its tokens back.
+        files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map), (TOKENIZER_FILE, tokenizer_json(self)),
+                 (ADDED_TOKENS_FILE, {t: self.vocab[t] for t in self.added_tokens})]
         with staged(path) as out:
             write_vocab_file(self._tokens, out / VOCAB_FILE)
             for name, data in files:

@@ -1,0 +1,230 @@
+"""tokenizer.json: what save_pretrained writes, which file a directory is read from, and the ids each library gives.
+
+transformers 5 and sentence-transformers read a directory's tokenizer.json first. bertkit writes the one transformers'
+BertTokenizer writes for the same vocabulary, settings and tokens, and reads it first too, so the three libraries
+(and the tokenizers library on the file alone) give the same ids for one directory, whatever it held before a save.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.loading import read_tokenizer_json, tokenizer_json
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+ADDED = ["[E1]", "naïve", "covid19", "entity"]  # new, new with an accent, new, already in the vocabulary
+SPECIAL = ["<ent>", "[unused5]"]
+# Accents, CJK, other scripts, added and special tokens in and out of words
+EXTRA = ["北京大学的学生在图书馆学习。Naïve café, résumé, Ångström, Zoë's crème brûlée",
+         "東京タワーは333メートル 서울 Москва Ελλάδα İstanbul straße ﬁ",
+         "[E1]Naïve NAÏVE naive covid19 COVID19x entity<ent> [unused5] [CLS] [MASK] [SEP] [UNK]"]
+KEPT = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "model_max_length", "max_input_chars_per_word",
+        "clean_up_tokenization_spaces", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+SETTINGS = {"uncased": {}, "cased": {"do_lower_case": False},
+            "lower-keep-accents": {"strip_accents": False, "tokenize_chinese_chars": False},
+            "cased-strip-accents": {"do_lower_case": False, "strip_accents": True}}
+
+
+@pytest.fixture(scope="module")
+def words(minilm_dir):
+    return (minilm_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="module")
+def texts(data_dir):
+    """280 texts: SQuAD dev questions and contexts, CoNLL-2003 (cased) sentences, and EXTRA with the added tokens."""
+    data = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    paragraphs = [p for article in data[:10] for p in article["paragraphs"]][:60]
+    squad = [p["qas"][0]["question"] for p in paragraphs] + [p["context"] for p in paragraphs]
+    sentences = (data_dir / "conll2003" / "valid.txt").read_text(encoding="utf-8").split("\n\n")
+    conll = [" ".join(line.split()[0] for line in s.splitlines()) for s in sentences[1:141]]
+    return squad + conll + [f"{t} [E1] {a}" for t, a in zip(EXTRA * 10, ADDED * 10)] + EXTRA * 3
+
+
+@pytest.fixture(scope="module")
+def pairs(data_dir):
+    data = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    paragraphs = [p for article in data[10:20] for p in article["paragraphs"]][:40]
+    return [p["qas"][0]["question"] for p in paragraphs], [p["context"] + " naïve [E1]" for p in paragraphs]
+
+
+def _tokenizer(words, settings):
+    tok = BertTokenizer(words, **settings)
+    tok.add_tokens(ADDED)
+    tok.add_special_tokens({"additional_special_tokens": SPECIAL})
+    return tok
+
+
+def _transformers_of(tok):
+    """transformers 5's BertTokenizer with ``tok``'s vocabulary, settings and tokens, added in the same order."""
+    ref = transformers.BertTokenizer(
+        vocab={t: i for i, t in enumerate(tok._tokens[:tok._wordpiece_size])}, do_lower_case=tok.do_lower_case,
+        strip_accents=tok.strip_accents, tokenize_chinese_chars=tok.tokenize_chinese_chars,
+        unk_token=tok.unk_token, sep_token=tok.sep_token, pad_token=tok.pad_token, cls_token=tok.cls_token,
+        mask_token=tok.mask_token)
+    ref.add_tokens(list(tok.added_tokens))
+    if tok.additional_special_tokens:
+        ref.add_special_tokens({"additional_special_tokens": list(tok.additional_special_tokens)})
+    return ref
+
+
+def _copy_tokenizer(source, out):
+    out.mkdir()
+    for name in TOKENIZER_FILES:
+        shutil.copy(source / name, out / name)
+    return out
+
+
+@pytest.mark.parametrize("name", [*SETTINGS, "another-cls-token"])
+def test_tokenizer_json_is_the_one_transformers_writes(words, tmp_path, name):
+    """Byte for byte, but for the final newline: the WordPiece model (added tokens left out), the BertNormalizer's
+    settings, the post-processor's [CLS]/[SEP] ids, every special and added token with its flags."""
+    tok = _tokenizer(words, SETTINGS.get(name, {"cls_token": "[unused2]"}))
+    written = tok.save_pretrained(tmp_path / "ours")
+    _transformers_of(tok).save_pretrained(tmp_path / "theirs")
+    ours, theirs = tmp_path / "ours" / "tokenizer.json", tmp_path / "theirs" / "tokenizer.json"
+    assert ours in written
+    assert json.loads(ours.read_text(encoding="utf-8")) == json.loads(theirs.read_text(encoding="utf-8"))
+    assert ours.read_text(encoding="utf-8") == theirs.read_text(encoding="utf-8") + "\n"
+    data = json.loads(ours.read_text(encoding="utf-8"))
+    assert len(data["model"]["vocab"]) == 30522 and len(tok) == 30526  # "entity" and [unused5] had ids already
+    cls = ("[unused2]", 3) if name == "another-cls-token" else ("[CLS]", 101)
+    assert [(e["content"], e["id"], e["normalized"], e["special"]) for e in data["added_tokens"]] == sorted([
+        ("[PAD]", 0, False, True), (*cls, False, True), ("[unused5]", 6, False, True), ("[UNK]", 100, False, True),
+        ("[SEP]", 102, False, True), ("[MASK]", 103, False, True), ("entity", 9178, True, False),
+        ("[E1]", 30522, True, False), ("naïve", 30523, True, False), ("covid19", 30524, True, False),
+        ("<ent>", 30525, False, True)], key=lambda e: e[1])
+
+
+@pytest.mark.parametrize("name", SETTINGS)
+def test_the_tokenizers_library_gives_bertkits_ids_from_the_file(words, tmp_path, texts, pairs, name):
+    """tokenizers.Tokenizer.from_file on the written file alone: the same ids, segments and offsets as bertkit on
+    SQuAD, CoNLL-2003 and CJK / accented text with added and special tokens, single texts and pairs."""
+    tok = _tokenizer(words, SETTINGS[name])
+    tok.save_pretrained(tmp_path)
+    fast = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    ours = tok(texts, return_offsets_mapping=True)
+    theirs = fast.encode_batch(texts)
+    assert ours["input_ids"] == [e.ids for e in theirs]
+    assert ours["offset_mapping"] == [e.offsets for e in theirs]
+    assert sum(row.count(tok.vocab["[E1]"]) for row in ours["input_ids"]) == 51  # the added tokens are in use
+    questions, contexts = pairs
+    ours, theirs = tok(questions, contexts), fast.encode_batch(list(zip(questions, contexts)))
+    assert ours["input_ids"] == [e.ids for e in theirs]
+    assert ours["token_type_ids"] == [e.type_ids for e in theirs]
+
+
+@pytest.mark.parametrize("name", [*SETTINGS, "blank-lines"])
+def test_what_is_written_reads_back_as_the_same_tokenizer(words, tmp_path, texts, name):
+    """read_tokenizer_json gives back the tokens, the WordPiece model's size and the settings; from_pretrained the
+    same tokenizer. Read from vocab.txt, a special token added as "newtok" joined the WordPiece vocabulary, so the
+    reloaded tokenizer made the special token of "NEWTOK" (ids 30526, where the saved one gave newt ##ok)."""
+    if name == "blank-lines":  # a vocab.txt may list the blank token twice: tokenizer.json has one id fewer
+        words = list(words)
+        words[7] = words[8] = ""
+    tok = _tokenizer(words, SETTINGS.get(name, {}))
+    tok.add_special_tokens({"additional_special_tokens": ["newtok"]})
+    tok.save_pretrained(tmp_path)
+    tokens, settings, wordpiece_size = read_tokenizer_json(tmp_path / "tokenizer.json", {})
+    assert tokens == tok._tokens and wordpiece_size == tok._wordpiece_size == 30522
+    assert settings == {"unk_token": "[UNK]", "max_input_chars_per_word": 100, "do_lower_case": tok.do_lower_case,
+                        "strip_accents": tok.strip_accents, "tokenize_chinese_chars": tok.tokenize_chinese_chars,
+                        "added_tokens": ["entity", "[E1]", "naïve", "covid19"],
+                        "additional_special_tokens": ["[unused5]", "<ent>", "newtok"]}
+    again = BertTokenizer.from_pretrained(tmp_path)
+    assert again._tokens == tok._tokens and again._wordpiece_size == 30522
+    assert again.all_special_tokens == tok.all_special_tokens
+    assert again.added_tokens == sorted(tok.added_tokens, key=tok.vocab.get)  # in id order, as transformers lists them
+    assert [getattr(again, k) for k in KEPT] == [getattr(tok, k) for k in KEPT]
+    more = [*texts[:100], "NEWTOK Newtok newtok"]
+    assert again(more)["input_ids"] == tok(more)["input_ids"]
+    if tok.do_lower_case:
+        assert again("NEWTOK newtok")["input_ids"] == [101, 25597, 6559, 30526, 102]
+    assert tokenizer_json(again) == tokenizer_json(tok)
+
+
+def _reordered(words):
+    """Another vocabulary: MiniLM's word pieces from id 1000 on in reverse order (the same pieces, other ids)."""
+    return words[:1000] + words[:999:-1]
+
+
+@pytest.mark.parametrize("case", ["another-vocabulary", "another-cls-token", "added-tokens-dropped"])
+def test_a_save_over_a_directory_gives_transformers_the_saved_tokenizers_ids(minilm_dir, words, tmp_path, texts,
+                                                                             pairs, case):
+    """Saved over a directory that held a tokenizer.json (a sentence-transformers or transformers directory, or
+    another model's), bertkit's tokenizer is what transformers loads from it. bertkit wrote no tokenizer.json, so
+    transformers tokenized with the one left there: the old vocabulary's ids (another-vocabulary), the old [CLS]
+    kept as a special token (another-cls-token); and an added_tokens.json left by an earlier save brought its tokens
+    back into both libraries (added-tokens-dropped: "[E1]" id 30522, where the saved tokenizer has no such token)."""
+    d = _copy_tokenizer(minilm_dir, tmp_path / "tok")
+    if case == "another-vocabulary":
+        tok = BertTokenizer(_reordered(words))
+    elif case == "another-cls-token":
+        tok = BertTokenizer.from_pretrained(d)
+        tok.add_special_tokens({"cls_token": "[unused2]"})
+        tok.add_tokens(["[E1]"])
+    else:
+        earlier = BertTokenizer.from_pretrained(d)
+        earlier.add_tokens(["[E1]"])
+        earlier.save_pretrained(d)
+        tok = BertTokenizer.from_pretrained(minilm_dir)
+    tok.save_pretrained(d)
+    ref = transformers.AutoTokenizer.from_pretrained(d)
+    more = [*texts, "a [CLS] b [E1] c"]
+    want = tok(more)["input_ids"]
+    assert ref(more)["input_ids"] == want
+    assert BertTokenizer.from_pretrained(d)(more)["input_ids"] == want
+    questions, contexts = pairs
+    assert ref(questions, contexts)["input_ids"] == tok(questions, contexts)["input_ids"]
+    assert len(ref) == len(tok) == (30523 if case == "another-cls-token" else 30522)
+
+
+def test_tokenizer_json_is_read_first_where_vocab_txt_disagrees(minilm_dir, words, tmp_path, texts):
+    """A directory whose tokenizer.json (transformers', with an added token) and vocab.txt (another vocabulary, no
+    added token) disagree: transformers reads tokenizer.json, and so does bertkit now (it read vocab.txt: other ids
+    for nearly every word)."""
+    ref = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ref.add_tokens(["[E1]"])
+    ref.save_pretrained(tmp_path)
+    (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in _reordered(words)), encoding="utf-8")
+    ref = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    more = [*texts, "a [E1] b"]
+    assert ours(more)["input_ids"] == ref(more)["input_ids"]
+    assert len(ours) == len(ref) == 30523 and ours.vocab["the"] == ref.convert_tokens_to_ids("the") == 1996
+
+
+@pytest.mark.parametrize("saver", ["SentenceTransformer", "CrossEncoder", "SparseEncoder", "Trainer"])
+def test_model_saves_write_their_tokenizers_tokenizer_json(minilm_dir, words, tmp_path, texts, tiny_checkpoint,
+                                                            saver):
+    """SentenceTransformer.save, CrossEncoder.save, SparseEncoder.save and Trainer.save_model write the tokenizer
+    through save_pretrained: into a directory that held MiniLM's tokenizer files, a model with another vocabulary
+    leaves the tokenizer.json of its own tokenizer, which transformers reads."""
+    from bertkit import BertForSequenceClassification, Trainer, TrainingArguments
+    from bertkit.sentence import CrossEncoder, SentenceTransformer, SparseEncoder
+
+    head = {"SentenceTransformer": "BertModel", "SparseEncoder": "BertForMaskedLM"}.get(
+        saver, "BertForSequenceClassification")
+    labels = 1 if head == "BertForSequenceClassification" else None
+    src = tiny_checkpoint(tmp_path / "src", head, tokenizer=_reordered(words), labels=labels)
+    out = _copy_tokenizer(minilm_dir, tmp_path / "out")
+    if saver == "Trainer":
+        trainer = Trainer(model=BertForSequenceClassification.from_pretrained(src),
+                          args=TrainingArguments(output_dir=str(tmp_path / "run")),
+                          processing_class=BertTokenizer.from_pretrained(src))
+        trainer.save_model(out)
+        tok = trainer.processing_class
+    else:
+        model = {"SentenceTransformer": SentenceTransformer, "CrossEncoder": CrossEncoder,
+                 "SparseEncoder": SparseEncoder}[saver](src)
+        model.save(out)
+        tok = model.tokenizer
+    assert json.loads((out / "tokenizer.json").read_text(encoding="utf-8")) == tokenizer_json(tok)
+    assert transformers.AutoTokenizer.from_pretrained(out)(texts)["input_ids"] == tok(texts)["input_ids"]
