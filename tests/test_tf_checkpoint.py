@@ -205,6 +205,12 @@ def test_bundle_written_without_tensorflow_converts_to_equal_outputs(tmp_path, t
     assert result["architecture"] == "BertForPreTraining" and result["tensors"] == len(google) - 2  # optimizer slot and step skipped
     with pytest.raises(BertkitError, match="already holds config.json"):
         convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt", out)
+    # another tokenizer's tokenizer.json (the file transformers reads first) is not replaced either
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "tokenizer.json").write_text("{}")
+    with pytest.raises(BertkitError, match="already holds tokenizer.json"):
+        convert_tf_checkpoint(tmp_path / "bert_model.ckpt", tmp_path / "bert_config.json", tmp_path / "vocab.txt",
+                              tmp_path / "other")
     converted = BertForPreTraining.from_pretrained(out).eval()
     ids = torch.randint(5, V, (2, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

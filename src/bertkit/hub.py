@@ -16,9 +16,10 @@ from bertkit.errors import MissingFileError
 
 # What a Hub repo id looks like: "name" or "owner/name", letters, digits, - _ . (no leading dot, no "..").
 _HUB_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
-# The files bertkit reads from a BERT repo; the rest (TF/Flax/ONNX weights, ...) is not downloaded.
+# The files bertkit reads from a BERT repo (tokenizer.json first where there is one, as transformers); the rest
+# (TF/Flax/ONNX weights, ...) is not downloaded.
 _PATTERNS = ["config.json", "model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors",
-             "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"]
+             "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"]
 PROBE_TIMEOUT_S = 3.0
 
 

@@ -330,7 +330,8 @@ def convert_tf_checkpoint(tf_checkpoint: str | Path, bert_config: str | Path, vo
     for path, what in ((bert_config, "bert_config.json"), (vocab, "vocab.txt")):
         if not path.is_file():
             raise MissingFileError(f"{path} not found: pass the checkpoint's {what} (it comes beside bert_model.ckpt)")
-    existing = [n for n in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json")
+    existing = [n for n in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json",
+                            "special_tokens_map.json", "tokenizer.json", "added_tokens.json")
                 if (output_dir / n).exists()]
     if existing:  # bertkit never replaces files it did not create (the CLI's --overwrite removes its own first)
         raise BertkitError(f"{output_dir} already holds {', '.join(existing)}; choose a new output directory")
