@@ -362,7 +362,7 @@ def test_positions_past_512_without_a_model_max_length_cut_where_sentence_transf
     text = " ".join(["word"] * 700)
     ours, ref = SentenceTransformer(dirs["BertModel"]), st.SentenceTransformer(str(dirs["BertModel"]), device="cpu")
     assert ours.max_seq_length == ref.max_seq_length == 1024
-    assert ours.tokenizer.model_max_length == int(1e30)  # transformers' "no limit"
+    assert ours.tokenizer.model_max_length == ref.tokenizer.model_max_length == 1024  # capped, as there
     _same(ours.encode([text, "short"]), ref.encode([text, "short"]))
     embed = pipeline("sentence-embedding", str(dirs["BertModel"]), normalize=False)
     assert embed.max_length == 1024
@@ -640,3 +640,26 @@ def test_model_methods_beyond_encode_evaluate_checkpoint_or_are_refused_by_name(
         CrossEncoder(st_dir).start_multi_process_pool()
     with pytest.raises(AttributeError, match="has no attribute 'colour'"):
         _ = model.colour
+
+
+def test_the_tokenizers_model_max_length_is_max_seq_length(st_dir, tmp_path):
+    """sentence-transformers keeps max_seq_length as its tokenizer's model_max_length, so
+    ``model.tokenizer.model_max_length = 32`` cuts texts at 32 there; bertkit kept a limit of its own and went on
+    cutting at 256 (cosine 0.86 on LONG with all-MiniLM-L6-v2). One value now: set either, both read it, a save writes
+    it to both files, and a value past the positions set on the tokenizer is refused at encode, naming it."""
+    ours, ref = SentenceTransformer(st_dir), st.SentenceTransformer(str(st_dir), device="cpu")
+    for model in (ours, ref):
+        model.tokenizer.model_max_length = 32
+    assert ours.max_seq_length == ref.max_seq_length == 32
+    _same(ours.encode(TEXTS), ref.encode(TEXTS))
+    for model in (ours, ref):
+        model.max_seq_length = 48
+    assert ours.tokenizer.model_max_length == ref.tokenizer.model_max_length == 48
+    _same(ours.encode(TEXTS), ref.encode(TEXTS))
+    ours.save(tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())["model_max_length"] == 48
+    assert json.loads((tmp_path / "saved" / "sentence_bert_config.json").read_text())["max_seq_length"] == 48
+    ours.tokenizer.model_max_length = 600
+    with pytest.raises(BertkitError, match=r"max_seq_length \(the tokenizer's model_max_length\) 600 must be a whole "
+                                           r"number in \[2, 512\]"):
+        ours.encode(TEXTS)
