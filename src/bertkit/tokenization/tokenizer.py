@@ -242,7 +242,9 @@ class BertTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return len(self._tokens)
+        """The WordPiece vocabulary's size, without the tokens added past it (``len(tok)`` counts those), as
+        transformers gives it: ``range(tok.vocab_size, len(tok))`` are the added ids."""
+        return self._wordpiece_size
 
     def __len__(self) -> int:
         return len(self._tokens)
@@ -338,7 +340,7 @@ class BertTokenizer:
         return [get(t, unk) for t in tokens]
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
-        """Id(s) -> token string(s); an id outside 0..vocab_size-1 is a ValueError."""
+        """Id(s) -> token string(s); an id outside 0..len(self)-1 is a ValueError."""
         if isinstance(ids, int) or (hasattr(ids, "ndim") and ids.ndim == 0):
             return self._token_of(int(ids))
         return [self._token_of(int(i)) for i in _as_id_list(ids)]
