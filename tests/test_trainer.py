@@ -623,6 +623,17 @@ def test_bertkit_collators_match_transformers(minilm_dir):
     torch.testing.assert_close(default["input_ids"], transformers.DefaultDataCollator()(fixed)["input_ids"])
 
 
+def test_default_collator_keeps_each_columns_dtype_as_transformers():
+    """A bool column (a dataset's ``is_impossible``, a mask) stays bool, as transformers stacks it; bertkit made it
+    int64. A bool ``label`` is a class id (int64) in both."""
+    fixed = [{"input_ids": [101, 7592, 102], "label": True, "flag": False, "weight": 0.5, "n": 3},
+             {"input_ids": [101, 2088, 102], "label": False, "flag": True, "weight": 1.5, "n": 4}]
+    ours, theirs = bertkit.DefaultDataCollator()(fixed), transformers.DefaultDataCollator()(fixed)
+    assert sorted(ours) == sorted(theirs) == ["flag", "input_ids", "labels", "n", "weight"]
+    for key in theirs:
+        torch.testing.assert_close(ours[key], theirs[key], msg=key)  # dtypes too: flag bool, labels int64
+
+
 def test_whole_word_masking_masks_every_piece_of_a_chosen_word(minilm_dir):
     tok = bertkit.BertTokenizer.from_pretrained(minilm_dir)
     features = [dict(tok(s, return_offsets_mapping=True)) for s in SENTENCES * 8]

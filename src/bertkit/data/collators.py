@@ -54,7 +54,8 @@ def _as_tensor(values: Any) -> torch.Tensor:
     if arr.dtype.kind not in "biuf":
         raise BertkitError(f"cannot make a tensor of {arr.dtype} values (e.g. {values[:1]!r}); remove the column "
                            "from the dataset (or keep remove_unused_columns=True)")
-    return torch.as_tensor(arr, dtype=torch.float32 if arr.dtype.kind == "f" else torch.long)
+    kind = arr.dtype.kind
+    return torch.as_tensor(arr, dtype=torch.float32 if kind == "f" else torch.bool if kind == "b" else torch.long)
 
 
 @dataclass
@@ -82,6 +83,8 @@ class DefaultDataCollator:
                                    f"example {row}; use DataCollatorWithPadding(tokenizer), which pads each batch "
                                    "to its longest (or pad every example to one length: padding='max_length')")
             batch[key] = _as_tensor(values)
+            if key in _LABEL_KEYS and batch[key].dtype == torch.bool:
+                batch[key] = batch[key].long()  # a bool label is a class id, as transformers reads it
         return _rename_labels(batch)
 
 
