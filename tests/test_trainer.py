@@ -215,7 +215,7 @@ def _bertkit_trainer(checkpoint: Path, out: Path, callbacks=(), train=TRAIN, dro
 
 def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(checkpoint, tmp_path):
     whole = _bertkit_trainer(checkpoint, tmp_path / "whole", dropout=0.1)  # dropout on: RNG states must resume too
-    whole.train()
+    whole_result = whole.train()
 
     killed = _bertkit_trainer(checkpoint, tmp_path / "killed", callbacks=[KillAt(4)], dropout=0.1)
     with pytest.raises(Killed):
@@ -226,6 +226,10 @@ def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(checkpoint, tmp
 
     assert result.global_step == 8
     assert _losses(again.state.log_history) == _losses(whole.state.log_history)  # every step, exactly
+    # the whole run's mean loss, as the uninterrupted run reports it (transformers: the mean of steps 4-8 alone)
+    assert result.training_loss == pytest.approx(whole_result.training_loss, rel=1e-12)
+    finished = _bertkit_trainer(checkpoint, tmp_path / "whole", dropout=0.1).train(resume_from_checkpoint=True)
+    assert (finished.global_step, finished.training_loss) == (8, pytest.approx(whole_result.training_loss, rel=1e-12))
     for (name, a), (_, b) in zip(again.model.state_dict().items(), whole.model.state_dict().items()):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
     # a named checkpoint, not the newest: the finished run replayed from step 3 ends where it ended
