@@ -608,6 +608,11 @@ def test_bertkit_collators_match_transformers(minilm_dir):
     mlm_theirs = transformers.DataCollatorForLanguageModeling(tok, seed=5)(features)
     for key in ("input_ids", "labels", "attention_mask"):
         torch.testing.assert_close(mlm_ours[key], mlm_theirs[key], msg=key)
+    # run_mlm.py's spelling, mlm=True, was a TypeError; mlm=False (next-token labels) is refused by name
+    spelled = bertkit.DataCollatorForLanguageModeling(tokenizer=tok, mlm=True, mlm_probability=0.15, seed=5)(features)
+    torch.testing.assert_close(spelled["labels"], mlm_theirs["labels"])
+    with pytest.raises(BertkitError, match=r"mlm=False\): bertkit makes masked-LM batches only"):
+        bertkit.DataCollatorForLanguageModeling(tok, mlm=False)
     targets = mlm_ours["labels"] != -100
     assert 0 < int(targets.sum()) and not bool((targets & (mlm_ours["attention_mask"] == 0)).any())
     labelled = [{**f, "label": i % 2} for i, f in enumerate(features)]

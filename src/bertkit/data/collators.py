@@ -201,10 +201,11 @@ class DataCollatorForLanguageModeling:
     are given, which then apply to each piece (as Google's whole-word masking does; transformers overrides them
     with 1 and 0 and warns).
     ``seed`` None draws from torch's global generator (what a seeded Trainer run fixes). transformers'
-    ``mlm=False`` (causal-LM labels) is left out: no BERT head predicts the next token.
+    ``mlm=False`` (causal-LM labels) is refused: no BERT head predicts the next token.
     """
 
     tokenizer: Any
+    mlm: bool = True
     whole_word_mask: bool = False
     mlm_probability: float = 0.15
     mask_replace_prob: float | None = None
@@ -216,6 +217,9 @@ class DataCollatorForLanguageModeling:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        if self.mlm is not True:
+            raise BertkitError(f"DataCollatorForLanguageModeling(mlm={self.mlm!r}): bertkit makes masked-LM batches "
+                               "only (no BERT head predicts the next token); leave mlm=True")
         _needs_pad_token(self.tokenizer, "DataCollatorForLanguageModeling")
         if getattr(self.tokenizer, "mask_token", None) is None:
             raise BertkitError("DataCollatorForLanguageModeling: the tokenizer has no mask token; use a tokenizer "
