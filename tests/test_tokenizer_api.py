@@ -263,3 +263,13 @@ def test_setting_a_side_to_left_is_refused_not_ignored(minilm_dir, side):
     setattr(ours, side, "right")  # the one value it has is accepted
     assert getattr(ours, side) == "right"
     assert ours(["hello world", "a"], padding=True)["input_ids"] == [[101, 7592, 2088, 102], [101, 1037, 102, 0]]
+
+
+def test_a_calls_padding_side_left_is_refused_naming_it(minilm_dir):
+    # transformers 5 takes padding_side= in __call__ and pad; bertkit's TypeError did not say why
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    for call in (lambda side: ours(["hello world", "a"], padding=True, padding_side=side),
+                 lambda side: ours.pad([{"input_ids": [101, 7592, 102]}, {"input_ids": [101, 102]}], padding_side=side)):
+        with pytest.raises(BertkitError, match="padding_side='left'.*right only"):
+            call("left")
+        assert call("right")["input_ids"][1][-1] == 0

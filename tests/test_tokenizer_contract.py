@@ -461,3 +461,22 @@ def test_special_token_counts_maps_and_the_added_vocabulary_as_transformers(mini
             tok.add_tokens(["[E1]", "hello"])
             tok.add_special_tokens({"additional_special_tokens": ["<x>"]})
     assert list(ours.get_added_vocab().values())[-3:] == [7592, 30522, 30523]
+
+
+def test_vocab_size_leaves_out_added_tokens_as_transformers(minilm_dir, tmp_path):
+    """``vocab_size`` is the WordPiece vocabulary's size and ``len(tok)`` counts the added tokens too: code that
+    finds the new rows as ``range(tok.vocab_size, len(tok))`` (to initialise their embeddings) got an empty range,
+    as bertkit's vocab_size followed add_tokens."""
+    ours, hf = BertTokenizer.from_pretrained(minilm_dir), transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    for tok in (ours, hf):
+        tok.add_tokens(["covid19", "hello"])  # "hello" is in the vocabulary already: no new id
+        tok.add_special_tokens({"additional_special_tokens": ["[E1]"]})
+    assert (ours.vocab_size, len(ours)) == (hf.vocab_size, len(hf)) == (30522, 30524)
+    # what either library saves reads back as transformers reads it (bertkit writes the added tokens into
+    # vocab.txt, so there they are the vocabulary's)
+    for name, tok in (("ours", ours), ("hf", hf)):
+        tok.save_pretrained(tmp_path / name)
+        again, ref = BertTokenizer.from_pretrained(tmp_path / name), transformers.BertTokenizerFast.from_pretrained(
+            tmp_path / name)
+        assert (again.vocab_size, len(again)) == (ref.vocab_size, len(ref))
+    assert BertTokenizer.from_pretrained(tmp_path / "hf").vocab_size == 30522

@@ -215,7 +215,7 @@ def _bertkit_trainer(checkpoint: Path, out: Path, callbacks=(), train=TRAIN, dro
 
 def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(checkpoint, tmp_path):
     whole = _bertkit_trainer(checkpoint, tmp_path / "whole", dropout=0.1)  # dropout on: RNG states must resume too
-    whole.train()
+    whole_result = whole.train()
 
     killed = _bertkit_trainer(checkpoint, tmp_path / "killed", callbacks=[KillAt(4)], dropout=0.1)
     with pytest.raises(Killed):
@@ -226,6 +226,10 @@ def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(checkpoint, tmp
 
     assert result.global_step == 8
     assert _losses(again.state.log_history) == _losses(whole.state.log_history)  # every step, exactly
+    # the whole run's mean loss, as the uninterrupted run reports it (transformers: the mean of steps 4-8 alone)
+    assert result.training_loss == pytest.approx(whole_result.training_loss, rel=1e-12)
+    finished = _bertkit_trainer(checkpoint, tmp_path / "whole", dropout=0.1).train(resume_from_checkpoint=True)
+    assert (finished.global_step, finished.training_loss) == (8, pytest.approx(whole_result.training_loss, rel=1e-12))
     for (name, a), (_, b) in zip(again.model.state_dict().items(), whole.model.state_dict().items()):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
     # a named checkpoint, not the newest: the finished run replayed from step 3 ends where it ended
@@ -604,6 +608,11 @@ def test_bertkit_collators_match_transformers(minilm_dir):
     mlm_theirs = transformers.DataCollatorForLanguageModeling(tok, seed=5)(features)
     for key in ("input_ids", "labels", "attention_mask"):
         torch.testing.assert_close(mlm_ours[key], mlm_theirs[key], msg=key)
+    # run_mlm.py's spelling, mlm=True, was a TypeError; mlm=False (next-token labels) is refused by name
+    spelled = bertkit.DataCollatorForLanguageModeling(tokenizer=tok, mlm=True, mlm_probability=0.15, seed=5)(features)
+    torch.testing.assert_close(spelled["labels"], mlm_theirs["labels"])
+    with pytest.raises(BertkitError, match=r"mlm=False\): bertkit makes masked-LM batches only"):
+        bertkit.DataCollatorForLanguageModeling(tok, mlm=False)
     targets = mlm_ours["labels"] != -100
     assert 0 < int(targets.sum()) and not bool((targets & (mlm_ours["attention_mask"] == 0)).any())
     labelled = [{**f, "label": i % 2} for i, f in enumerate(features)]
@@ -621,6 +630,17 @@ def test_bertkit_collators_match_transformers(minilm_dir):
     default = bertkit.DefaultDataCollator()(fixed)
     torch.testing.assert_close(default["labels"], torch.tensor([1, 0]))
     torch.testing.assert_close(default["input_ids"], transformers.DefaultDataCollator()(fixed)["input_ids"])
+
+
+def test_default_collator_keeps_each_columns_dtype_as_transformers():
+    """A bool column (a dataset's ``is_impossible``, a mask) stays bool, as transformers stacks it; bertkit made it
+    int64. A bool ``label`` is a class id (int64) in both."""
+    fixed = [{"input_ids": [101, 7592, 102], "label": True, "flag": False, "weight": 0.5, "n": 3},
+             {"input_ids": [101, 2088, 102], "label": False, "flag": True, "weight": 1.5, "n": 4}]
+    ours, theirs = bertkit.DefaultDataCollator()(fixed), transformers.DefaultDataCollator()(fixed)
+    assert sorted(ours) == sorted(theirs) == ["flag", "input_ids", "labels", "n", "weight"]
+    for key in theirs:
+        torch.testing.assert_close(ours[key], theirs[key], msg=key)  # dtypes too: flag bool, labels int64
 
 
 def test_whole_word_masking_masks_every_piece_of_a_chosen_word(minilm_dir):

@@ -54,7 +54,8 @@ def _as_tensor(values: Any) -> torch.Tensor:
     if arr.dtype.kind not in "biuf":
         raise BertkitError(f"cannot make a tensor of {arr.dtype} values (e.g. {values[:1]!r}); remove the column "
                            "from the dataset (or keep remove_unused_columns=True)")
-    return torch.as_tensor(arr, dtype=torch.float32 if arr.dtype.kind == "f" else torch.long)
+    kind = arr.dtype.kind
+    return torch.as_tensor(arr, dtype=torch.float32 if kind == "f" else torch.bool if kind == "b" else torch.long)
 
 
 @dataclass
@@ -82,6 +83,8 @@ class DefaultDataCollator:
                                    f"example {row}; use DataCollatorWithPadding(tokenizer), which pads each batch "
                                    "to its longest (or pad every example to one length: padding='max_length')")
             batch[key] = _as_tensor(values)
+            if key in _LABEL_KEYS and batch[key].dtype == torch.bool:
+                batch[key] = batch[key].long()  # a bool label is a class id, as transformers reads it
         return _rename_labels(batch)
 
 
@@ -198,10 +201,11 @@ class DataCollatorForLanguageModeling:
     are given, which then apply to each piece (as Google's whole-word masking does; transformers overrides them
     with 1 and 0 and warns).
     ``seed`` None draws from torch's global generator (what a seeded Trainer run fixes). transformers'
-    ``mlm=False`` (causal-LM labels) is left out: no BERT head predicts the next token.
+    ``mlm=False`` (causal-LM labels) is refused: no BERT head predicts the next token.
     """
 
     tokenizer: Any
+    mlm: bool = True
     whole_word_mask: bool = False
     mlm_probability: float = 0.15
     mask_replace_prob: float | None = None
@@ -213,6 +217,9 @@ class DataCollatorForLanguageModeling:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        if self.mlm is not True:
+            raise BertkitError(f"DataCollatorForLanguageModeling(mlm={self.mlm!r}): bertkit makes masked-LM batches "
+                               "only (no BERT head predicts the next token); leave mlm=True")
         _needs_pad_token(self.tokenizer, "DataCollatorForLanguageModeling")
         if getattr(self.tokenizer, "mask_token", None) is None:
             raise BertkitError("DataCollatorForLanguageModeling: the tokenizer has no mask token; use a tokenizer "

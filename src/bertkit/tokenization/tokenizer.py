@@ -63,6 +63,12 @@ _CLEANUP = (
 _CLEANUP_TEXT = tuple(pair for pair in _CLEANUP if pair[0] != " do not")
 
 
+def _right_only(name: str, value: object) -> None:
+    if value != "right":
+        raise BertkitError(f"{name}={value!r}: bertkit pads and truncates on the right only (BERT's layout; "
+                           "the encoder's unpadded path expects right padding); leave it \"right\"")
+
+
 class _RightOnly:
     """A tokenizer attribute that reads "right" and refuses any other value set to it, naming itself."""
 
@@ -73,9 +79,7 @@ class _RightOnly:
         return "right"
 
     def __set__(self, obj: Any, value: object) -> None:
-        if value != "right":
-            raise BertkitError(f"{self.name}={value!r}: bertkit pads and truncates on the right only (BERT's layout; "
-                               "the encoder's unpadded path expects right padding); leave it \"right\"")
+        _right_only(self.name, value)
 
 
 class BertTokenizer:
@@ -244,7 +248,9 @@ class BertTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return len(self._tokens)
+        """The WordPiece vocabulary's size, without the tokens added past it (``len(tok)`` counts those), as
+        transformers gives it: ``range(tok.vocab_size, len(tok))`` are the added ids."""
+        return self._wordpiece_size
 
     def __len__(self) -> int:
         return len(self._tokens)
@@ -340,7 +346,7 @@ class BertTokenizer:
         return [get(t, unk) for t in tokens]
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int]) -> str | list[str]:
-        """Id(s) -> token string(s); an id outside 0..vocab_size-1 is a ValueError."""
+        """Id(s) -> token string(s); an id outside 0..len(self)-1 is a ValueError."""
         if isinstance(ids, int) or (hasattr(ids, "ndim") and ids.ndim == 0):
             return self._token_of(int(ids))
         return [self._token_of(int(i)) for i in _as_id_list(ids)]
@@ -398,6 +404,7 @@ class BertTokenizer:
         is_split_into_words: bool = False,
         return_overflowing_tokens: bool = False,
         stride: int = 0,
+        padding_side: str | None = None,
     ) -> BatchEncoding:
         """Encode one text / pair, or a batch of them, as BertTokenizerFast's ``__call__``: a BatchEncoding (a dict)
         with ``input_ids``, ``token_type_ids``, ``attention_mask`` and the keys asked for. A str gives lists of
@@ -405,6 +412,8 @@ class BertTokenizer:
         docs/tokenizer.md gives every argument's meaning (truncation, padding, pre-split words, overflowing
         windows). A sequence longer than ``model_max_length`` is not an error here: the model checks its positions.
         """
+        if padding_side is not None:
+            _right_only("padding_side", padding_side)
         texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
         strategy = resolve_truncation(truncation, max_length, padding)
         pad = resolve_padding(padding)
@@ -463,12 +472,15 @@ class BertTokenizer:
         max_length: int | None = None,
         pad_to_multiple_of: int | None = None,
         return_tensors: str | None = None,
+        padding_side: str | None = None,
     ) -> BatchEncoding:
         """Pad already-encoded inputs, as Hugging Face's ``tokenizer.pad`` (what DataCollatorWithPadding calls):
         a BatchEncoding / dict of lists, or a list of per-example dicts. ``input_ids``, ``token_type_ids``,
         ``attention_mask`` (made when absent), ``special_tokens_mask`` and ``offset_mapping`` are padded on
         the right; other keys (labels, ...) are passed through unchanged (as tensors: integers int64, floats float32,
         bools bool, as transformers makes them)."""
+        if padding_side is not None:
+            _right_only("padding_side", padding_side)
         examples, batched = examples_of(encoded_inputs)
         if any("input_ids" not in e for e in examples):
             raise BertkitError("pad needs input_ids in every example (the tokenizer's output)")
