@@ -162,11 +162,13 @@ def test_extract_features_under_torchrun_writes_the_one_process_bytes(tmp_path, 
     one, two = tmp_path / f"one{suffix}", tmp_path / f"two{suffix}"
     if suffix == ".jsonl":
         assert two.read_bytes() == one.read_bytes()
-    else:  # safetensors orders its header's metadata at random per process: compare tensors and metadata
-        from safetensors import safe_open
+    else:  # safetensors orders its header's metadata at random per process: compare tensors and metadata (but
+        from safetensors import safe_open  # the id each extraction draws for its shards)
 
         with safe_open(str(one), "np") as a, safe_open(str(two), "np") as b:
-            assert a.metadata() == b.metadata() and sorted(a.keys()) == sorted(b.keys())
+            meta_a, meta_b = a.metadata(), b.metadata()
+            assert meta_a.pop("extraction") != meta_b.pop("extraction")
+            assert meta_a == meta_b and sorted(a.keys()) == sorted(b.keys())
             for key in a.keys():
                 x, y = a.get_tensor(key), b.get_tensor(key)
                 assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), key

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -309,6 +310,39 @@ def test_reading_two_outputs_shards_at_once_is_refused(tiny, tmp_path):
     (tmp_path / "f-00002-of-00003.safetensors").unlink()
     with pytest.raises(BertkitError, match=r"f-00002-of-00003\.safetensors is missing"):
         list(fx.read_features(tmp_path / "f.safetensors"))
+
+
+def test_shards_of_two_extractions_in_the_same_number_are_refused_not_read_as_one(tiny, tmp_path, monkeypatch):
+    """The new shards are renamed into place one by one: a kill (or Ctrl-C) between two renames of an --overwrite in
+    the same number of shards left shards of both extractions under one output's names. Was: read as one output, 5
+    lines with the earlier texts' states in the last shard; now refused, naming the fix."""
+    _, model, tok = tiny
+    out = tmp_path / "f.safetensors"
+    fx.extract_features(model, tok, TEXTS, out, layers=[-1], batch_size=1, max_shard_bytes=SHARD_BYTES,
+                        progress=False)
+    replace, renamed = os.replace, []
+
+    def interrupted(src, dst):  # the ExitStack places the last shard first: Ctrl-C after the first rename
+        if renamed:
+            raise KeyboardInterrupt
+        renamed.append(dst)
+        replace(src, dst)
+
+    monkeypatch.setattr("bertkit.outputs.os.replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        fx.extract_features(model, tok, list(reversed(TEXTS)), out, layers=[-1], batch_size=1,
+                            max_shard_bytes=SHARD_BYTES, progress=False, overwrite=True)
+    monkeypatch.undo()
+    assert [Path(p).name for p in renamed] == ["f-00003-of-00003.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"f-0000{k}-of-00003.safetensors" for k in (1, 2, 3)]
+    with pytest.raises(BertkitError, match=r"the shards of .*f\.safetensors are of 2 extractions \(f-00001-of-00003"
+                                           r"\.safetensors, f-00002-of-00003\.safetensors of one, "
+                                           r"f-00003-of-00003\.safetensors of another\): .* extract again with "
+                                           r"overwrite"):
+        list(fx.read_features(out))
+    fx.extract_features(model, tok, list(reversed(TEXTS)), out, layers=[-1], batch_size=1,
+                        max_shard_bytes=SHARD_BYTES, progress=False, overwrite=True)
+    assert [r["line_index"] for r in fx.read_features(out)] == [0, 1, 2, 3, 4]
 
 
 def test_an_extraction_cut_short_leaves_the_earlier_shards_whole(tiny, tmp_path, monkeypatch):

@@ -509,3 +509,29 @@ def test_a_received_marker_naming_a_files_inode_and_size_proves_nothing(tmp_path
     with pytest.raises(BertkitError, match=r"1 of them written by that run but changed since"):
         claim_output_dir(tmp_path, "pretrain", overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("where", ["a file", "a symlink to nowhere"])
+@pytest.mark.parametrize("save", ["BertModel.save_pretrained", "BertTokenizer.save_pretrained",
+                                  "SentenceTransformer.save", "CrossEncoder.save"])
+def test_a_save_to_a_path_that_is_no_directory_is_refused_naming_it(tmp_path, tiny_checkpoint, save, where):
+    """Was: every save but the model's failed renaming its staging directory over the path ("[Errno 20] Not a
+    directory: '.out.bertkit-staging' -> 'out'"), and the model's named a dangling symlink that too."""
+    from bertkit import BertModel, BertTokenizer
+    from bertkit.sentence import CrossEncoder, SentenceTransformer
+
+    model_dir = tiny_checkpoint(tmp_path / "model", "BertForSequenceClassification", labels=["no", "yes"],
+                                tokenizer=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "film"])
+    writer = {"BertModel.save_pretrained": lambda: BertModel.from_pretrained(model_dir).save_pretrained,
+              "BertTokenizer.save_pretrained": lambda: BertTokenizer.from_pretrained(model_dir).save_pretrained,
+              "SentenceTransformer.save": lambda: SentenceTransformer(str(model_dir)).save,
+              "CrossEncoder.save": lambda: CrossEncoder(str(model_dir)).save}[save]()
+    out = tmp_path / "out"
+    if where == "a file":
+        out.write_text("the user's results")
+    else:
+        out.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(BertkitError, match=f"{out} is {where}, not a directory: .*pass the path of a directory"):
+        writer(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out"]
+    assert out.read_text() == "the user's results" if where == "a file" else not out.exists() and out.is_symlink()

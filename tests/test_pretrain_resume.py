@@ -262,11 +262,33 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tiny_setup, tmp_
 
     monkeypatch.setattr(loop.torch, "save", save)
     out = tmp_path / "run"
-    with pytest.raises(ValueError, match=r"the disk is full: could not write the checkpoint .*/step-00000020 ") as info:
+    with pytest.raises(ValueError, match=r"No space left on device: could not write the checkpoint .*/step-00000020 ") as info:
         pretrain(_settings(tiny_setup, out))
     assert "step-00000010 is intact" in str(info.value)
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["step-00000010"]  # temporary files removed
     assert torch.load(out / "checkpoints" / "step-00000010" / "state.pt", weights_only=True)["position"]["step"] == 10
+
+
+@pytest.mark.parametrize("code, words", [(28, "No space left on device"), (122, "Disk quota exceeded"),
+                                          (27, "File too large")])
+def test_a_refused_checkpoint_write_names_the_systems_reason_and_the_directory_it_is_written_as(tmp_path, monkeypatch,
+                                                                                             code, words):
+    """Was: "the disk is full: ... (it needs about 0 MB, 69181 MB are free)" for a quota or a file-size limit
+    (``ulimit -f``) too, naming the command's staging directory (``.run.bertkit-staging/checkpoints/...``)."""
+    from bertkit.runs import output_dir
+    from bertkit.training import checkpoint
+
+    def refused(obj, path, *args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(checkpoint.torch, "save", refused)
+    state = {"model": {"w": torch.zeros(250_000)}}
+    with pytest.raises(ValueError) as info, output_dir(tmp_path / "run", "pretrain") as claim:
+        checkpoint.save_checkpoint(claim.path, state, 20, keep=2)
+    assert str(info.value).startswith(f"{words}: could not write the checkpoint {tmp_path / 'run'}/checkpoints/"
+                                      "step-00000020 (it needs about 3 MB, ")
+    assert "bertkit-staging" not in str(info.value)
+    assert os.listdir(tmp_path / ".run.bertkit-staging" / "checkpoints") == []  # the run kept for --resume, no torn write
 
 
 @pytest.mark.slow

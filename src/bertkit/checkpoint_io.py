@@ -519,9 +519,6 @@ class PretrainedMixin(TransformersModelCalls):
         ``path`` and moved into place whole (``bertkit.staging.staged``): a kill or a full disk leaves what was
         there before."""
         directory = Path(path)
-        if directory.exists() and not directory.is_dir():
-            raise BertkitError(f"save_pretrained({str(path)!r}): {directory} is a file, not a directory; a "
-                               "checkpoint is a directory (config.json, model.safetensors): pass a directory path")
         config = self.config.to_dict()
         config["architectures"] = [type(self).__name__]
         from safetensors.torch import save_file

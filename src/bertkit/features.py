@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -232,18 +233,25 @@ def extract_features(
 
 def _is_feature_shard(path: Path) -> bool:
     """Whether ``path`` is a safetensors file an extraction wrote (its metadata says ``bertkit-features``)."""
+    return _shard_meta(path).get("format") == "bertkit-features"
+
+
+def _shard_meta(path: Path) -> dict[str, str]:
+    """The metadata of the safetensors file ``path`` ({} if it is none)."""
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="np") as f:
-            return (f.metadata() or {}).get("format") == "bertkit-features"
+            return f.metadata() or {}
     except (SafetensorError, OSError):
-        return False
+        return {}
 
 
 def _safetensors_meta(layers: Sequence[int], dtype: str, hidden_size: int, max_seq_length: int) -> dict[str, str]:
+    # "extraction" tells one extraction's shards from another's of the same names: the shards are renamed into place
+    # one by one, so a kill in between leaves some of each (``_one_output`` refuses to read them as one)
     return {"format": "bertkit-features", "layers": json.dumps(list(layers)), "dtype": dtype,
-            "hidden_size": str(hidden_size), "max_seq_length": str(max_seq_length)}
+            "hidden_size": str(hidden_size), "max_seq_length": str(max_seq_length), "extraction": uuid.uuid4().hex}
 
 
 def _report(files: Sequence[Path], encoded: Sequence[dict], layers: Sequence[int], world: int,
@@ -334,6 +342,14 @@ def _one_output(path: Path) -> list[Path]:
             raise BertkitError(f"the shards of {path} are not one extraction's: {', '.join(p.name for p in shards)}"
                                + (f" ({', '.join(missing)} is missing)" if missing else "")
                                + "; remove the ones you do not want, or extract again with overwrite")
+    runs: dict[str | None, list[str]] = {}
+    for p in shards:
+        runs.setdefault(_shard_meta(p).get("extraction"), []).append(p.name)
+    if len(runs) > 1:
+        one, *others = (", ".join(names) for names in runs.values())
+        raise BertkitError(f"the shards of {path} are of {len(runs)} extractions ({one} of one, {'; '.join(others)} "
+                           "of another): an overwrite of them was cut short, so neither is whole; extract again with "
+                           "overwrite")
     return found
 
 

@@ -380,6 +380,9 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     point, which cannot be swapped (each file is still replaced whole). With ``manifest`` (a checkpoint) it is always
     staged, and a manifest of its files is written last."""
     target = target_of(target)
+    if os.path.lexists(target) and not target.is_dir():
+        raise BertkitError(f"{target} is {'a file' if target.exists() else 'a symlink to nowhere'}, not a directory: "
+                           "a save writes a directory of files; pass the path of a directory, new or to add to")
     if not manifest and (staging_of(target) is not None or os.path.ismount(target)):
         with writing(target):
             target.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ and renamed into place with a manifest of its files; rotation removes only the f
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import random
 import shutil
@@ -19,7 +20,7 @@ from torch import nn
 from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError
 from bertkit.manifests import remove_owned_tree
-from bertkit.outputs import MARKER, disk_full, fsync
+from bertkit.outputs import MARKER, as_placed, disk_full, fsync
 from bertkit.staging import remove_killed_writes, staged
 
 logger = logging.getLogger("bertkit")
@@ -71,19 +72,22 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
     except BertkitError as e:
         if e.__cause__ is None or not disk_full(e.__cause__):
             raise
-        raise _disk_full_error(out_dir, layout, final, state) from e.__cause__
+        raise _disk_full_error(out_dir, layout, final, state, e.errno) from e.__cause__
     _rotate(out_dir, layout, final, keep, protect)
     return final
 
 
-def _disk_full_error(out_dir: Path, layout: CheckpointLayout, final: Path, state: dict) -> BertkitError:
+def _disk_full_error(out_dir: Path, layout: CheckpointLayout, final: Path, state: dict, code: int) -> BertkitError:
+    """In the system's words (``code``: a quota or a limit on a file's size refuses a write on a disk with room), naming
+    the checkpoint where it would be once the command's run is in place."""
     previous = layout.dirs(out_dir)
     needed = sum(t.numel() * t.element_size() for t in state["model"].values()) * 3  # weights + 2 Adam moments
     free = shutil.disk_usage(layout.root(out_dir)).free
+    kept = f"the previous checkpoint {as_placed(str(previous[-1]))} is intact" if previous else "nothing else was changed"
     return BertkitError(
-        f"the disk is full: could not write the checkpoint {final} (it needs about {needed / 1e6:.0f} MB, "
-        f"{free / 1e6:.0f} MB are free); the temporary files were removed and the previous checkpoint "
-        f"{previous[-1] if previous else '(none)'} is intact: free some space and run again with --resume"
+        f"{os.strerror(code)}: could not write the checkpoint {as_placed(str(final))} (it needs about {needed / 1e6:.0f} MB, "
+        f"{free / 1e6:.0f} MB are free); the temporary files were removed and {kept}: free some space and run again "
+        "with --resume"
     )
 
 
