@@ -228,3 +228,16 @@ def test_model_saves_write_their_tokenizers_tokenizer_json(minilm_dir, words, tm
         tok = model.tokenizer
     assert json.loads((out / "tokenizer.json").read_text(encoding="utf-8")) == tokenizer_json(tok)
     assert transformers.AutoTokenizer.from_pretrained(out)(texts)["input_ids"] == tok(texts)["input_ids"]
+
+
+def test_a_tokenizer_json_model_without_its_type_is_read_as_wordpiece(minilm_dir, tmp_path, texts):
+    """tokenizer.json files written by tokenizers before 0.9 give the model no "type"; tokenizers and transformers read
+    one with a continuing_subword_prefix and no merges as WordPiece. Read first, it must not be refused where its
+    vocab.txt beside it was read before."""
+    d = _copy_tokenizer(minilm_dir, tmp_path / "tok")
+    data = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+    del data["model"]["type"]
+    (d / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    assert type(tokenizers.Tokenizer.from_file(str(d / "tokenizer.json")).model).__name__ == "WordPiece"
+    assert BertTokenizer.from_pretrained(d)(texts)["input_ids"] == \
+        transformers.AutoTokenizer.from_pretrained(d)(texts)["input_ids"]

@@ -133,6 +133,10 @@ def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str]
     tokenizer.json flags special out of the text, a ``[CLS]`` that a new ``cls_token`` replaced included."""
     data = read_json(file)
     parts = {part: data[part] if isinstance(data.get(part), dict) else {} for part in ("model", "normalizer")}
+    if "type" not in parts["model"] and "continuing_subword_prefix" in parts["model"] and "merges" not in parts["model"]:
+        # A model without its type (files of tokenizers before 0.9, as some Hub checkpoints still have them): tokenizers
+        # and transformers read it as WordPiece.
+        parts["model"] = {**parts["model"], "type": "WordPiece"}
     for part, key, want in _BERT_TOKENIZER_JSON:
         got = parts[part].get(key, None if key == "type" else want)
         if got != want:
