@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
 import shutil
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,8 @@ class OutputDir:
     proven: dict = field(default_factory=dict)  # the earlier run's files it replaces (proven at the claim)
     resumable: bool = True
     in_place: bool = False  # the run writes into ``target`` as it goes
-    created: bool = False  # in place: the claim made the directory
+    made: tuple[Path, ...] = ()  # in place: the directories the claim made, deepest first
+    found: frozenset[str] = frozenset()  # in place: what the directory held when claimed
 
     def shown(self, value: Any) -> Any:
         """``value`` (a command's result) with the staging directory named as the output directory it became."""
@@ -131,11 +133,9 @@ class OutputDir:
         with ``keep_lock``). Failed: a resumable run that wrote something stays in its staging directory for
         --resume; anything else is removed."""
         if self.stage is None:
-            if self.in_place:  # in place: a failed run's new, empty directory is not left behind
-                if not finished and self.created and os.listdir(self.path) == [LOCK]:
-                    with contextlib.suppress(OSError):
-                        (self.path / LOCK).unlink()
-                        self.path.rmdir()
+            if self.in_place:
+                if not finished:
+                    self._remove_if_unwritten()
                 if not keep_lock:
                     dir_lock.unlock(self.path)
             return
@@ -150,6 +150,28 @@ class OutputDir:
                 self._abort()
                 raise
         self._abort()
+
+    def _remove_if_unwritten(self) -> None:
+        """A failed run in place that wrote nothing (refused as it started, or at its first step) leaves nothing it
+        created: when what it added is bookkeeping (the lock, the manifest) and files the manifest records empty and
+        still empty (metrics.jsonl), those go, then the directories the claim made. What was there before stays."""
+        added = set(os.listdir(self.path)) - self.found
+        try:
+            files = read_marker(self.path)["files"] if MARKER in added else {}
+        except BertkitError:  # a manifest bertkit cannot read proves nothing
+            return
+
+        def unwritten(name: str) -> bool:
+            path = self.path / name
+            return (name in files and files[name]["size"] == 0 and path.is_file() and not path.is_symlink()
+                    and path.stat().st_size == 0)
+
+        if not all(name in (LOCK, MARKER) or unwritten(name) for name in added):
+            return
+        with contextlib.suppress(OSError):
+            for name in sorted(added, key=lambda n: n == LOCK):  # the lock last
+                (self.path / name).unlink()
+            remove_made(self.made)
 
     def _abort(self) -> None:
         assert self.stage is not None
@@ -305,10 +327,12 @@ def _claim_in_place(directory: Path, command: str, inputs: Mapping[str, Any] | N
         if dir_lock.writing_here(held):
             raise BertkitError(f"{directory} is the output directory of this process's `bertkit "
                                f"{dir_lock.holder_command(held)}` run already; choose another output directory")
-    created = not os.path.lexists(directory)
+    absolute = directory.absolute()
+    made = tuple(itertools.takewhile(lambda d: not os.path.lexists(d), (absolute, *absolute.parents)))
     with writing(directory):
         directory.mkdir(parents=True, exist_ok=True)
-    lock_made = not os.path.lexists(directory / LOCK)
+    found = frozenset(os.listdir(directory))
+    lock_made = LOCK not in found
     dir_lock.lock(directory, command)
     try:
         if (holder := dir_lock.held_by_another(directory)) is not None:
@@ -328,11 +352,19 @@ def _claim_in_place(directory: Path, command: str, inputs: Mapping[str, Any] | N
             with contextlib.suppress(OSError):
                 (directory / LOCK).unlink()
         dir_lock.unlock(directory)
-        if created:
-            with contextlib.suppress(OSError):
-                directory.rmdir()
+        remove_made(made)
         raise
-    return OutputDir(directory, directory, command, {}, os.getcwd(), in_place=True, created=created)
+    return OutputDir(directory, directory, command, {}, os.getcwd(), in_place=True, made=made, found=found)
+
+
+def remove_made(made: Sequence[Path]) -> None:
+    """Remove the directories a claim made (deepest first), as long as each is empty: a refused or unwritten run
+    leaves no ``out/`` (nor the ``runs/`` above it that the claim made too)."""
+    for directory in made:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 def record(path: str | os.PathLike, *, appends: bool = False, data: bytes | None = None) -> None:

@@ -501,11 +501,8 @@ def _prepare_model(model: nn.Module, args: TrainingSettings, device: str) -> Non
     if args.bf16:
         warn_if_bf16_is_emulated(torch.device(device).type)
     if args.gradient_checkpointing:
-        encoder = getattr(model, "bert", model)
-        if not hasattr(encoder, "gradient_checkpointing"):
-            raise BertkitError(f"gradient checkpointing needs a bertkit model; {type(model).__name__} has no "
-                               "encoder with a gradient_checkpointing switch")
-        encoder.gradient_checkpointing = True
+        for encoder in _encoders(model, "gradient checkpointing"):
+            encoder.gradient_checkpointing = True
 
 
 def _optimisation(model: nn.Module, args: TrainingSettings, total: int, device: str,
@@ -520,14 +517,19 @@ def _optimisation(model: nn.Module, args: TrainingSettings, total: int, device: 
 
 
 def _compile(model: nn.Module) -> None:
-    """Compile the layers of every bertkit encoder in ``model`` (a sentence-transformers loss wraps its model, a
-    cross-encoder or a sparse encoder keeps its encoder deeper than ``.bert``)."""
+    """Compile the layers of every bertkit encoder in ``model``."""
+    for encoder in _encoders(model, "compile"):
+        encoder.compile_layers()
+
+
+def _encoders(model: nn.Module, what: str) -> list[nn.Module]:
+    """Every bertkit encoder in ``model`` (a sentence-transformers loss wraps its model, a cross-encoder or a sparse
+    encoder keeps its encoder deeper than ``.bert``); ``what`` needs one."""
     encoders = [m for m in model.modules() if hasattr(m, "compile_layers")]
     if not encoders:
-        raise BertkitError(f"compile needs a bertkit model; {type(model).__name__} holds no encoder "
+        raise BertkitError(f"{what} needs a bertkit model; {type(model).__name__} holds no encoder "
                            "with compile_layers()")
-    for encoder in encoders:
-        encoder.compile_layers()
+    return encoders
 
 
 def _rows(batch: Batch) -> int:

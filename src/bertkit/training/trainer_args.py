@@ -11,6 +11,10 @@ import difflib
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
+
+from bertkit._hardware import resolve_device
+from bertkit._parallel import info_from_env
 from bertkit.errors import BertkitError
 from bertkit.settings import TrainingSettings
 from bertkit.settings.fields import at_least_one, flag, in_seed_range, redefault
@@ -115,6 +119,9 @@ class TrainingArguments(TrainingSettings):
         self.progress = not self.disable_tqdm
         super().__post_init__()  # each field's type, then its check
         self._check_best_model()
+        # transformers' ``args.device`` is the torch.device the run trains on (scripts do ``x.to(args.device)``,
+        # ``args.device.type``): the loop's own choice (resolve_device), this process's GPU under torchrun
+        self.device = torch.device(resolve_device(self.device, info_from_env().local_rank))
 
     def _check_best_model(self) -> None:
         """load_best_model_at_end needs an evaluation at each checkpoint; the metric defaults as in transformers."""

@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -195,8 +196,21 @@ class CrossEntropyLoss(CrossEncoderLoss):
         return self.ce_loss(logits, labels)
 
     def check_labels(self, labels: Sequence[Any], what: str) -> None:
-        ids = [v.item() if hasattr(v, "item") else v for v in labels]
-        if ids and all(isinstance(v, int) and not isinstance(v, bool) for v in ids):  # class ids (floats: the Trainer's)
+        # A class id read as a float (1.0: a float column) is no target torch's cross-entropy takes beside (N, C)
+        # logits: sentence-transformers stops at the first step with "expected target dtype to be Long or Byte, but
+        # got Float"; refused here with the row. A row's list of class probabilities (a tensor) is a soft target.
+        ids = [v.item() if isinstance(v, Tensor) and v.ndim == 0 or isinstance(v, np.generic) else v for v in labels]
+        floats = [i for i, v in enumerate(ids) if isinstance(v, float)]
+        if floats:
+            fractional = [i for i in floats if not ids[i].is_integer()]
+            row, classes = (fractional or floats)[0], self.model.num_labels
+            fix = ("map the labels to class indices (for a score to regress, load the model with num_labels=1 and "
+                   "train with BinaryCrossEntropyLoss or MSELoss)" if fractional else "cast the column to integers: "
+                   "dataset.cast_column('label', Value('int64')) (from datasets import Value), or int() each")
+            raise BertkitError(f"{what}: row {row} has label {ids[row]!r}, a float, and CrossEntropyLoss takes a class "
+                               f"index, an int from 0 to {classes - 1} (or a list of {classes} class probabilities); "
+                               f"{fix}")
+        if ids and all(isinstance(v, int) and not isinstance(v, bool) for v in ids):  # class ids
             self._refuse_other_classes(torch.tensor(ids), f"{what}: CrossEntropyLoss")
 
     def _refuse_other_classes(self, labels: Tensor, who: str) -> None:

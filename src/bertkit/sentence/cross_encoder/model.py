@@ -236,7 +236,8 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         """Score (a, b) pairs: a numpy array by default ((N,) for one label, (N, labels) otherwise), a tensor with
         ``convert_to_tensor``, a list of tensors with both conversions off; one pair gives one score. Pairs run
         longest first in batches of ``batch_size`` and come back in their order. ``activation_fn`` (default: the
-        model's) is applied to the logits; ``apply_softmax`` then normalises several labels' scores."""
+        model's) is applied to the logits; ``apply_softmax`` then normalises several labels' scores. No pairs give
+        sentence-transformers' empty result: ``np.array([])`` (shape (0,), float64), ``torch.tensor([])`` or ``[]``."""
         _refuse("predict", unknown, _REFUSED_CALL)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
@@ -258,6 +259,8 @@ class CrossEncoder(ReferenceCalls, nn.Module):
                                    "strings: fill in or drop the row (a number: str(...) it)")
         if device is not None:
             self.to(device)
+        if not pairs:  # sentence-transformers' empty result, whatever the labels: (0,) float64, (0,) float32 or []
+            return torch.tensor([], device=self.device) if convert_to_tensor else np.array([]) if convert_to_numpy else []
         if show_progress_bar is None:
             show_progress_bar = logger.getEffectiveLevel() <= logging.INFO and len(pairs) > 10 * batch_size
         activation_fn = activation_fn if activation_fn is not None else self.activation_fn
