@@ -683,3 +683,42 @@ def test_a_cross_encoders_max_length_is_its_tokenizers_model_max_length(st_dir, 
     assert st_ce.CrossEncoder(str(tmp_path / "saved"), device="cpu").max_length == CrossEncoder(
         tmp_path / "saved").max_length == 24
     assert ours.tokenizer.model_max_length == 24  # the save leaves it as it was
+
+
+def test_a_similarity_fn_name_sentence_transformers_does_not_support_is_refused_not_renamed(st_dir, tmp_path):
+    """config_sentence_transformers.json's "dot_product" (or "maxsim"): sentence-transformers 6 ignores a name it does
+    not support and scores with cosine; bertkit read "dot_product" as dot, so a model without Normalize scored other
+    similarities (with all-MiniLM-L6-v2 unnormalised, 31.7 for a text with itself and 4.99 for TEXTS[0] with TEXTS[1],
+    where cosine gives 1 and 0.16). It now names the file and the fix; as an
+    argument "dot_product" is refused by both."""
+    d = tmp_path / "m"
+    shutil.copytree(st_dir, d, symlinks=True)
+    (d / "modules.json").write_text(json.dumps(json.loads((d / "modules.json").read_text())[:2]))
+    (d / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": "dot_product"}))
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    assert ref.similarity_fn_name == "cosine"
+    with pytest.raises(BertkitError, match=r"config_sentence_transformers.json: similarity_fn_name 'dot_product' is not "
+                                           r"one of .* sentence-transformers 6 ignores it and scores with cosine"):
+        SentenceTransformer(d)
+    ours = SentenceTransformer(d, similarity_fn_name="cosine")
+    emb = ours.encode(TEXTS[:3])
+    _same(ours.similarity(emb, emb), ref.similarity(emb, emb), atol=1e-5)
+    with pytest.raises(ValueError):
+        st.SentenceTransformer(str(d), device="cpu", similarity_fn_name="dot_product")
+    with pytest.raises(BertkitError, match="similarity_fn_name 'dot_product' is not one of"):
+        SentenceTransformer(d, similarity_fn_name="dot_product")
+
+
+def test_sentence_transformers_module_access_is_refused_naming_where_it_lives(models):
+    """model[0].auto_model, model[0].max_seq_length = 512, model._first_module(): Python's "not subscriptable" and
+    "no attribute" before; now each names bertkit's model.bert, model.tokenizer, model.pooling and max_seq_length."""
+    from bertkit.errors import NotImplementedInBertkit
+
+    ours, ref = models
+    assert ref[0].auto_model is ref._first_module().auto_model
+    with pytest.raises(NotImplementedInBertkit, match=r"model\[0\] is not implemented in bertkit: .* model.bert "
+                                                       r"\(model\[0\].auto_model there\)"):
+        _ = ours[0].auto_model
+    for name in ("_first_module", "transformers_model"):
+        with pytest.raises(NotImplementedInBertkit, match=rf"SentenceTransformer.{name} is not implemented in bertkit"):
+            getattr(ours, name)

@@ -177,9 +177,9 @@ SIMILARITY_FUNCTIONS: dict[str, tuple[Callable[[Any, Any], Tensor], Callable[[An
 
 def similarity_function(name: Any) -> str:
     """A similarity function's name ("cosine", "dot", "euclidean", "manhattan"); sentence-transformers'
-    SimilarityFunction enum and "dot_product" are accepted."""
+    SimilarityFunction enum is accepted. "dot_product" is not, as in sentence-transformers 6 (its enum's
+    DOT_PRODUCT is "dot")."""
     name = getattr(name, "value", name)
-    name = {"dot_product": "dot"}.get(name, name)
     if name not in SIMILARITY_FUNCTIONS:
         raise BertkitError(f"similarity_fn_name {name!r} is not one of {sorted(SIMILARITY_FUNCTIONS)}")
     return name
