@@ -52,7 +52,7 @@ def _same(got, want, atol: float = 2e-5) -> None:
         return
     assert got.dtype == want.dtype and tuple(got.shape) == tuple(want.shape), (got.dtype, want.dtype, got.shape,
                                                                                want.shape)
-    g, w = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    g, w = (np.asarray(x.float() if isinstance(x, torch.Tensor) else x, dtype=np.float64) for x in (got, want))
     if want.dtype in (np.int8, np.uint8, torch.int8, torch.uint8):
         # measured on TEXTS: 13 of 2,304 int8 values one bucket apart (values on a bucket's edge, moved by the two
         # encoders' float rounding); the binary precisions equal
@@ -722,3 +722,14 @@ def test_sentence_transformers_module_access_is_refused_naming_where_it_lives(mo
     for name in ("_first_module", "transformers_model"):
         with pytest.raises(NotImplementedInBertkit, match=rf"SentenceTransformer.{name} is not implemented in bertkit"):
             getattr(ours, name)
+
+
+@pytest.mark.parametrize(("dtype", "atol"), [(torch.float16, 5e-4), (torch.bfloat16, 4e-3)])
+def test_a_half_models_vectors_come_back_in_its_type(st_dir, dtype, atol):
+    """model.half() / .to(torch.bfloat16): sentence-transformers returns the vectors in the model's type (a bfloat16
+    array as float32, which numpy lacks); bertkit returned float32 whatever the model's type, so the same script saved
+    arrays twice the size and compared other dtypes. The numbers agree within the type's rounding."""
+    ours, ref = SentenceTransformer(st_dir).to(dtype), st.SentenceTransformer(str(st_dir), device="cpu").to(dtype)
+    for kwargs in ({}, {"convert_to_tensor": True}, {"convert_to_numpy": False}, {"normalize_embeddings": True}):
+        _same(ours.encode(TEXTS, **kwargs), ref.encode(TEXTS, **kwargs), atol=atol)
+    _same(ours.encode(TEXTS[0]), ref.encode(TEXTS[0]), atol=atol)

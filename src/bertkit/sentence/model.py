@@ -148,7 +148,12 @@ def _text(item: Any, where: str) -> str:
 def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, single: bool) -> Any:
     """``rows`` as sentence-transformers returns them: a tensor, an array, or a list of row tensors; one row for a
     single input."""
-    result: Any = rows if convert_to_tensor else rows.numpy() if convert_to_numpy else list(rows)
+    if convert_to_tensor:
+        result: Any = rows
+    elif convert_to_numpy:  # numpy has no bfloat16: float32, as there
+        result = (rows.float() if rows.dtype == torch.bfloat16 else rows).numpy()
+    else:
+        result = list(rows)
     return result[0] if single else result
 
 class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
@@ -357,6 +362,9 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
             vectors = F.normalize(vectors, p=2, dim=1)
         if precision != "float32":
             vectors = torch.from_numpy(quantize_embeddings(vectors, precision))
+        elif (dtype := self.bert.embeddings.word_embeddings.weight.dtype) in (torch.float16, torch.bfloat16):
+            # in the model's type, as sentence-transformers returns a half model's vectors (bertkit gave float32)
+            vectors = vectors.to(dtype)
         return as_requested(vectors, convert_to_tensor, convert_to_numpy, single)
 
     @torch.inference_mode()
