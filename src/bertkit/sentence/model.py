@@ -30,7 +30,14 @@ from bertkit.errors import BertkitError, NotImplementedInBertkit
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
-from bertkit.sentence.directory import MODULES, SBERT_CONFIG, ST_CONFIG, read_directory, token_limit, write_st_config
+from bertkit.sentence.directory import (
+    MODULES,
+    SBERT_CONFIG,
+    ST_CONFIG,
+    read_directory,
+    token_limit,
+    write_st_config,
+)
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
