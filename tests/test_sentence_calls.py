@@ -241,6 +241,26 @@ def test_semantic_search_with_corpus_chunks_smaller_than_top_k():
                                    [[h["score"] for h in hits] for hits in want], atol=1e-6)
 
 
+def test_semantic_search_keeps_sentence_transformers_ids_among_equal_scores(models):
+    """A corpus holding texts twice (equal scores): sentence-transformers keeps, of equal scores, the ones its min-heap
+    of (score, corpus_id) keeps, the larger ids, in the heap's order; bertkit merged torch.topk's and returned other
+    ids of the same scores (76 of 300 hits on 50 STS-B queries with a third of the corpus doubled). Paraphrase mining
+    keeps its own order (each chunk's topk merged), also sentence-transformers'."""
+    ours, _ = models
+    emb = torch.from_numpy(ours.encode(TEXTS * 2 + TEXTS[:3]))
+    for kwargs in ({"top_k": 3}, {"top_k": 4, "corpus_chunk_size": 5}, {"top_k": 2, "query_chunk_size": 2},
+                   {"top_k": 5, "score_function": "dot"}):
+        mine, theirs = dict(kwargs), dict(kwargs)
+        if "score_function" in kwargs:
+            mine["score_function"], theirs["score_function"] = util.dot_score, st_util.dot_score
+        got, want = util.semantic_search(emb, emb, **mine), st_util.semantic_search(emb, emb, **theirs)
+        assert [[h["corpus_id"] for h in hits] for hits in got] == [[h["corpus_id"] for h in hits] for hits in want]
+        np.testing.assert_allclose([[h["score"] for h in hits] for hits in got],
+                                   [[h["score"] for h in hits] for hits in want], atol=1e-6)
+    got, want = util.paraphrase_mining_embeddings(emb, top_k=3), st_util.paraphrase_mining_embeddings(emb, top_k=3)
+    assert [p[1:] for p in got] == [p[1:] for p in want]
+
+
 def test_directories_saved_by_one_library_load_in_the_other(models, tmp_path):
     """truncate_dim, written where sentence-transformers 6 writes it (config_sentence_transformers.json) and read back
     (bertkit neither wrote nor read it: a model saved at 16 dimensions loaded at 384); prompts, max_seq_length, the
