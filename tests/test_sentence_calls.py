@@ -52,7 +52,7 @@ def _same(got, want, atol: float = 2e-5) -> None:
         return
     assert got.dtype == want.dtype and tuple(got.shape) == tuple(want.shape), (got.dtype, want.dtype, got.shape,
                                                                                want.shape)
-    g, w = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    g, w = (np.asarray(x.float() if isinstance(x, torch.Tensor) else x, dtype=np.float64) for x in (got, want))
     if want.dtype in (np.int8, np.uint8, torch.int8, torch.uint8):
         # measured on TEXTS: 13 of 2,304 int8 values one bucket apart (values on a bucket's edge, moved by the two
         # encoders' float rounding); the binary precisions equal
@@ -239,6 +239,26 @@ def test_semantic_search_with_corpus_chunks_smaller_than_top_k():
         assert [[h["corpus_id"] for h in hits] for hits in got] == [[h["corpus_id"] for h in hits] for hits in want]
         np.testing.assert_allclose([[h["score"] for h in hits] for hits in got],
                                    [[h["score"] for h in hits] for hits in want], atol=1e-6)
+
+
+def test_semantic_search_keeps_sentence_transformers_ids_among_equal_scores(models):
+    """A corpus holding texts twice (equal scores): sentence-transformers keeps, of equal scores, the ones its min-heap
+    of (score, corpus_id) keeps, the larger ids, in the heap's order; bertkit merged torch.topk's and returned other
+    ids of the same scores (76 of 300 hits on 50 STS-B queries with a third of the corpus doubled). Paraphrase mining
+    keeps its own order (each chunk's topk merged), also sentence-transformers'."""
+    ours, _ = models
+    emb = torch.from_numpy(ours.encode(TEXTS * 2 + TEXTS[:3]))
+    for kwargs in ({"top_k": 3}, {"top_k": 4, "corpus_chunk_size": 5}, {"top_k": 2, "query_chunk_size": 2},
+                   {"top_k": 5, "score_function": "dot"}):
+        mine, theirs = dict(kwargs), dict(kwargs)
+        if "score_function" in kwargs:
+            mine["score_function"], theirs["score_function"] = util.dot_score, st_util.dot_score
+        got, want = util.semantic_search(emb, emb, **mine), st_util.semantic_search(emb, emb, **theirs)
+        assert [[h["corpus_id"] for h in hits] for hits in got] == [[h["corpus_id"] for h in hits] for hits in want]
+        np.testing.assert_allclose([[h["score"] for h in hits] for hits in got],
+                                   [[h["score"] for h in hits] for hits in want], atol=1e-6)
+    got, want = util.paraphrase_mining_embeddings(emb, top_k=3), st_util.paraphrase_mining_embeddings(emb, top_k=3)
+    assert [p[1:] for p in got] == [p[1:] for p in want]
 
 
 def test_directories_saved_by_one_library_load_in_the_other(models, tmp_path):
@@ -663,3 +683,73 @@ def test_the_tokenizers_model_max_length_is_max_seq_length(st_dir, tmp_path):
     with pytest.raises(BertkitError, match=r"max_seq_length \(the tokenizer's model_max_length\) 600 must be a whole "
                                            r"number in \[2, 512\]"):
         ours.encode(TEXTS)
+
+
+def test_a_cross_encoders_max_length_is_its_tokenizers_model_max_length(st_dir, tmp_path):
+    """As for the embedder: ``model.tokenizer.model_max_length = 16`` cuts sentence-transformers' CrossEncoder's pairs
+    at 16; bertkit kept its own max_length of 512 (scores up to 8e-3 apart on these pairs with all-MiniLM-L6-v2 and a
+    new classifier)."""
+    st_ce = pytest.importorskip("sentence_transformers.cross_encoder")
+    ours, ref = CrossEncoder(st_dir), st_ce.CrossEncoder(str(st_dir), device="cpu")
+    ours.model.classifier.load_state_dict(ref[0].model.classifier.state_dict())
+    pairs = [(TEXTS[0], LONG), (TEXTS[1], TEXTS[5]), (LONG, TEXTS[4])]
+    for model in (ours, ref):
+        model.tokenizer.model_max_length = 16
+    assert ours.max_length == ref.max_length == 16
+    _same(ours.predict(pairs), ref.predict(pairs, show_progress_bar=False), atol=1e-5)
+    ours.max_length = 24
+    assert ours.tokenizer.model_max_length == 24
+    ours.save(tmp_path / "saved")
+    assert st_ce.CrossEncoder(str(tmp_path / "saved"), device="cpu").max_length == CrossEncoder(
+        tmp_path / "saved").max_length == 24
+    assert ours.tokenizer.model_max_length == 24  # the save leaves it as it was
+
+
+def test_a_similarity_fn_name_sentence_transformers_does_not_support_is_refused_not_renamed(st_dir, tmp_path):
+    """config_sentence_transformers.json's "dot_product" (or "maxsim"): sentence-transformers 6 ignores a name it does
+    not support and scores with cosine; bertkit read "dot_product" as dot, so a model without Normalize scored other
+    similarities (with all-MiniLM-L6-v2 unnormalised, 31.7 for a text with itself and 4.99 for TEXTS[0] with TEXTS[1],
+    where cosine gives 1 and 0.16). It now names the file and the fix; as an
+    argument "dot_product" is refused by both."""
+    d = tmp_path / "m"
+    shutil.copytree(st_dir, d, symlinks=True)
+    (d / "modules.json").write_text(json.dumps(json.loads((d / "modules.json").read_text())[:2]))
+    (d / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": "dot_product"}))
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    assert ref.similarity_fn_name == "cosine"
+    with pytest.raises(BertkitError, match=r"config_sentence_transformers.json: similarity_fn_name 'dot_product' is not "
+                                           r"one of .* sentence-transformers 6 ignores it and scores with cosine"):
+        SentenceTransformer(d)
+    ours = SentenceTransformer(d, similarity_fn_name="cosine")
+    emb = ours.encode(TEXTS[:3])
+    _same(ours.similarity(emb, emb), ref.similarity(emb, emb), atol=1e-5)
+    with pytest.raises(ValueError):
+        st.SentenceTransformer(str(d), device="cpu", similarity_fn_name="dot_product")
+    with pytest.raises(BertkitError, match="similarity_fn_name 'dot_product' is not one of"):
+        SentenceTransformer(d, similarity_fn_name="dot_product")
+
+
+def test_sentence_transformers_module_access_is_refused_naming_where_it_lives(models):
+    """model[0].auto_model, model[0].max_seq_length = 512, model._first_module(): Python's "not subscriptable" and
+    "no attribute" before; now each names bertkit's model.bert, model.tokenizer, model.pooling and max_seq_length."""
+    from bertkit.errors import NotImplementedInBertkit
+
+    ours, ref = models
+    assert ref[0].auto_model is ref._first_module().auto_model
+    with pytest.raises(NotImplementedInBertkit, match=r"model\[0\] is not implemented in bertkit: .* model.bert "
+                                                       r"\(model\[0\].auto_model there\)"):
+        _ = ours[0].auto_model
+    for name in ("_first_module", "transformers_model"):
+        with pytest.raises(NotImplementedInBertkit, match=rf"SentenceTransformer.{name} is not implemented in bertkit"):
+            getattr(ours, name)
+
+
+@pytest.mark.parametrize(("dtype", "atol"), [(torch.float16, 5e-4), (torch.bfloat16, 4e-3)])
+def test_a_half_models_vectors_come_back_in_its_type(st_dir, dtype, atol):
+    """model.half() / .to(torch.bfloat16): sentence-transformers returns the vectors in the model's type (a bfloat16
+    array as float32, which numpy lacks); bertkit returned float32 whatever the model's type, so the same script saved
+    arrays twice the size and compared other dtypes. The numbers agree within the type's rounding."""
+    ours, ref = SentenceTransformer(st_dir).to(dtype), st.SentenceTransformer(str(st_dir), device="cpu").to(dtype)
+    for kwargs in ({}, {"convert_to_tensor": True}, {"convert_to_numpy": False}, {"normalize_embeddings": True}):
+        _same(ours.encode(TEXTS, **kwargs), ref.encode(TEXTS, **kwargs), atol=atol)
+    _same(ours.encode(TEXTS[0]), ref.encode(TEXTS[0]), atol=atol)

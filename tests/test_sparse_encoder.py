@@ -495,3 +495,22 @@ def test_splade_pooling_reads_a_host_batch_without_the_devices_values(tiny_model
         states = torch.randn(2, 4, head.transform.dense.in_features)
         got = pooling(BertModelOutput(states, None, layout), mask, head)
         torch.testing.assert_close(got, pooling(BertModelOutput(states, None, layout), mask.to(states.device), head))
+
+
+def test_the_tokenizers_model_max_length_is_max_seq_length(layouts, texts):
+    """``model.tokenizer.model_max_length = 16`` cuts texts at 16 in sentence-transformers (its max_seq_length is the
+    tokenizer's); bertkit kept a limit of its own and cut where the directory said (SPLADE weights up to 1.39 apart at
+    16 against 256 with all-MiniLM-L6-v2's encoder). Set on either, both read it; past the positions it is refused at
+    encode, naming it."""
+    from bertkit.sentence import SparseEncoder
+
+    ours, theirs = SparseEncoder(layouts["splade"]), st.SparseEncoder(str(layouts["splade"]), device="cpu")
+    for model in (ours, theirs):
+        model.tokenizer.model_max_length = 16
+    assert ours.max_seq_length == theirs.max_seq_length == 16
+    _assert_same_vectors(ours.encode_document(texts[:4]), theirs.encode_document(texts[:4], batch_size=4))
+    ours.max_seq_length = 24
+    assert ours.tokenizer.model_max_length == 24
+    ours.tokenizer.model_max_length = 600
+    with pytest.raises(BertkitError, match=r"max_seq_length \(the tokenizer's model_max_length\) 600 must be"):
+        ours.encode_document(texts[:2])

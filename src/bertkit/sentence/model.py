@@ -30,7 +30,14 @@ from bertkit.errors import BertkitError, NotImplementedInBertkit
 from bertkit.modeling import BertModel
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
-from bertkit.sentence.directory import MODULES, SBERT_CONFIG, read_directory, token_limit, write_st_config
+from bertkit.sentence.directory import (
+    MODULES,
+    SBERT_CONFIG,
+    ST_CONFIG,
+    read_directory,
+    token_limit,
+    write_st_config,
+)
 from bertkit.sentence.pooling import Pooling
 from bertkit.sentence.prompts import Prompted, prompt_tokens
 from bertkit.sentence.quantization import PRECISIONS, quantize_embeddings
@@ -62,8 +69,12 @@ _ONE_PROCESS = "call encode() in one process, which uses every core through torc
 _HUB = "bertkit works offline: save(path), then upload the directory with huggingface_hub (`hf upload REPO path`)"
 _ADAPTERS = ("wrap the encoder (model.bert; a CrossEncoder's model.model) with peft's get_peft_model, and "
              "merge_and_unload() it before saving")
+_MODULES = ("bertkit's SentenceTransformer is no list of modules: its encoder is model.bert (model[0].auto_model "
+            "there), its tokenizer model.tokenizer, its pooling model.pooling (model[1]) and model.normalize says "
+            "whether it normalises; set max_seq_length on the model itself (model.max_seq_length = 256)")
 # sentence-transformers' model methods bertkit does not implement, with what to use instead
 _REFUSED_METHODS = {
+    "_first_module": _MODULES, "_last_module": _MODULES, "transformers_model": _MODULES,
     "fit": _TRAINER, "old_fit": _TRAINER, "smart_batching_collate": _TRAINER,
     "start_multi_process_pool": _ONE_PROCESS, "stop_multi_process_pool": _ONE_PROCESS,
     "encode_multi_process": _ONE_PROCESS, "push_to_hub": _HUB, "save_to_hub": _HUB,
@@ -144,7 +155,12 @@ def _text(item: Any, where: str) -> str:
 def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, single: bool) -> Any:
     """``rows`` as sentence-transformers returns them: a tensor, an array, or a list of row tensors; one row for a
     single input."""
-    result: Any = rows if convert_to_tensor else rows.numpy() if convert_to_numpy else list(rows)
+    if convert_to_tensor:
+        result: Any = rows
+    elif convert_to_numpy:  # numpy has no bfloat16: float32, as there
+        result = (rows.float() if rows.dtype == torch.bfloat16 else rows).numpy()
+    else:
+        result = list(rows)
     return result[0] if single else result
 
 class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
@@ -191,6 +207,11 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
             raise BertkitError(f"{path}: {e}; lower it in {SBERT_CONFIG}") from None
         self.do_lower_case = saved.do_lower_case
         self._set_prompts(prompts, default_prompt_name, saved.prompts, saved.default_prompt_name)
+        if similarity_fn_name is None and saved.similarity_fn_name not in (None, *SIMILARITY_FUNCTIONS):
+            # sentence-transformers 6 ignores a name it does not support here and scores with cosine, without a word
+            raise BertkitError(f"{path / ST_CONFIG}: similarity_fn_name {saved.similarity_fn_name!r} is not one of "
+                               f"{sorted(SIMILARITY_FUNCTIONS)}; sentence-transformers 6 ignores it and scores with "
+                               "cosine: write \"cosine\" there for its scores, or pass similarity_fn_name=")
         self.similarity_fn_name = similarity_fn_name or saved.similarity_fn_name or "cosine"
         self.truncate_dim = self._check_dim(truncate_dim if truncate_dim is not None else saved.truncate_dim,
                                             "truncate_dim")
@@ -210,6 +231,11 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     @property
     def device(self) -> torch.device:
         return self.bert.embeddings.word_embeddings.weight.device
+
+    def __getitem__(self, index: Any) -> Any:
+        # sentence-transformers' model is a Sequential: model[0].max_seq_length = 512 and model[0].auto_model are
+        # common in scripts, and Python's "not subscriptable" said nothing of where those live here
+        raise NotImplementedInBertkit(f"model[{index!r}] is not implemented in bertkit: {_MODULES}")
 
     def get_embedding_dimension(self) -> int:
         """The width of the embeddings ``encode`` returns (``truncate_dim`` when set)."""
@@ -343,6 +369,9 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
             vectors = F.normalize(vectors, p=2, dim=1)
         if precision != "float32":
             vectors = torch.from_numpy(quantize_embeddings(vectors, precision))
+        elif (dtype := self.bert.embeddings.word_embeddings.weight.dtype) in (torch.float16, torch.bfloat16):
+            # in the model's type, as sentence-transformers returns a half model's vectors (bertkit gave float32)
+            vectors = vectors.to(dtype)
         return as_requested(vectors, convert_to_tensor, convert_to_numpy, single)
 
     @torch.inference_mode()

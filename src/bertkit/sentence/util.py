@@ -177,9 +177,9 @@ SIMILARITY_FUNCTIONS: dict[str, tuple[Callable[[Any, Any], Tensor], Callable[[An
 
 def similarity_function(name: Any) -> str:
     """A similarity function's name ("cosine", "dot", "euclidean", "manhattan"); sentence-transformers'
-    SimilarityFunction enum and "dot_product" are accepted."""
+    SimilarityFunction enum is accepted. "dot_product" is not, as in sentence-transformers 6 (its enum's
+    DOT_PRODUCT is "dot")."""
     name = getattr(name, "value", name)
-    name = {"dot_product": "dot"}.get(name, name)
     if name not in SIMILARITY_FUNCTIONS:
         raise BertkitError(f"similarity_fn_name {name!r} is not one of {sorted(SIMILARITY_FUNCTIONS)}")
     return name
@@ -189,28 +189,47 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
                     corpus_chunk_size: int = 500000, top_k: int = 10,
                     score_function: Callable[[Tensor, Tensor], Tensor] = cos_sim) -> list[list[dict[str, Any]]]:
     """For each query, the ``top_k`` corpus entries by ``score_function``: a list per query of
-    ``{"corpus_id": int, "score": float}``, best first (exact search, chunked to bound memory). Equal scores
-    come in ``torch.topk``'s order (sentence-transformers' order of them is its heap's: neither is by id)."""
+    ``{"corpus_id": int, "score": float}``, best first (exact search, chunked to bound memory). Equal scores (a
+    corpus holding a text twice) come as in sentence-transformers, whose choice among them is its own: each corpus
+    chunk's unsorted ``torch.topk``, kept in a min-heap of (score, corpus_id), so that the larger ids of equal scores
+    stay, listed in the heap's order (by ``torch.topk``'s merged order, bertkit returned other ids of the same
+    scores)."""
     queries, corpus = _batches(query_embeddings, corpus_embeddings)
     if top_k < 1:
         raise BertkitError(f"top_k must be >= 1, got {top_k}")
-    k = min(top_k, len(corpus))
-    results: list[list[dict[str, Any]]] = []
-    for q0 in range(0, len(queries), query_chunk_size):
-        best_scores, best_ids = None, None
-        for c0 in range(0, len(corpus), corpus_chunk_size):
-            scores = score_function(queries[q0:q0 + query_chunk_size], corpus[c0:c0 + corpus_chunk_size])
-            top = torch.topk(scores, min(k, scores.shape[1]), dim=1, sorted=True)
-            ids = top.indices + c0
-            if best_scores is None:
-                best_scores, best_ids = top.values, ids
-            else:
-                both_scores, both_ids = torch.cat([best_scores, top.values], 1), torch.cat([best_ids, ids], 1)
-                keep = torch.topk(both_scores, min(k, both_scores.shape[1]), dim=1, sorted=True).indices
-                best_scores, best_ids = both_scores.gather(1, keep), both_ids.gather(1, keep)
-        for scores_row, ids_row in zip(best_scores.tolist(), best_ids.tolist()):
-            results.append([{"corpus_id": int(i), "score": float(s)} for s, i in zip(scores_row, ids_row)])
-    return results
+    heaps: list[list[tuple[float, int]]] = [[] for _ in range(len(queries))]
+    for c0 in range(0, len(corpus), corpus_chunk_size):
+        chunk = corpus[c0:c0 + corpus_chunk_size]
+        for q0 in range(0, len(queries), query_chunk_size):
+            scores = score_function(queries[q0:q0 + query_chunk_size], chunk)
+            top = torch.topk(scores, min(top_k, scores.shape[1]), dim=1, largest=True, sorted=False)
+            for heap, values, ids in zip(heaps[q0:q0 + query_chunk_size], top.values.tolist(),
+                                         (top.indices + c0).tolist()):
+                for candidate in zip(values, ids):
+                    if len(heap) < top_k:
+                        heapq.heappush(heap, candidate)
+                    else:
+                        heapq.heappushpop(heap, candidate)
+    return [[{"corpus_id": int(i), "score": float(s)} for s, i in sorted(heap, key=lambda h: h[0], reverse=True)]
+            for heap in heaps]
+
+
+def _nearest(queries: Tensor, corpus: Tensor, corpus_chunk_size: int, k: int,
+             score_function: Callable[[Tensor, Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+    """(scores, ids) (Q, k) of each query's ``k`` best corpus entries, best first: each chunk's sorted ``torch.topk``
+    merged with the best so far, as sentence-transformers' paraphrase mining finds them (equal scores in that order)."""
+    best_scores, best_ids = None, None
+    for c0 in range(0, len(corpus), corpus_chunk_size):
+        scores = score_function(queries, corpus[c0:c0 + corpus_chunk_size])
+        top = torch.topk(scores, min(k, scores.shape[1]), dim=1, sorted=True)
+        ids = top.indices + c0
+        if best_scores is None:
+            best_scores, best_ids = top.values, ids
+        else:
+            both_scores, both_ids = torch.cat([best_scores, top.values], 1), torch.cat([best_ids, ids], 1)
+            keep = torch.topk(both_scores, min(k, both_scores.shape[1]), dim=1, sorted=True).indices
+            best_scores, best_ids = both_scores.gather(1, keep), both_ids.gather(1, keep)
+    return best_scores, best_ids
 
 
 class SimilarityFunction:
@@ -240,7 +259,7 @@ def paraphrase_mining_embeddings(embeddings: Any, query_chunk_size: int = 5000, 
                                  max_pairs: int = 500000, top_k: int = 100,
                                  score_function: Callable[[Tensor, Tensor], Tensor] = cos_sim) -> list[list[float | int]]:
     """Up to ``max_pairs`` pairs ``[score, i, j]`` (i < j), best first, from each embedding's ``top_k`` nearest
-    others (``semantic_search``, so chunking never changes them). ``score_function`` is taken to be symmetric: a
+    others (``_nearest``, so chunking never changes them). ``score_function`` is taken to be symmetric: a
     pair keeps the score of the first search that finds it. As in sentence-transformers, the kept pairs are a
     min-heap of (score, i, j); once full, a pair pushed out sets a floor that no later pair at or below it passes,
     and equal scores come out in the heap's order."""
@@ -254,11 +273,10 @@ def paraphrase_mining_embeddings(embeddings: Any, query_chunk_size: int = 5000, 
     in_kept: set[tuple[int, int]] = set()
     floor = float("-inf")
     for start in range(0, len(embeddings), query_chunk_size):
-        hits = semantic_search(embeddings[start:start + query_chunk_size], embeddings, query_chunk_size,
-                               corpus_chunk_size, top_k + 1, score_function)
-        for i, row in enumerate(hits, start):
-            for hit in [h for h in row if h["corpus_id"] != i][:top_k]:
-                j, score = hit["corpus_id"], hit["score"]
+        scores, ids = _nearest(embeddings[start:start + query_chunk_size], embeddings, corpus_chunk_size, top_k + 1,
+                               score_function)
+        for i, (row_scores, row_ids) in enumerate(zip(scores.tolist(), ids.tolist()), start):
+            for j, score in [(j, score) for j, score in zip(row_ids, row_scores) if j != i][:top_k]:
                 pair = (i, j) if i < j else (j, i)
                 if score <= floor or pair in in_kept:
                     continue

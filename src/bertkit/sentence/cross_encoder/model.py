@@ -176,12 +176,17 @@ class CrossEncoder(ReferenceCalls, nn.Module):
 
     @property
     def max_length(self) -> int:
-        """The tokens a pair keeps, its 3 special tokens included: at most the encoder's positions."""
-        return self._max_length
+        """The tokens a pair keeps, its 3 special tokens included: at most the encoder's positions. It is the
+        tokenizer's ``model_max_length``, as in sentence-transformers: ``model.tokenizer.model_max_length = 16`` cuts
+        pairs at 16 there and here (bertkit kept its own limit: scores 8e-3 apart on a long pair)."""
+        # checked where it is read too: set on the tokenizer, it bypassed the setter
+        return token_limit("max_length (the tokenizer's model_max_length)", self.tokenizer.model_max_length,
+                           self.model.config.max_position_embeddings, least=3)
 
     @max_length.setter
     def max_length(self, limit: int) -> None:
-        self._max_length = token_limit("max_length", limit, self.model.config.max_position_embeddings, least=3)
+        self.tokenizer.model_max_length = token_limit("max_length", limit, self.model.config.max_position_embeddings,
+                                                      least=3)
 
     @property
     def max_seq_length(self) -> int:
@@ -325,12 +330,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         directory = Path(path)
         with staged(directory) as out:
             self.model.save_pretrained(out)
-            saved_limit = self.tokenizer.model_max_length
-            self.tokenizer.model_max_length = self.max_length
-            try:
-                self.tokenizer.save_pretrained(out)
-            finally:
-                self.tokenizer.model_max_length = saved_limit
+            self.tokenizer.save_pretrained(out)
             atomic_write_json(out / SBERT_CONFIG, {
                 "transformer_task": "sequence-classification",
                 "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
