@@ -287,6 +287,40 @@ def test_token_classification_words_tags_and_offsets(tmp_path_factory, minilm_di
         assert "".join(w["word"] for w in o["words"]) == "".join(s.words)
 
 
+def test_token_classification_entities_are_transformers_first_aggregation(tmp_path_factory, minilm_dir, data_dir):
+    """``entities`` are what transformers' pipeline gives with aggregation_strategy="first" (spans, types, scores), so
+    a refusal of aggregation_strategy names it; ignore_labels and the classifier's top_k name their fields too."""
+    sentences = read_conll(data_dir / "conll2003/valid.txt")[:30]
+    tags = sorted({t for s in sentences for t in s.tags})
+    id2label = dict(enumerate(tags))
+    d, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForTokenClassification", seed=3, id2label=id2label,
+                     label2id={v: k for k, v in id2label.items()})
+    contexts = [p["context"][:300] for a in json.loads((data_dir / "squad/dev-v1.1.json").read_text())["data"][:2]
+                for p in a["paragraphs"][:10]]
+    texts = [" ".join(s.words) for s in sentences] + contexts  # CoNLL's spaced tokens, SQuAD's running text
+    ours = bertkit.pipeline("token-classification", d, batch_size=8)
+    theirs = transformers.pipeline("token-classification", model=str(d), device="cpu")
+    n = 0
+    for text, o in zip(texts, ours(texts), strict=True):
+        ref = theirs(text, aggregation_strategy="first")
+        assert [(e["entity_group"], e["start"], e["end"]) for e in o["entities"]] == \
+            [(e["entity_group"], e["start"], e["end"]) for e in ref]
+        np.testing.assert_allclose([e["score"] for e in o["entities"]], [float(e["score"]) for e in ref], atol=1e-5)
+        n += len(ref)
+    assert n > 100  # a comparison of many entities, of several types
+    with pytest.raises(BertkitError, match=r"does not take aggregation_strategy; .* instead of aggregation_strategy: "
+                                           r"the result's \"entities\" are transformers' aggregation_strategy=\"first\""):
+        ours(texts[0], aggregation_strategy="simple")
+    with pytest.raises(BertkitError, match=r"instead of ignore_labels: \"words\" holds every word"):
+        ours(texts[0], ignore_labels=[])
+    clf, _ = _tiny_dir(tmp_path_factory, minilm_dir, "BertForSequenceClassification")
+    with pytest.raises(BertkitError, match=r"does not take top_k; .* instead of top_k: every label's probability is in "
+                                           r"the result's \"scores\""):
+        bertkit.pipeline("text-classification", clf, top_k=None)
+    with pytest.raises(BertkitError, match=r"instead of function_to_apply: the config's problem_type picks it"):
+        bertkit.pipeline("text-classification", clf)("a film", function_to_apply="sigmoid")
+
+
 def test_token_classification_word_keeps_pieces_across_characters_the_tokenizer_drops(tmp_path_factory, minilm_dir,
                                                                                       hf_tok):
     """A zero-width space, soft hyphen or combining accent inside a word is dropped by the tokenizer, so the pieces

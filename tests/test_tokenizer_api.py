@@ -273,3 +273,11 @@ def test_a_calls_padding_side_left_is_refused_naming_it(minilm_dir):
         with pytest.raises(BertkitError, match="padding_side='left'.*right only"):
             call("left")
         assert call("right")["input_ids"][1][-1] == 0
+
+
+def test_decode_of_a_batch_names_batch_decode(minilm_dir):
+    # transformers 5's decode of [[...], [...]] returns a list of strings; bertkit's TypeError named no way on
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    with pytest.raises(TypeError, match="use batch_decode"):
+        ours.decode([[101, 1037, 102], [101, 1038, 102]])
+    assert ours.batch_decode([[101, 1037, 102], [101, 1038, 102]]) == ["[CLS] a [SEP]", "[CLS] b [SEP]"]

@@ -86,6 +86,9 @@ class Pipeline:
     optional: ClassVar[tuple[str, ...]] = ()  # fields that may be absent (or None)
     # Keyword options a call accepts (``pipe(texts, top_k=3)``); encode and decode take what they use.
     call_options: ClassVar[tuple[str, ...]] = ()
+    # transformers' options of this task that bertkit does not take, with what gives their answer here: named when
+    # one is refused, so that ported code finds the field instead of a list of what is taken.
+    instead_of: ClassVar[dict[str, str]] = {}
     missing_head_fix: ClassVar[str] = ("fine-tune it for this task first (bertkit finetune ...), or embed with the "
                                        "feature-extraction pipeline, which needs only the encoder")
 
@@ -195,10 +198,15 @@ class Pipeline:
         unknown = sorted(set(options) - set(cls.call_options))
         if unknown:
             raise BertkitError(f"{cls.task} pipeline does not take {', '.join(unknown)}; its options are "
-                               f"{', '.join(cls.call_options) or 'none'}")
+                               f"{', '.join(cls.call_options) or 'none'}{cls.instead(unknown)}")
         top_k = options.get("top_k", 1)
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise BertkitError(f"top_k must be a positive int, got {top_k!r}")
+
+    @classmethod
+    def instead(cls, names: Sequence[str]) -> str:
+        """What answers the transformers options ``names`` here (``instead_of``), for a refusal's message."""
+        return "".join(f"; instead of {n}: {cls.instead_of[n]}" for n in names if n in cls.instead_of)
 
     def __call__(self, inputs: Any, **options: Any) -> Any:
         """One input gives one result; a list of inputs gives the list of results, in input order."""

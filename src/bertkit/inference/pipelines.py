@@ -148,6 +148,11 @@ class TextClassificationPipeline(TextOrPairPipeline):
     task = tasks.TextClassification.name
     model_class = BertForSequenceClassification
     required_keys = ("classifier.weight",)
+    instead_of = {
+        "top_k": "every label's probability is in the result's \"scores\" (by label name)",
+        "return_all_scores": "every label's probability is in the result's \"scores\" (by label name)",
+        "function_to_apply": "the config's problem_type picks it: softmax (single-label), sigmoid (multi-label, "
+                             "\"labels\" above 0.5), none (regression: \"value\")"}
 
     def __init__(self, model, tokenizer, **kwargs: Any):
         names = _labels(model.config)
@@ -307,6 +312,10 @@ class TokenClassificationPipeline(Pipeline):
     task = tasks.TokenClassification.name
     model_class = BertForTokenClassification
     required_keys = ("classifier.weight",)
+    instead_of = {
+        "aggregation_strategy": "the result's \"entities\" are transformers' aggregation_strategy=\"first\" (each "
+                                "word the tag of its first piece), \"words\" each word's tag",
+        "ignore_labels": "\"words\" holds every word (\"O\" too), \"entities\" none tagged \"O\""}
 
     def encode(self, item: str, **_: Any) -> list[dict[str, Any]]:
         enc = self.tokenizer(item, truncation=True, max_length=self.max_length, return_offsets_mapping=True,

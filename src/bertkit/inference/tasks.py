@@ -462,7 +462,7 @@ def pipeline(task: str | None = None, model: Any = None, *, tokenizer: Any = Non
     if unknown:  # a bare TypeError from the pipeline's constructor named neither the task nor what it takes
         calls = f"; per call: {', '.join(cls.call_options)}" if cls.call_options else ""
         raise BertkitError(f"pipeline({task!r}) does not take {', '.join(unknown)}; it takes "
-                           f"{', '.join(sorted(known))}{calls}")
+                           f"{', '.join(sorted(known))}{calls}{cls.instead(unknown)}")
     if isinstance(model, nn.Module):
         if not isinstance(model, cls.model_class):
             raise BertkitError(f"the {task} pipeline runs a {cls.model_class.__name__}, got a {type(model).__name__}; "

@@ -583,7 +583,8 @@ def _as_id_list(ids: Any) -> list[int]:
     ids = list(ids)
     if ids and not isinstance(ids[0], int):
         raise TypeError(
-            f"expected a flat sequence of token ids, got elements of type {type(ids[0]).__name__}"
+            f"expected a flat sequence of token ids, got elements of type {type(ids[0]).__name__}; for a batch of "
+            "sequences (a list of lists, a 2-D tensor) use batch_decode, which transformers 5's decode also does"
         )
     return ids
 
