@@ -535,3 +535,13 @@ def test_a_save_to_a_path_that_is_no_directory_is_refused_naming_it(tmp_path, ti
         writer(out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out"]
     assert out.read_text() == "the user's results" if where == "a file" else not out.exists() and out.is_symlink()
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_an_output_file_that_is_a_directory_is_named_as_one_with_or_without_overwrite(tmp_path, overwrite):
+    """Was: without --overwrite, "out already exists; pass --overwrite to replace it", advice that then failed."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("the user's")
+    with pytest.raises(BertkitError, match=f"^{tmp_path / 'out'} is a directory; give a file name"):
+        refuse_existing_file(tmp_path / "out", overwrite)
+    assert (tmp_path / "out" / "notes.txt").read_text() == "the user's"

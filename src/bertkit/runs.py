@@ -82,10 +82,10 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
     path = Path(path)
     refuse_inputs(path, inputs or {}, is_dir=False, flag="the output file")
     refuse_special(path)
-    if path.exists() and not overwrite:
-        raise BertkitError(f"{path} already exists; pass {flag} to replace it, or choose another output file")
     if path.is_dir():
         raise BertkitError(f"{path} is a directory; give a file name (e.g. {path / 'features.jsonl'})")
+    if path.exists() and not overwrite:
+        raise BertkitError(f"{path} already exists; pass {flag} to replace it, or choose another output file")
     real = Path(os.path.realpath(path.parent)) / path.name
     dir_lock.refuse_held_near(real, path)
     for parent in real.parents if path.exists() else ():
