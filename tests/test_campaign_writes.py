@@ -425,3 +425,29 @@ def test_a_mount_point_is_saved_into_file_by_file_and_refused_as_a_commands_outp
         err = capsys.readouterr().err
         assert code == 2 and f"{fs} is a mount point" in err and str(fs / "out") in err, err
         assert sorted(p.name for p in fs.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_ctrl_c_right_after_the_swap_removes_nothing_of_the_directory_it_replaced(tiny_model, tmp_path, monkeypatch):
+    """Ctrl-C between the exchange and the lock's move: the staging name holds the replaced directory, unmarked.
+    Was: the save's clean-up cleared it as its own staging directory, and a user's file a file system without hard
+    links could not have linked into the new directory was gone; now it is left for the next write to carry back."""
+    from bertkit import staging
+
+    out = tmp_path / "out"
+    tiny_model().save_pretrained(out)
+    (out / "notes.txt").write_text("the user's notes")
+
+    def no_hard_links(src, dst, *args, **kwargs):
+        raise OSError(1, "Operation not permitted")
+
+    def interrupted(old, new):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(staging.os, "link", no_hard_links)
+    monkeypatch.setattr(staging.dir_lock, "moved", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tiny_model(seed=1).save_pretrained(out)
+    monkeypatch.undo()
+    assert (tmp_path / ".out.bertkit-staging" / "notes.txt").read_text() == "the user's notes"
+    tiny_model(seed=2).save_pretrained(out)  # the next write of the name carries it back
+    assert (out / "notes.txt").read_text() == "the user's notes" and sorted(os.listdir(tmp_path)) == ["out"]

@@ -535,3 +535,27 @@ def test_a_save_to_a_path_that_is_no_directory_is_refused_naming_it(tmp_path, ti
         writer(out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out"]
     assert out.read_text() == "the user's results" if where == "a file" else not out.exists() and out.is_symlink()
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_an_output_file_that_is_a_directory_is_named_as_one_with_or_without_overwrite(tmp_path, overwrite):
+    """Was: without --overwrite, "out already exists; pass --overwrite to replace it", advice that then failed."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("the user's")
+    with pytest.raises(BertkitError, match=f"^{tmp_path / 'out'} is a directory; give a file name"):
+        refuse_existing_file(tmp_path / "out", overwrite)
+    assert (tmp_path / "out" / "notes.txt").read_text() == "the user's"
+
+
+def test_a_symlink_to_nowhere_at_an_output_name_is_not_replaced_without_overwrite(tmp_path, capsys):
+    """Was: a dangling symlink does not exist() to Python, so `predict --output-file link` replaced the user's link
+    unasked; and `--output-dir link` called it a file."""
+    (tmp_path / "link").symlink_to(tmp_path / "results-to-come.jsonl")
+    with pytest.raises(BertkitError, match="link already exists; pass --overwrite to replace it"):
+        refuse_existing_file(tmp_path / "link", overwrite=False)
+    refuse_existing_file(tmp_path / "link", overwrite=True)  # replaced, as a link is: never written through
+    (tmp_path / "corpus.txt").write_text("a film\n")
+    assert main(["train-tokenizer", str(tmp_path / "corpus.txt"), "--output-dir", str(tmp_path / "link")]) == 2
+    assert "link is a symlink to nowhere; the output must be a directory" in capsys.readouterr().err
+    assert os.readlink(tmp_path / "link") == str(tmp_path / "results-to-come.jsonl")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "link"]

@@ -89,6 +89,17 @@ def keep(directory: Path) -> None:
     _KEPT.add(str(directory.resolve()))
 
 
+def lock_file_in(directory: Path) -> bool:
+    """Whether the lock this process holds on ``directory`` is still the lock file in it: a swap moves a directory's
+    content, its lock file with it, away from the name the lock is held by."""
+    f = _HELD.get(str(directory.resolve()))
+    try:
+        here, held = os.lstat(directory / LOCK), os.fstat(f.fileno()) if f is not None else None
+    except (OSError, ValueError):
+        return False
+    return held is not None and (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
+
+
 def writing_here(directory: Path) -> bool:
     """Whether a run of this process is writing ``directory`` (its lock held and the run not finished)."""
     return holds(directory) and str(directory.resolve()) not in _KEPT

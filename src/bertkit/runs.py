@@ -83,10 +83,10 @@ def refuse_existing_file(path: Path, overwrite: bool, flag: str = "--overwrite",
     path = Path(path)
     refuse_inputs(path, inputs or {}, is_dir=False, flag="the output file")
     refuse_special(path)
-    if path.exists() and not overwrite:
-        raise BertkitError(f"{path} already exists; pass {flag} to replace it, or choose another output file")
     if path.is_dir():
         raise BertkitError(f"{path} is a directory; give a file name (e.g. {path / 'features.jsonl'})")
+    if os.path.lexists(path) and not overwrite:  # a symlink to nowhere is the user's too
+        raise BertkitError(f"{path} already exists; pass {flag} to replace it, or choose another output file")
     real = Path(os.path.realpath(path.parent)) / path.name
     dir_lock.refuse_held_near(real, path)
     for parent in real.parents if path.exists() else ():
@@ -239,7 +239,8 @@ def lock_output_dir(path: str | os.PathLike, command: str, inputs: Mapping[str, 
     target = target_of(path)
     refuse_inputs(target, inputs or {}, is_dir=True)
     if os.path.lexists(target) and not target.is_dir():
-        raise BertkitError(f"{path} is a file; the output must be a directory")
+        raise BertkitError(f"{path} is {'a file' if target.exists() else 'a symlink to nowhere'}; the output must be a "
+                           "directory")
     dir_lock.refuse_held_near(target, Path(path), inside=True)
 
     def keep(record: dict) -> bool:  # a run that can be continued is kept until the claim has checked the rest

@@ -359,7 +359,9 @@ class Stage:
         if not dir_lock.holds(self.path):
             return
         try:
-            if not keep:
+            # not once swapped (an interrupt before the lock's move): the replaced directory is there, unmarked, and
+            # the next write of the name disposes of it (Stage.open)
+            if not keep and dir_lock.lock_file_in(self.path):
                 with contextlib.suppress(OSError):
                     clear_staging(self.path)
                     for name in (PARTIAL, LOCK):
