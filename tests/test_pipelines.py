@@ -139,6 +139,19 @@ def test_an_option_no_pipeline_takes_is_refused_naming_the_task(minilm_dir):
     assert len(bertkit.pipeline("feature-extraction", minilm_dir, pooling="cls", truncate_dim=8)("a b")) == 8
 
 
+def test_feature_extraction_per_token_is_transformers_feature_extraction(minilm_dir, sst2, data_dir):
+    """transformers' feature-extraction pipeline answers every token's vector ([CLS] and [SEP] too): bertkit's with
+    pooling="none" answers the same (within 1e-5), and a call's return_tensors= is refused naming it."""
+    texts = sst2[:20] + [p["context"] for p in json.loads((data_dir / "squad/dev-v1.1.json").read_text())["data"][0][
+        "paragraphs"][:4]]
+    ours = bertkit.pipeline("feature-extraction", minilm_dir, pooling="none", batch_size=8)(texts)
+    theirs = transformers.pipeline("feature-extraction", model=str(minilm_dir), device="cpu")
+    for text, o in zip(texts, ours, strict=True):
+        np.testing.assert_allclose(np.array(o), np.array(theirs(text))[0], atol=1e-5, rtol=0)
+    with pytest.raises(BertkitError, match=r"instead of return_tensors: .*pooling=\"none\""):
+        bertkit.pipeline("feature-extraction", minilm_dir)("a b", return_tensors=True)
+
+
 def test_fill_mask_refuses_a_mask_past_max_length(tmp_path_factory, minilm_dir, hf_tok):
     # the second [MASK] lies past max_length: the answer was the first mask's candidates alone, a flat list as for a
     # one-mask text, the second mask dropped without a word

@@ -468,6 +468,9 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
     model_class = BertModel
     default_normalize = False
     call_options = ("prompt_name",)
+    instead_of = {"return_tensors": "results are lists of floats (torch.tensor(result) makes one); transformers' "
+                                    "per-token output, [CLS] and [SEP] included, is pipeline(\"feature-extraction\", "
+                                    "model, pooling=\"none\")"}
 
     def __init__(self, model, tokenizer, *, pooling: str | None = None, normalize: bool | None = None,
                  truncate_dim: int | None = None, directory: SentenceDirectory | None = None, **kwargs: Any):
