@@ -39,7 +39,8 @@ def words(minilm_dir):
 
 @pytest.fixture(scope="module")
 def texts(data_dir):
-    """299 texts: 60 SQuAD dev questions and their contexts, 140 CoNLL-2003 (cased) sentences, 39 of EXTRA and the added tokens."""
+    """299 texts: 60 SQuAD dev questions and their contexts, 140 CoNLL-2003 (cased) sentences, 39 of EXTRA and
+    the added tokens."""
     data = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
     paragraphs = [p for article in data[:10] for p in article["paragraphs"]][:60]
     squad = [p["qas"][0]["question"] for p in paragraphs] + [p["context"] for p in paragraphs]

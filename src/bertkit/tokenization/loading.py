@@ -125,8 +125,8 @@ def token_content(value: Any, key: str) -> str:
 
 def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str], dict[str, Any], int]:
     """(the tokens in id order, added tokens included, constructor arguments, the size of the WordPiece model's own
-    vocabulary: ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the defaults,
-    ``settings`` (tokenizer_config.json's) win, as in transformers 5. Added special tokens none of the named ones
+    vocabulary: ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the
+    defaults, ``settings`` (tokenizer_config.json's) win, as in transformers 5. Added special tokens none of the named ones
     are ``additional_special_tokens`` too (after those the config lists): transformers 5 cuts every token
     tokenizer.json flags special out of the text, a ``[CLS]`` that a new ``cls_token`` replaced included."""
     data = read_json(file)
