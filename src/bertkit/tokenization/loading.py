@@ -126,15 +126,16 @@ def token_content(value: Any, key: str) -> str:
 def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str], dict[str, Any], int]:
     """(the tokens in id order, added tokens included, constructor arguments, the size of the WordPiece model's own
     vocabulary: ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the
-    defaults, ``settings`` (tokenizer_config.json's) win, as in transformers 5. Added special tokens none of the named ones
-    are ``additional_special_tokens`` too (after those the config lists): transformers 5 cuts every token
+    defaults, ``settings`` (tokenizer_config.json's) win, as in transformers 5. Added special tokens none of the named
+    ones are ``additional_special_tokens`` too (after those the config lists): transformers 5 cuts every token
     tokenizer.json flags special out of the text, a ``[CLS]`` that a new ``cls_token`` replaced included."""
     data = read_json(file)
     parts = {part: data[part] if isinstance(data.get(part), dict) else {} for part in ("model", "normalizer")}
-    if "type" not in parts["model"] and "continuing_subword_prefix" in parts["model"] and "merges" not in parts["model"]:
+    model = parts["model"]
+    if "type" not in model and "continuing_subword_prefix" in model and "merges" not in model:
         # A model without its type (files of tokenizers before 0.9, as some Hub checkpoints still have them): tokenizers
         # and transformers read it as WordPiece.
-        parts["model"] = {**parts["model"], "type": "WordPiece"}
+        parts["model"] = {**model, "type": "WordPiece"}
     for part, key, want in _BERT_TOKENIZER_JSON:
         got = parts[part].get(key, None if key == "type" else want)
         if got != want:
