@@ -9,13 +9,11 @@ transformers reads it (docs/tokenizer.md, "Loading and saving").
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bertkit.errors import BertkitError, read_json_object
-
-if TYPE_CHECKING:
-    from bertkit.tokenization.tokenizer import BertTokenizer
 
 __all__ = ["read_json", "read_settings", "read_tokenizer_json", "tokenizer_json", "check_fits_model"]
 
@@ -127,16 +125,17 @@ def token_content(value: Any, key: str) -> str:
 
 def read_tokenizer_json(file: Path, settings: dict[str, Any]) -> tuple[list[str], dict[str, Any], int]:
     """(the tokens in id order, added tokens included, constructor arguments, the size of the WordPiece model's own
-    vocabulary: ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the defaults,
-    ``settings`` (tokenizer_config.json's) win, as in transformers 5. Added special tokens none of the named ones
-    are ``additional_special_tokens`` too (after those the config lists): transformers 5 cuts every token
+    vocabulary: ids 0..size-1) from a BERT ``tokenizer.json``: its WordPiece model and BertNormalizer give the
+    defaults, ``settings`` (tokenizer_config.json's) win, as in transformers 5. Added special tokens none of the named
+    ones are ``additional_special_tokens`` too (after those the config lists): transformers 5 cuts every token
     tokenizer.json flags special out of the text, a ``[CLS]`` that a new ``cls_token`` replaced included."""
     data = read_json(file)
     parts = {part: data[part] if isinstance(data.get(part), dict) else {} for part in ("model", "normalizer")}
-    if "type" not in parts["model"] and "continuing_subword_prefix" in parts["model"] and "merges" not in parts["model"]:
+    model = parts["model"]
+    if "type" not in model and "continuing_subword_prefix" in model and "merges" not in model:
         # A model without its type (files of tokenizers before 0.9, as some Hub checkpoints still have them): tokenizers
         # and transformers read it as WordPiece.
-        parts["model"] = {**parts["model"], "type": "WordPiece"}
+        parts["model"] = {**model, "type": "WordPiece"}
     for part, key, want in _BERT_TOKENIZER_JSON:
         got = parts[part].get(key, None if key == "type" else want)
         if got != want:
@@ -185,37 +184,40 @@ def _in_id_order(ids: dict[str, Any], file: Path) -> list[str]:
     return ["" if t is None else t for t in tokens]
 
 
-def tokenizer_json(tok: BertTokenizer) -> dict[str, Any]:
-    """The ``tokenizer.json`` (the tokenizers library's serialisation) that transformers 5's BertTokenizer writes for
-    ``tok``'s vocabulary, settings and tokens: its WordPiece model holds the tokens WordPiece makes words of, every
-    special and added token is an ``added_tokens`` entry (special ones matched as written, the others normalised,
-    as ``tok`` matches them), and [CLS] A [SEP] (B [SEP]) is its post-processor. ``read_tokenizer_json`` reads it."""
+def tokenizer_json(wordpiece: Sequence[str], ids: Mapping[str, int], special_tokens: Sequence[str],
+                   added_tokens: Sequence[str], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``tokenizer.json`` (the tokenizers library's serialisation) that transformers 5's BertTokenizer writes for a
+    tokenizer: its WordPiece model holds ``wordpiece`` (the tokens WordPiece makes words of, ids 0..n-1), every token
+    of ``special_tokens`` (matched as written) and ``added_tokens`` (matched normalised) is an ``added_tokens`` entry at
+    its id in ``ids``, the normalizer and the [CLS] A [SEP] (B [SEP]) post-processor take ``config``'s settings and
+    special tokens (tokenizer_config.json's). ``read_tokenizer_json`` reads it."""
     def entry(token: str, special: bool) -> dict[str, Any]:
-        return {"id": tok.vocab[token], "content": token, "single_word": False, "lstrip": False, "rstrip": False,
+        return {"id": ids[token], "content": token, "single_word": False, "lstrip": False, "rstrip": False,
                 "normalized": not special, "special": special}
 
     def special(token: str, type_id: int) -> dict[str, Any]:
         return {"SpecialToken": {"id": token, "type_id": type_id}}
 
-    added = {t: entry(t, special=False) for t in tok.added_tokens}
-    added.update((t, entry(t, special=True)) for t in tok.all_special_tokens)
-    cls, sep = tok.cls_token, tok.sep_token
+    added = {t: entry(t, special=False) for t in added_tokens}
+    added.update((t, entry(t, special=True)) for t in special_tokens)
+    cls, sep = config["cls_token"], config["sep_token"]
     single = [special(cls, 0), {"Sequence": {"id": "A", "type_id": 0}}, special(sep, 0)]
     return {
         "version": "1.0", "truncation": None, "padding": None,
         "added_tokens": sorted(added.values(), key=lambda e: e["id"]),
-        "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": tok.tokenize_chinese_chars,
-                       "strip_accents": tok.strip_accents, "lowercase": tok.do_lower_case},
+        "normalizer": {"type": "BertNormalizer", "clean_text": True,
+                       "handle_chinese_chars": config["tokenize_chinese_chars"],
+                       "strip_accents": config["strip_accents"], "lowercase": config["do_lower_case"]},
         "pre_tokenizer": {"type": "BertPreTokenizer"},
         "post_processor": {
             "type": "TemplateProcessing",
             "single": single,
             "pair": [*single, {"Sequence": {"id": "B", "type_id": 1}}, special(sep, 1)],
-            "special_tokens": {t: {"id": t, "ids": [tok.vocab[t]], "tokens": [t]} for t in sorted({cls, sep})}},
+            "special_tokens": {t: {"id": t, "ids": [ids[t]], "tokens": [t]} for t in sorted({cls, sep})}},
         "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
-        "model": {"type": "WordPiece", "unk_token": tok.unk_token, "continuing_subword_prefix": "##",
-                  "max_input_chars_per_word": tok.max_input_chars_per_word,
-                  "vocab": {t: i for i, t in enumerate(tok._tokens[:tok._wordpiece_size])}},
+        "model": {"type": "WordPiece", "unk_token": config["unk_token"], "continuing_subword_prefix": "##",
+                  "max_input_chars_per_word": config["max_input_chars_per_word"],
+                  "vocab": {t: i for i, t in enumerate(wordpiece)}},
     }
 
 

@@ -232,9 +232,11 @@ class BertTokenizer:
         if self.additional_special_tokens:
             special_map["additional_special_tokens"] = self.additional_special_tokens
         config = {"tokenizer_class": "BertTokenizer", **{k: getattr(self, k) for k in SETTING_TYPES}, **special_map}
+        backend = tokenizer_json(self._tokens[:self._wordpiece_size], self.vocab, self.all_special_tokens,
+                                 self.added_tokens, config)
         # added_tokens.json ({token: id}, Hugging Face's file for them) is written when empty too: transformers reads
         # it beside tokenizer.json, so one left by an earlier save would bring its tokens back.
-        files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map), (TOKENIZER_FILE, tokenizer_json(self)),
+        files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map), (TOKENIZER_FILE, backend),
                  (ADDED_TOKENS_FILE, {t: self.vocab[t] for t in self.added_tokens})]
         with staged(path) as out:
             write_vocab_file(self._tokens, out / VOCAB_FILE)
