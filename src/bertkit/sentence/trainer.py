@@ -5,9 +5,10 @@
     args = SentenceTransformerTrainingArguments(output_dir="out", batch_sampler=BatchSamplers.NO_DUPLICATES)
     SentenceTransformerTrainer(model=model, args=args, train_dataset=pairs, loss=loss, evaluator=ir).train()
 
-The loss is what the loop trains: a module whose forward takes one padded (B, C, T) batch of the dataset's C
-text columns and returns the loss, so optimisation, schedules, accumulation, bf16, checkpoints (each a
-sentence-transformers directory) and exact resume are the loop's. The optimiser's groups are
+The loss is what the loop trains (``trainer.model`` stays the model passed in, as in sentence-transformers): a
+module whose forward takes one padded (B, C, T) batch of the dataset's C text columns and returns the loss, so
+optimisation, schedules, accumulation, bf16, checkpoints (each a sentence-transformers directory) and exact resume
+are the loop's. The optimiser's groups are
 sentence-transformers': transformers' weight-decay rule over the loss's parameters, and a group at its own rate
 for each ``learning_rate_mapping`` pattern, matched against the loss's parameter names (sentence-transformers'
 names: ``model.0.…``). Evaluation is ``eval_loss`` on the eval_dataset plus the evaluator's metrics, prefixed
@@ -16,6 +17,7 @@ names: ``model.0.…``). Evaluation is ``eval_loss`` on the eval_dataset plus th
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import os
@@ -27,8 +29,11 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from bertkit import dir_lock
 from bertkit.errors import BertkitError
+from bertkit.runs import output_dir
 from bertkit.sentence.data import SentenceCollator, SentenceExamples, no_duplicates_batches
+from bertkit.sentence.evaluation.sequential import SequentialEvaluator
 from bertkit.sentence.losses import CoSENTLoss, SentenceLoss
 from bertkit.sentence.model import SentenceTransformer
 from bertkit.sentence.training_args import BatchSamplers, SentenceTransformerTrainingArguments
@@ -109,6 +114,18 @@ def checked_arguments(trainer: str, model: Any, model_name: str, model_cls: type
     return args
 
 
+def as_evaluator(evaluator: Any) -> Any:
+    """The trainer's evaluator: a list of them is one SequentialEvaluator, as sentence-transformers' trainer makes it
+    (``eval_sequential_score`` beside each one's metrics)."""
+    return SequentialEvaluator(evaluator) if evaluator is not None and not callable(evaluator) else evaluator
+
+
+def without_epoch(metrics: dict[str, float]) -> dict[str, float]:
+    """An evaluation's metrics as sentence-transformers' ``evaluate()`` returns them: its ``log()`` adds the epoch to a
+    copy of a record with a loss, so the epoch is logged, not returned (transformers' Trainer returns it)."""
+    return {k: v for k, v in metrics.items() if k != "epoch"}
+
+
 def check_batch_holds_negatives(loss: Any, args: Any) -> None:
     """A loss with in-batch negatives needs a global batch of two rows or more."""
     batch = args.per_device_train_batch_size * current().world_size
@@ -123,6 +140,7 @@ class SentenceTransformerTrainer(Trainer):
 
     model_class: ClassVar[type[nn.Module]] = SentenceTransformer
     training_args_class: ClassVar[type[SentenceTransformerTrainingArguments]] = SentenceTransformerTrainingArguments
+    _evaluations_write_csv = True  # off for the check of metric_for_best_model (``_check_metric``)
 
     def __init__(self, model: SentenceTransformer | None = None, args: SentenceTransformerTrainingArguments | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None,
@@ -132,18 +150,21 @@ class SentenceTransformerTrainer(Trainer):
                                  self.model_class, args, self.training_args_class, unknown)
         loss = self._loss(model, loss)
         check_batch_holds_negatives(loss, args)
-        self.sentence_model, self.loss, self.evaluator = model, loss, evaluator
-        self._evaluations_write_csv = True  # off for the check of metric_for_best_model (``_check_metric``)
+        self.model, self.loss, self.evaluator = model, loss, as_evaluator(evaluator)
         pooler = getattr(getattr(model, "bert", None), "pooler", None)
         if pooler is not None:  # dense + tanh over [CLS]: no part of a sentence embedding, so it gets no
             pooler.requires_grad_(False)  # gradient, which DDP (torchrun) refuses; AdamW leaves it as is
         self._check_router_mapping(model, args.router_mapping)
         train, dev = (self._examples_of(data, args, name) if data is not None else None
                       for data, name in ((train_dataset, "train_dataset"), (eval_dataset, "eval_dataset")))
-        super().__init__(model=LossModel(loss), args=args, data_collator=SentenceCollator(model.tokenizer.pad_token_id),
+        super().__init__(model=model, args=args, data_collator=SentenceCollator(model.tokenizer.pad_token_id),
                          train_dataset=train, eval_dataset=dev, callbacks=callbacks,
                          compute_metrics=self._evaluator_metrics if evaluator is not None else None)
         self._parameter_groups()  # each learning_rate_mapping pattern matches a parameter, before any work
+
+    def _trained_module(self, model: SentenceTransformer) -> LossModel:
+        """The loop trains the loss (which holds the model): ``self.model`` stays the model passed in."""
+        return LossModel(self.loss)
 
     def _check_router_mapping(self, model: SentenceTransformer, mapping: dict[str, str]) -> None:
         """A SentenceTransformer has no Router: no route to map a column to."""
@@ -152,7 +173,7 @@ class SentenceTransformerTrainer(Trainer):
                                f"{type(model).__name__} has no Router: drop router_mapping")
 
     def _examples_of(self, dataset: Any, args: SentenceTransformerTrainingArguments, what: str) -> SentenceExamples:
-        return SentenceExamples(dataset, self.sentence_model, self.loss, args.prompts, args.router_mapping, what)
+        return SentenceExamples(dataset, self.model, self.loss, args.prompts, args.router_mapping, what)
 
     def _parameter_groups(self) -> list[dict]:
         """sentence-transformers' groups: over the loss's parameters, under its names (``learning_rate_mapping``)."""
@@ -171,7 +192,7 @@ class SentenceTransformerTrainer(Trainer):
 
     def _st_name(self, path: str) -> str:
         """A path in the loss (``model.bert.…``) as sentence-transformers names it (``model.0.model.…``)."""
-        for ours, theirs in self.sentence_model.st_paths.items():
+        for ours, theirs in self.model.st_paths.items():
             if path == f"model.{ours}" or path.startswith(f"model.{ours}."):
                 return f"model.{theirs}{path[len(ours) + 6:]}"
         return path
@@ -220,29 +241,34 @@ class SentenceTransformerTrainer(Trainer):
     def log(self, logs: dict[str, float]) -> None:
         """The record, with the loss's terms' means beside "loss" / "eval_loss" for a loss that names them."""
         split = "train" if "loss" in logs else "eval" if "eval_loss" in logs else None
-        if split is not None and isinstance(self.model, LossModel):
+        if split is not None and isinstance(self._module, LossModel):
             prefix = "eval_" if split == "eval" else ""
-            logs = {**logs, **{prefix + k: v for k, v in self.model.components(split).items()}}
+            logs = {**logs, **{prefix + k: v for k, v in self._module.components(split).items()}}
         super().log(logs)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
     def _evaluator_metrics(self, _: EvalPrediction) -> dict[str, float]:
         """The evaluator's metrics, called as sentence-transformers' trainer calls it: with the epoch, the step and
-        (on rank 0) ``output_dir/eval``, where it writes its results CSV."""
-        output_path = None
+        (on rank 0) ``output_dir/eval``, where it writes its results CSV. Outside training (``evaluate()`` before
+        ``train()``) output_dir is claimed for the write as training claims it, so the CSV is recorded as the run's
+        and a later ``train()`` into the same output_dir goes on (it refused a file it did not know)."""
+        output_path, out = None, Path(self.args.output_dir)
         if current().is_main and self._evaluations_write_csv:
-            output_path = os.path.join(self.args.output_dir, "eval")
-            os.makedirs(output_path, exist_ok=True)
-        return dict(self.evaluator(self.sentence_model, output_path=output_path, epoch=self.state.epoch,
-                                   steps=self.state.global_step))
+            output_path = os.path.join(out, "eval")
+        claimed = output_path is not None and not dir_lock.holds(out)
+        with output_dir(out, "Trainer", in_place=True) if claimed else contextlib.nullcontext():
+            if output_path is not None:
+                os.makedirs(output_path, exist_ok=True)
+            return dict(self.evaluator(self.model, output_path=output_path, epoch=self.state.epoch,
+                                       steps=self.state.global_step))
 
     def _predictions(self, examples: Sequence, module: nn.Module | None = None, events: bool = True,
                      batches: list[list[int]] | None = None) -> tuple[Any, Any, float | None]:
         """The base Trainer's, each pass's loss terms counted from zero: the terms logged beside eval_loss are those
         of the evaluation that computed it (the batch that checks metric_for_best_model, or a predict(), added
         theirs to the next evaluation's: eval_base_loss 356.7 beside an eval_loss of 224.4)."""
-        if isinstance(self.model, LossModel):
-            self.model.components("eval")
+        if isinstance(self._module, LossModel):
+            self._module.components("eval")
         return super()._predictions(examples, module, events, batches)
 
     def _check_metric(self) -> None:
@@ -269,9 +295,9 @@ class SentenceTransformerTrainer(Trainer):
             metrics = {f"{metric_key_prefix}_{k}": v for k, v in self._evaluator_metrics(None).items()}
             self.log(metrics)
             return metrics
-        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        return without_epoch(super().evaluate(eval_dataset, ignore_keys, metric_key_prefix))
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model in sentence-transformers' layout (rank 0 under torchrun)."""
         if current().is_main:
-            self.sentence_model.save(output_dir if output_dir is not None else self.args.output_dir)
+            self.model.save(output_dir if output_dir is not None else self.args.output_dir)

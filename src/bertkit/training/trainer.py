@@ -99,6 +99,9 @@ class Trainer:
                                "TrainingArguments`")
         set_seed(self.args.seed)  # as transformers' Trainer does on creation
         self.model = model
+        # what the loop trains, evaluates and checkpoints: the model, or (sentence-transformers' trainers) the loss
+        # around it, while ``model`` stays the model passed in, as transformers' and sentence-transformers' do
+        self._module = self._trained_module(model)
         self.processing_class = processing_class
         if data_collator is None:
             data_collator = (DataCollatorWithPadding(self.processing_class)
@@ -111,8 +114,8 @@ class Trainer:
         self.state, self.control = TrainerState(), TrainerControl()
         # under torchrun: join the process group (DDP over the ranks, evaluation split over them)
         _, self.device = join_for_process(self.args.device, self.args.ddp_timeout)
-        self.model.to(self.device)
-        forward = inspect.signature(self.model.forward).parameters
+        self._module.to(self.device)
+        forward = inspect.signature(self._module.forward).parameters
         self._forward_args = list(forward)
         self.label_names = self.args.label_names or [
             p for p in forward if "label" in p or p in ("start_positions", "end_positions")]
@@ -120,6 +123,10 @@ class Trainer:
             raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs an eval_dataset: pass "
                                "Trainer(eval_dataset=...), or set eval_strategy='no'")
         self._event("on_init_end")
+
+    def _trained_module(self, model: nn.Module) -> nn.Module:
+        """The module the loop trains: the model itself (the model's forward returns the loss)."""
+        return model
 
     # -- callbacks -----------------------------------------------------------------------------------------
     def add_callback(self, callback: TrainerCallback | type) -> None:
@@ -154,7 +161,7 @@ class Trainer:
     def _examples(self, dataset: Any, what: str, training: bool = False) -> Sequence:
         keep = {*self._forward_args, "label", "label_ids", *self.label_names} if self.args.remove_unused_columns \
             else None
-        return trainer_data.examples(dataset, what, keep=keep, model=self.model, training=training)
+        return trainer_data.examples(dataset, what, keep=keep, model=self._module, training=training)
 
     def _check_batch(self, examples: Sequence, what: str, need_labels: bool) -> None:
         """Collate one example before anything is written: every key must be an argument of the model's forward,
@@ -174,12 +181,12 @@ class Trainer:
         unknown = [k for k in batch if k not in self._forward_args]
         if unknown:
             raise BertkitError(
-                f"{what}: column(s) {unknown} are not arguments of {type(self.model).__name__}.forward "
+                f"{what}: column(s) {unknown} are not arguments of {type(self._module).__name__}.forward "
                 f"({', '.join(self._forward_args)}); remove them (dataset.remove_columns({unknown})) or keep "
                 "remove_unused_columns=True")
         if need_labels and not any(k in batch for k in self.label_names):
             raise BertkitError(
-                f"{what} has no labels: its batches hold {sorted(batch)}, and {type(self.model).__name__} trains on "
+                f"{what} has no labels: its batches hold {sorted(batch)}, and {type(self._module).__name__} trains on "
                 f"{self.label_names}; add a 'label' (or 'labels') column, or set label_names in TrainingArguments")
 
     def _collate(self, examples: list) -> dict:
@@ -256,7 +263,7 @@ class Trainer:
                 remove_torn_writes(out, HF_LAYOUT)
             t0 = time.perf_counter()
             self._event("on_train_begin")
-            result = train(self.model, [Phase(plan, total)], settings,
+            result = train(self._module, [Phase(plan, total)], settings,
                            evaluate=self._evaluate_in_loop if self.eval_dataset is not None else None,
                            fingerprint=fingerprint, resume=resume or False,
                            hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
@@ -267,8 +274,8 @@ class Trainer:
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
             best = torch.load(Path(self.state.best_model_checkpoint) / "state.pt", map_location="cpu",
                               weights_only=True)["model"]
-            self.model.load_state_dict(best)
-        loss = _mean_train_loss(result.history)
+            self._module.load_state_dict(best)
+        loss = _mean_train_loss(result.history, start_step)
         done = result.step - start_step
         metrics = {"train_runtime": seconds, "train_samples_per_second": done * accum * plan.batch_size * info.world_size
                    / max(seconds, 1e-9), "train_steps_per_second": done / max(seconds, 1e-9), "train_loss": loss}
@@ -284,7 +291,7 @@ class Trainer:
         """What a resumed run must share with the run it continues, beside the loop's settings: the training data's
         content (``data_fingerprint``), the model's config and the collator's settings."""
         args = self.args
-        config = getattr(self.model, "config", None)
+        config = getattr(self._module, "config", None)
         collator = {k: v for k, v in sorted(getattr(self.data_collator, "__dict__", {}).items())
                     if isinstance(v, (bool, int, float, str, type(None)))}  # its settings, not its tokenizer
         return {"trainer": {
@@ -344,7 +351,7 @@ class Trainer:
         config's output_hidden_states or output_attentions set, a tuple (logits, hidden_states, ...), whose [0] is
         the logits. bertkit gives the logits alone, whose [0] is the first row: refused unless ignore_keys names
         what transformers would add, so a compute_metrics written for either is never silently fed the other."""
-        config = getattr(self.model, "config", None)
+        config = getattr(self._module, "config", None)
         extra = {flag: name for flag, name in (("output_hidden_states", "hidden_states"),
                                                 ("output_attentions", "attentions"))
                  if getattr(config, flag, False) and name not in (ignore_keys or ())}
@@ -373,7 +380,7 @@ class Trainer:
                 why = "load_best_model_at_end compares" if self.args.load_best_model_at_end else "it is"
                 raise BertkitError(
                     f"metric_for_best_model {name!r} needs labels in {what} ({why} a metric of the evaluation), but "
-                    f"its batches hold {sorted(self._collate(sample[:1]))} and {type(self.model).__name__} takes "
+                    f"its batches hold {sorted(self._collate(sample[:1]))} and {type(self._module).__name__} takes "
                     f"labels as {self.label_names}: add a 'label' (or 'labels') column to {what}, or set neither "
                     "load_best_model_at_end nor metric_for_best_model")
             returned = self._computed_metrics(preds, labels) if self.compute_metrics else {}
@@ -499,7 +506,7 @@ class Trainer:
         """(logits, labels, mean loss) of every example, rows in the dataset's order, padded with -100 to one
         length (token tasks), as transformers does. Computed in ``batches`` (``_eval_batches``'); under torchrun
         every rank gets all the rows back, so metrics see the whole dataset once."""
-        module = module if module is not None else self.model
+        module = module if module is not None else self._module
 
         def step(batch: dict, rows: list) -> tuple[list[np.ndarray], list[np.ndarray], float, int]:
             """One batch's output arrays, label arrays (one per label name), loss x rows and rows with a loss."""
@@ -574,8 +581,9 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
 
 
-def _mean_train_loss(history: list[dict[str, Any]]) -> float:
-    """The run's mean training loss, as transformers reports it: each logged loss weighted by the steps it covers."""
-    losses = [(r["step"], r["loss"]) for r in history if r.get("split") == "train" and "loss" in r]
-    steps_before = [0] + [s for s, _ in losses[:-1]]
-    return sum(v * (s - p) for (s, v), p in zip(losses, steps_before)) / max(1, losses[-1][0]) if losses else 0.0
+def _mean_train_loss(history: list[dict[str, Any]], since: int = 0) -> float:
+    """The mean training loss of the steps after ``since`` (a resumed run's checkpoint step), as transformers reports
+    it: each logged loss weighted by the steps it covers, over the steps this ``train()`` call took."""
+    losses = [(r["step"], r["loss"]) for r in history if r.get("split") == "train" and "loss" in r and r["step"] > since]
+    steps_before = [since] + [s for s, _ in losses[:-1]]
+    return sum(v * (s - p) for (s, v), p in zip(losses, steps_before)) / max(1, losses[-1][0] - since) if losses else 0.0

@@ -27,8 +27,10 @@ from bertkit.sentence.cross_encoder.training_args import CrossEncoderTrainingArg
 from bertkit.sentence.trainer import (
     LossOutput,
     SentenceTransformerTrainer,
+    as_evaluator,
     check_batch_holds_negatives,
     checked_arguments,
+    without_epoch,
 )
 from bertkit.training.trainer import Trainer
 
@@ -62,13 +64,16 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
                                  CrossEncoder, args, CrossEncoderTrainingArguments, unknown)
         loss = self._loss(model, loss)
         check_batch_holds_negatives(loss, args)
-        self.sentence_model, self.loss, self.evaluator = model, loss, evaluator
+        self.model, self.loss, self.evaluator = model, loss, as_evaluator(evaluator)
         train = CrossEncoderExamples(train_dataset, model, loss, "train_dataset") if train_dataset is not None else None
         dev = CrossEncoderExamples(eval_dataset, model, loss, "eval_dataset") if eval_dataset is not None else None
         # the base Trainer's construction (SentenceTransformerTrainer's own builds bi-encoder examples and batches)
-        Trainer.__init__(self, model=CrossEncoderLossModel(loss), args=args, data_collator=collate, train_dataset=train,
+        Trainer.__init__(self, model=model, args=args, data_collator=collate, train_dataset=train,
                          eval_dataset=dev, callbacks=callbacks,
                          compute_metrics=self._evaluator_metrics if evaluator is not None else None)
+
+    def _trained_module(self, model: CrossEncoder) -> CrossEncoderLossModel:
+        return CrossEncoderLossModel(self.loss)
 
     def _parameter_groups(self) -> None:
         """The base Trainer's (the loop's: the model's, at one rate): learning_rate_mapping is refused here."""
@@ -98,5 +103,5 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
         if eval_dataset is None and self.eval_dataset is None:
             return super().evaluate(None, ignore_keys, metric_key_prefix)  # the evaluator's metrics alone
         if eval_dataset is not None:
-            eval_dataset = CrossEncoderExamples(eval_dataset, self.sentence_model, self.loss, "eval_dataset")
-        return Trainer.evaluate(self, eval_dataset, ignore_keys, metric_key_prefix)
+            eval_dataset = CrossEncoderExamples(eval_dataset, self.model, self.loss, "eval_dataset")
+        return without_epoch(Trainer.evaluate(self, eval_dataset, ignore_keys, metric_key_prefix))

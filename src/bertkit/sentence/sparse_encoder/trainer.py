@@ -71,7 +71,7 @@ class SparseEncoderTrainer(SentenceTransformerTrainer):
         """The dense trainer's, once each text column has a route (a column router_mapping leaves out: the
         Router's default)."""
         examples = super()._examples_of(dataset, args, what)
-        router = self.sentence_model[0]
+        router = self.model[0]
         lost = {c: t for c, t in zip(examples.texts, examples.tasks)
                 if isinstance(router, Router) and router.resolve(t) is None}
         if lost:

@@ -1,0 +1,382 @@
+"""The sentence trainers' public surface against sentence-transformers 6's, the same code run with each library:
+what ``trainer.model`` is, what ``args.device`` is, what a refused run leaves in output_dir, and what the trainers'
+results, records and saved models hold."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.sentence import (
+    SentenceTransformer,
+    SentenceTransformerTrainer,
+    SentenceTransformerTrainingArguments,
+    losses,
+)
+from bertkit.sentence.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
+from bertkit.sentence.cross_encoder import losses as ce_losses
+from bertkit.sentence.sparse_encoder import (
+    SparseEncoder,
+    SparseEncoderTrainer,
+    SparseEncoderTrainingArguments,
+)
+from bertkit.training.callbacks import TrainerCallback
+from cross_encoder_helpers import cross_encoder_directory
+from sentence_helpers import st_directory
+from sparse_helpers import masked_lm_checkpoint
+
+st = pytest.importorskip("sentence_transformers")
+datasets = pytest.importorskip("datasets")
+
+PAIRS = [{"anchor": f"question {i}", "positive": f"paragraph {i // 2}"} for i in range(8)]
+SCORED = [{"query": f"question {i}", "passage": f"paragraph {i // 2}", "label": float(i % 2)} for i in range(8)]
+QUIET = {"report_to": "none", "use_cpu": True, "disable_tqdm": True}
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory, minilm_dir):
+    root = tmp_path_factory.mktemp("trainer-api")
+    return {"dense": st_directory(minilm_dir, root / "st", dropout=0.0, max_seq_length=32),
+            "cross": cross_encoder_directory(minilm_dir, root / "ce"),
+            "cross3": cross_encoder_directory(minilm_dir, root / "ce3", num_labels=3),
+            "sparse": masked_lm_checkpoint(minilm_dir, root / "mlm", dropout=0.0)}
+
+
+def _bertkit_trainer(kind: str, path, out, **kwargs):
+    """A trainer of ``kind`` (dense, cross, sparse) on a fresh model from ``path``, its default loss."""
+    if kind == "dense":
+        model = SentenceTransformer(path)
+        return SentenceTransformerTrainer(
+            model=model, args=SentenceTransformerTrainingArguments(output_dir=str(out), **QUIET, **kwargs),
+            train_dataset=PAIRS, loss=losses.MultipleNegativesRankingLoss(model))
+    if kind == "cross":
+        model = CrossEncoder(path, max_length=16)
+        return CrossEncoderTrainer(model=model, args=CrossEncoderTrainingArguments(output_dir=str(out), **QUIET, **kwargs),
+                                   train_dataset=SCORED, loss=ce_losses.BinaryCrossEntropyLoss(model))
+    model = SparseEncoder(path)
+    return SparseEncoderTrainer(model=model, args=SparseEncoderTrainingArguments(output_dir=str(out), **QUIET, **kwargs),
+                                train_dataset=PAIRS)
+
+
+def _reference_trainer(kind: str, path, out):
+    if kind == "dense":
+        from sentence_transformers.sentence_transformer import losses as st_losses
+
+        model = st.SentenceTransformer(str(path), device="cpu")
+        trainer, args, loss, rows = (st.SentenceTransformerTrainer, st.SentenceTransformerTrainingArguments,
+                                     st_losses.MultipleNegativesRankingLoss(model), PAIRS)
+    elif kind == "cross":
+        from sentence_transformers import cross_encoder
+
+        model = cross_encoder.CrossEncoder(str(path), device="cpu", max_length=16)
+        trainer, args, loss, rows = (cross_encoder.CrossEncoderTrainer, cross_encoder.CrossEncoderTrainingArguments,
+                                     cross_encoder.losses.BinaryCrossEntropyLoss(model), SCORED)
+    else:
+        from sentence_transformers import sparse_encoder
+
+        model = sparse_encoder.SparseEncoder(str(path), device="cpu")
+        trainer, args, rows = sparse_encoder.SparseEncoderTrainer, sparse_encoder.SparseEncoderTrainingArguments, PAIRS
+        loss = sparse_encoder.losses.SpladeLoss(model, sparse_encoder.losses.SparseMultipleNegativesRankingLoss(model),
+                                                query_regularizer_weight=5e-5, document_regularizer_weight=3e-5)
+    return model, trainer(model=model, args=args(output_dir=str(out), report_to="none", use_cpu=True),
+                          train_dataset=datasets.Dataset.from_list(rows), loss=loss)
+
+
+@pytest.mark.parametrize("kind", ["dense", "cross", "sparse"])
+def test_trainer_model_is_the_model_passed_in(kind, dirs, tmp_path):
+    """``trainer.model`` is the model given to the trainer, as in sentence-transformers, where scripts end with
+    ``trainer.model.save_pretrained(path)`` or ``trainer.model.encode(...)``: bertkit's was the loss wrapper the loop
+    trains (no encode/predict, another module). After training it holds the trained weights, and what it saves is
+    the model that encodes so."""
+    reference, theirs = _reference_trainer(kind, dirs[kind], tmp_path / "reference")
+    assert theirs.model is reference
+    trainer = _bertkit_trainer(kind, dirs[kind], tmp_path / "out", max_steps=2, per_device_train_batch_size=4,
+                               learning_rate=1e-4, save_strategy="no")
+    model = trainer.model
+    assert type(model).__name__ == type(reference).__name__
+    dense = {} if kind == "dense" else {"convert_to_sparse_tensor": False}
+    before = model.predict([("question 1", "paragraph 0")]) if kind == "cross" else model.encode(["question 1"],
+                                                                                               convert_to_tensor=True,
+                                                                                               **dense)
+    assert trainer.train().global_step == 2
+    assert trainer.model is model
+    trainer.model.save_pretrained(str(tmp_path / "saved"))
+    if kind == "cross":
+        after = trainer.model.predict([("question 1", "paragraph 0")])
+        assert abs(after - before).max() > 1e-5
+        again = CrossEncoder(tmp_path / "saved", max_length=16).predict([("question 1", "paragraph 0")])
+        assert abs(again - after).max() < 1e-5
+    else:
+        after = trainer.model.encode(["question 1"], convert_to_tensor=True, **dense)
+        assert (after - before).abs().max() > 1e-5
+        loaded = (SentenceTransformer if kind == "dense" else SparseEncoder)(tmp_path / "saved")
+        assert (loaded.encode(["question 1"], convert_to_tensor=True, **dense) - after).abs().max() < 1e-5
+
+
+def test_args_device_is_the_torch_device_transformers_gives(tmp_path):
+    """``args.device`` is a torch.device, transformers' (scripts do ``batch.to(args.device)``, ``args.device.type``):
+    bertkit's was the string "auto" (and "cpu" with use_cpu), which has no ``.type`` and which ``.to`` refuses."""
+    import transformers
+
+    import bertkit
+
+    for use_cpu in (False, True):
+        want = transformers.TrainingArguments(output_dir=str(tmp_path / "t"), use_cpu=use_cpu).device
+        assert st.SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "s"), use_cpu=use_cpu).device == want
+        for cls in (bertkit.TrainingArguments, SentenceTransformerTrainingArguments, CrossEncoderTrainingArguments,
+                    SparseEncoderTrainingArguments):
+            got = cls(output_dir=str(tmp_path / "b"), use_cpu=use_cpu).device
+            assert isinstance(got, torch.device) and got == want, (cls.__name__, use_cpu, got, want)
+            assert torch.zeros(1).to(got).device.type == want.type
+    assert not list(tmp_path.iterdir())
+
+
+class _Refuse(TrainerCallback):
+    """Fails the run at the start of step ``at`` (what a first batch the model refuses does)."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step + 1 == self.at:
+            raise ValueError(f"refused at step {self.at}")
+
+
+def test_a_run_refused_as_it_starts_leaves_nothing_it_created(dirs, tmp_path):
+    """A run that fails before it has written anything (its first step refused) leaves nothing it created: bertkit's
+    left output_dir with its lock, its manifest and an empty metrics.jsonl (and the parents it made). A directory that
+    was there before stays; a run that logged a step keeps its record."""
+    runs = tmp_path / "runs"
+    trainer = _bertkit_trainer("cross", dirs["cross"], runs / "a" / "out", max_steps=2, per_device_train_batch_size=4)
+    trainer.add_callback(_Refuse(at=1))
+    with pytest.raises(ValueError, match="refused at step 1"):
+        trainer.train()
+    assert not runs.exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    trainer = _bertkit_trainer("cross", dirs["cross"], mine, max_steps=2, per_device_train_batch_size=4)
+    trainer.add_callback(_Refuse(at=1))
+    with pytest.raises(ValueError, match="refused at step 1"):
+        trainer.train()
+    assert mine.is_dir() and not list(mine.iterdir())
+    trainer = _bertkit_trainer("cross", dirs["cross"], mine, max_steps=2, per_device_train_batch_size=4,
+                               logging_steps=1)
+    trainer.add_callback(_Refuse(at=2))
+    with pytest.raises(ValueError, match="refused at step 2"):
+        trainer.train()
+    assert [json.loads(r)["step"] for r in (mine / "metrics.jsonl").read_text().splitlines()] == [1]
+
+
+@pytest.mark.parametrize("labels", ["cross", "cross3"])
+def test_predict_of_no_pairs_is_sentence_transformers_empty_result(labels, dirs):
+    """``CrossEncoder.predict([])`` is sentence-transformers' ``np.array([])``, shape (0,) float64, whatever the
+    labels (bertkit's was (0, 3) float32 for three); ``torch.tensor([])`` with convert_to_tensor, ``[]`` with both
+    conversions off."""
+    from sentence_transformers.cross_encoder import CrossEncoder as Reference
+
+    ours, theirs = CrossEncoder(dirs[labels]), Reference(str(dirs[labels]), device="cpu")
+    assert ours.num_labels == theirs.num_labels == (1 if labels == "cross" else 3)
+    for kwargs in ({}, {"apply_softmax": True}, {"convert_to_tensor": True}, {"convert_to_numpy": False},
+                   {"convert_to_tensor": True, "apply_softmax": True}):
+        got, want = ours.predict([], **kwargs), theirs.predict([], **kwargs)
+        assert type(got) is type(want), kwargs
+        if isinstance(want, list):
+            assert got == want == []
+        else:
+            assert (tuple(got.shape), got.dtype) == (tuple(want.shape), want.dtype), kwargs
+
+
+def test_a_float_class_label_is_refused_before_training_with_the_fix(dirs, tmp_path):
+    """CrossEntropyLoss (a model with 3 labels) given a float class id, 1.0 from a float column: sentence-transformers
+    trains into torch's bare "expected target dtype to be Long or Byte, but got Float" at the first step, and so did
+    bertkit. bertkit refuses it when the trainer is made, naming the row and the fix, which then trains."""
+    from sentence_transformers import cross_encoder
+
+    rows = [{"query": f"question {i}", "passage": f"paragraph {i}", "label": float(i % 3)} for i in range(4)]
+    reference = cross_encoder.CrossEncoder(str(dirs["cross3"]), device="cpu")
+    theirs = cross_encoder.CrossEncoderTrainer(
+        model=reference, args=cross_encoder.CrossEncoderTrainingArguments(
+            output_dir=str(tmp_path / "reference"), report_to="none", use_cpu=True, max_steps=1,
+            per_device_train_batch_size=4, save_strategy="no"),
+        train_dataset=datasets.Dataset.from_list(rows), loss=cross_encoder.losses.CrossEntropyLoss(reference))
+    with pytest.raises(RuntimeError, match="expected target dtype to be Long or Byte, but got Float"):
+        theirs.train()
+    model = CrossEncoder(dirs["cross3"], max_length=16)
+    args = CrossEncoderTrainingArguments(output_dir=str(tmp_path / "out"), **QUIET, max_steps=1,
+                                         per_device_train_batch_size=4, save_strategy="no")
+    data = datasets.Dataset.from_list(rows)
+    with pytest.raises(BertkitError, match=re.escape(
+            "train_dataset: row 0 has label 0.0, a float, and CrossEntropyLoss takes a class index, an int from 0 to 2 "
+            "(or a list of 3 class probabilities); cast the column to integers: dataset.cast_column('label', "
+            "Value('int64')) (from datasets import Value), or int() each")):
+        CrossEncoderTrainer(model=model, args=args, train_dataset=data)
+    with pytest.raises(BertkitError, match=re.escape(
+            "row 2 has label 1.5, a float, and CrossEntropyLoss takes a class index, an int from 0 to 2 (or a list of 3 "
+            "class probabilities); map the labels to class indices")):
+        CrossEncoderTrainer(model=model, args=args, train_dataset=[*rows[:2], {**rows[2], "label": 1.5}, *rows[3:]])
+    assert not (tmp_path / "out").exists()
+    advised = data.cast_column("label", datasets.Value("int64"))
+    assert CrossEncoderTrainer(model=model, args=args, train_dataset=advised).train().global_step == 1
+    soft = [{**r, "label": [0.2, 0.3, 0.5]} for r in rows]  # class probabilities: torch's soft targets
+    assert CrossEncoderTrainer(model=model, args=args, train_dataset=soft).train().global_step == 1
+
+
+@pytest.mark.parametrize("kind", ["dense", "cross"])
+def test_gradient_checkpointing_trains_the_model_a_loss_wraps(kind, dirs, tmp_path):
+    """gradient_checkpointing=True, which sentence-transformers' trainers take, was refused by the sentence trainers
+    (the loop looked for ``.bert`` on the loss it is handed); it recomputes the layers of the encoder the loss holds,
+    to the same losses (dropout off)."""
+    losses_by_run = []
+    for checkpointing in (False, True):
+        trainer = _bertkit_trainer(kind, dirs[kind], tmp_path / str(checkpointing), max_steps=2, logging_steps=1,
+                                   per_device_train_batch_size=4, save_strategy="no",
+                                   gradient_checkpointing=checkpointing)
+        trainer.train()
+        losses_by_run.append([r["loss"] for r in trainer.state.log_history if "loss" in r])
+    assert len(losses_by_run[0]) == 2
+    np.testing.assert_allclose(losses_by_run[1], losses_by_run[0], rtol=1e-5)
+
+
+def _evaluate_then_train(lib, path, out) -> tuple[list[str], list[list[str]]]:
+    """evaluate() then train() with an evaluator; (the evaluate() metric names, the results CSV's epoch and step
+    columns)."""
+    import csv
+    import importlib
+
+    dense = importlib.import_module(lib if lib == "sentence_transformers" else "bertkit.sentence")
+    evaluation = importlib.import_module(f"{dense.__name__}.evaluation")
+    model = dense.SentenceTransformer(str(path), **({"device": "cpu"} if dense is st else {}))
+    evaluator = evaluation.EmbeddingSimilarityEvaluator(["a cat", "a dog", "a car"], ["the cat", "a car", "a bus"],
+                                                              [1.0, 0.0, 0.6], name="sts")
+    args = dense.SentenceTransformerTrainingArguments(
+        output_dir=str(out), report_to="none", use_cpu=True, max_steps=2, per_device_train_batch_size=4,
+        eval_strategy="steps", eval_steps=2, save_strategy="no")
+    if dense is st:
+        from sentence_transformers.sentence_transformer import losses as st_losses
+
+        loss, rows = st_losses.MultipleNegativesRankingLoss(model), datasets.Dataset.from_list(PAIRS)
+    else:
+        loss, rows = losses.MultipleNegativesRankingLoss(model), PAIRS
+    trainer = dense.SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, eval_dataset=rows, loss=loss,
+                                               evaluator=evaluator)
+    names = sorted(k for k in trainer.evaluate() if "runtime" not in k and "per_second" not in k and "preparation" not in k)
+    trainer.train()
+    with open(out / "eval" / "similarity_evaluation_sts_results.csv", newline="") as f:
+        return names, [row[:2] for row in csv.reader(f)]
+
+
+def test_evaluate_before_train_then_train_into_the_same_output_dir(dirs, tmp_path):
+    """``trainer.evaluate()`` before ``trainer.train()`` (a script's baseline): the evaluator's results CSV goes to
+    output_dir/eval, and bertkit's train() then refused output_dir as holding a file it did not write. It trains on,
+    the CSV holding the baseline's row and the run's, as sentence-transformers'."""
+    theirs = _evaluate_then_train("sentence_transformers", dirs["dense"], tmp_path / "reference")
+    ours = _evaluate_then_train("bertkit", dirs["dense"], tmp_path / "out")
+    assert ours == theirs, (ours, theirs)
+
+
+def _resumed_loss(lib, path, out) -> tuple[float, list[float], int]:
+    """A 4-step run saved at step 2, then resumed from checkpoint-2 by a new trainer: (its training_loss, the
+    losses logged at steps 3 and 4, its global_step)."""
+    import importlib
+
+    dense = importlib.import_module(lib if lib == "sentence_transformers" else "bertkit.sentence")
+    losses_module = importlib.import_module(f"{lib}.sentence_transformer.losses" if dense is st else "bertkit.sentence.losses")
+    rows = datasets.Dataset.from_list(PAIRS) if dense is st else PAIRS
+    args = dense.SentenceTransformerTrainingArguments(output_dir=str(out), report_to="none", use_cpu=True, max_steps=4,
+                                                      save_steps=2, logging_steps=1, per_device_train_batch_size=4)
+    for resume in (None, str(out / "checkpoint-2")):
+        model = dense.SentenceTransformer(str(path), **({"device": "cpu"} if dense is st else {}))
+        trainer = dense.SentenceTransformerTrainer(model=model, args=args, train_dataset=rows,
+                                                   loss=losses_module.MultipleNegativesRankingLoss(model))
+        result = trainer.train(resume_from_checkpoint=resume)
+    logged = [r["loss"] for r in trainer.state.log_history if "loss" in r and r["step"] > 2]
+    return result.training_loss, logged, result.global_step
+
+
+def test_a_resumed_run_reports_the_mean_loss_of_the_steps_it_trained(dirs, tmp_path):
+    """train(resume_from_checkpoint=...)'s training_loss is the mean of the steps that call trained (3 and 4 of a run
+    resumed at step 2), as transformers computes it; bertkit's was the mean over all 4 steps, the checkpoint's
+    history included."""
+    for lib in ("sentence_transformers", "bertkit"):
+        loss, logged, step = _resumed_loss(lib, dirs["dense"], tmp_path / lib)
+        assert step == 4 and len(logged) == 2, lib
+        assert loss == pytest.approx(sum(logged) / 2, rel=1e-6), (lib, loss, logged)
+
+
+def _two_evaluators(lib, path, out) -> tuple[list[str], list[str], list[str]]:
+    """evaluator=[sts, sts2]: (the evaluation record's metric names, evaluate()'s, the results CSVs written)."""
+    import importlib
+
+    dense = importlib.import_module(lib if lib == "sentence_transformers" else "bertkit.sentence")
+    evaluation = importlib.import_module(f"{dense.__name__}.evaluation")
+    losses_module = importlib.import_module(f"{lib}.sentence_transformer.losses" if dense is st else "bertkit.sentence.losses")
+    model = dense.SentenceTransformer(str(path), **({"device": "cpu"} if dense is st else {}))
+    evaluators = [evaluation.EmbeddingSimilarityEvaluator(["a cat", "a dog", "a car"], [second, "a car", "a bus"],
+                                                          [1.0, 0.0, 0.6], name=name)
+                  for name, second in (("sts", "the cat"), ("sts2", "a tree"))]
+    args = dense.SentenceTransformerTrainingArguments(
+        output_dir=str(out), report_to="none", use_cpu=True, max_steps=2, per_device_train_batch_size=4,
+        eval_strategy="steps", eval_steps=2, save_strategy="no")
+    rows = datasets.Dataset.from_list(PAIRS) if dense is st else PAIRS
+    trainer = dense.SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, eval_dataset=rows,
+                                               loss=losses_module.MultipleNegativesRankingLoss(model),
+                                               evaluator=evaluators)
+    trainer.train()
+
+    def names(metrics: dict) -> list[str]:
+        return sorted(k for k in metrics if not k.endswith(("runtime", "per_second", "preparation_time")))
+
+    record = next(r for r in trainer.state.log_history if "eval_loss" in r)
+    return names(record), names(trainer.evaluate()), sorted(p.name for p in (out / "eval").iterdir())
+
+
+def test_a_list_of_evaluators_is_one_sequential_evaluator(dirs, tmp_path):
+    """``evaluator=[a, b]``: sentence-transformers' trainer wraps the list in a SequentialEvaluator (each one's
+    metrics and ``eval_sequential_score``, each one's CSV); bertkit's called the list at the first evaluation,
+    mid-training (TypeError: 'list' object is not callable)."""
+    theirs = _two_evaluators("sentence_transformers", dirs["dense"], tmp_path / "reference")
+    ours = _two_evaluators("bertkit", dirs["dense"], tmp_path / "out")
+    assert ours == theirs
+    assert "eval_sequential_score" in ours[1] and len(ours[2]) == 2
+
+
+def _cross_encoder_evaluations(lib, path, out) -> tuple[list[str], list[str], list[str]]:
+    """A CrossEncoderTrainer with a classification evaluator: (evaluate()'s metric names before training, the
+    evaluation record's, the results CSVs)."""
+    import importlib
+
+    package = lib if lib == "sentence_transformers" else "bertkit.sentence"
+    cross = importlib.import_module(f"{package}.cross_encoder")
+    evaluation = importlib.import_module(f"{package}.cross_encoder.evaluation")
+    model = cross.CrossEncoder(str(path), **({"device": "cpu"} if lib == "sentence_transformers" else {}))
+    evaluator = evaluation.CrossEncoderClassificationEvaluator(
+        [("a cat", "the cat"), ("a dog", "a car"), ("a bus", "the bus"), ("x", "y")], [1, 0, 1, 0], name="cls")
+    args = cross.CrossEncoderTrainingArguments(output_dir=str(out), report_to="none", use_cpu=True, max_steps=2,
+                                               per_device_train_batch_size=4, eval_strategy="steps", eval_steps=2,
+                                               save_strategy="no")
+    rows = datasets.Dataset.from_list(SCORED)
+    trainer = cross.CrossEncoderTrainer(model=model, args=args, train_dataset=rows, eval_dataset=rows,
+                                        loss=cross.losses.BinaryCrossEntropyLoss(model), evaluator=evaluator)
+
+    def names(metrics: dict) -> list[str]:
+        return sorted(k for k in metrics if not k.endswith(("runtime", "per_second", "preparation_time")))
+
+    before = names(trainer.evaluate())
+    trainer.train()
+    record = next(r for r in trainer.state.log_history if "eval_loss" in r and r["step"] == 2)
+    return before, names(record), sorted(p.name for p in (out / "eval").iterdir())
+
+
+def test_cross_encoder_trainer_runs_its_evaluator(dirs, tmp_path):
+    """A CrossEncoderTrainer given an evaluator evaluates with it, before and during training, as
+    sentence-transformers' does (same metric names, same CSV); bertkit's raised AttributeError
+    ('_evaluations_write_csv') at its first evaluation."""
+    theirs = _cross_encoder_evaluations("sentence_transformers", dirs["cross"], tmp_path / "reference")
+    ours = _cross_encoder_evaluations("bertkit", dirs["cross"], tmp_path / "out")
+    assert ours == theirs
+    assert "eval_cls_accuracy" in ours[0]
