@@ -226,10 +226,12 @@ def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(checkpoint, tmp
 
     assert result.global_step == 8
     assert _losses(again.state.log_history) == _losses(whole.state.log_history)  # every step, exactly
-    # the whole run's mean loss, as the uninterrupted run reports it (transformers: the mean of steps 4-8 alone)
-    assert result.training_loss == pytest.approx(whole_result.training_loss, rel=1e-12)
+    # as transformers: the mean loss of the steps this call trained (4-8, logged one a step), not the whole run's
+    resumed_steps = [loss for step, loss, _ in _losses(whole.state.log_history) if step > 3]
+    assert result.training_loss == pytest.approx(sum(resumed_steps) / len(resumed_steps), rel=1e-9)
+    assert result.training_loss != pytest.approx(whole_result.training_loss, rel=1e-6)
     finished = _bertkit_trainer(checkpoint, tmp_path / "whole", dropout=0.1).train(resume_from_checkpoint=True)
-    assert (finished.global_step, finished.training_loss) == (8, pytest.approx(whole_result.training_loss, rel=1e-12))
+    assert finished.global_step == 8  # a finished run trains no further step (transformers 5.24 trains one past it)
     for (name, a), (_, b) in zip(again.model.state_dict().items(), whole.model.state_dict().items()):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
     # a named checkpoint, not the newest: the finished run replayed from step 3 ends where it ended
