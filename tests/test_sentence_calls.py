@@ -695,12 +695,12 @@ def test_a_cross_encoders_max_length_is_its_tokenizers_model_max_length(st_dir, 
     pairs = [(TEXTS[0], LONG), (TEXTS[1], TEXTS[5]), (LONG, TEXTS[4])]
     for model in (ours, ref):
         model.tokenizer.model_max_length = 16
-    assert ours.max_length == ref.max_length == 16
+    assert ours.max_length == ours.max_seq_length == ref.max_seq_length == 16
     _same(ours.predict(pairs), ref.predict(pairs, show_progress_bar=False), atol=1e-5)
-    ours.max_length = 24
-    assert ours.tokenizer.model_max_length == 24
+    ours.max_seq_length = 24  # sentence-transformers 6's name; AttributeError before
+    assert ours.tokenizer.model_max_length == ours.max_length == 24
     ours.save(tmp_path / "saved")
-    assert st_ce.CrossEncoder(str(tmp_path / "saved"), device="cpu").max_length == CrossEncoder(
+    assert st_ce.CrossEncoder(str(tmp_path / "saved"), device="cpu").max_seq_length == CrossEncoder(
         tmp_path / "saved").max_length == 24
     assert ours.tokenizer.model_max_length == 24  # the save leaves it as it was
 

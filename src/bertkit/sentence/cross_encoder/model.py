@@ -190,7 +190,12 @@ class CrossEncoder(ReferenceCalls, nn.Module):
 
     @property
     def max_seq_length(self) -> int:
+        """sentence-transformers 6's name for ``max_length`` (which it keeps as a deprecated alias)."""
         return self.max_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, limit: int) -> None:
+        self.max_length = limit
 
     # -- pairs -> rows --------------------------------------------------------------------------------------------
     def token_ids(self, text: str) -> list[int]:
