@@ -406,3 +406,24 @@ def test_training_rectangle_masks_with_one_aligned_bias_and_pair_widths_round_un
         rounded = ce.pair_batch(*pairs)
         assert rounded["input_ids"].shape[1] == GPU_HALF_WIDTH_MULTIPLE > plain["input_ids"].shape[1]
         torch.testing.assert_close(ce.scores(rounded).float(), ce.scores(plain).float(), atol=2e-2, rtol=0)
+
+
+def test_tensors_come_back_on_the_models_device_as_sentence_transformers_returns_them(tiny_checkpoint,
+                                                                                      minilm_tokenizer_dir, tmp_path):
+    """sentence-transformers leaves on the model's device what it does not turn into numpy (convert_to_tensor, or
+    a list of rows), and quantized rows on the CPU (they come from numpy); bertkit gathered every result on the
+    CPU, so a GPU model's tensors met the user's GPU tensors on another device."""
+    from bertkit.sentence import SentenceTransformer
+    from bertkit.sentence.cross_encoder import CrossEncoder
+
+    model = SentenceTransformer(str(tiny_checkpoint(tmp_path / "enc", tokenizer=minilm_tokenizer_dir)), device="cuda")
+    texts = ["a first text", "and a second, longer text than the first"]
+    assert model.encode(texts, convert_to_tensor=True).device.type == "cuda"
+    assert {row.device.type for row in model.encode(texts, convert_to_numpy=False)} == {"cuda"}
+    assert model.encode([], convert_to_tensor=True).device.type == "cuda"
+    assert model.encode(texts, convert_to_tensor=True, precision="int8").device.type == "cpu"
+    assert isinstance(model.encode(texts), np.ndarray)
+    ce = CrossEncoder(str(tiny_checkpoint(tmp_path / "ce", "BertForSequenceClassification",
+                                          tokenizer=minilm_tokenizer_dir, labels=1)), device="cuda")
+    assert ce.predict([tuple(texts)], convert_to_tensor=True).device.type == "cuda"
+    assert isinstance(ce.predict([tuple(texts)]), np.ndarray)

@@ -152,15 +152,17 @@ def _text(item: Any, where: str) -> str:
                        "{'text': str}), one or a list of them")
 
 
-def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, single: bool) -> Any:
+def as_requested(rows: Tensor, convert_to_tensor: bool, convert_to_numpy: bool, single: bool,
+                 device: torch.device) -> Any:
     """``rows`` as sentence-transformers returns them: a tensor, an array, or a list of row tensors; one row for a
-    single input."""
+    single input. Tensors are on the model's ``device``, where sentence-transformers leaves what it does not turn
+    into numpy (bertkit gathers the rows on the CPU: a GPU model's tensors came back there)."""
     if convert_to_tensor:
-        result: Any = rows
+        result: Any = rows.to(device)
     elif convert_to_numpy:  # numpy has no bfloat16: float32, as there
         result = (rows.float() if rows.dtype == torch.bfloat16 else rows).numpy()
     else:
-        result = list(rows)
+        result = list(rows.to(device))
     return result[0] if single else result
 
 class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
@@ -359,7 +361,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         if device is not None:
             self.to(device)
         if not texts:
-            return torch.tensor([]) if convert_to_tensor else np.array([]) if convert_to_numpy else []
+            return torch.tensor([], device=self.device) if convert_to_tensor else np.array([]) if convert_to_numpy else []
         if show_progress_bar is None:
             show_progress_bar = logger.getEffectiveLevel() <= logging.INFO and len(texts) > 10 * batch_size
         vectors = self._embed_texts(texts, prompt, batch_size, bool(show_progress_bar))
@@ -372,7 +374,9 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
         elif (dtype := self.bert.embeddings.word_embeddings.weight.dtype) in (torch.float16, torch.bfloat16):
             # in the model's type, as sentence-transformers returns a half model's vectors (bertkit gave float32)
             vectors = vectors.to(dtype)
-        return as_requested(vectors, convert_to_tensor, convert_to_numpy, single)
+        # quantized rows come from numpy, on the CPU, as sentence-transformers returns them
+        device = self.device if precision == "float32" else torch.device("cpu")
+        return as_requested(vectors, convert_to_tensor, convert_to_numpy, single, device)
 
     @torch.inference_mode()
     def _embed_texts(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool) -> Tensor:

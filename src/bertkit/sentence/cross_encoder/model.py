@@ -281,7 +281,7 @@ class CrossEncoder(ReferenceCalls, nn.Module):
             scores = scores.squeeze(-1)
         if apply_softmax and scores.ndim > 1:
             scores = torch.softmax(scores, dim=1)
-        return as_requested(scores, convert_to_tensor, convert_to_numpy, single)
+        return as_requested(scores, convert_to_tensor, convert_to_numpy, single, self.device)
 
     @torch.inference_mode()
     def _scores(self, pairs: list[Sequence[str]], batch_size: int, progress: bool) -> Tensor:
