@@ -282,6 +282,7 @@ def test_pretraining_data_made_with_another_vocabulary_is_refused_before_trainin
     shutil.copytree(vocab, other)
     swapped = [*tokens[:1000], tokens[1001], tokens[1000], *tokens[1002:]]
     (other / "vocab.txt").write_text("\n".join(swapped) + "\n", encoding="utf-8")
+    (other / "tokenizer.json").unlink(missing_ok=True)  # read before vocab.txt: it would still hold the old order
     args = ["pretrain", "--data", str(tiny_pretraining_data / "data"), "--config-name", "tiny", "--max-steps", "1",
             "--batch-size", "4", "--no-progress"]
     assert main([*args, "--vocab", str(other), "--out", str(tmp_path / "run")]) == 2
