@@ -559,3 +559,23 @@ def test_a_symlink_to_nowhere_at_an_output_name_is_not_replaced_without_overwrit
     assert "link is a symlink to nowhere; the output must be a directory" in capsys.readouterr().err
     assert os.readlink(tmp_path / "link") == str(tmp_path / "results-to-come.jsonl")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "link"]
+
+
+def test_the_demo_names_the_directory_it_leaves_not_its_staging_name(tmp_path, monkeypatch, capsys):
+    """`bertkit demo` writes into its output directory's staging directory and moves it into place when it
+    finishes; its last line named the staging directory ("Everything is in .../.demo.bertkit-staging"), which is
+    gone by then. The stages are replaced by stand-ins here (the whole demo takes minutes)."""
+    import bertkit
+    import bertkit.demo as demo
+
+    monkeypatch.setattr(demo, "build_corpus", lambda out: {"documents": 0})
+    monkeypatch.setattr(demo, "_vocabulary_stage", lambda out, *a: (None, out / "vocab", 0))
+    monkeypatch.setattr(demo, "_instances_stage", lambda *a: None)
+    monkeypatch.setattr(demo, "_pretraining_stage", lambda out, *a: (None, out / "pretrain", []))
+    monkeypatch.setattr(demo, "_finetuning_stage", lambda *a: {})
+    monkeypatch.setattr(bertkit, "pipeline", lambda *a, **k: lambda text, top_k: [])
+    out = tmp_path / "demo"
+    assert main(["demo", "--output-dir", str(out), "--no-progress"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.endswith(f"Everything is in {out} (demo.json, pretrain/metrics.png).")
+    assert json.loads((out / "demo.json").read_text())["fill_mask"]

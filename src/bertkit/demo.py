@@ -154,6 +154,7 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = DEM
              seed: int = DEMO_SEED, progress: bool = True, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every stage; returns (and writes to ``out_dir/demo.json``) what each stage measured."""
     from bertkit import pipeline
+    from bertkit.dir_lock import placed_path
     from bertkit.outputs import atomic_write_json
 
     t_start = time.perf_counter()
@@ -180,7 +181,8 @@ def run_demo(model_dir: Path | None, out_dir: Path, *, pretrain_steps: int = DEM
     report["finetune"] = _finetuning_stage(out_dir, run_dir, config, tok, seed, progress, say)
     report["seconds"] = round(time.perf_counter() - t_start, 1)
     atomic_write_json(out_dir / "demo.json", report)
-    say(f"\nDone in {report['seconds']} s. Everything is in {out_dir} (demo.json, pretrain/metrics.png).")
+    # out_dir is the command's staging directory until the run is moved into place: name where it will be
+    say(f"\nDone in {report['seconds']} s. Everything is in {placed_path(out_dir)} (demo.json, pretrain/metrics.png).")
     return report
 
 

@@ -38,6 +38,11 @@ def is_staging(path: Path) -> bool:
     return path.name.startswith(".") and path.name.endswith(STAGING) and len(path.name) > len(STAGING) + 1
 
 
+def placed_path(path: Path) -> Path:
+    """The directory a staging directory becomes once it is renamed into place (``path`` itself if it is none)."""
+    return path.parent / path.name[1:-len(STAGING)] if is_staging(path) else path
+
+
 def lock(directory: Path, command: str) -> IO:
     """``directory``'s lock, taken without waiting (or the one this process holds); refused naming the holder."""
     real = str(directory.resolve())

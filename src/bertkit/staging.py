@@ -408,6 +408,6 @@ def remove_killed_writes(directory: Path, prefix: str = "") -> None:
         if (path.is_symlink() or not path.is_dir() or _read_partial(path) is None
                 or dir_lock.held_by_another(path) is not None):
             continue  # not one bertkit marked as its write, or one under way
-        target = directory / path.name[1:-len(dir_lock.STAGING)]
+        target = dir_lock.placed_path(path)
         with contextlib.suppress(BertkitError):  # held meanwhile, or not bertkit's: left alone
             Stage.open(target, "cleanup", {}).abort()
