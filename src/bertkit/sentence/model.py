@@ -35,7 +35,7 @@ from bertkit.sentence.directory import (
     SBERT_CONFIG,
     ST_CONFIG,
     read_directory,
-    token_limit,
+    tokenizer_limit,
     write_st_config,
 )
 from bertkit.sentence.pooling import Pooling
@@ -259,19 +259,7 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
     def get_max_seq_length(self) -> int:
         return self.max_seq_length
 
-    @property
-    def max_seq_length(self) -> int:
-        """The tokens a text is cut at, [CLS] and [SEP] included: at most the encoder's positions. It is the
-        tokenizer's ``model_max_length``, as in sentence-transformers, so that ``model.tokenizer.model_max_length = 32``
-        cuts texts at 32 there and here (kept apart, bertkit cut them at the directory's 256: cosine 0.86 on a
-        455-token text with all-MiniLM-L6-v2), and a save writes the one value to both files."""
-        # checked where it is read too: set on the tokenizer, it bypassed the setter
-        return token_limit("max_seq_length (the tokenizer's model_max_length)", self.tokenizer.model_max_length,
-                           self.bert.config.max_position_embeddings)
-
-    @max_seq_length.setter
-    def max_seq_length(self, value: int) -> None:
-        self.tokenizer.model_max_length = token_limit("max_seq_length", value, self.bert.config.max_position_embeddings)
+    max_seq_length = tokenizer_limit("max_seq_length", lambda model: model.bert.config.max_position_embeddings)
 
     @property
     def similarity_fn_name(self) -> str:

@@ -36,7 +36,7 @@ from bertkit.sentence.directory import (
     module_types,
     read_json,
     saved_activation,
-    token_limit,
+    tokenizer_limit,
     write_st_config,
 )
 from bertkit.sentence.model import ReferenceCalls, as_requested
@@ -174,19 +174,8 @@ class CrossEncoder(ReferenceCalls, nn.Module):
     def device(self) -> torch.device:
         return self.model.bert.embeddings.word_embeddings.weight.device
 
-    @property
-    def max_length(self) -> int:
-        """The tokens a pair keeps, its 3 special tokens included: at most the encoder's positions. It is the
-        tokenizer's ``model_max_length``, as in sentence-transformers: ``model.tokenizer.model_max_length = 16`` cuts
-        pairs at 16 there and here (bertkit kept its own limit: scores 8e-3 apart on a long pair)."""
-        # checked where it is read too: set on the tokenizer, it bypassed the setter
-        return token_limit("max_length (the tokenizer's model_max_length)", self.tokenizer.model_max_length,
-                           self.model.config.max_position_embeddings, least=3)
-
-    @max_length.setter
-    def max_length(self, limit: int) -> None:
-        self.tokenizer.model_max_length = token_limit("max_length", limit, self.model.config.max_position_embeddings,
-                                                      least=3)
+    # a pair's 3 special tokens at least
+    max_length = tokenizer_limit("max_length", lambda model: model.model.config.max_position_embeddings, least=3)
 
     @property
     def max_seq_length(self) -> int:

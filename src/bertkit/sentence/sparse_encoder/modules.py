@@ -31,7 +31,7 @@ from bertkit.heads import BertForMaskedLM
 from bertkit.modeling import BertModelOutput
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
-from bertkit.sentence.directory import SBERT_CONFIG, read_json, token_limit
+from bertkit.sentence.directory import SBERT_CONFIG, read_json, tokenizer_limit
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.basic import lowercase
 
@@ -305,19 +305,7 @@ class Transformer(nn.Module):
             raise BertkitError(f"{path}: {e}; lower it in {SBERT_CONFIG}") from None
         self.do_lower_case = bool(do_lower_case)
 
-    @property
-    def max_seq_length(self) -> int:
-        """Where texts are cut: the tokenizer's ``model_max_length``, as in sentence-transformers, so that
-        ``model.tokenizer.model_max_length = 16`` cuts there and here (bertkit kept its own limit: SPLADE weights up to
-        1.39 apart at 16 against 256 on all-MiniLM-L6-v2's encoder)."""
-        # checked where it is read too: set on the tokenizer, it bypassed the setter
-        return token_limit("max_seq_length (the tokenizer's model_max_length)", self.tokenizer.model_max_length,
-                           self.model.config.max_position_embeddings)
-
-    @max_seq_length.setter
-    def max_seq_length(self, value: int) -> None:
-        self.tokenizer.model_max_length = token_limit("max_seq_length", value,
-                                                      self.model.config.max_position_embeddings)
+    max_seq_length = tokenizer_limit("max_seq_length", lambda module: module.model.config.max_position_embeddings)
 
     @classmethod
     def load(cls, directory: Path) -> Transformer:
