@@ -40,20 +40,9 @@ trace there, gzipped. A row that fails prints a JSON line with its error, and th
     python bench/bench_gpu_sentence.py --scale 0.25 --rows embed_train,encode --profile encode
     python bench/bench_gpu_sentence.py --smoke --device cpu                             # 2 layers, 64 rows each
 
-A device machine receives the repository alone (not ../shared/data, not the ignored models/): copy what this
-reads into ``.gpu/`` (ignored), and carry it with the wheels of ``datasets`` (sentence-transformers' trainers
-need it):
-
-    grep -qx /.gpu/ .git/info/exclude || echo /.gpu/ >> .git/info/exclude
-    mkdir -p .gpu/squad .gpu/vocab && cp ../shared/data/squad/dev-v1.1.json .gpu/squad/
-    cp models/minilm/{vocab.txt,tokenizer_config.json,special_tokens_map.json} .gpu/vocab/
-    grep -qx /.whl/ .git/info/exclude || echo /.whl/ >> .git/info/exclude   # datasets and the two it needs there:
-    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux2014_x86_64 -d .whl datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
-    # there (carry .gpu and .whl):
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \\
-        .whl/*.whl && export PYTHONPATH=/tmp/site:src
-    PYTHONUNBUFFERED=1 python3 bench/bench_gpu_sentence.py --data .gpu --vocab .gpu/vocab --scale 0.25
+A device machine receives the repository alone (not ../shared/data, not the ignored models/):
+``bench/gpu_check.sh prepare`` copies what this reads into ``.gpu/`` with the wheels ``datasets`` needs there, and
+``bench/gpu_check.sh run sentence`` runs it on the device (with every other GPU row: ``run`` alone).
 """
 
 from __future__ import annotations
