@@ -6,7 +6,7 @@
 #   bench/gpu_check.sh prepare          # here: copies what the rows read into .gpu/ and the wheels of datasets
 #                                       # (sentence-transformers' trainers import it) into .whl/, both git-ignored
 #   bench/gpu_check.sh run [ROWS]       # there, with .gpu and .whl carried; ROWS: comma-separated of
-#                                       # tests,sentence,trainer,pretrain,inference (default: all, ~9 minutes)
+#                                       # tests,sentence,trainer,pretrain,inference (default: all)
 #
 # Each row writes its output to $OUT (default .gpu/out): test_cuda.txt, then one JSONL file per bench script.
 # Sizes: SCALE (bench_gpu_sentence's --scale, default 0.5), SENTENCE_ROWS (its --rows, default all),
