@@ -114,8 +114,8 @@ def test_losses_equal_sentence_transformers_on_the_same_pairs(directory, rows):
         ("lambda", {}, [[queries, docs], graded]),
         ("lambda", {"k": 2, "reduction_log": "natural"}, [[queries, docs], graded]),
     ]
-    for scheme in ("NoWeightingScheme", "NDCGLoss1Scheme", "NDCGLoss2Scheme", "LambdaRankScheme"):
-        cases.append(("lambda", {"weighting_scheme": scheme}, [[queries, docs], graded]))
+    for scheme in ("NoWeightingScheme", "NDCGLoss1Scheme", "NDCGLoss2Scheme", "LambdaRankScheme", None):
+        cases.append(("lambda", {"weighting_scheme": scheme}, [[queries, docs], graded]))  # None: no weighting
     # a teacher's numbers to distil: a score per pair (MSE), margins or scores per row (MarginMSE)
     teacher = torch.linspace(-3.0, 5.0, 2 * len(rows))
     second = [r["negatives"][1] for r in rows]
@@ -140,7 +140,7 @@ def test_losses_equal_sentence_transformers_on_the_same_pairs(directory, rows):
              "plistmle": "PListMLELoss", "listmle": "ListMLELoss", "adrmse": "ADRMSELoss"}
     for name, kwargs, (inputs, labels) in cases:
         def build(module, model, name=name, kwargs=kwargs):
-            args = {k: getattr(module, v)() if k == "weighting_scheme" else v for k, v in kwargs.items()}
+            args = {k: getattr(module, v)() if k == "weighting_scheme" and v else v for k, v in kwargs.items()}
             return getattr(module, names[name])(model, **args)
 
         want = build(st_losses, want_model)(inputs, labels)

@@ -479,8 +479,9 @@ def test_evaluation_logs_the_terms_of_its_own_pass(checkpoint, tmp_path):
     want, got = logs["sentence_transformers"], logs["bertkit"]
     terms = ["eval_loss", "eval_base_loss", "eval_document_regularizer_loss", "eval_query_regularizer_loss"]
     assert set(terms) <= set(want) and set(terms) <= set(got)
-    # sentence-transformers logs the terms rounded to 4 decimals
+    # sentence-transformers logs the terms rounded to 4 decimals (eval_loss, transformers' own, unrounded)
+    assert all(round(got[k], 4) == got[k] for k in terms[1:]), got
     np.testing.assert_allclose([got[k] for k in terms], [want[k] for k in terms], rtol=1e-4, atol=1e-4,
                                err_msg=str(terms))
     assert got["eval_base_loss"] + got["eval_document_regularizer_loss"] + got["eval_query_regularizer_loss"] == \
-        pytest.approx(got["eval_loss"], rel=1e-5)
+        pytest.approx(got["eval_loss"], abs=2e-4)

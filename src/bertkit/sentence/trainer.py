@@ -62,7 +62,7 @@ class LossModel(nn.Module):
     """The loss as the training loop drives it: a padded batch of the C text columns in, the loss out. Saving
     it writes the sentence model's directory (checkpoints are sentence-transformers directories). A loss that
     returns its terms by name (SpladeLoss) is trained on their sum, and each term's mean since the last log is
-    logged beside the loss (``components``), as sentence-transformers' trainer does."""
+    logged beside the loss (``components``, rounded to 4 decimals), as sentence-transformers' trainer does."""
 
     def __init__(self, loss: SentenceLoss):
         super().__init__()
@@ -86,10 +86,11 @@ class LossModel(nn.Module):
         return LossOutput(value)
 
     def components(self, split: str) -> dict[str, float]:
-        """Each term's mean over the batches since the last call (then reset); {} for a loss of one term."""
+        """Each term's mean over the batches since the last call (then reset), rounded to 4 decimals as
+        sentence-transformers logs it; {} for a loss of one term."""
         sums, count = self._sums[split], self._counts[split]
         self._sums[split], self._counts[split] = {}, 0
-        return {name: (total / count).item() for name, total in sums.items()} if count else {}
+        return {name: round((total / count).item(), 4) for name, total in sums.items()} if count else {}
 
     def save_pretrained(self, path: str | Path) -> Path:
         return self.loss.model.save(path)

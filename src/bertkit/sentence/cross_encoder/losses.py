@@ -374,17 +374,22 @@ class NDCGLoss2PPScheme(BaseWeightingScheme):
                 + self.lambda_rank(gain, discount, true_sorted))
 
 
+_NDCG_LOSS2PP = NDCGLoss2PPScheme()  # stateless: one instance, the default of every LambdaLoss
+
+
 class LambdaLoss(_ListwiseLoss):
     """LambdaLoss (Wang et al., 2018): pairwise logistic losses between each query's documents, weighted by
-    ``weighting_scheme`` (NDCG-Loss2++ by default), over the pairs with a document in the top ``k``."""
+    ``weighting_scheme`` (NDCG-Loss2++ by default; None weighs every pair 1, as sentence-transformers reads it), over
+    the pairs with a document in the top ``k``."""
 
-    def __init__(self, model: CrossEncoder, weighting_scheme: BaseWeightingScheme | None = None, k: int | None = None,
-                 sigma: float = 1.0, eps: float = 1e-10, reduction_log: Literal["natural", "binary"] = "binary",
+    def __init__(self, model: CrossEncoder, weighting_scheme: BaseWeightingScheme | None = _NDCG_LOSS2PP,
+                 k: int | None = None, sigma: float = 1.0, eps: float = 1e-10,
+                 reduction_log: Literal["natural", "binary"] = "binary",
                  activation_fn: nn.Module | None = _IDENTITY, mini_batch_size: int | None = None):
         super().__init__(model, mini_batch_size)
         if reduction_log not in ("natural", "binary"):
             raise BertkitError(f"reduction_log must be 'natural' or 'binary', got {reduction_log!r}")
-        self.weighting_scheme = weighting_scheme if weighting_scheme is not None else NDCGLoss2PPScheme()
+        self.weighting_scheme = weighting_scheme or NoWeightingScheme()
         self.k, self.sigma, self.eps, self.reduction_log = k, sigma, eps, reduction_log
         self.activation_fn = activation_fn or nn.Identity()
 
