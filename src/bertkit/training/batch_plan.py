@@ -125,5 +125,11 @@ def epoch_loader(plan: BatchPlan, epoch: int, start: int, num_workers: int | Non
         generator=torch.Generator().manual_seed(plan.seed * 100_003 + epoch))
 
 
+def steps_per_epoch(plan: BatchPlan, grad_accum: int) -> int:
+    """Optimiser steps an epoch makes: its last takes the micro-batches left (the loop's ``micro_step``)."""
+    return max(1, math.ceil(len(plan) / grad_accum))
+
+
 def steps_for_epochs(plan: BatchPlan, epochs: float, grad_accum: int) -> int:
-    return max(1, math.ceil(epochs * len(plan) / grad_accum))
+    """transformers' count: whole epochs' steps, a fraction of an epoch rounded up."""
+    return max(1, math.ceil(epochs * steps_per_epoch(plan, grad_accum)))

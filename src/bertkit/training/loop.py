@@ -27,7 +27,7 @@ from bertkit._hardware import resolve_device, warn_if_bf16_is_emulated
 from bertkit._parallel import DistInfo
 from bertkit.errors import BertkitError, NonFiniteError
 from bertkit.settings import TrainingSettings, checkpoint_fields, resume_fingerprint
-from bertkit.training.batch_plan import Batch, BatchPlan, epoch_loader
+from bertkit.training.batch_plan import Batch, BatchPlan, epoch_loader, steps_per_epoch
 from bertkit.training.callbacks import TrainerControl
 from bertkit.training.checkpoint import (
     STEP_LAYOUT,
@@ -160,7 +160,8 @@ class _Run:
     seqs: int = 0
     tokens: int = 0
     t0: float = 0.0
-    micro: int = 0
+    step_micro: int = 0  # micro-batches of the current optimiser step done
+    step_size: int = 1  # its micro-batches: gradient_accumulation_steps, or the fewer an epoch has left
     spoiled: str | None = None  # why the current optimiser step's gradient cannot be used
     grad_norm: float | None = None  # the last optimiser step's gradient norm, before clipping
     step_lr: float = 0.0  # the learning rate the last optimiser step used (what transformers logs)
@@ -291,16 +292,22 @@ class _Run:
     def micro_step(self, phase: Phase, weight: float, batch: Batch, targets: int | None) -> bool:
         """Forward and backward one micro-batch (``targets``: its labelled tokens, ``target_count``); True when it
         completes an optimiser step's gradient."""
-        args, pos, accum = self.args, self.pos, self.args.gradient_accumulation_steps
-        pos.batch += 1
-        self.micro += 1
-        sync = self.micro % accum == 0
-        if (self.micro - 1) % accum == 0:  # the first micro-batch of an optimiser step
+        args, pos = self.args, self.pos
+        if self.step_micro == 0:  # the first micro-batch of an optimiser step
+            # an epoch's last step takes the micro-batches the epoch has left, as transformers' does: none carries
+            # into the next epoch
+            self.step_size = min(args.gradient_accumulation_steps, len(phase.plan) - pos.batch)
             self.control.should_log = self.control.should_evaluate = self.control.should_save = False
             self.event("step_begin")
-        if (self.micro - 1) % accum == 0 and self.token_losses:
-            step = step_targets(phase.plan, pos.epoch, pos.batch - 1, accum, targets, self.device)
-            self.num_items = None if step is None else max(step, 1) / self.info.world_size
+            if self.token_losses:
+                step = step_targets(phase.plan, pos.epoch, pos.batch, self.step_size, targets, self.device)
+                self.num_items = None if step is None else max(step, 1) / self.info.world_size
+        accum = self.step_size
+        pos.batch += 1
+        self.step_micro += 1
+        sync = self.step_micro == accum
+        if sync:
+            self.step_micro = 0
         # Under DDP every rank runs every backward pass, a spoiled one too: skipping one would leave the
         # others waiting in the gradient all-reduce. The step is then dropped on all ranks.
         if self.spoiled is None or self.info.enabled:
@@ -409,7 +416,7 @@ class _Run:
 
     def _log_window(self, phase: Phase) -> None:
         pos = self.pos
-        self.settle()  # an epoch's end may fall inside an optimiser step (accumulation): its micro-batches so far
+        self.settle()  # a callback's should_epoch_stop may end an epoch inside an optimiser step: its micro-batches
         dt = time.perf_counter() - self.t0
         sums, n, seqs, tokens = _over_ranks(self.window, self.window_n, self.seqs, self.tokens)
         record = {"split": "train", "step": pos.step, "epoch": pos.epoch, "phase": phase.name,
@@ -478,7 +485,7 @@ def cadence(args: TrainingSettings, phases: list[Phase]) -> dict[str, int | None
     """Every how many optimiser steps the run logs, evaluates and saves ("epoch" evaluation and saving happen in
     ``run_epoch``; the last step is always logged)."""
     total = sum(p.steps for p in phases)
-    per_epoch = max(1, math.ceil(len(phases[0].plan) / args.gradient_accumulation_steps))
+    per_epoch = steps_per_epoch(phases[0].plan, args.gradient_accumulation_steps)
     log_every = {"steps": args.steps_of(args.logging_steps, total), "epoch": per_epoch, "no": total + 1}
     return {"log_every": log_every[args.logging_strategy],
             "eval_every": (args.steps_of(args.eval_steps or args.logging_steps, total)

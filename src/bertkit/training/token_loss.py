@@ -23,20 +23,19 @@ def target_count(batch: Batch) -> int | None:
     return int((labels != -100).sum())
 
 
-def step_targets(plan: BatchPlan, epoch: int, batch: int, accum: int, first: int | None, device: str) -> int | None:
-    """The labelled tokens of the ``accum`` micro-batches from (epoch, batch) on, every rank's; ``first`` is the
-    first one's ``target_count``, counted on the host before the batch moved to the device (counting it there
-    would wait for the device); the later ones are collated once more for their labels, as transformers reads
-    ahead. None for per-sequence losses."""
+def step_targets(plan: BatchPlan, epoch: int, batch: int, size: int, first: int | None, device: str) -> int | None:
+    """The labelled tokens of the step's ``size`` micro-batches of ``epoch`` from ``batch`` on, every rank's;
+    ``first`` is the first one's ``target_count``, counted on the host before the batch moved to the device
+    (counting it there would wait for the device); the later ones are collated once more for their labels, as
+    transformers reads ahead. None for per-sequence losses."""
     if first is None:
         return None
+    batches = plan.global_batches(epoch)
     # an empty share runs one example of the batch at weight 0: not a target
-    count = first if plan.shard(plan.global_batches(epoch)[batch]) else 0
-    n = len(plan)
-    for i in range(1, accum):
-        e, b = epoch + (batch + i) // n, (batch + i) % n
-        mine = plan.shard(plan.global_batches(e)[b])
-        count += target_count(plan.load(e, mine)) if mine else 0
+    count = first if plan.shard(batches[batch]) else 0
+    for b in range(batch + 1, batch + size):
+        mine = plan.shard(batches[b])
+        count += target_count(plan.load(epoch, mine)) if mine else 0
     return sum_over_ranks(count, device)
 
 

@@ -38,7 +38,7 @@ from bertkit.inference.runner import evaluate, in_order
 from bertkit.outputs import atomic_write_text
 from bertkit.runs import output_dir
 from bertkit.training import trainer_data
-from bertkit.training.batch_plan import BatchPlan
+from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_epoch
 from bertkit.training.callbacks import (
     EvalPrediction,
     PredictionOutput,
@@ -243,8 +243,8 @@ class Trainer:
         plan = BatchPlan(examples, args.per_device_train_batch_size, self._collate, seed=args.seed,
                          draw=self._batches(examples), rank=info.rank, world_size=info.world_size)
         accum = args.gradient_accumulation_steps
-        per_epoch = max(1, math.ceil(len(plan) / accum))
-        total = args.max_steps if args.max_steps > 0 else max(1, math.ceil(args.num_train_epochs * per_epoch))
+        per_epoch = steps_per_epoch(plan, accum)
+        total = args.max_steps if args.max_steps > 0 else steps_for_epochs(plan, args.num_train_epochs, accum)
         resume = self._resume_point(out, resume_from_checkpoint)
         # the loop reads the arguments themselves: fp16 alone is decided for the device first (``_fp16``)
         settings = args if _fp16(args.fp16, self.device) == args.fp16 else dataclasses.replace(args, fp16=False)
