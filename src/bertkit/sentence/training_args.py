@@ -1,8 +1,9 @@
 """``SentenceTransformerTrainingArguments``: bertkit's ``TrainingArguments`` (transformers' fields bertkit
 implements) plus sentence-transformers' own: ``batch_sampler`` (``BatchSamplers``), ``prompts``, ``router_mapping``
 (``{column: route}``: the Router route each text column goes through) and ``learning_rate_mapping`` (``{pattern:
-rate}``: a learning rate for the parameters whose name the regular expression matches). Multi-dataset sampling is
-refused by name with what to do instead."""
+rate}``: a learning rate for the parameters whose name the regular expression matches) and
+``multi_dataset_batch_sampler`` (``MultiDatasetBatchSamplers``: which dataset each batch of a dict of training
+datasets comes from)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import math
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.training.trainer_args import TrainingArguments
@@ -31,14 +32,15 @@ class BatchSamplers(str, Enum):
 
 
 class MultiDatasetBatchSamplers(str, Enum):
+    """Which dataset each batch comes from when ``train_dataset`` is a dict of datasets (every batch holds the rows
+    of one, batched by ``batch_sampler``, and trains on its loss). ``PROPORTIONAL``: every batch of every dataset
+    once an epoch, in a seeded random order (a dataset twice as large gives twice the batches); ``ROUND_ROBIN``: a
+    batch of each dataset in turn, until the one with the fewest batches has given them all (the others' later
+    batches are left out). sentence-transformers' ProportionalBatchSampler and RoundRobinBatchSampler: the same
+    batches, in the same order, for the same seed."""
+
     ROUND_ROBIN = "round_robin"
     PROPORTIONAL = "proportional"
-
-
-_REFUSED = {
-    "multi_dataset_batch_sampler": ("proportional", "bertkit.sentence trains on one dataset: concatenate them "
-                                                    "(datasets.concatenate_datasets) and drop this argument"),
-}
 
 
 def _mapping(name: str, value: Any) -> dict:
@@ -80,23 +82,22 @@ def _learning_rate_mapping(value: Any) -> dict[str, float]:
 
 
 class SentenceTransformerTrainingArguments(TrainingArguments):
-    """bertkit's ``TrainingArguments`` with ``batch_sampler``, ``prompts`` (a string for every column, or
+    """bertkit's ``TrainingArguments`` with ``batch_sampler``, ``multi_dataset_batch_sampler``, ``prompts`` (a string for every column, or
     ``{column: prompt}``), ``router_mapping`` and ``learning_rate_mapping`` (checked here: a regular expression and
     a finite rate >= 0 each; matched against the loss's parameter names when the trainer is made), as
     sentence-transformers names them."""
 
-    refused_fields: ClassVar[dict[str, tuple[Any, str]]] = _REFUSED  # sentence-transformers' fields: (default, advice)
-
     def __init__(self, output_dir: str | Path | None = None, *,
                  batch_sampler: BatchSamplers | str = BatchSamplers.BATCH_SAMPLER,
                  prompts: str | dict[str, str] | None = None, router_mapping: dict[str, str] | str | None = None,
-                 learning_rate_mapping: dict[str, float] | str | None = None, **kwargs: Any):
-        for name, (default, advice) in self.refused_fields.items():
-            if name in kwargs:
-                value = kwargs.pop(name)
-                if getattr(value, "value", value) not in (default, None):
-                    raise BertkitError(f"{type(self).__name__}: {name}={value!r} is not implemented in bertkit: "
-                                       f"{advice}")
+                 learning_rate_mapping: dict[str, float] | str | None = None,
+                 multi_dataset_batch_sampler: MultiDatasetBatchSamplers | str = MultiDatasetBatchSamplers.PROPORTIONAL,
+                 **kwargs: Any):
+        multi = getattr(multi_dataset_batch_sampler, "value", multi_dataset_batch_sampler)
+        if not isinstance(multi, str) or multi not in {s.value for s in MultiDatasetBatchSamplers}:
+            raise BertkitError(f"multi_dataset_batch_sampler {multi_dataset_batch_sampler!r} is not implemented: give "
+                               f"one of {[s.value for s in MultiDatasetBatchSamplers]} (a custom sampler class or "
+                               "function is not supported)")
         sampler = getattr(batch_sampler, "value", batch_sampler)
         if not isinstance(sampler, str) or sampler not in {s.value for s in BatchSamplers}:
             raise BertkitError(f"batch_sampler {batch_sampler!r} is not implemented: give one of "
@@ -112,6 +113,7 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
             raise BertkitError(f"prompts must be a string or {{column: prompt}}, got {prompts!r} (prompts per dataset "
                                "are not implemented: bertkit.sentence trains on one dataset)")
         self.batch_sampler = BatchSamplers(sampler)
+        self.multi_dataset_batch_sampler = MultiDatasetBatchSamplers(multi)
         self.prompts = prompts
         self.router_mapping = _router_mapping(router_mapping)
         self.learning_rate_mapping = _learning_rate_mapping(learning_rate_mapping)
@@ -119,4 +121,5 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "batch_sampler": self.batch_sampler.value, "prompts": self.prompts,
-                "router_mapping": self.router_mapping, "learning_rate_mapping": self.learning_rate_mapping}
+                "router_mapping": self.router_mapping, "learning_rate_mapping": self.learning_rate_mapping,
+                "multi_dataset_batch_sampler": self.multi_dataset_batch_sampler.value}

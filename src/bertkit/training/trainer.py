@@ -202,6 +202,10 @@ class Trainer:
 
         return batches
 
+    def _batches_per_epoch(self, examples: Sequence) -> int | None:
+        """How many of ``_batches``' batches an epoch trains on; None: ceil(rows / global batch)."""
+        return None
+
     def _order(self, examples: Sequence) -> Callable[[int], Sequence[int]]:
         n, strategy = len(examples), self.args.train_sampling_strategy
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
@@ -241,7 +245,8 @@ class Trainer:
             self._check_outputs(ignore_keys_for_eval, "train(ignore_keys_for_eval=...)")
             self._check_metric()
         plan = BatchPlan(examples, args.per_device_train_batch_size, self._collate, seed=args.seed,
-                         draw=self._batches(examples), rank=info.rank, world_size=info.world_size)
+                         draw=self._batches(examples), rank=info.rank, world_size=info.world_size,
+                         per_epoch=self._batches_per_epoch(examples))
         accum = args.gradient_accumulation_steps
         per_epoch = max(1, math.ceil(len(plan) / accum))
         total = args.max_steps if args.max_steps > 0 else max(1, math.ceil(args.num_train_epochs * per_epoch))

@@ -13,7 +13,7 @@ resume are the loop's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,11 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
                  evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
         args = checked_arguments(type(self).__name__, model, "bertkit.sentence.cross_encoder.CrossEncoder",
                                  CrossEncoder, args, CrossEncoderTrainingArguments, unknown)
+        for what, data in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+            if isinstance(data, Mapping):
+                raise BertkitError(f"CrossEncoderTrainer: {what} is a dict of datasets, and multi-dataset training "
+                                   "is implemented for SentenceTransformerTrainer and SparseEncoderTrainer only: train "
+                                   "the cross-encoder on one dataset (datasets.concatenate_datasets)")
         loss = self._loss(model, loss)
         check_batch_holds_negatives(loss, args)
         self.model, self.loss, self.evaluator = model, loss, as_evaluator(evaluator)
@@ -84,7 +89,8 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
         if loss is None:  # sentence-transformers' defaults
             loss = BinaryCrossEntropyLoss(model) if model.num_labels == 1 else CrossEntropyLoss(model)
         elif isinstance(loss, dict):
-            raise BertkitError("a loss per dataset is not implemented: bertkit.sentence trains on one dataset with one loss")
+            raise BertkitError("CrossEncoderTrainer: a loss per dataset is not implemented (multi-dataset training is "
+                               "SentenceTransformerTrainer's and SparseEncoderTrainer's): give one loss")
         elif not isinstance(loss, nn.Module) and callable(loss):
             loss = loss(model)
         if not isinstance(loss, CrossEncoderLoss):
@@ -102,6 +108,8 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
         evaluator's metrics alone."""
         if eval_dataset is None and self.eval_dataset is None:
             return super().evaluate(None, ignore_keys, metric_key_prefix)  # the evaluator's metrics alone
+        if isinstance(eval_dataset, Mapping):
+            raise BertkitError("CrossEncoderTrainer.evaluate: a dict of datasets is not implemented; evaluate each")
         if eval_dataset is not None:
             eval_dataset = CrossEncoderExamples(eval_dataset, self.model, self.loss, "eval_dataset")
         return without_epoch(Trainer.evaluate(self, eval_dataset, ignore_keys, metric_key_prefix))

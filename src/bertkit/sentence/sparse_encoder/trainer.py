@@ -67,10 +67,11 @@ class SparseEncoderTrainer(SentenceTransformerTrainer):
                                "router_mapping in the training arguments, each text column's route, e.g. "
                                "{'query': 'query', 'positive': 'document', 'negative': 'document'}")
 
-    def _examples_of(self, dataset: Any, args: SparseEncoderTrainingArguments, what: str) -> SentenceExamples:
+    def _dataset_examples(self, dataset: Any, args: SparseEncoderTrainingArguments, what: str,
+                          name: str | None) -> SentenceExamples:
         """The dense trainer's, once each text column has a route (a column router_mapping leaves out: the
         Router's default)."""
-        examples = super()._examples_of(dataset, args, what)
+        examples = super()._dataset_examples(dataset, args, what, name)
         router = self.model[0]
         lost = {c: t for c, t in zip(examples.texts, examples.tasks)
                 if isinstance(router, Router) and router.resolve(t) is None}
