@@ -143,7 +143,11 @@ def as_evaluator(evaluator: Any) -> Any:
 
 def without_epoch(metrics: dict[str, float]) -> dict[str, float]:
     """An evaluation's metrics as sentence-transformers' ``evaluate()`` returns them: its ``log()`` adds the epoch to a
-    copy of a record with a loss, so the epoch is logged, not returned (transformers' Trainer returns it)."""
+    copy of a record with "loss" or "eval_loss", so there the epoch is logged, not returned; to any other record
+    (``eval_{name}_loss`` of a dict of datasets, another metric_key_prefix's) in place, as transformers' Trainer does,
+    so it is returned."""
+    if "loss" not in metrics and "eval_loss" not in metrics:
+        return metrics
     return {k: v for k, v in metrics.items() if k != "epoch"}
 
 

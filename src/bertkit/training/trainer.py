@@ -423,8 +423,9 @@ class Trainer:
             self.log({"loss": record["loss"], **norm, "learning_rate": record["lr"]})
             return
         metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
-        self.log(metrics)
-        self._event("on_evaluate", metrics=metrics)
+        for part in self._by_eval_set(metrics):  # transformers logs each set's evaluation on its own
+            self.log(part)
+            self._event("on_evaluate", metrics=part)
         name = self.args.metric_for_best_model
         if name is not None and metric_key(name) in metrics:
             value = metrics[metric_key(name)]
@@ -437,6 +438,19 @@ class Trainer:
             if better:
                 self.state.best_metric, self.state.best_global_step = value, step
                 self.state.best_model_checkpoint = str(HF_LAYOUT.path(Path(self.args.output_dir), step))
+
+    def _by_eval_set(self, metrics: dict[str, float]) -> list[dict[str, float]]:
+        """An evaluation's metrics as one record per evaluation set (for a dict of them, the keys under its
+        ``eval_{name}_`` prefix, the longest that fits; a key under none goes with the first set, as
+        sentence-transformers logs its evaluator's metrics)."""
+        if not isinstance(self.eval_dataset, Mapping):
+            return [metrics]
+        prefixes = [f"eval_{name}_" for name in self.eval_dataset]
+        parts: dict[str, dict[str, float]] = {p: {} for p in prefixes}
+        for key, value in metrics.items():
+            fits = [p for p in prefixes if key.startswith(p)]
+            parts[max(fits, key=len) if fits else prefixes[0]][key] = value
+        return [part for part in parts.values() if part]
 
     def _is_best(self, path: Path) -> bool:
         return self.state.best_model_checkpoint is not None and Path(self.state.best_model_checkpoint).name == path.name
