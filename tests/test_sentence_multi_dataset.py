@@ -138,7 +138,11 @@ def test_training_script_gives_sentence_transformers_numbers(sampler, model_dir,
 
 
 def test_bad_input_is_named_before_anything_is_written(model, minilm_2_layers, tmp_path):
-    from bertkit.sentence.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from bertkit.sentence.cross_encoder import (
+        CrossEncoder,
+        CrossEncoderTrainer,
+        CrossEncoderTrainingArguments,
+    )
     from bertkit.sentence.cross_encoder import losses as ce_losses
     from cross_encoder_helpers import cross_encoder_directory
 
@@ -199,3 +203,74 @@ def test_a_resumed_run_is_the_uninterrupted_one(model_dir, tmp_path):
     resumed, weights = run(tmp_path / "cut", resume=True)
     assert len(whole) == 7 and first == whole[:3] and resumed == whole
     assert all(torch.equal(weights[k], whole_weights[k]) for k in whole_weights)
+
+
+def _sparse_steps(lib: str, checkpoint, out_dir) -> list[tuple[str, dict[str, float], float]]:
+    """A sparse training script on the two datasets, a SpladeLoss each (the trainer adds each one's warm-up);
+    ``lib`` picks the import. Each step's dataset, terms and query regulariser weight."""
+    if lib == "sentence_transformers":
+        import sentence_transformers as S
+        from sentence_transformers.sparse_encoder import losses as L
+    else:
+        import bertkit.sentence as S
+        from bertkit.sentence.sparse_encoder import losses as L
+    model = S.SparseEncoder(str(checkpoint), device="cpu")
+    model.max_seq_length = 16
+    steps = []
+
+    def recorded(name, base):
+        class Recorded(L.SpladeLoss):
+            def forward(self, features, labels=None):
+                terms = super().forward(features, labels)
+                if torch.is_grad_enabled():  # not an evaluation
+                    steps.append((name, {k: v.item() for k, v in terms.items()}, self.query_regularizer_weight))
+                return terms
+        return Recorded(model, loss=base, document_regularizer_weight=3e-3, query_regularizer_weight=5e-3)
+
+    loss = {"pairs": recorded("pairs", L.SparseMultipleNegativesRankingLoss(model)),
+            "scored": recorded("scored", L.SparseCoSENTLoss(model))}
+    args = S.SparseEncoderTrainingArguments(
+        output_dir=str(out_dir), per_device_train_batch_size=3, max_steps=5, learning_rate=2e-5, logging_steps=1,
+        save_strategy="no", report_to="none", seed=42, use_cpu=True, disable_tqdm=True)
+    train = datasets.DatasetDict({"pairs": datasets.Dataset.from_list(PAIRS),
+                                  "scored": datasets.Dataset.from_list(SCORED)})
+    S.SparseEncoderTrainer(model=model, args=args, train_dataset=train, loss=loss).train()
+    return steps
+
+
+def test_sparse_training_on_two_datasets_is_sentence_transformers(minilm_2_layers, tmp_path):
+    """SparseEncoderTrainer shares the dense trainer's multi-dataset training: two SpladeLosses (each warmed up by
+    a callback of its own) give the same dataset, terms and regulariser weight at every step."""
+    pytest.importorskip("sentence_transformers")
+    from sparse_helpers import masked_lm_checkpoint
+
+    checkpoint = masked_lm_checkpoint(minilm_2_layers, tmp_path / "mlm", dropout=0.0)
+    want = _sparse_steps("sentence_transformers", checkpoint, tmp_path / "st")
+    got = _sparse_steps("bertkit", checkpoint, tmp_path / "bk")
+    assert [(s[0], s[2]) for s in got] == [(s[0], s[2]) for s in want] and len(got) == 5
+    assert {s[0] for s in got} == {"pairs", "scored"}
+    for (_, got_terms, _), (_, want_terms, _) in zip(got, want):
+        assert got_terms.keys() == want_terms.keys()
+        np.testing.assert_allclose(list(got_terms.values()), list(want_terms.values()), rtol=1e-5, atol=1e-7)
+
+
+def test_prompts_per_dataset_are_resolved_as_sentence_transformers(model, tmp_path):
+    """``prompts`` for a dict of datasets: a dataset's name picks its prompt (one, or by column); a dict by dataset
+    gives a dataset it does not name no prompt; a dict by column applies to every dataset. Each column's prompt is
+    the one sentence-transformers' collator resolves for a batch of that dataset. A dict by dataset for a dataset of
+    its own is refused (sentence-transformers refuses it at the first batch)."""
+    collator = pytest.importorskip("sentence_transformers.sentence_transformer.data_collator")
+    mnrl, cosent = losses.MultipleNegativesRankingLoss(model), losses.CoSENTLoss(model)
+    loss = {"pairs": mnrl, "scored": cosent}
+    for prompts in ({"pairs": "query: "}, {"pairs": {"anchor": "q: "}, "scored": {"s2": "d: "}},
+                    {"scored": {"s1": "s: "}}, {"anchor": "q: ", "s2": "d: "}, "all: "):
+        trainer = SentenceTransformerTrainer(model=model, args=_args(tmp_path, prompts=prompts), loss=loss,
+                                             train_dataset={"pairs": PAIRS, "scored": SCORED})
+        reference = collator.SentenceTransformerDataCollator(preprocess_fn=None, prompts=prompts)
+        for name, part in trainer.train_dataset.parts.items():
+            resolved = reference._resolve_prompts({"dataset_name": name})
+            assert part.prompts == [reference._get_prompt_for_column(resolved, c) for c in part.texts], (prompts, name)
+    with pytest.raises(BertkitError, match=r"prompts maps dataset names \(\['pairs'\]\) to \{column: ...\}, and "
+                                           "train_dataset is one dataset"):
+        SentenceTransformerTrainer(model=model, args=_args(tmp_path, prompts={"pairs": {"anchor": "q: "}}), loss=mnrl,
+                                   train_dataset=PAIRS)

@@ -51,6 +51,7 @@ from bertkit.sentence.training_args import (
     BatchSamplers,
     MultiDatasetBatchSamplers,
     SentenceTransformerTrainingArguments,
+    for_dataset,
 )
 from bertkit.training.callbacks import EvalPrediction
 from bertkit.training.distributed import current
@@ -261,8 +262,9 @@ class SentenceTransformerTrainer(Trainer):
 
     def _dataset_examples(self, dataset: Any, args: SentenceTransformerTrainingArguments, what: str,
                           name: str | None) -> SentenceExamples:
-        return SentenceExamples(dataset, self.model, self._loss_of(name, what), args.prompts, args.router_mapping,
-                                what, name)
+        return SentenceExamples(dataset, self.model, self._loss_of(name, what),
+                                for_dataset(args.prompts, "prompts", name, what),
+                                for_dataset(args.router_mapping, "router_mapping", name, what), what, name)
 
     def _loss_of(self, name: str | None, what: str) -> Any:
         """The loss of the dataset ``name`` (None: a dataset of its own)."""

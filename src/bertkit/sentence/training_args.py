@@ -1,8 +1,8 @@
 """``SentenceTransformerTrainingArguments``: bertkit's ``TrainingArguments`` (transformers' fields bertkit
 implements) plus sentence-transformers' own: ``batch_sampler`` (``BatchSamplers``), ``prompts``, ``router_mapping``
-(``{column: route}``: the Router route each text column goes through) and ``learning_rate_mapping`` (``{pattern:
-rate}``: a learning rate for the parameters whose name the regular expression matches) and
-``multi_dataset_batch_sampler`` (``MultiDatasetBatchSamplers``: which dataset each batch of a dict of training
+(``{column: route}``: the Router route each text column goes through; either may be given per dataset of a dict of
+datasets, ``for_dataset``), ``learning_rate_mapping`` (``{pattern: rate}``: a learning rate for the parameters whose
+name the regular expression matches) and ``multi_dataset_batch_sampler`` (``MultiDatasetBatchSamplers``: which dataset each batch of a dict of training
 datasets comes from)."""
 
 from __future__ import annotations
@@ -57,15 +57,32 @@ def _mapping(name: str, value: Any) -> dict:
     return dict(value)
 
 
-def _router_mapping(value: Any) -> dict[str, str]:
+def _router_mapping(value: Any) -> dict[str, str] | dict[str, dict[str, str]]:
     mapping = _mapping("router_mapping", value)
-    if any(isinstance(v, dict) for v in mapping.values()):
-        raise BertkitError(f"router_mapping {mapping!r} maps dataset names: a mapping per dataset is not implemented "
-                           "(bertkit.sentence trains on one dataset); give {column: route}")
-    if not all(isinstance(v, str) for v in mapping.values()):
+    flat = all(isinstance(v, str) for v in mapping.values())
+    nested = all(isinstance(v, dict) and all(isinstance(k, str) and isinstance(r, str) for k, r in v.items())
+                 for v in mapping.values())
+    if not (flat or nested):
         raise BertkitError(f"router_mapping must map each text column to a route name, e.g. {{'query': 'query', "
-                           f"'positive': 'document'}}, got {mapping!r}")
+                           f"'positive': 'document'}}, or each dataset's name to such a dict, got {mapping!r}")
     return mapping
+
+
+def for_dataset(setting: Any, field: str, name: str | None, what: str) -> Any:
+    """``prompts`` or ``router_mapping`` for the dataset ``name`` (None: a dataset of its own) as
+    sentence-transformers' collator resolves them: a dict holding the name gives its value; a dict of dicts (by
+    dataset) without it, nothing; anything else applies to every dataset as it is (a prompt, {column: ...}). A dict
+    of dicts for a dataset of its own is refused (sentence-transformers refuses it at the first batch)."""
+    if not isinstance(setting, dict) or not setting:
+        return setting
+    if name is not None and name in setting and (field == "prompts" or isinstance(setting[name], dict)):
+        return setting[name]
+    if isinstance(next(iter(setting.values())), dict):
+        if name is None:
+            raise BertkitError(f"{field} maps dataset names ({sorted(setting)}) to {{column: ...}}, and {what} is one "
+                               f"dataset: give a dict of datasets by those names, or {field} by column")
+        return {}
+    return setting
 
 
 def _learning_rate_mapping(value: Any) -> dict[str, float]:
@@ -108,10 +125,11 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
                                "losses, which bertkit.sentence does not have); use 'batch_sampler' or 'no_duplicates'")
         if sampler == BatchSamplers.NO_DUPLICATES_HASHED.value:
             sampler = BatchSamplers.NO_DUPLICATES.value
-        if prompts is not None and not (isinstance(prompts, str) or (
-                isinstance(prompts, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()))):
-            raise BertkitError(f"prompts must be a string or {{column: prompt}}, got {prompts!r} (prompts per dataset "
-                               "are not implemented: bertkit.sentence trains on one dataset)")
+        if prompts is not None and not (isinstance(prompts, str) or (isinstance(prompts, dict) and all(
+                isinstance(k, str) and (isinstance(v, str) or (isinstance(v, dict) and all(
+                    isinstance(c, str) and isinstance(p, str) for c, p in v.items()))) for k, v in prompts.items()))):
+            raise BertkitError(f"prompts must be a string, {{column: prompt}}, {{dataset: prompt}} or {{dataset: "
+                               f"{{column: prompt}}}}, got {prompts!r}")
         self.batch_sampler = BatchSamplers(sampler)
         self.multi_dataset_batch_sampler = MultiDatasetBatchSamplers(multi)
         self.prompts = prompts

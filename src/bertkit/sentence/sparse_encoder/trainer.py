@@ -54,8 +54,9 @@ class SparseEncoderTrainer(SentenceTransformerTrainer):
                  evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
         super().__init__(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset, loss=loss,
                          evaluator=evaluator, callbacks=callbacks, **unknown)
-        if isinstance(self.loss, SpladeLoss):
-            self._add_warmup(self.loss)
+        for loss in self.loss.values() if isinstance(self.loss, dict) else [self.loss]:  # each of a dict's too
+            if isinstance(loss, SpladeLoss):
+                self._add_warmup(loss)
 
     def _check_router_mapping(self, model: SparseEncoder, mapping: dict[str, str]) -> None:
         """A Router model needs ``router_mapping`` (sentence-transformers refuses it without); a model without one
