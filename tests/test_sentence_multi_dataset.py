@@ -99,7 +99,8 @@ def _train(lib: str, model_dir, out_dir, sampler: str, steps: int):
     args = S.SentenceTransformerTrainingArguments(
         output_dir=str(out_dir), per_device_train_batch_size=3, per_device_eval_batch_size=4, max_steps=steps,
         learning_rate=1e-4, logging_steps=1, eval_strategy="steps", eval_steps=4, save_strategy="no",
-        report_to="none", seed=5, use_cpu=True, disable_tqdm=True, multi_dataset_batch_sampler=sampler)
+        report_to="none", seed=5, use_cpu=True, disable_tqdm=True, multi_dataset_batch_sampler=sampler,
+        metric_for_best_model="sts_spearman_cosine")
     train = datasets.DatasetDict({"pairs": datasets.Dataset.from_list(PAIRS),
                                   "scored": datasets.Dataset.from_list(SCORED)})
     dev = {"pairs": datasets.Dataset.from_list(PAIRS[:5]), "scored": datasets.Dataset.from_list(SCORED[:4])}
@@ -111,7 +112,7 @@ def _train(lib: str, model_dir, out_dir, sampler: str, steps: int):
     in_training = [{k: v for k, v in r.items() if "runtime" not in k and "per_second" not in k}
                    for r in trainer.state.log_history if "eval_pairs_loss" in r]
     after = {k: v for k, v in trainer.evaluate().items() if "runtime" not in k and "per_second" not in k}
-    return steps_seen, in_training, after
+    return steps_seen, in_training + [{"best_metric": trainer.state.best_metric}], after
 
 
 @pytest.mark.parametrize("sampler", ["proportional", "round_robin"])
@@ -119,7 +120,8 @@ def test_training_script_gives_sentence_transformers_numbers(sampler, model_dir,
     """Two datasets, MultipleNegativesRankingLoss on (anchor, positive) pairs and CoSENTLoss on scored pairs, batches
     of 3, over two epochs (5 and 4 batches an epoch, a short one each): every step trains on the same dataset's same
     rows to the same loss; each evaluation dataset gives the same eval_{name}_loss; in training the evaluator runs
-    once (eval_sts_*), after training once per dataset (eval_{name}_sts_*), as in sentence-transformers."""
+    once (eval_sts_*: metric_for_best_model names one), after training once per dataset (eval_{name}_sts_*), as in
+    sentence-transformers."""
     pytest.importorskip("sentence_transformers")
     want = _train("sentence_transformers", model_dir, tmp_path / "st", sampler, 8)
     got = _train("bertkit", model_dir, tmp_path / "bk", sampler, 8)
@@ -128,9 +130,9 @@ def test_training_script_gives_sentence_transformers_numbers(sampler, model_dir,
     assert {s[0] for s in got_steps} == {"pairs", "scored"} and any(s[1] < 3 for s in got_steps)
     # measured on MiniLM (6 layers), 9 steps: largest relative difference 5.5e-6
     np.testing.assert_allclose([s[2] for s in got_steps], [s[2] for s in want_steps], rtol=1e-5, atol=1e-7)
-    assert len(got_evals) == len(want_evals) == 2
+    assert len(got_evals) == len(want_evals) == 3  # two evaluations, then the best evaluator metric
     for got_eval, want_eval in zip(got_evals, want_evals):
-        assert got_eval.keys() == want_eval.keys() and "eval_sts_spearman_cosine" in got_eval
+        assert got_eval.keys() == want_eval.keys() and ("eval_sts_spearman_cosine" in got_eval or "best_metric" in got_eval)
         np.testing.assert_allclose([got_eval[k] for k in want_eval], list(want_eval.values()), rtol=1e-5, atol=1e-6)
     assert got_after.keys() == want_after.keys()
     assert {"eval_pairs_loss", "eval_scored_loss", "eval_scored_sts_spearman_cosine"} <= got_after.keys()

@@ -53,7 +53,7 @@ from bertkit.sentence.training_args import (
     SentenceTransformerTrainingArguments,
     for_dataset,
 )
-from bertkit.training.callbacks import EvalPrediction
+from bertkit.training.callbacks import EvalPrediction, metric_key
 from bertkit.training.distributed import current
 from bertkit.training.optim import parameter_groups
 from bertkit.training.trainer import Trainer
@@ -408,9 +408,25 @@ class SentenceTransformerTrainer(Trainer):
         evaluator, self.evaluator = self.evaluator, copy.deepcopy(self.evaluator)
         self._evaluations_write_csv = False
         try:
-            super()._check_metric()
+            if isinstance(self.eval_dataset, Mapping) and self.compute_metrics is not None:
+                self._check_metric_of_datasets()
+            else:
+                super()._check_metric()
         finally:
             self.evaluator, self._evaluations_write_csv = evaluator, True
+
+    def _check_metric_of_datasets(self) -> None:
+        """metric_for_best_model among the metrics of an evaluation of a dict of datasets with an evaluator: each
+        dataset's, and the evaluator's once, as ``eval_{metric}`` (``_evaluate_in_loop``), not per dataset."""
+        name = self.args.metric_for_best_model
+        if name is None:
+            return
+        keys = [f"eval_{dataset}_{k}" for dataset in self.eval_dataset
+                for k in ("loss", "runtime", "samples_per_second", "steps_per_second")]
+        keys += [k if k.startswith("eval_") else f"eval_{k}" for k in self._evaluator_metrics(None)]
+        if metric_key(name) not in keys:
+            raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
+                               f"returns {keys}; name one of them (without or with the eval_ prefix)")
 
     def _evaluate_in_loop(self, module: nn.Module) -> dict[str, float]:
         """The base Trainer's; for a dict of evaluation datasets, as sentence-transformers' trainer evaluates them in
