@@ -172,10 +172,10 @@ def test_bad_input_is_named_before_anything_is_written(model, minilm_2_layers, t
     with pytest.raises(BertkitError, match="multi_dataset_batch_sampler 'by_size' is not implemented"):
         _args(tmp_path, multi_dataset_batch_sampler="by_size")
     encoder = CrossEncoder(cross_encoder_directory(minilm_2_layers, tmp_path / "ce"))
-    with pytest.raises(BertkitError, match="CrossEncoderTrainer: train_dataset is a dict of datasets"):
+    with pytest.raises(BertkitError, match=r"train_dataset has the dataset\(s\) \['b'\], for which the loss dict"):
         CrossEncoderTrainer(model=encoder, args=CrossEncoderTrainingArguments(str(tmp_path / "out"), use_cpu=True),
-                            loss=ce_losses.BinaryCrossEntropyLoss(encoder),
-                            train_dataset={"a": [{"q": "a", "d": "b", "label": 1.0}]})
+                            loss={"a": ce_losses.BinaryCrossEntropyLoss(encoder)},
+                            train_dataset={"a": [{"q": "a", "d": "b", "label": 1.0}], "b": [{"q": "a", "d": "b"}]})
     assert not (tmp_path / "out").exists()
 
 
@@ -276,3 +276,59 @@ def test_prompts_per_dataset_are_resolved_as_sentence_transformers(model, tmp_pa
                                            "train_dataset is one dataset"):
         SentenceTransformerTrainer(model=model, args=_args(tmp_path, prompts={"pairs": {"anchor": "q: "}}), loss=mnrl,
                                    train_dataset=PAIRS)
+
+
+def _cross_encoder_steps(lib: str, model_dir, out_dir, sampler: str) -> list[tuple[str, int, float]]:
+    """A cross-encoder training script on two datasets: BinaryCrossEntropyLoss on 0/1 labelled pairs, MSELoss on
+    scored pairs; ``lib`` picks the import. Each step's dataset, rows and loss."""
+    if lib == "sentence_transformers":
+        from sentence_transformers.cross_encoder import (
+            CrossEncoder,
+            CrossEncoderTrainer,
+            CrossEncoderTrainingArguments,
+        )
+        from sentence_transformers.cross_encoder import losses as L
+    else:
+        from bertkit.sentence.cross_encoder import (
+            CrossEncoder,
+            CrossEncoderTrainer,
+            CrossEncoderTrainingArguments,
+        )
+        from bertkit.sentence.cross_encoder import losses as L
+    model = CrossEncoder(str(model_dir), max_length=16)
+    steps = []
+
+    def recorded(cls, name):
+        class Recorded(cls):
+            def forward(self, inputs, labels, **kwargs):
+                value = super().forward(inputs, labels, **kwargs)
+                steps.append((name, len(labels), value.item()))
+                return value
+        return Recorded(model)
+
+    args = CrossEncoderTrainingArguments(
+        output_dir=str(out_dir), per_device_train_batch_size=3, max_steps=5, learning_rate=1e-4, logging_steps=1,
+        save_strategy="no", report_to="none", seed=3, use_cpu=True, disable_tqdm=True,
+        multi_dataset_batch_sampler=sampler)
+    binary = [{"q": f"question {i}", "d": f"paragraph {i // 2}", "label": i % 2} for i in range(7)]
+    scored = [{"q": r["s1"], "d": r["s2"], "score": r["score"]} for r in SCORED]
+    train = datasets.DatasetDict({"binary": datasets.Dataset.from_list(binary),
+                                  "scored": datasets.Dataset.from_list(scored)})
+    CrossEncoderTrainer(model=model, args=args, train_dataset=train, loss={
+        "binary": recorded(L.BinaryCrossEntropyLoss, "binary"), "scored": recorded(L.MSELoss, "scored")}).train()
+    return steps
+
+
+@pytest.mark.parametrize("sampler", ["proportional", "round_robin"])
+def test_cross_encoder_training_on_two_datasets_is_sentence_transformers(sampler, minilm_2_layers, tmp_path):
+    """CrossEncoderTrainer shares the dense trainer's multi-dataset training: the same dataset and rows at every
+    step, trained to the same loss."""
+    pytest.importorskip("sentence_transformers")
+    from cross_encoder_helpers import cross_encoder_directory
+
+    model_dir = cross_encoder_directory(minilm_2_layers, tmp_path / "ce")
+    want = _cross_encoder_steps("sentence_transformers", model_dir, tmp_path / "st", sampler)
+    got = _cross_encoder_steps("bertkit", model_dir, tmp_path / "bk", sampler)
+    assert [s[:2] for s in got] == [s[:2] for s in want] and len(got) == 5
+    assert {s[0] for s in got} == {"binary", "scored"}
+    np.testing.assert_allclose([s[2] for s in got], [s[2] for s in want], rtol=1e-5, atol=1e-7)
