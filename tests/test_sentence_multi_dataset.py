@@ -181,18 +181,19 @@ def test_bad_input_is_named_before_anything_is_written(model, minilm_2_layers, t
 
 def test_a_resumed_run_is_the_uninterrupted_one(model_dir, tmp_path):
     """Stopped after step 3 of 7 (two epochs of 5 proportional batches) and resumed from its checkpoint, a multi-dataset run
-    trains the same batches to the same losses and weights as the run that was not stopped, bit for bit."""
+    trains the same batches to the same losses and weights as the run that was not stopped, bit for bit; resumed
+    with the other multi-dataset sampler, it is refused."""
     from bertkit.training.callbacks import TrainerCallback
 
     class StopAt3(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             control.should_training_stop = state.global_step == 3
 
-    def run(out, resume=None, stop=False):
+    def run(out, resume=None, stop=False, sampler="proportional"):
         encoder = SentenceTransformer(model_dir)
         args = SentenceTransformerTrainingArguments(
             output_dir=str(out), per_device_train_batch_size=3, max_steps=7, learning_rate=1e-4, logging_steps=1,
-            save_steps=3, report_to="none", use_cpu=True, disable_tqdm=True, seed=2)
+            save_steps=3, report_to="none", use_cpu=True, disable_tqdm=True, seed=2, multi_dataset_batch_sampler=sampler)
         trainer = SentenceTransformerTrainer(
             model=encoder, args=args, train_dataset={"pairs": PAIRS, "scored": SCORED},
             loss={"pairs": losses.MultipleNegativesRankingLoss(encoder), "scored": losses.CoSENTLoss(encoder)},
@@ -202,6 +203,9 @@ def test_a_resumed_run_is_the_uninterrupted_one(model_dir, tmp_path):
 
     whole, whole_weights = run(tmp_path / "whole")
     first, _ = run(tmp_path / "cut", stop=True)
+    with pytest.raises(BertkitError, match=r"other settings or data .*'samplers.multi_dataset_batch_sampler': "
+                                           r"\('proportional', 'round_robin'\)"):
+        run(tmp_path / "cut", resume=True, sampler="round_robin")  # other batches: refused before any work
     resumed, weights = run(tmp_path / "cut", resume=True)
     assert len(whole) == 7 and first == whole[:3] and resumed == whole
     assert all(torch.equal(weights[k], whole_weights[k]) for k in whole_weights)

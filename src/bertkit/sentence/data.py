@@ -183,10 +183,11 @@ def no_duplicates_batches(examples: SentenceExamples, batch_size: int, seed: int
 
 
 class MultiDatasetExamples(Sequence):
-    """Named datasets' examples end to end (sentence-transformers' ConcatDataset of a DatasetDict): row ``i`` of the
-    k-th dataset is ``offsets[k] + i``; each example carries its dataset's name."""
+    """Named datasets' examples (``SentenceExamples``, or the cross-encoder's) end to end (sentence-transformers'
+    ConcatDataset of a DatasetDict): row ``i`` of the k-th dataset is ``offsets[k] + i``; each example carries its
+    dataset's name."""
 
-    def __init__(self, parts: dict[str, SentenceExamples]):
+    def __init__(self, parts: dict[str, Any]):
         self.parts = parts
         self.offsets = [0, *itertools.accumulate(len(p) for p in parts.values())]
         self._parts = list(parts.values())
@@ -206,7 +207,7 @@ class MultiDatasetExamples(Sequence):
         return {"datasets": [[name, part.fingerprint()] for name, part in self.parts.items()]}
 
 
-def multi_dataset_batches(parts: Sequence[SentenceExamples], batch_size: int, seed: int, round_robin: bool,
+def multi_dataset_batches(parts: Sequence[Any], batch_size: int, seed: int, round_robin: bool,
                           no_duplicates: bool) -> list[list[int]]:
     """One epoch's batches of several datasets end to end (``MultiDatasetExamples``' indices), each batch from one
     dataset, as sentence-transformers draws them (``seed``: its seed + epoch). One generator serves every sampler:
