@@ -416,8 +416,17 @@ def test_bad_router_and_learning_rate_mappings_are_refused_by_name(inference_fre
     with pytest.raises(BertkitError, match=r"router_mapping=\{'query': 'query'\} maps columns to a Router's routes, "
                                            "and a bertkit SparseEncoder has no Router: drop router_mapping"):
         trainer(sparse_model, router_mapping={"query": "query"})
-    with pytest.raises(BertkitError, match="a mapping per dataset is not implemented"):
-        SparseEncoderTrainingArguments(output_dir=str(out), router_mapping={"squad": {"query": "query"}})
+    with pytest.raises(BertkitError, match=r"router_mapping maps dataset names \(\['squad'\]\) to \{column: ...\}, and "
+                                           "train_dataset is one dataset"):
+        trainer(router_mapping={"squad": {"query": "query", "positive": "document"}})
+    # a mapping per dataset of a dict of them: each dataset's columns go through its routes
+    args = SparseEncoderTrainingArguments(output_dir=str(out), report_to="none", use_cpu=True, router_mapping={
+        "squad": {"query": "query", "positive": "document"}, "msmarco": {"query": "document"}})
+    loss = losses.SpladeLoss(router, losses.SparseMultipleNegativesRankingLoss(router), 3e-5, None)
+    parts = SparseEncoderTrainer(model=router, args=args, train_dataset={"squad": rows, "msmarco": rows},
+                                 loss=loss).train_dataset.parts
+    assert {name: part.tasks for name, part in parts.items()} == {"squad": ["query", "document", None],
+                                                                  "msmarco": ["document", None, None]}
     # sentence-transformers' docs write the class name; a parameter's name is its module path, in both libraries
     by_class = {r"SparseStaticEmbedding\.*": 1e-3}
     with pytest.raises(BertkitError, match=re.escape(

@@ -1,5 +1,6 @@
 """Training data for the sentence losses: a dataset's text columns, tokenized per row, padded into one
-(B, C, T) batch (C columns), and sentence-transformers' no-duplicates batches.
+(B, C, T) batch (C columns); sentence-transformers' no-duplicates batches; several named datasets end to end, with
+sentence-transformers' multi-dataset batch order (each batch from one dataset).
 
 Columns are the loss's inputs in the dataset's order (anchor, positive, negatives...); a column named "label",
 "labels", "score" or "scores" is the label, "dataset_name" is left out.
@@ -7,9 +8,12 @@ Columns are the loss's inputs in the dataset's order (anchor, positive, negative
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
+import math
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -37,9 +41,9 @@ def column_names(dataset: Any) -> list[str]:
 def loss_columns(dataset: Any, loss: Any, what: str) -> tuple[str | None, list[str]]:
     """(the label column or None, the text columns in order) of ``dataset``, once they fit ``loss``: refused
     otherwise, naming the columns and what the loss takes."""
-    if type(dataset).__name__ in ("DatasetDict", "IterableDataset", "IterableDatasetDict") or isinstance(dataset, dict):
-        raise BertkitError(f"{what}: a {type(dataset).__name__} is not supported; give one datasets.Dataset (or a "
-                           "list of dicts): concatenate several with datasets.concatenate_datasets")
+    if type(dataset).__name__ in ("IterableDataset", "IterableDatasetDict"):
+        raise BertkitError(f"{what}: a {type(dataset).__name__} is not supported; give a datasets.Dataset (or a list "
+                           "of dicts), or a dict of them")
     names = column_names(dataset)
     label = next((c for c in LABEL_COLUMNS if c in names), None)
     texts = [c for c in names if c != label and c != "dataset_name"]
@@ -56,11 +60,16 @@ class SentenceExamples(Sequence):
     the model's ``tokenize`` gives them for the column's task), the label (0 when the dataset has none and the loss
     needs none) and the row's index (which tells a gathering loss the stand-in row of a process with no share of a
     short batch). ``router_mapping`` ({column: task}) gives a column its task, the Router route it goes through
-    (None: the Router's default); a column it names that ``dataset`` does not have as a text column is refused."""
+    (None: the Router's default); a column it names that ``dataset`` does not have as a text column is refused.
+    ``name``: the dataset's name in a dict of datasets, which each example carries (its batch's loss is that
+    dataset's); None for a dataset of its own."""
 
     def __init__(self, dataset: Any, model: Any, loss: Any, prompts: str | dict[str, str] | None,
-                 router_mapping: dict[str, str], what: str):
+                 router_mapping: dict[str, str], what: str, name: str | None = None):
         self.label, self.texts = loss_columns(dataset, loss, what)
+        if len(dataset) == 0:
+            raise BertkitError(f"{what} is empty: give it rows, or leave it out")
+        self.name = name
         unknown = [c for c in router_mapping if c not in self.texts]
         if unknown:
             raise BertkitError(f"router_mapping names the column(s) {unknown}, which are not text columns of {what} "
@@ -86,7 +95,7 @@ class SentenceExamples(Sequence):
             types.append(enc["token_type_ids"][0].tolist())
         label = row[self.label] if self.label is not None else 0
         return {"input_ids": ids, "token_type_ids": types, "prompt_length": self.prompt_lengths, "task": self.tasks,
-                "label": label, "index": i}
+                "label": label, "index": i, "dataset_name": self.name}
 
     def texts_by_row(self) -> list[set[str]]:
         """Each row's texts (what the no-duplicates sampler keeps apart within a batch), the columns read at once."""
@@ -121,7 +130,8 @@ class SentenceCollator:
     ``widths`` (each column's longest row, C ints: the loss runs each column on its own width, so a short query
     column is not computed at a long passage column's width), ``prompt_length`` and ``task`` (C each: each
     column's prompt and task, the same for every row), ``label`` (B,) and ``index`` (B,). The ints stay on the
-    host: reading them from the device would stall its queue of kernels at every step."""
+    host: reading them from the device would stall its queue of kernels at every step. ``dataset_name``: the
+    dataset the rows come from (one a batch; None for a dataset of its own)."""
 
     def __init__(self, pad_id: int):
         self.pad_id = pad_id
@@ -139,10 +149,12 @@ class SentenceCollator:
                 token_type_ids[b, c, :len(ids)] = torch.as_tensor(types)
                 attention_mask[b, c, :len(ids)] = 1
         labels = [e["label"] for e in examples]
+        assert len({e["dataset_name"] for e in examples}) == 1, "a batch holds the rows of one dataset"
         return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask,
                 "widths": widths, "prompt_length": list(examples[0]["prompt_length"]), "task": list(examples[0]["task"]),
                 "label": torch.stack(labels) if isinstance(labels[0], Tensor) else torch.tensor(labels),
-                "index": torch.tensor([e["index"] for e in examples], dtype=torch.long)}
+                "index": torch.tensor([e["index"] for e in examples], dtype=torch.long),
+                "dataset_name": examples[0]["dataset_name"]}
 
 
 def no_duplicates_batches(examples: SentenceExamples, batch_size: int, seed: int) -> list[list[int]]:
@@ -168,3 +180,57 @@ def no_duplicates_batches(examples: SentenceExamples, batch_size: int, seed: int
         batches.append(batch)
         rest = waiting
     return batches
+
+
+class MultiDatasetExamples(Sequence):
+    """Named datasets' examples (``SentenceExamples``, or the cross-encoder's) end to end (sentence-transformers'
+    ConcatDataset of a DatasetDict): row ``i`` of the k-th dataset is ``offsets[k] + i``; each example carries its
+    dataset's name."""
+
+    def __init__(self, parts: dict[str, Any]):
+        self.parts = parts
+        self.offsets = [0, *itertools.accumulate(len(p) for p in parts.values())]
+        self._parts = list(parts.values())
+
+    def __len__(self) -> int:
+        return self.offsets[-1]
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        k = bisect.bisect_right(self.offsets, i) - 1
+        return self._parts[k][i - self.offsets[k]]
+
+    def label_column(self) -> list:
+        return [label for part in self._parts for label in part.label_column()]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Each dataset's (``SentenceExamples.fingerprint``), by name and in order (the order draws the batches)."""
+        return {"datasets": [[name, part.fingerprint()] for name, part in self.parts.items()]}
+
+
+def multi_dataset_batches(parts: Sequence[Any], batch_size: int, seed: int, round_robin: bool,
+                          no_duplicates: bool) -> list[list[int]]:
+    """One epoch's batches of several datasets end to end (``MultiDatasetExamples``' indices), each batch from one
+    dataset, as sentence-transformers draws them (``seed``: its seed + epoch). One generator serves every sampler:
+    reseeded with ``seed``, it draws the proportional order of the datasets' batches first (round robin draws none);
+    each dataset's own shuffle is drawn from it when that dataset gives its first batch (torch's RandomSampler in a
+    BatchSampler, whose next shuffle is drawn when the rows run out: torch's own classes, so the draws fall where
+    they fall there), or, for the no-duplicates sampler, from the generator reseeded with ``seed`` (so each dataset's
+    batches are ``no_duplicates_batches``'). PROPORTIONAL gives every dataset's ceil(rows / batch) batches;
+    ROUND_ROBIN one batch of each in turn, as many rounds as the dataset with the fewest batches has."""
+    generator = torch.Generator().manual_seed(seed)
+    offsets = [0, *itertools.accumulate(len(p) for p in parts)]
+    counts = [math.ceil(len(p) / batch_size) for p in parts]
+
+    def batches(k: int) -> Iterator[list[int]]:
+        if no_duplicates:
+            return iter(no_duplicates_batches(parts[k], batch_size, seed))
+        rows = torch.utils.data.RandomSampler(range(len(parts[k])), generator=generator)
+        return iter(torch.utils.data.BatchSampler(rows, batch_size, drop_last=False))
+
+    if round_robin:
+        order = [k for _ in range(min(counts)) for k in range(len(parts))]
+    else:
+        indices = [k for k, n in enumerate(counts) for _ in range(n)]
+        order = [indices[i] for i in torch.randperm(len(indices), generator=generator).tolist()]
+    drawn = [batches(k) for k in range(len(parts))]  # lazy: nothing is drawn before a dataset's first batch
+    return [[offsets[k] + i for i in next(drawn[k])] for k in order]

@@ -13,6 +13,11 @@ sentence-transformers': transformers' weight-decay rule over the loss's paramete
 for each ``learning_rate_mapping`` pattern, matched against the loss's parameter names (sentence-transformers'
 names: ``model.0.…``). Evaluation is ``eval_loss`` on the eval_dataset plus the evaluator's metrics, prefixed
 ``eval_``.
+
+Several datasets train as in sentence-transformers: ``train_dataset`` a dict (or DatasetDict) of named datasets,
+``loss`` one loss for all or a dict {name: loss}; each batch holds one dataset's rows and trains on its loss, the
+datasets' batches ordered by ``multi_dataset_batch_sampler`` (``data.multi_dataset_batches``). A dict eval_dataset
+gives ``eval_{name}_loss`` per dataset (each on its loss); in training the evaluator runs once, after the first.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import contextlib
 import copy
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,12 +37,23 @@ from torch import Tensor, nn
 from bertkit import dir_lock
 from bertkit.errors import BertkitError
 from bertkit.runs import output_dir
-from bertkit.sentence.data import SentenceCollator, SentenceExamples, no_duplicates_batches
+from bertkit.sentence.data import (
+    MultiDatasetExamples,
+    SentenceCollator,
+    SentenceExamples,
+    multi_dataset_batches,
+    no_duplicates_batches,
+)
 from bertkit.sentence.evaluation.sequential import SequentialEvaluator
 from bertkit.sentence.losses import CoSENTLoss, SentenceLoss
 from bertkit.sentence.model import SentenceTransformer
-from bertkit.sentence.training_args import BatchSamplers, SentenceTransformerTrainingArguments
-from bertkit.training.callbacks import EvalPrediction
+from bertkit.sentence.training_args import (
+    BatchSamplers,
+    MultiDatasetBatchSamplers,
+    SentenceTransformerTrainingArguments,
+    for_dataset,
+)
+from bertkit.training.callbacks import EvalPrediction, metric_key
 from bertkit.training.distributed import current
 from bertkit.training.optim import parameter_groups
 from bertkit.training.trainer import Trainer
@@ -62,20 +78,25 @@ class LossModel(nn.Module):
     """The loss as the training loop drives it: a padded batch of the C text columns in, the loss out. Saving
     it writes the sentence model's directory (checkpoints are sentence-transformers directories). A loss that
     returns its terms by name (SpladeLoss) is trained on their sum, and each term's mean since the last log is
-    logged beside the loss (``components``, rounded to 4 decimals), as sentence-transformers' trainer does."""
+    logged beside the loss (``components``, rounded to 4 decimals), as sentence-transformers' trainer does. With a
+    loss per dataset ({name: loss}), each batch trains on the loss of the dataset it comes from (``dataset_name``)."""
 
-    def __init__(self, loss: SentenceLoss):
+    def __init__(self, loss: SentenceLoss | dict[str, SentenceLoss]):
         super().__init__()
-        self.loss = loss
+        # a loss per dataset under the dataset's name: the parameter names sentence-transformers' optimiser sees
+        # (``{name}.model.0.…``, each shared parameter under the first name)
+        self.loss = nn.ModuleDict(loss) if isinstance(loss, dict) else loss
         self._sums: dict[str, dict[str, Tensor]] = {"train": {}, "eval": {}}  # split -> term -> sum (detached)
         self._counts = {"train": 0, "eval": 0}
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor, widths: list[int],
-                prompt_length: list[int], task: list[str | None], label: Tensor, index: Tensor) -> LossOutput:
+                prompt_length: list[int], task: list[str | None], label: Tensor, index: Tensor,
+                dataset_name: str | None = None) -> LossOutput:
         features = [{"input_ids": input_ids[:, c, :w], "attention_mask": attention_mask[:, c, :w],
                      "token_type_ids": token_type_ids[:, c, :w], "prompt_length": prompt_length[c], "task": task[c],
                      "index": index} for c, w in enumerate(widths)]  # input_ids (B, C, T) -> C x (B, width)
-        value = self.loss(features, label if self.loss.needs_label else None)
+        loss = self.loss[dataset_name] if isinstance(self.loss, nn.ModuleDict) else self.loss
+        value = loss(features, label if loss.needs_label else None)
         if isinstance(value, dict):
             split = "train" if self.training else "eval"
             sums = self._sums[split]
@@ -93,7 +114,8 @@ class LossModel(nn.Module):
         return {name: round((total / count).item(), 4) for name, total in sums.items()} if count else {}
 
     def save_pretrained(self, path: str | Path) -> Path:
-        return self.loss.model.save(path)
+        loss = next(iter(self.loss.values())) if isinstance(self.loss, nn.ModuleDict) else self.loss
+        return loss.model.save(path)
 
 
 def checked_arguments(trainer: str, model: Any, model_name: str, model_cls: type, args: Any, args_cls: type,
@@ -123,16 +145,65 @@ def as_evaluator(evaluator: Any) -> Any:
 
 def without_epoch(metrics: dict[str, float]) -> dict[str, float]:
     """An evaluation's metrics as sentence-transformers' ``evaluate()`` returns them: its ``log()`` adds the epoch to a
-    copy of a record with a loss, so the epoch is logged, not returned (transformers' Trainer returns it)."""
+    copy of a record with "loss" or "eval_loss", so there the epoch is logged, not returned; to any other record
+    (``eval_{name}_loss`` of a dict of datasets, another metric_key_prefix's) in place, as transformers' Trainer does,
+    so it is returned."""
+    if "loss" not in metrics and "eval_loss" not in metrics:
+        return metrics
     return {k: v for k, v in metrics.items() if k != "epoch"}
 
 
 def check_batch_holds_negatives(loss: Any, args: Any) -> None:
     """A loss with in-batch negatives needs a global batch of two rows or more."""
     batch = args.per_device_train_batch_size * current().world_size
-    if loss.in_batch_negatives and batch < 2:
-        raise BertkitError(f"{type(loss).__name__} uses the batch's other rows as negatives, and a batch of {batch} "
-                           "holds none: set per_device_train_batch_size to 2 or more (32 or more trains better)")
+    for one in loss.values() if isinstance(loss, dict) else [loss]:
+        if one.in_batch_negatives and batch < 2:
+            raise BertkitError(f"{type(one).__name__} uses the batch's other rows as negatives, and a batch of {batch} "
+                               "holds none: set per_device_train_batch_size to 2 or more (32 or more trains better)")
+
+
+def check_loss_names(loss: Any, train_dataset: Any, eval_dataset: Any) -> None:
+    """A loss per dataset ({name: loss}) needs dicts of datasets, a loss for each of their names and no loss for a
+    name neither has (a misspelt name would leave a dataset without its loss); sentence-transformers refuses the
+    first two alike."""
+    if not isinstance(loss, dict):
+        return
+    bad = [n for n in loss if not isinstance(n, str) or not n or "." in n]
+    if bad:
+        raise BertkitError(f"loss: {bad} cannot name a dataset's loss (a name is a non-empty string without '.', as "
+                           "torch names modules); rename those datasets")
+    named: set[str] = set()
+    for what, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+        if dataset is None:
+            continue
+        if not isinstance(dataset, Mapping):
+            raise BertkitError(f"loss is a dict (a loss per dataset: {sorted(loss)}), so {what} must be a dict of "
+                               f"datasets (or a DatasetDict) by those names, got a {type(dataset).__name__}; or give "
+                               "one loss")
+        missing = [n for n in dataset if n not in loss]
+        if missing:
+            raise BertkitError(f"{what} has the dataset(s) {missing}, for which the loss dict (keys {sorted(loss)}) "
+                               "has no loss: add {name: loss} for each")
+        named |= set(dataset)
+    unknown = [n for n in loss if n not in named]
+    if unknown and (train_dataset is not None or eval_dataset is not None):
+        raise BertkitError(f"the loss dict names {unknown}, which is no dataset of train_dataset or eval_dataset "
+                           f"(their names: {sorted(named)}): name the datasets' losses by their keys")
+
+
+def check_same_parameters(loss: Any) -> None:
+    """Under torchrun a step's gradients are averaged over the parameters every loss trains: a loss per dataset with
+    parameters of its own would leave them without a gradient in the steps of another dataset, which DDP refuses
+    (transformers' Trainer runs it with ddp_find_unused_parameters, not implemented here)."""
+    if not isinstance(loss, dict) or current().world_size == 1:
+        return
+    trained = {name: {id(p) for p in one.parameters() if p.requires_grad} for name, one in loss.items()}
+    first, params = next(iter(trained.items()))
+    other = [name for name, ids in trained.items() if ids != params]
+    if other:
+        raise BertkitError(f"under torchrun the losses of {other} train other parameters than the loss of {first!r} "
+                           "(a loss with parameters of its own): give the datasets losses over the model alone, or "
+                           "train them in one process")
 
 
 class SentenceTransformerTrainer(Trainer):
@@ -149,8 +220,11 @@ class SentenceTransformerTrainer(Trainer):
                  evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
         args = checked_arguments(type(self).__name__, model, f"bertkit.sentence.{self.model_class.__name__}",
                                  self.model_class, args, self.training_args_class, unknown)
-        loss = self._loss(model, loss)
+        check_loss_names(loss, train_dataset, eval_dataset)
+        loss = ({name: self._loss(model, one) for name, one in loss.items()} if isinstance(loss, dict)
+                else self._loss(model, loss))
         check_batch_holds_negatives(loss, args)
+        check_same_parameters(loss)
         self.model, self.loss, self.evaluator = model, loss, as_evaluator(evaluator)
         pooler = getattr(getattr(model, "bert", None), "pooler", None)
         if pooler is not None:  # dense + tanh over [CLS]: no part of a sentence embedding, so it gets no
@@ -158,6 +232,8 @@ class SentenceTransformerTrainer(Trainer):
         self._check_router_mapping(model, args.router_mapping)
         train, dev = (self._examples_of(data, args, name) if data is not None else None
                       for data, name in ((train_dataset, "train_dataset"), (eval_dataset, "eval_dataset")))
+        if isinstance(train, dict):  # the datasets end to end, batched by multi_dataset_batch_sampler
+            train = MultiDatasetExamples(train)
         super().__init__(model=model, args=args, data_collator=SentenceCollator(model.tokenizer.pad_token_id),
                          train_dataset=train, eval_dataset=dev, callbacks=callbacks,
                          compute_metrics=self._evaluator_metrics if evaluator is not None else None)
@@ -173,26 +249,64 @@ class SentenceTransformerTrainer(Trainer):
             raise BertkitError(f"router_mapping={mapping!r} maps columns to a Router's routes, and a bertkit "
                                f"{type(model).__name__} has no Router: drop router_mapping")
 
-    def _examples_of(self, dataset: Any, args: SentenceTransformerTrainingArguments, what: str) -> SentenceExamples:
-        return SentenceExamples(dataset, self.model, self.loss, args.prompts, args.router_mapping, what)
+    def _examples_of(self, dataset: Any, args: SentenceTransformerTrainingArguments,
+                     what: str) -> SentenceExamples | dict[str, SentenceExamples]:
+        """``dataset`` as examples of its loss; a dict of datasets as a dict of them, each of its loss."""
+        if not isinstance(dataset, Mapping):
+            return self._dataset_examples(dataset, args, what, None)
+        if not dataset:
+            raise BertkitError(f"{what} is an empty dict; give at least one {{name: dataset}}")
+        bad = [n for n in dataset if not isinstance(n, str) or not n]
+        if bad:
+            raise BertkitError(f"{what}: {bad} cannot name a dataset; name each by a non-empty string")
+        return {name: self._dataset_examples(part, args, f"{what}[{name!r}]", name) for name, part in dataset.items()}
+
+    def _dataset_examples(self, dataset: Any, args: SentenceTransformerTrainingArguments, what: str,
+                          name: str | None) -> SentenceExamples:
+        return SentenceExamples(dataset, self.model, self._loss_of(name, what),
+                                for_dataset(args.prompts, "prompts", name, what),
+                                for_dataset(args.router_mapping, "router_mapping", name, what), what, name)
+
+    def _loss_of(self, name: str | None, what: str) -> Any:
+        """The loss of the dataset ``name`` (None: a dataset of its own)."""
+        if not isinstance(self.loss, dict):
+            return self.loss
+        if name not in self.loss:
+            raise BertkitError(f"{what}: the loss dict (keys {sorted(self.loss)}) has no loss for "
+                               + (f"the dataset {name!r}" if name is not None else "a dataset without a name")
+                               + ": give a dict of datasets named as the losses")
+        return self.loss[name]
 
     def _parameter_groups(self) -> list[dict]:
-        """sentence-transformers' groups: over the loss's parameters, under its names (``learning_rate_mapping``)."""
-        return parameter_groups(self.loss, self.args.weight_decay, self.args.learning_rate_mapping, self._st_name)
+        """sentence-transformers' groups: over the loss's parameters (a loss per dataset: under the datasets' names),
+        under its names (``learning_rate_mapping``)."""
+        return parameter_groups(self._module.loss, self.args.weight_decay, self.args.learning_rate_mapping,
+                                self._st_name)
 
     def _fingerprint(self, examples: Sequence, total: int, world_size: int) -> dict[str, Any]:
         """The base Trainer's, with the learning rates per pattern (a checkpoint's optimiser state holds the rates it
-        was saved with: resuming with others would keep those)."""
-        mapping = self.args.learning_rate_mapping
-        return {**super()._fingerprint(examples, total, world_size), **({"learning_rate_mapping": mapping} if mapping
-                                                                         else {})}
+        was saved with: resuming with others would keep those) and, for several datasets, the samplers that order
+        their batches."""
+        mapping, args = self.args.learning_rate_mapping, self.args
+        samplers = {"batch_sampler": args.batch_sampler.value,
+                    "multi_dataset_batch_sampler": args.multi_dataset_batch_sampler.value}
+        return {**super()._fingerprint(examples, total, world_size),
+                **({"learning_rate_mapping": mapping} if mapping else {}),
+                **({"samplers": samplers} if isinstance(self.train_dataset, MultiDatasetExamples) else {})}
 
     def _data_fingerprint(self, examples: Sequence) -> dict[str, Any]:
         """What the training examples are made from (``SentenceExamples.fingerprint``): no row is tokenized for it."""
         return self.train_dataset.fingerprint()
 
     def _st_name(self, path: str) -> str:
-        """A path in the loss (``model.bert.…``) as sentence-transformers names it (``model.0.model.…``)."""
+        """A path in the loss (``model.bert.…``) as sentence-transformers names it (``model.0.model.…``); in a loss
+        per dataset, after the dataset's name (``{name}.model.0.model.…``)."""
+        if isinstance(self.loss, dict):
+            name, _, path = path.partition(".")
+            return f"{name}.{self._st_name_in_loss(path)}"
+        return self._st_name_in_loss(path)
+
+    def _st_name_in_loss(self, path: str) -> str:
         for ours, theirs in self.model.st_paths.items():
             if path == f"model.{ours}" or path.startswith(f"model.{ours}."):
                 return f"model.{theirs}{path[len(ours) + 6:]}"
@@ -204,8 +318,6 @@ class SentenceTransformerTrainer(Trainer):
     def _loss(self, model: SentenceTransformer, loss: Any) -> SentenceLoss:
         if loss is None:
             loss = self.get_default_loss(model)
-        elif isinstance(loss, dict):
-            raise BertkitError("a loss per dataset is not implemented: bertkit.sentence trains on one dataset with one loss")
         elif not isinstance(loss, nn.Module) and callable(loss):
             loss = loss(model)
         if not isinstance(loss, SentenceLoss):
@@ -219,13 +331,30 @@ class SentenceTransformerTrainer(Trainer):
     def _collate(self, examples: list) -> dict:
         return self.data_collator(examples)  # its host-side ints (column widths, prompt lengths) too
 
-    # -- the base Trainer's batches, or sentence-transformers' no-duplicates sampler's ---------------------------
+    # -- the base Trainer's batches, sentence-transformers' no-duplicates sampler's, or its multi-dataset ones -----
     def _batches(self, examples: Sequence) -> Callable[[int], list[list[int]]]:
-        if self.args.batch_sampler is not BatchSamplers.NO_DUPLICATES:
+        size, seed = self.args.per_device_train_batch_size * current().world_size, self.args.seed
+        no_duplicates = self.args.batch_sampler is BatchSamplers.NO_DUPLICATES
+        if isinstance(self.train_dataset, MultiDatasetExamples):
+            parts = list(self.train_dataset.parts.values())
+            round_robin = self.args.multi_dataset_batch_sampler is MultiDatasetBatchSamplers.ROUND_ROBIN
+            return functools.lru_cache(maxsize=2)(
+                lambda epoch: multi_dataset_batches(parts, size, seed + epoch, round_robin, no_duplicates))
+        if not no_duplicates:
             return super()._batches(examples)
         examples = self.train_dataset  # the SentenceExamples (the base Trainer passes a column-dropping view)
-        size, seed = self.args.per_device_train_batch_size * current().world_size, self.args.seed
         return functools.lru_cache(maxsize=2)(lambda epoch: no_duplicates_batches(examples, size, seed + epoch))
+
+    def _batches_per_epoch(self, examples: Sequence) -> int | None:
+        """Several datasets: each one's ceil(rows / global batch) batches (PROPORTIONAL), or the fewest of them for
+        each dataset (ROUND_ROBIN), as sentence-transformers' samplers count them."""
+        if not isinstance(self.train_dataset, MultiDatasetExamples):
+            return super()._batches_per_epoch(examples)
+        size = self.args.per_device_train_batch_size * current().world_size
+        counts = [-(-len(part) // size) for part in self.train_dataset.parts.values()]
+        if self.args.multi_dataset_batch_sampler is MultiDatasetBatchSamplers.ROUND_ROBIN:
+            return min(counts) * len(counts)
+        return sum(counts)
 
     def _eval_batches(self, dataset: Sequence) -> list[list[int]]:
         """sentence-transformers' evaluation batches: drawn as its training batches are, by the same sampler with a
@@ -280,15 +409,46 @@ class SentenceTransformerTrainer(Trainer):
         evaluator, self.evaluator = self.evaluator, copy.deepcopy(self.evaluator)
         self._evaluations_write_csv = False
         try:
-            super()._check_metric()
+            if isinstance(self.eval_dataset, Mapping) and self.compute_metrics is not None:
+                self._check_metric_of_datasets()
+            else:
+                super()._check_metric()
         finally:
             self.evaluator, self._evaluations_write_csv = evaluator, True
+
+    def _check_metric_of_datasets(self) -> None:
+        """metric_for_best_model among the metrics of an evaluation of a dict of datasets with an evaluator: each
+        dataset's, and the evaluator's once, as ``eval_{metric}`` (``_evaluate_in_loop``), not per dataset."""
+        name = self.args.metric_for_best_model
+        if name is None:
+            return
+        keys = [f"eval_{dataset}_{k}" for dataset in self.eval_dataset
+                for k in ("loss", "runtime", "samples_per_second", "steps_per_second")]
+        keys += [k if k.startswith("eval_") else f"eval_{k}" for k in self._evaluator_metrics(None)]
+        if metric_key(name) not in keys:
+            raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
+                               f"returns {keys}; name one of them (without or with the eval_ prefix)")
+
+    def _evaluate_in_loop(self, module: nn.Module) -> dict[str, float]:
+        """The base Trainer's; for a dict of evaluation datasets, as sentence-transformers' trainer evaluates them in
+        training: each dataset's ``eval_{name}_loss``, and the evaluator once, after the first dataset, its metrics
+        prefixed ``eval_`` alone (``evaluate()`` outside training runs it for each dataset, ``eval_{name}_``)."""
+        if not isinstance(self.eval_dataset, Mapping) or self.compute_metrics is None:
+            return super()._evaluate_in_loop(module)
+        compute_metrics, self.compute_metrics = self.compute_metrics, None
+        try:
+            parts = [self._prediction_output(dataset, what, prefix, module, check=False).metrics
+                     for prefix, what, dataset in self._eval_sets(self.eval_dataset, "eval")]
+        finally:
+            self.compute_metrics = compute_metrics
+        evaluated = {k if k.startswith("eval_") else f"eval_{k}": v for k, v in self._evaluator_metrics(None).items()}
+        return {**parts[0], **evaluated, **{k: v for part in parts[1:] for k, v in part.items()}}
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
         """eval_loss on the eval dataset and the evaluator's metrics, prefixed ``eval_``; with no eval dataset, the
         evaluator's metrics alone."""
-        if eval_dataset is not None:
+        if eval_dataset is not None and not isinstance(eval_dataset, SentenceExamples):  # (a dict's, made already)
             eval_dataset = self._examples_of(eval_dataset, self.args, "eval_dataset")
         if eval_dataset is None and self.eval_dataset is None:
             if self.evaluator is None:

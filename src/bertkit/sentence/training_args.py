@@ -1,8 +1,9 @@
 """``SentenceTransformerTrainingArguments``: bertkit's ``TrainingArguments`` (transformers' fields bertkit
 implements) plus sentence-transformers' own: ``batch_sampler`` (``BatchSamplers``), ``prompts``, ``router_mapping``
-(``{column: route}``: the Router route each text column goes through) and ``learning_rate_mapping`` (``{pattern:
-rate}``: a learning rate for the parameters whose name the regular expression matches). Multi-dataset sampling is
-refused by name with what to do instead."""
+(``{column: route}``: the Router route each text column goes through; either may be given per dataset of a dict of
+datasets, ``for_dataset``), ``learning_rate_mapping`` (``{pattern: rate}``: a learning rate for the parameters whose
+name the regular expression matches) and ``multi_dataset_batch_sampler`` (``MultiDatasetBatchSamplers``: which dataset each batch of a dict of training
+datasets comes from)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import math
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.training.trainer_args import TrainingArguments
@@ -31,14 +32,15 @@ class BatchSamplers(str, Enum):
 
 
 class MultiDatasetBatchSamplers(str, Enum):
+    """Which dataset each batch comes from when ``train_dataset`` is a dict of datasets (every batch holds the rows
+    of one, batched by ``batch_sampler``, and trains on its loss). ``PROPORTIONAL``: every batch of every dataset
+    once an epoch, in a seeded random order (a dataset twice as large gives twice the batches); ``ROUND_ROBIN``: a
+    batch of each dataset in turn, until the one with the fewest batches has given them all (the others' later
+    batches are left out). sentence-transformers' ProportionalBatchSampler and RoundRobinBatchSampler: the same
+    batches, in the same order, for the same seed."""
+
     ROUND_ROBIN = "round_robin"
     PROPORTIONAL = "proportional"
-
-
-_REFUSED = {
-    "multi_dataset_batch_sampler": ("proportional", "bertkit.sentence trains on one dataset: concatenate them "
-                                                    "(datasets.concatenate_datasets) and drop this argument"),
-}
 
 
 def _mapping(name: str, value: Any) -> dict:
@@ -55,15 +57,32 @@ def _mapping(name: str, value: Any) -> dict:
     return dict(value)
 
 
-def _router_mapping(value: Any) -> dict[str, str]:
+def _router_mapping(value: Any) -> dict[str, str] | dict[str, dict[str, str]]:
     mapping = _mapping("router_mapping", value)
-    if any(isinstance(v, dict) for v in mapping.values()):
-        raise BertkitError(f"router_mapping {mapping!r} maps dataset names: a mapping per dataset is not implemented "
-                           "(bertkit.sentence trains on one dataset); give {column: route}")
-    if not all(isinstance(v, str) for v in mapping.values()):
+    flat = all(isinstance(v, str) for v in mapping.values())
+    nested = all(isinstance(v, dict) and all(isinstance(k, str) and isinstance(r, str) for k, r in v.items())
+                 for v in mapping.values())
+    if not (flat or nested):
         raise BertkitError(f"router_mapping must map each text column to a route name, e.g. {{'query': 'query', "
-                           f"'positive': 'document'}}, got {mapping!r}")
+                           f"'positive': 'document'}}, or each dataset's name to such a dict, got {mapping!r}")
     return mapping
+
+
+def for_dataset(setting: Any, field: str, name: str | None, what: str) -> Any:
+    """``prompts`` or ``router_mapping`` for the dataset ``name`` (None: a dataset of its own) as
+    sentence-transformers' collator resolves them: a dict holding the name gives its value; a dict of dicts (by
+    dataset) without it, nothing; anything else applies to every dataset as it is (a prompt, {column: ...}). A dict
+    of dicts for a dataset of its own is refused (sentence-transformers refuses it at the first batch)."""
+    if not isinstance(setting, dict) or not setting:
+        return setting
+    if name is not None and name in setting and (field == "prompts" or isinstance(setting[name], dict)):
+        return setting[name]
+    if isinstance(next(iter(setting.values())), dict):
+        if name is None:
+            raise BertkitError(f"{field} maps dataset names ({sorted(setting)}) to {{column: ...}}, and {what} is one "
+                               f"dataset: give a dict of datasets by those names, or {field} by column")
+        return {}
+    return setting
 
 
 def _learning_rate_mapping(value: Any) -> dict[str, float]:
@@ -80,23 +99,22 @@ def _learning_rate_mapping(value: Any) -> dict[str, float]:
 
 
 class SentenceTransformerTrainingArguments(TrainingArguments):
-    """bertkit's ``TrainingArguments`` with ``batch_sampler``, ``prompts`` (a string for every column, or
+    """bertkit's ``TrainingArguments`` with ``batch_sampler``, ``multi_dataset_batch_sampler``, ``prompts`` (a string for every column, or
     ``{column: prompt}``), ``router_mapping`` and ``learning_rate_mapping`` (checked here: a regular expression and
     a finite rate >= 0 each; matched against the loss's parameter names when the trainer is made), as
     sentence-transformers names them."""
 
-    refused_fields: ClassVar[dict[str, tuple[Any, str]]] = _REFUSED  # sentence-transformers' fields: (default, advice)
-
     def __init__(self, output_dir: str | Path | None = None, *,
                  batch_sampler: BatchSamplers | str = BatchSamplers.BATCH_SAMPLER,
                  prompts: str | dict[str, str] | None = None, router_mapping: dict[str, str] | str | None = None,
-                 learning_rate_mapping: dict[str, float] | str | None = None, **kwargs: Any):
-        for name, (default, advice) in self.refused_fields.items():
-            if name in kwargs:
-                value = kwargs.pop(name)
-                if getattr(value, "value", value) not in (default, None):
-                    raise BertkitError(f"{type(self).__name__}: {name}={value!r} is not implemented in bertkit: "
-                                       f"{advice}")
+                 learning_rate_mapping: dict[str, float] | str | None = None,
+                 multi_dataset_batch_sampler: MultiDatasetBatchSamplers | str = MultiDatasetBatchSamplers.PROPORTIONAL,
+                 **kwargs: Any):
+        multi = getattr(multi_dataset_batch_sampler, "value", multi_dataset_batch_sampler)
+        if not isinstance(multi, str) or multi not in {s.value for s in MultiDatasetBatchSamplers}:
+            raise BertkitError(f"multi_dataset_batch_sampler {multi_dataset_batch_sampler!r} is not implemented: give "
+                               f"one of {[s.value for s in MultiDatasetBatchSamplers]} (a custom sampler class or "
+                               "function is not supported)")
         sampler = getattr(batch_sampler, "value", batch_sampler)
         if not isinstance(sampler, str) or sampler not in {s.value for s in BatchSamplers}:
             raise BertkitError(f"batch_sampler {batch_sampler!r} is not implemented: give one of "
@@ -107,11 +125,13 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
                                "losses, which bertkit.sentence does not have); use 'batch_sampler' or 'no_duplicates'")
         if sampler == BatchSamplers.NO_DUPLICATES_HASHED.value:
             sampler = BatchSamplers.NO_DUPLICATES.value
-        if prompts is not None and not (isinstance(prompts, str) or (
-                isinstance(prompts, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()))):
-            raise BertkitError(f"prompts must be a string or {{column: prompt}}, got {prompts!r} (prompts per dataset "
-                               "are not implemented: bertkit.sentence trains on one dataset)")
+        if prompts is not None and not (isinstance(prompts, str) or (isinstance(prompts, dict) and all(
+                isinstance(k, str) and (isinstance(v, str) or (isinstance(v, dict) and all(
+                    isinstance(c, str) and isinstance(p, str) for c, p in v.items()))) for k, v in prompts.items()))):
+            raise BertkitError(f"prompts must be a string, {{column: prompt}}, {{dataset: prompt}} or {{dataset: "
+                               f"{{column: prompt}}}}, got {prompts!r}")
         self.batch_sampler = BatchSamplers(sampler)
+        self.multi_dataset_batch_sampler = MultiDatasetBatchSamplers(multi)
         self.prompts = prompts
         self.router_mapping = _router_mapping(router_mapping)
         self.learning_rate_mapping = _learning_rate_mapping(learning_rate_mapping)
@@ -119,4 +139,5 @@ class SentenceTransformerTrainingArguments(TrainingArguments):
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "batch_sampler": self.batch_sampler.value, "prompts": self.prompts,
-                "router_mapping": self.router_mapping, "learning_rate_mapping": self.learning_rate_mapping}
+                "router_mapping": self.router_mapping, "learning_rate_mapping": self.learning_rate_mapping,
+                "multi_dataset_batch_sampler": self.multi_dataset_batch_sampler.value}

@@ -35,11 +35,13 @@ class BatchPlan:
     *global* micro-batch holds ``batch_size x world_size`` examples, of which process ``rank`` reads its contiguous
     slice; ``len(plan)`` counts them. ``draw(epoch)``, when given, gives the epoch's global micro-batches
     (bertkit.Trainer: transformers' seeded RandomSampler's permutation cut into batches, or sentence-transformers'
-    no-duplicates sampler, whose batches may be short), of which the first ``len(plan)`` are trained on."""
+    no-duplicates sampler, whose batches may be short), of which the first ``len(plan)`` are trained on;
+    ``per_epoch``: how many that is (default: ceil(rows / global batch); sentence-transformers' multi-dataset
+    samplers count otherwise)."""
 
     def __init__(self, dataset: Sequence, batch_size: int, collate: Callable[[list], Batch], *,
                  seed: int, shuffle: bool = True, rank: int = 0, world_size: int = 1,
-                 draw: Callable[[int], list[list[int]]] | None = None):
+                 draw: Callable[[int], list[list[int]]] | None = None, per_epoch: int | None = None):
         if batch_size < 1:
             raise BertkitError(f"batch_size must be >= 1, got {batch_size}")
         if len(dataset) == 0:
@@ -50,10 +52,11 @@ class BatchPlan:
         self.shuffle, self.seed = shuffle, seed
         self.rank, self.world_size = rank, world_size
         self.draw = draw
+        self.per_epoch = per_epoch if per_epoch is not None else math.ceil(len(dataset) / (batch_size * world_size))
         self._epoch: tuple[int, list[list[int]]] | None = None  # the last epoch's batches, drawn once
 
     def __len__(self) -> int:
-        return math.ceil(len(self.dataset) / (self.batch_size * self.world_size))
+        return self.per_epoch
 
     def global_batches(self, epoch: int) -> list[list[int]]:
         """Every rank's examples of each micro-step of ``epoch`` (one list per global micro-batch; not to be
@@ -66,7 +69,7 @@ class BatchPlan:
         n, per_step = len(self.dataset), self.batch_size * self.world_size
         if self.draw is not None:
             drawn = [[int(i) for i in batch] for batch in self.draw(epoch)[:len(self)]]
-            assert len(drawn) == len(self) and all(drawn), "a partition of the rows has ceil(rows / batch) batches"
+            assert len(drawn) == len(self) and all(drawn), "draw gives an epoch's batches, none empty"
             return drawn
         if self.shuffle:
             order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch)).tolist()

@@ -202,6 +202,10 @@ class Trainer:
 
         return batches
 
+    def _batches_per_epoch(self, examples: Sequence) -> int | None:
+        """How many of ``_batches``' batches an epoch trains on; None: ceil(rows / global batch)."""
+        return None
+
     def _order(self, examples: Sequence) -> Callable[[int], Sequence[int]]:
         n, strategy = len(examples), self.args.train_sampling_strategy
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
@@ -241,7 +245,8 @@ class Trainer:
             self._check_outputs(ignore_keys_for_eval, "train(ignore_keys_for_eval=...)")
             self._check_metric()
         plan = BatchPlan(examples, args.per_device_train_batch_size, self._collate, seed=args.seed,
-                         draw=self._batches(examples), rank=info.rank, world_size=info.world_size)
+                         draw=self._batches(examples), rank=info.rank, world_size=info.world_size,
+                         per_epoch=self._batches_per_epoch(examples))
         accum = args.gradient_accumulation_steps
         per_epoch = steps_per_epoch(plan, accum)
         total = args.max_steps if args.max_steps > 0 else steps_for_epochs(plan, args.num_train_epochs, accum)
@@ -418,8 +423,9 @@ class Trainer:
             self.log({"loss": record["loss"], **norm, "learning_rate": record["lr"]})
             return
         metrics = {k: v for k, v in record.items() if k.startswith("eval_")}
-        self.log(metrics)
-        self._event("on_evaluate", metrics=metrics)
+        for part in self._by_eval_set(metrics):  # transformers logs each set's evaluation on its own
+            self.log(part)
+            self._event("on_evaluate", metrics=part)
         name = self.args.metric_for_best_model
         if name is not None and metric_key(name) in metrics:
             value = metrics[metric_key(name)]
@@ -432,6 +438,19 @@ class Trainer:
             if better:
                 self.state.best_metric, self.state.best_global_step = value, step
                 self.state.best_model_checkpoint = str(HF_LAYOUT.path(Path(self.args.output_dir), step))
+
+    def _by_eval_set(self, metrics: dict[str, float]) -> list[dict[str, float]]:
+        """An evaluation's metrics as one record per evaluation set (for a dict of them, the keys under its
+        ``eval_{name}_`` prefix, the longest that fits; a key under none goes with the first set, as
+        sentence-transformers logs its evaluator's metrics)."""
+        if not isinstance(self.eval_dataset, Mapping):
+            return [metrics]
+        prefixes = [f"eval_{name}_" for name in self.eval_dataset]
+        parts: dict[str, dict[str, float]] = {p: {} for p in prefixes}
+        for key, value in metrics.items():
+            fits = [p for p in prefixes if key.startswith(p)]
+            parts[max(fits, key=len) if fits else prefixes[0]][key] = value
+        return [part for part in parts.values() if part]
 
     def _is_best(self, path: Path) -> bool:
         return self.state.best_model_checkpoint is not None and Path(self.state.best_model_checkpoint).name == path.name

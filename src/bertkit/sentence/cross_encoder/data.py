@@ -22,11 +22,12 @@ from bertkit.training.trainer_data import column, data_fingerprint
 
 class CrossEncoderExamples(Sequence):
     """``dataset`` as the examples the cross-encoder's loss wrapper takes: per row, ``input_ids`` (each text's word
-    pieces, no special tokens) and ``label`` (0 when the loss needs none; a list of floats for listwise losses)."""
+    pieces, no special tokens), ``label`` (0 when the loss needs none; a list of floats for listwise losses) and
+    ``dataset_name`` (``name``: the dataset's in a dict of datasets; None for a dataset of its own)."""
 
-    def __init__(self, dataset: Any, model: Any, loss: Any, what: str):
+    def __init__(self, dataset: Any, model: Any, loss: Any, what: str, name: str | None = None):
         self.label, self.texts = loss_columns(dataset, loss, what)
-        self.dataset, self.model, self.listwise = dataset, model, loss.listwise
+        self.dataset, self.model, self.listwise, self.name = dataset, model, loss.listwise, name
         first = dataset[0]
         if self.listwise and not (isinstance(first[self.texts[1]], (list, tuple))
                                   and isinstance(first[self.label], (list, tuple))):
@@ -49,7 +50,8 @@ class CrossEncoderExamples(Sequence):
     def __getitem__(self, i: int) -> dict[str, Any]:
         texts = self.texts_of(i)
         label = self.dataset[i][self.label] if self.label is not None else 0
-        return {"input_ids": [self.model.token_ids(t) for t in texts], "label": self._label(i, label, len(texts) - 1)}
+        return {"input_ids": [self.model.token_ids(t) for t in texts], "label": self._label(i, label, len(texts) - 1),
+                "dataset_name": self.name}
 
     def _label(self, i: int, label: Any, documents: int) -> Any:
         if self.listwise:
@@ -86,7 +88,8 @@ class CrossEncoderExamples(Sequence):
 def collate(examples: list[dict[str, Any]], pad_id: int = 0) -> dict[str, Any]:
     """Examples -> ``input_ids`` (per row, each text's word pieces: lists, which stay on the host, where the loss
     assembles its pair rows; sending them to a GPU and reading them back would stall it at every step) and
-    ``label``: (B,), or (B, C - 1) padded with NaN for lists. ``pad_id`` is kept for callers that pass it."""
+    ``label``: (B,), or (B, C - 1) padded with NaN for lists, and the rows' ``dataset_name`` (one a batch).
+    ``pad_id`` is kept for callers that pass it."""
     labels = [e["label"] for e in examples]
     if isinstance(labels[0], list):
         label = torch.full((len(examples), max(len(e["input_ids"]) for e in examples) - 1), float("nan"))
@@ -94,7 +97,9 @@ def collate(examples: list[dict[str, Any]], pad_id: int = 0) -> dict[str, Any]:
             label[b, :len(row)] = torch.as_tensor(row, dtype=torch.float32)
     else:
         label = torch.stack(labels) if isinstance(labels[0], Tensor) else torch.tensor(labels)
-    return {"input_ids": [e["input_ids"] for e in examples], "label": label}
+    assert len({e.get("dataset_name") for e in examples}) == 1, "a batch holds the rows of one dataset"
+    return {"input_ids": [e["input_ids"] for e in examples], "label": label,
+            "dataset_name": examples[0].get("dataset_name")}
 
 
 def columns_of(input_ids: list[list[list[int]]], label: Tensor, listwise: bool) -> tuple[list, Any]:

@@ -54,8 +54,9 @@ class SparseEncoderTrainer(SentenceTransformerTrainer):
                  evaluator: Any = None, callbacks: Sequence[Any] | None = None, **unknown: Any):
         super().__init__(model=model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset, loss=loss,
                          evaluator=evaluator, callbacks=callbacks, **unknown)
-        if isinstance(self.loss, SpladeLoss):
-            self._add_warmup(self.loss)
+        for loss in self.loss.values() if isinstance(self.loss, dict) else [self.loss]:  # each of a dict's too
+            if isinstance(loss, SpladeLoss):
+                self._add_warmup(loss)
 
     def _check_router_mapping(self, model: SparseEncoder, mapping: dict[str, str]) -> None:
         """A Router model needs ``router_mapping`` (sentence-transformers refuses it without); a model without one
@@ -67,10 +68,11 @@ class SparseEncoderTrainer(SentenceTransformerTrainer):
                                "router_mapping in the training arguments, each text column's route, e.g. "
                                "{'query': 'query', 'positive': 'document', 'negative': 'document'}")
 
-    def _examples_of(self, dataset: Any, args: SparseEncoderTrainingArguments, what: str) -> SentenceExamples:
+    def _dataset_examples(self, dataset: Any, args: SparseEncoderTrainingArguments, what: str,
+                          name: str | None) -> SentenceExamples:
         """The dense trainer's, once each text column has a route (a column router_mapping leaves out: the
         Router's default)."""
-        examples = super()._examples_of(dataset, args, what)
+        examples = super()._dataset_examples(dataset, args, what, name)
         router = self.model[0]
         lost = {c: t for c, t in zip(examples.texts, examples.tasks)
                 if isinstance(router, Router) and router.resolve(t) is None}
