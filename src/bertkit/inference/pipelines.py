@@ -279,15 +279,19 @@ def _split_tag(tag: str) -> tuple[str, str | None]:
     return "I", tag
 
 
-def group_entities(words: Sequence[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+def group_entities(words: Sequence[dict[str, Any]], text: str, outside: bool = False) -> list[dict[str, Any]]:
     """Word tags -> entity spans. IOB2, IOB1 and BIOES all read right: an entity starts at B/S, at a type
     change, or after O, and ends before O, B or S, at E, or at a type change; its score is the mean of its
-    words' scores and ``word`` the exact input substring from its first word's start to its last's end."""
+    words' scores and ``word`` the exact input substring from its first word's start to its last's end.
+    ``outside``: each run of words tagged O is a group of type "O" too (transformers' pipeline with an
+    ``ignore_labels`` that leaves out "O")."""
     groups: list[tuple[str, list[dict[str, Any]]]] = []  # (type, its words), one per entity
     inside = False
     for w in words:
         prefix, kind = _split_tag(w["tag"])
-        if kind is None:
+        if kind is None and outside:
+            prefix, kind = "I", "O"
+        elif kind is None:
             inside = False
             continue
         if not inside or prefix in "BS" or kind != groups[-1][0]:

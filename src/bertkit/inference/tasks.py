@@ -251,9 +251,15 @@ class TokenClassification(Task):
         return {"ignore_labels": label_names_check(
             {"O", *tags, *(t.split("-", 1)[1] if len(t) > 2 and t[1] in "-_" else t for t in tags)})}
 
-    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
-        ignore = set(answer.get("ignore_labels") or ())
-        return [e for e in result["entities"] if e["entity_group"] not in ignore]
+    def render(self, server: Any, call: Call, results: list[Any]) -> Any:
+        from bertkit.inference.pipelines import group_entities
+
+        # ignore_labels replaces transformers' default ["O"]: a list without "O" answers the words tagged O as
+        # entity groups too
+        ignore = set(call.answer.get("ignore_labels") or ()) if "ignore_labels" in call.answer else {"O"}
+        out = [[e for e in (r["entities"] if "O" in ignore else group_entities(r["words"], text, outside=True))
+                if e["entity_group"] not in ignore] for text, r in zip(call.items, results, strict=True)]
+        return out[0] if call.single else out
 
 
 class QuestionAnswering(Task):
