@@ -268,8 +268,9 @@ class QuestionAnswering(Task):
     pipeline = "bertkit.inference.pipelines:QuestionAnsweringPipeline"
     predict_options = ("top_k",)
     answer_params = ("align_to_words", "max_seq_len")
+    # The Inference API's doc_stride is the overlap between windows (the tokenizer's stride), not run_squad.py's step
     renamed = {"max_answer_len": "max_answer_length", "max_question_len": "max_question_length",
-               "handle_impossible_answer": "allow_no_answer"}
+               "handle_impossible_answer": "allow_no_answer", "doc_stride": "doc_overlap"}
     candidates_per = "questions"
 
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
@@ -279,12 +280,20 @@ class QuestionAnswering(Task):
     def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         from bertkit.tasks import squad
 
-        stride = options.get("doc_stride", _default(pipe.encode, "doc_stride"))
+        stride = _default(pipe.encode, "doc_stride")
         question = options.get("max_question_length", _default(pipe.encode, "max_question_length"))
+        if "doc_overlap" in options:  # the wire's doc_stride
+            try:
+                stride = squad.stride_for_overlap(item["question"], pipe.tokenizer, max_seq_length=pipe.max_length,
+                                                  max_query_length=question, overlap=options["doc_overlap"])
+            except BertkitError as e:
+                raise RequestError(422, f"input {index}: {e}") from None
         windows = squad.count_windows(item["question"], item["context"], pipe.tokenizer,
                                       max_seq_length=pipe.max_length, doc_stride=stride, max_query_length=question)
+        overlap = options.get("doc_overlap", "the default")
         return windows, options.get("top_k", _default(pipe.decode, "top_k")), (
-            f"windows (input {index} alone makes {windows} at doc_stride {stride}; a larger doc_stride makes fewer)")
+            f"windows (input {index} alone makes {windows} at doc_stride {overlap}, the overlap between windows; a "
+            "smaller doc_stride makes fewer)")
 
     def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
         def one(r: dict[str, Any]) -> dict[str, Any]:  # transformers' keys; no answer is "" at 0..0
