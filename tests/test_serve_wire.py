@@ -162,6 +162,36 @@ def test_question_answering_answers_one_span_or_top_k(tmp_path_factory, minilm_d
         assert three[0].answer == pipe({"question": question, "context": context}, max_answer_length=10)["answer"]
 
 
+def test_question_answering_align_to_words_widens_answers_to_whole_words(tmp_path_factory, minilm_dir):
+    # The Inference API's align_to_words (default true) widens an answer to the words its first and last tokens lie
+    # in (transformers' token_to_word and word_to_chars); the server accepted true and answered token spans, half
+    # words among them: "ff and Shostakovich wrote symphonies; Prokofiev" (characters 23-70) where the API answers
+    # "Rachmaninoff and Shostakovich wrote symphonies; Prokofiev" (13-70)
+    d = _tiny(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
+    tok = transformers.BertTokenizerFast.from_pretrained(d)
+    context = ("Tchaikovsky, Rachmaninoff and Shostakovich wrote symphonies; Prokofiev, Stravinsky and Mussorgsky "
+               "wrote ballets and operas, while Kuechly and Borodin studied chemistry in Petersburg.")
+    item = {"question": "Who wrote symphonies?", "context": context}
+    enc = tok(context, add_special_tokens=False)
+
+    def widened(a: dict) -> tuple:
+        first, last = enc.char_to_token(a["start"]), enc.char_to_token(a["end"] - 1)
+        start, end = enc.word_to_chars(enc.token_to_word(first))[0], enc.word_to_chars(enc.token_to_word(last))[1]
+        return context[start:end], start, end, a["score"]
+
+    with serving("question-answering", d) as (url, pipe, client):
+        spans = pipe(item, top_k=20)["nbest"]
+        expected = [widened(a) for a in spans]
+        assert sum(e[:3] != (a["answer"], a["start"], a["end"]) for e, a in zip(expected, spans)) >= 3
+        for align in (None, True):
+            got = client.question_answering(question=item["question"], context=context, top_k=20,
+                                            align_to_words=align)
+            assert [(g.answer, g.start, g.end) for g in got] == [e[:3] for e in expected]
+            assert [g.score for g in got] == pytest.approx([e[3] for e in expected], abs=1e-6)
+        tokens = client.question_answering(question=item["question"], context=context, top_k=20, align_to_words=False)
+        assert [(g.answer, g.start, g.end) for g in tokens] == [(a["answer"], a["start"], a["end"]) for a in spans]
+
+
 def test_question_answering_doc_stride_is_the_overlap_between_windows(tmp_path_factory, minilm_dir):
     # The Inference API's doc_stride is the overlap of consecutive windows (the tokenizer's stride); the server took
     # it as run_squad.py's step between window starts, so windows other than the API's were read: at doc_stride 16

@@ -295,11 +295,34 @@ class QuestionAnswering(Task):
             f"windows (input {index} alone makes {windows} at doc_stride {overlap}, the overlap between windows; a "
             "smaller doc_stride makes fewer)")
 
-    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
-        def one(r: dict[str, Any]) -> dict[str, Any]:  # transformers' keys; no answer is "" at 0..0
-            return {"score": r["score"], "start": r["start"] or 0, "end": r["end"] or 0, "answer": r["answer"]}
+    def render(self, server: Any, call: Call, results: list[Any]) -> Any:
+        several = (call.answer.get("top_k") or 1) > 1
+        align = call.answer.get("align_to_words", True)  # the Inference API's default
+        out = []
+        for item, result in zip(call.items, results, strict=True):
+            context = item["context"]
+            bounds = _word_bounds(server.pipe.tokenizer, context) if align else ({}, {})
+            answers = [_answer(r, context, bounds) for r in (result["nbest"] if several else [result])]
+            out.append(answers if several else answers[0])
+        return out[0] if call.single else out
 
-        return one(result) if (answer.get("top_k") or 1) == 1 else [one(r) for r in result["nbest"]]
+
+def _answer(r: dict[str, Any], context: str, bounds: tuple[dict[int, int], dict[int, int]]) -> dict[str, Any]:
+    """One answer in transformers' keys, its ends moved to ``bounds`` (``_word_bounds``; empty: the token span); no
+    answer is "" at 0..0."""
+    if r["start"] is None:
+        return {"score": r["score"], "start": 0, "end": 0, "answer": r["answer"]}
+    start, end = bounds[0].get(r["start"], r["start"]), bounds[1].get(r["end"], r["end"])
+    return {"score": r["score"], "start": start, "end": end, "answer": context[start:end]}
+
+
+def _word_bounds(tokenizer: Any, context: str) -> tuple[dict[int, int], dict[int, int]]:
+    """(each token's first character -> its word's, each token's end -> its word's), in ``context``: how
+    transformers' ``align_to_words`` widens an answer span (a token span, "Ku" of "Kuechly") to whole words."""
+    enc = tokenizer(context, add_special_tokens=False, return_offsets_mapping=True)
+    words = [enc.word_to_chars(w) for w in enc.word_ids()]  # each token's word's characters
+    return ({s: w.start for (s, _), w in zip(enc["offset_mapping"], words, strict=True)},
+            {e: w.end for (_, e), w in zip(enc["offset_mapping"], words, strict=True)})
 
 
 class MultipleChoice(Task):
