@@ -4,7 +4,7 @@ stopped after its kind (SIGTERM, then SIGKILL after 60 s), each request at most 
 
 Kinds: the largest request each limit admits (question-answering at max_windows_per_request windows,
 fill-mask at max_candidates candidates, text-classification at max_items texts near max_body_bytes) and the attacks the limits refuse (a 330 KB question-answering body at
-doc_stride 1, fill-mask top_k 100,000 on 20 masks, a body nested 500,000 lists deep). MiniLM's encoder with a
+a step of 1 token between windows, fill-mask top_k 100,000 on 20 masks, a body nested 500,000 lists deep). MiniLM's encoder with a
 seeded random head per task; the server's peak RSS is read from /proc (VmHWM, reset before the request).
 
     .venv/bin/python bench/bench_serve_limits.py --model models/minilm
@@ -62,9 +62,10 @@ def kinds() -> list[tuple[str, str, str, bytes]]:
         ("qa: 16 questions x 15 windows (240; max_windows_per_request 256)", "BertForQuestionAnswering",
          "question-answering",
          json.dumps({"inputs": [{"question": "who led them?", "context": text(2150, s)} for s in range(16)]}).encode()),
-        ("qa attack: 330 KB, 17 contexts at doc_stride 1 (refused)", "BertForQuestionAnswering", "question-answering",
+        # doc_stride is the overlap between windows: 506 of the 507 context tokens a window holds is a step of 1
+        ("qa attack: 330 KB, 17 contexts at a step of 1 (refused)", "BertForQuestionAnswering", "question-answering",
          json.dumps({"inputs": [{"question": "who?", "context": qa_context} for _ in range(17)],
-                     "parameters": {"doc_stride": 1}}).encode()),
+                     "parameters": {"doc_stride": 506}}).encode()),
         ("fill-mask: 200 [MASK]s x top_k 5 (1,000, the default max_candidates)", "BertForMaskedLM", "fill-mask",
          json.dumps({"inputs": [" ".join(["[MASK] " + text(40, s)] * 5) for s in range(40)],
                      "parameters": {"top_k": 5}}).encode()),

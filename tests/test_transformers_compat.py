@@ -600,3 +600,27 @@ def test_dropout_masks_are_transformers_in_the_padded_layout(minilm_dir, batch):
         torch.manual_seed(0)
         unpadded = ours(**batch).last_hidden_state
     assert float((unpadded - expected)[mask.bool()].abs().max()) > 0.1
+
+
+def test_a_loss_for_the_labels_given_where_transformers_gives_none_or_nan(tmp_path):
+    """Two differences by design (docs/coming-from-transformers.md): BertForPreTraining scores the part whose labels
+    are given (transformers: no loss), and a token head without a labelled token scores 0.0 (transformers: NaN)."""
+    inputs = _batch()
+    mlm = torch.full((3, 11), -100)
+    mlm[0, 2], mlm[2, 4] = 7, 100
+    nsp = torch.tensor([0, 1, 0])
+    ours, hf = _pair("BertForPreTraining", tmp_path)
+    with torch.no_grad():
+        both, mlm_only, nsp_only = (ours(**inputs, **kw).loss for kw in (
+            dict(labels=mlm, next_sentence_label=nsp), dict(labels=mlm), dict(next_sentence_label=nsp)))
+        assert hf(**inputs, labels=mlm).loss is None and hf(**inputs, next_sentence_label=nsp).loss is None
+        torch.testing.assert_close(both, hf(**inputs, labels=mlm, next_sentence_label=nsp).loss, **TOL)
+        nsp_ref = torch.nn.functional.cross_entropy(hf(**inputs).seq_relationship_logits, nsp)
+    torch.testing.assert_close(nsp_only, nsp_ref, **TOL)
+    torch.testing.assert_close(mlm_only, both - nsp_ref, **TOL)
+    for name in ("BertForTokenClassification", "BertForMaskedLM"):
+        ours, hf = _pair(name, tmp_path)
+        with torch.no_grad():
+            none = torch.full((3, 11), -100)
+            a, b = ours(**inputs, labels=none).loss, hf(**inputs, labels=none).loss
+        assert a.item() == 0.0 and b.isnan(), (name, a, b)

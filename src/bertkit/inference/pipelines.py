@@ -279,15 +279,19 @@ def _split_tag(tag: str) -> tuple[str, str | None]:
     return "I", tag
 
 
-def group_entities(words: Sequence[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+def group_entities(words: Sequence[dict[str, Any]], text: str, outside: bool = False) -> list[dict[str, Any]]:
     """Word tags -> entity spans. IOB2, IOB1 and BIOES all read right: an entity starts at B/S, at a type
     change, or after O, and ends before O, B or S, at E, or at a type change; its score is the mean of its
-    words' scores and ``word`` the exact input substring from its first word's start to its last's end."""
+    words' scores and ``word`` the exact input substring from its first word's start to its last's end.
+    ``outside``: each run of words tagged O is a group of type "O" too (transformers' pipeline with an
+    ``ignore_labels`` that leaves out "O")."""
     groups: list[tuple[str, list[dict[str, Any]]]] = []  # (type, its words), one per entity
     inside = False
     for w in words:
         prefix, kind = _split_tag(w["tag"])
-        if kind is None:
+        if kind is None and outside:
+            prefix, kind = "I", "O"
+        elif kind is None:
             inside = False
             continue
         if not inside or prefix in "BS" or kind != groups[-1][0]:
@@ -362,8 +366,8 @@ class QuestionAnsweringPipeline(Pipeline):
     model_class = BertForQuestionAnswering
     required_keys = ("qa_outputs.weight",)
     fields = {"question": str, "context": str}
-    call_options = ("top_k", "doc_stride", "max_question_length", "max_answer_length", "allow_no_answer",
-                    "null_threshold")
+    call_options = ("top_k", "doc_stride", "doc_overlap", "max_question_length", "max_answer_length",
+                    "allow_no_answer", "null_threshold")
     n_best_size = 20  # the recipe's candidates per question: spans among each window's 20 best starts and ends
 
     def _example(self, item: dict) -> squad.SquadExample:
@@ -373,12 +377,19 @@ class QuestionAnsweringPipeline(Pipeline):
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
         super().check_options(options)
+        if "doc_stride" in options and "doc_overlap" in options:
+            raise BertkitError(f"give doc_stride (the step between windows, {options['doc_stride']}) or doc_overlap (the "
+                               f"overlap between them, {options['doc_overlap']}), not both")
         top_k = options.get("top_k", 1)
         if top_k > cls.n_best_size:  # more candidates would change which spans compete, so the answer and scores
             raise BertkitError(f"question-answering's top_k {top_k} exceeds the {cls.n_best_size} candidates the "
                                f"SQuAD recipe weighs (its n-best size); ask for top_k {cls.n_best_size} or fewer")
 
-    def encode(self, item: dict, doc_stride: int = 128, max_question_length: int = 64, **_: Any) -> list[dict]:
+    def encode(self, item: dict, doc_stride: int = 128, max_question_length: int = 64, doc_overlap: int | None = None,
+               **_: Any) -> list[dict]:
+        if doc_overlap is not None:  # the tokenizer's stride: windows overlapping by doc_overlap context tokens
+            doc_stride = squad.stride_for_overlap(item["question"], self.tokenizer, max_seq_length=self.max_length,
+                                                  max_query_length=max_question_length, overlap=doc_overlap)
         return squad.featurize_squad([self._example(item)], self.tokenizer, max_seq_length=self.max_length,
                                      doc_stride=doc_stride, max_query_length=max_question_length)
 

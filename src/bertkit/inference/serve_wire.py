@@ -205,7 +205,8 @@ def _parameter_checks(server: Any) -> dict[str, tuple[Callable[[Any], bool], str
         "aggregation_strategy": (lambda v: v == "first", '"first" (each word takes its first piece\'s tag, as '
                                                           "bertkit's NER models are trained)"),
         "ignore_labels": label_names_check(None),
-        "align_to_words": (lambda v: v is True, "true (answers are whole words of the context)"),
+        "align_to_words": (lambda v: isinstance(v, bool), "true (answers widened to whole words, the default) or false "
+                                                           "(token spans)"),
         "max_seq_len": (lambda v: v == n, f"{n}, this server's max_length (set with --max-length at start)"),
         "doc_stride": int_in(1, n, " (at most max_length)"),
         "max_question_len": int_in(1, n - 4, " (max_length - 4 leaves the context room)"),

@@ -251,9 +251,15 @@ class TokenClassification(Task):
         return {"ignore_labels": label_names_check(
             {"O", *tags, *(t.split("-", 1)[1] if len(t) > 2 and t[1] in "-_" else t for t in tags)})}
 
-    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
-        ignore = set(answer.get("ignore_labels") or ())
-        return [e for e in result["entities"] if e["entity_group"] not in ignore]
+    def render(self, server: Any, call: Call, results: list[Any]) -> Any:
+        from bertkit.inference.pipelines import group_entities
+
+        # ignore_labels replaces transformers' default ["O"]: a list without "O" answers the words tagged O as
+        # entity groups too
+        ignore = set(call.answer.get("ignore_labels") or ()) if "ignore_labels" in call.answer else {"O"}
+        out = [[e for e in (r["entities"] if "O" in ignore else group_entities(r["words"], text, outside=True))
+                if e["entity_group"] not in ignore] for text, r in zip(call.items, results, strict=True)]
+        return out[0] if call.single else out
 
 
 class QuestionAnswering(Task):
@@ -262,8 +268,9 @@ class QuestionAnswering(Task):
     pipeline = "bertkit.inference.pipelines:QuestionAnsweringPipeline"
     predict_options = ("top_k",)
     answer_params = ("align_to_words", "max_seq_len")
+    # The Inference API's doc_stride is the overlap between windows (the tokenizer's stride), not run_squad.py's step
     renamed = {"max_answer_len": "max_answer_length", "max_question_len": "max_question_length",
-               "handle_impossible_answer": "allow_no_answer"}
+               "handle_impossible_answer": "allow_no_answer", "doc_stride": "doc_overlap"}
     candidates_per = "questions"
 
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
@@ -273,18 +280,49 @@ class QuestionAnswering(Task):
     def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         from bertkit.tasks import squad
 
-        stride = options.get("doc_stride", _default(pipe.encode, "doc_stride"))
+        stride = _default(pipe.encode, "doc_stride")
         question = options.get("max_question_length", _default(pipe.encode, "max_question_length"))
+        if "doc_overlap" in options:  # the wire's doc_stride
+            try:
+                stride = squad.stride_for_overlap(item["question"], pipe.tokenizer, max_seq_length=pipe.max_length,
+                                                  max_query_length=question, overlap=options["doc_overlap"])
+            except BertkitError as e:
+                raise RequestError(422, f"input {index}: {e}") from None
         windows = squad.count_windows(item["question"], item["context"], pipe.tokenizer,
                                       max_seq_length=pipe.max_length, doc_stride=stride, max_query_length=question)
+        overlap = options.get("doc_overlap", "the default")
         return windows, options.get("top_k", _default(pipe.decode, "top_k")), (
-            f"windows (input {index} alone makes {windows} at doc_stride {stride}; a larger doc_stride makes fewer)")
+            f"windows (input {index} alone makes {windows} at doc_stride {overlap}, the overlap between windows; a "
+            "smaller doc_stride makes fewer)")
 
-    def render_one(self, result: Any, answer: dict[str, Any]) -> Any:
-        def one(r: dict[str, Any]) -> dict[str, Any]:  # transformers' keys; no answer is "" at 0..0
-            return {"score": r["score"], "start": r["start"] or 0, "end": r["end"] or 0, "answer": r["answer"]}
+    def render(self, server: Any, call: Call, results: list[Any]) -> Any:
+        several = (call.answer.get("top_k") or 1) > 1
+        align = call.answer.get("align_to_words", True)  # the Inference API's default
+        out = []
+        for item, result in zip(call.items, results, strict=True):
+            context = item["context"]
+            bounds = _word_bounds(server.pipe.tokenizer, context) if align else ({}, {})
+            answers = [_answer(r, context, bounds) for r in (result["nbest"] if several else [result])]
+            out.append(answers if several else answers[0])
+        return out[0] if call.single else out
 
-        return one(result) if (answer.get("top_k") or 1) == 1 else [one(r) for r in result["nbest"]]
+
+def _answer(r: dict[str, Any], context: str, bounds: tuple[dict[int, int], dict[int, int]]) -> dict[str, Any]:
+    """One answer in transformers' keys, its ends moved to ``bounds`` (``_word_bounds``; empty: the token span); no
+    answer is "" at 0..0."""
+    if r["start"] is None:
+        return {"score": r["score"], "start": 0, "end": 0, "answer": r["answer"]}
+    start, end = bounds[0].get(r["start"], r["start"]), bounds[1].get(r["end"], r["end"])
+    return {"score": r["score"], "start": start, "end": end, "answer": context[start:end]}
+
+
+def _word_bounds(tokenizer: Any, context: str) -> tuple[dict[int, int], dict[int, int]]:
+    """(each token's first character -> its word's, each token's end -> its word's), in ``context``: how
+    transformers' ``align_to_words`` widens an answer span (a token span, "Ku" of "Kuechly") to whole words."""
+    enc = tokenizer(context, add_special_tokens=False, return_offsets_mapping=True)
+    words = [enc.word_to_chars(w) for w in enc.word_ids()]  # each token's word's characters
+    return ({s: w.start for (s, _), w in zip(enc["offset_mapping"], words, strict=True)},
+            {e: w.end for (_, e), w in zip(enc["offset_mapping"], words, strict=True)})
 
 
 class MultipleChoice(Task):
