@@ -1,5 +1,5 @@
-"""In-batch negatives gathered across processes (``gather_across_devices=True``): 2 processes x 16 rows give the
-loss and the gradients of 1 process x 32, for every loss with in-batch negatives; each anchor keeps its own
+"""In-batch negatives gathered across processes (``gather_across_devices=True``): 2 processes x 8 rows (or 9 + 7) give
+the loss and the gradients of 1 process x 16, for every loss with in-batch negatives; each anchor keeps its own
 positive and hard negatives after the gather; uneven shares and a rank with no share (a stand-in row) too.
 
 Two processes on gloo (CPU, 127.0.0.1, a free port), started as tests/test_distributed.py starts them.
