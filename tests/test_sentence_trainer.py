@@ -30,8 +30,16 @@ PAIRS = [{"anchor": f"question {i}", "positive": f"paragraph {i // 2}"} for i in
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, minilm_dir):
-    return st_directory(minilm_dir, tmp_path_factory.mktemp("st") / "m", dropout=0.0, max_seq_length=32)
+def model_dir(tmp_path_factory, minilm_2_layers):
+    """MiniLM's first 2 layers: the checks that take it compare with sentence-transformers on the same weights, or
+    check what a run does and leaves (its checkpoints, a refused resume), none MiniLM's own numbers; a checkpoint a
+    third smaller to save and resume. The optimiser groups of MiniLM's 6 layers take ``minilm_st``."""
+    return st_directory(minilm_2_layers, tmp_path_factory.mktemp("st") / "m", dropout=0.0, max_seq_length=32)
+
+
+@pytest.fixture(scope="module")
+def minilm_st(tmp_path_factory, minilm_dir):
+    return st_directory(minilm_dir, tmp_path_factory.mktemp("st") / "minilm", dropout=0.0, max_seq_length=32)
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +132,7 @@ def test_training_saves_a_sentence_transformers_directory(model, tmp_path):
 
 @pytest.mark.parametrize("mapping", [{}, {r"0\.model\.encoder\.layer\.[0-2]\.": 1e-4, r"LayerNorm": 3e-5},
                                      {r"\.0\.": 1e-4}])
-def test_learning_rate_mapping_selects_sentence_transformers_parameters(mapping, model_dir, tmp_path):
+def test_learning_rate_mapping_selects_sentence_transformers_parameters(mapping, minilm_st, tmp_path):
     r"""The dense trainer's optimiser groups are sentence-transformers': a pattern is matched against its parameter
     names (``model.0.model.…``, not bertkit's ``model.bert.…``; r"\.0\." matches every encoder parameter there,
     and would match layer 0 alone under bertkit's), and each parameter has the same rate and weight decay (the
@@ -137,7 +145,7 @@ def test_learning_rate_mapping_selects_sentence_transformers_parameters(mapping,
 
     rates = {}
     for lib, S, L in (("sentence_transformers", st, st_losses), ("bertkit", bertkit.sentence, losses)):
-        encoder = S.SentenceTransformer(str(model_dir), device="cpu")
+        encoder = S.SentenceTransformer(str(minilm_st), device="cpu")
         loss = L.MultipleNegativesRankingLoss(encoder)
         args = S.SentenceTransformerTrainingArguments(output_dir=str(tmp_path / lib), learning_rate=2e-5,
                                                       weight_decay=0.1, report_to="none", use_cpu=True,
@@ -261,13 +269,13 @@ def test_a_training_step_reads_the_device_once(minilm_dir, tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("trainer_kind", ["SentenceTransformerTrainer", "CrossEncoderTrainer"])
-def test_training_tokenizes_each_row_once(trainer_kind, model, minilm_dir, tmp_path, monkeypatch):
+def test_training_tokenizes_each_row_once(trainer_kind, model, minilm_2_layers, tmp_path, monkeypatch):
     """Before training, the Trainer checks the labels and fingerprints the data: neither tokenizes a row (each did
     the whole dataset, two passes of the loader's work in the main process before the first step, 14 s for
     16,384 SQuAD pairs)."""
     rows = [{**p, "label": float(i % 2)} for i, p in enumerate(PAIRS)]
     if trainer_kind == "CrossEncoderTrainer":
-        encoder = CrossEncoder(cross_encoder_directory(minilm_dir, tmp_path / "ce"), max_length=32)
+        encoder = CrossEncoder(cross_encoder_directory(minilm_2_layers, tmp_path / "ce"), max_length=32)
         cls, tokenize = CrossEncoder, "token_ids"
         trainer = CrossEncoderTrainer(model=encoder, loss=ce_losses.BinaryCrossEntropyLoss(encoder), train_dataset=rows,
                                       args=CrossEncoderTrainingArguments(

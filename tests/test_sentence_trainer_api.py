@@ -39,12 +39,15 @@ QUIET = {"report_to": "none", "use_cpu": True, "disable_tqdm": True}
 
 
 @pytest.fixture(scope="module")
-def dirs(tmp_path_factory, minilm_dir):
+def dirs(tmp_path_factory, minilm_2_layers):
+    """MiniLM's first 2 layers in each layout: every check here compares bertkit's trainer with the reference's on
+    the same weights, or what a run does and leaves, none MiniLM's own numbers; a checkpoint a third smaller to save
+    and resume."""
     root = tmp_path_factory.mktemp("trainer-api")
-    return {"dense": st_directory(minilm_dir, root / "st", dropout=0.0, max_seq_length=32),
-            "cross": cross_encoder_directory(minilm_dir, root / "ce"),
-            "cross3": cross_encoder_directory(minilm_dir, root / "ce3", num_labels=3),
-            "sparse": masked_lm_checkpoint(minilm_dir, root / "mlm", dropout=0.0)}
+    return {"dense": st_directory(minilm_2_layers, root / "st", dropout=0.0, max_seq_length=32),
+            "cross": cross_encoder_directory(minilm_2_layers, root / "ce"),
+            "cross3": cross_encoder_directory(minilm_2_layers, root / "ce3", num_labels=3),
+            "sparse": masked_lm_checkpoint(minilm_2_layers, root / "mlm", dropout=0.0)}
 
 
 def _bertkit_trainer(kind: str, path, out, **kwargs):
