@@ -326,6 +326,29 @@ def test_rerank_pipeline_cuts_pairs_at_the_max_seq_length_the_directory_declares
     assert bertkit.pipeline("rerank", tmp_path / "ce", max_length=64, progress=False).max_length == 64
 
 
+def test_rerank_pipeline_cuts_at_the_declared_max_seq_length_over_a_smaller_tokenizer_limit(directory, tmp_path):
+    """sentence_bert_config.json declares max_seq_length 48, tokenizer_config.json says model_max_length 24: both
+    CrossEncoders cut pairs at 48 (sentence-transformers gives it to the tokenizer); the rerank pipeline (`bertkit
+    serve --task rerank`) refused the directory ("max_length 48 is outside [8, 24]")."""
+    import json
+
+    import bertkit
+
+    CrossEncoder(directory).save(tmp_path / "ce")
+    sbert = json.loads((tmp_path / "ce" / "sentence_bert_config.json").read_text())
+    (tmp_path / "ce" / "sentence_bert_config.json").write_text(json.dumps({**sbert, "max_seq_length": 48}))
+    config = json.loads((tmp_path / "ce" / "tokenizer_config.json").read_text())
+    (tmp_path / "ce" / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 24}))
+    want_model = st_ce.CrossEncoder(str(tmp_path / "ce"))
+    assert want_model.max_length == CrossEncoder(tmp_path / "ce").max_length == 48
+    texts = ["Paris is in France.", LONG, "Berlin is the capital of Germany."]
+    want = want_model.predict([("Where is Paris?", t) for t in texts], activation_fn=torch.nn.Identity())
+    pipe = bertkit.pipeline("rerank", tmp_path / "ce", progress=False)
+    assert pipe.max_length == 48
+    got = {r["index"]: r["score"] for r in pipe({"query": "Where is Paris?", "texts": texts}, raw_scores=True)}
+    np.testing.assert_allclose([got[i] for i in range(3)], want, atol=2e-5, rtol=0)
+
+
 def test_rerank_pipeline_warns_when_the_directory_scores_by_another_activation(directory, tmp_path, caplog):
     """A cross-encoder saved with activation_fn Identity (a model trained with MSELoss on teacher logits): its
     CrossEncoder's rank gives the logit, the rerank pipeline (`bertkit serve --task rerank`'s /rerank, TEI's) its

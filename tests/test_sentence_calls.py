@@ -362,6 +362,49 @@ def test_a_tokenizers_max_len_is_its_model_max_length(tmp_path, minilm_2_layers)
     _same(ours.encode(TEXTS), ref.encode(TEXTS))
 
 
+def test_the_pipeline_cuts_at_the_declared_max_seq_length_over_a_smaller_tokenizer_limit(tmp_path, minilm_2_layers):
+    """sentence_bert_config.json declares max_seq_length 256, tokenizer_config.json says model_max_length 128:
+    sentence-transformers gives 256 to the tokenizer and cuts there, as bertkit's SentenceTransformer does; the
+    embedding pipeline (so `bertkit serve` and `bertkit predict`) refused the directory ("max_length 256 is outside
+    [8, 128]")."""
+    import bertkit
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=256)
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").unlink()  # a link to the shared checkpoint's file
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 128}))
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    assert ref.max_seq_length == SentenceTransformer(d).max_seq_length == 256
+    pipe = bertkit.pipeline("sentence-embedding", str(d), progress=False)
+    assert pipe.max_length == 256
+    _same(np.asarray(pipe([LONG, TEXTS[0]]), dtype=np.float32), ref.encode([LONG, TEXTS[0]], normalize_embeddings=True))
+
+
+def test_the_pipeline_reads_the_older_layout_with_the_encoder_in_0_transformer(tmp_path, minilm_2_layers):
+    """sentence-transformers' older layout: the encoder, its tokenizer and sentence_bert_config.json (max_seq_length
+    32 here) in 0_Transformer/, which modules.json names. Both SentenceTransformers read it; the embedding pipeline
+    (`bertkit serve`, `bertkit predict`) looked for config.json at the top and refused the directory."""
+    import bertkit
+    from bertkit.inference.pipelines import FeatureExtractionPipeline
+
+    d = st_directory(minilm_2_layers, tmp_path / "m", max_seq_length=32, st_config={"prompts": PROMPTS,
+                                                                                    "default_prompt_name": "query"})
+    (d / "0_Transformer").mkdir()
+    for f in d.iterdir():
+        if f.is_file() and f.name not in ("modules.json", "config_sentence_transformers.json"):
+            f.rename(d / "0_Transformer" / f.name)
+    modules = json.loads((d / "modules.json").read_text())
+    (d / "modules.json").write_text(json.dumps([{**modules[0], "path": "0_Transformer"}, *modules[1:]]))
+    ref = st.SentenceTransformer(str(d), device="cpu")
+    assert ref.max_seq_length == SentenceTransformer(d).max_seq_length == 32
+    want = ref.encode([LONG, TEXTS[0]], normalize_embeddings=True)  # with the default prompt, as the pipeline's
+    _same(SentenceTransformer(d).encode([LONG, TEXTS[0]], normalize_embeddings=True), want)
+    pipe = bertkit.pipeline("sentence-embedding", str(d), progress=False)
+    assert (pipe.max_length, pipe.prompt) == (32, "query: ")
+    _same(np.asarray(pipe([LONG, TEXTS[0]]), dtype=np.float32), want)
+    assert FeatureExtractionPipeline.tokenizer_of(d)("hi")["input_ids"] == ref.tokenizer("hi")["input_ids"]
+
+
 def test_positions_past_512_without_a_model_max_length_cut_where_sentence_transformers_does(tmp_path, minilm_dir,
                                                                                           tiny_checkpoint):
     """A checkpoint of 1,024 positions whose tokenizer_config.json sets no model_max_length: transformers' tokenizer

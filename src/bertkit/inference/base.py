@@ -19,6 +19,7 @@ from bertkit.inference.prepare import check_request, prepare_model
 from bertkit.inference.runner import run_length_sorted
 from bertkit.padding import pad_batch
 from bertkit.quantization import is_int8_checkpoint, load_for_inference, read_calibration_file
+from bertkit.sentence.directory import declared_max_seq_length
 from bertkit.tokenization import BertTokenizer
 
 # Rows at or above which a progress bar is drawn when ``progress`` is None (auto): a few seconds of work.
@@ -144,6 +145,12 @@ class Pipeline:
                 raise BertkitError(f"{directory} has no {cls.task} head (its weights lack {', '.join(missing)}); "
                                    f"{cls.missing_head_fix}")
         tokenizer = BertTokenizer.from_pretrained(directory)
+        declared = declared_max_seq_length(directory)
+        if declared is not None:
+            # a sentence-transformers directory: its Transformer module gives the max_seq_length it declares (or the
+            # max_length asked for) to the tokenizer as its model_max_length, over tokenizer_config.json's, so a
+            # tokenizer saying 128 under a declared 256 cuts at 256 there (bertkit refused the directory)
+            tokenizer.model_max_length = kwargs.get("max_length") or declared
         model = load_for_inference(cls.model_class, directory)
         return cls(model, tokenizer, **kwargs)
 

@@ -37,6 +37,7 @@ from bertkit.sentence.pooling import MODES as POOLING_MODES
 from bertkit.sentence.pooling import pool_tokens
 from bertkit.sentence.prompts import prompt_tokens
 from bertkit.tasks import squad
+from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.basic import lowercase
 
 logger = logging.getLogger("bertkit")
@@ -520,7 +521,12 @@ class FeatureExtractionPipeline(TextOrPairPipeline):
         if saved.pooling is not None and asked not in (None, saved.pooling.modes[0], "none"):
             logger.warning("%s pools by %r (1_Pooling); pooling=%r was asked for, so its vectors are not the "
                            "model's sentence embeddings", model_dir, saved.pooling.modes[0], asked)
-        return super().from_pretrained(model_dir, directory=saved, **kwargs)
+        return super().from_pretrained(saved.encoder_dir, directory=saved, **kwargs)
+
+    @classmethod
+    def tokenizer_of(cls, model_dir: str | Path) -> BertTokenizer:
+        # the encoder's directory: 0_Transformer/ in sentence-transformers' older layout
+        return super().tokenizer_of(sentence_directory(Path(model_dir)).encoder_dir)
 
     @property
     def prompt_ids(self) -> list[int]:
