@@ -394,23 +394,29 @@ def squad_examples(squad_all) -> list[squad.SquadExample]:
 
 
 def test_question_answering_equals_the_squad_recipe(tmp_path_factory, minilm_dir, squad_examples):
-    """Windows of 128 tokens force several per context; answers must be what featurize_squad + the
-    transformers model's logits + postprocess_predictions give, and map back to the context exactly."""
+    """Windows of 128 tokens sharing 48 context tokens (``doc_stride`` as transformers means it) force several per
+    context; answers must be what featurize_squad at the step those windows make + the transformers model's logits
+    + postprocess_predictions give, and map back to the context exactly."""
     d, hf_model = _tiny_dir(tmp_path_factory, minilm_dir, "BertForQuestionAnswering")
     tok = bertkit.BertTokenizer.from_pretrained(d)
-    features = squad.featurize_squad(squad_examples, tok, max_seq_length=128, doc_stride=64)
-    assert len(features) > 1.5 * len(squad_examples)  # real sliding windows
-    starts, ends = [], []
-    with torch.no_grad():
-        for f in features:
-            out = hf_model(**{k: torch.tensor([f[k]]) for k in ("input_ids", "token_type_ids", "attention_mask")})
-            starts.append(out.start_logits[0].numpy())
-            ends.append(out.end_logits[0].numpy())
-    ref = squad.postprocess_predictions(squad_examples, features, starts, ends)
     qa = bertkit.pipeline("question-answering", d, max_length=128, batch_size=6)
+    refs, windows = {}, 0
+    for ex in squad_examples:  # the step depends on the question's length: one example at a time
+        step = qa.window_step(ex.question, 48, 64)
+        features = squad.featurize_squad([ex], tok, max_seq_length=128, doc_stride=step)
+        windows += len(features)
+        starts, ends = [], []
+        with torch.no_grad():
+            for f in features:
+                out = hf_model(**{k: torch.tensor([f[k]]) for k in ("input_ids", "token_type_ids", "attention_mask")})
+                starts.append(out.start_logits[0].numpy())
+                ends.append(out.end_logits[0].numpy())
+        refs[ex.qas_id] = squad.postprocess_predictions([ex], features, starts, ends)
+    assert windows > 1.5 * len(squad_examples)  # real sliding windows
     inputs = [{"question": ex.question, "context": ex.context} for ex in squad_examples]
-    got = qa(inputs, doc_stride=64, top_k=3)
+    got = qa(inputs, doc_stride=48, top_k=3)
     for ex, o in zip(squad_examples, got, strict=True):
+        ref = refs[ex.qas_id]
         assert o["answer"] == ref.predictions[ex.qas_id]
         assert ex.context[o["start"]:o["end"]] == o["answer"]
         assert o["score"] == pytest.approx(ref.nbest[ex.qas_id][0]["probability"], abs=1e-5)

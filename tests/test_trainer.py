@@ -439,7 +439,7 @@ def test_accumulation_that_does_not_divide_an_epoch_makes_a_short_step_as_transf
     for lib in (transformers, bertkit):
         tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
         model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint)
-        train = datasets.Dataset.from_list(TRAIN).map(lambda b: tokenizer(b["text"], truncation=True), batched=True)
+        train = datasets.Dataset.from_list(TRAIN).map(lambda b, tok=tokenizer: tok(b["text"], truncation=True), batched=True)
         args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), learning_rate=1e-3,
                                      per_device_train_batch_size=4, gradient_accumulation_steps=3, num_train_epochs=2,
                                      logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=7,

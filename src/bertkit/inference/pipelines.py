@@ -354,7 +354,9 @@ class QuestionAnsweringPipeline(Pipeline):
     """``{"question", "context"}`` -> ``{"answer", "start", "end", "score", "nbest"}``.
 
     Contexts of any length: ``tasks.squad.featurize_squad`` cuts them into windows of ``max_length``
-    tokens with ``doc_stride``, and ``postprocess_predictions`` picks the best span over all windows (each
+    tokens, 128 tokens apart as the recipe's (run_squad.py's ``doc_stride``, a step), or, given ``doc_stride``, as
+    transformers' pipeline and the Inference API mean it: consecutive windows share that many context tokens (the
+    tokenizer's ``stride``). Then ``postprocess_predictions`` picks the best span over all windows (each
     token scored in the window where it has most context), exactly as the SQuAD recipe is scored. ``score``
     is the answer's probability among the n-best candidates; ``start``/``end`` are character offsets into
     the context (``context[start:end] == answer``). With ``allow_no_answer=True`` (SQuAD 2.0 models) the
@@ -367,8 +369,8 @@ class QuestionAnsweringPipeline(Pipeline):
     model_class = BertForQuestionAnswering
     required_keys = ("qa_outputs.weight",)
     fields = {"question": str, "context": str}
-    call_options = ("top_k", "doc_stride", "doc_overlap", "max_question_length", "max_answer_length",
-                    "allow_no_answer", "null_threshold")
+    call_options = ("top_k", "doc_stride", "max_question_length", "max_answer_length", "allow_no_answer",
+                    "null_threshold")
     n_best_size = 20  # the recipe's candidates per question: spans among each window's 20 best starts and ends
 
     def _example(self, item: dict) -> squad.SquadExample:
@@ -378,21 +380,23 @@ class QuestionAnsweringPipeline(Pipeline):
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
         super().check_options(options)
-        if "doc_stride" in options and "doc_overlap" in options:
-            raise BertkitError(f"give doc_stride (the step between windows, {options['doc_stride']}) or doc_overlap (the "
-                               f"overlap between them, {options['doc_overlap']}), not both")
         top_k = options.get("top_k", 1)
         if top_k > cls.n_best_size:  # more candidates would change which spans compete, so the answer and scores
             raise BertkitError(f"question-answering's top_k {top_k} exceeds the {cls.n_best_size} candidates the "
                                f"SQuAD recipe weighs (its n-best size); ask for top_k {cls.n_best_size} or fewer")
 
-    def encode(self, item: dict, doc_stride: int = 128, max_question_length: int = 64, doc_overlap: int | None = None,
-               **_: Any) -> list[dict]:
-        if doc_overlap is not None:  # the tokenizer's stride: windows overlapping by doc_overlap context tokens
-            doc_stride = squad.stride_for_overlap(item["question"], self.tokenizer, max_seq_length=self.max_length,
-                                                  max_query_length=max_question_length, overlap=doc_overlap)
+    def window_step(self, question: str, doc_stride: int | None, max_question_length: int) -> int:
+        """run_squad.py's step between window starts: the recipe's 128, or the step whose windows share
+        ``doc_stride`` context tokens (transformers' meaning of the name)."""
+        if doc_stride is None:
+            return 128
+        return squad.stride_for_overlap(question, self.tokenizer, max_seq_length=self.max_length,
+                                        max_query_length=max_question_length, overlap=doc_stride)
+
+    def encode(self, item: dict, doc_stride: int | None = None, max_question_length: int = 64, **_: Any) -> list[dict]:
+        step = self.window_step(item["question"], doc_stride, max_question_length)
         return squad.featurize_squad([self._example(item)], self.tokenizer, max_seq_length=self.max_length,
-                                     doc_stride=doc_stride, max_query_length=max_question_length)
+                                     doc_stride=step, max_query_length=max_question_length)
 
     def forward(self, batch, rows) -> list[np.ndarray]:
         out = self.model(**batch)

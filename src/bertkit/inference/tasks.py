@@ -268,9 +268,8 @@ class QuestionAnswering(Task):
     pipeline = "bertkit.inference.pipelines:QuestionAnsweringPipeline"
     predict_options = ("top_k",)
     answer_params = ("align_to_words", "max_seq_len")
-    # The Inference API's doc_stride is the overlap between windows (the tokenizer's stride), not run_squad.py's step
     renamed = {"max_answer_len": "max_answer_length", "max_question_len": "max_question_length",
-               "handle_impossible_answer": "allow_no_answer", "doc_stride": "doc_overlap"}
+               "handle_impossible_answer": "allow_no_answer"}
     candidates_per = "questions"
 
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
@@ -280,20 +279,17 @@ class QuestionAnswering(Task):
     def cost(self, pipe: Any, item: Any, options: dict[str, Any], index: int) -> tuple[int, int, str]:
         from bertkit.tasks import squad
 
-        stride = _default(pipe.encode, "doc_stride")
         question = options.get("max_question_length", _default(pipe.encode, "max_question_length"))
-        if "doc_overlap" in options:  # the wire's doc_stride
-            try:
-                stride = squad.stride_for_overlap(item["question"], pipe.tokenizer, max_seq_length=pipe.max_length,
-                                                  max_query_length=question, overlap=options["doc_overlap"])
-            except BertkitError as e:
-                raise RequestError(422, f"input {index}: {e}") from None
+        overlap = options.get("doc_stride")
+        try:
+            step = pipe.window_step(item["question"], overlap, question)
+        except BertkitError as e:
+            raise RequestError(422, f"input {index}: {e}") from None
         windows = squad.count_windows(item["question"], item["context"], pipe.tokenizer,
-                                      max_seq_length=pipe.max_length, doc_stride=stride, max_query_length=question)
-        overlap = options.get("doc_overlap", "the default")
+                                      max_seq_length=pipe.max_length, doc_stride=step, max_query_length=question)
         return windows, options.get("top_k", _default(pipe.decode, "top_k")), (
-            f"windows (input {index} alone makes {windows} at doc_stride {overlap}, the overlap between windows; a "
-            "smaller doc_stride makes fewer)")
+            f"windows (input {index} alone makes {windows} at doc_stride {overlap if overlap is not None else 'unset'}"
+            ", the overlap between windows; a smaller doc_stride makes fewer)")
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
         several = (call.answer.get("top_k") or 1) > 1

@@ -223,13 +223,13 @@ def count_windows(question: str, context: str, tokenizer: Any, *, max_seq_length
 def stride_for_overlap(question: str, tokenizer: Any, *, max_seq_length: int, max_query_length: int,
                        overlap: int) -> int:
     """The ``doc_stride`` (run_squad.py's step between window starts) whose windows overlap by ``overlap`` context
-    tokens, the windows a tokenizer's ``stride`` (and the Inference API's ``doc_stride``) asks for."""
+    tokens, the windows a tokenizer's ``stride`` (and transformers' pipeline's ``doc_stride``) asks for."""
     _check_windows(max_seq_length, 1, max_query_length)
     q_tokens = min(len(_encode_no_specials(tokenizer, question)[0]), max_query_length)
     window = max_seq_length - q_tokens - 3
     if not 0 <= overlap < window:
-        raise BertkitError(f"an overlap of {overlap} tokens between windows (doc_overlap; the Inference API's "
-                           f"doc_stride) must be at least 0 and below the {window} context tokens a window holds for "
+        raise BertkitError(f"an overlap of {overlap} tokens between windows (doc_stride, as transformers' "
+                           f"pipeline means it) must be at least 0 and below the {window} context tokens a window holds for "
                            f"this question (max_length {max_seq_length} - {q_tokens} question tokens - 3)")
     return window - overlap
 
