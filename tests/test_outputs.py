@@ -305,36 +305,3 @@ def test_path_settings_compare_as_absolute_paths(tmp_path, monkeypatch):
         claim_output_dir("runs/a/out", "pretrain", {**same, "data": "data"}, resume=True, paths=("data", "files"))
     with pytest.raises(BertkitError, match="--data 'runs/a/data' then, 'data' now"):  # not declared a path
         claim_output_dir("runs/a/out", "pretrain", {**same, "data": "data"}, resume=True)
-
-
-def test_a_staged_save_fsyncs_each_file_and_each_directory_once_before_the_rename(tmp_path, monkeypatch):
-    # durability: what is renamed into place was fsynced, its files and its directories' entries; the directories
-    # once each, just before the rename, not once a file (a checkpoint's ten files paid ten)
-    from bertkit.staging import staged
-
-    events: list[tuple[str, str]] = []
-    real_fsync, real_rename = os.fsync, os.rename
-
-    def fsync(fd):
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        real_fsync(fd)
-
-    def rename(a, b):
-        events.append(("rename", str(b)))
-        real_rename(a, b)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "rename", rename)
-    target = tmp_path / "saved"
-    with staged(target, manifest=True) as out:
-        staging = os.path.realpath(out)
-        for name in ("a.json", "b.json", "sub/c.json", "sub/d.json"):
-            atomic_write_text(out / name, "{}")
-    swap = events.index(("rename", str(target)))
-    before = [path for kind, path in events[:swap] if kind == "fsync"]
-    dirs = [p for p in before if os.path.isdir(p.replace(staging, str(target)))]
-    assert sorted(dirs) == [staging, f"{staging}/sub"]  # each directory once
-    written = {p.replace(staging, str(target)).rsplit(".", 3)[0] for p in before if p not in dirs}
-    assert {str(target / ".a.json"), str(target / ".b.json"), str(target / "sub" / ".c.json"),
-            str(target / "sub" / ".d.json")} <= written  # each file, as its temporary name
-    assert sorted(p.name for p in target.rglob("*.json")) == [MARKER, "a.json", "b.json", "c.json", "d.json"]

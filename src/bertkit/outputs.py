@@ -5,8 +5,7 @@ refused directory is one ``WriteError`` line. Also the names of bertkit's own fi
 
 Directories are staged and swapped in by ``bertkit.staging``; what proves a file bertkit's (its manifests) is
 ``bertkit.manifests``; which directory a command may write, ``bertkit.runs``. No state is kept in the process but
-the locks it holds (and which of its staging directories are fsynced at commit): ownership is a property of the
-directory.
+the locks it holds: ownership is a property of the directory.
 """
 from __future__ import annotations
 
@@ -156,31 +155,7 @@ def atomic_target(path: str | os.PathLike, verify: Any = None) -> Iterator[Path]
         if (error := write_error(e, path)) is not None:
             raise error from e
         raise
-    if str(staging_of(path)) not in _DIRS_SYNCED_AT_COMMIT:
-        fsync_dir(path.parent)
-
-
-# The staging directories of saves and checkpoints (``bertkit.staging.staged``), whose directories are fsynced once,
-# all together, before the rename that makes them visible (``sync_dirs``): until then a crash leaves only a staging
-# directory that the next write removes whole, so a file written into one skips the fsync of its directory (a
-# checkpoint's ten files each paid one). A run's staging directory, which a resumed run continues, is not among them.
-_DIRS_SYNCED_AT_COMMIT: set[str] = set()
-
-
-@contextlib.contextmanager
-def dirs_synced_at_commit(stage: Path) -> Iterator[None]:
-    _DIRS_SYNCED_AT_COMMIT.add(str(stage.resolve()))
-    try:
-        yield
-    finally:
-        _DIRS_SYNCED_AT_COMMIT.discard(str(stage.resolve()))
-
-
-def sync_dirs(stage: Path) -> None:
-    """fsync every directory under ``stage`` (a staging directory about to be renamed into place), deepest first."""
-    if str(stage.resolve()) in _DIRS_SYNCED_AT_COMMIT:
-        for root, _, _ in os.walk(stage, topdown=False):
-            fsync_dir(Path(root))
+    fsync_dir(path.parent)
 
 
 @contextlib.contextmanager
@@ -201,15 +176,7 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
 def atomic_write_json(path: str | os.PathLike, data: Any, indent: int = 2) -> Path:
     """``data`` as JSON; written into a directory being staged, the paths in it that lead through a staging
     directory name the directory it becomes (a report names its files where they will be)."""
-    return atomic_write_json_text(path, json_text(data, indent))
-
-
-def json_text(data: Any, indent: int = 2) -> str:
-    return json.dumps(data, indent=indent, ensure_ascii=False, default=str)
-
-
-def atomic_write_json_text(path: str | os.PathLike, text: str) -> Path:
-    """``atomic_write_json`` of the JSON ``text`` (``json_text``) already encoded."""
+    text = json.dumps(data, indent=indent, ensure_ascii=False, default=str)
     return atomic_write_text(path, (as_placed(text) if staging_of(Path(path)) is not None else text) + "\n")
 
 

@@ -39,12 +39,10 @@ from bertkit.outputs import (
     MARKER,
     PARTIAL,
     atomic_write_json,
-    dirs_synced_at_commit,
     fsync_dir,
     glob_escape,
     regular_stat,
     staging_of,
-    sync_dirs,
     write_error,
     writing,
 )
@@ -326,7 +324,6 @@ class Stage:
         with writing(target):
             if manifest is not None:
                 atomic_write_json(path / MARKER, {**manifest, "files": manifest_files(path)})
-            sync_dirs(path)  # what is renamed into place was fsynced, its directories too
             real = str(path.resolve())
             mode = _take_mode(target, path)
             try:
@@ -394,7 +391,7 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
         yield target
         return
     stage = Stage.open(target, what, {"write": what})
-    with writing(target), dirs_synced_at_commit(stage.path):
+    with writing(target):
         try:
             yield stage.path
             stage.commit(manifest={} if manifest else None, merge=True)
