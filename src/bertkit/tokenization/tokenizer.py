@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, MissingFileError
-from bertkit.outputs import atomic_write_json_text, atomic_write_text, json_text
+from bertkit.outputs import atomic_write_json
 from bertkit.staging import staged
 from bertkit.tokenization.basic import BasicTokenizer
 from bertkit.tokenization.batch import (
@@ -45,7 +45,7 @@ from bertkit.tokenization.loading import (
     tokenizer_json,
 )
 from bertkit.tokenization.text import TextEncoder
-from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, unique_tokens
+from bertkit.tokenization.wordpiece import VOCAB_FILE, WordPiece, load_vocab, unique_tokens, write_vocab_file
 
 __all__ = ["BertTokenizer", "BertTokenizerFast"]
 
@@ -170,7 +170,7 @@ class BertTokenizer:
 
     def __getstate__(self) -> dict:
         # What a DataLoader worker receives: the settings and the token list, not caches or derived maps.
-        derived = ("vocab", "ids_to_tokens", "_text", "_special_id_set", "_continuation_ids", "_saved_texts")
+        derived = ("vocab", "ids_to_tokens", "_text", "_special_id_set", "_continuation_ids")
         return {k: v for k, v in self.__dict__.items() if k not in derived}
 
     def __setstate__(self, state: dict) -> None:
@@ -228,38 +228,21 @@ class BertTokenizer:
         (``bertkit.staging.staged``). tokenizer.json is the file transformers and sentence-transformers read first
         (and bertkit too): one left in ``path`` by another tokenizer would give their ids, not this tokenizer's."""
         path = Path(path)
-        vocab_text, files = self._file_texts(path)
-        with staged(path) as out:
-            atomic_write_text(out / VOCAB_FILE, vocab_text)
-            for name, text in files.items():
-                atomic_write_json_text(out / name, text)
-        return [path / VOCAB_FILE, *(path / name for name in files)]
-
-    def _file_texts(self, path: Path) -> tuple[str, dict[str, str]]:
-        """vocab.txt's text and each JSON file's, kept until the tokenizer changes: a Trainer saves the tokenizer
-        into every checkpoint, and encoding tokenizer.json's 30k-entry vocabulary took half a checkpoint's time. A
-        change of the tokens rebuilds ``self.vocab`` (``_build``), so the memo is valid while that is the same dict
-        and the settings are equal."""
         special_map = {k: getattr(self, k) for k in SPECIAL_TOKEN_KEYS}
         if self.additional_special_tokens:
-            special_map["additional_special_tokens"] = list(self.additional_special_tokens)
+            special_map["additional_special_tokens"] = self.additional_special_tokens
         config = {"tokenizer_class": "BertTokenizer", **{k: getattr(self, k) for k in SETTING_TYPES}, **special_map}
-        key = (config, list(self.added_tokens), self._wordpiece_size, len(self._tokens))
-        memo = getattr(self, "_saved_texts", None)
-        if memo is not None and memo[0] is self.vocab and memo[1] == key:
-            return memo[2]
-        bad = [t for t in self._tokens if "\n" in t or "\r" in t]
-        if bad:
-            raise BertkitError(f"tokens with a line break cannot be written to {path / VOCAB_FILE}: {bad[:5]}")
         backend = tokenizer_json(self._tokens[:self._wordpiece_size], self.vocab, self.all_special_tokens,
                                  self.added_tokens, config)
         # added_tokens.json ({token: id}, Hugging Face's file for them) is written when empty too: transformers reads
         # it beside tokenizer.json, so one left by an earlier save would bring its tokens back.
-        files = {CONFIG_FILE: config, SPECIAL_TOKENS_MAP_FILE: special_map, TOKENIZER_FILE: backend,
-                 ADDED_TOKENS_FILE: {t: self.vocab[t] for t in self.added_tokens}}
-        texts = ("".join(t + "\n" for t in self._tokens), {name: json_text(data) for name, data in files.items()})
-        self._saved_texts = (self.vocab, key, texts)  # key: fresh lists, not the tokenizer's
-        return texts
+        files = [(CONFIG_FILE, config), (SPECIAL_TOKENS_MAP_FILE, special_map), (TOKENIZER_FILE, backend),
+                 (ADDED_TOKENS_FILE, {t: self.vocab[t] for t in self.added_tokens})]
+        with staged(path) as out:
+            write_vocab_file(self._tokens, out / VOCAB_FILE)
+            for name, data in files:
+                atomic_write_json(out / name, data)
+        return [path / VOCAB_FILE, *(path / name for name, _ in files)]
 
     # ------------------------------------------------------------------------------------------------
     # Vocabulary
