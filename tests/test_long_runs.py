@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from bertkit.errors import BertkitError
+from bertkit.training.checkpoint import read_state
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +71,11 @@ def test_mlm_only_pretraining_and_loadable_intermediate_checkpoints(tiny, tmp_pa
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("nsp_loss" not in r and "mlm_loss" in r for r in records)
     assert any(r["split"] == "eval" and 0 <= r["mlm_acc"] <= 1 for r in records)
-    # the step-2 checkpoint loads with from_pretrained, and holds the weights of state.pt
+    # the step-2 checkpoint loads with from_pretrained, and holds the weights a resume reads
     step2 = out / "checkpoints" / "step-00000002"
-    model = BertForMaskedLM.from_pretrained(step2)
-    state = torch.load(step2 / "state.pt", weights_only=True)["model"]
-    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    model = BertForMaskedLM.from_pretrained(step2).state_dict()
+    state = read_state(step2)["model"]
+    assert state and all(torch.equal(model[k], v) for k, v in state.items())
 
 
 def test_finetuning_draws_its_curves(tmp_path):

@@ -158,7 +158,9 @@ def _weights(out: Path):
     return load_file(out / "final" / "model.safetensors")
 
 
-def test_a_truncated_checkpoint_and_a_torn_metrics_line_fall_back_and_resume_exactly(tiny_setup, tmp_path, caplog):
+@pytest.mark.parametrize("torn", ["state.pt", "model.safetensors"])  # the weights are in model.safetensors
+def test_a_truncated_checkpoint_and_a_torn_metrics_line_fall_back_and_resume_exactly(tiny_setup, tmp_path, caplog,
+                                                                                     torn):
     import torch
 
     from bertkit.training.pretrain import pretrain
@@ -169,7 +171,7 @@ def test_a_truncated_checkpoint_and_a_torn_metrics_line_fall_back_and_resume_exa
         out = tmp_path / "run"
         pretrain(_settings(tiny_setup, out))
         reference = _weights(out)  # the run uninterrupted, read before its newest checkpoint is damaged
-        state = out / "checkpoints" / "step-00000030" / "state.pt"
+        state = out / "checkpoints" / "step-00000030" / torn
         state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # a torn write of the newest checkpoint
         with open(out / "metrics.jsonl", "a") as f:
             f.write('{"split": "train", "st')  # a kill mid-append

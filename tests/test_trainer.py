@@ -249,6 +249,28 @@ def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(checkpoint, tmp
         torch.testing.assert_close(hf(**enc).logits, whole.model(**enc).logits, rtol=1e-4, atol=1e-5)
 
 
+def test_a_checkpoint_holding_its_weights_in_state_pt_resumes_from_them(checkpoint, tmp_path):
+    # the weights are stored once, in model.safetensors, which state.pt names; a checkpoint written before held
+    # them in state.pt too, and resumes from those
+    whole = _bertkit_trainer(checkpoint, tmp_path / "whole")
+    whole.train()
+    killed = _bertkit_trainer(checkpoint, tmp_path / "old", callbacks=[KillAt(4)])
+    with pytest.raises(Killed):
+        killed.train()
+    path = tmp_path / "old" / "checkpoint-3"
+    state = torch.load(path / "state.pt", weights_only=True)
+    assert state["model"] == "model.safetensors"
+    from safetensors.torch import load_file
+
+    state["model"] = load_file(path / "model.safetensors")
+    assert state["model"].keys() == whole.model.state_dict().keys()
+    torch.save(state, path / "state.pt")
+    (path / "model.safetensors").unlink()  # what resumes is state.pt's copy
+    again = _bertkit_trainer(checkpoint, tmp_path / "old")
+    assert again.train(resume_from_checkpoint=True).global_step == 8
+    assert _losses(again.state.log_history) == _losses(whole.state.log_history)
+
+
 # A Trainer script, run in a child process when it is to be killed, else in this one (argv: spec.json, then "resume"
 # or nothing): the rows, the checkpoint and the settings come from the spec; its log history is written to spec's
 # "history" path when train() returns.

@@ -1,6 +1,9 @@
-"""Training checkpoints on disk: ``state.pt`` (model, optimiser, scheduler, scaler, every rank's RNG state, the
-loop's position, the run's fingerprint) and the model in the Hugging Face layout, written into a staging directory
-and renamed into place with a manifest of its files; rotation removes only the files a manifest proves bertkit's.
+"""Training checkpoints on disk: ``state.pt`` (optimiser, scheduler, scaler, every rank's RNG state, the loop's
+position, the run's fingerprint) and the model in the Hugging Face layout, written into a staging directory and
+renamed into place with a manifest of its files; rotation removes only the files a manifest proves bertkit's. The
+weights are stored once: in ``model.safetensors``, which ``state.pt`` names, where the model writes one holding all of
+them (checkpoints written before hold them in ``state.pt`` too, and resume as they did); in ``state.pt`` otherwise
+(a sentence-transformers loss, whose model is not one bertkit's ``save_pretrained`` writes).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import torch
 from torch import nn
 
 from bertkit._parallel import DistInfo
+from bertkit.checkpoint_io import WEIGHTS_NAME
 from bertkit.errors import BertkitError
 from bertkit.manifests import remove_owned_tree
 from bertkit.outputs import MARKER, as_placed, disk_full, fsync
@@ -61,6 +65,9 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
     previous checkpoints as they were. ``write_extra(dir)`` adds files before the rename; then ``keep`` checkpoints
     are kept (``_rotate``)."""
     final = layout.path(out_dir, step)
+    weights = state["model"]
+    if model is not None and _aliases(model, _published(model)) is not None:
+        state = {**state, "model": WEIGHTS_NAME}  # save_pretrained writes them all: not twice (a third of the bytes)
     try:
         with staged(final, "checkpoint", manifest=True) as tmp:
             torch.save(state, tmp / STATE_FILE)  # a file of the staging directory: removed with it if cut short
@@ -72,16 +79,16 @@ def save_checkpoint(out_dir: Path, state: dict, step: int, keep: int, model: nn.
     except BertkitError as e:
         if e.__cause__ is None or not disk_full(e.__cause__):
             raise
-        raise _disk_full_error(out_dir, layout, final, state, e.errno) from e.__cause__
+        raise _disk_full_error(out_dir, layout, final, weights, e.errno) from e.__cause__
     _rotate(out_dir, layout, final, keep, protect)
     return final
 
 
-def _disk_full_error(out_dir: Path, layout: CheckpointLayout, final: Path, state: dict, code: int) -> BertkitError:
+def _disk_full_error(out_dir: Path, layout: CheckpointLayout, final: Path, weights: dict, code: int) -> BertkitError:
     """In the system's words (``code``: a quota or a limit on a file's size refuses a write on a disk with room), naming
     the checkpoint where it would be once the command's run is in place."""
     previous = layout.dirs(out_dir)
-    needed = sum(t.numel() * t.element_size() for t in state["model"].values()) * 3  # weights + 2 Adam moments
+    needed = sum(t.numel() * t.element_size() for t in weights.values()) * 3  # weights + 2 Adam moments
     free = shutil.disk_usage(layout.root(out_dir)).free
     kept = f"the previous checkpoint {as_placed(str(previous[-1]))} is intact" if previous else "nothing else was changed"
     return BertkitError(
@@ -112,6 +119,35 @@ def _rotate(out_dir: Path, layout: CheckpointLayout, final: Path, keep: int,
 def model_state(model: nn.Module) -> dict:
     """The model's state dict as views of the parameters (keep_vars): torch.save writes tied embeddings once."""
     return {k: v.detach() for k, v in model.state_dict(keep_vars=True).items()}
+
+
+def _published(model: nn.Module) -> set[str]:
+    """The state-dict names ``model.save_pretrained`` writes to model.safetensors (none: a model it does not write)."""
+    keys = getattr(model, "_published_keys", None)
+    return {key for part in keys() for key in part} if callable(keys) and hasattr(model, "save_pretrained") else set()
+
+
+def _aliases(model: nn.Module, stored: set[str]) -> dict[str, str] | None:
+    """For each state-dict name of ``model`` not in ``stored``, the stored name of the same tensor (a masked-LM
+    decoder is tied to the word embeddings); None when some tensor is not stored under any name."""
+    if not stored:
+        return None
+    own = model.state_dict(keep_vars=True)
+    aliases = {}
+    for key, tensor in own.items():
+        if key not in stored:
+            same = next((name for name in stored if own.get(name) is tensor), None)
+            if same is None:
+                return None
+            aliases[key] = same
+    return aliases
+
+
+def load_model_state(model: nn.Module, weights: dict) -> None:
+    """A checkpoint's weights into ``model``: all of its state dict, or (read from model.safetensors) one name of
+    each tied tensor, the others filled from it."""
+    aliases = _aliases(model, set(weights)) or {}
+    model.load_state_dict({**weights, **{key: weights[name] for key, name in aliases.items()}})
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
@@ -149,7 +185,23 @@ def read_state(path: Path) -> dict:
                "windows"} - state.keys()
     if missing:
         raise KeyError(sorted(missing))
+    if isinstance(state["model"], str):  # the weights are in the checkpoint's model.safetensors
+        state["model"] = _read_weights(path, state["model"])
     return state
+
+
+def _read_weights(path: Path, name: str) -> dict:
+    """The weights a checkpoint's state.pt names; damage is a ValueError, so a resume falls back to the checkpoint
+    before (``checkpoint_to_resume``)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if name != WEIGHTS_NAME:
+        raise ValueError(f"state.pt names {name!r} as the file of its weights, not {WEIGHTS_NAME}")
+    try:
+        return load_file(str(path / name))
+    except SafetensorError as e:
+        raise ValueError(f"{path / name}: {e}") from None
 
 
 def refuse_other_run(path: Path, fingerprint: dict, saved: dict | None = None) -> None:

@@ -33,6 +33,7 @@ from bertkit.training.checkpoint import (
     STEP_LAYOUT,
     CheckpointLayout,
     checkpoint_to_resume,
+    load_model_state,
     load_optimizer_state,
     model_state,
     restore_rank_state,
@@ -203,7 +204,7 @@ class _Run:
         _prepare_model(model, args, device)
         found = checkpoint_to_resume(out_dir, fingerprint, hooks.layout, resume)
         if found is not None:
-            model.load_state_dict(found[1]["model"])
+            load_model_state(model, found[1]["model"])
         module = replicate(model, device)
         optimizer, scheduler, scaler = _optimisation(model, args, total, device, hooks.param_groups)
         if args.torch_compile:

@@ -48,7 +48,14 @@ from bertkit.training.callbacks import (
     TrainOutput,
     metric_key,
 )
-from bertkit.training.checkpoint import HF_LAYOUT, STATE_FILE, refuse_other_run, remove_torn_writes
+from bertkit.training.checkpoint import (
+    HF_LAYOUT,
+    STATE_FILE,
+    load_model_state,
+    read_state,
+    refuse_other_run,
+    remove_torn_writes,
+)
 from bertkit.training.distributed import current, join_for_process
 from bertkit.training.loop import LoopHooks, Phase, Position, run_fingerprint, train
 from bertkit.training.trainer_args import TrainingArguments
@@ -277,9 +284,7 @@ class Trainer:
         seconds = time.perf_counter() - t0
         self.state.global_step = result.step
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
-            best = torch.load(Path(self.state.best_model_checkpoint) / "state.pt", map_location="cpu",
-                              weights_only=True)["model"]
-            self._module.load_state_dict(best)
+            load_model_state(self._module, read_state(Path(self.state.best_model_checkpoint))["model"])
         loss = _mean_train_loss(result.history, start_step)
         done = result.step - start_step
         metrics = {"train_runtime": seconds, "train_samples_per_second": done * accum * plan.batch_size * info.world_size
