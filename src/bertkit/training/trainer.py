@@ -273,7 +273,8 @@ class Trainer:
                            fingerprint=fingerprint, resume=resume or False,
                            hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                            protect=self._is_best, on_record=self._on_record, event=self._loop_event,
-                                           control=self.control, param_groups=self._parameter_groups()))
+                                           control=self.control, param_groups=self._parameter_groups(),
+                                           schedule_steps=self._schedule_steps))
         seconds = time.perf_counter() - t0
         self.state.global_step = result.step
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
@@ -287,6 +288,8 @@ class Trainer:
         self.log(metrics)
         self._event("on_train_end")
         return TrainOutput(result.step, loss, {**metrics, "epoch": self.state.epoch})
+
+    _schedule_steps: int | None = None  # the schedule's length, where it is not the run's (loop.LoopHooks)
 
     def _parameter_groups(self) -> list[dict] | None:
         """The optimiser's parameter groups; None: the loop's (the model's, at one rate, transformers' decay rule)."""
