@@ -25,14 +25,17 @@ def model_dir(tmp_path_factory, minilm_2_layers):
     return st_directory(minilm_2_layers, tmp_path_factory.mktemp("st") / "m", dropout=0.0, max_seq_length=16)
 
 
-def _fit(lib: str, model_dir, out, two: bool, **kwargs):
-    """The fit script; ``lib`` picks the import, nothing else differs. Returns each step's (rows, loss) and the
-    model saved at output_path's embeddings of PROBE."""
+def _fit(lib: str, model_dir, out, two: bool, evaluate: bool = False):
+    """The fit script; ``lib`` picks the import, nothing else differs. Returns each step's (rows, loss), the model
+    saved at output_path's embeddings of PROBE and, with ``evaluate``, each evaluation's (score, epoch, steps) as
+    fit's callback gets them."""
     if lib == "sentence_transformers":
         import sentence_transformers as S
         from sentence_transformers import losses as L
+        from sentence_transformers.sentence_transformer import evaluation
     else:
         import bertkit.sentence as S
+        from bertkit.sentence import evaluation
         from bertkit.sentence import losses as L
     model = S.SentenceTransformer(str(model_dir), device="cpu")
     seen = []
@@ -51,20 +54,80 @@ def _fit(lib: str, model_dir, out, two: bool, **kwargs):
     if two:
         scored = [S.InputExample(texts=[a, b], label=s) for a, b, s in SCORED]
         objectives.append((torch.utils.data.DataLoader(scored, shuffle=True, batch_size=3), recorded(L.CoSENTLoss)))
+    scores, evaluator = [], None
+    if evaluate:
+        evaluator = evaluation.EmbeddingSimilarityEvaluator([a for a, _, _ in SCORED], [b for _, b, _ in SCORED],
+                                                            [s for _, _, s in SCORED], name="sts")
     torch.manual_seed(7)  # the DataLoaders' shuffle, drawn from torch's global generator
-    model.fit(train_objectives=objectives, epochs=2, warmup_steps=2, optimizer_params={"lr": 1e-4},
-              output_path=str(out / "model"), checkpoint_path=str(out / "ckpt"), checkpoint_save_steps=1000,
-              show_progress_bar=False, **kwargs)
+    model.fit(train_objectives=objectives, evaluator=evaluator, epochs=2, warmup_steps=2,
+              optimizer_params={"lr": 1e-4}, output_path=str(out / "model"), checkpoint_path=str(out / "ckpt"),
+              checkpoint_save_steps=1000, show_progress_bar=False,
+              callback=lambda score, epoch, steps: scores.append((score, epoch, steps)))
     saved = S.SentenceTransformer(str(out / "model"), device="cpu")
-    return seen, saved.encode(PROBE, convert_to_numpy=True)
+    return seen, saved.encode(PROBE, convert_to_numpy=True), scores
 
 
 @pytest.mark.parametrize("two", [False, True], ids=["mnrl", "mnrl+cosent"])
 def test_fit_gives_sentence_transformers_numbers(two, model_dir, tmp_path):
     """Same rows per step, same loss at every step (relative 1e-5), same saved model (encode within 1e-5)."""
-    want_steps, want_emb = _fit("sentence_transformers", model_dir, tmp_path / "st", two)
-    got_steps, got_emb = _fit("bertkit", model_dir, tmp_path / "bk", two)
+    want_steps, want_emb, _ = _fit("sentence_transformers", model_dir, tmp_path / "st", two)
+    got_steps, got_emb, _ = _fit("bertkit", model_dir, tmp_path / "bk", two)
     assert [n for n, _ in got_steps] == [n for n, _ in want_steps]
     assert len(got_steps) == (2 * 6 if two else 2 * 4)  # ROUND_ROBIN: the fewest batches (3 of 9 rows) each
     np.testing.assert_allclose([v for _, v in got_steps], [v for _, v in want_steps], rtol=1e-5)
     np.testing.assert_allclose(got_emb, want_emb, atol=1e-5)
+
+
+def test_fit_evaluates_each_epoch_as_sentence_transformers(model_dir, tmp_path):
+    """With an evaluator: it runs at each epoch's end, fit's callback gets (score, epoch, steps) of each, the model at
+    output_path is the best epoch's and the evaluator's CSV is in output_path/eval, as in sentence-transformers."""
+    _, want_emb, want = _fit("sentence_transformers", model_dir, tmp_path / "st", False, evaluate=True)
+    _, got_emb, got = _fit("bertkit", model_dir, tmp_path / "bk", False, evaluate=True)
+    assert [(e, s) for _, e, s in got] == [(e, s) for _, e, s in want] == [(1.0, 4), (2.0, 8)]
+    np.testing.assert_allclose([v for v, _, _ in got], [v for v, _, _ in want], rtol=1e-5)
+    np.testing.assert_allclose(got_emb, want_emb, atol=1e-5)
+    csv = "similarity_evaluation_sts_results.csv"
+    assert (tmp_path / "bk" / "model" / "eval" / csv).is_file() and (tmp_path / "st" / "model" / "eval" / csv).is_file()
+
+
+@pytest.fixture(scope="module")
+def model(model_dir):
+    from bertkit.sentence import SentenceTransformer
+
+    return SentenceTransformer(model_dir)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"optimizer_class": torch.optim.SGD}, r"optimizer_class=SGD.*torch.optim.AdamW"),
+    ({"optimizer_params": {"lr": 1e-4, "amsgrad": True}}, r"\['amsgrad'\].*\['lr', 'eps', 'betas'\]"),
+    ({"scheduler": "WarmupCosineWithHardRestarts"}, r"WarmupCosineWithHardRestarts.*WarmupLinear"),
+    ({"evaluation_steps": 5}, r"evaluation_steps=5.*eval_strategy='steps'"),
+])
+def test_fit_refuses_what_bertkit_cannot_do(model, tmp_path, kwargs, message):
+    """Refused by name with what to use, before anything is read or written."""
+    from bertkit.sentence import InputExample, losses
+
+    loader = torch.utils.data.DataLoader([InputExample(texts=[a, b]) for a, b in PAIRS], batch_size=3)
+    with pytest.raises(NotImplementedInBertkit, match=message):
+        model.fit([(loader, losses.MultipleNegativesRankingLoss(model))], output_path=str(tmp_path / "out"), **kwargs)
+    assert not (tmp_path / "out").exists()
+
+
+def test_fit_refuses_loaders_it_cannot_read(model, model_dir):
+    """A custom batch_sampler (whose batches fit would not keep), rows that are no InputExample, a dataset shorter
+    than one batch (fit's schedule would be 0 steps long), a CrossEncoder's fit (old_fit: test_sentence_calls)."""
+    from bertkit.sentence import CrossEncoder, InputExample, losses
+    from bertkit.sentence.readers import InputExample as FromReaders
+
+    assert FromReaders is InputExample
+    mnrl = losses.MultipleNegativesRankingLoss(model)
+    rows = [InputExample(texts=[a, b]) for a, b in PAIRS]
+    batched = torch.utils.data.DataLoader(rows, batch_sampler=torch.utils.data.BatchSampler(range(11), 3, False))
+    with pytest.raises(NotImplementedInBertkit, match=r"custom batch_sampler \(BatchSampler\).*batch_size="):
+        model.fit([(batched, mnrl)])
+    with pytest.raises(BertkitError, match=r"gives \('question 0', 'paragraph 0'\) where an InputExample"):
+        model.fit([(torch.utils.data.DataLoader(PAIRS, batch_size=3), mnrl)])
+    with pytest.raises(BertkitError, match=r"\{'_dataset_1': 2\} hold fewer rows than one batch of 3"):
+        model.fit([(torch.utils.data.DataLoader(rows[:2], batch_size=3), mnrl)])
+    with pytest.raises(NotImplementedInBertkit, match=r"CrossEncoder.fit is not implemented in bertkit: train with"):
+        CrossEncoder(model_dir).fit(batched)
