@@ -1,7 +1,7 @@
 """sentence-transformers' legacy ``model.fit`` in bertkit.sentence, against sentence-transformers: the same script
 (only the import differs) with one objective (MultipleNegativesRankingLoss on InputExample pairs) and with two
 (and CoSENTLoss on scored pairs) trains to the same loss at every step and saves the same model at output_path;
-what bertkit cannot do is refused by name."""
+a CrossEncoder's fit trains to its numbers too; what bertkit cannot do is refused by name."""
 
 from __future__ import annotations
 
@@ -115,7 +115,8 @@ def test_fit_refuses_what_bertkit_cannot_do(model, tmp_path, kwargs, message):
 
 def test_fit_refuses_loaders_it_cannot_read(model, model_dir):
     """A custom batch_sampler (whose batches fit would not keep), rows that are no InputExample, a dataset shorter
-    than one batch (fit's schedule would be 0 steps long), a CrossEncoder's fit (old_fit: test_sentence_calls)."""
+    than one batch (fit's schedule would be 0 steps long), in SentenceTransformer.fit and CrossEncoder.fit (old_fit:
+    test_sentence_calls)."""
     from bertkit.sentence import CrossEncoder, InputExample, losses
     from bertkit.sentence.readers import InputExample as FromReaders
 
@@ -129,5 +130,83 @@ def test_fit_refuses_loaders_it_cannot_read(model, model_dir):
         model.fit([(torch.utils.data.DataLoader(PAIRS, batch_size=3), mnrl)])
     with pytest.raises(BertkitError, match=r"\{'_dataset_1': 2\} hold fewer rows than one batch of 3"):
         model.fit([(torch.utils.data.DataLoader(rows[:2], batch_size=3), mnrl)])
-    with pytest.raises(NotImplementedInBertkit, match=r"CrossEncoder.fit is not implemented in bertkit: train with"):
+    with pytest.raises(NotImplementedInBertkit, match=r"custom batch_sampler \(BatchSampler\)"):
         CrossEncoder(model_dir).fit(batched)
+
+
+RERANK = [(f"question {i}", f"paragraph {i // 2}" if i % 3 else f"unrelated {i}", float(i % 3 != 0)) for i in range(10)]
+
+
+def _cross_fit(lib: str, model_dir, out, monkeypatch, loss_fct: bool = False):
+    """CrossEncoder.fit's script: each step's loss (BinaryCrossEntropyLoss's, fit's default; ``loss_fct``: the same
+    loss as torch's BCEWithLogitsLoss through fit's loss_fct), the evaluator's CSV rows, fit's callback calls and the
+    trained model's scores of the pairs."""
+    if lib == "sentence_transformers":
+        import sentence_transformers as S
+        from sentence_transformers.cross_encoder import CrossEncoder
+        from sentence_transformers.cross_encoder.evaluation import CrossEncoderCorrelationEvaluator
+        from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+    else:
+        import bertkit.sentence as S
+        from bertkit.sentence.cross_encoder import CrossEncoder
+        from bertkit.sentence.cross_encoder.evaluation import CrossEncoderCorrelationEvaluator
+        from bertkit.sentence.cross_encoder.losses import BinaryCrossEntropyLoss
+    model = CrossEncoder(str(model_dir), max_length=16, device="cpu")
+    examples = [S.InputExample(texts=[q, p], label=y) for q, p, y in RERANK]
+    evaluator = CrossEncoderCorrelationEvaluator([[q, p] for q, p, _ in RERANK], [y for _, _, y in RERANK], name="dev")
+    calls, losses_seen = [], []
+
+    def recorded(forward):
+        def record(self, *args):
+            value = forward(self, *args)
+            losses_seen.append(value.item())
+            return value
+        return record
+
+    bce = torch.nn.BCEWithLogitsLoss
+    if loss_fct:
+        class Recorded(bce):
+            forward = recorded(bce.forward)
+    else:
+        monkeypatch.setattr(BinaryCrossEntropyLoss, "forward", recorded(BinaryCrossEntropyLoss.forward))
+    torch.manual_seed(3)
+    model.fit(torch.utils.data.DataLoader(examples, shuffle=True, batch_size=4), evaluator=evaluator, epochs=2,
+              loss_fct=Recorded() if loss_fct else None, warmup_steps=1, optimizer_params={"lr": 1e-4},
+              output_path=str(out), show_progress_bar=False,
+              callback=lambda score, epoch, steps: calls.append((score, epoch, steps)))
+    monkeypatch.undo()
+    rows = (out / "eval" / "CrossEncoderCorrelationEvaluator_dev_results.csv").read_text().splitlines()[1:]
+    csv = [tuple(float(v) for v in row.split(",")) for row in rows]
+    return losses_seen, csv, calls, model.predict([[q, p] for q, p, _ in RERANK])
+
+
+@pytest.mark.parametrize("loss_fct", [False, True], ids=["default", "loss_fct"])
+def test_cross_encoder_fit_gives_sentence_transformers_numbers(loss_fct, minilm_2_layers, tmp_path, monkeypatch):
+    """CrossEncoder.fit with its default loss (BinaryCrossEntropyLoss), and with the same loss as a torch loss_fct
+    (sentence-transformers 6.2's fit fails on any loss_fct: its FitMixinLoss calls the model as a transformers
+    model; so against its default): the same loss at every step, the same evaluations at each epoch's end (its CSV)
+    and the same trained model. Unlike sentence-transformers 6.2 (whose epoch evaluation is never handed the
+    trainer), fit's callback gets each evaluation and output_path the best epoch's model, as its docstring and its
+    old_fit say."""
+    from bertkit.sentence.cross_encoder import CrossEncoder
+    from cross_encoder_helpers import cross_encoder_directory
+
+    monkeypatch.chdir(tmp_path)  # fit's trainer directory: checkpoints/model under the working directory
+    model_dir = cross_encoder_directory(minilm_2_layers, tmp_path / "ce")
+    want_losses, want_csv, want_calls, want_pred = _cross_fit("sentence_transformers", model_dir, tmp_path / "st",
+                                                              monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    got_losses, got_csv, got_calls, got_pred = _cross_fit("bertkit", model_dir, tmp_path / "bk", monkeypatch, loss_fct)
+    assert len(got_losses) == len(want_losses) == 6  # 3 batches of 10 rows, 2 epochs
+    np.testing.assert_allclose(got_losses, want_losses, rtol=1e-5)
+    assert [r[:2] for r in got_csv] == [r[:2] for r in want_csv] == [(1.0, 3.0), (2.0, 6.0)]
+    np.testing.assert_allclose([r[2:] for r in got_csv], [r[2:] for r in want_csv], rtol=1e-5)
+    np.testing.assert_allclose(got_pred, want_pred, atol=1e-5)
+    assert want_calls == [] and not (tmp_path / "st" / "config.json").exists()  # sentence-transformers' fit drops them
+    assert got_calls == [(spearman, epoch, int(steps)) for epoch, steps, _, spearman in got_csv]
+    assert (tmp_path / "checkpoints" / "model").is_dir()
+    if got_csv[1][3] > got_csv[0][3]:  # the last epoch's model is the best: the one saved
+        saved = CrossEncoder(str(tmp_path / "bk"), max_length=16).predict([[q, p] for q, p, _ in RERANK])
+        np.testing.assert_allclose(saved, got_pred, atol=1e-6)
+    else:
+        assert (tmp_path / "bk" / "config.json").is_file()

@@ -1,5 +1,6 @@
-"""``SentenceTransformer.fit``: sentence-transformers' legacy training call, a thin wrapper on
-``SentenceTransformerTrainer`` as it is in sentence-transformers (6.x), so an old script trains to the same numbers.
+"""``SentenceTransformer.fit`` and ``CrossEncoder.fit``: sentence-transformers' legacy training calls, thin wrappers on
+``SentenceTransformerTrainer`` (``CrossEncoderTrainer``) as they are in sentence-transformers (6.x), so an old script
+trains to the same numbers.
 
     loader = DataLoader([InputExample(texts=["a query", "its passage"]), ...], shuffle=True, batch_size=16)
     model.fit(train_objectives=[(loader, losses.MultipleNegativesRankingLoss(model))], epochs=1, warmup_steps=100,
@@ -10,8 +11,9 @@ the DataLoader gives them, columns ``sentence_0``, ``sentence_1``, … and ``lab
 on its loss; the datasets' batches take turns (ROUND_ROBIN, as many from each as the shortest gives) at the last
 DataLoader's batch size. AdamW and the schedule are fit's: ``optimizer_params`` lr (torch's 1e-3 when absent), the
 ``weight_decay`` on all but biases and LayerNorm weights, the schedule ``scheduler`` over fit's count of steps
-(whole batches of the shortest dataset, times the objectives and the epochs). What bertkit cannot do is refused by
-name before anything is read.
+(whole batches of the shortest dataset, times the objectives and the epochs). ``CrossEncoder.fit`` takes one
+DataLoader, as its dataset with the same columns (``cross_encoder_fit``). What bertkit cannot do is refused by name
+before anything is written.
 """
 
 from __future__ import annotations
@@ -49,22 +51,8 @@ def fit(model: Any, train_objectives: Iterable[tuple[Any, nn.Module]], evaluator
     from bertkit.sentence.trainer import SentenceTransformerTrainer
     from bertkit.sentence.training_args import MultiDatasetBatchSamplers, SentenceTransformerTrainingArguments
 
-    optimizer_params = {"lr": 2e-5} if optimizer_params is None else dict(optimizer_params)
-    if optimizer_class is not torch.optim.AdamW:
-        raise NotImplementedInBertkit(f"fit(optimizer_class={getattr(optimizer_class, '__name__', optimizer_class)}) "
-                                      "is not implemented in bertkit: its loop trains with torch.optim.AdamW; drop "
-                                      "optimizer_class")
-    unknown = sorted(set(optimizer_params) - set(_OPTIMIZER_PARAMS))
-    if unknown:
-        raise NotImplementedInBertkit(f"fit(optimizer_params=...) sets {unknown}, which bertkit's AdamW does not take "
-                                      f"(it takes {list(_OPTIMIZER_PARAMS)}); drop them")
-    if scheduler.lower() not in _SCHEDULERS:
-        raise NotImplementedInBertkit(f"fit(scheduler={scheduler!r}) is not implemented in bertkit: choose one of "
-                                      "ConstantLR, WarmupConstant, WarmupLinear, WarmupCosine")
-    if evaluation_steps is not None and evaluation_steps > 0:
-        raise NotImplementedInBertkit(f"fit(evaluation_steps={evaluation_steps}) is not implemented in bertkit (fit "
-                                      "runs the evaluator at each epoch's end): for an evaluation every N steps, "
-                                      f"{_TRAINER_FIX}, with an eval_dataset and eval_strategy='steps'")
+    optimizer = _optimizer_args(optimizer_class, optimizer_params, weight_decay, scheduler, warmup_steps,
+                                evaluation_steps)
     objectives = list(train_objectives)
     if not objectives:
         raise BertkitError("fit(train_objectives=[]) has nothing to train: give [(DataLoader, loss), ...]")
@@ -95,7 +83,6 @@ def fit(model: Any, train_objectives: Iterable[tuple[Any, nn.Module]], evaluator
                            "learning-rate schedule would be 0 steps long: give each DataLoader a full batch at least, "
                            "or a smaller batch_size")
 
-    schedule, warms_up = _SCHEDULERS[scheduler.lower()]
     args = SentenceTransformerTrainingArguments(
         output_dir=checkpoint_path or _default_checkpoint_dir(),
         multi_dataset_batch_sampler=MultiDatasetBatchSamplers.ROUND_ROBIN,
@@ -103,11 +90,88 @@ def fit(model: Any, train_objectives: Iterable[tuple[Any, nn.Module]], evaluator
         max_steps=max_steps, max_grad_norm=max_grad_norm, fp16=use_amp, disable_tqdm=not show_progress_bar,
         save_strategy="steps" if checkpoint_path is not None else "no", save_steps=checkpoint_save_steps,
         save_total_limit=checkpoint_save_total_limit or None,  # 0: keep every checkpoint, as transformers reads it
-        learning_rate=optimizer_params.get("lr", 1e-3),  # torch.optim.AdamW's default rate
-        weight_decay=weight_decay, lr_scheduler_type=schedule, warmup_steps=warmup_steps if warms_up else 0,
-        adam_epsilon=optimizer_params.get("eps", 1e-8), adam_beta1=tuple(optimizer_params.get("betas", (0.9, 0.999)))[0],
-        adam_beta2=tuple(optimizer_params.get("betas", (0.9, 0.999)))[1])
+        **optimizer)
+    trainer = _trainer(SentenceTransformerTrainer, model, args, datasets, loss, schedule_steps, evaluator, callback,
+                       output_path, save_best_model, save_at_end=True)
+    trainer.train(resume_from_checkpoint=_latest_checkpoint(checkpoint_path) if resume_from_checkpoint else None)
 
+
+def cross_encoder_fit(model: Any, train_dataloader: Any, evaluator: Any = None, epochs: int = 1, loss_fct: Any = None,
+                      activation_fct: nn.Module | None = None, scheduler: str = "WarmupLinear",
+                      warmup_steps: int = 10000, optimizer_class: type = torch.optim.AdamW,
+                      optimizer_params: dict[str, object] | None = None, weight_decay: float = 0.01,
+                      evaluation_steps: int = 0, output_path: str | None = None, save_best_model: bool = True,
+                      max_grad_norm: float = 1, use_amp: bool = False,
+                      callback: Callable[[float, int, int], None] | None = None,
+                      show_progress_bar: bool = True) -> None:
+    """Train a ``CrossEncoder`` on one DataLoader of InputExample pairs as sentence-transformers' ``CrossEncoder.fit``
+    does: its dataset trained on BinaryCrossEntropyLoss (one label) or CrossEntropyLoss (several), each with
+    ``activation_fct``, or on ``loss_fct(activation_fct(logits), labels)`` (a torch loss on the logits, flattened for
+    one label with float labels, class ids otherwise); the schedule over the dataset's whole batches times the
+    epochs."""
+    from bertkit.sentence.cross_encoder.losses import BinaryCrossEntropyLoss, CrossEntropyLoss
+    from bertkit.sentence.cross_encoder.trainer import CrossEncoderTrainer
+    from bertkit.sentence.cross_encoder.training_args import CrossEncoderTrainingArguments
+
+    optimizer = _optimizer_args(optimizer_class, optimizer_params, weight_decay, scheduler, warmup_steps,
+                                evaluation_steps)
+    batch_size = _batch_size(train_dataloader, 1)
+    rows = _rows(train_dataloader, 1)
+    schedule_steps = int(len(rows) // batch_size * epochs)
+    if schedule_steps <= 0:
+        raise BertkitError(f"fit: the DataLoader's {len(rows)} rows make no batch of {batch_size}, so fit's "
+                           "learning-rate schedule would be 0 steps long: give it a full batch at least, or a smaller "
+                           "batch_size")
+    activation_fct = nn.Identity() if activation_fct is None else activation_fct
+    if loss_fct is None:
+        loss = (BinaryCrossEntropyLoss(model, activation_fn=activation_fct) if model.num_labels == 1
+                else CrossEntropyLoss(model, activation_fn=activation_fct))
+    else:
+        loss = _fit_loss(model, loss_fct, activation_fct)
+    args = CrossEncoderTrainingArguments(
+        output_dir=_default_checkpoint_dir(), per_device_train_batch_size=batch_size,
+        per_device_eval_batch_size=batch_size, num_train_epochs=epochs, max_grad_norm=max_grad_norm, fp16=use_amp,
+        disable_tqdm=not show_progress_bar, save_strategy="no", **optimizer)
+    # sentence-transformers 6.2's CrossEncoder.fit never hands its epoch evaluation the trainer, so there neither
+    # callback nor save_best_model takes effect (nothing is written to output_path but the evaluator's CSV); here
+    # both work as its docstring and its old_fit say. Without an evaluator nothing is saved, as in both.
+    _trainer(CrossEncoderTrainer, model, args, rows, loss, schedule_steps, evaluator, callback, output_path,
+             save_best_model, save_at_end=False).train()
+
+
+def _optimizer_args(optimizer_class: type, optimizer_params: dict[str, object] | None, weight_decay: float,
+                    scheduler: str, warmup_steps: int, evaluation_steps: int | None) -> dict[str, Any]:
+    """fit's optimiser and schedule as the trainer's arguments, once they are what bertkit's loop runs: torch's
+    AdamW (its defaults where optimizer_params is silent: lr 1e-3, eps 1e-8, betas (0.9, 0.999))."""
+    optimizer_params = {"lr": 2e-5} if optimizer_params is None else dict(optimizer_params)
+    if optimizer_class is not torch.optim.AdamW:
+        raise NotImplementedInBertkit(f"fit(optimizer_class={getattr(optimizer_class, '__name__', optimizer_class)}) "
+                                      "is not implemented in bertkit: its loop trains with torch.optim.AdamW; drop "
+                                      "optimizer_class")
+    unknown = sorted(set(optimizer_params) - set(_OPTIMIZER_PARAMS))
+    if unknown:
+        raise NotImplementedInBertkit(f"fit(optimizer_params=...) sets {unknown}, which bertkit's AdamW does not take "
+                                      f"(it takes {list(_OPTIMIZER_PARAMS)}); drop them")
+    if not isinstance(scheduler, str) or scheduler.lower() not in _SCHEDULERS:
+        raise NotImplementedInBertkit(f"fit(scheduler={scheduler!r}) is not implemented in bertkit: choose one of "
+                                      "ConstantLR, WarmupConstant, WarmupLinear, WarmupCosine")
+    if evaluation_steps is not None and evaluation_steps > 0:
+        raise NotImplementedInBertkit(f"fit(evaluation_steps={evaluation_steps}) is not implemented in bertkit (fit "
+                                      "runs the evaluator at each epoch's end): for an evaluation every N steps, "
+                                      f"{_TRAINER_FIX}, with an eval_dataset and eval_strategy='steps'")
+    schedule, warms_up = _SCHEDULERS[scheduler.lower()]
+    beta1, beta2 = optimizer_params.get("betas", (0.9, 0.999))
+    return {"learning_rate": optimizer_params.get("lr", 1e-3), "adam_epsilon": optimizer_params.get("eps", 1e-8),
+            "adam_beta1": beta1, "adam_beta2": beta2, "weight_decay": weight_decay, "lr_scheduler_type": schedule,
+            "warmup_steps": warmup_steps if warms_up else 0}
+
+
+def _trainer(trainer_class: type, model: Any, args: Any, train_dataset: Any, loss: Any, schedule_steps: int,
+             evaluator: Any, callback: Callable[[float, int, int], None] | None, output_path: str | None,
+             save_best_model: bool, save_at_end: bool) -> Any:
+    """The trainer fit runs, with fit's schedule length and callbacks: the evaluator at each epoch's end, fit's
+    ``callback`` after each evaluation, the model saved to output_path (``save_at_end``: when training ends, without
+    an evaluator)."""
     callbacks: list[TrainerCallback] = []
     epoch_evaluation = None
     if evaluator is not None:
@@ -116,13 +180,37 @@ def fit(model: Any, train_objectives: Iterable[tuple[Any, nn.Module]], evaluator
         if callback is not None:
             callbacks.append(_ScoreCallback(callback, evaluator))
     if output_path is not None:
-        callbacks.append(_SaveModel(output_path, evaluator, save_best_model))
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=datasets, loss=loss,
-                                         evaluator=evaluator, callbacks=callbacks)
+        callbacks.append(_SaveModel(output_path, evaluator, save_best_model, save_at_end))
+    trainer = trainer_class(model=model, args=args, train_dataset=train_dataset, loss=loss, evaluator=evaluator,
+                            callbacks=callbacks)
     trainer._schedule_steps = schedule_steps
     if epoch_evaluation is not None:
         epoch_evaluation.trainer = trainer
-    trainer.train(resume_from_checkpoint=_latest_checkpoint(checkpoint_path) if resume_from_checkpoint else None)
+    return trainer
+
+
+def _fit_loss(model: Any, loss_fct: nn.Module, activation_fct: nn.Module) -> Any:
+    """sentence-transformers' ``FitMixinLoss``: a torch loss on a cross-encoder's (activated) logits."""
+    from bertkit.sentence.cross_encoder.losses import CrossEncoderLoss
+
+    class FitMixinLoss(CrossEncoderLoss):
+        needs_label = True
+        one_label = False  # any number of labels: one gives (N,) logits and float labels, several class ids
+
+        def __init__(self):
+            super().__init__(model)
+            self.loss_fct, self.activation_fn = loss_fct, activation_fct
+
+        def forward(self, inputs, labels):
+            self.pair_columns(inputs)
+            logits = self.scores(inputs[0], inputs[1])
+            if self.model.num_labels == 1:
+                logits, labels = logits.view(-1), labels.float()
+            else:
+                labels = labels.long()
+            return self.loss_fct(self.activation_fn(logits), labels.to(logits.device))
+
+    return FitMixinLoss()
 
 
 def _batch_size(loader: Any, i: int) -> int:
@@ -221,12 +309,12 @@ class _ScoreCallback(TrainerCallback):
 
 class _SaveModel(TrainerCallback):
     """The model to output_path: with an evaluator and save_best_model, at each evaluation that beats the best so
-    far (by the evaluator's greater_is_better); without an evaluator, when training ends (as sentence-transformers:
-    with an evaluator and save_best_model False, nothing is saved)."""
+    far (by the evaluator's greater_is_better); without an evaluator, when training ends if ``save_at_end`` (as
+    sentence-transformers: with an evaluator and save_best_model False, nothing is saved)."""
 
-    def __init__(self, output_path: str, evaluator: Any, save_best_model: bool):
+    def __init__(self, output_path: str, evaluator: Any, save_best_model: bool, save_at_end: bool):
         self.output_path, self.evaluator, self.save_best_model = output_path, evaluator, save_best_model
-        self.best = None
+        self.save_at_end, self.best = save_at_end, None
 
     def on_evaluate(self, args, state, control, metrics=None, model=None, **kwargs):
         if self.evaluator is None or not self.save_best_model:
@@ -239,5 +327,5 @@ class _SaveModel(TrainerCallback):
                 model.save(self.output_path)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
-        if self.evaluator is None:
+        if self.evaluator is None and self.save_at_end:
             model.save(self.output_path)

@@ -75,7 +75,7 @@ _MODULES = ("bertkit's SentenceTransformer is no list of modules: its encoder is
 # sentence-transformers' model methods bertkit does not implement, with what to use instead
 _REFUSED_METHODS = {
     "_first_module": _MODULES, "_last_module": _MODULES, "transformers_model": _MODULES,
-    "fit": _TRAINER,  # (a CrossEncoder's, a SparseEncoder's: SentenceTransformer has its own)
+    "fit": _TRAINER,  # (a SparseEncoder's: SentenceTransformer and CrossEncoder have their own)
     "old_fit": "old_fit is sentence-transformers' v2 training loop; call fit(), which trains on the trainer as "
                "sentence-transformers' fit() does, or " + _TRAINER,
     "smart_batching_collate": _TRAINER,
