@@ -61,28 +61,32 @@ def _fit(lib: str, model_dir, out, two: bool, evaluate: bool = False):
     torch.manual_seed(7)  # the DataLoaders' shuffle, drawn from torch's global generator
     model.fit(train_objectives=objectives, evaluator=evaluator, epochs=2, warmup_steps=2,
               optimizer_params={"lr": 1e-4}, output_path=str(out / "model"), checkpoint_path=str(out / "ckpt"),
-              checkpoint_save_steps=1000, show_progress_bar=False,
+              checkpoint_save_steps=3, checkpoint_save_total_limit=2, show_progress_bar=False,
               callback=lambda score, epoch, steps: scores.append((score, epoch, steps)))
     saved = S.SentenceTransformer(str(out / "model"), device="cpu")
-    return seen, saved.encode(PROBE, convert_to_numpy=True), scores
+    checkpoints = sorted(int(p.name.split("-")[1]) for p in (out / "ckpt").glob("checkpoint-*"))
+    return seen, saved.encode(PROBE, convert_to_numpy=True), scores, checkpoints
 
 
 @pytest.mark.parametrize("two", [False, True], ids=["mnrl", "mnrl+cosent"])
 def test_fit_gives_sentence_transformers_numbers(two, model_dir, tmp_path):
-    """Same rows per step, same loss at every step (relative 1e-5), same saved model (encode within 1e-5)."""
-    want_steps, want_emb, _ = _fit("sentence_transformers", model_dir, tmp_path / "st", two)
-    got_steps, got_emb, _ = _fit("bertkit", model_dir, tmp_path / "bk", two)
+    """Same rows per step, same loss at every step (relative 1e-5), same saved model (encode within 1e-5), the same
+    checkpoints kept."""
+    want_steps, want_emb, _, want_checkpoints = _fit("sentence_transformers", model_dir, tmp_path / "st", two)
+    got_steps, got_emb, _, got_checkpoints = _fit("bertkit", model_dir, tmp_path / "bk", two)
     assert [n for n, _ in got_steps] == [n for n, _ in want_steps]
     assert len(got_steps) == (2 * 6 if two else 2 * 4)  # ROUND_ROBIN: the fewest batches (3 of 9 rows) each
     np.testing.assert_allclose([v for _, v in got_steps], [v for _, v in want_steps], rtol=1e-5)
     np.testing.assert_allclose(got_emb, want_emb, atol=1e-5)
+    # checkpoint_save_steps 3, the last step and checkpoint_save_total_limit 2: the last two of 3, 6, ... and the end
+    assert got_checkpoints == want_checkpoints == ([9, 12] if two else [6, 8])
 
 
 def test_fit_evaluates_each_epoch_as_sentence_transformers(model_dir, tmp_path):
     """With an evaluator: it runs at each epoch's end, fit's callback gets (score, epoch, steps) of each, the model at
     output_path is the best epoch's and the evaluator's CSV is in output_path/eval, as in sentence-transformers."""
-    _, want_emb, want = _fit("sentence_transformers", model_dir, tmp_path / "st", False, evaluate=True)
-    _, got_emb, got = _fit("bertkit", model_dir, tmp_path / "bk", False, evaluate=True)
+    _, want_emb, want, _ = _fit("sentence_transformers", model_dir, tmp_path / "st", False, evaluate=True)
+    _, got_emb, got, _ = _fit("bertkit", model_dir, tmp_path / "bk", False, evaluate=True)
     assert [(e, s) for _, e, s in got] == [(e, s) for _, e, s in want] == [(1.0, 4), (2.0, 8)]
     np.testing.assert_allclose([v for v, _, _ in got], [v for v, _, _ in want], rtol=1e-5)
     np.testing.assert_allclose(got_emb, want_emb, atol=1e-5)
