@@ -25,7 +25,7 @@ def model_dir(tmp_path_factory, minilm_2_layers):
     return st_directory(minilm_2_layers, tmp_path_factory.mktemp("st") / "m", dropout=0.0, max_seq_length=16)
 
 
-def _fit(lib: str, model_dir, out, two: bool, evaluate: bool = False):
+def _fit(lib: str, model_dir, out, two: bool, evaluate: bool = False, evaluation_steps: int = 0):
     """The fit script; ``lib`` picks the import, nothing else differs. Returns each step's (rows, loss), the model
     saved at output_path's embeddings of PROBE and, with ``evaluate``, each evaluation's (score, epoch, steps) as
     fit's callback gets them."""
@@ -62,6 +62,7 @@ def _fit(lib: str, model_dir, out, two: bool, evaluate: bool = False):
     model.fit(train_objectives=objectives, evaluator=evaluator, epochs=2, warmup_steps=2,
               optimizer_params={"lr": 1e-4}, output_path=str(out / "model"), checkpoint_path=str(out / "ckpt"),
               checkpoint_save_steps=3, checkpoint_save_total_limit=2, show_progress_bar=False,
+              evaluation_steps=evaluation_steps,
               callback=lambda score, epoch, steps: scores.append((score, epoch, steps)))
     saved = S.SentenceTransformer(str(out / "model"), device="cpu")
     checkpoints = sorted(int(p.name.split("-")[1]) for p in (out / "ckpt").glob("checkpoint-*"))
@@ -82,12 +83,18 @@ def test_fit_gives_sentence_transformers_numbers(two, model_dir, tmp_path):
     assert got_checkpoints == want_checkpoints == ([9, 12] if two else [6, 8])
 
 
-def test_fit_evaluates_each_epoch_as_sentence_transformers(model_dir, tmp_path):
-    """With an evaluator: it runs at each epoch's end, fit's callback gets (score, epoch, steps) of each, the model at
-    output_path is the best epoch's and the evaluator's CSV is in output_path/eval, as in sentence-transformers."""
-    _, want_emb, want, _ = _fit("sentence_transformers", model_dir, tmp_path / "st", False, evaluate=True)
-    _, got_emb, got, _ = _fit("bertkit", model_dir, tmp_path / "bk", False, evaluate=True)
-    assert [(e, s) for _, e, s in got] == [(e, s) for _, e, s in want] == [(1.0, 4), (2.0, 8)]
+@pytest.mark.parametrize(("evaluation_steps", "evaluations"), [
+    (0, [(1.0, 4), (2.0, 8)]),
+    # every 3 steps and at the end (transformers' rule), beside each epoch's end: step 8 is evaluated twice
+    (3, [(0.75, 3), (1.0, 4), (1.5, 6), (2.0, 8), (2.0, 8)]),
+])
+def test_fit_evaluates_as_sentence_transformers(model_dir, tmp_path, evaluation_steps, evaluations):
+    """With an evaluator: it runs at each epoch's end (and every evaluation_steps), fit's callback gets (score,
+    epoch, steps) of each, the model at output_path is the best evaluation's and the evaluator's CSV is in
+    output_path/eval, as in sentence-transformers."""
+    _, want_emb, want, _ = _fit("sentence_transformers", model_dir, tmp_path / "st", False, True, evaluation_steps)
+    _, got_emb, got, _ = _fit("bertkit", model_dir, tmp_path / "bk", False, True, evaluation_steps)
+    assert [(e, s) for _, e, s in got] == [(e, s) for _, e, s in want] == evaluations
     np.testing.assert_allclose([v for v, _, _ in got], [v for v, _, _ in want], rtol=1e-5)
     np.testing.assert_allclose(got_emb, want_emb, atol=1e-5)
     csv = "similarity_evaluation_sts_results.csv"
@@ -105,7 +112,6 @@ def model(model_dir):
     ({"optimizer_class": torch.optim.SGD}, r"optimizer_class=SGD.*torch.optim.AdamW"),
     ({"optimizer_params": {"lr": 1e-4, "amsgrad": True}}, r"\['amsgrad'\].*\['lr', 'eps', 'betas'\]"),
     ({"scheduler": "WarmupCosineWithHardRestarts"}, r"WarmupCosineWithHardRestarts.*WarmupLinear"),
-    ({"evaluation_steps": 5}, r"evaluation_steps=5.*eval_strategy='steps'"),
 ])
 def test_fit_refuses_what_bertkit_cannot_do(model, tmp_path, kwargs, message):
     """Refused by name with what to use, before anything is read or written."""

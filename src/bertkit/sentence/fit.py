@@ -141,8 +141,8 @@ def cross_encoder_fit(model: Any, train_dataloader: Any, evaluator: Any = None, 
 
 def _optimizer_args(optimizer_class: type, optimizer_params: dict[str, object] | None, weight_decay: float,
                     scheduler: str, warmup_steps: int, evaluation_steps: int | None) -> dict[str, Any]:
-    """fit's optimiser and schedule as the trainer's arguments, once they are what bertkit's loop runs: torch's
-    AdamW (its defaults where optimizer_params is silent: lr 1e-3, eps 1e-8, betas (0.9, 0.999))."""
+    """fit's optimiser, schedule and evaluation_steps as the trainer's arguments, once they are what bertkit's loop
+    runs: torch's AdamW (its defaults where optimizer_params is silent: lr 1e-3, eps 1e-8, betas (0.9, 0.999))."""
     optimizer_params = {"lr": 2e-5} if optimizer_params is None else dict(optimizer_params)
     if optimizer_class is not torch.optim.AdamW:
         raise NotImplementedInBertkit(f"fit(optimizer_class={getattr(optimizer_class, '__name__', optimizer_class)}) "
@@ -155,15 +155,13 @@ def _optimizer_args(optimizer_class: type, optimizer_params: dict[str, object] |
     if not isinstance(scheduler, str) or scheduler.lower() not in _SCHEDULERS:
         raise NotImplementedInBertkit(f"fit(scheduler={scheduler!r}) is not implemented in bertkit: choose one of "
                                       "ConstantLR, WarmupConstant, WarmupLinear, WarmupCosine")
-    if evaluation_steps is not None and evaluation_steps > 0:
-        raise NotImplementedInBertkit(f"fit(evaluation_steps={evaluation_steps}) is not implemented in bertkit (fit "
-                                      "runs the evaluator at each epoch's end): for an evaluation every N steps, "
-                                      f"{_TRAINER_FIX}, with an eval_dataset and eval_strategy='steps'")
     schedule, warms_up = _SCHEDULERS[scheduler.lower()]
     beta1, beta2 = optimizer_params.get("betas", (0.9, 0.999))
     return {"learning_rate": optimizer_params.get("lr", 1e-3), "adam_epsilon": optimizer_params.get("eps", 1e-8),
             "adam_beta1": beta1, "adam_beta2": beta2, "weight_decay": weight_decay, "lr_scheduler_type": schedule,
-            "warmup_steps": warmup_steps if warms_up else 0}
+            "warmup_steps": warmup_steps if warms_up else 0,
+            "eval_strategy": "steps" if evaluation_steps is not None and evaluation_steps > 0 else "no",
+            "eval_steps": evaluation_steps or None}
 
 
 def _trainer(trainer_class: type, model: Any, args: Any, train_dataset: Any, loss: Any, schedule_steps: int,
