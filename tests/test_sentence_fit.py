@@ -195,9 +195,9 @@ def test_cross_encoder_fit_gives_sentence_transformers_numbers(loss_fct, minilm_
     """CrossEncoder.fit with its default loss (BinaryCrossEntropyLoss), and with the same loss as a torch loss_fct
     (sentence-transformers 6.2's fit fails on any loss_fct: its FitMixinLoss calls the model as a transformers
     model; so against its default): the same loss at every step, the same evaluations at each epoch's end (its CSV)
-    and the same trained model. Unlike sentence-transformers 6.2 (whose epoch evaluation is never handed the
-    trainer), fit's callback gets each evaluation and output_path the best epoch's model, as its docstring and its
-    old_fit say."""
+    and the same trained model. Unlike sentence-transformers 6.2 (whose epoch-end evaluation is never handed
+    the trainer), fit's callback gets each evaluation and output_path the best epoch's model, as its docstring and
+    its old_fit say."""
     from bertkit.sentence.cross_encoder import CrossEncoder
     from cross_encoder_helpers import cross_encoder_directory
 

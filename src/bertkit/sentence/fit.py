@@ -132,9 +132,10 @@ def cross_encoder_fit(model: Any, train_dataloader: Any, evaluator: Any = None, 
         output_dir=_default_checkpoint_dir(), per_device_train_batch_size=batch_size,
         per_device_eval_batch_size=batch_size, num_train_epochs=epochs, max_grad_norm=max_grad_norm, fp16=use_amp,
         disable_tqdm=not show_progress_bar, save_strategy="no", **optimizer)
-    # sentence-transformers 6.2's CrossEncoder.fit never hands its epoch evaluation the trainer, so there neither
-    # callback nor save_best_model takes effect (nothing is written to output_path but the evaluator's CSV); here
-    # both work as its docstring and its old_fit say. Without an evaluator nothing is saved, as in both.
+    # sentence-transformers 6.2's CrossEncoder.fit never hands its epoch-end evaluation the trainer, so there only
+    # the evaluations of evaluation_steps reach callback and save_best_model (without them nothing is written to
+    # output_path but the evaluator's CSV); here every evaluation does, as its docstring and its old_fit say.
+    # Without an evaluator nothing is saved, as in both.
     _trainer(CrossEncoderTrainer, model, args, rows, loss, schedule_steps, evaluator, callback, output_path,
              save_best_model, save_at_end=False).train()
 
