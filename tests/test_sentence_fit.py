@@ -25,7 +25,7 @@ def model_dir(tmp_path_factory, minilm_2_layers):
     return st_directory(minilm_2_layers, tmp_path_factory.mktemp("st") / "m", dropout=0.0, max_seq_length=16)
 
 
-def _fit(lib: str, model_dir, out, two: bool, evaluate: bool = False, evaluation_steps: int = 0):
+def _fit(lib: str, model_dir, out, two: bool, evaluate: bool = False, evaluation_steps: int = 0, **fit_kwargs):
     """The fit script; ``lib`` picks the import, nothing else differs. Returns each step's (rows, loss), the model
     saved at output_path's embeddings of PROBE and, with ``evaluate``, each evaluation's (score, epoch, steps) as
     fit's callback gets them."""
@@ -59,7 +59,7 @@ def _fit(lib: str, model_dir, out, two: bool, evaluate: bool = False, evaluation
         evaluator = evaluation.EmbeddingSimilarityEvaluator([a for a, _, _ in SCORED], [b for _, b, _ in SCORED],
                                                             [s for _, _, s in SCORED], name="sts")
     torch.manual_seed(7)  # the DataLoaders' shuffle, drawn from torch's global generator
-    model.fit(train_objectives=objectives, evaluator=evaluator, epochs=2, warmup_steps=2,
+    model.fit(train_objectives=objectives, evaluator=evaluator, **{"epochs": 2, **fit_kwargs}, warmup_steps=2,
               optimizer_params={"lr": 1e-4}, output_path=str(out / "model"), checkpoint_path=str(out / "ckpt"),
               checkpoint_save_steps=3, checkpoint_save_total_limit=2, show_progress_bar=False,
               evaluation_steps=evaluation_steps,
@@ -69,18 +69,22 @@ def _fit(lib: str, model_dir, out, two: bool, evaluate: bool = False, evaluation
     return seen, saved.encode(PROBE, convert_to_numpy=True), scores, checkpoints
 
 
-@pytest.mark.parametrize("two", [False, True], ids=["mnrl", "mnrl+cosent"])
-def test_fit_gives_sentence_transformers_numbers(two, model_dir, tmp_path):
+@pytest.mark.parametrize(("two", "fit_kwargs", "steps", "checkpoints"), [
+    (False, {}, 2 * 4, [6, 8]),  # 11 pairs in batches of 3: 4 a epoch
+    (True, {}, 2 * 6, [9, 12]),  # ROUND_ROBIN: the fewest batches (3 of 9 scored rows) of each dataset
+    (True, {"epochs": 1, "steps_per_epoch": 5, "scheduler": "WarmupCosine"}, 5, [3, 5]),
+], ids=["mnrl", "mnrl+cosent", "steps_per_epoch+cosine"])
+def test_fit_gives_sentence_transformers_numbers(two, fit_kwargs, steps, checkpoints, model_dir, tmp_path):
     """Same rows per step, same loss at every step (relative 1e-5), same saved model (encode within 1e-5), the same
-    checkpoints kept."""
-    want_steps, want_emb, _, want_checkpoints = _fit("sentence_transformers", model_dir, tmp_path / "st", two)
-    got_steps, got_emb, _, got_checkpoints = _fit("bertkit", model_dir, tmp_path / "bk", two)
+    checkpoints kept (checkpoint_save_steps 3 and the last step, checkpoint_save_total_limit 2)."""
+    want_steps, want_emb, _, want_checkpoints = _fit("sentence_transformers", model_dir, tmp_path / "st", two,
+                                                     **fit_kwargs)
+    got_steps, got_emb, _, got_checkpoints = _fit("bertkit", model_dir, tmp_path / "bk", two, **fit_kwargs)
     assert [n for n, _ in got_steps] == [n for n, _ in want_steps]
-    assert len(got_steps) == (2 * 6 if two else 2 * 4)  # ROUND_ROBIN: the fewest batches (3 of 9 rows) each
+    assert len(got_steps) == steps
     np.testing.assert_allclose([v for _, v in got_steps], [v for _, v in want_steps], rtol=1e-5)
     np.testing.assert_allclose(got_emb, want_emb, atol=1e-5)
-    # checkpoint_save_steps 3, the last step and checkpoint_save_total_limit 2: the last two of 3, 6, ... and the end
-    assert got_checkpoints == want_checkpoints == ([9, 12] if two else [6, 8])
+    assert got_checkpoints == want_checkpoints == checkpoints
 
 
 @pytest.mark.parametrize(("evaluation_steps", "evaluations"), [
