@@ -695,10 +695,10 @@ def test_model_methods_beyond_encode_evaluate_checkpoint_or_are_refused_by_name(
     checkpointed = loss_and_grad()
     assert checkpointed[0] == pytest.approx(plain[0], rel=1e-6)
     torch.testing.assert_close(checkpointed[1], plain[1], atol=1e-6, rtol=1e-5)
-    assert not hasattr(model, "fit") and getattr(model, "push_to_hub", None) is None
-    with pytest.raises(NotImplementedInBertkit, match=r"SentenceTransformer.fit is not implemented in bertkit: train "
-                                                       r"with SentenceTransformerTrainer"):
-        model.fit(train_objectives=[])
+    assert not hasattr(model, "old_fit") and getattr(model, "push_to_hub", None) is None
+    with pytest.raises(NotImplementedInBertkit, match=r"SentenceTransformer.old_fit is not implemented in bertkit: "
+                                                       r"old_fit is sentence-transformers' v2 training loop; call fit"):
+        model.old_fit(train_objectives=[])
     with pytest.raises(NotImplementedInBertkit, match=r"CrossEncoder.start_multi_process_pool is not implemented"):
         CrossEncoder(st_dir).start_multi_process_pool()
     with pytest.raises(AttributeError, match="has no attribute 'colour'"):

@@ -308,3 +308,38 @@ def test_resuming_on_other_data_is_refused(model, tmp_path):
         trainer([*PAIRS[:-1], {**PAIRS[-1], "positive": "another paragraph"}]).train(resume_from_checkpoint=True)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == written
     assert trainer(PAIRS).train(resume_from_checkpoint=True).global_step == 2
+
+
+def test_an_evaluator_alone_evaluates_in_training_as_sentence_transformers(model_dir, tmp_path):
+    """An evaluator without an eval_dataset evaluates in training (eval_strategy 'steps': every eval_steps and at
+    the end), its metrics prefixed eval_ at the same steps with the same values; it was refused for want of an
+    eval_dataset."""
+    st = pytest.importorskip("sentence_transformers")
+    datasets = pytest.importorskip("datasets")
+    st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
+    st_evaluation = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
+    from bertkit.sentence import evaluation
+
+    scored = ([f"question {i}" for i in range(6)], [f"paragraph {i // 2}" for i in range(6)], [i % 3 / 2 for i in range(6)])
+    common = {"per_device_train_batch_size": 4, "max_steps": 3, "eval_strategy": "steps", "eval_steps": 2,
+              "learning_rate": 1e-4, "seed": 3}
+
+    def evaluations(trainer):
+        trainer.train()
+        return [(r["step"], r["eval_sts_spearman_cosine"]) for r in trainer.state.log_history
+                if "eval_sts_spearman_cosine" in r]
+
+    want_model = st.SentenceTransformer(str(model_dir), device="cpu")
+    want = evaluations(st.SentenceTransformerTrainer(
+        model=want_model, loss=st_losses.MultipleNegativesRankingLoss(want_model),
+        args=st.SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "st"), report_to="none", use_cpu=True,
+                                                     disable_tqdm=True, save_strategy="no", **common),
+        train_dataset=datasets.Dataset.from_list(PAIRS),
+        evaluator=st_evaluation.EmbeddingSimilarityEvaluator(*scored, name="sts")))
+    ours = SentenceTransformer(model_dir)
+    got = evaluations(SentenceTransformerTrainer(
+        model=ours, loss=losses.MultipleNegativesRankingLoss(ours), args=_args(tmp_path, save_strategy="no", **common),
+        train_dataset=datasets.Dataset.from_list(PAIRS),
+        evaluator=evaluation.EmbeddingSimilarityEvaluator(*scored, name="sts")))
+    assert [s for s, _ in got] == [s for s, _ in want] == [2, 3]
+    assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-5)

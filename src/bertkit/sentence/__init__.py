@@ -3,7 +3,7 @@
 A script written for sentence-transformers runs after changing its imports from ``sentence_transformers`` to
 ``bertkit.sentence``: ``SentenceTransformer``, ``SentenceTransformerTrainer``,
 ``SentenceTransformerTrainingArguments``, ``quantize_embeddings`` and the submodules ``losses``, ``evaluation``,
-``training_args`` (``BatchSamplers``), ``util`` and ``cross_encoder`` (``CrossEncoder`` and its trainer, also
+``training_args`` (``BatchSamplers``), ``readers`` (``InputExample``, also exported here), ``util`` and ``cross_encoder`` (``CrossEncoder`` and its trainer, also
 exported here, as sentence-transformers does). What is implemented and what is refused: docs/sentence.md.
 """
 
@@ -13,6 +13,7 @@ from bertkit import _lazy_getattr
 
 _EXPORTS = {
     "SentenceTransformer": "bertkit.sentence.model",
+    "InputExample": "bertkit.sentence.readers",
     "quantize_embeddings": "bertkit.sentence.quantization",
     "SentenceTransformerTrainer": "bertkit.sentence.trainer",
     "SentenceTransformerTrainingArguments": "bertkit.sentence.training_args",

@@ -75,7 +75,10 @@ _MODULES = ("bertkit's SentenceTransformer is no list of modules: its encoder is
 # sentence-transformers' model methods bertkit does not implement, with what to use instead
 _REFUSED_METHODS = {
     "_first_module": _MODULES, "_last_module": _MODULES, "transformers_model": _MODULES,
-    "fit": _TRAINER, "old_fit": _TRAINER, "smart_batching_collate": _TRAINER,
+    "fit": _TRAINER,  # (a SparseEncoder's: SentenceTransformer and CrossEncoder have their own)
+    "old_fit": "old_fit is sentence-transformers' v2 training loop; call fit(), which trains on the trainer as "
+               "sentence-transformers' fit() does, or " + _TRAINER,
+    "smart_batching_collate": _TRAINER,
     "start_multi_process_pool": _ONE_PROCESS, "stop_multi_process_pool": _ONE_PROCESS,
     "encode_multi_process": _ONE_PROCESS, "push_to_hub": _HUB, "save_to_hub": _HUB,
     **dict.fromkeys(("add_adapter", "load_adapter", "set_adapter", "enable_adapters", "disable_adapters",
@@ -391,6 +394,13 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
             self.bert = plain
             self.train(was_training)
         return out.cpu()
+
+    def fit(self, train_objectives: Iterable[tuple[Any, nn.Module]], **kwargs: Any) -> None:
+        """sentence-transformers' legacy ``fit`` (DataLoaders of InputExample, a loss each), on the trainer as
+        sentence-transformers runs it: ``bertkit.sentence.fit``."""
+        from bertkit.sentence.fit import fit
+
+        fit(self, train_objectives, **kwargs)
 
     # -- save -------------------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -429,10 +429,17 @@ class SentenceTransformerTrainer(Trainer):
             raise BertkitError(f"metric_for_best_model {name!r} is not a metric this run computes: evaluation "
                                f"returns {keys}; name one of them (without or with the eval_ prefix)")
 
+    def _evaluates(self) -> bool:
+        """An eval_dataset, or an evaluator alone (sentence-transformers' trainer evaluates with either)."""
+        return self.eval_dataset is not None or self.compute_metrics is not None
+
     def _evaluate_in_loop(self, module: nn.Module) -> dict[str, float]:
-        """The base Trainer's; for a dict of evaluation datasets, as sentence-transformers' trainer evaluates them in
-        training: each dataset's ``eval_{name}_loss``, and the evaluator once, after the first dataset, its metrics
-        prefixed ``eval_`` alone (``evaluate()`` outside training runs it for each dataset, ``eval_{name}_``)."""
+        """The base Trainer's; with an evaluator alone, its metrics prefixed ``eval_``; for a dict of evaluation
+        datasets, as sentence-transformers' trainer evaluates them in training: each dataset's ``eval_{name}_loss``,
+        and the evaluator once, after the first dataset, its metrics prefixed ``eval_`` alone (``evaluate()`` outside
+        training runs it for each dataset, ``eval_{name}_``)."""
+        if self.eval_dataset is None:
+            return {k if k.startswith("eval_") else f"eval_{k}": v for k, v in self._evaluator_metrics(None).items()}
         if not isinstance(self.eval_dataset, Mapping) or self.compute_metrics is None:
             return super()._evaluate_in_loop(module)
         compute_metrics, self.compute_metrics = self.compute_metrics, None

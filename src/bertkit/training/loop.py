@@ -86,6 +86,8 @@ class LoopHooks:
     renamed into place; ``protect(path)`` marks one ``save_total_limit`` must keep (the best); ``on_record`` sees
     every logged record; ``event(name, position)`` is called where transformers calls ``on_<name>``;
     ``param_groups``: the optimiser's (``optim.parameter_groups``; by default the model's, at one rate).
+    ``schedule_steps``: the learning-rate schedule's length where it is not the run's (sentence-transformers' ``fit``
+    counts it from whole batches).
 
     ``control`` follows transformers' rules: at a step's (or epoch's) end the loop sets the flags its strategies
     call for, calls ``event``, then logs, evaluates and saves as the flags then say, clearing each as it acts."""
@@ -97,6 +99,7 @@ class LoopHooks:
     event: Callable[[str, Position], None] | None = None
     control: TrainerControl = field(default_factory=TrainerControl)
     param_groups: list[dict] | None = None
+    schedule_steps: int | None = None
 
 
 def train(
@@ -206,7 +209,8 @@ class _Run:
         if found is not None:
             load_model_state(model, found[1]["model"])
         module = replicate(model, device)
-        optimizer, scheduler, scaler = _optimisation(model, args, total, device, hooks.param_groups)
+        optimizer, scheduler, scaler = _optimisation(model, args, hooks.schedule_steps or total, device,
+                                                      hooks.param_groups)
         if args.torch_compile:
             _compile(model)
         run = cls(args, info, device, phases, total, fingerprint, model, module, optimizer, scheduler, scaler,

@@ -126,10 +126,14 @@ class Trainer:
         self._forward_args = list(forward)
         self.label_names = self.args.label_names or [
             p for p in forward if "label" in p or p in ("start_positions", "end_positions")]
-        if self.args.eval_strategy != "no" and eval_dataset is None:
+        if self.args.eval_strategy != "no" and not self._evaluates():
             raise BertkitError(f"eval_strategy {self.args.eval_strategy!r} needs an eval_dataset: pass "
-                               "Trainer(eval_dataset=...), or set eval_strategy='no'")
+                               f"{type(self).__name__}(eval_dataset=...), or set eval_strategy='no'")
         self._event("on_init_end")
+
+    def _evaluates(self) -> bool:
+        """Whether the run has something to evaluate: an eval_dataset."""
+        return self.eval_dataset is not None
 
     def _trained_module(self, model: nn.Module) -> nn.Module:
         """The module the loop trains: the model itself (the model's forward returns the loss)."""
@@ -276,11 +280,12 @@ class Trainer:
             t0 = time.perf_counter()
             self._event("on_train_begin")
             result = train(self._module, [Phase(plan, total)], settings,
-                           evaluate=self._evaluate_in_loop if self.eval_dataset is not None else None,
+                           evaluate=self._evaluate_in_loop if self._evaluates() else None,
                            fingerprint=fingerprint, resume=resume or False,
                            hooks=LoopHooks(layout=HF_LAYOUT, write_extra=self._write_checkpoint_extras,
                                            protect=self._is_best, on_record=self._on_record, event=self._loop_event,
-                                           control=self.control, param_groups=self._parameter_groups()))
+                                           control=self.control, param_groups=self._parameter_groups(),
+                                           schedule_steps=self._schedule_steps))
         seconds = time.perf_counter() - t0
         self.state.global_step = result.step
         if args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
@@ -292,6 +297,8 @@ class Trainer:
         self.log(metrics)
         self._event("on_train_end")
         return TrainOutput(result.step, loss, {**metrics, "epoch": self.state.epoch})
+
+    _schedule_steps: int | None = None  # the schedule's length, where it is not the run's (loop.LoopHooks)
 
     def _parameter_groups(self) -> list[dict] | None:
         """The optimiser's parameter groups; None: the loop's (the model's, at one rate, transformers' decay rule)."""

@@ -315,6 +315,14 @@ class CrossEncoder(ReferenceCalls, nn.Module):
                    for i, s in enumerate(scores)]
         return sorted(results, key=lambda r: r["score"], reverse=True)[:top_k]
 
+    # -- fit --------------------------------------------------------------------------------------------------------
+    def fit(self, train_dataloader: Any, **kwargs: Any) -> None:
+        """sentence-transformers' legacy ``CrossEncoder.fit`` (a DataLoader of InputExample pairs), on the trainer as
+        sentence-transformers runs it: ``bertkit.sentence.fit.cross_encoder_fit``."""
+        from bertkit.sentence.fit import cross_encoder_fit
+
+        cross_encoder_fit(self, train_dataloader, **kwargs)
+
     # -- save -------------------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write the model as sentence-transformers writes a CrossEncoder: the Hugging Face checkpoint and tokenizer
