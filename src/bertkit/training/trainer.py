@@ -34,10 +34,10 @@ from torch import nn
 from bertkit._hardware import cpu_has_bf16
 from bertkit.data.collators import DataCollatorWithPadding, DefaultDataCollator
 from bertkit.errors import BertkitError
-from bertkit.inference.runner import evaluate, in_order
+from bertkit.inference.runner import in_order
 from bertkit.outputs import atomic_write_text
 from bertkit.runs import output_dir
-from bertkit.training import trainer_data
+from bertkit.training import predictions, trainer_data
 from bertkit.training.batch_plan import BatchPlan, steps_for_epochs, steps_per_epoch
 from bertkit.training.callbacks import (
     EvalPrediction,
@@ -218,27 +218,9 @@ class Trainer:
         return None
 
     def _order(self, examples: Sequence) -> Callable[[int], Sequence[int]]:
-        n, strategy = len(examples), self.args.train_sampling_strategy
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        if strategy == "sequential":
-            return lambda epoch: range(n)
-        if strategy == "random":
-            # transformers' Trainer: a RandomSampler that accelerate's SeedableRandomSampler reseeds with
-            # seed + epoch before each epoch (data_seed, or torch's initial seed, which set_seed(seed) made seed)
-            return lambda epoch: torch.randperm(n, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
-        lengths = [len(examples[i]["input_ids"]) for i in range(n)]
-        group = self.args.per_device_train_batch_size * current().world_size
-
-        def grouped(epoch: int) -> list[int]:
-            # bertkit's length-grouped order: shuffle, sort windows of 50 batches by length, shuffle the batches
-            g = torch.Generator().manual_seed(seed + epoch)
-            order = torch.randperm(n, generator=g).tolist()
-            window = group * 50
-            order = [i for s in range(0, n, window) for i in sorted(order[s:s + window], key=lambda i: -lengths[i])]
-            batches = [order[s:s + group] for s in range(0, n, group)]
-            return [i for b in torch.randperm(len(batches), generator=g).tolist() for i in batches[b]]
-
-        return grouped
+        return trainer_data.train_order(examples, self.args.train_sampling_strategy, seed,
+                                        self.args.per_device_train_batch_size * current().world_size)
 
     # -- training ------------------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: str | Path | bool | None = None,
@@ -534,38 +516,13 @@ class Trainer:
 
     def _predictions(self, examples: Sequence, module: nn.Module | None = None, events: bool = True,
                      batches: list[list[int]] | None = None) -> tuple[Any, Any, float | None]:
-        """(logits, labels, mean loss) of every example, rows in the dataset's order, padded with -100 to one
-        length (token tasks), as transformers does. Computed in ``batches`` (``_eval_batches``'); under torchrun
-        every rank gets all the rows back, so metrics see the whole dataset once."""
+        """(logits, labels, mean loss) of every example in transformers' layout (``predictions.gather``), computed in
+        ``batches`` (``_eval_batches``'), on_prediction_step after each when ``events``."""
         module = module if module is not None else self._module
-
-        def step(batch: dict, rows: list) -> tuple[list[np.ndarray], list[np.ndarray], float, int]:
-            """One batch's output arrays, label arrays (one per label name), loss x rows and rows with a loss."""
-            out = module(**batch)
-            loss = getattr(out, "loss", None)
-            fields = [getattr(out, f) for f in ("logits", "start_logits", "end_logits", "prediction_logits",
-                                                "seq_relationship_logits") if getattr(out, f, None) is not None]
-            fields = list({id(f): f for f in fields}.values())  # a masked-LM's prediction_logits is its logits
-            if (mlm := getattr(out, "prediction_logits", None)) is not None and "labels" in batch:
-                fields = [_at_every_token(f, batch["labels"]) if f is mlm else f for f in fields]
-            result = ([f.float().cpu().numpy() for f in fields],
-                      [batch[k].cpu().numpy() for k in self.label_names if k in batch],
-                      0.0 if loss is None else float(loss) * len(rows), 0 if loss is None else len(rows))
-            if events:
-                self._event("on_prediction_step")
-            return result
-
-        parts = evaluate(step, examples, batches if batches is not None else self._eval_batches(examples),
-                         pad=self._collate, device=self.device, bf16=self.args.bf16, model=module, gather=True)
-        order = np.argsort(np.asarray([i for idx, _ in parts for i in idx], dtype=np.int64), kind="stable")
-
-        def columns(batches: list[list[np.ndarray]]) -> Any:
-            joined = [_concat([b[j] for b in batches])[order] for j in range(len(batches[0]))] if batches else []
-            return None if not joined else joined[0] if len(joined) == 1 else tuple(joined)
-
-        loss_sum, loss_n = sum(p[2] for _, p in parts), sum(p[3] for _, p in parts)
-        return (columns([p[0] for _, p in parts]), columns([p[1] for _, p in parts if p[1]]),
-                loss_sum / loss_n if loss_n else None)
+        return predictions.gather(module, examples, batches if batches is not None else self._eval_batches(examples),
+                                  label_names=self.label_names, collate=self._collate, device=self.device,
+                                  bf16=self.args.bf16, on_step=(lambda: self._event("on_prediction_step")) if events
+                                  else None)
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model (config.json, model.safetensors) and the tokenizer, in the Hugging Face layout."""
@@ -587,25 +544,6 @@ def _fp16(requested: bool, device: str) -> bool:
                    "autocast is slower than fp32 on CPUs); %s", "for reduced precision here use bf16=True, which "
                    "this CPU runs in hardware" if cpu_has_bf16() else "drop fp16")
     return False
-
-
-def _at_every_token(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """A masked-LM head given labels returns the labelled positions' logits alone, (N, V) row-major (heads.py);
-    transformers' predictions are (B, T, V), as the labels (B, T) they are scored against: each row goes back to its
-    position, zeros at the unlabelled ones (which a metric leaves out with the -100 labels)."""
-    if logits.ndim != 2 or labels.ndim != 2:
-        return logits
-    full = logits.new_zeros(*labels.shape, logits.shape[-1])  # (B, T, V)
-    full[labels != -100] = logits
-    return full
-
-
-def _concat(parts: list[np.ndarray]) -> np.ndarray:
-    if all(p.shape[1:] == parts[0].shape[1:] for p in parts):
-        return np.concatenate(parts)
-    width = max(p.shape[1] for p in parts)  # token tasks: batches padded to different lengths
-    return np.concatenate([np.pad(p, [(0, 0), (0, width - p.shape[1])] + [(0, 0)] * (p.ndim - 2),
-                                  constant_values=-100) for p in parts])
 
 
 def _plain(value: Any) -> Any:
