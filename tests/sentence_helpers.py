@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bertkit.sentence import SentenceTransformerTrainingArguments
+
 MODULES = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
@@ -32,3 +34,9 @@ def st_directory(minilm: Path, out: Path, *, pooling: dict | None = None, normal
                                                                       "do_lower_case": False}))
     (out / "config_sentence_transformers.json").write_text(json.dumps(st_config or {}))
     return out
+
+
+def st_args(tmp_path: Path, **kwargs) -> SentenceTransformerTrainingArguments:
+    """Arguments for a quiet CPU run of the sentence trainer writing under ``tmp_path``."""
+    return SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True,
+                                                disable_tqdm=True, **kwargs)

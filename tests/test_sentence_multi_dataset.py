@@ -18,7 +18,7 @@ from bertkit.sentence import (
     losses,
 )
 from bertkit.sentence.data import SentenceExamples, multi_dataset_batches
-from sentence_helpers import st_directory
+from sentence_helpers import st_args, st_directory
 
 datasets = pytest.importorskip("datasets")
 
@@ -34,11 +34,6 @@ def model_dir(tmp_path_factory, minilm_2_layers):
 @pytest.fixture(scope="module")
 def model(model_dir):
     return SentenceTransformer(model_dir)
-
-
-def _args(tmp_path, **kwargs):
-    return SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True,
-                                                disable_tqdm=True, **kwargs)
 
 
 @pytest.mark.parametrize("no_duplicates", [False, True])
@@ -152,7 +147,7 @@ def test_bad_input_is_named_before_anything_is_written(model, minilm_2_layers, t
     train = {"pairs": PAIRS, "scored": SCORED}
 
     def trainer(**kwargs):
-        return SentenceTransformerTrainer(model=model, args=_args(tmp_path), **{"train_dataset": train, **kwargs})
+        return SentenceTransformerTrainer(model=model, args=st_args(tmp_path), **{"train_dataset": train, **kwargs})
 
     with pytest.raises(BertkitError, match=r"train_dataset has the dataset\(s\) \['scored'\], for which the loss dict "
                                            r"\(keys \['pairs'\]\) has no loss"):
@@ -170,7 +165,7 @@ def test_bad_input_is_named_before_anything_is_written(model, minilm_2_layers, t
     with pytest.raises(BertkitError, match="train_dataset is an empty dict"):
         trainer(loss=mnrl, train_dataset={})
     with pytest.raises(BertkitError, match="multi_dataset_batch_sampler 'by_size' is not implemented"):
-        _args(tmp_path, multi_dataset_batch_sampler="by_size")
+        st_args(tmp_path, multi_dataset_batch_sampler="by_size")
     encoder = CrossEncoder(cross_encoder_directory(minilm_2_layers, tmp_path / "ce"))
     with pytest.raises(BertkitError, match=r"train_dataset has the dataset\(s\) \['b'\], for which the loss dict"):
         CrossEncoderTrainer(model=encoder, args=CrossEncoderTrainingArguments(str(tmp_path / "out"), use_cpu=True),
@@ -270,7 +265,7 @@ def test_prompts_per_dataset_are_resolved_as_sentence_transformers(model, tmp_pa
     loss = {"pairs": mnrl, "scored": cosent}
     for prompts in ({"pairs": "query: "}, {"pairs": {"anchor": "q: "}, "scored": {"s2": "d: "}},
                     {"scored": {"s1": "s: "}}, {"anchor": "q: ", "s2": "d: "}, "all: "):
-        trainer = SentenceTransformerTrainer(model=model, args=_args(tmp_path, prompts=prompts), loss=loss,
+        trainer = SentenceTransformerTrainer(model=model, args=st_args(tmp_path, prompts=prompts), loss=loss,
                                              train_dataset={"pairs": PAIRS, "scored": SCORED})
         reference = collator.SentenceTransformerDataCollator(preprocess_fn=None, prompts=prompts)
         for name, part in trainer.train_dataset.parts.items():
@@ -278,7 +273,7 @@ def test_prompts_per_dataset_are_resolved_as_sentence_transformers(model, tmp_pa
             assert part.prompts == [reference._get_prompt_for_column(resolved, c) for c in part.texts], (prompts, name)
     with pytest.raises(BertkitError, match=r"prompts maps dataset names \(\['pairs'\]\) to \{column: ...\}, and "
                                            "train_dataset is one dataset"):
-        SentenceTransformerTrainer(model=model, args=_args(tmp_path, prompts={"pairs": {"anchor": "q: "}}), loss=mnrl,
+        SentenceTransformerTrainer(model=model, args=st_args(tmp_path, prompts={"pairs": {"anchor": "q: "}}), loss=mnrl,
                                    train_dataset=PAIRS)
 
 

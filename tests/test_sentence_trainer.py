@@ -14,7 +14,6 @@ from bertkit.errors import BertkitError
 from bertkit.sentence import (
     SentenceTransformer,
     SentenceTransformerTrainer,
-    SentenceTransformerTrainingArguments,
     evaluation,
     losses,
 )
@@ -24,7 +23,7 @@ from bertkit.sentence.data import SentenceExamples, no_duplicates_batches
 from bertkit.sentence.training_args import BatchSamplers
 from bertkit.training.callbacks import TrainerCallback
 from cross_encoder_helpers import cross_encoder_directory
-from sentence_helpers import st_directory
+from sentence_helpers import st_args, st_directory
 
 PAIRS = [{"anchor": f"question {i}", "positive": f"paragraph {i // 2}"} for i in range(12)]
 
@@ -47,31 +46,26 @@ def model(model_dir):
     return SentenceTransformer(model_dir)
 
 
-def _args(tmp_path, **kwargs):
-    return SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True,
-                                                disable_tqdm=True, **kwargs)
-
-
 def test_bad_input_is_named_before_anything_is_written(model, tmp_path):
     mnrl = losses.MultipleNegativesRankingLoss(model)
     with pytest.raises(BertkitError, match=r"text columns \['anchor'\].*takes 2 or more text column"):
-        SentenceTransformerTrainer(model=model, args=_args(tmp_path), loss=mnrl,
+        SentenceTransformerTrainer(model=model, args=st_args(tmp_path), loss=mnrl,
                                    train_dataset=[{"anchor": p["anchor"]} for p in PAIRS])
     with pytest.raises(BertkitError, match="CoSENTLoss takes 2 text column.*label column"):
-        SentenceTransformerTrainer(model=model, args=_args(tmp_path), loss=losses.CoSENTLoss(model), train_dataset=PAIRS)
+        SentenceTransformerTrainer(model=model, args=st_args(tmp_path), loss=losses.CoSENTLoss(model), train_dataset=PAIRS)
     with pytest.raises(BertkitError, match="TripletLoss takes 3 text column"):
-        SentenceTransformerTrainer(model=model, args=_args(tmp_path), loss=losses.TripletLoss(model), train_dataset=PAIRS)
+        SentenceTransformerTrainer(model=model, args=st_args(tmp_path), loss=losses.TripletLoss(model), train_dataset=PAIRS)
     with pytest.raises(BertkitError, match="a batch of 1 holds none: set per_device_train_batch_size to 2"):
-        SentenceTransformerTrainer(model=model, args=_args(tmp_path, per_device_train_batch_size=1), loss=mnrl,
+        SentenceTransformerTrainer(model=model, args=st_args(tmp_path, per_device_train_batch_size=1), loss=mnrl,
                                    train_dataset=PAIRS)
     with pytest.raises(BertkitError, match=r"router_mapping=\{'anchor': 'query'\} maps columns to a Router's routes, "
                                            "and a bertkit SentenceTransformer has no Router: drop router_mapping"):
-        SentenceTransformerTrainer(model=model, args=_args(tmp_path, router_mapping={"anchor": "query"}), loss=mnrl,
+        SentenceTransformerTrainer(model=model, args=st_args(tmp_path, router_mapping={"anchor": "query"}), loss=mnrl,
                                    train_dataset=PAIRS)
     with pytest.raises(BertkitError, match="group_by_label"):
-        _args(tmp_path, batch_sampler=BatchSamplers.GROUP_BY_LABEL)
+        st_args(tmp_path, batch_sampler=BatchSamplers.GROUP_BY_LABEL)
     with pytest.raises(BertkitError, match="optimizers"):
-        SentenceTransformerTrainer(model=model, args=_args(tmp_path), loss=mnrl, train_dataset=PAIRS,
+        SentenceTransformerTrainer(model=model, args=st_args(tmp_path), loss=mnrl, train_dataset=PAIRS,
                                    optimizers=(object(), None))
     with pytest.raises(BertkitError, match=r"relevant document id\(s\) are not in the corpus, e.g. \['d9'\]"):
         evaluation.InformationRetrievalEvaluator({"q": "a question"}, {"d1": "a doc"}, {"q": {"d1", "d9"}})
@@ -105,8 +99,8 @@ def test_no_duplicates_trains_where_duplicates_cannot_be_kept_apart(model, tmp_p
     """3 rows share a paragraph and 8 rows make 2 batches of 4: sentence-transformers trains on smaller batches (the
     first ceil(8 / 4) of them each epoch); so does bertkit, where it used to refuse."""
     pairs = [{"anchor": f"q{i}", "positive": "the same paragraph" if i < 3 else f"p{i}"} for i in range(8)]
-    args = _args(tmp_path, per_device_train_batch_size=4, batch_sampler=BatchSamplers.NO_DUPLICATES, max_steps=3,
-                 learning_rate=1e-5, save_strategy="no", logging_steps=1, seed=3, warmup_steps=10)
+    args = st_args(tmp_path, per_device_train_batch_size=4, batch_sampler=BatchSamplers.NO_DUPLICATES, max_steps=3,
+                   learning_rate=1e-5, save_strategy="no", logging_steps=1, seed=3, warmup_steps=10)
     trainer = SentenceTransformerTrainer(model=model, args=args, loss=losses.MultipleNegativesRankingLoss(model),
                                          train_dataset=pairs)
     assert [len(b) for b in no_duplicates_batches(trainer.train_dataset, 4, 3)] == [4, 3, 1]
@@ -119,8 +113,8 @@ def test_no_duplicates_trains_where_duplicates_cannot_be_kept_apart(model, tmp_p
 
 def test_training_saves_a_sentence_transformers_directory(model, tmp_path):
     loss = losses.MatryoshkaLoss(model, losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=2), [384, 32])
-    args = _args(tmp_path, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-4, save_strategy="no",
-                 prompts={"anchor": "query: "})
+    args = st_args(tmp_path, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-4, save_strategy="no",
+                   prompts={"anchor": "query: "})
     before = model.encode(["query: question 1"])
     result = SentenceTransformerTrainer(model=model, args=args, train_dataset=PAIRS, loss=loss).train()
     assert result.global_step == 2 and result.training_loss > 0
@@ -169,8 +163,8 @@ def test_resuming_with_other_learning_rates_is_refused(model, tmp_path):
     """A checkpoint's optimiser state holds the rates of its groups: a run resumed with another learning_rate_mapping
     is refused, naming it, before anything is written; with the same one it resumes."""
     def trainer(rate: float) -> SentenceTransformerTrainer:
-        args = _args(tmp_path, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-5, save_steps=1,
-                     learning_rate_mapping={r"LayerNorm": rate})
+        args = st_args(tmp_path, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-5, save_steps=1,
+                       learning_rate_mapping={r"LayerNorm": rate})
         return SentenceTransformerTrainer(model=model, args=args, loss=losses.MultipleNegativesRankingLoss(model),
                                           train_dataset=PAIRS)
 
@@ -204,7 +198,7 @@ def test_eval_loss_is_sentence_transformers(model_dir, sampler, tmp_path):
                                                          **common),
             eval_dataset=datasets.Dataset.from_list(pairs)).evaluate()["eval_loss"]
         ours = SentenceTransformer(model_dir)
-        got = SentenceTransformerTrainer(model=ours, args=_args(tmp_path, **{**common, "batch_sampler": sampler}),
+        got = SentenceTransformerTrainer(model=ours, args=st_args(tmp_path, **{**common, "batch_sampler": sampler}),
                                          loss=losses.MultipleNegativesRankingLoss(ours),
                                          eval_dataset=datasets.Dataset.from_list(pairs)).evaluate()["eval_loss"]
         assert got == pytest.approx(want, rel=1e-5)
@@ -285,7 +279,7 @@ def test_training_tokenizes_each_row_once(trainer_kind, model, minilm_2_layers, 
     else:
         cls, tokenize = SentenceTransformer, "tokenize"
         trainer = SentenceTransformerTrainer(model=model, loss=losses.CoSENTLoss(model), train_dataset=rows,
-                                             args=_args(tmp_path, per_device_train_batch_size=4, save_strategy="no",
+                                             args=st_args(tmp_path, per_device_train_batch_size=4, save_strategy="no",
                                                             num_train_epochs=1))
     calls, real = [], getattr(cls, tokenize)
     monkeypatch.setattr(cls, tokenize, lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
@@ -298,7 +292,7 @@ def test_resuming_on_other_data_is_refused(model, tmp_path):
     """The fingerprint a checkpoint records is of the rows the examples are made from: one text changed is refused
     on resume, naming the data, before anything is written; the same rows resume."""
     def trainer(rows: list[dict]) -> SentenceTransformerTrainer:
-        args = _args(tmp_path, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-5, save_steps=1)
+        args = st_args(tmp_path, per_device_train_batch_size=4, max_steps=2, learning_rate=1e-5, save_steps=1)
         return SentenceTransformerTrainer(model=model, args=args, loss=losses.MultipleNegativesRankingLoss(model),
                                           train_dataset=rows)
 
@@ -338,7 +332,7 @@ def test_an_evaluator_alone_evaluates_in_training_as_sentence_transformers(model
         evaluator=st_evaluation.EmbeddingSimilarityEvaluator(*scored, name="sts")))
     ours = SentenceTransformer(model_dir)
     got = evaluations(SentenceTransformerTrainer(
-        model=ours, loss=losses.MultipleNegativesRankingLoss(ours), args=_args(tmp_path, save_strategy="no", **common),
+        model=ours, loss=losses.MultipleNegativesRankingLoss(ours), args=st_args(tmp_path, save_strategy="no", **common),
         train_dataset=datasets.Dataset.from_list(PAIRS),
         evaluator=evaluation.EmbeddingSimilarityEvaluator(*scored, name="sts")))
     assert [s for s, _ in got] == [s for s, _ in want] == [2, 3]
