@@ -371,9 +371,10 @@ class SentenceTransformerTrainer(Trainer):
     def log(self, logs: dict[str, float]) -> None:
         """The record, with the loss's terms' means beside "loss" / "eval_loss" for a loss that names them."""
         split = "train" if "loss" in logs else "eval" if "eval_loss" in logs else None
-        if split is not None and isinstance(self._module, LossModel):
+        if split is not None:  # a copy, as sentence-transformers logs these: the epoch goes into it, not the caller's
             prefix = "eval_" if split == "eval" else ""
-            logs = {**logs, **{prefix + k: v for k, v in self._module.components(split).items()}}
+            components = self._module.components(split) if isinstance(self._module, LossModel) else {}
+            logs = {**logs, **{prefix + k: v for k, v in components.items()}}
         super().log(logs)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
