@@ -245,9 +245,9 @@ def test_gradient_checkpointing_trains_the_model_a_loss_wraps(kind, dirs, tmp_pa
     np.testing.assert_allclose(losses_by_run[1], losses_by_run[0], rtol=1e-5)
 
 
-def _evaluate_then_train(lib, path, out) -> tuple[list[str], list[list[str]]]:
-    """evaluate() then train() with an evaluator; (the evaluate() metric names, the results CSV's epoch and step
-    columns)."""
+def _evaluate_then_train(lib, path, out, eval_data: bool = True) -> tuple[list[str], list[list[str]]]:
+    """evaluate() then train() with an evaluator (and the pairs as eval_dataset when ``eval_data``); (the evaluate()
+    metric names, the results CSV's epoch and step columns)."""
     import csv
     import importlib
 
@@ -265,8 +265,8 @@ def _evaluate_then_train(lib, path, out) -> tuple[list[str], list[list[str]]]:
         loss, rows = st_losses.MultipleNegativesRankingLoss(model), datasets.Dataset.from_list(PAIRS)
     else:
         loss, rows = losses.MultipleNegativesRankingLoss(model), PAIRS
-    trainer = dense.SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, eval_dataset=rows, loss=loss,
-                                               evaluator=evaluator)
+    trainer = dense.SentenceTransformerTrainer(model=model, args=args, train_dataset=rows, loss=loss,
+                                               eval_dataset=rows if eval_data else None, evaluator=evaluator)
     names = sorted(k for k in trainer.evaluate() if "runtime" not in k and "per_second" not in k and "preparation" not in k)
     trainer.train()
     with open(out / "eval" / "similarity_evaluation_sts_results.csv", newline="") as f:
@@ -280,6 +280,15 @@ def test_evaluate_before_train_then_train_into_the_same_output_dir(dirs, tmp_pat
     theirs = _evaluate_then_train("sentence_transformers", dirs["dense"], tmp_path / "reference")
     ours = _evaluate_then_train("bertkit", dirs["dense"], tmp_path / "out")
     assert ours == theirs, (ours, theirs)
+
+
+def test_evaluate_with_the_evaluator_alone_returns_the_epoch_as_sentence_transformers(dirs, tmp_path):
+    """With no eval_dataset, evaluate() returns the evaluator's metrics and the epoch (0 before training), as
+    sentence-transformers' does (transformers' log() adds it to the dict it logs); bertkit's lacked the epoch."""
+    theirs = _evaluate_then_train("sentence_transformers", dirs["dense"], tmp_path / "reference", eval_data=False)
+    ours = _evaluate_then_train("bertkit", dirs["dense"], tmp_path / "out", eval_data=False)
+    assert ours == theirs, (ours, theirs)
+    assert "epoch" in ours[0]
 
 
 def _resumed_loss(lib, path, out) -> tuple[float, list[float], int]:

@@ -740,14 +740,39 @@ def test_whole_word_masking_finds_words_as_transformers_5_does(minilm_dir):
     ({"bf16": 1}, r"bf16 must be a bool, got 1 \(int\)"),
     ({"num_train_epochs": True}, r"num_train_epochs must be a number, got True"),
     ({"label_names": "labels"}, r"label_names must be .*None, got 'labels'"),
+    ({"logging_steps": 2.5}, r"logging_steps must be a whole number of steps, or below 1 a share .* got 2.5"),
+    ({"save_steps": 7.5}, r"save_steps must be a whole number of steps"),
 ])
 def test_training_arguments_of_the_wrong_type_or_range_are_named(tmp_path, kwargs, said):
-    """learning_rate="1e-4" and seed=2.5 met TypeErrors deep in the optimiser and numpy; seed=-1 trained."""
+    """learning_rate="1e-4" and seed=2.5 met TypeErrors deep in the optimiser and numpy; seed=-1 trained;
+    logging_steps=2.5 logged every 2 steps (transformers refuses it)."""
     with pytest.raises(BertkitError, match=said):
         bertkit.TrainingArguments(output_dir=str(tmp_path), **kwargs)
     assert not any(tmp_path.iterdir())
     ok = bertkit.TrainingArguments(output_dir=str(tmp_path), learning_rate=3, seed=0, num_train_epochs=2)
     assert (ok.learning_rate, ok.seed) == (3, 0)
+
+
+@pytest.mark.parametrize("save_steps, eval_steps", [(0.3, 0.1), (0.4, 0.2), (0.1, 0.3), (4, 0.2), (0.4, 2), (6, 3),
+                                                   (6, 4)])
+def test_load_best_model_at_end_takes_the_save_and_eval_steps_transformers_takes(tmp_path, save_steps, eval_steps):
+    """save_steps 0.3 and eval_steps 0.1 (shares of the run) were refused as not a multiple: 0.3 % 0.1 is 0.0999...
+    in floats. Each pair is taken or refused as transformers takes or refuses it."""
+    settings = dict(output_dir=str(tmp_path), eval_strategy="steps", load_best_model_at_end=True,
+                    save_steps=save_steps, eval_steps=eval_steps)
+    try:
+        transformers.TrainingArguments(**settings, use_cpu=True)
+        theirs = True
+    except ValueError:
+        theirs = False
+    try:
+        bertkit.TrainingArguments(**settings)
+        ours = True
+    except BertkitError as e:
+        assert f"save_steps ({save_steps}) to be a multiple of eval_steps ({eval_steps})" in str(e)
+        ours = False
+    assert ours == theirs
+    assert theirs == ((save_steps, eval_steps) in {(0.3, 0.1), (0.4, 0.2), (6, 3)})
 
 
 # -------------------------------------------------------------------------------------------------

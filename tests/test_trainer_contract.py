@@ -63,7 +63,7 @@ def _recorder(lib, steer=None):
     return Recorder()
 
 
-def _run(lib, checkpoint: Path, out: Path, steer=None, **overrides):
+def _run(lib, checkpoint: Path, out: Path, steer=None, callbacks_extra=None, **overrides):
     tokenizer = lib.AutoTokenizer.from_pretrained(checkpoint)
     model = lib.AutoModelForSequenceClassification.from_pretrained(checkpoint)
 
@@ -79,7 +79,7 @@ def _run(lib, checkpoint: Path, out: Path, steer=None, **overrides):
     recorder = _recorder(lib, steer)
     trainer = lib.Trainer(model=model, args=lib.TrainingArguments(**{**settings, **overrides}), train_dataset=train,
                           eval_dataset=test, processing_class=tokenizer, compute_metrics=accuracy,
-                          callbacks=[recorder])
+                          callbacks=[recorder] + ([callbacks_extra] if callbacks_extra else []))
     trainer.train()
     trainer.evaluate()
     trainer.predict(test)
@@ -101,15 +101,18 @@ def test_callbacks_see_what_transformers_callbacks_see(checkpoint, tmp_path, ove
 @pytest.mark.parametrize("length", [dict(max_steps=6), dict(num_train_epochs=1.5)], ids=["max_steps", "epochs"])
 def test_the_state_callbacks_see_counts_epochs_as_transformers_does(checkpoint, tmp_path, length):
     """state.num_train_epochs is the number of epochs the run begins (2 for 6 steps of 4 an epoch, or 1.5 epochs),
-    as transformers sets it; bertkit gave the fraction, 1.5."""
+    as transformers sets it; bertkit gave the fraction, 1.5. The cadences in steps are there, a share of the run
+    resolved (logging_steps 0.25 of 6 steps: 2), as transformers states them; bertkit's state had none."""
     seen = {"transformers": [], "bertkit": []}
     for lib in (transformers, bertkit):
         def steer(name, state, control, found=seen[lib.__name__]):
             if name == "on_train_begin":
-                found.append((state.max_steps, state.num_train_epochs))
+                found.append((state.max_steps, state.num_train_epochs, state.logging_steps, state.eval_steps,
+                              state.save_steps))
 
-        _run(lib, checkpoint, tmp_path / lib.__name__, steer=steer, eval_strategy="no", save_strategy="no", **length)
-    assert seen["bertkit"] == seen["transformers"] == [(6, 2)]
+        _run(lib, checkpoint, tmp_path / lib.__name__, steer=steer, eval_strategy="steps", eval_steps=None,
+             save_strategy="no", save_steps=0.5, logging_steps=0.25, **length)
+    assert seen["bertkit"] == seen["transformers"] == [(6, 2, 2, 2, 3)]
 
 
 def _steer(name, state, control):
@@ -244,6 +247,50 @@ def test_a_nan_metric_never_becomes_the_best(checkpoint, tmp_path, caplog):
     assert trainer.state.best_metric == max(s for _, s in scores[1:])
     assert trainer.state.best_global_step != 2 and not trainer.state.best_model_checkpoint.endswith("checkpoint-2")
     assert "eval_score is nan at step 2" in caplog.text
+
+
+class _Evaluations:
+    """Records each evaluation's metrics as on_evaluate gets them, and the best checkpoint each on_save sees."""
+
+    @staticmethod
+    def of(lib, seen):
+        class Recorder(lib.TrainerCallback):
+            def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+                seen.append(("evaluate", state.global_step, sorted(metrics), metrics.get("epoch")))
+
+            def on_save(self, args, state, control, **kwargs):
+                best = state.best_model_checkpoint
+                seen.append(("save", state.global_step, best and Path(best).name, state.best_global_step))
+        return Recorder()
+
+
+@pytest.mark.parametrize(("overrides", "best_step"), [
+    # the loss as a metric to maximise: the best is the first evaluation (step 2), which has no checkpoint
+    (dict(eval_steps=2, save_steps=4, load_best_model_at_end=True, metric_for_best_model="loss",
+          greater_is_better=True), 2),
+    (dict(eval_steps=2, save_strategy="no", metric_for_best_model="accuracy"), None),  # no checkpoint at all
+], ids=["best-step-unsaved", "no-checkpoints"])
+def test_the_best_checkpoint_is_one_that_was_written_as_in_transformers(checkpoint, tmp_path, overrides, best_step):
+    """The best checkpoint is named when a checkpoint is written, as transformers names it: bertkit named
+    checkpoint-2 at the evaluation of step 2, which no save wrote, then load_best_model_at_end failed reading it
+    after the whole run (FileNotFoundError), and with save_strategy "no" state named a checkpoint that never was.
+    Each evaluation's on_evaluate metrics carry the epoch, as transformers' do (bertkit's lacked it in training)."""
+    seen = {"transformers": [], "bertkit": []}
+    trainers = {}
+    for lib in (transformers, bertkit):
+        _, trainers[lib.__name__] = _run(lib, checkpoint, tmp_path / lib.__name__, eval_strategy="steps",
+                                         gradient_accumulation_steps=1, per_device_train_batch_size=4,
+                                         callbacks_extra=_Evaluations.of(lib, seen[lib.__name__]), **overrides)
+    assert seen["bertkit"] == seen["transformers"]
+    assert [e[3] for e in seen["bertkit"] if e[0] == "evaluate"] == [0.5, 1.0, 1.5, 2.0, 2.0]
+    ours, theirs = trainers["bertkit"].state, trainers["transformers"].state
+    assert ours.best_global_step == theirs.best_global_step == best_step
+    assert theirs.best_model_checkpoint is None
+    assert ours.best_metric == pytest.approx(theirs.best_metric, rel=1e-5)
+    assert (ours.best_model_checkpoint and Path(ours.best_model_checkpoint).name) == \
+        (theirs.best_model_checkpoint and Path(theirs.best_model_checkpoint).name)
+    if ours.best_model_checkpoint is not None:
+        assert Path(ours.best_model_checkpoint).is_dir()
 
 
 def test_resuming_on_other_data_of_the_same_size_is_refused_naming_it(checkpoint, tmp_path):

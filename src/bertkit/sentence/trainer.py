@@ -143,16 +143,6 @@ def as_evaluator(evaluator: Any) -> Any:
     return SequentialEvaluator(evaluator) if evaluator is not None and not callable(evaluator) else evaluator
 
 
-def without_epoch(metrics: dict[str, float]) -> dict[str, float]:
-    """An evaluation's metrics as sentence-transformers' ``evaluate()`` returns them: its ``log()`` adds the epoch to a
-    copy of a record with "loss" or "eval_loss", so there the epoch is logged, not returned; to any other record
-    (``eval_{name}_loss`` of a dict of datasets, another metric_key_prefix's) in place, as transformers' Trainer does,
-    so it is returned."""
-    if "loss" not in metrics and "eval_loss" not in metrics:
-        return metrics
-    return {k: v for k, v in metrics.items() if k != "epoch"}
-
-
 def check_batch_holds_negatives(loss: Any, args: Any) -> None:
     """A loss with in-batch negatives needs a global batch of two rows or more."""
     batch = args.per_device_train_batch_size * current().world_size
@@ -371,9 +361,10 @@ class SentenceTransformerTrainer(Trainer):
     def log(self, logs: dict[str, float]) -> None:
         """The record, with the loss's terms' means beside "loss" / "eval_loss" for a loss that names them."""
         split = "train" if "loss" in logs else "eval" if "eval_loss" in logs else None
-        if split is not None and isinstance(self._module, LossModel):
+        if split is not None:  # a copy, as sentence-transformers logs these: the epoch goes into it, not the caller's
             prefix = "eval_" if split == "eval" else ""
-            logs = {**logs, **{prefix + k: v for k, v in self._module.components(split).items()}}
+            components = self._module.components(split) if isinstance(self._module, LossModel) else {}
+            logs = {**logs, **{prefix + k: v for k, v in components.items()}}
         super().log(logs)
 
     # -- evaluation ---------------------------------------------------------------------------------------------
@@ -463,7 +454,7 @@ class SentenceTransformerTrainer(Trainer):
             metrics = {f"{metric_key_prefix}_{k}": v for k, v in self._evaluator_metrics(None).items()}
             self.log(metrics)
             return metrics
-        return without_epoch(super().evaluate(eval_dataset, ignore_keys, metric_key_prefix))
+        return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
 
     def save_model(self, output_dir: str | Path | None = None, _internal_call: bool = False) -> None:
         """The model in sentence-transformers' layout (rank 0 under torchrun)."""

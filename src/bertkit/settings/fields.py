@@ -204,6 +204,10 @@ non_negative = in_range(lambda v: math.isfinite(v) and v >= 0, "a finite non-neg
 at_least_one = in_range(lambda v: v >= 1, "at least 1")
 share = in_range(lambda v: 0 <= v < 1, "in [0, 1)")
 strict_share = in_range(lambda v: 0 < v < 1, "in (0, 1)")
+# a cadence in steps: a whole count, or below 1 a share of the run (transformers refuses 2.5 too: read as 2 it would
+# log, evaluate or save on another cadence than asked)
+step_count = in_range(lambda v: math.isfinite(v) and v > 0 and (v < 1 or float(v).is_integer()),
+                      "a whole number of steps, or below 1 a share of the run's steps")
 in_seed_range = in_range(lambda v: 0 <= v < 2**32, "in [0, 2**32)")  # numpy's and transformers' set_seed range
 
 

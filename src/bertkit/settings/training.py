@@ -29,6 +29,7 @@ from bertkit.settings.fields import (
     positive,
     redefault,
     share,
+    step_count,
     strict_share,
 )
 from bertkit.tasks.files import MAX_LINE_BYTES
@@ -91,17 +92,17 @@ class TrainingSettings(OverwriteSettings, ProgressSettings):
     logging_strategy: STRATEGIES = "steps"
     """When to write a training record to metrics.jsonl: every --logging-steps steps, at each epoch's end, or
     only at the last step."""
-    logging_steps: float = flag(50, hf=500, check=positive)
+    logging_steps: float = flag(50, hf=500, check=step_count)
     """Write a training record every N optimiser steps (below 1: a share of all steps)."""
     eval_strategy: STRATEGIES | None = flag(None, hf="no")
     """When to evaluate: every --eval-steps steps (or --logging-steps), at each epoch's end (and the run's), or
     never. Default: steps when --eval-steps is given, else epoch."""
-    eval_steps: float | None = flag(None, check=positive)
+    eval_steps: float | None = flag(None, check=step_count)
     """With eval_strategy steps: evaluate every N optimiser steps (below 1: a share of all steps)."""
     save_strategy: STRATEGIES = "steps"
     """When to save a resumable checkpoint: every --save-steps steps, at each epoch's end, or never (also not at
     the end). A checkpoint is written at the end of the run unless no."""
-    save_steps: float | None = flag(None, hf=500, check=positive)
+    save_steps: float | None = flag(None, hf=500, check=step_count)
     """Save a resumable checkpoint every N optimiser steps (below 1: a share of all steps). Default: at the end
     only."""
     save_total_limit: int | None = flag(2, hf=None, check=at_least_one)

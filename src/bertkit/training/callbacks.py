@@ -44,6 +44,9 @@ class TrainerState:
     global_step: int = 0
     max_steps: int = 0
     num_train_epochs: float = 0
+    logging_steps: int = 500  # the run's cadences in steps (a share of the run resolved), as transformers states them
+    eval_steps: int = 500
+    save_steps: int = 500
     train_batch_size: int | None = None
     log_history: list[dict[str, float]] = field(default_factory=list)
     best_metric: float | None = None

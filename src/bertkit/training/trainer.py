@@ -161,9 +161,11 @@ class Trainer:
                     setattr(self.control, f.name, getattr(returned, f.name))
 
     def log(self, logs: dict[str, float]) -> None:
-        """Add a record to ``state.log_history`` (with the epoch and step, as transformers) and tell callbacks."""
+        """Add a record to ``state.log_history`` (with the epoch and step, as transformers) and tell callbacks. The
+        epoch goes into ``logs`` itself, as transformers puts it: evaluate()'s metrics, on_evaluate's and train()'s
+        carry it because they are the dict logged."""
         if self.state.epoch is not None:
-            logs = {**logs, "epoch": self.state.epoch}
+            logs["epoch"] = self.state.epoch
         record = {**logs, "step": self.state.global_step}
         self.state.log_history.append(record)
         self._event("on_log", logs=logs)
@@ -278,7 +280,7 @@ class Trainer:
                    / max(seconds, 1e-9), "train_steps_per_second": done / max(seconds, 1e-9), "train_loss": loss}
         self.log(metrics)
         self._event("on_train_end")
-        return TrainOutput(result.step, loss, {**metrics, "epoch": self.state.epoch})
+        return TrainOutput(result.step, loss, metrics)
 
     _schedule_steps: int | None = None  # the schedule's length, where it is not the run's (loop.LoopHooks)
 
@@ -311,6 +313,12 @@ class Trainer:
         state = TrainerState(max_steps=total, num_train_epochs=-(-total // per_epoch),  # the epochs begun, as transformers
                              train_batch_size=self.args.per_device_train_batch_size,
                              is_local_process_zero=info.local_rank == 0, is_world_process_zero=info.is_main)
+        args = self.args  # eval_steps unset under eval_strategy "steps" is logging_steps, as transformers sets it
+        cadences = {"logging_steps": args.logging_steps, "save_steps": args.save_steps,
+                    "eval_steps": args.eval_steps or (args.logging_steps if args.eval_strategy == "steps" else None)}
+        for name, value in cadences.items():
+            if value is not None:
+                setattr(state, name, args.steps_of(value, total))
         if resume is not None:
             saved = json.loads((resume / TRAINER_STATE).read_text(encoding="utf-8"))
             for key in ("log_history", "best_metric", "best_global_step", "best_model_checkpoint", "global_step",
@@ -430,8 +438,9 @@ class Trainer:
             better = (value > self.state.best_metric if self.args.greater_is_better else value < self.state.best_metric) \
                 if self.state.best_metric is not None else True
             if better:
-                self.state.best_metric, self.state.best_global_step = value, step
-                self.state.best_model_checkpoint = str(HF_LAYOUT.path(Path(self.args.output_dir), step))
+                self.state.best_metric = value
+                if self.args.save_strategy != "no":  # as transformers: the step of a checkpoint that may be written
+                    self.state.best_global_step = step
 
     def _by_eval_set(self, metrics: dict[str, float]) -> list[dict[str, float]]:
         """An evaluation's metrics as one record per evaluation set (for a dict of them, the keys under its
@@ -450,7 +459,14 @@ class Trainer:
         return self.state.best_model_checkpoint is not None and Path(self.state.best_model_checkpoint).name == path.name
 
     def _write_checkpoint_extras(self, directory: Path) -> None:
-        """The tokenizer and trainer_state.json, before the checkpoint is renamed into place."""
+        """The tokenizer and trainer_state.json, before the checkpoint is renamed into place. The best checkpoint
+        is named here, as transformers names it when it saves: the best step's checkpoint once it exists (this one,
+        or one written before); an evaluation at a step with no checkpoint (eval_steps 5, save_steps 10) names
+        none, so load_best_model_at_end and save_total_limit never count on a checkpoint that was never written."""
+        best = self.state.best_global_step
+        if best is not None and (best == self.state.global_step
+                                 or HF_LAYOUT.path(Path(self.args.output_dir), best).is_dir()):
+            self.state.best_model_checkpoint = str(HF_LAYOUT.path(Path(self.args.output_dir), best))
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
         atomic_write_text(directory / TRAINER_STATE, json.dumps(dataclasses.asdict(self.state), indent=2) + "\n")
@@ -465,8 +481,6 @@ class Trainer:
                     for k, v in self.evaluate(part, ignore_keys, prefix).items()}
         self._check_outputs(ignore_keys, "evaluate(ignore_keys=...)")
         metrics = self._prediction_output(dataset, "eval_dataset", metric_key_prefix).metrics
-        if self.state.epoch is not None:
-            metrics["epoch"] = self.state.epoch  # transformers returns it among the metrics
         self.log(metrics)
         self._event("on_evaluate", metrics=metrics)
         return metrics

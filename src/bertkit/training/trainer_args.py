@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -132,9 +133,10 @@ class TrainingArguments(TrainingSettings):
             if self.save_strategy != self.eval_strategy:
                 raise BertkitError(f"load_best_model_at_end needs a checkpoint at every evaluation: save_strategy "
                                    f"{self.save_strategy!r} must equal eval_strategy {self.eval_strategy!r}")
-            if self.eval_strategy == "steps" and self.save_steps % (self.eval_steps or self.logging_steps):
+            every = self.eval_steps or self.logging_steps
+            if self.eval_strategy == "steps" and not _multiple(self.save_steps, every):
                 raise BertkitError(f"load_best_model_at_end needs save_steps ({self.save_steps}) to be a multiple "
-                                   f"of eval_steps ({self.eval_steps or self.logging_steps})")
+                                   f"of eval_steps ({every}), both step counts or both shares of the run (below 1)")
             if self.metric_for_best_model is None:
                 self.metric_for_best_model = "loss"  # transformers' default
         if self.metric_for_best_model is not None and self.greater_is_better is None:
@@ -166,6 +168,15 @@ def _checked_init(self: TrainingArguments, output_dir: str | Path | None = None,
                            + (f"; did you mean {', '.join(near)}?" if near else "")
                            + " (see docs/coming-from-transformers.md for the fields bertkit implements)")
     _dataclass_init(self, output_dir=output_dir, **kwargs)
+
+
+def _multiple(save: float, every: float) -> bool:
+    """save_steps a multiple of eval_steps, as transformers checks it: counts exactly, shares (below 1) up to float
+    rounding (0.3 of the run is 3 times 0.1, though 0.3 % 0.1 is 0.0999...); a count and a share never."""
+    if (save < 1) != (every < 1):
+        return False
+    times = save / every
+    return round(times) >= 1 and math.isclose(times, round(times), rel_tol=1e-9)
 
 
 def _same(value: Any, default: Any) -> bool:

@@ -34,7 +34,6 @@ from bertkit.sentence.trainer import (
     check_loss_names,
     check_same_parameters,
     checked_arguments,
-    without_epoch,
 )
 from bertkit.training.trainer import Trainer
 
@@ -117,4 +116,4 @@ class CrossEncoderTrainer(SentenceTransformerTrainer):
             return super().evaluate(None, ignore_keys, metric_key_prefix)  # the evaluator's metrics alone
         if eval_dataset is not None and not isinstance(eval_dataset, CrossEncoderExamples):  # (a dict's, made already)
             eval_dataset = self._examples_of(eval_dataset, self.args, "eval_dataset")
-        return without_epoch(Trainer.evaluate(self, eval_dataset, ignore_keys, metric_key_prefix))
+        return Trainer.evaluate(self, eval_dataset, ignore_keys, metric_key_prefix)
