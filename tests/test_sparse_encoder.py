@@ -475,6 +475,30 @@ def test_do_lower_case_lowers_each_character_as_sentence_transformers(layouts, t
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
+def test_sentence_bert_config_is_read_as_sentence_transformers_reads_it(layouts, texts, tmp_path):
+    """sentence_bert_config.json's processor_kwargs model_max_length cuts texts in sentence-transformers, over
+    max_seq_length; bertkit's sparse Transformer read max_seq_length alone and cut at 512 (7,450 active (text, piece)
+    pairs against 1,601 at 24, MiniLM on 4 SQuAD paragraphs). Per-task lengths (query_length, document_length) and
+    processing_kwargs cut there too, and are refused here by name, as the dense Transformer's file is read."""
+    from bertkit.sentence import SparseEncoder
+
+    directory = tmp_path / "cut"
+    shutil.copytree(layouts["splade"], directory)
+    config_file = directory / "sentence_bert_config.json"
+    config = json.loads(config_file.read_text())
+    for key in ("processor_kwargs", "tokenizer_args"):  # sentence-transformers 6's name, and its name before
+        config_file.write_text(json.dumps({**config, "max_seq_length": 32, key: {"model_max_length": 24}}))
+        ours, theirs = SparseEncoder(directory), st.SparseEncoder(str(directory), device="cpu")
+        assert ours.max_seq_length == theirs.max_seq_length == 24
+        _assert_same_vectors(ours.encode_document(texts[:2]), theirs.encode_document(texts[:2]))
+    for extra in ({"query_length": 8}, {"document_length": 12}, {"processing_kwargs": {"text": {"max_length": 10}}}):
+        config_file.write_text(json.dumps({**config, **extra}))
+        before = _listing(directory)
+        with pytest.raises(BertkitError, match=f"sets {{'{next(iter(extra))}': .*which bertkit does not apply"):
+            SparseEncoder(directory)
+        assert _listing(directory) == before
+
+
 @pytest.mark.parametrize("strategy", ["max", "sum"])
 def test_splade_pooling_reads_a_host_batch_without_the_devices_values(tiny_model, strategy):
     """A sparse encode's batch stays on the host (a GPU model takes it there): the pooling finds each text's tokens
