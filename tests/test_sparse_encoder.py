@@ -181,9 +181,12 @@ def test_a_route_named_text_is_the_modalitys(layouts, texts, tmp_path):
     assert ours.sparsity(ours.encode(one))["active_dims"] > 10 * ours.sparsity(ours.encode_query(one))["active_dims"]
 
 
-# each layout once and each max_active_dims once (the grid's other two cells repeat what these exercise)
-@pytest.mark.parametrize("layout,max_active_dims", [("splade", None), ("inference_free", 48)])
-def test_information_retrieval_evaluator_metrics(layout, max_active_dims, layouts, data_dir):
+# each layout once and each max_active_dims once (the grid's other two cells repeat what these exercise). The corpus
+# in chunks of 9 and 3: sentence-transformers reports the corpus sparsity as each chunk's float32 mean weighted by
+# its size (a mean of 9 paragraphs' counts is seldom a float32); bertkit took the whole corpus's mean (corpus active
+# dims 3390.25 against sentence-transformers' 3390.24994, measured)
+@pytest.mark.parametrize("layout,max_active_dims,chunk", [("splade", None, 9), ("inference_free", 48, 50000)])
+def test_information_retrieval_evaluator_metrics(layout, max_active_dims, chunk, layouts, data_dir):
     from sentence_transformers.sparse_encoder.evaluation import (
         SparseInformationRetrievalEvaluator as Reference,
     )
@@ -197,10 +200,10 @@ def test_information_retrieval_evaluator_metrics(layout, max_active_dims, layout
     relevant = {qid: {f"p{qid[1:].split('-')[0]}"} for qid in queries}
     # the reference in batches of 4 (its default of 32 pads the 12 paragraphs to the longest through the (B, T, 30522)
     # head: 1.6x the time for the same vectors)
-    want = Reference(queries, corpus, relevant, name="squad", max_active_dims=max_active_dims, batch_size=4)(
-        st.SparseEncoder(str(layouts[layout]), device="cpu"))
-    got = SparseInformationRetrievalEvaluator(queries, corpus, relevant, name="squad",
-                                              max_active_dims=max_active_dims)(SparseEncoder(layouts[layout]))
+    want = Reference(queries, corpus, relevant, name="squad", max_active_dims=max_active_dims, batch_size=4,
+                     corpus_chunk_size=chunk)(st.SparseEncoder(str(layouts[layout]), device="cpu"))
+    got = SparseInformationRetrievalEvaluator(queries, corpus, relevant, name="squad", max_active_dims=max_active_dims,
+                                              corpus_chunk_size=chunk)(SparseEncoder(layouts[layout]))
     assert list(got) == list(want)
     for key, value in want.items():
         assert got[key] == pytest.approx(value, abs=1e-6), key
@@ -473,6 +476,30 @@ def test_do_lower_case_lowers_each_character_as_sentence_transformers(layouts, t
     want = st.SparseEncoder(str(directory), device="cpu").encode_document(texts).to_dense()
     got = SparseEncoder(str(directory)).encode_document(texts).to_dense()
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_sentence_bert_config_is_read_as_sentence_transformers_reads_it(layouts, texts, tmp_path):
+    """sentence_bert_config.json's processor_kwargs model_max_length cuts texts in sentence-transformers, over
+    max_seq_length; bertkit's sparse Transformer read max_seq_length alone and cut at 512 (7,450 active (text, piece)
+    pairs against 1,601 at 24, MiniLM on 4 SQuAD paragraphs). Per-task lengths (query_length, document_length) and
+    processing_kwargs cut there too, and are refused here by name, as the dense Transformer's file is read."""
+    from bertkit.sentence import SparseEncoder
+
+    directory = tmp_path / "cut"
+    shutil.copytree(layouts["splade"], directory)
+    config_file = directory / "sentence_bert_config.json"
+    config = json.loads(config_file.read_text())
+    for key in ("processor_kwargs", "tokenizer_args"):  # sentence-transformers 6's name, and its name before
+        config_file.write_text(json.dumps({**config, "max_seq_length": 32, key: {"model_max_length": 24}}))
+        ours, theirs = SparseEncoder(directory), st.SparseEncoder(str(directory), device="cpu")
+        assert ours.max_seq_length == theirs.max_seq_length == 24
+        _assert_same_vectors(ours.encode_document(texts[:2]), theirs.encode_document(texts[:2]))
+    for extra in ({"query_length": 8}, {"document_length": 12}, {"processing_kwargs": {"text": {"max_length": 10}}}):
+        config_file.write_text(json.dumps({**config, **extra}))
+        before = _listing(directory)
+        with pytest.raises(BertkitError, match=f"sets {{'{next(iter(extra))}': .*which bertkit does not apply"):
+            SparseEncoder(directory)
+        assert _listing(directory) == before
 
 
 @pytest.mark.parametrize("strategy", ["max", "sum"])

@@ -1,7 +1,8 @@
 """The sparse-embedding task: ``bertkit.pipeline("sparse-embedding", DIR)``, ``bertkit predict sparse-embedding`` and
-``bertkit serve --task sparse-embedding`` (TEI's /embed_sparse) give ``SparseEncoder.encode_document``'s vectors
-(``prompt_name`` "query": ``encode_query``'s) in every layout test_sparse_encoder.py's fixture writes: indices
-identical, values within 1e-5. The wire is TEI's documented shape; bad input is refused by name before any work."""
+``bertkit serve --task sparse-embedding`` (TEI's /embed_sparse) give ``SparseEncoder.encode``'s vectors
+(``prompt_name`` "document": ``encode_document``'s, "query": ``encode_query``'s) in every layout
+test_sparse_encoder.py's fixture writes: indices identical, values within 1e-5. The wire is TEI's documented shape;
+bad input is refused by name before any work."""
 
 from __future__ import annotations
 
@@ -98,6 +99,28 @@ def test_each_side_is_cut_where_its_route_cuts(layouts, texts, tmp_path):
     cut = pipeline("sparse-embedding", tmp_path / "short", max_length=8)(queries, prompt_name="query")
     pieces = [set(encoder.tokenizer(q, add_special_tokens=False)["input_ids"][:8]) for q in queries]
     assert [[d["index"] for d in g] for g in cut] == [[i for i, _ in w if i in p] for w, p in zip(want, pieces)]
+
+
+def test_without_prompt_name_a_text_gets_the_default_prompt_as_tei_gives_it(layouts, texts, tmp_path):
+    """TEI's /embed_sparse puts no prompt before a text unless the request names one (or the server has a default
+    prompt), as sentence-transformers' ``encode`` does; the pipeline put the "document" prompt there
+    (``encode_document``), so a directory whose document prompt is set gave other vectors than TEI's. Without
+    prompt_name: ``encode``'s vectors (the default prompt, a Router's default route); "document" and "query" name
+    ``encode_document``'s and ``encode_query``'s."""
+    import sentence_transformers as st
+
+    from bertkit import pipeline
+
+    prompts = {"query": "query: ", "document": "passage: "}
+    for default in (None, "query"):
+        directory = tmp_path / f"prompted-{default}"
+        st.SparseEncoder(str(layouts["splade"]), device="cpu", prompts=prompts, default_prompt_name=default).save(
+            str(directory))
+        theirs = st.SparseEncoder(str(directory), device="cpu")
+        pipe = pipeline("sparse-embedding", directory, batch_size=8)
+        _assert_same(pipe(texts[-4:]), _expected(theirs, "encode", texts[-4:]))
+        for side, method in SIDES:
+            _assert_same(pipe(texts[-4:], prompt_name=side), _expected(theirs, method, texts[-4:]))
 
 
 def test_the_max_active_dims_of_the_model_and_of_the_pipeline(layouts, texts, tmp_path):

@@ -379,9 +379,10 @@ class SentenceEmbedding(FeatureExtraction):
 class SparseEmbedding(Task):
     """SPLADE vectors of a sparse encoder (``bertkit.sentence.SparseEncoder``), on TEI's ``POST /embed_sparse``: its
     body (``inputs``, ``truncate``, ``truncation_direction``, ``prompt_name``) and its answer, a list of
-    ``{"index", "value"}`` per input, the active word pieces in index order. A text is embedded as
-    ``encode_document`` does unless ``prompt_name`` is "query" (``encode_query``: the query prompt, an inference-free
-    model's static query route). ``truncate`` unset cuts at max_length, as /info's ``auto_truncate`` says."""
+    ``{"index", "value"}`` per input, the active word pieces in index order. A text is embedded as ``encode`` does
+    (the default prompt, or none, as TEI), as ``encode_document`` does for ``prompt_name`` "document", as
+    ``encode_query`` for "query" (the query prompt, an inference-free model's static query route). ``truncate``
+    unset cuts at max_length, as /info's ``auto_truncate`` says."""
 
     name = "sparse-embedding"
     help = "(index, value) pairs of the active word pieces (SPLADE)"
@@ -398,7 +399,7 @@ class SparseEmbedding(Task):
 
     def checks(self, pipe: Any, limits: Any) -> dict[str, tuple[Callable[[Any], bool], str]]:
         return {"prompt_name": (lambda v: v in ("query", "document"), '"query" (encode_query\'s vectors) or '
-                                '"document" (encode_document\'s, the default)'),
+                                '"document" (encode_document\'s; none: encode\'s)'),
                 "return_tokens": (lambda v: isinstance(v, bool), "true or false")}
 
     def parse_sparse(self, data: Any, server: Any) -> Call:

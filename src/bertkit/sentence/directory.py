@@ -161,18 +161,20 @@ def read_directory(path: str | Path) -> SentenceDirectory:
                              st.get("default_prompt_name"), st.get("similarity_fn_name"), truncate_dim)
 
 
-def transformer_max_seq_length(sbert: dict[str, Any], sbert_file: Path) -> int | None:
+def transformer_max_seq_length(sbert: dict[str, Any], sbert_file: Path,
+                               task_keys: dict[str, Any] | None = None) -> int | None:
     """Where an embedder's Transformer module cuts its texts, from its sentence_bert_config.json ``sbert``: a
     model_max_length in tokenizer_args (processor_kwargs) wins over max_seq_length, as in sentence-transformers 6. A
     key bertkit does not apply (model or config arguments, another task or output, per-task lengths) is refused with
-    what to change, as a key sentence-transformers does not know fails there."""
+    what to change, as a key sentence-transformers does not know fails there. ``task_keys``: the task and output
+    keys at the values the reader computes, where they are not a dense Transformer's (a sparse encoder's fill-mask)."""
+    defaults = {**_TRANSFORMER_DEFAULTS, **(task_keys or {})}
     args = {k: sbert[k] if isinstance(sbert[k], dict) else {"": sbert[k]} for k in (*_TOKENIZER_ARGS, *_MODEL_ARGS)
             if sbert.get(k)}
     refused = {f"{k}.{a}" if a else k: v for k, given in args.items() for a, v in given.items()
                if a not in _NO_EFFECT and (k not in _TOKENIZER_ARGS or a != "model_max_length")}
-    refused.update({k: v for k, v in sbert.items() if k in _TRANSFORMER_DEFAULTS
-                    and v not in (_TRANSFORMER_DEFAULTS[k], None)})
-    known = {"max_seq_length", "do_lower_case", *_TRANSFORMER_DEFAULTS, *_TOKENIZER_ARGS, *_MODEL_ARGS, *_NO_EFFECT}
+    refused.update({k: v for k, v in sbert.items() if k in defaults and v not in (defaults[k], None)})
+    known = {"max_seq_length", "do_lower_case", *defaults, *_TOKENIZER_ARGS, *_MODEL_ARGS, *_NO_EFFECT}
     refused.update({k: v for k, v in sbert.items() if k not in known})
     if refused:
         raise BertkitError(f"{sbert_file} sets {refused}, which bertkit does not apply, so its vectors would not be "

@@ -31,7 +31,7 @@ from bertkit.heads import BertForMaskedLM
 from bertkit.modeling import BertModelOutput
 from bertkit.outputs import atomic_write_json
 from bertkit.padding import moved
-from bertkit.sentence.directory import SBERT_CONFIG, read_json, tokenizer_limit
+from bertkit.sentence.directory import SBERT_CONFIG, read_json, tokenizer_limit, transformer_max_seq_length
 from bertkit.tokenization import AutoTokenizer
 from bertkit.tokenization.basic import lowercase
 
@@ -309,11 +309,15 @@ class Transformer(nn.Module):
 
     @classmethod
     def load(cls, directory: Path) -> Transformer:
-        sbert = read_json(directory / SBERT_CONFIG) or {}
+        """The file is read as a dense Transformer's (``transformer_max_seq_length``): a model_max_length in its
+        processor_kwargs cuts texts over max_seq_length, and per-task lengths or processing_kwargs, which would cut
+        them elsewhere in sentence-transformers, are refused. Another transformer_task is refused by the
+        constructor."""
+        sbert_file = directory / SBERT_CONFIG
+        sbert = read_json(sbert_file) or {}
         task = sbert.get("transformer_task", "fill-mask")
-        length = sbert.get("max_seq_length")
-        if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
-            raise BertkitError(f"{directory / SBERT_CONFIG}: max_seq_length {length!r} must be a whole number >= 1")
+        length = transformer_max_seq_length({k: v for k, v in sbert.items() if k != "transformer_task"}, sbert_file,
+                                            _FILL_MASK)
         return cls(directory, transformer_task=task, max_seq_length=length,
                    do_lower_case=bool(sbert.get("do_lower_case", False)))
 

@@ -8,9 +8,10 @@ run it as they run every task.
     embed("sunny weather", return_tokens=True)      # [{"token": "weather", "value": 2.1}, ...], largest first
 
 ``DIR`` is whatever ``SparseEncoder`` opens (a sentence-transformers sparse directory in any layout it reads, or a
-checkpoint with a masked-LM head, which becomes a new SPLADE model). A text is a document unless ``prompt_name`` is
-"query": the vector is then ``SparseEncoder.encode_document``'s (its document prompt, a Router's "document" route),
-else ``encode_query``'s (its query prompt and route: an inference-free model's static weights), the same numbers.
+checkpoint with a masked-LM head, which becomes a new SPLADE model). ``prompt_name`` "document" gives
+``SparseEncoder.encode_document``'s vector (its document prompt, a Router's "document" route), "query"
+``encode_query``'s (its query prompt and route: an inference-free model's static weights), none ``encode``'s (the
+default prompt, or none, as TEI's /embed_sparse puts none unless asked; a Router's default route), the same numbers.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from bertkit.sentence.sparse_encoder.modules import Router, SparseStaticEmbeddin
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.basic import lowercase
 
-SIDES = ("document", "query")  # what prompt_name selects: encode_document's vectors (the default), encode_query's
+SIDES = ("document", "query")  # what prompt_name selects: encode_document's vectors, encode_query's (none: encode's)
 
 
 @dataclass
@@ -42,7 +43,7 @@ class _Side:
     """How the texts of one side become vectors: the prompt put before each, where they are cut, and the embedder
     (a padded batch -> (B, V)) of the side's route."""
 
-    name: str
+    name: str | None  # the prompt_name that selects it
     prompt: str
     limit: int  # tokens a text keeps: where the route cuts (a Transformer at its max_seq_length, the static query
     # weights at their tokenizer's model_max_length, as encode does), or the caller's max_length where lower
@@ -54,7 +55,7 @@ class _Side:
 class SparseEmbeddingPipeline(Pipeline):
     """A text -> its sparse vector, ``[{"index", "value"}, ...]`` in index order (TEI's /embed_sparse), or with
     ``return_tokens=True`` ``[{"token", "value"}, ...]`` largest first (``SparseEncoder.decode``). ``prompt_name``
-    "query" gives ``encode_query``'s vector, "document" or None ``encode_document``'s. The model's
+    "query" gives ``encode_query``'s vector, "document" ``encode_document``'s, None ``encode``'s. The model's
     ``max_active_dims`` applies (``max_active_dims=`` overrides it)."""
 
     task = tasks.SparseEmbedding.name
@@ -67,7 +68,7 @@ class SparseEmbeddingPipeline(Pipeline):
             raise BertkitError(f"quantize={kwargs['quantize']!r} is not implemented for sparse-embedding (its "
                                "vectors are the masked-LM head's float logits): run it in float32 or with bf16")
         routes = {}
-        for side in SIDES:
+        for side in (*SIDES, None):  # None: no prompt_name, encode's route (a Router's default)
             try:
                 routes[side] = model._route(side)
             except BertkitError as e:  # a Router without that route: the side is refused when asked for
@@ -84,24 +85,30 @@ class SparseEmbeddingPipeline(Pipeline):
         self.encoder = model
         self.max_active_dims = model._check_active_dims(max_active_dims) if max_active_dims is not None \
             else model.max_active_dims
-        self.sides: dict[str, _Side | BertkitError] = {}
+        self.sides: dict[str | None, _Side | BertkitError] = {}
+        embedders: dict[tuple[int, ...], Callable[[dict[str, Tensor]], Tensor]] = {}  # one per route's modules
         for side, route in routes.items():
             if isinstance(route, BertkitError):
                 self.sides[side] = route
                 continue
-            prompt = model.prompts.get(side, "") or ""
+            # encode_query's and encode_document's prompts; without prompt_name the default prompt, or none (TEI's
+            # /embed_sparse puts no prompt unless asked, sentence-transformers' encode the default one)
+            prompt = (model.prompts.get(side) if side is not None else model._resolve_prompt(None, None)) or ""
+            made = embedders.get(key := tuple(map(id, route)))
             if isinstance(route[0], SparseStaticEmbedding):
                 static = route[0].to(self.device).eval()
                 limit = min(static.tokenizer.model_max_length, cap or static.tokenizer.model_max_length)
-                self.sides[side] = _Side(side, prompt, limit, True, False, lambda b, m=static: m(b))
+                self.sides[side] = _Side(side, prompt, limit, True, False, made or (lambda b, m=static: m(b)))
             else:
                 transformer, pooling = route
-                bert = self.model if transformer is document else prepare_model(
-                    transformer.model.bert, device=self.device, bf16=self.bf16)[0]
+                if made is None:
+                    bert = self.model if transformer is document else prepare_model(
+                        transformer.model.bert, device=self.device, bf16=self.bf16)[0]
+                    made = self._splade(bert, transformer.head, pooling)
                 limit = self.max_length if transformer is document else min(transformer.max_seq_length,
                                                                             cap or transformer.max_seq_length)
-                self.sides[side] = _Side(side, prompt, limit, False, transformer.do_lower_case,
-                                         self._splade(bert, transformer.head, pooling))
+                self.sides[side] = _Side(side, prompt, limit, False, transformer.do_lower_case, made)
+            embedders[key] = self.sides[side].embed
 
     def _splade(self, bert: nn.Module, head: nn.Module, pooling: nn.Module) -> Callable[[dict[str, Tensor]], Tensor]:
         # the vocabulary product on oneDNN's reordered weight on a CPU, made once (as SparseEncoder.encode makes it)
@@ -129,11 +136,11 @@ class SparseEmbeddingPipeline(Pipeline):
         return super().tokenizer_of(directory)
 
     def side(self, prompt_name: str | None) -> _Side:
-        """The side ``prompt_name`` selects (None: "document")."""
+        """The side ``prompt_name`` selects (None: ``encode``'s)."""
         if prompt_name is not None and prompt_name not in SIDES:
             raise BertkitError(f"prompt_name {prompt_name!r} is not one of {SIDES}: \"query\" embeds a text as "
-                               "encode_query does, \"document\" (the default) as encode_document does")
-        side = self.sides[prompt_name or "document"]
+                               "encode_query does, \"document\" as encode_document does, none as encode does")
+        side = self.sides[prompt_name]
         if isinstance(side, BertkitError):
             raise side
         return side

@@ -25,15 +25,25 @@ class SparseInformationRetrievalEvaluator(SparseEvaluator, InformationRetrievalE
     ``_corpus_active_dims``, ``_corpus_sparsity_ratio`` and ``_avg_flops``."""
 
     def __init__(self, queries: dict[str, str], corpus: dict[str, str], relevant_docs: dict[str, set[str]],
-                 *args: Any, max_active_dims: int | None = None, **kwargs: Any):
+                 corpus_chunk_size: int = 50000, *args: Any, max_active_dims: int | None = None, **kwargs: Any):
         if kwargs.get("truncate_dim") is not None:
             raise BertkitError("SparseInformationRetrievalEvaluator has no truncate_dim (a sparse vector's dimensions "
                                "are word pieces): keep the largest weights with max_active_dims")
-        super().__init__(queries, corpus, relevant_docs, *args, **kwargs)
+        if isinstance(corpus_chunk_size, bool) or not isinstance(corpus_chunk_size, int) or corpus_chunk_size < 1:
+            raise BertkitError(f"corpus_chunk_size must be a whole number >= 1, got {corpus_chunk_size!r}")
+        super().__init__(queries, corpus, relevant_docs, corpus_chunk_size, *args, **kwargs)
+        self.corpus_chunk_size = corpus_chunk_size
         self.max_active_dims = max_active_dims
         self.sparsity_stats: dict[str, float] = {}
 
     def sparsity_of(self, model: Any, embedded: list[torch.Tensor]) -> dict[str, float]:
         queries, corpus = embedded
-        return {**sparsity(model, queries, "query"), **sparsity(model, corpus, "corpus"),
+        # sentence-transformers encodes the corpus corpus_chunk_size texts at a time and reports the mean of each
+        # chunk's statistics (float32 means) weighted by its size: the whole corpus's, rounded as there
+        n, size = corpus.shape[0], self.corpus_chunk_size
+        starts = range(0, n, size)
+        chunks = [model.sparsity(corpus.index_select(0, torch.arange(a, min(a + size, n)))) for a in starts]
+        rows = [min(size, n - a) for a in starts]
+        return {**sparsity(model, queries, "query"),
+                **{f"corpus_{key}": sum(c[key] * r for c, r in zip(chunks, rows)) / sum(rows) for key in chunks[0]},
                 "avg_flops": float(torch.dot(_active_share(queries), _active_share(corpus)))}
