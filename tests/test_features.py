@@ -154,6 +154,26 @@ def test_extraction_errors_name_the_fix(tiny, tmp_path):
         fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", max_seq_length=200, progress=False)
 
 
+def test_layers_named_twice_or_none_are_refused(tiny, tmp_path):
+    """A repeated index would be one tensor in the file while the metadata and the report list it twice."""
+    _, model, tok = tiny
+    with pytest.raises(ValueError, match=r"layer -1 is given twice in \[-1, 0, -1\]"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.safetensors", layers=[-1, 0, -1], progress=False)
+    with pytest.raises(ValueError, match="give at least one layer index"):
+        fx.extract_features(model, tok, TEXTS, tmp_path / "f.jsonl", layers=[], progress=False)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".safetensors"])
+def test_no_texts_write_an_empty_output(tiny, tmp_path, suffix):
+    """An empty input file is an extraction of zero lines in either format (as blank lines are lines)."""
+    _, model, tok = tiny
+    out = tmp_path / f"f{suffix}"
+    result = fx.extract_features(model, tok, [], out, layers=[-1, 0], progress=False)
+    assert (result["lines"], result["tokens"], result["files"]) == (0, 0, [str(out)])
+    assert list(fx.read_features(out)) == []
+
+
 def test_cli_extract_features(tiny, tmp_path, capsys):
     from bertkit.cli import main
 

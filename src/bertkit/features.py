@@ -57,6 +57,12 @@ def read_texts(path: str | os.PathLike) -> list[tuple[str, str | None]]:
 
 def resolve_layers(layers: Sequence[int], num_states: int) -> list[int]:
     """Layer indices (negative ones from the end) -> positions in the L + 1 hidden states."""
+    if not layers:
+        raise BertkitError("layers: give at least one layer index (e.g. layers=[-1], --layers=-1)")
+    # a repeated index would be one tensor (one key per index) where the metadata and the report list two
+    twice = next((i for k, i in enumerate(layers) if i in layers[:k]), None)
+    if twice is not None:
+        raise BertkitError(f"layer {twice} is given twice in {list(layers)}; give each index once")
     resolved = []
     for i in layers:
         if not -num_states <= i < num_states:
@@ -315,10 +321,12 @@ def _write_shard(tmp: Path, shard: range, units: list[list[int]], p: int,
         states = states_of(p, u)
         chunks += [states[i].astype(np_dtype) for i in unit]
     shard_lengths = np.asarray([len(encoded[i]["input_ids"]) for i in shard], dtype=np.int64)
-    tensors = {f"layer.{name}": np.ascontiguousarray(np.concatenate([c[k] for c in chunks], 0))
+    # (0, H) for no lines (an empty input file): a shard of zero lines, as the .jsonl is a file of none
+    empty = np.zeros((0, int(meta["hidden_size"])), np_dtype)
+    tensors = {f"layer.{name}": np.ascontiguousarray(np.concatenate([c[k] for c in chunks] or [empty], 0))
                for k, name in enumerate(layers)}
-    tensors["input_ids"] = np.concatenate([encoded[i]["input_ids"] for i in shard]).astype(np.int64)
-    tensors["token_type_ids"] = np.concatenate([encoded[i]["token_type_ids"] for i in shard]).astype(np.int64)
+    for key in ("input_ids", "token_type_ids"):
+        tensors[key] = np.asarray([t for i in shard for t in encoded[i][key]], dtype=np.int64)
     tensors["offsets"] = np.concatenate([[0], np.cumsum(shard_lengths)]).astype(np.int64)
     tensors["line_index"] = np.arange(shard.start, shard.stop, dtype=np.int64)
     save_file(tensors, str(tmp), metadata=meta)
