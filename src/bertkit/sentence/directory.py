@@ -83,7 +83,7 @@ def write_st_config(directory: Path, model_type: str, **fields: Any) -> None:
 def saved_activation(directory: Path, config_extra: dict[str, Any]) -> str | None:
     """The activation a cross-encoder directory names (``torch.nn.modules.activation.Sigmoid``, ...), None where it
     names none, read as sentence-transformers reads it: config_sentence_transformers.json (v5 and later), only beside
-    a modules.json (without one it loads the directory as a plain checkpoint and reads neither file); else config.json's
+    a modules.json (without one it loads the directory as a plain checkpoint, without that file); else config.json's
     "sentence_transformers" (v4; ``config_extra`` holds config.json's keys bertkit's config does not), which ends the
     search when it has the key, even set to null; else its "sbert_ce_default_activation_function" (before v4)."""
     directory = Path(directory)
