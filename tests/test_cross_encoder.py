@@ -243,7 +243,7 @@ def test_reranking_evaluator_refuses_a_text_where_a_list_of_texts_goes(sample):
         {k: float(v) for k, v in want.items()}, abs=1e-12)
 
 
-def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows):
+def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows, tmp_path):
     from bertkit.sentence.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
 
     for kwargs, name in (({"prompts": {"q": "query: "}}, "prompts"), ({"backend": "onnx"}, "backend"),
@@ -274,12 +274,10 @@ def test_what_bertkit_does_not_implement_is_refused_by_name(directory, rows):
                             train_dataset=[{"q": "a", "d": "b"}], loss=losses.MultipleNegativesRankingLoss(model))
     with pytest.raises(BertkitError, match="compute_metrics"):
         CrossEncoderTrainer(model=model, train_dataset=[{"q": "a", "d": "b", "label": 1}], compute_metrics=len)
+    model.save(tmp_path / "custom")  # config_sentence_transformers.json is read beside modules.json
+    (tmp_path / "custom" / "config_sentence_transformers.json").write_text('{"activation_fn": "my.module.Act"}')
     with pytest.raises(BertkitError, match="torch activations only"):
-        (directory / "config_sentence_transformers.json").write_text('{"activation_fn": "my.module.Act"}')
-        try:
-            CrossEncoder(directory)
-        finally:
-            (directory / "config_sentence_transformers.json").unlink()
+        CrossEncoder(tmp_path / "custom")
 
 
 def test_the_activation_older_sentence_transformers_recorded_in_config_json_is_read(minilm_2_layers, tmp_path):
@@ -296,6 +294,79 @@ def test_the_activation_older_sentence_transformers_recorded_in_config_json_is_r
     assert json.loads((tmp_path / "saved" / "config_sentence_transformers.json").read_text())["activation_fn"] == \
         "torch.nn.modules.linear.Identity"
     assert isinstance(CrossEncoder(tmp_path / "saved").activation_fn, torch.nn.Identity)
+
+
+def test_an_activation_function_is_recorded_as_sentence_transformers_records_it(directory, tmp_path):
+    """A function as the activation (torch.nn.functional.sigmoid, torch.sigmoid) is recorded under its class's name,
+    as sentence-transformers records it ("function", "builtin_function_or_method"): bertkit wrote the function's
+    own name, on which sentence-transformers' load called it with no argument and stopped with a TypeError. Each
+    library now refuses (bertkit) or replaces with the default (sentence-transformers) the same name."""
+    import json
+
+    for fn in (torch.nn.functional.sigmoid, torch.sigmoid, torch.nn.Tanh()):
+        want_model, got_model = st_ce.CrossEncoder(str(directory)), CrossEncoder(directory)
+        want_model.activation_fn = got_model.activation_fn = fn
+        want_model.save(str(tmp_path / "st"))
+        got_model.save(tmp_path / "bk")
+        recorded = [json.loads((tmp_path / d / "config_sentence_transformers.json").read_text())["activation_fn"]
+                    for d in ("st", "bk")]
+        assert recorded[1] == recorded[0], fn
+    st_ce.CrossEncoder(str(tmp_path / "bk"))  # opens: the recorded torch.nn.modules.activation.Tanh
+    got_model.activation_fn = torch.nn.functional.sigmoid
+    got_model.save(tmp_path / "function")
+    assert isinstance(st_ce.CrossEncoder(str(tmp_path / "function")).activation_fn, torch.nn.Sigmoid)
+    with pytest.raises(BertkitError, match="names the activation 'function'; bertkit resolves torch activations only"):
+        CrossEncoder(tmp_path / "function")
+
+
+def test_a_saved_default_prompt_is_refused_not_dropped(directory, rows, tmp_path):
+    """sentence-transformers 6 saves a cross-encoder's prompts and default_prompt_name in
+    config_sentence_transformers.json and puts the default prompt before every query; bertkit loaded such a directory
+    and scored the bare pairs (logits up to 9e-5 apart here, 45 times the parity tolerance), said nowhere. It is refused, naming the prompt;
+    prompts without a default change no score and load."""
+    import json
+
+    pairs, prompts = _pairs(rows)[:6], {"query": "Find the sentence that answers this question: "}
+    CrossEncoder(directory).save(tmp_path / "ce")
+    config_file = tmp_path / "ce" / "config_sentence_transformers.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "prompts": prompts, "default_prompt_name": "query"}))
+    reference = st_ce.CrossEncoder(str(tmp_path / "ce"))
+    logits = reference.predict(pairs, activation_fn=torch.nn.Identity())
+    bare = reference.predict(pairs, activation_fn=torch.nn.Identity(), prompt="")  # "": no prompt there
+    assert np.abs(logits - bare).max() > 2e-5  # the default prompt moves the scores there, beyond parity's 2e-6
+    with pytest.raises(BertkitError, match=r"sets default_prompt_name 'query': sentence-transformers puts its prompt "
+                                           r"'Find the sentence .*' before every query"):
+        CrossEncoder(tmp_path / "ce")
+    config_file.write_text(json.dumps({**config, "prompts": prompts, "default_prompt_name": None}))
+    np.testing.assert_allclose(CrossEncoder(tmp_path / "ce").predict(pairs),
+                               st_ce.CrossEncoder(str(tmp_path / "ce")).predict(pairs), atol=2e-6, rtol=0)
+
+
+def test_a_directory_without_modules_json_is_read_as_a_plain_checkpoint(directory, rows, tmp_path):
+    """Without modules.json, sentence-transformers loads a directory as a Hugging Face checkpoint and reads neither
+    config_sentence_transformers.json nor sentence_bert_config.json: an activation or a max_seq_length found there
+    changes nothing. bertkit read both (Identity there: 0.05 against sentence-transformers' 0.51 for a pair;
+    max_seq_length 16 there: scores 4e-3 apart). The activation of config.json's "sentence_transformers" (v4) ends the
+    search even when null, as there (bertkit went on to the older key)."""
+    import json
+    import shutil
+
+    pairs = [(rows[0]["query"], d) for d in [rows[0]["positive"], *rows[0]["negatives"]]]
+    plain = shutil.copytree(directory, tmp_path / "plain")
+    (plain / "config_sentence_transformers.json").write_text('{"activation_fn": "torch.nn.modules.linear.Identity"}')
+    (plain / "sentence_bert_config.json").write_text('{"max_seq_length": 16}')
+    want_model, got_model = st_ce.CrossEncoder(str(plain)), CrossEncoder(plain)
+    assert isinstance(want_model.activation_fn, torch.nn.Sigmoid) and isinstance(got_model.activation_fn, torch.nn.Sigmoid)
+    assert got_model.max_length == want_model.max_seq_length == 512
+    np.testing.assert_allclose(got_model.predict(pairs), want_model.predict(pairs), atol=2e-6, rtol=0)
+
+    config = json.loads((directory / "config.json").read_text())
+    v4 = shutil.copytree(directory, tmp_path / "v4")
+    (v4 / "config.json").write_text(json.dumps({**config, "sentence_transformers": {"activation_fn": None},
+                                                "sbert_ce_default_activation_function": "torch.nn.modules.linear.Identity"}))
+    assert isinstance(st_ce.CrossEncoder(str(v4)).activation_fn, torch.nn.Sigmoid)
+    assert isinstance(CrossEncoder(v4).activation_fn, torch.nn.Sigmoid)
 
 
 @pytest.mark.parametrize("declared", [{"max_seq_length": 24},

@@ -53,3 +53,26 @@ def test_rerank_serves_a_trained_cross_encoder_with_rank_scores(tmp_path, minilm
     got = r.json()
     assert [g["index"] for g in got] == [w["corpus_id"] for w in want]
     assert [g["score"] for g in got] == pytest.approx([w["score"] for w in want], abs=1e-5)
+
+
+def test_rerank_scores_and_orders_ties_as_tei():
+    """TEI's /rerank takes the sigmoid in float32 and orders equal scores last index first (a stable ascending sort,
+    reversed). bertkit took it in float64 and kept ties first index first: for the same texts twice it answered
+    [1, 3] where TEI answers [3, 1], and logits 20 and 17, both 1.0 in TEI (so the later first), came back as 1.0
+    and 0.99999996 in the logits' order."""
+    import numpy as np
+
+    from bertkit.inference.pipelines import ranked
+
+    texts = ["a", "b", "a", "b", "c"]
+    logits = [np.array([x], dtype=np.float32) for x in (20.0, 1.5, 17.0, 1.5, -100.0)]
+    got = ranked(logits, None, texts, raw_scores=False, return_text=True)
+    assert [g["index"] for g in got] == [2, 0, 3, 1, 4]  # 1.0, 1.0 (a tie: last first), the 1.5 tie, then 0.0
+    assert [g["score"] for g in got] == [1.0, 1.0, pytest.approx(0.81757448, abs=1e-7),
+                                         pytest.approx(0.81757448, abs=1e-7), 0.0]
+    assert [g["text"] for g in got] == [texts[g["index"]] for g in got]
+    raw = ranked(logits, None, texts, raw_scores=True, return_text=False)
+    assert [(g["index"], g["score"]) for g in raw] == [(0, 20.0), (2, 17.0), (3, 1.5), (1, 1.5), (4, -100.0)]
+    # two labels ("relevant" is label 1): the sigmoid of l1 - l0, the same ties
+    pairs = [np.array([0.0, 2.0], dtype=np.float32), np.array([1.0, 3.0], dtype=np.float32)]
+    assert [g["index"] for g in ranked(pairs, 1, ["x", "y"], raw_scores=False, return_text=False)] == [1, 0]

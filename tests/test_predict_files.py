@@ -363,9 +363,9 @@ def test_predict_rerank_scores_each_query_passage_row_as_the_pipeline(cross_enco
         ranked = pipe({"query": pairs[5 * k][0], "texts": [p for _, p in pairs[5 * k:5 * k + 5]]})
         by_index = [s for _, s in sorted((r["index"], r["score"]) for r in ranked)]
         np.testing.assert_allclose([r["score"] for r in got_jsonl[5 * k:5 * k + 5]], by_index, rtol=0, atol=1e-6)
-    # ... and the sigmoid of the one logit, which --raw-scores writes.
-    raw = np.array([r["score"] for r in got_raw])
-    np.testing.assert_allclose(1 / (1 + np.exp(-raw)), expected, rtol=0, atol=1e-12)
+    # ... and the sigmoid of the one logit, which --raw-scores writes (in float32, as TEI takes it).
+    raw = np.array([r["score"] for r in got_raw], dtype=np.float32)
+    np.testing.assert_array_equal(1 / (1 + np.exp(-raw)), np.array(expected, dtype=np.float32))
     assert len(set(np.round(raw, 6))) > 1  # a seeded head that scores rows differently, not a constant
 
 

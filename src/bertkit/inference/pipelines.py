@@ -217,11 +217,15 @@ def ranked(logits: Sequence[np.ndarray], relevant: int | None, texts: Sequence[s
     One logit (``relevant`` None): its sigmoid (TEI's /rerank, sentence-transformers' CrossEncoder). Two labels:
     the probability of label ``relevant`` (``relevant_label``), softmax over the two, which is the sigmoid of
     l_relevant - l_other (TEI refuses /rerank on a two-label model, typing it a classifier). ``raw_scores``: the
-    logit, or that difference for two labels, so that raw and probability scores rank alike."""
-    x = np.stack([np.asarray(v, dtype=np.float64).reshape(-1) for v in logits])  # (N, labels)
+    logit, or that difference for two labels, so that raw and probability scores rank alike.
+
+    As TEI: the sigmoid in float32 (logits above ~17 all score 1.0 and tie), and equal scores last index first (it
+    sorts ascending, stably, then reverses; sentence-transformers' rank keeps them first index first)."""
+    x = np.stack([np.asarray(v, dtype=np.float32).reshape(-1) for v in logits])  # (N, labels)
     z = x[:, 0] if relevant is None else x[:, relevant] - x[:, 1 - relevant]
-    scores = z if raw_scores else 1.0 / (1.0 + np.exp(-z))
-    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    with np.errstate(over="ignore"):  # exp(-z) of a logit below ~-88 is inf in float32: the score 0, as in TEI
+        scores = z if raw_scores else (1 / (1 + np.exp(-z))).astype(np.float32)
+    order = sorted(range(len(scores)), key=lambda i: scores[i])[::-1]
     return [{"index": i, "score": float(scores[i]), **({"text": texts[i]} if return_text else {})} for i in order]
 
 
@@ -246,8 +250,9 @@ class RerankPipeline(TextClassificationPipeline):
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, **kwargs: Any) -> Pipeline:
-        """A cross-encoder directory's pairs are cut where its ``CrossEncoder`` cuts them: at the max_seq_length its
-        sentence_bert_config.json declares, else the tokenizer's model_max_length (``max_length`` given wins)."""
+        """A cross-encoder directory's pairs are cut at the max_seq_length its sentence_bert_config.json declares, else
+        the tokenizer's model_max_length (``max_length`` given wins): where its ``CrossEncoder`` cuts them, and where TEI
+        does, which reads that file without a modules.json too (sentence-transformers and ``CrossEncoder`` do not)."""
         if kwargs.get("max_length") is None:
             kwargs["max_length"] = declared_max_seq_length(model_dir)
         pipe = super().from_pretrained(model_dir, **kwargs)

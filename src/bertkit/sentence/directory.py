@@ -82,12 +82,18 @@ def write_st_config(directory: Path, model_type: str, **fields: Any) -> None:
 
 def saved_activation(directory: Path, config_extra: dict[str, Any]) -> str | None:
     """The activation a cross-encoder directory names (``torch.nn.modules.activation.Sigmoid``, ...), None where it
-    names none: where sentence-transformers recorded it, config_sentence_transformers.json (v5 and later), config.json's
-    "sentence_transformers" (v4; ``config_extra`` holds config.json's keys bertkit's config does not), its
-    "sbert_ce_default_activation_function" (before v4)."""
-    return ((read_json(Path(directory) / ST_CONFIG) or {}).get("activation_fn")
-            or (config_extra.get("sentence_transformers") or {}).get("activation_fn")
-            or config_extra.get("sbert_ce_default_activation_function"))
+    names none, read as sentence-transformers reads it: config_sentence_transformers.json (v5 and later), only beside
+    a modules.json (without one it loads the directory as a plain checkpoint, without that file); else config.json's
+    "sentence_transformers" (v4; ``config_extra`` holds config.json's keys bertkit's config does not), which ends the
+    search when it has the key, even set to null; else its "sbert_ce_default_activation_function" (before v4)."""
+    directory = Path(directory)
+    named = (read_json(directory / ST_CONFIG) or {}).get("activation_fn") if (directory / MODULES).is_file() else None
+    if named:
+        return named
+    v4 = config_extra.get("sentence_transformers")
+    if isinstance(v4, dict) and "activation_fn" in v4:
+        return v4["activation_fn"]
+    return config_extra.get("sbert_ce_default_activation_function")
 
 
 def module_types(modules: list[dict[str, Any]]) -> list[str]:

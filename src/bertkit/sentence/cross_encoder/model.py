@@ -32,6 +32,7 @@ from bertkit.outputs import atomic_write_json
 from bertkit.sentence.directory import (
     MODULES,
     SBERT_CONFIG,
+    ST_CONFIG,
     declared_max_seq_length,
     module_types,
     read_json,
@@ -88,9 +89,12 @@ def _refuse(what: str, unknown: dict[str, Any], table: dict[str, str]) -> None:
 
 
 def fullname(fn: Any) -> str:
-    """The importable name sentence-transformers records for an activation: its class's for a module."""
-    kind = fn if isinstance(fn, type) or not isinstance(fn, nn.Module) else type(fn)
-    return f"{kind.__module__}.{kind.__qualname__}"
+    """The name sentence-transformers records for an activation (its ``util.fullname``): its class's, a function's
+    too (``function``, ``builtin_function_or_method``: builtins bare). A function's own name
+    (``torch.nn.functional.sigmoid``) made sentence-transformers call it with no argument when loading the directory
+    (a TypeError); under its class's name it warns and takes the default activation, as for a directory it saved."""
+    kind = fn if isinstance(fn, type) else type(fn)
+    return kind.__name__ if kind.__module__ in (None, "builtins") else f"{kind.__module__}.{kind.__name__}"
 
 
 def activation_from_name(name: str, where: str) -> nn.Module:
@@ -105,6 +109,20 @@ def activation_from_name(name: str, where: str) -> nn.Module:
     except (ImportError, AttributeError, TypeError) as e:
         raise BertkitError(f"{where} names the activation {name!r}, which torch does not have ({e}); pass "
                            "activation_fn= when loading") from None
+
+
+def _refuse_default_prompt(path: Path) -> None:
+    """A directory whose config_sentence_transformers.json sets a default prompt: sentence-transformers 6 puts it
+    before every query, bertkit implements no cross-encoder prompts, and would score the bare pairs (0.5124 against
+    0.5127 for a SQuAD pair with "query: "), so it is refused rather than loaded."""
+    config = read_json(path / ST_CONFIG) or {}
+    name = config.get("default_prompt_name")
+    prompt = (config.get("prompts") or {}).get(name) if name is not None else None
+    if prompt:
+        raise BertkitError(f"{path / ST_CONFIG} sets default_prompt_name {name!r}: sentence-transformers puts its "
+                           f"prompt {prompt!r} before every query, and bertkit does not implement cross-encoder "
+                           "prompts; load it with sentence-transformers, or set default_prompt_name to null there and "
+                           "put the prompt before each query yourself")
 
 
 class CrossEncoder(ReferenceCalls, nn.Module):
@@ -122,7 +140,10 @@ class CrossEncoder(ReferenceCalls, nn.Module):
         path = Path(model_name_or_path)
         modules = read_json(path / MODULES)
         types = module_types(modules) if modules is not None else ["Transformer"]
-        encoder_dir, declared = path, declared_max_seq_length(path)
+        # sentence-transformers reads sentence_bert_config.json and config_sentence_transformers.json only beside a
+        # modules.json; without one it loads the directory as a plain checkpoint (a max_seq_length 16 there cut pairs
+        # at 16 in bertkit, at the tokenizer's 512 in sentence-transformers)
+        encoder_dir, declared = path, declared_max_seq_length(path) if modules is not None else None
         if types[:2] == ["Transformer", "Pooling"]:  # an embedder: its transformer with a new classifier
             # sentence-transformers' words; it reads neither the embedder's max_seq_length nor its prompts
             logger.warning("Converting SentenceTransformer model %s to CrossEncoder.", path)
@@ -132,6 +153,8 @@ class CrossEncoder(ReferenceCalls, nn.Module):
                                "Transformer module at the top of the directory (a sequence classifier), or loads a "
                                "SentenceTransformer's (Transformer, Pooling...) with a new classifier; use "
                                "sentence-transformers for this model")
+        elif modules is not None:
+            _refuse_default_prompt(path)
         if not (encoder_dir / "config.json").is_file():
             raise FileNotFoundError(f"cross-encoder directory {encoder_dir} has no config.json; pass a directory saved "
                                     "by CrossEncoder.save, sentence-transformers or transformers (or a BERT checkpoint)")
