@@ -110,3 +110,30 @@ def test_list_of_dicts_and_refusals(models, squad):
         mine_hard_negatives(pairs, ours, range_min=2, range_max=4)
     with pytest.raises(BertkitError, match=r"anchor_column_name 'query' is not a column of the dataset \['question', 'paragraph'\]"):
         mine_hard_negatives(pairs, ours, anchor_column_name="query")
+
+
+def test_a_mining_left_without_rows_keeps_its_columns(models, squad):
+    """Every candidate filtered out (min_score above every score): sentence-transformers' dataset of no rows, with its
+    columns; bertkit's had no columns at all, so that ``dataset["negative"]`` or a concatenation failed later."""
+    ours, ref = models
+    pairs, _ = squad
+    for kwargs in ({}, {"output_format": "n-tuple", "output_scores": True, "num_negatives": 2},
+                   {"output_format": "labeled-list"}):
+        want = st.util.mine_hard_negatives(datasets.Dataset.from_list(pairs), ref, min_score=0.99, verbose=False,
+                                           **kwargs)
+        got = mine_hard_negatives(datasets.Dataset.from_list(pairs), ours, min_score=0.99, verbose=False, **kwargs)
+        assert len(got) == len(want) == 0 and got.column_names == want.column_names, kwargs
+
+
+def test_as_triplets_false_is_refused_not_mined_as_triplets(models, squad):
+    """sentence-transformers' older as_triplets=False asks for n-tuples; bertkit let False through as a default and
+    mined triplets. Any value of it is refused, with what to use; the flags whose False is their default still pass."""
+    ours, _ = models
+    pairs, _ = squad
+    for value in (False, True):
+        with pytest.raises(BertkitError, match=r"as_triplets=...\) is not implemented in bertkit: use output_format="):
+            mine_hard_negatives(pairs, ours, as_triplets=value, verbose=False)
+    with pytest.raises(BertkitError, match="output_format='n-tuple', output_scores=True"):
+        mine_hard_negatives(pairs, ours, output_format="n-tuple-scores", verbose=False)
+    rows = mine_hard_negatives(pairs, ours, num_negatives=1, use_faiss=False, use_multi_process=False, verbose=False)
+    assert list(rows[0]) == ["question", "paragraph", "negative"]

@@ -52,7 +52,9 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     for name, value in refused.items():
         if name not in _REFUSED:
             raise BertkitError(f"mine_hard_negatives got an unknown argument {name!r}")
-        if value not in (None, False):
+        # False is sentence-transformers' default of the flags, and does nothing there either; as_triplets=False
+        # asks for n-tuples, so any value of it is refused rather than mined as triplets
+        if value is not None and (value is not False or name == "as_triplets"):
             raise BertkitError(f"mine_hard_negatives({name}=...) is not implemented in bertkit: {_REFUSED[name]}")
     columns = column_names(dataset)
     anchor_column_name = _column(anchor_column_name, columns, 0, "anchor_column_name")
@@ -62,7 +64,9 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     if include_positives:
         output_format = "n-tuple"  # the ranking order, positives included, is the point (as sentence-transformers)
     if output_format not in FORMATS:
-        raise BertkitError(f"output_format {output_format!r} is not one of {FORMATS}")
+        raise BertkitError(f"output_format {output_format!r} is not one of {FORMATS}"
+                           + ("; for sentence-transformers' older 'n-tuple-scores' use output_format='n-tuple', "
+                              "output_scores=True" if output_format == "n-tuple-scores" else ""))
     if sampling_strategy not in ("top", "random"):
         raise BertkitError(f"sampling_strategy {sampling_strategy!r} is not 'top' or 'random'")
     if isinstance(num_negatives, bool) or not isinstance(num_negatives, int) or num_negatives < 1:
@@ -167,7 +171,9 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     if hasattr(dataset, "column_names"):
         from datasets import Dataset
 
-        return Dataset.from_list(out)
+        # by column, so that a dataset left without rows (every candidate filtered out) keeps its columns
+        names = _column_names(output_format, output_scores, anchor_column_name, positive_column_name, num_negatives)
+        return Dataset.from_dict({name: [row[name] for row in out] for name in names})
     return out
 
 
@@ -179,6 +185,17 @@ def _column(name: str | None, columns: list[str], position: int, what: str) -> s
     if name not in columns:
         raise BertkitError(f"{what} {name!r} is not a column of the dataset {columns}")
     return name
+
+
+def _column_names(output_format: str, output_scores: bool, anchor: str, positive: str,
+                  num_negatives: int) -> list[str]:
+    """The output's columns, as ``_rows`` fills them."""
+    if output_format == "labeled-pair":
+        return [anchor, positive, "score" if output_scores else "label"]
+    if output_format == "labeled-list":
+        return [anchor, positive, "scores" if output_scores else "labels"]
+    negatives = ["negative"] if output_format == "triplet" else [f"negative_{i}" for i in range(1, num_negatives + 1)]
+    return [anchor, positive, *negatives, *(["scores"] if output_scores else [])]
 
 
 def _rows(output_format: str, output_scores: bool, anchor: str, positive: str, queries: list[str], texts: list[str],
