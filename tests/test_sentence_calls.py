@@ -261,6 +261,56 @@ def test_semantic_search_keeps_sentence_transformers_ids_among_equal_scores(mode
     assert [p[1:] for p in got] == [p[1:] for p in want]
 
 
+
+def test_sparse_embeddings_in_search_and_similarities_are_sentence_transformers(models):
+    """Sparse COO embeddings (a SparseEncoder's; here MiniLM's with the values under 0.05 dropped): semantic_search
+    in chunks (bertkit sliced the sparse tensor, which PyTorch cannot do), paraphrase mining (which
+    sentence-transformers cannot do: the pairs of their dense form), manhattan_sim in float64 given in float32, as
+    sentence-transformers' scipy (bertkit's float32 sums were 3e-6 off, and a float64 dense operand raised), and a
+    pairwise score of one dense vector with every sparse row (bertkit made the vector sparse, which no longer
+    broadcast)."""
+    ours, _ = models
+    dense = torch.from_numpy(ours.encode(TEXTS * 2))
+    sparse = torch.where(dense.abs() > 0.05, dense, 0).to_sparse()
+    for kwargs in ({"top_k": 3, "query_chunk_size": 4, "corpus_chunk_size": 5}, {"top_k": 20}, {"top_k": 2}):
+        mine, theirs = dict(kwargs), dict(kwargs)
+        if kwargs == {"top_k": 2}:
+            mine["score_function"], theirs["score_function"] = util.dot_score, st_util.dot_score
+        got, want = util.semantic_search(sparse, sparse, **mine), st_util.semantic_search(sparse, sparse, **theirs)
+        assert [[h["corpus_id"] for h in hits] for hits in got] == [[h["corpus_id"] for h in hits] for hits in want]
+        np.testing.assert_allclose([[h["score"] for h in hits] for hits in got],
+                                   [[h["score"] for h in hits] for hits in want], atol=1e-6)
+    distinct = sparse.index_select(0, torch.arange(len(TEXTS)))
+    got = util.paraphrase_mining_embeddings(distinct, query_chunk_size=4, corpus_chunk_size=3, top_k=2)
+    want = st_util.paraphrase_mining_embeddings(distinct.to_dense(), query_chunk_size=4, corpus_chunk_size=3, top_k=2)
+    assert [p[1:] for p in got] == [p[1:] for p in want] and len(got) > 3
+    np.testing.assert_allclose([p[0] for p in got], [p[0] for p in want], atol=1e-6)
+    for a, b in ((sparse, sparse), (sparse, dense), (dense.double(), sparse)):
+        _same(util.manhattan_sim(a, b), st_util.manhattan_sim(a, b), atol=1e-6)
+    for name in ("pairwise_cos_sim", "pairwise_dot_score"):
+        for a, b in ((sparse, dense[0]), (dense[:1], sparse), (dense[3], sparse)):
+            _same(getattr(util, name)(a, b), getattr(st_util, name)(a, b), atol=1e-6)
+
+
+def test_similarity_function_enum_is_sentence_transformers(models):
+    """SimilarityFunction is an enum with sentence-transformers' static methods: to_similarity_fn,
+    to_similarity_pairwise_fn (which bertkit lacked) and possible_values, less the multi-vector MaxSim names."""
+    ours, _ = models
+    emb = ours.encode(TEXTS)
+    for name in ("cosine", "dot", "euclidean", "manhattan", util.SimilarityFunction.EUCLIDEAN,
+                 st.SimilarityFunction.DOT_PRODUCT):
+        value = getattr(name, "value", name)  # sentence-transformers takes its own enum's members only
+        fn, ref = util.SimilarityFunction.to_similarity_fn(name), st.SimilarityFunction.to_similarity_fn(value)
+        _same(fn(emb, emb[:3]), ref(emb, emb[:3]), atol=1e-6)
+        fn = util.SimilarityFunction.to_similarity_pairwise_fn(similarity_function=name)
+        _same(fn(emb, emb[[2, 0, 1, 5, 4, 3]]), st.SimilarityFunction.to_similarity_pairwise_fn(value)(
+            emb, emb[[2, 0, 1, 5, 4, 3]]), atol=1e-6)
+    assert util.SimilarityFunction("dot") is util.SimilarityFunction.DOT is util.SimilarityFunction.DOT_PRODUCT
+    assert util.SimilarityFunction.possible_values() == st.SimilarityFunction.possible_values()[:4]
+    with pytest.raises(BertkitError, match=r"'maxsim' is not one of \['cosine', 'dot', 'euclidean', 'manhattan'\]"):
+        util.SimilarityFunction.to_similarity_fn("maxsim")
+
+
 def test_directories_saved_by_one_library_load_in_the_other(models, tmp_path):
     """truncate_dim, written where sentence-transformers 6 writes it (config_sentence_transformers.json) and read back
     (bertkit neither wrote nor read it: a model saved at 16 dimensions loaded at 384); prompts, max_seq_length, the

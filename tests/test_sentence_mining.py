@@ -102,11 +102,70 @@ def test_list_of_dicts_and_refusals(models, squad):
         mine_hard_negatives(few, ours, range_min=3, num_negatives=1, range_max=10, verbose=False)
     with pytest.raises(BertkitError, match="use_faiss"):
         mine_hard_negatives(few, ours, use_faiss=True)
-    with pytest.raises(BertkitError, match="cross_encoder"):
-        mine_hard_negatives(few, ours, cross_encoder=object())
     with pytest.raises(TypeError, match="positional"):  # sentence-transformers' order: cross_encoder, range_min 0,
         mine_hard_negatives(pairs, ours, "question", "paragraph", None, None, 0, 10)  # range_max 10 (max_score here)
     with pytest.raises(BertkitError, match="range_max 4 leave 2 candidates for num_negatives 3"):
         mine_hard_negatives(pairs, ours, range_min=2, range_max=4)
     with pytest.raises(BertkitError, match=r"anchor_column_name 'query' is not a column of the dataset \['question', 'paragraph'\]"):
         mine_hard_negatives(pairs, ours, anchor_column_name="query")
+
+
+def test_a_mining_left_without_rows_keeps_its_columns(models, squad):
+    """Every candidate filtered out (min_score above every score): sentence-transformers' dataset of no rows, with its
+    columns; bertkit's had no columns at all, so that ``dataset["negative"]`` or a concatenation failed later."""
+    ours, ref = models
+    pairs, _ = squad
+    for kwargs in ({}, {"output_format": "n-tuple", "output_scores": True, "num_negatives": 2},
+                   {"output_format": "labeled-list"}):
+        want = st.util.mine_hard_negatives(datasets.Dataset.from_list(pairs), ref, min_score=0.99, verbose=False,
+                                           **kwargs)
+        got = mine_hard_negatives(datasets.Dataset.from_list(pairs), ours, min_score=0.99, verbose=False, **kwargs)
+        assert len(got) == len(want) == 0 and got.column_names == want.column_names, kwargs
+
+
+def test_as_triplets_false_is_refused_not_mined_as_triplets(models, squad):
+    """sentence-transformers' older as_triplets=False asks for n-tuples; bertkit let False through as a default and
+    mined triplets. Any value of it is refused, with what to use; the flags whose False is their default still pass."""
+    ours, _ = models
+    pairs, _ = squad
+    for value in (False, True):
+        with pytest.raises(BertkitError, match=r"as_triplets=...\) is not implemented in bertkit: use output_format="):
+            mine_hard_negatives(pairs, ours, as_triplets=value, verbose=False)
+    with pytest.raises(BertkitError, match="output_format='n-tuple', output_scores=True"):
+        mine_hard_negatives(pairs, ours, output_format="n-tuple-scores", verbose=False)
+    rows = mine_hard_negatives(pairs, ours, num_negatives=1, use_faiss=False, use_multi_process=False, verbose=False)
+    assert list(rows[0]) == ["question", "paragraph", "negative"]
+
+
+@pytest.fixture(scope="module")
+def cross_encoders(tmp_path_factory, minilm_dir):
+    from bertkit.sentence import CrossEncoder
+    from cross_encoder_helpers import cross_encoder_directory
+
+    directory = cross_encoder_directory(minilm_dir, tmp_path_factory.mktemp("mine-ce") / "ce")
+    return CrossEncoder(directory), st.CrossEncoder(str(directory), device="cpu")
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"max_score": 0.6, "output_scores": True},
+    {"output_format": "labeled-list", "min_score": 0.3, "range_min": 2, "num_negatives": 2, "output_scores": True},
+    {"output_scores": True},  # no filter: sentence-transformers does not rescore
+])
+def test_cross_encoder_rescores_as_sentence_transformers(models, squad, cross_encoders, kwargs):
+    """With a cross-encoder (bertkit's beside sentence-transformers', on the same directory) and a filter, its scores
+    replace the model's for the candidates and the positives: the same negatives, rows and scores. Five paragraphs'
+    questions and the next article's paragraphs: the pairs a cross-encoder scores, both libraries, stay few."""
+    (ours, ref), (ours_ce, ref_ce) = models, cross_encoders
+    pairs, extra = squad
+    pairs, corpus = pairs[:10], extra + [p["paragraph"] for p in pairs[:10]]
+    want = st.util.mine_hard_negatives(datasets.Dataset.from_list(pairs), ref, corpus=corpus, verbose=False,
+                                       cross_encoder=ref_ce, **kwargs)
+    got = mine_hard_negatives(datasets.Dataset.from_list(pairs), ours, corpus=corpus, verbose=False,
+                              cross_encoder=ours_ce, **kwargs)
+    assert got.column_names == want.column_names and len(got) == len(want) >= len(pairs)
+    score = next(c for c in want.column_names if c in ("score", "scores"))
+    for c in want.column_names:
+        if c != score:
+            assert got[c] == want[c], c
+    for g, w in zip(got[score], want[score]):
+        np.testing.assert_allclose(np.asarray(g, dtype=float), np.asarray(w, dtype=float), atol=2e-5)

@@ -86,6 +86,24 @@ def test_quantization_equals_sentence_transformers(models, precision):
         assert np.array_equal(got, want)
 
 
+
+def test_quantization_reads_tensors_in_their_own_precision():
+    """float64 tensors are bucketed in float64, as sentence-transformers reads them: rounded to float32 first (as
+    bertkit did), 166 of 76,800 int8 values of 200 SQuAD questions' embeddings landed one bucket up. An empty list
+    comes back as one, and an empty matrix as an empty int8 matrix, as sentence-transformers returns them."""
+    g = torch.Generator().manual_seed(0)
+    floats = torch.randn(64, 384, generator=g, dtype=torch.float64)
+    for precision in ("int8", "uint8", "binary", "ubinary", "float32"):
+        for embeddings in (floats, list(floats[:8]), floats.to(torch.bfloat16), floats.half()):
+            got, want = quantize_embeddings(embeddings, precision), st.quantize_embeddings(embeddings, precision)
+            assert got.dtype == want.dtype and np.array_equal(got, want), (precision, embeddings[0].dtype)
+    assert quantize_embeddings([], "int8") == st.quantize_embeddings([], "int8") == []
+    for precision in ("int8", "uint8", "binary"):
+        got, want = quantize_embeddings(np.zeros((0, 384), np.float32), precision), st.quantize_embeddings(
+            np.zeros((0, 384), np.float32), precision)
+        assert got.dtype == want.dtype and got.shape == want.shape, precision
+
+
 def test_saved_directory_opens_in_sentence_transformers(models, tmp_path):
     ours, ref = models
     ours.save(tmp_path / "saved")

@@ -24,7 +24,6 @@ from bertkit.sentence.data import column_names
 
 FORMATS = ("triplet", "n-tuple", "labeled-pair", "labeled-list")
 _REFUSED = {
-    "cross_encoder": "rescoring with a cross-encoder is not implemented; mine with the embedding model alone",
     "use_faiss": "bertkit searches exactly with torch; drop this argument (faiss_batch_size bounds the memory)",
     "use_multi_process": "encoding runs in one process; drop this argument",
     "cache_folder": "embeddings are not cached on disk; drop this argument",
@@ -39,7 +38,7 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
                         relative_margin: float | None = None, num_negatives: int = 3, sampling_strategy: str = "top",
                         query_prompt_name: str | None = None, query_prompt: str | None = None,
                         corpus_prompt_name: str | None = None, corpus_prompt: str | None = None,
-                        include_positives: bool = False, output_format: str = "triplet", output_scores: bool = False,
+                        cross_encoder: Any = None, include_positives: bool = False, output_format: str = "triplet", output_scores: bool = False,
                         batch_size: int = 32, faiss_batch_size: int = 16384, verbose: bool = True,
                         margin: float | None = None, rng: random.Random | None = None, **refused: Any) -> Any:
     """``dataset`` (a ``datasets.Dataset`` or a list of dicts) with hard negatives, in the same type: "triplet"
@@ -47,12 +46,16 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     "labeled-pair" (anchor, text, label 1/0) or "labeled-list" (anchor, [texts], [labels]); ``output_scores`` adds
     (or puts in the labels' place) the similarity scores. ``margin`` is sentence-transformers' older name of
     ``absolute_margin``. Asking for more negatives than the corpus holds beside a query's positives is an error. The
-    arguments after ``corpus`` are keywords: sentence-transformers' sixth is ``cross_encoder``, which bertkit does not
-    implement, so its positions would have given each value to its neighbour's argument."""
+    arguments after ``corpus`` are keywords (a call by sentence-transformers' positions, whose sixth is
+    ``cross_encoder``, is refused by Python). With a ``cross_encoder`` and any of the margins, ``max_score`` or
+    ``min_score``, its scores replace the model's for the candidates and the positives (which the filters then
+    compare, and ``output_scores`` gives), as sentence-transformers rescores; without a filter it is not used."""
     for name, value in refused.items():
         if name not in _REFUSED:
             raise BertkitError(f"mine_hard_negatives got an unknown argument {name!r}")
-        if value not in (None, False):
+        # False is sentence-transformers' default of the flags, and does nothing there either; as_triplets=False
+        # asks for n-tuples, so any value of it is refused rather than mined as triplets
+        if value is not None and (value is not False or name == "as_triplets"):
             raise BertkitError(f"mine_hard_negatives({name}=...) is not implemented in bertkit: {_REFUSED[name]}")
     columns = column_names(dataset)
     anchor_column_name = _column(anchor_column_name, columns, 0, "anchor_column_name")
@@ -62,7 +65,9 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     if include_positives:
         output_format = "n-tuple"  # the ranking order, positives included, is the point (as sentence-transformers)
     if output_format not in FORMATS:
-        raise BertkitError(f"output_format {output_format!r} is not one of {FORMATS}")
+        raise BertkitError(f"output_format {output_format!r} is not one of {FORMATS}"
+                           + ("; for sentence-transformers' older 'n-tuple-scores' use output_format='n-tuple', "
+                              "output_scores=True" if output_format == "n-tuple-scores" else ""))
     if sampling_strategy not in ("top", "random"):
         raise BertkitError(f"sampling_strategy {sampling_strategy!r} is not 'top' or 'random'")
     if isinstance(num_negatives, bool) or not isinstance(num_negatives, int) or num_negatives < 1:
@@ -84,8 +89,9 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
                            f"{str(corpus[bad])[:60]!r}, not a text; drop it from the corpus")
     max_rows = max(Counter(queries_all).values())  # sentence-transformers sizes the search by rows per anchor
     filtered = absolute_margin is not None or relative_margin is not None or max_score is not None
+    rescore = cross_encoder is not None and (filtered or min_score is not None)
     if range_max is None:  # room for skipped candidates when filters drop some, and for the positives
-        range_max = range_min + num_negatives * (10 if filtered else 1) + max_rows
+        range_max = range_min + num_negatives * (10 if filtered or rescore else 1) + max_rows
     if range_min < 0 or range_min >= range_max or num_negatives > range_max - range_min:
         raise BertkitError(f"range_min {range_min} and range_max {range_max} leave {range_max - range_min} "
                            f"candidates for num_negatives {num_negatives}; need 0 <= range_min < range_max and "
@@ -125,6 +131,12 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     repeat = torch.tensor([len(p) for p in positive_ids])
     flat_positives = torch.tensor([i for p in positive_ids for i in p])
     positive_scores = model.similarity_pairwise(query_emb.repeat_interleave(repeat, 0), corpus_emb[flat_positives])
+    if rescore:  # every candidate, a padding one (id -1) as the last text, as sentence-transformers scores it
+        for q, row in enumerate(ids.tolist()):
+            scores[q] = cross_encoder.predict([(queries[q], texts[i]) for i in row], batch_size=batch_size,
+                                              convert_to_tensor=True).to(scores)
+        positive_scores = cross_encoder.predict([(queries[q], texts[p]) for q, pids in enumerate(positive_ids)
+                                                 for p in pids], batch_size=batch_size, convert_to_tensor=True)
     scores[ids == -1] = -torch.inf
     if not include_positives:
         scores[torch.stack([torch.isin(ids[q], torch.tensor(p)) for q, p in enumerate(positive_ids)])] = -torch.inf
@@ -167,7 +179,9 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
     if hasattr(dataset, "column_names"):
         from datasets import Dataset
 
-        return Dataset.from_list(out)
+        # by column, so that a dataset left without rows (every candidate filtered out) keeps its columns
+        names = _column_names(output_format, output_scores, anchor_column_name, positive_column_name, num_negatives)
+        return Dataset.from_dict({name: [row[name] for row in out] for name in names})
     return out
 
 
@@ -179,6 +193,17 @@ def _column(name: str | None, columns: list[str], position: int, what: str) -> s
     if name not in columns:
         raise BertkitError(f"{what} {name!r} is not a column of the dataset {columns}")
     return name
+
+
+def _column_names(output_format: str, output_scores: bool, anchor: str, positive: str,
+                  num_negatives: int) -> list[str]:
+    """The output's columns, as ``_rows`` fills them."""
+    if output_format == "labeled-pair":
+        return [anchor, positive, "score" if output_scores else "label"]
+    if output_format == "labeled-list":
+        return [anchor, positive, "scores" if output_scores else "labels"]
+    negatives = ["negative"] if output_format == "triplet" else [f"negative_{i}" for i in range(1, num_negatives + 1)]
+    return [anchor, positive, *negatives, *(["scores"] if output_scores else [])]
 
 
 def _rows(output_format: str, output_scores: bool, anchor: str, positive: str, queries: list[str], texts: list[str],

@@ -27,16 +27,20 @@ def quantize_embeddings(embeddings: Any, precision: str, ranges: np.ndarray | No
                            "which bertkit does not implement; quantize their rows together, "
                            "quantize_embeddings(np.concatenate(matrices), ...), and split the result at the matrices' "
                            "lengths")
+    if isinstance(embeddings, list) and not embeddings:
+        return []  # as sentence-transformers: nothing to quantize, in the type it came in
     if isinstance(embeddings, torch.Tensor):
-        embeddings = embeddings.detach().float().cpu().numpy()
-    elif isinstance(embeddings, list) and embeddings and isinstance(embeddings[0], torch.Tensor):
-        embeddings = torch.stack(embeddings).detach().float().cpu().numpy()
+        embeddings = _numpy(embeddings)
+    elif isinstance(embeddings, list) and isinstance(embeddings[0], torch.Tensor):
+        embeddings = np.stack([_numpy(e) for e in embeddings])
     embeddings = np.asarray(embeddings)
     if embeddings.dtype in (np.int8, np.uint8):
         raise BertkitError(f"embeddings to quantize must be float, got {embeddings.dtype}: they are quantized already")
     if precision == "float32":
         return embeddings.astype(np.float32)
     if precision in ("int8", "uint8"):
+        if ranges is None and embeddings.ndim == 2 and len(embeddings) == 0:
+            return np.zeros((0, embeddings.shape[1]), np.uint8 if precision == "uint8" else np.int8)
         if ranges is None:
             source = embeddings if calibration_embeddings is None else np.asarray(calibration_embeddings)
             if calibration_embeddings is None and (source.ndim == 1 or source.shape[0] == 1):
@@ -51,3 +55,10 @@ def quantize_embeddings(embeddings: Any, precision: str, ranges: np.ndarray | No
         return buckets.astype(np.uint8) if precision == "uint8" else (buckets - 128).astype(np.int8)
     bits = np.packbits(embeddings > 0, axis=-1)
     return bits if precision == "ubinary" else (bits - 128).astype(np.int8)
+
+
+def _numpy(embeddings: torch.Tensor) -> np.ndarray:
+    """A tensor's values in its own precision (bfloat16, which numpy lacks, in float32), as sentence-transformers
+    reads them: float64 embeddings rounded to float32 first would land some values in the next bucket."""
+    embeddings = embeddings.detach().cpu()
+    return (embeddings.float() if embeddings.dtype == torch.bfloat16 else embeddings).numpy()

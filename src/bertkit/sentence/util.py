@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import warnings
 from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -128,19 +129,24 @@ def euclidean_sim(a: Any, b: Any) -> Tensor:
 
 
 def manhattan_sim(a: Any, b: Any) -> Tensor:
-    """(N, M) negative Manhattan distances (sparse embeddings are compared dense)."""
+    """(N, M) negative Manhattan distances. Sparse embeddings are compared dense in float64 and the distances given
+    in float32, as sentence-transformers' scipy computes them (float32 sums of hundreds of terms differ in the 6th
+    digit, and a float64 dense operand beside a sparse one is not refused)."""
     a, b = _batches(a, b)
-    return -torch.cdist(a.to_dense(), b.to_dense(), p=1.0)
+    if a.is_sparse or b.is_sparse:
+        return -torch.cdist(a.to_dense().double(), b.to_dense().double(), p=1.0).float()
+    return -torch.cdist(a, b, p=1.0)
 
 
 def pairwise_cos_sim(a: Any, b: Any) -> Tensor:
-    """(N,) cosine similarity of ``a[i]`` with ``b[i]`` (a scalar for two vectors)."""
-    a, b = _same_layout(*_rows(a, b))
+    """(N,) cosine similarity of ``a[i]`` with ``b[i]`` (a scalar for two vectors). A sparse batch times a dense
+    one stays a mixed product, which broadcasts one vector over the other's rows (two sparse tensors do not)."""
+    a, b = _rows(a, b)
     return (normalize_embeddings(a) * normalize_embeddings(b)).sum(-1).to_dense()
 
 
 def pairwise_dot_score(a: Any, b: Any) -> Tensor:
-    a, b = _same_layout(*_rows(a, b))
+    a, b = _rows(a, b)  # not _same_layout: as pairwise_cos_sim
     return (a * b).sum(-1).to_dense()
 
 
@@ -185,6 +191,12 @@ def similarity_function(name: Any) -> str:
     return name
 
 
+def _functions(name: Any) -> tuple[Callable[[Any, Any], Tensor], Callable[[Any, Any], Tensor]]:
+    """(matrix function, pairwise function) of a name or SimilarityFunction member (whose static methods'
+    argument, named as in sentence-transformers, hides ``similarity_function``)."""
+    return SIMILARITY_FUNCTIONS[similarity_function(name)]
+
+
 def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_size: int = 100,
                     corpus_chunk_size: int = 500000, top_k: int = 10,
                     score_function: Callable[[Tensor, Tensor], Tensor] = cos_sim) -> list[list[dict[str, Any]]]:
@@ -199,9 +211,9 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
         raise BertkitError(f"top_k must be >= 1, got {top_k}")
     heaps: list[list[tuple[float, int]]] = [[] for _ in range(len(queries))]
     for c0 in range(0, len(corpus), corpus_chunk_size):
-        chunk = corpus[c0:c0 + corpus_chunk_size]
+        chunk = _chunk(corpus, c0, corpus_chunk_size)
         for q0 in range(0, len(queries), query_chunk_size):
-            scores = score_function(queries[q0:q0 + query_chunk_size], chunk)
+            scores = score_function(_chunk(queries, q0, query_chunk_size), chunk)
             top = torch.topk(scores, min(top_k, scores.shape[1]), dim=1, largest=True, sorted=False)
             for heap, values, ids in zip(heaps[q0:q0 + query_chunk_size], top.values.tolist(),
                                          (top.indices + c0).tolist()):
@@ -214,13 +226,20 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
             for heap in heaps]
 
 
+def _chunk(x: Tensor, start: int, size: int) -> Tensor:
+    """Rows ``start`` to ``start + size`` of a dense or sparse batch (a sparse COO tensor cannot be sliced)."""
+    if not x.is_sparse:
+        return x[start:start + size]
+    return x.index_select(0, torch.arange(start, min(start + size, len(x)), device=x.device))
+
+
 def _nearest(queries: Tensor, corpus: Tensor, corpus_chunk_size: int, k: int,
              score_function: Callable[[Tensor, Tensor], Tensor]) -> tuple[Tensor, Tensor]:
     """(scores, ids) (Q, k) of each query's ``k`` best corpus entries, best first: each chunk's sorted ``torch.topk``
     merged with the best so far, as sentence-transformers' paraphrase mining finds them (equal scores in that order)."""
     best_scores, best_ids = None, None
     for c0 in range(0, len(corpus), corpus_chunk_size):
-        scores = score_function(queries, corpus[c0:c0 + corpus_chunk_size])
+        scores = score_function(queries, _chunk(corpus, c0, corpus_chunk_size))
         top = torch.topk(scores, min(k, scores.shape[1]), dim=1, sorted=True)
         ids = top.indices + c0
         if best_scores is None:
@@ -232,14 +251,30 @@ def _nearest(queries: Tensor, corpus: Tensor, corpus_chunk_size: int, k: int,
     return best_scores, best_ids
 
 
-class SimilarityFunction:
-    """sentence-transformers' SimilarityFunction names."""
+class SimilarityFunction(Enum):
+    """sentence-transformers' SimilarityFunction enum: the similarity functions by name, and the functions themselves
+    (its MAXSIM and MEAN_MAXSIM score multi-vector embeddings, which bertkit does not implement)."""
 
     COSINE = "cosine"
     DOT_PRODUCT = "dot"
-    DOT = "dot"
+    DOT = "dot"  # an alias of DOT_PRODUCT
     EUCLIDEAN = "euclidean"
     MANHATTAN = "manhattan"
+
+    @staticmethod
+    def to_similarity_fn(similarity_function: Any) -> Callable[[Any, Any], Tensor]:
+        """The (N, M) function of a name or member: ``to_similarity_fn("cosine")`` is ``cos_sim``."""
+        return _functions(similarity_function)[0]
+
+    @staticmethod
+    def to_similarity_pairwise_fn(similarity_function: Any) -> Callable[[Any, Any], Tensor]:
+        """The (N,) pairwise function of a name or member: ``to_similarity_pairwise_fn("dot")`` is
+        ``pairwise_dot_score``."""
+        return _functions(similarity_function)[1]
+
+    @staticmethod
+    def possible_values() -> list[str]:
+        return [m.value for m in SimilarityFunction]
 
 
 def paraphrase_mining(model: Any, sentences: list[str], show_progress_bar: bool = False, batch_size: int = 32,
@@ -273,7 +308,7 @@ def paraphrase_mining_embeddings(embeddings: Any, query_chunk_size: int = 5000, 
     in_kept: set[tuple[int, int]] = set()
     floor = float("-inf")
     for start in range(0, len(embeddings), query_chunk_size):
-        scores, ids = _nearest(embeddings[start:start + query_chunk_size], embeddings, corpus_chunk_size, top_k + 1,
+        scores, ids = _nearest(_chunk(embeddings, start, query_chunk_size), embeddings, corpus_chunk_size, top_k + 1,
                                score_function)
         for i, (row_scores, row_ids) in enumerate(zip(scores.tolist(), ids.tolist()), start):
             for j, score in [(j, score) for j, score in zip(row_ids, row_scores) if j != i][:top_k]:
