@@ -321,7 +321,8 @@ class BertTokenizer:
         """Set special tokens (``pad_token``, ``cls_token``, ... or ``additional_special_tokens``: a list),
         adding the ones the vocabulary lacks; returns how many were new. Additional special tokens are
         appended to those already there (transformers can replace the list; the old ones stay in the
-        vocabulary either way)."""
+        vocabulary either way). A named special token replaced (``pad_token`` "[PAD]" by "[PAD2]") becomes an
+        additional special token: transformers keeps it special too."""
         unknown = sorted(set(special_tokens_dict) - {*SPECIAL_TOKEN_KEYS, "additional_special_tokens"})
         if unknown:
             raise BertkitError(f"unknown special token keys {unknown}; use {SPECIAL_TOKEN_KEYS} or "
@@ -336,7 +337,12 @@ class BertTokenizer:
                 added += self.add_tokens(value, special_tokens=True)
                 if value in self.additional_special_tokens:  # now a named special token instead
                     self.additional_special_tokens.remove(value)
+                old = getattr(self, key)
                 setattr(self, key, value)
+                if old not in self._special_list():
+                    # the token it replaces stays special (cut out of the text, skipped by decode), as transformers
+                    # keeps it and as from_pretrained reads a tokenizer.json that flags it special
+                    self.additional_special_tokens.append(old)
         self._build()
         return added
 
@@ -383,8 +389,9 @@ class BertTokenizer:
     # ------------------------------------------------------------------------------------------------
 
     def tokenize(self, text: str) -> list[str]:
-        """WordPiece strings of ``text`` (no [CLS]/[SEP]): ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``."""
-        tokens = self._tokens
+        """WordPiece strings of ``text`` (no [CLS]/[SEP]): ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``; its ids
+        read back as ``convert_ids_to_tokens`` reads them (an added token in its normalised form, as transformers)."""
+        tokens = self.ids_to_tokens
         return [tokens[i] for i in self._text.encode(text)]
 
     def __call__(
@@ -480,10 +487,13 @@ class BertTokenizer:
         a BatchEncoding / dict of lists, or a list of per-example dicts. ``input_ids``, ``token_type_ids``,
         ``attention_mask`` (made when absent), ``special_tokens_mask`` and ``offset_mapping`` are padded on
         the right; other keys (labels, ...) are passed through unchanged (as tensors: integers int64, floats float32,
-        bools bool, as transformers makes them)."""
+        bools bool, as transformers makes them). Without ``return_tensors``, torch or numpy inputs give the same
+        kind of tensors; one example (not a batch) gives (T,) columns."""
         if padding_side is not None:
             _right_only("padding_side", padding_side)
-        examples, batched = examples_of(encoded_inputs)
+        examples, batched, given_kind = examples_of(encoded_inputs)
+        if return_tensors is None:  # tensors in, the same kind of tensors out, as transformers' pad
+            return_tensors = given_kind
         if any("input_ids" not in e for e in examples):
             raise BertkitError("pad needs input_ids in every example (the tokenizer's output)")
         rows = [{k: list(e[k]) for k in PAD_VALUES if k in e} for e in examples]
@@ -500,7 +510,9 @@ class BertTokenizer:
             max_length = self.model_max_length
         check_lengths(max_length, pad_to_multiple_of, 0, False)
         pad_rows(rows, pad, max_length, pad_to_multiple_of, self.pad_token_id)
-        out = to_batch_encoding(rows, batched, return_tensors)
+        out = to_batch_encoding(rows, batched or return_tensors is not None, return_tensors)
+        if not batched and return_tensors is not None:  # one example: (T,) columns, no batch axis (as transformers)
+            out = BatchEncoding({k: v[0] for k, v in out.items()})
         for key in dict.fromkeys(k for e in examples for k in e if k not in PAD_VALUES):
             lacking = [i for i, e in enumerate(examples) if key not in e]
             if lacking:
