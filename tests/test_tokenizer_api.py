@@ -367,3 +367,38 @@ def test_pad_returns_the_kind_of_tensor_it_was_given(toks, sentences, kind):
         assert type(a[key]) is type(b[key]) and a[key].shape == b[key].shape == (5, 64)
         assert a[key].tolist() == b[key].tolist()
     assert isinstance(ours.pad(examples, return_tensors="np")["input_ids"], np.ndarray)  # an explicit kind wins
+
+
+def test_padding_to_max_length_without_any_max_length_is_named(minilm_dir, tmp_path):
+    # files that set no model_max_length leave transformers' "no limit" (10^30): transformers warns and leaves the
+    # rows unpadded; bertkit tried to pad to 10^30 tokens and died with an OverflowError naming nothing
+    for name in ("tokenizer.json", "special_tokens_map.json"):
+        (tmp_path / name).write_bytes((minilm_dir / name).read_bytes())
+    config = json.loads((minilm_dir / "tokenizer_config.json").read_text())
+    del config["model_max_length"]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    hf = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    assert ours.model_max_length == hf.model_max_length == int(1e30)
+    examples = [{"input_ids": [101, 1037, 1038, 102]}, {"input_ids": [101, 1039, 102]}]
+    for call in (lambda tok: tok(["a b", "c"], padding="max_length"),
+                 lambda tok: tok.pad(examples, padding="max_length")):
+        assert call(hf)["input_ids"] == [[101, 1037, 1038, 102], [101, 1039, 102]]
+        with pytest.raises(BertkitError, match="padding='max_length' without max_length.*has none.*pass max_length="):
+            call(ours)
+    assert ours(["a b", "c"], padding="max_length", max_length=5)["input_ids"] == [[101, 1037, 1038, 102, 0],
+                                                                                 [101, 1039, 102, 0, 0]]
+    assert ours(["a b"], truncation=True)["input_ids"] == [[101, 1037, 1038, 102]]  # no limit to cut at: as it is
+
+
+def test_pad_names_a_passed_through_column_of_uneven_rows(toks):
+    # token labels left unpadded cannot become a tensor (transformers fails too); bertkit's error was numpy's
+    # "inhomogeneous shape", naming no column
+    ours, hf = toks
+    examples = [{"input_ids": [101, 1037, 102], "labels": [-100, 3, -100]}, {"input_ids": [101, 102], "labels": [-100, -100]}]
+    for return_tensors in ("pt", "np"):
+        with pytest.raises(BertkitError, match=r"'labels' has rows of 2\.\.3 values.*-100"):
+            ours.pad(examples, return_tensors=return_tensors)
+    with pytest.raises(ValueError, match="labels"):
+        hf.pad([dict(e) for e in examples], return_tensors="pt")
+    assert ours.pad(examples)["labels"] == [[-100, 3, -100], [-100, -100]]  # lists: passed through as they are

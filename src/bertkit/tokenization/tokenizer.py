@@ -426,7 +426,9 @@ class BertTokenizer:
         texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
         strategy = resolve_truncation(truncation, max_length, padding)
         pad = resolve_padding(padding)
-        if max_length is None and (strategy is not None or pad == "max_length"):
+        if max_length is None and pad == "max_length":
+            max_length = self._max_length_to_pad_to()
+        elif max_length is None and strategy is not None:
             max_length = self.model_max_length
         check_lengths(max_length, pad_to_multiple_of, stride, return_overflowing_tokens)
         if strategy is not None and pad is not None and pad_to_multiple_of and max_length % pad_to_multiple_of:
@@ -507,7 +509,7 @@ class BertTokenizer:
                                    + "; every column of an example is one entry per token: encode it again")
         pad = resolve_padding(padding)
         if pad == "max_length" and max_length is None:
-            max_length = self.model_max_length
+            max_length = self._max_length_to_pad_to()
         check_lengths(max_length, pad_to_multiple_of, 0, False)
         pad_rows(rows, pad, max_length, pad_to_multiple_of, self.pad_token_id)
         out = to_batch_encoding(rows, batched or return_tensors is not None, return_tensors)
@@ -520,12 +522,27 @@ class BertTokenizer:
                                    f"{next(i for i, e in enumerate(examples) if key in e)} has one; give every "
                                    f"example a {key!r}, or drop the column from all of them")
             values = [e[key] for e in examples]
+            lengths = sorted({len(v) for v in values if isinstance(v, (list, tuple))})
+            if return_tensors is not None and batched and len(lengths) > 1:
+                raise BertkitError(f"pad: {key!r} has rows of {lengths[0]}..{lengths[-1]} values, which make no tensor; "
+                                   f"pad() pads only the tokenizer's columns ({', '.join(PAD_VALUES)}): give {key!r} "
+                                   "one length per batch (token labels padded with -100, as "
+                                   "DataCollatorForTokenClassification does), or drop it")
             nones = [i for i, v in enumerate(values) if v is None]
             if return_tensors is not None and nones:
                 raise BertkitError(f"pad: example {nones[0]} of the batch has {key!r} None; give every example a "
                                    f"{key!r} value, or drop the column (to predict, leave labels out)")
             out[key] = column_as_tensor(values if batched else values[0], return_tensors)
         return out
+
+    def _max_length_to_pad_to(self) -> int:
+        """model_max_length, which padding="max_length" without a max_length pads to; an error when the files set
+        none (transformers warns and leaves the rows unpadded)."""
+        if self.model_max_length >= NO_MODEL_MAX_LENGTH:
+            raise BertkitError("padding='max_length' without max_length pads to model_max_length, and this tokenizer "
+                               "has none (its files set no model_max_length): pass max_length=, or padding=True to "
+                               "pad to the longest row")
+        return self.model_max_length
 
     def encode(self, text: str, text_pair: str | None = None, **kwargs: Any) -> list[int]:
         """``input_ids`` of one text (or pair), special tokens included; keyword arguments as ``__call__``."""
