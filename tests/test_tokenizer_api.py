@@ -93,6 +93,21 @@ def test_overflowing_tokens_with_stride(toks, squad, stride):
         ours(contexts[0], truncation=True, max_length=64, stride=62, return_overflowing_tokens=True)
 
 
+def test_a_stride_no_window_can_hold_is_refused_whatever_the_texts_length(toks, squad):
+    # transformers refuses a stride above max_length less the special tokens before it reads any text; bertkit
+    # refused it only for a text long enough to need a second window, so a batch of short texts went through
+    ours, hf = toks
+    questions, contexts = squad
+    kw = dict(truncation="only_second", max_length=32, return_overflowing_tokens=True)
+    for texts in ((questions[0],), (questions[0], contexts[0])):
+        with pytest.raises(ValueError, match="stride set to 31"):
+            hf(*texts, stride=31, **kw)
+        with pytest.raises(BertkitError, match="stride 31 is more than the 30 tokens .* max_length 32"):
+            ours(*texts, stride=31, **kw)
+    a, b = ours(questions[0], stride=30, **kw), hf(questions[0], stride=30, **kw)  # the edge both let through
+    assert a["input_ids"] == b["input_ids"]
+
+
 def test_pad_and_pad_to_multiple_of(toks, sentences):
     ours, hf = toks
     for kw in (dict(padding=True, pad_to_multiple_of=8), dict(padding="max_length", max_length=50,

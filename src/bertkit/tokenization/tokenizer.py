@@ -431,6 +431,13 @@ class BertTokenizer:
         elif max_length is None and strategy is not None:
             max_length = self.model_max_length
         check_lengths(max_length, pad_to_multiple_of, stride, return_overflowing_tokens)
+        n_special = 2 if add_special_tokens else 0
+        if return_overflowing_tokens and strategy is not None and stride > max_length - n_special:
+            # refused before any text is read, as transformers does: else only a text long enough to need a
+            # second window would find out
+            raise BertkitError(f"stride {stride} is more than the {max_length - n_special} tokens a window of "
+                               f"max_length {max_length} holds besides its {n_special} special tokens: use a smaller "
+                               "stride or a larger max_length")
         if strategy is not None and pad is not None and pad_to_multiple_of and max_length % pad_to_multiple_of:
             # rows cut at max_length, then padded past it to the next multiple: transformers refuses this
             raise BertkitError(f"truncation at max_length={max_length} and padding to a multiple of "
