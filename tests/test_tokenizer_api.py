@@ -93,6 +93,21 @@ def test_overflowing_tokens_with_stride(toks, squad, stride):
         ours(contexts[0], truncation=True, max_length=64, stride=62, return_overflowing_tokens=True)
 
 
+def test_a_stride_no_window_can_hold_is_refused_whatever_the_texts_length(toks, squad):
+    # transformers refuses a stride above max_length less the special tokens before it reads any text; bertkit
+    # refused it only for a text long enough to need a second window, so a batch of short texts went through
+    ours, hf = toks
+    questions, contexts = squad
+    kw = dict(truncation="only_second", max_length=32, return_overflowing_tokens=True)
+    for texts in ((questions[0],), (questions[0], contexts[0])):
+        with pytest.raises(ValueError, match="stride set to 31"):
+            hf(*texts, stride=31, **kw)
+        with pytest.raises(BertkitError, match="stride 31 is more than the 30 tokens .* max_length 32"):
+            ours(*texts, stride=31, **kw)
+    a, b = ours(questions[0], stride=30, **kw), hf(questions[0], stride=30, **kw)  # the edge both let through
+    assert a["input_ids"] == b["input_ids"]
+
+
 def test_pad_and_pad_to_multiple_of(toks, sentences):
     ours, hf = toks
     for kw in (dict(padding=True, pad_to_multiple_of=8), dict(padding="max_length", max_length=50,
@@ -281,3 +296,124 @@ def test_decode_of_a_batch_names_batch_decode(minilm_dir):
     with pytest.raises(TypeError, match="use batch_decode"):
         ours.decode([[101, 1037, 102], [101, 1038, 102]])
     assert ours.batch_decode([[101, 1037, 102], [101, 1038, 102]]) == ["[CLS] a [SEP]", "[CLS] b [SEP]"]
+
+
+def test_batch_encoding_copy_keeps_its_type_and_maps(toks, sentences):
+    # transformers' BatchEncoding.copy() (and `enc | {...}`) is a BatchEncoding; bertkit's was a plain dict, so the
+    # copy lost attribute access, .to() and word_ids()
+    ours, hf = toks
+    a, b = ours(sentences[:3], padding=True), hf(sentences[:3], padding=True)
+    for copy_a, copy_b in ((a.copy(), b.copy()), (a | {"labels": [0, 1, 0]}, b | {"labels": [0, 1, 0]})):
+        assert type(copy_a).__name__ == type(copy_b).__name__ == "BatchEncoding"
+        assert copy_a.input_ids == copy_b.input_ids and copy_a.word_ids(1) == b.word_ids(1)
+    copy_a = a.copy()
+    copy_a["input_ids"] = []
+    assert a["input_ids"] == b["input_ids"]  # a shallow copy: the original keeps its keys
+    assert (a | {"labels": [0, 1, 0]})["labels"] == [0, 1, 0] and "labels" not in a
+
+
+@pytest.mark.parametrize("lower", [True, False], ids=["uncased", "cased"])
+def test_tokenize_gives_an_added_token_as_its_ids_read_back(minilm_dir, lower):
+    """tokenize() is the ids read back: an uncased tokenizer's added "[E1]" is "[e1]", "Café" "cafe", as
+    transformers' tokenize and bertkit's own convert_ids_to_tokens give them (bertkit's tokenize gave them as
+    added)."""
+    ours = BertTokenizer.from_pretrained(minilm_dir, do_lower_case=lower)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir, do_lower_case=lower)
+    for tok in (ours, hf):
+        tok.add_tokens(["[E1]", "Café", "New York"])
+        tok.add_special_tokens({"additional_special_tokens": ["[ENT]"]})
+    text = "[E1] CAFÉ new york [ENT] Hello café"
+    assert ours.tokenize(text) == hf.tokenize(text) == ours.convert_ids_to_tokens(
+        ours.encode(text, add_special_tokens=False))
+    if lower:
+        assert ours.tokenize(text) == ["[e1]", "cafe", "new york", "[ENT]", "hello", "cafe"]
+
+
+def test_a_replaced_special_token_stays_special_as_in_transformers(minilm_dir, tmp_path):
+    """add_special_tokens({"pad_token": "[PAD2]"}): transformers keeps the old "[PAD]" a special token (cut out of
+    the text as id 0, skipped by decode, written to tokenizer.json); bertkit made it plain text ("[", "pad", "]"),
+    in memory and in what it saved."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    hf = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    assert ours.add_special_tokens({"pad_token": "[PAD2]"}) == hf.add_special_tokens({"pad_token": "[PAD2]"}) == 1
+    text = "x [PAD] y [PAD2]"
+    assert ours(text)["input_ids"] == hf(text)["input_ids"] == [101, 1060, 0, 1061, 30522, 102]
+    assert ours.tokenize(text) == hf.tokenize(text) == ["x", "[PAD]", "y", "[PAD2]"]
+    assert ours.pad_token_id == hf.pad_token_id == 30522
+    assert ours(["a", "a b"], padding=True)["input_ids"] == hf(["a", "a b"], padding=True)["input_ids"]
+    for skip in (False, True):
+        assert ours.decode([101, 1060, 0, 1061, 102], skip_special_tokens=skip) == hf.decode(
+            [101, 1060, 0, 1061, 102], skip_special_tokens=skip)
+    assert ours.get_added_vocab() == hf.get_added_vocab()
+    ours.save_pretrained(tmp_path)
+    for again in (BertTokenizer.from_pretrained(tmp_path), transformers.BertTokenizerFast.from_pretrained(tmp_path)):
+        assert again(text)["input_ids"] == [101, 1060, 0, 1061, 30522, 102] and again.pad_token == "[PAD2]"
+
+
+@pytest.mark.parametrize("return_tensors", ["pt", "np"])
+def test_pad_of_one_example_gives_its_row_unbatched(toks, sentences, return_tensors):
+    # transformers pads one example dict to (T,) tensors (as its columns came); bertkit gave (1, T)
+    ours, hf = toks
+    for kw in ({}, {"padding": "max_length", "max_length": 40}):
+        a = ours.pad(dict(ours(sentences[0])), return_tensors=return_tensors, **kw)
+        b = hf.pad(dict(hf(sentences[0])), return_tensors=return_tensors, **kw)
+        assert set(a) == set(b)
+        for key in b:
+            assert a[key].shape == b[key].shape and a[key].ndim == 1 and a[key].tolist() == b[key].tolist(), key
+
+
+@pytest.mark.parametrize("kind", ["pt", "np"])
+def test_pad_returns_the_kind_of_tensor_it_was_given(toks, sentences, kind):
+    # transformers' pad without return_tensors returns torch tensors for torch inputs and arrays for numpy ones
+    # (DataLoader collate functions rely on it); bertkit returned lists
+    import numpy as np
+
+    ours, hf = toks
+    as_kind = torch.tensor if kind == "pt" else np.asarray
+    examples = [{k: as_kind(v) for k, v in ours(s).items()} for s in sentences[:5]]
+    a, b = ours.pad(examples), hf.pad([dict(e) for e in examples])
+    assert set(a) == set(b)
+    for key in b:
+        assert type(a[key]) is type(b[key]) and a[key].dtype == b[key].dtype and a[key].tolist() == b[key].tolist()
+    batch = {k: as_kind(v) for k, v in ours(sentences[:5], padding=True).items()}
+    a, b = ours.pad(batch, padding="max_length", max_length=64), hf.pad(dict(batch), padding="max_length",
+                                                                        max_length=64)
+    for key in b:
+        assert type(a[key]) is type(b[key]) and a[key].shape == b[key].shape == (5, 64)
+        assert a[key].tolist() == b[key].tolist()
+    assert isinstance(ours.pad(examples, return_tensors="np")["input_ids"], np.ndarray)  # an explicit kind wins
+
+
+def test_padding_to_max_length_without_any_max_length_is_named(minilm_dir, tmp_path):
+    # files that set no model_max_length leave transformers' "no limit" (10^30): transformers warns and leaves the
+    # rows unpadded; bertkit tried to pad to 10^30 tokens and died with an OverflowError naming nothing
+    for name in ("tokenizer.json", "special_tokens_map.json"):
+        (tmp_path / name).write_bytes((minilm_dir / name).read_bytes())
+    config = json.loads((minilm_dir / "tokenizer_config.json").read_text())
+    del config["model_max_length"]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    hf = transformers.BertTokenizerFast.from_pretrained(tmp_path)
+    assert ours.model_max_length == hf.model_max_length == int(1e30)
+    examples = [{"input_ids": [101, 1037, 1038, 102]}, {"input_ids": [101, 1039, 102]}]
+    for call in (lambda tok: tok(["a b", "c"], padding="max_length"),
+                 lambda tok: tok.pad(examples, padding="max_length")):
+        assert call(hf)["input_ids"] == [[101, 1037, 1038, 102], [101, 1039, 102]]
+        with pytest.raises(BertkitError, match="padding='max_length' without max_length.*has none.*pass max_length="):
+            call(ours)
+    assert ours(["a b", "c"], padding="max_length", max_length=5)["input_ids"] == [[101, 1037, 1038, 102, 0],
+                                                                                 [101, 1039, 102, 0, 0]]
+    assert ours(["a b"], truncation=True)["input_ids"] == [[101, 1037, 1038, 102]]  # no limit to cut at: as it is
+
+
+def test_pad_names_a_passed_through_column_of_uneven_rows(toks):
+    # token labels left unpadded cannot become a tensor (transformers fails too); bertkit's error was numpy's
+    # "inhomogeneous shape", naming no column
+    ours, hf = toks
+    examples = [{"input_ids": [101, 1037, 102], "labels": [-100, 3, -100]}, {"input_ids": [101, 102], "labels": [-100, -100]}]
+    for return_tensors in ("pt", "np"):
+        with pytest.raises(BertkitError, match=r"'labels' has rows of 2\.\.3 values.*-100"):
+            ours.pad(examples, return_tensors=return_tensors)
+    with pytest.raises(ValueError, match="labels"):
+        hf.pad([dict(e) for e in examples], return_tensors="pt")
+    assert ours.pad(examples)["labels"] == [[-100, 3, -100], [-100, -100]]  # lists: passed through as they are

@@ -262,15 +262,27 @@ def pad_rows(rows: list[Row], padding: str | None, max_length: int | None, multi
             values += [pad_id if key == "input_ids" else PAD_VALUES[key]] * (length - len(values))
 
 
-def examples_of(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
-    """(one dict per example, whether the input was a batch) from what ``pad`` takes: a dict of (lists of) values
-    or a list of per-example dicts; tensors become lists."""
+def examples_of(encoded_inputs: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+                ) -> tuple[list[dict[str, Any]], bool, str | None]:
+    """(one dict per example, whether the input was a batch, ``"pt"``/``"np"`` when its input_ids are torch tensors
+    or numpy arrays, else None) from what ``pad`` takes: a dict of (lists of) values or a list of per-example dicts;
+    tensors become lists."""
     if isinstance(encoded_inputs, Mapping):
         ids = encoded_inputs["input_ids"]
         batched = len(ids) > 0 and not isinstance(_as_py(ids)[0], int)
         columns = {k: _as_py(v) if batched else [_as_py(v)] for k, v in encoded_inputs.items()}
-        return [{k: v[i] for k, v in columns.items()} for i in range(len(columns["input_ids"]))], batched
-    return [{k: _as_py(v) for k, v in e.items()} for e in encoded_inputs], True
+        examples = [{k: v[i] for k, v in columns.items()} for i in range(len(columns["input_ids"]))]
+        return examples, batched, _tensor_kind(ids)
+    kind = _tensor_kind(encoded_inputs[0]["input_ids"]) if encoded_inputs and "input_ids" in encoded_inputs[0] else None
+    return [{k: _as_py(v) for k, v in e.items()} for e in encoded_inputs], True, kind
+
+
+def _tensor_kind(value: Any) -> str | None:
+    """``"pt"`` for torch tensors, ``"np"`` for numpy arrays (the first value inside lists), else None."""
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    module = type(value).__module__
+    return "pt" if module.startswith("torch") else "np" if module == "numpy" else None
 
 
 def _as_py(values: Any) -> Any:

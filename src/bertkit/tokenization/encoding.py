@@ -3,6 +3,7 @@ characters of the texts they came from (``word_ids``, ``char_to_token``, ...), a
 
 from __future__ import annotations
 
+import copy
 import operator
 from typing import Any, NamedTuple
 
@@ -72,6 +73,15 @@ class BatchEncoding(dict):
     def data(self) -> dict[str, Any]:
         """The columns as a dict (transformers' ``BatchEncoding.data``): this object, which is one."""
         return self
+
+    def copy(self) -> BatchEncoding:
+        """A shallow copy that is still a BatchEncoding with its maps (``dict.copy`` would give a plain dict)."""
+        return copy.copy(self)
+
+    def __or__(self, other: Any) -> BatchEncoding:
+        out = self.copy()
+        out.update(other)
+        return out
 
     def to(self, device: Any) -> BatchEncoding:
         """Move every tensor to ``device`` (in place, as Hugging Face); returns self for chaining."""

@@ -321,7 +321,8 @@ class BertTokenizer:
         """Set special tokens (``pad_token``, ``cls_token``, ... or ``additional_special_tokens``: a list),
         adding the ones the vocabulary lacks; returns how many were new. Additional special tokens are
         appended to those already there (transformers can replace the list; the old ones stay in the
-        vocabulary either way)."""
+        vocabulary either way). A named special token replaced (``pad_token`` "[PAD]" by "[PAD2]") becomes an
+        additional special token: transformers keeps it special too."""
         unknown = sorted(set(special_tokens_dict) - {*SPECIAL_TOKEN_KEYS, "additional_special_tokens"})
         if unknown:
             raise BertkitError(f"unknown special token keys {unknown}; use {SPECIAL_TOKEN_KEYS} or "
@@ -336,7 +337,12 @@ class BertTokenizer:
                 added += self.add_tokens(value, special_tokens=True)
                 if value in self.additional_special_tokens:  # now a named special token instead
                     self.additional_special_tokens.remove(value)
+                old = getattr(self, key)
                 setattr(self, key, value)
+                if old not in self._special_list():
+                    # the token it replaces stays special (cut out of the text, skipped by decode), as transformers
+                    # keeps it and as from_pretrained reads a tokenizer.json that flags it special
+                    self.additional_special_tokens.append(old)
         self._build()
         return added
 
@@ -383,8 +389,9 @@ class BertTokenizer:
     # ------------------------------------------------------------------------------------------------
 
     def tokenize(self, text: str) -> list[str]:
-        """WordPiece strings of ``text`` (no [CLS]/[SEP]): ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``."""
-        tokens = self._tokens
+        """WordPiece strings of ``text`` (no [CLS]/[SEP]): ``"unaffable"`` -> ``["una", "##ffa", "##ble"]``; its ids
+        read back as ``convert_ids_to_tokens`` reads them (an added token in its normalised form, as transformers)."""
+        tokens = self.ids_to_tokens
         return [tokens[i] for i in self._text.encode(text)]
 
     def __call__(
@@ -419,9 +426,18 @@ class BertTokenizer:
         texts, pairs, batched = split_inputs(text, text_pair, is_split_into_words)
         strategy = resolve_truncation(truncation, max_length, padding)
         pad = resolve_padding(padding)
-        if max_length is None and (strategy is not None or pad == "max_length"):
+        if max_length is None and pad == "max_length":
+            max_length = self._max_length_to_pad_to()
+        elif max_length is None and strategy is not None:
             max_length = self.model_max_length
         check_lengths(max_length, pad_to_multiple_of, stride, return_overflowing_tokens)
+        n_special = 2 if add_special_tokens else 0
+        if return_overflowing_tokens and strategy is not None and stride > max_length - n_special:
+            # refused before any text is read, as transformers does: else only a text long enough to need a
+            # second window would find out
+            raise BertkitError(f"stride {stride} is more than the {max_length - n_special} tokens a window of "
+                               f"max_length {max_length} holds besides its {n_special} special tokens: use a smaller "
+                               "stride or a larger max_length")
         if strategy is not None and pad is not None and pad_to_multiple_of and max_length % pad_to_multiple_of:
             # rows cut at max_length, then padded past it to the next multiple: transformers refuses this
             raise BertkitError(f"truncation at max_length={max_length} and padding to a multiple of "
@@ -480,10 +496,13 @@ class BertTokenizer:
         a BatchEncoding / dict of lists, or a list of per-example dicts. ``input_ids``, ``token_type_ids``,
         ``attention_mask`` (made when absent), ``special_tokens_mask`` and ``offset_mapping`` are padded on
         the right; other keys (labels, ...) are passed through unchanged (as tensors: integers int64, floats float32,
-        bools bool, as transformers makes them)."""
+        bools bool, as transformers makes them). Without ``return_tensors``, torch or numpy inputs give the same
+        kind of tensors; one example (not a batch) gives (T,) columns."""
         if padding_side is not None:
             _right_only("padding_side", padding_side)
-        examples, batched = examples_of(encoded_inputs)
+        examples, batched, given_kind = examples_of(encoded_inputs)
+        if return_tensors is None:  # tensors in, the same kind of tensors out, as transformers' pad
+            return_tensors = given_kind
         if any("input_ids" not in e for e in examples):
             raise BertkitError("pad needs input_ids in every example (the tokenizer's output)")
         rows = [{k: list(e[k]) for k in PAD_VALUES if k in e} for e in examples]
@@ -497,10 +516,12 @@ class BertTokenizer:
                                    + "; every column of an example is one entry per token: encode it again")
         pad = resolve_padding(padding)
         if pad == "max_length" and max_length is None:
-            max_length = self.model_max_length
+            max_length = self._max_length_to_pad_to()
         check_lengths(max_length, pad_to_multiple_of, 0, False)
         pad_rows(rows, pad, max_length, pad_to_multiple_of, self.pad_token_id)
-        out = to_batch_encoding(rows, batched, return_tensors)
+        out = to_batch_encoding(rows, batched or return_tensors is not None, return_tensors)
+        if not batched and return_tensors is not None:  # one example: (T,) columns, no batch axis (as transformers)
+            out = BatchEncoding({k: v[0] for k, v in out.items()})
         for key in dict.fromkeys(k for e in examples for k in e if k not in PAD_VALUES):
             lacking = [i for i, e in enumerate(examples) if key not in e]
             if lacking:
@@ -508,12 +529,27 @@ class BertTokenizer:
                                    f"{next(i for i, e in enumerate(examples) if key in e)} has one; give every "
                                    f"example a {key!r}, or drop the column from all of them")
             values = [e[key] for e in examples]
+            lengths = sorted({len(v) for v in values if isinstance(v, (list, tuple))})
+            if return_tensors is not None and batched and len(lengths) > 1:
+                raise BertkitError(f"pad: {key!r} has rows of {lengths[0]}..{lengths[-1]} values, which make no tensor; "
+                                   f"pad() pads only the tokenizer's columns ({', '.join(PAD_VALUES)}): give {key!r} "
+                                   "one length per batch (token labels padded with -100, as "
+                                   "DataCollatorForTokenClassification does), or drop it")
             nones = [i for i, v in enumerate(values) if v is None]
             if return_tensors is not None and nones:
                 raise BertkitError(f"pad: example {nones[0]} of the batch has {key!r} None; give every example a "
                                    f"{key!r} value, or drop the column (to predict, leave labels out)")
             out[key] = column_as_tensor(values if batched else values[0], return_tensors)
         return out
+
+    def _max_length_to_pad_to(self) -> int:
+        """model_max_length, which padding="max_length" without a max_length pads to; an error when the files set
+        none (transformers warns and leaves the rows unpadded)."""
+        if self.model_max_length >= NO_MODEL_MAX_LENGTH:
+            raise BertkitError("padding='max_length' without max_length pads to model_max_length, and this tokenizer "
+                               "has none (its files set no model_max_length): pass max_length=, or padding=True to "
+                               "pad to the longest row")
+        return self.model_max_length
 
     def encode(self, text: str, text_pair: str | None = None, **kwargs: Any) -> list[int]:
         """``input_ids`` of one text (or pair), special tokens included; keyword arguments as ``__call__``."""
