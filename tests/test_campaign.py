@@ -88,7 +88,7 @@ TOKENIZER_REFUSALS = [
     ("None", (None,), {}, "got NoneType None"),
     ("bytes", (b"a good",), {}, "got bytes"),
     ("stride over the window", (TEN,), dict(max_length=6, truncation=True, stride=10, return_overflowing_tokens=True),
-     "stride 10 must be smaller than the 4 tokens"),
+     "stride 10 is more than the 4 tokens a window"),
     ("negative stride", (TEN,), dict(max_length=6, truncation=True, stride=-1, return_overflowing_tokens=True),
      "stride=-1 needs"),
     ("overflow longest_first pair", (TEN, TEN), dict(max_length=9, truncation=True, stride=1,

@@ -416,6 +416,8 @@ class Trainer:
         if name == "step_end":
             self.state.global_step = pos.step
             self.state.epoch = pos.epoch + pos.batch / self._micro_per_epoch
+        if name == "save":  # every rank (rank 0 named it already, writing the state): load_best_model_at_end on each
+            self._name_best_checkpoint()
         self._event(f"on_{name}")
 
     def _on_record(self, record: dict) -> None:
@@ -458,15 +460,18 @@ class Trainer:
     def _is_best(self, path: Path) -> bool:
         return self.state.best_model_checkpoint is not None and Path(self.state.best_model_checkpoint).name == path.name
 
+    def _name_best_checkpoint(self) -> None:
+        best = self.state.best_global_step
+        if best is not None and (best == self.state.global_step
+                                 or HF_LAYOUT.path(Path(self.args.output_dir), best).is_dir()):
+            self.state.best_model_checkpoint = str(HF_LAYOUT.path(Path(self.args.output_dir), best))
+
     def _write_checkpoint_extras(self, directory: Path) -> None:
         """The tokenizer and trainer_state.json, before the checkpoint is renamed into place. The best checkpoint
         is named here, as transformers names it when it saves: the best step's checkpoint once it exists (this one,
         or one written before); an evaluation at a step with no checkpoint (eval_steps 5, save_steps 10) names
         none, so load_best_model_at_end and save_total_limit never count on a checkpoint that was never written."""
-        best = self.state.best_global_step
-        if best is not None and (best == self.state.global_step
-                                 or HF_LAYOUT.path(Path(self.args.output_dir), best).is_dir()):
-            self.state.best_model_checkpoint = str(HF_LAYOUT.path(Path(self.args.output_dir), best))
+        self._name_best_checkpoint()
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(directory)
         atomic_write_text(directory / TRAINER_STATE, json.dumps(dataclasses.asdict(self.state), indent=2) + "\n")
