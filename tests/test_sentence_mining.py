@@ -138,11 +138,12 @@ def test_as_triplets_false_is_refused_not_mined_as_triplets(models, squad):
 
 
 @pytest.fixture(scope="module")
-def cross_encoders(tmp_path_factory, minilm_dir):
+def cross_encoders(tmp_path_factory, minilm_2_layers):
     from bertkit.sentence import CrossEncoder
     from cross_encoder_helpers import cross_encoder_directory
 
-    directory = cross_encoder_directory(minilm_dir, tmp_path_factory.mktemp("mine-ce") / "ce")
+    # 2 layers: the rescoring, not the cross-encoder's depth, is what is compared (a third of the cost)
+    directory = cross_encoder_directory(minilm_2_layers, tmp_path_factory.mktemp("mine-ce") / "ce")
     return CrossEncoder(directory), st.CrossEncoder(str(directory), device="cpu")
 
 
