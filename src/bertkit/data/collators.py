@@ -7,6 +7,7 @@ transformers') and returns the same tensors.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +74,9 @@ class DefaultDataCollator:
         batch = {}
         for key in first:
             values = [f[key] for f in features]
+            if isinstance(values[0], str) and key in _LABEL_KEYS:  # skipped below, the batch would have no labels
+                raise BertkitError(f"DefaultDataCollator: {key!r} holds strings ({values[0]!r}); labels are class ids "
+                                   "or scores: map names to ids with the model's config.label2id")
             if values[0] is None or isinstance(values[0], str):
                 continue  # as transformers' default_data_collator: strings and None are not batched
             lengths = [len(v) if isinstance(v, (list, tuple)) or getattr(v, "ndim", 0) > 0 else None for v in values]
@@ -200,7 +204,8 @@ class DataCollatorForLanguageModeling:
     three and two). Their pieces are all replaced by [MASK] unless ``mask_replace_prob`` / ``random_replace_prob``
     are given, which then apply to each piece (as Google's whole-word masking does; transformers overrides them
     with 1 and 0 and warns).
-    ``seed`` None draws from torch's global generator (what a seeded Trainer run fixes). transformers'
+    ``seed`` None draws from torch's global generator (what a seeded Trainer run fixes); a seed makes one generator
+    per process on first use, seeded ``seed + worker id`` in a DataLoader worker, as transformers does. transformers'
     ``mlm=False`` (causal-LM labels) is refused: no BERT head predicts the next token.
     """
 
@@ -236,7 +241,17 @@ class DataCollatorForLanguageModeling:
         if self.mask_replace_prob + self.random_replace_prob > 1:
             raise BertkitError(f"mask_replace_prob {self.mask_replace_prob} + random_replace_prob "
                                f"{self.random_replace_prob} exceed 1")
-        self.generator = torch.Generator().manual_seed(self.seed) if self.seed is not None else None
+        self.generator: torch.Generator | None = None
+        self._generator_pid: int | None = None
+
+    def _seeded(self) -> None:
+        """A generator made in one process and forked into DataLoader workers (the Trainer's, on a GPU) would draw the
+        same masks in every worker; each process makes its own, as transformers' collator does."""
+        if self.seed is None or (self.generator is not None and self._generator_pid == os.getpid()):
+            return
+        worker = torch.utils.data.get_worker_info()
+        self.generator = torch.Generator().manual_seed(self.seed + (worker.id if worker is not None else 0))
+        self._generator_pid = os.getpid()
 
     def __call__(self, examples: Sequence[Any]) -> dict:
         if not examples:
@@ -259,6 +274,7 @@ class DataCollatorForLanguageModeling:
                     offset_mapping: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(inputs with targets replaced, labels with -100 everywhere but the targets). ``offset_mapping`` (B, T, 2)
         is where whole-word masking finds the words."""
+        self._seeded()
         labels = inputs.clone()
         probability = torch.full(labels.shape, self.mlm_probability)
         if special_tokens_mask is None:
