@@ -290,3 +290,19 @@ def test_default_collator_refuses_a_string_label_it_used_to_drop(tok):
         bertkit.DefaultDataCollator()(rows)
     assert sorted(bertkit.DefaultDataCollator()([{**r, "label": 1} for r in rows])) == ["input_ids", "labels"]
 
+
+@pytest.mark.parametrize("lib", [bertkit, transformers], ids=["bertkit", "transformers"])
+def test_a_seeded_collators_process_id_is_not_a_setting_a_resume_must_share(checkpoint, tok, tmp_path, lib):
+    """A seeded masking collator remembers the process that made its generator (``_generator_pid``, transformers'
+    and now bertkit's); the resume fingerprint took it for a setting, so a resumed run (another process) was refused
+    as another run."""
+    tokenizer = tok if lib is bertkit else transformers.AutoTokenizer.from_pretrained(checkpoint)
+    trainer = bertkit.Trainer(
+        model=bertkit.AutoModelForSequenceClassification.from_pretrained(checkpoint),
+        args=bertkit.TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, disable_tqdm=True),
+        data_collator=lib.DataCollatorForLanguageModeling(tokenizer, seed=3), processing_class=tok)
+    examples = [dict(tok(r["text"])) for r in TRAIN]
+    trainer.data_collator(examples[:2])
+    settings = trainer._fingerprint(examples, 3, 1)["trainer"]["data_collator"]["DataCollatorForLanguageModeling"]
+    assert settings["seed"] == 3 and settings["mlm_probability"] == 0.15
+    assert not any(k.startswith("_") for k in settings), settings

@@ -293,8 +293,9 @@ class Trainer:
         content (``data_fingerprint``), the model's config and the collator's settings."""
         args = self.args
         config = getattr(self._module, "config", None)
+        # its settings, not its tokenizer, nor private state (a seeded collator's _generator_pid differs on resume)
         collator = {k: v for k, v in sorted(getattr(self.data_collator, "__dict__", {}).items())
-                    if isinstance(v, (bool, int, float, str, type(None)))}  # its settings, not its tokenizer
+                    if isinstance(v, (bool, int, float, str, type(None))) and not k.startswith("_")}
         return {"trainer": {
             "examples": len(examples), "train_data": self._data_fingerprint(examples),
             "per_device_train_batch_size": args.per_device_train_batch_size,
