@@ -511,6 +511,32 @@ def test_a_received_marker_naming_a_files_inode_and_size_proves_nothing(tmp_path
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+def test_a_save_into_a_directory_with_a_manifest_it_cannot_read_keeps_everything_and_finishes(tmp_path, tiny_model):
+    """Was: `save_pretrained` into a run directory holding another version's manifest swapped the new model in, then
+    failed reading that manifest ("... removes none"): an error for a save that had happened, the staging directory
+    and the lock file left, and every later save of the directory in the process refused as "this process's run"."""
+    import torch
+
+    from bertkit import BertModel
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "report.json").write_text("an earlier run's report")
+    foreign = json.dumps({"format": 99, "files": ["report.json"]})  # another version's: bertkit cannot read it
+    (out / MARKER).write_text(foreign)
+    model = tiny_model()
+    for _ in range(2):  # the second: the directory is not held, nor left half-written, by the first
+        model.save_pretrained(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "config.json", "model.safetensors", "notes.txt",
+                                                     "report.json"]
+    assert (out / "notes.txt").read_text() == "mine" and (out / MARKER).read_text() == foreign
+    assert (out / "report.json").read_text() == "an earlier run's report"
+    loaded = BertModel.from_pretrained(out).state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())
+
+
 @pytest.mark.parametrize("where", ["a file", "a symlink to nowhere"])
 @pytest.mark.parametrize("save", ["BertModel.save_pretrained", "BertTokenizer.save_pretrained",
                                   "SentenceTransformer.save", "CrossEncoder.save"])

@@ -194,7 +194,10 @@ def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[in
     replaces; every other file is carried into ``target`` where its name is free. What is left (a file of a user's
     where the new run put one of the same name) is kept beside ``target``, named in a warning."""
     if proven is None:
-        proven = proven_files(old)[0]
+        try:
+            proven = proven_files(old)[0]
+        except BertkitError:  # a manifest bertkit cannot read (damaged, another version's) proves nothing: all kept
+            proven = {}
     else:
         proven = {rel: ident for rel, ident in proven.items()
                   if (st := regular_stat(old / rel)) is not None and identity(st) == ident}
