@@ -286,6 +286,29 @@ def test_checkpoint_rotation_and_cleanup_leave_a_users_file_in_place(tmp_path):
                                                            "step-00000002/also-mine.txt"]
 
 
+@pytest.mark.parametrize("where", ["a directory", "a symlink to a directory"])
+def test_a_checkpoint_written_where_a_user_has_a_directory_of_its_name_keeps_their_files(tmp_path, tiny_model,
+                                                                                         caplog, where):
+    """Was: a resumed Trainer run wrote checkpoint-3 into the user's directory of that name (or through their symlink
+    of that name) as a save adds to one, and the user's config.json there was replaced by the checkpoint's."""
+    from bertkit.training.checkpoint import HF_LAYOUT, model_state, save_checkpoint
+
+    mine = tmp_path / ("checkpoint-3" if where == "a directory" else "elsewhere")
+    mine.mkdir()
+    (mine / "config.json").write_text("the user's config")
+    (mine / "notes.txt").write_text("the user's notes")
+    if where != "a directory":
+        (tmp_path / "checkpoint-3").symlink_to(mine)
+    model = tiny_model()
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        final = save_checkpoint(tmp_path, {"model": model_state(model)}, 3, keep=5, model=model, layout=HF_LAYOUT)
+    assert json.loads((final / "config.json").read_text())["hidden_size"] == model.config.hidden_size
+    assert (final / "notes.txt").read_text() == "the user's notes"
+    kept = [p for p in tmp_path.glob(f"{mine.name}.replaced-*/{mine.name}/config.json")]
+    assert [p.read_text() for p in kept] == ["the user's config"]
+    assert f"kept in {kept[0].parent.parent}" in caplog.text and "config.json" in caplog.text
+
+
 def test_create_pretraining_data_overwrite_removes_only_shards_it_can_prove(tmp_path, minilm_dir):
     """Was: overwrite=True deleted every shard-*.npy in the directory, whoever wrote it."""
     from bertkit.data.pretraining import create_pretraining_data
