@@ -286,6 +286,29 @@ def test_checkpoint_rotation_and_cleanup_leave_a_users_file_in_place(tmp_path):
                                                            "step-00000002/also-mine.txt"]
 
 
+@pytest.mark.parametrize("where", ["a directory", "a symlink to a directory"])
+def test_a_checkpoint_written_where_a_user_has_a_directory_of_its_name_keeps_their_files(tmp_path, tiny_model,
+                                                                                         caplog, where):
+    """Was: a resumed Trainer run wrote checkpoint-3 into the user's directory of that name (or through their symlink
+    of that name) as a save adds to one, and the user's config.json there was replaced by the checkpoint's."""
+    from bertkit.training.checkpoint import HF_LAYOUT, model_state, save_checkpoint
+
+    mine = tmp_path / ("checkpoint-3" if where == "a directory" else "elsewhere")
+    mine.mkdir()
+    (mine / "config.json").write_text("the user's config")
+    (mine / "notes.txt").write_text("the user's notes")
+    if where != "a directory":
+        (tmp_path / "checkpoint-3").symlink_to(mine)
+    model = tiny_model()
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        final = save_checkpoint(tmp_path, {"model": model_state(model)}, 3, keep=5, model=model, layout=HF_LAYOUT)
+    assert json.loads((final / "config.json").read_text())["hidden_size"] == model.config.hidden_size
+    assert (final / "notes.txt").read_text() == "the user's notes"
+    kept = [p for p in tmp_path.glob(f"{mine.name}.replaced-*/{mine.name}/config.json")]
+    assert [p.read_text() for p in kept] == ["the user's config"]
+    assert f"kept in {kept[0].parent.parent}" in caplog.text and "config.json" in caplog.text
+
+
 def test_create_pretraining_data_overwrite_removes_only_shards_it_can_prove(tmp_path, minilm_dir):
     """Was: overwrite=True deleted every shard-*.npy in the directory, whoever wrote it."""
     from bertkit.data.pretraining import create_pretraining_data
@@ -509,6 +532,32 @@ def test_a_received_marker_naming_a_files_inode_and_size_proves_nothing(tmp_path
     with pytest.raises(BertkitError, match=r"1 of them written by that run but changed since"):
         claim_output_dir(tmp_path, "pretrain", overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_a_save_into_a_directory_with_a_manifest_it_cannot_read_keeps_everything_and_finishes(tmp_path, tiny_model):
+    """Was: `save_pretrained` into a run directory holding another version's manifest swapped the new model in, then
+    failed reading that manifest ("... removes none"): an error for a save that had happened, the staging directory
+    and the lock file left, and every later save of the directory in the process refused as "this process's run"."""
+    import torch
+
+    from bertkit import BertModel
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "report.json").write_text("an earlier run's report")
+    foreign = json.dumps({"format": 99, "files": ["report.json"]})  # another version's: bertkit cannot read it
+    (out / MARKER).write_text(foreign)
+    model = tiny_model()
+    for _ in range(2):  # the second: the directory is not held, nor left half-written, by the first
+        model.save_pretrained(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "config.json", "model.safetensors", "notes.txt",
+                                                     "report.json"]
+    assert (out / "notes.txt").read_text() == "mine" and (out / MARKER).read_text() == foreign
+    assert (out / "report.json").read_text() == "an earlier run's report"
+    loaded = BertModel.from_pretrained(out).state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())
 
 
 @pytest.mark.parametrize("where", ["a file", "a symlink to nowhere"])

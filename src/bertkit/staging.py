@@ -194,7 +194,10 @@ def _dispose(old: Path, target: Path, merge: bool, proven: Mapping[str, tuple[in
     replaces; every other file is carried into ``target`` where its name is free. What is left (a file of a user's
     where the new run put one of the same name) is kept beside ``target``, named in a warning."""
     if proven is None:
-        proven = proven_files(old)[0]
+        try:
+            proven = proven_files(old)[0]
+        except BertkitError:  # a manifest bertkit cannot read (damaged, another version's) proves nothing: all kept
+            proven = {}
     else:
         proven = {rel: ident for rel, ident in proven.items()
                   if (st := regular_stat(old / rel)) is not None and identity(st) == ident}
@@ -380,7 +383,9 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
     ``BertkitError``); a kill leaves only the staging directory, removed by the next write of ``target``. Inside a
     directory this process is staging, ``target`` itself is written: the outer swap makes it visible; so is a mount
     point, which cannot be swapped (each file is still replaced whole). With ``manifest`` (a checkpoint) it is always
-    staged, and a manifest of its files is written last."""
+    staged, a manifest of its files is written last, and it adds to no directory: a file of one already at its name
+    (a user's ``checkpoint-3``, or where a symlink of that name leads) that it writes too is kept beside it, named
+    in a warning, not replaced."""
     target = target_of(target)
     if os.path.lexists(target) and not target.is_dir():
         raise BertkitError(f"{target} is {'a file' if target.exists() else 'a symlink to nowhere'}, not a directory: "
@@ -390,11 +395,12 @@ def staged(target: str | os.PathLike, what: str = "save", *, manifest: bool = Fa
             target.mkdir(parents=True, exist_ok=True)
         yield target
         return
-    stage = Stage.open(target, what, {"write": what})
+    # the mark says which kind this is to a write after a kill mid-swap: a save ("write") adds to a directory
+    stage = Stage.open(target, what, {"whole": what} if manifest else {"write": what})
     with writing(target):
         try:
             yield stage.path
-            stage.commit(manifest={} if manifest else None, merge=True)
+            stage.commit(manifest={} if manifest else None, merge=not manifest)
         except BaseException:
             if dir_lock.holds(stage.path):  # not yet swapped into place
                 stage.abort()
