@@ -23,8 +23,8 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 
 DATA = Path(os.environ.get("BERTKIT_DATA", REPO.parent / "shared" / "data"))
 
-# The files whose tests take longest (`pytest --durations=0`, summed per file, quiet: 23-57 s each, about 45% of
-# the suite's 890 s), run first. `make test` hands whole files to its two workers in collection order
+# The files whose tests take longest (`pytest --durations=0`, summed per file, quiet: 23-53 s each, about 45% of
+# the suite's 865 s), run first. `make test` hands whole files to its two workers in collection order
 # (`--dist loadfile`), so a long file collected last leaves one worker running it alone at the end; started first,
 # the short files fill in around them. Within a file the order is unchanged.
 _LONGEST_FILES = ("test_sentence_fit.py", "test_int8_switch.py", "test_campaign_writes.py", "test_sparse_encoder.py",
